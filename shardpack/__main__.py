@@ -1,0 +1,5 @@
+"""python -m shardpack."""
+
+from shardpack.cli import main
+
+main()

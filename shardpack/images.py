@@ -1,0 +1,208 @@
+"""One image: sniff its format, probe and check its header, decode, resize and encode.
+
+Pixels move between these functions as OpenCV holds them, uint8 HxWx3 in BGR order, so a
+decode-resize-encode round trip never pays for a colour swap; only raw output is turned to RGB.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+# JPEG frame types TensorFlow's decoder reads: baseline, extended and progressive Huffman.
+_TF_JPEG_FRAMES = frozenset({0xC0, 0xC1, 0xC2})
+_ALL_JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
+_ENCODERS = {
+    "jpeg": (".jpg", cv2.IMWRITE_JPEG_QUALITY),
+    "png": (".png", None),
+    "webp": (".webp", cv2.IMWRITE_WEBP_QUALITY),
+}
+# libjpeg can decode at 1/2, 1/4 or 1/8 scale for a fraction of the cost of a full decode.
+_REDUCED = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4),
+            (2, cv2.IMREAD_REDUCED_COLOR_2))  # fmt: skip
+
+
+class BadImage(ValueError):
+    """The bytes are not a usable image; the message says why in a few words."""
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What a header says: format, size and channels, and whether TensorFlow decodes it as is."""
+
+    format: str
+    height: int
+    width: int
+    channels: int
+    tf_readable: bool = True
+
+
+def sniff(data: bytes) -> str | None:
+    """Name the format from the first bytes: jpeg, png, gif, bmp, webp, tiff, or None."""
+    if data[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if data[:8] == _PNG_SIGNATURE:
+        return "png"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if data[:2] == b"BM":
+        return "bmp"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    if data[:4] in (b"II*\x00", b"MM\x00*"):
+        return "tiff"
+    return None
+
+
+def probe(data: bytes) -> ImageInfo | None:
+    """Read size and channels of a JPEG or PNG from its header and check its structure.
+
+    The structure check walks every segment or chunk without decoding pixels, so a file cut
+    short (which OpenCV decodes with only a warning, and TensorFlow refuses) is caught here.
+
+    Returns:
+        The header's facts, or None for formats other than JPEG and PNG.
+
+    Raises:
+        BadImage: the file is truncated or its header is malformed.
+    """
+    fmt = sniff(data)
+    if fmt == "jpeg":
+        return _probe_jpeg(data)
+    if fmt == "png":
+        return _probe_png(data)
+    return None
+
+
+def _probe_jpeg(data: bytes) -> ImageInfo:
+    pos, info, size = 2, None, len(data)
+    while pos + 4 <= size:
+        if data[pos] != 0xFF:
+            raise BadImage(f"corrupt JPEG: no marker at byte {pos}")
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            pos += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            pos += 2
+            continue
+        if marker == 0xD9:
+            raise BadImage("corrupt JPEG: ends before any image data")
+        (length,) = struct.unpack_from(">H", data, pos + 2)
+        end = pos + 2 + length
+        if length < 2 or end > size:
+            raise BadImage("truncated JPEG (header cut short)")
+        if marker in _ALL_JPEG_FRAMES:
+            if length < 8:
+                raise BadImage("corrupt JPEG: short frame header")
+            _, height, width, channels = struct.unpack_from(">BHHB", data, pos + 4)
+            if not height or not width:
+                raise BadImage(f"corrupt JPEG: frame of {width}x{height} pixels")
+            readable = marker in _TF_JPEG_FRAMES and channels in (1, 3)
+            info = ImageInfo("jpeg", height, width, channels, readable)
+        elif marker == 0xDA:  # start of scan: the entropy-coded data follows
+            if info is None:
+                raise BadImage("corrupt JPEG: image data before any frame header")
+            # Entropy-coded bytes stuff every 0xFF with 0x00, so FF D9 can only be the end marker.
+            if data.find(b"\xff\xd9", end) < 0:
+                raise BadImage("truncated JPEG (no end-of-image marker)")
+            return info
+        pos = end
+    raise BadImage("truncated JPEG (no image data)")
+
+
+def _probe_png(data: bytes) -> ImageInfo:
+    pos, size, info, transparent = 8, len(data), None, False
+    while pos + 12 <= size:
+        (length,) = struct.unpack_from(">I", data, pos)
+        kind = data[pos + 4 : pos + 8]
+        end = pos + 12 + length
+        if end > size:
+            raise BadImage(f"truncated PNG (chunk {kind!r} cut short)")
+        (crc,) = struct.unpack_from(">I", data, end - 4)
+        if zlib.crc32(data[pos + 4 : end - 4]) != crc:
+            raise BadImage(f"corrupt PNG: CRC mismatch in chunk {kind!r} at byte {pos}")
+        if kind == b"IHDR":
+            width, height, _depth, color = struct.unpack_from(">IIBB", data, pos + 8)
+            if color not in _PNG_CHANNELS or not width or not height:
+                raise BadImage("corrupt PNG: invalid IHDR")
+            info = (height, width, color)
+        elif kind == b"tRNS":
+            transparent = True
+        elif kind == b"IEND":
+            if info is None:
+                raise BadImage("corrupt PNG: no IHDR chunk")
+            height, width, color = info
+            channels = _PNG_CHANNELS[color] + (1 if transparent and color in (0, 2, 3) else 0)
+            return ImageInfo("png", height, width, channels)
+        pos = end
+    raise BadImage("truncated PNG (no IEND chunk)")
+
+
+def decode(data: bytes, reduce: int = 1) -> np.ndarray:
+    """Decode to uint8 HxWx3 BGR as cv2.IMREAD_COLOR does (first frame, no alpha, 8-bit).
+
+    Args:
+        data: the encoded file.
+        reduce: 2, 4 or 8 asks libjpeg for a scaled-down decode; 1 decodes at full size.
+
+    Raises:
+        BadImage: OpenCV cannot decode the bytes.
+    """
+    flags = dict(_REDUCED).get(reduce, cv2.IMREAD_COLOR)
+    try:
+        pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+    except cv2.error as e:
+        raise BadImage(f"cannot decode ({str(e).strip().splitlines()[-1]})") from None
+    if pixels is None:
+        raise BadImage("cannot decode: not an image OpenCV can read")
+    return pixels
+
+
+def target_size(
+    height: int, width: int, max_side: int | None, resize: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    """Return (height, width) after --max-side or --resize, or None if the size stays."""
+    if resize is not None:
+        return None if (width, height) == resize else (resize[1], resize[0])
+    if max_side is None or max(height, width) <= max_side:
+        return None
+    scale = max_side / max(height, width)
+    return max(1, round(height * scale)), max(1, round(width * scale))
+
+
+def reduce_factor(height: int, width: int, target: tuple[int, int]) -> int:
+    """The largest libjpeg scale (8, 4, 2) that still decodes at least the target size."""
+    for factor, _ in _REDUCED:
+        if height // factor >= target[0] and width // factor >= target[1]:
+            return factor
+    return 1
+
+
+def resize(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Resize to (height, width): area averaging to shrink, bilinear to grow."""
+    height, width = size
+    if pixels.shape[:2] == size:
+        return pixels
+    shrink = height * width < pixels.shape[0] * pixels.shape[1]
+    return cv2.resize(
+        pixels, (width, height), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
+    )
+
+
+def encode(pixels: np.ndarray, fmt: str, quality: int = 95) -> bytes:
+    """Encode BGR pixels as jpeg, png or webp, or return RGB bytes for raw."""
+    if fmt == "raw":
+        return cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB).tobytes()
+    ext, quality_flag = _ENCODERS[fmt]
+    params = [quality_flag, quality] if quality_flag is not None else []
+    ok, buf = cv2.imencode(ext, pixels, params)
+    if not ok:
+        raise BadImage(f"OpenCV could not encode {fmt}")
+    return buf.tobytes()

@@ -1,0 +1,221 @@
+"""index.json: built from the workers' results, written atomically, loaded and validated."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from shardpack.errors import IndexFormatError
+
+if TYPE_CHECKING:  # the index is plain data: it needs these names only for type hints
+    from shardpack.options import PackOptions
+    from shardpack.plan import Plan
+    from shardpack.sources import Dataset
+    from shardpack.worker import ShardResult
+
+INDEX_NAME = "index.json"
+FORMAT = "shardpack-index"
+VERSION = 1
+# A shard name is a plain file name inside OUT: no folders, no climbing out, nothing hidden.
+_SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+BASE_FEATURES = {
+    "image": "bytes",
+    "label": "int64",
+    "height": "int64",
+    "width": "int64",
+    "channels": "int64",
+    "format": "bytes",
+    "key": "bytes",
+}
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard as the index records it."""
+
+    file: str
+    num_records: int
+    num_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class SplitInfo:
+    """One split: its record count, per-class counts and shards in order."""
+
+    num_records: int
+    class_counts: tuple[int, ...]
+    shards: tuple[ShardInfo, ...]
+
+
+@dataclass(frozen=True)
+class Index:
+    """A loaded and validated index.json; `raw` keeps the whole document."""
+
+    out: str
+    name: str
+    classes: tuple[str, ...]
+    features: dict[str, str]
+    encoding: str
+    compression: str
+    splits: dict[str, SplitInfo]
+    raw: dict
+
+    def shard_path(self, shard: ShardInfo) -> str:
+        """The shard's path inside OUT (the name was checked safe at load)."""
+        return os.path.join(self.out, shard.file)
+
+    def split(self, name: str) -> SplitInfo:
+        """The named split, or an error that lists the splits there are."""
+        if name not in self.splits:
+            raise IndexFormatError(
+                f"{os.path.join(self.out, INDEX_NAME)}: no split {name!r}; "
+                f"it has {', '.join(sorted(self.splits))}"
+            )
+        return self.splits[name]
+
+
+def write_json_atomic(path: str, document: dict) -> None:
+    """Write JSON to a temporary name, fsync it, then rename it into place."""
+    head, tail = os.path.split(path)
+    tmp = os.path.join(head, f".{tail}.partial")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(document, f, indent=2, ensure_ascii=False, sort_keys=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_index(out: str | os.PathLike) -> Index:
+    """Load OUT/index.json and refuse anything it does not fully understand.
+
+    Raises:
+        IndexFormatError: missing, not JSON, unknown format or version, wrong types, or a shard
+            name that is absolute, hidden or climbs out of OUT.
+    """
+    out = os.path.abspath(os.fspath(out))
+    path = os.path.join(out, INDEX_NAME)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise IndexFormatError(
+            f"{path}: not found; is {out} a shardpack output? (pack writes index.json last, "
+            "so a run that did not finish has none: rerun it)"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
+
+    def bad(what: str) -> IndexFormatError:
+        return IndexFormatError(f"{path}: {what}; this is not an index shardpack wrote")
+
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise bad(f"'format' is not {FORMAT!r}")
+    if doc.get("version") != VERSION:
+        raise IndexFormatError(
+            f"{path}: index version {doc.get('version')!r} is not {VERSION}; "
+            "upgrade shardpack to read it"
+        )
+    _expect(doc, {"name": str, "classes": list, "features": dict, "encoding": str,
+                  "compression": str, "splits": dict}, bad)  # fmt: skip
+    if doc["compression"] not in ("none", "gzip"):
+        raise bad(f"unknown compression {doc['compression']!r}")
+    if not all(isinstance(c, str) for c in doc["classes"]):
+        raise bad("'classes' must be a list of strings")
+    splits = {}
+    for split, entry in doc["splits"].items():
+        if not isinstance(entry, dict):
+            raise bad(f"split {split!r} is not an object")
+        _expect(entry, {"num_records": int, "shards": list}, bad)
+        shards = []
+        for shard in entry["shards"]:
+            if not isinstance(shard, dict):
+                raise bad(f"a shard of split {split!r} is not an object")
+            _expect(shard, {"file": str, "num_records": int, "num_bytes": int, "sha256": str}, bad)
+            if not _SAFE_FILE.match(shard["file"]):
+                raise IndexFormatError(
+                    f"{path}: refused shard name {shard['file']!r}: shard names must be plain "
+                    "file names inside the output folder"
+                )
+            shards.append(ShardInfo(**{k: shard[k] for k in ShardInfo.__dataclass_fields__}))
+        counts = entry.get("class_counts", [])
+        splits[split] = SplitInfo(entry["num_records"], tuple(counts), tuple(shards))
+    return Index(
+        out=out,
+        name=doc["name"],
+        classes=tuple(doc["classes"]),
+        features=dict(doc["features"]),
+        encoding=doc["encoding"],
+        compression=doc["compression"],
+        splits=splits,
+        raw=doc,
+    )
+
+
+def _expect(doc: dict, types: dict[str, type], bad) -> None:
+    for key, kind in types.items():
+        value = doc.get(key)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise bad(f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
+
+
+def build_index(
+    *,
+    name: str,
+    dataset: Dataset,
+    options: PackOptions,
+    plan: Plan,
+    results: list[ShardResult],
+    stats: dict[str, object],
+) -> dict:
+    """Merge the workers' results into the index.json document (shards in plan order)."""
+    by_file = {r.file: r for r in results}
+    splits: dict[str, dict] = {}
+    for spec in plan.shards:
+        result = by_file[spec.file]
+        split = splits.setdefault(
+            spec.split,
+            {"num_records": 0, "class_counts": [0] * len(dataset.classes), "shards": []},
+        )
+        split["num_records"] += result.num_records
+        split["class_counts"] = [
+            a + b for a, b in zip(split["class_counts"], result.label_counts, strict=False)
+        ]
+        split["shards"].append(
+            {
+                "file": result.file,
+                "num_records": result.num_records,
+                "num_bytes": result.num_bytes,
+                "sha256": result.sha256,
+            }
+        )
+    features = dict(BASE_FEATURES)
+    if dataset.coarse_classes is not None:
+        features["coarse_label"] = "int64"
+    skipped = sorted(
+        ({"key": key, "reason": reason} for r in results for key, reason in r.skipped),
+        key=lambda s: s["key"],
+    )
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": name,
+        "source": dataset.kind,
+        "classes": list(dataset.classes),
+        "features": features,
+        "encoding": options.encode,
+        "compression": options.compression,
+        "seed": options.seed if options.shuffle else None,
+        "plan_digest": plan.digest,
+        "splits": splits,
+        "skipped": skipped,
+        "ignored": dataset.ignored,
+        "stats": stats,
+    }
+    if dataset.coarse_classes is not None:
+        doc["coarse_classes"] = list(dataset.coarse_classes)
+    return doc

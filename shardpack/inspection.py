@@ -1,0 +1,54 @@
+"""inspect: a readable summary of a pack output, from its index and a few records."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from shardpack.index import load_index
+from shardpack.read import iter_examples
+
+
+def describe(out: str | os.PathLike, num_records: int = 3) -> dict:
+    """Summarize OUT: splits, shards, sizes, class histogram and the first few records.
+
+    Args:
+        out: the output folder of a pack run.
+        num_records: how many records of each split to show (image bytes left out).
+
+    Returns:
+        A JSON-ready dict.
+    """
+    index = load_index(out)
+    splits = {}
+    for name, split in index.splits.items():
+        samples = []
+        for record in itertools.islice(iter_examples(index.out, name), num_records):
+            record["image_bytes"] = len(record.pop("image"))
+            record["class"] = index.classes[record["label"]]
+            samples.append(record)
+        splits[name] = {
+            "num_records": split.num_records,
+            "num_shards": len(split.shards),
+            "num_bytes": sum(s.num_bytes for s in split.shards),
+            "class_counts": dict(zip(index.classes, split.class_counts, strict=False)),
+            "shards": [
+                {"file": s.file, "num_records": s.num_records, "num_bytes": s.num_bytes}
+                for s in split.shards
+            ],
+            "samples": samples,
+        }
+    raw = index.raw
+    return {
+        "out": index.out,
+        "name": index.name,
+        "source": raw.get("source"),
+        "encoding": index.encoding,
+        "compression": index.compression,
+        "num_classes": len(index.classes),
+        "features": index.features,
+        "splits": splits,
+        "skipped": raw.get("skipped", []),
+        "ignored": raw.get("ignored", 0),
+        "stats": raw.get("stats", {}),
+    }

@@ -1,0 +1,115 @@
+"""Pure planning: seeded shuffle, balanced shard slices, shard names and the plan digest."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardpack.options import PackOptions
+from shardpack.sources import CIFAR_PIXELS, Dataset, Item
+
+# Raw pixels take roughly this many times a compressed photo's file size (JPEG at q75-95 is
+# 8-12x smaller than its pixels); used only to choose a default shard count.
+RAW_EXPANSION = 10
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """Everything one worker needs to write one shard, and nothing more."""
+
+    split: str
+    index: int
+    num_shards: int
+    file: str
+    kind: str  # the Dataset kind: tells the worker how to read items
+    items: tuple[Item, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The shards of every split, in order, and a digest that names this exact plan."""
+
+    shards: tuple[ShardSpec, ...]
+    digest: str
+
+
+def shard_bounds(num_items: int, num_shards: int) -> list[tuple[int, int]]:
+    """Contiguous [start, end) slices, sizes differing by at most one: round(n * i / k)."""
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be positive, got: {num_shards!r}")
+    cuts = [round(num_items * i / num_shards) for i in range(num_shards + 1)]
+    return list(itertools.pairwise(cuts))
+
+
+def shard_name(name: str, split: str, index: int, num_shards: int) -> str:
+    """TFDS-style shard file name: {name}-{split}.tfrecord-{i:05d}-of-{n:05d}."""
+    return f"{name}-{split}.tfrecord-{index:05d}-of-{num_shards:05d}"
+
+
+def estimated_bytes(item: Item, options: PackOptions) -> int:
+    """A rough size of the record `item` becomes, for choosing how many shards to write."""
+    if item.record is not None:
+        return CIFAR_PIXELS  # a CIFAR record never grows past its raw pixels
+    if options.encode != "raw":
+        return item.size
+    if options.resize is not None:
+        return options.resize[0] * options.resize[1] * 3
+    size = item.size * RAW_EXPANSION
+    return size if options.max_side is None else min(size, options.max_side**2 * 3)
+
+
+def num_shards_for(items: tuple[Item, ...], options: PackOptions, workers: int) -> int:
+    """--shards if given, else enough to hold about --shard-size each and at least `workers`."""
+    if options.shards is not None:
+        wanted = options.shards
+    else:
+        total = sum(estimated_bytes(item, options) for item in items)
+        wanted = max(math.ceil(total / options.shard_size), workers)
+    return max(1, min(wanted, len(items)))
+
+
+def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -> Plan:
+    """Shuffle each split with the seed and cut it into shards.
+
+    A pure function of (listing, name, options, workers): two calls plan alike.
+    """
+    shards: list[ShardSpec] = []
+    for split in sorted(dataset.splits):
+        items = dataset.splits[split]
+        order = np.arange(len(items))
+        if options.shuffle:
+            order = np.random.default_rng(options.seed).permutation(len(items))
+        shuffled = tuple(items[i] for i in order)
+        count = num_shards_for(items, options, workers)
+        for index, (start, end) in enumerate(shard_bounds(len(items), count)):
+            shards.append(
+                ShardSpec(
+                    split=split,
+                    index=index,
+                    num_shards=count,
+                    file=shard_name(name, split, index, count),
+                    kind=dataset.kind,
+                    items=shuffled[start:end],
+                )
+            )
+    return Plan(tuple(shards), _digest(dataset, shards, options))
+
+
+def _digest(dataset: Dataset, shards: list[ShardSpec], options: PackOptions) -> str:
+    """sha256 over what decides the output: options, classes and every shard's items."""
+    canonical = {
+        "options": options.output_fields(),
+        "kind": dataset.kind,
+        "classes": dataset.classes,
+        "coarse_classes": dataset.coarse_classes,
+        "shards": [
+            [s.file, [[i.key, i.label, i.size, i.coarse_label] for i in s.items]] for s in shards
+        ],
+    }
+    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()

@@ -1,0 +1,322 @@
+"""Finding items: a folder per class, or CIFAR-10/100 batches (python pickles or binary)."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import stat
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardpack.errors import SourceError, UnsafePickleError
+from shardpack.options import SOURCE_KINDS
+
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
+CIFAR_PIXELS = 32 * 32 * 3
+
+# name -> (split of each batch file, file holding the class names)
+_CIFAR_LAYOUTS = {
+    "cifar10-python": (
+        {**{f"data_batch_{i}": "train" for i in range(1, 6)}, "test_batch": "test"},
+        "batches.meta",
+    ),
+    "cifar100-python": ({"train": "train", "test": "test"}, "meta"),
+    "cifar10-binary": (
+        {**{f"data_batch_{i}.bin": "train" for i in range(1, 6)}, "test_batch.bin": "test"},
+        "batches.meta.txt",
+    ),
+    "cifar100-binary": ({"train.bin": "train", "test.bin": "test"}, "fine_label_names.txt"),
+}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One record to write: where its pixels are and which class it has."""
+
+    key: str  # unique in the dataset: path relative to SRC, or "<batch>:<record>" for CIFAR
+    label: int
+    path: str  # file to read, relative to SRC
+    size: int  # bytes on disk (for an image file) or raw pixel bytes (for a CIFAR record)
+    record: int | None = None  # record number inside a CIFAR batch
+    coarse_label: int | None = None  # CIFAR-100's superclass
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """What a scan found: classes, items per split, and how many files it passed over."""
+
+    kind: str  # "folder" or one of the CIFAR layouts
+    root: str
+    classes: tuple[str, ...]
+    splits: dict[str, tuple[Item, ...]] = field(hash=False)
+    ignored: int = 0
+    coarse_classes: tuple[str, ...] | None = None
+
+    @property
+    def num_items(self) -> int:
+        return sum(len(items) for items in self.splits.values())
+
+
+def scan(src: str | os.PathLike, source: str = "auto") -> Dataset:
+    """List every item under SRC.
+
+    Args:
+        src: a class-folder tree (SRC/<class>/**/<image>) or a folder of CIFAR batches.
+        source: "folder", "cifar", or "auto" to tell them apart by the files present.
+
+    Raises:
+        SourceError: SRC is missing, empty, or not of the layout asked for.
+    """
+    root = os.path.abspath(os.fspath(src))
+    if source not in SOURCE_KINDS:
+        raise SourceError(f"--source must be one of {', '.join(SOURCE_KINDS)}, got: {source!r}")
+    if not os.path.exists(root):
+        raise SourceError(f"{root}: no such folder; pass the folder that holds your images")
+    if not os.path.isdir(root):
+        raise SourceError(f"{root}: is a file, not a folder; pass the folder that holds it")
+    layout = _cifar_layout(root)
+    if source == "cifar" and layout is None:
+        raise SourceError(
+            f"{root}: no CIFAR batches found; expected data_batch_1..5 and test_batch with "
+            "batches.meta (CIFAR-10), train/test with meta (CIFAR-100), or their .bin versions"
+        )
+    if layout is not None and source != "folder":
+        return _scan_cifar(root, layout)
+    return _scan_folder(root)
+
+
+# ---- class folders ---------------------------------------------------------------------------
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+def _scan_folder(root: str) -> Dataset:
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as e:
+        raise SourceError(f"{root}: cannot list ({e.strerror}); check its permissions") from None
+    classes = tuple(e.name for e in entries if not _hidden(e.name) and e.is_dir())
+    ignored = sum(1 for e in entries if not _hidden(e.name) and not e.is_dir())
+    items: list[Item] = []
+    seen_dirs: set[tuple[int, int]] = set()
+    for label, name in enumerate(classes):
+        found, skipped = _walk_images(root, name, seen_dirs)
+        items.extend(Item(key=rel, label=label, path=rel, size=size) for rel, size in found)
+        ignored += skipped
+    if not items:
+        raise SourceError(
+            f"{root}: no images found; expected SRC/<class>/<image> with extensions "
+            f"{', '.join(sorted(IMAGE_EXTENSIONS))}"
+        )
+    items.sort(key=lambda item: item.key)
+    return Dataset("folder", root, classes, {"train": tuple(items)}, ignored)
+
+
+def _walk_images(
+    root: str, top: str, seen_dirs: set[tuple[int, int]]
+) -> tuple[list[tuple[str, int]], int]:
+    """Return ([(relative path, size)], ignored count) under root/top, each folder once."""
+    found: list[tuple[str, int]] = []
+    ignored = 0
+    pending = [top]
+    while pending:
+        rel_dir = pending.pop()
+        path = os.path.join(root, rel_dir)
+        try:
+            st = os.stat(path)
+            entries = list(os.scandir(path))
+        except OSError:
+            continue  # an unreadable or dangling folder holds nothing we can pack
+        if (st.st_dev, st.st_ino) in seen_dirs:
+            continue  # a symlink back into a folder already walked: follow it only once
+        seen_dirs.add((st.st_dev, st.st_ino))
+        for entry in entries:
+            if _hidden(entry.name):
+                continue
+            rel = f"{rel_dir}/{entry.name}"
+            try:
+                mode = entry.stat().st_mode
+            except OSError:
+                mode = 0  # dangling link: an image name is kept so that the skip says why
+            if stat.S_ISDIR(mode):
+                pending.append(rel)
+            elif os.path.splitext(entry.name)[1].lower() in IMAGE_EXTENSIONS:
+                found.append((rel, entry.stat().st_size if mode else 0))
+            else:
+                ignored += 1
+    return found, ignored
+
+
+# ---- CIFAR -----------------------------------------------------------------------------------
+
+
+def _cifar_layout(root: str) -> str | None:
+    for name, (batches, meta) in _CIFAR_LAYOUTS.items():
+        present = [b for b in batches if os.path.isfile(os.path.join(root, b))]
+        if present and os.path.isfile(os.path.join(root, meta)):
+            return name
+    return None
+
+
+def _scan_cifar(root: str, layout: str) -> Dataset:
+    batches, meta = _CIFAR_LAYOUTS[layout]
+    binary = layout.endswith("binary")
+    hundred = layout.startswith("cifar100")
+    meta_path = os.path.join(root, meta)
+    if binary:
+        classes = _read_names(meta_path)
+        coarse = _read_names(os.path.join(root, "coarse_label_names.txt")) if hundred else None
+    else:
+        names = load_cifar_pickle(meta_path)
+        key = "fine_label_names" if hundred else "label_names"
+        classes = tuple(_text(n) for n in _require(names, key, meta_path))
+        coarse = (
+            tuple(_text(n) for n in _require(names, "coarse_label_names", meta_path))
+            if (hundred)
+            else None
+        )
+    splits: dict[str, list[Item]] = {}
+    for batch, split in batches.items():
+        path = os.path.join(root, batch)
+        if not os.path.isfile(path):
+            continue
+        labels, coarse_labels = (
+            _binary_labels(path, hundred) if binary else _pickle_labels(path, hundred)
+        )
+        stem = batch.removesuffix(".bin")
+        for i, label in enumerate(labels):
+            if not 0 <= label < len(classes):
+                raise SourceError(
+                    f"{path}: record {i} has label {label}, but {meta} names {len(classes)} "
+                    "classes; the batch and its meta file do not belong together"
+                )
+            splits.setdefault(split, []).append(
+                Item(
+                    key=f"{stem}:{i}",
+                    label=int(label),
+                    path=batch,
+                    size=CIFAR_PIXELS,
+                    record=i,
+                    coarse_label=None if coarse_labels is None else int(coarse_labels[i]),
+                )
+            )
+    return Dataset(
+        layout,
+        root,
+        classes,
+        {split: tuple(items) for split, items in splits.items()},
+        coarse_classes=coarse,
+    )
+
+
+def _read_names(path: str) -> tuple[str, ...]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return tuple(line.strip() for line in f if line.strip())
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read class names ({e.strerror})") from None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _require(batch: dict, key: str, path: str):
+    if key not in batch:
+        raise SourceError(f"{path}: has no '{key}' entry; is it a CIFAR file?")
+    return batch[key]
+
+
+def _binary_record_size(hundred: bool) -> int:
+    return CIFAR_PIXELS + (2 if hundred else 1)
+
+
+def _binary_labels(path: str, hundred: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    size = _binary_record_size(hundred)
+    raw = np.fromfile(path, dtype=np.uint8)
+    if raw.size == 0 or raw.size % size:
+        raise SourceError(
+            f"{path}: {raw.size} bytes is not a whole number of {size}-byte CIFAR records; "
+            "the file is truncated or not a CIFAR binary batch"
+        )
+    records = raw.reshape(-1, size)
+    if hundred:
+        return records[:, 1], records[:, 0]
+    return records[:, 0], None
+
+
+def _pickle_labels(path: str, hundred: bool) -> tuple[list[int], list[int] | None]:
+    batch = load_cifar_pickle(path)
+    labels = list(_require(batch, "fine_labels" if hundred else "labels", path))
+    data = _require(batch, "data", path)
+    if not isinstance(data, np.ndarray) or data.ndim != 2 or data.shape[1] != CIFAR_PIXELS:
+        raise SourceError(f"{path}: 'data' is not an N x 3072 array; is it a CIFAR batch?")
+    if len(labels) != len(data):
+        raise SourceError(f"{path}: {len(labels)} labels for {len(data)} images")
+    coarse = list(_require(batch, "coarse_labels", path)) if hundred else None
+    return labels, coarse
+
+
+def read_cifar_pixels(root: str, batch: str) -> np.ndarray:
+    """Return every image of one CIFAR batch as N x 32 x 32 x 3 uint8 RGB."""
+    path = os.path.join(root, batch)
+    if batch.endswith(".bin"):
+        size = _binary_record_size(batch in ("train.bin", "test.bin"))
+        data = np.fromfile(path, dtype=np.uint8).reshape(-1, size)[:, size - CIFAR_PIXELS :]
+    else:
+        data = _require(load_cifar_pickle(path), "data", path)
+    return np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+
+
+# Everything the real CIFAR pickles contain: builtins and numpy's array and dtype reconstructors.
+_SAFE_GLOBALS = frozenset(
+    {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+    }
+)
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    def __init__(self, file, path: str) -> None:
+        super().__init__(file, encoding="bytes")
+        self.path = path
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in _SAFE_GLOBALS:
+            raise UnsafePickleError(
+                f"{self.path}: refused to load: the pickle asks for {module}.{name}, which no "
+                "real CIFAR file contains; re-download the dataset from its authors"
+            )
+        return super().find_class(module, name)
+
+
+def load_cifar_pickle(path: str) -> dict[str, object]:
+    """Load a CIFAR python batch with an unpickler that admits only what the real files hold.
+
+    Keys come back as str whether the file was written by Python 2 or 3.
+
+    Raises:
+        UnsafePickleError: the pickle asks for any other global; nothing of it has run.
+        SourceError: the file is unreadable or not a pickled dict.
+    """
+    try:
+        with open(path, "rb") as f:
+            loaded = _CifarUnpickler(io.BufferedReader(f), path).load()
+    except UnsafePickleError:
+        raise
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read ({e.strerror})") from None
+    except Exception as e:  # pickle raises many types on garbage; all mean the same to a user
+        raise SourceError(f"{path}: not a readable CIFAR pickle ({e})") from None
+    if not isinstance(loaded, dict):
+        raise SourceError(f"{path}: holds a {type(loaded).__name__}, not a CIFAR batch dict")
+    return {_text(k): v for k, v in loaded.items()}

@@ -1,0 +1,156 @@
+"""verify: re-read every shard without TensorFlow and check it against the index."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+
+from shardpack.errors import RecordError
+from shardpack.index import Index, ShardInfo, load_index
+from shardpack.tfrecord import decode_example, iter_records
+
+_HASH_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One problem: the file, the byte offset where known, and what is wrong."""
+
+    file: str
+    offset: int | None
+    reason: str
+
+    def __str__(self) -> str:
+        where = self.file if self.offset is None else f"{self.file} at byte {self.offset}"
+        return f"{where}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What verify checked and every fault it found."""
+
+    out: str
+    shards: int
+    records: int
+    decoded: bool
+    faults: tuple[Fault, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.faults
+
+
+def verify(out: str | os.PathLike, decode: bool = False) -> VerifyReport:
+    """Check every shard of OUT: presence, size, sha256, every CRC, record counts and features.
+
+    Args:
+        out: the output folder of a pack run.
+        decode: also decode every image and compare its size with the record's fields.
+
+    Returns:
+        A report; `ok` is False if anything disagrees with the index.
+
+    Raises:
+        IndexFormatError: the index itself is missing, malformed or unsafe.
+    """
+    index = load_index(out)
+    faults: list[Fault] = []
+    records = shards = 0
+    listed: set[str] = set()
+    for split_name, split in index.splits.items():
+        split_records = 0
+        for shard in split.shards:
+            listed.add(shard.file)
+            shards += 1
+            count = _check_shard(index, shard, decode, faults)
+            records += count
+            split_records += count
+        if split_records != split.num_records and not any(
+            f.file in {s.file for s in split.shards} for f in faults
+        ):
+            faults.append(
+                Fault(
+                    "index.json",
+                    None,
+                    f"split {split_name!r} claims {split.num_records} "
+                    f"records, its shards hold {split_records}",
+                )
+            )
+    pattern = re.compile(rf"^{re.escape(index.name)}-.+\.tfrecord-\d{{5}}-of-\d{{5}}$")
+    for name in sorted(os.listdir(index.out)):
+        if pattern.match(name) and name not in listed:
+            faults.append(Fault(name, None, "shard file not listed in index.json (extra shard)"))
+    return VerifyReport(index.out, shards, records, decode, tuple(faults))
+
+
+def _check_shard(index: Index, shard: ShardInfo, decode: bool, faults: list[Fault]) -> int:
+    """Check one shard, appending its faults; return the records read."""
+    path = index.shard_path(shard)
+    if not os.path.isfile(path):
+        faults.append(Fault(shard.file, None, "missing shard file"))
+        return 0
+    size = os.path.getsize(path)
+    if size != shard.num_bytes:
+        faults.append(Fault(shard.file, None, f"{size} bytes, index says {shard.num_bytes}"))
+    if _sha256(path) != shard.sha256:
+        faults.append(Fault(shard.file, None, "sha256 differs from the index (file changed)"))
+    count = 0
+    try:
+        for offset, data in iter_records(path, index.compression):
+            reason = _check_record(data, len(index.classes), decode)
+            if reason:
+                faults.append(Fault(shard.file, offset, reason))
+            count += 1
+    except RecordError as e:
+        faults.append(Fault(shard.file, e.offset, e.reason))
+    if count != shard.num_records:
+        faults.append(Fault(shard.file, None, f"{count} records read, index says "
+                                              f"{shard.num_records}"))  # fmt: skip
+    return count
+
+
+def _check_record(data: bytes, num_classes: int, decode: bool) -> str | None:
+    """Return what is wrong with one record's Example, or None."""
+    try:
+        example = decode_example(data)
+    except ValueError as e:
+        return f"not a tf.train.Example ({e})"
+    for name in ("image", "label", "height", "width", "channels", "format"):
+        if len(example.get(name, [])) != 1:
+            return f"feature {name!r} missing or not a single value"
+    label = example["label"][0]
+    if not 0 <= label < num_classes:
+        return f"label {label} outside the {num_classes} classes"
+    if decode:
+        return _check_pixels(example)
+    return None
+
+
+def _check_pixels(example: dict[str, list]) -> str | None:
+    from shardpack import images
+
+    fmt = example["format"][0].decode()
+    height, width, channels = (example[k][0] for k in ("height", "width", "channels"))
+    data = example["image"][0]
+    if fmt == "raw":
+        if len(data) != height * width * channels:
+            return f"raw image of {len(data)} bytes, fields say {height}x{width}x{channels}"
+        return None
+    try:
+        images.probe(data)
+        pixels = images.decode(data)
+    except images.BadImage as e:
+        return f"image does not decode: {e}"
+    if pixels.shape[:2] != (height, width):
+        return f"image decodes to {pixels.shape[1]}x{pixels.shape[0]}, fields say {width}x{height}"
+    return None
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()

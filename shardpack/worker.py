@@ -1,0 +1,200 @@
+"""write_shard: the only code that runs in a worker. Reads, checks, encodes and writes one shard."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from shardpack import images
+from shardpack.errors import ImageError
+from shardpack.options import PackOptions
+from shardpack.plan import ShardSpec
+from shardpack.sources import Item, read_cifar_pixels
+from shardpack.tfrecord import TFRecordWriter, encode_example
+
+# How often a worker reports its count for the parent's progress bar: often enough for a live
+# bar, rare enough to cost nothing (one 8-byte pwrite).
+PROGRESS_INTERVAL_S = 0.2
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What one worker wrote: the shard's facts for the index, and what it skipped."""
+
+    split: str
+    index: int
+    file: str
+    num_records: int
+    num_bytes: int
+    sha256: str
+    label_counts: tuple[int, ...]
+    skipped: tuple[tuple[str, str], ...]
+    seconds: float
+
+
+def progress_path(out: str, file: str) -> str:
+    """The hidden file where the worker writing `file` keeps its count of finished items."""
+    return os.path.join(out, f".{file}.progress")
+
+
+def read_progress(path: str) -> int:
+    """The count a worker last wrote to its progress file; 0 if there is none yet."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(8)
+    except FileNotFoundError:
+        return 0
+    return struct.unpack("<Q", data)[0] if len(data) == 8 else 0
+
+
+class _Progress:
+    """Writes the worker's count into its progress file at most every PROGRESS_INTERVAL_S."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.last = 0.0
+
+    def update(self, count: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_INTERVAL_S:
+            os.pwrite(self.fd, struct.pack("<Q", count), 0)
+            self.last = now
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.remove(self.path)
+
+
+def write_shard(
+    spec: ShardSpec, options: PackOptions, src: str, out: str, num_classes: int
+) -> ShardResult:
+    """Write one shard file from its items; it appears under its final name only when complete.
+
+    Args:
+        spec: the shard's items and file name, from the plan.
+        options: how to check and encode.
+        src: the source root the items' paths are relative to.
+        out: the output folder.
+        num_classes: length of the class list, to size the label histogram.
+
+    Returns:
+        The shard's record count, size, sha256, label histogram and skipped items.
+
+    Raises:
+        ImageError: an item is bad and options.on_error is "fail"; no file is left behind.
+    """
+    cv2.setNumThreads(1)  # one worker per core already; OpenCV's own threads would oversubscribe
+    start = time.perf_counter()
+    counts = [0] * num_classes
+    skipped: list[tuple[str, str]] = []
+    batches: dict[str, np.ndarray] = {}  # CIFAR batches this shard reads, loaded once
+    progress = _Progress(progress_path(out, spec.file))
+    try:
+        with TFRecordWriter(os.path.join(out, spec.file), options.compression) as writer:
+            for done, item in enumerate(spec.items, 1):
+                try:
+                    features = _features(item, spec.kind, src, options, batches)
+                except ImageError as e:
+                    if options.on_error == "fail":
+                        raise
+                    skipped.append((e.key, e.reason))
+                else:
+                    writer.write(encode_example(features))
+                    counts[item.label] += 1
+                progress.update(done)
+    finally:
+        progress.close()
+    num_records, num_bytes, sha256 = writer.result
+    return ShardResult(
+        spec.split,
+        spec.index,
+        spec.file,
+        num_records,
+        num_bytes,
+        sha256,
+        tuple(counts),
+        tuple(skipped),
+        time.perf_counter() - start,
+    )
+
+
+def _features(
+    item: Item, kind: str, src: str, options: PackOptions, batches: dict[str, np.ndarray]
+) -> dict[str, object]:
+    """Build one record's features, or raise ImageError naming the item and the reason."""
+    if item.record is None:
+        image, fmt, (height, width, channels) = _from_file(item, src, options)
+    else:
+        if item.path not in batches:
+            batches[item.path] = read_cifar_pixels(src, item.path)
+        bgr = cv2.cvtColor(batches[item.path][item.record], cv2.COLOR_RGB2BGR)
+        image, fmt, (height, width, channels) = _reencode(bgr, options, "png")
+    features: dict[str, object] = {
+        "image": image,
+        "label": item.label,
+        "height": height,
+        "width": width,
+        "channels": channels,
+        "format": fmt,
+        "key": os.fsencode(item.key),
+    }
+    if item.coarse_label is not None:
+        features["coarse_label"] = item.coarse_label
+    return features
+
+
+def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, tuple]:
+    try:
+        with open(os.path.join(src, item.path), "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ImageError(item.key, f"cannot read ({e.strerror})") from None
+    if not data:
+        raise ImageError(item.key, "empty file")
+    fmt = images.sniff(data)
+    if fmt is None:
+        raise ImageError(item.key, "not an image (unknown format)")
+    try:
+        info = images.probe(data)
+        if info is not None and info.height * info.width > options.max_pixels:
+            raise images.BadImage(
+                f"{info.width}x{info.height} pixels is over --max-pixels {options.max_pixels}"
+            )
+        keep_format = fmt if fmt in ("jpeg", "png") else "png"
+        target = (
+            None
+            if info is None
+            else images.target_size(info.height, info.width, options.max_side, options.resize)
+        )
+        passthrough = (
+            options.encode == "keep" and info is not None and info.tf_readable and target is None
+        )
+        if passthrough and options.check == "header":
+            return data, fmt, (info.height, info.width, info.channels)
+        reduce = 1
+        if fmt == "jpeg" and info is not None and target is not None:
+            reduce = images.reduce_factor(info.height, info.width, target)
+        pixels = images.decode(data, reduce)
+        if passthrough:  # --check decode: every pixel decoded, the bytes still kept as they are
+            return data, fmt, (info.height, info.width, info.channels)
+        return _reencode(pixels, options, keep_format)
+    except images.BadImage as e:
+        raise ImageError(item.key, str(e)) from None
+
+
+def _reencode(
+    pixels: np.ndarray, options: PackOptions, keep_format: str
+) -> tuple[bytes, str, tuple[int, int, int]]:
+    """Resize BGR pixels as the options ask and encode them; 'keep' becomes `keep_format`."""
+    size = images.target_size(pixels.shape[0], pixels.shape[1], options.max_side, options.resize)
+    if size is not None:
+        pixels = images.resize(pixels, size)
+    fmt = keep_format if options.encode == "keep" else options.encode
+    height, width = pixels.shape[:2]
+    return images.encode(pixels, fmt, options.quality), fmt, (height, width, 3)
