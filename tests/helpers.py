@@ -1,0 +1,139 @@
+"""Tiny real inputs made in tmp_path: image trees and CIFAR batches in the real files' layout."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer",
+                   "dog", "frog", "horse", "ship", "truck"]  # fmt: skip
+
+
+def image(seed: int, height: int = 24, width: int = 32) -> np.ndarray:
+    """A BGR image with some structure (a gradient and a block), not just noise."""
+    rng = np.random.default_rng(seed)
+    base = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
+    pixels = np.broadcast_to(base, (height, width, 3)) * rng.uniform(0.3, 1.0, 3)
+    pixels = pixels.astype(np.uint8).copy()
+    y, x = rng.integers(0, height // 2), rng.integers(0, width // 2)
+    pixels[y : y + height // 3, x : x + width // 3] = rng.integers(0, 256, 3)
+    return pixels
+
+
+def write_image(path: Path, pixels: np.ndarray) -> Path:
+    """Write pixels with OpenCV; the extension picks the format."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ok, buf = cv2.imencode(path.suffix, pixels)
+    assert ok, path
+    path.write_bytes(buf.tobytes())
+    return path
+
+
+def make_tree(root: Path, classes: dict[str, int], ext: str = ".jpg", seed: int = 0) -> Path:
+    """SRC/<class>/img_<i><ext> with the given number of images per class."""
+    n = seed
+    for name, count in classes.items():
+        for i in range(count):
+            write_image(root / name / f"img_{i:03d}{ext}", image(n))
+            n += 1
+    return root
+
+
+def cifar_arrays(n: int, seed: int = 0, num_classes: int = 10) -> tuple[np.ndarray, list[int]]:
+    """n CIFAR rows (N x 3072, planar RGB) and labels."""
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+    labels = [int(v) for v in rng.integers(0, num_classes, n)]
+    return data, labels
+
+
+def make_cifar10_python(root: Path, per_batch: int = 20, batches: int = 5) -> Path:
+    """data_batch_1..N, test_batch and batches.meta pickled as the real CIFAR-10 (bytes keys)."""
+    root.mkdir(parents=True, exist_ok=True)
+    names = [f"data_batch_{i}" for i in range(1, batches + 1)] + ["test_batch"]
+    for k, name in enumerate(names):
+        data, labels = cifar_arrays(per_batch, seed=k)
+        batch = {
+            b"batch_label": f"{name} of 5".encode(),
+            b"labels": labels,
+            b"data": data,
+            b"filenames": [f"img_{k}_{i}.png".encode() for i in range(per_batch)],
+        }
+        (root / name).write_bytes(pickle.dumps(batch, protocol=2))
+    meta = {b"num_cases_per_batch": per_batch, b"label_names": [c.encode() for c in CIFAR10_CLASSES],
+            b"num_vis": 3072}  # fmt: skip
+    (root / "batches.meta").write_bytes(pickle.dumps(meta, protocol=2))
+    return root
+
+
+def make_cifar10_binary(root: Path, per_batch: int = 20, batches: int = 5) -> Path:
+    """The binary version of make_cifar10_python's data: <label byte><3072 pixel bytes> rows."""
+    root.mkdir(parents=True, exist_ok=True)
+    names = [f"data_batch_{i}" for i in range(1, batches + 1)] + ["test_batch"]
+    for k, name in enumerate(names):
+        data, labels = cifar_arrays(per_batch, seed=k)
+        rows = np.concatenate([np.array(labels, np.uint8)[:, None], data], axis=1)
+        (root / f"{name}.bin").write_bytes(rows.tobytes())
+    (root / "batches.meta.txt").write_text("\n".join(CIFAR10_CLASSES) + "\n\n")
+    return root
+
+
+def make_cifar100_python(root: Path, n_train: int = 30, n_test: int = 10) -> Path:
+    """train, test and meta pickled as the real CIFAR-100."""
+    root.mkdir(parents=True, exist_ok=True)
+    fine = [f"fine{i}" for i in range(100)]
+    coarse = [f"coarse{i}" for i in range(20)]
+    for k, (name, n) in enumerate((("train", n_train), ("test", n_test))):
+        data, labels = cifar_arrays(n, seed=10 + k, num_classes=100)
+        batch = {
+            b"filenames": [f"{name}_{i}.png".encode() for i in range(n)],
+            b"batch_label": name.encode(),
+            b"fine_labels": labels,
+            b"coarse_labels": [label // 5 for label in labels],
+            b"data": data,
+        }
+        (root / name).write_bytes(pickle.dumps(batch, protocol=2))
+    meta = {b"fine_label_names": [f.encode() for f in fine],
+            b"coarse_label_names": [c.encode() for c in coarse]}  # fmt: skip
+    (root / "meta").write_bytes(pickle.dumps(meta, protocol=2))
+    return root
+
+
+def shard_files(out: Path) -> dict[str, bytes]:
+    """Every shard file in OUT by name, with its bytes."""
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if ".tfrecord-" in p.name}
+
+
+def tf_records(out: Path, split: str = "train") -> list[dict]:
+    """Read a split with real TensorFlow: TFRecordDataset + parse_single_example + decode_image."""
+    import json
+
+    import tensorflow as tf
+
+    index = json.loads((out / "index.json").read_text())
+    files = [os.fspath(out / s["file"]) for s in index["splits"][split]["shards"]]
+    compression = "GZIP" if index["compression"] == "gzip" else ""
+    spec = {
+        name: tf.io.FixedLenFeature([], tf.string if kind == "bytes" else tf.int64)
+        for name, kind in index["features"].items()
+    }
+    records = []
+    for raw in tf.data.TFRecordDataset(files, compression_type=compression):
+        ex = tf.io.parse_single_example(raw, spec)
+        record = {k: v.numpy() for k, v in ex.items()}
+        fmt = record["format"].decode()
+        if fmt == "raw":
+            pixels = np.frombuffer(record["image"], np.uint8).reshape(
+                record["height"], record["width"], record["channels"]
+            )
+        elif fmt == "webp":
+            pixels = tf.io.decode_webp(ex["image"], channels=3).numpy()
+        else:
+            pixels = tf.io.decode_image(ex["image"], channels=3, expand_animations=False).numpy()
+        record["pixels"] = pixels
+        records.append(record)
+    return records
