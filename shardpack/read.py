@@ -145,17 +145,18 @@ def tf_dataset(
             features["image"] = _tf_decode(tf, features, index.encoding, image_size)
         return features
 
-    files = tf.data.Dataset.from_tensor_slices(paths)
     if shuffle:
+        files = tf.data.Dataset.from_tensor_slices(paths)
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    ds = files.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
-        cycle_length=min(len(paths), 16),
-        num_parallel_calls=parallel,
-        deterministic=ordered,
-    )
-    if shuffle:
+        ds = files.interleave(
+            lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
+            cycle_length=min(len(paths), 16),
+            num_parallel_calls=parallel,
+            deterministic=ordered,
+        )
         ds = ds.shuffle(TF_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+    else:  # shard after shard, record after record: the order pack wrote
+        ds = tf.data.TFRecordDataset(paths, compression_type=compression)
     ds = ds.repeat(epochs)  # after the shuffles, so that each epoch is a whole permutation
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
     if batch_size is not None:
@@ -168,7 +169,7 @@ def _tf_decode(tf, features, encoding: str, image_size):
         shape = tf.stack([features["height"], features["width"], features["channels"]])
         image = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), shape)
     elif encoding == "webp":
-        image = tf.io.decode_webp(features["image"], channels=3)
+        image = tf.io.decode_webp(features["image"], channels=3)[0]  # [frames, h, w, c]
     else:
         image = tf.io.decode_image(features["image"], channels=3, expand_animations=False)
     if image_size is not None:

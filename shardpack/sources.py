@@ -272,9 +272,11 @@ def read_cifar_pixels(root: str, batch: str) -> np.ndarray:
     return np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
 
 
-# Everything the real CIFAR pickles contain: builtins and numpy's array and dtype reconstructors.
+# Everything the real CIFAR pickles contain: builtins and numpy's array and dtype reconstructors,
+# plus _codecs.encode, which Python 3 uses for bytes in protocol-2 pickles (a re-saved CIFAR file).
 _SAFE_GLOBALS = frozenset(
     {
+        ("_codecs", "encode"),
         ("numpy.core.multiarray", "_reconstruct"),
         ("numpy._core.multiarray", "_reconstruct"),
         ("numpy.core.numeric", "_frombuffer"),

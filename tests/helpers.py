@@ -131,7 +131,7 @@ def tf_records(out: Path, split: str = "train") -> list[dict]:
                 record["height"], record["width"], record["channels"]
             )
         elif fmt == "webp":
-            pixels = tf.io.decode_webp(ex["image"], channels=3).numpy()
+            pixels = tf.io.decode_webp(ex["image"], channels=3)[0].numpy()  # frames first
         else:
             pixels = tf.io.decode_image(ex["image"], channels=3, expand_animations=False).numpy()
         record["pixels"] = pixels

@@ -1,0 +1,258 @@
+"""pack end to end: real files in, real TensorFlow reading what we wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from shardpack.errors import ImageError, OutputError, SourceError
+from shardpack.options import PackOptions
+from shardpack.packer import pack
+from tests.helpers import (
+    make_cifar10_binary,
+    make_cifar10_python,
+    make_cifar100_python,
+    make_tree,
+    shard_files,
+    tf_records,
+    write_image,
+)
+from tests.helpers import (
+    image as make_image,
+)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    src = make_tree(tmp_path / "src", {"cat": 7, "dog": 5}, ext=".jpg")
+    make_tree(src, {"cat": 2, "dog": 2}, ext=".png", seed=100)
+    for i in range(2):  # file names must differ from the JPEGs above
+        (src / "cat" / f"img_{i:03d}.png").rename(src / "cat" / f"extra_{i}.png")
+        (src / "dog" / f"img_{i:03d}.png").rename(src / "dog" / f"extra_{i}.png")
+    return src
+
+
+def _index(out: Path) -> dict:
+    return json.loads((out / "index.json").read_text())
+
+
+@pytest.mark.parametrize("encode", ["keep", "jpeg", "png", "webp", "raw"])
+def test_every_encoding_round_trips_through_tensorflow(tree: Path, tmp_path: Path, encode: str):
+    out = tmp_path / "out"
+    result = pack(tree, out, PackOptions(encode=encode, shards=3, workers=1))
+    index = _index(out)
+    assert result.num_records == 16
+    assert index["encoding"] == encode
+    assert index["classes"] == ["cat", "dog"]
+    records = tf_records(out)
+    assert len(records) == 16
+    by_key = {r["key"].decode(): r for r in records}
+    for key, record in by_key.items():
+        original = cv2.cvtColor(cv2.imread(str(tree / key)), cv2.COLOR_BGR2RGB)
+        assert record["pixels"].shape == original.shape
+        assert (record["height"], record["width"]) == original.shape[:2]
+        assert record["label"] == (0 if key.startswith("cat/") else 1)
+        lossy = encode in ("jpeg", "webp") or (encode == "keep" and key.endswith(".jpg"))
+        diff = np.abs(record["pixels"].astype(int) - original.astype(int)).mean()
+        assert diff < (8 if lossy else 0.5), (key, diff)
+    if encode == "keep":
+        jpeg = next(r for k, r in by_key.items() if k.endswith(".jpg"))
+        assert jpeg["image"] == (tree / jpeg["key"].decode()).read_bytes()  # passthrough
+
+
+def test_index_contract(tree: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    pack(tree, out, PackOptions(shards=2, workers=1, seed=7))
+    index = _index(out)
+    assert index["format"] == "shardpack-index" and index["version"] == 1
+    assert index["name"] == "src" and index["seed"] == 7 and index["compression"] == "none"
+    assert set(index["features"]) == {"image", "label", "height", "width", "channels", "format",
+                                      "key"}  # fmt: skip
+    train = index["splits"]["train"]
+    assert [s["file"] for s in train["shards"]] == [
+        "src-train.tfrecord-00000-of-00002",
+        "src-train.tfrecord-00001-of-00002",
+    ]
+    assert train["num_records"] == sum(s["num_records"] for s in train["shards"]) == 16
+    assert train["class_counts"] == [9, 7]
+    for shard in train["shards"]:
+        assert (out / shard["file"]).stat().st_size == shard["num_bytes"]
+    assert set(index["stats"]) == {"seconds", "images_per_second", "workers"}
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_same_output_whatever_the_worker_count(tree: Path, tmp_path: Path):
+    runs = {}
+    for workers in (1, 2, 3):
+        out = tmp_path / f"out{workers}"
+        pack(tree, out, PackOptions(shards=4, workers=workers, encode="jpeg"))
+        index = _index(out)
+        index.pop("stats")
+        runs[workers] = (shard_files(out), index)
+    assert runs[1] == runs[2] == runs[3]
+
+
+def test_seed_and_no_shuffle(tree: Path, tmp_path: Path):
+    def keys(out: Path, **kw) -> list[str]:
+        pack(tree, out, PackOptions(shards=1, workers=1, **kw))
+        return [r["key"].decode() for r in tf_records(out)]
+
+    sorted_keys = keys(tmp_path / "a", shuffle=False)
+    assert sorted_keys == sorted(sorted_keys)
+    seeded = keys(tmp_path / "b", seed=1)
+    assert seeded != sorted_keys and sorted(seeded) == sorted_keys
+    assert keys(tmp_path / "c", seed=1) == seeded
+    assert keys(tmp_path / "d", seed=2) != seeded
+
+
+def test_gzip_is_readable_by_tensorflow(tree: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    pack(tree, out, PackOptions(compression="gzip", shards=2, workers=2))
+    assert _index(out)["compression"] == "gzip"
+    assert len(tf_records(out)) == 16
+    assert all(data[:2] == b"\x1f\x8b" for data in shard_files(out).values())
+
+
+def test_max_side_and_resize(tmp_path: Path):
+    src = tmp_path / "src"
+    write_image(src / "a" / "big.jpg", make_image(1, height=300, width=400))
+    write_image(src / "a" / "small.png", make_image(2, height=20, width=30))
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(max_side=100, workers=1))
+    sizes = {r["key"].decode(): r["pixels"].shape for r in tf_records(out)}
+    assert sizes == {"a/big.jpg": (75, 100, 3), "a/small.png": (20, 30, 3)}
+    pack(src, out, PackOptions(resize=(64, 48), encode="raw", workers=1, overwrite=True))
+    assert {r["pixels"].shape for r in tf_records(out)} == {(48, 64, 3)}
+
+
+def test_cifar10_python_and_binary_give_identical_shards(tmp_path: Path):
+    py_out, bin_out = tmp_path / "py", tmp_path / "bin"
+    pack(make_cifar10_python(tmp_path / "cifar-py"), py_out, PackOptions(workers=2, encode="raw"))
+    pack(make_cifar10_binary(tmp_path / "cifar-bin"), bin_out, PackOptions(workers=2, encode="raw"))
+    assert shard_files(py_out) == shard_files(bin_out)
+    index = _index(py_out)
+    assert index["name"] == "cifar10"
+    assert {s: v["num_records"] for s, v in index["splits"].items()} == {"train": 100, "test": 20}
+    assert index["classes"][0] == "airplane"
+
+
+def test_cifar_pixels_and_labels_survive(tmp_path: Path):
+    import pickle
+
+    src = make_cifar10_python(tmp_path / "cifar", per_batch=10, batches=1)
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))  # keep: CIFAR becomes PNG
+    batch = pickle.loads((src / "data_batch_1").read_bytes(), encoding="bytes")
+    records = {r["key"].decode(): r for r in tf_records(out, "train")}
+    assert len(records) == 10
+    for i in range(10):
+        record = records[f"data_batch_1:{i}"]
+        expected = batch[b"data"][i].reshape(3, 32, 32).transpose(1, 2, 0)
+        assert record["format"] == b"png"
+        assert np.array_equal(record["pixels"], expected)
+        assert record["label"] == batch[b"labels"][i]
+
+
+def test_cifar100_packs_fine_and_coarse_labels(tmp_path: Path):
+    out = tmp_path / "out"
+    pack(make_cifar100_python(tmp_path / "c100"), out, PackOptions(workers=1, encode="raw"))
+    index = _index(out)
+    assert index["name"] == "cifar100" and len(index["classes"]) == 100
+    assert len(index["coarse_classes"]) == 20 and index["features"]["coarse_label"] == "int64"
+    for record in tf_records(out):
+        assert record["coarse_label"] == record["label"] // 5
+
+
+def _bad_inputs(src: Path) -> None:
+    good = (src / "cat" / "img_000.jpg").read_bytes()
+    (src / "cat" / "empty.jpg").write_bytes(b"")
+    (src / "cat" / "notes.png").write_bytes(b"this is not an image at all")
+    (src / "dog" / "truncated.jpg").write_bytes(good[: len(good) // 2])
+
+
+def test_bad_images_are_skipped_and_named(tree: Path, tmp_path: Path):
+    _bad_inputs(tree)
+    out = tmp_path / "out"
+    result = pack(tree, out, PackOptions(workers=2, shards=2))
+    index = _index(out)
+    reasons = {s["key"]: s["reason"] for s in index["skipped"]}
+    assert set(reasons) == {"cat/empty.jpg", "cat/notes.png", "dog/truncated.jpg"}
+    assert "empty" in reasons["cat/empty.jpg"]
+    assert "not an image" in reasons["cat/notes.png"]
+    assert "truncated" in reasons["dog/truncated.jpg"]
+    assert result.num_records == 16 and result.num_skipped == 3
+    assert len(tf_records(out)) == 16  # TensorFlow decodes everything that was kept
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_on_error_fail_stops_without_index_or_partials(tree: Path, tmp_path: Path, workers: int):
+    _bad_inputs(tree)
+    out = tmp_path / "out"
+    with pytest.raises(ImageError) as info:
+        pack(tree, out, PackOptions(on_error="fail", workers=workers, shards=2))
+    assert info.value.key in {"cat/empty.jpg", "cat/notes.png", "dog/truncated.jpg"}
+    assert not (out / "index.json").exists()
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_decompression_bomb_is_refused_by_header(tmp_path: Path):
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    bomb = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 50000, 50000, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 1000)) + chunk(b"IEND", b""))  # fmt: skip
+    src = make_tree(tmp_path / "src", {"a": 2})
+    (src / "a" / "bomb.png").write_bytes(bomb)
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    (skip,) = _index(out)["skipped"]
+    assert skip["key"] == "a/bomb.png" and "max-pixels" in skip["reason"]
+
+
+def test_bad_src_and_out(tmp_path: Path):
+    with pytest.raises(SourceError, match="no such folder"):
+        pack(tmp_path / "missing", tmp_path / "out")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceError, match="no images found"):
+        pack(tmp_path / "empty", tmp_path / "out")
+    src = make_tree(tmp_path / "src", {"a": 1})
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="is a file"):
+        pack(src, tmp_path / "file")
+
+
+def test_out_with_another_dataset_needs_overwrite(tmp_path: Path):
+    first = make_tree(tmp_path / "first", {"a": 3})
+    second = make_tree(tmp_path / "second", {"b": 4}, seed=50)
+    out = tmp_path / "out"
+    pack(first, out, PackOptions(workers=1, shards=3))
+    (out / "my-notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match="--overwrite"):
+        pack(second, out, PackOptions(workers=1))
+    assert _index(out)["name"] == "first"  # untouched
+    pack(first, out, PackOptions(workers=1, shards=3))  # the same job again is fine
+    pack(second, out, PackOptions(workers=1, shards=1, overwrite=True))
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["index.json", "my-notes.txt", "second-train.tfrecord-00000-of-00001"]
+
+
+def test_pack_writes_nothing_of_tensorflow_in_workers(tree: Path, tmp_path: Path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from shardpack.packer import pack; from shardpack.options import PackOptions;"
+        f"pack({str(tree)!r}, {str(tmp_path / 'o')!r}, PackOptions(workers=1));"
+        "print('tensorflow' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

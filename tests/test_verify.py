@@ -1,0 +1,101 @@
+"""verify finds every kind of damage, names the file and the byte offset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shardpack.errors import IndexFormatError
+from shardpack.options import PackOptions
+from shardpack.packer import pack
+from shardpack.verifier import verify
+from tests.helpers import make_tree
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("verify")
+    src = make_tree(root / "src", {"a": 6, "b": 6})
+    out = root / "out"
+    pack(src, out, PackOptions(shards=3, workers=1))
+    return out
+
+
+@pytest.fixture
+def out(packed: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(packed, tmp_path / "copy"))
+
+
+def _shard(out: Path, i: int = 1) -> Path:
+    index = json.loads((out / "index.json").read_text())
+    return out / index["splits"]["train"]["shards"][i]["file"]
+
+
+def test_clean_output_verifies(out: Path):
+    report = verify(out, decode=True)
+    assert report.ok and report.shards == 3 and report.records == 12
+
+
+def test_flipped_bit_is_found_with_offset(out: Path):
+    shard = _shard(out)
+    data = bytearray(shard.read_bytes())
+    first_len = int.from_bytes(data[:8], "little")
+    second_record = 8 + 4 + first_len + 4
+    data[second_record + 12 + 5] ^= 0x01  # a bit inside the second record's data
+    shard.write_bytes(bytes(data))
+    report = verify(out)
+    reasons = [(f.file, f.offset, f.reason) for f in report.faults]
+    assert (shard.name, second_record, "data CRC mismatch (corrupt record)") in reasons
+    assert any("sha256" in r for _, _, r in reasons)
+
+
+def test_truncated_shard(out: Path):
+    shard = _shard(out, 0)
+    shard.write_bytes(shard.read_bytes()[:-10])
+    faults = verify(out).faults
+    assert any(f.file == shard.name and "truncated" in f.reason for f in faults)
+
+
+def test_missing_and_extra_shards(out: Path):
+    shard = _shard(out, 2)
+    shard.rename(out / "a-train.tfrecord-00009-of-00009")
+    (out / "src-train.tfrecord-00007-of-00009").write_bytes(b"")
+    text = [str(f) for f in verify(out).faults]
+    assert f"{shard.name}: missing shard file" in text
+    assert any("extra shard" in t and "00007-of-00009" in t for t in text)
+
+
+def test_count_disagreeing_with_index(out: Path):
+    index = json.loads((out / "index.json").read_text())
+    index["splits"]["train"]["shards"][0]["num_records"] += 1
+    (out / "index.json").write_text(json.dumps(index))
+    assert any("records read, index says" in f.reason for f in verify(out).faults)
+
+
+def test_decode_catches_a_corrupt_image_with_valid_crc(out: Path, tmp_path: Path):
+    # Rewrite one shard with a record whose image bytes are damaged but framed correctly.
+    from shardpack.tfrecord import TFRecordWriter, decode_example, encode_example, iter_records
+
+    shard = _shard(out, 0)
+    records = [decode_example(data) for _, data in iter_records(shard)]
+    records[0]["image"] = [records[0]["image"][0][:200]]  # cut the JPEG short
+    with TFRecordWriter(shard) as writer:
+        for rec in records:
+            writer.write(encode_example({k: v if len(v) != 1 else v[0] for k, v in rec.items()}))
+    assert not any("decode" in f.reason for f in verify(out).faults)
+    faults = verify(out, decode=True).faults
+    assert any(f.file == shard.name and f.offset == 0 and "truncated" in f.reason for f in faults)
+
+
+def test_unsafe_index_is_refused(out: Path, tmp_path: Path):
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"x")
+    index = json.loads((out / "index.json").read_text())
+    index["splits"]["train"]["shards"][0]["file"] = "../secret"
+    (out / "index.json").write_text(json.dumps(index))
+    with pytest.raises(IndexFormatError, match="refused shard name"):
+        verify(out)
