@@ -64,8 +64,8 @@ def make_cifar10_python(root: Path, per_batch: int = 20, batches: int = 5) -> Pa
             b"filenames": [f"img_{k}_{i}.png".encode() for i in range(per_batch)],
         }
         (root / name).write_bytes(pickle.dumps(batch, protocol=2))
-    meta = {b"num_cases_per_batch": per_batch, b"label_names": [c.encode() for c in CIFAR10_CLASSES],
-            b"num_vis": 3072}  # fmt: skip
+    names = [c.encode() for c in CIFAR10_CLASSES]
+    meta = {b"num_cases_per_batch": per_batch, b"label_names": names, b"num_vis": 3072}
     (root / "batches.meta").write_bytes(pickle.dumps(meta, protocol=2))
     return root
 

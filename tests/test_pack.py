@@ -13,6 +13,9 @@ from shardpack.errors import ImageError, OutputError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packer import pack
 from tests.helpers import (
+    image as make_image,
+)
+from tests.helpers import (
     make_cifar10_binary,
     make_cifar10_python,
     make_cifar100_python,
@@ -20,9 +23,6 @@ from tests.helpers import (
     shard_files,
     tf_records,
     write_image,
-)
-from tests.helpers import (
-    image as make_image,
 )
 
 
@@ -208,8 +208,13 @@ def test_decompression_bomb_is_refused_by_header(tmp_path: Path):
             struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
         )
 
-    bomb = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 50000, 50000, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(b"\x00" * 1000)) + chunk(b"IEND", b""))  # fmt: skip
+    header = struct.pack(">IIBBBBB", 50000, 50000, 8, 2, 0, 0, 0)  # claims 2.5 gigapixels
+    bomb = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00" * 1000))
+    )
+    bomb += chunk(b"IEND", b"")
     src = make_tree(tmp_path / "src", {"a": 2})
     (src / "a" / "bomb.png").write_bytes(bomb)
     out = tmp_path / "out"
@@ -256,3 +261,38 @@ def test_pack_writes_nothing_of_tensorflow_in_workers(tree: Path, tmp_path: Path
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_check_decode_catches_what_the_header_check_cannot(tmp_path: Path):
+    import struct
+    import zlib
+
+    src = make_tree(tmp_path / "src", {"a": 2}, ext=".png")
+    data = (src / "a" / "img_000.png").read_bytes()
+    start = data.index(b"IDAT") - 4
+    (length,) = struct.unpack(">I", data[start : start + 4])
+    garbage = bytes(range(256)) * (length // 256 + 1)
+    body = b"IDAT" + garbage[:length]
+    damaged = (
+        data[: start + 4] + body + struct.pack(">I", zlib.crc32(body)) + data[start + 12 + length :]
+    )
+    (src / "a" / "img_000.png").write_bytes(damaged)  # valid chunks and CRCs, garbage pixels
+    pack(src, tmp_path / "header", PackOptions(workers=1))
+    assert _index(tmp_path / "header")["skipped"] == []
+    pack(src, tmp_path / "decode", PackOptions(workers=1, check="decode"))
+    (skip,) = _index(tmp_path / "decode")["skipped"]
+    assert skip["key"] == "a/img_000.png" and "decode" in skip["reason"]
+
+
+def test_progress_callback_counts_up_to_the_total(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"a": 30, "b": 30})
+    seen: list[tuple[int, int]] = []
+    pack(
+        src,
+        tmp_path / "out",
+        PackOptions(workers=2, shards=4),
+        progress=lambda d, t: seen.append((d, t)),
+    )
+    assert seen[-1] == (60, 60)
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and all(t == 60 for _, t in seen)
