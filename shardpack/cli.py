@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from contextlib import contextmanager
@@ -146,12 +147,29 @@ def _print_pack_summary(summary: dict) -> None:
     typer.echo(f"index: {summary['out']}/index.json")
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that a run cleans up as it does on Ctrl-C."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated
+
+
+def _stopped(what: str, code: int) -> None:
+    print(f"{what}: no index written; rerun with --resume to continue", file=sys.stderr)
+    raise typer.Exit(code)
+
+
 def _run_pack(src: Path, out: Path, options: PackOptions, progress: bool, as_json: bool) -> None:
     from shardpack.packer import pack
 
     bar = _Bar(progress)
     try:
         result = pack(src, out, options, progress=bar)
+    except KeyboardInterrupt:
+        _stopped("interrupted", 130)
+    except _Terminated:
+        _stopped("terminated", 143)
     finally:
         bar.close()
     summary = _pack_summary(result)
@@ -226,6 +244,10 @@ def pack(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace a different dataset already in OUT.")
     ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option("--resume", help="Keep the shards an interrupted run of this job finished."),
+    ] = False,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
 ) -> None:
@@ -248,6 +270,7 @@ def pack(
             shuffle=shuffle,
             max_pixels=max_pixels,
             overwrite=overwrite,
+            resume=resume,
         )
         _run_pack(src, out, options, not no_progress, as_json)
 
@@ -358,12 +381,17 @@ def demo(
 
 
 def main() -> None:
-    """Console entry point: usage errors and interrupts end in one line, never a traceback."""
+    """Console entry point: usage errors and interrupts end in one line, never a traceback.
+
+    Exit codes: 0 done, 1 verify found faults, 2 bad input, 130 Ctrl-C, 143 SIGTERM.
+    """
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(standalone_mode=False)
     except (KeyboardInterrupt, typer.Abort):
-        print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except _Terminated:
+        sys.exit(143)
     except Exception as e:
         # Usage errors come from click (vendored inside newer typer): they carry these two.
         if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):

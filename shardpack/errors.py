@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class ShardpackError(Exception):
     """Base class: the CLI prints the message on one line and exits with code 2."""
@@ -29,6 +31,20 @@ class ImageError(ShardpackError):
 
 class OutputError(ShardpackError):
     """OUT cannot be written: it is a file, holds other data, is locked, or the disk is full."""
+
+    @classmethod
+    def writing(cls, path: str, error: OSError) -> OutputError:
+        """A one-line error for a failed write, naming the path and what to do."""
+        full = error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+        hint = "free some space" if full else "check the folder's permissions"
+        return cls(
+            f"{path}: cannot write ({error.strerror or error}); {hint}, then rerun with "
+            "--resume to keep the shards already finished"
+        )
+
+
+class WorkerDiedError(ShardpackError):
+    """A worker process was killed mid-shard (the out-of-memory killer, a signal)."""
 
 
 class IndexFormatError(ShardpackError):

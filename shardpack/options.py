@@ -57,6 +57,7 @@ class PackOptions:
         shuffle: False keeps the sorted source order.
         max_pixels: refuse images that claim more pixels than this (decompression bombs).
         overwrite: replace an existing, different shardpack output in OUT.
+        resume: keep the shards an interrupted run of the same plan finished.
     """
 
     name: str | None = None
@@ -76,6 +77,7 @@ class PackOptions:
     shuffle: bool = True
     max_pixels: int = DEFAULT_MAX_PIXELS
     overwrite: bool = False
+    resume: bool = False
 
     def __post_init__(self) -> None:
         _choice("source", self.source, SOURCE_KINDS)

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 
-from shardpack.errors import OutputError
+from shardpack.errors import OutputError, WorkerDiedError
 from shardpack.index import INDEX_NAME, build_index, write_json_atomic
 from shardpack.options import PackOptions
-from shardpack.plan import Plan, make_plan
+from shardpack.outdir import Journal, locked, prepare, remove_files
+from shardpack.plan import ShardSpec, make_plan
 from shardpack.sources import Dataset, scan
 from shardpack.tfrecord import partial_path
 from shardpack.worker import ShardResult, progress_path, read_progress, write_shard
@@ -21,8 +22,6 @@ from shardpack.worker import ShardResult, progress_path, read_progress, write_sh
 ProgressCallback = Callable[[int, int], None]
 # Poll workers' progress files this often: a live bar without measurable cost.
 _POLL_S = 0.2
-# Files shardpack writes into OUT; nothing else there is ever removed.
-_OURS = re.compile(r"^(index\.json|.+\.tfrecord-\d{5}-of-\d{5}|\..+\.(partial|progress))$")
 
 
 @dataclass(frozen=True)
@@ -34,6 +33,7 @@ class PackResult:
     num_records: int
     num_skipped: int
     seconds: float
+    num_reused: int = 0  # shards kept from an earlier run by --resume
 
 
 def default_name(dataset: Dataset) -> str:
@@ -79,89 +79,81 @@ def pack(
     name = options.name or default_name(dataset)
     workers = resolve_workers(options.workers)
     plan = make_plan(dataset, name, options, workers)
-    out = os.path.abspath(os.fspath(out))
-    stale = _prepare_out(out, plan, options.overwrite)
-    start = time.perf_counter()
-    results: list[ShardResult] = []
-    sizes = {spec.file: len(spec.items) for spec in plan.shards}
-    try:
-        with _ProgressPoller(out, dataset.num_items, progress) as poller:
-            for result in _run(plan, options, dataset, out, workers):
-                results.append(result)
-                poller.finished(sizes[result.file])
-    except BaseException:
-        _remove(partial_path(os.path.join(out, s.file)) for s in plan.shards)
-        _remove(progress_path(out, s.file) for s in plan.shards)
-        raise
-    seconds = time.perf_counter() - start
-    num_records = sum(r.num_records for r in results)
-    stats = {
-        "seconds": round(seconds, 3),
-        "images_per_second": round(num_records / seconds, 1) if seconds else None,
-        "workers": workers,
-    }
-    index = build_index(
-        name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
-    )
-    write_json_atomic(os.path.join(out, INDEX_NAME), index)
-    _remove(os.path.join(out, f) for f in stale - {s.file for s in plan.shards})
-    return PackResult(out, index, num_records, len(index["skipped"]), seconds)
+    out = _make_out(os.fspath(out))
+    with locked(out):
+        stale, reused = prepare(out, plan, options.overwrite, options.resume)
+        journal = Journal(out, plan.digest, reused)
+        done = {r.file for r in reused}
+        todo = [spec for spec in plan.shards if spec.file not in done]
+        start = time.perf_counter()
+        results = list(reused)
+        sizes = {spec.file: len(spec.items) for spec in plan.shards}
+        try:
+            with (
+                _ProgressPoller(out, dataset.num_items, progress) as poller,
+                closing(_run(todo, options, dataset, out, workers)) as finished,
+            ):
+                poller.finished(sum(sizes[f] for f in done))
+                for result in finished:
+                    journal.add(result)
+                    results.append(result)
+                    poller.finished(sizes[result.file])
+        except BaseException as e:
+            in_flight = sorted(
+                s.file for s in todo if os.path.exists(partial_path(os.path.join(out, s.file)))
+            )
+            remove_files(partial_path(os.path.join(out, s.file)) for s in todo)
+            remove_files(progress_path(out, s.file) for s in todo)
+            if type(e).__name__ == "TerminatedWorkerError":  # joblib's; its import is lazy
+                raise WorkerDiedError(
+                    f"{out}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
+                    "(killed, perhaps by the out-of-memory killer: try fewer --workers); "
+                    "rerun with --resume to keep the shards already finished"
+                ) from None
+            raise
+        seconds = time.perf_counter() - start
+        num_records = sum(r.num_records for r in results)
+        stats = {
+            "seconds": round(seconds, 3),
+            "images_per_second": round(num_records / seconds, 1) if seconds else None,
+            "workers": workers,
+        }
+        index = build_index(
+            name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
+        )
+        write_json_atomic(os.path.join(out, INDEX_NAME), index)
+        remove_files(os.path.join(out, f) for f in stale - {s.file for s in plan.shards})
+    return PackResult(out, index, num_records, len(index["skipped"]), seconds, len(reused))
 
 
-def _run(
-    plan: Plan, options: PackOptions, dataset: Dataset, out: str, workers: int
-) -> Iterator[ShardResult]:
-    """Yield each shard's result as it finishes: in-process for one worker, else loky."""
-    args = (options, dataset.root, out, len(dataset.classes))
-    if workers == 1 or len(plan.shards) == 1:
-        yield from (write_shard(spec, *args) for spec in plan.shards)
-        return
-    from joblib import Parallel, delayed
-
-    tasks = (delayed(write_shard)(spec, *args) for spec in plan.shards)
-    parallel = Parallel(n_jobs=min(workers, len(plan.shards)), return_as="generator_unordered")
-    yield from parallel(tasks)
-
-
-def _prepare_out(out: str, plan: Plan, overwrite: bool) -> set[str]:
-    """Make OUT ready; return the names of our old shard files that the new index will drop.
-
-    An index of a different plan is replaced only with overwrite; our partial files from a run
-    that died are cleared; files shardpack did not write are never touched.
-    """
+def _make_out(out: str) -> str:
+    out = os.path.abspath(out)
     if os.path.exists(out) and not os.path.isdir(out):
         raise OutputError(f"{out}: is a file; pass a folder for the output (it is created)")
     try:
         os.makedirs(out, exist_ok=True)
-        names = os.listdir(out)
     except OSError as e:
-        raise OutputError(
-            f"{out}: cannot create or list ({e.strerror}); check permissions"
-        ) from None
-    index_path = os.path.join(out, INDEX_NAME)
-    if INDEX_NAME in names and not overwrite:
-        from shardpack.index import load_index
-
-        try:
-            old = load_index(out).raw
-        except Exception:
-            old = {}
-        if old.get("plan_digest") != plan.digest:
-            raise OutputError(
-                f"{out}: already holds a different dataset ({index_path}); pass --overwrite "
-                "to replace it, or choose another output folder"
-            )
-    ours = {n for n in names if _OURS.match(n)}
-    if INDEX_NAME in ours:
-        os.remove(index_path)  # no index may point at shards while they are being rewritten
-    _remove(os.path.join(out, n) for n in ours if n.startswith("."))
-    return {n for n in ours if not n.startswith(".") and n != INDEX_NAME}
+        message = f"{out}: cannot create ({e.strerror}); check the parent folder's permissions"
+        raise OutputError(message) from None
+    return out
 
 
-def _remove(paths) -> None:
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
+def _run(
+    specs: list[ShardSpec], options: PackOptions, dataset: Dataset, out: str, workers: int
+) -> Iterator[ShardResult]:
+    """Yield each shard's result as it finishes: in-process for one worker, else loky.
+
+    Closing the generator early (an error, Ctrl-C) makes joblib stop every worker.
+    """
+    args = (options, dataset.root, out, len(dataset.classes))
+    if workers == 1 or len(specs) <= 1:
+        yield from (write_shard(spec, *args) for spec in specs)
+        return
+    from joblib import Parallel, delayed
+
+    tasks = (delayed(write_shard)(spec, *args) for spec in specs)
+    parallel = Parallel(n_jobs=min(workers, len(specs)), return_as="generator_unordered")
+    yield from parallel(tasks)
 
 
 class _ProgressPoller:

@@ -14,11 +14,12 @@ import hashlib
 import os
 import struct
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import suppress
 from typing import BinaryIO
 
 import crc32c
 
-from shardpack.errors import RecordError
+from shardpack.errors import OutputError, RecordError
 
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
@@ -223,21 +224,29 @@ class TFRecordWriter:
 
     def write(self, data: bytes) -> None:
         """Append one record."""
-        self._out.write(frame(data))
+        try:
+            self._out.write(frame(data))
+        except OSError as e:
+            raise OutputError.writing(self.tmp_path, e) from None
         self.num_records += 1
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        failed = exc_type is not None
         try:
             if self._out is not self._hashing:
                 self._out.close()
             self._raw.flush()
-            if exc_type is None:
-                os.fsync(self._raw.fileno())
+            if not failed:
+                os.fsync(self._raw.fileno())  # durable before the rename makes it final
+        except OSError as e:
+            failed = True
+            raise OutputError.writing(self.tmp_path, e) from None
         finally:
-            self._raw.close()
-            if exc_type is not None:
+            with suppress(OSError):
+                self._raw.close()
+            if failed:
                 _remove_quietly(self.tmp_path)
-        if exc_type is None:
+        if not failed:  # an exception in the block propagates; nothing appears under the name
             os.replace(self.tmp_path, self.path)
             self.result = (self.num_records, self._hashing.size, self._hashing.sha256.hexdigest())
 

@@ -82,7 +82,8 @@ def test_index_contract(tree: Path, tmp_path: Path):
     for shard in train["shards"]:
         assert (out / shard["file"]).stat().st_size == shard["num_bytes"]
     assert set(index["stats"]) == {"seconds", "images_per_second", "workers"}
-    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temp files left
+    hidden = [p.name for p in out.iterdir() if p.name.startswith(".")]
+    assert hidden == [".shardpack.journal"]  # completion records stay; no temp file is left
 
 
 def test_same_output_whatever_the_worker_count(tree: Path, tmp_path: Path):
@@ -196,7 +197,7 @@ def test_on_error_fail_stops_without_index_or_partials(tree: Path, tmp_path: Pat
         pack(tree, out, PackOptions(on_error="fail", workers=workers, shards=2))
     assert info.value.key in {"cat/empty.jpg", "cat/notes.png", "dog/truncated.jpg"}
     assert not (out / "index.json").exists()
-    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+    assert not [p.name for p in out.iterdir() if p.name.endswith((".partial", ".progress"))]
 
 
 def test_decompression_bomb_is_refused_by_header(tmp_path: Path):
@@ -246,7 +247,7 @@ def test_out_with_another_dataset_needs_overwrite(tmp_path: Path):
     assert _index(out)["name"] == "first"  # untouched
     pack(first, out, PackOptions(workers=1, shards=3))  # the same job again is fine
     pack(second, out, PackOptions(workers=1, shards=1, overwrite=True))
-    names = sorted(p.name for p in out.iterdir())
+    names = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
     assert names == ["index.json", "my-notes.txt", "second-train.tfrecord-00000-of-00001"]
 
 

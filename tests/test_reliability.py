@@ -1,0 +1,185 @@
+"""Faults injected for real: signals to the run and its workers, a file-size limit, a held lock,
+and resume proving that an interrupted run ends byte-identical to an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shardpack.errors import OutputError
+from shardpack.options import PackOptions
+from shardpack.outdir import LOCK_NAME
+from shardpack.packer import pack
+from tests.helpers import image, shard_files, write_image
+
+JOB = ["--encode", "png", "--shards", "12", "--workers", "2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("reliability") / "src"
+    for i in range(480):
+        write_image(root / f"c{i % 4}" / f"{i:04d}.jpg", image(i, height=240, width=320))
+    return root
+
+
+@pytest.fixture(scope="module")
+def clean(src: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("clean") / "out"
+    assert _cli("pack", str(src), str(out), *JOB).returncode == 0
+    return out
+
+
+def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
+                          text=True, timeout=300, **kw)  # fmt: skip
+
+
+def _start(src: Path, out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out), *JOB,
+                             *extra], stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _wait_for(condition, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def _finished_shards(out: Path) -> int:
+    journal = out / ".shardpack.journal"
+    return max(0, len(journal.read_text().splitlines()) - 1) if journal.exists() else 0
+
+
+def _leftovers(out: Path) -> list[str]:
+    return [p.name for p in out.iterdir() if p.name.endswith((".partial", ".progress"))]
+
+
+def _same_output(a: Path, b: Path) -> bool:
+    def index(out: Path) -> dict:
+        doc = json.loads((out / "index.json").read_text())
+        doc.pop("stats")
+        return doc
+
+    return shard_files(a) == shard_files(b) and index(a) == index(b)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_stops_cleanly_and_resume_completes(src, clean, tmp_path, sig, code):
+    out = tmp_path / "out"
+    run = _start(src, out)
+    _wait_for(lambda: _finished_shards(out) >= 1)
+    sent = time.monotonic()
+    run.send_signal(sig)
+    stderr = run.communicate(timeout=30)[1]
+    assert run.returncode == code, stderr
+    assert time.monotonic() - sent < 2.0
+    assert "--resume" in stderr and "Traceback" not in stderr
+    assert not (out / "index.json").exists() and not _leftovers(out)
+    finished = _finished_shards(out)
+    assert 1 <= finished < 12
+    resumed = _cli("pack", str(src), str(out), *JOB, "--resume", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert _same_output(out, clean)
+
+
+def _loky_workers(parent: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and b"loky" in cmdline and b"resource_tracker" not in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_worker_killed_mid_shard(src, clean, tmp_path):
+    out = tmp_path / "out"
+    run = _start(src, out)
+    _wait_for(lambda: _finished_shards(out) >= 1 and _loky_workers(run.pid))
+    os.kill(_loky_workers(run.pid)[0], signal.SIGKILL)
+    stderr = run.communicate(timeout=60)[1]
+    assert run.returncode == 2, stderr
+    assert "worker died while writing" in stderr and ".tfrecord-000" in stderr
+    assert len(stderr.strip().splitlines()) == 1
+    assert not (out / "index.json").exists() and not _leftovers(out)
+    assert _cli("pack", str(src), str(out), *JOB, "--resume").returncode == 0
+    assert _same_output(out, clean)
+
+
+def test_file_size_limit_is_one_line_and_keeps_finished_shards(src, clean, tmp_path):
+    out = tmp_path / "out"
+    largest = max(len(b) for b in shard_files(clean).values())
+    limit = largest * 3  # room for a few shards, then EFBIG (Python ignores SIGXFSZ)
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    job = [a if a != "2" else "1" for a in JOB]  # one worker: the limit applies in-process
+    run = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src), str(out), *job,
+                          "--shards", "3"], capture_output=True, text=True, timeout=300,
+                         preexec_fn=small_files)  # fmt: skip
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1, run.stderr
+    assert "cannot write" in lines[0] and "free some space" in lines[0] and ".partial" in lines[0]
+    assert not (out / "index.json").exists() and not _leftovers(out)
+
+
+def test_resume_refuses_changed_options(src, tmp_path):
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(encode="png", shards=12, workers=2))
+    with pytest.raises(OutputError, match="other options or from a changed source"):
+        pack(src, out, PackOptions(encode="jpeg", shards=12, workers=2, resume=True))
+    result = pack(src, out, PackOptions(encode="png", shards=12, workers=2, resume=True))
+    assert result.num_reused == 12
+
+
+def test_resume_redoes_a_damaged_shard(src, clean, tmp_path):
+    import shutil
+
+    out = Path(shutil.copytree(clean, tmp_path / "out"))
+    victim = sorted(out.glob("*.tfrecord-00003-*"))[0]
+    victim.write_bytes(victim.read_bytes()[:-1])
+    (out / "index.json").unlink()
+    result = pack(src, out, PackOptions(encode="png", shards=12, workers=2, resume=True))
+    assert result.num_reused == 11
+    assert _same_output(out, clean)
+
+
+def test_second_run_into_the_same_out_is_refused(src, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK_NAME).write_text(str(os.getpid()))  # held by a live process: this one
+    result = _cli("pack", str(src), str(out), *JOB)
+    assert result.returncode == 2 and "another shardpack run" in result.stderr
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    (out / LOCK_NAME).write_text(dead)  # its owner is gone: the lock is stale
+    assert _cli("pack", str(src), str(out), *JOB).returncode == 0
+    assert not (out / LOCK_NAME).exists()
+
+
+def test_concurrent_runs_one_wins_intact(src, tmp_path):
+    out = tmp_path / "out"
+    first = _start(src, out)
+    _wait_for(lambda: (out / LOCK_NAME).exists())
+    second = _cli("pack", str(src), str(out), *JOB)
+    first.communicate(timeout=120)
+    assert second.returncode == 2 and "another shardpack run" in second.stderr
+    assert first.returncode == 0
+    assert _cli("verify", str(out)).returncode == 0
