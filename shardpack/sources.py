@@ -102,7 +102,9 @@ def _scan_folder(root: str) -> Dataset:
     classes = tuple(e.name for e in entries if not _hidden(e.name) and e.is_dir())
     ignored = sum(1 for e in entries if not _hidden(e.name) and not e.is_dir())
     items: list[Item] = []
-    seen_dirs: set[tuple[int, int]] = set()
+    # Claim SRC and every class folder up front: a link from one class into another (or back to
+    # SRC) must not list the other class's images under the wrong label.
+    seen_dirs = {_dir_id(root)} | {_dir_id(os.path.join(root, name)) for name in classes}
     for label, name in enumerate(classes):
         found, skipped = _walk_images(root, name, seen_dirs)
         items.extend(Item(key=rel, label=label, path=rel, size=size) for rel, size in found)
@@ -116,6 +118,11 @@ def _scan_folder(root: str) -> Dataset:
     return Dataset("folder", root, classes, {"train": tuple(items)}, ignored)
 
 
+def _dir_id(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
 def _walk_images(
     root: str, top: str, seen_dirs: set[tuple[int, int]]
 ) -> tuple[list[tuple[str, int]], int]:
@@ -127,13 +134,14 @@ def _walk_images(
         rel_dir = pending.pop()
         path = os.path.join(root, rel_dir)
         try:
-            st = os.stat(path)
+            if rel_dir != top:
+                folder = _dir_id(path)
+                if folder in seen_dirs:
+                    continue  # a link to a folder already walked or claimed: follow it once
+                seen_dirs.add(folder)
             entries = list(os.scandir(path))
         except OSError:
             continue  # an unreadable or dangling folder holds nothing we can pack
-        if (st.st_dev, st.st_ino) in seen_dirs:
-            continue  # a symlink back into a folder already walked: follow it only once
-        seen_dirs.add((st.st_dev, st.st_ino))
         for entry in entries:
             if _hidden(entry.name):
                 continue

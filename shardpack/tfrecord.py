@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import os
 import struct
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import suppress
 from typing import BinaryIO
@@ -68,6 +69,8 @@ def _feature(value: FeatureValue) -> bytes:
         items = b"".join(_field(1, v.encode() if isinstance(v, str) else v) for v in values)
         return _field(1, items)
     if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        if any(not -(2**63) <= v < 2**63 for v in values):
+            raise ValueError(f"int64 feature values must fit in 64 bits, got: {value!r}")
         return _field(3, _field(1, b"".join(_varint(v) for v in values)) if values else b"")
     if all(isinstance(v, float) for v in values):
         return _field(2, _field(1, struct.pack(f"<{len(values)}f", *values)) if values else b"")
@@ -283,7 +286,7 @@ def iter_records(
         while True:
             try:
                 header = f.read(_HEADER.size)
-            except (OSError, EOFError) as e:
+            except (OSError, EOFError, zlib.error) as e:
                 raise RecordError(path, offset, f"unreadable compressed data ({e})") from None
             if not header:
                 return
@@ -294,7 +297,7 @@ def iter_records(
                 raise RecordError(path, offset, "length CRC mismatch (corrupt record header)")
             try:
                 body = f.read(length + _FOOTER.size)
-            except (OSError, EOFError) as e:
+            except (OSError, EOFError, zlib.error) as e:
                 raise RecordError(path, offset, f"unreadable compressed data ({e})") from None
             if len(body) < length + _FOOTER.size:
                 raise RecordError(path, offset, "file ends inside a record (truncated)")
