@@ -22,6 +22,9 @@ _EXPORTS = {
     "iter_examples": "shardpack.read",
     "tf_dataset": "shardpack.read",
     "make_sample": "shardpack.demo",
+    "make_preview": "shardpack.preview",
+    "read_record": "shardpack.recordindex",
+    "write_index_files": "shardpack.recordindex",
     "ShardpackError": "shardpack.errors",
 }
 

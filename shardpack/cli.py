@@ -248,6 +248,9 @@ def pack(
         bool,
         typer.Option("--resume", help="Keep the shards an interrupted run of this job finished."),
     ] = False,
+    index_files: Annotated[
+        bool, typer.Option("--index-files", help="Also write DALI index files (OUT/idx/).")
+    ] = False,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
 ) -> None:
@@ -271,6 +274,7 @@ def pack(
             max_pixels=max_pixels,
             overwrite=overwrite,
             resume=resume,
+            index_files=index_files,
         )
         _run_pack(src, out, options, not no_progress, as_json)
 
@@ -353,6 +357,32 @@ def inspect(
         typer.echo(f"\nskipped {len(summary['skipped'])} files at pack time")
     if summary["ignored"]:
         typer.echo(f"ignored {summary['ignored']} files that are not images")
+
+
+@app.command("index-files")
+def index_files(out: Annotated[Path, typer.Argument(help="Output folder of a pack run.")]) -> None:
+    """Write one DALI tfrecord2idx index file per shard (OUT/idx/), for random access."""
+    from shardpack.recordindex import write_index_files
+
+    with _user_errors():
+        written = write_index_files(out)
+    typer.echo(f"wrote {len(written)} index files in {out / 'idx'}")
+
+
+@app.command()
+def preview(
+    out: Annotated[Path, typer.Argument(help="Output folder of a pack run.")],
+    split: Annotated[str, typer.Option(help="Split to draw from.")] = "train",
+    n: Annotated[int, typer.Option("--n", min=1, help="Records to show.")] = 64,
+    dest: Annotated[Path, typer.Option("--out", help="PNG to write.")] = Path("preview.png"),
+    seed: Annotated[int, typer.Option(help="Which random records.")] = 0,
+) -> None:
+    """Draw a contact sheet of random records with their class names under each."""
+    from shardpack.preview import make_preview
+
+    with _user_errors():
+        path = make_preview(out, dest, split, n, seed)
+    typer.echo(f"wrote {path}")
 
 
 @app.command()

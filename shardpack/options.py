@@ -58,6 +58,7 @@ class PackOptions:
         max_pixels: refuse images that claim more pixels than this (decompression bombs).
         overwrite: replace an existing, different shardpack output in OUT.
         resume: keep the shards an interrupted run of the same plan finished.
+        index_files: also write DALI-style per-shard index files (OUT/idx/) for random access.
     """
 
     name: str | None = None
@@ -78,6 +79,7 @@ class PackOptions:
     max_pixels: int = DEFAULT_MAX_PIXELS
     overwrite: bool = False
     resume: bool = False
+    index_files: bool = False
 
     def __post_init__(self) -> None:
         _choice("source", self.source, SOURCE_KINDS)
@@ -95,6 +97,8 @@ class PackOptions:
                 raise ShardpackError(f"--resize must be WIDTHxHEIGHT, got: {self.resize!r}")
             if self.max_side is not None:
                 raise ShardpackError("--resize and --max-side exclude each other; pass one")
+        if self.index_files and self.compression != "none":
+            raise ShardpackError("--index-files needs uncompressed shards; drop --compression")
         if self.name is not None and not _NAME.match(self.name):
             raise ShardpackError(
                 f"--name must start with a letter or digit and hold only letters, digits, '_' "

@@ -122,6 +122,10 @@ def pack(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
         )
         write_json_atomic(os.path.join(out, INDEX_NAME), index)
+        if options.index_files:
+            from shardpack.recordindex import write_index_files
+
+            write_index_files(out)
         remove_files(os.path.join(out, f) for f in stale - {s.file for s in plan.shards})
     return PackResult(out, index, num_records, len(index["skipped"]), seconds, len(reused))
 

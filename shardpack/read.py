@@ -34,7 +34,7 @@ def decode_pixels(features: dict) -> np.ndarray:
     return cv2.cvtColor(images.decode(features["image"]), cv2.COLOR_BGR2RGB)
 
 
-def _plain(example: dict[str, list]) -> dict[str, object]:
+def to_python(example: dict[str, list]) -> dict[str, object]:
     """One-value lists become scalars; format and key become str."""
     record: dict[str, object] = {}
     for name, values in example.items():
@@ -72,7 +72,7 @@ def iter_examples(
     if shuffle:
         rng.shuffle(paths)
     records = (
-        _plain(decode_example(data))
+        to_python(decode_example(data))
         for path in paths
         for _, data in iter_records(path, index.compression)
     )

@@ -1,0 +1,55 @@
+"""preview: a contact sheet of random records with their class names, to eyeball labels."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+
+import cv2
+import numpy as np
+
+from shardpack import images
+from shardpack.index import load_index
+from shardpack.read import decode_pixels, iter_examples
+
+CELL = 128  # pixels per thumbnail side
+_CAPTION = 22  # pixels of caption strip under each thumbnail
+
+
+def make_preview(
+    out: str | os.PathLike, dest: str | os.PathLike, split: str = "train", n: int = 64,
+    seed: int = 0,
+) -> str:  # fmt: skip
+    """Draw n random records of a split in a grid, each captioned with its class name.
+
+    Records are drawn by reservoir sampling over one pass, so any split size works.
+
+    Returns:
+        The PNG path written.
+    """
+    index = load_index(out)
+    rng = random.Random(seed)
+    chosen: list[dict] = []
+    for seen, record in enumerate(iter_examples(index.out, split)):
+        if len(chosen) < n:
+            chosen.append(record)
+        elif (j := rng.randrange(seen + 1)) < n:
+            chosen[j] = record
+    cols = max(1, math.ceil(math.sqrt(len(chosen))))
+    rows = max(1, math.ceil(len(chosen) / cols))
+    sheet = np.full((rows * (CELL + _CAPTION), cols * CELL, 3), 255, np.uint8)
+    for k, record in enumerate(chosen):
+        rgb = decode_pixels(record)
+        scale = CELL / max(rgb.shape[:2])
+        size = (max(1, round(rgb.shape[1] * scale)), max(1, round(rgb.shape[0] * scale)))
+        thumb = cv2.resize(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), size, interpolation=cv2.INTER_AREA)
+        y, x = (k // cols) * (CELL + _CAPTION), (k % cols) * CELL
+        sheet[y : y + thumb.shape[0], x : x + thumb.shape[1]] = thumb
+        caption = index.classes[record["label"]].encode("ascii", "replace").decode()[:18]
+        cv2.putText(sheet, caption, (x + 3, y + CELL + 15), cv2.FONT_HERSHEY_SIMPLEX, 0.4,
+                    (0, 0, 0), 1, cv2.LINE_AA)  # fmt: skip
+    dest = os.fspath(dest)
+    with open(dest, "wb") as f:
+        f.write(images.encode(sheet, "png"))
+    return dest

@@ -1,0 +1,121 @@
+"""Random access: per-shard index files in DALI's tfrecord2idx format, and read_record(i)."""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+
+from shardpack.errors import IndexFormatError, RecordError
+from shardpack.index import Index, load_index
+from shardpack.read import to_python
+from shardpack.tfrecord import decode_example, masked_crc
+
+INDEX_FILES_DIR = "idx"
+_HEADER = struct.Struct("<QI")
+
+
+def record_spans(path: str) -> Iterator[tuple[int, int]]:
+    """Yield (byte offset, framed size) of every record by hopping from header to header.
+
+    Only the 12-byte headers are read, so this costs one seek per record, not a full read.
+
+    Raises:
+        RecordError: a header fails its CRC or the file ends inside a record.
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        offset = 0
+        while offset < size:
+            header = f.read(_HEADER.size)
+            length, crc = _HEADER.unpack(header) if len(header) == _HEADER.size else (0, None)
+            if crc is None or masked_crc(header[:8]) != crc:
+                raise RecordError(path, offset, "bad record header (corrupt or truncated)")
+            framed = _HEADER.size + length + 4
+            if offset + framed > size:
+                raise RecordError(path, offset, "file ends inside a record (truncated)")
+            yield offset, framed
+            offset += framed
+            f.seek(offset)
+
+
+def index_file_path(index: Index, file: str) -> str:
+    """Where the index file of one shard lives: OUT/idx/<shard>.idx (outside shard globs)."""
+    return os.path.join(index.out, INDEX_FILES_DIR, f"{file}.idx")
+
+
+def _random_access(out: str | os.PathLike) -> Index:
+    index = load_index(out)
+    if index.compression != "none":
+        raise IndexFormatError(
+            f"{index.out}: GZIP shards cannot be read at random offsets; pack without "
+            "--compression for random access"
+        )
+    return index
+
+
+def write_index_files(out: str | os.PathLike) -> list[str]:
+    """Write one index file per shard, one line '<offset> <framed size>' per record.
+
+    The format is NVIDIA DALI's tfrecord2idx, read by `fn.readers.tfrecord(index_path=...)` and
+    by the `tfrecord` package. Each file appears under its final name only when complete.
+
+    Returns:
+        The paths written.
+    """
+    index = _random_access(out)
+    os.makedirs(os.path.join(index.out, INDEX_FILES_DIR), exist_ok=True)
+    written = []
+    for split in index.splits.values():
+        for shard in split.shards:
+            path = index_file_path(index, shard.file)
+            lines = [f"{o} {n}\n" for o, n in record_spans(index.shard_path(shard))]
+            tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
+            with open(tmp, "w") as f:
+                f.writelines(lines)
+            os.replace(tmp, path)
+            written.append(path)
+    return written
+
+
+def read_record(out: str | os.PathLike, split: str, i: int) -> dict[str, object]:
+    """Fetch record i of a split without scanning the shards before it.
+
+    Uses the shard's index file when there is one, else hops over record headers of that
+    one shard. The record's CRCs are checked.
+
+    Returns:
+        The record as iter_examples yields it (image bytes, label, key...).
+    """
+    index = _random_access(out)
+    info = index.split(split)
+    if not 0 <= i < info.num_records:
+        raise IndexError(f"record {i} is outside split {split!r} of {info.num_records} records")
+    for shard in info.shards:
+        if i >= shard.num_records:
+            i -= shard.num_records
+            continue
+        path = index.shard_path(shard)
+        offset, framed = _span(index, shard.file, path, i)
+        with open(path, "rb") as f:
+            f.seek(offset)
+            record = f.read(framed)
+        data = record[_HEADER.size : framed - 4]
+        if masked_crc(data) != struct.unpack("<I", record[framed - 4 :])[0]:
+            raise RecordError(path, offset, "data CRC mismatch (corrupt record)")
+        return to_python(decode_example(data))
+    raise IndexError(f"record {i} not found; the index's record counts disagree with its shards")
+
+
+def _span(index: Index, file: str, path: str, i: int) -> tuple[int, int]:
+    idx = index_file_path(index, file)
+    if os.path.exists(idx):
+        with open(idx) as f:
+            for n, line in enumerate(f):
+                if n == i:
+                    offset, framed = line.split()
+                    return int(offset), int(framed)
+    for n, span in enumerate(record_spans(path)):
+        if n == i:
+            return span
+    raise RecordError(path, 0, f"has no record {i}")
