@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -82,11 +83,16 @@ def write_json_atomic(path: str, document: dict) -> None:
     """Write JSON to a temporary name, fsync it, then rename it into place."""
     head, tail = os.path.split(path)
     tmp = os.path.join(head, f".{tail}.partial")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(document, f, indent=2, ensure_ascii=False, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=2, ensure_ascii=False, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
     os.replace(tmp, path)
 
 
@@ -136,13 +142,17 @@ def load_index(out: str | os.PathLike) -> Index:
             if not isinstance(shard, dict):
                 raise bad(f"a shard of split {split!r} is not an object")
             _expect(shard, {"file": str, "num_records": int, "num_bytes": int, "sha256": str}, bad)
-            if not _SAFE_FILE.match(shard["file"]):
+            if not _SAFE_FILE.fullmatch(shard["file"]):
                 raise IndexFormatError(
                     f"{path}: refused shard name {shard['file']!r}: shard names must be plain "
                     "file names inside the output folder"
                 )
             shards.append(ShardInfo(**{k: shard[k] for k in ShardInfo.__dataclass_fields__}))
         counts = entry.get("class_counts", [])
+        if not isinstance(counts, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) for c in counts
+        ):
+            raise bad(f"'class_counts' of split {split!r} must be a list of integers")
         splits[split] = SplitInfo(entry["num_records"], tuple(counts), tuple(shards))
     return Index(
         out=out,
