@@ -1,0 +1,428 @@
+"""images.py: sniff, header probe and structure check, decode, size arithmetic, encode."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import cv2
+import numpy as np
+import pytest
+
+from shardpack.images import (
+    BadImage,
+    ImageInfo,
+    decode,
+    encode,
+    probe,
+    reduce_factor,
+    resize,
+    sniff,
+    target_size,
+)
+from tests import helpers
+
+
+def _photo(height: int = 48, width: int = 64, seed: int = 0) -> np.ndarray:
+    """A BGR image with structure and noise, so that a JPEG's scan is long enough to cut."""
+    base = cv2.resize(helpers.image(seed), (width, height), interpolation=cv2.INTER_LINEAR)
+    noise = np.random.default_rng(seed).integers(-25, 26, base.shape)
+    return (base.astype(np.int16) + noise).clip(0, 255).astype(np.uint8)
+
+
+def _encode(ext: str, pixels: np.ndarray, *params: int) -> bytes:
+    ok, buf = cv2.imencode(ext, pixels, list(params))
+    assert ok, ext
+    return buf.tobytes()
+
+
+def _jpeg(pixels: np.ndarray | None = None, progressive: bool = False) -> bytes:
+    pixels = _photo() if pixels is None else pixels
+    return _encode(".jpg", pixels, cv2.IMWRITE_JPEG_PROGRESSIVE, int(progressive))
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def _palette_png(height: int, width: int, transparent: bool = False) -> bytes:
+    """An 8-bit palette PNG (colour type 3), which cv2.imencode cannot write."""
+    palette = bytes([0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255])
+    rows = b"".join(b"\x00" + bytes((x + y) % 4 for x in range(width)) for y in range(height))
+    chunks = [
+        _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 3, 0, 0, 0)),
+        _chunk(b"PLTE", palette),
+    ]
+    if transparent:
+        chunks.append(_chunk(b"tRNS", bytes([0, 255, 255, 128])))
+    chunks += [_chunk(b"IDAT", zlib.compress(rows)), _chunk(b"IEND", b"")]
+    return b"\x89PNG\r\n\x1a\n" + b"".join(chunks)
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+# ---- sniff ---------------------------------------------------------------------------------
+
+
+SNIFF_CASES = {
+    "jpeg": (lambda: _jpeg(), "jpeg"),
+    "png": (lambda: _encode(".png", _photo()), "png"),
+    "bmp": (lambda: _encode(".bmp", _photo()), "bmp"),
+    "webp": (lambda: _encode(".webp", _photo()), "webp"),
+    "tiff-II": (lambda: _encode(".tiff", _photo()), "tiff"),
+    "tiff-MM": (lambda: b"MM\x00*" + bytes(12), "tiff"),
+    "gif89": (lambda: b"GIF89a" + bytes(10), "gif"),
+    "gif87": (lambda: b"GIF87a" + bytes(10), "gif"),
+    "empty": (lambda: b"", None),
+    "jpeg-2-bytes": (lambda: b"\xff\xd8", None),
+    "riff-wave": (lambda: b"RIFF\x00\x00\x00\x00WAVEfmt ", None),
+    "text": (lambda: b"hello, this is text", None),
+    "zeros": (lambda: bytes(32), None),
+}
+
+
+@pytest.mark.parametrize("case", list(SNIFF_CASES))
+def test_sniff(case):
+    make, expected = SNIFF_CASES[case]
+    assert sniff(make()) == expected
+
+
+def test_probe_returns_none_for_formats_it_does_not_parse():
+    for ext in (".webp", ".bmp", ".tiff"):
+        assert probe(_encode(ext, _photo())) is None
+    assert probe(b"not an image") is None
+
+
+# ---- probe: real files ---------------------------------------------------------------------
+
+
+def _frame_markers(data: bytes) -> set[int]:
+    return {
+        data[i + 1] for i in range(len(data) - 1) if data[i] == 0xFF and data[i + 1] in (0xC0, 0xC2)
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "channels", "frame"),
+    [
+        (_jpeg(_photo(24, 32)), 3, 0xC0),
+        (_jpeg(_photo(24, 32), progressive=True), 3, 0xC2),
+        (_jpeg(cv2.cvtColor(_photo(24, 32), cv2.COLOR_BGR2GRAY)), 1, 0xC0),
+    ],
+    ids=["baseline", "progressive", "grayscale"],
+)
+def test_probe_jpeg(data, channels, frame):
+    assert _frame_markers(data) == {frame}  # the fixture is the kind of JPEG it claims to be
+    assert probe(data) == ImageInfo("jpeg", 24, 32, channels, tf_readable=True)
+    assert _tf().io.decode_jpeg(data, channels=0).shape == (24, 32, channels)
+
+
+PNGS = {
+    "rgb": (lambda: _encode(".png", _photo(24, 32)), 3),
+    "rgba": (
+        lambda: _encode(".png", np.dstack([_photo(24, 32), np.full((24, 32), 7, np.uint8)])),
+        4,
+    ),
+    "gray": (lambda: _encode(".png", _photo(24, 32)[..., 0]), 1),
+    "rgb16": (lambda: _encode(".png", _photo(24, 32).astype(np.uint16) * 257), 3),
+    "gray16": (lambda: _encode(".png", _photo(24, 32)[..., 1].astype(np.uint16) * 257), 1),
+    "palette": (lambda: _palette_png(24, 32), 3),
+    "palette_trns": (lambda: _palette_png(24, 32, transparent=True), 4),
+}
+
+
+@pytest.mark.parametrize("case", list(PNGS))
+def test_probe_png(case):
+    make, channels = PNGS[case]
+    data = make()
+    assert probe(data) == ImageInfo("png", 24, 32, channels)
+    # TensorFlow's native channel count for the same file agrees with the header's.
+    assert _tf().io.decode_png(data, channels=0).shape == (24, 32, channels)
+
+
+def test_probe_png_16_bit_fixture_really_is_16_bit():
+    data = PNGS["rgb16"][0]()
+    depth, color = data[24], data[25]  # IHDR: 8 signature + 8 chunk head + 8 width/height
+    assert (depth, color) == (16, 2)
+
+
+def test_probe_gray_png_with_trns_has_alpha():
+    data = _encode(".png", _photo(24, 32)[..., 0])
+    iend = data.rindex(b"IEND") - 4
+    data = data[:iend] + _chunk(b"tRNS", b"\x00\x07") + data[iend:]
+    assert probe(data).channels == 2
+
+
+# ---- probe: damaged files ------------------------------------------------------------------
+
+
+def _scan_start(data: bytes) -> int:
+    sos = data.index(b"\xff\xda")
+    return sos + 2 + struct.unpack_from(">H", data, sos + 2)[0]
+
+
+def test_truncated_jpeg_is_bad_image_and_tensorflow_refuses_it():
+    data = _jpeg()
+    start = _scan_start(data)
+    assert len(data) - start > 1000  # a long scan, so the cut lands in the pixels
+    cut = data[: (start + len(data)) // 2]
+    with pytest.raises(BadImage, match="no end-of-image"):
+        probe(cut)
+    tf = _tf()
+    assert tf.io.decode_jpeg(data).shape == (48, 64, 3)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_jpeg(cut)
+    # Note: OpenCV 4.x decoded such a file with only a warning, which is why the header check
+    # exists; OpenCV 5 refuses it too, so decode() (check="decode") also reports it.
+    with pytest.raises(BadImage):
+        decode(cut)
+
+
+@pytest.mark.parametrize("drop", [1, 2, 50])
+def test_jpeg_without_its_end_marker_is_bad_image(drop):
+    with pytest.raises(BadImage, match="no end-of-image"):
+        probe(_jpeg()[:-drop])
+
+
+def test_progressive_jpeg_cut_after_some_scans_is_bad_image():
+    data = _jpeg(progressive=True)
+    scans = [i for i in range(len(data) - 1) if data[i : i + 2] == b"\xff\xda"]
+    assert len(scans) > 3
+    with pytest.raises(BadImage, match="no end-of-image"):
+        probe(data[: scans[3]])
+
+
+@pytest.mark.parametrize("cut", [3, 10, 40, 150])
+def test_jpeg_cut_in_its_header_is_bad_image(cut):
+    data = _jpeg()
+    assert cut < _scan_start(data)
+    with pytest.raises(BadImage, match="truncated JPEG"):
+        probe(data[:cut])
+
+
+def _with_exif_eoi(data: bytes) -> bytes:
+    """Insert, after SOI, an APP1 'Exif' segment whose body holds FF D9 (as thumbnails do)."""
+    body = b"Exif\x00\x00" + b"MM\x00*" + b"\xff\xd8\xff\xd9" * 4 + b"thumbnail\xff\xd9"
+    app1 = b"\xff\xe1" + struct.pack(">H", len(body) + 2) + body
+    return data[:2] + app1 + data[2:]
+
+
+def test_exif_segment_holding_ff_d9_does_not_hide_a_truncated_scan():
+    data = _with_exif_eoi(_jpeg())
+    assert probe(data) == ImageInfo("jpeg", 48, 64, 3)
+    assert _tf().io.decode_jpeg(data).shape == (48, 64, 3)  # the fixture is a valid JPEG
+    start = _scan_start(data)
+    assert data.find(b"\xff\xd9") < start  # an FF D9 sits before the scan...
+    cut = data[: (start + len(data)) // 2]
+    with pytest.raises(BadImage, match="no end-of-image"):  # ...and is not taken for the end
+        probe(cut)
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (b"\xff\xd8\xff\xd9" + bytes(4), "ends before any image data"),
+        (b"\xff\xd8\xff\xda\x00\x02" + b"\x00" * 8 + b"\xff\xd9", "before any frame header"),
+        (
+            b"\xff\xd8\xff\xc0\x00\x0b\x08\x00\x00\x00\x10\x01\x01\x11\x00" + bytes(4),
+            "0 pixels|16x0",
+        ),
+        (b"\xff\xd8\xff\xc0\x00\x05\x08\x00\x10" + bytes(4), "short frame header"),
+        (b"\xff\xd8\xff\xe0\x00\x04\x00\x00" + bytes(4), "no marker at byte 8"),
+        (b"\xff\xd8\xff\xe0\x00\x01\x00\x00", "header cut short"),
+    ],
+    ids=["soi-eoi", "scan-before-frame", "zero-height", "short-frame", "no-marker", "bad-length"],
+)
+def test_malformed_jpeg_headers_are_bad_image(data, match):
+    with pytest.raises(BadImage, match=match):
+        probe(data)
+
+
+@pytest.mark.parametrize("keep", [8, 20, 33, -12, -1])
+def test_truncated_png_is_bad_image(keep):
+    data = _encode(".png", _photo())
+    with pytest.raises(BadImage, match="truncated PNG"):
+        probe(data[:keep])
+
+
+def test_png_cut_in_idat_is_bad_image():
+    data = _encode(".png", _photo())
+    idat = data.index(b"IDAT")
+    with pytest.raises(BadImage, match="IDAT"):
+        probe(data[: idat + 100])
+
+
+def test_png_with_a_flipped_pixel_byte_is_bad_image():
+    data = bytearray(_encode(".png", _photo()))
+    data[data.index(b"IDAT") + 50] ^= 0x01
+    with pytest.raises(BadImage, match="CRC mismatch"):
+        probe(bytes(data))
+
+
+def test_png_with_zero_width_is_bad_image():
+    head = _chunk(b"IHDR", struct.pack(">IIBBBBB", 0, 5, 8, 2, 0, 0, 0))
+    data = b"\x89PNG\r\n\x1a\n" + head + _chunk(b"IEND", b"")
+    with pytest.raises(BadImage, match="invalid IHDR"):
+        probe(data)
+
+
+def test_png_without_ihdr_is_bad_image():
+    with pytest.raises(BadImage, match="no IHDR"):
+        probe(b"\x89PNG\r\n\x1a\n" + _chunk(b"IEND", b""))
+
+
+# ---- decode --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        _jpeg(cv2.cvtColor(_photo(), cv2.COLOR_BGR2GRAY)),
+        _encode(".png", np.dstack([_photo(), np.zeros((48, 64), np.uint8)])),
+        _encode(".png", _photo().astype(np.uint16) * 257),
+        _palette_png(48, 64, transparent=True),
+        _encode(".webp", _photo()),
+        _encode(".bmp", _photo()),
+    ],
+    ids=["gray-jpeg", "rgba-png", "png16", "palette", "webp", "bmp"],
+)
+def test_decode_gives_uint8_three_channels(data):
+    pixels = decode(data)
+    assert pixels.shape == (48, 64, 3)
+    assert pixels.dtype == np.uint8
+
+
+@pytest.mark.parametrize(
+    ("reduce", "shape"), [(1, (48, 64)), (2, (24, 32)), (4, (12, 16)), (8, (6, 8))]
+)
+def test_decode_reduced_jpeg(reduce, shape):
+    assert decode(_jpeg(), reduce=reduce).shape == (*shape, 3)
+
+
+@pytest.mark.parametrize("data", [b"", b"garbage", b"\xff\xd8\xff", bytes(100)])
+def test_decode_garbage_is_bad_image(data):
+    with pytest.raises(BadImage, match="cannot decode"):
+        decode(data)
+
+
+# ---- size arithmetic -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("height", "width", "max_side", "size", "expected"),
+    [
+        (100, 300, None, None, None),
+        (100, 300, 300, None, None),  # already fits
+        (100, 300, 400, None, None),  # never enlarges
+        (100, 300, 150, None, (50, 150)),
+        (300, 100, 150, None, (150, 50)),
+        (375, 500, 250, None, (188, 250)),  # 187.5 rounds to even
+        (1, 1000, 10, None, (1, 10)),  # never below one pixel
+        (100, 300, None, (300, 100), None),  # --resize WxH equal to the size
+        (100, 300, None, (224, 112), (112, 224)),  # (width, height) in, (height, width) out
+        (10, 10, None, (64, 32), (32, 64)),  # resize also enlarges
+    ],
+)
+def test_target_size(height, width, max_side, size, expected):
+    assert target_size(height, width, max_side, size) == expected
+
+
+@pytest.mark.parametrize(
+    ("height", "width", "target", "factor"),
+    [
+        (480, 640, (60, 80), 8),
+        (480, 640, (61, 80), 4),
+        (480, 640, (120, 160), 4),
+        (480, 640, (121, 160), 2),
+        (480, 640, (240, 321), 1),
+        (480, 640, (480, 640), 1),
+        (375, 500, (46, 62), 8),  # 375 // 8 = 46, 500 // 8 = 62
+        (375, 500, (47, 62), 4),
+    ],
+)
+def test_reduce_factor(height, width, target, factor):
+    assert reduce_factor(height, width, target) == factor
+    # The factor's decode is never smaller than the target.
+    assert height // factor >= target[0] and width // factor >= target[1]
+
+
+def test_reduced_decode_is_at_least_the_target():
+    data = _jpeg(_photo(96, 128))
+    target = target_size(96, 128, 20, None)
+    factor = reduce_factor(96, 128, target)
+    assert factor == 4
+    pixels = decode(data, reduce=factor)
+    assert pixels.shape[0] >= target[0] and pixels.shape[1] >= target[1]
+    assert resize(pixels, target).shape[:2] == target
+
+
+@pytest.mark.parametrize("size", [(24, 32), (100, 30), (48, 64), (1, 1)])
+def test_resize_shape(size):
+    pixels = _photo()
+    out = resize(pixels, size)
+    assert out.shape == (*size, 3)
+    if size == (48, 64):
+        assert out is pixels
+
+
+def test_resize_shrink_averages():
+    pixels = np.zeros((4, 4, 3), np.uint8)
+    pixels[:, :2] = 200  # left half bright
+    assert resize(pixels, (1, 2))[0, :, 0].tolist() == [200, 0]
+    assert resize(pixels, (1, 1))[0, 0, 0] == 100
+
+
+# ---- encode --------------------------------------------------------------------------------
+
+
+def test_raw_is_rgb_bytes():
+    pixels = np.zeros((2, 3, 3), np.uint8)
+    pixels[0, 0] = (255, 0, 0)  # blue in BGR
+    pixels[1, 2] = (0, 0, 200)  # red in BGR
+    raw = encode(pixels, "raw")
+    assert len(raw) == 2 * 3 * 3
+    rgb = np.frombuffer(raw, np.uint8).reshape(2, 3, 3)
+    assert rgb[0, 0].tolist() == [0, 0, 255]
+    assert rgb[1, 2].tolist() == [200, 0, 0]
+    assert raw == pixels[..., ::-1].tobytes()
+
+
+def test_png_round_trip_is_exact():
+    pixels = _photo()
+    data = encode(pixels, "png")
+    assert sniff(data) == "png"
+    assert probe(data) == ImageInfo("png", 48, 64, 3)
+    assert np.array_equal(decode(data), pixels)
+
+
+@pytest.mark.parametrize(("fmt", "tolerance"), [("jpeg", 12), ("webp", 12)])
+def test_lossy_round_trip_is_close(fmt, tolerance):
+    pixels = _photo()
+    data = encode(pixels, fmt, quality=95)
+    assert sniff(data) == fmt
+    back = decode(data)
+    assert back.shape == pixels.shape
+    assert np.abs(back.astype(int) - pixels.astype(int)).mean() < tolerance
+
+
+def test_jpeg_quality_changes_the_bytes():
+    pixels = _photo()
+    assert len(encode(pixels, "jpeg", quality=10)) < len(encode(pixels, "jpeg", quality=95))
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "png", "webp"])
+def test_tensorflow_decodes_encoded_images_as_rgb(fmt):
+    tf = _tf()
+    pixels = _photo()
+    data = encode(pixels, fmt)
+    if fmt == "webp":
+        rgb = tf.io.decode_webp(data, channels=3)[0].numpy()
+    else:
+        rgb = tf.io.decode_image(data, channels=3, expand_animations=False).numpy()
+    assert rgb.shape == (48, 64, 3)
+    expected = pixels[..., ::-1].astype(int)  # TensorFlow gives RGB
+    assert np.abs(rgb.astype(int) - expected).mean() < 12

@@ -1,0 +1,386 @@
+"""index.py: write index.json atomically, build it from results, load it and refuse the unknown."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from shardpack.errors import IndexFormatError
+from shardpack.index import (
+    BASE_FEATURES,
+    INDEX_NAME,
+    Index,
+    ShardInfo,
+    build_index,
+    load_index,
+    write_json_atomic,
+)
+from shardpack.options import PackOptions
+from shardpack.plan import make_plan
+from shardpack.sources import scan
+from shardpack.worker import ShardResult
+from tests import helpers
+
+SHA = "ab" * 32
+
+
+def _shard(file: str, num_records: int) -> dict:
+    return {"file": file, "num_records": num_records, "num_bytes": 100 * num_records, "sha256": SHA}
+
+
+def _document() -> dict:
+    """A valid version-1 index with two splits, written by hand from DESIGN.md."""
+    return {
+        "format": "shardpack-index",
+        "version": 1,
+        "name": "pets",
+        "source": "folder",
+        "classes": ["cats", "dogs"],
+        "features": dict(BASE_FEATURES),
+        "encoding": "keep",
+        "compression": "none",
+        "seed": 0,
+        "plan_digest": "cd" * 32,
+        "splits": {
+            "train": {
+                "num_records": 5,
+                "class_counts": [3, 2],
+                "shards": [
+                    _shard("pets-train.tfrecord-00000-of-00002", 3),
+                    _shard("pets-train.tfrecord-00001-of-00002", 2),
+                ],
+            },
+            "test": {"num_records": 1, "shards": [_shard("pets-test.tfrecord-00000-of-00001", 1)]},
+        },
+        "skipped": [{"key": "cats/bad.jpg", "reason": "truncated JPEG"}],
+        "ignored": 1,
+        "stats": {"seconds": 1.0},
+    }
+
+
+def _save(out: Path, document: object) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / INDEX_NAME).write_text(json.dumps(document), encoding="utf-8")
+    return out
+
+
+def _refused(out: Path, match: str) -> IndexFormatError:
+    with pytest.raises(IndexFormatError, match=match) as caught:
+        load_index(out)
+    assert str(out / INDEX_NAME) in str(caught.value)  # names the file
+    return caught.value
+
+
+# ---- accepting -----------------------------------------------------------------------------
+
+
+def test_load_index_accepts_a_valid_document(tmp_path):
+    out = _save(tmp_path / "out", _document())
+    index = load_index(out)
+    assert isinstance(index, Index)
+    assert index.out == str(out)
+    assert (index.name, index.classes) == ("pets", ("cats", "dogs"))
+    assert index.features == BASE_FEATURES
+    assert (index.encoding, index.compression) == ("keep", "none")
+    assert list(index.splits) == ["train", "test"]
+    train = index.split("train")
+    assert train.num_records == 5
+    assert train.class_counts == (3, 2)
+    assert train.shards[1] == ShardInfo("pets-train.tfrecord-00001-of-00002", 2, 200, SHA)
+    assert index.split("test").class_counts == ()  # optional
+    assert index.shard_path(train.shards[0]) == str(out / "pets-train.tfrecord-00000-of-00002")
+    assert index.raw == _document()
+
+
+def test_load_index_accepts_a_relative_out(tmp_path, monkeypatch):
+    _save(tmp_path / "out", _document())
+    monkeypatch.chdir(tmp_path)
+    assert load_index("out").out == str(tmp_path / "out")
+
+
+def test_unknown_split_names_the_splits_there_are(tmp_path):
+    index = load_index(_save(tmp_path / "out", _document()))
+    with pytest.raises(IndexFormatError, match="no split 'validation'; it has test, train"):
+        index.split("validation")
+
+
+def test_gzip_compression_is_accepted(tmp_path):
+    document = _document()
+    document["compression"] = "gzip"
+    assert load_index(_save(tmp_path / "out", document)).compression == "gzip"
+
+
+# ---- refusing ------------------------------------------------------------------------------
+
+
+def test_missing_index_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    _refused(out, "not found")
+
+
+def test_missing_out_is_refused(tmp_path):
+    _refused(tmp_path / "nowhere", "not found")
+
+
+@pytest.mark.parametrize("text", ["", "{", "not json", '{"format": "shardpack-index",}'])
+def test_non_json_is_refused(tmp_path, text):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / INDEX_NAME).write_text(text)
+    _refused(out, "unreadable")
+
+
+def test_non_utf8_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / INDEX_NAME).write_bytes(b'{"name": "\xff\xfe"}')
+    _refused(out, "unreadable")
+
+
+def test_index_that_is_a_folder_is_refused(tmp_path):
+    out = tmp_path / "out"
+    (out / INDEX_NAME).mkdir(parents=True)
+    _refused(out, "unreadable")
+
+
+@pytest.mark.parametrize("document", [[], "shardpack-index", 1, None, {}, {"format": "tfds"}])
+def test_wrong_format_is_refused(tmp_path, document):
+    _refused(_save(tmp_path / "out", document), "'format' is not 'shardpack-index'")
+
+
+@pytest.mark.parametrize("version", [2, 0, "1", None])
+def test_unknown_version_is_refused(tmp_path, version):
+    document = _document()
+    document["version"] = version
+    error = _refused(_save(tmp_path / "out", document), "upgrade shardpack")
+    assert repr(version) in str(error)
+
+
+def _mutated(path: str, value: object) -> dict:
+    """The valid document with the value at a dotted path replaced (or removed for ...)."""
+    document = copy.deepcopy(_document())
+    *parents, last = path.split(".")
+    node = document
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if value is ...:
+        del node[last]
+    elif isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return document
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "match"),
+    [
+        ("name", ..., "'name' must be a str, got NoneType"),
+        ("name", 5, "'name' must be a str, got int"),
+        ("classes", "cats,dogs", "'classes' must be a list"),
+        ("classes", ["cats", 2], "'classes' must be a list of strings"),
+        ("features", ["image"], "'features' must be a dict"),
+        ("encoding", None, "'encoding' must be a str"),
+        ("compression", "zstd", "unknown compression 'zstd'"),
+        ("compression", 1, "'compression' must be a str"),
+        ("splits", [], "'splits' must be a dict"),
+        ("splits.train", [], "split 'train' is not an object"),
+        ("splits.train.num_records", "5", "'num_records' must be a int, got str"),
+        ("splits.train.num_records", True, "'num_records' must be a int, got bool"),
+        ("splits.train.num_records", 5.0, "'num_records' must be a int, got float"),
+        ("splits.train.shards", {}, "'shards' must be a list"),
+        ("splits.train.shards.0", "file", "a shard of split 'train' is not an object"),
+        ("splits.train.shards.0.file", ..., "'file' must be a str"),
+        ("splits.train.shards.1.num_bytes", None, "'num_bytes' must be a int"),
+        ("splits.train.shards.1.num_records", False, "'num_records' must be a int, got bool"),
+        ("splits.test.shards.0.sha256", 123, "'sha256' must be a str"),
+    ],
+)
+def test_wrong_types_are_refused(tmp_path, path, value, match):
+    _refused(_save(tmp_path / "out", _mutated(path, value)), match)
+
+
+@pytest.mark.parametrize("counts", [5, "abc"])
+def test_wrong_class_counts_type_is_refused(tmp_path, counts):
+    # Regression: `tuple(counts)` raised TypeError for 5 (a traceback) and turned "abc" into
+    # ('a', 'b', 'c').
+    _refused(_save(tmp_path / "out", _mutated("splits.train.class_counts", counts)), "class_counts")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "/etc/passwd",
+        "../x",
+        "..",
+        ".",
+        "../../etc/passwd",
+        "sub/shard-00000",
+        "sub\\shard",
+        ".hidden",
+        ".pets-train.tfrecord-00000-of-00002.partial",
+        "",
+        "-rf",
+        "~/x",
+        "C:x",
+        "a b",
+        "x\x00y",
+    ],
+)
+def test_unsafe_shard_names_are_refused(tmp_path, name):
+    document = _mutated("splits.test.shards.0.file", name)
+    error = _refused(_save(tmp_path / "out", document), "refused shard name")
+    assert repr(name) in str(error)
+
+
+def test_shard_name_with_trailing_newline_is_refused(tmp_path):
+    # Regression: the pattern ended in `$`, which also matches before a final newline.
+    document = _mutated("splits.test.shards.0.file", "pets-test.tfrecord\n")
+    _refused(_save(tmp_path / "out", document), "refused shard name")
+
+
+@pytest.mark.parametrize("name", ["pets-train.tfrecord-00000-of-00001", "a", "9.x_y-z", "a..b"])
+def test_plain_shard_names_are_accepted(tmp_path, name):
+    document = _mutated("splits.test.shards.0.file", name)
+    index = load_index(_save(tmp_path / "out", document))
+    shard = index.split("test").shards[0]
+    assert index.shard_path(shard) == os.path.join(str(tmp_path / "out"), name)
+
+
+def test_refusal_does_not_touch_the_shard_path(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("keep out")
+    document = _mutated("splits.test.shards.0.file", "../secret")
+    _refused(_save(tmp_path / "out", document), "refused shard name")
+    assert secret.read_text() == "keep out"
+
+
+# ---- writing -------------------------------------------------------------------------------
+
+
+def test_write_json_atomic_leaves_no_temp_file(tmp_path):
+    path = tmp_path / INDEX_NAME
+    write_json_atomic(str(path), _document())
+    assert [p.name for p in tmp_path.iterdir()] == [INDEX_NAME]
+    assert json.loads(path.read_text(encoding="utf-8")) == _document()
+    assert path.read_text(encoding="utf-8").endswith("}\n")
+
+
+def test_write_json_atomic_replaces_and_keeps_unicode(tmp_path):
+    path = tmp_path / INDEX_NAME
+    path.write_text("old")
+    document = {"classes": ["chats é", "猫"]}
+    write_json_atomic(str(path), document)
+    assert "猫" in path.read_text(encoding="utf-8")  # written as text, not \\u escapes
+    assert json.loads(path.read_text(encoding="utf-8")) == document
+    assert [p.name for p in tmp_path.iterdir()] == [INDEX_NAME]
+
+
+def test_write_json_atomic_failure_keeps_the_old_file(tmp_path):
+    path = tmp_path / INDEX_NAME
+    write_json_atomic(str(path), {"v": 1})
+    with pytest.raises(TypeError):
+        write_json_atomic(str(path), {"v": object()})  # not JSON-serializable
+    assert json.loads(path.read_text()) == {"v": 1}
+
+
+def test_write_json_atomic_failure_removes_its_temp_file(tmp_path):
+    path = tmp_path / INDEX_NAME
+    with pytest.raises(TypeError):
+        write_json_atomic(str(path), {"v": object()})
+    # Regression: ".index.json.partial" stayed behind when json.dump raised.
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_written_index_loads_back(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    write_json_atomic(str(out / INDEX_NAME), _document())
+    assert load_index(out).raw == _document()
+
+
+# ---- building ------------------------------------------------------------------------------
+
+
+def _results(plan, dataset) -> list[ShardResult]:
+    results = []
+    for spec in plan.shards:
+        counts = [0] * len(dataset.classes)
+        for item in spec.items:
+            counts[item.label] += 1
+        results.append(
+            ShardResult(
+                split=spec.split,
+                index=spec.index,
+                file=spec.file,
+                num_records=len(spec.items),
+                num_bytes=100 * len(spec.items),
+                sha256=SHA,
+                label_counts=tuple(counts),
+                skipped=(),
+                seconds=0.1,
+            )
+        )
+    return results
+
+
+def test_build_index_merges_results_in_plan_order_and_loads_back(tmp_path):
+    dataset = scan(helpers.make_tree(tmp_path / "src", {"cats": 4, "dogs": 3}))
+    options = PackOptions(shards=3, seed=7)
+    plan = make_plan(dataset, "pets", options, workers=1)
+    results = _results(plan, dataset)
+    bad = plan.shards[1].items[0]  # the worker skipped this one
+    counts = list(results[1].label_counts)
+    counts[bad.label] -= 1
+    results[1] = dataclasses.replace(
+        results[1],
+        num_records=results[1].num_records - 1,
+        label_counts=tuple(counts),
+        skipped=((bad.key, "truncated JPEG"),),
+    )
+    document = build_index(
+        name="pets",
+        dataset=dataset,
+        options=options,
+        plan=plan,
+        results=list(reversed(results)),  # workers finish in any order
+        stats={"seconds": 1.5},
+    )
+    assert document["plan_digest"] == plan.digest
+    assert document["seed"] == 7
+    assert document["classes"] == ["cats", "dogs"]
+    assert document["skipped"] == [{"key": bad.key, "reason": "truncated JPEG"}]
+    train = document["splits"]["train"]
+    assert [s["file"] for s in train["shards"]] == [s.file for s in plan.shards]
+    assert train["num_records"] == 6
+    assert train["class_counts"] == [4 - (bad.label == 0), 3 - (bad.label == 1)]
+    out = tmp_path / "out"
+    out.mkdir()
+    write_json_atomic(str(out / INDEX_NAME), document)
+    index = load_index(out)
+    assert [s.file for s in index.split("train").shards] == [s.file for s in plan.shards]
+    assert index.features == BASE_FEATURES
+
+
+def test_build_index_for_cifar100_names_coarse_classes(tmp_path):
+    dataset = scan(helpers.make_cifar100_python(tmp_path / "c100", n_train=6, n_test=2))
+    options = PackOptions(shards=2, shuffle=False)
+    plan = make_plan(dataset, "c100", options, workers=1)
+    document = build_index(
+        name="c100",
+        dataset=dataset,
+        options=options,
+        plan=plan,
+        results=_results(plan, dataset),
+        stats={},
+    )
+    assert document["features"]["coarse_label"] == "int64"
+    assert document["coarse_classes"] == [f"coarse{i}" for i in range(20)]
+    assert document["seed"] is None  # no shuffle: the seed decides nothing
+    assert list(document["splits"]) == ["test", "train"]

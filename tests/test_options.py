@@ -1,0 +1,141 @@
+"""options.py: PackOptions validation, and the --shard-size and --resize parsers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from shardpack.errors import ShardpackError
+from shardpack.options import DEFAULT_SHARD_SIZE, PackOptions, parse_resize, parse_size
+
+
+def test_defaults_are_valid():
+    options = PackOptions()
+    assert options.shard_size == DEFAULT_SHARD_SIZE == 128 * 2**20
+    assert (options.encode, options.check, options.on_error) == ("keep", "header", "skip")
+
+
+def test_options_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        PackOptions().seed = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "option"),
+    [
+        ("source", "imagenet", "--source"),
+        ("backend", "ray", "--backend"),
+        ("encode", "gif", "--encode"),
+        ("encode", "JPEG", "--encode"),
+        ("check", "full", "--check"),
+        ("on_error", "ignore", "--on-error"),
+        ("compression", "zstd", "--compression"),
+        ("shards", 0, "--shards"),
+        ("shards", -3, "--shards"),
+        ("shard_size", 0, "--shard-size"),
+        ("workers", 0, "--workers"),
+        ("max_side", -1, "--max-side"),
+        ("max_pixels", 0, "--max-pixels"),
+        ("quality", 0, "--quality"),
+        ("quality", 101, "--quality"),
+        ("resize", (0, 10), "--resize"),
+        ("resize", (10,), "--resize"),
+        ("name", "../evil", "--name"),
+        ("name", "a/b", "--name"),
+        ("name", ".hidden", "--name"),
+        ("name", "", "--name"),
+        ("name", "has space", "--name"),
+        ("name", "dash-name", "--name"),
+    ],
+)
+def test_invalid_values_raise_with_the_value_in_the_message(field, value, option):
+    with pytest.raises(ShardpackError) as caught:
+        PackOptions(**{field: value})
+    message = str(caught.value)
+    assert option in message
+    assert repr(value) in message
+
+
+def test_resize_and_max_side_exclude_each_other():
+    with pytest.raises(ShardpackError, match="exclude each other"):
+        PackOptions(resize=(32, 32), max_side=64)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"name": "cifar10"},
+        {"name": "ImageNet_2012.v2"},
+        {"name": "7days"},
+        {"shards": 1, "workers": 1, "max_side": 1, "max_pixels": 1, "shard_size": 1},
+        {"quality": 1},
+        {"quality": 100},
+        {"resize": (1, 1)},
+        {"encode": "raw", "compression": "gzip", "check": "decode", "on_error": "fail"},
+        {"source": "cifar", "backend": "dask", "shuffle": False, "seed": -5},
+    ],
+)
+def test_valid_values_are_accepted(kwargs):
+    options = PackOptions(**kwargs)
+    for key, value in kwargs.items():
+        assert getattr(options, key) == value
+
+
+def test_output_fields_leave_out_speed_only_options():
+    fields = PackOptions(workers=3, backend="dask", overwrite=True, on_error="fail").output_fields()
+    assert not {"workers", "backend", "overwrite", "on_error"} & set(fields)
+    assert {"encode", "quality", "seed", "shuffle", "compression", "shards"} <= set(fields)
+    assert fields["shard_size"] == DEFAULT_SHARD_SIZE
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1048576", 1048576),
+        ("0", 0),
+        ("512B", 512),
+        ("1K", 1024),
+        ("1.5K", 1536),
+        ("10KB", 10 * 1024),
+        ("64M", 64 * 2**20),
+        ("64m", 64 * 2**20),
+        ("128MiB", 128 * 2**20),
+        ("128mib", 128 * 2**20),
+        (" 3 MiB ", 3 * 2**20),
+        ("1G", 2**30),
+        ("0.5GiB", 2**29),
+        ("2T", 2 * 2**40),
+    ],
+)
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "abc", "-1", "1e3", "12X", "1,000", "MiB", "64Mi", "1 2M"])
+def test_parse_size_refuses_with_the_value_in_the_message(text):
+    with pytest.raises(ShardpackError, match="--shard-size") as caught:
+        parse_size(text)
+    assert repr(text) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("224x224", (224, 224)), ("64X32", (64, 32)), (" 640 x 480 ", (640, 480)), ("1x2", (1, 2))],
+)
+def test_parse_resize_gives_width_then_height(text, expected):
+    assert parse_resize(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "224", "224x", "x224", "224*224", "axb", "1x2x3", "-1x5"])
+def test_parse_resize_refuses_with_the_value_in_the_message(text):
+    with pytest.raises(ShardpackError, match="--resize") as caught:
+        parse_resize(text)
+    assert repr(text) in str(caught.value)
+
+
+def test_parsed_zero_values_are_refused_by_the_options():
+    with pytest.raises(ShardpackError, match="--resize"):
+        PackOptions(resize=parse_resize("0x10"))
+    with pytest.raises(ShardpackError, match="--shard-size"):
+        PackOptions(shard_size=parse_size("0"))

@@ -1,0 +1,273 @@
+"""plan.py: shard arithmetic, names, and make_plan as a pure, seeded function of its inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+
+import pytest
+
+from shardpack.options import PackOptions
+from shardpack.plan import (
+    RAW_EXPANSION,
+    make_plan,
+    num_shards_for,
+    shard_bounds,
+    shard_name,
+)
+from shardpack.sources import CIFAR_PIXELS, Dataset, Item, scan
+from tests import helpers
+
+
+def _dataset(n: int = 40, classes: int = 4, size: int = 1000, splits=("train",)) -> Dataset:
+    """A folder listing of n items per split, each `size` bytes on disk, sorted as scan sorts."""
+
+    def item(split: str, i: int) -> Item:
+        key = f"c{i % classes}/{split}_{i:04d}.jpg"
+        return Item(key=key, label=i % classes, path=key, size=size)
+
+    items = {
+        split: tuple(sorted((item(split, i) for i in range(n)), key=lambda it: it.key))
+        for split in splits
+    }
+    names = tuple(f"c{k}" for k in range(classes))
+    return Dataset("folder", "/src", names, items)
+
+
+def _keys(plan, split: str = "train") -> list[str]:
+    return [item.key for shard in plan.shards if shard.split == split for item in shard.items]
+
+
+# ---- shard_bounds --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_items", [*range(0, 60), 97, 1000, 12345, 1_281_167])
+def test_shard_bounds_balanced_and_covering(num_items):
+    for num_shards in [*range(1, 40), 64, 100, 1024]:
+        bounds = shard_bounds(num_items, num_shards)
+        assert len(bounds) == num_shards
+        assert bounds[0][0] == 0
+        assert bounds[-1][1] == num_items
+        for (_, end), (start, _) in itertools.pairwise(bounds):
+            assert end == start  # contiguous, no gap, no overlap
+        sizes = [end - start for start, end in bounds]
+        assert min(sizes) >= 0
+        assert max(sizes) - min(sizes) <= 1, (num_items, num_shards, sizes)
+        assert sum(sizes) == num_items
+
+
+def test_shard_bounds_examples():
+    assert shard_bounds(10, 3) == [(0, 3), (3, 7), (7, 10)]
+    assert shard_bounds(4, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert shard_bounds(5, 1) == [(0, 5)]
+
+
+@pytest.mark.parametrize("num_shards", [0, -1])
+def test_shard_bounds_refuses_non_positive(num_shards):
+    with pytest.raises(ValueError, match=repr(num_shards)):
+        shard_bounds(10, num_shards)
+
+
+# ---- shard_name ----------------------------------------------------------------------------
+
+
+def test_shard_name_format():
+    assert shard_name("cifar10", "train", 0, 8) == "cifar10-train.tfrecord-00000-of-00008"
+    assert shard_name("x.y", "test", 41, 100) == "x.y-test.tfrecord-00041-of-00100"
+    assert shard_name("big", "train", 123456, 200000) == "big-train.tfrecord-123456-of-200000"
+
+
+def test_shard_names_sort_in_shard_order():
+    names = [shard_name("d", "train", i, 1500) for i in range(1500)]
+    assert sorted(names) == names
+    assert all(re.fullmatch(r"d-train\.tfrecord-\d{5}-of-01500", n) for n in names)
+
+
+# ---- make_plan -----------------------------------------------------------------------------
+
+
+def test_make_plan_is_pure():
+    dataset = _dataset(splits=("train", "test"))
+    options = PackOptions(seed=3, shards=4)
+    a = make_plan(dataset, "d", options, workers=2)
+    b = make_plan(_dataset(splits=("train", "test")), "d", PackOptions(seed=3, shards=4), 2)
+    assert a == b
+    assert a.digest == b.digest
+    assert re.fullmatch(r"[0-9a-f]{64}", a.digest)
+
+
+def test_make_plan_from_a_real_scan_is_pure(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"cats": 7, "dogs": 5, "owls": 3})
+    options = PackOptions(shards=3)
+    a = make_plan(scan(src), "pets", options, workers=2)
+    b = make_plan(scan(src), "pets", options, workers=2)
+    assert a == b
+    assert sorted(_keys(a)) == [i.key for i in scan(src).splits["train"]]
+
+
+def test_plan_covers_every_item_once_per_split():
+    dataset = _dataset(n=37, splits=("train", "test"))
+    plan = make_plan(dataset, "d", PackOptions(shards=5), workers=1)
+    for split in ("train", "test"):
+        assert sorted(_keys(plan, split)) == sorted(i.key for i in dataset.splits[split])
+    assert [s.split for s in plan.shards] == ["test"] * 5 + ["train"] * 5  # splits sorted
+    for shard in plan.shards:
+        assert shard.kind == "folder"
+        assert shard.num_shards == 5
+        assert shard.file == shard_name("d", shard.split, shard.index, 5)
+        assert len(shard.items) in (7, 8)
+    assert [s.index for s in plan.shards if s.split == "train"] == [0, 1, 2, 3, 4]
+
+
+def test_seed_changes_order_and_digest():
+    dataset = _dataset()
+    a = make_plan(dataset, "d", PackOptions(seed=0, shards=4), 1)
+    b = make_plan(dataset, "d", PackOptions(seed=1, shards=4), 1)
+    assert _keys(a) != _keys(b)
+    assert sorted(_keys(a)) == sorted(_keys(b))
+    assert a.digest != b.digest
+
+
+def test_shuffle_really_shuffles():
+    keys = _keys(make_plan(_dataset(), "d", PackOptions(seed=0, shards=1), 1))
+    assert keys != sorted(keys)
+
+
+def test_no_shuffle_keeps_sorted_order():
+    dataset = _dataset()
+    plan = make_plan(dataset, "d", PackOptions(shuffle=False, shards=3), 1)
+    assert _keys(plan) == [i.key for i in dataset.splits["train"]]
+    assert [len(s.items) for s in plan.shards] == [13, 14, 13]
+
+
+def test_shards_cap_at_item_count():
+    plan = make_plan(_dataset(n=3), "d", PackOptions(shards=10), workers=1)
+    assert len(plan.shards) == 3
+    assert all(len(s.items) == 1 for s in plan.shards)
+    assert plan.shards[0].file == "d-train.tfrecord-00000-of-00003"
+    plan = make_plan(_dataset(n=3), "d", PackOptions(), workers=16)
+    assert len(plan.shards) == 3
+
+
+def test_each_split_gets_its_own_shard_count():
+    dataset = Dataset(
+        "folder",
+        "/src",
+        _dataset().classes,
+        {"train": _dataset(n=50).splits["train"], "test": _dataset(n=2).splits["train"]},
+    )
+    plan = make_plan(dataset, "d", PackOptions(shards=4), 1)
+    assert [(s.split, s.num_shards) for s in plan.shards] == [("test", 2)] * 2 + [("train", 4)] * 4
+
+
+def test_default_shard_count_respects_shard_size():
+    # 40 items of 1000 bytes = 40_000 bytes; 8_000 per shard -> 5 shards.
+    options = PackOptions(shard_size=8_000)
+    assert num_shards_for(_dataset().splits["train"], options, workers=1) == 5
+    assert len(make_plan(_dataset(), "d", options, workers=1).shards) == 5
+    # 7_000 per shard -> ceil(40_000 / 7_000) = 6
+    assert num_shards_for(_dataset().splits["train"], PackOptions(shard_size=7_000), 1) == 6
+
+
+def test_default_shard_count_is_at_least_workers():
+    items = _dataset().splits["train"]
+    assert num_shards_for(items, PackOptions(), workers=1) == 1  # 40 KB fits in one 128 MiB shard
+    assert num_shards_for(items, PackOptions(), workers=6) == 6
+    assert num_shards_for(items, PackOptions(shard_size=8_000), workers=2) == 5
+
+
+def test_explicit_shards_win_over_workers_and_size():
+    items = _dataset().splits["train"]
+    assert num_shards_for(items, PackOptions(shards=3, shard_size=1), workers=16) == 3
+
+
+def test_raw_encoding_estimates_larger_shards():
+    items = _dataset(n=40, size=1000).splits["train"]
+    keep = num_shards_for(items, PackOptions(shard_size=40_000), 1)
+    raw = num_shards_for(items, PackOptions(shard_size=40_000, encode="raw"), 1)
+    assert (keep, raw) == (1, RAW_EXPANSION)
+    resized = PackOptions(shard_size=40 * 10 * 10 * 3, encode="raw", resize=(10, 10))
+    assert num_shards_for(items, resized, 1) == 1  # 10x10x3 bytes each, not size x 10
+
+
+def test_cifar_records_are_estimated_at_their_pixels(tmp_path):
+    dataset = scan(helpers.make_cifar10_python(tmp_path / "c", per_batch=10, batches=1))
+    items = dataset.splits["train"]
+    assert num_shards_for(items, PackOptions(shard_size=CIFAR_PIXELS * 2), 1) == 5
+    plan = make_plan(dataset, "cifar10", PackOptions(shard_size=CIFAR_PIXELS * 2), 1)
+    assert {s.kind for s in plan.shards} == {"cifar10-python"}
+    assert [s.num_shards for s in plan.shards if s.split == "test"] == [5] * 5
+
+
+# ---- the digest ----------------------------------------------------------------------------
+
+
+def _digest(options: PackOptions, workers: int = 2, name: str = "d", dataset=None) -> str:
+    return make_plan(dataset or _dataset(), name, options, workers).digest
+
+
+BASE = PackOptions(shards=4)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"encode": "jpeg"},
+        {"encode": "raw"},
+        {"quality": 90},
+        {"compression": "gzip"},
+        {"check": "decode"},
+        {"max_side": 64},
+        {"resize": (32, 32)},
+        {"max_pixels": 1000},
+        {"shards": 5},
+        {"name": "other"},
+    ],
+    ids=lambda c: next(iter(c)),
+)
+def test_digest_changes_when_an_output_option_changes(change):
+    assert _digest(dataclasses.replace(BASE, **change)) != _digest(BASE)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"workers": 1},
+        {"workers": 8},
+        {"backend": "dask"},
+        {"on_error": "fail"},
+        {"overwrite": True},
+    ],
+    ids=lambda c: f"{next(iter(c))}={next(iter(c.values()))}",
+)
+def test_digest_ignores_options_that_change_only_speed(change):
+    assert _digest(dataclasses.replace(BASE, **change)) == _digest(BASE)
+
+
+def test_digest_ignores_worker_count_when_shards_are_fixed():
+    assert _digest(BASE, workers=1) == _digest(BASE, workers=16)
+    plans = [make_plan(_dataset(), "d", BASE, w) for w in (1, 3, 16)]
+    assert plans[0] == plans[1] == plans[2]
+
+
+def test_worker_count_changes_the_digest_when_it_changes_the_shards():
+    options = PackOptions()  # shards sized by shard_size, at least `workers`
+    assert _digest(options, workers=2) != _digest(options, workers=3)
+
+
+def test_digest_changes_with_the_listing():
+    dataset = _dataset()
+    first, *rest = dataset.splits["train"]
+    relabelled = dataclasses.replace(
+        dataset, splits={"train": (dataclasses.replace(first, label=3), *rest)}
+    )
+    renamed = dataclasses.replace(dataset, classes=("w", "x", "y", "z"))
+    assert _digest(BASE, dataset=relabelled) != _digest(BASE, dataset=dataset)
+    assert _digest(BASE, dataset=renamed) != _digest(BASE, dataset=dataset)
+
+
+def test_digest_does_not_depend_on_where_src_is():
+    dataset = _dataset()
+    moved = dataclasses.replace(dataset, root="/elsewhere")
+    assert _digest(BASE, dataset=moved) == _digest(BASE, dataset=dataset)

@@ -1,0 +1,464 @@
+"""sources.py: class-folder scans and CIFAR-10/100 batches (python and binary), on real files."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardpack.errors import SourceError, UnsafePickleError
+from shardpack.sources import (
+    CIFAR_PIXELS,
+    Item,
+    load_cifar_pickle,
+    read_cifar_pixels,
+    scan,
+)
+from tests import helpers
+
+
+def _touch_image(path: Path, seed: int = 0) -> Path:
+    return helpers.write_image(path, helpers.image(seed, 8, 8))
+
+
+def _keys(dataset) -> list[str]:
+    return [item.key for item in dataset.splits["train"]]
+
+
+# ---- class folders -------------------------------------------------------------------------
+
+
+def test_folder_classes_sorted_and_labels_by_position(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"zebra": 1, "ant": 2, "Moth": 1, "bee": 1})
+    dataset = scan(src)
+    assert dataset.kind == "folder"
+    assert dataset.root == str(src)
+    assert dataset.classes == ("Moth", "ant", "bee", "zebra")  # code-point order
+    assert list(dataset.splits) == ["train"]
+    items = dataset.splits["train"]
+    assert [(i.key, i.label) for i in items] == [
+        ("Moth/img_000.jpg", 0),
+        ("ant/img_000.jpg", 1),
+        ("ant/img_001.jpg", 1),
+        ("bee/img_000.jpg", 2),
+        ("zebra/img_000.jpg", 3),
+    ]
+    assert dataset.num_items == 5
+    assert dataset.ignored == 0
+    for item in items:
+        assert item.path == item.key
+        assert item.size == (src / item.path).stat().st_size
+        assert item.record is None and item.coarse_label is None
+
+
+def test_folder_extensions_are_case_insensitive(tmp_path):
+    src = tmp_path / "src"
+    for name in ("a.JPG", "b.Jpeg", "c.PNG", "d.webp", "e.BMP", "f.Tif", "g.tiff", "h.gif"):
+        (src / "cls").mkdir(parents=True, exist_ok=True)
+        (src / "cls" / name).write_bytes(b"bytes")
+    dataset = scan(src)
+    assert len(_keys(dataset)) == 8
+    assert dataset.ignored == 0
+
+
+def test_folder_skips_hidden_and_counts_non_images(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"cats": 2, "dogs": 1})
+    _touch_image(src / ".hidden_class" / "x.jpg")  # hidden class folder: not a class
+    _touch_image(src / "cats" / ".thumbs" / "y.jpg")  # hidden subfolder
+    _touch_image(src / "cats" / "._img_000.jpg")  # macOS resource fork, hidden
+    (src / "cats" / ".DS_Store").write_bytes(b"x")
+    (src / ".DS_Store").write_bytes(b"x")
+    (src / "cats" / "notes.txt").write_text("not an image")
+    (src / "dogs" / "img.jpg.bak").write_bytes(b"x")
+    (src / "dogs" / "noext").write_bytes(b"x")
+    dataset = scan(src)
+    assert dataset.classes == ("cats", "dogs")
+    assert _keys(dataset) == ["cats/img_000.jpg", "cats/img_001.jpg", "dogs/img_000.jpg"]
+    assert dataset.ignored == 3  # notes.txt, img.jpg.bak, noext; hidden files are not counted
+
+
+def test_files_directly_in_src_are_ignored(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"cats": 1})
+    _touch_image(src / "loose.jpg")
+    (src / "README.md").write_text("hi")
+    dataset = scan(src)
+    assert _keys(dataset) == ["cats/img_000.jpg"]
+    assert dataset.classes == ("cats",)
+    assert dataset.ignored == 2
+
+
+def test_unicode_and_spaces_in_names(tmp_path):
+    src = tmp_path / "src"
+    _touch_image(src / "chats é" / " photo 1.jpg")
+    _touch_image(src / "猫" / "图 片.png")
+    _touch_image(src / "a b" / "c d" / "e f.jpeg")
+    dataset = scan(src)
+    assert dataset.classes == ("a b", "chats é", "猫")
+    assert [(i.key, i.label) for i in dataset.splits["train"]] == [
+        ("a b/c d/e f.jpeg", 0),
+        ("chats é/ photo 1.jpg", 1),
+        ("猫/图 片.png", 2),
+    ]
+    for item in dataset.splits["train"]:
+        assert (src / item.path).is_file()
+
+
+def test_nested_subfolders_belong_to_their_top_class(tmp_path):
+    src = tmp_path / "src"
+    _touch_image(src / "cats" / "2020" / "jan" / "a.jpg")
+    _touch_image(src / "cats" / "2021" / "b.jpg")
+    _touch_image(src / "cats" / "c.jpg")
+    _touch_image(src / "dogs" / "deep" / "er" / "still" / "d.png")
+    dataset = scan(src)
+    assert dataset.classes == ("cats", "dogs")
+    assert [(i.key, i.label) for i in dataset.splits["train"]] == [
+        ("cats/2020/jan/a.jpg", 0),
+        ("cats/2021/b.jpg", 0),
+        ("cats/c.jpg", 0),
+        ("dogs/deep/er/still/d.png", 1),
+    ]
+
+
+def test_empty_class_folder_is_still_a_class(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"b": 1})
+    (src / "a").mkdir()
+    dataset = scan(src)
+    assert dataset.classes == ("a", "b")
+    assert [i.label for i in dataset.splits["train"]] == [1]
+
+
+def test_symlink_loop_terminates_and_lists_each_image_once(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"cats": 2, "dogs": 1})
+    (src / "cats" / "sub").symlink_to(src / "cats", target_is_directory=True)
+    (src / "dogs" / "up").symlink_to("..", target_is_directory=True)  # back to SRC itself
+    dataset = scan(src)
+    assert _keys(dataset) == ["cats/img_000.jpg", "cats/img_001.jpg", "dogs/img_000.jpg"]
+
+
+@pytest.mark.parametrize("target", ["..", "../dogs"], ids=["link-to-src", "link-to-sibling"])
+def test_symlink_into_another_class_does_not_steal_its_images(tmp_path, target):
+    # Regression: the walk of "cats" followed the link before "dogs" was walked, so the dog
+    # image was listed under cats/link/... with label cats and the dogs class came out empty.
+    src = helpers.make_tree(tmp_path / "src", {"cats": 1, "dogs": 1})
+    (src / "cats" / "link").symlink_to(target, target_is_directory=True)
+    dataset = scan(src)
+    assert [(i.key, i.label) for i in dataset.splits["train"]] == [
+        ("cats/img_000.jpg", 0),
+        ("dogs/img_000.jpg", 1),
+    ]
+
+
+def test_symlink_to_a_folder_outside_is_followed_once(tmp_path):
+    outside = tmp_path / "outside"
+    _touch_image(outside / "x.jpg")
+    _touch_image(outside / "inner" / "y.png")
+    (outside / "inner" / "loop").symlink_to(outside, target_is_directory=True)
+    src = helpers.make_tree(tmp_path / "src", {"cats": 1})
+    (src / "cats" / "ext").symlink_to(outside, target_is_directory=True)
+    (src / "birds").symlink_to(tmp_path / "birds_elsewhere", target_is_directory=True)
+    _touch_image(tmp_path / "birds_elsewhere" / "b.jpg")
+    dataset = scan(src)
+    assert dataset.classes == ("birds", "cats")
+    assert [(i.key, i.label) for i in dataset.splits["train"]] == [
+        ("birds/b.jpg", 0),
+        ("cats/ext/inner/y.png", 1),
+        ("cats/ext/x.jpg", 1),
+        ("cats/img_000.jpg", 1),
+    ]
+    sizes = {i.key: i.size for i in dataset.splits["train"]}
+    assert sizes["cats/ext/x.jpg"] == (outside / "x.jpg").stat().st_size
+
+
+def test_dangling_image_link_is_listed_with_size_zero(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"cats": 1})
+    (src / "cats" / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    dataset = scan(src)
+    assert {i.key: i.size for i in dataset.splits["train"]}["cats/gone.jpg"] == 0
+
+
+def test_scan_accepts_a_path_relative_to_the_working_folder(tmp_path, monkeypatch):
+    helpers.make_tree(tmp_path / "src", {"cats": 1})
+    monkeypatch.chdir(tmp_path)
+    dataset = scan("src")
+    assert dataset.root == str(tmp_path / "src")
+    assert _keys(dataset) == ["cats/img_000.jpg"]
+
+
+def test_two_scans_are_equal(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"b": 3, "a": 4, "c": 2})
+    assert scan(src) == scan(src)
+
+
+@pytest.mark.parametrize("layout", ["empty", "empty_classes", "only_non_images", "only_hidden"])
+def test_src_without_images_is_source_error(tmp_path, layout):
+    src = tmp_path / "src"
+    src.mkdir()
+    if layout == "empty_classes":
+        (src / "cats").mkdir()
+        (src / "dogs").mkdir()
+    elif layout == "only_non_images":
+        (src / "cats").mkdir()
+        (src / "cats" / "a.txt").write_text("x")
+    elif layout == "only_hidden":
+        _touch_image(src / ".cache" / "a.jpg")
+    with pytest.raises(SourceError, match="no images found") as caught:
+        scan(src)
+    assert str(src) in str(caught.value)
+
+
+def test_missing_src_is_source_error_naming_it(tmp_path):
+    src = tmp_path / "does not exist"
+    with pytest.raises(SourceError, match="no such folder") as caught:
+        scan(src)
+    assert str(src) in str(caught.value)
+
+
+def test_src_that_is_a_file_is_source_error(tmp_path):
+    src = _touch_image(tmp_path / "one.jpg")
+    with pytest.raises(SourceError, match="is a file") as caught:
+        scan(src)
+    assert str(src) in str(caught.value)
+
+
+def test_unknown_source_kind_is_source_error(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"cats": 1})
+    with pytest.raises(SourceError, match="'imagenet'"):
+        scan(src, source="imagenet")
+
+
+def test_source_cifar_on_a_folder_tree_is_source_error(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"cats": 1})
+    with pytest.raises(SourceError, match="no CIFAR batches found") as caught:
+        scan(src, source="cifar")
+    assert str(src) in str(caught.value)
+
+
+def test_source_folder_on_a_cifar_folder_is_a_clean_error(tmp_path):
+    src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
+    with pytest.raises(SourceError, match="no images found"):
+        scan(src, source="folder")
+
+
+def test_source_folder_on_a_cifar_folder_with_class_folders_scans_the_folders(tmp_path):
+    src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
+    _touch_image(src / "extra" / "a.png")
+    dataset = scan(src, source="folder")
+    assert dataset.kind == "folder"
+    assert _keys(dataset) == ["extra/a.png"]
+    assert dataset.ignored == 3  # data_batch_1, test_batch, batches.meta
+
+
+# ---- CIFAR ---------------------------------------------------------------------------------
+
+
+def _listing(dataset) -> dict[str, list[tuple]]:
+    return {
+        split: [(i.key, i.label, i.record, i.size, i.coarse_label) for i in items]
+        for split, items in dataset.splits.items()
+    }
+
+
+def test_cifar10_python_items(tmp_path):
+    src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=4, batches=2)
+    dataset = scan(src)
+    assert dataset.kind == "cifar10-python"
+    assert dataset.classes == tuple(helpers.CIFAR10_CLASSES)
+    assert dataset.coarse_classes is None
+    assert list(dataset.splits) == ["train", "test"]
+    train = dataset.splits["train"]
+    assert [i.key for i in train] == [f"data_batch_{b}:{r}" for b in (1, 2) for r in range(4)]
+    _, labels_1 = helpers.cifar_arrays(4, seed=0)
+    _, labels_2 = helpers.cifar_arrays(4, seed=1)
+    assert [i.label for i in train] == labels_1 + labels_2
+    assert train[0] == Item("data_batch_1:0", labels_1[0], "data_batch_1", CIFAR_PIXELS, 0)
+    _, test_labels = helpers.cifar_arrays(4, seed=2)
+    assert [(i.key, i.label) for i in dataset.splits["test"]] == [
+        (f"test_batch:{r}", test_labels[r]) for r in range(4)
+    ]
+
+
+def test_cifar10_python_and_binary_give_identical_items(tmp_path):
+    py = scan(helpers.make_cifar10_python(tmp_path / "py", per_batch=5, batches=5))
+    binary = scan(helpers.make_cifar10_binary(tmp_path / "bin", per_batch=5, batches=5))
+    assert binary.kind == "cifar10-binary"
+    assert binary.classes == py.classes == tuple(helpers.CIFAR10_CLASSES)
+    assert list(binary.splits) == list(py.splits) == ["train", "test"]
+    assert _listing(binary) == _listing(py)
+    assert len(py.splits["train"]) == 25 and len(py.splits["test"]) == 5
+    assert {i.path for i in binary.splits["train"]} == {f"data_batch_{b}.bin" for b in range(1, 6)}
+
+
+def test_cifar_pixels_agree_between_python_and_binary(tmp_path):
+    py = helpers.make_cifar10_python(tmp_path / "py", per_batch=3, batches=1)
+    binary = helpers.make_cifar10_binary(tmp_path / "bin", per_batch=3, batches=1)
+    a = read_cifar_pixels(str(py), "data_batch_1")
+    b = read_cifar_pixels(str(binary), "data_batch_1.bin")
+    data, _ = helpers.cifar_arrays(3, seed=0)
+    assert a.shape == (3, 32, 32, 3) and a.dtype == np.uint8
+    assert np.array_equal(a, b)
+    # planar rows: 1024 red, then 1024 green, then 1024 blue
+    assert a[1, 0, 0].tolist() == [data[1, 0], data[1, 1024], data[1, 2048]]
+    assert a[2, 31, 31].tolist() == [data[2, 1023], data[2, 2047], data[2, 3071]]
+
+
+def test_cifar100_python_has_fine_and_coarse_labels(tmp_path):
+    src = helpers.make_cifar100_python(tmp_path / "c100", n_train=30, n_test=10)
+    dataset = scan(src)
+    assert dataset.kind == "cifar100-python"
+    assert len(dataset.classes) == 100 and dataset.classes[7] == "fine7"
+    assert dataset.coarse_classes == tuple(f"coarse{i}" for i in range(20))
+    assert list(dataset.splits) == ["train", "test"]
+    _, fine = helpers.cifar_arrays(30, seed=10, num_classes=100)
+    train = dataset.splits["train"]
+    assert [i.key for i in train] == [f"train:{r}" for r in range(30)]
+    assert [i.label for i in train] == fine
+    assert [i.coarse_label for i in train] == [label // 5 for label in fine]
+    assert len(dataset.splits["test"]) == 10
+    assert all(i.coarse_label is not None for i in dataset.splits["test"])
+
+
+def test_cifar100_binary_matches_python(tmp_path):
+    py = helpers.make_cifar100_python(tmp_path / "py", n_train=6, n_test=3)
+    binary = tmp_path / "bin"
+    binary.mkdir()
+    for name in ("train", "test"):
+        batch = load_cifar_pickle(str(py / name))
+        rows = np.concatenate(
+            [
+                np.array(batch["coarse_labels"], np.uint8)[:, None],
+                np.array(batch["fine_labels"], np.uint8)[:, None],
+                batch["data"],
+            ],
+            axis=1,
+        )
+        (binary / f"{name}.bin").write_bytes(rows.tobytes())
+    (binary / "fine_label_names.txt").write_text("\n".join(f"fine{i}" for i in range(100)))
+    (binary / "coarse_label_names.txt").write_text("\n".join(f"coarse{i}" for i in range(20)))
+    a, b = scan(py), scan(binary)
+    assert b.kind == "cifar100-binary"
+    assert (b.classes, b.coarse_classes) == (a.classes, a.coarse_classes)
+    assert _listing(b) == _listing(a)
+    assert np.array_equal(
+        read_cifar_pixels(str(binary), "train.bin"), read_cifar_pixels(str(py), "train")
+    )
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_cifar_pickle_protocols_load(tmp_path, protocol):
+    data, labels = helpers.cifar_arrays(3)
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(pickle.dumps({b"labels": labels, b"data": data}, protocol=protocol))
+    loaded = load_cifar_pickle(str(path))
+    assert set(loaded) == {"labels", "data"}
+    assert loaded["labels"] == labels
+    assert np.array_equal(loaded["data"], data)
+
+
+class _System:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch '{self.marker}'",))
+
+
+class _Eval:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (eval, (f"open({str(self.marker)!r}, 'w').close()",))
+
+
+class _Rmtree:
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __reduce__(self):
+        return (shutil.rmtree, (str(self.target),))
+
+
+@pytest.mark.parametrize("payload", [_System, _Eval], ids=["os.system", "builtins.eval"])
+@pytest.mark.parametrize("victim", ["data_batch_1", "batches.meta"])
+def test_hostile_pickle_is_refused_and_never_runs(tmp_path, payload, victim):
+    src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
+    marker = tmp_path / "pwned"
+    # the payload hides inside an ordinary-looking batch dict
+    hostile = {b"labels": [0, 1], b"data": payload(marker), b"batch_label": b"x"}
+    (src / victim).write_bytes(pickle.dumps(hostile, protocol=2))
+    with pytest.raises(UnsafePickleError, match="refused to load") as caught:
+        scan(src)
+    assert not marker.exists()
+    message = str(caught.value)
+    assert str(src / victim) in message
+    assert ("system" if payload is _System else "eval") in message  # names what it asked for
+
+
+def test_hostile_pickle_cannot_delete_files(tmp_path):
+    src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
+    target = tmp_path / "precious"
+    target.mkdir()
+    (src / "test_batch").write_bytes(pickle.dumps(_Rmtree(target), protocol=4))
+    with pytest.raises(UnsafePickleError, match=r"shutil\.rmtree"):
+        scan(src)
+    assert target.is_dir()
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b"", "not a readable CIFAR pickle"),
+        (b"garbage, not a pickle", "not a readable CIFAR pickle"),
+        (pickle.dumps([1, 2, 3], protocol=2), "holds a list"),
+        (pickle.dumps({b"labels": [0, 1]}, protocol=2), "no 'data' entry"),
+        (pickle.dumps({b"labels": [0], b"data": np.zeros((1, 5), np.uint8)}), "N x 3072"),
+        (pickle.dumps({b"labels": [0, 1, 2], b"data": np.zeros((2, 3072), np.uint8)}), "3 labels"),
+        (pickle.dumps({b"labels": [10], b"data": np.zeros((1, 3072), np.uint8)}), "label 10"),
+    ],
+    ids=["empty", "garbage", "list", "no-data", "bad-shape", "count-mismatch", "label-range"],
+)
+def test_bad_cifar_pickle_is_source_error(tmp_path, content, match):
+    src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
+    (src / "data_batch_1").write_bytes(content)
+    with pytest.raises(SourceError, match=match) as caught:
+        scan(src)
+    assert not isinstance(caught.value, UnsafePickleError)
+    assert str(src / "data_batch_1") in str(caught.value)
+
+
+@pytest.mark.parametrize("cut", [1, 3072, 3072 * 2])  # never a whole record
+def test_truncated_cifar_binary_is_source_error(tmp_path, cut):
+    src = helpers.make_cifar10_binary(tmp_path / "bin", per_batch=4, batches=1)
+    path = src / "data_batch_1.bin"
+    path.write_bytes(path.read_bytes()[:-cut])
+    with pytest.raises(SourceError, match="truncated") as caught:
+        scan(src)
+    assert str(path) in str(caught.value)
+
+
+def test_empty_cifar_binary_is_source_error(tmp_path):
+    src = helpers.make_cifar10_binary(tmp_path / "bin", per_batch=4, batches=1)
+    (src / "test_batch.bin").write_bytes(b"")
+    with pytest.raises(SourceError, match="0 bytes"):
+        scan(src)
+
+
+def test_cifar_binary_label_out_of_range_is_source_error(tmp_path):
+    src = helpers.make_cifar10_binary(tmp_path / "bin", per_batch=4, batches=1)
+    path = src / "data_batch_1.bin"
+    data = bytearray(path.read_bytes())
+    data[3073] = 10  # second record's label byte
+    path.write_bytes(bytes(data))
+    with pytest.raises(SourceError, match="record 1 has label 10"):
+        scan(src)
+
+
+def test_batches_without_meta_file_are_not_cifar(tmp_path):
+    src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
+    (src / "batches.meta").unlink()
+    with pytest.raises(SourceError, match="no CIFAR batches found"):
+        scan(src, source="cifar")
