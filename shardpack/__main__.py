@@ -2,4 +2,5 @@
 
 from shardpack.cli import main
 
-main()
+if __name__ == "__main__":  # worker processes that re-import the main module must not run it
+    main()

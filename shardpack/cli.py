@@ -15,6 +15,7 @@ import typer
 
 from shardpack.errors import ShardpackError
 from shardpack.options import (
+    BACKENDS,
     CHECKS,
     COMPRESSIONS,
     DEFAULT_MAX_PIXELS,
@@ -182,6 +183,7 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
 
 
 Source = _choices("Source", SOURCE_KINDS)
+Backend = _choices("Backend", BACKENDS)
 Encoding = _choices("Encoding", ENCODINGS)
 Check = _choices("Check", CHECKS)
 OnError = _choices("OnError", ON_ERROR)
@@ -207,6 +209,13 @@ def pack(
     ] = "128MiB",
     workers: Annotated[
         Optional[int], typer.Option(min=1, help="Worker processes [default: all cores].")
+    ] = None,
+    backend: Annotated[
+        Backend, typer.Option(help="loky: this machine's cores; dask: a Dask cluster.")
+    ] = Backend.loky,
+    scheduler: Annotated[
+        Optional[str],
+        typer.Option(help="Dask scheduler address [default: a local cluster of --workers]."),
     ] = None,
     encode: Annotated[
         Encoding,
@@ -262,6 +271,8 @@ def pack(
             shards=shards,
             shard_size=parse_size(shard_size),
             workers=workers,
+            backend=backend.value,
+            scheduler=scheduler,
             encode=encode.value,
             quality=quality,
             max_side=max_side,

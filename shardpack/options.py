@@ -46,6 +46,7 @@ class PackOptions:
         shard_size: target bytes per shard when `shards` is None.
         workers: worker processes; None uses every core; 1 runs in-process.
         backend: "loky" (this machine) or "dask" (a cluster).
+        scheduler: the Dask scheduler's address; None starts a LocalCluster of `workers`.
         encode: "keep" (JPEG/PNG bytes pass through), "jpeg", "png", "webp" or "raw" pixels.
         quality: JPEG/WebP quality, 1-100.
         max_side: shrink so the longer side is at most this many pixels.
@@ -67,6 +68,7 @@ class PackOptions:
     shard_size: int = DEFAULT_SHARD_SIZE
     workers: int | None = None
     backend: str = "loky"
+    scheduler: str | None = None
     encode: str = "keep"
     quality: int = 95
     max_side: int | None = None
@@ -97,6 +99,8 @@ class PackOptions:
                 raise ShardpackError(f"--resize must be WIDTHxHEIGHT, got: {self.resize!r}")
             if self.max_side is not None:
                 raise ShardpackError("--resize and --max-side exclude each other; pass one")
+        if self.scheduler is not None and self.backend != "dask":
+            raise ShardpackError("--scheduler needs --backend dask")
         if self.index_files and self.compression != "none":
             raise ShardpackError("--index-files needs uncompressed shards; drop --compression")
         if self.name is not None and not _NAME.match(self.name):

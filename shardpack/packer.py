@@ -145,19 +145,28 @@ def _make_out(out: str) -> str:
 def _run(
     specs: list[ShardSpec], options: PackOptions, dataset: Dataset, out: str, workers: int
 ) -> Iterator[ShardResult]:
-    """Yield each shard's result as it finishes: in-process for one worker, else loky.
+    """Yield each shard's result as it finishes: in-process, on loky workers, or on Dask.
 
     Closing the generator early (an error, Ctrl-C) makes joblib stop every worker.
     """
     args = (options, dataset.root, out, len(dataset.classes))
-    if workers == 1 or len(specs) <= 1:
+    if options.backend == "loky" and (workers == 1 or len(specs) <= 1):
         yield from (write_shard(spec, *args) for spec in specs)
         return
-    from joblib import Parallel, delayed
+    from joblib import Parallel, delayed, parallel_config
 
     tasks = (delayed(write_shard)(spec, *args) for spec in specs)
-    parallel = Parallel(n_jobs=min(workers, len(specs)), return_as="generator_unordered")
-    yield from parallel(tasks)
+    if options.backend == "loky":
+        parallel = Parallel(n_jobs=min(workers, len(specs)), return_as="generator_unordered")
+        yield from parallel(tasks)
+        return
+    from shardpack.cluster import check_shared_storage, dask_client
+
+    with dask_client(options.scheduler, workers) as client:
+        if specs:
+            check_shared_storage(client, dataset.root, out, specs[0].items[0].path)
+        with parallel_config(backend="dask"):
+            yield from Parallel(n_jobs=-1, return_as="generator_unordered")(tasks)
 
 
 class _ProgressPoller:

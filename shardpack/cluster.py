@@ -1,0 +1,78 @@
+"""Running the shard tasks on a Dask cluster through joblib's dask backend.
+
+Nothing here imports `distributed` until a dask run is asked for (it is the `dask` extra).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from shardpack.errors import ShardpackError
+
+
+class ClusterError(ShardpackError):
+    """The cluster cannot be reached, or its workers do not share SRC and OUT with us."""
+
+
+@contextmanager
+def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
+    """A distributed.Client on `scheduler`, or on a LocalCluster of `workers` processes."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ClusterError(
+            "--backend dask needs the dask extra: pip install 'shardpack[dask]'"
+        ) from None
+    if scheduler is None:
+        cluster = LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        with cluster, Client(cluster) as client:
+            yield client
+        return
+    try:
+        client = Client(scheduler, timeout="10s")
+    except OSError as e:
+        raise ClusterError(f"{scheduler}: cannot reach the Dask scheduler ({e})") from None
+    with client:
+        yield client
+
+
+def _probe(src: str, out: str, token: str, first_item: str) -> str:
+    """Run on a worker: write a probe file into OUT and look for one source file."""
+    import socket
+
+    name = f"{socket.gethostname()}-{os.getpid()}"
+    if not os.path.exists(os.path.join(src, first_item)):
+        return f"{name} cannot see {os.path.join(src, first_item)}"
+    try:
+        with open(os.path.join(out, f".probe-{token}-{name}"), "w") as f:
+            f.write(token)
+    except OSError as e:
+        return f"{name} cannot write into {out} ({e.strerror})"
+    return ""
+
+
+def check_shared_storage(client, src: str, out: str, first_item: str) -> None:
+    """Every worker writes a probe file into OUT that we must then see, and finds SRC's files.
+
+    Raises:
+        ClusterError: a worker sees other storage than this process.
+    """
+    token = uuid.uuid4().hex
+    answers = client.run(_probe, src, out, token, first_item)
+    problems = [answer for answer in answers.values() if answer]
+    probes = [n for n in os.listdir(out) if n.startswith(f".probe-{token}-")]
+    for name in probes:
+        os.remove(os.path.join(out, name))
+    if not problems and len(probes) < len(answers):
+        problems.append(f"{len(answers) - len(probes)} workers wrote probe files this machine "
+                        "cannot see")  # fmt: skip
+    if problems:
+        raise ClusterError(
+            f"SRC and OUT must be on storage every Dask worker shares: {problems[0]}; "
+            "mount the same paths on every worker"
+        )

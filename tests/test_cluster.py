@@ -1,0 +1,133 @@
+"""The same pack on a Dask cluster: a LocalCluster, and a scheduler and workers started as
+separate processes on loopback; byte-identical to the local run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from shardpack.cluster import ClusterError
+from shardpack.options import PackOptions
+from shardpack.packer import pack
+from tests.helpers import make_tree, shard_files
+
+pytest.importorskip("distributed")
+DASK = str(Path(sys.executable).with_name("dask"))
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> tuple[Path, Path, PackOptions]:
+    root = tmp_path_factory.mktemp("cluster")
+    src = make_tree(root / "src", {"a": 20, "b": 20, "c": 20})
+    local = root / "local"
+    options = PackOptions(encode="jpeg", shards=6, workers=2)
+    pack(src, local, options)
+    return src, local, options
+
+
+def _same(a: Path, b: Path) -> None:
+    def index(out: Path) -> dict:
+        doc = json.loads((out / "index.json").read_text())
+        doc.pop("stats")
+        return doc
+
+    assert shard_files(a) == shard_files(b)
+    assert index(a) == index(b)
+
+
+def test_local_cluster_matches_loky(job, tmp_path: Path):
+    src, local, options = job
+    out = tmp_path / "dask"
+    seen = []
+    pack(src, out, replace(options, backend="dask"), progress=lambda done, _: seen.append(done))
+    _same(out, local)
+    assert seen[-1] == 60
+    assert not list(out.glob(".probe-*"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def scheduler():
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--no-dashboard"], stderr=subprocess.DEVNULL)]  # fmt: skip
+    procs.append(subprocess.Popen([DASK, "worker", address, "--nworkers", "2", "--nthreads", "1",
+                                   "--no-dashboard"], stderr=subprocess.DEVNULL))  # fmt: skip
+    from distributed import Client
+
+    try:
+        with Client(address, timeout="30s") as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+
+
+def test_separate_scheduler_and_workers_match_loky(job, scheduler: str, tmp_path: Path):
+    src, local, _ = job
+    out = tmp_path / "remote"
+    result = subprocess.run(
+        [sys.executable, "-m", "shardpack", "pack", str(src), str(out), "--encode", "jpeg",
+         "--shards", "6", "--workers", "2", "--backend", "dask", "--scheduler", scheduler,
+         "--no-progress"], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    _same(out, local)
+
+
+def test_workers_that_do_not_share_out_are_refused(job, tmp_path: Path):
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to give a worker storage of its own")
+    src, _, options = job
+    out = tmp_path / "private"
+    out.mkdir()
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    scheduler = subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                  "--no-dashboard"], stderr=subprocess.DEVNULL)  # fmt: skip
+    # This worker sees an empty tmpfs where OUT is: the mistake of a cluster without shared disk.
+    isolated = f"mount -t tmpfs none {out} && exec {DASK} worker {address} --no-dashboard"
+    command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", isolated]
+    worker = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+    try:
+        from distributed import Client
+
+        with Client(address, timeout="30s") as client:
+            client.wait_for_workers(1, timeout=60)
+        if worker.poll() is not None:
+            pytest.skip("this machine does not allow mount namespaces")
+        with pytest.raises(ClusterError, match="storage every Dask worker shares"):
+            pack(src, out, replace(options, backend="dask", scheduler=address))
+        assert not (out / "index.json").exists()
+    finally:
+        worker.terminate()
+        scheduler.terminate()
+        worker.wait(timeout=30)
+        scheduler.wait(timeout=30)
+
+
+def test_loky_runs_never_import_distributed(job, tmp_path: Path):
+    src, _, _ = job
+    code = (
+        "import sys; from shardpack.packer import pack; from shardpack.options import PackOptions;"
+        f"pack({str(src)!r}, {str(tmp_path / 'o')!r}, PackOptions(workers=2, shards=2));"
+        "print('distributed' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
