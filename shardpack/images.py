@@ -64,7 +64,8 @@ def probe(data: bytes) -> ImageInfo | None:
     """Read size and channels of a JPEG or PNG from its header and check its structure.
 
     The structure check walks every segment or chunk without decoding pixels, so a file cut
-    short (which OpenCV decodes with only a warning, and TensorFlow refuses) is caught here.
+    short (which TensorFlow refuses at training time, and which OpenCV 4 decodes with only a
+    warning) is caught here without the cost of a decode.
 
     Returns:
         The header's facts, or None for formats other than JPEG and PNG.

@@ -121,7 +121,7 @@ def load_index(out: str | os.PathLike) -> Index:
 
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise bad(f"'format' is not {FORMAT!r}")
-    if doc.get("version") != VERSION:
+    if type(doc.get("version")) is not int or doc["version"] != VERSION:
         raise IndexFormatError(
             f"{path}: index version {doc.get('version')!r} is not {VERSION}; "
             "upgrade shardpack to read it"

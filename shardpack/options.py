@@ -112,6 +112,8 @@ class PackOptions:
     def output_fields(self) -> dict[str, object]:
         """The options that decide the output bytes, as JSON-ready values."""
         fields = asdict(self)
+        if not self.shuffle:
+            fields["seed"] = None  # no shuffle: the seed changes nothing
         return {key: fields[key] for key in _OUTPUT_FIELDS}
 
 

@@ -154,7 +154,7 @@ def test_wrong_format_is_refused(tmp_path, document):
     _refused(_save(tmp_path / "out", document), "'format' is not 'shardpack-index'")
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None])
+@pytest.mark.parametrize("version", [2, 0, "1", None, True, 1.0])
 def test_unknown_version_is_refused(tmp_path, version):
     document = _document()
     document["version"] = version

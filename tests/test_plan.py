@@ -245,6 +245,11 @@ def test_digest_ignores_options_that_change_only_speed(change):
     assert _digest(dataclasses.replace(BASE, **change)) == _digest(BASE)
 
 
+def test_seed_does_not_matter_without_shuffle():
+    unshuffled = dataclasses.replace(BASE, shuffle=False)
+    assert _digest(dataclasses.replace(unshuffled, seed=1)) == _digest(unshuffled)
+
+
 def test_digest_ignores_worker_count_when_shards_are_fixed():
     assert _digest(BASE, workers=1) == _digest(BASE, workers=16)
     plans = [make_plan(_dataset(), "d", BASE, w) for w in (1, 3, 16)]
