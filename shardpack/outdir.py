@@ -18,7 +18,10 @@ from shardpack.worker import ShardResult
 LOCK_NAME = ".shardpack.lock"
 JOURNAL_NAME = ".shardpack.journal"
 # Files shardpack writes into OUT; nothing else there is ever removed.
-_OURS = re.compile(r"^(index\.json|.+\.tfrecord-\d{5}-of-\d{5}|\..+\.(partial|progress))$")
+_OURS = re.compile(
+    r"^(index\.json|dataset_info\.json|features\.json|[a-z_]+\.labels\.txt"
+    r"|.+\.tfrecord-\d{5}-of-\d{5}|\..+\.(partial|progress))$"
+)
 _HASH_CHUNK = 1 << 20
 
 
@@ -103,7 +106,7 @@ def prepare(out: str, plan: Plan, overwrite: bool, resume: bool) -> tuple[set[st
     if INDEX_NAME in ours:
         os.remove(os.path.join(out, INDEX_NAME))  # no index may point at shards being rewritten
     remove_files(os.path.join(out, n) for n in ours if n.startswith("."))
-    return {n for n in ours if not n.startswith(".") and n != INDEX_NAME}, reused
+    return {n for n in ours if ".tfrecord-" in n and not n.startswith(".")}, reused
 
 
 def _index_digest(out: str) -> str | None:

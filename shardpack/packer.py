@@ -16,6 +16,7 @@ from shardpack.options import PackOptions
 from shardpack.outdir import Journal, locked, prepare, remove_files
 from shardpack.plan import ShardSpec, make_plan
 from shardpack.sources import Dataset, scan
+from shardpack.tfdsmeta import write_tfds_metadata
 from shardpack.tfrecord import partial_path
 from shardpack.worker import ShardResult, progress_path, read_progress, write_shard
 
@@ -121,7 +122,8 @@ def pack(
         index = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
         )
-        write_json_atomic(os.path.join(out, INDEX_NAME), index)
+        write_tfds_metadata(out, index)
+        write_json_atomic(os.path.join(out, INDEX_NAME), index)  # last: the run is complete
         if options.index_files:
             from shardpack.recordindex import write_index_files
 

@@ -82,3 +82,26 @@ def test_tf_dataset_epochs_and_batches(packed: Path):
     assert sorted(epochs[:9]) == sorted(epochs[9:]) and epochs[:9] != epochs[9:]
     batch = next(iter(tf_dataset(packed, batch_size=4, image_size=(16, 16))))
     assert batch["image"].shape == (4, 16, 16, 3) and batch["image"].dtype.name == "uint8"
+
+
+def test_keras_fit_on_the_demo_set(tmp_path: Path):
+    """The README's training loop, on the built-in sample set."""
+    import keras
+
+    from shardpack.demo import make_sample
+
+    out = tmp_path / "shards"
+    pack(make_sample(tmp_path / "sample", per_class=20), out, PackOptions(workers=2))
+    train = tf_dataset(out, "train", batch_size=32, image_size=(48, 48), seed=0).map(
+        lambda r: (r["image"], r["label"])
+    )
+    model = keras.Sequential([
+        keras.Input((48, 48, 3)),
+        keras.layers.Rescaling(1 / 255),
+        keras.layers.Conv2D(8, 3, activation="relu"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(5),
+    ])  # fmt: skip
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(train, epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()

@@ -1,0 +1,50 @@
+"""TensorFlow Datasets loads what pack wrote, through the real tensorflow-datasets package."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardpack.options import PackOptions
+from shardpack.packer import pack
+from tests.helpers import make_cifar100_python, make_tree
+
+tfds = pytest.importorskip("tensorflow_datasets")
+
+
+@pytest.mark.parametrize("encode", ["keep", "jpeg", "png"])
+def test_builder_from_directory_loads_image_encodings(tmp_path: Path, encode: str):
+    src = make_tree(tmp_path / "src", {"cat": 4, "dog": 3})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(encode=encode, shards=2, workers=1))
+    builder = tfds.builder_from_directory(str(out))
+    assert builder.info.splits["train"].num_examples == 7
+    assert builder.info.features["label"].names == ["cat", "dog"]
+    records = list(tfds.as_numpy(builder.as_dataset(split="train")))
+    assert len(records) == 7 and sorted(r["label"] for r in records) == [0, 0, 0, 0, 1, 1, 1]
+    assert all(r["image"].shape == (24, 32, 3) and r["image"].dtype == np.uint8 for r in records)
+
+
+def test_raw_records_come_as_bytes_with_their_shape(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"a": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(encode="raw", workers=1))
+    (record,) = list(tfds.as_numpy(tfds.builder_from_directory(str(out)).as_dataset("train")))[:1]
+    pixels = np.frombuffer(record["image"], np.uint8)
+    assert pixels.reshape(record["height"], record["width"], record["channels"]).shape == (
+        24,
+        32,
+        3,
+    )
+
+
+def test_cifar100_coarse_labels_have_names(tmp_path: Path):
+    out = tmp_path / "out"
+    pack(make_cifar100_python(tmp_path / "c100"), out, PackOptions(workers=1))
+    builder = tfds.builder_from_directory(str(out))
+    assert builder.info.features["coarse_label"].names[:2] == ["coarse0", "coarse1"]
+    assert builder.info.splits["test"].num_examples == 10
+    for record in tfds.as_numpy(builder.as_dataset(split="train").take(5)):
+        assert record["coarse_label"] == record["label"] // 5
