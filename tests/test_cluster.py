@@ -120,14 +120,3 @@ def test_workers_that_do_not_share_out_are_refused(job, tmp_path: Path):
         scheduler.terminate()
         worker.wait(timeout=30)
         scheduler.wait(timeout=30)
-
-
-def test_loky_runs_never_import_distributed(job, tmp_path: Path):
-    src, _, _ = job
-    code = (
-        "import sys; from shardpack.packer import pack; from shardpack.options import PackOptions;"
-        f"pack({str(src)!r}, {str(tmp_path / 'o')!r}, PackOptions(workers=2, shards=2));"
-        "print('distributed' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"

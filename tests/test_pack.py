@@ -251,17 +251,19 @@ def test_out_with_another_dataset_needs_overwrite(tmp_path: Path):
     assert names == ["index.json", "my-notes.txt", "second-train.tfrecord-00000-of-00001"]
 
 
-def test_pack_writes_nothing_of_tensorflow_in_workers(tree: Path, tmp_path: Path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pack_imports_neither_tensorflow_nor_distributed(tree: Path, tmp_path: Path, workers):
+    """workers=1 runs the worker code in this very process, so it proves the workers too."""
     import subprocess
     import sys
 
     code = (
         "import sys; from shardpack.packer import pack; from shardpack.options import PackOptions;"
-        f"pack({str(tree)!r}, {str(tmp_path / 'o')!r}, PackOptions(workers=1));"
-        "print('tensorflow' in sys.modules)"
+        f"pack({str(tree)!r}, {str(tmp_path / 'o')!r}, PackOptions(workers={workers}));"
+        "print('tensorflow' in sys.modules, 'distributed' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.split() == ["False", "False"]
 
 
 def test_check_decode_catches_what_the_header_check_cannot(tmp_path: Path):
