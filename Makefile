@@ -22,7 +22,7 @@ test: install
 	$(BIN)/python -m pytest -q
 
 bench: install
-	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check shardpack tests benchmarks

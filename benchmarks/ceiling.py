@@ -1,0 +1,108 @@
+"""The cost floor: one core reading and decoding/encoding the images, and nothing else.
+
+No Example, no framing, no writing, no process pool: a tight loop over the same images that
+a contender packs, on one core (OpenCV held to one thread). Its images/s, times the number of
+cores, is the most any packer can reach on this machine for that work; start-up and listing
+are outside the timed loop.
+
+Per encoding, the loop does what a packer cannot avoid:
+- keep: read the file's bytes;
+- raw:  read, decode, convert BGR to RGB, take the bytes (for CIFAR: unpickle each batch once,
+        make it HWC, take each image's bytes);
+- jpeg/png: read, decode, encode at the quality asked.
+
+    python -m benchmarks.ceiling SRC [--encode raw|jpeg|png|keep] [--quality 95] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import time
+
+import cv2
+import numpy as np
+
+
+def _files(root: str) -> list[str]:
+    found = []
+    for cls in sorted(os.listdir(root)):
+        folder = os.path.join(root, cls)
+        if not cls.startswith(".") and os.path.isdir(folder):
+            found.extend(os.path.join(folder, n) for n in sorted(os.listdir(folder)))
+    return found
+
+
+def _encoder(encode: str, quality: int):
+    if encode == "raw":
+        return lambda px: cv2.cvtColor(px, cv2.COLOR_BGR2RGB).tobytes()
+    if encode == "jpeg":
+        params = [cv2.IMWRITE_JPEG_QUALITY, quality]
+        return lambda px: cv2.imencode(".jpg", px, params)[1].tobytes()
+    if encode == "png":
+        return lambda px: cv2.imencode(".png", px)[1].tobytes()
+    raise ValueError(f"no encoder for {encode!r}")
+
+
+def folder_loop(paths: list[str], encode: str, quality: int) -> int:
+    """Read (and decode and encode) every file; returns the bytes produced."""
+    produced = 0
+    if encode == "keep":
+        for path in paths:
+            with open(path, "rb") as f:
+                produced += len(f.read())
+        return produced
+    to_bytes = _encoder(encode, quality)
+    for path in paths:
+        with open(path, "rb") as f:
+            data = f.read()
+        pixels = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        produced += len(to_bytes(pixels))
+    return produced
+
+
+def cifar_loop(root: str, encode: str, quality: int) -> tuple[int, int]:
+    """Unpickle each batch once and produce every image's bytes; returns (images, bytes)."""
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    images = produced = 0
+    to_bytes = None if encode in ("raw", "keep") else _encoder(encode, quality)
+    for name in names:
+        path = os.path.join(root, name)
+        if not os.path.exists(path):
+            continue
+        with open(path, "rb") as f:
+            data = pickle.load(f, encoding="bytes")[b"data"]
+        hwc = np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+        for rgb in hwc:
+            if to_bytes is None:
+                produced += len(rgb.tobytes())
+            else:
+                produced += len(to_bytes(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)))
+        images += len(hwc)
+    return images, produced
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("src")
+    parser.add_argument("--encode", default="raw", choices=("raw", "jpeg", "png", "keep"))
+    parser.add_argument("--quality", type=int, default=95)
+    parser.add_argument("--limit", type=int, default=None, help="time only the first N images")
+    args = parser.parse_args(argv)
+    cv2.setNumThreads(1)
+    if os.path.exists(os.path.join(args.src, "batches.meta")):
+        start = time.perf_counter()
+        images, produced = cifar_loop(args.src, args.encode, args.quality)
+    else:
+        paths = _files(args.src)[: args.limit]
+        start = time.perf_counter()
+        produced = folder_loop(paths, args.encode, args.quality)
+        images = len(paths)
+    seconds = time.perf_counter() - start
+    print(json.dumps({"images": images, "seconds": round(seconds, 4), "out_bytes": produced}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Run one command as a whole process and measure it: wall time, CPU time, memory.
+
+What each figure means:
+- wall_s: from just before fork/exec to the reaping of the process (start-up included).
+- cpu_s: user + system time of the process and every descendant it waited for (wait4).
+- maxrss_mb: the kernel's exact peak resident set of the largest single process among the
+  process and the descendants it reaped (wait4's ru_maxrss); isolated per command because
+  wait4 reports on that one child only.
+- tree_pss_mb: the peak, over samples every SAMPLE_S, of the summed proportional set size
+  (PSS, /proc/PID/smaps_rollup) of the process and all its live descendants. PSS splits
+  shared pages (libraries, copy-on-write memory of forked workers) between the processes
+  that share them, so the sum is what the tree really costs; a peak shorter than SAMPLE_S
+  can be missed.
+- parent_rss_mb / worker_rss_mb: the peak RSS (sampled) of the top process, and of the
+  largest of its descendants.
+- other_cores: CPU that everything else on the machine used during the run, in cores
+  (busy time from /proc/stat, less this run's cpu_s, over wall_s): how noisy the run was.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+# Sampling period of the memory poller: reading smaps_rollup of a few processes takes well
+# under a millisecond, so this costs the measured run under 1% of a core.
+SAMPLE_S = 0.05
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured run of one command."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    wall_s: float
+    cpu_s: float
+    maxrss_mb: float
+    tree_pss_mb: float
+    parent_rss_mb: float
+    worker_rss_mb: float
+    processes: int  # distinct processes seen in the tree
+    other_cores: float
+    stdout: str
+    stderr: str
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["argv"] = list(self.argv)
+        del out["stdout"], out["stderr"]
+        return out
+
+
+def _busy_s() -> float:
+    """Seconds of CPU the whole machine has spent busy since boot (all cores summed)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = sum(fields[:8]) - idle  # user..steal; guest time is already inside user
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids.extend(int(k) for k in f.read().split())
+        except OSError:
+            continue
+    return kids
+
+
+def _memory_kb(pid: int) -> tuple[int, int] | None:
+    """(RSS, PSS) in KiB of one process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            text = f.read()
+    except OSError:
+        return None
+    rss = pss = 0
+    for line in text.splitlines():
+        if line.startswith("Rss:"):
+            rss = int(line.split()[1])
+        elif line.startswith("Pss:"):
+            pss = int(line.split()[1])
+    return rss, pss
+
+
+class _TreePoller(threading.Thread):
+    def __init__(self, root: int) -> None:
+        super().__init__(daemon=True)
+        self.root = root
+        self.stop = threading.Event()
+        self.tree_pss = 0
+        self.peak_rss: dict[int, int] = {}
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.sample()
+            self.stop.wait(SAMPLE_S)
+
+    def sample(self) -> None:
+        total, pending = 0, [self.root]
+        while pending:
+            pid = pending.pop()
+            memory = _memory_kb(pid)
+            if memory is None:
+                continue
+            rss, pss = memory
+            total += pss
+            self.peak_rss[pid] = max(self.peak_rss.get(pid, 0), rss)
+            pending.extend(_children(pid))
+        self.tree_pss = max(self.tree_pss, total)
+
+
+def run_measured(
+    argv: list[str], cwd: str | None = None, env: dict | None = None, timeout: float = 1800
+) -> Measurement:
+    """Run argv to completion and measure it (see the module docstring)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        busy = _busy_s()
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err)
+        poller = _TreePoller(proc.pid)
+        poller.start()
+        killer = threading.Timer(timeout, proc.kill)
+        killer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        busy = _busy_s() - busy
+        killer.cancel()
+        poller.stop.set()
+        poller.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode(errors="replace")
+        stderr = err.read().decode(errors="replace")
+    workers = [rss for pid, rss in poller.peak_rss.items() if pid != proc.pid]
+    cpu = usage.ru_utime + usage.ru_stime
+    return Measurement(
+        argv=tuple(argv),
+        returncode=proc.returncode,
+        wall_s=wall,
+        cpu_s=cpu,
+        maxrss_mb=usage.ru_maxrss / 1024,
+        tree_pss_mb=poller.tree_pss / 1024,
+        parent_rss_mb=poller.peak_rss.get(proc.pid, 0) / 1024,
+        worker_rss_mb=max(workers, default=0) / 1024,
+        processes=len(poller.peak_rss),
+        other_cores=max(0.0, busy - cpu) / wall if wall > 0 else 0.0,
+        stdout=stdout,
+        stderr=stderr,
+    )

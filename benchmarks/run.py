@@ -1,0 +1,366 @@
+"""Run the benchmark: shardpack against the seed's way, side by side, in one run.
+
+    python -m benchmarks.run                  # the quick plan (make bench): < 10 min, 2 cores
+    python -m benchmarks.run --plan full      # adds the sample set and a 16,000-photo job
+    python -m benchmarks.run photos --encode jpeg --workers 1,2 --repeat 3
+    python -m benchmarks.run path/to/SRC --encode keep --json out.json --plot out.png
+
+Every contender is timed as a whole process (start-up included), the contenders alternate
+within each repeat (A B C, then C B A), and the report takes the median of the repeats.
+`main(argv)` is the entry point a `shardpack bench` command can call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+from importlib import metadata
+
+from benchmarks import report, workloads
+from benchmarks.contenders import KINDS, REPO, Case, Contender, run, shardpack_command
+from benchmarks.measure import run_measured
+
+DEFAULT_ENCODE = {
+    "cifar10": "raw",
+    "small-jpeg": "raw",
+    "small-jpeg-5k": "raw",
+    "photos": "jpeg",
+    "photos-large": "jpeg",
+    "sample": "keep",
+}
+# (workload, encode, contender kinds); "extras" are the memory and start-up checks.
+PLANS = {
+    "quick": [
+        ("cifar10", "raw", ("seed-2-scripts", "shardpack", "ceiling")),
+        ("small-jpeg", "raw", ("baseline", "naive-parallel", "shardpack", "ceiling")),
+        ("small-jpeg-5k", "raw", ("shardpack-max",)),
+        ("photos", "jpeg", ("baseline", "naive-parallel", "shardpack", "ceiling")),
+        (
+            "photos",
+            "keep",
+            ("baseline", "baseline-keep", "naive-parallel", "shardpack", "ceiling"),
+        ),
+    ],
+}
+PLANS["full"] = [
+    ("sample", "keep", ("baseline", "baseline-keep", "naive-parallel", "shardpack", "ceiling")),
+    *PLANS["quick"],
+    ("photos-large", "jpeg", ("shardpack", "ceiling")),
+]
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def default_workers() -> list[int]:
+    """1, the powers of two below the core count, and the core count."""
+    cores = len(os.sched_getaffinity(0))
+    return sorted({1, cores} | {2**k for k in range(1, 8) if 2**k < cores})
+
+
+def _parse_list(text: str, cast=str) -> list:
+    return [cast(part) for part in text.split(",") if part.strip()]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description="Time shardpack against the seed's single writer, naive parallelism and "
+        "the hardware ceiling, each as a whole process.",
+    )
+    parser.add_argument(
+        "targets",
+        nargs="*",
+        metavar="SRC-or-workload",
+        help=f"workload names ({', '.join(workloads.NAMES)}) or SRC folders (class folders "
+        "or CIFAR-10 python batches); none runs the --plan",
+    )
+    add = parser.add_argument
+    add("--plan", choices=sorted(PLANS), default="quick", help="what to run with no SRC [quick]")
+    add(
+        "--workers",
+        type=lambda t: _parse_list(t, int),
+        default=None,
+        help="shardpack worker counts, e.g. 1,2,4 [1 up to the cores]",
+    )
+    add(
+        "--encode",
+        type=_parse_list,
+        default=None,
+        help="encodings for the SRCs given, e.g. raw,jpeg [per workload]",
+    )
+    add("--quality", type=int, default=95, help="JPEG quality [95]")
+    add("--repeat", type=int, default=3, help="runs of each contender [3]")
+    add(
+        "--contenders",
+        type=_parse_list,
+        default=None,
+        help=f"only these kinds ({', '.join(KINDS)})",
+    )
+    add(
+        "--cache",
+        default=os.path.join(REPO, "bench-out"),
+        help="folder for workloads, scratch output and results [bench-out]",
+    )
+    add(
+        "--json",
+        dest="json_path",
+        default=None,
+        help="results file [CACHE/results/bench-<time>.json]; the markdown report is written "
+        "beside it (.md)",
+    )
+    add("--plot", default=None, help="PNG plot [beside the JSON]")
+    add("--no-extras", action="store_true", help="skip the start-up check")
+    return parser
+
+
+def _contenders(kinds, kind: str, encode: str, workers: list[int]) -> list[Contender]:
+    top = max(workers)
+    chosen: list[Contender] = []
+    for k in kinds:
+        if k in ("baseline", "baseline-keep", "naive-parallel") and kind != "folder":
+            continue  # the seed's writer reads class folders
+        if k == "seed-2-scripts" and (kind != "cifar" or encode != "raw"):
+            continue  # the seed's scripts make raw pixels from CIFAR only
+        if k == "baseline-keep" and encode != "keep":
+            continue
+        if k == "shardpack":
+            chosen += [Contender("shardpack", n) for n in workers]
+        elif k == "shardpack-max":
+            chosen.append(Contender("shardpack", top))
+        elif k == "naive-parallel":
+            chosen.append(Contender(k, top))
+        else:
+            chosen.append(Contender(k, 1))
+    return chosen
+
+
+def _plan(args, cache: str, workers: list[int]) -> list[tuple[Case, list[Contender]]]:
+    if args.targets:
+        steps = []
+        for target in args.targets:
+            is_name = target in workloads.NAMES and not os.path.isdir(target)
+            default = DEFAULT_ENCODE[target] if is_name else "raw"  # a SRC: the seed's encoding
+            for encode in args.encode or [default]:
+                kinds: tuple = (
+                    "seed-2-scripts",
+                    "baseline",
+                    "naive-parallel",
+                    "shardpack",
+                    "ceiling",
+                )
+                if encode == "keep":
+                    kinds = (*kinds[:2], "baseline-keep", *kinds[2:])
+                steps.append((target, encode, kinds))
+    else:
+        steps = PLANS[args.plan]
+    plan = []
+    for target, encode, kinds in steps:
+        if target in workloads.NAMES and not os.path.isdir(target):
+            workload = workloads.ensure(target, cache, _log)
+        else:
+            workload = workloads.from_path(target)
+        if args.contenders:
+            kinds = tuple(
+                k
+                for k in kinds
+                if k in args.contenders or (k == "shardpack-max" and "shardpack" in args.contenders)
+            )
+        chosen = _contenders(kinds, workload.kind, encode, workers)
+        if chosen:
+            plan.append((Case(workload, encode, args.quality), chosen))
+    return plan
+
+
+def _warm(workload: workloads.Workload) -> None:
+    """Read every input file once, untimed, so that no contender pays for a cold cache."""
+    for root, _, files in os.walk(workload.path):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                while f.read(1 << 20):
+                    pass
+
+
+def machine() -> dict:
+    """Facts about this machine and the libraries that decide the figures."""
+
+    def version(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                model,
+            )
+    except OSError:
+        pass
+    memory_gb = None
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
+        memory_gb = round(kb / 2**20, 1)
+    except (OSError, StopIteration):
+        pass
+    import cv2
+    import numpy
+
+    return {
+        "cores": len(os.sched_getaffinity(0)),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gb": memory_gb,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "opencv": cv2.__version__,
+        "tensorflow": version("tensorflow"),
+        "joblib": version("joblib"),
+        "shardpack": version("shardpack"),
+        "load_average": [round(v, 2) for v in os.getloadavg()],
+    }
+
+
+def startup(repeat: int = 5) -> dict:
+    """`shardpack --help` wall time, a worker module's import time, and whether it loads TF."""
+    help_walls = [
+        run_measured([*shardpack_command(), "--help"], REPO).wall_s for _ in range(repeat)
+    ]
+    probe = [
+        sys.executable,
+        "-c",
+        "import sys, shardpack.worker, shardpack.packer; print('tensorflow' in sys.modules)",
+    ]
+    imports = [run_measured(probe, REPO) for _ in range(3)]
+    bare = [run_measured([sys.executable, "-c", "pass"], REPO).wall_s for _ in range(3)]
+    return {
+        "help_s": round(statistics.median(help_walls), 3),
+        "help_walls": [round(w, 3) for w in help_walls],
+        "worker_import_s": round(statistics.median(m.wall_s for m in imports), 3),
+        "python_start_s": round(statistics.median(bare), 3),
+        "worker_imports_tensorflow": imports[0].stdout.strip() == "True",
+    }
+
+
+def _memory(results: dict) -> dict | None:
+    """Worker peak RSS on small-jpeg-5k against small-jpeg (10x the images), same workers."""
+    cases = {c["id"]: c for c in results["cases"]}
+    small, large = cases.get("small-jpeg-5k-raw"), cases.get("small-jpeg-raw")
+    if not small or not large:
+        return None
+    ids = {c["id"] for c in small["contenders"]} & {c["id"] for c in large["contenders"]}
+    ids = sorted(i for i in ids if i.startswith("shardpack@"))
+    if not ids:
+        return None
+    a = next(c["summary"] for c in small["contenders"] if c["id"] == ids[-1])
+    b = next(c["summary"] for c in large["contenders"] if c["id"] == ids[-1])
+    if not a.get("repeats") or not b.get("repeats"):
+        return None
+    # With one worker shardpack writes in-process: the parent is then the worker.
+    small_mb = a["worker_rss_mb"] or a["parent_rss_mb"]
+    large_mb = b["worker_rss_mb"] or b["parent_rss_mb"]
+    return {
+        "what": f"{ids[-1]}, small-jpeg-5k -> small-jpeg, raw",
+        "small_mb": small_mb,
+        "large_mb": large_mb,
+        "small_parent_mb": a["parent_rss_mb"],
+        "large_parent_mb": b["parent_rss_mb"],
+        "ratio": round(large_mb / small_mb, 3) if small_mb else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the markdown report; write JSON, markdown and PNG."""
+    args = _parser().parse_args(argv)
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat must be a positive integer, got: {args.repeat!r}")
+    workers = sorted(set(args.workers or default_workers()))
+    cache = os.path.abspath(args.cache)
+    started = dt.datetime.now().astimezone()
+    stamp = started.strftime("%Y%m%d-%H%M%S")
+    json_path = args.json_path or os.path.join(cache, "results", f"bench-{stamp}.json")
+    plot_path = args.plot or os.path.splitext(json_path)[0] + ".png"
+    command = "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:])
+    results: dict = {
+        "command": command.strip(),
+        "started": started.isoformat(timespec="seconds"),
+        "machine": machine(),
+        "repeat": args.repeat,
+        "workers": workers,
+        "cases": [],
+        "extras": {},
+    }
+    plan = _plan(args, cache, workers)
+    scratch = os.path.join(cache, "runs")
+    for case, contenders in plan:
+        _log(
+            f"== {case.id}: {case.workload.num_images:,} images, "
+            f"{case.workload.input_bytes / 1e6:.0f} MB"
+        )
+        _warm(case.workload)
+        runs: dict[str, list[dict]] = {c.id: [] for c in contenders}
+        for r in range(args.repeat):
+            order = contenders if r % 2 == 0 else contenders[::-1]
+            for contender in order:
+                result = run(contender, case, scratch)
+                runs[contender.id].append(result)
+                status = f"{result['wall_s']:.2f} s" if result["ok"] else "FAILED"
+                _log(f"   {contender.id:<18} repeat {r + 1}/{args.repeat}: {status}")
+                if not result["ok"]:
+                    _log("     " + result.get("error", "")[-600:].replace("\n", "\n     "))
+        input_mb = case.workload.input_bytes / 1e6
+        results["cases"].append(
+            {
+                "id": case.id,
+                "workload": case.workload.to_json(),
+                "encode": case.encode,
+                "quality": case.quality,
+                "contenders": [
+                    {
+                        "id": c.id,
+                        "kind": c.kind,
+                        "workers": c.workers,
+                        "summary": report.summarize(runs[c.id], case.workload.num_images, input_mb),
+                        "runs": runs[c.id],
+                    }
+                    for c in contenders
+                ],
+            }
+        )
+    memory = _memory(results)
+    if memory:
+        results["extras"]["memory"] = memory
+    if not args.no_extras:
+        _log("== start-up")
+        results["extras"]["startup"] = startup()
+    results["targets"] = report.targets(results)
+    text = report.markdown(results)
+    os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
+    with open(json_path, "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.splitext(json_path)[0] + ".md", "w") as f:
+        f.write(text)
+    report.plot(results, plot_path)
+    print(text)
+    _log(f"results: {json_path} (+ .md), plot: {plot_path}")
+    failed = [
+        c["id"]
+        for case in results["cases"]
+        for c in case["contenders"]
+        if c["summary"].get("failed")
+    ]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
