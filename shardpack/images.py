@@ -17,6 +17,8 @@ import numpy as np
 _TF_JPEG_FRAMES = frozenset({0xC0, 0xC1, 0xC2})
 _ALL_JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Bytes at the end of a JPEG searched first for its end marker (cameras may pad after it).
+_EOI_TAIL = 4096
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
 _ENCODERS = {
     "jpeg": (".jpg", cv2.IMWRITE_JPEG_QUALITY),
@@ -24,8 +26,8 @@ _ENCODERS = {
     "webp": (".webp", cv2.IMWRITE_WEBP_QUALITY),
 }
 # libjpeg can decode at 1/2, 1/4 or 1/8 scale for a fraction of the cost of a full decode.
-_REDUCED = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4),
-            (2, cv2.IMREAD_REDUCED_COLOR_2))  # fmt: skip
+_REDUCED = {8: cv2.IMREAD_REDUCED_COLOR_8, 4: cv2.IMREAD_REDUCED_COLOR_4,
+            2: cv2.IMREAD_REDUCED_COLOR_2, 1: cv2.IMREAD_COLOR}  # fmt: skip
 
 
 class BadImage(ValueError):
@@ -111,7 +113,9 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
             if info is None:
                 raise BadImage("corrupt JPEG: image data before any frame header")
             # Entropy-coded bytes stuff every 0xFF with 0x00, so FF D9 can only be the end marker.
-            if data.find(b"\xff\xd9", end) < 0:
+            # It is almost always in the last bytes: look there first, not through the whole scan.
+            tail = max(end, size - _EOI_TAIL)
+            if data.rfind(b"\xff\xd9", tail) < 0 and data.find(b"\xff\xd9", end, tail + 2) < 0:
                 raise BadImage("truncated JPEG (no end-of-image marker)")
             return info
         pos = end
@@ -156,7 +160,7 @@ def decode(data: bytes, reduce: int = 1) -> np.ndarray:
     Raises:
         BadImage: OpenCV cannot decode the bytes.
     """
-    flags = dict(_REDUCED).get(reduce, cv2.IMREAD_COLOR)
+    flags = _REDUCED[reduce]
     try:
         pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     except cv2.error as e:
@@ -180,7 +184,7 @@ def target_size(
 
 def reduce_factor(height: int, width: int, target: tuple[int, int]) -> int:
     """The largest libjpeg scale (8, 4, 2) that still decodes at least the target size."""
-    for factor, _ in _REDUCED:
+    for factor in (8, 4, 2):
         if height // factor >= target[0] and width // factor >= target[1]:
             return factor
     return 1

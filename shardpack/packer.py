@@ -76,10 +76,13 @@ def pack(
             no index.json is written and no partial shard is left under a final name.
     """
     options = options or PackOptions()
+    workers = resolve_workers(options.workers)
+    warming = _warm_workers(workers) if options.backend == "loky" and workers > 1 else None
     dataset = scan(src, options.source)
     name = options.name or default_name(dataset)
-    workers = resolve_workers(options.workers)
     plan = make_plan(dataset, name, options, workers)
+    if warming is not None:
+        warming.join()
     out = _make_out(os.fspath(out))
     with locked(out):
         stale, reused = prepare(out, plan, options.overwrite, options.resume)
@@ -142,6 +145,24 @@ def _make_out(out: str) -> str:
         message = f"{out}: cannot create ({e.strerror}); check the parent folder's permissions"
         raise OutputError(message) from None
     return out
+
+
+def _import_worker() -> None:
+    import shardpack.worker  # noqa: F401 (the import is the work: numpy, OpenCV, crc32c)
+
+
+def _warm_workers(workers: int) -> threading.Thread:
+    """Start the loky worker processes while the parent scans: they take ~0.2 s each to boot
+    and import (measured by benchmarks/README.md's start-up check), and a scan of 50,000 files
+    takes about as long. The real run then reuses the same pool."""
+    from joblib import Parallel, delayed
+
+    def warm() -> None:
+        Parallel(n_jobs=workers)(delayed(_import_worker)() for _ in range(workers))
+
+    thread = threading.Thread(target=warm, daemon=True)
+    thread.start()
+    return thread
 
 
 def _run(

@@ -133,8 +133,12 @@ def _features(
     else:
         if item.path not in batches:
             batches[item.path] = read_cifar_pixels(src, item.path)
-        bgr = cv2.cvtColor(batches[item.path][item.record], cv2.COLOR_RGB2BGR)
-        image, fmt, (height, width, channels) = _reencode(bgr, options, "png")
+        rgb = batches[item.path][item.record]
+        if options.encode == "raw" and options.max_side is None and options.resize is None:
+            image, fmt, (height, width, channels) = rgb.tobytes(), "raw", rgb.shape
+        else:
+            bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+            image, fmt, (height, width, channels) = _reencode(bgr, options, "png")
     features: dict[str, object] = {
         "image": image,
         "label": item.label,
@@ -149,10 +153,21 @@ def _features(
     return features
 
 
+def _read(path: str, size_hint: int) -> bytes:
+    """The whole file, in one read when the size from the scan still holds."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = [os.read(fd, size_hint + 1)]
+        while len(chunks[-1]) > size_hint and (chunk := os.read(fd, 1 << 20)):
+            chunks.append(chunk)  # the file grew since the scan: read the rest
+    finally:
+        os.close(fd)
+    return b"".join(chunks) if len(chunks) > 1 else chunks[0]
+
+
 def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, tuple]:
     try:
-        with open(os.path.join(src, item.path), "rb") as f:
-            data = f.read()
+        data = _read(os.path.join(src, item.path), item.size)
     except OSError as e:
         raise ImageError(item.key, f"cannot read ({e.strerror})") from None
     if not data:
@@ -162,39 +177,38 @@ def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, 
         raise ImageError(item.key, "not an image (unknown format)")
     try:
         info = images.probe(data)
-        if info is not None and info.height * info.width > options.max_pixels:
+        if info is None:  # a format without a header probe (gif, bmp...): decode, then re-encode
+            return _reencode(images.decode(data), options, "png")
+        if info.height * info.width > options.max_pixels:
             raise images.BadImage(
                 f"{info.width}x{info.height} pixels is over --max-pixels {options.max_pixels}"
             )
-        keep_format = fmt if fmt in ("jpeg", "png") else "png"
-        target = (
-            None
-            if info is None
-            else images.target_size(info.height, info.width, options.max_side, options.resize)
-        )
-        passthrough = (
-            options.encode == "keep" and info is not None and info.tf_readable and target is None
-        )
-        if passthrough and options.check == "header":
+        target = images.target_size(info.height, info.width, options.max_side, options.resize)
+        passthrough = options.encode == "keep" and info.tf_readable and target is None
+        if passthrough:
+            if options.check == "decode":  # every pixel decoded, the bytes kept as they are
+                images.decode(data)
             return data, fmt, (info.height, info.width, info.channels)
         reduce = 1
-        if fmt == "jpeg" and info is not None and target is not None:
+        if fmt == "jpeg" and target is not None:
             reduce = images.reduce_factor(info.height, info.width, target)
-        pixels = images.decode(data, reduce)
-        if passthrough:  # --check decode: every pixel decoded, the bytes still kept as they are
-            return data, fmt, (info.height, info.width, info.channels)
-        return _reencode(pixels, options, keep_format)
+        return _reencode(images.decode(data, reduce), options, fmt, target)
     except images.BadImage as e:
         raise ImageError(item.key, str(e)) from None
 
 
 def _reencode(
-    pixels: np.ndarray, options: PackOptions, keep_format: str
+    pixels: np.ndarray,
+    options: PackOptions,
+    keep_format: str,
+    size: tuple[int, int] | None = None,
 ) -> tuple[bytes, str, tuple[int, int, int]]:
-    """Resize BGR pixels as the options ask and encode them; 'keep' becomes `keep_format`."""
-    size = images.target_size(pixels.shape[0], pixels.shape[1], options.max_side, options.resize)
-    if size is not None:
-        pixels = images.resize(pixels, size)
+    """Resize BGR pixels to `size` (computed here when not given) and encode them as the
+    options ask; 'keep' becomes `keep_format`."""
+    if size is None or pixels.shape[:2] != size:
+        size = size or images.target_size(*pixels.shape[:2], options.max_side, options.resize)
+        if size is not None:
+            pixels = images.resize(pixels, size)
     fmt = keep_format if options.encode == "keep" else options.encode
     height, width = pixels.shape[:2]
     return images.encode(pixels, fmt, options.quality), fmt, (height, width, 3)
