@@ -396,6 +396,28 @@ def preview(
     typer.echo(f"wrote {path}")
 
 
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench(ctx: typer.Context) -> None:
+    """Benchmark against the single-writer baseline (options: shardpack bench --help).
+
+    Runs the harness in benchmarks/ of a source checkout, e.g.
+    `shardpack bench photos --encode jpeg --workers 1,2 --repeat 3 --json out.json`.
+    """
+    checkout = Path(__file__).resolve().parent.parent
+    if not (checkout / "benchmarks" / "run.py").is_file():
+        _stderr().print("error: shardpack bench runs from a source checkout (benchmarks/ missing)")
+        raise typer.Exit(2)
+    sys.path.insert(0, str(checkout))
+    from benchmarks.run import main as run_benchmarks
+
+    with _user_errors():
+        code = run_benchmarks(ctx.args)
+    raise typer.Exit(code)
+
+
 @app.command()
 def demo(
     out: Annotated[Path, typer.Argument(help="Folder for the sample images and shards.")],

@@ -113,3 +113,17 @@ def test_demo(tmp_path: Path):
     assert result.exit_code == 0, result.output
     assert "packed 30 images into 4 shards" in result.output
     assert runner.invoke(app, ["verify", str(tmp_path / "d" / "shards")]).exit_code == 0
+
+
+def test_bench_runs_the_harness(src: Path, tmp_path: Path):
+    out = tmp_path / "bench.json"
+    result = _run("bench", str(src), "--contenders", "shardpack,ceiling", "--workers", "1",
+                  "--repeat", "1", "--json", str(out), "--no-extras", "--cache",
+                  str(tmp_path / "cache"))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (case,) = json.loads(out.read_text())["cases"]
+    summary = {c["kind"]: c["summary"] for c in case["contenders"]}
+    assert case["workload"]["num_images"] == 7
+    assert summary["shardpack"]["images_per_s"] > 0 and summary["shardpack"]["failed"] == 0
+    assert summary["ceiling"]["per_core_images_per_s"] > 0
+    assert (tmp_path / "bench.png").stat().st_size > 0
