@@ -23,6 +23,7 @@ test: install
 
 bench: install
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.read_speed
 
 lint: install
 	$(BIN)/ruff check shardpack tests benchmarks
