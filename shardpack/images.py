@@ -1,7 +1,8 @@
 """One image: sniff its format, probe and check its header, decode, resize and encode.
 
-Pixels move between these functions as OpenCV holds them, uint8 HxWx3 in BGR order, so a
-decode-resize-encode round trip never pays for a colour swap; only raw output is turned to RGB.
+Pixels are uint8 HxWx3 in the channel order the caller names: "bgr" as OpenCV's encoders
+want it, "rgb" as raw records store it. Decoding straight into the order the output needs
+means no colour swap on the way.
 """
 
 from __future__ import annotations
@@ -150,17 +151,20 @@ def _probe_png(data: bytes) -> ImageInfo:
     raise BadImage("truncated PNG (no IEND chunk)")
 
 
-def decode(data: bytes, reduce: int = 1) -> np.ndarray:
-    """Decode to uint8 HxWx3 BGR as cv2.IMREAD_COLOR does (first frame, no alpha, 8-bit).
+def decode(data: bytes, reduce: int = 1, order: str = "bgr") -> np.ndarray:
+    """Decode to uint8 HxWx3 as cv2.IMREAD_COLOR does (first frame, no alpha, 8-bit).
 
     Args:
         data: the encoded file.
         reduce: 2, 4 or 8 asks libjpeg for a scaled-down decode; 1 decodes at full size.
+        order: "bgr" or "rgb" channel order of the result.
 
     Raises:
         BadImage: OpenCV cannot decode the bytes.
     """
     flags = _REDUCED[reduce]
+    if order == "rgb":
+        flags = (flags & ~cv2.IMREAD_COLOR) | cv2.IMREAD_COLOR_RGB
     try:
         pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     except cv2.error as e:
@@ -201,10 +205,13 @@ def resize(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     )
 
 
-def encode(pixels: np.ndarray, fmt: str, quality: int = 95) -> bytes:
-    """Encode BGR pixels as jpeg, png or webp, or return RGB bytes for raw."""
+def encode(pixels: np.ndarray, fmt: str, quality: int = 95, order: str = "bgr") -> bytes:
+    """Encode pixels of the given channel order as jpeg, png or webp, or as raw RGB bytes."""
     if fmt == "raw":
-        return cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB).tobytes()
+        rgb = pixels if order == "rgb" else cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB)
+        return rgb.tobytes()
+    if order == "rgb":
+        pixels = cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR)
     ext, quality_flag = _ENCODERS[fmt]
     params = [quality_flag, quality] if quality_flag is not None else []
     ok, buf = cv2.imencode(ext, pixels, params)

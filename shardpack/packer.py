@@ -7,15 +7,15 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import dataclass
 
 from shardpack.errors import OutputError, WorkerDiedError
 from shardpack.index import INDEX_NAME, build_index, write_json_atomic
 from shardpack.options import PackOptions
-from shardpack.outdir import Journal, locked, prepare, remove_files
+from shardpack.outdir import LOCK_NAME, Journal, locked, prepare, remove_files
 from shardpack.plan import ShardSpec, make_plan
-from shardpack.sources import Dataset, scan
+from shardpack.sources import Dataset, scan, source_root
 from shardpack.tfdsmeta import write_tfds_metadata
 from shardpack.tfrecord import partial_path
 from shardpack.worker import ShardResult, progress_path, read_progress, write_shard
@@ -76,15 +76,21 @@ def pack(
             no index.json is written and no partial shard is left under a final name.
     """
     options = options or PackOptions()
-    workers = resolve_workers(options.workers)
-    warming = _warm_workers(workers) if options.backend == "loky" and workers > 1 else None
-    dataset = scan(src, options.source)
-    name = options.name or default_name(dataset)
-    plan = make_plan(dataset, name, options, workers)
-    if warming is not None:
-        warming.join()
-    out = _make_out(os.fspath(out))
+    src_root = source_root(src)  # a missing SRC is refused before OUT is created
+    out, created = _make_out(os.fspath(out))
     with locked(out):
+        workers = resolve_workers(options.workers)
+        warming = _warm_workers(workers) if options.backend == "loky" and workers > 1 else None
+        try:
+            dataset = scan(src_root, options.source)
+        except BaseException:
+            if created:
+                _remove_empty_out(out)
+            raise
+        name = options.name or default_name(dataset)
+        plan = make_plan(dataset, name, options, workers)
+        if warming is not None:
+            warming.join()
         stale, reused = prepare(out, plan, options.overwrite, options.resume)
         journal = Journal(out, plan.digest, reused)
         done = {r.file for r in reused}
@@ -135,16 +141,25 @@ def pack(
     return PackResult(out, index, num_records, len(index["skipped"]), seconds, len(reused))
 
 
-def _make_out(out: str) -> str:
+def _make_out(out: str) -> tuple[str, bool]:
+    """OUT as an absolute path, created if missing; and whether this call created it."""
     out = os.path.abspath(out)
     if os.path.exists(out) and not os.path.isdir(out):
         raise OutputError(f"{out}: is a file; pass a folder for the output (it is created)")
+    created = not os.path.exists(out)
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:
         message = f"{out}: cannot create ({e.strerror}); check the parent folder's permissions"
         raise OutputError(message) from None
-    return out
+    return out, created
+
+
+def _remove_empty_out(out: str) -> None:
+    """Take back an OUT this run created, once the lock is its only content."""
+    remove_files([os.path.join(out, LOCK_NAME)])
+    with suppress(OSError):
+        os.rmdir(out)
 
 
 def _import_worker() -> None:

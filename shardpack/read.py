@@ -24,14 +24,12 @@ def _shard_paths(index: Index, split: str) -> list[str]:
 
 def decode_pixels(features: dict) -> np.ndarray:
     """Decode a record's image to uint8 HxWx3 RGB (raw records are reshaped, not decoded)."""
-    import cv2
-
     from shardpack import images
 
     if features["format"] == "raw":
         shape = (features["height"], features["width"], features["channels"])
         return np.frombuffer(features["image"], np.uint8).reshape(shape)
-    return cv2.cvtColor(images.decode(features["image"]), cv2.COLOR_BGR2RGB)
+    return images.decode(features["image"], order="rgb")
 
 
 def to_python(example: dict[str, list]) -> dict[str, object]:

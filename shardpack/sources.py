@@ -69,13 +69,9 @@ def scan(src: str | os.PathLike, source: str = "auto") -> Dataset:
     Raises:
         SourceError: SRC is missing, empty, or not of the layout asked for.
     """
-    root = os.path.abspath(os.fspath(src))
+    root = source_root(src)
     if source not in SOURCE_KINDS:
         raise SourceError(f"--source must be one of {', '.join(SOURCE_KINDS)}, got: {source!r}")
-    if not os.path.exists(root):
-        raise SourceError(f"{root}: no such folder; pass the folder that holds your images")
-    if not os.path.isdir(root):
-        raise SourceError(f"{root}: is a file, not a folder; pass the folder that holds it")
     layout = _cifar_layout(root)
     if source == "cifar" and layout is None:
         raise SourceError(
@@ -85,6 +81,16 @@ def scan(src: str | os.PathLike, source: str = "auto") -> Dataset:
     if layout is not None and source != "folder":
         return _scan_cifar(root, layout)
     return _scan_folder(root)
+
+
+def source_root(src: str | os.PathLike) -> str:
+    """SRC as an absolute path, or a SourceError if it is not an existing folder."""
+    root = os.path.abspath(os.fspath(src))
+    if not os.path.exists(root):
+        raise SourceError(f"{root}: no such folder; pass the folder that holds your images")
+    if not os.path.isdir(root):
+        raise SourceError(f"{root}: is a file, not a folder; pass the folder that holds it")
+    return root
 
 
 # ---- class folders ---------------------------------------------------------------------------

@@ -100,6 +100,8 @@ def _feature(value: FeatureValue) -> tuple[list[bytes], int]:
     if type(value) is int and -(2**63) <= value < 2**63:  # the common scalars, fast
         feature = _int_feature(value)
         return [feature], len(feature)
+    if type(value) is str:
+        value = value.encode()
     if type(value) is bytes:
         head = _TAG[1] + _varint(len(value))
         bytes_list = _TAG[1] + _varint(len(head) + len(value))

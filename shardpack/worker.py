@@ -134,11 +134,7 @@ def _features(
         if item.path not in batches:
             batches[item.path] = read_cifar_pixels(src, item.path)
         rgb = batches[item.path][item.record]
-        if options.encode == "raw" and options.max_side is None and options.resize is None:
-            image, fmt, (height, width, channels) = rgb.tobytes(), "raw", rgb.shape
-        else:
-            bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
-            image, fmt, (height, width, channels) = _reencode(bgr, options, "png")
+        image, fmt, (height, width, channels) = _reencode(rgb, options, "png", order="rgb")
     features: dict[str, object] = {
         "image": image,
         "label": item.label,
@@ -177,8 +173,9 @@ def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, 
         raise ImageError(item.key, "not an image (unknown format)")
     try:
         info = images.probe(data)
+        order = _order(options)
         if info is None:  # a format without a header probe (gif, bmp...): decode, then re-encode
-            return _reencode(images.decode(data), options, "png")
+            return _reencode(images.decode(data, 1, order), options, "png", order=order)
         if info.height * info.width > options.max_pixels:
             raise images.BadImage(
                 f"{info.width}x{info.height} pixels is over --max-pixels {options.max_pixels}"
@@ -192,9 +189,14 @@ def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, 
         reduce = 1
         if fmt == "jpeg" and target is not None:
             reduce = images.reduce_factor(info.height, info.width, target)
-        return _reencode(images.decode(data, reduce), options, fmt, target)
+        return _reencode(images.decode(data, reduce, order), options, fmt, target, order)
     except images.BadImage as e:
         raise ImageError(item.key, str(e)) from None
+
+
+def _order(options: PackOptions) -> str:
+    """Decode straight into the channel order the output wants: RGB for raw, else BGR."""
+    return "rgb" if options.encode == "raw" else "bgr"
 
 
 def _reencode(
@@ -202,13 +204,14 @@ def _reencode(
     options: PackOptions,
     keep_format: str,
     size: tuple[int, int] | None = None,
+    order: str = "bgr",
 ) -> tuple[bytes, str, tuple[int, int, int]]:
-    """Resize BGR pixels to `size` (computed here when not given) and encode them as the
-    options ask; 'keep' becomes `keep_format`."""
+    """Resize pixels to `size` (computed here when not given) and encode them as the options
+    ask; 'keep' becomes `keep_format`."""
     if size is None or pixels.shape[:2] != size:
         size = size or images.target_size(*pixels.shape[:2], options.max_side, options.resize)
         if size is not None:
             pixels = images.resize(pixels, size)
     fmt = keep_format if options.encode == "keep" else options.encode
     height, width = pixels.shape[:2]
-    return images.encode(pixels, fmt, options.quality), fmt, (height, width, 3)
+    return images.encode(pixels, fmt, options.quality, order), fmt, (height, width, 3)

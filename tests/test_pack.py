@@ -230,6 +230,7 @@ def test_bad_src_and_out(tmp_path: Path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SourceError, match="no images found"):
         pack(tmp_path / "empty", tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # a refused run leaves no OUT behind
     src = make_tree(tmp_path / "src", {"a": 1})
     (tmp_path / "file").write_text("x")
     with pytest.raises(OutputError, match="is a file"):

@@ -178,7 +178,11 @@ def test_concurrent_runs_one_wins_intact(src, tmp_path):
     out = tmp_path / "out"
     first = _start(src, out)
     _wait_for(lambda: (out / LOCK_NAME).exists())
-    second = _cli("pack", str(src), str(out), *JOB)
+    first.send_signal(signal.SIGSTOP)  # hold the first run mid-way, deterministically
+    try:
+        second = _cli("pack", str(src), str(out), *JOB)
+    finally:
+        first.send_signal(signal.SIGCONT)
     first.communicate(timeout=120)
     assert second.returncode == 2 and "another shardpack run" in second.stderr
     assert first.returncode == 0
