@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -120,3 +121,37 @@ def test_workers_that_do_not_share_out_are_refused(job, tmp_path: Path):
         scheduler.terminate()
         worker.wait(timeout=30)
         scheduler.wait(timeout=30)
+
+
+def test_a_worker_killed_mid_shard_is_retried_and_output_is_intact(scheduler, tmp_path: Path):
+    """On Dask a lost worker's task runs again elsewhere: the run completes, byte-identical."""
+    import os
+    import signal
+
+    from distributed import Client
+
+    from tests.helpers import image, write_image
+
+    src = tmp_path / "src"
+    for i in range(240):
+        write_image(src / f"c{i % 3}" / f"{i:04d}.jpg", image(i, height=240, width=320))
+    args = ["--encode", "png", "--shards", "8", "--workers", "2", "--no-progress"]
+    local = tmp_path / "local"
+    subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src), str(local), *args],
+                   check=True, capture_output=True)  # fmt: skip
+    with Client(scheduler, timeout="30s") as client:
+        pids = sorted(client.run(os.getpid).values())
+    out = tmp_path / "dask"
+    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out), *args,
+                            "--backend", "dask", "--scheduler", scheduler],
+                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    journal = out / ".shardpack.journal"
+    deadline = time.monotonic() + 120
+    while not (journal.exists() and len(journal.read_text().splitlines()) >= 2):
+        assert time.monotonic() < deadline and run.poll() is None
+        time.sleep(0.01)
+    os.kill(pids[0], signal.SIGKILL)
+    stderr = run.communicate(timeout=300)[1]
+    assert run.returncode == 0, stderr
+    _same(out, local)
+    assert not [p.name for p in out.iterdir() if p.name.endswith((".partial", ".progress"))]

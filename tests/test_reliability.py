@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -150,8 +151,6 @@ def test_resume_refuses_changed_options(src, tmp_path):
 
 
 def test_resume_redoes_a_damaged_shard(src, clean, tmp_path):
-    import shutil
-
     out = Path(shutil.copytree(clean, tmp_path / "out"))
     victim = sorted(out.glob("*.tfrecord-00003-*"))[0]
     victim.write_bytes(victim.read_bytes()[:-1])
@@ -187,3 +186,34 @@ def test_concurrent_runs_one_wins_intact(src, tmp_path):
     assert second.returncode == 2 and "another shardpack run" in second.stderr
     assert first.returncode == 0
     assert _cli("verify", str(out)).returncode == 0
+
+
+def test_disk_full_keeps_finished_shards_and_resume_completes(src, clean, tmp_path):
+    """A real tmpfs too small for the output, in a mount namespace of the test's own."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) to mount a small tmpfs")
+    total = sum(len(b) for b in shard_files(clean).values())
+    out, kept, log = tmp_path / "small-disk", tmp_path / "kept", tmp_path / "log"
+    out.mkdir()
+    pack_cmd = " ".join([sys.executable, "-m", "shardpack", "pack", str(src), str(out), *JOB])
+    script = f"""
+        mount -t tmpfs -o size={total // 2} none {out} || exit 77
+        {pack_cmd} 2> {log}.first; echo $? > {log}.first-rc
+        cp -a {out} {kept}.after-failure
+        mount -o remount,size={total * 2} {out}
+        {pack_cmd} --resume --json > {log}.resume; echo $? > {log}.resume-rc
+        cp -a {out} {kept}
+    """
+    run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    if run.returncode == 77:
+        pytest.skip("this machine does not allow mounting a tmpfs")
+    first = Path(f"{log}.first").read_text().strip().splitlines()
+    assert Path(f"{log}.first-rc").read_text().strip() == "2"
+    assert len(first) == 1 and "No space left on device" in first[0] and "--resume" in first[0]
+    failed = Path(f"{kept}.after-failure")
+    assert not (failed / "index.json").exists() and not _leftovers(failed)
+    assert 1 <= _finished_shards(failed) < 12  # what finished before the disk filled stays
+    assert Path(f"{log}.resume-rc").read_text().strip() == "0"
+    assert json.loads(Path(f"{log}.resume").read_text())["records"] == 480
+    assert _same_output(kept, clean)
