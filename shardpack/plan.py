@@ -26,7 +26,6 @@ class ShardSpec:
     index: int
     num_shards: int
     file: str
-    kind: str  # the Dataset kind: tells the worker how to read items
     items: tuple[Item, ...]
 
 
@@ -93,7 +92,6 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
                     index=index,
                     num_shards=count,
                     file=shard_name(name, split, index, count),
-                    kind=dataset.kind,
                     items=shuffled[start:end],
                 )
             )

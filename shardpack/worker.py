@@ -99,7 +99,7 @@ def write_shard(
         with TFRecordWriter(os.path.join(out, spec.file), options.compression) as writer:
             for done, item in enumerate(spec.items, 1):
                 try:
-                    features = _features(item, spec.kind, src, options, batches)
+                    features = _features(item, src, options, batches)
                 except ImageError as e:
                     if options.on_error == "fail":
                         raise
@@ -125,7 +125,7 @@ def write_shard(
 
 
 def _features(
-    item: Item, kind: str, src: str, options: PackOptions, batches: dict[str, np.ndarray]
+    item: Item, src: str, options: PackOptions, batches: dict[str, np.ndarray]
 ) -> dict[str, object]:
     """Build one record's features, or raise ImageError naming the item and the reason."""
     if item.record is None:
