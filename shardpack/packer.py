@@ -14,7 +14,7 @@ from shardpack.errors import OutputError, WorkerDiedError
 from shardpack.index import INDEX_NAME, build_index, write_json_atomic
 from shardpack.options import PackOptions
 from shardpack.outdir import LOCK_NAME, Journal, locked, prepare, remove_files
-from shardpack.plan import ShardSpec, make_plan
+from shardpack.plan import Plan, ShardSpec, make_plan
 from shardpack.sources import Dataset, scan, source_root
 from shardpack.tfdsmeta import write_tfds_metadata
 from shardpack.tfrecord import partial_path
@@ -92,35 +92,8 @@ def pack(
         if warming is not None:
             warming.join()
         stale, reused = prepare(out, plan, options.overwrite, options.resume)
-        journal = Journal(out, plan.digest, reused)
-        done = {r.file for r in reused}
-        todo = [spec for spec in plan.shards if spec.file not in done]
         start = time.perf_counter()
-        results = list(reused)
-        sizes = {spec.file: len(spec.items) for spec in plan.shards}
-        try:
-            with (
-                _ProgressPoller(out, dataset.num_items, progress) as poller,
-                closing(_run(todo, options, dataset, out, workers)) as finished,
-            ):
-                poller.finished(sum(sizes[f] for f in done))
-                for result in finished:
-                    journal.add(result)
-                    results.append(result)
-                    poller.finished(sizes[result.file])
-        except BaseException as e:
-            in_flight = sorted(
-                s.file for s in todo if os.path.exists(partial_path(os.path.join(out, s.file)))
-            )
-            remove_files(partial_path(os.path.join(out, s.file)) for s in todo)
-            remove_files(progress_path(out, s.file) for s in todo)
-            if type(e).__name__ == "TerminatedWorkerError":  # joblib's; its import is lazy
-                raise WorkerDiedError(
-                    f"{out}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
-                    "(killed, perhaps by the out-of-memory killer: try fewer --workers); "
-                    "rerun with --resume to keep the shards already finished"
-                ) from None
-            raise
+        results = _write_shards(plan, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start
         num_records = sum(r.num_records for r in results)
         stats = {
@@ -139,6 +112,48 @@ def pack(
             write_index_files(out)
         remove_files(os.path.join(out, f) for f in stale - {s.file for s in plan.shards})
     return PackResult(out, index, num_records, len(index["skipped"]), seconds, len(reused))
+
+
+def _write_shards(
+    plan: Plan,
+    reused: list[ShardResult],
+    options: PackOptions,
+    dataset: Dataset,
+    out: str,
+    workers: int,
+    progress: ProgressCallback | None,
+) -> list[ShardResult]:
+    """Write every shard not reused, journal each as it lands; on any failure (a bad image, a
+    signal, a dead worker) remove the partial files and say which shards were in flight."""
+    journal = Journal(out, plan.digest, reused)
+    done = {r.file for r in reused}
+    todo = [spec for spec in plan.shards if spec.file not in done]
+    sizes = {spec.file: len(spec.items) for spec in plan.shards}
+    results = list(reused)
+    try:
+        with (
+            _ProgressPoller(out, sum(sizes.values()), progress) as poller,
+            closing(_run(todo, options, dataset, out, workers)) as finished,
+        ):
+            poller.finished(sum(sizes[f] for f in done))
+            for result in finished:
+                journal.add(result)
+                results.append(result)
+                poller.finished(sizes[result.file])
+    except BaseException as e:
+        in_flight = sorted(
+            s.file for s in todo if os.path.exists(partial_path(os.path.join(out, s.file)))
+        )
+        remove_files(partial_path(os.path.join(out, s.file)) for s in todo)
+        remove_files(progress_path(out, s.file) for s in todo)
+        if type(e).__name__ == "TerminatedWorkerError":  # joblib's; its import is lazy
+            raise WorkerDiedError(
+                f"{out}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
+                "(killed, perhaps by the out-of-memory killer: try fewer --workers); "
+                "rerun with --resume to keep the shards already finished"
+            ) from None
+        raise
+    return results
 
 
 def _make_out(out: str) -> tuple[str, bool]:
