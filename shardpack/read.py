@@ -156,6 +156,9 @@ def tf_dataset(
     else:  # shard after shard, record after record: the order pack wrote
         ds = tf.data.TFRecordDataset(paths, compression_type=compression)
     ds = ds.repeat(epochs)  # after the shuffles, so that each epoch is a whole permutation
+    if epochs is not None:  # the index knows the length: Keras then knows its steps per epoch
+        total = index.split(split).num_records * epochs
+        ds = ds.apply(tf.data.experimental.assert_cardinality(total))
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
     if batch_size is not None:
         ds = ds.batch(batch_size)
