@@ -149,17 +149,17 @@ def _walk_images(
         except OSError:
             continue  # an unreadable or dangling folder holds nothing we can pack
         for entry in entries:
-            if _hidden(entry.name):
-                continue
-            rel = f"{rel_dir}/{entry.name}"
+            name = entry.name
+            if name.startswith("."):
+                continue  # hidden
             try:
-                mode = entry.stat().st_mode
+                st = entry.stat()  # follows links; one syscall, cached by the entry
             except OSError:
-                mode = 0  # dangling link: an image name is kept so that the skip says why
-            if stat.S_ISDIR(mode):
-                pending.append(rel)
-            elif os.path.splitext(entry.name)[1].lower() in IMAGE_EXTENSIONS:
-                found.append((rel, entry.stat().st_size if mode else 0))
+                st = None  # dangling link: an image name is kept so that the skip says why
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                pending.append(f"{rel_dir}/{name}")
+            elif "." in name and "." + name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS:
+                found.append((f"{rel_dir}/{name}", st.st_size if st is not None else 0))
             else:
                 ignored += 1
     return found, ignored
