@@ -106,3 +106,28 @@ def test_keras_fit_on_the_demo_set(tmp_path: Path):
     assert int(train.cardinality()) == 4  # 100 records in batches of 32, known from the index
     history = model.fit(train, epochs=2, verbose=0)
     assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
+
+
+@pytest.mark.parametrize("reader", ["iter_examples", "tf_dataset", "read_record", "describe",
+                                    "verify", "preview"])  # fmt: skip
+@pytest.mark.parametrize("bad_name", ["../secret.tfrecord-00000-of-00001", "/etc/passwd"])
+def test_every_reader_refuses_an_index_that_points_outside_out(packed, tmp_path, reader, bad_name):
+    import json
+    import shutil
+
+    import shardpack
+
+    out = Path(shutil.copytree(packed, tmp_path / "copy"))
+    index = json.loads((out / "index.json").read_text())
+    index["splits"]["train"]["shards"][0]["file"] = bad_name
+    (out / "index.json").write_text(json.dumps(index))
+    calls = {
+        "iter_examples": lambda: list(shardpack.iter_examples(out)),
+        "tf_dataset": lambda: shardpack.tf_dataset(out),
+        "read_record": lambda: shardpack.read_record(out, "train", 0),
+        "describe": lambda: shardpack.describe(out),
+        "verify": lambda: shardpack.verify(out),
+        "preview": lambda: shardpack.make_preview(out, tmp_path / "p.png"),
+    }
+    with pytest.raises(IndexFormatError, match="refused shard name"):
+        calls[reader]()
