@@ -88,3 +88,40 @@ def test_cli_index_files_and_preview(packed: Path, tmp_path: Path):
     sheet = cv2.imread(str(png))
     assert sheet.shape == (3 * (128 + 22), 3 * 128, 3)
     assert sheet[:128, :128].std() > 5  # a real thumbnail, not a blank cell
+
+
+def test_dali_reads_the_shards_through_our_index_files(packed: Path):
+    """NVIDIA DALI's fn.readers.tfrecord on the CPU, in a process of its own."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("nvidia.dali")
+    code = """
+import glob, json, os, sys
+import numpy as np
+from nvidia.dali import fn, pipeline_def
+import nvidia.dali.tfrecord as tfrec
+out = sys.argv[1]
+shards = sorted(glob.glob(os.path.join(out, "*.tfrecord-*")))
+index = [os.path.join(out, "idx", os.path.basename(s) + ".idx") for s in shards]
+@pipeline_def(batch_size=11, num_threads=1, device_id=None)
+def pipe():
+    r = fn.readers.tfrecord(path=shards, index_path=index, random_shuffle=False, name="r",
+        features={"label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+                  "image": tfrec.FixedLenFeature((), tfrec.string, "")})
+    return r["label"], fn.decoders.image(r["image"], device="cpu")
+p = pipe()
+p.build()
+labels, images = p.run()
+labels = np.array(labels.as_array()).ravel().tolist()
+print(json.dumps({"epoch": p.epoch_size("r"), "labels": labels, "shape": list(images.at(0).shape)}))
+"""
+    run = subprocess.run([sys.executable, "-c", code, str(packed)], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    ours = list(iter_examples(packed))
+    assert result["epoch"] == len(ours) == 11
+    assert result["labels"] == [r["label"] for r in ours]
+    assert result["shape"] == [24, 32, 3]
