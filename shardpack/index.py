@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,10 +17,14 @@ if TYPE_CHECKING:  # the index is plain data: it needs these names only for type
     from shardpack.worker import ShardResult
 
 INDEX_NAME = "index.json"
+# What pack writes beside the shards: TFDS metadata (tfdsmeta) and index files (recordindex).
+METADATA_NAMES = ("dataset_info.json", "features.json", "label.labels.txt",
+                  "coarse_label.labels.txt")  # fmt: skip
+INDEX_FILES_DIR = "idx"
 FORMAT = "shardpack-index"
 VERSION = 1
 # A shard name is a plain file name inside OUT: no folders, no climbing out, nothing hidden.
-_SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 BASE_FEATURES = {
     "image": "bytes",
     "label": "int64",
@@ -79,23 +82,6 @@ class Index:
         return self.splits[name]
 
 
-def write_json_atomic(path: str, document: dict) -> None:
-    """Write JSON to a temporary name, fsync it, then rename it into place."""
-    head, tail = os.path.split(path)
-    tmp = os.path.join(head, f".{tail}.partial")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(document, f, indent=2, ensure_ascii=False, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.remove(tmp)
-        raise
-    os.replace(tmp, path)
-
-
 def load_index(out: str | os.PathLike) -> Index:
     """Load OUT/index.json and refuse anything it does not fully understand.
 
@@ -142,7 +128,7 @@ def load_index(out: str | os.PathLike) -> Index:
             if not isinstance(shard, dict):
                 raise bad(f"a shard of split {split!r} is not an object")
             _expect(shard, {"file": str, "num_records": int, "num_bytes": int, "sha256": str}, bad)
-            if not _SAFE_FILE.fullmatch(shard["file"]):
+            if not SAFE_FILE.fullmatch(shard["file"]):
                 raise IndexFormatError(
                     f"{path}: refused shard name {shard['file']!r}: shard names must be plain "
                     "file names inside the output folder"

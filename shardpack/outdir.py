@@ -3,95 +3,75 @@ records (the journal) that let an interrupted run resume."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-import re
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 
-from shardpack.errors import OutputError
-from shardpack.index import INDEX_NAME
+from shardpack.atomic import remove_files, sha256_file
+from shardpack.errors import IndexFormatError, OutputError
+from shardpack.index import (
+    INDEX_FILES_DIR,
+    INDEX_NAME,
+    METADATA_NAMES,
+    SAFE_FILE,
+    load_index,
+)
 from shardpack.plan import Plan
 from shardpack.worker import ShardResult
 
 LOCK_NAME = ".shardpack.lock"
 JOURNAL_NAME = ".shardpack.journal"
-# Files shardpack writes into OUT; nothing else there is ever removed.
-_OURS = re.compile(
-    r"^(index\.json|dataset_info\.json|features\.json|[a-z_]+\.labels\.txt"
-    r"|.+\.tfrecord-\d{5}-of-\d{5}|\..+\.(partial|progress))$"
-)
-_HASH_CHUNK = 1 << 20
-
-
-def remove_files(paths: Iterable[str]) -> None:
-    """Remove each path that exists."""
-    for path in paths:
-        with suppress(FileNotFoundError):
-            os.remove(path)
 
 
 @contextmanager
 def locked(out: str) -> Iterator[None]:
-    """Hold OUT/.shardpack.lock for the block; a second run into the same OUT is refused.
+    """Hold an exclusive lock on OUT for the block; a second run into the same OUT is refused.
 
-    A lock left by a process that no longer exists (on this machine) is taken over.
+    The kernel holds the lock (flock), so it ends with its process however that ends; the
+    lock file itself stays, since removing it would let a third run lock a different file.
     """
     path = os.path.join(out, LOCK_NAME)
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            break
-        except FileExistsError:
-            pid = _lock_owner(path)
-            if pid is not None and _alive(pid):
-                raise OutputError(
-                    f"{out}: another shardpack run (pid {pid}) is writing here; wait for it to "
-                    f"finish, or remove {path} if that process is gone"
-                ) from None
-            remove_files([path])  # stale: its owner died without cleaning up
-    else:
-        raise OutputError(f"{path}: cannot take the lock; remove it and retry")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise OutputError(
+                f"{out}: another shardpack run (pid {owner}) is writing here; wait for it to "
+                "finish, or choose another output folder"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)  # for the message above, nothing more
         yield
     finally:
-        remove_files([path])
+        os.close(fd)
 
 
-def _lock_owner(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            return int(f.read().strip() or 0) or None
-    except (OSError, ValueError):
-        return None
+def prepare(
+    out: str, plan: Plan, overwrite: bool, resume: bool
+) -> tuple[set[str], list[ShardResult]]:
+    """Make OUT ready for `plan`, touching only files shardpack wrote or will write.
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def prepare(out: str, plan: Plan, overwrite: bool, resume: bool) -> tuple[set[str], list]:
-    """Make OUT ready for `plan`.
+    OUT is shardpack's when it holds an index.json or a journal; then the files they list
+    are ours. Otherwise any file under a name pack is about to write is the user's, and is
+    replaced only with overwrite.
 
     Returns:
-        (names of our old shard files that the new index will not list, ShardResults of
-        finished shards that can be reused because their journal entry and sha256 match).
+        (old shard files, listed by the old index or journal, that the new index drops;
+        ShardResults of finished shards whose journal entry and sha256 match, with resume).
 
     Raises:
-        OutputError: OUT holds a different dataset (without overwrite), or a resume finds
-            that the options or the source changed.
+        OutputError: OUT holds a different dataset or files of the user's under names pack
+            writes (without overwrite), or a resume finds the options or the source changed.
     """
     names = set(os.listdir(out))
-    digests = {_index_digest(out), _journal_digest(out)} - {None}
+    old_index = _old_index(out) if INDEX_NAME in names else None
+    journal = _journal_entries(out)
+    digests = {d for d in (_digest_of(old_index), _digest_of(journal[:1])) if d is not None}
     if digests and digests != {plan.digest} and not overwrite:
         what = (
             "was packed with other options or from a changed source"
@@ -101,64 +81,82 @@ def prepare(out: str, plan: Plan, overwrite: bool, resume: bool) -> tuple[set[st
         raise OutputError(
             f"{out}: {what}; pass --overwrite to start over, or choose another output folder"
         )
-    reused = _reusable(out, plan) if resume else []
-    ours = {n for n in names if _OURS.match(n)}
-    if INDEX_NAME in ours:
-        os.remove(os.path.join(out, INDEX_NAME))  # no index may point at shards being rewritten
-    remove_files(os.path.join(out, n) for n in ours if n.startswith("."))
-    return {n for n in ours if ".tfrecord-" in n and not n.startswith(".")}, reused
+    planned = {spec.file for spec in plan.shards}
+    if old_index is None and not journal and not overwrite:
+        clash = sorted(names & (planned | {INDEX_NAME, *METADATA_NAMES}))
+        if clash:
+            raise OutputError(
+                f"{os.path.join(out, clash[0])}: exists and was not written by shardpack "
+                f"({len(clash)} such files); choose an empty folder, or pass --overwrite to "
+                "replace them"
+            )
+    reused = _reusable(out, journal, planned) if resume else []
+    listed = _listed(old_index, journal)
+    remove_files([os.path.join(out, INDEX_NAME)] if old_index is not None else [])
+    rewritten = planned | listed
+    remove_files(
+        os.path.join(out, f".{name}.{kind}")
+        for name in rewritten | {INDEX_NAME, *METADATA_NAMES}
+        for kind in ("partial", "progress")
+    )
+    kept = {r.file for r in reused}
+    remove_files(os.path.join(out, INDEX_FILES_DIR, f"{f}.idx") for f in rewritten - kept)
+    return listed - planned, reused
 
 
-def _index_digest(out: str) -> str | None:
+def _old_index(out: str) -> dict | str:
+    """The old index document, or "unreadable" (its shard names are then not trusted)."""
     try:
-        with open(os.path.join(out, INDEX_NAME), encoding="utf-8") as f:
-            return json.load(f).get("plan_digest") or "unknown"
-    except FileNotFoundError:
+        return load_index(out).raw
+    except IndexFormatError:
+        return "unreadable"
+
+
+def _digest_of(source: dict | str | list | None) -> str | None:
+    if source is None or source == []:
         return None
-    except (OSError, ValueError, AttributeError):
-        return "unknown"
+    document = source[0] if isinstance(source, list) else source
+    digest = document.get("plan_digest") if isinstance(document, dict) else None
+    return digest if isinstance(digest, str) else "unknown"
 
 
-def _journal_lines(out: str) -> list[dict]:
+def _listed(old_index: dict | str | None, journal: list) -> set[str]:
+    """Shard file names the old index and journal say shardpack wrote (plain names only)."""
+    names = set()
+    if isinstance(old_index, dict):  # load_index checked every name
+        names |= {s["file"] for split in old_index["splits"].values() for s in split["shards"]}
+    names |= {e["file"] for e in journal[1:] if isinstance(e, dict) and isinstance(
+        e.get("file"), str) and SAFE_FILE.fullmatch(e["file"])}  # fmt: skip
+    return names
+
+
+def _journal_entries(out: str) -> list:
+    """The journal's lines, parsed, up to the first that is not JSON (a crash's torn line)."""
     try:
         with open(os.path.join(out, JOURNAL_NAME), encoding="utf-8") as f:
             lines = f.read().splitlines()
-    except FileNotFoundError:
+    except (FileNotFoundError, UnicodeDecodeError):
         return []
     entries = []
     for line in lines:
         try:
             entries.append(json.loads(line))
         except ValueError:
-            break  # a line cut short by a crash ends the journal
+            break
     return entries
 
 
-def _journal_digest(out: str) -> str | None:
-    entries = _journal_lines(out)
-    return entries[0].get("plan_digest", "unknown") if entries else None
-
-
-def _reusable(out: str, plan: Plan) -> list[ShardResult]:
+def _reusable(out: str, journal: list, planned: set[str]) -> list[ShardResult]:
     """Finished shards whose journal entry matches the plan and whose bytes are intact."""
-    import hashlib
-
-    planned = {spec.file for spec in plan.shards}
     reused = []
-    for entry in _journal_lines(out)[1:]:
+    for entry in journal[1:]:
         try:
             result = ShardResult(**{**entry, "label_counts": tuple(entry["label_counts"]),
                                     "skipped": tuple(map(tuple, entry["skipped"]))})  # fmt: skip
-        except TypeError:
-            continue
+        except (TypeError, KeyError, ValueError):
+            continue  # not an entry this version wrote: redo that shard
         path = os.path.join(out, result.file)
-        if result.file not in planned or not os.path.isfile(path):
-            continue
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(_HASH_CHUNK):
-                digest.update(chunk)
-        if digest.hexdigest() == result.sha256:
+        if result.file in planned and os.path.isfile(path) and (sha256_file(path) == result.sha256):
             reused.append(result)
     return reused
 
@@ -168,14 +166,14 @@ class Journal:
 
     def __init__(self, out: str, digest: str, reused: list[ShardResult]) -> None:
         self.path = os.path.join(out, JOURNAL_NAME)
-        with open(self.path, "w", encoding="utf-8") as f:
+        with open(self.path, "w", encoding="ascii") as f:
             f.write(json.dumps({"plan_digest": digest}) + "\n")
         for result in reused:
             self.add(result)
 
     def add(self, result: ShardResult) -> None:
         """Record a finished shard durably (its file was fsynced before its rename)."""
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(asdict(result), ensure_ascii=False) + "\n")
+        with open(self.path, "a", encoding="ascii") as f:
+            f.write(json.dumps(asdict(result)) + "\n")  # ASCII: any file name survives
             f.flush()
             os.fsync(f.fileno())

@@ -10,14 +10,14 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, suppress
 from dataclasses import dataclass
 
+from shardpack.atomic import partial_path, remove_files, write_json_atomic
 from shardpack.errors import OutputError, WorkerDiedError
-from shardpack.index import INDEX_NAME, build_index, write_json_atomic
+from shardpack.index import INDEX_NAME, build_index
 from shardpack.options import PackOptions
-from shardpack.outdir import LOCK_NAME, Journal, locked, prepare, remove_files
+from shardpack.outdir import LOCK_NAME, Journal, locked, prepare
 from shardpack.plan import Plan, ShardSpec, make_plan
 from shardpack.sources import Dataset, scan, source_root
 from shardpack.tfdsmeta import write_tfds_metadata
-from shardpack.tfrecord import partial_path
 from shardpack.worker import ShardResult, progress_path, read_progress, write_shard
 
 ProgressCallback = Callable[[int, int], None]

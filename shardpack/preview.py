@@ -10,6 +10,8 @@ import cv2
 import numpy as np
 
 from shardpack import images
+from shardpack.atomic import write_atomic
+from shardpack.errors import OutputError
 from shardpack.index import load_index
 from shardpack.read import decode_pixels, iter_examples
 
@@ -50,6 +52,8 @@ def make_preview(
         cv2.putText(sheet, caption, (x + 3, y + CELL + 15), cv2.FONT_HERSHEY_SIMPLEX, 0.4,
                     (0, 0, 0), 1, cv2.LINE_AA)  # fmt: skip
     dest = os.fspath(dest)
-    with open(dest, "wb") as f:
-        f.write(images.encode(sheet, "png"))
+    try:
+        write_atomic(dest, images.encode(sheet, "png"))
+    except OSError as e:
+        raise OutputError.writing(dest, e) from None
     return dest

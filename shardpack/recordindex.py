@@ -6,12 +6,12 @@ import os
 import struct
 from collections.abc import Iterator
 
+from shardpack.atomic import write_atomic
 from shardpack.errors import IndexFormatError, RecordError
-from shardpack.index import Index, load_index
+from shardpack.index import INDEX_FILES_DIR, Index, load_index
 from shardpack.read import to_python
 from shardpack.tfrecord import decode_example, masked_crc
 
-INDEX_FILES_DIR = "idx"
 _HEADER = struct.Struct("<QI")
 
 
@@ -69,11 +69,8 @@ def write_index_files(out: str | os.PathLike) -> list[str]:
     for split in index.splits.values():
         for shard in split.shards:
             path = index_file_path(index, shard.file)
-            lines = [f"{o} {n}\n" for o, n in record_spans(index.shard_path(shard))]
-            tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
-            with open(tmp, "w") as f:
-                f.writelines(lines)
-            os.replace(tmp, path)
+            spans = record_spans(index.shard_path(shard))
+            write_atomic(path, "".join(f"{o} {n}\n" for o, n in spans).encode())
             written.append(path)
     return written
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from shardpack.index import write_json_atomic
+from shardpack.atomic import write_atomic, write_json_atomic
 
 TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
 _CLASS = "tensorflow_datasets.core.features"
@@ -75,9 +75,7 @@ def write_tfds_metadata(out: str, index: dict) -> list[str]:
         if names is None:
             continue
         path = os.path.join(out, f"{feature}.labels.txt")
-        tmp = os.path.join(out, f".{feature}.labels.txt.partial")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("".join(f"{name}\n" for name in names))
-        os.replace(tmp, path)
+        text = "".join(f"{name}\n" for name in names)
+        write_atomic(path, text.encode("utf-8", "surrogateescape"))  # names as they are on disk
         written.append(os.path.basename(path))
     return written

@@ -8,7 +8,6 @@ field 1. Map entries are written in sorted key order so equal inputs give equal 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gzip
 import hashlib
@@ -21,6 +20,7 @@ from typing import BinaryIO
 
 import crc32c
 
+from shardpack.atomic import partial_path, remove_files
 from shardpack.errors import OutputError, RecordError
 
 _MASK_DELTA = 0xA282EAD8
@@ -308,21 +308,10 @@ class TFRecordWriter:
             with suppress(OSError):
                 self._raw.close()
             if failed:
-                _remove_quietly(self.tmp_path)
+                remove_files([self.tmp_path])
         if not failed:  # an exception in the block propagates; nothing appears under the name
             os.replace(self.tmp_path, self.path)
             self.result = (self.num_records, self._hashing.size, self._hashing.sha256.hexdigest())
-
-
-def partial_path(path: str) -> str:
-    """The hidden temporary name a file is written under before it is renamed into place."""
-    head, tail = os.path.split(path)
-    return os.path.join(head, f".{tail}.partial")
-
-
-def _remove_quietly(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
 
 
 def _open_records(path: str, compression: str) -> BinaryIO:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass, field
 
+from shardpack.atomic import sha256_file
 from shardpack.errors import RecordError
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.tfrecord import decode_example, iter_records
-
-_HASH_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,7 @@ def _check_shard(index: Index, shard: ShardInfo, decode: bool, faults: list[Faul
     size = os.path.getsize(path)
     if size != shard.num_bytes:
         faults.append(Fault(shard.file, None, f"{size} bytes, index says {shard.num_bytes}"))
-    if _sha256(path) != shard.sha256:
+    if sha256_file(path) != shard.sha256:
         faults.append(Fault(shard.file, None, "sha256 differs from the index (file changed)"))
     count = 0
     try:
@@ -146,11 +144,3 @@ def _check_pixels(example: dict[str, list]) -> str | None:
     if pixels.shape[:2] != (height, width):
         return f"image decodes to {pixels.shape[1]}x{pixels.shape[0]}, fields say {width}x{height}"
     return None
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from shardpack.atomic import write_json_atomic
 from shardpack.errors import IndexFormatError
 from shardpack.index import (
     BASE_FEATURES,
@@ -18,7 +19,6 @@ from shardpack.index import (
     ShardInfo,
     build_index,
     load_index,
-    write_json_atomic,
 )
 from shardpack.options import PackOptions
 from shardpack.plan import make_plan

@@ -83,7 +83,7 @@ def test_index_contract(tree: Path, tmp_path: Path):
         assert (out / shard["file"]).stat().st_size == shard["num_bytes"]
     assert set(index["stats"]) == {"seconds", "images_per_second", "workers"}
     hidden = [p.name for p in out.iterdir() if p.name.startswith(".")]
-    assert hidden == [".shardpack.journal"]  # completion records stay; no temp file is left
+    assert sorted(hidden) == [".shardpack.journal", ".shardpack.lock"]  # no temp file is left
 
 
 def test_same_output_whatever_the_worker_count(tree: Path, tmp_path: Path):
@@ -301,3 +301,31 @@ def test_progress_callback_counts_up_to_the_total(tmp_path: Path):
     assert seen[-1] == (60, 60)
     done = [d for d, _ in seen]
     assert done == sorted(done) and all(t == 60 for _, t in seen)
+
+
+def test_a_folder_of_someone_elses_files_is_left_alone(tree: Path, tmp_path: Path):
+    """A TFDS folder (no index.json of ours) holds files under names pack would write."""
+    out = tmp_path / "tfds"
+    out.mkdir()
+    theirs = {"dataset_info.json": "{}", "label.labels.txt": "x\n",
+              "mnist-train.tfrecord-00000-of-00001": "data", "notes.txt": "mine"}  # fmt: skip
+    for name, text in theirs.items():
+        (out / name).write_text(text)
+    with pytest.raises(OutputError, match="was not written by shardpack"):
+        pack(tree, out, PackOptions(workers=1, shards=1))
+    mine = {p.name: p.read_text() for p in out.iterdir() if p.name != ".shardpack.lock"}
+    assert mine == theirs  # nothing of theirs touched
+    pack(tree, out, PackOptions(workers=1, shards=1, overwrite=True))
+    assert (out / "mnist-train.tfrecord-00000-of-00001").read_text() == "data"  # not ours: kept
+    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "label.labels.txt").read_text() == "cat\ndog\n"  # replaced, as asked
+
+
+def test_stale_shards_are_removed_only_if_our_index_listed_them(tree: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    pack(tree, out, PackOptions(workers=1, shards=3))
+    (out / "src-train.tfrecord-00009-of-00010").write_text("not listed anywhere")
+    pack(tree, out, PackOptions(workers=1, shards=2, overwrite=True))
+    shards = sorted(p.name for p in out.glob("*.tfrecord-*"))
+    assert shards == ["src-train.tfrecord-00000-of-00002", "src-train.tfrecord-00001-of-00002",
+                      "src-train.tfrecord-00009-of-00010"]  # fmt: skip

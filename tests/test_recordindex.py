@@ -125,3 +125,13 @@ print(json.dumps({"epoch": p.epoch_size("r"), "labels": labels, "shape": list(im
     assert result["epoch"] == len(ours) == 11
     assert result["labels"] == [r["label"] for r in ours]
     assert result["shape"] == [24, 32, 3]
+
+
+def test_repacking_drops_stale_index_files(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"a": 4, "b": 3})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(shards=2, workers=1, index_files=True))
+    pack(src, out, PackOptions(shards=2, workers=1, encode="png", overwrite=True))
+    assert not list((out / "idx").glob("*.idx"))  # they described the old bytes
+    every = list(iter_examples(out))
+    assert read_record(out, "train", 5) == every[5]

@@ -161,16 +161,31 @@ def test_resume_redoes_a_damaged_shard(src, clean, tmp_path):
 
 
 def test_second_run_into_the_same_out_is_refused(src, tmp_path):
+    import fcntl
+
     out = tmp_path / "out"
     out.mkdir()
-    (out / LOCK_NAME).write_text(str(os.getpid()))  # held by a live process: this one
-    result = _cli("pack", str(src), str(out), *JOB)
-    assert result.returncode == 2 and "another shardpack run" in result.stderr
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()  # fmt: skip
-    (out / LOCK_NAME).write_text(dead)  # its owner is gone: the lock is stale
+    with open(out / LOCK_NAME, "w") as held:  # this test process holds OUT's lock
+        held.write("4242")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = _cli("pack", str(src), str(out), *JOB)
+    assert result.returncode == 2 and "another shardpack run (pid 4242)" in result.stderr
+    assert not (out / "index.json").exists()
+    # Released (as when its process dies, however it dies): the next run proceeds.
     assert _cli("pack", str(src), str(out), *JOB).returncode == 0
-    assert not (out / LOCK_NAME).exists()
+
+
+def test_a_torn_or_foreign_journal_does_not_stop_a_resume(src, clean, tmp_path):
+    out = Path(shutil.copytree(clean, tmp_path / "out"))
+    journal = out / ".shardpack.journal"
+    lines = journal.read_text().splitlines()
+    bad = ['{"file": "x"}', "[1]", '{"file": "../../etc/passwd", "sha256": 1}']
+    journal.write_text("\n".join(lines[:4] + bad + lines[4:6]) + "\n" + lines[6][:10])
+    (out / "index.json").unlink()
+    result = pack(src, out, PackOptions(encode="png", shards=12, workers=2, resume=True))
+    assert result.num_reused == 5  # the three good entries, then two after the bad ones
+    assert _same_output(out, clean)
 
 
 def test_concurrent_runs_one_wins_intact(src, tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
+from shardpack.atomic import partial_path
 from shardpack.errors import RecordError
 from shardpack.tfrecord import (
     TFRecordWriter,
@@ -18,7 +19,6 @@ from shardpack.tfrecord import (
     frame,
     iter_records,
     masked_crc,
-    partial_path,
 )
 
 PAYLOADS = [b"", b"hello", bytes(range(256)) * 3, b"\xff" * 1000]
