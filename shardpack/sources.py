@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
 import stat
@@ -15,6 +14,8 @@ from shardpack.options import SOURCE_KINDS
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 CIFAR_PIXELS = 32 * 32 * 3
+# The largest real CIFAR pickle (CIFAR-100 train) is 155 MB; refuse what could only be a trap.
+MAX_PICKLE_BYTES = 512 * 2**20
 
 # name -> (split of each batch file, file holding the class names)
 _CIFAR_LAYOUTS = {
@@ -186,13 +187,8 @@ def _scan_cifar(root: str, layout: str) -> Dataset:
         coarse = _read_names(os.path.join(root, "coarse_label_names.txt")) if hundred else None
     else:
         names = load_cifar_pickle(meta_path)
-        key = "fine_label_names" if hundred else "label_names"
-        classes = tuple(_text(n) for n in _require(names, key, meta_path))
-        coarse = (
-            tuple(_text(n) for n in _require(names, "coarse_label_names", meta_path))
-            if (hundred)
-            else None
-        )
+        classes = _names(names, "fine_label_names" if hundred else "label_names", meta_path)
+        coarse = _names(names, "coarse_label_names", meta_path) if hundred else None
     splits: dict[str, list[Item]] = {}
     for batch, split in batches.items():
         path = os.path.join(root, batch)
@@ -202,12 +198,10 @@ def _scan_cifar(root: str, layout: str) -> Dataset:
             _binary_labels(path, hundred) if binary else _pickle_labels(path, hundred)
         )
         stem = batch.removesuffix(".bin")
+        _check_range(path, labels, classes, meta)
+        if coarse_labels is not None:
+            _check_range(path, coarse_labels, coarse, "the coarse label names")
         for i, label in enumerate(labels):
-            if not 0 <= label < len(classes):
-                raise SourceError(
-                    f"{path}: record {i} has label {label}, but {meta} names {len(classes)} "
-                    "classes; the batch and its meta file do not belong together"
-                )
             splits.setdefault(split, []).append(
                 Item(
                     key=f"{stem}:{i}",
@@ -265,14 +259,42 @@ def _binary_labels(path: str, hundred: bool) -> tuple[np.ndarray, np.ndarray | N
 
 def _pickle_labels(path: str, hundred: bool) -> tuple[list[int], list[int] | None]:
     batch = load_cifar_pickle(path)
-    labels = list(_require(batch, "fine_labels" if hundred else "labels", path))
+    labels = _int_list(batch, "fine_labels" if hundred else "labels", path)
     data = _require(batch, "data", path)
-    if not isinstance(data, np.ndarray) or data.ndim != 2 or data.shape[1] != CIFAR_PIXELS:
-        raise SourceError(f"{path}: 'data' is not an N x 3072 array; is it a CIFAR batch?")
+    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2
+            and data.shape[1] == CIFAR_PIXELS):  # fmt: skip
+        raise SourceError(f"{path}: 'data' is not an N x 3072 uint8 array; is it a CIFAR batch?")
     if len(labels) != len(data):
         raise SourceError(f"{path}: {len(labels)} labels for {len(data)} images")
-    coarse = list(_require(batch, "coarse_labels", path)) if hundred else None
+    coarse = _int_list(batch, "coarse_labels", path) if hundred else None
+    if coarse is not None and len(coarse) != len(labels):
+        raise SourceError(f"{path}: {len(coarse)} coarse labels for {len(labels)} images")
     return labels, coarse
+
+
+def _int_list(batch: dict, key: str, path: str) -> list[int]:
+    values = _require(batch, key, path)
+    if not isinstance(values, list) or not all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values
+    ):
+        raise SourceError(f"{path}: '{key}' is not a list of integers; is it a CIFAR batch?")
+    return [int(v) for v in values]
+
+
+def _names(meta: dict, key: str, path: str) -> tuple[str, ...]:
+    values = _require(meta, key, path)
+    if not isinstance(values, list) or not all(isinstance(v, (bytes, str)) for v in values):
+        raise SourceError(f"{path}: '{key}' is not a list of names; is it a CIFAR meta file?")
+    return tuple(_text(v) for v in values)
+
+
+def _check_range(path: str, labels, names: tuple[str, ...], where: str) -> None:
+    for i, label in enumerate(labels):
+        if not 0 <= label < len(names):
+            raise SourceError(
+                f"{path}: record {i} has label {label}, but {where} names {len(names)} "
+                "classes; the batch and its meta file do not belong together"
+            )
 
 
 def read_cifar_pixels(root: str, batch: str) -> np.ndarray:
@@ -325,9 +347,14 @@ def load_cifar_pickle(path: str) -> dict[str, object]:
         SourceError: the file is unreadable or not a pickled dict.
     """
     try:
+        if os.path.getsize(path) > MAX_PICKLE_BYTES:
+            raise SourceError(
+                f"{path}: {os.path.getsize(path)} bytes is larger than any CIFAR batch; "
+                "is it a CIFAR file?"
+            )
         with open(path, "rb") as f:
-            loaded = _CifarUnpickler(io.BufferedReader(f), path).load()
-    except UnsafePickleError:
+            loaded = _CifarUnpickler(f, path).load()
+    except SourceError:
         raise
     except OSError as e:
         raise SourceError(f"{path}: cannot read ({e.strerror})") from None

@@ -462,3 +462,50 @@ def test_batches_without_meta_file_are_not_cifar(tmp_path):
     (src / "batches.meta").unlink()
     with pytest.raises(SourceError, match="no CIFAR batches found"):
         scan(src, source="cifar")
+
+
+def _rewrite_pickle(path, change) -> None:
+    import pickle
+
+    batch = pickle.loads(path.read_bytes(), encoding="bytes")
+    change(batch)
+    path.write_bytes(pickle.dumps(batch, protocol=2))
+
+
+@pytest.mark.parametrize(
+    "file, change, message",
+    [
+        ("test_batch", lambda b: b.__setitem__(b"labels", ["cat"] * 20), "not a list of integers"),
+        ("test_batch", lambda b: b.__setitem__(b"data", b[b"data"].astype(np.int64)), "uint8"),
+        ("test_batch", lambda b: b.__setitem__(b"labels", [3] * 19), "19 labels for 20 images"),
+        ("test_batch", lambda b: b.__setitem__(b"labels", [10] * 20), "has label 10"),
+        ("batches.meta", lambda b: b.__setitem__(b"label_names", 5), "not a list of names"),
+    ],
+)
+def test_cifar10_pickles_with_wrong_contents_are_refused(tmp_path, file, change, message):
+    src = helpers.make_cifar10_python(tmp_path / "c", per_batch=20, batches=1)
+    _rewrite_pickle(src / file, change)
+    with pytest.raises(SourceError, match=message):
+        scan(src)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda b: b.__setitem__(b"coarse_labels", b[b"coarse_labels"][:-1]), "coarse labels for"),
+        (lambda b: b.__setitem__(b"coarse_labels", [25] * len(b[b"coarse_labels"])), "label 25"),
+    ],
+)
+def test_cifar100_coarse_labels_are_checked(tmp_path, change, message):
+    src = helpers.make_cifar100_python(tmp_path / "c")
+    _rewrite_pickle(src / "train", change)
+    with pytest.raises(SourceError, match=message):
+        scan(src)
+
+
+def test_a_pickle_larger_than_any_cifar_batch_is_refused_unread(tmp_path):
+    src = helpers.make_cifar10_python(tmp_path / "c", per_batch=2, batches=1)
+    with open(src / "test_batch", "r+b") as f:
+        f.truncate(600 * 2**20)  # sparse: costs no disk
+    with pytest.raises(SourceError, match="larger than any CIFAR batch"):
+        scan(src)
