@@ -81,7 +81,34 @@ def probe(data: bytes) -> ImageInfo | None:
         return _probe_jpeg(data)
     if fmt == "png":
         return _probe_png(data)
-    return None
+    size = _other_size(fmt, data)  # enough to refuse a decompression bomb before decoding it
+    return None if size is None else ImageInfo(fmt, size[1], size[0], 3, tf_readable=False)
+
+
+def _other_size(fmt: str | None, data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a BMP, GIF or WebP header; None where it cannot be read."""
+    try:
+        if fmt == "bmp":
+            if struct.unpack_from("<I", data, 14)[0] == 12:  # OS/2 core header
+                return struct.unpack_from("<HH", data, 18)
+            width, height = struct.unpack_from("<ii", data, 18)
+            return abs(width), abs(height)  # a negative height means top-down rows
+        if fmt == "gif":
+            return struct.unpack_from("<HH", data, 6)
+        if fmt == "webp":
+            chunk = data[12:16]
+            if chunk == b"VP8X":
+                w, h = (int.from_bytes(data[i : i + 3], "little") + 1 for i in (24, 27))
+                return w, h
+            if chunk == b"VP8L":
+                bits = struct.unpack_from("<I", data, 21)[0]
+                return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+            if chunk == b"VP8 ":
+                w, h = struct.unpack_from("<HH", data, 26)
+                return w & 0x3FFF, h & 0x3FFF
+    except struct.error:
+        raise BadImage(f"truncated {fmt.upper()} (header cut short)") from None
+    return None  # TIFF: its size may sit anywhere in the file; OpenCV's own limit applies
 
 
 def _probe_jpeg(data: bytes) -> ImageInfo:
@@ -105,10 +132,10 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
         if marker in _ALL_JPEG_FRAMES:
             if length < 8:
                 raise BadImage("corrupt JPEG: short frame header")
-            _, height, width, channels = struct.unpack_from(">BHHB", data, pos + 4)
+            precision, height, width, channels = struct.unpack_from(">BHHB", data, pos + 4)
             if not height or not width:
                 raise BadImage(f"corrupt JPEG: frame of {width}x{height} pixels")
-            readable = marker in _TF_JPEG_FRAMES and channels in (1, 3)
+            readable = marker in _TF_JPEG_FRAMES and channels in (1, 3) and precision == 8
             info = ImageInfo("jpeg", height, width, channels, readable)
         elif marker == 0xDA:  # start of scan: the entropy-coded data follows
             if info is None:
@@ -168,10 +195,15 @@ def decode(data: bytes, reduce: int = 1, order: str = "bgr") -> np.ndarray:
     try:
         pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     except cv2.error as e:
-        raise BadImage(f"cannot decode ({str(e).strip().splitlines()[-1]})") from None
+        raise BadImage(f"cannot decode ({_cv2_reason(e)})") from None
     if pixels is None:
         raise BadImage("cannot decode: not an image OpenCV can read")
     return pixels
+
+
+def _cv2_reason(error: Exception) -> str:
+    """The last line of an OpenCV error: the part that says what went wrong."""
+    return str(error).strip().splitlines()[-1]
 
 
 def target_size(
@@ -200,9 +232,12 @@ def resize(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     if pixels.shape[:2] == size:
         return pixels
     shrink = height * width < pixels.shape[0] * pixels.shape[1]
-    return cv2.resize(
-        pixels, (width, height), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
-    )
+    try:
+        return cv2.resize(
+            pixels, (width, height), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
+        )
+    except cv2.error as e:
+        raise BadImage(f"cannot resize to {width}x{height} ({_cv2_reason(e)})") from None
 
 
 def encode(pixels: np.ndarray, fmt: str, quality: int = 95, order: str = "bgr") -> bytes:
@@ -214,7 +249,10 @@ def encode(pixels: np.ndarray, fmt: str, quality: int = 95, order: str = "bgr") 
         pixels = cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR)
     ext, quality_flag = _ENCODERS[fmt]
     params = [quality_flag, quality] if quality_flag is not None else []
-    ok, buf = cv2.imencode(ext, pixels, params)
+    try:
+        ok, buf = cv2.imencode(ext, pixels, params)
+    except cv2.error as e:
+        raise BadImage(f"OpenCV could not encode {fmt} ({_cv2_reason(e)})") from None
     if not ok:
         raise BadImage(f"OpenCV could not encode {fmt}")
     return buf.tobytes()

@@ -92,6 +92,8 @@ class PackOptions:
         _choice("compression", self.compression, COMPRESSIONS)
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
             _positive(option.replace("_", "-"), getattr(self, option))
+        if self.seed < 0:
+            raise ShardpackError(f"--seed must be a non-negative integer, got: {self.seed!r}")
         if not 1 <= self.quality <= 100:
             raise ShardpackError(f"--quality must be between 1 and 100, got: {self.quality!r}")
         if self.resize is not None:
@@ -99,6 +101,11 @@ class PackOptions:
                 raise ShardpackError(f"--resize must be WIDTHxHEIGHT, got: {self.resize!r}")
             if self.max_side is not None:
                 raise ShardpackError("--resize and --max-side exclude each other; pass one")
+            if self.resize[0] * self.resize[1] > self.max_pixels:
+                raise ShardpackError(
+                    f"--resize {self.resize[0]}x{self.resize[1]} is over --max-pixels "
+                    f"{self.max_pixels}; pass a smaller size or raise --max-pixels"
+                )
         if self.scheduler is not None and self.backend != "dask":
             raise ShardpackError("--scheduler needs --backend dask")
         if self.index_files and self.compression != "none":

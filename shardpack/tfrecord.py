@@ -310,7 +310,11 @@ class TFRecordWriter:
             if failed:
                 remove_files([self.tmp_path])
         if not failed:  # an exception in the block propagates; nothing appears under the name
-            os.replace(self.tmp_path, self.path)
+            try:
+                os.replace(self.tmp_path, self.path)
+            except OSError as e:
+                remove_files([self.tmp_path])
+                raise OutputError.writing(self.path, e) from None
             self.result = (self.num_records, self._hashing.size, self._hashing.sha256.hexdigest())
 
 

@@ -150,15 +150,16 @@ def _features(
 
 
 def _read(path: str, size_hint: int) -> bytes:
-    """The whole file, in one read when the size from the scan still holds."""
+    """The whole file: one read of the size the scan saw, then on to the end of the file
+    (network filesystems may return less per read; the file may have grown)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         chunks = [os.read(fd, size_hint + 1)]
-        while len(chunks[-1]) > size_hint and (chunk := os.read(fd, 1 << 20)):
-            chunks.append(chunk)  # the file grew since the scan: read the rest
+        while chunks[-1]:
+            chunks.append(os.read(fd, 1 << 20))
     finally:
         os.close(fd)
-    return b"".join(chunks) if len(chunks) > 1 else chunks[0]
+    return chunks[0] if len(chunks) == 2 else b"".join(chunks)
 
 
 def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, tuple]:
@@ -174,7 +175,7 @@ def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, 
     try:
         info = images.probe(data)
         order = _order(options)
-        if info is None:  # a format without a header probe (gif, bmp...): decode, then re-encode
+        if info is None:  # TIFF: no header probe; decode, then re-encode
             return _reencode(images.decode(data, 1, order), options, "png", order=order)
         if info.height * info.width > options.max_pixels:
             raise images.BadImage(
@@ -189,7 +190,8 @@ def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, 
         reduce = 1
         if fmt == "jpeg" and target is not None:
             reduce = images.reduce_factor(info.height, info.width, target)
-        return _reencode(images.decode(data, reduce, order), options, fmt, target, order)
+        keep_format = fmt if fmt in ("jpeg", "png") else "png"  # what TensorFlow decodes
+        return _reencode(images.decode(data, reduce, order), options, keep_format, target, order)
     except images.BadImage as e:
         raise ImageError(item.key, str(e)) from None
 

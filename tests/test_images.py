@@ -92,9 +92,22 @@ def test_sniff(case):
 
 
 def test_probe_returns_none_for_formats_it_does_not_parse():
-    for ext in (".webp", ".bmp", ".tiff"):
-        assert probe(_encode(ext, _photo())) is None
+    assert probe(_encode(".tiff", _photo())) is None
     assert probe(b"not an image") is None
+
+
+@pytest.mark.parametrize("ext, params", [(".bmp", []), (".webp", [cv2.IMWRITE_WEBP_QUALITY, 80]),
+                                         (".webp", [cv2.IMWRITE_WEBP_QUALITY, 101])])  # fmt: skip
+def test_probe_reads_the_size_of_bmp_and_webp_for_the_pixel_limit(ext, params):
+    pixels = _photo()
+    info = probe(_encode(ext, pixels, *params))
+    assert (info.height, info.width) == pixels.shape[:2] and not info.tf_readable
+
+
+def test_probe_reads_the_size_of_a_gif():
+    header = b"GIF89a" + (300).to_bytes(2, "little") + (200).to_bytes(2, "little") + b"\x00" * 7
+    info = probe(header)
+    assert (info.width, info.height, info.format) == (300, 200, "gif")
 
 
 # ---- probe: real files ---------------------------------------------------------------------

@@ -73,7 +73,7 @@ def test_resize_and_max_side_exclude_each_other():
         {"quality": 100},
         {"resize": (1, 1)},
         {"encode": "raw", "compression": "gzip", "check": "decode", "on_error": "fail"},
-        {"source": "cifar", "backend": "dask", "shuffle": False, "seed": -5},
+        {"source": "cifar", "backend": "dask", "shuffle": False, "seed": 5},
     ],
 )
 def test_valid_values_are_accepted(kwargs):
@@ -139,3 +139,10 @@ def test_parsed_zero_values_are_refused_by_the_options():
         PackOptions(resize=parse_resize("0x10"))
     with pytest.raises(ShardpackError, match="--shard-size"):
         PackOptions(shard_size=parse_size("0"))
+
+
+def test_negative_seed_and_oversized_resize_are_refused():
+    with pytest.raises(ShardpackError, match="--seed must be a non-negative integer, got: -1"):
+        PackOptions(seed=-1)
+    with pytest.raises(ShardpackError, match="--resize 100000x100000 is over --max-pixels"):
+        PackOptions(resize=(100_000, 100_000))

@@ -329,3 +329,16 @@ def test_stale_shards_are_removed_only_if_our_index_listed_them(tree: Path, tmp_
     shards = sorted(p.name for p in out.glob("*.tfrecord-*"))
     assert shards == ["src-train.tfrecord-00000-of-00002", "src-train.tfrecord-00001-of-00002",
                       "src-train.tfrecord-00009-of-00010"]  # fmt: skip
+
+
+def test_max_pixels_applies_to_every_format_with_a_size_in_its_header(tmp_path: Path):
+    src = tmp_path / "src"
+    for ext in (".jpg", ".png", ".bmp", ".webp"):
+        write_image(src / "a" / f"big{ext}", make_image(1, height=40, width=60))
+    write_image(src / "a" / "small.bmp", make_image(2, height=8, width=8))
+    out = tmp_path / "out"
+    result = pack(src, out, PackOptions(workers=1, max_pixels=100))
+    reasons = {s["key"]: s["reason"] for s in _index(out)["skipped"]}
+    assert set(reasons) == {f"a/big{ext}" for ext in (".jpg", ".png", ".bmp", ".webp")}
+    assert all("60x40 pixels is over --max-pixels 100" in r for r in reasons.values())
+    assert result.num_records == 1 and tf_records(out)[0]["format"] == b"png"  # BMP -> PNG
