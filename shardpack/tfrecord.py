@@ -28,6 +28,8 @@ _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
 # Large enough that a shard costs few write syscalls, small enough to stay invisible in RSS.
 _WRITE_BUFFER = 1 << 20
+# No record is larger: TensorFlow's own reader refuses records past 2 GiB.
+_MAX_RECORD = 2**31
 # GZIP level: zlib's default, the same trade-off TensorFlow's own writer makes.
 _GZIP_LEVEL = 6
 
@@ -220,18 +222,21 @@ def decode_example(data: bytes) -> dict[str, list]:
         ValueError: the bytes are not a well-formed Example.
     """
     out: dict[str, list] = {}
-    for number, _, features in _fields(data):
-        if number != 1:
-            continue
-        for _, _, entry in _fields(features):
-            name, values = "", []
-            for part, _, payload in _fields(entry):
-                if part == 1:
-                    name = payload.decode()
-                elif part == 2:
-                    for kind, _, listed in _fields(payload):
-                        values = _decode_list(kind, listed)
-            out[name] = values
+    try:
+        for number, _, features in _fields(data):
+            if number != 1:
+                continue
+            for _, _, entry in _fields(features):
+                name, values = "", []
+                for part, _, payload in _fields(entry):
+                    if part == 1:
+                        name = payload.decode()
+                    elif part == 2:
+                        for kind, _, listed in _fields(payload):
+                            values = _decode_list(kind, listed)
+                out[name] = values
+    except (struct.error, TypeError, AttributeError, UnicodeDecodeError) as e:
+        raise ValueError(f"malformed Example ({e})") from None  # one error type for callers
     return out
 
 
@@ -335,7 +340,13 @@ def iter_records(
     """
     path = os.fspath(path)
     offset = 0
-    with _open_records(path, compression) as f:
+    try:
+        f = _open_records(path, compression)
+        # A corrupt length field must not ask for gigabytes: no record outgrows its file.
+        limit = os.fstat(f.fileno()).st_size if compression == "none" else _MAX_RECORD
+    except OSError as e:
+        raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
+    with f:
         while True:
             try:
                 header = f.read(_HEADER.size)
@@ -348,6 +359,8 @@ def iter_records(
             length, length_crc = _HEADER.unpack(header)
             if check_crc and masked_crc(header[:8]) != length_crc:
                 raise RecordError(path, offset, "length CRC mismatch (corrupt record header)")
+            if length > limit:
+                raise RecordError(path, offset, f"record claims {length} bytes (corrupt header)")
             try:
                 body = f.read(length + _FOOTER.size)
             except (OSError, EOFError, zlib.error) as e:

@@ -11,6 +11,9 @@ from shardpack.errors import RecordError
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.tfrecord import decode_example, iter_records
 
+_FEATURE_TYPES = {"image": bytes, "label": int, "height": int, "width": int, "channels": int,
+                  "format": bytes}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -115,9 +118,10 @@ def _check_record(data: bytes, num_classes: int, decode: bool) -> str | None:
         example = decode_example(data)
     except ValueError as e:
         return f"not a tf.train.Example ({e})"
-    for name in ("image", "label", "height", "width", "channels", "format"):
-        if len(example.get(name, [])) != 1:
-            return f"feature {name!r} missing or not a single value"
+    for name, kind in _FEATURE_TYPES.items():
+        values = example.get(name, [])
+        if len(values) != 1 or not isinstance(values[0], kind):
+            return f"feature {name!r} missing, not a single value, or not {kind.__name__}"
     label = example["label"][0]
     if not 0 <= label < num_classes:
         return f"label {label} outside the {num_classes} classes"

@@ -99,3 +99,43 @@ def test_unsafe_index_is_refused(out: Path, tmp_path: Path):
     (out / "index.json").write_text(json.dumps(index))
     with pytest.raises(IndexFormatError, match="refused shard name"):
         verify(out)
+
+
+def test_a_huge_length_with_a_valid_crc_is_a_fault_not_a_crash(out: Path):
+    import struct
+
+    from shardpack.tfrecord import masked_crc
+
+    shard = _shard(out, 0)
+    data = bytearray(shard.read_bytes())
+    length = struct.pack("<Q", 2**40)  # a terabyte, with a CRC that matches it
+    data[:12] = length + struct.pack("<I", masked_crc(length))
+    shard.write_bytes(bytes(data))
+    faults = verify(out).faults
+    assert any(f.offset == 0 and "claims 1099511627776 bytes" in f.reason for f in faults)
+
+
+def test_a_record_with_the_wrong_feature_types_is_a_fault(out: Path):
+    from shardpack.tfrecord import TFRecordWriter, encode_example
+
+    shard = _shard(out, 0)
+    with TFRecordWriter(shard) as writer:
+        writer.write(encode_example({"image": b"x", "label": b"cat", "height": 1, "width": 1,
+                                     "channels": 3, "format": b"raw"}))  # fmt: skip
+    faults = verify(out).faults
+    assert any(f.offset == 0 and "'label'" in f.reason for f in faults)
+
+
+def test_inspect_and_preview_of_a_missing_shard_are_one_line(out: Path, tmp_path: Path):
+    import subprocess
+    import sys
+
+    _shard(out, 0).unlink()
+    for args in (["inspect", str(out)], ["preview", str(out), "--out", str(tmp_path / "p.png")]):
+        run = subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
+                             text=True)  # fmt: skip
+        assert run.returncode == 2 and "cannot open" in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1
+    run = subprocess.run([sys.executable, "-m", "shardpack", "preview", str(out), "--out",
+                          "/nonexistent/dir/p.png"], capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 2 and "Traceback" not in run.stderr
