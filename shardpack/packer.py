@@ -83,15 +83,16 @@ def pack(
         warming = _warm_workers(workers) if options.backend == "loky" and workers > 1 else None
         try:
             dataset = scan(src_root, options.source)
+            name = options.name or default_name(dataset)
+            plan = make_plan(dataset, name, options, workers)
+            stale, reused = prepare(out, plan, options.overwrite, options.resume)
         except BaseException:
-            if created:
+            if created:  # refused before anything was written: leave no OUT behind
                 _remove_empty_out(out)
             raise
-        name = options.name or default_name(dataset)
-        plan = make_plan(dataset, name, options, workers)
-        if warming is not None:
-            warming.join()
-        stale, reused = prepare(out, plan, options.overwrite, options.resume)
+        finally:
+            if warming is not None:
+                warming.join()
         start = time.perf_counter()
         results = _write_shards(plan, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start

@@ -111,7 +111,15 @@ def _scan_folder(root: str) -> Dataset:
     items: list[Item] = []
     # Claim SRC and every class folder up front: a link from one class into another (or back to
     # SRC) must not list the other class's images under the wrong label.
-    seen_dirs = {_dir_id(root)} | {_dir_id(os.path.join(root, name)) for name in classes}
+    class_dirs: dict[tuple[int, int], str] = {}
+    for name in classes:
+        first = class_dirs.setdefault(_dir_id(os.path.join(root, name)), name)
+        if first != name:
+            raise SourceError(
+                f"{os.path.join(root, name)}: is the same folder as {os.path.join(root, first)} "
+                "(a link); one folder cannot be two classes: remove the link"
+            )
+    seen_dirs = {_dir_id(root), *class_dirs}
     for label, name in enumerate(classes):
         found, skipped = _walk_images(root, name, seen_dirs)
         items.extend(Item(key=rel, label=label, path=rel, size=size) for rel, size in found)

@@ -509,3 +509,10 @@ def test_a_pickle_larger_than_any_cifar_batch_is_refused_unread(tmp_path):
         f.truncate(600 * 2**20)  # sparse: costs no disk
     with pytest.raises(SourceError, match="larger than any CIFAR batch"):
         scan(src)
+
+
+def test_a_class_folder_that_links_to_another_class_is_refused(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"a": 1})
+    (src / "b").symlink_to(src / "a")
+    with pytest.raises(SourceError, match="one folder cannot be two classes"):
+        scan(src)
