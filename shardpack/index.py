@@ -101,6 +101,13 @@ def load_index(out: str | os.PathLike) -> Index:
         ) from None
     except (OSError, ValueError) as e:
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
+    return index_from_document(out, doc)
+
+
+def index_from_document(out: str | os.PathLike, doc: object) -> Index:
+    """Validate an index document (as load_index does) for the output folder `out`."""
+    out = os.path.abspath(os.fspath(out))
+    path = os.path.join(out, INDEX_NAME)
 
     def bad(what: str) -> IndexFormatError:
         return IndexFormatError(f"{path}: {what}; this is not an index shardpack wrote")

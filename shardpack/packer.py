@@ -11,7 +11,7 @@ from contextlib import closing, suppress
 from dataclasses import dataclass
 
 from shardpack.atomic import partial_path, remove_files, write_json_atomic
-from shardpack.errors import OutputError, WorkerDiedError
+from shardpack.errors import ImageError, OutputError, WorkerDiedError
 from shardpack.index import INDEX_NAME, build_index
 from shardpack.options import PackOptions
 from shardpack.outdir import LOCK_NAME, Journal, locked, prepare
@@ -106,11 +106,11 @@ def pack(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
         )
         write_tfds_metadata(out, index)
-        write_json_atomic(os.path.join(out, INDEX_NAME), index)  # last: the run is complete
         if options.index_files:
             from shardpack.recordindex import write_index_files
 
-            write_index_files(out)
+            write_index_files(out, index)
+        write_json_atomic(os.path.join(out, INDEX_NAME), index)  # last: the run is complete
         remove_files(os.path.join(out, f) for f in stale - {s.file for s in plan.shards})
     return PackResult(out, index, num_records, len(index["skipped"]), seconds, len(reused))
 
@@ -147,6 +147,12 @@ def _write_shards(
         )
         remove_files(partial_path(os.path.join(out, s.file)) for s in todo)
         remove_files(progress_path(out, s.file) for s in todo)
+        if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
+            raise ImageError(
+                e.key,
+                f"{e.reason} (in {dataset.root}); repair or remove the file, or pass "
+                "--on-error skip to leave it out",
+            ) from None
         if type(e).__name__ == "TerminatedWorkerError":  # joblib's; its import is lazy
             raise WorkerDiedError(
                 f"{out}: a worker died while writing {', '.join(in_flight) or 'a shard'} "

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from shardpack.atomic import write_atomic
 from shardpack.errors import IndexFormatError, RecordError
-from shardpack.index import INDEX_FILES_DIR, Index, load_index
+from shardpack.index import INDEX_FILES_DIR, Index, index_from_document, load_index
 from shardpack.read import to_python
 from shardpack.tfrecord import decode_example, masked_crc
 
@@ -44,8 +44,8 @@ def index_file_path(index: Index, file: str) -> str:
     return os.path.join(index.out, INDEX_FILES_DIR, f"{file}.idx")
 
 
-def _random_access(out: str | os.PathLike) -> Index:
-    index = load_index(out)
+def _random_access(out: str | os.PathLike, document: dict | None = None) -> Index:
+    index = load_index(out) if document is None else index_from_document(out, document)
     if index.compression != "none":
         raise IndexFormatError(
             f"{index.out}: GZIP shards cannot be read at random offsets; pack without "
@@ -54,16 +54,20 @@ def _random_access(out: str | os.PathLike) -> Index:
     return index
 
 
-def write_index_files(out: str | os.PathLike) -> list[str]:
+def write_index_files(out: str | os.PathLike, document: dict | None = None) -> list[str]:
     """Write one index file per shard, one line '<offset> <framed size>' per record.
 
     The format is NVIDIA DALI's tfrecord2idx, read by `fn.readers.tfrecord(index_path=...)` and
     by the `tfrecord` package. Each file appears under its final name only when complete.
 
+    Args:
+        out: the output folder of a pack run.
+        document: the index document, when pack calls this before writing index.json.
+
     Returns:
         The paths written.
     """
-    index = _random_access(out)
+    index = _random_access(out, document)
     os.makedirs(os.path.join(index.out, INDEX_FILES_DIR), exist_ok=True)
     written = []
     for split in index.splits.values():

@@ -342,3 +342,21 @@ def test_max_pixels_applies_to_every_format_with_a_size_in_its_header(tmp_path: 
     assert set(reasons) == {f"a/big{ext}" for ext in (".jpg", ".png", ".bmp", ".webp")}
     assert all("60x40 pixels is over --max-pixels 100" in r for r in reasons.values())
     assert result.num_records == 1 and tf_records(out)[0]["format"] == b"png"  # BMP -> PNG
+
+
+def test_file_and_class_names_that_are_not_utf8(tmp_path: Path):
+    import os
+
+    src = tmp_path / "src"
+    cls = Path(os.fsdecode(bytes(src) + b"/caf\xe9"))  # Latin-1 bytes: not UTF-8
+    write_image(Path(os.fsdecode(bytes(cls) + b"/\xff.jpg")), make_image(1))
+    (Path(os.fsdecode(bytes(cls) + b"/\xfe.jpg"))).write_bytes(b"")  # skipped: its name in JSON
+    out = tmp_path / "out"
+    result = pack(src, out, PackOptions(workers=1))
+    assert result.num_records == 1 and result.num_skipped == 1
+    index = _index(out)
+    assert os.fsencode(index["classes"][0]) == b"caf\xe9"
+    assert os.fsencode(index["skipped"][0]["key"]) == b"caf\xe9/\xfe.jpg"
+    (record,) = tf_records(out)
+    assert record["key"] == b"caf\xe9/\xff.jpg"  # the key holds the name's own bytes
+    assert (out / "label.labels.txt").read_bytes() == b"caf\xe9\n"
