@@ -101,6 +101,13 @@ def read_record(out: str | os.PathLike, split: str, i: int) -> dict[str, object]
         with open(path, "rb") as f:
             f.seek(offset)
             record = f.read(framed)
+        header_ok = len(record) == framed >= _HEADER.size + 4
+        if header_ok:
+            length, length_crc = _HEADER.unpack_from(record)
+            header_ok = masked_crc(record[:8]) == length_crc and _HEADER.size + length + 4 == framed
+        if not header_ok:
+            raise RecordError(path, offset, "no record starts here: the index file is stale; "
+                              "rerun shardpack index-files")  # fmt: skip
         data = record[_HEADER.size : framed - 4]
         if masked_crc(data) != struct.unpack("<I", record[framed - 4 :])[0]:
             raise RecordError(path, offset, "data CRC mismatch (corrupt record)")

@@ -135,3 +135,16 @@ def test_repacking_drops_stale_index_files(tmp_path: Path):
     assert not list((out / "idx").glob("*.idx"))  # they described the old bytes
     every = list(iter_examples(out))
     assert read_record(out, "train", 5) == every[5]
+
+
+def test_a_stale_index_file_is_caught_not_trusted(packed: Path, tmp_path: Path):
+    import shutil
+
+    from shardpack.errors import RecordError
+
+    out = Path(shutil.copytree(packed, tmp_path / "copy"))
+    idx = sorted((out / "idx").glob("*.idx"))[0]
+    offset, size = idx.read_text().splitlines()[1].split()
+    idx.write_text(f"0 1\n{int(offset) + 3} {size}\n")  # offsets that point between records
+    with pytest.raises(RecordError, match="the index file is stale"):
+        read_record(out, "train", 1)
