@@ -62,19 +62,23 @@ def write_folder(src: str, tfrecord_file: str, encode: str, quality: int) -> int
     for i in range(im_data.__len__()):
         im_d = im_data[index[i]]
         im_l = im_labels[index[i]]
-        data = image_bytes(im_d, encode, quality)
-        ex = tf.train.Example(
-            features=tf.train.Features(
-                feature={
-                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
-                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[im_l])),
-                }
-            )
-        )
-        writer.write(ex.SerializeToString())
+        writer.write(seed_example(image_bytes(im_d, encode, quality), im_l))
 
     writer.close()
     return im_data.__len__()
+
+
+def seed_example(data: bytes, label: int) -> bytes:
+    """The seed's record: a tf.train.Example of the image bytes and the label."""
+    ex = tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+            }
+        )
+    )
+    return ex.SerializeToString()
 
 
 def main(argv: list[str] | None = None) -> None:

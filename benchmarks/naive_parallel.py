@@ -20,23 +20,14 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.baseline import image_bytes
+from benchmarks.baseline import image_bytes, seed_example
 
 
 def write_shard(task: tuple[list[str], list[int], str, str, int]) -> int:
     paths, labels, tfrecord_file, encode, quality = task
     writer = tf.io.TFRecordWriter(tfrecord_file)
     for path, label in zip(paths, labels, strict=True):
-        data = image_bytes(path, encode, quality)
-        ex = tf.train.Example(
-            features=tf.train.Features(
-                feature={
-                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
-                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-                }
-            )
-        )
-        writer.write(ex.SerializeToString())
+        writer.write(seed_example(image_bytes(path, encode, quality), label))
     writer.close()
     return len(paths)
 
