@@ -42,7 +42,8 @@ class PackOptions:
     Attributes:
         name: dataset name in shard file names; None takes it from SRC.
         source: "auto", "folder" or "cifar".
-        shards: shards per split; None sizes them by `shard_size` (and at least `workers`).
+        shards: shards per split; None sizes them by `shard_size`, and one per worker while
+            each gets at least plan.MIN_SHARD_ITEMS images.
         shard_size: target bytes per shard when `shards` is None.
         workers: worker processes; None uses every core; 1 runs in-process.
         backend: "loky" (this machine) or "dask" (a cluster).

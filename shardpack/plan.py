@@ -16,6 +16,9 @@ from shardpack.sources import CIFAR_PIXELS, Dataset, Item
 # Raw pixels take roughly this many times a compressed photo's file size (JPEG at q75-95 is
 # 8-12x smaller than its pixels); used only to choose a default shard count.
 RAW_EXPANSION = 10
+# A worker costs ~0.35 s to start (benchmarks/README.md, start-up) and 256 images are ~0.4 s
+# of re-encoding photos: below that, another worker costs more than it saves.
+MIN_SHARD_ITEMS = 256
 
 
 @dataclass(frozen=True)
@@ -63,13 +66,14 @@ def estimated_bytes(item: Item, options: PackOptions) -> int:
 
 
 def num_shards_for(items: tuple[Item, ...], options: PackOptions, workers: int) -> int:
-    """--shards if given, else enough to hold about --shard-size each and at least `workers`."""
+    """--shards if given, else enough to hold about --shard-size each, and one per worker
+    as long as each still gets MIN_SHARD_ITEMS images."""
     if options.shards is not None:
-        wanted = options.shards
-    else:
-        total = sum(estimated_bytes(item, options) for item in items)
-        wanted = max(math.ceil(total / options.shard_size), workers)
-    return max(1, min(wanted, len(items)))
+        return max(1, min(options.shards, len(items)))
+    total = sum(estimated_bytes(item, options) for item in items)
+    by_size = math.ceil(total / options.shard_size)
+    by_workers = min(workers, len(items) // MIN_SHARD_ITEMS)
+    return max(1, min(max(by_size, by_workers), len(items)))
 
 
 def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -> Plan:

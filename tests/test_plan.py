@@ -146,7 +146,13 @@ def test_shards_cap_at_item_count():
     assert all(len(s.items) == 1 for s in plan.shards)
     assert plan.shards[0].file == "d-train.tfrecord-00000-of-00003"
     plan = make_plan(_dataset(n=3), "d", PackOptions(), workers=16)
-    assert len(plan.shards) == 3
+    assert len(plan.shards) == 1  # a worker per shard would cost more than 3 images take
+
+
+@pytest.mark.parametrize("n, workers, shards", [(255, 16, 1), (1000, 16, 3), (5000, 16, 16),
+                                                (5000, 2, 2)])  # fmt: skip
+def test_one_shard_per_worker_only_while_each_gets_enough_images(n, workers, shards):
+    assert num_shards_for(_dataset(n=n).splits["train"], PackOptions(), workers) == shards
 
 
 def test_each_split_gets_its_own_shard_count():
@@ -170,10 +176,10 @@ def test_default_shard_count_respects_shard_size():
 
 
 def test_default_shard_count_is_at_least_workers():
-    items = _dataset().splits["train"]
-    assert num_shards_for(items, PackOptions(), workers=1) == 1  # 40 KB fits in one 128 MiB shard
+    items = _dataset(n=2000).splits["train"]
+    assert num_shards_for(items, PackOptions(), workers=1) == 1  # 2 MB fits in one 128 MiB shard
     assert num_shards_for(items, PackOptions(), workers=6) == 6
-    assert num_shards_for(items, PackOptions(shard_size=8_000), workers=2) == 5
+    assert num_shards_for(items, PackOptions(shard_size=400_000), workers=2) == 5
 
 
 def test_explicit_shards_win_over_workers_and_size():
@@ -256,7 +262,9 @@ def test_digest_ignores_worker_count_when_shards_are_fixed():
 
 def test_worker_count_changes_the_digest_when_it_changes_the_shards():
     options = PackOptions()  # shards sized by shard_size, at least `workers`
-    assert _digest(options, workers=2) != _digest(options, workers=3)
+    dataset = _dataset(n=1000)
+    plans = [make_plan(dataset, "d", options, w) for w in (2, 3)]
+    assert plans[0].digest != plans[1].digest
 
 
 def test_digest_changes_with_the_listing():
