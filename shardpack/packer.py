@@ -75,6 +75,7 @@ def pack(
         ShardpackError: bad SRC or OUT, or (with on_error="fail") a bad image; in every case
             no index.json is written and no partial shard is left under a final name.
     """
+    start = time.perf_counter()  # the whole call: scan, plan, workers' start, writing, merge
     options = options or PackOptions()
     src_root = source_root(src)  # a missing SRC is refused before OUT is created
     out, created = _make_out(os.fspath(out))
@@ -93,7 +94,6 @@ def pack(
         finally:
             if warming is not None:
                 warming.join()
-        start = time.perf_counter()
         results = _write_shards(plan, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start
         num_records = sum(r.num_records for r in results)
