@@ -73,15 +73,23 @@ def scan(src: str | os.PathLike, source: str = "auto") -> Dataset:
     root = source_root(src)
     if source not in SOURCE_KINDS:
         raise SourceError(f"--source must be one of {', '.join(SOURCE_KINDS)}, got: {source!r}")
-    layout = _cifar_layout(root)
+    layout = cifar_layout(root, source)
+    return _scan_folder(root) if layout is None else _scan_cifar(root, layout)
+
+
+def cifar_layout(root: str, source: str = "auto") -> str | None:
+    """Which CIFAR layout SRC holds (by its file names alone), or None for a class-folder tree.
+
+    Raises:
+        SourceError: source is "cifar" and no CIFAR batches are there.
+    """
+    layout = None if source == "folder" else _cifar_layout(root)
     if source == "cifar" and layout is None:
         raise SourceError(
             f"{root}: no CIFAR batches found; expected data_batch_1..5 and test_batch with "
             "batches.meta (CIFAR-10), train/test with meta (CIFAR-100), or their .bin versions"
         )
-    if layout is not None and source != "folder":
-        return _scan_cifar(root, layout)
-    return _scan_folder(root)
+    return layout
 
 
 def source_root(src: str | os.PathLike) -> str:
