@@ -137,3 +137,13 @@ def tf_records(out: Path, split: str = "train") -> list[dict]:
         record["pixels"] = pixels
         records.append(record)
     return records
+
+
+def packed_tree(root: Path, classes: dict[str, int], **options) -> Path:
+    """make_tree under root/src, packed into root/out with the given PackOptions fields."""
+    from shardpack.options import PackOptions
+    from shardpack.packer import pack
+
+    out = root / "out"
+    pack(make_tree(root / "src", classes), out, PackOptions(**options))
+    return out

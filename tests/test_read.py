@@ -13,16 +13,12 @@ from shardpack.errors import IndexFormatError, RecordError
 from shardpack.options import PackOptions
 from shardpack.packer import pack
 from shardpack.read import iter_examples, tf_dataset
-from tests.helpers import make_tree, tf_records
+from tests.helpers import packed_tree, tf_records
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("read")
-    src = make_tree(root / "src", {"a": 5, "b": 4})
-    out = root / "out"
-    pack(src, out, PackOptions(shards=3, workers=1))
-    return out
+    return packed_tree(tmp_path_factory.mktemp("read"), {"a": 5, "b": 4}, shards=3, workers=1)
 
 
 def test_iter_examples_matches_tensorflow(packed: Path):

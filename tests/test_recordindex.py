@@ -15,16 +15,14 @@ from shardpack.packer import pack
 from shardpack.read import iter_examples
 from shardpack.recordindex import read_record, record_spans, write_index_files
 from shardpack.tfrecord import decode_example, iter_records
-from tests.helpers import make_tree
+from tests.helpers import make_tree, packed_tree
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("ri")
-    src = make_tree(root / "src", {"a": 6, "b": 5})
-    out = root / "out"
-    pack(src, out, PackOptions(shards=3, workers=1, index_files=True))
-    return out
+    return packed_tree(
+        tmp_path_factory.mktemp("ri"), {"a": 6, "b": 5}, shards=3, workers=1, index_files=True
+    )
 
 
 def test_index_files_match_the_framing(packed: Path):

@@ -8,19 +8,13 @@ from pathlib import Path
 import pytest
 
 from shardpack.errors import IndexFormatError
-from shardpack.options import PackOptions
-from shardpack.packer import pack
 from shardpack.verifier import verify
-from tests.helpers import make_tree
+from tests.helpers import packed_tree
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("verify")
-    src = make_tree(root / "src", {"a": 6, "b": 6})
-    out = root / "out"
-    pack(src, out, PackOptions(shards=3, workers=1))
-    return out
+    return packed_tree(tmp_path_factory.mktemp("verify"), {"a": 6, "b": 6}, shards=3, workers=1)
 
 
 @pytest.fixture
