@@ -78,6 +78,12 @@ def pack(
     start = time.perf_counter()  # the whole call: scan, plan, workers' start, writing, merge
     options = options or PackOptions()
     src_root = source_root(src)  # a missing SRC is refused before OUT is created
+    real_src = os.path.realpath(src_root)
+    if os.path.commonpath([real_src, os.path.realpath(out)]) == real_src:
+        raise OutputError(
+            f"{os.path.abspath(out)}: is inside SRC {src_root}, where it would be scanned as "
+            "data; choose an output folder outside SRC"
+        )
     out, created = _make_out(os.fspath(out))
     with locked(out):
         workers = resolve_workers(options.workers)

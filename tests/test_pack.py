@@ -360,3 +360,11 @@ def test_file_and_class_names_that_are_not_utf8(tmp_path: Path):
     (record,) = tf_records(out)
     assert record["key"] == b"caf\xe9/\xff.jpg"  # the key holds the name's own bytes
     assert (out / "label.labels.txt").read_bytes() == b"caf\xe9\n"
+
+
+def test_out_inside_src_is_refused(tree: Path):
+    with pytest.raises(OutputError, match="is inside SRC"):
+        pack(tree, tree / "shards", PackOptions(workers=1))
+    with pytest.raises(OutputError, match="is inside SRC"):
+        pack(tree, tree, PackOptions(workers=1))
+    assert not (tree / "shards").exists()
