@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import gzip
 import hashlib
+import io
 import os
 import struct
 import zlib
@@ -323,52 +324,95 @@ class TFRecordWriter:
             self.result = (self.num_records, self._hashing.size, self._hashing.sha256.hexdigest())
 
 
-def _open_records(path: str, compression: str) -> BinaryIO:
-    raw = open(path, "rb", buffering=_WRITE_BUFFER)  # noqa: SIM115
-    return gzip.GzipFile(fileobj=raw, mode="rb") if compression == "gzip" else raw
+class _HashingRaw(io.RawIOBase):
+    """A raw file that feeds every byte read through it to a hash, 1 MiB at a time."""
+
+    def __init__(self, raw: io.FileIO, digest) -> None:
+        self.raw, self.digest = raw, digest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self.raw.readinto(buffer)
+        self.digest.update(memoryview(buffer)[:n])
+        return n
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+def _open_records(path: str, compression: str, digest) -> tuple[BinaryIO, BinaryIO]:
+    """(the record stream, the buffered file under it)."""
+    raw = io.FileIO(path, "rb")
+    buffered = io.BufferedReader(raw if digest is None else _HashingRaw(raw, digest), _WRITE_BUFFER)
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=buffered, mode="rb"), buffered
+    return buffered, buffered
 
 
 def iter_records(
-    path: str | os.PathLike, compression: str = "none", check_crc: bool = True
+    path: str | os.PathLike, compression: str = "none", check_crc: bool = True, digest=None
 ) -> Iterator[tuple[int, bytes]]:
     """Yield (offset, data) for every record of a TFRecord file, checking both CRCs.
 
     Offsets count in the uncompressed stream.
 
+    Args:
+        path: the TFRecord file.
+        compression: "none" or "gzip".
+        check_crc: check the length and data CRCs.
+        digest: a hashlib object fed every byte of the file, read to its end even when a
+            record is bad, so that one pass both checks the records and hashes the file.
+
     Raises:
         RecordError: a CRC does not match or the file is cut short; names path and offset.
     """
     path = os.fspath(path)
-    offset = 0
     try:
-        f = _open_records(path, compression)
+        f, buffered = _open_records(path, compression, digest)
         # A corrupt length field must not ask for gigabytes: no record outgrows its file.
-        limit = os.fstat(f.fileno()).st_size if compression == "none" else _MAX_RECORD
+        limit = os.fstat(buffered.fileno()).st_size if compression == "none" else _MAX_RECORD
     except OSError as e:
         raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
-    with f:
-        while True:
-            try:
-                header = f.read(_HEADER.size)
-            except (OSError, EOFError, zlib.error) as e:
-                raise RecordError(path, offset, f"unreadable compressed data ({e})") from None
-            if not header:
-                return
-            if len(header) < _HEADER.size:
-                raise RecordError(path, offset, "file ends inside a record header (truncated)")
-            length, length_crc = _HEADER.unpack(header)
-            if check_crc and masked_crc(header[:8]) != length_crc:
-                raise RecordError(path, offset, "length CRC mismatch (corrupt record header)")
-            if length > limit:
-                raise RecordError(path, offset, f"record claims {length} bytes (corrupt header)")
-            try:
-                body = f.read(length + _FOOTER.size)
-            except (OSError, EOFError, zlib.error) as e:
-                raise RecordError(path, offset, f"unreadable compressed data ({e})") from None
-            if len(body) < length + _FOOTER.size:
-                raise RecordError(path, offset, "file ends inside a record (truncated)")
-            data = body[:length]
-            if check_crc and masked_crc(data) != _FOOTER.unpack(body[length:])[0]:
-                raise RecordError(path, offset, "data CRC mismatch (corrupt record)")
-            yield offset, data
-            offset += _HEADER.size + length + _FOOTER.size
+    with f, buffered:
+        try:
+            yield from _records(f, path, limit, check_crc)
+        finally:
+            if digest is not None:
+                while buffered.read(_WRITE_BUFFER):
+                    pass  # the rest of the file, into the hash
+
+
+def _records(f: BinaryIO, path: str, limit: int, check_crc: bool) -> Iterator[tuple[int, bytes]]:
+    """The framing loop of iter_records over an open stream."""
+    offset = 0
+    while True:
+        try:
+            header = f.read(_HEADER.size)
+        except (OSError, EOFError, zlib.error) as e:
+            raise RecordError(path, offset, f"unreadable compressed data ({e})") from None
+        if not header:
+            return
+        if len(header) < _HEADER.size:
+            raise RecordError(path, offset, "file ends inside a record header (truncated)")
+        length, length_crc = _HEADER.unpack(header)
+        if check_crc and masked_crc(header[:8]) != length_crc:
+            raise RecordError(path, offset, "length CRC mismatch (corrupt record header)")
+        if length > limit:
+            raise RecordError(path, offset, f"record claims {length} bytes (corrupt header)")
+        try:
+            body = f.read(length + _FOOTER.size)
+        except (OSError, EOFError, zlib.error) as e:
+            raise RecordError(path, offset, f"unreadable compressed data ({e})") from None
+        if len(body) < length + _FOOTER.size:
+            raise RecordError(path, offset, "file ends inside a record (truncated)")
+        data = body[:length]
+        if check_crc and masked_crc(data) != _FOOTER.unpack(body[length:])[0]:
+            raise RecordError(path, offset, "data CRC mismatch (corrupt record)")
+        yield offset, data
+        offset += _HEADER.size + length + _FOOTER.size

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
 
-from shardpack.atomic import sha256_file
 from shardpack.errors import RecordError
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.tfrecord import decode_example, iter_records
@@ -95,17 +95,18 @@ def _check_shard(index: Index, shard: ShardInfo, decode: bool, faults: list[Faul
     size = os.path.getsize(path)
     if size != shard.num_bytes:
         faults.append(Fault(shard.file, None, f"{size} bytes, index says {shard.num_bytes}"))
-    if sha256_file(path) != shard.sha256:
-        faults.append(Fault(shard.file, None, "sha256 differs from the index (file changed)"))
+    digest = hashlib.sha256()  # fed by the same read that checks the records: one pass
     count = 0
     try:
-        for offset, data in iter_records(path, index.compression):
+        for offset, data in iter_records(path, index.compression, digest=digest):
             reason = _check_record(data, len(index.classes), decode)
             if reason:
                 faults.append(Fault(shard.file, offset, reason))
             count += 1
     except RecordError as e:
         faults.append(Fault(shard.file, e.offset, e.reason))
+    if digest.hexdigest() != shard.sha256:
+        faults.append(Fault(shard.file, None, "sha256 differs from the index (file changed)"))
     if count != shard.num_records:
         faults.append(Fault(shard.file, None, f"{count} records read, index says "
                                               f"{shard.num_records}"))  # fmt: skip
