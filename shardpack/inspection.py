@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import os
 
+import numpy as np
+
 from shardpack.index import load_index
 from shardpack.read import iter_examples
 
@@ -25,8 +27,9 @@ def describe(out: str | os.PathLike, num_records: int = 3) -> dict:
         samples = []
         for record in itertools.islice(iter_examples(index.out, name), num_records):
             record["image_bytes"] = len(record.pop("image"))
-            record["class"] = index.classes[record["label"]]
-            samples.append(record)
+            if isinstance(record.get("label"), int):
+                record["class"] = index.classes[record["label"]]
+            samples.append({name: _json_value(value) for name, value in record.items()})
         splits[name] = {
             "num_records": split.num_records,
             "num_shards": len(split.shards),
@@ -46,9 +49,20 @@ def describe(out: str | os.PathLike, num_records: int = 3) -> dict:
         "encoding": index.encoding,
         "compression": index.compression,
         "num_classes": len(index.classes),
-        "features": index.features,
+        "features": index.schema.to_json(),
         "splits": splits,
         "skipped": raw.get("skipped", []),
         "ignored": raw.get("ignored", 0),
         "stats": raw.get("stats", {}),
     }
+
+
+def _json_value(value: object) -> object:
+    """A record value as JSON holds it: arrays as (nested) lists, bytes as text."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value

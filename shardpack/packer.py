@@ -219,7 +219,7 @@ def _run(
 
     Closing the generator early (an error, Ctrl-C) makes joblib stop every worker.
     """
-    args = (options, dataset.root, out, len(dataset.classes))
+    args = (options, dataset.root, out, dataset.schema)
     if options.backend == "loky" and (workers == 1 or len(specs) <= 1):
         yield from (write_shard(spec, *args) for spec in specs)
         return

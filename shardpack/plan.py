@@ -103,15 +103,17 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
 
 
 def _digest(dataset: Dataset, shards: list[ShardSpec], options: PackOptions) -> str:
-    """sha256 over what decides the output: options, classes and every shard's items."""
+    """sha256 over what decides the output: options, schema and every field of every item."""
     canonical = {
         "options": options.output_fields(),
         "kind": dataset.kind,
-        "classes": dataset.classes,
-        "coarse_classes": dataset.coarse_classes,
-        "shards": [
-            [s.file, [[i.key, i.label, i.size, i.coarse_label] for i in s.items]] for s in shards
-        ],
+        "schema": dataset.schema.to_json(),
+        "shards": [[s.file, [_item_fields(i) for i in s.items]] for s in shards],
     }
     blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _item_fields(item: Item) -> list:
+    """Every field of an item, in a JSON-able form (fields in name order)."""
+    return [item.key, item.label, item.path, item.size, item.record, sorted(item.fields.items())]

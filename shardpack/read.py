@@ -8,14 +8,15 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from shardpack.errors import RecordError
 from shardpack.index import Index, load_index
+from shardpack.schema import Schema, check_values, decode_value
 from shardpack.tfrecord import decode_example, iter_records
 
 # Records held for iter_examples' shuffle: enough to mix neighbours from different shards.
 SHUFFLE_BUFFER = 1024
 # tf_dataset's record shuffle buffer; the file-order shuffle does most of the mixing.
 TF_SHUFFLE_BUFFER = 8192
-_TEXT_FEATURES = ("format", "key")
 
 
 def _shard_paths(index: Index, split: str) -> list[str]:
@@ -32,13 +33,36 @@ def decode_pixels(features: dict) -> np.ndarray:
     return images.decode(features["image"], order="rgb")
 
 
-def to_python(example: dict[str, list]) -> dict[str, object]:
-    """One-value lists become scalars; format and key become str."""
+def to_python(example: dict[str, list], schema: Schema) -> dict[str, object]:
+    """A decoded Example as the schema declares it: scalars as int, float or str (text),
+    lists as numpy arrays of their dtype and shape (boxes as n x 4), text lists as lists of str.
+
+    Raises:
+        ValueError: a feature's values do not fit the schema (says which and how).
+    """
     record: dict[str, object] = {}
     for name, values in example.items():
-        value = values[0] if len(values) == 1 else values
-        record[name] = os.fsdecode(value) if name in _TEXT_FEATURES else value
+        feature = schema.get(name)
+        if feature is None:  # not in the schema: as stored, one value unwrapped
+            record[name] = values[0] if len(values) == 1 else values
+            continue
+        reason = check_values(name, feature, values)
+        if reason is not None:
+            raise ValueError(reason)
+        record[name] = decode_value(feature, values)
     return record
+
+
+def read_example(path: str, offset: int, data: bytes, schema: Schema) -> dict[str, object]:
+    """One record's bytes (read from `path` at `offset`) as to_python gives them.
+
+    Raises:
+        RecordError: the bytes are not an Example, or do not fit the schema.
+    """
+    try:
+        return to_python(decode_example(data), schema)
+    except ValueError as e:
+        raise RecordError(path, offset, str(e)) from None
 
 
 def iter_examples(
@@ -70,9 +94,9 @@ def iter_examples(
     if shuffle:
         rng.shuffle(paths)
     records = (
-        to_python(decode_example(data))
+        read_example(path, offset, data, index.schema)
         for path in paths
-        for _, data in iter_records(path, index.compression)
+        for offset, data in iter_records(path, index.compression)
     )
     if shuffle:
         records = _buffer_shuffle(records, rng)
@@ -105,13 +129,15 @@ def tf_dataset(
     batch_size: int | None = None,
     decode: bool = True,
     image_size: tuple[int, int] | None = None,
+    lists: str = "ragged",
     num_parallel_reads: int | None = None,
     deterministic: bool = False,
 ):
     """A tf.data.Dataset of {"image", "label", ...} dicts over one split.
 
     Shard files are shuffled every epoch, read interleaved, mixed through a record buffer,
-    parsed with the feature spec the index declares, decoded, batched and prefetched.
+    parsed with the index's feature schema (every feature, with its dtype and shape: boxes as
+    [n, 4]), decoded, batched and prefetched.
 
     Args:
         out: the output folder of a pack run.
@@ -122,20 +148,23 @@ def tf_dataset(
         batch_size: batch this many records; None yields single records.
         decode: decode `image` to uint8 HxWx3 RGB; False leaves the stored bytes.
         image_size: (height, width) to resize decoded images to, so that batches stack.
+        lists: how batches hold variable-length list features: "ragged" (tf.RaggedTensor,
+            [batch, None] or [batch, None, k]) or "padded" (dense, zero-padded to the longest
+            in the batch; other variable-size tensors, such as images without image_size,
+            are padded too). Single records hold them as dense [n] or [n, k] tensors.
         num_parallel_reads: shards read at once; None lets tf.data tune it.
         deterministic: keep a fixed order even when reading in parallel.
     """
     import tensorflow as tf
 
+    if lists not in ("ragged", "padded"):
+        raise ValueError(f"lists must be 'ragged' or 'padded', got: {lists!r}")
     index = load_index(out)
     paths = _shard_paths(index, split)
     compression = "GZIP" if index.compression == "gzip" else ""
     parallel = tf.data.AUTOTUNE if num_parallel_reads is None else num_parallel_reads
     ordered = deterministic or seed is not None or not shuffle
-    spec = {
-        name: tf.io.FixedLenFeature([], tf.string if kind == "bytes" else tf.int64)
-        for name, kind in index.features.items()
-    }
+    spec = _tf_spec(tf, index.schema)
 
     def parse(record):
         features = tf.io.parse_single_example(record, spec)
@@ -161,8 +190,44 @@ def tf_dataset(
         ds = ds.apply(tf.data.experimental.assert_cardinality(total))
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
     if batch_size is not None:
-        ds = ds.batch(batch_size)
+        ds = _batch(tf, ds, batch_size, lists, [n for n, f in index.schema.items() if f.is_list])
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _tf_spec(tf, schema: Schema) -> dict:
+    """The parse spec for every feature: scalars fixed, lists ragged (dense [n] or [n, k] per
+    record: a (-1, k) feature's flat values come back in rows of k)."""
+    dtypes = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
+    spec = {}
+    for name, feature in schema.items():
+        dtype = dtypes[feature.dtype]
+        if not feature.is_list:
+            spec[name] = tf.io.FixedLenFeature([], dtype)
+        elif feature.row is None:
+            spec[name] = tf.io.RaggedFeature(dtype)
+        else:
+            rows = [tf.io.RaggedFeature.UniformRowLength(feature.row)]
+            spec[name] = tf.io.RaggedFeature(dtype, partitions=rows)
+    return spec
+
+
+def _batch(tf, ds, batch_size: int, lists: str, names: list[str]):
+    """Batch records whose list features differ in length: ragged or padded per batch."""
+    if lists == "padded":
+        return ds.padded_batch(batch_size)
+    if not names:
+        return ds.batch(batch_size)
+
+    # Each list becomes a one-row RaggedTensor so that batch() stacks them as rows of a
+    # [batch, 1, None, ...] ragged tensor; .values drops the one-row dimension again. This
+    # keeps every other feature (the image above all) as batch() would give it.
+    def wrap(features):
+        return {**features, **{n: tf.RaggedTensor.from_tensor(features[n][None]) for n in names}}
+
+    def unwrap(features):
+        return {**features, **{n: features[n].values for n in names}}
+
+    return ds.map(wrap).batch(batch_size).map(unwrap)
 
 
 def _tf_decode(tf, features, encoding: str, image_size):

@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 DTYPES = ("int64", "float32", "bytes")
 # Written by the worker for every record from the image itself; no source may use these names.
 BUILTIN_NAMES = ("image", "height", "width", "channels", "format", "key")
 LABEL = "label"
+NUMPY_DTYPES = {"int64": np.int64, "float32": np.float32}
 
 
 @dataclass(frozen=True)
@@ -186,3 +189,48 @@ class Schema(Mapping[str, Feature]):
             if name not in BUILTINS and name != LABEL
         }
         return cls.build(tuple(classes), extra)
+
+
+def example_value(feature: Feature, value: object) -> object:
+    """`value` as encode_example takes it for `feature`: text as UTF-8 bytes, scalars as int or
+    float, lists as one flat numpy array of the feature's dtype (so an empty list keeps its kind).
+    """
+    if feature.dtype == "bytes":
+        values = value if feature.is_list else (value,)
+        encoded = [
+            v.encode("utf-8", "surrogateescape") if isinstance(v, str) else v for v in values
+        ]
+        return encoded if feature.is_list else encoded[0]
+    if not feature.is_list:
+        return int(value) if feature.dtype == "int64" else float(value)  # type: ignore[arg-type]
+    return np.asarray(value, dtype=NUMPY_DTYPES[feature.dtype]).reshape(-1)
+
+
+_KINDS = {"int64": int, "float32": float, "bytes": bytes}
+
+
+def check_values(name: str, feature: Feature, values: list) -> str | None:
+    """What is wrong with one record's decoded `values` for `feature`, or None if they fit."""
+    kind = _KINDS[feature.dtype]
+    if not all(type(v) is kind for v in values):
+        return f"feature {name!r} is not {feature.dtype}"
+    if not feature.is_list and len(values) != 1:
+        return f"feature {name!r} holds {len(values)} values, not one"
+    if feature.row is not None and len(values) % feature.row:
+        return f"feature {name!r} holds {len(values)} values, not rows of {feature.row}"
+    if feature.classes is not None and not all(0 <= v < len(feature.classes) for v in values):
+        return f"feature {name!r} has a class outside its {len(feature.classes)} classes"
+    return None
+
+
+def decode_value(feature: Feature, values: list) -> object:
+    """One record's decoded Example `values` as readers give them: a scalar as int, float or
+    str/bytes; a list as a numpy array of the declared dtype and shape ((n,) or (n, k)), or a
+    list of str/bytes. The inverse of example_value."""
+    if feature.dtype == "bytes":
+        if feature.text:
+            values = [v.decode("utf-8", "surrogateescape") for v in values]
+        return values if feature.is_list else values[0]
+    if not feature.is_list:
+        return values[0]
+    return np.asarray(values, NUMPY_DTYPES[feature.dtype]).reshape(-1, *feature.shape[1:])

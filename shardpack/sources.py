@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import pickle
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from shardpack.errors import SourceError, UnsafePickleError
 from shardpack.options import SOURCE_KINDS
+from shardpack.schema import Feature, Schema
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 CIFAR_PIXELS = 32 * 32 * 3
@@ -32,28 +34,37 @@ _CIFAR_LAYOUTS = {
 }
 
 
+# A field's value as a source gives it: a scalar, or a list (flat, or of k-long rows).
+FieldValue = int | float | str | bytes | tuple
+
+
 @dataclass(frozen=True)
 class Item:
-    """One record to write: where its pixels are and which class it has."""
+    """One record to write: where its pixels are, its class, and its other feature values."""
 
     key: str  # unique in the dataset: path relative to SRC, or "<batch>:<record>" for CIFAR
-    label: int
+    label: int | tuple[int, ...] | None  # class index (a tuple for multi-label); None: unlabeled
     path: str  # file to read, relative to SRC
     size: int  # bytes on disk (for an image file) or raw pixel bytes (for a CIFAR record)
     record: int | None = None  # record number inside a CIFAR batch
-    coarse_label: int | None = None  # CIFAR-100's superclass
+    # name -> value of each feature the schema adds beyond the built-ins and `label`
+    fields: Mapping[str, FieldValue] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """What a scan found: classes, items per split, and how many files it passed over."""
+    """What a scan found: the feature schema, items per split, and files passed over."""
 
     kind: str  # "folder" or one of the CIFAR layouts
     root: str
-    classes: tuple[str, ...]
+    schema: Schema
     splits: dict[str, tuple[Item, ...]] = field(hash=False)
     ignored: int = 0
-    coarse_classes: tuple[str, ...] | None = None
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """The `label` feature's class names."""
+        return self.schema.classes
 
     @property
     def num_items(self) -> int:
@@ -138,7 +149,7 @@ def _scan_folder(root: str) -> Dataset:
             f"{', '.join(sorted(IMAGE_EXTENSIONS))}"
         )
     items.sort(key=lambda item: item.key)
-    return Dataset("folder", root, classes, {"train": tuple(items)}, ignored)
+    return Dataset("folder", root, Schema.build(classes), {"train": tuple(items)}, ignored)
 
 
 def _dir_id(path: str) -> tuple[int, int]:
@@ -225,15 +236,15 @@ def _scan_cifar(root: str, layout: str) -> Dataset:
                     path=batch,
                     size=CIFAR_PIXELS,
                     record=i,
-                    coarse_label=None if coarse_labels is None else int(coarse_labels[i]),
+                    fields={} if coarse_labels is None else {"coarse_label": int(coarse_labels[i])},
                 )
             )
+    extra = {} if coarse is None else {"coarse_label": Feature("int64", classes=coarse)}
     return Dataset(
         layout,
         root,
-        classes,
+        Schema.build(classes, extra),
         {split: tuple(items) for split, items in splits.items()},
-        coarse_classes=coarse,
     )
 
 

@@ -9,10 +9,8 @@ from dataclasses import dataclass, field
 
 from shardpack.errors import RecordError
 from shardpack.index import Index, ShardInfo, load_index
+from shardpack.schema import Schema, check_values
 from shardpack.tfrecord import decode_example, iter_records
-
-_FEATURE_TYPES = {"image": bytes, "label": int, "height": int, "width": int, "channels": int,
-                  "format": bytes}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -99,7 +97,7 @@ def _check_shard(index: Index, shard: ShardInfo, decode: bool, faults: list[Faul
     count = 0
     try:
         for offset, data in iter_records(path, index.compression, digest=digest):
-            reason = _check_record(data, len(index.classes), decode)
+            reason = _check_record(data, index.schema, decode)
             if reason:
                 faults.append(Fault(shard.file, offset, reason))
             count += 1
@@ -113,19 +111,23 @@ def _check_shard(index: Index, shard: ShardInfo, decode: bool, faults: list[Faul
     return count
 
 
-def _check_record(data: bytes, num_classes: int, decode: bool) -> str | None:
-    """Return what is wrong with one record's Example, or None."""
+def _check_record(data: bytes, schema: Schema, decode: bool) -> str | None:
+    """Return what is wrong with one record's Example against the schema, or None."""
     try:
         example = decode_example(data)
     except ValueError as e:
         return f"not a tf.train.Example ({e})"
-    for name, kind in _FEATURE_TYPES.items():
-        values = example.get(name, [])
-        if len(values) != 1 or not isinstance(values[0], kind):
-            return f"feature {name!r} missing, not a single value, or not {kind.__name__}"
-    label = example["label"][0]
-    if not 0 <= label < num_classes:
-        return f"label {label} outside the {num_classes} classes"
+    reasons = [
+        f"feature {name!r} missing"
+        if name not in example
+        else check_values(name, feature, example[name])
+        for name, feature in schema.items()
+    ]
+    reasons += [f"feature {name!r} is not in the index's schema" for name in example
+                if name not in schema]  # fmt: skip
+    reasons = [r for r in reasons if r is not None]
+    if reasons:
+        return "; ".join(reasons)
     if decode:
         return _check_pixels(example)
     return None

@@ -14,6 +14,7 @@ from shardpack import images
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.plan import ShardSpec
+from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, read_cifar_pixels
 from shardpack.tfrecord import TFRecordWriter, encode_example
 
@@ -72,7 +73,7 @@ class _Progress:
 
 
 def write_shard(
-    spec: ShardSpec, options: PackOptions, src: str, out: str, num_classes: int
+    spec: ShardSpec, options: PackOptions, src: str, out: str, schema: Schema
 ) -> ShardResult:
     """Write one shard file from its items; it appears under its final name only when complete.
 
@@ -81,7 +82,7 @@ def write_shard(
         options: how to check and encode.
         src: the source root the items' paths are relative to.
         out: the output folder.
-        num_classes: length of the class list, to size the label histogram.
+        schema: the dataset's features: how to encode each of an item's fields.
 
     Returns:
         The shard's record count, size, sha256, label histogram and skipped items.
@@ -91,7 +92,7 @@ def write_shard(
     """
     cv2.setNumThreads(1)  # one worker per core already; OpenCV's own threads would oversubscribe
     start = time.perf_counter()
-    counts = [0] * num_classes
+    counts = [0] * len(schema.classes)
     skipped: list[tuple[str, str]] = []
     batches: dict[str, np.ndarray] = {}  # CIFAR batches this shard reads, loaded once
     progress = _Progress(progress_path(out, spec.file))
@@ -100,13 +101,14 @@ def write_shard(
             for done, item in enumerate(spec.items, 1):
                 try:
                     features = _features(item, src, options, batches)
+                    features.update(_fields(item, schema))
                 except ImageError as e:
                     if options.on_error == "fail":
                         raise
                     skipped.append((e.key, e.reason))
                 else:
                     writer.write(encode_example(features))
-                    counts[item.label] += 1
+                    _count(counts, item.label)
                 progress.update(done)
     finally:
         progress.close()
@@ -127,7 +129,7 @@ def write_shard(
 def _features(
     item: Item, src: str, options: PackOptions, batches: dict[str, np.ndarray]
 ) -> dict[str, object]:
-    """Build one record's features, or raise ImageError naming the item and the reason."""
+    """Build one record's image features, or raise ImageError naming the item and the reason."""
     if item.record is None:
         image, fmt, (height, width, channels) = _from_file(item, src, options)
     else:
@@ -135,18 +137,28 @@ def _features(
             batches[item.path] = read_cifar_pixels(src, item.path)
         rgb = batches[item.path][item.record]
         image, fmt, (height, width, channels) = _reencode(rgb, options, "png", order="rgb")
-    features: dict[str, object] = {
+    return {
         "image": image,
-        "label": item.label,
         "height": height,
         "width": width,
         "channels": channels,
         "format": fmt,
         "key": os.fsencode(item.key),
     }
-    if item.coarse_label is not None:
-        features["coarse_label"] = item.coarse_label
-    return features
+
+
+def _fields(item: Item, schema: Schema) -> dict[str, object]:
+    """The item's label and other fields, encoded as the schema declares them."""
+    values = dict(item.fields)
+    if item.label is not None:
+        values[LABEL] = item.label
+    return {name: example_value(schema[name], value) for name, value in values.items()}
+
+
+def _count(counts: list[int], label: int | tuple[int, ...] | None) -> None:
+    """Add one record's label (each of them, for multi-label) to the class histogram."""
+    for one in label if isinstance(label, tuple) else () if label is None else (label,):
+        counts[one] += 1
 
 
 def _read(path: str, size_hint: int) -> bytes:

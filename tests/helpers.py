@@ -117,14 +117,23 @@ def tf_records(out: Path, split: str = "train") -> list[dict]:
     index = json.loads((out / "index.json").read_text())
     files = [os.fspath(out / s["file"]) for s in index["splits"][split]["shards"]]
     compression = "GZIP" if index["compression"] == "gzip" else ""
+    dtypes = {"bytes": tf.string, "int64": tf.int64, "float32": tf.float32}
+    features = index["features"]  # version 2: name -> {dtype, shape}
     spec = {
-        name: tf.io.FixedLenFeature([], tf.string if kind == "bytes" else tf.int64)
-        for name, kind in index["features"].items()
+        name: tf.io.VarLenFeature(dtypes[f["dtype"]])
+        if f["shape"]
+        else tf.io.FixedLenFeature([], dtypes[f["dtype"]])
+        for name, f in features.items()
     }
     records = []
     for raw in tf.data.TFRecordDataset(files, compression_type=compression):
         ex = tf.io.parse_single_example(raw, spec)
-        record = {k: v.numpy() for k, v in ex.items()}
+        record = {
+            k: tf.reshape(tf.sparse.to_dense(v), [-1, *features[k]["shape"][1:]]).numpy()
+            if isinstance(v, tf.SparseTensor)
+            else v.numpy()
+            for k, v in ex.items()
+        }
         fmt = record["format"].decode()
         if fmt == "raw":
             pixels = np.frombuffer(record["image"], np.uint8).reshape(

@@ -52,7 +52,7 @@ def test_folder_classes_sorted_and_labels_by_position(tmp_path):
     for item in items:
         assert item.path == item.key
         assert item.size == (src / item.path).stat().st_size
-        assert item.record is None and item.coarse_label is None
+        assert item.record is None and item.fields == {}
 
 
 def test_folder_extensions_are_case_insensitive(tmp_path):
@@ -257,7 +257,7 @@ def test_source_folder_on_a_cifar_folder_with_class_folders_scans_the_folders(tm
 
 def _listing(dataset) -> dict[str, list[tuple]]:
     return {
-        split: [(i.key, i.label, i.record, i.size, i.coarse_label) for i in items]
+        split: [(i.key, i.label, i.record, i.size, i.fields) for i in items]
         for split, items in dataset.splits.items()
     }
 
@@ -267,7 +267,7 @@ def test_cifar10_python_items(tmp_path):
     dataset = scan(src)
     assert dataset.kind == "cifar10-python"
     assert dataset.classes == tuple(helpers.CIFAR10_CLASSES)
-    assert dataset.coarse_classes is None
+    assert list(dataset.schema.class_features) == ["label"]
     assert list(dataset.splits) == ["train", "test"]
     train = dataset.splits["train"]
     assert [i.key for i in train] == [f"data_batch_{b}:{r}" for b in (1, 2) for r in range(4)]
@@ -310,15 +310,16 @@ def test_cifar100_python_has_fine_and_coarse_labels(tmp_path):
     dataset = scan(src)
     assert dataset.kind == "cifar100-python"
     assert len(dataset.classes) == 100 and dataset.classes[7] == "fine7"
-    assert dataset.coarse_classes == tuple(f"coarse{i}" for i in range(20))
+    coarse = dataset.schema["coarse_label"]
+    assert coarse.classes == tuple(f"coarse{i}" for i in range(20))
     assert list(dataset.splits) == ["train", "test"]
     _, fine = helpers.cifar_arrays(30, seed=10, num_classes=100)
     train = dataset.splits["train"]
     assert [i.key for i in train] == [f"train:{r}" for r in range(30)]
     assert [i.label for i in train] == fine
-    assert [i.coarse_label for i in train] == [label // 5 for label in fine]
+    assert [i.fields for i in train] == [{"coarse_label": label // 5} for label in fine]
     assert len(dataset.splits["test"]) == 10
-    assert all(i.coarse_label is not None for i in dataset.splits["test"])
+    assert all("coarse_label" in i.fields for i in dataset.splits["test"])
 
 
 def test_cifar100_binary_matches_python(tmp_path):
@@ -340,7 +341,7 @@ def test_cifar100_binary_matches_python(tmp_path):
     (binary / "coarse_label_names.txt").write_text("\n".join(f"coarse{i}" for i in range(20)))
     a, b = scan(py), scan(binary)
     assert b.kind == "cifar100-binary"
-    assert (b.classes, b.coarse_classes) == (a.classes, a.coarse_classes)
+    assert b.schema == a.schema
     assert _listing(b) == _listing(a)
     assert np.array_equal(
         read_cifar_pixels(str(binary), "train.bin"), read_cifar_pixels(str(py), "train")
