@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from shardpack.classlist import parse_classes
 from shardpack.errors import ShardpackError
 from shardpack.options import (
     BACKENDS,
@@ -22,9 +23,11 @@ from shardpack.options import (
     ENCODINGS,
     ON_ERROR,
     SOURCE_KINDS,
+    SPLIT_NAMES,
     PackOptions,
     parse_resize,
     parse_size,
+    parse_split,
 )
 
 app = typer.Typer(
@@ -260,6 +263,20 @@ def pack(
     index_files: Annotated[
         bool, typer.Option("--index-files", help="Also write DALI index files (OUT/idx/).")
     ] = False,
+    classes: Annotated[
+        str | None,
+        typer.Option(help="Pin the class list and order: a,b,c or a file with one name a line."),
+    ] = None,
+    splits: Annotated[
+        str | None,
+        typer.Option(help="Folder names that make SRC a split tree (default: train, val, ...)."),
+    ] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(
+            help="Split a one-split source: train=0.9,validation=0.1 (seeded, stratified)."
+        ),
+    ] = None,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
 ) -> None:
@@ -286,6 +303,9 @@ def pack(
             overwrite=overwrite,
             resume=resume,
             index_files=index_files,
+            classes=parse_classes(classes) if classes else None,
+            split_names=tuple(n.strip() for n in splits.split(",")) if splits else SPLIT_NAMES,
+            split=parse_split(split) if split else None,
         )
         _run_pack(src, out, options, not no_progress, as_json)
 

@@ -216,7 +216,10 @@ def build_index(
             }
         )
     skipped = sorted(
-        ({"key": key, "reason": reason} for r in results for key, reason in r.skipped),
+        (
+            {"key": key, "reason": reason}
+            for key, reason in (*dataset.skipped, *(s for r in results for s in r.skipped))
+        ),
         key=lambda s: s["key"],
     )
     doc = {

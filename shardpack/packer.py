@@ -94,7 +94,7 @@ def pack(
         if options.backend == "loky" and workers > 1 and cifar_layout(src_root, options.source):
             warming = _warm_workers(workers)
         try:
-            dataset = scan(src_root, options.source)
+            dataset = scan(src_root, options)
             name = options.name or default_name(dataset)
             plan = make_plan(dataset, name, options, workers)
             stale, reused = prepare(out, plan, options.overwrite, options.resume)

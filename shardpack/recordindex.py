@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from shardpack.atomic import write_atomic
 from shardpack.errors import IndexFormatError, RecordError
 from shardpack.index import INDEX_FILES_DIR, Index, index_from_document, load_index
-from shardpack.read import to_python
-from shardpack.tfrecord import decode_example, masked_crc
+from shardpack.read import read_example
+from shardpack.tfrecord import masked_crc
 
 _HEADER = struct.Struct("<QI")
 
@@ -111,7 +111,7 @@ def read_record(out: str | os.PathLike, split: str, i: int) -> dict[str, object]
         data = record[_HEADER.size : framed - 4]
         if masked_crc(data) != struct.unpack("<I", record[framed - 4 :])[0]:
             raise RecordError(path, offset, "data CRC mismatch (corrupt record)")
-        return to_python(decode_example(data))
+        return read_example(path, offset, data, index.schema)
     raise IndexError(f"record {i} not found; the index's record counts disagree with its shards")
 
 

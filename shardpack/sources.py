@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shardpack.classlist import class_list, labelled
 from shardpack.errors import SourceError, UnsafePickleError
-from shardpack.options import SOURCE_KINDS
+from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
+from shardpack.splitting import split_dataset
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 CIFAR_PIXELS = 32 * 32 * 3
@@ -60,6 +62,7 @@ class Dataset:
     schema: Schema
     splits: dict[str, tuple[Item, ...]] = field(hash=False)
     ignored: int = 0
+    skipped: tuple[tuple[str, str], ...] = ()  # (key, reason) of items left out by the scan
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -71,21 +74,32 @@ class Dataset:
         return sum(len(items) for items in self.splits.values())
 
 
-def scan(src: str | os.PathLike, source: str = "auto") -> Dataset:
+def scan(src: str | os.PathLike, options: PackOptions | None = None) -> Dataset:
     """List every item under SRC.
 
     Args:
-        src: a class-folder tree (SRC/<class>/**/<image>) or a folder of CIFAR batches.
-        source: "folder", "cifar", or "auto" to tell them apart by the files present.
+        src: a class-folder tree (SRC/<class>/**/<image>), a split tree
+            (SRC/<split>/<class>/**/<image>) or a folder of CIFAR batches.
+        options: the source layout ("auto" tells them apart by the files present), the
+            pinned class list, split names and fractions, and the on-error policy.
 
     Raises:
         SourceError: SRC is missing, empty, or not of the layout asked for.
     """
+    from shardpack import splittree  # a source built on this module's class-folder listing
+
+    options = options or PackOptions()
     root = source_root(src)
-    if source not in SOURCE_KINDS:
-        raise SourceError(f"--source must be one of {', '.join(SOURCE_KINDS)}, got: {source!r}")
-    layout = cifar_layout(root, source)
-    return _scan_folder(root) if layout is None else _scan_cifar(root, layout)
+    layout = cifar_layout(root, options.source)
+    if layout is not None:
+        if options.classes is not None:
+            raise SourceError(f"{root}: CIFAR brings its own class list; drop --classes")
+        dataset = _scan_cifar(root, layout)
+    elif options.source == "auto" and splittree.is_split_tree(root, options.split_names):
+        dataset = splittree.scan_split_tree(root, options)
+    else:
+        dataset = _scan_folder(root, options)
+    return dataset if options.split is None else split_dataset(dataset, options.split, options.seed)
 
 
 def cifar_layout(root: str, source: str = "auto") -> str | None:
@@ -120,36 +134,54 @@ def _hidden(name: str) -> bool:
     return name.startswith(".")
 
 
-def _scan_folder(root: str) -> Dataset:
-    try:
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
-    except OSError as e:
-        raise SourceError(f"{root}: cannot list ({e.strerror}); check its permissions") from None
-    classes = tuple(e.name for e in entries if not _hidden(e.name) and e.is_dir())
-    ignored = sum(1 for e in entries if not _hidden(e.name) and not e.is_dir())
-    items: list[Item] = []
-    # Claim SRC and every class folder up front: a link from one class into another (or back to
-    # SRC) must not list the other class's images under the wrong label.
-    class_dirs: dict[tuple[int, int], str] = {}
-    for name in classes:
-        first = class_dirs.setdefault(_dir_id(os.path.join(root, name)), name)
-        if first != name:
-            raise SourceError(
-                f"{os.path.join(root, name)}: is the same folder as {os.path.join(root, first)} "
-                "(a link); one folder cannot be two classes: remove the link"
-            )
-    seen_dirs = {_dir_id(root), *class_dirs}
-    for label, name in enumerate(classes):
-        found, skipped = _walk_images(root, name, seen_dirs)
-        items.extend(Item(key=rel, label=label, path=rel, size=size) for rel, size in found)
-        ignored += skipped
+def _scan_folder(root: str, options: PackOptions) -> Dataset:
+    classes, found, ignored = list_class_folders(root)
+    classes = class_list(classes, options.classes)
+    items, skipped = labelled(found, classes, options.on_error)
     if not items:
         raise SourceError(
             f"{root}: no images found; expected SRC/<class>/<image> with extensions "
             f"{', '.join(sorted(IMAGE_EXTENSIONS))}"
         )
-    items.sort(key=lambda item: item.key)
-    return Dataset("folder", root, Schema.build(classes), {"train": tuple(items)}, ignored)
+    listed = tuple(Item(key=key, label=label, path=key, size=size) for key, label, size in items)
+    return Dataset(
+        "folder", root, Schema.build(classes), {"train": listed}, ignored, tuple(skipped)
+    )
+
+
+def list_class_folders(
+    root: str, base: str = ""
+) -> tuple[tuple[str, ...], list[tuple[str, str, int]], int]:
+    """The class folders of root/base and their images, sorted by key.
+
+    Returns:
+        (class names, [(class name, key, size)] with keys relative to root, ignored count).
+    """
+    top = os.path.join(root, base) if base else root
+    try:
+        entries = sorted(os.scandir(top), key=lambda e: e.name)
+    except OSError as e:
+        raise SourceError(f"{top}: cannot list ({e.strerror}); check its permissions") from None
+    classes = tuple(e.name for e in entries if not _hidden(e.name) and e.is_dir())
+    ignored = sum(1 for e in entries if not _hidden(e.name) and not e.is_dir())
+    found: list[tuple[str, str, int]] = []
+    # Claim the folder and every class folder up front: a link from one class into another (or
+    # back to the folder) must not list the other class's images under the wrong label.
+    class_dirs: dict[tuple[int, int], str] = {}
+    for name in classes:
+        first = class_dirs.setdefault(_dir_id(os.path.join(top, name)), name)
+        if first != name:
+            raise SourceError(
+                f"{os.path.join(top, name)}: is the same folder as {os.path.join(top, first)} "
+                "(a link); one folder cannot be two classes: remove the link"
+            )
+    seen_dirs = {_dir_id(top), *class_dirs}
+    for name in classes:
+        images, skipped = _walk_images(root, f"{base}/{name}" if base else name, seen_dirs)
+        found.extend((name, rel, size) for rel, size in images)
+        ignored += skipped
+    found.sort(key=lambda entry: entry[1])
+    return classes, found, ignored
 
 
 def _dir_id(path: str) -> tuple[int, int]:

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardpack.errors import SourceError, UnsafePickleError
+from shardpack.errors import ShardpackError, SourceError, UnsafePickleError
+from shardpack.options import PackOptions
 from shardpack.sources import (
     CIFAR_PIXELS,
     Item,
@@ -224,29 +225,28 @@ def test_src_that_is_a_file_is_source_error(tmp_path):
     assert str(src) in str(caught.value)
 
 
-def test_unknown_source_kind_is_source_error(tmp_path):
-    src = helpers.make_tree(tmp_path / "src", {"cats": 1})
-    with pytest.raises(SourceError, match="'imagenet'"):
-        scan(src, source="imagenet")
+def test_unknown_source_kind_is_refused(tmp_path):
+    with pytest.raises(ShardpackError, match="'imagenet'"):
+        PackOptions(source="imagenet")
 
 
 def test_source_cifar_on_a_folder_tree_is_source_error(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"cats": 1})
     with pytest.raises(SourceError, match="no CIFAR batches found") as caught:
-        scan(src, source="cifar")
+        scan(src, PackOptions(source="cifar"))
     assert str(src) in str(caught.value)
 
 
 def test_source_folder_on_a_cifar_folder_is_a_clean_error(tmp_path):
     src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
     with pytest.raises(SourceError, match="no images found"):
-        scan(src, source="folder")
+        scan(src, PackOptions(source="folder"))
 
 
 def test_source_folder_on_a_cifar_folder_with_class_folders_scans_the_folders(tmp_path):
     src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
     _touch_image(src / "extra" / "a.png")
-    dataset = scan(src, source="folder")
+    dataset = scan(src, PackOptions(source="folder"))
     assert dataset.kind == "folder"
     assert _keys(dataset) == ["extra/a.png"]
     assert dataset.ignored == 3  # data_batch_1, test_batch, batches.meta
@@ -462,7 +462,7 @@ def test_batches_without_meta_file_are_not_cifar(tmp_path):
     src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
     (src / "batches.meta").unlink()
     with pytest.raises(SourceError, match="no CIFAR batches found"):
-        scan(src, source="cifar")
+        scan(src, PackOptions(source="cifar"))
 
 
 def _rewrite_pickle(path, change) -> None:
