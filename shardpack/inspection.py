@@ -27,8 +27,11 @@ def describe(out: str | os.PathLike, num_records: int = 3) -> dict:
         samples = []
         for record in itertools.islice(iter_examples(index.out, name), num_records):
             record["image_bytes"] = len(record.pop("image"))
-            if isinstance(record.get("label"), int):
-                record["class"] = index.classes[record["label"]]
+            label = record.get("label")
+            if isinstance(label, int):
+                record["class"] = index.classes[label]
+            elif isinstance(label, np.ndarray):  # multi-label
+                record["class"] = [index.classes[i] for i in label.tolist()]
             samples.append({name: _json_value(value) for name, value in record.items()})
         splits[name] = {
             "num_records": split.num_records,

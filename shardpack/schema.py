@@ -123,9 +123,13 @@ class Schema(Mapping[str, Feature]):
 
     @classmethod
     def build(
-        cls, classes: tuple[str, ...] | None = None, extra: Mapping[str, Feature] | None = None
+        cls,
+        classes: tuple[str, ...] | None = None,
+        extra: Mapping[str, Feature] | None = None,
+        multi_label: bool = False,
     ) -> Schema:
-        """The whole schema: built-ins, `label` over `classes` (None: unlabeled), extras.
+        """The whole schema: built-ins, `label` over `classes` (None: unlabeled; a list of
+        classes per record with multi_label), then the extras.
 
         Raises:
             ValueError: an extra feature uses a built-in name (or `label` twice).
@@ -136,7 +140,8 @@ class Schema(Mapping[str, Feature]):
                 raise ValueError(f"feature name {name!r} is taken by a built-in feature")
         features = list(BUILTINS.items())
         if classes is not None:
-            features.append((LABEL, Feature("int64", classes=tuple(classes))))
+            shape = (-1,) if multi_label else ()
+            features.append((LABEL, Feature("int64", shape, classes=tuple(classes))))
         features.extend(extra.items())
         return cls(tuple(features))
 
