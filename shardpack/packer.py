@@ -7,18 +7,18 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, suppress
+from contextlib import closing
 from dataclasses import dataclass
 
-from shardpack.atomic import partial_path, remove_files, write_json_atomic
+from shardpack.atomic import remove_files, remove_temp_files, temp_files, write_json_atomic
 from shardpack.errors import ImageError, OutputError, WorkerDiedError
 from shardpack.index import INDEX_NAME, build_index
 from shardpack.options import PackOptions
-from shardpack.outdir import LOCK_NAME, Journal, locked, prepare
+from shardpack.outdir import Journal, locked, prepare
 from shardpack.plan import Plan, ShardSpec, make_plan
 from shardpack.sources import Dataset, cifar_layout, scan, source_root
 from shardpack.tfdsmeta import write_tfds_metadata
-from shardpack.worker import ShardResult, progress_path, read_progress, write_shard
+from shardpack.worker import ShardResult, read_progress, write_shard
 
 ProgressCallback = Callable[[int, int], None]
 # Poll workers' progress files this often: a live bar without measurable cost.
@@ -85,7 +85,7 @@ def pack(
             "data; choose an output folder outside SRC"
         )
     out, created = _make_out(os.fspath(out))
-    with locked(out):
+    with locked(out, created):
         workers = resolve_workers(options.workers)
         # A CIFAR scan unpickles ~180 MB: the workers boot meanwhile (2.18 -> 2.00 s for
         # CIFAR-10 on 2 cores). A folder's scan is too short to hide a boot, and a small folder
@@ -98,10 +98,6 @@ def pack(
             name = options.name or default_name(dataset)
             plan = make_plan(dataset, name, options, workers)
             stale, reused = prepare(out, plan, options.overwrite, options.resume)
-        except BaseException:
-            if created:  # refused before anything was written: leave no OUT behind
-                _remove_empty_out(out)
-            raise
         finally:
             if warming is not None:
                 warming.join()
@@ -144,20 +140,17 @@ def _write_shards(
     results = list(reused)
     try:
         with (
-            _ProgressPoller(out, sum(sizes.values()), progress) as poller,
+            _ProgressPoller(out, sum(sizes.values()), progress, {s.file for s in todo}) as poller,
             closing(_run(todo, options, dataset, out, workers)) as finished,
         ):
             poller.finished(sum(sizes[f] for f in done))
             for result in finished:
                 journal.add(result)
                 results.append(result)
-                poller.finished(sizes[result.file])
+                poller.finished(sizes[result.file], result.file)
     except BaseException as e:
-        in_flight = sorted(
-            s.file for s in todo if os.path.exists(partial_path(os.path.join(out, s.file)))
-        )
-        remove_files(partial_path(os.path.join(out, s.file)) for s in todo)
-        remove_files(progress_path(out, s.file) for s in todo)
+        # Workers remove their own temp files; these are a killed worker's (random names).
+        in_flight = remove_temp_files(out, {s.file for s in todo})
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             raise ImageError(
                 e.key,
@@ -171,6 +164,8 @@ def _write_shards(
                 "rerun with --resume to keep the shards already finished"
             ) from None
         raise
+    finally:
+        journal.close()
     return results
 
 
@@ -186,13 +181,6 @@ def _make_out(out: str) -> tuple[str, bool]:
         message = f"{out}: cannot create ({e.strerror}); check the parent folder's permissions"
         raise OutputError(message) from None
     return out, created
-
-
-def _remove_empty_out(out: str) -> None:
-    """Take back an OUT this run created, once the lock is its only content."""
-    remove_files([os.path.join(out, LOCK_NAME)])
-    with suppress(OSError):
-        os.rmdir(out)
 
 
 def _import_worker() -> None:
@@ -242,8 +230,11 @@ def _run(
 class _ProgressPoller:
     """Sums finished shards and the counts in workers' progress files for a callback."""
 
-    def __init__(self, out: str, total: int, callback: ProgressCallback | None) -> None:
+    def __init__(
+        self, out: str, total: int, callback: ProgressCallback | None, pending: set[str]
+    ) -> None:
         self.out, self.total, self.callback = out, total, callback
+        self.pending = pending  # shards not finished yet: only their progress files are read
         self.done = 0
         self._shown = 0  # a worker's file vanishes just before its result lands: never go back
         self._stop = threading.Event()
@@ -254,17 +245,13 @@ class _ProgressPoller:
             self._thread.start()
         return self
 
-    def finished(self, items: int) -> None:
+    def finished(self, items: int, file: str = "") -> None:
         self.done += items
+        self.pending.discard(file)
 
     def _in_flight(self) -> int:
-        try:
-            names = os.listdir(self.out)
-        except OSError:
-            return 0
-        return sum(
-            read_progress(os.path.join(self.out, n)) for n in names if n.endswith(".progress")
-        )
+        found = temp_files(self.out, set(self.pending), kinds=("progress",))
+        return sum(max(map(read_progress, paths)) for paths in found.values())
 
     def _poll(self) -> None:
         while not self._stop.wait(_POLL_S):

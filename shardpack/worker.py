@@ -11,6 +11,7 @@ import cv2
 import numpy as np
 
 from shardpack import images
+from shardpack.atomic import create_temp, open_regular
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.plan import ShardSpec
@@ -37,27 +38,26 @@ class ShardResult:
     seconds: float
 
 
-def progress_path(out: str, file: str) -> str:
-    """The hidden file where the worker writing `file` keeps its count of finished items."""
-    return os.path.join(out, f".{file}.progress")
-
-
 def read_progress(path: str) -> int:
-    """The count a worker last wrote to its progress file; 0 if there is none yet."""
+    """The count a worker last wrote to its progress file; 0 if there is none (yet) or it is
+    not a regular file (never a wait on a FIFO, never more than 8 bytes read)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(8)
-    except FileNotFoundError:
+        fd = open_regular(path)
+    except OSError:
         return 0
+    try:
+        data = os.pread(fd, 8, 0)
+    finally:
+        os.close(fd)
     return struct.unpack("<Q", data)[0] if len(data) == 8 else 0
 
 
 class _Progress:
-    """Writes the worker's count into its progress file at most every PROGRESS_INTERVAL_S."""
+    """Writes the worker's count into its own new progress file at most every
+    PROGRESS_INTERVAL_S; the parent finds it by the shard's name (atomic.TEMP_NAME)."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.fd, self.path = create_temp(path, "progress")
         self.last = 0.0
 
     def update(self, count: int) -> None:
@@ -94,7 +94,7 @@ def write_shard(
     counts = [0] * num_classes
     skipped: list[tuple[str, str]] = []
     batches: dict[str, np.ndarray] = {}  # CIFAR batches this shard reads, loaded once
-    progress = _Progress(progress_path(out, spec.file))
+    progress = _Progress(os.path.join(out, spec.file))
     try:
         with TFRecordWriter(os.path.join(out, spec.file), options.compression) as writer:
             for done, item in enumerate(spec.items, 1):
