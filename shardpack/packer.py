@@ -166,6 +166,7 @@ def _write_shards(
         raise
     finally:
         journal.close()
+    remove_temp_files(out, {s.file for s in todo})  # those of a killed worker Dask retried
     return results
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 
 from shardpack import PackOptions, pack
 from shardpack.atomic import write_atomic
+from shardpack.cluster import ClusterError, dask_client
 from shardpack.errors import ImageError, OutputError
 from shardpack.plan import shard_name
 from shardpack.tfrecord import TFRecordWriter
@@ -293,3 +295,49 @@ def test_a_users_file_at_the_lock_name_is_not_removed_by_a_refused_run(src, tmp_
     with pytest.raises(OutputError):
         pack(src, out, PackOptions(workers=1, shards=2))
     assert sorted(p.name for p in out.iterdir()) == [SHARDS[0]]
+
+
+# ---- a Dask cluster: probe files never stay behind; the local cluster is loopback only -----
+
+
+def test_a_refused_dask_probe_leaves_no_probe_file_on_the_workers_storage(src, tmp_path):
+    """A worker whose OUT is another real folder (bind-mounted in its own mount namespace):
+    the run is refused, and the probe it wrote there is removed by that worker."""
+    pytest.importorskip("distributed")
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) to give a worker storage of its own")
+    out, theirs = tmp_path / "out", tmp_path / "worker-disk"
+    out.mkdir()
+    theirs.mkdir()
+    dask = str(Path(sys.executable).with_name("dask"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    scheduler = subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port",
+                                  address.rsplit(":", 1)[1], "--no-dashboard"],
+                                 stderr=subprocess.DEVNULL)  # fmt: skip
+    isolated = f"mount --bind {theirs} {out} && exec {dask} worker {address} --no-dashboard"
+    worker = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                               isolated], stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        from distributed import Client
+
+        with Client(address, timeout="30s") as client:
+            client.wait_for_workers(1, timeout=60)
+        if worker.poll() is not None:
+            pytest.skip("this machine does not allow mount namespaces")
+        options = PackOptions(backend="dask", scheduler=address, shards=2)
+        with pytest.raises(ClusterError, match="storage every Dask worker shares"):
+            pack(src, out, options)
+        assert list(theirs.iterdir()) == [] and list(out.iterdir()) == []
+    finally:
+        for process in (worker, scheduler):
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def test_the_local_dask_cluster_listens_on_loopback_only():
+    pytest.importorskip("distributed")
+    with dask_client(None, 1) as client:
+        addresses = [client.scheduler.address, *client.scheduler_info()["workers"]]
+    assert all(a.startswith("tcp://127.0.0.1:") for a in addresses), addresses
