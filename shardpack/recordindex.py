@@ -69,9 +69,10 @@ def write_index_files(out: str | os.PathLike, document: dict | None = None) -> l
     """
     index = _random_access(out, document)
     folder = os.path.join(index.out, INDEX_FILES_DIR)
+    if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+        # a link planted in OUT: never write where it points
+        raise OutputError(f"{folder}: is a link or a file, not a folder of index files; remove it")
     os.makedirs(folder, exist_ok=True)
-    if os.path.islink(folder):  # a link planted in OUT: never write where it points
-        raise OutputError(f"{folder}: is a link, not shardpack's folder of index files; remove it")
     written = []
     for split in index.splits.values():
         for shard in split.shards:

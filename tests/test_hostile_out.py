@@ -144,7 +144,7 @@ def test_an_idx_folder_linked_outside_out_is_refused(src, tmp_path):
     out.mkdir()
     (out / "idx").symlink_to(elsewhere)
     run = _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2", "--index-files")
-    _one_line_error(run, "idx", "is a link")
+    _one_line_error(run, "idx", "is a link", "remove it")
     assert list(elsewhere.iterdir()) == []
 
 
