@@ -8,6 +8,7 @@ field 1. Map entries are written in sorted key order so equal inputs give equal 
 
 from __future__ import annotations
 
+import errno
 import functools
 import gzip
 import hashlib
@@ -22,7 +23,7 @@ from typing import BinaryIO
 import crc32c
 
 from shardpack.atomic import partial_path, remove_files
-from shardpack.errors import OutputError, RecordError
+from shardpack.errors import FileAccessError, OutputError, RecordError
 
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
@@ -378,6 +379,8 @@ def iter_records(
         # A corrupt length field must not ask for gigabytes: no record outgrows its file.
         limit = os.fstat(buffered.fileno()).st_size if compression == "none" else _MAX_RECORD
     except OSError as e:
+        if e.errno in (errno.EACCES, errno.EPERM):  # how the machine is set up, not a bad shard
+            raise FileAccessError.from_os_error(e, path) from None
         raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
     with f, buffered:
         try:
