@@ -37,7 +37,7 @@ _OS_FIXES = {
     errno.EPERM: "check the permissions of the file and its folder (or choose another)",
     errno.ENOSPC: "free some space",
     errno.EDQUOT: "free some space (the disk quota is used up)",
-    errno.EFBIG: "the file is too large for this file system: choose another folder",
+    errno.EFBIG: "free some space, or raise the file size limit (ulimit -f)",
     errno.ENOENT: "check the path",
     errno.ENOTDIR: "a part of the path is a file, not a folder: check the path",
     errno.EISDIR: "it is a folder: pass a file",

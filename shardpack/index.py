@@ -99,9 +99,9 @@ def load_index(out: str | os.PathLike) -> Index:
             f"{path}: not found; is {out} a shardpack output? (pack writes index.json last, "
             "so a run that did not finish has none: rerun it)"
         ) from None
-    except OSError as e:
+    except PermissionError as e:  # how the machine is set up, not a bad index
         raise FileAccessError.from_os_error(e, path) from None
-    except ValueError as e:
+    except (OSError, ValueError) as e:
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
     return index_from_document(out, doc)
 

@@ -8,7 +8,6 @@ field 1. Map entries are written in sorted key order so equal inputs give equal 
 
 from __future__ import annotations
 
-import errno
 import functools
 import gzip
 import hashlib
@@ -378,9 +377,9 @@ def iter_records(
         f, buffered = _open_records(path, compression, digest)
         # A corrupt length field must not ask for gigabytes: no record outgrows its file.
         limit = os.fstat(buffered.fileno()).st_size if compression == "none" else _MAX_RECORD
+    except PermissionError as e:  # how the machine is set up, not a damaged shard
+        raise FileAccessError.from_os_error(e, path) from None
     except OSError as e:
-        if e.errno in (errno.EACCES, errno.EPERM):  # how the machine is set up, not a bad shard
-            raise FileAccessError.from_os_error(e, path) from None
         raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
     with f, buffered:
         try:
