@@ -24,7 +24,7 @@ from shardpack.atomic import (
     replace_with,
     sha256_file,
 )
-from shardpack.errors import IndexFormatError, OutputError
+from shardpack.errors import IndexFormatError, OutputError, os_error_fix
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, load_index
 from shardpack.plan import Plan, is_shard_name
 from shardpack.worker import ShardResult
@@ -83,7 +83,7 @@ def _open_lock(path: str) -> int:
         hint = (
             "it is a link or not a plain file, not shardpack's: remove it"
             if e.errno in (errno.ELOOP, errno.EINVAL, errno.EISDIR)
-            else "check the folder's permissions"
+            else os_error_fix(e)
         )
         raise OutputError(f"{path}: cannot open the lock file ({e.strerror}); {hint}") from None
 
