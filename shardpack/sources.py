@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import os
-import pickle
 import stat
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardpack.errors import SourceError, UnsafePickleError
+from shardpack import safepickle
+from shardpack.errors import SourceError
 from shardpack.options import SOURCE_KINDS
+from shardpack.srcfiles import RefusedFile, not_regular, read_regular
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 CIFAR_PIXELS = 32 * 32 * 3
-# The largest real CIFAR pickle (CIFAR-100 train) is 155 MB; refuse what could only be a trap.
-MAX_PICKLE_BYTES = 512 * 2**20
+# The largest real CIFAR file (CIFAR-100 train) is 155 MB; refuse what could only be a trap.
+MAX_BATCH_BYTES = 512 * 2**20
+# A class-names file holds 100 short lines.
+MAX_NAMES_BYTES = 2**20
 
 # name -> (split of each batch file, file holding the class names)
 _CIFAR_LAYOUTS = {
@@ -237,16 +240,35 @@ def _scan_cifar(root: str, layout: str) -> Dataset:
     )
 
 
-def _read_names(path: str) -> tuple[str, ...]:
+def _read_file(path: str, limit: int, what: str) -> bytes:
+    """A CIFAR file's bytes, read as hostile input (regular files only, bounded)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return tuple(line.strip() for line in f if line.strip())
+        return read_regular(path, limit)
+    except RefusedFile as e:
+        raise SourceError(f"{path}: {e}; is it {what}?") from None
     except OSError as e:
-        raise SourceError(f"{path}: cannot read class names ({e.strerror})") from None
+        raise SourceError(f"{path}: cannot read ({e.strerror}); check its permissions") from None
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+def _read_batch(path: str) -> bytes:
+    return _read_file(path, MAX_BATCH_BYTES, "a CIFAR batch")
+
+
+def _read_names(path: str) -> tuple[str, ...]:
+    text = _text(_read_file(path, MAX_NAMES_BYTES, "a CIFAR class-names file"), path)
+    return tuple(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _text(value: object, path: str) -> str:
+    """A name from a CIFAR file as text; bytes must be UTF-8."""
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SourceError(
+            f"{path}: holds a name that is not UTF-8 text; is it a CIFAR file?"
+        ) from None
 
 
 def _require(batch: dict, key: str, path: str):
@@ -261,7 +283,7 @@ def _binary_record_size(hundred: bool) -> int:
 
 def _binary_labels(path: str, hundred: bool) -> tuple[np.ndarray, np.ndarray | None]:
     size = _binary_record_size(hundred)
-    raw = np.fromfile(path, dtype=np.uint8)
+    raw = np.frombuffer(_read_batch(path), dtype=np.uint8)
     if raw.size == 0 or raw.size % size:
         raise SourceError(
             f"{path}: {raw.size} bytes is not a whole number of {size}-byte CIFAR records; "
@@ -301,7 +323,7 @@ def _names(meta: dict, key: str, path: str) -> tuple[str, ...]:
     values = _require(meta, key, path)
     if not isinstance(values, list) or not all(isinstance(v, (bytes, str)) for v in values):
         raise SourceError(f"{path}: '{key}' is not a list of names; is it a CIFAR meta file?")
-    return tuple(_text(v) for v in values)
+    return tuple(_text(v, path) for v in values)
 
 
 def _check_range(path: str, labels, names: tuple[str, ...], where: str) -> None:
@@ -318,64 +340,24 @@ def read_cifar_pixels(root: str, batch: str) -> np.ndarray:
     path = os.path.join(root, batch)
     if batch.endswith(".bin"):
         size = _binary_record_size(batch in ("train.bin", "test.bin"))
-        data = np.fromfile(path, dtype=np.uint8).reshape(-1, size)[:, size - CIFAR_PIXELS :]
+        data = np.frombuffer(_read_batch(path), np.uint8).reshape(-1, size)[
+            :, size - CIFAR_PIXELS :
+        ]
     else:
         data = _require(load_cifar_pickle(path), "data", path)
     return np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
 
 
-# Everything the real CIFAR pickles contain: builtins and numpy's array and dtype reconstructors,
-# plus _codecs.encode, which Python 3 uses for bytes in protocol-2 pickles (a re-saved CIFAR file).
-_SAFE_GLOBALS = frozenset(
-    {
-        ("_codecs", "encode"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.numeric", "_frombuffer"),
-        ("numpy._core.numeric", "_frombuffer"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-    }
-)
-
-
-class _CifarUnpickler(pickle.Unpickler):
-    def __init__(self, file, path: str) -> None:
-        super().__init__(file, encoding="bytes")
-        self.path = path
-
-    def find_class(self, module: str, name: str):
-        if (module, name) not in _SAFE_GLOBALS:
-            raise UnsafePickleError(
-                f"{self.path}: refused to load: the pickle asks for {module}.{name}, which no "
-                "real CIFAR file contains; re-download the dataset from its authors"
-            )
-        return super().find_class(module, name)
-
-
 def load_cifar_pickle(path: str) -> dict[str, object]:
-    """Load a CIFAR python batch with an unpickler that admits only what the real files hold.
+    """Load a CIFAR python batch, admitting only what the real files hold (see safepickle).
 
     Keys come back as str whether the file was written by Python 2 or 3.
 
     Raises:
-        UnsafePickleError: the pickle asks for any other global; nothing of it has run.
+        UnsafePickleError: the pickle holds anything else; nothing of it has run.
         SourceError: the file is unreadable or not a pickled dict.
     """
-    try:
-        if os.path.getsize(path) > MAX_PICKLE_BYTES:
-            raise SourceError(
-                f"{path}: {os.path.getsize(path)} bytes is larger than any CIFAR batch; "
-                "is it a CIFAR file?"
-            )
-        with open(path, "rb") as f:
-            loaded = _CifarUnpickler(f, path).load()
-    except SourceError:
-        raise
-    except OSError as e:
-        raise SourceError(f"{path}: cannot read ({e.strerror})") from None
-    except Exception as e:  # pickle raises many types on garbage; all mean the same to a user
-        raise SourceError(f"{path}: not a readable CIFAR pickle ({e})") from None
+    loaded = safepickle.load(_read_batch(path), path)
     if not isinstance(loaded, dict):
         raise SourceError(f"{path}: holds a {type(loaded).__name__}, not a CIFAR batch dict")
-    return {_text(k): v for k, v in loaded.items()}
+    return {_text(k, path): v for k, v in loaded.items()}
