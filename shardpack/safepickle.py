@@ -97,6 +97,8 @@ def load(data: bytes, path: str) -> object:
             f"{path}: refused to load: {e}, which no real CIFAR file holds; "
             "re-download the dataset from its authors"
         ) from None
+    except IndexError:  # the modelled stack ran empty
+        raise SourceError(f"{path}: not a readable CIFAR pickle (malformed)") from None
     except Exception as e:  # pickle raises many types on garbage; all mean the same to a user
         raise SourceError(f"{path}: not a readable CIFAR pickle ({e})") from None
 
@@ -199,7 +201,7 @@ def _walk(data: bytes) -> None:
 
 def _short(value: object) -> str:
     """A value for a message: its repr, cut to a few words (it may be large and hostile)."""
-    text = repr(value)
+    text = repr(value.decode("latin1") if isinstance(value, bytes) else value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 

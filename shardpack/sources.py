@@ -262,7 +262,8 @@ def _walk_images(
         except OSError as e:
             passed.skipped.append((f"{rel_dir}/", f"cannot list folder ({e.strerror})"))
             continue
-        for entry in reversed(entries):  # popped from `pending` in name order
+        subfolders = []
+        for entry in entries:
             name = entry.name
             if name.startswith("."):
                 continue  # hidden
@@ -272,13 +273,14 @@ def _walk_images(
             except OSError:
                 st = None  # dangling link: an image name is kept so that the skip says why
             if st is not None and stat.S_ISDIR(st.st_mode):
-                pending.append(rel)
+                subfolders.append(rel)
             elif not _is_image_name(name):
                 passed.ignore(rel)
             elif st is not None and not stat.S_ISREG(st.st_mode):
                 passed.skipped.append((rel, not_regular(st.st_mode)))  # never opened
             else:
                 found.append((rel, st.st_size if st is not None else 0))
+        pending.extend(reversed(subfolders))  # walked in name order
     return found
 
 
