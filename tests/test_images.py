@@ -121,6 +121,11 @@ def _tiff(order: str, width: int, height: int, kind: int) -> bytes:
     return head + ifd + pixels
 
 
+def _field(order: str, tag: int, kind: int, count: int) -> bytes:
+    """The start of an IFD entry, to find and change it in a TIFF."""
+    return struct.pack(order + "HHI", tag, kind, count)
+
+
 @pytest.mark.parametrize("order", ["<", ">"], ids=["II", "MM"])
 @pytest.mark.parametrize("kind", [3, 4], ids=["SHORT", "LONG"])
 def test_probe_reads_the_size_of_a_tiff_from_its_ifd(order, kind):
@@ -139,9 +144,8 @@ def test_probe_reads_the_size_of_a_tiff_opencv_wrote():
     [
         (_tiff("<", 7, 5, 3)[:20], "truncated TIFF"),
         (b"II*\x00" + struct.pack("<I", 10**6), "truncated TIFF"),  # IFD past the end
-        (_tiff("<", 7, 5, 3).replace(struct.pack("<HHI", 256, 3, 1), struct.pack("<HHI", 256, 3, 2)),
-         "count 2"),
-        (_tiff(">", 7, 5, 4).replace(struct.pack(">HHI", 257, 4, 1), struct.pack(">HHI", 257, 5, 1)),
+        (_tiff("<", 7, 5, 3).replace(_field("<", 256, 3, 1), _field("<", 256, 3, 2)), "count 2"),
+        (_tiff(">", 7, 5, 4).replace(_field(">", 257, 4, 1), _field(">", 257, 5, 1)),
          "field type 5"),
         (_tiff("<", 7, 5, 3).replace(struct.pack("<HH", 257, 3), struct.pack("<HH", 999, 3)),
          "no ImageWidth and ImageLength"),
