@@ -97,6 +97,8 @@ def pack(
             warming = _warm_workers(workers)
         try:
             dataset = scan(src_root, options.source)
+            if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
+                raise ImageError(*dataset.skipped[0])
             name = options.name or default_name(dataset)
             plan = make_plan(dataset, name, options, workers)
             stale, reused = prepare(out, plan, options.overwrite, options.resume)

@@ -16,6 +16,7 @@ from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.plan import ShardSpec
 from shardpack.sources import Item, read_cifar_pixels
+from shardpack.srcfiles import FileTooLarge, RefusedFile, read_regular
 from shardpack.tfrecord import TFRecordWriter, encode_example
 
 # How often a worker reports its count for the parent's progress bar: often enough for a live
@@ -149,22 +150,14 @@ def _features(
     return features
 
 
-def _read(path: str, size_hint: int) -> bytes:
-    """The whole file: one read of the size the scan saw, then on to the end of the file
-    (network filesystems may return less per read; the file may have grown)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = [os.read(fd, size_hint + 1)]
-        while chunks[-1]:
-            chunks.append(os.read(fd, 1 << 20))
-    finally:
-        os.close(fd)
-    return chunks[0] if len(chunks) == 2 else b"".join(chunks)
-
-
 def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, tuple]:
+    limit = images.max_file_bytes(options.max_pixels)
     try:
-        data = _read(os.path.join(src, item.path), item.size)
+        data = read_regular(os.path.join(src, item.path), limit, item.size)
+    except FileTooLarge as e:
+        raise ImageError(item.key, f"{e}, the most an image of --max-pixels can take") from None
+    except RefusedFile as e:
+        raise ImageError(item.key, str(e)) from None
     except OSError as e:
         raise ImageError(item.key, f"cannot read ({e.strerror})") from None
     if not data:
@@ -175,8 +168,6 @@ def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, 
     try:
         info = images.probe(data)
         order = _order(options)
-        if info is None:  # TIFF: no header probe; decode, then re-encode
-            return _reencode(images.decode(data, 1, order), options, "png", order=order)
         if info.height * info.width > options.max_pixels:
             raise images.BadImage(
                 f"{info.width}x{info.height} pixels is over --max-pixels {options.max_pixels}"
@@ -185,13 +176,14 @@ def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, 
         passthrough = options.encode == "keep" and info.tf_readable and target is None
         if passthrough:
             if options.check == "decode":  # every pixel decoded, the bytes kept as they are
-                images.decode(data)
+                images.decode(data, max_pixels=options.max_pixels)
             return data, fmt, (info.height, info.width, info.channels)
         reduce = 1
         if fmt == "jpeg" and target is not None:
             reduce = images.reduce_factor(info.height, info.width, target)
         keep_format = fmt if fmt in ("jpeg", "png") else "png"  # what TensorFlow decodes
-        return _reencode(images.decode(data, reduce, order), options, keep_format, target, order)
+        pixels = images.decode(data, reduce, order, options.max_pixels)
+        return _reencode(pixels, options, keep_format, target, order)
     except images.BadImage as e:
         raise ImageError(item.key, str(e)) from None
 
