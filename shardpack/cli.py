@@ -103,29 +103,6 @@ def _human_bytes(size: float) -> str:
     return f"{size:.1f} TiB"
 
 
-def _pack_summary(result) -> dict:
-    index = result.index
-    return {
-        "out": result.out,
-        "name": index["name"],
-        "records": result.num_records,
-        "skipped": result.num_skipped,
-        "ignored": index["ignored"],
-        "splits": {
-            name: {
-                "num_records": split["num_records"],
-                "num_shards": len(split["shards"]),
-                "num_bytes": sum(s["num_bytes"] for s in split["shards"]),
-            }
-            for name, split in index["splits"].items()
-        },
-        "seconds": index["stats"]["seconds"],
-        "images_per_second": index["stats"]["images_per_second"],
-        "workers": index["stats"]["workers"],
-        "skipped_items": index["skipped"][:20],
-    }
-
-
 def _print_pack_summary(summary: dict) -> None:
     total = sum(s["num_bytes"] for s in summary["splits"].values())
     shards = sum(s["num_shards"] for s in summary["splits"].values())
@@ -145,6 +122,8 @@ def _print_pack_summary(summary: dict) -> None:
             typer.echo(f"  {item['key']}: {item['reason']}")
     if summary["ignored"]:
         typer.echo(f"ignored {summary['ignored']} files that are not images")
+    if not summary["tfds_metadata"]:
+        typer.echo("no TFDS metadata: TFDS cannot read GZIP shards (pack without compression)")
     typer.echo(f"index: {summary['out']}/index.json")
 
 
@@ -173,7 +152,7 @@ def _run_pack(src: Path, out: Path, options: PackOptions, progress: bool, as_jso
         _stopped("terminated", 143)
     finally:
         bar.close()
-    summary = _pack_summary(result)
+    summary = result.to_json()
     _print_json(summary) if as_json else _print_pack_summary(summary)
 
 
@@ -302,18 +281,7 @@ def verify(
     with _user_errors():
         report = run_verify(out, decode=decode)
     if as_json:
-        _print_json(
-            {
-                "out": report.out,
-                "ok": report.ok,
-                "shards": report.shards,
-                "records": report.records,
-                "decoded": report.decoded,
-                "faults": [
-                    {"file": f.file, "offset": f.offset, "reason": f.reason} for f in report.faults
-                ],
-            }
-        )
+        _print_json(report.to_json())
     else:
         for fault in report.faults:
             typer.echo(f"FAULT {fault}", err=True)
@@ -331,7 +299,7 @@ def inspect(
     as_json: _JSON = False,
 ) -> None:
     """Summarize a pack output: splits, shards, sizes, class histogram, a few records."""
-    from shardpack.inspection import describe
+    from shardpack.inspection import describe, printable
 
     with _user_errors():
         summary = describe(out, records)
@@ -344,7 +312,7 @@ def inspect(
     )
     for name, split in summary["splits"].items():
         typer.echo(
-            f"\nsplit {name}: {split['num_records']} records in {split['num_shards']} shards, "
+            f"\nsplit {printable(name)}: {split['num_records']} records in {split['num_shards']} shards, "
             f"{_human_bytes(split['num_bytes'])}"
         )
         for shard in split["shards"][:8]:
@@ -355,12 +323,13 @@ def inspect(
         most = max(split["class_counts"].values(), default=0) or 1
         typer.echo("  classes:")
         for cls, count in list(split["class_counts"].items())[:20]:
-            typer.echo(f"    {cls[:20]:<20} {count:>8}  {'#' * round(30 * count / most)}")
+            typer.echo(f"    {printable(cls)[:20]:<20} {count:>8}  {'#' * round(30 * count / most)}")
         if len(split["class_counts"]) > 20:
             typer.echo(f"    ... {len(split['class_counts']) - 20} more classes")
         for record in split["samples"]:
             typer.echo(
-                f"  record {record['key']}: label {record['label']} ({record['class']}), "
+                f"  record {printable(record['key'])}: label {record['label']} "
+                f"({printable(record['class'])}), "
                 f"{record['format']} {record['width']}x{record['height']}x{record['channels']}, "
                 f"{record['image_bytes']} bytes"
             )

@@ -19,8 +19,7 @@ from shardpack.index import (
     SAFE_FILE,
     load_index,
 )
-from shardpack.plan import Plan
-from shardpack.worker import ShardResult
+from shardpack.plan import Plan, ShardResult
 
 LOCK_NAME = ".shardpack.lock"
 JOURNAL_NAME = ".shardpack.journal"

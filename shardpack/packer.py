@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 from shardpack.atomic import partial_path, remove_files, write_json_atomic
 from shardpack.errors import ImageError, OutputError, WorkerDiedError
-from shardpack.index import INDEX_NAME, build_index
+from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
 from shardpack.outdir import LOCK_NAME, Journal, locked, prepare
-from shardpack.plan import Plan, ShardSpec, make_plan
+from shardpack.plan import Plan, ShardResult, ShardSpec, make_plan
 from shardpack.sources import Dataset, cifar_layout, scan, source_root
 from shardpack.tfdsmeta import write_tfds_metadata
-from shardpack.worker import ShardResult, progress_path, read_progress, write_shard
+from shardpack.worker import progress_path, read_progress, write_shard
 
 ProgressCallback = Callable[[int, int], None]
 # Poll workers' progress files this often: a live bar without measurable cost.
@@ -27,14 +27,38 @@ _POLL_S = 0.2
 
 @dataclass(frozen=True)
 class PackResult:
-    """What a pack run produced: the index document and a few headline figures."""
+    """What a pack run produced: the index it wrote and a few headline figures."""
 
     out: str
-    index: dict
+    index: Index
     num_records: int
     num_skipped: int
     seconds: float
-    num_reused: int = 0  # shards kept from an earlier run by --resume
+    num_reused: int = 0  # shards kept from an earlier run by resume
+
+    def to_json(self) -> dict:
+        """The run's summary as a JSON-ready dict (what `pack --json` prints)."""
+        doc = self.index.raw
+        return {
+            "out": self.out,
+            "name": self.index.name,
+            "records": self.num_records,
+            "skipped": self.num_skipped,
+            "ignored": doc["ignored"],
+            "splits": {
+                name: {
+                    "num_records": split.num_records,
+                    "num_shards": len(split.shards),
+                    "num_bytes": sum(s.num_bytes for s in split.shards),
+                }
+                for name, split in self.index.splits.items()
+            },
+            "seconds": doc["stats"]["seconds"],
+            "images_per_second": doc["stats"]["images_per_second"],
+            "workers": doc["stats"]["workers"],
+            "tfds_metadata": self.index.tfds_readable,
+            "skipped_items": doc["skipped"][:20],
+        }
 
 
 def default_name(dataset: Dataset) -> str:
@@ -113,17 +137,21 @@ def pack(
             "images_per_second": round(num_records / seconds, 1) if seconds else None,
             "workers": workers,
         }
-        index = build_index(
+        document = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
         )
-        write_tfds_metadata(out, index)
+        index = index_from_document(out, document)
+        if index.tfds_readable:
+            write_tfds_metadata(out, document)
+        else:  # an earlier run's metadata would point TFDS at shards it cannot read
+            remove_files(os.path.join(out, name) for name in METADATA_NAMES)
         if options.index_files:
             from shardpack.recordindex import write_index_files
 
-            write_index_files(out, index)
-        write_json_atomic(os.path.join(out, INDEX_NAME), index)  # last: the run is complete
+            write_index_files(out, document, {r.file: r.offsets for r in results})
+        write_json_atomic(os.path.join(out, INDEX_NAME), document)  # last: the run is complete
         remove_files(os.path.join(out, f) for f in stale - {s.file for s in plan.shards})
-    return PackResult(out, index, num_records, len(index["skipped"]), seconds, len(reused))
+    return PackResult(out, index, num_records, len(document["skipped"]), seconds, len(reused))
 
 
 def _write_shards(

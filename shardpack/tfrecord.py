@@ -377,17 +377,23 @@ class _HashingRaw(io.RawIOBase):
         super().close()
 
 
-def _open_records(path: str, compression: str, digest) -> tuple[BinaryIO, BinaryIO]:
-    """(the record stream, the buffered file under it).
+def open_regular(path: str) -> int:
+    """A read-only descriptor of `path`, refusing a link or anything but a regular file (a FIFO
+    named like a shard would block its reader forever).
 
-    A link is not followed and anything but a regular file is refused: a FIFO named like a
-    shard would block the reader forever.
+    Raises:
+        OSError: cannot open, a link (ELOOP), or not a regular file (EINVAL).
     """
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file")
-    raw = io.FileIO(fd, "rb")
+    return fd
+
+
+def _open_records(path: str, compression: str, digest) -> tuple[BinaryIO, BinaryIO]:
+    """(the record stream, the buffered file under it)."""
+    raw = io.FileIO(open_regular(path), "rb")
     buffered = io.BufferedReader(raw if digest is None else _HashingRaw(raw, digest), _WRITE_BUFFER)
     if compression == "gzip":
         return gzip.GzipFile(fileobj=buffered, mode="rb"), buffered

@@ -23,7 +23,7 @@ from shardpack.index import (
 from shardpack.options import PackOptions
 from shardpack.plan import make_plan
 from shardpack.sources import scan
-from shardpack.worker import ShardResult
+from shardpack.plan import ShardResult
 from tests import helpers
 
 SHA = "ab" * 32
