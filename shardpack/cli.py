@@ -312,8 +312,8 @@ def inspect(
     )
     for name, split in summary["splits"].items():
         typer.echo(
-            f"\nsplit {printable(name)}: {split['num_records']} records in {split['num_shards']} shards, "
-            f"{_human_bytes(split['num_bytes'])}"
+            f"\nsplit {printable(name)}: {split['num_records']} records in "
+            f"{split['num_shards']} shards, {_human_bytes(split['num_bytes'])}"
         )
         for shard in split["shards"][:8]:
             typer.echo(f"  {shard['file']}  {shard['num_records']:>8} records  "
@@ -323,7 +323,8 @@ def inspect(
         most = max(split["class_counts"].values(), default=0) or 1
         typer.echo("  classes:")
         for cls, count in list(split["class_counts"].items())[:20]:
-            typer.echo(f"    {printable(cls)[:20]:<20} {count:>8}  {'#' * round(30 * count / most)}")
+            bar = "#" * round(30 * count / most)
+            typer.echo(f"    {printable(cls)[:20]:<20} {count:>8}  {bar}")
         if len(split["class_counts"]) > 20:
             typer.echo(f"    ... {len(split['class_counts']) - 20} more classes")
         for record in split["samples"]:

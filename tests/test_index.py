@@ -21,9 +21,8 @@ from shardpack.index import (
     load_index,
 )
 from shardpack.options import PackOptions
-from shardpack.plan import make_plan
+from shardpack.plan import ShardResult, make_plan
 from shardpack.sources import scan
-from shardpack.plan import ShardResult
 from tests import helpers
 
 SHA = "ab" * 32

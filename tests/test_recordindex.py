@@ -144,7 +144,7 @@ def test_a_stale_index_file_is_caught_not_trusted(packed: Path, tmp_path: Path):
     offset, size = lines[1].split()
     # offsets that point between records: refused when the file is read, before any record
     idx.write_text(f"0 1\n{int(offset) + 3} {size}\n")
-    with pytest.raises(IndexFormatError, match="line 1: .* rewrite it with write_index_files"):
+    with pytest.raises(IndexFormatError, match=r"line 1: .* rewrite it with write_index_files"):
         read_record(out, "train", 1)
     # a record of the right size that starts elsewhere: caught by its header's CRC
     second = [int(v) for v in lines[1].split()]
