@@ -73,7 +73,8 @@ def _spans_from_offsets(offsets: Sequence[int], shard: ShardInfo) -> list[tuple[
     do not tile the shard exactly (a journal from an older version, or a damaged one)."""
     if len(offsets) != shard.num_records or not all(type(o) is int for o in offsets):
         return None
-    spans = [(o, end - o) for o, end in zip(offsets, [*offsets[1:], shard.num_bytes], strict=True)]
+    ends = [*offsets[1:], shard.num_bytes] if offsets else []
+    spans = [(o, end - o) for o, end in zip(offsets, ends, strict=True)]
     if (spans and spans[0][0] != 0) or any(framed < _FRAMING for _, framed in spans):
         return None
     return spans
