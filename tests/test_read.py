@@ -149,8 +149,6 @@ def test_every_reader_handles_an_empty_shard(tmp_path: Path):
     assert shardpack.describe(out)["splits"]["train"]["num_records"] == 2
     assert len(list(iter_examples(out, decode=True))) == 2
     assert sum(len(list(iter_examples(out, shard=(i, 3)))) for i in range(3)) == 2
-        list(iter_examples(out, shard=(1, 3)))
-    )
     assert len(list(tf_dataset(out, epochs=1))) == 2
     with shardpack.Records(out) as records:
         assert len(records) == 2 and {records[0]["key"], records[1]["key"]} == {
