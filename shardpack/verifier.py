@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from shardpack.errors import RecordError
@@ -106,10 +107,15 @@ def _check_shard(
 ) -> int:
     """Check one shard, appending its faults; return the records read."""
     path = index.shard_path(shard)
-    if not os.path.isfile(path):
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
         faults.append(Fault(shard.file, None, "missing shard file"))
         return 0
-    size = os.path.getsize(path)
+    if not stat.S_ISREG(info.st_mode):  # a link or a FIFO: never followed, never read
+        faults.append(Fault(shard.file, None, "not a regular file (a link or special file)"))
+        return 0
+    size = info.st_size
     if size != shard.num_bytes:
         faults.append(Fault(shard.file, None, f"{size} bytes, index says {shard.num_bytes}"))
     digest = hashlib.sha256()  # fed by the same read that checks the records: one pass
