@@ -24,7 +24,7 @@ from typing import BinaryIO, NamedTuple
 import crc32c
 
 from shardpack.atomic import partial_path, remove_files
-from shardpack.errors import OutputError, RecordError
+from shardpack.errors import FileAccessError, OutputError, RecordError
 from shardpack.options import COMPRESSIONS
 
 _MASK_DELTA = 0xA282EAD8
@@ -431,6 +431,8 @@ def iter_records(
         limit = max_record_bytes
         if compression == "none":
             limit = min(limit, os.fstat(buffered.fileno()).st_size)
+    except PermissionError as e:  # how the machine is set up, not a damaged shard
+        raise FileAccessError.from_os_error(e, path) from None
     except OSError as e:
         raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
     with f, buffered:
