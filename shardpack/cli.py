@@ -162,33 +162,6 @@ def _human_bytes(size: float) -> str:
     return f"{size:.1f} TiB"
 
 
-def _pack_summary(result) -> dict:
-    index = result.index
-    return {
-        "out": result.out,
-        "name": index["name"],
-        "records": result.num_records,
-        "skipped": result.num_skipped,
-        "ignored": index["ignored"],
-        "ignored_files": index["ignored_files"][:20],
-        "warnings": index["warnings"],
-        "splits": {
-            name: {
-                "num_records": split["num_records"],
-                "num_shards": len(split["shards"]),
-                "num_bytes": sum(s["num_bytes"] for s in split["shards"]),
-            }
-            for name, split in index["splits"].items()
-        },
-        "seconds": index["stats"]["seconds"],
-        "images_per_second": index["stats"]["images_per_second"],
-        "workers": index["stats"]["workers"],
-        "shards_kept": result.num_reused,
-        "new_records": result.new_records,
-        "skipped_items": index["skipped"][:20],
-    }
-
-
 def _print_pack_summary(summary: dict, resumed: bool) -> None:
     total = sum(s["num_bytes"] for s in summary["splits"].values())
     shards = sum(s["num_shards"] for s in summary["splits"].values())
@@ -222,6 +195,8 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
         named = ", ".join(summary["ignored_files"][:5])
         more = ", ..." if summary["ignored"] > 5 else ""
         typer.echo(f"ignored {ignored}: {named}{more}")
+    if not summary["tfds_metadata"]:
+        typer.echo("no TFDS metadata: TFDS cannot read GZIP shards (pack without compression)")
     typer.echo(f"index: {summary['out']}/index.json")
 
 
@@ -250,7 +225,7 @@ def _run_pack(src: Path, out: Path, options: PackOptions, progress: bool, as_jso
         _stopped("terminated", 143)
     finally:
         bar.close()
-    summary = _pack_summary(result)
+    summary = result.to_json()
     for warning in summary["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     _print_json(summary) if as_json else _print_pack_summary(summary, options.resume)
@@ -409,18 +384,7 @@ def verify(
 
         report = run_verify(out, decode=decode)
     if as_json:
-        _print_json(
-            {
-                "out": report.out,
-                "ok": report.ok,
-                "shards": report.shards,
-                "records": report.records,
-                "decoded": report.decoded,
-                "faults": [
-                    {"file": f.file, "offset": f.offset, "reason": f.reason} for f in report.faults
-                ],
-            }
-        )
+        _print_json(report.to_json())
     else:
         for fault in report.faults:
             typer.echo(f"FAULT {fault}", err=True)
@@ -447,7 +411,7 @@ def inspect(
     Splits, shards, sizes, the class histogram and a few records.
     """
     with _user_errors():
-        from shardpack.inspection import describe
+        from shardpack.inspection import describe, printable
 
         summary = describe(out, records)
     if as_json:
@@ -460,7 +424,7 @@ def inspect(
     )
     for name, split in summary["splits"].items():
         typer.echo(
-            f"\nsplit {name}: {_plural(split['num_records'], 'record')} in "
+            f"\nsplit {printable(name)}: {_plural(split['num_records'], 'record')} in "
             f"{_plural(split['num_shards'], 'shard')}, {_human_bytes(split['num_bytes'])}"
         )
         for shard in split["shards"][:8]:
@@ -471,13 +435,15 @@ def inspect(
         most = max(split["class_counts"].values(), default=0) or 1
         typer.echo("  classes:")
         for cls, count in list(split["class_counts"].items())[:20]:
-            typer.echo(f"    {cls[:20]:<20} {count:>8}  {'#' * round(30 * count / most)}")
+            bar = "#" * round(30 * count / most)
+            typer.echo(f"    {printable(cls)[:20]:<20} {count:>8}  {bar}")
         if len(split["class_counts"]) > 20:
             more = len(split["class_counts"]) - 20
             typer.echo(f"    ... {_plural(more, 'more class', 'more classes')}")
         for record in split["samples"]:
             typer.echo(
-                f"  record {record['key']}: label {record['label']} ({record['class']}), "
+                f"  record {printable(record['key'])}: label {record['label']} "
+                f"({printable(record['class'])}), "
                 f"{record['format']} {record['width']}x{record['height']}x{record['channels']}, "
                 f"{_plural(record['image_bytes'], 'byte')}"
             )

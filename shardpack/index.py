@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from shardpack.errors import FileAccessError, IndexFormatError
+from shardpack.options import COMPRESSIONS
 
 if TYPE_CHECKING:  # the index is plain data: it needs these names only for type hints
     from shardpack.options import PackOptions
-    from shardpack.plan import Plan
+    from shardpack.plan import Plan, ShardResult
     from shardpack.sources import Dataset
-    from shardpack.worker import ShardResult
 
 INDEX_NAME = "index.json"
 # What pack writes beside the shards: TFDS metadata (tfdsmeta) and index files (recordindex).
@@ -25,6 +25,8 @@ FORMAT = "shardpack-index"
 VERSION = 1
 # A shard name is a plain file name inside OUT: no folders, no climbing out, nothing hidden.
 SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+# Feature kinds an index may declare, and the Python type each value decodes to.
+FEATURE_KINDS = {"bytes": bytes, "int64": int, "float": float}
 BASE_FEATURES = {
     "image": "bytes",
     "label": "int64",
@@ -67,6 +69,27 @@ class Index:
     compression: str
     splits: dict[str, SplitInfo]
     raw: dict
+    coarse_classes: tuple[str, ...] | None = None  # CIFAR-100's 20 superclasses
+
+    def label_names(self) -> dict[str, tuple[str, ...]]:
+        """Each class-label feature and the names its values index."""
+        labels = {"label": self.classes}
+        if self.coarse_classes is not None:
+            labels["coarse_label"] = self.coarse_classes
+        return labels
+
+    @property
+    def tfds_readable(self) -> bool:
+        """Whether TFDS can load these shards, so that pack writes its metadata beside them.
+
+        TFDS opens TFRecord shards without a compression type (`TfRecordFileAdapter` in
+        tensorflow_datasets/core/file_adapters.py), so GZIP shards get no TFDS metadata.
+        """
+        return self.compression == "none"
+
+    def to_json(self) -> dict:
+        """The index.json document."""
+        return self.raw
 
     def shard_path(self, shard: ShardInfo) -> str:
         """The shard's path inside OUT (the name was checked safe at load)."""
@@ -123,10 +146,14 @@ def index_from_document(out: str | os.PathLike, doc: object) -> Index:
         )
     _expect(doc, {"name": str, "classes": list, "features": dict, "encoding": str,
                   "compression": str, "splits": dict}, bad)  # fmt: skip
-    if doc["compression"] not in ("none", "gzip"):
+    if doc["compression"] not in COMPRESSIONS:
         raise bad(f"unknown compression {doc['compression']!r}")
-    if not all(isinstance(c, str) for c in doc["classes"]):
-        raise bad("'classes' must be a list of strings")
+    if not all(kind in FEATURE_KINDS for kind in doc["features"].values()):
+        raise bad(f"'features' kinds must be among {', '.join(FEATURE_KINDS)}")
+    coarse = doc.get("coarse_classes")
+    for key, names in (("classes", doc["classes"]), ("coarse_classes", coarse or [])):
+        if not isinstance(names, list) or not all(isinstance(c, str) for c in names):
+            raise bad(f"{key!r} must be a list of strings")
     splits = {}
     for split, entry in doc["splits"].items():
         if not isinstance(entry, dict):
@@ -158,6 +185,7 @@ def index_from_document(out: str | os.PathLike, doc: object) -> Index:
         compression=doc["compression"],
         splits=splits,
         raw=doc,
+        coarse_classes=None if coarse is None else tuple(coarse),
     )
 
 

@@ -26,8 +26,7 @@ from shardpack.atomic import (
 )
 from shardpack.errors import IndexFormatError, OutputError, os_error_fix
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, load_index
-from shardpack.plan import Plan, is_shard_name
-from shardpack.worker import ShardResult
+from shardpack.plan import Plan, ShardResult, is_shard_name
 
 LOCK_NAME = ".shardpack.lock"
 JOURNAL_NAME = ".shardpack.journal"

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 from shardpack.atomic import remove_files, remove_temp_files, temp_files, write_json_atomic
 from shardpack.errors import ImageError, OutputError, WorkerDiedError, os_error_fix
-from shardpack.index import INDEX_NAME, build_index
+from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
 from shardpack.outdir import Journal, locked, prepare
-from shardpack.plan import Plan, ShardSpec, make_plan
+from shardpack.plan import Plan, ShardResult, ShardSpec, make_plan
 from shardpack.sources import Dataset, cifar_layout, scan, source_root
 from shardpack.tfdsmeta import write_tfds_metadata
-from shardpack.worker import ShardResult, read_progress, write_shard
+from shardpack.worker import read_progress, write_shard
 
 ProgressCallback = Callable[[int, int], None]
 # Poll workers' progress files this often: a live bar without measurable cost.
@@ -27,16 +27,44 @@ _POLL_S = 0.2
 
 @dataclass(frozen=True)
 class PackResult:
-    """What a pack run produced: the index document and a few headline figures."""
+    """What a pack run produced: the index it wrote and a few headline figures."""
 
     out: str
-    index: dict
+    index: Index
     num_records: int
     num_skipped: int
     seconds: float
-    num_reused: int = 0  # shards kept from an earlier run by --resume
+    num_reused: int = 0  # shards kept from an earlier run by resume
     num_shards: int = 0  # shards in the plan, kept ones included
     new_records: int = 0  # records this run wrote (not kept): what images_per_second rates
+
+    def to_json(self) -> dict:
+        """The run's summary as a JSON-ready dict (what `pack --json` prints)."""
+        doc = self.index.raw
+        return {
+            "out": self.out,
+            "name": self.index.name,
+            "records": self.num_records,
+            "skipped": self.num_skipped,
+            "ignored": doc["ignored"],
+            "ignored_files": doc["ignored_files"][:20],
+            "warnings": doc["warnings"],
+            "splits": {
+                name: {
+                    "num_records": split.num_records,
+                    "num_shards": len(split.shards),
+                    "num_bytes": sum(s.num_bytes for s in split.shards),
+                }
+                for name, split in self.index.splits.items()
+            },
+            "seconds": doc["stats"]["seconds"],
+            "images_per_second": doc["stats"]["images_per_second"],
+            "workers": doc["stats"]["workers"],
+            "shards_kept": self.num_reused,
+            "new_records": self.new_records,
+            "tfds_metadata": self.index.tfds_readable,
+            "skipped_items": doc["skipped"][:20],
+        }
 
 
 def default_name(dataset: Dataset) -> str:
@@ -115,21 +143,25 @@ def pack(
             # no more workers than shards this run wrote: one shard runs in-process
             "workers": min(workers, max(1, len(plan.shards) - len(reused))),
         }
-        index = build_index(
+        document = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
         )
-        write_tfds_metadata(out, index)
+        index = index_from_document(out, document)
+        if index.tfds_readable:
+            write_tfds_metadata(out, document)
+        else:  # an earlier run's metadata would point TFDS at shards it cannot read
+            remove_files(os.path.join(out, name) for name in METADATA_NAMES)
         if options.index_files:
             from shardpack.recordindex import write_index_files
 
-            write_index_files(out, index)
-        write_json_atomic(os.path.join(out, INDEX_NAME), index)  # last: the run is complete
+            write_index_files(out, document, {r.file: r.offsets for r in results})
+        write_json_atomic(os.path.join(out, INDEX_NAME), document)  # last: the run is complete
         remove_files(os.path.join(out, f) for f in stale - {s.file for s in plan.shards})
     return PackResult(
         out,
         index,
         num_records,
-        len(index["skipped"]),
+        len(document["skipped"]),
         seconds,
         len(reused),
         len(plan.shards),

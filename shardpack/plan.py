@@ -1,4 +1,5 @@
-"""Pure planning: seeded shuffle, balanced shard slices, shard names and the plan digest."""
+"""Pure planning: seeded shuffle, balanced shard slices, shard names and the plan digest; and
+the two contract types a worker takes (ShardSpec) and gives back (ShardResult)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,22 @@ class ShardSpec:
     num_shards: int
     file: str
     items: tuple[Item, ...]
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What one worker wrote: the shard's facts for the index, and what it skipped."""
+
+    split: str
+    index: int
+    file: str
+    num_records: int
+    num_bytes: int
+    sha256: str
+    label_counts: tuple[int, ...]
+    skipped: tuple[tuple[str, str], ...]
+    seconds: float
+    offsets: tuple[int, ...] = ()  # each record's byte offset; () in a journal from before
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import struct
 import time
-from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -14,7 +13,7 @@ from shardpack import images
 from shardpack.atomic import create_temp, open_regular
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
-from shardpack.plan import ShardSpec
+from shardpack.plan import ShardResult, ShardSpec
 from shardpack.sources import Item, read_cifar_pixels
 from shardpack.srcfiles import FileTooLarge, RefusedFile, read_regular
 from shardpack.tfrecord import TFRecordWriter, encode_example
@@ -22,21 +21,6 @@ from shardpack.tfrecord import TFRecordWriter, encode_example
 # How often a worker reports its count for the parent's progress bar: often enough for a live
 # bar, rare enough to cost nothing (one 8-byte pwrite).
 PROGRESS_INTERVAL_S = 0.2
-
-
-@dataclass(frozen=True)
-class ShardResult:
-    """What one worker wrote: the shard's facts for the index, and what it skipped."""
-
-    split: str
-    index: int
-    file: str
-    num_records: int
-    num_bytes: int
-    sha256: str
-    label_counts: tuple[int, ...]
-    skipped: tuple[tuple[str, str], ...]
-    seconds: float
 
 
 def read_progress(path: str) -> int:
@@ -111,17 +95,18 @@ def write_shard(
                 progress.update(done)
     finally:
         progress.close()
-    num_records, num_bytes, sha256 = writer.result
+    written = writer.result
     return ShardResult(
         spec.split,
         spec.index,
         spec.file,
-        num_records,
-        num_bytes,
-        sha256,
+        written.num_records,
+        written.num_bytes,
+        written.sha256,
         tuple(counts),
         tuple(skipped),
         time.perf_counter() - start,
+        written.offsets,
     )
 
 

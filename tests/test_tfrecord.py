@@ -251,8 +251,11 @@ def test_writer_result_matches_the_file(tmp_path):
     path = tmp_path / "a.tfrecord"
     writer = _write(path, PAYLOADS)
     data = path.read_bytes()
-    assert writer.result == (len(PAYLOADS), len(data), hashlib.sha256(data).hexdigest())
+    assert writer.result[:3] == (len(PAYLOADS), len(data), hashlib.sha256(data).hexdigest())
     assert data == b"".join(frame(p) for p in PAYLOADS)
+    # Each record's offset, as the writer saw it: where the reader finds that record.
+    assert writer.result.offsets == tuple(offset for offset, _ in iter_records(path))
+    assert writer.result.offsets == tuple(_offsets(PAYLOADS))
 
 
 def test_writer_file_appears_only_on_clean_exit(tmp_path):
@@ -296,7 +299,7 @@ def test_empty_writer_gives_an_empty_file(tmp_path):
     path = tmp_path / "a.tfrecord"
     writer = _write(path, [])
     assert path.read_bytes() == b""
-    assert writer.result == (0, 0, hashlib.sha256(b"").hexdigest())
+    assert writer.result == (0, 0, hashlib.sha256(b"").hexdigest(), ())
     assert list(iter_records(path)) == []
 
 
@@ -307,7 +310,7 @@ def test_gzip_output_is_read_by_tensorflow_and_deterministic(tmp_path):
     assert a.read_bytes() == b.read_bytes()
     assert ra.result == rb.result
     data = a.read_bytes()
-    assert ra.result == (len(PAYLOADS), len(data), hashlib.sha256(data).hexdigest())
+    assert ra.result[:3] == (len(PAYLOADS), len(data), hashlib.sha256(data).hexdigest())
     assert data[:2] == b"\x1f\x8b"
     # Two writes a second apart would differ unless the header holds no time and no file name.
     assert data[3] == 0  # FLG: no FNAME, no FEXTRA, no FCOMMENT
