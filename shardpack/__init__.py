@@ -7,6 +7,7 @@ TensorFlow is imported only inside `tf_dataset`.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -18,17 +19,58 @@ _EXPORTS = {
     "verify": "shardpack.verifier",
     "VerifyReport": "shardpack.verifier",
     "describe": "shardpack.inspection",
+    "Index": "shardpack.index",
     "load_index": "shardpack.index",
     "iter_examples": "shardpack.read",
     "tf_dataset": "shardpack.read",
     "make_sample": "shardpack.demo",
     "make_preview": "shardpack.preview",
+    "Records": "shardpack.recordindex",
     "read_record": "shardpack.recordindex",
     "write_index_files": "shardpack.recordindex",
-    "ShardpackError": "shardpack.errors",
+    **dict.fromkeys(
+        (
+            "ShardpackError",
+            "SourceError",
+            "UnsafePickleError",
+            "ImageError",
+            "OutputError",
+            "WorkerDiedError",
+            "IndexFormatError",
+            "RecordError",
+        ),
+        "shardpack.errors",
+    ),
 }
 
-__all__ = sorted(_EXPORTS)
+# the names of _EXPORTS, spelled out so that linters and type checkers read them
+__all__ = [
+    "ImageError", "Index", "IndexFormatError", "OutputError", "PackOptions", "PackResult",
+    "RecordError", "Records", "ShardpackError", "SourceError", "UnsafePickleError",
+    "VerifyReport", "WorkerDiedError", "describe", "iter_examples", "load_index", "make_preview",
+    "make_sample", "pack", "read_record", "tf_dataset", "verify", "write_index_files",
+]  # fmt: skip
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from shardpack.demo import make_sample
+    from shardpack.errors import (
+        ImageError,
+        IndexFormatError,
+        OutputError,
+        RecordError,
+        ShardpackError,
+        SourceError,
+        UnsafePickleError,
+        WorkerDiedError,
+    )
+    from shardpack.index import Index, load_index
+    from shardpack.inspection import describe
+    from shardpack.options import PackOptions
+    from shardpack.packer import PackResult, pack
+    from shardpack.preview import make_preview
+    from shardpack.read import iter_examples, tf_dataset
+    from shardpack.recordindex import Records, read_record, write_index_files
+    from shardpack.verifier import VerifyReport, verify
 
 
 def __getattr__(name: str):

@@ -8,14 +8,14 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shardpack.errors import IndexFormatError
-from shardpack.schema import Schema
+from shardpack.errors import FileAccessError, IndexFormatError
+from shardpack.options import COMPRESSIONS
+from shardpack.schema import V1_DTYPES, Schema
 
 if TYPE_CHECKING:  # the index is plain data: it needs these names only for type hints
     from shardpack.options import PackOptions
-    from shardpack.plan import Plan
+    from shardpack.plan import Plan, ShardResult
     from shardpack.sources import Dataset
-    from shardpack.worker import ShardResult
 
 INDEX_NAME = "index.json"
 # What pack writes beside the shards: TFDS metadata (tfdsmeta) and index files (recordindex).
@@ -63,6 +63,19 @@ class Index:
     raw: dict
 
     @property
+    def tfds_readable(self) -> bool:
+        """Whether TFDS can load these shards, so that pack writes its metadata beside them.
+
+        TFDS opens TFRecord shards without a compression type (`TfRecordFileAdapter` in
+        tensorflow_datasets/core/file_adapters.py), so GZIP shards get no TFDS metadata.
+        """
+        return self.compression == "none"
+
+    def to_json(self) -> dict:
+        """The index.json document."""
+        return self.raw
+
+    @property
     def classes(self) -> tuple[str, ...]:
         """The `label` feature's class names."""
         return self.schema.classes
@@ -98,6 +111,8 @@ def load_index(out: str | os.PathLike) -> Index:
             f"{path}: not found; is {out} a shardpack output? (pack writes index.json last, "
             "so a run that did not finish has none: rerun it)"
         ) from None
+    except PermissionError as e:  # how the machine is set up, not a bad index
+        raise FileAccessError.from_os_error(e, path) from None
     except (OSError, ValueError) as e:
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
     return index_from_document(out, doc)
@@ -120,7 +135,7 @@ def index_from_document(out: str | os.PathLike, doc: object) -> Index:
         )
     _expect(doc, {"name": str, "classes": list, "features": dict, "encoding": str,
                   "compression": str, "splits": dict}, bad)  # fmt: skip
-    if doc["compression"] not in ("none", "gzip"):
+    if doc["compression"] not in COMPRESSIONS:
         raise bad(f"unknown compression {doc['compression']!r}")
     if not all(isinstance(c, str) for c in doc["classes"]):
         raise bad("'classes' must be a list of strings")
@@ -167,8 +182,8 @@ def _schema(doc: dict, bad) -> Schema:
                 isinstance(coarse, list) and all(isinstance(c, str) for c in coarse)
             ):
                 raise ValueError("'coarse_classes' must be a list of strings")
-            if not all(v in ("bytes", "int64") for v in doc["features"].values()):
-                raise ValueError("'features' must map names to 'bytes' or 'int64'")
+            if not all(v in V1_DTYPES for v in doc["features"].values()):
+                raise ValueError(f"'features' kinds must be among {', '.join(V1_DTYPES)}")
             return Schema.from_v1(doc["features"], doc["classes"], coarse)
         schema = Schema.from_json(doc["features"])
     except ValueError as e:
@@ -215,13 +230,10 @@ def build_index(
                 "sha256": result.sha256,
             }
         )
-    skipped = sorted(
-        (
-            {"key": key, "reason": reason}
-            for key, reason in (*dataset.skipped, *(s for r in results for s in r.skipped))
-        ),
-        key=lambda s: s["key"],
-    )
+    skipped = [  # what the scan passed over with a reason, and what the workers refused
+        {"key": key, "reason": reason}
+        for key, reason in sorted([*dataset.skipped, *(s for r in results for s in r.skipped)])
+    ]
     doc = {
         "format": FORMAT,
         "version": VERSION,
@@ -236,6 +248,8 @@ def build_index(
         "splits": splits,
         "skipped": skipped,
         "ignored": dataset.ignored,
+        "ignored_files": list(dataset.ignored_files),  # the first ones, of `ignored` in all
+        "warnings": list(dataset.warnings),
         "stats": stats,
     }
     return doc

@@ -11,6 +11,14 @@ from shardpack.index import load_index
 from shardpack.read import iter_examples
 
 
+def printable(text: str) -> str:
+    """`text` with control characters, undecodable bytes and other unprintables escaped
+    (a class folder named with a newline must not break a line of the summary)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def describe(out: str | os.PathLike, num_records: int = 3) -> dict:
     """Summarize OUT: splits, shards, sizes, class histogram and the first few records.
 
@@ -51,6 +59,7 @@ def describe(out: str | os.PathLike, num_records: int = 3) -> dict:
         "source": raw.get("source"),
         "encoding": index.encoding,
         "compression": index.compression,
+        "tfds_metadata": index.tfds_readable,
         "num_classes": len(index.classes),
         "features": index.schema.to_json(),
         "splits": splits,

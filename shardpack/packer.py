@@ -7,18 +7,18 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, suppress
+from contextlib import closing
 from dataclasses import dataclass
 
-from shardpack.atomic import partial_path, remove_files, write_json_atomic
-from shardpack.errors import ImageError, OutputError, WorkerDiedError
-from shardpack.index import INDEX_NAME, build_index
+from shardpack.atomic import remove_files, remove_temp_files, temp_files, write_json_atomic
+from shardpack.errors import ImageError, OutputError, WorkerDiedError, os_error_fix
+from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
-from shardpack.outdir import LOCK_NAME, Journal, locked, prepare
-from shardpack.plan import Plan, ShardSpec, make_plan
+from shardpack.outdir import Journal, locked, prepare
+from shardpack.plan import Plan, ShardResult, ShardSpec, make_plan
 from shardpack.sources import Dataset, cifar_layout, scan, source_root
 from shardpack.tfdsmeta import write_tfds_metadata
-from shardpack.worker import ShardResult, progress_path, read_progress, write_shard
+from shardpack.worker import read_progress, write_shard
 
 ProgressCallback = Callable[[int, int], None]
 # Poll workers' progress files this often: a live bar without measurable cost.
@@ -27,14 +27,44 @@ _POLL_S = 0.2
 
 @dataclass(frozen=True)
 class PackResult:
-    """What a pack run produced: the index document and a few headline figures."""
+    """What a pack run produced: the index it wrote and a few headline figures."""
 
     out: str
-    index: dict
+    index: Index
     num_records: int
     num_skipped: int
     seconds: float
-    num_reused: int = 0  # shards kept from an earlier run by --resume
+    num_reused: int = 0  # shards kept from an earlier run by resume
+    num_shards: int = 0  # shards in the plan, kept ones included
+    new_records: int = 0  # records this run wrote (not kept): what images_per_second rates
+
+    def to_json(self) -> dict:
+        """The run's summary as a JSON-ready dict (what `pack --json` prints)."""
+        doc = self.index.raw
+        return {
+            "out": self.out,
+            "name": self.index.name,
+            "records": self.num_records,
+            "skipped": self.num_skipped,
+            "ignored": doc["ignored"],
+            "ignored_files": doc["ignored_files"][:20],
+            "warnings": doc["warnings"],
+            "splits": {
+                name: {
+                    "num_records": split.num_records,
+                    "num_shards": len(split.shards),
+                    "num_bytes": sum(s.num_bytes for s in split.shards),
+                }
+                for name, split in self.index.splits.items()
+            },
+            "seconds": doc["stats"]["seconds"],
+            "images_per_second": doc["stats"]["images_per_second"],
+            "workers": doc["stats"]["workers"],
+            "shards_kept": self.num_reused,
+            "new_records": self.new_records,
+            "tfds_metadata": self.index.tfds_readable,
+            "skipped_items": doc["skipped"][:20],
+        }
 
 
 def default_name(dataset: Dataset) -> str:
@@ -85,7 +115,7 @@ def pack(
             "data; choose an output folder outside SRC"
         )
     out, created = _make_out(os.fspath(out))
-    with locked(out):
+    with locked(out, created):
         workers = resolve_workers(options.workers)
         # A CIFAR scan unpickles ~180 MB: the workers boot meanwhile (2.18 -> 2.00 s for
         # CIFAR-10 on 2 cores). A folder's scan is too short to hide a boot, and a small folder
@@ -95,35 +125,48 @@ def pack(
             warming = _warm_workers(workers)
         try:
             dataset = scan(src_root, options)
+            if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
+                raise ImageError(*dataset.skipped[0])
             name = options.name or default_name(dataset)
             plan = make_plan(dataset, name, options, workers)
             stale, reused = prepare(out, plan, options.overwrite, options.resume)
-        except BaseException:
-            if created:  # refused before anything was written: leave no OUT behind
-                _remove_empty_out(out)
-            raise
         finally:
             if warming is not None:
                 warming.join()
         results = _write_shards(plan, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start
         num_records = sum(r.num_records for r in results)
+        new_records = num_records - sum(r.num_records for r in reused)
         stats = {
             "seconds": round(seconds, 3),
-            "images_per_second": round(num_records / seconds, 1) if seconds else None,
-            "workers": workers,
+            "images_per_second": round(new_records / seconds, 1) if seconds else None,
+            # no more workers than shards this run wrote: one shard runs in-process
+            "workers": min(workers, max(1, len(plan.shards) - len(reused))),
         }
-        index = build_index(
+        document = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
         )
-        write_tfds_metadata(out, index)
+        index = index_from_document(out, document)
+        if index.tfds_readable:
+            write_tfds_metadata(out, document)
+        else:  # an earlier run's metadata would point TFDS at shards it cannot read
+            remove_files(os.path.join(out, name) for name in METADATA_NAMES)
         if options.index_files:
             from shardpack.recordindex import write_index_files
 
-            write_index_files(out, index)
-        write_json_atomic(os.path.join(out, INDEX_NAME), index)  # last: the run is complete
+            write_index_files(out, document, {r.file: r.offsets for r in results})
+        write_json_atomic(os.path.join(out, INDEX_NAME), document)  # last: the run is complete
         remove_files(os.path.join(out, f) for f in stale - {s.file for s in plan.shards})
-    return PackResult(out, index, num_records, len(index["skipped"]), seconds, len(reused))
+    return PackResult(
+        out,
+        index,
+        num_records,
+        len(document["skipped"]),
+        seconds,
+        len(reused),
+        len(plan.shards),
+        new_records,
+    )
 
 
 def _write_shards(
@@ -144,20 +187,17 @@ def _write_shards(
     results = list(reused)
     try:
         with (
-            _ProgressPoller(out, sum(sizes.values()), progress) as poller,
+            _ProgressPoller(out, sum(sizes.values()), progress, {s.file for s in todo}) as poller,
             closing(_run(todo, options, dataset, out, workers)) as finished,
         ):
             poller.finished(sum(sizes[f] for f in done))
             for result in finished:
                 journal.add(result)
                 results.append(result)
-                poller.finished(sizes[result.file])
+                poller.finished(sizes[result.file], result.file)
     except BaseException as e:
-        in_flight = sorted(
-            s.file for s in todo if os.path.exists(partial_path(os.path.join(out, s.file)))
-        )
-        remove_files(partial_path(os.path.join(out, s.file)) for s in todo)
-        remove_files(progress_path(out, s.file) for s in todo)
+        # Workers remove their own temp files; these are a killed worker's (random names).
+        in_flight = remove_temp_files(out, {s.file for s in todo})
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             raise ImageError(
                 e.key,
@@ -171,6 +211,9 @@ def _write_shards(
                 "rerun with --resume to keep the shards already finished"
             ) from None
         raise
+    finally:
+        journal.close()
+    remove_temp_files(out, {s.file for s in todo})  # those of a killed worker Dask retried
     return results
 
 
@@ -183,16 +226,8 @@ def _make_out(out: str) -> tuple[str, bool]:
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:
-        message = f"{out}: cannot create ({e.strerror}); check the parent folder's permissions"
-        raise OutputError(message) from None
+        raise OutputError(f"{out}: cannot create ({e.strerror}); {os_error_fix(e)}") from None
     return out, created
-
-
-def _remove_empty_out(out: str) -> None:
-    """Take back an OUT this run created, once the lock is its only content."""
-    remove_files([os.path.join(out, LOCK_NAME)])
-    with suppress(OSError):
-        os.rmdir(out)
 
 
 def _import_worker() -> None:
@@ -242,8 +277,11 @@ def _run(
 class _ProgressPoller:
     """Sums finished shards and the counts in workers' progress files for a callback."""
 
-    def __init__(self, out: str, total: int, callback: ProgressCallback | None) -> None:
+    def __init__(
+        self, out: str, total: int, callback: ProgressCallback | None, pending: set[str]
+    ) -> None:
         self.out, self.total, self.callback = out, total, callback
+        self.pending = pending  # shards not finished yet: only their progress files are read
         self.done = 0
         self._shown = 0  # a worker's file vanishes just before its result lands: never go back
         self._stop = threading.Event()
@@ -254,17 +292,13 @@ class _ProgressPoller:
             self._thread.start()
         return self
 
-    def finished(self, items: int) -> None:
+    def finished(self, items: int, file: str = "") -> None:
         self.done += items
+        self.pending.discard(file)
 
     def _in_flight(self) -> int:
-        try:
-            names = os.listdir(self.out)
-        except OSError:
-            return 0
-        return sum(
-            read_progress(os.path.join(self.out, n)) for n in names if n.endswith(".progress")
-        )
+        found = temp_files(self.out, set(self.pending), kinds=("progress",))
+        return sum(max(map(read_progress, paths)) for paths in found.values())
 
     def _poll(self) -> None:
         while not self._stop.wait(_POLL_S):

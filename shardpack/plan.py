@@ -1,4 +1,5 @@
-"""Pure planning: seeded shuffle, balanced shard slices, shard names and the plan digest."""
+"""Pure planning: seeded shuffle, balanced shard slices, shard names and the plan digest; and
+the two contract types a worker takes (ShardSpec) and gives back (ShardResult)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +35,22 @@ class ShardSpec:
 
 
 @dataclass(frozen=True)
+class ShardResult:
+    """What one worker wrote: the shard's facts for the index, and what it skipped."""
+
+    split: str
+    index: int
+    file: str
+    num_records: int
+    num_bytes: int
+    sha256: str
+    label_counts: tuple[int, ...]
+    skipped: tuple[tuple[str, str], ...]
+    seconds: float
+    offsets: tuple[int, ...] = ()  # each record's byte offset; () in a journal from before
+
+
+@dataclass(frozen=True)
 class Plan:
     """The shards of every split, in order, and a digest that names this exact plan."""
 
@@ -51,6 +69,18 @@ def shard_bounds(num_items: int, num_shards: int) -> list[tuple[int, int]]:
 def shard_name(name: str, split: str, index: int, num_shards: int) -> str:
     """TFDS-style shard file name: {name}-{split}.tfrecord-{i:05d}-of-{n:05d}."""
     return f"{name}-{split}.tfrecord-{index:05d}-of-{num_shards:05d}"
+
+
+# What shard_name gives, for any count (past 99,999 shards the numbers grow a digit).
+_SHARD_NAME = re.compile(
+    r"(?P<name>[A-Za-z0-9][A-Za-z0-9_.]*)-(?P<split>[A-Za-z0-9_.\-]+)\.tfrecord-\d{5,}-of-\d{5,}"
+)
+
+
+def is_shard_name(file: str, name: str | None = None) -> bool:
+    """Whether `file` is a name shard_name gives (for dataset `name`, when given)."""
+    match = _SHARD_NAME.fullmatch(file)
+    return match is not None and name in (None, match["name"])
 
 
 def estimated_bytes(item: Item, options: PackOptions) -> int:

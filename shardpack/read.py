@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import random
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
-from shardpack.errors import RecordError
-from shardpack.index import Index, load_index
+from shardpack.errors import RecordError, ShardpackError
+from shardpack.index import Index, ShardInfo, load_index
+from shardpack.options import DEFAULT_MAX_PIXELS, ENCODINGS
 from shardpack.schema import Schema, check_values, decode_value
 from shardpack.tfrecord import decode_example, iter_records
 
@@ -17,52 +22,116 @@ from shardpack.tfrecord import decode_example, iter_records
 SHUFFLE_BUFFER = 1024
 # tf_dataset's record shuffle buffer; the file-order shuffle does most of the mixing.
 TF_SHUFFLE_BUFFER = 8192
+# What a record's `format` may say: the encodings pack stores ("keep" stores one of these).
+STORED_FORMATS = tuple(e for e in ENCODINGS if e != "keep")
+_FORMAT_BYTES = {f.encode() for f in STORED_FORMATS}
 
 
-def _shard_paths(index: Index, split: str) -> list[str]:
-    return [index.shard_path(shard) for shard in index.split(split).shards]
+def record_fault(example: dict[str, list], schema: Schema) -> str | None:
+    """What makes a decoded Example disagree with the index's schema, or None.
 
-
-def decode_pixels(features: dict) -> np.ndarray:
-    """Decode a record's image to uint8 HxWx3 RGB (raw records are reshaped, not decoded)."""
-    from shardpack import images
-
-    if features["format"] == "raw":
-        shape = (features["height"], features["width"], features["channels"])
-        return np.frombuffer(features["image"], np.uint8).reshape(shape)
-    return images.decode(features["image"], order="rgb")
+    Every feature the schema declares must be there, of its dtype and shape (one value for a
+    scalar, whole rows for a (-1, k) list); class labels must index their class list; `format`
+    must name a stored format; a feature the schema does not declare is refused. Every
+    disagreement is named, joined by "; ".
+    """
+    reasons = [
+        f"feature {name!r} missing" if name not in example else check_values(name, f, example[name])
+        for name, f in schema.items()
+    ]
+    reasons += [f"feature {name!r} is not in the index's schema" for name in example
+                if name not in schema]  # fmt: skip
+    reasons = [r for r in reasons if r is not None]
+    if not reasons and example["format"][0] not in _FORMAT_BYTES:
+        reasons.append(f"format {example['format'][0]!r} is not one of {', '.join(STORED_FORMATS)}")
+    return "; ".join(reasons) or None
 
 
 def to_python(example: dict[str, list], schema: Schema) -> dict[str, object]:
-    """A decoded Example as the schema declares it: scalars as int, float or str (text),
-    lists as numpy arrays of their dtype and shape (boxes as n x 4), text lists as lists of str.
+    """A decoded Example that record_fault passed, as the schema declares it: scalars as int,
+    float or str (text), lists as numpy arrays of their dtype and shape (boxes as n x 4), text
+    lists as lists of str."""
+    return {name: decode_value(schema[name], values) for name, values in example.items()}
+
+
+def decode_pixels(features: dict, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """Decode a record's image to uint8 HxWx3 RGB (raw records are reshaped, not decoded).
+
+    The size is checked against `max_pixels` from the header before any pixel is decoded.
 
     Raises:
-        ValueError: a feature's values do not fit the schema (says which and how).
+        images.BadImage: the image does not decode, disagrees with its fields, or is too large.
     """
-    record: dict[str, object] = {}
-    for name, values in example.items():
-        feature = schema.get(name)
-        if feature is None:  # not in the schema: as stored, one value unwrapped
-            record[name] = values[0] if len(values) == 1 else values
-            continue
-        reason = check_values(name, feature, values)
-        if reason is not None:
-            raise ValueError(reason)
-        record[name] = decode_value(feature, values)
-    return record
+    from shardpack import images
+
+    data = features["image"]
+    if features["format"] == "raw":
+        shape = (features["height"], features["width"], features["channels"])
+        if min(shape) < 1 or shape[2] != 3 or len(data) != math.prod(shape):
+            raise images.BadImage(f"raw image of {len(data)} bytes, fields say "
+                                  f"{shape[0]}x{shape[1]}x{shape[2]}")  # fmt: skip
+        height, width = shape[:2]
+    else:
+        info = images.probe(data)
+        if info is None:
+            raise images.BadImage("not a JPEG, PNG or WebP image")
+        height, width = info.height, info.width
+    if height * width > max_pixels:
+        raise images.BadImage(f"{width}x{height} pixels is over max_pixels {max_pixels}")
+    if features["format"] == "raw":
+        return np.frombuffer(data, np.uint8).reshape(shape)
+    return images.decode(data, order="rgb")
 
 
-def read_example(path: str, offset: int, data: bytes, schema: Schema) -> dict[str, object]:
-    """One record's bytes (read from `path` at `offset`) as to_python gives them.
+def reader_share(shard: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(index, count) of this reader among all readers: `shard` times the PyTorch DataLoader
+    worker this runs in, if any (torch is consulted only when the caller imported it)."""
+    index, count = _checked_shard(shard)
+    torch = sys.modules.get("torch")
+    data = getattr(getattr(torch, "utils", None), "data", None)
+    worker = data.get_worker_info() if data is not None else None
+    if worker is not None:
+        index, count = index * worker.num_workers + worker.id, count * worker.num_workers
+    return index, count
 
-    Raises:
-        RecordError: the bytes are not an Example, or do not fit the schema.
-    """
-    try:
-        return to_python(decode_example(data), schema)
-    except ValueError as e:
-        raise RecordError(path, offset, str(e)) from None
+
+def _checked_shard(shard: tuple[int, int] | None) -> tuple[int, int]:
+    if shard is None:
+        return 0, 1
+    if (
+        not isinstance(shard, tuple | list)
+        or len(shard) != 2
+        or not all(type(v) is int for v in shard)
+        or not 0 <= shard[0] < shard[1]
+    ):
+        raise ShardpackError(
+            f"shard must be (index, count) with 0 <= index < count, got: {shard!r}"
+        )
+    return shard[0], shard[1]
+
+
+@dataclass(frozen=True)
+class _Share:
+    """One reader's part of a split: its shards with the split-wide number of each one's first
+    record, and which records of those it keeps (n % readers == index; 1 and 0 keep all)."""
+
+    files: list[tuple[ShardInfo, int]]
+    index: int
+    readers: int
+    num_records: int
+
+
+def _share_of(index: Index, split: str, share: int, readers: int) -> _Share:
+    """Whole shards while there are at least as many as readers, else every readers-th record
+    (each reader then reads every shard); the shares together hold each record once."""
+    shards = index.split(split).shards
+    starts = itertools.accumulate((s.num_records for s in shards), initial=0)
+    files = list(zip(shards, starts, strict=False))
+    if len(files) >= readers:
+        mine = files[share::readers]
+        return _Share(mine, 0, 1, sum(s.num_records for s, _ in mine))
+    total = sum(s.num_records for s in shards)
+    return _Share(files, share, readers, len(range(share, total, readers)))
 
 
 def iter_examples(
@@ -72,10 +141,17 @@ def iter_examples(
     decode: bool = False,
     shuffle: bool = False,
     seed: int | None = None,
+    shard: tuple[int, int] | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> Iterator[dict[str, object]]:
     """Yield every record of a split as a dict of Python and numpy values, without TensorFlow.
 
-    CRCs are checked as the shards are read.
+    CRCs and each record's features are checked as the shards are read. Run from several
+    readers, each yields its own share, and the shares together yield each record once:
+    readers take whole shards while there are at least as many shards as readers, else every
+    count-th record. Inside a PyTorch DataLoader with workers, each worker is a reader of its
+    own (torch.utils.data.get_worker_info()), so an IterableDataset over this needs no code
+    of its own to split the data.
 
     Args:
         out: the output folder of a pack run.
@@ -83,27 +159,56 @@ def iter_examples(
         decode: turn `image` into a uint8 HxWx3 RGB array instead of its stored bytes.
         shuffle: visit shards in random order and mix records through a buffer.
         seed: makes the shuffled order repeat.
+        shard: (index, count): read only this host's share, for training on several hosts.
+        max_pixels: with decode, refuse an image claiming more pixels than this.
 
     Raises:
         IndexFormatError: the index is missing, malformed or names an unsafe path.
-        RecordError: a record fails its CRC.
+        RecordError: a record fails its CRC, is not an Example the index describes, or (with
+            decode) its image does not decode.
     """
     index = load_index(out)
-    paths = _shard_paths(index, split)
+    mine = _share_of(index, split, *reader_share(shard))
+    files = list(mine.files)
     rng = random.Random(seed)
     if shuffle:
-        rng.shuffle(paths)
+        rng.shuffle(files)
     records = (
-        read_example(path, offset, data, index.schema)
-        for path in paths
-        for offset, data in iter_records(path, index.compression)
+        parse_record(index, path, offset, data, decode, max_pixels)
+        for info, start in files
+        for path in (index.shard_path(info),)
+        for n, (offset, data) in enumerate(iter_records(path, index.compression))
+        if (start + n) % mine.readers == mine.index
     )
     if shuffle:
         records = _buffer_shuffle(records, rng)
-    for record in records:
-        if decode:
-            record["image"] = decode_pixels(record)
-        yield record
+    yield from records
+
+
+def parse_record(
+    index: Index, path: str, offset: int, data: bytes, decode: bool, max_pixels: int
+) -> dict[str, object]:
+    """One record's bytes as the dict iter_examples yields, checked against the index.
+
+    Raises:
+        RecordError: not an Example the index describes, or (with decode) an image that does
+            not decode; names the shard and the record's offset.
+    """
+    try:
+        example = decode_example(data)
+    except ValueError as e:
+        raise RecordError(path, offset, f"not a tf.train.Example ({e})") from None
+    if fault := record_fault(example, index.schema):
+        raise RecordError(path, offset, fault)
+    record = to_python(example, index.schema)
+    if decode:
+        from shardpack.images import BadImage
+
+        try:
+            record["image"] = decode_pixels(record, max_pixels)
+        except BadImage as e:
+            raise RecordError(path, offset, f"image does not decode: {e}") from None
+    return record
 
 
 def _buffer_shuffle(records: Iterator[dict], rng: random.Random) -> Iterator[dict]:
@@ -129,9 +234,11 @@ def tf_dataset(
     batch_size: int | None = None,
     decode: bool = True,
     image_size: tuple[int, int] | None = None,
-    lists: str = "ragged",
     num_parallel_reads: int | None = None,
     deterministic: bool = False,
+    shard: tuple[int, int] | None = None,
+    input_context=None,
+    lists: str = "ragged",
 ):
     """A tf.data.Dataset of {"image", "label", ...} dicts over one split.
 
@@ -148,19 +255,36 @@ def tf_dataset(
         batch_size: batch this many records; None yields single records.
         decode: decode `image` to uint8 HxWx3 RGB; False leaves the stored bytes.
         image_size: (height, width) to resize decoded images to, so that batches stack.
+        num_parallel_reads: shards read at once; None lets tf.data tune it.
+        deterministic: keep a fixed order even when reading in parallel.
+        shard: (index, count): read only this pipeline's share (whole shards while there are
+            at least `count`, else every count-th record); the shares together read each
+            record once.
+        input_context: a tf.distribute.InputContext, as `distribute_datasets_from_function`
+            passes; its pipeline id and count act as `shard`.
         lists: how batches hold variable-length list features: "ragged" (tf.RaggedTensor,
             [batch, None] or [batch, None, k]) or "padded" (dense, zero-padded to the longest
             in the batch; other variable-size tensors, such as images without image_size,
             are padded too). Single records hold them as dense [n] or [n, k] tensors.
-        num_parallel_reads: shards read at once; None lets tf.data tune it.
-        deterministic: keep a fixed order even when reading in parallel.
+
+    Raises:
+        ShardpackError: TensorFlow is not installed, `shard` is not (index, count), or `lists`
+            is neither "ragged" nor "padded".
     """
-    import tensorflow as tf
+    try:
+        import tensorflow as tf
+    except ImportError as e:
+        raise ShardpackError(
+            f"tf_dataset needs TensorFlow ({e}); install it with: pip install 'shardpack[tf]'"
+        ) from None
 
     if lists not in ("ragged", "padded"):
-        raise ValueError(f"lists must be 'ragged' or 'padded', got: {lists!r}")
+        raise ShardpackError(f"lists must be 'ragged' or 'padded', got: {lists!r}")
+    if input_context is not None:
+        shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
     index = load_index(out)
-    paths = _shard_paths(index, split)
+    mine = _share_of(index, split, *_checked_shard(shard))
+    paths = [index.shard_path(info) for info, _ in mine.files]
     compression = "GZIP" if index.compression == "gzip" else ""
     parallel = tf.data.AUTOTUNE if num_parallel_reads is None else num_parallel_reads
     ordered = deterministic or seed is not None or not shuffle
@@ -172,22 +296,31 @@ def tf_dataset(
             features["image"] = _tf_decode(tf, features, index.encoding, image_size)
         return features
 
+    def read(path, start):
+        records = tf.data.TFRecordDataset(path, compression_type=compression)
+        if mine.readers == 1:
+            return records
+        keep = records.enumerate(start).filter(lambda n, _: n % mine.readers == mine.index)
+        return keep.map(lambda _, record: record)
+
+    starts = [start for _, start in mine.files]
+    files = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(paths, tf.string), tf.constant(starts, tf.int64))
+    )
     if shuffle:
-        files = tf.data.Dataset.from_tensor_slices(paths)
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+        files = files.shuffle(max(1, len(paths)), seed=seed, reshuffle_each_iteration=True)
         ds = files.interleave(
-            lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
-            cycle_length=min(len(paths), 16),
+            read,
+            cycle_length=max(1, min(len(paths), 16)),
             num_parallel_calls=parallel,
             deterministic=ordered,
         )
         ds = ds.shuffle(TF_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
     else:  # shard after shard, record after record: the order pack wrote
-        ds = tf.data.TFRecordDataset(paths, compression_type=compression)
+        ds = files.flat_map(read)
     ds = ds.repeat(epochs)  # after the shuffles, so that each epoch is a whole permutation
     if epochs is not None:  # the index knows the length: Keras then knows its steps per epoch
-        total = index.split(split).num_records * epochs
-        ds = ds.apply(tf.data.experimental.assert_cardinality(total))
+        ds = ds.apply(tf.data.experimental.assert_cardinality(mine.num_records * epochs))
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
     if batch_size is not None:
         ds = _batch(tf, ds, batch_size, lists, [n for n, f in index.schema.items() if f.is_list])

@@ -1,18 +1,31 @@
-"""Random access: per-shard index files in DALI's tfrecord2idx format, and read_record(i)."""
+"""Random access: per-shard index files in DALI's tfrecord2idx format, Records and read_record."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import operator
 import os
-import struct
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
 
 from shardpack.atomic import write_atomic
-from shardpack.errors import IndexFormatError, RecordError
-from shardpack.index import INDEX_FILES_DIR, Index, index_from_document, load_index
-from shardpack.read import read_example
-from shardpack.tfrecord import masked_crc
+from shardpack.errors import IndexFormatError, OutputError, RecordError
+from shardpack.index import INDEX_FILES_DIR, Index, ShardInfo, index_from_document, load_index
+from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.read import parse_record
+from shardpack.tfrecord import (
+    FOOTER,
+    HEADER,
+    MAX_RECORD_BYTES,
+    check_data,
+    open_regular,
+    record_length,
+)
 
-_HEADER = struct.Struct("<QI")
+_FRAMING = HEADER.size + FOOTER.size
+# An index file line is two decimal numbers of at most 20 digits: a longer line is not ours.
+_MAX_LINE = 64
 
 
 def record_spans(path: str) -> Iterator[tuple[int, int]]:
@@ -23,20 +36,21 @@ def record_spans(path: str) -> Iterator[tuple[int, int]]:
     Raises:
         RecordError: a header fails its CRC or the file ends inside a record.
     """
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    try:
+        fd = open_regular(path)
+    except OSError as e:
+        raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
+    with open(fd, "rb") as f:
+        size = os.fstat(fd).st_size
         offset = 0
         while offset < size:
-            header = f.read(_HEADER.size)
-            length, crc = _HEADER.unpack(header) if len(header) == _HEADER.size else (0, None)
-            if crc is None or masked_crc(header[:8]) != crc:
-                raise RecordError(path, offset, "bad record header (corrupt or truncated)")
-            framed = _HEADER.size + length + 4
+            f.seek(offset)
+            length = record_length(f.read(HEADER.size), path, offset, size)
+            framed = _FRAMING + length
             if offset + framed > size:
                 raise RecordError(path, offset, "file ends inside a record (truncated)")
             yield offset, framed
             offset += framed
-            f.seek(offset)
 
 
 def index_file_path(index: Index, file: str) -> str:
@@ -48,13 +62,29 @@ def _random_access(out: str | os.PathLike, document: dict | None = None) -> Inde
     index = load_index(out) if document is None else index_from_document(out, document)
     if index.compression != "none":
         raise IndexFormatError(
-            f"{index.out}: GZIP shards cannot be read at random offsets; pack without "
-            "--compression for random access"
+            f"{index.out}: GZIP shards cannot be read at random offsets; pack with "
+            "compression 'none' for random access"
         )
     return index
 
 
-def write_index_files(out: str | os.PathLike, document: dict | None = None) -> list[str]:
+def _spans_from_offsets(offsets: Sequence[int], shard: ShardInfo) -> list[tuple[int, int]] | None:
+    """(offset, framed size) of each record from the offsets the writer kept, or None when they
+    do not tile the shard exactly (a journal from an older version, or a damaged one)."""
+    if len(offsets) != shard.num_records or not all(type(o) is int for o in offsets):
+        return None
+    ends = [*offsets[1:], shard.num_bytes] if offsets else []
+    spans = [(o, end - o) for o, end in zip(offsets, ends, strict=True)]
+    if (spans and spans[0][0] != 0) or any(framed < _FRAMING for _, framed in spans):
+        return None
+    return spans
+
+
+def write_index_files(
+    out: str | os.PathLike,
+    document: dict | None = None,
+    offsets: Mapping[str, Sequence[int]] | None = None,
+) -> list[str]:
     """Write one index file per shard, one line '<offset> <framed size>' per record.
 
     The format is NVIDIA DALI's tfrecord2idx, read by `fn.readers.tfrecord(index_path=...)` and
@@ -63,67 +93,171 @@ def write_index_files(out: str | os.PathLike, document: dict | None = None) -> l
     Args:
         out: the output folder of a pack run.
         document: the index document, when pack calls this before writing index.json.
+        offsets: shard file -> each record's offset, as the writer kept them; a shard without
+            them has its record headers read instead.
 
     Returns:
         The paths written.
     """
     index = _random_access(out, document)
-    os.makedirs(os.path.join(index.out, INDEX_FILES_DIR), exist_ok=True)
+    folder = os.path.join(index.out, INDEX_FILES_DIR)
+    if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+        # a link planted in OUT: never write where it points
+        raise OutputError(f"{folder}: is a link or a file, not a folder of index files; remove it")
+    os.makedirs(folder, exist_ok=True)
     written = []
     for split in index.splits.values():
         for shard in split.shards:
             path = index_file_path(index, shard.file)
-            spans = record_spans(index.shard_path(shard))
+            spans = _spans_from_offsets((offsets or {}).get(shard.file, ()), shard)
+            if spans is None:
+                spans = record_spans(index.shard_path(shard))
             write_atomic(path, "".join(f"{o} {n}\n" for o, n in spans).encode())
             written.append(path)
     return written
 
 
-def read_record(out: str | os.PathLike, split: str, i: int) -> dict[str, object]:
-    """Fetch record i of a split without scanning the shards before it.
+class Records:
+    """Random access to one split's records: `len(records)`, `records[i]`.
 
-    Uses the shard's index file when there is one, else hops over record headers of that
-    one shard. The record's CRCs are checked.
+    The index is loaded once; record i is found by bisecting the prefix sums of the shards'
+    record counts; each shard's offsets come from its index file (else from hopping over its
+    record headers) the first time the shard is asked for, and its file stays open.
+    Each record's CRCs and features are checked as it is read. Use as a context manager, or
+    call close(), to release the open files.
+    """
+
+    def __init__(
+        self,
+        out: str | os.PathLike,
+        split: str = "train",
+        *,
+        decode: bool = False,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+    ) -> None:
+        self.index = _random_access(out)
+        self.split = split
+        self.decode, self.max_pixels = decode, max_pixels
+        self._shards = self.index.split(split).shards
+        self._ends = list(itertools.accumulate(s.num_records for s in self._shards))
+        self._offsets: dict[int, array] = {}
+        self._fds: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __getitem__(self, i: int) -> dict[str, object]:
+        i = operator.index(i)
+        size = len(self)
+        if i < 0:
+            i += size
+        if not 0 <= i < size:
+            raise IndexError(f"record {i} is outside split {self.split!r} of {size} records")
+        k = bisect.bisect_right(self._ends, i)
+        local = i - (self._ends[k - 1] if k else 0)
+        shard = self._shards[k]
+        path = self.index.shard_path(shard)
+        offsets = self._shard_offsets(k)
+        offset, end = offsets[local], offsets[local + 1]
+        record = os.pread(self._fd(k), end - offset, offset)
+        stale = RecordError(path, offset, "no record starts here: the index file is stale; "
+                                          "rewrite it with write_index_files")  # fmt: skip
+        try:
+            length = record_length(record[: HEADER.size], path, offset, MAX_RECORD_BYTES)
+        except RecordError:
+            raise stale from None
+        if _FRAMING + length != len(record):
+            raise stale
+        data = memoryview(record)[HEADER.size : HEADER.size + length]
+        check_data(data, record[HEADER.size + length :], path, offset)
+        return parse_record(self.index, path, offset, data, self.decode, self.max_pixels)
+
+    def _fd(self, k: int) -> int:
+        if k not in self._fds:
+            path = self.index.shard_path(self._shards[k])
+            try:
+                self._fds[k] = open_regular(path)
+            except OSError as e:
+                raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
+        return self._fds[k]
+
+    def _shard_offsets(self, k: int) -> array:
+        """Record start offsets of shard k and, last, the end of its last record."""
+        if k not in self._offsets:
+            shard = self._shards[k]
+            idx = index_file_path(self.index, shard.file)
+            if os.path.lexists(idx):
+                spans = _read_index_file(idx, shard, os.fstat(self._fd(k)).st_size)
+            else:
+                spans = list(record_spans(self.index.shard_path(shard)))
+            if len(spans) != shard.num_records:
+                raise RecordError(self.index.shard_path(shard), 0, f"holds {len(spans)} "
+                                  f"records, the index says {shard.num_records}")  # fmt: skip
+            offsets = array("Q", (o for o, _ in spans))
+            offsets.append(spans[-1][0] + spans[-1][1] if spans else 0)
+            self._offsets[k] = offsets
+        return self._offsets[k]
+
+    def close(self) -> None:
+        """Close the shard files this object opened."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self) -> Records:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if hasattr(self, "_fds"):  # __init__ may have raised before opening anything
+            self.close()
+
+
+def _read_index_file(path: str, shard: ShardInfo, size: int) -> list[tuple[int, int]]:
+    """The spans of an index file, each line checked: two numbers that tile the shard."""
+
+    def bad(n: int, why: str) -> IndexFormatError:
+        return IndexFormatError(f"{path}: line {n}: {why}; rewrite it with write_index_files "
+                                "(shardpack index-files)")  # fmt: skip
+
+    spans: list[tuple[int, int]] = []
+    try:
+        fd = open_regular(path)
+    except OSError as e:
+        raise IndexFormatError(f"{path}: cannot open ({e.strerror})") from None
+    with open(fd, "rb") as f:
+        expected = 0
+        for n in range(1, shard.num_records + 2):
+            line = f.readline(_MAX_LINE)
+            if not line:
+                break
+            if n > shard.num_records:
+                raise bad(n, f"more lines than the shard's {shard.num_records} records")
+            fields = line.split()
+            if len(fields) != 2 or not all(f.isdigit() for f in fields):
+                raise bad(n, "not two numbers '<offset> <size>'")
+            offset, framed = int(fields[0]), int(fields[1])
+            if offset != expected or framed < _FRAMING or offset + framed > size:
+                raise bad(n, f"record at {offset} of {framed} bytes does not fit the "
+                             f"{size}-byte shard")  # fmt: skip
+            spans.append((offset, framed))
+            expected = offset + framed
+    return spans
+
+
+def read_record(
+    out: str | os.PathLike, split: str, i: int, *, decode: bool = False
+) -> dict[str, object]:
+    """Fetch record i of a split without scanning the shards before it: `Records` for one call.
 
     Returns:
         The record as iter_examples yields it (image bytes, label, key...).
+
+    Raises:
+        IndexError: i is outside the split.
+        RecordError, IndexFormatError: the shard or its index file is damaged or stale.
     """
-    index = _random_access(out)
-    info = index.split(split)
-    if not 0 <= i < info.num_records:
-        raise IndexError(f"record {i} is outside split {split!r} of {info.num_records} records")
-    for shard in info.shards:
-        if i >= shard.num_records:
-            i -= shard.num_records
-            continue
-        path = index.shard_path(shard)
-        offset, framed = _span(index, shard.file, path, i)
-        with open(path, "rb") as f:
-            f.seek(offset)
-            record = f.read(framed)
-        header_ok = len(record) == framed >= _HEADER.size + 4
-        if header_ok:
-            length, length_crc = _HEADER.unpack_from(record)
-            header_ok = masked_crc(record[:8]) == length_crc and _HEADER.size + length + 4 == framed
-        if not header_ok:
-            raise RecordError(path, offset, "no record starts here: the index file is stale; "
-                              "rerun shardpack index-files")  # fmt: skip
-        data = record[_HEADER.size : framed - 4]
-        if masked_crc(data) != struct.unpack("<I", record[framed - 4 :])[0]:
-            raise RecordError(path, offset, "data CRC mismatch (corrupt record)")
-        return read_example(path, offset, data, index.schema)
-    raise IndexError(f"record {i} not found; the index's record counts disagree with its shards")
-
-
-def _span(index: Index, file: str, path: str, i: int) -> tuple[int, int]:
-    idx = index_file_path(index, file)
-    if os.path.exists(idx):
-        with open(idx) as f:
-            for n, line in enumerate(f):
-                if n == i:
-                    offset, framed = line.split()
-                    return int(offset), int(framed)
-    for n, span in enumerate(record_spans(path)):
-        if n == i:
-            return span
-    raise RecordError(path, 0, f"has no record {i}")
+    with Records(out, split, decode=decode) as records:
+        return records[i]

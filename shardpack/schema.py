@@ -12,13 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
 DTYPES = ("int64", "float32", "bytes")
 # Written by the worker for every record from the image itself; no source may use these names.
 BUILTIN_NAMES = ("image", "height", "width", "channels", "format", "key")
 LABEL = "label"
-NUMPY_DTYPES = {"int64": np.int64, "float32": np.float32}
+# A version-1 index names each feature's kind alone; these are the dtypes they mean.
+V1_DTYPES = {"bytes": "bytes", "int64": "int64", "float": "float32"}
 
 
 @dataclass(frozen=True)
@@ -188,7 +187,8 @@ class Schema(Mapping[str, Feature]):
         """The schema a version-1 index implies: scalar features, label and coarse_label."""
         extra = {
             name: Feature(
-                dtype, classes=tuple(coarse) if name == "coarse_label" and coarse else None
+                V1_DTYPES[dtype],
+                classes=tuple(coarse) if name == "coarse_label" and coarse else None,
             )
             for name, dtype in features.items()
             if name not in BUILTINS and name != LABEL
@@ -208,7 +208,9 @@ def example_value(feature: Feature, value: object) -> object:
         return encoded if feature.is_list else encoded[0]
     if not feature.is_list:
         return int(value) if feature.dtype == "int64" else float(value)  # type: ignore[arg-type]
-    return np.asarray(value, dtype=NUMPY_DTYPES[feature.dtype]).reshape(-1)
+    import numpy as np  # here, not at the top: `import shardpack` stays light
+
+    return np.asarray(value, dtype=feature.dtype).reshape(-1)
 
 
 _KINDS = {"int64": int, "float32": float, "bytes": bytes}
@@ -223,8 +225,10 @@ def check_values(name: str, feature: Feature, values: list) -> str | None:
         return f"feature {name!r} holds {len(values)} values, not one"
     if feature.row is not None and len(values) % feature.row:
         return f"feature {name!r} holds {len(values)} values, not rows of {feature.row}"
-    if feature.classes is not None and not all(0 <= v < len(feature.classes) for v in values):
-        return f"feature {name!r} has a class outside its {len(feature.classes)} classes"
+    if feature.classes is not None:
+        for v in values:
+            if not 0 <= v < len(feature.classes):
+                return f"{name} {v} outside the {len(feature.classes)} classes"
     return None
 
 
@@ -238,4 +242,6 @@ def decode_value(feature: Feature, values: list) -> object:
         return values if feature.is_list else values[0]
     if not feature.is_list:
         return values[0]
-    return np.asarray(values, NUMPY_DTYPES[feature.dtype]).reshape(-1, *feature.shape[1:])
+    import numpy as np
+
+    return np.asarray(values, feature.dtype).reshape(-1, *feature.shape[1:])

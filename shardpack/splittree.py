@@ -8,7 +8,14 @@ from shardpack.classlist import class_list, labelled
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import IMAGE_EXTENSIONS, Dataset, Item, list_class_folders
+from shardpack.sources import (
+    IMAGE_EXTENSIONS,
+    Dataset,
+    Item,
+    Passed,
+    empty_class_warnings,
+    list_class_folders,
+)
 
 
 def _folders(root: str) -> list[str]:
@@ -35,20 +42,24 @@ def scan_split_tree(root: str, options: PackOptions) -> Dataset:
     Raises:
         SourceError: no split holds an image.
     """
-    listings = {split: list_class_folders(root, split) for split in _folders(root)}
-    ignored = sum(1 for e in os.scandir(root) if not e.name.startswith(".") and not e.is_dir())
+    passed = Passed()
+    for e in sorted(os.scandir(root), key=lambda e: e.name):
+        if not e.name.startswith(".") and not e.is_dir():
+            passed.ignore(e.name)
+    listings = {split: list_class_folders(root, passed, split) for split in _folders(root)}
     classes = class_list((c for names, _, _ in listings.values() for c in names), options.classes)
     splits: dict[str, tuple[Item, ...]] = {}
-    skipped: list[tuple[str, str]] = []
-    for split, (_, found, split_ignored) in listings.items():
-        items, left_out = labelled(found, classes, options.on_error)
+    left_out: list[tuple[str, str]] = []
+    warnings: list[str] = []
+    for split, (_, found, empty) in listings.items():
+        items, skipped = labelled(found, classes, options.on_error)
         splits[split] = tuple(Item(key=k, label=label, path=k, size=s) for k, label, s in items)
-        skipped += left_out
-        ignored += split_ignored
+        left_out += skipped
+        warnings += empty_class_warnings(os.path.join(root, split), empty, classes)
     if not any(splits.values()):
         raise SourceError(
             f"{root}: no images found; expected SRC/<split>/<class>/<image> with extensions "
             f"{', '.join(sorted(IMAGE_EXTENSIONS))}"
         )
     splits = {split: items for split, items in splits.items() if items}
-    return Dataset("split-tree", root, Schema.build(classes), splits, ignored, tuple(skipped))
+    return passed.dataset("split-tree", root, Schema.build(classes), splits, left_out, warnings)

@@ -8,30 +8,36 @@ field 1. Map entries are written in sorted key order so equal inputs give equal 
 
 from __future__ import annotations
 
+import errno
 import functools
 import gzip
 import hashlib
 import io
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import suppress
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import crc32c
 import numpy as np
 
-from shardpack.atomic import partial_path, remove_files
-from shardpack.errors import OutputError, RecordError
+from shardpack.atomic import create_temp, remove_files
+from shardpack.errors import FileAccessError, OutputError, RecordError
+from shardpack.options import COMPRESSIONS
 
 _MASK_DELTA = 0xA282EAD8
-_HEADER = struct.Struct("<QI")
-_FOOTER = struct.Struct("<I")
+HEADER = struct.Struct("<QI")  # uint64 length, uint32 masked CRC of the length
+FOOTER = struct.Struct("<I")  # uint32 masked CRC of the data
 # Large enough that a shard costs few write syscalls, small enough to stay invisible in RSS.
 _WRITE_BUFFER = 1 << 20
-# No record is larger: TensorFlow's own reader refuses records past 2 GiB.
-_MAX_RECORD = 2**31
+# Readers refuse a record that claims more: one image per record, and a raw image at the default
+# max_pixels (178,956,970 x 3 channels) is 537 MB. A GZIP record's length cannot be checked
+# against the file size, so this is what bounds a hostile length there. Pass max_record_bytes
+# to iter_records to read larger records.
+MAX_RECORD_BYTES = 2**30
 # GZIP level: zlib's default, the same trade-off TensorFlow's own writer makes.
 _GZIP_LEVEL = 6
 
@@ -49,7 +55,7 @@ def masked_crc(data: bytes) -> int:
 def frame_parts(data: bytes) -> tuple[bytes, bytes]:
     """The 12-byte header and 4-byte footer that frame `data` as one TFRecord."""
     length = struct.pack("<Q", len(data))
-    return length + struct.pack("<I", masked_crc(length)), _FOOTER.pack(masked_crc(data))
+    return length + struct.pack("<I", masked_crc(length)), FOOTER.pack(masked_crc(data))
 
 
 def frame(data: bytes) -> bytes:
@@ -185,8 +191,9 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than ten bytes")
 
 
-def _fields(buf: bytes) -> Iterator[tuple[int, int, bytes | int]]:
-    """Yield (field number, wire type, payload) over one message."""
+def _fields(buf: memoryview) -> Iterator[tuple[int, int, memoryview | int]]:
+    """Yield (field number, wire type, payload) over one message; payloads are views, not
+    copies, so an image nested four messages deep is copied once."""
     pos = 0
     while pos < len(buf):
         key, pos = _read_varint(buf, pos)
@@ -214,13 +221,15 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _decode_list(kind: int, payload: bytes) -> list:
+def _decode_list(kind: int, payload: memoryview) -> list:
     values: list = []
     for number, wire, item in _fields(payload):
         if number != 1:
             continue
+        if kind == 1 and wire != 2:
+            raise ValueError("bytes value is not length-delimited")  # bytes(int) would allocate
         if kind == 1:
-            values.append(item)
+            values.append(bytes(item))  # the one copy of a payload: parents are memoryviews
         elif kind == 3 and wire == 0:
             values.append(_signed(item))
         elif kind == 3:
@@ -241,14 +250,14 @@ def decode_example(data: bytes) -> dict[str, list]:
     """
     out: dict[str, list] = {}
     try:
-        for number, _, features in _fields(data):
+        for number, _, features in _fields(memoryview(data)):
             if number != 1:
                 continue
             for _, _, entry in _fields(features):
                 name, values = "", []
                 for part, _, payload in _fields(entry):
                     if part == 1:
-                        name = payload.decode()
+                        name = bytes(payload).decode()
                     elif part == 2:
                         for kind, _, listed in _fields(payload):
                             values = _decode_list(kind, listed)
@@ -278,24 +287,36 @@ class _HashingFile:
         self.raw.flush()
 
 
+class WriteResult(NamedTuple):
+    """What a closed TFRecordWriter wrote."""
+
+    num_records: int
+    num_bytes: int
+    sha256: str
+    offsets: tuple[int, ...]  # each record's byte offset in the uncompressed stream
+
+
 class TFRecordWriter:
     """Write one TFRecord file under a temporary name; it appears under `path` only on success.
 
     Use as a context manager: leaving the block normally renames the file into place, an
-    exception removes the temporary file. `result` then holds (num_records, num_bytes, sha256).
+    exception removes the temporary file. `result` then holds a WriteResult: record count, file
+    size, sha256 and each record's offset (for index files, without reading the shard again).
     """
 
     def __init__(self, path: str | os.PathLike, compression: str = "none") -> None:
-        if compression not in ("none", "gzip"):
-            raise ValueError(f"compression must be 'none' or 'gzip', got: {compression!r}")
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {COMPRESSIONS}, got: {compression!r}")
         self.path = os.fspath(path)
-        self.tmp_path = partial_path(self.path)
+        self.tmp_path = ""  # a fresh, unpredictable name, made on entering the block
         self.compression = compression
-        self.num_records = 0
-        self.result: tuple[int, int, str] | None = None
+        self.offsets: list[int] = []  # of each record in the uncompressed stream
+        self._position = 0
+        self.result: WriteResult | None = None
 
     def __enter__(self) -> TFRecordWriter:
-        self._raw = open(self.tmp_path, "wb", buffering=_WRITE_BUFFER)
+        fd, self.tmp_path = create_temp(self.path)
+        self._raw = open(fd, "wb", buffering=_WRITE_BUFFER)
         self._hashing = _HashingFile(self._raw)
         self._out: _HashingFile | gzip.GzipFile = self._hashing
         if self.compression == "gzip":
@@ -314,7 +335,13 @@ class TFRecordWriter:
             self._out.write(footer)
         except OSError as e:
             raise OutputError.writing(self.tmp_path, e) from None
-        self.num_records += 1
+        self.offsets.append(self._position)
+        self._position += len(header) + len(data) + len(footer)
+
+    @property
+    def num_records(self) -> int:
+        """Records written so far."""
+        return len(self.offsets)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         failed = exc_type is not None
@@ -338,7 +365,12 @@ class TFRecordWriter:
             except OSError as e:
                 remove_files([self.tmp_path])
                 raise OutputError.writing(self.path, e) from None
-            self.result = (self.num_records, self._hashing.size, self._hashing.sha256.hexdigest())
+            self.result = WriteResult(
+                self.num_records,
+                self._hashing.size,
+                self._hashing.sha256.hexdigest(),
+                tuple(self.offsets),
+            )
 
 
 class _HashingRaw(io.RawIOBase):
@@ -363,9 +395,23 @@ class _HashingRaw(io.RawIOBase):
         super().close()
 
 
+def open_regular(path: str) -> int:
+    """A read-only descriptor of `path`, refusing a link or anything but a regular file (a FIFO
+    named like a shard would block its reader forever).
+
+    Raises:
+        OSError: cannot open, a link (ELOOP), or not a regular file (EINVAL).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd
+
+
 def _open_records(path: str, compression: str, digest) -> tuple[BinaryIO, BinaryIO]:
     """(the record stream, the buffered file under it)."""
-    raw = io.FileIO(path, "rb")
+    raw = io.FileIO(open_regular(path), "rb")
     buffered = io.BufferedReader(raw if digest is None else _HashingRaw(raw, digest), _WRITE_BUFFER)
     if compression == "gzip":
         return gzip.GzipFile(fileobj=buffered, mode="rb"), buffered
@@ -373,11 +419,16 @@ def _open_records(path: str, compression: str, digest) -> tuple[BinaryIO, Binary
 
 
 def iter_records(
-    path: str | os.PathLike, compression: str = "none", check_crc: bool = True, digest=None
+    path: str | os.PathLike,
+    compression: str = "none",
+    check_crc: bool = True,
+    digest=None,
+    max_record_bytes: int = MAX_RECORD_BYTES,
 ) -> Iterator[tuple[int, bytes]]:
     """Yield (offset, data) for every record of a TFRecord file, checking both CRCs.
 
-    Offsets count in the uncompressed stream.
+    Offsets count in the uncompressed stream; data is bytes (a bytearray past 1 MiB, so that
+    a large record is not copied once more). The file is opened without following a link.
 
     Args:
         path: the TFRecord file.
@@ -385,15 +436,21 @@ def iter_records(
         check_crc: check the length and data CRCs.
         digest: a hashlib object fed every byte of the file, read to its end even when a
             record is bad, so that one pass both checks the records and hashes the file.
+        max_record_bytes: refuse a record that claims more bytes than this.
 
     Raises:
-        RecordError: a CRC does not match or the file is cut short; names path and offset.
+        RecordError: a CRC does not match, a length is past the cap, or the file is cut
+            short; names path and offset.
     """
     path = os.fspath(path)
     try:
         f, buffered = _open_records(path, compression, digest)
         # A corrupt length field must not ask for gigabytes: no record outgrows its file.
-        limit = os.fstat(buffered.fileno()).st_size if compression == "none" else _MAX_RECORD
+        limit = max_record_bytes
+        if compression == "none":
+            limit = min(limit, os.fstat(buffered.fileno()).st_size)
+    except PermissionError as e:  # how the machine is set up, not a damaged shard
+        raise FileAccessError.from_os_error(e, path) from None
     except OSError as e:
         raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
     with f, buffered:
@@ -405,31 +462,63 @@ def iter_records(
                     pass  # the rest of the file, into the hash
 
 
+def record_length(header: bytes, path: str, offset: int, limit: int, check_crc: bool = True) -> int:
+    """The data length a 12-byte record header declares, once its CRC and size are checked.
+
+    Raises:
+        RecordError: the header is cut short, fails its CRC, or claims more than `limit` bytes.
+    """
+    if len(header) < HEADER.size:
+        raise RecordError(path, offset, "file ends inside a record header (truncated)")
+    length, length_crc = HEADER.unpack(header)
+    if check_crc and masked_crc(header[:8]) != length_crc:
+        raise RecordError(path, offset, "length CRC mismatch (corrupt record header)")
+    if length > limit:
+        raise RecordError(path, offset, f"record claims {length} bytes, over the limit of "
+                                        f"{limit} (corrupt header)")  # fmt: skip
+    return length
+
+
+def check_data(data: bytes, footer: bytes, path: str, offset: int) -> None:
+    """Check a record's data against its 4-byte footer.
+
+    Raises:
+        RecordError: the footer is cut short or the CRC differs.
+    """
+    if len(footer) < FOOTER.size:
+        raise RecordError(path, offset, "file ends inside a record (truncated)")
+    if masked_crc(data) != FOOTER.unpack(footer)[0]:
+        raise RecordError(path, offset, "data CRC mismatch (corrupt record)")
+
+
+def _read_exactly(f: BinaryIO, size: int, path: str, offset: int) -> bytes | bytearray:
+    """Up to `size` bytes. Past 1 MiB they are read a chunk at a time into one growing
+    bytearray: memory follows the bytes that are there, not what a corrupt length claims, and
+    is not held twice (a 127 KB GZIP shard may hold one 128 MiB record: reading it at once, then
+    slicing off its footer, peaked at 300 MB)."""
+    try:
+        if size <= _WRITE_BUFFER:
+            return f.read(size)
+        data = bytearray()
+        while len(data) < size and (chunk := f.read(min(size - len(data), _WRITE_BUFFER))):
+            data += chunk  # realloc grows a large buffer in place (mremap), without a copy
+        return data
+    except (OSError, EOFError, zlib.error) as e:
+        raise RecordError(path, offset, f"unreadable compressed data ({e})") from None
+
+
 def _records(f: BinaryIO, path: str, limit: int, check_crc: bool) -> Iterator[tuple[int, bytes]]:
     """The framing loop of iter_records over an open stream."""
     offset = 0
-    while True:
-        try:
-            header = f.read(_HEADER.size)
-        except (OSError, EOFError, zlib.error) as e:
-            raise RecordError(path, offset, f"unreadable compressed data ({e})") from None
-        if not header:
-            return
-        if len(header) < _HEADER.size:
-            raise RecordError(path, offset, "file ends inside a record header (truncated)")
-        length, length_crc = _HEADER.unpack(header)
-        if check_crc and masked_crc(header[:8]) != length_crc:
-            raise RecordError(path, offset, "length CRC mismatch (corrupt record header)")
-        if length > limit:
-            raise RecordError(path, offset, f"record claims {length} bytes (corrupt header)")
-        try:
-            body = f.read(length + _FOOTER.size)
-        except (OSError, EOFError, zlib.error) as e:
-            raise RecordError(path, offset, f"unreadable compressed data ({e})") from None
-        if len(body) < length + _FOOTER.size:
+    while header := _read_exactly(f, HEADER.size, path, offset):
+        length = record_length(header, path, offset, limit, check_crc)
+        data = _read_exactly(f, length, path, offset)
+        if len(data) < length:
             raise RecordError(path, offset, "file ends inside a record (truncated)")
-        data = body[:length]
-        if check_crc and masked_crc(data) != _FOOTER.unpack(body[length:])[0]:
-            raise RecordError(path, offset, "data CRC mismatch (corrupt record)")
+        footer = _read_exactly(f, FOOTER.size, path, offset)
+        if check_crc:
+            check_data(data, footer, path, offset)
+        elif len(footer) < FOOTER.size:
+            raise RecordError(path, offset, "file ends inside a record (truncated)")
         yield offset, data
-        offset += _HEADER.size + length + _FOOTER.size
+        offset += HEADER.size + length + FOOTER.size

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
+import stat
 from dataclasses import dataclass, field
 
 from shardpack.errors import RecordError
 from shardpack.index import Index, ShardInfo, load_index
-from shardpack.schema import Schema, check_values
+from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.plan import is_shard_name
+from shardpack.read import decode_pixels, record_fault, to_python
 from shardpack.tfrecord import decode_example, iter_records
 
 
@@ -40,13 +42,29 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.faults
 
+    def to_json(self) -> dict:
+        """The report as a JSON-ready dict (what `verify --json` prints)."""
+        return {
+            "out": self.out,
+            "ok": self.ok,
+            "shards": self.shards,
+            "records": self.records,
+            "decoded": self.decoded,
+            "faults": [
+                {"file": f.file, "offset": f.offset, "reason": f.reason} for f in self.faults
+            ],
+        }
 
-def verify(out: str | os.PathLike, decode: bool = False) -> VerifyReport:
+
+def verify(
+    out: str | os.PathLike, decode: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS
+) -> VerifyReport:
     """Check every shard of OUT: presence, size, sha256, every CRC, record counts and features.
 
     Args:
         out: the output folder of a pack run.
         decode: also decode every image and compare its size with the record's fields.
+        max_pixels: with decode, an image claiming more pixels than this is a fault.
 
     Returns:
         A report; `ok` is False if anything disagrees with the index.
@@ -63,7 +81,7 @@ def verify(out: str | os.PathLike, decode: bool = False) -> VerifyReport:
         for shard in split.shards:
             listed.add(shard.file)
             shards += 1
-            count = _check_shard(index, shard, decode, faults)
+            count = _check_shard(index, shard, decode, max_pixels, faults)
             records += count
             split_records += count
         if split_records != split.num_records and not any(
@@ -77,27 +95,33 @@ def verify(out: str | os.PathLike, decode: bool = False) -> VerifyReport:
                     f"records, its shards hold {split_records}",
                 )
             )
-    pattern = re.compile(rf"^{re.escape(index.name)}-.+\.tfrecord-\d{{5}}-of-\d{{5}}$")
     for name in sorted(os.listdir(index.out)):
-        if pattern.match(name) and name not in listed:
+        if is_shard_name(name, index.name) and name not in listed:
             faults.append(Fault(name, None, "shard file not listed in index.json (extra shard)"))
     return VerifyReport(index.out, shards, records, decode, tuple(faults))
 
 
-def _check_shard(index: Index, shard: ShardInfo, decode: bool, faults: list[Fault]) -> int:
+def _check_shard(
+    index: Index, shard: ShardInfo, decode: bool, max_pixels: int, faults: list[Fault]
+) -> int:
     """Check one shard, appending its faults; return the records read."""
     path = index.shard_path(shard)
-    if not os.path.isfile(path):
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
         faults.append(Fault(shard.file, None, "missing shard file"))
         return 0
-    size = os.path.getsize(path)
+    if not stat.S_ISREG(info.st_mode):  # a link or a FIFO: never followed, never read
+        faults.append(Fault(shard.file, None, "not a regular file (a link or special file)"))
+        return 0
+    size = info.st_size
     if size != shard.num_bytes:
         faults.append(Fault(shard.file, None, f"{size} bytes, index says {shard.num_bytes}"))
     digest = hashlib.sha256()  # fed by the same read that checks the records: one pass
     count = 0
     try:
         for offset, data in iter_records(path, index.compression, digest=digest):
-            reason = _check_record(data, index.schema, decode)
+            reason = _check_record(data, index, decode, max_pixels)
             if reason:
                 faults.append(Fault(shard.file, offset, reason))
             count += 1
@@ -111,43 +135,22 @@ def _check_shard(index: Index, shard: ShardInfo, decode: bool, faults: list[Faul
     return count
 
 
-def _check_record(data: bytes, schema: Schema, decode: bool) -> str | None:
-    """Return what is wrong with one record's Example against the schema, or None."""
+def _check_record(data: bytes, index: Index, decode: bool, max_pixels: int) -> str | None:
+    """Return what is wrong with one record's Example, or None."""
     try:
         example = decode_example(data)
     except ValueError as e:
         return f"not a tf.train.Example ({e})"
-    reasons = [
-        f"feature {name!r} missing"
-        if name not in example
-        else check_values(name, feature, example[name])
-        for name, feature in schema.items()
-    ]
-    reasons += [f"feature {name!r} is not in the index's schema" for name in example
-                if name not in schema]  # fmt: skip
-    reasons = [r for r in reasons if r is not None]
-    if reasons:
-        return "; ".join(reasons)
-    if decode:
-        return _check_pixels(example)
-    return None
-
-
-def _check_pixels(example: dict[str, list]) -> str | None:
-    from shardpack import images
-
-    fmt = example["format"][0].decode()
-    height, width, channels = (example[k][0] for k in ("height", "width", "channels"))
-    data = example["image"][0]
-    if fmt == "raw":
-        if len(data) != height * width * channels:
-            return f"raw image of {len(data)} bytes, fields say {height}x{width}x{channels}"
+    if fault := record_fault(example, index.schema):
+        return fault
+    if not decode:
         return None
+    record = to_python(example, index.schema)
     try:
-        images.probe(data)
-        pixels = images.decode(data)
-    except images.BadImage as e:
+        pixels = decode_pixels(record, max_pixels)
+    except ValueError as e:  # images.BadImage; OpenCV is imported only when decoding
         return f"image does not decode: {e}"
-    if pixels.shape[:2] != (height, width):
-        return f"image decodes to {pixels.shape[1]}x{pixels.shape[0]}, fields say {width}x{height}"
+    if pixels.shape[:2] != (record["height"], record["width"]):
+        return (f"image decodes to {pixels.shape[1]}x{pixels.shape[0]}, fields say "
+                f"{record['width']}x{record['height']}")  # fmt: skip
     return None

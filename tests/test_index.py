@@ -20,10 +20,9 @@ from shardpack.index import (
     load_index,
 )
 from shardpack.options import PackOptions
-from shardpack.plan import make_plan
+from shardpack.plan import ShardResult, make_plan
 from shardpack.schema import Feature, Schema
 from shardpack.sources import scan
-from shardpack.worker import ShardResult
 from tests import helpers
 
 SHA = "ab" * 32
@@ -265,40 +264,6 @@ def test_refusal_does_not_touch_the_shard_path(tmp_path):
 
 
 # ---- writing -------------------------------------------------------------------------------
-
-
-def test_write_json_atomic_leaves_no_temp_file(tmp_path):
-    path = tmp_path / INDEX_NAME
-    write_json_atomic(str(path), _document())
-    assert [p.name for p in tmp_path.iterdir()] == [INDEX_NAME]
-    assert json.loads(path.read_text(encoding="utf-8")) == _document()
-    assert path.read_text(encoding="utf-8").endswith("}\n")
-
-
-def test_write_json_atomic_replaces_and_keeps_unicode(tmp_path):
-    path = tmp_path / INDEX_NAME
-    path.write_text("old")
-    document = {"classes": ["chats é", "猫"]}
-    write_json_atomic(str(path), document)
-    assert "猫" in path.read_text(encoding="utf-8")  # written as text, not \\u escapes
-    assert json.loads(path.read_text(encoding="utf-8")) == document
-    assert [p.name for p in tmp_path.iterdir()] == [INDEX_NAME]
-
-
-def test_write_json_atomic_failure_keeps_the_old_file(tmp_path):
-    path = tmp_path / INDEX_NAME
-    write_json_atomic(str(path), {"v": 1})
-    with pytest.raises(TypeError):
-        write_json_atomic(str(path), {"v": object()})  # not JSON-serializable
-    assert json.loads(path.read_text()) == {"v": 1}
-
-
-def test_write_json_atomic_failure_removes_its_temp_file(tmp_path):
-    path = tmp_path / INDEX_NAME
-    with pytest.raises(TypeError):
-        write_json_atomic(str(path), {"v": object()})
-    # Regression: ".index.json.partial" stayed behind when json.dump raised.
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_written_index_loads_back(tmp_path):

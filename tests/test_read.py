@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardpack.errors import IndexFormatError, RecordError
+from shardpack.errors import IndexFormatError, RecordError, ShardpackError
 from shardpack.options import PackOptions
 from shardpack.packer import pack
 from shardpack.read import iter_examples, tf_dataset
-from tests.helpers import packed_tree, tf_records
+from tests.helpers import make_cifar10_python, make_tree, packed_tree, tf_records
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +38,126 @@ def test_iter_examples_shuffle_is_seeded(packed: Path):
     a = [r["key"] for r in iter_examples(packed, shuffle=True, seed=3)]
     b = [r["key"] for r in iter_examples(packed, shuffle=True, seed=3)]
     assert a == b and sorted(a) == sorted(plain)
+    # shuffling changes the order, and another seed gives another order
+    c = [r["key"] for r in iter_examples(packed, shuffle=True, seed=4)]
+    assert a != plain and c != a and sorted(c) == sorted(plain)
+
+
+@pytest.fixture(scope="module")
+def thousand(tmp_path_factory) -> dict[int, Path]:
+    """1,000 CIFAR training records packed into 4 shards and into 1."""
+    root = tmp_path_factory.mktemp("thousand")
+    src = make_cifar10_python(root / "cifar", per_batch=200)
+    outs = {}
+    for shards in (4, 1):
+        outs[shards] = root / f"out{shards}"
+        pack(src, outs[shards], PackOptions(shards=shards, workers=1, encode="raw"))
+    return outs
+
+
+_README_DATASET = """
+import sys, torch, shardpack
+
+class Shards(torch.utils.data.IterableDataset):  # the README's class, yielding keys to count
+    def __init__(self, out, split="train"):
+        self.out, self.split = out, split
+
+    def __iter__(self):
+        for record in shardpack.iter_examples(self.out, self.split, decode=True, shuffle=True):
+            yield record["key"]
+
+loader = torch.utils.data.DataLoader(Shards(sys.argv[1]), num_workers=2, batch_size=None)
+print("\\n".join(loader))
+"""
+
+
+@pytest.mark.parametrize("shards", [4, 1])
+def test_torch_dataloader_with_two_workers_reads_each_record_once(thousand, shards):
+    pytest.importorskip("torch")
+    # A process of its own: torch and TensorFlow loaded together in the test process would
+    # cost seconds and memory for nothing.
+    done = subprocess.run([sys.executable, "-c", _README_DATASET, str(thousand[shards])],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    keys = done.stdout.split()
+    assert len(keys) == 1000 and len(set(keys)) == 1000
+
+
+@pytest.mark.parametrize("shards", [4, 1])
+@pytest.mark.parametrize("count", [2, 3, 5])
+def test_shares_hold_each_record_once(thousand, shards, count):
+    out = thousand[shards]
+    everything = [r["key"] for r in iter_examples(out)]
+    shares = [[r["key"] for r in iter_examples(out, shard=(i, count))] for i in range(count)]
+    assert sorted(k for share in shares for k in share) == sorted(everything)
+    assert all(shares)  # every reader gets work, even with one shard
+    shuffled = [iter_examples(out, shard=(i, count), shuffle=True) for i in range(count)]
+    assert sorted(r["key"] for share in shuffled for r in share) == sorted(everything)
+
+
+@pytest.mark.parametrize("shards", [4, 1])
+def test_tf_dataset_shares_hold_each_record_once(thousand, shards):
+    import tensorflow as tf
+
+    out = thousand[shards]
+    everything = sorted(r["key"] for r in iter_examples(out))
+    for shuffle in (False, True):
+        keys = []
+        for i in range(3):
+            ds = tf_dataset(out, shard=(i, 3), shuffle=shuffle, decode=False)
+            share = [r["key"].numpy().decode() for r in ds]
+            assert int(ds.cardinality()) == len(share)  # the declared length is the true one
+            keys += share
+        assert sorted(keys) == everything
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
+    second = [r["key"].numpy().decode() for r in tf_dataset(out, input_context=context)]
+    first = [r["key"].numpy().decode() for r in tf_dataset(out, shard=(0, 2))]
+    assert sorted(first + second) == everything
+
+
+@pytest.mark.parametrize("shard", [(2, 2), (-1, 2), (0, 0), "0/2", (0, 1, 2)])
+def test_a_bad_shard_is_one_clear_error(packed: Path, shard):
+    with pytest.raises(ShardpackError, match="shard must be"):
+        list(iter_examples(packed, shard=shard))
+    with pytest.raises(ShardpackError, match="shard must be"):
+        tf_dataset(packed, shard=shard)
+
+
+def test_tf_dataset_without_tensorflow_says_what_to_install(packed: Path):
+    code = (
+        "import sys; sys.modules['tensorflow'] = None  # as if TensorFlow were not installed\n"
+        "import shardpack\n"
+        "try:\n    shardpack.tf_dataset(sys.argv[1])\n"
+        "except shardpack.ShardpackError as e:\n    print(e)"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(packed)], capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    assert "pip install 'shardpack[tf]'" in done.stdout and len(done.stdout.splitlines()) == 1
+
+
+def test_every_reader_handles_an_empty_shard(tmp_path: Path):
+    """Three images in three shards, one of them not an image: its shard holds no record."""
+    import shardpack
+
+    src = make_tree(tmp_path / "src", {"a": 1, "b": 1})
+    (src / "b" / "broken.jpg").write_bytes(b"not an image at all")
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(shards=3, workers=1, index_files=True))
+    sizes = [s.num_records for s in shardpack.load_index(out).split("train").shards]
+    assert sorted(sizes) == [0, 1, 1]
+    assert shardpack.verify(out, decode=True).ok
+    assert shardpack.describe(out)["splits"]["train"]["num_records"] == 2
+    assert len(list(iter_examples(out, decode=True))) == 2
+    assert sum(len(list(iter_examples(out, shard=(i, 3)))) for i in range(3)) == 2
+    assert len(list(tf_dataset(out, epochs=1))) == 2
+    with shardpack.Records(out) as records:
+        assert len(records) == 2 and {records[0]["key"], records[1]["key"]} == {
+            "a/img_000.jpg", "b/img_000.jpg"}  # fmt: skip
+    assert shardpack.read_record(out, "train", 1)["label"] in (0, 1)
+    shardpack.make_preview(out, tmp_path / "p.png")
+    tfds = pytest.importorskip("tensorflow_datasets")
+    builder = tfds.builder_from_directory(str(out))
+    assert len(list(builder.as_dataset(split="train"))) == 2
 
 
 def test_iter_examples_does_not_import_tensorflow(packed: Path):

@@ -138,11 +138,18 @@ def test_repacking_drops_stale_index_files(tmp_path: Path):
 def test_a_stale_index_file_is_caught_not_trusted(packed: Path, tmp_path: Path):
     import shutil
 
-    from shardpack.errors import RecordError
-
     out = Path(shutil.copytree(packed, tmp_path / "copy"))
     idx = sorted((out / "idx").glob("*.idx"))[0]
-    offset, size = idx.read_text().splitlines()[1].split()
-    idx.write_text(f"0 1\n{int(offset) + 3} {size}\n")  # offsets that point between records
-    with pytest.raises(RecordError, match="the index file is stale"):
+    lines = idx.read_text().splitlines()
+    offset, size = lines[1].split()
+    # offsets that point between records: refused when the file is read, before any record
+    idx.write_text(f"0 1\n{int(offset) + 3} {size}\n")
+    with pytest.raises(IndexFormatError, match=r"line 1: .* rewrite it with write_index_files"):
+        read_record(out, "train", 1)
+    # a record of the right size that starts elsewhere: caught by its header's CRC
+    second = [int(v) for v in lines[1].split()]
+    first = int(lines[0].split()[1])
+    swapped = [f"0 {second[1]}", f"{second[1]} {first}", *lines[2:]]
+    idx.write_text("".join(f"{line}\n" for line in swapped))
+    with pytest.raises(ShardpackError, match="the index file is stale"):
         read_record(out, "train", 1)

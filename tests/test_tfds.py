@@ -48,3 +48,20 @@ def test_cifar100_coarse_labels_have_names(tmp_path: Path):
     assert builder.info.splits["test"].num_examples == 10
     for record in tfds.as_numpy(builder.as_dataset(split="train").take(5)):
         assert record["coarse_label"] == record["label"] // 5
+
+
+def test_gzip_shards_get_no_tfds_metadata_because_tfds_cannot_read_them(tmp_path: Path):
+    import json
+
+    from shardpack.tfdsmeta import write_tfds_metadata
+
+    src = make_tree(tmp_path / "src", {"a": 2, "b": 1})
+    out = tmp_path / "out"
+    result = pack(src, out, PackOptions(compression="gzip", workers=1))
+    assert not (out / "dataset_info.json").exists() and not (out / "features.json").exists()
+    assert result.to_json()["tfds_metadata"] is False
+    # Why: written anyway, the metadata makes TFDS read GZIP bytes as plain TFRecords.
+    write_tfds_metadata(str(out), json.loads((out / "index.json").read_text()))
+    builder = tfds.builder_from_directory(str(out))
+    with pytest.raises(Exception, match=r"corrupted record|DataLoss|TFRecord"):
+        list(builder.as_dataset(split="train"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from shardpack.atomic import partial_path
+from shardpack.atomic import TEMP_NAME
 from shardpack.errors import RecordError
 from shardpack.tfrecord import (
     TFRecordWriter,
@@ -251,8 +251,11 @@ def test_writer_result_matches_the_file(tmp_path):
     path = tmp_path / "a.tfrecord"
     writer = _write(path, PAYLOADS)
     data = path.read_bytes()
-    assert writer.result == (len(PAYLOADS), len(data), hashlib.sha256(data).hexdigest())
+    assert writer.result[:3] == (len(PAYLOADS), len(data), hashlib.sha256(data).hexdigest())
     assert data == b"".join(frame(p) for p in PAYLOADS)
+    # Each record's offset, as the writer saw it: where the reader finds that record.
+    assert writer.result.offsets == tuple(offset for offset, _ in iter_records(path))
+    assert writer.result.offsets == tuple(_offsets(PAYLOADS))
 
 
 def test_writer_file_appears_only_on_clean_exit(tmp_path):
@@ -260,13 +263,10 @@ def test_writer_file_appears_only_on_clean_exit(tmp_path):
     with TFRecordWriter(path) as writer:
         writer.write(b"one")
         assert not path.exists()
-        assert Path(partial_path(str(path))).exists()
+        assert TEMP_NAME.fullmatch(Path(writer.tmp_path).name)  # hidden, beside the file
+        assert Path(writer.tmp_path).parent == tmp_path and Path(writer.tmp_path).exists()
     assert path.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tfrecord"]
-
-
-def test_partial_path_is_hidden_and_beside_the_file(tmp_path):
-    assert partial_path(str(tmp_path / "x.tfrecord")) == str(tmp_path / ".x.tfrecord.partial")
 
 
 @pytest.mark.parametrize("compression", ["none", "gzip"])
@@ -299,7 +299,7 @@ def test_empty_writer_gives_an_empty_file(tmp_path):
     path = tmp_path / "a.tfrecord"
     writer = _write(path, [])
     assert path.read_bytes() == b""
-    assert writer.result == (0, 0, hashlib.sha256(b"").hexdigest())
+    assert writer.result == (0, 0, hashlib.sha256(b"").hexdigest(), ())
     assert list(iter_records(path)) == []
 
 
@@ -310,7 +310,7 @@ def test_gzip_output_is_read_by_tensorflow_and_deterministic(tmp_path):
     assert a.read_bytes() == b.read_bytes()
     assert ra.result == rb.result
     data = a.read_bytes()
-    assert ra.result == (len(PAYLOADS), len(data), hashlib.sha256(data).hexdigest())
+    assert ra.result[:3] == (len(PAYLOADS), len(data), hashlib.sha256(data).hexdigest())
     assert data[:2] == b"\x1f\x8b"
     # Two writes a second apart would differ unless the header holds no time and no file name.
     assert data[3] == 0  # FLG: no FNAME, no FEXTRA, no FCOMMENT

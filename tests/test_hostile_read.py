@@ -1,0 +1,223 @@
+"""What the readers withstand: shards written byte by byte whose records pass their CRCs but
+lie, index files that lie, records that claim more than they hold. Each ends in a one-line
+error (exit 2 from the CLI) or a verify FAULT, never a traceback, in bounded memory."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import shardpack
+from shardpack.errors import IndexFormatError, RecordError
+from shardpack.tfrecord import encode_example, frame, masked_crc
+from tests.helpers import image, packed_tree, write_image
+
+SHARD = "x-train.tfrecord-00000-of-00001"
+
+
+def _png() -> bytes:
+    import cv2
+
+    return cv2.imencode(".png", image(0))[1].tobytes()
+
+
+def _good(**changes) -> dict:
+    features = {"image": _png(), "label": 1, "height": 24, "width": 32, "channels": 3,
+                "format": b"png", "key": b"b/good.png"}  # fmt: skip
+    features.update(changes)
+    return {k: v for k, v in features.items() if v is not None}
+
+
+# A version-1 index (still read): each feature's kind alone.
+V1_FEATURES = {"image": "bytes", "label": "int64", "height": "int64", "width": "int64",
+               "channels": "int64", "format": "bytes", "key": "bytes"}  # fmt: skip
+
+
+def _out(tmp_path: Path, shard: bytes, num_records: int = 1, compression: str = "none") -> Path:
+    """OUT holding one shard of these bytes and an index.json that vouches for them."""
+    out = tmp_path / "out"
+    out.mkdir(parents=True)
+    (out / SHARD).write_bytes(shard)
+    split = {"num_records": num_records, "class_counts": [0, num_records], "shards": [
+        {"file": SHARD, "num_records": num_records, "num_bytes": len(shard),
+         "sha256": hashlib.sha256(shard).hexdigest()}]}  # fmt: skip
+    index = {"format": "shardpack-index", "version": 1, "name": "x", "source": "folder",
+             "classes": ["a", "b"], "features": V1_FEATURES, "encoding": "png",
+             "compression": compression, "splits": {"train": split}}  # fmt: skip
+    (out / "index.json").write_text(json.dumps(index))
+    return out
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def _one_line_error(done: subprocess.CompletedProcess, *words: str) -> None:
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert all(w in done.stderr for w in words), done.stderr
+
+
+LIARS = {
+    "not an Example": b"\x0a\x05\x0a\x03abc-this is not a protobuf message",
+    "int64 key": encode_example(_good(key=7)),
+    "label out of range": encode_example(_good(label=12)),
+    "non-UTF-8 format": encode_example(_good(format=b"\xff\xfe")),
+    "missing label": encode_example(_good(label=None)),
+}
+FAULTS = {
+    "not an Example": "not a tf.train.Example",
+    "int64 key": "feature 'key'",
+    "label out of range": "label 12 outside the 2 classes",
+    "non-UTF-8 format": "format b'\\xff\\xfe' is not one of",
+    "missing label": "feature 'label' missing",
+}
+
+
+@pytest.mark.parametrize("liar", sorted(LIARS))
+def test_a_record_that_passes_its_crc_but_lies(tmp_path: Path, liar: str):
+    out = _out(tmp_path, frame(LIARS[liar]))
+    report = shardpack.verify(out, decode=True)  # was OK for the int64 key; a traceback for
+    assert not report.ok  # the non-UTF-8 format
+    assert [f.offset for f in report.faults] == [0] and FAULTS[liar] in report.faults[0].reason
+    for read in (
+        lambda: list(shardpack.iter_examples(out)),
+        lambda: shardpack.describe(out),
+        lambda: shardpack.read_record(out, "train", 0),
+        lambda: shardpack.make_preview(out, tmp_path / "p.png"),
+    ):
+        with pytest.raises(RecordError, match=f"{SHARD} at byte 0: .*{re.escape(FAULTS[liar])}"):
+            read()
+
+
+@pytest.mark.parametrize("command", ["inspect", "preview"])
+def test_the_cli_says_one_line_for_a_lying_record(tmp_path: Path, command: str):
+    out = _out(tmp_path, frame(LIARS["label out of range"]))
+    args = [command, str(out)] + (
+        ["--out", str(tmp_path / "p.png")] if command == "preview" else []
+    )
+    _one_line_error(_cli(*args), SHARD, "label 12 outside the 2 classes")
+
+
+def test_verify_cli_reports_an_int64_key_as_a_fault(tmp_path: Path):
+    done = _cli("verify", str(_out(tmp_path, frame(LIARS["int64 key"]))))
+    assert done.returncode == 1 and "FAULT" in done.stderr and "feature 'key'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_bytes_value_that_is_a_huge_varint_allocates_nothing(tmp_path: Path):
+    # bytes_list { value: <varint 2**40> }: bytes(2**40) would try to allocate a terabyte
+    bad = encode_example(_good()).replace(b"\x0a\x03png", b"\x08\x80\x80\x80\x80\x80\x20")
+    out = _out(tmp_path, frame(bad))
+    assert "not a tf.train.Example" in shardpack.verify(out).faults[0].reason
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory) -> Path:
+    return packed_tree(tmp_path_factory.mktemp("idx"), {"a": 3}, workers=1, index_files=True)
+
+
+@pytest.mark.parametrize("line", ["-5 100", "0 99999999999999", "0 100 7", "zero hundred",
+                                  "0x10 20", "", "9" * 70])  # fmt: skip
+def test_read_record_refuses_a_lying_index_file_line(indexed: Path, tmp_path: Path, line: str):
+    import shutil
+
+    out = Path(shutil.copytree(indexed, tmp_path / "copy"))
+    idx = next((out / "idx").glob("*.idx"))
+    idx.write_text(f"{line}\n" + "".join(idx.read_text().splitlines(True)[1:]))
+    with pytest.raises(IndexFormatError, match=r"\.idx: line 1: .*write_index_files"):
+        shardpack.read_record(out, "train", 2)
+    code = "import sys, shardpack; shardpack.read_record(sys.argv[1], 'train', 2)"
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True)
+    assert done.returncode == 1 and "IndexFormatError" in done.stderr.splitlines()[-1]
+
+
+def test_a_gzip_record_of_128_mib_is_held_once(tmp_path: Path):
+    """127 KB of GZIP whose one record holds 128 MiB: reading it peaked at 270 MiB more."""
+    length = struct.pack("<Q", 128 * 2**20)
+    body = length + struct.pack("<I", masked_crc(length)) + bytes(128 * 2**20 + 4)
+    shard = gzip.compress(body, 9)
+    assert len(shard) < 128 * 2**10  # 128 MiB of zeros and a CRC of zeros
+    out = _out(tmp_path, shard, compression="gzip")
+    code = (
+        "import resource, sys, shardpack, shardpack.read\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:\n    list(shardpack.iter_examples(sys.argv[1]))\n"
+        "except shardpack.RecordError as e:\n    reason = e.reason\n"
+        "grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before\n"
+        "print(grew // 1024, reason)"
+    )  # the peak after the imports may grow only by what is read
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    grew_mib, reason = done.stdout.split(maxsplit=1)
+    assert int(grew_mib) < 160 and "data CRC mismatch" in reason  # the record, held once
+
+
+def test_a_record_over_the_cap_is_refused_before_it_is_read(tmp_path: Path):
+    data = encode_example(_good())
+    out = _out(tmp_path, gzip.compress(frame(data)), compression="gzip")
+    from shardpack.tfrecord import iter_records
+
+    path = str(out / SHARD)
+    assert [d for _, d in iter_records(path, "gzip")] == [data]
+    with pytest.raises(RecordError, match="over the limit of 100"):
+        list(iter_records(path, "gzip", max_record_bytes=100))
+
+
+def test_the_pixel_limit_holds_when_reading(tmp_path: Path):
+    out = _out(tmp_path, frame(encode_example(_good())))  # a 32x24 image: 768 pixels
+    assert len(list(shardpack.iter_examples(out, decode=True, max_pixels=768))) == 1
+    with pytest.raises(RecordError, match="32x24 pixels is over max_pixels 767"):
+        list(shardpack.iter_examples(out, decode=True, max_pixels=767))
+    assert "over max_pixels 767" in shardpack.verify(out, True, max_pixels=767).faults[0].reason
+    raw = _good(image=b"\0" * (24 * 32 * 3), format=b"raw")
+    out = _out(tmp_path / "raw", frame(encode_example(raw)))
+    with pytest.raises(RecordError, match="over max_pixels 767"):
+        list(shardpack.iter_examples(out, decode=True, max_pixels=767))
+
+
+def test_a_raw_record_whose_fields_disagree_with_its_bytes(tmp_path: Path):
+    raw = _good(image=b"\0" * 100, format=b"raw")
+    out = _out(tmp_path, frame(encode_example(raw)))
+    with pytest.raises(RecordError, match="raw image of 100 bytes, fields say 24x32x3"):
+        list(shardpack.iter_examples(out, decode=True))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
+    import os
+
+    out = _out(tmp_path, frame(encode_example(_good())))
+    target = tmp_path / "elsewhere"
+    target.write_bytes((out / SHARD).read_bytes())
+    (out / SHARD).unlink()
+    if kind == "fifo":
+        os.mkfifo(out / SHARD)
+    else:
+        (out / SHARD).symlink_to(target)
+    with pytest.raises(RecordError, match="cannot open"):
+        list(shardpack.iter_examples(out))  # a FIFO blocked here forever
+    (fault,) = shardpack.verify(out).faults
+    assert fault.reason == "not a regular file (a link or special file)"
+
+
+def test_inspect_escapes_names_with_control_characters(tmp_path: Path):
+    src = tmp_path / "src"
+    # pack refuses such class names; a file name can still carry them into the keys
+    write_image(src / "plain" / "new\nline img\x1b[31m.png", image(1))
+    write_image(src / "plain" / "a.png", image(2))
+    out = tmp_path / "out"
+    shardpack.pack(src, out, shardpack.PackOptions(workers=1))
+    done = _cli("inspect", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "new\\nline img\\x1b[31m.png" in done.stdout
+    assert "\x1b" not in done.stdout and "new\nline" not in done.stdout
