@@ -270,7 +270,7 @@ def _jsonl_records(path: str, f: BinaryIO) -> Iterator[tuple[int, dict | str]]:
         if not text.strip():
             continue
         try:
-            record = json.loads(text, parse_int=_json_int)
+            record = _JSON.decode(text)
         except (ValueError, RecursionError) as e:
             why = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
             raise SourceError(
@@ -291,6 +291,9 @@ class _HugeInt(int):
 
 def _json_int(text: str) -> int:
     return int(text) if len(text) <= 20 else _HugeInt(0)
+
+
+_JSON = json.JSONDecoder(parse_int=_json_int)
 
 
 def _parquet_records(path: str, f: BinaryIO) -> Iterator[tuple[int, dict | str]]:
@@ -431,13 +434,21 @@ def _kind(value, csv_text: bool):
 
 def _csv_kind(cell: str):
     """A CSV cell's kind by its spelling, in JSON's grammar (plus Python's nan/inf, True)."""
-    if _CSV_INT.match(cell):
-        return "int" if len(cell) <= 20 and _INT64[0] <= int(cell) <= _INT64[1] else _HUGE
-    if _CSV_FLOAT.match(cell):
-        return _float_kind(float(cell))
-    if cell.lower() in _CSV_BOOLS:
-        return "bool"
+    if cell[0] in _NUMBER_STARTS:
+        if _CSV_INT.match(cell):
+            return "int" if len(cell) <= 20 and _INT64[0] <= int(cell) <= _INT64[1] else _HUGE
+        if _CSV_FLOAT.match(cell):
+            return _float_kind(float(cell))
+    elif len(cell) <= 9:  # a word: only these few short ones are not text
+        lowered = cell.lower()
+        if lowered in _CSV_BOOLS:
+            return "bool"
+        if lowered in ("nan", "inf", "infinity"):
+            return "float"
     return "text"
+
+
+_NUMBER_STARTS = frozenset("-0123456789")
 
 
 def _is_bad(kind) -> bool:
@@ -465,7 +476,7 @@ def _value_kind(value):
         return _float_kind(value)
     if t is list:
         return _list_kind(value)
-    return ("bad", f"a JSON {t.__name__}" if t is dict else f"a {t.__name__}")
+    return ("bad", "a JSON object" if t is dict else f"a {t.__name__}")
 
 
 def _list_kind(values: list):
@@ -483,13 +494,15 @@ def _list_kind(values: list):
 
 
 def _item_kind(value):
+    """The kind of one element of a list: a number, text, a (nested) list, or bad."""
     t = type(value)
     if t is list:
         return "list"
+    if t is str:
+        return "text" if len(value) <= MAX_TEXT_CHARS else _kind(value, csv_text=False)
     if value is None:
         return ("bad", "a list holding null")
-    kind = _kind(value, csv_text=False)
-    return kind if kind in _NUMBER_KINDS or kind == "text" or _is_bad(kind) else ("bad", "a list")
+    return _value_kind(value)  # a number, or bad (an object)
 
 
 def _grid_kind(rows: list[list]):
@@ -700,6 +713,8 @@ def _one_label(value, label: _LabelType, csv_text: bool):
 
 def _value(name: str, value, feature: Feature, csv_text: bool):
     """One extra value converted to the column's type, or _Bad."""
+    if csv_text and feature.text and len(value) <= MAX_TEXT_CHARS:
+        return value  # in CSV any cell is text (and an empty one "")
     kind = _kind(value, csv_text)
     if kind is None:
         if feature.text and not feature.shape:
@@ -710,8 +725,6 @@ def _value(name: str, value, feature: Feature, csv_text: bool):
         raise _Bad(f"no value in column {name!r}")
     if _is_bad(kind):
         raise _Bad(f"column {name!r} holds {kind[1]}")
-    if csv_text and feature.text:
-        return value  # in CSV any cell is text
     if not _fits(kind, feature):
         raise _Bad(
             f"column {name!r} holds {_describe_type(feature)}, got {_describe(value)}; "

@@ -240,6 +240,28 @@ def test_bad_jsonl_rows_name_their_line(tmp_path):
     assert m.bad[3].path == "b.jpg"
 
 
+def test_lists_that_no_column_can_hold_are_bad_rows(tmp_path):
+    rows = [
+        {"path": "a.jpg", "tags": [1, 2], "notes": ["", "x"]},
+        {"path": "b.jpg", "tags": [1, "a"], "notes": []},
+        {"path": "c.jpg", "tags": [None], "notes": []},
+        {"path": "d.jpg", "tags": [{"a": 1}], "notes": []},
+        {"path": "e.jpg", "tags": [], "notes": ["y", 3]},
+    ]
+    m = read_manifest(write_jsonl(tmp_path / "t.jsonl", rows))
+    assert m.columns == {
+        "notes": Feature("bytes", (-1,), text=True),
+        "tags": Feature("int64", (-1,)),
+    }
+    assert m.fields(m.rows[0])["notes"] == ("", "x")
+    assert reasons(m) == {
+        2: "t.jsonl line 2: column 'tags' holds a list mixing int and text",
+        3: "t.jsonl line 3: column 'tags' holds a list holding null",
+        4: "t.jsonl line 4: column 'tags' holds a JSON object",
+        5: "t.jsonl line 5: column 'notes' holds a list mixing int and text",
+    }
+
+
 def test_bad_parquet_rows_name_their_row_across_row_groups(tmp_path):
     rows = [{"path": f"{i}.jpg", "label": i % 3} for i in range(10)]
     rows[7]["path"] = None
