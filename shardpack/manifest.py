@@ -30,6 +30,7 @@ Typing rules that make the same table give the same rows in every format:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import errno
 import json
 import os
@@ -38,7 +39,6 @@ import stat
 import struct
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple
 
 import numpy as np
@@ -75,7 +75,7 @@ _CSV_BOOLS = {"true": True, "false": False}
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9_]+\Z")  # shard file names are {name}-{split}.tfrecord-...
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class LabelInfo:
     """What the `label` column holds, for mapping labels to class indices."""
 
@@ -102,7 +102,7 @@ class BadRow(NamedTuple):
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Manifest:
     """A manifest's rows with their typed columns."""
 
@@ -166,10 +166,10 @@ def read_manifest(
             f"{os.path.abspath(os.fspath(src))}: no such manifest; pass a .csv, .tsv, .jsonl "
             f"or .parquet file, or a folder holding one of {', '.join(METADATA_FILES)}"
         )
-    kind = path.lower().rpartition(".")[2]
-    csv_text = kind in ("csv", "tsv")  # every value is a text cell, typed by its spelling
+    suffix = path.lower().rpartition(".")[2]
+    csv_text = suffix in ("csv", "tsv")  # every value is a text cell, typed by its spelling
     with _open(path) as f:
-        records = _reader(path, kind, f)
+        records = _reader(path, suffix, f)
         names, counts = _survey(records(), path, csv_text)
         layout = _Layout.of(path, names, path_column)
         columns = {n: _infer(counts[n], csv_text) for n in layout.extras}
@@ -181,7 +181,7 @@ def read_manifest(
         root=os.path.abspath(base),
         path_column=layout.path,
         columns=columns,
-        label=None if label is None else LabelInfo(label.dtype_name, label.multi, label_values),
+        label=None if label is None else dataclasses.replace(label, values=label_values),
         has_split=layout.has_split,
         rows=rows,
         bad=bad,
@@ -363,7 +363,7 @@ def _check_names(path: str, names: list[str]) -> None:
 # ---- which column is what --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Layout:
     path: str
     labelled: bool
@@ -586,17 +586,7 @@ def _infer(counts: Counter, csv_text: bool) -> Feature:
     return Feature(dtype, (-1, family[1]))
 
 
-@dataclass(frozen=True)
-class _LabelType:
-    integers: bool
-    multi: bool
-
-    @property
-    def dtype_name(self) -> str:
-        return "integers" if self.integers else "names"
-
-
-def _infer_label(counts: Counter, csv_text: bool) -> _LabelType:
+def _infer_label(counts: Counter, csv_text: bool) -> LabelInfo:
     """Single or multi label (the kind most rows hold), of class names or integers.
 
     In CSV a label spelled as anything but an integer makes the column's labels names.
@@ -605,43 +595,53 @@ def _infer_label(counts: Counter, csv_text: bool) -> _LabelType:
     lists = sum(n for k, n in counts.items() if isinstance(k, tuple) and k[0] == "list")
     multi = lists > scalars
     if multi:
-        return _LabelType(counts[("list", "int")] > counts[("list", "text")], True)
+        return _label_info(counts[("list", "int")] > counts[("list", "text")], multi)
     ints = counts["int"]
     names = sum(n for k, n in counts.items() if k in ("text", "float", "bool"))
     if csv_text:
-        return _LabelType(names == 0 and ints > 0, False)
-    return _LabelType(ints > counts["text"], False)
+        return _label_info(names == 0 and ints > 0, multi)
+    return _label_info(ints > counts["text"], multi)
+
+
+def _label_info(integers: bool, multi: bool) -> LabelInfo:
+    return LabelInfo("integers" if integers else "names", multi, ())  # values: by _convert
 
 
 # ---- second pass: converting rows ------------------------------------------------------------
 
 
-def _convert(records, path, layout, columns, label, csv_text):
+def _convert(
+    records: Iterator[tuple[int, dict | str]],
+    path: str,
+    layout: _Layout,
+    columns: dict[str, Feature],
+    label: LabelInfo | None,
+    csv_text: bool,
+) -> tuple[list[Row], list[BadRow], tuple]:
+    """Second pass: each row checked and converted, or a BadRow; and the labels seen."""
     rows: list[Row] = []
     bad: list[BadRow] = []
     seen: dict[str, int] = {}  # path -> first line, to refuse an image listed twice
     interned: dict[str, str] = {}  # split and class names, shared by every row that holds them
     labels: set = set()
     unit = "row" if path.lower().endswith(".parquet") else "line"
+    name = os.path.basename(path)
     for line, record in records:
-        where = f"{os.path.basename(path)} {unit} {line}"
         if isinstance(record, str):
-            bad.append(BadRow(line, "", f"{where}: {record}"))
+            bad.append(BadRow(line, "", f"{name} {unit} {line}: {record}"))
             continue
         try:
             image = _image_path(record.get(layout.path), layout.path)
             value = None if label is None else _label(record.get(LABEL), label, csv_text)
             split = _split(record.get(SPLIT)) if layout.has_split else None
-            values = tuple(
-                _value(name, record.get(name), columns[name], csv_text) for name in columns
-            )
+            values = tuple(_value(c, record.get(c), f, csv_text) for c, f in columns.items())
             first = seen.setdefault(image, line)
             if first != line:
                 raise _Bad(f"the same image as {unit} {first}")
         except _Bad as e:
             raw = record.get(layout.path)
             shown = raw if isinstance(raw, str) and len(raw) <= MAX_TEXT_CHARS else ""
-            bad.append(BadRow(line, shown, f"{where}: {e}"))
+            bad.append(BadRow(line, shown, f"{name} {unit} {line}: {e}"))
             continue
         if label is not None:
             if label.multi:
@@ -685,7 +685,7 @@ def _split(value) -> str:
     return value
 
 
-def _label(value, label: _LabelType, csv_text: bool):
+def _label(value, label: LabelInfo, csv_text: bool):
     if value is None or value == "":
         if label.multi:
             return ()
@@ -697,17 +697,18 @@ def _label(value, label: _LabelType, csv_text: bool):
     return _one_label(value, label, csv_text)
 
 
-def _one_label(value, label: _LabelType, csv_text: bool):
+def _one_label(value, label: LabelInfo, csv_text: bool):
     kind = _kind(value, csv_text)
     if _is_bad(kind):
         raise _Bad(f"column 'label' holds {kind[1]}")
-    if label.integers and kind == "int":
+    integers = label.kind == "integers"
+    if integers and kind == "int":
         if int(value) < 0:
             raise _Bad(f"label {value} is negative; integer labels count classes from 0")
         return int(value)
-    if not label.integers and (kind == "text" or (csv_text and kind is not None)):
+    if not integers and (kind == "text" or (csv_text and kind is not None)):
         return value  # in CSV a cell spelled like a number is a name in a column of names
-    want = "an integer" if label.integers else "a class name"
+    want = "an integer" if integers else "a class name"
     raise _Bad(f"label {_describe(value)} is not {want}, as the column's other labels")
 
 
