@@ -61,7 +61,7 @@ MAX_TEXT_CHARS = 131_072
 # Parquet is read one row group at a time; refuse a row group that would take more memory than
 # any sane manifest needs at once (pyarrow writes 1M-row groups by default: ~100 MB here).
 MAX_ROW_GROUP_BYTES = 1 << 30
-PARQUET_BATCH_ROWS = 65_536  # rows converted to Python values at once
+PARQUET_BATCH_ROWS = 16_384  # rows converted to Python objects at once: a bounded transient
 
 _INT64 = (-(2**63), 2**63 - 1)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -298,6 +298,7 @@ _JSON = json.JSONDecoder(parse_int=_json_int)
 
 def _parquet_records(path: str, f: BinaryIO) -> Iterator[tuple[int, dict | str]]:
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise SourceError(
@@ -326,6 +327,8 @@ def _parquet_records(path: str, f: BinaryIO) -> Iterator[tuple[int, dict | str]]
             for values in zip(*(c.to_pylist() for c in batch.columns), strict=True):
                 yield row, dict(zip(names, values, strict=True))
                 row += 1
+        # Arrow's allocator keeps the pages it freed; hand them back before the packer forks.
+        pa.default_memory_pool().release_unused()
     except SourceError:
         raise
     except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
