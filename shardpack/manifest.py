@@ -209,16 +209,16 @@ def _open(path: str) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _reader(path: str, kind: str, f: BinaryIO):
+def _reader(path: str, suffix: str, f: BinaryIO):
     """A function that (re)reads the file from the start, yielding (line, record or problem)."""
 
     def records() -> Iterator[tuple[int, dict | str]]:
         f.seek(0)
-        if kind == "parquet":
+        if suffix == "parquet":
             return _parquet_records(path, f)
-        if kind == "jsonl":
+        if suffix == "jsonl":
             return _jsonl_records(path, f)
-        return _csv_records(path, f, "\t" if kind == "tsv" else ",")
+        return _csv_records(path, f, "\t" if suffix == "tsv" else ",")
 
     return records
 
@@ -375,6 +375,7 @@ class _Layout:
 
     @classmethod
     def of(cls, manifest: str, names: list[str], path_column: str | None) -> _Layout:
+        _check_names(manifest, names)  # JSONL's keys: CSV and Parquet headers are checked first
         found = ", ".join(names) or "none"
         if path_column is not None:
             if path_column not in names:

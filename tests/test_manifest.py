@@ -294,36 +294,42 @@ def test_a_manifest_without_one_image_column_or_with_a_built_in_name_is_refused(
             read_manifest(path)
 
 
-def test_unreadable_manifests_raise_one_line_naming_the_problem(tmp_path):
-    (tmp_path / "t.xlsx").write_bytes(b"PK")
-    with pytest.raises(SourceError, match=r"t\.xlsx: is a file of unknown kind"):
-        read_manifest(tmp_path / "t.xlsx")
-    (tmp_path / "t.jsonl").write_text('{"path": "a.jpg"}\n{"path": "b.jpg",\n', "utf-8")
-    with pytest.raises(SourceError, match=r"t\.jsonl line 2: not valid JSON"):
-        read_manifest(tmp_path / "t.jsonl")
-    (tmp_path / "t.jsonl").write_text('{"path": "a.jpg"}\n["b.jpg"]\n', "utf-8")
-    with pytest.raises(SourceError, match=r"line 2: holds a JSON list, not an object"):
-        read_manifest(tmp_path / "t.jsonl")
-    (tmp_path / "t.csv").write_text("", "utf-8")
-    with pytest.raises(SourceError, match=r"t\.csv: is empty"):
-        read_manifest(tmp_path / "t.csv")
-    (tmp_path / "h.csv").write_text("path,label\n", "utf-8")
-    with pytest.raises(SourceError, match=r"h\.csv: holds no rows"):
-        read_manifest(tmp_path / "h.csv")
-    (tmp_path / "d.csv").write_text("path,label,path\na,b,c\n", "utf-8")
-    with pytest.raises(SourceError, match=r"empty or repeated name"):
-        read_manifest(tmp_path / "d.csv")
-    (tmp_path / "x.parquet").write_bytes(b"PAR1 not really")
-    with pytest.raises(SourceError, match=r"x\.parquet: not a readable Parquet file"):
-        read_manifest(tmp_path / "x.parquet")
-    pq.write_table(pa.table({"path": ["a"], "blob": [b"\x00"]}), tmp_path / "b.parquet")
-    with pytest.raises(SourceError, match=r"column 'blob' is of Parquet type binary"):
-        read_manifest(tmp_path / "b.parquet")
-    (tmp_path / "two").mkdir()
-    write_jsonl(tmp_path / "two" / "metadata.jsonl", [{"path": "a"}])
-    write_csv(tmp_path / "two" / "metadata.csv", [{"path": "a"}])
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("t.xlsx", b"PK", r"t\.xlsx: is a file of unknown kind; pass a folder of images, or a"),
+        ("t.jsonl", b'{"path": "a.jpg"}\n{"path": "b",\n', r"t\.jsonl line 2: not valid JSON"),
+        ("t.jsonl", b'{"path": "a.jpg"}\n["b.jpg"]\n', r"line 2: holds a JSON list, not an object"),
+        ("t.csv", b"", r"t\.csv: is empty; the first line must name the columns"),
+        ("t.csv", b"path,label\n", r"t\.csv: holds no rows"),
+        ("t.csv", b"path,label,path\na,b,c\n", r"\['path', 'label', 'path'\] include an empty or"),
+        ("t.jsonl", b'{"path": "a.jpg", "": 1}\n', r"include an empty or repeated name"),
+        ("t.parquet", b"PAR1 not really", r"t\.parquet: not a readable Parquet file"),
+        (
+            "t.parquet",
+            _parquet_bytes(pa.table({"path": ["a"], "blob": [b"\x00"]})),
+            r"column 'blob' is of Parquet type binary; shardpack reads numbers",
+        ),
+    ],
+)
+def test_unreadable_manifests_raise_one_line_naming_the_problem(tmp_path, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(SourceError, match=message) as caught:
+        read_manifest(tmp_path / name)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_folder_with_two_metadata_files_is_refused(tmp_path):
+    write_jsonl(tmp_path / "metadata.jsonl", [{"path": "a"}])
+    write_csv(tmp_path / "metadata.csv", [{"path": "a"}])
     with pytest.raises(SourceError, match=r"holds metadata\.csv and metadata\.jsonl; keep one"):
-        read_manifest(tmp_path / "two")
+        read_manifest(tmp_path)
 
 
 def test_without_pyarrow_a_parquet_manifest_says_which_extra_to_install(tmp_path):
