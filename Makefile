@@ -1,31 +1,40 @@
 # Everything shardpack needs is installed here, into .venv; nothing relies on what is on the machine.
+# Two stamps: `make demo` installs the runtime only; `make test` (and lint, bench) adds the test
+# extras (TensorFlow, TFDS, DALI, Dask: a few GB).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUNTIME := $(VENV)/.installed-runtime
+TESTDEPS := $(VENV)/.installed-test
 
-.PHONY: install demo test bench lint clean
+.PHONY: install install-test demo test bench lint clean
 
-install: $(STAMP)
+install: $(RUNTIME)
 
-$(STAMP): pyproject.toml
+install-test: $(TESTDEPS)
+
+$(RUNTIME): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
 
-demo: install
+$(TESTDEPS): $(RUNTIME)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(RUNTIME)
 	$(BIN)/shardpack demo demo-out
 	$(BIN)/shardpack verify demo-out/shards
 
-test: install
+test: $(TESTDEPS)
 	$(BIN)/python -m pytest -q
 
-bench: install
+bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.read_speed
 
-lint: install
+lint: $(TESTDEPS)
 	$(BIN)/ruff check shardpack tests benchmarks
 	$(BIN)/ruff format --check shardpack tests benchmarks
 
