@@ -59,7 +59,8 @@ MAX_LINE_BYTES = 1 << 20
 # csv module's own field limit, so a CSV cell beyond it stops the read as a malformed file.
 MAX_TEXT_CHARS = 131_072
 # Parquet is read one row group at a time; refuse a row group that would take more memory than
-# any sane manifest needs at once (pyarrow writes 1M-row groups by default: ~100 MB here).
+# any sane manifest needs at once (pyarrow writes up to 1M rows a group by default; the 1M-row
+# table of benchmarks/manifest_scale.py is 67 MB uncompressed).
 MAX_ROW_GROUP_BYTES = 1 << 30
 PARQUET_BATCH_ROWS = 16_384  # rows converted to Python objects at once: a bounded transient
 
