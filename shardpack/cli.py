@@ -258,7 +258,11 @@ _WORKERS = Annotated[
 @app.command(cls=_Command)
 def pack(
     src: Annotated[
-        Path, typer.Argument(metavar="SRC", help="Class-folder tree or folder of CIFAR batches.")
+        Path,
+        typer.Argument(
+            metavar="SRC",
+            help="Class or split folders, a .csv/.tsv/.jsonl/.parquet manifest, or CIFAR batches.",
+        ),
     ],
     out: Annotated[Path, typer.Argument(metavar="OUT", help="Output folder (created if missing).")],
     source: Annotated[Source, typer.Option(help="Layout of SRC.")] = Source.auto,
@@ -351,13 +355,29 @@ def pack(
             help="Split a one-split source: train=0.9,validation=0.1 (seeded, stratified)."
         ),
     ] = None,
+    path_column: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="NAME",
+            help="A manifest's column of image paths.  [default: "
+            "path, image, file, file_name or filename]",
+        ),
+    ] = None,
+    root: Annotated[
+        Optional[Path],
+        typer.Option(
+            metavar="DIR",
+            help="Folder a manifest's relative image paths are under.  "
+            "[default: the manifest's folder]",
+        ),
+    ] = None,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
 ) -> None:
     """Pack SRC into sharded TFRecords in OUT.
 
-    Scans SRC (class folders or CIFAR batches), shuffles with a seed, writes the shards in
-    parallel, and writes OUT/index.json last.
+    Scans SRC (class folders, split folders, a manifest table or CIFAR batches), shuffles
+    with a seed, writes the shards in parallel, and writes OUT/index.json last.
     """
     with _user_errors():
         options = PackOptions(
@@ -384,6 +404,8 @@ def pack(
             classes=parse_classes(classes) if classes else None,
             split_names=tuple(n.strip() for n in splits.split(",")) if splits else SPLIT_NAMES,
             split=parse_split(split) if split else None,
+            path_column=path_column,
+            root=os.path.abspath(root) if root is not None else None,
         )
         _run_pack(src, out, options, not no_progress, as_json)
 

@@ -26,6 +26,7 @@ _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 _OUTPUT_FIELDS = (
     "name", "source", "shards", "shard_size", "encode", "quality", "max_side", "resize", "check",
     "compression", "seed", "shuffle", "max_pixels", "classes", "split_names", "split",
+    "path_column", "root",
 )  # fmt: skip
 
 
@@ -69,6 +70,9 @@ class PackOptions:
         split_names: first-level folder names that make SRC a split tree (--splits).
         split: (name, fraction) pairs to split a one-split source into (--split), seeded by
             `seed`, stratified by label.
+        path_column: a manifest's column of image paths (--path-column); None finds it.
+        root: the folder a manifest's relative image paths are under (--root); None: the
+            manifest's folder.
     """
 
     name: str | None = None
@@ -94,6 +98,8 @@ class PackOptions:
     classes: tuple[str, ...] | None = None
     split_names: tuple[str, ...] = SPLIT_NAMES
     split: tuple[tuple[str, float], ...] | None = None
+    path_column: str | None = None
+    root: str | None = None
 
     def __post_init__(self) -> None:
         _choice("source", self.source, SOURCE_KINDS)

@@ -16,7 +16,8 @@ from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, inde
 from shardpack.options import PackOptions
 from shardpack.outdir import Journal, locked, prepare
 from shardpack.plan import Plan, ShardResult, ShardSpec, make_plan
-from shardpack.sources import Dataset, cifar_layout, scan, source_root
+from shardpack.sources import Dataset, scan, source_root
+from shardpack.sources.cifar import cifar_layout
 from shardpack.tfdsmeta import write_tfds_metadata
 from shardpack.worker import read_progress, write_shard
 
@@ -254,7 +255,7 @@ def _run(
 
     Closing the generator early (an error, Ctrl-C) makes joblib stop every worker.
     """
-    args = (options, dataset.root, out, dataset.schema)
+    args = (options, dataset.root, out, dataset.schema, dataset.kind)
     if options.backend == "loky" and (workers == 1 or len(specs) <= 1):
         yield from (write_shard(spec, *args) for spec in specs)
         return

@@ -17,7 +17,8 @@ from shardpack.plan import (
     shard_name,
 )
 from shardpack.schema import Feature, Schema
-from shardpack.sources import CIFAR_PIXELS, Dataset, Item, scan
+from shardpack.sources import Dataset, Item, scan
+from shardpack.sources.cifar import CIFAR_PIXELS
 from tests import helpers
 
 

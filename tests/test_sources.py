@@ -1,4 +1,4 @@
-"""sources.py: class-folder scans and CIFAR-10/100 batches (python and binary), on real files."""
+"""sources/: class-folder scans and CIFAR-10/100 batches (python and binary), on real files."""
 
 from __future__ import annotations
 
@@ -15,14 +15,9 @@ import pytest
 
 from shardpack.errors import ShardpackError, SourceError, UnsafePickleError
 from shardpack.options import PackOptions
-from shardpack.sources import (
-    CIFAR_PIXELS,
-    MAX_NAMED_IGNORED,
-    Item,
-    load_cifar_pickle,
-    read_cifar_pixels,
-    scan,
-)
+from shardpack.sources import Item, scan
+from shardpack.sources.cifar import CIFAR_PIXELS, load_cifar_pickle, read_cifar_pixels
+from shardpack.sources.folder import MAX_NAMED_IGNORED
 from tests import helpers
 
 

@@ -1,154 +1,20 @@
-"""Finding items: a folder per class, or CIFAR-10/100 batches (python pickles or binary)."""
+"""The class-folder source: SRC/<class>/**/<image>, one class per first-level folder."""
 
 from __future__ import annotations
 
 import os
 import stat
 import unicodedata
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-import numpy as np
-
-from shardpack import safepickle
 from shardpack.classlist import class_list, labelled
-from shardpack.errors import SourceError
+from shardpack.errors import ImageError, SourceError
 from shardpack.options import PackOptions
-from shardpack.schema import Feature, Schema
-from shardpack.splitting import split_dataset
-from shardpack.srcfiles import RefusedFile, not_regular, read_regular
+from shardpack.schema import Schema
+from shardpack.sources import Dataset, Item
+from shardpack.srcfiles import FileTooLarge, RefusedFile, not_regular, read_regular
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
-CIFAR_PIXELS = 32 * 32 * 3
 _ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")  # what a dataset is downloaded as
-# The largest real CIFAR file (CIFAR-100 train) is 155 MB; refuse what could only be a trap.
-MAX_BATCH_BYTES = 512 * 2**20
-# A class-names file holds 100 short lines.
-MAX_NAMES_BYTES = 2**20
-
-# name -> (split of each batch file, file holding the class names)
-_CIFAR_LAYOUTS = {
-    "cifar10-python": (
-        {**{f"data_batch_{i}": "train" for i in range(1, 6)}, "test_batch": "test"},
-        "batches.meta",
-    ),
-    "cifar100-python": ({"train": "train", "test": "test"}, "meta"),
-    "cifar10-binary": (
-        {**{f"data_batch_{i}.bin": "train" for i in range(1, 6)}, "test_batch.bin": "test"},
-        "batches.meta.txt",
-    ),
-    "cifar100-binary": ({"train.bin": "train", "test.bin": "test"}, "fine_label_names.txt"),
-}
-
-
-# A field's value as a source gives it: a scalar, or a list (flat, or of k-long rows).
-FieldValue = int | float | str | bytes | tuple
-
-
-@dataclass(frozen=True)
-class Item:
-    """One record to write: where its pixels are, its class, and its other feature values."""
-
-    key: str  # unique in the dataset: path relative to SRC, or "<batch>:<record>" for CIFAR
-    label: int | tuple[int, ...] | None  # class index (a tuple for multi-label); None: unlabeled
-    path: str  # file to read, relative to SRC
-    size: int  # bytes on disk (for an image file) or raw pixel bytes (for a CIFAR record)
-    record: int | None = None  # record number inside a CIFAR batch
-    # name -> value of each feature the schema adds beyond the built-ins and `label`
-    fields: Mapping[str, FieldValue] = field(default_factory=dict, hash=False)
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """What a scan found: the feature schema, items per split, and files passed over."""
-
-    kind: str  # "folder", "split-tree" or one of the CIFAR layouts
-    root: str
-    schema: Schema
-    splits: dict[str, tuple[Item, ...]] = field(hash=False)
-    ignored: int = 0
-    ignored_files: tuple[str, ...] = ()  # the first MAX_NAMED_IGNORED of them
-    # (key, reason): special files, unlistable folders, classes not in --classes
-    skipped: tuple[tuple[str, str], ...] = ()
-    warnings: tuple[str, ...] = ()  # for the user, one line each: a class with no images
-
-    @property
-    def classes(self) -> tuple[str, ...]:
-        """The `label` feature's class names."""
-        return self.schema.classes
-
-    @property
-    def num_items(self) -> int:
-        return sum(len(items) for items in self.splits.values())
-
-
-def scan(src: str | os.PathLike, options: PackOptions | None = None) -> Dataset:
-    """List every item under SRC.
-
-    Args:
-        src: a class-folder tree (SRC/<class>/**/<image>), a split tree
-            (SRC/<split>/<class>/**/<image>) or a folder of CIFAR batches.
-        options: the source layout ("auto" tells them apart by the files present), the
-            pinned class list, split names and fractions, and the on-error policy.
-
-    Raises:
-        SourceError: SRC is missing, empty, or not of the layout asked for.
-    """
-    from shardpack import splittree  # a source built on this module's class-folder listing
-
-    options = options or PackOptions()
-    root = source_root(src)
-    layout = cifar_layout(root, options.source)
-    if layout is not None:
-        if options.classes is not None:
-            raise SourceError(f"{root}: CIFAR brings its own class list; drop --classes")
-        dataset = _scan_cifar(root, layout)
-    elif options.source == "auto" and splittree.is_split_tree(root, options.split_names):
-        dataset = splittree.scan_split_tree(root, options)
-    else:
-        dataset = _scan_folder(root, options)
-    return dataset if options.split is None else split_dataset(dataset, options.split, options.seed)
-
-
-def cifar_layout(root: str, source: str = "auto") -> str | None:
-    """Which CIFAR layout SRC holds (by its file names alone), or None for a class-folder tree.
-
-    Raises:
-        SourceError: source is "cifar" and no CIFAR batches are there.
-    """
-    layout = None if source == "folder" else _cifar_layout(root)
-    if source == "cifar" and layout is None:
-        raise SourceError(
-            f"{root}: no CIFAR batches found; expected data_batch_1..5 and test_batch with "
-            "batches.meta (CIFAR-10), train/test with meta (CIFAR-100), or their .bin versions"
-        )
-    return layout
-
-
-def source_root(src: str | os.PathLike) -> str:
-    """SRC as an absolute path, or a SourceError if it is not an existing folder."""
-    root = os.path.abspath(os.fspath(src))
-    if not os.path.exists(root):
-        raise SourceError(f"{root}: no such folder; pass the folder that holds your images")
-    if not os.path.isdir(root):
-        raise SourceError(f"{root}: is a file, not a folder; {_instead_of_file(root)}")
-    return root
-
-
-def _instead_of_file(path: str) -> str:
-    """What to pass instead of a file given as SRC, judged by its name."""
-    parent = os.path.dirname(path)
-    name = os.path.basename(path)
-    if any(name in batches or name == meta for batches, meta in _CIFAR_LAYOUTS.values()):
-        return f"it is a CIFAR file: pass the folder that holds it, {parent}"
-    if name.endswith(_ARCHIVES):
-        return "it is an archive: extract it (tar xf / unzip), then pass the folder it makes"
-    if _is_image_name(name):
-        return (
-            f"it is an image: pass the folder above its class folder, {os.path.dirname(parent)} "
-            f"(SRC/<class>/<image>, here with {os.path.basename(parent)} as the class)"
-        )
-    return "pass a folder of class folders (SRC/<class>/<image>) or of CIFAR batches"
 
 
 # ---- class folders ---------------------------------------------------------------------------
@@ -170,7 +36,7 @@ def _is_image_name(name: str) -> bool:
     return "." in name and "." + name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS
 
 
-def _check_class_name(name: str, where: str) -> None:
+def check_class_name(name: str, where: str) -> None:
     """Refuse a class name (a folder's, or from a CIFAR meta file at `where`) that is not one
     line of printable text."""
     if any(unicodedata.category(c) in _BAD_NAME_CATEGORIES for c in name):
@@ -217,7 +83,7 @@ class Passed:
         )
 
 
-def _scan_folder(root: str, options: PackOptions) -> Dataset:
+def scan_folder(root: str, options: PackOptions) -> Dataset:
     passed = Passed()
     found_classes, found, empty = list_class_folders(root, passed)
     classes = class_list(found_classes, options.classes)
@@ -246,7 +112,7 @@ def list_class_folders(
         raise SourceError(f"{top}: cannot list ({e.strerror}); check its permissions") from None
     classes = tuple(e.name for e in entries if not _hidden(e.name) and e.is_dir())
     for name in classes:
-        _check_class_name(name, top)
+        check_class_name(name, top)
     for e in entries:
         if not _hidden(e.name) and not e.is_dir():
             passed.ignore(f"{base}/{e.name}" if base else e.name)
@@ -285,8 +151,10 @@ def empty_class_warnings(top: str, empty: list[str], classes: tuple[str, ...]) -
 def _nothing_found(root: str) -> str:
     """What SRC holds instead of class folders with images, and what to pass instead."""
     entries = sorted(os.scandir(root), key=lambda e: e.name)
+    from shardpack.sources import cifar
+
     for e in entries:
-        if e.is_dir() and _cifar_layout(e.path) is not None:
+        if e.is_dir() and cifar.cifar_layout(e.path) is not None:
             return f"{e.path} holds CIFAR batches: pass that folder as SRC"
     archives = [e.name for e in entries if e.name.endswith(_ARCHIVES)]
     if archives:
@@ -348,185 +216,42 @@ def _walk_images(
     return found
 
 
-# ---- CIFAR -----------------------------------------------------------------------------------
+def instead_of_file(path: str) -> str:
+    """What to pass instead of a file given as SRC, judged by its name."""
+    from shardpack.sources import cifar
 
-
-def _cifar_layout(root: str) -> str | None:
-    for name, (batches, meta) in _CIFAR_LAYOUTS.items():
-        present = [b for b in batches if os.path.isfile(os.path.join(root, b))]
-        if present and os.path.isfile(os.path.join(root, meta)):
-            return name
-    return None
-
-
-def _scan_cifar(root: str, layout: str) -> Dataset:
-    batches, meta = _CIFAR_LAYOUTS[layout]
-    binary = layout.endswith("binary")
-    hundred = layout.startswith("cifar100")
-    meta_path = os.path.join(root, meta)
-    if binary:
-        classes = _read_names(meta_path)
-        coarse = _read_names(os.path.join(root, "coarse_label_names.txt")) if hundred else None
-    else:
-        names = load_cifar_pickle(meta_path)
-        classes = _names(names, "fine_label_names" if hundred else "label_names", meta_path)
-        coarse = _names(names, "coarse_label_names", meta_path) if hundred else None
-    splits: dict[str, list[Item]] = {}
-    for batch, split in batches.items():
-        path = os.path.join(root, batch)
-        if not os.path.isfile(path):
-            continue
-        labels, coarse_labels = (
-            _binary_labels(path, hundred) if binary else _pickle_labels(path, hundred)
+    parent = os.path.dirname(path)
+    name = os.path.basename(path)
+    if any(name in batches or name == meta for batches, meta in cifar.LAYOUTS.values()):
+        return f"it is a CIFAR file: pass the folder that holds it, {parent}"
+    if name.endswith(_ARCHIVES):
+        return "it is an archive: extract it (tar xf / unzip), then pass the folder it makes"
+    if _is_image_name(name):
+        return (
+            f"it is an image: pass the folder above its class folder, {os.path.dirname(parent)} "
+            f"(SRC/<class>/<image>, here with {os.path.basename(parent)} as the class)"
         )
-        stem = batch.removesuffix(".bin")
-        _check_range(path, labels, classes, meta)
-        if coarse_labels is not None:
-            _check_range(path, coarse_labels, coarse, "the coarse label names")
-        for i, label in enumerate(labels):
-            splits.setdefault(split, []).append(
-                Item(
-                    key=f"{stem}:{i}",
-                    label=int(label),
-                    path=batch,
-                    size=CIFAR_PIXELS,
-                    record=i,
-                    fields={} if coarse_labels is None else {"coarse_label": int(coarse_labels[i])},
-                )
-            )
-    extra = {} if coarse is None else {"coarse_label": Feature("int64", classes=coarse)}
-    return Dataset(
-        layout,
-        root,
-        Schema.build(classes, extra),
-        {split: tuple(items) for split, items in splits.items()},
-    )
+    return "pass a folder of class folders (SRC/<class>/<image>) or of CIFAR batches"
 
 
-def _read_file(path: str, limit: int, what: str) -> bytes:
-    """A CIFAR file's bytes, read as hostile input (regular files only, bounded)."""
-    try:
-        return read_regular(path, limit)
-    except RefusedFile as e:
-        raise SourceError(f"{path}: {e}; is it {what}?") from None
-    except OSError as e:
-        raise SourceError(f"{path}: cannot read ({e.strerror}); check its permissions") from None
-
-
-def _read_batch(path: str) -> bytes:
-    return _read_file(path, MAX_BATCH_BYTES, "a CIFAR batch")
-
-
-def _read_names(path: str) -> tuple[str, ...]:
-    text = _text(_read_file(path, MAX_NAMES_BYTES, "a CIFAR class-names file"), path)
-    names = tuple(line.strip() for line in text.split("\n") if line.strip())
-    for name in names:
-        _check_class_name(name, path)
-    return names
-
-
-def _text(value: object, path: str) -> str:
-    """A name from a CIFAR file as text; bytes must be UTF-8."""
-    if not isinstance(value, bytes):
-        return str(value)
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SourceError(
-            f"{path}: holds a name that is not UTF-8 text; is it a CIFAR file?"
-        ) from None
-
-
-def _require(batch: dict, key: str, path: str):
-    if key not in batch:
-        raise SourceError(f"{path}: has no '{key}' entry; is it a CIFAR file?")
-    return batch[key]
-
-
-def _binary_record_size(hundred: bool) -> int:
-    return CIFAR_PIXELS + (2 if hundred else 1)
-
-
-def _binary_labels(path: str, hundred: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    size = _binary_record_size(hundred)
-    raw = np.frombuffer(_read_batch(path), dtype=np.uint8)
-    if raw.size == 0 or raw.size % size:
-        raise SourceError(
-            f"{path}: {raw.size} bytes is not a whole number of {size}-byte CIFAR records; "
-            "the file is truncated or not a CIFAR binary batch"
-        )
-    records = raw.reshape(-1, size)
-    if hundred:
-        return records[:, 1], records[:, 0]
-    return records[:, 0], None
-
-
-def _pickle_labels(path: str, hundred: bool) -> tuple[list[int], list[int] | None]:
-    batch = load_cifar_pickle(path)
-    labels = _int_list(batch, "fine_labels" if hundred else "labels", path)
-    data = _require(batch, "data", path)
-    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2
-            and data.shape[1] == CIFAR_PIXELS):  # fmt: skip
-        raise SourceError(f"{path}: 'data' is not an N x 3072 uint8 array; is it a CIFAR batch?")
-    if len(labels) != len(data):
-        raise SourceError(f"{path}: {len(labels)} labels for {len(data)} images")
-    coarse = _int_list(batch, "coarse_labels", path) if hundred else None
-    if coarse is not None and len(coarse) != len(labels):
-        raise SourceError(f"{path}: {len(coarse)} coarse labels for {len(labels)} images")
-    return labels, coarse
-
-
-def _int_list(batch: dict, key: str, path: str) -> list[int]:
-    values = _require(batch, key, path)
-    if not isinstance(values, list) or not all(
-        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values
-    ):
-        raise SourceError(f"{path}: '{key}' is not a list of integers; is it a CIFAR batch?")
-    return [int(v) for v in values]
-
-
-def _names(meta: dict, key: str, path: str) -> tuple[str, ...]:
-    values = _require(meta, key, path)
-    if not isinstance(values, list) or not all(isinstance(v, (bytes, str)) for v in values):
-        raise SourceError(f"{path}: '{key}' is not a list of names; is it a CIFAR meta file?")
-    names = tuple(_text(v, path) for v in values)
-    for name in names:
-        _check_class_name(name, path)
-    return names
-
-
-def _check_range(path: str, labels, names: tuple[str, ...], where: str) -> None:
-    for i, label in enumerate(labels):
-        if not 0 <= label < len(names):
-            raise SourceError(
-                f"{path}: record {i} has label {label}, but {where} names {len(names)} "
-                "classes; the batch and its meta file do not belong together"
-            )
-
-
-def read_cifar_pixels(root: str, batch: str) -> np.ndarray:
-    """Return every image of one CIFAR batch as N x 32 x 32 x 3 uint8 RGB."""
-    path = os.path.join(root, batch)
-    if batch.endswith(".bin"):
-        size = _binary_record_size(batch in ("train.bin", "test.bin"))
-        data = np.frombuffer(_read_batch(path), np.uint8).reshape(-1, size)[
-            :, size - CIFAR_PIXELS :
-        ]
-    else:
-        data = _require(load_cifar_pickle(path), "data", path)
-    return np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-
-
-def load_cifar_pickle(path: str) -> dict[str, object]:
-    """Load a CIFAR python batch, admitting only what the real files hold (see safepickle).
-
-    Keys come back as str whether the file was written by Python 2 or 3.
+def load(item: Item, root: str, options: PackOptions, cache: dict) -> bytes:
+    """An image file's bytes, read as hostile input: a regular file (links followed), bounded by
+    the most an image of --max-pixels can take. Also the loader of split trees and manifests.
 
     Raises:
-        UnsafePickleError: the pickle holds anything else; nothing of it has run.
-        SourceError: the file is unreadable or not a pickled dict.
+        ImageError: the file is missing, unreadable, not a regular file, too large or empty.
     """
-    loaded = safepickle.load(_read_batch(path), path)
-    if not isinstance(loaded, dict):
-        raise SourceError(f"{path}: holds a {type(loaded).__name__}, not a CIFAR batch dict")
-    return {_text(k, path): v for k, v in loaded.items()}
+    from shardpack import images
+
+    limit = images.max_file_bytes(options.max_pixels)
+    try:
+        data = read_regular(os.path.join(root, item.path), limit, item.size)
+    except FileTooLarge as e:
+        raise ImageError(item.key, f"{e}, the most an image of --max-pixels can take") from None
+    except RefusedFile as e:
+        raise ImageError(item.key, str(e)) from None
+    except OSError as e:
+        raise ImageError(item.key, f"cannot read ({e.strerror})") from None
+    if not data:
+        raise ImageError(item.key, "empty file")
+    return data

@@ -8,10 +8,9 @@ from shardpack.classlist import class_list, labelled
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import (
+from shardpack.sources import Dataset, Item
+from shardpack.sources.folder import (
     IMAGE_EXTENSIONS,
-    Dataset,
-    Item,
     Passed,
     empty_class_warnings,
     list_class_folders,
