@@ -1,38 +1,28 @@
-"""Extra features end to end: fields of items -> Example bytes -> index -> every reader.
+"""Extra features end to end: a manifest's columns -> Example bytes -> index -> every reader.
 
-The items come from a class-folder scan given extra fields by hand (boxes, a caption, a score,
-several labels per image), standing in for a manifest source; everything after the scan is
-the real pipeline, and what it wrote is read back by real TensorFlow and TFDS.
+The items come from real manifests (JSONL written with json, CSV with csv, Parquet with
+pyarrow) holding boxes, a caption, a score, tags and several labels per image; what pack wrote
+is read back by real TensorFlow and TFDS, and without them.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import csv
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from shardpack import packer
 from shardpack.errors import OutputError, RecordError
 from shardpack.inspection import describe
 from shardpack.options import PackOptions
 from shardpack.packer import pack
 from shardpack.preview import make_preview
 from shardpack.read import iter_examples, tf_dataset
-from shardpack.schema import Feature, Schema
-from shardpack.sources import scan
 from shardpack.tfrecord import TFRecordWriter, encode_example
 from shardpack.verifier import verify
 from tests.helpers import make_tree, tf_records
-
-EXTRA = {
-    "boxes": Feature("float32", (-1, 4)),
-    "caption": Feature("bytes", text=True),
-    "score": Feature("float32"),
-    "tags": Feature("int64", (-1,)),
-}
 
 
 def _fields(i: int, caption: str = "café") -> dict:
@@ -48,44 +38,96 @@ def _labels(i: int) -> tuple[int, ...]:
     return ((), (0,), (0, 1))[i % 3]
 
 
-def _dataset(src: Path, caption: str = "café"):
-    """The class-folder scan of src with every item given extra fields and several labels."""
-    found = scan(src)
-    items = tuple(
-        dataclasses.replace(item, label=_labels(i), fields=_fields(i, caption))
-        for i, item in enumerate(found.splits["train"])
-    )
-    schema = Schema.build(found.classes, EXTRA, multi_label=True)
-    return dataclasses.replace(found, schema=schema, splits={"train": items})
+KEYS = [f"{c}/img_{n:03d}.jpg" for c in ("cat", "dog") for n in range(3)]
+CLASSES = ("cat", "dog")
 
 
-def _pack(src: Path, out: Path, dataset, **options) -> None:
-    with pytest.MonkeyPatch.context() as mp:  # the source is the stand-in; the rest is real
-        mp.setattr(packer, "scan", lambda root, options: dataset)
-        pack(src, out, PackOptions(workers=1, shards=2, shuffle=False, **options))
+def _rows(caption: str = "café") -> list[dict]:
+    """The manifest's rows: a path, several labels by name, boxes, a caption, a score, tags."""
+    return [
+        {"path": key, "label": [CLASSES[k] for k in _labels(i)],
+         **{k: list(map(list, v)) if k == "boxes" else list(v) if k == "tags" else v
+            for k, v in _fields(i, caption).items()}}
+        for i, key in enumerate(KEYS)
+    ]  # fmt: skip
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def write_parquet(path: Path, rows: list[dict]) -> Path:
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def _pack(manifest: Path, out: Path, **options) -> None:
+    pack(manifest, out, PackOptions(workers=1, shards=2, shuffle=False, **options))
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("features")
     src = make_tree(tmp / "src", {"cat": 3, "dog": 3})
-    _pack(src, tmp / "out", _dataset(src))
+    _pack(write_jsonl(src / "labels.jsonl", _rows()), tmp / "out")
     return tmp / "out"
 
 
-def test_resume_is_refused_when_a_field_value_changed(tmp_path: Path):
+def test_resume_is_refused_when_a_manifest_value_changed(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
     out = tmp_path / "out"
-    _pack(src, out, _dataset(src))
+    manifest = write_jsonl(src / "labels.jsonl", _rows())
+    _pack(manifest, out)
     (out / "index.json").unlink()  # as if interrupted before the index
+    write_jsonl(manifest, _rows(caption="cafe"))  # the same files, one value changed
     with pytest.raises(OutputError, match="changed source"):
-        _pack(src, out, _dataset(src, caption="cafe"), resume=True)
-    _pack(src, out, _dataset(src), resume=True)  # the same fields resume
+        _pack(manifest, out, resume=True)
+    write_jsonl(manifest, _rows())
+    _pack(manifest, out, resume=True)  # the same values resume
+
+
+def _shards(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.glob("*.tfrecord-*"))}
+
+
+def test_the_same_table_as_csv_jsonl_and_parquet_packs_to_identical_shards(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    # CSV cells hold scalars: the scalar columns of the table, in all three formats
+    rows = [{"path": key, "label": CLASSES[i % 2], "caption": f"photo {i} café", "score": i / 4,
+             "n": i - 2, "ok": i % 2 == 0} for i, key in enumerate(KEYS)]  # fmt: skip
+    shards = []
+    for write, name in (
+        (write_csv, "t.csv"),
+        (write_jsonl, "t.jsonl"),
+        (write_parquet, "t.parquet"),
+    ):
+        out = tmp_path / name.replace(".", "_")
+        _pack(write(src / name, rows), out, name="t")
+        shards.append(_shards(out))
+    assert shards[0] and shards[0] == shards[1] == shards[2]
+    # and the list columns (boxes, tags, several labels) alike in JSONL and Parquet
+    lists = []
+    for write, name in ((write_jsonl, "l.jsonl"), (write_parquet, "l.parquet")):
+        out = tmp_path / name.replace(".", "_")
+        _pack(write(src / name, _rows()), out, name="l")
+        lists.append(_shards(out))
+    assert lists[0] and lists[0] == lists[1]
 
 
 def _expected() -> dict[str, dict]:
-    keys = [f"{c}/img_{n:03d}.jpg" for c in ("cat", "dog") for n in range(3)]
-    return {key: {**_fields(i), "label": _labels(i)} for i, key in enumerate(keys)}
+    return {key: {**_fields(i), "label": _labels(i)} for i, key in enumerate(KEYS)}
 
 
 def test_index_declares_the_typed_schema(packed: Path):

@@ -49,17 +49,18 @@ def scan_manifest(path: str, options: PackOptions) -> Dataset:
     position = None if classes is None else {name: i for i, name in enumerate(classes)}
     where = os.path.basename(table.path)
     unit = "row" if table.path.lower().endswith(".parquet") else "line"
-    skipped = [(bad.path or f"{where} {unit} {bad.line}", bad.reason) for bad in table.bad]
+    bad = [(b.line, b.path or f"{where} {unit} {b.line}", b.reason) for b in table.bad]
     splits: dict[str, list[Item]] = {}
     for row in table.rows:
         try:
             label = None if position is None else _label(row.label, table.label, position)
             size = _image_size(os.path.join(table.root, row.path))
         except _Bad as e:
-            skipped.append((row.path, f"{where} {unit} {row.line}: {e}"))
+            bad.append((row.line, row.path, f"{where} {unit} {row.line}: {e}"))
             continue
         item = Item(row.path, label, row.path, size, fields=table.fields(row))
         splits.setdefault(row.split or DEFAULT_SPLIT, []).append(item)
+    skipped = tuple((key, reason) for _, key, reason in sorted(bad))  # in manifest order
     if not splits:
         first = f"; the first: {skipped[0][1]}" if skipped else ""
         raise SourceError(f"{table.path}: no row names a usable image{first}")
@@ -71,7 +72,7 @@ def scan_manifest(path: str, options: PackOptions) -> Dataset:
         table.root,
         schema,
         {split: tuple(items) for split, items in splits.items()},
-        skipped=tuple(sorted(skipped)),
+        skipped=skipped,  # the first is what --on-error fail names
     )
 
 
