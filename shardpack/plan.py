@@ -16,9 +16,26 @@ from shardpack.sources import CIFAR_PIXELS, Dataset, Item
 # Raw pixels take roughly this many times a compressed photo's file size (JPEG at q75-95 is
 # 8-12x smaller than its pixels); used only to choose a default shard count.
 RAW_EXPANSION = 10
-# A worker costs ~0.35 s to start (benchmarks/README.md, start-up) and 256 images are ~0.4 s
-# of re-encoding photos: below that, another worker costs more than it saves.
-MIN_SHARD_ITEMS = 256
+
+# The cost model: one core's seconds per item = ITEM_S + BYTE_S x the file's bytes, by output
+# encoding. Set from `python -m benchmarks.stages` (2-core Xeon VM, 2026-11-30; per image:
+# photos keep 118 us for 46 KB, photos jpeg 1.6 ms, small JPEGs raw 105 us for 1.4 KB, PNG
+# encode ~4 ms per photo) plus ~10 us of per-item glue; `make bench`'s "defaults" rows check
+# that the choice it drives stays within 5% of --workers 1 and 10% of the best.
+ITEM_S = {"keep": 15e-6, "raw": 90e-6, "jpeg": 60e-6, "png": 100e-6, "webp": 120e-6}
+BYTE_S = {"keep": 2.5e-9, "raw": 30e-9, "jpeg": 33e-9, "png": 105e-9, "webp": 150e-9}
+# A CIFAR record (32x32 pixels in memory) by encoding; "keep" becomes PNG (stages.py: raw
+# 42 us per record).
+CIFAR_ITEM_S = {"keep": 150e-6, "raw": 45e-6, "jpeg": 70e-6, "png": 150e-6, "webp": 200e-6}
+# --check decode decodes every passed-through image: about a JPEG decode per byte.
+DECODE_BYTE_S = 16e-9
+# A pool of forked workers: ~30 ms to fork two from a parent that has imported the worker code
+# (benchmarks/README.md, start-up), and each shard task pickles its item list.
+POOL_START_S = 0.03
+WORKER_START_S = 0.015
+# Another worker must promise at least this share less wall time: the model is rough, and a
+# wrong "more" costs more than a wrong "fewer" on a busy machine.
+GAIN_MARGIN = 0.1
 
 
 @dataclass(frozen=True)
@@ -65,21 +82,56 @@ def estimated_bytes(item: Item, options: PackOptions) -> int:
     return size if options.max_side is None else min(size, options.max_side**2 * 3)
 
 
+def work_seconds(items: tuple[Item, ...], options: PackOptions) -> float:
+    """One core's estimated seconds to write `items`: the cost model above, summed."""
+    encode = options.encode
+    records = sum(1 for item in items if item.record is not None)
+    files = len(items) - records
+    byte_s = BYTE_S[encode] + (DECODE_BYTE_S if options.check == "decode" else 0.0)
+    file_bytes = sum(item.size for item in items if item.record is None)
+    return records * CIFAR_ITEM_S[encode] + files * ITEM_S[encode] + file_bytes * byte_s
+
+
+def run_seconds(work_s: float, workers: int, shards: int | None = None) -> float:
+    """Estimated wall seconds of `work_s` on `workers` workers: the busiest worker's shards
+    (whole shards, so 3 shards on 2 workers take 2/3 of the work) plus the pool's start."""
+    if workers == 1:
+        return work_s
+    busiest = work_s / workers if shards is None else work_s * math.ceil(shards / workers) / shards
+    return busiest + POOL_START_S + WORKER_START_S * workers
+
+
+def best_workers(work_s: float, cores: int, shards: int | None = None) -> int:
+    """The fewest workers, up to `cores`, that the cost model expects to finish first; a
+    worker more must save at least GAIN_MARGIN of the wall time."""
+    best = 1
+    for workers in range(2, max(1, cores) + 1):
+        if shards is not None and workers > shards:
+            break
+        if run_seconds(work_s, workers, shards) < (1 - GAIN_MARGIN) * run_seconds(
+            work_s, best, shards
+        ):
+            best = workers
+    return best
+
+
 def num_shards_for(items: tuple[Item, ...], options: PackOptions, workers: int) -> int:
-    """--shards if given, else enough to hold about --shard-size each, and one per worker
-    as long as each still gets MIN_SHARD_ITEMS images."""
+    """--shards if given, else enough to hold about --shard-size each, and at least as many
+    as the workers (up to `workers`) the cost model says the items are worth."""
     if options.shards is not None:
         return max(1, min(options.shards, len(items)))
     total = sum(estimated_bytes(item, options) for item in items)
     by_size = math.ceil(total / options.shard_size)
-    by_workers = min(workers, len(items) // MIN_SHARD_ITEMS)
+    by_workers = best_workers(work_seconds(items, options), workers)
     return max(1, min(max(by_size, by_workers), len(items)))
 
 
 def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -> Plan:
     """Shuffle each split with the seed and cut it into shards.
 
-    A pure function of (listing, name, options, workers): two calls plan alike.
+    `workers` is the most workers the run may use (--workers, else the cores this process may
+    run on), never the load of the moment: the same listing and options on the same machine
+    always plan alike. A pure function of (listing, name, options, workers).
     """
     shards: list[ShardSpec] = []
     for split in sorted(dataset.splits):

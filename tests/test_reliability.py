@@ -93,7 +93,9 @@ def test_signal_stops_cleanly_and_resume_completes(src, clean, tmp_path, sig, co
     assert _same_output(out, clean)
 
 
-def _loky_workers(parent: int) -> list[int]:
+def _workers(parent: int) -> list[int]:
+    """The run's worker processes: children forked from it, so they share its command line."""
+    own = (Path("/proc") / str(parent) / "cmdline").read_bytes()
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -104,7 +106,7 @@ def _loky_workers(parent: int) -> list[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"loky" in cmdline and b"resource_tracker" not in cmdline:
+        if ppid == parent and cmdline == own:
             pids.append(int(entry.name))
     return pids
 
@@ -112,8 +114,8 @@ def _loky_workers(parent: int) -> list[int]:
 def test_worker_killed_mid_shard(src, clean, tmp_path):
     out = tmp_path / "out"
     run = _start(src, out)
-    _wait_for(lambda: _finished_shards(out) >= 1 and _loky_workers(run.pid))
-    os.kill(_loky_workers(run.pid)[0], signal.SIGKILL)
+    _wait_for(lambda: _finished_shards(out) >= 1 and _workers(run.pid))
+    os.kill(_workers(run.pid)[0], signal.SIGKILL)
     stderr = run.communicate(timeout=60)[1]
     assert run.returncode == 2, stderr
     assert "worker died while writing" in stderr and ".tfrecord-000" in stderr
