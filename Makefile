@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test bench bench-long lint clean
 
 install: $(STAMP)
 
@@ -24,6 +24,11 @@ test: install
 bench: install
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.read_speed
+
+# The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count) and the
+# listing-scale run (1,000,000 files): too long for `make bench`.
+bench-long: install
+	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check shardpack tests benchmarks
