@@ -16,7 +16,14 @@ from shardpack.errors import ImageError, OutputError, WorkerDiedError
 from shardpack.index import INDEX_NAME, build_index
 from shardpack.options import PackOptions
 from shardpack.outdir import LOCK_NAME, Journal, locked, prepare
-from shardpack.plan import Plan, ShardSpec, best_workers, make_plan, work_seconds
+from shardpack.plan import (
+    SERIAL_SHARE,
+    Plan,
+    ShardSpec,
+    best_workers,
+    make_plan,
+    work_seconds,
+)
 from shardpack.sources import Dataset, scan, source_root
 from shardpack.tfdsmeta import write_tfds_metadata
 from shardpack.worker import ShardResult, progress_path, read_progress, write_shard
@@ -104,12 +111,15 @@ def choose_workers(
     if options.workers is not None:
         return options.workers
     items = tuple(item for spec in plan.shards for item in spec.items)
-    work = work_seconds(items, options)
-    shards = len(plan.shards)
-    if best_workers(work, cores, shards) == 1:
+    work, serial, shards = (
+        work_seconds(items, options),
+        SERIAL_SHARE[options.encode],
+        len(plan.shards),
+    )
+    if best_workers(work, cores, shards, serial) == 1:
         return 1  # no need to look at the load
     free = max(1, min(cores, round(cores - others_busy())))
-    return best_workers(work, free, shards)
+    return best_workers(work, free, shards, serial)
 
 
 def pack(

@@ -29,10 +29,15 @@ BYTE_S = {"keep": 2.5e-9, "raw": 30e-9, "jpeg": 33e-9, "png": 105e-9, "webp": 15
 CIFAR_ITEM_S = {"keep": 150e-6, "raw": 45e-6, "jpeg": 70e-6, "png": 150e-6, "webp": 200e-6}
 # --check decode decodes every passed-through image: about a JPEG decode per byte.
 DECODE_BYTE_S = 16e-9
-# A pool of forked workers: ~30 ms to fork two from a parent that has imported the worker code
-# (benchmarks/README.md, start-up), and each shard task pickles its item list.
-POOL_START_S = 0.03
-WORKER_START_S = 0.015
+# A pool of forked workers: importing loky and starting its executor ~0.08 s of CPU, forking
+# and reaping each worker ~0.02 s (a 10-image pack at 2 workers against 1, whole process,
+# paired runs on the 2-core machine under others' load).
+POOL_START_S = 0.1
+WORKER_START_S = 0.02
+# The share of each encoding's work that more workers do not divide: passthrough is copying
+# bytes through the page cache to one disk (photos keep on 2 cores: 2 workers no faster
+# than 1, `make bench`); decoding and encoding are all CPU.
+SERIAL_SHARE = {"keep": 0.5, "raw": 0.0, "jpeg": 0.0, "png": 0.0, "webp": 0.0}
 # Another worker must promise at least this share less wall time: the model is rough, and a
 # wrong "more" costs more than a wrong "fewer" on a busy machine.
 GAIN_MARGIN = 0.1
@@ -100,25 +105,28 @@ def _work_seconds(tally: tuple[int, int, int], options: PackOptions) -> float:
     return records * CIFAR_ITEM_S[encode] + files * ITEM_S[encode] + file_bytes * byte_s
 
 
-def run_seconds(work_s: float, workers: int, shards: int | None = None) -> float:
-    """Estimated wall seconds of `work_s` on `workers` workers: the busiest worker's shards
-    (whole shards, so 3 shards on 2 workers take 2/3 of the work) plus the pool's start."""
+def run_seconds(
+    work_s: float, workers: int, shards: int | None = None, serial: float = 0.0
+) -> float:
+    """Estimated wall seconds of `work_s` on `workers` workers: the part more workers cannot
+    divide (`serial`, a share), the busiest worker's part of the rest (whole shards, so 3
+    shards on 2 workers take 2/3 of it), and the pool's start."""
     if workers == 1:
         return work_s
-    busiest = work_s / workers if shards is None else work_s * math.ceil(shards / workers) / shards
-    return busiest + POOL_START_S + WORKER_START_S * workers
+    busiest = 1 / workers if shards is None else math.ceil(shards / workers) / shards
+    divided = work_s * (serial + (1 - serial) * busiest)
+    return divided + POOL_START_S + WORKER_START_S * workers
 
 
-def best_workers(work_s: float, cores: int, shards: int | None = None) -> int:
+def best_workers(work_s: float, cores: int, shards: int | None = None, serial: float = 0.0) -> int:
     """The fewest workers, up to `cores`, that the cost model expects to finish first; a
     worker more must save at least GAIN_MARGIN of the wall time."""
     best = 1
     for workers in range(2, max(1, cores) + 1):
         if shards is not None and workers > shards:
             break
-        if run_seconds(work_s, workers, shards) < (1 - GAIN_MARGIN) * run_seconds(
-            work_s, best, shards
-        ):
+        wall = run_seconds(work_s, workers, shards, serial)
+        if wall < (1 - GAIN_MARGIN) * run_seconds(work_s, best, shards, serial):
             best = workers
     return best
 
@@ -138,7 +146,8 @@ def num_shards_for(items: tuple[Item, ...], options: PackOptions, workers: int) 
         expansion = RAW_EXPANSION if options.encode == "raw" else 1
         total = records * CIFAR_PIXELS + file_bytes * expansion
     by_size = math.ceil(total / options.shard_size)
-    by_workers = best_workers(_work_seconds(tally, options), workers)
+    work = _work_seconds(tally, options)
+    by_workers = best_workers(work, workers, serial=SERIAL_SHARE[options.encode])
     return max(1, min(max(by_size, by_workers), len(items)))
 
 

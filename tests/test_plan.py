@@ -157,11 +157,11 @@ def test_shards_cap_at_item_count():
     assert len(plan.shards) == 1  # a worker per shard would cost more than 3 images take
 
 
-# 1 KB files passed through cost ~18 us each (50,000: 0.9 s); 100 KB files encoded to PNG
-# ~10.6 ms each.
+# 1 KB files passed through cost ~18 us each (50,000: 0.9 s, half of it not divided by more
+# workers); 100 KB files encoded to PNG ~10.6 ms each.
 @pytest.mark.parametrize("n, size, encode, workers, shards", [
-    (255, 1000, "keep", 16, 1), (2000, 1000, "keep", 16, 1), (50_000, 1000, "keep", 16, 6),
-    (2, 100_000, "png", 16, 1), (20, 100_000, "png", 16, 3), (200, 100_000, "png", 2, 2),
+    (255, 1000, "keep", 16, 1), (2000, 1000, "keep", 16, 1), (50_000, 1000, "keep", 16, 3),
+    (20, 100_000, "png", 16, 1), (40, 100_000, "png", 16, 3), (200, 100_000, "png", 2, 2),
 ])  # fmt: skip
 def test_default_shards_follow_what_the_work_costs_not_the_item_count(
     n, size, encode, workers, shards
@@ -190,6 +190,11 @@ def test_best_workers_weighs_the_pool_start_against_the_work():
     # 3 shards on 2 workers: the busiest does 2/3 of the work; a third worker saves a third.
     assert run_seconds(3.0, 2, shards=3) == pytest.approx(2.0 + POOL_START_S + 2 * WORKER_START_S)
     assert run_seconds(3.0, 1, shards=3) == 3.0
+    # Passthrough: half the work is copying to one disk, which more workers do not divide.
+    assert run_seconds(3.0, 2, serial=0.5) == pytest.approx(
+        2.25 + POOL_START_S + 2 * WORKER_START_S
+    )
+    assert best_workers(60.0, 16, serial=0.5) < best_workers(60.0, 16)
 
 
 def test_a_worker_more_must_save_the_margin():
