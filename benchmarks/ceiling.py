@@ -24,9 +24,6 @@ import os
 import pickle
 import time
 
-import cv2
-import numpy as np
-
 
 def _files(root: str) -> list[str]:
     found = []
@@ -55,6 +52,7 @@ def io_loop(paths: list[str], out: str) -> int:
 
 
 def _encoder(encode: str, quality: int):
+    import cv2
     if encode == "raw":
         return lambda px: cv2.cvtColor(px, cv2.COLOR_BGR2RGB).tobytes()
     if encode == "jpeg":
@@ -73,6 +71,9 @@ def folder_loop(paths: list[str], encode: str, quality: int) -> int:
             with open(path, "rb") as f:
                 produced += len(f.read())
         return produced
+    import cv2
+    import numpy as np
+
     to_bytes = _encoder(encode, quality)
     for path in paths:
         with open(path, "rb") as f:
@@ -84,6 +85,9 @@ def folder_loop(paths: list[str], encode: str, quality: int) -> int:
 
 def cifar_loop(root: str, encode: str, quality: int) -> tuple[int, int]:
     """Unpickle each batch once and produce every image's bytes; returns (images, bytes)."""
+    import cv2
+    import numpy as np
+
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
     images = produced = 0
     to_bytes = None if encode in ("raw", "keep") else _encoder(encode, quality)
@@ -111,7 +115,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None, help="time only the first N images")
     parser.add_argument("--write", default=None, help="keep only: also hash, write and fsync")
     args = parser.parse_args(argv)
-    cv2.setNumThreads(1)
+    if args.encode != "keep":  # the I/O ceiling imports neither OpenCV nor numpy
+        import cv2
+
+        cv2.setNumThreads(1)
     if os.path.exists(os.path.join(args.src, "batches.meta")):
         start = time.perf_counter()
         images, produced = cifar_loop(args.src, args.encode, args.quality)
