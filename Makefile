@@ -1,36 +1,45 @@
 # Everything shardpack needs is installed here, into .venv; nothing relies on what is on the machine.
+# Two stamps: `make demo` installs the runtime only; `make test` (and lint, bench) adds the test
+# extras (TensorFlow, TFDS, DALI, Dask: a few GB).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUNTIME := $(VENV)/.installed-runtime
+TESTDEPS := $(VENV)/.installed-test
 
-.PHONY: install demo test bench bench-long lint clean
+.PHONY: install install-test demo test bench bench-long lint clean
 
-install: $(STAMP)
+install: $(RUNTIME)
 
-$(STAMP): pyproject.toml
+install-test: $(TESTDEPS)
+
+$(RUNTIME): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
 
-demo: install
+$(TESTDEPS): $(RUNTIME)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(RUNTIME)
 	$(BIN)/shardpack demo demo-out
 	$(BIN)/shardpack verify demo-out/shards
 
-test: install
+test: $(TESTDEPS)
 	$(BIN)/python -m pytest -q
 
-bench: install
+bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.read_speed
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count) and the
 # listing-scale run (1,000,000 files): too long for `make bench`.
-bench-long: install
+bench-long: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 
-lint: install
+lint: $(TESTDEPS)
 	$(BIN)/ruff check shardpack tests benchmarks
 	$(BIN)/ruff format --check shardpack tests benchmarks
 

@@ -53,6 +53,7 @@ def io_loop(paths: list[str], out: str) -> int:
 
 def _encoder(encode: str, quality: int):
     import cv2
+
     if encode == "raw":
         return lambda px: cv2.cvtColor(px, cv2.COLOR_BGR2RGB).tobytes()
     if encode == "jpeg":

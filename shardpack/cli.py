@@ -1,8 +1,15 @@
-"""The shardpack command line: parse, call the library, print. Nothing else lives here."""
+"""The shardpack command line: parse, call the library, print. Nothing else lives here.
+
+Start-up stays light (`shardpack --help` imports typer and this module, nothing heavy): each
+command imports the library modules it needs, and help is plain text, without rich.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
 import signal
 import sys
 import time
@@ -13,7 +20,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from shardpack.errors import ShardpackError
+from shardpack import __version__
+from shardpack.errors import FileAccessError, ShardpackError
 from shardpack.options import (
     BACKENDS,
     CHECKS,
@@ -29,12 +37,42 @@ from shardpack.options import (
 
 app = typer.Typer(
     help="Pack image datasets into sharded TFRecords, in parallel, and read them back.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: rich's formatter costs ~0.1 s of imports on every start, and shows flags as
+    # if they took a <bool> value.
+    rich_markup_mode=None,
 )
 # A bar appears only for runs that last longer than this: short runs just print the summary.
 _BAR_DELAY_S = 1.0
+
+
+class _Command(typer.core.TyperCommand):
+    """A command whose usage line reads `pack [OPTIONS] SRC OUT` (typer writes `{SRC} {OUT}`)."""
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+        pieces = super().collect_usage_pieces(ctx)
+        return [p[1:-1] if p[:1] == "{" and p[-1:] == "}" else p for p in pieces]
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Pack image datasets into sharded TFRecords, in parallel, and read them back."""
+    if version:
+        typer.echo(f"shardpack {__version__}")
+        raise typer.Exit
+    if ctx.invoked_subcommand is None:  # bare `shardpack`: the help, not an error
+        typer.echo(ctx.get_help())
+        raise typer.Exit
+
+
+def _error(message: str) -> None:
+    typer.echo(f"{typer.style('error:', fg='red', bold=True)} {message}", err=True)
 
 
 def _stderr():
@@ -45,12 +83,33 @@ def _stderr():
 
 @contextmanager
 def _user_errors():
-    """Turn a ShardpackError into one line on stderr and exit code 2; a traceback is a bug."""
+    """The error boundary of every command: a ShardpackError, or an OSError from any file
+    operation, ends in one line on stderr naming the path and the fix, and exit code 2."""
     try:
         yield
     except ShardpackError as e:
-        _stderr().print(f"[bold red]error:[/] {e}", markup=True, soft_wrap=True)
+        _error(str(e))
         raise typer.Exit(2) from None
+    except OSError as e:
+        _error(str(FileAccessError.from_os_error(e)))
+        raise typer.Exit(2) from None
+
+
+def _plural(count: int, noun: str, plural: str | None = None) -> str:
+    """'1 shard', '2 shards', '1,000 images'."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
+def _command_name() -> str:
+    """How to run shardpack again as this process was run, for the lines that suggest a next
+    command: `.venv/bin/shardpack` stays so when it is not on PATH."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "__main__.py":  # python -m shardpack
+        python = "python" if shutil.which("python") == sys.executable else sys.executable
+        return f"{shlex.quote(python)} -m shardpack"
+    if not argv0 or shutil.which("shardpack") == os.path.abspath(argv0):
+        return "shardpack"
+    return shlex.quote(argv0)
 
 
 class _Bar:
@@ -122,29 +181,43 @@ def _pack_summary(result) -> dict:
         "seconds": index["stats"]["seconds"],
         "images_per_second": index["stats"]["images_per_second"],
         "workers": index["stats"]["workers"],
+        "shards_kept": result.num_reused,
+        "new_records": result.new_records,
         "skipped_items": index["skipped"][:20],
     }
 
 
-def _print_pack_summary(summary: dict) -> None:
+def _print_pack_summary(summary: dict, resumed: bool) -> None:
     total = sum(s["num_bytes"] for s in summary["splits"].values())
     shards = sum(s["num_shards"] for s in summary["splits"].values())
-    typer.echo(
-        f"packed {summary['records']} images into {shards} shards ({_human_bytes(total)}) in "
-        f"{summary['seconds']:.2f} s: {summary['images_per_second'] or 0:.0f} images/s with "
-        f"{summary['workers']} workers"
+    rate = f"{summary['images_per_second'] or 0:,.0f} images/s with " + _plural(
+        summary["workers"], "worker"
     )
+    head = (
+        f"packed {_plural(summary['records'], 'image')} into {_plural(shards, 'shard')} "
+        f"({_human_bytes(total)}) in {summary['seconds']:.2f} s"
+    )
+    if resumed:  # the rate is the new work's: kept shards cost nothing this time
+        typer.echo(
+            f"{head}: kept {summary['shards_kept']:,} of {_plural(shards, 'shard')} from the "
+            f"interrupted run, wrote {_plural(summary['new_records'], 'image')} at {rate}"
+        )
+    else:
+        typer.echo(f"{head}: {rate}")
     for name, split in summary["splits"].items():
         typer.echo(
-            f"  {name:<6} {split['num_records']:>9} records  {split['num_shards']:>5} shards  "
-            f"{_human_bytes(split['num_bytes']):>10}"
+            f"  {name:<6} {_plural(split['num_records'], 'record'):>17}  "
+            f"{_plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
         )
     if summary["skipped"]:
-        typer.echo(f"skipped {summary['skipped']} bad files (all listed in index.json):")
+        typer.echo(f"skipped {_plural(summary['skipped'], 'bad file')} (all listed in index.json):")
         for item in summary["skipped_items"][:5]:
             typer.echo(f"  {item['key']}: {item['reason']}")
     if summary["ignored"]:
-        typer.echo(f"ignored {summary['ignored']} files that are not images")
+        ignored = _plural(
+            summary["ignored"], "file that is not an image", "files that are not images"
+        )
+        typer.echo(f"ignored {ignored}")
     typer.echo(f"index: {summary['out']}/index.json")
 
 
@@ -174,7 +247,7 @@ def _run_pack(src: Path, out: Path, options: PackOptions, progress: bool, as_jso
     finally:
         bar.close()
     summary = _pack_summary(result)
-    _print_json(summary) if as_json else _print_pack_summary(summary)
+    _print_json(summary) if as_json else _print_pack_summary(summary, options.resume)
 
 
 def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
@@ -191,31 +264,43 @@ Compression = _choices("Compression", COMPRESSIONS)
 
 _JSON = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")]
+_OUT = Annotated[Path, typer.Argument(metavar="OUT", help="Output folder of a pack run.")]
+_WORKERS = Annotated[
+    Optional[int],
+    typer.Option(metavar="N", min=1, help="Worker processes.  [default: all cores]"),
+]
 
 
-@app.command()
+@app.command(cls=_Command)
 def pack(
-    src: Annotated[Path, typer.Argument(help="Class-folder tree or folder of CIFAR batches.")],
-    out: Annotated[Path, typer.Argument(help="Output folder (created if missing).")],
+    src: Annotated[
+        Path, typer.Argument(metavar="SRC", help="Class-folder tree or folder of CIFAR batches.")
+    ],
+    out: Annotated[Path, typer.Argument(metavar="OUT", help="Output folder (created if missing).")],
     source: Annotated[Source, typer.Option(help="Layout of SRC.")] = Source.auto,
     name: Annotated[
-        Optional[str], typer.Option(help="Dataset name in shard file names [default: SRC's].")
+        Optional[str],
+        typer.Option(
+            metavar="NAME", help="Dataset name in shard file names.  [default: SRC's folder name]"
+        ),
     ] = None,
     shards: Annotated[
-        Optional[int], typer.Option(min=1, help="Shards per split [default: by --shard-size].")
+        Optional[int],
+        typer.Option(metavar="N", min=1, help="Shards per split.  [default: by --shard-size]"),
     ] = None,
     shard_size: Annotated[
-        str, typer.Option(help="Target shard size when --shards is not given.")
+        str, typer.Option(metavar="SIZE", help="Target shard size when --shards is not given.")
     ] = "128MiB",
-    workers: Annotated[
-        Optional[int], typer.Option(min=1, help="Worker processes [default: all cores].")
-    ] = None,
+    workers: _WORKERS = None,
     backend: Annotated[
         Backend, typer.Option(help="loky: this machine's cores; dask: a Dask cluster.")
     ] = Backend.loky,
     scheduler: Annotated[
         Optional[str],
-        typer.Option(help="Dask scheduler address [default: a local cluster of --workers]."),
+        typer.Option(
+            metavar="ADDRESS",
+            help="Dask scheduler address.  [default: a local cluster of --workers]",
+        ),
     ] = None,
     encode: Annotated[
         Encoding,
@@ -223,11 +308,16 @@ def pack(
             help="keep: JPEG/PNG bytes untouched, others to PNG; raw: uint8 HWC RGB pixels.",
         ),
     ] = Encoding.keep,
-    quality: Annotated[int, typer.Option(min=1, max=100, help="JPEG/WebP quality.")] = 95,
+    quality: Annotated[
+        int, typer.Option(metavar="Q", min=1, max=100, help="JPEG/WebP quality.")
+    ] = 95,
     max_side: Annotated[
-        Optional[int], typer.Option(min=1, help="Shrink so the longer side is at most N.")
+        Optional[int],
+        typer.Option(metavar="N", min=1, help="Shrink so the longer side is at most N pixels."),
     ] = None,
-    resize: Annotated[Optional[str], typer.Option(help="Resize every image to WxH.")] = None,
+    resize: Annotated[
+        Optional[str], typer.Option(metavar="WxH", help="Resize every image to W x H pixels.")
+    ] = None,
     check: Annotated[
         Check,
         typer.Option(
@@ -243,12 +333,15 @@ def pack(
     compression: Annotated[
         Compression, typer.Option(help="TFRecord compression.")
     ] = Compression.none,
-    seed: Annotated[int, typer.Option(help="Shuffle seed.")] = 0,
+    seed: Annotated[int, typer.Option(metavar="N", help="Shuffle seed.")] = 0,
     shuffle: Annotated[
         bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle before sharding.")
     ] = True,
     max_pixels: Annotated[
-        int, typer.Option(min=1, help="Refuse images claiming more pixels (decompression bombs).")
+        int,
+        typer.Option(
+            metavar="N", min=1, help="Refuse images claiming more pixels (decompression bombs)."
+        ),
     ] = DEFAULT_MAX_PIXELS,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace a different dataset already in OUT.")
@@ -263,7 +356,11 @@ def pack(
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
 ) -> None:
-    """Pack SRC into sharded TFRecords and OUT/index.json."""
+    """Pack SRC into sharded TFRecords in OUT.
+
+    Scans SRC (class folders or CIFAR batches), shuffles with a seed, writes the shards in
+    parallel, and writes OUT/index.json last.
+    """
     with _user_errors():
         options = PackOptions(
             name=name,
@@ -290,16 +387,20 @@ def pack(
         _run_pack(src, out, options, not no_progress, as_json)
 
 
-@app.command()
+@app.command(cls=_Command)
 def verify(
-    out: Annotated[Path, typer.Argument(help="Output folder of a pack run.")],
+    out: _OUT,
     decode: Annotated[bool, typer.Option("--decode", help="Also decode every image.")] = False,
     as_json: _JSON = False,
 ) -> None:
-    """Re-read every shard and check CRCs, counts, sizes and sha256 against the index."""
-    from shardpack.verifier import verify as run_verify
+    """Check every shard against the index.
 
+    Re-reads every shard: record CRCs, counts, sizes and sha256 (and with --decode, every
+    image). Exit code 1 when a fault is found.
+    """
     with _user_errors():
+        from shardpack.verifier import verify as run_verify
+
         report = run_verify(out, decode=decode)
     if as_json:
         _print_json(
@@ -317,130 +418,136 @@ def verify(
     else:
         for fault in report.faults:
             typer.echo(f"FAULT {fault}", err=True)
-        verdict = "OK" if report.ok else f"{len(report.faults)} FAULTS"
+        verdict = "OK" if report.ok else _plural(len(report.faults), "FAULT")
         checks = "CRC, counts, sha256" + (", decode" if decode else "")
-        typer.echo(f"{verdict}: {report.shards} shards, {report.records} records ({checks})")
+        typer.echo(
+            f"{verdict}: {_plural(report.shards, 'shard')}, {_plural(report.records, 'record')} "
+            f"({checks})"
+        )
     if not report.ok:
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=_Command)
 def inspect(
-    out: Annotated[Path, typer.Argument(help="Output folder of a pack run.")],
-    records: Annotated[int, typer.Option(min=0, help="Records to show per split.")] = 3,
+    out: _OUT,
+    records: Annotated[
+        int, typer.Option(metavar="N", min=0, help="Records to show per split.")
+    ] = 3,
     as_json: _JSON = False,
 ) -> None:
-    """Summarize a pack output: splits, shards, sizes, class histogram, a few records."""
-    from shardpack.inspection import describe
+    """Summarize a pack output.
 
+    Splits, shards, sizes, the class histogram and a few records.
+    """
     with _user_errors():
+        from shardpack.inspection import describe
+
         summary = describe(out, records)
     if as_json:
         _print_json(summary)
         return
     typer.echo(
         f"{summary['name']}  ({summary['source']}, encoding {summary['encoding']}, "
-        f"compression {summary['compression']}, {summary['num_classes']} classes)"
+        f"compression {summary['compression']}, "
+        f"{_plural(summary['num_classes'], 'class', 'classes')})"
     )
     for name, split in summary["splits"].items():
         typer.echo(
-            f"\nsplit {name}: {split['num_records']} records in {split['num_shards']} shards, "
-            f"{_human_bytes(split['num_bytes'])}"
+            f"\nsplit {name}: {_plural(split['num_records'], 'record')} in "
+            f"{_plural(split['num_shards'], 'shard')}, {_human_bytes(split['num_bytes'])}"
         )
         for shard in split["shards"][:8]:
             typer.echo(f"  {shard['file']}  {shard['num_records']:>8} records  "
                        f"{_human_bytes(shard['num_bytes']):>10}")  # fmt: skip
         if len(split["shards"]) > 8:
-            typer.echo(f"  ... {len(split['shards']) - 8} more shards")
+            typer.echo(f"  ... {_plural(len(split['shards']) - 8, 'more shard')}")
         most = max(split["class_counts"].values(), default=0) or 1
         typer.echo("  classes:")
         for cls, count in list(split["class_counts"].items())[:20]:
             typer.echo(f"    {cls[:20]:<20} {count:>8}  {'#' * round(30 * count / most)}")
         if len(split["class_counts"]) > 20:
-            typer.echo(f"    ... {len(split['class_counts']) - 20} more classes")
+            more = len(split["class_counts"]) - 20
+            typer.echo(f"    ... {_plural(more, 'more class', 'more classes')}")
         for record in split["samples"]:
             typer.echo(
                 f"  record {record['key']}: label {record['label']} ({record['class']}), "
                 f"{record['format']} {record['width']}x{record['height']}x{record['channels']}, "
-                f"{record['image_bytes']} bytes"
+                f"{_plural(record['image_bytes'], 'byte')}"
             )
     if summary["skipped"]:
-        typer.echo(f"\nskipped {len(summary['skipped'])} files at pack time")
+        typer.echo(f"\nskipped {_plural(len(summary['skipped']), 'file')} at pack time")
     if summary["ignored"]:
-        typer.echo(f"ignored {summary['ignored']} files that are not images")
+        ignored = _plural(
+            summary["ignored"], "file that is not an image", "files that are not images"
+        )
+        typer.echo(f"ignored {ignored}")
 
 
-@app.command("index-files")
-def index_files(out: Annotated[Path, typer.Argument(help="Output folder of a pack run.")]) -> None:
-    """Write one DALI tfrecord2idx index file per shard (OUT/idx/), for random access."""
-    from shardpack.recordindex import write_index_files
+@app.command("index-files", cls=_Command)
+def index_files(out: _OUT) -> None:
+    """Write DALI index files for random access.
 
+    One tfrecord2idx file per shard, in OUT/idx/.
+    """
     with _user_errors():
+        from shardpack.recordindex import write_index_files
+
         written = write_index_files(out)
-    typer.echo(f"wrote {len(written)} index files in {out / 'idx'}")
+    typer.echo(f"wrote {_plural(len(written), 'index file')} in {out / 'idx'}")
 
 
-@app.command()
+@app.command(cls=_Command)
 def preview(
-    out: Annotated[Path, typer.Argument(help="Output folder of a pack run.")],
-    split: Annotated[str, typer.Option(help="Split to draw from.")] = "train",
-    n: Annotated[int, typer.Option("--n", min=1, help="Records to show.")] = 64,
-    dest: Annotated[Path, typer.Option("--out", help="PNG to write.")] = Path("preview.png"),
-    seed: Annotated[int, typer.Option(help="Which random records.")] = 0,
+    out: _OUT,
+    split: Annotated[str, typer.Option(metavar="NAME", help="Split to draw from.")] = "train",
+    n: Annotated[int, typer.Option("--n", metavar="N", min=1, help="Records to show.")] = 64,
+    dest: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            metavar="FILE",
+            help="Image to write; .png, .jpg/.jpeg or .webp picks the format.",
+        ),
+    ] = Path("preview.png"),
+    seed: Annotated[int, typer.Option(metavar="N", help="Which random records.")] = 0,
 ) -> None:
-    """Draw a contact sheet of random records with their class names under each."""
-    from shardpack.preview import make_preview
+    """Draw a contact sheet of random records.
 
+    Each thumbnail has its class name under it, to eyeball the labels.
+    """
     with _user_errors():
+        from shardpack.preview import make_preview
+
         path = make_preview(out, dest, split, n, seed)
     typer.echo(f"wrote {path}")
 
 
-@app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    add_help_option=False,
-)
-def bench(ctx: typer.Context) -> None:
-    """Benchmark against the single-writer baseline (options: shardpack bench --help).
-
-    Runs the harness in benchmarks/ of a source checkout, e.g.
-    `shardpack bench photos --encode jpeg --workers 1,2 --repeat 3 --json out.json`.
-    """
-    checkout = Path(__file__).resolve().parent.parent
-    if not (checkout / "benchmarks" / "run.py").is_file():
-        _stderr().print("error: shardpack bench runs from a source checkout (benchmarks/ missing)")
-        raise typer.Exit(2)
-    sys.path.insert(0, str(checkout))
-    from benchmarks.run import main as run_benchmarks
-
-    with _user_errors():
-        code = run_benchmarks(ctx.args)
-    raise typer.Exit(code)
-
-
-@app.command()
+@app.command(cls=_Command)
 def demo(
-    out: Annotated[Path, typer.Argument(help="Folder for the sample images and shards.")],
-    per_class: Annotated[int, typer.Option(min=1, help="Images per class.")] = 200,
-    workers: Annotated[
-        Optional[int], typer.Option(min=1, help="Worker processes [default: all cores].")
-    ] = None,
+    out: Annotated[
+        Path, typer.Argument(metavar="OUT", help="Folder for the sample images and shards.")
+    ],
+    per_class: Annotated[int, typer.Option(metavar="N", min=1, help="Images per class.")] = 200,
+    workers: _WORKERS = None,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
 ) -> None:
-    """Draw a small labelled sample set (OUT/sample) and pack it (OUT/shards)."""
-    from shardpack.demo import make_sample
+    """Draw a sample set and pack it.
 
+    Five classes of drawn shapes in OUT/sample (replaced on each run), packed into OUT/shards.
+    """
     with _user_errors():
+        from shardpack.demo import SHAPES, make_sample
+
         sample = make_sample(out / "sample", per_class=per_class)
         if not as_json:
-            typer.echo(f"drew {per_class * 5} sample images in {sample}")
+            typer.echo(f"drew {_plural(per_class * len(SHAPES), 'sample image')} in {sample}")
         options = PackOptions(workers=workers, shards=4, overwrite=True)
         _run_pack(Path(sample), out / "shards", options, not no_progress, as_json)
     if not as_json:
-        typer.echo(
-            f"next: shardpack verify {out / 'shards'}  |  shardpack inspect {out / 'shards'}"
-        )
+        shards, prog = shlex.quote(str(out / "shards")), _command_name()
+        typer.echo(f"next: {prog} verify {shards}  |  {prog} inspect {shards}")
 
 
 def main() -> None:

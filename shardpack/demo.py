@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import re
+import tempfile
 
 import cv2
 import numpy as np
 
+from shardpack.errors import OutputError
+
 SHAPES = ("circle", "cross", "ring", "square", "triangle")
+# The only names a sample holds: anything else in its folder is not the demo's to remove.
+_SAMPLE_FILE = re.compile(rf"(?:{'|'.join(SHAPES)})_\d{{4,}}\.(?:jpg|png)")
 
 
 def _draw(shape: str, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -48,6 +55,10 @@ def make_sample(
 ) -> str:
     """Write a labelled class-folder tree of drawn shapes, half JPEG and half PNG.
 
+    The tree holds exactly what was asked: an earlier sample in dest is replaced whole. The new
+    one is built beside dest and renamed into place, and only then is the old one removed; a
+    dest holding anything this function does not write is refused and left as it is.
+
     Args:
         dest: folder to create the tree in (SRC/<shape>/<n>.jpg|png).
         per_class: images per class.
@@ -56,12 +67,75 @@ def make_sample(
 
     Returns:
         The folder, ready to pass to pack.
+
+    Raises:
+        OutputError: dest is a file, or holds something that is not an earlier sample's image.
     """
-    rng = np.random.default_rng(seed)
-    dest = os.fspath(dest)
-    for shape in SHAPES:
-        os.makedirs(os.path.join(dest, shape), exist_ok=True)
-        for i in range(per_class):
-            ext = ".jpg" if i % 2 == 0 else ".png"
-            cv2.imwrite(os.path.join(dest, shape, f"{shape}_{i:04d}{ext}"), _draw(shape, size, rng))
+    dest = os.path.abspath(os.fspath(dest))
+    old = _sample_files(dest)  # refuse before drawing anything
+    parent = os.path.dirname(dest)
+    os.makedirs(parent, exist_ok=True)
+    new = tempfile.mkdtemp(prefix=".sample-", dir=parent)
+    try:
+        rng = np.random.default_rng(seed)
+        for shape in SHAPES:
+            os.mkdir(os.path.join(new, shape))
+            for i in range(per_class):
+                ext = ".jpg" if i % 2 == 0 else ".png"
+                path = os.path.join(new, shape, f"{shape}_{i:04d}{ext}")
+                if not cv2.imwrite(path, _draw(shape, size, rng)):
+                    raise OutputError(f"{path}: cannot write; check the free space in {parent}")
+    except BaseException:
+        _remove_sample(new, _sample_files(new) or [])
+        raise
+    retired = None
+    if old is not None:
+        retired = tempfile.mkdtemp(prefix=".sample-old-", dir=parent)
+        os.rename(dest, os.path.join(retired, "sample"))
+    os.rename(new, dest)
+    if retired is not None:
+        _remove_sample(os.path.join(retired, "sample"), old)
+        os.rmdir(retired)
     return dest
+
+
+def _sample_files(dest: str) -> list[str] | None:
+    """The images of an earlier sample in dest (relative paths); None if dest is absent or empty.
+
+    Raises OutputError naming the first entry that a sample never holds.
+    """
+    try:
+        entries = list(os.scandir(dest))
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        raise OutputError(f"{dest}: is a file; the demo needs a folder for its sample") from None
+    if not entries:
+        return None
+    found = []
+    for entry in entries:
+        if entry.name not in SHAPES or not entry.is_dir(follow_symlinks=False):
+            raise _not_ours(entry.path, dest)
+        for item in os.scandir(entry.path):
+            if not (_SAMPLE_FILE.fullmatch(item.name) and item.is_file(follow_symlinks=False)):
+                raise _not_ours(item.path, dest)
+            found.append(os.path.join(entry.name, item.name))
+    return found
+
+
+def _not_ours(path: str, dest: str) -> OutputError:
+    return OutputError(
+        f"{path}: not a file the demo wrote; move it out of {dest}, or choose another folder "
+        "for the demo"
+    )
+
+
+def _remove_sample(dest: str, files: list[str]) -> None:
+    """Remove the listed sample images, then the folders they leave empty."""
+    for name in files:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(dest, name))
+    for shape in SHAPES:
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(os.path.join(dest, shape))
+    os.rmdir(dest)

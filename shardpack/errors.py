@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 
 
 class ShardpackError(Exception):
@@ -29,17 +30,55 @@ class ImageError(ShardpackError):
         return (type(self), (self.key, self.reason))
 
 
+# What a user can do about a failed file operation, by errno; any other errno gets _OS_FIX.
+_OS_FIXES = {
+    errno.EROFS: "choose a folder on a writable file system",
+    errno.EACCES: "check the permissions of the file and its folder (or choose another)",
+    errno.EPERM: "check the permissions of the file and its folder (or choose another)",
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "free some space (the disk quota is used up)",
+    errno.EFBIG: "free some space, or raise the file size limit (ulimit -f)",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: check the path",
+    errno.EISDIR: "it is a folder: pass a file",
+    errno.ELOOP: "it is a symbolic link, which shardpack does not follow: pass the real path",
+}
+_OS_FIX = "check the path and its permissions"
+
+
+def os_error_fix(error: OSError) -> str:
+    """What to do about a failed file operation, in a few words."""
+    return _OS_FIXES.get(error.errno, _OS_FIX)
+
+
+class FileAccessError(ShardpackError):
+    """A file or folder cannot be read or written: permissions, a read-only or full disk."""
+
+    def __init__(self, path: str | None, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+    def __reduce__(self):
+        return (type(self), (self.path, str(self)))
+
+    @classmethod
+    def from_os_error(cls, error: OSError, path: str | None = None) -> FileAccessError:
+        """One line naming the path (given, or the one the error carries) and the fix."""
+        path = path or (os.fsdecode(error.filename) if error.filename is not None else None)
+        what = error.strerror or str(error)
+        where = f"{path}: " if path else ""
+        return cls(path, f"{where}{what}; {os_error_fix(error)}")
+
+
 class OutputError(ShardpackError):
     """OUT cannot be written: it is a file, holds other data, is locked, or the disk is full."""
 
     @classmethod
     def writing(cls, path: str, error: OSError) -> OutputError:
-        """A one-line error for a failed write, naming the path and what to do."""
-        full = error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
-        hint = "free some space" if full else "check the folder's permissions"
+        """A one-line error for a failed write of a pack run, naming the path and what to do."""
         return cls(
-            f"{path}: cannot write ({error.strerror or error}); {hint}, then rerun with "
-            "--resume to keep the shards already finished"
+            f"{path}: cannot write ({error.strerror or error}); {os_error_fix(error)}, then "
+            "rerun with --resume to keep the shards already finished"
         )
 
 

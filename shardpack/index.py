@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shardpack.errors import IndexFormatError
+from shardpack.errors import FileAccessError, IndexFormatError
 
 if TYPE_CHECKING:  # the index is plain data: it needs these names only for type hints
     from shardpack.options import PackOptions
@@ -99,6 +99,8 @@ def load_index(out: str | os.PathLike) -> Index:
             f"{path}: not found; is {out} a shardpack output? (pack writes index.json last, "
             "so a run that did not finish has none: rerun it)"
         ) from None
+    except PermissionError as e:  # how the machine is set up, not a bad index
+        raise FileAccessError.from_os_error(e, path) from None
     except (OSError, ValueError) as e:
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
     return index_from_document(out, doc)

@@ -138,6 +138,6 @@ def parse_size(text: str) -> int:
 def parse_resize(text: str) -> tuple[int, int]:
     """Parse 'WIDTHxHEIGHT' into (width, height)."""
     match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
-    if not match:
+    if not match or min(int(match.group(1)), int(match.group(2))) < 1:
         raise ShardpackError(f"--resize must be WIDTHxHEIGHT such as 224x224, got: {text!r}")
     return int(match.group(1)), int(match.group(2))

@@ -12,7 +12,7 @@ from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 
 from shardpack.atomic import partial_path, remove_files, write_json_atomic
-from shardpack.errors import ImageError, OutputError, WorkerDiedError
+from shardpack.errors import ImageError, OutputError, WorkerDiedError, os_error_fix
 from shardpack.index import INDEX_NAME, build_index
 from shardpack.options import PackOptions
 from shardpack.outdir import LOCK_NAME, Journal, locked, prepare
@@ -43,6 +43,8 @@ class PackResult:
     num_skipped: int
     seconds: float
     num_reused: int = 0  # shards kept from an earlier run by --resume
+    num_shards: int = 0  # shards in the plan, kept ones included
+    new_records: int = 0  # records this run wrote (not kept): what images_per_second rates
 
 
 def default_name(dataset: Dataset) -> str:
@@ -169,10 +171,12 @@ def pack(
         results = _write_shards(plan, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start
         num_records = sum(r.num_records for r in results)
+        new_records = num_records - sum(r.num_records for r in reused)
         stats = {
             "seconds": round(seconds, 3),
-            "images_per_second": round(num_records / seconds, 1) if seconds else None,
-            "workers": workers,
+            "images_per_second": round(new_records / seconds, 1) if seconds else None,
+            # no more workers than shards this run wrote: one shard runs in-process
+            "workers": min(workers, max(1, len(plan.shards) - len(reused))),
         }
         index = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
@@ -184,7 +188,16 @@ def pack(
             write_index_files(out, index)
         write_json_atomic(os.path.join(out, INDEX_NAME), index)  # last: the run is complete
         remove_files(os.path.join(out, f) for f in stale - {s.file for s in plan.shards})
-    return PackResult(out, index, num_records, len(index["skipped"]), seconds, len(reused))
+    return PackResult(
+        out,
+        index,
+        num_records,
+        len(index["skipped"]),
+        seconds,
+        len(reused),
+        len(plan.shards),
+        new_records,
+    )
 
 
 def _write_shards(
@@ -258,8 +271,7 @@ def _make_out(out: str) -> tuple[str, bool]:
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:
-        message = f"{out}: cannot create ({e.strerror}); check the parent folder's permissions"
-        raise OutputError(message) from None
+        raise OutputError(f"{out}: cannot create ({e.strerror}); {os_error_fix(e)}") from None
     return out, created
 
 

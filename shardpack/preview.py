@@ -11,12 +11,14 @@ import numpy as np
 
 from shardpack import images
 from shardpack.atomic import write_atomic
-from shardpack.errors import OutputError
+from shardpack.errors import OutputError, os_error_fix
 from shardpack.index import load_index
 from shardpack.read import decode_pixels, iter_examples
 
 CELL = 128  # pixels per thumbnail side
 _CAPTION = 22  # pixels of caption strip under each thumbnail
+# The sheet's format, picked by the extension of the file asked for.
+FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".webp": "webp"}
 
 
 def make_preview(
@@ -27,9 +29,21 @@ def make_preview(
 
     Records are drawn by reservoir sampling over one pass, so any split size works.
 
+    Args:
+        out: the output folder of a pack run.
+        dest: the image to write; its extension (.png, .jpg, .jpeg, .webp) picks the format.
+        split: the split to draw from.
+        n: how many records to show.
+        seed: which random records.
+
     Returns:
-        The PNG path written.
+        The path written.
+
+    Raises:
+        OutputError: dest has another extension, its folder is missing, or it cannot be written.
     """
+    dest = os.fspath(dest)
+    fmt = _sheet_format(dest)
     index = load_index(out)
     rng = random.Random(seed)
     chosen: list[dict] = []
@@ -51,9 +65,24 @@ def make_preview(
         caption = index.classes[record["label"]].encode("ascii", "replace").decode()[:18]
         cv2.putText(sheet, caption, (x + 3, y + CELL + 15), cv2.FONT_HERSHEY_SIMPLEX, 0.4,
                     (0, 0, 0), 1, cv2.LINE_AA)  # fmt: skip
-    dest = os.fspath(dest)
     try:
-        write_atomic(dest, images.encode(sheet, "png"))
+        write_atomic(dest, images.encode(sheet, fmt, quality=90))
     except OSError as e:
-        raise OutputError.writing(dest, e) from None
+        raise OutputError(
+            f"{dest}: cannot write the preview ({e.strerror or e}); {os_error_fix(e)}"
+        ) from None
     return dest
+
+
+def _sheet_format(dest: str) -> str:
+    """The format dest's extension asks for; refuse any other, and a folder that is missing."""
+    ext = os.path.splitext(dest)[1].lower()
+    if ext not in FORMATS:
+        raise OutputError(
+            f"{dest}: a preview is written as {', '.join(FORMATS)}, not "
+            f"{ext or 'a file without extension'}; name the file with one of those"
+        )
+    folder = os.path.dirname(os.path.abspath(dest))
+    if not os.path.isdir(folder):
+        raise OutputError(f"{dest}: folder {folder} does not exist; create it, or write elsewhere")
+    return FORMATS[ext]

@@ -22,7 +22,7 @@ from typing import BinaryIO
 import crc32c
 
 from shardpack.atomic import partial_path, remove_files
-from shardpack.errors import OutputError, RecordError
+from shardpack.errors import FileAccessError, OutputError, RecordError
 
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
@@ -377,6 +377,8 @@ def iter_records(
         f, buffered = _open_records(path, compression, digest)
         # A corrupt length field must not ask for gigabytes: no record outgrows its file.
         limit = os.fstat(buffered.fileno()).st_size if compression == "none" else _MAX_RECORD
+    except PermissionError as e:  # how the machine is set up, not a damaged shard
+        raise FileAccessError.from_os_error(e, path) from None
     except OSError as e:
         raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
     with f, buffered:

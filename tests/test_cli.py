@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 
 import pytest
@@ -16,6 +21,7 @@ from tests.helpers import make_tree
 
 runner = CliRunner()
 SHARDPACK = [sys.executable, "-m", "shardpack"]
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -70,6 +76,7 @@ def test_verify_exit_code_on_fault(src: Path, tmp_path: Path):
         (["pack", "{src}", "{tmp}/out", "--frobnicate"], "No such option"),
         (["pack", "{src}", "{tmp}/out", "--encode", "gif"], "gif"),
         (["pack", "{src}", "{tmp}/out", "--resize", "big"], "WIDTHxHEIGHT"),
+        (["pack", "{src}", "{tmp}/out", "--resize", "0x0"], "got: '0x0'"),
         (["verify", "{tmp}/empty"], "index.json: not found"),
     ],
 )
@@ -115,11 +122,18 @@ def test_demo(tmp_path: Path):
     assert runner.invoke(app, ["verify", str(tmp_path / "d" / "shards")]).exit_code == 0
 
 
-def test_bench_runs_the_harness(src: Path, tmp_path: Path):
+def test_the_benchmark_harness_runs_from_the_checkout(src: Path, tmp_path: Path):
+    """`shardpack bench` could not work from an installed package: the harness stays behind
+    `make bench` / `python -m benchmarks.run`, and the CLI no longer offers it."""
+    listing = _run("--help").stdout
+    assert "bench" not in listing
     out = tmp_path / "bench.json"
-    result = _run("bench", str(src), "--contenders", "shardpack,ceiling", "--workers", "1",
-                  "--repeat", "1", "--json", str(out), "--no-extras", "--cache",
-                  str(tmp_path / "cache"))  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", str(src), "--contenders", "shardpack,ceiling",
+         "--workers", "1", "--repeat", "1", "--json", str(out), "--no-extras", "--cache",
+         str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     (case,) = json.loads(out.read_text())["cases"]
     summary = {c["kind"]: c["summary"] for c in case["contenders"]}
@@ -127,3 +141,206 @@ def test_bench_runs_the_harness(src: Path, tmp_path: Path):
     assert summary["shardpack"]["images_per_s"] > 0 and summary["shardpack"]["failed"] == 0
     assert summary["ceiling"]["per_core_images_per_s"] > 0
     assert (tmp_path / "bench.png").stat().st_size > 0
+
+
+# ---- help, version, usage ------------------------------------------------------------------
+
+
+def test_bare_shardpack_prints_usage_and_no_empty_error():
+    result = _run()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage:") and "pack" in result.stdout
+    assert "error" not in result.stderr
+
+
+def test_version():
+    from shardpack import __version__
+
+    result = _run("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"shardpack {__version__}"
+
+
+@pytest.mark.parametrize("command", ["pack", "verify", "inspect", "preview", "index-files", "demo"])
+def test_help_reads_plainly(command: str):
+    """Flags take no <bool>; usage names SRC and OUT plainly; every default is shown, with no
+    stray space where a default was eaten."""
+    result = _run(command, "--help")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "<bool>" not in text and "{" not in text
+    assert re.search(rf"Usage: .* {command} \[OPTIONS\] (SRC )?OUT\n", text), text
+    assert not re.search(r"\w \.(\s|$)", text), text  # "Worker processes ." had lost its default
+    if command == "pack":  # compared without white space: help wraps at a hyphen too
+        flat = "".join(text.split())
+        for default in ("all cores", "SRC's folder name", "by --shard-size", "128MiB", "keep"):
+            assert f"[default:{default}]".replace(" ", "") in flat, default
+
+
+def test_help_loads_no_heavy_module():
+    """--help imports typer and the CLI, not rich (its markdown renderer cost 0.18 s), numpy,
+    OpenCV, joblib or the packer."""
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    run = subprocess.run([*SHARDPACK, "pack", "--help"], capture_output=True, text=True, env=env)
+    assert run.returncode == 0
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
+    heavy = {"rich", "numpy", "cv2", "joblib", "shardpack.packer", "markdown_it", "tensorflow"}
+    assert not imported & heavy, imported & heavy
+
+
+# ---- messages --------------------------------------------------------------------------------
+
+
+def test_counts_read_as_english(tmp_path: Path):
+    """One image, one shard, one worker: no "1 shards"; two workers asked for a one-shard job
+    report the one that ran."""
+    src = make_tree(tmp_path / "src", {"a": 1})
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["pack", str(src), str(out), "--workers", "2", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "packed 1 image into 1 shard (" in result.output
+    assert "with 1 worker\n" in result.output and "1 shards" not in result.output
+    assert runner.invoke(app, ["verify", str(out)]).output.startswith("OK: 1 shard, 1 record ")
+    described = runner.invoke(app, ["inspect", str(out)]).output
+    assert "1 record in 1 shard" in described and "1 class)" in described
+
+
+def test_resume_says_what_it_kept_and_rates_the_new_work(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"a": 8, "b": 8})
+    out = tmp_path / "out"
+    job = ["pack", str(src), str(out), "--shards", "4", "--workers", "1", "--no-progress"]
+    assert runner.invoke(app, job).exit_code == 0
+    # An interrupted run: no index yet, and one shard not finished.
+    (out / "index.json").unlink()
+    lost = sorted(out.glob("*.tfrecord-*"))[1]
+    lost.unlink()
+    result = runner.invoke(app, [*job, "--resume"])
+    assert result.exit_code == 0, result.output
+    assert "kept 3 of 4 shards" in result.output and "wrote 4 images at" in result.output
+    summary = json.loads(runner.invoke(app, [*job, "--resume", "--json"]).stdout)
+    assert summary["shards_kept"] == 4 and summary["new_records"] == 0
+    assert summary["images_per_second"] == 0  # kept shards are no work done
+
+
+# ---- every OSError: one line, the path, the fix, exit 2 -------------------------------------
+
+COMMANDS_ON = {
+    "pack into an existing OUT": ["pack", "{src}", "{ro}/out", "--workers", "1"],
+    "pack into a new OUT": ["pack", "{src}", "{ro}/new", "--workers", "1"],
+    "index-files": ["index-files", "{ro}/packed"],
+    "preview": ["preview", "{ro}/packed", "--out", "{ro}/sheet.png"],
+    "demo": ["demo", "{ro}/demo", "--per-class", "2"],
+    "pack --overwrite": ["pack", "{src}", "{ro}/packed", "--workers", "1", "--overwrite"],
+}
+
+
+def _one_line_naming(stderr: str, path: str, fix: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert lines[0].startswith("error: ") and path in lines[0] and fix in lines[0], stderr
+
+
+def test_read_only_file_system(src: Path, tmp_path: Path):
+    """A real read-only mount (a tmpfs of the test's own mount namespace)."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) to mount a tmpfs")
+    ro, logs = tmp_path / "ro", tmp_path / "logs"
+    ro.mkdir()
+    logs.mkdir()
+    cli = " ".join(shlex.quote(a) for a in SHARDPACK)
+    runs = "\n".join(
+        f"{cli} {' '.join(shlex.quote(a.format(src=src, ro=ro)) for a in args)} "
+        f"> {logs}/{k}.out 2> {logs}/{k}.err; echo $? > {logs}/{k}.rc"
+        for k, args in enumerate(
+            [*COMMANDS_ON.values(), ["verify", "{ro}/packed"], ["inspect", "{ro}/packed"]]
+        )
+    )
+    script = f"""
+        mount -t tmpfs none {ro} || exit 77
+        {cli} pack {src} {ro}/packed --workers 1 --no-progress > /dev/null || exit 3
+        mkdir {ro}/out && mount -o remount,ro {ro} || exit 77
+        {runs}
+    """
+    run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    if run.returncode == 77:
+        pytest.skip("this machine does not allow mounting a tmpfs")
+    assert run.returncode == 0, run.stderr
+    for k, what in enumerate(COMMANDS_ON):
+        rc = (logs / f"{k}.rc").read_text().strip()
+        assert rc == "2", (what, rc, (logs / f"{k}.err").read_text())
+        _one_line_naming((logs / f"{k}.err").read_text(), str(ro), "writable file system")
+    reading = len(COMMANDS_ON)
+    for k in (reading, reading + 1):  # verify and inspect only read: they work on it
+        assert (logs / f"{k}.rc").read_text().strip() == "0", (logs / f"{k}.err").read_text()
+
+
+def _as_nobody(args: list[str]) -> tuple[int, str]:
+    """Run the CLI as an unprivileged user: setuid in a forked child. (A fresh interpreter
+    cannot run as that user here: Python lives under /root, which only root may read; so the
+    parent imports every module the commands need first.)"""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to an unprivileged user")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become nobody, run the command, report, and leave at once
+        code, output = -1, ""
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            result = runner.invoke(app, args)
+            code, output = result.exit_code, result.output
+            if result.exception is not None and not isinstance(result.exception, SystemExit):
+                output += "".join(traceback.format_exception(result.exception))
+        except PermissionError:
+            code = -2  # not allowed to switch users here
+        finally:
+            os.write(write, json.dumps([code, output]).encode())
+            os._exit(0)
+    os.close(write)
+    data = b""
+    while chunk := os.read(read, 1 << 16):
+        data += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    code, output = json.loads(data)
+    if code == -2:
+        pytest.skip("this machine does not allow switching to an unprivileged user")
+    return code, output
+
+
+def test_as_a_user_without_permission(tmp_path: Path):
+    import shardpack.demo
+    import shardpack.inspection
+    import shardpack.packer
+    import shardpack.preview
+    import shardpack.recordindex
+    import shardpack.verifier  # noqa: F401 (imported before the child loses access to /root)
+
+    base = Path(tempfile.mkdtemp(prefix="shardpack-nobody-"))  # tmp_path's parents are 0700
+    try:
+        os.chmod(base, 0o755)
+        src = make_tree(base / "src", {"a": 3, "b": 2})
+        out = base / "packed"
+        assert runner.invoke(app, ["pack", str(src), str(out), "--workers", "1"]).exit_code == 0
+        (base / "out").mkdir()
+        for path in base.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        fix = "check the permissions"
+        for what, args in COMMANDS_ON.items():
+            code, output = _as_nobody([a.format(src=src, ro=base) for a in args])
+            assert code == 2, (what, output)
+            _one_line_naming(output, str(base), fix)
+        (out / "index.json").chmod(0o600)
+        for command in ("verify", "inspect"):
+            code, output = _as_nobody([command, str(out)])
+            assert code == 2, output
+            _one_line_naming(output, str(out / "index.json"), fix)
+        (out / "index.json").chmod(0o644)
+        next(out.glob("*.tfrecord-*")).chmod(0o600)
+        code, output = _as_nobody(["verify", str(out)])  # not a damaged shard: exit 2, not 1
+        assert code == 2, output
+        _one_line_naming(output, ".tfrecord-", fix)
+    finally:
+        shutil.rmtree(base)

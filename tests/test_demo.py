@@ -1,0 +1,81 @@
+"""The built-in demo: its sample folder holds exactly what was asked, and it prints next steps
+that work as printed."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shardpack.cli import app
+from shardpack.demo import SHAPES, make_sample
+from shardpack.errors import OutputError
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _images(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_smaller_sample_replaces_a_larger_one(tmp_path: Path):
+    out = tmp_path / "d"
+    first = ["demo", str(out), "--per-class", "6", "--workers", "1", "--no-progress"]
+    assert runner.invoke(app, first).exit_code == 0
+    result = runner.invoke(app, ["demo", str(out), "--per-class", "2", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "drew 10 sample images" in result.output and "packed 10 images" in result.output
+    assert len(_images(out / "sample")) == 10
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no build folder left
+
+
+def test_a_sample_folder_holding_other_files_is_refused_and_kept(tmp_path: Path):
+    dest = tmp_path / "sample"
+    make_sample(dest, per_class=1)
+    mine = dest / SHAPES[0] / "holiday.jpg"
+    mine.write_bytes(b"not the demo's")
+    with pytest.raises(OutputError, match=r"holiday\.jpg: not a file the demo wrote"):
+        make_sample(dest, per_class=1)
+    assert mine.read_bytes() == b"not the demo's" and len(_images(dest)) == 6
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("x")
+    with pytest.raises(OutputError, match=r"notes\.txt: not a file the demo wrote"):
+        make_sample(tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "x"
+
+
+def test_the_next_line_works_as_printed(tmp_path: Path):
+    """Run as `.venv/bin/shardpack` is (a console script, not on PATH), the demo's "next:"
+    commands run as printed, from the same folder."""
+    bin_dir = tmp_path / "venv-bin"
+    bin_dir.mkdir()
+    script = bin_dir / "shardpack"
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom shardpack.cli import main\nmain()\n")
+    script.chmod(0o755)
+    run = subprocess.run(["venv-bin/shardpack", "demo", "d", "--per-class", "2", "--no-progress"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (line,) = [x for x in run.stdout.splitlines() if x.startswith("next: ")]
+    commands = line.removeprefix("next: ").split("  |  ")
+    assert commands[0] == "venv-bin/shardpack verify d/shards"
+    for command in commands:
+        done = subprocess.run(shlex.split(command), cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, (command, done.stderr)
+
+
+def test_make_demo_installs_the_runtime_only_and_make_test_adds_the_extras():
+    if subprocess.run(["which", "make"], capture_output=True).returncode != 0:
+        pytest.skip("make is not installed")
+    plan = {
+        target: subprocess.run(
+            ["make", "-n", "-B", target], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout
+        for target in ("demo", "test")
+    }
+    assert "pip install --quiet -e .\n" in plan["demo"] and "[test]" not in plan["demo"]
+    assert "pip install --quiet -e '.[test]'" in plan["test"]

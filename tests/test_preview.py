@@ -1,0 +1,58 @@
+"""preview: the file's extension picks its format; its errors speak of the preview."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from shardpack.preview import CELL
+from tests.helpers import packed_tree
+
+SHARDPACK = [sys.executable, "-m", "shardpack"]
+# Each format's first bytes, as its decoders look for them.
+MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".jpg": b"\xff\xd8\xff", ".jpeg": b"\xff\xd8\xff",
+         ".webp": b"RIFF"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return packed_tree(tmp_path_factory.mktemp("p"), {"a": 3, "b": 2}, workers=1)
+
+
+def _preview(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SHARDPACK, "preview", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("ext", [".png", ".jpg", ".jpeg", ".webp", ".JPG"])
+def test_the_extension_picks_the_format(out: Path, tmp_path: Path, ext: str):
+    dest = tmp_path / f"sheet{ext}"
+    result = _preview(str(out), "--out", str(dest))
+    assert result.returncode == 0, result.stderr
+    data = dest.read_bytes()
+    assert data.startswith(MAGIC[ext.lower()])
+    if ext.lower() == ".webp":
+        assert data[8:12] == b"WEBP"
+    sheet = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    assert sheet.shape[1] == 3 * CELL  # 5 records: a 3 x 2 grid
+
+
+@pytest.mark.parametrize("name, said", [("sheet.gif", ".gif"), ("sheet", "without extension")])
+def test_another_extension_is_refused_in_one_line(out: Path, tmp_path: Path, name, said):
+    result = _preview(str(out), "--out", str(tmp_path / name))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert name in line and said in line and ".png, .jpg, .jpeg, .webp" in line
+    assert not (tmp_path / name).exists()
+
+
+def test_a_missing_folder_for_the_sheet_is_named(out: Path, tmp_path: Path):
+    dest = tmp_path / "no-such-folder" / "sheet.png"
+    result = _preview(str(out), "--out", str(dest))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert f"folder {dest.parent} does not exist" in line and "--resume" not in line
