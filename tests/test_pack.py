@@ -400,3 +400,16 @@ def test_default_workers_follow_the_work_and_the_cores_free():
 def test_default_run_of_a_small_folder_stays_in_process(tree: Path, tmp_path: Path):
     result = pack(tree, tmp_path / "out", PackOptions())
     assert result.index["stats"]["workers"] == 1
+
+
+def test_cpu_watch_counts_other_processes_not_this_one():
+    import subprocess
+    import sys
+
+    from shardpack.packer import _CpuWatch
+
+    watch = _CpuWatch()
+    # A real process spinning a core for 0.4 s: other processes only add to what is seen.
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                    "while time.process_time() - t < 0.4: pass"], check=True)  # fmt: skip
+    assert watch.others_busy() >= 0.5
