@@ -101,7 +101,8 @@ def choose_workers(
     plan: Plan, options: PackOptions, cores: int, others_busy: Callable[[], float]
 ) -> int:
     """--workers if given; else the count the cost model expects to finish first on the cores
-    other processes leave free (at least 1, never more than there are shards).
+    other processes leave free (at least 1, never more than there are shards); on Dask, the
+    cores.
 
     Args:
         plan: the shards to write.
@@ -112,6 +113,8 @@ def choose_workers(
     """
     if options.workers is not None:
         return options.workers
+    if options.backend != "loky":
+        return cores  # a Dask LocalCluster of this machine's cores, as before; no model for it
     items = tuple(item for spec in plan.shards for item in spec.items)
     work, serial, shards = (
         work_seconds(items, options),
