@@ -1,44 +1,123 @@
-"""Files that appear under their final name only when complete, and hashing them back."""
+"""Files that appear under their final name only when complete, and OUT treated as hostile.
+
+Every file pack writes starts as a hidden temporary file `.NAME.<random>.partial` (a worker's
+progress count: `.NAME.<random>.progress`), created with O_EXCL and O_NOFOLLOW, so a link or
+file planted in OUT under a name we might use is never written through. Removal touches only
+regular files (lstat): unlinking never follows a link, and a folder or FIFO is not ours.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
+import secrets
+import stat
 from collections.abc import Iterable
 from contextlib import suppress
 
 _HASH_CHUNK = 1 << 20
+_TOKEN_BYTES = 8  # 16 hex digits: a name no one can plant in advance
+# The one definition of our temporary names: `.NAME.<token>.partial|progress`.
+TEMP_NAME = re.compile(r"^\.(?P<final>.+)\.[0-9a-f]{16}\.(?P<kind>partial|progress)$")
+# Opening a file someone else may have put there: no link followed, no wait on a FIFO.
+_HOSTILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def partial_path(path: str) -> str:
-    """The hidden temporary name a file is written under before it is renamed into place."""
+def create_temp(path: str, kind: str = "partial") -> tuple[int, str]:
+    """Create a new hidden temporary file beside `path` for writing; return (fd, its path).
+
+    The name holds a random token and is created with O_EXCL, so nothing planted is reused.
+    """
     head, tail = os.path.split(path)
-    return os.path.join(head, f".{tail}.partial")
+    tmp = os.path.join(head, f".{tail}.{secrets.token_hex(_TOKEN_BYTES)}.{kind}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(tmp, flags, 0o644), tmp
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY) -> int:
+    """Open a file that must be a regular file, without following a link or blocking.
+
+    Raises:
+        OSError: it is missing, a link (ELOOP) or not a regular file (EINVAL).
+    """
+    fd = os.open(path, flags | _HOSTILE)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(22, "not a regular file", path)  # errno.EINVAL
+    os.set_blocking(fd, True)  # O_NONBLOCK was for the open only
+    return fd
+
+
+def is_regular(path: str) -> bool:
+    """Whether `path` itself (not what a link points to) is a regular file."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def remove_files(paths: Iterable[str]) -> None:
-    """Remove each path that exists."""
+    """Remove each path that is a regular file; links, folders and FIFOs are not ours."""
     for path in paths:
-        with suppress(FileNotFoundError):
-            os.remove(path)
+        if is_regular(path):
+            with suppress(FileNotFoundError):
+                os.remove(path)
+
+
+def temp_files(
+    folder: str, finals: Iterable[str], kinds: tuple[str, ...] = ("partial", "progress")
+) -> dict[str, list[str]]:
+    """Our temporary files in `folder` for the given final names: {final name: [paths]}.
+
+    Only regular files under TEMP_NAME count: what a caller may read or remove.
+    """
+    wanted = set(finals)
+    found: dict[str, list[str]] = {}
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return found
+    for name in names:
+        match = TEMP_NAME.match(name)
+        path = os.path.join(folder, name)
+        if match and match["final"] in wanted and match["kind"] in kinds and is_regular(path):
+            found.setdefault(match["final"], []).append(path)
+    return found
+
+
+def remove_temp_files(folder: str, finals: Iterable[str]) -> list[str]:
+    """Remove what temp_files finds (a killed run's leftovers); return their final names."""
+    found = temp_files(folder, finals)
+    remove_files(p for paths in found.values() for p in paths)
+    return sorted(found)
+
+
+def replace_with(path: str, data: bytes) -> int:
+    """Write `data` under a new temporary name, fsync it, rename it to `path`, and return the
+    file still open for writing (a journal appends to it without opening `path` again).
+
+    On any failure the temporary file is removed and `path` is left as it was. A link at
+    `path` is replaced, never written through.
+    """
+    fd, tmp = create_temp(path)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        os.close(fd)
+        remove_files([tmp])
+        raise
+    return fd
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write `data` under a temporary name, fsync it, then rename it to `path`.
-
-    On any failure the temporary file is removed and `path` is left as it was.
-    """
-    tmp = partial_path(path)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        remove_files([tmp])
-        raise
+    """replace_with, closing the file: `path` appears only complete."""
+    os.close(replace_with(path, data))
 
 
 def write_json_atomic(path: str, document: object) -> None:
@@ -52,9 +131,9 @@ def write_json_atomic(path: str, document: object) -> None:
 
 
 def sha256_file(path: str) -> str:
-    """The sha256 of a file's bytes, read in 1 MiB chunks."""
+    """The sha256 of a regular file's bytes, read in 1 MiB chunks (no link followed)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(open_regular(path), "rb") as f:
         while chunk := f.read(_HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()

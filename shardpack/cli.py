@@ -170,6 +170,8 @@ def _pack_summary(result) -> dict:
         "records": result.num_records,
         "skipped": result.num_skipped,
         "ignored": index["ignored"],
+        "ignored_files": index["ignored_files"][:20],
+        "warnings": index["warnings"],
         "splits": {
             name: {
                 "num_records": split["num_records"],
@@ -217,7 +219,9 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
         ignored = _plural(
             summary["ignored"], "file that is not an image", "files that are not images"
         )
-        typer.echo(f"ignored {ignored}")
+        named = ", ".join(summary["ignored_files"][:5])
+        more = ", ..." if summary["ignored"] > 5 else ""
+        typer.echo(f"ignored {ignored}: {named}{more}")
     typer.echo(f"index: {summary['out']}/index.json")
 
 
@@ -247,6 +251,8 @@ def _run_pack(src: Path, out: Path, options: PackOptions, progress: bool, as_jso
     finally:
         bar.close()
     summary = _pack_summary(result)
+    for warning in summary["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     _print_json(summary) if as_json else _print_pack_summary(summary, options.resume)
 
 

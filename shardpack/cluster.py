@@ -8,9 +8,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
+from shardpack.atomic import remove_files
 from shardpack.errors import ShardpackError
+
+_PROBE = ".shardpack-probe-"  # hidden, and of no pattern a reader or cleanup looks for
 
 
 class ClusterError(ShardpackError):
@@ -27,8 +30,13 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
             "--backend dask needs the dask extra: pip install 'shardpack[dask]'"
         ) from None
     if scheduler is None:
+        # Loopback only: a Dask scheduler has no authentication, and runs what it is sent.
         cluster = LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            host="127.0.0.1",
         )
         with cluster, Client(cluster) as client:
             yield client
@@ -48,12 +56,22 @@ def _probe(src: str, out: str, token: str, first_item: str) -> str:
     name = f"{socket.gethostname()}-{os.getpid()}"
     if not os.path.exists(os.path.join(src, first_item)):
         return f"{name} cannot see {os.path.join(src, first_item)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     try:
-        with open(os.path.join(out, f".probe-{token}-{name}"), "w") as f:
-            f.write(token)
+        os.close(os.open(os.path.join(out, f"{_PROBE}{token}-{name}"), flags, 0o644))
     except OSError as e:
         return f"{name} cannot write into {out} ({e.strerror})"
     return ""
+
+
+def _remove_probes(out: str, token: str) -> int:
+    """Remove the probe files of `token` this machine sees in OUT; return how many."""
+    try:
+        probes = [n for n in os.listdir(out) if n.startswith(f"{_PROBE}{token}-")]
+    except OSError:
+        return 0
+    remove_files(os.path.join(out, n) for n in probes)
+    return len(probes)
 
 
 def check_shared_storage(client, src: str, out: str, first_item: str) -> None:
@@ -63,13 +81,16 @@ def check_shared_storage(client, src: str, out: str, first_item: str) -> None:
         ClusterError: a worker sees other storage than this process.
     """
     token = uuid.uuid4().hex
-    answers = client.run(_probe, src, out, token, first_item)
+    try:
+        answers = client.run(_probe, src, out, token, first_item)
+        seen = _remove_probes(out, token)
+    finally:  # a worker on storage of its own removes the probe it left there
+        with suppress(Exception):
+            client.run(_remove_probes, out, token)
+        _remove_probes(out, token)
     problems = [answer for answer in answers.values() if answer]
-    probes = [n for n in os.listdir(out) if n.startswith(f".probe-{token}-")]
-    for name in probes:
-        os.remove(os.path.join(out, name))
-    if not problems and len(probes) < len(answers):
-        problems.append(f"{len(answers) - len(probes)} workers wrote probe files this machine "
+    if not problems and seen < len(answers):
+        problems.append(f"{len(answers) - seen} workers wrote probe files this machine "
                         "cannot see")  # fmt: skip
     if problems:
         raise ClusterError(

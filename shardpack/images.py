@@ -7,12 +7,16 @@ means no colour swap on the way.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
+
+from shardpack.options import DEFAULT_MAX_PIXELS
 
 # JPEG frame types TensorFlow's decoder reads: baseline, extended and progressive Huffman.
 _TF_JPEG_FRAMES = frozenset({0xC0, 0xC1, 0xC2})
@@ -29,6 +33,15 @@ _ENCODERS = {
 # libjpeg can decode at 1/2, 1/4 or 1/8 scale for a fraction of the cost of a full decode.
 _REDUCED = {8: cv2.IMREAD_REDUCED_COLOR_8, 4: cv2.IMREAD_REDUCED_COLOR_4,
             2: cv2.IMREAD_REDUCED_COLOR_2, 1: cv2.IMREAD_COLOR}  # fmt: skip
+# The most bytes one pixel takes in any format read here: 16-bit RGBA stored uncompressed (TIFF,
+# PNG's worst case, BMP); JPEG's worst case is under 4 bytes for a 3-channel pixel.
+MAX_BYTES_PER_PIXEL = 8
+# Room for what a file carries besides its first image: EXIF, ICC profiles, XMP, the later
+# frames of an animated GIF or WebP, a multi-page TIFF's other pages.
+MAX_EXTRA_BYTES = 64 * 2**20
+# TIFF tags of the first image's size, and the field types that may hold them.
+_TIFF_WIDTH, _TIFF_LENGTH = 256, 257
+_TIFF_TYPES = {3: "H", 4: "I"}  # SHORT, LONG
 
 
 class BadImage(ValueError):
@@ -44,6 +57,12 @@ class ImageInfo:
     width: int
     channels: int
     tf_readable: bool = True
+
+
+def max_file_bytes(max_pixels: int) -> int:
+    """The largest file that can hold an image of at most max_pixels pixels: a larger one is
+    refused before it is read whole."""
+    return max_pixels * MAX_BYTES_PER_PIXEL + MAX_EXTRA_BYTES
 
 
 def sniff(data: bytes) -> str | None:
@@ -64,14 +83,15 @@ def sniff(data: bytes) -> str | None:
 
 
 def probe(data: bytes) -> ImageInfo | None:
-    """Read size and channels of a JPEG or PNG from its header and check its structure.
+    """Read size and channels from the header of any format sniff names.
 
-    The structure check walks every segment or chunk without decoding pixels, so a file cut
-    short (which TensorFlow refuses at training time, and which OpenCV 4 decodes with only a
-    warning) is caught here without the cost of a decode.
+    For JPEG and PNG the check walks every segment or chunk without decoding pixels, so a
+    file cut short (which TensorFlow refuses at training time, and which OpenCV 4 decodes with
+    only a warning) is caught here without the cost of a decode. For the others the size alone
+    is read: enough to refuse a decompression bomb before decoding it.
 
     Returns:
-        The header's facts, or None for formats other than JPEG and PNG.
+        The header's facts, or None if sniff names no format.
 
     Raises:
         BadImage: the file is truncated or its header is malformed.
@@ -81,13 +101,19 @@ def probe(data: bytes) -> ImageInfo | None:
         return _probe_jpeg(data)
     if fmt == "png":
         return _probe_png(data)
-    size = _other_size(fmt, data)  # enough to refuse a decompression bomb before decoding it
-    return None if size is None else ImageInfo(fmt, size[1], size[0], 3, tf_readable=False)
+    if fmt is None:
+        return None
+    width, height = _other_size(fmt, data)
+    if not width or not height:
+        raise BadImage(f"corrupt {fmt.upper()}: {width}x{height} pixels")
+    return ImageInfo(fmt, height, width, 3, tf_readable=False)
 
 
-def _other_size(fmt: str | None, data: bytes) -> tuple[int, int] | None:
-    """(width, height) from a BMP, GIF or WebP header; None where it cannot be read."""
+def _other_size(fmt: str, data: bytes) -> tuple[int, int]:
+    """(width, height) from a BMP, GIF, WebP or TIFF header."""
     try:
+        if fmt == "tiff":
+            return _tiff_size(data)
         if fmt == "bmp":
             if struct.unpack_from("<I", data, 14)[0] == 12:  # OS/2 core header
                 return struct.unpack_from("<HH", data, 18)
@@ -108,7 +134,29 @@ def _other_size(fmt: str | None, data: bytes) -> tuple[int, int] | None:
                 return w & 0x3FFF, h & 0x3FFF
     except struct.error:
         raise BadImage(f"truncated {fmt.upper()} (header cut short)") from None
-    return None  # TIFF: its size may sit anywhere in the file; OpenCV's own limit applies
+    raise BadImage(f"corrupt WEBP: unknown first chunk {_printable(data[12:16])}")
+
+
+def _tiff_size(data: bytes) -> tuple[int, int]:
+    """(width, height) of a TIFF's first image (the one decoded), from its first IFD."""
+    order = "<" if data[:2] == b"II" else ">"
+    (ifd,) = struct.unpack_from(order + "I", data, 4)
+    (entries,) = struct.unpack_from(order + "H", data, ifd)  # at most 65,535: a bounded walk
+    size: dict[int, int] = {}
+    for pos in range(ifd + 2, ifd + 2 + 12 * entries, 12):
+        tag, kind, count = struct.unpack_from(order + "HHI", data, pos)
+        if tag in (_TIFF_WIDTH, _TIFF_LENGTH):
+            if kind not in _TIFF_TYPES or count != 1:
+                raise BadImage(f"corrupt TIFF: image size of field type {kind}, count {count}")
+            (size[tag],) = struct.unpack_from(order + _TIFF_TYPES[kind], data, pos + 8)
+    if len(size) < 2:
+        raise BadImage("corrupt TIFF: no ImageWidth and ImageLength in its first IFD")
+    return size[_TIFF_WIDTH], size[_TIFF_LENGTH]
+
+
+def _printable(name: bytes) -> str:
+    """A chunk or marker name for a message: printable ASCII kept, other bytes as \\xNN."""
+    return "".join(chr(b) if 32 < b < 127 and b != 92 else f"\\x{b:02x}" for b in name)
 
 
 def _probe_jpeg(data: bytes) -> ImageInfo:
@@ -157,10 +205,10 @@ def _probe_png(data: bytes) -> ImageInfo:
         kind = data[pos + 4 : pos + 8]
         end = pos + 12 + length
         if end > size:
-            raise BadImage(f"truncated PNG (chunk {kind!r} cut short)")
+            raise BadImage(f"truncated PNG (chunk {_printable(kind)} cut short)")
         (crc,) = struct.unpack_from(">I", data, end - 4)
         if zlib.crc32(data[pos + 4 : end - 4]) != crc:
-            raise BadImage(f"corrupt PNG: CRC mismatch in chunk {kind!r} at byte {pos}")
+            raise BadImage(f"corrupt PNG: CRC mismatch in chunk {_printable(kind)} at byte {pos}")
         if kind == b"IHDR":
             width, height, _depth, color = struct.unpack_from(">IIBB", data, pos + 8)
             if color not in _PNG_CHANNELS or not width or not height:
@@ -178,27 +226,46 @@ def _probe_png(data: bytes) -> ImageInfo:
     raise BadImage("truncated PNG (no IEND chunk)")
 
 
-def decode(data: bytes, reduce: int = 1, order: str = "bgr") -> np.ndarray:
+def decode(
+    data: bytes, reduce: int = 1, order: str = "bgr", max_pixels: int = DEFAULT_MAX_PIXELS
+) -> np.ndarray:
     """Decode to uint8 HxWx3 as cv2.IMREAD_COLOR does (first frame, no alpha, 8-bit).
 
     Args:
         data: the encoded file.
         reduce: 2, 4 or 8 asks libjpeg for a scaled-down decode; 1 decodes at full size.
         order: "bgr" or "rgb" channel order of the result.
+        max_pixels: refuse a result larger than this: the last line behind the header checks.
 
     Raises:
-        BadImage: OpenCV cannot decode the bytes.
+        BadImage: OpenCV cannot decode the bytes, or the image is over max_pixels.
     """
     flags = _REDUCED[reduce]
     if order == "rgb":
         flags = (flags & ~cv2.IMREAD_COLOR) | cv2.IMREAD_COLOR_RGB
     try:
-        pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+        with _opencv_quiet():
+            pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     except cv2.error as e:
         raise BadImage(f"cannot decode ({_cv2_reason(e)})") from None
     if pixels is None:
         raise BadImage("cannot decode: not an image OpenCV can read")
+    height, width = pixels.shape[:2]
+    if height * width > max_pixels:
+        raise BadImage(f"{width}x{height} pixels is over --max-pixels {max_pixels}")
     return pixels
+
+
+@contextlib.contextmanager
+def _opencv_quiet() -> Iterator[None]:
+    """Keep OpenCV's own warnings ("[ WARN:0@0.2] global grfmt_tiff.cpp ...") off stderr: what
+    went wrong reaches the user as the skip reason."""
+    level = cv2.utils.logging.getLogLevel()
+    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+    try:
+        yield
+    finally:
+        cv2.utils.logging.setLogLevel(level)
 
 
 def _cv2_reason(error: Exception) -> str:

@@ -201,10 +201,10 @@ def build_index(
     features = dict(BASE_FEATURES)
     if dataset.coarse_classes is not None:
         features["coarse_label"] = "int64"
-    skipped = sorted(
-        ({"key": key, "reason": reason} for r in results for key, reason in r.skipped),
-        key=lambda s: s["key"],
-    )
+    skipped = [  # what the scan passed over with a reason, and what the workers refused
+        {"key": key, "reason": reason}
+        for key, reason in sorted([*dataset.skipped, *(s for r in results for s in r.skipped)])
+    ]
     doc = {
         "format": FORMAT,
         "version": VERSION,
@@ -219,6 +219,8 @@ def build_index(
         "splits": splits,
         "skipped": skipped,
         "ignored": dataset.ignored,
+        "ignored_files": list(dataset.ignored_files),  # the first ones, of `ignored` in all
+        "warnings": list(dataset.warnings),
         "stats": stats,
     }
     if dataset.coarse_classes is not None:

@@ -1,179 +1,311 @@
 """The state of OUT: one run at a time (lock), what may be replaced, and per-shard completion
-records (the journal) that let an interrupted run resume."""
+records (the journal) that let an interrupted run resume.
+
+Everything in OUT that this run did not just write is treated as hostile: no link is followed,
+no special file is opened, reads are bounded, and only regular files under shard names (or our
+own temporary names) are ever removed.
+"""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, fields
 
-from shardpack.atomic import remove_files, sha256_file
-from shardpack.errors import IndexFormatError, OutputError
-from shardpack.index import (
-    INDEX_FILES_DIR,
-    INDEX_NAME,
-    METADATA_NAMES,
-    SAFE_FILE,
-    load_index,
+from shardpack.atomic import (
+    is_regular,
+    open_regular,
+    remove_files,
+    remove_temp_files,
+    replace_with,
+    sha256_file,
 )
-from shardpack.plan import Plan
+from shardpack.errors import IndexFormatError, OutputError, os_error_fix
+from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, load_index
+from shardpack.plan import Plan, is_shard_name
 from shardpack.worker import ShardResult
 
 LOCK_NAME = ".shardpack.lock"
 JOURNAL_NAME = ".shardpack.journal"
+# A journal holds one line of a few hundred bytes per shard (more with many skipped images):
+# 256 MiB is far past any real one; past it, the rest counts as a torn tail.
+_JOURNAL_CAP = 256 << 20
 
 
 @contextmanager
-def locked(out: str) -> Iterator[None]:
+def locked(out: str, created: bool = False) -> Iterator[None]:
     """Hold an exclusive lock on OUT for the block; a second run into the same OUT is refused.
 
-    The kernel holds the lock (flock), so it ends with its process however that ends; the
-    lock file itself stays, since removing it would let a third run lock a different file.
+    The kernel holds the lock (flock), so it ends with its process however that ends. The lock
+    file is removed at the end while still locked; a run that locked a file since removed
+    locks again, so two runs never hold different files. An OUT this run `created` is removed
+    too when the block fails and left it empty.
     """
     path = os.path.join(out, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    while True:
+        fd = _open_lock(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
             raise OutputError(
                 f"{out}: another shardpack run (pid {owner}) is writing here; wait for it to "
                 "finish, or choose another output folder"
             ) from None
+        if _is_file_at(fd, path):
+            break
+        os.close(fd)  # the run before us removed this file as it finished: lock the new one
+    failed = True
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)  # for the message above, nothing more
         yield
+        failed = False
     finally:
+        if _is_file_at(fd, path):
+            with suppress(OSError):
+                os.unlink(path)
         os.close(fd)
+        if created and failed:
+            with suppress(OSError):  # not empty: finished shards stay for --resume
+                os.rmdir(out)
 
 
-def prepare(
-    out: str, plan: Plan, overwrite: bool, resume: bool
-) -> tuple[set[str], list[ShardResult]]:
+def _open_lock(path: str) -> int:
+    try:
+        return open_regular(path, os.O_RDWR | os.O_CREAT)
+    except OSError as e:
+        hint = (
+            "it is a link or not a plain file, not shardpack's: remove it"
+            if e.errno in (errno.ELOOP, errno.EINVAL, errno.EISDIR)
+            else os_error_fix(e)
+        )
+        raise OutputError(f"{path}: cannot open the lock file ({e.strerror}); {hint}") from None
+
+
+def _is_file_at(fd: int, path: str) -> bool:
+    """Whether `path` (not followed) is still the file open as `fd`."""
+    try:
+        here, ours = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (ours.st_dev, ours.st_ino)
+
+
+@dataclass(frozen=True)
+class OutState:
+    """What earlier runs left in OUT, read once before a run touches it."""
+
+    names: frozenset[str]  # OUT's entries
+    has_index: bool  # an index.json is there, readable or not
+    digests: tuple[str | None, ...]  # plan digest of each record found; None where unreadable
+    journal_digest: str | None  # the journal's plan digest, when it has a readable one
+    finished: tuple[ShardResult, ...]  # the journal's well-formed shard entries
+    listed: frozenset[str]  # shard file names the old index or journal say shardpack wrote
+
+    @property
+    def ours(self) -> bool:
+        """OUT holds an index.json or a journal: shardpack wrote here."""
+        return bool(self.digests)
+
+
+def read_state(out: str) -> OutState:
+    """Read OUT's index.json and journal once (no link followed, bounded reads).
+
+    Raises:
+        OutputError: the journal's name holds a link, a folder or another special file.
+    """
+    names = frozenset(os.listdir(out))
+    digests: list[str | None] = []
+    listed: set[str] = set()
+    has_index = INDEX_NAME in names
+    if has_index:
+        document = _old_index(out)
+        digest = document.get("plan_digest") if document is not None else None
+        digests.append(digest if isinstance(digest, str) else None)
+        if document is not None:  # load_index checked its shape
+            listed |= {s["file"] for s in _index_shards(document)}
+    header, finished = _read_journal(out) if JOURNAL_NAME in names else (None, ())
+    journal_digest = None
+    if header is not None:
+        digest = header.get("plan_digest") if isinstance(header, dict) else None
+        journal_digest = digest if isinstance(digest, str) else None
+        digests.append(journal_digest)
+    listed |= {r.file for r in finished}
+    return OutState(
+        names=names,
+        has_index=has_index,
+        digests=tuple(digests),
+        journal_digest=journal_digest,
+        finished=finished,
+        listed=frozenset(f for f in listed if is_shard_name(f)),  # never anyone else's file
+    )
+
+
+def prepare(out: str, plan: Plan, overwrite: bool, resume: bool) -> tuple[set[str], list]:
     """Make OUT ready for `plan`, touching only files shardpack wrote or will write.
 
-    OUT is shardpack's when it holds an index.json or a journal; then the files they list
-    are ours. Otherwise any file under a name pack is about to write is the user's, and is
+    OUT is shardpack's when it holds an index.json or a journal; then the shard files they
+    list are ours. Otherwise any file under a name pack is about to write is the user's, and is
     replaced only with overwrite.
 
     Returns:
         (old shard files, listed by the old index or journal, that the new index drops;
-        ShardResults of finished shards whose journal entry and sha256 match, with resume).
+        ShardResults of finished shards of this very plan whose sha256 matches, with resume).
 
     Raises:
         OutputError: OUT holds a different dataset or files of the user's under names pack
             writes (without overwrite), or a resume finds the options or the source changed.
     """
-    names = set(os.listdir(out))
-    old_index = _old_index(out) if INDEX_NAME in names else None
-    journal = _journal_entries(out)
-    digests = {d for d in (_digest_of(old_index), _digest_of(journal[:1])) if d is not None}
-    if digests and digests != {plan.digest} and not overwrite:
+    state = read_state(out)
+    if state.ours and set(state.digests) != {plan.digest} and not overwrite:
         what = (
             "was packed with other options or from a changed source"
             if resume
-            else ("already holds a different dataset")
+            else "already holds a different dataset"
         )
         raise OutputError(
             f"{out}: {what}; pass --overwrite to start over, or choose another output folder"
         )
     planned = {spec.file for spec in plan.shards}
-    if old_index is None and not journal and not overwrite:
-        clash = sorted(names & (planned | {INDEX_NAME, *METADATA_NAMES}))
+    if not state.ours and not overwrite:
+        clash = sorted(state.names & (planned | {INDEX_NAME, *METADATA_NAMES}))
         if clash:
             raise OutputError(
                 f"{os.path.join(out, clash[0])}: exists and was not written by shardpack "
                 f"({len(clash)} such files); choose an empty folder, or pass --overwrite to "
                 "replace them"
             )
-    reused = _reusable(out, journal, planned) if resume else []
-    listed = _listed(old_index, journal)
-    remove_files([os.path.join(out, INDEX_NAME)] if old_index is not None else [])
-    rewritten = planned | listed
-    remove_files(
-        os.path.join(out, f".{name}.{kind}")
-        for name in rewritten | {INDEX_NAME, *METADATA_NAMES}
-        for kind in ("partial", "progress")
-    )
-    kept = {r.file for r in reused}
-    remove_files(os.path.join(out, INDEX_FILES_DIR, f"{f}.idx") for f in rewritten - kept)
-    return listed - planned, reused
+    # Only shards of this very plan are kept, whatever --overwrite says.
+    same_plan = resume and state.journal_digest == plan.digest
+    reused = _reusable(out, state.finished, planned) if same_plan else []
+    if state.has_index:
+        remove_files([os.path.join(out, INDEX_NAME)])
+    rewritten = planned | state.listed
+    remove_temp_files(out, rewritten | {INDEX_NAME, JOURNAL_NAME, *METADATA_NAMES})
+    idx = os.path.join(out, INDEX_FILES_DIR)
+    if os.path.isdir(idx) and not os.path.islink(idx):  # never into a folder a link points at
+        kept = {r.file for r in reused}
+        remove_temp_files(idx, {f"{f}.idx" for f in rewritten})
+        remove_files(os.path.join(idx, f"{f}.idx") for f in rewritten - kept)
+    return state.listed - planned, reused
 
 
-def _old_index(out: str) -> dict | str:
-    """The old index document, or "unreadable" (its shard names are then not trusted)."""
+def _old_index(out: str) -> dict | None:
+    """The old index document, or None when it is unreadable or not a plain file."""
+    if not is_regular(os.path.join(out, INDEX_NAME)):
+        return None
     try:
         return load_index(out).raw
     except IndexFormatError:
-        return "unreadable"
-
-
-def _digest_of(source: dict | str | list | None) -> str | None:
-    if source is None or source == []:
         return None
-    document = source[0] if isinstance(source, list) else source
-    digest = document.get("plan_digest") if isinstance(document, dict) else None
-    return digest if isinstance(digest, str) else "unknown"
 
 
-def _listed(old_index: dict | str | None, journal: list) -> set[str]:
-    """Shard file names the old index and journal say shardpack wrote (plain names only)."""
-    names = set()
-    if isinstance(old_index, dict):  # load_index checked every name
-        names |= {s["file"] for split in old_index["splits"].values() for s in split["shards"]}
-    names |= {e["file"] for e in journal[1:] if isinstance(e, dict) and isinstance(
-        e.get("file"), str) and SAFE_FILE.fullmatch(e["file"])}  # fmt: skip
-    return names
+def _index_shards(document: dict) -> Iterator[dict]:
+    for split in document["splits"].values():
+        yield from split["shards"]
 
 
-def _journal_entries(out: str) -> list:
-    """The journal's lines, parsed, up to the first that is not JSON (a crash's torn line)."""
+def _read_journal(out: str) -> tuple[object, tuple[ShardResult, ...]]:
+    """The journal's first line (its header) and its well-formed shard entries, up to the first
+    line that is not JSON (a crash's torn line). (None, ()) for an empty journal."""
+    path = os.path.join(out, JOURNAL_NAME)
     try:
-        with open(os.path.join(out, JOURNAL_NAME), encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (FileNotFoundError, UnicodeDecodeError):
-        return []
+        fd = open_regular(path)
+    except FileNotFoundError:
+        return None, ()
+    except OSError as e:
+        raise OutputError(
+            f"{path}: not shardpack's journal ({e.strerror}: a link, a folder or a special "
+            "file); remove it"
+        ) from None
+    with open(fd, "rb") as f:
+        lines = f.read(_JOURNAL_CAP).splitlines()
     entries = []
     for line in lines:
         try:
             entries.append(json.loads(line))
-        except ValueError:
+        except ValueError:  # UnicodeDecodeError included
             break
-    return entries
+    if not entries:
+        return None, ()
+    results = (_shard_result(entry) for entry in entries[1:])
+    return entries[0], tuple(r for r in results if r is not None)
 
 
-def _reusable(out: str, journal: list, planned: set[str]) -> list[ShardResult]:
-    """Finished shards whose journal entry matches the plan and whose bytes are intact."""
+_RESULT_FIELDS = frozenset(f.name for f in fields(ShardResult))
+
+
+def _shard_result(entry: object) -> ShardResult | None:
+    """A journal line as a ShardResult, or None when it is not one this version wrote."""
+    if not isinstance(entry, dict) or set(entry) != _RESULT_FIELDS:
+        return None
+    ints = ("index", "num_records", "num_bytes")
+    good = (
+        all(type(entry[k]) is int and entry[k] >= 0 for k in ints)
+        and all(isinstance(entry[k], str) for k in ("split", "file", "sha256"))
+        and is_shard_name(entry["file"])
+        and isinstance(entry["seconds"], int | float)
+        and isinstance(entry["label_counts"], list)
+        and all(type(c) is int for c in entry["label_counts"])
+        and isinstance(entry["skipped"], list)
+        and all(
+            isinstance(s, list) and len(s) == 2 and all(isinstance(x, str) for x in s)
+            for s in entry["skipped"]
+        )
+    )
+    if not good:
+        return None
+    return ShardResult(**{**entry, "label_counts": tuple(entry["label_counts"]),
+                          "skipped": tuple(map(tuple, entry["skipped"]))})  # fmt: skip
+
+
+def _reusable(out: str, finished: tuple[ShardResult, ...], planned: set[str]) -> list[ShardResult]:
+    """Finished shards the plan still has whose bytes are intact (a regular file, same sha256)."""
     reused = []
-    for entry in journal[1:]:
-        try:
-            result = ShardResult(**{**entry, "label_counts": tuple(entry["label_counts"]),
-                                    "skipped": tuple(map(tuple, entry["skipped"]))})  # fmt: skip
-        except (TypeError, KeyError, ValueError):
-            continue  # not an entry this version wrote: redo that shard
+    for result in finished:
         path = os.path.join(out, result.file)
-        if result.file in planned and os.path.isfile(path) and (sha256_file(path) == result.sha256):
+        if result.file not in planned or not is_regular(path):
+            continue
+        try:
+            intact = sha256_file(path) == result.sha256
+        except OSError:
+            continue
+        if intact:
             reused.append(result)
     return reused
 
 
 class Journal:
-    """Append-only completion records: the plan digest, then one line per finished shard."""
+    """Append-only completion records: the plan digest, then one line per finished shard.
+
+    The file is written (under a temporary name, then renamed) only when the first shard of
+    this run lands, so a run that fails before that leaves the old journal as it was; it is
+    then kept open and appended to, never opened by name again.
+    """
 
     def __init__(self, out: str, digest: str, reused: list[ShardResult]) -> None:
         self.path = os.path.join(out, JOURNAL_NAME)
-        with open(self.path, "w", encoding="ascii") as f:
-            f.write(json.dumps({"plan_digest": digest}) + "\n")
-        for result in reused:
-            self.add(result)
+        self._head = [{"plan_digest": digest}, *map(asdict, reused)]
+        self._file = None
 
     def add(self, result: ShardResult) -> None:
         """Record a finished shard durably (its file was fsynced before its rename)."""
-        with open(self.path, "a", encoding="ascii") as f:
-            f.write(json.dumps(asdict(result)) + "\n")  # ASCII: any file name survives
-            f.flush()
-            os.fsync(f.fileno())
+        lines = [*self._head, asdict(result)] if self._file is None else [asdict(result)]
+        data = "".join(json.dumps(line) + "\n" for line in lines).encode("ascii")  # any name
+        if self._file is None:
+            self._file = open(replace_with(self.path, data), "ab")  # noqa: SIM115 (close())
+            return
+        self._file.write(data)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Close the journal file, if this run wrote one."""
+        if self._file is not None:
+            self._file.close()

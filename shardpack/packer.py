@@ -8,14 +8,14 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 
-from shardpack.atomic import partial_path, remove_files, write_json_atomic
+from shardpack.atomic import remove_files, remove_temp_files, temp_files, write_json_atomic
 from shardpack.errors import ImageError, OutputError, WorkerDiedError, os_error_fix
 from shardpack.index import INDEX_NAME, build_index
 from shardpack.options import PackOptions
-from shardpack.outdir import LOCK_NAME, Journal, locked, prepare
+from shardpack.outdir import Journal, locked, prepare
 from shardpack.plan import (
     SERIAL_SHARE,
     Plan,
@@ -26,7 +26,7 @@ from shardpack.plan import (
 )
 from shardpack.sources import Dataset, scan, source_root
 from shardpack.tfdsmeta import write_tfds_metadata
-from shardpack.worker import ShardResult, progress_path, read_progress, write_shard
+from shardpack.worker import ShardResult, read_progress, write_shard
 
 ProgressCallback = Callable[[int, int], None]
 # Poll workers' progress files this often: a live bar without measurable cost.
@@ -158,18 +158,15 @@ def pack(
             "data; choose an output folder outside SRC"
         )
     out, created = _make_out(os.fspath(out))
-    with locked(out):
+    with locked(out, created):
         watch = _CpuWatch()  # the scan and plan are the window that measures others' load
-        try:
-            with _no_gc():
-                dataset = scan(src_root, options.source)
-                name = options.name or default_name(dataset)
-                plan = make_plan(dataset, name, options, options.workers or machine_cores())
-            stale, reused = prepare(out, plan, options.overwrite, options.resume)
-        except BaseException:
-            if created:  # refused before anything was written: leave no OUT behind
-                _remove_empty_out(out)
-            raise
+        with _no_gc():
+            dataset = scan(src_root, options.source)
+            if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
+                raise ImageError(*dataset.skipped[0])
+            name = options.name or default_name(dataset)
+            plan = make_plan(dataset, name, options, options.workers or machine_cores())
+        stale, reused = prepare(out, plan, options.overwrite, options.resume)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
         results = _write_shards(plan, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start
@@ -221,20 +218,17 @@ def _write_shards(
     results = list(reused)
     try:
         with (
-            _ProgressPoller(out, sum(sizes.values()), progress) as poller,
+            _ProgressPoller(out, sum(sizes.values()), progress, {s.file for s in todo}) as poller,
             closing(_run(todo, options, dataset, out, workers)) as finished,
         ):
             poller.finished(sum(sizes[f] for f in done))
             for result in finished:
                 journal.add(result)
                 results.append(result)
-                poller.finished(sizes[result.file])
+                poller.finished(sizes[result.file], result.file)
     except BaseException as e:
-        in_flight = sorted(
-            s.file for s in todo if os.path.exists(partial_path(os.path.join(out, s.file)))
-        )
-        remove_files(partial_path(os.path.join(out, s.file)) for s in todo)
-        remove_files(progress_path(out, s.file) for s in todo)
+        # Workers remove their own temp files; these are a killed worker's (random names).
+        in_flight = remove_temp_files(out, {s.file for s in todo})
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             raise ImageError(
                 e.key,
@@ -248,6 +242,9 @@ def _write_shards(
                 "rerun with --resume to keep the shards already finished"
             ) from None
         raise
+    finally:
+        journal.close()
+    remove_temp_files(out, {s.file for s in todo})  # those of a killed worker Dask retried
     return results
 
 
@@ -276,13 +273,6 @@ def _make_out(out: str) -> tuple[str, bool]:
     except OSError as e:
         raise OutputError(f"{out}: cannot create ({e.strerror}); {os_error_fix(e)}") from None
     return out, created
-
-
-def _remove_empty_out(out: str) -> None:
-    """Take back an OUT this run created, once the lock is its only content."""
-    remove_files([os.path.join(out, LOCK_NAME)])
-    with suppress(OSError):
-        os.rmdir(out)
 
 
 def _run(
@@ -338,8 +328,11 @@ def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[S
 class _ProgressPoller:
     """Sums finished shards and the counts in workers' progress files for a callback."""
 
-    def __init__(self, out: str, total: int, callback: ProgressCallback | None) -> None:
+    def __init__(
+        self, out: str, total: int, callback: ProgressCallback | None, pending: set[str]
+    ) -> None:
         self.out, self.total, self.callback = out, total, callback
+        self.pending = pending  # shards not finished yet: only their progress files are read
         self.done = 0
         self._shown = 0  # a worker's file vanishes just before its result lands: never go back
         self._stop = threading.Event()
@@ -350,17 +343,13 @@ class _ProgressPoller:
             self._thread.start()
         return self
 
-    def finished(self, items: int) -> None:
+    def finished(self, items: int, file: str = "") -> None:
         self.done += items
+        self.pending.discard(file)
 
     def _in_flight(self) -> int:
-        try:
-            names = os.listdir(self.out)
-        except OSError:
-            return 0
-        return sum(
-            read_progress(os.path.join(self.out, n)) for n in names if n.endswith(".progress")
-        )
+        found = temp_files(self.out, set(self.pending), kinds=("progress",))
+        return sum(max(map(read_progress, paths)) for paths in found.values())
 
     def _poll(self) -> None:
         while not self._stop.wait(_POLL_S):

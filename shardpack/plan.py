@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +74,18 @@ def shard_bounds(num_items: int, num_shards: int) -> list[tuple[int, int]]:
 def shard_name(name: str, split: str, index: int, num_shards: int) -> str:
     """TFDS-style shard file name: {name}-{split}.tfrecord-{i:05d}-of-{n:05d}."""
     return f"{name}-{split}.tfrecord-{index:05d}-of-{num_shards:05d}"
+
+
+# What shard_name gives, for any count (past 99,999 shards the numbers grow a digit).
+_SHARD_NAME = re.compile(
+    r"(?P<name>[A-Za-z0-9][A-Za-z0-9_.]*)-(?P<split>[A-Za-z0-9_.\-]+)\.tfrecord-\d{5,}-of-\d{5,}"
+)
+
+
+def is_shard_name(file: str, name: str | None = None) -> bool:
+    """Whether `file` is a name shard_name gives (for dataset `name`, when given)."""
+    match = _SHARD_NAME.fullmatch(file)
+    return match is not None and name in (None, match["name"])
 
 
 def estimated_bytes(item: Item, options: PackOptions) -> int:

@@ -7,7 +7,7 @@ import struct
 from collections.abc import Iterator
 
 from shardpack.atomic import write_atomic
-from shardpack.errors import IndexFormatError, RecordError
+from shardpack.errors import IndexFormatError, OutputError, RecordError
 from shardpack.index import INDEX_FILES_DIR, Index, index_from_document, load_index
 from shardpack.read import to_python
 from shardpack.tfrecord import decode_example, masked_crc
@@ -68,7 +68,11 @@ def write_index_files(out: str | os.PathLike, document: dict | None = None) -> l
         The paths written.
     """
     index = _random_access(out, document)
-    os.makedirs(os.path.join(index.out, INDEX_FILES_DIR), exist_ok=True)
+    folder = os.path.join(index.out, INDEX_FILES_DIR)
+    if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+        # a link planted in OUT: never write where it points
+        raise OutputError(f"{folder}: is a link or a file, not a folder of index files; remove it")
+    os.makedirs(folder, exist_ok=True)
     written = []
     for split in index.splits.values():
         for shard in split.shards:

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import os
-import pickle
 import stat
+import unicodedata
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardpack.errors import SourceError, UnsafePickleError
+from shardpack import safepickle
+from shardpack.errors import SourceError
 from shardpack.options import SOURCE_KINDS
+from shardpack.srcfiles import RefusedFile, not_regular, read_regular
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 CIFAR_PIXELS = 32 * 32 * 3
-# The largest real CIFAR pickle (CIFAR-100 train) is 155 MB; refuse what could only be a trap.
-MAX_PICKLE_BYTES = 512 * 2**20
+_ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")  # what a dataset is downloaded as
+# The largest real CIFAR file (CIFAR-100 train) is 155 MB; refuse what could only be a trap.
+MAX_BATCH_BYTES = 512 * 2**20
+# A class-names file holds 100 short lines.
+MAX_NAMES_BYTES = 2**20
 
 # name -> (split of each batch file, file holding the class names)
 _CIFAR_LAYOUTS = {
@@ -54,6 +59,9 @@ class Dataset:
     splits: dict[str, tuple[Item, ...]] = field(hash=False)
     ignored: int = 0
     coarse_classes: tuple[str, ...] | None = None
+    ignored_files: tuple[str, ...] = ()  # the first MAX_NAMED_IGNORED of them
+    skipped: tuple[tuple[str, str], ...] = ()  # (key, reason): special files, unlistable folders
+    warnings: tuple[str, ...] = ()  # for the user, one line each: a class with no images
 
     @property
     def num_items(self) -> int:
@@ -98,15 +106,69 @@ def source_root(src: str | os.PathLike) -> str:
     if not os.path.exists(root):
         raise SourceError(f"{root}: no such folder; pass the folder that holds your images")
     if not os.path.isdir(root):
-        raise SourceError(f"{root}: is a file, not a folder; pass the folder that holds it")
+        raise SourceError(f"{root}: is a file, not a folder; {_instead_of_file(root)}")
     return root
+
+
+def _instead_of_file(path: str) -> str:
+    """What to pass instead of a file given as SRC, judged by its name."""
+    parent = os.path.dirname(path)
+    name = os.path.basename(path)
+    if any(name in batches or name == meta for batches, meta in _CIFAR_LAYOUTS.values()):
+        return f"it is a CIFAR file: pass the folder that holds it, {parent}"
+    if name.endswith(_ARCHIVES):
+        return "it is an archive: extract it (tar xf / unzip), then pass the folder it makes"
+    if _is_image_name(name):
+        return (
+            f"it is an image: pass the folder above its class folder, {os.path.dirname(parent)} "
+            f"(SRC/<class>/<image>, here with {os.path.basename(parent)} as the class)"
+        )
+    return "pass a folder of class folders (SRC/<class>/<image>) or of CIFAR batches"
 
 
 # ---- class folders ---------------------------------------------------------------------------
 
+# index.json names this many of the files a scan ignored (the count stays exact): enough to see
+# what was passed over, bounded for a tree of millions of text files.
+MAX_NAMED_IGNORED = 1000
+# Characters that would split a class name over lines of TFDS's label.labels.txt or garble a
+# terminal: control characters and line or paragraph separators. (Bytes that are not UTF-8 are
+# kept: label.labels.txt holds the name's own bytes.)
+_BAD_NAME_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+
 
 def _hidden(name: str) -> bool:
     return name.startswith(".")
+
+
+def _is_image_name(name: str) -> bool:
+    return "." in name and "." + name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS
+
+
+def _check_class_name(name: str, where: str) -> None:
+    """Refuse a class name (a folder's, or from a CIFAR meta file at `where`) that is not one
+    line of printable text."""
+    if any(unicodedata.category(c) in _BAD_NAME_CATEGORIES for c in name):
+        shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name)
+        raise SourceError(
+            f"{where}: the class name '{shown}' holds a control character or a line break, "
+            "but class names are written one per line: rename it"
+        )
+
+
+class _Passed:
+    """What a folder scan passed over: files ignored (counted, the first ones named) and files
+    or folders skipped with a reason."""
+
+    def __init__(self) -> None:
+        self.ignored = 0
+        self.ignored_files: list[str] = []
+        self.skipped: list[tuple[str, str]] = []
+
+    def ignore(self, rel: str) -> None:
+        self.ignored += 1
+        if len(self.ignored_files) < MAX_NAMED_IGNORED:
+            self.ignored_files.append(rel)
 
 
 def _scan_folder(root: str) -> Dataset:
@@ -115,7 +177,12 @@ def _scan_folder(root: str) -> Dataset:
     except OSError as e:
         raise SourceError(f"{root}: cannot list ({e.strerror}); check its permissions") from None
     classes = tuple(e.name for e in entries if not _hidden(e.name) and e.is_dir())
-    ignored = sum(1 for e in entries if not _hidden(e.name) and not e.is_dir())
+    for name in classes:
+        _check_class_name(name, root)
+    passed = _Passed()
+    for e in entries:
+        if not _hidden(e.name) and not e.is_dir():
+            passed.ignore(e.name)
     items: list[Item] = []
     # Claim SRC and every class folder up front: a link from one class into another (or back to
     # SRC) must not list the other class's images under the wrong label.
@@ -128,17 +195,46 @@ def _scan_folder(root: str) -> Dataset:
                 "(a link); one folder cannot be two classes: remove the link"
             )
     seen_dirs = {_dir_id(root), *class_dirs}
+    warnings = []
     for label, name in enumerate(classes):
-        found, skipped = _walk_images(root, name, seen_dirs)
+        found = _walk_images(root, name, seen_dirs, passed)
         items.extend(Item(key=rel, label=label, path=rel, size=size) for rel, size in found)
-        ignored += skipped
+        if not found:
+            warnings.append(
+                f"class '{name}' ({os.path.join(root, name)}) holds no images: it keeps label "
+                f"{label} with no records"
+            )
     if not items:
-        raise SourceError(
-            f"{root}: no images found; expected SRC/<class>/<image> with extensions "
-            f"{', '.join(sorted(IMAGE_EXTENSIONS))}"
-        )
+        raise SourceError(f"{root}: no images found; {_nothing_found(root, entries)}")
     items.sort(key=lambda item: item.key)
-    return Dataset("folder", root, classes, {"train": tuple(items)}, ignored)
+    return Dataset(
+        "folder",
+        root,
+        classes,
+        {"train": tuple(items)},
+        passed.ignored,
+        ignored_files=tuple(passed.ignored_files),
+        skipped=tuple(sorted(passed.skipped)),
+        warnings=tuple(warnings),
+    )
+
+
+def _nothing_found(root: str, entries: list[os.DirEntry]) -> str:
+    """What SRC holds instead of class folders with images, and what to pass instead."""
+    for e in entries:
+        if e.is_dir() and _cifar_layout(e.path) is not None:
+            return f"{e.path} holds CIFAR batches: pass that folder as SRC"
+    archives = [e.name for e in entries if e.name.endswith(_ARCHIVES)]
+    if archives:
+        return f"it holds {archives[0]}: extract it, then pass the folder it makes"
+    loose = sum(1 for e in entries if not e.is_dir() and _is_image_name(e.name))
+    if loose:
+        return (
+            f"its {loose} images lie in SRC itself, but each class needs its own folder "
+            f"(SRC/<class>/<image>): move them into class folders, or pass "
+            f"{os.path.dirname(root)} to pack {os.path.basename(root)} as one class"
+        )
+    return f"expected SRC/<class>/<image> with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}"
 
 
 def _dir_id(path: str) -> tuple[int, int]:
@@ -147,11 +243,11 @@ def _dir_id(path: str) -> tuple[int, int]:
 
 
 def _walk_images(
-    root: str, top: str, seen_dirs: set[tuple[int, int]]
-) -> tuple[list[tuple[str, int]], int]:
-    """Return ([(relative path, size)], ignored count) under root/top, each folder once."""
+    root: str, top: str, seen_dirs: set[tuple[int, int]], passed: _Passed
+) -> list[tuple[str, int]]:
+    """Return [(relative path, size)] of the images under root/top, each folder once; what is
+    not an image goes to `passed`. Links are followed to folders and regular files only."""
     found: list[tuple[str, int]] = []
-    ignored = 0
     pending = [top]
     while pending:
         rel_dir = pending.pop()
@@ -162,24 +258,30 @@ def _walk_images(
                 if folder in seen_dirs:
                     continue  # a link to a folder already walked or claimed: follow it once
                 seen_dirs.add(folder)
-            entries = list(os.scandir(path))
-        except OSError:
-            continue  # an unreadable or dangling folder holds nothing we can pack
+            entries = sorted(os.scandir(path), key=lambda e: e.name)
+        except OSError as e:
+            passed.skipped.append((f"{rel_dir}/", f"cannot list folder ({e.strerror})"))
+            continue
+        subfolders = []
         for entry in entries:
             name = entry.name
             if name.startswith("."):
                 continue  # hidden
+            rel = f"{rel_dir}/{name}"
             try:
                 st = entry.stat()  # follows links; one syscall, cached by the entry
             except OSError:
                 st = None  # dangling link: an image name is kept so that the skip says why
             if st is not None and stat.S_ISDIR(st.st_mode):
-                pending.append(f"{rel_dir}/{name}")
-            elif "." in name and "." + name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS:
-                found.append((f"{rel_dir}/{name}", st.st_size if st is not None else 0))
+                subfolders.append(rel)
+            elif not _is_image_name(name):
+                passed.ignore(rel)
+            elif st is not None and not stat.S_ISREG(st.st_mode):
+                passed.skipped.append((rel, not_regular(st.st_mode)))  # never opened
             else:
-                ignored += 1
-    return found, ignored
+                found.append((rel, st.st_size if st is not None else 0))
+        pending.extend(reversed(subfolders))  # walked in name order
+    return found
 
 
 # ---- CIFAR -----------------------------------------------------------------------------------
@@ -237,16 +339,38 @@ def _scan_cifar(root: str, layout: str) -> Dataset:
     )
 
 
-def _read_names(path: str) -> tuple[str, ...]:
+def _read_file(path: str, limit: int, what: str) -> bytes:
+    """A CIFAR file's bytes, read as hostile input (regular files only, bounded)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return tuple(line.strip() for line in f if line.strip())
+        return read_regular(path, limit)
+    except RefusedFile as e:
+        raise SourceError(f"{path}: {e}; is it {what}?") from None
     except OSError as e:
-        raise SourceError(f"{path}: cannot read class names ({e.strerror})") from None
+        raise SourceError(f"{path}: cannot read ({e.strerror}); check its permissions") from None
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+def _read_batch(path: str) -> bytes:
+    return _read_file(path, MAX_BATCH_BYTES, "a CIFAR batch")
+
+
+def _read_names(path: str) -> tuple[str, ...]:
+    text = _text(_read_file(path, MAX_NAMES_BYTES, "a CIFAR class-names file"), path)
+    names = tuple(line.strip() for line in text.split("\n") if line.strip())
+    for name in names:
+        _check_class_name(name, path)
+    return names
+
+
+def _text(value: object, path: str) -> str:
+    """A name from a CIFAR file as text; bytes must be UTF-8."""
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SourceError(
+            f"{path}: holds a name that is not UTF-8 text; is it a CIFAR file?"
+        ) from None
 
 
 def _require(batch: dict, key: str, path: str):
@@ -261,7 +385,7 @@ def _binary_record_size(hundred: bool) -> int:
 
 def _binary_labels(path: str, hundred: bool) -> tuple[np.ndarray, np.ndarray | None]:
     size = _binary_record_size(hundred)
-    raw = np.fromfile(path, dtype=np.uint8)
+    raw = np.frombuffer(_read_batch(path), dtype=np.uint8)
     if raw.size == 0 or raw.size % size:
         raise SourceError(
             f"{path}: {raw.size} bytes is not a whole number of {size}-byte CIFAR records; "
@@ -301,7 +425,10 @@ def _names(meta: dict, key: str, path: str) -> tuple[str, ...]:
     values = _require(meta, key, path)
     if not isinstance(values, list) or not all(isinstance(v, (bytes, str)) for v in values):
         raise SourceError(f"{path}: '{key}' is not a list of names; is it a CIFAR meta file?")
-    return tuple(_text(v) for v in values)
+    names = tuple(_text(v, path) for v in values)
+    for name in names:
+        _check_class_name(name, path)
+    return names
 
 
 def _check_range(path: str, labels, names: tuple[str, ...], where: str) -> None:
@@ -318,64 +445,24 @@ def read_cifar_pixels(root: str, batch: str) -> np.ndarray:
     path = os.path.join(root, batch)
     if batch.endswith(".bin"):
         size = _binary_record_size(batch in ("train.bin", "test.bin"))
-        data = np.fromfile(path, dtype=np.uint8).reshape(-1, size)[:, size - CIFAR_PIXELS :]
+        data = np.frombuffer(_read_batch(path), np.uint8).reshape(-1, size)[
+            :, size - CIFAR_PIXELS :
+        ]
     else:
         data = _require(load_cifar_pickle(path), "data", path)
     return np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
 
 
-# Everything the real CIFAR pickles contain: builtins and numpy's array and dtype reconstructors,
-# plus _codecs.encode, which Python 3 uses for bytes in protocol-2 pickles (a re-saved CIFAR file).
-_SAFE_GLOBALS = frozenset(
-    {
-        ("_codecs", "encode"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.numeric", "_frombuffer"),
-        ("numpy._core.numeric", "_frombuffer"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-    }
-)
-
-
-class _CifarUnpickler(pickle.Unpickler):
-    def __init__(self, file, path: str) -> None:
-        super().__init__(file, encoding="bytes")
-        self.path = path
-
-    def find_class(self, module: str, name: str):
-        if (module, name) not in _SAFE_GLOBALS:
-            raise UnsafePickleError(
-                f"{self.path}: refused to load: the pickle asks for {module}.{name}, which no "
-                "real CIFAR file contains; re-download the dataset from its authors"
-            )
-        return super().find_class(module, name)
-
-
 def load_cifar_pickle(path: str) -> dict[str, object]:
-    """Load a CIFAR python batch with an unpickler that admits only what the real files hold.
+    """Load a CIFAR python batch, admitting only what the real files hold (see safepickle).
 
     Keys come back as str whether the file was written by Python 2 or 3.
 
     Raises:
-        UnsafePickleError: the pickle asks for any other global; nothing of it has run.
+        UnsafePickleError: the pickle holds anything else; nothing of it has run.
         SourceError: the file is unreadable or not a pickled dict.
     """
-    try:
-        if os.path.getsize(path) > MAX_PICKLE_BYTES:
-            raise SourceError(
-                f"{path}: {os.path.getsize(path)} bytes is larger than any CIFAR batch; "
-                "is it a CIFAR file?"
-            )
-        with open(path, "rb") as f:
-            loaded = _CifarUnpickler(f, path).load()
-    except SourceError:
-        raise
-    except OSError as e:
-        raise SourceError(f"{path}: cannot read ({e.strerror})") from None
-    except Exception as e:  # pickle raises many types on garbage; all mean the same to a user
-        raise SourceError(f"{path}: not a readable CIFAR pickle ({e})") from None
+    loaded = safepickle.load(_read_batch(path), path)
     if not isinstance(loaded, dict):
         raise SourceError(f"{path}: holds a {type(loaded).__name__}, not a CIFAR batch dict")
-    return {_text(k): v for k, v in loaded.items()}
+    return {_text(k, path): v for k, v in loaded.items()}

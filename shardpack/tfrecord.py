@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 import crc32c
 
-from shardpack.atomic import partial_path, remove_files
+from shardpack.atomic import create_temp, remove_files
 from shardpack.errors import FileAccessError, OutputError, RecordError
 
 _MASK_DELTA = 0xA282EAD8
@@ -272,13 +272,14 @@ class TFRecordWriter:
         if compression not in ("none", "gzip"):
             raise ValueError(f"compression must be 'none' or 'gzip', got: {compression!r}")
         self.path = os.fspath(path)
-        self.tmp_path = partial_path(self.path)
+        self.tmp_path = ""  # a fresh, unpredictable name, made on entering the block
         self.compression = compression
         self.num_records = 0
         self.result: tuple[int, int, str] | None = None
 
     def __enter__(self) -> TFRecordWriter:
-        self._raw = open(self.tmp_path, "wb", buffering=_WRITE_BUFFER)
+        fd, self.tmp_path = create_temp(self.path)
+        self._raw = open(fd, "wb", buffering=_WRITE_BUFFER)
         self._hashing = _HashingFile(self._raw)
         self._out: _HashingFile | gzip.GzipFile = self._hashing
         if self.compression == "gzip":

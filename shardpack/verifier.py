@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from dataclasses import dataclass, field
 
 from shardpack.errors import RecordError
 from shardpack.index import Index, ShardInfo, load_index
+from shardpack.plan import is_shard_name
 from shardpack.tfrecord import decode_example, iter_records
 
 _FEATURE_TYPES = {"image": bytes, "label": int, "height": int, "width": int, "channels": int,
@@ -79,9 +79,8 @@ def verify(out: str | os.PathLike, decode: bool = False) -> VerifyReport:
                     f"records, its shards hold {split_records}",
                 )
             )
-    pattern = re.compile(rf"^{re.escape(index.name)}-.+\.tfrecord-\d{{5}}-of-\d{{5}}$")
     for name in sorted(os.listdir(index.out)):
-        if pattern.match(name) and name not in listed:
+        if is_shard_name(name, index.name) and name not in listed:
             faults.append(Fault(name, None, "shard file not listed in index.json (extra shard)"))
     return VerifyReport(index.out, shards, records, decode, tuple(faults))
 

@@ -11,10 +11,12 @@ import cv2
 import numpy as np
 
 from shardpack import images
+from shardpack.atomic import create_temp, open_regular
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.plan import ShardSpec
 from shardpack.sources import Item, read_cifar_pixels
+from shardpack.srcfiles import FileTooLarge, RefusedFile, read_regular
 from shardpack.tfrecord import TFRecordWriter, encode_example
 
 # How often a worker reports its count for the parent's progress bar: often enough for a live
@@ -37,27 +39,26 @@ class ShardResult:
     seconds: float
 
 
-def progress_path(out: str, file: str) -> str:
-    """The hidden file where the worker writing `file` keeps its count of finished items."""
-    return os.path.join(out, f".{file}.progress")
-
-
 def read_progress(path: str) -> int:
-    """The count a worker last wrote to its progress file; 0 if there is none yet."""
+    """The count a worker last wrote to its progress file; 0 if there is none (yet) or it is
+    not a regular file (never a wait on a FIFO, never more than 8 bytes read)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(8)
-    except FileNotFoundError:
+        fd = open_regular(path)
+    except OSError:
         return 0
+    try:
+        data = os.pread(fd, 8, 0)
+    finally:
+        os.close(fd)
     return struct.unpack("<Q", data)[0] if len(data) == 8 else 0
 
 
 class _Progress:
-    """Writes the worker's count into its progress file at most every PROGRESS_INTERVAL_S."""
+    """Writes the worker's count into its own new progress file at most every
+    PROGRESS_INTERVAL_S; the parent finds it by the shard's name (atomic.TEMP_NAME)."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.fd, self.path = create_temp(path, "progress")
         self.last = 0.0
 
     def update(self, count: int) -> None:
@@ -94,7 +95,7 @@ def write_shard(
     counts = [0] * num_classes
     skipped: list[tuple[str, str]] = []
     batches: dict[str, np.ndarray] = {}  # CIFAR batches this shard reads, loaded once
-    progress = _Progress(progress_path(out, spec.file))
+    progress = _Progress(os.path.join(out, spec.file))
     try:
         with TFRecordWriter(os.path.join(out, spec.file), options.compression) as writer:
             for done, item in enumerate(spec.items, 1):
@@ -149,22 +150,14 @@ def _features(
     return features
 
 
-def _read(path: str, size_hint: int) -> bytes:
-    """The whole file: one read of the size the scan saw, then on to the end of the file
-    (network filesystems may return less per read; the file may have grown)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = [os.read(fd, size_hint + 1)]
-        while chunks[-1]:
-            chunks.append(os.read(fd, 1 << 20))
-    finally:
-        os.close(fd)
-    return chunks[0] if len(chunks) == 2 else b"".join(chunks)
-
-
 def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, tuple]:
+    limit = images.max_file_bytes(options.max_pixels)
     try:
-        data = _read(os.path.join(src, item.path), item.size)
+        data = read_regular(os.path.join(src, item.path), limit, item.size)
+    except FileTooLarge as e:
+        raise ImageError(item.key, f"{e}, the most an image of --max-pixels can take") from None
+    except RefusedFile as e:
+        raise ImageError(item.key, str(e)) from None
     except OSError as e:
         raise ImageError(item.key, f"cannot read ({e.strerror})") from None
     if not data:
@@ -175,8 +168,6 @@ def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, 
     try:
         info = images.probe(data)
         order = _order(options)
-        if info is None:  # TIFF: no header probe; decode, then re-encode
-            return _reencode(images.decode(data, 1, order), options, "png", order=order)
         if info.height * info.width > options.max_pixels:
             raise images.BadImage(
                 f"{info.width}x{info.height} pixels is over --max-pixels {options.max_pixels}"
@@ -185,13 +176,14 @@ def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, 
         passthrough = options.encode == "keep" and info.tf_readable and target is None
         if passthrough:
             if options.check == "decode":  # every pixel decoded, the bytes kept as they are
-                images.decode(data)
+                images.decode(data, max_pixels=options.max_pixels)
             return data, fmt, (info.height, info.width, info.channels)
         reduce = 1
         if fmt == "jpeg" and target is not None:
             reduce = images.reduce_factor(info.height, info.width, target)
         keep_format = fmt if fmt in ("jpeg", "png") else "png"  # what TensorFlow decodes
-        return _reencode(images.decode(data, reduce, order), options, keep_format, target, order)
+        pixels = images.decode(data, reduce, order, options.max_pixels)
+        return _reencode(pixels, options, keep_format, target, order)
     except images.BadImage as e:
         raise ImageError(item.key, str(e)) from None
 

@@ -57,6 +57,22 @@ def test_json_outputs(src: Path, tmp_path: Path):
     assert described["splits"]["train"]["class_counts"] == {"a": 4, "b": 3}
 
 
+def test_pack_summary_names_what_it_skipped_and_ignored_and_warns_of_empty_classes(
+    src: Path, tmp_path: Path
+):
+    (src / "a" / "broken.jpg").write_bytes(b"not a jpeg")
+    (src / "a" / "notes.txt").write_text("x")
+    os.mkfifo(src / "b" / "pipe.png")
+    (src / "c").mkdir()
+    run = _run("pack", str(src), str(tmp_path / "out"), "--workers", "1", "--no-progress")
+    assert run.returncode == 0, run.stderr
+    assert "skipped 2 bad files" in run.stdout
+    assert "b/pipe.png: not a regular file (a FIFO)" in run.stdout
+    assert "a/broken.jpg: not an image" in run.stdout
+    assert "ignored 1 file that is not an image: a/notes.txt" in run.stdout
+    assert f"warning: class 'c' ({src / 'c'}) holds no images" in run.stderr
+
+
 def test_verify_exit_code_on_fault(src: Path, tmp_path: Path):
     out = tmp_path / "out"
     runner.invoke(app, ["pack", str(src), str(out), "--shards", "1", "--workers", "1"])

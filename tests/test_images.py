@@ -91,9 +91,78 @@ def test_sniff(case):
     assert sniff(make()) == expected
 
 
-def test_probe_returns_none_for_formats_it_does_not_parse():
-    assert probe(_encode(".tiff", _photo())) is None
+def test_probe_returns_none_for_what_is_not_an_image():
     assert probe(b"not an image") is None
+
+
+def _tiff(order: str, width: int, height: int, kind: int) -> bytes:
+    """A one-strip 8-bit grey TIFF written field by field: `order` "<" (II) or ">" (MM), the
+    size in fields of type `kind` (3 SHORT, 4 LONG)."""
+    pixels = bytes((x * 7 + y * 3) % 256 for y in range(height) for x in range(width))
+    size_format = {3: "HH", 4: "I"}[kind]
+    fields = [  # tag, type, count, value (SHORT values padded to the 4-byte slot)
+        (256, kind, 1, width), (257, kind, 1, height), (258, 3, 1, 8), (259, 3, 1, 1),
+        (262, 3, 1, 1), (273, 4, 1, 0), (277, 3, 1, 1), (278, 4, 1, height),
+        (279, 4, 1, len(pixels)),
+    ]  # fmt: skip
+    ifd_size = 2 + 12 * len(fields) + 4
+    data_at = 8 + ifd_size
+    entries = b""
+    for tag, typ, count, value in fields:
+        value = data_at if tag == 273 else value
+        slot = struct.pack(
+            order + ("HH" if typ == 3 else "I"), *((value, 0) if typ == 3 else (value,))
+        )
+        if tag in (256, 257):
+            slot = struct.pack(order + size_format, *((value, 0) if kind == 3 else (value,)))
+        entries += struct.pack(order + "HHI", tag, typ, count) + slot
+    head = (b"II*\x00" if order == "<" else b"MM\x00*") + struct.pack(order + "I", 8)
+    ifd = struct.pack(order + "H", len(fields)) + entries + struct.pack(order + "I", 0)
+    return head + ifd + pixels
+
+
+def _field(order: str, tag: int, kind: int, count: int) -> bytes:
+    """The start of an IFD entry, to find and change it in a TIFF."""
+    return struct.pack(order + "HHI", tag, kind, count)
+
+
+@pytest.mark.parametrize("order", ["<", ">"], ids=["II", "MM"])
+@pytest.mark.parametrize("kind", [3, 4], ids=["SHORT", "LONG"])
+def test_probe_reads_the_size_of_a_tiff_from_its_ifd(order, kind):
+    data = _tiff(order, 7, 5, kind)
+    assert sniff(data) == "tiff"
+    assert probe(data) == ImageInfo("tiff", 5, 7, 3, tf_readable=False)
+    assert decode(data).shape == (5, 7, 3)  # the file is real: OpenCV reads the same size
+
+
+def test_probe_reads_the_size_of_a_tiff_opencv_wrote():
+    assert probe(_encode(".tiff", _photo(30, 50))) == ImageInfo("tiff", 30, 50, 3, False)
+
+
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        (_tiff("<", 7, 5, 3)[:20], "truncated TIFF"),
+        (b"II*\x00" + struct.pack("<I", 10**6), "truncated TIFF"),  # IFD past the end
+        (_tiff("<", 7, 5, 3).replace(_field("<", 256, 3, 1), _field("<", 256, 3, 2)), "count 2"),
+        (_tiff(">", 7, 5, 4).replace(_field(">", 257, 4, 1), _field(">", 257, 5, 1)),
+         "field type 5"),
+        (_tiff("<", 7, 5, 3).replace(struct.pack("<HH", 257, 3), struct.pack("<HH", 999, 3)),
+         "no ImageWidth and ImageLength"),
+        (_tiff("<", 0, 5, 3), "0x5 pixels"),
+    ],
+    ids=["cut", "ifd-past-end", "count", "type", "no-length", "zero-width"],
+)  # fmt: skip
+def test_malformed_tiff_headers_are_bad_image(data, match):
+    with pytest.raises(BadImage, match=match):
+        probe(data)
+
+
+def test_decode_refuses_a_result_over_max_pixels():
+    data = _encode(".png", _photo(30, 50))
+    assert decode(data, max_pixels=1500).shape == (30, 50, 3)
+    with pytest.raises(BadImage, match="50x30 pixels is over --max-pixels 1499"):
+        decode(data, max_pixels=1499)
 
 
 @pytest.mark.parametrize("ext, params", [(".bmp", []), (".webp", [cv2.IMWRITE_WEBP_QUALITY, 80]),
@@ -265,8 +334,16 @@ def test_truncated_png_is_bad_image(keep):
 def test_png_cut_in_idat_is_bad_image():
     data = _encode(".png", _photo())
     idat = data.index(b"IDAT")
-    with pytest.raises(BadImage, match="IDAT"):
+    with pytest.raises(BadImage, match=r"chunk IDAT cut short") as caught:
         probe(data[: idat + 100])
+    assert "b'" not in str(caught.value)  # no Python repr in a message
+
+
+def test_png_chunk_names_are_printed_escaped():
+    kind = b"I\nD\xff"
+    data = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 100) + kind + b"\x00" * 14
+    with pytest.raises(BadImage, match=r"chunk I\\x0aD\\xff cut short"):
+        probe(data)
 
 
 def test_png_with_a_flipped_pixel_byte_is_bad_image():

@@ -62,7 +62,8 @@ def _finished_shards(out: Path) -> int:
 
 
 def _leftovers(out: Path) -> list[str]:
-    return [p.name for p in out.iterdir() if p.name.endswith((".partial", ".progress"))]
+    names = [p.name for p in out.iterdir()] if out.exists() else []  # a failed first run: none
+    return [n for n in names if n.endswith((".partial", ".progress", ".lock"))]
 
 
 def _same_output(a: Path, b: Path) -> bool:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,7 @@ import pytest
 from shardpack.errors import SourceError, UnsafePickleError
 from shardpack.sources import (
     CIFAR_PIXELS,
+    MAX_NAMED_IGNORED,
     Item,
     load_cifar_pickle,
     read_cifar_pixels,
@@ -79,6 +83,18 @@ def test_folder_skips_hidden_and_counts_non_images(tmp_path):
     assert dataset.classes == ("cats", "dogs")
     assert _keys(dataset) == ["cats/img_000.jpg", "cats/img_001.jpg", "dogs/img_000.jpg"]
     assert dataset.ignored == 3  # notes.txt, img.jpg.bak, noext; hidden files are not counted
+    assert dataset.ignored_files == ("cats/notes.txt", "dogs/img.jpg.bak", "dogs/noext")
+
+
+def test_ignored_files_are_counted_exactly_and_the_first_ones_named(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"cats": 1})
+    for i in range(MAX_NAMED_IGNORED + 5):
+        (src / "cats" / f"note_{i:05d}.txt").write_bytes(b"")
+    dataset = scan(src)
+    assert dataset.ignored == MAX_NAMED_IGNORED + 5
+    assert dataset.ignored_files == tuple(
+        f"cats/note_{i:05d}.txt" for i in range(MAX_NAMED_IGNORED)
+    )
 
 
 def test_files_directly_in_src_are_ignored(tmp_path):
@@ -89,6 +105,7 @@ def test_files_directly_in_src_are_ignored(tmp_path):
     assert _keys(dataset) == ["cats/img_000.jpg"]
     assert dataset.classes == ("cats",)
     assert dataset.ignored == 2
+    assert dataset.ignored_files == ("README.md", "loose.jpg")
 
 
 def test_unicode_and_spaces_in_names(tmp_path):
@@ -123,12 +140,96 @@ def test_nested_subfolders_belong_to_their_top_class(tmp_path):
     ]
 
 
-def test_empty_class_folder_is_still_a_class(tmp_path):
+def test_empty_class_folder_is_still_a_class_and_named_in_a_warning(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"b": 1})
     (src / "a").mkdir()
+    (src / "a" / "notes.txt").write_text("no images here")
     dataset = scan(src)
     assert dataset.classes == ("a", "b")
     assert [i.label for i in dataset.splits["train"]] == [1]
+    assert dataset.warnings == (
+        f"class 'a' ({src / 'a'}) holds no images: it keeps label 0 with no records",
+    )
+    assert scan(helpers.make_tree(tmp_path / "full", {"a": 1})).warnings == ()
+
+
+def test_special_files_named_like_images_are_skipped_with_their_reason(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"a": 1})
+    os.mkfifo(src / "a" / "pipe.jpg")
+    (src / "a" / "zero.png").symlink_to("/dev/zero")
+    os.mkfifo(src / "a" / "pipe.txt")  # not an image name: ignored, like any other
+    dataset = scan(src)
+    assert _keys(dataset) == ["a/img_000.jpg"]
+    assert dataset.skipped == (
+        ("a/pipe.jpg", "not a regular file (a FIFO)"),
+        ("a/zero.png", "not a regular file (a character device)"),
+    )
+    assert dataset.ignored_files == ("a/pipe.txt",)
+
+
+def _as_nobody(script: str) -> subprocess.CompletedProcess:
+    """Run python code as uid/gid 65534, where permissions bind (root reads everything)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv(1) to run as an unprivileged user")
+    command = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    return subprocess.run(
+        [*command, sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        timeout=60,
+    )
+
+
+def test_unreadable_folders_and_files_are_skipped_with_a_reason(tmp_path):
+    base = Path(tempfile.mkdtemp(prefix="shardpack-nobody-"))  # pytest's tmp_path is root-only
+    try:
+        src = helpers.make_tree(base / "src", {"a": 1, "b": 1, "c": 1})
+        _touch_image(src / "a" / "locked" / "x.jpg")
+        (src / "a" / "locked").chmod(0o000)
+        (src / "b").chmod(0o000)  # a whole class unreadable: skipped, and warned about
+        (src / "c" / "img_000.jpg").chmod(0o000)  # listed; the worker's read says why
+        for path in (base, src, src / "a", src / "c"):
+            path.chmod(0o755)
+        probe = (
+            "from shardpack.sources import scan; d = scan(%r); "
+            "print(repr((d.skipped, [i.key for i in d.splits['train']], d.warnings)))"
+        )
+        run = _as_nobody(probe % str(src))
+        assert run.returncode == 0, run.stderr
+        skipped, keys, warnings = eval(run.stdout)  # our own repr, just printed
+        assert skipped == (
+            ("a/locked/", "cannot list folder (Permission denied)"),
+            ("b/", "cannot list folder (Permission denied)"),
+        )
+        assert keys == ["a/img_000.jpg", "c/img_000.jpg"]
+        assert warnings == (f"class 'b' ({src / 'b'}) holds no images: it keeps label 1 "
+                            "with no records",)  # fmt: skip
+    finally:
+        for root, dirs, _ in os.walk(base):
+            for d in dirs:
+                os.chmod(os.path.join(root, d), 0o755)
+        shutil.rmtree(base)
+
+
+@pytest.mark.parametrize("name", ["b\nc", "tab\there", "cr\r", "sep\u2028x", "bell\x07"])
+def test_a_class_name_that_is_not_one_printable_line_is_refused(tmp_path, name):
+    src = helpers.make_tree(tmp_path / "src", {"a": 1, name: 1})
+    with pytest.raises(SourceError, match="rename it") as caught:
+        scan(src)
+    message = str(caught.value)
+    assert "\n" not in message and "\r" not in message and "\u2028" not in message
+    assert str(src) in message
+
+
+def test_cifar_class_names_that_are_not_one_line_are_refused(tmp_path):
+    src = helpers.make_cifar10_binary(tmp_path / "bin", per_batch=4, batches=1)
+    names = list(helpers.CIFAR10_CLASSES)
+    names[3] = "cat\x0bdog"  # a vertical tab: one line to TFDS, two to str.splitlines
+    (src / "batches.meta.txt").write_text("\n".join(names) + "\n")
+    with pytest.raises(SourceError, match="cat\\\\x0bdog") as caught:
+        scan(src)
+    assert str(src / "batches.meta.txt") in str(caught.value)
 
 
 def test_symlink_loop_terminates_and_lists_each_image_once(tmp_path):
@@ -222,6 +323,49 @@ def test_src_that_is_a_file_is_source_error(tmp_path):
     with pytest.raises(SourceError, match="is a file") as caught:
         scan(src)
     assert str(src) in str(caught.value)
+
+
+def test_an_image_as_src_points_at_the_folder_above_its_class(tmp_path):
+    image = _touch_image(tmp_path / "data" / "cats" / "one.jpg")
+    with pytest.raises(SourceError) as caught:
+        scan(image)
+    message = str(caught.value)
+    assert f"pass the folder above its class folder, {tmp_path / 'data'}" in message
+    assert "with cats as the class" in message
+    assert scan(tmp_path / "data").classes == ("cats",)  # the advice works
+
+
+def test_a_cifar_file_as_src_points_at_its_folder(tmp_path):
+    src = helpers.make_cifar10_python(tmp_path / "cifar-10-batches-py", per_batch=2, batches=1)
+    with pytest.raises(SourceError, match=f"CIFAR file: pass the folder that holds it, {src}$"):
+        scan(src / "data_batch_1")
+
+
+def test_an_archive_as_src_says_to_extract_it(tmp_path):
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    archive.write_bytes(b"\x1f\x8b")
+    with pytest.raises(SourceError, match="it is an archive: extract it"):
+        scan(archive)
+    with pytest.raises(SourceError, match=r"holds cifar-10-python\.tar\.gz: extract it"):
+        scan(tmp_path)
+
+
+def test_a_flat_folder_of_images_says_what_to_do(tmp_path):
+    src = tmp_path / "photos"
+    for i in range(3):
+        _touch_image(src / f"p{i}.jpg", i)
+    with pytest.raises(SourceError) as caught:
+        scan(src)
+    message = str(caught.value)
+    assert "no images found; its 3 images lie in SRC itself" in message
+    assert f"or pass {tmp_path} to pack photos as one class" in message
+    assert scan(tmp_path).classes == ("photos",)  # the advice works
+
+
+def test_the_parent_of_a_cifar_folder_points_at_it(tmp_path):
+    cifar = helpers.make_cifar10_python(tmp_path / "cifar-10-batches-py", per_batch=2, batches=1)
+    with pytest.raises(SourceError, match=f"{cifar} holds CIFAR batches: pass that folder as SRC"):
+        scan(tmp_path)
 
 
 def test_unknown_source_kind_is_source_error(tmp_path):
@@ -507,7 +651,7 @@ def test_a_pickle_larger_than_any_cifar_batch_is_refused_unread(tmp_path):
     src = helpers.make_cifar10_python(tmp_path / "c", per_batch=2, batches=1)
     with open(src / "test_batch", "r+b") as f:
         f.truncate(600 * 2**20)  # sparse: costs no disk
-    with pytest.raises(SourceError, match="larger than any CIFAR batch"):
+    with pytest.raises(SourceError, match=r"over the limit .*; is it a CIFAR batch"):
         scan(src)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from shardpack.atomic import partial_path
+from shardpack.atomic import TEMP_NAME
 from shardpack.errors import RecordError
 from shardpack.tfrecord import (
     TFRecordWriter,
@@ -260,13 +260,10 @@ def test_writer_file_appears_only_on_clean_exit(tmp_path):
     with TFRecordWriter(path) as writer:
         writer.write(b"one")
         assert not path.exists()
-        assert Path(partial_path(str(path))).exists()
+        assert TEMP_NAME.fullmatch(Path(writer.tmp_path).name)  # hidden, beside the file
+        assert Path(writer.tmp_path).parent == tmp_path and Path(writer.tmp_path).exists()
     assert path.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tfrecord"]
-
-
-def test_partial_path_is_hidden_and_beside_the_file(tmp_path):
-    assert partial_path(str(tmp_path / "x.tfrecord")) == str(tmp_path / ".x.tfrecord.partial")
 
 
 @pytest.mark.parametrize("compression", ["none", "gzip"])

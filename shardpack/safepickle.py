@@ -1,0 +1,326 @@
+"""Load a pickle that may hold only plain data and the uint8/int64 numpy arrays of CIFAR files.
+
+Two gates, both before any object of the file is used:
+1. A walk of the opcodes (pickletools.genops) on a model of the unpickler's stack: only the
+   opcodes real CIFAR files use, bounded nesting, integers and memo; only the globals they name.
+2. The load itself, where each of those globals is replaced by a checker that admits only the
+   exact call the real files make: `_reconstruct(ndarray, (0,), b'b')`, `dtype('u1' | 'i8')`,
+   `_codecs.encode(text, 'latin1')`, `_frombuffer(bytes, dtype, shape, order)`; and an array
+   is made only from bytes present in the file, as many as its shape and dtype need.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import pickle
+import pickletools
+
+import numpy as np
+
+from shardpack.errors import SourceError, UnsafePickleError
+
+# The real files nest 4 deep (batch dict > array state > dtype state > value); hashing or freeing
+# a tuple nested a million deep overflows the C stack, so anything much deeper is refused.
+MAX_DEPTH = 16
+# CIFAR-100's train file, the largest, re-saved by Python 3 at protocol 2 runs 500,422 opcodes
+# (three 50,000-long lists, each name a _codecs.encode call); four times that bounds the walk
+# to a few seconds.
+MAX_OPCODES = 2_000_000
+# A memo index is an array slot in C's unpickler: LONG_BINPUT 4e9 would allocate 32 GB.
+MAX_MEMO = 2_000_000
+# Labels, shapes and counts fit in int64; no real file holds a wider integer.
+MAX_INT = 2**63
+# What a loaded array may be: the pixels (uint8) and labels re-saved by numpy (int64).
+_DTYPES = frozenset({"u1", "i8"})
+
+# Opcodes the real files use, by protocol 2 (the originals, and Python 3 re-saves) to 5.
+_SCALARS = frozenset({"NONE", "NEWTRUE", "NEWFALSE", "INT", "BININT", "BININT1", "BININT2",
+                      "LONG", "LONG1"})  # fmt: skip
+_STRINGS = frozenset({"STRING", "BINSTRING", "SHORT_BINSTRING", "BINBYTES", "SHORT_BINBYTES",
+                      "BINBYTES8", "BYTEARRAY8", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE",
+                      "BINUNICODE8"})  # fmt: skip
+_ALLOWED = _SCALARS | _STRINGS | frozenset({
+    "PROTO", "FRAME", "STOP", "MARK", "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS", "EMPTY_LIST",
+    "LIST", "APPEND", "APPENDS", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "PUT",
+    "BINPUT", "LONG_BINPUT", "MEMOIZE", "GET", "BINGET", "LONG_BINGET", "GLOBAL", "STACK_GLOBAL",
+    "REDUCE", "BUILD"})  # fmt: skip
+_TUPLES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+
+
+class _Node:
+    """One value on the modelled stack: how deep it nests, and whether it may still change."""
+
+    __slots__ = ("call", "depth", "mutable", "shared", "text")
+
+    def __init__(self, depth: int = 0, mutable: bool = False, text=None, call=None) -> None:
+        self.depth = depth
+        self.mutable = mutable  # a list, dict or REDUCE result: APPEND, SETITEM, BUILD change it
+        self.shared = False  # fetched from the memo: changing it now could hide a deeper nesting
+        self.text = text  # a short string's value, for STACK_GLOBAL
+        self.call = call  # a global's (module, name)
+
+
+_SCALAR = _Node()
+# Every global the real files name (numpy moved its modules to numpy._core in 2.0), each with a
+# checker below: numpy's array and dtype reconstructors, and _codecs.encode, which Python 3
+# uses for bytes in protocol-2 pickles (a re-saved CIFAR file).
+_GLOBALS = frozenset(
+    {
+        ("_codecs", "encode"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+    }
+)
+
+
+def load(data: bytes, path: str) -> object:
+    """Unpickle `data` once both gates pass; arrays come back as read-only numpy arrays.
+
+    Args:
+        data: the whole file.
+        path: the file's name, for messages.
+
+    Raises:
+        UnsafePickleError: the file holds what the real files never do; nothing of it has run.
+        SourceError: the file is not a readable pickle.
+    """
+    try:
+        _walk(data)
+        return _resolve(_Unpickler(io.BytesIO(data)).load())
+    except _Refused as e:
+        raise UnsafePickleError(
+            f"{path}: refused to load: {e}, which no real CIFAR file holds; "
+            "re-download the dataset from its authors"
+        ) from None
+    except IndexError:  # the modelled stack ran empty
+        raise SourceError(f"{path}: not a readable CIFAR pickle (malformed)") from None
+    except Exception as e:  # pickle raises many types on garbage; all mean the same to a user
+        raise SourceError(f"{path}: not a readable CIFAR pickle ({e})") from None
+
+
+class _Refused(Exception):
+    """What the file holds that the real files never do, in a few words."""
+
+
+def _walk(data: bytes) -> None:
+    """Gate 1: run the opcodes on a model of the stack, refusing the first one out of bounds."""
+    stack: list[_Node] = []
+    marks: list[int] = []
+    memo: dict[int, _Node] = {}
+
+    def push(node: _Node) -> None:
+        if node.depth > MAX_DEPTH:
+            raise _Refused(f"values nested more than {MAX_DEPTH} deep")
+        stack.append(node)
+
+    def pop_mark() -> list[_Node]:
+        start = marks.pop()
+        items = stack[start:]
+        del stack[start:]
+        return items
+
+    def target() -> _Node:
+        node = stack[-1]
+        if not node.mutable or node.shared:
+            raise _Refused("a value changed after it was shared")
+        return node
+
+    def grow(node: _Node, children: list[_Node]) -> None:
+        node.depth = max(node.depth, 1 + max((c.depth for c in children), default=0))
+        if node.depth > MAX_DEPTH:
+            raise _Refused(f"values nested more than {MAX_DEPTH} deep")
+
+    for count, (op, arg, _pos) in enumerate(pickletools.genops(data), 1):
+        name = op.name
+        if count > MAX_OPCODES:
+            raise _Refused(f"more than {MAX_OPCODES} opcodes")
+        if name not in _ALLOWED:
+            raise _Refused(f"the opcode {name}")
+        if name in _SCALARS:
+            if isinstance(arg, int) and not -MAX_INT <= arg < MAX_INT:
+                raise _Refused("an integer wider than 64 bits")
+            push(_SCALAR)
+        elif name in _STRINGS:
+            push(_Node(text=arg if isinstance(arg, str) and len(arg) <= 256 else None))
+        elif name == "MARK":
+            if len(marks) >= MAX_DEPTH:
+                raise _Refused(f"values nested more than {MAX_DEPTH} deep")
+            marks.append(len(stack))
+        elif name in ("EMPTY_DICT", "EMPTY_LIST"):
+            push(_Node(1, mutable=True))
+        elif name == "EMPTY_TUPLE":
+            push(_Node(1))
+        elif name in _TUPLES:
+            items = stack[-_TUPLES[name] :]
+            del stack[-_TUPLES[name] :]
+            node = _Node(1)
+            grow(node, items)
+            push(node)
+        elif name in ("TUPLE", "LIST", "DICT"):
+            node = _Node(1, mutable=name != "TUPLE")
+            grow(node, pop_mark())
+            push(node)
+        elif name in ("APPEND", "SETITEM"):
+            items = [stack.pop() for _ in range(1 if name == "APPEND" else 2)]
+            grow(target(), items)
+        elif name in ("APPENDS", "SETITEMS", "BUILD"):
+            items = pop_mark() if name != "BUILD" else [stack.pop()]
+            grow(target(), items)
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            index = len(memo) if name == "MEMOIZE" else arg
+            if not 0 <= index < MAX_MEMO:
+                raise _Refused(f"a memo of more than {MAX_MEMO} entries")
+            memo[index] = stack[-1]
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            node = memo[arg]  # a KeyError for a missing entry: not a readable pickle
+            node.shared = True
+            push(node)
+        elif name in ("GLOBAL", "STACK_GLOBAL"):
+            if name == "GLOBAL":
+                module, _, attr = arg.partition(" ")
+            else:
+                attr, module = stack.pop().text, stack.pop().text
+            if (module, attr) not in _GLOBALS:
+                raise _Refused(f"the pickle asks for {module}.{attr}")
+            push(_Node(call=(module, attr)))
+        elif name == "REDUCE":
+            args, func = stack.pop(), stack.pop()
+            if func.call is None:
+                raise _Refused("a call of something other than a named global")
+            push(_Node(1 + args.depth, mutable=True))
+        # PROTO, FRAME, STOP: nothing to model
+
+
+# ---- gate 2: the checkers that stand in for the globals ------------------------------------
+
+
+def _short(value: object) -> str:
+    """A value for a message: its repr, cut to a few words (it may be large and hostile)."""
+    text = repr(value.decode("latin1") if isinstance(value, bytes) else value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _text(value: object) -> object:
+    """Python 2 strings arrive as bytes (encoding="bytes"); compare them as text."""
+    return value.decode("latin1") if isinstance(value, bytes) else value
+
+
+class _NdarrayToken:
+    """Stands for numpy.ndarray: only ever an argument of _reconstruct, never called."""
+
+    def __call__(self, *args: object) -> None:  # ndarray(shape, dtype, buffer, offset, strides)
+        raise _Refused("a direct call of numpy.ndarray (it can make arrays of any strides)")
+
+
+class _Dtype:
+    """numpy.dtype('u1' | 'i8'), with the byte order its pickled state names."""
+
+    def __init__(self, name: object, align: object = False, copy: object = True) -> None:
+        name = _text(name)
+        if name not in _DTYPES or align not in (False, 0) or copy not in (True, 1):
+            raise _Refused(f"dtype({_short(name)}, {_short(align)}, {_short(copy)})")
+        self.dtype = np.dtype(name)
+
+    def __setstate__(self, state: object) -> None:
+        if not (isinstance(state, tuple) and len(state) == 8 and state[0] == 3
+                and state[2:] == (None, None, None, -1, -1, 0)):  # fmt: skip
+            raise _Refused("a dtype state of an unknown form")
+        order = _text(state[1])
+        if order not in ("|", "<", ">", "="):
+            raise _Refused(f"a dtype byte order {_short(order)}")
+        if order in ("<", ">"):
+            self.dtype = self.dtype.newbyteorder(order)
+
+
+def _array(raw: object, dtype: object, shape: object, order: str) -> np.ndarray:
+    """An array over bytes the file holds: exactly as many as shape and dtype need."""
+    if not isinstance(dtype, _Dtype):
+        raise _Refused("an array whose dtype is not uint8 or int64")
+    if not (isinstance(shape, tuple) and len(shape) <= 4
+            and all(type(n) is int and n >= 0 for n in shape)):  # fmt: skip
+        raise _Refused(f"an array shape {_short(shape)}")
+    if not isinstance(raw, (bytes, bytearray)):
+        raise _Refused("an array whose data is not a byte string")
+    if len(raw) != math.prod(shape) * dtype.dtype.itemsize:
+        raise _Refused(
+            f"an array of shape {shape} with {len(raw)} bytes of data, not the "
+            f"{math.prod(shape) * dtype.dtype.itemsize} it needs"
+        )
+    return np.frombuffer(raw, dtype.dtype).reshape(shape, order=order)
+
+
+class _Array:
+    """What _reconstruct returns: empty until BUILD hands it its state."""
+
+    array: np.ndarray | None = None
+
+    def __setstate__(self, state: object) -> None:
+        if not (isinstance(state, tuple) and len(state) == 5 and state[0] == 1):
+            raise _Refused("an array state of an unknown form")
+        _version, shape, dtype, fortran, raw = state
+        self.array = _array(raw, dtype, shape, "F" if fortran else "C")
+
+
+def _reconstruct(subtype: object, shape: object, typecode: object) -> _Array:
+    if not isinstance(subtype, _NdarrayToken) or shape != (0,) or _text(typecode) != "b":
+        raise _Refused(f"_reconstruct(ndarray, {_short(shape)}, {_short(typecode)})")
+    return _Array()
+
+
+def _frombuffer(raw: object, dtype: object, shape: object, order: object) -> np.ndarray:
+    if order not in ("C", "F"):
+        raise _Refused(f"an array order {_short(order)}")
+    return _array(raw, dtype, shape, order)
+
+
+def _encode(text: object, encoding: object) -> bytes:
+    if not isinstance(text, str) or encoding != "latin1":
+        raise _Refused(f"_codecs.encode with {_short(encoding)}")
+    return text.encode("latin1")
+
+
+_CHECKERS = {
+    "_reconstruct": _reconstruct,
+    "_frombuffer": _frombuffer,
+    "ndarray": _NdarrayToken(),
+    "dtype": _Dtype,
+    "encode": _encode,
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file) -> None:
+        super().__init__(file, encoding="bytes")
+
+    def find_class(self, module: str, name: str):
+        return _CHECKERS[name]  # gate 1 admitted only globals that have a checker
+
+
+def _resolve(value: object) -> object:
+    """Replace each _Array by its array (the walk bounds the depth; each value is seen once)."""
+    done: dict[int, object] = {}
+
+    def visit(node: object) -> object:
+        if id(node) in done:
+            return done[id(node)]
+        if isinstance(node, _Array):
+            if node.array is None:
+                raise _Refused("an array without its data")
+            result = node.array
+        elif isinstance(node, dict):
+            result = {visit(k): visit(v) for k, v in node.items()}
+        elif isinstance(node, list):
+            result = [visit(v) for v in node]
+        elif isinstance(node, tuple):
+            result = tuple(visit(v) for v in node)
+        else:
+            result = node
+        done[id(node)] = result
+        return result
+
+    return visit(value)

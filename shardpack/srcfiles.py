@@ -1,0 +1,73 @@
+"""Reading a file from SRC as hostile input: regular files only, never blocking, never unbounded.
+
+Links inside SRC are the user's own (symlink farms of a dataset are common), so they are
+followed, but only to regular files: a FIFO, a device or a socket behind any name is refused
+before a byte of it is read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+# O_NONBLOCK: opening a FIFO with no writer returns at once instead of hanging; O_NOCTTY: a
+# terminal device named like an image never becomes our controlling terminal.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+# Bytes asked of the kernel per read after the first: network filesystems may return less.
+_CHUNK = 1 << 20
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+class RefusedFile(Exception):
+    """The file is not one shardpack reads: not a regular file, or larger than the limit."""
+
+
+class FileTooLarge(RefusedFile):
+    """The file holds more bytes than the caller's limit; not a byte of it was read."""
+
+
+def not_regular(mode: int) -> str | None:
+    """Why a file of this st_mode is not read ("not a regular file (a FIFO)"), or None."""
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), "of an unknown kind")
+    return f"not a regular file ({kind})"
+
+
+def read_regular(path: str, limit: int, size_hint: int = 0) -> bytes:
+    """Read a whole regular file of at most `limit` bytes.
+
+    Args:
+        path: the file; links are followed, but only to a regular file.
+        limit: the most bytes the caller will take; a larger file is refused unread.
+        size_hint: the size a scan saw, to read a small file in one call.
+
+    Raises:
+        RefusedFile: not a regular file, or over the limit (also if it grows past it).
+        OSError: it cannot be opened or read.
+    """
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)  # of what was opened: a name swapped after the scan is caught here
+        reason = not_regular(st.st_mode)
+        if reason is not None:
+            raise RefusedFile(reason)
+        if st.st_size > limit:
+            raise FileTooLarge(f"{st.st_size} bytes, over the limit of {limit}")
+        os.set_blocking(fd, True)
+        chunks = [os.read(fd, min(max(size_hint, st.st_size), limit) + 1)]
+        total = len(chunks[0])
+        while chunks[-1] and total <= limit:
+            chunks.append(os.read(fd, min(_CHUNK, limit + 1 - total)))
+            total += len(chunks[-1])
+    finally:
+        os.close(fd)
+    if total > limit:
+        raise FileTooLarge(f"grew past the limit of {limit} bytes while being read")
+    return chunks[0] if len(chunks) <= 2 else b"".join(chunks)

@@ -1,0 +1,343 @@
+"""What shardpack withstands on the OUT side: links, FIFOs and crafted journals planted in OUT.
+
+Each test builds the hostile file for real and checks that nothing outside OUT is touched, that
+the user's files in OUT survive, that nothing hangs, and that the run ends in success or one
+line on stderr (exit 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+from contextlib import suppress
+from pathlib import Path
+
+import pytest
+
+from shardpack import PackOptions, pack
+from shardpack.atomic import write_atomic
+from shardpack.cluster import ClusterError, dask_client
+from shardpack.errors import ImageError, OutputError
+from shardpack.plan import shard_name
+from shardpack.tfrecord import TFRecordWriter
+from shardpack.verifier import verify
+from tests.helpers import image, make_tree, shard_files, write_image
+
+VICTIM_TEXT = "the user's file outside OUT\n"
+SHARDS = ["src-train.tfrecord-00000-of-00002", "src-train.tfrecord-00001-of-00002"]
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    return make_tree(tmp_path / "src", {"cat": 5, "dog": 4})
+
+
+@pytest.fixture
+def slow_src(tmp_path: Path) -> Path:
+    """Photos large enough that re-encoding them to PNG takes a second: the progress poller
+    (every 0.2 s) runs while most shards are still to be written."""
+    root = tmp_path / "slow"
+    for i in range(48):
+        write_image(root / ("cat", "dog")[i % 2] / f"{i:03d}.jpg", image(i, 480, 640))
+    return root
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    path = tmp_path / "elsewhere" / "victim.txt"
+    path.parent.mkdir()
+    path.write_text(VICTIM_TEXT)
+    return path
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shardpack", *args, "--no-progress"],
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def _one_line_error(run: subprocess.CompletedProcess, *words: str) -> None:
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1, run.stderr
+    assert "Traceback" not in run.stderr and all(w in lines[0] for w in words), lines[0]
+
+
+# ---- links planted in OUT never make pack write outside it ---------------------------------
+
+
+@pytest.mark.parametrize("planted", [".shardpack.lock", ".shardpack.journal"])
+def test_a_lock_or_journal_linked_outside_out_is_refused(src, victim, tmp_path, planted):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / planted).symlink_to(victim)
+    run = _cli("pack", str(src), str(out), "--workers", "1")
+    _one_line_error(run, planted, "remove it")
+    assert victim.read_text() == VICTIM_TEXT
+    assert (out / planted).is_symlink()  # the user's link is left as it was
+
+
+def test_temp_names_planted_before_the_writes_are_never_written_through(src, victim, tmp_path):
+    """Links under every temporary name pack once used, planted once the shards are done and
+    before the metadata, idx files and index.json are written (the progress callback's last
+    call comes exactly then)."""
+    out = tmp_path / "out"
+    plants = [".index.json.partial", ".dataset_info.json.partial", ".features.json.partial",
+              ".label.labels.txt.partial", ".shardpack.journal.partial",
+              *(f"idx/.{s}.idx.partial" for s in SHARDS)]  # fmt: skip
+
+    def plant(done: int, total: int) -> None:
+        if done == total and not (out / plants[0]).is_symlink():
+            (out / "idx").mkdir(exist_ok=True)
+            for name in plants:
+                (out / name).symlink_to(victim)
+
+    result = pack(src, out, PackOptions(workers=1, shards=2, index_files=True), progress=plant)
+    assert result.num_records == 9 and victim.read_text() == VICTIM_TEXT
+    for shard in SHARDS:
+        assert not (out / "idx" / f"{shard}.idx").is_symlink()
+        assert (out / "idx" / f"{shard}.idx").read_text().count("\n") > 0
+    assert all((out / name).is_symlink() for name in plants)  # not ours: left alone
+    assert verify(out).ok
+
+
+@pytest.mark.parametrize("kind", ["partial", "progress"])
+def test_a_shard_temp_name_planted_mid_run_is_never_written_through(
+    slow_src, victim, tmp_path, kind
+):
+    """Each shard's old fixed temp names, linked to a file outside OUT while the run goes."""
+    out = tmp_path / "out"
+    options = PackOptions(workers=1, shards=24, encode="png")
+    names = [shard_name("slow", "train", i, 24) for i in range(24)]
+    calls = []
+
+    def plant(done: int, total: int) -> None:
+        calls.append(done)
+        for name in names:
+            if not (out / name).exists():
+                with suppress(FileExistsError):  # planted already, or the run's own file
+                    (out / f".{name}.{kind}").symlink_to(victim)
+
+    pack(slow_src, out, options, progress=plant)
+    assert calls[0] < calls[-1]  # planted while shards were still to come
+    assert victim.read_text() == VICTIM_TEXT
+    assert verify(out).ok
+
+
+def test_writers_never_open_a_planted_temp_name(victim, tmp_path):
+    """The two writers, with a link planted at the temporary name they used to write under."""
+    for final in ("a.json", "a.tfrecord"):
+        (tmp_path / f".{final}.partial").symlink_to(victim)
+    write_atomic(str(tmp_path / "a.json"), b"{}")
+    with TFRecordWriter(tmp_path / "a.tfrecord") as writer:
+        writer.write(b"record")
+    assert victim.read_text() == VICTIM_TEXT
+    assert (tmp_path / "a.json").read_bytes() == b"{}" and writer.result[0] == 1
+
+
+def test_an_idx_folder_linked_outside_out_is_refused(src, tmp_path):
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out.mkdir()
+    (out / "idx").symlink_to(elsewhere)
+    run = _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2", "--index-files")
+    _one_line_error(run, "idx", "is a link", "remove it")
+    assert list(elsewhere.iterdir()) == []
+
+
+# ---- --resume keeps only shards of the very same plan --------------------------------------
+
+
+def test_overwrite_resume_never_reuses_another_datasets_shards(tmp_path):
+    a = make_tree(tmp_path / "a" / "ds", {"cat": 4, "dog": 4}, seed=0)
+    b = make_tree(tmp_path / "b" / "ds", {"bird": 4, "fish": 4}, seed=50)
+    out, clean = tmp_path / "out", tmp_path / "clean"
+    pack(a, out, PackOptions(workers=1, shards=2))
+    pack(b, out, PackOptions(workers=1, shards=2, overwrite=True, resume=True))
+    pack(b, clean, PackOptions(workers=1, shards=2))
+    assert shard_files(out) == shard_files(clean)  # B's records, not A's under B's index
+    assert verify(out).ok
+
+
+# ---- a crafted or corrupt journal removes nothing that is not a shard ----------------------
+
+
+def _entry(file: object, digest_source: dict) -> dict:
+    return {**digest_source, "file": file}
+
+
+def test_a_crafted_journal_removes_only_regular_shard_files(src, victim, tmp_path):
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, shards=2, index_files=True))
+    lines = (out / ".shardpack.journal").read_text().splitlines()
+    header, good = json.loads(lines[0]), json.loads(lines[1])
+    (out / "notes.txt").write_text("mine")
+    linked = "other-train.tfrecord-00000-of-00001"
+    (out / linked).symlink_to(victim)
+    crafted = [header] + [_entry(f, good) for f in
+                          ("notes.txt", "index.json", "idx", 5, None, ["x"], linked,
+                           "../elsewhere/victim.txt", str(victim))]  # fmt: skip
+    crafted.append({"file": 7})
+    (out / ".shardpack.journal").write_text("".join(json.dumps(e) + "\n" for e in crafted))
+    for extra in (["--resume"], ["--overwrite"], ["--overwrite", "--resume"]):
+        run = _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2",
+                   "--index-files", *extra)  # fmt: skip
+        assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+        assert (out / "notes.txt").read_text() == "mine"
+        assert (out / linked).is_symlink() and victim.read_text() == VICTIM_TEXT
+        assert (out / "idx").is_dir() and (out / "index.json").is_file()
+        assert verify(out).ok
+
+
+@pytest.mark.parametrize("journal", ["folder", "fifo", "binary"])
+def test_a_journal_that_is_not_a_file_is_one_line(src, tmp_path, journal):
+    out = tmp_path / "out"
+    out.mkdir()
+    path = out / ".shardpack.journal"
+    if journal == "folder":
+        path.mkdir()
+    elif journal == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_bytes(b"\xff\xfe\x00garbage\n" * 10)
+    run = _cli("pack", str(src), str(out), "--workers", "1", timeout=60)
+    if journal == "binary":  # no record in it: ignored, and replaced by this run's journal
+        assert run.returncode == 0 and not run.stderr, run.stderr
+    else:
+        _one_line_error(run, ".shardpack.journal", "remove it")
+    assert path.exists()
+
+
+# ---- a FIFO among the progress files does not hang pack ------------------------------------
+
+
+def test_progress_fifos_do_not_hang_pack(slow_src, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    first = shard_name("slow", "train", 0, 2)
+    for name in (".evil.progress", f".{first}.progress", f".{first}.0123456789abcdef.progress"):
+        os.mkfifo(out / name)
+    script = textwrap.dedent(f"""
+        from shardpack import PackOptions, pack
+        pack({str(slow_src)!r}, {str(out)!r}, PackOptions(workers=1, shards=2, encode="png"),
+             progress=lambda done, total: print(done, flush=True))
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert len(run.stdout.split()) > 1  # the poller ran while the shards were written
+    assert (out / ".evil.progress").exists() and (out / "index.json").exists()
+
+
+# ---- a failed run leaves OUT as it found it; a finished one leaves no lock -----------------
+
+
+def test_a_finished_run_leaves_only_its_outputs_and_the_journal(src, tmp_path):
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, shards=2))
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [".shardpack.journal"]
+
+
+def test_a_run_failing_before_any_shard_leaves_out_as_it_was(src, tmp_path):
+    (src / "cat" / "broken.jpg").write_bytes(b"\xff\xd8 not really")
+    fresh, empty = tmp_path / "fresh", tmp_path / "empty"
+    empty.mkdir()
+    for out in (fresh, empty):
+        with pytest.raises(ImageError):
+            pack(src, out, PackOptions(workers=1, shards=1, on_error="fail"))
+    assert not fresh.exists()  # created by the run: taken back
+    assert list(empty.iterdir()) == []  # the user's: no journal, no lock left in it
+
+
+def test_an_unreachable_scheduler_leaves_out_as_it_was(src, tmp_path):
+    pytest.importorskip("distributed")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "out"
+    run = _cli("pack", str(src), str(out), "--backend", "dask", "--scheduler",
+               f"tcp://127.0.0.1:{port}", timeout=120)  # fmt: skip
+    _one_line_error(run, "cannot reach the Dask scheduler")
+    assert not out.exists()
+
+
+# ---- one shard-name pattern for every count -------------------------------------------------
+
+
+def test_verify_notices_an_extra_shard_past_99999(src, tmp_path):
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, shards=2))
+    extra = shard_name("src", "train", 100000, 100001)
+    (out / extra).write_bytes(b"")
+    assert [f.file for f in verify(out).faults] == [extra]
+
+
+def test_stale_temp_files_go_but_a_users_hidden_files_stay(src, tmp_path):
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, shards=2))
+    stale = out / f".{SHARDS[0]}.00112233445566ff.partial"  # a killed run's, by its pattern
+    stale.write_bytes(b"half a shard")
+    mine = [out / ".notes.partial", out / f".{SHARDS[1]}.partial.bak"]
+    for path in mine:
+        path.write_text("mine")
+    pack(src, out, PackOptions(workers=1, shards=2, overwrite=True))
+    assert not stale.exists() and all(p.read_text() == "mine" for p in mine)
+
+
+def test_a_users_file_at_the_lock_name_is_not_removed_by_a_refused_run(src, tmp_path):
+    """A folder holding someone's data is refused before the lock could be mistaken for ours."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / SHARDS[0]).write_text("theirs")
+    with pytest.raises(OutputError):
+        pack(src, out, PackOptions(workers=1, shards=2))
+    assert sorted(p.name for p in out.iterdir()) == [SHARDS[0]]
+
+
+# ---- a Dask cluster: probe files never stay behind; the local cluster is loopback only -----
+
+
+def test_a_refused_dask_probe_leaves_no_probe_file_on_the_workers_storage(src, tmp_path):
+    """A worker whose OUT is another real folder (bind-mounted in its own mount namespace):
+    the run is refused, and the probe it wrote there is removed by that worker."""
+    pytest.importorskip("distributed")
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) to give a worker storage of its own")
+    out, theirs = tmp_path / "out", tmp_path / "worker-disk"
+    out.mkdir()
+    theirs.mkdir()
+    dask = str(Path(sys.executable).with_name("dask"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    scheduler = subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port",
+                                  address.rsplit(":", 1)[1], "--no-dashboard"],
+                                 stderr=subprocess.DEVNULL)  # fmt: skip
+    isolated = f"mount --bind {theirs} {out} && exec {dask} worker {address} --no-dashboard"
+    worker = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                               isolated], stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        from distributed import Client
+
+        with Client(address, timeout="30s") as client:
+            client.wait_for_workers(1, timeout=60)
+        if worker.poll() is not None:
+            pytest.skip("this machine does not allow mount namespaces")
+        options = PackOptions(backend="dask", scheduler=address, shards=2)
+        with pytest.raises(ClusterError, match="storage every Dask worker shares"):
+            pack(src, out, options)
+        assert list(theirs.iterdir()) == [] and list(out.iterdir()) == []
+    finally:
+        for process in (worker, scheduler):
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def test_the_local_dask_cluster_listens_on_loopback_only():
+    pytest.importorskip("distributed")
+    with dask_client(None, 1) as client:
+        addresses = [client.scheduler.address, *client.scheduler_info()["workers"]]
+    assert all(a.startswith("tcp://127.0.0.1:") for a in addresses), addresses
