@@ -112,11 +112,27 @@ def _workers(parent: int) -> list[int]:
     return pids
 
 
+def _writing_a_shard(pid: int) -> bool:
+    """Whether the process holds a shard's temporary file open: it is mid-shard."""
+    try:
+        fds = list((Path("/proc") / str(pid) / "fd").iterdir())
+        return any(os.readlink(fd).endswith(".partial") for fd in fds)
+    except OSError:
+        return False
+
+
 def test_worker_killed_mid_shard(src, clean, tmp_path):
     out = tmp_path / "out"
     run = _start(src, out)
-    _wait_for(lambda: _finished_shards(out) >= 1 and _workers(run.pid))
-    os.kill(_workers(run.pid)[0], signal.SIGKILL)
+
+    pids: list[int] = []
+
+    def writing() -> bool:  # not between two shards, where no file names the shard
+        pids[:] = [pid for pid in _workers(run.pid) if _writing_a_shard(pid)]
+        return _finished_shards(out) >= 1 and bool(pids)
+
+    _wait_for(writing)
+    os.kill(pids[0], signal.SIGKILL)
     stderr = run.communicate(timeout=60)[1]
     assert run.returncode == 2, stderr
     assert "worker died while writing" in stderr and ".tfrecord-000" in stderr
