@@ -251,7 +251,14 @@ _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="No progress b
 _OUT = Annotated[Path, typer.Argument(metavar="OUT", help="Output folder of a pack run.")]
 _WORKERS = Annotated[
     Optional[int],
-    typer.Option(metavar="N", min=1, help="Worker processes.  [default: all cores]"),
+    typer.Option(metavar="N", min=1, help="Worker processes.  [default: by the work]"),
+]
+_ROOT = Annotated[
+    Optional[Path],
+    typer.Option(
+        metavar="DIR",
+        help="Folder a manifest's relative image paths are under.  [default: its folder]",
+    ),
 ]
 
 
@@ -363,14 +370,7 @@ def pack(
             "path, image, file, file_name or filename]",
         ),
     ] = None,
-    root: Annotated[
-        Optional[Path],
-        typer.Option(
-            metavar="DIR",
-            help="Folder a manifest's relative image paths are under.  "
-            "[default: the manifest's folder]",
-        ),
-    ] = None,
+    root: _ROOT = None,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
 ) -> None:

@@ -9,7 +9,7 @@ import os
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 
-from shardpack.atomic import write_atomic
+from shardpack.atomic import open_regular, write_atomic
 from shardpack.errors import IndexFormatError, OutputError, RecordError
 from shardpack.index import INDEX_FILES_DIR, Index, ShardInfo, index_from_document, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
@@ -19,7 +19,6 @@ from shardpack.tfrecord import (
     HEADER,
     MAX_RECORD_BYTES,
     check_data,
-    open_regular,
     record_length,
 )
 

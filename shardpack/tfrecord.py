@@ -8,13 +8,11 @@ field 1. Map entries are written in sorted key order so equal inputs give equal 
 
 from __future__ import annotations
 
-import errno
 import functools
 import gzip
 import hashlib
 import io
 import os
-import stat
 import struct
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,7 +22,7 @@ from typing import BinaryIO, NamedTuple
 import crc32c
 import numpy as np
 
-from shardpack.atomic import create_temp, remove_files
+from shardpack.atomic import create_temp, open_regular, remove_files
 from shardpack.errors import FileAccessError, OutputError, RecordError
 from shardpack.options import COMPRESSIONS
 
@@ -393,20 +391,6 @@ class _HashingRaw(io.RawIOBase):
     def close(self) -> None:
         self.raw.close()
         super().close()
-
-
-def open_regular(path: str) -> int:
-    """A read-only descriptor of `path`, refusing a link or anything but a regular file (a FIFO
-    named like a shard would block its reader forever).
-
-    Raises:
-        OSError: cannot open, a link (ELOOP), or not a regular file (EINVAL).
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file")
-    return fd
 
 
 def _open_records(path: str, compression: str, digest) -> tuple[BinaryIO, BinaryIO]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import pickle
 from pathlib import Path
@@ -156,3 +158,27 @@ def packed_tree(root: Path, classes: dict[str, int], **options) -> Path:
     out = root / "out"
     pack(make_tree(root / "src", classes), out, PackOptions(**options))
     return out
+
+
+def write_csv(path: Path, rows: list[dict], delimiter: str = ",") -> Path:
+    """A manifest written by the csv module: a header from the first row's keys."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter=delimiter)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    """A manifest written by json, one object a line."""
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def write_parquet(path: Path, rows: list[dict], **kwargs) -> Path:
+    """A manifest written by pyarrow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path, **kwargs)
+    return path

@@ -7,7 +7,6 @@ is read back by real TensorFlow and TFDS, and without them.
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from shardpack.preview import make_preview
 from shardpack.read import iter_examples, tf_dataset
 from shardpack.tfrecord import TFRecordWriter, encode_example
 from shardpack.verifier import verify
-from tests.helpers import make_tree, tf_records
+from tests.helpers import make_tree, tf_records, write_csv, write_jsonl, write_parquet
 
 
 def _fields(i: int, caption: str = "café") -> dict:
@@ -50,27 +49,6 @@ def _rows(caption: str = "café") -> list[dict]:
             for k, v in _fields(i, caption).items()}}
         for i, key in enumerate(KEYS)
     ]  # fmt: skip
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def write_csv(path: Path, rows: list[dict]) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
-def write_parquet(path: Path, rows: list[dict]) -> Path:
-    pa = pytest.importorskip("pyarrow")
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
 
 
 def _pack(manifest: Path, out: Path, **options) -> None:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +21,7 @@ from shardpack.manifest import (
     read_manifest,
 )
 from shardpack.schema import Feature
+from tests.helpers import write_csv, write_jsonl, write_parquet
 
 # One table with every scalar kind: ints, whole-number floats, bools, text (one empty), names.
 TABLE = [
@@ -35,24 +33,6 @@ TABLE = [
      "caption": "3"},
 ]  # fmt: skip
 COLUMNS = list(TABLE[0])
-
-
-def write_csv(path: Path, rows: list[dict], delimiter: str = ",") -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter=delimiter)
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def write_parquet(path: Path, rows: list[dict], **kwargs) -> Path:
-    pq.write_table(pa.Table.from_pylist(rows), path, **kwargs)
-    return path
 
 
 def comparable(manifest) -> list[tuple]:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -18,20 +17,7 @@ from shardpack.packer import pack
 from shardpack.read import iter_examples, tf_dataset
 from shardpack.recordindex import read_record
 from shardpack.verifier import verify
-from tests.helpers import make_tree
-
-
-def _jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def _csv(path: Path, rows: list[dict]) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
+from tests.helpers import make_tree, write_csv, write_jsonl
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -60,7 +46,7 @@ def bad_rows(tmp_path: Path) -> Path:
         {"path": "fifo.jpg", **GOOD},  # not a regular file: never opened
         {"path": "cat/img_000.jpg", **GOOD, "label": "bird"},  # the same image again
     ]
-    return _jsonl(src / "labels.jsonl", rows)
+    return write_jsonl(src / "labels.jsonl", rows)
 
 
 def test_bad_rows_are_skipped_with_their_manifest_line(bad_rows: Path, tmp_path: Path):
@@ -92,7 +78,7 @@ def test_a_bad_row_with_on_error_fail_is_one_line_naming_it(bad_rows: Path, tmp_
 )
 def test_an_unusable_manifest_is_one_line(tmp_path: Path, header: list[str], words: list[str]):
     make_tree(tmp_path / "src", {"cat": 1})
-    manifest = _csv(tmp_path / "src" / "m.csv", [dict.fromkeys(header, "cat/img_000.jpg")])
+    manifest = write_csv(tmp_path / "src" / "m.csv", [dict.fromkeys(header, "cat/img_000.jpg")])
     done = _cli("pack", str(manifest), str(tmp_path / "out"))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert all(w in done.stderr for w in words), done.stderr
@@ -105,7 +91,7 @@ def test_a_class_not_in_classes_is_a_bad_row(tmp_path: Path):
         {"path": "dog/img_000.jpg", "label": "dog"},
     ]
     out = tmp_path / "out"
-    pack(_csv(src / "m.csv", rows), out, PackOptions(workers=1, classes=("dog", "cow")))
+    pack(write_csv(src / "m.csv", rows), out, PackOptions(workers=1, classes=("dog", "cow")))
     assert _index(out)["classes"] == ["dog", "cow"]
     assert [s["reason"] for s in _index(out)["skipped"]] == [
         "m.csv line 2: class 'cat' is not in --classes"
@@ -121,7 +107,7 @@ def test_integer_labels_split_column_path_column_and_root(tmp_path: Path):
         {"file": "b/img_000.jpg", "path": "x", "label": 1, "split": "train"},
         {"file": "b/img_001.jpg", "path": "x", "label": 2, "split": "test"},
     ]
-    manifest = _csv(tmp_path / "m.csv", rows)  # beside, not inside, the images
+    manifest = write_csv(tmp_path / "m.csv", rows)  # beside, not inside, the images
     out = tmp_path / "out"
     done = _cli("pack", str(manifest), str(out), "--path-column", "file", "--root", str(images),
                 "--workers", "1")  # fmt: skip
@@ -138,7 +124,7 @@ def test_integer_labels_split_column_path_column_and_root(tmp_path: Path):
 def test_a_hugging_face_folder_with_metadata_and_no_labels(tmp_path: Path):
     src = make_tree(tmp_path / "hf", {"train": 2})
     rows = [{"file_name": f"train/img_00{i}.jpg", "text": f"caption {i}"} for i in range(2)]
-    _csv(src / "metadata.csv", rows)
+    write_csv(src / "metadata.csv", rows)
     out = tmp_path / "out"
     pack(src, out, PackOptions(workers=1, shuffle=False))
     index = _index(out)
