@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import re
 
+import numpy as np
 import pytest
 
 from shardpack.options import PackOptions
@@ -355,3 +356,26 @@ def test_digest_does_not_depend_on_where_src_is():
     dataset = _dataset()
     moved = dataclasses.replace(dataset, root="/elsewhere")
     assert _digest(BASE, dataset=moved) == _digest(BASE, dataset=dataset)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"key": "other.jpg"},
+        {"label": (0, 1)},
+        {"label": None},
+        {"path": "elsewhere/a.jpg"},
+        {"size": 1001},
+        {"record": 0},
+        {"fields": {"boxes": np.array([0.0, 0.0, 1.0, 1.0], dtype=np.float32)}},
+    ],
+    ids=lambda c: next(iter(c)),
+)
+def test_digest_changes_when_any_field_of_any_item_changes(change):
+    # The digest hashes items a field (column) at a time: each column must still count.
+    dataset = _dataset()
+    *rest, last = dataset.splits["train"]
+    changed = dataclasses.replace(
+        dataset, splits={"train": (*rest, dataclasses.replace(last, **change))}
+    )
+    assert _digest(BASE, dataset=changed) != _digest(BASE, dataset=dataset)
