@@ -25,7 +25,7 @@ from shardpack.plan import (
     make_plan,
     work_seconds,
 )
-from shardpack.sources import Dataset, scan, source_root
+from shardpack.sources import Dataset, keep_batches, scan, source_root
 from shardpack.tfdsmeta import write_tfds_metadata
 from shardpack.worker import read_progress, write_shard
 
@@ -187,7 +187,7 @@ def pack(
             "data; choose an output folder outside SRC"
         )
     out, created = _make_out(os.fspath(out))
-    with locked(out, created):
+    with locked(out, created), keep_batches():  # CIFAR batches: loaded once a run
         watch = _CpuWatch()  # the scan and plan are the window that measures others' load
         with _no_gc():
             dataset = scan(src_root, options.source)

@@ -119,7 +119,7 @@ def _features(
     else:
         if item.path not in batches:
             batches[item.path] = read_cifar_pixels(src, item.path)
-        rgb = batches[item.path][item.record]
+        rgb = np.ascontiguousarray(batches[item.path][item.record])  # OpenCV wants C order
         image, fmt, (height, width, channels) = _reencode(rgb, options, "png", order="rgb")
     features: dict[str, object] = {
         "image": image,
