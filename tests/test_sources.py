@@ -710,3 +710,24 @@ def test_kept_batch_rewritten_is_loaded_again(tmp_path):
         os.utime(path, ns=(1, 1))  # a rewrite within the clock's tick still differs in mtime
         assert np.array_equal(load_cifar_pickle(str(path))["data"], data)
     assert load_cifar_pickle(str(path))["data"] is not load_cifar_pickle(str(path))["data"]
+
+
+@pytest.mark.parametrize("protocol", [0, 1, 2, 3, 4, 5])
+def test_safepickle_reads_opcodes_as_pickletools_does(protocol):
+    from pickletools import genops
+
+    from shardpack import safepickle
+
+    data, labels = helpers.cifar_arrays(3)
+    value = {
+        b"labels": [*labels, -1, 255, 65535, 65536, 2**31 - 1, -(2**31), 2**40, 2**70, True, None],
+        b"data": data,
+        "names": ["x" * 300, "é" * 3, "", ("t", b"b", b"B" * 300)],
+    }
+    blob = pickle.dumps(value, protocol=protocol)
+
+    def text(arg: object) -> object:  # what the walk reads: short strings and integers
+        return arg if isinstance(arg, int) or (isinstance(arg, str) and len(arg) <= 256) else None
+
+    expected = [(op.name, text(arg)) for op, arg, _ in genops(blob)]
+    assert [(name, text(arg)) for name, arg in safepickle._ops(blob)] == expected
