@@ -45,6 +45,9 @@ SERIAL_SHARE = {"keep": 0.5, "raw": 0.0, "jpeg": 0.0, "png": 0.0, "webp": 0.0}
 # Another worker must promise at least this share less wall time: the model is rough, and a
 # wrong "more" costs more than a wrong "fewer" on a busy machine.
 GAIN_MARGIN = 0.1
+# A shard holding fewer images than this is mostly per-file overhead for its readers (an open,
+# a shuffle-buffer refill); a shard size that leaves so few earns a warning.
+FEW_ITEMS_PER_SHARD = 8
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class Plan:
 
     shards: tuple[ShardSpec, ...]
     digest: str
+    warnings: tuple[str, ...] = ()  # for the user, one line each: shards that hold very few
 
 
 def shard_bounds(num_items: int, num_shards: int) -> list[tuple[int, int]]:
@@ -191,6 +195,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
     always plan alike. A pure function of (listing, name, options, workers).
     """
     shards: list[ShardSpec] = []
+    warnings: list[str] = []
     for split in sorted(dataset.splits):
         items = dataset.splits[split]
         order = np.arange(len(items))
@@ -198,6 +203,12 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
             order = np.random.default_rng(options.seed).permutation(len(items))
         shuffled = [items[i] for i in order.tolist()]  # Python ints: 3x faster than numpy's
         count = num_shards_for(items, options, workers)
+        if options.shards is None and count > 1 and len(items) < FEW_ITEMS_PER_SHARD * count:
+            warnings.append(
+                f"split {split}: a shard size of {options.shard_size:,} bytes leaves about "
+                f"{len(items) / count:.1f} images per shard ({count} shards for {len(items)} "
+                "images); choose a larger shard size or a shard count"
+            )
         for index, (start, end) in enumerate(shard_bounds(len(items), count)):
             shards.append(
                 ShardSpec(
@@ -208,7 +219,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
                     items=tuple(shuffled[start:end]),
                 )
             )
-    return Plan(tuple(shards), _digest(dataset, shards, options))
+    return Plan(tuple(shards), _digest(dataset, shards, options), tuple(warnings))
 
 
 def _digest(dataset: Dataset, shards: list[ShardSpec], options: PackOptions) -> str:

@@ -379,3 +379,15 @@ def test_digest_changes_when_any_field_of_any_item_changes(change):
         dataset, splits={"train": (*rest, dataclasses.replace(last, **change))}
     )
     assert _digest(BASE, dataset=changed) != _digest(BASE, dataset=dataset)
+
+
+def test_a_shard_size_that_leaves_few_images_per_shard_is_warned_about():
+    dataset = _dataset(n=40)  # 40 files of 1,000 bytes
+    tiny = make_plan(dataset, "d", PackOptions(shard_size=2_000), 1)
+    assert len(tiny.shards) == 20
+    (warning,) = tiny.warnings
+    assert "split train" in warning and "about 2.0 images per shard" in warning
+    assert "20 shards for 40 images" in warning
+    assert make_plan(dataset, "d", PackOptions(shard_size=8_000), 1).warnings == ()  # 8 a shard
+    assert make_plan(dataset, "d", PackOptions(shards=20), 1).warnings == ()  # asked for
+    assert make_plan(dataset, "d", PackOptions(), 1).warnings == ()
