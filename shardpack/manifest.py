@@ -32,13 +32,16 @@ from __future__ import annotations
 import csv
 import dataclasses
 import errno
+import functools
+import itertools
 import json
+import operator
 import os
 import re
 import stat
 import struct
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import BinaryIO, NamedTuple
 
 import numpy as np
@@ -62,7 +65,10 @@ MAX_TEXT_CHARS = 131_072
 # any sane manifest needs at once (pyarrow writes up to 1M rows a group by default; the 1M-row
 # table of benchmarks/manifest_scale.py is 67 MB uncompressed).
 MAX_ROW_GROUP_BYTES = 1 << 30
-PARQUET_BATCH_ROWS = 16_384  # rows converted to Python objects at once: a bounded transient
+# Rows read and typed a column at a time (a Parquet batch; CSV/JSONL lines): C-speed checks
+# over a column in place of Python code per cell, and a bounded transient per chunk.
+CHUNK_ROWS = 16_384
+READ_BYTES = 1 << 20  # CSV/JSONL are read and decoded this much (and the rest of a line) at once
 
 _INT64 = (-(2**63), 2**63 - 1)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -73,6 +79,18 @@ _CSV_FLOAT = re.compile(
     r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?\Z|-?(?:nan|inf|infinity)\Z", re.I
 )
 _CSV_BOOLS = {"true": True, "false": False}
+# The same spellings over a whole column of cells joined by newlines (_joined): a column all of
+# one kind is typed and converted by one regex and C conversions. An integer here has at most
+# 18 digits, so it is always within int64; longer ones take the cell-by-cell way.
+_INT_CELL = r"-?(?:0|[1-9][0-9]{0,17})"
+_FLOAT_CELL = (
+    r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+)|-?(?:nan|inf|infinity)"
+)
+_INTS = re.compile(rf"{_INT_CELL}(?:\n{_INT_CELL})*")
+_INTS_OR_EMPTY = re.compile(rf"(?:{_INT_CELL})?(?:\n(?:{_INT_CELL})?)*")
+_FLOATS_OR_EMPTY = re.compile(rf"(?:{_FLOAT_CELL})?(?:\n(?:{_FLOAT_CELL})?)*", re.I)
+_NUMBER = rf"{_INT_CELL}|{_FLOAT_CELL}"
+_NUMBERS = re.compile(rf"(?:{_NUMBER})(?:\n(?:{_NUMBER}))*", re.I)
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9_]+\Z")  # shard file names are {name}-{split}.tfrecord-...
 
 
@@ -170,12 +188,13 @@ def read_manifest(
     suffix = path.lower().rpartition(".")[2]
     csv_text = suffix in ("csv", "tsv")  # every value is a text cell, typed by its spelling
     with _open(path) as f:
-        records = _reader(path, suffix, f)
-        names, counts = _survey(records(), path, csv_text)
-        layout = _Layout.of(path, names, path_column)
-        columns = {n: _infer(counts[n], csv_text) for n in layout.extras}
-        label = _infer_label(counts[LABEL], csv_text) if layout.labelled else None
-        rows, bad, label_values = _convert(records(), path, layout, columns, label, csv_text)
+        chunks = list(_chunks(path, suffix, f))
+    layout = _Layout.of(path, _names(chunks, path), path_column)
+    typed = (*layout.extras, LABEL) if layout.labelled else layout.extras
+    counts = _survey(chunks, typed, csv_text)
+    columns = {n: _infer(counts[n], csv_text) for n in layout.extras}
+    label = _infer_label(counts[LABEL], csv_text) if layout.labelled else None
+    rows, bad, label_values = _convert(chunks, path, layout, columns, label, csv_text)
     base = os.path.dirname(path) if root is None else os.fspath(root)
     return Manifest(
         path=path,
@@ -210,41 +229,65 @@ def _open(path: str) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _reader(path: str, suffix: str, f: BinaryIO):
-    """A function that (re)reads the file from the start, yielding (line, record or problem)."""
+class _Chunk(NamedTuple):
+    """Up to CHUNK_ROWS consecutive rows of the file, held as columns of their raw values."""
 
-    def records() -> Iterator[tuple[int, dict | str]]:
-        f.seek(0)
-        if suffix == "parquet":
-            return _parquet_records(path, f)
-        if suffix == "jsonl":
-            return _jsonl_records(path, f)
-        return _csv_records(path, f, "\t" if suffix == "tsv" else ",")
+    lines: list[int]  # each row's line (CSV/JSONL, 1 = first) or row (Parquet, 0 = first)
+    columns: dict[str, Sequence]  # name -> the rows' values (None where a JSONL key is absent)
+    problems: list[tuple[int, str]]  # (line, why) of the lines that are not rows
 
-    return records
+
+def _chunks(path: str, suffix: str, f: BinaryIO) -> Iterator[_Chunk]:
+    """The file's rows, read once from the start, a chunk at a time."""
+    if suffix == "parquet":
+        return _parquet_chunks(path, f)
+    if suffix == "jsonl":
+        return _jsonl_chunks(path, f)
+    return _csv_chunks(path, f, "\t" if suffix == "tsv" else ",")
 
 
 def _lines(path: str, f: BinaryIO) -> Iterator[str]:
-    """The file's lines as text, each bounded and checked to be UTF-8."""
-    n = 0
-    while raw := f.readline(MAX_LINE_BYTES + 1):
-        n += 1
-        if len(raw) > MAX_LINE_BYTES:
-            raise SourceError(
-                f"{path} line {n}: longer than {MAX_LINE_BYTES} bytes; a manifest row is far "
-                "shorter: is this really a manifest?"
-            )
+    """The file's lines as text (split at "\\n" only, as readline does), each bounded and
+    checked to be UTF-8; read and decoded a block of whole lines at a time."""
+    return itertools.chain.from_iterable(_blocks(path, f))
+
+
+def _blocks(path: str, f: BinaryIO) -> Iterator[list[str]]:
+    n = 0  # lines before this block
+    while block := f.read(READ_BYTES):
+        if not block.endswith(b"\n"):
+            block += f.readline(MAX_LINE_BYTES + 1)  # the rest of the last line, bounded
+        parts = block.split(b"\n")
+        # Every part but the last ended in "\n", which counts towards the line's bytes.
+        if max(map(len, parts)) >= MAX_LINE_BYTES:
+            sizes = [len(p) + 1 for p in parts[:-1]] + [len(parts[-1])]
+            long = next((i for i, size in enumerate(sizes) if size > MAX_LINE_BYTES), None)
+            if long is not None:
+                raise SourceError(
+                    f"{path} line {n + long + 1}: longer than {MAX_LINE_BYTES} bytes; a "
+                    "manifest row is far shorter: is this really a manifest?"
+                )
         try:
-            text = raw.decode("utf-8")
+            text = block.decode("utf-8")
         except UnicodeDecodeError as e:
+            line = n + block.count(b"\n", 0, e.start) + 1
+            start = block.rfind(b"\n", 0, e.start) + 1
             raise SourceError(
-                f"{path} line {n}: not UTF-8 text (byte {e.start + 1} of the line); save the "
-                "manifest as UTF-8"
+                f"{path} line {line}: not UTF-8 text (byte {e.start - start + 1} of the line); "
+                "save the manifest as UTF-8"
             ) from None
-        yield text.removeprefix("\ufeff") if n == 1 else text  # a BOM, as Excel writes
+        if not n:
+            text = text.removeprefix("\ufeff")  # a BOM, as Excel writes
+        lines = text.split("\n")
+        last = lines.pop()  # "" when the block ends with a newline
+        lines = [line + "\n" for line in lines]
+        if last:
+            lines.append(last)
+        n += len(lines)
+        yield lines
 
 
-def _csv_records(path: str, f: BinaryIO, delimiter: str) -> Iterator[tuple[int, dict | str]]:
+def _csv_chunks(path: str, f: BinaryIO, delimiter: str) -> Iterator[_Chunk]:
     reader = csv.reader(_lines(path, f), delimiter=delimiter)
     try:
         header = next(reader, None)
@@ -252,21 +295,40 @@ def _csv_records(path: str, f: BinaryIO, delimiter: str) -> Iterator[tuple[int, 
             raise SourceError(f"{path}: is empty; the first line must name the columns")
         _check_names(path, header)
         end = reader.line_num
-        for cells in reader:
-            start, end = end + 1, reader.line_num
-            if not cells:
-                continue  # a blank line
-            if len(cells) != len(header):
-                yield start, f"has {len(cells)} cells, the header has {len(header)}"
-            else:
-                yield start, dict(zip(header, cells, strict=True))
+        while records := list(itertools.islice(reader, CHUNK_ROWS)):
+            before, end = end, reader.line_num
+            if end - before == len(records) and set(map(len, records)) == {len(header)}:
+                yield _csv_chunk(header, list(range(before + 1, end + 1)), records, [])
+            else:  # blank lines, quoted newlines or rows of another width among them
+                yield _csv_uneven(header, before, records)
     except csv.Error as e:
         raise SourceError(
             f"{path} line {reader.line_num}: malformed CSV ({e}); check its quoting"
         ) from None
 
 
-def _jsonl_records(path: str, f: BinaryIO) -> Iterator[tuple[int, dict | str]]:
+def _csv_uneven(header: list[str], before: int, records: list[list[str]]) -> _Chunk:
+    """A chunk of records some of which are not one line of a row each, after line `before`."""
+    lines, rows, problems = [], [], []
+    end = before
+    for cells in records:
+        start = end + 1
+        end = start + sum(cell.count("\n") for cell in cells)  # a record's quoted newlines
+        if len(cells) == len(header):
+            lines.append(start)
+            rows.append(cells)
+        elif cells:  # not a blank line
+            problems.append((start, f"has {len(cells)} cells, the header has {len(header)}"))
+    return _csv_chunk(header, lines, rows, problems)
+
+
+def _csv_chunk(header: list[str], lines: list[int], rows: list[list[str]], problems) -> _Chunk:
+    columns = dict(zip(header, zip(*rows, strict=True), strict=True)) if rows else {}
+    return _Chunk(lines, columns, problems)
+
+
+def _jsonl_chunks(path: str, f: BinaryIO) -> Iterator[_Chunk]:
+    lines, records = [], []
     for n, text in enumerate(_lines(path, f), 1):
         if not text.strip():
             continue
@@ -283,7 +345,18 @@ def _jsonl_records(path: str, f: BinaryIO) -> Iterator[tuple[int, dict | str]]:
                 f"{path} line {n}: holds a JSON {type(record).__name__}, not an object like "
                 '{"file_name": "a.jpg", "label": "cat"}'
             )
-        yield n, record
+        lines.append(n)
+        records.append(record)
+        if len(records) == CHUNK_ROWS:
+            yield _jsonl_chunk(lines, records)
+            lines, records = [], []
+    yield _jsonl_chunk(lines, records)
+
+
+def _jsonl_chunk(lines: list[int], records: list[dict]) -> _Chunk:
+    """Records as columns: every key any of them has, in order of first appearance."""
+    names = dict.fromkeys(k for keys in dict.fromkeys(map(tuple, records)) for k in keys)
+    return _Chunk(lines, {n: list(map(dict.get, records, itertools.repeat(n))) for n in names}, [])
 
 
 class _HugeInt(int):
@@ -297,7 +370,7 @@ def _json_int(text: str) -> int:
 _JSON = json.JSONDecoder(parse_int=_json_int)
 
 
-def _parquet_records(path: str, f: BinaryIO) -> Iterator[tuple[int, dict | str]]:
+def _parquet_chunks(path: str, f: BinaryIO) -> Iterator[_Chunk]:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -324,10 +397,10 @@ def _parquet_records(path: str, f: BinaryIO) -> Iterator[tuple[int, dict | str]]
                     "rewrite it with smaller row groups (pyarrow: row_group_size=100_000)"
                 )
         row = 0
-        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-            for values in zip(*(c.to_pylist() for c in batch.columns), strict=True):
-                yield row, dict(zip(names, values, strict=True))
-                row += 1
+        for batch in parquet.iter_batches(batch_size=CHUNK_ROWS):
+            columns = dict(zip(names, (c.to_pylist() for c in batch.columns), strict=True))
+            yield _Chunk(list(range(row, row + batch.num_rows)), columns, [])
+            row += batch.num_rows
         # Arrow's allocator keeps the pages it freed; hand them back before the packer forks.
         pa.default_memory_pool().release_unused()
     except SourceError:
@@ -403,22 +476,94 @@ class _Layout:
         return cls(path_column, LABEL in names, SPLIT in names, extras)
 
 
-def _survey(
-    records: Iterator[tuple[int, dict | str]], path: str, csv_text: bool
-) -> tuple[list[str], dict[str, Counter]]:
-    """First pass: the column names in order of appearance, and the kinds of values in each."""
-    counts: dict[str, Counter] = {}
-    for _, record in records:
-        if isinstance(record, str):
-            continue
-        for name, value in record.items():
-            column = counts.get(name)
-            if column is None:
-                column = counts[name] = Counter()
-            column[_kind(value, csv_text)] += 1
-    if not counts:
+def _names(chunks: list[_Chunk], path: str) -> list[str]:
+    """The column names in order of first appearance (in JSONL a key may first come late)."""
+    names: dict[str, None] = {}
+    for chunk in chunks:
+        if chunk.lines:
+            names.update(dict.fromkeys(chunk.columns))
+    if not names:
         raise SourceError(f"{path}: holds no rows; add one row per image")
-    return list(counts), counts
+    return list(names)
+
+
+def _survey(chunks: list[_Chunk], names: tuple[str, ...], csv_text: bool) -> dict[str, Counter]:
+    """First step: the kinds of values in each named column, counted over every chunk."""
+    counts = {name: Counter() for name in names}
+    for chunk in chunks:
+        for name in names:
+            values = chunk.columns.get(name)
+            if values:
+                counts[name].update(_column_kinds(values, csv_text))
+    return counts
+
+
+def _column_kinds(values: Sequence, csv_text: bool) -> Counter:
+    """The kinds of a column's values, counted; at C speed where all are of one kind.
+
+    In CSV one text cell makes the column text (_majority, _infer_label), so counting stops there.
+    """
+    counts = _uniform_kinds(values, csv_text)
+    if counts is not None:
+        return counts
+    counts = Counter()
+    for value in values:
+        kind = _kind(value, csv_text)
+        if csv_text and kind == "text":
+            return Counter(text=1)
+        counts[kind] += 1
+    return counts
+
+
+def _uniform_kinds(values: Sequence, csv_text: bool) -> Counter | None:
+    """The counts of a column all of one kind (or missing), checked a column at a time; or None."""
+    n = len(values)
+    if csv_text:
+        joined = _joined(values)
+        if joined is None:
+            return None
+        empty = values.count("")
+        if _INTS_OR_EMPTY.fullmatch(joined):
+            return _counted("int", n - empty, empty)
+        if _FLOATS_OR_EMPTY.fullmatch(joined):
+            floats = list(map(float, filter(None, values)))
+            return _counted("float", n - empty, empty) if _float32s(floats) is not None else None
+        return None
+    types = set(map(type, values))
+    if types == {str}:
+        empty = values.count("")
+        return _counted("text", n - empty, empty) if _short(values) else None
+    if types == {int}:
+        return Counter(int=n) if _INT64[0] <= min(values) and max(values) <= _INT64[1] else None
+    if types == {bool}:
+        return Counter(bool=n)
+    if types == {float}:
+        return Counter(float=n) if _float32s(values) is not None else None
+    return None
+
+
+def _counted(kind: str, n: int, missing: int) -> Counter:
+    """Counts without zeros: a kind counted 0 times would still name a family in _majority."""
+    return Counter({k: c for k, c in ((kind, n), (None, missing)) if c})
+
+
+def _joined(cells: Sequence[str]) -> str | None:
+    """CSV cells a line each, for one regex over the column; None if a cell spans lines."""
+    joined = "\n".join(cells)
+    return joined if joined.count("\n") == len(cells) - 1 else None
+
+
+def _short(texts: Sequence[str]) -> bool:
+    return max(map(len, texts), default=0) <= MAX_TEXT_CHARS
+
+
+def _float32s(numbers: Sequence) -> list[float] | None:
+    """Numbers rounded to float32 as Python floats (as _F32 rounds one); None if one is beyond
+    float32's range (and not infinite: inf and nan are float32 values)."""
+    array = np.array(numbers, dtype=np.float64)
+    if np.any((np.abs(array) > _FLOAT32_MAX) & ~np.isinf(array)):
+        return None
+    return array.astype(np.float32).tolist()
 
 
 # ---- kinds of values and column types --------------------------------------------------------
@@ -616,49 +761,163 @@ def _label_info(integers: bool, multi: bool) -> LabelInfo:
 
 
 def _convert(
-    records: Iterator[tuple[int, dict | str]],
+    chunks: list[_Chunk],
     path: str,
     layout: _Layout,
     columns: dict[str, Feature],
     label: LabelInfo | None,
     csv_text: bool,
 ) -> tuple[list[Row], list[BadRow], tuple]:
-    """Second pass: each row checked and converted, or a BadRow; and the labels seen."""
+    """Second step: each row checked and converted, or a BadRow; and the labels seen.
+
+    Each chunk is converted a column at a time and then dropped, so the raw cells and the rows
+    made of them are not all held at once. A row's reason is the first check it fails, in the
+    order path, label, split, then the columns.
+    """
     rows: list[Row] = []
     bad: list[BadRow] = []
     seen: dict[str, int] = {}  # path -> first line, to refuse an image listed twice
-    interned: dict[str, str] = {}  # split and class names, shared by every row that holds them
+    interned: dict[str, str] = {}  # labels of multi-label rows, shared by every row that holds them
     labels: set = set()
     unit = "row" if path.lower().endswith(".parquet") else "line"
     name = os.path.basename(path)
-    for line, record in records:
-        if isinstance(record, str):
-            bad.append(BadRow(line, "", f"{name} {unit} {line}: {record}"))
+    for at, chunk in enumerate(chunks):
+        chunks[at] = None  # type: ignore[call-overload]  # its cells go once its rows are made
+        bad.extend(BadRow(line, "", f"{name} {unit} {line}: {why}") for line, why in chunk.problems)
+        n = len(chunk.lines)
+        if not n:
             continue
-        try:
-            image = _image_path(record.get(layout.path), layout.path)
-            value = None if label is None else _label(record.get(LABEL), label, csv_text)
-            split = _split(record.get(SPLIT)) if layout.has_split else None
-            values = tuple(_value(c, record.get(c), f, csv_text) for c, f in columns.items())
-            first = seen.setdefault(image, line)
-            if first != line:
-                raise _Bad(f"the same image as {unit} {first}")
-        except _Bad as e:
-            raw = record.get(layout.path)
-            shown = raw if isinstance(raw, str) and len(raw) <= MAX_TEXT_CHARS else ""
-            bad.append(BadRow(line, shown, f"{name} {unit} {line}: {e}"))
-            continue
+        raw = chunk.columns
+        missing = [None] * n  # a column no record of this chunk has (JSONL)
+        paths, failed = _image_paths(raw.get(layout.path, missing), layout.path)
+        failures = [failed]
+        values = [None] * n
         if label is not None:
-            if label.multi:
-                value = tuple(_intern(interned, v) for v in value)
-                labels.update(value)
-            else:
-                value = _intern(interned, value)
-                labels.add(value)
-        if split is not None:
-            split = _intern(interned, split)
-        rows.append(Row(line, image, value, split, values))
+            one = functools.partial(_label, label=label, csv_text=csv_text, interned=interned)
+            values, failed = _each(raw.get(LABEL, missing), one, cached=not label.multi)
+            failures.append(failed)
+        splits = [None] * n
+        if layout.has_split:
+            splits, failed = _each(raw.get(SPLIT, missing), _split, cached=True)
+            failures.append(failed)
+        extras = []
+        for column, feature in columns.items():
+            converted, failed = _column_values(column, raw.get(column, missing), feature, csv_text)
+            extras.append(converted)
+            failures.append(failed)
+        failed = {}
+        for errors in reversed(failures):
+            failed.update(errors)  # the earlier check's reason wins
+        extra = zip(*extras, strict=True) if extras else itertools.repeat((), n)
+        if not failed and seen.keys().isdisjoint(paths) and len(set(paths)) == n:
+            seen.update(zip(paths, chunk.lines, strict=True))
+            # tuple.__new__ makes each Row in C (Row(...) runs a Python __new__ per row).
+            made = zip(chunk.lines, paths, values, splits, extra, strict=True)
+            rows.extend(map(tuple.__new__, itertools.repeat(Row), made))
+            good = values
+        else:
+            good = []
+            for i, (line, image, value, split, fields) in enumerate(
+                zip(chunk.lines, paths, values, splits, extra, strict=True)
+            ):
+                why = failed.get(i)
+                if why is None and (first := seen.setdefault(image, line)) != line:
+                    why = f"the same image as {unit} {first}"
+                if why is None:
+                    rows.append(Row(line, image, value, split, fields))
+                    good.append(value)
+                    continue
+                shown = raw.get(layout.path, missing)[i]
+                shown = shown if isinstance(shown, str) and len(shown) <= MAX_TEXT_CHARS else ""
+                bad.append(BadRow(line, shown, f"{name} {unit} {line}: {why}"))
+        if label is not None:
+            labels.update(itertools.chain.from_iterable(good) if label.multi else good)
+    bad.sort(key=operator.attrgetter("line"))  # the file's order: lines of rows and problems
     return rows, bad, tuple(sorted(labels))
+
+
+def _each(values: Sequence, convert, cached: bool = False) -> tuple[list, dict[int, str]]:
+    """convert(value) of each value, None where it raises _Bad; and row -> why for those.
+
+    `cached`: once per distinct value (labels, splits: a few distinct values in a million
+    rows), keyed by type too, since True == 1 == 1.0 but only 1 is an integer label.
+    """
+    out = None
+    if cached:
+        keys = list(zip(map(type, values), values, strict=True))
+        try:
+            done = {key: _attempt(convert, key[1]) for key in dict.fromkeys(keys)}
+        except TypeError:  # a list among them: not hashable
+            pass
+        else:
+            out = list(map(done.__getitem__, keys))
+            if not any(type(result) is _Bad for result in done.values()):
+                return out, {}
+    if out is None:
+        out = [_attempt(convert, value) for value in values]
+    failed = {i: str(result) for i, result in enumerate(out) if type(result) is _Bad}
+    for i in failed:
+        out[i] = None
+    return out, failed
+
+
+def _attempt(convert, value):
+    """convert(value), or the _Bad it raised."""
+    try:
+        return convert(value)
+    except _Bad as e:
+        return e
+
+
+def _image_paths(values: Sequence, column: str) -> tuple[list[str], dict[int, str]]:
+    """_image_path of each value; text columns of usable names are normalized at once."""
+    usable = set(map(type, values)) == {str} and _short(values) and "" not in values
+    joined = _joined(values) if usable else None
+    if joined is not None and "\0" not in joined:
+        lined = f"\n{joined}\n"
+        if not any(part in lined for part in _NOT_NORMAL):
+            return list(values), {}  # each as os.path.normpath gives it already
+        return list(map(os.path.normpath, values)), {}
+    return _each(values, functools.partial(_image_path, column=column))
+
+
+# What os.path.normpath changes in a path (each path between newlines): a path holding none of
+# these is its own normal form.
+_NOT_NORMAL = ("//", "/./", "/../", "\n./", "\n../", "/\n", "/.\n", "/..\n", "\n.\n", "\n..\n")
+
+
+def _column_values(
+    name: str, values: Sequence, feature: Feature, csv_text: bool
+) -> tuple[list, dict[int, str]]:
+    """An extra column's values converted to its type (None where bad), and row -> why."""
+    uniform = _uniform_values(values, feature, csv_text)
+    if uniform is not None:
+        return uniform, {}
+    return _each(values, functools.partial(_value, name, feature=feature, csv_text=csv_text))
+
+
+def _uniform_values(values: Sequence, feature: Feature, csv_text: bool) -> list | None:
+    """A scalar column whose every value fits its type, converted at once; else None."""
+    if feature.shape:
+        return None  # lists: value by value
+    types = {str} if csv_text else set(map(type, values))
+    if feature.text:
+        return list(values) if types == {str} and _short(values) else None
+    if csv_text:
+        joined = _joined(values)
+        if joined is None:
+            return None
+        if feature.dtype == "int64":
+            return list(map(int, values)) if _INTS.fullmatch(joined) else None
+        return _float32s(list(map(float, values))) if _NUMBERS.fullmatch(joined) else None
+    if not types <= ({int, bool} if feature.dtype == "int64" else {int, bool, float}):
+        return None
+    ints = [v for v in values if type(v) is int] if int in types else ()
+    if ints and not (_INT64[0] <= min(ints) and max(ints) <= _INT64[1]):
+        return None
+    if feature.dtype == "int64":
+        return list(map(int, values)) if bool in types else list(values)
+    return _float32s(values)
 
 
 class _Bad(Exception):
@@ -690,7 +949,7 @@ def _split(value) -> str:
     return value
 
 
-def _label(value, label: LabelInfo, csv_text: bool):
+def _label(value, label: LabelInfo, csv_text: bool, interned: dict[str, str]):
     if value is None or value == "":
         if label.multi:
             return ()
@@ -698,7 +957,7 @@ def _label(value, label: LabelInfo, csv_text: bool):
     if label.multi:
         if type(value) is not list:
             raise _Bad(f"label {_describe(value)} is not a list, as the column's other labels")
-        return tuple(_one_label(v, label, csv_text=False) for v in value)
+        return tuple(_intern(interned, _one_label(v, label, csv_text=False)) for v in value)
     return _one_label(value, label, csv_text)
 
 

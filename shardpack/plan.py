@@ -201,7 +201,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
         order = np.arange(len(items))
         if options.shuffle:
             order = np.random.default_rng(options.seed).permutation(len(items))
-        shuffled = [items[i] for i in order.tolist()]  # Python ints: 3x faster than numpy's
+        shuffled = list(map(items.__getitem__, order.tolist()))  # Python ints: 3x numpy's speed
         count = num_shards_for(items, options, workers)
         if options.shards is None and count > 1 and len(items) < FEW_ITEMS_PER_SHARD * count:
             warnings.append(
@@ -225,8 +225,10 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
 def _digest(dataset: Dataset, shards: list[ShardSpec], options: PackOptions) -> str:
     """sha256 over what decides the output: options, schema and every field of every item.
 
-    Items go in a shard at a time, one JSON array per field (the C encoder, no per-item
-    Python): a million-item plan hashes in about a second and never holds a copy of itself.
+    Items go in a shard at a time, a column per field, and their `fields` a column per field
+    name (with the absent ones marked), not an object per item; each column in C (_column), no
+    per-item Python: a million-item plan hashes in about a second and never holds a copy of
+    itself.
     """
     digest = hashlib.sha256()
     _feed(digest, {
@@ -236,25 +238,58 @@ def _digest(dataset: Dataset, shards: list[ShardSpec], options: PackOptions) -> 
         "shards": [s.file for s in shards],
     })  # fmt: skip
     for shard in shards:
-        items = shard.items
-        for column in _COLUMNS:
-            _feed(digest, [column(item) for item in items])
+        *columns, fields = zip(*map(_FIELDS, shard.items), strict=True)
+        for column in columns:
+            _column(digest, list(column))
+        names = sorted(set().union(*fields))
+        _feed(digest, names)
+        everywhere = set(map(len, fields)) == {len(names)}  # each item has every name
+        for name in names:
+            if everywhere:
+                _column(digest, list(map(operator.itemgetter(name), fields)))
+            else:
+                _column(digest, [f.get(name, _ABSENT) for f in fields])
     return digest.hexdigest()
 
 
-# Every field of Item, each a column of the digest; dict keys are sorted by json (sort_keys).
-_COLUMNS = tuple(operator.attrgetter(name) for name in ("key", "label", "path", "size", "record",
-                                                          "fields"))  # fmt: skip
+# Every field of Item, each a column of the digest; `fields` last, a column per name.
+_FIELDS = operator.attrgetter("key", "label", "path", "size", "record", "fields")
+_ABSENT = object()  # an item without the field: JSON {}, which no field's value can be
+
+
+def _column(digest: hashlib._Hash, values: list) -> None:
+    """Hash a column: all text (lengths, then UTF-8), all int64 or all floats (their 8 bytes
+    each) in a compact binary form, else as JSON; a tag says which, so no two columns of
+    different values hash alike."""
+    types = set(map(type, values))
+    if types == {str}:
+        lengths = np.fromiter(map(len, values), np.int64, len(values))
+        blob = "".join(values).encode("utf-8", "surrogatepass")  # one way to read it back
+        _feed_bytes(digest, b"s" + lengths.tobytes() + blob)
+    elif types == {int} and min(values) >= _INT64_MIN and max(values) <= _INT64_MAX:
+        _feed_bytes(digest, b"i" + np.array(values, np.int64).tobytes())
+    elif types == {float}:
+        _feed_bytes(digest, b"f" + np.array(values, np.float64).tobytes())
+    else:
+        _feed(digest, values)
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _feed_bytes(digest: hashlib._Hash, blob: bytes) -> None:
+    digest.update(len(blob).to_bytes(8, "little"))
+    digest.update(blob)
 
 
 def _feed(digest: hashlib._Hash, value: object) -> None:
     """Hash one JSON value, preceded by its length so that no two sequences hash alike."""
     blob = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       default=_as_list).encode("utf-8", "surrogateescape")  # fmt: skip
-    digest.update(len(blob).to_bytes(8, "little"))
-    digest.update(blob)
+    _feed_bytes(digest, b"j" + blob)
 
 
-def _as_list(value: object) -> list:
-    """A field's numpy array (a manifest's list column) as the list of its values."""
-    return value.tolist()  # type: ignore[attr-defined]  # json calls this for arrays only
+def _as_list(value: object) -> list | dict:
+    """A field's numpy array (a manifest's list column) as the list of its values; _ABSENT as
+    {}: json calls this for nothing else."""
+    return {} if value is _ABSENT else value.tolist()  # type: ignore[attr-defined]

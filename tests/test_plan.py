@@ -352,6 +352,22 @@ def test_digest_covers_every_field_of_every_item(fields):
         assert _digest(BASE, dataset=with_fields(fields)) != _digest(BASE, dataset=before)
 
 
+def test_digest_tells_which_item_holds_a_field():
+    # Fields are hashed a name at a time over a shard's items: the item without one must count.
+    first, second, *rest = _dataset().splits["train"]
+
+    def holding(a: dict, b: dict):
+        items = (dataclasses.replace(first, fields=a), dataclasses.replace(second, fields=b))
+        return dataclasses.replace(_dataset(), splits={"train": (*items, *rest)})
+
+    unshuffled = dataclasses.replace(BASE, shards=1)
+    digests = {
+        _digest(unshuffled, dataset=holding(a, b))
+        for a, b in [({"n": 1}, {}), ({}, {"n": 1}), ({"n": 1}, {"n": 1}), ({"m": 1}, {})]
+    }
+    assert len(digests) == 4
+
+
 def test_digest_does_not_depend_on_where_src_is():
     dataset = _dataset()
     moved = dataclasses.replace(dataset, root="/elsewhere")

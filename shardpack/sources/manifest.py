@@ -17,7 +17,7 @@ from shardpack.errors import SourceError
 from shardpack.manifest import SUFFIXES, LabelInfo, Manifest, manifest_file, read_manifest
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import Dataset, Item
+from shardpack.sources import NO_FIELDS, Dataset, Item
 from shardpack.srcfiles import not_regular
 
 KIND = "manifest"
@@ -51,15 +51,27 @@ def scan_manifest(path: str, options: PackOptions) -> Dataset:
     unit = "row" if table.path.lower().endswith(".parquet") else "line"
     bad = [(b.line, b.path or f"{where} {unit} {b.line}", b.reason) for b in table.bad]
     splits: dict[str, list[Item]] = {}
-    for row in table.rows:
-        try:
-            label = None if position is None else _label(row.label, table.label, position)
-            size = _image_size(os.path.join(table.root, row.path))
-        except _Bad as e:
-            bad.append((row.line, row.path, f"{where} {unit} {row.line}: {e}"))
-            continue
-        item = Item(row.path, label, row.path, size, fields=table.fields(row))
-        splits.setdefault(row.split or DEFAULT_SPLIT, []).append(item)
+    labels: dict = {}  # a row's label -> its class indices, once per distinct label
+    names = tuple(table.columns)
+    root = _open_root(table.root)
+    try:
+        for row in table.rows:
+            try:
+                label = None
+                if position is not None:
+                    label = labels.get(row.label)
+                    if label is None:
+                        label = labels[row.label] = _label(row.label, table.label, position)
+                size = _image_size(table.root, row.path, root)
+            except _Bad as e:
+                bad.append((row.line, row.path, f"{where} {unit} {row.line}: {e}"))
+                continue
+            fields = dict(zip(names, row.values, strict=True)) if names else NO_FIELDS
+            item = Item(row.path, label, row.path, size, fields=fields)
+            splits.setdefault(row.split or DEFAULT_SPLIT, []).append(item)
+    finally:
+        if root is not None:
+            os.close(root)
     skipped = tuple((key, reason) for _, key, reason in sorted(bad))  # in manifest order
     if not splits:
         first = f"; the first: {skipped[0][1]}" if skipped else ""
@@ -111,12 +123,26 @@ def _index(value, info: LabelInfo, position: dict[str, int]) -> int:
     return position[value]
 
 
-def _image_size(path: str) -> int:
-    """The size of the image file at path; links are followed, but only to a regular file."""
+def _open_root(root: str) -> int | None:
+    """The folder of relative image paths, open to stat them from (no path walk per image); None
+    when it cannot be opened (each stat then reports why)."""
     try:
-        st = os.stat(path)
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _image_size(root: str, path: str, root_fd: int | None) -> int:
+    """The size of the image file at path (under root unless absolute); links are followed, but
+    only to a regular file."""
+    try:
+        st = (
+            os.stat(path, dir_fd=root_fd)
+            if root_fd is not None
+            else os.stat(os.path.join(root, path))
+        )
     except OSError as e:
-        raise _Bad(f"image {path}: {e.strerror}") from None
+        raise _Bad(f"image {os.path.join(root, path)}: {e.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise _Bad(f"image {path}: {not_regular(st.st_mode)}")
+        raise _Bad(f"image {os.path.join(root, path)}: {not_regular(st.st_mode)}")
     return st.st_size
