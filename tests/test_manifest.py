@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shardpack import manifest
 from shardpack.errors import SourceError
 from shardpack.manifest import (
     MAX_LINE_BYTES,
@@ -156,7 +157,39 @@ def reasons(manifest) -> dict[int, str]:
     return {b.line: b.reason for b in manifest.bad}
 
 
-def test_bad_csv_rows_name_their_line(tmp_path):
+@pytest.fixture(params=["whole", "tiny chunks"])
+def chunking(request, monkeypatch):
+    """Read as usual, or 2 rows a chunk and 5 bytes a read: every row and line then meets the
+    edge of a chunk (of columns) or a block (of lines), which the reader handles at once."""
+    if request.param == "tiny chunks":
+        monkeypatch.setattr(manifest, "CHUNK_ROWS", 2)
+        monkeypatch.setattr(manifest, "READ_BYTES", 5)
+
+
+def test_columns_of_one_kind_convert_as_each_cell_would(tmp_path, chunking):
+    # A column all of one kind is typed and converted at once (a regex over the column, C
+    # conversions); it must give what the rules give each cell.
+    paths = ["a.jpg", "./b.jpg", "c//d.jpg", "e/../f.jpg", "g/.h.jpg", "i/j/", "k/..l/./m.jpg"]
+    scores = ["1e5", "-0.0", "NaN", "-inf", "3.4028234e38", "0.1", "2.5E-3"]
+    ns = ["0", "-5", "123456789012345678", "7", "-0", "10", "9"]
+    labels = ["1", "2", "1", "1", "2", "1", "2"]
+    rows = [
+        {"path": p, "label": lab, "score": s, "n": n}
+        for p, lab, s, n in zip(paths, labels, scores, ns, strict=True)
+    ]
+    m = read_manifest(write_csv(tmp_path / "t.csv", rows))
+    assert m.bad == []
+    assert m.columns == {"n": Feature("int64"), "score": Feature("float32")}
+    assert [r.path for r in m.rows] == [os.path.normpath(p) for p in paths]
+    assert [r.label for r in m.rows] == [1, 2, 1, 1, 2, 1, 2]
+    assert [r.values[0] for r in m.rows] == [int(n) for n in ns]
+    got = np.array([r.values[1] for r in m.rows], np.float32)
+    want = np.array([float(s) for s in scores], np.float32)
+    assert got.tobytes() == want.tobytes()  # float32 bits, nan and -0.0 included
+    assert all(type(r.values[1]) is float and type(r.values[0]) is int for r in m.rows)
+
+
+def test_bad_csv_rows_name_their_line(tmp_path, chunking):
     path = tmp_path / "t.csv"
     path.write_text(
         "path,label,split,n\n"
@@ -184,7 +217,7 @@ def test_bad_csv_rows_name_their_line(tmp_path):
     assert m.columns["n"] == Feature("int64")
 
 
-def test_bad_jsonl_rows_name_their_line(tmp_path):
+def test_bad_jsonl_rows_name_their_line(tmp_path, chunking):
     rows = [
         {"path": "a.jpg", "label": "cat", "score": 1.5, "boxes": [[1, 2, 3, 4]]},
         {"label": "cat", "score": 1.5, "boxes": []},  # 2: no path key
@@ -220,7 +253,7 @@ def test_bad_jsonl_rows_name_their_line(tmp_path):
     assert m.bad[3].path == "b.jpg"
 
 
-def test_lists_that_no_column_can_hold_are_bad_rows(tmp_path):
+def test_lists_that_no_column_can_hold_are_bad_rows(tmp_path, chunking):
     rows = [
         {"path": "a.jpg", "tags": [1, 2], "notes": ["", "x"]},
         {"path": "b.jpg", "tags": [1, "a"], "notes": []},
@@ -242,7 +275,7 @@ def test_lists_that_no_column_can_hold_are_bad_rows(tmp_path):
     }
 
 
-def test_bad_parquet_rows_name_their_row_across_row_groups(tmp_path):
+def test_bad_parquet_rows_name_their_row_across_row_groups(tmp_path, chunking):
     rows = [{"path": f"{i}.jpg", "label": i % 3} for i in range(10)]
     rows[7]["path"] = None
     rows[8]["label"] = -1
@@ -364,7 +397,7 @@ def test_a_fifo_manifest_is_refused_without_waiting_for_a_writer(tmp_path):
     assert "t.csv: is not a regular file" in str(errors[0])
 
 
-def test_a_giant_line_stops_the_read_without_loading_it(tmp_path):
+def test_a_giant_line_stops_the_read_without_loading_it(tmp_path, chunking):
     path = tmp_path / "t.jsonl"
     with open(path, "wb") as f:
         f.write(b'{"path": "a.jpg"}\n')
@@ -386,7 +419,7 @@ def test_a_long_text_value_is_a_bad_row(tmp_path):
     }
 
 
-def test_non_utf8_bytes_name_their_line(tmp_path):
+def test_non_utf8_bytes_name_their_line(tmp_path, chunking):
     path = tmp_path / "t.csv"
     path.write_bytes("path,label\na.jpg,chat\nb.jpg,caf\xe9\n".encode("latin-1"))
     with pytest.raises(SourceError, match=r"t\.csv line 3: not UTF-8 text \(byte 10 of the line\)"):
