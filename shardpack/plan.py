@@ -196,11 +196,13 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
     """
     shards: list[ShardSpec] = []
     warnings: list[str] = []
+    orders: dict[str, np.ndarray] = {}
     for split in sorted(dataset.splits):
         items = dataset.splits[split]
         order = np.arange(len(items))
         if options.shuffle:
             order = np.random.default_rng(options.seed).permutation(len(items))
+        orders[split] = order
         shuffled = list(map(items.__getitem__, order.tolist()))  # Python ints: 3x numpy's speed
         count = num_shards_for(items, options, workers)
         if options.shards is None and count > 1 and len(items) < FEW_ITEMS_PER_SHARD * count:
@@ -219,37 +221,55 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
                     items=tuple(shuffled[start:end]),
                 )
             )
-    return Plan(tuple(shards), _digest(dataset, shards, options), tuple(warnings))
+    return Plan(tuple(shards), _digest(dataset, shards, orders, options), tuple(warnings))
 
 
-def _digest(dataset: Dataset, shards: list[ShardSpec], options: PackOptions) -> str:
-    """sha256 over what decides the output: options, schema and every field of every item.
+# Items hashed at once: a bounded transient (a few columns of this many values).
+DIGEST_BATCH = 4096
 
-    Items go in a shard at a time, a column per field, and their `fields` a column per field
-    name (with the absent ones marked), not an object per item; each column in C (_column), no
-    per-item Python: a million-item plan hashes in about a second and never holds a copy of
-    itself.
+
+def _digest(
+    dataset: Dataset,
+    shards: list[ShardSpec],
+    orders: dict[str, np.ndarray],
+    options: PackOptions,
+) -> str:
+    """sha256 over what decides the output: options, schema, every field of every item, and
+    which items each shard holds in which order.
+
+    Each split's items go in listing order (the order they lie in memory: a million shuffled
+    items would cost a cache miss per value), then its shuffle order; with the shards' sizes
+    that fixes every shard's items. Items are hashed a batch at a time, a column per field and
+    their `fields` a column per name (the absent ones marked), each column in C (_column).
     """
     digest = hashlib.sha256()
     _feed(digest, {
         "options": options.output_fields(),
         "kind": dataset.kind,
         "schema": dataset.schema.to_json(),
-        "shards": [s.file for s in shards],
+        "shards": [[s.file, len(s.items)] for s in shards],
     })  # fmt: skip
-    for shard in shards:
-        *columns, fields = zip(*map(_FIELDS, shard.items), strict=True)
-        for column in columns:
-            _column(digest, list(column))
-        names = sorted(set().union(*fields))
-        _feed(digest, names)
-        everywhere = set(map(len, fields)) == {len(names)}  # each item has every name
-        for name in names:
-            if everywhere:
-                _column(digest, list(map(operator.itemgetter(name), fields)))
-            else:
-                _column(digest, [f.get(name, _ABSENT) for f in fields])
+    for split in sorted(dataset.splits):
+        items = dataset.splits[split]
+        _feed_bytes(digest, b"o" + orders[split].astype("<i8").tobytes())
+        for start in range(0, len(items), DIGEST_BATCH):
+            _items(digest, items[start : start + DIGEST_BATCH])
     return digest.hexdigest()
+
+
+def _items(digest: hashlib._Hash, items: tuple[Item, ...]) -> None:
+    """Hash items a column per field, their `fields` a column per name."""
+    *columns, fields = zip(*map(_FIELDS, items), strict=True)
+    for column in columns:
+        _column(digest, list(column))
+    names = sorted(set().union(*fields))
+    _feed(digest, names)
+    everywhere = set(map(len, fields)) == {len(names)}  # each item has every name
+    for name in names:
+        if everywhere:
+            _column(digest, list(map(operator.itemgetter(name), fields)))
+        else:
+            _column(digest, [f.get(name, _ABSENT) for f in fields])
 
 
 # Every field of Item, each a column of the digest; `fields` last, a column per name.
