@@ -253,6 +253,15 @@ def test_bad_jsonl_rows_name_their_line(tmp_path, chunking):
     assert m.bad[3].path == "b.jpg"
 
 
+def test_an_integer_literal_too_long_for_python_is_a_bad_row_not_a_bad_file(tmp_path):
+    path = tmp_path / "t.jsonl"
+    huge = "9" * 5000  # int() refuses over 4,300 digits
+    path.write_text(f'{{"path": "a.jpg", "n": 1}}\n{{"path": "b.jpg", "n": {huge}}}\n', "utf-8")
+    m = read_manifest(path)
+    assert [r.path for r in m.rows] == ["a.jpg"]
+    assert reasons(m) == {2: "t.jsonl line 2: column 'n' holds an integer beyond the int64 range"}
+
+
 def test_lists_that_no_column_can_hold_are_bad_rows(tmp_path, chunking):
     rows = [
         {"path": "a.jpg", "tags": [1, 2], "notes": ["", "x"]},
