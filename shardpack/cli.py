@@ -276,7 +276,9 @@ def pack(
     name: Annotated[
         Optional[str],
         typer.Option(
-            metavar="NAME", help="Dataset name in shard file names.  [default: SRC's folder name]"
+            metavar="NAME",
+            help="Dataset name in shard file names.  [default: SRC's name, without a "
+            "manifest's extension]",
         ),
     ] = None,
     shards: Annotated[
@@ -483,12 +485,7 @@ def inspect(
             more = len(split["class_counts"]) - 20
             typer.echo(f"    ... {_plural(more, 'more class', 'more classes')}")
         for record in split["samples"]:
-            typer.echo(
-                f"  record {printable(record['key'])}: label {record['label']} "
-                f"({printable(record['class'])}), "
-                f"{record['format']} {record['width']}x{record['height']}x{record['channels']}, "
-                f"{_plural(record['image_bytes'], 'byte')}"
-            )
+            typer.echo(_record_line(record, printable))
     if summary["skipped"]:
         typer.echo(f"\nskipped {_plural(len(summary['skipped']), 'file')} at pack time")
     if summary["ignored"]:
@@ -496,6 +493,40 @@ def inspect(
             summary["ignored"], "file that is not an image", "files that are not images"
         )
         typer.echo(f"ignored {ignored}")
+
+
+# What a sample record's line names on its own; any other feature is shown as name=value.
+_SHOWN = {"key", "label", "class", "format", "height", "width", "channels", "image_bytes"}
+
+
+def _short(value: object) -> str:
+    """A feature value for one line: floats to 4 significant digits, lists element-wise."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return str(value)
+
+
+def _record_line(record: dict, printable) -> str:
+    """One line for a sample record of `inspect`: key, label(s) and class(es), image, extras."""
+    names = record.get("class")
+    if names is None:
+        label = "no label"
+    elif isinstance(names, list):  # multi-label
+        label = f"labels {record['label']} ({', '.join(printable(n) for n in names)})"
+    else:
+        label = f"label {record['label']} ({printable(names)})"
+    extras = "".join(
+        f", {printable(name)}={printable(_short(value))[:60]}"
+        for name, value in record.items()
+        if name not in _SHOWN
+    )
+    return (
+        f"  record {printable(record['key'])}: {label}, {record['format']} "
+        f"{record['height']}x{record['width']}x{record['channels']} (HxWxC), "
+        f"{_plural(record['image_bytes'], 'byte')}{extras}"
+    )
 
 
 @app.command("index-files", cls=_Command)

@@ -79,11 +79,16 @@ class PackResult:
         }
 
 
-def default_name(dataset: Dataset) -> str:
-    """cifar10 / cifar100 for CIFAR, else SRC's folder name made safe for file names."""
+def default_name(dataset: Dataset, src: str) -> str:
+    """cifar10 / cifar100 for CIFAR, a manifest file's name without its extension (two tables
+    in one folder are two datasets), else SRC's folder name; made safe for file names."""
     if dataset.kind.startswith("cifar"):
         return dataset.kind.split("-")[0]
-    name = re.sub(r"[^A-Za-z0-9_.]+", "_", os.path.basename(dataset.root)).strip("_.")
+    if os.path.isdir(src):
+        base = os.path.basename(dataset.root)
+    else:  # a manifest file
+        base = os.path.splitext(os.path.basename(src))[0]
+    name = re.sub(r"[^A-Za-z0-9_.]+", "_", base).strip("_.")
     return name or "dataset"
 
 
@@ -196,7 +201,7 @@ def pack(
             dataset = scan(src_root, options)
             if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
                 raise ImageError(*dataset.skipped[0])
-            name = options.name or default_name(dataset)
+            name = options.name or default_name(dataset, src_root)
             plan = make_plan(dataset, name, options, options.workers or machine_cores())
         stale, reused = prepare(out, plan, options.overwrite, options.resume)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
