@@ -93,6 +93,8 @@ def _user_errors():
     except ShardpackError as e:
         _error(str(e))
         raise typer.Exit(2) from None
+    except BrokenPipeError:
+        raise  # the reader of our output went away (`| head`): not a file of the user's
     except OSError as e:
         _error(str(FileAccessError.from_os_error(e)))
         raise typer.Exit(2) from None
@@ -182,9 +184,10 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
         )
     else:
         typer.echo(f"{head}: {rate}")
+    width = max(map(len, summary["splits"]), default=0)
     for name, split in summary["splits"].items():
         typer.echo(
-            f"  {name:<6} {_plural(split['num_records'], 'record'):>17}  "
+            f"  {name:<{width}} {_plural(split['num_records'], 'record'):>17}  "
             f"{_plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
         )
     if summary["skipped"]:
@@ -598,11 +601,23 @@ def demo(
 def main() -> None:
     """Console entry point: usage errors and interrupts end in one line, never a traceback.
 
-    Exit codes: 0 done, 1 verify found faults, 2 bad input, 130 Ctrl-C, 143 SIGTERM.
+    Exit codes: 0 done, 1 verify found faults, 2 bad input, 130 Ctrl-C, 143 SIGTERM, 141 the
+    reader of stdout went away (`| head`), as for a process that SIGPIPE stopped.
     """
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen below
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that is silent too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+    except SystemExit:
+        # typer meets a closed pipe inside a command with exit(1), verify's fault code, after
+        # wrapping stdout to keep the exit quiet: that wrapper is how it can be told apart.
+        if type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            sys.exit(141)
+        raise
     except (KeyboardInterrupt, typer.Abort):
         sys.exit(130)
     except _Terminated:

@@ -103,6 +103,25 @@ def test_inspect_shows_multi_label_unlabeled_and_extra_features(tmp_path: Path):
     } == {"plain"}
 
 
+def test_a_closed_output_pipe_is_exit_141_and_silent(src: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    assert _run("pack", str(src), str(out), "--no-progress").returncode == 0
+    for args in (["inspect", str(out)], ["verify", str(out)]):  # as `shardpack ... | head -0`
+        run = subprocess.Popen([*SHARDPACK, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        run.stdout.close()  # before the command has started: its first write meets EPIPE
+        stderr = run.communicate(timeout=120)[1]
+        assert (run.returncode, stderr) == (141, b""), stderr
+
+
+def test_the_summary_lines_up_long_split_names(tmp_path: Path):
+    make_tree(tmp_path / "src" / "train", {"a": 2, "b": 1})
+    make_tree(tmp_path / "src" / "validation", {"a": 1, "b": 1})
+    run = _run("pack", str(tmp_path / "src"), str(tmp_path / "out"), "--no-progress")
+    assert run.returncode == 0, run.stderr
+    rows = [line for line in run.stdout.splitlines() if line.startswith("  ") and "record" in line]
+    assert len(rows) == 2 and len({row.index("record") for row in rows}) == 1, rows
+
+
 def test_a_tiny_shard_size_is_warned_about_on_stderr(src: Path, tmp_path: Path):
     run = _run("pack", str(src), str(tmp_path / "out"), "--shard-size", "1kb", "--no-progress")
     assert run.returncode == 0, run.stderr
