@@ -1,0 +1,125 @@
+"""The TFRecord container: framed tf.train.Example records, TFDS's `.tfrecord-` shard names."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+
+from shardpack import tfrecord
+from shardpack.atomic import open_regular
+from shardpack.containers import Container, Example, Features, ShardReader, WriteResult
+from shardpack.errors import RecordError
+
+
+def decode(data: bytes, path: str, position: int, unit: str = "byte") -> Example:
+    """Example bytes as name -> list of values.
+
+    Raises:
+        RecordError: the bytes are not a tf.train.Example; names the file and the position.
+    """
+    try:
+        return tfrecord.decode_example(data)
+    except ValueError as e:
+        raise RecordError(path, position, f"not a tf.train.Example ({e})", unit) from None
+
+
+class _Writer:
+    """TFRecordWriter, fed features instead of record bytes."""
+
+    def __init__(self, path: str | os.PathLike, compression: str) -> None:
+        self._writer = tfrecord.TFRecordWriter(path, compression)
+
+    def __enter__(self) -> _Writer:
+        self._writer.__enter__()
+        return self
+
+    def write(self, features: Features) -> None:
+        self._writer.write(tfrecord.encode_example(features))
+
+    @property
+    def tmp_path(self) -> str:
+        return self._writer.tmp_path
+
+    @property
+    def num_records(self) -> int:
+        return self._writer.num_records
+
+    @property
+    def result(self) -> WriteResult | None:
+        written = self._writer.result
+        return None if written is None else WriteResult(*written)
+
+    def __exit__(self, *exc) -> None:
+        self._writer.__exit__(*exc)
+
+
+class _Reader(ShardReader):
+    """Record i of an uncompressed TFRecord shard by one pread at its offset."""
+
+    def __init__(self, path: str, offsets: Sequence[int] | None) -> None:
+        self.path = path
+        try:
+            self.fd = open_regular(path)
+        except OSError as e:
+            raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
+        size = os.fstat(self.fd).st_size
+        if offsets is None:  # hop from header to header: one small read per record
+            offsets = [offset for offset, _ in _spans(self.fd, path, size)]
+        self.offsets = [*offsets, size]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> Example:
+        offset, end = self.offsets[i], self.offsets[i + 1]
+        record = os.pread(self.fd, end - offset, offset)
+        head = tfrecord.HEADER.size
+        length = tfrecord.record_length(record[:head], self.path, offset, end - offset)
+        if head + length + tfrecord.FOOTER.size != len(record):
+            raise RecordError(self.path, offset, "no record starts here (stale offsets)")
+        data = record[head : head + length]
+        tfrecord.check_data(data, record[head + length :], self.path, offset)
+        return decode(data, self.path, offset)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _spans(fd: int, path: str, size: int) -> Iterator[tuple[int, int]]:
+    """(offset, framed size) of each record, reading only the 12-byte headers."""
+    offset = 0
+    framing = tfrecord.HEADER.size + tfrecord.FOOTER.size
+    while offset < size:
+        header = os.pread(fd, tfrecord.HEADER.size, offset)
+        framed = framing + tfrecord.record_length(header, path, offset, size)
+        if offset + framed > size:
+            raise RecordError(path, offset, "file ends inside a record (truncated)")
+        yield offset, framed
+        offset += framed
+
+
+class TFRecord(Container):
+    """TFRecord files as TensorFlow writes them; offsets are byte offsets (uncompressed)."""
+
+    name = "tfrecord"
+    compressions = ("none", "gzip")
+
+    def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
+        return f"{name}-{split}.tfrecord-{index:05d}-of-{num_shards:05d}"
+
+    def writer(self, path: str | os.PathLike, compression: str = "none") -> _Writer:
+        return _Writer(path, compression)
+
+    def iter_records(
+        self, path: str | os.PathLike, compression: str = "none", digest=None
+    ) -> Iterator[tuple[int, Example]]:
+        path = os.fspath(path)
+        for offset, data in tfrecord.iter_records(path, compression, digest=digest):
+            yield offset, decode(data, path, offset)
+
+    def open(self, path: str | os.PathLike, compression: str = "none", offsets=None) -> ShardReader:
+        if compression != "none":
+            raise ValueError("random access needs an uncompressed TFRecord shard")
+        return _Reader(os.fspath(path), offsets)

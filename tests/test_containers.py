@@ -1,0 +1,203 @@
+"""The container seam: each container writes, reads back, checks its framing, and its files
+are read by the real readers of its audience (TensorFlow, array_record, Grain, webdataset)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import cv2
+import pytest
+
+from shardpack.containers import CONTAINERS, get_container
+from shardpack.errors import RecordError
+from tests.helpers import image
+
+NAMES = sorted(CONTAINERS)
+
+
+def _records() -> list[dict[str, object]]:
+    """Seven records: JPEG, PNG and raw pixels, a non-UTF-8 key, an extra feature."""
+    out = []
+    for i, fmt in enumerate(["jpeg", "png", "raw", "jpeg", "png", "raw", "jpeg"]):
+        pixels = image(i, 12 + i, 16)
+        if fmt == "raw":
+            data = cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB).tobytes()
+        else:
+            data = cv2.imencode(".jpg" if fmt == "jpeg" else ".png", pixels)[1].tobytes()
+        out.append({
+            "image": data, "label": i % 3, "height": 12 + i, "width": 16, "channels": 3,
+            "format": fmt.encode(), "key": b"cat/\xff-%d.x" % i, "coarse_label": i % 2,
+        })  # fmt: skip
+    return out
+
+
+def _as_read(features: dict[str, object]) -> dict[str, list]:
+    return {k: [v] for k, v in features.items()}
+
+
+def _write(container, folder, records=None, index: int = 0) -> tuple[str, object]:
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, container.shard_name("ds", "train", index, 4))
+    with container.writer(path) as writer:
+        for features in records or _records():
+            writer.write(features)
+    return path, writer.result
+
+
+def test_registry_and_names():
+    assert NAMES == ["array_record", "tfrecord", "webdataset"]
+    assert get_container("tfrecord").shard_name("ds", "train", 3, 8) == (
+        "ds-train.tfrecord-00003-of-00008"
+    )
+    assert get_container("array_record").shard_name("ds", "train", 3, 8) == (
+        "ds-train.array_record-00003-of-00008"
+    )
+    assert get_container("webdataset").shard_name("ds", "train", 3, 8) == "ds-train-000003.tar"
+    with pytest.raises(ValueError, match="array_record"):
+        get_container("parquet")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_round_trip_sequential_and_random(tmp_path, name):
+    container = get_container(name)
+    path, result = _write(container, tmp_path)
+    expected = [_as_read(r) for r in _records()]
+    assert os.listdir(tmp_path) == [os.path.basename(path)]  # no temporary file left
+    assert result.num_records == len(expected)
+    assert result.num_bytes == os.path.getsize(path)
+    assert result.sha256 == hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    read = list(container.iter_records(path))
+    assert [position for position, _ in read] == list(result.offsets)
+    assert [example for _, example in read] == expected
+    for offsets in (None, result.offsets):  # found by the reader, or given by the writer
+        with container.open(path, offsets=offsets) as reader:
+            assert len(reader) == len(expected)
+            for i in reversed(range(len(expected))):
+                assert reader[i] == expected[i]
+    assert container.check(path) == (result.num_records, result.num_bytes, result.sha256)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_records_give_the_same_bytes(tmp_path, name):
+    container = get_container(name)
+    first, a = _write(container, tmp_path / "a")
+    second, b = _write(container, tmp_path / "b")
+    assert a == b
+    assert Path(first).read_bytes() == Path(second).read_bytes()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_error_in_the_block_leaves_nothing(tmp_path, name):
+    container = get_container(name)
+    path = tmp_path / container.shard_name("ds", "train", 0, 1)
+    with pytest.raises(KeyError), container.writer(path) as writer:
+        writer.write(_records()[0])
+        raise KeyError("stop")
+    assert writer.result is None
+    assert os.listdir(tmp_path) == []
+
+
+# A byte inside the framing each container checks: TFRecord's length CRC, a chunk of
+# ArrayRecord (riegeli hashes every chunk), the first tar header's checksum.
+FLIP = {"tfrecord": 3, "array_record": 100, "webdataset": 3}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_check_names_a_flipped_byte(tmp_path, name):
+    container = get_container(name)
+    path, _ = _write(container, tmp_path)
+    data = bytearray(Path(path).read_bytes())
+    data[FLIP[name]] ^= 0x40
+    Path(path).write_bytes(data)
+    with pytest.raises(RecordError) as caught:
+        container.check(path)
+    assert caught.value.path == path
+    assert caught.value.offset == 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_check_names_a_truncated_file(tmp_path, name):
+    container = get_container(name)
+    path, _ = _write(container, tmp_path)
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[: len(data) // 2])
+    with pytest.raises(RecordError, match=r"truncated|[Cc]orrupt|unreadable") as caught:
+        container.check(path)
+    assert caught.value.path == path
+
+
+def test_tfrecord_is_read_by_tensorflow(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    path, _ = _write(get_container("tfrecord"), tmp_path)
+    got = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path)]
+    assert [e.features.feature["image"].bytes_list.value[0] for e in got] == [
+        r["image"] for r in _records()
+    ]
+
+
+def test_array_record_is_read_by_array_record_and_grain(tmp_path):
+    pytest.importorskip("array_record")
+    grain = pytest.importorskip("grain")
+    tf = pytest.importorskip("tensorflow")
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    container = get_container("array_record")
+    paths = [_write(container, tmp_path, _records()[k::2], k)[0] for k in range(2)]
+    records = _records()
+    expected = records[0::2] + records[1::2]
+
+    def check(data: bytes, features: dict) -> None:
+        example = tf.train.Example.FromString(data).features.feature
+        assert example["image"].bytes_list.value[0] == features["image"]
+        assert example["label"].int64_list.value[0] == features["label"]
+
+    reader = ArrayRecordReader(paths[0])
+    for data, features in zip(reader.read_all(), records[0::2], strict=True):
+        check(data, features)
+    reader.close()
+    source = grain.sources.ArrayRecordDataSource(paths)
+    assert len(source) == len(expected)
+    for i in reversed(range(len(expected))):  # random access by index, across files
+        check(source[i], expected[i])
+
+
+@pytest.mark.filterwarnings("ignore:String specifications for transformations:UserWarning")
+def test_webdataset_is_read_by_webdataset_and_wids(tmp_path):
+    wds = pytest.importorskip("webdataset")
+    wids = pytest.importorskip("wids")
+    container = get_container("webdataset")
+    records = _records()
+    shards = [_write(container, tmp_path, records[k::2], k) for k in range(2)]
+    expected = records[0::2] + records[1::2]
+    urls = [path for path, _ in shards]
+
+    samples = list(wds.WebDataset(urls, shardshuffle=False).decode("rgb8"))
+    assert len(samples) == len(expected)
+    for sample, features in zip(samples, expected, strict=True):
+        fmt = features["format"].decode()
+        pixels = sample[{"jpeg": "jpg", "png": "png", "raw": "npy"}[fmt]]
+        assert pixels.shape == (features["height"], features["width"], 3)
+        if fmt == "raw":
+            assert pixels.tobytes() == features["image"]
+        assert sample["cls"] == features["label"]
+        assert sample["json"]["key"] == os.fsdecode(features["key"])
+        assert sample["json"]["coarse_label"] == features["coarse_label"]
+    raw = list(wds.WebDataset(urls, shardshuffle=False))  # undecoded: the bytes we stored
+    assert [s.get("jpg", s.get("png")) for s in raw if "npy" not in s] == [
+        f["image"] for f in expected if f["format"] != b"raw"
+    ]
+
+    (file, document), *more = container.split_files(
+        "ds", "train", [(os.path.basename(p), r.num_records) for p, r in shards]
+    ).items()
+    assert not more and file == "ds-train.shardindex.json"
+    (tmp_path / file).write_text(json.dumps(document))
+    dataset = wids.ShardListDataset(str(tmp_path / file), cache_dir=str(tmp_path / "cache"))
+    assert len(dataset) == len(expected)
+    for i in reversed(range(len(expected))):  # random access by index, across shards
+        sample = dataset[i]
+        assert sample[".cls"] == expected[i]["label"]
+        assert sample[".json"]["height"] == expected[i]["height"]
