@@ -4,8 +4,12 @@ are read by the real readers of its audience (TensorFlow, array_record, Grain, w
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 import cv2
@@ -42,7 +46,7 @@ def _write(container, folder, records=None, index: int = 0) -> tuple[str, object
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, container.shard_name("ds", "train", index, 4))
     with container.writer(path) as writer:
-        for features in records or _records():
+        for features in _records() if records is None else records:
             writer.write(features)
     return path, writer.result
 
@@ -201,3 +205,118 @@ def test_webdataset_is_read_by_webdataset_and_wids(tmp_path):
         sample = dataset[i]
         assert sample[".cls"] == expected[i]["label"]
         assert sample[".json"]["height"] == expected[i]["height"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_empty_shard_is_a_valid_file(tmp_path, name):
+    container = get_container(name)
+    path, result = _write(container, tmp_path, records=[])
+    assert result.num_records == 0
+    assert container.check(path) == (0, result.num_bytes, result.sha256)
+    assert list(container.iter_records(path)) == []
+
+
+FILE_SIZE_LIMIT = """
+import os, resource, sys
+from shardpack.containers import get_container
+from shardpack.errors import OutputError
+from tests.test_containers import _records
+container, folder = get_container(sys.argv[1]), sys.argv[2]
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))  # Python ignores SIGXFSZ: EFBIG
+path = os.path.join(folder, container.shard_name("ds", "train", 0, 1))
+try:
+    with container.writer(path) as writer:
+        for _ in range(300):
+            writer.write(_records()[0])
+except OutputError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_full_disk_is_one_error_and_leaves_nothing(tmp_path, name):
+    """A real EFBIG from the kernel (RLIMIT_FSIZE), in a process of its own."""
+    run = subprocess.run([sys.executable, "-c", FILE_SIZE_LIMIT, name, str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "cannot write" in run.stdout and ".partial" in run.stdout, run.stdout
+    assert "free some space" in run.stdout, run.stdout  # the errno survives the library
+    assert os.listdir(tmp_path) == []
+
+
+def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for info, data in members:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    if kind == tarfile.SYMTYPE:
+        info.linkname = "/etc/passwd"
+    return info
+
+
+@pytest.mark.parametrize(
+    ("members", "fault"),
+    [
+        ([("../000000.jpg", b"x")], "unexpected tar member"),
+        ([("000000.jpg", b"")], "archive ends inside a sample"),
+        ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000001.json", b"{}")], "is not <key>"),
+        ([("000000.txt", b"x"), ("000000.cls", b"1"), ("000000.json", b"{}")], "no image"),
+        ([("000000.jpg", b"x"), ("000000.cls", b"one"), ("000000.json", b"{}")], "decimal"),
+        ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000000.json", b"[")], "not JSON"),
+        (
+            [("000000.npy", b"x"), ("000000.cls", b"1"), ("000000.json", b'{"format":"raw"}')],
+            "does not load",
+        ),
+    ],
+)
+def test_a_hostile_tar_is_refused_by_name(tmp_path, members, fault):
+    path = _tar(tmp_path / "x.tar", [(_member(name), data) for name, data in members])
+    with pytest.raises(RecordError, match=fault) as caught:
+        get_container("webdataset").check(path)
+    assert caught.value.path == str(path)
+
+
+def test_a_link_member_is_refused(tmp_path):
+    path = _tar(tmp_path / "x.tar", [(_member("000000.jpg", tarfile.SYMTYPE), b"")])
+    with pytest.raises(RecordError, match="unexpected tar member"):
+        get_container("webdataset").check(path)
+
+
+DALI_WEBDATASET = """
+import json, sys
+import numpy as np
+from nvidia.dali import fn, pipeline_def
+paths = sys.argv[1:]
+@pipeline_def(batch_size=7, num_threads=1, device_id=None)
+def pipe():
+    image, label = fn.readers.webdataset(paths=paths, ext=["jpg;png", "cls"], name="r",
+                                         missing_component_behavior="skip")
+    return fn.decoders.image(image, device="cpu"), label
+p = pipe()
+p.build()
+images, labels = p.run()
+labels = [int(bytes(np.array(labels.at(i))).decode()) for i in range(len(labels))]
+print(json.dumps({"epoch": p.epoch_size("r"), "labels": labels,
+                  "shapes": [list(images.at(i).shape) for i in range(len(images))]}))
+"""
+
+
+def test_dali_reads_the_tars(tmp_path):
+    """NVIDIA DALI's fn.readers.webdataset on the CPU, in a process of its own."""
+    pytest.importorskip("nvidia.dali")
+    records = [r for r in _records() if r["format"] != b"raw"]  # DALI decodes jpg and png
+    paths = [_write(get_container("webdataset"), tmp_path, records[k::2], k)[0] for k in range(2)]
+    run = subprocess.run([sys.executable, "-c", DALI_WEBDATASET, *paths], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    expected = records[0::2] + records[1::2]
+    assert result["epoch"] == len(expected)
+    assert result["labels"][: len(expected)] == [r["label"] for r in expected]
+    assert result["shapes"][0] == [expected[0]["height"], expected[0]["width"], 3]

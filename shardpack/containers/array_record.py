@@ -10,6 +10,7 @@ either way; both byte-identical across runs.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from collections.abc import Iterator
@@ -71,7 +72,7 @@ class _Writer(ShardWriter):
             try:
                 self._writer.close()
             except Exception as e:  # the library reports write errors (ENOSPC) as RuntimeError
-                raise OSError(str(e)) from None
+                raise _os_error(e) from None
             if failed:
                 return 0, ""
             os.fsync(self._fd)  # durable before the rename makes it final
@@ -133,6 +134,16 @@ class _Reader(ShardReader):
                 self.reader.close()
             os.close(self.fd)
             self.fd = -1
+
+
+def _os_error(error: Exception) -> OSError:
+    """The library's error as an OSError, with the errno its message names (so the user is told
+    the fix: free some space...), read from the strerror text it quotes."""
+    message = _first_line(error)
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EIO):
+        if os.strerror(code) in message:
+            return OSError(code, message)
+    return OSError(errno.EIO, message)
 
 
 def _first_line(error: Exception) -> str:
