@@ -207,6 +207,18 @@ def test_webdataset_is_read_by_webdataset_and_wids(tmp_path):
         assert sample[".json"]["height"] == expected[i]["height"]
 
 
+def test_a_label_that_is_not_one_class_index_stays_in_the_json(tmp_path):
+    container = get_container("webdataset")
+    records = [dict(r, label=[r["label"], 2]) for r in _records()[:2]]
+    records.append({k: v for k, v in _records()[2].items() if k != "label"})
+    path, _ = _write(container, tmp_path, records)
+    assert [e for _, e in container.iter_records(path)] == [
+        {k: v if isinstance(v, list) else [v] for k, v in r.items()} for r in records
+    ]
+    with tarfile.open(path) as tar:
+        assert not [n for n in tar.getnames() if n.endswith(".cls")]
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_an_empty_shard_is_a_valid_file(tmp_path, name):
     container = get_container(name)
@@ -266,6 +278,7 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
         ([("../000000.jpg", b"x")], "unexpected tar member"),
         ([("000000.jpg", b"")], "archive ends inside a sample"),
         ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000001.json", b"{}")], "is not <key>"),
+        ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000000.cls", b"1")], "is not <key>"),
         ([("000000.txt", b"x"), ("000000.cls", b"1"), ("000000.json", b"{}")], "no image"),
         ([("000000.jpg", b"x"), ("000000.cls", b"one"), ("000000.json", b"{}")], "decimal"),
         ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000000.json", b"[")], "not JSON"),

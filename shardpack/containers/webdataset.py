@@ -1,12 +1,13 @@
 """The WebDataset container: deterministic tar shards, `{name}-{split}-{i:06d}.tar`.
 
-Each sample is three members sharing one dot-free key (the record's number in its shard), in
-this order: the image (`.jpg`, `.png`, `.webp`, or `.npy` for raw pixels), `.cls` (the label as
-decimal text) and `.json` (every other feature: the source key, height, width, channels,
-format and any extra feature). Members are USTAR headers with mtime 0, uid and gid 0, no owner
-names and mode 0644, so equal records give equal bytes. Positions are byte offsets of each
-sample's first header. Beside the shards, each split gets the shard index JSON of webdataset's
-`wids` (`{name}-{split}.shardindex.json`: `shardlist` with `url` and `nsamples`).
+Each sample is members sharing one dot-free key (the record's number in its shard), in this
+order: the image (`.jpg`, `.png`, `.webp`, or `.npy` for raw pixels), `.cls` (the label as
+decimal text, where it is one class index) and `.json` (every other feature: the source key,
+height, width, channels, format and any extra feature). Members are USTAR headers with mtime
+0, uid and gid 0, no owner names and mode 0644, so equal records give equal bytes. Positions
+are byte offsets of each sample's first header. Beside the shards, each split gets the shard
+index JSON of webdataset's `wids` (`{name}-{split}.shardindex.json`: `shardlist` with `url`
+and `nsamples`).
 """
 
 from __future__ import annotations
@@ -74,17 +75,21 @@ def _npy(features: Features) -> bytes:
 
 
 def sample_members(key: str, features: Features) -> list[tuple[str, bytes]]:
-    """The (member name, bytes) of one sample, in the order they are written."""
+    """The (member name, bytes) of one sample, in the order they are written: the image, the
+    label as .cls when it is one class index (else it stays in the JSON), then the .json."""
     fmt = features[FORMAT]
     fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
     image = _npy(features) if fmt == "raw" else bytes(features[IMAGE])
-    rest = {k: _json_value(v) for k, v in features.items() if k not in (IMAGE, LABEL)}
+    label = features.get(LABEL)
+    cls = type(label) is int
+    rest = {
+        k: _json_value(v) for k, v in features.items() if k != IMAGE and (k != LABEL or not cls)
+    }
     text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return [
-        (f"{key}.{_EXTENSIONS[fmt]}", image),
-        (f"{key}.cls", str(int(features[LABEL])).encode()),
-        (f"{key}.json", text.encode()),
-    ]
+    members = [(f"{key}.{_EXTENSIONS[fmt]}", image)]
+    if cls:
+        members.append((f"{key}.cls", str(label).encode()))
+    return [*members, (f"{key}.json", text.encode())]
 
 
 class _Writer(ShardWriter):
@@ -142,10 +147,12 @@ class _Tar:
         return match["key"], match["ext"], data, start + info.size + (-info.size % _BLOCK)
 
     def sample(self, offset: int) -> tuple[Example, int] | None:
-        """(the sample at `offset`, the next sample's offset); None at the end-of-archive."""
-        members = []
+        """(the sample at `offset`, the next sample's offset); None at the end-of-archive.
+
+        A sample is the members from its image to its .json (three at most)."""
+        members: list[tuple[str, str, bytes]] = []
         position = offset
-        for _ in range(3):
+        while not members or (members[-1][1] != "json" and len(members) < 3):
             found = self.member(position)
             if found is None:
                 if members:
@@ -175,11 +182,13 @@ def _decode(members: list[tuple[str, str, bytes]], path: str, offset: int) -> Ex
     def bad(reason: str) -> RecordError:
         return RecordError(path, offset, reason)
 
-    (key, image_ext, image), (cls_key, cls_ext, cls), (json_key, json_ext, text) = members
-    if {cls_key, json_key} != {key} or (cls_ext, json_ext) != ("cls", "json"):
-        raise bad(f"sample {key!r} is not <key>.<image>, <key>.cls, <key>.json")
+    (key, image_ext, image), *middle, (_, json_ext, text) = members
+    labelled = [ext for _, ext, _ in middle] == ["cls"]
+    if {k for k, _, _ in members} != {key} or json_ext != "json" or (middle and not labelled):
+        raise bad(f"sample {key!r} is not <key>.<image>, [<key>.cls], <key>.json")
     if image_ext not in _FORMATS:
         raise bad(f"sample {key!r} has no image member (.jpg, .png, .webp or .npy)")
+    cls = middle[0][2] if labelled else b"0"
     if not (0 < len(cls) <= _MAX_LABEL_DIGITS and cls.lstrip(b"-").isdigit()):
         raise bad(f"{key}.cls is not a decimal label")
     try:
@@ -189,7 +198,8 @@ def _decode(members: list[tuple[str, str, bytes]], path: str, offset: int) -> Ex
     if not isinstance(rest, dict) or rest.get(FORMAT) != _FORMATS[image_ext]:
         raise bad(f"{key}.json does not describe a {image_ext} image")
     example: Example = {k: _listed(v) for k, v in rest.items()}
-    example[LABEL] = [int(cls)]
+    if labelled:
+        example[LABEL] = [int(cls)]
     example[IMAGE] = [_pixels(image, path, offset) if image_ext == "npy" else image]
     return example
 
