@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 TESTDEPS := $(VENV)/.installed-test
 
-.PHONY: install install-test demo test bench lint clean
+.PHONY: install install-test demo test bench bench-long lint clean
 
 install: $(RUNTIME)
 
@@ -33,6 +33,11 @@ test: $(TESTDEPS)
 bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.read_speed
+
+# The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count) and the
+# listing-scale run (1,000,000 files): too long for `make bench`.
+bench-long: $(TESTDEPS)
+	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 
 lint: $(TESTDEPS)
 	$(BIN)/ruff check shardpack tests benchmarks

@@ -6,12 +6,14 @@ cores, is the most any packer can reach on this machine for that work; start-up 
 are outside the timed loop.
 
 Per encoding, the loop does what a packer cannot avoid:
-- keep: read the file's bytes;
+- keep: read the file's bytes; with --write OUT (the I/O ceiling) also sha256 them, write them
+        to one file in OUT and fsync it once, timed as a whole process like the packers;
 - raw:  read, decode, convert BGR to RGB, take the bytes (for CIFAR: unpickle each batch once,
         make it HWC, take each image's bytes);
 - jpeg/png: read, decode, encode at the quality asked.
 
     python -m benchmarks.ceiling SRC [--encode raw|jpeg|png|keep] [--quality 95] [--limit N]
+    python -m benchmarks.ceiling SRC --encode keep --write OUT
 """
 
 from __future__ import annotations
@@ -21,9 +23,6 @@ import json
 import os
 import pickle
 import time
-
-import cv2
-import numpy as np
 
 
 def _files(root: str) -> list[str]:
@@ -35,7 +34,26 @@ def _files(root: str) -> list[str]:
     return found
 
 
+def io_loop(paths: list[str], out: str) -> int:
+    """Read, hash and write every file's bytes into one file in `out`, fsynced once."""
+    import hashlib
+
+    os.makedirs(out, exist_ok=True)
+    digest = hashlib.sha256()
+    with open(os.path.join(out, "ceiling.bin"), "wb", buffering=1 << 20) as dest:
+        for path in paths:
+            with open(path, "rb") as f:
+                data = f.read()
+            digest.update(data)
+            dest.write(data)
+        dest.flush()
+        os.fsync(dest.fileno())
+        return dest.tell()
+
+
 def _encoder(encode: str, quality: int):
+    import cv2
+
     if encode == "raw":
         return lambda px: cv2.cvtColor(px, cv2.COLOR_BGR2RGB).tobytes()
     if encode == "jpeg":
@@ -54,6 +72,9 @@ def folder_loop(paths: list[str], encode: str, quality: int) -> int:
             with open(path, "rb") as f:
                 produced += len(f.read())
         return produced
+    import cv2
+    import numpy as np
+
     to_bytes = _encoder(encode, quality)
     for path in paths:
         with open(path, "rb") as f:
@@ -65,6 +86,9 @@ def folder_loop(paths: list[str], encode: str, quality: int) -> int:
 
 def cifar_loop(root: str, encode: str, quality: int) -> tuple[int, int]:
     """Unpickle each batch once and produce every image's bytes; returns (images, bytes)."""
+    import cv2
+    import numpy as np
+
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
     images = produced = 0
     to_bytes = None if encode in ("raw", "keep") else _encoder(encode, quality)
@@ -90,15 +114,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--encode", default="raw", choices=("raw", "jpeg", "png", "keep"))
     parser.add_argument("--quality", type=int, default=95)
     parser.add_argument("--limit", type=int, default=None, help="time only the first N images")
+    parser.add_argument("--write", default=None, help="keep only: also hash, write and fsync")
     args = parser.parse_args(argv)
-    cv2.setNumThreads(1)
+    if args.encode != "keep":  # the I/O ceiling imports neither OpenCV nor numpy
+        import cv2
+
+        cv2.setNumThreads(1)
     if os.path.exists(os.path.join(args.src, "batches.meta")):
         start = time.perf_counter()
         images, produced = cifar_loop(args.src, args.encode, args.quality)
     else:
         paths = _files(args.src)[: args.limit]
         start = time.perf_counter()
-        produced = folder_loop(paths, args.encode, args.quality)
+        if args.write is not None:
+            produced = io_loop(paths, args.write)
+        else:
+            produced = folder_loop(paths, args.encode, args.quality)
         images = len(paths)
     seconds = time.perf_counter() - start
     print(json.dumps({"images": images, "seconds": round(seconds, 4), "out_bytes": produced}))

@@ -9,7 +9,9 @@
 | baseline-keep   | the same loop passing file bytes through, no decode (keep runs only)       |
 | naive-parallel  | multiprocessing.Pool, one task per shard, TF Example + writer in each      |
 | shardpack       | the real CLI: shardpack pack SRC OUT --workers N --no-progress --json      |
+| shardpack-default | the same with no --workers: the worker count the defaults choose         |
 | ceiling         | one core reading and decoding/encoding in a tight loop, nothing else       |
+| io-ceiling      | keep runs: one process reading, hashing, writing and fsyncing the bytes    |
 """
 
 from __future__ import annotations
@@ -25,7 +27,16 @@ from benchmarks.measure import Measurement, run_measured
 from benchmarks.workloads import Workload
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KINDS = ("seed-2-scripts", "baseline", "baseline-keep", "naive-parallel", "shardpack", "ceiling")
+KINDS = (
+    "seed-2-scripts",
+    "baseline",
+    "baseline-keep",
+    "naive-parallel",
+    "shardpack",
+    "shardpack-default",
+    "ceiling",
+    "io-ceiling",
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,8 @@ class Contender:
 
     @property
     def id(self) -> str:
+        if self.kind == "shardpack-default":
+            return "shardpack@default"
         parallel = self.kind in ("naive-parallel", "shardpack")
         return f"{self.kind}@{self.workers}" if parallel else self.kind
 
@@ -150,7 +163,10 @@ def run(contender: Contender, case: Case, scratch: str) -> dict:
                 ]
             )
         )
-    elif contender.kind == "shardpack":
+    elif contender.kind in ("shardpack", "shardpack-default"):
+        workers = (
+            [] if contender.kind == "shardpack-default" else ["--workers", str(contender.workers)]
+        )
         steps.append(
             _run(
                 [
@@ -158,8 +174,7 @@ def run(contender: Contender, case: Case, scratch: str) -> dict:
                     "pack",
                     src,
                     out,
-                    "--workers",
-                    str(contender.workers),
+                    *workers,
                     "--encode",
                     encode,
                     "--quality",
@@ -172,6 +187,8 @@ def run(contender: Contender, case: Case, scratch: str) -> dict:
         )
     elif contender.kind == "ceiling":
         steps.append(_run([*_module("ceiling"), src, "--encode", encode, "--quality", quality]))
+    elif contender.kind == "io-ceiling":
+        steps.append(_run([*_module("ceiling"), src, "--encode", "keep", "--write", out]))
     else:
         raise ValueError(f"unknown contender {contender.kind!r}; choose one of {KINDS}")
     result = _result(contender, case, steps, out)
@@ -199,11 +216,12 @@ def _result(contender: Contender, case: Case, steps: list[Measurement], out: str
     if failed is not None:
         result["error"] = (failed.stderr or failed.stdout).strip()[-2000:]
         return result
-    if contender.kind == "ceiling":
+    if contender.kind in ("ceiling", "io-ceiling"):
         result["images"] = reported.get("images", 0)
         result["inner_s"] = reported.get("seconds")
         return result
     result["inner_s"] = reported.get("seconds")
+    result["chosen_workers"] = reported.get("workers")
     try:
         result["images"], result["out_bytes"] = count_records(out)
     except (OSError, ValueError) as e:

@@ -32,19 +32,27 @@ DEFAULT_ENCODE = {
     "photos": "jpeg",
     "photos-large": "jpeg",
     "sample": "keep",
+    "demo": "keep",
+    "million": "keep",
 }
 # (workload, encode, contender kinds); "extras" are the memory and start-up checks.
+# "shardpack-default" runs with no --workers: the defaults' choice, checked against each count.
 PLANS = {
     "quick": [
-        ("cifar10", "raw", ("seed-2-scripts", "shardpack", "ceiling")),
-        ("small-jpeg", "raw", ("baseline", "naive-parallel", "shardpack", "ceiling")),
+        ("cifar10", "raw", ("seed-2-scripts", "shardpack", "shardpack-default", "ceiling")),
+        (
+            "small-jpeg",
+            "raw",
+            ("baseline", "naive-parallel", "shardpack", "shardpack-default", "ceiling"),
+        ),
         ("small-jpeg-5k", "raw", ("shardpack-max",)),
-        ("photos", "jpeg", ("baseline", "naive-parallel", "shardpack", "ceiling")),
         (
             "photos",
-            "keep",
-            ("baseline", "baseline-keep", "naive-parallel", "shardpack", "ceiling"),
+            "jpeg",
+            ("baseline", "naive-parallel", "shardpack", "shardpack-default", "ceiling"),
         ),
+        ("photos", "keep", KINDS[1:]),  # every contender but the CIFAR-only seed scripts
+        ("demo", "keep", ("shardpack", "shardpack-default")),
     ],
 }
 PLANS["full"] = [
@@ -52,6 +60,12 @@ PLANS["full"] = [
     *PLANS["quick"],
     ("photos-large", "jpeg", ("shardpack", "ceiling")),
 ]
+# make bench-long: the scaling run (>= 60 s of one core's work, every worker count) and the
+# listing-scale run (1,000,000 files); about 5 min on 2 cores, plus making the workloads.
+PLANS["long"] = [("photos-large", "png", ("shardpack", "shardpack-default"))]
+LISTING_WORKLOAD = "million"
+# The start-up check packs a folder of this many images, whole process.
+SMALL_PACK_IMAGES = 10
 
 
 def _log(message: str) -> None:
@@ -130,6 +144,8 @@ def _contenders(kinds, kind: str, encode: str, workers: list[int]) -> list[Conte
             continue  # the seed's scripts make raw pixels from CIFAR only
         if k == "baseline-keep" and encode != "keep":
             continue
+        if k == "io-ceiling" and encode != "keep":
+            continue
         if k == "shardpack":
             chosen += [Contender("shardpack", n) for n in workers]
         elif k == "shardpack-max":
@@ -153,10 +169,11 @@ def _plan(args, cache: str, workers: list[int]) -> list[tuple[Case, list[Contend
                     "baseline",
                     "naive-parallel",
                     "shardpack",
+                    "shardpack-default",
                     "ceiling",
                 )
                 if encode == "keep":
-                    kinds = (*kinds[:2], "baseline-keep", *kinds[2:])
+                    kinds = (*kinds[:2], "baseline-keep", *kinds[2:], "io-ceiling")
                 steps.append((target, encode, kinds))
     else:
         steps = PLANS[args.plan]
@@ -231,11 +248,29 @@ def machine() -> dict:
     }
 
 
-def startup(repeat: int = 5) -> dict:
-    """`shardpack --help` wall time, a worker module's import time, and whether it loads TF."""
+def _small_folder(cache: str) -> str:
+    """A class folder of SMALL_PACK_IMAGES images (hard links into the demo workload)."""
+    demo = workloads.ensure("demo", cache, _log)
+    dest = os.path.join(cache, "workloads", f"small-{SMALL_PACK_IMAGES}")
+    if not os.path.isdir(dest):
+        os.makedirs(dest + ".partial/a", exist_ok=True)
+        for path in workloads.image_files(demo.path)[:SMALL_PACK_IMAGES]:
+            target = os.path.join(dest + ".partial/a", os.path.basename(path))
+            if not os.path.exists(target):
+                os.link(path, target)
+        os.replace(dest + ".partial", dest)
+    return dest
+
+
+def startup(cache: str, repeat: int = 5) -> dict:
+    """`shardpack --help` and `shardpack pack` of a 10-image folder, whole processes; a worker
+    module's import time, and whether it loads TF."""
     help_walls = [
         run_measured([*shardpack_command(), "--help"], REPO).wall_s for _ in range(repeat)
     ]
+    small, out = _small_folder(cache), os.path.join(cache, "runs", "small-pack")
+    pack = [*shardpack_command(), "pack", small, out, "--no-progress", "--overwrite"]
+    pack_walls = [run_measured(pack, REPO).wall_s for _ in range(repeat)]
     probe = [
         sys.executable,
         "-c",
@@ -246,10 +281,23 @@ def startup(repeat: int = 5) -> dict:
     return {
         "help_s": round(statistics.median(help_walls), 3),
         "help_walls": [round(w, 3) for w in help_walls],
+        "small_pack_s": round(statistics.median(pack_walls), 3),
+        "small_pack_walls": [round(w, 3) for w in pack_walls],
+        "small_pack_images": SMALL_PACK_IMAGES,
         "worker_import_s": round(statistics.median(m.wall_s for m in imports), 3),
         "python_start_s": round(statistics.median(bare), 3),
         "worker_imports_tensorflow": imports[0].stdout.strip() == "True",
     }
+
+
+def listing(cache: str) -> dict:
+    """Scan and plan of the million-file tree in a fresh process (benchmarks/listing.py)."""
+    workload = workloads.ensure(LISTING_WORKLOAD, cache, _log)
+    probe = [sys.executable, "-m", "benchmarks.listing", workload.path]
+    measured = run_measured(probe, REPO)
+    if measured.returncode != 0:
+        return {"error": (measured.stderr or measured.stdout).strip()[-600:]}
+    return {**json.loads(measured.stdout.strip().splitlines()[-1]), "wall_s": measured.wall_s}
 
 
 def _memory(results: dict) -> dict | None:
@@ -342,7 +390,10 @@ def main(argv: list[str] | None = None) -> int:
         results["extras"]["memory"] = memory
     if not args.no_extras:
         _log("== start-up")
-        results["extras"]["startup"] = startup()
+        results["extras"]["startup"] = startup(cache)
+    if args.plan == "long" and not args.targets:
+        _log(f"== listing: scan + plan of the {LISTING_WORKLOAD} workload")
+        results["extras"]["listing"] = listing(cache)
     results["targets"] = report.targets(results)
     text = report.markdown(results)
     os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)

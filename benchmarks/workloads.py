@@ -49,6 +49,10 @@ _SPECS: dict[str, tuple[str, dict]] = {
     "small-jpeg-5k": ("subset", {"from": "small-jpeg", "every": 10}),
     "photos": ("photos", {"count": 3000}),
     "photos-large": ("photos", {"count": 16_000}),
+    # The listing-scale run: a class-folder tree of a million files, hard links of a few dozen
+    # photos (ext4 allows 65,000 links per file), so it costs directory entries, not disk.
+    "million": ("links", {"from": "photos", "count": 1_000_000, "classes": 100, "sources": 48}),
+    "demo": ("sample", {"per_class": 200}),  # what `shardpack demo` packs: 1,000 images
 }
 NAMES = tuple(_SPECS)
 
@@ -330,6 +334,19 @@ def _make_subset(dest: str, workloads: str, every: int, **params) -> str:
     return "folder"
 
 
+def _make_links(dest: str, workloads: str, count: int, classes: int, sources: int, **params) -> str:
+    """`count` files in `classes` class folders, each a hard link to one of the first `sources`
+    images of another folder workload."""
+    originals = image_files(os.path.join(workloads, params["from"]))[:sources]
+    per_class = -(-count // classes)
+    for c in range(classes):
+        folder = os.path.join(dest, f"class_{c:03d}")
+        os.makedirs(folder)
+        for i in range(c * per_class, min(count, (c + 1) * per_class)):
+            os.link(originals[i % len(originals)], os.path.join(folder, f"{i:07d}.jpg"))
+    return "folder"
+
+
 def _photo_chunk(dest: str, start: int, end: int) -> None:
     noise = _noise_tile()
     params = [cv2.IMWRITE_JPEG_QUALITY, PHOTO_QUALITY]
@@ -364,5 +381,6 @@ _MAKERS = {
     "cifar10": _make_cifar10,
     "small_jpeg": _make_small_jpeg,
     "subset": _make_subset,
+    "links": _make_links,
     "photos": _make_photos,
 }

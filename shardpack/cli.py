@@ -248,7 +248,7 @@ _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="No progress b
 _OUT = Annotated[Path, typer.Argument(metavar="OUT", help="Output folder of a pack run.")]
 _WORKERS = Annotated[
     Optional[int],
-    typer.Option(metavar="N", min=1, help="Worker processes.  [default: all cores]"),
+    typer.Option(metavar="N", min=1, help="Worker processes.  [default: by the work]"),
 ]
 
 

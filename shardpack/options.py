@@ -42,10 +42,11 @@ class PackOptions:
     Attributes:
         name: dataset name in shard file names; None takes it from SRC.
         source: "auto", "folder" or "cifar".
-        shards: shards per split; None sizes them by `shard_size`, and one per worker while
-            each gets at least plan.MIN_SHARD_ITEMS images.
+        shards: shards per split; None sizes them by `shard_size`, and at least as many as
+            the workers the cost model (plan.best_workers) says the work is worth.
         shard_size: target bytes per shard when `shards` is None.
-        workers: worker processes; None uses every core; 1 runs in-process.
+        workers: worker processes; 1 runs in-process; None lets the cost model choose from
+            the work and the cores free (never more than there are shards).
         backend: "loky" (this machine) or "dask" (a cluster).
         scheduler: the Dask scheduler's address; None starts a LocalCluster of `workers`.
         encode: "keep" (JPEG/PNG bytes pass through), "jpeg", "png", "webp" or "raw" pixels.

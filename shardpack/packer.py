@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 
 from shardpack.atomic import remove_files, remove_temp_files, temp_files, write_json_atomic
@@ -15,8 +16,16 @@ from shardpack.errors import ImageError, OutputError, WorkerDiedError, os_error_
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
 from shardpack.outdir import Journal, locked, prepare
-from shardpack.plan import Plan, ShardResult, ShardSpec, make_plan
-from shardpack.sources import Dataset, cifar_layout, scan, source_root
+from shardpack.plan import (
+    SERIAL_SHARE,
+    Plan,
+    ShardResult,
+    ShardSpec,
+    best_workers,
+    make_plan,
+    work_seconds,
+)
+from shardpack.sources import Dataset, scan, source_root
 from shardpack.tfdsmeta import write_tfds_metadata
 from shardpack.worker import read_progress, write_shard
 
@@ -75,13 +84,76 @@ def default_name(dataset: Dataset) -> str:
     return name or "dataset"
 
 
-def resolve_workers(workers: int | None) -> int:
-    """--workers, or every core this process may use."""
-    if workers is not None:
-        return workers
-    from joblib import cpu_count  # joblib is heavy-ish; only a real run needs it
+def machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity), the most workers a default run
+    plans for."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
-    return cpu_count()
+
+class _CpuWatch:
+    """How many cores other processes keep busy: the machine's busy time (/proc/stat) less
+    this process's own, over a window of wall time (the scan and plan, or a short wait)."""
+
+    # Jiffies are 10 ms: a shorter window says nothing about the load.
+    MIN_WINDOW_S = 0.05
+
+    def __init__(self) -> None:
+        self.start = self._sample()
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat", "rb") as f:
+                fields = [int(v) for v in f.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return None
+        busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait
+        own = sum(os.times()[:2])
+        return time.monotonic(), busy / os.sysconf("SC_CLK_TCK"), own
+
+    def others_busy(self) -> float:
+        """Cores other processes used since this watch began; waits out a too-short window."""
+        if self.start is None:
+            return 0.0
+        time.sleep(max(0.0, self.start[0] + self.MIN_WINDOW_S - time.monotonic()))
+        end = self._sample()
+        if end is None:
+            return 0.0
+        wall, busy, own = (b - a for a, b in zip(self.start, end, strict=True))
+        return max(0.0, (busy - own) / wall)
+
+
+def choose_workers(
+    plan: Plan, options: PackOptions, cores: int, others_busy: Callable[[], float]
+) -> int:
+    """--workers if given; else the count the cost model expects to finish first on the cores
+    other processes leave free (at least 1, never more than there are shards); on Dask, the
+    cores.
+
+    Args:
+        plan: the shards to write.
+        options: the run's options (the encoding decides the cost per item).
+        cores: the cores this process may run on.
+        others_busy: returns how many cores other processes keep busy; called only when the
+            work is worth more than one worker.
+    """
+    if options.workers is not None:
+        return options.workers
+    if options.backend != "loky":
+        return cores  # a Dask LocalCluster of this machine's cores, as before; no model for it
+    items = tuple(item for spec in plan.shards for item in spec.items)
+    work, serial, shards = (
+        work_seconds(items, options),
+        SERIAL_SHARE[options.encode],
+        len(plan.shards),
+    )
+    if best_workers(work, cores, shards, serial) == 1:
+        return 1  # no need to look at the load
+    free = max(1, min(cores, round(cores - others_busy())))
+    return best_workers(work, free, shards, serial)
 
 
 def pack(
@@ -116,23 +188,15 @@ def pack(
         )
     out, created = _make_out(os.fspath(out))
     with locked(out, created):
-        workers = resolve_workers(options.workers)
-        # A CIFAR scan unpickles ~180 MB: the workers boot meanwhile (2.18 -> 2.00 s for
-        # CIFAR-10 on 2 cores). A folder's scan is too short to hide a boot, and a small folder
-        # may need no worker at all (7 images: 0.37 s in-process, 1.05 s with a warmed pool).
-        warming = None
-        if options.backend == "loky" and workers > 1 and cifar_layout(src_root, options.source):
-            warming = _warm_workers(workers)
-        try:
+        watch = _CpuWatch()  # the scan and plan are the window that measures others' load
+        with _no_gc():
             dataset = scan(src_root, options.source)
             if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
                 raise ImageError(*dataset.skipped[0])
             name = options.name or default_name(dataset)
-            plan = make_plan(dataset, name, options, workers)
-            stale, reused = prepare(out, plan, options.overwrite, options.resume)
-        finally:
-            if warming is not None:
-                warming.join()
+            plan = make_plan(dataset, name, options, options.workers or machine_cores())
+        stale, reused = prepare(out, plan, options.overwrite, options.resume)
+        workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
         results = _write_shards(plan, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start
         num_records = sum(r.num_records for r in results)
@@ -217,6 +281,20 @@ def _write_shards(
     return results
 
 
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Hold the cyclic garbage collector off: a listing makes millions of objects and no
+    cycles, and each full collection walks them all (1,000,000 files: plan 22 s -> 8 s on the
+    loaded 2-core machine, `python -m benchmarks.listing`)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _make_out(out: str) -> tuple[str, bool]:
     """OUT as an absolute path, created if missing; and whether this call created it."""
     out = os.path.abspath(out)
@@ -230,41 +308,23 @@ def _make_out(out: str) -> tuple[str, bool]:
     return out, created
 
 
-def _import_worker() -> None:
-    import shardpack.worker  # noqa: F401 (the import is the work: numpy, OpenCV, crc32c)
-
-
-def _warm_workers(workers: int) -> threading.Thread:
-    """Start the loky worker processes while the parent scans (~0.4 s for two to boot and
-    import on 2 cores); the real run then reuses the same pool."""
-    from joblib import Parallel, delayed
-
-    def warm() -> None:
-        Parallel(n_jobs=workers)(delayed(_import_worker)() for _ in range(workers))
-
-    thread = threading.Thread(target=warm, daemon=True)
-    thread.start()
-    return thread
-
-
 def _run(
     specs: list[ShardSpec], options: PackOptions, dataset: Dataset, out: str, workers: int
 ) -> Iterator[ShardResult]:
-    """Yield each shard's result as it finishes: in-process, on loky workers, or on Dask.
+    """Yield each shard's result as it finishes: in-process, on forked workers, or on Dask.
 
-    Closing the generator early (an error, Ctrl-C) makes joblib stop every worker.
+    Closing the generator early (an error, Ctrl-C) stops every worker before it returns.
     """
     args = (options, dataset.root, out, len(dataset.classes))
     if options.backend == "loky" and (workers == 1 or len(specs) <= 1):
         yield from (write_shard(spec, *args) for spec in specs)
         return
+    if options.backend == "loky":
+        yield from _run_forked(specs, args, min(workers, len(specs)))
+        return
     from joblib import Parallel, delayed, parallel_config
 
     tasks = (delayed(write_shard)(spec, *args) for spec in specs)
-    if options.backend == "loky":
-        parallel = Parallel(n_jobs=min(workers, len(specs)), return_as="generator_unordered")
-        yield from parallel(tasks)
-        return
     from shardpack.cluster import check_shared_storage, dask_client
 
     with dask_client(options.scheduler, workers) as client:
@@ -272,6 +332,30 @@ def _run(
             check_shared_storage(client, dataset.root, out, specs[0].items[0].path)
         with parallel_config(backend="dask"):
             yield from Parallel(n_jobs=-1, return_as="generator_unordered")(tasks)
+
+
+def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[ShardResult]:
+    """Run write_shard on loky workers forked from this process, which has already imported
+    the worker code: two workers are up in ~30 ms, where fresh interpreters importing numpy
+    and OpenCV took ~0.35 s each. loky (not multiprocessing.Pool) so that a killed worker is
+    a TerminatedWorkerError, not a hang; a plain executor because loky's reusable one refuses
+    fork (a pool that outlives the run must not fork a parent with live threads)."""
+    import multiprocessing
+    import sys
+    from concurrent.futures import as_completed
+
+    from joblib.externals.loky import ProcessPoolExecutor
+
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()  # a forked worker must not write the parent's buffered text again
+    executor = ProcessPoolExecutor(workers, context=multiprocessing.get_context("fork"))
+    try:
+        futures = [executor.submit(write_shard, spec, *args) for spec in specs]
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        # Killed and reaped before the caller removes partial files: none can reappear.
+        executor.shutdown(wait=True, kill_workers=True)
 
 
 class _ProgressPoller:

@@ -18,9 +18,31 @@ from shardpack.sources import CIFAR_PIXELS, Dataset, Item
 # Raw pixels take roughly this many times a compressed photo's file size (JPEG at q75-95 is
 # 8-12x smaller than its pixels); used only to choose a default shard count.
 RAW_EXPANSION = 10
-# A worker costs ~0.35 s to start (benchmarks/README.md, start-up) and 256 images are ~0.4 s
-# of re-encoding photos: below that, another worker costs more than it saves.
-MIN_SHARD_ITEMS = 256
+
+# The cost model: one core's seconds per item = ITEM_S + BYTE_S x the file's bytes, by output
+# encoding. Set from `python -m benchmarks.stages` (2-core Xeon VM, 2026-11-30; per image:
+# photos keep 118 us for 46 KB, photos jpeg 1.6 ms, small JPEGs raw 105 us for 1.4 KB, PNG
+# encode ~4 ms per photo) plus ~10 us of per-item glue; `make bench`'s "defaults" rows check
+# that the choice it drives stays within 5% of --workers 1 and 10% of the best.
+ITEM_S = {"keep": 15e-6, "raw": 90e-6, "jpeg": 60e-6, "png": 100e-6, "webp": 120e-6}
+BYTE_S = {"keep": 2.5e-9, "raw": 30e-9, "jpeg": 33e-9, "png": 105e-9, "webp": 150e-9}
+# A CIFAR record (32x32 pixels in memory) by encoding; "keep" becomes PNG (stages.py: raw
+# 42 us per record).
+CIFAR_ITEM_S = {"keep": 150e-6, "raw": 45e-6, "jpeg": 70e-6, "png": 150e-6, "webp": 200e-6}
+# --check decode decodes every passed-through image: about a JPEG decode per byte.
+DECODE_BYTE_S = 16e-9
+# A pool of forked workers: importing loky and starting its executor ~0.08 s of CPU, forking
+# and reaping each worker ~0.02 s (a 10-image pack at 2 workers against 1, whole process,
+# paired runs on the 2-core machine under others' load).
+POOL_START_S = 0.1
+WORKER_START_S = 0.02
+# The share of each encoding's work that more workers do not divide: passthrough is copying
+# bytes through the page cache to one disk (photos keep on 2 cores: 2 workers no faster
+# than 1, `make bench`); decoding and encoding are all CPU.
+SERIAL_SHARE = {"keep": 0.5, "raw": 0.0, "jpeg": 0.0, "png": 0.0, "webp": 0.0}
+# Another worker must promise at least this share less wall time: the model is rough, and a
+# wrong "more" costs more than a wrong "fewer" on a busy machine.
+GAIN_MARGIN = 0.1
 
 
 @dataclass(frozen=True)
@@ -95,21 +117,76 @@ def estimated_bytes(item: Item, options: PackOptions) -> int:
     return size if options.max_side is None else min(size, options.max_side**2 * 3)
 
 
+def _tally(items: tuple[Item, ...]) -> tuple[int, int, int]:
+    """(CIFAR records, files, the files' bytes) in one pass: a listing may hold millions."""
+    sizes = [item.size for item in items if item.record is None]
+    return len(items) - len(sizes), len(sizes), sum(sizes)
+
+
+def work_seconds(items: tuple[Item, ...], options: PackOptions) -> float:
+    """One core's estimated seconds to write `items`: the cost model above, summed."""
+    return _work_seconds(_tally(items), options)
+
+
+def _work_seconds(tally: tuple[int, int, int], options: PackOptions) -> float:
+    records, files, file_bytes = tally
+    encode = options.encode
+    byte_s = BYTE_S[encode] + (DECODE_BYTE_S if options.check == "decode" else 0.0)
+    return records * CIFAR_ITEM_S[encode] + files * ITEM_S[encode] + file_bytes * byte_s
+
+
+def run_seconds(
+    work_s: float, workers: int, shards: int | None = None, serial: float = 0.0
+) -> float:
+    """Estimated wall seconds of `work_s` on `workers` workers: the part more workers cannot
+    divide (`serial`, a share), the busiest worker's part of the rest (whole shards, so 3
+    shards on 2 workers take 2/3 of it), and the pool's start."""
+    if workers == 1:
+        return work_s
+    busiest = 1 / workers if shards is None else math.ceil(shards / workers) / shards
+    divided = work_s * (serial + (1 - serial) * busiest)
+    return divided + POOL_START_S + WORKER_START_S * workers
+
+
+def best_workers(work_s: float, cores: int, shards: int | None = None, serial: float = 0.0) -> int:
+    """The fewest workers, up to `cores`, that the cost model expects to finish first; a
+    worker more must save at least GAIN_MARGIN of the wall time."""
+    best = 1
+    for workers in range(2, max(1, cores) + 1):
+        if shards is not None and workers > shards:
+            break
+        wall = run_seconds(work_s, workers, shards, serial)
+        if wall < (1 - GAIN_MARGIN) * run_seconds(work_s, best, shards, serial):
+            best = workers
+    return best
+
+
 def num_shards_for(items: tuple[Item, ...], options: PackOptions, workers: int) -> int:
-    """--shards if given, else enough to hold about --shard-size each, and one per worker
-    as long as each still gets MIN_SHARD_ITEMS images."""
+    """--shards if given, else enough to hold about --shard-size each, and at least as many
+    as the workers (up to `workers`) the cost model says the items are worth."""
     if options.shards is not None:
         return max(1, min(options.shards, len(items)))
-    total = sum(estimated_bytes(item, options) for item in items)
+    tally = _tally(items)
+    records, files, file_bytes = tally
+    if options.encode == "raw" and options.max_side is not None:  # a bound per item
+        total = sum(estimated_bytes(item, options) for item in items)
+    elif options.encode == "raw" and options.resize is not None:
+        total = records * CIFAR_PIXELS + files * options.resize[0] * options.resize[1] * 3
+    else:
+        expansion = RAW_EXPANSION if options.encode == "raw" else 1
+        total = records * CIFAR_PIXELS + file_bytes * expansion
     by_size = math.ceil(total / options.shard_size)
-    by_workers = min(workers, len(items) // MIN_SHARD_ITEMS)
+    work = _work_seconds(tally, options)
+    by_workers = best_workers(work, workers, serial=SERIAL_SHARE[options.encode])
     return max(1, min(max(by_size, by_workers), len(items)))
 
 
 def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -> Plan:
     """Shuffle each split with the seed and cut it into shards.
 
-    A pure function of (listing, name, options, workers): two calls plan alike.
+    `workers` is the most workers the run may use (--workers, else the cores this process may
+    run on), never the load of the moment: the same listing and options on the same machine
+    always plan alike. A pure function of (listing, name, options, workers).
     """
     shards: list[ShardSpec] = []
     for split in sorted(dataset.splits):
@@ -117,7 +194,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
         order = np.arange(len(items))
         if options.shuffle:
             order = np.random.default_rng(options.seed).permutation(len(items))
-        shuffled = tuple(items[i] for i in order)
+        shuffled = [items[i] for i in order.tolist()]  # Python ints: 3x faster than numpy's
         count = num_shards_for(items, options, workers)
         for index, (start, end) in enumerate(shard_bounds(len(items), count)):
             shards.append(
@@ -126,7 +203,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
                     index=index,
                     num_shards=count,
                     file=shard_name(name, split, index, count),
-                    items=shuffled[start:end],
+                    items=tuple(shuffled[start:end]),
                 )
             )
     return Plan(tuple(shards), _digest(dataset, shards, options))

@@ -37,7 +37,7 @@ _CIFAR_LAYOUTS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a listing of 1,000,000 holds 1,000,000 Items
 class Item:
     """One record to write: where its pixels are and which class it has."""
 

@@ -188,7 +188,7 @@ def test_help_reads_plainly(command: str):
     assert not re.search(r"\w \.(\s|$)", text), text  # "Worker processes ." had lost its default
     if command == "pack":  # compared without white space: help wraps at a hyphen too
         flat = "".join(text.split())
-        for default in ("all cores", "SRC's folder name", "by --shard-size", "128MiB", "keep"):
+        for default in ("by the work", "SRC's folder name", "by --shard-size", "128MiB", "keep"):
             assert f"[default:{default}]".replace(" ", "") in flat, default
 
 

@@ -369,3 +369,48 @@ def test_out_inside_src_is_refused(tree: Path):
     with pytest.raises(OutputError, match="is inside SRC"):
         pack(tree, tree, PackOptions(workers=1))
     assert not (tree / "shards").exists()
+
+
+def _plan(n: int, size: int, options: PackOptions, cores: int):
+    from shardpack.plan import make_plan
+    from shardpack.sources import Dataset, Item
+
+    items = tuple(Item(key=f"a/{i:05d}.jpg", label=0, path=f"a/{i:05d}.jpg", size=size)
+                  for i in range(n))  # fmt: skip
+    return make_plan(Dataset("folder", "/src", ("a",), {"train": items}), "d", options, cores)
+
+
+def _not_asked() -> float:
+    raise AssertionError("the load was looked up for a choice it cannot change")
+
+
+def test_default_workers_follow_the_work_and_the_cores_free():
+    from shardpack.packer import choose_workers
+
+    light = PackOptions()  # 1,000 small files passed through: ~0.02 s of work
+    assert choose_workers(_plan(1000, 1000, light, 2), light, 2, _not_asked) == 1
+    heavy = PackOptions(encode="png")  # 400 photos to PNG: ~4 s of work
+    plan = _plan(400, 100_000, heavy, 2)
+    assert len(plan.shards) == 2  # planned for the cores, whatever the load
+    assert choose_workers(plan, heavy, 2, lambda: 0.2) == 2
+    assert choose_workers(plan, heavy, 2, lambda: 1.6) == 1  # others keep a core busy
+    explicit = PackOptions(encode="png", workers=3)
+    assert choose_workers(_plan(10, 10, explicit, 3), explicit, 2, _not_asked) == 3
+
+
+def test_default_run_of_a_small_folder_stays_in_process(tree: Path, tmp_path: Path):
+    result = pack(tree, tmp_path / "out", PackOptions())
+    assert result.index.raw["stats"]["workers"] == 1
+
+
+def test_cpu_watch_counts_other_processes_not_this_one():
+    import subprocess
+    import sys
+
+    from shardpack.packer import _CpuWatch
+
+    watch = _CpuWatch()
+    # A real process spinning a core for 0.4 s: other processes only add to what is seen.
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                    "while time.process_time() - t < 0.4: pass"], check=True)  # fmt: skip
+    assert watch.others_busy() >= 0.5

@@ -10,11 +10,19 @@ import pytest
 
 from shardpack.options import PackOptions
 from shardpack.plan import (
+    BYTE_S,
+    GAIN_MARGIN,
+    ITEM_S,
+    POOL_START_S,
     RAW_EXPANSION,
+    WORKER_START_S,
+    best_workers,
     make_plan,
     num_shards_for,
+    run_seconds,
     shard_bounds,
     shard_name,
+    work_seconds,
 )
 from shardpack.sources import CIFAR_PIXELS, Dataset, Item, scan
 from tests import helpers
@@ -149,10 +157,51 @@ def test_shards_cap_at_item_count():
     assert len(plan.shards) == 1  # a worker per shard would cost more than 3 images take
 
 
-@pytest.mark.parametrize("n, workers, shards", [(255, 16, 1), (1000, 16, 3), (5000, 16, 16),
-                                                (5000, 2, 2)])  # fmt: skip
-def test_one_shard_per_worker_only_while_each_gets_enough_images(n, workers, shards):
-    assert num_shards_for(_dataset(n=n).splits["train"], PackOptions(), workers) == shards
+# 1 KB files passed through cost ~18 us each (50,000: 0.9 s, half of it not divided by more
+# workers); 100 KB files encoded to PNG ~10.6 ms each.
+@pytest.mark.parametrize("n, size, encode, workers, shards", [
+    (255, 1000, "keep", 16, 1), (2000, 1000, "keep", 16, 1), (50_000, 1000, "keep", 16, 3),
+    (20, 100_000, "png", 16, 1), (40, 100_000, "png", 16, 3), (200, 100_000, "png", 2, 2),
+])  # fmt: skip
+def test_default_shards_follow_what_the_work_costs_not_the_item_count(
+    n, size, encode, workers, shards
+):
+    options = PackOptions(encode=encode)
+    assert num_shards_for(_dataset(n=n, size=size).splits["train"], options, workers) == shards
+
+
+def test_cost_model_is_a_pure_function_of_its_inputs():
+    items = _dataset(n=100, size=50_000).splits["train"]
+    keep, png = (work_seconds(items, PackOptions(encode=e)) for e in ("keep", "png"))
+    assert keep == pytest.approx(100 * (ITEM_S["keep"] + 50_000 * BYTE_S["keep"]))
+    assert png > 20 * keep  # encoding costs far more per byte than passing bytes through
+    decode = work_seconds(items, PackOptions(check="decode"))
+    assert decode > keep
+
+
+def test_best_workers_weighs_the_pool_start_against_the_work():
+    assert best_workers(0.0, 16) == 1
+    assert best_workers(POOL_START_S, 16) == 1  # a pool that costs what the work does
+    assert best_workers(60.0, 2) == 2
+    assert 16 < best_workers(60.0, 64) < 64  # forking the 64th costs more than it saves
+    assert best_workers(60.0, 16, shards=3) == 3  # no more workers than shards
+    assert best_workers(60.0, 16, shards=5) == 5
+    assert best_workers(60.0, 1) == 1
+    # 3 shards on 2 workers: the busiest does 2/3 of the work; a third worker saves a third.
+    assert run_seconds(3.0, 2, shards=3) == pytest.approx(2.0 + POOL_START_S + 2 * WORKER_START_S)
+    assert run_seconds(3.0, 1, shards=3) == 3.0
+    # Passthrough: half the work is copying to one disk, which more workers do not divide.
+    assert run_seconds(3.0, 2, serial=0.5) == pytest.approx(
+        2.25 + POOL_START_S + 2 * WORKER_START_S
+    )
+    assert best_workers(60.0, 16, serial=0.5) < best_workers(60.0, 16)
+
+
+def test_a_worker_more_must_save_the_margin():
+    # Find the smallest job two workers are chosen for: there they save at least GAIN_MARGIN.
+    work = next(w / 100 for w in range(1, 1000) if best_workers(w / 100, 2) == 2)
+    assert run_seconds(work, 2) < (1 - GAIN_MARGIN) * run_seconds(work, 1)
+    assert run_seconds(work - 0.01, 2) >= (1 - GAIN_MARGIN) * run_seconds(work - 0.01, 1)
 
 
 def test_each_split_gets_its_own_shard_count():
@@ -175,11 +224,12 @@ def test_default_shard_count_respects_shard_size():
     assert num_shards_for(_dataset().splits["train"], PackOptions(shard_size=7_000), 1) == 6
 
 
-def test_default_shard_count_is_at_least_workers():
-    items = _dataset(n=2000).splits["train"]
-    assert num_shards_for(items, PackOptions(), workers=1) == 1  # 2 MB fits in one 128 MiB shard
-    assert num_shards_for(items, PackOptions(), workers=6) == 6
-    assert num_shards_for(items, PackOptions(shard_size=400_000), workers=2) == 5
+def test_default_shard_count_is_at_least_the_workers_the_work_is_worth():
+    items = _dataset(n=2000, size=100_000).splits["train"]
+    png = PackOptions(encode="png")  # ~21 s of one core's work
+    assert num_shards_for(items, png, workers=1) == 2  # 200 MB: two 128 MiB shards
+    assert num_shards_for(items, png, workers=6) == 6
+    assert num_shards_for(items, PackOptions(encode="png", shard_size=40_000_000), 2) == 5
 
 
 def test_explicit_shards_win_over_workers_and_size():
@@ -261,8 +311,8 @@ def test_digest_ignores_worker_count_when_shards_are_fixed():
 
 
 def test_worker_count_changes_the_digest_when_it_changes_the_shards():
-    options = PackOptions()  # shards sized by shard_size, at least `workers`
-    dataset = _dataset(n=1000)
+    options = PackOptions(encode="png")  # shards sized by shard_size, at least `workers`
+    dataset = _dataset(n=1000, size=100_000)
     plans = [make_plan(dataset, "d", options, w) for w in (2, 3)]
     assert plans[0].digest != plans[1].digest
 

@@ -94,7 +94,9 @@ def test_signal_stops_cleanly_and_resume_completes(src, clean, tmp_path, sig, co
     assert _same_output(out, clean)
 
 
-def _loky_workers(parent: int) -> list[int]:
+def _workers(parent: int) -> list[int]:
+    """The run's worker processes: children forked from it, so they share its command line."""
+    own = (Path("/proc") / str(parent) / "cmdline").read_bytes()
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -105,16 +107,32 @@ def _loky_workers(parent: int) -> list[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"loky" in cmdline and b"resource_tracker" not in cmdline:
+        if ppid == parent and cmdline == own:
             pids.append(int(entry.name))
     return pids
+
+
+def _writing_a_shard(pid: int) -> bool:
+    """Whether the process holds a shard's temporary file open: it is mid-shard."""
+    try:
+        fds = list((Path("/proc") / str(pid) / "fd").iterdir())
+        return any(os.readlink(fd).endswith(".partial") for fd in fds)
+    except OSError:
+        return False
 
 
 def test_worker_killed_mid_shard(src, clean, tmp_path):
     out = tmp_path / "out"
     run = _start(src, out)
-    _wait_for(lambda: _finished_shards(out) >= 1 and _loky_workers(run.pid))
-    os.kill(_loky_workers(run.pid)[0], signal.SIGKILL)
+
+    pids: list[int] = []
+
+    def writing() -> bool:  # not between two shards, where no file names the shard
+        pids[:] = [pid for pid in _workers(run.pid) if _writing_a_shard(pid)]
+        return _finished_shards(out) >= 1 and bool(pids)
+
+    _wait_for(writing)
+    os.kill(pids[0], signal.SIGKILL)
     stderr = run.communicate(timeout=60)[1]
     assert run.returncode == 2, stderr
     assert "worker died while writing" in stderr and ".tfrecord-000" in stderr
