@@ -295,6 +295,17 @@ def test_a_hostile_tar_is_refused_by_name(tmp_path, members, fault):
     assert caught.value.path == str(path)
 
 
+@pytest.mark.parametrize(
+    ("name", "size"), [("000000.jpg", 0), ("123456.json", 1), ("9.npy", 2**33 - 1)]
+)
+def test_tar_headers_are_tarfiles_own(name, size):
+    from shardpack.containers.webdataset import _header, _ustar
+
+    assert _header(name, size) == _ustar(name, size)
+    info = tarfile.TarInfo.frombuf(_header(name, size), "utf-8", "strict")
+    assert (info.name, info.size, info.mtime, info.mode, info.uname) == (name, size, 0, 0o644, "")
+
+
 def test_a_link_member_is_refused(tmp_path):
     path = _tar(tmp_path / "x.tar", [(_member("000000.jpg", tarfile.SYMTYPE), b"")])
     with pytest.raises(RecordError, match="unexpected tar member"):

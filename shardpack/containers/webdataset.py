@@ -43,14 +43,32 @@ _MEMBER = re.compile(r"^(?P<key>[0-9A-Za-z_-]+)\.(?P<ext>[a-z]+)$")
 _MAX_LABEL_DIGITS = 20  # an int64 in decimal
 
 
-def _header(name: str, size: int) -> bytes:
-    """One USTAR header with every field that could vary fixed."""
+def _ustar(name: str, size: int) -> bytes:
+    """One USTAR header from tarfile, with every field that could vary fixed."""
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode = size, 0, 0o644
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     info.type = tarfile.REGTYPE
     return info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict")
+
+
+# Only the name, the size and the checksum differ between our headers, so each is the template
+# with those three fields filled in: 5 us instead of tarfile's 25 us, three times a sample.
+# tests/test_containers.py checks the bytes against tarfile's own.
+_TEMPLATE = _ustar("", 0)
+_SIZE, _CHECKSUM = slice(124, 136), slice(148, 156)
+
+
+def _header(name: str, size: int) -> bytes:
+    """_ustar(name, size), built from the template."""
+    block = bytearray(_TEMPLATE)
+    raw = name.encode("ascii")
+    block[: len(raw)] = raw
+    block[_SIZE] = b"%011o\0" % size
+    block[_CHECKSUM] = b" " * 8  # the checksum counts its own field as spaces
+    block[_CHECKSUM] = b"%06o\0 " % sum(block)
+    return bytes(block)
 
 
 def _padding(size: int) -> bytes:
