@@ -15,7 +15,7 @@ from pathlib import Path
 import cv2
 import pytest
 
-from shardpack.containers import CONTAINERS, get_container
+from shardpack.containers import CONTAINERS, get_container, is_shard_name
 from shardpack.errors import RecordError
 from tests.helpers import image
 
@@ -62,6 +62,20 @@ def test_registry_and_names():
     assert get_container("webdataset").shard_name("ds", "train", 3, 8) == "ds-train-000003.tar"
     with pytest.raises(ValueError, match="array_record"):
         get_container("parquet")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_shard_names_are_recognised_by_their_own_pattern_only(name):
+    container = get_container(name)
+    for index, count in ((0, 1), (7, 8), (123_456, 200_000)):
+        file = container.shard_name("my.ds", "train-a", index, count)
+        assert is_shard_name(file) and is_shard_name(file, "my.ds")
+        assert not is_shard_name(file, "my")
+        match = container.shard_pattern.fullmatch(file)
+        assert (match["name"], match["split"]) == ("my.ds", "train-a")
+        assert [c for c in CONTAINERS.values() if c.shard_pattern.fullmatch(file)] == [container]
+    assert not is_shard_name("my.ds-train.shardindex.json")
+    assert not is_shard_name(".my.ds-train-000000.tar.0123456789abcdef.partial")
 
 
 @pytest.mark.parametrize("name", NAMES)

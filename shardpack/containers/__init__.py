@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import suppress
 from typing import NamedTuple
@@ -24,6 +25,8 @@ from shardpack.errors import OutputError
 Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or a list of one
 Example = dict[str, list]  # as read: name -> list of bytes, int or float
 _HASH_CHUNK = 1 << 20
+# The dataset name and split at the start of every shard name, as the two groups of a pattern.
+NAME_SPLIT = r"(?P<name>[A-Za-z0-9][A-Za-z0-9_.]*)-(?P<split>[A-Za-z0-9_.\-]+)"
 
 
 class WriteResult(NamedTuple):
@@ -166,6 +169,8 @@ class Container:
 
     name: str = ""
     compressions: tuple[str, ...] = ("none",)  # what `compression` may be
+    # What shard_name gives, for any count, with groups `name` and `split`.
+    shard_pattern: re.Pattern[str] = re.compile("(?!)")
 
     def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
         """The file name of shard `index` of `num_shards` of a split."""
@@ -244,6 +249,15 @@ def _registry() -> dict[str, Container]:
 
 CONTAINERS: dict[str, Container] = _registry()
 DEFAULT_CONTAINER = "tfrecord"
+
+
+def is_shard_name(file: str, name: str | None = None) -> bool:
+    """Whether `file` is a name some container's shard_name gives (for dataset `name`)."""
+    for container in CONTAINERS.values():
+        match = container.shard_pattern.fullmatch(file)
+        if match is not None and name in (None, match["name"]):
+            return True
+    return False
 
 
 def get_container(name: str) -> Container:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 from collections.abc import Iterator
 from contextlib import suppress
 
 from shardpack import tfrecord
 from shardpack.atomic import open_regular
 from shardpack.containers import (
+    NAME_SPLIT,
     Container,
     Example,
     Features,
@@ -154,6 +156,7 @@ class ArrayRecord(Container):
     """ArrayRecord files as TFDS writes them (`--file_format=array_record`)."""
 
     name = "array_record"
+    shard_pattern = re.compile(NAME_SPLIT + r"\.array_record-\d{5,}-of-\d{5,}")
 
     def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
         return f"{name}-{split}.array_record-{index:05d}-of-{num_shards:05d}"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Sequence
 
 from shardpack import tfrecord
 from shardpack.atomic import open_regular
-from shardpack.containers import Container, Example, Features, ShardReader, WriteResult
+from shardpack.containers import NAME_SPLIT, Container, Example, Features, ShardReader, WriteResult
 from shardpack.errors import RecordError
 
 
@@ -105,6 +106,7 @@ class TFRecord(Container):
 
     name = "tfrecord"
     compressions = ("none", "gzip")
+    shard_pattern = re.compile(NAME_SPLIT + r"\.tfrecord-\d{5,}-of-\d{5,}")
 
     def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
         return f"{name}-{split}.tfrecord-{index:05d}-of-{num_shards:05d}"

@@ -23,6 +23,7 @@ import numpy as np
 
 from shardpack.atomic import open_regular
 from shardpack.containers import (
+    NAME_SPLIT,
     Container,
     Example,
     Features,
@@ -271,6 +272,7 @@ class WebDataset(Container):
     """Tar shards for `webdataset.WebDataset`, `wids` and DALI's webdataset reader."""
 
     name = "webdataset"
+    shard_pattern = re.compile(NAME_SPLIT + r"-\d{6,}\.tar")
 
     def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
         return f"{name}-{split}-{index:06d}.tar"
