@@ -13,6 +13,7 @@ import tarfile
 from pathlib import Path
 
 import cv2
+import numpy as np
 import pytest
 
 from shardpack.containers import CONTAINERS, get_container, is_shard_name
@@ -268,6 +269,26 @@ def test_a_full_disk_is_one_error_and_leaves_nothing(tmp_path, name):
     assert "cannot write" in run.stdout and ".partial" in run.stdout, run.stdout
     assert "free some space" in run.stdout, run.stdout  # the errno survives the library
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("garbage", ["zeros", "random", "other"])
+def test_a_file_that_is_not_a_shard_is_refused_by_every_reader(tmp_path, name, garbage):
+    container = get_container(name)
+    other = get_container(NAMES[(NAMES.index(name) + 1) % len(NAMES)])
+    path = tmp_path / container.shard_name("ds", "train", 0, 1)
+    if garbage == "other":  # another container's shard under this one's name
+        os.replace(_write(other, tmp_path / "other")[0], path)
+    else:
+        size = 200_000
+        path.write_bytes(
+            bytes(size) if garbage == "zeros" else np.random.default_rng(0).bytes(size)
+        )
+    with pytest.raises(RecordError) as caught:
+        container.check(path)
+    assert caught.value.path == str(path)
+    with pytest.raises(RecordError), container.open(path) as reader:
+        reader[0]
 
 
 def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:

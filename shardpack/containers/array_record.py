@@ -103,6 +103,13 @@ class _Reader(ShardReader):
             os.close(self.fd)
             raise RecordError(path, 0, f"not a readable ArrayRecord file ({_first_line(e)})",
                               unit="record") from None  # fmt: skip
+        self.count = 0
+        if not self.reader.ok():  # the reader does not raise: a damaged file reads as empty
+            try:
+                self.finish()  # raises what the reader found
+            finally:
+                self.close()
+            raise RecordError(path, 0, "not a readable ArrayRecord file", unit="record")
         self.count = self.reader.num_records()
 
     def __len__(self) -> int:
