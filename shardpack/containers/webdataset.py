@@ -59,6 +59,7 @@ def _ustar(name: str, size: int) -> bytes:
 # tests/test_containers.py checks the bytes against tarfile's own.
 _TEMPLATE = _ustar("", 0)
 _SIZE, _CHECKSUM = slice(124, 136), slice(148, 156)
+_FIXED = (slice(100, 124), slice(136, 148), slice(156, _BLOCK))  # mode..gid, mtime, type..end
 
 
 def _header(name: str, size: int) -> bytes:
@@ -70,6 +71,26 @@ def _header(name: str, size: int) -> bytes:
     block[_CHECKSUM] = b" " * 8  # the checksum counts its own field as spaces
     block[_CHECKSUM] = b"%06o\0 " % sum(block)
     return bytes(block)
+
+
+_OCTAL_SIZE = re.compile(rb"[0-7]{11}\0")
+_OCTAL_CHECKSUM = re.compile(rb"[0-7]{6}\0 ")
+
+
+def _parse_header(block: bytes, fault, offset: int) -> tuple[str, int]:
+    """(name, size) of a header _header wrote: every other field must be the template's, so
+    a link, a folder, an owner or a time (what another tar tool writes) is refused, not read.
+    7.5 us a header, against 27 us for tarfile's frombuf, which dominated reading a shard."""
+    if any(block[field] != _TEMPLATE[field] for field in _FIXED):
+        raise fault(offset, "not a tar header shardpack writes (type, mode, owner or time)")
+    if not _OCTAL_SIZE.fullmatch(block[_SIZE]) or not _OCTAL_CHECKSUM.fullmatch(block[_CHECKSUM]):
+        raise fault(offset, "bad tar header (size or checksum field)")
+    if int(block[_CHECKSUM][:6], 8) != sum(block) - sum(block[_CHECKSUM]) + 8 * 32:
+        raise fault(offset, "bad tar header (bad checksum)")
+    name = block[:100].rstrip(b"\0")
+    if b"\0" in name or not name.isascii():
+        raise fault(offset, "bad tar header (member name)")
+    return name.decode("ascii"), int(block[_SIZE][:11], 8)
 
 
 def _padding(size: int) -> bytes:
@@ -151,19 +172,16 @@ class _Tar:
             raise self.fault(offset, "file ends inside a tar header (truncated)")
         if block == b"\0" * _BLOCK:
             return None
-        try:
-            info = tarfile.TarInfo.frombuf(block, "utf-8", "strict")
-        except tarfile.HeaderError as e:
-            raise self.fault(offset, f"bad tar header ({e})") from None
-        match = _MEMBER.match(info.name)
-        if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE) or not match:
-            raise self.fault(offset, f"unexpected tar member {info.name!r}")
+        name, size = _parse_header(block, self.fault, offset)
+        match = _MEMBER.match(name)
+        if not match:
+            raise self.fault(offset, f"unexpected tar member {name!r}")
         start = offset + _BLOCK
-        if info.size > min(MAX_RECORD_BYTES, self.size - start):
-            raise self.fault(offset, f"member {info.name!r} claims {info.size} bytes, past "
-                                     "the end of the file (truncated)")  # fmt: skip
-        data = os.pread(self.fd, info.size, start)
-        return match["key"], match["ext"], data, start + info.size + (-info.size % _BLOCK)
+        if size > min(MAX_RECORD_BYTES, self.size - start):
+            raise self.fault(offset, f"member {name!r} claims {size} bytes, past the end of "
+                                     "the file (truncated)")  # fmt: skip
+        data = os.pread(self.fd, size, start)
+        return match["key"], match["ext"], data, start + size + (-size % _BLOCK)
 
     def sample(self, offset: int) -> tuple[Example, int] | None:
         """(the sample at `offset`, the next sample's offset); None at the end-of-archive.
