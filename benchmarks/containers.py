@@ -2,6 +2,7 @@
 container's own reader and through shardpack's.
 
     python -m benchmarks.containers [WORKLOAD] [--shards 8] [--cache bench-out] [--json FILE]
+                                    [--array-record-options OPTIONS ...]
 
 The records are a workload's JPEG files as pack writes them with `--encode keep` (image bytes,
 label, height, width, channels, format, key), built once, untimed. Writing is one process
@@ -9,7 +10,8 @@ through each container's writer (temporary name, fsync, rename, sha256). Reading
 without decoding the images, so the figures compare the containers, not JPEG decoders:
 tf.data's TFRecordDataset, Grain's ArrayRecordDataSource (in order, then by random index) and
 webdataset's WebDataset; then shardpack's own reader of each container (checked framing,
-Example or sample decoded into features).
+Example or sample decoded into features). `--array-record-options` adds a row for ArrayRecord
+written with other writer options (e.g. `group_size:1`, TFDS's, which compresses with zstd).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import cv2
 import numpy as np
 
 from benchmarks.workloads import ensure, image_files
-from shardpack.containers import CONTAINERS
+from shardpack.containers import CONTAINERS, Container
+from shardpack.containers.array_record import ArrayRecord
 
 
 def _records(root: str) -> list[dict]:
@@ -47,8 +50,9 @@ def _rate(count: int, start: float) -> float:
     return round(count / (time.perf_counter() - start), 1)
 
 
-def _write(name: str, records: list[dict], folder: str, shards: int) -> tuple[list[str], float]:
-    container = CONTAINERS[name]
+def _write(
+    container: Container, records: list[dict], folder: str, shards: int
+) -> tuple[list[str], float]:
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     paths = [os.path.join(folder, container.shard_name("bench", "train", i, shards))
@@ -87,17 +91,17 @@ def _own_reader(name: str, paths: list[str]) -> dict[str, float]:
     return {"webdataset": _rate(count, start)}
 
 
-def measure(name: str, records: list[dict], folder: str, shards: int) -> dict:
-    paths, write_rate = _write(name, records, folder, shards)
-    container = CONTAINERS[name]
+def measure(label: str, container: Container, records: list[dict], folder: str, shards: int):
+    """One row: write the records with `container`, then read them with each reader."""
+    paths, write_rate = _write(container, records, folder, shards)
     start = time.perf_counter()
     count = sum(1 for p in paths for _ in container.iter_records(p))
     return {
-        "container": name,
+        "container": label,
         "records": count,
         "mb": round(sum(os.path.getsize(p) for p in paths) / 1e6, 1),
         "write_per_s": write_rate,
-        "readers_per_s": {**_own_reader(name, paths), "shardpack": _rate(count, start)},
+        "readers_per_s": {**_own_reader(container.name, paths), "shardpack": _rate(count, start)},
     }
 
 
@@ -107,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--cache", default="bench-out")
     parser.add_argument("--json", dest="json_path")
+    parser.add_argument("--array-record-options", nargs="*", default=[])
     args = parser.parse_args(argv)
     import grain  # noqa: F401  imported before timing, like TensorFlow: start-up is not speed
     import tensorflow as tf  # noqa: F401
@@ -115,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     workload = ensure(args.workload, args.cache)
     records = _records(workload.path)
     folder = os.path.join(args.cache, "containers")
-    rows = [measure(n, records, os.path.join(folder, n), args.shards) for n in CONTAINERS]
+    cases = [(name, c) for name, c in CONTAINERS.items()]
+    cases += [(f"array_record ({o})", ArrayRecord(o)) for o in args.array_record_options]
+    rows = [measure(label, c, records, os.path.join(folder, f"{n}"), args.shards)
+            for n, (label, c) in enumerate(cases)]  # fmt: skip
     print(f"\n## Containers ({workload.name}, {len(records):,} JPEG records, {args.shards} "
           f"shards, {os.cpu_count()} cores; images not decoded)\n")  # fmt: skip
     print("| container | MB | write records/s | reader: records/s |")

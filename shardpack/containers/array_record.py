@@ -2,10 +2,11 @@
 `tfds.data_source`; TFDS's `.array_record-` shard names; positions are record numbers.
 
 Writer options: one record per chunk group, TFDS's choice, so reading record i decodes one
-chunk; and no compression, since images are already compressed. Measured (2,000 records of
-3 KB, 2-core dev machine, python /tmp/ar_probe.py in the containers report): `group_size:1`
-(zstd:3) writes in 44 ms, `group_size:1,uncompressed` in 8 ms; random reads ~12 us a record
-either way; both byte-identical across runs.
+chunk; and no compression, since images are already compressed: zstd (the library's default,
+and TFDS's) costs writing time for a few percent of size. Measured with
+`python -m benchmarks.containers --array-record-options group_size:1` (5,000 small JPEGs,
+2-core machine): see benchmarks/README.md. The files are byte-identical across runs
+(tests/test_containers.py).
 """
 
 from __future__ import annotations
@@ -55,10 +56,12 @@ def _fd_path(fd: int) -> str:
 
 
 class _Writer(ShardWriter):
+    options = WRITER_OPTIONS
+
     def _open(self, fd: int) -> None:
         self._fd = fd
         try:
-            self._writer = _module().ArrayRecordWriter(_fd_path(fd), WRITER_OPTIONS)
+            self._writer = _module().ArrayRecordWriter(_fd_path(fd), self.options)
         except BaseException:
             os.close(fd)
             raise
@@ -168,9 +171,14 @@ class ArrayRecord(Container):
     def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
         return f"{name}-{split}.array_record-{index:05d}-of-{num_shards:05d}"
 
+    def __init__(self, options: str = WRITER_OPTIONS) -> None:
+        self.options = options  # the writer's; another only to measure (benchmarks/containers)
+
     def writer(self, path: str | os.PathLike, compression: str = "none") -> ShardWriter:
         _module()  # fail before creating anything when the package is missing
-        return _Writer(path, compression)
+        writer = _Writer(path, compression)
+        writer.options = self.options
+        return writer
 
     def iter_records(
         self, path: str | os.PathLike, compression: str = "none", digest=None
