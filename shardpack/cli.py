@@ -21,6 +21,7 @@ from typing import Annotated, Optional
 import typer
 
 from shardpack import __version__
+from shardpack.classlist import parse_classes
 from shardpack.errors import FileAccessError, ShardpackError
 from shardpack.options import (
     BACKENDS,
@@ -30,9 +31,11 @@ from shardpack.options import (
     ENCODINGS,
     ON_ERROR,
     SOURCE_KINDS,
+    SPLIT_NAMES,
     PackOptions,
     parse_resize,
     parse_size,
+    parse_split,
 )
 
 app = typer.Typer(
@@ -250,12 +253,23 @@ _WORKERS = Annotated[
     Optional[int],
     typer.Option(metavar="N", min=1, help="Worker processes.  [default: by the work]"),
 ]
+_ROOT = Annotated[
+    Optional[Path],
+    typer.Option(
+        metavar="DIR",
+        help="Folder a manifest's relative image paths are under.  [default: its folder]",
+    ),
+]
 
 
 @app.command(cls=_Command)
 def pack(
     src: Annotated[
-        Path, typer.Argument(metavar="SRC", help="Class-folder tree or folder of CIFAR batches.")
+        Path,
+        typer.Argument(
+            metavar="SRC",
+            help="Class or split folders, a .csv/.tsv/.jsonl/.parquet manifest, or CIFAR batches.",
+        ),
     ],
     out: Annotated[Path, typer.Argument(metavar="OUT", help="Output folder (created if missing).")],
     source: Annotated[Source, typer.Option(help="Layout of SRC.")] = Source.auto,
@@ -334,13 +348,36 @@ def pack(
     index_files: Annotated[
         bool, typer.Option("--index-files", help="Also write DALI index files (OUT/idx/).")
     ] = False,
+    classes: Annotated[
+        str | None,
+        typer.Option(help="Pin the class list and order: a,b,c or a file with one name a line."),
+    ] = None,
+    splits: Annotated[
+        str | None,
+        typer.Option(help="Folder names that make SRC a split tree (default: train, val, ...)."),
+    ] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(
+            help="Split a one-split source: train=0.9,validation=0.1 (seeded, stratified)."
+        ),
+    ] = None,
+    path_column: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="NAME",
+            help="A manifest's column of image paths.  [default: "
+            "path, image, file, file_name or filename]",
+        ),
+    ] = None,
+    root: _ROOT = None,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
 ) -> None:
     """Pack SRC into sharded TFRecords in OUT.
 
-    Scans SRC (class folders or CIFAR batches), shuffles with a seed, writes the shards in
-    parallel, and writes OUT/index.json last.
+    Scans SRC (class folders, split folders, a manifest table or CIFAR batches), shuffles
+    with a seed, writes the shards in parallel, and writes OUT/index.json last.
     """
     with _user_errors():
         options = PackOptions(
@@ -364,6 +401,11 @@ def pack(
             overwrite=overwrite,
             resume=resume,
             index_files=index_files,
+            classes=parse_classes(classes) if classes else None,
+            split_names=tuple(n.strip() for n in splits.split(",")) if splits else SPLIT_NAMES,
+            split=parse_split(split) if split else None,
+            path_column=path_column,
+            root=os.path.abspath(root) if root is not None else None,
         )
         _run_pack(src, out, options, not no_progress, as_json)
 

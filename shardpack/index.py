@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from shardpack.errors import FileAccessError, IndexFormatError
 from shardpack.options import COMPRESSIONS
+from shardpack.schema import V1_DTYPES, Schema
 
 if TYPE_CHECKING:  # the index is plain data: it needs these names only for type hints
     from shardpack.options import PackOptions
@@ -22,20 +23,12 @@ METADATA_NAMES = ("dataset_info.json", "features.json", "label.labels.txt",
                   "coarse_label.labels.txt")  # fmt: skip
 INDEX_FILES_DIR = "idx"
 FORMAT = "shardpack-index"
-VERSION = 1
+# Version 2 added the typed feature schema (`features`: name -> {dtype, shape, text, classes});
+# version 1 (`features`: name -> dtype, `coarse_classes`) is still read.
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 # A shard name is a plain file name inside OUT: no folders, no climbing out, nothing hidden.
 SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-# Feature kinds an index may declare, and the Python type each value decodes to.
-FEATURE_KINDS = {"bytes": bytes, "int64": int, "float": float}
-BASE_FEATURES = {
-    "image": "bytes",
-    "label": "int64",
-    "height": "int64",
-    "width": "int64",
-    "channels": "int64",
-    "format": "bytes",
-    "key": "bytes",
-}
 
 
 @dataclass(frozen=True)
@@ -63,20 +56,11 @@ class Index:
 
     out: str
     name: str
-    classes: tuple[str, ...]
-    features: dict[str, str]
+    schema: Schema
     encoding: str
     compression: str
     splits: dict[str, SplitInfo]
     raw: dict
-    coarse_classes: tuple[str, ...] | None = None  # CIFAR-100's 20 superclasses
-
-    def label_names(self) -> dict[str, tuple[str, ...]]:
-        """Each class-label feature and the names its values index."""
-        labels = {"label": self.classes}
-        if self.coarse_classes is not None:
-            labels["coarse_label"] = self.coarse_classes
-        return labels
 
     @property
     def tfds_readable(self) -> bool:
@@ -90,6 +74,11 @@ class Index:
     def to_json(self) -> dict:
         """The index.json document."""
         return self.raw
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """The `label` feature's class names."""
+        return self.schema.classes
 
     def shard_path(self, shard: ShardInfo) -> str:
         """The shard's path inside OUT (the name was checked safe at load)."""
@@ -139,21 +128,18 @@ def index_from_document(out: str | os.PathLike, doc: object) -> Index:
 
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise bad(f"'format' is not {FORMAT!r}")
-    if type(doc.get("version")) is not int or doc["version"] != VERSION:
+    if type(doc.get("version")) is not int or doc["version"] not in READABLE_VERSIONS:
         raise IndexFormatError(
-            f"{path}: index version {doc.get('version')!r} is not {VERSION}; "
-            "upgrade shardpack to read it"
+            f"{path}: index version {doc.get('version')!r} is not one of "
+            f"{', '.join(map(str, READABLE_VERSIONS))}; upgrade shardpack to read it"
         )
     _expect(doc, {"name": str, "classes": list, "features": dict, "encoding": str,
                   "compression": str, "splits": dict}, bad)  # fmt: skip
     if doc["compression"] not in COMPRESSIONS:
         raise bad(f"unknown compression {doc['compression']!r}")
-    if not all(kind in FEATURE_KINDS for kind in doc["features"].values()):
-        raise bad(f"'features' kinds must be among {', '.join(FEATURE_KINDS)}")
-    coarse = doc.get("coarse_classes")
-    for key, names in (("classes", doc["classes"]), ("coarse_classes", coarse or [])):
-        if not isinstance(names, list) or not all(isinstance(c, str) for c in names):
-            raise bad(f"{key!r} must be a list of strings")
+    if not all(isinstance(c, str) for c in doc["classes"]):
+        raise bad("'classes' must be a list of strings")
+    schema = _schema(doc, bad)
     splits = {}
     for split, entry in doc["splits"].items():
         if not isinstance(entry, dict):
@@ -179,14 +165,32 @@ def index_from_document(out: str | os.PathLike, doc: object) -> Index:
     return Index(
         out=out,
         name=doc["name"],
-        classes=tuple(doc["classes"]),
-        features=dict(doc["features"]),
+        schema=schema,
         encoding=doc["encoding"],
         compression=doc["compression"],
         splits=splits,
         raw=doc,
-        coarse_classes=None if coarse is None else tuple(coarse),
     )
+
+
+def _schema(doc: dict, bad) -> Schema:
+    """The document's feature schema (a version-1 index implies one from its dtypes)."""
+    try:
+        if doc["version"] == 1:
+            coarse = doc.get("coarse_classes")
+            if coarse is not None and not (
+                isinstance(coarse, list) and all(isinstance(c, str) for c in coarse)
+            ):
+                raise ValueError("'coarse_classes' must be a list of strings")
+            if not all(v in V1_DTYPES for v in doc["features"].values()):
+                raise ValueError(f"'features' kinds must be among {', '.join(V1_DTYPES)}")
+            return Schema.from_v1(doc["features"], doc["classes"], coarse)
+        schema = Schema.from_json(doc["features"])
+    except ValueError as e:
+        raise bad(str(e)) from None
+    if list(schema.classes) != doc["classes"]:
+        raise bad("'classes' differs from the classes of the 'label' feature")
+    return schema
 
 
 def _expect(doc: dict, types: dict[str, type], bad) -> None:
@@ -226,9 +230,6 @@ def build_index(
                 "sha256": result.sha256,
             }
         )
-    features = dict(BASE_FEATURES)
-    if dataset.coarse_classes is not None:
-        features["coarse_label"] = "int64"
     skipped = [  # what the scan passed over with a reason, and what the workers refused
         {"key": key, "reason": reason}
         for key, reason in sorted([*dataset.skipped, *(s for r in results for s in r.skipped)])
@@ -238,8 +239,8 @@ def build_index(
         "version": VERSION,
         "name": name,
         "source": dataset.kind,
-        "classes": list(dataset.classes),
-        "features": features,
+        "classes": list(dataset.classes),  # the label's, as in version 1; also in `features`
+        "features": dataset.schema.to_json(),
         "encoding": options.encode,
         "compression": options.compression,
         "seed": options.seed if options.shuffle else None,
@@ -251,6 +252,4 @@ def build_index(
         "warnings": list(dataset.warnings),
         "stats": stats,
     }
-    if dataset.coarse_classes is not None:
-        doc["coarse_classes"] = list(dataset.coarse_classes)
     return doc

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import os
 
+import numpy as np
+
 from shardpack.index import load_index
 from shardpack.read import iter_examples
 
@@ -33,8 +35,12 @@ def describe(out: str | os.PathLike, num_records: int = 3) -> dict:
         samples = []
         for record in itertools.islice(iter_examples(index.out, name), num_records):
             record["image_bytes"] = len(record.pop("image"))
-            record["class"] = index.classes[record["label"]]
-            samples.append(record)
+            label = record.get("label")
+            if isinstance(label, int):
+                record["class"] = index.classes[label]
+            elif isinstance(label, np.ndarray):  # multi-label
+                record["class"] = [index.classes[i] for i in label.tolist()]
+            samples.append({name: _json_value(value) for name, value in record.items()})
         splits[name] = {
             "num_records": split.num_records,
             "num_shards": len(split.shards),
@@ -55,9 +61,20 @@ def describe(out: str | os.PathLike, num_records: int = 3) -> dict:
         "compression": index.compression,
         "tfds_metadata": index.tfds_readable,
         "num_classes": len(index.classes),
-        "features": index.features,
+        "features": index.schema.to_json(),
         "splits": splits,
         "skipped": raw.get("skipped", []),
         "ignored": raw.get("ignored", 0),
         "stats": raw.get("stats", {}),
     }
+
+
+def _json_value(value: object) -> object:
+    """A record value as JSON holds it: arrays as (nested) lists, bytes as text."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value

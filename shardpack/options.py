@@ -17,11 +17,16 @@ DEFAULT_SHARD_SIZE = 128 * 2**20
 # Pillow's decompression-bomb limit: the most pixels an image may claim before it is refused.
 DEFAULT_MAX_PIXELS = 178_956_970
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
+# First-level folders of SRC that make it a split tree (SRC/<split>/<class>/...).
+SPLIT_NAMES = ("train", "training", "validation", "valid", "val", "test", "testing", "dev", "eval")
+# A split name goes into shard file names: no '-' (it separates name and split there).
+_SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 
 # Options that change the bytes written; the rest (workers, backend...) only change how fast.
 _OUTPUT_FIELDS = (
     "name", "source", "shards", "shard_size", "encode", "quality", "max_side", "resize", "check",
-    "compression", "seed", "shuffle", "max_pixels",
+    "compression", "seed", "shuffle", "max_pixels", "classes", "split_names", "split",
+    "path_column", "root",
 )  # fmt: skip
 
 
@@ -62,6 +67,13 @@ class PackOptions:
         overwrite: replace an existing, different shardpack output in OUT.
         resume: keep the shards an interrupted run of the same plan finished.
         index_files: also write DALI-style per-shard index files (OUT/idx/) for random access.
+        classes: the class list and its order (--classes); None takes the sorted names found.
+        split_names: first-level folder names that make SRC a split tree (--splits).
+        split: (name, fraction) pairs to split a one-split source into (--split), seeded by
+            `seed`, stratified by label.
+        path_column: a manifest's column of image paths (--path-column); None finds it.
+        root: the folder a manifest's relative image paths are under (--root); None: the
+            manifest's folder.
     """
 
     name: str | None = None
@@ -84,6 +96,11 @@ class PackOptions:
     overwrite: bool = False
     resume: bool = False
     index_files: bool = False
+    classes: tuple[str, ...] | None = None
+    split_names: tuple[str, ...] = SPLIT_NAMES
+    split: tuple[tuple[str, float], ...] | None = None
+    path_column: str | None = None
+    root: str | None = None
 
     def __post_init__(self) -> None:
         _choice("source", self.source, SOURCE_KINDS)
@@ -112,6 +129,14 @@ class PackOptions:
             raise ShardpackError("--scheduler needs --backend dask")
         if self.index_files and self.compression != "none":
             raise ShardpackError("--index-files needs uncompressed shards; drop --compression")
+        for split in (*self.split_names, *(name for name, _ in self.split or ())):
+            if not _SPLIT.match(split):
+                raise ShardpackError(
+                    f"split names must start with a letter or digit and hold only letters, "
+                    f"digits, '_' and '.', got: {split!r}"
+                )
+        if self.split is not None:
+            check_fractions(self.split)
         if self.name is not None and not _NAME.match(self.name):
             raise ShardpackError(
                 f"--name must start with a letter or digit and hold only letters, digits, '_' "
@@ -141,3 +166,33 @@ def parse_resize(text: str) -> tuple[int, int]:
     if not match or min(int(match.group(1)), int(match.group(2))) < 1:
         raise ShardpackError(f"--resize must be WIDTHxHEIGHT such as 224x224, got: {text!r}")
     return int(match.group(1)), int(match.group(2))
+
+
+def check_fractions(split: tuple[tuple[str, float], ...]) -> None:
+    """--split: distinct names, fractions in (0, 1] that add up to 1."""
+    names = [name for name, _ in split]
+    if len(set(names)) != len(names) or not names:
+        raise ShardpackError(f"--split must name each split once, got: {', '.join(names)!r}")
+    if any(not 0 < fraction <= 1 for _, fraction in split):
+        raise ShardpackError("--split fractions must be between 0 and 1, such as train=0.9")
+    if abs(sum(fraction for _, fraction in split) - 1) > 1e-6:
+        total = sum(fraction for _, fraction in split)
+        raise ShardpackError(f"--split fractions must add up to 1, got {total:g}")
+
+
+def parse_split(text: str) -> tuple[tuple[str, float], ...]:
+    """Parse 'train=0.9,validation=0.1' into (("train", 0.9), ("validation", 0.1))."""
+    pairs = []
+    for part in text.split(","):
+        name, sep, fraction = part.partition("=")
+        try:
+            pairs.append((name.strip(), float(fraction)))
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ShardpackError(
+                f"--split must look like train=0.9,validation=0.1, got: {text!r}"
+            ) from None
+    split = tuple(pairs)
+    check_fractions(split)
+    return split

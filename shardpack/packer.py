@@ -190,7 +190,7 @@ def pack(
     with locked(out, created):
         watch = _CpuWatch()  # the scan and plan are the window that measures others' load
         with _no_gc():
-            dataset = scan(src_root, options.source)
+            dataset = scan(src_root, options)
             if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
                 raise ImageError(*dataset.skipped[0])
             name = options.name or default_name(dataset)
@@ -315,7 +315,7 @@ def _run(
 
     Closing the generator early (an error, Ctrl-C) stops every worker before it returns.
     """
-    args = (options, dataset.root, out, len(dataset.classes))
+    args = (options, dataset.root, out, dataset.schema, dataset.kind)
     if options.backend == "loky" and (workers == 1 or len(specs) <= 1):
         yield from (write_shard(spec, *args) for spec in specs)
         return

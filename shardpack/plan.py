@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardpack.options import PackOptions
-from shardpack.sources import CIFAR_PIXELS, Dataset, Item
+from shardpack.sources import Dataset, Item
+from shardpack.sources.cifar import CIFAR_PIXELS
 
 # Raw pixels take roughly this many times a compressed photo's file size (JPEG at q75-95 is
 # 8-12x smaller than its pixels); used only to choose a default shard count.
@@ -210,15 +211,23 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
 
 
 def _digest(dataset: Dataset, shards: list[ShardSpec], options: PackOptions) -> str:
-    """sha256 over what decides the output: options, classes and every shard's items."""
+    """sha256 over what decides the output: options, schema and every field of every item."""
     canonical = {
         "options": options.output_fields(),
         "kind": dataset.kind,
-        "classes": dataset.classes,
-        "coarse_classes": dataset.coarse_classes,
-        "shards": [
-            [s.file, [[i.key, i.label, i.size, i.coarse_label] for i in s.items]] for s in shards
-        ],
+        "schema": dataset.schema.to_json(),
+        "shards": [[s.file, [_item_fields(i) for i in s.items]] for s in shards],
     }
-    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=_as_list)  # fmt: skip
     return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _as_list(value: object) -> list:
+    """A field's numpy array (a manifest's list column) as the list of its values."""
+    return value.tolist()  # type: ignore[attr-defined]  # json calls this for arrays only
+
+
+def _item_fields(item: Item) -> list:
+    """Every field of an item, in a JSON-able form (fields in name order)."""
+    return [item.key, item.label, item.path, item.size, item.record, sorted(item.fields.items())]

@@ -14,9 +14,12 @@ from shardpack.atomic import write_atomic
 from shardpack.errors import OutputError, os_error_fix
 from shardpack.index import load_index
 from shardpack.read import decode_pixels, iter_examples
+from shardpack.schema import Schema
+from shardpack.tfdsmeta import BOX_NAMES
 
 CELL = 128  # pixels per thumbnail side
 _CAPTION = 22  # pixels of caption strip under each thumbnail
+BOX_COLOR = (0, 255, 0)  # BGR: green shows on most photos
 # The sheet's format, picked by the extension of the file asked for.
 FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".webp": "webp"}
 
@@ -25,7 +28,8 @@ def make_preview(
     out: str | os.PathLike, dest: str | os.PathLike, split: str = "train", n: int = 64,
     seed: int = 0,
 ) -> str:  # fmt: skip
-    """Draw n random records of a split in a grid, each captioned with its class name.
+    """Draw n random records of a split in a grid, each captioned with its class name(s), with
+    its boxes drawn when the schema has a box feature (see box_feature).
 
     Records are drawn by reservoir sampling over one pass, so any split size works.
 
@@ -52,6 +56,7 @@ def make_preview(
             chosen.append(record)
         elif (j := rng.randrange(seen + 1)) < n:
             chosen[j] = record
+    boxes = box_feature(index.schema)
     cols = max(1, math.ceil(math.sqrt(len(chosen))))
     rows = max(1, math.ceil(len(chosen) / cols))
     sheet = np.full((rows * (CELL + _CAPTION), cols * CELL, 3), 255, np.uint8)
@@ -60,9 +65,12 @@ def make_preview(
         scale = CELL / max(rgb.shape[:2])
         size = (max(1, round(rgb.shape[1] * scale)), max(1, round(rgb.shape[0] * scale)))
         thumb = cv2.resize(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), size, interpolation=cv2.INTER_AREA)
+        if boxes is not None:
+            _draw_boxes(thumb, record[boxes])
         y, x = (k // cols) * (CELL + _CAPTION), (k % cols) * CELL
         sheet[y : y + thumb.shape[0], x : x + thumb.shape[1]] = thumb
-        caption = index.classes[record["label"]].encode("ascii", "replace").decode()[:18]
+        caption = _caption(index.classes, record.get("label")).encode("ascii", "replace").decode()
+        caption = caption[:18]
         cv2.putText(sheet, caption, (x + 3, y + CELL + 15), cv2.FONT_HERSHEY_SIMPLEX, 0.4,
                     (0, 0, 0), 1, cv2.LINE_AA)  # fmt: skip
     try:
@@ -72,6 +80,33 @@ def make_preview(
             f"{dest}: cannot write the preview ({e.strerror or e}); {os_error_fix(e)}"
         ) from None
     return dest
+
+
+def box_feature(schema: Schema) -> str | None:
+    """The name of the feature that holds boxes: a [-1, 4] float32 one named as TFDS does."""
+    for name in BOX_NAMES:
+        feature = schema.get(name)
+        if feature is not None and feature.dtype == "float32" and feature.row == 4:
+            return name
+    return None
+
+
+def _draw_boxes(thumb: np.ndarray, boxes: np.ndarray) -> None:
+    """Draw [ymin, xmin, ymax, xmax] boxes (relative, as TFDS's BBox) onto the thumbnail."""
+    height, width = thumb.shape[:2]
+    for ymin, xmin, ymax, xmax in boxes.tolist():
+        top_left = (round(xmin * (width - 1)), round(ymin * (height - 1)))
+        bottom_right = (round(xmax * (width - 1)), round(ymax * (height - 1)))
+        cv2.rectangle(thumb, top_left, bottom_right, BOX_COLOR, 1)
+
+
+def _caption(classes: tuple[str, ...], label: object) -> str:
+    """The class name of a label, the names of a multi-label list joined, or '' unlabeled."""
+    if isinstance(label, int):
+        return classes[label]
+    if isinstance(label, np.ndarray):
+        return "+".join(classes[i] for i in label.tolist())
+    return ""
 
 
 def _sheet_format(dest: str) -> str:

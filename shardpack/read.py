@@ -13,46 +13,45 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardpack.errors import RecordError, ShardpackError
-from shardpack.index import FEATURE_KINDS, Index, ShardInfo, load_index
+from shardpack.index import Index, ShardInfo, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS, ENCODINGS
+from shardpack.schema import Schema, check_values, decode_value
 from shardpack.tfrecord import decode_example, iter_records
 
 # Records held for iter_examples' shuffle: enough to mix neighbours from different shards.
 SHUFFLE_BUFFER = 1024
 # tf_dataset's record shuffle buffer; the file-order shuffle does most of the mixing.
 TF_SHUFFLE_BUFFER = 8192
-_TEXT_FEATURES = ("format", "key")
 # What a record's `format` may say: the encodings pack stores ("keep" stores one of these).
 STORED_FORMATS = tuple(e for e in ENCODINGS if e != "keep")
 _FORMAT_BYTES = {f.encode() for f in STORED_FORMATS}
 
 
-def record_fault(example: dict[str, list], index: Index) -> str | None:
-    """What makes a decoded Example disagree with the index, or None.
+def record_fault(example: dict[str, list], schema: Schema) -> str | None:
+    """What makes a decoded Example disagree with the index's schema, or None.
 
-    Every feature the index declares must hold one value of its kind; class labels must
-    index the class list; `format` must name a stored format.
+    Every feature the schema declares must be there, of its dtype and shape (one value for a
+    scalar, whole rows for a (-1, k) list); class labels must index their class list; `format`
+    must name a stored format; a feature the schema does not declare is refused. Every
+    disagreement is named, joined by "; ".
     """
-    for name, kind in index.features.items():
-        values = example.get(name, [])
-        if len(values) != 1 or type(values[0]) is not FEATURE_KINDS[kind]:
-            return f"feature {name!r} missing, not a single value, or not {kind}"
-    for name, classes in index.label_names().items():
-        label = example[name][0] if name in index.features else None
-        if label is not None and not 0 <= label < len(classes):
-            return f"{name} {label} outside the {len(classes)} classes"
-    if "format" in index.features and example["format"][0] not in _FORMAT_BYTES:
-        return f"format {example['format'][0]!r} is not one of {', '.join(STORED_FORMATS)}"
-    return None
+    reasons = [
+        f"feature {name!r} missing" if name not in example else check_values(name, f, example[name])
+        for name, f in schema.items()
+    ]
+    reasons += [f"feature {name!r} is not in the index's schema" for name in example
+                if name not in schema]  # fmt: skip
+    reasons = [r for r in reasons if r is not None]
+    if not reasons and example["format"][0] not in _FORMAT_BYTES:
+        reasons.append(f"format {example['format'][0]!r} is not one of {', '.join(STORED_FORMATS)}")
+    return "; ".join(reasons) or None
 
 
-def to_python(example: dict[str, list]) -> dict[str, object]:
-    """One-value lists become scalars; format and key become str."""
-    record: dict[str, object] = {}
-    for name, values in example.items():
-        value = values[0] if len(values) == 1 else values
-        record[name] = os.fsdecode(value) if name in _TEXT_FEATURES else value
-    return record
+def to_python(example: dict[str, list], schema: Schema) -> dict[str, object]:
+    """A decoded Example that record_fault passed, as the schema declares it: scalars as int,
+    float or str (text), lists as numpy arrays of their dtype and shape (boxes as n x 4), text
+    lists as lists of str."""
+    return {name: decode_value(schema[name], values) for name, values in example.items()}
 
 
 def decode_pixels(features: dict, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
@@ -199,9 +198,9 @@ def parse_record(
         example = decode_example(data)
     except ValueError as e:
         raise RecordError(path, offset, f"not a tf.train.Example ({e})") from None
-    if fault := record_fault(example, index):
+    if fault := record_fault(example, index.schema):
         raise RecordError(path, offset, fault)
-    record = to_python(example)
+    record = to_python(example, index.schema)
     if decode:
         from shardpack.images import BadImage
 
@@ -239,11 +238,13 @@ def tf_dataset(
     deterministic: bool = False,
     shard: tuple[int, int] | None = None,
     input_context=None,
+    lists: str = "ragged",
 ):
     """A tf.data.Dataset of {"image", "label", ...} dicts over one split.
 
     Shard files are shuffled every epoch, read interleaved, mixed through a record buffer,
-    parsed with the feature spec the index declares, decoded, batched and prefetched.
+    parsed with the index's feature schema (every feature, with its dtype and shape: boxes as
+    [n, 4]), decoded, batched and prefetched.
 
     Args:
         out: the output folder of a pack run.
@@ -261,9 +262,14 @@ def tf_dataset(
             record once.
         input_context: a tf.distribute.InputContext, as `distribute_datasets_from_function`
             passes; its pipeline id and count act as `shard`.
+        lists: how batches hold variable-length list features: "ragged" (tf.RaggedTensor,
+            [batch, None] or [batch, None, k]) or "padded" (dense, zero-padded to the longest
+            in the batch; other variable-size tensors, such as images without image_size,
+            are padded too). Single records hold them as dense [n] or [n, k] tensors.
 
     Raises:
-        ShardpackError: TensorFlow is not installed, or `shard` is not (index, count).
+        ShardpackError: TensorFlow is not installed, `shard` is not (index, count), or `lists`
+            is neither "ragged" nor "padded".
     """
     try:
         import tensorflow as tf
@@ -272,6 +278,8 @@ def tf_dataset(
             f"tf_dataset needs TensorFlow ({e}); install it with: pip install 'shardpack[tf]'"
         ) from None
 
+    if lists not in ("ragged", "padded"):
+        raise ShardpackError(f"lists must be 'ragged' or 'padded', got: {lists!r}")
     if input_context is not None:
         shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
     index = load_index(out)
@@ -280,8 +288,7 @@ def tf_dataset(
     compression = "GZIP" if index.compression == "gzip" else ""
     parallel = tf.data.AUTOTUNE if num_parallel_reads is None else num_parallel_reads
     ordered = deterministic or seed is not None or not shuffle
-    kinds = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
-    spec = {name: tf.io.FixedLenFeature([], kinds[kind]) for name, kind in index.features.items()}
+    spec = _tf_spec(tf, index.schema)
 
     def parse(record):
         features = tf.io.parse_single_example(record, spec)
@@ -316,8 +323,44 @@ def tf_dataset(
         ds = ds.apply(tf.data.experimental.assert_cardinality(mine.num_records * epochs))
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
     if batch_size is not None:
-        ds = ds.batch(batch_size)
+        ds = _batch(tf, ds, batch_size, lists, [n for n, f in index.schema.items() if f.is_list])
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _tf_spec(tf, schema: Schema) -> dict:
+    """The parse spec for every feature: scalars fixed, lists ragged (dense [n] or [n, k] per
+    record: a (-1, k) feature's flat values come back in rows of k)."""
+    dtypes = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
+    spec = {}
+    for name, feature in schema.items():
+        dtype = dtypes[feature.dtype]
+        if not feature.is_list:
+            spec[name] = tf.io.FixedLenFeature([], dtype)
+        elif feature.row is None:
+            spec[name] = tf.io.RaggedFeature(dtype)
+        else:
+            rows = [tf.io.RaggedFeature.UniformRowLength(feature.row)]
+            spec[name] = tf.io.RaggedFeature(dtype, partitions=rows)
+    return spec
+
+
+def _batch(tf, ds, batch_size: int, lists: str, names: list[str]):
+    """Batch records whose list features differ in length: ragged or padded per batch."""
+    if lists == "padded":
+        return ds.padded_batch(batch_size)
+    if not names:
+        return ds.batch(batch_size)
+
+    # Each list becomes a one-row RaggedTensor so that batch() stacks them as rows of a
+    # [batch, 1, None, ...] ragged tensor; .values drops the one-row dimension again. This
+    # keeps every other feature (the image above all) as batch() would give it.
+    def wrap(features):
+        return {**features, **{n: tf.RaggedTensor.from_tensor(features[n][None]) for n in names}}
+
+    def unwrap(features):
+        return {**features, **{n: features[n].values for n in names}}
+
+    return ds.map(wrap).batch(batch_size).map(unwrap)
 
 
 def _tf_decode(tf, features, encoding: str, image_size):

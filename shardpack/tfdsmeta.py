@@ -1,6 +1,7 @@
 """TensorFlow Datasets metadata beside the shards, so `tfds.builder_from_directory(OUT)` loads them.
 
-Written from the index alone, without TFDS: dataset_info.json, features.json and one
+Written from the index alone, without TFDS: dataset_info.json, features.json (every feature
+of the schema: ClassLabel, Text, BBox, Tensor, and Sequence of them for lists) and one
 `<feature>.labels.txt` per class feature. Image encodings TFDS can decode (jpeg, png, and `keep`)
 become an `Image` feature; `raw` and `webp` records are declared as plain string tensors
 (with `height`, `width`, `channels` for raw), which the caller decodes.
@@ -11,31 +12,60 @@ from __future__ import annotations
 import os
 
 from shardpack.atomic import write_atomic, write_json_atomic
+from shardpack.schema import Feature, Schema
 
 TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
 _CLASS = "tensorflow_datasets.core.features"
 
 
-def _tensor(dtype: str) -> dict:
+# A [-1, 4] float feature under one of these names is declared as TFDS bounding boxes.
+BOX_NAMES = ("boxes", "bbox", "bboxes", "objects/bbox")
+_TF_DTYPES = {"int64": "int64", "float32": "float32", "bytes": "string"}
+
+
+def _tensor(dtype: str, shape: tuple[int, ...] = ()) -> dict:
+    dims = {"dimensions": [str(d) for d in shape]} if shape else {}
     return {
         "pythonClassName": f"{_CLASS}.tensor_feature.Tensor",
-        "tensor": {"shape": {}, "dtype": dtype, "encoding": "none"},
+        "tensor": {"shape": dims, "dtype": _TF_DTYPES[dtype], "encoding": "none"},
     }
 
 
-def _class_label(count: int) -> dict:
+def _sequence(feature: dict) -> dict:
     return {
-        "pythonClassName": f"{_CLASS}.class_label_feature.ClassLabel",
-        "classLabel": {"numClasses": str(count)},
+        "pythonClassName": f"{_CLASS}.sequence_feature.Sequence",
+        "sequence": {"feature": feature, "length": "-1"},
     }
+
+
+def _declared(name: str, feature: Feature) -> dict:
+    """The TFDS feature for one schema feature: ClassLabel, Text, BBox or a plain Tensor."""
+    if feature.classes is not None:
+        one = {
+            "pythonClassName": f"{_CLASS}.class_label_feature.ClassLabel",
+            "classLabel": {"numClasses": str(len(feature.classes))},
+        }
+    elif feature.text:
+        one = {"pythonClassName": f"{_CLASS}.text_feature.Text", "text": {}}
+    elif name in BOX_NAMES and feature.dtype == "float32" and feature.row == 4:
+        one = {
+            "pythonClassName": f"{_CLASS}.bounding_boxes.BBoxFeature",
+            "boundingBox": {
+                "shape": {"dimensions": ["4"]},
+                "dtype": "float32",
+                "bboxFormat": "REL_YXYX",
+            },
+        }
+    else:
+        return _tensor(feature.dtype, feature.shape)
+    return _sequence(one) if feature.is_list else one
 
 
 def _features(index: dict) -> dict:
-    features: dict[str, dict] = {"label": _class_label(len(index["classes"]))}
-    if "coarse_classes" in index:
-        features["coarse_label"] = _class_label(len(index["coarse_classes"]))
+    schema = Schema.from_json(index["features"])
+    features = {name: _declared(name, f) for name, f in schema.extras.items()}
     if index["encoding"] in ("raw", "webp"):
-        features["image"] = _tensor("string")
+        features["image"] = _tensor("bytes")
         if index["encoding"] == "raw":
             features.update({k: _tensor("int64") for k in ("height", "width", "channels")})
     else:
@@ -69,11 +99,9 @@ def write_tfds_metadata(out: str, index: dict) -> list[str]:
     }
     write_json_atomic(os.path.join(out, "dataset_info.json"), info)
     write_json_atomic(os.path.join(out, "features.json"), _features(index))
-    labels = {"label": index["classes"], "coarse_label": index.get("coarse_classes")}
     written = ["dataset_info.json", "features.json"]
-    for feature, names in labels.items():
-        if names is None:
-            continue
+    for feature, declared in Schema.from_json(index["features"]).class_features.items():
+        names = declared.classes or ()
         path = os.path.join(out, f"{feature}.labels.txt")
         text = "".join(f"{name}\n" for name in names)
         write_atomic(path, text.encode("utf-8", "surrogateescape"))  # names as they are on disk

@@ -20,6 +20,7 @@ from contextlib import suppress
 from typing import BinaryIO, NamedTuple
 
 import crc32c
+import numpy as np
 
 from shardpack.atomic import create_temp, open_regular, remove_files
 from shardpack.errors import FileAccessError, OutputError, RecordError
@@ -38,7 +39,9 @@ MAX_RECORD_BYTES = 2**30
 # GZIP level: zlib's default, the same trade-off TensorFlow's own writer makes.
 _GZIP_LEVEL = 6
 
-FeatureValue = bytes | str | int | float | Sequence[bytes] | Sequence[int] | Sequence[float]
+FeatureValue = (
+    bytes | str | int | float | Sequence[bytes] | Sequence[int] | Sequence[float] | np.ndarray
+)
 
 
 def masked_crc(data: bytes) -> int:
@@ -113,6 +116,12 @@ def _feature(value: FeatureValue) -> tuple[list[bytes], int]:
         head = _TAG[1] + _varint(len(value))
         bytes_list = _TAG[1] + _varint(len(head) + len(value))
         return [bytes_list, head, value], len(bytes_list) + len(head) + len(value)
+    if isinstance(value, np.ndarray):  # typed by its dtype, so that an empty list keeps its kind
+        if value.dtype.kind == "f":
+            return _float_feature(value.astype("<f4").tobytes())
+        if value.dtype.kind in "iu":
+            return _ints_feature(value.tolist())
+        value = value.tolist()
     values = value if isinstance(value, (list, tuple)) else [value]
     if all(isinstance(v, (bytes, str)) for v in values):
         parts: list[bytes] = []
@@ -121,25 +130,33 @@ def _feature(value: FeatureValue) -> tuple[list[bytes], int]:
             parts += (_TAG[1] + _varint(len(data)), data)
         return _wrap(1, parts, sum(len(p) for p in parts))
     if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        if any(not -(2**63) <= v < 2**63 for v in values):
-            raise ValueError(f"int64 feature values must fit in 64 bits, got: {value!r}")
-        if len(values) == 1:
-            feature = _int_feature(values[0])
-        else:
-            feature = _field(3, _field(1, b"".join(map(_varint, values))) if values else b"")
-        return [feature], len(feature)
+        return _ints_feature(values)
     if all(isinstance(v, float) for v in values):
-        packed = struct.pack(f"<{len(values)}f", *values)
-        feature = _field(2, _field(1, packed) if values else b"")
-        return [feature], len(feature)
+        return _float_feature(struct.pack(f"<{len(values)}f", *values))
     raise TypeError(f"feature values must be all bytes, all int or all float, got: {value!r}")
+
+
+def _ints_feature(values: Sequence[int]) -> tuple[list[bytes], int]:
+    if any(not -(2**63) <= v < 2**63 for v in values):
+        raise ValueError(f"int64 feature values must fit in 64 bits, got: {values!r}")
+    if len(values) == 1:
+        feature = _int_feature(values[0])
+    else:
+        feature = _field(3, _field(1, b"".join(map(_varint, values))) if values else b"")
+    return [feature], len(feature)
+
+
+def _float_feature(packed: bytes) -> tuple[list[bytes], int]:
+    feature = _field(2, _field(1, packed) if packed else b"")
+    return [feature], len(feature)
 
 
 def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
     """Serialize a tf.train.Example, byte-identical to TensorFlow's deterministic output.
 
     Args:
-        features: name -> bytes/str, int or float, or a list of one of those kinds.
+        features: name -> bytes/str, int or float, a list of one of those kinds, or a
+            numpy array (int or float: its dtype picks the list kind, even when empty).
 
     Returns:
         The Example's wire bytes.

@@ -141,11 +141,11 @@ def _check_record(data: bytes, index: Index, decode: bool, max_pixels: int) -> s
         example = decode_example(data)
     except ValueError as e:
         return f"not a tf.train.Example ({e})"
-    if fault := record_fault(example, index):
+    if fault := record_fault(example, index.schema):
         return fault
     if not decode:
         return None
-    record = to_python(example)
+    record = to_python(example, index.schema)
     try:
         pixels = decode_pixels(record, max_pixels)
     except ValueError as e:  # images.BadImage; OpenCV is imported only when decoding

@@ -14,8 +14,8 @@ from shardpack.atomic import create_temp, open_regular
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.plan import ShardResult, ShardSpec
-from shardpack.sources import Item, read_cifar_pixels
-from shardpack.srcfiles import FileTooLarge, RefusedFile, read_regular
+from shardpack.schema import LABEL, Schema, example_value
+from shardpack.sources import Item, loader
 from shardpack.tfrecord import TFRecordWriter, encode_example
 
 # How often a worker reports its count for the parent's progress bar: often enough for a live
@@ -57,7 +57,7 @@ class _Progress:
 
 
 def write_shard(
-    spec: ShardSpec, options: PackOptions, src: str, out: str, num_classes: int
+    spec: ShardSpec, options: PackOptions, src: str, out: str, schema: Schema, kind: str
 ) -> ShardResult:
     """Write one shard file from its items; it appears under its final name only when complete.
 
@@ -66,7 +66,8 @@ def write_shard(
         options: how to check and encode.
         src: the source root the items' paths are relative to.
         out: the output folder.
-        num_classes: length of the class list, to size the label histogram.
+        schema: the dataset's features: how to encode each of an item's fields.
+        kind: the dataset's source kind, which says how an item's image is loaded.
 
     Returns:
         The shard's record count, size, sha256, label histogram and skipped items.
@@ -76,22 +77,24 @@ def write_shard(
     """
     cv2.setNumThreads(1)  # one worker per core already; OpenCV's own threads would oversubscribe
     start = time.perf_counter()
-    counts = [0] * num_classes
+    counts = [0] * len(schema.classes)
     skipped: list[tuple[str, str]] = []
-    batches: dict[str, np.ndarray] = {}  # CIFAR batches this shard reads, loaded once
+    load = loader(kind)
+    cache: dict = {}  # what the loader keeps between items (CIFAR: the batches, loaded once)
     progress = _Progress(os.path.join(out, spec.file))
     try:
         with TFRecordWriter(os.path.join(out, spec.file), options.compression) as writer:
             for done, item in enumerate(spec.items, 1):
                 try:
-                    features = _features(item, src, options, batches)
+                    features = _features(item, load(item, src, options, cache), options)
+                    features.update(_fields(item, schema))
                 except ImageError as e:
                     if options.on_error == "fail":
                         raise
                     skipped.append((e.key, e.reason))
                 else:
                     writer.write(encode_example(features))
-                    counts[item.label] += 1
+                    _count(counts, item.label)
                 progress.update(done)
     finally:
         progress.close()
@@ -110,43 +113,38 @@ def write_shard(
     )
 
 
-def _features(
-    item: Item, src: str, options: PackOptions, batches: dict[str, np.ndarray]
-) -> dict[str, object]:
-    """Build one record's features, or raise ImageError naming the item and the reason."""
-    if item.record is None:
-        image, fmt, (height, width, channels) = _from_file(item, src, options)
+def _features(item: Item, loaded: bytes | np.ndarray, options: PackOptions) -> dict[str, object]:
+    """Build one record's image features from what the source loaded (an image file's bytes,
+    or RGB pixels), or raise ImageError naming the item and the reason."""
+    if isinstance(loaded, bytes):
+        image, fmt, (height, width, channels) = _from_bytes(item, loaded, options)
     else:
-        if item.path not in batches:
-            batches[item.path] = read_cifar_pixels(src, item.path)
-        rgb = batches[item.path][item.record]
-        image, fmt, (height, width, channels) = _reencode(rgb, options, "png", order="rgb")
-    features: dict[str, object] = {
+        image, fmt, (height, width, channels) = _reencode(loaded, options, "png", order="rgb")
+    return {
         "image": image,
-        "label": item.label,
         "height": height,
         "width": width,
         "channels": channels,
         "format": fmt,
         "key": os.fsencode(item.key),
     }
-    if item.coarse_label is not None:
-        features["coarse_label"] = item.coarse_label
-    return features
 
 
-def _from_file(item: Item, src: str, options: PackOptions) -> tuple[bytes, str, tuple]:
-    limit = images.max_file_bytes(options.max_pixels)
-    try:
-        data = read_regular(os.path.join(src, item.path), limit, item.size)
-    except FileTooLarge as e:
-        raise ImageError(item.key, f"{e}, the most an image of --max-pixels can take") from None
-    except RefusedFile as e:
-        raise ImageError(item.key, str(e)) from None
-    except OSError as e:
-        raise ImageError(item.key, f"cannot read ({e.strerror})") from None
-    if not data:
-        raise ImageError(item.key, "empty file")
+def _fields(item: Item, schema: Schema) -> dict[str, object]:
+    """The item's label and other fields, encoded as the schema declares them."""
+    values = dict(item.fields)
+    if item.label is not None:
+        values[LABEL] = item.label
+    return {name: example_value(schema[name], value) for name, value in values.items()}
+
+
+def _count(counts: list[int], label: int | tuple[int, ...] | None) -> None:
+    """Add one record's label (each of them, for multi-label) to the class histogram."""
+    for one in label if isinstance(label, tuple) else () if label is None else (label,):
+        counts[one] += 1
+
+
+def _from_bytes(item: Item, data: bytes, options: PackOptions) -> tuple[bytes, str, tuple]:
     fmt = images.sniff(data)
     if fmt is None:
         raise ImageError(item.key, "not an image (unknown format)")

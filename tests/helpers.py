@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import pickle
 from pathlib import Path
@@ -117,14 +119,23 @@ def tf_records(out: Path, split: str = "train") -> list[dict]:
     index = json.loads((out / "index.json").read_text())
     files = [os.fspath(out / s["file"]) for s in index["splits"][split]["shards"]]
     compression = "GZIP" if index["compression"] == "gzip" else ""
+    dtypes = {"bytes": tf.string, "int64": tf.int64, "float32": tf.float32}
+    features = index["features"]  # version 2: name -> {dtype, shape}
     spec = {
-        name: tf.io.FixedLenFeature([], tf.string if kind == "bytes" else tf.int64)
-        for name, kind in index["features"].items()
+        name: tf.io.VarLenFeature(dtypes[f["dtype"]])
+        if f["shape"]
+        else tf.io.FixedLenFeature([], dtypes[f["dtype"]])
+        for name, f in features.items()
     }
     records = []
     for raw in tf.data.TFRecordDataset(files, compression_type=compression):
         ex = tf.io.parse_single_example(raw, spec)
-        record = {k: v.numpy() for k, v in ex.items()}
+        record = {
+            k: tf.reshape(tf.sparse.to_dense(v), [-1, *features[k]["shape"][1:]]).numpy()
+            if isinstance(v, tf.SparseTensor)
+            else v.numpy()
+            for k, v in ex.items()
+        }
         fmt = record["format"].decode()
         if fmt == "raw":
             pixels = np.frombuffer(record["image"], np.uint8).reshape(
@@ -147,3 +158,27 @@ def packed_tree(root: Path, classes: dict[str, int], **options) -> Path:
     out = root / "out"
     pack(make_tree(root / "src", classes), out, PackOptions(**options))
     return out
+
+
+def write_csv(path: Path, rows: list[dict], delimiter: str = ",") -> Path:
+    """A manifest written by the csv module: a header from the first row's keys."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter=delimiter)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    """A manifest written by json, one object a line."""
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def write_parquet(path: Path, rows: list[dict], **kwargs) -> Path:
+    """A manifest written by pyarrow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path, **kwargs)
+    return path

@@ -17,7 +17,6 @@ import pytest
 
 import shardpack
 from shardpack.errors import IndexFormatError, RecordError
-from shardpack.index import BASE_FEATURES
 from shardpack.tfrecord import encode_example, frame, masked_crc
 from tests.helpers import image, packed_tree, write_image
 
@@ -37,6 +36,11 @@ def _good(**changes) -> dict:
     return {k: v for k, v in features.items() if v is not None}
 
 
+# A version-1 index (still read): each feature's kind alone.
+V1_FEATURES = {"image": "bytes", "label": "int64", "height": "int64", "width": "int64",
+               "channels": "int64", "format": "bytes", "key": "bytes"}  # fmt: skip
+
+
 def _out(tmp_path: Path, shard: bytes, num_records: int = 1, compression: str = "none") -> Path:
     """OUT holding one shard of these bytes and an index.json that vouches for them."""
     out = tmp_path / "out"
@@ -46,7 +50,7 @@ def _out(tmp_path: Path, shard: bytes, num_records: int = 1, compression: str = 
         {"file": SHARD, "num_records": num_records, "num_bytes": len(shard),
          "sha256": hashlib.sha256(shard).hexdigest()}]}  # fmt: skip
     index = {"format": "shardpack-index", "version": 1, "name": "x", "source": "folder",
-             "classes": ["a", "b"], "features": BASE_FEATURES, "encoding": "png",
+             "classes": ["a", "b"], "features": V1_FEATURES, "encoding": "png",
              "compression": compression, "splits": {"train": split}}  # fmt: skip
     (out / "index.json").write_text(json.dumps(index))
     return out

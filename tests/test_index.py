@@ -13,7 +13,6 @@ import pytest
 from shardpack.atomic import write_json_atomic
 from shardpack.errors import IndexFormatError
 from shardpack.index import (
-    BASE_FEATURES,
     INDEX_NAME,
     Index,
     ShardInfo,
@@ -22,10 +21,14 @@ from shardpack.index import (
 )
 from shardpack.options import PackOptions
 from shardpack.plan import ShardResult, make_plan
+from shardpack.schema import Feature, Schema
 from shardpack.sources import scan
 from tests import helpers
 
 SHA = "ab" * 32
+# A version-1 index's features: name -> dtype.
+V1_FEATURES = {"image": "bytes", "label": "int64", "height": "int64", "width": "int64",
+               "channels": "int64", "format": "bytes", "key": "bytes"}  # fmt: skip
 
 
 def _shard(file: str, num_records: int) -> dict:
@@ -40,7 +43,7 @@ def _document() -> dict:
         "name": "pets",
         "source": "folder",
         "classes": ["cats", "dogs"],
-        "features": dict(BASE_FEATURES),
+        "features": dict(V1_FEATURES),
         "encoding": "keep",
         "compression": "none",
         "seed": 0,
@@ -84,7 +87,7 @@ def test_load_index_accepts_a_valid_document(tmp_path):
     assert isinstance(index, Index)
     assert index.out == str(out)
     assert (index.name, index.classes) == ("pets", ("cats", "dogs"))
-    assert index.features == BASE_FEATURES
+    assert index.schema == Schema.build(("cats", "dogs"))  # what version 1 meant
     assert (index.encoding, index.compression) == ("keep", "none")
     assert list(index.splits) == ["train", "test"]
     train = index.split("train")
@@ -153,7 +156,7 @@ def test_wrong_format_is_refused(tmp_path, document):
     _refused(_save(tmp_path / "out", document), "'format' is not 'shardpack-index'")
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None, True, 1.0])
+@pytest.mark.parametrize("version", [3, 0, "1", None, True, 1.0])
 def test_unknown_version_is_refused(tmp_path, version):
     document = _document()
     document["version"] = version
@@ -330,7 +333,13 @@ def test_build_index_merges_results_in_plan_order_and_loads_back(tmp_path):
     write_json_atomic(str(out / INDEX_NAME), document)
     index = load_index(out)
     assert [s.file for s in index.split("train").shards] == [s.file for s in plan.shards]
-    assert index.features == BASE_FEATURES
+    assert index.schema == dataset.schema
+    assert document["version"] == 2
+    assert document["features"]["label"] == {
+        "dtype": "int64",
+        "shape": [],
+        "classes": ["cats", "dogs"],
+    }
 
 
 def test_build_index_for_cifar100_names_coarse_classes(tmp_path):
@@ -345,7 +354,45 @@ def test_build_index_for_cifar100_names_coarse_classes(tmp_path):
         results=_results(plan, dataset),
         stats={},
     )
-    assert document["features"]["coarse_label"] == "int64"
-    assert document["coarse_classes"] == [f"coarse{i}" for i in range(20)]
+    coarse = [f"coarse{i}" for i in range(20)]
+    assert document["features"]["coarse_label"] == {"dtype": "int64", "shape": [],
+                                                     "classes": coarse}  # fmt: skip
+    assert "coarse_classes" not in document  # one definition: the feature's classes
     assert document["seed"] is None  # no shuffle: the seed decides nothing
     assert list(document["splits"]) == ["test", "train"]
+
+
+def test_version_1_cifar100_index_gets_its_coarse_label_classes(tmp_path):
+    document = _document()
+    document["features"]["coarse_label"] = "int64"
+    document["coarse_classes"] = ["animal", "plant"]
+    index = load_index(_save(tmp_path / "out", document))
+    assert index.schema["coarse_label"] == Feature("int64", classes=("animal", "plant"))
+
+
+def _v2_document() -> dict:
+    document = _document()
+    schema = Schema.build(("cats", "dogs"), {"boxes": Feature("float32", (-1, 4))})
+    return {**document, "version": 2, "features": schema.to_json()}
+
+
+def test_version_2_index_carries_a_typed_schema(tmp_path):
+    index = load_index(_save(tmp_path / "out", _v2_document()))
+    assert index.schema["boxes"] == Feature("float32", (-1, 4))
+    assert index.classes == ("cats", "dogs")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda d: d["features"].update(boxes={"dtype": "float64", "shape": [-1, 4]}), "boxes"),
+        (lambda d: d["features"].update(boxes={"dtype": "float32", "shape": [4]}), "boxes"),
+        (lambda d: d["features"].pop("key"), "'key'"),
+        (lambda d: d.update(classes=["dogs", "cats"]), "'classes' differs"),
+        (lambda d: d["features"].update(label="int64"), "'label'"),
+    ],
+)
+def test_version_2_index_with_a_bad_schema_is_refused(tmp_path, mutate, match):
+    document = _v2_document()
+    mutate(document)
+    _refused(_save(tmp_path / "out", document), match)

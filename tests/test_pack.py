@@ -68,10 +68,11 @@ def test_index_contract(tree: Path, tmp_path: Path):
     out = tmp_path / "out"
     pack(tree, out, PackOptions(shards=2, workers=1, seed=7))
     index = _index(out)
-    assert index["format"] == "shardpack-index" and index["version"] == 1
+    assert index["format"] == "shardpack-index" and index["version"] == 2
     assert index["name"] == "src" and index["seed"] == 7 and index["compression"] == "none"
     assert set(index["features"]) == {"image", "label", "height", "width", "channels", "format",
                                       "key"}  # fmt: skip
+    assert index["features"]["height"] == {"dtype": "int64", "shape": []}
     train = index["splits"]["train"]
     assert [s["file"] for s in train["shards"]] == [
         "src-train.tfrecord-00000-of-00002",
@@ -163,7 +164,8 @@ def test_cifar100_packs_fine_and_coarse_labels(tmp_path: Path):
     pack(make_cifar100_python(tmp_path / "c100"), out, PackOptions(workers=1, encode="raw"))
     index = _index(out)
     assert index["name"] == "cifar100" and len(index["classes"]) == 100
-    assert len(index["coarse_classes"]) == 20 and index["features"]["coarse_label"] == "int64"
+    coarse = index["features"]["coarse_label"]
+    assert coarse["dtype"] == "int64" and coarse["classes"] == [f"coarse{i}" for i in range(20)]
     for record in tf_records(out):
         assert record["coarse_label"] == record["label"] // 5
 
@@ -373,11 +375,13 @@ def test_out_inside_src_is_refused(tree: Path):
 
 def _plan(n: int, size: int, options: PackOptions, cores: int):
     from shardpack.plan import make_plan
+    from shardpack.schema import Schema
     from shardpack.sources import Dataset, Item
 
     items = tuple(Item(key=f"a/{i:05d}.jpg", label=0, path=f"a/{i:05d}.jpg", size=size)
                   for i in range(n))  # fmt: skip
-    return make_plan(Dataset("folder", "/src", ("a",), {"train": items}), "d", options, cores)
+    dataset = Dataset("folder", "/src", Schema.build(("a",)), {"train": items})
+    return make_plan(dataset, "d", options, cores)
 
 
 def _not_asked() -> float:

@@ -24,7 +24,9 @@ from shardpack.plan import (
     shard_name,
     work_seconds,
 )
-from shardpack.sources import CIFAR_PIXELS, Dataset, Item, scan
+from shardpack.schema import Feature, Schema
+from shardpack.sources import Dataset, Item, scan
+from shardpack.sources.cifar import CIFAR_PIXELS
 from tests import helpers
 
 
@@ -40,7 +42,7 @@ def _dataset(n: int = 40, classes: int = 4, size: int = 1000, splits=("train",))
         for split in splits
     }
     names = tuple(f"c{k}" for k in range(classes))
-    return Dataset("folder", "/src", names, items)
+    return Dataset("folder", "/src", Schema.build(names), items)
 
 
 def _keys(plan, split: str = "train") -> list[str]:
@@ -208,7 +210,7 @@ def test_each_split_gets_its_own_shard_count():
     dataset = Dataset(
         "folder",
         "/src",
-        _dataset().classes,
+        _dataset().schema,
         {"train": _dataset(n=50).splits["train"], "test": _dataset(n=2).splits["train"]},
     )
     plan = make_plan(dataset, "d", PackOptions(shards=4), 1)
@@ -323,9 +325,30 @@ def test_digest_changes_with_the_listing():
     relabelled = dataclasses.replace(
         dataset, splits={"train": (dataclasses.replace(first, label=3), *rest)}
     )
-    renamed = dataclasses.replace(dataset, classes=("w", "x", "y", "z"))
+    renamed = dataclasses.replace(dataset, schema=Schema.build(("w", "x", "y", "z")))
     assert _digest(BASE, dataset=relabelled) != _digest(BASE, dataset=dataset)
     assert _digest(BASE, dataset=renamed) != _digest(BASE, dataset=dataset)
+
+
+@pytest.mark.parametrize(
+    "fields", [{"caption": "b"}, {"caption": "a", "score": 1.0}, {"caption": "a", "score": 0.5}]
+)
+def test_digest_covers_every_field_of_every_item(fields):
+    # --resume must refuse a source whose values changed, not only its file list.
+    extra = {"caption": Feature("bytes", text=True), "score": Feature("float32")}
+    dataset = dataclasses.replace(_dataset(), schema=Schema.build(_dataset().classes, extra))
+    first, *rest = dataset.splits["train"]
+
+    def with_fields(values: dict):
+        item = dataclasses.replace(first, fields=values)
+        return dataclasses.replace(dataset, splits={"train": (item, *rest)})
+
+    before = with_fields({"caption": "a", "score": 0.5})
+    assert _digest(BASE, dataset=before) == _digest(
+        BASE, dataset=with_fields({"score": 0.5, "caption": "a"})
+    )
+    if fields != {"caption": "a", "score": 0.5}:
+        assert _digest(BASE, dataset=with_fields(fields)) != _digest(BASE, dataset=before)
 
 
 def test_digest_does_not_depend_on_where_src_is():

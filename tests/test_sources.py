@@ -1,4 +1,4 @@
-"""sources.py: class-folder scans and CIFAR-10/100 batches (python and binary), on real files."""
+"""sources/: class-folder scans and CIFAR-10/100 batches (python and binary), on real files."""
 
 from __future__ import annotations
 
@@ -13,15 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardpack.errors import SourceError, UnsafePickleError
-from shardpack.sources import (
-    CIFAR_PIXELS,
-    MAX_NAMED_IGNORED,
-    Item,
-    load_cifar_pickle,
-    read_cifar_pixels,
-    scan,
-)
+from shardpack.errors import ShardpackError, SourceError, UnsafePickleError
+from shardpack.options import PackOptions
+from shardpack.sources import Item, scan
+from shardpack.sources.cifar import CIFAR_PIXELS, load_cifar_pickle, read_cifar_pixels
+from shardpack.sources.folder import MAX_NAMED_IGNORED
 from tests import helpers
 
 
@@ -56,7 +52,7 @@ def test_folder_classes_sorted_and_labels_by_position(tmp_path):
     for item in items:
         assert item.path == item.key
         assert item.size == (src / item.path).stat().st_size
-        assert item.record is None and item.coarse_label is None
+        assert item.record is None and item.fields == {}
 
 
 def test_folder_extensions_are_case_insensitive(tmp_path):
@@ -368,29 +364,28 @@ def test_the_parent_of_a_cifar_folder_points_at_it(tmp_path):
         scan(tmp_path)
 
 
-def test_unknown_source_kind_is_source_error(tmp_path):
-    src = helpers.make_tree(tmp_path / "src", {"cats": 1})
-    with pytest.raises(SourceError, match="'imagenet'"):
-        scan(src, source="imagenet")
+def test_unknown_source_kind_is_refused(tmp_path):
+    with pytest.raises(ShardpackError, match="'imagenet'"):
+        PackOptions(source="imagenet")
 
 
 def test_source_cifar_on_a_folder_tree_is_source_error(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"cats": 1})
     with pytest.raises(SourceError, match="no CIFAR batches found") as caught:
-        scan(src, source="cifar")
+        scan(src, PackOptions(source="cifar"))
     assert str(src) in str(caught.value)
 
 
 def test_source_folder_on_a_cifar_folder_is_a_clean_error(tmp_path):
     src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
     with pytest.raises(SourceError, match="no images found"):
-        scan(src, source="folder")
+        scan(src, PackOptions(source="folder"))
 
 
 def test_source_folder_on_a_cifar_folder_with_class_folders_scans_the_folders(tmp_path):
     src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
     _touch_image(src / "extra" / "a.png")
-    dataset = scan(src, source="folder")
+    dataset = scan(src, PackOptions(source="folder"))
     assert dataset.kind == "folder"
     assert _keys(dataset) == ["extra/a.png"]
     assert dataset.ignored == 3  # data_batch_1, test_batch, batches.meta
@@ -401,7 +396,7 @@ def test_source_folder_on_a_cifar_folder_with_class_folders_scans_the_folders(tm
 
 def _listing(dataset) -> dict[str, list[tuple]]:
     return {
-        split: [(i.key, i.label, i.record, i.size, i.coarse_label) for i in items]
+        split: [(i.key, i.label, i.record, i.size, i.fields) for i in items]
         for split, items in dataset.splits.items()
     }
 
@@ -411,7 +406,7 @@ def test_cifar10_python_items(tmp_path):
     dataset = scan(src)
     assert dataset.kind == "cifar10-python"
     assert dataset.classes == tuple(helpers.CIFAR10_CLASSES)
-    assert dataset.coarse_classes is None
+    assert list(dataset.schema.class_features) == ["label"]
     assert list(dataset.splits) == ["train", "test"]
     train = dataset.splits["train"]
     assert [i.key for i in train] == [f"data_batch_{b}:{r}" for b in (1, 2) for r in range(4)]
@@ -454,15 +449,16 @@ def test_cifar100_python_has_fine_and_coarse_labels(tmp_path):
     dataset = scan(src)
     assert dataset.kind == "cifar100-python"
     assert len(dataset.classes) == 100 and dataset.classes[7] == "fine7"
-    assert dataset.coarse_classes == tuple(f"coarse{i}" for i in range(20))
+    coarse = dataset.schema["coarse_label"]
+    assert coarse.classes == tuple(f"coarse{i}" for i in range(20))
     assert list(dataset.splits) == ["train", "test"]
     _, fine = helpers.cifar_arrays(30, seed=10, num_classes=100)
     train = dataset.splits["train"]
     assert [i.key for i in train] == [f"train:{r}" for r in range(30)]
     assert [i.label for i in train] == fine
-    assert [i.coarse_label for i in train] == [label // 5 for label in fine]
+    assert [i.fields for i in train] == [{"coarse_label": label // 5} for label in fine]
     assert len(dataset.splits["test"]) == 10
-    assert all(i.coarse_label is not None for i in dataset.splits["test"])
+    assert all("coarse_label" in i.fields for i in dataset.splits["test"])
 
 
 def test_cifar100_binary_matches_python(tmp_path):
@@ -484,7 +480,7 @@ def test_cifar100_binary_matches_python(tmp_path):
     (binary / "coarse_label_names.txt").write_text("\n".join(f"coarse{i}" for i in range(20)))
     a, b = scan(py), scan(binary)
     assert b.kind == "cifar100-binary"
-    assert (b.classes, b.coarse_classes) == (a.classes, a.coarse_classes)
+    assert b.schema == a.schema
     assert _listing(b) == _listing(a)
     assert np.array_equal(
         read_cifar_pixels(str(binary), "train.bin"), read_cifar_pixels(str(py), "train")
@@ -605,7 +601,7 @@ def test_batches_without_meta_file_are_not_cifar(tmp_path):
     src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
     (src / "batches.meta").unlink()
     with pytest.raises(SourceError, match="no CIFAR batches found"):
-        scan(src, source="cifar")
+        scan(src, PackOptions(source="cifar"))
 
 
 def _rewrite_pickle(path, change) -> None:

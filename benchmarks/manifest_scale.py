@@ -1,0 +1,134 @@
+"""How fast a manifest is read, and how much memory the read takes beyond what it returns.
+
+    python -m benchmarks.manifest_scale [--rows 100000,1000000] [--formats csv,jsonl,parquet]
+                                        [--cache bench-out] [--json FILE]
+
+Each case writes one table (path, label of 10 class names, split, an int, a float, a caption)
+as CSV, JSONL or Parquet (cached under bench-out/manifests/), then reads it with
+`shardpack.manifest.read_manifest` in a fresh process so that the peak RSS is the read's own.
+`held` is the RSS the returned Manifest keeps (its rows: what the item list needs); `peak` is
+the process's peak RSS over the same baseline (taken after reading a 10-row table, so that
+imports and pyarrow's code pages are not counted);
+`peak/held` is the figure issue 11 bounds by 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+
+CLASSES = [f"class_{i}" for i in range(10)]
+SPLITS = ["train"] * 8 + ["validation", "test"]
+
+_CHILD = """
+import json, resource, sys, time
+fmt, path, warm = sys.argv[1:4]
+from shardpack.manifest import read_manifest
+
+# A first read of a 10-row table pays the fixed costs (imports, the first touch of pyarrow's
+# code pages: ~50 MB of RSS) before the baseline, so that they are not counted as the read's.
+read_manifest(warm)
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+base = rss()
+start = time.perf_counter()
+manifest = read_manifest(path)
+seconds = time.perf_counter() - start
+held = rss() - base
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+print(json.dumps({"rows": len(manifest.rows), "bad": len(manifest.bad), "seconds": seconds,
+                  "held": held, "peak": peak}))
+"""
+
+
+def _row(i: int) -> dict:
+    return {
+        "path": f"images/{i // 1000:04d}/{i:08d}.jpg",
+        "label": CLASSES[i * 7 % 10],
+        "split": SPLITS[i % 10],
+        "objects": i % 17,
+        "score": (i % 1000) / 7.0,
+        "caption": f"photo number {i} of a {CLASSES[i * 7 % 10]}",
+    }
+
+
+def write_table(path: str, fmt: str, rows: int) -> None:
+    """Write the table of `rows` rows in `fmt`, under a temporary name renamed when complete."""
+    tmp = f"{path}.part"
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        with pq.ParquetWriter(tmp, pa.Table.from_pylist([_row(0)]).schema) as writer:
+            for lo in range(0, rows, 100_000):
+                chunk = [_row(i) for i in range(lo, min(rows, lo + 100_000))]
+                writer.write_table(pa.Table.from_pylist(chunk))
+    else:
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            if fmt == "csv":
+                writer = csv.DictWriter(f, fieldnames=list(_row(0)))
+                writer.writeheader()
+                writer.writerows(_row(i) for i in range(rows))
+            else:
+                f.writelines(json.dumps(_row(i)) + "\n" for i in range(rows))
+    os.replace(tmp, path)
+
+
+def measure(fmt: str, rows: int, cache: str) -> dict:
+    """Read one cached table in a fresh process; rows/s and memory in MB."""
+    folder = os.path.join(cache, "manifests")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"table-{rows}.{fmt}")
+    warm = os.path.join(folder, f"table-10.{fmt}")
+    for name, n in ((path, rows), (warm, 10)):
+        if not os.path.exists(name):
+            write_table(name, fmt, n)
+    run = subprocess.run(
+        [sys.executable, "-c", _CHILD, fmt, path, warm], capture_output=True, text=True, check=True
+    )
+    got = json.loads(run.stdout)
+    mb = 2**20
+    return {
+        "format": fmt,
+        "rows": got["rows"],
+        "file_mb": round(os.path.getsize(path) / mb, 1),
+        "rows_per_s": round(got["rows"] / got["seconds"]),
+        "seconds": round(got["seconds"], 2),
+        "held_mb": round(got["held"] / mb, 1),
+        "peak_mb": round(got["peak"] / mb, 1),
+        "peak_over_held": round(got["peak"] / got["held"], 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="100000,1000000")
+    parser.add_argument("--formats", default="csv,jsonl,parquet")
+    parser.add_argument("--cache", default="bench-out")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    results = []
+    print("| format | rows | file MB | rows/s | s | held MB | peak MB | peak/held |")
+    print("|---|---|---|---|---|---|---|---|")
+    for rows in (int(n) for n in args.rows.split(",")):
+        for fmt in args.formats.split(","):
+            r = measure(fmt, rows, args.cache)
+            results.append(r)
+            print(f"| {fmt} | {r['rows']:,} | {r['file_mb']} | {r['rows_per_s']:,} | "
+                  f"{r['seconds']} | {r['held_mb']} | {r['peak_mb']} | {r['peak_over_held']} |",
+                  flush=True)  # fmt: skip
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The class list: found in the source (sorted union) or pinned by --classes, and labels by it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from shardpack.errors import ShardpackError, SourceError
+
+# A --classes file holds one name a line; no real class list is anywhere near this large.
+MAX_CLASSES_FILE = 64 * 2**20
+
+
+def parse_classes(text: str) -> tuple[str, ...]:
+    """--classes: a comma-separated list, or the path of a file with one class name a line.
+
+    Raises:
+        ShardpackError: the file cannot be read, or the list is empty or repeats a name.
+    """
+    if os.path.isfile(text):
+        try:
+            with open(text, "rb") as f:
+                data = f.read(MAX_CLASSES_FILE + 1)
+        except OSError as e:
+            raise ShardpackError(f"{text}: cannot read the class list ({e.strerror})") from None
+        if len(data) > MAX_CLASSES_FILE:
+            raise ShardpackError(f"{text}: over {MAX_CLASSES_FILE} bytes; is it a class list?")
+        names = [line.strip() for line in os.fsdecode(data).splitlines()]
+        where = text
+    else:
+        names = [name.strip() for name in text.split(",")]
+        where = "--classes"
+    names = [name for name in names if name]
+    if not names:
+        raise ShardpackError(f"{where}: names no class; pass a,b,c or a file with one a line")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ShardpackError(f"{where}: class {repeated[0]!r} is listed twice; list each once")
+    return tuple(names)
+
+
+def class_list(found: Iterable[str], pinned: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The dataset's classes: `pinned` as given, else the sorted union of the names found."""
+    return pinned if pinned is not None else tuple(sorted(set(found)))
+
+
+def labelled(
+    found: list[tuple[str, str, int]], classes: tuple[str, ...], on_error: str
+) -> tuple[list[tuple[str, int, int]], list[tuple[str, str]]]:
+    """Label each (class name, key, size) by its class's position in `classes`.
+
+    Returns:
+        ([(key, label, size)], [(key, reason)] for items whose class is not in the list).
+
+    Raises:
+        SourceError: an item's class is not in the list and on_error is "fail".
+    """
+    position = {name: i for i, name in enumerate(classes)}
+    items, skipped = [], []
+    for name, key, size in found:
+        if name in position:
+            items.append((key, position[name], size))
+            continue
+        reason = f"class {name!r} is not in --classes"
+        if on_error == "fail":
+            raise SourceError(f"{key}: {reason}; add it to the list, or pass --on-error skip")
+        skipped.append((key, reason))
+    return items, skipped

@@ -1,0 +1,118 @@
+"""Sources: where items come from. One module each: folder (SRC/<class>/...), splittree
+(SRC/<split>/<class>/...), manifest (a CSV/TSV/JSONL/Parquet table) and cifar (CIFAR batches).
+
+Each source finds its items (scan -> Dataset with the feature schema) and loads one item's image
+(`loader`); the worker builds an Example from what the loader gives and the item's fields,
+without knowing which source it came from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from shardpack.errors import SourceError
+from shardpack.options import PackOptions
+from shardpack.schema import Schema
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# A field's value as a source gives it: a scalar, or a list (flat, or of k-long rows).
+FieldValue = int | float | str | bytes | tuple
+
+
+@dataclass(frozen=True, slots=True)  # slots: a listing of 1,000,000 holds 1,000,000 Items
+class Item:
+    """One record to write: where its pixels are, its class, and its other feature values."""
+
+    key: str  # unique in the dataset: path relative to SRC, or "<batch>:<record>" for CIFAR
+    label: int | tuple[int, ...] | None  # class index (a tuple for multi-label); None: unlabeled
+    path: str  # file to read, relative to the dataset's root (or absolute, from a manifest)
+    size: int  # bytes on disk (for an image file) or raw pixel bytes (for a CIFAR record)
+    record: int | None = None  # record number inside a CIFAR batch
+    # name -> value of each feature the schema adds beyond the built-ins and `label`
+    fields: Mapping[str, FieldValue] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """What a scan found: the feature schema, items per split, and files passed over."""
+
+    kind: str  # "folder", "split-tree", "manifest" or one of the CIFAR layouts
+    root: str  # the folder items' paths are relative to
+    schema: Schema
+    splits: dict[str, tuple[Item, ...]] = field(hash=False)
+    ignored: int = 0
+    ignored_files: tuple[str, ...] = ()  # the first folder.MAX_NAMED_IGNORED of them
+    # (key, reason): special files, unlistable folders, classes not in --classes, bad rows
+    skipped: tuple[tuple[str, str], ...] = ()
+    warnings: tuple[str, ...] = ()  # for the user, one line each: a class with no images
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """The `label` feature's class names."""
+        return self.schema.classes
+
+    @property
+    def num_items(self) -> int:
+        return sum(len(items) for items in self.splits.values())
+
+
+# What a loader gives for one item: an image file's bytes, or decoded RGB pixels (CIFAR).
+Loader = Callable[[Item, str, PackOptions, dict], "bytes | np.ndarray"]
+
+
+def scan(src: str | os.PathLike, options: PackOptions | None = None) -> Dataset:
+    """List every item of SRC.
+
+    Args:
+        src: a class-folder tree (SRC/<class>/**/<image>), a split tree
+            (SRC/<split>/<class>/**/<image>), a manifest (.csv, .tsv, .jsonl, .parquet, or a
+            folder holding metadata.csv/.jsonl/.parquet) or a folder of CIFAR batches.
+        options: the source layout ("auto" tells them apart by the files present), the
+            pinned class list, split names and fractions, the manifest's path column and
+            root, and the on-error policy.
+
+    Raises:
+        SourceError: SRC is missing, empty, or not of the layout asked for.
+    """
+    from shardpack.sources import cifar, folder, manifest, splittree
+    from shardpack.splitting import split_dataset
+
+    options = options or PackOptions()
+    root = source_root(src)
+    layout = cifar.cifar_layout(root, options.source) if os.path.isdir(root) else None
+    table = manifest.manifest_source(root, options.source)
+    if layout is not None:
+        if options.classes is not None:
+            raise SourceError(f"{root}: CIFAR brings its own class list; drop --classes")
+        dataset = cifar.scan_cifar(root, layout)
+    elif table is not None:
+        dataset = manifest.scan_manifest(table, options)
+    elif options.source == "auto" and splittree.is_split_tree(root, options.split_names):
+        dataset = splittree.scan_split_tree(root, options)
+    else:
+        dataset = folder.scan_folder(root, options)
+    return dataset if options.split is None else split_dataset(dataset, options.split, options.seed)
+
+
+def loader(kind: str) -> Loader:
+    """The function that loads one item's image for datasets of this kind."""
+    from shardpack.sources import cifar, folder
+
+    return cifar.load if kind in cifar.LAYOUTS else folder.load
+
+
+def source_root(src: str | os.PathLike) -> str:
+    """SRC as an absolute path: an existing folder or manifest file, else a SourceError."""
+    from shardpack.sources import folder, manifest
+
+    root = os.path.abspath(os.fspath(src))
+    if not os.path.exists(root):
+        raise SourceError(f"{root}: no such folder; pass the folder that holds your images")
+    if not os.path.isdir(root) and not manifest.is_manifest_name(root):
+        raise SourceError(f"{root}: is a file, not a folder; {folder.instead_of_file(root)}")
+    return root

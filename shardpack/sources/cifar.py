@@ -1,0 +1,238 @@
+"""The CIFAR source: CIFAR-10/100 batches, python pickles (walked by safepickle) or binary."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from shardpack import safepickle
+from shardpack.errors import SourceError
+from shardpack.options import PackOptions
+from shardpack.schema import Feature, Schema
+from shardpack.sources import Dataset, Item
+from shardpack.sources.folder import check_class_name
+from shardpack.srcfiles import RefusedFile, read_regular
+
+CIFAR_PIXELS = 32 * 32 * 3
+# The largest real CIFAR file (CIFAR-100 train) is 155 MB; refuse what could only be a trap.
+MAX_BATCH_BYTES = 512 * 2**20
+# A class-names file holds 100 short lines.
+MAX_NAMES_BYTES = 2**20
+
+# name -> (split of each batch file, file holding the class names)
+LAYOUTS = {
+    "cifar10-python": (
+        {**{f"data_batch_{i}": "train" for i in range(1, 6)}, "test_batch": "test"},
+        "batches.meta",
+    ),
+    "cifar100-python": ({"train": "train", "test": "test"}, "meta"),
+    "cifar10-binary": (
+        {**{f"data_batch_{i}.bin": "train" for i in range(1, 6)}, "test_batch.bin": "test"},
+        "batches.meta.txt",
+    ),
+    "cifar100-binary": ({"train.bin": "train", "test.bin": "test"}, "fine_label_names.txt"),
+}
+
+
+def cifar_layout(root: str, source: str = "auto") -> str | None:
+    """Which CIFAR layout SRC holds (by its file names alone), or None for a class-folder tree.
+
+    Raises:
+        SourceError: source is "cifar" and no CIFAR batches are there.
+    """
+    layout = None if source == "folder" else _cifar_layout(root)
+    if source == "cifar" and layout is None:
+        raise SourceError(
+            f"{root}: no CIFAR batches found; expected data_batch_1..5 and test_batch with "
+            "batches.meta (CIFAR-10), train/test with meta (CIFAR-100), or their .bin versions"
+        )
+    return layout
+
+
+def _cifar_layout(root: str) -> str | None:
+    for name, (batches, meta) in LAYOUTS.items():
+        present = [b for b in batches if os.path.isfile(os.path.join(root, b))]
+        if present and os.path.isfile(os.path.join(root, meta)):
+            return name
+    return None
+
+
+def scan_cifar(root: str, layout: str) -> Dataset:
+    batches, meta = LAYOUTS[layout]
+    binary = layout.endswith("binary")
+    hundred = layout.startswith("cifar100")
+    meta_path = os.path.join(root, meta)
+    if binary:
+        classes = _read_names(meta_path)
+        coarse = _read_names(os.path.join(root, "coarse_label_names.txt")) if hundred else None
+    else:
+        names = load_cifar_pickle(meta_path)
+        classes = _names(names, "fine_label_names" if hundred else "label_names", meta_path)
+        coarse = _names(names, "coarse_label_names", meta_path) if hundred else None
+    splits: dict[str, list[Item]] = {}
+    for batch, split in batches.items():
+        path = os.path.join(root, batch)
+        if not os.path.isfile(path):
+            continue
+        labels, coarse_labels = (
+            _binary_labels(path, hundred) if binary else _pickle_labels(path, hundred)
+        )
+        stem = batch.removesuffix(".bin")
+        _check_range(path, labels, classes, meta)
+        if coarse_labels is not None:
+            _check_range(path, coarse_labels, coarse, "the coarse label names")
+        for i, label in enumerate(labels):
+            splits.setdefault(split, []).append(
+                Item(
+                    key=f"{stem}:{i}",
+                    label=int(label),
+                    path=batch,
+                    size=CIFAR_PIXELS,
+                    record=i,
+                    fields={} if coarse_labels is None else {"coarse_label": int(coarse_labels[i])},
+                )
+            )
+    extra = {} if coarse is None else {"coarse_label": Feature("int64", classes=coarse)}
+    return Dataset(
+        layout,
+        root,
+        Schema.build(classes, extra),
+        {split: tuple(items) for split, items in splits.items()},
+    )
+
+
+def _read_file(path: str, limit: int, what: str) -> bytes:
+    """A CIFAR file's bytes, read as hostile input (regular files only, bounded)."""
+    try:
+        return read_regular(path, limit)
+    except RefusedFile as e:
+        raise SourceError(f"{path}: {e}; is it {what}?") from None
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read ({e.strerror}); check its permissions") from None
+
+
+def _read_batch(path: str) -> bytes:
+    return _read_file(path, MAX_BATCH_BYTES, "a CIFAR batch")
+
+
+def _read_names(path: str) -> tuple[str, ...]:
+    text = _text(_read_file(path, MAX_NAMES_BYTES, "a CIFAR class-names file"), path)
+    names = tuple(line.strip() for line in text.split("\n") if line.strip())
+    for name in names:
+        check_class_name(name, path)
+    return names
+
+
+def _text(value: object, path: str) -> str:
+    """A name from a CIFAR file as text; bytes must be UTF-8."""
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SourceError(
+            f"{path}: holds a name that is not UTF-8 text; is it a CIFAR file?"
+        ) from None
+
+
+def _require(batch: dict, key: str, path: str):
+    if key not in batch:
+        raise SourceError(f"{path}: has no '{key}' entry; is it a CIFAR file?")
+    return batch[key]
+
+
+def _binary_record_size(hundred: bool) -> int:
+    return CIFAR_PIXELS + (2 if hundred else 1)
+
+
+def _binary_labels(path: str, hundred: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    size = _binary_record_size(hundred)
+    raw = np.frombuffer(_read_batch(path), dtype=np.uint8)
+    if raw.size == 0 or raw.size % size:
+        raise SourceError(
+            f"{path}: {raw.size} bytes is not a whole number of {size}-byte CIFAR records; "
+            "the file is truncated or not a CIFAR binary batch"
+        )
+    records = raw.reshape(-1, size)
+    if hundred:
+        return records[:, 1], records[:, 0]
+    return records[:, 0], None
+
+
+def _pickle_labels(path: str, hundred: bool) -> tuple[list[int], list[int] | None]:
+    batch = load_cifar_pickle(path)
+    labels = _int_list(batch, "fine_labels" if hundred else "labels", path)
+    data = _require(batch, "data", path)
+    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2
+            and data.shape[1] == CIFAR_PIXELS):  # fmt: skip
+        raise SourceError(f"{path}: 'data' is not an N x 3072 uint8 array; is it a CIFAR batch?")
+    if len(labels) != len(data):
+        raise SourceError(f"{path}: {len(labels)} labels for {len(data)} images")
+    coarse = _int_list(batch, "coarse_labels", path) if hundred else None
+    if coarse is not None and len(coarse) != len(labels):
+        raise SourceError(f"{path}: {len(coarse)} coarse labels for {len(labels)} images")
+    return labels, coarse
+
+
+def _int_list(batch: dict, key: str, path: str) -> list[int]:
+    values = _require(batch, key, path)
+    if not isinstance(values, list) or not all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values
+    ):
+        raise SourceError(f"{path}: '{key}' is not a list of integers; is it a CIFAR batch?")
+    return [int(v) for v in values]
+
+
+def _names(meta: dict, key: str, path: str) -> tuple[str, ...]:
+    values = _require(meta, key, path)
+    if not isinstance(values, list) or not all(isinstance(v, (bytes, str)) for v in values):
+        raise SourceError(f"{path}: '{key}' is not a list of names; is it a CIFAR meta file?")
+    names = tuple(_text(v, path) for v in values)
+    for name in names:
+        check_class_name(name, path)
+    return names
+
+
+def _check_range(path: str, labels, names: tuple[str, ...], where: str) -> None:
+    for i, label in enumerate(labels):
+        if not 0 <= label < len(names):
+            raise SourceError(
+                f"{path}: record {i} has label {label}, but {where} names {len(names)} "
+                "classes; the batch and its meta file do not belong together"
+            )
+
+
+def read_cifar_pixels(root: str, batch: str) -> np.ndarray:
+    """Return every image of one CIFAR batch as N x 32 x 32 x 3 uint8 RGB."""
+    path = os.path.join(root, batch)
+    if batch.endswith(".bin"):
+        size = _binary_record_size(batch in ("train.bin", "test.bin"))
+        data = np.frombuffer(_read_batch(path), np.uint8).reshape(-1, size)[
+            :, size - CIFAR_PIXELS :
+        ]
+    else:
+        data = _require(load_cifar_pickle(path), "data", path)
+    return np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+
+
+def load_cifar_pickle(path: str) -> dict[str, object]:
+    """Load a CIFAR python batch, admitting only what the real files hold (see safepickle).
+
+    Keys come back as str whether the file was written by Python 2 or 3.
+
+    Raises:
+        UnsafePickleError: the pickle holds anything else; nothing of it has run.
+        SourceError: the file is unreadable or not a pickled dict.
+    """
+    loaded = safepickle.load(_read_batch(path), path)
+    if not isinstance(loaded, dict):
+        raise SourceError(f"{path}: holds a {type(loaded).__name__}, not a CIFAR batch dict")
+    return {_text(k, path): v for k, v in loaded.items()}
+
+
+def load(item: Item, root: str, options: PackOptions, cache: dict) -> np.ndarray:
+    """One record's 32x32 RGB pixels; each batch a shard reads is loaded once into `cache`."""
+    if item.path not in cache:
+        cache[item.path] = read_cifar_pixels(root, item.path)
+    return cache[item.path][item.record]

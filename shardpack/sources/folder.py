@@ -1,0 +1,257 @@
+"""The class-folder source: SRC/<class>/**/<image>, one class per first-level folder."""
+
+from __future__ import annotations
+
+import os
+import stat
+import unicodedata
+
+from shardpack.classlist import class_list, labelled
+from shardpack.errors import ImageError, SourceError
+from shardpack.options import PackOptions
+from shardpack.schema import Schema
+from shardpack.sources import Dataset, Item
+from shardpack.srcfiles import FileTooLarge, RefusedFile, not_regular, read_regular
+
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
+_ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")  # what a dataset is downloaded as
+
+
+# ---- class folders ---------------------------------------------------------------------------
+
+# index.json names this many of the files a scan ignored (the count stays exact): enough to see
+# what was passed over, bounded for a tree of millions of text files.
+MAX_NAMED_IGNORED = 1000
+# Characters that would split a class name over lines of TFDS's label.labels.txt or garble a
+# terminal: control characters and line or paragraph separators. (Bytes that are not UTF-8 are
+# kept: label.labels.txt holds the name's own bytes.)
+_BAD_NAME_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+def _is_image_name(name: str) -> bool:
+    return "." in name and "." + name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS
+
+
+def check_class_name(name: str, where: str) -> None:
+    """Refuse a class name (a folder's, or from a CIFAR meta file at `where`) that is not one
+    line of printable text."""
+    if any(unicodedata.category(c) in _BAD_NAME_CATEGORIES for c in name):
+        shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name)
+        raise SourceError(
+            f"{where}: the class name '{shown}' holds a control character or a line break, "
+            "but class names are written one per line: rename it"
+        )
+
+
+class Passed:
+    """What a folder scan passed over: files ignored (counted, the first ones named) and files
+    or folders skipped with a reason."""
+
+    def __init__(self) -> None:
+        self.ignored = 0
+        self.ignored_files: list[str] = []
+        self.skipped: list[tuple[str, str]] = []
+
+    def ignore(self, rel: str) -> None:
+        self.ignored += 1
+        if len(self.ignored_files) < MAX_NAMED_IGNORED:
+            self.ignored_files.append(rel)
+
+    def dataset(
+        self,
+        kind: str,
+        root: str,
+        schema: Schema,
+        splits: dict[str, tuple[Item, ...]],
+        left_out: list[tuple[str, str]],
+        warnings: list[str],
+    ) -> Dataset:
+        """The Dataset of a folder scan, with what it passed over and `left_out` skipped."""
+        return Dataset(
+            kind,
+            root,
+            schema,
+            splits,
+            self.ignored,
+            ignored_files=tuple(self.ignored_files),
+            skipped=tuple(sorted([*self.skipped, *left_out])),
+            warnings=tuple(warnings),
+        )
+
+
+def scan_folder(root: str, options: PackOptions) -> Dataset:
+    passed = Passed()
+    found_classes, found, empty = list_class_folders(root, passed)
+    classes = class_list(found_classes, options.classes)
+    items, left_out = labelled(found, classes, options.on_error)
+    if not items:
+        raise SourceError(f"{root}: no images found; {_nothing_found(root)}")
+    listed = tuple(Item(key=key, label=label, path=key, size=size) for key, label, size in items)
+    return passed.dataset("folder", root, Schema.build(classes), {"train": listed}, left_out,
+                          empty_class_warnings(root, empty, classes))  # fmt: skip
+
+
+def list_class_folders(
+    root: str, passed: Passed, base: str = ""
+) -> tuple[tuple[str, ...], list[tuple[str, str, int]], list[str]]:
+    """The class folders of root/base and their images, sorted by key; what is not an image
+    goes to `passed`.
+
+    Returns:
+        (class names, [(class name, key, size)] with keys relative to root, the names of the
+        class folders that hold no image).
+    """
+    top = os.path.join(root, base) if base else root
+    try:
+        entries = sorted(os.scandir(top), key=lambda e: e.name)
+    except OSError as e:
+        raise SourceError(f"{top}: cannot list ({e.strerror}); check its permissions") from None
+    classes = tuple(e.name for e in entries if not _hidden(e.name) and e.is_dir())
+    for name in classes:
+        check_class_name(name, top)
+    for e in entries:
+        if not _hidden(e.name) and not e.is_dir():
+            passed.ignore(f"{base}/{e.name}" if base else e.name)
+    found: list[tuple[str, str, int]] = []
+    # Claim the folder and every class folder up front: a link from one class into another (or
+    # back to the folder) must not list the other class's images under the wrong label.
+    class_dirs: dict[tuple[int, int], str] = {}
+    for name in classes:
+        first = class_dirs.setdefault(_dir_id(os.path.join(top, name)), name)
+        if first != name:
+            raise SourceError(
+                f"{os.path.join(top, name)}: is the same folder as {os.path.join(top, first)} "
+                "(a link); one folder cannot be two classes: remove the link"
+            )
+    seen_dirs = {_dir_id(top), *class_dirs}
+    empty = []
+    for name in classes:
+        images = _walk_images(root, f"{base}/{name}" if base else name, seen_dirs, passed)
+        found.extend((name, rel, size) for rel, size in images)
+        if not images:
+            empty.append(name)
+    found.sort(key=lambda entry: entry[1])
+    return classes, found, empty
+
+
+def empty_class_warnings(top: str, empty: list[str], classes: tuple[str, ...]) -> list[str]:
+    """One warning for each class folder of `top` that holds no images (and is in the list)."""
+    return [
+        f"class '{name}' ({os.path.join(top, name)}) holds no images: it keeps label "
+        f"{classes.index(name)} with no records"
+        for name in empty
+        if name in classes
+    ]
+
+
+def _nothing_found(root: str) -> str:
+    """What SRC holds instead of class folders with images, and what to pass instead."""
+    entries = sorted(os.scandir(root), key=lambda e: e.name)
+    from shardpack.sources import cifar
+
+    for e in entries:
+        if e.is_dir() and cifar.cifar_layout(e.path) is not None:
+            return f"{e.path} holds CIFAR batches: pass that folder as SRC"
+    archives = [e.name for e in entries if e.name.endswith(_ARCHIVES)]
+    if archives:
+        return f"it holds {archives[0]}: extract it, then pass the folder it makes"
+    loose = sum(1 for e in entries if not e.is_dir() and _is_image_name(e.name))
+    if loose:
+        return (
+            f"its {loose} images lie in SRC itself, but each class needs its own folder "
+            f"(SRC/<class>/<image>): move them into class folders, or pass "
+            f"{os.path.dirname(root)} to pack {os.path.basename(root)} as one class"
+        )
+    return f"expected SRC/<class>/<image> with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}"
+
+
+def _dir_id(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def _walk_images(
+    root: str, top: str, seen_dirs: set[tuple[int, int]], passed: Passed
+) -> list[tuple[str, int]]:
+    """Return [(relative path, size)] of the images under root/top, each folder once; what is
+    not an image goes to `passed`. Links are followed to folders and regular files only."""
+    found: list[tuple[str, int]] = []
+    pending = [top]
+    while pending:
+        rel_dir = pending.pop()
+        path = os.path.join(root, rel_dir)
+        try:
+            if rel_dir != top:
+                folder = _dir_id(path)
+                if folder in seen_dirs:
+                    continue  # a link to a folder already walked or claimed: follow it once
+                seen_dirs.add(folder)
+            entries = sorted(os.scandir(path), key=lambda e: e.name)
+        except OSError as e:
+            passed.skipped.append((f"{rel_dir}/", f"cannot list folder ({e.strerror})"))
+            continue
+        subfolders = []
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue  # hidden
+            rel = f"{rel_dir}/{name}"
+            try:
+                st = entry.stat()  # follows links; one syscall, cached by the entry
+            except OSError:
+                st = None  # dangling link: an image name is kept so that the skip says why
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                subfolders.append(rel)
+            elif not _is_image_name(name):
+                passed.ignore(rel)
+            elif st is not None and not stat.S_ISREG(st.st_mode):
+                passed.skipped.append((rel, not_regular(st.st_mode)))  # never opened
+            else:
+                found.append((rel, st.st_size if st is not None else 0))
+        pending.extend(reversed(subfolders))  # walked in name order
+    return found
+
+
+def instead_of_file(path: str) -> str:
+    """What to pass instead of a file given as SRC, judged by its name."""
+    from shardpack.sources import cifar
+
+    parent = os.path.dirname(path)
+    name = os.path.basename(path)
+    if any(name in batches or name == meta for batches, meta in cifar.LAYOUTS.values()):
+        return f"it is a CIFAR file: pass the folder that holds it, {parent}"
+    if name.endswith(_ARCHIVES):
+        return "it is an archive: extract it (tar xf / unzip), then pass the folder it makes"
+    if _is_image_name(name):
+        return (
+            f"it is an image: pass the folder above its class folder, {os.path.dirname(parent)} "
+            f"(SRC/<class>/<image>, here with {os.path.basename(parent)} as the class)"
+        )
+    return "pass a folder of class folders (SRC/<class>/<image>) or of CIFAR batches"
+
+
+def load(item: Item, root: str, options: PackOptions, cache: dict) -> bytes:
+    """An image file's bytes, read as hostile input: a regular file (links followed), bounded by
+    the most an image of --max-pixels can take. Also the loader of split trees and manifests.
+
+    Raises:
+        ImageError: the file is missing, unreadable, not a regular file, too large or empty.
+    """
+    from shardpack import images
+
+    limit = images.max_file_bytes(options.max_pixels)
+    try:
+        data = read_regular(os.path.join(root, item.path), limit, item.size)
+    except FileTooLarge as e:
+        raise ImageError(item.key, f"{e}, the most an image of --max-pixels can take") from None
+    except RefusedFile as e:
+        raise ImageError(item.key, str(e)) from None
+    except OSError as e:
+        raise ImageError(item.key, f"cannot read ({e.strerror})") from None
+    if not data:
+        raise ImageError(item.key, "empty file")
+    return data

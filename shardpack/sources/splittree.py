@@ -1,0 +1,64 @@
+"""Split trees: SRC/<split>/<class>/**/<image>, one split per first-level folder, one class list."""
+
+from __future__ import annotations
+
+import os
+
+from shardpack.classlist import class_list, labelled
+from shardpack.errors import SourceError
+from shardpack.options import PackOptions
+from shardpack.schema import Schema
+from shardpack.sources import Dataset, Item
+from shardpack.sources.folder import (
+    IMAGE_EXTENSIONS,
+    Passed,
+    empty_class_warnings,
+    list_class_folders,
+)
+
+
+def _folders(root: str) -> list[str]:
+    """The first-level folders of SRC that are not hidden."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError as e:
+        raise SourceError(f"{root}: cannot list ({e.strerror}); check its permissions") from None
+    return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+
+
+def is_split_tree(root: str, split_names: tuple[str, ...]) -> bool:
+    """Whether every first-level folder of SRC (there is at least one) is a split name."""
+    folders = _folders(root)
+    return bool(folders) and all(name in split_names for name in folders)
+
+
+def scan_split_tree(root: str, options: PackOptions) -> Dataset:
+    """List a split tree: each split folder's class folders and images.
+
+    The class list is the sorted union of every split's class folders (or --classes), so a
+    label means the same class in every split; a class absent from a split counts 0 there.
+
+    Raises:
+        SourceError: no split holds an image.
+    """
+    passed = Passed()
+    for e in sorted(os.scandir(root), key=lambda e: e.name):
+        if not e.name.startswith(".") and not e.is_dir():
+            passed.ignore(e.name)
+    listings = {split: list_class_folders(root, passed, split) for split in _folders(root)}
+    classes = class_list((c for names, _, _ in listings.values() for c in names), options.classes)
+    splits: dict[str, tuple[Item, ...]] = {}
+    left_out: list[tuple[str, str]] = []
+    warnings: list[str] = []
+    for split, (_, found, empty) in listings.items():
+        items, skipped = labelled(found, classes, options.on_error)
+        splits[split] = tuple(Item(key=k, label=label, path=k, size=s) for k, label, s in items)
+        left_out += skipped
+        warnings += empty_class_warnings(os.path.join(root, split), empty, classes)
+    if not any(splits.values()):
+        raise SourceError(
+            f"{root}: no images found; expected SRC/<split>/<class>/<image> with extensions "
+            f"{', '.join(sorted(IMAGE_EXTENSIONS))}"
+        )
+    splits = {split: items for split, items in splits.items() if items}
+    return passed.dataset("split-tree", root, Schema.build(classes), splits, left_out, warnings)

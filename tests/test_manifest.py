@@ -1,0 +1,400 @@
+"""Manifests: real CSV, TSV, JSONL and Parquet files, written by csv, json and pyarrow."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardpack.errors import SourceError
+from shardpack.manifest import (
+    MAX_LINE_BYTES,
+    MAX_TEXT_CHARS,
+    LabelInfo,
+    manifest_file,
+    read_manifest,
+)
+from shardpack.schema import Feature
+from tests.helpers import write_csv, write_jsonl, write_parquet
+
+# One table with every scalar kind: ints, whole-number floats, bools, text (one empty), names.
+TABLE = [
+    {"path": "a.jpg", "label": "cat", "split": "train", "n": 3, "score": 1.0, "ok": True,
+     "caption": "a cat"},
+    {"path": "img/b.jpg", "label": "dog", "split": "test", "n": -7, "score": 0.1, "ok": False,
+     "caption": ""},
+    {"path": "c.jpg", "label": "cat", "split": "train", "n": 0, "score": 2.5e-3, "ok": True,
+     "caption": "3"},
+]  # fmt: skip
+COLUMNS = list(TABLE[0])
+
+
+def comparable(manifest) -> list[tuple]:
+    """The rows without their line numbers, arrays as (dtype, shape, values)."""
+
+    def plain(v):
+        return (v.dtype.name, v.shape, v.tolist()) if isinstance(v, np.ndarray) else v
+
+    return [(r.path, r.label, r.split, tuple(plain(v) for v in r.values)) for r in manifest.rows]
+
+
+# ---- typed columns ---------------------------------------------------------------------------
+
+
+def test_a_csv_manifest_types_each_column_over_all_its_cells(tmp_path):
+    m = read_manifest(write_csv(tmp_path / "labels.csv", TABLE))
+    assert m.columns == {
+        "caption": Feature("bytes", text=True),  # "3" among words is text
+        "n": Feature("int64"),
+        "ok": Feature("int64"),  # booleans
+        "score": Feature("float32"),  # 1.0 is a float, as json and pyarrow read it
+    }
+    assert m.label == LabelInfo("names", False, ("cat", "dog"))
+    assert m.has_split and m.path_column == "path" and m.bad == []
+    assert m.root == str(tmp_path)
+    first = m.rows[0]
+    assert (first.line, first.path, first.label, first.split) == (2, "a.jpg", "cat", "train")
+    assert m.fields(first) == {"caption": "a cat", "n": 3, "ok": 1, "score": 1.0}
+    assert m.fields(m.rows[1])["score"] == float(np.float32(0.1))  # rounded to float32
+    assert m.fields(m.rows[1])["caption"] == ""
+
+
+def test_the_same_table_as_csv_tsv_jsonl_and_parquet_gives_equal_typed_rows(tmp_path):
+    manifests = [
+        read_manifest(write_csv(tmp_path / "t.csv", TABLE)),
+        read_manifest(write_csv(tmp_path / "t.tsv", TABLE, delimiter="\t")),
+        read_manifest(write_jsonl(tmp_path / "t.jsonl", TABLE)),
+        read_manifest(write_parquet(tmp_path / "t.parquet", TABLE)),
+    ]
+    first = manifests[0]
+    for m in manifests[1:]:
+        assert (m.columns, m.label, m.has_split, m.bad) == (
+            first.columns, first.label, first.has_split, [],
+        )  # fmt: skip
+        assert comparable(m) == comparable(first)
+    assert [r.line for r in manifests[2].rows] == [1, 2, 3]  # JSONL lines
+    assert [r.line for r in manifests[3].rows] == [0, 1, 2]  # Parquet rows
+
+
+def test_a_float32_parquet_column_reads_as_the_same_float32_values(tmp_path):
+    table = pa.table({"path": ["a.jpg", "b.jpg"], "w": pa.array([0.1, 1 / 3], pa.float32())})
+    pq.write_table(table, tmp_path / "t.parquet")
+    write_jsonl(tmp_path / "t.jsonl", [{"path": "a.jpg", "w": 0.1}, {"path": "b.jpg", "w": 1 / 3}])
+    assert comparable(read_manifest(tmp_path / "t.parquet")) == comparable(
+        read_manifest(tmp_path / "t.jsonl")
+    )
+
+
+LISTS = [
+    {"file_name": "a.jpg", "label": ["cat", "dog"], "boxes": [[0.1, 0.2, 0.5, 0.6]],
+     "points": [[1, 2, 1], [3, 4, 0]], "tags": [1, 2, 3], "weights": [1, 2.5],
+     "captions": ["one", "two"]},
+    {"file_name": "b.jpg", "label": [], "boxes": [], "points": [[5, 6, 1]], "tags": [],
+     "weights": [0.5], "captions": []},
+    {"file_name": "c.jpg", "label": ["bird"], "boxes": [[0, 0, 1, 1], [0.5, 0.5, 1, 1]],
+     "points": [], "tags": [7], "weights": [], "captions": ["three"]},
+]  # fmt: skip
+
+
+def test_jsonl_and_parquet_lists_become_list_features_and_multi_labels(tmp_path):
+    m = read_manifest(write_jsonl(tmp_path / "t.jsonl", LISTS))
+    assert m.columns == {
+        "boxes": Feature("float32", (-1, 4)),
+        "captions": Feature("bytes", (-1,), text=True),
+        "points": Feature("int64", (-1, 3)),
+        "tags": Feature("int64", (-1,)),
+        "weights": Feature("float32", (-1,)),
+    }
+    assert m.label == LabelInfo("names", True, ("bird", "cat", "dog"))
+    assert [r.label for r in m.rows] == [("cat", "dog"), (), ("bird",)]
+    a, b, c = (m.fields(r) for r in m.rows)
+    assert a["boxes"].dtype == np.float32 and a["boxes"].shape == (1, 4)
+    assert b["boxes"].shape == (0, 4) and c["boxes"].shape == (2, 4)
+    assert c["points"].shape == (0, 3) and c["points"].dtype == np.int64
+    assert a["captions"] == ("one", "two") and b["captions"] == ()
+    np.testing.assert_array_equal(a["weights"], np.array([1, 2.5], np.float32))
+    parquet = read_manifest(write_parquet(tmp_path / "t.parquet", LISTS))
+    assert (parquet.columns, parquet.label) == (m.columns, m.label)
+    assert comparable(parquet) == comparable(m)
+
+
+def test_integer_labels_and_an_unlabeled_manifest(tmp_path):
+    rows = [{"path": "a.jpg", "label": 2}, {"path": "b.jpg", "label": 0}]
+    m = read_manifest(write_csv(tmp_path / "t.csv", rows))
+    assert m.label == LabelInfo("integers", False, (0, 2))
+    assert [r.label for r in m.rows] == [2, 0]
+    assert read_manifest(write_jsonl(tmp_path / "t.jsonl", rows)).label == m.label
+    bare = read_manifest(write_csv(tmp_path / "bare.csv", [{"path": "a.jpg", "x": 1}]))
+    assert bare.label is None and not bare.has_split and bare.rows[0].label is None
+
+
+def test_a_folder_with_metadata_jsonl_reads_like_hugging_face_imagefolder(tmp_path):
+    write_jsonl(tmp_path / "metadata.jsonl", [{"file_name": "x/a.png", "text": "hi"}])
+    assert manifest_file(tmp_path) == str(tmp_path / "metadata.jsonl")
+    m = read_manifest(tmp_path)
+    assert (m.path_column, m.root, m.rows[0].path) == ("file_name", str(tmp_path), "x/a.png")
+    assert manifest_file(tmp_path / "x") is None  # a folder without one: not a manifest
+
+
+def test_an_explicit_path_column_and_root(tmp_path):
+    write_csv(tmp_path / "t.csv", [{"img": "./a/../b.jpg", "path_to_nothing": "z"}])
+    m = read_manifest(tmp_path / "t.csv", path_column="img", root=tmp_path / "images")
+    assert (m.rows[0].path, m.root) == ("b.jpg", str(tmp_path / "images"))
+    assert list(m.columns) == ["path_to_nothing"]
+
+
+# ---- bad rows --------------------------------------------------------------------------------
+
+
+def reasons(manifest) -> dict[int, str]:
+    return {b.line: b.reason for b in manifest.bad}
+
+
+def test_bad_csv_rows_name_their_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "path,label,split,n\n"
+        "a.jpg,cat,train,1\n"  # 2: good
+        ",cat,train,2\n"  # 3: no path
+        "b.jpg,,train,3\n"  # 4: no label
+        "c.jpg,cat,train\n"  # 5: a cell short
+        "d.jpg,cat,../x,4\n"  # 6: a split that is not a name
+        "e.jpg,cat,train,99999999999999999999\n"  # 7: beyond int64
+        "f.jpg,cat,train,\n"  # 8: no value
+        '"g\n.jpg",cat,train,5\n'  # 9-10: a quoted newline; the row starts at line 9
+        "./a.jpg,dog,train,6\n",  # 11: the same image as line 2
+        encoding="utf-8",
+    )
+    m = read_manifest(path)
+    assert [r.line for r in m.rows] == [2, 9]
+    got = reasons(m)
+    assert got[3] == "t.csv line 3: no image path in column 'path'"
+    assert got[4] == "t.csv line 4: no label in column 'label'"
+    assert got[5] == "t.csv line 5: has 3 cells, the header has 4"
+    assert "split '../x' is not a name" in got[6]
+    assert got[7] == "t.csv line 7: column 'n' holds an integer beyond the int64 range"
+    assert got[8] == "t.csv line 8: no value in column 'n'"
+    assert got[11] == "t.csv line 11: the same image as line 2"
+    assert m.columns["n"] == Feature("int64")
+
+
+def test_bad_jsonl_rows_name_their_line(tmp_path):
+    rows = [
+        {"path": "a.jpg", "label": "cat", "score": 1.5, "boxes": [[1, 2, 3, 4]]},
+        {"label": "cat", "score": 1.5, "boxes": []},  # 2: no path key
+        {"path": "", "label": "cat", "score": 1.5, "boxes": []},  # 3: empty path
+        {"path": 7, "label": "cat", "score": 1.5, "boxes": []},  # 4: path not text
+        {"path": "b.jpg", "label": "cat", "score": "high", "boxes": []},  # 5: text for a number
+        {"path": "c.jpg", "label": "cat", "score": 1, "boxes": [[1, 2, 3, 4], [1, 2]]},  # 6
+        {"path": "d.jpg", "label": "cat", "score": 1, "boxes": [[1, 2, 3]]},  # 7: k = 3
+        {"path": "e.jpg", "label": 4, "score": 1, "boxes": []},  # 8: an integer among names
+        {"path": "f.jpg", "label": "cat", "score": 2**70, "boxes": []},  # 9: beyond int64
+        {"path": "g.jpg", "label": "cat", "score": 1e39, "boxes": []},  # 10: beyond float32
+        {"path": "h.jpg", "label": "cat", "score": 2, "boxes": [[1, 2, 3, 4]]},  # 11: good
+    ]
+    m = read_manifest(write_jsonl(tmp_path / "t.jsonl", rows))
+    assert m.columns == {"boxes": Feature("int64", (-1, 4)), "score": Feature("float32")}
+    assert [r.line for r in m.rows] == [1, 11]
+    got = reasons(m)
+    assert (
+        got[2]
+        == got[3].replace("line 3", "line 2")
+        == "t.jsonl line 2: no image path in column 'path'"
+    )
+    assert "is 7, not text" in got[4]
+    assert got[5] == (
+        "t.jsonl line 5: column 'score' holds float32 numbers, got 'high'; fix the value or "
+        "remove the row"
+    )
+    assert "ragged list of lists (lengths [2, 4])" in got[6]
+    assert "holds lists of 4-number lists (int64), got [[1, 2, 3]]" in got[7]
+    assert "label 4 is not a class name" in got[8]
+    assert "beyond the int64 range" in got[9]
+    assert "beyond the float32 range" in got[10]
+    assert m.bad[3].path == "b.jpg"
+
+
+def test_lists_that_no_column_can_hold_are_bad_rows(tmp_path):
+    rows = [
+        {"path": "a.jpg", "tags": [1, 2], "notes": ["", "x"]},
+        {"path": "b.jpg", "tags": [1, "a"], "notes": []},
+        {"path": "c.jpg", "tags": [None], "notes": []},
+        {"path": "d.jpg", "tags": [{"a": 1}], "notes": []},
+        {"path": "e.jpg", "tags": [], "notes": ["y", 3]},
+    ]
+    m = read_manifest(write_jsonl(tmp_path / "t.jsonl", rows))
+    assert m.columns == {
+        "notes": Feature("bytes", (-1,), text=True),
+        "tags": Feature("int64", (-1,)),
+    }
+    assert m.fields(m.rows[0])["notes"] == ("", "x")
+    assert reasons(m) == {
+        2: "t.jsonl line 2: column 'tags' holds a list mixing int and text",
+        3: "t.jsonl line 3: column 'tags' holds a list holding null",
+        4: "t.jsonl line 4: column 'tags' holds a JSON object",
+        5: "t.jsonl line 5: column 'notes' holds a list mixing int and text",
+    }
+
+
+def test_bad_parquet_rows_name_their_row_across_row_groups(tmp_path):
+    rows = [{"path": f"{i}.jpg", "label": i % 3} for i in range(10)]
+    rows[7]["path"] = None
+    rows[8]["label"] = -1
+    m = read_manifest(write_parquet(tmp_path / "t.parquet", rows, row_group_size=3))
+    assert pq.ParquetFile(tmp_path / "t.parquet").num_row_groups == 4
+    assert [r.line for r in m.rows] == [0, 1, 2, 3, 4, 5, 6, 9]
+    assert reasons(m) == {
+        7: "t.parquet row 7: no image path in column 'path'",
+        8: "t.parquet row 8: label -1 is negative; integer labels count classes from 0",
+    }
+
+
+# ---- manifests that cannot be read -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([{"name": "a.jpg", "label": "x"}], "no image column (columns: name, label); name the"),
+        ([{"path": "a", "image": "b"}], "several image columns (columns: path, image)"),
+        ([{"path": "a", "height": 3}], "column 'height' has the name of a built-in feature"),
+    ],
+)
+def test_a_manifest_without_one_image_column_or_with_a_built_in_name_is_refused(
+    tmp_path, rows, message
+):
+    for path in (write_csv(tmp_path / "t.csv", rows), write_parquet(tmp_path / "t.parquet", rows)):
+        with pytest.raises(SourceError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            read_manifest(path)
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("t.xlsx", b"PK", r"t\.xlsx: is a file of unknown kind; pass a folder of images, or a"),
+        ("t.jsonl", b'{"path": "a.jpg"}\n{"path": "b",\n', r"t\.jsonl line 2: not valid JSON"),
+        ("t.jsonl", b'{"path": "a.jpg"}\n["b.jpg"]\n', r"line 2: holds a JSON list, not an object"),
+        ("t.csv", b"", r"t\.csv: is empty; the first line must name the columns"),
+        ("t.csv", b"path,label\n", r"t\.csv: holds no rows"),
+        ("t.csv", b"path,label,path\na,b,c\n", r"\['path', 'label', 'path'\] include an empty or"),
+        ("t.jsonl", b'{"path": "a.jpg", "": 1}\n', r"include an empty or repeated name"),
+        ("t.parquet", b"PAR1 not really", r"t\.parquet: not a readable Parquet file"),
+        (
+            "t.parquet",
+            _parquet_bytes(pa.table({"path": ["a"], "blob": [b"\x00"]})),
+            r"column 'blob' is of Parquet type binary; shardpack reads numbers",
+        ),
+    ],
+)
+def test_unreadable_manifests_raise_one_line_naming_the_problem(tmp_path, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(SourceError, match=message) as caught:
+        read_manifest(tmp_path / name)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_folder_with_two_metadata_files_is_refused(tmp_path):
+    write_jsonl(tmp_path / "metadata.jsonl", [{"path": "a"}])
+    write_csv(tmp_path / "metadata.csv", [{"path": "a"}])
+    with pytest.raises(SourceError, match=r"holds metadata\.csv and metadata\.jsonl; keep one"):
+        read_manifest(tmp_path)
+
+
+def test_without_pyarrow_a_parquet_manifest_says_which_extra_to_install(tmp_path):
+    write_parquet(tmp_path / "t.parquet", [{"path": "a.jpg"}])
+    code = (
+        "import sys; sys.modules['pyarrow'] = None\n"  # as if it were not installed
+        "from shardpack.manifest import read_manifest\n"
+        f"read_manifest({str(tmp_path / 't.parquet')!r})\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "pip install shardpack[parquet]" in run.stderr
+
+
+def test_reading_a_csv_manifest_does_not_import_pyarrow(tmp_path):
+    write_csv(tmp_path / "t.csv", TABLE)
+    code = (
+        "import sys\nfrom shardpack.manifest import read_manifest\n"
+        f"read_manifest({str(tmp_path / 't.csv')!r})\nprint('pyarrow' in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"
+
+
+# ---- hostile manifests -----------------------------------------------------------------------
+
+
+def test_a_symlinked_manifest_is_refused_even_when_its_target_is_fine(tmp_path):
+    target = write_csv(tmp_path / "real.csv", TABLE)
+    (tmp_path / "link.csv").symlink_to(target)
+    with pytest.raises(SourceError, match=r"link\.csv: is a symbolic link"):
+        read_manifest(tmp_path / "link.csv")
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "metadata.csv").symlink_to(target)
+    with pytest.raises(SourceError, match=r"metadata\.csv: is a symbolic link"):
+        read_manifest(folder)
+
+
+def test_a_fifo_manifest_is_refused_without_waiting_for_a_writer(tmp_path):
+    os.mkfifo(tmp_path / "t.csv")
+    errors: list[SourceError] = []
+
+    def read() -> None:
+        with pytest.raises(SourceError) as caught:
+            read_manifest(tmp_path / "t.csv")
+        errors.append(caught.value)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "reading a FIFO blocked"
+    assert "t.csv: is not a regular file" in str(errors[0])
+
+
+def test_a_giant_line_stops_the_read_without_loading_it(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with open(path, "wb") as f:
+        f.write(b'{"path": "a.jpg"}\n')
+        f.write(b'{"path": "' + b"x" * (MAX_LINE_BYTES + 10) + b'"}\n')
+    with pytest.raises(SourceError, match=rf"line 2: longer than {MAX_LINE_BYTES} bytes"):
+        read_manifest(path)
+    big_cell = tmp_path / "t.csv"
+    big_cell.write_text('path,caption\na.jpg,"' + "y\n" * MAX_TEXT_CHARS + '"\n', "utf-8")
+    with pytest.raises(SourceError, match=r"t\.csv line \d+: malformed CSV"):
+        read_manifest(big_cell)
+
+
+def test_a_long_text_value_is_a_bad_row(tmp_path):
+    rows = [{"path": "a.jpg", "caption": "ok"}, {"path": "b.jpg", "caption": "z" * 200_000}]
+    m = read_manifest(write_jsonl(tmp_path / "t.jsonl", rows))
+    assert reasons(m) == {
+        2: f"t.jsonl line 2: column 'caption' holds a text of 200000 characters "
+        f"(over {MAX_TEXT_CHARS})"
+    }
+
+
+def test_non_utf8_bytes_name_their_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes("path,label\na.jpg,chat\nb.jpg,caf\xe9\n".encode("latin-1"))
+    with pytest.raises(SourceError, match=r"t\.csv line 3: not UTF-8 text \(byte 10 of the line\)"):
+        read_manifest(path)
+
+
+def test_deeply_nested_json_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"path": "a", "x": ' + "[" * 200_000 + "]" * 200_000 + "}\n", "utf-8")
+    with pytest.raises(SourceError, match=r"line 1: not valid JSON \(nested too deeply\)"):
+        read_manifest(path)

@@ -1,0 +1,156 @@
+"""A manifest as a pack source, on real files: bad rows by line, labels to classes, splits,
+--path-column and --root, the Hugging Face metadata folder, and version-1 outputs still read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shardpack.errors import SourceError
+from shardpack.options import PackOptions
+from shardpack.packer import pack
+from shardpack.read import iter_examples, tf_dataset
+from shardpack.recordindex import read_record
+from shardpack.verifier import verify
+from tests.helpers import make_tree, write_csv, write_jsonl
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def _index(out: Path) -> dict:
+    return json.loads((out / "index.json").read_text())
+
+
+GOOD = {"label": "cat", "boxes": [[0.1, 0.2, 0.3, 0.4]], "score": 0.5}
+
+
+@pytest.fixture
+def bad_rows(tmp_path: Path) -> Path:
+    """A JSONL manifest whose lines 2-7 are each bad in their own way (line 1 is good)."""
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 1})
+    os.mkfifo(src / "fifo.jpg")
+    rows = [
+        {"path": "cat/img_000.jpg", **GOOD},
+        {"path": "nowhere.jpg", **GOOD},  # missing file
+        {"path": "cat/img_001.jpg", **GOOD, "score": "high"},  # a value of the wrong type
+        {"path": "dog/img_000.jpg", **GOOD, "boxes": [[0.1, 0.2, 0.3]]},  # a ragged box list
+        {"path": "", **GOOD},  # an empty path
+        {"path": "fifo.jpg", **GOOD},  # not a regular file: never opened
+        {"path": "cat/img_000.jpg", **GOOD, "label": "bird"},  # the same image again
+    ]
+    return write_jsonl(src / "labels.jsonl", rows)
+
+
+def test_bad_rows_are_skipped_with_their_manifest_line(bad_rows: Path, tmp_path: Path):
+    result = pack(bad_rows, tmp_path / "out", PackOptions(workers=1))
+    skipped = {s["reason"].split(":")[0]: s["reason"] for s in _index(tmp_path / "out")["skipped"]}
+    assert sorted(skipped) == [f"labels.jsonl line {n}" for n in range(2, 8)]
+    assert "No such file" in skipped["labels.jsonl line 2"]
+    assert "score" in skipped["labels.jsonl line 3"]
+    assert "boxes" in skipped["labels.jsonl line 4"]
+    assert "no image path" in skipped["labels.jsonl line 5"]
+    assert "not a regular file (a FIFO)" in skipped["labels.jsonl line 6"]
+    assert "the same image as line 1" in skipped["labels.jsonl line 7"]
+    assert result.index.split("train").num_records == 1
+
+
+def test_a_bad_row_with_on_error_fail_is_one_line_naming_it(bad_rows: Path, tmp_path: Path):
+    done = _cli("pack", str(bad_rows), str(tmp_path / "out"), "--on-error", "fail")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "labels.jsonl line 2" in done.stderr
+    assert not (tmp_path / "out" / "index.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("header", "words"),
+    [
+        (["path", "height"], ["column 'height'", "built-in feature"]),
+        (["picture", "label"], ["no image column", "columns: picture, label", "--path-column"]),
+    ],
+)
+def test_an_unusable_manifest_is_one_line(tmp_path: Path, header: list[str], words: list[str]):
+    make_tree(tmp_path / "src", {"cat": 1})
+    manifest = write_csv(tmp_path / "src" / "m.csv", [dict.fromkeys(header, "cat/img_000.jpg")])
+    done = _cli("pack", str(manifest), str(tmp_path / "out"))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert all(w in done.stderr for w in words), done.stderr
+
+
+def test_a_class_not_in_classes_is_a_bad_row(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 1, "dog": 1})
+    rows = [
+        {"path": "cat/img_000.jpg", "label": "cat"},
+        {"path": "dog/img_000.jpg", "label": "dog"},
+    ]
+    out = tmp_path / "out"
+    pack(write_csv(src / "m.csv", rows), out, PackOptions(workers=1, classes=("dog", "cow")))
+    assert _index(out)["classes"] == ["dog", "cow"]
+    assert [s["reason"] for s in _index(out)["skipped"]] == [
+        "m.csv line 2: class 'cat' is not in --classes"
+    ]
+    assert [r["label"] for r in iter_examples(out)] == [0]
+
+
+def test_integer_labels_split_column_path_column_and_root(tmp_path: Path):
+    images = make_tree(tmp_path / "images", {"a": 2, "b": 2})
+    rows = [
+        {"file": "a/img_000.jpg", "path": "x", "label": 2, "split": "train"},
+        {"file": "a/img_001.jpg", "path": "x", "label": 0, "split": "test"},
+        {"file": "b/img_000.jpg", "path": "x", "label": 1, "split": "train"},
+        {"file": "b/img_001.jpg", "path": "x", "label": 2, "split": "test"},
+    ]
+    manifest = write_csv(tmp_path / "m.csv", rows)  # beside, not inside, the images
+    out = tmp_path / "out"
+    done = _cli("pack", str(manifest), str(out), "--path-column", "file", "--root", str(images),
+                "--workers", "1")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    index = _index(out)
+    assert index["classes"] == ["0", "1", "2"]  # integers without names: classes 0..max
+    assert index["features"]["path"] == {"dtype": "bytes", "shape": [], "text": True}
+    assert {s: v["class_counts"] for s, v in index["splits"].items()} == {
+        "train": [0, 1, 1],
+        "test": [1, 0, 1],
+    }
+
+
+def test_a_hugging_face_folder_with_metadata_and_no_labels(tmp_path: Path):
+    src = make_tree(tmp_path / "hf", {"train": 2})
+    rows = [{"file_name": f"train/img_00{i}.jpg", "text": f"caption {i}"} for i in range(2)]
+    write_csv(src / "metadata.csv", rows)
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, shuffle=False))
+    index = _index(out)
+    assert index["classes"] == [] and "label" not in index["features"]
+    assert [r["text"] for r in iter_examples(out)] == ["caption 0", "caption 1"]
+    assert verify(out).ok
+
+
+def test_a_version_1_output_is_still_read(tmp_path: Path):
+    """An output written by shardpack before the schema (index version 1) reads as before."""
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, index_files=True))
+    index = _index(out)
+    v1 = {name: feature["dtype"] for name, feature in index["features"].items()}
+    (out / "index.json").write_text(json.dumps({**index, "version": 1, "features": v1}))
+    records = list(iter_examples(out))
+    assert sorted(r["label"] for r in records) == [0, 0, 1, 1]
+    assert isinstance(records[0]["key"], str) and verify(out).ok
+    assert read_record(out, "train", 0)["key"] == records[0]["key"]
+    pytest.importorskip("tensorflow")
+    keys = [r["key"].numpy().decode() for r in tf_dataset(out, shuffle=False, decode=False)]
+    assert keys == [r["key"] for r in records]
+
+
+def test_a_file_that_is_no_manifest_is_refused(tmp_path: Path):
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(SourceError, match="is a file"):
+        pack(tmp_path / "notes.txt", tmp_path / "out")

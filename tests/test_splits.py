@@ -1,0 +1,198 @@
+"""Split trees, --classes and --split: real trees packed, read back with and without TensorFlow."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from shardpack.classlist import parse_classes
+from shardpack.errors import ShardpackError, SourceError
+from shardpack.options import PackOptions, parse_split
+from shardpack.packer import pack
+from shardpack.read import iter_examples
+from shardpack.sources import scan
+from shardpack.splitting import stratified_split
+from tests.helpers import make_tree, tf_records
+
+
+def _index(out: Path) -> dict:
+    return json.loads((out / "index.json").read_text())
+
+
+def _split_tree(root: Path) -> Path:
+    make_tree(root / "train", {"cat": 3, "dog": 2, "eel": 1})
+    make_tree(root / "validation", {"cat": 2, "eel": 1}, seed=10)  # no dog here
+    return root
+
+
+# ---- split trees ----------------------------------------------------------------------------
+
+
+def test_split_tree_packs_splits_with_one_class_list(tmp_path: Path):
+    out = tmp_path / "out"
+    pack(_split_tree(tmp_path / "src"), out, PackOptions(workers=1))
+    index = _index(out)
+    assert index["source"] == "split-tree"
+    assert index["classes"] == ["cat", "dog", "eel"]
+    assert index["splits"]["train"]["class_counts"] == [3, 2, 1]
+    assert index["splits"]["validation"]["class_counts"] == [2, 0, 1]  # dog absent: 0
+    # The same label means the same class in both splits, read back through TensorFlow.
+    for split in ("train", "validation"):
+        for record in tf_records(out, split):
+            key = record["key"].decode()
+            assert key.startswith(f"{split}/")
+            assert index["classes"][record["label"]] == key.split("/")[1]
+    keys = sorted(r["key"] for r in iter_examples(out, "validation"))
+    assert keys == ["validation/cat/img_000.jpg", "validation/cat/img_001.jpg",
+                    "validation/eel/img_000.jpg"]  # fmt: skip
+
+
+def test_a_folder_that_is_not_a_split_name_makes_it_a_class_tree(tmp_path: Path):
+    src = _split_tree(tmp_path / "src")
+    make_tree(src / "extra", {"x": 1}, seed=20)
+    dataset = scan(src)
+    assert dataset.kind == "folder" and dataset.classes == ("extra", "train", "validation")
+
+
+def test_splits_option_names_other_split_folders(tmp_path: Path):
+    src = tmp_path / "src"
+    make_tree(src / "fold1", {"a": 2})
+    make_tree(src / "fold2", {"b": 1})
+    assert scan(src).kind == "folder"
+    dataset = scan(src, PackOptions(split_names=("fold1", "fold2")))
+    assert dataset.kind == "split-tree" and dataset.classes == ("a", "b")
+    assert {s: len(items) for s, items in dataset.splits.items()} == {"fold1": 2, "fold2": 1}
+
+
+def test_cli_pack_of_a_split_tree(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from shardpack.cli import app
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        [
+            "pack",
+            str(_split_tree(tmp_path / "src")),
+            str(out),
+            "--workers",
+            "1",
+            "--no-progress",
+            "--classes",
+            "eel,cat,dog",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert _index(out)["classes"] == ["eel", "cat", "dog"]
+    assert _index(out)["splits"]["validation"]["class_counts"] == [1, 2, 0]
+
+
+# ---- --classes ------------------------------------------------------------------------------
+
+
+def test_classes_pin_the_order_and_labels(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 3})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, classes=("dog", "cat", "yak")))
+    index = _index(out)
+    assert index["classes"] == ["dog", "cat", "yak"]
+    assert index["splits"]["train"]["class_counts"] == [3, 2, 0]
+    for record in tf_records(out):
+        assert index["classes"][record["label"]] == record["key"].decode().split("/")[0]
+
+
+def test_an_image_of_a_class_not_in_the_list_is_skipped_or_fails(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 1})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, classes=("cat",)))
+    index = _index(out)
+    assert index["splits"]["train"]["num_records"] == 2
+    assert index["skipped"] == [{"key": "dog/img_000.jpg",
+                                 "reason": "class 'dog' is not in --classes"}]  # fmt: skip
+    with pytest.raises(SourceError, match=r"dog/img_000\.jpg: class 'dog' is not in --classes"):
+        pack(src, tmp_path / "out2", PackOptions(workers=1, classes=("cat",), on_error="fail"))
+    assert not (tmp_path / "out2" / "index.json").exists()
+
+
+def test_parse_classes_from_a_list_or_a_file(tmp_path: Path):
+    assert parse_classes("b, a ,c") == ("b", "a", "c")
+    listing = tmp_path / "classes.txt"
+    listing.write_text("zebra\napple\n\nmango\n")
+    assert parse_classes(str(listing)) == ("zebra", "apple", "mango")
+    with pytest.raises(ShardpackError, match="listed twice"):
+        parse_classes("a,b,a")
+    with pytest.raises(ShardpackError, match="names no class"):
+        parse_classes(" , ")
+
+
+def test_classes_are_refused_for_cifar(tmp_path: Path):
+    from tests.helpers import make_cifar10_python
+
+    src = make_cifar10_python(tmp_path / "c", per_batch=2, batches=1)
+    with pytest.raises(SourceError, match="drop --classes"):
+        scan(src, PackOptions(classes=("a",)))
+
+
+# ---- --split --------------------------------------------------------------------------------
+
+
+def test_stratified_split_is_disjoint_covering_proportional_and_seeded():
+    labels = [i % 3 for i in range(300)] + [3] * 7  # three big classes and a small one
+    parts = stratified_split(labels, [0.7, 0.2, 0.1], seed=5)
+    flat = [i for part in parts for i in part]
+    assert sorted(flat) == list(range(len(labels)))  # disjoint and covering
+    assert [len(p) for p in parts] == [215, 61, 31]  # within one of 0.7/0.2/0.1 of 307
+    for label in range(3):  # each class spread in proportion, to within one
+        counts = [sum(labels[i] == label for i in part) for part in parts]
+        assert counts == [70, 20, 10]
+    assert stratified_split(labels, [0.7, 0.2, 0.1], seed=5) == parts
+    assert stratified_split(labels, [0.7, 0.2, 0.1], seed=6) != parts
+
+
+def test_stratified_split_keeps_totals_right_with_many_tiny_classes():
+    parts = stratified_split(list(range(20)), [0.9, 0.1], seed=0)  # one item per class
+    assert [len(p) for p in parts] == [18, 2]
+
+
+def test_split_option_packs_stratified_splits(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 10, "dog": 20})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, split=(("train", 0.8), ("validation", 0.2)), seed=3))
+    index = _index(out)
+    assert index["splits"]["train"]["class_counts"] == [8, 16]
+    assert index["splits"]["validation"]["class_counts"] == [2, 4]
+    train = {r["key"].decode() for r in tf_records(out, "train")}
+    validation = {r["key"].decode() for r in tf_records(out, "validation")}
+    assert not train & validation and len(train | validation) == 30
+    again = tmp_path / "again"
+    pack(src, again, PackOptions(workers=1, split=(("train", 0.8), ("validation", 0.2)), seed=3))
+    assert Counter(r["key"] for r in iter_examples(again, "validation")) == Counter(validation)
+
+
+def test_split_of_a_source_with_splits_or_too_few_items_is_refused(tmp_path: Path):
+    with pytest.raises(SourceError, match="already has splits"):
+        scan(_split_tree(tmp_path / "tree"), PackOptions(split=(("a", 0.5), ("b", 0.5))))
+    src = make_tree(tmp_path / "small", {"cat": 2})
+    with pytest.raises(SourceError, match="gives b no item"):
+        scan(src, PackOptions(split=(("a", 0.9), ("b", 0.1))))
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("train=0.9,val=0.2", "add up to 1"),
+        ("train=0.9", "add up to 1"),
+        ("train", "must look like"),
+        ("train=x", "must look like"),
+        ("train=0.5,train=0.5", "each split once"),
+        ("train=1.5,val=-0.5", "between 0 and 1"),
+        ("tr-ain=1", "split names"),
+    ],
+)
+def test_bad_split_option_is_one_clear_error(text, match):
+    with pytest.raises(ShardpackError, match=match):
+        PackOptions(split=parse_split(text))
