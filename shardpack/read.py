@@ -16,7 +16,6 @@ from shardpack.errors import RecordError, ShardpackError
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS, ENCODINGS
 from shardpack.schema import Schema, check_values, decode_value
-from shardpack.tfrecord import decode_example, iter_records
 
 # Records held for iter_examples' shuffle: enough to mix neighbours from different shards.
 SHUFFLE_BUFFER = 1024
@@ -174,10 +173,12 @@ def iter_examples(
     if shuffle:
         rng.shuffle(files)
     records = (
-        parse_record(index, path, offset, data, decode, max_pixels)
+        parse_record(index, path, position, example, decode, max_pixels)
         for info, start in files
         for path in (index.shard_path(info),)
-        for n, (offset, data) in enumerate(iter_records(path, index.compression))
+        for n, (position, example) in enumerate(
+            index.container.iter_records(path, index.compression)
+        )
         if (start + n) % mine.readers == mine.index
     )
     if shuffle:
@@ -186,20 +187,19 @@ def iter_examples(
 
 
 def parse_record(
-    index: Index, path: str, offset: int, data: bytes, decode: bool, max_pixels: int
-) -> dict[str, object]:
-    """One record's bytes as the dict iter_examples yields, checked against the index.
+    index: Index, path: str, position: int, example: dict[str, list], decode: bool,
+    max_pixels: int,
+) -> dict[str, object]:  # fmt: skip
+    """One record, as its container read it, as the dict iter_examples yields, checked
+    against the index.
 
     Raises:
-        RecordError: not an Example the index describes, or (with decode) an image that does
-            not decode; names the shard and the record's offset.
+        RecordError: not a record the index describes, or (with decode) an image that does
+            not decode; names the shard and the record's position.
     """
-    try:
-        example = decode_example(data)
-    except ValueError as e:
-        raise RecordError(path, offset, f"not a tf.train.Example ({e})") from None
+    unit = index.container.position_unit
     if fault := record_fault(example, index.schema):
-        raise RecordError(path, offset, fault)
+        raise RecordError(path, position, fault, unit)
     record = to_python(example, index.schema)
     if decode:
         from shardpack.images import BadImage
@@ -207,7 +207,7 @@ def parse_record(
         try:
             record["image"] = decode_pixels(record, max_pixels)
         except BadImage as e:
-            raise RecordError(path, offset, f"image does not decode: {e}") from None
+            raise RecordError(path, position, f"image does not decode: {e}", unit) from None
     return record
 
 

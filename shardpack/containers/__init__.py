@@ -154,6 +154,10 @@ class ShardReader:
     def __getitem__(self, i: int) -> Example:
         raise NotImplementedError
 
+    def position(self, i: int) -> int:
+        """Record i's position, as iter_records gives it (for error messages)."""
+        return i
+
     def close(self) -> None:
         """Release the open file."""
 
@@ -169,6 +173,9 @@ class Container:
 
     name: str = ""
     compressions: tuple[str, ...] = ("none",)  # what `compression` may be
+    position_unit = "byte"  # what a record's position counts, for error messages
+    # TFDS's `fileFormat` for these shards, where TFDS has a file adapter that reads them.
+    tfds_file_format: str | None = None
     # What shard_name gives, for any count, with groups `name` and `split`.
     shard_pattern: re.Pattern[str] = re.compile("(?!)")
 

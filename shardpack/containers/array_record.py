@@ -166,6 +166,8 @@ class ArrayRecord(Container):
     """ArrayRecord files as TFDS writes them (`--file_format=array_record`)."""
 
     name = "array_record"
+    position_unit = "record"
+    tfds_file_format = "array_record"
     shard_pattern = re.compile(NAME_SPLIT + r"\.array_record-\d{5,}-of-\d{5,}")
 
     def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:

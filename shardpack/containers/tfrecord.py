@@ -75,17 +75,45 @@ class _Reader(ShardReader):
         offset, end = self.offsets[i], self.offsets[i + 1]
         record = os.pread(self.fd, end - offset, offset)
         head = tfrecord.HEADER.size
-        length = tfrecord.record_length(record[:head], self.path, offset, end - offset)
+        try:
+            length = tfrecord.record_length(record[:head], self.path, offset, end - offset)
+        except RecordError:
+            raise self._stale(offset) from None
         if head + length + tfrecord.FOOTER.size != len(record):
-            raise RecordError(self.path, offset, "no record starts here (stale offsets)")
+            raise self._stale(offset)
         data = record[head : head + length]
         tfrecord.check_data(data, record[head + length :], self.path, offset)
         return decode(data, self.path, offset)
+
+    def position(self, i: int) -> int:
+        return self.offsets[i]
+
+    def _stale(self, offset: int) -> RecordError:
+        return RecordError(self.path, offset, "no record starts here: the index file is stale; "
+                                              "rewrite it with write_index_files")  # fmt: skip
 
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def record_spans(path: str) -> Iterator[tuple[int, int]]:
+    """Yield (byte offset, framed size) of every record by hopping from header to header.
+
+    Only the 12-byte headers are read, so this costs one pread per record, not a full read.
+
+    Raises:
+        RecordError: a header fails its CRC or the file ends inside a record.
+    """
+    try:
+        fd = open_regular(path)
+    except OSError as e:
+        raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
+    try:
+        yield from _spans(fd, path, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
 
 
 def _spans(fd: int, path: str, size: int) -> Iterator[tuple[int, int]]:
@@ -106,6 +134,7 @@ class TFRecord(Container):
 
     name = "tfrecord"
     compressions = ("none", "gzip")
+    tfds_file_format = "tfrecord"
     shard_pattern = re.compile(NAME_SPLIT + r"\.tfrecord-\d{5,}-of-\d{5,}")
 
     def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:

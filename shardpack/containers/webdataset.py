@@ -273,6 +273,9 @@ class _Reader(ShardReader):
             raise self.tar.fault(self.offsets[i], "no sample starts here (stale offsets)")
         return found[0]
 
+    def position(self, i: int) -> int:
+        return self.offsets[i]
+
     def close(self) -> None:
         self.tar.close()
 
