@@ -71,6 +71,7 @@ class PackResult:
             "workers": doc["stats"]["workers"],
             "shards_kept": self.num_reused,
             "new_records": self.new_records,
+            "container": self.index.container_name,
             "tfds_metadata": self.index.tfds_readable,
             "skipped_items": doc["skipped"][:20],
         }
