@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardpack.containers import checked
 from shardpack.errors import RecordError, ShardpackError
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS, ENCODINGS
@@ -187,7 +188,7 @@ def iter_examples(
 
 
 def parse_record(
-    index: Index, path: str, position: int, example: dict[str, list], decode: bool,
+    index: Index, path: str, position: int, example: dict[str, list] | RecordError, decode: bool,
     max_pixels: int,
 ) -> dict[str, object]:  # fmt: skip
     """One record, as its container read it, as the dict iter_examples yields, checked
@@ -197,6 +198,7 @@ def parse_record(
         RecordError: not a record the index describes, or (with decode) an image that does
             not decode; names the shard and the record's position.
     """
+    example = checked(example)  # what the container could not decode
     unit = index.container.position_unit
     if fault := record_fault(example, index.schema):
         raise RecordError(path, position, fault, unit)

@@ -124,8 +124,9 @@ def _check_shard(
     try:
         records = index.container.iter_records(path, index.compression, digest=digest)
         for position, example in records:
-            reason = _check_record(example, index, decode, max_pixels)
-            if reason:
+            if isinstance(example, RecordError):  # its framing held: on to the next record
+                faults.append(Fault(shard.file, example.offset, example.reason, example.unit))
+            elif reason := _check_record(example, index, decode, max_pixels):
                 faults.append(Fault(shard.file, position, reason, unit))
             count += 1
     except RecordError as e:

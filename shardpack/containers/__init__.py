@@ -13,6 +13,7 @@ name -> list of values when read (what `decode_example` returns), whatever the b
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -20,7 +21,7 @@ from contextlib import suppress
 from typing import NamedTuple
 
 from shardpack.atomic import create_temp, remove_files
-from shardpack.errors import OutputError
+from shardpack.errors import OutputError, RecordError
 
 Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or a list of one
 Example = dict[str, list]  # as read: name -> list of bytes, int or float
@@ -189,8 +190,12 @@ class Container:
 
     def iter_records(
         self, path: str | os.PathLike, compression: str = "none", digest=None
-    ) -> Iterator[tuple[int, Example]]:
+    ) -> Iterator[tuple[int, Example | RecordError]]:
         """Yield (position, example) for every record, checking the container's framing.
+
+        A record whose framing holds but whose content does not decode (not an Example, a
+        sample's JSON broken) comes as (position, the RecordError saying so): reading can go
+        on, and verify reports every such record. A broken framing raises.
 
         Args:
             path: the shard file (opened without following a link).
@@ -198,8 +203,7 @@ class Container:
             digest: a hashlib object fed every byte of the file, even when a record is bad.
 
         Raises:
-            RecordError: the framing is broken or a record does not decode; names the file and
-                the position.
+            RecordError: the framing is broken; names the file and the position.
         """
         raise NotImplementedError
 
@@ -221,8 +225,16 @@ class Container:
             RecordError: the first fault found, naming the file and the position.
         """
         digest = _CountingDigest()
-        count = sum(1 for _ in self.iter_records(path, compression, digest=digest))
+        count = sum(1 for _, example in self.iter_records(path, compression, digest=digest)
+                    if checked(example))  # fmt: skip
         return Checked(count, digest.size, digest.sha256.hexdigest())
+
+
+def checked(example: Example | RecordError) -> Example:
+    """The example iter_records gave, or raise the RecordError it gave instead."""
+    if isinstance(example, RecordError):
+        raise example
+    return example
 
 
 def hash_fd(fd: int, digest) -> int:
@@ -246,15 +258,32 @@ class _CountingDigest:
         self.size += len(data)
 
 
-def _registry() -> dict[str, Container]:
-    from shardpack.containers.array_record import ArrayRecord
-    from shardpack.containers.tfrecord import TFRecord
-    from shardpack.containers.webdataset import WebDataset
+class _Registry(Mapping[str, Container]):
+    """name -> container. A container's module is imported when it is first asked for, so
+    that listing the names (the CLI's --format choices) imports none of them."""
 
-    return {c.name: c for c in (TFRecord(), ArrayRecord(), WebDataset())}
+    def __init__(self, classes: dict[str, str]) -> None:
+        self._classes = classes  # name -> "module:Class"
+        self._loaded: dict[str, Container] = {}
+
+    def __getitem__(self, name: str) -> Container:
+        if name not in self._loaded:
+            module, cls = self._classes[name].split(":")
+            self._loaded[name] = getattr(importlib.import_module(module), cls)()
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._classes)
+
+    def __len__(self) -> int:
+        return len(self._classes)
 
 
-CONTAINERS: dict[str, Container] = _registry()
+CONTAINERS: Mapping[str, Container] = _Registry({
+    "tfrecord": "shardpack.containers.tfrecord:TFRecord",
+    "array_record": "shardpack.containers.array_record:ArrayRecord",
+    "webdataset": "shardpack.containers.webdataset:WebDataset",
+})  # fmt: skip
 DEFAULT_CONTAINER = "tfrecord"
 
 

@@ -27,6 +27,7 @@ from shardpack.containers import (
     Features,
     ShardReader,
     ShardWriter,
+    checked,
     hash_fd,
 )
 from shardpack.containers.tfrecord import decode
@@ -129,7 +130,7 @@ class _Reader(ShardReader):
     def __getitem__(self, i: int) -> Example:
         if not 0 <= i < self.count:
             raise IndexError(f"record {i} is outside {self.path} of {self.count} records")
-        return decode(self.read(i, i + 1)[0], self.path, i, "record")
+        return checked(decode(self.read(i, i + 1)[0], self.path, i, "record"))
 
     def finish(self) -> None:
         """Close the reader, which checks what reading did not (a file cut short after its
@@ -184,7 +185,7 @@ class ArrayRecord(Container):
 
     def iter_records(
         self, path: str | os.PathLike, compression: str = "none", digest=None
-    ) -> Iterator[tuple[int, Example]]:
+    ) -> Iterator[tuple[int, Example | RecordError]]:
         with _Reader(os.fspath(path), "") as reader:
             try:
                 for start in range(0, reader.count, _BATCH):

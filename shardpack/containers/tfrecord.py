@@ -8,20 +8,25 @@ from collections.abc import Iterator, Sequence
 
 from shardpack import tfrecord
 from shardpack.atomic import open_regular
-from shardpack.containers import NAME_SPLIT, Container, Example, Features, ShardReader, WriteResult
+from shardpack.containers import (
+    NAME_SPLIT,
+    Container,
+    Example,
+    Features,
+    ShardReader,
+    WriteResult,
+    checked,
+)
 from shardpack.errors import RecordError
 
 
-def decode(data: bytes, path: str, position: int, unit: str = "byte") -> Example:
-    """Example bytes as name -> list of values.
-
-    Raises:
-        RecordError: the bytes are not a tf.train.Example; names the file and the position.
-    """
+def decode(data: bytes, path: str, position: int, unit: str = "byte") -> Example | RecordError:
+    """Example bytes as name -> list of values, or the RecordError saying they are not an
+    Example (naming the file and the position)."""
     try:
         return tfrecord.decode_example(data)
     except ValueError as e:
-        raise RecordError(path, position, f"not a tf.train.Example ({e})", unit) from None
+        return RecordError(path, position, f"not a tf.train.Example ({e})", unit)
 
 
 class _Writer:
@@ -83,7 +88,7 @@ class _Reader(ShardReader):
             raise self._stale(offset)
         data = record[head : head + length]
         tfrecord.check_data(data, record[head + length :], self.path, offset)
-        return decode(data, self.path, offset)
+        return checked(decode(data, self.path, offset))
 
     def position(self, i: int) -> int:
         return self.offsets[i]
@@ -145,7 +150,7 @@ class TFRecord(Container):
 
     def iter_records(
         self, path: str | os.PathLike, compression: str = "none", digest=None
-    ) -> Iterator[tuple[int, Example]]:
+    ) -> Iterator[tuple[int, Example | RecordError]]:
         path = os.fspath(path)
         for offset, data in tfrecord.iter_records(path, compression, digest=digest):
             yield offset, decode(data, path, offset)

@@ -30,6 +30,7 @@ from shardpack.containers import (
     HashingFile,
     ShardReader,
     ShardWriter,
+    checked,
     hash_fd,
 )
 from shardpack.errors import RecordError
@@ -183,7 +184,7 @@ class _Tar:
         data = os.pread(self.fd, size, start)
         return match["key"], match["ext"], data, start + size + (-size % _BLOCK)
 
-    def sample(self, offset: int) -> tuple[Example, int] | None:
+    def sample(self, offset: int) -> tuple[Example | RecordError, int] | None:
         """(the sample at `offset`, the next sample's offset); None at the end-of-archive.
 
         A sample is the members from its image to its .json (three at most)."""
@@ -197,7 +198,10 @@ class _Tar:
                 return None
             members.append(found[:3])
             position = found[3]
-        return _decode(members, self.path, offset), position
+        try:
+            return _decode(members, self.path, offset), position
+        except RecordError as e:  # the tar's framing held: the next sample can be read
+            return e, position
 
     def check_end(self, offset: int) -> None:
         """After the last sample: nothing but zero blocks, a whole number of blocks."""
@@ -271,7 +275,7 @@ class _Reader(ShardReader):
         found = self.tar.sample(self.offsets[i])
         if found is None:
             raise self.tar.fault(self.offsets[i], "no sample starts here (stale offsets)")
-        return found[0]
+        return checked(found[0])
 
     def position(self, i: int) -> int:
         return self.offsets[i]
@@ -280,7 +284,7 @@ class _Reader(ShardReader):
         self.tar.close()
 
 
-def _samples(tar: _Tar) -> Iterator[tuple[int, Example]]:
+def _samples(tar: _Tar) -> Iterator[tuple[int, Example | RecordError]]:
     """Every sample in order, then a check of the end-of-archive marker."""
     offset = 0
     while (found := tar.sample(offset)) is not None:
@@ -303,7 +307,7 @@ class WebDataset(Container):
 
     def iter_records(
         self, path: str | os.PathLike, compression: str = "none", digest=None
-    ) -> Iterator[tuple[int, Example]]:
+    ) -> Iterator[tuple[int, Example | RecordError]]:
         tar = _Tar(os.fspath(path))
         try:
             yield from _samples(tar)
