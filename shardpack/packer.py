@@ -72,6 +72,7 @@ class PackResult:
             "shards_kept": self.num_reused,
             "new_records": self.new_records,
             "container": self.index.container_name,
+            "compression": self.index.compression,
             "tfds_metadata": self.index.tfds_readable,
             "skipped_items": doc["skipped"][:20],
         }

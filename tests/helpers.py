@@ -106,8 +106,10 @@ def make_cifar100_python(root: Path, n_train: int = 30, n_test: int = 10) -> Pat
 
 
 def shard_files(out: Path) -> dict[str, bytes]:
-    """Every shard file in OUT by name, with its bytes."""
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if ".tfrecord-" in p.name}
+    """Every shard file in OUT (of any container) by name, with its bytes."""
+    from shardpack.containers import is_shard_name
+
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if is_shard_name(p.name)}
 
 
 def tf_records(out: Path, split: str = "train") -> list[dict]:
