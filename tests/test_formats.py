@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from shardpack import PackOptions, Records, iter_examples, pack, verify
+from shardpack import PackOptions, Records, iter_examples, pack, tf_dataset, verify
 from shardpack.containers import CONTAINERS
+from shardpack.errors import IndexFormatError, ShardpackError
 from tests.helpers import make_tree, shard_files
 
 FORMATS = sorted(CONTAINERS)
@@ -157,3 +158,20 @@ def test_webdataset_and_wids_read_webdataset_output(packed):
                                     cache_dir=str(out.parent / "wids-cache"))  # fmt: skip
     assert len(dataset) == len(ours)
     assert [dataset[i][".cls"] for i in range(len(ours))] == [r["label"] for r in ours]
+
+
+def test_an_index_without_a_container_is_tfrecord_and_an_unknown_one_is_refused(packed, tmp_path):
+    out = Path(shutil.copytree(packed["tfrecord"], tmp_path / "out"))
+    index = json.loads((out / "index.json").read_text())
+    del index["container"]  # as every index written before containers
+    (out / "index.json").write_text(json.dumps(index))
+    assert _records(out) == _records(packed["tfrecord"]) and verify(out).ok
+    (out / "index.json").write_text(json.dumps({**index, "container": "parquet"}))
+    with pytest.raises(IndexFormatError, match="unknown container 'parquet'; upgrade shardpack"):
+        verify(out)
+
+
+def test_tf_dataset_refuses_other_containers_in_one_line(packed):
+    with pytest.raises(ShardpackError, match="tf_dataset reads TFRecord shards; these are "
+                                             "webdataset"):  # fmt: skip
+        tf_dataset(packed["webdataset"])
