@@ -8,6 +8,7 @@ records from every container.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -175,3 +176,33 @@ def test_tf_dataset_refuses_other_containers_in_one_line(packed):
     with pytest.raises(ShardpackError, match="tf_dataset reads TFRecord shards; these are "
                                              "webdataset"):  # fmt: skip
         tf_dataset(packed["webdataset"])
+
+
+def _readme_blocks(language: str) -> list[str]:
+    """The code blocks of the README's "Other containers" section."""
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    section = text.split("### Other containers", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, re.S)
+
+
+def test_readme_readers(tmp_path):
+    """The README's commands (on a real `flowers` folder, two shards), then its readers."""
+    pytest.importorskip("grain")
+    pytest.importorskip("webdataset")
+    pytest.importorskip("wids")
+    src = make_tree(tmp_path / "flowers", {"daisy": 4, "rose": 3})
+    (commands,) = _readme_blocks("sh")
+    for line in commands.strip().splitlines():
+        args = line.replace("~/data/flowers", str(src)).split()[1:]
+        if args[0] == "pack":
+            args += ["--shards", "2", "--no-progress"]
+        run = subprocess.run([sys.executable, "-m", "shardpack", *args], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert run.returncode == 0, line + run.stderr
+    blocks = _readme_blocks("python")
+    assert len(blocks) == 4
+    for code in blocks:
+        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+        assert run.returncode == 0, code + run.stderr[-3000:]
+        assert run.stdout.split()[0] in ("7", "000000"), run.stdout  # 7 records, or a key
