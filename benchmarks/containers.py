@@ -22,6 +22,7 @@ import os
 import random
 import shutil
 import time
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -132,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         readers = ", ".join(f"{k} {v:,.0f}" for k, v in r["readers_per_s"].items())
         print(f"| {r['container']} | {r['mb']} | {r['write_per_s']:,.0f} | {readers} |")
     if args.json_path:
-        with open(args.json_path, "w") as f:
-            json.dump(rows, f, indent=2)
+        Path(args.json_path).write_text(json.dumps(rows, indent=2) + "\n")
     return 0
 
 

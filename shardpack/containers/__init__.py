@@ -180,13 +180,17 @@ class Container:
     # What shard_name gives, for any count, with groups `name` and `split`.
     shard_pattern: re.Pattern[str] = re.compile("(?!)")
 
+    shard_template = ""  # str.format'ed with name, split, index and n (the shard count)
+
     def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
         """The file name of shard `index` of `num_shards` of a split."""
-        raise NotImplementedError
+        return self.shard_template.format(name=name, split=split, index=index, n=num_shards)
+
+    writer_class: type[ShardWriter] = ShardWriter
 
     def writer(self, path: str | os.PathLike, compression: str = "none") -> ShardWriter:
         """A ShardWriter for one shard at `path`."""
-        raise NotImplementedError
+        return self.writer_class(path, compression)
 
     def iter_records(
         self, path: str | os.PathLike, compression: str = "none", digest=None

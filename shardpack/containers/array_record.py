@@ -169,10 +169,8 @@ class ArrayRecord(Container):
     name = "array_record"
     position_unit = "record"
     tfds_file_format = "array_record"
+    shard_template = "{name}-{split}.array_record-{index:05d}-of-{n:05d}"
     shard_pattern = re.compile(NAME_SPLIT + r"\.array_record-\d{5,}-of-\d{5,}")
-
-    def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
-        return f"{name}-{split}.array_record-{index:05d}-of-{num_shards:05d}"
 
     def __init__(self, options: str = WRITER_OPTIONS) -> None:
         self.options = options  # the writer's; another only to measure (benchmarks/containers)

@@ -14,7 +14,6 @@ from shardpack.containers import (
     Example,
     Features,
     ShardReader,
-    WriteResult,
     checked,
 )
 from shardpack.errors import RecordError
@@ -29,34 +28,11 @@ def decode(data: bytes, path: str, position: int, unit: str = "byte") -> Example
         return RecordError(path, position, f"not a tf.train.Example ({e})", unit)
 
 
-class _Writer:
+class _Writer(tfrecord.TFRecordWriter):
     """TFRecordWriter, fed features instead of record bytes."""
 
-    def __init__(self, path: str | os.PathLike, compression: str) -> None:
-        self._writer = tfrecord.TFRecordWriter(path, compression)
-
-    def __enter__(self) -> _Writer:
-        self._writer.__enter__()
-        return self
-
-    def write(self, features: Features) -> None:
-        self._writer.write(tfrecord.encode_example(features))
-
-    @property
-    def tmp_path(self) -> str:
-        return self._writer.tmp_path
-
-    @property
-    def num_records(self) -> int:
-        return self._writer.num_records
-
-    @property
-    def result(self) -> WriteResult | None:
-        written = self._writer.result
-        return None if written is None else WriteResult(*written)
-
-    def __exit__(self, *exc) -> None:
-        self._writer.__exit__(*exc)
+    def _append(self, features: Features) -> int:
+        return super()._append(tfrecord.encode_example(features))
 
 
 class _Reader(ShardReader):
@@ -140,13 +116,9 @@ class TFRecord(Container):
     name = "tfrecord"
     compressions = ("none", "gzip")
     tfds_file_format = "tfrecord"
+    writer_class = _Writer
+    shard_template = "{name}-{split}.tfrecord-{index:05d}-of-{n:05d}"
     shard_pattern = re.compile(NAME_SPLIT + r"\.tfrecord-\d{5,}-of-\d{5,}")
-
-    def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
-        return f"{name}-{split}.tfrecord-{index:05d}-of-{num_shards:05d}"
-
-    def writer(self, path: str | os.PathLike, compression: str = "none") -> _Writer:
-        return _Writer(path, compression)
 
     def iter_records(
         self, path: str | os.PathLike, compression: str = "none", digest=None

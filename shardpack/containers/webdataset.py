@@ -297,13 +297,9 @@ class WebDataset(Container):
     """Tar shards for `webdataset.WebDataset`, `wids` and DALI's webdataset reader."""
 
     name = "webdataset"
+    writer_class = _Writer
+    shard_template = "{name}-{split}-{index:06d}.tar"
     shard_pattern = re.compile(NAME_SPLIT + r"-\d{6,}\.tar")
-
-    def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
-        return f"{name}-{split}-{index:06d}.tar"
-
-    def writer(self, path: str | os.PathLike, compression: str = "none") -> ShardWriter:
-        return _Writer(path, compression)
 
     def iter_records(
         self, path: str | os.PathLike, compression: str = "none", digest=None
