@@ -34,10 +34,12 @@ bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.read_speed
 
-# The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count) and the
-# listing-scale run (1,000,000 files): too long for `make bench`.
+# The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the
+# listing-scale run (1,000,000 files) and the manifest scan at 100k and 1M rows (CSV, JSONL,
+# Parquet): too long for `make bench`.
 bench-long: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.manifest_scale --scan
 
 lint: $(TESTDEPS)
 	$(BIN)/ruff check shardpack tests benchmarks

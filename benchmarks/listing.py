@@ -2,8 +2,10 @@
 
     python -m benchmarks.listing SRC [--encode keep] [--cprofile]
 
-Prints one JSON line: files, scan_s, plan_s, files_per_s (scan + plan) and the process's peak
-RSS in MB (the kernel's ru_maxrss: imports included, as a user's pack run would pay them).
+Prints one JSON line: files, scan_s, plan_s, files_per_s (scan + plan), cpu_s (the process's
+CPU seconds over scan + plan: on a shared, loaded machine the wall time is not all ours) and the
+process's peak RSS in MB (the kernel's ru_maxrss: imports included, as a user's pack run would
+pay them).
 `make bench-long` runs it on the `million` workload (1,000,000 hard links).
 """
 
@@ -24,11 +26,13 @@ def measure(src: str, encode: str) -> dict:
 
     options = PackOptions(encode=encode)
     with _no_gc():  # as pack() scans and plans
+        cpu = time.process_time()
         start = time.perf_counter()
         dataset = scan(src)
         scanned = time.perf_counter()
         plan = make_plan(dataset, default_name(dataset), options, machine_cores())
         planned = time.perf_counter()
+        cpu = time.process_time() - cpu
     files = sum(len(items) for items in dataset.splits.values())
     return {
         "files": files,
@@ -36,6 +40,7 @@ def measure(src: str, encode: str) -> dict:
         "scan_s": round(scanned - start, 3),
         "plan_s": round(planned - scanned, 3),
         "files_per_s": round(files / (planned - start)),
+        "cpu_s": round(cpu, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 

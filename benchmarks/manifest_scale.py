@@ -1,7 +1,7 @@
 """How fast a manifest is read, and how much memory the read takes beyond what it returns.
 
     python -m benchmarks.manifest_scale [--rows 100000,1000000] [--formats csv,jsonl,parquet]
-                                        [--cache bench-out] [--json FILE]
+                                        [--cache bench-out] [--json FILE] [--scan]
 
 Each case writes one table (path, label of 10 class names, split, an int, a float, a caption)
 as CSV, JSONL or Parquet (cached under bench-out/manifests/), then reads it with
@@ -10,12 +10,20 @@ as CSV, JSONL or Parquet (cached under bench-out/manifests/), then reads it with
 the process's peak RSS over the same baseline (taken after reading a 10-row table, so that
 imports and pyarrow's code pages are not counted);
 `peak/held` is the figure issue 11 bounds by 2.
+
+With --scan it measures the whole scan and plan instead (`shardpack.sources.scan`, then
+`make_plan`, as `shardpack pack` does them): the table's paths then name the files of the
+`million` workload (hard links of real photos, made under bench-out/workloads/ if missing), so
+that every row's image is stat'ed like a real one; `held` is what the Dataset keeps after the
+scan (freed memory handed back to the kernel first), `peak` the scan and plan's peak over the
+same baseline.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import os
 import subprocess
@@ -48,9 +56,51 @@ print(json.dumps({"rows": len(manifest.rows), "bad": len(manifest.bad), "seconds
 """
 
 
-def _row(i: int) -> dict:
+_SCAN_CHILD = """
+import ctypes, gc, json, resource, sys, time
+fmt, path, warm, root = sys.argv[1:5]
+from shardpack.options import PackOptions
+from shardpack.packer import _no_gc, default_name, machine_cores
+from shardpack.plan import make_plan
+from shardpack.sources import scan
+
+options = PackOptions(root=root)
+scan(warm, options)  # imports and first touches, as in _CHILD
+
+def rss():
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed memory back: held is what is kept
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+base = rss()
+with _no_gc():  # as pack() scans and plans
+    start = time.perf_counter()
+    dataset = scan(path, options)
+    scanned = time.perf_counter()
+    plan = make_plan(dataset, default_name(dataset), options, machine_cores())
+    planned = time.perf_counter()
+del plan
+held = rss() - base
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+print(json.dumps({"rows": dataset.num_items, "bad": len(dataset.skipped),
+                  "seconds": planned - start, "scan_s": scanned - start,
+                  "plan_s": planned - scanned, "held": held, "peak": peak}))
+"""
+
+
+def _image(i: int) -> str:
+    return f"images/{i // 1000:04d}/{i:08d}.jpg"
+
+
+def _million_image(i: int) -> str:
+    """The i-th file of the `million` workload (workloads._make_links: 10,000 per class)."""
+    return f"class_{i // 10_000:03d}/{i:07d}.jpg"
+
+
+def _row(i: int, image=_image) -> dict:
     return {
-        "path": f"images/{i // 1000:04d}/{i:08d}.jpg",
+        "path": image(i),
         "label": CLASSES[i * 7 % 10],
         "split": SPLITS[i % 10],
         "objects": i % 17,
@@ -59,52 +109,65 @@ def _row(i: int) -> dict:
     }
 
 
-def write_table(path: str, fmt: str, rows: int) -> None:
-    """Write the table of `rows` rows in `fmt`, under a temporary name renamed when complete."""
+def write_table(path: str, fmt: str, rows: int, image=_image) -> None:
+    """Write the table of `rows` rows in `fmt`, under a temporary name renamed when complete;
+    `image(i)` names row i's image file."""
+    row = functools.partial(_row, image=image)
     tmp = f"{path}.part"
     if fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        with pq.ParquetWriter(tmp, pa.Table.from_pylist([_row(0)]).schema) as writer:
+        with pq.ParquetWriter(tmp, pa.Table.from_pylist([row(0)]).schema) as writer:
             for lo in range(0, rows, 100_000):
-                chunk = [_row(i) for i in range(lo, min(rows, lo + 100_000))]
+                chunk = [row(i) for i in range(lo, min(rows, lo + 100_000))]
                 writer.write_table(pa.Table.from_pylist(chunk))
     else:
         with open(tmp, "w", newline="", encoding="utf-8") as f:
             if fmt == "csv":
-                writer = csv.DictWriter(f, fieldnames=list(_row(0)))
+                writer = csv.DictWriter(f, fieldnames=list(row(0)))
                 writer.writeheader()
-                writer.writerows(_row(i) for i in range(rows))
+                writer.writerows(row(i) for i in range(rows))
             else:
-                f.writelines(json.dumps(_row(i)) + "\n" for i in range(rows))
+                f.writelines(json.dumps(row(i)) + "\n" for i in range(rows))
     os.replace(tmp, path)
 
 
-def measure(fmt: str, rows: int, cache: str) -> dict:
-    """Read one cached table in a fresh process; rows/s and memory in MB."""
+def measure(fmt: str, rows: int, cache: str, whole_scan: bool = False) -> dict:
+    """Read (or, with `whole_scan`, scan and plan) one cached table in a fresh process; rows/s
+    and memory in MB."""
     folder = os.path.join(cache, "manifests")
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"table-{rows}.{fmt}")
-    warm = os.path.join(folder, f"table-10.{fmt}")
+    prefix, image, argv = "table", _image, [_CHILD]
+    if whole_scan:
+        from benchmarks import workloads
+
+        million = workloads.ensure("million", cache).path
+        prefix, image, argv = "scan", _million_image, [_SCAN_CHILD]
+    path = os.path.join(folder, f"{prefix}-{rows}.{fmt}")
+    warm = os.path.join(folder, f"{prefix}-10.{fmt}")
     for name, n in ((path, rows), (warm, 10)):
         if not os.path.exists(name):
-            write_table(name, fmt, n)
-    run = subprocess.run(
-        [sys.executable, "-c", _CHILD, fmt, path, warm], capture_output=True, text=True, check=True
-    )
+            write_table(name, fmt, n, image)
+    argv += [fmt, path, warm] + ([million] if whole_scan else [])
+    run = subprocess.run([sys.executable, "-c", *argv], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit(f"{path}: the measuring process failed:\n{run.stderr[-2000:]}")
     got = json.loads(run.stdout)
     mb = 2**20
     return {
         "format": fmt,
+        "what": "scan + plan" if whole_scan else "read",
         "rows": got["rows"],
         "file_mb": round(os.path.getsize(path) / mb, 1),
         "rows_per_s": round(got["rows"] / got["seconds"]),
         "seconds": round(got["seconds"], 2),
+        **({"scan_s": round(got["scan_s"], 2), "plan_s": round(got["plan_s"], 2)}
+           if whole_scan else {}),
         "held_mb": round(got["held"] / mb, 1),
         "peak_mb": round(got["peak"] / mb, 1),
         "peak_over_held": round(got["peak"] / got["held"], 2),
-    }
+    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,13 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--formats", default="csv,jsonl,parquet")
     parser.add_argument("--cache", default="bench-out")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--scan", action="store_true", help="the whole scan + plan, not the read")
     args = parser.parse_args(argv)
     results = []
     print("| format | rows | file MB | rows/s | s | held MB | peak MB | peak/held |")
     print("|---|---|---|---|---|---|---|---|")
     for rows in (int(n) for n in args.rows.split(",")):
         for fmt in args.formats.split(","):
-            r = measure(fmt, rows, args.cache)
+            r = measure(fmt, rows, args.cache, args.scan)
             results.append(r)
             print(f"| {fmt} | {r['rows']:,} | {r['file_mb']} | {r['rows_per_s']:,} | "
                   f"{r['seconds']} | {r['held_mb']} | {r['peak_mb']} | {r['peak_over_held']} |",

@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable
 
 from shardpack.errors import ShardpackError, SourceError
+from shardpack.sources import NO_FIELDS, Item
 
 # A --classes file holds one name a line; no real class list is anywhere near this large.
 MAX_CLASSES_FILE = 64 * 2**20
@@ -46,11 +47,11 @@ def class_list(found: Iterable[str], pinned: tuple[str, ...] | None) -> tuple[st
 
 def labelled(
     found: list[tuple[str, str, int]], classes: tuple[str, ...], on_error: str
-) -> tuple[list[tuple[str, int, int]], list[tuple[str, str]]]:
-    """Label each (class name, key, size) by its class's position in `classes`.
+) -> tuple[tuple[Item, ...], list[tuple[str, str]]]:
+    """The Item of each (class name, key, size), labelled by its class's position in `classes`.
 
     Returns:
-        ([(key, label, size)], [(key, reason)] for items whose class is not in the list).
+        (the items, [(key, reason)] for those whose class is not in the list).
 
     Raises:
         SourceError: an item's class is not in the list and on_error is "fail".
@@ -58,11 +59,12 @@ def labelled(
     position = {name: i for i, name in enumerate(classes)}
     items, skipped = [], []
     for name, key, size in found:
-        if name in position:
-            items.append((key, position[name], size))
+        label = position.get(name)
+        if label is not None:
+            items.append(Item(key, label, key, size, None, NO_FIELDS))
             continue
         reason = f"class {name!r} is not in --classes"
         if on_error == "fail":
             raise SourceError(f"{key}: {reason}; add it to the list, or pass --on-error skip")
         skipped.append((key, reason))
-    return items, skipped
+    return tuple(items), skipped

@@ -8,12 +8,12 @@ means no colour swap on the way.
 from __future__ import annotations
 
 import contextlib
+import functools
 import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 from shardpack.options import DEFAULT_MAX_PIXELS
@@ -25,14 +25,14 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Bytes at the end of a JPEG searched first for its end marker (cameras may pad after it).
 _EOI_TAIL = 4096
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
-_ENCODERS = {
-    "jpeg": (".jpg", cv2.IMWRITE_JPEG_QUALITY),
+_ENCODERS = {  # extension, and the name of OpenCV's quality flag
+    "jpeg": (".jpg", "IMWRITE_JPEG_QUALITY"),
     "png": (".png", None),
-    "webp": (".webp", cv2.IMWRITE_WEBP_QUALITY),
+    "webp": (".webp", "IMWRITE_WEBP_QUALITY"),
 }
 # libjpeg can decode at 1/2, 1/4 or 1/8 scale for a fraction of the cost of a full decode.
-_REDUCED = {8: cv2.IMREAD_REDUCED_COLOR_8, 4: cv2.IMREAD_REDUCED_COLOR_4,
-            2: cv2.IMREAD_REDUCED_COLOR_2, 1: cv2.IMREAD_COLOR}  # fmt: skip
+_REDUCED = {8: "IMREAD_REDUCED_COLOR_8", 4: "IMREAD_REDUCED_COLOR_4",
+            2: "IMREAD_REDUCED_COLOR_2", 1: "IMREAD_COLOR"}  # fmt: skip
 # The most bytes one pixel takes in any format read here: 16-bit RGBA stored uncompressed (TIFF,
 # PNG's worst case, BMP); JPEG's worst case is under 4 bytes for a 3-channel pixel.
 MAX_BYTES_PER_PIXEL = 8
@@ -42,6 +42,17 @@ MAX_EXTRA_BYTES = 64 * 2**20
 # TIFF tags of the first image's size, and the field types that may hold them.
 _TIFF_WIDTH, _TIFF_LENGTH = 256, 257
 _TIFF_TYPES = {3: "H", 4: "I"}  # SHORT, LONG
+
+
+@functools.cache
+def _opencv():
+    """OpenCV, imported on first use: a passthrough (--encode keep) never decodes or encodes,
+    and the import is ~0.06 s of every start (python -X importtime). One thread: there is a
+    worker per core already, and OpenCV's own threads would oversubscribe them."""
+    import cv2
+
+    cv2.setNumThreads(1)
+    return cv2
 
 
 class BadImage(ValueError):
@@ -240,7 +251,8 @@ def decode(
     Raises:
         BadImage: OpenCV cannot decode the bytes, or the image is over max_pixels.
     """
-    flags = _REDUCED[reduce]
+    cv2 = _opencv()
+    flags = getattr(cv2, _REDUCED[reduce])
     if order == "rgb":
         flags = (flags & ~cv2.IMREAD_COLOR) | cv2.IMREAD_COLOR_RGB
     try:
@@ -260,6 +272,7 @@ def decode(
 def _opencv_quiet() -> Iterator[None]:
     """Keep OpenCV's own warnings ("[ WARN:0@0.2] global grfmt_tiff.cpp ...") off stderr: what
     went wrong reaches the user as the skip reason."""
+    cv2 = _opencv()
     level = cv2.utils.logging.getLogLevel()
     cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     try:
@@ -299,6 +312,7 @@ def resize(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     if pixels.shape[:2] == size:
         return pixels
     shrink = height * width < pixels.shape[0] * pixels.shape[1]
+    cv2 = _opencv()
     try:
         return cv2.resize(
             pixels, (width, height), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
@@ -309,13 +323,16 @@ def resize(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 def encode(pixels: np.ndarray, fmt: str, quality: int = 95, order: str = "bgr") -> bytes:
     """Encode pixels of the given channel order as jpeg, png or webp, or as raw RGB bytes."""
+    if fmt == "raw" and order == "rgb":
+        return pixels.tobytes()
+    cv2 = _opencv()
     if fmt == "raw":
-        rgb = pixels if order == "rgb" else cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB)
+        rgb = cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB)
         return rgb.tobytes()
     if order == "rgb":
         pixels = cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR)
     ext, quality_flag = _ENCODERS[fmt]
-    params = [quality_flag, quality] if quality_flag is not None else []
+    params = [getattr(cv2, quality_flag), quality] if quality_flag is not None else []
     try:
         ok, buf = cv2.imencode(ext, pixels, params)
     except cv2.error as e:

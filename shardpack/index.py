@@ -267,7 +267,7 @@ def build_index(
         "skipped": skipped,
         "ignored": dataset.ignored,
         "ignored_files": list(dataset.ignored_files),  # the first ones, of `ignored` in all
-        "warnings": list(dataset.warnings),
+        "warnings": [*dataset.warnings, *plan.warnings],
         "stats": stats,
     }
     return doc

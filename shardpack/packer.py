@@ -26,6 +26,7 @@ from shardpack.plan import (
     work_seconds,
 )
 from shardpack.sources import Dataset, scan, source_root
+from shardpack.sources.cifar import keep_batches
 from shardpack.tfdsmeta import write_tfds_metadata
 from shardpack.worker import read_progress, write_shard
 
@@ -189,7 +190,7 @@ def pack(
             "data; choose an output folder outside SRC"
         )
     out, created = _make_out(os.fspath(out))
-    with locked(out, created):
+    with locked(out, created), keep_batches():  # CIFAR batches: loaded once a run
         watch = _CpuWatch()  # the scan and plan are the window that measures others' load
         with _no_gc():
             dataset = scan(src_root, options)

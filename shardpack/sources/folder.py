@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import stat
 import unicodedata
@@ -26,6 +27,9 @@ MAX_NAMED_IGNORED = 1000
 # terminal: control characters and line or paragraph separators. (Bytes that are not UTF-8 are
 # kept: label.labels.txt holds the name's own bytes.)
 _BAD_NAME_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+
+
+_NAME = operator.attrgetter("name")
 
 
 def _hidden(name: str) -> bool:
@@ -90,8 +94,7 @@ def scan_folder(root: str, options: PackOptions) -> Dataset:
     items, left_out = labelled(found, classes, options.on_error)
     if not items:
         raise SourceError(f"{root}: no images found; {_nothing_found(root)}")
-    listed = tuple(Item(key=key, label=label, path=key, size=size) for key, label, size in items)
-    return passed.dataset("folder", root, Schema.build(classes), {"train": listed}, left_out,
+    return passed.dataset("folder", root, Schema.build(classes), {"train": items}, left_out,
                           empty_class_warnings(root, empty, classes))  # fmt: skip
 
 
@@ -134,7 +137,7 @@ def list_class_folders(
         found.extend((name, rel, size) for rel, size in images)
         if not images:
             empty.append(name)
-    found.sort(key=lambda entry: entry[1])
+    found.sort(key=operator.itemgetter(1))
     return classes, found, empty
 
 
@@ -190,7 +193,7 @@ def _walk_images(
                 if folder in seen_dirs:
                     continue  # a link to a folder already walked or claimed: follow it once
                 seen_dirs.add(folder)
-            entries = sorted(os.scandir(path), key=lambda e: e.name)
+            entries = sorted(os.scandir(path), key=_NAME)
         except OSError as e:
             passed.skipped.append((f"{rel_dir}/", f"cannot list folder ({e.strerror})"))
             continue
@@ -200,18 +203,23 @@ def _walk_images(
             if name.startswith("."):
                 continue  # hidden
             rel = f"{rel_dir}/{name}"
+            if not _is_image_name(name):
+                if entry.is_dir():  # the entry's d_type: no syscall unless it is a link
+                    subfolders.append(rel)
+                else:
+                    passed.ignore(rel)
+                continue
             try:
-                st = entry.stat()  # follows links; one syscall, cached by the entry
-            except OSError:
-                st = None  # dangling link: an image name is kept so that the skip says why
-            if st is not None and stat.S_ISDIR(st.st_mode):
+                st = entry.stat()  # follows links; the size feeds the plan and its digest
+            except OSError:  # dangling link: kept, so that the worker's skip says why
+                found.append((rel, 0))
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.append((rel, st.st_size))
+            elif stat.S_ISDIR(st.st_mode):
                 subfolders.append(rel)
-            elif not _is_image_name(name):
-                passed.ignore(rel)
-            elif st is not None and not stat.S_ISREG(st.st_mode):
-                passed.skipped.append((rel, not_regular(st.st_mode)))  # never opened
             else:
-                found.append((rel, st.st_size if st is not None else 0))
+                passed.skipped.append((rel, not_regular(st.st_mode)))  # never opened
         pending.extend(reversed(subfolders))  # walked in name order
     return found
 

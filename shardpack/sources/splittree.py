@@ -51,8 +51,7 @@ def scan_split_tree(root: str, options: PackOptions) -> Dataset:
     left_out: list[tuple[str, str]] = []
     warnings: list[str] = []
     for split, (_, found, empty) in listings.items():
-        items, skipped = labelled(found, classes, options.on_error)
-        splits[split] = tuple(Item(key=k, label=label, path=k, size=s) for k, label, s in items)
+        splits[split], skipped = labelled(found, classes, options.on_error)
         left_out += skipped
         warnings += empty_class_warnings(os.path.join(root, split), empty, classes)
     if not any(splits.values()):
