@@ -273,6 +273,12 @@ def tf_dataset(
         ShardpackError: TensorFlow is not installed, the shards are not TFRecords, `shard` is
             not (index, count), or `lists` is neither "ragged" nor "padded".
     """
+    index = load_index(out)
+    if index.container.name != "tfrecord":  # tf.data reads TFRecords only: say so before its import
+        raise ShardpackError(
+            f"{index.out}: tf_dataset reads TFRecord shards; these are {index.container.name} "
+            "(read them with iter_examples or Records, or pack with --format tfrecord)"
+        )
     try:
         import tensorflow as tf
     except ImportError as e:
@@ -284,12 +290,6 @@ def tf_dataset(
         raise ShardpackError(f"lists must be 'ragged' or 'padded', got: {lists!r}")
     if input_context is not None:
         shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
-    index = load_index(out)
-    if index.container.name != "tfrecord":  # tf.data has a reader for TFRecord files only
-        raise ShardpackError(
-            f"{index.out}: tf_dataset reads TFRecord shards; these are {index.container.name} "
-            "(read them with iter_examples or Records, or pack with --format tfrecord)"
-        )
     mine = _share_of(index, split, *_checked_shard(shard))
     paths = [index.shard_path(info) for info, _ in mine.files]
     compression = "GZIP" if index.compression == "gzip" else ""
