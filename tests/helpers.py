@@ -239,3 +239,14 @@ def run_json(code: str, *args: str) -> object:
                          timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def needs(*modules: str) -> None:
+    """Skip unless each module is installed, without importing it here (see READ_* above)."""
+    import importlib.util
+
+    import pytest
+
+    for module in modules:
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            pytest.skip(f"needs {module}")

@@ -18,7 +18,7 @@ import pytest
 
 from shardpack.containers import CONTAINERS, get_container, is_shard_name
 from shardpack.errors import RecordError
-from tests.helpers import READ_ARRAY_RECORD, READ_WEBDATASET, image, run_json
+from tests.helpers import READ_ARRAY_RECORD, READ_WEBDATASET, image, needs, run_json
 
 NAMES = sorted(CONTAINERS)
 
@@ -153,7 +153,7 @@ def _sha(data: bytes) -> str:
 
 
 def test_array_record_is_read_by_array_record_and_grain(tmp_path):
-    pytest.importorskip("grain")
+    needs("grain")
     container = get_container("array_record")
     records = _records()
     paths = [_write(container, tmp_path, records[k::2], k)[0] for k in range(2)]
@@ -164,8 +164,8 @@ def test_array_record_is_read_by_array_record_and_grain(tmp_path):
 
 
 def test_webdataset_is_read_by_webdataset_and_wids(tmp_path):
-    pytest.importorskip("webdataset")
-    pytest.importorskip("wids")
+    needs("webdataset")
+    needs("wids")
     container = get_container("webdataset")
     records = _records()
     shards = [_write(container, tmp_path, records[k::2], k) for k in range(2)]
@@ -335,7 +335,7 @@ print(json.dumps({"epoch": p.epoch_size("r"), "labels": labels,
 
 def test_dali_reads_the_tars(tmp_path):
     """NVIDIA DALI's fn.readers.webdataset on the CPU, in a process of its own."""
-    pytest.importorskip("nvidia.dali")
+    needs("nvidia.dali")
     records = [r for r in _records() if r["format"] != b"raw"]  # DALI decodes jpg and png
     paths = [_write(get_container("webdataset"), tmp_path, records[k::2], k)[0] for k in range(2)]
     run = subprocess.run([sys.executable, "-c", DALI_WEBDATASET, *paths], capture_output=True,

@@ -21,7 +21,14 @@ import pytest
 from shardpack import PackOptions, Records, iter_examples, pack, tf_dataset, verify
 from shardpack.containers import CONTAINERS
 from shardpack.errors import IndexFormatError, ShardpackError
-from tests.helpers import READ_ARRAY_RECORD, READ_WEBDATASET, make_tree, run_json, shard_files
+from tests.helpers import (
+    READ_ARRAY_RECORD,
+    READ_WEBDATASET,
+    make_tree,
+    needs,
+    run_json,
+    shard_files,
+)
 
 FORMATS = sorted(CONTAINERS)
 OPTIONS = PackOptions(shards=3, workers=2)
@@ -138,8 +145,8 @@ print(json.dumps({"labels": [int(data[i]["label"]) for i in range(len(data))],
 
 
 def test_grain_and_tfds_read_array_record_output(packed):
-    pytest.importorskip("grain")
-    pytest.importorskip("tensorflow_datasets")
+    needs("grain")
+    needs("tensorflow_datasets")
     out = packed["array_record"]
     ours = _records(out)
     read = run_json(READ_ARRAY_RECORD, *map(str, _shards(out)))
@@ -149,8 +156,8 @@ def test_grain_and_tfds_read_array_record_output(packed):
 
 
 def test_webdataset_and_wids_read_webdataset_output(packed, tmp_path):
-    pytest.importorskip("webdataset")
-    pytest.importorskip("wids")
+    needs("webdataset")
+    needs("wids")
     out = packed["webdataset"]
     ours = _records(out)
     read = run_json(READ_WEBDATASET, str(out / "src-train.shardindex.json"),
@@ -188,9 +195,9 @@ def _readme_blocks(language: str) -> list[str]:
 
 def test_readme_readers(tmp_path):
     """The README's commands (on a real `flowers` folder, two shards), then its readers."""
-    pytest.importorskip("grain")
-    pytest.importorskip("webdataset")
-    pytest.importorskip("wids")
+    needs("grain")
+    needs("webdataset")
+    needs("wids")
     src = make_tree(tmp_path / "flowers", {"daisy": 4, "rose": 3})
     (commands,) = _readme_blocks("sh")
     for line in commands.strip().splitlines():
