@@ -94,6 +94,8 @@ def _user_errors():
     except ShardpackError as e:
         _error(str(e))
         raise typer.Exit(2) from None
+    except BrokenPipeError:
+        raise  # the reader of our output went away (`| head`): not a file of the user's
     except OSError as e:
         _error(str(FileAccessError.from_os_error(e)))
         raise typer.Exit(2) from None
@@ -183,9 +185,10 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
         )
     else:
         typer.echo(f"{head}: {rate}")
+    width = max(map(len, summary["splits"]), default=0)
     for name, split in summary["splits"].items():
         typer.echo(
-            f"  {name:<6} {_plural(split['num_records'], 'record'):>17}  "
+            f"  {name:<{width}} {_plural(split['num_records'], 'record'):>17}  "
             f"{_plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
         )
     if summary["skipped"]:
@@ -279,7 +282,9 @@ def pack(
     name: Annotated[
         Optional[str],
         typer.Option(
-            metavar="NAME", help="Dataset name in shard file names.  [default: SRC's folder name]"
+            metavar="NAME",
+            help="Dataset name in shard file names.  [default: SRC's name, without a "
+            "manifest's extension]",
         ),
     ] = None,
     shards: Annotated[
@@ -495,12 +500,7 @@ def inspect(
             more = len(split["class_counts"]) - 20
             typer.echo(f"    ... {_plural(more, 'more class', 'more classes')}")
         for record in split["samples"]:
-            typer.echo(
-                f"  record {printable(record['key'])}: label {record['label']} "
-                f"({printable(record['class'])}), "
-                f"{record['format']} {record['width']}x{record['height']}x{record['channels']}, "
-                f"{_plural(record['image_bytes'], 'byte')}"
-            )
+            typer.echo(_record_line(record, printable))
     if summary["skipped"]:
         typer.echo(f"\nskipped {_plural(len(summary['skipped']), 'file')} at pack time")
     if summary["ignored"]:
@@ -508,6 +508,40 @@ def inspect(
             summary["ignored"], "file that is not an image", "files that are not images"
         )
         typer.echo(f"ignored {ignored}")
+
+
+# What a sample record's line names on its own; any other feature is shown as name=value.
+_SHOWN = {"key", "label", "class", "format", "height", "width", "channels", "image_bytes"}
+
+
+def _short(value: object) -> str:
+    """A feature value for one line: floats to 4 significant digits, lists element-wise."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return str(value)
+
+
+def _record_line(record: dict, printable) -> str:
+    """One line for a sample record of `inspect`: key, label(s) and class(es), image, extras."""
+    names = record.get("class")
+    if names is None:
+        label = "no label"
+    elif isinstance(names, list):  # multi-label
+        label = f"labels {record['label']} ({', '.join(printable(n) for n in names)})"
+    else:
+        label = f"label {record['label']} ({printable(names)})"
+    extras = "".join(
+        f", {printable(name)}={printable(_short(value))[:60]}"
+        for name, value in record.items()
+        if name not in _SHOWN
+    )
+    return (
+        f"  record {printable(record['key'])}: {label}, {record['format']} "
+        f"{record['height']}x{record['width']}x{record['channels']} (HxWxC), "
+        f"{_plural(record['image_bytes'], 'byte')}{extras}"
+    )
 
 
 @app.command("index-files", cls=_Command)
@@ -579,11 +613,23 @@ def demo(
 def main() -> None:
     """Console entry point: usage errors and interrupts end in one line, never a traceback.
 
-    Exit codes: 0 done, 1 verify found faults, 2 bad input, 130 Ctrl-C, 143 SIGTERM.
+    Exit codes: 0 done, 1 verify found faults, 2 bad input, 130 Ctrl-C, 143 SIGTERM, 141 the
+    reader of stdout went away (`| head`), as for a process that SIGPIPE stopped.
     """
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen below
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that is silent too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+    except SystemExit:
+        # typer meets a closed pipe inside a command with exit(1), verify's fault code, after
+        # wrapping stdout to keep the exit quiet: that wrapper is how it can be told apart.
+        if type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            sys.exit(141)
+        raise
     except (KeyboardInterrupt, typer.Abort):
         sys.exit(130)
     except _Terminated:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import gc
 import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 
 from shardpack.atomic import remove_files, remove_temp_files, temp_files, write_json_atomic
@@ -33,6 +34,7 @@ from shardpack.worker import read_progress, write_shard
 ProgressCallback = Callable[[int, int], None]
 # Poll workers' progress files this often: a live bar without measurable cost.
 _POLL_S = 0.2
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -79,11 +81,16 @@ class PackResult:
         }
 
 
-def default_name(dataset: Dataset) -> str:
-    """cifar10 / cifar100 for CIFAR, else SRC's folder name made safe for file names."""
+def default_name(dataset: Dataset, src: str) -> str:
+    """cifar10 / cifar100 for CIFAR, a manifest file's name without its extension (two tables
+    in one folder are two datasets), else SRC's folder name; made safe for file names."""
     if dataset.kind.startswith("cifar"):
         return dataset.kind.split("-")[0]
-    name = re.sub(r"[^A-Za-z0-9_.]+", "_", os.path.basename(dataset.root)).strip("_.")
+    if os.path.isdir(src):
+        base = os.path.basename(dataset.root)
+    else:  # a manifest file
+        base = os.path.splitext(os.path.basename(src))[0]
+    name = re.sub(r"[^A-Za-z0-9_.]+", "_", base).strip("_.")
     return name or "dataset"
 
 
@@ -196,7 +203,7 @@ def pack(
             dataset = scan(src_root, options)
             if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
                 raise ImageError(*dataset.skipped[0])
-            name = options.name or default_name(dataset)
+            name = options.name or default_name(dataset, src_root)
             plan = make_plan(dataset, name, options, options.workers or machine_cores())
         stale, reused = prepare(out, plan, options.overwrite, options.resume)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
@@ -355,14 +362,49 @@ def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[S
 
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # a forked worker must not write the parent's buffered text again
-    executor = ProcessPoolExecutor(workers, context=multiprocessing.get_context("fork"))
+    executor = ProcessPoolExecutor(
+        workers,
+        context=multiprocessing.get_context("fork"),
+        initializer=_tie_to_parent,
+        initargs=(os.getpid(),),
+    )
     try:
         futures = [executor.submit(write_shard, spec, *args) for spec in specs]
         for future in as_completed(futures):
             yield future.result()
     finally:
-        # Killed and reaped before the caller removes partial files: none can reappear.
-        executor.shutdown(wait=True, kill_workers=True)
+        # Killed and reaped before the caller removes partial files: none can reappear. loky's
+        # manager thread can trip over the pool being killed under it (a KeyError on a work
+        # id); that is noise on the way out, not news for the user.
+        hook = threading.excepthook
+        threading.excepthook = _quiet_manager_thread(hook)
+        try:
+            executor.shutdown(wait=True, kill_workers=True)
+        finally:
+            threading.excepthook = hook
+
+
+def _tie_to_parent(parent: int) -> None:
+    """In each forked worker: die with the parent (SIGKILLed by the OOM killer, say, it must
+    not leave workers that hold OUT's lock and block --resume), and leave Ctrl-C to the
+    parent, which stops the pool itself."""
+    import ctypes
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with suppress(OSError, AttributeError):  # prctl is Linux's; elsewhere the pipes still end
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the request took hold
+        os._exit(1)
+
+
+def _quiet_manager_thread(hook):
+    """threading.excepthook that drops what loky's executor manager thread raises."""
+
+    def quiet(args) -> None:
+        if args.thread is None or "ExecutorManager" not in type(args.thread).__name__:
+            hook(args)
+
+    return quiet
 
 
 class _ProgressPoller:

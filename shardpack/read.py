@@ -265,9 +265,10 @@ def tf_dataset(
         input_context: a tf.distribute.InputContext, as `distribute_datasets_from_function`
             passes; its pipeline id and count act as `shard`.
         lists: how batches hold variable-length list features: "ragged" (tf.RaggedTensor,
-            [batch, None] or [batch, None, k]) or "padded" (dense, zero-padded to the longest
-            in the batch; other variable-size tensors, such as images without image_size,
-            are padded too). Single records hold them as dense [n] or [n, k] tensors.
+            [batch, None] or [batch, None, k]) or "padded" (dense, padded to the longest in the
+            batch with 0, or -1 for lists of class labels such as a multi-label `label`;
+            other variable-size tensors, such as images without image_size, are padded too).
+            Single records hold them as dense [n] or [n, k] tensors.
 
     Raises:
         ShardpackError: TensorFlow is not installed, the shards are not TFRecords, `shard` is
@@ -330,7 +331,7 @@ def tf_dataset(
         ds = ds.apply(tf.data.experimental.assert_cardinality(mine.num_records * epochs))
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
     if batch_size is not None:
-        ds = _batch(tf, ds, batch_size, lists, [n for n, f in index.schema.items() if f.is_list])
+        ds = _batch(tf, ds, batch_size, lists, index.schema)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -351,10 +352,17 @@ def _tf_spec(tf, schema: Schema) -> dict:
     return spec
 
 
-def _batch(tf, ds, batch_size: int, lists: str, names: list[str]):
+def _batch(tf, ds, batch_size: int, lists: str, schema: Schema):
     """Batch records whose list features differ in length: ragged or padded per batch."""
-    if lists == "padded":
-        return ds.padded_batch(batch_size)
+    names = [n for n, f in schema.items() if f.is_list]
+    if lists == "padded":  # class lists pad with -1: 0 is a class
+        pad = {n for n in names if schema[n].classes is not None}
+        values = {
+            n: tf.constant(-1 if n in pad else 0, s.dtype) if s.dtype.is_integer
+            else tf.zeros([], s.dtype)
+            for n, s in ds.element_spec.items()
+        }  # fmt: skip
+        return ds.padded_batch(batch_size, padding_values=values)
     if not names:
         return ds.batch(batch_size)
 

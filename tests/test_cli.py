@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shardpack.cli import app
-from tests.helpers import make_tree
+from tests.helpers import image, make_tree, write_csv, write_image, write_jsonl
 
 runner = CliRunner()
 SHARDPACK = [sys.executable, "-m", "shardpack"]
@@ -71,6 +71,55 @@ def test_pack_summary_names_what_it_skipped_and_ignored_and_warns_of_empty_class
     assert "a/broken.jpg: not an image" in run.stdout
     assert "ignored 1 file that is not an image: a/notes.txt" in run.stdout
     assert f"warning: class 'c' ({src / 'c'}) holds no images" in run.stderr
+
+
+def test_inspect_shows_multi_label_unlabeled_and_extra_features(tmp_path: Path):
+    for i in range(4):
+        write_image(tmp_path / "img" / f"{i}.jpg", image(i, height=20, width=30))
+    box = [[0.1, 0.2, 0.5, 0.25]]
+    rows = [{"file_name": f"img/{i}.jpg", "label": ["cat", "dog"][: 1 + i % 2], "boxes": box,
+             "caption": f"pic {i}"} for i in range(4)]  # fmt: skip
+    write_jsonl(tmp_path / "coco.jsonl", rows)
+    write_csv(tmp_path / "plain.csv", [{"path": f"img/{i}.jpg", "score": i / 4} for i in range(4)])
+    for table, expected in [
+        ("coco.jsonl", "(HxWxC)"),
+        ("plain.csv", "no label, jpeg 20x30x3 (HxWxC)"),
+    ]:
+        out = tmp_path / table.replace(".", "-")
+        packed = _run("pack", str(tmp_path / table), str(out), "--no-progress", "--workers", "1")
+        assert packed.returncode == 0, packed.stderr
+        shown = _run("inspect", str(out))
+        assert shown.returncode == 0 and not shown.stderr, shown.stderr
+        assert expected in shown.stdout
+    assert {p.name.split("-")[0] for p in (tmp_path / "coco-jsonl").glob("*.tfrecord-*")} == {
+        "coco"
+    }
+    coco = _run("inspect", str(tmp_path / "coco-jsonl")).stdout
+    assert "boxes=[[0.1, 0.2, 0.5, 0.25]]" in coco and "caption=pic" in coco
+    assert "labels [0, 1] (cat, dog)" in coco or "labels [0] (cat)" in coco
+    plain = _run("inspect", str(tmp_path / "plain-csv")).stdout
+    assert "score=" in plain and {
+        p.name.split("-")[0] for p in (tmp_path / "plain-csv").glob("*.tfrecord-*")
+    } == {"plain"}
+
+
+def test_a_closed_output_pipe_is_exit_141_and_silent(src: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    assert _run("pack", str(src), str(out), "--no-progress").returncode == 0
+    for args in (["inspect", str(out)], ["verify", str(out)]):  # as `shardpack ... | head -0`
+        run = subprocess.Popen([*SHARDPACK, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        run.stdout.close()  # before the command has started: its first write meets EPIPE
+        stderr = run.communicate(timeout=120)[1]
+        assert (run.returncode, stderr) == (141, b""), stderr
+
+
+def test_the_summary_lines_up_long_split_names(tmp_path: Path):
+    make_tree(tmp_path / "src" / "train", {"a": 2, "b": 1})
+    make_tree(tmp_path / "src" / "validation", {"a": 1, "b": 1})
+    run = _run("pack", str(tmp_path / "src"), str(tmp_path / "out"), "--no-progress")
+    assert run.returncode == 0, run.stderr
+    rows = [line for line in run.stdout.splitlines() if line.startswith("  ") and "record" in line]
+    assert len(rows) == 2 and len({row.index("record") for row in rows}) == 1, rows
 
 
 def test_a_tiny_shard_size_is_warned_about_on_stderr(src: Path, tmp_path: Path):
@@ -194,7 +243,8 @@ def test_help_reads_plainly(command: str):
     assert not re.search(r"\w \.(\s|$)", text), text  # "Worker processes ." had lost its default
     if command == "pack":  # compared without white space: help wraps at a hyphen too
         flat = "".join(text.split())
-        for default in ("by the work", "SRC's folder name", "by --shard-size", "128MiB", "keep"):
+        name = "SRC's name, without a manifest's extension"
+        for default in ("by the work", name, "by --shard-size", "128MiB", "keep"):
             assert f"[default:{default}]".replace(" ", "") in flat, default
 
 

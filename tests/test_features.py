@@ -155,6 +155,11 @@ def test_tf_dataset_batches_list_features(packed: Path, lists: str):
     else:
         assert boxes.shape == (6, 2, 4) and tags.shape == (6, 3)  # padded to the longest
         assert tags.numpy()[keys.index("cat/img_000.jpg")].tolist() == [0, 0, 0]
+        width = max(len(expected[k]["label"]) for k in keys)
+        padded = [
+            list(expected[k]["label"]) + [-1] * (width - len(expected[k]["label"])) for k in keys
+        ]
+        assert batch["label"].numpy().tolist() == padded  # class lists pad with -1: 0 is a class
     assert [c.decode() for c in batch["caption"].numpy()] == [expected[k]["caption"] for k in keys]
 
 
