@@ -22,6 +22,7 @@ import typer
 
 from shardpack import __version__
 from shardpack.classlist import parse_classes
+from shardpack.containers import CONTAINERS
 from shardpack.errors import FileAccessError, ShardpackError
 from shardpack.options import (
     BACKENDS,
@@ -202,7 +203,8 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
         more = ", ..." if summary["ignored"] > 5 else ""
         typer.echo(f"ignored {ignored}: {named}{more}")
     if not summary["tfds_metadata"]:
-        typer.echo("no TFDS metadata: TFDS cannot read GZIP shards (pack without compression)")
+        what = "GZIP" if summary["compression"] == "gzip" else summary["container"]
+        typer.echo(f"no TFDS metadata: TFDS cannot read {what} shards")
     typer.echo(f"index: {summary['out']}/index.json")
 
 
@@ -248,6 +250,7 @@ Encoding = _choices("Encoding", ENCODINGS)
 Check = _choices("Check", CHECKS)
 OnError = _choices("OnError", ON_ERROR)
 Compression = _choices("Compression", COMPRESSIONS)
+Format = _choices("Format", tuple(CONTAINERS))
 
 _JSON = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")]
@@ -333,6 +336,14 @@ def pack(
     compression: Annotated[
         Compression, typer.Option(help="TFRecord compression.")
     ] = Compression.none,
+    fmt: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            help="Shard container: tfrecord (tf.data, TFDS), array_record (Grain, "
+            "tfds.data_source; random access) or webdataset (tar shards for PyTorch).",
+        ),
+    ] = Format.tfrecord,
     seed: Annotated[int, typer.Option(metavar="N", help="Shuffle seed.")] = 0,
     shuffle: Annotated[
         bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle before sharding.")
@@ -400,6 +411,7 @@ def pack(
             check=check.value,
             on_error=on_error.value,
             compression=compression.value,
+            format=fmt.value,
             seed=seed,
             shuffle=shuffle,
             max_pixels=max_pixels,
@@ -466,7 +478,7 @@ def inspect(
         return
     typer.echo(
         f"{summary['name']}  ({summary['source']}, encoding {summary['encoding']}, "
-        f"compression {summary['compression']}, "
+        f"compression {summary['compression']}, {summary['container']} shards, "
         f"{_plural(summary['num_classes'], 'class', 'classes')})"
     )
     for name, split in summary["splits"].items():

@@ -91,13 +91,17 @@ class IndexFormatError(ShardpackError):
 
 
 class RecordError(ShardpackError):
-    """A TFRecord file is damaged: bad length or data CRC, or cut short."""
+    """A shard file is damaged: bad framing or CRC, cut short, or a record that does not decode.
 
-    def __init__(self, path: str, offset: int, reason: str) -> None:
-        super().__init__(f"{path} at byte {offset}: {reason}")
+    `offset` is a byte offset, or a record number where `unit` is "record" (ArrayRecord).
+    """
+
+    def __init__(self, path: str, offset: int, reason: str, unit: str = "byte") -> None:
+        super().__init__(f"{path} at {unit} {offset}: {reason}")
         self.path = path
         self.offset = offset
         self.reason = reason
+        self.unit = unit
 
     def __reduce__(self):
-        return (type(self), (self.path, self.offset, self.reason))
+        return (type(self), (self.path, self.offset, self.reason, self.unit))

@@ -13,6 +13,7 @@ from shardpack.options import COMPRESSIONS
 from shardpack.schema import V1_DTYPES, Schema
 
 if TYPE_CHECKING:  # the index is plain data: it needs these names only for type hints
+    from shardpack.containers import Container
     from shardpack.options import PackOptions
     from shardpack.plan import Plan, ShardResult
     from shardpack.sources import Dataset
@@ -61,15 +62,24 @@ class Index:
     compression: str
     splits: dict[str, SplitInfo]
     raw: dict
+    container_name: str = "tfrecord"  # the shards' file format; indexes before it: TFRecord
+
+    @property
+    def container(self) -> Container:
+        """The container of the shards (shardpack.containers), loaded on first use."""
+        from shardpack.containers import CONTAINERS
+
+        return CONTAINERS[self.container_name]
 
     @property
     def tfds_readable(self) -> bool:
         """Whether TFDS can load these shards, so that pack writes its metadata beside them.
 
         TFDS opens TFRecord shards without a compression type (`TfRecordFileAdapter` in
-        tensorflow_datasets/core/file_adapters.py), so GZIP shards get no TFDS metadata.
+        tensorflow_datasets/core/file_adapters.py), so GZIP shards get no TFDS metadata; it
+        reads ArrayRecord too, and has no adapter for tar shards.
         """
-        return self.compression == "none"
+        return self.compression == "none" and self.container.tfds_file_format is not None
 
     def to_json(self) -> dict:
         """The index.json document."""
@@ -137,6 +147,12 @@ def index_from_document(out: str | os.PathLike, doc: object) -> Index:
                   "compression": str, "splits": dict}, bad)  # fmt: skip
     if doc["compression"] not in COMPRESSIONS:
         raise bad(f"unknown compression {doc['compression']!r}")
+    from shardpack.containers import CONTAINERS  # here: the index is plain data to import
+
+    container = doc.get("container", "tfrecord")  # indexes before containers: TFRecord
+    if not isinstance(container, str) or container not in CONTAINERS:
+        raise IndexFormatError(f"{path}: unknown container {container!r}; upgrade shardpack "
+                               "to read it")  # fmt: skip
     if not all(isinstance(c, str) for c in doc["classes"]):
         raise bad("'classes' must be a list of strings")
     schema = _schema(doc, bad)
@@ -170,6 +186,7 @@ def index_from_document(out: str | os.PathLike, doc: object) -> Index:
         compression=doc["compression"],
         splits=splits,
         raw=doc,
+        container_name=container,
     )
 
 
@@ -243,6 +260,7 @@ def build_index(
         "features": dataset.schema.to_json(),
         "encoding": options.encode,
         "compression": options.compression,
+        "container": options.format,
         "seed": options.seed if options.shuffle else None,
         "plan_digest": plan.digest,
         "splits": splits,

@@ -59,6 +59,7 @@ def describe(out: str | os.PathLike, num_records: int = 3) -> dict:
         "source": raw.get("source"),
         "encoding": index.encoding,
         "compression": index.compression,
+        "container": index.container_name,
         "tfds_metadata": index.tfds_readable,
         "num_classes": len(index.classes),
         "features": index.schema.to_json(),

@@ -26,8 +26,20 @@ _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 _OUTPUT_FIELDS = (
     "name", "source", "shards", "shard_size", "encode", "quality", "max_side", "resize", "check",
     "compression", "seed", "shuffle", "max_pixels", "classes", "split_names", "split",
-    "path_column", "root",
+    "path_column", "root", "format",
 )  # fmt: skip
+
+
+def _check_container(fmt: str, compression: str, index_files: bool) -> None:
+    from shardpack.containers import CONTAINERS  # here: the containers import this module
+
+    _choice("format", fmt, tuple(CONTAINERS))
+    if compression not in CONTAINERS[fmt].compressions:
+        raise ShardpackError(f"--compression {compression} is for --format tfrecord only; "
+                             f"drop --compression")  # fmt: skip
+    if index_files and fmt != "tfrecord":
+        raise ShardpackError("--index-files writes DALI's TFRecord index files; "
+                             f"--format {fmt} needs none: drop --index-files")  # fmt: skip
 
 
 def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -61,6 +73,8 @@ class PackOptions:
         check: "header" (structure only for passed-through bytes) or "decode" (every pixel).
         on_error: "skip" a bad image and record why, or "fail" the run.
         compression: "none" or "gzip" TFRecords.
+        format: the shard container: "tfrecord", "array_record" or "webdataset"
+            (shardpack.containers.CONTAINERS).
         seed: shuffle seed.
         shuffle: False keeps the sorted source order.
         max_pixels: refuse images that claim more pixels than this (decompression bombs).
@@ -101,6 +115,7 @@ class PackOptions:
     split: tuple[tuple[str, float], ...] | None = None
     path_column: str | None = None
     root: str | None = None
+    format: str = "tfrecord"
 
     def __post_init__(self) -> None:
         _choice("source", self.source, SOURCE_KINDS)
@@ -129,6 +144,7 @@ class PackOptions:
             raise ShardpackError("--scheduler needs --backend dask")
         if self.index_files and self.compression != "none":
             raise ShardpackError("--index-files needs uncompressed shards; drop --compression")
+        _check_container(self.format, self.compression, self.index_files)
         for split in (*self.split_names, *(name for name, _ in self.split or ())):
             if not _SPLIT.match(split):
                 raise ShardpackError(

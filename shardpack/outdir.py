@@ -24,9 +24,10 @@ from shardpack.atomic import (
     replace_with,
     sha256_file,
 )
+from shardpack.containers import is_shard_name
 from shardpack.errors import IndexFormatError, OutputError, os_error_fix
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, load_index
-from shardpack.plan import Plan, ShardResult, is_shard_name
+from shardpack.plan import Plan, ShardResult
 
 LOCK_NAME = ".shardpack.lock"
 JOURNAL_NAME = ".shardpack.journal"

@@ -74,6 +74,8 @@ class PackResult:
             "workers": doc["stats"]["workers"],
             "shards_kept": self.num_reused,
             "new_records": self.new_records,
+            "container": self.index.container_name,
+            "compression": self.index.compression,
             "tfds_metadata": self.index.tfds_readable,
             "skipped_items": doc["skipped"][:20],
         }
@@ -223,6 +225,10 @@ def pack(
             write_tfds_metadata(out, document)
         else:  # an earlier run's metadata would point TFDS at shards it cannot read
             remove_files(os.path.join(out, name) for name in METADATA_NAMES)
+        for split, entry in document["splits"].items():  # wids' shard lists, for webdataset
+            shards = [(s["file"], s["num_records"]) for s in entry["shards"]]
+            for file, listing in index.container.split_files(name, split, shards).items():
+                write_json_atomic(os.path.join(out, file), listing)
         if options.index_files:
             from shardpack.recordindex import write_index_files
 

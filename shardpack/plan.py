@@ -8,11 +8,11 @@ import itertools
 import json
 import math
 import operator
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from shardpack.containers import CONTAINERS
 from shardpack.options import PackOptions
 from shardpack.sources import Dataset, Item
 from shardpack.sources.cifar import CIFAR_PIXELS
@@ -92,23 +92,6 @@ def shard_bounds(num_items: int, num_shards: int) -> list[tuple[int, int]]:
         raise ValueError(f"num_shards must be positive, got: {num_shards!r}")
     cuts = [round(num_items * i / num_shards) for i in range(num_shards + 1)]
     return list(itertools.pairwise(cuts))
-
-
-def shard_name(name: str, split: str, index: int, num_shards: int) -> str:
-    """TFDS-style shard file name: {name}-{split}.tfrecord-{i:05d}-of-{n:05d}."""
-    return f"{name}-{split}.tfrecord-{index:05d}-of-{num_shards:05d}"
-
-
-# What shard_name gives, for any count (past 99,999 shards the numbers grow a digit).
-_SHARD_NAME = re.compile(
-    r"(?P<name>[A-Za-z0-9][A-Za-z0-9_.]*)-(?P<split>[A-Za-z0-9_.\-]+)\.tfrecord-\d{5,}-of-\d{5,}"
-)
-
-
-def is_shard_name(file: str, name: str | None = None) -> bool:
-    """Whether `file` is a name shard_name gives (for dataset `name`, when given)."""
-    match = _SHARD_NAME.fullmatch(file)
-    return match is not None and name in (None, match["name"])
 
 
 def estimated_bytes(item: Item, options: PackOptions) -> int:
@@ -195,6 +178,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
     always plan alike. A pure function of (listing, name, options, workers).
     """
     shards: list[ShardSpec] = []
+    container = CONTAINERS[options.format]
     warnings: list[str] = []
     orders: dict[str, np.ndarray] = {}
     for split in sorted(dataset.splits):
@@ -217,7 +201,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
                     split=split,
                     index=index,
                     num_shards=count,
-                    file=shard_name(name, split, index, count),
+                    file=container.shard_name(name, split, index, count),
                     items=tuple(shuffled[start:end]),
                 )
             )

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardpack.containers import checked
 from shardpack.errors import RecordError, ShardpackError
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS, ENCODINGS
 from shardpack.schema import Schema, check_values, decode_value
-from shardpack.tfrecord import decode_example, iter_records
 
 # Records held for iter_examples' shuffle: enough to mix neighbours from different shards.
 SHUFFLE_BUFFER = 1024
@@ -174,10 +174,12 @@ def iter_examples(
     if shuffle:
         rng.shuffle(files)
     records = (
-        parse_record(index, path, offset, data, decode, max_pixels)
+        parse_record(index, path, position, example, decode, max_pixels)
         for info, start in files
         for path in (index.shard_path(info),)
-        for n, (offset, data) in enumerate(iter_records(path, index.compression))
+        for n, (position, example) in enumerate(
+            index.container.iter_records(path, index.compression)
+        )
         if (start + n) % mine.readers == mine.index
     )
     if shuffle:
@@ -186,20 +188,20 @@ def iter_examples(
 
 
 def parse_record(
-    index: Index, path: str, offset: int, data: bytes, decode: bool, max_pixels: int
-) -> dict[str, object]:
-    """One record's bytes as the dict iter_examples yields, checked against the index.
+    index: Index, path: str, position: int, example: dict[str, list] | RecordError, decode: bool,
+    max_pixels: int,
+) -> dict[str, object]:  # fmt: skip
+    """One record, as its container read it, as the dict iter_examples yields, checked
+    against the index.
 
     Raises:
-        RecordError: not an Example the index describes, or (with decode) an image that does
-            not decode; names the shard and the record's offset.
+        RecordError: not a record the index describes, or (with decode) an image that does
+            not decode; names the shard and the record's position.
     """
-    try:
-        example = decode_example(data)
-    except ValueError as e:
-        raise RecordError(path, offset, f"not a tf.train.Example ({e})") from None
+    example = checked(example)  # what the container could not decode
+    unit = index.container.position_unit
     if fault := record_fault(example, index.schema):
-        raise RecordError(path, offset, fault)
+        raise RecordError(path, position, fault, unit)
     record = to_python(example, index.schema)
     if decode:
         from shardpack.images import BadImage
@@ -207,7 +209,7 @@ def parse_record(
         try:
             record["image"] = decode_pixels(record, max_pixels)
         except BadImage as e:
-            raise RecordError(path, offset, f"image does not decode: {e}") from None
+            raise RecordError(path, position, f"image does not decode: {e}", unit) from None
     return record
 
 
@@ -269,9 +271,15 @@ def tf_dataset(
             Single records hold them as dense [n] or [n, k] tensors.
 
     Raises:
-        ShardpackError: TensorFlow is not installed, `shard` is not (index, count), or `lists`
-            is neither "ragged" nor "padded".
+        ShardpackError: TensorFlow is not installed, the shards are not TFRecords, `shard` is
+            not (index, count), or `lists` is neither "ragged" nor "padded".
     """
+    index = load_index(out)
+    if index.container.name != "tfrecord":  # tf.data reads TFRecords only: say so before its import
+        raise ShardpackError(
+            f"{index.out}: tf_dataset reads TFRecord shards; these are {index.container.name} "
+            "(read them with iter_examples or Records, or pack with --format tfrecord)"
+        )
     try:
         import tensorflow as tf
     except ImportError as e:
@@ -283,7 +291,6 @@ def tf_dataset(
         raise ShardpackError(f"lists must be 'ragged' or 'padded', got: {lists!r}")
     if input_context is not None:
         shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
-    index = load_index(out)
     mine = _share_of(index, split, *_checked_shard(shard))
     paths = [index.shard_path(info) for info, _ in mine.files]
     compression = "GZIP" if index.compression == "gzip" else ""

@@ -6,50 +6,20 @@ import bisect
 import itertools
 import operator
 import os
-from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from shardpack.atomic import open_regular, write_atomic
+from shardpack.containers import ShardReader
+from shardpack.containers.tfrecord import record_spans
 from shardpack.errors import IndexFormatError, OutputError, RecordError
 from shardpack.index import INDEX_FILES_DIR, Index, ShardInfo, index_from_document, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.read import parse_record
-from shardpack.tfrecord import (
-    FOOTER,
-    HEADER,
-    MAX_RECORD_BYTES,
-    check_data,
-    record_length,
-)
+from shardpack.tfrecord import FOOTER, HEADER
 
 _FRAMING = HEADER.size + FOOTER.size
 # An index file line is two decimal numbers of at most 20 digits: a longer line is not ours.
 _MAX_LINE = 64
-
-
-def record_spans(path: str) -> Iterator[tuple[int, int]]:
-    """Yield (byte offset, framed size) of every record by hopping from header to header.
-
-    Only the 12-byte headers are read, so this costs one seek per record, not a full read.
-
-    Raises:
-        RecordError: a header fails its CRC or the file ends inside a record.
-    """
-    try:
-        fd = open_regular(path)
-    except OSError as e:
-        raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
-    with open(fd, "rb") as f:
-        size = os.fstat(fd).st_size
-        offset = 0
-        while offset < size:
-            f.seek(offset)
-            length = record_length(f.read(HEADER.size), path, offset, size)
-            framed = _FRAMING + length
-            if offset + framed > size:
-                raise RecordError(path, offset, "file ends inside a record (truncated)")
-            yield offset, framed
-            offset += framed
 
 
 def index_file_path(index: Index, file: str) -> str:
@@ -120,10 +90,10 @@ class Records:
     """Random access to one split's records: `len(records)`, `records[i]`.
 
     The index is loaded once; record i is found by bisecting the prefix sums of the shards'
-    record counts; each shard's offsets come from its index file (else from hopping over its
-    record headers) the first time the shard is asked for, and its file stays open.
-    Each record's CRCs and features are checked as it is read. Use as a context manager, or
-    call close(), to release the open files.
+    record counts; each shard is opened through its container the first time it is asked for
+    (TFRecord offsets come from its index file, else from hopping over its record headers) and
+    stays open. Each record's framing and features are checked as it is read. Use as a context
+    manager, or call close(), to release the open files.
     """
 
     def __init__(
@@ -139,8 +109,7 @@ class Records:
         self.decode, self.max_pixels = decode, max_pixels
         self._shards = self.index.split(split).shards
         self._ends = list(itertools.accumulate(s.num_records for s in self._shards))
-        self._offsets: dict[int, array] = {}
-        self._fds: dict[int, int] = {}
+        self._readers: dict[int, ShardReader] = {}
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
@@ -154,54 +123,34 @@ class Records:
             raise IndexError(f"record {i} is outside split {self.split!r} of {size} records")
         k = bisect.bisect_right(self._ends, i)
         local = i - (self._ends[k - 1] if k else 0)
-        shard = self._shards[k]
-        path = self.index.shard_path(shard)
-        offsets = self._shard_offsets(k)
-        offset, end = offsets[local], offsets[local + 1]
-        record = os.pread(self._fd(k), end - offset, offset)
-        stale = RecordError(path, offset, "no record starts here: the index file is stale; "
-                                          "rewrite it with write_index_files")  # fmt: skip
-        try:
-            length = record_length(record[: HEADER.size], path, offset, MAX_RECORD_BYTES)
-        except RecordError:
-            raise stale from None
-        if _FRAMING + length != len(record):
-            raise stale
-        data = memoryview(record)[HEADER.size : HEADER.size + length]
-        check_data(data, record[HEADER.size + length :], path, offset)
-        return parse_record(self.index, path, offset, data, self.decode, self.max_pixels)
+        reader = self._reader(k)
+        path = self.index.shard_path(self._shards[k])
+        return parse_record(self.index, path, reader.position(local), reader[local],
+                            self.decode, self.max_pixels)  # fmt: skip
 
-    def _fd(self, k: int) -> int:
-        if k not in self._fds:
-            path = self.index.shard_path(self._shards[k])
-            try:
-                self._fds[k] = open_regular(path)
-            except OSError as e:
-                raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
-        return self._fds[k]
-
-    def _shard_offsets(self, k: int) -> array:
-        """Record start offsets of shard k and, last, the end of its last record."""
-        if k not in self._offsets:
+    def _reader(self, k: int) -> ShardReader:
+        """Shard k's reader, opened on first use and checked against the index's count."""
+        if k not in self._readers:
             shard = self._shards[k]
+            path = self.index.shard_path(shard)
             idx = index_file_path(self.index, shard.file)
-            if os.path.lexists(idx):
-                spans = _read_index_file(idx, shard, os.fstat(self._fd(k)).st_size)
-            else:
-                spans = list(record_spans(self.index.shard_path(shard)))
-            if len(spans) != shard.num_records:
-                raise RecordError(self.index.shard_path(shard), 0, f"holds {len(spans)} "
-                                  f"records, the index says {shard.num_records}")  # fmt: skip
-            offsets = array("Q", (o for o, _ in spans))
-            offsets.append(spans[-1][0] + spans[-1][1] if spans else 0)
-            self._offsets[k] = offsets
-        return self._offsets[k]
+            offsets = None
+            if self.index.container.name == "tfrecord" and os.path.lexists(idx):
+                spans = _read_index_file(idx, shard, _file_size(path))
+                offsets = [offset for offset, _ in spans]
+            reader = self.index.container.open(path, self.index.compression, offsets)
+            if len(reader) != shard.num_records:
+                reader.close()
+                raise RecordError(path, 0, f"holds {len(reader)} records, the index says "
+                                           f"{shard.num_records}")  # fmt: skip
+            self._readers[k] = reader
+        return self._readers[k]
 
     def close(self) -> None:
         """Close the shard files this object opened."""
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
 
     def __enter__(self) -> Records:
         return self
@@ -210,8 +159,19 @@ class Records:
         self.close()
 
     def __del__(self) -> None:
-        if hasattr(self, "_fds"):  # __init__ may have raised before opening anything
+        if hasattr(self, "_readers"):  # __init__ may have raised before opening anything
             self.close()
+
+
+def _file_size(path: str) -> int:
+    try:
+        fd = open_regular(path)
+    except OSError as e:
+        raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def _read_index_file(path: str, shard: ShardInfo, size: int) -> list[tuple[int, int]]:

@@ -93,7 +93,7 @@ def write_tfds_metadata(out: str, index: dict) -> list[str]:
     info = {
         "name": index["name"],
         "description": f"Packed by shardpack from a {index['source']} source.",
-        "fileFormat": "tfrecord",
+        "fileFormat": index.get("container", "tfrecord"),  # tfrecord or array_record
         "version": "1.0.0",
         "splits": splits,
     }

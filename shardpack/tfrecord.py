@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import functools
 import gzip
-import hashlib
 import io
 import os
 import struct
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import suppress
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO
 
 import crc32c
 import numpy as np
 
-from shardpack.atomic import create_temp, open_regular, remove_files
-from shardpack.errors import FileAccessError, OutputError, RecordError
+from shardpack.atomic import open_regular
+from shardpack.containers import HashingFile, ShardWriter
+from shardpack.errors import FileAccessError, RecordError
 from shardpack.options import COMPRESSIONS
 
 _MASK_DELTA = 0xA282EAD8
@@ -286,105 +285,46 @@ def decode_example(data: bytes) -> dict[str, list]:
 # ---- files ---------------------------------------------------------------------------------
 
 
-class _HashingFile:
-    """A write-only file that keeps a running sha256 and size of what passes through it."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self.raw = raw
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self.sha256.update(data)
-        self.size += len(data)
-        return self.raw.write(data)
-
-    def flush(self) -> None:
-        self.raw.flush()
-
-
-class WriteResult(NamedTuple):
-    """What a closed TFRecordWriter wrote."""
-
-    num_records: int
-    num_bytes: int
-    sha256: str
-    offsets: tuple[int, ...]  # each record's byte offset in the uncompressed stream
-
-
-class TFRecordWriter:
+class TFRecordWriter(ShardWriter):
     """Write one TFRecord file under a temporary name; it appears under `path` only on success.
 
     Use as a context manager: leaving the block normally renames the file into place, an
     exception removes the temporary file. `result` then holds a WriteResult: record count, file
-    size, sha256 and each record's offset (for index files, without reading the shard again).
+    size, sha256 and each record's offset in the uncompressed stream (for index files, without
+    reading the shard again). `write` takes one record's bytes.
     """
 
     def __init__(self, path: str | os.PathLike, compression: str = "none") -> None:
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, got: {compression!r}")
-        self.path = os.fspath(path)
-        self.tmp_path = ""  # a fresh, unpredictable name, made on entering the block
-        self.compression = compression
-        self.offsets: list[int] = []  # of each record in the uncompressed stream
-        self._position = 0
-        self.result: WriteResult | None = None
+        super().__init__(path, compression)
 
-    def __enter__(self) -> TFRecordWriter:
-        fd, self.tmp_path = create_temp(self.path)
-        self._raw = open(fd, "wb", buffering=_WRITE_BUFFER)
-        self._hashing = _HashingFile(self._raw)
-        self._out: _HashingFile | gzip.GzipFile = self._hashing
+    def _open(self, fd: int) -> None:
+        self._position = 0
+        self._hashing = HashingFile(fd, _WRITE_BUFFER)
+        self._out: HashingFile | gzip.GzipFile = self._hashing
         if self.compression == "gzip":
             # mtime=0 and no file name keep the bytes a pure function of the records.
             self._out = gzip.GzipFile(
                 filename="", mode="wb", fileobj=self._hashing, mtime=0, compresslevel=_GZIP_LEVEL
             )
-        return self
 
-    def write(self, data: bytes) -> None:
-        """Append one record."""
+    def _append(self, data: bytes) -> int:
         header, footer = frame_parts(data)
-        try:  # one write: each is a sha256 update and a buffered write, ~1 us apart from the bytes
-            self._out.write(b"".join((header, data, footer)))
-        except OSError as e:
-            raise OutputError.writing(self.tmp_path, e) from None
-        self.offsets.append(self._position)
+        # one write: each is a sha256 update and a buffered write, ~1 us apart from the bytes
+        self._out.write(b"".join((header, data, footer)))
+        offset = self._position
         self._position += len(header) + len(data) + len(footer)
+        return offset
 
-    @property
-    def num_records(self) -> int:
-        """Records written so far."""
-        return len(self.offsets)
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        failed = exc_type is not None
+    def _close(self, failed: bool) -> tuple[int, str]:
         try:
             if self._out is not self._hashing:
-                self._out.close()
-            self._raw.flush()
-            if not failed:
-                os.fsync(self._raw.fileno())  # durable before the rename makes it final
-        except OSError as e:
-            failed = True
-            raise OutputError.writing(self.tmp_path, e) from None
-        finally:
-            with suppress(OSError):
-                self._raw.close()
-            if failed:
-                remove_files([self.tmp_path])
-        if not failed:  # an exception in the block propagates; nothing appears under the name
-            try:
-                os.replace(self.tmp_path, self.path)
-            except OSError as e:
-                remove_files([self.tmp_path])
-                raise OutputError.writing(self.path, e) from None
-            self.result = WriteResult(
-                self.num_records,
-                self._hashing.size,
-                self._hashing.sha256.hexdigest(),
-                tuple(self.offsets),
-            )
+                self._out.close()  # the GZIP trailer
+        except BaseException:
+            self._hashing.finish(failed=True)
+            raise
+        return self._hashing.finish(failed)
 
 
 class _HashingRaw(io.RawIOBase):

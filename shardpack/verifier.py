@@ -7,24 +7,24 @@ import os
 import stat
 from dataclasses import dataclass, field
 
+from shardpack.containers import is_shard_name
 from shardpack.errors import RecordError
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
-from shardpack.plan import is_shard_name
 from shardpack.read import decode_pixels, record_fault, to_python
-from shardpack.tfrecord import decode_example, iter_records
 
 
 @dataclass(frozen=True)
 class Fault:
-    """One problem: the file, the byte offset where known, and what is wrong."""
+    """One problem: the file, the record's position where known, and what is wrong."""
 
     file: str
     offset: int | None
     reason: str
+    unit: str = "byte"  # what `offset` counts: bytes, or records (ArrayRecord)
 
     def __str__(self) -> str:
-        where = self.file if self.offset is None else f"{self.file} at byte {self.offset}"
+        where = self.file if self.offset is None else f"{self.file} at {self.unit} {self.offset}"
         return f"{where}: {self.reason}"
 
 
@@ -51,7 +51,8 @@ class VerifyReport:
             "records": self.records,
             "decoded": self.decoded,
             "faults": [
-                {"file": f.file, "offset": f.offset, "reason": f.reason} for f in self.faults
+                {"file": f.file, "offset": f.offset, "unit": f.unit, "reason": f.reason}
+                for f in self.faults
             ],
         }
 
@@ -119,14 +120,17 @@ def _check_shard(
         faults.append(Fault(shard.file, None, f"{size} bytes, index says {shard.num_bytes}"))
     digest = hashlib.sha256()  # fed by the same read that checks the records: one pass
     count = 0
+    unit = index.container.position_unit
     try:
-        for offset, data in iter_records(path, index.compression, digest=digest):
-            reason = _check_record(data, index, decode, max_pixels)
-            if reason:
-                faults.append(Fault(shard.file, offset, reason))
+        records = index.container.iter_records(path, index.compression, digest=digest)
+        for position, example in records:
+            if isinstance(example, RecordError):  # its framing held: on to the next record
+                faults.append(Fault(shard.file, example.offset, example.reason, example.unit))
+            elif reason := _check_record(example, index, decode, max_pixels):
+                faults.append(Fault(shard.file, position, reason, unit))
             count += 1
     except RecordError as e:
-        faults.append(Fault(shard.file, e.offset, e.reason))
+        faults.append(Fault(shard.file, e.offset, e.reason, e.unit))
     if digest.hexdigest() != shard.sha256:
         faults.append(Fault(shard.file, None, "sha256 differs from the index (file changed)"))
     if count != shard.num_records:
@@ -135,12 +139,10 @@ def _check_shard(
     return count
 
 
-def _check_record(data: bytes, index: Index, decode: bool, max_pixels: int) -> str | None:
-    """Return what is wrong with one record's Example, or None."""
-    try:
-        example = decode_example(data)
-    except ValueError as e:
-        return f"not a tf.train.Example ({e})"
+def _check_record(
+    example: dict[str, list], index: Index, decode: bool, max_pixels: int
+) -> str | None:
+    """Return what is wrong with one record, as its container read it, or None."""
     if fault := record_fault(example, index.schema):
         return fault
     if not decode:

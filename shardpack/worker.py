@@ -10,12 +10,12 @@ import numpy as np
 
 from shardpack import images
 from shardpack.atomic import create_temp, open_regular
+from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, loader
-from shardpack.tfrecord import TFRecordWriter, encode_example
 
 # How often a worker reports its count for the parent's progress bar: often enough for a live
 # bar, rare enough to cost nothing (one 8-byte pwrite).
@@ -81,7 +81,8 @@ def write_shard(
     cache: dict = {}  # what the loader keeps between items (CIFAR: the batches, loaded once)
     progress = _Progress(os.path.join(out, spec.file))
     try:
-        with TFRecordWriter(os.path.join(out, spec.file), options.compression) as writer:
+        container = CONTAINERS[options.format]
+        with container.writer(os.path.join(out, spec.file), options.compression) as writer:
             for done, item in enumerate(spec.items, 1):
                 try:
                     features = _features(item, load(item, src, options, cache), options)
@@ -91,7 +92,7 @@ def write_shard(
                         raise
                     skipped.append((e.key, e.reason))
                 else:
-                    writer.write(encode_example(features))
+                    writer.write(features)
                     _count(counts, item.label)
                 progress.update(done)
     finally:

@@ -106,8 +106,10 @@ def make_cifar100_python(root: Path, n_train: int = 30, n_test: int = 10) -> Pat
 
 
 def shard_files(out: Path) -> dict[str, bytes]:
-    """Every shard file in OUT by name, with its bytes."""
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if ".tfrecord-" in p.name}
+    """Every shard file in OUT (of any container) by name, with its bytes."""
+    from shardpack.containers import is_shard_name
+
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if is_shard_name(p.name)}
 
 
 def tf_records(out: Path, split: str = "train") -> list[dict]:
@@ -182,3 +184,69 @@ def write_parquet(path: Path, rows: list[dict], **kwargs) -> Path:
 
     pq.write_table(pa.Table.from_pylist(rows), path, **kwargs)
     return path
+
+
+# The readers of each container's audience, run in a process of their own (TensorFlow, TFDS,
+# Grain and wids loaded into the test process would grow it by hundreds of MB, and every
+# process forked from it after that starts with that peak RSS). Each prints JSON: per record,
+# in order, [sha256 of the image's stored bytes, label].
+READ_ARRAY_RECORD = """
+import hashlib, json, sys
+import grain
+import tensorflow as tf
+from array_record.python.array_record_module import ArrayRecordReader
+paths = sys.argv[1:]
+def fields(data):
+    f = tf.train.Example.FromString(data).features.feature
+    image = f["image"].bytes_list.value[0]
+    return [hashlib.sha256(image).hexdigest(), f["label"].int64_list.value[0]]
+reader = ArrayRecordReader(paths[0])
+first = [fields(d) for d in reader.read_all()]
+reader.close()
+source = grain.sources.ArrayRecordDataSource(paths)  # random access by index, across files
+backwards = [fields(source[i]) for i in reversed(range(len(source)))]
+print(json.dumps({"first_file": first, "records": backwards[::-1]}))
+"""
+
+READ_WEBDATASET = """
+import hashlib, json, sys, warnings
+warnings.simplefilter("ignore")
+import webdataset as wds
+import wids
+index, cache, urls = sys.argv[1], sys.argv[2], sys.argv[3:]
+decoded = []
+for s in wds.WebDataset(urls, shardshuffle=False).decode("rgb8"):
+    ext = next(e for e in ("jpg", "png", "npy") if e in s)
+    pixels = s[ext]
+    decoded.append({"shape": list(pixels.shape), "label": s["cls"], "json": s["json"],
+                    "npy": hashlib.sha256(pixels.tobytes()).hexdigest() if ext == "npy" else None})
+stored = [hashlib.sha256(s.get("jpg", s.get("png"))).hexdigest()
+          for s in wds.WebDataset(urls, shardshuffle=False) if "npy" not in s]
+dataset = wids.ShardListDataset(index, cache_dir=cache)
+by_index = [[dataset[i][".cls"], dataset[i][".json"]["height"]]
+            for i in reversed(range(len(dataset)))]  # random access by index, across shards
+print(json.dumps({"decoded": decoded, "stored": stored, "by_index": by_index[::-1]}))
+"""
+
+
+def run_json(code: str, *args: str) -> object:
+    """Run `code` in a fresh Python with `args`; return the JSON it printed last."""
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def needs(*modules: str) -> None:
+    """Skip unless each module is installed, without importing it here (see READ_* above)."""
+    import importlib.util
+
+    import pytest
+
+    for module in modules:
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            pytest.skip(f"needs {module}")

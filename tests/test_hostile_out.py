@@ -22,11 +22,13 @@ import pytest
 from shardpack import PackOptions, pack
 from shardpack.atomic import write_atomic
 from shardpack.cluster import ClusterError, dask_client
+from shardpack.containers import get_container
 from shardpack.errors import ImageError, OutputError
-from shardpack.plan import shard_name
 from shardpack.tfrecord import TFRecordWriter
 from shardpack.verifier import verify
 from tests.helpers import image, make_tree, shard_files, write_image
+
+shard_name = get_container("tfrecord").shard_name
 
 VICTIM_TEXT = "the user's file outside OUT\n"
 SHARDS = ["src-train.tfrecord-00000-of-00002", "src-train.tfrecord-00001-of-00002"]

@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 
+from shardpack.containers import CONTAINERS, get_container
 from shardpack.options import PackOptions
 from shardpack.plan import (
     BYTE_S,
@@ -22,7 +23,6 @@ from shardpack.plan import (
     num_shards_for,
     run_seconds,
     shard_bounds,
-    shard_name,
     work_seconds,
 )
 from shardpack.schema import Feature, Schema
@@ -84,15 +84,26 @@ def test_shard_bounds_refuses_non_positive(num_shards):
 
 
 def test_shard_name_format():
+    shard_name = get_container("tfrecord").shard_name
     assert shard_name("cifar10", "train", 0, 8) == "cifar10-train.tfrecord-00000-of-00008"
     assert shard_name("x.y", "test", 41, 100) == "x.y-test.tfrecord-00041-of-00100"
     assert shard_name("big", "train", 123456, 200000) == "big-train.tfrecord-123456-of-200000"
 
 
-def test_shard_names_sort_in_shard_order():
-    names = [shard_name("d", "train", i, 1500) for i in range(1500)]
+@pytest.mark.parametrize("fmt", sorted(CONTAINERS))
+def test_shard_names_sort_in_shard_order(fmt):
+    names = [get_container(fmt).shard_name("d", "train", i, 1500) for i in range(1500)]
     assert sorted(names) == names
-    assert all(re.fullmatch(r"d-train\.tfrecord-\d{5}-of-01500", n) for n in names)
+
+
+@pytest.mark.parametrize("fmt", sorted(CONTAINERS))
+def test_the_plan_names_shards_through_the_container(fmt):
+    plan = make_plan(_dataset(n=9), "d", PackOptions(shards=3, format=fmt), workers=1)
+    container = get_container(fmt)
+    assert [s.file for s in plan.shards] == [container.shard_name("d", "train", i, 3)
+                                             for i in range(3)]  # fmt: skip
+    other = make_plan(_dataset(n=9), "d", PackOptions(shards=3), workers=1)
+    assert (plan.digest == other.digest) == (fmt == "tfrecord")  # the format is in the digest
 
 
 # ---- make_plan -----------------------------------------------------------------------------
@@ -125,7 +136,7 @@ def test_plan_covers_every_item_once_per_split():
     assert [s.split for s in plan.shards] == ["test"] * 5 + ["train"] * 5  # splits sorted
     for shard in plan.shards:
         assert shard.num_shards == 5
-        assert shard.file == shard_name("d", shard.split, shard.index, 5)
+        assert shard.file == get_container("tfrecord").shard_name("d", shard.split, shard.index, 5)
         assert len(shard.items) in (7, 8)
     assert [s.index for s in plan.shards if s.split == "train"] == [0, 1, 2, 3, 4]
 

@@ -1,0 +1,312 @@
+"""Output containers: one small class per shard file format, found through CONTAINERS.
+
+The model is TFDS's `core/file_adapters.py`: each container has a name, a shard naming rule, a
+writer (a context manager that writes under a temporary name and renames on success; its result
+holds the record count, byte count, sha256 and each record's position), a sequential reader, a
+random-access reader and a framing check for verify. Nothing outside this package branches on
+the container.
+
+Records cross the seam as features: name -> value when written (what `encode_example` takes),
+name -> list of values when read (what `decode_example` returns), whatever the bytes on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import suppress
+from typing import NamedTuple
+
+from shardpack.atomic import create_temp, remove_files
+from shardpack.errors import OutputError, RecordError
+
+Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or a list of one
+Example = dict[str, list]  # as read: name -> list of bytes, int or float
+_HASH_CHUNK = 1 << 20
+# The dataset name and split at the start of every shard name, as the two groups of a pattern.
+NAME_SPLIT = r"(?P<name>[A-Za-z0-9][A-Za-z0-9_.]*)-(?P<split>[A-Za-z0-9_.\-]+)"
+
+
+class WriteResult(NamedTuple):
+    """What a closed shard writer wrote."""
+
+    num_records: int
+    num_bytes: int
+    sha256: str
+    offsets: tuple[int, ...]  # each record's position: a byte offset, or its number (ArrayRecord)
+
+
+class Checked(NamedTuple):
+    """What a framing check found in one shard file."""
+
+    num_records: int
+    num_bytes: int
+    sha256: str
+
+
+class ShardWriter:
+    """Write one shard under a fresh temporary name; it appears under `path` only on success.
+
+    Leaving the `with` block normally flushes, fsyncs and renames the file into place; an
+    exception removes the temporary file. `result` then holds a WriteResult. Subclasses
+    implement _open, _append and _close.
+    """
+
+    def __init__(self, path: str | os.PathLike, compression: str = "none") -> None:
+        self.path = os.fspath(path)
+        self.compression = compression
+        self.tmp_path = ""  # a fresh, unpredictable name, made on entering the block
+        self.offsets: list[int] = []
+        self.result: WriteResult | None = None
+
+    def __enter__(self) -> ShardWriter:
+        fd, self.tmp_path = create_temp(self.path)
+        try:
+            self._open(fd)
+        except BaseException:
+            remove_files([self.tmp_path])
+            raise
+        return self
+
+    def write(self, features: Features) -> None:
+        """Append one record."""
+        try:
+            self.offsets.append(self._append(features))
+        except OSError as e:
+            raise OutputError.writing(self.tmp_path, e) from None
+
+    @property
+    def num_records(self) -> int:
+        """Records written so far."""
+        return len(self.offsets)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        failed = exc_type is not None
+        try:
+            size, sha256 = self._close(failed)
+        except OSError as e:
+            failed = True
+            raise OutputError.writing(self.tmp_path, e) from None
+        finally:
+            if failed:
+                remove_files([self.tmp_path])
+        if failed:  # the block's exception propagates; nothing appears under the final name
+            return
+        try:
+            os.replace(self.tmp_path, self.path)
+        except OSError as e:
+            remove_files([self.tmp_path])
+            raise OutputError.writing(self.path, e) from None
+        self.result = WriteResult(len(self.offsets), size, sha256, tuple(self.offsets))
+
+    def _open(self, fd: int) -> None:
+        """Start writing to the new temporary file `fd` (owned from here on)."""
+        raise NotImplementedError
+
+    def _append(self, features: Features) -> int:
+        """Write one record; return its position."""
+        raise NotImplementedError
+
+    def _close(self, failed: bool) -> tuple[int, str]:
+        """Finish the file (fsync unless failed) and close it; return (size, sha256)."""
+        raise NotImplementedError
+
+
+class HashingFile:
+    """A write-only file over an fd that keeps a running sha256 and size of what it writes."""
+
+    def __init__(self, fd: int, buffering: int = 1 << 20) -> None:
+        self.raw = open(fd, "wb", buffering=buffering)  # noqa: SIM115 (closed by finish)
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def finish(self, failed: bool) -> tuple[int, str]:
+        """Flush, fsync unless failed (durable before the rename makes it final), close."""
+        try:
+            self.raw.flush()
+            if not failed:
+                os.fsync(self.raw.fileno())
+        finally:
+            with suppress(OSError):
+                self.raw.close()
+        return self.size, self.sha256.hexdigest()
+
+
+class ShardReader:
+    """Random access to one shard's records: `len(reader)`, `reader[i]` (a decoded Example).
+
+    Use as a context manager, or call close(), to release the open file.
+    """
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __getitem__(self, i: int) -> Example:
+        raise NotImplementedError
+
+    def position(self, i: int) -> int:
+        """Record i's position, as iter_records gives it (for error messages)."""
+        return i
+
+    def close(self) -> None:
+        """Release the open file."""
+
+    def __enter__(self) -> ShardReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Container:
+    """One shard file format. Subclasses set the class attributes and implement the methods."""
+
+    name: str = ""
+    compressions: tuple[str, ...] = ("none",)  # what `compression` may be
+    position_unit = "byte"  # what a record's position counts, for error messages
+    # TFDS's `fileFormat` for these shards, where TFDS has a file adapter that reads them.
+    tfds_file_format: str | None = None
+    # What shard_name gives, for any count, with groups `name` and `split`.
+    shard_pattern: re.Pattern[str] = re.compile("(?!)")
+
+    shard_template = ""  # str.format'ed with name, split, index and n (the shard count)
+
+    def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
+        """The file name of shard `index` of `num_shards` of a split."""
+        return self.shard_template.format(name=name, split=split, index=index, n=num_shards)
+
+    writer_class: type[ShardWriter] = ShardWriter
+
+    def writer(self, path: str | os.PathLike, compression: str = "none") -> ShardWriter:
+        """A ShardWriter for one shard at `path`."""
+        return self.writer_class(path, compression)
+
+    def iter_records(
+        self, path: str | os.PathLike, compression: str = "none", digest=None
+    ) -> Iterator[tuple[int, Example | RecordError]]:
+        """Yield (position, example) for every record, checking the container's framing.
+
+        A record whose framing holds but whose content does not decode (not an Example, a
+        sample's JSON broken) comes as (position, the RecordError saying so): reading can go
+        on, and verify reports every such record. A broken framing raises.
+
+        Args:
+            path: the shard file (opened without following a link).
+            compression: as written.
+            digest: a hashlib object fed every byte of the file, even when a record is bad.
+
+        Raises:
+            RecordError: the framing is broken; names the file and the position.
+        """
+        raise NotImplementedError
+
+    def open(self, path: str | os.PathLike, compression: str = "none", offsets=None) -> ShardReader:
+        """A ShardReader over one shard; `offsets` (from the writer) saves finding them."""
+        raise NotImplementedError
+
+    def split_files(
+        self, name: str, split: str, shards: list[tuple[str, int]]
+    ) -> dict[str, object]:
+        """Files a split needs beside its shards, {file name: JSON document}; given the
+        split's (shard file, record count) in order."""
+        return {}
+
+    def check(self, path: str | os.PathLike, compression: str = "none") -> Checked:
+        """The framing check of verify: read every record, hash the whole file.
+
+        Raises:
+            RecordError: the first fault found, naming the file and the position.
+        """
+        digest = _CountingDigest()
+        count = sum(1 for _, example in self.iter_records(path, compression, digest=digest)
+                    if checked(example))  # fmt: skip
+        return Checked(count, digest.size, digest.sha256.hexdigest())
+
+
+def checked(example: Example | RecordError) -> Example:
+    """The example iter_records gave, or raise the RecordError it gave instead."""
+    if isinstance(example, RecordError):
+        raise example
+    return example
+
+
+def hash_fd(fd: int, digest) -> int:
+    """Feed the whole file open at `fd` to `digest`, 1 MiB at a time; return its size."""
+    size = 0
+    while chunk := os.pread(fd, _HASH_CHUNK, size):
+        digest.update(chunk)
+        size += len(chunk)
+    return size
+
+
+class _CountingDigest:
+    """A sha256 that also counts the bytes it is fed."""
+
+    def __init__(self) -> None:
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def update(self, data) -> None:
+        self.sha256.update(data)
+        self.size += len(data)
+
+
+class _Registry(Mapping[str, Container]):
+    """name -> container. A container's module is imported when it is first asked for, so
+    that listing the names (the CLI's --format choices) imports none of them."""
+
+    def __init__(self, classes: dict[str, str]) -> None:
+        self._classes = classes  # name -> "module:Class"
+        self._loaded: dict[str, Container] = {}
+
+    def __getitem__(self, name: str) -> Container:
+        if name not in self._loaded:
+            module, cls = self._classes[name].split(":")
+            self._loaded[name] = getattr(importlib.import_module(module), cls)()
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._classes)
+
+    def __len__(self) -> int:
+        return len(self._classes)
+
+
+CONTAINERS: Mapping[str, Container] = _Registry({
+    "tfrecord": "shardpack.containers.tfrecord:TFRecord",
+    "array_record": "shardpack.containers.array_record:ArrayRecord",
+    "webdataset": "shardpack.containers.webdataset:WebDataset",
+})  # fmt: skip
+DEFAULT_CONTAINER = "tfrecord"
+
+
+def is_shard_name(file: str, name: str | None = None) -> bool:
+    """Whether `file` is a name some container's shard_name gives (for dataset `name`)."""
+    for container in CONTAINERS.values():
+        match = container.shard_pattern.fullmatch(file)
+        if match is not None and name in (None, match["name"]):
+            return True
+    return False
+
+
+def get_container(name: str) -> Container:
+    """The container called `name`.
+
+    Raises:
+        ValueError: no container has that name.
+    """
+    try:
+        return CONTAINERS[name]
+    except KeyError:
+        raise ValueError(f"format must be one of {sorted(CONTAINERS)}, got: {name!r}") from None

@@ -1,0 +1,199 @@
+"""The ArrayRecord container: tf.train.Example records in ArrayRecord files, for Grain and
+`tfds.data_source`; TFDS's `.array_record-` shard names; positions are record numbers.
+
+Writer options: one record per chunk group, TFDS's choice, so reading record i decodes one
+chunk; and no compression, since images are already compressed: zstd (the library's default,
+and TFDS's) costs writing time for a few percent of size. Measured with
+`python -m benchmarks.containers --array-record-options group_size:1` (5,000 small JPEGs,
+2-core machine): see benchmarks/README.md. The files are byte-identical across runs
+(tests/test_containers.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from contextlib import suppress
+
+from shardpack import tfrecord
+from shardpack.atomic import open_regular
+from shardpack.containers import (
+    NAME_SPLIT,
+    Container,
+    Example,
+    Features,
+    ShardReader,
+    ShardWriter,
+    checked,
+    hash_fd,
+)
+from shardpack.containers.tfrecord import decode
+from shardpack.errors import RecordError
+
+WRITER_OPTIONS = "group_size:1,uncompressed"
+_RANDOM_ACCESS = "readahead_buffer_size:0,max_parallelism:0"  # the library's advice
+_BATCH = 256  # records per read of the sequential reader
+
+
+def _module():
+    """The array_record extension, imported only when an ArrayRecord file is touched."""
+    try:
+        from array_record.python import array_record_module
+    except ImportError:
+        raise ImportError(
+            "the array_record format needs the array-record package: "
+            "pip install 'shardpack[array_record]'"
+        ) from None
+    return array_record_module
+
+
+def _fd_path(fd: int) -> str:
+    """A path that names the file open at `fd` itself: the library opens files by path, and
+    this way it opens the very file we created or checked, never a link planted since."""
+    return f"/proc/self/fd/{fd}"
+
+
+class _Writer(ShardWriter):
+    options = WRITER_OPTIONS
+
+    def _open(self, fd: int) -> None:
+        self._fd = fd
+        try:
+            self._writer = _module().ArrayRecordWriter(_fd_path(fd), self.options)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _append(self, features: Features) -> int:
+        self._writer.write(tfrecord.encode_example(features))
+        if not self._writer.ok():
+            raise OSError(f"the ArrayRecord writer failed after record {len(self.offsets)}")
+        return len(self.offsets)  # ArrayRecord reads by record number
+
+    def _close(self, failed: bool) -> tuple[int, str]:
+        try:
+            try:
+                self._writer.close()
+            except Exception as e:  # the library reports write errors (ENOSPC) as RuntimeError
+                raise _os_error(e) from None
+            if failed:
+                return 0, ""
+            os.fsync(self._fd)  # durable before the rename makes it final
+            digest = hashlib.sha256()
+            reading = os.open(_fd_path(self._fd), os.O_RDONLY | os.O_CLOEXEC)  # ours: write-only
+            try:
+                return hash_fd(reading, digest), digest.hexdigest()
+            finally:
+                os.close(reading)
+        finally:
+            os.close(self._fd)
+
+
+class _Reader(ShardReader):
+    """An ArrayRecordReader over a file opened without following a link."""
+
+    def __init__(self, path: str, options: str) -> None:
+        self.path = path
+        try:
+            self.fd = open_regular(path)
+        except OSError as e:
+            raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
+        try:
+            self.reader = _module().ArrayRecordReader(_fd_path(self.fd), options)
+        except Exception as e:  # a damaged footer or index
+            os.close(self.fd)
+            raise RecordError(path, 0, f"not a readable ArrayRecord file ({_first_line(e)})",
+                              unit="record") from None  # fmt: skip
+        self.count = 0
+        if not self.reader.ok():  # the reader does not raise: a damaged file reads as empty
+            try:
+                self.finish()  # raises what the reader found
+            finally:
+                self.close()
+            raise RecordError(path, 0, "not a readable ArrayRecord file", unit="record")
+        self.count = self.reader.num_records()
+
+    def __len__(self) -> int:
+        return self.count
+
+    def read(self, start: int, end: int) -> list[bytes]:
+        """Records start..end-1 as bytes."""
+        try:
+            return self.reader.read(start, end)
+        except Exception as e:  # a chunk fails its hash, or the file is cut short
+            raise RecordError(self.path, start, f"unreadable ({_first_line(e)})",
+                              unit="record") from None  # fmt: skip
+
+    def __getitem__(self, i: int) -> Example:
+        if not 0 <= i < self.count:
+            raise IndexError(f"record {i} is outside {self.path} of {self.count} records")
+        return checked(decode(self.read(i, i + 1)[0], self.path, i, "record"))
+
+    def finish(self) -> None:
+        """Close the reader, which checks what reading did not (a file cut short after its
+        last record reads fine until the reader looks for its footer)."""
+        try:
+            self.reader.close()
+        except Exception as e:
+            raise RecordError(self.path, self.count, f"unreadable ({_first_line(e)})",
+                              unit="record") from None  # fmt: skip
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with suppress(Exception):  # a damaged file fails again on close; reads said so
+                self.reader.close()
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _os_error(error: Exception) -> OSError:
+    """The library's error as an OSError, with the errno its message names (so the user is told
+    the fix: free some space...), read from the strerror text it quotes."""
+    message = _first_line(error)
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EIO):
+        if os.strerror(code) in message:
+            return OSError(code, message)
+    return OSError(errno.EIO, message)
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
+class ArrayRecord(Container):
+    """ArrayRecord files as TFDS writes them (`--file_format=array_record`)."""
+
+    name = "array_record"
+    position_unit = "record"
+    tfds_file_format = "array_record"
+    shard_template = "{name}-{split}.array_record-{index:05d}-of-{n:05d}"
+    shard_pattern = re.compile(NAME_SPLIT + r"\.array_record-\d{5,}-of-\d{5,}")
+
+    def __init__(self, options: str = WRITER_OPTIONS) -> None:
+        self.options = options  # the writer's; another only to measure (benchmarks/containers)
+
+    def writer(self, path: str | os.PathLike, compression: str = "none") -> ShardWriter:
+        _module()  # fail before creating anything when the package is missing
+        writer = _Writer(path, compression)
+        writer.options = self.options
+        return writer
+
+    def iter_records(
+        self, path: str | os.PathLike, compression: str = "none", digest=None
+    ) -> Iterator[tuple[int, Example | RecordError]]:
+        with _Reader(os.fspath(path), "") as reader:
+            try:
+                for start in range(0, reader.count, _BATCH):
+                    batch = reader.read(start, min(start + _BATCH, reader.count))
+                    for i, data in enumerate(batch, start):
+                        yield i, decode(data, reader.path, i, "record")
+                reader.finish()
+            finally:
+                if digest is not None:
+                    hash_fd(reader.fd, digest)
+
+    def open(self, path: str | os.PathLike, compression: str = "none", offsets=None) -> ShardReader:
+        return _Reader(os.fspath(path), _RANDOM_ACCESS)

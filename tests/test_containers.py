@@ -1,0 +1,348 @@
+"""The container seam: each container writes, reads back, checks its framing, and its files
+are read by the real readers of its audience (TensorFlow, array_record, Grain, webdataset)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from shardpack.containers import CONTAINERS, get_container, is_shard_name
+from shardpack.errors import RecordError
+from tests.helpers import READ_ARRAY_RECORD, READ_WEBDATASET, image, needs, run_json
+
+NAMES = sorted(CONTAINERS)
+
+
+def _records() -> list[dict[str, object]]:
+    """Seven records: JPEG, PNG and raw pixels, a non-UTF-8 key, an extra feature."""
+    out = []
+    for i, fmt in enumerate(["jpeg", "png", "raw", "jpeg", "png", "raw", "jpeg"]):
+        pixels = image(i, 12 + i, 16)
+        if fmt == "raw":
+            data = cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB).tobytes()
+        else:
+            data = cv2.imencode(".jpg" if fmt == "jpeg" else ".png", pixels)[1].tobytes()
+        out.append({
+            "image": data, "label": i % 3, "height": 12 + i, "width": 16, "channels": 3,
+            "format": fmt.encode(), "key": b"cat/\xff-%d.x" % i, "coarse_label": i % 2,
+        })  # fmt: skip
+    return out
+
+
+def _as_read(features: dict[str, object]) -> dict[str, list]:
+    return {k: [v] for k, v in features.items()}
+
+
+def _write(container, folder, records=None, index: int = 0) -> tuple[str, object]:
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, container.shard_name("ds", "train", index, 4))
+    with container.writer(path) as writer:
+        for features in _records() if records is None else records:
+            writer.write(features)
+    return path, writer.result
+
+
+def test_registry_and_names():
+    assert NAMES == ["array_record", "tfrecord", "webdataset"]
+    assert get_container("tfrecord").shard_name("ds", "train", 3, 8) == (
+        "ds-train.tfrecord-00003-of-00008"
+    )
+    assert get_container("array_record").shard_name("ds", "train", 3, 8) == (
+        "ds-train.array_record-00003-of-00008"
+    )
+    assert get_container("webdataset").shard_name("ds", "train", 3, 8) == "ds-train-000003.tar"
+    with pytest.raises(ValueError, match="array_record"):
+        get_container("parquet")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_shard_names_are_recognised_by_their_own_pattern_only(name):
+    container = get_container(name)
+    for index, count in ((0, 1), (7, 8), (123_456, 200_000)):
+        file = container.shard_name("my.ds", "train-a", index, count)
+        assert is_shard_name(file) and is_shard_name(file, "my.ds")
+        assert not is_shard_name(file, "my")
+        match = container.shard_pattern.fullmatch(file)
+        assert (match["name"], match["split"]) == ("my.ds", "train-a")
+        assert [c for c in CONTAINERS.values() if c.shard_pattern.fullmatch(file)] == [container]
+    assert not is_shard_name("my.ds-train.shardindex.json")
+    assert not is_shard_name(".my.ds-train-000000.tar.0123456789abcdef.partial")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_round_trip_sequential_and_random(tmp_path, name):
+    container = get_container(name)
+    path, result = _write(container, tmp_path)
+    expected = [_as_read(r) for r in _records()]
+    assert os.listdir(tmp_path) == [os.path.basename(path)]  # no temporary file left
+    assert result.num_records == len(expected)
+    assert result.num_bytes == os.path.getsize(path)
+    assert result.sha256 == hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    read = list(container.iter_records(path))
+    assert [position for position, _ in read] == list(result.offsets)
+    assert [example for _, example in read] == expected
+    for offsets in (None, result.offsets):  # found by the reader, or given by the writer
+        with container.open(path, offsets=offsets) as reader:
+            assert len(reader) == len(expected)
+            for i in reversed(range(len(expected))):
+                assert reader[i] == expected[i]
+    assert container.check(path) == (result.num_records, result.num_bytes, result.sha256)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_records_give_the_same_bytes(tmp_path, name):
+    container = get_container(name)
+    first, a = _write(container, tmp_path / "a")
+    second, b = _write(container, tmp_path / "b")
+    assert a == b
+    assert Path(first).read_bytes() == Path(second).read_bytes()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_error_in_the_block_leaves_nothing(tmp_path, name):
+    container = get_container(name)
+    path = tmp_path / container.shard_name("ds", "train", 0, 1)
+    with pytest.raises(KeyError), container.writer(path) as writer:
+        writer.write(_records()[0])
+        raise KeyError("stop")
+    assert writer.result is None
+    assert os.listdir(tmp_path) == []
+
+
+# A byte inside the framing each container checks: TFRecord's length CRC, a chunk of
+# ArrayRecord (riegeli hashes every chunk), the first tar header's checksum.
+FLIP = {"tfrecord": 3, "array_record": 100, "webdataset": 3}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_check_names_a_flipped_byte(tmp_path, name):
+    container = get_container(name)
+    path, _ = _write(container, tmp_path)
+    data = bytearray(Path(path).read_bytes())
+    data[FLIP[name]] ^= 0x40
+    Path(path).write_bytes(data)
+    with pytest.raises(RecordError) as caught:
+        container.check(path)
+    assert caught.value.path == path
+    assert caught.value.offset == 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_check_names_a_truncated_file(tmp_path, name):
+    container = get_container(name)
+    path, _ = _write(container, tmp_path)
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[: len(data) // 2])
+    with pytest.raises(RecordError, match=r"truncated|[Cc]orrupt|unreadable") as caught:
+        container.check(path)
+    assert caught.value.path == path
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_array_record_is_read_by_array_record_and_grain(tmp_path):
+    needs("grain")
+    container = get_container("array_record")
+    records = _records()
+    paths = [_write(container, tmp_path, records[k::2], k)[0] for k in range(2)]
+    expected = [[_sha(r["image"]), r["label"]] for r in records[0::2] + records[1::2]]
+    read = run_json(READ_ARRAY_RECORD, *paths)
+    assert read["first_file"] == expected[: len(records[0::2])]
+    assert read["records"] == expected
+
+
+def test_webdataset_is_read_by_webdataset_and_wids(tmp_path):
+    needs("webdataset")
+    needs("wids")
+    container = get_container("webdataset")
+    records = _records()
+    shards = [_write(container, tmp_path, records[k::2], k) for k in range(2)]
+    expected = records[0::2] + records[1::2]
+    (file, document), *more = container.split_files(
+        "ds", "train", [(os.path.basename(p), r.num_records) for p, r in shards]
+    ).items()
+    assert not more and file == "ds-train.shardindex.json"
+    (tmp_path / file).write_text(json.dumps(document))
+    read = run_json(READ_WEBDATASET, str(tmp_path / file), str(tmp_path / "cache"),
+                    *(path for path, _ in shards))  # fmt: skip
+    assert [d["shape"] for d in read["decoded"]] == [[r["height"], r["width"], 3] for r in expected]
+    assert [d["label"] for d in read["decoded"]] == [r["label"] for r in expected]
+    assert [d["json"]["key"] for d in read["decoded"]] == [os.fsdecode(r["key"]) for r in expected]
+    assert [d["json"]["coarse_label"] for d in read["decoded"]] == [
+        r["coarse_label"] for r in expected
+    ]
+    raw = [_sha(r["image"]) if r["format"] == b"raw" else None for r in expected]
+    assert [d["npy"] for d in read["decoded"]] == raw  # .npy holds the raw pixels
+    assert read["stored"] == [_sha(r["image"]) for r in expected if r["format"] != b"raw"]
+    assert read["by_index"] == [[r["label"], r["height"]] for r in expected]
+
+
+def test_a_label_that_is_not_one_class_index_stays_in_the_json(tmp_path):
+    container = get_container("webdataset")
+    records = [dict(r, label=[r["label"], 2]) for r in _records()[:2]]
+    records.append({k: v for k, v in _records()[2].items() if k != "label"})
+    path, _ = _write(container, tmp_path, records)
+    assert [e for _, e in container.iter_records(path)] == [
+        {k: v if isinstance(v, list) else [v] for k, v in r.items()} for r in records
+    ]
+    with tarfile.open(path) as tar:
+        assert not [n for n in tar.getnames() if n.endswith(".cls")]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_empty_shard_is_a_valid_file(tmp_path, name):
+    container = get_container(name)
+    path, result = _write(container, tmp_path, records=[])
+    assert result.num_records == 0
+    assert container.check(path) == (0, result.num_bytes, result.sha256)
+    assert list(container.iter_records(path)) == []
+
+
+FILE_SIZE_LIMIT = """
+import os, resource, sys
+from shardpack.containers import get_container
+from shardpack.errors import OutputError
+from tests.test_containers import _records
+container, folder = get_container(sys.argv[1]), sys.argv[2]
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))  # Python ignores SIGXFSZ: EFBIG
+path = os.path.join(folder, container.shard_name("ds", "train", 0, 1))
+try:
+    with container.writer(path) as writer:
+        for _ in range(300):
+            writer.write(_records()[0])
+except OutputError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_full_disk_is_one_error_and_leaves_nothing(tmp_path, name):
+    """A real EFBIG from the kernel (RLIMIT_FSIZE), in a process of its own."""
+    run = subprocess.run([sys.executable, "-c", FILE_SIZE_LIMIT, name, str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "cannot write" in run.stdout and ".partial" in run.stdout, run.stdout
+    assert "free some space" in run.stdout, run.stdout  # the errno survives the library
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("garbage", ["zeros", "random", "other"])
+def test_a_file_that_is_not_a_shard_is_refused_by_every_reader(tmp_path, name, garbage):
+    container = get_container(name)
+    other = get_container(NAMES[(NAMES.index(name) + 1) % len(NAMES)])
+    path = tmp_path / container.shard_name("ds", "train", 0, 1)
+    if garbage == "other":  # another container's shard under this one's name
+        os.replace(_write(other, tmp_path / "other")[0], path)
+    else:
+        size = 200_000
+        path.write_bytes(
+            bytes(size) if garbage == "zeros" else np.random.default_rng(0).bytes(size)
+        )
+    with pytest.raises(RecordError) as caught:
+        container.check(path)
+    assert caught.value.path == str(path)
+    with pytest.raises(RecordError), container.open(path) as reader:
+        reader[0]
+
+
+def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for info, data in members:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    if kind == tarfile.SYMTYPE:
+        info.linkname = "/etc/passwd"
+    return info
+
+
+@pytest.mark.parametrize(
+    ("members", "fault"),
+    [
+        ([("../000000.jpg", b"x")], "unexpected tar member"),
+        ([("000000.jpg", b"")], "archive ends inside a sample"),
+        ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000001.json", b"{}")], "is not <key>"),
+        ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000000.cls", b"1")], "is not <key>"),
+        ([("000000.txt", b"x"), ("000000.cls", b"1"), ("000000.json", b"{}")], "no image"),
+        ([("000000.jpg", b"x"), ("000000.cls", b"one"), ("000000.json", b"{}")], "decimal"),
+        ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000000.json", b"[")], "not JSON"),
+        (
+            [("000000.npy", b"x"), ("000000.cls", b"1"), ("000000.json", b'{"format":"raw"}')],
+            "does not load",
+        ),
+    ],
+)
+def test_a_hostile_tar_is_refused_by_name(tmp_path, members, fault):
+    path = _tar(tmp_path / "x.tar", [(_member(name), data) for name, data in members])
+    with pytest.raises(RecordError, match=fault) as caught:
+        get_container("webdataset").check(path)
+    assert caught.value.path == str(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "size"), [("000000.jpg", 0), ("123456.json", 1), ("9.npy", 2**33 - 1)]
+)
+def test_tar_headers_are_tarfiles_own(name, size):
+    from shardpack.containers.webdataset import _header, _ustar
+
+    assert _header(name, size) == _ustar(name, size)
+    info = tarfile.TarInfo.frombuf(_header(name, size), "utf-8", "strict")
+    assert (info.name, info.size, info.mtime, info.mode, info.uname) == (name, size, 0, 0o644, "")
+
+
+def test_a_link_member_is_refused(tmp_path):
+    path = _tar(tmp_path / "x.tar", [(_member("000000.jpg", tarfile.SYMTYPE), b"")])
+    with pytest.raises(RecordError, match="not a tar header shardpack writes"):
+        get_container("webdataset").check(path)
+
+
+DALI_WEBDATASET = """
+import json, sys
+import numpy as np
+from nvidia.dali import fn, pipeline_def
+paths = sys.argv[1:]
+@pipeline_def(batch_size=7, num_threads=1, device_id=None)
+def pipe():
+    image, label = fn.readers.webdataset(paths=paths, ext=["jpg;png", "cls"], name="r",
+                                         missing_component_behavior="skip")
+    return fn.decoders.image(image, device="cpu"), label
+p = pipe()
+p.build()
+images, labels = p.run()
+labels = [int(bytes(np.array(labels.at(i))).decode()) for i in range(len(labels))]
+print(json.dumps({"epoch": p.epoch_size("r"), "labels": labels,
+                  "shapes": [list(images.at(i).shape) for i in range(len(images))]}))
+"""
+
+
+def test_dali_reads_the_tars(tmp_path):
+    """NVIDIA DALI's fn.readers.webdataset on the CPU, in a process of its own."""
+    needs("nvidia.dali")
+    records = [r for r in _records() if r["format"] != b"raw"]  # DALI decodes jpg and png
+    paths = [_write(get_container("webdataset"), tmp_path, records[k::2], k)[0] for k in range(2)]
+    run = subprocess.run([sys.executable, "-c", DALI_WEBDATASET, *paths], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    expected = records[0::2] + records[1::2]
+    assert result["epoch"] == len(expected)
+    assert result["labels"][: len(expected)] == [r["label"] for r in expected]
+    assert result["shapes"][0] == [expected[0]["height"], expected[0]["width"], 3]

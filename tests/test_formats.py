@@ -1,0 +1,216 @@
+"""pack --format for every container: the same plan, determinism, resume, verify, readers.
+
+Each test runs once per container (parametrized); each container's own readers (Grain, TFDS's
+data source, webdataset, wids) read what pack wrote, and shardpack's readers yield the same
+records from every container.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from shardpack import PackOptions, Records, iter_examples, pack, tf_dataset, verify
+from shardpack.containers import CONTAINERS
+from shardpack.errors import IndexFormatError, ShardpackError
+from tests.helpers import (
+    READ_ARRAY_RECORD,
+    READ_WEBDATASET,
+    make_tree,
+    needs,
+    run_json,
+    shard_files,
+)
+
+FORMATS = sorted(CONTAINERS)
+OPTIONS = PackOptions(shards=3, workers=2)
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    return make_tree(tmp_path_factory.mktemp("formats") / "src", {"a": 5, "b": 4, "c": 3})
+
+
+@pytest.fixture(scope="module")
+def packed(src: Path, tmp_path_factory) -> dict[str, Path]:
+    """SRC packed once per container."""
+    root = tmp_path_factory.mktemp("packed")
+    outs = {}
+    for fmt in FORMATS:
+        outs[fmt] = root / fmt
+        pack(src, outs[fmt], replace(OPTIONS, format=fmt))
+    return outs
+
+
+def _records(out: Path) -> list[dict]:
+    return list(iter_examples(out))
+
+
+def _shards(out: Path) -> list[Path]:
+    index = json.loads((out / "index.json").read_text())
+    return [out / s["file"] for s in index["splits"]["train"]["shards"]]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_container_holds_the_same_records(packed, fmt):
+    out = packed[fmt]
+    index = json.loads((out / "index.json").read_text())
+    assert index["container"] == fmt
+    assert [p.name for p in _shards(out)] == [
+        CONTAINERS[fmt].shard_name("src", "train", i, 3) for i in range(3)
+    ]
+    assert verify(out, decode=True).ok
+    records = _records(out)
+    assert records == _records(packed["tfrecord"])  # same plan, same records, same order
+    with Records(out) as by_index:
+        assert [by_index[i] for i in reversed(range(len(by_index)))] == records[::-1]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_same_input_same_bytes_and_resume_is_byte_identical(src, packed, fmt, tmp_path):
+    out = tmp_path / "out"
+    options = replace(OPTIONS, format=fmt)
+    pack(src, out, options)
+    assert shard_files(out) == shard_files(packed[fmt]) and len(shard_files(out)) == 3
+    _shards(out)[1].unlink()  # an interrupted run: one shard and the index missing
+    (out / "index.json").unlink()
+    result = pack(src, out, replace(options, resume=True))
+    assert result.num_reused == 2
+    assert shard_files(out) == shard_files(packed[fmt])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "missing"])
+def test_verify_names_damage_in_every_container(packed, fmt, damage, tmp_path):
+    out = Path(shutil.copytree(packed[fmt], tmp_path / "out"))
+    shard = _shards(out)[1]
+    data = bytearray(shard.read_bytes())
+    if damage == "flipped byte":
+        data[len(data) // 3] ^= 0x01
+        shard.write_bytes(bytes(data))
+    elif damage == "truncated":
+        shard.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        shard.unlink()
+    report = verify(out)
+    assert not report.ok
+    assert {f.file for f in report.faults} == {shard.name}
+    reasons = " / ".join(f.reason for f in report.faults)
+    expected = {"flipped byte": "sha256 differs", "truncated": "records read, index says",
+                "missing": "missing shard file"}  # fmt: skip
+    assert expected[damage] in reasons
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_cli_packs_inspects_previews_and_verifies_every_container(src, fmt, tmp_path):
+    out = tmp_path / "out"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+
+    packing = run("pack", str(src), str(out), "--format", fmt, "--shards", "2", "--no-progress")
+    assert packing.returncode == 0, packing.stderr
+    inspect = run("inspect", str(out))
+    assert inspect.returncode == 0 and f"{fmt} shards" in inspect.stdout, inspect.stderr
+    preview = run("preview", str(out), "--out", str(tmp_path / "p.png"), "--n", "4")
+    assert preview.returncode == 0 and (tmp_path / "p.png").stat().st_size > 0, preview.stderr
+    checked = run("verify", str(out))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_dask_backend_writes_the_same_bytes(src, packed, fmt, tmp_path):
+    pytest.importorskip("distributed")
+    out = tmp_path / "dask"
+    pack(src, out, replace(OPTIONS, format=fmt, backend="dask"))
+    assert shard_files(out) == shard_files(packed[fmt])
+
+
+READ_TFDS = """
+import json, sys
+import tensorflow_datasets as tfds
+data = tfds.builder_from_directory(sys.argv[1]).as_data_source()["train"]
+print(json.dumps({"labels": [int(data[i]["label"]) for i in range(len(data))],
+                  "shape": list(data[0]["image"].shape)}))
+"""
+
+
+def test_grain_and_tfds_read_array_record_output(packed):
+    needs("grain")
+    needs("tensorflow_datasets")
+    out = packed["array_record"]
+    ours = _records(out)
+    read = run_json(READ_ARRAY_RECORD, *map(str, _shards(out)))
+    assert read["records"] == [[hashlib.sha256(r["image"]).hexdigest(), r["label"]] for r in ours]
+    assert run_json(READ_TFDS, str(out)) == {"labels": [r["label"] for r in ours],
+                                             "shape": [24, 32, 3]}  # fmt: skip
+
+
+def test_webdataset_and_wids_read_webdataset_output(packed, tmp_path):
+    needs("webdataset")
+    needs("wids")
+    out = packed["webdataset"]
+    ours = _records(out)
+    read = run_json(READ_WEBDATASET, str(out / "src-train.shardindex.json"),
+                    str(tmp_path / "cache"), *map(str, _shards(out)))  # fmt: skip
+    assert [d["label"] for d in read["decoded"]] == [r["label"] for r in ours]
+    assert [d["json"]["key"] for d in read["decoded"]] == [r["key"] for r in ours]
+    assert read["decoded"][0]["shape"] == [24, 32, 3]
+    assert read["stored"] == [hashlib.sha256(r["image"]).hexdigest() for r in ours]
+    assert read["by_index"] == [[r["label"], r["height"]] for r in ours]
+
+
+def test_an_index_without_a_container_is_tfrecord_and_an_unknown_one_is_refused(packed, tmp_path):
+    out = Path(shutil.copytree(packed["tfrecord"], tmp_path / "out"))
+    index = json.loads((out / "index.json").read_text())
+    del index["container"]  # as every index written before containers
+    (out / "index.json").write_text(json.dumps(index))
+    assert _records(out) == _records(packed["tfrecord"]) and verify(out).ok
+    (out / "index.json").write_text(json.dumps({**index, "container": "parquet"}))
+    with pytest.raises(IndexFormatError, match="unknown container 'parquet'; upgrade shardpack"):
+        verify(out)
+
+
+def test_tf_dataset_refuses_other_containers_in_one_line(packed):
+    with pytest.raises(ShardpackError, match="tf_dataset reads TFRecord shards; these are "
+                                             "webdataset"):  # fmt: skip
+        tf_dataset(packed["webdataset"])
+
+
+def _readme_blocks(language: str) -> list[str]:
+    """The code blocks of the README's "Other containers" section."""
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    section = text.split("### Other containers", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, re.S)
+
+
+def test_readme_readers(tmp_path):
+    """The README's commands (on a real `flowers` folder, two shards), then its readers."""
+    needs("grain")
+    needs("webdataset")
+    needs("wids")
+    src = make_tree(tmp_path / "flowers", {"daisy": 4, "rose": 3})
+    (commands,) = _readme_blocks("sh")
+    for line in commands.strip().splitlines():
+        args = line.replace("~/data/flowers", str(src)).split()[1:]
+        if args[0] == "pack":
+            args += ["--shards", "2", "--no-progress"]
+        run = subprocess.run([sys.executable, "-m", "shardpack", *args], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert run.returncode == 0, line + run.stderr
+    blocks = _readme_blocks("python")
+    assert len(blocks) == 4
+    for code in blocks:
+        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+        assert run.returncode == 0, code + run.stderr[-3000:]
+        assert run.stdout.split()[0] in ("7", "000000"), run.stdout  # 7 records, or a key
