@@ -328,7 +328,7 @@ def _csv_chunk(header: list[str], lines: list[int], rows: list[list[str]], probl
 
 
 def _jsonl_chunks(path: str, f: BinaryIO) -> Iterator[_Chunk]:
-    lines, records = [], []
+    lines, records, problems = [], [], []
     n = 0
     for block in _blocks(path, f):
         for text in block:
@@ -341,37 +341,35 @@ def _jsonl_chunks(path: str, f: BinaryIO) -> Iterator[_Chunk]:
             if end != len(body) or type(record) is not dict:
                 if not text.strip():
                     continue  # a blank line
-                record = _json_line(path, n, text)
+                record = _json_line(text)
+                if isinstance(record, str):  # a bad row, like any other: skipped or fatal
+                    problems.append((n, record))
+                    continue
             lines.append(n)
             records.append(record)
             if len(records) == CHUNK_ROWS:
-                yield _jsonl_chunk(lines, records)
-                lines, records = [], []
-    yield _jsonl_chunk(lines, records)
+                yield _jsonl_chunk(lines, records, problems)
+                lines, records, problems = [], [], []
+    yield _jsonl_chunk(lines, records, problems)
 
 
-def _json_line(path: str, n: int, text: str) -> dict:
-    """Line n decoded as one JSON object, or SourceError saying why it is not one."""
+def _json_line(text: str) -> dict | str:
+    """A line decoded as one JSON object, or why it is not one."""
     try:
         record = _JSON.decode(text)
     except (ValueError, RecursionError) as e:
         why = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
-        raise SourceError(
-            f"{path} line {n}: not valid JSON ({why}); each line must be one object like "
-            '{"file_name": "a.jpg", "label": "cat"}'
-        ) from None
+        return f'not valid JSON ({why}); a line is one object like {{"file_name": "a.jpg"}}'
     if not isinstance(record, dict):
-        raise SourceError(
-            f"{path} line {n}: holds a JSON {type(record).__name__}, not an object like "
-            '{"file_name": "a.jpg", "label": "cat"}'
-        )
+        return f'holds a JSON {type(record).__name__}, not an object like {{"file_name": "a.jpg"}}'
     return record
 
 
-def _jsonl_chunk(lines: list[int], records: list[dict]) -> _Chunk:
+def _jsonl_chunk(lines: list[int], records: list[dict], problems: list[tuple[int, str]]) -> _Chunk:
     """Records as columns: every key any of them has, in order of first appearance."""
     names = dict.fromkeys(k for keys in dict.fromkeys(map(tuple, records)) for k in keys)
-    return _Chunk(lines, {n: list(map(dict.get, records, itertools.repeat(n))) for n in names}, [])
+    columns = {n: list(map(dict.get, records, itertools.repeat(n))) for n in names}
+    return _Chunk(lines, columns, problems)
 
 
 class _HugeInt(int):

@@ -364,7 +364,8 @@ def iter_records(
     check_crc: bool = True,
     digest=None,
     max_record_bytes: int = MAX_RECORD_BYTES,
-) -> Iterator[tuple[int, bytes]]:
+    data_faults: bool = False,
+) -> Iterator[tuple[int, bytes | RecordError]]:
     """Yield (offset, data) for every record of a TFRecord file, checking both CRCs.
 
     Offsets count in the uncompressed stream; data is bytes (a bytearray past 1 MiB, so that
@@ -377,6 +378,9 @@ def iter_records(
         digest: a hashlib object fed every byte of the file, read to its end even when a
             record is bad, so that one pass both checks the records and hashes the file.
         max_record_bytes: refuse a record that claims more bytes than this.
+        data_faults: yield a record whose data fails its CRC as (offset, RecordError) and read
+            on (its length passed a CRC of its own, so the next record's start is known),
+            rather than raise; what verify wants, to name every damaged record.
 
     Raises:
         RecordError: a CRC does not match, a length is past the cap, or the file is cut
@@ -395,7 +399,7 @@ def iter_records(
         raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
     with f, buffered:
         try:
-            yield from _records(f, path, limit, check_crc)
+            yield from _records(f, path, limit, check_crc, data_faults)
         finally:
             if digest is not None:
                 while buffered.read(_WRITE_BUFFER):
@@ -447,7 +451,9 @@ def _read_exactly(f: BinaryIO, size: int, path: str, offset: int) -> bytes | byt
         raise RecordError(path, offset, f"unreadable compressed data ({e})") from None
 
 
-def _records(f: BinaryIO, path: str, limit: int, check_crc: bool) -> Iterator[tuple[int, bytes]]:
+def _records(
+    f: BinaryIO, path: str, limit: int, check_crc: bool, data_faults: bool
+) -> Iterator[tuple[int, bytes | RecordError]]:
     """The framing loop of iter_records over an open stream."""
     offset = 0
     while header := _read_exactly(f, HEADER.size, path, offset):
@@ -456,7 +462,12 @@ def _records(f: BinaryIO, path: str, limit: int, check_crc: bool) -> Iterator[tu
         if len(data) < length:
             raise RecordError(path, offset, "file ends inside a record (truncated)")
         footer = _read_exactly(f, FOOTER.size, path, offset)
-        if check_crc:
+        if check_crc and len(footer) == FOOTER.size and data_faults:
+            try:
+                check_data(data, footer, path, offset)
+            except RecordError as e:
+                data = e
+        elif check_crc:
             check_data(data, footer, path, offset)
         elif len(footer) < FOOTER.size:
             raise RecordError(path, offset, "file ends inside a record (truncated)")

@@ -326,8 +326,6 @@ def _parquet_bytes(table: pa.Table) -> bytes:
     ("name", "content", "message"),
     [
         ("t.xlsx", b"PK", r"t\.xlsx: is a file of unknown kind; pass a folder of images, or a"),
-        ("t.jsonl", b'{"path": "a.jpg"}\n{"path": "b",\n', r"t\.jsonl line 2: not valid JSON"),
-        ("t.jsonl", b'{"path": "a.jpg"}\n["b.jpg"]\n', r"line 2: holds a JSON list, not an object"),
         ("t.csv", b"", r"t\.csv: is empty; the first line must name the columns"),
         ("t.csv", b"path,label\n", r"t\.csv: holds no rows"),
         ("t.csv", b"path,label,path\na,b,c\n", r"\['path', 'label', 'path'\] include an empty or"),
@@ -435,8 +433,16 @@ def test_non_utf8_bytes_name_their_line(tmp_path, chunking):
         read_manifest(path)
 
 
-def test_deeply_nested_json_is_refused_in_one_line(tmp_path):
+def test_lines_that_are_not_json_objects_are_bad_rows_naming_their_line(tmp_path):
     path = tmp_path / "t.jsonl"
-    path.write_text('{"path": "a", "x": ' + "[" * 200_000 + "]" * 200_000 + "}\n", "utf-8")
-    with pytest.raises(SourceError, match=r"line 1: not valid JSON \(nested too deeply\)"):
-        read_manifest(path)
+    nested = '{"path": "c.jpg", "x": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    path.write_text('\n'.join(['{"path": "a.jpg"}', '{"path": "b",', '["b.jpg"]', nested,
+                               '{"path": "d.jpg"}']) + "\n", "utf-8")  # fmt: skip
+    manifest = read_manifest(path)
+    assert [row.path for row in manifest.rows] == ["a.jpg", "d.jpg"]
+    assert [(bad.line, bad.reason.split(" (")[0]) for bad in manifest.bad] == [
+        (2, "t.jsonl line 2: not valid JSON"),
+        (3, 't.jsonl line 3: holds a JSON list, not an object like {"file_name": "a.jpg"}'),
+        (4, "t.jsonl line 4: not valid JSON"),
+    ]
+    assert "nested too deeply" in manifest.bad[2].reason

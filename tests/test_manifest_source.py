@@ -34,7 +34,7 @@ GOOD = {"label": "cat", "boxes": [[0.1, 0.2, 0.3, 0.4]], "score": 0.5}
 
 @pytest.fixture
 def bad_rows(tmp_path: Path) -> Path:
-    """A JSONL manifest whose lines 2-7 are each bad in their own way (line 1 is good)."""
+    """A JSONL manifest whose lines 2-8 are each bad in their own way (line 1 is good)."""
     src = make_tree(tmp_path / "src", {"cat": 2, "dog": 1})
     os.mkfifo(src / "fifo.jpg")
     rows = [
@@ -46,19 +46,23 @@ def bad_rows(tmp_path: Path) -> Path:
         {"path": "fifo.jpg", **GOOD},  # not a regular file: never opened
         {"path": "cat/img_000.jpg", **GOOD, "label": "bird"},  # the same image again
     ]
-    return write_jsonl(src / "labels.jsonl", rows)
+    manifest = write_jsonl(src / "labels.jsonl", rows)
+    with manifest.open("a") as f:
+        f.write('{"path": "dog/img_000.jpg",\n')  # line 8: not JSON at all
+    return manifest
 
 
 def test_bad_rows_are_skipped_with_their_manifest_line(bad_rows: Path, tmp_path: Path):
     result = pack(bad_rows, tmp_path / "out", PackOptions(workers=1))
     skipped = {s["reason"].split(":")[0]: s["reason"] for s in _index(tmp_path / "out")["skipped"]}
-    assert sorted(skipped) == [f"labels.jsonl line {n}" for n in range(2, 8)]
+    assert sorted(skipped) == [f"labels.jsonl line {n}" for n in range(2, 9)]
     assert "No such file" in skipped["labels.jsonl line 2"]
     assert "score" in skipped["labels.jsonl line 3"]
     assert "boxes" in skipped["labels.jsonl line 4"]
     assert "no image path" in skipped["labels.jsonl line 5"]
     assert "not a regular file (a FIFO)" in skipped["labels.jsonl line 6"]
     assert "the same image as line 1" in skipped["labels.jsonl line 7"]
+    assert "not valid JSON" in skipped["labels.jsonl line 8"]
     assert result.index.split("train").num_records == 1
 
 

@@ -44,6 +44,10 @@ def test_flipped_bit_is_found_with_offset(out: Path):
     reasons = [(f.file, f.offset, f.reason) for f in report.faults]
     assert (shard.name, second_record, "data CRC mismatch (corrupt record)") in reasons
     assert any("sha256" in r for _, _, r in reasons)
+    # the length passed its own CRC: verify reads on, so every record is counted and only
+    # the damaged one is named
+    assert not any("records read" in r for _, _, r in reasons), reasons
+    assert [r for _, _, r in reasons].count("data CRC mismatch (corrupt record)") == 1
 
 
 def test_truncated_shard(out: Path):

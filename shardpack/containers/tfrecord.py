@@ -124,8 +124,9 @@ class TFRecord(Container):
         self, path: str | os.PathLike, compression: str = "none", digest=None
     ) -> Iterator[tuple[int, Example | RecordError]]:
         path = os.fspath(path)
-        for offset, data in tfrecord.iter_records(path, compression, digest=digest):
-            yield offset, decode(data, path, offset)
+        records = tfrecord.iter_records(path, compression, digest=digest, data_faults=True)
+        for offset, data in records:
+            yield offset, data if isinstance(data, RecordError) else decode(data, path, offset)
 
     def open(self, path: str | os.PathLike, compression: str = "none", offsets=None) -> ShardReader:
         if compression != "none":
