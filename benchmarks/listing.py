@@ -28,9 +28,9 @@ def measure(src: str, encode: str) -> dict:
     with _no_gc():  # as pack() scans and plans
         cpu = time.process_time()
         start = time.perf_counter()
-        dataset = scan(src)
+        dataset = scan(src, options)
         scanned = time.perf_counter()
-        plan = make_plan(dataset, default_name(dataset), options, machine_cores())
+        plan = make_plan(dataset, default_name(dataset, src), options, machine_cores())
         planned = time.perf_counter()
         cpu = time.process_time() - cpu
     files = sum(len(items) for items in dataset.splits.values())

@@ -78,7 +78,7 @@ with _no_gc():  # as pack() scans and plans
     start = time.perf_counter()
     dataset = scan(path, options)
     scanned = time.perf_counter()
-    plan = make_plan(dataset, default_name(dataset), options, machine_cores())
+    plan = make_plan(dataset, default_name(dataset, path), options, machine_cores())
     planned = time.perf_counter()
 del plan
 held = rss() - base
