@@ -239,10 +239,17 @@ def test_a_torn_or_foreign_journal_does_not_stop_a_resume(src, clean, tmp_path):
     assert _same_output(out, clean)
 
 
+def _lock_owner(out: Path) -> str:
+    try:
+        return (out / LOCK_NAME).read_text().strip()
+    except OSError:
+        return ""
+
+
 def test_concurrent_runs_one_wins_intact(src, tmp_path):
     out = tmp_path / "out"
     first = _start(src, out)
-    _wait_for(lambda: (out / LOCK_NAME).exists())
+    _wait_for(lambda: _lock_owner(out) == str(first.pid))  # written once the flock is held
     first.send_signal(signal.SIGSTOP)  # hold the first run mid-way, deterministically
     try:
         second = _cli("pack", str(src), str(out), *JOB)
