@@ -209,16 +209,23 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
 def _fields(buf: memoryview) -> Iterator[tuple[int, int, memoryview | int]]:
     """Yield (field number, wire type, payload) over one message; payloads are views, not
     copies, so an image nested four messages deep is copied once."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _read_varint(buf, pos)
+    pos, end = 0, len(buf)
+    while pos < end:
+        key = buf[pos]  # one-byte varints (every key and most sizes of ours) read inline
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(buf, pos)
         number, wire = key >> 3, key & 7
         if wire == 0:
             value, pos = _read_varint(buf, pos)
             yield number, wire, value
         elif wire == 2:
-            size, pos = _read_varint(buf, pos)
-            if pos + size > len(buf):
+            if pos < end and buf[pos] < 0x80:
+                size, pos = buf[pos], pos + 1
+            else:
+                size, pos = _read_varint(buf, pos)
+            if pos + size > end:
                 raise ValueError("field runs past the end")
             yield number, wire, buf[pos : pos + size]
             pos += size
