@@ -133,7 +133,18 @@ def write_json_atomic(path: str, document: object) -> None:
 def sha256_file(path: str) -> str:
     """The sha256 of a regular file's bytes, read in 1 MiB chunks (no link followed)."""
     digest = hashlib.sha256()
-    with open(open_regular(path), "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
+    fd = open_regular(path)
+    try:
+        hash_fd(fd, digest)
+    finally:
+        os.close(fd)
     return digest.hexdigest()
+
+
+def hash_fd(fd: int, digest) -> int:
+    """Feed the whole file open at `fd` to `digest`, 1 MiB at a time; return its size."""
+    size = 0
+    while chunk := os.pread(fd, _HASH_CHUNK, size):
+        digest.update(chunk)
+        size += len(chunk)
+    return size

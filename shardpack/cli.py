@@ -23,7 +23,7 @@ import typer
 from shardpack import __version__
 from shardpack.classlist import parse_classes
 from shardpack.containers import CONTAINERS
-from shardpack.errors import FileAccessError, ShardpackError
+from shardpack.errors import FileAccessError, ShardpackError, printable
 from shardpack.options import (
     BACKENDS,
     CHECKS,
@@ -470,7 +470,7 @@ def inspect(
     Splits, shards, sizes, the class histogram and a few records.
     """
     with _user_errors():
-        from shardpack.inspection import describe, printable
+        from shardpack.inspection import describe
 
         summary = describe(out, records)
     if as_json:
@@ -500,7 +500,7 @@ def inspect(
             more = len(split["class_counts"]) - 20
             typer.echo(f"    ... {_plural(more, 'more class', 'more classes')}")
         for record in split["samples"]:
-            typer.echo(_record_line(record, printable))
+            typer.echo(_record_line(record))
     if summary["skipped"]:
         typer.echo(f"\nskipped {_plural(len(summary['skipped']), 'file')} at pack time")
     if summary["ignored"]:
@@ -523,7 +523,7 @@ def _short(value: object) -> str:
     return str(value)
 
 
-def _record_line(record: dict, printable) -> str:
+def _record_line(record: dict) -> str:
     """One line for a sample record of `inspect`: key, label(s) and class(es), image, extras."""
     names = record.get("class")
     if names is None:

@@ -6,6 +6,14 @@ import errno
 import os
 
 
+def printable(text: str) -> str:
+    """`text` with control characters, undecodable bytes and other unprintables escaped
+    (a class folder named with a newline must not break a line of the summary)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 class ShardpackError(Exception):
     """Base class: the CLI prints the message on one line and exits with code 2."""
 

@@ -262,10 +262,14 @@ def decode(
         raise BadImage(f"cannot decode ({_cv2_reason(e)})") from None
     if pixels is None:
         raise BadImage("cannot decode: not an image OpenCV can read")
-    height, width = pixels.shape[:2]
+    check_pixels(*pixels.shape[:2], max_pixels)
+    return pixels
+
+
+def check_pixels(height: int, width: int, max_pixels: int) -> None:
+    """Raise BadImage if an image of this size holds more than `max_pixels` pixels."""
     if height * width > max_pixels:
         raise BadImage(f"{width}x{height} pixels is over --max-pixels {max_pixels}")
-    return pixels
 
 
 @contextlib.contextmanager

@@ -11,14 +11,6 @@ from shardpack.index import load_index
 from shardpack.read import iter_examples
 
 
-def printable(text: str) -> str:
-    """`text` with control characters, undecodable bytes and other unprintables escaped
-    (a class folder named with a newline must not break a line of the summary)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-
-
 def describe(out: str | os.PathLike, num_records: int = 3) -> dict:
     """Summarize OUT: splits, shards, sizes, class histogram and the first few records.
 

@@ -15,7 +15,7 @@ from shardpack.errors import OutputError, os_error_fix
 from shardpack.index import load_index
 from shardpack.read import decode_pixels, iter_examples
 from shardpack.schema import Schema
-from shardpack.tfdsmeta import BOX_NAMES
+from shardpack.tfdsmeta import BOX_NAMES, is_box
 
 CELL = 128  # pixels per thumbnail side
 _CAPTION = 22  # pixels of caption strip under each thumbnail
@@ -84,11 +84,7 @@ def make_preview(
 
 def box_feature(schema: Schema) -> str | None:
     """The name of the feature that holds boxes: a [-1, 4] float32 one named as TFDS does."""
-    for name in BOX_NAMES:
-        feature = schema.get(name)
-        if feature is not None and feature.dtype == "float32" and feature.row == 4:
-            return name
-    return None
+    return next((n for n in BOX_NAMES if n in schema and is_box(n, schema[n])), None)
 
 
 def _draw_boxes(thumb: np.ndarray, boxes: np.ndarray) -> None:

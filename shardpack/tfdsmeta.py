@@ -20,6 +20,13 @@ _CLASS = "tensorflow_datasets.core.features"
 
 # A [-1, 4] float feature under one of these names is declared as TFDS bounding boxes.
 BOX_NAMES = ("boxes", "bbox", "bboxes", "objects/bbox")
+
+
+def is_box(name: str, feature: Feature) -> bool:
+    """Whether a feature holds boxes: [-1, 4] float32, named as TFDS names them."""
+    return name in BOX_NAMES and feature.dtype == "float32" and feature.row == 4
+
+
 _TF_DTYPES = {"int64": "int64", "float32": "float32", "bytes": "string"}
 
 
@@ -47,7 +54,7 @@ def _declared(name: str, feature: Feature) -> dict:
         }
     elif feature.text:
         one = {"pythonClassName": f"{_CLASS}.text_feature.Text", "text": {}}
-    elif name in BOX_NAMES and feature.dtype == "float32" and feature.row == 4:
+    elif is_box(name, feature):
         one = {
             "pythonClassName": f"{_CLASS}.bounding_boxes.BBoxFeature",
             "boundingBox": {

@@ -144,16 +144,12 @@ def _count(counts: list[int], label: int | tuple[int, ...] | None) -> None:
 
 
 def _from_bytes(item: Item, data: bytes, options: PackOptions) -> tuple[bytes, str, tuple]:
-    fmt = images.sniff(data)
-    if fmt is None:
-        raise ImageError(item.key, "not an image (unknown format)")
     try:
-        info = images.probe(data)
-        order = _order(options)
-        if info.height * info.width > options.max_pixels:
-            raise images.BadImage(
-                f"{info.width}x{info.height} pixels is over --max-pixels {options.max_pixels}"
-            )
+        info = images.probe(data)  # sniffs the format, then reads the header
+        if info is None:
+            raise ImageError(item.key, "not an image (unknown format)")
+        fmt, order = info.format, _order(options)
+        images.check_pixels(info.height, info.width, options.max_pixels)
         target = images.target_size(info.height, info.width, options.max_side, options.resize)
         passthrough = options.encode == "keep" and info.tf_readable and target is None
         if passthrough:
@@ -184,10 +180,9 @@ def _reencode(
 ) -> tuple[bytes, str, tuple[int, int, int]]:
     """Resize pixels to `size` (computed here when not given) and encode them as the options
     ask; 'keep' becomes `keep_format`."""
-    if size is None or pixels.shape[:2] != size:
-        size = size or images.target_size(*pixels.shape[:2], options.max_side, options.resize)
-        if size is not None:
-            pixels = images.resize(pixels, size)
+    size = size or images.target_size(*pixels.shape[:2], options.max_side, options.resize)
+    if size is not None:
+        pixels = images.resize(pixels, size)  # a no-op at the size it already has
     fmt = keep_format if options.encode == "keep" else options.encode
     height, width = pixels.shape[:2]
     return images.encode(pixels, fmt, options.quality, order), fmt, (height, width, 3)

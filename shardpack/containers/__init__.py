@@ -25,7 +25,6 @@ from shardpack.errors import OutputError, RecordError
 
 Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or a list of one
 Example = dict[str, list]  # as read: name -> list of bytes, int or float
-_HASH_CHUNK = 1 << 20
 # The dataset name and split at the start of every shard name, as the two groups of a pattern.
 NAME_SPLIT = r"(?P<name>[A-Za-z0-9][A-Za-z0-9_.]*)-(?P<split>[A-Za-z0-9_.\-]+)"
 
@@ -77,11 +76,6 @@ class ShardWriter:
             self.offsets.append(self._append(features))
         except OSError as e:
             raise OutputError.writing(self.tmp_path, e) from None
-
-    @property
-    def num_records(self) -> int:
-        """Records written so far."""
-        return len(self.offsets)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         failed = exc_type is not None
@@ -241,15 +235,6 @@ def checked(example: Example | RecordError) -> Example:
     return example
 
 
-def hash_fd(fd: int, digest) -> int:
-    """Feed the whole file open at `fd` to `digest`, 1 MiB at a time; return its size."""
-    size = 0
-    while chunk := os.pread(fd, _HASH_CHUNK, size):
-        digest.update(chunk)
-        size += len(chunk)
-    return size
-
-
 class _CountingDigest:
     """A sha256 that also counts the bytes it is fed."""
 
@@ -288,7 +273,6 @@ CONTAINERS: Mapping[str, Container] = _Registry({
     "array_record": "shardpack.containers.array_record:ArrayRecord",
     "webdataset": "shardpack.containers.webdataset:WebDataset",
 })  # fmt: skip
-DEFAULT_CONTAINER = "tfrecord"
 
 
 def is_shard_name(file: str, name: str | None = None) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import suppress
 
 from shardpack import tfrecord
-from shardpack.atomic import open_regular
+from shardpack.atomic import hash_fd, open_regular
 from shardpack.containers import (
     NAME_SPLIT,
     Container,
@@ -28,7 +28,6 @@ from shardpack.containers import (
     ShardReader,
     ShardWriter,
     checked,
-    hash_fd,
 )
 from shardpack.containers.tfrecord import decode
 from shardpack.errors import RecordError

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from shardpack.atomic import open_regular
+from shardpack.atomic import hash_fd, open_regular
 from shardpack.containers import (
     NAME_SPLIT,
     Container,
@@ -31,7 +31,6 @@ from shardpack.containers import (
     ShardReader,
     ShardWriter,
     checked,
-    hash_fd,
 )
 from shardpack.errors import RecordError
 from shardpack.tfrecord import MAX_RECORD_BYTES

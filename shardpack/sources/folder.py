@@ -8,7 +8,7 @@ import stat
 import unicodedata
 
 from shardpack.classlist import class_list, labelled
-from shardpack.errors import ImageError, SourceError
+from shardpack.errors import ImageError, SourceError, printable
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import Dataset, Item
@@ -44,10 +44,9 @@ def check_class_name(name: str, where: str) -> None:
     """Refuse a class name (a folder's, or from a CIFAR meta file at `where`) that is not one
     line of printable text."""
     if any(unicodedata.category(c) in _BAD_NAME_CATEGORIES for c in name):
-        shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name)
         raise SourceError(
-            f"{where}: the class name '{shown}' holds a control character or a line break, "
-            "but class names are written one per line: rename it"
+            f"{where}: the class name '{printable(name)}' holds a control character or a line "
+            "break, but class names are written one per line: rename it"
         )
 
 
