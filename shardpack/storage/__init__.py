@@ -19,16 +19,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import NamedTuple
 
-from shardpack.errors import ShardpackError
+__all__ = ["Blob", "Entry", "JournalWriter", "Sink", "Storage", "StorageError", "storage_at"]
+
+from shardpack.errors import StorageError
 
 # `scheme://`: what makes SRC or OUT an fsspec URL rather than a local path.
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
 # The extra that brings each scheme's filesystem package (what to tell a user to install).
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
-
-
-class StorageError(ShardpackError):
-    """A URL cannot be used: its filesystem package is missing, or an option is malformed."""
 
 
 class Entry(NamedTuple):
