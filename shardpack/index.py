@@ -23,6 +23,9 @@ INDEX_NAME = "index.json"
 METADATA_NAMES = ("dataset_info.json", "features.json", "label.labels.txt",
                   "coarse_label.labels.txt")  # fmt: skip
 INDEX_FILES_DIR = "idx"
+# index.json lists every shard (and the first 1,000 skipped and ignored files): 1 GiB is far
+# past any real one, and bounds what a planted file can make us read.
+_INDEX_CAP = 1 << 30
 FORMAT = "shardpack-index"
 # Version 2 added the typed feature schema (`features`: name -> {dtype, shape, text, classes});
 # version 1 (`features`: name -> dtype, `coarse_classes`) is still read.
@@ -104,33 +107,43 @@ class Index:
         return self.splits[name]
 
 
-def load_index(out: str | os.PathLike) -> Index:
+def load_index(out, storage_options: dict | None = None) -> Index:
     """Load OUT/index.json and refuse anything it does not fully understand.
+
+    Args:
+        out: the output folder, a URL, or a Storage.
+        storage_options: options for a URL's filesystem.
 
     Raises:
         IndexFormatError: missing, not JSON, unknown format or version, wrong types, or a shard
             name that is absolute, hidden or climbs out of OUT.
     """
-    out = os.path.abspath(os.fspath(out))
-    path = os.path.join(out, INDEX_NAME)
+    from shardpack.storage import storage_at
+
+    storage = storage_at(out, storage_options)
+    path = storage.path(INDEX_NAME)
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+        with storage.open(INDEX_NAME) as blob:
+            data = blob.pread(_INDEX_CAP + 1, 0)
+        if len(data) > _INDEX_CAP:
+            raise ValueError(f"over {_INDEX_CAP} bytes")
+        doc = json.loads(data)
     except FileNotFoundError:
         raise IndexFormatError(
-            f"{path}: not found; is {out} a shardpack output? (pack writes index.json last, "
-            "so a run that did not finish has none: rerun it)"
+            f"{path}: not found; is {storage.root} a shardpack output? (pack writes index.json "
+            "last, so a run that did not finish has none: rerun it)"
         ) from None
     except PermissionError as e:  # how the machine is set up, not a bad index
         raise FileAccessError.from_os_error(e, path) from None
     except (OSError, ValueError) as e:
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
-    return index_from_document(out, doc)
+    return index_from_document(storage.root, doc)
 
 
 def index_from_document(out: str | os.PathLike, doc: object) -> Index:
     """Validate an index document (as load_index does) for the output folder `out`."""
-    out = os.path.abspath(os.fspath(out))
+    out = os.fspath(out)
+    out = out if "://" in out else os.path.abspath(out)
     path = os.path.join(out, INDEX_NAME)
 
     def bad(what: str) -> IndexFormatError:

@@ -10,13 +10,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from shardpack.atomic import remove_files, remove_temp_files, temp_files, write_json_atomic
-from shardpack.errors import ImageError, OutputError, WorkerDiedError, os_error_fix
+from shardpack.atomic import json_bytes, temp_files
+from shardpack.errors import ImageError, OutputError, WorkerDiedError
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
-from shardpack.outdir import Journal, locked, prepare
+from shardpack.outdir import Journal, prepare
 from shardpack.plan import (
     SERIAL_SHARE,
     Plan,
@@ -28,6 +28,7 @@ from shardpack.plan import (
 )
 from shardpack.sources import Dataset, scan, source_root
 from shardpack.sources.cifar import keep_batches
+from shardpack.storage import Storage, is_url, storage_at
 from shardpack.tfdsmeta import write_tfds_metadata
 from shardpack.worker import read_progress, write_shard
 
@@ -192,14 +193,10 @@ def pack(
     start = time.perf_counter()  # the whole call: scan, plan, workers' start, writing, merge
     options = options or PackOptions()
     src_root = source_root(src)  # a missing SRC is refused before OUT is created
-    real_src = os.path.realpath(src_root)
-    if os.path.commonpath([real_src, os.path.realpath(out)]) == real_src:
-        raise OutputError(
-            f"{os.path.abspath(out)}: is inside SRC {src_root}, where it would be scanned as "
-            "data; choose an output folder outside SRC"
-        )
-    out, created = _make_out(os.fspath(out))
-    with locked(out, created), keep_batches():  # CIFAR batches: loaded once a run
+    out = storage_at(out, storage_options)
+    _refuse_out_inside_src(src_root, out)
+    created = out.make_root()
+    with out.lock(created), keep_batches():  # CIFAR batches: loaded once a run
         watch = _CpuWatch()  # the scan and plan are the window that measures others' load
         with _no_gc():
             dataset = scan(src_root, options)
@@ -209,6 +206,8 @@ def pack(
             plan = make_plan(dataset, name, options, options.workers or machine_cores())
         stale, reused = prepare(out, plan, options.overwrite, options.resume)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
+        if out.in_process:  # memory:// lives in this process: no other may write it
+            workers, options = 1, replace(options, backend="loky")
         results = _write_shards(plan, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start
         num_records = sum(r.num_records for r in results)
@@ -222,23 +221,23 @@ def pack(
         document = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
         )
-        index = index_from_document(out, document)
+        index = index_from_document(out.root, document)
         if index.tfds_readable:
             write_tfds_metadata(out, document)
         else:  # an earlier run's metadata would point TFDS at shards it cannot read
-            remove_files(os.path.join(out, name) for name in METADATA_NAMES)
+            out.remove(METADATA_NAMES)
         for split, entry in document["splits"].items():  # wids' shard lists, for webdataset
             shards = [(s["file"], s["num_records"]) for s in entry["shards"]]
             for file, listing in index.container.split_files(name, split, shards).items():
-                write_json_atomic(os.path.join(out, file), listing)
+                out.put(file, json_bytes(listing))
         if options.index_files:
             from shardpack.recordindex import write_index_files
 
-            write_index_files(out, document, {r.file: r.offsets for r in results})
-        write_json_atomic(os.path.join(out, INDEX_NAME), document)  # last: the run is complete
-        remove_files(os.path.join(out, f) for f in stale - {s.file for s in plan.shards})
+            write_index_files(out.root, document, {r.file: r.offsets for r in results})
+        out.put(INDEX_NAME, json_bytes(document))  # last: the run is complete
+        out.remove(stale - {s.file for s in plan.shards})
     return PackResult(
-        out,
+        out.root,
         index,
         num_records,
         len(document["skipped"]),
@@ -254,7 +253,7 @@ def _write_shards(
     reused: list[ShardResult],
     options: PackOptions,
     dataset: Dataset,
-    out: str,
+    out: Storage,
     workers: int,
     progress: ProgressCallback | None,
 ) -> list[ShardResult]:
@@ -276,8 +275,9 @@ def _write_shards(
                 results.append(result)
                 poller.finished(sizes[result.file], result.file)
     except BaseException as e:
-        # Workers remove their own temp files; these are a killed worker's (random names).
-        in_flight = remove_temp_files(out, {s.file for s in todo})
+        # Workers remove their own partial files; these are a killed worker's (random names,
+        # or the multipart uploads it left open).
+        in_flight = out.remove_partial({s.file for s in todo})
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             raise ImageError(
                 e.key,
@@ -286,14 +286,14 @@ def _write_shards(
             ) from None
         if type(e).__name__ == "TerminatedWorkerError":  # joblib's; its import is lazy
             raise WorkerDiedError(
-                f"{out}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
+                f"{out.root}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
                 "(killed, perhaps by the out-of-memory killer: try fewer --workers); "
                 "rerun with --resume to keep the shards already finished"
             ) from None
         raise
     finally:
         journal.close()
-    remove_temp_files(out, {s.file for s in todo})  # those of a killed worker Dask retried
+    out.remove_partial({s.file for s in todo})  # those of a killed worker Dask retried
     return results
 
 
@@ -311,21 +311,21 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _make_out(out: str) -> tuple[str, bool]:
-    """OUT as an absolute path, created if missing; and whether this call created it."""
-    out = os.path.abspath(out)
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise OutputError(f"{out}: is a file; pass a folder for the output (it is created)")
-    created = not os.path.exists(out)
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise OutputError(f"{out}: cannot create ({e.strerror}); {os_error_fix(e)}") from None
-    return out, created
+def _refuse_out_inside_src(src_root: str, out: Storage) -> None:
+    """OUT inside SRC would be scanned as data by the next run: refuse it (local disks; on an
+    object store the prefixes are compared)."""
+    src = src_root if is_url(src_root) else os.path.realpath(src_root)
+    dest = out.root if not out.local else os.path.realpath(out.root)
+    if is_url(src) != is_url(dest) or not (dest + "/").startswith(src.rstrip("/") + "/"):
+        return
+    raise OutputError(
+        f"{out.root}: is inside SRC {src_root}, where it would be scanned as data; choose an "
+        "output folder outside SRC"
+    )
 
 
 def _run(
-    specs: list[ShardSpec], options: PackOptions, dataset: Dataset, out: str, workers: int
+    specs: list[ShardSpec], options: PackOptions, dataset: Dataset, out: Storage, workers: int
 ) -> Iterator[ShardResult]:
     """Yield each shard's result as it finishes: in-process, on forked workers, or on Dask.
 
@@ -413,9 +413,10 @@ class _ProgressPoller:
     """Sums finished shards and the counts in workers' progress files for a callback."""
 
     def __init__(
-        self, out: str, total: int, callback: ProgressCallback | None, pending: set[str]
+        self, out: Storage, total: int, callback: ProgressCallback | None, pending: set[str]
     ) -> None:
-        self.out, self.total, self.callback = out, total, callback
+        self.folder = out.progress_folder()  # None: the bar moves a shard at a time
+        self.total, self.callback = total, callback
         self.pending = pending  # shards not finished yet: only their progress files are read
         self.done = 0
         self._shown = 0  # a worker's file vanishes just before its result lands: never go back
@@ -432,7 +433,9 @@ class _ProgressPoller:
         self.pending.discard(file)
 
     def _in_flight(self) -> int:
-        found = temp_files(self.out, set(self.pending), kinds=("progress",))
+        if self.folder is None:
+            return 0
+        found = temp_files(self.folder, set(self.pending), kinds=("progress",))
         return sum(max(map(read_progress, paths)) for paths in found.values())
 
     def _poll(self) -> None:

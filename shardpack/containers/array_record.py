@@ -31,7 +31,7 @@ from shardpack.containers import (
 )
 from shardpack.containers.tfrecord import decode
 from shardpack.errors import RecordError
-from shardpack.storage import Sink
+from shardpack.storage import Sink, Storage
 
 WRITER_OPTIONS = "group_size:1,uncompressed"
 _RANDOM_ACCESS = "readahead_buffer_size:0,max_parallelism:0"  # the library's advice
@@ -168,9 +168,11 @@ class ArrayRecord(Container):
     def __init__(self, options: str = WRITER_OPTIONS) -> None:
         self.options = options  # the writer's; another only to measure (benchmarks/containers)
 
-    def writer(self, path: str | os.PathLike, compression: str = "none") -> ShardWriter:
+    def writer(
+        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
+    ) -> ShardWriter:
         _module()  # fail before creating anything when the package is missing
-        writer = _Writer(path, compression)
+        writer = _Writer(path, compression, storage)
         writer.options = self.options
         return writer
 

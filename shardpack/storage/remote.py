@@ -29,6 +29,7 @@ from shardpack.errors import OutputError
 from shardpack.srcfiles import FileTooLarge
 from shardpack.storage import (
     EXTRAS,
+    LOCK_NAME,
     Blob,
     Entry,
     JournalWriter,
@@ -37,7 +38,6 @@ from shardpack.storage import (
     StorageError,
 )
 
-LOCK_NAME = ".shardpack.lock"
 JOURNAL_FOLDER = ".shardpack.journal.d"
 _HEAD = "head.json"
 # Schemes whose files are uploads the store completes only at commit (fsspec's
@@ -56,6 +56,7 @@ class RemoteStorage(Storage):
     def __init__(self, fs, root: str, scheme: str) -> None:
         self.fs = fs  # fsspec filesystems pickle with their options
         self.scheme = scheme
+        self.in_process = scheme == "memory"
         self.root = root.rstrip("/")
         self._base = fs._strip_protocol(self.root).rstrip("/")
 
@@ -102,32 +103,38 @@ class RemoteStorage(Storage):
     # -- reading ---------------------------------------------------------------------------
     def kind(self, name: str = "") -> str | None:
         try:
-            info = self.fs.info(self._key(name))
+            with _naming(self.path(name)):
+                info = self.fs.info(self._key(name))
         except (FileNotFoundError, NotADirectoryError):
             return None
         return "dir" if info["type"] == "directory" else "file"
 
     def listdir(self, name: str = "") -> list[Entry]:
         key = self._key(name)
-        entries = [_entry(info, key) for info in self.fs.ls(key, detail=True, refresh=True)]
+        with _naming(self.path(name)):
+            listed = self.fs.ls(key, detail=True, refresh=True)
+        entries = [_entry(info, key) for info in listed]
         return sorted((e for e in entries if e.name), key=lambda e: e.name)
 
     def walk(self, name: str = "") -> Iterator[Entry]:
         key = self._key(name)
-        found = self.fs.find(key, detail=True, withdirs=False, refresh=True)
+        with _naming(self.path(name)):
+            found = self.fs.find(key, detail=True, withdirs=False, refresh=True)
         for path in sorted(found):
             entry = _entry(found[path], key)
             if entry.name:
                 yield entry
 
     def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
-        data = self.fs.cat_file(self._key(name), start=0, end=limit + 1)
+        with _naming(self.path(name)):
+            data = self.fs.cat_file(self._key(name), start=0, end=limit + 1)
         if len(data) > limit:
             raise FileTooLarge(f"over the limit of {limit} bytes")
         return data
 
     def open(self, name: str) -> Blob:
-        return _ObjectBlob(self.fs, self._key(name), self.path(name))
+        with _naming(self.path(name)):
+            return _ObjectBlob(self.fs, self._key(name), self.path(name))
 
     # -- writing ---------------------------------------------------------------------------
     def make_root(self) -> bool:
@@ -141,7 +148,8 @@ class RemoteStorage(Storage):
         return _UploadSink(self.fs, self._key(name), self.path(name))
 
     def put(self, name: str, data: bytes) -> None:
-        self.fs.pipe_file(self._key(name), data)
+        with _naming(self.path(name)):
+            self.fs.pipe_file(self._key(name), data)
 
     def remove(self, names: Iterable[str]) -> None:
         for name in names:
@@ -182,6 +190,17 @@ class RemoteStorage(Storage):
 
     def journal(self, head: list[bytes]) -> JournalWriter:
         return _ObjectJournal(self, head)
+
+
+@contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """An OSError from the filesystem names `path` (s3fs's name none: "bucket does not exist")."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename:
+            raise
+        raise type(e)(e.errno, e.strerror or str(e), path) from e
 
 
 def _entry(info: dict, base: str) -> Entry:
@@ -339,7 +358,8 @@ def _locked(storage: RemoteStorage) -> Iterator[None]:
         {"pid": os.getpid(), "host": socket.gethostname(), "token": token, "started": started}
     ).encode()
     try:
-        storage.fs.pipe_file(key, mine, mode="create")
+        with _naming(storage.path(LOCK_NAME)):
+            storage.fs.pipe_file(key, mine, mode="create")
     except FileExistsError:  # s3fs: 412 Precondition Failed
         owner = _owner(storage, key)
         raise OutputError(
