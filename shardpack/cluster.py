@@ -12,6 +12,7 @@ from contextlib import contextmanager, suppress
 
 from shardpack.atomic import remove_files
 from shardpack.errors import ShardpackError
+from shardpack.storage import Storage
 
 _PROBE = ".shardpack-probe-"  # hidden, and of no pattern a reader or cleanup looks for
 
@@ -49,13 +50,13 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
         yield client
 
 
-def _probe(src: str, out: str, token: str, first_item: str) -> str:
+def _probe(src: Storage, out: str, token: str, first_item: str) -> str:
     """Run on a worker: write a probe file into OUT and look for one source file."""
     import socket
 
     name = f"{socket.gethostname()}-{os.getpid()}"
-    if not os.path.exists(os.path.join(src, first_item)):
-        return f"{name} cannot see {os.path.join(src, first_item)}"
+    if src.kind(first_item) is None:
+        return f"{name} cannot see {src.path(first_item)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     try:
         os.close(os.open(os.path.join(out, f"{_PROBE}{token}-{name}"), flags, 0o644))
@@ -74,7 +75,7 @@ def _remove_probes(out: str, token: str) -> int:
     return len(probes)
 
 
-def check_shared_storage(client, src: str, out: str, first_item: str) -> None:
+def check_shared_storage(client, src: Storage, out: str, first_item: str) -> None:
     """Every worker writes a probe file into OUT that we must then see, and finds SRC's files.
 
     Raises:

@@ -28,6 +28,7 @@ from shardpack.plan import (
 )
 from shardpack.sources import Dataset, scan, source_root
 from shardpack.sources.cifar import keep_batches
+from shardpack.storage import Storage
 from shardpack.tfdsmeta import write_tfds_metadata
 from shardpack.worker import read_progress, write_shard
 
@@ -81,15 +82,16 @@ class PackResult:
         }
 
 
-def default_name(dataset: Dataset, src: str) -> str:
+def default_name(dataset: Dataset, src: Storage) -> str:
     """cifar10 / cifar100 for CIFAR, a manifest file's name without its extension (two tables
-    in one folder are two datasets), else SRC's folder name; made safe for file names."""
+    in one folder are two datasets), else SRC's folder name (a URL's last segment); made safe
+    for file names."""
     if dataset.kind.startswith("cifar"):
         return dataset.kind.split("-")[0]
-    if os.path.isdir(src):
-        base = os.path.basename(dataset.root)
+    if src.kind() == "dir":
+        base = os.path.basename(dataset.root.path())
     else:  # a manifest file
-        base = os.path.splitext(os.path.basename(src))[0]
+        base = os.path.splitext(os.path.basename(src.path()))[0]
     name = re.sub(r"[^A-Za-z0-9_.]+", "_", base).strip("_.")
     return name or "dataset"
 
@@ -191,18 +193,18 @@ def pack(
     """
     start = time.perf_counter()  # the whole call: scan, plan, workers' start, writing, merge
     options = options or PackOptions()
-    src_root = source_root(src)  # a missing SRC is refused before OUT is created
-    real_src = os.path.realpath(src_root)
+    src_root = source_root(src, storage_options)  # refused before OUT is created if missing
+    real_src = os.path.realpath(src_root.path())
     if os.path.commonpath([real_src, os.path.realpath(out)]) == real_src:
         raise OutputError(
-            f"{os.path.abspath(out)}: is inside SRC {src_root}, where it would be scanned as "
-            "data; choose an output folder outside SRC"
+            f"{os.path.abspath(out)}: is inside SRC {src_root.path()}, where it would be scanned "
+            "as data; choose an output folder outside SRC"
         )
     out, created = _make_out(os.fspath(out))
     with locked(out, created), keep_batches():  # CIFAR batches: loaded once a run
         watch = _CpuWatch()  # the scan and plan are the window that measures others' load
         with _no_gc():
-            dataset = scan(src_root, options)
+            dataset = scan(src_root, options, storage_options)
             if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
                 raise ImageError(*dataset.skipped[0])
             name = options.name or default_name(dataset, src_root)
@@ -281,7 +283,7 @@ def _write_shards(
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             raise ImageError(
                 e.key,
-                f"{e.reason} (in {dataset.root}); repair or remove the file, or pass "
+                f"{e.reason} (in {dataset.root.path()}); repair or remove the file, or pass "
                 "--on-error skip to leave it out",
             ) from None
         if type(e).__name__ == "TerminatedWorkerError":  # joblib's; its import is lazy

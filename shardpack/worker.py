@@ -16,6 +16,7 @@ from shardpack.options import PackOptions
 from shardpack.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, loader
+from shardpack.storage import Storage
 
 # How often a worker reports its count for the parent's progress bar: often enough for a live
 # bar, rare enough to cost nothing (one 8-byte pwrite).
@@ -56,14 +57,14 @@ class _Progress:
 
 
 def write_shard(
-    spec: ShardSpec, options: PackOptions, src: str, out: str, schema: Schema, kind: str
+    spec: ShardSpec, options: PackOptions, src: Storage, out: str, schema: Schema, kind: str
 ) -> ShardResult:
     """Write one shard file from its items; it appears under its final name only when complete.
 
     Args:
         spec: the shard's items and file name, from the plan.
         options: how to check and encode.
-        src: the source root the items' paths are relative to.
+        src: the source storage the items' paths are relative to (Dataset.root).
         out: the output folder.
         schema: the dataset's features: how to encode each of an item's fields.
         kind: the dataset's source kind, which says how an item's image is loaded.
