@@ -28,7 +28,7 @@ from shardpack.plan import (
 )
 from shardpack.sources import Dataset, scan, source_root
 from shardpack.sources.cifar import keep_batches
-from shardpack.storage import Storage, is_url, storage_at
+from shardpack.storage import Storage, storage_at
 from shardpack.tfdsmeta import write_tfds_metadata
 from shardpack.worker import read_progress, write_shard
 
@@ -82,15 +82,16 @@ class PackResult:
         }
 
 
-def default_name(dataset: Dataset, src: str) -> str:
+def default_name(dataset: Dataset, src: Storage) -> str:
     """cifar10 / cifar100 for CIFAR, a manifest file's name without its extension (two tables
-    in one folder are two datasets), else SRC's folder name; made safe for file names."""
+    in one folder are two datasets), else SRC's folder name (a URL's last segment); made safe
+    for file names."""
     if dataset.kind.startswith("cifar"):
         return dataset.kind.split("-")[0]
-    if os.path.isdir(src):
-        base = os.path.basename(dataset.root)
+    if src.kind() == "dir":
+        base = os.path.basename(dataset.root.path())
     else:  # a manifest file
-        base = os.path.splitext(os.path.basename(src))[0]
+        base = os.path.splitext(os.path.basename(src.path()))[0]
     name = re.sub(r"[^A-Za-z0-9_.]+", "_", base).strip("_.")
     return name or "dataset"
 
@@ -192,21 +193,21 @@ def pack(
     """
     start = time.perf_counter()  # the whole call: scan, plan, workers' start, writing, merge
     options = options or PackOptions()
-    src_root = source_root(src)  # a missing SRC is refused before OUT is created
+    src_root = source_root(src, storage_options)  # refused before OUT is created if missing
     out = storage_at(out, storage_options)
     _refuse_out_inside_src(src_root, out)
     created = out.make_root()
     with out.lock(created), keep_batches():  # CIFAR batches: loaded once a run
         watch = _CpuWatch()  # the scan and plan are the window that measures others' load
         with _no_gc():
-            dataset = scan(src_root, options)
+            dataset = scan(src_root, options, storage_options)
             if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
                 raise ImageError(*dataset.skipped[0])
             name = options.name or default_name(dataset, src_root)
             plan = make_plan(dataset, name, options, options.workers or machine_cores())
         stale, reused = prepare(out, plan, options.overwrite, options.resume)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
-        if out.in_process:  # memory:// lives in this process: no other may write it
+        if out.in_process or src_root.in_process:  # memory:// is this process's own
             workers, options = 1, replace(options, backend="loky")
         results = _write_shards(plan, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start
@@ -281,7 +282,7 @@ def _write_shards(
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             raise ImageError(
                 e.key,
-                f"{e.reason} (in {dataset.root}); repair or remove the file, or pass "
+                f"{e.reason} (in {dataset.root.path()}); repair or remove the file, or pass "
                 "--on-error skip to leave it out",
             ) from None
         if type(e).__name__ == "TerminatedWorkerError":  # joblib's; its import is lazy
@@ -311,15 +312,14 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _refuse_out_inside_src(src_root: str, out: Storage) -> None:
-    """OUT inside SRC would be scanned as data by the next run: refuse it (local disks; on an
-    object store the prefixes are compared)."""
-    src = src_root if is_url(src_root) else os.path.realpath(src_root)
-    dest = out.root if not out.local else os.path.realpath(out.root)
-    if is_url(src) != is_url(dest) or not (dest + "/").startswith(src.rstrip("/") + "/"):
+def _refuse_out_inside_src(src: Storage, out: Storage) -> None:
+    """OUT inside SRC would be scanned as data by the next run: refuse it (local disks: real
+    paths compared; object stores: the URLs' prefixes)."""
+    here, there = (os.path.realpath(s.path()) if s.local else s.path() for s in (src, out))
+    if src.local != out.local or not (there + "/").startswith(here.rstrip("/") + "/"):
         return
     raise OutputError(
-        f"{out.root}: is inside SRC {src_root}, where it would be scanned as data; choose an "
+        f"{out.root}: is inside SRC {src.path()}, where it would be scanned as data; choose an "
         "output folder outside SRC"
     )
 

@@ -61,14 +61,14 @@ class _Progress:
 
 
 def write_shard(
-    spec: ShardSpec, options: PackOptions, src: str, out: Storage, schema: Schema, kind: str
+    spec: ShardSpec, options: PackOptions, src: Storage, out: Storage, schema: Schema, kind: str
 ) -> ShardResult:
     """Write one shard file from its items; it appears under its final name only when complete.
 
     Args:
         spec: the shard's items and file name, from the plan.
         options: how to check and encode.
-        src: the source root the items' paths are relative to.
+        src: the source storage the items' paths are relative to (Dataset.root).
         out: where the shard goes (a local folder or an object store prefix).
         schema: the dataset's features: how to encode each of an item's fields.
         kind: the dataset's source kind, which says how an item's image is loaded.
