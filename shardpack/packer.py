@@ -164,8 +164,7 @@ def choose_workers(
     )
     if best_workers(work, cores, shards, serial) == 1:
         return 1  # no need to look at the load
-    free = max(1, min(cores, round(cores - others_busy())))
-    return best_workers(work, free, shards, serial)
+    return best_workers(work, cores, shards, serial, busy=max(0.0, others_busy()))
 
 
 def pack(

@@ -41,6 +41,10 @@ def _is_image_name(name: str) -> bool:
     return "." in name and "." + name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS
 
 
+# The extensions without their dot, for the walk's inline test (a call per file costs 0.4 us).
+_SUFFIXES = frozenset(ext[1:] for ext in IMAGE_EXTENSIONS)
+
+
 def check_class_name(name: str, where: str) -> None:
     """Refuse a class name (a folder's, or from a CIFAR meta file at `where`) that is not one
     line of printable text."""
@@ -136,9 +140,9 @@ def list_class_folders(
     seen_dirs = {_dir_id(top), *class_dirs}
     empty = []
     for name in classes:
-        images = _walk_images(root, f"{base}/{name}" if base else name, seen_dirs, passed)
-        found.extend((name, rel, size) for rel, size in images)
-        if not images:
+        before = len(found)
+        _walk_images(root, name, f"{base}/{name}" if base else name, seen_dirs, passed, found)
+        if len(found) == before:
             empty.append(name)
     found.sort(key=operator.itemgetter(1))
     return classes, found, empty
@@ -182,11 +186,16 @@ def _dir_id(path: str) -> tuple[int, int]:
 
 
 def _walk_images(
-    root: str, top: str, seen_dirs: set[tuple[int, int]], passed: Passed
-) -> list[tuple[str, int]]:
-    """Return [(relative path, size)] of the images under root/top, each folder once; what is
-    not an image goes to `passed`. Links are followed to folders and regular files only."""
-    found: list[tuple[str, int]] = []
+    root: str,
+    label: str,
+    top: str,
+    seen_dirs: set[tuple[int, int]],
+    passed: Passed,
+    found: list[tuple[str, str, int]],
+) -> None:
+    """Add (label, relative path, size) of each image under root/top to `found`, each folder
+    once; what is not an image goes to `passed`. Links are followed to folders and regular
+    files only. Per file this is the listing's hot loop: no calls but the stat."""
     pending = [top]
     while pending:
         rel_dir = pending.pop()
@@ -207,7 +216,8 @@ def _walk_images(
             if name.startswith("."):
                 continue  # hidden
             rel = f"{rel_dir}/{name}"
-            if not _is_image_name(name):
+            _, dot, ext = name.rpartition(".")
+            if not dot or (ext not in _SUFFIXES and ext.lower() not in _SUFFIXES):
                 if entry.is_dir():  # the entry's d_type: no syscall unless it is a link
                     subfolders.append(rel)
                 else:
@@ -216,16 +226,15 @@ def _walk_images(
             try:
                 st = entry.stat()  # follows links; the size feeds the plan and its digest
             except OSError:  # dangling link: kept, so that the worker's skip says why
-                found.append((rel, 0))
+                found.append((label, rel, 0))
                 continue
             if stat.S_ISREG(st.st_mode):
-                found.append((rel, st.st_size))
+                found.append((label, rel, st.st_size))
             elif stat.S_ISDIR(st.st_mode):
                 subfolders.append(rel)
             else:
                 passed.skipped.append((rel, not_regular(st.st_mode)))  # never opened
         pending.extend(reversed(subfolders))  # walked in name order
-    return found
 
 
 def instead_of_file(path: str) -> str:
