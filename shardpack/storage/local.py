@@ -89,7 +89,7 @@ class LocalStorage(Storage):
         return created
 
     def create(self, name: str, by_path: bool = False) -> Sink:
-        return _FileSink(self.path(name))
+        return FileSink(self.path(name))
 
     def put(self, name: str, data: bytes) -> None:
         write_atomic(self.path(name), data)
@@ -142,7 +142,7 @@ class _FileBlob(Blob):
             self.fd = -1
 
 
-class _FileSink(Sink):
+class FileSink(Sink):
     """A hidden temporary file beside the final name, fsynced and renamed on commit."""
 
     def __init__(self, path: str) -> None:
@@ -152,6 +152,10 @@ class _FileSink(Sink):
 
     def write(self, data: bytes) -> int:
         return self._file.write(data)
+
+    def flush(self) -> None:
+        """Hand what is buffered to the file (for a reader of it by name)."""
+        self._file.flush()
 
     def commit(self) -> None:
         try:

@@ -37,6 +37,7 @@ from shardpack.storage import (
     Storage,
     StorageError,
 )
+from shardpack.storage.local import FileSink
 
 JOURNAL_FOLDER = ".shardpack.journal.d"
 _HEAD = "head.json"
@@ -294,27 +295,22 @@ class _SpoolSink(Sink):
 
     def __init__(self, fs, key: str, name: str) -> None:
         self.fs, self.key, self.name = fs, key, name
-        self.fd, self.spool = tempfile.mkstemp(prefix=".shardpack-", suffix=".spool")
-        self._file = open(self.fd, "wb", buffering=1 << 20, closefd=False)  # noqa: SIM115
+        self._spool = FileSink(os.path.join(tempfile.gettempdir(), "shardpack.spool"))
+        self.fd = self._spool.fd
 
     def write(self, data: bytes) -> int:
-        return self._file.write(data)
+        return self._spool.write(data)
 
     def commit(self) -> None:
         try:
-            self._file.flush()
-            self.fs.put_file(self.spool, self.key)
+            self._spool.flush()
+            with _naming(self.name):
+                self.fs.put_file(self._spool.name, self.key)
         finally:
-            self.discard()
+            self._spool.discard()
 
     def discard(self) -> None:
-        if self.fd >= 0:
-            with suppress(OSError):
-                self._file.close()
-            os.close(self.fd)
-            self.fd = -1
-            with suppress(FileNotFoundError):
-                os.remove(self.spool)
+        self._spool.discard()
 
 
 class _ObjectJournal(JournalWriter):
