@@ -111,3 +111,21 @@ def test_storage_options_and_urls():
         storage_at("weird://bucket/out")
     with pytest.raises(ValueError, match="not a name inside"):
         storage_at("memory://a/b").put("../escape", b"")
+
+
+def test_a_lock_left_by_a_dead_run_on_this_host_is_taken_over(tmp_path, url):
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    lock = {"pid": int(dead.stdout), "host": socket.gethostname(), "token": "x", "started": "t"}
+    MEMORY.pipe_file(MEMORY._strip_protocol(f"{url}/out/{LOCK_NAME}"), json.dumps(lock).encode())
+    src = make_tree(tmp_path / "src", {"a": 3})
+    assert pack(src, f"{url}/out").num_records == 3
+    assert LOCK_NAME not in _objects(f"{url}/out")
+    lock["host"] = "elsewhere"  # another host's run: this host cannot tell it is gone
+    MEMORY.pipe_file(MEMORY._strip_protocol(f"{url}/out/{LOCK_NAME}"), json.dumps(lock).encode())
+    with pytest.raises(OutputError, match=f"pid {lock['pid']} on elsewhere"):
+        pack(src, f"{url}/out", PackOptions(overwrite=True))

@@ -346,37 +346,62 @@ class _ObjectJournal(JournalWriter):
 
 @contextmanager
 def _locked(storage: RemoteStorage) -> Iterator[None]:
-    """The lock object: created only if absent, removed at the end if it is still ours."""
+    """The lock object: created only if absent, removed at the end if it is still ours.
+
+    A lock left by a run on this host whose process is gone (killed) is taken over: the store
+    cannot see a process die, this host can.
+    """
     key = storage._key(LOCK_NAME)
     token = uuid.uuid4().hex
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     mine = json.dumps(
         {"pid": os.getpid(), "host": socket.gethostname(), "token": token, "started": started}
     ).encode()
-    try:
-        with _naming(storage.path(LOCK_NAME)):
-            storage.fs.pipe_file(key, mine, mode="create")
-    except FileExistsError:  # s3fs: 412 Precondition Failed
-        owner = _owner(storage, key)
-        raise OutputError(
-            f"{storage.root}: another shardpack run ({owner}) is writing here; wait for it to "
-            f"finish, or if none is (a killed run leaves its lock), remove "
-            f"{storage.path(LOCK_NAME)}"
-        ) from None
+    for attempt in (1, 2):
+        try:
+            with _naming(storage.path(LOCK_NAME)):
+                storage.fs.pipe_file(key, mine, mode="create")
+            break
+        except FileExistsError:  # s3fs: 412 Precondition Failed
+            owner = _owner(storage, key)
+            if attempt == 1 and _dead_here(owner):
+                with suppress(FileNotFoundError):
+                    storage.fs.rm_file(key)
+                continue
+            held = "unknown" if owner is None else (
+                f"pid {owner['pid']} on {owner['host']}, since {owner['started']}")  # fmt: skip
+            raise OutputError(
+                f"{storage.root}: another shardpack run ({held}) is writing here; wait for it "
+                f"to finish, or if none is (a run killed on another host leaves its lock), "
+                f"remove {storage.path(LOCK_NAME)}"
+            ) from None
     try:
         yield
     finally:
-        if _owner(storage, key, token=True) == token:
+        held = _owner(storage, key)
+        if held and held.get("token") == token:
             with suppress(FileNotFoundError):
                 storage.fs.rm_file(key)
 
 
-def _owner(storage: RemoteStorage, key: str, token: bool = False) -> str:
-    """Who holds the lock, as the lock object says ("pid 12 on host, since ..."), or its token."""
+def _owner(storage: RemoteStorage, key: str) -> dict | None:
+    """What the lock object says of its run (pid, host, started, token), or None."""
     try:
         doc = json.loads(storage.fs.cat_file(key, start=0, end=_LOCK_CAP))
-        if token:
-            return str(doc["token"])
-        return f"pid {doc['pid']} on {doc['host']}, since {doc['started']}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "" if token else "unknown"
+    except (OSError, ValueError):
+        return None
+    fields = ("pid", "host", "started", "token")
+    return doc if isinstance(doc, dict) and all(k in doc for k in fields) else None
+
+
+def _dead_here(owner: dict | None) -> bool:
+    """Whether the lock's run was on this host and its process is gone."""
+    if owner is None or owner["host"] != socket.gethostname() or type(owner["pid"]) is not int:
+        return False
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, someone else's
+        return False
+    return False
