@@ -221,7 +221,7 @@ def pack(
         document = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
         )
-        index = index_from_document(out.root, document)
+        index = index_from_document(out, document)
         if index.tfds_readable:
             write_tfds_metadata(out, document)
         else:  # an earlier run's metadata would point TFDS at shards it cannot read
@@ -233,7 +233,7 @@ def pack(
         if options.index_files:
             from shardpack.recordindex import write_index_files
 
-            write_index_files(out.root, document, {r.file: r.offsets for r in results})
+            write_index_files(out, document, {r.file: r.offsets for r in results})
         out.put(INDEX_NAME, json_bytes(document))  # last: the run is complete
         out.remove(stale - {s.file for s in plan.shards})
     return PackResult(
