@@ -183,6 +183,8 @@ def num_shards_for(items: tuple[Item, ...], options: PackOptions, workers: int) 
     by_size = math.ceil(total / options.shard_size)
     work = _work_seconds(tally, options)
     by_workers = best_workers(work, workers, serial=SERIAL_SHARE[options.encode])
+    if by_size > by_workers > 1:  # whole rounds: 6 shards on 4 workers would idle 2 at the end
+        by_size = math.ceil(by_size / by_workers) * by_workers
     return max(1, min(max(by_size, by_workers), len(items)))
 
 
