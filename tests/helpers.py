@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import pickle
+import time
 from pathlib import Path
 
 import cv2
@@ -250,3 +251,29 @@ def needs(*modules: str) -> None:
     for module in modules:
         if importlib.util.find_spec(module.split(".")[0]) is None:
             pytest.skip(f"needs {module}")
+
+
+def wait_for(condition, timeout: float = 60) -> None:
+    """Poll condition() every 10 ms until it holds; fail the test after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The run's worker processes: children forked from it, so they share its command line."""
+    own = (Path("/proc") / str(parent) / "cmdline").read_bytes()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and cmdline == own:
+            pids.append(int(entry.name))
+    return pids
