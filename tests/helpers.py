@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import pickle
@@ -277,3 +278,35 @@ def worker_pids(parent: int) -> list[int]:
         if ppid == parent and cmdline == own:
             pids.append(int(entry.name))
     return pids
+
+
+def object_hashes(url: str) -> dict[str, str]:
+    """sha256 of every object under url (shards, index.json, metadata), by its relative name;
+    our own hidden state (lock, journal) left out."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url)
+    fs.invalidate_cache()
+    names = {path[len(root) :].lstrip("/"): path for path in fs.find(root)}
+    return {
+        name: hashlib.sha256(fs.cat_file(path)).hexdigest()
+        for name, path in sorted(names.items())
+        if not any(part.startswith(".") for part in name.split("/"))
+    }
+
+
+def _index_of(url: str) -> dict:
+    """index.json under url, less the run's timings."""
+    import fsspec
+
+    with fsspec.open(f"{url}/index.json", "rb") as f:
+        document = json.load(f)
+    document.pop("stats")
+    return document
+
+
+def same_output(url: str, reference: Path) -> None:
+    """Every object under url (a URL of any fsspec filesystem) is the local reference pack's
+    file, byte for byte; the index alike but for the timings."""
+    assert object_hashes(url) == object_hashes(reference.as_uri())
+    assert _index_of(url) == _index_of(reference.as_uri())

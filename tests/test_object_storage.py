@@ -21,7 +21,16 @@ import pytest
 import shardpack
 from shardpack.containers import is_shard_name
 from shardpack.options import PackOptions
-from tests.helpers import image, make_tree, wait_for, worker_pids, write_csv, write_image
+from tests.helpers import (
+    image,
+    make_tree,
+    object_hashes,
+    same_output,
+    wait_for,
+    worker_pids,
+    write_csv,
+    write_image,
+)
 from tests.s3server import Bucket
 
 JOB = ["--name", "flowers", "--shards", "3", "--workers", "2", "--no-progress"]
@@ -69,40 +78,13 @@ def big_local(big_src: Path) -> Path:
     return out
 
 
-def _hashes(url: str) -> dict[str, str]:
-    """sha256 of every object under url (shards, index.json, metadata), by its relative name;
-    our own hidden state (lock, journal) left out."""
-    fs, root = fsspec.core.url_to_fs(url)
-    fs.invalidate_cache()
-    names = {path[len(root) :].lstrip("/"): path for path in fs.find(root)}
-    return {
-        name: hashlib.sha256(fs.cat_file(path)).hexdigest()
-        for name, path in sorted(names.items())
-        if not any(part.startswith(".") for part in name.split("/"))
-    }
-
-
-def _index(url: str) -> dict:
-    """index.json under url, less the run's timings."""
-    with fsspec.open(f"{url}/index.json", "rb") as f:
-        document = json.load(f)
-    document.pop("stats")
-    return document
-
-
-def _same_as(url: str, reference: Path) -> None:
-    """Every object under url is the reference pack's file, byte for byte; the index alike."""
-    assert _hashes(url) == _hashes(reference.as_uri())
-    assert _index(url) == _index(reference.as_uri())
-
-
 def _nothing_partial(s3: Bucket, prefix: str, reference: Path) -> int:
     """After a failed run: no open upload under prefix, no index.json, and every object under a
     shard name is that shard, complete (the reference's bytes); the number of such shards."""
     assert s3.uploads(prefix) == []
-    wanted = _hashes(reference.as_uri())
-    found = {k: v for k, v in _hashes(s3.url(prefix)).items() if is_shard_name(k)}
-    assert "index.json" not in _hashes(s3.url(prefix))
+    wanted = object_hashes(reference.as_uri())
+    found = {k: v for k, v in object_hashes(s3.url(prefix)).items() if is_shard_name(k)}
+    assert "index.json" not in object_hashes(s3.url(prefix))
     assert {k: wanted[k] for k in found} == found
     return len(found)
 
@@ -122,12 +104,12 @@ def test_local_to_s3_is_byte_identical_to_a_local_pack(src, local, s3: Bucket):
     out = s3.url("packed/flowers")
     run = _cli("pack", str(src), out, *JOB)
     assert run.returncode == 0, run.stderr
-    _same_as(out, local)
+    same_output(out, local)
     assert s3.uploads() == []
     again = _cli("pack", str(src), out, *JOB, "--resume", "--json")  # the lock was given back
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["records"] == 24
-    _same_as(out, local)
+    same_output(out, local)
 
 
 def test_s3_to_s3_is_byte_identical_to_a_local_pack(src, local, s3: Bucket):
@@ -135,14 +117,14 @@ def test_s3_to_s3_is_byte_identical_to_a_local_pack(src, local, s3: Bucket):
     out = s3.url("packed/flowers")
     run = _cli("pack", source, out, *JOB)
     assert run.returncode == 0, run.stderr
-    _same_as(out, local)
+    same_output(out, local)
 
 
 def test_python_api_packs_s3_to_s3_and_reads_it_back(src, local, s3: Bucket):
     source, out = s3.put_tree(src, "raw/flowers"), s3.url("packed/flowers")
     result = shardpack.pack(source, out, PackOptions(name="flowers", shards=3, workers=2))
     assert result.num_records == 24
-    _same_as(out, local)
+    same_output(out, local)
 
     def contents(records) -> list[tuple]:
         return sorted((r["key"], r["label"], hashlib.sha256(r["image"]).digest()) for r in records)
@@ -194,7 +176,7 @@ def test_storage_options_reach_the_run_and_its_workers(src, local, s3: Bucket, m
     env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}
     run = _cli("pack", str(src), out, *JOB, "--storage-option", option, env=env)
     assert run.returncode == 0, run.stderr
-    _same_as(out, local)
+    same_output(out, local)
     verify = _cli("verify", out, "--storage-option", option, env=env)
     assert verify.returncode == 0, verify.stderr
     for name in ("AWS_ENDPOINT_URL", "AWS_MAX_ATTEMPTS"):
@@ -211,7 +193,7 @@ def test_memory_url_round_trip_in_process(src, local):
     try:
         result = shardpack.pack(src, out, PackOptions(name="flowers", shards=3, workers=1))
         assert result.num_records == 24
-        _same_as(out, local)
+        same_output(out, local)
         assert len(list(shardpack.iter_examples(out, "train"))) == 24
         assert shardpack.verify(out).ok
     finally:
@@ -247,7 +229,7 @@ def test_a_run_aborts_uploads_left_open_under_its_shard_names(src, local, s3: Bu
     run = _cli("pack", str(src), s3.url("packed/flowers"), *JOB)
     assert run.returncode == 0, run.stderr
     assert s3.uploads() == []
-    _same_as(s3.url("packed/flowers"), local)
+    same_output(s3.url("packed/flowers"), local)
 
 
 def _uploading(s3: Bucket, prefix: str) -> bool:
@@ -268,7 +250,7 @@ def test_sigint_mid_upload_leaves_nothing_partial_and_resume_completes(
     resumed = _cli("pack", str(big_src), out, *BIG_JOB, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert s3.uploads() == []
-    _same_as(out, big_local)
+    same_output(out, big_local)
 
 
 def test_worker_killed_mid_upload_leaves_nothing_partial_and_resume_completes(
@@ -291,7 +273,7 @@ def test_worker_killed_mid_upload_leaves_nothing_partial_and_resume_completes(
     resumed = _cli("pack", str(big_src), out, *BIG_JOB, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert s3.uploads() == []
-    _same_as(out, big_local)
+    same_output(out, big_local)
 
 
 def test_a_second_run_is_refused_while_the_first_holds_the_lock(src, local, s3: Bucket):
@@ -310,4 +292,4 @@ def test_a_second_run_is_refused_while_the_first_holds_the_lock(src, local, s3: 
     assert "another shardpack run" in _one_line(second.stderr)
     assert set(before) <= set(after)  # the refused run took away nothing, the lock included
     assert first.returncode == 0
-    _same_as(out, local)
+    same_output(out, local)
