@@ -38,6 +38,7 @@ from shardpack.options import (
     parse_size,
     parse_split,
 )
+from shardpack.storage import is_url, parse_options
 
 app = typer.Typer(
     help="Pack image datasets into sharded TFRecords, in parallel, and read them back.",
@@ -221,12 +222,19 @@ def _stopped(what: str, code: int) -> None:
     raise typer.Exit(code)
 
 
-def _run_pack(src: Path, out: Path, options: PackOptions, progress: bool, as_json: bool) -> None:
+def _run_pack(
+    src: str,
+    out: str,
+    options: PackOptions,
+    progress: bool,
+    as_json: bool,
+    storage_options: dict | None = None,
+) -> None:
     from shardpack.packer import pack
 
     bar = _Bar(progress)
     try:
-        result = pack(src, out, options, progress=bar)
+        result = pack(src, out, options, progress=bar, storage_options=storage_options)
     except KeyboardInterrupt:
         _stopped("interrupted", 130)
     except _Terminated:
@@ -254,13 +262,23 @@ Format = _choices("Format", tuple(CONTAINERS))
 
 _JSON = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")]
-_OUT = Annotated[Path, typer.Argument(metavar="OUT", help="Output folder of a pack run.")]
+_OUT = Annotated[
+    str, typer.Argument(metavar="OUT", help="Output folder or URL (s3://...) of a pack run.")
+]
+_STORAGE_OPTIONS = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--storage-option",
+        metavar="KEY=VALUE",
+        help="An option for a URL's filesystem (s3fs, gcsfs, ...); repeatable.",
+    ),
+]
 _WORKERS = Annotated[
     Optional[int],
     typer.Option(metavar="N", min=1, help="Worker processes.  [default: by the work]"),
 ]
 _ROOT = Annotated[
-    Optional[Path],
+    Optional[str],
     typer.Option(
         metavar="DIR",
         help="Folder a manifest's relative image paths are under.  [default: its folder]",
@@ -271,13 +289,16 @@ _ROOT = Annotated[
 @app.command(cls=_Command)
 def pack(
     src: Annotated[
-        Path,
+        str,
         typer.Argument(
             metavar="SRC",
-            help="Class or split folders, a .csv/.tsv/.jsonl/.parquet manifest, or CIFAR batches.",
+            help="Class or split folders, a .csv/.tsv/.jsonl/.parquet manifest, or CIFAR batches"
+            " (a path or a URL).",
         ),
     ],
-    out: Annotated[Path, typer.Argument(metavar="OUT", help="Output folder (created if missing).")],
+    out: Annotated[
+        str, typer.Argument(metavar="OUT", help="Output folder or URL (created if missing).")
+    ],
     source: Annotated[Source, typer.Option(help="Layout of SRC.")] = Source.auto,
     name: Annotated[
         Optional[str],
@@ -387,6 +408,7 @@ def pack(
         ),
     ] = None,
     root: _ROOT = None,
+    storage_option: _STORAGE_OPTIONS = None,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
 ) -> None:
@@ -422,9 +444,9 @@ def pack(
             split_names=tuple(n.strip() for n in splits.split(",")) if splits else SPLIT_NAMES,
             split=parse_split(split) if split else None,
             path_column=path_column,
-            root=os.path.abspath(root) if root is not None else None,
+            root=root if root is None or is_url(root) else os.path.abspath(root),
         )
-        _run_pack(src, out, options, not no_progress, as_json)
+        _run_pack(src, out, options, not no_progress, as_json, parse_options(storage_option or ()))
 
 
 @app.command(cls=_Command)
@@ -554,7 +576,7 @@ def index_files(out: _OUT) -> None:
         from shardpack.recordindex import write_index_files
 
         written = write_index_files(out)
-    typer.echo(f"wrote {_plural(len(written), 'index file')} in {out / 'idx'}")
+    typer.echo(f"wrote {_plural(len(written), 'index file')} in {os.path.join(out, 'idx')}")
 
 
 @app.command(cls=_Command)

@@ -90,6 +90,10 @@ class OutputError(ShardpackError):
         )
 
 
+class StorageError(ShardpackError):
+    """A URL cannot be used: its filesystem package is missing, or an option is malformed."""
+
+
 class WorkerDiedError(ShardpackError):
     """A worker process was killed mid-shard (the out-of-memory killer, a signal)."""
 

@@ -171,6 +171,7 @@ def pack(
     out: str | os.PathLike,
     options: PackOptions | None = None,
     progress: ProgressCallback | None = None,
+    storage_options: dict | None = None,
 ) -> PackResult:
     """Pack SRC into sharded TFRecords and an index.json in OUT.
 
@@ -179,6 +180,7 @@ def pack(
         out: the output folder; created if missing.
         options: how to pack; defaults to PackOptions().
         progress: called about five times a second with (items done, items total).
+        storage_options: options for the filesystem of a URL SRC or OUT (s3fs, gcsfs, ...).
 
     Returns:
         The index document and headline figures.

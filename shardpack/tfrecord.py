@@ -24,6 +24,7 @@ from shardpack.atomic import open_regular
 from shardpack.containers import HashingFile, ShardWriter
 from shardpack.errors import FileAccessError, RecordError
 from shardpack.options import COMPRESSIONS
+from shardpack.storage import Sink, Storage
 
 _MASK_DELTA = 0xA282EAD8
 HEADER = struct.Struct("<QI")  # uint64 length, uint32 masked CRC of the length
@@ -301,14 +302,16 @@ class TFRecordWriter(ShardWriter):
     reading the shard again). `write` takes one record's bytes.
     """
 
-    def __init__(self, path: str | os.PathLike, compression: str = "none") -> None:
+    def __init__(
+        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
+    ) -> None:
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, got: {compression!r}")
-        super().__init__(path, compression)
+        super().__init__(path, compression, storage)
 
-    def _open(self, fd: int) -> None:
+    def _open(self, sink: Sink) -> None:
         self._position = 0
-        self._hashing = HashingFile(fd, _WRITE_BUFFER)
+        self._hashing = HashingFile(sink)
         self._out: HashingFile | gzip.GzipFile = self._hashing
         if self.compression == "gzip":
             # mtime=0 and no file name keep the bytes a pure function of the records.
@@ -325,13 +328,9 @@ class TFRecordWriter(ShardWriter):
         return offset
 
     def _close(self, failed: bool) -> tuple[int, str]:
-        try:
-            if self._out is not self._hashing:
-                self._out.close()  # the GZIP trailer
-        except BaseException:
-            self._hashing.finish(failed=True)
-            raise
-        return self._hashing.finish(failed)
+        if self._out is not self._hashing:
+            self._out.close()  # the GZIP trailer
+        return self._hashing.finish()
 
 
 class _HashingRaw(io.RawIOBase):

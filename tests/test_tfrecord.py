@@ -263,8 +263,8 @@ def test_writer_file_appears_only_on_clean_exit(tmp_path):
     with TFRecordWriter(path) as writer:
         writer.write(b"one")
         assert not path.exists()
-        assert TEMP_NAME.fullmatch(Path(writer.tmp_path).name)  # hidden, beside the file
-        assert Path(writer.tmp_path).parent == tmp_path and Path(writer.tmp_path).exists()
+        assert TEMP_NAME.fullmatch(Path(writer.sink.name).name)  # hidden, beside the file
+        assert Path(writer.sink.name).parent == tmp_path and Path(writer.sink.name).exists()
     assert path.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tfrecord"]
 

@@ -17,11 +17,10 @@ import importlib
 import os
 import re
 from collections.abc import Iterator, Mapping
-from contextlib import suppress
 from typing import NamedTuple
 
-from shardpack.atomic import create_temp, remove_files
 from shardpack.errors import OutputError, RecordError
+from shardpack.storage import Sink, Storage, storage_at
 
 Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or a list of one
 Example = dict[str, list]  # as read: name -> list of bytes, int or float
@@ -47,26 +46,39 @@ class Checked(NamedTuple):
 
 
 class ShardWriter:
-    """Write one shard under a fresh temporary name; it appears under `path` only on success.
+    """Write one shard through a storage Sink; it appears under its name only on success.
 
-    Leaving the `with` block normally flushes, fsyncs and renames the file into place; an
-    exception removes the temporary file. `result` then holds a WriteResult. Subclasses
-    implement _open, _append and _close.
+    Leaving the `with` block normally commits the sink (local disk: fsync and rename; object
+    store: the upload completes); an exception discards it. `result` then holds a WriteResult.
+    Subclasses implement _open, _append and _close.
     """
 
-    def __init__(self, path: str | os.PathLike, compression: str = "none") -> None:
-        self.path = os.fspath(path)
+    by_path = False  # the container's library writes the file itself, through sink.fd
+
+    def __init__(
+        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
+    ) -> None:
+        """Args:
+        path: the shard's file: a local path, or with `storage`, a name in it.
+        compression: as the container takes it.
+        storage: where OUT is (a worker's OUT storage).
+        """
+        if storage is None:
+            head, path = os.path.split(os.path.abspath(os.fspath(path)))
+            storage = storage_at(head)
+        self.storage, self.name = storage, os.fspath(path)
+        self.path = storage.path(self.name)
         self.compression = compression
-        self.tmp_path = ""  # a fresh, unpredictable name, made on entering the block
+        self.sink: Sink | None = None  # made on entering the block
         self.offsets: list[int] = []
         self.result: WriteResult | None = None
 
     def __enter__(self) -> ShardWriter:
-        fd, self.tmp_path = create_temp(self.path)
+        self.sink = self.storage.create(self.name, by_path=self.by_path)
         try:
-            self._open(fd)
+            self._open(self.sink)
         except BaseException:
-            remove_files([self.tmp_path])
+            self.sink.discard()
             raise
         return self
 
@@ -75,29 +87,26 @@ class ShardWriter:
         try:
             self.offsets.append(self._append(features))
         except OSError as e:
-            raise OutputError.writing(self.tmp_path, e) from None
+            raise OutputError.writing(self.sink.name, e) from None
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        failed = exc_type is not None
+        sink = self.sink
         try:
-            size, sha256 = self._close(failed)
+            size, sha256 = self._close(exc_type is not None)
+            if exc_type is not None:  # the block's exception propagates; nothing is committed
+                sink.discard()
+                return
+            sink.commit()
         except OSError as e:
-            failed = True
-            raise OutputError.writing(self.tmp_path, e) from None
-        finally:
-            if failed:
-                remove_files([self.tmp_path])
-        if failed:  # the block's exception propagates; nothing appears under the final name
-            return
-        try:
-            os.replace(self.tmp_path, self.path)
-        except OSError as e:
-            remove_files([self.tmp_path])
-            raise OutputError.writing(self.path, e) from None
+            sink.discard()
+            raise OutputError.writing(sink.name, e) from None
+        except BaseException:
+            sink.discard()
+            raise
         self.result = WriteResult(len(self.offsets), size, sha256, tuple(self.offsets))
 
-    def _open(self, fd: int) -> None:
-        """Start writing to the new temporary file `fd` (owned from here on)."""
+    def _open(self, sink: Sink) -> None:
+        """Start writing into the new `sink`."""
         raise NotImplementedError
 
     def _append(self, features: Features) -> int:
@@ -105,35 +114,28 @@ class ShardWriter:
         raise NotImplementedError
 
     def _close(self, failed: bool) -> tuple[int, str]:
-        """Finish the file (fsync unless failed) and close it; return (size, sha256)."""
+        """Finish the bytes (the container's trailer unless failed); return (size, sha256)."""
         raise NotImplementedError
 
 
 class HashingFile:
-    """A write-only file over an fd that keeps a running sha256 and size of what it writes."""
+    """A write-only view of a sink that keeps a running sha256 and size of what it writes."""
 
-    def __init__(self, fd: int, buffering: int = 1 << 20) -> None:
-        self.raw = open(fd, "wb", buffering=buffering)  # noqa: SIM115 (closed by finish)
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
         self.sha256 = hashlib.sha256()
         self.size = 0
 
     def write(self, data: bytes) -> int:
         self.sha256.update(data)
         self.size += len(data)
-        return self.raw.write(data)
+        return self.sink.write(data)
 
     def flush(self) -> None:
-        self.raw.flush()
+        """Nothing to do: the sink buffers, and commits what it holds."""
 
-    def finish(self, failed: bool) -> tuple[int, str]:
-        """Flush, fsync unless failed (durable before the rename makes it final), close."""
-        try:
-            self.raw.flush()
-            if not failed:
-                os.fsync(self.raw.fileno())
-        finally:
-            with suppress(OSError):
-                self.raw.close()
+    def finish(self) -> tuple[int, str]:
+        """The size and sha256 of everything written."""
         return self.size, self.sha256.hexdigest()
 
 
@@ -182,9 +184,11 @@ class Container:
 
     writer_class: type[ShardWriter] = ShardWriter
 
-    def writer(self, path: str | os.PathLike, compression: str = "none") -> ShardWriter:
-        """A ShardWriter for one shard at `path`."""
-        return self.writer_class(path, compression)
+    def writer(
+        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
+    ) -> ShardWriter:
+        """A ShardWriter for one shard: a local `path`, or with `storage`, a name in it."""
+        return self.writer_class(path, compression, storage)
 
     def iter_records(
         self, path: str | os.PathLike, compression: str = "none", digest=None

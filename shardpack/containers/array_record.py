@@ -31,6 +31,7 @@ from shardpack.containers import (
 )
 from shardpack.containers.tfrecord import decode
 from shardpack.errors import RecordError
+from shardpack.storage import Sink
 
 WRITER_OPTIONS = "group_size:1,uncompressed"
 _RANDOM_ACCESS = "readahead_buffer_size:0,max_parallelism:0"  # the library's advice
@@ -57,14 +58,11 @@ def _fd_path(fd: int) -> str:
 
 class _Writer(ShardWriter):
     options = WRITER_OPTIONS
+    by_path = True  # the library writes the file itself
 
-    def _open(self, fd: int) -> None:
-        self._fd = fd
-        try:
-            self._writer = _module().ArrayRecordWriter(_fd_path(fd), self.options)
-        except BaseException:
-            os.close(fd)
-            raise
+    def _open(self, sink: Sink) -> None:
+        self._fd = sink.fd
+        self._writer = _module().ArrayRecordWriter(_fd_path(sink.fd), self.options)
 
     def _append(self, features: Features) -> int:
         self._writer.write(tfrecord.encode_example(features))
@@ -74,21 +72,17 @@ class _Writer(ShardWriter):
 
     def _close(self, failed: bool) -> tuple[int, str]:
         try:
-            try:
-                self._writer.close()
-            except Exception as e:  # the library reports write errors (ENOSPC) as RuntimeError
-                raise _os_error(e) from None
-            if failed:
-                return 0, ""
-            os.fsync(self._fd)  # durable before the rename makes it final
-            digest = hashlib.sha256()
-            reading = os.open(_fd_path(self._fd), os.O_RDONLY | os.O_CLOEXEC)  # ours: write-only
-            try:
-                return hash_fd(reading, digest), digest.hexdigest()
-            finally:
-                os.close(reading)
+            self._writer.close()
+        except Exception as e:  # the library reports write errors (ENOSPC) as RuntimeError
+            raise _os_error(e) from None
+        if failed:
+            return 0, ""
+        digest = hashlib.sha256()
+        reading = os.open(_fd_path(self._fd), os.O_RDONLY | os.O_CLOEXEC)  # ours: write-only
+        try:
+            return hash_fd(reading, digest), digest.hexdigest()
         finally:
-            os.close(self._fd)
+            os.close(reading)
 
 
 class _Reader(ShardReader):

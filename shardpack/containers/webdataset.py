@@ -33,6 +33,7 @@ from shardpack.containers import (
     checked,
 )
 from shardpack.errors import RecordError
+from shardpack.storage import Sink
 from shardpack.tfrecord import MAX_RECORD_BYTES
 
 IMAGE, LABEL, FORMAT = "image", "label", "format"
@@ -133,8 +134,8 @@ def sample_members(key: str, features: Features) -> list[tuple[str, bytes]]:
 
 
 class _Writer(ShardWriter):
-    def _open(self, fd: int) -> None:
-        self._out = HashingFile(fd)
+    def _open(self, sink: Sink) -> None:
+        self._out = HashingFile(sink)
 
     def _append(self, features: Features) -> int:
         offset = self._out.size
@@ -148,7 +149,7 @@ class _Writer(ShardWriter):
         if not failed:  # the end-of-archive marker: two zero blocks, then up to a full record
             end = self._out.size + 2 * _BLOCK
             self._out.write(b"\0" * (2 * _BLOCK + (-end % _RECORD)))
-        return self._out.finish(failed)
+        return self._out.finish()
 
 
 class _Tar:

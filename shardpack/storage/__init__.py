@@ -1,0 +1,213 @@
+"""Where SRC and OUT live: a local folder, or any fsspec URL (s3://, gs://, memory://).
+
+One small interface, two implementations: `LocalStorage` keeps everything the local disk
+guarantees today (temporary names renamed into place, flock, links never followed);
+`RemoteStorage` gives an object store the same guarantees its own way (shards streamed as a
+multipart upload completed only at the end, a lock object created only if absent, one journal
+object per finished shard). Nothing outside this package branches on the kind of storage.
+
+A Storage is rooted at a folder or URL prefix; every name it takes is relative to that root,
+slash-separated, and never climbs out of it. Storages pickle: workers get the very one the
+parent made, options included.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import NamedTuple
+
+__all__ = ["Blob", "Entry", "JournalWriter", "Sink", "Storage", "StorageError", "storage_at"]
+
+from shardpack.errors import StorageError
+
+# `scheme://`: what makes SRC or OUT an fsspec URL rather than a local path.
+_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
+# The extra that brings each scheme's filesystem package (what to tell a user to install).
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+
+
+class Entry(NamedTuple):
+    """One name in a folder listing."""
+
+    name: str  # relative to the folder listed
+    is_dir: bool
+    size: int  # bytes; 0 for a folder
+
+
+class Blob:
+    """A file or object open for reading at any offset, every read bounded by the caller."""
+
+    name: str  # the full path or URL, for messages
+    size: int
+
+    def pread(self, size: int, offset: int) -> bytes:
+        """Up to `size` bytes from `offset` (fewer only at the end)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Blob:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Sink:
+    """A new file or object being written; it appears under its final name only on commit().
+
+    `fd` is set where the bytes go to a local file a library may write itself (by path:
+    /proc/self/fd/N); such a sink uploads that file at commit. `name` is what messages name
+    while it is written.
+    """
+
+    name: str
+    fd: int = -1
+
+    def write(self, data: bytes) -> int:
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        """Make the bytes durable and final under the name asked for."""
+        raise NotImplementedError
+
+    def discard(self) -> None:
+        """Drop what was written: nothing appears under the final name. Safe to repeat."""
+        raise NotImplementedError
+
+
+class JournalWriter:
+    """Completion records, one line each; see Storage.journal."""
+
+    def add(self, line: bytes) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Storage:
+    """A folder or URL prefix that shardpack reads from or writes into."""
+
+    root: str  # as messages show it: an absolute path, or a URL
+    local: bool = False
+
+    # -- names -----------------------------------------------------------------------------
+    def path(self, name: str = "") -> str:
+        """The full path or URL of `name`, for messages and for readers that take paths."""
+        raise NotImplementedError
+
+    def child(self, name: str) -> Storage:
+        """The same storage rooted at `name` (a subfolder)."""
+        raise NotImplementedError
+
+    # -- reading ---------------------------------------------------------------------------
+    def kind(self, name: str = "") -> str | None:
+        """'file', 'dir', or None when nothing is there (links followed on a local disk)."""
+        raise NotImplementedError
+
+    def listdir(self, name: str = "") -> list[Entry]:
+        """The entries of a folder, sorted by name."""
+        raise NotImplementedError
+
+    def walk(self, name: str = "") -> Iterator[Entry]:
+        """Every file below a folder, names relative to it, in sorted order."""
+        raise NotImplementedError
+
+    def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
+        """A whole file of at most `limit` bytes (srcfiles.FileTooLarge past it, unread)."""
+        raise NotImplementedError
+
+    def open(self, name: str) -> Blob:
+        """A file to read at offsets, streamed: nothing is fetched before it is asked for."""
+        raise NotImplementedError
+
+    # -- writing ---------------------------------------------------------------------------
+    def make_root(self) -> bool:
+        """Create the root folder if missing; return whether it was created."""
+        raise NotImplementedError
+
+    def create(self, name: str, by_path: bool = False) -> Sink:
+        """A Sink for a new file `name`; `by_path`: a library will write it through sink.fd."""
+        raise NotImplementedError
+
+    def put(self, name: str, data: bytes) -> None:
+        """Write a whole small file; it appears (or replaces the old one) only complete."""
+        raise NotImplementedError
+
+    def remove(self, names: Iterable[str]) -> None:
+        """Remove these files where they are plain files; missing ones are fine."""
+        raise NotImplementedError
+
+    def remove_partial(self, finals: Iterable[str]) -> list[str]:
+        """Remove what a killed run left while writing these names (temporary files, open
+        multipart uploads); return the final names that had some."""
+        raise NotImplementedError
+
+    def lock(self, created: bool = False) -> AbstractContextManager[None]:
+        """Hold the root for one run; a second run is refused with an OutputError. `created`:
+        the root was made by this run, and goes again if the run fails leaving it empty."""
+        raise NotImplementedError
+
+    def read_journal(self, cap: int) -> list[bytes]:
+        """The completion records an earlier run left, header first, as lines; [] if none."""
+        raise NotImplementedError
+
+    def journal(self, head: list[bytes]) -> JournalWriter:
+        """Start a new journal, replacing the old one only when the first line is added:
+        `head` (the header, then records kept from before) is written with it."""
+        raise NotImplementedError
+
+    def progress_folder(self) -> str | None:
+        """A local folder where workers may leave progress files the parent can read, or
+        None where there is none (the bar then moves a shard at a time)."""
+        return None
+
+
+def is_url(text: str | os.PathLike) -> bool:
+    """Whether SRC or OUT names a URL (scheme://...) rather than a local path."""
+    return isinstance(text, str) and _URL.match(text) is not None
+
+
+def parse_options(pairs: Iterable[str]) -> dict[str, object]:
+    """`--storage-option KEY=VALUE` pairs as filesystem options; values that read as JSON
+    (numbers, true/false, null) become those, the rest stay strings.
+
+    Raises:
+        StorageError: a pair without `=`.
+    """
+    import json
+
+    options: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise StorageError(f"--storage-option {pair!r}: give it as KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
+def storage_at(location: str | os.PathLike, options: Mapping[str, object] | None = None) -> Storage:
+    """The Storage rooted at a local path or a URL (file:// is a local path).
+
+    Raises:
+        StorageError: the URL's filesystem package is missing or the scheme is unknown.
+    """
+    if isinstance(location, Storage):
+        return location
+    text = os.fspath(location)
+    match = _URL.match(text)
+    if match is None or match["scheme"].lower() == "file":
+        from shardpack.storage.local import LocalStorage
+
+        return LocalStorage(text[len("file://") :] if match else text)
+    from shardpack.storage.remote import RemoteStorage
+
+    return RemoteStorage.at(text, match["scheme"].lower(), dict(options or {}))

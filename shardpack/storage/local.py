@@ -1,0 +1,259 @@
+"""A local folder as Storage: temporary names renamed into place, flock, no link followed.
+
+What is read as SRC follows links to regular files only (srcfiles); what is in OUT is never
+followed at all (atomic).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+
+from shardpack.atomic import (
+    create_temp,
+    open_regular,
+    remove_files,
+    remove_temp_files,
+    replace_with,
+    write_atomic,
+)
+from shardpack.errors import OutputError, os_error_fix
+from shardpack.srcfiles import read_regular
+from shardpack.storage import Blob, Entry, JournalWriter, Sink, Storage
+
+LOCK_NAME = ".shardpack.lock"
+JOURNAL_NAME = ".shardpack.journal"
+
+
+class LocalStorage(Storage):
+    local = True
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({self.root!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LocalStorage) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def path(self, name: str = "") -> str:
+        return os.path.join(self.root, name) if name else self.root
+
+    def child(self, name: str) -> LocalStorage:
+        return LocalStorage(self.path(name))
+
+    def kind(self, name: str = "") -> str | None:
+        path = self.path(name)
+        if os.path.isdir(path):
+            return "dir"
+        return "file" if os.path.exists(path) else None
+
+    def listdir(self, name: str = "") -> list[Entry]:
+        entries = []
+        for e in sorted(os.scandir(self.path(name)), key=lambda e: e.name):
+            is_dir = e.is_dir()
+            entries.append(Entry(e.name, is_dir, 0 if is_dir else e.stat().st_size))
+        return entries
+
+    def walk(self, name: str = "") -> Iterator[Entry]:
+        for entry in self.listdir(name):
+            if entry.is_dir:
+                for below in self.walk(f"{name}/{entry.name}" if name else entry.name):
+                    yield Entry(f"{entry.name}/{below.name}", False, below.size)
+            else:
+                yield entry
+
+    def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
+        return read_regular(self.path(name), limit, size_hint)
+
+    def open(self, name: str) -> Blob:
+        return _FileBlob(self.path(name))
+
+    def make_root(self) -> bool:
+        if os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise OutputError(f"{self.root}: is a file; pass a folder for the output (it is "
+                              "created)")  # fmt: skip
+        created = not os.path.exists(self.root)
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as e:
+            fix = os_error_fix(e)
+            raise OutputError(f"{self.root}: cannot create ({e.strerror}); {fix}") from None
+        return created
+
+    def create(self, name: str, by_path: bool = False) -> Sink:
+        return _FileSink(self.path(name))
+
+    def put(self, name: str, data: bytes) -> None:
+        write_atomic(self.path(name), data)
+
+    def remove(self, names: Iterable[str]) -> None:
+        remove_files(self.path(n) for n in names)
+
+    def remove_partial(self, finals: Iterable[str]) -> list[str]:
+        return remove_temp_files(self.root, finals)
+
+    def lock(self, created: bool = False):
+        return _locked(self.root, created)
+
+    def read_journal(self, cap: int) -> list[bytes]:
+        path = self.path(JOURNAL_NAME)
+        try:
+            fd = open_regular(path)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise OutputError(
+                f"{path}: not shardpack's journal ({e.strerror}: a link, a folder or a special "
+                "file); remove it"
+            ) from None
+        with open(fd, "rb") as f:
+            return f.read(cap).splitlines()
+
+    def journal(self, head: list[bytes]) -> JournalWriter:
+        return _FileJournal(self.path(JOURNAL_NAME), head)
+
+    def progress_folder(self) -> str | None:
+        return self.root
+
+
+class _FileBlob(Blob):
+    def __init__(self, path: str) -> None:
+        self.name = path
+        self.fd = open_regular(path)
+        self.size = os.fstat(self.fd).st_size
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return os.pread(self.fd, size, offset)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class _FileSink(Sink):
+    """A hidden temporary file beside the final name, fsynced and renamed on commit."""
+
+    def __init__(self, path: str) -> None:
+        self.final = path
+        self.fd, self.name = create_temp(path)
+        self._file = open(self.fd, "wb", buffering=1 << 20, closefd=False)  # noqa: SIM115
+
+    def write(self, data: bytes) -> int:
+        return self._file.write(data)
+
+    def commit(self) -> None:
+        try:
+            self._file.flush()
+            os.fsync(self.fd)  # durable before the rename makes it final
+            os.replace(self.name, self.final)
+        except BaseException:
+            self.discard()
+            raise
+        self._close()
+
+    def discard(self) -> None:
+        with suppress(OSError):
+            self._file.close()  # a full disk fails the flush: the file goes anyway
+        self._close()
+        remove_files([self.name])
+
+    def _close(self) -> None:
+        if self.fd >= 0:
+            with suppress(OSError):
+                self._file.close()
+            os.close(self.fd)
+            self.fd = -1
+
+
+class _FileJournal(JournalWriter):
+    """One file, written whole (under a temporary name) when the first line is added, then
+    kept open and appended to, never opened by name again."""
+
+    def __init__(self, path: str, head: list[bytes]) -> None:
+        self.path, self.head, self._file = path, head, None
+
+    def add(self, line: bytes) -> None:
+        if self._file is None:
+            data = b"".join(h + b"\n" for h in [*self.head, line])
+            self._file = open(replace_with(self.path, data), "ab")  # noqa: SIM115 (close())
+            return
+        self._file.write(line + b"\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+@contextmanager
+def _locked(out: str, created: bool) -> Iterator[None]:
+    """An exclusive flock on OUT/.shardpack.lock for the block.
+
+    The kernel holds the lock, so it ends with its process however that ends. The lock file is
+    removed at the end while still locked; a run that locked a file since removed locks again,
+    so two runs never hold different files. An OUT this run `created` is removed too when the
+    block fails and left it empty.
+    """
+    path = os.path.join(out, LOCK_NAME)
+    while True:
+        fd = _open_lock(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise OutputError(
+                f"{out}: another shardpack run (pid {owner}) is writing here; wait for it to "
+                "finish, or choose another output folder"
+            ) from None
+        if _is_file_at(fd, path):
+            break
+        os.close(fd)  # the run before us removed this file as it finished: lock the new one
+    failed = True
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)  # for the message above, nothing more
+        yield
+        failed = False
+    finally:
+        if _is_file_at(fd, path):
+            with suppress(OSError):
+                os.unlink(path)
+        os.close(fd)
+        if created and failed:
+            with suppress(OSError):  # not empty: finished shards stay for --resume
+                os.rmdir(out)
+
+
+def _open_lock(path: str) -> int:
+    try:
+        return open_regular(path, os.O_RDWR | os.O_CREAT)
+    except OSError as e:
+        hint = (
+            "it is a link or not a plain file, not shardpack's: remove it"
+            if e.errno in (errno.ELOOP, errno.EINVAL, errno.EISDIR)
+            else os_error_fix(e)
+        )
+        raise OutputError(f"{path}: cannot open the lock file ({e.strerror}); {hint}") from None
+
+
+def _is_file_at(fd: int, path: str) -> bool:
+    """Whether `path` (not followed) is still the file open as `fd`."""
+    try:
+        here, ours = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (ours.st_dev, ours.st_ino)

@@ -1,0 +1,366 @@
+"""An fsspec URL as Storage: an object store keeps the local disk's guarantees its own way.
+
+- A shard is streamed to the store while it is written, as an upload the store completes only
+  at the end (S3 multipart, GCS resumable): nothing is under the final name before commit, and
+  a failed shard aborts its upload. Filesystems without such uploads get a local spool file
+  uploaded whole at commit; so does a file a library writes by path (ArrayRecord).
+- The lock is an object created only if absent (S3 If-None-Match: *). Where a filesystem has no
+  conditional create, fsspec checks then writes: two runs started at the same instant could
+  both pass (docs/scaling.md says so).
+- The journal is one small object per finished shard, under OUT/.shardpack.journal.d/.
+- A killed worker cannot abort its upload: the parent, and every later run, aborts the open
+  multipart uploads under OUT for the names it writes (remove_partial).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+
+from shardpack.errors import OutputError
+from shardpack.srcfiles import FileTooLarge
+from shardpack.storage import (
+    EXTRAS,
+    Blob,
+    Entry,
+    JournalWriter,
+    Sink,
+    Storage,
+    StorageError,
+)
+
+LOCK_NAME = ".shardpack.lock"
+JOURNAL_FOLDER = ".shardpack.journal.d"
+_HEAD = "head.json"
+# Schemes whose files are uploads the store completes only at commit (fsspec's
+# AbstractBufferedFile over S3 multipart and GCS resumable uploads): streamed while written.
+_STREAMING = frozenset({"s3", "s3a", "gs", "gcs"})
+_PART = 8 << 20  # bytes per uploaded part: S3's minimum is 5 MiB
+_CHUNK = 1 << 20  # bytes handed to the upload thread at a time
+_QUEUED = 16  # chunks in flight to the upload thread: the most a worker runs ahead of it
+_READ_BLOCK = 4 << 20  # a reader's read-ahead: records stream, a shard is never fetched whole
+_LOCK_CAP = 4096
+
+
+class RemoteStorage(Storage):
+    local = False
+
+    def __init__(self, fs, root: str, scheme: str) -> None:
+        self.fs = fs  # fsspec filesystems pickle with their options
+        self.scheme = scheme
+        self.root = root.rstrip("/")
+        self._base = fs._strip_protocol(self.root).rstrip("/")
+
+    @classmethod
+    def at(cls, url: str, scheme: str, options: dict) -> RemoteStorage:
+        """The storage at `url`, through fsspec's filesystem for its scheme."""
+        import fsspec
+
+        try:
+            fs = fsspec.filesystem(scheme, **options)
+        except ImportError:
+            extra = EXTRAS.get(scheme)
+            what = f"pip install 'shardpack[{extra}]'" if extra else (
+                f"install the fsspec filesystem package for {scheme}://")  # fmt: skip
+            raise StorageError(f"{url}: {scheme}:// needs a filesystem package: {what}") from None
+        except ValueError as e:  # "Protocol not known"
+            raise StorageError(f"{url}: {e}") from None
+        except TypeError as e:  # an option the filesystem does not take
+            what = f"a --storage-option is not one {scheme}:// takes ({e})"
+            raise StorageError(f"{url}: {what}") from None
+        return cls(fs, url, scheme)
+
+    def __repr__(self) -> str:
+        return f"RemoteStorage({self.root!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemoteStorage) and (other.fs, other.root) == (self.fs, self.root)
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def _key(self, name: str) -> str:
+        parts = [p for p in name.split("/") if p]
+        if any(p in (".", "..") for p in parts):
+            raise ValueError(f"{name!r}: not a name inside {self.root}")
+        return "/".join([self._base, *parts]) if parts else self._base
+
+    def path(self, name: str = "") -> str:
+        return f"{self.root}/{name}" if name else self.root
+
+    def child(self, name: str) -> RemoteStorage:
+        return RemoteStorage(self.fs, self.path(name), self.scheme)
+
+    # -- reading ---------------------------------------------------------------------------
+    def kind(self, name: str = "") -> str | None:
+        try:
+            info = self.fs.info(self._key(name))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return "dir" if info["type"] == "directory" else "file"
+
+    def listdir(self, name: str = "") -> list[Entry]:
+        key = self._key(name)
+        entries = [_entry(info, key) for info in self.fs.ls(key, detail=True, refresh=True)]
+        return sorted((e for e in entries if e.name), key=lambda e: e.name)
+
+    def walk(self, name: str = "") -> Iterator[Entry]:
+        key = self._key(name)
+        found = self.fs.find(key, detail=True, withdirs=False, refresh=True)
+        for path in sorted(found):
+            entry = _entry(found[path], key)
+            if entry.name:
+                yield entry
+
+    def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
+        data = self.fs.cat_file(self._key(name), start=0, end=limit + 1)
+        if len(data) > limit:
+            raise FileTooLarge(f"over the limit of {limit} bytes")
+        return data
+
+    def open(self, name: str) -> Blob:
+        return _ObjectBlob(self.fs, self._key(name), self.path(name))
+
+    # -- writing ---------------------------------------------------------------------------
+    def make_root(self) -> bool:
+        if self.kind() == "file":
+            raise OutputError(f"{self.root}: is an object, not a prefix; pass a folder URL")
+        return False  # an object store has no folders to make
+
+    def create(self, name: str, by_path: bool = False) -> Sink:
+        if by_path or self.scheme not in _STREAMING:
+            return _SpoolSink(self.fs, self._key(name), self.path(name))
+        return _UploadSink(self.fs, self._key(name), self.path(name))
+
+    def put(self, name: str, data: bytes) -> None:
+        self.fs.pipe_file(self._key(name), data)
+
+    def remove(self, names: Iterable[str]) -> None:
+        for name in names:
+            with suppress(FileNotFoundError):
+                self.fs.rm_file(self._key(name))
+
+    def remove_partial(self, finals: Iterable[str]) -> list[str]:
+        if not hasattr(self.fs, "list_multipart_uploads"):
+            return []  # only S3 keeps uploads a killed process left open
+        bucket, _, prefix = self._base.partition("/")
+        wanted = {f"{prefix}/{f}".lstrip("/") for f in finals}
+        aborted = []
+        for upload in self.fs.list_multipart_uploads(bucket):
+            if upload.get("Key") in wanted:
+                self.fs.abort_mpu(bucket, upload["Key"], upload["UploadId"])
+                aborted.append(upload["Key"].rsplit("/", 1)[-1])
+        return sorted(set(aborted))
+
+    def lock(self, created: bool = False):
+        return _locked(self)
+
+    def read_journal(self, cap: int) -> list[bytes]:
+        folder = self._key(JOURNAL_FOLDER)
+        try:
+            head = self.fs.cat_file(f"{folder}/{_HEAD}", start=0, end=cap)
+        except FileNotFoundError:
+            return []
+        lines, total = [head], len(head)
+        names = sorted(n for n in self.fs.ls(folder, detail=False, refresh=True)
+                       if n.rsplit("/", 1)[-1] != _HEAD)  # fmt: skip
+        for name in names:
+            if total >= cap:
+                break
+            with suppress(FileNotFoundError):
+                lines.append(self.fs.cat_file(name, start=0, end=cap - total))
+                total += len(lines[-1])
+        return lines
+
+    def journal(self, head: list[bytes]) -> JournalWriter:
+        return _ObjectJournal(self, head)
+
+
+def _entry(info: dict, base: str) -> Entry:
+    name = info["name"].rstrip("/")
+    relative = name[len(base) :].lstrip("/") if name.startswith(base) else ""
+    is_dir = info["type"] == "directory"
+    return Entry(relative, is_dir, 0 if is_dir else int(info.get("size") or 0))
+
+
+class _ObjectBlob(Blob):
+    """An object read through fsspec's read-ahead cache: range requests as records are asked."""
+
+    def __init__(self, fs, key: str, name: str) -> None:
+        self.name = name
+        self.file = fs.open(key, "rb", block_size=_READ_BLOCK, cache_type="readahead")
+        self.size = self.file.size
+
+    def pread(self, size: int, offset: int) -> bytes:
+        self.file.seek(offset)
+        return self.file.read(size)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class _UploadSink(Sink):
+    """A shard streamed to the store by a thread while the worker goes on packing.
+
+    The store's upload (S3 multipart) completes only at commit; discard aborts it. The thread
+    keeps network waits off the worker: a full part uploads while the next records are built.
+    """
+
+    def __init__(self, fs, key: str, name: str) -> None:
+        self.name = name
+        self._file = fs.open(key, "wb", block_size=_PART)
+        self._queue: queue.Queue[bytes | None] = queue.Queue(_QUEUED)
+        self._pending = bytearray()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._upload, name="shardpack-upload", daemon=True)
+        self._thread.start()
+
+    def _upload(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._file.write(chunk)
+                except BaseException as e:  # reported to the worker at its next write
+                    self._error = e
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise OSError(f"uploading {self.name} failed ({self._error})")
+
+    def write(self, data: bytes) -> int:
+        self._raise()
+        self._pending += data
+        if len(self._pending) >= _CHUNK:
+            self._queue.put(bytes(self._pending))
+            self._pending.clear()
+        return len(data)
+
+    def _drain(self) -> None:
+        if self._thread.is_alive():
+            if self._pending:
+                self._queue.put(bytes(self._pending))
+                self._pending.clear()
+            self._queue.put(None)
+            self._thread.join()
+
+    def commit(self) -> None:
+        try:
+            self._drain()
+            self._raise()
+            self._file.close()  # completes the upload: the object appears, whole
+        except BaseException:
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        self._pending.clear()
+        self._error = self._error or OSError("discarded")
+        self._drain()
+        if not self._file.closed:
+            with suppress(Exception):
+                self._file.discard()  # aborts the multipart upload
+            self._file.closed = True  # never completed later by close() or the collector
+
+
+class _SpoolSink(Sink):
+    """A local temporary file, uploaded whole at commit (and removed either way)."""
+
+    def __init__(self, fs, key: str, name: str) -> None:
+        self.fs, self.key, self.name = fs, key, name
+        self.fd, self.spool = tempfile.mkstemp(prefix=".shardpack-", suffix=".spool")
+        self._file = open(self.fd, "wb", buffering=1 << 20, closefd=False)  # noqa: SIM115
+
+    def write(self, data: bytes) -> int:
+        return self._file.write(data)
+
+    def commit(self) -> None:
+        try:
+            self._file.flush()
+            self.fs.put_file(self.spool, self.key)
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            with suppress(OSError):
+                self._file.close()
+            os.close(self.fd)
+            self.fd = -1
+            with suppress(FileNotFoundError):
+                os.remove(self.spool)
+
+
+class _ObjectJournal(JournalWriter):
+    """The journal as objects: a head (the plan digest) and one object per finished shard.
+
+    Nothing changes until the first line is added; then the old records go, the head and the
+    records kept from before are written, and each new line is its own object (no appends: an
+    object store has none). A crash in between loses kept records, never invents one: resume
+    then rewrites those shards.
+    """
+
+    def __init__(self, storage: RemoteStorage, head: list[bytes]) -> None:
+        self.storage, self.head, self.count = storage, head, 0
+
+    def _put(self, line: bytes) -> None:
+        self.count += 1
+        self.storage.put(f"{JOURNAL_FOLDER}/{self.count:08d}.json", line + b"\n")
+
+    def add(self, line: bytes) -> None:
+        if self.count == 0:
+            folder = self.storage._key(JOURNAL_FOLDER)
+            with suppress(FileNotFoundError):
+                old = self.storage.fs.ls(folder, detail=False, refresh=True)
+                self.storage.remove(f"{JOURNAL_FOLDER}/{n.rsplit('/', 1)[-1]}" for n in old)
+            self.storage.put(f"{JOURNAL_FOLDER}/{_HEAD}", self.head[0] + b"\n")
+            for kept in self.head[1:]:
+                self._put(kept)
+        self._put(line)
+
+    def close(self) -> None:
+        pass
+
+
+@contextmanager
+def _locked(storage: RemoteStorage) -> Iterator[None]:
+    """The lock object: created only if absent, removed at the end if it is still ours."""
+    key = storage._key(LOCK_NAME)
+    token = uuid.uuid4().hex
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    mine = json.dumps(
+        {"pid": os.getpid(), "host": socket.gethostname(), "token": token, "started": started}
+    ).encode()
+    try:
+        storage.fs.pipe_file(key, mine, mode="create")
+    except FileExistsError:  # s3fs: 412 Precondition Failed
+        owner = _owner(storage, key)
+        raise OutputError(
+            f"{storage.root}: another shardpack run ({owner}) is writing here; wait for it to "
+            f"finish, or if none is (a killed run leaves its lock), remove "
+            f"{storage.path(LOCK_NAME)}"
+        ) from None
+    try:
+        yield
+    finally:
+        if _owner(storage, key, token=True) == token:
+            with suppress(FileNotFoundError):
+                storage.fs.rm_file(key)
+
+
+def _owner(storage: RemoteStorage, key: str, token: bool = False) -> str:
+    """Who holds the lock, as the lock object says ("pid 12 on host, since ..."), or its token."""
+    try:
+        doc = json.loads(storage.fs.cat_file(key, start=0, end=_LOCK_CAP))
+        if token:
+            return str(doc["token"])
+        return f"pid {doc['pid']} on {doc['host']}, since {doc['started']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "" if token else "unknown"
