@@ -293,3 +293,27 @@ def test_a_second_run_is_refused_while_the_first_holds_the_lock(src, local, s3: 
     assert set(before) <= set(after)  # the refused run took away nothing, the lock included
     assert first.returncode == 0
     same_output(out, local)
+
+
+def test_a_killed_run_leaves_its_lock_and_uploads_and_resume_clears_them(
+    big_src, big_local, s3: Bucket
+):
+    """SIGKILL of the run (the OOM killer, a lost machine): no cleanup runs, its workers die
+    with it, their uploads stay open and the lock object stays. The next run is refused with
+    one line naming the lock; once that is removed, --resume aborts the uploads and completes."""
+    out = s3.url("packed/big")
+    run = _start("pack", str(big_src), out, *BIG_JOB)
+    wait_for(lambda: _uploading(s3, "packed/big/") and len(worker_pids(run.pid)) == 2, 30)
+    workers = worker_pids(run.pid)
+    run.kill()
+    run.wait(timeout=30)
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), 10)
+    assert s3.uploads("packed/big/")  # nobody was left to abort them
+    refused = _cli("pack", str(big_src), out, *BIG_JOB, "--resume")
+    assert refused.returncode == 2
+    assert f"{out}/.shardpack.lock" in _one_line(refused.stderr)
+    s3.fs.rm_file(f"{s3.name}/packed/big/.shardpack.lock")  # as the message says
+    resumed = _cli("pack", str(big_src), out, *BIG_JOB, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert s3.uploads() == []
+    same_output(out, big_local)
