@@ -30,6 +30,7 @@ import numpy as np
 from benchmarks.workloads import ensure, image_files
 from shardpack.containers import CONTAINERS, Container
 from shardpack.containers.array_record import ArrayRecord
+from shardpack.storage import storage_at
 
 
 def _records(root: str) -> list[dict]:
@@ -96,7 +97,8 @@ def measure(label: str, container: Container, records: list[dict], folder: str, 
     """One row: write the records with `container`, then read them with each reader."""
     paths, write_rate = _write(container, records, folder, shards)
     start = time.perf_counter()
-    count = sum(1 for p in paths for _ in container.iter_records(p))
+    storage = storage_at(folder)
+    count = sum(1 for p in paths for _ in container.iter_records(storage, os.path.basename(p)))
     return {
         "container": label,
         "records": count,

@@ -111,9 +111,9 @@ def from_path(path: str) -> Workload:
     kind = "folder" if dataset.kind == "folder" else "cifar"
     if kind == "cifar" and dataset.kind != "cifar10-python":
         raise ValueError(f"{path}: the seed's scripts read CIFAR-10 python batches only")
-    _, size = _count(dataset.root, kind)
+    _, size = _count(dataset.root.path(), kind)
     name = os.path.basename(os.path.normpath(path)) or "src"
-    return Workload(name, dataset.root, kind, dataset.num_items, size)
+    return Workload(name, dataset.root.path(), kind, dataset.num_items, size)
 
 
 def image_files(root: str) -> list[str]:

@@ -121,13 +121,18 @@ def write_atomic(path: str, data: bytes) -> None:
 
 
 def write_json_atomic(path: str, document: object) -> None:
-    """write_atomic for a JSON document, as readable UTF-8.
+    """write_atomic for a JSON document (json_bytes)."""
+    write_atomic(path, json_bytes(document))
+
+
+def json_bytes(document: object) -> bytes:
+    """A JSON document as readable UTF-8, the way every JSON file shardpack writes reads.
 
     A file name that is not UTF-8 (kept by Python as lone surrogates) is written as a JSON
     \\u escape, which reads back to the same name.
     """
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    write_atomic(path, text.encode("utf-8", "backslashreplace"))
+    return text.encode("utf-8", "backslashreplace")
 
 
 def sha256_file(path: str) -> str:

@@ -454,6 +454,7 @@ def verify(
     out: _OUT,
     decode: Annotated[bool, typer.Option("--decode", help="Also decode every image.")] = False,
     as_json: _JSON = False,
+    storage_option: _STORAGE_OPTIONS = None,
 ) -> None:
     """Check every shard against the index.
 
@@ -463,7 +464,7 @@ def verify(
     with _user_errors():
         from shardpack.verifier import verify as run_verify
 
-        report = run_verify(out, decode=decode)
+        report = run_verify(out, decode=decode, storage_options=parse_options(storage_option or ()))
     if as_json:
         _print_json(report.to_json())
     else:
@@ -486,6 +487,7 @@ def inspect(
         int, typer.Option(metavar="N", min=0, help="Records to show per split.")
     ] = 3,
     as_json: _JSON = False,
+    storage_option: _STORAGE_OPTIONS = None,
 ) -> None:
     """Summarize a pack output.
 
@@ -494,7 +496,7 @@ def inspect(
     with _user_errors():
         from shardpack.inspection import describe
 
-        summary = describe(out, records)
+        summary = describe(out, records, parse_options(storage_option or ()))
     if as_json:
         _print_json(summary)
         return
@@ -567,7 +569,7 @@ def _record_line(record: dict) -> str:
 
 
 @app.command("index-files", cls=_Command)
-def index_files(out: _OUT) -> None:
+def index_files(out: _OUT, storage_option: _STORAGE_OPTIONS = None) -> None:
     """Write DALI index files for random access.
 
     One tfrecord2idx file per shard, in OUT/idx/.
@@ -575,7 +577,7 @@ def index_files(out: _OUT) -> None:
     with _user_errors():
         from shardpack.recordindex import write_index_files
 
-        written = write_index_files(out)
+        written = write_index_files(out, storage_options=parse_options(storage_option or ()))
     typer.echo(f"wrote {_plural(len(written), 'index file')} in {os.path.join(out, 'idx')}")
 
 
@@ -593,6 +595,7 @@ def preview(
         ),
     ] = Path("preview.png"),
     seed: Annotated[int, typer.Option(metavar="N", help="Which random records.")] = 0,
+    storage_option: _STORAGE_OPTIONS = None,
 ) -> None:
     """Draw a contact sheet of random records.
 
@@ -601,7 +604,7 @@ def preview(
     with _user_errors():
         from shardpack.preview import make_preview
 
-        path = make_preview(out, dest, split, n, seed)
+        path = make_preview(out, dest, split, n, seed, parse_options(storage_option or ()))
     typer.echo(f"wrote {path}")
 
 

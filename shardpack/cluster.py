@@ -10,8 +10,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from shardpack.atomic import remove_files
 from shardpack.errors import ShardpackError
+from shardpack.storage import Storage, storage_at
 
 _PROBE = ".shardpack-probe-"  # hidden, and of no pattern a reader or cleanup looks for
 
@@ -49,37 +49,38 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
         yield client
 
 
-def _probe(src: str, out: str, token: str, first_item: str) -> str:
+def _probe(src: Storage, out: Storage, token: str, first_item: str) -> str:
     """Run on a worker: write a probe file into OUT and look for one source file."""
     import socket
 
     name = f"{socket.gethostname()}-{os.getpid()}"
-    if not os.path.exists(os.path.join(src, first_item)):
-        return f"{name} cannot see {os.path.join(src, first_item)}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     try:
-        os.close(os.open(os.path.join(out, f"{_PROBE}{token}-{name}"), flags, 0o644))
+        if src.kind(first_item) != "file":
+            return f"{name} cannot see {src.path(first_item)}"
+        out.put(f"{_PROBE}{token}-{name}", b"")
     except OSError as e:
-        return f"{name} cannot write into {out} ({e.strerror})"
+        return f"{name} cannot reach {out.root} ({e.strerror or e})"
     return ""
 
 
-def _remove_probes(out: str, token: str) -> int:
+def _remove_probes(out: Storage, token: str) -> int:
     """Remove the probe files of `token` this machine sees in OUT; return how many."""
     try:
-        probes = [n for n in os.listdir(out) if n.startswith(f"{_PROBE}{token}-")]
+        probes = [e.name for e in out.listdir() if e.name.startswith(f"{_PROBE}{token}-")]
     except OSError:
         return 0
-    remove_files(os.path.join(out, n) for n in probes)
+    out.remove(probes)
     return len(probes)
 
 
-def check_shared_storage(client, src: str, out: str, first_item: str) -> None:
-    """Every worker writes a probe file into OUT that we must then see, and finds SRC's files.
+def check_shared_storage(client, src: Storage, out: Storage, first_item: str) -> None:
+    """Every worker writes a probe file into OUT that we must then see, and finds SRC's files:
+    a shared folder, or the same object store.
 
     Raises:
         ClusterError: a worker sees other storage than this process.
     """
+    src = storage_at(src)
     token = uuid.uuid4().hex
     try:
         answers = client.run(_probe, src, out, token, first_item)
@@ -93,7 +94,8 @@ def check_shared_storage(client, src: str, out: str, first_item: str) -> None:
         problems.append(f"{len(answers) - seen} workers wrote probe files this machine "
                         "cannot see")  # fmt: skip
     if problems:
+        fix = ("give every worker the same credentials and endpoint" if not out.local
+               else "mount the same paths on every worker, or use an object store URL")  # fmt: skip
         raise ClusterError(
-            f"SRC and OUT must be on storage every Dask worker shares: {problems[0]}; "
-            "mount the same paths on every worker"
+            f"SRC and OUT must be on storage every Dask worker shares: {problems[0]}; {fix}"
         )

@@ -7,11 +7,9 @@ means no colour swap on the way.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import struct
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,13 +43,17 @@ _TIFF_TYPES = {3: "H", 4: "I"}  # SHORT, LONG
 
 
 @functools.cache
+@functools.cache
 def _opencv():
     """OpenCV, imported on first use: a passthrough (--encode keep) never decodes or encodes,
-    and the import is ~0.06 s of every start (python -X importtime). One thread: there is a
-    worker per core already, and OpenCV's own threads would oversubscribe them."""
+    and the import is ~0.06 s of every start (python -X importtime). Set up once a process:
+    one thread (there is a worker per core already, and OpenCV's own threads would
+    oversubscribe them), and its own warnings ("[ WARN:0@0.2] global grfmt_tiff.cpp ...") kept
+    off stderr, since what went wrong reaches the user as the skip reason."""
     import cv2
 
     cv2.setNumThreads(1)
+    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     return cv2
 
 
@@ -256,8 +258,7 @@ def decode(
     if order == "rgb":
         flags = (flags & ~cv2.IMREAD_COLOR) | cv2.IMREAD_COLOR_RGB
     try:
-        with _opencv_quiet():
-            pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+        pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     except cv2.error as e:
         raise BadImage(f"cannot decode ({_cv2_reason(e)})") from None
     if pixels is None:
@@ -270,19 +271,6 @@ def check_pixels(height: int, width: int, max_pixels: int) -> None:
     """Raise BadImage if an image of this size holds more than `max_pixels` pixels."""
     if height * width > max_pixels:
         raise BadImage(f"{width}x{height} pixels is over --max-pixels {max_pixels}")
-
-
-@contextlib.contextmanager
-def _opencv_quiet() -> Iterator[None]:
-    """Keep OpenCV's own warnings ("[ WARN:0@0.2] global grfmt_tiff.cpp ...") off stderr: what
-    went wrong reaches the user as the skip reason."""
-    cv2 = _opencv()
-    level = cv2.utils.logging.getLogLevel()
-    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
-    try:
-        yield
-    finally:
-        cv2.utils.logging.setLogLevel(level)
 
 
 def _cv2_reason(error: Exception) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from shardpack.errors import FileAccessError, IndexFormatError
 from shardpack.options import COMPRESSIONS
 from shardpack.schema import V1_DTYPES, Schema
+from shardpack.storage import Storage, storage_at
 
 if TYPE_CHECKING:  # the index is plain data: it needs these names only for type hints
     from shardpack.containers import Container
@@ -19,6 +20,8 @@ if TYPE_CHECKING:  # the index is plain data: it needs these names only for type
     from shardpack.sources import Dataset
 
 INDEX_NAME = "index.json"
+# The most bytes of index.json read: a million shards with their skipped files fit many times.
+MAX_INDEX_BYTES = 1 << 30
 # What pack writes beside the shards: TFDS metadata (tfdsmeta) and index files (recordindex).
 METADATA_NAMES = ("dataset_info.json", "features.json", "label.labels.txt",
                   "coarse_label.labels.txt")  # fmt: skip
@@ -53,7 +56,8 @@ class SplitInfo:
 
 @dataclass(frozen=True)
 class Index:
-    """A loaded and validated index.json; `raw` keeps the whole document."""
+    """A loaded and validated index.json; `raw` keeps the whole document. `out` is OUT as
+    messages name it (a path or URL); `storage` reads the files in it."""
 
     out: str
     name: str
@@ -63,6 +67,7 @@ class Index:
     splits: dict[str, SplitInfo]
     raw: dict
     container_name: str = "tfrecord"  # the shards' file format; indexes before it: TFRecord
+    storage: Storage | None = None  # OUT's; index_from_document always sets it
 
     @property
     def container(self) -> Container:
@@ -91,47 +96,54 @@ class Index:
         return self.schema.classes
 
     def shard_path(self, shard: ShardInfo) -> str:
-        """The shard's path inside OUT (the name was checked safe at load)."""
-        return os.path.join(self.out, shard.file)
+        """The shard's path or URL inside OUT (the name was checked safe at load)."""
+        return self.storage.path(shard.file)
 
     def split(self, name: str) -> SplitInfo:
         """The named split, or an error that lists the splits there are."""
         if name not in self.splits:
             raise IndexFormatError(
-                f"{os.path.join(self.out, INDEX_NAME)}: no split {name!r}; "
+                f"{self.storage.path(INDEX_NAME)}: no split {name!r}; "
                 f"it has {', '.join(sorted(self.splits))}"
             )
         return self.splits[name]
 
 
-def load_index(out: str | os.PathLike) -> Index:
+def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = None) -> Index:
     """Load OUT/index.json and refuse anything it does not fully understand.
+
+    Args:
+        out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
+        storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
 
     Raises:
         IndexFormatError: missing, not JSON, unknown format or version, wrong types, or a shard
             name that is absolute, hidden or climbs out of OUT.
+        StorageError: the URL's filesystem package is missing.
     """
-    out = os.path.abspath(os.fspath(out))
-    path = os.path.join(out, INDEX_NAME)
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+    storage = storage_at(out, storage_options)
+    path = storage.path(INDEX_NAME)
+    try:  # no link followed: OUT's files are opened as they are (Storage.open)
+        with storage.open(INDEX_NAME) as blob:
+            if blob.size > MAX_INDEX_BYTES:
+                raise ValueError(f"{blob.size} bytes, over {MAX_INDEX_BYTES}")
+            doc = json.loads(blob.pread(blob.size, 0))
     except FileNotFoundError:
         raise IndexFormatError(
-            f"{path}: not found; is {out} a shardpack output? (pack writes index.json last, "
-            "so a run that did not finish has none: rerun it)"
+            f"{path}: not found; is {storage.root} a shardpack output? (pack writes index.json "
+            "last, so a run that did not finish has none: rerun it)"
         ) from None
     except PermissionError as e:  # how the machine is set up, not a bad index
         raise FileAccessError.from_os_error(e, path) from None
     except (OSError, ValueError) as e:
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
-    return index_from_document(out, doc)
+    return index_from_document(storage, doc)
 
 
-def index_from_document(out: str | os.PathLike, doc: object) -> Index:
-    """Validate an index document (as load_index does) for the output folder `out`."""
-    out = os.path.abspath(os.fspath(out))
-    path = os.path.join(out, INDEX_NAME)
+def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
+    """Validate an index document (as load_index does) for the output folder or URL `out`."""
+    storage = storage_at(out)
+    path = storage.path(INDEX_NAME)
 
     def bad(what: str) -> IndexFormatError:
         return IndexFormatError(f"{path}: {what}; this is not an index shardpack wrote")
@@ -179,7 +191,7 @@ def index_from_document(out: str | os.PathLike, doc: object) -> Index:
             raise bad(f"'class_counts' of split {split!r} must be a list of integers")
         splits[split] = SplitInfo(entry["num_records"], tuple(counts), tuple(shards))
     return Index(
-        out=out,
+        out=storage.root,
         name=doc["name"],
         schema=schema,
         encoding=doc["encoding"],
@@ -187,6 +199,7 @@ def index_from_document(out: str | os.PathLike, doc: object) -> Index:
         splits=splits,
         raw=doc,
         container_name=container,
+        storage=storage,
     )
 
 

@@ -11,21 +11,25 @@ from shardpack.index import load_index
 from shardpack.read import iter_examples
 
 
-def describe(out: str | os.PathLike, num_records: int = 3) -> dict:
+def describe(
+    out: str | os.PathLike, num_records: int = 3, storage_options: dict | None = None
+) -> dict:
     """Summarize OUT: splits, shards, sizes, class histogram and the first few records.
 
     Args:
-        out: the output folder of a pack run.
+        out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
         num_records: how many records of each split to show (image bytes left out).
+        storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
 
     Returns:
         A JSON-ready dict.
     """
-    index = load_index(out)
+    index = load_index(out, storage_options)
     splits = {}
     for name, split in index.splits.items():
         samples = []
-        for record in itertools.islice(iter_examples(index.out, name), num_records):
+        records = iter_examples(index.storage, name)
+        for record in itertools.islice(records, num_records):
             record["image_bytes"] = len(record.pop("image"))
             label = record.get("label")
             if isinstance(label, int):

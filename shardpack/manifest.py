@@ -33,21 +33,23 @@ import csv
 import dataclasses
 import errno
 import functools
+import io
 import itertools
 import json
 import operator
 import os
+import posixpath
 import re
-import stat
 import struct
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
 from shardpack.errors import SourceError
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature
+from shardpack.storage import Blob, Storage, is_url, storage_at
 
 SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
 METADATA_FILES = ("metadata.csv", "metadata.jsonl", "metadata.parquet")  # Hugging Face ImageFolder
@@ -107,7 +109,8 @@ class Row(NamedTuple):
     """One good row. A NamedTuple, not a dataclass: a million of them must stay small."""
 
     line: int  # CSV/JSONL line (1 = first line) or Parquet row (0 = first row)
-    path: str  # the image path as written (normalized); relative ones are under Manifest.root
+    # the image path or URL as written (normalized); relative ones are under Manifest.root
+    path: str
     label: str | int | tuple | None  # a name or integer; a tuple of them if multi; None: unlabeled
     split: str | None  # None when the manifest has no split column
     values: tuple  # one per Manifest.columns, in that order (int, float, str, tuple, ndarray)
@@ -125,8 +128,8 @@ class BadRow(NamedTuple):
 class Manifest:
     """A manifest's rows with their typed columns."""
 
-    path: str  # the manifest file
-    root: str  # the folder relative image paths are under
+    path: str  # the manifest file: a path or URL
+    root: str  # the folder (a path or URL) relative image paths are under
     path_column: str
     columns: dict[str, Feature]  # the extra features, by name in sorted order
     label: LabelInfo | None  # None: no label column (an unlabeled dataset)
@@ -139,55 +142,76 @@ class Manifest:
         return dict(zip(self.columns, row.values, strict=True))
 
 
-def manifest_file(src: str | os.PathLike) -> str | None:
-    """The manifest SRC is (a .csv/.tsv/.jsonl/.parquet file) or holds (metadata.*), else None.
+def manifest_file(
+    src: Storage | str | os.PathLike, storage_options: Mapping[str, object] | None = None
+) -> Storage | None:
+    """The manifest SRC is (a .csv/.tsv/.jsonl/.parquet file) or holds (metadata.*): a Storage
+    rooted at that file (read it as read("") or open("")); None when there is none.
 
     Raises:
         SourceError: SRC is a file of another kind, or a folder holding several metadata files.
+        StorageError: a URL's filesystem package is missing.
     """
-    src = os.path.abspath(os.fspath(src))
-    if os.path.isdir(src):
-        found = [n for n in METADATA_FILES if os.path.lexists(os.path.join(src, n))]
+    src = storage_at(src, storage_options)
+    if src.kind() == "dir":
+        found = [n for n in METADATA_FILES if _present(src, n)]
         if len(found) > 1:
             raise SourceError(
-                f"{src}: holds {' and '.join(found)}; keep one metadata file, or pass the one "
-                "to pack as SRC"
+                f"{src.path()}: holds {' and '.join(found)}; keep one metadata file, or pass "
+                "the one to pack as SRC"
             )
-        return os.path.join(src, found[0]) if found else None
-    if os.path.lexists(src) and not src.lower().endswith(SUFFIXES):
+        return src.child(found[0]) if found else None
+    if not _present(src):
+        return None
+    if not src.path().lower().endswith(SUFFIXES):
         raise SourceError(
-            f"{src}: is a file of unknown kind; pass a folder of images, or a manifest ending "
-            f"in {', '.join(SUFFIXES)}"
+            f"{src.path()}: is a file of unknown kind; pass a folder of images, or a manifest "
+            f"ending in {', '.join(SUFFIXES)}"
         )
-    return src if os.path.lexists(src) else None
+    return src
+
+
+def _present(src: Storage, name: str = "") -> bool:
+    """Whether something is at `name`; on a disk a link counts unfollowed (kind() follows it),
+    so that reading it refuses it by name, not as a missing file."""
+    if src.local:
+        return os.path.lexists(src.path(name))
+    return src.kind(name) is not None
 
 
 def read_manifest(
-    src: str | os.PathLike,
+    src: Storage | str | os.PathLike,
     *,
     path_column: str | None = None,
     root: str | os.PathLike | None = None,
+    storage_options: Mapping[str, object] | None = None,
 ) -> Manifest:
     """Read a manifest: infer each column's type, then check and convert every row.
 
     Args:
-        src: a .csv, .tsv, .jsonl or .parquet file, or a folder holding one metadata file.
+        src: a .csv, .tsv, .jsonl or .parquet file, or a folder holding one metadata file: a
+            local path, a URL, or a Storage rooted at either.
         path_column: the column naming each image; None finds the one of PATH_COLUMNS present.
-        root: the folder relative image paths are under; None: the manifest's folder.
+        root: the folder (a path or URL) relative image paths are under; None: the
+            manifest's folder.
+        storage_options: options for the filesystem of a URL `src`.
 
     Raises:
         SourceError: no manifest there, it cannot be read, is not UTF-8, has no image column,
             a column with a built-in feature's name, a malformed line, or no rows.
+        StorageError: a URL's filesystem package is missing.
     """
-    path = manifest_file(src)
-    if path is None:
+    src = storage_at(src, storage_options)
+    table = manifest_file(src)
+    if table is None:
         raise SourceError(
-            f"{os.path.abspath(os.fspath(src))}: no such manifest; pass a .csv, .tsv, .jsonl "
-            f"or .parquet file, or a folder holding one of {', '.join(METADATA_FILES)}"
+            f"{src.path()}: no such manifest; pass a .csv, .tsv, .jsonl or .parquet file, or "
+            f"a folder holding one of {', '.join(METADATA_FILES)}"
         )
+    path = table.path()
     suffix = path.lower().rpartition(".")[2]
     csv_text = suffix in ("csv", "tsv")  # every value is a text cell, typed by its spelling
-    with _open(path) as f:
+    with _open(table) as f:
         chunks = list(_chunks(path, suffix, f))
     layout = _Layout.of(path, _names(chunks, path), path_column)
     typed = (*layout.extras, LABEL) if layout.labelled else layout.extras
@@ -195,10 +219,10 @@ def read_manifest(
     columns = {n: _infer(counts[n], csv_text) for n in layout.extras}
     label = _infer_label(counts[LABEL], csv_text) if layout.labelled else None
     rows, bad, label_values = _convert(chunks, path, layout, columns, label, csv_text)
-    base = os.path.dirname(path) if root is None else os.fspath(root)
+    base = os.path.dirname(path) if root is None else os.fspath(root)  # a URL's too
     return Manifest(
         path=path,
-        root=os.path.abspath(base),
+        root=base if is_url(base) else os.path.abspath(base),
         path_column=layout.path,
         columns=columns,
         label=None if label is None else dataclasses.replace(label, values=label_values),
@@ -211,22 +235,53 @@ def read_manifest(
 # ---- opening and records ---------------------------------------------------------------------
 
 
-def _open(path: str) -> BinaryIO:
+def _open(table: Storage) -> BinaryIO:
     """Open a manifest for reading without following a link; refuse anything but a file."""
+    path = table.path()
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        blob = table.open("")  # a disk's: O_NOFOLLOW, and O_NONBLOCK so a FIFO never blocks
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise SourceError(
                 f"{path}: is a symbolic link; shardpack does not follow links it did not make: "
                 "pass the file it points to"
             ) from None
-        raise SourceError(f"{path}: cannot open ({e.strerror}); check its permissions") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise SourceError(f"{path}: is not a regular file; pass a manifest file")
-    return os.fdopen(fd, "rb")
+        if e.errno == errno.EINVAL:
+            raise SourceError(f"{path}: is not a regular file; pass a manifest file") from None
+        why = e.strerror or e
+        raise SourceError(f"{path}: cannot open ({why}); check its permissions") from None
+    return io.BufferedReader(_BlobFile(blob), READ_BYTES)
+
+
+class _BlobFile(io.RawIOBase):
+    """A Blob as a file object (read, readline, seek) for the CSV/JSON readers and pyarrow."""
+
+    def __init__(self, blob: Blob) -> None:
+        self.blob, self.at = blob, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.blob.pread(len(buffer), self.at)
+        buffer[: len(data)] = data
+        self.at += len(data)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self.at = offset + (0, self.at, self.blob.size)[whence]
+        return self.at
+
+    def tell(self) -> int:
+        return self.at
+
+    def close(self) -> None:
+        if not self.closed:
+            self.blob.close()
+        super().close()
 
 
 class _Chunk(NamedTuple):
@@ -894,7 +949,7 @@ def _image_paths(values: Sequence, column: str) -> tuple[list[str], dict[int, st
         lined = f"\n{joined}\n"
         if not any(part in lined for part in _NOT_NORMAL):
             return list(values), {}  # each as os.path.normpath gives it already
-        return list(map(os.path.normpath, values)), {}
+        return list(map(normal_path, values)), {}
     return _each(values, functools.partial(_image_path, column=column))
 
 
@@ -952,7 +1007,15 @@ def _image_path(value, column: str) -> str:
         raise _Bad(f"the image path in column {column!r} is {_describe(value)}, not text")
     if len(value) > MAX_TEXT_CHARS or "\0" in value:
         raise _Bad(f"the image path in column {column!r} is not a usable file name")
-    return os.path.normpath(value)
+    return normal_path(value)
+
+
+def normal_path(path: str) -> str:
+    """A path in its normal form (os.path.normpath); a URL keeps its scheme's "//"."""
+    if "://" in path and is_url(path):
+        scheme, _, rest = path.partition("://")
+        return f"{scheme}://{posixpath.normpath(rest)}"
+    return os.path.normpath(path)
 
 
 def _split(value) -> str:

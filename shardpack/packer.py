@@ -10,13 +10,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from shardpack.atomic import remove_files, remove_temp_files, temp_files, write_json_atomic
-from shardpack.errors import ImageError, OutputError, WorkerDiedError, os_error_fix
+from shardpack.atomic import json_bytes, temp_files
+from shardpack.errors import ImageError, OutputError, WorkerDiedError
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
-from shardpack.outdir import Journal, locked, prepare
+from shardpack.outdir import Journal, prepare
 from shardpack.plan import (
     SERIAL_SHARE,
     Plan,
@@ -28,6 +28,7 @@ from shardpack.plan import (
 )
 from shardpack.sources import Dataset, scan, source_root
 from shardpack.sources.cifar import keep_batches
+from shardpack.storage import Storage, storage_at
 from shardpack.tfdsmeta import write_tfds_metadata
 from shardpack.worker import read_progress, write_shard
 
@@ -81,15 +82,16 @@ class PackResult:
         }
 
 
-def default_name(dataset: Dataset, src: str) -> str:
+def default_name(dataset: Dataset, src: Storage) -> str:
     """cifar10 / cifar100 for CIFAR, a manifest file's name without its extension (two tables
-    in one folder are two datasets), else SRC's folder name; made safe for file names."""
+    in one folder are two datasets), else SRC's folder name (a URL's last segment); made safe
+    for file names."""
     if dataset.kind.startswith("cifar"):
         return dataset.kind.split("-")[0]
-    if os.path.isdir(src):
-        base = os.path.basename(dataset.root)
+    if src.kind() == "dir":
+        base = os.path.basename(dataset.root.path())
     else:  # a manifest file
-        base = os.path.splitext(os.path.basename(src))[0]
+        base = os.path.splitext(os.path.basename(src.path()))[0]
     name = re.sub(r"[^A-Za-z0-9_.]+", "_", base).strip("_.")
     return name or "dataset"
 
@@ -162,8 +164,7 @@ def choose_workers(
     )
     if best_workers(work, cores, shards, serial) == 1:
         return 1  # no need to look at the load
-    free = max(1, min(cores, round(cores - others_busy())))
-    return best_workers(work, free, shards, serial)
+    return best_workers(work, cores, shards, serial, busy=max(0.0, others_busy()))
 
 
 def pack(
@@ -191,24 +192,22 @@ def pack(
     """
     start = time.perf_counter()  # the whole call: scan, plan, workers' start, writing, merge
     options = options or PackOptions()
-    src_root = source_root(src)  # a missing SRC is refused before OUT is created
-    real_src = os.path.realpath(src_root)
-    if os.path.commonpath([real_src, os.path.realpath(out)]) == real_src:
-        raise OutputError(
-            f"{os.path.abspath(out)}: is inside SRC {src_root}, where it would be scanned as "
-            "data; choose an output folder outside SRC"
-        )
-    out, created = _make_out(os.fspath(out))
-    with locked(out, created), keep_batches():  # CIFAR batches: loaded once a run
+    src_root = source_root(src, storage_options)  # refused before OUT is created if missing
+    out = storage_at(out, storage_options)
+    _refuse_out_inside_src(src_root, out)
+    created = out.make_root()
+    with out.lock(created), keep_batches():  # CIFAR batches: loaded once a run
         watch = _CpuWatch()  # the scan and plan are the window that measures others' load
         with _no_gc():
-            dataset = scan(src_root, options)
+            dataset = scan(src_root, options, storage_options)
             if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
                 raise ImageError(*dataset.skipped[0])
             name = options.name or default_name(dataset, src_root)
             plan = make_plan(dataset, name, options, options.workers or machine_cores())
         stale, reused = prepare(out, plan, options.overwrite, options.resume)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
+        if out.in_process or src_root.in_process:  # memory:// is this process's own
+            workers, options = 1, replace(options, backend="loky")
         results = _write_shards(plan, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start
         num_records = sum(r.num_records for r in results)
@@ -226,19 +225,19 @@ def pack(
         if index.tfds_readable:
             write_tfds_metadata(out, document)
         else:  # an earlier run's metadata would point TFDS at shards it cannot read
-            remove_files(os.path.join(out, name) for name in METADATA_NAMES)
+            out.remove(METADATA_NAMES)
         for split, entry in document["splits"].items():  # wids' shard lists, for webdataset
             shards = [(s["file"], s["num_records"]) for s in entry["shards"]]
             for file, listing in index.container.split_files(name, split, shards).items():
-                write_json_atomic(os.path.join(out, file), listing)
+                out.put(file, json_bytes(listing))
         if options.index_files:
             from shardpack.recordindex import write_index_files
 
             write_index_files(out, document, {r.file: r.offsets for r in results})
-        write_json_atomic(os.path.join(out, INDEX_NAME), document)  # last: the run is complete
-        remove_files(os.path.join(out, f) for f in stale - {s.file for s in plan.shards})
+        out.put(INDEX_NAME, json_bytes(document))  # last: the run is complete
+        out.remove(stale - {s.file for s in plan.shards})
     return PackResult(
-        out,
+        out.root,
         index,
         num_records,
         len(document["skipped"]),
@@ -254,7 +253,7 @@ def _write_shards(
     reused: list[ShardResult],
     options: PackOptions,
     dataset: Dataset,
-    out: str,
+    out: Storage,
     workers: int,
     progress: ProgressCallback | None,
 ) -> list[ShardResult]:
@@ -276,24 +275,25 @@ def _write_shards(
                 results.append(result)
                 poller.finished(sizes[result.file], result.file)
     except BaseException as e:
-        # Workers remove their own temp files; these are a killed worker's (random names).
-        in_flight = remove_temp_files(out, {s.file for s in todo})
+        # Workers remove their own partial files; these are a killed worker's (random names,
+        # or the multipart uploads it left open).
+        in_flight = out.remove_partial({s.file for s in todo})
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             raise ImageError(
                 e.key,
-                f"{e.reason} (in {dataset.root}); repair or remove the file, or pass "
+                f"{e.reason} (in {dataset.root.path()}); repair or remove the file, or pass "
                 "--on-error skip to leave it out",
             ) from None
         if type(e).__name__ == "TerminatedWorkerError":  # joblib's; its import is lazy
             raise WorkerDiedError(
-                f"{out}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
+                f"{out.root}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
                 "(killed, perhaps by the out-of-memory killer: try fewer --workers); "
                 "rerun with --resume to keep the shards already finished"
             ) from None
         raise
     finally:
         journal.close()
-    remove_temp_files(out, {s.file for s in todo})  # those of a killed worker Dask retried
+    out.remove_partial({s.file for s in todo})  # those of a killed worker Dask retried
     return results
 
 
@@ -311,21 +311,20 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _make_out(out: str) -> tuple[str, bool]:
-    """OUT as an absolute path, created if missing; and whether this call created it."""
-    out = os.path.abspath(out)
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise OutputError(f"{out}: is a file; pass a folder for the output (it is created)")
-    created = not os.path.exists(out)
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise OutputError(f"{out}: cannot create ({e.strerror}); {os_error_fix(e)}") from None
-    return out, created
+def _refuse_out_inside_src(src: Storage, out: Storage) -> None:
+    """OUT inside SRC would be scanned as data by the next run: refuse it (local disks: real
+    paths compared; object stores: the URLs' prefixes)."""
+    here, there = (os.path.realpath(s.path()) if s.local else s.path() for s in (src, out))
+    if src.local != out.local or not (there + "/").startswith(here.rstrip("/") + "/"):
+        return
+    raise OutputError(
+        f"{out.root}: is inside SRC {src.path()}, where it would be scanned as data; choose an "
+        "output folder outside SRC"
+    )
 
 
 def _run(
-    specs: list[ShardSpec], options: PackOptions, dataset: Dataset, out: str, workers: int
+    specs: list[ShardSpec], options: PackOptions, dataset: Dataset, out: Storage, workers: int
 ) -> Iterator[ShardResult]:
     """Yield each shard's result as it finishes: in-process, on forked workers, or on Dask.
 
@@ -413,9 +412,10 @@ class _ProgressPoller:
     """Sums finished shards and the counts in workers' progress files for a callback."""
 
     def __init__(
-        self, out: str, total: int, callback: ProgressCallback | None, pending: set[str]
+        self, out: Storage, total: int, callback: ProgressCallback | None, pending: set[str]
     ) -> None:
-        self.out, self.total, self.callback = out, total, callback
+        self.folder = out.progress_folder()  # None: the bar moves a shard at a time
+        self.total, self.callback = total, callback
         self.pending = pending  # shards not finished yet: only their progress files are read
         self.done = 0
         self._shown = 0  # a worker's file vanishes just before its result lands: never go back
@@ -432,7 +432,9 @@ class _ProgressPoller:
         self.pending.discard(file)
 
     def _in_flight(self) -> int:
-        found = temp_files(self.out, set(self.pending), kinds=("progress",))
+        if self.folder is None:
+            return 0
+        found = temp_files(self.folder, set(self.pending), kinds=("progress",))
         return sum(max(map(read_progress, paths)) for paths in found.values())
 
     def _poll(self) -> None:

@@ -137,15 +137,31 @@ def run_seconds(
     return divided + POOL_START_S + WORKER_START_S * workers
 
 
-def best_workers(work_s: float, cores: int, shards: int | None = None, serial: float = 0.0) -> int:
+def best_workers(
+    work_s: float,
+    cores: int,
+    shards: int | None = None,
+    serial: float = 0.0,
+    busy: float = 0.0,
+) -> int:
     """The fewest workers, up to `cores`, that the cost model expects to finish first; a
-    worker more must save at least GAIN_MARGIN of the wall time."""
+    worker more must save at least GAIN_MARGIN of the wall time.
+
+    `busy` is the cores other processes keep busy. The kernel shares the cores between every
+    runnable process, so each of `w` workers gets cores / (w + busy) of a core (at most one):
+    another process's load slows every worker count, and does not take a whole core from us
+    (CIFAR raw with others busy 0.7 of a core: 2 workers 0.84x the wall of 1).
+    """
+
+    def wall(workers: int) -> float:
+        share = min(1.0, max(1, cores) / (workers + busy))
+        return run_seconds(work_s, workers, shards, serial) / share
+
     best = 1
     for workers in range(2, max(1, cores) + 1):
         if shards is not None and workers > shards:
             break
-        wall = run_seconds(work_s, workers, shards, serial)
-        if wall < (1 - GAIN_MARGIN) * run_seconds(work_s, best, shards, serial):
+        if wall(workers) < (1 - GAIN_MARGIN) * wall(best):
             best = workers
     return best
 

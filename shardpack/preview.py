@@ -26,7 +26,7 @@ FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".webp": "webp"}
 
 def make_preview(
     out: str | os.PathLike, dest: str | os.PathLike, split: str = "train", n: int = 64,
-    seed: int = 0,
+    seed: int = 0, storage_options: dict | None = None,
 ) -> str:  # fmt: skip
     """Draw n random records of a split in a grid, each captioned with its class name(s), with
     its boxes drawn when the schema has a box feature (see box_feature).
@@ -34,11 +34,12 @@ def make_preview(
     Records are drawn by reservoir sampling over one pass, so any split size works.
 
     Args:
-        out: the output folder of a pack run.
+        out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
         dest: the image to write; its extension (.png, .jpg, .jpeg, .webp) picks the format.
         split: the split to draw from.
         n: how many records to show.
         seed: which random records.
+        storage_options: options for OUT's fsspec filesystem, when it is a URL.
 
     Returns:
         The path written.
@@ -48,10 +49,10 @@ def make_preview(
     """
     dest = os.fspath(dest)
     fmt = _sheet_format(dest)
-    index = load_index(out)
+    index = load_index(out, storage_options)
     rng = random.Random(seed)
     chosen: list[dict] = []
-    for seen, record in enumerate(iter_examples(index.out, split)):
+    for seen, record in enumerate(iter_examples(index.storage, split)):
         if len(chosen) < n:
             chosen.append(record)
         elif (j := rng.randrange(seen + 1)) < n:

@@ -143,6 +143,7 @@ def iter_examples(
     seed: int | None = None,
     shard: tuple[int, int] | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    storage_options: dict | None = None,
 ) -> Iterator[dict[str, object]]:
     """Yield every record of a split as a dict of Python and numpy values, without TensorFlow.
 
@@ -151,40 +152,46 @@ def iter_examples(
     readers take whole shards while there are at least as many shards as readers, else every
     count-th record. Inside a PyTorch DataLoader with workers, each worker is a reader of its
     own (torch.utils.data.get_worker_info()), so an IterableDataset over this needs no code
-    of its own to split the data.
+    of its own to split the data. Shards in an object store stream, record by record.
 
     Args:
-        out: the output folder of a pack run.
+        out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
         split: which split to read.
         decode: turn `image` into a uint8 HxWx3 RGB array instead of its stored bytes.
         shuffle: visit shards in random order and mix records through a buffer.
         seed: makes the shuffled order repeat.
         shard: (index, count): read only this host's share, for training on several hosts.
         max_pixels: with decode, refuse an image claiming more pixels than this.
+        storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
 
     Raises:
         IndexFormatError: the index is missing, malformed or names an unsafe path.
         RecordError: a record fails its CRC, is not an Example the index describes, or (with
             decode) its image does not decode.
+        StorageError: the URL's filesystem package is missing.
     """
-    index = load_index(out)
+    index = load_index(out, storage_options)
     mine = _share_of(index, split, *reader_share(shard))
     files = list(mine.files)
     rng = random.Random(seed)
     if shuffle:
         rng.shuffle(files)
     records = (
-        parse_record(index, path, position, example, decode, max_pixels)
+        parse_record(index, index.shard_path(info), position, example, decode, max_pixels)
         for info, start in files
-        for path in (index.shard_path(info),)
-        for n, (position, example) in enumerate(
-            index.container.iter_records(path, index.compression)
-        )
+        for n, (position, example) in enumerate(_shard_records(index, info))
         if (start + n) % mine.readers == mine.index
     )
     if shuffle:
         records = _buffer_shuffle(records, rng)
     yield from records
+
+
+def _shard_records(index: Index, info: ShardInfo) -> Iterator[tuple[int, object]]:
+    """(position, example) of every record of one shard, as its container reads them."""
+    return index.container.iter_records(
+        index.storage, info.file, index.compression, max_bytes=info.num_bytes
+    )
 
 
 def parse_record(
@@ -241,6 +248,7 @@ def tf_dataset(
     shard: tuple[int, int] | None = None,
     input_context=None,
     lists: str = "ragged",
+    storage_options: dict | None = None,
 ):
     """A tf.data.Dataset of {"image", "label", ...} dicts over one split.
 
@@ -248,8 +256,13 @@ def tf_dataset(
     parsed with the index's feature schema (every feature, with its dtype and shape: boxes as
     [n, 4]), decoded, batched and prefetched.
 
+    TensorFlow reads local shards itself. Shards under a URL (any scheme, gs:// too) are read
+    by shardpack's own reader through the filesystem the index was loaded with (the same
+    storage_options), record by record, and handed to tf.data (`from_generator`): no
+    tensorflow-io, and the credentials are the ones iter_examples uses.
+
     Args:
-        out: the output folder of a pack run.
+        out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
         split: which split to read.
         shuffle: shuffle shard order and records, anew each epoch.
         seed: makes the order repeat run to run (and implies deterministic order).
@@ -269,12 +282,13 @@ def tf_dataset(
             batch with 0, or -1 for lists of class labels such as a multi-label `label`;
             other variable-size tensors, such as images without image_size, are padded too).
             Single records hold them as dense [n] or [n, k] tensors.
+        storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
 
     Raises:
         ShardpackError: TensorFlow is not installed, the shards are not TFRecords, `shard` is
             not (index, count), or `lists` is neither "ragged" nor "padded".
     """
-    index = load_index(out)
+    index = load_index(out, storage_options)
     if index.container.name != "tfrecord":  # tf.data reads TFRecords only: say so before its import
         raise ShardpackError(
             f"{index.out}: tf_dataset reads TFRecord shards; these are {index.container.name} "
@@ -292,7 +306,10 @@ def tf_dataset(
     if input_context is not None:
         shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
     mine = _share_of(index, split, *_checked_shard(shard))
-    paths = [index.shard_path(info) for info, _ in mine.files]
+    # Only a local disk has paths TensorFlow opens itself (in C++, off the GIL); elsewhere the
+    # shard names go to our reader, which streams them through the index's storage.
+    local = index.storage.local
+    paths = [index.shard_path(info) if local else info.file for info, _ in mine.files]
     compression = "GZIP" if index.compression == "gzip" else ""
     parallel = tf.data.AUTOTUNE if num_parallel_reads is None else num_parallel_reads
     ordered = deterministic or seed is not None or not shuffle
@@ -304,8 +321,19 @@ def tf_dataset(
             features["image"] = _tf_decode(tf, features, index.encoding, image_size)
         return features
 
+    def stream(name: bytes):
+        from shardpack import tfrecord
+
+        for _, data in tfrecord.iter_records(index.storage, name.decode(), index.compression):
+            yield bytes(data)
+
     def read(path, start):
-        records = tf.data.TFRecordDataset(path, compression_type=compression)
+        if local:
+            records = tf.data.TFRecordDataset(path, compression_type=compression)
+        else:
+            records = tf.data.Dataset.from_generator(
+                stream, output_signature=tf.TensorSpec([], tf.string), args=(path,)
+            )
         if mine.readers == 1:
             return records
         keep = records.enumerate(start).filter(lambda n, _: n % mine.readers == mine.index)

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import bisect
+import io
 import itertools
 import operator
 import os
 from collections.abc import Mapping, Sequence
 
-from shardpack.atomic import open_regular, write_atomic
-from shardpack.containers import ShardReader
+from shardpack.containers import ShardReader, open_shard
 from shardpack.containers.tfrecord import record_spans
 from shardpack.errors import IndexFormatError, OutputError, RecordError
 from shardpack.index import INDEX_FILES_DIR, Index, ShardInfo, index_from_document, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.read import parse_record
+from shardpack.storage import Storage, storage_at
 from shardpack.tfrecord import FOOTER, HEADER
 
 _FRAMING = HEADER.size + FOOTER.size
@@ -22,13 +23,22 @@ _FRAMING = HEADER.size + FOOTER.size
 _MAX_LINE = 64
 
 
+def index_file_name(file: str) -> str:
+    """The index file of one shard, inside OUT: idx/<shard>.idx (outside shard globs)."""
+    return f"{INDEX_FILES_DIR}/{file}.idx"
+
+
 def index_file_path(index: Index, file: str) -> str:
-    """Where the index file of one shard lives: OUT/idx/<shard>.idx (outside shard globs)."""
-    return os.path.join(index.out, INDEX_FILES_DIR, f"{file}.idx")
+    """Where the index file of one shard lives: OUT/idx/<shard>.idx, as a path or URL."""
+    return index.storage.path(index_file_name(file))
 
 
-def _random_access(out: str | os.PathLike, document: dict | None = None) -> Index:
-    index = load_index(out) if document is None else index_from_document(out, document)
+def _random_access(
+    out: str | os.PathLike | Storage, document: dict | None = None,
+    storage_options: dict | None = None,
+) -> Index:  # fmt: skip
+    storage = storage_at(out, storage_options)
+    index = load_index(storage) if document is None else index_from_document(storage, document)
     if index.compression != "none":
         raise IndexFormatError(
             f"{index.out}: GZIP shards cannot be read at random offsets; pack with "
@@ -50,9 +60,10 @@ def _spans_from_offsets(offsets: Sequence[int], shard: ShardInfo) -> list[tuple[
 
 
 def write_index_files(
-    out: str | os.PathLike,
+    out: str | os.PathLike | Storage,
     document: dict | None = None,
     offsets: Mapping[str, Sequence[int]] | None = None,
+    storage_options: dict | None = None,
 ) -> list[str]:
     """Write one index file per shard, one line '<offset> <framed size>' per record.
 
@@ -60,29 +71,33 @@ def write_index_files(
     by the `tfrecord` package. Each file appears under its final name only when complete.
 
     Args:
-        out: the output folder of a pack run.
+        out: the output folder or URL of a pack run.
         document: the index document, when pack calls this before writing index.json.
         offsets: shard file -> each record's offset, as the writer kept them; a shard without
             them has its record headers read instead.
+        storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
 
     Returns:
-        The paths written.
+        The paths (or URLs) written.
     """
-    index = _random_access(out, document)
-    folder = os.path.join(index.out, INDEX_FILES_DIR)
-    if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
-        # a link planted in OUT: never write where it points
+    index = _random_access(out, document, storage_options)
+    storage = index.storage
+    folder = storage.path(INDEX_FILES_DIR)
+    # Only a local disk has links; one planted in OUT would have put() write where it points.
+    if storage.local and (
+        os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder))
+    ):
         raise OutputError(f"{folder}: is a link or a file, not a folder of index files; remove it")
-    os.makedirs(folder, exist_ok=True)
+    storage.child(INDEX_FILES_DIR).make_root()
     written = []
     for split in index.splits.values():
         for shard in split.shards:
-            path = index_file_path(index, shard.file)
             spans = _spans_from_offsets((offsets or {}).get(shard.file, ()), shard)
             if spans is None:
-                spans = record_spans(index.shard_path(shard))
-            write_atomic(path, "".join(f"{o} {n}\n" for o, n in spans).encode())
-            written.append(path)
+                spans = record_spans(storage, shard.file)
+            lines = "".join(f"{o} {n}\n" for o, n in spans)
+            storage.put(index_file_name(shard.file), lines.encode())
+            written.append(index_file_path(index, shard.file))
     return written
 
 
@@ -94,6 +109,9 @@ class Records:
     (TFRecord offsets come from its index file, else from hopping over its record headers) and
     stays open. Each record's framing and features are checked as it is read. Use as a context
     manager, or call close(), to release the open files.
+
+    `out` is the output folder or URL of a pack run (`storage_options` go to the URL's fsspec
+    filesystem); a record of a remote shard is fetched by range request, a block at a time.
     """
 
     def __init__(
@@ -103,8 +121,9 @@ class Records:
         *,
         decode: bool = False,
         max_pixels: int = DEFAULT_MAX_PIXELS,
+        storage_options: dict | None = None,
     ) -> None:
-        self.index = _random_access(out)
+        self.index = _random_access(out, storage_options=storage_options)
         self.split = split
         self.decode, self.max_pixels = decode, max_pixels
         self._shards = self.index.split(split).shards
@@ -132,13 +151,13 @@ class Records:
         """Shard k's reader, opened on first use and checked against the index's count."""
         if k not in self._readers:
             shard = self._shards[k]
-            path = self.index.shard_path(shard)
-            idx = index_file_path(self.index, shard.file)
+            storage, path = self.index.storage, self.index.shard_path(shard)
             offsets = None
-            if self.index.container.name == "tfrecord" and os.path.lexists(idx):
-                spans = _read_index_file(idx, shard, _file_size(path))
-                offsets = [offset for offset, _ in spans]
-            reader = self.index.container.open(path, self.index.compression, offsets)
+            if self.index.container.name == "tfrecord":
+                spans = _read_index_file(storage, shard)
+                offsets = None if spans is None else [offset for offset, _ in spans]
+            reader = self.index.container.open(storage, shard.file, self.index.compression,
+                                               offsets, max_bytes=shard.num_bytes)  # fmt: skip
             if len(reader) != shard.num_records:
                 reader.close()
                 raise RecordError(path, 0, f"holds {len(reader)} records, the index says "
@@ -163,52 +182,49 @@ class Records:
             self.close()
 
 
-def _file_size(path: str) -> int:
-    try:
-        fd = open_regular(path)
-    except OSError as e:
-        raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
-    try:
-        return os.fstat(fd).st_size
-    finally:
-        os.close(fd)
-
-
-def _read_index_file(path: str, shard: ShardInfo, size: int) -> list[tuple[int, int]]:
-    """The spans of an index file, each line checked: two numbers that tile the shard."""
+def _read_index_file(storage: Storage, shard: ShardInfo) -> list[tuple[int, int]] | None:
+    """The spans of a shard's index file, each line checked: two numbers that tile the shard;
+    None when it has none."""
+    path = storage.path(index_file_name(shard.file))
 
     def bad(n: int, why: str) -> IndexFormatError:
         return IndexFormatError(f"{path}: line {n}: {why}; rewrite it with write_index_files "
                                 "(shardpack index-files)")  # fmt: skip
 
-    spans: list[tuple[int, int]] = []
     try:
-        fd = open_regular(path)
+        blob = storage.open(index_file_name(shard.file))  # a link is refused, not followed
+    except FileNotFoundError:
+        return None
     except OSError as e:
-        raise IndexFormatError(f"{path}: cannot open ({e.strerror})") from None
-    with open(fd, "rb") as f:
-        expected = 0
-        for n in range(1, shard.num_records + 2):
-            line = f.readline(_MAX_LINE)
-            if not line:
-                break
-            if n > shard.num_records:
-                raise bad(n, f"more lines than the shard's {shard.num_records} records")
-            fields = line.split()
-            if len(fields) != 2 or not all(f.isdigit() for f in fields):
-                raise bad(n, "not two numbers '<offset> <size>'")
-            offset, framed = int(fields[0]), int(fields[1])
-            if offset != expected or framed < _FRAMING or offset + framed > size:
-                raise bad(n, f"record at {offset} of {framed} bytes does not fit the "
-                             f"{size}-byte shard")  # fmt: skip
-            spans.append((offset, framed))
-            expected = offset + framed
+        raise IndexFormatError(f"{path}: cannot open ({e.strerror or e})") from None
+    with blob:  # one line too many is enough to refuse it
+        f = io.BytesIO(blob.pread((shard.num_records + 1) * _MAX_LINE, 0))
+    with open_shard(storage, shard.file) as opened:
+        size = opened.size
+    spans: list[tuple[int, int]] = []
+    expected = 0
+    for n in range(1, shard.num_records + 2):
+        line = f.readline(_MAX_LINE)
+        if not line:
+            break
+        if n > shard.num_records:
+            raise bad(n, f"more lines than the shard's {shard.num_records} records")
+        fields = line.split()
+        if len(fields) != 2 or not all(f.isdigit() for f in fields):
+            raise bad(n, "not two numbers '<offset> <size>'")
+        offset, framed = int(fields[0]), int(fields[1])
+        if offset != expected or framed < _FRAMING or offset + framed > size:
+            raise bad(n, f"record at {offset} of {framed} bytes does not fit the "
+                         f"{size}-byte shard")  # fmt: skip
+        spans.append((offset, framed))
+        expected = offset + framed
     return spans
 
 
 def read_record(
-    out: str | os.PathLike, split: str, i: int, *, decode: bool = False
-) -> dict[str, object]:
+    out: str | os.PathLike, split: str, i: int, *, decode: bool = False,
+    storage_options: dict | None = None,
+) -> dict[str, object]:  # fmt: skip
     """Fetch record i of a split without scanning the shards before it: `Records` for one call.
 
     Returns:
@@ -218,5 +234,5 @@ def read_record(
         IndexError: i is outside the split.
         RecordError, IndexFormatError: the shard or its index file is damaged or stale.
     """
-    with Records(out, split, decode=decode) as records:
+    with Records(out, split, decode=decode, storage_options=storage_options) as records:
         return records[i]

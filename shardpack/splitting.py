@@ -59,7 +59,7 @@ def split_dataset(dataset: Dataset, split: tuple[tuple[str, float], ...], seed: 
     """
     if len(dataset.splits) != 1:
         raise SourceError(
-            f"{dataset.root}: already has splits {', '.join(sorted(dataset.splits))}; "
+            f"{dataset.root.path()}: already has splits {', '.join(sorted(dataset.splits))}; "
             "--split cuts a one-split source: drop --split"
         )
     (items,) = dataset.splits.values()
@@ -68,7 +68,7 @@ def split_dataset(dataset: Dataset, split: tuple[tuple[str, float], ...], seed: 
     for (name, fraction), chosen in zip(split, positions, strict=True):
         if not chosen:
             raise SourceError(
-                f"{dataset.root}: --split {name}={fraction:g} of {len(items)} items gives "
+                f"{dataset.root.path()}: --split {name}={fraction:g} of {len(items)} items gives "
                 f"{name} no item; raise its fraction or drop it"
             )
         splits[name] = tuple(items[i] for i in chosen)

@@ -9,10 +9,9 @@ become an `Image` feature; `raw` and `webp` records are declared as plain string
 
 from __future__ import annotations
 
-import os
-
-from shardpack.atomic import write_atomic, write_json_atomic
+from shardpack.atomic import json_bytes
 from shardpack.schema import Feature, Schema
+from shardpack.storage import Storage
 
 TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
 _CLASS = "tensorflow_datasets.core.features"
@@ -86,7 +85,7 @@ def _features(index: dict) -> dict:
     }
 
 
-def write_tfds_metadata(out: str, index: dict) -> list[str]:
+def write_tfds_metadata(out: Storage, index: dict) -> list[str]:
     """Write the TFDS metadata files for a finished index document; return their names."""
     splits = [
         {
@@ -104,13 +103,12 @@ def write_tfds_metadata(out: str, index: dict) -> list[str]:
         "version": "1.0.0",
         "splits": splits,
     }
-    write_json_atomic(os.path.join(out, "dataset_info.json"), info)
-    write_json_atomic(os.path.join(out, "features.json"), _features(index))
+    out.put("dataset_info.json", json_bytes(info))
+    out.put("features.json", json_bytes(_features(index)))
     written = ["dataset_info.json", "features.json"]
     for feature, declared in Schema.from_json(index["features"]).class_features.items():
         names = declared.classes or ()
-        path = os.path.join(out, f"{feature}.labels.txt")
         text = "".join(f"{name}\n" for name in names)
-        write_atomic(path, text.encode("utf-8", "surrogateescape"))  # names as they are on disk
-        written.append(os.path.basename(path))
+        written.append(f"{feature}.labels.txt")
+        out.put(written[-1], text.encode("utf-8", "surrogateescape"))  # names as on disk
     return written

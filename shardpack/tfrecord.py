@@ -15,16 +15,18 @@ import os
 import struct
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import crc32c
 import numpy as np
 
-from shardpack.atomic import open_regular
-from shardpack.containers import HashingFile, ShardWriter
-from shardpack.errors import FileAccessError, RecordError
+from shardpack.containers import HashingBlob, HashingFile, ShardWriter, open_hashing
+from shardpack.errors import RecordError
 from shardpack.options import COMPRESSIONS
 from shardpack.storage import Sink, Storage
+
+if TYPE_CHECKING:
+    from shardpack.storage import Storage
 
 _MASK_DELTA = 0xA282EAD8
 HEADER = struct.Struct("<QI")  # uint64 length, uint32 masked CRC of the length
@@ -333,39 +335,29 @@ class TFRecordWriter(ShardWriter):
         return self._hashing.finish()
 
 
-class _HashingRaw(io.RawIOBase):
-    """A raw file that feeds every byte read through it to a hash, 1 MiB at a time."""
+class _BlobStream(io.RawIOBase):
+    """A Blob as a raw stream read front to back (what io.BufferedReader and gzip take)."""
 
-    def __init__(self, raw: io.FileIO, digest) -> None:
-        self.raw, self.digest = raw, digest
+    def __init__(self, blob) -> None:
+        self.blob, self.position = blob, 0
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
-        n = self.raw.readinto(buffer)
-        self.digest.update(memoryview(buffer)[:n])
-        return n
-
-    def fileno(self) -> int:
-        return self.raw.fileno()
+        data = self.blob.pread(len(buffer), self.position)
+        memoryview(buffer)[: len(data)] = data
+        self.position += len(data)
+        return len(data)
 
     def close(self) -> None:
-        self.raw.close()
+        self.blob.close()
         super().close()
 
 
-def _open_records(path: str, compression: str, digest) -> tuple[BinaryIO, BinaryIO]:
-    """(the record stream, the buffered file under it)."""
-    raw = io.FileIO(open_regular(path), "rb")
-    buffered = io.BufferedReader(raw if digest is None else _HashingRaw(raw, digest), _WRITE_BUFFER)
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=buffered, mode="rb"), buffered
-    return buffered, buffered
-
-
 def iter_records(
-    path: str | os.PathLike,
+    storage: Storage,
+    name: str,
     compression: str = "none",
     check_crc: bool = True,
     digest=None,
@@ -375,14 +367,18 @@ def iter_records(
     """Yield (offset, data) for every record of a TFRecord file, checking both CRCs.
 
     Offsets count in the uncompressed stream; data is bytes (a bytearray past 1 MiB, so that
-    a large record is not copied once more). The file is opened without following a link.
+    a large record is not copied once more). The file is read front to back as the records
+    are asked for (a remote object streams); on a local disk it is opened without following
+    a link.
 
     Args:
-        path: the TFRecord file.
+        storage: where the file is (a local folder or a URL prefix).
+        name: the TFRecord file's name in it.
         compression: "none" or "gzip".
         check_crc: check the length and data CRCs.
-        digest: a hashlib object fed every byte of the file, read to its end even when a
-            record is bad, so that one pass both checks the records and hashes the file.
+        digest: a hashlib object fed every byte of the file as it is read, and then the rest
+            of it even when a record is bad, so that one pass both checks the records and
+            hashes the file.
         max_record_bytes: refuse a record that claims more bytes than this.
         data_faults: yield a record whose data fails its CRC as (offset, RecordError) and read
             on (its length passed a CRC of its own, so the next record's start is known),
@@ -391,25 +387,20 @@ def iter_records(
     Raises:
         RecordError: a CRC does not match, a length is past the cap, or the file is cut
             short; names path and offset.
+        FileAccessError: permission denied.
     """
-    path = os.fspath(path)
-    try:
-        f, buffered = _open_records(path, compression, digest)
-        # A corrupt length field must not ask for gigabytes: no record outgrows its file.
-        limit = max_record_bytes
-        if compression == "none":
-            limit = min(limit, os.fstat(buffered.fileno()).st_size)
-    except PermissionError as e:  # how the machine is set up, not a damaged shard
-        raise FileAccessError.from_os_error(e, path) from None
-    except OSError as e:
-        raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
+    blob = open_hashing(storage, name, digest)
+    path = blob.name
+    buffered = io.BufferedReader(_BlobStream(blob), _WRITE_BUFFER)
+    f = gzip.GzipFile(fileobj=buffered, mode="rb") if compression == "gzip" else buffered
+    # A corrupt length field must not ask for gigabytes: no record outgrows its file.
+    limit = min(max_record_bytes, blob.size) if compression == "none" else max_record_bytes
     with f, buffered:
         try:
             yield from _records(f, path, limit, check_crc, data_faults)
         finally:
-            if digest is not None:
-                while buffered.read(_WRITE_BUFFER):
-                    pass  # the rest of the file, into the hash
+            if isinstance(blob, HashingBlob):
+                blob.finish()  # the rest of the file, into the hash
 
 
 def record_length(header: bytes, path: str, offset: int, limit: int, check_crc: bool = True) -> int:

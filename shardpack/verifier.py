@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
-import stat
 from dataclasses import dataclass, field
 
 from shardpack.containers import is_shard_name
-from shardpack.errors import RecordError
+from shardpack.errors import FileAccessError, RecordError
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.read import decode_pixels, record_fault, to_python
@@ -58,22 +58,28 @@ class VerifyReport:
 
 
 def verify(
-    out: str | os.PathLike, decode: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS
-) -> VerifyReport:
+    out: str | os.PathLike, decode: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS,
+    storage_options: dict | None = None,
+) -> VerifyReport:  # fmt: skip
     """Check every shard of OUT: presence, size, sha256, every CRC, record counts and features.
 
+    Each shard is read once, front to back, hashed as it is read (one in an object store
+    streams; ArrayRecord's is copied first, see shardpack.containers.array_record).
+
     Args:
-        out: the output folder of a pack run.
+        out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
         decode: also decode every image and compare its size with the record's fields.
         max_pixels: with decode, an image claiming more pixels than this is a fault.
+        storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
 
     Returns:
         A report; `ok` is False if anything disagrees with the index.
 
     Raises:
         IndexFormatError: the index itself is missing, malformed or unsafe.
+        StorageError: the URL's filesystem package is missing.
     """
-    index = load_index(out)
+    index = load_index(out, storage_options)
     faults: list[Fault] = []
     records = shards = 0
     listed: set[str] = set()
@@ -96,9 +102,10 @@ def verify(
                     f"records, its shards hold {split_records}",
                 )
             )
-    for name in sorted(os.listdir(index.out)):
-        if is_shard_name(name, index.name) and name not in listed:
-            faults.append(Fault(name, None, "shard file not listed in index.json (extra shard)"))
+    for entry in index.storage.listdir():
+        if is_shard_name(entry.name, index.name) and entry.name not in listed:
+            faults.append(Fault(entry.name, None, "shard file not listed in index.json (extra "
+                                "shard)"))  # fmt: skip
     return VerifyReport(index.out, shards, records, decode, tuple(faults))
 
 
@@ -106,23 +113,28 @@ def _check_shard(
     index: Index, shard: ShardInfo, decode: bool, max_pixels: int, faults: list[Fault]
 ) -> int:
     """Check one shard, appending its faults; return the records read."""
-    path = index.shard_path(shard)
-    try:
-        info = os.lstat(path)
+    try:  # opened once first, for the size: on a local disk a link or FIFO is never followed
+        with index.storage.open(shard.file) as blob:
+            size = blob.size
     except FileNotFoundError:
         faults.append(Fault(shard.file, None, "missing shard file"))
         return 0
-    if not stat.S_ISREG(info.st_mode):  # a link or a FIFO: never followed, never read
-        faults.append(Fault(shard.file, None, "not a regular file (a link or special file)"))
+    except PermissionError as e:  # how the machine is set up, not a damaged shard
+        raise FileAccessError.from_os_error(e, index.shard_path(shard)) from None
+    except OSError as e:
+        reason = "not a regular file (a link or special file)" if e.errno in (
+            errno.ELOOP, errno.EINVAL) else f"cannot open ({e.strerror or e})"  # fmt: skip
+        faults.append(Fault(shard.file, None, reason))
         return 0
-    size = info.st_size
     if size != shard.num_bytes:
         faults.append(Fault(shard.file, None, f"{size} bytes, index says {shard.num_bytes}"))
     digest = hashlib.sha256()  # fed by the same read that checks the records: one pass
     count = 0
     unit = index.container.position_unit
     try:
-        records = index.container.iter_records(path, index.compression, digest=digest)
+        records = index.container.iter_records(
+            index.storage, shard.file, index.compression, digest=digest, max_bytes=shard.num_bytes
+        )
         for position, example in records:
             if isinstance(example, RecordError):  # its framing held: on to the next record
                 faults.append(Fault(shard.file, example.offset, example.reason, example.unit))

@@ -16,6 +16,7 @@ from shardpack.options import PackOptions
 from shardpack.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, loader
+from shardpack.storage import Storage
 
 # How often a worker reports its count for the parent's progress bar: often enough for a live
 # bar, rare enough to cost nothing (one 8-byte pwrite).
@@ -38,33 +39,37 @@ def read_progress(path: str) -> int:
 
 class _Progress:
     """Writes the worker's count into its own new progress file at most every
-    PROGRESS_INTERVAL_S; the parent finds it by the shard's name (atomic.TEMP_NAME)."""
+    PROGRESS_INTERVAL_S; the parent finds it by the shard's name (atomic.TEMP_NAME). Where
+    OUT offers no folder for them (an object store), there is none."""
 
-    def __init__(self, path: str) -> None:
-        self.fd, self.path = create_temp(path, "progress")
+    def __init__(self, out: Storage, file: str) -> None:
+        folder = out.progress_folder()
+        self.fd, self.path = (-1, "") if folder is None else create_temp(
+            os.path.join(folder, file), "progress")  # fmt: skip
         self.last = 0.0
 
     def update(self, count: int) -> None:
         now = time.monotonic()
-        if now - self.last >= PROGRESS_INTERVAL_S:
+        if now - self.last >= PROGRESS_INTERVAL_S and self.fd >= 0:
             os.pwrite(self.fd, struct.pack("<Q", count), 0)
             self.last = now
 
     def close(self) -> None:
-        os.close(self.fd)
-        os.remove(self.path)
+        if self.fd >= 0:
+            os.close(self.fd)
+            os.remove(self.path)
 
 
 def write_shard(
-    spec: ShardSpec, options: PackOptions, src: str, out: str, schema: Schema, kind: str
+    spec: ShardSpec, options: PackOptions, src: Storage, out: Storage, schema: Schema, kind: str
 ) -> ShardResult:
     """Write one shard file from its items; it appears under its final name only when complete.
 
     Args:
         spec: the shard's items and file name, from the plan.
         options: how to check and encode.
-        src: the source root the items' paths are relative to.
-        out: the output folder.
+        src: the source storage the items' paths are relative to (Dataset.root).
+        out: where the shard goes (a local folder or an object store prefix).
         schema: the dataset's features: how to encode each of an item's fields.
         kind: the dataset's source kind, which says how an item's image is loaded.
 
@@ -79,10 +84,10 @@ def write_shard(
     skipped: list[tuple[str, str]] = []
     load = loader(kind)
     cache: dict = {}  # what the loader keeps between items (CIFAR: the batches, loaded once)
-    progress = _Progress(os.path.join(out, spec.file))
+    progress = _Progress(out, spec.file)
     try:
         container = CONTAINERS[options.format]
-        with container.writer(os.path.join(out, spec.file), options.compression) as writer:
+        with container.writer(spec.file, options.compression, storage=out) as writer:
             for done, item in enumerate(spec.items, 1):
                 try:
                     features = _features(item, load(item, src, options, cache), options)

@@ -164,6 +164,14 @@ def packed_tree(root: Path, classes: dict[str, int], **options) -> Path:
     return out
 
 
+def at(path: str | os.PathLike) -> tuple:
+    """(the Storage of a file's folder, its name): how readers take a shard."""
+    from shardpack.storage import storage_at
+
+    path = os.fspath(path)
+    return storage_at(os.path.dirname(os.path.abspath(path))), os.path.basename(path)
+
+
 def write_csv(path: Path, rows: list[dict], delimiter: str = ",") -> Path:
     """A manifest written by the csv module: a header from the first row's keys."""
     with open(path, "w", newline="", encoding="utf-8") as f:

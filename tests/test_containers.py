@@ -18,7 +18,7 @@ import pytest
 
 from shardpack.containers import CONTAINERS, get_container, is_shard_name
 from shardpack.errors import RecordError
-from tests.helpers import READ_ARRAY_RECORD, READ_WEBDATASET, image, needs, run_json
+from tests.helpers import READ_ARRAY_RECORD, READ_WEBDATASET, at, image, needs, run_json
 
 NAMES = sorted(CONTAINERS)
 
@@ -88,15 +88,15 @@ def test_round_trip_sequential_and_random(tmp_path, name):
     assert result.num_records == len(expected)
     assert result.num_bytes == os.path.getsize(path)
     assert result.sha256 == hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    read = list(container.iter_records(path))
+    read = list(container.iter_records(*at(path)))
     assert [position for position, _ in read] == list(result.offsets)
     assert [example for _, example in read] == expected
     for offsets in (None, result.offsets):  # found by the reader, or given by the writer
-        with container.open(path, offsets=offsets) as reader:
+        with container.open(*at(path), offsets=offsets) as reader:
             assert len(reader) == len(expected)
             for i in reversed(range(len(expected))):
                 assert reader[i] == expected[i]
-    assert container.check(path) == (result.num_records, result.num_bytes, result.sha256)
+    assert container.check(*at(path)) == (result.num_records, result.num_bytes, result.sha256)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -132,7 +132,7 @@ def test_check_names_a_flipped_byte(tmp_path, name):
     data[FLIP[name]] ^= 0x40
     Path(path).write_bytes(data)
     with pytest.raises(RecordError) as caught:
-        container.check(path)
+        container.check(*at(path))
     assert caught.value.path == path
     assert caught.value.offset == 0
 
@@ -144,7 +144,7 @@ def test_check_names_a_truncated_file(tmp_path, name):
     data = Path(path).read_bytes()
     Path(path).write_bytes(data[: len(data) // 2])
     with pytest.raises(RecordError, match=r"truncated|[Cc]orrupt|unreadable") as caught:
-        container.check(path)
+        container.check(*at(path))
     assert caught.value.path == path
 
 
@@ -194,7 +194,7 @@ def test_a_label_that_is_not_one_class_index_stays_in_the_json(tmp_path):
     records = [dict(r, label=[r["label"], 2]) for r in _records()[:2]]
     records.append({k: v for k, v in _records()[2].items() if k != "label"})
     path, _ = _write(container, tmp_path, records)
-    assert [e for _, e in container.iter_records(path)] == [
+    assert [e for _, e in container.iter_records(*at(path))] == [
         {k: v if isinstance(v, list) else [v] for k, v in r.items()} for r in records
     ]
     with tarfile.open(path) as tar:
@@ -206,8 +206,8 @@ def test_an_empty_shard_is_a_valid_file(tmp_path, name):
     container = get_container(name)
     path, result = _write(container, tmp_path, records=[])
     assert result.num_records == 0
-    assert container.check(path) == (0, result.num_bytes, result.sha256)
-    assert list(container.iter_records(path)) == []
+    assert container.check(*at(path)) == (0, result.num_bytes, result.sha256)
+    assert list(container.iter_records(*at(path))) == []
 
 
 FILE_SIZE_LIMIT = """
@@ -252,9 +252,9 @@ def test_a_file_that_is_not_a_shard_is_refused_by_every_reader(tmp_path, name, g
             bytes(size) if garbage == "zeros" else np.random.default_rng(0).bytes(size)
         )
     with pytest.raises(RecordError) as caught:
-        container.check(path)
+        container.check(*at(path))
     assert caught.value.path == str(path)
-    with pytest.raises(RecordError), container.open(path) as reader:
+    with pytest.raises(RecordError), container.open(*at(path)) as reader:
         reader[0]
 
 
@@ -293,7 +293,7 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
 def test_a_hostile_tar_is_refused_by_name(tmp_path, members, fault):
     path = _tar(tmp_path / "x.tar", [(_member(name), data) for name, data in members])
     with pytest.raises(RecordError, match=fault) as caught:
-        get_container("webdataset").check(path)
+        get_container("webdataset").check(*at(path))
     assert caught.value.path == str(path)
 
 
@@ -311,7 +311,7 @@ def test_tar_headers_are_tarfiles_own(name, size):
 def test_a_link_member_is_refused(tmp_path):
     path = _tar(tmp_path / "x.tar", [(_member("000000.jpg", tarfile.SYMTYPE), b"")])
     with pytest.raises(RecordError, match="not a tar header shardpack writes"):
-        get_container("webdataset").check(path)
+        get_container("webdataset").check(*at(path))
 
 
 DALI_WEBDATASET = """

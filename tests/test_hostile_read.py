@@ -18,7 +18,7 @@ import pytest
 import shardpack
 from shardpack.errors import IndexFormatError, RecordError
 from shardpack.tfrecord import encode_example, frame, masked_crc
-from tests.helpers import image, packed_tree, write_image
+from tests.helpers import at, image, packed_tree, write_image
 
 SHARD = "x-train.tfrecord-00000-of-00001"
 
@@ -168,9 +168,9 @@ def test_a_record_over_the_cap_is_refused_before_it_is_read(tmp_path: Path):
     from shardpack.tfrecord import iter_records
 
     path = str(out / SHARD)
-    assert [d for _, d in iter_records(path, "gzip")] == [data]
+    assert [d for _, d in iter_records(*at(path), "gzip")] == [data]
     with pytest.raises(RecordError, match="over the limit of 100"):
-        list(iter_records(path, "gzip", max_record_bytes=100))
+        list(iter_records(*at(path), "gzip", max_record_bytes=100))
 
 
 def test_the_pixel_limit_holds_when_reading(tmp_path: Path):

@@ -137,7 +137,7 @@ def test_integer_labels_and_an_unlabeled_manifest(tmp_path):
 
 def test_a_folder_with_metadata_jsonl_reads_like_hugging_face_imagefolder(tmp_path):
     write_jsonl(tmp_path / "metadata.jsonl", [{"file_name": "x/a.png", "text": "hi"}])
-    assert manifest_file(tmp_path) == str(tmp_path / "metadata.jsonl")
+    assert manifest_file(tmp_path).path() == str(tmp_path / "metadata.jsonl")
     m = read_manifest(tmp_path)
     assert (m.path_column, m.root, m.rows[0].path) == ("file_name", str(tmp_path), "x/a.png")
     assert manifest_file(tmp_path / "x") is None  # a folder without one: not a manifest

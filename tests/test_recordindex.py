@@ -15,7 +15,7 @@ from shardpack.packer import pack
 from shardpack.read import iter_examples
 from shardpack.recordindex import read_record, record_spans, write_index_files
 from shardpack.tfrecord import decode_example, iter_records
-from tests.helpers import make_tree, packed_tree
+from tests.helpers import at, make_tree, packed_tree
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def test_index_files_match_the_framing(packed: Path):
     for shard in sorted(packed.glob("*.tfrecord-*")):
         lines = (packed / "idx" / f"{shard.name}.idx").read_text().splitlines()
         spans = [(int(o), int(n)) for o, n in (line.split() for line in lines)]
-        assert spans == list(record_spans(str(shard)))
+        assert spans == list(record_spans(*at(shard)))
         assert spans[0][0] == 0 and sum(n for _, n in spans) == shard.stat().st_size
 
 
@@ -51,7 +51,7 @@ def test_tfrecord_package_reads_with_our_index(packed: Path):
     run = subprocess.run([sys.executable, "-c", code, str(shard), index], capture_output=True,
                          text=True, check=True)  # fmt: skip
     ours = [[ex["label"][0], ex["key"][0].decode()]
-            for ex in (decode_example(data) for _, data in iter_records(shard))]  # fmt: skip
+            for ex in (decode_example(data) for _, data in iter_records(*at(shard)))]  # fmt: skip
     assert len(ours) == 3 and json.loads(run.stdout) == ours
 
 

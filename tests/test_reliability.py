@@ -18,8 +18,8 @@ import pytest
 from shardpack.containers import CONTAINERS
 from shardpack.errors import OutputError
 from shardpack.options import PackOptions
-from shardpack.outdir import LOCK_NAME
 from shardpack.packer import pack
+from shardpack.storage import LOCK_NAME
 from tests.helpers import image, shard_files, wait_for, worker_pids, write_image
 
 JOB = ["--encode", "png", "--shards", "12", "--workers", "2", "--no-progress"]

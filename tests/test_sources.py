@@ -36,7 +36,7 @@ def test_folder_classes_sorted_and_labels_by_position(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"zebra": 1, "ant": 2, "Moth": 1, "bee": 1})
     dataset = scan(src)
     assert dataset.kind == "folder"
-    assert dataset.root == str(src)
+    assert dataset.root.path() == str(src)
     assert dataset.classes == ("Moth", "ant", "bee", "zebra")  # code-point order
     assert list(dataset.splits) == ["train"]
     items = dataset.splits["train"]
@@ -281,7 +281,7 @@ def test_scan_accepts_a_path_relative_to_the_working_folder(tmp_path, monkeypatc
     helpers.make_tree(tmp_path / "src", {"cats": 1})
     monkeypatch.chdir(tmp_path)
     dataset = scan("src")
-    assert dataset.root == str(tmp_path / "src")
+    assert dataset.root.path() == str(tmp_path / "src")
     assert _keys(dataset) == ["cats/img_000.jpg"]
 
 

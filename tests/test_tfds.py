@@ -9,6 +9,7 @@ import pytest
 
 from shardpack.options import PackOptions
 from shardpack.packer import pack
+from shardpack.storage import storage_at
 from tests.helpers import make_cifar100_python, make_tree
 
 tfds = pytest.importorskip("tensorflow_datasets")
@@ -61,7 +62,7 @@ def test_gzip_shards_get_no_tfds_metadata_because_tfds_cannot_read_them(tmp_path
     assert not (out / "dataset_info.json").exists() and not (out / "features.json").exists()
     assert result.to_json()["tfds_metadata"] is False
     # Why: written anyway, the metadata makes TFDS read GZIP bytes as plain TFRecords.
-    write_tfds_metadata(str(out), json.loads((out / "index.json").read_text()))
+    write_tfds_metadata(storage_at(out), json.loads((out / "index.json").read_text()))
     builder = tfds.builder_from_directory(str(out))
     with pytest.raises(Exception, match=r"corrupted record|DataLoss|TFRecord"):
         list(builder.as_dataset(split="train"))

@@ -20,6 +20,7 @@ from shardpack.tfrecord import (
     iter_records,
     masked_crc,
 )
+from tests.helpers import at
 
 PAYLOADS = [b"", b"hello", bytes(range(256)) * 3, b"\xff" * 1000]
 
@@ -254,7 +255,7 @@ def test_writer_result_matches_the_file(tmp_path):
     assert writer.result[:3] == (len(PAYLOADS), len(data), hashlib.sha256(data).hexdigest())
     assert data == b"".join(frame(p) for p in PAYLOADS)
     # Each record's offset, as the writer saw it: where the reader finds that record.
-    assert writer.result.offsets == tuple(offset for offset, _ in iter_records(path))
+    assert writer.result.offsets == tuple(offset for offset, _ in iter_records(*at(path)))
     assert writer.result.offsets == tuple(_offsets(PAYLOADS))
 
 
@@ -300,7 +301,7 @@ def test_empty_writer_gives_an_empty_file(tmp_path):
     writer = _write(path, [])
     assert path.read_bytes() == b""
     assert writer.result == (0, 0, hashlib.sha256(b"").hexdigest(), ())
-    assert list(iter_records(path)) == []
+    assert list(iter_records(*at(path))) == []
 
 
 def test_gzip_output_is_read_by_tensorflow_and_deterministic(tmp_path):
@@ -322,7 +323,7 @@ def test_gzip_output_is_read_by_tensorflow_and_deterministic(tmp_path):
 def test_iter_records_reads_gzip_written_by_tensorflow(tmp_path):
     path = tmp_path / "tf.tfrecord.gz"
     _tf_write(path, PAYLOADS, "GZIP")
-    assert [data for _, data in iter_records(path, "gzip")] == PAYLOADS
+    assert [data for _, data in iter_records(*at(path), "gzip")] == PAYLOADS
 
 
 def test_tensorflow_reads_uncompressed_output(tmp_path):
@@ -345,13 +346,13 @@ def _offsets(payloads: list[bytes]) -> list[int]:
 def test_iter_records_yields_offsets_and_data(tmp_path):
     path = tmp_path / "a.tfrecord"
     _write(path, PAYLOADS)
-    assert list(iter_records(path)) == list(zip(_offsets(PAYLOADS), PAYLOADS, strict=True))
+    assert list(iter_records(*at(path))) == list(zip(_offsets(PAYLOADS), PAYLOADS, strict=True))
 
 
 def test_iter_records_reads_tensorflow_output(tmp_path):
     path = tmp_path / "tf.tfrecord"
     _tf_write(path, PAYLOADS)
-    assert [data for _, data in iter_records(path)] == PAYLOADS
+    assert [data for _, data in iter_records(*at(path))] == PAYLOADS
 
 
 def _damaged(tmp_path: Path, position: int | None = None, cut: int | None = None) -> Path:
@@ -369,7 +370,7 @@ def _damaged(tmp_path: Path, position: int | None = None, cut: int | None = None
 
 def _error(path: Path, compression: str = "none") -> RecordError:
     with pytest.raises(RecordError) as caught:
-        list(iter_records(path, compression))
+        list(iter_records(*at(path), compression))
     return caught.value
 
 
@@ -385,7 +386,7 @@ def test_records_before_the_damage_are_yielded(tmp_path):
     path = _damaged(tmp_path, position=52 + 14)
     seen = []
     with pytest.raises(RecordError) as caught:
-        for offset, data in iter_records(path):
+        for offset, data in iter_records(*at(path)):
             seen.append((offset, data))
     assert seen == [(0, b"0123456789"), (26, b"abcdefghij")]
     assert caught.value.offset == 52
@@ -421,7 +422,7 @@ def test_truncated_file_names_the_record_offset(tmp_path, cut, offset, where):
 
 def test_check_crc_false_does_not_check(tmp_path):
     path = _damaged(tmp_path, position=26 + 12 + 3)
-    records = [data for _, data in iter_records(path, check_crc=False)]
+    records = [data for _, data in iter_records(*at(path), check_crc=False)]
     assert records[1] != b"abcdefghij"
     assert len(records) == 3
 
@@ -451,7 +452,7 @@ def test_every_flipped_byte_of_a_gzip_file_is_caught_or_harmless(tmp_path):
         data[position] ^= 0x10
         damaged.write_bytes(bytes(data))
         try:
-            records = [r for _, r in iter_records(damaged, "gzip")]
+            records = [r for _, r in iter_records(*at(damaged), "gzip")]
         except RecordError:
             continue
         except Exception as e:  # anything else is a traceback for the user

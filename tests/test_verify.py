@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shardpack.verifier import verify
-from tests.helpers import packed_tree
+from tests.helpers import at, packed_tree
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_decode_catches_a_corrupt_image_with_valid_crc(out: Path, tmp_path: Path
     from shardpack.tfrecord import TFRecordWriter, decode_example, encode_example, iter_records
 
     shard = _shard(out, 0)
-    records = [decode_example(data) for _, data in iter_records(shard)]
+    records = [decode_example(data) for _, data in iter_records(*at(shard))]
     records[0]["image"] = [records[0]["image"][0][:200]]  # cut the JPEG short
     with TFRecordWriter(shard) as writer:
         for rec in records:

@@ -6,6 +6,10 @@ holds the record count, byte count, sha256 and each record's position), a sequen
 random-access reader and a framing check for verify. Nothing outside this package branches on
 the container.
 
+Readers take a shard as (storage, name): a file in a local folder or an object under a URL,
+read through Storage.open at offsets, streamed (a remote object is never fetched whole before
+its first record).
+
 Records cross the seam as features: name -> value when written (what `encode_example` takes),
 name -> list of values when read (what `decode_example` returns), whatever the bytes on disk.
 """
@@ -19,9 +23,11 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
-from shardpack.errors import OutputError, RecordError
-from shardpack.storage import Sink, Storage, storage_at
+from shardpack.errors import FileAccessError, OutputError, RecordError
+from shardpack.storage import Blob, Sink, Storage, storage_at
 
+# Bytes per read when hashing what a reader skipped or left.
+_HASH_CHUNK = 1 << 20
 Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or a list of one
 Example = dict[str, list]  # as read: name -> list of bytes, int or float
 # The dataset name and split at the start of every shard name, as the two groups of a pattern.
@@ -191,8 +197,9 @@ class Container:
         return self.writer_class(path, compression, storage)
 
     def iter_records(
-        self, path: str | os.PathLike, compression: str = "none", digest=None
-    ) -> Iterator[tuple[int, Example | RecordError]]:
+        self, storage: Storage, name: str, compression: str = "none", digest=None,
+        max_bytes: int | None = None,
+    ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
         """Yield (position, example) for every record, checking the container's framing.
 
         A record whose framing holds but whose content does not decode (not an Example, a
@@ -200,16 +207,23 @@ class Container:
         on, and verify reports every such record. A broken framing raises.
 
         Args:
-            path: the shard file (opened without following a link).
+            storage: where the shard is (a local folder or a URL prefix).
+            name: the shard's name in it (on a local disk, opened without following a link).
             compression: as written.
-            digest: a hashlib object fed every byte of the file, even when a record is bad.
+            digest: a hashlib object fed every byte of the file as it is read, even when a
+                record is bad.
+            max_bytes: the most bytes a reader that must copy the shard first copies (the
+                index's num_bytes); None: no bound.
 
         Raises:
             RecordError: the framing is broken; names the file and the position.
         """
         raise NotImplementedError
 
-    def open(self, path: str | os.PathLike, compression: str = "none", offsets=None) -> ShardReader:
+    def open(
+        self, storage: Storage, name: str, compression: str = "none", offsets=None,
+        max_bytes: int | None = None,
+    ) -> ShardReader:  # fmt: skip
         """A ShardReader over one shard; `offsets` (from the writer) saves finding them."""
         raise NotImplementedError
 
@@ -220,16 +234,70 @@ class Container:
         split's (shard file, record count) in order."""
         return {}
 
-    def check(self, path: str | os.PathLike, compression: str = "none") -> Checked:
+    def check(self, storage: Storage, name: str, compression: str = "none") -> Checked:
         """The framing check of verify: read every record, hash the whole file.
 
         Raises:
             RecordError: the first fault found, naming the file and the position.
         """
         digest = _CountingDigest()
-        count = sum(1 for _, example in self.iter_records(path, compression, digest=digest)
-                    if checked(example))  # fmt: skip
+        records = self.iter_records(storage, name, compression, digest=digest)
+        count = sum(1 for _, example in records if checked(example))
         return Checked(count, digest.size, digest.sha256.hexdigest())
+
+
+def open_shard(storage: Storage, name: str) -> Blob:
+    """storage.open(name) for a reader; on a local disk a link or special file is refused.
+
+    Raises:
+        FileAccessError: permission denied (how the machine is set up, not a damaged shard).
+        RecordError: it cannot be opened; names the file.
+    """
+    try:
+        return storage.open(name)
+    except PermissionError as e:
+        raise FileAccessError.from_os_error(e, storage.path(name)) from None
+    except OSError as e:
+        raise RecordError(storage.path(name), 0, f"cannot open ({e.strerror or e})") from None
+
+
+class HashingBlob(Blob):
+    """A Blob that feeds `digest` every byte of the file in order as reads reach it, so that a
+    reader going front to back hashes the file in the same pass (bytes it skips, such as tar
+    padding, are read for the hash); finish() hashes whatever reading left."""
+
+    def __init__(self, blob: Blob, digest) -> None:
+        self.blob, self.digest, self.hashed = blob, digest, 0
+        self.name, self.size = blob.name, blob.size
+
+    def pread(self, size: int, offset: int) -> bytes:
+        while self.hashed < offset and self._feed(
+            self.blob.pread(min(offset - self.hashed, _HASH_CHUNK), self.hashed)
+        ):
+            pass
+        data = self.blob.pread(size, offset)
+        if offset <= self.hashed < offset + len(data):
+            self._feed(memoryview(data)[self.hashed - offset :])
+        return data
+
+    def _feed(self, data) -> int:
+        self.digest.update(data)
+        self.hashed += len(data)
+        return len(data)
+
+    def finish(self) -> None:
+        """Hash the rest of the file."""
+        while self.pread(_HASH_CHUNK, self.hashed):
+            pass
+
+    def close(self) -> None:
+        self.blob.close()
+
+
+def open_hashing(storage: Storage, name: str, digest) -> Blob:
+    """open_shard, through a HashingBlob when there is a digest to feed."""
+    blob = open_shard(storage, name)
+    return blob if digest is None else HashingBlob(blob, digest)
 
 
 def checked(example: Example | RecordError) -> Example:

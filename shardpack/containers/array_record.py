@@ -7,6 +7,10 @@ and TFDS's) costs writing time for a few percent of size. Measured with
 `python -m benchmarks.containers --array-record-options group_size:1` (5,000 small JPEGs,
 2-core machine): see benchmarks/README.md. The files are byte-identical across runs
 (tests/test_containers.py).
+
+The library's reader opens files by path only: a shard in an object store is first copied to
+an unnamed local temporary file (at most the index's num_bytes; gone when the reader closes,
+or when the process dies), the one reader that does not stream.
 """
 
 from __future__ import annotations
@@ -15,27 +19,35 @@ import errno
 import hashlib
 import os
 import re
+import tempfile
 from collections.abc import Iterator
 from contextlib import suppress
+from typing import TYPE_CHECKING
 
 from shardpack import tfrecord
-from shardpack.atomic import hash_fd, open_regular
+from shardpack.atomic import hash_fd
 from shardpack.containers import (
     NAME_SPLIT,
     Container,
     Example,
     Features,
+    HashingBlob,
     ShardReader,
     ShardWriter,
     checked,
+    open_shard,
 )
 from shardpack.containers.tfrecord import decode
 from shardpack.errors import RecordError
-from shardpack.storage import Sink
+from shardpack.storage import Sink, Storage
+
+if TYPE_CHECKING:
+    from shardpack.storage import Blob, Storage
 
 WRITER_OPTIONS = "group_size:1,uncompressed"
 _RANDOM_ACCESS = "readahead_buffer_size:0,max_parallelism:0"  # the library's advice
 _BATCH = 256  # records per read of the sequential reader
+_COPY_CHUNK = 4 << 20  # bytes per read when copying a remote shard to a local file
 
 
 def _module():
@@ -86,28 +98,52 @@ class _Writer(ShardWriter):
 
 
 class _Reader(ShardReader):
-    """An ArrayRecordReader over a file opened without following a link."""
+    """An ArrayRecordReader over a shard's blob: a local file opened without following a link,
+    or a local copy of a remote object (see the module's docstring)."""
 
-    def __init__(self, path: str, options: str) -> None:
-        self.path = path
+    def __init__(self, blob: Blob, options: str, max_bytes: int | None = None, digest=None) -> None:
+        self.path, self.copy = blob.name, None
+        self.blob = blob if digest is None else HashingBlob(blob, digest)
         try:
-            self.fd = open_regular(path)
-        except OSError as e:
-            raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
-        try:
-            self.reader = _module().ArrayRecordReader(_fd_path(self.fd), options)
+            # A local file's blob has an fd the library can open by /proc/self/fd/N.
+            fd = blob.fileno() if hasattr(blob, "fileno") else self._copy(max_bytes)
+            self.reader = _module().ArrayRecordReader(_fd_path(fd), options)
         except Exception as e:  # a damaged footer or index
-            os.close(self.fd)
-            raise RecordError(path, 0, f"not a readable ArrayRecord file ({_first_line(e)})",
-                              unit="record") from None  # fmt: skip
+            self._release()
+            if isinstance(e, RecordError):
+                raise
+            raise RecordError(self.path, 0, f"not a readable ArrayRecord file "
+                              f"({_first_line(e)})", unit="record") from None  # fmt: skip
         self.count = 0
         if not self.reader.ok():  # the reader does not raise: a damaged file reads as empty
             try:
                 self.finish()  # raises what the reader found
             finally:
                 self.close()
-            raise RecordError(path, 0, "not a readable ArrayRecord file", unit="record")
+            raise RecordError(self.path, 0, "not a readable ArrayRecord file", unit="record")
         self.count = self.reader.num_records()
+
+    def _copy(self, max_bytes: int | None) -> int:
+        """Copy the blob to an unnamed temporary file (through the blob: a digest is fed as it
+        goes); refuse one over max_bytes before copying, or if it grows past it."""
+        if max_bytes is not None and self.blob.size > max_bytes:
+            raise RecordError(self.path, 0, f"{self.blob.size} bytes, over the index's "
+                              f"{max_bytes}: not copied to read", unit="record")  # fmt: skip
+        self.copy = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
+        copied = 0
+        while chunk := self.blob.pread(_COPY_CHUNK, copied):
+            copied += len(chunk)
+            if max_bytes is not None and copied > max_bytes:
+                raise RecordError(self.path, max_bytes, "grew past the index's size while "
+                                  "copied", unit="record")  # fmt: skip
+            self.copy.write(chunk)
+        self.copy.flush()
+        return self.copy.fileno()
+
+    def hash_rest(self) -> None:
+        """Feed the digest what reading did not (all of a local file; nothing of a copy)."""
+        if isinstance(self.blob, HashingBlob):
+            self.blob.finish()
 
     def __len__(self) -> int:
         return self.count
@@ -135,11 +171,18 @@ class _Reader(ShardReader):
                               unit="record") from None  # fmt: skip
 
     def close(self) -> None:
-        if self.fd >= 0:
+        if hasattr(self, "reader"):
             with suppress(Exception):  # a damaged file fails again on close; reads said so
                 self.reader.close()
-            os.close(self.fd)
-            self.fd = -1
+            del self.reader
+        self._release()
+
+    def _release(self) -> None:
+        """Close the copy, if any, and the blob."""
+        if self.copy is not None:
+            self.copy.close()
+            self.copy = None
+        self.blob.close()
 
 
 def _os_error(error: Exception) -> OSError:
@@ -168,16 +211,19 @@ class ArrayRecord(Container):
     def __init__(self, options: str = WRITER_OPTIONS) -> None:
         self.options = options  # the writer's; another only to measure (benchmarks/containers)
 
-    def writer(self, path: str | os.PathLike, compression: str = "none") -> ShardWriter:
+    def writer(
+        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
+    ) -> ShardWriter:
         _module()  # fail before creating anything when the package is missing
-        writer = _Writer(path, compression)
+        writer = _Writer(path, compression, storage)
         writer.options = self.options
         return writer
 
     def iter_records(
-        self, path: str | os.PathLike, compression: str = "none", digest=None
-    ) -> Iterator[tuple[int, Example | RecordError]]:
-        with _Reader(os.fspath(path), "") as reader:
+        self, storage: Storage, name: str, compression: str = "none", digest=None,
+        max_bytes: int | None = None,
+    ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
+        with _Reader(open_shard(storage, name), "", max_bytes, digest) as reader:
             try:
                 for start in range(0, reader.count, _BATCH):
                     batch = reader.read(start, min(start + _BATCH, reader.count))
@@ -185,8 +231,10 @@ class ArrayRecord(Container):
                         yield i, decode(data, reader.path, i, "record")
                 reader.finish()
             finally:
-                if digest is not None:
-                    hash_fd(reader.fd, digest)
+                reader.hash_rest()
 
-    def open(self, path: str | os.PathLike, compression: str = "none", offsets=None) -> ShardReader:
-        return _Reader(os.fspath(path), _RANDOM_ACCESS)
+    def open(
+        self, storage: Storage, name: str, compression: str = "none", offsets=None,
+        max_bytes: int | None = None,
+    ) -> ShardReader:  # fmt: skip
+        return _Reader(open_shard(storage, name), _RANDOM_ACCESS, max_bytes)

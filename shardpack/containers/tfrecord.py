@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from shardpack import tfrecord
-from shardpack.atomic import open_regular
 from shardpack.containers import (
     NAME_SPLIT,
     Container,
@@ -15,8 +14,12 @@ from shardpack.containers import (
     Features,
     ShardReader,
     checked,
+    open_shard,
 )
 from shardpack.errors import RecordError
+
+if TYPE_CHECKING:
+    from shardpack.storage import Blob, Storage
 
 
 def decode(data: bytes, path: str, position: int, unit: str = "byte") -> Example | RecordError:
@@ -36,25 +39,25 @@ class _Writer(tfrecord.TFRecordWriter):
 
 
 class _Reader(ShardReader):
-    """Record i of an uncompressed TFRecord shard by one pread at its offset."""
+    """Record i of an uncompressed TFRecord shard by one read at its offset."""
 
-    def __init__(self, path: str, offsets: Sequence[int] | None) -> None:
-        self.path = path
+    def __init__(self, storage: Storage, name: str, offsets: Sequence[int] | None) -> None:
+        self.blob = open_shard(storage, name)
+        self.path = self.blob.name
         try:
-            self.fd = open_regular(path)
-        except OSError as e:
-            raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
-        size = os.fstat(self.fd).st_size
-        if offsets is None:  # hop from header to header: one small read per record
-            offsets = [offset for offset, _ in _spans(self.fd, path, size)]
-        self.offsets = [*offsets, size]
+            if offsets is None:  # hop from header to header: one small read per record
+                offsets = [offset for offset, _ in _spans(self.blob)]
+        except BaseException:
+            self.blob.close()
+            raise
+        self.offsets = [*offsets, self.blob.size]
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> Example:
         offset, end = self.offsets[i], self.offsets[i + 1]
-        record = os.pread(self.fd, end - offset, offset)
+        record = self.blob.pread(end - offset, offset)
         head = tfrecord.HEADER.size
         try:
             length = tfrecord.record_length(record[:head], self.path, offset, end - offset)
@@ -74,38 +77,30 @@ class _Reader(ShardReader):
                                               "rewrite it with write_index_files")  # fmt: skip
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.blob.close()
 
 
-def record_spans(path: str) -> Iterator[tuple[int, int]]:
+def record_spans(storage: Storage, name: str) -> Iterator[tuple[int, int]]:
     """Yield (byte offset, framed size) of every record by hopping from header to header.
 
-    Only the 12-byte headers are read, so this costs one pread per record, not a full read.
+    Only the 12-byte headers are read, so this costs one read per record, not a full read.
 
     Raises:
         RecordError: a header fails its CRC or the file ends inside a record.
     """
-    try:
-        fd = open_regular(path)
-    except OSError as e:
-        raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
-    try:
-        yield from _spans(fd, path, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
+    with open_shard(storage, name) as blob:
+        yield from _spans(blob)
 
 
-def _spans(fd: int, path: str, size: int) -> Iterator[tuple[int, int]]:
+def _spans(blob: Blob) -> Iterator[tuple[int, int]]:
     """(offset, framed size) of each record, reading only the 12-byte headers."""
-    offset = 0
+    offset, size = 0, blob.size
     framing = tfrecord.HEADER.size + tfrecord.FOOTER.size
     while offset < size:
-        header = os.pread(fd, tfrecord.HEADER.size, offset)
-        framed = framing + tfrecord.record_length(header, path, offset, size)
+        header = blob.pread(tfrecord.HEADER.size, offset)
+        framed = framing + tfrecord.record_length(header, blob.name, offset, size)
         if offset + framed > size:
-            raise RecordError(path, offset, "file ends inside a record (truncated)")
+            raise RecordError(blob.name, offset, "file ends inside a record (truncated)")
         yield offset, framed
         offset += framed
 
@@ -121,14 +116,19 @@ class TFRecord(Container):
     shard_pattern = re.compile(NAME_SPLIT + r"\.tfrecord-\d{5,}-of-\d{5,}")
 
     def iter_records(
-        self, path: str | os.PathLike, compression: str = "none", digest=None
-    ) -> Iterator[tuple[int, Example | RecordError]]:
-        path = os.fspath(path)
-        records = tfrecord.iter_records(path, compression, digest=digest, data_faults=True)
+        self, storage: Storage, name: str, compression: str = "none", digest=None,
+        max_bytes: int | None = None,
+    ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
+        path = storage.path(name)
+        records = tfrecord.iter_records(storage, name, compression, digest=digest,
+                                        data_faults=True)  # fmt: skip
         for offset, data in records:
             yield offset, data if isinstance(data, RecordError) else decode(data, path, offset)
 
-    def open(self, path: str | os.PathLike, compression: str = "none", offsets=None) -> ShardReader:
+    def open(
+        self, storage: Storage, name: str, compression: str = "none", offsets=None,
+        max_bytes: int | None = None,
+    ) -> ShardReader:  # fmt: skip
         if compression != "none":
             raise ValueError("random access needs an uncompressed TFRecord shard")
-        return _Reader(os.fspath(path), offsets)
+        return _Reader(storage, name, offsets)

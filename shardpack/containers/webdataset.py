@@ -18,23 +18,29 @@ import os
 import re
 import tarfile
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shardpack.atomic import hash_fd, open_regular
 from shardpack.containers import (
     NAME_SPLIT,
     Container,
     Example,
     Features,
+    HashingBlob,
     HashingFile,
     ShardReader,
     ShardWriter,
     checked,
+    open_hashing,
+    open_shard,
 )
 from shardpack.errors import RecordError
 from shardpack.storage import Sink
 from shardpack.tfrecord import MAX_RECORD_BYTES
+
+if TYPE_CHECKING:
+    from shardpack.storage import Blob, Storage
 
 IMAGE, LABEL, FORMAT = "image", "label", "format"
 _EXTENSIONS = {"jpeg": "jpg", "png": "png", "webp": "webp", "raw": "npy"}
@@ -153,22 +159,17 @@ class _Writer(ShardWriter):
 
 
 class _Tar:
-    """A tar shard opened without following a link, read by pread with every size bounded."""
+    """A tar shard read at offsets (open_shard: no link followed), every size bounded."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        try:
-            self.fd = open_regular(path)
-        except OSError as e:
-            raise RecordError(path, 0, f"cannot open ({e.strerror})") from None
-        self.size = os.fstat(self.fd).st_size
+    def __init__(self, blob: Blob) -> None:
+        self.blob, self.path, self.size = blob, blob.name, blob.size
 
     def fault(self, offset: int, reason: str) -> RecordError:
         return RecordError(self.path, offset, reason)
 
     def member(self, offset: int) -> tuple[str, str, bytes, int] | None:
         """(key, extension, data, next offset) of the member at `offset`; None at the end."""
-        block = os.pread(self.fd, _BLOCK, offset)
+        block = self.blob.pread(_BLOCK, offset)
         if len(block) < _BLOCK:
             raise self.fault(offset, "file ends inside a tar header (truncated)")
         if block == b"\0" * _BLOCK:
@@ -181,7 +182,7 @@ class _Tar:
         if size > min(MAX_RECORD_BYTES, self.size - start):
             raise self.fault(offset, f"member {name!r} claims {size} bytes, past the end of "
                                      "the file (truncated)")  # fmt: skip
-        data = os.pread(self.fd, size, start)
+        data = self.blob.pread(size, start)
         return match["key"], match["ext"], data, start + size + (-size % _BLOCK)
 
     def sample(self, offset: int) -> tuple[Example | RecordError, int] | None:
@@ -205,16 +206,14 @@ class _Tar:
 
     def check_end(self, offset: int) -> None:
         """After the last sample: nothing but zero blocks, a whole number of blocks."""
-        tail = os.pread(self.fd, _RECORD + 2 * _BLOCK + 1, offset)
+        tail = self.blob.pread(_RECORD + 2 * _BLOCK + 1, offset)
         if len(tail) < 2 * _BLOCK or len(tail) > _RECORD + 2 * _BLOCK or tail.count(0) != len(tail):
             raise self.fault(offset, "bad end of archive (truncated, or data after the end)")
         if (offset + len(tail)) % _BLOCK:
             raise self.fault(offset, "file size is not a whole number of tar blocks")
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.blob.close()
 
 
 def _decode(members: list[tuple[str, str, bytes]], path: str, offset: int) -> Example:
@@ -262,10 +261,14 @@ def _pixels(data: bytes, path: str, offset: int) -> bytes:
 
 
 class _Reader(ShardReader):
-    def __init__(self, path: str, offsets: Sequence[int] | None) -> None:
-        self.tar = _Tar(path)
-        if offsets is None:
-            offsets = [offset for offset, _ in _samples(self.tar)]
+    def __init__(self, storage: Storage, name: str, offsets: Sequence[int] | None) -> None:
+        self.tar = _Tar(open_shard(storage, name))
+        try:
+            if offsets is None:
+                offsets = [offset for offset, _ in _samples(self.tar)]
+        except BaseException:
+            self.tar.close()
+            raise
         self.offsets = list(offsets)
 
     def __len__(self) -> int:
@@ -302,18 +305,22 @@ class WebDataset(Container):
     shard_pattern = re.compile(NAME_SPLIT + r"-\d{6,}\.tar")
 
     def iter_records(
-        self, path: str | os.PathLike, compression: str = "none", digest=None
-    ) -> Iterator[tuple[int, Example | RecordError]]:
-        tar = _Tar(os.fspath(path))
+        self, storage: Storage, name: str, compression: str = "none", digest=None,
+        max_bytes: int | None = None,
+    ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
+        tar = _Tar(open_hashing(storage, name, digest))
         try:
             yield from _samples(tar)
         finally:
-            if digest is not None:
-                hash_fd(tar.fd, digest)
+            if isinstance(tar.blob, HashingBlob):
+                tar.blob.finish()  # the rest of the file, into the hash
             tar.close()
 
-    def open(self, path: str | os.PathLike, compression: str = "none", offsets=None) -> ShardReader:
-        return _Reader(os.fspath(path), offsets)
+    def open(
+        self, storage: Storage, name: str, compression: str = "none", offsets=None,
+        max_bytes: int | None = None,
+    ) -> ShardReader:  # fmt: skip
+        return _Reader(storage, name, offsets)
 
     def split_files(
         self, name: str, split: str, shards: list[tuple[str, int]]

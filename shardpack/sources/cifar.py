@@ -15,7 +15,8 @@ from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
 from shardpack.sources import Dataset, Item
 from shardpack.sources.folder import check_class_name
-from shardpack.srcfiles import RefusedFile, read_regular
+from shardpack.srcfiles import RefusedFile
+from shardpack.storage import Storage, storage_at
 
 CIFAR_PIXELS = 32 * 32 * 3
 # The largest real CIFAR file (CIFAR-100 train) is 155 MB; refuse what could only be a trap.
@@ -38,7 +39,7 @@ LAYOUTS = {
 }
 
 
-def cifar_layout(root: str, source: str = "auto") -> str | None:
+def cifar_layout(root: Storage, source: str = "auto") -> str | None:
     """Which CIFAR layout SRC holds (by its file names alone), or None for a class-folder tree.
 
     Raises:
@@ -47,39 +48,40 @@ def cifar_layout(root: str, source: str = "auto") -> str | None:
     layout = None if source == "folder" else _cifar_layout(root)
     if source == "cifar" and layout is None:
         raise SourceError(
-            f"{root}: no CIFAR batches found; expected data_batch_1..5 and test_batch with "
+            f"{root.path()}: no CIFAR batches found; expected data_batch_1..5 and test_batch with "
             "batches.meta (CIFAR-10), train/test with meta (CIFAR-100), or their .bin versions"
         )
     return layout
 
 
-def _cifar_layout(root: str) -> str | None:
+def _cifar_layout(root: Storage) -> str | None:
+    # The meta file first: a folder of images is told apart in one look per layout (a request
+    # each on an object store), not one per batch name.
     for name, (batches, meta) in LAYOUTS.items():
-        present = [b for b in batches if os.path.isfile(os.path.join(root, b))]
-        if present and os.path.isfile(os.path.join(root, meta)):
+        if root.kind(meta) == "file" and any(root.kind(b) == "file" for b in batches):
             return name
     return None
 
 
-def scan_cifar(root: str, layout: str) -> Dataset:
+def scan_cifar(root: Storage, layout: str) -> Dataset:
     batches, meta = LAYOUTS[layout]
     binary = layout.endswith("binary")
     hundred = layout.startswith("cifar100")
-    meta_path = os.path.join(root, meta)
+    meta_path = root.path(meta)
     if binary:
-        classes = _read_names(meta_path)
-        coarse = _read_names(os.path.join(root, "coarse_label_names.txt")) if hundred else None
+        classes = _read_names(root, meta)
+        coarse = _read_names(root, "coarse_label_names.txt") if hundred else None
     else:
-        names = load_cifar_pickle(meta_path)
+        names = load_cifar_pickle(root, meta)
         classes = _names(names, "fine_label_names" if hundred else "label_names", meta_path)
         coarse = _names(names, "coarse_label_names", meta_path) if hundred else None
     splits: dict[str, list[Item]] = {}
     for batch, split in batches.items():
-        path = os.path.join(root, batch)
-        if not os.path.isfile(path):
+        path = root.path(batch)
+        if root.kind(batch) != "file":
             continue
         labels, coarse_labels = (
-            _binary_labels(path, hundred) if binary else _pickle_labels(path, hundred)
+            _binary_labels(root, batch, hundred) if binary else _pickle_labels(root, batch, hundred)
         )
         stem = batch.removesuffix(".bin")
         _check_range(path, labels, classes, meta)
@@ -105,22 +107,26 @@ def scan_cifar(root: str, layout: str) -> Dataset:
     )
 
 
-def _read_file(path: str, limit: int, what: str) -> bytes:
+def _read_file(root: Storage, name: str, limit: int, what: str) -> bytes:
     """A CIFAR file's bytes, read as hostile input (regular files only, bounded)."""
     try:
-        return read_regular(path, limit)
+        return root.read(name, limit)
     except RefusedFile as e:
-        raise SourceError(f"{path}: {e}; is it {what}?") from None
+        raise SourceError(f"{root.path(name)}: {e}; is it {what}?") from None
     except OSError as e:
-        raise SourceError(f"{path}: cannot read ({e.strerror}); check its permissions") from None
+        why = e.strerror or e
+        raise SourceError(
+            f"{root.path(name)}: cannot read ({why}); check its permissions"
+        ) from None
 
 
-def _read_batch(path: str) -> bytes:
-    return _read_file(path, MAX_BATCH_BYTES, "a CIFAR batch")
+def _read_batch(root: Storage, name: str) -> bytes:
+    return _read_file(root, name, MAX_BATCH_BYTES, "a CIFAR batch")
 
 
-def _read_names(path: str) -> tuple[str, ...]:
-    text = _text(_read_file(path, MAX_NAMES_BYTES, "a CIFAR class-names file"), path)
+def _read_names(root: Storage, file: str) -> tuple[str, ...]:
+    path = root.path(file)
+    text = _text(_read_file(root, file, MAX_NAMES_BYTES, "a CIFAR class-names file"), path)
     names = tuple(line.strip() for line in text.split("\n") if line.strip())
     for name in names:
         check_class_name(name, path)
@@ -149,9 +155,10 @@ def _binary_record_size(hundred: bool) -> int:
     return CIFAR_PIXELS + (2 if hundred else 1)
 
 
-def _binary_labels(path: str, hundred: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def _binary_labels(root: Storage, name: str, hundred: bool) -> tuple[np.ndarray, np.ndarray | None]:
     size = _binary_record_size(hundred)
-    raw = np.frombuffer(_read_batch(path), dtype=np.uint8)
+    path = root.path(name)
+    raw = np.frombuffer(_read_batch(root, name), dtype=np.uint8)
     if raw.size == 0 or raw.size % size:
         raise SourceError(
             f"{path}: {raw.size} bytes is not a whole number of {size}-byte CIFAR records; "
@@ -163,8 +170,9 @@ def _binary_labels(path: str, hundred: bool) -> tuple[np.ndarray, np.ndarray | N
     return records[:, 0], None
 
 
-def _pickle_labels(path: str, hundred: bool) -> tuple[list[int], list[int] | None]:
-    batch = load_cifar_pickle(path)
+def _pickle_labels(root: Storage, name: str, hundred: bool) -> tuple[list[int], list[int] | None]:
+    path = root.path(name)
+    batch = load_cifar_pickle(root, name)
     labels = _int_list(batch, "fine_labels" if hundred else "labels", path)
     data = _require(batch, "data", path)
     if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2
@@ -206,22 +214,27 @@ def _check_range(path: str, labels, names: tuple[str, ...], where: str) -> None:
             )
 
 
-def read_cifar_pixels(root: str, batch: str) -> np.ndarray:
-    """Return every image of one CIFAR batch as N x 32 x 32 x 3 uint8 RGB: a read-only view
-    over the file's planar rows (copy a record before handing it to OpenCV)."""
-    path = os.path.join(root, batch)
+def read_cifar_pixels(root: Storage | str, batch: str) -> np.ndarray:
+    """Return every image of one CIFAR batch (in the folder `root`, a path, URL or Storage) as
+    N x 32 x 32 x 3 uint8 RGB: a read-only view over the file's planar rows (copy a record
+    before handing it to OpenCV)."""
+    root = storage_at(root)
     if batch.endswith(".bin"):
         size = _binary_record_size(batch in ("train.bin", "test.bin"))
-        data = np.frombuffer(_read_batch(path), np.uint8).reshape(-1, size)[
+        data = np.frombuffer(_read_batch(root, batch), np.uint8).reshape(-1, size)[
             :, size - CIFAR_PIXELS :
         ]
     else:
-        data = _require(load_cifar_pickle(path), "data", path)
+        data = _require(load_cifar_pickle(root, batch), "data", root.path(batch))
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
 
 
-def load_cifar_pickle(path: str) -> dict[str, object]:
+def load_cifar_pickle(root: Storage | str, name: str = "") -> dict[str, object]:
     """Load a CIFAR python batch, admitting only what the real files hold (see safepickle).
+
+    Args:
+        root: the batch file (path, URL or Storage), or the folder holding `name`.
+        name: the batch's name in `root`; "" when root is the file itself.
 
     Keys come back as str whether the file was written by Python 2 or 3.
 
@@ -229,17 +242,20 @@ def load_cifar_pickle(path: str) -> dict[str, object]:
         UnsafePickleError: the pickle holds anything else; nothing of it has run.
         SourceError: the file is unreadable or not a pickled dict.
     """
-    identity = _identity(path)
+    root = storage_at(root)
+    path = root.path(name)
+    # Kept by a local file's identity only: an object's would cost a request to learn.
+    identity = _identity(path) if root.local else None
     loaded = _kept.get(identity) if _kept is not None and identity is not None else None
     if loaded is None:
-        loaded = safepickle.load(_read_batch(path), path)
+        loaded = safepickle.load(_read_batch(root, name), path)
         _keep(identity, path, loaded)
     if not isinstance(loaded, dict):
         raise SourceError(f"{path}: holds a {type(loaded).__name__}, not a CIFAR batch dict")
     return {_text(k, path): v for k, v in loaded.items()}
 
 
-def load(item: Item, root: str, options: PackOptions, cache: dict) -> np.ndarray:
+def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> np.ndarray:
     """One record's 32x32 RGB pixels; each batch a shard reads is loaded once into `cache`."""
     if item.path not in cache:
         cache[item.path] = read_cifar_pixels(root, item.path)

@@ -6,19 +6,32 @@ multi-label dataset. The `split` column assigns splits (else one split, "train")
 file is stat'ed at scan, following links like a folder scan but only to a regular file; a row
 whose file is missing or not a regular file, or whose class is not in --classes, is skipped
 with its manifest line, like every other bad row.
+
+Image paths may also be URLs (s3://bucket/key), and the manifest and its root may be URLs too:
+ImageRoot reads each image from where its path says, through storages made with the same
+options; an object's size comes from a listing of its folder.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 
 from shardpack.errors import SourceError
-from shardpack.manifest import SUFFIXES, LabelInfo, Manifest, manifest_file, read_manifest
+from shardpack.manifest import (
+    SUFFIXES,
+    LabelInfo,
+    Manifest,
+    manifest_file,
+    normal_path,
+    read_manifest,
+)
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import NO_FIELDS, Dataset, Item
 from shardpack.srcfiles import not_regular
+from shardpack.storage import Blob, Entry, Storage, is_url, storage_at
 
 KIND = "manifest"
 DEFAULT_SPLIT = "train"
@@ -29,22 +42,31 @@ def is_manifest_name(path: str) -> bool:
     return path.lower().endswith(SUFFIXES)
 
 
-def manifest_source(root: str, source: str) -> str | None:
-    """The manifest file SRC is or holds (metadata.csv/.jsonl/.parquet), when --source is auto."""
+def manifest_source(root: Storage, source: str, is_folder: bool) -> Storage | None:
+    """The manifest file SRC is or holds (metadata.csv/.jsonl/.parquet), when --source is auto:
+    a Storage rooted at the file (see manifest_file)."""
     if source != "auto":
-        if not os.path.isdir(root):
-            raise SourceError(f"{root}: --source {source} takes a folder; drop --source")
+        if not is_folder:
+            raise SourceError(f"{root.path()}: --source {source} takes a folder; drop --source")
         return None
     return manifest_file(root)
 
 
-def scan_manifest(path: str, options: PackOptions) -> Dataset:
+def scan_manifest(
+    manifest: Storage, options: PackOptions, storage_options: Mapping[str, object] | None = None
+) -> Dataset:
     """List a manifest's rows as items: paths, labels by the class list, splits and fields.
+
+    Args:
+        manifest: the Storage rooted at the manifest file (manifest_source).
+        options: the class list, path column, --root and on-error policy.
+        storage_options: options for the filesystem of --root or of image URLs.
 
     Raises:
         SourceError: the manifest cannot be read (see read_manifest), or no row is usable.
     """
-    table = read_manifest(path, path_column=options.path_column, root=options.root)
+    table = read_manifest(manifest, path_column=options.path_column, root=options.root,
+                          storage_options=storage_options)  # fmt: skip
     classes = _classes(table, options.classes)
     position = None if classes is None else {name: i for i, name in enumerate(classes)}
     where = os.path.basename(table.path)
@@ -53,7 +75,8 @@ def scan_manifest(path: str, options: PackOptions) -> Dataset:
     splits: dict[str, list[Item]] = {}
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
     names = tuple(table.columns)
-    root = _open_root(table.root)
+    images = ImageRoot(storage_at(table.root, storage_options), storage_options)
+    sizes = _Sizes(images)
     try:
         for row in table.rows:
             try:
@@ -62,7 +85,7 @@ def scan_manifest(path: str, options: PackOptions) -> Dataset:
                     label = labels.get(row.label)
                     if label is None:
                         label = labels[row.label] = _label(row.label, table.label, position)
-                size = _image_size(table.root, row.path, root)
+                size = sizes.of(row.path)
             except _Bad as e:
                 bad.append((row.line, row.path, f"{where} {unit} {row.line}: {e}"))
                 continue
@@ -70,8 +93,7 @@ def scan_manifest(path: str, options: PackOptions) -> Dataset:
             item = Item(row.path, label, row.path, size, fields=fields)
             splits.setdefault(row.split or DEFAULT_SPLIT, []).append(item)
     finally:
-        if root is not None:
-            os.close(root)
+        sizes.close()
     skipped = tuple((key, reason) for _, key, reason in sorted(bad))  # in manifest order
     if not splits:
         first = f"; the first: {skipped[0][1]}" if skipped else ""
@@ -81,7 +103,7 @@ def scan_manifest(path: str, options: PackOptions) -> Dataset:
     )
     return Dataset(
         KIND,
-        table.root,
+        images,
         schema,
         {split: tuple(items) for split, items in splits.items()},
         skipped=skipped,  # the first is what --on-error fail names
@@ -146,3 +168,96 @@ def _image_size(root: str, path: str, root_fd: int | None) -> int:
     if not stat.S_ISREG(st.st_mode):
         raise _Bad(f"image {os.path.join(root, path)}: {not_regular(st.st_mode)}")
     return st.st_size
+
+
+class ImageRoot(Storage):
+    """Where a manifest's images are read from (the reading half of a Storage): a relative
+    path under the manifest's root folder (or --root), or an absolute path or URL through a
+    storage made for its folder with the same options. Pickles for the workers."""
+
+    def __init__(self, base: Storage, options: Mapping[str, object] | None = None) -> None:
+        self.base = base
+        self.options = dict(options or {})
+        self.root, self.local = base.root, base.local
+        self._climbs = is_url(base.root)  # "../x" under a URL: resolved in the URL
+        self._elsewhere: dict[str, Storage] = {}  # folder -> its storage
+
+    def __repr__(self) -> str:
+        return f"ImageRoot({self.base!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ImageRoot) and (other.base, other.options) == (
+            self.base,
+            self.options,
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.base)
+
+    def where(self, name: str) -> tuple[Storage, str]:
+        """The storage an image path is read from, and its name there."""
+        if self._climbs and (name == ".." or name.startswith("../")):
+            name = normal_path(f"{self.root}/{name}")  # an object store has no "..": climb here
+        if is_url(name):
+            folder, _, file = name.rpartition("/")
+        elif os.path.isabs(name):
+            folder, file = os.path.split(name)
+        else:
+            return self.base, name
+        storage = self._elsewhere.get(folder)
+        if storage is None:
+            storage = self._elsewhere[folder] = storage_at(folder, self.options)
+        return storage, file
+
+    def path(self, name: str = "") -> str:
+        storage, name = self.where(name)
+        return storage.path(name)
+
+    def kind(self, name: str = "") -> str | None:
+        storage, name = self.where(name)
+        return storage.kind(name)
+
+    def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
+        storage, name = self.where(name)
+        return storage.read(name, limit, size_hint)
+
+    def open(self, name: str) -> Blob:
+        storage, name = self.where(name)
+        return storage.open(name)
+
+
+class _Sizes:
+    """Each image's size at scan: a file on a disk stat'ed (links followed, but only to a
+    regular file); an object's from the listing of its folder (a request a folder, not one an
+    image)."""
+
+    def __init__(self, images: ImageRoot) -> None:
+        self.images = images
+        self.root_fd = _open_root(images.root) if images.local else None
+        self.listings: dict[tuple[str, str], dict[str, Entry] | str] = {}
+
+    def of(self, path: str) -> int:
+        storage, name = self.images.where(path)
+        if storage.local:
+            fd = self.root_fd if storage is self.images.base else None
+            return _image_size(storage.root, name, fd)
+        folder, _, file = name.rpartition("/")
+        listing = self.listings.get((storage.root, folder))
+        if listing is None:
+            try:
+                listing = {entry.name: entry for entry in storage.listdir(folder)}
+            except FileNotFoundError:
+                listing = {}
+            except OSError as e:
+                listing = f"cannot list its folder ({e})"
+            self.listings[storage.root, folder] = listing
+        entry = listing if isinstance(listing, str) else listing.get(file)
+        if entry is None or isinstance(entry, str):
+            raise _Bad(f"image {storage.path(name)}: {entry or 'No such file or directory'}")
+        if entry.is_dir:
+            raise _Bad(f"image {storage.path(name)}: {not_regular(stat.S_IFDIR)}")
+        return entry.size
+
+    def close(self) -> None:
+        if self.root_fd is not None:
+            os.close(self.root_fd)

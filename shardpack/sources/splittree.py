@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from shardpack.classlist import class_list, labelled
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
@@ -13,26 +11,24 @@ from shardpack.sources.folder import (
     IMAGE_EXTENSIONS,
     Passed,
     empty_class_warnings,
+    folder_entries,
     list_class_folders,
 )
+from shardpack.storage import Storage
 
 
-def _folders(root: str) -> list[str]:
+def _folders(root: Storage) -> list[str]:
     """The first-level folders of SRC that are not hidden."""
-    try:
-        entries = list(os.scandir(root))
-    except OSError as e:
-        raise SourceError(f"{root}: cannot list ({e.strerror}); check its permissions") from None
-    return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+    return [name for name, is_dir in folder_entries(root) if is_dir and not name.startswith(".")]
 
 
-def is_split_tree(root: str, split_names: tuple[str, ...]) -> bool:
+def is_split_tree(root: Storage, split_names: tuple[str, ...]) -> bool:
     """Whether every first-level folder of SRC (there is at least one) is a split name."""
     folders = _folders(root)
     return bool(folders) and all(name in split_names for name in folders)
 
 
-def scan_split_tree(root: str, options: PackOptions) -> Dataset:
+def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:
     """List a split tree: each split folder's class folders and images.
 
     The class list is the sorted union of every split's class folders (or --classes), so a
@@ -42,9 +38,9 @@ def scan_split_tree(root: str, options: PackOptions) -> Dataset:
         SourceError: no split holds an image.
     """
     passed = Passed()
-    for e in sorted(os.scandir(root), key=lambda e: e.name):
-        if not e.name.startswith(".") and not e.is_dir():
-            passed.ignore(e.name)
+    for name, is_dir in folder_entries(root):
+        if not name.startswith(".") and not is_dir:
+            passed.ignore(name)
     listings = {split: list_class_folders(root, passed, split) for split in _folders(root)}
     classes = class_list((c for names, _, _ in listings.values() for c in names), options.classes)
     splits: dict[str, tuple[Item, ...]] = {}
@@ -53,10 +49,10 @@ def scan_split_tree(root: str, options: PackOptions) -> Dataset:
     for split, (_, found, empty) in listings.items():
         splits[split], skipped = labelled(found, classes, options.on_error)
         left_out += skipped
-        warnings += empty_class_warnings(os.path.join(root, split), empty, classes)
+        warnings += empty_class_warnings(root.path(split), empty, classes)
     if not any(splits.values()):
         raise SourceError(
-            f"{root}: no images found; expected SRC/<split>/<class>/<image> with extensions "
+            f"{root.path()}: no images found; expected SRC/<split>/<class>/<image> with extensions "
             f"{', '.join(sorted(IMAGE_EXTENSIONS))}"
         )
     splits = {split: items for split, items in splits.items() if items}

@@ -13,6 +13,7 @@ parent made, options included.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -25,6 +26,9 @@ from shardpack.errors import StorageError
 
 # `scheme://`: what makes SRC or OUT an fsspec URL rather than a local path.
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
+_HASH_CHUNK = 1 << 20
+# OUT's lock, on every storage: a file held with flock, or an object created only if absent.
+LOCK_NAME = ".shardpack.lock"
 # The extra that brings each scheme's filesystem package (what to tell a user to install).
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
@@ -95,6 +99,7 @@ class Storage:
 
     root: str  # as messages show it: an absolute path, or a URL
     local: bool = False
+    in_process: bool = False  # only this process sees it (memory://): no worker may write it
 
     # -- names -----------------------------------------------------------------------------
     def path(self, name: str = "") -> str:
@@ -111,7 +116,8 @@ class Storage:
         raise NotImplementedError
 
     def listdir(self, name: str = "") -> list[Entry]:
-        """The entries of a folder, sorted by name."""
+        """The entries of a folder, sorted by name, as they are: a link is neither a folder nor
+        a file to follow (is_dir False, size 0)."""
         raise NotImplementedError
 
     def walk(self, name: str = "") -> Iterator[Entry]:
@@ -119,12 +125,24 @@ class Storage:
         raise NotImplementedError
 
     def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
-        """A whole file of at most `limit` bytes (srcfiles.FileTooLarge past it, unread)."""
+        """A whole file of SRC of at most `limit` bytes (srcfiles.FileTooLarge past it,
+        unread). On a local disk, links are followed, but only to a regular file."""
         raise NotImplementedError
 
     def open(self, name: str) -> Blob:
-        """A file to read at offsets, streamed: nothing is fetched before it is asked for."""
+        """A file of OUT to read at offsets, streamed: nothing is fetched before it is asked
+        for. No link is followed and nothing but a regular file is opened (OSError)."""
         raise NotImplementedError
+
+    def sha256(self, name: str) -> str:
+        """The sha256 of a file's bytes, streamed through open()."""
+        digest = hashlib.sha256()
+        with self.open(name) as blob:
+            offset = 0
+            while chunk := blob.pread(_HASH_CHUNK, offset):
+                digest.update(chunk)
+                offset += len(chunk)
+        return digest.hexdigest()
 
     # -- writing ---------------------------------------------------------------------------
     def make_root(self) -> bool:

@@ -22,9 +22,8 @@ from shardpack.atomic import (
 )
 from shardpack.errors import OutputError, os_error_fix
 from shardpack.srcfiles import read_regular
-from shardpack.storage import Blob, Entry, JournalWriter, Sink, Storage
+from shardpack.storage import LOCK_NAME, Blob, Entry, JournalWriter, Sink, Storage
 
-LOCK_NAME = ".shardpack.lock"
 JOURNAL_NAME = ".shardpack.journal"
 
 
@@ -58,8 +57,9 @@ class LocalStorage(Storage):
     def listdir(self, name: str = "") -> list[Entry]:
         entries = []
         for e in sorted(os.scandir(self.path(name)), key=lambda e: e.name):
-            is_dir = e.is_dir()
-            entries.append(Entry(e.name, is_dir, 0 if is_dir else e.stat().st_size))
+            is_dir = e.is_dir(follow_symlinks=False)
+            size = e.stat(follow_symlinks=False).st_size if e.is_file(follow_symlinks=False) else 0
+            entries.append(Entry(e.name, is_dir, size))
         return entries
 
     def walk(self, name: str = "") -> Iterator[Entry]:
@@ -89,7 +89,7 @@ class LocalStorage(Storage):
         return created
 
     def create(self, name: str, by_path: bool = False) -> Sink:
-        return _FileSink(self.path(name))
+        return FileSink(self.path(name))
 
     def put(self, name: str, data: bytes) -> None:
         write_atomic(self.path(name), data)
@@ -98,7 +98,7 @@ class LocalStorage(Storage):
         remove_files(self.path(n) for n in names)
 
     def remove_partial(self, finals: Iterable[str]) -> list[str]:
-        return remove_temp_files(self.root, finals)
+        return remove_temp_files(self.root, {*finals, JOURNAL_NAME})
 
     def lock(self, created: bool = False):
         return _locked(self.root, created)
@@ -142,7 +142,7 @@ class _FileBlob(Blob):
             self.fd = -1
 
 
-class _FileSink(Sink):
+class FileSink(Sink):
     """A hidden temporary file beside the final name, fsynced and renamed on commit."""
 
     def __init__(self, path: str) -> None:
@@ -152,6 +152,10 @@ class _FileSink(Sink):
 
     def write(self, data: bytes) -> int:
         return self._file.write(data)
+
+    def flush(self) -> None:
+        """Hand what is buffered to the file (for a reader of it by name)."""
+        self._file.flush()
 
     def commit(self) -> None:
         try:

@@ -29,6 +29,7 @@ from shardpack.errors import OutputError
 from shardpack.srcfiles import FileTooLarge
 from shardpack.storage import (
     EXTRAS,
+    LOCK_NAME,
     Blob,
     Entry,
     JournalWriter,
@@ -36,8 +37,8 @@ from shardpack.storage import (
     Storage,
     StorageError,
 )
+from shardpack.storage.local import FileSink
 
-LOCK_NAME = ".shardpack.lock"
 JOURNAL_FOLDER = ".shardpack.journal.d"
 _HEAD = "head.json"
 # Schemes whose files are uploads the store completes only at commit (fsspec's
@@ -56,6 +57,7 @@ class RemoteStorage(Storage):
     def __init__(self, fs, root: str, scheme: str) -> None:
         self.fs = fs  # fsspec filesystems pickle with their options
         self.scheme = scheme
+        self.in_process = scheme == "memory"
         self.root = root.rstrip("/")
         self._base = fs._strip_protocol(self.root).rstrip("/")
 
@@ -102,32 +104,38 @@ class RemoteStorage(Storage):
     # -- reading ---------------------------------------------------------------------------
     def kind(self, name: str = "") -> str | None:
         try:
-            info = self.fs.info(self._key(name))
+            with _naming(self.path(name)):
+                info = self.fs.info(self._key(name))
         except (FileNotFoundError, NotADirectoryError):
             return None
         return "dir" if info["type"] == "directory" else "file"
 
     def listdir(self, name: str = "") -> list[Entry]:
         key = self._key(name)
-        entries = [_entry(info, key) for info in self.fs.ls(key, detail=True, refresh=True)]
+        with _naming(self.path(name)):
+            listed = self.fs.ls(key, detail=True, refresh=True)
+        entries = [_entry(info, key) for info in listed]
         return sorted((e for e in entries if e.name), key=lambda e: e.name)
 
     def walk(self, name: str = "") -> Iterator[Entry]:
         key = self._key(name)
-        found = self.fs.find(key, detail=True, withdirs=False, refresh=True)
+        with _naming(self.path(name)):
+            found = self.fs.find(key, detail=True, withdirs=False, refresh=True)
         for path in sorted(found):
             entry = _entry(found[path], key)
             if entry.name:
                 yield entry
 
     def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
-        data = self.fs.cat_file(self._key(name), start=0, end=limit + 1)
+        with _naming(self.path(name)):
+            data = self.fs.cat_file(self._key(name), start=0, end=limit + 1)
         if len(data) > limit:
             raise FileTooLarge(f"over the limit of {limit} bytes")
         return data
 
     def open(self, name: str) -> Blob:
-        return _ObjectBlob(self.fs, self._key(name), self.path(name))
+        with _naming(self.path(name)):
+            return _ObjectBlob(self.fs, self._key(name), self.path(name))
 
     # -- writing ---------------------------------------------------------------------------
     def make_root(self) -> bool:
@@ -141,7 +149,8 @@ class RemoteStorage(Storage):
         return _UploadSink(self.fs, self._key(name), self.path(name))
 
     def put(self, name: str, data: bytes) -> None:
-        self.fs.pipe_file(self._key(name), data)
+        with _naming(self.path(name)):
+            self.fs.pipe_file(self._key(name), data)
 
     def remove(self, names: Iterable[str]) -> None:
         for name in names:
@@ -182,6 +191,17 @@ class RemoteStorage(Storage):
 
     def journal(self, head: list[bytes]) -> JournalWriter:
         return _ObjectJournal(self, head)
+
+
+@contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """An OSError from the filesystem names `path` (s3fs's name none: "bucket does not exist")."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename:
+            raise
+        raise type(e)(e.errno, e.strerror or str(e), path) from e
 
 
 def _entry(info: dict, base: str) -> Entry:
@@ -275,27 +295,22 @@ class _SpoolSink(Sink):
 
     def __init__(self, fs, key: str, name: str) -> None:
         self.fs, self.key, self.name = fs, key, name
-        self.fd, self.spool = tempfile.mkstemp(prefix=".shardpack-", suffix=".spool")
-        self._file = open(self.fd, "wb", buffering=1 << 20, closefd=False)  # noqa: SIM115
+        self._spool = FileSink(os.path.join(tempfile.gettempdir(), "shardpack.spool"))
+        self.fd = self._spool.fd
 
     def write(self, data: bytes) -> int:
-        return self._file.write(data)
+        return self._spool.write(data)
 
     def commit(self) -> None:
         try:
-            self._file.flush()
-            self.fs.put_file(self.spool, self.key)
+            self._spool.flush()
+            with _naming(self.name):
+                self.fs.put_file(self._spool.name, self.key)
         finally:
-            self.discard()
+            self._spool.discard()
 
     def discard(self) -> None:
-        if self.fd >= 0:
-            with suppress(OSError):
-                self._file.close()
-            os.close(self.fd)
-            self.fd = -1
-            with suppress(FileNotFoundError):
-                os.remove(self.spool)
+        self._spool.discard()
 
 
 class _ObjectJournal(JournalWriter):
@@ -331,36 +346,62 @@ class _ObjectJournal(JournalWriter):
 
 @contextmanager
 def _locked(storage: RemoteStorage) -> Iterator[None]:
-    """The lock object: created only if absent, removed at the end if it is still ours."""
+    """The lock object: created only if absent, removed at the end if it is still ours.
+
+    A lock left by a run on this host whose process is gone (killed) is taken over: the store
+    cannot see a process die, this host can.
+    """
     key = storage._key(LOCK_NAME)
     token = uuid.uuid4().hex
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     mine = json.dumps(
         {"pid": os.getpid(), "host": socket.gethostname(), "token": token, "started": started}
     ).encode()
-    try:
-        storage.fs.pipe_file(key, mine, mode="create")
-    except FileExistsError:  # s3fs: 412 Precondition Failed
-        owner = _owner(storage, key)
-        raise OutputError(
-            f"{storage.root}: another shardpack run ({owner}) is writing here; wait for it to "
-            f"finish, or if none is (a killed run leaves its lock), remove "
-            f"{storage.path(LOCK_NAME)}"
-        ) from None
+    for attempt in (1, 2):
+        try:
+            with _naming(storage.path(LOCK_NAME)):
+                storage.fs.pipe_file(key, mine, mode="create")
+            break
+        except FileExistsError:  # s3fs: 412 Precondition Failed
+            owner = _owner(storage, key)
+            if attempt == 1 and _dead_here(owner):
+                with suppress(FileNotFoundError):
+                    storage.fs.rm_file(key)
+                continue
+            held = "unknown" if owner is None else (
+                f"pid {owner['pid']} on {owner['host']}, since {owner['started']}")  # fmt: skip
+            raise OutputError(
+                f"{storage.root}: another shardpack run ({held}) is writing here; wait for it "
+                f"to finish, or if none is (a run killed on another host leaves its lock), "
+                f"remove {storage.path(LOCK_NAME)}"
+            ) from None
     try:
         yield
     finally:
-        if _owner(storage, key, token=True) == token:
+        held = _owner(storage, key)
+        if held and held.get("token") == token:
             with suppress(FileNotFoundError):
                 storage.fs.rm_file(key)
 
 
-def _owner(storage: RemoteStorage, key: str, token: bool = False) -> str:
-    """Who holds the lock, as the lock object says ("pid 12 on host, since ..."), or its token."""
+def _owner(storage: RemoteStorage, key: str) -> dict | None:
+    """What the lock object says of its run (pid, host, started, token), or None."""
     try:
         doc = json.loads(storage.fs.cat_file(key, start=0, end=_LOCK_CAP))
-        if token:
-            return str(doc["token"])
-        return f"pid {doc['pid']} on {doc['host']}, since {doc['started']}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "" if token else "unknown"
+    except (OSError, ValueError):
+        return None
+    fields = ("pid", "host", "started", "token")
+    return doc if isinstance(doc, dict) and all(k in doc for k in fields) else None
+
+
+def _dead_here(owner: dict | None) -> bool:
+    """Whether the lock's run was on this host and its process is gone."""
+    if owner is None or owner["host"] != socket.gethostname() or type(owner["pid"]) is not int:
+        return False
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, someone else's
+        return False
+    return False

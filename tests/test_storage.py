@@ -1,0 +1,131 @@
+"""The storage seam: the same pack on a local folder and on an fsspec URL (memory://, in this
+process), and what a URL OUT keeps of the local disk's guarantees. The S3 API server tests are
+in tests/test_object_storage.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import fsspec
+import pytest
+
+from shardpack.containers import CONTAINERS
+from shardpack.errors import OutputError, StorageError
+from shardpack.options import PackOptions
+from shardpack.packer import pack
+from shardpack.storage import LOCK_NAME, parse_options, storage_at
+from shardpack.storage.local import LocalStorage
+from tests.helpers import make_tree, shard_files
+
+MEMORY = fsspec.filesystem("memory")
+
+
+@pytest.fixture
+def url() -> str:
+    """A fresh memory:// prefix, removed afterwards."""
+    prefix = f"memory://t-{uuid.uuid4().hex}"
+    yield prefix
+    MEMORY.rm(prefix, recursive=True) if MEMORY.exists(prefix) else None
+
+
+def _objects(url: str) -> dict[str, bytes]:
+    base = MEMORY._strip_protocol(url)
+    return {p[len(base) + 1 :]: MEMORY.cat_file(p) for p in MEMORY.find(base)}
+
+
+@pytest.mark.parametrize("fmt", sorted(CONTAINERS))
+def test_a_pack_into_a_url_is_byte_identical_to_a_local_pack(tmp_path, url, fmt):
+    src = make_tree(tmp_path / "src", {"a": 9, "b": 7})
+    options = PackOptions(shards=3, encode="png", format=fmt)
+    pack(src, tmp_path / "out", options)
+    result = pack(src, f"{url}/out", options)
+    objects = _objects(f"{url}/out")
+    assert {f: objects[f] for f in shard_files(tmp_path / "out")} == shard_files(tmp_path / "out")
+    local = json.loads((tmp_path / "out" / "index.json").read_text())
+    remote = json.loads(objects["index.json"])
+    assert {k: v for k, v in remote.items() if k != "stats"} == {
+        k: v for k, v in local.items() if k != "stats"
+    }
+    assert LOCK_NAME not in objects  # the lock object goes with the run
+    assert not [n for n in objects if n.endswith((".partial", ".progress", ".spool"))]
+    assert result.out == f"{url}/out"
+
+
+def test_the_journal_is_one_object_per_shard_and_resume_keeps_them(tmp_path, url):
+    src = make_tree(tmp_path / "src", {"a": 12, "b": 12})
+    options = PackOptions(shards=4, encode="png")
+    pack(src, f"{url}/out", options)
+    journal = sorted(n for n in _objects(f"{url}/out") if n.startswith(".shardpack.journal.d/"))
+    assert len(journal) == 1 + 4  # the head, then one object per shard
+    before = _objects(f"{url}/out")
+    MEMORY.rm_file(MEMORY._strip_protocol(f"{url}/out/index.json"))
+    lost = sorted(n for n in before if "tfrecord-00002" in n)[0]
+    MEMORY.rm_file(MEMORY._strip_protocol(f"{url}/out/{lost}"))
+    result = pack(src, f"{url}/out", PackOptions(shards=4, encode="png", resume=True))
+    assert result.num_reused == 3
+    after = _objects(f"{url}/out")
+    assert {n: after[n] for n in before if "tfrecord-" in n} == {
+        n: v for n, v in before.items() if "tfrecord-" in n
+    }
+
+
+def test_a_lock_object_refuses_a_second_run_and_names_itself(tmp_path, url):
+    src = make_tree(tmp_path / "src", {"a": 3})
+    MEMORY.pipe_file(MEMORY._strip_protocol(f"{url}/out/{LOCK_NAME}"), b'{"pid": 7}')
+    with pytest.raises(OutputError, match="another shardpack run") as e:
+        pack(src, f"{url}/out")
+    assert f"{url}/out/{LOCK_NAME}" in str(e.value)  # what to remove if no run holds it
+    assert sorted(_objects(f"{url}/out")) == [LOCK_NAME]  # nothing else touched
+
+
+def test_a_sink_appears_only_on_commit_and_discard_leaves_nothing(tmp_path, url):
+    for storage in (storage_at(tmp_path), storage_at(url)):
+        for by_path in (False, True):
+            sink = storage.create("x.bin", by_path=by_path)
+            sink.write(b"half")
+            assert storage.kind("x.bin") is None
+            sink.discard()
+            assert storage.kind("x.bin") is None
+            sink = storage.create("x.bin", by_path=by_path)
+            sink.write(b"whole")
+            sink.commit()
+            with storage.open("x.bin") as blob:
+                assert (blob.size, blob.pread(100, 0)) == (5, b"whole")
+            storage.remove(["x.bin"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_storage_options_and_urls():
+    assert parse_options(["anon=true", "endpoint_url=http://127.0.0.1:9", "n=3"]) == {
+        "anon": True,
+        "endpoint_url": "http://127.0.0.1:9",
+        "n": 3,
+    }
+    with pytest.raises(StorageError, match="KEY=VALUE"):
+        parse_options(["anon"])
+    assert storage_at("file:///tmp/x") == LocalStorage("/tmp/x")
+    with pytest.raises(StorageError, match=r"pip install 'shardpack\[gcs\]'"):
+        storage_at("gs://bucket/out")
+    with pytest.raises(StorageError, match="weird"):
+        storage_at("weird://bucket/out")
+    with pytest.raises(ValueError, match="not a name inside"):
+        storage_at("memory://a/b").put("../escape", b"")
+
+
+def test_a_lock_left_by_a_dead_run_on_this_host_is_taken_over(tmp_path, url):
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    lock = {"pid": int(dead.stdout), "host": socket.gethostname(), "token": "x", "started": "t"}
+    MEMORY.pipe_file(MEMORY._strip_protocol(f"{url}/out/{LOCK_NAME}"), json.dumps(lock).encode())
+    src = make_tree(tmp_path / "src", {"a": 3})
+    assert pack(src, f"{url}/out").num_records == 3
+    assert LOCK_NAME not in _objects(f"{url}/out")
+    lock["host"] = "elsewhere"  # another host's run: this host cannot tell it is gone
+    MEMORY.pipe_file(MEMORY._strip_protocol(f"{url}/out/{LOCK_NAME}"), json.dumps(lock).encode())
+    with pytest.raises(OutputError, match=f"pid {lock['pid']} on elsewhere"):
+        pack(src, f"{url}/out", PackOptions(overwrite=True))
