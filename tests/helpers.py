@@ -316,5 +316,7 @@ def _index_of(url: str) -> dict:
 def same_output(url: str, reference: Path) -> None:
     """Every object under url (a URL of any fsspec filesystem) is the local reference pack's
     file, byte for byte; the index alike but for the timings."""
-    assert object_hashes(url) == object_hashes(reference.as_uri())
+    written, wanted = object_hashes(url), object_hashes(reference.as_uri())
+    assert written.pop("index.json", None) and wanted.pop("index.json")  # timings differ
+    assert written == wanted
     assert _index_of(url) == _index_of(reference.as_uri())

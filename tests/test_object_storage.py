@@ -34,10 +34,12 @@ from tests.helpers import (
 from tests.s3server import Bucket
 
 JOB = ["--name", "flowers", "--shards", "3", "--workers", "2", "--no-progress"]
-# Shards that need multipart uploads: raw 128x128 pixels, 150 a shard: 7.4 MiB each, past s3fs's
-# 5 MiB parts; eight shards on two workers, so that a run can be stopped with some finished.
-BIG_JOB = ["--name", "big", "--encode", "raw", "--shards", "8", "--workers", "2", "--no-progress"]
-BIG_SHARDS = 8
+# Shards streamed as multipart uploads, open for most of their writing: raw 256x256 pixels, 90 a
+# shard, 17 MiB each, twice the 8 MiB parts storage.remote uploads; six shards on two workers, so
+# that a run can be stopped with some finished and others uploading.
+BIG_SHARDS = 6
+BIG_JOB = ["--name", "big", "--encode", "raw", "--shards", str(BIG_SHARDS), "--workers", "2",
+           "--no-progress"]  # fmt: skip
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -66,8 +68,8 @@ def local(src: Path) -> Path:
 @pytest.fixture(scope="module")
 def big_src(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("big") / "src"
-    for i in range(BIG_SHARDS * 150):
-        write_image(root / f"c{i % 4}" / f"{i:04d}.jpg", image(i, height=128, width=128))
+    for i in range(BIG_SHARDS * 90):
+        write_image(root / f"c{i % 4}" / f"{i:04d}.jpg", image(i, height=256, width=256))
     return root
 
 
@@ -295,12 +297,10 @@ def test_a_second_run_is_refused_while_the_first_holds_the_lock(src, local, s3: 
     same_output(out, local)
 
 
-def test_a_killed_run_leaves_its_lock_and_uploads_and_resume_clears_them(
-    big_src, big_local, s3: Bucket
-):
-    """SIGKILL of the run (the OOM killer, a lost machine): no cleanup runs, its workers die
-    with it, their uploads stay open and the lock object stays. The next run is refused with
-    one line naming the lock; once that is removed, --resume aborts the uploads and completes."""
+def test_a_killed_run_leaves_uploads_that_resume_aborts(big_src, big_local, s3: Bucket):
+    """SIGKILL of the run (the OOM killer): no cleanup runs, its workers die with it, their
+    uploads stay open and so does the lock object. The next run on this host sees the lock's
+    run is dead and takes it over; --resume aborts the uploads and completes."""
     out = s3.url("packed/big")
     run = _start("pack", str(big_src), out, *BIG_JOB)
     wait_for(lambda: _uploading(s3, "packed/big/") and len(worker_pids(run.pid)) == 2, 30)
@@ -309,11 +309,23 @@ def test_a_killed_run_leaves_its_lock_and_uploads_and_resume_clears_them(
     run.wait(timeout=30)
     wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), 10)
     assert s3.uploads("packed/big/")  # nobody was left to abort them
-    refused = _cli("pack", str(big_src), out, *BIG_JOB, "--resume")
-    assert refused.returncode == 2
-    assert f"{out}/.shardpack.lock" in _one_line(refused.stderr)
-    s3.fs.rm_file(f"{s3.name}/packed/big/.shardpack.lock")  # as the message says
     resumed = _cli("pack", str(big_src), out, *BIG_JOB, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert s3.uploads() == []
     same_output(out, big_local)
+
+
+def test_a_lock_from_another_host_is_honoured_until_removed(src, local, s3: Bucket):
+    """This host cannot tell whether a run elsewhere is alive: its lock holds until a person
+    removes it, as the one-line refusal says."""
+    out, lock = s3.url("packed/flowers"), "packed/flowers/.shardpack.lock"
+    held = {"pid": 4242, "host": "another-host", "started": "2026-01-01T00:00:00Z", "token": "x"}
+    s3.write(lock, json.dumps(held).encode())
+    refused = _cli("pack", str(src), out, *JOB)
+    assert refused.returncode == 2
+    line = _one_line(refused.stderr)
+    assert "another-host" in line and s3.url(lock) in line
+    assert json.loads(s3.read(lock)) == held  # the refused run left it alone
+    s3.fs.rm_file(f"{s3.name}/{lock}")
+    assert _cli("pack", str(src), out, *JOB).returncode == 0
+    same_output(out, local)
