@@ -145,7 +145,7 @@ def test_workers_without_the_clients_disk_pack_s3_to_s3(job, s3, tmp_path_factor
     source, out = s3.put_tree(src, "raw/src"), s3.url("packed/src")
     with _workers_without_disk(tmp_path_factory.getbasetemp(), nworkers=2) as address:
         run = subprocess.run(
-            [sys.executable, "-m", "shardpack", "pack", source, out, "--name", "src", "--encode",
+            [sys.executable, "-m", "shardpack", "pack", source, out, "--encode",
              "jpeg", "--shards", "6", "--workers", "2", "--backend", "dask", "--scheduler",
              address, "--no-progress"], capture_output=True, text=True, timeout=300,
         )  # fmt: skip
