@@ -48,6 +48,7 @@ _SPECS: dict[str, tuple[str, dict]] = {
     "small-jpeg": ("small_jpeg", {"from": "cifar10"}),
     "small-jpeg-5k": ("subset", {"from": "small-jpeg", "every": 10}),
     "photos": ("photos", {"count": 3000}),
+    "photos-600": ("photos", {"count": 600}),  # the first 600 of photos: the storage pairings
     "photos-large": ("photos", {"count": 16_000}),
     # The listing-scale run: a class-folder tree of a million files, hard links of a few dozen
     # photos (ext4 allows 65,000 links per file), so it costs directory entries, not disk.

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import pickle
+import time
 from pathlib import Path
 
 import cv2
@@ -258,3 +260,63 @@ def needs(*modules: str) -> None:
     for module in modules:
         if importlib.util.find_spec(module.split(".")[0]) is None:
             pytest.skip(f"needs {module}")
+
+
+def wait_for(condition, timeout: float = 60) -> None:
+    """Poll condition() every 10 ms until it holds; fail the test after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The run's worker processes: children forked from it, so they share its command line."""
+    own = (Path("/proc") / str(parent) / "cmdline").read_bytes()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and cmdline == own:
+            pids.append(int(entry.name))
+    return pids
+
+
+def object_hashes(url: str) -> dict[str, str]:
+    """sha256 of every object under url (shards, index.json, metadata), by its relative name;
+    our own hidden state (lock, journal) left out."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url)
+    fs.invalidate_cache()
+    names = {path[len(root) :].lstrip("/"): path for path in fs.find(root)}
+    return {
+        name: hashlib.sha256(fs.cat_file(path)).hexdigest()
+        for name, path in sorted(names.items())
+        if not any(part.startswith(".") for part in name.split("/"))
+    }
+
+
+def _index_of(url: str) -> dict:
+    """index.json under url, less the run's timings."""
+    import fsspec
+
+    with fsspec.open(f"{url}/index.json", "rb") as f:
+        document = json.load(f)
+    document.pop("stats")
+    return document
+
+
+def same_output(url: str, reference: Path) -> None:
+    """Every object under url (a URL of any fsspec filesystem) is the local reference pack's
+    file, byte for byte; the index alike but for the timings."""
+    written, wanted = object_hashes(url), object_hashes(reference.as_uri())
+    assert written.pop("index.json", None) and wanted.pop("index.json")  # timings differ
+    assert written == wanted
+    assert _index_of(url) == _index_of(reference.as_uri())

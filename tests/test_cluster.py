@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 from shardpack.cluster import ClusterError
 from shardpack.options import PackOptions
 from shardpack.packer import pack
-from tests.helpers import make_tree, shard_files
+from tests.helpers import make_tree, same_output, shard_files
 
 pytest.importorskip("distributed")
 DASK = str(Path(sys.executable).with_name("dask"))
@@ -92,35 +94,63 @@ def test_separate_scheduler_and_workers_match_loky(job, scheduler: str, tmp_path
     _same(out, local)
 
 
-def test_workers_that_do_not_share_out_are_refused(job, tmp_path: Path):
+@contextmanager
+def _workers_without_disk(hidden: Path, nworkers: int = 1) -> Iterator[str]:
+    """A scheduler, and `dask worker` processes in a mount namespace of their own where an
+    empty tmpfs covers `hidden`: a cluster that shares no disk with the client. Yields the
+    scheduler's address; skips where this machine does not allow it."""
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare(1) to give a worker storage of its own")
-    src, _, options = job
-    out = tmp_path / "private"
-    out.mkdir()
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     scheduler = subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                   "--no-dashboard"], stderr=subprocess.DEVNULL)  # fmt: skip
-    # This worker sees an empty tmpfs where OUT is: the mistake of a cluster without shared disk.
-    isolated = f"mount -t tmpfs none {out} && exec {DASK} worker {address} --no-dashboard"
+    isolated = (f"mount -t tmpfs none {hidden} && exec {DASK} worker {address} "
+                f"--nworkers {nworkers} --nthreads 1 --no-dashboard")  # fmt: skip
     command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", isolated]
     worker = subprocess.Popen(command, stderr=subprocess.DEVNULL)
     try:
         from distributed import Client
 
         with Client(address, timeout="30s") as client:
-            client.wait_for_workers(1, timeout=60)
-        if worker.poll() is not None:
-            pytest.skip("this machine does not allow mount namespaces")
-        with pytest.raises(ClusterError, match="storage every Dask worker shares"):
-            pack(src, out, replace(options, backend="dask", scheduler=address))
-        assert not (out / "index.json").exists()
+            deadline = time.monotonic() + 60
+            while len(client.scheduler_info()["workers"]) < nworkers:
+                if worker.poll() is not None:
+                    pytest.skip("this machine does not allow mount namespaces")
+                assert time.monotonic() < deadline, "the workers did not join"
+                time.sleep(0.1)
+        yield address
     finally:
         worker.terminate()
         scheduler.terminate()
         worker.wait(timeout=30)
         scheduler.wait(timeout=30)
+
+
+def test_workers_that_do_not_share_out_are_refused(job, tmp_path: Path):
+    src, _, options = job
+    out = tmp_path / "private"
+    out.mkdir()
+    # The worker sees an empty tmpfs where OUT is: the mistake of a cluster without shared disk.
+    refused = pytest.raises(ClusterError, match="storage every Dask worker shares")
+    with _workers_without_disk(out) as address, refused:
+        pack(src, out, replace(options, backend="dask", scheduler=address))
+    assert not (out / "index.json").exists()
+
+
+def test_workers_without_the_clients_disk_pack_s3_to_s3(job, s3, tmp_path_factory):
+    """SRC and OUT in a bucket: workers that see none of the client's files read the source
+    and write the shards through the store, byte-identical to the local run."""
+    src, local, _ = job
+    source, out = s3.put_tree(src, "raw/src"), s3.url("packed/src")
+    with _workers_without_disk(tmp_path_factory.getbasetemp(), nworkers=2) as address:
+        run = subprocess.run(
+            [sys.executable, "-m", "shardpack", "pack", source, out, "--encode",
+             "jpeg", "--shards", "6", "--workers", "2", "--backend", "dask", "--scheduler",
+             address, "--no-progress"], capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    same_output(out, local)
 
 
 def test_a_worker_killed_mid_shard_is_retried_and_output_is_intact(scheduler, tmp_path: Path):

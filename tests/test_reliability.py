@@ -20,7 +20,7 @@ from shardpack.errors import OutputError
 from shardpack.options import PackOptions
 from shardpack.packer import pack
 from shardpack.storage import LOCK_NAME
-from tests.helpers import image, shard_files, write_image
+from tests.helpers import image, shard_files, wait_for, worker_pids, write_image
 
 JOB = ["--encode", "png", "--shards", "12", "--workers", "2", "--no-progress"]
 FORMATS = sorted(CONTAINERS)
@@ -66,13 +66,6 @@ def _start(src: Path, out: Path, *extra: str) -> subprocess.Popen:
                              *extra], stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
-def _wait_for(condition, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
-
-
 def _finished_shards(out: Path) -> int:
     journal = out / ".shardpack.journal"
     return max(0, len(journal.read_text().splitlines()) - 1) if journal.exists() else 0
@@ -97,7 +90,7 @@ def _same_output(a: Path, b: Path) -> bool:
 def test_signal_stops_cleanly_and_resume_completes(src, clean_as, tmp_path, sig, code, fmt):
     out = tmp_path / "out"
     run = _start(src, out, "--format", fmt)
-    _wait_for(lambda: _finished_shards(out) >= 1)
+    wait_for(lambda: _finished_shards(out) >= 1)
     sent = time.monotonic()
     run.send_signal(sig)
     stderr = run.communicate(timeout=30)[1]
@@ -110,24 +103,6 @@ def test_signal_stops_cleanly_and_resume_completes(src, clean_as, tmp_path, sig,
     resumed = _cli("pack", str(src), str(out), *JOB, "--format", fmt, "--resume", "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert _same_output(out, clean_as(fmt))
-
-
-def _workers(parent: int) -> list[int]:
-    """The run's worker processes: children forked from it, so they share its command line."""
-    own = (Path("/proc") / str(parent) / "cmdline").read_bytes()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and cmdline == own:
-            pids.append(int(entry.name))
-    return pids
 
 
 def _writing_a_shard(pid: int) -> bool:
@@ -147,10 +122,10 @@ def test_worker_killed_mid_shard(src, clean_as, tmp_path, fmt):
     pids: list[int] = []
 
     def writing() -> bool:  # not between two shards, where no file names the shard
-        pids[:] = [pid for pid in _workers(run.pid) if _writing_a_shard(pid)]
+        pids[:] = [pid for pid in worker_pids(run.pid) if _writing_a_shard(pid)]
         return _finished_shards(out) >= 1 and bool(pids)
 
-    _wait_for(writing)
+    wait_for(writing)
     os.kill(pids[0], signal.SIGKILL)
     stderr = run.communicate(timeout=60)[1]
     assert run.returncode == 2, stderr
@@ -164,11 +139,11 @@ def test_worker_killed_mid_shard(src, clean_as, tmp_path, fmt):
 def test_workers_die_with_a_killed_parent_and_resume_completes(src, clean, tmp_path):
     out = tmp_path / "out"
     run = _start(src, out)
-    _wait_for(lambda: _finished_shards(out) >= 1 and len(_workers(run.pid)) == 2)
-    workers = _workers(run.pid)
+    wait_for(lambda: _finished_shards(out) >= 1 and len(worker_pids(run.pid)) == 2)
+    workers = worker_pids(run.pid)
     run.kill()  # as the out-of-memory killer would: no cleanup runs in the parent
     run.wait(timeout=30)
-    _wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), timeout=10)
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), timeout=10)
     resumed = _cli("pack", str(src), str(out), *JOB, "--resume", "--json")
     assert resumed.returncode == 0, resumed.stderr  # no orphan holds OUT's lock
     assert _same_output(out, clean)
@@ -249,7 +224,7 @@ def _lock_owner(out: Path) -> str:
 def test_concurrent_runs_one_wins_intact(src, tmp_path):
     out = tmp_path / "out"
     first = _start(src, out)
-    _wait_for(lambda: _lock_owner(out) == str(first.pid))  # written once the flock is held
+    wait_for(lambda: _lock_owner(out) == str(first.pid))  # written once the flock is held
     first.send_signal(signal.SIGSTOP)  # hold the first run mid-way, deterministically
     try:
         second = _cli("pack", str(src), str(out), *JOB)

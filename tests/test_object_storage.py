@@ -1,0 +1,331 @@
+"""SRC and OUT as URLs, end to end, against moto's S3 server on loopback (tests/s3server.py)
+driven through s3fs as a user's S3 would be, and memory://: packs local -> s3 and s3 -> s3
+byte-identical to a local pack; a run stopped by SIGINT, or by SIGKILL of a worker mid-upload,
+leaves no partial object under a final name and no open multipart upload, and --resume completes
+byte-identical; the lock object refuses a second run; verify catches a changed object; the
+readers and a manifest of s3 URLs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import fsspec
+import pytest
+
+import shardpack
+from shardpack.containers import is_shard_name
+from shardpack.options import PackOptions
+from tests.helpers import (
+    image,
+    make_tree,
+    object_hashes,
+    same_output,
+    wait_for,
+    worker_pids,
+    write_csv,
+    write_image,
+)
+from tests.s3server import Bucket
+
+JOB = ["--name", "flowers", "--shards", "3", "--workers", "2", "--no-progress"]
+# Shards streamed as multipart uploads, open for most of their writing: raw 256x256 pixels, 90 a
+# shard, 17 MiB each, twice the 8 MiB parts storage.remote uploads; six shards on two workers, so
+# that a run can be stopped with some finished and others uploading.
+BIG_SHARDS = 6
+BIG_JOB = ["--name", "big", "--encode", "raw", "--shards", str(BIG_SHARDS), "--workers", "2",
+           "--no-progress"]  # fmt: skip
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
+                          text=True, timeout=120, env=env)  # fmt: skip
+
+
+def _start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "shardpack", *args], stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    return make_tree(tmp_path_factory.mktemp("objects") / "src", {"a": 8, "b": 8, "c": 8})
+
+
+@pytest.fixture(scope="module")
+def local(src: Path) -> Path:
+    """The reference: the same job packed from a local folder into a local folder."""
+    out = src.parent / "local"
+    assert _cli("pack", str(src), str(out), *JOB).returncode == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def big_src(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("big") / "src"
+    for i in range(BIG_SHARDS * 90):
+        write_image(root / f"c{i % 4}" / f"{i:04d}.jpg", image(i, height=256, width=256))
+    return root
+
+
+@pytest.fixture(scope="module")
+def big_local(big_src: Path) -> Path:
+    out = big_src.parent / "local"
+    assert _cli("pack", str(big_src), str(out), *BIG_JOB).returncode == 0
+    return out
+
+
+def _nothing_partial(s3: Bucket, prefix: str, reference: Path) -> int:
+    """After a failed run: no open upload under prefix, no index.json, and every object under a
+    shard name is that shard, complete (the reference's bytes); the number of such shards."""
+    assert s3.uploads(prefix) == []
+    wanted = object_hashes(reference.as_uri())
+    found = {k: v for k, v in object_hashes(s3.url(prefix)).items() if is_shard_name(k)}
+    assert "index.json" not in object_hashes(s3.url(prefix))
+    assert {k: wanted[k] for k in found} == found
+    return len(found)
+
+
+def _finished(s3: Bucket, prefix: str) -> int:
+    """Shards complete under their final names."""
+    return sum(is_shard_name(k.rsplit("/", 1)[-1]) for k in s3.keys(prefix))
+
+
+def _one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_local_to_s3_is_byte_identical_to_a_local_pack(src, local, s3: Bucket):
+    out = s3.url("packed/flowers")
+    run = _cli("pack", str(src), out, *JOB)
+    assert run.returncode == 0, run.stderr
+    same_output(out, local)
+    assert s3.uploads() == []
+    again = _cli("pack", str(src), out, *JOB, "--resume", "--json")  # the lock was given back
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["records"] == 24
+    same_output(out, local)
+
+
+def test_s3_to_s3_is_byte_identical_to_a_local_pack(src, local, s3: Bucket):
+    source = s3.put_tree(src, "raw/flowers")
+    out = s3.url("packed/flowers")
+    run = _cli("pack", source, out, *JOB)
+    assert run.returncode == 0, run.stderr
+    same_output(out, local)
+
+
+def test_python_api_packs_s3_to_s3_and_reads_it_back(src, local, s3: Bucket):
+    source, out = s3.put_tree(src, "raw/flowers"), s3.url("packed/flowers")
+    result = shardpack.pack(source, out, PackOptions(name="flowers", shards=3, workers=2))
+    assert result.num_records == 24
+    same_output(out, local)
+
+    def contents(records) -> list[tuple]:
+        return sorted((r["key"], r["label"], hashlib.sha256(r["image"]).digest()) for r in records)
+
+    expected = contents(shardpack.iter_examples(str(local), "train"))
+    assert contents(shardpack.iter_examples(out, "train")) == expected
+    with shardpack.Records(out, "train") as records:
+        assert len(records) == 24
+        assert contents(records[i] for i in range(24)) == expected
+    report = shardpack.verify(out)
+    assert report.ok and report.records == 24, report.faults
+
+
+def test_readers_on_the_command_line_take_the_url(src, s3: Bucket, tmp_path: Path):
+    out = s3.url("packed/flowers")
+    assert _cli("pack", str(src), out, *JOB).returncode == 0
+    verify = _cli("verify", out)
+    assert verify.returncode == 0 and verify.stdout.startswith("OK: 3 shards, 24 records")
+    inspect = _cli("inspect", out, "--json")
+    assert inspect.returncode == 0, inspect.stderr
+    train = json.loads(inspect.stdout)["splits"]["train"]
+    assert train["num_records"] == 24 and len(train["samples"]) == 3  # records read back
+    sheet = tmp_path / "sheet.png"
+    preview = _cli("preview", out, "--out", str(sheet), "--n", "8")
+    assert preview.returncode == 0, preview.stderr
+    assert sheet.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_verify_names_a_changed_object(src, s3: Bucket):
+    out = s3.url("packed/flowers")
+    assert _cli("pack", str(src), out, *JOB).returncode == 0
+    victim = "flowers-train.tfrecord-00001-of-00003"
+    data = bytearray(s3.read(f"packed/flowers/{victim}"))
+    data[len(data) // 2] ^= 0x01  # same size: only the sha256 and a CRC can tell
+    s3.write(f"packed/flowers/{victim}", bytes(data))
+    run = _cli("verify", out)
+    assert run.returncode == 1 and f"FAULT {victim}" in run.stderr, run.stderr
+    report = shardpack.verify(out)
+    assert not report.ok and {f.file for f in report.faults} == {victim}
+
+
+def test_storage_options_reach_the_run_and_its_workers(src, local, s3: Bucket, monkeypatch):
+    """--storage-option (and storage_options=) win over the environment, in every process: the
+    environment here points at a closed loopback port, the option at the server."""
+    import s3fs
+
+    out = s3.url("packed/flowers")
+    option = f"endpoint_url={s3.endpoint}"
+    env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}
+    run = _cli("pack", str(src), out, *JOB, "--storage-option", option, env=env)
+    assert run.returncode == 0, run.stderr
+    same_output(out, local)
+    verify = _cli("verify", out, "--storage-option", option, env=env)
+    assert verify.returncode == 0, verify.stderr
+    for name in ("AWS_ENDPOINT_URL", "AWS_MAX_ATTEMPTS"):
+        monkeypatch.setenv(name, env[name])
+    s3fs.S3FileSystem.clear_instance_cache()  # one made before would still know the server
+    options = {"endpoint_url": s3.endpoint}
+    assert len(list(shardpack.iter_examples(out, "train", storage_options=options))) == 24
+    assert shardpack.verify(out, storage_options=options).ok
+    s3fs.S3FileSystem.clear_instance_cache()  # none that knows only the closed port stays
+
+
+def test_memory_url_round_trip_in_process(src, local):
+    out = "memory://shardpack-test/flowers"  # one process's memory: the run must stay in it
+    try:
+        result = shardpack.pack(src, out, PackOptions(name="flowers", shards=3, workers=1))
+        assert result.num_records == 24
+        same_output(out, local)
+        assert len(list(shardpack.iter_examples(out, "train"))) == 24
+        assert shardpack.verify(out).ok
+    finally:
+        memory = fsspec.filesystem("memory")
+        if memory.exists("/shardpack-test"):
+            memory.rm("/shardpack-test", recursive=True)
+
+
+def test_a_manifest_on_s3_of_s3_urls(src, s3: Bucket, tmp_path: Path):
+    s3.put_tree(src, "raw/flowers")
+    files = sorted(p for p in src.rglob("*.jpg"))
+    rows = [{"path": s3.url(f"raw/flowers/{p.relative_to(src).as_posix()}"),
+             "label": p.parent.name} for p in files]  # fmt: skip
+    s3.write("manifests/flowers.csv", write_csv(tmp_path / "flowers.csv", rows).read_bytes())
+    out = s3.url("packed/flowers")
+    run = _cli("pack", s3.url("manifests/flowers.csv"), out, "--shards", "2", "--no-progress")
+    assert run.returncode == 0, run.stderr
+    classes = json.loads(s3.read("packed/flowers/index.json"))["classes"]
+    packed = sorted((classes[r["label"]], hashlib.sha256(r["image"]).hexdigest())
+                    for r in shardpack.iter_examples(out, "train"))  # fmt: skip
+    assert packed == sorted((p.parent.name, hashlib.sha256(p.read_bytes()).hexdigest())
+                            for p in files)  # fmt: skip
+
+
+def test_a_run_aborts_uploads_left_open_under_its_shard_names(src, local, s3: Bucket):
+    """What a run killed outright (SIGKILL, a lost machine) leaves: an upload that nobody
+    completed or aborted, under a name this run writes."""
+    key = "packed/flowers/flowers-train.tfrecord-00000-of-00003"
+    upload = s3.fs.call_s3("create_multipart_upload", Bucket=s3.name, Key=key)
+    s3.fs.call_s3("upload_part", Bucket=s3.name, Key=key, UploadId=upload["UploadId"],
+                  PartNumber=1, Body=b"left by a killed run")  # fmt: skip
+    assert s3.uploads("packed/") == [key]
+    run = _cli("pack", str(src), s3.url("packed/flowers"), *JOB)
+    assert run.returncode == 0, run.stderr
+    assert s3.uploads() == []
+    same_output(s3.url("packed/flowers"), local)
+
+
+def _uploading(s3: Bucket, prefix: str) -> bool:
+    return bool(s3.uploads(prefix))
+
+
+def test_sigint_mid_upload_leaves_nothing_partial_and_resume_completes(
+    big_src, big_local, s3: Bucket
+):
+    out = s3.url("packed/big")
+    run = _start("pack", str(big_src), out, *BIG_JOB)
+    wait_for(lambda: _finished(s3, "packed/big") >= 1 and _uploading(s3, "packed/big/"), 30)
+    run.send_signal(signal.SIGINT)
+    stderr = run.communicate(timeout=30)[1]
+    assert run.returncode == 130, stderr
+    assert "--resume" in _one_line(stderr)
+    assert 1 <= _nothing_partial(s3, "packed/big", big_local) < BIG_SHARDS
+    resumed = _cli("pack", str(big_src), out, *BIG_JOB, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert s3.uploads() == []
+    same_output(out, big_local)
+
+
+def test_worker_killed_mid_upload_leaves_nothing_partial_and_resume_completes(
+    big_src, big_local, s3: Bucket
+):
+    out = s3.url("packed/big")
+    run = _start("pack", str(big_src), out, *BIG_JOB)
+    pids: list[int] = []
+
+    def uploading() -> bool:  # a shard's multipart upload is open, and its workers are known
+        pids[:] = worker_pids(run.pid)
+        return bool(pids) and _uploading(s3, "packed/big/")
+
+    wait_for(uploading, 30)
+    os.kill(pids[0], signal.SIGKILL)
+    stderr = run.communicate(timeout=60)[1]
+    assert run.returncode == 2, stderr
+    assert "worker died" in _one_line(stderr)
+    _nothing_partial(s3, "packed/big", big_local)
+    resumed = _cli("pack", str(big_src), out, *BIG_JOB, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert s3.uploads() == []
+    same_output(out, big_local)
+
+
+def test_a_second_run_is_refused_while_the_first_holds_the_lock(src, local, s3: Bucket):
+    out = s3.url("packed/flowers")
+    first = _start("pack", str(src), out, *JOB)
+    wait_for(lambda: bool(s3.keys("packed/flowers")), 30)  # the lock object comes first
+    first.send_signal(signal.SIGSTOP)  # hold the first run mid-way, deterministically
+    try:
+        before = s3.keys("packed/flowers")
+        second = _cli("pack", str(src), out, *JOB)
+        after = s3.keys("packed/flowers")
+    finally:
+        first.send_signal(signal.SIGCONT)
+    first.communicate(timeout=120)
+    assert second.returncode == 2, second.stderr
+    assert "another shardpack run" in _one_line(second.stderr)
+    assert set(before) <= set(after)  # the refused run took away nothing, the lock included
+    assert first.returncode == 0
+    same_output(out, local)
+
+
+def test_a_killed_run_leaves_uploads_that_resume_aborts(big_src, big_local, s3: Bucket):
+    """SIGKILL of the run (the OOM killer): no cleanup runs, its workers die with it, their
+    uploads stay open and so does the lock object. The next run on this host sees the lock's
+    run is dead and takes it over; --resume aborts the uploads and completes."""
+    out = s3.url("packed/big")
+    run = _start("pack", str(big_src), out, *BIG_JOB)
+    wait_for(lambda: _uploading(s3, "packed/big/") and len(worker_pids(run.pid)) == 2, 30)
+    workers = worker_pids(run.pid)
+    run.kill()
+    run.wait(timeout=30)
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), 10)
+    assert s3.uploads("packed/big/")  # nobody was left to abort them
+    resumed = _cli("pack", str(big_src), out, *BIG_JOB, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert s3.uploads() == []
+    same_output(out, big_local)
+
+
+def test_a_lock_from_another_host_is_honoured_until_removed(src, local, s3: Bucket):
+    """This host cannot tell whether a run elsewhere is alive: its lock holds until a person
+    removes it, as the one-line refusal says."""
+    out, lock = s3.url("packed/flowers"), "packed/flowers/.shardpack.lock"
+    held = {"pid": 4242, "host": "another-host", "started": "2026-01-01T00:00:00Z", "token": "x"}
+    s3.write(lock, json.dumps(held).encode())
+    refused = _cli("pack", str(src), out, *JOB)
+    assert refused.returncode == 2
+    line = _one_line(refused.stderr)
+    assert "another-host" in line and s3.url(lock) in line
+    assert json.loads(s3.read(lock)) == held  # the refused run left it alone
+    s3.fs.rm_file(f"{s3.name}/{lock}")
+    assert _cli("pack", str(src), out, *JOB).returncode == 0
+    same_output(out, local)
