@@ -278,6 +278,11 @@ def _write_shards(
         # Workers remove their own partial files; these are a killed worker's (random names,
         # or the multipart uploads it left open).
         in_flight = out.remove_partial({s.file for s in todo})
+        # A shard a worker finished whose result never reached us (the run was stopped in
+        # between) is complete but not in the journal: removed, so that OUT holds only what the
+        # journal vouches for (and stays recognisably ours for --resume).
+        recorded = {r.file for r in results}
+        out.remove(s.file for s in todo if s.file not in recorded)
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             raise ImageError(
                 e.key,

@@ -175,7 +175,8 @@ class RemoteStorage(Storage):
         aborted = []
         for upload in self.fs.list_multipart_uploads(bucket):
             if upload.get("Key") in wanted:
-                self.fs.abort_mpu(bucket, upload["Key"], upload["UploadId"])
+                with suppress(FileNotFoundError):  # completed or aborted since the listing
+                    self.fs.abort_mpu(bucket, upload["Key"], upload["UploadId"])
                 aborted.append(upload["Key"].rsplit("/", 1)[-1])
         return sorted(set(aborted))
 
