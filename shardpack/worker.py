@@ -15,7 +15,7 @@ from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
-from shardpack.sources import Item, loader
+from shardpack.sources import Item, item_files, loader
 from shardpack.storage import Storage
 
 # How often a worker reports its count for the parent's progress bar: often enough for a live
@@ -87,7 +87,11 @@ def write_shard(
     progress = _Progress(out, spec.file)
     try:
         container = CONTAINERS[options.format]
-        with container.writer(spec.file, options.compression, storage=out) as writer:
+        limit = images.max_file_bytes(options.max_pixels)
+        with (
+            src.reading(item_files(kind, spec.items), limit) as src,
+            container.writer(spec.file, options.compression, storage=out) as writer,
+        ):
             for done, item in enumerate(spec.items, 1):
                 try:
                     features = _features(item, load(item, src, options, cache), options)

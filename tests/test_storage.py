@@ -129,3 +129,26 @@ def test_a_lock_left_by_a_dead_run_on_this_host_is_taken_over(tmp_path, url):
     MEMORY.pipe_file(MEMORY._strip_protocol(f"{url}/out/{LOCK_NAME}"), json.dumps(lock).encode())
     with pytest.raises(OutputError, match=f"pid {lock['pid']} on elsewhere"):
         pack(src, f"{url}/out", PackOptions(overwrite=True))
+
+
+def test_reading_ahead_gives_each_file_in_order_bounded_and_errors_as_reads_would(url):
+    from shardpack.srcfiles import FileTooLarge
+
+    storage = storage_at(url)
+    files = {f"d/{i:03d}.bin": bytes([i]) * (i + 1) for i in range(40)}
+    for name, data in files.items():
+        storage.put(name, data)
+    names = [*files, "d/missing.bin", "d/039.bin"]
+    with storage.reading(names, limit=30) as ahead:
+        assert ahead is not storage  # a URL's files are fetched ahead
+        for name in list(files)[:30]:
+            assert ahead.read(name, 30) == files[name]
+        for name in list(files)[30:]:
+            with pytest.raises(FileTooLarge):
+                ahead.read(name, 30)
+        with pytest.raises(FileNotFoundError):
+            ahead.read("d/missing.bin", 30)
+        assert ahead.read("d/000.bin", 30) == files["d/000.bin"]  # out of order: read directly
+    local = LocalStorage("/")
+    with local.reading(["x"], 1) as same:
+        assert same is local  # a local disk reads as fast as it asks

@@ -127,6 +127,14 @@ def loader(kind: str) -> Loader:
     return cifar.load if kind in cifar.LAYOUTS else folder.load
 
 
+def item_files(kind: str, items) -> list[str]:
+    """The files the loader of `kind` reads for these items, one each, in order (CIFAR: none,
+    its batches are read once a process)."""
+    from shardpack.sources import cifar
+
+    return [] if kind in cifar.LAYOUTS else [item.path for item in items]
+
+
 def source_root(
     src: Storage | str | os.PathLike, storage_options: Mapping[str, object] | None = None
 ) -> Storage:

@@ -17,7 +17,7 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import NamedTuple
 
 __all__ = ["Blob", "Entry", "JournalWriter", "Sink", "Storage", "StorageError", "storage_at"]
@@ -128,6 +128,13 @@ class Storage:
         """A whole file of SRC of at most `limit` bytes (srcfiles.FileTooLarge past it,
         unread). On a local disk, links are followed, but only to a regular file."""
         raise NotImplementedError
+
+    @contextmanager
+    def reading(self, names: list[str], limit: int) -> Iterator[Storage]:
+        """This storage, to read `names` (each at most `limit` bytes) in this order. Where each
+        request waits on the network (an object store), the next files are fetched ahead,
+        several at once, while the caller works on the current one."""
+        yield self
 
     def open(self, name: str) -> Blob:
         """A file of OUT to read at offsets, streamed: nothing is fetched before it is asked

@@ -49,6 +49,8 @@ _CHUNK = 1 << 20  # bytes handed to the upload thread at a time
 _QUEUED = 16  # chunks in flight to the upload thread: the most a worker runs ahead of it
 _READ_BLOCK = 4 << 20  # a reader's read-ahead: records stream, a shard is never fetched whole
 _LOCK_CAP = 4096
+_AHEAD = 16  # source files fetched at once by a worker (concurrent range requests)
+_AHEAD_BATCHES = 2  # batches fetched ahead of the one being read
 
 
 class RemoteStorage(Storage):
@@ -133,6 +135,14 @@ class RemoteStorage(Storage):
             raise FileTooLarge(f"over the limit of {limit} bytes")
         return data
 
+    @contextmanager
+    def reading(self, names: list[str], limit: int) -> Iterator[Storage]:
+        ahead = _ReadAhead(self, names, limit)
+        try:
+            yield ahead
+        finally:
+            ahead.close()
+
     def open(self, name: str) -> Blob:
         with _naming(self.path(name)):
             return _ObjectBlob(self.fs, self._key(name), self.path(name))
@@ -209,6 +219,60 @@ def _entry(info: dict, base: str) -> Entry:
     relative = name[len(base) :].lstrip("/") if name.startswith(base) else ""
     is_dir = info["type"] == "directory"
     return Entry(relative, is_dir, 0 if is_dir else int(info.get("size") or 0))
+
+
+class _ReadAhead:
+    """A RemoteStorage whose read() of the names given, in their order, comes from a thread
+    fetching them _AHEAD at a time with concurrent range requests (bounded by `limit` each):
+    per-request latency, not bandwidth, is what limits one worker reading small objects.
+    Anything else, or a name out of order, goes to the storage itself."""
+
+    def __init__(self, storage: RemoteStorage, names: list[str], limit: int) -> None:
+        self.storage, self.limit = storage, limit
+        self._fetched: queue.Queue[list | None] = queue.Queue(_AHEAD_BATCHES)
+        self._pending: list = []  # (name, bytes or the OSError its request raised), reversed
+        self._done = False  # every batch has been taken
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fetch, args=(names,), daemon=True)
+        self._thread.start()
+
+    def _fetch(self, names: list[str]) -> None:
+        fs = self.storage.fs
+        for i in range(0, len(names), _AHEAD):
+            if self._stop.is_set():
+                return
+            batch = names[i : i + _AHEAD]
+            keys = [self.storage._key(n) for n in batch]
+            try:
+                got = fs.cat_ranges(keys, [0] * len(keys), [self.limit + 1] * len(keys),
+                                    on_error="return")  # fmt: skip
+            except Exception as e:  # the whole batch failed: each read says so
+                got = [e] * len(batch)
+            self._fetched.put(list(zip(batch, got, strict=True)))
+        self._fetched.put(None)
+
+    def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
+        if not self._pending and not self._done:
+            batch = self._fetched.get()
+            self._done = batch is None
+            self._pending = list(reversed(batch or []))
+        if not self._pending or self._pending[-1][0] != name or limit > self.limit:
+            return self.storage.read(name, limit, size_hint)
+        _, data = self._pending.pop()
+        if isinstance(data, BaseException):
+            raise data if isinstance(data, OSError) else OSError(str(data))
+        if len(data) > limit:
+            raise FileTooLarge(f"over the limit of {limit} bytes")
+        return data
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._thread.is_alive():  # unblock a put on a full queue
+            with suppress(queue.Empty):
+                self._fetched.get(timeout=0.05)
+
+    def __getattr__(self, attribute: str):
+        return getattr(self.storage, attribute)
 
 
 class _ObjectBlob(Blob):
