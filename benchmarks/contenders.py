@@ -9,6 +9,7 @@
 | baseline-keep   | the same loop passing file bytes through, no decode (keep runs only)       |
 | naive-parallel  | multiprocessing.Pool, one task per shard, TF Example + writer in each      |
 | shardpack       | the real CLI: shardpack pack SRC OUT --workers N --no-progress --json      |
+|                 | (--format: the run's container, TFRecord unless the run says otherwise)    |
 | shardpack-default | the same with no --workers: the worker count the defaults choose         |
 | ceiling         | one core reading and decoding/encoding in a tight loop, nothing else       |
 | io-ceiling      | keep runs: one process reading, hashing, writing and fsyncing the bytes    |
@@ -25,6 +26,9 @@ from dataclasses import dataclass
 
 from benchmarks.measure import Measurement, run_measured
 from benchmarks.workloads import Workload
+from shardpack.containers import CONTAINERS
+from shardpack.errors import ShardpackError
+from shardpack.storage import storage_at
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = (
@@ -46,10 +50,12 @@ class Case:
     workload: Workload
     encode: str
     quality: int = 95
+    format: str = "tfrecord"  # shardpack's container; the other contenders write TFRecord
 
     @property
     def id(self) -> str:
-        return f"{self.workload.name}-{self.encode}"
+        tail = "" if self.format == "tfrecord" else f"-{self.format}"
+        return f"{self.workload.name}-{self.encode}{tail}"
 
 
 @dataclass(frozen=True)
@@ -94,8 +100,14 @@ def _clear(path: str) -> None:
     os.sync()
 
 
-def count_records(folder: str) -> tuple[int, int]:
-    """(records, bytes) over the *.tfrecord* files in folder, walking record headers only."""
+def count_records(folder: str, fmt: str = "tfrecord") -> tuple[int, int]:
+    """(records, bytes) over the *.tfrecord* files in folder, walking record headers only;
+    for another shardpack container, over its shards, by the container's framing check."""
+    if fmt != "tfrecord":
+        container, storage = CONTAINERS[fmt], storage_at(folder)
+        shards = [n for n in sorted(os.listdir(folder)) if container.shard_pattern.fullmatch(n)]
+        checked = [container.check(storage, name) for name in shards]
+        return sum(c.num_records for c in checked), sum(c.num_bytes for c in checked)
     records = size = 0
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
@@ -179,6 +191,8 @@ def run(contender: Contender, case: Case, scratch: str) -> dict:
                     encode,
                     "--quality",
                     quality,
+                    "--format",
+                    case.format,
                     "--no-progress",
                     "--json",
                     "--overwrite",
@@ -223,8 +237,9 @@ def _result(contender: Contender, case: Case, steps: list[Measurement], out: str
     result["inner_s"] = reported.get("seconds")
     result["chosen_workers"] = reported.get("workers")
     try:
-        result["images"], result["out_bytes"] = count_records(out)
-    except (OSError, ValueError) as e:
+        fmt = case.format if contender.kind.startswith("shardpack") else "tfrecord"
+        result["images"], result["out_bytes"] = count_records(out, fmt)
+    except (OSError, ValueError, ShardpackError) as e:
         result.update(ok=False, error=f"cannot read the output: {e}")
         return result
     if result["images"] != case.workload.num_images:

@@ -368,6 +368,12 @@ def case_table(case: dict) -> list[str]:
     return lines
 
 
+def _format(case: dict) -> str:
+    """The heading's note of a container other than TFRecord (results before it: TFRecord)."""
+    fmt = case.get("format", "tfrecord")
+    return "" if fmt == "tfrecord" else f", --format {fmt}"
+
+
 def markdown(results: dict) -> str:
     """The whole report: machine, one table per case, targets, extras."""
     m = results["machine"]
@@ -386,7 +392,8 @@ def markdown(results: dict) -> str:
     for case in results["cases"]:
         w = case["workload"]
         lines += [
-            f"## {w['name']}, --encode {case['encode']}: {w['num_images']:,} images, "
+            f"## {w['name']}, --encode {case['encode']}{_format(case)}: "
+            f"{w['num_images']:,} images, "
             f"{w['input_mb']} MB in",
             "",
             *case_table(case),

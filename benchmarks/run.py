@@ -25,6 +25,7 @@ from importlib import metadata
 from benchmarks import report, workloads
 from benchmarks.contenders import KINDS, REPO, Case, Contender, run, shardpack_command
 from benchmarks.measure import run_measured
+from shardpack.containers import CONTAINERS
 
 DEFAULT_ENCODE = {
     "cifar10": "raw",
@@ -111,6 +112,12 @@ def _parser() -> argparse.ArgumentParser:
         help="encodings for the SRCs given, e.g. raw,jpeg [per workload]",
     )
     add("--quality", type=int, default=95, help="JPEG quality [95]")
+    add(
+        "--format",
+        choices=sorted(CONTAINERS),
+        default="tfrecord",
+        help="shardpack's shard container; the other contenders write TFRecord [tfrecord]",
+    )
     add("--repeat", type=int, default=3, help="runs of each contender [3]")
     add(
         "--contenders",
@@ -192,7 +199,7 @@ def _plan(args, cache: str, workers: list[int]) -> list[tuple[Case, list[Contend
             )
         chosen = _contenders(kinds, workload.kind, encode, workers)
         if chosen:
-            plan.append((Case(workload, encode, args.quality), chosen))
+            plan.append((Case(workload, encode, args.quality, args.format), chosen))
     return plan
 
 
@@ -377,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                 "workload": case.workload.to_json(),
                 "encode": case.encode,
                 "quality": case.quality,
+                "format": case.format,
                 "contenders": [
                     {
                         "id": c.id,

@@ -9,12 +9,12 @@ own temporary names) are ever removed.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 
-from shardpack.containers import is_shard_name
+from shardpack.containers import Container, is_shard_name
 from shardpack.errors import IndexFormatError, OutputError
-from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, load_index
+from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, Index, load_index
 from shardpack.plan import Plan, ShardResult
 from shardpack.storage import Storage
 
@@ -34,6 +34,7 @@ class OutState:
     journal_digest: str | None  # the journal's plan digest, when it has a readable one
     finished: tuple[ShardResult, ...]  # the journal's well-formed shard entries
     listed: frozenset[str]  # shard file names the old index or journal say shardpack wrote
+    beside: frozenset[str]  # OUT's files that the old index's splits imply (wids' lists)
 
     @property
     def ours(self) -> bool:
@@ -52,12 +53,14 @@ def read_state(out: Storage) -> OutState:
     digests: list[str | None] = []
     listed: set[str] = set()
     has_index = INDEX_NAME in names
+    beside: frozenset[str] = frozenset()
     if has_index:
-        document = _old_index(out)
-        digest = document.get("plan_digest") if document is not None else None
+        index = _old_index(out)
+        digest = index.raw.get("plan_digest") if index is not None else None
         digests.append(digest if isinstance(digest, str) else None)
-        if document is not None:  # load_index checked its shape
-            listed |= {s["file"] for s in _index_shards(document)}
+        if index is not None:  # load_index checked its shape
+            listed |= {s["file"] for s in _index_shards(index.raw)}
+            beside = split_file_names(index.container, index.name, index.splits)
     header, finished = _read_journal(out)
     journal_digest = None
     if header is not None:
@@ -68,6 +71,8 @@ def read_state(out: Storage) -> OutState:
     return OutState(
         names=names,
         folders=frozenset(e.name for e in entries if e.is_dir),
+        # only OUT's own entries: a crafted split name ("a/../..") names nothing outside
+        beside=beside & {e.name for e in entries if not e.is_dir},
         has_index=has_index,
         digests=tuple(digests),
         journal_digest=journal_digest,
@@ -76,12 +81,20 @@ def read_state(out: Storage) -> OutState:
     )
 
 
-def prepare(out: Storage, plan: Plan, overwrite: bool, resume: bool) -> tuple[set[str], list]:
+def split_file_names(container: Container, name: str, splits: Iterable[str]) -> frozenset[str]:
+    """The files a pack of `splits` writes beside its shards (container.split_files)."""
+    return frozenset(file for split in splits for file in container.split_files(name, split, []))
+
+
+def prepare(
+    out: Storage, plan: Plan, overwrite: bool, resume: bool, beside: frozenset[str]
+) -> tuple[set[str], list]:
     """Make OUT ready for `plan`, touching only files shardpack wrote or will write.
 
     OUT is shardpack's when it holds an index.json or a journal; then the shard files they
-    list are ours. Otherwise any file under a name pack is about to write is the user's, and is
-    replaced only with overwrite.
+    list, and the split files (split_file_names) its index implies, are ours. Otherwise any
+    file under a name pack is about to write (a shard, `beside`, the index or the TFDS
+    metadata) is the user's, and is replaced only with overwrite.
 
     Returns:
         (old shard files, listed by the old index or journal, that the new index drops;
@@ -103,7 +116,7 @@ def prepare(out: Storage, plan: Plan, overwrite: bool, resume: bool) -> tuple[se
         )
     planned = {spec.file for spec in plan.shards}
     if not state.ours and not overwrite:
-        clash = sorted(state.names & (planned | {INDEX_NAME, *METADATA_NAMES}))
+        clash = sorted(state.names & (planned | beside | {INDEX_NAME, *METADATA_NAMES}))
         if clash:
             raise OutputError(
                 f"{out.path(clash[0])}: exists and was not written by shardpack "
@@ -113,10 +126,10 @@ def prepare(out: Storage, plan: Plan, overwrite: bool, resume: bool) -> tuple[se
     # Only shards of this very plan are kept, whatever --overwrite says.
     same_plan = resume and state.journal_digest == plan.digest
     reused = _reusable(out, state.finished, planned) if same_plan else []
-    if state.has_index:
-        out.remove([INDEX_NAME])
+    if state.has_index:  # with it go the split files that list its shards
+        out.remove([INDEX_NAME, *state.beside])
     rewritten = planned | state.listed
-    out.remove_partial(rewritten | {INDEX_NAME, *METADATA_NAMES})
+    out.remove_partial(rewritten | beside | {INDEX_NAME, *METADATA_NAMES})
     if INDEX_FILES_DIR in state.folders:  # never into a folder a link points at
         kept = {r.file for r in reused}
         idx = out.child(INDEX_FILES_DIR)
@@ -125,10 +138,10 @@ def prepare(out: Storage, plan: Plan, overwrite: bool, resume: bool) -> tuple[se
     return state.listed - planned, reused
 
 
-def _old_index(out: Storage) -> dict | None:
-    """The old index document, or None when it is unreadable or not a plain file."""
+def _old_index(out: Storage) -> Index | None:
+    """The old index, or None when it is unreadable or not a plain file."""
     try:
-        return load_index(out).raw
+        return load_index(out)
     except (IndexFormatError, OSError):
         return None
 

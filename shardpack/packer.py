@@ -13,10 +13,11 @@ from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, replace
 
 from shardpack.atomic import json_bytes, temp_files
+from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, OutputError, WorkerDiedError
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
-from shardpack.outdir import Journal, prepare
+from shardpack.outdir import Journal, prepare, split_file_names
 from shardpack.plan import (
     SERIAL_SHARE,
     Plan,
@@ -204,7 +205,9 @@ def pack(
                 raise ImageError(*dataset.skipped[0])
             name = options.name or default_name(dataset, src_root)
             plan = make_plan(dataset, name, options, options.workers or machine_cores())
-        stale, reused = prepare(out, plan, options.overwrite, options.resume)
+        splits = {spec.split for spec in plan.shards}
+        beside = split_file_names(CONTAINERS[options.format], name, splits)
+        stale, reused = prepare(out, plan, options.overwrite, options.resume, beside)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
         if out.in_process or src_root.in_process:  # memory:// is this process's own
             workers, options = 1, replace(options, backend="loky")

@@ -214,6 +214,24 @@ def test_the_benchmark_harness_runs_from_the_checkout(src: Path, tmp_path: Path)
     assert (tmp_path / "bench.png").stat().st_size > 0
 
 
+def test_the_benchmark_harness_passes_format_to_shardpack(src: Path, tmp_path: Path):
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", str(src), "--contenders", "shardpack",
+         "--format", "webdataset", "--workers", "1", "--repeat", "1", "--json", str(out),
+         "--no-extras", "--cache", str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (case,) = json.loads(out.read_text())["cases"]
+    (contender,) = case["contenders"]
+    (run,) = contender["runs"]
+    assert case["format"] == "webdataset" and run["ok"] and run["images"] == 7  # tar shards
+    argv = run["steps"][0]["argv"]
+    assert argv[argv.index("--format") + 1] == "webdataset"
+    assert "--format webdataset" in (tmp_path / "bench.md").read_text()
+
+
 # ---- help, version, usage ------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -178,6 +179,41 @@ def test_an_index_without_a_container_is_tfrecord_and_an_unknown_one_is_refused(
     (out / "index.json").write_text(json.dumps({**index, "container": "parquet"}))
     with pytest.raises(IndexFormatError, match="unknown container 'parquet'; upgrade shardpack"):
         verify(out)
+
+
+def _lists(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if p.name.endswith(".shardindex.json"))
+
+
+def test_a_repack_leaves_no_wids_list_of_the_old_dataset(src, tmp_path):
+    """Each re-pack with --overwrite: another name, other splits, another container."""
+    out, victim = tmp_path / "out", tmp_path / "victim.json"
+    victim.write_text("the user's")
+    wds = replace(OPTIONS, format="webdataset", overwrite=True)
+    pack(src, out, wds)
+    assert _lists(out) == ["src-train.shardindex.json"]
+    pack(src, out, replace(wds, name="other"))
+    assert _lists(out) == ["other-train.shardindex.json"]
+    pack(src, out, replace(wds, name="other", split=(("fit", 0.5), ("val", 0.5))))
+    assert _lists(out) == ["other-fit.shardindex.json", "other-val.shardindex.json"]
+    (out / "other-val.shardindex.json").unlink()
+    (out / "other-val.shardindex.json").symlink_to(victim)  # not a file of ours: never followed
+    pack(src, out, replace(OPTIONS, overwrite=True))  # tfrecord
+    assert _lists(out) == ["other-val.shardindex.json"] and victim.read_text() == "the user's"
+    assert (out / "other-val.shardindex.json").is_symlink() and verify(out).ok
+
+
+def test_a_repack_into_a_url_leaves_no_wids_list_of_the_old_dataset(src, tmp_path):
+    import fsspec
+
+    memory, url = fsspec.filesystem("memory"), f"memory://wids-{uuid.uuid4().hex}"
+    try:
+        pack(src, url, replace(OPTIONS, format="webdataset"))
+        assert memory.isfile(f"{url}/src-train.shardindex.json")
+        pack(src, url, replace(OPTIONS, overwrite=True))
+        assert not memory.glob(f"{url}/*.shardindex.json") and verify(url).ok
+    finally:
+        memory.rm(url, recursive=True)
 
 
 def test_tf_dataset_refuses_other_containers_in_one_line(packed):

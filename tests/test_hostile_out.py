@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import textwrap
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -192,6 +194,31 @@ def test_a_crafted_journal_removes_only_regular_shard_files(src, victim, tmp_pat
         assert (out / linked).is_symlink() and victim.read_text() == VICTIM_TEXT
         assert (out / "idx").is_dir() and (out / "index.json").is_file()
         assert verify(out).ok
+
+
+def test_a_users_file_under_a_wids_list_name_is_a_clash(src, tmp_path):
+    """A folder shardpack did not write: the split file pack would write is the user's."""
+    out, theirs = tmp_path / "out", "src-train.shardindex.json"
+    out.mkdir()
+    (out / theirs).write_text("mine")
+    wds = PackOptions(workers=1, shards=2, format="webdataset")
+    with pytest.raises(OutputError, match=rf"{re.escape(theirs)}: exists and was not written"):
+        pack(src, out, wds)
+    assert sorted(p.name for p in out.iterdir()) == [theirs]
+    assert (out / theirs).read_text() == "mine"
+    pack(src, out, replace(wds, overwrite=True))  # replaced, as asked
+    assert json.loads((out / theirs).read_text())["name"] == "src-train"
+
+
+def test_a_crafted_index_removes_no_wids_list_outside_out(src, victim, tmp_path):
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, shards=2, format="webdataset"))
+    outside = victim.parent / "v-train.shardindex.json"  # what the name below implies
+    outside.write_text(VICTIM_TEXT)
+    index = json.loads((out / "index.json").read_text())
+    (out / "index.json").write_text(json.dumps({**index, "name": str(victim.parent / "v")}))
+    pack(src, out, PackOptions(workers=1, shards=2, overwrite=True))
+    assert outside.read_text() == VICTIM_TEXT
 
 
 @pytest.mark.parametrize("journal", ["folder", "fifo", "binary"])
