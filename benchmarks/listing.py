@@ -22,7 +22,7 @@ def measure(src: str, encode: str) -> dict:
     from shardpack.options import PackOptions
     from shardpack.packer import _no_gc, default_name, machine_cores
     from shardpack.plan import make_plan
-    from shardpack.sources import scan
+    from shardpack.sources import scan, source_root
 
     options = PackOptions(encode=encode)
     with _no_gc():  # as pack() scans and plans
@@ -30,7 +30,7 @@ def measure(src: str, encode: str) -> dict:
         start = time.perf_counter()
         dataset = scan(src, options)
         scanned = time.perf_counter()
-        plan = make_plan(dataset, default_name(dataset, src), options, machine_cores())
+        plan = make_plan(dataset, default_name(dataset, source_root(src)), options, machine_cores())
         planned = time.perf_counter()
         cpu = time.process_time() - cpu
     files = sum(len(items) for items in dataset.splits.values())

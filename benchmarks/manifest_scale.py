@@ -62,7 +62,7 @@ fmt, path, warm, root = sys.argv[1:5]
 from shardpack.options import PackOptions
 from shardpack.packer import _no_gc, default_name, machine_cores
 from shardpack.plan import make_plan
-from shardpack.sources import scan
+from shardpack.sources import scan, source_root
 
 options = PackOptions(root=root)
 scan(warm, options)  # imports and first touches, as in _CHILD
@@ -78,7 +78,7 @@ with _no_gc():  # as pack() scans and plans
     start = time.perf_counter()
     dataset = scan(path, options)
     scanned = time.perf_counter()
-    plan = make_plan(dataset, default_name(dataset, path), options, machine_cores())
+    plan = make_plan(dataset, default_name(dataset, source_root(path)), options, machine_cores())
     planned = time.perf_counter()
 del plan
 held = rss() - base
