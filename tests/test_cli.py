@@ -232,6 +232,16 @@ def test_the_benchmark_harness_passes_format_to_shardpack(src: Path, tmp_path: P
     assert "--format webdataset" in (tmp_path / "bench.md").read_text()
 
 
+def test_the_listing_benchmark_scans_and_plans_a_tree(src: Path):
+    """benchmarks.listing calls the library's scan and plan directly (make bench-long): it broke
+    once, unnoticed until the long run, when a signature it uses changed."""
+    result = subprocess.run([sys.executable, "-m", "benchmarks.listing", str(src)],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)
+    assert figures["files"] == 7 and figures["shards"] >= 1 and figures["files_per_s"] > 0
+
+
 # ---- help, version, usage ------------------------------------------------------------------
 
 
