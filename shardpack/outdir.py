@@ -224,7 +224,10 @@ class Journal:
 
     def add(self, result: ShardResult) -> None:
         """Record a finished shard durably (its file was committed before)."""
-        self._writer.add(_line(asdict(result)))
+        try:
+            self._writer.add(_line(asdict(result)))
+        except OSError as e:  # a full disk, a lost store: one line, and how to go on
+            raise OutputError.writing(self._writer.name, e) from None
 
     def close(self) -> None:
         self._writer.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+from contextlib import suppress
 
 import numpy as np
 
@@ -51,7 +52,8 @@ class _Progress:
     def update(self, count: int) -> None:
         now = time.monotonic()
         if now - self.last >= PROGRESS_INTERVAL_S and self.fd >= 0:
-            os.pwrite(self.fd, struct.pack("<Q", count), 0)
+            with suppress(OSError):  # a full disk: the bar is not worth failing the shard for
+                os.pwrite(self.fd, struct.pack("<Q", count), 0)
             self.last = now
 
     def close(self) -> None:

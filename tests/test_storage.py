@@ -152,3 +152,16 @@ def test_reading_ahead_gives_each_file_in_order_bounded_and_errors_as_reads_woul
     local = LocalStorage("/")
     with local.reading(["x"], 1) as same:
         assert same is local  # a local disk reads as fast as it asks
+
+
+def test_a_journal_that_cannot_be_written_is_one_line_with_the_way_on(tmp_path):
+    """A full disk can strike the journal instead of a shard (the disk-full test hit it once):
+    the error names the journal and says --resume, on every storage."""
+    from shardpack.outdir import Journal
+    from shardpack.plan import ShardResult
+
+    result = ShardResult("train", 0, "d-train.tfrecord-00000-of-00001", 1, 10, "0" * 64, (1,),
+                         (), 0.1, ())  # fmt: skip
+    journal = Journal(storage_at(tmp_path / "gone"), "digest", [])  # its folder does not exist
+    with pytest.raises(OutputError, match=r"\.shardpack\.journal: cannot write .*--resume"):
+        journal.add(result)

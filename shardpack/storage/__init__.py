@@ -87,6 +87,8 @@ class Sink:
 class JournalWriter:
     """Completion records, one line each; see Storage.journal."""
 
+    name: str  # the journal's path or URL, for messages
+
     def add(self, line: bytes) -> None:
         raise NotImplementedError
 

@@ -186,12 +186,12 @@ class _FileJournal(JournalWriter):
     kept open and appended to, never opened by name again."""
 
     def __init__(self, path: str, head: list[bytes]) -> None:
-        self.path, self.head, self._file = path, head, None
+        self.name, self.head, self._file = path, head, None
 
     def add(self, line: bytes) -> None:
         if self._file is None:
             data = b"".join(h + b"\n" for h in [*self.head, line])
-            self._file = open(replace_with(self.path, data), "ab")  # noqa: SIM115 (close())
+            self._file = open(replace_with(self.name, data), "ab")  # noqa: SIM115 (close())
             return
         self._file.write(line + b"\n")
         self._file.flush()

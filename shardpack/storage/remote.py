@@ -389,6 +389,7 @@ class _ObjectJournal(JournalWriter):
 
     def __init__(self, storage: RemoteStorage, head: list[bytes]) -> None:
         self.storage, self.head, self.count = storage, head, 0
+        self.name = storage.path(JOURNAL_FOLDER)
 
     def _put(self, line: bytes) -> None:
         self.count += 1
