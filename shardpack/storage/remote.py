@@ -168,17 +168,28 @@ class RemoteStorage(Storage):
                 self.fs.rm_file(self._key(name))
 
     def remove_partial(self, finals: Iterable[str]) -> list[str]:
-        if not hasattr(self.fs, "list_multipart_uploads"):
+        if not hasattr(self.fs, "call_s3"):
             return []  # only S3 keeps uploads a killed process left open
         bucket, _, prefix = self._base.partition("/")
         wanted = {f"{prefix}/{f}".lstrip("/") for f in finals}
         aborted = []
-        for upload in self.fs.list_multipart_uploads(bucket):
+        for upload in self._uploads(bucket, f"{prefix}/".lstrip("/")):
             if upload.get("Key") in wanted:
                 with suppress(FileNotFoundError):  # completed or aborted since the listing
                     self.fs.abort_mpu(bucket, upload["Key"], upload["UploadId"])
                 aborted.append(upload["Key"].rsplit("/", 1)[-1])
         return sorted(set(aborted))
+
+    def _uploads(self, bucket: str, prefix: str) -> Iterator[dict]:
+        """The multipart uploads open under `prefix`, every page of them (1,000 a page)."""
+        marks: dict[str, str] = {}
+        while True:
+            page = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **marks)
+            yield from page.get("Uploads", [])
+            if not page.get("IsTruncated"):
+                return
+            marks = {"KeyMarker": page["NextKeyMarker"],
+                     "UploadIdMarker": page["NextUploadIdMarker"]}  # fmt: skip
 
     def lock(self, created: bool = False):
         return _locked(self)
