@@ -8,7 +8,6 @@ regular files (lstat): unlinking never follows a link, and a folder or FIFO is n
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -17,7 +16,7 @@ import stat
 from collections.abc import Iterable
 from contextlib import suppress
 
-_HASH_CHUNK = 1 << 20
+HASH_CHUNK = 1 << 20  # bytes read at a time to hash a file
 _TOKEN_BYTES = 8  # 16 hex digits: a name no one can plant in advance
 # The one definition of our temporary names: `.NAME.<token>.partial|progress`.
 TEMP_NAME = re.compile(r"^\.(?P<final>.+)\.[0-9a-f]{16}\.(?P<kind>partial|progress)$")
@@ -120,11 +119,6 @@ def write_atomic(path: str, data: bytes) -> None:
     os.close(replace_with(path, data))
 
 
-def write_json_atomic(path: str, document: object) -> None:
-    """write_atomic for a JSON document (json_bytes)."""
-    write_atomic(path, json_bytes(document))
-
-
 def json_bytes(document: object) -> bytes:
     """A JSON document as readable UTF-8, the way every JSON file shardpack writes reads.
 
@@ -135,21 +129,10 @@ def json_bytes(document: object) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
-def sha256_file(path: str) -> str:
-    """The sha256 of a regular file's bytes, read in 1 MiB chunks (no link followed)."""
-    digest = hashlib.sha256()
-    fd = open_regular(path)
-    try:
-        hash_fd(fd, digest)
-    finally:
-        os.close(fd)
-    return digest.hexdigest()
-
-
 def hash_fd(fd: int, digest) -> int:
     """Feed the whole file open at `fd` to `digest`, 1 MiB at a time; return its size."""
     size = 0
-    while chunk := os.pread(fd, _HASH_CHUNK, size):
+    while chunk := os.pread(fd, HASH_CHUNK, size):
         digest.update(chunk)
         size += len(chunk)
     return size

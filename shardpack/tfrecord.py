@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, BinaryIO
 import crc32c
 import numpy as np
 
-from shardpack.containers import HashingBlob, HashingFile, ShardWriter, open_hashing
+from shardpack.containers import HashingFile, ShardWriter, open_hashing
 from shardpack.errors import RecordError
 from shardpack.options import COMPRESSIONS
-from shardpack.storage import Sink, Storage
+from shardpack.storage import HashingBlob, Sink, Storage
 
 if TYPE_CHECKING:
     from shardpack.storage import Storage

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from shardpack.atomic import write_atomic, write_json_atomic
+from shardpack.atomic import json_bytes, write_atomic
 
 
 def test_write_json_atomic_leaves_no_temp_file(tmp_path: Path):
     path = tmp_path / "index.json"
-    write_json_atomic(str(path), {"v": [1, 2]})
+    write_atomic(str(path), json_bytes({"v": [1, 2]}))
     assert [p.name for p in tmp_path.iterdir()] == ["index.json"]
     assert json.loads(path.read_text(encoding="utf-8")) == {"v": [1, 2]}
     assert path.read_text(encoding="utf-8").endswith("}\n")
@@ -23,7 +23,7 @@ def test_write_json_atomic_replaces_and_keeps_unicode(tmp_path: Path):
     path = tmp_path / "index.json"
     path.write_text("old")
     document = {"classes": ["chats é", "猫"]}
-    write_json_atomic(str(path), document)
+    write_atomic(str(path), json_bytes(document))
     assert "猫" in path.read_text(encoding="utf-8")  # written as text, not \\u escapes
     assert json.loads(path.read_text(encoding="utf-8")) == document
     assert [p.name for p in tmp_path.iterdir()] == ["index.json"]
@@ -31,9 +31,9 @@ def test_write_json_atomic_replaces_and_keeps_unicode(tmp_path: Path):
 
 def test_a_document_that_is_not_json_keeps_the_old_file(tmp_path: Path):
     path = tmp_path / "index.json"
-    write_json_atomic(str(path), {"v": 1})
+    write_atomic(str(path), json_bytes({"v": 1}))
     with pytest.raises(TypeError):
-        write_json_atomic(str(path), {"v": object()})  # refused before any file is opened
+        write_atomic(str(path), json_bytes({"v": object()}))  # refused before any file is opened
     assert json.loads(path.read_text()) == {"v": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["index.json"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shardpack.atomic import write_json_atomic
+from shardpack.atomic import json_bytes, write_atomic
 from shardpack.errors import IndexFormatError
 from shardpack.index import (
     INDEX_NAME,
@@ -269,7 +269,7 @@ def test_refusal_does_not_touch_the_shard_path(tmp_path):
 def test_written_index_loads_back(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    write_json_atomic(str(out / INDEX_NAME), _document())
+    write_atomic(str(out / INDEX_NAME), json_bytes(_document()))
     assert load_index(out).raw == _document()
 
 
@@ -330,7 +330,7 @@ def test_build_index_merges_results_in_plan_order_and_loads_back(tmp_path):
     assert train["class_counts"] == [4 - (bad.label == 0), 3 - (bad.label == 1)]
     out = tmp_path / "out"
     out.mkdir()
-    write_json_atomic(str(out / INDEX_NAME), document)
+    write_atomic(str(out / INDEX_NAME), json_bytes(document))
     index = load_index(out)
     assert [s.file for s in index.split("train").shards] == [s.file for s in plan.shards]
     assert index.schema == dataset.schema

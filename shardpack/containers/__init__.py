@@ -24,10 +24,9 @@ from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from shardpack.errors import FileAccessError, OutputError, RecordError
-from shardpack.storage import Blob, Sink, Storage, storage_at
+from shardpack.storage import Blob, HashingBlob, Sink, Storage, storage_at
 
 # Bytes per read when hashing what a reader skipped or left.
-_HASH_CHUNK = 1 << 20
 Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or a list of one
 Example = dict[str, list]  # as read: name -> list of bytes, int or float
 # The dataset name and split at the start of every shard name, as the two groups of a pattern.
@@ -259,39 +258,6 @@ def open_shard(storage: Storage, name: str) -> Blob:
         raise FileAccessError.from_os_error(e, storage.path(name)) from None
     except OSError as e:
         raise RecordError(storage.path(name), 0, f"cannot open ({e.strerror or e})") from None
-
-
-class HashingBlob(Blob):
-    """A Blob that feeds `digest` every byte of the file in order as reads reach it, so that a
-    reader going front to back hashes the file in the same pass (bytes it skips, such as tar
-    padding, are read for the hash); finish() hashes whatever reading left."""
-
-    def __init__(self, blob: Blob, digest) -> None:
-        self.blob, self.digest, self.hashed = blob, digest, 0
-        self.name, self.size = blob.name, blob.size
-
-    def pread(self, size: int, offset: int) -> bytes:
-        while self.hashed < offset and self._feed(
-            self.blob.pread(min(offset - self.hashed, _HASH_CHUNK), self.hashed)
-        ):
-            pass
-        data = self.blob.pread(size, offset)
-        if offset <= self.hashed < offset + len(data):
-            self._feed(memoryview(data)[self.hashed - offset :])
-        return data
-
-    def _feed(self, data) -> int:
-        self.digest.update(data)
-        self.hashed += len(data)
-        return len(data)
-
-    def finish(self) -> None:
-        """Hash the rest of the file."""
-        while self.pread(_HASH_CHUNK, self.hashed):
-            pass
-
-    def close(self) -> None:
-        self.blob.close()
 
 
 def open_hashing(storage: Storage, name: str, digest) -> Blob:

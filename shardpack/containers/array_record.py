@@ -31,7 +31,6 @@ from shardpack.containers import (
     Container,
     Example,
     Features,
-    HashingBlob,
     ShardReader,
     ShardWriter,
     checked,
@@ -39,7 +38,7 @@ from shardpack.containers import (
 )
 from shardpack.containers.tfrecord import decode
 from shardpack.errors import RecordError
-from shardpack.storage import Sink, Storage
+from shardpack.storage import HashingBlob, Sink, Storage
 
 if TYPE_CHECKING:
     from shardpack.storage import Blob, Storage

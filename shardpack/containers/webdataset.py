@@ -27,7 +27,6 @@ from shardpack.containers import (
     Container,
     Example,
     Features,
-    HashingBlob,
     HashingFile,
     ShardReader,
     ShardWriter,
@@ -36,7 +35,7 @@ from shardpack.containers import (
     open_shard,
 )
 from shardpack.errors import RecordError
-from shardpack.storage import Sink
+from shardpack.storage import HashingBlob, Sink
 from shardpack.tfrecord import MAX_RECORD_BYTES
 
 if TYPE_CHECKING:

@@ -20,13 +20,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import NamedTuple
 
-__all__ = ["Blob", "Entry", "JournalWriter", "Sink", "Storage", "StorageError", "storage_at"]
-
+from shardpack.atomic import HASH_CHUNK
 from shardpack.errors import StorageError
+
+__all__ = [
+    "Blob", "Entry", "HashingBlob", "JournalWriter", "Sink", "Storage", "StorageError",
+    "storage_at",
+]  # fmt: skip
 
 # `scheme://`: what makes SRC or OUT an fsspec URL rather than a local path.
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
-_HASH_CHUNK = 1 << 20
 # OUT's lock, on every storage: a file held with flock, or an object created only if absent.
 LOCK_NAME = ".shardpack.lock"
 # The extra that brings each scheme's filesystem package (what to tell a user to install).
@@ -59,6 +62,39 @@ class Blob:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class HashingBlob(Blob):
+    """A Blob that feeds `digest` every byte of the file in order as reads reach it, so that a
+    reader going front to back hashes the file in the same pass (bytes it skips, such as tar
+    padding, are read for the hash); finish() hashes whatever reading left."""
+
+    def __init__(self, blob: Blob, digest) -> None:
+        self.blob, self.digest, self.hashed = blob, digest, 0
+        self.name, self.size = blob.name, blob.size
+
+    def pread(self, size: int, offset: int) -> bytes:
+        while self.hashed < offset and self._feed(
+            self.blob.pread(min(offset - self.hashed, HASH_CHUNK), self.hashed)
+        ):
+            pass
+        data = self.blob.pread(size, offset)
+        if offset <= self.hashed < offset + len(data):
+            self._feed(memoryview(data)[self.hashed - offset :])
+        return data
+
+    def _feed(self, data) -> int:
+        self.digest.update(data)
+        self.hashed += len(data)
+        return len(data)
+
+    def finish(self) -> None:
+        """Hash the rest of the file."""
+        while self.pread(HASH_CHUNK, self.hashed):
+            pass
+
+    def close(self) -> None:
+        self.blob.close()
 
 
 class Sink:
@@ -146,11 +182,8 @@ class Storage:
     def sha256(self, name: str) -> str:
         """The sha256 of a file's bytes, streamed through open()."""
         digest = hashlib.sha256()
-        with self.open(name) as blob:
-            offset = 0
-            while chunk := blob.pread(_HASH_CHUNK, offset):
-                digest.update(chunk)
-                offset += len(chunk)
+        with HashingBlob(self.open(name), digest) as blob:
+            blob.finish()
         return digest.hexdigest()
 
     # -- writing ---------------------------------------------------------------------------
