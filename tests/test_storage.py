@@ -165,3 +165,20 @@ def test_a_journal_that_cannot_be_written_is_one_line_with_the_way_on(tmp_path):
     journal = Journal(storage_at(tmp_path / "gone"), "digest", [])  # its folder does not exist
     with pytest.raises(OutputError, match=r"\.shardpack\.journal: cannot write .*--resume"):
         journal.add(result)
+
+
+@pytest.mark.parametrize("url, fix", [("s3://bucket/out", "pip install 'shardpack[s3]'"),
+                                      ("memory://x/out", "install fsspec")])  # fmt: skip
+def test_a_url_on_an_install_without_fsspec_is_one_line(tmp_path, url, fix):
+    """`pip install shardpack` brings no fsspec (each URL extra does): a URL is then one line
+    naming what to install, from the CLI, never a traceback."""
+    import subprocess
+    import sys
+
+    blocked = "import sys, runpy; sys.modules['fsspec'] = None; sys.argv[0] = 'shardpack'; "
+    code = blocked + "runpy.run_module('shardpack', run_name='__main__')"
+    src = make_tree(tmp_path / "src", {"a": 2})
+    run = subprocess.run([sys.executable, "-c", code, "pack", str(src), url, "--no-progress"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.count("\n") == 1 and fix in run.stderr, run.stderr

@@ -66,14 +66,14 @@ class RemoteStorage(Storage):
     @classmethod
     def at(cls, url: str, scheme: str, options: dict) -> RemoteStorage:
         """The storage at `url`, through fsspec's filesystem for its scheme."""
-        import fsspec
+        try:  # fsspec itself comes with each extra: a runtime-only install has none
+            import fsspec
 
-        try:
             fs = fsspec.filesystem(scheme, **options)
         except ImportError:
             extra = EXTRAS.get(scheme)
             what = f"pip install 'shardpack[{extra}]'" if extra else (
-                f"install the fsspec filesystem package for {scheme}://")  # fmt: skip
+                f"install fsspec and its filesystem package for {scheme}://")  # fmt: skip
             raise StorageError(f"{url}: {scheme}:// needs a filesystem package: {what}") from None
         except ValueError as e:  # "Protocol not known"
             raise StorageError(f"{url}: {e}") from None
