@@ -349,8 +349,10 @@ class TFRecordWriter(ShardWriter):
         return offset
 
     def _close(self, failed: bool) -> tuple[int, str]:
+        if failed:
+            self._hashing.discard()
         if self._out is not self._hashing:
-            self._out.close()  # the GZIP trailer
+            self._out.close()  # the GZIP trailer (into nothing, if failed)
         return self._hashing.finish()
 
 
