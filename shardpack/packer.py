@@ -388,7 +388,7 @@ def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[S
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # a forked worker must not write the parent's buffered text again
     global _forked
-    _forked = (specs, args)  # the workers inherit it: a task is the shard's number
+    _forked = specs  # the workers inherit them: a task is the shard's number
     executor = ProcessPoolExecutor(
         workers,
         context=multiprocessing.get_context("fork"),
@@ -396,7 +396,9 @@ def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[S
         initargs=(os.getpid(),),
     )
     try:
-        futures = [executor.submit(_write_forked, i) for i in range(len(specs))]
+        # The rest goes pickled (a few hundred bytes): a storage made in this process must not
+        # be used in another (an s3fs filesystem holds an event loop: "not fork-safe").
+        futures = [executor.submit(_write_forked, i, *args) for i in range(len(specs))]
         for future in as_completed(futures):
             yield future.result()
     finally:
@@ -412,17 +414,16 @@ def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[S
             threading.excepthook = hook
 
 
-# The shards and write_shard's other arguments of the run on forked workers, set before the
-# pool forks. Handing each task its ShardSpec instead pickled every item in the parent and
-# unpickled it in a worker: 50,000 small JPEGs on 2 workers spent ~0.13 s before the first
-# shard started and ~0.08 s between one shard and the next on it.
-_forked: tuple[list[ShardSpec], tuple] | None = None
+# The shards of the run on forked workers, set before the pool forks. Handing each task its
+# ShardSpec instead pickled every item in the parent and unpickled it in a worker: 50,000
+# small JPEGs on 2 workers spent ~0.13 s before the first shard started and ~0.08 s between
+# one shard and the next on it.
+_forked: list[ShardSpec] | None = None
 
 
-def _write_forked(i: int) -> ShardResult:
+def _write_forked(i: int, *args) -> ShardResult:
     """In a forked worker: write shard i of the run that forked it."""
-    specs, args = _forked
-    return write_shard(specs[i], *args)
+    return write_shard(_forked[i], *args)
 
 
 def _tie_to_parent(parent: int) -> None:
