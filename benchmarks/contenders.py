@@ -223,6 +223,7 @@ def _result(contender: Contender, case: Case, steps: list[Measurement], out: str
         "tree_pss_mb": max(s.tree_pss_mb for s in steps),
         "parent_rss_mb": max(s.parent_rss_mb for s in steps),
         "worker_rss_mb": max(s.worker_rss_mb for s in steps),
+        "worker_private_mb": max(s.worker_private_mb for s in steps),
         "processes": max(s.processes for s in steps),
         "other_cores": sum(s.other_cores * s.wall_s for s in steps) / sum(s.wall_s for s in steps),
         "steps": [s.to_json() for s in steps],

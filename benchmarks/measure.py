@@ -13,6 +13,10 @@ What each figure means:
   can be missed.
 - parent_rss_mb / worker_rss_mb: the peak RSS (sampled) of the top process, and of the
   largest of its descendants.
+- worker_private_mb: the peak private memory (USS: Private_Clean + Private_Dirty, sampled) of
+  the largest descendant: what a worker holds alone. A forked worker's RSS starts at its
+  parent's (the page tables are copied), so RSS counts the parent's listing in every worker;
+  its private memory counts only the pages it wrote to.
 - other_cores: CPU that everything else on the machine used during the run, in cores
   (busy time from /proc/stat, less this run's cpu_s, over wall_s): how noisy the run was.
 """
@@ -43,6 +47,7 @@ class Measurement:
     tree_pss_mb: float
     parent_rss_mb: float
     worker_rss_mb: float
+    worker_private_mb: float
     processes: int  # distinct processes seen in the tree
     other_cores: float
     stdout: str
@@ -82,20 +87,20 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-def _memory_kb(pid: int) -> tuple[int, int] | None:
-    """(RSS, PSS) in KiB of one process, or None if it is gone."""
+def _memory_kb(pid: int) -> tuple[int, int, int] | None:
+    """(RSS, PSS, private) in KiB of one process, or None if it is gone."""
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             text = f.read()
     except OSError:
         return None
-    rss = pss = 0
+    fields = {}
     for line in text.splitlines():
-        if line.startswith("Rss:"):
-            rss = int(line.split()[1])
-        elif line.startswith("Pss:"):
-            pss = int(line.split()[1])
-    return rss, pss
+        name, _, rest = line.partition(":")
+        if name in ("Rss", "Pss", "Private_Clean", "Private_Dirty"):
+            fields[name] = int(rest.split()[0])
+    private = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+    return fields.get("Rss", 0), fields.get("Pss", 0), private
 
 
 class _TreePoller(threading.Thread):
@@ -105,6 +110,7 @@ class _TreePoller(threading.Thread):
         self.stop = threading.Event()
         self.tree_pss = 0
         self.peak_rss: dict[int, int] = {}
+        self.peak_private: dict[int, int] = {}
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -118,9 +124,10 @@ class _TreePoller(threading.Thread):
             memory = _memory_kb(pid)
             if memory is None:
                 continue
-            rss, pss = memory
+            rss, pss, private = memory
             total += pss
             self.peak_rss[pid] = max(self.peak_rss.get(pid, 0), rss)
+            self.peak_private[pid] = max(self.peak_private.get(pid, 0), private)
             pending.extend(_children(pid))
         self.tree_pss = max(self.tree_pss, total)
 
@@ -149,6 +156,7 @@ def run_measured(
         stdout = out.read().decode(errors="replace")
         stderr = err.read().decode(errors="replace")
     workers = [rss for pid, rss in poller.peak_rss.items() if pid != proc.pid]
+    private = [kb for pid, kb in poller.peak_private.items() if pid != proc.pid]
     cpu = usage.ru_utime + usage.ru_stime
     return Measurement(
         argv=tuple(argv),
@@ -159,6 +167,7 @@ def run_measured(
         tree_pss_mb=poller.tree_pss / 1024,
         parent_rss_mb=poller.peak_rss.get(proc.pid, 0) / 1024,
         worker_rss_mb=max(workers, default=0) / 1024,
+        worker_private_mb=max(private, default=0) / 1024,
         processes=len(poller.peak_rss),
         other_cores=max(0.0, busy - cpu) / wall if wall > 0 else 0.0,
         stdout=stdout,

