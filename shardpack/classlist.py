@@ -57,8 +57,11 @@ def labelled(
         SourceError: an item's class is not in the list and on_error is "fail".
     """
     position = {name: i for i, name in enumerate(classes)}
-    # One comprehension over a listing of millions (a loop with appends costs 0.5 us more a file).
-    items = tuple([Item(key, position[name], key, size, None, NO_FIELDS)
+    new = tuple.__new__
+    # One comprehension over a listing of millions (a loop with appends costs 0.5 us more a
+    # file), each Item made by tuple.__new__ from all its fields in order: Item(...) would run
+    # the named tuple's __new__, a Python function (1,000,000 items: 0.33 s against 0.53 s).
+    items = tuple([new(Item, (key, position[name], key, size, None, NO_FIELDS))
                    for name, key, size in found if name in position])  # fmt: skip
     skipped = []
     if len(items) < len(found):  # some class is not in --classes: say which items, in order

@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -233,7 +234,9 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
         if options.shuffle:
             order = np.random.default_rng(options.seed).permutation(len(items))
         orders[split] = order
-        shuffled = list(map(items.__getitem__, order.tolist()))  # Python ints: 3x numpy's speed
+        # numpy gathers each shard's items in C (1,000,000 items: 0.17 s against 0.52 s for
+        # a list built in Python; benchmarks.listing)
+        objects = np.fromiter(items, object, len(items))
         count = num_shards_for(items, options, workers, balance.get(split))
         if options.shards is None and count > 1 and len(items) < FEW_ITEMS_PER_SHARD * count:
             warnings.append(
@@ -248,7 +251,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
                     index=index,
                     num_shards=count,
                     file=container.shard_name(name, split, index, count),
-                    items=tuple(shuffled[start:end]),
+                    items=tuple(objects[order[start:end]].tolist()),
                 )
             )
     return Plan(tuple(shards), _digest(dataset, shards, orders, options), tuple(warnings))
@@ -288,10 +291,11 @@ def _digest(
 
 
 def _items(digest: hashlib._Hash, items: tuple[Item, ...]) -> None:
-    """Hash items a column per field, their `fields` a column per name."""
-    *columns, fields = zip(*map(_FIELDS, items), strict=True)
+    """Hash items a column per field (an Item is a tuple of its fields: zip gives the columns),
+    their `fields` a column per name."""
+    *columns, fields = zip(*items, strict=True)
     for column in columns:
-        _column(digest, list(column))
+        _column(digest, column)
     names = sorted(set().union(*fields))
     _feed(digest, names)
     everywhere = set(map(len, fields)) == {len(names)}  # each item has every name
@@ -302,12 +306,10 @@ def _items(digest: hashlib._Hash, items: tuple[Item, ...]) -> None:
             _column(digest, [f.get(name, _ABSENT) for f in fields])
 
 
-# Every field of Item, each a column of the digest; `fields` last, a column per name.
-_FIELDS = operator.attrgetter("key", "label", "path", "size", "record", "fields")
 _ABSENT = object()  # an item without the field: JSON {}, which no field's value can be
 
 
-def _column(digest: hashlib._Hash, values: list) -> None:
+def _column(digest: hashlib._Hash, values: Sequence) -> None:
     """Hash a column: all text (lengths, then UTF-8), all int64 or all floats (their 8 bytes
     each) in a compact binary form, else as JSON; a tag says which, so no two columns of
     different values hash alike."""
@@ -316,15 +318,20 @@ def _column(digest: hashlib._Hash, values: list) -> None:
         lengths = np.fromiter(map(len, values), np.int64, len(values))
         blob = "".join(values).encode("utf-8", "surrogatepass")  # one way to read it back
         _feed_bytes(digest, b"s" + lengths.tobytes() + blob)
-    elif types == {int} and min(values) >= _INT64_MIN and max(values) <= _INT64_MAX:
-        _feed_bytes(digest, b"i" + np.array(values, np.int64).tobytes())
+    elif types == {int} and (ints := _int64s(values)) is not None:
+        _feed_bytes(digest, b"i" + ints.tobytes())
     elif types == {float}:
         _feed_bytes(digest, b"f" + np.array(values, np.float64).tobytes())
     else:
         _feed(digest, values)
 
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+def _int64s(values: Sequence[int]) -> np.ndarray | None:
+    """The ints as int64, or None if one is out of its range."""
+    try:
+        return np.fromiter(values, np.int64, len(values))
+    except OverflowError:
+        return None
 
 
 def _feed_bytes(digest: hashlib._Hash, blob: bytes) -> None:

@@ -424,6 +424,7 @@ def test_digest_does_not_depend_on_where_src_is():
         {"label": None},
         {"path": "elsewhere/a.jpg"},
         {"size": 1001},
+        {"size": 2**64},  # past int64: hashed as JSON
         {"record": 0},
         {"fields": {"boxes": np.array([0.0, 0.0, 1.0, 1.0], dtype=np.float32)}},
     ],

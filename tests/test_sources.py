@@ -277,6 +277,24 @@ def test_dangling_image_link_is_listed_with_size_zero(tmp_path):
     assert {i.key: i.size for i in dataset.splits["train"]}["cats/gone.jpg"] == 0
 
 
+def test_a_large_tree_stats_a_sample_and_gives_the_rest_its_mean(tmp_path, monkeypatch):
+    from shardpack.sources import folder
+
+    monkeypatch.setattr(folder, "SIZED_FILES", 3)  # as a tree of millions, in 12 files
+    monkeypatch.setattr(folder, "SIZE_STRIDE", 4)
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    for i in range(11):
+        (src / "a" / f"{i:02d}.jpg").write_bytes(b"x" * (100 + i))
+    (src / "a" / "99.jpg").symlink_to(tmp_path / "nowhere.jpg")  # dangling: its own size
+    sizes = [item.size for item in scan(src).splits["train"]]
+    # files 0-2 sized, then every 4th (3, 7, 11); the others get the mean of those
+    sampled = {0: 100, 1: 101, 2: 102, 3: 103, 7: 107, 11: 0}
+    mean = round(sum(sampled.values()) / len(sampled))
+    assert sizes == [sampled.get(i, mean) for i in range(12)]
+    assert scan(src) == scan(src)
+
+
 def test_scan_accepts_a_path_relative_to_the_working_folder(tmp_path, monkeypatch):
     helpers.make_tree(tmp_path / "src", {"cats": 1})
     monkeypatch.chdir(tmp_path)

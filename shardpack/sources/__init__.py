@@ -37,7 +37,9 @@ class Item(NamedTuple):
     label: int | tuple[int, ...] | None  # class index (a tuple for multi-label); None: unlabeled
     # file to read, relative to the dataset's root (or, from a manifest, an absolute path or URL)
     path: str
-    size: int  # bytes on disk (for an image file) or raw pixel bytes (for a CIFAR record)
+    # bytes on disk (for an image file; past the first files of a large local tree, the mean
+    # of a sample: folder.SIZED_FILES) or raw pixel bytes (for a CIFAR record)
+    size: int
     record: int | None = None  # record number inside a CIFAR batch
     # name -> value of each feature the schema adds beyond the built-ins and `label`; never
     # written to (NO_FIELDS below is shared by every item with none)

@@ -30,7 +30,14 @@ MAX_NAMED_IGNORED = 1000
 _BAD_NAME_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 
 
-_NAME = operator.attrgetter("name")
+# A stat per file would be a third of a large listing's time (2.4 us a file; 1,000,000 files:
+# `python -m benchmarks.listing`), and a size is used only to choose the shard count and to
+# weigh the work (plan.py); the worker reads each file to its end whatever the size says. So a
+# walk stats the first SIZED_FILES files (a tree this small has every size exact) and every
+# SIZE_STRIDE-th after them, in key order (the same files each run: the plan stays a function of
+# the tree), and gives the others the mean of those.
+SIZED_FILES = 10_000
+SIZE_STRIDE = 100
 
 
 def _hidden(name: str) -> bool:
@@ -145,7 +152,7 @@ def list_class_folders(
         if len(found) == before:
             empty.append(name)
     found.sort(key=operator.itemgetter(1))
-    return classes, found, empty
+    return classes, _fill_sizes(root, found), empty
 
 
 def empty_class_warnings(top: str, empty: list[str], classes: tuple[str, ...]) -> list[str]:
@@ -185,17 +192,39 @@ def _dir_id(path: str) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
+def _fill_sizes(root: str, found: list[tuple[str, str, int | None]]) -> list[tuple[str, str, int]]:
+    """`found` with a size for each file the walk left without: its own for the first
+    SIZED_FILES files and every SIZE_STRIDE-th after them, the mean of those for the rest."""
+    sample = [*range(min(SIZED_FILES, len(found))), *range(SIZED_FILES, len(found), SIZE_STRIDE)]
+    sizes = []
+    for i in sample:
+        label, key, size = found[i]
+        if size is None:
+            try:  # no link to follow: the walk saw a regular file
+                size = os.stat(os.path.join(root, key), follow_symlinks=False).st_size
+            except OSError:  # gone since: the worker's skip will say so
+                size = 0
+            found[i] = (label, key, size)
+        sizes.append(size)
+    if len(sample) == len(found):
+        return found  # every file has its own size
+    mean = round(sum(sizes) / len(sizes))
+    return [(label, key, mean if size is None else size) for label, key, size in found]
+
+
 def _walk_images(
     root: str,
     label: str,
     top: str,
     seen_dirs: set[tuple[int, int]],
     passed: Passed,
-    found: list[tuple[str, str, int]],
+    found: list[tuple[str, str, int | None]],
 ) -> None:
     """Add (label, relative path, size) of each image under root/top to `found`, each folder
-    once; what is not an image goes to `passed`. Links are followed to folders and regular
-    files only. Per file this is the listing's hot loop: no calls but the stat."""
+    once, a folder's images in name order; what is not an image goes to `passed`. Links are
+    followed to folders and regular files only. A regular file (told by the directory entry's
+    type, no syscall) gets size None: _fill_sizes gives it one. Per file this is the listing's
+    hot loop."""
     pending = [top]
     while pending:
         rel_dir = pending.pop()
@@ -206,35 +235,50 @@ def _walk_images(
                 if folder in seen_dirs:
                     continue  # a link to a folder already walked or claimed: follow it once
                 seen_dirs.add(folder)
-            entries = sorted(os.scandir(path), key=_NAME)
+            entries = list(os.scandir(path))
         except OSError as e:
             passed.skipped.append((f"{rel_dir}/", f"cannot list folder ({e.strerror})"))
             continue
-        subfolders = []
-        for entry in entries:
+        files, subfolders, ignored = [], [], []
+        for entry in entries:  # in the directory's order: each list is sorted below, by name
             name = entry.name
             if name.startswith("."):
                 continue  # hidden
-            rel = f"{rel_dir}/{name}"
             _, dot, ext = name.rpartition(".")
             if not dot or (ext not in _SUFFIXES and ext.lower() not in _SUFFIXES):
-                if entry.is_dir():  # the entry's d_type: no syscall unless it is a link
-                    subfolders.append(rel)
-                else:
-                    passed.ignore(rel)
-                continue
-            try:
-                st = entry.stat()  # follows links; the size feeds the plan and its digest
-            except OSError:  # dangling link: kept, so that the worker's skip says why
-                found.append((label, rel, 0))
-                continue
-            if stat.S_ISREG(st.st_mode):
-                found.append((label, rel, st.st_size))
-            elif stat.S_ISDIR(st.st_mode):
-                subfolders.append(rel)
-            else:
-                passed.skipped.append((rel, not_regular(st.st_mode)))  # never opened
-        pending.extend(reversed(subfolders))  # walked in name order
+                # the entry's d_type: no syscall unless it is a link
+                (subfolders if entry.is_dir() else ignored).append(name)
+            elif entry.is_file(follow_symlinks=False):
+                files.append(name)
+            else:  # a link, a special file, or a file system without d_type: stat it
+                _stat_image(entry, label, f"{rel_dir}/{name}", subfolders, passed, found)
+        found.extend([(label, f"{rel_dir}/{name}", None) for name in sorted(files)])
+        for name in sorted(ignored):
+            passed.ignore(f"{rel_dir}/{name}")
+        pending.extend([f"{rel_dir}/{name}" for name in sorted(subfolders, reverse=True)])
+
+
+def _stat_image(
+    entry: os.DirEntry,
+    label: str,
+    rel: str,
+    subfolders: list[str],
+    passed: Passed,
+    found: list[tuple[str, str, int | None]],
+) -> None:
+    """An image name that is not a plain regular file: a link is followed to a regular file
+    (listed with its size) or a folder (walked); anything else is skipped, never opened."""
+    try:
+        st = entry.stat()
+    except OSError:  # dangling link: kept, so that the worker's skip says why
+        found.append((label, rel, 0))
+        return
+    if stat.S_ISREG(st.st_mode):
+        found.append((label, rel, st.st_size))
+    elif stat.S_ISDIR(st.st_mode):
+        subfolders.append(entry.name)
+    else:
+        passed.skipped.append((rel, not_regular(st.st_mode)))
 
 
 def instead_of_file(path: str) -> str:
