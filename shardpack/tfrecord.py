@@ -349,10 +349,8 @@ class TFRecordWriter(ShardWriter):
         return offset
 
     def _close(self, failed: bool) -> tuple[int, str]:
-        if failed:
-            self._hashing.discard()
         if self._out is not self._hashing:
-            self._out.close()  # the GZIP trailer (into nothing, if failed)
+            self._out.close()  # the GZIP trailer
         return self._hashing.finish()
 
 

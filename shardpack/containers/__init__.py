@@ -19,15 +19,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-import queue
 import re
-import threading
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from shardpack.errors import FileAccessError, OutputError, RecordError
 from shardpack.storage import Blob, HashingBlob, Sink, Storage, storage_at
 
+# Bytes per read when hashing what a reader skipped or left.
 Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or a list of one
 Example = dict[str, list]  # as read: name -> list of bytes, int or float
 # The dataset name and split at the start of every shard name, as the two groups of a pattern.
@@ -124,78 +123,25 @@ class ShardWriter:
         raise NotImplementedError
 
 
-# What HashingFile gathers before its thread takes it, and how many such batches may wait:
-# big enough that hashing and writing let go of the GIL and a hand-over is rare, small enough
-# to bound what a worker holds (a 3 KB record: one hand-over in ~340).
-_BATCH_BYTES = 1 << 20
-_QUEUED_BATCHES = 4
-
-
 class HashingFile:
-    """A write-only view of a sink that keeps a running sha256 and size of what it writes.
-
-    The hashing and the writing run on a thread of the writer's own, a batch of about a MiB at
-    a time, in order: both let go of the GIL, so they overlap with encoding the next records
-    (the sha256 alone is ~45 us of a 60 KB JPEG record). An error of the sink is raised by the
-    next write or by finish.
-    """
+    """A write-only view of a sink that keeps a running sha256 and size of what it writes."""
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
         self.sha256 = hashlib.sha256()
         self.size = 0
-        self._batch: list[bytes] = []
-        self._batch_bytes = 0
-        self._error: BaseException | None = None
-        self._discarded = False
-        self._queue: queue.Queue[list[bytes] | None] = queue.Queue(_QUEUED_BATCHES)
-        self._thread = threading.Thread(target=self._drain, name="shardpack-writer", daemon=True)
-        self._thread.start()
 
     def write(self, data: bytes) -> int:
-        if self._discarded:
-            return len(data)
-        if self._error is not None:
-            raise self._error
-        self._batch.append(data)
-        self._batch_bytes += len(data)
+        self.sha256.update(data)
         self.size += len(data)
-        if self._batch_bytes >= _BATCH_BYTES:
-            self._hand_over()
-        return len(data)
+        return self.sink.write(data)
 
     def flush(self) -> None:
-        """Nothing to do: finish hands over what is left, and the sink commits it."""
-
-    def discard(self) -> None:
-        """The shard is being thrown away: drop what is not written yet, ignore later writes
-        (a GZIP trailer) and errors."""
-        self._discarded = True
-        self._batch = []
+        """Nothing to do: the sink buffers, and commits what it holds."""
 
     def finish(self) -> tuple[int, str]:
-        """Wait for the thread; return the size and sha256 of everything written."""
-        if self._batch:
-            self._hand_over()
-        self._queue.put(None)
-        self._thread.join()
-        if self._error is not None and not self._discarded:
-            raise self._error
+        """The size and sha256 of everything written."""
         return self.size, self.sha256.hexdigest()
-
-    def _hand_over(self) -> None:
-        self._queue.put(self._batch)
-        self._batch, self._batch_bytes = [], 0
-
-    def _drain(self) -> None:
-        while (batch := self._queue.get()) is not None:
-            if self._error is None and not self._discarded:
-                try:
-                    chunk = batch[0] if len(batch) == 1 else b"".join(batch)
-                    self.sha256.update(chunk)
-                    self.sink.write(chunk)
-                except BaseException as e:  # raised in the writer's own thread, by write/finish
-                    self._error = e
 
 
 class ShardReader:
