@@ -26,7 +26,6 @@ from typing import NamedTuple
 from shardpack.errors import FileAccessError, OutputError, RecordError
 from shardpack.storage import Blob, HashingBlob, Sink, Storage, storage_at
 
-# Bytes per read when hashing what a reader skipped or left.
 Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or a list of one
 Example = dict[str, list]  # as read: name -> list of bytes, int or float
 # The dataset name and split at the start of every shard name, as the two groups of a pattern.
