@@ -199,7 +199,7 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
 
 def _bytes_entry_head(name: str, length: int) -> bytes:
     """Everything of a map entry holding one bytes value of `length` bytes, but the value:
-    four length prefixes, one join (the general path: 11 -> 7 us an Example, timeit)."""
+    four length prefixes, one join (a raw CIFAR record's Example: 8.1 -> 7.0 us, timeit)."""
     value_prefix = _varint(length)
     bytes_list = 1 + len(value_prefix) + length  # BytesList { value: ... }
     list_prefix = _varint(bytes_list)
