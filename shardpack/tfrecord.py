@@ -54,8 +54,14 @@ def masked_crc(data: bytes) -> int:
 
 def frame_parts(data: bytes) -> tuple[bytes, bytes]:
     """The 12-byte header and 4-byte footer that frame `data` as one TFRecord."""
-    length = struct.pack("<Q", len(data))
-    return length + struct.pack("<I", masked_crc(length)), FOOTER.pack(masked_crc(data))
+    return _header(len(data)), FOOTER.pack(masked_crc(data))
+
+
+@functools.lru_cache(maxsize=4096)
+def _header(length: int) -> bytes:
+    """A record's length and its CRC: kept, since records of raw pixels repeat their length."""
+    packed = struct.pack("<Q", length)
+    return packed + struct.pack("<I", masked_crc(packed))
 
 
 def frame(data: bytes) -> bytes:
