@@ -222,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cprofile", action="store_true", help="also cProfile pack per case")
     args = parser.parse_args(argv)
     cases = [tuple(c.split(":")) for c in args.cases] or list(CASES)
+    for case in cases:
+        if len(case) != 2:
+            parser.error(f"a case is WORKLOAD:ENCODE, e.g. photos:jpeg; got: {':'.join(case)!r}")
     cache = os.path.abspath(args.cache)
     rows = [profile_case(n, e, args.images, cache, not args.no_tf) for n, e in cases]
     print(
