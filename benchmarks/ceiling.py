@@ -12,7 +12,12 @@ Per encoding, the loop does what a packer cannot avoid:
         make it HWC, take each image's bytes);
 - jpeg/png: read, decode, encode at the quality asked.
 
+With --processes N (class folders, not keep) the loop runs in N processes at once, each over
+every N-th image, started together: the machine's measured ceiling for N workers, where cores
+sharing a memory bus or a physical core (a VM's vCPUs) give less than N times one.
+
     python -m benchmarks.ceiling SRC [--encode raw|jpeg|png|keep] [--quality 95] [--limit N]
+    python -m benchmarks.ceiling SRC --encode jpeg --processes 2
     python -m benchmarks.ceiling SRC --encode keep --write OUT
 """
 
@@ -84,6 +89,30 @@ def folder_loop(paths: list[str], encode: str, quality: int) -> int:
     return produced
 
 
+def parallel_loop(paths: list[str], encode: str, quality: int, processes: int) -> float:
+    """Seconds from the start of `processes` forked loops (released together) to the end of
+    the last; each runs folder_loop over every processes-th path."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    ready, ends = context.Barrier(processes + 1), context.Queue()
+
+    def loop(part: list[str]) -> None:
+        ready.wait()
+        folder_loop(part, encode, quality)
+        ends.put(time.perf_counter())  # CLOCK_MONOTONIC: one clock for every process
+
+    children = [context.Process(target=loop, args=(paths[i::processes],)) for i in range(processes)]
+    for child in children:
+        child.start()
+    ready.wait()
+    start = time.perf_counter()
+    last = max(ends.get() for _ in children)
+    for child in children:
+        child.join()
+    return last - start
+
+
 def cifar_loop(root: str, encode: str, quality: int) -> tuple[int, int]:
     """Unpickle each batch once and produce every image's bytes; returns (images, bytes)."""
     import cv2
@@ -115,6 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quality", type=int, default=95)
     parser.add_argument("--limit", type=int, default=None, help="time only the first N images")
     parser.add_argument("--write", default=None, help="keep only: also hash, write and fsync")
+    parser.add_argument("--processes", type=int, default=1, help="class folders: N loops at once")
     args = parser.parse_args(argv)
     if args.encode != "keep":  # the I/O ceiling imports neither OpenCV nor numpy
         import cv2
@@ -123,15 +153,19 @@ def main(argv: list[str] | None = None) -> None:
     if os.path.exists(os.path.join(args.src, "batches.meta")):
         start = time.perf_counter()
         images, produced = cifar_loop(args.src, args.encode, args.quality)
+        seconds = time.perf_counter() - start
     else:
         paths = _files(args.src)[: args.limit]
+        images, produced = len(paths), 0
         start = time.perf_counter()
-        if args.write is not None:
-            produced = io_loop(paths, args.write)
+        if args.processes > 1 and args.write is None:
+            seconds = parallel_loop(paths, args.encode, args.quality, args.processes)
         else:
-            produced = folder_loop(paths, args.encode, args.quality)
-        images = len(paths)
-    seconds = time.perf_counter() - start
+            if args.write is not None:
+                produced = io_loop(paths, args.write)
+            else:
+                produced = folder_loop(paths, args.encode, args.quality)
+            seconds = time.perf_counter() - start
     print(json.dumps({"images": images, "seconds": round(seconds, 4), "out_bytes": produced}))
 
 

@@ -12,6 +12,8 @@
 |                 | (--format: the run's container, TFRecord unless the run says otherwise)    |
 | shardpack-default | the same with no --workers: the worker count the defaults choose         |
 | ceiling         | one core reading and decoding/encoding in a tight loop, nothing else       |
+| ceiling-parallel | the same loop in N processes at once (N: the most workers run), each on  |
+|                 | every N-th image: what N cores of this machine really give                 |
 | io-ceiling      | keep runs: one process reading, hashing, writing and fsyncing the bytes    |
 """
 
@@ -39,6 +41,7 @@ KINDS = (
     "shardpack",
     "shardpack-default",
     "ceiling",
+    "ceiling-parallel",
     "io-ceiling",
 )
 
@@ -199,8 +202,9 @@ def run(contender: Contender, case: Case, scratch: str) -> dict:
                 ]
             )
         )
-    elif contender.kind == "ceiling":
-        steps.append(_run([*_module("ceiling"), src, "--encode", encode, "--quality", quality]))
+    elif contender.kind in ("ceiling", "ceiling-parallel"):
+        loop = [*_module("ceiling"), src, "--encode", encode, "--quality", quality]
+        steps.append(_run([*loop, "--processes", str(contender.workers)]))
     elif contender.kind == "io-ceiling":
         steps.append(_run([*_module("ceiling"), src, "--encode", "keep", "--write", out]))
     else:
@@ -231,7 +235,7 @@ def _result(contender: Contender, case: Case, steps: list[Measurement], out: str
     if failed is not None:
         result["error"] = (failed.stderr or failed.stdout).strip()[-2000:]
         return result
-    if contender.kind in ("ceiling", "io-ceiling"):
+    if contender.kind in ("ceiling", "ceiling-parallel", "io-ceiling"):
         result["images"] = reported.get("images", 0)
         result["inner_s"] = reported.get("seconds")
         return result

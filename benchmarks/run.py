@@ -32,6 +32,7 @@ DEFAULT_ENCODE = {
     "small-jpeg": "raw",
     "small-jpeg-5k": "raw",
     "photos": "jpeg",
+    "photos-600": "keep",
     "photos-large": "jpeg",
     "sample": "keep",
     "demo": "keep",
@@ -45,13 +46,27 @@ PLANS = {
         (
             "small-jpeg",
             "raw",
-            ("baseline", "naive-parallel", "shardpack", "shardpack-default", "ceiling"),
+            (
+                "baseline",
+                "naive-parallel",
+                "shardpack",
+                "shardpack-default",
+                "ceiling",
+                "ceiling-parallel",
+            ),
         ),
         ("small-jpeg-5k", "raw", ("shardpack-max",)),
         (
             "photos",
             "jpeg",
-            ("baseline", "naive-parallel", "shardpack", "shardpack-default", "ceiling"),
+            (
+                "baseline",
+                "naive-parallel",
+                "shardpack",
+                "shardpack-default",
+                "ceiling",
+                "ceiling-parallel",
+            ),
         ),
         ("photos", "keep", KINDS[1:]),  # every contender but the CIFAR-only seed scripts
         ("demo", "keep", ("shardpack", "shardpack-default")),
@@ -154,11 +169,13 @@ def _contenders(kinds, kind: str, encode: str, workers: list[int]) -> list[Conte
             continue
         if k == "io-ceiling" and encode != "keep":
             continue
+        if k == "ceiling-parallel" and (kind != "folder" or encode == "keep" or top < 2):
+            continue  # the measured N-at-once loop runs over class folders
         if k == "shardpack":
             chosen += [Contender("shardpack", n) for n in workers]
         elif k == "shardpack-max":
             chosen.append(Contender("shardpack", top))
-        elif k == "naive-parallel":
+        elif k in ("naive-parallel", "ceiling-parallel"):
             chosen.append(Contender(k, top))
         else:
             chosen.append(Contender(k, 1))
@@ -179,6 +196,7 @@ def _plan(args, cache: str, workers: list[int]) -> list[tuple[Case, list[Contend
                     "shardpack",
                     "shardpack-default",
                     "ceiling",
+                    "ceiling-parallel",
                 )
                 if encode == "keep":
                     kinds = (*kinds[:2], "baseline-keep", *kinds[2:], "io-ceiling")
