@@ -40,34 +40,14 @@ DEFAULT_ENCODE = {
 }
 # (workload, encode, contender kinds); "extras" are the memory and start-up checks.
 # "shardpack-default" runs with no --workers: the defaults' choice, checked against each count.
+_FOLDER = ("baseline", "naive-parallel", "shardpack", "shardpack-default", "ceiling",
+           "ceiling-parallel")  # fmt: skip
 PLANS = {
     "quick": [
         ("cifar10", "raw", ("seed-2-scripts", "shardpack", "shardpack-default", "ceiling")),
-        (
-            "small-jpeg",
-            "raw",
-            (
-                "baseline",
-                "naive-parallel",
-                "shardpack",
-                "shardpack-default",
-                "ceiling",
-                "ceiling-parallel",
-            ),
-        ),
+        ("small-jpeg", "raw", _FOLDER),
         ("small-jpeg-5k", "raw", ("shardpack-max",)),
-        (
-            "photos",
-            "jpeg",
-            (
-                "baseline",
-                "naive-parallel",
-                "shardpack",
-                "shardpack-default",
-                "ceiling",
-                "ceiling-parallel",
-            ),
-        ),
+        ("photos", "jpeg", _FOLDER),
         ("photos", "keep", KINDS[1:]),  # every contender but the CIFAR-only seed scripts
         ("demo", "keep", ("shardpack", "shardpack-default")),
     ],
@@ -189,15 +169,7 @@ def _plan(args, cache: str, workers: list[int]) -> list[tuple[Case, list[Contend
             is_name = target in workloads.NAMES and not os.path.isdir(target)
             default = DEFAULT_ENCODE[target] if is_name else "raw"  # a SRC: the seed's encoding
             for encode in args.encode or [default]:
-                kinds: tuple = (
-                    "seed-2-scripts",
-                    "baseline",
-                    "naive-parallel",
-                    "shardpack",
-                    "shardpack-default",
-                    "ceiling",
-                    "ceiling-parallel",
-                )
+                kinds: tuple = ("seed-2-scripts", *_FOLDER)
                 if encode == "keep":
                     kinds = (*kinds[:2], "baseline-keep", *kinds[2:], "io-ceiling")
                 steps.append((target, encode, kinds))
