@@ -90,27 +90,26 @@ def folder_loop(paths: list[str], encode: str, quality: int) -> int:
 
 
 def parallel_loop(paths: list[str], encode: str, quality: int, processes: int) -> float:
-    """Seconds from the start of `processes` forked loops (released together) to the end of
-    the last; each runs folder_loop over every processes-th path."""
+    """Seconds from the first start of `processes` forked loops (released together) to the end
+    of the last; each runs folder_loop over every processes-th path and times itself."""
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
-    ready, ends = context.Barrier(processes + 1), context.Queue()
+    ready, spans = context.Barrier(processes), context.Queue()
 
     def loop(part: list[str]) -> None:
         ready.wait()
+        start = time.perf_counter()  # CLOCK_MONOTONIC: one clock for every process
         folder_loop(part, encode, quality)
-        ends.put(time.perf_counter())  # CLOCK_MONOTONIC: one clock for every process
+        spans.put((start, time.perf_counter()))
 
     children = [context.Process(target=loop, args=(paths[i::processes],)) for i in range(processes)]
     for child in children:
         child.start()
-    ready.wait()
-    start = time.perf_counter()
-    last = max(ends.get() for _ in children)
+    starts, ends = zip(*(spans.get() for _ in children), strict=True)
     for child in children:
         child.join()
-    return last - start
+    return max(ends) - min(starts)
 
 
 def cifar_loop(root: str, encode: str, quality: int) -> tuple[int, int]:

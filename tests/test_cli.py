@@ -200,9 +200,9 @@ def test_the_benchmark_harness_runs_from_the_checkout(src: Path, tmp_path: Path)
     assert "bench" not in listing
     out = tmp_path / "bench.json"
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", str(src), "--contenders", "shardpack,ceiling",
-         "--workers", "1", "--repeat", "1", "--json", str(out), "--no-extras", "--cache",
-         str(tmp_path / "cache")],
+        [sys.executable, "-m", "benchmarks.run", str(src), "--contenders",
+         "shardpack,ceiling,ceiling-parallel", "--workers", "1,2", "--repeat", "1", "--json",
+         str(out), "--no-extras", "--cache", str(tmp_path / "cache")],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -211,6 +211,10 @@ def test_the_benchmark_harness_runs_from_the_checkout(src: Path, tmp_path: Path)
     assert case["workload"]["num_images"] == 7
     assert summary["shardpack"]["images_per_s"] > 0 and summary["shardpack"]["failed"] == 0
     assert summary["ceiling"]["per_core_images_per_s"] > 0
+    # the loop run in 2 processes at once, timed from their common start to the last end
+    assert summary["ceiling-parallel"]["images"] == 7
+    assert summary["ceiling-parallel"]["images_per_s"] > 0
+    assert "ceiling (2 at once, measured)" in out.with_suffix(".md").read_text()
     assert (tmp_path / "bench.png").stat().st_size > 0
 
 
