@@ -353,13 +353,12 @@ def _run(
     Closing the generator early (an error, Ctrl-C) stops every worker before it returns.
     """
     args = (options, dataset.root, out, dataset.schema, dataset.kind)
-    if options.backend == "loky" and (workers == 1 or len(specs) <= 1):
-        with _gc_frozen():
-            yield from (write_shard(spec, *args) for spec in specs)
-        return
     if options.backend == "loky":
         with _gc_frozen():
-            yield from _run_forked(specs, args, min(workers, len(specs)))
+            if workers == 1 or len(specs) <= 1:
+                yield from (write_shard(spec, *args) for spec in specs)
+            else:
+                yield from _run_forked(specs, args, min(workers, len(specs)))
         return
     from joblib import Parallel, delayed, parallel_config
 

@@ -62,11 +62,12 @@ def read_regular(path: str, limit: int, size_hint: int = 0) -> bytes:
             raise FileTooLarge(f"{st.st_size} bytes, over the limit of {limit}")
         # O_NONBLOCK means nothing to a regular file on a local disk; a filesystem that
         # honours it (some network or FUSE ones) says so with EAGAIN, and is read blocking.
+        first = min(max(size_hint, st.st_size), limit) + 1
         try:
-            chunks = [os.read(fd, min(max(size_hint, st.st_size), limit) + 1)]
+            chunks = [os.read(fd, first)]
         except BlockingIOError:
             os.set_blocking(fd, True)
-            chunks = [os.read(fd, min(max(size_hint, st.st_size), limit) + 1)]
+            chunks = [os.read(fd, first)]
         total = len(chunks[0])
         # A short read of exactly the size fstat saw is the end of the file: no read of 0
         # bytes to confirm it (one syscall of the five a small image cost).
