@@ -9,6 +9,7 @@ a stamp file written last marks a workload complete.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -281,6 +282,13 @@ class _Py2Pickler(pickle._Pickler):
         self.memoize(obj)
 
 
+def python2_pickle(value: object) -> bytes:
+    """value pickled as Python 2's cPickle wrote the real CIFAR files."""
+    out = io.BytesIO()
+    _Py2Pickler(out, protocol=2).dump(value)
+    return out.getvalue()
+
+
 def _cifar_batch(path: str, name: str, count: int, seed: int) -> None:
     rng = np.random.default_rng((seed, 7))
     noise = _noise_tile()
@@ -295,7 +303,7 @@ def _cifar_batch(path: str, name: str, count: int, seed: int) -> None:
         b"filenames": [f"{name}_{i:05d}.png".encode() for i in range(count)],
     }
     with open(path, "wb") as f:
-        _Py2Pickler(f, protocol=2).dump(batch)
+        f.write(python2_pickle(batch))
 
 
 def _make_cifar10(dest: str, _workloads: str, per_batch: int) -> str:
@@ -307,7 +315,7 @@ def _make_cifar10(dest: str, _workloads: str, per_batch: int) -> str:
         b"num_vis": 3072,
     }
     with open(os.path.join(dest, "batches.meta"), "wb") as f:
-        _Py2Pickler(f, protocol=2).dump(meta)
+        f.write(python2_pickle(meta))
     return "cifar"
 
 

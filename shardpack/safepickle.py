@@ -7,6 +7,8 @@ Two gates, both before any object of the file is used:
    exact call the real files make: `_reconstruct(ndarray, (0,), b'b')`, `dtype('u1' | 'i8')`,
    `_codecs.encode(text, 'latin1')`, `_frombuffer(bytes, dtype, shape, order)`; and an array
    is made only from bytes present in the file, as many as its shape and dtype need.
+A long byte string (a batch's pixels) is not copied: the unpickler reads the file with it cut
+out and a call in its place that returns a read-only view of those bytes in the file.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ _ALLOWED = _SCALARS | _STRINGS | frozenset({
     "BINPUT", "LONG_BINPUT", "MEMOIZE", "GET", "BINGET", "LONG_BINGET", "GLOBAL", "STACK_GLOBAL",
     "REDUCE", "BUILD"})  # fmt: skip
 _TUPLES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"})
+# What the unpickler (encoding="bytes") turns into bytes or a bytearray, beyond 255 bytes.
+_BYTES = frozenset({"BINSTRING", "BINBYTES", "BINBYTES8", "BYTEARRAY8"})
+# A byte string this long or longer is not copied by the load: the array made from it is a
+# read-only view of the file's own bytes (a CIFAR batch's pixels: 30 MB, 45 ms of copying).
+LIFT_BYTES = 2**16
 
 
 class _Node:
@@ -64,6 +72,7 @@ class _Node:
 
 
 _SCALAR = _Node()
+_STRING = _Node()  # a string the walk does not read: a long one, or bytes
 # Every global the real files name (numpy moved its modules to numpy._core in 2.0), each with a
 # checker below: numpy's array and dtype reconstructors, and _codecs.encode, which Python 3
 # uses for bytes in protocol-2 pickles (a re-saved CIFAR file).
@@ -92,8 +101,7 @@ def load(data: bytes, path: str) -> object:
         SourceError: the file is not a readable pickle.
     """
     try:
-        _walk(data)
-        return _resolve(_Unpickler(io.BytesIO(data)).load())
+        return _resolve(_Unpickler(data, _walk(data)).load())
     except _Refused as e:
         raise UnsafePickleError(
             f"{path}: refused to load: {e}, which no real CIFAR file holds; "
@@ -109,11 +117,18 @@ class _Refused(Exception):
     """What the file holds that the real files never do, in a few words."""
 
 
-def _walk(data: bytes) -> None:
-    """Gate 1: run the opcodes on a model of the stack, refusing the first one out of bounds."""
+def _walk(data: bytes) -> list[tuple[int, slice]]:
+    """Gate 1: run the opcodes on a model of the stack, refusing the first one out of bounds.
+
+    Returns, for each opcode that pushes a byte string of at least LIFT_BYTES outside any
+    frame, its offset and the slice its bytes occupy: what the load hands the unpickler as a
+    view instead (a frame's length counts its bytes, so one inside is left as it is).
+    """
     stack: list[_Node] = []
     marks: list[int] = []
     memo: dict[int, _Node] = {}
+    lifted: list[tuple[int, slice]] = []
+    frame_end = 0
 
     def push(node: _Node) -> None:
         if node.depth > MAX_DEPTH:
@@ -137,17 +152,28 @@ def _walk(data: bytes) -> None:
         if node.depth > MAX_DEPTH:
             raise _Refused(f"values nested more than {MAX_DEPTH} deep")
 
-    for count, (name, arg) in enumerate(_ops(data), 1):
+    for count, (name, arg, pos) in enumerate(_ops(data), 1):
         if count > MAX_OPCODES:
             raise _Refused(f"more than {MAX_OPCODES} opcodes")
-        if name not in _ALLOWED:
-            raise _Refused(f"the opcode {name}")
+        # the opcodes of the long lists first: labels (BININT1), names (strings) and their memo
         if name in _SCALARS:
-            if isinstance(arg, int) and not -MAX_INT <= arg < MAX_INT:
+            if arg.__class__ is int and not -MAX_INT <= arg < MAX_INT:
                 raise _Refused("an integer wider than 64 bits")
-            push(_SCALAR)
+            stack.append(_SCALAR)
         elif name in _STRINGS:
-            push(_Node(text=arg if isinstance(arg, str) and len(arg) <= 256 else None))
+            if arg.__class__ is str and len(arg) <= _TEXT_MAX:
+                stack.append(_Node(text=arg))
+            else:
+                stack.append(_STRING)
+                if name in _BYTES and arg.stop - arg.start >= LIFT_BYTES and pos >= frame_end:
+                    lifted.append((pos, arg))
+        elif name in _PUTS:
+            index = len(memo) if name == "MEMOIZE" else arg
+            if not 0 <= index < MAX_MEMO:
+                raise _Refused(f"a memo of more than {MAX_MEMO} entries")
+            memo[index] = stack[-1]
+        elif name not in _ALLOWED:
+            raise _Refused(f"the opcode {name}")
         elif name == "MARK":
             if len(marks) >= MAX_DEPTH:
                 raise _Refused(f"values nested more than {MAX_DEPTH} deep")
@@ -172,11 +198,6 @@ def _walk(data: bytes) -> None:
         elif name in ("APPENDS", "SETITEMS", "BUILD"):
             items = pop_mark() if name != "BUILD" else [stack.pop()]
             grow(target(), items)
-        elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
-            index = len(memo) if name == "MEMOIZE" else arg
-            if not 0 <= index < MAX_MEMO:
-                raise _Refused(f"a memo of more than {MAX_MEMO} entries")
-            memo[index] = stack[-1]
         elif name in ("GET", "BINGET", "LONG_BINGET"):
             node = memo[arg]  # a KeyError for a missing entry: not a readable pickle
             node.shared = True
@@ -194,15 +215,18 @@ def _walk(data: bytes) -> None:
             if func.call is None:
                 raise _Refused("a call of something other than a named global")
             push(_Node(1 + args.depth, mutable=True))
-        # PROTO, FRAME, STOP: nothing to model
+        elif name == "FRAME":
+            frame_end = pos + 9 + arg  # the opcode, its 8-byte length, then the frame
+        # PROTO, STOP: nothing to model
+    return lifted
 
 
 # ---- reading the opcodes -------------------------------------------------------------------
 # pickletools.genops reads every argument through a file object and decodes every string (the
 # 30 MB pixel string too): 3x the time of the load itself. _ops reads the fixed-size and
-# length-prefixed arguments straight from the bytes, as genops does, and decodes only a string
-# short enough for the walk to look at; text-line arguments (protocol 0, rare) go through
-# genops's own readers.
+# length-prefixed arguments straight from the bytes, as genops does, and decodes only a unicode
+# string short enough for the walk to look at (a global's name); text-line arguments (protocol
+# 0, rare) go through genops's own readers.
 
 _Reader = Callable[[bytes, int], tuple[object, int]]
 _TEXT_MAX = 256  # the longest string the walk reads (a global's module or name)
@@ -219,17 +243,24 @@ def _fixed(layout: str) -> _Reader:
     return read
 
 
-def _counted(layout: str, encoding: str | None) -> _Reader:
-    length = _fixed(layout)
-    # latin-1 is a byte per character; UTF-8 up to four
-    limit = -1 if encoding is None else _TEXT_MAX * (1 if encoding == "latin-1" else 4)
+def _byte(data: bytes, pos: int) -> tuple[int, int]:
+    """A one-byte argument (most opcodes of a CIFAR file have one): no struct."""
+    if pos >= len(data):
+        raise ValueError("an argument runs past the end")
+    return data[pos], pos + 1
+
+
+def _counted(length: _Reader, encoding: str | None) -> _Reader:
+    """A length-prefixed string: a unicode one's text if the walk looks at it, else the slice
+    of data it occupies."""
+    limit = -1 if encoding is None else _TEXT_MAX * 4  # UTF-8 is up to four bytes a character
 
     def read(data: bytes, pos: int) -> tuple[object, int]:
         size, pos = length(data, pos)
         if size < 0 or pos + size > len(data):
             raise ValueError("a string runs past the end")
         if size > limit:
-            return None, pos + size
+            return slice(pos, pos + size), pos + size
         return data[pos : pos + size].decode(encoding, "surrogatepass"), pos + size
 
     return read
@@ -244,21 +275,22 @@ def _genops_reader(descriptor: pickletools.ArgumentDescriptor) -> _Reader:
     return read
 
 
+# Python 2 strings (string1, string4) load as bytes (encoding="bytes"): never text to the walk.
 _READERS: dict[str, _Reader] = {
-    "uint1": _fixed("<B"),
+    "uint1": _byte,
     "uint2": _fixed("<H"),
     "int4": _fixed("<i"),
     "uint4": _fixed("<I"),
     "uint8": _fixed("<Q"),
-    "string1": _counted("<B", "latin-1"),
-    "string4": _counted("<i", "latin-1"),
-    "bytes1": _counted("<B", None),
-    "bytes4": _counted("<I", None),
-    "bytes8": _counted("<Q", None),
-    "bytearray8": _counted("<Q", None),
-    "unicodestring1": _counted("<B", "utf-8"),
-    "unicodestring4": _counted("<I", "utf-8"),
-    "unicodestring8": _counted("<Q", "utf-8"),
+    "string1": _counted(_byte, None),
+    "string4": _counted(_fixed("<i"), None),
+    "bytes1": _counted(_byte, None),
+    "bytes4": _counted(_fixed("<I"), None),
+    "bytes8": _counted(_fixed("<Q"), None),
+    "bytearray8": _counted(_fixed("<Q"), None),
+    "unicodestring1": _counted(_byte, "utf-8"),
+    "unicodestring4": _counted(_fixed("<I"), "utf-8"),
+    "unicodestring8": _counted(_fixed("<Q"), "utf-8"),
 }
 # opcode byte -> (name, its argument's reader); a disallowed opcode's argument is never read
 _OPCODES: dict[int, tuple[str, _Reader | None]] = {
@@ -272,21 +304,23 @@ _OPCODES: dict[int, tuple[str, _Reader | None]] = {
 }
 
 
-def _ops(data: bytes) -> Iterator[tuple[str, object]]:
-    """(name, argument) of each opcode up to STOP, as pickletools.genops reads them, except that
-    a string longer than the walk reads, and any bytes, come back as None."""
-    pos = 0
+def _ops(data: bytes) -> Iterator[tuple[str, object, int]]:
+    """(name, argument, offset) of each opcode up to STOP, reading arguments as
+    pickletools.genops does, except that bytes, and a string longer than the walk reads, come
+    back as the slice of data they occupy."""
+    pos, end = 0, len(data)
     while True:
-        if pos >= len(data):
+        if pos >= end:
             raise ValueError("pickle exhausted before seeing STOP")
         opcode = _OPCODES.get(data[pos])
         if opcode is None:
             raise ValueError(f"unknown opcode {data[pos]:#04x} at byte {pos}")
         name, read = opcode
-        arg, pos = (None, pos + 1) if read is None else read(data, pos + 1)
-        yield name, arg
+        arg, after = (None, pos + 1) if read is None else read(data, pos + 1)
+        yield name, arg, pos
         if name == "STOP":
             return
+        pos = after
 
 
 # ---- gate 2: the checkers that stand in for the globals ------------------------------------
@@ -337,7 +371,7 @@ def _array(raw: object, dtype: object, shape: object, order: str) -> np.ndarray:
     if not (isinstance(shape, tuple) and len(shape) <= 4
             and all(type(n) is int and n >= 0 for n in shape)):  # fmt: skip
         raise _Refused(f"an array shape {_short(shape)}")
-    if not isinstance(raw, (bytes, bytearray)):
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
         raise _Refused("an array whose data is not a byte string")
     if len(raw) != math.prod(shape) * dtype.dtype.itemsize:
         raise _Refused(
@@ -386,12 +420,33 @@ _CHECKERS = {
 }
 
 
+# The global that stands for a lifted byte string in what the unpickler reads; no file can name
+# it, since the walk admits only _GLOBALS.
+_VIEW = ("shardpack", "view")
+
+
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file) -> None:
-        super().__init__(file, encoding="bytes")
+    """Unpickles data with each lifted byte string replaced by a call of _VIEW(its number),
+    which returns a read-only view of those bytes in data."""
+
+    def __init__(self, data: bytes, lifted: list[tuple[int, slice]]) -> None:
+        parts, done, whole = [], 0, memoryview(data)
+        for number, (start, _) in enumerate(lifted):
+            call = b"c%s\n%s\n" % tuple(n.encode() for n in _VIEW)
+            parts += [whole[done:start], call, b"J", struct.pack("<i", number), pickle.TUPLE1]
+            parts.append(pickle.REDUCE)
+            done = lifted[number][1].stop
+        parts.append(whole[done:])
+        super().__init__(io.BytesIO(b"".join(parts)), encoding="bytes")
+        self.views = [whole[payload] for _, payload in lifted]
 
     def find_class(self, module: str, name: str):
+        if (module, name) == _VIEW:
+            return self.views.__getitem__
         return _CHECKERS[name]  # gate 1 admitted only globals that have a checker
+
+
+_LEAVES = frozenset({int, bool, float, bytes, str, type(None)})
 
 
 def _resolve(value: object) -> object:
@@ -399,6 +454,8 @@ def _resolve(value: object) -> object:
     done: dict[int, object] = {}
 
     def visit(node: object) -> object:
+        if node.__class__ in _LEAVES:  # most values: the labels and names of the long lists
+            return node
         if id(node) in done:
             return done[id(node)]
         if isinstance(node, _Array):
@@ -411,6 +468,8 @@ def _resolve(value: object) -> object:
             result = [visit(v) for v in node]
         elif isinstance(node, tuple):
             result = tuple(visit(v) for v in node)
+        elif isinstance(node, memoryview):  # a lifted byte string that is not an array's data
+            result = node.tobytes()
         else:
             result = node
         done[id(node)] = result

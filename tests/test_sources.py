@@ -516,6 +516,54 @@ def test_cifar_pickle_protocols_load(tmp_path, protocol):
     assert np.array_equal(loaded["data"], data)
 
 
+def _underlying(array: np.ndarray) -> object:
+    """The object an array's memory belongs to, past numpy's views and memoryviews."""
+    owner = array
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    return owner.obj if isinstance(owner, memoryview) else owner
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_cifar_pixels_are_a_view_of_the_file_not_a_copy(tmp_path, protocol):
+    data, labels = helpers.cifar_arrays(40)  # 120 KB of pixels: over safepickle.LIFT_BYTES
+    label = b"L" * 100_000  # a long byte string that is not an array's data comes back as bytes
+    path = tmp_path / "data_batch_1"
+    blob = pickle.dumps({b"labels": labels, b"data": data, b"batch_label": label}, protocol)
+    if protocol == 2:  # as Python 2 wrote the real files: the pixels a BINSTRING, not text
+        from benchmarks.workloads import python2_pickle
+
+        blob = python2_pickle({b"labels": labels, b"data": data, b"batch_label": label})
+    path.write_bytes(blob)
+    loaded = load_cifar_pickle(str(path))
+    assert np.array_equal(loaded["data"], data) and loaded["labels"] == labels
+    assert loaded["batch_label"] == label and type(loaded["batch_label"]) is bytes
+    assert not loaded["data"].flags.writeable
+    owner = _underlying(loaded["data"])
+    assert isinstance(owner, bytes) and len(owner) == len(blob)  # the file's bytes themselves
+
+
+def test_a_long_byte_string_inside_a_frame_is_loaded_as_it_is(tmp_path, monkeypatch):
+    # pickle.dumps writes long byte strings outside frames; one inside (a frame's length counts
+    # its bytes) cannot be cut out of the stream, so it is copied as the unpickler reads it
+    data, labels = helpers.cifar_arrays(40)
+    monkeypatch.setattr(pickle._Framer, "_FRAME_SIZE_TARGET", 2**30)
+    blob = pickle._dumps({b"labels": labels, b"data": data}, protocol=4)
+    assert blob[2:3] == b"\x95"  # FRAME, holding everything after it
+    (tmp_path / "data_batch_1").write_bytes(blob)
+    loaded = load_cifar_pickle(str(tmp_path / "data_batch_1"))
+    assert np.array_equal(loaded["data"], data) and loaded["labels"] == labels
+
+
+def test_a_pickle_cannot_name_the_loads_own_view_global(tmp_path):
+    from shardpack import safepickle
+
+    blob = b"\x80\x02c%s\n%s\nK\x00\x85R." % tuple(n.encode() for n in safepickle._VIEW)
+    (tmp_path / "data_batch_1").write_bytes(blob)
+    with pytest.raises(UnsafePickleError, match=r"asks for shardpack\.view"):
+        load_cifar_pickle(str(tmp_path / "data_batch_1"))
+
+
 class _System:
     def __init__(self, marker: Path) -> None:
         self.marker = marker
@@ -740,8 +788,19 @@ def test_safepickle_reads_opcodes_as_pickletools_does(protocol):
     }
     blob = pickle.dumps(value, protocol=protocol)
 
-    def text(arg: object) -> object:  # what the walk reads: short strings and integers
-        return arg if isinstance(arg, int) or (isinstance(arg, str) and len(arg) <= 256) else None
+    # what the walk reads: integers and short unicode text (Python 2 strings load as bytes)
+    python2 = {"SHORT_BINSTRING", "BINSTRING"}
 
-    expected = [(op.name, text(arg)) for op, arg, _ in genops(blob)]
-    assert [(name, text(arg)) for name, arg in safepickle._ops(blob)] == expected
+    def text(name: str, arg: object) -> object:
+        short = isinstance(arg, str) and len(arg) <= 256 and name not in python2
+        return arg if isinstance(arg, int) or short else None
+
+    expected = [(op.name, text(op.name, arg), pos) for op, arg, pos in genops(blob)]
+    ops = list(safepickle._ops(blob))
+    assert [(name, text(name, arg), pos) for name, arg, pos in ops] == expected
+    # bytes, and strings the walk does not read, come as the slice of the pickle they occupy
+    for (name, arg, _), (_, value, _) in zip(ops, genops(blob), strict=True):
+        if isinstance(arg, slice):
+            encoding = "latin-1" if name in python2 else "utf-8"
+            raw = value.encode(encoding, "surrogatepass") if isinstance(value, str) else value
+            assert blob[arg] == raw

@@ -13,7 +13,7 @@ from shardpack import images, safepickle
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
-from shardpack.sources import Dataset, Item
+from shardpack.sources import NO_FIELDS, Dataset, Item
 from shardpack.sources.folder import check_class_name
 from shardpack.srcfiles import RefusedFile
 from shardpack.storage import Storage, storage_at
@@ -87,17 +87,10 @@ def scan_cifar(root: Storage, layout: str) -> Dataset:
         _check_range(path, labels, classes, meta)
         if coarse_labels is not None:
             _check_range(path, coarse_labels, coarse, "the coarse label names")
+        items = splits.setdefault(split, [])
         for i, label in enumerate(labels):
-            splits.setdefault(split, []).append(
-                Item(
-                    key=f"{stem}:{i}",
-                    label=int(label),
-                    path=batch,
-                    size=CIFAR_PIXELS,
-                    record=i,
-                    fields={} if coarse_labels is None else {"coarse_label": int(coarse_labels[i])},
-                )
-            )
+            fields = NO_FIELDS if coarse_labels is None else {"coarse_label": int(coarse_labels[i])}
+            items.append(Item(f"{stem}:{i}", int(label), batch, CIFAR_PIXELS, i, fields))
     extra = {} if coarse is None else {"coarse_label": Feature("int64", classes=coarse)}
     return Dataset(
         layout,
