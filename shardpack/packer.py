@@ -333,6 +333,33 @@ def _gc_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
+# glibc's malloc options (malloc.h) and the values set: its largest mmap threshold, and a trim
+# threshold twice that, as glibc's own dynamic thresholds would pair them.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_KEEP = ((_M_TRIM_THRESHOLD, 64 * 2**20), (_M_MMAP_THRESHOLD, 32 * 2**20))
+
+
+def _keep_freed_memory() -> None:
+    """Have glibc's malloc keep freed memory for the next image instead of handing it back.
+
+    By default each image's decode and encode buffers were fresh pages, page-faulted in one by
+    one (~2.5 us a page here): 3,000 photos re-encoded to JPEG took 354,000 page faults and
+    1.06 s of system time at --workers 1, 710,000 and 1.74 s at 2; with these options 11,000
+    and 27,000, and 0.36 s (whole process 8.68 -> 7.62 s and 5.05 -> 4.24 s). The price: the
+    process keeps up to 64 MiB of freed memory for reuse, and setting the thresholds turns off
+    glibc's own adjusting of them, for the rest of the process. Elsewhere (no glibc) nothing
+    is done.
+    """
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return
+    for option, value in _KEEP:
+        mallopt(option, value)
+
+
 def _refuse_out_inside_src(src: Storage, out: Storage) -> None:
     """OUT inside SRC would be scanned as data by the next run: refuse it (local disks: real
     paths compared; object stores: the URLs' prefixes)."""
@@ -354,6 +381,7 @@ def _run(
     """
     args = (options, dataset.root, out, dataset.schema, dataset.kind)
     if options.backend == "loky":
+        _keep_freed_memory()  # in this process, and so in the workers it forks
         with _gc_frozen():
             if workers == 1 or len(specs) <= 1:
                 yield from (write_shard(spec, *args) for spec in specs)
