@@ -13,6 +13,8 @@ import statistics
 import cv2
 import numpy as np
 
+from benchmarks.measure import SAMPLE_S
+
 # The issues' targets (3 and 12), measured on 2 cores with whole processes.
 CIFAR_VS_SEED = 6.0
 SMALL_VS_BASELINE = 2.5
@@ -452,10 +454,10 @@ def markdown(results: dict) -> str:
     lines += [
         "Columns: images/s and MB/s (input bytes) over the whole process's wall time, start-up "
         "included; CPU s: user+system of the process tree; tree PSS MB: peak summed PSS of the "
-        "process tree (sampled every 50 ms); largest proc MB: kernel's peak RSS of the largest "
-        "single process (wait4); others' load: cores busy with other processes during the run "
-        "(from /proc/stat; above ~0.2 the figures are noisy). Ceiling rows: one core's tight "
-        "read/decode/encode loop (no start-up, no Example, no writing) times the cores.",
+        f"process tree (sampled every {SAMPLE_S:g} s); largest proc MB: kernel's peak RSS of the "
+        "largest single process (wait4); others' load: cores busy with other processes during "
+        "the run (from /proc/stat; above ~0.2 the figures are noisy). Ceiling rows: one core's "
+        "tight read/decode/encode loop (no start-up, no Example, no writing) times the cores.",
         "",
     ]
     return "\n".join(lines)
