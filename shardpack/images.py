@@ -171,12 +171,17 @@ def _printable(name: bytes) -> str:
     return "".join(chr(b) if 32 < b < 127 and b != 92 else f"\\x{b:02x}" for b in name)
 
 
+# A JPEG segment's head: 0xFF, the marker, and (for most markers) the segment's length. One
+# unpack for all three: a small JPEG has ~9 segments, and the probe is 10% of its cost.
+_SEGMENT = struct.Struct(">BBH").unpack_from
+
+
 def _probe_jpeg(data: bytes) -> ImageInfo:
     pos, info, size = 2, None, len(data)
     while pos + 4 <= size:
-        if data[pos] != 0xFF:
+        ff, marker, length = _SEGMENT(data, pos)
+        if ff != 0xFF:
             raise BadImage(f"corrupt JPEG: no marker at byte {pos}")
-        marker = data[pos + 1]
         if marker == 0xFF:  # fill byte before a marker
             pos += 1
             continue
@@ -185,7 +190,6 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
             continue
         if marker == 0xD9:
             raise BadImage("corrupt JPEG: ends before any image data")
-        (length,) = struct.unpack_from(">H", data, pos + 2)
         end = pos + 2 + length
         if length < 2 or end > size:
             raise BadImage("truncated JPEG (header cut short)")
