@@ -60,7 +60,8 @@ _SCAN_CHILD = """
 import ctypes, gc, json, resource, sys, time
 fmt, path, warm, root = sys.argv[1:5]
 from shardpack.options import PackOptions
-from shardpack.packer import _no_gc, default_name, machine_cores
+from shardpack.cpuload import machine_cores
+from shardpack.packer import _no_gc, default_name
 from shardpack.plan import make_plan
 from shardpack.sources import scan, source_root
 

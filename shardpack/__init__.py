@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from shardpack import cpuload  # noqa: F401  (samples the machine's CPU time: see its docstring)
+
 __version__ = "0.1.0"
 
 # public name -> module that defines it

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from shardpack.atomic import json_bytes, temp_files
 from shardpack.containers import CONTAINERS
+from shardpack.cpuload import CpuWatch, machine_cores
 from shardpack.errors import ImageError, OutputError, WorkerDiedError
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
@@ -97,48 +98,6 @@ def default_name(dataset: Dataset, src: Storage) -> str:
     return name or "dataset"
 
 
-def machine_cores() -> int:
-    """The cores this process may run on (its CPU affinity), the most workers a default run
-    plans for."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-class _CpuWatch:
-    """How many cores other processes keep busy: the machine's busy time (/proc/stat) less
-    this process's own, over a window of wall time (the scan and plan, or a short wait)."""
-
-    # Jiffies are 10 ms: a shorter window says nothing about the load.
-    MIN_WINDOW_S = 0.05
-
-    def __init__(self) -> None:
-        self.start = self._sample()
-
-    @staticmethod
-    def _sample() -> tuple[float, float, float] | None:
-        try:
-            with open("/proc/stat", "rb") as f:
-                fields = [int(v) for v in f.readline().split()[1:9]]
-        except (OSError, ValueError):
-            return None
-        busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait
-        own = sum(os.times()[:2])
-        return time.monotonic(), busy / os.sysconf("SC_CLK_TCK"), own
-
-    def others_busy(self) -> float:
-        """Cores other processes used since this watch began; waits out a too-short window."""
-        if self.start is None:
-            return 0.0
-        time.sleep(max(0.0, self.start[0] + self.MIN_WINDOW_S - time.monotonic()))
-        end = self._sample()
-        if end is None:
-            return 0.0
-        wall, busy, own = (b - a for a, b in zip(self.start, end, strict=True))
-        return max(0.0, (busy - own) / wall)
-
-
 def choose_workers(
     plan: Plan, options: PackOptions, cores: int, others_busy: Callable[[], float]
 ) -> int:
@@ -198,7 +157,7 @@ def pack(
     _refuse_out_inside_src(src_root, out)
     created = out.make_root()
     with out.lock(created), keep_batches():  # CIFAR batches: loaded once a run
-        watch = _CpuWatch()  # the scan and plan are the window that measures others' load
+        watch = CpuWatch()  # the scan and plan are the window that measures others' load
         with _no_gc():
             dataset = scan(src_root, options, storage_options)
             if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals

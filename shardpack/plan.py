@@ -41,10 +41,11 @@ DECODE_BYTE_S = 16e-9
 POOL_START_S = 0.1
 WORKER_START_S = 0.02
 # The share of each encoding's work that more workers do not divide: passthrough is copying
-# bytes through the page cache to one disk (photos keep on 2 cores, `make bench`: 0.85 s at
-# 1 worker, 0.76 s at 2, ~0.3 s of it start-up and 0.11 s the pool: a quarter of the work
-# stays serial); decoding and encoding are all CPU.
-SERIAL_SHARE = {"keep": 0.25, "raw": 0.0, "jpeg": 0.0, "png": 0.0, "webp": 0.0}
+# bytes through the page cache to one disk (photos keep on 2 cores, `make bench`: 0.88 s at
+# 1 worker, 0.71 s at 2, ~0.3 s of it start-up and ~0.12 s the pool: next to nothing stays
+# serial; a tenth is kept for disks slower than this one's cache); decoding and encoding are
+# all CPU.
+SERIAL_SHARE = {"keep": 0.1, "raw": 0.0, "jpeg": 0.0, "png": 0.0, "webp": 0.0}
 # Another worker must promise at least this share less wall time: the model is rough, and a
 # wrong "more" costs more than a wrong "fewer" on a busy machine.
 GAIN_MARGIN = 0.1

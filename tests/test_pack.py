@@ -420,13 +420,38 @@ def test_cpu_watch_counts_other_processes_not_this_one():
     import subprocess
     import sys
 
-    from shardpack.packer import _CpuWatch
+    from shardpack.cpuload import CpuWatch
 
-    watch = _CpuWatch()
+    watch = CpuWatch()
     # A real process spinning a core for 0.4 s: other processes only add to what is seen.
     subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
                     "while time.process_time() - t < 0.4: pass"], check=True)  # fmt: skip
     assert watch.others_busy() >= 0.5
+
+
+def test_cpu_watch_takes_the_start_up_as_its_window_instead_of_waiting(monkeypatch):
+    import subprocess
+    import sys
+    import time
+
+    from shardpack import cpuload
+
+    # The CLI's start-up: shardpack imported, then ~0.2 s of imports and parsing, while another
+    # process keeps a core busy. A scan and plan shorter than the window then cost no wait.
+    monkeypatch.setattr(cpuload, "IMPORTED", cpuload.sample())
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                    "while time.process_time() - t < 0.3: pass"], check=True)  # fmt: skip
+    watch = cpuload.CpuWatch()
+    began = time.monotonic()
+    assert watch.others_busy() >= 0.5
+    assert time.monotonic() - began < cpuload.MIN_WINDOW_S / 2
+    # an import long ago says nothing about now: the window is waited out
+    stale = (cpuload.IMPORTED[0] - cpuload.IMPORT_SAMPLE_MAX_AGE_S - 1, *cpuload.IMPORTED[1:])
+    monkeypatch.setattr(cpuload, "IMPORTED", stale)
+    watch = cpuload.CpuWatch()
+    began = time.monotonic()
+    watch.others_busy()
+    assert time.monotonic() - began >= cpuload.MIN_WINDOW_S * 0.9
 
 
 _FAULTS_AFTER = """
