@@ -251,7 +251,7 @@ def _write_shards(
                 f"{e.reason} (in {dataset.root.path()}); repair or remove the file, or pass "
                 "--on-error skip to leave it out",
             ) from None
-        if type(e).__name__ == "TerminatedWorkerError":  # joblib's; its import is lazy
+        if type(e).__name__ == "BrokenProcessPool":  # concurrent.futures's; imported lazily
             raise WorkerDiedError(
                 f"{out.root}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
                 "(killed, perhaps by the out-of-memory killer: try fewer --workers); "
@@ -282,9 +282,9 @@ def _no_gc() -> Iterator[None]:
 def _gc_frozen() -> Iterator[None]:
     """Move every object made so far (the listing, the plan, the modules) out of the cyclic
     collector's reach while the shards are written. A forked worker then shares those pages
-    with the parent instead of copying them: loky's workers run gc.collect() after their first
-    task and each second, and a full collection writes into every object it walks. 50,000
-    small JPEGs, 2 workers: ~0.08 s a collection between one shard and the next."""
+    with the parent instead of copying them: a full collection in a worker (loky's ran one
+    after their first task and each second) writes into every object it walks. 50,000 small
+    JPEGs, 2 workers: ~0.08 s a collection between one shard and the next."""
     gc.freeze()
     try:
         yield
@@ -360,24 +360,28 @@ def _run(
 
 
 def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[ShardResult]:
-    """Run write_shard on loky workers forked from this process, which has already imported
-    the worker code: two workers are up in ~30 ms, where fresh interpreters importing numpy
-    and OpenCV took ~0.35 s each. loky (not multiprocessing.Pool) so that a killed worker is
-    a TerminatedWorkerError, not a hang; a plain executor because loky's reusable one refuses
-    fork (a pool that outlives the run must not fork a parent with live threads)."""
+    """Run write_shard on workers forked from this process, which has already imported the
+    worker code: two workers are up in ~10 ms, where fresh interpreters importing numpy and
+    OpenCV took ~0.35 s each.
+
+    The standard library's ProcessPoolExecutor: a killed worker breaks the pool
+    (BrokenProcessPool), never a hang. It was joblib's loky, whose import (all of joblib's
+    package first) cost 70-95 ms of every run with workers, against ~25 ms, and whose workers
+    ran gc.collect() between tasks. Its shutdown waits for running tasks, so on the way out
+    early the workers are killed here.
+    """
     import multiprocessing
     import sys
-    from concurrent.futures import as_completed
-
-    from joblib.externals.loky import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # a forked worker must not write the parent's buffered text again
     global _forked
     _forked = specs  # the workers inherit them: a task is the shard's number
+    others = set(multiprocessing.active_children())
     executor = ProcessPoolExecutor(
         workers,
-        context=multiprocessing.get_context("fork"),
+        mp_context=multiprocessing.get_context("fork"),
         initializer=_tie_to_parent,
         initargs=(os.getpid(),),
     )
@@ -387,17 +391,14 @@ def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[S
         futures = [executor.submit(_write_forked, i, *args) for i in range(len(specs))]
         for future in as_completed(futures):
             yield future.result()
+    except BaseException:
+        # Killed (and reaped below) before the caller removes partial files: none can reappear.
+        for worker in set(multiprocessing.active_children()) - others:
+            worker.kill()
+        raise
     finally:
         _forked = None
-        # Killed and reaped before the caller removes partial files: none can reappear. loky's
-        # manager thread can trip over the pool being killed under it (a KeyError on a work
-        # id); that is noise on the way out, not news for the user.
-        hook = threading.excepthook
-        threading.excepthook = _quiet_manager_thread(hook)
-        try:
-            executor.shutdown(wait=True, kill_workers=True)
-        finally:
-            threading.excepthook = hook
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 # The shards of the run on forked workers, set before the pool forks. Handing each task its
@@ -425,16 +426,6 @@ def _tie_to_parent(parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before the request took hold
         os._exit(1)
-
-
-def _quiet_manager_thread(hook):
-    """threading.excepthook that drops what loky's executor manager thread raises."""
-
-    def quiet(args) -> None:
-        if args.thread is None or "ExecutorManager" not in type(args.thread).__name__:
-            hook(args)
-
-    return quiet
 
 
 class _ProgressPoller:

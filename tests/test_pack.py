@@ -400,10 +400,10 @@ def test_default_workers_follow_the_work_and_the_cores_free():
     assert len(plan.shards) == 2  # planned for the cores, whatever the load
     assert choose_workers(plan, heavy, 2, lambda: 0.2) == 2
     # Others keeping 1.6 cores busy share the cores with us: 2 workers get 2 x 2/3.6 of a
-    # core, one worker 2/2.6: the 4 s job still divides. A 1 s job does not, beside one busy
+    # core, one worker 2/2.6: the 4 s job still divides. A 0.5 s job does not, beside one busy
     # core: its 2 workers' 2/3 of a core each no longer pays for the pool.
     assert choose_workers(plan, heavy, 2, lambda: 1.6) == 2
-    medium = _plan(100, 100_000, heavy, 2)
+    medium = _plan(50, 100_000, heavy, 2)
     assert len(medium.shards) == 2
     assert choose_workers(medium, heavy, 2, lambda: 0.2) == 2
     assert choose_workers(medium, heavy, 2, lambda: 1.0) == 1

@@ -174,8 +174,8 @@ def test_shards_cap_at_item_count():
 # 1 KB files passed through cost ~53 us each (50,000: 2.6 s, a tenth of it not divided by
 # more workers); 100 KB files encoded to PNG ~10.6 ms each.
 @pytest.mark.parametrize("n, size, encode, workers, shards", [
-    (255, 1000, "keep", 16, 1), (2000, 1000, "keep", 16, 1), (50_000, 1000, "keep", 16, 6),
-    (20, 100_000, "png", 16, 1), (40, 100_000, "png", 16, 3), (200, 100_000, "png", 2, 2),
+    (255, 1000, "keep", 16, 1), (2000, 1000, "keep", 16, 1), (50_000, 1000, "keep", 16, 7),
+    (10, 100_000, "png", 16, 1), (20, 100_000, "png", 16, 2), (200, 100_000, "png", 2, 2),
 ])  # fmt: skip
 def test_default_shards_follow_what_the_work_costs_not_the_item_count(
     n, size, encode, workers, shards
