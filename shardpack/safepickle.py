@@ -423,6 +423,7 @@ _CHECKERS = {
 # The global that stands for a lifted byte string in what the unpickler reads; no file can name
 # it, since the walk admits only _GLOBALS.
 _VIEW = ("shardpack", "view")
+_VIEW_GLOBAL = pickle.GLOBAL + "{}\n{}\n".format(*_VIEW).encode()
 
 
 class _Unpickler(pickle.Unpickler):
@@ -431,11 +432,12 @@ class _Unpickler(pickle.Unpickler):
 
     def __init__(self, data: bytes, lifted: list[tuple[int, slice]]) -> None:
         parts, done, whole = [], 0, memoryview(data)
-        for number, (start, _) in enumerate(lifted):
-            call = b"c%s\n%s\n" % tuple(n.encode() for n in _VIEW)
-            parts += [whole[done:start], call, b"J", struct.pack("<i", number), pickle.TUPLE1]
-            parts.append(pickle.REDUCE)
-            done = lifted[number][1].stop
+        for number, (start, payload) in enumerate(lifted):
+            # GLOBAL shardpack view, BININT number, TUPLE1, REDUCE: pushes one value, as the
+            # string's opcode did
+            parts += [whole[done:start], _VIEW_GLOBAL, pickle.BININT + struct.pack("<i", number),
+                      pickle.TUPLE1, pickle.REDUCE]  # fmt: skip
+            done = payload.stop
         parts.append(whole[done:])
         super().__init__(io.BytesIO(b"".join(parts)), encoding="bytes")
         self.views = [whole[payload] for _, payload in lifted]
