@@ -252,6 +252,7 @@ def targets(results: dict) -> list[dict]:
                 "value": memory["ratio"],
                 "goal": MEMORY_FLAT,
                 "met": memory["ratio"] <= MEMORY_FLAT,
+                "most": True,
                 "format": "{:.2f}x",
                 "note": f"{memory['small_mb']:.0f} MB -> {memory['large_mb']:.0f} MB; "
                 f"RSS {memory['small_rss_mb']:.0f} -> {memory['large_rss_mb']:.0f} MB; "
@@ -443,8 +444,7 @@ def markdown(results: dict) -> str:
         for t in found:
             value = "—" if t["value"] is None else t["format"].format(t["value"])
             goal = t["format"].format(t["goal"])
-            most = t.get("most", "memory flat" in t["target"])  # an upper bound
-            better = "≤" if most else "≥"
+            better = "≤" if t["most"] else "≥"
             note = f"; {t['note']}" if t["note"] else ""
             lines.append(
                 f"| {t['target']}{note} | {value} | {better} {goal} | "

@@ -40,13 +40,12 @@ def not_regular(mode: int) -> str | None:
     return f"not a regular file ({kind})"
 
 
-def read_regular(path: str, limit: int, size_hint: int = 0) -> bytes:
+def read_regular(path: str, limit: int) -> bytes:
     """Read a whole regular file of at most `limit` bytes.
 
     Args:
         path: the file; links are followed, but only to a regular file.
         limit: the most bytes the caller will take; a larger file is refused unread.
-        size_hint: the size a scan saw, to read a small file in one call.
 
     Raises:
         RefusedFile: not a regular file, or over the limit (also if it grows past it).
@@ -62,7 +61,7 @@ def read_regular(path: str, limit: int, size_hint: int = 0) -> bytes:
             raise FileTooLarge(f"{st.st_size} bytes, over the limit of {limit}")
         # O_NONBLOCK means nothing to a regular file on a local disk; a filesystem that
         # honours it (some network or FUSE ones) says so with EAGAIN, and is read blocking.
-        first = min(max(size_hint, st.st_size), limit) + 1
+        first = min(st.st_size, limit) + 1  # one read for the whole file, as fstat sees it
         try:
             chunks = [os.read(fd, first)]
         except BlockingIOError:

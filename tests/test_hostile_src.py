@@ -133,7 +133,7 @@ def test_a_fifo_swapped_in_after_the_scan_is_refused_at_read(tmp_path):
 
     def read() -> None:
         try:
-            read_regular(str(fifo), 2**20, 100)
+            read_regular(str(fifo), 2**20)
         except RefusedFile as e:
             outcome.append(str(e))
 
@@ -148,7 +148,7 @@ def test_a_file_that_grows_past_the_limit_is_not_read_past_it(tmp_path):
     path.write_bytes(b"x" * 1000)
     with pytest.raises(RefusedFile, match="over the limit of 999"):
         read_regular(str(path), 999)
-    assert read_regular(str(path), 1000, size_hint=10) == b"x" * 1000
+    assert read_regular(str(path), 1000) == b"x" * 1000
 
 
 def test_links_to_regular_images_are_followed(tmp_path):

@@ -310,7 +310,7 @@ def load(item: Item, src: Storage, options: PackOptions, cache: dict) -> bytes:
 
     limit = images.max_file_bytes(options.max_pixels)
     try:
-        data = src.read(item.path, limit, item.size)
+        data = src.read(item.path, limit)
     except FileTooLarge as e:
         raise ImageError(item.key, f"{e}, the most an image of --max-pixels can take") from None
     except RefusedFile as e:

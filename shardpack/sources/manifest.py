@@ -217,9 +217,9 @@ class ImageRoot(Storage):
         storage, name = self.where(name)
         return storage.kind(name)
 
-    def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
+    def read(self, name: str, limit: int) -> bytes:
         storage, name = self.where(name)
-        return storage.read(name, limit, size_hint)
+        return storage.read(name, limit)
 
     def open(self, name: str) -> Blob:
         storage, name = self.where(name)

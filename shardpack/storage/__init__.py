@@ -162,7 +162,7 @@ class Storage:
         """Every file below a folder, names relative to it, in sorted order."""
         raise NotImplementedError
 
-    def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
+    def read(self, name: str, limit: int) -> bytes:
         """A whole file of SRC of at most `limit` bytes (srcfiles.FileTooLarge past it,
         unread). On a local disk, links are followed, but only to a regular file."""
         raise NotImplementedError

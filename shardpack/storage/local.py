@@ -70,8 +70,8 @@ class LocalStorage(Storage):
             else:
                 yield entry
 
-    def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
-        return read_regular(self.path(name), limit, size_hint)
+    def read(self, name: str, limit: int) -> bytes:
+        return read_regular(self.path(name), limit)
 
     def open(self, name: str) -> Blob:
         return _FileBlob(self.path(name))

@@ -128,7 +128,7 @@ class RemoteStorage(Storage):
             if entry.name:
                 yield entry
 
-    def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
+    def read(self, name: str, limit: int) -> bytes:
         with _naming(self.path(name)):
             data = self.fs.cat_file(self._key(name), start=0, end=limit + 1)
         if len(data) > limit:
@@ -263,13 +263,13 @@ class _ReadAhead:
             self._fetched.put(list(zip(batch, got, strict=True)))
         self._fetched.put(None)
 
-    def read(self, name: str, limit: int, size_hint: int = 0) -> bytes:
+    def read(self, name: str, limit: int) -> bytes:
         if not self._pending and not self._done:
             batch = self._fetched.get()
             self._done = batch is None
             self._pending = list(reversed(batch or []))
         if not self._pending or self._pending[-1][0] != name or limit > self.limit:
-            return self.storage.read(name, limit, size_hint)
+            return self.storage.read(name, limit)
         _, data = self._pending.pop()
         if isinstance(data, BaseException):
             raise data if isinstance(data, OSError) else OSError(str(data))
