@@ -482,3 +482,60 @@ def test_a_pack_keeps_freed_memory_for_the_next_image(tree: Path, tmp_path: Path
 
     assert second_block_faults() > 3000  # glibc's default: this is what the test can tell
     assert second_block_faults(str(tree), str(tmp_path / "out")) < 300
+
+
+_COPIED_BY_A_FORKED_READER = """
+import os, random, sys
+from shardpack.packer import _PackedItems
+from shardpack.sources import Item
+
+def private_kb():
+    with open("/proc/self/smaps_rollup") as f:
+        fields = dict(line.split(":", 1) for line in f.read().splitlines()[1:])
+    return sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty"))
+
+listing = [Item(f"c{i % 10}/{i:06d}.jpg", i % 10, f"c{i % 10}/{i:06d}.jpg", 1000 + i)
+           for i in range(50_000)]
+random.Random(0).shuffle(listing)  # a shard's items lie all over the listing
+shard = tuple(listing[:25_000])
+given = shard if sys.argv[1] == "tuple" else _PackedItems(shard)
+read, write = os.pipe()
+if os.fork() == 0:  # a worker reading its shard's items
+    before = private_kb()
+    assert sum(item.size for item in given) == sum(1000 + int(item.key[3:9]) for item in given)
+    os.write(write, str(private_kb() - before).encode())
+    os._exit(0)
+os.wait()
+print(int(os.read(read, 64)))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="Linux's /proc only")
+def test_a_forked_worker_does_not_copy_the_listing_it_reads():
+    # A worker that read the inherited Items wrote their reference counts: every page of the
+    # listing it touched (all, after the shuffle) became its own copy. Packed, the items are
+    # bytes it only reads.
+    def copied_kb(given: str) -> int:
+        run = subprocess.run([sys.executable, "-c", _COPIED_BY_A_FORKED_READER, given],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        return int(run.stdout)
+
+    assert copied_kb("tuple") > 4000  # what the test can tell: ~200 bytes an item
+    assert copied_kb("packed") < 2000  # a chunk of items at a time, made in the worker
+
+
+def test_packed_items_give_back_the_items_they_were_made_from():
+    from shardpack.packer import PACKED_CHUNK, _PackedItems
+    from shardpack.sources import Item
+
+    items = tuple(
+        Item(f"k{i}", (i, i + 1) if i % 3 else None, f"/abs/p{i}", i, i if i % 2 else None,
+             {"caption": f"c{i}", "box": (0.5, 1.0), "raw": b"\x00"} if i % 5 else {})
+        for i in range(PACKED_CHUNK * 2 + 7)
+    )  # fmt: skip
+    for given in (items, items[:1], ()):
+        packed = _PackedItems(given)
+        assert len(packed) == len(given)
+        assert tuple(packed) == given
+        assert tuple(packed) == given  # iterated again: the same
+        assert all(type(item) is Item for item in packed)

@@ -168,7 +168,7 @@ class Storage:
         raise NotImplementedError
 
     @contextmanager
-    def reading(self, names: list[str], limit: int) -> Iterator[Storage]:
+    def reading(self, names: Iterable[str], limit: int) -> Iterator[Storage]:
         """This storage, to read `names` (each at most `limit` bytes) in this order. Where each
         request waits on the network (an object store), the next files are fetched ahead,
         several at once, while the caller works on the current one."""

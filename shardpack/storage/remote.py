@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
+from itertools import islice
 
 from shardpack.errors import OutputError
 from shardpack.srcfiles import FileTooLarge
@@ -136,7 +137,7 @@ class RemoteStorage(Storage):
         return data
 
     @contextmanager
-    def reading(self, names: list[str], limit: int) -> Iterator[Storage]:
+    def reading(self, names: Iterable[str], limit: int) -> Iterator[Storage]:
         ahead = _ReadAhead(self, names, limit)
         try:
             yield ahead
@@ -239,7 +240,7 @@ class _ReadAhead:
     per-request latency, not bandwidth, is what limits one worker reading small objects.
     Anything else, or a name out of order, goes to the storage itself."""
 
-    def __init__(self, storage: RemoteStorage, names: list[str], limit: int) -> None:
+    def __init__(self, storage: RemoteStorage, names: Iterable[str], limit: int) -> None:
         self.storage, self.limit = storage, limit
         self._fetched: queue.Queue[list | None] = queue.Queue(_AHEAD_BATCHES)
         self._pending: list = []  # (name, bytes or the OSError its request raised), reversed
@@ -248,12 +249,12 @@ class _ReadAhead:
         self._thread = threading.Thread(target=self._fetch, args=(names,), daemon=True)
         self._thread.start()
 
-    def _fetch(self, names: list[str]) -> None:
+    def _fetch(self, names: Iterable[str]) -> None:
         fs = self.storage.fs
-        for i in range(0, len(names), _AHEAD):
+        names = iter(names)
+        while batch := list(islice(names, _AHEAD)):
             if self._stop.is_set():
                 return
-            batch = names[i : i + _AHEAD]
             keys = [self.storage._key(n) for n in batch]
             try:
                 got = fs.cat_ranges(keys, [0] * len(keys), [self.limit + 1] * len(keys),
