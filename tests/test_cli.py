@@ -291,6 +291,19 @@ def test_help_loads_no_heavy_module():
     assert not imported & heavy, imported & heavy
 
 
+def test_pack_imports_only_what_it_uses(tmp_path: Path):
+    """A pack on forked workers imports no joblib (the Dask backend's) and no importlib.metadata
+    (the crc32c package's __init__ asks it its version: 25-50 ms of every command)."""
+    src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out"), "--shards", "2", "--workers", "2"]
+    run = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
+    assert "concurrent.futures.process" in imported  # the run did fork its workers
+    assert not imported & {"joblib", "importlib.metadata", "tensorflow"}
+
+
 # ---- messages --------------------------------------------------------------------------------
 
 
