@@ -111,8 +111,9 @@ def _target(
 
 
 def _per_repeat(over: dict, under: dict, fmt: str) -> str:
-    """Wall over wall of two contenders in each repeat (they ran one after the other in every
-    repeat): how far the machine's noise moves a ratio the row gives as a ratio of medians."""
+    """Wall over wall of two contenders in each repeat (every contender runs once a repeat, in
+    alternating order): how far the machine's noise moves a ratio the row gives as a ratio of
+    medians."""
     if over.get("failed") or under.get("failed") or over.get("repeats", 0) < 2:
         return ""
     ratios = [a / b for a, b in zip(over["walls"], under["walls"], strict=True)]

@@ -63,6 +63,7 @@ class ShardSpec:
     index: int
     num_shards: int
     file: str
+    # on a forked worker, the same items packed (packer._PackedItems): iterated and counted only
     items: tuple[Item, ...]
 
 

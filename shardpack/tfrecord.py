@@ -52,7 +52,8 @@ def _load_crc32c() -> Callable[[bytes], int]:
 
     The package's __init__ also asks importlib.metadata for its own version: importing that,
     email's parser and argparse cost 25-50 ms of every command that reads or writes a TFRecord,
-    against ~1 ms for the compiled module. Laid out otherwise, the package is imported whole.
+    against ~1 ms for the compiled module. Laid out otherwise, or should the compiled module
+    not load alone, the package is imported whole.
     """
     spec = importlib.util.find_spec("crc32c")
     for folder in (spec and spec.submodule_search_locations) or ():
@@ -60,9 +61,12 @@ def _load_crc32c() -> Callable[[bytes], int]:
             path = os.path.join(folder, "_crc32c" + suffix)
             if os.path.isfile(path):
                 compiled = importlib.util.spec_from_file_location("crc32c._crc32c", path)
-                module = importlib.util.module_from_spec(compiled)
-                compiled.loader.exec_module(module)
-                return module.crc32c
+                try:
+                    module = importlib.util.module_from_spec(compiled)  # loads the library
+                    compiled.loader.exec_module(module)
+                    return module.crc32c
+                except (ImportError, AttributeError, OSError):
+                    break
     import crc32c
 
     return crc32c.crc32c

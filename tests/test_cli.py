@@ -297,7 +297,7 @@ def test_pack_imports_only_what_it_uses(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
     env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
     argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out"), "--shards", "2", "--workers", "2"]
-    run = subprocess.run(argv, capture_output=True, text=True, env=env)
+    run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
     assert "concurrent.futures.process" in imported  # the run did fork its workers

@@ -485,7 +485,7 @@ def test_a_pack_keeps_freed_memory_for_the_next_image(tree: Path, tmp_path: Path
 
 
 _COPIED_BY_A_FORKED_READER = """
-import os, random, sys
+import gc, os, random, sys
 from shardpack.packer import _PackedItems
 from shardpack.sources import Item
 
@@ -500,12 +500,15 @@ random.Random(0).shuffle(listing)  # a shard's items lie all over the listing
 shard = tuple(listing[:25_000])
 given = shard if sys.argv[1] == "tuple" else _PackedItems(shard)
 read, write = os.pipe()
+gc.freeze()  # as pack does before it forks: no collection in the worker walks the listing
 if os.fork() == 0:  # a worker reading its shard's items
     before = private_kb()
     assert sum(item.size for item in given) == sum(1000 + int(item.key[3:9]) for item in given)
     os.write(write, str(private_kb() - before).encode())
     os._exit(0)
-os.wait()
+os.close(write)
+_, status = os.wait()
+assert os.waitstatus_to_exitcode(status) == 0
 print(int(os.read(read, 64)))
 """
 
@@ -517,7 +520,7 @@ def test_a_forked_worker_does_not_copy_the_listing_it_reads():
     # bytes it only reads.
     def copied_kb(given: str) -> int:
         run = subprocess.run([sys.executable, "-c", _COPIED_BY_A_FORKED_READER, given],
-                             capture_output=True, text=True, check=True)  # fmt: skip
+                             capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
         return int(run.stdout)
 
     assert copied_kb("tuple") > 4000  # what the test can tell: ~200 bytes an item

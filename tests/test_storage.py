@@ -5,6 +5,7 @@ in tests/test_object_storage.py."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 
 import fsspec
@@ -152,6 +153,31 @@ def test_reading_ahead_gives_each_file_in_order_bounded_and_errors_as_reads_woul
     local = LocalStorage("/")
     with local.reading(["x"], 1) as same:
         assert same is local  # a local disk reads as fast as it asks
+
+
+def test_reading_ahead_of_names_that_fail_partway_reads_the_rest_directly(url):
+    # The names come lazily (a shard's items); should naming one fail, the reads must neither
+    # wait for a batch that never comes nor lose a file.
+    storage = storage_at(url)
+    files = {f"e/{i:03d}.bin": bytes([i]) for i in range(40)}
+    for name, data in files.items():
+        storage.put(name, data)
+
+    def names():
+        yield from list(files)[:20]
+        raise RuntimeError("an item that cannot be read")
+
+    outcome: list = []
+    reader = threading.Thread(target=lambda: outcome.append(_read_all(storage, names(), files)))
+    reader.start()
+    reader.join(timeout=30)
+    assert not reader.is_alive(), "a read waited for a batch that never came"
+    assert outcome == [files]
+
+
+def _read_all(storage, names, files) -> dict:
+    with storage.reading(names, limit=30) as ahead:
+        return {name: ahead.read(name, 30) for name in files}
 
 
 def test_a_journal_that_cannot_be_written_is_one_line_with_the_way_on(tmp_path):

@@ -65,6 +65,29 @@ def test_crc32c_package_gives_the_standard_check_value():
     assert crc32c.crc32c(b"123456789") == 0xE3069283
 
 
+def test_crc32c_comes_from_the_compiled_module_and_else_from_the_package(tmp_path: Path):
+    import importlib.machinery
+    import subprocess
+    import sys
+
+    from shardpack import tfrecord
+
+    assert tfrecord._crc32c.__module__ == "crc32c._crc32c"  # the package's __init__ skipped
+    # A crc32c laid out otherwise (no compiled module), or whose compiled module does not
+    # load: the package is imported whole.
+    code = "import crc32c, shardpack.tfrecord as t; print(t._crc32c is crc32c.crc32c)"
+    for broken in (False, True):
+        fake = tmp_path / str(broken) / "crc32c"
+        fake.mkdir(parents=True)
+        (fake / "__init__.py").write_text("def crc32c(data, value=0):\n    return 7\n")
+        if broken:
+            (fake / f"_crc32c{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"no ELF")
+        env = {"PYTHONPATH": f"{fake.parent}:{Path(__file__).parents[1]}"}
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, timeout=120)  # fmt: skip
+        assert run.stdout.strip() == "True", run.stderr[-2000:]
+
+
 def test_masked_crc_of_empty_is_the_mask_delta():
     assert masked_crc(b"") == 0xA282EAD8
 

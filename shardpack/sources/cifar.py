@@ -88,7 +88,7 @@ def scan_cifar(root: Storage, layout: str) -> Dataset:
         if coarse_labels is not None:
             _check_range(path, coarse_labels, coarse, "the coarse label names")
         fields = [NO_FIELDS] * len(labels) if coarse_labels is None else [
-            {"coarse_label": coarse} for coarse in coarse_labels
+            {"coarse_label": value} for value in coarse_labels
         ]  # fmt: skip
         # one comprehension, each Item made by tuple.__new__ (as folder.labelled does): 60,000
         # records 60 -> 30 ms

@@ -252,17 +252,21 @@ class _ReadAhead:
     def _fetch(self, names: Iterable[str]) -> None:
         fs = self.storage.fs
         names = iter(names)
-        while batch := list(islice(names, _AHEAD)):
-            if self._stop.is_set():
-                return
-            keys = [self.storage._key(n) for n in batch]
-            try:
-                got = fs.cat_ranges(keys, [0] * len(keys), [self.limit + 1] * len(keys),
-                                    on_error="return")  # fmt: skip
-            except Exception as e:  # the whole batch failed: each read says so
-                got = [e] * len(batch)
-            self._fetched.put(list(zip(batch, got, strict=True)))
-        self._fetched.put(None)
+        try:
+            while batch := list(islice(names, _AHEAD)):
+                if self._stop.is_set():
+                    return
+                keys = [self.storage._key(n) for n in batch]
+                try:
+                    got = fs.cat_ranges(keys, [0] * len(keys), [self.limit + 1] * len(keys),
+                                        on_error="return")  # fmt: skip
+                except Exception as e:  # the whole batch failed: each read says so
+                    got = [e] * len(batch)
+                self._fetched.put(list(zip(batch, got, strict=True)))
+        except Exception:  # naming a file failed: the reads from here on go to the storage
+            pass  # itself, which raises the same error where the caller handles it
+        finally:
+            self._fetched.put(None)  # the end, however it came: read() never waits for nothing
 
     def read(self, name: str, limit: int) -> bytes:
         if not self._pending and not self._done:
