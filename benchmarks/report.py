@@ -95,9 +95,16 @@ def _workers(n: int) -> str:
 
 
 def _target(
-    name: str, value: float | None, goal: float, fmt: str, note: str = "", most: bool = False
+    name: str,
+    value: float | None,
+    goal: float,
+    fmt: str,
+    note: str = "",
+    most: bool = False,
+    spread: str = "",
 ) -> dict:
-    """One target row; `most`: the goal is an upper bound (times, memory), else a lower one."""
+    """One target row; `most`: the goal is an upper bound (times, memory), else a lower one;
+    `spread`: the value's range over the repeats (_per_repeat), after the note."""
     met = value is not None and (value <= goal if most else value >= goal)
     return {
         "target": name,
@@ -105,7 +112,7 @@ def _target(
         "goal": goal,
         "met": met,
         "format": fmt,
-        "note": note,
+        "note": "; ".join(filter(None, (note, spread))),
         "most": most,
     }
 
@@ -144,7 +151,7 @@ def targets(results: dict) -> list[dict]:
                     ratio,
                     CIFAR_VS_SEED,
                     "{:.1f}x",
-                    _per_repeat(seed, best, "{:.1f}x"),
+                    spread=_per_repeat(seed, best, "{:.1f}x"),
                 )
             )
         baseline = _get(case, "baseline")
@@ -158,7 +165,7 @@ def targets(results: dict) -> list[dict]:
                         ratio,
                         SMALL_VS_BASELINE,
                         "{:.2f}x",
-                        _per_repeat(baseline, best, "{:.2f}x"),
+                        spread=_per_repeat(baseline, best, "{:.2f}x"),
                     )
                 )
             if naive:
@@ -169,7 +176,7 @@ def targets(results: dict) -> list[dict]:
                         ratio,
                         SMALL_VS_NAIVE,
                         "{:.2f}x",
-                        _per_repeat(naive, best, "{:.2f}x"),
+                        spread=_per_repeat(naive, best, "{:.2f}x"),
                     )
                 )
         ceiling = _get(case, "ceiling")
@@ -239,23 +246,21 @@ def targets(results: dict) -> list[dict]:
                     ratio,
                     KEEP_VS_BASELINE,
                     "{:.1f}x",
-                    _per_repeat(baseline, best, "{:.1f}x"),
+                    spread=_per_repeat(baseline, best, "{:.1f}x"),
                 )
             )
         io_ceiling = _get(case, "io-ceiling")
         if encode == "keep" and io_ceiling:
             share = io_ceiling["wall_s"] / best["wall_s"]
-            what = (
-                "one process reading, hashing, writing and fsyncing the bytes: "
-                f"{io_ceiling['wall_s']:.2f} s"
-            )
             found.append(
                 _target(
                     f"passthrough against the I/O ceiling ({where})",
                     share,
                     KEEP_VS_IO_CEILING,
                     "{:.2f}",
-                    "; ".join(filter(None, (what, _per_repeat(io_ceiling, best, "{:.2f}")))),
+                    "one process reading, hashing, writing and fsyncing the bytes: "
+                    f"{io_ceiling['wall_s']:.2f} s",
+                    spread=_per_repeat(io_ceiling, best, "{:.2f}"),
                 )
             )
     extras = results.get("extras", {})
@@ -339,16 +344,18 @@ def _default_targets(case: dict, workers: list[int]) -> list[dict]:
             default["wall_s"] / one["wall_s"],
             DEFAULT_VS_ONE,
             "{:.2f}",
-            "; ".join(filter(None, (note, _per_repeat(default, one, "{:.2f}")))),
+            note,
             most=True,
+            spread=_per_repeat(default, one, "{:.2f}"),
         ),
         _target(
             f"defaults vs the best --workers ({best_n}), wall over wall ({name} --encode {encode})",
             default["wall_s"] / best["wall_s"],
             DEFAULT_VS_BEST,
             "{:.2f}",
-            "; ".join(filter(None, (note, _per_repeat(default, best, "{:.2f}")))),
+            note,
             most=True,
+            spread=_per_repeat(default, best, "{:.2f}"),
         ),
     ]
 
