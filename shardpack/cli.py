@@ -615,21 +615,29 @@ def demo(
     ],
     per_class: Annotated[int, typer.Option(metavar="N", min=1, help="Images per class.")] = 200,
     workers: _WORKERS = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace files of yours in OUT/shards.")
+    ] = False,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
 ) -> None:
     """Draw a sample set and pack it.
 
-    Five classes of drawn shapes in OUT/sample (replaced on each run), packed into OUT/shards.
+    Five classes of drawn shapes in OUT/sample, packed into OUT/shards; a rerun replaces
+    both, never a file of yours.
     """
     with _user_errors():
         from shardpack.demo import SHAPES, make_sample
+        from shardpack.outdir import packed_before
+        from shardpack.storage import storage_at
 
         sample = make_sample(out / "sample", per_class=per_class)
         if not as_json:
             typer.echo(f"drew {_plural(per_class * len(SHAPES), 'sample image')} in {sample}")
-        options = PackOptions(workers=workers, shards=4, overwrite=True)
-        _run_pack(Path(sample), out / "shards", options, not no_progress, as_json)
+        shards = out / "shards"
+        overwrite = overwrite or packed_before(storage_at(shards))  # an earlier demo's shards
+        options = PackOptions(workers=workers, shards=4, overwrite=overwrite)
+        _run_pack(Path(sample), shards, options, not no_progress, as_json)
     if not as_json:
         shards, prog = shlex.quote(str(out / "shards")), _command_name()
         typer.echo(f"next: {prog} verify {shards}  |  {prog} inspect {shards}")

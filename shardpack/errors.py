@@ -90,6 +90,10 @@ class OutputError(ShardpackError):
         )
 
 
+class MissingPackageError(ShardpackError):
+    """An optional package that the format asked for needs is not installed."""
+
+
 class StorageError(ShardpackError):
     """A URL cannot be used: its filesystem package is missing, or an option is malformed."""
 

@@ -138,6 +138,13 @@ def prepare(
     return state.listed - planned, reused
 
 
+def packed_before(out: Storage) -> bool:
+    """OUT is a folder holding an index.json or journal with a plan digest: an earlier run's
+    output, which a rerun of the demo replaces (a file of the user's under those names has
+    none, and is not replaced)."""
+    return out.kind() == "dir" and any(d is not None for d in read_state(out).digests)
+
+
 def _old_index(out: Storage) -> Index | None:
     """The old index, or None when it is unreadable or not a plain file."""
     try:

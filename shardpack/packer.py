@@ -135,10 +135,11 @@ def pack(
     progress: ProgressCallback | None = None,
     storage_options: dict | None = None,
 ) -> PackResult:
-    """Pack SRC into sharded TFRecords and an index.json in OUT.
+    """Pack SRC into shards (options.format: TFRecord, ArrayRecord or WebDataset) and an
+    index.json in OUT.
 
     Args:
-        src: a class-folder tree or a folder of CIFAR batches.
+        src: class or split folders, a manifest table, or a folder of CIFAR batches.
         out: the output folder; created if missing.
         options: how to pack; defaults to PackOptions().
         progress: called about five times a second with (items done, items total).
@@ -148,7 +149,8 @@ def pack(
         The index document and headline figures.
 
     Raises:
-        ShardpackError: bad SRC or OUT, or (with on_error="fail") a bad image; in every case
+        ShardpackError: bad SRC or OUT, the format's package missing, or (with
+            on_error="fail") a bad image; in every case
             no index.json is written and no partial shard is left under a final name.
 
     On glibc, the calling process keeps glibc's malloc set to reuse freed memory afterwards
@@ -156,6 +158,7 @@ def pack(
     """
     start = time.perf_counter()  # the whole call: scan, plan, workers' start, writing, merge
     options = options or PackOptions()
+    CONTAINERS[options.format].require()  # a missing package: refused before OUT is created
     src_root = source_root(src, storage_options)  # refused before OUT is created if missing
     out = storage_at(out, storage_options)
     _refuse_out_inside_src(src_root, out)

@@ -3,6 +3,7 @@ that work as printed."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -79,3 +80,22 @@ def test_make_demo_installs_the_runtime_only_and_make_test_adds_the_extras():
     }
     assert "pip install --quiet -e .\n" in plan["demo"] and "[test]" not in plan["demo"]
     assert "pip install --quiet -e '.[test]'" in plan["test"]
+
+
+def test_files_of_yours_in_the_shards_folder_are_refused_and_kept(tmp_path: Path):
+    """A rerun replaces the demo's own shards; an index.json and a labels file of the user's
+    under those names are refused (exit 2, one line) and kept, unless --overwrite."""
+    shards = tmp_path / "d" / "shards"
+    shards.mkdir(parents=True)
+    (shards / "index.json").write_text('{"my": "index"}')
+    (shards / "label.labels.txt").write_text("mine\n")
+    args = ["demo", str(tmp_path / "d"), "--per-class", "2", "--no-progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "--overwrite" in result.output, result.output
+    assert (shards / "index.json").read_text() == '{"my": "index"}'
+    assert (shards / "label.labels.txt").read_text() == "mine\n"
+    assert runner.invoke(app, [*args, "--overwrite"]).exit_code == 0
+    assert json.loads((shards / "index.json").read_text())["splits"]["train"]["num_records"] == 10
+    again = runner.invoke(app, [*args[:3], "3", "--no-progress"])  # an earlier demo's: replaced
+    assert again.exit_code == 0, again.output
+    assert json.loads((shards / "index.json").read_text())["splits"]["train"]["num_records"] == 15

@@ -250,3 +250,30 @@ def test_readme_readers(tmp_path):
                              text=True, timeout=300)  # fmt: skip
         assert run.returncode == 0, code + run.stderr[-3000:]
         assert run.stdout.split()[0] in ("7", "000000"), run.stdout  # 7 records, or a key
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "tfrecord"])
+def test_index_files_refuse_other_containers_before_making_their_folder(packed, fmt, tmp_path):
+    out = Path(shutil.copytree(packed[fmt], tmp_path / fmt))
+    run = subprocess.run([sys.executable, "-m", "shardpack", "index-files", str(out)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert f"these are {fmt}, which need none" in run.stderr
+    assert not (out / "idx").exists()
+
+
+def test_array_record_without_its_package_is_one_line_and_touches_nothing(packed, src, tmp_path):
+    """`pip install shardpack` brings no array-record: --format array_record (and reading such
+    shards) is then one line naming the extra, exit code 2, and OUT is not even created."""
+    blocked = ("import sys, runpy; sys.modules['array_record'] = None; sys.argv[0] = 'shardpack';"
+               " runpy.run_module('shardpack', run_name='__main__')")  # fmt: skip
+    out = tmp_path / "out"
+    for args in (["pack", str(src), str(out), "--format", "array_record", "--workers", "2"],
+                 ["verify", str(packed["array_record"])],
+                 ["inspect", str(packed["array_record"])]):  # fmt: skip
+        run = subprocess.run([sys.executable, "-c", blocked, *args],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert run.returncode == 2 and "Traceback" not in run.stderr, (args, run.stderr)
+        assert run.stderr.count("\n") == 1, run.stderr
+        assert "pip install 'shardpack[array_record]'" in run.stderr, run.stderr
+    assert not out.exists()

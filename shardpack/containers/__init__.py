@@ -188,6 +188,9 @@ class Container:
 
     writer_class: type[ShardWriter] = ShardWriter
 
+    def require(self) -> None:
+        """Raise MissingPackageError when the package this format needs is not installed."""
+
     def writer(
         self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
     ) -> ShardWriter:

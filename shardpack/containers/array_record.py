@@ -37,7 +37,7 @@ from shardpack.containers import (
     open_shard,
 )
 from shardpack.containers.tfrecord import decode
-from shardpack.errors import RecordError
+from shardpack.errors import MissingPackageError, RecordError
 from shardpack.storage import HashingBlob, Sink, Storage
 
 if TYPE_CHECKING:
@@ -50,11 +50,15 @@ _COPY_CHUNK = 4 << 20  # bytes per read when copying a remote shard to a local f
 
 
 def _module():
-    """The array_record extension, imported only when an ArrayRecord file is touched."""
+    """The array_record extension, imported only when an ArrayRecord file is touched.
+
+    Raises:
+        MissingPackageError: the array-record package is not installed.
+    """
     try:
         from array_record.python import array_record_module
     except ImportError:
-        raise ImportError(
+        raise MissingPackageError(
             "the array_record format needs the array-record package: "
             "pip install 'shardpack[array_record]'"
         ) from None
@@ -109,7 +113,7 @@ class _Reader(ShardReader):
             self.reader = _module().ArrayRecordReader(_fd_path(fd), options)
         except Exception as e:  # a damaged footer or index
             self._release()
-            if isinstance(e, RecordError):
+            if isinstance(e, (RecordError, MissingPackageError)):
                 raise
             raise RecordError(self.path, 0, f"not a readable ArrayRecord file "
                               f"({_first_line(e)})", unit="record") from None  # fmt: skip
@@ -210,10 +214,13 @@ class ArrayRecord(Container):
     def __init__(self, options: str = WRITER_OPTIONS) -> None:
         self.options = options  # the writer's; another only to measure (benchmarks/containers)
 
+    def require(self) -> None:
+        _module()
+
     def writer(
         self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
     ) -> ShardWriter:
-        _module()  # fail before creating anything when the package is missing
+        self.require()  # fail before creating anything when the package is missing
         writer = _Writer(path, compression, storage)
         writer.options = self.options
         return writer
