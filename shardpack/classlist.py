@@ -10,13 +10,16 @@ from shardpack.sources import NO_FIELDS, Item
 
 # A --classes file holds one name a line; no real class list is anywhere near this large.
 MAX_CLASSES_FILE = 64 * 2**20
+# Names that are a class list file's, not a class's: a typo in one is a missing file.
+_LIST_FILES = (".txt", ".names", ".lst", ".csv")
 
 
 def parse_classes(text: str) -> tuple[str, ...]:
     """--classes: a comma-separated list, or the path of a file with one class name a line.
 
     Raises:
-        ShardpackError: the file cannot be read, or the list is empty or repeats a name.
+        ShardpackError: the file cannot be read (or, named like a list file, is missing), or
+            the list is empty or repeats a name.
     """
     if os.path.isfile(text):
         try:
@@ -28,6 +31,9 @@ def parse_classes(text: str) -> tuple[str, ...]:
             raise ShardpackError(f"{text}: over {MAX_CLASSES_FILE} bytes; is it a class list?")
         names = [line.strip() for line in os.fsdecode(data).splitlines()]
         where = text
+    elif "," not in text and text.lower().endswith(_LIST_FILES):
+        raise ShardpackError(f"{text}: no such file; pass the class list's path, or the names "
+                             "as a,b,c")  # fmt: skip
     else:
         names = [name.strip() for name in text.split(",")]
         where = "--classes"

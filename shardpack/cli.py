@@ -181,8 +181,8 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
     )
     if resumed:  # the rate is the new work's: kept shards cost nothing this time
         typer.echo(
-            f"{head}: kept {summary['shards_kept']:,} of {_plural(shards, 'shard')} from the "
-            f"interrupted run, wrote {_plural(summary['new_records'], 'image')} at {rate}"
+            f"{head}: kept {summary['shards_kept']:,} of {_plural(shards, 'shard')} from an "
+            f"earlier run, wrote {_plural(summary['new_records'], 'image')} at {rate}"
         )
     else:
         typer.echo(f"{head}: {rate}")
@@ -193,7 +193,7 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
             f"{_plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
         )
     if summary["skipped"]:
-        typer.echo(f"skipped {_plural(summary['skipped'], 'bad file')} (all listed in index.json):")
+        typer.echo(f"skipped {_plural(summary['skipped'], 'item')} (all listed in index.json):")
         for item in summary["skipped_items"][:5]:
             typer.echo(f"  {item['key']}: {item['reason']}")
     if summary["ignored"]:
@@ -245,6 +245,12 @@ def _run_pack(
     for warning in summary["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     _print_json(summary) if as_json else _print_pack_summary(summary, options.resume)
+    if summary["records"] == 0 and summary["skipped"]:  # a dataset of nothing is no success
+        first = summary["skipped_items"][0]
+        print(f"error: no image was packed: all {summary['skipped']:,} were skipped (the first, "
+              f"{printable(first['key'])}: {first['reason']}); fix or remove them",
+              file=sys.stderr)  # fmt: skip
+        raise typer.Exit(2)
 
 
 def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:

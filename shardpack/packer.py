@@ -168,7 +168,8 @@ def pack(
         with _no_gc():
             dataset = scan(src_root, options, storage_options)
             if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
-                raise ImageError(*dataset.skipped[0])
+                key, reason = dataset.skipped[0]
+                raise ImageError(key, f"{reason}; fix it, or {_SKIP}")
             name = options.name or default_name(dataset, src_root)
             plan = make_plan(dataset, name, options, options.workers or machine_cores())
         splits = {spec.split for spec in plan.shards}
@@ -255,8 +256,7 @@ def _write_shards(
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             raise ImageError(
                 e.key,
-                f"{e.reason} (in {dataset.root.path()}); repair or remove the file, or pass "
-                "--on-error skip to leave it out",
+                f"{e.reason} (in {dataset.root.path()}); repair or remove the file, or {_SKIP}",
             ) from None
         if type(e).__name__ == "BrokenProcessPool":  # concurrent.futures's; imported lazily
             raise WorkerDiedError(
@@ -413,6 +413,9 @@ def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[S
 # pickled every item in the parent while the workers wanted both cores (~0.13 s for 50,000
 # small JPEGs) and unpickled it in a worker.
 _forked: list[ShardSpec] | None = None
+
+# The way past a bad item that --on-error fail stopped at.
+_SKIP = "pass --on-error skip to leave it out"
 
 # Items a packed chunk holds: what a worker unpacks at once.
 PACKED_CHUNK = 1024

@@ -66,7 +66,7 @@ def test_pack_summary_names_what_it_skipped_and_ignored_and_warns_of_empty_class
     (src / "c").mkdir()
     run = _run("pack", str(src), str(tmp_path / "out"), "--workers", "1", "--no-progress")
     assert run.returncode == 0, run.stderr
-    assert "skipped 2 bad files" in run.stdout
+    assert "skipped 2 items" in run.stdout
     assert "b/pipe.png: not a regular file (a FIFO)" in run.stdout
     assert "a/broken.jpg: not an image" in run.stdout
     assert "ignored 1 file that is not an image: a/notes.txt" in run.stdout
@@ -461,3 +461,18 @@ def test_as_a_user_without_permission(tmp_path: Path):
         _one_line_naming(output, ".tfrecord-", fix)
     finally:
         shutil.rmtree(base)
+
+
+def test_a_run_that_packs_nothing_says_so_and_fails(tmp_path: Path):
+    """Every image bad: the summary and index say what was skipped, and the exit code is 2 with
+    one error line naming the first, as when the scan finds nothing (a pipeline must notice)."""
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "x.jpg").write_bytes(b"\xff\xd8 not really")
+    (src / "a" / "y.png").write_bytes(b"neither")
+    run = _run("pack", str(src), str(tmp_path / "out"), "--no-progress")
+    assert run.returncode == 2, run.stderr
+    assert "packed 0 images" in run.stdout and "skipped 2 items" in run.stdout
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("error: no image was packed: all 2 were skipped (the first, a/x.jpg: ")
+    assert json.loads((tmp_path / "out" / "index.json").read_text())["skipped"]

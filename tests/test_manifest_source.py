@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +55,9 @@ def bad_rows(tmp_path: Path) -> Path:
 
 def test_bad_rows_are_skipped_with_their_manifest_line(bad_rows: Path, tmp_path: Path):
     result = pack(bad_rows, tmp_path / "out", PackOptions(workers=1))
-    skipped = {s["reason"].split(":")[0]: s["reason"] for s in _index(tmp_path / "out")["skipped"]}
+    shown = [f"{s['key']}: {s['reason']}" for s in _index(tmp_path / "out")["skipped"]]
+    assert all(line.count("labels.jsonl line") == 1 for line in shown), shown  # named once
+    skipped = {re.search(r"labels\.jsonl line \d+", line)[0]: line for line in shown}
     assert sorted(skipped) == [f"labels.jsonl line {n}" for n in range(2, 9)]
     assert "No such file" in skipped["labels.jsonl line 2"]
     assert "score" in skipped["labels.jsonl line 3"]
@@ -70,6 +73,7 @@ def test_a_bad_row_with_on_error_fail_is_one_line_naming_it(bad_rows: Path, tmp_
     done = _cli("pack", str(bad_rows), str(tmp_path / "out"), "--on-error", "fail")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "labels.jsonl line 2" in done.stderr
+    assert "fix it, or pass --on-error skip" in done.stderr
     assert not (tmp_path / "out" / "index.json").exists()
 
 

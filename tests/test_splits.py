@@ -127,6 +127,19 @@ def test_parse_classes_from_a_list_or_a_file(tmp_path: Path):
         parse_classes("a,b,a")
     with pytest.raises(ShardpackError, match="names no class"):
         parse_classes(" , ")
+    with pytest.raises(ShardpackError, match=r"clases\.txt: no such file; pass the class list"):
+        parse_classes(str(tmp_path / "clases.txt"))  # a typo, not a class named so
+
+
+@pytest.mark.parametrize("layout", ["folder", "split tree"])
+def test_classes_that_leave_out_every_image_say_which_classes_there_are(tmp_path: Path, layout):
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 1, "eel": 1})
+    if layout == "split tree":
+        src = _split_tree(tmp_path / "tree")  # 9 images of cat, dog and eel
+    images = 4 if layout == "folder" else 9
+    words = f"none of its {images} images is in a class of --classes; its class folders are "
+    with pytest.raises(SourceError, match=words + "'cat', 'dog', 'eel': name those"):
+        pack(src, tmp_path / "out", PackOptions(workers=1, classes=("cats",)))
 
 
 def test_classes_are_refused_for_cifar(tmp_path: Path):

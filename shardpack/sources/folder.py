@@ -6,6 +6,7 @@ import operator
 import os
 import stat
 import unicodedata
+from collections.abc import Iterable
 
 from shardpack.classlist import class_list, labelled
 from shardpack.errors import ImageError, SourceError, printable
@@ -103,10 +104,20 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
     found_classes, found, empty = list_class_folders(src, passed)
     classes = class_list(found_classes, options.classes)
     items, left_out = labelled(found, classes, options.on_error)
+    if found and not items:
+        raise left_out_by_classes(src.path(), len(found), found_classes)
     if not items:
         raise SourceError(f"{src.path()}: no images found; {_nothing_found(src)}")
     return passed.dataset("folder", src, Schema.build(classes), {"train": items}, left_out,
                           empty_class_warnings(src.path(), empty, classes))  # fmt: skip
+
+
+def left_out_by_classes(where: str, images: int, found: Iterable[str]) -> SourceError:
+    """The error of a scan that found images, every one in a class that --classes leaves out."""
+    names = sorted(set(found))
+    shown = ", ".join(map(repr, names[:5])) + (", ..." if len(names) > 5 else "")
+    return SourceError(f"{where}: none of its {images:,} images is in a class of --classes; "
+                       f"its class folders are {shown}: name those")  # fmt: skip
 
 
 def list_class_folders(

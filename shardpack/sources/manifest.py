@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from shardpack.errors import SourceError
 from shardpack.manifest import (
     SUFFIXES,
+    BadRow,
     LabelInfo,
     Manifest,
     manifest_file,
@@ -71,7 +72,7 @@ def scan_manifest(
     position = None if classes is None else {name: i for i, name in enumerate(classes)}
     where = os.path.basename(table.path)
     unit = "row" if table.path.lower().endswith(".parquet") else "line"
-    bad = [(b.line, b.path or f"{where} {unit} {b.line}", b.reason) for b in table.bad]
+    bad = [_bad_row(b, f"{where} {unit} {b.line}") for b in table.bad]
     splits: dict[str, list[Item]] = {}
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
     names = tuple(table.columns)
@@ -96,7 +97,7 @@ def scan_manifest(
         sizes.close()
     skipped = tuple((key, reason) for _, key, reason in sorted(bad))  # in manifest order
     if not splits:
-        first = f"; the first: {skipped[0][1]}" if skipped else ""
+        first = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
         raise SourceError(f"{table.path}: no row names a usable image{first}")
     schema = Schema.build(
         classes, table.columns, multi_label=bool(table.label and table.label.multi)
@@ -108,6 +109,14 @@ def scan_manifest(
         {split: tuple(items) for split, items in splits.items()},
         skipped=skipped,  # the first is what --on-error fail names
     )
+
+
+def _bad_row(bad: BadRow, where: str) -> tuple[int, str, str]:
+    """(line, key, reason) of a row the manifest refused: its image path is its key, else
+    `where` (its line), which then leads its reason no more ("x.csv line 3: x.csv line 3: ...")."""
+    if bad.path:
+        return bad.line, bad.path, bad.reason
+    return bad.line, where, bad.reason.removeprefix(f"{where}: ")
 
 
 class _Bad(Exception):

@@ -12,6 +12,7 @@ from shardpack.sources.folder import (
     Passed,
     empty_class_warnings,
     folder_entries,
+    left_out_by_classes,
     list_class_folders,
 )
 from shardpack.storage import Storage
@@ -50,6 +51,10 @@ def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:
         splits[split], skipped = labelled(found, classes, options.on_error)
         left_out += skipped
         warnings += empty_class_warnings(root.path(split), empty, classes)
+    images = sum(len(found) for _, found, _ in listings.values())
+    if images and not any(splits.values()):
+        found_classes = (c for names, _, _ in listings.values() for c in names)
+        raise left_out_by_classes(root.path(), images, found_classes)
     if not any(splits.values()):
         raise SourceError(
             f"{root.path()}: no images found; expected SRC/<split>/<class>/<image> with extensions "
