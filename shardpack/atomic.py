@@ -93,12 +93,13 @@ def remove_temp_files(folder: str, finals: Iterable[str]) -> list[str]:
     return sorted(found)
 
 
-def replace_with(path: str, data: bytes) -> int:
+def replace_with(path: str, data: bytes, new: bool = False) -> int:
     """Write `data` under a new temporary name, fsync it, rename it to `path`, and return the
     file still open for writing (a journal appends to it without opening `path` again).
 
     On any failure the temporary file is removed and `path` is left as it was. A link at
-    `path` is replaced, never written through.
+    `path` is replaced, never written through. With `new`, anything at `path` (a link too)
+    is left as it is and FileExistsError raised.
     """
     fd, tmp = create_temp(path)
     try:
@@ -106,7 +107,11 @@ def replace_with(path: str, data: bytes) -> int:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
-        os.replace(tmp, path)
+        if new:  # link() refuses a name that exists: no window between a check and the write
+            os.link(tmp, path)
+            os.remove(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         os.close(fd)
         remove_files([tmp])
@@ -114,9 +119,9 @@ def replace_with(path: str, data: bytes) -> int:
     return fd
 
 
-def write_atomic(path: str, data: bytes) -> None:
+def write_atomic(path: str, data: bytes, new: bool = False) -> None:
     """replace_with, closing the file: `path` appears only complete."""
-    os.close(replace_with(path, data))
+    os.close(replace_with(path, data, new))
 
 
 def json_bytes(document: object) -> bytes:

@@ -41,7 +41,8 @@ from shardpack.options import (
 from shardpack.storage import is_url, parse_options
 
 app = typer.Typer(
-    help="Pack image datasets into sharded TFRecords, in parallel, and read them back.",
+    help="Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset) in parallel, "
+    "and read them back.",
     add_completion=False,
     pretty_exceptions_enable=False,
     # Plain help: rich's formatter costs ~0.1 s of imports on every start, and shows flags as
@@ -67,7 +68,8 @@ def _root(
         bool, typer.Option("--version", is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    """Pack image datasets into sharded TFRecords, in parallel, and read them back."""
+    """Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset) in parallel, and read
+    them back."""
     if version:
         typer.echo(f"shardpack {__version__}")
         raise typer.Exit
@@ -311,7 +313,8 @@ def pack(
         typer.Option(
             metavar="NAME",
             help="Dataset name in shard file names.  [default: SRC's name, without a "
-            "manifest's extension]",
+            "manifest's extension, with each run of other characters than letters, digits, _ "
+            "and . as one _ (a - would read as the split's separator)]",
         ),
     ] = None,
     shards: Annotated[
@@ -393,16 +396,23 @@ def pack(
     ] = False,
     classes: Annotated[
         str | None,
-        typer.Option(help="Pin the class list and order: a,b,c or a file with one name a line."),
+        typer.Option(
+            metavar="NAMES|FILE",
+            help="Pin the class list and order: a,b,c or a file with one name a line.",
+        ),
     ] = None,
     splits: Annotated[
         str | None,
-        typer.Option(help="Folder names that make SRC a split tree (default: train, val, ...)."),
+        typer.Option(
+            metavar="NAMES",
+            help="Folder names that make SRC a split tree (default: train, val, ...).",
+        ),
     ] = None,
     split: Annotated[
         str | None,
         typer.Option(
-            help="Split a one-split source: train=0.9,validation=0.1 (seeded, stratified)."
+            metavar="NAME=FRACTION,...",
+            help="Split a one-split source: train=0.9,validation=0.1 (seeded, stratified).",
         ),
     ] = None,
     path_column: Annotated[
@@ -418,7 +428,7 @@ def pack(
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
 ) -> None:
-    """Pack SRC into sharded TFRecords in OUT.
+    """Pack SRC into shards in OUT (TFRecord unless --format says otherwise).
 
     Scans SRC (class folders, split folders, a manifest table or CIFAR batches), shuffles
     with a seed, writes the shards in parallel, and writes OUT/index.json last.
@@ -477,7 +487,7 @@ def verify(
         for fault in report.faults:
             typer.echo(f"FAULT {fault}", err=True)
         verdict = "OK" if report.ok else _plural(len(report.faults), "FAULT")
-        checks = "CRC, counts, sha256" + (", decode" if decode else "")
+        checks = f"{report.framing}, counts, sha256" + (", decode" if decode else "")
         typer.echo(
             f"{verdict}: {_plural(report.shards, 'shard')}, {_plural(report.records, 'record')} "
             f"({checks})"
@@ -601,6 +611,9 @@ def preview(
         ),
     ] = Path("preview.png"),
     seed: Annotated[int, typer.Option(metavar="N", help="Which random records.")] = 0,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the image at --out if there is one.")
+    ] = False,
     storage_option: _STORAGE_OPTIONS = None,
 ) -> None:
     """Draw a contact sheet of random records.
@@ -610,7 +623,8 @@ def preview(
     with _user_errors():
         from shardpack.preview import make_preview
 
-        path = make_preview(out, dest, split, n, seed, parse_options(storage_option or ()))
+        storage_options = parse_options(storage_option or ())
+        path = make_preview(out, dest, split, n, seed, storage_options, overwrite)
     typer.echo(f"wrote {path}")
 
 

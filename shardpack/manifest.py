@@ -136,6 +136,7 @@ class Manifest:
     has_split: bool
     rows: list[Row]
     bad: list[BadRow]  # in file order
+    warnings: tuple[str, ...] = ()  # for the user, one line each
 
     def fields(self, row: Row) -> dict[str, object]:
         """A row's extra values by column name."""
@@ -229,7 +230,22 @@ def read_manifest(
         has_split=layout.has_split,
         rows=rows,
         bad=bad,
+        warnings=_numbers_as_names(path, label_values) if csv_text and label else (),
     )
+
+
+def _numbers_as_names(path: str, labels: tuple) -> tuple[str, ...]:
+    """A warning when a CSV label column of mostly integers reads as class names: one cell
+    that is not an integer makes every label a name (sorted as text, "10" before "2"), which
+    silently changes what each number means."""
+    names = [v for v in labels if isinstance(v, str)]
+    numbers = sum(1 for v in names if _CSV_INT.match(v))
+    other = next((v for v in names if not _CSV_INT.match(v)), None)
+    if other is None or numbers <= len(names) - numbers:
+        return ()
+    return (f"{os.path.basename(path)}: its label column reads as class names, as {other!r} is "
+            f"not an integer: its {numbers} integer labels are names too (sorted as text); if "
+            f"they are class numbers, fix the other labels",)  # fmt: skip
 
 
 # ---- opening and records ---------------------------------------------------------------------

@@ -26,7 +26,7 @@ FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".webp": "webp"}
 
 def make_preview(
     out: str | os.PathLike, dest: str | os.PathLike, split: str = "train", n: int = 64,
-    seed: int = 0, storage_options: dict | None = None,
+    seed: int = 0, storage_options: dict | None = None, overwrite: bool = False,
 ) -> str:  # fmt: skip
     """Draw n random records of a split in a grid, each captioned with its class name(s), with
     its boxes drawn when the schema has a box feature (see box_feature).
@@ -40,15 +40,19 @@ def make_preview(
         n: how many records to show.
         seed: which random records.
         storage_options: options for OUT's fsspec filesystem, when it is a URL.
+        overwrite: replace a file already at dest (else it is refused, and kept).
 
     Returns:
         The path written.
 
     Raises:
-        OutputError: dest has another extension, its folder is missing, or it cannot be written.
+        OutputError: dest has another extension, exists (without overwrite), its folder is
+            missing, or it cannot be written.
     """
     dest = os.fspath(dest)
     fmt = _sheet_format(dest)
+    if not overwrite and os.path.lexists(dest):  # before reading a record
+        raise _exists(dest)
     index = load_index(out, storage_options)
     rng = random.Random(seed)
     chosen: list[dict] = []
@@ -75,12 +79,18 @@ def make_preview(
         cv2.putText(sheet, caption, (x + 3, y + CELL + 15), cv2.FONT_HERSHEY_SIMPLEX, 0.4,
                     (0, 0, 0), 1, cv2.LINE_AA)  # fmt: skip
     try:
-        write_atomic(dest, images.encode(sheet, fmt, quality=90))
+        write_atomic(dest, images.encode(sheet, fmt, quality=90), new=not overwrite)
+    except FileExistsError:  # made while the records were read
+        raise _exists(dest) from None
     except OSError as e:
         raise OutputError(
             f"{dest}: cannot write the preview ({e.strerror or e}); {os_error_fix(e)}"
         ) from None
     return dest
+
+
+def _exists(dest: str) -> OutputError:
+    return OutputError(f"{dest}: exists; pass --overwrite to replace it, or another --out")
 
 
 def box_feature(schema: Schema) -> str | None:

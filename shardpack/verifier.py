@@ -37,6 +37,7 @@ class VerifyReport:
     records: int
     decoded: bool
     faults: tuple[Fault, ...] = field(default=())
+    framing: str = "CRC"  # what checks each record's bytes: the container's Container.framing
 
     @property
     def ok(self) -> bool:
@@ -50,6 +51,7 @@ class VerifyReport:
             "shards": self.shards,
             "records": self.records,
             "decoded": self.decoded,
+            "framing": self.framing,
             "faults": [
                 {"file": f.file, "offset": f.offset, "unit": f.unit, "reason": f.reason}
                 for f in self.faults
@@ -106,7 +108,7 @@ def verify(
         if is_shard_name(entry.name, index.name) and entry.name not in listed:
             faults.append(Fault(entry.name, None, "shard file not listed in index.json (extra "
                                 "shard)"))  # fmt: skip
-    return VerifyReport(index.out, shards, records, decode, tuple(faults))
+    return VerifyReport(index.out, shards, records, decode, tuple(faults), index.container.framing)
 
 
 def _check_shard(

@@ -162,3 +162,18 @@ def test_a_file_that_is_no_manifest_is_refused(tmp_path: Path):
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(SourceError, match="is a file"):
         pack(tmp_path / "notes.txt", tmp_path / "out")
+
+
+def test_a_csv_label_column_of_numbers_made_names_by_one_cell_warns(tmp_path: Path):
+    """In CSV one label that is not an integer makes every label a class name (JSON's grammar
+    types a cell, as in JSONL): the run says so, naming the cell, where most labels are numbers."""
+    src = make_tree(tmp_path / "src", {"a": 3})
+    rows = [{"path": f"a/img_00{i}.jpg", "label": label} for i, label in enumerate(["1", "2", "x"])]
+    pack(write_csv(src / "numbers.csv", rows), tmp_path / "out", PackOptions(workers=1))
+    index = _index(tmp_path / "out")
+    assert index["classes"] == ["1", "2", "x"]
+    (warning,) = index["warnings"]
+    assert warning.startswith("numbers.csv: its label column reads as class names, as 'x' is not")
+    rows[1]["label"] = "cat"  # names, one of which is a number: as meant
+    pack(write_csv(src / "names.csv", rows), tmp_path / "out2", PackOptions(workers=1))
+    assert _index(tmp_path / "out2")["warnings"] == []

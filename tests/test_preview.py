@@ -56,3 +56,31 @@ def test_a_missing_folder_for_the_sheet_is_named(out: Path, tmp_path: Path):
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert f"folder {dest.parent} does not exist" in line and "--resume" not in line
+
+
+def test_a_file_at_the_sheet_name_is_kept_unless_overwrite(out: Path, tmp_path: Path):
+    """A photo of the user's named like the sheet is refused in one line and kept (a link too,
+    never written through); --overwrite replaces it."""
+    mine = tmp_path / "photo.jpg"
+    mine.write_bytes(b"my holiday")
+    result = _preview(str(out), "--out", str(mine))
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert f"{mine}: exists; pass --overwrite" in line and mine.read_bytes() == b"my holiday"
+    link = tmp_path / "sheet.png"
+    link.symlink_to(mine)
+    assert _preview(str(out), "--out", str(link)).returncode == 2 and link.is_symlink()
+    assert _preview(str(out), "--out", str(mine), "--overwrite").returncode == 0
+    assert mine.read_bytes().startswith(MAGIC[".jpg"])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_the_sheet_never_replaces_a_file_made_while_it_was_drawn(tmp_path: Path):
+    from shardpack.atomic import write_atomic
+
+    dest = tmp_path / "sheet.png"
+    dest.write_bytes(b"arrived first")
+    with pytest.raises(FileExistsError):
+        write_atomic(str(dest), b"sheet", new=True)
+    assert dest.read_bytes() == b"arrived first" and [p.name for p in tmp_path.iterdir()] == [
+        "sheet.png"]  # fmt: skip

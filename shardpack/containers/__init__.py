@@ -175,6 +175,9 @@ class Container:
     name: str = ""
     compressions: tuple[str, ...] = ("none",)  # what `compression` may be
     position_unit = "byte"  # what a record's position counts, for error messages
+    # What checks each record as it is read, for verify's summary: TFRecord's CRCs cover the
+    # bytes; ArrayRecord's framing and a tar's headers do not (the shard's sha256 does).
+    framing = "CRC"
     # TFDS's `fileFormat` for these shards, where TFDS has a file adapter that reads them.
     tfds_file_format: str | None = None
     # What shard_name gives, for any count, with groups `name` and `split`.

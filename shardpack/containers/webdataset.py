@@ -299,6 +299,7 @@ class WebDataset(Container):
     """Tar shards for `webdataset.WebDataset`, `wids` and DALI's webdataset reader."""
 
     name = "webdataset"
+    framing = "tar headers"
     writer_class = _Writer
     shard_template = "{name}-{split}-{index:06d}.tar"
     shard_pattern = re.compile(NAME_SPLIT + r"-\d{6,}\.tar")

@@ -108,6 +108,7 @@ def scan_manifest(
         schema,
         {split: tuple(items) for split, items in splits.items()},
         skipped=skipped,  # the first is what --on-error fail names
+        warnings=table.warnings,
     )
 
 
