@@ -157,6 +157,7 @@ class _Bar:
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+            self.progress = None
 
 
 def _print_json(document: object) -> None:
@@ -219,7 +220,8 @@ def _on_sigterm(signum, frame) -> None:
     raise _Terminated
 
 
-def _stopped(what: str, code: int) -> None:
+def _stopped(what: str, code: int, bar: _Bar) -> None:
+    bar.close()  # its last frame before the line that says why, not after it
     print(f"{what}: no index written; rerun with --resume to continue", file=sys.stderr)
     raise typer.Exit(code)
 
@@ -238,9 +240,9 @@ def _run_pack(
     try:
         result = pack(src, out, options, progress=bar, storage_options=storage_options)
     except KeyboardInterrupt:
-        _stopped("interrupted", 130)
+        _stopped("interrupted", 130, bar)
     except _Terminated:
-        _stopped("terminated", 143)
+        _stopped("terminated", 143, bar)
     finally:
         bar.close()
     summary = result.to_json()
@@ -253,6 +255,16 @@ def _run_pack(
               f"{printable(first['key'])}: {first['reason']}); fix or remove them",
               file=sys.stderr)  # fmt: skip
         raise typer.Exit(2)
+
+
+def _out_options(out: str, pairs: list[str] | None) -> dict[str, object]:
+    """--storage-option of a command that reads OUT; a warning when OUT is a local path, for
+    which they mean nothing (pack's may be for a manifest's image URLs: no warning there)."""
+    options = parse_options(pairs or ())
+    if options and not is_url(out):
+        print(f"warning: --storage-option is for a URL (s3://...), and {out} is a local path: "
+              "it is not used", file=sys.stderr)  # fmt: skip
+    return options
 
 
 def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
@@ -313,8 +325,8 @@ def pack(
         typer.Option(
             metavar="NAME",
             help="Dataset name in shard file names.  [default: SRC's name, without a "
-            "manifest's extension, with each run of other characters than letters, digits, _ "
-            "and . as one _ (a - would read as the split's separator)]",
+            "manifest's extension; a run of characters but letters, digits, '_' and '.' as "
+            "one '_']",
         ),
     ] = None,
     shards: Annotated[
@@ -480,7 +492,7 @@ def verify(
     with _user_errors():
         from shardpack.verifier import verify as run_verify
 
-        report = run_verify(out, decode=decode, storage_options=parse_options(storage_option or ()))
+        report = run_verify(out, decode=decode, storage_options=_out_options(out, storage_option))
     if as_json:
         _print_json(report.to_json())
     else:
@@ -512,7 +524,7 @@ def inspect(
     with _user_errors():
         from shardpack.inspection import describe
 
-        summary = describe(out, records, parse_options(storage_option or ()))
+        summary = describe(out, records, _out_options(out, storage_option))
     if as_json:
         _print_json(summary)
         return
@@ -593,7 +605,7 @@ def index_files(out: _OUT, storage_option: _STORAGE_OPTIONS = None) -> None:
     with _user_errors():
         from shardpack.recordindex import write_index_files
 
-        written = write_index_files(out, storage_options=parse_options(storage_option or ()))
+        written = write_index_files(out, storage_options=_out_options(out, storage_option))
     typer.echo(f"wrote {_plural(len(written), 'index file')} in {os.path.join(out, 'idx')}")
 
 
@@ -623,7 +635,7 @@ def preview(
     with _user_errors():
         from shardpack.preview import make_preview
 
-        storage_options = parse_options(storage_option or ())
+        storage_options = _out_options(out, storage_option)
         path = make_preview(out, dest, split, n, seed, storage_options, overwrite)
     typer.echo(f"wrote {path}")
 

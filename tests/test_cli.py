@@ -275,7 +275,8 @@ def test_help_reads_plainly(command: str):
     assert not re.search(r"\w \.(\s|$)", text), text  # "Worker processes ." had lost its default
     if command == "pack":  # compared without white space: help wraps at a hyphen too
         flat = "".join(text.split())
-        name = "SRC's name, without a manifest's extension"
+        name = ("SRC's name, without a manifest's extension; a run of characters but letters, "
+                "digits, '_' and '.' as one '_'")  # fmt: skip
         for default in ("by the work", name, "by --shard-size", "128MiB", "keep"):
             assert f"[default:{default}]".replace(" ", "") in flat, default
 
@@ -476,3 +477,50 @@ def test_a_run_that_packs_nothing_says_so_and_fails(tmp_path: Path):
     (line,) = run.stderr.splitlines()
     assert line.startswith("error: no image was packed: all 2 were skipped (the first, a/x.jpg: ")
     assert json.loads((tmp_path / "out" / "index.json").read_text())["skipped"]
+
+
+def test_ctrl_c_in_a_terminal_ends_on_the_line_that_says_so(tmp_path: Path):
+    """In a terminal the progress bar is drawn; Ctrl-C (SIGINT) stops the run with exit code 130
+    and the 'interrupted' line is the last thing on the screen (the bar is not drawn after it)."""
+    import pty
+    import signal
+    import time
+
+    from shardpack.demo import make_sample
+
+    src = make_sample(tmp_path / "src", per_class=400, size=128)
+    args = [*SHARDPACK, "pack", src, str(tmp_path / "out"), "--workers", "1", "--encode", "png"]
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI, on the terminal
+        os.execv(sys.executable, args)
+    seen, deadline = b"", time.monotonic() + 60
+    try:
+        while b"packing" not in seen and time.monotonic() < deadline:  # the bar is up
+            seen += os.read(fd, 4096)
+        os.kill(pid, signal.SIGINT)
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the terminal's other end closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 130, seen
+    text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", seen).decode(errors="replace")
+    lines = [line for line in re.split(r"[\r\n]+", text) if line.strip()]
+    assert b"packing" in seen and lines[-1].startswith("interrupted: no index written"), lines
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect", "index-files"])
+def test_a_storage_option_for_a_local_out_warns_that_it_is_not_used(tmp_path: Path, command):
+    out = tmp_path / "out"
+    assert _run("pack", str(make_tree(tmp_path / "src", {"a": 2})), str(out), "--no-progress")\
+        .returncode == 0  # fmt: skip
+    run = _run(command, str(out), "--storage-option", "anon=true")
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == (f"warning: --storage-option is for a URL (s3://...), and {out} is a "
+                          "local path: it is not used\n")  # fmt: skip
