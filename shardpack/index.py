@@ -131,7 +131,8 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
     except FileNotFoundError:
         raise IndexFormatError(
             f"{path}: not found; is {storage.root} a shardpack output? (pack writes index.json "
-            "last, so a run that did not finish has none: rerun it)"
+            "last: a run still going has none yet, and one that was stopped has none: rerun it "
+            "with --resume)"
         ) from None
     except PermissionError as e:  # how the machine is set up, not a bad index
         raise FileAccessError.from_os_error(e, path) from None

@@ -126,3 +126,17 @@ def test_inspect_and_preview_of_a_missing_shard_are_one_line(out: Path, tmp_path
     run = subprocess.run([sys.executable, "-m", "shardpack", "preview", str(out), "--out",
                           "/nonexistent/dir/p.png"], capture_output=True, text=True)  # fmt: skip
     assert run.returncode == 2 and "Traceback" not in run.stderr
+
+
+def test_an_output_without_its_index_says_a_run_may_be_going_or_stopped(out: Path):
+    """pack writes index.json last: verify of an OUT without one (a run still writing it, or
+    one stopped) says both, and the way on (--resume), in one line with exit code 2."""
+    import subprocess
+    import sys
+
+    (out / "index.json").unlink()
+    run = subprocess.run([sys.executable, "-m", "shardpack", "verify", str(out)],
+                         capture_output=True, text=True)  # fmt: skip
+    (line,) = run.stderr.splitlines()
+    assert run.returncode == 2 and "a run still going has none yet" in line
+    assert line.endswith("one that was stopped has none: rerun it with --resume)")
