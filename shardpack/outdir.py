@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 
 from shardpack.containers import Container, is_shard_name
-from shardpack.errors import IndexFormatError, OutputError
+from shardpack.errors import IndexFormatError, OutputError, printable
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, Index, load_index
 from shardpack.plan import Plan, ShardResult
 from shardpack.storage import Storage
@@ -32,6 +32,7 @@ class OutState:
     has_index: bool  # an index.json is there, readable or not
     digests: tuple[str | None, ...]  # plan digest of each record found; None where unreadable
     journal_digest: str | None  # the journal's plan digest, when it has a readable one
+    journal_options: dict | None  # the options its plan was made from, when it says
     finished: tuple[ShardResult, ...]  # the journal's well-formed shard entries
     listed: frozenset[str]  # shard file names the old index or journal say shardpack wrote
     beside: frozenset[str]  # OUT's files that the old index's splits imply (wids' lists)
@@ -62,11 +63,13 @@ def read_state(out: Storage) -> OutState:
             listed |= {s["file"] for s in _index_shards(index.raw)}
             beside = split_file_names(index.container, index.name, index.splits)
     header, finished = _read_journal(out)
-    journal_digest = None
+    journal_digest = journal_options = None
     if header is not None:
         digest = header.get("plan_digest") if isinstance(header, dict) else None
         journal_digest = digest if isinstance(digest, str) else None
         digests.append(journal_digest)
+        made = header.get("options") if isinstance(header, dict) else None
+        journal_options = made if isinstance(made, dict) else None
     listed |= {r.file for r in finished}
     return OutState(
         names=names,
@@ -76,6 +79,7 @@ def read_state(out: Storage) -> OutState:
         has_index=has_index,
         digests=tuple(digests),
         journal_digest=journal_digest,
+        journal_options=journal_options,
         finished=finished,
         listed=frozenset(f for f in listed if is_shard_name(f)),  # never anyone else's file
     )
@@ -87,14 +91,20 @@ def split_file_names(container: Container, name: str, splits: Iterable[str]) -> 
 
 
 def prepare(
-    out: Storage, plan: Plan, overwrite: bool, resume: bool, beside: frozenset[str]
+    out: Storage,
+    plan: Plan,
+    overwrite: bool,
+    resume: bool,
+    beside: frozenset[str],
+    made_from: dict[str, object],
 ) -> tuple[set[str], list]:
     """Make OUT ready for `plan`, touching only files shardpack wrote or will write.
 
     OUT is shardpack's when it holds an index.json or a journal; then the shard files they
     list, and the split files (split_file_names) its index implies, are ours. Otherwise any
     file under a name pack is about to write (a shard, `beside`, the index or the TFDS
-    metadata) is the user's, and is replaced only with overwrite.
+    metadata) is the user's, and is replaced only with overwrite. `made_from` is the options'
+    output_fields(): a refused resume names those the journal says were different.
 
     Returns:
         (old shard files, listed by the old index or journal, that the new index drops;
@@ -107,7 +117,7 @@ def prepare(
     state = read_state(out)
     if state.ours and set(state.digests) != {plan.digest} and not overwrite:
         what = (
-            "was packed with other options or from a changed source"
+            _what_changed(state.journal_options, made_from)
             if resume
             else "already holds a different dataset"
         )
@@ -136,6 +146,32 @@ def prepare(
         idx.remove_partial({f"{f}.idx" for f in rewritten})
         idx.remove(f"{f}.idx" for f in rewritten - kept)
     return state.listed - planned, reused
+
+
+# The flag of each output option whose name is not its own with dashes.
+_FLAGS = {"split_names": "--splits", "shuffle": "--shuffle/--no-shuffle"}
+
+
+def _what_changed(before: dict | None, now: dict[str, object]) -> str:
+    """Why a resume is refused: the options that differ from those the journal was written
+    with (their values cut short: the journal is read as untrusted), else a changed source."""
+    if before is None:  # a journal of an older version, or none (an index only)
+        return "was packed with other options or from a changed source"
+    now = json.loads(json.dumps(now))  # tuples as lists, as the journal holds them
+    changed = [key for key, value in now.items() if key in before and before[key] != value]
+    if not changed:
+        return "was packed from a changed source (other files, or other sizes)"
+    said = "; ".join(
+        f"{_FLAGS.get(key, '--' + key.replace('_', '-'))} was {_shown(before[key])}, now "
+        f"{_shown(now[key])}"
+        for key in changed
+    )
+    return f"was packed with other options ({said})"
+
+
+def _shown(value: object) -> str:
+    text = printable(json.dumps(value, ensure_ascii=False))
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def packed_before(out: Storage) -> bool:
@@ -218,15 +254,16 @@ def _reusable(
 
 
 class Journal:
-    """Completion records: the plan digest, then one line per finished shard.
+    """Completion records: the plan digest and the options it was made from (for a refused
+    --resume to name the ones changed since), then one line per finished shard.
 
     Nothing is written until the first shard of this run lands, so a run that fails before
     that leaves the old journal as it was (the storage says how: a file appended to, or one
     object per line).
     """
 
-    def __init__(self, out: Storage, digest: str, reused: list[ShardResult]) -> None:
-        head = [{"plan_digest": digest}, *map(vars, reused)]
+    def __init__(self, out: Storage, digest: str, options: dict, reused: list[ShardResult]) -> None:
+        head = [{"plan_digest": digest, "options": options}, *map(vars, reused)]
         self._writer = out.journal([_line(entry) for entry in head])
 
     def add(self, result: ShardResult) -> None:

@@ -174,7 +174,9 @@ def pack(
             plan = make_plan(dataset, name, options, options.workers or machine_cores())
         splits = {spec.split for spec in plan.shards}
         beside = split_file_names(CONTAINERS[options.format], name, splits)
-        stale, reused = prepare(out, plan, options.overwrite, options.resume, beside)
+        stale, reused = prepare(
+            out, plan, options.overwrite, options.resume, beside, options.output_fields()
+        )
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
         if out.in_process or src_root.in_process:  # memory:// is this process's own
             workers, options = 1, replace(options, backend="loky")
@@ -229,7 +231,7 @@ def _write_shards(
 ) -> list[ShardResult]:
     """Write every shard not reused, journal each as it lands; on any failure (a bad image, a
     signal, a dead worker) remove the partial files and say which shards were in flight."""
-    journal = Journal(out, plan.digest, reused)
+    journal = Journal(out, plan.digest, options.output_fields(), reused)
     done = {r.file for r in reused}
     todo = [spec for spec in plan.shards if spec.file not in done]
     sizes = {spec.file: len(spec.items) for spec in plan.shards}

@@ -168,12 +168,38 @@ def test_file_size_limit_is_one_line_and_keeps_finished_shards(src, clean, tmp_p
 
 
 def test_resume_refuses_changed_options(src, tmp_path):
+    src = Path(shutil.copytree(src, tmp_path / "src"))  # the module's own is shared: not changed
     out = tmp_path / "out"
     pack(src, out, PackOptions(encode="png", shards=12, workers=2))
-    with pytest.raises(OutputError, match="other options or from a changed source"):
-        pack(src, out, PackOptions(encode="jpeg", shards=12, workers=2, resume=True))
+    said = (
+        r"was packed with other options \(--encode was \"png\", now \"jpeg\"; --seed was 0, now 7\)"
+    )
+    with pytest.raises(OutputError, match=said):
+        pack(src, out, PackOptions(encode="jpeg", shards=12, workers=2, resume=True, seed=7))
     result = pack(src, out, PackOptions(encode="png", shards=12, workers=2, resume=True))
     assert result.num_reused == 12
+    (src / "extra").mkdir()
+    shutil.copy(next(src.rglob("*.jpg")), src / "extra" / "new.jpg")  # one more image
+    with pytest.raises(OutputError, match=r"was packed from a changed source \(other files"):
+        pack(src, out, PackOptions(encode="png", shards=12, workers=2, resume=True))
+
+
+def test_a_journal_that_lies_about_its_options_is_shown_cut_short(src, tmp_path):
+    """The journal is OUT's, so untrusted: options of any shape or size in its header end in a
+    one-line refusal that shows them cut short, never a crash."""
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(shards=2, workers=1))
+    journal = out / ".shardpack.journal"
+    lines = journal.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["plan_digest"] = "0" * 64
+    header["options"].update(quality=["\n" * 5000], encode={"a": None}, nonsense=1)
+    journal.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    with pytest.raises(OutputError) as refused:
+        pack(src, out, PackOptions(shards=2, workers=1, resume=True))
+    message = str(refused.value)
+    assert '--encode was {"a": null}, now "keep"' in message and "nonsense" not in message
+    assert "--quality was [" in message and "\n" not in message and len(message) < 400
 
 
 def test_resume_redoes_a_damaged_shard(src, clean, tmp_path):
