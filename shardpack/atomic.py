@@ -8,6 +8,7 @@ regular files (lstat): unlinking never follows a link, and a folder or FIFO is n
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -107,9 +108,8 @@ def replace_with(path: str, data: bytes, new: bool = False) -> int:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
-        if new:  # link() refuses a name that exists: no window between a check and the write
-            os.link(tmp, path)
-            os.remove(tmp)
+        if new:
+            _place_new(tmp, path)
         else:
             os.replace(tmp, path)
     except BaseException:
@@ -117,6 +117,22 @@ def replace_with(path: str, data: bytes, new: bool = False) -> int:
         remove_files([tmp])
         raise
     return fd
+
+
+def _place_new(tmp: str, path: str) -> None:
+    """Give the file at `tmp` the name `path` only where nothing is. link() refuses a name that
+    exists (a link too), with no window between a check and the write; a filesystem without
+    hard links (FAT, some network ones) gets the check, then the rename."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path) from None
+        os.replace(tmp, path)
+        return
+    os.remove(tmp)
 
 
 def write_atomic(path: str, data: bytes, new: bool = False) -> None:

@@ -4,7 +4,6 @@ Start-up stays light (`shardpack --help` imports typer and this module, nothing 
 command imports the library modules it needs, and help is plain text, without rich.
 """
 
-
 import json
 import os
 import shlex

@@ -84,3 +84,22 @@ def test_the_sheet_never_replaces_a_file_made_while_it_was_drawn(tmp_path: Path)
         write_atomic(str(dest), b"sheet", new=True)
     assert dest.read_bytes() == b"arrived first" and [p.name for p in tmp_path.iterdir()] == [
         "sheet.png"]  # fmt: skip
+
+
+def test_without_hard_links_the_sheet_still_goes_only_where_nothing_is(tmp_path, monkeypatch):
+    """On a filesystem without hard links (FAT, some network ones: link() fails with EPERM) a
+    new file still appears, complete; an existing one is still kept."""
+    import errno
+
+    from shardpack import atomic
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(atomic.os, "link", no_links)
+    dest = tmp_path / "sheet.png"
+    atomic.write_atomic(str(dest), b"sheet", new=True)
+    assert dest.read_bytes() == b"sheet"
+    with pytest.raises(FileExistsError):
+        atomic.write_atomic(str(dest), b"another", new=True)
+    assert dest.read_bytes() == b"sheet" and [p.name for p in tmp_path.iterdir()] == ["sheet.png"]
