@@ -40,6 +40,7 @@ _EXPORTS = {
             "WorkerDiedError",
             "IndexFormatError",
             "RecordError",
+            "MissingPackageError",
         ),
         "shardpack.errors",
     ),
@@ -47,7 +48,8 @@ _EXPORTS = {
 
 # the names of _EXPORTS, spelled out so that linters and type checkers read them
 __all__ = [
-    "ImageError", "Index", "IndexFormatError", "OutputError", "PackOptions", "PackResult",
+    "ImageError", "Index", "IndexFormatError", "MissingPackageError", "OutputError",
+    "PackOptions", "PackResult",
     "RecordError", "Records", "ShardpackError", "SourceError", "UnsafePickleError",
     "VerifyReport", "WorkerDiedError", "describe", "iter_examples", "load_index", "make_preview",
     "make_sample", "pack", "read_record", "tf_dataset", "verify", "write_index_files",
@@ -58,6 +60,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from shardpack.errors import (
         ImageError,
         IndexFormatError,
+        MissingPackageError,
         OutputError,
         RecordError,
         ShardpackError,

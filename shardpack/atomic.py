@@ -119,15 +119,19 @@ def replace_with(path: str, data: bytes, new: bool = False) -> int:
     return fd
 
 
+# What link() says on a filesystem that has no hard links.
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
+
+
 def _place_new(tmp: str, path: str) -> None:
     """Give the file at `tmp` the name `path` only where nothing is. link() refuses a name that
     exists (a link too), with no window between a check and the write; a filesystem without
     hard links (FAT, some network ones) gets the check, then the rename."""
     try:
         os.link(tmp, path)
-    except FileExistsError:
-        raise
-    except OSError:
+    except OSError as e:
+        if e.errno not in _NO_LINKS:
+            raise
         if os.path.lexists(path):
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path) from None
         os.replace(tmp, path)

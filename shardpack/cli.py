@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
@@ -218,7 +218,7 @@ def _on_sigterm(signum, frame) -> None:
     raise _Terminated
 
 
-def _stopped(what: str, code: int, bar: _Bar) -> None:
+def _stopped(what: str, code: int, bar: _Bar) -> NoReturn:
     bar.close()  # its last frame before the line that says why, not after it
     print(f"{what}: no index written; rerun with --resume to continue", file=sys.stderr)
     raise typer.Exit(code)
@@ -249,10 +249,9 @@ def _run_pack(
     _print_json(summary) if as_json else _print_pack_summary(summary, options.resume)
     if summary["records"] == 0 and summary["skipped"]:  # a dataset of nothing is no success
         first = summary["skipped_items"][0]
-        print(f"error: no image was packed: all {summary['skipped']:,} were skipped (the first, "
-              f"{printable(first['key'])}: {first['reason']}); fix or remove them",
-              file=sys.stderr)  # fmt: skip
-        raise typer.Exit(2)
+        raise ShardpackError(f"no image was packed, {_plural(summary['skipped'], 'item')} "
+                             f"skipped (the first, {printable(first['key'])}: {first['reason']}); "
+                             "fix or remove them")  # fmt: skip
 
 
 def _out_options(out: str, pairs: list[str] | None) -> dict[str, object]:
@@ -323,7 +322,7 @@ def pack(
         typer.Option(
             metavar="NAME",
             help="Dataset name in shard file names.  [default: SRC's name, without a "
-            "manifest's extension; a run of characters but letters, digits, '_' and '.' as "
+            "manifest's extension; a run of characters but ASCII letters, digits, '_' and '.' as "
             "one '_']",
         ),
     ] = None,
@@ -657,15 +656,13 @@ def demo(
     both, never a file of yours.
     """
     with _user_errors():
-        from shardpack.demo import SHAPES, make_sample
-        from shardpack.outdir import packed_before
-        from shardpack.storage import storage_at
+        from shardpack.demo import SAMPLE_NAME, SHAPES, earlier_demo, make_sample
 
-        sample = make_sample(out / "sample", per_class=per_class)
+        sample = make_sample(out / SAMPLE_NAME, per_class=per_class)
         if not as_json:
             typer.echo(f"drew {_plural(per_class * len(SHAPES), 'sample image')} in {sample}")
         shards = out / "shards"
-        overwrite = overwrite or packed_before(storage_at(shards))  # an earlier demo's shards
+        overwrite = overwrite or earlier_demo(shards)
         options = PackOptions(workers=workers, shards=4, overwrite=overwrite)
         _run_pack(Path(sample), shards, options, not no_progress, as_json)
     if not as_json:

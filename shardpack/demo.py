@@ -14,6 +14,8 @@ import numpy as np
 from shardpack.errors import OutputError
 
 SHAPES = ("circle", "cross", "ring", "square", "triangle")
+# The dataset name pack gives the sample: its folder's, OUT/sample.
+SAMPLE_NAME = "sample"
 # The only names a sample holds: anything else in its folder is not the demo's to remove.
 _SAMPLE_FILE = re.compile(rf"(?:{'|'.join(SHAPES)})_\d{{4,}}\.(?:jpg|png)")
 
@@ -139,3 +141,16 @@ def _remove_sample(dest: str, files: list[str]) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.rmdir(os.path.join(dest, shape))
     os.rmdir(dest)
+
+
+def earlier_demo(shards: str | os.PathLike) -> bool:
+    """`shards` holds what an earlier demo packed there: an index of the sample (its name and
+    the shape classes), which a rerun replaces; anything else there is the user's."""
+    from shardpack.errors import ShardpackError
+    from shardpack.index import load_index
+
+    try:
+        index = load_index(shards)
+    except (ShardpackError, OSError):  # none, or not one shardpack can read: not the demo's
+        return False
+    return index.name == SAMPLE_NAME and tuple(index.classes) == SHAPES

@@ -90,8 +90,8 @@ class OutputError(ShardpackError):
         )
 
 
-class MissingPackageError(ShardpackError):
-    """An optional package that the format asked for needs is not installed."""
+class MissingPackageError(ShardpackError, ImportError):
+    """A package that an optional feature (--format array_record) needs is not installed."""
 
 
 class StorageError(ShardpackError):

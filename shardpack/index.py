@@ -109,6 +109,14 @@ class Index:
         return self.splits[name]
 
 
+def _missing(storage: Storage) -> bool:
+    """OUT itself is not there (a store that cannot say: it is taken to be)."""
+    try:
+        return storage.kind() is None
+    except OSError:
+        return False
+
+
 def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = None) -> Index:
     """Load OUT/index.json and refuse anything it does not fully understand.
 
@@ -129,6 +137,9 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
                 raise ValueError(f"{blob.size} bytes, over {MAX_INDEX_BYTES}")
             doc = json.loads(blob.pread(blob.size, 0))
     except FileNotFoundError:
+        if _missing(storage):
+            raise IndexFormatError(f"{storage.root}: no such folder; pass the OUT of a pack "
+                                   "run") from None  # fmt: skip
         raise IndexFormatError(
             f"{path}: not found; is {storage.root} a shardpack output? (pack writes index.json "
             "last: a run still going has none yet, and one that was stopped has none: rerun it "
@@ -136,7 +147,7 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
         ) from None
     except PermissionError as e:  # how the machine is set up, not a bad index
         raise FileAccessError.from_os_error(e, path) from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested too deeply
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
     return index_from_document(storage, doc)
 

@@ -117,11 +117,23 @@ class Row(NamedTuple):
 
 
 class BadRow(NamedTuple):
-    """A row that cannot be stored, and why (the reason names the manifest line or row)."""
+    """A row that cannot be stored, where it is and why."""
 
     line: int
     path: str  # "" when the row has no usable path
-    reason: str
+    where: str  # the row, as messages name it (line_name)
+    why: str
+
+    @property
+    def reason(self) -> str:
+        """Why, naming the row: "labels.csv line 7: ..."."""
+        return f"{self.where}: {self.why}"
+
+
+def line_name(path: str, line: int) -> str:
+    """How messages name a manifest's line: "labels.csv line 7" (a Parquet file's: row 7)."""
+    unit = "row" if path.lower().endswith(".parquet") else "line"
+    return f"{os.path.basename(path)} {unit} {line}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -868,10 +880,9 @@ def _convert(
     interned: dict[str, str] = {}  # labels of multi-label rows, shared by every row that holds them
     labels: set = set()
     unit = "row" if path.lower().endswith(".parquet") else "line"
-    name = os.path.basename(path)
     for at, chunk in enumerate(chunks):
         chunks[at] = None  # type: ignore[call-overload]  # its cells go once its rows are made
-        bad.extend(BadRow(line, "", f"{name} {unit} {line}: {why}") for line, why in chunk.problems)
+        bad.extend(BadRow(line, "", line_name(path, line), why) for line, why in chunk.problems)
         n = len(chunk.lines)
         if not n:
             continue
@@ -917,7 +928,7 @@ def _convert(
                     continue
                 shown = raw.get(layout.path, missing)[i]
                 shown = shown if isinstance(shown, str) and len(shown) <= MAX_TEXT_CHARS else ""
-                bad.append(BadRow(line, shown, f"{name} {unit} {line}: {why}"))
+                bad.append(BadRow(line, shown, line_name(path, line), why))
         if label is not None:
             labels.update(itertools.chain.from_iterable(good) if label.multi else good)
     bad.sort(key=operator.attrgetter("line"))  # the file's order: lines of rows and problems

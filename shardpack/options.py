@@ -37,7 +37,7 @@ def _check_container(fmt: str, compression: str, index_files: bool) -> None:
     if compression not in CONTAINERS[fmt].compressions:
         raise ShardpackError(f"--compression {compression} is for --format tfrecord only; "
                              f"drop --compression")  # fmt: skip
-    if index_files and fmt != "tfrecord":
+    if index_files and not CONTAINERS[fmt].index_files:
         raise ShardpackError("--index-files writes DALI's TFRecord index files; "
                              f"--format {fmt} needs none: drop --index-files")  # fmt: skip
 

@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from shardpack.containers import Container, is_shard_name
 from shardpack.errors import IndexFormatError, OutputError, printable
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, Index, load_index
 from shardpack.plan import Plan, ShardResult
 from shardpack.storage import Storage
+
+if TYPE_CHECKING:
+    from shardpack.options import PackOptions
 
 # A journal holds one line of a few hundred bytes per shard (more with many skipped images):
 # 256 MiB is far past any real one; past it, the rest counts as a torn tail.
@@ -32,7 +36,7 @@ class OutState:
     has_index: bool  # an index.json is there, readable or not
     digests: tuple[str | None, ...]  # plan digest of each record found; None where unreadable
     journal_digest: str | None  # the journal's plan digest, when it has a readable one
-    journal_options: dict | None  # the options its plan was made from, when it says
+    journal_head: dict | None  # its first line (plan_record's and the digest), if an object
     finished: tuple[ShardResult, ...]  # the journal's well-formed shard entries
     listed: frozenset[str]  # shard file names the old index or journal say shardpack wrote
     beside: frozenset[str]  # OUT's files that the old index's splits imply (wids' lists)
@@ -63,13 +67,11 @@ def read_state(out: Storage) -> OutState:
             listed |= {s["file"] for s in _index_shards(index.raw)}
             beside = split_file_names(index.container, index.name, index.splits)
     header, finished = _read_journal(out)
-    journal_digest = journal_options = None
+    journal_digest = None
     if header is not None:
         digest = header.get("plan_digest") if isinstance(header, dict) else None
         journal_digest = digest if isinstance(digest, str) else None
         digests.append(journal_digest)
-        made = header.get("options") if isinstance(header, dict) else None
-        journal_options = made if isinstance(made, dict) else None
     listed |= {r.file for r in finished}
     return OutState(
         names=names,
@@ -79,7 +81,7 @@ def read_state(out: Storage) -> OutState:
         has_index=has_index,
         digests=tuple(digests),
         journal_digest=journal_digest,
-        journal_options=journal_options,
+        journal_head=header if isinstance(header, dict) else None,
         finished=finished,
         listed=frozenset(f for f in listed if is_shard_name(f)),  # never anyone else's file
     )
@@ -96,15 +98,15 @@ def prepare(
     overwrite: bool,
     resume: bool,
     beside: frozenset[str],
-    made_from: dict[str, object],
+    record: dict[str, object],
 ) -> tuple[set[str], list]:
     """Make OUT ready for `plan`, touching only files shardpack wrote or will write.
 
     OUT is shardpack's when it holds an index.json or a journal; then the shard files they
     list, and the split files (split_file_names) its index implies, are ours. Otherwise any
     file under a name pack is about to write (a shard, `beside`, the index or the TFDS
-    metadata) is the user's, and is replaced only with overwrite. `made_from` is the options'
-    output_fields(): a refused resume names those the journal says were different.
+    metadata) is the user's, and is replaced only with overwrite. `record` is the plan's
+    plan_record: a refused resume says what differs from the one the journal kept.
 
     Returns:
         (old shard files, listed by the old index or journal, that the new index drops;
@@ -117,7 +119,7 @@ def prepare(
     state = read_state(out)
     if state.ours and set(state.digests) != {plan.digest} and not overwrite:
         what = (
-            _what_changed(state.journal_options, made_from)
+            _what_changed(state.journal_head, record)
             if resume
             else "already holds a different dataset"
         )
@@ -152,33 +154,37 @@ def prepare(
 _FLAGS = {"split_names": "--splits", "shuffle": "--shuffle/--no-shuffle"}
 
 
-def _what_changed(before: dict | None, now: dict[str, object]) -> str:
-    """Why a resume is refused: the options that differ from those the journal was written
-    with (their values cut short: the journal is read as untrusted), else a changed source."""
-    if before is None:  # a journal of an older version, or none (an index only)
+def plan_record(plan: Plan, options: PackOptions) -> dict[str, object]:
+    """What a journal keeps of how its plan was made, for a refused resume to say what changed:
+    the output options and each split's shard count (without --shards it follows --workers)."""
+    shards = {spec.split: spec.num_shards for spec in plan.shards}
+    return json.loads(json.dumps({"options": options.output_fields(), "shards": shards}))
+
+
+def _what_changed(head: dict | None, now: dict) -> str:
+    """Why a resume is refused, from the journal's first line (read as untrusted: only the
+    options there are now are compared, and values are shown cut short): the options that
+    differ, else the shard counts, else the source."""
+    then = head.get("options") if head is not None else None
+    if not isinstance(then, dict):  # a journal of an older version, or none (an index only)
         return "was packed with other options or from a changed source"
-    now = json.loads(json.dumps(now))  # tuples as lists, as the journal holds them
-    changed = [key for key, value in now.items() if key in before and before[key] != value]
-    if not changed:
-        return "was packed from a changed source (other files, or other sizes)"
-    said = "; ".join(
-        f"{_FLAGS.get(key, '--' + key.replace('_', '-'))} was {_shown(before[key])}, now "
-        f"{_shown(now[key])}"
-        for key in changed
-    )
-    return f"was packed with other options ({said})"
+    changed = [key for key, value in now["options"].items() if key in then and then[key] != value]
+    if changed:
+        said = "; ".join(f"{_FLAGS.get(key, '--' + key.replace('_', '-'))} was "
+                         f"{_shown(then[key])}, now {_shown(now['options'][key])}"
+                         for key in changed)  # fmt: skip
+        return f"was packed with other options ({said})"
+    if head.get("shards") != now["shards"]:
+        return (f"was planned into other shard counts (then {_shown(head.get('shards'))}, now "
+                f"{_shown(now['shards'])}: without --shards the count follows --workers and the "
+                "source's size); resume with that run's --workers or --shards")  # fmt: skip
+    return "was packed from a changed source (other files, or other sizes)"
 
 
 def _shown(value: object) -> str:
-    text = printable(json.dumps(value, ensure_ascii=False))
+    """A value from a journal, for a message: JSON, escaped, at most 40 characters."""
+    text = "unset" if value is None else printable(json.dumps(value, ensure_ascii=False))
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def packed_before(out: Storage) -> bool:
-    """OUT is a folder holding an index.json or journal with a plan digest: an earlier run's
-    output, which a rerun of the demo replaces (a file of the user's under those names has
-    none, and is not replaced)."""
-    return out.kind() == "dir" and any(d is not None for d in read_state(out).digests)
 
 
 def _old_index(out: Storage) -> Index | None:
@@ -201,7 +207,7 @@ def _read_journal(out: Storage) -> tuple[object, tuple[ShardResult, ...]]:
     for line in out.read_journal(_JOURNAL_CAP):
         try:
             entries.append(json.loads(line))
-        except ValueError:  # UnicodeDecodeError included
+        except (ValueError, RecursionError):  # UnicodeDecodeError included; nested too deeply
             break
     if not entries:
         return None, ()
@@ -254,16 +260,16 @@ def _reusable(
 
 
 class Journal:
-    """Completion records: the plan digest and the options it was made from (for a refused
-    --resume to name the ones changed since), then one line per finished shard.
+    """Completion records: the plan digest and its plan_record (for a refused --resume to say
+    what changed since), then one line per finished shard.
 
     Nothing is written until the first shard of this run lands, so a run that fails before
     that leaves the old journal as it was (the storage says how: a file appended to, or one
     object per line).
     """
 
-    def __init__(self, out: Storage, digest: str, options: dict, reused: list[ShardResult]) -> None:
-        head = [{"plan_digest": digest, "options": options}, *map(vars, reused)]
+    def __init__(self, out: Storage, digest: str, record: dict, reused: list[ShardResult]) -> None:
+        head = [{"plan_digest": digest, **record}, *map(vars, reused)]
         self._writer = out.journal([_line(entry) for entry in head])
 
     def add(self, result: ShardResult) -> None:

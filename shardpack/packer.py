@@ -19,7 +19,7 @@ from shardpack.cpuload import CpuWatch, machine_cores
 from shardpack.errors import ImageError, OutputError, WorkerDiedError
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
-from shardpack.outdir import Journal, prepare, split_file_names
+from shardpack.outdir import Journal, plan_record, prepare, split_file_names
 from shardpack.plan import (
     SERIAL_SHARE,
     Plan,
@@ -174,9 +174,8 @@ def pack(
             plan = make_plan(dataset, name, options, options.workers or machine_cores())
         splits = {spec.split for spec in plan.shards}
         beside = split_file_names(CONTAINERS[options.format], name, splits)
-        stale, reused = prepare(
-            out, plan, options.overwrite, options.resume, beside, options.output_fields()
-        )
+        record = plan_record(plan, options)
+        stale, reused = prepare(out, plan, options.overwrite, options.resume, beside, record)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
         if out.in_process or src_root.in_process:  # memory:// is this process's own
             workers, options = 1, replace(options, backend="loky")
@@ -231,7 +230,7 @@ def _write_shards(
 ) -> list[ShardResult]:
     """Write every shard not reused, journal each as it lands; on any failure (a bad image, a
     signal, a dead worker) remove the partial files and say which shards were in flight."""
-    journal = Journal(out, plan.digest, options.output_fields(), reused)
+    journal = Journal(out, plan.digest, plan_record(plan, options), reused)
     done = {r.file for r in reused}
     todo = [spec for spec in plan.shards if spec.file not in done]
     sizes = {spec.file: len(spec.items) for spec in plan.shards}

@@ -81,7 +81,7 @@ def write_index_files(
         The paths (or URLs) written.
     """
     index = _random_access(out, document, storage_options)
-    if index.container.name != "tfrecord":  # before the folder for them is made
+    if not index.container.index_files:  # before the folder for them is made
         raise IndexFormatError(f"{index.out}: index files are DALI's, for TFRecord shards; "
                                f"these are {index.container.name}, which need none")  # fmt: skip
     storage = index.storage

@@ -99,3 +99,16 @@ def test_files_of_yours_in_the_shards_folder_are_refused_and_kept(tmp_path: Path
     again = runner.invoke(app, [*args[:3], "3", "--no-progress"])  # an earlier demo's: replaced
     assert again.exit_code == 0, again.output
     assert json.loads((shards / "index.json").read_text())["splits"]["train"]["num_records"] == 15
+
+
+def test_a_dataset_of_yours_in_the_shards_folder_is_refused_and_kept(tmp_path: Path):
+    """shardpack's own output, but not the demo's (another dataset packed there): kept."""
+    from tests.helpers import make_tree
+
+    shards = tmp_path / "d" / "shards"
+    src = make_tree(tmp_path / "mine", {"cat": 2})
+    assert runner.invoke(app, ["pack", str(src), str(shards), "--no-progress"]).exit_code == 0
+    before = {p.name: p.read_bytes() for p in shards.iterdir()}
+    result = runner.invoke(app, ["demo", str(tmp_path / "d"), "--per-class", "2", "--no-progress"])
+    assert result.exit_code == 2 and "--overwrite" in result.output, result.output
+    assert {p.name: p.read_bytes() for p in shards.iterdir()} == before

@@ -126,8 +126,9 @@ def test_missing_index_is_refused(tmp_path):
     _refused(out, "not found")
 
 
-def test_missing_out_is_refused(tmp_path):
-    _refused(tmp_path / "nowhere", "not found")
+def test_missing_out_is_refused_naming_the_folder(tmp_path):
+    with pytest.raises(IndexFormatError, match=f"{tmp_path / 'nowhere'}: no such folder"):
+        load_index(tmp_path / "nowhere")
 
 
 @pytest.mark.parametrize("text", ["", "{", "not json", '{"format": "shardpack-index",}'])

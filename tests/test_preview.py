@@ -75,13 +75,22 @@ def test_a_file_at_the_sheet_name_is_kept_unless_overwrite(out: Path, tmp_path: 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
 
 
-def test_the_sheet_never_replaces_a_file_made_while_it_was_drawn(tmp_path: Path):
-    from shardpack.atomic import write_atomic
+def test_the_sheet_never_replaces_a_file_made_while_it_was_drawn(out, tmp_path, monkeypatch):
+    """A file that appears at --out while the records are read (after the first check) is
+    kept, and the run refused in the same words."""
+    from shardpack import preview
+    from shardpack.errors import OutputError
 
     dest = tmp_path / "sheet.png"
-    dest.write_bytes(b"arrived first")
-    with pytest.raises(FileExistsError):
-        write_atomic(str(dest), b"sheet", new=True)
+    reading = preview.iter_examples
+
+    def arriving(*args, **kwargs):
+        dest.write_bytes(b"arrived first")  # as another program would, mid-run
+        yield from reading(*args, **kwargs)
+
+    monkeypatch.setattr(preview, "iter_examples", arriving)
+    with pytest.raises(OutputError, match=f"{dest}: exists; pass --overwrite"):
+        preview.make_preview(out, dest)
     assert dest.read_bytes() == b"arrived first" and [p.name for p in tmp_path.iterdir()] == [
         "sheet.png"]  # fmt: skip
 

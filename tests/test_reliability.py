@@ -184,6 +184,17 @@ def test_resume_refuses_changed_options(src, tmp_path):
         pack(src, out, PackOptions(encode="png", shards=12, workers=2, resume=True))
 
 
+def test_resume_with_other_workers_says_the_shard_count_followed_them(src, tmp_path):
+    """Without --shards the count follows --workers: a resume with other workers is refused
+    naming the counts and the way on, not blaming the (untouched) source."""
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(encode="png", workers=1))
+    with pytest.raises(OutputError, match=r"was planned into other shard counts \(then "
+                       r"\{\"train\": 1\}, now \{\"train\": 2\}: without --shards the count "
+                       r"follows --workers"):  # fmt: skip
+        pack(src, out, PackOptions(encode="png", workers=2, resume=True))
+
+
 def test_a_journal_that_lies_about_its_options_is_shown_cut_short(src, tmp_path):
     """The journal is OUT's, so untrusted: options of any shape or size in its header end in a
     one-line refusal that shows them cut short, never a crash."""
@@ -294,3 +305,22 @@ def test_disk_full_keeps_finished_shards_and_resume_completes(src, clean_as, tmp
     assert Path(f"{log}.resume-rc").read_text().strip() == "0"
     assert json.loads(Path(f"{log}.resume").read_text())["records"] == 480
     assert _same_output(kept, clean)
+
+
+def test_json_nested_too_deeply_in_a_journal_or_index_is_one_line(src, tmp_path):
+    """json's parser recurses: a crafted journal or index.json nested 100,000 deep raised
+    RecursionError (a traceback). A journal line so nested ends the journal there, as a torn
+    line does (a first line so: no journal at all, and OUT's files are then not shardpack's to
+    replace); such an index is unreadable, in one line."""
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(shards=2, workers=1))
+    deep = "[" * 100_000 + "]" * 100_000
+    journal = out / ".shardpack.journal"
+    journal.write_text(deep + "\n" + journal.read_text())
+    (out / "index.json").unlink()
+    with pytest.raises(OutputError, match="exists and was not written by shardpack"):
+        pack(src, out, PackOptions(shards=2, workers=1, resume=True))
+    (out / "index.json").write_text(deep)
+    run = _cli("verify", str(out))
+    assert run.returncode == 2 and "index.json: unreadable" in run.stderr
+    assert len(run.stderr.splitlines()) == 1, run.stderr

@@ -140,3 +140,8 @@ def test_an_output_without_its_index_says_a_run_may_be_going_or_stopped(out: Pat
     (line,) = run.stderr.splitlines()
     assert run.returncode == 2 and "a run still going has none yet" in line
     assert line.endswith("one that was stopped has none: rerun it with --resume)")
+    gone = out.parent / "no-such-out"
+    run = subprocess.run([sys.executable, "-m", "shardpack", "verify", str(gone)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 2 and run.stderr == f"error: {gone}: no such folder; pass the OUT " \
+        "of a pack run\n"  # fmt: skip

@@ -178,6 +178,7 @@ class Container:
     # What checks each record as it is read, for verify's summary: TFRecord's CRCs cover the
     # bytes; ArrayRecord's framing and a tar's headers do not (the shard's sha256 does).
     framing = "CRC"
+    index_files = False  # DALI's tfrecord2idx files (--index-files) are for these shards
     # TFDS's `fileFormat` for these shards, where TFDS has a file adapter that reads them.
     tfds_file_format: str | None = None
     # What shard_name gives, for any count, with groups `name` and `split`.

@@ -109,6 +109,7 @@ class TFRecord(Container):
     """TFRecord files as TensorFlow writes them; offsets are byte offsets (uncompressed)."""
 
     name = "tfrecord"
+    index_files = True
     compressions = ("none", "gzip")
     tfds_file_format = "tfrecord"
     writer_class = _Writer

@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from shardpack.errors import SourceError
 from shardpack.manifest import (
     SUFFIXES,
-    BadRow,
     LabelInfo,
     Manifest,
+    line_name,
     manifest_file,
     normal_path,
     read_manifest,
@@ -70,9 +70,8 @@ def scan_manifest(
                           storage_options=storage_options)  # fmt: skip
     classes = _classes(table, options.classes)
     position = None if classes is None else {name: i for i, name in enumerate(classes)}
-    where = os.path.basename(table.path)
-    unit = "row" if table.path.lower().endswith(".parquet") else "line"
-    bad = [_bad_row(b, f"{where} {unit} {b.line}") for b in table.bad]
+    # a row without a usable path is known by its line, which its reason then need not repeat
+    bad = [(b.line, b.path, b.reason) if b.path else (b.line, b.where, b.why) for b in table.bad]
     splits: dict[str, list[Item]] = {}
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
     names = tuple(table.columns)
@@ -88,7 +87,7 @@ def scan_manifest(
                         label = labels[row.label] = _label(row.label, table.label, position)
                 size = sizes.of(row.path)
             except _Bad as e:
-                bad.append((row.line, row.path, f"{where} {unit} {row.line}: {e}"))
+                bad.append((row.line, row.path, f"{line_name(table.path, row.line)}: {e}"))
                 continue
             fields = dict(zip(names, row.values, strict=True)) if names else NO_FIELDS
             item = Item(row.path, label, row.path, size, fields=fields)
@@ -110,14 +109,6 @@ def scan_manifest(
         skipped=skipped,  # the first is what --on-error fail names
         warnings=table.warnings,
     )
-
-
-def _bad_row(bad: BadRow, where: str) -> tuple[int, str, str]:
-    """(line, key, reason) of a row the manifest refused: its image path is its key, else
-    `where` (its line), which then leads its reason no more ("x.csv line 3: x.csv line 3: ...")."""
-    if bad.path:
-        return bad.line, bad.path, bad.reason
-    return bad.line, where, bad.reason.removeprefix(f"{where}: ")
 
 
 class _Bad(Exception):

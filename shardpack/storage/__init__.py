@@ -249,7 +249,7 @@ def parse_options(pairs: Iterable[str]) -> dict[str, object]:
             raise StorageError(f"--storage-option {pair!r}: give it as KEY=VALUE")
         try:
             options[key] = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             options[key] = value
     return options
 

@@ -470,7 +470,7 @@ def _owner(storage: RemoteStorage, key: str) -> dict | None:
     """What the lock object says of its run (pid, host, started, token), or None."""
     try:
         doc = json.loads(storage.fs.cat_file(key, start=0, end=_LOCK_CAP))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     fields = ("pid", "host", "started", "token")
     return doc if isinstance(doc, dict) and all(k in doc for k in fields) else None
