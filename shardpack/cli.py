@@ -88,8 +88,9 @@ def _stderr():
 
 @contextmanager
 def _user_errors():
-    """The error boundary of every command: a ShardpackError, or an OSError from any file
-    operation, ends in one line on stderr naming the path and the fix, and exit code 2."""
+    """The error boundary of every command: a ShardpackError, an OSError from any file
+    operation, or what an object store's client raised, ends in one line on stderr naming the
+    path and the fix, and exit code 2."""
     try:
         yield
     except ShardpackError as e:
@@ -99,6 +100,14 @@ def _user_errors():
         raise  # the reader of our output went away (`| head`): not a file of the user's
     except OSError as e:
         _error(str(FileAccessError.from_os_error(e)))
+        raise typer.Exit(2) from None
+    except Exception as e:  # from an object store's client: refused, unreachable, misnamed
+        from shardpack.storage.remote import store_failure
+
+        message = store_failure(e)
+        if message is None:
+            raise
+        _error(message)
         raise typer.Exit(2) from None
 
 

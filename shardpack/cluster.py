@@ -45,6 +45,9 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
         client = Client(scheduler, timeout="10s")
     except OSError as e:
         raise ClusterError(f"{scheduler}: cannot reach the Dask scheduler ({e})") from None
+    except ValueError as e:  # "missing port number", a port that is not a number
+        raise ClusterError(f"--scheduler {scheduler}: not an address ({e}); give it as "
+                           "HOST:PORT or tcp://HOST:PORT") from None  # fmt: skip
     with client:
         yield client
 

@@ -246,14 +246,7 @@ def _write_shards(
                 results.append(result)
                 poller.finished(sizes[result.file], result.file)
     except BaseException as e:
-        # Workers remove their own partial files; these are a killed worker's (random names,
-        # or the multipart uploads it left open).
-        in_flight = out.remove_partial({s.file for s in todo})
-        # A shard a worker finished whose result never reached us (the run was stopped in
-        # between) is complete but not in the journal: removed, so that OUT holds only what the
-        # journal vouches for (and stays recognisably ours for --resume).
-        recorded = {r.file for r in results}
-        out.remove(s.file for s in todo if s.file not in recorded)
+        in_flight = _tidy_after_failure(out, todo, {r.file for r in results})
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             raise ImageError(
                 e.key,
@@ -270,6 +263,20 @@ def _write_shards(
         journal.close()
     out.remove_partial({s.file for s in todo})  # those of a killed worker Dask retried
     return results
+
+
+def _tidy_after_failure(out: Storage, todo: list[ShardSpec], recorded: set[str]) -> list[str]:
+    """After a failed run: remove what a killed worker left (workers remove their own partial
+    files; these have random names, or are multipart uploads left open) and any shard finished
+    but not journaled (its result never reached us), so that OUT holds only what the journal
+    vouches for. Returns the shards that had partial files. Best effort: a store that fails
+    here too (gone down) must not bury why the run stopped; --resume removes the rest."""
+    try:
+        in_flight = out.remove_partial({s.file for s in todo})
+        out.remove(s.file for s in todo if s.file not in recorded)
+    except Exception:
+        return []
+    return in_flight
 
 
 @contextmanager

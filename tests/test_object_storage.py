@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import fsspec
@@ -359,3 +360,54 @@ def test_the_readme_object_storage_commands_work_as_printed(s3: Bucket, tmp_path
         assert run.returncode == 0, (line, run.stderr)
     assert "OK: " in subprocess.run(f"{sys.executable} -m shardpack verify s3://bucket/packed/shapes",
                                     shell=True, capture_output=True, text=True).stdout  # fmt: skip
+
+
+def test_what_the_store_client_raises_is_one_line(src, local, s3: Bucket):
+    """An unreachable endpoint, a malformed bucket name and an option the client does not take
+    come out of botocore/s3fs as their own exceptions, not OSErrors: each is still one line,
+    exit code 2, saying what to check."""
+    out = s3.url("packed/flowers")
+    assert _cli("pack", str(src), out, *JOB).returncode == 0
+    closed = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}
+    cases = [
+        (["verify", out], closed, "the object store refused or could not be reached: Could not "
+                                  "connect to the endpoint URL"),
+        (["verify", "s3://bu cket/out"], None, "Invalid bucket name"),
+        (["inspect", out, "--storage-option", "bogus_opt=1"], None,
+         "a --storage-option is not one the filesystem takes"),
+        (["pack", str(src), out + "2", "--storage-option", "bogus_opt=1"], None,
+         "a --storage-option is not one the filesystem takes"),
+    ]  # fmt: skip
+    for args, env, said in cases:
+        run = _cli(*args, env=env)
+        assert run.returncode == 2, (args, run.stderr)
+        assert said in _one_line(run.stderr), (args, run.stderr)
+
+
+def test_a_store_gone_down_mid_run_says_why_the_run_stopped(big_src, tmp_path, s3: Bucket):
+    """The server dies while shards upload: the line names the shard that could not be written
+    and the way on (--resume), and cleanup that fails against the dead store too is not shown
+    in its place (a chain of tracebacks before)."""
+    from tests.s3server import environment, start_server
+
+    server, endpoint = start_server(tmp_path / "moto.log")
+    env = {**os.environ, **environment(endpoint, tmp_path), "AWS_MAX_ATTEMPTS": "1"}
+    try:
+        import s3fs
+
+        fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
+        fs.mkdir("doomed")
+        run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(big_src),
+                                "s3://doomed/out", *BIG_JOB], stderr=subprocess.PIPE, text=True,
+                               env=env)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not (fs.exists("doomed/out") and fs.ls("doomed/out", refresh=True)):  # started
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.05)
+    finally:
+        server.kill()
+        server.wait()
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 2, stderr
+    line = _one_line(stderr)
+    assert "rerun with --resume" in line or "the object store refused" in line, line

@@ -459,11 +459,43 @@ def _locked(storage: RemoteStorage) -> Iterator[None]:
             ) from None
     try:
         yield
-    finally:
-        held = _owner(storage, key)
-        if held and held.get("token") == token:
-            with suppress(FileNotFoundError):
-                storage.fs.rm_file(key)
+    except BaseException:
+        with suppress(Exception):  # a store gone down must not bury why the run stopped
+            _release(storage, key, token)
+        raise
+    _release(storage, key, token)
+
+
+def _release(storage: RemoteStorage, key: str, token: str) -> None:
+    """Remove the lock object if it is still this run's."""
+    held = _owner(storage, key)
+    if held and held.get("token") == token:
+        with suppress(FileNotFoundError):
+            storage.fs.rm_file(key)
+
+
+# The packages a URL's filesystem reaches its store through. What they raise that is not an
+# OSError (a refused connection, a malformed bucket name, an option the client does not take)
+# is the store's answer, not a bug of ours: store_failure turns it into one line.
+_STACK = ("botocore", "aiobotocore", "s3fs", "gcsfs", "adlfs", "fsspec", "aiohttp", "google",
+          "azure")  # fmt: skip
+
+
+def store_failure(e: BaseException) -> str | None:
+    """One line for an exception that came out of a URL's filesystem, or None for any other
+    (judged by where it was raised and where its class lives)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    raised_in = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+    if not {raised_in.split(".")[0], type(e).__module__.split(".")[0]} & set(_STACK):
+        return None
+    said = " ".join(str(e).split())[:300] or type(e).__name__
+    if isinstance(e, TypeError) and "unexpected keyword argument" in said:
+        return f"a --storage-option is not one the filesystem takes ({said})"
+    return (f"the object store refused or could not be reached: {said}; check the URL, the "
+            "endpoint (AWS_ENDPOINT_URL or --storage-option endpoint_url=...) and the "
+            "credentials")  # fmt: skip
 
 
 def _owner(storage: RemoteStorage, key: str) -> dict | None:
