@@ -41,23 +41,28 @@ _EXPORTS = {
             "IndexFormatError",
             "RecordError",
             "MissingPackageError",
+            "FileAccessError",
+            "StorageError",
         ),
         "shardpack.errors",
     ),
+    "ClusterError": "shardpack.cluster",
 }
 
 # the names of _EXPORTS, spelled out so that linters and type checkers read them
 __all__ = [
-    "ImageError", "Index", "IndexFormatError", "MissingPackageError", "OutputError",
-    "PackOptions", "PackResult",
-    "RecordError", "Records", "ShardpackError", "SourceError", "UnsafePickleError",
-    "VerifyReport", "WorkerDiedError", "describe", "iter_examples", "load_index", "make_preview",
-    "make_sample", "pack", "read_record", "tf_dataset", "verify", "write_index_files",
+    "ClusterError", "FileAccessError", "ImageError", "Index", "IndexFormatError",
+    "MissingPackageError", "OutputError", "PackOptions", "PackResult", "RecordError", "Records",
+    "ShardpackError", "SourceError", "StorageError", "UnsafePickleError", "VerifyReport",
+    "WorkerDiedError", "describe", "iter_examples", "load_index", "make_preview", "make_sample",
+    "pack", "read_record", "tf_dataset", "verify", "write_index_files",
 ]  # fmt: skip
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from shardpack.cluster import ClusterError
     from shardpack.demo import make_sample
     from shardpack.errors import (
+        FileAccessError,
         ImageError,
         IndexFormatError,
         MissingPackageError,
@@ -65,6 +70,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
         RecordError,
         ShardpackError,
         SourceError,
+        StorageError,
         UnsafePickleError,
         WorkerDiedError,
     )

@@ -23,6 +23,21 @@ def test_a_caller_can_catch_each_error_class_from_shardpack():
         assert str(e) == "a.jpg: empty file"
 
 
+def test_every_error_class_is_importable_from_shardpack():
+    """What a caller may meet, they can catch by name from the package itself."""
+    import inspect
+
+    from shardpack import cluster, errors
+
+    defined = {
+        c.__name__
+        for module in (errors, cluster)
+        for _, c in inspect.getmembers(module, inspect.isclass)
+        if issubclass(c, errors.ShardpackError) and c.__module__ == module.__name__
+    }
+    assert len(defined) > 10 and defined <= set(shardpack.__all__), defined - set(shardpack.__all__)
+
+
 def test_import_shardpack_loads_no_heavy_module():
     heavy = ["numpy", "cv2", "tensorflow", "torch", "joblib"]
     names = "shardpack.ImageError, shardpack.Index"
