@@ -24,6 +24,8 @@ def describe(
     Returns:
         A JSON-ready dict.
     """
+    if isinstance(num_records, bool) or not isinstance(num_records, int) or num_records < 0:
+        raise ValueError(f"num_records must be an integer >= 0, got: {num_records!r}")
     index = load_index(out, storage_options)
     splits = {}
     for name, split in index.splits.items():

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import numbers
 import re
-from dataclasses import asdict, dataclass
+import types
+import typing
+from dataclasses import asdict, dataclass, fields
 
 from shardpack.errors import ShardpackError
 
@@ -40,6 +44,37 @@ def _check_container(fmt: str, compression: str, index_files: bool) -> None:
     if index_files and not CONTAINERS[fmt].index_files:
         raise ShardpackError("--index-files writes DALI's TFRecord index files; "
                              f"--format {fmt} needs none: drop --index-files")  # fmt: skip
+
+
+def _check_types(options: PackOptions) -> None:
+    """Refuse an option whose value is not of its annotated type (TypeError naming it), as a
+    Python caller may give; the CLI's are parsed already. Otherwise a string of class names
+    would be taken a letter a class, shuffle="no" would shuffle, and a float shard count would
+    fail deep in numpy. A list where a tuple is due becomes one (the options are hashable)."""
+    for field in fields(options):
+        value = getattr(options, field.name)
+        hint = _hints()[field.name]
+        accepted = _accepted(hint)
+        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+            said = hint.__name__ if isinstance(hint, type) else hint  # "int", "int | None"
+            raise TypeError(f"PackOptions.{field.name} must be {said}, got: {value!r}")
+        if isinstance(value, list):
+            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+            object.__setattr__(options, field.name, value)
+
+
+@functools.cache
+def _hints() -> dict[str, object]:
+    return typing.get_type_hints(PackOptions)
+
+
+def _accepted(hint: object) -> tuple[type, ...]:
+    """The classes a value of `hint` may be: any integer type for int, a list for a tuple."""
+    accepted: list[type] = []
+    for one in typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,):
+        base = typing.get_origin(one) or one
+        accepted += {int: [numbers.Integral], tuple: [tuple, list]}.get(base, [base])
+    return tuple(accepted)
 
 
 def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -118,6 +153,7 @@ class PackOptions:
     format: str = "tfrecord"
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _choice("source", self.source, SOURCE_KINDS)
         _choice("backend", self.backend, BACKENDS)
         _choice("encode", self.encode, ENCODINGS)

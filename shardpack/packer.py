@@ -85,6 +85,18 @@ class PackResult:
         }
 
 
+def _check_arguments(options: object, progress: object, storage_options: object) -> None:
+    """A Python caller's wrong kind of argument, refused by name before anything is touched."""
+    if options is not None and not isinstance(options, PackOptions):
+        raise TypeError(f"options must be a PackOptions, such as PackOptions(encode='jpeg'); "
+                        f"got: {options!r}")  # fmt: skip
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be called with (done, total); got: {progress!r}")
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise TypeError(f"storage_options must be a dict of filesystem options; got: "
+                        f"{storage_options!r}")  # fmt: skip
+
+
 def default_name(dataset: Dataset, src: Storage) -> str:
     """cifar10 / cifar100 for CIFAR, a manifest file's name without its extension (two tables
     in one folder are two datasets), else SRC's folder name (a URL's last segment); made safe
@@ -157,6 +169,7 @@ def pack(
     (see _keep_freed_memory: up to 64 MiB held for reuse).
     """
     start = time.perf_counter()  # the whole call: scan, plan, workers' start, writing, merge
+    _check_arguments(options, progress, storage_options)
     options = options or PackOptions()
     CONTAINERS[options.format].require()  # a missing package: refused before OUT is created
     src_root = source_root(src, storage_options)  # refused before OUT is created if missing

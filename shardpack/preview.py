@@ -49,6 +49,8 @@ def make_preview(
         OutputError: dest has another extension, exists (without overwrite), its folder is
             missing, or it cannot be written.
     """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer (records to show), got: {n!r}")
     dest = os.fspath(dest)
     fmt = _sheet_format(dest)
     if not overwrite and os.path.lexists(dest):  # before reading a record

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -146,3 +147,47 @@ def test_negative_seed_and_oversized_resize_are_refused():
         PackOptions(seed=-1)
     with pytest.raises(ShardpackError, match="--resize 100000x100000 is over --max-pixels"):
         PackOptions(resize=(100_000, 100_000))
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"classes": "apple,banana"}, "PackOptions.classes must be tuple[str, ...] | None"),
+        ({"shuffle": "no"}, "PackOptions.shuffle must be bool, got: 'no'"),
+        ({"shards": 2.5}, "PackOptions.shards must be int | None, got: 2.5"),
+        ({"workers": True}, "PackOptions.workers must be int | None, got: True"),
+        ({"quality": "90"}, "PackOptions.quality must be int, got: '90'"),
+        ({"max_pixels": None}, "PackOptions.max_pixels must be int, got: None"),
+        ({"split": {"train": 0.9, "val": 0.1}}, "PackOptions.split must be tuple"),
+    ],
+)  # fmt: skip
+def test_a_python_caller_s_wrong_type_is_refused_by_name(given, said):
+    """What the CLI parses, a Python caller passes as they like: a string of class names was
+    taken a letter a class, shuffle="no" shuffled, a float shard count failed in numpy."""
+    with pytest.raises(TypeError, match=re.escape(said)):
+        PackOptions(**given)
+
+
+def test_lists_are_taken_for_tuples_and_numpy_integers_for_integers():
+    import numpy as np
+
+    options = PackOptions(classes=["b", "a"], split=[["train", 0.5], ["val", 0.5]],
+                          resize=[8, 8], seed=np.int64(3))  # fmt: skip
+    assert options.classes == ("b", "a") and options.resize == (8, 8)
+    assert options.split == (("train", 0.5), ("val", 0.5)) and hash(options)
+
+
+def test_pack_describe_and_preview_refuse_arguments_of_the_wrong_kind(tmp_path):
+    from shardpack import describe, make_preview, pack
+
+    with pytest.raises(TypeError, match=r"options must be a PackOptions, such as"):
+        pack(tmp_path, tmp_path / "out", {"encode": "jpeg"})
+    with pytest.raises(TypeError, match=r"progress must be called with \(done, total\)"):
+        pack(tmp_path, tmp_path / "out", progress="x")
+    with pytest.raises(TypeError, match=r"storage_options must be a dict"):
+        pack(tmp_path, tmp_path / "out", storage_options="a=b")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match=r"num_records must be an integer >= 0, got: -1"):
+        describe(tmp_path, num_records=-1)
+    with pytest.raises(ValueError, match=r"n must be a positive integer .*got: 0"):
+        make_preview(tmp_path, tmp_path / "p.png", n=0)
