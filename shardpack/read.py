@@ -233,6 +233,10 @@ def _buffer_shuffle(records: Iterator[dict], rng: random.Random) -> Iterator[dic
     yield from buffer
 
 
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def tf_dataset(
     out: str | os.PathLike,
     split: str = "train",
@@ -286,8 +290,16 @@ def tf_dataset(
 
     Raises:
         ShardpackError: TensorFlow is not installed, the shards are not TFRecords, `shard` is
-            not (index, count), or `lists` is neither "ragged" nor "padded".
+            not (index, count), `lists` is neither "ragged" nor "padded", or batch_size or
+            image_size is not a positive count or (height, width).
     """
+    if batch_size is not None and not _positive_int(batch_size):
+        raise ShardpackError(f"batch_size must be a positive integer or None, got: {batch_size!r}")
+    if image_size is not None and not (
+        isinstance(image_size, (tuple, list)) and len(image_size) == 2
+        and all(map(_positive_int, image_size))
+    ):  # fmt: skip
+        raise ShardpackError(f"image_size must be (height, width) in pixels, got: {image_size!r}")
     index = load_index(out, storage_options)
     if index.container.name != "tfrecord":  # tf.data reads TFRecords only: say so before its import
         raise ShardpackError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -121,6 +122,18 @@ def test_a_bad_shard_is_one_clear_error(packed: Path, shard):
         list(iter_examples(packed, shard=shard))
     with pytest.raises(ShardpackError, match="shard must be"):
         tf_dataset(packed, shard=shard)
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [({"batch_size": 0}, "batch_size must be a positive integer or None, got: 0"),
+     ({"image_size": 224}, "image_size must be (height, width) in pixels, got: 224"),
+     ({"image_size": (224, 0)}, "image_size must be (height, width) in pixels")],
+)  # fmt: skip
+def test_tf_dataset_refuses_a_bad_batch_or_image_size_by_name(packed: Path, given, said):
+    """Before: a TensorFlow error at iteration, or autograph's 'ValueError in user code'."""
+    with pytest.raises(ShardpackError, match=re.escape(said)):
+        tf_dataset(packed, **given)
 
 
 def test_tf_dataset_without_tensorflow_says_what_to_install(packed: Path):
