@@ -621,13 +621,13 @@ def preview(
     split: Annotated[str, typer.Option(metavar="NAME", help="Split to draw from.")] = "train",
     n: Annotated[int, typer.Option("--n", metavar="N", min=1, help="Records to show.")] = 64,
     dest: Annotated[
-        Path,
+        str,  # not a Path, which would make s3://b/x.png s3:/b/x.png before preview refuses it
         typer.Option(
             "--out",
             metavar="FILE",
             help="Image to write; .png, .jpg/.jpeg or .webp picks the format.",
         ),
-    ] = Path("preview.png"),
+    ] = "preview.png",
     seed: Annotated[int, typer.Option(metavar="N", help="Which random records.")] = 0,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the image at --out if there is one.")

@@ -130,6 +130,10 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
         StorageError: the URL's filesystem package is missing.
     """
     storage = storage_at(out, storage_options)
+    root = storage.root.rstrip("/")
+    if root.rsplit("/", 1)[-1] == INDEX_NAME:  # OUT/index.json given for OUT
+        raise IndexFormatError(f"{root}: is the index itself; pass the folder that holds it, "
+                               f"{root.rsplit('/', 1)[0]}")  # fmt: skip
     path = storage.path(INDEX_NAME)
     try:  # no link followed: OUT's files are opened as they are (Storage.open)
         with storage.open(INDEX_NAME) as blob:

@@ -130,10 +130,10 @@ def prepare(
     if not state.ours and not overwrite:
         clash = sorted(state.names & (planned | beside | {INDEX_NAME, *METADATA_NAMES}))
         if clash:
+            such = "1 such file" if len(clash) == 1 else f"{len(clash)} such files"
             raise OutputError(
-                f"{out.path(clash[0])}: exists and was not written by shardpack "
-                f"({len(clash)} such files); choose an empty folder, or pass --overwrite to "
-                "replace them"
+                f"{out.path(clash[0])}: exists and was not written by shardpack ({such}); choose "
+                "an empty folder, or pass --overwrite to replace what is there"
             )
     # Only shards of this very plan are kept, whatever --overwrite says.
     same_plan = resume and state.journal_digest == plan.digest

@@ -15,6 +15,7 @@ from shardpack.errors import OutputError, os_error_fix
 from shardpack.index import load_index
 from shardpack.read import decode_pixels, iter_examples
 from shardpack.schema import Schema
+from shardpack.storage import is_url
 from shardpack.tfdsmeta import BOX_NAMES, is_box
 
 CELL = 128  # pixels per thumbnail side
@@ -52,6 +53,9 @@ def make_preview(
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive integer (records to show), got: {n!r}")
     dest = os.fspath(dest)
+    if is_url(dest):
+        raise OutputError(f"{dest}: preview writes a local image file; pass a local path for "
+                          "--out (and copy it to the store after)")  # fmt: skip
     fmt = _sheet_format(dest)
     if not overwrite and os.path.lexists(dest):  # before reading a record
         raise _exists(dest)

@@ -137,12 +137,12 @@ class Records:
         return self._ends[-1] if self._ends else 0
 
     def __getitem__(self, i: int) -> dict[str, object]:
-        i = operator.index(i)
+        asked = i = operator.index(i)
         size = len(self)
         if i < 0:
             i += size
         if not 0 <= i < size:
-            raise IndexError(f"record {i} is outside split {self.split!r} of {size} records")
+            raise IndexError(f"record {asked} is outside split {self.split!r} of {size} records")
         k = bisect.bisect_right(self._ends, i)
         local = i - (self._ends[k - 1] if k else 0)
         reader = self._reader(k)

@@ -202,7 +202,8 @@ def test_a_users_file_under_a_wids_list_name_is_a_clash(src, tmp_path):
     out.mkdir()
     (out / theirs).write_text("mine")
     wds = PackOptions(workers=1, shards=2, format="webdataset")
-    with pytest.raises(OutputError, match=rf"{re.escape(theirs)}: exists and was not written"):
+    with pytest.raises(OutputError, match=rf"{re.escape(theirs)}: exists and was not written by "
+                       r"shardpack \(1 such file\); choose an empty folder"):  # fmt: skip
         pack(src, out, wds)
     assert sorted(p.name for p in out.iterdir()) == [theirs]
     assert (out / theirs).read_text() == "mine"

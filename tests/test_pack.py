@@ -316,7 +316,7 @@ def test_a_folder_of_someone_elses_files_is_left_alone(tree: Path, tmp_path: Pat
               "mnist-train.tfrecord-00000-of-00001": "data", "notes.txt": "mine"}  # fmt: skip
     for name, text in theirs.items():
         (out / name).write_text(text)
-    with pytest.raises(OutputError, match="was not written by shardpack"):
+    with pytest.raises(OutputError, match=r"was not written by shardpack \(2 such files\)"):
         pack(tree, out, PackOptions(workers=1, shards=1))
     mine = {p.name: p.read_text() for p in out.iterdir() if p.name != ".shardpack.lock"}
     assert mine == theirs  # nothing of theirs touched

@@ -112,3 +112,10 @@ def test_without_hard_links_the_sheet_still_goes_only_where_nothing_is(tmp_path,
     with pytest.raises(FileExistsError):
         atomic.write_atomic(str(dest), b"another", new=True)
     assert dest.read_bytes() == b"sheet" and [p.name for p in tmp_path.iterdir()] == ["sheet.png"]
+
+
+def test_a_url_for_the_sheet_is_refused_in_one_line(out: Path):
+    result = _preview(str(out), "--out", "s3://bucket/grid.png")
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "s3://bucket/grid.png: preview writes a local image file" in line

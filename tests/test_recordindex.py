@@ -65,6 +65,9 @@ def test_read_record_is_the_ith_record(packed: Path, tmp_path: Path):
     assert read_record(bare, "train", 7) == every[7]
     with pytest.raises(IndexError):
         read_record(packed, "train", len(every))
+    with pytest.raises(IndexError, match=f"record {-len(every) - 1} is outside split 'train' of "
+                       f"{len(every)} records"):  # fmt: skip
+        read_record(packed, "train", -len(every) - 1)
 
 
 def test_gzip_refuses_random_access(tmp_path: Path):

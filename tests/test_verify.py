@@ -145,3 +145,12 @@ def test_an_output_without_its_index_says_a_run_may_be_going_or_stopped(out: Pat
                          capture_output=True, text=True)  # fmt: skip
     assert run.returncode == 2 and run.stderr == f"error: {gone}: no such folder; pass the OUT " \
         "of a pack run\n"  # fmt: skip
+
+
+def test_the_index_file_given_for_its_folder_names_the_folder(out: Path):
+    from shardpack.errors import IndexFormatError
+    from shardpack.index import load_index
+
+    with pytest.raises(IndexFormatError, match=f"is the index itself; pass the folder that holds "
+                       f"it, {out}$"):  # fmt: skip
+        load_index(out / "index.json")
