@@ -35,7 +35,9 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
             n_workers=workers,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            # its HTTP server starts whatever this says (None: on 8787, which a second run
+            # finds taken): a free port, on loopback
+            dashboard_address="127.0.0.1:0",
             host="127.0.0.1",
         )
         with cluster, Client(cluster) as client:
