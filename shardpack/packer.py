@@ -477,11 +477,14 @@ def _write_forked(i: int, *args) -> ShardResult:
 
 def _tie_to_parent(parent: int) -> None:
     """In each forked worker: die with the parent (SIGKILLed by the OOM killer, say, it must
-    not leave workers that hold OUT's lock and block --resume), and leave Ctrl-C to the
-    parent, which stops the pool itself."""
+    not leave workers that hold OUT's lock and block --resume), leave Ctrl-C to the parent,
+    which stops the pool itself, and end quietly on SIGTERM: the pool sends it to the workers
+    left when one dies, and the CLI's handler they inherit would raise in them, printing a
+    worker's traceback under the line that says why the run stopped."""
     import ctypes
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with suppress(OSError, AttributeError):  # prctl is Linux's; elsewhere the pipes still end
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before the request took hold
