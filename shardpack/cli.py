@@ -190,10 +190,12 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
         f"({_human_bytes(total)}) in {summary['seconds']:.2f} s"
     )
     if resumed:  # the rate is the new work's: kept shards cost nothing this time
-        typer.echo(
-            f"{head}: kept {summary['shards_kept']:,} of {_plural(shards, 'shard')} from an "
-            f"earlier run, wrote {_plural(summary['new_records'], 'image')} at {rate}"
+        kept = (
+            f"kept {summary['shards_kept']:,} of {_plural(shards, 'shard')} from an earlier run"
+            if summary["shards_kept"]  # else a fresh folder, or another plan's: say so
+            else "found no finished shard of this job to keep, packed from the start"
         )
+        typer.echo(f"{head}: {kept}, wrote {_plural(summary['new_records'], 'image')} at {rate}")
     else:
         typer.echo(f"{head}: {rate}")
     width = max(map(len, summary["splits"]), default=0)

@@ -337,6 +337,10 @@ def test_resume_says_what_it_kept_and_rates_the_new_work(tmp_path: Path):
     summary = json.loads(runner.invoke(app, [*job, "--resume", "--json"]).stdout)
     assert summary["shards_kept"] == 4 and summary["new_records"] == 0
     assert summary["images_per_second"] == 0  # kept shards are no work done
+    # A fresh folder (a typo in OUT, say): nothing is kept, and the line says so.
+    fresh = runner.invoke(app, [*job[:2], str(tmp_path / "fresh"), *job[3:], "--resume"])
+    assert "found no finished shard of this job to keep, packed from the start" in fresh.output
+    assert "wrote 16 images at" in fresh.output
 
 
 # ---- every OSError: one line, the path, the fix, exit 2 -------------------------------------
