@@ -396,8 +396,11 @@ def test_source_cifar_on_a_folder_tree_is_source_error(tmp_path):
 
 def test_source_folder_on_a_cifar_folder_is_a_clean_error(tmp_path):
     src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
-    with pytest.raises(SourceError, match="no images found"):
+    with pytest.raises(SourceError, match="no images found; it holds CIFAR batches: pass --so"):
         scan(src, PackOptions(source="folder"))
+    (src / "batches.meta").unlink()  # half an archive: auto finds no CIFAR, and says why
+    with pytest.raises(SourceError, match=r"holds data_batch_1 but not batches\.meta, which names"):
+        scan(src)
 
 
 def test_source_folder_on_a_cifar_folder_with_class_folders_scans_the_folders(tmp_path):

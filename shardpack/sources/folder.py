@@ -184,6 +184,16 @@ def _nothing_found(src: Storage) -> str:
     for name, is_dir in entries:
         if is_dir and cifar.cifar_layout(src.child(name)) is not None:
             return f"{src.path(name)} holds CIFAR batches: pass that folder as SRC"
+    names = {name for name, is_dir in entries if not is_dir}
+    for batches, meta in cifar.LAYOUTS.values():
+        batch = min(names & batches.keys(), default=None)
+        if batch is not None and meta in names:  # only --source folder leads here
+            return "it holds CIFAR batches: pass --source cifar"
+        if batch is not None:
+            return (
+                f"it holds {batch} but not {meta}, which names CIFAR's classes: extract the "
+                "whole archive"
+            )
     archives = [name for name, _ in entries if name.endswith(_ARCHIVES)]
     if archives:
         return f"it holds {archives[0]}: extract it, then pass the folder it makes"
