@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import numbers
+import operator
+import os
 import re
 import types
 import typing
@@ -50,31 +52,50 @@ def _check_types(options: PackOptions) -> None:
     """Refuse an option whose value is not of its annotated type (TypeError naming it), as a
     Python caller may give; the CLI's are parsed already. Otherwise a string of class names
     would be taken a letter a class, shuffle="no" would shuffle, and a float shard count would
-    fail deep in numpy. A list where a tuple is due becomes one (the options are hashable)."""
+    fail deep in numpy. What is of the type in another dress is taken as it: a list for a
+    tuple (the options are hashable), a numpy integer for an int (the journal is JSON), a
+    path object for a str."""
     for field in fields(options):
         value = getattr(options, field.name)
         hint = _hints()[field.name]
-        accepted = _accepted(hint)
-        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+        conformed = _conform(value, hint)
+        if conformed is _WRONG:
             said = hint.__name__ if isinstance(hint, type) else hint  # "int", "int | None"
             raise TypeError(f"PackOptions.{field.name} must be {said}, got: {value!r}")
-        if isinstance(value, list):
-            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-            object.__setattr__(options, field.name, value)
+        if conformed is not value:
+            object.__setattr__(options, field.name, conformed)
+
+
+_WRONG = object()  # _conform's answer for a value not of the type
+
+
+def _conform(value: object, hint: object) -> object:
+    """`value` as a value of `hint` (a class, a tuple[...] or a union of them), or _WRONG."""
+    if isinstance(hint, types.UnionType):
+        conformed = (_conform(value, one) for one in typing.get_args(hint))
+        return next((c for c in conformed if c is not _WRONG), _WRONG)
+    if typing.get_origin(hint) is tuple:
+        if not isinstance(value, tuple | list):
+            return _WRONG
+        args = typing.get_args(hint)
+        kinds = args[:1] * len(value) if args[1:] == (...,) else args
+        items = tuple(_conform(v, k) for v, k in zip(value, kinds, strict=False))
+        wrong = len(kinds) != len(value) or any(i is _WRONG for i in items)
+        return _WRONG if wrong else items
+    if isinstance(value, bool):  # an int too, but True is no shard count
+        return value if hint is bool else _WRONG
+    if hint is int:
+        return operator.index(value) if isinstance(value, numbers.Integral) else _WRONG
+    if hint is float:
+        return float(value) if isinstance(value, numbers.Real) else _WRONG
+    if hint is str and isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    return value if isinstance(value, hint) else _WRONG
 
 
 @functools.cache
 def _hints() -> dict[str, object]:
     return typing.get_type_hints(PackOptions)
-
-
-def _accepted(hint: object) -> tuple[type, ...]:
-    """The classes a value of `hint` may be: any integer type for int, a list for a tuple."""
-    accepted: list[type] = []
-    for one in typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,):
-        base = typing.get_origin(one) or one
-        accepted += {int: [numbers.Integral], tuple: [tuple, list]}.get(base, [base])
-    return tuple(accepted)
 
 
 def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
