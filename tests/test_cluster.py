@@ -187,7 +187,9 @@ def test_a_worker_killed_mid_shard_is_retried_and_output_is_intact(scheduler, tm
     assert not [p.name for p in out.iterdir() if p.name.endswith((".partial", ".progress"))]
 
 
-@pytest.mark.parametrize("address", ["notaurl", "127.0.0.1:8786x"])
+@pytest.mark.parametrize(
+    "address", ["notaurl", "127.0.0.1:8786x", "127.0.0.1:99999", "ucx://127.0.0.1:1", "tls://h:1"]
+)
 def test_a_malformed_scheduler_address_is_one_line(address, tmp_path: Path):
     src = make_tree(tmp_path / "src", {"a": 2})
     run = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src), str(tmp_path / "o"),
