@@ -138,8 +138,9 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
     try:  # no link followed: OUT's files are opened as they are (Storage.open)
         with storage.open(INDEX_NAME) as blob:
             if blob.size > MAX_INDEX_BYTES:
-                raise ValueError(f"{blob.size} bytes, over {MAX_INDEX_BYTES}")
-            doc = json.loads(blob.pread(blob.size, 0))
+                raise IndexFormatError(f"{path}: unreadable ({blob.size} bytes, over "
+                                       f"{MAX_INDEX_BYTES}); rerun pack to rewrite it")  # fmt: skip
+            text = blob.pread(blob.size, 0)
     except FileNotFoundError:
         if _missing(storage):
             raise IndexFormatError(f"{storage.root}: no such folder; pass the OUT of a pack "
@@ -151,7 +152,11 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
         ) from None
     except PermissionError as e:  # how the machine is set up, not a bad index
         raise FileAccessError.from_os_error(e, path) from None
-    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested too deeply
+    except OSError as e:  # a folder, a link, a FIFO under the name
+        raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
     return index_from_document(storage, doc)
 

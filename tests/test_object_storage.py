@@ -373,6 +373,9 @@ def test_what_the_store_client_raises_is_one_line(src, local, s3: Bucket):
         (["verify", out], closed, "the object store refused or could not be reached: Could not "
                                   "connect to the endpoint URL"),
         (["verify", "s3://bu cket/out"], None, "Invalid bucket name"),
+        # botocore's ValueError, once read as a broken index ("rerun pack to rewrite it")
+        (["verify", out], {**os.environ, "AWS_ENDPOINT_URL": "not a url"},
+         "the object store refused or could not be reached: Invalid endpoint: not a url"),
         (["inspect", out, "--storage-option", "bogus_opt=1"], None,
          "a --storage-option is not one the filesystem takes"),
         (["pack", str(src), out + "2", "--storage-option", "bogus_opt=1"], None,
@@ -382,6 +385,20 @@ def test_what_the_store_client_raises_is_one_line(src, local, s3: Bucket):
         run = _cli(*args, env=env)
         assert run.returncode == 2, (args, run.stderr)
         assert said in _one_line(run.stderr), (args, run.stderr)
+
+
+def test_a_bug_of_ours_under_fsspec_is_not_taken_for_the_store_s_answer():
+    """What fsspec raises that is no OSError comes from what its caller passed: a traceback
+    for us to see, not "the object store refused" sending the user after the endpoint."""
+    import fsspec
+
+    from shardpack.storage.remote import store_failure
+
+    memory = fsspec.filesystem("memory")
+    for call in (lambda: memory.cat_file(None), lambda: memory.pipe_file("x", "text")):
+        with pytest.raises(Exception) as caught:
+            call()
+        assert store_failure(caught.value) is None
 
 
 def test_a_store_gone_down_mid_run_says_why_the_run_stopped(big_src, tmp_path, s3: Bucket):

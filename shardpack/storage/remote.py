@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import islice
 
-from shardpack.errors import OutputError
+from shardpack.errors import OutputError, printable
 from shardpack.srcfiles import FileTooLarge
 from shardpack.storage import (
     EXTRAS,
@@ -474,23 +474,25 @@ def _release(storage: RemoteStorage, key: str, token: str) -> None:
             storage.fs.rm_file(key)
 
 
-# The packages a URL's filesystem reaches its store through. What they raise that is not an
-# OSError (a refused connection, a malformed bucket name, an option the client does not take)
-# is the store's answer, not a bug of ours: store_failure turns it into one line.
-_STACK = ("botocore", "aiobotocore", "s3fs", "gcsfs", "adlfs", "fsspec", "aiohttp", "google",
-          "azure")  # fmt: skip
+# Where the exceptions of the packages a URL's filesystem reaches its store through live. What
+# they raise that is not an OSError (a refused connection, a malformed bucket name) is the
+# store's answer, not a bug of ours: store_failure turns it into one line. fsspec itself is
+# not among them: what it raises that is no OSError is a bug of its caller's, ours.
+_STORE_MODULES = ("botocore.", "aiobotocore.", "s3fs.", "gcsfs.", "adlfs.", "aiohttp.", "azure.",
+                  "google.auth.", "google.api_core.", "google.cloud.")  # fmt: skip
 
 
 def store_failure(e: BaseException) -> str | None:
     """One line for an exception that came out of a URL's filesystem, or None for any other
-    (judged by where it was raised and where its class lives)."""
+    (judged by where its class lives and where it was raised: botocore raises ValueError for
+    a malformed endpoint)."""
     tb = e.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     raised_in = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
-    if not {raised_in.split(".")[0], type(e).__module__.split(".")[0]} & set(_STACK):
+    if not any(f"{m}.".startswith(_STORE_MODULES) for m in (raised_in, type(e).__module__)):
         return None
-    said = " ".join(str(e).split())[:300] or type(e).__name__
+    said = printable(" ".join(str(e).split())[:300]) or type(e).__name__
     if isinstance(e, TypeError) and "unexpected keyword argument" in said:
         return f"a --storage-option is not one the filesystem takes ({said})"
     return (f"the object store refused or could not be reached: {said}; check the URL, the "
