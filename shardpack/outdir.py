@@ -99,7 +99,7 @@ def prepare(
     resume: bool,
     beside: frozenset[str],
     record: dict[str, object],
-) -> tuple[set[str], list]:
+) -> list:
     """Make OUT ready for `plan`, touching only files shardpack wrote or will write.
 
     OUT is shardpack's when it holds an index.json or a journal; then the shard files they
@@ -108,9 +108,13 @@ def prepare(
     metadata) is the user's, and is replaced only with overwrite. `record` is the plan's
     plan_record: a refused resume says what differs from the one the journal kept.
 
+    An earlier dataset (a different plan, with overwrite) goes before a shard of this one is
+    written: its index first, then its TFDS metadata and the shards only it listed. A run that
+    then fails leaves no dataset that is half the old one, and no old shard that nothing lists
+    (a stale shard was once removed only at the end of a run that succeeded).
+
     Returns:
-        (old shard files, listed by the old index or journal, that the new index drops;
-        ShardResults of finished shards of this very plan whose sha256 matches, with resume).
+        ShardResults of finished shards of this very plan whose sha256 matches, with resume.
 
     Raises:
         OutputError: OUT holds a different dataset or files of the user's under names pack
@@ -138,8 +142,9 @@ def prepare(
     # Only shards of this very plan are kept, whatever --overwrite says.
     same_plan = resume and state.journal_digest == plan.digest
     reused = _reusable(out, state.finished, planned) if same_plan else []
-    if state.has_index:  # with it go the split files that list its shards
-        out.remove([INDEX_NAME, *state.beside])
+    if state.has_index:  # with it go the split files that list its shards, and TFDS's
+        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES])
+    out.remove(state.listed - planned)
     rewritten = planned | state.listed
     out.remove_partial(rewritten | beside | {INDEX_NAME, *METADATA_NAMES})
     if INDEX_FILES_DIR in state.folders:  # never into a folder a link points at
@@ -147,7 +152,7 @@ def prepare(
         idx = out.child(INDEX_FILES_DIR)
         idx.remove_partial({f"{f}.idx" for f in rewritten})
         idx.remove(f"{f}.idx" for f in rewritten - kept)
-    return state.listed - planned, reused
+    return reused
 
 
 # The flag of each output option whose name is not its own with dashes.

@@ -188,7 +188,7 @@ def pack(
         splits = {spec.split for spec in plan.shards}
         beside = split_file_names(CONTAINERS[options.format], name, splits)
         record = plan_record(plan, options)
-        stale, reused = prepare(out, plan, options.overwrite, options.resume, beside, record)
+        reused = prepare(out, plan, options.overwrite, options.resume, beside, record)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
         if out.in_process or src_root.in_process:  # memory:// is this process's own
             workers, options = 1, replace(options, backend="loky")
@@ -219,7 +219,6 @@ def pack(
 
             write_index_files(out, document, {r.file: r.offsets for r in results})
         out.put(INDEX_NAME, json_bytes(document))  # last: the run is complete
-        out.remove(stale - {s.file for s in plan.shards})
     return PackResult(
         out.root,
         index,

@@ -258,6 +258,23 @@ def test_out_with_another_dataset_needs_overwrite(tmp_path: Path):
                      "my-notes.txt", "second-train.tfrecord-00000-of-00001"]  # fmt: skip
 
 
+def test_a_failed_overwrite_leaves_nothing_of_the_old_dataset(tmp_path: Path):
+    """--overwrite replaces the earlier dataset as the run starts, index first: a run that
+    then fails leaves neither its index and TFDS metadata (TFDS read the old dataset from
+    them) nor its shards that no index or journal lists any more (they stayed for good)."""
+    first = make_tree(tmp_path / "first", {"a": 3})
+    second = make_tree(tmp_path / "second", {"b": 4}, seed=50)
+    (second / "b" / "img_000.jpg").write_bytes(b"not a jpeg")
+    out = tmp_path / "out"
+    pack(first, out, PackOptions(workers=1, shards=3))
+    (out / "my-notes.txt").write_text("mine")
+    with pytest.raises(ImageError):
+        pack(second, out, PackOptions(workers=1, shards=1, overwrite=True, on_error="fail"))
+    assert sorted(p.name for p in out.iterdir()) == [".shardpack.journal", "my-notes.txt"]
+    pack(second, out, PackOptions(workers=1, shards=1, overwrite=True, resume=True))
+    assert _index(out)["name"] == "second" and len(_index(out)["splits"]["train"]["shards"]) == 1
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_pack_imports_neither_tensorflow_nor_distributed(tree: Path, tmp_path: Path, workers):
     """workers=1 runs the worker code in this very process, so it proves the workers too."""
