@@ -133,6 +133,9 @@ def prepare(
     planned = {spec.file for spec in plan.shards}
     if not state.ours and not overwrite:
         clash = sorted(state.names & (planned | beside | {INDEX_NAME, *METADATA_NAMES}))
+        if INDEX_FILES_DIR in state.folders:  # index files of these shards are replaced too
+            idx = {e.name for e in out.child(INDEX_FILES_DIR).listdir()}
+            clash += sorted(f"{INDEX_FILES_DIR}/{n}" for n in idx & {f"{f}.idx" for f in planned})
         if clash:
             such = "1 such file" if len(clash) == 1 else f"{len(clash)} such files"
             raise OutputError(

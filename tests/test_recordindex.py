@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shardpack.cli import app
-from shardpack.errors import IndexFormatError, ShardpackError
+from shardpack.errors import IndexFormatError, OutputError, ShardpackError
 from shardpack.options import PackOptions
 from shardpack.packer import pack
 from shardpack.read import iter_examples
@@ -136,6 +136,21 @@ def test_repacking_drops_stale_index_files(tmp_path: Path):
     assert not list((out / "idx").glob("*.idx"))  # they described the old bytes
     every = list(iter_examples(out))
     assert read_record(out, "train", 5) == every[5]
+
+
+def test_an_index_file_of_yours_under_a_name_pack_writes_is_kept(tmp_path: Path):
+    """In a folder shardpack did not write, idx/<shard>.idx is the user's like any file under
+    a name pack writes: refused, unless --overwrite (it was replaced without a word)."""
+    src = make_tree(tmp_path / "src", {"a": 4})
+    out = tmp_path / "out"
+    (out / "idx").mkdir(parents=True)
+    mine = out / "idx" / "src-train.tfrecord-00000-of-00001.idx"
+    mine.write_text("mine\n")
+    with pytest.raises(OutputError, match=r"idx/src-train.tfrecord-00000-of-00001.idx: exists"):
+        pack(src, out, PackOptions(shards=1, workers=1, index_files=True))
+    assert mine.read_text() == "mine\n" and not (out / "index.json").exists()
+    pack(src, out, PackOptions(shards=1, workers=1, index_files=True, overwrite=True))
+    assert mine.read_text() != "mine\n"
 
 
 def test_a_stale_index_file_is_caught_not_trusted(packed: Path, tmp_path: Path):
