@@ -50,11 +50,31 @@ def test_split_tree_packs_splits_with_one_class_list(tmp_path: Path):
                     "validation/eel/img_000.jpg"]  # fmt: skip
 
 
-def test_a_folder_that_is_not_a_split_name_makes_it_a_class_tree(tmp_path: Path):
+def test_split_folders_beside_other_folders_are_refused_not_taken_for_classes(tmp_path: Path):
+    """Taken for a class tree (as they once were), every image was labelled by its split."""
     src = _split_tree(tmp_path / "src")
     make_tree(src / "extra", {"x": 1}, seed=20)
-    dataset = scan(src)
+    with pytest.raises(SourceError) as caught:
+        scan(src)
+    assert str(caught.value) == (
+        f"{src}: of its folders, 'train', 'validation' are split names and 'extra' not "
+        "(matched exactly, case included); pass --splits extra,train,validation to take every "
+        "folder as a split, or --source folder to take every folder as a class"
+    )
+    dataset = scan(src, PackOptions(source="folder"))  # the way out it names
     assert dataset.kind == "folder" and dataset.classes == ("extra", "train", "validation")
+    assert scan(src, PackOptions(split_names=("extra", "train", "validation"))).kind == "split-tree"
+
+
+def test_a_split_folder_but_for_case_or_a_splits_typo_is_refused(tmp_path: Path):
+    src = tmp_path / "src"
+    make_tree(src / "Train", {"a": 2})
+    make_tree(src / "Val", {"a": 1})
+    with pytest.raises(SourceError, match=r"of its folders, none are split names and 'Train', "):
+        scan(src)
+    assert scan(src, PackOptions(split_names=("Train", "Val"))).kind == "split-tree"
+    with pytest.raises(SourceError, match=r"--splits names none of its folders \('Train', 'Val'"):
+        scan(src, PackOptions(split_names=("trian", "val")))
 
 
 def test_splits_option_names_other_split_folders(tmp_path: Path):

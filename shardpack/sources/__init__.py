@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import SourceError
-from shardpack.options import PackOptions
+from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.storage import Storage, storage_at
 
@@ -115,7 +115,9 @@ def scan(
         dataset = cifar.scan_cifar(root, layout)
     elif table is not None:
         dataset = manifest.scan_manifest(table, options, storage_options)
-    elif options.source == "auto" and splittree.is_split_tree(root, options.split_names):
+    elif options.source == "auto" and splittree.is_split_tree(
+        root, options.split_names, options.split_names != SPLIT_NAMES
+    ):
         dataset = splittree.scan_split_tree(root, options)
     else:
         dataset = folder.scan_folder(root, options)

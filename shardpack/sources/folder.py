@@ -114,10 +114,14 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
 
 def left_out_by_classes(where: str, images: int, found: Iterable[str]) -> SourceError:
     """The error of a scan that found images, every one in a class that --classes leaves out."""
-    names = sorted(set(found))
-    shown = ", ".join(map(repr, names[:5])) + (", ..." if len(names) > 5 else "")
     return SourceError(f"{where}: none of its {images:,} images is in a class of --classes; "
-                       f"its class folders are {shown}: name those")  # fmt: skip
+                       f"its class folders are {few(found)}: name those")  # fmt: skip
+
+
+def few(names: Iterable[str]) -> str:
+    """Up to five of `names`, sorted and quoted, for a message: 'a', 'b', ..."""
+    names = sorted(set(names))
+    return ", ".join(map(repr, names[:5])) + (", ..." if len(names) > 5 else "")
 
 
 def list_class_folders(

@@ -11,6 +11,7 @@ from shardpack.sources.folder import (
     IMAGE_EXTENSIONS,
     Passed,
     empty_class_warnings,
+    few,
     folder_entries,
     left_out_by_classes,
     list_class_folders,
@@ -23,10 +24,31 @@ def _folders(root: Storage) -> list[str]:
     return [name for name, is_dir in folder_entries(root) if is_dir and not name.startswith(".")]
 
 
-def is_split_tree(root: Storage, split_names: tuple[str, ...]) -> bool:
-    """Whether every first-level folder of SRC (there is at least one) is a split name."""
+def is_split_tree(root: Storage, split_names: tuple[str, ...], named: bool = False) -> bool:
+    """Whether every first-level folder of SRC (there is at least one) is a split name.
+
+    Raises:
+        SourceError: some folders are split names (or one but for case) and others not, or
+            --splits (`named`) names none of them: taken for class folders, every image
+            would be labelled by its split.
+    """
     folders = _folders(root)
-    return bool(folders) and all(name in split_names for name in folders)
+    splits = [name for name in folders if name in split_names]
+    if folders and len(splits) == len(folders):
+        return True
+    lowered = {name.lower() for name in split_names}
+    if named and not splits:
+        raise SourceError(f"{root.path()}: --splits names none of its folders ({few(folders)}); "
+                          "pass the names of its split folders, or drop --splits")  # fmt: skip
+    if any(name.lower() in lowered for name in folders):
+        others = [name for name in folders if name not in split_names]
+        raise SourceError(
+            f"{root.path()}: of its folders, {few(splits) or 'none'} are split names and "
+            f"{few(others)} not (matched exactly, case included); pass --splits "
+            f"{','.join(sorted(folders))} to take every folder as a split, or --source folder "
+            "to take every folder as a class"
+        )
+    return False
 
 
 def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:
