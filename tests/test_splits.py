@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -229,3 +230,20 @@ def test_split_of_a_source_with_splits_or_too_few_items_is_refused(tmp_path: Pat
 def test_bad_split_option_is_one_clear_error(text, match):
     with pytest.raises(ShardpackError, match=match):
         PackOptions(split=parse_split(text))
+
+
+def test_an_option_the_source_takes_no_notice_of_is_refused(tmp_path: Path):
+    """--splits on a manifest, --path-column or --root on folders: ignored, once, in silence."""
+    src = make_tree(tmp_path / "src", {"a": 2})
+    table = tmp_path / "list.csv"
+    table.write_text("file_name,label\nsrc/a/img_000.jpg,a\n")
+    refused = [
+        (table, {"split_names": ("train",)}, f"{table}: --splits is for folders, and SRC is a "
+                                             "manifest; drop --splits"),
+        (src, {"path_column": "file"}, f"{src}: --path-column is for a manifest, and SRC is "
+                                       "folders; drop --path-column"),
+        (src, {"root": str(tmp_path)}, "--root is for a manifest"),
+    ]  # fmt: skip
+    for given, options, said in refused:
+        with pytest.raises(SourceError, match=re.escape(said)):
+            scan(given, PackOptions(**options))

@@ -109,6 +109,8 @@ def scan(
     is_folder = root.kind() == "dir"
     layout = cifar.cifar_layout(root, options.source) if is_folder else None
     table = manifest.manifest_source(root, options.source, is_folder)
+    kind = "CIFAR batches" if layout is not None else "a manifest" if table is not None else ""
+    _refuse_unused(root, options, kind or "folders")
     if layout is not None:
         if options.classes is not None:
             raise SourceError(f"{root.path()}: CIFAR brings its own class list; drop --classes")
@@ -122,6 +124,19 @@ def scan(
     else:
         dataset = folder.scan_folder(root, options)
     return dataset if options.split is None else split_dataset(dataset, options.split, options.seed)
+
+
+def _refuse_unused(root: Storage, options: PackOptions, kind: str) -> None:
+    """An option the layout of SRC takes no notice of is refused, not ignored: --splits
+    names split folders, --path-column and --root a manifest's images."""
+    for flag, given, meant in (
+        ("--splits", options.split_names != SPLIT_NAMES, "folders"),
+        ("--path-column", options.path_column is not None, "a manifest"),
+        ("--root", options.root is not None, "a manifest"),
+    ):
+        if given and kind != meant:
+            raise SourceError(f"{root.path()}: {flag} is for {meant}, and SRC is {kind}; "
+                              f"drop {flag}")  # fmt: skip
 
 
 def loader(kind: str) -> Loader:
