@@ -281,13 +281,21 @@ def _tidy_after_failure(out: Storage, todo: list[ShardSpec], recorded: set[str])
     """After a failed run: remove what a killed worker left (workers remove their own partial
     files; these have random names, or are multipart uploads left open) and any shard finished
     but not journaled (its result never reached us), so that OUT holds only what the journal
-    vouches for. Returns the shards that had partial files. Best effort: a store that fails
-    here too (gone down) must not bury why the run stopped; --resume removes the rest."""
-    try:
-        in_flight = out.remove_partial({s.file for s in todo})
-        out.remove(s.file for s in todo if s.file not in recorded)
-    except Exception:
-        return []
+    vouches for. Returns the shards that had partial files. Best effort: a disk or store that
+    fails here too (gone down) must not bury why the run stopped; --resume removes the rest.
+    Any other exception is a bug of ours, and shows."""
+    from shardpack.storage.remote import is_store_failure
+
+    in_flight: list[str] = []
+    for tidy in (
+        lambda: in_flight.extend(out.remove_partial({s.file for s in todo})),
+        lambda: out.remove(s.file for s in todo if s.file not in recorded),
+    ):
+        try:
+            tidy()
+        except Exception as e:
+            if not is_store_failure(e):
+                raise
     return in_flight
 
 

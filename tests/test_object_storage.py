@@ -206,6 +206,36 @@ def test_memory_url_round_trip_in_process(src, local):
             memory.rm("/shardpack-test", recursive=True)
 
 
+def test_a_lock_the_store_will_not_remove_after_a_complete_run_says_so(src, monkeypatch):
+    """The store fails as the lock goes, after index.json: one line that says the run is
+    complete and which object to remove (it was the store's error alone, as if the run had
+    failed)."""
+    memory_fs = type(fsspec.filesystem("memory"))
+    remove = memory_fs.rm_file
+
+    def refuse_the_lock(self, path, *args, **kwargs):
+        if path.endswith(".shardpack.lock"):
+            raise ConnectionResetError("connection reset by peer")
+        return remove(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(memory_fs, "rm_file", refuse_the_lock)
+    out = "memory://shardpack-lock/flowers"
+    try:
+        with pytest.raises(shardpack.OutputError) as caught:
+            shardpack.pack(src, out, PackOptions(name="flowers", shards=2, workers=1))
+        assert str(caught.value) == (
+            f"{out}/.shardpack.lock: the run is complete (index.json written), but its lock "
+            "could not be removed (connection reset by peer); remove it, or a later run on "
+            "this host takes it over"
+        )
+        assert shardpack.verify(out).ok
+    finally:
+        monkeypatch.undo()
+        memory = fsspec.filesystem("memory")
+        if memory.exists("/shardpack-lock"):
+            memory.rm("/shardpack-lock", recursive=True)
+
+
 def test_a_manifest_on_s3_of_s3_urls(src, s3: Bucket, tmp_path: Path):
     s3.put_tree(src, "raw/flowers")
     files = sorted(p for p in src.rglob("*.jpg"))

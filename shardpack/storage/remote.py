@@ -460,10 +460,22 @@ def _locked(storage: RemoteStorage) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        with suppress(Exception):  # a store gone down must not bury why the run stopped
+        try:
             _release(storage, key, token)
+        except Exception as e:  # a store gone down must not bury why the run stopped
+            if not is_store_failure(e):
+                raise
         raise
-    _release(storage, key, token)
+    try:
+        _release(storage, key, token)
+    except Exception as e:
+        if not is_store_failure(e):
+            raise
+        raise OutputError(
+            f"{storage.path(LOCK_NAME)}: the run is complete (index.json written), but its lock "
+            f"could not be removed ({printable(' '.join(str(e).split())[:200])}); remove it, "
+            "or a later run on this host takes it over"
+        ) from None
 
 
 def _release(storage: RemoteStorage, key: str, token: str) -> None:
@@ -480,6 +492,11 @@ def _release(storage: RemoteStorage, key: str, token: str) -> None:
 # not among them: what it raises that is no OSError is a bug of its caller's, ours.
 _STORE_MODULES = ("botocore.", "aiobotocore.", "s3fs.", "gcsfs.", "adlfs.", "aiohttp.", "azure.",
                   "google.auth.", "google.api_core.", "google.cloud.")  # fmt: skip
+
+
+def is_store_failure(e: BaseException) -> bool:
+    """Whether `e` is the disk's or a store's failure (an OSError, or store_failure's)."""
+    return isinstance(e, OSError) or store_failure(e) is not None
 
 
 def store_failure(e: BaseException) -> str | None:
