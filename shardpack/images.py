@@ -40,6 +40,11 @@ MAX_EXTRA_BYTES = 64 * 2**20
 # TIFF tags of the first image's size, and the field types that may hold them.
 _TIFF_WIDTH, _TIFF_LENGTH = 256, 257
 _TIFF_TYPES = {3: "H", 4: "I"}  # SHORT, LONG
+# The EXIF Orientation tag, and its values that turn the image a quarter (or transpose it):
+# decoding with the orientation applied swaps their width and height.
+_ORIENTATION = 0x0112
+_EXIF_NAME = b"Exif\x00\x00"
+_QUARTER_TURNS = frozenset({5, 6, 7, 8})
 
 
 @functools.cache
@@ -243,7 +248,11 @@ def _probe_png(data: bytes) -> ImageInfo:
 
 
 def decode(
-    data: bytes, reduce: int = 1, order: str = "bgr", max_pixels: int = DEFAULT_MAX_PIXELS
+    data: bytes,
+    reduce: int = 1,
+    order: str = "bgr",
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    orient: bool = True,
 ) -> np.ndarray:
     """Decode to uint8 HxWx3 as cv2.IMREAD_COLOR does (first frame, no alpha, 8-bit).
 
@@ -252,6 +261,9 @@ def decode(
         reduce: 2, 4 or 8 asks libjpeg for a scaled-down decode; 1 decodes at full size.
         order: "bgr" or "rgb" channel order of the result.
         max_pixels: refuse a result larger than this: the last line behind the header checks.
+        orient: apply the EXIF orientation (JPEG, PNG, WebP), as OpenCV does by default, to
+            turn a photo upright before it is re-encoded. False decodes a stored record as
+            TensorFlow's decoders do, at the size its header (and so its fields) say.
 
     Raises:
         BadImage: OpenCV cannot decode the bytes, or the image is over max_pixels.
@@ -260,6 +272,8 @@ def decode(
     flags = getattr(cv2, _REDUCED[reduce])
     if order == "rgb":
         flags = (flags & ~cv2.IMREAD_COLOR) | cv2.IMREAD_COLOR_RGB
+    if not orient:
+        flags |= cv2.IMREAD_IGNORE_ORIENTATION
     try:
         pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     except cv2.error as e:
@@ -268,6 +282,56 @@ def decode(
         raise BadImage("cannot decode: not an image OpenCV can read")
     check_pixels(*pixels.shape[:2], max_pixels)
     return pixels
+
+
+def jpeg_upright_size(data: bytes, info: ImageInfo) -> tuple[int, int]:
+    """(height, width) of a JPEG once its EXIF orientation is applied: the size decode() gives.
+
+    libjpeg scales the image as stored and OpenCV turns it afterwards, so a scaled-down decode
+    is planned from this size, not the header's.
+    """
+    if _jpeg_orientation(data) in _QUARTER_TURNS:
+        return info.width, info.height
+    return info.height, info.width
+
+
+def _jpeg_orientation(data: bytes) -> int:
+    """The EXIF orientation OpenCV applies to a JPEG (1, upright, if there is none).
+
+    Read where OpenCV 5 reads it: the first APP1 segment named "Exif" (XMP is APP1 too), and
+    the tag in the first IFD of the TIFF structure that follows the name.
+    """
+    pos, size = 2, len(data)
+    while pos + 4 <= size:
+        ff, marker, length = _SEGMENT(data, pos)
+        if ff != 0xFF or marker == 0xDA:  # the image data starts: no EXIF after it counts
+            return 1
+        if marker == 0xFF:
+            pos += 1
+        elif marker == 0x01 or 0xD0 <= marker <= 0xD8:
+            pos += 2
+        elif marker == 0xE1 and data[pos + 4 : pos + 10] == _EXIF_NAME:
+            return _exif_orientation(data[pos + 10 : pos + 2 + length])
+        else:
+            pos += 2 + length
+    return 1
+
+
+def _exif_orientation(tiff: bytes) -> int:
+    """The Orientation tag in the first IFD of an EXIF block, or 1 if it holds none."""
+    order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
+    if order is None:
+        return 1
+    try:
+        (ifd,) = struct.unpack_from(order + "I", tiff, 4)
+        (entries,) = struct.unpack_from(order + "H", tiff, ifd)  # the block is under 64 KiB
+        for pos in range(ifd + 2, ifd + 2 + 12 * entries, 12):
+            tag, _kind, _count, value = struct.unpack_from(order + "HHIH", tiff, pos)
+            if tag == _ORIENTATION:
+                return value
+    except struct.error:  # cut short: OpenCV finds no orientation there either
+        pass
+    return 1
 
 
 def check_pixels(height: int, width: int, max_pixels: int) -> None:

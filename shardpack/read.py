@@ -80,7 +80,9 @@ def decode_pixels(features: dict, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.nd
         raise images.BadImage(f"{width}x{height} pixels is over max_pixels {max_pixels}")
     if features["format"] == "raw":
         return np.frombuffer(data, np.uint8).reshape(shape)
-    return images.decode(data, order="rgb")
+    # As TensorFlow decodes it: an EXIF orientation (bytes packed with --encode keep) is left
+    # unapplied, so the pixels agree with the height and width fields, which follow the header.
+    return images.decode(data, order="rgb", orient=False)
 
 
 def reader_share(shard: tuple[int, int] | None = None) -> tuple[int, int]:

@@ -165,16 +165,31 @@ def _from_bytes(item: Item, data: bytes, options: PackOptions) -> tuple[bytes, s
         passthrough = options.encode == "keep" and info.tf_readable and target is None
         if passthrough:
             if options.check == "decode":  # every pixel decoded, the bytes kept as they are
-                images.decode(data, max_pixels=options.max_pixels)
+                _check_decode(data, info, options.max_pixels)
             return data, fmt, (info.height, info.width, info.channels)
-        reduce = 1
+        # Re-encoding turns the image upright (decode applies its EXIF orientation), so the size
+        # it gets comes from the upright size: the decoded pixels' (size None), or for a JPEG
+        # that libjpeg may decode scaled down, the header's turned by that orientation.
+        reduce, size = 1, None
         if fmt == "jpeg" and target is not None:
-            reduce = images.reduce_factor(info.height, info.width, target)
+            height, width = images.jpeg_upright_size(data, info)
+            size = images.target_size(height, width, options.max_side, options.resize)
+            reduce = images.reduce_factor(height, width, size) if size is not None else 1
         keep_format = fmt if fmt in ("jpeg", "png") else "png"  # what TensorFlow decodes
         pixels = images.decode(data, reduce, order, options.max_pixels)
-        return _reencode(pixels, options, keep_format, target, order)
+        return _reencode(pixels, options, keep_format, size, order)
     except images.BadImage as e:
         raise ImageError(item.key, str(e)) from None
+
+
+def _check_decode(data: bytes, info: images.ImageInfo, max_pixels: int) -> None:
+    """Decode passed-through bytes as every reader will (TensorFlow, verify --decode: EXIF
+    orientation not applied) and raise BadImage if the size disagrees with the header's, which
+    becomes the record's height and width."""
+    pixels = images.decode(data, max_pixels=max_pixels, orient=False)
+    if pixels.shape[:2] != (info.height, info.width):
+        raise images.BadImage(f"image decodes to {pixels.shape[1]}x{pixels.shape[0]}, "
+                              f"header says {info.width}x{info.height}")  # fmt: skip
 
 
 def _order(options: PackOptions) -> str:

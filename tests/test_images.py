@@ -14,6 +14,7 @@ from shardpack.images import (
     ImageInfo,
     decode,
     encode,
+    jpeg_upright_size,
     probe,
     reduce_factor,
     resize,
@@ -397,6 +398,54 @@ def test_decode_reduced_jpeg(reduce, shape):
 def test_decode_garbage_is_bad_image(data):
     with pytest.raises(BadImage, match="cannot decode"):
         decode(data)
+
+
+def _app1(body: bytes) -> bytes:
+    return b"\xff\xe1" + struct.pack(">H", len(body) + 2) + body
+
+
+def _exif(orientation: int, order: str = "<", name: bytes = b"Exif\x00\x00") -> bytes:
+    """An APP1 segment of EXIF whose first IFD holds one tag: Orientation (a SHORT)."""
+    tiff = (b"II" if order == "<" else b"MM") + struct.pack(order + "HIH", 42, 8, 1)
+    tiff += struct.pack(order + "HHIHHI", 0x0112, 3, 1, orientation, 0, 0)
+    return _app1(name + tiff)
+
+
+def _with_segments(jpeg: bytes, *segments: bytes) -> bytes:
+    """The JPEG with these segments put right after its start-of-image marker."""
+    return jpeg[:2] + b"".join(segments) + jpeg[2:]
+
+
+def test_decode_applies_exif_orientation_unless_told_not_to():
+    plain = _jpeg()  # 48 high, 64 wide
+    data = _with_segments(plain, _exif(6))  # stored on its side: upright it is 64 high
+    assert decode(data).shape == (64, 48, 3)
+    assert decode(data, reduce=2).shape == (32, 24, 3)  # libjpeg scales, then OpenCV turns
+    assert np.array_equal(decode(data), np.rot90(decode(plain), k=-1))  # 6: a quarter clockwise
+    assert np.array_equal(decode(data, orient=False), decode(plain))  # as TensorFlow reads it
+    assert decode(data, order="rgb", orient=False).shape == (48, 64, 3)
+
+
+_XMP = _app1(b"http://ns.adobe.com/xap/1.0/\x00<x:xmpmeta/>")
+
+
+@pytest.mark.parametrize(
+    "segments",
+    [(_exif(o),) for o in range(1, 9)]
+    + [
+        (_exif(6, ">"),),
+        (_exif(8, ">"),),
+        (_XMP, _exif(6)),  # OpenCV finds the EXIF past another APP1
+        (_exif(6, name=b"Nope\x00\x00"),),  # not EXIF: no orientation
+        (_app1(b"Exif\x00\x00II*\x00" + struct.pack("<IH", 8, 1)),),  # no room for its entry
+        (_exif(9),),  # not an orientation
+        (),
+    ],
+)
+def test_jpeg_upright_size_is_the_size_opencv_decodes(segments):
+    data = _with_segments(_jpeg(), *segments)
+    assert jpeg_upright_size(data, probe(data)) == decode(data).shape[:2]
+    assert decode(data, orient=False).shape[:2] == (48, 64)  # the header's, whatever the tag
 
 
 # ---- size arithmetic -----------------------------------------------------------------------

@@ -260,3 +260,60 @@ def test_every_reader_refuses_an_index_that_points_outside_out(packed, tmp_path,
     }
     with pytest.raises(IndexFormatError, match="refused shard name"):
         calls[reader]()
+
+
+def _sideways_photo(src: Path) -> Path:
+    """src/rot/a.jpg: 80 wide and 64 high as stored, red along its top, and an EXIF Orientation
+    of 6: upright (turned a quarter clockwise) it is 64 wide and 80 high, red on the right."""
+    from PIL import Image
+
+    pixels = np.full((64, 80, 3), 128, np.uint8)
+    pixels[:10] = (255, 0, 0)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    (src / "rot").mkdir(parents=True)
+    Image.fromarray(pixels).save(src / "rot" / "a.jpg", exif=exif.tobytes(), quality=95)
+    return src
+
+
+def _only_shapes(out: Path) -> tuple[tuple, tuple, tuple]:
+    """One record's (height, width) fields, and the shapes iter_examples and tf_dataset decode."""
+    (record,) = iter_examples(out, decode=True)
+    (tf_record,) = tf_dataset(out, shuffle=False)
+    fields = (record["height"], record["width"], record["channels"])
+    return fields, record["image"].shape, tuple(tf_record["image"].shape)
+
+
+def test_passed_through_exif_orientation_is_left_as_a_tag_by_every_reader(tmp_path: Path):
+    from shardpack.verifier import verify
+
+    out = tmp_path / "out"
+    pack(_sideways_photo(tmp_path / "src"), out, PackOptions(check="decode"))  # --encode keep
+    assert verify(out, decode=True).ok
+    fields, ours, tensorflow = _only_shapes(out)
+    assert fields == ours == tensorflow == (64, 80, 3)  # as stored: the header's size
+    (record,) = iter_examples(out, decode=True)
+    assert record["image"][:5, :, 0].min() > 200  # the red still along the top
+
+
+@pytest.mark.parametrize(
+    ("options", "shape"),
+    [
+        ({"encode": "jpeg"}, (80, 64, 3)),
+        ({"encode": "raw"}, (80, 64, 3)),
+        # decoded scaled down by libjpeg, then turned: the size keeps the upright aspect
+        ({"max_side": 40}, (40, 32, 3)),
+    ],
+)
+def test_reencoding_turns_an_exif_orientation_upright(tmp_path: Path, options, shape):
+    from shardpack.verifier import verify
+
+    out = tmp_path / "out"
+    pack(_sideways_photo(tmp_path / "src"), out, PackOptions(check="decode", **options))
+    assert verify(out, decode=True).ok
+    fields, ours, tensorflow = _only_shapes(out)
+    assert fields == ours == tensorflow == shape
+    (record,) = iter_examples(out, decode=True)
+    right, left = record["image"][:, -3:], record["image"][:, :3]
+    assert right[..., 0].min() > 200 and right[..., 1].max() < 60  # the red now on the right
+    assert np.abs(left.astype(int) - 128).max() < 20
