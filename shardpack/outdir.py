@@ -122,13 +122,14 @@ def prepare(
     """
     state = read_state(out)
     if state.ours and set(state.digests) != {plan.digest} and not overwrite:
-        what = (
-            _what_changed(state.journal_head, record)
-            if resume
-            else "already holds a different dataset"
-        )
+        if state.digests == (None,) and state.has_index:  # an index.json alone, not ours
+            raise OutputError(
+                f"{out.path(INDEX_NAME)}: not an index shardpack can read; pass --overwrite to "
+                "replace it, or choose another output folder"
+            )
         raise OutputError(
-            f"{out.root}: {what}; pass --overwrite to start over, or choose another output folder"
+            f"{out.root}: {_what_changed(state.journal_head, record)}; pass --overwrite to "
+            "start over, or choose another output folder"
         )
     planned = {spec.file for spec in plan.shards}
     if not state.ours and not overwrite:
@@ -170,9 +171,9 @@ def plan_record(plan: Plan, options: PackOptions) -> dict[str, object]:
 
 
 def _what_changed(head: dict | None, now: dict) -> str:
-    """Why a resume is refused, from the journal's first line (read as untrusted: only the
-    options there are now are compared, and values are shown cut short): the options that
-    differ, else the shard counts, else the source."""
+    """Why a run into an earlier run's OUT is refused, from the journal's first line (read
+    as untrusted: only the options there are now are compared, and values are shown cut
+    short): the options that differ, else the shard counts, else the source."""
     then = head.get("options") if head is not None else None
     if not isinstance(then, dict):  # a journal of an older version, or none (an index only)
         return "was packed with other options or from a changed source"

@@ -187,12 +187,12 @@ def pack(
             plan = make_plan(dataset, name, options, options.workers or machine_cores())
         splits = {spec.split for spec in plan.shards}
         beside = split_file_names(CONTAINERS[options.format], name, splits)
-        record = plan_record(plan, options)
+        record = plan_record(plan, replace(options, name=name))  # the name SRC gave, if unset
         reused = prepare(out, plan, options.overwrite, options.resume, beside, record)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
         if out.in_process or src_root.in_process:  # memory:// is this process's own
             workers, options = 1, replace(options, backend="loky")
-        results = _write_shards(plan, reused, options, dataset, out, workers, progress)
+        results = _write_shards(plan, record, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start
         num_records = sum(r.num_records for r in results)
         new_records = num_records - sum(r.num_records for r in reused)
@@ -233,6 +233,7 @@ def pack(
 
 def _write_shards(
     plan: Plan,
+    record: dict[str, object],
     reused: list[ShardResult],
     options: PackOptions,
     dataset: Dataset,
@@ -241,8 +242,9 @@ def _write_shards(
     progress: ProgressCallback | None,
 ) -> list[ShardResult]:
     """Write every shard not reused, journal each as it lands; on any failure (a bad image, a
-    signal, a dead worker) remove the partial files and say which shards were in flight."""
-    journal = Journal(out, plan.digest, plan_record(plan, options), reused)
+    signal, a dead worker) remove the partial files and say which shards were in flight.
+    `record` (plan_record's) heads the journal."""
+    journal = Journal(out, plan.digest, record, reused)
     done = {r.file for r in reused}
     todo = [spec for spec in plan.shards if spec.file not in done]
     sizes = {spec.file: len(spec.items) for spec in plan.shards}

@@ -248,14 +248,32 @@ def test_out_with_another_dataset_needs_overwrite(tmp_path: Path):
     out = tmp_path / "out"
     pack(first, out, PackOptions(workers=1, shards=3))
     (out / "my-notes.txt").write_text("mine")
-    with pytest.raises(OutputError, match="--overwrite"):
+    with pytest.raises(OutputError, match="--overwrite") as caught:
         pack(second, out, PackOptions(workers=1))
+    assert f'{out}: was packed with other options (--name was "first", now "second"' in str(
+        caught.value
+    )  # what differs, as a refused --resume says it
+    with pytest.raises(OutputError, match=r"--shards was 3, now 2\); pass --overwrite"):
+        pack(first, out, PackOptions(workers=1, shards=2))
     assert _index(out)["name"] == "first"  # untouched
     pack(first, out, PackOptions(workers=1, shards=3))  # the same job again is fine
     pack(second, out, PackOptions(workers=1, shards=1, overwrite=True))
     names = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
     assert names == ["dataset_info.json", "features.json", "index.json", "label.labels.txt",
                      "my-notes.txt", "second-train.tfrecord-00000-of-00001"]  # fmt: skip
+
+
+def test_an_index_json_of_yours_is_named_not_taken_for_a_dataset(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"a": 2})
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "index.json").write_text("my own notes")
+    with pytest.raises(OutputError) as caught:
+        pack(src, tmp_path / "out", PackOptions(workers=1))
+    assert str(caught.value) == (
+        f"{tmp_path}/out/index.json: not an index shardpack can read; pass --overwrite to "
+        "replace it, or choose another output folder"
+    )
+    assert (tmp_path / "out" / "index.json").read_text() == "my own notes"
 
 
 def test_a_failed_overwrite_leaves_nothing_of_the_old_dataset(tmp_path: Path):
