@@ -37,6 +37,8 @@ MAX_BYTES_PER_PIXEL = 8
 # Room for what a file carries besides its first image: EXIF, ICC profiles, XMP, the later
 # frames of an animated GIF or WebP, a multi-page TIFF's other pages.
 MAX_EXTRA_BYTES = 64 * 2**20
+# How a refusal for size reads: --on-error fail's line then says to raise the limit instead.
+OVER_MAX_PIXELS = "is over --max-pixels"
 # TIFF tags of the first image's size, and the field types that may hold them.
 _TIFF_WIDTH, _TIFF_LENGTH = 256, 257
 _TIFF_TYPES = {3: "H", 4: "I"}  # SHORT, LONG
@@ -337,7 +339,7 @@ def _exif_orientation(tiff: bytes) -> int:
 def check_pixels(height: int, width: int, max_pixels: int) -> None:
     """Raise BadImage if an image of this size holds more than `max_pixels` pixels."""
     if height * width > max_pixels:
-        raise BadImage(f"{width}x{height} pixels is over --max-pixels {max_pixels}")
+        raise BadImage(f"{width}x{height} pixels {OVER_MAX_PIXELS} {max_pixels}")
 
 
 def _cv2_reason(error: Exception) -> str:

@@ -17,6 +17,7 @@ from shardpack.atomic import json_bytes, temp_files
 from shardpack.containers import CONTAINERS
 from shardpack.cpuload import CpuWatch, machine_cores
 from shardpack.errors import ImageError, OutputError, WorkerDiedError
+from shardpack.images import OVER_MAX_PIXELS
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
 from shardpack.outdir import Journal, plan_record, prepare, split_file_names
@@ -262,9 +263,13 @@ def _write_shards(
     except BaseException as e:
         in_flight = _tidy_after_failure(out, todo, {r.file for r in results})
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
+            fix = (
+                "raise --max-pixels if you trust the image"
+                if OVER_MAX_PIXELS in e.reason
+                else "repair or remove the file"
+            )
             raise ImageError(
-                e.key,
-                f"{e.reason} (in {dataset.root.path()}); repair or remove the file, or {_SKIP}",
+                e.key, f"{e.reason} (in {dataset.root.path()}); {fix}, or {_SKIP}"
             ) from None
         if type(e).__name__ == "BrokenProcessPool":  # concurrent.futures's; imported lazily
             raise WorkerDiedError(
