@@ -12,7 +12,7 @@ a feature of the same name, typed over the whole column:
 The file is read twice, streaming: the first pass infers each column's type, the second converts
 and checks every row. A row that cannot be stored (no path, a value of another type, a ragged box
 list, an integer beyond int64) becomes a `BadRow` naming its line, for the caller's error policy;
-a file that cannot be a manifest raises `SourceError`.
+a file that cannot be a manifest (or a number column with a missing value) raises `SourceError`.
 
 Typing rules that make the same table give the same rows in every format:
 - A CSV/TSV cell is read as JSON would read it: an integer when it is written like a JSON
@@ -24,7 +24,10 @@ Typing rules that make the same table give the same rows in every format:
   values of different kinds meet (text and numbers, scalars and lists, boxes of 4 and of 5
   values), the column takes the kind most rows hold and the other rows are bad rows.
 - Missing values (an empty CSV cell, a JSON null or absent key, a Parquet null): text -> "",
-  a list -> empty, a number or single label -> a bad row (no value is made up).
+  a list -> empty, a single label -> a bad row. A number column missing a value anywhere (or a
+  Parquet number column with no value at all) is refused before any row is converted: no number
+  is made up, and a column that is optional in the file does not silently drop the rows that
+  leave it out (a scalar feature holds one value in every record; see shardpack.schema).
 """
 
 from __future__ import annotations
@@ -131,7 +134,9 @@ class BadRow(NamedTuple):
 
 
 def line_name(path: str, line: int) -> str:
-    """How messages name a manifest's line: "labels.csv line 7" (a Parquet file's: row 7)."""
+    """How messages name a manifest's line: "labels.csv line 7", lines counted from 1 as editors
+    show them; a Parquet file's row: "shots.parquet row 0", counted from 0 as pandas and pyarrow
+    index rows."""
     unit = "row" if path.lower().endswith(".parquet") else "line"
     return f"{os.path.basename(path)} {unit} {line}"
 
@@ -198,6 +203,7 @@ def read_manifest(
     path_column: str | None = None,
     root: str | os.PathLike | None = None,
     storage_options: Mapping[str, object] | None = None,
+    classes_pinned: bool = False,
 ) -> Manifest:
     """Read a manifest: infer each column's type, then check and convert every row.
 
@@ -208,10 +214,12 @@ def read_manifest(
         root: the folder (a path or URL) relative image paths are under; None: the
             manifest's folder.
         storage_options: options for the filesystem of a URL `src`.
+        classes_pinned: whether --classes gives the class list (a warning then says so).
 
     Raises:
         SourceError: no manifest there, it cannot be read, is not UTF-8, has no image column,
-            a column with a built-in feature's name, a malformed line, or no rows.
+            a column with a built-in feature's name, a malformed line or a quote never closed,
+            a number column missing a value, or no rows.
         StorageError: a URL's filesystem package is missing.
     """
     src = storage_at(src, storage_options)
@@ -230,34 +238,76 @@ def read_manifest(
     typed = (*layout.extras, LABEL) if layout.labelled else layout.extras
     counts = _survey(chunks, typed, csv_text)
     columns = {n: _infer(counts[n], csv_text) for n in layout.extras}
+    _check_filled(path, chunks, columns, counts)
     label = _infer_label(counts[LABEL], csv_text) if layout.labelled else None
-    rows, bad, label_values = _convert(chunks, path, layout, columns, label, csv_text)
     base = os.path.dirname(path) if root is None else os.fspath(root)  # a URL's too
+    base = base if is_url(base) else os.path.abspath(base)
+    rows, bad, label_values = _convert(chunks, path, base, layout, columns, label, csv_text)
     return Manifest(
         path=path,
-        root=base if is_url(base) else os.path.abspath(base),
+        root=base,
         path_column=layout.path,
         columns=columns,
         label=None if label is None else dataclasses.replace(label, values=label_values),
         has_split=layout.has_split,
         rows=rows,
         bad=bad,
-        warnings=_numbers_as_names(path, label_values) if csv_text and label else (),
+        warnings=(
+            _numbers_as_names(path, label_values, classes_pinned) if csv_text and label else ()
+        ),
     )
 
 
-def _numbers_as_names(path: str, labels: tuple) -> tuple[str, ...]:
+def _numbers_as_names(path: str, labels: tuple, classes_pinned: bool) -> tuple[str, ...]:
     """A warning when a CSV label column of mostly integers reads as class names: one cell
-    that is not an integer makes every label a name (sorted as text, "10" before "2"), which
-    silently changes what each number means."""
+    that is not an integer makes every label a name (sorted as text, "10" before "2", or looked
+    up by name in --classes), which silently changes what each number means. `labels` are the
+    distinct labels, so "most" counts distinct values."""
     names = [v for v in labels if isinstance(v, str)]
     numbers = sum(1 for v in names if _CSV_INT.match(v))
     other = next((v for v in names if not _CSV_INT.match(v)), None)
     if other is None or numbers <= len(names) - numbers:
         return ()
-    return (f"{os.path.basename(path)}: its label column reads as class names, as {other!r} is "
-            f"not an integer: its {numbers} integer labels are names too (sorted as text); if "
-            f"they are class numbers, fix the other labels",)  # fmt: skip
+    order = "each looked up by name in --classes" if classes_pinned else "sorted as text"
+    return (f"{os.path.basename(path)}: its label column reads as class names, as "
+            f"{_describe(other)} is not an integer: its {numbers} distinct integer labels are "
+            f"names too ({order}); if they are class numbers, fix the other labels",)  # fmt: skip
+
+
+def _check_filled(
+    path: str, chunks: list[_Chunk], columns: dict[str, Feature], counts: dict[str, Counter]
+) -> None:
+    """Refuse a number column that some rows leave empty (or a Parquet number column with no
+    value at all): a scalar feature holds one value in every record, and no number is made up,
+    so each of those rows could only be dropped, which silently loses an optional column's
+    rows (59 of 60 where one row says "iscrowd": 1)."""
+    declared = set().union(*(chunk.numbers for chunk in chunks))
+    for name, feature in columns.items():
+        missing = counts[name][None]
+        if not missing:
+            continue
+        number = not feature.text and not feature.shape
+        if not number and not (name in declared and missing == sum(counts[name].values())):
+            continue
+        first = next(_missing_lines(chunks, name))
+        unit = "row" if path.lower().endswith(".parquet") else "line"
+        more = f" and {missing - 1} more {unit}s" if missing > 1 else ""
+        raise SourceError(
+            f"{path}: column {name!r} has no value on {unit} {first}{more}; a number column "
+            "needs one in every row: fill it in, or drop the column"
+        )
+
+
+def _missing_lines(chunks: list[_Chunk], name: str) -> Iterator[int]:
+    """The lines (or Parquet rows) whose value in the column is missing, in file order."""
+    for chunk in chunks:
+        values = chunk.columns.get(name)
+        if values is None:  # no record of the chunk has it (JSONL)
+            yield from chunk.lines
+            continue
+        for line, value in zip(chunk.lines, values, strict=True):
+            if value is None or value == "":
+                yield line
 
 
 # ---- opening and records ---------------------------------------------------------------------
@@ -318,6 +368,7 @@ class _Chunk(NamedTuple):
     lines: list[int]  # each row's line (CSV/JSONL, 1 = first) or row (Parquet, 0 = first)
     columns: dict[str, Sequence]  # name -> the rows' values (None where a JSONL key is absent)
     problems: list[tuple[int, str]]  # (line, why) of the lines that are not rows
+    numbers: frozenset[str] = frozenset()  # Parquet: the columns the file types as numbers
 
 
 def _chunks(path: str, suffix: str, f: BinaryIO) -> Iterator[_Chunk]:
@@ -371,22 +422,52 @@ def _blocks(path: str, f: BinaryIO) -> Iterator[list[str]]:
 
 
 def _csv_chunks(path: str, f: BinaryIO, delimiter: str) -> Iterator[_Chunk]:
-    reader = csv.reader(_lines(path, f), delimiter=delimiter)
+    ended: list[bool] = []  # set once the reader has taken the file's last line
+    reader = csv.reader(_noting_end(_lines(path, f), ended), delimiter=delimiter)
+    records = _csv_records(path, reader, ended)
+    header = next(records, None)
+    if header is None:
+        raise SourceError(f"{path}: is empty; the first line must name the columns")
+    _check_names(path, header)
+    end = reader.line_num
+    while batch := list(itertools.islice(records, CHUNK_ROWS)):
+        before, end = end, reader.line_num
+        if end - before == len(batch) and set(map(len, batch)) == {len(header)}:
+            yield _csv_chunk(header, list(range(before + 1, end + 1)), batch, [])
+        else:  # blank lines, quoted newlines or rows of another width among them
+            yield _csv_uneven(header, before, batch)
+
+
+def _noting_end(lines: Iterator[str], ended: list[bool]) -> Iterator[str]:
+    yield from lines
+    ended.append(True)
+
+
+def _csv_records(path: str, reader, ended: list[bool]) -> Iterator[list[str]]:
+    """The reader's records. The csv module reads a quote that is never closed as a cell
+    holding the rest of the file (to the end, or until the cell passes its size limit): either
+    is one error naming the line the quote opens on, not rows cut short or "no rows"."""
+    before = 0  # the line the last record ended on
     try:
-        header = next(reader, None)
-        if header is None:
-            raise SourceError(f"{path}: is empty; the first line must name the columns")
-        _check_names(path, header)
-        end = reader.line_num
-        while records := list(itertools.islice(reader, CHUNK_ROWS)):
-            before, end = end, reader.line_num
-            if end - before == len(records) and set(map(len, records)) == {len(header)}:
-                yield _csv_chunk(header, list(range(before + 1, end + 1)), records, [])
-            else:  # blank lines, quoted newlines or rows of another width among them
-                yield _csv_uneven(header, before, records)
+        for cells in reader:
+            if ended:  # the file ran out inside this record: its last cell's quote is open
+                opens = before + 1 + sum(cell.count("\n") for cell in cells[:-1])
+                raise SourceError(
+                    f"{path} line {opens}: a quote opens here and is never closed, so the "
+                    "rest of the file reads as one cell; close it (a quote inside a quoted "
+                    'cell is written "")'
+                )
+            before = reader.line_num
+            yield cells
     except csv.Error as e:
+        if "field limit" not in str(e):
+            raise SourceError(
+                f"{path} line {reader.line_num}: malformed CSV ({e}); check its quoting"
+            ) from None
         raise SourceError(
-            f"{path} line {reader.line_num}: malformed CSV ({e}); check its quoting"
+            f"{path} line {before + 1}: malformed CSV (a cell of the row on this line runs past "
+            f"{MAX_TEXT_CHARS} characters, to line {reader.line_num}); check its quoting: is a "
+            "quote never closed?"
         ) from None
 
 
@@ -496,10 +577,11 @@ def _parquet_chunks(path: str, f: BinaryIO) -> Iterator[_Chunk]:
                     f"{path}: row group {i} holds {size} bytes (over {MAX_ROW_GROUP_BYTES}); "
                     "rewrite it with smaller row groups (pyarrow: row_group_size=100_000)"
                 )
+        numbers = frozenset(f.name for f in parquet.schema_arrow if _arrow_number(f.type))
         row = 0
         for batch in parquet.iter_batches(batch_size=CHUNK_ROWS):
             columns = dict(zip(names, (c.to_pylist() for c in batch.columns), strict=True))
-            yield _Chunk(list(range(row, row + batch.num_rows)), columns, [])
+            yield _Chunk(list(range(row, row + batch.num_rows)), columns, [], numbers)
             row += batch.num_rows
         # Arrow's allocator keeps the pages it freed; hand them back before the packer forks.
         pa.default_memory_pool().release_unused()
@@ -507,6 +589,15 @@ def _parquet_chunks(path: str, f: BinaryIO) -> Iterator[_Chunk]:
         raise
     except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
         raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+
+
+def _arrow_number(t) -> bool:
+    """Whether a Parquet column's type is a number or boolean (a scalar, not a list)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        return _arrow_number(t.value_type)
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
 
 
 def _arrow_supported(t) -> bool:
@@ -595,6 +686,8 @@ def _survey(chunks: list[_Chunk], names: tuple[str, ...], csv_text: bool) -> dic
             values = chunk.columns.get(name)
             if values:
                 counts[name].update(_column_kinds(values, csv_text))
+            elif chunk.lines:  # no record of this chunk has the key (JSONL): missing in each
+                counts[name][None] += len(chunk.lines)
     return counts
 
 
@@ -863,6 +956,7 @@ def _label_info(integers: bool, multi: bool) -> LabelInfo:
 def _convert(
     chunks: list[_Chunk],
     path: str,
+    root: str,
     layout: _Layout,
     columns: dict[str, Feature],
     label: LabelInfo | None,
@@ -872,11 +966,11 @@ def _convert(
 
     Each chunk is converted a column at a time and then dropped, so the raw cells and the rows
     made of them are not all held at once. A row's reason is the first check it fails, in the
-    order path, label, split, then the columns.
+    order path, label, split, then the columns. `root`: the folder relative paths are under.
     """
     rows: list[Row] = []
     bad: list[BadRow] = []
-    seen: dict[str, int] = {}  # path -> first line, to refuse an image listed twice
+    seen: dict[str, int] = {}  # the file (_file_keys) -> first line, to refuse one listed twice
     interned: dict[str, str] = {}  # labels of multi-label rows, shared by every row that holds them
     labels: set = set()
     unit = "row" if path.lower().endswith(".parquet") else "line"
@@ -908,19 +1002,20 @@ def _convert(
         for errors in reversed(failures):
             failed.update(errors)  # the earlier check's reason wins
         extra = zip(*extras, strict=True) if extras else itertools.repeat((), n)
-        if not failed and seen.keys().isdisjoint(paths) and len(set(paths)) == n:
-            seen.update(zip(paths, chunk.lines, strict=True))
+        files = _file_keys(paths, root)
+        if not failed and seen.keys().isdisjoint(files) and len(set(files)) == n:
+            seen.update(zip(files, chunk.lines, strict=True))
             # tuple.__new__ makes each Row in C (Row(...) runs a Python __new__ per row).
             made = zip(chunk.lines, paths, values, splits, extra, strict=True)
             rows.extend(map(tuple.__new__, itertools.repeat(Row), made))
             good = values
         else:
             good = []
-            for i, (line, image, value, split, fields) in enumerate(
-                zip(chunk.lines, paths, values, splits, extra, strict=True)
+            for i, (line, image, file, value, split, fields) in enumerate(
+                zip(chunk.lines, paths, files, values, splits, extra, strict=True)
             ):
                 why = failed.get(i)
-                if why is None and (first := seen.setdefault(image, line)) != line:
+                if why is None and (first := seen.setdefault(file, line)) != line:
                     why = f"the same image as {unit} {first}"
                 if why is None:
                     rows.append(Row(line, image, value, split, fields))
@@ -978,6 +1073,27 @@ def _image_paths(values: Sequence, column: str) -> tuple[list[str], dict[int, st
             return list(values), {}  # each as os.path.normpath gives it already
         return list(map(normal_path, values)), {}
     return _each(values, functools.partial(_image_path, column=column))
+
+
+def _file_keys(paths: list, root: str) -> list:
+    """Which file each normal path (or None) names, so that one image written two ways (a.jpg,
+    ../src/a.jpg, /data/src/a.jpg) is found listed twice: its path relative to `root` where it
+    is under it, as most rows write it (those are their own key), else absolute or a URL."""
+    written = "\n" + "\n".join(p for p in paths if p is not None)
+    if os.sep == "/" and not any(part in written for part in ("\n/", "\n..", "://")):
+        return paths  # all relative, none climbing out of root
+    return [None if p is None else _file_key(p, root) for p in paths]
+
+
+def _file_key(path: str, root: str) -> str:
+    if is_url(path):
+        full = path
+    elif is_url(root):
+        full = path if os.path.isabs(path) else normal_path(f"{root.rstrip('/')}/{path}")
+    else:
+        full = os.path.normpath(os.path.join(root, path))  # an absolute path stays itself
+    under = root.rstrip("/") + "/"
+    return full[len(under) :] if full.startswith(under) else full
 
 
 # What os.path.normpath changes in a path (each path between newlines): a path holding none of
@@ -1094,7 +1210,7 @@ def _value(name: str, value, feature: Feature, csv_text: bool):
         if feature.shape:
             width = (0, feature.row) if feature.row else (0,)
             return () if feature.text else np.zeros(width, _NUMPY[feature.dtype])
-        raise _Bad(f"no value in column {name!r}")
+        raise _Bad(f"no value in column {name!r}")  # a number: _check_filled refused the file
     if _is_bad(kind):
         raise _Bad(f"column {name!r} holds {kind[1]}")
     if not _fits(kind, feature):

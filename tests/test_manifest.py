@@ -199,7 +199,7 @@ def test_bad_csv_rows_name_their_line(tmp_path, chunking):
         "c.jpg,cat,train\n"  # 5: a cell short
         "d.jpg,cat,../x,4\n"  # 6: a split that is not a name
         "e.jpg,cat,train,99999999999999999999\n"  # 7: beyond int64
-        "f.jpg,cat,train,\n"  # 8: no value
+        "f.jpg,cat,,8\n"  # 8: no split
         '"g\n.jpg",cat,train,5\n'  # 9-10: a quoted newline; the row starts at line 9
         "./a.jpg,dog,train,6\n",  # 11: the same image as line 2
         encoding="utf-8",
@@ -212,9 +212,37 @@ def test_bad_csv_rows_name_their_line(tmp_path, chunking):
     assert got[5] == "t.csv line 5: has 3 cells, the header has 4"
     assert "split '../x' is not a name" in got[6]
     assert got[7] == "t.csv line 7: column 'n' holds an integer beyond the int64 range"
-    assert got[8] == "t.csv line 8: no value in column 'n'"
+    assert got[8] == "t.csv line 8: no split in column 'split'"
     assert got[11] == "t.csv line 11: the same image as line 2"
     assert m.columns["n"] == Feature("int64")
+
+
+def test_the_same_image_written_relative_and_absolute_is_listed_twice(tmp_path, chunking):
+    # One file, written as a path under the manifest's folder, absolute, and climbing out and
+    # back in: each after the first is the same image. Rows keep their path as written.
+    folder = tmp_path / "src"
+    folder.mkdir()
+    absolute = str(folder / "cat" / "a.jpg")
+    rows = [
+        {"path": "cat/a.jpg", "label": "cat"},  # 2
+        {"path": "cat/b.jpg", "label": "cat"},  # 3
+        {"path": absolute, "label": "cat"},  # 4: the same file as line 2
+        {"path": "../src/cat/b.jpg", "label": "cat"},  # 5: the same file as line 3
+        {"path": str(tmp_path / "elsewhere" / "a.jpg"), "label": "cat"},  # 6: another file
+        {"path": "../elsewhere/./a.jpg", "label": "cat"},  # 7: the same file as line 6
+    ]
+    m = read_manifest(write_csv(folder / "t.csv", rows))
+    assert [(r.line, r.path) for r in m.rows] == [
+        (2, "cat/a.jpg"), (3, "cat/b.jpg"), (6, str(tmp_path / "elsewhere" / "a.jpg")),
+    ]  # fmt: skip
+    assert reasons(m) == {
+        4: "t.csv line 4: the same image as line 2",
+        5: "t.csv line 5: the same image as line 3",
+        7: "t.csv line 7: the same image as line 6",
+    }
+    # --root moves what relative paths name: there, the absolute one is another file.
+    other = read_manifest(folder / "t.csv", root=tmp_path / "elsewhere")
+    assert reasons(other) == {7: "t.csv line 7: the same image as line 6"}
 
 
 def test_bad_jsonl_rows_name_their_line(tmp_path, chunking):
@@ -297,6 +325,66 @@ def test_bad_parquet_rows_name_their_row_across_row_groups(tmp_path, chunking):
     }
 
 
+# ---- missing values --------------------------------------------------------------------------
+
+
+def test_an_optional_number_column_is_refused_naming_its_first_empty_line(tmp_path, chunking):
+    # 60 rows, one of which says "iscrowd": 1: skipping the other 59 (exit 0) would lose the
+    # dataset; a number is not made up either. One line names the column, the first line
+    # without a value and how many more there are, before any row is converted.
+    rows = [{"path": f"{i}.jpg", "label": "cat"} for i in range(60)]
+    rows[5]["iscrowd"] = 1
+    with pytest.raises(SourceError) as caught:
+        read_manifest(write_jsonl(tmp_path / "t.jsonl", rows))
+    assert str(caught.value) == (
+        f"{tmp_path / 't.jsonl'}: column 'iscrowd' has no value on line 1 and 58 more lines; "
+        "a number column needs one in every row: fill it in, or drop the column"
+    )
+    rows[0]["iscrowd"], rows[1]["iscrowd"] = 0, None  # a JSON null is missing too
+    with pytest.raises(SourceError, match="'iscrowd' has no value on line 2 and 57 more lines"):
+        read_manifest(write_jsonl(tmp_path / "t.jsonl", rows))
+
+
+def test_a_parquet_number_column_with_nulls_is_refused_naming_its_row(tmp_path, chunking):
+    rows = [{"path": f"{i}.jpg", "area": float(i), "n": i} for i in range(5)]
+    rows[3]["n"] = None
+    path = write_parquet(tmp_path / "t.parquet", rows, row_group_size=2)
+    with pytest.raises(SourceError, match=r"t\.parquet: column 'n' has no value on row 3;"):
+        read_manifest(path)
+    # A column the file types as int64 but holding no value at all is refused too (by its
+    # values alone it would be a text column of empty strings)...
+    table = pa.table({"path": ["a.jpg", "b.jpg"], "n": pa.array([None, None], pa.int64())})
+    pq.write_table(table, tmp_path / "typed.parquet")
+    with pytest.raises(SourceError, match="column 'n' has no value on row 0 and 1 more rows"):
+        read_manifest(tmp_path / "typed.parquet")
+    # ...while a column of no type (all nulls) is an empty text, as in JSONL and CSV.
+    table = pa.table({"path": ["a.jpg", "b.jpg"], "note": pa.array([None, None], pa.null())})
+    pq.write_table(table, tmp_path / "untyped.parquet")
+    m = read_manifest(tmp_path / "untyped.parquet")
+    assert m.columns == {"note": Feature("bytes", text=True)}
+    assert [m.fields(r) for r in m.rows] == [{"note": ""}, {"note": ""}]
+
+
+def test_an_empty_csv_cell_refuses_a_number_column_but_not_a_text_or_list_one(tmp_path, chunking):
+    rows = [
+        {"path": "a.jpg", "n": "3", "caption": "a cat"},
+        {"path": "b.jpg", "n": "", "caption": ""},
+        {"path": "c.jpg", "n": "4", "caption": ""},
+    ]
+    with pytest.raises(SourceError, match=r"t\.csv: column 'n' has no value on line 3; a number"):
+        read_manifest(write_csv(tmp_path / "t.csv", rows))
+    for row in rows:
+        del row["n"]
+    m = read_manifest(write_csv(tmp_path / "t.csv", rows))
+    assert [m.fields(r)["caption"] for r in m.rows] == ["a cat", "", ""] and m.bad == []
+    # A list left out (absent key, null) is an empty list; a text left out is "".
+    lists = [{"path": "a.jpg", "boxes": [[1, 2, 3, 4]], "note": "x"}, {"path": "b.jpg"},
+             {"path": "c.jpg", "boxes": None, "note": None}]  # fmt: skip
+    m = read_manifest(write_jsonl(tmp_path / "t.jsonl", lists))
+    assert m.bad == [] and [m.fields(r)["note"] for r in m.rows] == ["x", "", ""]
+    assert [m.fields(r)["boxes"].shape for r in m.rows] == [(1, 4), (0, 4), (0, 4)]
+
+
 # ---- manifests that cannot be read -----------------------------------------------------------
 
 
@@ -343,6 +431,36 @@ def test_unreadable_manifests_raise_one_line_naming_the_problem(tmp_path, name, 
     with pytest.raises(SourceError, match=message) as caught:
         read_manifest(tmp_path / name)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "line"),
+    [
+        ('path,label\n"daisy/0.png,daisy\n', 2),  # the one row: else "holds no rows"
+        ('path,label\na.png,x\n"daisy/0.png,daisy\nb.png,y\nc.png,z\n', 3),
+        ('path,label\n"a\n.png",x\n\nb.png,"y\n\nc.png,z\n', 5),  # after a closed one
+        ('"path,label\na.png,x\n', 1),  # in the header
+        ('path,label\r\na.png,x\r\nb.png,"y\r\nc.png,z\r\n', 3),
+    ],
+)
+def test_a_csv_quote_never_closed_names_the_line_it_opens_on(tmp_path, chunking, content, line):
+    path = tmp_path / "quote.csv"
+    path.write_bytes(content.encode())
+    with pytest.raises(SourceError) as caught:
+        read_manifest(path)
+    assert str(caught.value) == (
+        f"{path} line {line}: a quote opens here and is never closed, so the rest of the file "
+        'reads as one cell; close it (a quote inside a quoted cell is written "")'
+    )
+
+
+def test_a_csv_quote_never_closed_in_a_long_file_names_its_row(tmp_path):
+    path = tmp_path / "quote.csv"
+    path.write_text('path,label\na.png,x\nb.png,"y\n' + "c.png,z\n" * 20_000, "utf-8")
+    with pytest.raises(SourceError, match=r"quote\.csv line 3: malformed CSV \(a cell of the "
+                       r"row on this line runs past 131072 characters, to line \d+\); check its "
+                       r"quoting: is a quote never closed\?"):  # fmt: skip
+        read_manifest(path)
 
 
 def test_a_folder_with_two_metadata_files_is_refused(tmp_path):

@@ -92,6 +92,69 @@ def test_an_unusable_manifest_is_one_line(tmp_path: Path, header: list[str], wor
     assert all(w in done.stderr for w in words), done.stderr
 
 
+def test_an_optional_number_column_stops_the_run_before_anything_is_written(tmp_path: Path):
+    """60 rows, one with "iscrowd": 1: not 59 rows skipped and exit 0, but one line, exit 2."""
+    src = make_tree(tmp_path / "src", {"daisy": 30, "rose": 30}, ext=".png")
+    rows = [
+        {"path": f"{c}/img_{i:03d}.png", "label": c} for c in ("daisy", "rose") for i in range(30)
+    ]
+    rows[7]["iscrowd"] = 1
+    out = tmp_path / "out"
+    done = _cli("pack", str(write_jsonl(src / "crowd.jsonl", rows)), str(out))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: {src / 'crowd.jsonl'}: column 'iscrowd' has no value on line 1 and 58 more "
+        "lines; a number column needs one in every row: fill it in, or drop the column"
+    ]
+    assert not out.exists()
+    for i, row in enumerate(rows):
+        row["iscrowd"] = int(i == 7)  # filled in: every row packs
+    result = pack(write_jsonl(src / "crowd.jsonl", rows), out, PackOptions(workers=1))
+    assert result.index.split("train").num_records == 60 and _index(out)["skipped"] == []
+
+
+def test_a_csv_quote_never_closed_is_one_line_naming_it(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"daisy": 1})
+    (src / "quote.csv").write_text('path,label\n"daisy/img_000.jpg,daisy\n', "utf-8")
+    done = _cli("pack", str(src / "quote.csv"), str(tmp_path / "out"))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "quote.csv line 2: a quote opens here and is never closed" in done.stderr
+
+
+def test_an_image_listed_relative_and_absolute_is_packed_once(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    rows = [
+        {"path": "cat/img_000.jpg", "label": "cat"},
+        {"path": "cat/img_001.jpg", "label": "cat"},
+        {"path": str(src / "cat" / "img_000.jpg"), "label": "cat"},
+    ]
+    out = tmp_path / "out"
+    pack(write_csv(src / "m.csv", rows), out, PackOptions(workers=1))
+    assert _index(out)["skipped"] == [
+        {
+            "key": str(src / "cat" / "img_000.jpg"),
+            "reason": "m.csv line 4: the same image as line 2",
+        }
+    ]
+    assert sorted(r["key"] for r in iter_examples(out)) == ["cat/img_000.jpg", "cat/img_001.jpg"]
+
+
+def test_a_root_that_is_not_a_folder_is_one_line_naming_it(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 1})
+    manifest = write_csv(src / "m.csv", [{"path": "cat/img_000.jpg", "label": "cat"}])
+    done = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(manifest),
+                           str(tmp_path / "out"), "--root", "mm"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: --root {tmp_path / 'mm'}: no such folder; pass the folder the manifest's "
+        "image paths are relative to"
+    ]
+    with pytest.raises(SourceError, match=r"--root .*m\.csv: is not a folder"):
+        pack(manifest, tmp_path / "out", PackOptions(root=str(manifest)))
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_class_not_in_classes_is_a_bad_row(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 1, "dog": 1})
     rows = [
@@ -167,13 +230,27 @@ def test_a_file_that_is_no_manifest_is_refused(tmp_path: Path):
 def test_a_csv_label_column_of_numbers_made_names_by_one_cell_warns(tmp_path: Path):
     """In CSV one label that is not an integer makes every label a class name (JSON's grammar
     types a cell, as in JSONL): the run says so, naming the cell, where most labels are numbers."""
-    src = make_tree(tmp_path / "src", {"a": 3})
-    rows = [{"path": f"a/img_00{i}.jpg", "label": label} for i, label in enumerate(["1", "2", "x"])]
+    src = make_tree(tmp_path / "src", {"a": 4})
+    labels = ["1", "2", "1", "x"]  # three rows of integers, two distinct
+    rows = [{"path": f"a/img_00{i}.jpg", "label": label} for i, label in enumerate(labels)]
     pack(write_csv(src / "numbers.csv", rows), tmp_path / "out", PackOptions(workers=1))
     index = _index(tmp_path / "out")
     assert index["classes"] == ["1", "2", "x"]
-    (warning,) = index["warnings"]
-    assert warning.startswith("numbers.csv: its label column reads as class names, as 'x' is not")
+    assert index["warnings"] == [
+        "numbers.csv: its label column reads as class names, as 'x' is not an integer: its 2 "
+        "distinct integer labels are names too (sorted as text); if they are class numbers, fix "
+        "the other labels"
+    ]
+    # A long label is shown cut short; with --classes the names are not sorted but looked up.
+    rows[3]["label"] = "y" * 100_000
+    pack(write_csv(src / "long.csv", rows), tmp_path / "out3",
+         PackOptions(workers=1, classes=("1", "2", "y" * 100_000)))  # fmt: skip
+    (warning,) = _index(tmp_path / "out3")["warnings"]
+    assert warning == (
+        f"long.csv: its label column reads as class names, as '{'y' * 36}... is not an integer: "
+        "its 2 distinct integer labels are names too (each looked up by name in --classes); if "
+        "they are class numbers, fix the other labels"
+    )
     rows[1]["label"] = "cat"  # names, one of which is a number: as meant
     pack(write_csv(src / "names.csv", rows), tmp_path / "out2", PackOptions(workers=1))
     assert _index(tmp_path / "out2")["warnings"] == []

@@ -64,10 +64,13 @@ def scan_manifest(
         storage_options: options for the filesystem of --root or of image URLs.
 
     Raises:
-        SourceError: the manifest cannot be read (see read_manifest), or no row is usable.
+        SourceError: --root is not a folder, the manifest cannot be read (see read_manifest),
+            or no row is usable.
     """
+    _check_root(options.root)
     table = read_manifest(manifest, path_column=options.path_column, root=options.root,
-                          storage_options=storage_options)  # fmt: skip
+                          storage_options=storage_options,
+                          classes_pinned=options.classes is not None)  # fmt: skip
     classes = _classes(table, options.classes)
     position = None if classes is None else {name: i for i, name in enumerate(classes)}
     # a row without a usable path is known by its line, which its reason then need not repeat
@@ -113,6 +116,23 @@ def scan_manifest(
 
 class _Bad(Exception):
     """Why one row's item cannot be packed (caught per row)."""
+
+
+def _check_root(root: str | None) -> None:
+    """Refuse a --root on this disk that is not a folder, before the manifest is read: else
+    every relative row is a missing file and the run ends in "no row names a usable image"."""
+    if root is None or is_url(root):
+        return  # an object store's folder is a prefix: it need not exist as such
+    if not os.path.exists(root):
+        raise SourceError(
+            f"--root {root}: no such folder; pass the folder the manifest's image paths are "
+            "relative to"
+        )
+    if not os.path.isdir(root):
+        raise SourceError(
+            f"--root {root}: is not a folder; pass the folder the manifest's image paths are "
+            "relative to"
+        )
 
 
 def _classes(table: Manifest, pinned: tuple[str, ...] | None) -> tuple[str, ...] | None:
