@@ -77,7 +77,8 @@ class RemoteStorage(Storage):
                 f"install fsspec and its filesystem package for {scheme}://")  # fmt: skip
             raise StorageError(f"{url}: {scheme}:// needs a filesystem package: {what}") from None
         except ValueError as e:  # "Protocol not known"
-            raise StorageError(f"{url}: {e}") from None
+            raise StorageError(f"{url}: {e}; give a local path, or a URL of a filesystem fsspec "
+                               "knows (s3://, gs://, az://, memory://, ...)") from None  # fmt: skip
         except TypeError as e:  # an option the filesystem does not take
             what = f"a --storage-option is not one {scheme}:// takes ({e})"
             raise StorageError(f"{url}: {what}") from None
