@@ -374,6 +374,10 @@ def test_a_flat_folder_of_images_says_what_to_do(tmp_path):
     assert "no images found; its 3 images lie in SRC itself" in message
     assert f"or pass {tmp_path} to pack photos as one class" in message
     assert scan(tmp_path).classes == ("photos",)  # the advice works
+    _touch_image(tmp_path / "other" / "o.jpg", 9)  # now the parent would pack "other" too
+    with pytest.raises(SourceError) as caught:
+        scan(src)
+    assert str(caught.value).endswith("(SRC/<class>/<image>): move them into class folders")
 
 
 def test_the_parent_of_a_cifar_folder_points_at_it(tmp_path):

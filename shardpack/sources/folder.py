@@ -204,12 +204,23 @@ def _nothing_found(src: Storage) -> str:
     loose = sum(1 for name, is_dir in entries if not is_dir and _is_image_name(name))
     if loose:
         root = src.path()
-        return (
-            f"its {loose} images lie in SRC itself, but each class needs its own folder "
-            f"(SRC/<class>/<image>): move them into class folders, or pass "
-            f"{os.path.dirname(root)} to pack {os.path.basename(root)} as one class"
-        )
+        parent, name = os.path.dirname(root), os.path.basename(root)
+        way = "move them into class folders"
+        if src.local and _only_entry(parent, name):  # else the parent packs its others too
+            way += f", or pass {parent} to pack {name} as one class"
+        return (f"its {loose} images lie in SRC itself, but each class needs its own folder "
+                f"(SRC/<class>/<image>): {way}")  # fmt: skip
     return f"expected SRC/<class>/<image> with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}"
+
+
+def _only_entry(folder: str, name: str) -> bool:
+    """Whether `name` is the only folder in `folder` (hidden ones aside): a scan of `folder`
+    would take no other class."""
+    try:
+        with os.scandir(folder) as entries:
+            return all(e.name == name or e.name.startswith(".") or not e.is_dir() for e in entries)
+    except OSError:
+        return False
 
 
 def _dir_id(path: str) -> tuple[int, int]:
