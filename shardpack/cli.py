@@ -548,7 +548,8 @@ def inspect(
         )
         for shard in split["shards"][:8]:
             typer.echo(f"  {shard['file']}  {shard['num_records']:>8} records  "
-                       f"{_human_bytes(shard['num_bytes']):>10}")  # fmt: skip
+                       f"{_human_bytes(shard['num_bytes']):>10}"
+                       f"{'  MISSING' if shard['missing'] else ''}")  # fmt: skip
         if len(split["shards"]) > 8:
             typer.echo(f"  ... {_plural(len(split['shards']) - 8, 'more shard')}")
         most = max(split["class_counts"].values(), default=0) or 1
@@ -561,6 +562,12 @@ def inspect(
             typer.echo(f"    ... {_plural(more, 'more class', 'more classes')}")
         for record in split["samples"]:
             typer.echo(_record_line(record))
+    missing = [s["file"] for split in summary["splits"].values() for s in split["shards"]
+               if s["missing"]]  # fmt: skip
+    if missing:
+        print(f"warning: {_plural(len(missing), 'shard')} the index lists not in OUT "
+              f"({missing[0]}{', ...' if len(missing) > 1 else ''}); shardpack verify checks "
+              "every shard", file=sys.stderr)  # fmt: skip
     if summary["skipped"]:
         typer.echo(f"\nskipped {_plural(len(summary['skipped']), 'file')} at pack time")
     if summary["ignored"]:

@@ -27,7 +27,8 @@ def describe(
     if isinstance(num_records, bool) or not isinstance(num_records, int) or num_records < 0:
         raise ValueError(f"num_records must be an integer >= 0, got: {num_records!r}")
     index = load_index(out, storage_options)
-    splits = {}
+    present = {e.name for e in index.storage.listdir() if not e.is_dir}  # one listing, not a
+    splits = {}  # request a shard on an object store
     for name, split in index.splits.items():
         samples = []
         records = iter_examples(index.storage, name)
@@ -45,7 +46,12 @@ def describe(
             "num_bytes": sum(s.num_bytes for s in split.shards),
             "class_counts": dict(zip(index.classes, split.class_counts, strict=False)),
             "shards": [
-                {"file": s.file, "num_records": s.num_records, "num_bytes": s.num_bytes}
+                {
+                    "file": s.file,
+                    "num_records": s.num_records,
+                    "num_bytes": s.num_bytes,
+                    "missing": s.file not in present,
+                }
                 for s in split.shards
             ],
             "samples": samples,

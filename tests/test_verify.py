@@ -123,6 +123,14 @@ def test_inspect_and_preview_of_a_missing_shard_are_one_line(out: Path, tmp_path
                              text=True)  # fmt: skip
         assert run.returncode == 2 and "cannot open" in run.stderr
         assert len(run.stderr.strip().splitlines()) == 1
+    # Without records to read, inspect shows the listing, and marks what is not there.
+    run = subprocess.run([sys.executable, "-m", "shardpack", "inspect", str(out), "--records",
+                          "0"], capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0 and f"{_shard(out, 0).name}  " in run.stdout
+    assert [line for line in run.stdout.splitlines() if line.endswith("MISSING")] == [
+        line for line in run.stdout.splitlines() if _shard(out, 0).name in line
+    ]
+    assert run.stderr.startswith("warning: 1 shard the index lists not in OUT (")
     run = subprocess.run([sys.executable, "-m", "shardpack", "preview", str(out), "--out",
                           "/nonexistent/dir/p.png"], capture_output=True, text=True)  # fmt: skip
     assert run.returncode == 2 and "Traceback" not in run.stderr
