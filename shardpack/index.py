@@ -110,7 +110,8 @@ class Index:
 
 
 def _missing(storage: Storage) -> bool:
-    """OUT itself is not there (a store that cannot say: it is taken to be)."""
+    """Whether OUT itself is not there. A store that cannot say (an error asking) counts as
+    OUT being there: the message then names the missing index.json, not the folder."""
     try:
         return storage.kind() is None
     except OSError:
