@@ -384,7 +384,7 @@ class TFRecordWriter(ShardWriter):
     def _close(self, failed: bool) -> tuple[int, str]:
         if self._out is not self._hashing:
             self._out.close()  # the GZIP trailer
-        return self._hashing.finish()
+        return self._hashing.finish(failed)
 
 
 class _BlobStream(io.RawIOBase):

@@ -238,6 +238,44 @@ def test_a_full_disk_is_one_error_and_leaves_nothing(tmp_path, name):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_shard_s_bytes_are_hashed_and_written_in_order_off_the_worker_s_thread():
+    """HashingFile hands whole chunks to a thread of its own: the file and its sha256 are
+    those of the bytes in the order written, and a sink's error reaches the writer at its
+    next write (or at finish), but not when the shard is being discarded."""
+    from shardpack.containers import HashingFile
+
+    class Sink(io.BytesIO):  # a sink that fails once it holds more than `room` bytes
+        room = 1 << 40
+
+        def write(self, data) -> int:
+            if self.tell() + len(data) > self.room:
+                raise OSError(28, "No space left on device")
+            return super().write(data)
+
+    pieces = [np.random.default_rng(i).bytes(1 + 50_000 * (i % 7)) for i in range(200)]
+    sink = Sink()
+    hashing = HashingFile(sink)
+    for piece in pieces:
+        hashing.write(piece)
+    size, sha256 = hashing.finish()
+    whole = b"".join(pieces)
+    assert sink.getvalue() == whole and size == len(whole)
+    assert sha256 == hashlib.sha256(whole).hexdigest()
+
+    sink = Sink()
+    sink.room = 3 * HashingFile.CHUNK
+    hashing = HashingFile(sink)
+    with pytest.raises(OSError, match="No space left"):
+        for piece in pieces:
+            hashing.write(piece)
+        hashing.finish()
+    hashing.finish(failed=True)  # as the writer's exit does: the thread ends
+    quiet = HashingFile(Sink())
+    quiet.sink.room = 0
+    quiet.write(bytes(HashingFile.CHUNK))
+    quiet.finish(failed=True)  # a shard discarded: its sink's error is no news
+
+
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("garbage", ["zeros", "random", "other"])
 def test_a_file_that_is_not_a_shard_is_refused_by_every_reader(tmp_path, name, garbage):

@@ -19,7 +19,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import queue
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
@@ -123,24 +125,65 @@ class ShardWriter:
 
 
 class HashingFile:
-    """A write-only view of a sink that keeps a running sha256 and size of what it writes."""
+    """A write-only view of a sink that keeps a running sha256 and size of what it writes.
+
+    The hashing and the writing happen on a thread of their own, CHUNK bytes at a time: both
+    release the GIL, so the worker goes on decoding and encoding meanwhile, and on a core that
+    would otherwise idle (fewer workers than cores) a shard's bytes cost it nothing (photos to
+    JPEG at --workers 1: ~0.1 ms of ~1.8 an image). A sink's error (a full disk) is raised by
+    the next write, or by finish.
+    """
+
+    CHUNK = 1 << 20
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
         self.sha256 = hashlib.sha256()
         self.size = 0
+        self._pending: list[bytes] = []  # written, not yet handed over: under CHUNK bytes
+        self._pending_size = 0
+        self._chunks: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=4)  # None: the end
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._drain, name="shard-bytes", daemon=True)
+        self._thread.start()
 
     def write(self, data: bytes) -> int:
-        self.sha256.update(data)
+        if self._error is not None:
+            raise self._error
+        self._pending.append(data)
+        self._pending_size += len(data)
         self.size += len(data)
-        return self.sink.write(data)
+        if self._pending_size >= self.CHUNK:
+            self._hand_over()
+        return len(data)
 
     def flush(self) -> None:
-        """Nothing to do: the sink buffers, and commits what it holds."""
+        """Nothing to do: finish hands over what is left, and the sink commits it."""
 
-    def finish(self) -> tuple[int, str]:
-        """The size and sha256 of everything written."""
+    def finish(self, failed: bool = False) -> tuple[int, str]:
+        """Wait for every byte to be hashed and written; the size and sha256 of them all.
+        `failed`: the shard is being discarded: what is pending is dropped, errors too."""
+        if not failed:
+            self._hand_over()
+        self._chunks.put(None)
+        self._thread.join()
+        if self._error is not None and not failed:
+            raise self._error
         return self.size, self.sha256.hexdigest()
+
+    def _hand_over(self) -> None:
+        self._chunks.put(self._pending)
+        self._pending, self._pending_size = [], 0
+
+    def _drain(self) -> None:
+        while (chunk := self._chunks.get()) is not None:
+            if self._error is None:
+                try:
+                    for piece in chunk:
+                        self.sha256.update(piece)
+                        self.sink.write(piece)
+                except BaseException as e:  # raised again in the worker's thread
+                    self._error = e
 
 
 class ShardReader:

@@ -154,7 +154,7 @@ class _Writer(ShardWriter):
         if not failed:  # the end-of-archive marker: two zero blocks, then up to a full record
             end = self._out.size + 2 * _BLOCK
             self._out.write(b"\0" * (2 * _BLOCK + (-end % _RECORD)))
-        return self._out.finish()
+        return self._out.finish(failed)
 
 
 class _Tar:
