@@ -382,9 +382,11 @@ class TFRecordWriter(ShardWriter):
         return offset
 
     def _close(self, failed: bool) -> tuple[int, str]:
+        if failed:  # first: the trailer below must not raise the sink's error in its place
+            self._hashing.discard()
         if self._out is not self._hashing:
             self._out.close()  # the GZIP trailer
-        return self._hashing.finish(failed)
+        return self._hashing.finish()
 
 
 class _BlobStream(io.RawIOBase):

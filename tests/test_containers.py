@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import cv2
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 from shardpack.containers import CONTAINERS, get_container, is_shard_name
-from shardpack.errors import RecordError
+from shardpack.errors import OutputError, RecordError
 from tests.helpers import READ_ARRAY_RECORD, READ_WEBDATASET, at, image, needs, run_json
 
 NAMES = sorted(CONTAINERS)
@@ -238,22 +239,27 @@ def test_a_full_disk_is_one_error_and_leaves_nothing(tmp_path, name):
     assert os.listdir(tmp_path) == []
 
 
+class _FullSink(io.BytesIO):
+    """A sink that fails once it holds more than `room` bytes (as a full disk does)."""
+
+    def __init__(self, room: int = 1 << 40) -> None:
+        super().__init__()
+        self.room = room
+
+    def write(self, data) -> int:
+        if self.tell() + len(data) > self.room:
+            raise OSError(28, "No space left on device")
+        return super().write(data)
+
+
 def test_a_shard_s_bytes_are_hashed_and_written_in_order_off_the_worker_s_thread():
-    """HashingFile hands whole chunks to a thread of its own: the file and its sha256 are
-    those of the bytes in the order written, and a sink's error reaches the writer at its
-    next write (or at finish), but not when the shard is being discarded."""
+    """HashingFile hands chunks to a thread of its own: the file and its sha256 are those of
+    the bytes in the order written; a sink's error reaches the writer at its next write (or at
+    finish) with the thread ended, and a discarded shard takes no more bytes and no error."""
     from shardpack.containers import HashingFile
 
-    class Sink(io.BytesIO):  # a sink that fails once it holds more than `room` bytes
-        room = 1 << 40
-
-        def write(self, data) -> int:
-            if self.tell() + len(data) > self.room:
-                raise OSError(28, "No space left on device")
-            return super().write(data)
-
     pieces = [np.random.default_rng(i).bytes(1 + 50_000 * (i % 7)) for i in range(200)]
-    sink = Sink()
+    sink = _FullSink()
     hashing = HashingFile(sink)
     for piece in pieces:
         hashing.write(piece)
@@ -261,19 +267,73 @@ def test_a_shard_s_bytes_are_hashed_and_written_in_order_off_the_worker_s_thread
     whole = b"".join(pieces)
     assert sink.getvalue() == whole and size == len(whole)
     assert sha256 == hashlib.sha256(whole).hexdigest()
+    assert not hashing._thread.is_alive()
 
-    sink = Sink()
-    sink.room = 3 * HashingFile.CHUNK
-    hashing = HashingFile(sink)
+    hashing = HashingFile(_FullSink(room=3 * HashingFile.CHUNK))
     with pytest.raises(OSError, match="No space left"):
         for piece in pieces:
             hashing.write(piece)
-        hashing.finish()
-    hashing.finish(failed=True)  # as the writer's exit does: the thread ends
-    quiet = HashingFile(Sink())
-    quiet.sink.room = 0
+    assert not hashing._thread.is_alive()  # ended by the write that raised: nothing to leak
+
+    quiet = HashingFile(_FullSink(room=0))
     quiet.write(bytes(HashingFile.CHUNK))
-    quiet.finish(failed=True)  # a shard discarded: its sink's error is no news
+    quiet.discard()
+    quiet.write(b"a trailer on the way out")  # goes nowhere, raises nothing
+    quiet.finish()
+    assert not quiet._thread.is_alive()
+
+
+@pytest.mark.parametrize(("name", "compression"), [("tfrecord", "gzip"), ("webdataset", "none")])
+def test_a_failing_shard_keeps_its_own_error_and_leaves_no_thread(tmp_path, name, compression):
+    """The shard's block fails (a bad image with --on-error fail, Ctrl-C) after its sink has
+    failed too: the block's exception is the one that comes out (a GZIP trailer raised the
+    disk's in its place), and a trailer written after the sink failed leaves no thread."""
+    import threading
+
+    from shardpack.storage import storage_at
+
+    class Full:  # an OUT whose sinks fill after 100 KB
+        def __init__(self, storage):
+            self.storage = storage
+
+        def __getattr__(self, name):
+            return getattr(self.storage, name)
+
+        def create(self, name, by_path=False):
+            sink = self.storage.create(name, by_path=by_path)
+            write = sink.write
+            written = [0]
+
+            def full(data):
+                written[0] += len(data)
+                if written[0] > 100_000:
+                    raise OSError(28, "No space left on device")
+                return write(data)
+
+            sink.write = full
+            return sink
+
+    container = get_container(name)
+    out = Full(storage_at(str(tmp_path)))
+    threads = threading.active_count()
+    big = {**_records()[0], "image": np.random.default_rng(0).bytes(300_000)}  # 4 > a chunk
+    with (
+        pytest.raises(KeyError, match="the block's own"),
+        container.writer("s.shard", compression, storage=out) as writer,
+    ):
+        for _ in range(4):
+            writer.write(big)
+        time.sleep(0.3)  # the thread has met the full disk by now
+        raise KeyError("the block's own")
+    with (
+        pytest.raises(OutputError, match="No space left"),  # the trailer meets it: one line
+        container.writer("t.shard", compression, storage=out) as writer,
+    ):
+        for _ in range(4):
+            writer.write(big)
+        time.sleep(0.3)
+    assert threading.active_count() == threads
+    assert [p.name for p in tmp_path.iterdir()] == []
 
 
 @pytest.mark.parametrize("name", NAMES)

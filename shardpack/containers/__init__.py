@@ -127,11 +127,13 @@ class ShardWriter:
 class HashingFile:
     """A write-only view of a sink that keeps a running sha256 and size of what it writes.
 
-    The hashing and the writing happen on a thread of their own, CHUNK bytes at a time: both
-    release the GIL, so the worker goes on decoding and encoding meanwhile, and on a core that
-    would otherwise idle (fewer workers than cores) a shard's bytes cost it nothing (photos to
-    JPEG at --workers 1: ~0.1 ms of ~1.8 an image). A sink's error (a full disk) is raised by
-    the next write, or by finish.
+    The hashing and the writing happen on a thread of their own, a list of pieces of at least
+    CHUNK bytes at a time: both release the GIL, so the worker goes on decoding and encoding
+    meanwhile, and on a core that would otherwise idle (fewer workers than cores) a shard's
+    bytes cost it nothing (benchmarks/README.md, "Eighth pass"). One chunk is in the thread's
+    hands while the next is gathered: what is held grows by a chunk, or by a record where one
+    is larger. A sink's error (a full disk) is raised by the next write, or by finish; either
+    way the thread has ended by then.
     """
 
     CHUNK = 1 << 20
@@ -142,13 +144,18 @@ class HashingFile:
         self.size = 0
         self._pending: list[bytes] = []  # written, not yet handed over: under CHUNK bytes
         self._pending_size = 0
-        self._chunks: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=4)  # None: the end
+        self._chunks: queue.SimpleQueue[list[bytes] | None] = queue.SimpleQueue()  # None: end
+        self._free = threading.Semaphore(1)  # taken by a chunk until the thread has written it
         self._error: BaseException | None = None
+        self._discarded = False
         self._thread = threading.Thread(target=self._drain, name="shard-bytes", daemon=True)
         self._thread.start()
 
     def write(self, data: bytes) -> int:
+        if self._discarded:
+            return len(data)
         if self._error is not None:
+            self._stop()
             raise self._error
         self._pending.append(data)
         self._pending_size += len(data)
@@ -160,30 +167,41 @@ class HashingFile:
     def flush(self) -> None:
         """Nothing to do: finish hands over what is left, and the sink commits it."""
 
-    def finish(self, failed: bool = False) -> tuple[int, str]:
-        """Wait for every byte to be hashed and written; the size and sha256 of them all.
-        `failed`: the shard is being discarded: what is pending is dropped, errors too."""
-        if not failed:
+    def finish(self) -> tuple[int, str]:
+        """Wait for every byte to be hashed and written; the size and sha256 of them all."""
+        if not self._discarded:
             self._hand_over()
-        self._chunks.put(None)
-        self._thread.join()
-        if self._error is not None and not failed:
+        self._stop()
+        if self._error is not None and not self._discarded:
             raise self._error
         return self.size, self.sha256.hexdigest()
 
+    def discard(self) -> None:
+        """The shard is being thrown away: stop writing it now, and take no more bytes (a
+        trailer written on the way out goes nowhere) and no error of its sink's."""
+        self._discarded = True
+        self._stop()
+
     def _hand_over(self) -> None:
+        self._free.acquire()
         self._chunks.put(self._pending)
         self._pending, self._pending_size = [], 0
 
+    def _stop(self) -> None:
+        if self._thread.is_alive():
+            self._chunks.put(None)
+            self._thread.join()
+
     def _drain(self) -> None:
         while (chunk := self._chunks.get()) is not None:
-            if self._error is None:
+            if self._error is None and not self._discarded:
                 try:
                     for piece in chunk:
                         self.sha256.update(piece)
                         self.sink.write(piece)
                 except BaseException as e:  # raised again in the worker's thread
                     self._error = e
+            self._free.release()
 
 
 class ShardReader:

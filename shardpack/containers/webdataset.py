@@ -151,10 +151,12 @@ class _Writer(ShardWriter):
         return offset
 
     def _close(self, failed: bool) -> tuple[int, str]:
-        if not failed:  # the end-of-archive marker: two zero blocks, then up to a full record
+        if failed:
+            self._out.discard()
+        else:  # the end-of-archive marker: two zero blocks, then up to a full record
             end = self._out.size + 2 * _BLOCK
             self._out.write(b"\0" * (2 * _BLOCK + (-end % _RECORD)))
-        return self._out.finish(failed)
+        return self._out.finish()
 
 
 class _Tar:
