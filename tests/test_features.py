@@ -104,6 +104,34 @@ def test_the_same_table_as_csv_jsonl_and_parquet_packs_to_identical_shards(tmp_p
     assert lists[0] and lists[0] == lists[1]
 
 
+@pytest.mark.parametrize("fmt", ["array_record", "webdataset"])
+def test_every_container_holds_the_list_features_as_tfrecord_does(packed, tmp_path, fmt):
+    """Boxes, several labels, number lists: read back from every container as from TFRecord
+    (a WebDataset's .json met numpy arrays, and its pack ended in a traceback)."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    out = tmp_path / fmt
+    _pack(write_jsonl(src / "labels.jsonl", _rows()), out, format=fmt)
+    want = {r["key"]: r for r in iter_examples(packed)}
+    got = {r["key"]: r for r in iter_examples(out)}
+    assert got.keys() == want.keys()
+    for key, record in got.items():
+        for name, value in record.items():
+            if isinstance(value, np.ndarray):
+                assert value.dtype == want[key][name].dtype, (key, name)
+                assert value.tolist() == want[key][name].tolist(), (key, name)
+            else:
+                assert value == want[key][name], (key, name)
+    if fmt == "webdataset":  # and the .json as any tar reader sees it
+        import tarfile
+
+        with tarfile.open(next(out.glob("*.tar"))) as tar:
+            member = next(m for m in tar.getmembers() if m.name.endswith(".json"))
+            saved = json.loads(tar.extractfile(member).read())
+        record = got[saved["key"]]
+        assert saved["boxes"] == np.asarray(record["boxes"]).reshape(-1).tolist()
+        assert saved["label"] == record["label"].tolist()
+
+
 def _expected() -> dict[str, dict]:
     return {key: {**_fields(i), "label": _labels(i)} for i, key in enumerate(KEYS)}
 

@@ -108,6 +108,8 @@ def _json_value(value: object) -> object:
         return os.fsdecode(value)  # a file name that is not UTF-8 survives as \udcXX escapes
     if isinstance(value, (list, tuple)):
         return [_json_value(v) for v in value]
+    if isinstance(value, np.ndarray | np.generic):  # a number list (boxes, labels): as Python's
+        return value.tolist()
     return value
 
 
