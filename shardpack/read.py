@@ -292,11 +292,15 @@ def tf_dataset(
 
     Raises:
         ShardpackError: TensorFlow is not installed, the shards are not TFRecords, `shard` is
-            not (index, count), `lists` is neither "ragged" nor "padded", or batch_size or
-            image_size is not a positive count or (height, width).
+            not (index, count), `lists` is neither "ragged" nor "padded", or epochs,
+            batch_size or image_size is not a positive count or (height, width).
     """
     if batch_size is not None and not _positive_int(batch_size):
         raise ShardpackError(f"batch_size must be a positive integer or None, got: {batch_size!r}")
+    if epochs is not None and not _positive_int(epochs):  # tf.data: 0 raised, -1 miscounted
+        raise ShardpackError(
+            f"epochs must be a positive integer, or None to repeat forever, got: {epochs!r}"
+        )
     if image_size is not None and not (
         isinstance(image_size, (tuple, list)) and len(image_size) == 2
         and all(map(_positive_int, image_size))

@@ -128,7 +128,10 @@ def test_a_bad_shard_is_one_clear_error(packed: Path, shard):
     ("given", "said"),
     [({"batch_size": 0}, "batch_size must be a positive integer or None, got: 0"),
      ({"image_size": 224}, "image_size must be (height, width) in pixels, got: 224"),
-     ({"image_size": (224, 0)}, "image_size must be (height, width) in pixels")],
+     ({"image_size": (224, 0)}, "image_size must be (height, width) in pixels"),
+     ({"epochs": 0}, "epochs must be a positive integer, or None to repeat forever, got: 0"),
+     ({"epochs": -1}, "epochs must be a positive integer"),
+     ({"epochs": 1.5}, "epochs must be a positive integer")],
 )  # fmt: skip
 def test_tf_dataset_refuses_a_bad_batch_or_image_size_by_name(packed: Path, given, said):
     """Before: a TensorFlow error at iteration, or autograph's 'ValueError in user code'."""
