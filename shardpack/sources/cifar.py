@@ -76,9 +76,11 @@ def scan_cifar(root: Storage, layout: str) -> Dataset:
         classes = _names(names, "fine_label_names" if hundred else "label_names", meta_path)
         coarse = _names(names, "coarse_label_names", meta_path) if hundred else None
     splits: dict[str, list[Item]] = {}
+    missing = []
     for batch, split in batches.items():
         path = root.path(batch)
         if root.kind(batch) != "file":
+            missing.append(batch)
             continue
         labels, coarse_labels = (
             _binary_labels(root, batch, hundred) if binary else _pickle_labels(root, batch, hundred)
@@ -103,6 +105,12 @@ def scan_cifar(root: Storage, layout: str) -> Dataset:
         root,
         Schema.build(classes, extra),
         {split: tuple(items) for split, items in splits.items()},
+        # a batch gone (an archive extracted in part) is packed around, and said
+        warnings=tuple(
+            f"{root.path()}: no {batch}: packed without it; extract the whole archive to "
+            "pack every record"
+            for batch in missing
+        ),
     )
 
 
