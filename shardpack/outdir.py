@@ -122,7 +122,7 @@ def prepare(
     """
     state = read_state(out)
     if state.ours and set(state.digests) != {plan.digest} and not overwrite:
-        if state.digests == (None,) and state.has_index:  # an index.json alone, not ours
+        if state.has_index and state.digests[0] is None:  # broken, or not ours at all
             raise OutputError(
                 f"{out.path(INDEX_NAME)}: not an index shardpack can read; pass --overwrite to "
                 "replace it, or choose another output folder"

@@ -274,6 +274,11 @@ def test_an_index_json_of_yours_is_named_not_taken_for_a_dataset(tmp_path: Path)
         "replace it, or choose another output folder"
     )
     assert (tmp_path / "out" / "index.json").read_text() == "my own notes"
+    # beside a journal of a run (its index spoiled since): the index is what the line names
+    pack(src, tmp_path / "run", PackOptions(workers=1))
+    (tmp_path / "run" / "index.json").write_text("{")
+    with pytest.raises(OutputError, match=r"run/index.json: not an index shardpack can read"):
+        pack(src, tmp_path / "run", PackOptions(workers=1))
 
 
 def test_a_failed_overwrite_leaves_nothing_of_the_old_dataset(tmp_path: Path):
