@@ -51,16 +51,19 @@ def stratified_split(
     return [sorted(s) for s in splits]
 
 
-def split_dataset(dataset: Dataset, split: tuple[tuple[str, float], ...], seed: int) -> Dataset:
-    """The dataset with its one split cut into the named splits (see stratified_split).
+def split_dataset(
+    dataset: Dataset, split: tuple[tuple[str, float], ...], seed: int, src: str
+) -> Dataset:
+    """The dataset with its one split cut into the named splits (see stratified_split); `src`
+    is SRC as messages name it (a manifest's file, where the dataset's root is its folder).
 
     Raises:
         SourceError: the dataset already has several splits, or a split would get no item.
     """
     if len(dataset.splits) != 1:
         raise SourceError(
-            f"{dataset.root.path()}: already has splits {', '.join(sorted(dataset.splits))}; "
-            "--split cuts a one-split source: drop --split"
+            f"{src}: already has splits {', '.join(sorted(dataset.splits))} (split folders, or "
+            "a manifest's split column); --split cuts a one-split source: drop --split"
         )
     (items,) = dataset.splits.values()
     positions = stratified_split([item.label for item in items], [f for _, f in split], seed)

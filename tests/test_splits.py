@@ -210,6 +210,10 @@ def test_split_option_packs_stratified_splits(tmp_path: Path):
 def test_split_of_a_source_with_splits_or_too_few_items_is_refused(tmp_path: Path):
     with pytest.raises(SourceError, match="already has splits"):
         scan(_split_tree(tmp_path / "tree"), PackOptions(split=(("a", 0.5), ("b", 0.5))))
+    table = make_tree(tmp_path / "m", {"cat": 2}) / "t.csv"  # named by its file, not folder
+    table.write_text("file_name,label,split\ncat/img_000.jpg,cat,train\ncat/img_001.jpg,cat,val\n")
+    with pytest.raises(SourceError, match=re.escape(f"{table}: already has splits train, val")):
+        scan(table, PackOptions(split=(("a", 0.5), ("b", 0.5))))
     src = make_tree(tmp_path / "small", {"cat": 2})
     with pytest.raises(SourceError, match="gives b no item"):
         scan(src, PackOptions(split=(("a", 0.9), ("b", 0.1))))

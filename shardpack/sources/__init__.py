@@ -123,7 +123,9 @@ def scan(
         dataset = splittree.scan_split_tree(root, options)
     else:
         dataset = folder.scan_folder(root, options)
-    return dataset if options.split is None else split_dataset(dataset, options.split, options.seed)
+    if options.split is None:
+        return dataset
+    return split_dataset(dataset, options.split, options.seed, root.path())
 
 
 def _refuse_unused(root: Storage, options: PackOptions, kind: str) -> None:
