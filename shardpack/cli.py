@@ -476,13 +476,22 @@ def pack(
             overwrite=overwrite,
             resume=resume,
             index_files=index_files,
-            classes=parse_classes(classes) if classes else None,
-            split_names=tuple(n.strip() for n in splits.split(",")) if splits else SPLIT_NAMES,
-            split=parse_split(split) if split else None,
+            # "" given is refused as empty, not taken for the option left out
+            classes=parse_classes(classes) if classes is not None else None,
+            split_names=_split_names(splits) if splits is not None else SPLIT_NAMES,
+            split=parse_split(split) if split is not None else None,
             path_column=path_column,
             root=root if root is None or is_url(root) else os.path.abspath(root),
         )
         _run_pack(src, out, options, not no_progress, as_json, parse_options(storage_option or ()))
+
+
+def _split_names(text: str) -> tuple[str, ...]:
+    """--splits a,b,c: the names, each checked by PackOptions."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise ShardpackError(f"--splits names no split, got: {text!r}; pass a,b,c")
+    return names
 
 
 @app.command(cls=_Command)
@@ -637,7 +646,7 @@ def preview(
             help="Image to write; .png, .jpg/.jpeg or .webp picks the format.",
         ),
     ] = "preview.png",
-    seed: Annotated[int, typer.Option(metavar="N", help="Which random records.")] = 0,
+    seed: Annotated[int, typer.Option(metavar="N", min=0, help="Which random records.")] = 0,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the image at --out if there is one.")
     ] = False,

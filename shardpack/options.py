@@ -247,7 +247,7 @@ def check_fractions(split: tuple[tuple[str, float], ...]) -> None:
     if len(set(names)) != len(names) or not names:
         raise ShardpackError(f"--split must name each split once, got: {', '.join(names)!r}")
     if any(not 0 < fraction <= 1 for _, fraction in split):
-        raise ShardpackError("--split fractions must be between 0 and 1, such as train=0.9")
+        raise ShardpackError("--split fractions must be above 0 and at most 1, such as train=0.9")
     if abs(sum(fraction for _, fraction in split) - 1) > 1e-6:
         total = sum(fraction for _, fraction in split)
         raise ShardpackError(f"--split fractions must add up to 1, got {total:g}")

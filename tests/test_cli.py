@@ -149,6 +149,12 @@ def test_verify_exit_code_on_fault(src: Path, tmp_path: Path):
         (["pack", "{src}", "{tmp}/out", "--resize", "big"], "WIDTHxHEIGHT"),
         (["pack", "{src}", "{tmp}/out", "--resize", "0x0"], "got: '0x0'"),
         (["verify", "{tmp}/empty"], "index.json: not found"),
+        # given empty: refused, not taken for the option left out
+        (["pack", "{src}", "{tmp}/out", "--classes", ""], "--classes: names no class"),
+        (["pack", "{src}", "{tmp}/out", "--splits", " , "], "--splits names no split"),
+        (["pack", "{src}", "{tmp}/out", "--split", ""], "--split must look like train=0.9"),
+        (["pack", "{src}", "{tmp}/out", "--split", "a=0,b=1"], "must be above 0 and at most 1"),
+        (["preview", "{tmp}/empty", "--seed", "-1"], "-1 is not in the range x>=0"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(src: Path, tmp_path: Path, args: list[str], message: str):

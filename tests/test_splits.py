@@ -227,7 +227,7 @@ def test_split_of_a_source_with_splits_or_too_few_items_is_refused(tmp_path: Pat
         ("train", "must look like"),
         ("train=x", "must look like"),
         ("train=0.5,train=0.5", "each split once"),
-        ("train=1.5,val=-0.5", "between 0 and 1"),
+        ("train=1.5,val=-0.5", "above 0 and at most 1"),
         ("tr-ain=1", "split names"),
     ],
 )
