@@ -54,28 +54,39 @@ def test_split_tree_packs_splits_with_one_class_list(tmp_path: Path):
 def test_split_folders_beside_other_folders_are_refused_not_taken_for_classes(tmp_path: Path):
     """Taken for a class tree (as they once were), every image was labelled by its split."""
     src = _split_tree(tmp_path / "src")
-    make_tree(src / "extra", {"x": 1}, seed=20)
+    make_tree(src / "__MACOSX", {"x": 1}, seed=20)
     with pytest.raises(SourceError) as caught:
         scan(src)
     assert str(caught.value) == (
-        f"{src}: of its folders, 'train', 'validation' are split names and 'extra' not "
-        "(matched exactly, case included); pass --splits extra,train,validation to take every "
-        "folder as a split, or --source folder to take every folder as a class"
+        f"{src}: holds split folders ('train', 'validation') and others ('__MACOSX'): move the "
+        "others out of SRC (a split tree holds split folders only), or pass --source folder "
+        "to take every folder as a class"
     )
     dataset = scan(src, PackOptions(source="folder"))  # the way out it names
-    assert dataset.kind == "folder" and dataset.classes == ("extra", "train", "validation")
-    assert scan(src, PackOptions(split_names=("extra", "train", "validation"))).kind == "split-tree"
+    assert dataset.kind == "folder" and dataset.classes == ("__MACOSX", "train", "validation")
 
 
-def test_a_split_folder_but_for_case_or_a_splits_typo_is_refused(tmp_path: Path):
+def test_a_class_named_like_a_split_among_more_classes_is_a_class(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 1, "dog": 1, "test": 1})
+    assert scan(src).classes == ("cat", "dog", "test")
+
+
+def test_split_folders_but_for_case_or_a_splits_typo_are_refused(tmp_path: Path):
     src = tmp_path / "src"
     make_tree(src / "Train", {"a": 2})
     make_tree(src / "Val", {"a": 1})
-    with pytest.raises(SourceError, match=r"of its folders, none are split names and 'Train', "):
+    with pytest.raises(SourceError, match=r"its folders 'Train', 'Val' are split names but for"):
         scan(src)
     assert scan(src, PackOptions(split_names=("Train", "Val"))).kind == "split-tree"
-    with pytest.raises(SourceError, match=r"--splits names none of its folders \('Train', 'Val'"):
+    with pytest.raises(SourceError, match=r"--splits names none of its folders \(its folders are"):
         scan(src, PackOptions(split_names=("trian", "val")))
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "a.jpg").write_bytes(b"")
+    with pytest.raises(SourceError, match=r"\(it holds no folder\)"):
+        scan(flat, PackOptions(split_names=("train",)))
+    with pytest.raises(SourceError, match="--splits names split folders, and --source folder"):
+        scan(src, PackOptions(split_names=("Train",), source="folder"))
 
 
 def test_splits_option_names_other_split_folders(tmp_path: Path):

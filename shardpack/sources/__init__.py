@@ -131,6 +131,9 @@ def scan(
 def _refuse_unused(root: Storage, options: PackOptions, kind: str) -> None:
     """An option the layout of SRC takes no notice of is refused, not ignored: --splits
     names split folders, --path-column and --root a manifest's images."""
+    if options.source == "folder" and options.split_names != SPLIT_NAMES:
+        raise SourceError(f"{root.path()}: --splits names split folders, and --source folder "
+                          "takes every folder as a class; drop one of them")  # fmt: skip
     for flag, given, meant in (
         ("--splits", options.split_names != SPLIT_NAMES, "folders"),
         ("--path-column", options.path_column is not None, "a manifest"),

@@ -28,25 +28,33 @@ def is_split_tree(root: Storage, split_names: tuple[str, ...], named: bool = Fal
     """Whether every first-level folder of SRC (there is at least one) is a split name.
 
     Raises:
-        SourceError: some folders are split names (or one but for case) and others not, or
-            --splits (`named`) names none of them: taken for class folders, every image
-            would be labelled by its split.
+        SourceError: taken for class folders, every image would be labelled by its split:
+            split folders are at least half of SRC's folders but not all (train/, val/ and
+            a stray extras/; a class folder named test/ among more classes is a class), or
+            every folder is a split name but for case (Train/), or --splits (`named`) names
+            none of them.
     """
     folders = _folders(root)
     splits = [name for name in folders if name in split_names]
     if folders and len(splits) == len(folders):
         return True
-    lowered = {name.lower() for name in split_names}
     if named and not splits:
-        raise SourceError(f"{root.path()}: --splits names none of its folders ({few(folders)}); "
-                          "pass the names of its split folders, or drop --splits")  # fmt: skip
-    if any(name.lower() in lowered for name in folders):
-        others = [name for name in folders if name not in split_names]
+        holds = f"its folders are {few(folders)}" if folders else "it holds no folder"
+        raise SourceError(f"{root.path()}: --splits names none of its folders ({holds}); pass "
+                          "the names of its split folders, or drop --splits")  # fmt: skip
+    others = [name for name in folders if name not in split_names]
+    if splits and len(splits) >= len(others):
         raise SourceError(
-            f"{root.path()}: of its folders, {few(splits) or 'none'} are split names and "
-            f"{few(others)} not (matched exactly, case included); pass --splits "
-            f"{','.join(sorted(folders))} to take every folder as a split, or --source folder "
-            "to take every folder as a class"
+            f"{root.path()}: holds split folders ({few(splits)}) and others ({few(others)}): "
+            "move the others out of SRC (a split tree holds split folders only), or pass "
+            "--source folder to take every folder as a class"
+        )
+    lowered = {name.lower() for name in split_names}
+    if folders and all(name.lower() in lowered for name in folders):
+        raise SourceError(
+            f"{root.path()}: its folders {few(folders)} are split names but for case; pass "
+            f"--splits {','.join(folders)} to take them as splits, or --source folder to take "
+            "them as classes"
         )
     return False
 
