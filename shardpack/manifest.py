@@ -293,8 +293,8 @@ def _check_filled(
         unit = "row" if path.lower().endswith(".parquet") else "line"
         more = f" and {missing - 1} more {unit}s" if missing > 1 else ""
         raise SourceError(
-            f"{path}: column {name!r} has no value on {unit} {first}{more}; a number column "
-            "needs one in every row: fill it in, or drop the column"
+            f"{path}: column {name!r} has no value on {unit} {first}{more}; a column of "
+            "numbers (or true/false) needs one in every row: fill it in, or drop the column"
         )
 
 

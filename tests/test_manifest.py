@@ -338,7 +338,7 @@ def test_an_optional_number_column_is_refused_naming_its_first_empty_line(tmp_pa
         read_manifest(write_jsonl(tmp_path / "t.jsonl", rows))
     assert str(caught.value) == (
         f"{tmp_path / 't.jsonl'}: column 'iscrowd' has no value on line 1 and 58 more lines; "
-        "a number column needs one in every row: fill it in, or drop the column"
+        "a column of numbers (or true/false) needs one in every row: fill it in, or drop the column"
     )
     rows[0]["iscrowd"], rows[1]["iscrowd"] = 0, None  # a JSON null is missing too
     with pytest.raises(SourceError, match="'iscrowd' has no value on line 2 and 57 more lines"):
@@ -371,7 +371,7 @@ def test_an_empty_csv_cell_refuses_a_number_column_but_not_a_text_or_list_one(tm
         {"path": "b.jpg", "n": "", "caption": ""},
         {"path": "c.jpg", "n": "4", "caption": ""},
     ]
-    with pytest.raises(SourceError, match=r"t\.csv: column 'n' has no value on line 3; a number"):
+    with pytest.raises(SourceError, match=r"t\.csv: column 'n' has no value on line 3; a column"):
         read_manifest(write_csv(tmp_path / "t.csv", rows))
     for row in rows:
         del row["n"]
