@@ -110,7 +110,7 @@ def load(data: bytes, path: str) -> object:
     except IndexError:  # the modelled stack ran empty
         raise SourceError(f"{path}: not a readable CIFAR pickle (malformed)") from None
     except Exception as e:  # pickle raises many types on garbage; all mean the same to a user
-        why = "a byte that starts no pickle opcode" if isinstance(e, KeyError) else e
+        why = "malformed" if isinstance(e, KeyError) else e  # KeyError: a memo never made
         raise SourceError(f"{path}: not a readable CIFAR pickle ({why}); is it a batch of the "
                           "python version, whole?") from None  # fmt: skip
 

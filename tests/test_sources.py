@@ -631,14 +631,24 @@ def test_hostile_pickle_cannot_delete_files(tmp_path):
     ("content", "match"),
     [
         (b"", "not a readable CIFAR pickle"),
-        (b"garbage, not a pickle", r"not a readable CIFAR pickle \(a byte that starts no pi"),
+        (b"garbage, not a pickle", "not a readable CIFAR pickle"),
+        (b"hello world", r"not a readable CIFAR pickle \(malformed\); is it a batch of the"),
         (pickle.dumps([1, 2, 3], protocol=2), "holds a list"),
         (pickle.dumps({b"labels": [0, 1]}, protocol=2), "no 'data' entry"),
         (pickle.dumps({b"labels": [0], b"data": np.zeros((1, 5), np.uint8)}), "N x 3072"),
         (pickle.dumps({b"labels": [0, 1, 2], b"data": np.zeros((2, 3072), np.uint8)}), "3 labels"),
         (pickle.dumps({b"labels": [10], b"data": np.zeros((1, 3072), np.uint8)}), "label 10"),
     ],
-    ids=["empty", "garbage", "list", "no-data", "bad-shape", "count-mismatch", "label-range"],
+    ids=[
+        "empty",
+        "garbage",
+        "text",
+        "list",
+        "no-data",
+        "bad-shape",
+        "count-mismatch",
+        "label-range",
+    ],
 )
 def test_bad_cifar_pickle_is_source_error(tmp_path, content, match):
     src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
