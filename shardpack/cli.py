@@ -599,6 +599,11 @@ def _short(value: object) -> str:
     return str(value)
 
 
+def _cut(text: str, most: int) -> str:
+    """`text`, or its start and "..." where it is longer than `most` characters."""
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def _record_line(record: dict) -> str:
     """One line for a sample record of `inspect`: key, label(s) and class(es), image, extras."""
     names = record.get("class")
@@ -609,7 +614,7 @@ def _record_line(record: dict) -> str:
     else:
         label = f"label {record['label']} ({printable(names)})"
     extras = "".join(
-        f", {printable(name)}={printable(_short(value))[:60]}"
+        f", {printable(name)}={_cut(printable(_short(value)), 60)}"
         for name, value in record.items()
         if name not in _SHOWN
     )

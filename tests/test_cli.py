@@ -78,7 +78,7 @@ def test_inspect_shows_multi_label_unlabeled_and_extra_features(tmp_path: Path):
         write_image(tmp_path / "img" / f"{i}.jpg", image(i, height=20, width=30))
     box = [[0.1, 0.2, 0.5, 0.25]]
     rows = [{"file_name": f"img/{i}.jpg", "label": ["cat", "dog"][: 1 + i % 2], "boxes": box,
-             "caption": f"pic {i}"} for i in range(4)]  # fmt: skip
+             "caption": f"pic {i}", "notes": "x" * 80} for i in range(4)]  # fmt: skip
     write_jsonl(tmp_path / "coco.jsonl", rows)
     write_csv(tmp_path / "plain.csv", [{"path": f"img/{i}.jpg", "score": i / 4} for i in range(4)])
     for table, expected in [
@@ -96,6 +96,7 @@ def test_inspect_shows_multi_label_unlabeled_and_extra_features(tmp_path: Path):
     }
     coco = _run("inspect", str(tmp_path / "coco-jsonl")).stdout
     assert "boxes=[[0.1, 0.2, 0.5, 0.25]]" in coco and "caption=pic" in coco
+    assert f"notes={'x' * 57}..." in coco  # a long value says it was cut
     assert "labels [0, 1] (cat, dog)" in coco or "labels [0] (cat)" in coco
     plain = _run("inspect", str(tmp_path / "plain-csv")).stdout
     assert "score=" in plain and {
