@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from shardpack.errors import is_count
 from shardpack.index import load_index
 from shardpack.read import iter_examples
 
@@ -24,7 +25,7 @@ def describe(
     Returns:
         A JSON-ready dict.
     """
-    if isinstance(num_records, bool) or not isinstance(num_records, int) or num_records < 0:
+    if not is_count(num_records, 0):
         raise ValueError(f"num_records must be an integer >= 0, got: {num_records!r}")
     index = load_index(out, storage_options)
     present = {e.name for e in index.storage.listdir() if not e.is_dir}  # one listing, not a

@@ -11,7 +11,7 @@ import numpy as np
 
 from shardpack import images
 from shardpack.atomic import write_atomic
-from shardpack.errors import OutputError, os_error_fix
+from shardpack.errors import OutputError, is_count, os_error_fix
 from shardpack.index import load_index
 from shardpack.read import decode_pixels, iter_examples
 from shardpack.schema import Schema
@@ -50,7 +50,7 @@ def make_preview(
         OutputError: dest has another extension, exists (without overwrite), its folder is
             missing, or it cannot be written.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not is_count(n):
         raise ValueError(f"n must be a positive integer (records to show), got: {n!r}")
     dest = os.fspath(dest)
     if is_url(dest):

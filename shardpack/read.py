@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardpack.containers import checked
-from shardpack.errors import RecordError, ShardpackError
+from shardpack.errors import RecordError, ShardpackError, is_count
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS, ENCODINGS
 from shardpack.schema import Schema, check_values, decode_value
@@ -235,10 +235,6 @@ def _buffer_shuffle(records: Iterator[dict], rng: random.Random) -> Iterator[dic
     yield from buffer
 
 
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
 def tf_dataset(
     out: str | os.PathLike,
     split: str = "train",
@@ -295,15 +291,15 @@ def tf_dataset(
             not (index, count), `lists` is neither "ragged" nor "padded", or epochs,
             batch_size or image_size is not a positive count or (height, width).
     """
-    if batch_size is not None and not _positive_int(batch_size):
+    if batch_size is not None and not is_count(batch_size):
         raise ShardpackError(f"batch_size must be a positive integer or None, got: {batch_size!r}")
-    if epochs is not None and not _positive_int(epochs):  # tf.data: 0 raised, -1 miscounted
+    if epochs is not None and not is_count(epochs):  # tf.data: 0 raised, -1 miscounted
         raise ShardpackError(
             f"epochs must be a positive integer, or None to repeat forever, got: {epochs!r}"
         )
     if image_size is not None and not (
         isinstance(image_size, (tuple, list)) and len(image_size) == 2
-        and all(map(_positive_int, image_size))
+        and all(map(is_count, image_size))
     ):  # fmt: skip
         raise ShardpackError(f"image_size must be (height, width) in pixels, got: {image_size!r}")
     index = load_index(out, storage_options)
