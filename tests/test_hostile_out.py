@@ -84,6 +84,17 @@ def test_a_lock_or_journal_linked_outside_out_is_refused(src, victim, tmp_path, 
     assert (out / planted).is_symlink()  # the user's link is left as it was
 
 
+def test_a_lock_hard_linked_to_a_file_outside_out_is_refused(src, victim, tmp_path):
+    """A hard link is a plain file to every check of links: the pid was written into the file
+    outside OUT it shares, and the file was removed at the end."""
+    out = tmp_path / "out"
+    out.mkdir()
+    os.link(victim, out / ".shardpack.lock")
+    run = _cli("pack", str(src), str(out), "--workers", "1")
+    _one_line_error(run, ".shardpack.lock", "hard link", "remove it")
+    assert victim.read_text() == VICTIM_TEXT and (out / ".shardpack.lock").exists()
+
+
 def test_temp_names_planted_before_the_writes_are_never_written_through(src, victim, tmp_path):
     """Links under every temporary name pack once used, planted once the shards are done and
     before the metadata, idx files and index.json are written (the progress callback's last

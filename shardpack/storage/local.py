@@ -20,7 +20,7 @@ from shardpack.atomic import (
     replace_with,
     write_atomic,
 )
-from shardpack.errors import OutputError, os_error_fix
+from shardpack.errors import OutputError, os_error_fix, printable
 from shardpack.srcfiles import read_regular
 from shardpack.storage import LOCK_NAME, Blob, Entry, JournalWriter, Sink, Storage
 
@@ -217,7 +217,7 @@ def _locked(out: str, created: bool) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            owner = printable(os.pread(fd, 32, 0).decode(errors="replace").strip()) or "?"
             os.close(fd)
             raise OutputError(
                 f"{out}: another shardpack run (pid {owner}) is writing here; wait for it to "
@@ -244,7 +244,7 @@ def _locked(out: str, created: bool) -> Iterator[None]:
 
 def _open_lock(path: str) -> int:
     try:
-        return open_regular(path, os.O_RDWR | os.O_CREAT)
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT)
     except OSError as e:
         hint = (
             "it is a link or not a plain file, not shardpack's: remove it"
@@ -252,6 +252,11 @@ def _open_lock(path: str) -> int:
             else os_error_fix(e)
         )
         raise OutputError(f"{path}: cannot open the lock file ({e.strerror}); {hint}") from None
+    if os.fstat(fd).st_nlink != 1:  # a hard link: the pid written below would land elsewhere
+        os.close(fd)
+        raise OutputError(f"{path}: has other names (a hard link), not shardpack's lock file: "
+                          "remove it")  # fmt: skip
+    return fd
 
 
 def _is_file_at(fd: int, path: str) -> bool:
