@@ -688,12 +688,13 @@ def demo(
     both, never a file of yours.
     """
     with _user_errors():
-        from shardpack.demo import SAMPLE_NAME, SHAPES, earlier_demo, make_sample
+        from shardpack.demo import SAMPLE_NAME, SHAPES, earlier_demo, make_sample, refuse_links
 
+        shards = out / "shards"
+        refuse_links(out / SAMPLE_NAME, shards)
         sample = make_sample(out / SAMPLE_NAME, per_class=per_class)
         if not as_json:
             typer.echo(f"drew {_plural(per_class * len(SHAPES), 'sample image')} in {sample}")
-        shards = out / "shards"
         overwrite = overwrite or earlier_demo(shards)
         options = PackOptions(workers=workers, shards=4, overwrite=overwrite)
         _run_pack(Path(sample), shards, options, not no_progress, as_json)

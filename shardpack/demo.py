@@ -101,6 +101,19 @@ def make_sample(
     return dest
 
 
+def refuse_links(*folders: str | os.PathLike) -> None:
+    """Refuse a link at OUT/sample or OUT/shards: the demo writes there as its own, and would
+    write (or remove) wherever the link points.
+
+    Raises:
+        OutputError: one of them is a link.
+    """
+    for folder in folders:
+        if os.path.islink(folder):
+            raise OutputError(f"{folder}: is a link; the demo writes into this folder itself: "
+                              "remove the link, or choose another OUT")  # fmt: skip
+
+
 def _sample_files(dest: str) -> list[str] | None:
     """The images of an earlier sample in dest (relative paths); None if dest is absent or empty.
 

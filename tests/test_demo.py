@@ -112,3 +112,16 @@ def test_a_dataset_of_yours_in_the_shards_folder_is_refused_and_kept(tmp_path: P
     result = runner.invoke(app, ["demo", str(tmp_path / "d"), "--per-class", "2", "--no-progress"])
     assert result.exit_code == 2 and "--overwrite" in result.output, result.output
     assert {p.name: p.read_bytes() for p in shards.iterdir()} == before
+
+
+@pytest.mark.parametrize("planted", ["shards", "sample"])
+def test_a_link_at_the_demo_s_folders_is_refused_not_written_through(tmp_path: Path, planted):
+    """The demo writes OUT/shards and OUT/sample as its own: a link planted there had it pack a
+    whole dataset into the folder the link pointed at."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / planted).symlink_to(elsewhere)
+    result = runner.invoke(app, ["demo", str(tmp_path / "d"), "--per-class", "2", "--no-progress"])
+    assert result.exit_code == 2 and "is a link; the demo writes into" in result.output
+    assert list(elsewhere.iterdir()) == [] and (tmp_path / "d" / planted).is_symlink()
