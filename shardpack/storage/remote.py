@@ -225,7 +225,11 @@ def _naming(path: str) -> Iterator[None]:
     except OSError as e:
         if e.filename:
             raise
-        raise type(e)(e.errno, e.strerror or str(e), path) from e
+        try:  # its own class where it takes (errno, strerror, filename), as OSError's do
+            named = type(e)(e.errno, e.strerror or str(e), path)
+        except TypeError:  # aiohttp's ClientConnectorError takes other arguments
+            named = OSError(e.errno, e.strerror or str(e), path)
+        raise named from e
 
 
 def _entry(info: dict, base: str) -> Entry:
