@@ -255,3 +255,17 @@ def test_a_csv_label_column_of_numbers_made_names_by_one_cell_warns(tmp_path: Pa
     rows[1]["label"] = "cat"  # names, one of which is a number: as meant
     pack(write_csv(src / "names.csv", rows), tmp_path / "out2", PackOptions(workers=1))
     assert _index(tmp_path / "out2")["warnings"] == []
+
+
+def test_a_label_name_with_a_line_break_is_refused_as_a_folder_s_is(tmp_path: Path):
+    """Class names are written one a line (TFDS's label.labels.txt): a manifest label holding a
+    line break shifted every class after it there, and TFDS read the wrong names."""
+    src = make_tree(tmp_path / "src", {"a": 2})
+    rows = [{"path": "a/img_000.jpg", "label": "a"},
+            {"path": "a/img_001.jpg", "label": "b\x1b]0;t\x07\nX"}]  # fmt: skip
+    table = write_jsonl(src / "t.jsonl", rows)
+    with pytest.raises(SourceError) as caught:
+        pack(table, tmp_path / "out", PackOptions(workers=1))
+    said = str(caught.value)
+    assert said.startswith(f"{table}, column 'label': the class name 'b\\x1b]0;t\\x07\\nX' holds")
+    assert "\n" not in said and not (tmp_path / "out").exists()

@@ -31,6 +31,7 @@ from shardpack.manifest import (
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import NO_FIELDS, Dataset, Item
+from shardpack.sources.folder import check_class_name
 from shardpack.srcfiles import not_regular
 from shardpack.storage import Blob, Entry, Storage, is_url, storage_at
 
@@ -145,6 +146,8 @@ def _classes(table: Manifest, pinned: tuple[str, ...] | None) -> tuple[str, ...]
     if pinned is not None:
         return pinned
     if info.kind == "names":
+        for name in info.values:  # as a folder's: one line each in TFDS's label.labels.txt
+            check_class_name(name, f"{table.path}, column 'label'")
         return tuple(info.values)
     return tuple(str(i) for i in range(max(info.values, default=-1) + 1))
 
