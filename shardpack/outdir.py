@@ -132,6 +132,12 @@ def prepare(
             "start over, or choose another output folder"
         )
     planned = {spec.file for spec in plan.shards}
+    # a folder under a name pack writes stops the write that would replace it, at the end of
+    # the run: refused before anything in OUT is touched
+    blocked = sorted(state.folders & (planned | beside | {INDEX_NAME, *METADATA_NAMES}))
+    if blocked:
+        raise OutputError(f"{out.path(blocked[0])}: is a folder where pack writes a file; move "
+                          "it out of OUT, or choose another output folder")  # fmt: skip
     if not state.ours and not overwrite:
         clash = sorted(state.names & (planned | beside | {INDEX_NAME, *METADATA_NAMES}))
         if INDEX_FILES_DIR in state.folders:  # index files of these shards are replaced too

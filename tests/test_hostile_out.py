@@ -382,3 +382,18 @@ def test_the_local_dask_cluster_listens_on_loopback_only():
     with dask_client(None, 1) as client:
         addresses = [client.scheduler.address, *client.scheduler_info()["workers"]]
     assert all(a.startswith("tcp://127.0.0.1:") for a in addresses), addresses
+
+
+def test_a_folder_under_a_name_pack_writes_is_refused_before_the_index_goes(src, tmp_path):
+    """A folder at label.labels.txt stopped the run at its end, after the good index it was
+    to replace had been removed: refused first, the dataset left as it was."""
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1").returncode == 0
+    (out / "label.labels.txt").unlink()
+    (out / "label.labels.txt").mkdir()
+    run = _cli("pack", str(src), str(out), "--workers", "1")
+    _one_line_error(run, "label.labels.txt: is a folder where pack writes a file")
+    assert (out / "index.json").is_file()
+    from shardpack.verifier import verify
+
+    assert verify(out).ok
