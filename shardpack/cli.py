@@ -77,7 +77,9 @@ def _root(
 
 
 def _error(message: str) -> None:
-    typer.echo(f"{typer.style('error:', fg='red', bold=True)} {message}", err=True)
+    """One line on stderr: a name from SRC or OUT in it (a control character, a line break)
+    is escaped, never sent to the terminal as it is."""
+    typer.echo(f"{typer.style('error:', fg='red', bold=True)} {printable(message)}", err=True)
 
 
 def _stderr():
@@ -207,12 +209,12 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
     if summary["skipped"]:
         typer.echo(f"skipped {_plural(summary['skipped'], 'item')} (all listed in index.json):")
         for item in summary["skipped_items"][:5]:
-            typer.echo(f"  {item['key']}: {item['reason']}")
+            typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
     if summary["ignored"]:
         ignored = _plural(
             summary["ignored"], "file that is not an image", "files that are not images"
         )
-        named = ", ".join(summary["ignored_files"][:5])
+        named = ", ".join(map(printable, summary["ignored_files"][:5]))
         more = ", ..." if summary["ignored"] > 5 else ""
         typer.echo(f"ignored {ignored}: {named}{more}")
     if not summary["tfds_metadata"]:
@@ -256,7 +258,7 @@ def _run_pack(
         bar.close()
     summary = result.to_json()
     for warning in summary["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {printable(warning)}", file=sys.stderr)
     _print_json(summary) if as_json else _print_pack_summary(summary, options.resume)
     if summary["records"] == 0 and summary["skipped"]:  # a dataset of nothing is no success
         first = summary["skipped_items"][0]

@@ -104,6 +104,24 @@ def test_a_fifo_named_like_an_image_is_skipped_not_waited_on(tmp_path):
     assert skipped == {"a/pipe.jpg": "not a regular file (a FIFO)"}
 
 
+def test_a_name_with_terminal_codes_and_line_breaks_is_printed_escaped(tmp_path):
+    """The error line and the summary escape a hostile name: its codes reached the terminal
+    as they were (a title set, a line forged after a carriage return)."""
+    src = helpers.make_tree(tmp_path / "src", {"a": 2})
+    name = "\x1b]0;pwned\x07\nFAKE\rx.jpg"
+    os.mkfifo(src / "a" / name)
+    for extra, stream in ((["--on-error", "fail"], "stderr"), ([], "stdout")):
+        run = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src),
+                              str(tmp_path / f"out{len(extra)}"), "--workers", "1",
+                              "--no-progress", *extra],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        text = getattr(run, stream)
+        assert "a/\\x1b]0;pwned\\x07\\nFAKE\\rx.jpg: not a regular file" in text, text
+        assert not any(c in text for c in "\x1b\x07\r")
+        if stream == "stderr":
+            assert run.returncode == 2 and len(text.strip().splitlines()) == 1, text
+
+
 def test_dev_zero_linked_as_an_image_is_skipped_unread(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"a": 2})
     (src / "a" / "zero.jpg").symlink_to("/dev/zero")
