@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 # A journal holds one line of a few hundred bytes per shard (more with many skipped images):
 # 256 MiB is far past any real one; past it, the rest counts as a torn tail.
 _JOURNAL_CAP = 256 << 20
+# The most shard entries a journal is read for: a plan of more shards is none anyone makes.
+_MAX_JOURNAL_LINES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -217,17 +219,22 @@ def _index_shards(document: dict) -> Iterator[dict]:
 
 def _read_journal(out: Storage) -> tuple[object, tuple[ShardResult, ...]]:
     """The journal's first line (its header) and its well-formed shard entries, up to the first
-    line that is not JSON (a crash's torn line). (None, ()) for an empty journal."""
-    entries = []
-    for line in out.read_journal(_JOURNAL_CAP):
+    line that is not JSON (a crash's torn line) or the _MAX_JOURNAL_LINES-th. (None, ()) for an
+    empty journal. A line at a time, each kept only as a ShardResult: a planted journal of
+    millions of short lines once held gigabytes as parsed objects."""
+    header, results = None, []
+    for number, line in enumerate(out.read_journal(_JOURNAL_CAP)):
+        if number > _MAX_JOURNAL_LINES:
+            break
         try:
-            entries.append(json.loads(line))
+            entry = json.loads(line)
         except (ValueError, RecursionError):  # UnicodeDecodeError included; nested too deeply
             break
-    if not entries:
-        return None, ()
-    results = (_shard_result(entry) for entry in entries[1:])
-    return entries[0], tuple(r for r in results if r is not None)
+        if number == 0:
+            header = entry
+        elif (result := _shard_result(entry)) is not None:
+            results.append(result)
+    return header, tuple(results)
 
 
 _RESULT_FIELDS = frozenset(f.name for f in fields(ShardResult))

@@ -397,3 +397,24 @@ def test_a_folder_under_a_name_pack_writes_is_refused_before_the_index_goes(src,
     from shardpack.verifier import verify
 
     assert verify(out).ok
+
+
+def test_a_journal_of_millions_of_short_lines_is_read_in_bounded_memory(src, tmp_path):
+    """Every line of a planted journal became a parsed object before any was checked: 63 MB
+    of "[]" lines held 2.7 GB. Now a line at a time, kept only as a shard entry."""
+    import tracemalloc
+
+    from shardpack.outdir import read_state
+    from shardpack.storage import storage_at
+
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1").returncode == 0
+    with open(out / ".shardpack.journal", "ab") as f:
+        f.write(b"[]\n" * 1_000_000)
+    tracemalloc.start()
+    try:
+        state = read_state(storage_at(str(out)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert state.finished and peak < 20 * 2**20, peak  # the real entries kept, little else

@@ -103,19 +103,22 @@ class LocalStorage(Storage):
     def lock(self, created: bool = False):
         return _locked(self.root, created)
 
-    def read_journal(self, cap: int) -> list[bytes]:
+    def read_journal(self, cap: int) -> Iterable[bytes]:
         path = self.path(JOURNAL_NAME)
         try:
             fd = open_regular(path)
         except FileNotFoundError:
-            return []
+            return
         except OSError as e:
             raise OutputError(
                 f"{path}: not shardpack's journal ({e.strerror}: a link, a folder or a special "
                 "file); remove it"
             ) from None
-        with open(fd, "rb") as f:
-            return f.read(cap).splitlines()
+        with open(fd, "rb") as f:  # a line at a time: millions of short lines are no list
+            left = cap
+            while left > 0 and (line := f.readline(left)):
+                left -= len(line)
+                yield line.rstrip(b"\r\n")
 
     def journal(self, head: list[bytes]) -> JournalWriter:
         return _FileJournal(self.path(JOURNAL_NAME), head)

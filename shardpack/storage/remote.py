@@ -196,7 +196,7 @@ class RemoteStorage(Storage):
     def lock(self, created: bool = False):
         return _locked(self)
 
-    def read_journal(self, cap: int) -> list[bytes]:
+    def read_journal(self, cap: int) -> Iterable[bytes]:
         folder = self._key(JOURNAL_FOLDER)
         try:
             head = self.fs.cat_file(f"{folder}/{_HEAD}", start=0, end=cap)
