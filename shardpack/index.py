@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # the index is plain data: it needs these names only for type
 INDEX_NAME = "index.json"
 # The most bytes of index.json read: a million shards with their skipped files fit many times.
 MAX_INDEX_BYTES = 1 << 30
+# The most lists and objects an index.json may hold (json makes each a Python object of ~60
+# bytes and more): a shard is two, a skipped file one; a million shards fit twice over.
+MAX_INDEX_CONTAINERS = 5_000_000
 # What pack writes beside the shards: TFDS metadata (tfdsmeta) and index files (recordindex).
 METADATA_NAMES = ("dataset_info.json", "features.json", "label.labels.txt",
                   "coarse_label.labels.txt")  # fmt: skip
@@ -155,6 +158,10 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
         raise FileAccessError.from_os_error(e, path) from None
     except OSError as e:  # a folder, a link, a FIFO under the name
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
+    containers = text.count(b"[") + text.count(b"{")  # an upper bound: brackets in strings too
+    if containers > MAX_INDEX_CONTAINERS:  # each a Python object: a planted index of "[]"s
+        raise IndexFormatError(f"{path}: unreadable ({containers:,} lists and objects, over "
+                               f"{MAX_INDEX_CONTAINERS:,}); rerun pack to rewrite it")  # fmt: skip
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply

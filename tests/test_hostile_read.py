@@ -221,3 +221,10 @@ def test_inspect_escapes_names_with_control_characters(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert "new\\nline img\\x1b[31m.png" in done.stdout
     assert "\x1b" not in done.stdout and "new\nline" not in done.stdout
+
+
+def test_an_index_of_millions_of_empty_lists_is_refused_before_it_is_parsed(tmp_path: Path):
+    """Each [] json makes is a Python object: a 63 MB planted index held 1.6 GB in inspect."""
+    (tmp_path / "index.json").write_bytes(b"[" + b"[]," * 6_000_000 + b"[]]")
+    with pytest.raises(IndexFormatError, match=r"index.json: unreadable \(6,000,002 lists and"):
+        shardpack.load_index(tmp_path)
