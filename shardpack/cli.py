@@ -21,7 +21,7 @@ import typer
 from shardpack import __version__
 from shardpack.classlist import parse_classes
 from shardpack.containers import CONTAINERS
-from shardpack.errors import FileAccessError, ShardpackError, printable
+from shardpack.errors import FileAccessError, ShardpackError, printable, shortened
 from shardpack.options import (
     BACKENDS,
     CHECKS,
@@ -601,11 +601,6 @@ def _short(value: object) -> str:
     return str(value)
 
 
-def _cut(text: str, most: int) -> str:
-    """`text`, or its start and "..." where it is longer than `most` characters."""
-    return text if len(text) <= most else text[: most - 3] + "..."
-
-
 def _record_line(record: dict) -> str:
     """One line for a sample record of `inspect`: key, label(s) and class(es), image, extras."""
     names = record.get("class")
@@ -616,7 +611,7 @@ def _record_line(record: dict) -> str:
     else:
         label = f"label {record['label']} ({printable(names)})"
     extras = "".join(
-        f", {printable(name)}={_cut(printable(_short(value)), 60)}"
+        f", {printable(name)}={shortened(printable(_short(value)), 60)}"
         for name, value in record.items()
         if name not in _SHOWN
     )

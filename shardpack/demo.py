@@ -11,7 +11,7 @@ import tempfile
 import cv2
 import numpy as np
 
-from shardpack.errors import OutputError
+from shardpack.errors import OutputError, ShardpackError
 
 SHAPES = ("circle", "cross", "ring", "square", "triangle")
 # The dataset name pack gives the sample: its folder's, OUT/sample.
@@ -159,7 +159,6 @@ def _remove_sample(dest: str, files: list[str]) -> None:
 def earlier_demo(shards: str | os.PathLike) -> bool:
     """`shards` holds what an earlier demo packed there: an index of the sample (its name and
     the shape classes), which a rerun replaces; anything else there is the user's."""
-    from shardpack.errors import ShardpackError
     from shardpack.index import load_index
 
     try:

@@ -14,6 +14,11 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
+def shortened(text: str, most: int = 40) -> str:
+    """`text` for a message: whole, or its start and "..." where longer than `most`."""
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def is_count(value: object, least: int = 1) -> bool:
     """Whether `value` is an int (a bool is none) of at least `least`: what a count takes."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= least

@@ -50,7 +50,7 @@ from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
-from shardpack.errors import SourceError
+from shardpack.errors import SourceError, shortened
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature
 from shardpack.storage import Blob, Storage, is_url, storage_at
 
@@ -137,8 +137,12 @@ def line_name(path: str, line: int) -> str:
     """How messages name a manifest's line: "labels.csv line 7", lines counted from 1 as editors
     show them; a Parquet file's row: "shots.parquet row 0", counted from 0 as pandas and pyarrow
     index rows."""
-    unit = "row" if path.lower().endswith(".parquet") else "line"
-    return f"{os.path.basename(path)} {unit} {line}"
+    return f"{os.path.basename(path)} {_unit(path)} {line}"
+
+
+def _unit(path: str) -> str:
+    """What a manifest's rows are called in messages: a Parquet file's rows, others' lines."""
+    return "row" if path.lower().endswith(".parquet") else "line"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,7 +294,7 @@ def _check_filled(
         if not number and not (name in declared and missing == sum(counts[name].values())):
             continue
         first = next(_missing_lines(chunks, name))
-        unit = "row" if path.lower().endswith(".parquet") else "line"
+        unit = _unit(path)
         more = f" and {missing - 1} more {unit}s" if missing > 1 else ""
         raise SourceError(
             f"{path}: column {name!r} has no value on {unit} {first}{more}; a column of "
@@ -973,7 +977,7 @@ def _convert(
     seen: dict[str, int] = {}  # the file (_file_keys) -> first line, to refuse one listed twice
     interned: dict[str, str] = {}  # labels of multi-label rows, shared by every row that holds them
     labels: set = set()
-    unit = "row" if path.lower().endswith(".parquet") else "line"
+    unit = _unit(path)
     for at, chunk in enumerate(chunks):
         chunks[at] = None  # type: ignore[call-overload]  # its cells go once its rows are made
         bad.extend(BadRow(line, "", line_name(path, line), why) for line, why in chunk.problems)
@@ -1260,5 +1264,4 @@ def _describe_type(feature: Feature) -> str:
 
 
 def _describe(value) -> str:
-    shown = repr(value)
-    return shown if len(shown) <= 40 else shown[:37] + "..."
+    return shortened(repr(value))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from shardpack.containers import Container, is_shard_name
-from shardpack.errors import IndexFormatError, OutputError, printable
+from shardpack.errors import IndexFormatError, OutputError, printable, shortened
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, Index, load_index
 from shardpack.plan import Plan, ShardResult
 from shardpack.storage import Storage
@@ -134,14 +134,15 @@ def prepare(
             "start over, or choose another output folder"
         )
     planned = {spec.file for spec in plan.shards}
+    written = planned | beside | {INDEX_NAME, *METADATA_NAMES}  # every file pack writes in OUT
     # a folder under a name pack writes stops the write that would replace it, at the end of
     # the run: refused before anything in OUT is touched
-    blocked = sorted(state.folders & (planned | beside | {INDEX_NAME, *METADATA_NAMES}))
+    blocked = sorted(state.folders & written)
     if blocked:
         raise OutputError(f"{out.path(blocked[0])}: is a folder where pack writes a file; move "
                           "it out of OUT, or choose another output folder")  # fmt: skip
     if not state.ours and not overwrite:
-        clash = sorted(state.names & (planned | beside | {INDEX_NAME, *METADATA_NAMES}))
+        clash = sorted(state.names & written)
         if INDEX_FILES_DIR in state.folders:  # index files of these shards are replaced too
             idx = {e.name for e in out.child(INDEX_FILES_DIR).listdir()}
             clash += sorted(f"{INDEX_FILES_DIR}/{n}" for n in idx & {f"{f}.idx" for f in planned})
@@ -158,7 +159,7 @@ def prepare(
         out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES])
     out.remove(state.listed - planned)
     rewritten = planned | state.listed
-    out.remove_partial(rewritten | beside | {INDEX_NAME, *METADATA_NAMES})
+    out.remove_partial(rewritten | written)
     if INDEX_FILES_DIR in state.folders:  # never into a folder a link points at
         kept = {r.file for r in reused}
         idx = out.child(INDEX_FILES_DIR)
@@ -200,8 +201,7 @@ def _what_changed(head: dict | None, now: dict) -> str:
 
 def _shown(value: object) -> str:
     """A value from a journal, for a message: JSON, escaped, at most 40 characters."""
-    text = "unset" if value is None else printable(json.dumps(value, ensure_ascii=False))
-    return text if len(text) <= 40 else text[:37] + "..."
+    return "unset" if value is None else shortened(printable(json.dumps(value, ensure_ascii=False)))
 
 
 def _old_index(out: Storage) -> Index | None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from shardpack.errors import SourceError, UnsafePickleError
+from shardpack.errors import SourceError, UnsafePickleError, shortened
 
 # The real files nest 4 deep (batch dict > array state > dtype state > value); hashing or freeing
 # a tuple nested a million deep overflows the C stack, so anything much deeper is refused.
@@ -330,8 +330,7 @@ def _ops(data: bytes) -> Iterator[tuple[str, object, int]]:
 
 def _short(value: object) -> str:
     """A value for a message: its repr, cut to a few words (it may be large and hostile)."""
-    text = repr(value.decode("latin1") if isinstance(value, bytes) else value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return shortened(repr(value.decode("latin1") if isinstance(value, bytes) else value))
 
 
 def _text(value: object) -> object:

@@ -109,17 +109,18 @@ def scan(
     is_folder = root.kind() == "dir"
     layout = cifar.cifar_layout(root, options.source) if is_folder else None
     table = manifest.manifest_source(root, options.source, is_folder)
-    kind = "CIFAR batches" if layout is not None else "a manifest" if table is not None else ""
-    _refuse_unused(root, options, kind or "folders")
+    kind = (
+        "CIFAR batches" if layout is not None else "a manifest" if table is not None else "folders"
+    )
+    named = options.split_names != SPLIT_NAMES  # --splits given
+    _refuse_unused(root, options, kind, named)
     if layout is not None:
         if options.classes is not None:
             raise SourceError(f"{root.path()}: CIFAR brings its own class list; drop --classes")
         dataset = cifar.scan_cifar(root, layout)
     elif table is not None:
         dataset = manifest.scan_manifest(table, options, storage_options)
-    elif options.source == "auto" and splittree.is_split_tree(
-        root, options.split_names, options.split_names != SPLIT_NAMES
-    ):
+    elif options.source == "auto" and splittree.is_split_tree(root, options.split_names, named):
         dataset = splittree.scan_split_tree(root, options)
     else:
         dataset = folder.scan_folder(root, options)
@@ -128,14 +129,14 @@ def scan(
     return split_dataset(dataset, options.split, options.seed, root.path())
 
 
-def _refuse_unused(root: Storage, options: PackOptions, kind: str) -> None:
+def _refuse_unused(root: Storage, options: PackOptions, kind: str, named: bool) -> None:
     """An option the layout of SRC takes no notice of is refused, not ignored: --splits
-    names split folders, --path-column and --root a manifest's images."""
-    if options.source == "folder" and options.split_names != SPLIT_NAMES:
+    (`named`) names split folders, --path-column and --root a manifest's images."""
+    if options.source == "folder" and named:
         raise SourceError(f"{root.path()}: --splits names split folders, and --source folder "
                           "takes every folder as a class; drop one of them")  # fmt: skip
     for flag, given, meant in (
-        ("--splits", options.split_names != SPLIT_NAMES, "folders"),
+        ("--splits", named, "folders"),
         ("--path-column", options.path_column is not None, "a manifest"),
         ("--root", options.root is not None, "a manifest"),
     ):

@@ -122,18 +122,12 @@ class _Bad(Exception):
 def _check_root(root: str | None) -> None:
     """Refuse a --root on this disk that is not a folder, before the manifest is read: else
     every relative row is a missing file and the run ends in "no row names a usable image"."""
-    if root is None or is_url(root):
+    if root is None or is_url(root) or os.path.isdir(root):
         return  # an object store's folder is a prefix: it need not exist as such
-    if not os.path.exists(root):
-        raise SourceError(
-            f"--root {root}: no such folder; pass the folder the manifest's image paths are "
-            "relative to"
-        )
-    if not os.path.isdir(root):
-        raise SourceError(
-            f"--root {root}: is not a folder; pass the folder the manifest's image paths are "
-            "relative to"
-        )
+    what = "is not a folder" if os.path.exists(root) else "no such folder"
+    raise SourceError(
+        f"--root {root}: {what}; pass the folder the manifest's image paths are relative to"
+    )
 
 
 def _classes(table: Manifest, pinned: tuple[str, ...] | None) -> tuple[str, ...] | None:

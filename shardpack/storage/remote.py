@@ -462,25 +462,22 @@ def _locked(storage: RemoteStorage) -> Iterator[None]:
                 f"to finish, or if none is (a run killed on another host leaves its lock), "
                 f"remove {storage.path(LOCK_NAME)}"
             ) from None
+    failed = True
     try:
         yield
-    except BaseException:
+        failed = False
+    finally:
         try:
             _release(storage, key, token)
-        except Exception as e:  # a store gone down must not bury why the run stopped
+        except Exception as e:
             if not is_store_failure(e):
                 raise
-        raise
-    try:
-        _release(storage, key, token)
-    except Exception as e:
-        if not is_store_failure(e):
-            raise
-        raise OutputError(
-            f"{storage.path(LOCK_NAME)}: the run is complete (index.json written), but its lock "
-            f"could not be removed ({printable(' '.join(str(e).split())[:200])}); remove it, "
-            "or a later run on this host takes it over"
-        ) from None
+            if not failed:  # else a store gone down must not bury why the run stopped
+                raise OutputError(
+                    f"{storage.path(LOCK_NAME)}: the run is complete (index.json written), but "
+                    f"its lock could not be removed ({_said(e, 200)}); remove it, or a later run "
+                    "on this host takes it over"
+                ) from None
 
 
 def _release(storage: RemoteStorage, key: str, token: str) -> None:
@@ -514,12 +511,17 @@ def store_failure(e: BaseException) -> str | None:
     raised_in = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
     if not any(f"{m}.".startswith(_STORE_MODULES) for m in (raised_in, type(e).__module__)):
         return None
-    said = printable(" ".join(str(e).split())[:300]) or type(e).__name__
+    said = _said(e, 300)
     if isinstance(e, TypeError) and "unexpected keyword argument" in said:
         return f"a --storage-option is not one the filesystem takes ({said})"
     return (f"the object store refused or could not be reached: {said}; check the URL, the "
             "endpoint (AWS_ENDPOINT_URL or --storage-option endpoint_url=...) and the "
             "credentials")  # fmt: skip
+
+
+def _said(e: BaseException, most: int) -> str:
+    """What an exception says, on one line, escaped, at most `most` characters of it."""
+    return printable(" ".join(str(e).split())[:most]) or type(e).__name__
 
 
 def _owner(storage: RemoteStorage, key: str) -> dict | None:
