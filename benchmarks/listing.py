@@ -19,10 +19,10 @@ import time
 
 def measure(src: str, encode: str) -> dict:
     """Scan `src` and plan it as `shardpack pack` would, timing each step."""
-    from shardpack.cpuload import machine_cores
     from shardpack.options import PackOptions
-    from shardpack.packer import _no_gc, default_name
-    from shardpack.plan import make_plan
+    from shardpack.packing.cpuload import machine_cores
+    from shardpack.packing.packer import _no_gc, default_name
+    from shardpack.packing.plan import make_plan
     from shardpack.sources import scan, source_root
 
     options = PackOptions(encode=encode)

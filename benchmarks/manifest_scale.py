@@ -5,7 +5,7 @@
 
 Each case writes one table (path, label of 10 class names, split, an int, a float, a caption)
 as CSV, JSONL or Parquet (cached under bench-out/manifests/), then reads it with
-`shardpack.manifest.read_manifest` in a fresh process so that the peak RSS is the read's own.
+`shardpack.sources.table.read_manifest` in a fresh process so that the peak RSS is the read's own.
 `held` is the RSS the returned Manifest keeps (its rows: what the item list needs); `peak` is
 the process's peak RSS over the same baseline (taken after reading a 10-row table, so that
 imports and pyarrow's code pages are not counted);
@@ -35,7 +35,7 @@ SPLITS = ["train"] * 8 + ["validation", "test"]
 _CHILD = """
 import json, resource, sys, time
 fmt, path, warm = sys.argv[1:4]
-from shardpack.manifest import read_manifest
+from shardpack.sources.table import read_manifest
 
 # A first read of a 10-row table pays the fixed costs (imports, the first touch of pyarrow's
 # code pages: ~50 MB of RSS) before the baseline, so that they are not counted as the read's.
@@ -60,9 +60,9 @@ _SCAN_CHILD = """
 import ctypes, gc, json, resource, sys, time
 fmt, path, warm, root = sys.argv[1:5]
 from shardpack.options import PackOptions
-from shardpack.cpuload import machine_cores
-from shardpack.packer import _no_gc, default_name
-from shardpack.plan import make_plan
+from shardpack.packing.cpuload import machine_cores
+from shardpack.packing.packer import _no_gc, default_name
+from shardpack.packing.plan import make_plan
 from shardpack.sources import scan, source_root
 
 options = PackOptions(root=root)

@@ -275,7 +275,8 @@ def startup(cache: str, repeat: int = 5) -> dict:
     probe = [
         sys.executable,
         "-c",
-        "import sys, shardpack.worker, shardpack.packer; print('tensorflow' in sys.modules)",
+        "import sys, shardpack.packing.worker, shardpack.packing.packer; "
+        "print('tensorflow' in sys.modules)",
     ]
     imports = [run_measured(probe, REPO) for _ in range(3)]
     bare = [run_measured([sys.executable, "-c", "pass"], REPO).wall_s for _ in range(3)]

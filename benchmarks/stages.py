@@ -16,7 +16,7 @@ and, for comparison, TensorFlow's way for the same record (what the baseline pay
     tf-example tf.train.Example(...) with image and label, then SerializeToString()
     tf-write   tf.io.TFRecordWriter.write (framing, CRC and write inside TF)
 
-Then --cprofile runs shardpack.packer.pack (one worker, in-process) on the same images under
+Then --cprofile runs shardpack.packing.packer.pack (one worker, in-process) on the same images under
 cProfile and prints the functions that take the time.
 
     python -m benchmarks.stages [--images 2000] [--no-tf] [--cprofile] [WORKLOAD...]
@@ -40,7 +40,8 @@ import cv2
 import numpy as np
 
 from benchmarks import workloads
-from shardpack import images, tfrecord
+from shardpack import images
+from shardpack.containers import example as tfrecord
 
 CASES = (("cifar10", "raw"), ("small-jpeg", "raw"), ("photos", "jpeg"), ("photos", "keep"))
 STAGES = ("read", "probe", "decode", "encode", "serialize", "frame", "hash", "write")
@@ -161,9 +162,9 @@ def profile_case(name: str, encode: str, count: int, cache: str, use_tf: bool) -
 
 
 def cprofile_case(name: str, encode: str, count: int, cache: str, top: int = 14) -> str:
-    """cProfile of shardpack.packer.pack, one worker in-process, on `count` of the images."""
+    """cProfile of pack, one worker in-process, on `count` of the images."""
     from shardpack.options import PackOptions
-    from shardpack.packer import pack
+    from shardpack.packing.packer import pack
 
     workload = workloads.ensure(name, cache)
     tmp = tempfile.mkdtemp(prefix="cprofile-", dir=cache)

@@ -10,27 +10,27 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from shardpack import cpuload  # noqa: F401  (samples the machine's CPU time: see its docstring)
+from shardpack.packing import cpuload  # noqa: F401  (samples the machine's CPU time: see its docstring)
 
 __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS = {
     "PackOptions": "shardpack.options",
-    "pack": "shardpack.packer",
-    "PackResult": "shardpack.packer",
-    "verify": "shardpack.verifier",
-    "VerifyReport": "shardpack.verifier",
-    "describe": "shardpack.inspection",
+    "pack": "shardpack.packing.packer",
+    "PackResult": "shardpack.packing.packer",
+    "verify": "shardpack.read.verify",
+    "VerifyReport": "shardpack.read.verify",
+    "describe": "shardpack.read.inspect",
     "Index": "shardpack.index",
     "load_index": "shardpack.index",
-    "iter_examples": "shardpack.read",
-    "tf_dataset": "shardpack.read",
+    "iter_examples": "shardpack.read.stream",
+    "tf_dataset": "shardpack.read.stream",
     "make_sample": "shardpack.demo",
-    "make_preview": "shardpack.preview",
-    "Records": "shardpack.recordindex",
-    "read_record": "shardpack.recordindex",
-    "write_index_files": "shardpack.recordindex",
+    "make_preview": "shardpack.read.preview",
+    "Records": "shardpack.read.random_access",
+    "read_record": "shardpack.read.random_access",
+    "write_index_files": "shardpack.read.random_access",
     **dict.fromkeys(
         (
             "ShardpackError",
@@ -47,7 +47,7 @@ _EXPORTS = {
         ),
         "shardpack.errors",
     ),
-    "ClusterError": "shardpack.cluster",
+    "ClusterError": "shardpack.packing.cluster",
 }
 
 # the names of _EXPORTS, spelled out so that linters and type checkers read them
@@ -60,7 +60,6 @@ __all__ = [
 ]  # fmt: skip
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
-    from shardpack.cluster import ClusterError
     from shardpack.demo import make_sample
     from shardpack.errors import (
         FileAccessError,
@@ -76,13 +75,14 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
         WorkerDiedError,
     )
     from shardpack.index import Index, load_index
-    from shardpack.inspection import describe
     from shardpack.options import PackOptions
-    from shardpack.packer import PackResult, pack
-    from shardpack.preview import make_preview
-    from shardpack.read import iter_examples, tf_dataset
-    from shardpack.recordindex import Records, read_record, write_index_files
-    from shardpack.verifier import VerifyReport, verify
+    from shardpack.packing.cluster import ClusterError
+    from shardpack.packing.packer import PackResult, pack
+    from shardpack.read.inspect import describe
+    from shardpack.read.preview import make_preview
+    from shardpack.read.random_access import Records, read_record, write_index_files
+    from shardpack.read.stream import iter_examples, tf_dataset
+    from shardpack.read.verify import VerifyReport, verify
 
 
 def __getattr__(name: str):

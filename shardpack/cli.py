@@ -19,7 +19,6 @@ from typing import Annotated, NoReturn, Optional
 import typer
 
 from shardpack import __version__
-from shardpack.classlist import parse_classes
 from shardpack.containers import CONTAINERS
 from shardpack.errors import FileAccessError, ShardpackError, printable, shortened
 from shardpack.options import (
@@ -36,6 +35,7 @@ from shardpack.options import (
     parse_size,
     parse_split,
 )
+from shardpack.sources.classlist import parse_classes
 from shardpack.storage import is_url, parse_options
 
 app = typer.Typer(
@@ -245,7 +245,7 @@ def _run_pack(
     as_json: bool,
     storage_options: dict | None = None,
 ) -> None:
-    from shardpack.packer import pack
+    from shardpack.packing.packer import pack
 
     bar = _Bar(progress)
     try:
@@ -509,7 +509,7 @@ def verify(
     image). Exit code 1 when a fault is found.
     """
     with _user_errors():
-        from shardpack.verifier import verify as run_verify
+        from shardpack.read.verify import verify as run_verify
 
         report = run_verify(out, decode=decode, storage_options=_out_options(out, storage_option))
     if as_json:
@@ -541,7 +541,7 @@ def inspect(
     Splits, shards, sizes, the class histogram and a few records.
     """
     with _user_errors():
-        from shardpack.inspection import describe
+        from shardpack.read.inspect import describe
 
         summary = describe(out, records, _out_options(out, storage_option))
     if as_json:
@@ -629,7 +629,7 @@ def index_files(out: _OUT, storage_option: _STORAGE_OPTIONS = None) -> None:
     One tfrecord2idx file per shard, in OUT/idx/.
     """
     with _user_errors():
-        from shardpack.recordindex import write_index_files
+        from shardpack.read.random_access import write_index_files
 
         written = write_index_files(out, storage_options=_out_options(out, storage_option))
     typer.echo(f"wrote {_plural(len(written), 'index file')} in {os.path.join(out, 'idx')}")
@@ -659,7 +659,7 @@ def preview(
     Each thumbnail has its class name under it, to eyeball the labels.
     """
     with _user_errors():
-        from shardpack.preview import make_preview
+        from shardpack.read.preview import make_preview
 
         storage_options = _out_options(out, storage_option)
         path = make_preview(out, dest, split, n, seed, storage_options, overwrite)

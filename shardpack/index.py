@@ -16,7 +16,7 @@ from shardpack.storage import Storage, storage_at
 if TYPE_CHECKING:  # the index is plain data: it needs these names only for type hints
     from shardpack.containers import Container
     from shardpack.options import PackOptions
-    from shardpack.plan import Plan, ShardResult
+    from shardpack.packing.plan import Plan, ShardResult
     from shardpack.sources import Dataset
 
 INDEX_NAME = "index.json"

@@ -157,7 +157,7 @@ def tf_records(out: Path, split: str = "train") -> list[dict]:
 def packed_tree(root: Path, classes: dict[str, int], **options) -> Path:
     """make_tree under root/src, packed into root/out with the given PackOptions fields."""
     from shardpack.options import PackOptions
-    from shardpack.packer import pack
+    from shardpack.packing.packer import pack
 
     out = root / "out"
     pack(make_tree(root / "src", classes), out, PackOptions(**options))

@@ -27,7 +27,7 @@ def test_every_error_class_is_importable_from_shardpack():
     """What a caller may meet, they can catch by name from the package itself."""
     import inspect
 
-    from shardpack import cluster, errors
+    from shardpack.packing import cluster, errors
 
     defined = {
         c.__name__

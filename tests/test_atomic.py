@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shardpack.atomic import json_bytes, write_atomic
+from shardpack.storage.atomic import json_bytes, write_atomic
 
 
 def test_write_json_atomic_leaves_no_temp_file(tmp_path: Path):

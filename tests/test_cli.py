@@ -179,8 +179,8 @@ def test_on_error_fail_names_the_file(src: Path, tmp_path: Path):
 
 def test_help_and_import_stay_free_of_tensorflow():
     code = (
-        "import sys, shardpack, shardpack.cli, shardpack.packer, shardpack.worker, "
-        "shardpack.verifier, shardpack.inspection, shardpack.read; "
+        "import sys, shardpack, shardpack.cli, shardpack.packing.packer, shardpack.packing.worker, "
+        "shardpack.read.verify, shardpack.read.inspect, shardpack.read.stream; "
         "print('tensorflow' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -295,7 +295,15 @@ def test_help_loads_no_heavy_module():
     run = subprocess.run([*SHARDPACK, "pack", "--help"], capture_output=True, text=True, env=env)
     assert run.returncode == 0
     imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
-    heavy = {"rich", "numpy", "cv2", "joblib", "shardpack.packer", "markdown_it", "tensorflow"}
+    heavy = {
+        "rich",
+        "numpy",
+        "cv2",
+        "joblib",
+        "shardpack.packing.packer",
+        "markdown_it",
+        "tensorflow",
+    }
     assert not imported & heavy, imported & heavy
 
 
@@ -441,11 +449,11 @@ def _as_nobody(args: list[str]) -> tuple[int, str]:
 
 def test_as_a_user_without_permission(tmp_path: Path):
     import shardpack.demo
-    import shardpack.inspection
-    import shardpack.packer
-    import shardpack.preview
-    import shardpack.recordindex
-    import shardpack.verifier  # noqa: F401 (imported before the child loses access to /root)
+    import shardpack.packing.packer
+    import shardpack.read.inspect
+    import shardpack.read.preview
+    import shardpack.read.random_access
+    import shardpack.read.verify  # noqa: F401 (imported before the child loses access to /root)
 
     base = Path(tempfile.mkdtemp(prefix="shardpack-nobody-"))  # tmp_path's parents are 0700
     try:

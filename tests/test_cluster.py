@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from shardpack.cluster import ClusterError
 from shardpack.options import PackOptions
-from shardpack.packer import pack
+from shardpack.packing.cluster import ClusterError
+from shardpack.packing.packer import pack
 from tests.helpers import make_tree, same_output, shard_files
 
 pytest.importorskip("distributed")

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shardpack.containers.example import TFRecordWriter, encode_example
 from shardpack.errors import OutputError, RecordError
-from shardpack.inspection import describe
 from shardpack.options import PackOptions
-from shardpack.packer import pack
-from shardpack.preview import make_preview
-from shardpack.read import iter_examples, tf_dataset
-from shardpack.tfrecord import TFRecordWriter, encode_example
-from shardpack.verifier import verify
+from shardpack.packing.packer import pack
+from shardpack.read.inspect import describe
+from shardpack.read.preview import make_preview
+from shardpack.read.stream import iter_examples, tf_dataset
+from shardpack.read.verify import verify
 from tests.helpers import make_tree, tf_records, write_csv, write_jsonl, write_parquet
 
 

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 
 from shardpack import PackOptions, pack
-from shardpack.atomic import write_atomic
-from shardpack.cluster import ClusterError, dask_client
 from shardpack.containers import get_container
+from shardpack.containers.example import TFRecordWriter
 from shardpack.errors import ImageError, OutputError
-from shardpack.tfrecord import TFRecordWriter
-from shardpack.verifier import verify
+from shardpack.packing.cluster import ClusterError, dask_client
+from shardpack.read.verify import verify
+from shardpack.storage.atomic import write_atomic
 from tests.helpers import image, make_tree, shard_files, write_image
 
 shard_name = get_container("tfrecord").shard_name
@@ -394,7 +394,7 @@ def test_a_folder_under_a_name_pack_writes_is_refused_before_the_index_goes(src,
     run = _cli("pack", str(src), str(out), "--workers", "1")
     _one_line_error(run, "label.labels.txt: is a folder where pack writes a file")
     assert (out / "index.json").is_file()
-    from shardpack.verifier import verify
+    from shardpack.read.verify import verify
 
     assert verify(out).ok
 
@@ -404,7 +404,7 @@ def test_a_journal_of_millions_of_short_lines_is_read_in_bounded_memory(src, tmp
     of "[]" lines held 2.7 GB. Now a line at a time, kept only as a shard entry."""
     import tracemalloc
 
-    from shardpack.outdir import read_state
+    from shardpack.packing.outdir import read_state
     from shardpack.storage import storage_at
 
     out = tmp_path / "out"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import shardpack
+from shardpack.containers.example import encode_example, frame, masked_crc
 from shardpack.errors import IndexFormatError, RecordError
-from shardpack.tfrecord import encode_example, frame, masked_crc
 from tests.helpers import at, image, packed_tree, write_image
 
 SHARD = "x-train.tfrecord-00000-of-00001"
@@ -149,7 +149,7 @@ def test_a_gzip_record_of_128_mib_is_held_once(tmp_path: Path):
     assert len(shard) < 128 * 2**10  # 128 MiB of zeros and a CRC of zeros
     out = _out(tmp_path, shard, compression="gzip")
     code = (
-        "import resource, sys, shardpack, shardpack.read\n"
+        "import resource, sys, shardpack, shardpack.read.stream\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "try:\n    list(shardpack.iter_examples(sys.argv[1]))\n"
         "except shardpack.RecordError as e:\n    reason = e.reason\n"
@@ -165,7 +165,7 @@ def test_a_gzip_record_of_128_mib_is_held_once(tmp_path: Path):
 def test_a_record_over_the_cap_is_refused_before_it_is_read(tmp_path: Path):
     data = encode_example(_good())
     out = _out(tmp_path, gzip.compress(frame(data)), compression="gzip")
-    from shardpack.tfrecord import iter_records
+    from shardpack.containers.example import iter_records
 
     path = str(out / SHARD)
     assert [d for _, d in iter_records(*at(path), "gzip")] == [data]

@@ -23,7 +23,7 @@ import cv2
 import numpy as np
 import pytest
 
-from shardpack.srcfiles import RefusedFile, read_regular
+from shardpack.storage.srcfiles import RefusedFile, read_regular
 from tests import helpers
 
 # The child's address space: room for Python, numpy and OpenCV (about 1.5 GB of mappings),

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from shardpack.atomic import json_bytes, write_atomic
 from shardpack.errors import IndexFormatError
 from shardpack.index import (
     INDEX_NAME,
@@ -20,9 +19,10 @@ from shardpack.index import (
     load_index,
 )
 from shardpack.options import PackOptions
-from shardpack.plan import ShardResult, make_plan
+from shardpack.packing.plan import ShardResult, make_plan
 from shardpack.schema import Feature, Schema
 from shardpack.sources import scan
+from shardpack.storage.atomic import json_bytes, write_atomic
 from tests import helpers
 
 SHA = "ab" * 32

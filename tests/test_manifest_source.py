@@ -14,10 +14,10 @@ import pytest
 
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
-from shardpack.packer import pack
-from shardpack.read import iter_examples, tf_dataset
-from shardpack.recordindex import read_record
-from shardpack.verifier import verify
+from shardpack.packing.packer import pack
+from shardpack.read.random_access import read_record
+from shardpack.read.stream import iter_examples, tf_dataset
+from shardpack.read.verify import verify
 from tests.helpers import make_tree, write_csv, write_jsonl
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from shardpack.errors import ImageError, OutputError, SourceError
 from shardpack.options import PackOptions
-from shardpack.packer import pack
+from shardpack.packing.packer import pack
 from tests.helpers import (
     image as make_image,
 )
@@ -305,7 +305,8 @@ def test_pack_imports_neither_tensorflow_nor_distributed(tree: Path, tmp_path: P
     import sys
 
     code = (
-        "import sys; from shardpack.packer import pack; from shardpack.options import PackOptions;"
+        "import sys; from shardpack.packing.packer import pack; "
+        "from shardpack.options import PackOptions;"
         f"pack({str(tree)!r}, {str(tmp_path / 'o')!r}, PackOptions(workers={workers}));"
         "print('tensorflow' in sys.modules, 'distributed' in sys.modules)"
     )
@@ -418,7 +419,7 @@ def test_out_inside_src_is_refused(tree: Path):
 
 
 def _plan(n: int, size: int, options: PackOptions, cores: int):
-    from shardpack.plan import make_plan
+    from shardpack.packing.plan import make_plan
     from shardpack.schema import Schema
     from shardpack.sources import Dataset, Item
 
@@ -433,7 +434,7 @@ def _not_asked() -> float:
 
 
 def test_default_workers_follow_the_work_and_the_cores_free():
-    from shardpack.packer import choose_workers
+    from shardpack.packing.packer import choose_workers
 
     light = PackOptions()  # 1,000 small files passed through: ~0.02 s of work
     assert choose_workers(_plan(1000, 1000, light, 2), light, 2, _not_asked) == 1
@@ -462,7 +463,7 @@ def test_cpu_watch_counts_other_processes_not_this_one():
     import subprocess
     import sys
 
-    from shardpack.cpuload import CpuWatch
+    from shardpack.packing.cpuload import CpuWatch
 
     watch = CpuWatch()
     # A real process spinning a core for 0.4 s: other processes only add to what is seen.
@@ -476,7 +477,7 @@ def test_cpu_watch_takes_the_start_up_as_its_window_instead_of_waiting(monkeypat
     import sys
     import time
 
-    from shardpack import cpuload
+    from shardpack.packing import cpuload
 
     # The CLI's start-up: shardpack imported, then ~0.2 s of imports and parsing, while another
     # process keeps a core busy. A scan and plan shorter than the window then cost no wait.
@@ -500,7 +501,7 @@ _FAULTS_AFTER = """
 import resource, sys
 if sys.argv[1:]:
     from shardpack.options import PackOptions
-    from shardpack.packer import pack
+    from shardpack.packing.packer import pack
 
     pack(sys.argv[1], sys.argv[2], PackOptions(encode="jpeg", workers=1))
 faults = []
@@ -528,7 +529,7 @@ def test_a_pack_keeps_freed_memory_for_the_next_image(tree: Path, tmp_path: Path
 
 _COPIED_BY_A_FORKED_READER = """
 import gc, os, random, sys
-from shardpack.packer import _PackedItems
+from shardpack.packing.packer import _PackedItems
 from shardpack.sources import Item
 
 def private_kb():
@@ -570,7 +571,7 @@ def test_a_forked_worker_does_not_copy_the_listing_it_reads():
 
 
 def test_packed_items_give_back_the_items_they_were_made_from():
-    from shardpack.packer import PACKED_CHUNK, _PackedItems
+    from shardpack.packing.packer import PACKED_CHUNK, _PackedItems
     from shardpack.sources import Item
 
     items = tuple(

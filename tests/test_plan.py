@@ -11,7 +11,7 @@ import pytest
 
 from shardpack.containers import CONTAINERS, get_container
 from shardpack.options import PackOptions
-from shardpack.plan import (
+from shardpack.packing.plan import (
     BYTE_S,
     GAIN_MARGIN,
     ITEM_S,
@@ -215,7 +215,7 @@ def test_others_load_shares_the_cores_instead_of_taking_one():
     """Two workers beside another process keeping 0.7 of a core busy get 2/2.7 of a core each,
     1.5 cores in all, against 1 core for one worker: worth the pool (CIFAR raw, 60,000
     records, measured 0.84x the wall of --workers 1 under such load)."""
-    from shardpack.packer import choose_workers
+    from shardpack.packing.packer import choose_workers
 
     cifar = Dataset(
         "cifar10",

@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 import pytest
 
-from shardpack.preview import CELL
+from shardpack.read.preview import CELL
 from tests.helpers import packed_tree
 
 SHARDPACK = [sys.executable, "-m", "shardpack"]
@@ -78,8 +78,8 @@ def test_a_file_at_the_sheet_name_is_kept_unless_overwrite(out: Path, tmp_path: 
 def test_the_sheet_never_replaces_a_file_made_while_it_was_drawn(out, tmp_path, monkeypatch):
     """A file that appears at --out while the records are read (after the first check) is
     kept, and the run refused in the same words."""
-    from shardpack import preview
     from shardpack.errors import OutputError
+    from shardpack.read import preview
 
     dest = tmp_path / "sheet.png"
     reading = preview.iter_examples
@@ -100,7 +100,7 @@ def test_without_hard_links_the_sheet_still_goes_only_where_nothing_is(tmp_path,
     new file still appears, complete; an existing one is still kept."""
     import errno
 
-    from shardpack import atomic
+    from shardpack.storage import atomic
 
     def no_links(src, dst):
         raise OSError(errno.EPERM, "Operation not permitted")

@@ -12,8 +12,8 @@ import pytest
 
 from shardpack.errors import IndexFormatError, RecordError, ShardpackError
 from shardpack.options import PackOptions
-from shardpack.packer import pack
-from shardpack.read import iter_examples, tf_dataset
+from shardpack.packing.packer import pack
+from shardpack.read.stream import iter_examples, tf_dataset
 from tests.helpers import make_cifar10_python, make_tree, packed_tree, tf_records
 
 
@@ -288,7 +288,7 @@ def _only_shapes(out: Path) -> tuple[tuple, tuple, tuple]:
 
 
 def test_passed_through_exif_orientation_is_left_as_a_tag_by_every_reader(tmp_path: Path):
-    from shardpack.verifier import verify
+    from shardpack.read.verify import verify
 
     out = tmp_path / "out"
     pack(_sideways_photo(tmp_path / "src"), out, PackOptions(check="decode"))  # --encode keep
@@ -309,7 +309,7 @@ def test_passed_through_exif_orientation_is_left_as_a_tag_by_every_reader(tmp_pa
     ],
 )
 def test_reencoding_turns_an_exif_orientation_upright(tmp_path: Path, options, shape):
-    from shardpack.verifier import verify
+    from shardpack.read.verify import verify
 
     out = tmp_path / "out"
     pack(_sideways_photo(tmp_path / "src"), out, PackOptions(check="decode", **options))

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 import shardpack
 from shardpack.cli import app
-from shardpack.inspection import describe
-from shardpack.preview import make_preview
-from shardpack.recordindex import write_index_files
+from shardpack.read.inspect import describe
+from shardpack.read.preview import make_preview
+from shardpack.read.random_access import write_index_files
 from tests.helpers import packed_tree
 
 FORMATS = ["tfrecord", "array_record", "webdataset"]
@@ -155,8 +155,8 @@ def s3_bucket():
 def test_a_remote_shard_streams_its_first_record(s3_bucket, tmp_path, caplog):
     """The first record of a 24 MiB shard arrives after fetching a few MiB (the read-ahead), not
     the whole object: counted from s3fs's own log of each ranged GET."""
+    from shardpack.containers.example import TFRecordWriter, iter_records
     from shardpack.storage import storage_at
-    from shardpack.tfrecord import TFRecordWriter, iter_records
 
     path = tmp_path / "big.tfrecord"
     with TFRecordWriter(path) as writer:

@@ -18,7 +18,7 @@ import pytest
 from shardpack.containers import CONTAINERS
 from shardpack.errors import OutputError
 from shardpack.options import PackOptions
-from shardpack.packer import pack
+from shardpack.packing.packer import pack
 from shardpack.storage import LOCK_NAME
 from tests.helpers import image, shard_files, wait_for, worker_pids, write_image
 

@@ -569,7 +569,7 @@ def test_a_long_byte_string_inside_a_frame_is_loaded_as_it_is(tmp_path, monkeypa
 
 
 def test_a_pickle_cannot_name_the_loads_own_view_global(tmp_path):
-    from shardpack import safepickle
+    from shardpack.sources import safepickle
 
     blob = b"\x80\x02" + safepickle._VIEW_GLOBAL + b"K\x00\x85R."
     (tmp_path / "data_batch_1").write_bytes(blob)
@@ -752,7 +752,7 @@ def test_a_class_folder_that_links_to_another_class_is_refused(tmp_path):
 
 def _count_loads(monkeypatch, log: Path) -> None:
     """Log each safe load's file to `log`, from this process and workers forked from it."""
-    from shardpack import safepickle
+    from shardpack.sources import safepickle
 
     load = safepickle.load
 
@@ -767,7 +767,7 @@ def _count_loads(monkeypatch, log: Path) -> None:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_pack_loads_each_cifar_batch_once(tmp_path, monkeypatch, workers):
     from shardpack.options import PackOptions
-    from shardpack.packer import pack
+    from shardpack.packing.packer import pack
 
     src = helpers.make_cifar10_python(tmp_path / "src", per_batch=20, batches=5)
     log = tmp_path / "loads.txt"
@@ -801,7 +801,7 @@ def test_kept_batch_rewritten_is_loaded_again(tmp_path):
 def test_safepickle_reads_opcodes_as_pickletools_does(protocol):
     from pickletools import genops
 
-    from shardpack import safepickle
+    from shardpack.sources import safepickle
 
     data, labels = helpers.cifar_arrays(3)
     value = {

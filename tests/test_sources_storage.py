@@ -15,7 +15,7 @@ import pytest
 
 from shardpack.errors import ImageError, ShardpackError, SourceError, StorageError
 from shardpack.options import PackOptions
-from shardpack.packer import pack
+from shardpack.packing.packer import pack
 from shardpack.sources import Dataset, loader, scan, source_root
 from tests import helpers
 

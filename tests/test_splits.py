@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from shardpack.classlist import parse_classes
 from shardpack.errors import ShardpackError, SourceError
 from shardpack.options import PackOptions, parse_split
-from shardpack.packer import pack
-from shardpack.read import iter_examples
+from shardpack.packing.packer import pack
+from shardpack.read.stream import iter_examples
 from shardpack.sources import scan
-from shardpack.splitting import stratified_split
+from shardpack.sources.classlist import parse_classes
+from shardpack.sources.splitting import stratified_split
 from tests.helpers import make_tree, tf_records
 
 

@@ -14,7 +14,7 @@ import pytest
 from shardpack.containers import CONTAINERS
 from shardpack.errors import OutputError, StorageError
 from shardpack.options import PackOptions
-from shardpack.packer import pack
+from shardpack.packing.packer import pack
 from shardpack.storage import LOCK_NAME, parse_options, storage_at
 from shardpack.storage.local import LocalStorage
 from tests.helpers import make_tree, shard_files
@@ -133,7 +133,7 @@ def test_a_lock_left_by_a_dead_run_on_this_host_is_taken_over(tmp_path, url):
 
 
 def test_reading_ahead_gives_each_file_in_order_bounded_and_errors_as_reads_would(url):
-    from shardpack.srcfiles import FileTooLarge
+    from shardpack.storage.srcfiles import FileTooLarge
 
     storage = storage_at(url)
     files = {f"d/{i:03d}.bin": bytes([i]) * (i + 1) for i in range(40)}
@@ -183,8 +183,8 @@ def _read_all(storage, names, files) -> dict:
 def test_a_journal_that_cannot_be_written_is_one_line_with_the_way_on(tmp_path):
     """A full disk can strike the journal instead of a shard (the disk-full test hit it once):
     the error names the journal and says --resume, on every storage."""
-    from shardpack.outdir import Journal
-    from shardpack.plan import ShardResult
+    from shardpack.packing.outdir import Journal
+    from shardpack.packing.plan import ShardResult
 
     result = ShardResult("train", 0, "d-train.tfrecord-00000-of-00001", 1, 10, "0" * 64, (1,),
                          (), 0.1, ())  # fmt: skip

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from shardpack.options import PackOptions
-from shardpack.packer import pack
+from shardpack.packing.packer import pack
 from shardpack.storage import storage_at
 from tests.helpers import make_cifar100_python, make_tree
 
@@ -54,7 +54,7 @@ def test_cifar100_coarse_labels_have_names(tmp_path: Path):
 def test_gzip_shards_get_no_tfds_metadata_because_tfds_cannot_read_them(tmp_path: Path):
     import json
 
-    from shardpack.tfdsmeta import write_tfds_metadata
+    from shardpack.packing.tfdsmeta import write_tfds_metadata
 
     src = make_tree(tmp_path / "src", {"a": 2, "b": 1})
     out = tmp_path / "out"

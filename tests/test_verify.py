@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shardpack.verifier import verify
+from shardpack.read.verify import verify
 from tests.helpers import at, packed_tree
 
 
@@ -75,7 +75,12 @@ def test_count_disagreeing_with_index(out: Path):
 
 def test_decode_catches_a_corrupt_image_with_valid_crc(out: Path, tmp_path: Path):
     # Rewrite one shard with a record whose image bytes are damaged but framed correctly.
-    from shardpack.tfrecord import TFRecordWriter, decode_example, encode_example, iter_records
+    from shardpack.containers.example import (
+        TFRecordWriter,
+        decode_example,
+        encode_example,
+        iter_records,
+    )
 
     shard = _shard(out, 0)
     records = [decode_example(data) for _, data in iter_records(*at(shard))]
@@ -91,7 +96,7 @@ def test_decode_catches_a_corrupt_image_with_valid_crc(out: Path, tmp_path: Path
 def test_a_huge_length_with_a_valid_crc_is_a_fault_not_a_crash(out: Path):
     import struct
 
-    from shardpack.tfrecord import masked_crc
+    from shardpack.containers.example import masked_crc
 
     shard = _shard(out, 0)
     data = bytearray(shard.read_bytes())
@@ -103,7 +108,7 @@ def test_a_huge_length_with_a_valid_crc_is_a_fault_not_a_crash(out: Path):
 
 
 def test_a_record_with_the_wrong_feature_types_is_a_fault(out: Path):
-    from shardpack.tfrecord import TFRecordWriter, encode_example
+    from shardpack.containers.example import TFRecordWriter, encode_example
 
     shard = _shard(out, 0)
     with TFRecordWriter(shard) as writer:

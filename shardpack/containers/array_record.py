@@ -24,8 +24,6 @@ from collections.abc import Iterator
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
-from shardpack import tfrecord
-from shardpack.atomic import hash_fd
 from shardpack.containers import (
     NAME_SPLIT,
     Container,
@@ -36,9 +34,11 @@ from shardpack.containers import (
     checked,
     open_shard,
 )
+from shardpack.containers import example as tfrecord
 from shardpack.containers.tfrecord import decode
 from shardpack.errors import MissingPackageError, RecordError
 from shardpack.storage import HashingBlob, Sink, Storage
+from shardpack.storage.atomic import hash_fd
 
 if TYPE_CHECKING:
     from shardpack.storage import Blob, Storage

@@ -6,7 +6,6 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from shardpack import tfrecord
 from shardpack.containers import (
     NAME_SPLIT,
     Container,
@@ -16,6 +15,7 @@ from shardpack.containers import (
     checked,
     open_shard,
 )
+from shardpack.containers import example as tfrecord
 from shardpack.errors import RecordError
 
 if TYPE_CHECKING:

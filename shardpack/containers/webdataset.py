@@ -34,9 +34,9 @@ from shardpack.containers import (
     open_hashing,
     open_shard,
 )
+from shardpack.containers.example import MAX_RECORD_BYTES
 from shardpack.errors import RecordError
 from shardpack.storage import HashingBlob, Sink
-from shardpack.tfrecord import MAX_RECORD_BYTES
 
 if TYPE_CHECKING:
     from shardpack.storage import Blob, Storage

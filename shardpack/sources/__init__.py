@@ -102,7 +102,7 @@ def scan(
         StorageError: a URL's filesystem package is missing.
     """
     from shardpack.sources import cifar, folder, manifest, splittree
-    from shardpack.splitting import split_dataset
+    from shardpack.sources.splitting import split_dataset
 
     options = options or PackOptions()
     root = source_root(src, storage_options)

@@ -9,14 +9,14 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from shardpack import images, safepickle
+from shardpack import images
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
-from shardpack.sources import NO_FIELDS, Dataset, Item
+from shardpack.sources import NO_FIELDS, Dataset, Item, safepickle
 from shardpack.sources.folder import check_class_name
-from shardpack.srcfiles import RefusedFile
 from shardpack.storage import Storage, storage_at
+from shardpack.storage.srcfiles import RefusedFile
 
 CIFAR_PIXELS = 32 * 32 * 3
 # The largest real CIFAR file (CIFAR-100 train) is 155 MB; refuse what could only be a trap.

@@ -8,13 +8,13 @@ import stat
 import unicodedata
 from collections.abc import Iterable
 
-from shardpack.classlist import class_list, labelled
 from shardpack.errors import ImageError, SourceError, printable
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import Dataset, Item
-from shardpack.srcfiles import FileTooLarge, RefusedFile, not_regular
+from shardpack.sources.classlist import class_list, labelled
 from shardpack.storage import Storage
+from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, not_regular
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 _ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")  # what a dataset is downloaded as

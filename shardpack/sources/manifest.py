@@ -1,4 +1,4 @@
-"""The manifest source: a table of images (shardpack.manifest reads it) as items with fields.
+"""The manifest source: a table of images (shardpack.sources.table reads it) as items with fields.
 
 Labels become class indices: class names sorted (or in --classes order), integers as they are
 (indexing --classes when given, else classes named "0", "1", ...); a list of labels makes a
@@ -19,7 +19,11 @@ import stat
 from collections.abc import Mapping
 
 from shardpack.errors import SourceError
-from shardpack.manifest import (
+from shardpack.options import PackOptions
+from shardpack.schema import Schema
+from shardpack.sources import NO_FIELDS, Dataset, Item
+from shardpack.sources.folder import check_class_name
+from shardpack.sources.table import (
     SUFFIXES,
     LabelInfo,
     Manifest,
@@ -28,12 +32,8 @@ from shardpack.manifest import (
     normal_path,
     read_manifest,
 )
-from shardpack.options import PackOptions
-from shardpack.schema import Schema
-from shardpack.sources import NO_FIELDS, Dataset, Item
-from shardpack.sources.folder import check_class_name
-from shardpack.srcfiles import not_regular
 from shardpack.storage import Blob, Entry, Storage, is_url, storage_at
+from shardpack.storage.srcfiles import not_regular
 
 KIND = "manifest"
 DEFAULT_SPLIT = "train"

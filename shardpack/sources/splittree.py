@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from shardpack.classlist import class_list, labelled
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import Dataset, Item
+from shardpack.sources.classlist import class_list, labelled
 from shardpack.sources.folder import (
     IMAGE_EXTENSIONS,
     Passed,

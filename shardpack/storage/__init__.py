@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import NamedTuple
 
-from shardpack.atomic import HASH_CHUNK
 from shardpack.errors import StorageError
+from shardpack.storage.atomic import HASH_CHUNK
 
 __all__ = [
     "Blob", "Entry", "HashingBlob", "JournalWriter", "Sink", "Storage", "StorageError",

@@ -12,7 +12,9 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 
-from shardpack.atomic import (
+from shardpack.errors import OutputError, os_error_fix, printable
+from shardpack.storage import LOCK_NAME, Blob, Entry, JournalWriter, Sink, Storage
+from shardpack.storage.atomic import (
     create_temp,
     open_regular,
     remove_files,
@@ -20,9 +22,7 @@ from shardpack.atomic import (
     replace_with,
     write_atomic,
 )
-from shardpack.errors import OutputError, os_error_fix, printable
-from shardpack.srcfiles import read_regular
-from shardpack.storage import LOCK_NAME, Blob, Entry, JournalWriter, Sink, Storage
+from shardpack.storage.srcfiles import read_regular
 
 JOURNAL_NAME = ".shardpack.journal"
 

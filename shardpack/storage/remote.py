@@ -27,7 +27,6 @@ from contextlib import contextmanager, suppress
 from itertools import islice
 
 from shardpack.errors import OutputError, printable
-from shardpack.srcfiles import FileTooLarge
 from shardpack.storage import (
     EXTRAS,
     LOCK_NAME,
@@ -39,6 +38,7 @@ from shardpack.storage import (
     StorageError,
 )
 from shardpack.storage.local import FileSink
+from shardpack.storage.srcfiles import FileTooLarge
 
 JOURNAL_FOLDER = ".shardpack.journal.d"
 _HEAD = "head.json"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from shardpack.containers import Container, is_shard_name
 from shardpack.errors import IndexFormatError, OutputError, printable, shortened
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, Index, load_index
-from shardpack.plan import Plan, ShardResult
+from shardpack.packing.plan import Plan, ShardResult
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from shardpack.containers import is_shard_name
 from shardpack.errors import FileAccessError, RecordError
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
-from shardpack.read import decode_pixels, record_fault, to_python
+from shardpack.read.stream import decode_pixels, record_fault, to_python
 
 
 @dataclass(frozen=True)

@@ -336,7 +336,7 @@ def tf_dataset(
         return features
 
     def stream(name: bytes):
-        from shardpack import tfrecord
+        from shardpack.containers import example as tfrecord
 
         for _, data in tfrecord.iter_records(index.storage, name.decode(), index.compression):
             yield bytes(data)

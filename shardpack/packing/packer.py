@@ -13,15 +13,14 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, replace
 
-from shardpack.atomic import json_bytes, temp_files
 from shardpack.containers import CONTAINERS
-from shardpack.cpuload import CpuWatch, machine_cores
 from shardpack.errors import ImageError, OutputError, WorkerDiedError
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
-from shardpack.outdir import Journal, plan_record, prepare, split_file_names
-from shardpack.plan import (
+from shardpack.packing.cpuload import CpuWatch, machine_cores
+from shardpack.packing.outdir import Journal, plan_record, prepare, split_file_names
+from shardpack.packing.plan import (
     SERIAL_SHARE,
     Plan,
     ShardResult,
@@ -30,11 +29,12 @@ from shardpack.plan import (
     make_plan,
     work_seconds,
 )
+from shardpack.packing.tfdsmeta import write_tfds_metadata
+from shardpack.packing.worker import read_progress, write_shard
 from shardpack.sources import Dataset, Item, scan, source_root
 from shardpack.sources.cifar import keep_batches
 from shardpack.storage import Storage, storage_at
-from shardpack.tfdsmeta import write_tfds_metadata
-from shardpack.worker import read_progress, write_shard
+from shardpack.storage.atomic import json_bytes, temp_files
 
 ProgressCallback = Callable[[int, int], None]
 # Poll workers' progress files this often: a live bar without measurable cost.
@@ -216,7 +216,7 @@ def pack(
             for file, listing in index.container.split_files(name, split, shards).items():
                 out.put(file, json_bytes(listing))
         if options.index_files:
-            from shardpack.recordindex import write_index_files
+            from shardpack.read.random_access import write_index_files
 
             write_index_files(out, document, {r.file: r.offsets for r in results})
         out.put(INDEX_NAME, json_bytes(document))  # last: the run is complete
@@ -392,7 +392,7 @@ def _run(
     from joblib import Parallel, delayed, parallel_config
 
     tasks = (delayed(write_shard)(spec, *args) for spec in specs)
-    from shardpack.cluster import check_shared_storage, dask_client
+    from shardpack.packing.cluster import check_shared_storage, dask_client
 
     with dask_client(options.scheduler, workers) as client:
         if specs:

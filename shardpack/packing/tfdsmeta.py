@@ -9,9 +9,9 @@ become an `Image` feature; `raw` and `webp` records are declared as plain string
 
 from __future__ import annotations
 
-from shardpack.atomic import json_bytes
 from shardpack.schema import Feature, Schema
 from shardpack.storage import Storage
+from shardpack.storage.atomic import json_bytes
 
 TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
 _CLASS = "tensorflow_datasets.core.features"

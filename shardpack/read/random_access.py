@@ -10,13 +10,13 @@ import os
 from collections.abc import Mapping, Sequence
 
 from shardpack.containers import ShardReader, open_shard
+from shardpack.containers.example import FOOTER, HEADER
 from shardpack.containers.tfrecord import record_spans
 from shardpack.errors import IndexFormatError, OutputError, RecordError
 from shardpack.index import INDEX_FILES_DIR, Index, ShardInfo, index_from_document, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
-from shardpack.read import parse_record
+from shardpack.read.stream import parse_record
 from shardpack.storage import Storage, storage_at
-from shardpack.tfrecord import FOOTER, HEADER
 
 _FRAMING = HEADER.size + FOOTER.size
 # An index file line is two decimal numbers of at most 20 digits: a longer line is not ours.

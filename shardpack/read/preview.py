@@ -10,13 +10,13 @@ import cv2
 import numpy as np
 
 from shardpack import images
-from shardpack.atomic import write_atomic
 from shardpack.errors import OutputError, is_count, os_error_fix
 from shardpack.index import load_index
-from shardpack.read import decode_pixels, iter_examples
+from shardpack.packing.tfdsmeta import BOX_NAMES, is_box
+from shardpack.read.stream import decode_pixels, iter_examples
 from shardpack.schema import Schema
 from shardpack.storage import is_url
-from shardpack.tfdsmeta import BOX_NAMES, is_box
+from shardpack.storage.atomic import write_atomic
 
 CELL = 128  # pixels per thumbnail side
 _CAPTION = 22  # pixels of caption strip under each thumbnail

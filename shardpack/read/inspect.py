@@ -9,7 +9,7 @@ import numpy as np
 
 from shardpack.errors import is_count
 from shardpack.index import load_index
-from shardpack.read import iter_examples
+from shardpack.read.stream import iter_examples
 
 
 def describe(

@@ -10,14 +10,14 @@ from contextlib import suppress
 import numpy as np
 
 from shardpack import images
-from shardpack.atomic import create_temp, open_regular
 from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
-from shardpack.plan import ShardResult, ShardSpec
+from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, item_files, loader
 from shardpack.storage import Storage
+from shardpack.storage.atomic import create_temp, open_regular
 
 # How often a worker reports its count for the parent's progress bar: often enough for a live
 # bar, rare enough to cost nothing (one 8-byte pwrite).
