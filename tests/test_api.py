@@ -27,7 +27,8 @@ def test_every_error_class_is_importable_from_shardpack():
     """What a caller may meet, they can catch by name from the package itself."""
     import inspect
 
-    from shardpack.packing import cluster, errors
+    from shardpack import errors
+    from shardpack.packing import cluster
 
     defined = {
         c.__name__
