@@ -28,13 +28,13 @@ from shardpack.options import (
     DEFAULT_MAX_PIXELS,
     ENCODINGS,
     ON_ERROR,
-    SOURCE_KINDS,
     SPLIT_NAMES,
     PackOptions,
     parse_resize,
     parse_size,
     parse_split,
 )
+from shardpack.sources import source_choices
 from shardpack.sources.classlist import parse_classes
 from shardpack.storage import is_url, parse_options
 
@@ -282,7 +282,7 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
     return Enum(name, {v: v for v in values}, type=str)
 
 
-Source = _choices("Source", SOURCE_KINDS)
+Source = _choices("Source", source_choices())
 Backend = _choices("Backend", BACKENDS)
 Encoding = _choices("Encoding", ENCODINGS)
 Check = _choices("Check", CHECKS)

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, fields
 
 from shardpack.errors import ShardpackError
 
-SOURCE_KINDS = ("auto", "folder", "cifar")
 ENCODINGS = ("keep", "jpeg", "png", "webp", "raw")
 CHECKS = ("header", "decode")
 ON_ERROR = ("skip", "fail")
@@ -46,6 +45,12 @@ def _check_container(fmt: str, compression: str, index_files: bool) -> None:
     if index_files and not CONTAINERS[fmt].index_files:
         raise ShardpackError("--index-files writes DALI's TFRecord index files; "
                              f"--format {fmt} needs none: drop --index-files")  # fmt: skip
+
+
+def _check_source(source: str) -> None:
+    from shardpack.sources import source_choices  # here: the sources import this module
+
+    _choice("source", source, source_choices())
 
 
 def _check_types(options: PackOptions) -> None:
@@ -114,7 +119,8 @@ class PackOptions:
 
     Attributes:
         name: dataset name in shard file names; None takes it from SRC.
-        source: "auto", "folder" or "cifar".
+        source: "auto" (SRC's files tell), or a registered source's name: "folder",
+            "cifar" (shardpack.sources.source_choices).
         shards: shards per split; None sizes them by `shard_size`, and at least as many as
             the workers the cost model (plan.best_workers) says the work is worth.
         shard_size: target bytes per shard when `shards` is None.
@@ -175,7 +181,7 @@ class PackOptions:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        _choice("source", self.source, SOURCE_KINDS)
+        _check_source(self.source)
         _choice("backend", self.backend, BACKENDS)
         _choice("encode", self.encode, ENCODINGS)
         _choice("check", self.check, CHECKS)

@@ -218,7 +218,7 @@ def test_others_load_shares_the_cores_instead_of_taking_one():
     from shardpack.packing.packer import choose_workers
 
     cifar = Dataset(
-        "cifar10",
+        "cifar10-python",
         "/src",
         _dataset().schema,
         {"train": tuple(Item(f"b:{i}", 0, "b", CIFAR_PIXELS, i) for i in range(60_000))},
@@ -296,7 +296,8 @@ def test_raw_encoding_estimates_larger_shards():
 def test_cifar_records_are_estimated_at_their_pixels(tmp_path):
     dataset = scan(helpers.make_cifar10_python(tmp_path / "c", per_batch=10, batches=1))
     items = dataset.splits["train"]
-    assert num_shards_for(items, PackOptions(shard_size=CIFAR_PIXELS * 2), 1) == 5
+    cost = dataset.source.record_cost
+    assert num_shards_for(items, PackOptions(shard_size=CIFAR_PIXELS * 2), 1, cost=cost) == 5
     plan = make_plan(dataset, "cifar10", PackOptions(shard_size=CIFAR_PIXELS * 2), 1)
     assert [s.num_shards for s in plan.shards if s.split == "test"] == [5] * 5
 
@@ -425,7 +426,7 @@ def test_digest_does_not_depend_on_where_src_is():
         {"path": "elsewhere/a.jpg"},
         {"size": 1001},
         {"size": 2**64},  # past int64: hashed as JSON
-        {"record": 0},
+        {"position": 0},
         {"fields": {"boxes": np.array([0.0, 0.0, 1.0, 1.0], dtype=np.float32)}},
     ],
     ids=lambda c: next(iter(c)),
@@ -455,7 +456,7 @@ def _cifar_like(train: int, test: int) -> Dataset:
 
     def items(split: str, n: int) -> tuple[Item, ...]:
         return tuple(Item(key=f"{split}:{i}", label=i % 10, path=split, size=CIFAR_PIXELS,
-                          record=i) for i in range(n))  # fmt: skip
+                          position=i) for i in range(n))  # fmt: skip
 
     splits = {"train": items("train", train), "test": items("test", test)}
     return Dataset("cifar10-python", "/src", Schema.build([f"c{k}" for k in range(10)]), splits)

@@ -52,7 +52,7 @@ def test_folder_classes_sorted_and_labels_by_position(tmp_path):
     for item in items:
         assert item.path == item.key
         assert item.size == (src / item.path).stat().st_size
-        assert item.record is None and item.fields == {}
+        assert item.position is None and item.fields == {}
 
 
 def test_folder_extensions_are_case_insensitive(tmp_path):
@@ -421,7 +421,7 @@ def test_source_folder_on_a_cifar_folder_with_class_folders_scans_the_folders(tm
 
 def _listing(dataset) -> dict[str, list[tuple]]:
     return {
-        split: [(i.key, i.label, i.record, i.size, i.fields) for i in items]
+        split: [(i.key, i.label, i.position, i.size, i.fields) for i in items]
         for split, items in dataset.splits.items()
     }
 

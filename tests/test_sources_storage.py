@@ -16,7 +16,7 @@ import pytest
 from shardpack.errors import ImageError, ShardpackError, SourceError, StorageError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
-from shardpack.sources import Dataset, loader, scan, source_root
+from shardpack.sources import Dataset, scan, source_root
 from tests import helpers
 
 
@@ -49,7 +49,7 @@ def _summary(dataset: Dataset, *roots: str) -> tuple:
 
     splits = {
         split: [
-            (plain(i.key), i.label, plain(i.path), i.size, i.record, sorted(i.fields.items()))
+            (plain(i.key), i.label, plain(i.path), i.size, i.position, sorted(i.fields.items()))
             for i in items
         ]
         for split, items in dataset.splits.items()
@@ -68,7 +68,7 @@ def _summary(dataset: Dataset, *roots: str) -> tuple:
 
 def _loaded(dataset: Dataset) -> list:
     """Every item as its loader gives it (image bytes, or pixels as bytes), or why not."""
-    load, cache = loader(dataset.kind), {}
+    load, cache = dataset.source.load, {}
     out = []
     for items in dataset.splits.values():
         for item in items:

@@ -31,8 +31,7 @@ from shardpack.packing.plan import (
 )
 from shardpack.packing.tfdsmeta import write_tfds_metadata
 from shardpack.packing.worker import read_progress, write_shard
-from shardpack.sources import Dataset, Item, scan, source_root
-from shardpack.sources.cifar import keep_batches
+from shardpack.sources import Dataset, Item, keeping, scan, source_root
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.atomic import json_bytes, temp_files
 
@@ -99,11 +98,12 @@ def _check_arguments(options: object, progress: object, storage_options: object)
 
 
 def default_name(dataset: Dataset, src: Storage) -> str:
-    """cifar10 / cifar100 for CIFAR, a manifest file's name without its extension (two tables
-    in one folder are two datasets), else SRC's folder name (a URL's last segment); made safe
-    for file names."""
-    if dataset.kind.startswith("cifar"):
-        return dataset.kind.split("-")[0]
+    """The source's own name for it (cifar10), a manifest file's name without its extension
+    (two tables in one folder are two datasets), else SRC's folder name (a URL's last segment);
+    made safe for file names."""
+    named = dataset.source.default_name(dataset)
+    if named is not None:
+        return named
     if src.kind() == "dir":
         base = os.path.basename(dataset.root.path())
     else:  # a manifest file
@@ -132,7 +132,7 @@ def choose_workers(
         return cores  # a Dask LocalCluster of this machine's cores, as before; no model for it
     items = tuple(item for spec in plan.shards for item in spec.items)
     work, serial, shards = (
-        work_seconds(items, options),
+        work_seconds(items, options, plan.cost),
         SERIAL_SHARE[options.encode],
         len(plan.shards),
     )
@@ -152,7 +152,8 @@ def pack(
     index.json in OUT.
 
     Args:
-        src: class or split folders, a manifest table, or a folder of CIFAR batches.
+        src: a folder, file or URL that a registered source recognises (shardpack.sources:
+            class or split folders, a manifest table, ...).
         out: the output folder; created if missing.
         options: how to pack; defaults to PackOptions().
         progress: called about five times a second with (items done, items total).
@@ -177,7 +178,7 @@ def pack(
     out = storage_at(out, storage_options)
     _refuse_out_inside_src(src_root, out)
     created = out.make_root()
-    with out.lock(created), keep_batches():  # CIFAR batches: loaded once a run
+    with out.lock(created), keeping():  # what sources load once a run
         watch = CpuWatch()  # the scan and plan are the window that measures others' load
         with _no_gc():
             dataset = scan(src_root, options, storage_options)

@@ -15,24 +15,21 @@ import numpy as np
 
 from shardpack.containers import CONTAINERS
 from shardpack.options import PackOptions
-from shardpack.sources import Dataset, Item
-from shardpack.sources.cifar import CIFAR_PIXELS
+from shardpack.sources import Dataset, Item, RecordCost
 
 # Raw pixels take roughly this many times a compressed photo's file size (JPEG at q75-95 is
 # 8-12x smaller than its pixels); used only to choose a default shard count.
 RAW_EXPANSION = 10
 
-# The cost model: one core's seconds per item = ITEM_S + BYTE_S x the file's bytes, by output
-# encoding. Set from `python -m benchmarks.stages` (2-core Xeon VM, 2026-11-30; per image:
+# The cost model: one core's seconds per image file = ITEM_S + BYTE_S x its bytes, by output
+# encoding (a source's records inside files cost what its RecordCost says). Set from
+# `python -m benchmarks.stages` (2-core Xeon VM, 2026-11-30; per image:
 # photos keep 148 us for 46 KB, photos jpeg 1.6 ms, small JPEGs raw 88-105 us for 1.4 KB, PNG
 # encode ~4 ms per photo) plus per-item glue (keep: ~35 us, the whole run's 183 us an image at
 # 1 worker less the stages); `make bench`'s "defaults" rows check that the choice it drives
 # stays within 5% of --workers 1 and 10% of the best.
 ITEM_S = {"keep": 50e-6, "raw": 90e-6, "jpeg": 60e-6, "png": 100e-6, "webp": 120e-6}
 BYTE_S = {"keep": 2.8e-9, "raw": 30e-9, "jpeg": 33e-9, "png": 105e-9, "webp": 150e-9}
-# A CIFAR record (32x32 pixels in memory) by encoding; "keep" becomes PNG (stages.py: raw
-# 42 us per record).
-CIFAR_ITEM_S = {"keep": 150e-6, "raw": 45e-6, "jpeg": 70e-6, "png": 150e-6, "webp": 200e-6}
 # --check decode decodes every passed-through image: about a JPEG decode per byte.
 DECODE_BYTE_S = 16e-9
 # A pool of forked workers: importing the standard library's executor ~25 ms, starting it and
@@ -90,6 +87,7 @@ class Plan:
     shards: tuple[ShardSpec, ...]
     digest: str
     warnings: tuple[str, ...] = ()  # for the user, one line each: shards that hold very few
+    cost: RecordCost | None = None  # what an item costs (the source's); None: image files
 
 
 def shard_bounds(num_items: int, num_shards: int) -> list[tuple[int, int]]:
@@ -100,10 +98,10 @@ def shard_bounds(num_items: int, num_shards: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(cuts))
 
 
-def estimated_bytes(item: Item, options: PackOptions) -> int:
+def estimated_bytes(item: Item, options: PackOptions, cost: RecordCost | None = None) -> int:
     """A rough size of the record `item` becomes, for choosing how many shards to write."""
-    if item.record is not None:
-        return CIFAR_PIXELS  # a CIFAR record never grows past its raw pixels
+    if cost is not None:
+        return cost.raw_bytes  # a record of pixels never grows past them
     if options.encode != "raw":
         return item.size
     if options.resize is not None:
@@ -112,22 +110,29 @@ def estimated_bytes(item: Item, options: PackOptions) -> int:
     return size if options.max_side is None else min(size, options.max_side**2 * 3)
 
 
-def _tally(items: tuple[Item, ...]) -> tuple[int, int, int]:
-    """(CIFAR records, files, the files' bytes) in one pass: a listing may hold millions."""
-    sizes = [item.size for item in items if item.record is None]
-    return len(items) - len(sizes), len(sizes), sum(sizes)
+def _tally(items: tuple[Item, ...], cost: RecordCost | None) -> tuple[int, int, int]:
+    """(records, files, the files' bytes) in one pass: a listing may hold millions."""
+    if cost is not None:
+        return len(items), 0, 0
+    return 0, len(items), sum(item.size for item in items)
 
 
-def work_seconds(items: tuple[Item, ...], options: PackOptions) -> float:
-    """One core's estimated seconds to write `items`: the cost model above, summed."""
-    return _work_seconds(_tally(items), options)
+def work_seconds(
+    items: tuple[Item, ...], options: PackOptions, cost: RecordCost | None = None
+) -> float:
+    """One core's estimated seconds to write `items` (records costing `cost` each, or image
+    files when None): the cost model above, summed."""
+    return _work_seconds(_tally(items, cost), options, cost)
 
 
-def _work_seconds(tally: tuple[int, int, int], options: PackOptions) -> float:
+def _work_seconds(
+    tally: tuple[int, int, int], options: PackOptions, cost: RecordCost | None
+) -> float:
     records, files, file_bytes = tally
     encode = options.encode
     byte_s = BYTE_S[encode] + (DECODE_BYTE_S if options.check == "decode" else 0.0)
-    return records * CIFAR_ITEM_S[encode] + files * ITEM_S[encode] + file_bytes * byte_s
+    record_s = records * cost.seconds[encode] if cost is not None else 0.0
+    return record_s + files * ITEM_S[encode] + file_bytes * byte_s
 
 
 def run_seconds(
@@ -173,24 +178,30 @@ def best_workers(
 
 
 def num_shards_for(
-    items: tuple[Item, ...], options: PackOptions, workers: int, balanced: int | None = None
+    items: tuple[Item, ...],
+    options: PackOptions,
+    workers: int,
+    balanced: int | None = None,
+    cost: RecordCost | None = None,
 ) -> int:
     """--shards if given, else enough to hold about --shard-size each, and at least as many
     as the workers (up to `workers`) the cost model says the items are worth; or, when
-    several splits share the workers, at least `balanced` (shards_for_balance)."""
+    several splits share the workers, at least `balanced` (shards_for_balance). `cost`: what
+    each item costs when they are records (the source's), None for image files."""
     if options.shards is not None:
         return max(1, min(options.shards, len(items)))
-    tally = _tally(items)
+    tally = _tally(items, cost)
     records, files, file_bytes = tally
+    record_bytes = records * cost.raw_bytes if cost is not None else 0
     if options.encode == "raw" and options.max_side is not None:  # a bound per item
-        total = sum(estimated_bytes(item, options) for item in items)
+        total = sum(estimated_bytes(item, options, cost) for item in items)
     elif options.encode == "raw" and options.resize is not None:
-        total = records * CIFAR_PIXELS + files * options.resize[0] * options.resize[1] * 3
+        total = record_bytes + files * options.resize[0] * options.resize[1] * 3
     else:
         expansion = RAW_EXPANSION if options.encode == "raw" else 1
-        total = records * CIFAR_PIXELS + file_bytes * expansion
+        total = record_bytes + file_bytes * expansion
     by_size = math.ceil(total / options.shard_size)
-    work = _work_seconds(tally, options)
+    work = _work_seconds(tally, options, cost)
     by_workers = balanced or best_workers(work, workers, serial=SERIAL_SHARE[options.encode])
     if by_size > by_workers > 1:  # whole rounds: 6 shards on 4 workers would idle 2 at the end
         by_size = math.ceil(by_size / by_workers) * by_workers
@@ -212,7 +223,8 @@ def shards_for_balance(dataset: Dataset, options: PackOptions, workers: int) -> 
     """
     if options.shards is not None or len(dataset.splits) < 2:
         return {}
-    work = {split: work_seconds(items, options) for split, items in dataset.splits.items()}
+    cost = dataset.source.record_cost
+    work = {split: work_seconds(items, options, cost) for split, items in dataset.splits.items()}
     total = sum(work.values())
     best = best_workers(total, workers, serial=SERIAL_SHARE[options.encode])
     if best < 2 or total <= 0:
@@ -233,6 +245,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
     warnings: list[str] = []
     orders: dict[str, np.ndarray] = {}
     balance = shards_for_balance(dataset, options, workers)
+    cost = dataset.source.record_cost
     for split in sorted(dataset.splits):
         items = dataset.splits[split]
         order = np.arange(len(items))
@@ -242,7 +255,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
         # numpy gathers each shard's items in C (1,000,000 items: 0.17 s against 0.52 s for
         # a list built in Python; benchmarks.listing)
         objects = np.fromiter(items, object, len(items))
-        count = num_shards_for(items, options, workers, balance.get(split))
+        count = num_shards_for(items, options, workers, balance.get(split), cost)
         if options.shards is None and count > 1 and len(items) < FEW_ITEMS_PER_SHARD * count:
             warnings.append(
                 f"split {split}: a shard size of {options.shard_size:,} bytes leaves about "
@@ -259,7 +272,8 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
                     items=tuple(objects[order[start:end]].tolist()),
                 )
             )
-    return Plan(tuple(shards), _digest(dataset, shards, orders, options), tuple(warnings))
+    digest = _digest(dataset, shards, orders, options)
+    return Plan(tuple(shards), digest, tuple(warnings), cost)
 
 
 # Items hashed at once: a bounded transient (a few columns of this many values).

@@ -15,7 +15,7 @@ from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
-from shardpack.sources import Item, item_files, loader
+from shardpack.sources import Item, source_of
 from shardpack.storage import Storage
 from shardpack.storage.atomic import create_temp, open_regular
 
@@ -73,7 +73,7 @@ def write_shard(
         src: the source storage the items' paths are relative to (Dataset.root).
         out: where the shard goes (a local folder or an object store prefix).
         schema: the dataset's features: how to encode each of an item's fields.
-        kind: the dataset's source kind, which says how an item's image is loaded.
+        kind: the dataset's kind, whose source loads an item's image.
 
     Returns:
         The shard's record count, size, sha256, label histogram and skipped items.
@@ -84,19 +84,19 @@ def write_shard(
     start = time.perf_counter()
     counts = [0] * len(schema.classes)
     skipped: list[tuple[str, str]] = []
-    load = loader(kind)
-    cache: dict = {}  # what the loader keeps between items (CIFAR: the batches, loaded once)
+    source = source_of(kind)
+    cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
     try:
         container = CONTAINERS[options.format]
         limit = images.max_file_bytes(options.max_pixels)
         with (
-            src.reading(item_files(kind, spec.items), limit) as src,
+            src.reading(source.item_files(spec.items), limit) as src,
             container.writer(spec.file, options.compression, storage=out) as writer,
         ):
             for done, item in enumerate(spec.items, 1):
                 try:
-                    features = _features(item, load(item, src, options, cache), options)
+                    features = _features(item, source.load(item, src, options, cache), options)
                     features.update(_fields(item, schema))
                 except ImageError as e:
                     if options.on_error == "fail":

@@ -1,20 +1,29 @@
-"""Sources: where items come from. One module each: folder (SRC/<class>/...), splittree
-(SRC/<split>/<class>/...), manifest (a CSV/TSV/JSONL/Parquet table) and cifar (CIFAR batches).
+"""Sources: where items come from. A source is a `Source` object in one registry; the built-in
+ones, one module each, are folder (SRC/<class>/...), splittree (SRC/<split>/<class>/...),
+manifest (a CSV/TSV/JSONL/Parquet table) and cifar (CIFAR batches). `register_source` adds one.
 
-Each source finds its items (scan -> Dataset with the feature schema) and loads one item's image
-(`loader`); the worker builds an Example from what the loader gives and the item's fields,
-without knowing which source it came from.
+A source provides: its `name` (a --source choice when `choosable`), the `kinds` its scan gives
+(Dataset.kind, written to index.json), `described` (what SRC is, for messages), the PackOptions
+fields only it reads (`options`, with their flags: another source refuses them when given),
+`recognise` (does SRC hold it?), `scan` (SRC -> Dataset with the feature schema), `load` (one
+item's image file bytes or RGB pixels; runs in forked workers), `item_files` (the files `load`
+reads, for read-ahead), `default_name`, `record_cost` (what an item costs, for the planner's cost
+model) and `keeping` (a context the whole pack runs in). Nothing outside this package names a
+source: the packer, the planner and the workers ask the registry, by the dataset's kind.
 """
 
 from __future__ import annotations
 
+import abc
+import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from shardpack.errors import SourceError
-from shardpack.options import SPLIT_NAMES, PackOptions
+from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.storage import Storage, storage_at
 
@@ -33,14 +42,16 @@ class Item(NamedTuple):
     object.__setattr__) and pickles them to the workers (2x faster).
     """
 
-    key: str  # unique in the dataset: path relative to SRC, or "<batch>:<record>" for CIFAR
+    key: str  # unique in the dataset: path relative to SRC, or "<file>:<position>"
     label: int | tuple[int, ...] | None  # class index (a tuple for multi-label); None: unlabeled
     # file to read, relative to the dataset's root (or, from a manifest, an absolute path or URL)
     path: str
     # bytes on disk (for an image file; past the first files of a large local tree, the mean
-    # of a sample: folder.SIZED_FILES) or raw pixel bytes (for a CIFAR record)
+    # of a sample: folder.SIZED_FILES) or raw pixel bytes (for a record inside a file)
     size: int
-    record: int | None = None  # record number inside a CIFAR batch
+    # where the item lies inside the file at `path` that holds many (a record's number in it);
+    # None: the file is the item's image
+    position: int | None = None
     # name -> value of each feature the schema adds beyond the built-ins and `label`; never
     # written to (NO_FIELDS below is shared by every item with none)
     fields: Mapping[str, FieldValue] = {}
@@ -55,7 +66,7 @@ NO_FIELDS: Mapping[str, FieldValue] = Item._field_defaults["fields"]
 class Dataset:
     """What a scan found: the feature schema, items per split, and files passed over."""
 
-    kind: str  # "folder", "split-tree", "manifest" or one of the CIFAR layouts
+    kind: str  # one of its source's `kinds`: which source scanned it, and how
     root: Storage  # where items' paths are read from (relative to its folder or URL prefix)
     schema: Schema
     splits: dict[str, tuple[Item, ...]] = field(hash=False)
@@ -74,9 +85,122 @@ class Dataset:
     def num_items(self) -> int:
         return sum(len(items) for items in self.splits.values())
 
+    @property
+    def source(self) -> Source:
+        """The registered source that scanned this dataset."""
+        return source_of(self.kind)
 
-# What a loader gives for one item: an image file's bytes, or decoded RGB pixels (CIFAR).
+
+# What a loader gives for one item: an image file's bytes, or decoded RGB pixels.
 Loader = Callable[[Item, Storage, PackOptions, dict], "bytes | np.ndarray"]
+
+
+@dataclass(frozen=True)
+class RecordCost:
+    """What packing one item costs when items are fixed-size records inside files (rather than
+    image files, which the planner costs by their bytes)."""
+
+    raw_bytes: int  # an item's pixels: the most its record grows to
+    seconds: Mapping[str, float]  # one core's seconds per item, by output encoding
+
+
+class Source(abc.ABC):
+    """One kind of SRC. Subclass it, give what differs from these defaults, and pass an
+    instance to register_source. Its methods run in the packing process, but for `load` and
+    `item_files`, which run in workers forked from it (or pickled to Dask)."""
+
+    name: ClassVar[str]  # unique; the --source choice when `choosable`
+    kinds: ClassVar[tuple[str, ...]]  # the Dataset.kind values its scan gives
+    described: ClassVar[str]  # what SRC is, for messages: "a manifest"
+    choosable: ClassVar[bool] = True
+    # (PackOptions field, its flag) that only some sources read: given to another, refused
+    options: ClassVar[tuple[tuple[str, str], ...]] = ()
+    record_cost: ClassVar[RecordCost | None] = None  # None: items are files, costed by bytes
+
+    @abc.abstractmethod
+    def recognise(self, root: Storage, options: PackOptions) -> object | None:
+        """What `scan` takes when SRC holds this source (`root` rooted at SRC), else None. With
+        --source naming this source, raise SourceError saying what is missing instead."""
+
+    @abc.abstractmethod
+    def scan(
+        self, found: object, options: PackOptions, storage_options: Mapping[str, object] | None
+    ) -> Dataset:
+        """List every item of what `recognise` found."""
+
+    def load(
+        self, item: Item, root: Storage, options: PackOptions, cache: dict
+    ) -> bytes | np.ndarray:
+        """One item's image: the file's bytes (read as hostile input, see folder.load), or RGB
+        pixels as an H x W x 3 uint8 array; `cache` is the worker's, kept across its items."""
+        from shardpack.sources.folder import load
+
+        return load(item, root, options, cache)
+
+    def item_files(self, items: Iterable[Item]) -> Iterator[str]:
+        """The files `load` reads for these items, one each, in order (for read-ahead). Lazy:
+        a list would hold every path of the shard in the worker."""
+        return (item.path for item in items)
+
+    def default_name(self, dataset: Dataset) -> str | None:
+        """The dataset's name when none is given; None takes it from SRC's name."""
+        return None
+
+    def keeping(self) -> contextlib.AbstractContextManager[None]:
+        """A context the whole pack (scan, then workers forked inside it) runs in."""
+        return contextlib.nullcontext()
+
+
+_REGISTRY: dict[str, Source] = {}
+
+
+def _registry() -> dict[str, Source]:
+    """Every source by name, in the order registered: the built-in ones first."""
+    if not _REGISTRY:
+        from shardpack.sources import cifar, folder, manifest, splittree
+
+        # the folder catch-all first: recognition tries the last registered first
+        for module in (folder, splittree, manifest, cifar):
+            _REGISTRY[module.SOURCE.name] = module.SOURCE
+    return _REGISTRY
+
+
+def register_source(source: Source) -> None:
+    """Add a source: `scan` recognises it (before those registered earlier, so a layout more
+    specific than plain class folders wins) and --source offers it when it is choosable.
+
+    Raises:
+        ValueError: a source of that name, or one giving one of its kinds, is registered.
+    """
+    registry = _registry()
+    taken = {kind for other in registry.values() for kind in other.kinds}
+    if source.name in registry or taken & set(source.kinds) or source.name == "auto":
+        raise ValueError(f"a source named {source.name!r} or of kinds {source.kinds!r} is "
+                         "registered already; give it another name and kinds")  # fmt: skip
+    registry[source.name] = source
+
+
+def source_choices() -> tuple[str, ...]:
+    """What --source takes: "auto" (tell them apart by the files present) and each choosable
+    source's name."""
+    return ("auto", *(name for name, s in _registry().items() if s.choosable))
+
+
+def source_of(kind: str) -> Source:
+    """The source whose scan gives datasets of this kind."""
+    for source in _registry().values():
+        if kind in source.kinds:
+            return source
+    raise ValueError(f"no source gives datasets of kind {kind!r}; register_source it first")
+
+
+@contextlib.contextmanager
+def keeping() -> Iterator[None]:
+    """Every source's `keeping` context at once: a pack runs inside it."""
+    with contextlib.ExitStack() as stack:
+        for source in _registry().values():
+            stack.enter_context(source.keeping())
+        yield
 
 
 def scan(
@@ -101,64 +225,48 @@ def scan(
         SourceError: SRC is missing, empty, or not of the layout asked for.
         StorageError: a URL's filesystem package is missing.
     """
-    from shardpack.sources import cifar, folder, manifest, splittree
     from shardpack.sources.splitting import split_dataset
 
     options = options or PackOptions()
     root = source_root(src, storage_options)
-    is_folder = root.kind() == "dir"
-    layout = cifar.cifar_layout(root, options.source) if is_folder else None
-    table = manifest.manifest_source(root, options.source, is_folder)
-    kind = (
-        "CIFAR batches" if layout is not None else "a manifest" if table is not None else "folders"
-    )
-    named = options.split_names != SPLIT_NAMES  # --splits given
-    _refuse_unused(root, options, kind, named)
-    if layout is not None:
-        if options.classes is not None:
-            raise SourceError(f"{root.path()}: CIFAR brings its own class list; drop --classes")
-        dataset = cifar.scan_cifar(root, layout)
-    elif table is not None:
-        dataset = manifest.scan_manifest(table, options, storage_options)
-    elif options.source == "auto" and splittree.is_split_tree(root, options.split_names, named):
-        dataset = splittree.scan_split_tree(root, options)
-    else:
-        dataset = folder.scan_folder(root, options)
+    source, found = _recognise(root, options)
+    _refuse_unused(root, options, source)
+    dataset = source.scan(found, options, storage_options)
     if options.split is None:
         return dataset
     return split_dataset(dataset, options.split, options.seed, root.path())
 
 
-def _refuse_unused(root: Storage, options: PackOptions, kind: str, named: bool) -> None:
-    """An option the layout of SRC takes no notice of is refused, not ignored: --splits
-    (`named`) names split folders, --path-column and --root a manifest's images."""
-    if options.source == "folder" and named:
-        raise SourceError(f"{root.path()}: --splits names split folders, and --source folder "
-                          "takes every folder as a class; drop one of them")  # fmt: skip
-    for flag, given, meant in (
-        ("--splits", named, "folders"),
-        ("--path-column", options.path_column is not None, "a manifest"),
-        ("--root", options.root is not None, "a manifest"),
-    ):
-        if given and kind != meant:
-            raise SourceError(f"{root.path()}: {flag} is for {meant}, and SRC is {kind}; "
-                              f"drop {flag}")  # fmt: skip
+def _recognise(root: Storage, options: PackOptions) -> tuple[Source, object]:
+    """The source SRC holds (--source's, or the last registered that recognises it) and what
+    its recognise found."""
+    registry = _registry()
+    if options.source != "auto":
+        source = registry[options.source]
+        found = source.recognise(root, options)
+        if found is None:
+            raise SourceError(f"{root.path()}: is not {source.described}; drop --source")
+        return source, found
+    for source in reversed(registry.values()):
+        found = source.recognise(root, options)
+        if found is not None:
+            return source, found
+    raise SourceError(f"{root.path()}: holds no dataset shardpack knows; pass a folder of class "
+                      "folders (SRC/<class>/<image>)")  # fmt: skip
 
 
-def loader(kind: str) -> Loader:
-    """The function that loads one item's image for datasets of this kind."""
-    from shardpack.sources import cifar, folder
-
-    return cifar.load if kind in cifar.LAYOUTS else folder.load
-
-
-def item_files(kind: str, items: Iterable[Item]) -> Iterator[str]:
-    """The files the loader of `kind` reads for these items, one each, in order (CIFAR: none,
-    its batches are read once a process). Lazy: a list would hold every path of the shard in
-    the worker (8,333 small JPEGs: ~0.5 MB, and then more at every shard)."""
-    from shardpack.sources import cifar
-
-    return iter(()) if kind in cifar.LAYOUTS else (item.path for item in items)
+def _refuse_unused(root: Storage, options: PackOptions, source: Source) -> None:
+    """An option only other sources read is refused, not ignored: --splits names split
+    folders, --path-column and --root a manifest's images."""
+    meant: dict[str, tuple[str, str]] = {}  # field -> (flag, what the first taking it reads)
+    for other in _registry().values():
+        for name, flag in other.options:
+            meant.setdefault(name, (flag, other.described))
+    defaults = {f.name: f.default for f in dataclasses.fields(PackOptions)}
+    for name, (flag, what) in meant.items():
+        if name not in dict(source.options) and getattr(options, name) != defaults[name]:
+            raise SourceError(f"{root.path()}: {flag} is for {what}, and SRC is "
+                              f"{source.described}; drop {flag}")  # fmt: skip
 
 
 def source_root(

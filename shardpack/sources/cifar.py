@@ -5,18 +5,22 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from shardpack import images
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
-from shardpack.sources import NO_FIELDS, Dataset, Item, safepickle
-from shardpack.sources.folder import check_class_name
+from shardpack.sources import NO_FIELDS, Dataset, Item, RecordCost, Source
+from shardpack.sources.folder import check_class_name, folder_only
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.srcfiles import RefusedFile
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy, the safe unpickler and images are imported where used: --source's choices come from
+# the registry, and `pack --help` loads no numpy.
 
 CIFAR_PIXELS = 32 * 32 * 3
 # The largest real CIFAR file (CIFAR-100 train) is 155 MB; refuse what could only be a trap.
@@ -39,22 +43,57 @@ LAYOUTS = {
 }
 
 
-def cifar_layout(root: Storage, source: str = "auto") -> str | None:
-    """Which CIFAR layout SRC holds (by its file names alone), or None for a class-folder tree.
+class CifarSource(Source):
+    """CIFAR-10/100 batches, python or binary: one of LAYOUTS."""
 
-    Raises:
-        SourceError: source is "cifar" and no CIFAR batches are there.
-    """
-    layout = None if source == "folder" else _cifar_layout(root)
-    if source == "cifar" and layout is None:
-        raise SourceError(
-            f"{root.path()}: no CIFAR batches found; expected data_batch_1..5 and test_batch with "
-            "batches.meta (CIFAR-10), train/test with meta (CIFAR-100), or their .bin versions"
-        )
-    return layout
+    name = "cifar"
+    kinds = tuple(LAYOUTS)
+    described = "CIFAR batches"
+    # An item is 32x32 pixels in memory, by output encoding; "keep" becomes PNG (stages.py: raw
+    # 42 us per record).
+    record_cost = RecordCost(
+        CIFAR_PIXELS, {"keep": 150e-6, "raw": 45e-6, "jpeg": 70e-6, "png": 150e-6, "webp": 200e-6}
+    )
+
+    def recognise(self, root: Storage, options: PackOptions) -> tuple[Storage, str] | None:
+        folder_only(root, options, self.name)
+        layout = cifar_layout(root) if root.kind() == "dir" else None
+        if layout is not None:
+            return root, layout
+        if options.source == self.name:
+            raise SourceError(
+                f"{root.path()}: no CIFAR batches found; expected data_batch_1..5 and test_batch "
+                "with batches.meta (CIFAR-10), train/test with meta (CIFAR-100), or their .bin "
+                "versions"
+            )
+        return None
+
+    def scan(
+        self,
+        found: tuple[Storage, str],
+        options: PackOptions,
+        storage_options: Mapping[str, object] | None,
+    ) -> Dataset:
+        root, layout = found
+        if options.classes is not None:
+            raise SourceError(f"{root.path()}: CIFAR brings its own class list; drop --classes")
+        return scan_cifar(root, layout)
+
+    def load(self, item: Item, root: Storage, options: PackOptions, cache: dict) -> np.ndarray:
+        return load(item, root, options, cache)
+
+    def item_files(self, items: Iterable[Item]) -> Iterator[str]:
+        return iter(())  # its batches are read once a process, whole
+
+    def default_name(self, dataset: Dataset) -> str:
+        return dataset.kind.split("-")[0]  # cifar10, cifar100
+
+    def keeping(self) -> contextlib.AbstractContextManager[None]:
+        return keep_batches()
 
 
-def _cifar_layout(root: Storage) -> str | None:
+def cifar_layout(root: Storage) -> str | None:
+    """Which CIFAR layout the folder holds (by its file names alone), or None."""
     # The meta file first: a folder of images is told apart in one look per layout (a request
     # each on an object store), not one per batch name.
     for name, (batches, meta) in LAYOUTS.items():
@@ -163,6 +202,8 @@ def _binary_record_size(hundred: bool) -> int:
 
 
 def _binary_labels(root: Storage, name: str, hundred: bool) -> tuple[list[int], list[int] | None]:
+    import numpy as np
+
     size = _binary_record_size(hundred)
     path = root.path(name)
     raw = np.frombuffer(_read_batch(root, name), dtype=np.uint8)
@@ -178,6 +219,8 @@ def _binary_labels(root: Storage, name: str, hundred: bool) -> tuple[list[int], 
 
 
 def _pickle_labels(root: Storage, name: str, hundred: bool) -> tuple[list[int], list[int] | None]:
+    import numpy as np
+
     path = root.path(name)
     batch = load_cifar_pickle(root, name)
     labels = _int_list(batch, "fine_labels" if hundred else "labels", path)
@@ -194,6 +237,8 @@ def _pickle_labels(root: Storage, name: str, hundred: bool) -> tuple[list[int], 
 
 
 def _int_list(batch: dict, key: str, path: str) -> list[int]:
+    import numpy as np
+
     values = _require(batch, key, path)
     if not isinstance(values, list) or not all(
         isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values
@@ -230,6 +275,8 @@ def read_cifar_pixels(root: Storage | str, batch: str) -> np.ndarray:
 def _planes(root: Storage, batch: str) -> np.ndarray:
     """A batch's images as N x 3 x 32 x 32 (each image's red, green and blue planes), a view
     over the file's rows."""
+    import numpy as np
+
     if batch.endswith(".bin"):
         size = _binary_record_size(batch in ("train.bin", "test.bin"))
         data = np.frombuffer(_read_batch(root, batch), np.uint8).reshape(-1, size)[
@@ -259,6 +306,8 @@ def load_cifar_pickle(root: Storage | str, name: str = "") -> dict[str, object]:
     identity = _identity(path) if root.local else None
     loaded = _kept.get(identity) if _kept is not None and identity is not None else None
     if loaded is None:
+        from shardpack.sources import safepickle
+
         loaded = safepickle.load(_read_batch(root, name), path)
         _keep(identity, path, loaded)
     if not isinstance(loaded, dict):
@@ -268,11 +317,13 @@ def load_cifar_pickle(root: Storage | str, name: str = "") -> dict[str, object]:
 
 def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> np.ndarray:
     """One record's 32x32 RGB pixels; each batch a shard reads is loaded once into `cache`."""
+    from shardpack import images
+
     if item.path not in cache:
         cache[item.path] = _planes(root, item.path)
     # One image at a time: interleaving whole batches in a forked worker cost as much (its
     # fresh memory is page-faulted in: ~25 ms a batch, each worker all six) and kept 186 MB.
-    return images.interleave(cache[item.path][item.record])
+    return images.interleave(cache[item.path][item.position])
 
 
 # The scan loads every python batch for its labels, then each shard reads pixels from the same
@@ -312,3 +363,6 @@ def _keep(identity: tuple[int, int, int, int] | None, path: str, loaded: object)
         return
     if identity[2] + sum(key[2] for key in _kept) <= MAX_KEPT_BYTES:
         _kept[identity] = loaded
+
+
+SOURCE = CifarSource()

@@ -6,12 +6,12 @@ import operator
 import os
 import stat
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from shardpack.errors import ImageError, SourceError, printable
-from shardpack.options import PackOptions
+from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import Dataset, Item
+from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.classlist import class_list, labelled
 from shardpack.storage import Storage
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, not_regular
@@ -97,6 +97,33 @@ class Passed:
             skipped=tuple(sorted([*self.skipped, *left_out])),
             warnings=tuple(warnings),
         )
+
+
+def folder_only(root: Storage, options: PackOptions, name: str) -> None:
+    """--source `name` on a file (a manifest) is refused: that source reads folders."""
+    if options.source == name and root.kind() != "dir":
+        raise SourceError(f"{root.path()}: --source {name} takes a folder; drop --source")
+
+
+class FolderSource(Source):
+    """Class folders: the layout every SRC is taken for when no other source recognises it."""
+
+    name = "folder"
+    kinds = ("folder",)
+    described = "folders"
+    options = (("split_names", "--splits"),)
+
+    def recognise(self, root: Storage, options: PackOptions) -> Storage:
+        folder_only(root, options, self.name)
+        if options.source == self.name and options.split_names != SPLIT_NAMES:
+            raise SourceError(f"{root.path()}: --splits names split folders, and --source folder "
+                              "takes every folder as a class; drop one of them")  # fmt: skip
+        return root
+
+    def scan(
+        self, found: Storage, options: PackOptions, storage_options: Mapping[str, object] | None
+    ) -> Dataset:
+        return scan_folder(found, options)
 
 
 def scan_folder(src: Storage, options: PackOptions) -> Dataset:
@@ -337,7 +364,7 @@ def instead_of_file(path: str) -> str:
 
 def load(item: Item, src: Storage, options: PackOptions, cache: dict) -> bytes:
     """An image file's bytes, read as hostile input: a regular file (links followed), bounded by
-    the most an image of --max-pixels can take. Also the loader of split trees and manifests.
+    the most an image of --max-pixels can take: every source's loader but CIFAR's.
 
     Raises:
         ImageError: the file is missing, unreadable, not a regular file, too large or empty.
@@ -418,3 +445,6 @@ def _walk_order(rel: str) -> list[tuple[int, str]]:
     """Sorts paths as a walk meets them: a folder's files by name, then its folders."""
     *folders, name = rel.split("/")
     return [(1, folder) for folder in folders] + [(0, name)]
+
+
+SOURCE = FolderSource()

@@ -17,23 +17,18 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import NO_FIELDS, Dataset, Item
+from shardpack.sources import NO_FIELDS, Dataset, Item, Source
 from shardpack.sources.folder import check_class_name
-from shardpack.sources.table import (
-    SUFFIXES,
-    LabelInfo,
-    Manifest,
-    line_name,
-    manifest_file,
-    normal_path,
-    read_manifest,
-)
 from shardpack.storage import Blob, Entry, Storage, is_url, storage_at
 from shardpack.storage.srcfiles import not_regular
+
+if TYPE_CHECKING:
+    from shardpack.sources.table import LabelInfo, Manifest
 
 KIND = "manifest"
 DEFAULT_SPLIT = "train"
@@ -41,17 +36,31 @@ DEFAULT_SPLIT = "train"
 
 def is_manifest_name(path: str) -> bool:
     """Whether a file's name says it is a manifest (.csv, .tsv, .jsonl, .parquet)."""
+    from shardpack.sources.table import SUFFIXES
+
     return path.lower().endswith(SUFFIXES)
 
 
-def manifest_source(root: Storage, source: str, is_folder: bool) -> Storage | None:
-    """The manifest file SRC is or holds (metadata.csv/.jsonl/.parquet), when --source is auto:
-    a Storage rooted at the file (see manifest_file)."""
-    if source != "auto":
-        if not is_folder:
-            raise SourceError(f"{root.path()}: --source {source} takes a folder; drop --source")
-        return None
-    return manifest_file(root)
+class ManifestSource(Source):
+    """A table of image paths with labels and typed columns; found by --source auto only."""
+
+    name = "manifest"
+    kinds = (KIND,)
+    described = "a manifest"
+    choosable = False
+    options = (("path_column", "--path-column"), ("root", "--root"))
+
+    def recognise(self, root: Storage, options: PackOptions) -> Storage | None:
+        """The manifest file SRC is or holds (metadata.csv/.jsonl/.parquet): a Storage rooted
+        at the file (see manifest_file)."""
+        from shardpack.sources.table import manifest_file
+
+        return manifest_file(root)
+
+    def scan(
+        self, found: Storage, options: PackOptions, storage_options: Mapping[str, object] | None
+    ) -> Dataset:
+        return scan_manifest(found, options, storage_options)
 
 
 def scan_manifest(
@@ -60,7 +69,7 @@ def scan_manifest(
     """List a manifest's rows as items: paths, labels by the class list, splits and fields.
 
     Args:
-        manifest: the Storage rooted at the manifest file (manifest_source).
+        manifest: the Storage rooted at the manifest file (ManifestSource.recognise).
         options: the class list, path column, --root and on-error policy.
         storage_options: options for the filesystem of --root or of image URLs.
 
@@ -68,6 +77,8 @@ def scan_manifest(
         SourceError: --root is not a folder, the manifest cannot be read (see read_manifest),
             or no row is usable.
     """
+    from shardpack.sources.table import line_name, read_manifest
+
     _check_root(options.root)
     table = read_manifest(manifest, path_column=options.path_column, root=options.root,
                           storage_options=storage_options,
@@ -215,6 +226,8 @@ class ImageRoot(Storage):
     def where(self, name: str) -> tuple[Storage, str]:
         """The storage an image path is read from, and its name there."""
         if self._climbs and (name == ".." or name.startswith("../")):
+            from shardpack.sources.table import normal_path
+
             name = normal_path(f"{self.root}/{name}")  # an object store has no "..": climb here
         if is_url(name):
             folder, _, file = name.rpartition("/")
@@ -279,3 +292,6 @@ class _Sizes:
     def close(self) -> None:
         if self.root_fd is not None:
             os.close(self.root_fd)
+
+
+SOURCE = ManifestSource()

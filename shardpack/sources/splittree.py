@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from shardpack.errors import SourceError
-from shardpack.options import PackOptions
+from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import Dataset, Item
+from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.classlist import class_list, labelled
 from shardpack.sources.folder import (
     IMAGE_EXTENSIONS,
@@ -92,3 +94,25 @@ def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:
         )
     splits = {split: items for split, items in splits.items() if items}
     return passed.dataset("split-tree", root, Schema.build(classes), splits, left_out, warnings)
+
+
+class SplitTreeSource(Source):
+    """Split folders of class folders; found by --source auto only."""
+
+    name = "split-tree"
+    kinds = ("split-tree",)
+    described = "folders"
+    choosable = False
+    options = (("split_names", "--splits"),)
+
+    def recognise(self, root: Storage, options: PackOptions) -> Storage | None:
+        named = options.split_names != SPLIT_NAMES  # --splits given
+        return root if is_split_tree(root, options.split_names, named) else None
+
+    def scan(
+        self, found: Storage, options: PackOptions, storage_options: Mapping[str, object] | None
+    ) -> Dataset:
+        return scan_split_tree(found, options)
+
+
+SOURCE = SplitTreeSource()

@@ -1,0 +1,116 @@
+"""The source seam: a source defined here alone, added through register_source, packs, verifies
+and reads back through the public API, on forked workers too."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardpack
+from shardpack import sources
+from shardpack.errors import SourceError
+from shardpack.options import PackOptions
+from shardpack.schema import Schema
+from shardpack.sources import NO_FIELDS, Dataset, Item, RecordCost, Source, register_source
+from shardpack.storage import Storage
+
+SEEDS = "seeds.txt"  # one "<class> <seed>" line per image; each image is drawn from its seed
+SIDE = 8
+
+
+def _pixels(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (SIDE, SIDE, 3), dtype=np.uint8)
+
+
+def _lines(root: Storage) -> list[tuple[str, int]]:
+    text = root.read(SEEDS, 1 << 20).decode()
+    return [(name, int(seed)) for name, seed in (line.split() for line in text.splitlines())]
+
+
+class SeededSource(Source):
+    """Images drawn from seeds listed in SRC/seeds.txt: records inside one file, like CIFAR's."""
+
+    name = "seeds"
+    kinds = ("seeds",)
+    described = "seeded images"
+    record_cost = RecordCost(SIDE * SIDE * 3, {e: 1e-5 for e in ("keep", "raw", "jpeg", "png")})
+
+    def recognise(self, root: Storage, options: PackOptions) -> Storage | None:
+        return root if root.kind() == "dir" and root.kind(SEEDS) == "file" else None
+
+    def scan(
+        self, found: Storage, options: PackOptions, storage_options: Mapping[str, object] | None
+    ) -> Dataset:
+        lines = _lines(found)
+        classes = tuple(sorted({name for name, _ in lines}))
+        items = tuple(
+            Item(f"{SEEDS}:{i}", classes.index(name), SEEDS, SIDE * SIDE * 3, i, NO_FIELDS)
+            for i, (name, _) in enumerate(lines)
+        )
+        return Dataset("seeds", found, Schema.build(classes), {"train": items})
+
+    def load(self, item: Item, root: Storage, options: PackOptions, cache: dict) -> np.ndarray:
+        if SEEDS not in cache:
+            cache[SEEDS] = _lines(root)
+        return _pixels(cache[SEEDS][item.position][1])
+
+    def item_files(self, items: Iterable[Item]) -> Iterator[str]:
+        return iter(())  # seeds.txt is read once a worker
+
+    def default_name(self, dataset: Dataset) -> str:
+        return "seeded"
+
+
+@pytest.fixture
+def seeded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SeededSource registered for one test: the registry is restored after it."""
+    monkeypatch.setattr(sources, "_REGISTRY", dict(sources._registry()))
+    register_source(SeededSource())
+
+
+def _src(tmp_path: Path, n: int = 12) -> tuple[Path, list[tuple[str, int]]]:
+    lines = [(("cat", "dog")[i % 2], 100 + i) for i in range(n)]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / SEEDS).write_text("".join(f"{name} {seed}\n" for name, seed in lines))
+    return src, lines
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_registered_source_packs_verifies_and_reads_back(seeded, tmp_path: Path, workers):
+    src, lines = _src(tmp_path)
+    out = tmp_path / "out"
+    result = shardpack.pack(src, out, PackOptions(workers=workers, shards=2, encode="png"))
+    assert result.num_records == len(lines)
+    index = json.loads((out / "index.json").read_text())
+    assert index["source"] == "seeds"
+    assert index["stats"]["workers"] == workers  # 2: the loader ran in forked workers
+    assert all(s["file"].startswith("seeded-train.") for s in index["splits"]["train"]["shards"])
+    assert shardpack.verify(out, decode=True).ok
+    records = {r["key"]: r for r in shardpack.iter_examples(out, decode=True)}
+    assert len(records) == len(lines)
+    for i, (name, seed) in enumerate(lines):
+        record = records[f"{SEEDS}:{i}"]
+        assert record["label"] == ("cat", "dog").index(name)
+        np.testing.assert_array_equal(record["image"], _pixels(seed))
+
+
+def test_a_registered_source_is_a_source_choice_with_the_generic_refusals(seeded, tmp_path):
+    src, _ = _src(tmp_path)
+    assert sources.source_choices() == ("auto", "folder", "cifar", "seeds")
+    assert sources.scan(src, PackOptions(source="seeds")).kind == "seeds"
+    with pytest.raises(SourceError, match="is not seeded images; drop --source"):
+        sources.scan(tmp_path, PackOptions(source="seeds"))
+    with pytest.raises(SourceError, match="--path-column is for a manifest, and SRC is seeded"):
+        sources.scan(src, PackOptions(path_column="file"))
+    with pytest.raises(ValueError, match="registered already"):
+        register_source(SeededSource())
+
+
+def test_an_unregistered_source_is_no_choice(tmp_path: Path):
+    with pytest.raises(shardpack.ShardpackError, match="--source must be one of auto, folder"):
+        PackOptions(source="seeds")
