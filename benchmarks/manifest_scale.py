@@ -5,7 +5,8 @@
 
 Each case writes one table (path, label of 10 class names, split, an int, a float, a caption)
 as CSV, JSONL or Parquet (cached under bench-out/manifests/), then reads it with
-`shardpack.sources.table.read_manifest` in a fresh process so that the peak RSS is the read's own.
+`shardpack.sources.tables.reader.read_manifest` in a fresh process so that the peak RSS is the
+read's own.
 `held` is the RSS the returned Manifest keeps (its rows: what the item list needs); `peak` is
 the process's peak RSS over the same baseline (taken after reading a 10-row table, so that
 imports and pyarrow's code pages are not counted);
@@ -35,7 +36,7 @@ SPLITS = ["train"] * 8 + ["validation", "test"]
 _CHILD = """
 import json, resource, sys, time
 fmt, path, warm = sys.argv[1:4]
-from shardpack.sources.table import read_manifest
+from shardpack.sources.tables.reader import read_manifest
 
 # A first read of a 10-row table pays the fixed costs (imports, the first touch of pyarrow's
 # code pages: ~50 MB of RSS) before the baseline, so that they are not counted as the read's.

@@ -14,14 +14,12 @@ import pytest
 
 from shardpack.errors import SourceError
 from shardpack.schema import Feature
-from shardpack.sources import table as manifest
-from shardpack.sources.table import (
-    MAX_LINE_BYTES,
-    MAX_TEXT_CHARS,
-    LabelInfo,
-    manifest_file,
-    read_manifest,
-)
+from shardpack.sources.tables import chunks as manifest
+from shardpack.sources.tables.cells import MAX_TEXT_CHARS
+from shardpack.sources.tables.chunks import MAX_LINE_BYTES
+from shardpack.sources.tables.files import manifest_file
+from shardpack.sources.tables.kinds import LabelInfo
+from shardpack.sources.tables.reader import read_manifest
 from tests.helpers import write_csv, write_jsonl, write_parquet
 
 # One table with every scalar kind: ints, whole-number floats, bools, text (one empty), names.
@@ -474,7 +472,7 @@ def test_without_pyarrow_a_parquet_manifest_says_which_extra_to_install(tmp_path
     write_parquet(tmp_path / "t.parquet", [{"path": "a.jpg"}])
     code = (
         "import sys; sys.modules['pyarrow'] = None\n"  # as if it were not installed
-        "from shardpack.sources.table import read_manifest\n"
+        "from shardpack.sources.tables.reader import read_manifest\n"
         f"read_manifest({str(tmp_path / 't.parquet')!r})\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -484,7 +482,7 @@ def test_without_pyarrow_a_parquet_manifest_says_which_extra_to_install(tmp_path
 def test_reading_a_csv_manifest_does_not_import_pyarrow(tmp_path):
     write_csv(tmp_path / "t.csv", TABLE)
     code = (
-        "import sys\nfrom shardpack.sources.table import read_manifest\n"
+        "import sys\nfrom shardpack.sources.tables.reader import read_manifest\n"
         f"read_manifest({str(tmp_path / 't.csv')!r})\nprint('pyarrow' in sys.modules)\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,6 +1,7 @@
 """Sources: where items come from. A source is a `Source` object in one registry; the built-in
 ones, one module each, are folder (SRC/<class>/...), splittree (SRC/<split>/<class>/...),
-manifest (a CSV/TSV/JSONL/Parquet table) and cifar (CIFAR batches). `register_source` adds one.
+manifest (a CSV/TSV/JSONL/Parquet table, read by the tables package) and cifar (CIFAR batches,
+python pickles walked by safepickle). `register_source` adds one.
 
 A source provides: its `name` (a --source choice when `choosable`), the `kinds` its scan gives
 (Dataset.kind, written to index.json), `described` (what SRC is, for messages), the PackOptions

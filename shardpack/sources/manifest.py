@@ -1,4 +1,4 @@
-"""The manifest source: a table of images (shardpack.sources.table reads it) as items with fields.
+"""The manifest source: a table of images (shardpack.sources.tables reads it) as items with fields.
 
 Labels become class indices: class names sorted (or in --classes order), integers as they are
 (indexing --classes when given, else classes named "0", "1", ...); a list of labels makes a
@@ -24,11 +24,13 @@ from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import NO_FIELDS, Dataset, Item, Source
 from shardpack.sources.folder import check_class_name
+from shardpack.sources.tables.files import SUFFIXES, line_name, manifest_file, normal_path
 from shardpack.storage import Blob, Entry, Storage, is_url, storage_at
 from shardpack.storage.srcfiles import not_regular
 
 if TYPE_CHECKING:
-    from shardpack.sources.table import LabelInfo, Manifest
+    from shardpack.sources.tables.kinds import LabelInfo
+    from shardpack.sources.tables.reader import Manifest
 
 KIND = "manifest"
 DEFAULT_SPLIT = "train"
@@ -36,8 +38,6 @@ DEFAULT_SPLIT = "train"
 
 def is_manifest_name(path: str) -> bool:
     """Whether a file's name says it is a manifest (.csv, .tsv, .jsonl, .parquet)."""
-    from shardpack.sources.table import SUFFIXES
-
     return path.lower().endswith(SUFFIXES)
 
 
@@ -53,8 +53,6 @@ class ManifestSource(Source):
     def recognise(self, root: Storage, options: PackOptions) -> Storage | None:
         """The manifest file SRC is or holds (metadata.csv/.jsonl/.parquet): a Storage rooted
         at the file (see manifest_file)."""
-        from shardpack.sources.table import manifest_file
-
         return manifest_file(root)
 
     def scan(
@@ -77,7 +75,7 @@ def scan_manifest(
         SourceError: --root is not a folder, the manifest cannot be read (see read_manifest),
             or no row is usable.
     """
-    from shardpack.sources.table import line_name, read_manifest
+    from shardpack.sources.tables.reader import read_manifest  # numpy: not for pack --help
 
     _check_root(options.root)
     table = read_manifest(manifest, path_column=options.path_column, root=options.root,
@@ -226,8 +224,6 @@ class ImageRoot(Storage):
     def where(self, name: str) -> tuple[Storage, str]:
         """The storage an image path is read from, and its name there."""
         if self._climbs and (name == ".." or name.startswith("../")):
-            from shardpack.sources.table import normal_path
-
             name = normal_path(f"{self.root}/{name}")  # an object store has no "..": climb here
         if is_url(name):
             folder, _, file = name.rpartition("/")

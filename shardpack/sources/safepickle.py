@@ -205,13 +205,7 @@ def _walk(data: bytes) -> list[tuple[int, slice]]:
             node.shared = True
             push(node)
         elif name in ("GLOBAL", "STACK_GLOBAL"):
-            if name == "GLOBAL":
-                module, _, attr = arg.partition(" ")
-            else:
-                attr, module = stack.pop().text, stack.pop().text
-            if (module, attr) not in _GLOBALS:
-                raise _Refused(f"the pickle asks for {module}.{attr}")
-            push(_Node(call=(module, attr)))
+            push(_global(name, arg, stack))
         elif name == "REDUCE":
             args, func = stack.pop(), stack.pop()
             if func.call is None:
@@ -221,6 +215,18 @@ def _walk(data: bytes) -> list[tuple[int, slice]]:
             frame_end = pos + 9 + arg  # the opcode, its 8-byte length, then the frame
         # PROTO, STOP: nothing to model
     return lifted
+
+
+def _global(name: str, arg: str | None, stack: list[_Node]) -> _Node:
+    """The node a GLOBAL (named in `arg`) or STACK_GLOBAL (named by the two strings it pops)
+    pushes: one of _GLOBALS, or _Refused."""
+    if name == "GLOBAL":
+        module, _, attr = arg.partition(" ")
+    else:
+        attr, module = stack.pop().text, stack.pop().text
+    if (module, attr) not in _GLOBALS:
+        raise _Refused(f"the pickle asks for {module}.{attr}")
+    return _Node(call=(module, attr))
 
 
 # ---- reading the opcodes -------------------------------------------------------------------

@@ -1,0 +1,138 @@
+"""A manifest opened without following links, read as chunks: rows held as columns."""
+
+from __future__ import annotations
+
+import errno
+import io
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO, NamedTuple
+
+from shardpack.errors import SourceError
+from shardpack.storage import Blob, Storage
+
+# A JSONL or CSV line longer than this is not a manifest row: COCO's most crowded image (~90
+# boxes) is ~4 KB as JSON; a long caption ~2 KB. The bound keeps a file without newlines (a
+# binary renamed .jsonl) from being read into memory whole.
+MAX_LINE_BYTES = 1 << 20
+# A text value longer than this (a path, a caption, a class name) is a bad row. It equals the
+# csv module's own field limit, so a CSV cell beyond it stops the read as a malformed file.
+MAX_TEXT_CHARS = 131_072
+# Parquet is read one row group at a time; refuse a row group that would take more memory than
+# any sane manifest needs at once (pyarrow writes up to 1M rows a group by default; the 1M-row
+# table of benchmarks/manifest_scale.py is 67 MB uncompressed).
+MAX_ROW_GROUP_BYTES = 1 << 30
+# Rows read and typed a column at a time (a Parquet batch; CSV/JSONL lines): C-speed checks
+# over a column in place of Python code per cell, and a bounded transient per chunk.
+CHUNK_ROWS = 16_384
+READ_BYTES = 1 << 20  # CSV/JSONL are read and decoded this much (and the rest of a line) at once
+
+
+class Chunk(NamedTuple):
+    """Up to CHUNK_ROWS consecutive rows of the file, held as columns of their raw values."""
+
+    lines: list[int]  # each row's line (CSV/JSONL, 1 = first) or row (Parquet, 0 = first)
+    columns: dict[str, Sequence]  # name -> the rows' values (None where a JSONL key is absent)
+    problems: list[tuple[int, str]]  # (line, why) of the lines that are not rows
+    numbers: frozenset[str] = frozenset()  # Parquet: the columns the file types as numbers
+
+
+def open_table(table: Storage) -> BinaryIO:
+    """Open a manifest for reading without following a link; refuse anything but a file."""
+    path = table.path()
+    try:
+        blob = table.open("")  # a disk's: O_NOFOLLOW, and O_NONBLOCK so a FIFO never blocks
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SourceError(
+                f"{path}: is a symbolic link; shardpack does not follow links it did not make: "
+                "pass the file it points to"
+            ) from None
+        if e.errno == errno.EINVAL:
+            raise SourceError(f"{path}: is not a regular file; pass a manifest file") from None
+        why = e.strerror or e
+        raise SourceError(f"{path}: cannot open ({why}); check its permissions") from None
+    return io.BufferedReader(_BlobFile(blob), READ_BYTES)
+
+
+class _BlobFile(io.RawIOBase):
+    """A Blob as a file object (read, readline, seek) for the CSV/JSON readers and pyarrow."""
+
+    def __init__(self, blob: Blob) -> None:
+        self.blob, self.at = blob, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.blob.pread(len(buffer), self.at)
+        buffer[: len(data)] = data
+        self.at += len(data)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self.at = offset + (0, self.at, self.blob.size)[whence]
+        return self.at
+
+    def tell(self) -> int:
+        return self.at
+
+    def close(self) -> None:
+        if not self.closed:
+            self.blob.close()
+        super().close()
+
+
+def text_lines(path: str, f: BinaryIO) -> Iterator[str]:
+    """The file's lines as text (split at "\\n" only, as readline does), each bounded and
+    checked to be UTF-8; read and decoded a block of whole lines at a time."""
+    return itertools.chain.from_iterable(text_blocks(path, f))
+
+
+def text_blocks(path: str, f: BinaryIO) -> Iterator[list[str]]:
+    n = 0  # lines before this block
+    while block := f.read(READ_BYTES):
+        if not block.endswith(b"\n"):
+            block += f.readline(MAX_LINE_BYTES + 1)  # the rest of the last line, bounded
+        parts = block.split(b"\n")
+        # Every part but the last ended in "\n", which counts towards the line's bytes.
+        if max(map(len, parts)) >= MAX_LINE_BYTES:
+            sizes = [len(p) + 1 for p in parts[:-1]] + [len(parts[-1])]
+            long = next((i for i, size in enumerate(sizes) if size > MAX_LINE_BYTES), None)
+            if long is not None:
+                raise SourceError(
+                    f"{path} line {n + long + 1}: longer than {MAX_LINE_BYTES} bytes; a "
+                    "manifest row is far shorter: is this really a manifest?"
+                )
+        try:
+            text = block.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = n + block.count(b"\n", 0, e.start) + 1
+            start = block.rfind(b"\n", 0, e.start) + 1
+            raise SourceError(
+                f"{path} line {line}: not UTF-8 text (byte {e.start - start + 1} of the line); "
+                "save the manifest as UTF-8"
+            ) from None
+        if not n:
+            text = text.removeprefix("\ufeff")  # a BOM, as Excel writes
+        lines = text.split("\n")
+        last = lines.pop()  # "" when the block ends with a newline
+        lines = [line + "\n" for line in lines]
+        if last:
+            lines.append(last)
+        n += len(lines)
+        yield lines
+
+
+def check_names(path: str, names: list[str]) -> None:
+    if "" in names or len(set(names)) != len(names):
+        raise SourceError(
+            f"{path}: the columns {names!r} include an empty or repeated name; give every "
+            "column its own name"
+        )
+
+
+# ---- which column is what --------------------------------------------------------------------

@@ -1,0 +1,83 @@
+"""CSV and TSV manifests as chunks: the csv module over bounded UTF-8 lines."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from shardpack.errors import SourceError
+from shardpack.sources.tables import chunks
+from shardpack.sources.tables.cells import MAX_TEXT_CHARS
+from shardpack.sources.tables.chunks import Chunk, check_names, text_lines
+
+
+def csv_chunks(path: str, f: BinaryIO, delimiter: str) -> Iterator[Chunk]:
+    ended: list[bool] = []  # set once the reader has taken the file's last line
+    reader = csv.reader(_noting_end(text_lines(path, f), ended), delimiter=delimiter)
+    records = _csv_records(path, reader, ended)
+    header = next(records, None)
+    if header is None:
+        raise SourceError(f"{path}: is empty; the first line must name the columns")
+    check_names(path, header)
+    end = reader.line_num
+    while batch := list(itertools.islice(records, chunks.CHUNK_ROWS)):
+        before, end = end, reader.line_num
+        if end - before == len(batch) and set(map(len, batch)) == {len(header)}:
+            yield _csv_chunk(header, list(range(before + 1, end + 1)), batch, [])
+        else:  # blank lines, quoted newlines or rows of another width among them
+            yield _csv_uneven(header, before, batch)
+
+
+def _noting_end(lines: Iterator[str], ended: list[bool]) -> Iterator[str]:
+    yield from lines
+    ended.append(True)
+
+
+def _csv_records(path: str, reader, ended: list[bool]) -> Iterator[list[str]]:
+    """The reader's records. The csv module reads a quote that is never closed as a cell
+    holding the rest of the file (to the end, or until the cell passes its size limit): either
+    is one error naming the line the quote opens on, not rows cut short or "no rows"."""
+    before = 0  # the line the last record ended on
+    try:
+        for cells in reader:
+            if ended:  # the file ran out inside this record: its last cell's quote is open
+                opens = before + 1 + sum(cell.count("\n") for cell in cells[:-1])
+                raise SourceError(
+                    f"{path} line {opens}: a quote opens here and is never closed, so the "
+                    "rest of the file reads as one cell; close it (a quote inside a quoted "
+                    'cell is written "")'
+                )
+            before = reader.line_num
+            yield cells
+    except csv.Error as e:
+        if "field limit" not in str(e):
+            raise SourceError(
+                f"{path} line {reader.line_num}: malformed CSV ({e}); check its quoting"
+            ) from None
+        raise SourceError(
+            f"{path} line {before + 1}: malformed CSV (a cell of the row on this line runs past "
+            f"{MAX_TEXT_CHARS} characters, to line {reader.line_num}); check its quoting: is a "
+            "quote never closed?"
+        ) from None
+
+
+def _csv_uneven(header: list[str], before: int, records: list[list[str]]) -> Chunk:
+    """A chunk of records some of which are not one line of a row each, after line `before`."""
+    lines, rows, problems = [], [], []
+    end = before
+    for cells in records:
+        start = end + 1
+        end = start + sum(cell.count("\n") for cell in cells)  # a record's quoted newlines
+        if len(cells) == len(header):
+            lines.append(start)
+            rows.append(cells)
+        elif cells:  # not a blank line
+            problems.append((start, f"has {len(cells)} cells, the header has {len(header)}"))
+    return _csv_chunk(header, lines, rows, problems)
+
+
+def _csv_chunk(header: list[str], lines: list[int], rows: list[list[str]], problems) -> Chunk:
+    columns = dict(zip(header, zip(*rows, strict=True), strict=True)) if rows else {}
+    return Chunk(lines, columns, problems)

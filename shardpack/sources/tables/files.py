@@ -1,0 +1,73 @@
+"""Finding a manifest (the file SRC is, or a folder's metadata file) and naming its rows.
+
+No numpy here: recognising SRC and `pack --help` stay light.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Mapping
+
+from shardpack.errors import SourceError
+from shardpack.storage import Storage, is_url, storage_at
+
+SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
+METADATA_FILES = ("metadata.csv", "metadata.jsonl", "metadata.parquet")  # Hugging Face ImageFolder
+
+
+def line_name(path: str, line: int) -> str:
+    """How messages name a manifest's line: "labels.csv line 7", lines counted from 1 as editors
+    show them; a Parquet file's row: "shots.parquet row 0", counted from 0 as pandas and pyarrow
+    index rows."""
+    return f"{os.path.basename(path)} {row_unit(path)} {line}"
+
+
+def row_unit(path: str) -> str:
+    """What a manifest's rows are called in messages: a Parquet file's rows, others' lines."""
+    return "row" if path.lower().endswith(".parquet") else "line"
+
+
+def manifest_file(
+    src: Storage | str | os.PathLike, storage_options: Mapping[str, object] | None = None
+) -> Storage | None:
+    """The manifest SRC is (a .csv/.tsv/.jsonl/.parquet file) or holds (metadata.*): a Storage
+    rooted at that file (read it as read("") or open("")); None when there is none.
+
+    Raises:
+        SourceError: SRC is a file of another kind, or a folder holding several metadata files.
+        StorageError: a URL's filesystem package is missing.
+    """
+    src = storage_at(src, storage_options)
+    if src.kind() == "dir":
+        found = [n for n in METADATA_FILES if _present(src, n)]
+        if len(found) > 1:
+            raise SourceError(
+                f"{src.path()}: holds {' and '.join(found)}; keep one metadata file, or pass "
+                "the one to pack as SRC"
+            )
+        return src.child(found[0]) if found else None
+    if not _present(src):
+        return None
+    if not src.path().lower().endswith(SUFFIXES):
+        raise SourceError(
+            f"{src.path()}: is a file of unknown kind; pass a folder of images, or a manifest "
+            f"ending in {', '.join(SUFFIXES)}"
+        )
+    return src
+
+
+def _present(src: Storage, name: str = "") -> bool:
+    """Whether something is at `name`; on a disk a link counts unfollowed (kind() follows it),
+    so that reading it refuses it by name, not as a missing file."""
+    if src.local:
+        return os.path.lexists(src.path(name))
+    return src.kind(name) is not None
+
+
+def normal_path(path: str) -> str:
+    """A path in its normal form (os.path.normpath); a URL keeps its scheme's "//"."""
+    if "://" in path and is_url(path):
+        scheme, _, rest = path.partition("://")
+        return f"{scheme}://{posixpath.normpath(rest)}"
+    return os.path.normpath(path)

@@ -1,0 +1,166 @@
+"""read_manifest: a manifest's columns typed over the whole file, then its rows converted."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import BinaryIO
+
+from shardpack.errors import SourceError
+from shardpack.schema import LABEL, Feature
+from shardpack.sources.tables.cells import CSV_INT
+from shardpack.sources.tables.chunks import Chunk, open_table
+from shardpack.sources.tables.columns import Layout, column_names
+from shardpack.sources.tables.convert import BadRow, Row, convert_rows, describe
+from shardpack.sources.tables.csv_reader import csv_chunks
+from shardpack.sources.tables.files import METADATA_FILES, manifest_file, row_unit
+from shardpack.sources.tables.jsonl_reader import jsonl_chunks
+from shardpack.sources.tables.kinds import LabelInfo, infer, infer_label, survey
+from shardpack.sources.tables.parquet_reader import parquet_chunks
+from shardpack.storage import Storage, is_url, storage_at
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A manifest's rows with their typed columns."""
+
+    path: str  # the manifest file: a path or URL
+    root: str  # the folder (a path or URL) relative image paths are under
+    path_column: str
+    columns: dict[str, Feature]  # the extra features, by name in sorted order
+    label: LabelInfo | None  # None: no label column (an unlabeled dataset)
+    has_split: bool
+    rows: list[Row]
+    bad: list[BadRow]  # in file order
+    warnings: tuple[str, ...] = ()  # for the user, one line each
+
+    def fields(self, row: Row) -> dict[str, object]:
+        """A row's extra values by column name."""
+        return dict(zip(self.columns, row.values, strict=True))
+
+
+def read_manifest(
+    src: Storage | str | os.PathLike,
+    *,
+    path_column: str | None = None,
+    root: str | os.PathLike | None = None,
+    storage_options: Mapping[str, object] | None = None,
+    classes_pinned: bool = False,
+) -> Manifest:
+    """Read a manifest: infer each column's type, then check and convert every row.
+
+    Args:
+        src: a .csv, .tsv, .jsonl or .parquet file, or a folder holding one metadata file: a
+            local path, a URL, or a Storage rooted at either.
+        path_column: the column naming each image; None finds the one of PATH_COLUMNS present.
+        root: the folder (a path or URL) relative image paths are under; None: the
+            manifest's folder.
+        storage_options: options for the filesystem of a URL `src`.
+        classes_pinned: whether --classes gives the class list (a warning then says so).
+
+    Raises:
+        SourceError: no manifest there, it cannot be read, is not UTF-8, has no image column,
+            a column with a built-in feature's name, a malformed line or a quote never closed,
+            a number column missing a value, or no rows.
+        StorageError: a URL's filesystem package is missing.
+    """
+    src = storage_at(src, storage_options)
+    table = manifest_file(src)
+    if table is None:
+        raise SourceError(
+            f"{src.path()}: no such manifest; pass a .csv, .tsv, .jsonl or .parquet file, or "
+            f"a folder holding one of {', '.join(METADATA_FILES)}"
+        )
+    path = table.path()
+    suffix = path.lower().rpartition(".")[2]
+    csv_text = suffix in ("csv", "tsv")  # every value is a text cell, typed by its spelling
+    with open_table(table) as f:
+        chunks = list(_chunks(path, suffix, f))
+    layout = Layout.of(path, column_names(chunks, path), path_column)
+    typed = (*layout.extras, LABEL) if layout.labelled else layout.extras
+    counts = survey(chunks, typed, csv_text)
+    columns = {n: infer(counts[n], csv_text) for n in layout.extras}
+    _check_filled(path, chunks, columns, counts)
+    label = infer_label(counts[LABEL], csv_text) if layout.labelled else None
+    base = os.path.dirname(path) if root is None else os.fspath(root)  # a URL's too
+    base = base if is_url(base) else os.path.abspath(base)
+    rows, bad, label_values = convert_rows(chunks, path, base, layout, columns, label, csv_text)
+    return Manifest(
+        path=path,
+        root=base,
+        path_column=layout.path,
+        columns=columns,
+        label=None if label is None else dataclasses.replace(label, values=label_values),
+        has_split=layout.has_split,
+        rows=rows,
+        bad=bad,
+        warnings=(
+            _numbers_as_names(path, label_values, classes_pinned) if csv_text and label else ()
+        ),
+    )
+
+
+def _numbers_as_names(path: str, labels: tuple, classes_pinned: bool) -> tuple[str, ...]:
+    """A warning when a CSV label column of mostly integers reads as class names: one cell
+    that is not an integer makes every label a name (sorted as text, "10" before "2", or looked
+    up by name in --classes), which silently changes what each number means. `labels` are the
+    distinct labels, so "most" counts distinct values."""
+    names = [v for v in labels if isinstance(v, str)]
+    numbers = sum(1 for v in names if CSV_INT.match(v))
+    other = next((v for v in names if not CSV_INT.match(v)), None)
+    if other is None or numbers <= len(names) - numbers:
+        return ()
+    order = "each looked up by name in --classes" if classes_pinned else "sorted as text"
+    return (f"{os.path.basename(path)}: its label column reads as class names, as "
+            f"{describe(other)} is not an integer: its {numbers} distinct integer labels are "
+            f"names too ({order}); if they are class numbers, fix the other labels",)  # fmt: skip
+
+
+def _check_filled(
+    path: str, chunks: list[Chunk], columns: dict[str, Feature], counts: dict[str, Counter]
+) -> None:
+    """Refuse a number column that some rows leave empty (or a Parquet number column with no
+    value at all): a scalar feature holds one value in every record, and no number is made up,
+    so each of those rows could only be dropped, which silently loses an optional column's
+    rows (59 of 60 where one row says "iscrowd": 1)."""
+    declared = set().union(*(chunk.numbers for chunk in chunks))
+    for name, feature in columns.items():
+        missing = counts[name][None]
+        if not missing:
+            continue
+        number = not feature.text and not feature.shape
+        if not number and not (name in declared and missing == sum(counts[name].values())):
+            continue
+        first = next(_missing_lines(chunks, name))
+        unit = row_unit(path)
+        more = f" and {missing - 1} more {unit}s" if missing > 1 else ""
+        raise SourceError(
+            f"{path}: column {name!r} has no value on {unit} {first}{more}; a column of "
+            "numbers (or true/false) needs one in every row: fill it in, or drop the column"
+        )
+
+
+def _missing_lines(chunks: list[Chunk], name: str) -> Iterator[int]:
+    """The lines (or Parquet rows) whose value in the column is missing, in file order."""
+    for chunk in chunks:
+        values = chunk.columns.get(name)
+        if values is None:  # no record of the chunk has it (JSONL)
+            yield from chunk.lines
+            continue
+        for line, value in zip(chunk.lines, values, strict=True):
+            if value is None or value == "":
+                yield line
+
+
+# ---- opening and records ---------------------------------------------------------------------
+
+
+def _chunks(path: str, suffix: str, f: BinaryIO) -> Iterator[Chunk]:
+    """The file's rows, read once from the start, a chunk at a time."""
+    if suffix == "parquet":
+        return parquet_chunks(path, f)
+    if suffix == "jsonl":
+        return jsonl_chunks(path, f)
+    return csv_chunks(path, f, "\t" if suffix == "tsv" else ",")
