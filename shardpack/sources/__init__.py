@@ -5,7 +5,7 @@ python pickles walked by safepickle). `register_source` adds one.
 
 A source provides: its `name` (a --source choice when `choosable`), the `kinds` its scan gives
 (Dataset.kind, written to index.json), `described` (what SRC is, for messages), the PackOptions
-fields only it reads (`options`, with their flags: another source refuses them when given),
+fields only it reads (`own_options`, with their flags: another source refuses them when given),
 `recognise` (does SRC hold it?), `scan` (SRC -> Dataset with the feature schema), `load` (one
 item's image file bytes or RGB pixels; runs in forked workers), `item_files` (the files `load`
 reads, for read-ahead), `default_name`, `record_cost` (what an item costs, for the planner's cost
@@ -115,7 +115,7 @@ class Source(abc.ABC):
     described: ClassVar[str]  # what SRC is, for messages: "a manifest"
     choosable: ClassVar[bool] = True
     # (PackOptions field, its flag) that only some sources read: given to another, refused
-    options: ClassVar[tuple[tuple[str, str], ...]] = ()
+    own_options: ClassVar[tuple[tuple[str, str], ...]] = ()
     record_cost: ClassVar[RecordCost | None] = None  # None: items are files, costed by bytes
 
     @abc.abstractmethod
@@ -248,12 +248,11 @@ def _recognise(root: Storage, options: PackOptions) -> tuple[Source, object]:
         if found is None:
             raise SourceError(f"{root.path()}: is not {source.described}; drop --source")
         return source, found
-    for source in reversed(registry.values()):
+    for source in reversed(registry.values()):  # the last is the folder: it takes any SRC
         found = source.recognise(root, options)
         if found is not None:
-            return source, found
-    raise SourceError(f"{root.path()}: holds no dataset shardpack knows; pass a folder of class "
-                      "folders (SRC/<class>/<image>)")  # fmt: skip
+            break
+    return source, found
 
 
 def _refuse_unused(root: Storage, options: PackOptions, source: Source) -> None:
@@ -261,11 +260,11 @@ def _refuse_unused(root: Storage, options: PackOptions, source: Source) -> None:
     folders, --path-column and --root a manifest's images."""
     meant: dict[str, tuple[str, str]] = {}  # field -> (flag, what the first taking it reads)
     for other in _registry().values():
-        for name, flag in other.options:
+        for name, flag in other.own_options:
             meant.setdefault(name, (flag, other.described))
     defaults = {f.name: f.default for f in dataclasses.fields(PackOptions)}
     for name, (flag, what) in meant.items():
-        if name not in dict(source.options) and getattr(options, name) != defaults[name]:
+        if name not in dict(source.own_options) and getattr(options, name) != defaults[name]:
             raise SourceError(f"{root.path()}: {flag} is for {what}, and SRC is "
                               f"{source.described}; drop {flag}")  # fmt: skip
 

@@ -111,7 +111,7 @@ class FolderSource(Source):
     name = "folder"
     kinds = ("folder",)
     described = "folders"
-    options = (("split_names", "--splits"),)
+    own_options = (("split_names", "--splits"),)
 
     def recognise(self, root: Storage, options: PackOptions) -> Storage:
         folder_only(root, options, self.name)

@@ -48,7 +48,7 @@ class ManifestSource(Source):
     kinds = (KIND,)
     described = "a manifest"
     choosable = False
-    options = (("path_column", "--path-column"), ("root", "--root"))
+    own_options = (("path_column", "--path-column"), ("root", "--root"))
 
     def recognise(self, root: Storage, options: PackOptions) -> Storage | None:
         """The manifest file SRC is or holds (metadata.csv/.jsonl/.parquet): a Storage rooted

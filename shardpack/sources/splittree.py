@@ -103,7 +103,7 @@ class SplitTreeSource(Source):
     kinds = ("split-tree",)
     described = "folders"
     choosable = False
-    options = (("split_names", "--splits"),)
+    own_options = (("split_names", "--splits"),)
 
     def recognise(self, root: Storage, options: PackOptions) -> Storage | None:
         named = options.split_names != SPLIT_NAMES  # --splits given

@@ -35,9 +35,14 @@ class Shape(enum.Enum):
     BAD = "bad"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, eq=False, slots=True)
 class Kind:
-    """The kind of one value, as a column's survey counts it (None in a count: missing)."""
+    """The kind of one value, as a column's survey counts it (None in a count: missing).
+
+    Made once per kind (the constants below, _list_of; _grid_of and _bad keep the recent ones),
+    so that kinds are compared and hashed by identity, in C: a survey hashes one per value and
+    list element. Only scalars and lists are compared; grids and bad kinds by their fields.
+    """
 
     shape: Shape
     # a scalar's, or a list's or grid's elements': "bool", "int", "float" or "text"; an empty
@@ -62,6 +67,12 @@ def _list_of(elem: str) -> Kind:
     return Kind(Shape.LIST, elem)
 
 
+@functools.lru_cache(maxsize=1024)  # equal grids made apart still share a _Family
+def _grid_of(elem: str, k: int) -> Kind:
+    return Kind(Shape.GRID, elem, k)
+
+
+@functools.lru_cache(maxsize=1024)  # reasons are few, but a hostile file could vary them
 def _bad(why: str) -> Kind:
     return Kind(Shape.BAD, why=why)
 
@@ -223,7 +234,7 @@ def _grid_kind(rows: list[list]) -> Kind:
     if not kinds <= _NUMBER_KINDS:
         bad = next((k for k in kinds if k.bad), None)
         return bad or _bad("lists of lists holding other than numbers")
-    return Kind(Shape.GRID, _join(kinds).elem, lengths.pop())
+    return _grid_of(_join(kinds).elem, lengths.pop())
 
 
 def _join(kinds: set[Kind]) -> Kind:
