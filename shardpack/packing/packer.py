@@ -381,7 +381,7 @@ def _run(
 
     Closing the generator early (an error, Ctrl-C) stops every worker before it returns.
     """
-    args = (options, dataset.root, out, dataset.schema, dataset.kind)
+    args = (options, dataset.root, out, dataset.schema, dataset.source)
     if options.backend == "loky":
         _keep_freed_memory()  # in this process, and so in the workers it forks
         with _gc_frozen():

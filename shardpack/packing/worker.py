@@ -15,7 +15,7 @@ from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
-from shardpack.sources import Item, source_of
+from shardpack.sources import Item, Source
 from shardpack.storage import Storage
 from shardpack.storage.atomic import create_temp, open_regular
 
@@ -63,7 +63,12 @@ class _Progress:
 
 
 def write_shard(
-    spec: ShardSpec, options: PackOptions, src: Storage, out: Storage, schema: Schema, kind: str
+    spec: ShardSpec,
+    options: PackOptions,
+    src: Storage,
+    out: Storage,
+    schema: Schema,
+    source: Source,
 ) -> ShardResult:
     """Write one shard file from its items; it appears under its final name only when complete.
 
@@ -73,7 +78,7 @@ def write_shard(
         src: the source storage the items' paths are relative to (Dataset.root).
         out: where the shard goes (a local folder or an object store prefix).
         schema: the dataset's features: how to encode each of an item's fields.
-        kind: the dataset's kind, whose source loads an item's image.
+        source: the dataset's source (Dataset.source), which loads an item's image.
 
     Returns:
         The shard's record count, size, sha256, label histogram and skipped items.
@@ -84,7 +89,6 @@ def write_shard(
     start = time.perf_counter()
     counts = [0] * len(schema.classes)
     skipped: list[tuple[str, str]] = []
-    source = source_of(kind)
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
     try:

@@ -7,10 +7,11 @@ A source provides: its `name` (a --source choice when `choosable`), the `kinds` 
 (Dataset.kind, written to index.json), `described` (what SRC is, for messages), the PackOptions
 fields only it reads (`own_options`, with their flags: another source refuses them when given),
 `recognise` (does SRC hold it?), `scan` (SRC -> Dataset with the feature schema), `load` (one
-item's image file bytes or RGB pixels; runs in forked workers), `item_files` (the files `load`
+item's image file bytes or RGB pixels; runs in the workers), `item_files` (the files `load`
 reads, for read-ahead), `default_name`, `record_cost` (what an item costs, for the planner's cost
 model) and `keeping` (a context the whole pack runs in). Nothing outside this package names a
-source: the packer, the planner and the workers ask the registry, by the dataset's kind.
+source: the packer and the planner ask the dataset's source (Dataset.source, found in the
+registry by its kind), and the workers are handed it.
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ class RecordCost:
 
 class Source(abc.ABC):
     """One kind of SRC. Subclass it, give what differs from these defaults, and pass an
-    instance to register_source. Its methods run in the packing process, but for `load` and
-    `item_files`, which run in workers forked from it (or pickled to Dask)."""
+    instance to register_source. `load` and `item_files` run in the workers, which get the
+    source pickled (by its class's name: define it at a module's top level); the rest runs in
+    the packing process."""
 
     name: ClassVar[str]  # unique; the --source choice when `choosable`
     kinds: ClassVar[tuple[str, ...]]  # the Dataset.kind values its scan gives
