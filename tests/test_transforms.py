@@ -165,6 +165,14 @@ def test_no_upscale_leaves_small_images_at_their_size(tmp_path, mode, tiny, land
         assert (image[:39] == 255).all() and not (image[39:57, 52:76] == 255).all()
 
 
+def test_an_enlargement_over_max_pixels_is_refused(tmp_path):
+    _save(tmp_path / "src" / "a" / "thin.png", _photo(400, 2))
+    index = _pack(tmp_path / "src", tmp_path / "out", resize=(100, 100),
+                  resize_mode="keep-ratio", max_pixels=100_000)  # fmt: skip
+    (skipped,) = index["skipped"]
+    assert skipped["reason"] == "20000x100 pixels is over --max-pixels 100000"
+
+
 def test_geometry_of_each_mode():
     assert geometry(300, 400, None, (128, 128), "center-crop").scaled == (128, 171)
     assert geometry(300, 400, None, (128, 128), "center-crop").canvas == (128, 128)

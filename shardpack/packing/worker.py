@@ -217,9 +217,13 @@ def _filter(item: Item, height: int, width: int, options: PackOptions) -> None:
 
 
 def _geometry(height: int, width: int, options: PackOptions) -> images.Geometry | None:
-    """Where the options send an upright image of this size (None: it keeps its size)."""
-    return images.geometry(height, width, options.max_side, options.resize,
-                           options.resize_mode, options.upscale)  # fmt: skip
+    """Where the options send an upright image of this size (None: it keeps its size); refused
+    (BadImage) when enlarging it would make more than --max-pixels (keep-ratio of a thin strip)."""
+    where = images.geometry(height, width, options.max_side, options.resize,
+                            options.resize_mode, options.upscale)  # fmt: skip
+    if where is not None:
+        images.check_pixels(*where.scaled, options.max_pixels)
+    return where
 
 
 def _check_decode(data: bytes, info: images.ImageInfo, max_pixels: int) -> None:
