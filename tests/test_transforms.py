@@ -384,3 +384,13 @@ def test_tf_dataset_batches_uniform_images_without_image_size(tmp_path):
     assert batch["image"].shape == (4, 96, 128, 3) and batch["image"].dtype == tf.uint8
     mixed = _pack(tmp_path / "src", tmp_path / "mixed", resize=TARGET, resize_mode="keep-ratio")
     assert mixed["image_size"] is None
+
+
+def test_tfds_sees_the_one_size_of_a_center_crop(tmp_path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    _photos(tmp_path / "src")
+    _pack(tmp_path / "src", tmp_path / "out", resize=TARGET, resize_mode="center-crop")
+    builder = tfds.builder_from_directory(str(tmp_path / "out"))
+    assert builder.info.features["image"].shape == (96, 128, 3)
+    (batch,) = tfds.as_numpy(builder.as_dataset(split="train", batch_size=4))
+    assert batch["image"].shape == (4, 96, 128, 3)
