@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -15,7 +17,7 @@ from typer.testing import CliRunner
 
 from shardpack.cli import app
 from shardpack.errors import ShardpackError
-from shardpack.images import BadImage, decode, geometry
+from shardpack.images import BadImage, decode, geometry, reduce_factor
 from shardpack.options import PackOptions, parse_color
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
@@ -183,6 +185,18 @@ def test_geometry_of_each_mode():
     assert geometry(96, 128, None, (128, 96), "center-crop") is None
 
 
+@pytest.mark.parametrize(
+    ("mode", "factor"),
+    [("stretch", 2), ("center-crop", 2), ("pad", 2), ("keep-ratio", 2), ("keep-ratio-largest", 2)],
+)
+def test_a_photo_decodes_at_half_size_for_a_128_target(mode, factor):
+    """500x375 to 128x128: 1/2 scale (250x187) still covers what every mode scales to, 1/4
+    (125x93) does not: libjpeg then decodes a quarter of the pixels."""
+    where = geometry(375, 500, None, (128, 128), mode)
+    assert reduce_factor(375, 500, where.scaled) == factor
+    assert reduce_factor(1500, 2000, where.scaled) == 8  # and 1/8 where it serves
+
+
 def test_img2dataset_names_and_bad_values():
     assert PackOptions(resize=(8, 8), resize_mode="center_crop").resize_mode == "center-crop"
     assert PackOptions(resize=(8, 8), resize_mode="border").resize_mode == "pad"
@@ -338,6 +352,25 @@ def test_corrupt_jpeg_is_skipped_under_check_decode_and_nothing_reaches_stderr(t
     (skipped,) = index["skipped"]
     assert skipped["key"].endswith("landscape.jpg")
     assert skipped["reason"].startswith("corrupt JPEG (libjpeg: Corrupt JPEG data")
+
+
+def test_cli_with_workers_names_the_corrupt_file_on_every_line_about_it(tmp_path):
+    photos = _photos(tmp_path / "src")
+    _corrupt_jpeg(photos["landscape"])
+    _corrupt_jpeg(photos["portrait"])
+    run = subprocess.run(
+        [sys.executable, "-m", "shardpack", "pack", str(tmp_path / "src"), str(tmp_path / "out"),
+         "--check", "decode", "--workers", "2", "--shards", "2", "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    said = [line for line in (run.stdout + run.stderr).splitlines() if "JPEG" in line]
+    assert len(said) == 2 and all(".jpg: corrupt JPEG (libjpeg: " in line for line in said), said
+    run = subprocess.run(
+        [sys.executable, "-m", "shardpack", "verify", str(tmp_path / "out"), "--decode"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0 and "Corrupt" not in run.stdout + run.stderr
 
 
 def test_corrupt_jpeg_is_bad_when_decoded_to_resize(tmp_path, capfd):
