@@ -427,3 +427,15 @@ def test_tfds_sees_the_one_size_of_a_center_crop(tmp_path):
     assert builder.info.features["image"].shape == (96, 128, 3)
     (batch,) = tfds.as_numpy(builder.as_dataset(split="train", batch_size=4))
     assert batch["image"].shape == (4, 96, 128, 3)
+
+
+def test_resume_names_a_changed_mode(tmp_path):
+    from shardpack.errors import OutputError
+
+    _photos(tmp_path / "src")
+    _pack(tmp_path / "src", tmp_path / "out", resize=TARGET, resize_mode="center-crop")
+    said = ('--resize-mode was "center-crop", now "pad"; '
+            "--upscale/--no-upscale was true, now false")  # fmt: skip
+    with pytest.raises(OutputError, match=said):
+        _pack(tmp_path / "src", tmp_path / "out", resize=TARGET, resize_mode="pad",
+              upscale=False, resume=True)  # fmt: skip

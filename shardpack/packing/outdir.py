@@ -169,7 +169,8 @@ def prepare(
 
 
 # The flag of each output option whose name is not its own with dashes.
-_FLAGS = {"split_names": "--splits", "shuffle": "--shuffle/--no-shuffle"}
+_FLAGS = {"split_names": "--splits", "shuffle": "--shuffle/--no-shuffle",
+          "upscale": "--upscale/--no-upscale"}  # fmt: skip
 
 
 def plan_record(plan: Plan, options: PackOptions) -> dict[str, object]:
