@@ -11,6 +11,7 @@ import functools
 import os
 import struct
 import tempfile
+import threading
 import zlib
 from dataclasses import dataclass
 
@@ -297,6 +298,9 @@ def decode(
 
 
 _SINKS: dict[int, int] = {}  # per process id: a forked worker must not share its parent's
+# fd 2 is the process's: threads decoding at once (a Dask worker's) take turns, so that each
+# message is its own image's and fd 2 is always put back as it was.
+_FD2_LOCK = threading.Lock()
 
 
 def _imdecode(cv2, buf: np.ndarray, flags: int) -> tuple[np.ndarray | None, str]:
@@ -304,25 +308,26 @@ def _imdecode(cv2, buf: np.ndarray, flags: int) -> tuple[np.ndarray | None, str]
     the C libraries printed there: libjpeg's warnings name no file, so they become the reason
     an image is refused instead of a line on the terminal. What else lands there (another
     thread's progress line) is dropped: a bar redraws itself."""
-    fd = _SINKS.get(os.getpid())
-    if fd is None:
-        fd, path = tempfile.mkstemp(prefix="shardpack-decoder-")
-        os.unlink(path)  # a nameless file, gone with the process
-        _SINKS[os.getpid()] = fd
-    saved = os.dup(2)
-    try:
-        os.dup2(fd, 2)
-        pixels = cv2.imdecode(buf, flags)
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-    size = os.lseek(fd, 0, os.SEEK_CUR)
-    if not size:
-        return pixels, ""
-    said = os.pread(fd, min(size, _MESSAGE_BYTES), 0).decode("utf-8", "replace")
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return pixels, said
+    with _FD2_LOCK:
+        fd = _SINKS.get(os.getpid())
+        if fd is None:
+            fd, path = tempfile.mkstemp(prefix="shardpack-decoder-")
+            os.unlink(path)  # a nameless file, gone with the process
+            _SINKS[os.getpid()] = fd
+        saved = os.dup(2)
+        try:
+            os.dup2(fd, 2)
+            pixels = cv2.imdecode(buf, flags)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        size = os.lseek(fd, 0, os.SEEK_CUR)
+        if not size:
+            return pixels, ""
+        said = os.pread(fd, min(size, _MESSAGE_BYTES), 0).decode("utf-8", "replace")
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return pixels, said
 
 
 def jpeg_upright_size(data: bytes, info: ImageInfo) -> tuple[int, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -398,6 +399,26 @@ def test_decode_of_a_sound_jpeg_is_silent_and_accepted(tmp_path, capfd):
     with pytest.raises(BadImage, match="Corrupt JPEG data"):
         decode(_corrupt_jpeg(path).read_bytes())
     assert capfd.readouterr().err == ""
+
+
+def test_threads_decoding_at_once_each_get_their_own_verdict_and_fd_2_back(tmp_path, capfd):
+    from concurrent.futures import ThreadPoolExecutor
+
+    sound = _save(tmp_path / "sound.jpg", _photo(300, 200), quality=90).read_bytes()
+    bad = _corrupt_jpeg(_save(tmp_path / "bad.jpg", _photo(400, 300, seed=0), quality=92))
+    inputs = [sound, bad.read_bytes()] * 40
+
+    def verdict(data: bytes) -> bool:
+        try:
+            decode(data)
+        except BadImage:
+            return False
+        return True
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(verdict, inputs)) == [True, False] * 40
+    os.write(2, b"still the terminal\n")
+    assert capfd.readouterr().err == "still the terminal\n"
 
 
 # tf_dataset: one size everywhere needs no image_size.
