@@ -30,6 +30,7 @@ from shardpack.options import (
     ON_ERROR,
     SPLIT_NAMES,
     PackOptions,
+    parse_color,
     parse_resize,
     parse_size,
     parse_split,
@@ -206,6 +207,10 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
             f"  {name:<{width}} {_plural(split['num_records'], 'record'):>17}  "
             f"{_plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
         )
+    if summary["lossless"]:
+        made = _plural(summary["lossless"], "image")
+        typer.echo(f"re-encoded {made} TensorFlow cannot decode (CMYK JPEG, GIF, ...) as "
+                   "PNG, losslessly")  # fmt: skip
     if summary["skipped"]:
         typer.echo(f"skipped {_plural(summary['skipped'], 'item')} (all listed in index.json):")
         for item in summary["skipped_items"][:5]:
@@ -373,6 +378,33 @@ def pack(
     resize: Annotated[
         Optional[str], typer.Option(metavar="WxH", help="Resize every image to W x H pixels.")
     ] = None,
+    resize_mode: Annotated[
+        str,
+        typer.Option(
+            metavar="MODE",
+            help="How --resize meets the aspect: stretch, center-crop, pad, keep-ratio "
+            "(shorter side to the size), keep-ratio-largest (longer side); img2dataset's "
+            "names too.",
+        ),
+    ] = "stretch",
+    pad_color: Annotated[
+        str, typer.Option(metavar="COLOR", help="pad's border: white, black, #RRGGBB or R,G,B.")
+    ] = "white",
+    upscale: Annotated[
+        bool,
+        typer.Option("--upscale/--no-upscale", help="Enlarge images smaller than --resize."),
+    ] = True,
+    min_side: Annotated[
+        Optional[int],
+        typer.Option(metavar="N", min=1, help="Skip images whose shorter side is under N."),
+    ] = None,
+    max_aspect: Annotated[
+        Optional[float],
+        typer.Option(metavar="R", help="Skip images whose long side is over R x the short."),
+    ] = None,
+    max_area: Annotated[
+        Optional[int], typer.Option(metavar="P", min=1, help="Skip images of over P pixels.")
+    ] = None,
     check: Annotated[
         Check,
         typer.Option(
@@ -468,6 +500,12 @@ def pack(
             quality=quality,
             max_side=max_side,
             resize=parse_resize(resize) if resize else None,
+            resize_mode=resize_mode,
+            pad_color=parse_color(pad_color),
+            upscale=upscale,
+            min_side=min_side,
+            max_aspect=max_aspect,
+            max_area=max_area,
             check=check.value,
             on_error=on_error.value,
             compression=compression.value,

@@ -71,6 +71,7 @@ class Index:
     raw: dict
     container_name: str = "tfrecord"  # the shards' file format; indexes before it: TFRecord
     storage: Storage | None = None  # OUT's; index_from_document always sets it
+    image_size: tuple[int, int] | None = None  # (height, width) every image has; None: they vary
 
     @property
     def container(self) -> Container:
@@ -219,6 +220,12 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
         ):
             raise bad(f"'class_counts' of split {split!r} must be a list of integers")
         splits[split] = SplitInfo(entry["num_records"], tuple(counts), tuple(shards))
+    size = doc.get("image_size")  # indexes before it: None, as for sizes that vary
+    if size is not None and not (
+        isinstance(size, list) and len(size) == 2
+        and all(type(n) is int and n > 0 for n in size)
+    ):  # fmt: skip
+        raise bad("'image_size' must be [height, width] or null")
     return Index(
         out=storage.root,
         name=doc["name"],
@@ -229,6 +236,7 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
         raw=doc,
         container_name=container,
         storage=storage,
+        image_size=tuple(size) if size is not None else None,
     )
 
 
@@ -257,6 +265,13 @@ def _expect(doc: dict, types: dict[str, type], bad) -> None:
         value = doc.get(key)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise bad(f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
+
+
+def _uniform_size(results: list[ShardResult]) -> list[int] | None:
+    """[height, width] when every record written has that size (center-crop and pad promise
+    it), else None: tf_dataset then knows the images stack without image_size."""
+    sizes = {size for r in results for size in r.sizes}
+    return list(next(iter(sizes))) if len(sizes) == 1 else None
 
 
 def build_index(
@@ -311,5 +326,6 @@ def build_index(
         "ignored_files": list(dataset.ignored_files),  # the first ones, of `ignored` in all
         "warnings": [*dataset.warnings, *plan.warnings],
         "stats": stats,
+        "image_size": _uniform_size(results),
     }
     return doc

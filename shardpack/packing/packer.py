@@ -76,6 +76,7 @@ class PackResult:
             "seconds": doc["stats"]["seconds"],
             "images_per_second": doc["stats"]["images_per_second"],
             "workers": doc["stats"]["workers"],
+            "lossless": doc["stats"].get("lossless", 0),
             "shards_kept": self.num_reused,
             "new_records": self.new_records,
             "container": self.index.container_name,
@@ -203,6 +204,7 @@ def pack(
             "images_per_second": round(new_records / seconds, 1) if seconds else None,
             # no more workers than shards this run wrote: one shard runs in-process
             "workers": min(workers, max(1, len(plan.shards) - len(reused))),
+            "lossless": sum(r.lossless for r in results),  # --encode keep's images made PNG
         }
         document = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats

@@ -332,7 +332,8 @@ def tf_dataset(
     def parse(record):
         features = tf.io.parse_single_example(record, spec)
         if decode:
-            features["image"] = _tf_decode(tf, features, index.encoding, image_size)
+            features["image"] = _tf_decode(tf, features, index.encoding, image_size,
+                                           index.image_size)  # fmt: skip
         return features
 
     def stream(name: bytes):
@@ -420,7 +421,9 @@ def _batch(tf, ds, batch_size: int, lists: str, schema: Schema):
     return ds.map(wrap).batch(batch_size).map(unwrap)
 
 
-def _tf_decode(tf, features, encoding: str, image_size):
+def _tf_decode(tf, features, encoding: str, image_size, uniform: tuple[int, int] | None):
+    """Decode a record's image to uint8 HxWx3; its static shape is known when `image_size` is
+    given or when the index says every image has the size `uniform`, so batches stack."""
     if encoding == "raw":
         shape = tf.stack([features["height"], features["width"], features["channels"]])
         image = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), shape)
@@ -431,4 +434,6 @@ def _tf_decode(tf, features, encoding: str, image_size):
     if image_size is not None:
         resized = tf.image.resize(image, image_size, antialias=True)
         image = tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+    elif uniform is not None:
+        image = tf.ensure_shape(image, [*uniform, 3])
     return image
