@@ -21,6 +21,7 @@ import typer
 from shardpack import __version__
 from shardpack.containers import CONTAINERS
 from shardpack.errors import FileAccessError, ShardpackError, printable, shortened
+from shardpack.index import MAX_NAMED_SKIPPED
 from shardpack.options import (
     BACKENDS,
     CHECKS,
@@ -207,7 +208,12 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
             f"{_plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
         )
     if summary["skipped"]:
-        typer.echo(f"skipped {_plural(summary['skipped'], 'item')} (all listed in index.json):")
+        listed = (
+            "all" if summary["skipped"] <= MAX_NAMED_SKIPPED else f"the first {MAX_NAMED_SKIPPED:,}"
+        )
+        typer.echo(
+            f"skipped {_plural(summary['skipped'], 'item')} ({listed} listed in index.json):"
+        )
         for item in summary["skipped_items"][:5]:
             typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
     if summary["ignored"]:
@@ -579,8 +585,8 @@ def inspect(
         print(f"warning: {_plural(len(missing), 'shard')} the index lists not in OUT "
               f"({missing[0]}{', ...' if len(missing) > 1 else ''}); shardpack verify checks "
               "every shard", file=sys.stderr)  # fmt: skip
-    if summary["skipped"]:
-        typer.echo(f"\nskipped {_plural(len(summary['skipped']), 'file')} at pack time")
+    if summary["num_skipped"]:
+        typer.echo(f"\nskipped {_plural(summary['num_skipped'], 'file')} at pack time")
     if summary["ignored"]:
         ignored = _plural(
             summary["ignored"], "file that is not an image", "files that are not images"

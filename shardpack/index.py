@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shardpack.errors import FileAccessError, IndexFormatError
+from shardpack.errors import FileAccessError, IndexFormatError, shortened
 from shardpack.options import COMPRESSIONS
 from shardpack.schema import V1_DTYPES, Schema
 from shardpack.storage import Storage, storage_at
@@ -25,6 +26,12 @@ MAX_INDEX_BYTES = 1 << 30
 # The most lists and objects an index.json may hold (json makes each a Python object of ~60
 # bytes and more): a shard is two, a skipped file one; a million shards fit twice over.
 MAX_INDEX_CONTAINERS = 5_000_000
+# The skipped items pack names in index.json (as the sources name the first ignored files),
+# each key and reason cut to _MAX_SKIPPED_TEXT characters: `num_skipped` counts them all.
+MAX_NAMED_SKIPPED = 1000
+_MAX_SKIPPED_TEXT = 1000
+# A JSON string with its escapes: what the count of lists and objects passes over.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 # What pack writes beside the shards: TFDS metadata (tfdsmeta) and index files (recordindex).
 METADATA_NAMES = ("dataset_info.json", "features.json", "label.labels.txt",
                   "coarse_label.labels.txt")  # fmt: skip
@@ -158,8 +165,7 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
         raise FileAccessError.from_os_error(e, path) from None
     except OSError as e:  # a folder, a link, a FIFO under the name
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
-    containers = text.count(b"[") + text.count(b"{")  # an upper bound: brackets in strings too
-    if containers > MAX_INDEX_CONTAINERS:  # each a Python object: a planted index of "[]"s
+    if (containers := _containers(text)) > MAX_INDEX_CONTAINERS:  # each a Python object
         raise IndexFormatError(f"{path}: unreadable ({containers:,} lists and objects, over "
                                f"{MAX_INDEX_CONTAINERS:,}); rerun pack to rewrite it")  # fmt: skip
     try:
@@ -167,6 +173,15 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
     except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
     return index_from_document(storage, doc)
+
+
+def _containers(text: bytes) -> int:
+    """How many lists and objects the JSON `text` opens: its `[` and `{` outside strings."""
+    rough = text.count(b"[") + text.count(b"{")  # an upper bound, and fast
+    if rough <= MAX_INDEX_CONTAINERS:
+        return rough
+    bare = _JSON_STRING.sub(b"", text)
+    return bare.count(b"[") + bare.count(b"{")
 
 
 def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
@@ -289,9 +304,11 @@ def build_index(
                 "sha256": result.sha256,
             }
         )
-    skipped = [  # what the scan passed over with a reason, and what the workers refused
-        {"key": key, "reason": reason}
-        for key, reason in sorted([*dataset.skipped, *(s for r in results for s in r.skipped)])
+    # what the scan passed over with a reason, and what the workers refused: the first ones
+    every = [*dataset.skipped, *(s for r in results for s in r.skipped)]
+    skipped = [
+        {"key": shortened(key, _MAX_SKIPPED_TEXT), "reason": shortened(reason, _MAX_SKIPPED_TEXT)}
+        for key, reason in heapq.nsmallest(MAX_NAMED_SKIPPED, every)
     ]
     doc = {
         "format": FORMAT,
@@ -307,6 +324,7 @@ def build_index(
         "plan_digest": plan.digest,
         "splits": splits,
         "skipped": skipped,
+        "num_skipped": len(every),  # `skipped` names the first MAX_NAMED_SKIPPED
         "ignored": dataset.ignored,
         "ignored_files": list(dataset.ignored_files),  # the first ones, of `ignored` in all
         "warnings": [*dataset.warnings, *plan.warnings],

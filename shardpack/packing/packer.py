@@ -224,7 +224,7 @@ def pack(
         out.root,
         index,
         num_records,
-        len(document["skipped"]),
+        document["num_skipped"],
         seconds,
         len(reused),
         len(plan.shards),

@@ -1,0 +1,76 @@
+"""What pack writes into index.json and what its readers take from a planted one: pack never
+writes an index its readers refuse, a run that packs nothing leaves no dataset, and every field
+and string of a planted index is checked or escaped (one line, exit 2; never a traceback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from shardpack.index import MAX_INDEX_CONTAINERS, MAX_NAMED_SKIPPED, load_index
+from shardpack.read.stream import iter_examples
+from tests.helpers import make_tree, write_csv
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
+                          text=True, timeout=180)  # fmt: skip
+
+
+def _one_line_error(done: subprocess.CompletedProcess, *words: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert all(w in line for w in words), line
+    return line
+
+
+def test_missing_paths_full_of_brackets_pack_into_an_index_its_readers_take(tmp_path: Path):
+    """A 5 MB CSV of one good row and 40 missing paths of 125,001 `[` each: the index names the
+    skipped rows cut short, and verify, inspect and iter_examples read it."""
+    src = make_tree(tmp_path / "src", {"cat": 1})
+    rows = [{"path": "cat/img_000.jpg", "label": "cat"}]
+    rows += [{"path": "[" * 125_001 + str(i), "label": "cat"} for i in range(40)]
+    manifest = write_csv(src / "labels.csv", rows)
+    assert manifest.stat().st_size > 5_000_000
+    out = tmp_path / "out"
+    done = _cli("pack", str(manifest), str(out), "--workers", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    raw = json.loads((out / "index.json").read_text())
+    assert raw["num_skipped"] == len(raw["skipped"]) == 40
+    assert all(len(s["key"]) <= 1000 for s in raw["skipped"])
+    for command in ("verify", "inspect"):
+        done = _cli(command, str(out))
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert len(list(iter_examples(out, "train"))) == 1
+
+
+def test_pack_names_the_first_skipped_items_and_counts_them_all(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 1})
+    rows = [{"path": "cat/img_000.jpg", "label": "cat"}]
+    rows += [{"path": f"gone/{i:05d}.jpg", "label": "cat"} for i in range(MAX_NAMED_SKIPPED + 5)]
+    manifest = write_csv(src / "labels.csv", rows)
+    out = tmp_path / "out"
+    done = _cli("pack", str(manifest), str(out), "--workers", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"skipped {MAX_NAMED_SKIPPED + 5:,} items (the first 1,000 listed" in done.stdout
+    raw = json.loads((out / "index.json").read_text())
+    assert (len(raw["skipped"]), raw["num_skipped"]) == (MAX_NAMED_SKIPPED, MAX_NAMED_SKIPPED + 5)
+    done = _cli("inspect", str(out))
+    assert done.returncode == 0 and f"skipped {MAX_NAMED_SKIPPED + 5:,} files" in done.stdout
+
+
+def test_the_reader_counts_lists_and_objects_not_brackets_inside_strings(tmp_path: Path):
+    """A planted index whose one warning holds more `[` and `{` than the structure bound."""
+    src = make_tree(tmp_path / "src", {"cat": 1, "dog": 1})
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1", "--no-progress").returncode == 0
+    raw = json.loads((out / "index.json").read_text())
+    raw["warnings"] = ["[{" * (MAX_INDEX_CONTAINERS // 2 + 1)]
+    (out / "index.json").write_text(json.dumps(raw))
+    assert load_index(out).name == raw["name"]
+    raw["warnings"] = [[]] * (MAX_INDEX_CONTAINERS + 1)  # real structure is still refused
+    (out / "index.json").write_text(json.dumps(raw))
+    _one_line_error(_cli("verify", str(out)), "lists and objects, over")
