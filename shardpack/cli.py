@@ -266,11 +266,6 @@ def _run_pack(
     for warning in summary["warnings"]:
         print(f"warning: {printable(warning)}", file=sys.stderr)
     _print_json(summary) if as_json else _print_pack_summary(summary, options.resume)
-    if summary["records"] == 0 and summary["skipped"]:  # a dataset of nothing is no success
-        first = summary["skipped_items"][0]
-        raise ShardpackError(f"no image was packed, {_plural(summary['skipped'], 'item')} "
-                             f"skipped (the first, {printable(first['key'])}: {first['reason']}); "
-                             "fix or remove them")  # fmt: skip
 
 
 def _out_options(out: str, pairs: list[str] | None) -> dict[str, object]:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from shardpack.index import MAX_INDEX_CONTAINERS, MAX_NAMED_SKIPPED, load_index
 from shardpack.read.stream import iter_examples
 from tests.helpers import make_tree, write_csv
@@ -74,3 +76,41 @@ def test_the_reader_counts_lists_and_objects_not_brackets_inside_strings(tmp_pat
     raw["warnings"] = [[]] * (MAX_INDEX_CONTAINERS + 1)  # real structure is still refused
     (out / "index.json").write_text(json.dumps(raw))
     _one_line_error(_cli("verify", str(out)), "lists and objects, over")
+
+
+def test_a_run_that_packs_nothing_leaves_no_dataset(tmp_path: Path):
+    """Every image skipped: exit 2 naming the first, and OUT keeps no index, no TFDS metadata,
+    no empty shard and no journal; the next run from another SRC is not refused."""
+    bad = tmp_path / "bad"
+    (bad / "a").mkdir(parents=True)
+    (bad / "a" / "x.jpg").write_bytes(b"\xff\xd8 not really")
+    (bad / "b").mkdir()
+    (bad / "b" / "y.png").write_bytes(b"neither")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("the user's own file stays")
+    done = _cli("pack", str(bad), str(out), "--workers", "1", "--no-progress")
+    _one_line_error(done, "no image was packed", "2 items skipped", "a/x.jpg")
+    assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
+    good = make_tree(tmp_path / "good", {"cat": 2, "dog": 1})
+    done = _cli("pack", str(good), str(out), "--workers", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert load_index(out).splits["train"].num_records == 3
+
+
+def test_a_run_into_object_storage_that_packs_nothing_leaves_no_journal(tmp_path: Path):
+    import fsspec
+
+    from shardpack.errors import SourceError
+    from shardpack.options import PackOptions
+    from shardpack.packing.packer import pack
+
+    bad = tmp_path / "bad"
+    (bad / "a").mkdir(parents=True)
+    (bad / "a" / "x.jpg").write_bytes(b"\xff\xd8 not really")
+    (bad / "b").mkdir()
+    (bad / "b" / "y.png").write_bytes(b"neither")
+    with pytest.raises(SourceError, match="no image was packed"):
+        pack(bad, "memory://nothing/out", PackOptions(workers=1))
+    fs = fsspec.filesystem("memory")
+    assert not fs.exists("/nothing/out") or fs.find("/nothing/out") == []
