@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shardpack.errors import FileAccessError, IndexFormatError, shortened
+from shardpack.errors import FileAccessError, IndexFormatError, is_count, shortened
 from shardpack.options import COMPRESSIONS
 from shardpack.schema import V1_DTYPES, Schema
 from shardpack.storage import Storage, storage_at
@@ -211,6 +211,7 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
                                "to read it")  # fmt: skip
     if not all(isinstance(c, str) for c in doc["classes"]):
         raise bad("'classes' must be a list of strings")
+    _check_optional(doc, bad)
     schema = _schema(doc, bad)
     splits = {}
     for split, entry in doc["splits"].items():
@@ -268,10 +269,34 @@ def _schema(doc: dict, bad) -> Schema:
 
 
 def _expect(doc: dict, types: dict[str, type], bad) -> None:
+    """Each key of `types` is in `doc` with a value of its type (an int: a count, >= 0)."""
     for key, kind in types.items():
         value = doc.get(key)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        if kind is int and not is_count(value, 0):
+            raise bad(f"{key!r} must be an integer >= 0, got {shortened(repr(value))}")
+        if not isinstance(value, kind):
             raise bad(f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
+
+
+# The fields a reader may show that an index need not have (older versions lack some).
+_OPTIONAL = {"source": str, "plan_digest": str, "num_skipped": int, "ignored": int,
+             "stats": dict, "skipped": list, "ignored_files": list, "warnings": list}  # fmt: skip
+
+
+def _check_optional(doc: dict, bad) -> None:
+    """The optional fields there are hold what pack writes: a planted `"ignored": "lots"` is
+    refused here, not a TypeError in inspect."""
+    _expect(doc, {key: kind for key, kind in _OPTIONAL.items() if key in doc}, bad)
+    if doc.get("seed") is not None and not isinstance(doc["seed"], int):
+        raise bad(f"'seed' must be an integer or null, got {type(doc['seed']).__name__}")
+    for key in ("ignored_files", "warnings"):
+        if not all(isinstance(v, str) for v in doc.get(key, [])):
+            raise bad(f"{key!r} must be a list of strings")
+    for item in doc.get("skipped", []):
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(k), str) for k in ("key", "reason")
+        ):
+            raise bad("'skipped' must be a list of {key, reason} strings")
 
 
 def build_index(

@@ -5,12 +5,14 @@ and string of a planted index is checked or escaped (one line, exit 2; never a t
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from shardpack.errors import IndexFormatError
 from shardpack.index import MAX_INDEX_CONTAINERS, MAX_NAMED_SKIPPED, load_index
 from shardpack.read.stream import iter_examples
 from tests.helpers import make_tree, write_csv
@@ -114,3 +116,50 @@ def test_a_run_into_object_storage_that_packs_nothing_leaves_no_journal(tmp_path
         pack(bad, "memory://nothing/out", PackOptions(workers=1))
     fs = fsspec.filesystem("memory")
     assert not fs.exists("/nothing/out") or fs.find("/nothing/out") == []
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory) -> Path:
+    """A real pack output of 3 images in 2 classes (copy it before planting anything)."""
+    base = tmp_path_factory.mktemp("packed")
+    src = make_tree(base / "src", {"cat": 2, "dog": 1})
+    done = _cli("pack", str(src), str(base / "out"), "--workers", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return base / "out"
+
+
+def _planted(packed: Path, tmp_path: Path, **fields: object) -> Path:
+    """A copy of `packed` whose index.json has these fields set as given."""
+    out = tmp_path / "out"
+    shutil.copytree(packed, out)
+    raw = json.loads((out / "index.json").read_text())
+    raw.update(fields)
+    (out / "index.json").write_text(json.dumps(raw))
+    return out
+
+
+WRONG_TYPES = [
+    {"ignored": "lots"},
+    {"skipped": 5},
+    {"ignored": [1]},
+    {"ignored": -3},
+    {"num_skipped": True},
+    {"skipped": [1]},
+    {"skipped": [{"key": "a", "reason": 7}]},
+    {"ignored_files": [None]},
+    {"warnings": "one"},
+    {"source": {"kind": "folder"}},
+    {"seed": "7"},
+    {"stats": [1, 2]},
+    {"plan_digest": 12},
+]
+
+
+@pytest.mark.parametrize("fields", WRONG_TYPES, ids=lambda f: json.dumps(f))
+def test_index_fields_of_the_wrong_type_are_refused_on_load(packed, tmp_path, fields):
+    out = _planted(packed, tmp_path, **fields)
+    (name,) = fields
+    for command in ("verify", "inspect"):
+        _one_line_error(_cli(command, str(out)), str(out / "index.json"), repr(name))
+    with pytest.raises(IndexFormatError, match=repr(name)):
+        list(iter_examples(out, "train"))
