@@ -15,6 +15,7 @@ import pytest
 from shardpack.errors import IndexFormatError
 from shardpack.index import MAX_INDEX_CONTAINERS, MAX_NAMED_SKIPPED, load_index
 from shardpack.read.stream import iter_examples
+from shardpack.schema import MAX_ROW
 from tests.helpers import make_tree, write_csv
 
 
@@ -162,4 +163,15 @@ def test_index_fields_of_the_wrong_type_are_refused_on_load(packed, tmp_path, fi
     for command in ("verify", "inspect"):
         _one_line_error(_cli(command, str(out)), str(out / "index.json"), repr(name))
     with pytest.raises(IndexFormatError, match=repr(name)):
+        list(iter_examples(out, "train"))
+
+
+@pytest.mark.parametrize("shape", [[-1, 2**64], [-1, MAX_ROW + 1], [-1, -1], [2**63, 4]])
+def test_a_feature_shape_past_the_bound_is_refused_by_name_on_load(packed, tmp_path, shape):
+    raw = json.loads((packed / "index.json").read_text())
+    features = {**raw["features"], "boxes": {"dtype": "float32", "shape": shape}}
+    out = _planted(packed, tmp_path, features=features)
+    for command in ("verify", "inspect"):
+        _one_line_error(_cli(command, str(out)), str(out / "index.json"), "feature 'boxes'")
+    with pytest.raises(IndexFormatError, match="feature 'boxes'"):
         list(iter_examples(out, "train"))
