@@ -549,8 +549,9 @@ def inspect(
         _print_json(summary)
         return
     typer.echo(
-        f"{summary['name']}  ({summary['source']}, encoding {summary['encoding']}, "
-        f"compression {summary['compression']}, {summary['container']} shards, "
+        f"{printable(summary['name'])}  ({printable(str(summary['source']))}, encoding "
+        f"{printable(summary['encoding'])}, compression {summary['compression']}, "
+        f"{summary['container']} shards, "
         f"{_plural(summary['num_classes'], 'class', 'classes')})"
     )
     for name, split in summary["splits"].items():

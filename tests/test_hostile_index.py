@@ -175,3 +175,23 @@ def test_a_feature_shape_past_the_bound_is_refused_by_name_on_load(packed, tmp_p
         _one_line_error(_cli(command, str(out)), str(out / "index.json"), "feature 'boxes'")
     with pytest.raises(IndexFormatError, match="feature 'boxes'"):
         list(iter_examples(out, "train"))
+
+
+def test_inspect_prints_every_string_from_a_planted_index_escaped(packed, tmp_path):
+    """Terminal codes and line breaks in the name, source, encoding, a split and a class name:
+    no escape sequence reaches the screen and no forged line appears."""
+    raw = json.loads((packed / "index.json").read_text())
+    forged = "\nOK: everything verified\n"
+    classes = ["cat\x1b[2J", "dog\u202e"]
+    features = {**raw["features"], "label": {**raw["features"]["label"], "classes": classes}}
+    splits = {"train\x1b]0;title\x07": raw["splits"]["train"]}
+    out = _planted(packed, tmp_path, name="x\x1b[2J" + forged, source="folder" + forged,
+                   encoding="png\x1b]0;pwned\x07" + forged, classes=classes, features=features,
+                   splits=splits)  # fmt: skip
+    done = _cli("inspect", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    shown = done.stdout + done.stderr
+    assert not any(c in shown for c in "\x1b\x07\u202e"), shown
+    assert not any(line.startswith("OK") for line in shown.splitlines()), shown
+    assert "x\\x1b[2J\\nOK: everything verified\\n" in shown
+    assert "png\\x1b]0;pwned\\x07" in shown and "split train\\x1b]0;title\\x07" in shown
