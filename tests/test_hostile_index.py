@@ -195,3 +195,61 @@ def test_inspect_prints_every_string_from_a_planted_index_escaped(packed, tmp_pa
     assert not any(line.startswith("OK") for line in shown.splitlines()), shown
     assert "x\\x1b[2J\\nOK: everything verified\\n" in shown
     assert "png\\x1b]0;pwned\\x07" in shown and "split train\\x1b]0;title\\x07" in shown
+
+
+def _shard_out(tmp_path: Path, records: list[dict], extra: dict) -> Path:
+    """OUT of one TFRecord shard holding `records` (Example features), with a version-2 index
+    of classes a, b and the `extra` features that vouches for them."""
+    import hashlib
+
+    from shardpack.containers.example import encode_example, frame
+    from shardpack.schema import Schema
+
+    shard = b"".join(frame(encode_example(r)) for r in records)
+    out = tmp_path / "out"
+    out.mkdir()
+    name = "x-train.tfrecord-00000-of-00001"
+    (out / name).write_bytes(shard)
+    schema = Schema.build(("a", "b"), extra)
+    index = {"format": "shardpack-index", "version": 2, "name": "x", "source": "manifest",
+             "classes": ["a", "b"], "features": schema.to_json(), "encoding": "png",
+             "compression": "none", "splits": {"train": {
+                 "num_records": len(records), "class_counts": [0, len(records)],
+                 "shards": [{"file": name, "num_records": len(records), "num_bytes": len(shard),
+                             "sha256": hashlib.sha256(shard).hexdigest()}]}}}  # fmt: skip
+    (out / "index.json").write_text(json.dumps(index))
+    return out
+
+
+def test_preview_marks_a_tile_whose_image_does_not_decode_and_skips_a_nan_box(tmp_path):
+    """Both records pass verify: a box of NaN and infinities, and image bytes that are no image.
+    preview writes the sheet: the NaN box undrawn, the bad image's tile crossed in red."""
+    import cv2
+    import numpy as np
+
+    from shardpack.read.preview import BAD_COLOR, CELL
+    from shardpack.schema import Feature
+
+    png = cv2.imencode(".png", np.full((24, 32, 3), 255, np.uint8))[1].tobytes()
+    base = {"label": 1, "height": 24, "width": 32, "channels": 3, "format": b"png"}
+    nan_box = np.array([[np.nan, 0.1, 0.5, 0.5], [0.2, -np.inf, 1e30, 0.9]], np.float32)
+    no_box = np.zeros((0, 4), np.float32)
+    records = [
+        {**base, "image": png, "key": b"nan.png", "boxes": nan_box},
+        {
+            **base,
+            "image": b"\x89PNG\r\n\x1a\n and then nothing",
+            "key": b"bad.png",
+            "boxes": no_box,
+        },
+    ]
+    out = _shard_out(tmp_path, records, {"boxes": Feature("float32", (-1, 4))})
+    assert _cli("verify", str(out)).returncode == 0
+    sheet_path = tmp_path / "sheet.png"
+    done = _cli("preview", str(out), "--out", str(sheet_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    sheet = cv2.imread(str(sheet_path))
+    tiles = [sheet[:CELL, :CELL], sheet[:CELL, CELL : 2 * CELL]]
+    crossed = [bool((tile == BAD_COLOR).all(axis=2).any()) for tile in tiles]
+    assert sorted(crossed) == [False, True]  # one tile (the bad image's) crossed in red
