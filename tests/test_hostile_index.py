@@ -253,3 +253,50 @@ def test_preview_marks_a_tile_whose_image_does_not_decode_and_skips_a_nan_box(tm
     tiles = [sheet[:CELL, :CELL], sheet[:CELL, CELL : 2 * CELL]]
     crossed = [bool((tile == BAD_COLOR).all(axis=2).any()) for tile in tiles]
     assert sorted(crossed) == [False, True]  # one tile (the bad image's) crossed in red
+
+
+# Reads a split shuffled, then prints the records read and its peak resident memory (MiB).
+_SHUFFLED_READ = """
+import resource, sys
+from shardpack.read.stream import iter_examples
+n = sum(1 for _ in iter_examples(sys.argv[1], "train", shuffle=True, seed=1))
+print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def test_a_shuffled_read_of_huge_records_holds_a_bounded_buffer(tmp_path: Path):
+    """A small GZIP shard of eight 96 MiB records: the shuffle buffer holds at most
+    SHUFFLE_BUFFER_BYTES of them, not all eight (768 MiB)."""
+    import gzip
+    import hashlib
+
+    from shardpack.containers.example import encode_example, frame
+    from shardpack.read.stream import SHUFFLE_BUFFER_BYTES
+
+    base = {"label": 1, "height": 24, "width": 32, "channels": 3, "format": b"png"}
+    out = tmp_path / "out"
+    out.mkdir()
+    name = "x-train.tfrecord-00000-of-00001"
+    with gzip.open(out / name, "wb", compresslevel=1) as f:
+        for i in range(8):
+            f.write(frame(encode_example({**base, "image": bytes(96 << 20), "key": b"%d" % i})))
+    shard = (out / name).read_bytes()
+    assert len(shard) < 5 << 20
+    raw = json.loads(json.dumps(_V1_INDEX))
+    raw["splits"]["train"]["shards"] = [{"file": name, "num_records": 8, "num_bytes": len(shard),
+                                         "sha256": hashlib.sha256(shard).hexdigest()}]  # fmt: skip
+    (out / "index.json").write_text(json.dumps(raw))
+    done = subprocess.run([sys.executable, "-c", _SHUFFLED_READ, str(out)], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    count, peak_mib = map(int, done.stdout.split())
+    assert count == 8
+    assert peak_mib < (SHUFFLE_BUFFER_BYTES >> 20) + 3 * 96 + 200, peak_mib
+
+
+_V1_INDEX = {"format": "shardpack-index", "version": 1, "name": "x", "source": "folder",
+             "classes": ["a", "b"], "encoding": "png", "compression": "gzip",
+             "features": {"image": "bytes", "label": "int64", "height": "int64", "width": "int64",
+                          "channels": "int64", "format": "bytes", "key": "bytes"},
+             "splits": {"train": {"num_records": 8, "class_counts": [0, 8],
+                                  "shards": []}}}  # fmt: skip
