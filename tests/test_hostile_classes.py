@@ -58,3 +58,69 @@ def test_a_lone_surrogate_in_a_jsonl_manifest_is_a_bad_row(tmp_path: Path, where
     (skipped,) = _index(tmp_path / "skip")["skipped"]
     assert "labels.jsonl line 1" in skipped["key"] + skipped["reason"]
     assert "lone surrogate" in skipped["reason"]
+
+
+def _labelled_manifest(tmp_path: Path) -> Path:
+    """A CSV of integer labels 0 (cat) and 1 (dog) over real images."""
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 1})
+    rows = ["path,label", "cat/img_000.jpg,0", "cat/img_001.jpg,0", "dog/img_000.jpg,1"]
+    (src / "labels.csv").write_text("\n".join(rows) + "\n")
+    return src / "labels.csv"
+
+
+def _packed_classes(out: Path) -> list[str]:
+    raw = _index(out)
+    assert raw["splits"]["train"]["num_records"] == 3, raw["skipped"]
+    return raw["classes"]
+
+
+def test_classes_from_process_substitution_are_read(tmp_path: Path):
+    manifest = _labelled_manifest(tmp_path)
+    out = tmp_path / "out"
+    line = (f"{sys.executable} -m shardpack pack {manifest} {out} --workers 1 --no-progress "
+            "--classes <(printf 'cat\\ndog\\n')")  # fmt: skip
+    done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _packed_classes(out) == ["cat", "dog"]
+
+
+def test_classes_from_a_fifo_and_from_stdin_are_read(tmp_path: Path):
+    import os
+    import threading
+
+    manifest = _labelled_manifest(tmp_path)
+    fifo = tmp_path / "classes.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text("cat\ndog\n"))
+    writer.start()
+    done = _pack(manifest, tmp_path / "a", "--classes", str(fifo))
+    writer.join(timeout=10)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _packed_classes(tmp_path / "a") == ["cat", "dog"]
+    done = _pack(manifest, tmp_path / "b", "--classes", "/dev/stdin", input="cat\ndog\n")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _packed_classes(tmp_path / "b") == ["cat", "dog"]
+
+
+def test_classes_naming_a_folder_is_refused_by_name(tmp_path: Path):
+    manifest = _labelled_manifest(tmp_path)
+    (tmp_path / "names").mkdir()
+    done = _pack(manifest, tmp_path / "out", "--classes", str(tmp_path / "names"))
+    _one_line_error(done, str(tmp_path / "names"), "is a folder")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("given", ["evil\nline,c", "a,b\x1b[2J", "a,b\u2028c"])
+def test_classes_with_a_line_break_or_control_character_are_refused(tmp_path, given):
+    manifest = _labelled_manifest(tmp_path)
+    done = _pack(manifest, tmp_path / "out", "--classes", given)
+    _one_line_error(done, "--classes", "control character or a line break")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_classes_file_with_a_control_character_is_refused(tmp_path: Path):
+    manifest = _labelled_manifest(tmp_path)
+    names = tmp_path / "names.txt"
+    names.write_text("cat\ndo\x0bg\n")  # \x0b: a line break to splitlines(), none to \n
+    done = _pack(manifest, tmp_path / "out", "--classes", str(names))
+    _one_line_error(done, str(names), "control character or a line break")

@@ -14,7 +14,7 @@ from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
 from shardpack.sources import NO_FIELDS, Dataset, Item, safepickle
-from shardpack.sources.folder import check_class_name
+from shardpack.sources.classlist import check_class_name
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.srcfiles import RefusedFile
 

@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Iterable
 
-from shardpack.errors import ShardpackError, SourceError
+from shardpack.errors import ShardpackError, SourceError, printable
 from shardpack.sources import NO_FIELDS, Item
 
 # A --classes file holds one name a line; no real class list is anywhere near this large.
 MAX_CLASSES_FILE = 64 * 2**20
 # Names that are a class list file's, not a class's: a typo in one is a missing file.
 _LIST_FILES = (".txt", ".names", ".lst", ".csv")
+# Characters that would split a class name over lines of TFDS's label.labels.txt or garble a
+# terminal: control characters and line or paragraph separators. (Bytes that are not UTF-8 are
+# kept: label.labels.txt holds the name's own bytes.)
+_BAD_NAME_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+
+
+def check_class_name(name: str, where: str) -> None:
+    """Refuse a class name (a folder's, a manifest's, from --classes or a CIFAR meta file at
+    `where`) that is not one line of printable text."""
+    if any(unicodedata.category(c) in _BAD_NAME_CATEGORIES for c in name):
+        raise SourceError(
+            f"{where}: the class name '{printable(name)}' holds a control character or a line "
+            "break, but class names are written one per line: rename it"
+        )
 
 
 def parse_classes(text: str) -> tuple[str, ...]:
@@ -21,7 +36,10 @@ def parse_classes(text: str) -> tuple[str, ...]:
         ShardpackError: the file cannot be read (or, named like a list file, is missing), or
             the list is empty or repeats a name.
     """
-    if os.path.isfile(text):
+    if os.path.isdir(text):
+        raise ShardpackError(f"{text}: is a folder; pass a file with one class name a line, or "
+                             "the names as a,b,c")  # fmt: skip
+    if os.path.exists(text):  # a file, or a pipe: <(...), a FIFO, /dev/stdin
         try:
             with open(text, "rb") as f:
                 data = f.read(MAX_CLASSES_FILE + 1)
@@ -29,7 +47,8 @@ def parse_classes(text: str) -> tuple[str, ...]:
             raise ShardpackError(f"{text}: cannot read the class list ({e.strerror})") from None
         if len(data) > MAX_CLASSES_FILE:
             raise ShardpackError(f"{text}: over {MAX_CLASSES_FILE} bytes; is it a class list?")
-        names = [line.strip() for line in os.fsdecode(data).splitlines()]
+        # lines end at \n alone: a name holding another line break is refused, not split
+        names = [line.strip() for line in os.fsdecode(data).split("\n")]
         where = text
     elif "," not in text and text.lower().endswith(_LIST_FILES):
         raise ShardpackError(f"{text}: no such file; pass the class list's path, or the names "
@@ -38,6 +57,8 @@ def parse_classes(text: str) -> tuple[str, ...]:
         names = [name.strip() for name in text.split(",")]
         where = "--classes"
     names = [name for name in names if name]
+    for name in names:
+        check_class_name(name, where)
     if not names:
         raise ShardpackError(f"{where}: names no class; pass a,b,c or a file with one a line")
     repeated = sorted({n for n in names if names.count(n) > 1})

@@ -22,7 +22,7 @@ from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import NO_FIELDS, Dataset, Item
-from shardpack.sources.folder import check_class_name
+from shardpack.sources.classlist import check_class_name
 from shardpack.sources.table import (
     SUFFIXES,
     LabelInfo,
