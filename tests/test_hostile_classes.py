@@ -124,3 +124,37 @@ def test_a_classes_file_with_a_control_character_is_refused(tmp_path: Path):
     names.write_text("cat\ndo\x0bg\n")  # \x0b: a line break to splitlines(), none to \n
     done = _pack(manifest, tmp_path / "out", "--classes", str(names))
     _one_line_error(done, str(names), "control character or a line break")
+
+
+def test_class_folders_cafe_in_nfc_and_nfd_are_one_class(tmp_path: Path):
+    import unicodedata
+
+    nfc, nfd = (unicodedata.normalize(form, "café") for form in ("NFC", "NFD"))
+    assert nfc != nfd
+    src = make_tree(tmp_path / "src", {nfc: 2, nfd: 1, "tea": 1})
+    assert len(list(src.iterdir())) == 3  # two folders that look alike, and tea
+    done = _pack(src, tmp_path / "out")
+    assert done.returncode == 0, done.stderr[-2000:]
+    raw = _index(tmp_path / "out")
+    assert raw["classes"] == [nfc, "tea"]
+    assert raw["splits"]["train"]["class_counts"] == [3, 1]
+    labels = (tmp_path / "out" / "label.labels.txt").read_text(encoding="utf-8").splitlines()
+    assert labels == [nfc, "tea"]
+    done = _pack(src, tmp_path / "pinned", "--classes", f"tea,{nfd}")  # --classes in NFD too
+    assert done.returncode == 0, done.stderr[-2000:]
+    raw = _index(tmp_path / "pinned")
+    assert raw["classes"] == ["tea", nfc] and raw["splits"]["train"]["class_counts"] == [1, 3]
+
+
+def test_manifest_labels_with_surrounding_spaces_or_nfd_are_one_class(tmp_path: Path):
+    import unicodedata
+
+    src = make_tree(tmp_path / "src", {"a": 4})
+    nfd = unicodedata.normalize("NFD", "café")
+    rows = ["path,label", "a/img_000.jpg,cat", "a/img_001.jpg, cat", "a/img_002.jpg,cat  ",
+            f"a/img_003.jpg,{nfd}"]  # fmt: skip
+    (src / "labels.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    done = _pack(src / "labels.csv", tmp_path / "out")
+    assert done.returncode == 0, done.stderr[-2000:]
+    raw = _index(tmp_path / "out")
+    assert raw["classes"] == ["café", "cat"] and raw["splits"]["train"]["class_counts"] == [1, 3]

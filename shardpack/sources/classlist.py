@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import unicodedata
 from collections.abc import Iterable
@@ -29,6 +30,12 @@ def check_class_name(name: str, where: str) -> None:
         )
 
 
+def class_name(text: str) -> str:
+    """A class name as the dataset keeps it: NFC (macOS names files in NFD, so "café" can come
+    in two spellings), without surrounding spaces (a CSV cell ", cat")."""
+    return unicodedata.normalize("NFC", text.strip())
+
+
 def parse_classes(text: str) -> tuple[str, ...]:
     """--classes: a comma-separated list, or the path of a file with one class name a line.
 
@@ -48,13 +55,13 @@ def parse_classes(text: str) -> tuple[str, ...]:
         if len(data) > MAX_CLASSES_FILE:
             raise ShardpackError(f"{text}: over {MAX_CLASSES_FILE} bytes; is it a class list?")
         # lines end at \n alone: a name holding another line break is refused, not split
-        names = [line.strip() for line in os.fsdecode(data).split("\n")]
+        names = [class_name(line) for line in os.fsdecode(data).split("\n")]
         where = text
     elif "," not in text and text.lower().endswith(_LIST_FILES):
         raise ShardpackError(f"{text}: no such file; pass the class list's path, or the names "
                              "as a,b,c")  # fmt: skip
     else:
-        names = [name.strip() for name in text.split(",")]
+        names = [class_name(name) for name in text.split(",")]
         where = "--classes"
     names = [name for name in names if name]
     for name in names:
@@ -68,8 +75,9 @@ def parse_classes(text: str) -> tuple[str, ...]:
 
 
 def class_list(found: Iterable[str], pinned: tuple[str, ...] | None) -> tuple[str, ...]:
-    """The dataset's classes: `pinned` as given, else the sorted union of the names found."""
-    return pinned if pinned is not None else tuple(sorted(set(found)))
+    """The dataset's classes: `pinned` as given, else the sorted union of the names found, each
+    as class_name gives it (two folders "café" in NFC and NFD are one class)."""
+    return pinned if pinned is not None else tuple(sorted({class_name(n) for n in found}))
 
 
 def labelled(
@@ -84,6 +92,9 @@ def labelled(
         SourceError: an item's class is not in the list and on_error is "fail".
     """
     position = {name: i for i, name in enumerate(classes)}
+    for name in set(map(operator.itemgetter(0), found)) - position.keys():  # "café" in NFD
+        if (i := position.get(class_name(name))) is not None:
+            position[name] = i
     new = tuple.__new__
     # One comprehension over a listing of millions (a loop with appends costs 0.5 us more a
     # file), each Item made by tuple.__new__ from all its fields in order: Item(...) would run

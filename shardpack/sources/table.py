@@ -52,6 +52,7 @@ import numpy as np
 
 from shardpack.errors import SourceError, shortened
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature
+from shardpack.sources.classlist import class_name
 from shardpack.storage import Blob, Storage, is_url, storage_at
 
 SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
@@ -1214,7 +1215,9 @@ def _one_label(value, label: LabelInfo, csv_text: bool):
             raise _Bad(f"label {value} is negative; integer labels count classes from 0")
         return int(value)
     if not integers and (kind == "text" or (csv_text and kind is not None)):
-        return value  # in CSV a cell spelled like a number is a name in a column of names
+        if not (name := class_name(value)):  # in CSV a cell spelled like a number is a name
+            raise _Bad("no label in column 'label'")
+        return name
     want = "an integer" if integers else "a class name"
     raise _Bad(f"label {_describe(value)} is not {want}, as the column's other labels")
 
