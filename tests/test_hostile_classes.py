@@ -158,3 +158,39 @@ def test_manifest_labels_with_surrounding_spaces_or_nfd_are_one_class(tmp_path: 
     assert done.returncode == 0, done.stderr[-2000:]
     raw = _index(tmp_path / "out")
     assert raw["classes"] == ["café", "cat"] and raw["splits"]["train"]["class_counts"] == [1, 3]
+
+
+# The child's address space for the class-count test: a traceback's MemoryError, or gigabytes
+# of class names, cannot fit; the refusal needs a fraction.
+_CLASS_TEST_MEMORY = 2 * 2**30
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (_CLASS_TEST_MEMORY, _CLASS_TEST_MEMORY))
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_one_integer_label_of_100_million_is_refused_by_name(tmp_path: Path, suffix: str):
+    from shardpack.sources.classlist import MAX_CLASSES
+
+    src = make_tree(tmp_path / "src", {"a": 2})
+    manifest = src / f"labels{suffix}"
+    rows = [("a/img_000.jpg", 0), ("a/img_001.jpg", 100_000_000)]
+    if suffix == ".csv":
+        manifest.write_text("path,label\n" + "".join(f"{p},{n}\n" for p, n in rows))
+    else:
+        manifest.write_text("".join(json.dumps({"path": p, "label": n}) + "\n" for p, n in rows))
+    done = _pack(manifest, tmp_path / "out", preexec_fn=_limit_memory)
+    _one_line_error(done, f"labels{suffix}", "100,000,001 classes", f"{MAX_CLASSES:,}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_classes_list_past_the_limit_is_refused_by_name(tmp_path: Path):
+    from shardpack.sources.classlist import MAX_CLASSES
+
+    names = tmp_path / "names.txt"
+    names.write_text("".join(f"c{i}\n" for i in range(MAX_CLASSES + 1)))
+    done = _pack(_labelled_manifest(tmp_path), tmp_path / "out", "--classes", str(names))
+    _one_line_error(done, str(names), f"{MAX_CLASSES + 1:,} classes")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 import os
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable
 
 from shardpack.errors import ShardpackError, SourceError, printable
@@ -12,6 +13,10 @@ from shardpack.sources import NO_FIELDS, Item
 
 # A --classes file holds one name a line; no real class list is anywhere near this large.
 MAX_CLASSES_FILE = 64 * 2**20
+# The most classes a dataset may have: ImageNet-21k has 21,841 and the largest label sets in
+# use about a million, while each class costs a line of label.labels.txt, a name and a count per
+# split in index.json: a stray integer label of 100,000,000 would build gigabytes of them.
+MAX_CLASSES = 1_000_000
 # Names that are a class list file's, not a class's: a typo in one is a missing file.
 _LIST_FILES = (".txt", ".names", ".lst", ".csv")
 # Characters that would split a class name over lines of TFDS's label.labels.txt or garble a
@@ -68,7 +73,8 @@ def parse_classes(text: str) -> tuple[str, ...]:
         check_class_name(name, where)
     if not names:
         raise ShardpackError(f"{where}: names no class; pass a,b,c or a file with one a line")
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    check_class_count(len(names), where, "its names")
+    repeated = sorted(n for n, times in Counter(names).items() if times > 1)  # not n**2
     if repeated:
         raise ShardpackError(f"{where}: class {repeated[0]!r} is listed twice; list each once")
     return tuple(names)
@@ -77,7 +83,16 @@ def parse_classes(text: str) -> tuple[str, ...]:
 def class_list(found: Iterable[str], pinned: tuple[str, ...] | None) -> tuple[str, ...]:
     """The dataset's classes: `pinned` as given, else the sorted union of the names found, each
     as class_name gives it (two folders "café" in NFC and NFD are one class)."""
-    return pinned if pinned is not None else tuple(sorted({class_name(n) for n in found}))
+    classes = pinned if pinned is not None else tuple(sorted({class_name(n) for n in found}))
+    check_class_count(len(classes), "the source", "class names")
+    return classes
+
+
+def check_class_count(count: int, where: str, what: str) -> None:
+    """Refuse a dataset of more than MAX_CLASSES classes; `what` says what made them."""
+    if count > MAX_CLASSES:
+        raise SourceError(f"{where}: {what} make {count:,} classes, over the {MAX_CLASSES:,} "
+                          "shardpack packs; check the labels")  # fmt: skip
 
 
 def labelled(
