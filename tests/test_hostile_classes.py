@@ -12,24 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import make_tree
-
-
-def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
-                          text=True, timeout=180, **kwargs)  # fmt: skip
+from tests.helpers import cli, make_tree, one_line_error
 
 
 def _pack(src: Path, out: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    return _cli("pack", str(src), str(out), "--workers", "1", "--no-progress", *args, **kwargs)
-
-
-def _one_line_error(done: subprocess.CompletedProcess, *words: str) -> str:
-    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
-    assert "Traceback" not in done.stderr, done.stderr[-2000:]
-    (line,) = done.stderr.strip().splitlines()
-    assert all(w in line for w in words), line
-    return line
+    return cli("pack", str(src), str(out), "--workers", "1", "--no-progress", *args, **kwargs)
 
 
 def _index(out: Path) -> dict:
@@ -52,7 +39,7 @@ def test_a_lone_surrogate_in_a_jsonl_manifest_is_a_bad_row(tmp_path: Path, where
     manifest.write_text(json.dumps(SURROGATES[where]) + "\n" + json.dumps(good) + "\n")
     assert "\\ud" in manifest.read_text() or "\\udfff" in manifest.read_text()
     done = _pack(manifest, tmp_path / "fail", "--on-error", "fail")
-    _one_line_error(done, "labels.jsonl line 1", "lone surrogate")
+    one_line_error(done, "labels.jsonl line 1", "lone surrogate")
     done = _pack(manifest, tmp_path / "skip", "--on-error", "skip")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     (skipped,) = _index(tmp_path / "skip")["skipped"]
@@ -106,7 +93,7 @@ def test_classes_naming_a_folder_is_refused_by_name(tmp_path: Path):
     manifest = _labelled_manifest(tmp_path)
     (tmp_path / "names").mkdir()
     done = _pack(manifest, tmp_path / "out", "--classes", str(tmp_path / "names"))
-    _one_line_error(done, str(tmp_path / "names"), "is a folder")
+    one_line_error(done, str(tmp_path / "names"), "is a folder")
     assert not (tmp_path / "out").exists()
 
 
@@ -114,7 +101,7 @@ def test_classes_naming_a_folder_is_refused_by_name(tmp_path: Path):
 def test_classes_with_a_line_break_or_control_character_are_refused(tmp_path, given):
     manifest = _labelled_manifest(tmp_path)
     done = _pack(manifest, tmp_path / "out", "--classes", given)
-    _one_line_error(done, "--classes", "control character or a line break")
+    one_line_error(done, "--classes", "control character or a line break")
     assert not (tmp_path / "out").exists()
 
 
@@ -123,7 +110,7 @@ def test_a_classes_file_with_a_control_character_is_refused(tmp_path: Path):
     names = tmp_path / "names.txt"
     names.write_text("cat\ndo\x0bg\n")  # \x0b: a line break to splitlines(), none to \n
     done = _pack(manifest, tmp_path / "out", "--classes", str(names))
-    _one_line_error(done, str(names), "control character or a line break")
+    one_line_error(done, str(names), "control character or a line break")
 
 
 def test_class_folders_cafe_in_nfc_and_nfd_are_one_class(tmp_path: Path):
@@ -183,7 +170,7 @@ def test_one_integer_label_of_100_million_is_refused_by_name(tmp_path: Path, suf
     else:
         manifest.write_text("".join(json.dumps({"path": p, "label": n}) + "\n" for p, n in rows))
     done = _pack(manifest, tmp_path / "out", preexec_fn=_limit_memory)
-    _one_line_error(done, f"labels{suffix}", "100,000,001 classes", f"{MAX_CLASSES:,}")
+    one_line_error(done, f"labels{suffix}", "100,000,001 classes", f"{MAX_CLASSES:,}")
     assert not (tmp_path / "out").exists()
 
 
@@ -193,4 +180,4 @@ def test_a_classes_list_past_the_limit_is_refused_by_name(tmp_path: Path):
     names = tmp_path / "names.txt"
     names.write_text("".join(f"c{i}\n" for i in range(MAX_CLASSES + 1)))
     done = _pack(_labelled_manifest(tmp_path), tmp_path / "out", "--classes", str(names))
-    _one_line_error(done, str(names), f"{MAX_CLASSES + 1:,} classes")
+    one_line_error(done, str(names), f"{MAX_CLASSES + 1:,} classes")
