@@ -287,3 +287,23 @@ _V1_INDEX = {"format": "shardpack-index", "version": 1, "name": "x", "source": "
                           "channels": "int64", "format": "bytes", "key": "bytes"},
              "splits": {"train": {"num_records": 8, "class_counts": [0, 8],
                                   "shards": []}}}  # fmt: skip
+
+
+def test_a_parquet_column_of_rows_past_the_bound_is_bad_rows_not_a_shape(tmp_path: Path):
+    """Two rows of 2**20 + 1 numbers (a small file: they compress): they are bad rows, so pack
+    never declares a shape its own readers refuse."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = make_tree(tmp_path / "src", {"cat": 3})
+    wide = [[0.0] * (MAX_ROW + 1)]
+    table = pa.table({"path": [f"cat/img_00{i}.jpg" for i in range(3)], "label": ["cat"] * 3,
+                      "emb": [wide, wide, [[0.5] * 4]]})  # fmt: skip
+    pq.write_table(table, src / "wide.parquet")
+    out = tmp_path / "out"
+    done = cli("pack", str(src / "wide.parquet"), str(out), "--workers", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    raw = json.loads((out / "index.json").read_text())
+    assert raw["features"]["emb"]["shape"] == [-1, 4] and raw["num_skipped"] == 2
+    assert all(f"over {MAX_ROW:,}" in s["reason"] for s in raw["skipped"])
+    assert cli("verify", str(out)).returncode == 0

@@ -51,7 +51,7 @@ from typing import BinaryIO, NamedTuple
 import numpy as np
 
 from shardpack.errors import SourceError, shortened
-from shardpack.schema import BUILTIN_NAMES, LABEL, Feature
+from shardpack.schema import BUILTIN_NAMES, LABEL, MAX_ROW, Feature
 from shardpack.sources.classlist import class_name
 from shardpack.storage import Blob, Storage, is_url, storage_at
 
@@ -877,7 +877,10 @@ def _grid_kind(rows: list[list]):
     if not kinds <= _NUMBER_KINDS:
         bad = next((k for k in kinds if _is_bad(k)), None)
         return bad or ("bad", "lists of lists holding other than numbers")
-    return ("grid", lengths.pop(), _join(kinds))
+    width = lengths.pop()
+    if width > MAX_ROW:  # the index would declare a shape its readers refuse
+        return ("bad", f"rows of {width:,} numbers (over {MAX_ROW:,}); store each as one list")
+    return ("grid", width, _join(kinds))
 
 
 _NUMBER_KINDS = frozenset({"bool", "int", "float"})
