@@ -21,6 +21,7 @@ import typer
 from shardpack import __version__
 from shardpack.containers import CONTAINERS
 from shardpack.errors import FileAccessError, ShardpackError, printable, shortened
+from shardpack.index import MAX_NAMED_SKIPPED
 from shardpack.options import (
     BACKENDS,
     CHECKS,
@@ -212,7 +213,12 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
         typer.echo(f"re-encoded {made} TensorFlow cannot decode (CMYK JPEG, GIF, ...) as "
                    "PNG, losslessly")  # fmt: skip
     if summary["skipped"]:
-        typer.echo(f"skipped {_plural(summary['skipped'], 'item')} (all listed in index.json):")
+        listed = (
+            "all" if summary["skipped"] <= MAX_NAMED_SKIPPED else f"the first {MAX_NAMED_SKIPPED:,}"
+        )
+        typer.echo(
+            f"skipped {_plural(summary['skipped'], 'item')} ({listed} listed in index.json):"
+        )
         for item in summary["skipped_items"][:5]:
             typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
     if summary["ignored"]:
@@ -265,11 +271,6 @@ def _run_pack(
     for warning in summary["warnings"]:
         print(f"warning: {printable(warning)}", file=sys.stderr)
     _print_json(summary) if as_json else _print_pack_summary(summary, options.resume)
-    if summary["records"] == 0 and summary["skipped"]:  # a dataset of nothing is no success
-        first = summary["skipped_items"][0]
-        raise ShardpackError(f"no image was packed, {_plural(summary['skipped'], 'item')} "
-                             f"skipped (the first, {printable(first['key'])}: {first['reason']}); "
-                             "fix or remove them")  # fmt: skip
 
 
 def _out_options(out: str, pairs: list[str] | None) -> dict[str, object]:
@@ -586,8 +587,9 @@ def inspect(
         _print_json(summary)
         return
     typer.echo(
-        f"{summary['name']}  ({summary['source']}, encoding {summary['encoding']}, "
-        f"compression {summary['compression']}, {summary['container']} shards, "
+        f"{printable(summary['name'])}  ({printable(str(summary['source']))}, encoding "
+        f"{printable(summary['encoding'])}, compression {summary['compression']}, "
+        f"{summary['container']} shards, "
         f"{_plural(summary['num_classes'], 'class', 'classes')})"
     )
     for name, split in summary["splits"].items():
@@ -617,8 +619,8 @@ def inspect(
         print(f"warning: {_plural(len(missing), 'shard')} the index lists not in OUT "
               f"({missing[0]}{', ...' if len(missing) > 1 else ''}); shardpack verify checks "
               "every shard", file=sys.stderr)  # fmt: skip
-    if summary["skipped"]:
-        typer.echo(f"\nskipped {_plural(len(summary['skipped']), 'file')} at pack time")
+    if summary["num_skipped"]:
+        typer.echo(f"\nskipped {_plural(summary['num_skipped'], 'file')} at pack time")
     if summary["ignored"]:
         ignored = _plural(
             summary["ignored"], "file that is not an image", "files that are not images"
