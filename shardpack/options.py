@@ -17,8 +17,8 @@ SOURCE_KINDS = ("auto", "folder", "cifar")
 ENCODINGS = ("keep", "jpeg", "png", "webp", "raw")
 CHECKS = ("header", "decode")
 ON_ERROR = ("skip", "fail")
-COMPRESSIONS = ("none", "gzip")
 BACKENDS = ("loky", "dask")
+DEFAULT_FORMAT = "tfrecord"  # the shard container (shardpack.containers) when none is named
 DEFAULT_SHARD_SIZE = 128 * 2**20
 # Pillow's decompression-bomb limit: the most pixels an image may claim before it is refused.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -40,11 +40,17 @@ def _check_container(fmt: str, compression: str, index_files: bool) -> None:
     from shardpack.containers import CONTAINERS  # here: the containers import this module
 
     _choice("format", fmt, tuple(CONTAINERS))
-    if compression not in CONTAINERS[fmt].compressions:
-        raise ShardpackError(f"--compression {compression} is for --format tfrecord only; "
-                             f"drop --compression")  # fmt: skip
-    if index_files and not CONTAINERS[fmt].index_files:
-        raise ShardpackError("--index-files writes DALI's TFRecord index files; "
+    container = CONTAINERS[fmt]
+    if compression not in container.compressions:
+        others = [name for name, c in CONTAINERS.items() if compression in c.compressions]
+        if not others:
+            known = (c for each in CONTAINERS.values() for c in each.compressions)
+            _choice("compression", compression, tuple(dict.fromkeys(known)))
+        raise ShardpackError(f"--compression {compression} is for --format {' or '.join(others)} "
+                             "only; drop --compression")  # fmt: skip
+    if index_files and not container.index_files:
+        kinds = " or ".join(name for name, c in CONTAINERS.items() if c.index_files)
+        raise ShardpackError(f"--index-files writes DALI's index files, for --format {kinds}; "
                              f"--format {fmt} needs none: drop --index-files")  # fmt: skip
 
 
@@ -128,9 +134,8 @@ class PackOptions:
         resize: (width, height) to resize every image to.
         check: "header" (structure only for passed-through bytes) or "decode" (every pixel).
         on_error: "skip" a bad image and record why, or "fail" the run.
-        compression: "none" or "gzip" TFRecords.
-        format: the shard container: "tfrecord", "array_record" or "webdataset"
-            (shardpack.containers.CONTAINERS).
+        compression: one of the container's `compressions` ("none" for every one).
+        format: the shard container, a name in shardpack.containers.CONTAINERS.
         seed: shuffle seed.
         shuffle: False keeps the sorted source order.
         max_pixels: refuse images that claim more pixels than this (decompression bombs).
@@ -171,7 +176,7 @@ class PackOptions:
     split: tuple[tuple[str, float], ...] | None = None
     path_column: str | None = None
     root: str | None = None
-    format: str = "tfrecord"
+    format: str = DEFAULT_FORMAT
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -180,7 +185,6 @@ class PackOptions:
         _choice("encode", self.encode, ENCODINGS)
         _choice("check", self.check, CHECKS)
         _choice("on-error", self.on_error, ON_ERROR)
-        _choice("compression", self.compression, COMPRESSIONS)
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
             _positive(option.replace("_", "-"), getattr(self, option))
         if self.seed < 0:

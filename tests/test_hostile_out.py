@@ -23,7 +23,7 @@ import pytest
 
 from shardpack import PackOptions, pack
 from shardpack.containers import get_container
-from shardpack.containers.example import TFRecordWriter
+from shardpack.containers.tfrecord import TFRecordWriter
 from shardpack.errors import ImageError, OutputError
 from shardpack.packing.cluster import ClusterError, dask_client
 from shardpack.read.verify import verify

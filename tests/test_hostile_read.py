@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import shardpack
-from shardpack.containers.example import encode_example, frame, masked_crc
+from shardpack.containers.example import encode_example
+from shardpack.containers.tfrecord import frame, masked_crc
 from shardpack.errors import IndexFormatError, RecordError
 from tests.helpers import at, image, packed_tree, write_image
 
@@ -165,7 +166,7 @@ def test_a_gzip_record_of_128_mib_is_held_once(tmp_path: Path):
 def test_a_record_over_the_cap_is_refused_before_it_is_read(tmp_path: Path):
     data = encode_example(_good())
     out = _out(tmp_path, gzip.compress(frame(data)), compression="gzip")
-    from shardpack.containers.example import iter_records
+    from shardpack.containers.tfrecord import iter_records
 
     path = str(out / SHARD)
     assert [d for _, d in iter_records(*at(path), "gzip")] == [data]

@@ -66,7 +66,7 @@ def verify(
     """Check every shard of OUT: presence, size, sha256, every CRC, record counts and features.
 
     Each shard is read once, front to back, hashed as it is read (one in an object store
-    streams; ArrayRecord's is copied first, see shardpack.containers.array_record).
+    streams; a container whose library opens files by path copies it first).
 
     Args:
         out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
