@@ -19,7 +19,7 @@ import shardpack
 from shardpack.containers.example import encode_example
 from shardpack.containers.tfrecord import frame, masked_crc
 from shardpack.errors import IndexFormatError, RecordError
-from tests.helpers import at, image, packed_tree, write_image
+from tests.helpers import at, image, needs, packed_tree, write_image
 
 SHARD = "x-train.tfrecord-00000-of-00001"
 
@@ -209,6 +209,34 @@ def test_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
         list(shardpack.iter_examples(out))  # a FIFO blocked here forever
     (fault,) = shardpack.verify(out).faults
     assert fault.reason == "not a regular file (a link or special file)"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_tf_dataset_refuses_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
+    """TensorFlow opens local shards itself: it followed a link out of OUT and read that file's
+    records as this dataset's, and waited on a FIFO for ever (hence a fresh Python, timed)."""
+    import os
+
+    needs("tensorflow")
+    out = _out(tmp_path, frame(encode_example(_good())))
+    target = tmp_path / "elsewhere"
+    target.write_bytes((out / SHARD).read_bytes())
+    (out / SHARD).unlink()
+    if kind == "fifo":
+        os.mkfifo(out / SHARD)
+    else:
+        (out / SHARD).symlink_to(target)
+    code = (
+        "import sys, shardpack\n"
+        "try:\n"
+        "    print('read', len(list(shardpack.tf_dataset(sys.argv[1], shuffle=False))))\n"
+        "except shardpack.ShardpackError as e:\n"
+        "    print('refused', e)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.startswith(f"refused {out / SHARD} at byte 0: cannot open"), run.stdout
 
 
 def test_inspect_escapes_names_with_control_characters(tmp_path: Path):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardpack.containers import CONTAINERS, checked
+from shardpack.containers import CONTAINERS, checked, open_shard
 from shardpack.errors import RecordError, ShardpackError, is_count
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS, ENCODINGS
@@ -353,6 +353,9 @@ def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_re
     # streams the shard names through the index's storage.
     local = index.storage.local
     paths = [index.shard_path(info) if local else info.file for info, _ in mine.files]
+    if local:  # TensorFlow follows links and waits on FIFOs: open each as our readers do first
+        for info, _ in mine.files:
+            open_shard(index.storage, info.file).close()
     container, compression = index.container, index.compression
 
     def read(path, start):
