@@ -207,6 +207,8 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
             if not isinstance(shard, dict):
                 raise bad(f"a shard of split {split!r} is not an object")
             _expect(shard, {"file": str, "num_records": int, "num_bytes": int, "sha256": str}, bad)
+            if min(shard["num_records"], shard["num_bytes"]) < 0:
+                raise bad(f"a shard of split {split!r} has a negative count")
             if not SAFE_FILE.fullmatch(shard["file"]):
                 raise IndexFormatError(
                     f"{path}: refused shard name {shard['file']!r}: shard names must be plain "

@@ -257,3 +257,46 @@ def test_an_index_of_millions_of_empty_lists_is_refused_before_it_is_parsed(tmp_
     (tmp_path / "index.json").write_bytes(b"[" + b"[]," * 6_000_000 + b"[]]")
     with pytest.raises(IndexFormatError, match=r"index.json: unreadable \(6,000,002 lists and"):
         shardpack.load_index(tmp_path)
+
+
+@pytest.mark.parametrize("num_records", [2**40, 2**62, 2**70, -5])
+def test_records_beside_an_index_file_with_a_hostile_record_count(tmp_path: Path, num_records):
+    """A planted index.json's count went unchecked to len() and to the index file's read:
+    OverflowError, MemoryError (a read of (n + 1) x 64 bytes), or a negative __len__."""
+    out = packed_tree(tmp_path / "packed", {"a": 2, "b": 1}, index_files=True, shards=1)
+    index = json.loads((out / "index.json").read_text())
+    index["splits"]["train"]["shards"][0]["num_records"] = num_records
+    index["splits"]["train"]["num_records"] = num_records
+    (out / "index.json").write_text(json.dumps(index))
+    with pytest.raises(shardpack.ShardpackError) as raised, shardpack.Records(out) as records:
+        len(records)
+        records[0]
+    assert "\n" not in str(raised.value) and str(out) in str(raised.value)
+
+
+def test_verify_lists_a_bounded_number_of_faults_per_shard_and_counts_the_rest(tmp_path: Path):
+    """A tiny GZIP shard of empty records (each a fault) made one Fault each: 2,000,000 of
+    them cost 0.8 GB and as many FAULT lines."""
+    from shardpack.read.verify import MAX_SHARD_FAULTS
+
+    n = 20_000
+    out = _out(tmp_path, gzip.compress(frame(b"") * n), num_records=n, compression="gzip")
+    faults = shardpack.verify(out).faults
+    assert len(faults) == MAX_SHARD_FAULTS + 1, [str(f) for f in faults[-3:]]
+    assert all("feature 'image' missing" in f.reason for f in faults[:-1])
+    assert faults[-1].reason == f"{n - MAX_SHARD_FAULTS} more faulty records (not listed)"
+
+
+def test_verify_stops_at_a_shard_larger_than_the_index_says(tmp_path: Path):
+    """A shard grown sparse to 32 GiB was hashed to its end (~20 s; 15 TiB, hours) though its
+    size alone disagreed with the index."""
+    import os
+    import time
+
+    shard = frame(encode_example(_good()))
+    out = _out(tmp_path, shard)
+    os.truncate(out / SHARD, 32 << 30)
+    started = time.monotonic()
+    faults = shardpack.verify(out).faults
+    assert time.monotonic() - started < 10
+    assert [f.reason for f in faults] == [f"{32 << 30} bytes, index says {len(shard)}"]

@@ -7,6 +7,7 @@ import io
 import itertools
 import operator
 import os
+import sys
 from collections.abc import Mapping, Sequence
 
 from shardpack.containers import CONTAINERS, Container, ShardReader, open_shard
@@ -132,6 +133,9 @@ class Records:
         self.decode, self.max_pixels = decode, max_pixels
         self._shards = self.index.split(split).shards
         self._ends = list(itertools.accumulate(s.num_records for s in self._shards))
+        if self._ends and self._ends[-1] > sys.maxsize:  # what len() can return
+            raise IndexFormatError(f"{self.index.out}: split {split!r} claims {self._ends[-1]} "
+                                   "records; this is not an index shardpack wrote")  # fmt: skip
         self._readers: dict[int, ShardReader] = {}
 
     def __len__(self) -> int:
@@ -203,10 +207,12 @@ def _read_index_file(
         return None
     except OSError as e:
         raise IndexFormatError(f"{path}: cannot open ({e.strerror or e})") from None
-    with blob:  # one line too many is enough to refuse it
-        f = io.BytesIO(blob.pread((shard.num_records + 1) * _MAX_LINE, 0))
     with open_shard(storage, shard.file) as opened:
         size = opened.size
+    # one line too many is enough to refuse it; no more lines than the shard has room for
+    lines = min(shard.num_records, size // max(min_span, 1)) + 1
+    with blob:
+        f = io.BytesIO(blob.pread(min(lines * _MAX_LINE, blob.size), 0))
     spans: list[tuple[int, int]] = []
     expected = 0
     for n in range(1, shard.num_records + 2):
