@@ -288,10 +288,8 @@ Encoding = _choices("Encoding", ENCODINGS)
 Check = _choices("Check", CHECKS)
 OnError = _choices("OnError", ON_ERROR)
 Format = _choices("Format", tuple(CONTAINERS))
-_FORMAT_HELP = "Shard container: " + "; ".join(
-    f"{name} ({CONTAINERS.readers(name)})" if CONTAINERS.readers(name) else name
-    for name in CONTAINERS
-)
+_FORMAT_HELP = "Shard container: " + "; ".join(f"{n} ({CONTAINERS.readers(n)})" for n in CONTAINERS)
+_FORMAT_HELP += "."
 
 _JSON = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")]

@@ -13,19 +13,8 @@ from pathlib import Path
 import pytest
 
 import shardpack
-from shardpack.containers import (
-    CONTAINERS,
-    MAX_RECORD_BYTES,
-    NAME_SPLIT,
-    Container,
-    HashingFile,
-    ShardReader,
-    ShardWriter,
-    checked,
-    open_hashing,
-    open_shard,
-    register_container,
-)
+from shardpack import containers
+from shardpack.containers import CONTAINERS, Container, register_container
 from shardpack.containers.example import decode, encode_example
 from shardpack.errors import RecordError
 from shardpack.read.inspect import describe
@@ -35,9 +24,9 @@ PACKAGE = Path(shardpack.__file__).parent
 _LENGTH = struct.Struct("<I")  # each record: uint32 length, then the Example's bytes
 
 
-class _ToyWriter(ShardWriter):
+class _ToyWriter(containers.ShardWriter):
     def _open(self, sink) -> None:
-        self._file, self._position = HashingFile(sink), 0
+        self._file, self._position = containers.HashingFile(sink), 0
 
     def _append(self, features) -> int:
         data = encode_example(features)
@@ -56,14 +45,18 @@ def _spans(blob) -> Iterator[tuple[int, bytes]]:
     offset = 0
     while offset < blob.size:
         head = blob.pread(_LENGTH.size, offset)
-        length = _LENGTH.unpack(head)[0] if len(head) == _LENGTH.size else MAX_RECORD_BYTES + 1
+        length = (
+            _LENGTH.unpack(head)[0]
+            if len(head) == _LENGTH.size
+            else containers.MAX_RECORD_BYTES + 1
+        )
         if offset + _LENGTH.size + length > blob.size:
             raise RecordError(blob.name, offset, "file ends inside a record (truncated)")
         yield offset, blob.pread(length, offset + _LENGTH.size)
         offset += _LENGTH.size + length
 
 
-class _ToyReader(ShardReader):
+class _ToyReader(containers.ShardReader):
     def __init__(self, blob) -> None:
         self.blob = blob
         self.records = list(_spans(blob))
@@ -73,7 +66,7 @@ class _ToyReader(ShardReader):
 
     def __getitem__(self, i: int):
         offset, data = self.records[i]
-        return checked(decode(data, self.blob.name, offset))
+        return containers.checked(decode(data, self.blob.name, offset))
 
     def position(self, i: int) -> int:
         return self.records[i][0]
@@ -88,18 +81,18 @@ class Toy(Container):
     name = "toy"
     framing = "length"
     shard_template = "{name}-{split}.toy-{index:05d}-of-{n:05d}"
-    shard_pattern = re.compile(NAME_SPLIT + r"\.toy-\d{5,}-of-\d{5,}")
+    shard_pattern = re.compile(containers.NAME_SPLIT + r"\.toy-\d{5,}-of-\d{5,}")
     writer_class = _ToyWriter
 
     def iter_records(self, storage, name, compression="none", digest=None, max_bytes=None):
-        with open_hashing(storage, name, digest) as blob:
+        with containers.open_hashing(storage, name, digest) as blob:
             for offset, data in _spans(blob):
                 yield offset, decode(data, blob.name, offset)
             if digest is not None:
                 blob.finish()
 
     def open(self, storage, name, compression="none", offsets=None, max_bytes=None):
-        return _ToyReader(open_shard(storage, name))
+        return _ToyReader(containers.open_shard(storage, name))
 
 
 @pytest.fixture

@@ -193,8 +193,8 @@ def test_a_raw_record_whose_fields_disagree_with_its_bytes(tmp_path: Path):
         list(shardpack.iter_examples(out, decode=True))
 
 
-@pytest.mark.parametrize("kind", ["fifo", "symlink"])
-def test_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
+def _planted(tmp_path: Path, kind: str) -> Path:
+    """OUT whose one shard name is a FIFO, or a link to a good shard outside OUT."""
     import os
 
     out = _out(tmp_path, frame(encode_example(_good())))
@@ -205,6 +205,12 @@ def test_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
         os.mkfifo(out / SHARD)
     else:
         (out / SHARD).symlink_to(target)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
+    out = _planted(tmp_path, kind)
     with pytest.raises(RecordError, match="cannot open"):
         list(shardpack.iter_examples(out))  # a FIFO blocked here forever
     (fault,) = shardpack.verify(out).faults
@@ -215,17 +221,8 @@ def test_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
 def test_tf_dataset_refuses_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
     """TensorFlow opens local shards itself: it followed a link out of OUT and read that file's
     records as this dataset's, and waited on a FIFO for ever (hence a fresh Python, timed)."""
-    import os
-
     needs("tensorflow")
-    out = _out(tmp_path, frame(encode_example(_good())))
-    target = tmp_path / "elsewhere"
-    target.write_bytes((out / SHARD).read_bytes())
-    (out / SHARD).unlink()
-    if kind == "fifo":
-        os.mkfifo(out / SHARD)
-    else:
-        (out / SHARD).symlink_to(target)
+    out = _planted(tmp_path, kind)
     code = (
         "import sys, shardpack\n"
         "try:\n"
