@@ -25,7 +25,7 @@ from shardpack.index import MAX_NAMED_SKIPPED
 from shardpack.options import (
     BACKENDS,
     CHECKS,
-    COMPRESSIONS,
+    DEFAULT_FORMAT,
     DEFAULT_MAX_PIXELS,
     ENCODINGS,
     ON_ERROR,
@@ -293,8 +293,9 @@ Backend = _choices("Backend", BACKENDS)
 Encoding = _choices("Encoding", ENCODINGS)
 Check = _choices("Check", CHECKS)
 OnError = _choices("OnError", ON_ERROR)
-Compression = _choices("Compression", COMPRESSIONS)
 Format = _choices("Format", tuple(CONTAINERS))
+_FORMAT_HELP = "Shard container: " + "; ".join(f"{n} ({CONTAINERS.readers(n)})" for n in CONTAINERS)
+_FORMAT_HELP += "."
 
 _JSON = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")]
@@ -419,16 +420,15 @@ def pack(
         ),
     ] = OnError.skip,
     compression: Annotated[
-        Compression, typer.Option(help="TFRecord compression.")
-    ] = Compression.none,
+        str,
+        typer.Option(
+            metavar="NAME", help="Shard compression, one the --format takes (none: any format)."
+        ),
+    ] = "none",
     fmt: Annotated[
         Format,
-        typer.Option(
-            "--format",
-            help="Shard container: tfrecord (tf.data, TFDS), array_record (Grain, "
-            "tfds.data_source; random access) or webdataset (tar shards for PyTorch).",
-        ),
-    ] = Format.tfrecord,
+        typer.Option("--format", help=_FORMAT_HELP),
+    ] = Format(DEFAULT_FORMAT),
     seed: Annotated[int, typer.Option(metavar="N", help="Shuffle seed.")] = 0,
     shuffle: Annotated[
         bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle before sharding.")
@@ -509,7 +509,7 @@ def pack(
             max_area=max_area,
             check=check.value,
             on_error=on_error.value,
-            compression=compression.value,
+            compression=compression,
             format=fmt.value,
             seed=seed,
             shuffle=shuffle,

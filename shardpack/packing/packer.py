@@ -214,10 +214,10 @@ def pack(
         )
         index = index_from_document(out, document)
         if index.tfds_readable:
-            write_tfds_metadata(out, document)
+            write_tfds_metadata(out, document, index.container.tfds_file_format)
         else:  # an earlier run's metadata would point TFDS at shards it cannot read
             out.remove(METADATA_NAMES)
-        for split, entry in document["splits"].items():  # wids' shard lists, for webdataset
+        for split, entry in document["splits"].items():  # the container's files beside them
             shards = [(s["file"], s["num_records"]) for s in entry["shards"]]
             for file, listing in index.container.split_files(name, split, shards).items():
                 out.put(file, json_bytes(listing))
