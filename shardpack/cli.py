@@ -22,6 +22,7 @@ from shardpack import __version__
 from shardpack.containers import CONTAINERS
 from shardpack.errors import FileAccessError, ShardpackError, printable, shortened
 from shardpack.options import (
+    BACKEND_ALIASES,
     BACKENDS,
     CHECKS,
     COMPRESSIONS,
@@ -283,7 +284,7 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
 
 
 Source = _choices("Source", SOURCE_KINDS)
-Backend = _choices("Backend", BACKENDS)
+Backend = _choices("Backend", (*BACKENDS, *BACKEND_ALIASES))
 Encoding = _choices("Encoding", ENCODINGS)
 Check = _choices("Check", CHECKS)
 OnError = _choices("OnError", ON_ERROR)
@@ -348,8 +349,9 @@ def pack(
     ] = "128MiB",
     workers: _WORKERS = None,
     backend: Annotated[
-        Backend, typer.Option(help="loky: this machine's cores; dask: a Dask cluster.")
-    ] = Backend.loky,
+        Backend,
+        typer.Option(help="local: this machine's cores (loky: the same); dask: a Dask cluster."),
+    ] = Backend.local,
     scheduler: Annotated[
         Optional[str],
         typer.Option(

@@ -18,7 +18,9 @@ ENCODINGS = ("keep", "jpeg", "png", "webp", "raw")
 CHECKS = ("header", "decode")
 ON_ERROR = ("skip", "fail")
 COMPRESSIONS = ("none", "gzip")
-BACKENDS = ("loky", "dask")
+BACKENDS = ("local", "dask")
+# Older names of a backend, still taken: "loky" ran this machine's workers.
+BACKEND_ALIASES = {"loky": "local"}
 DEFAULT_SHARD_SIZE = 128 * 2**20
 # Pillow's decompression-bomb limit: the most pixels an image may claim before it is refused.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -120,7 +122,8 @@ class PackOptions:
         shard_size: target bytes per shard when `shards` is None.
         workers: worker processes; 1 runs in-process; None lets the cost model choose from
             the work and the cores free (never more than there are shards).
-        backend: "loky" (this machine) or "dask" (a cluster).
+        backend: "local" (this machine's cores; "loky" is taken as its old name) or "dask"
+            (a cluster).
         scheduler: the Dask scheduler's address; None starts a LocalCluster of `workers`.
         encode: "keep" (JPEG/PNG bytes pass through), "jpeg", "png", "webp" or "raw" pixels.
         quality: JPEG/WebP quality, 1-100.
@@ -151,7 +154,7 @@ class PackOptions:
     shards: int | None = None
     shard_size: int = DEFAULT_SHARD_SIZE
     workers: int | None = None
-    backend: str = "loky"
+    backend: str = "local"
     scheduler: str | None = None
     encode: str = "keep"
     quality: int = 95
@@ -176,6 +179,7 @@ class PackOptions:
     def __post_init__(self) -> None:
         _check_types(self)
         _choice("source", self.source, SOURCE_KINDS)
+        object.__setattr__(self, "backend", BACKEND_ALIASES.get(self.backend, self.backend))
         _choice("backend", self.backend, BACKENDS)
         _choice("encode", self.encode, ENCODINGS)
         _choice("check", self.check, CHECKS)

@@ -308,16 +308,37 @@ def test_help_loads_no_heavy_module():
 
 
 def test_pack_imports_only_what_it_uses(tmp_path: Path):
-    """A pack on forked workers imports no joblib (the Dask backend's) and no importlib.metadata
-    (the crc32c package's __init__ asks it its version: 25-50 ms of every command)."""
+    """A pack on forked workers imports no importlib.metadata (the crc32c package's __init__
+    asks it its version: 25-50 ms of every command), and one in a single worker no joblib."""
     src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
     env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
     argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out"), "--shards", "2", "--workers", "2"]
     run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
-    assert "concurrent.futures.process" in imported  # the run did fork its workers
+    assert "shardpack.packing.local" in imported  # the run did fork its workers
+    assert not imported & {"importlib.metadata", "tensorflow"}
+    argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out1"), "--shards", "2", "--workers", "1"]
+    run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
     assert not imported & {"joblib", "importlib.metadata", "tensorflow"}
+
+
+def test_backend_loky_packs_as_local(tmp_path: Path):
+    """--backend loky, the old name of local, runs the same workers to the same output."""
+    src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
+    docs = []
+    for backend in ("loky", "local"):
+        out = tmp_path / backend
+        argv = [*SHARDPACK, "pack", str(src), str(out), "--shards", "2", "--workers", "2",
+                "--backend", backend, "--no-progress"]  # fmt: skip
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        doc = json.loads((out / "index.json").read_text())
+        assert doc.pop("stats")["workers"] == 2
+        docs.append(doc)
+    assert docs[0] == docs[1]
 
 
 # ---- messages --------------------------------------------------------------------------------

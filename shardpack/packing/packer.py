@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import gc
 import os
-import pickle
 import re
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, replace
 
 from shardpack.containers import CONTAINERS
@@ -31,7 +29,7 @@ from shardpack.packing.plan import (
 )
 from shardpack.packing.tfdsmeta import write_tfds_metadata
 from shardpack.packing.worker import read_progress, write_shard
-from shardpack.sources import Dataset, Item, scan, source_root
+from shardpack.sources import Dataset, scan, source_root
 from shardpack.sources.cifar import keep_batches
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.atomic import json_bytes, temp_files
@@ -39,7 +37,6 @@ from shardpack.storage.atomic import json_bytes, temp_files
 ProgressCallback = Callable[[int, int], None]
 # Poll workers' progress files this often: a live bar without measurable cost.
 _POLL_S = 0.2
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -128,7 +125,7 @@ def choose_workers(
     """
     if options.workers is not None:
         return options.workers
-    if options.backend != "loky":
+    if options.backend != "local":
         return cores  # a Dask LocalCluster of this machine's cores, as before; no model for it
     items = tuple(item for spec in plan.shards for item in spec.items)
     work, serial, shards = (
@@ -192,7 +189,7 @@ def pack(
         reused = prepare(out, plan, options.overwrite, options.resume, beside, record)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
         if out.in_process or src_root.in_process:  # memory:// is this process's own
-            workers, options = 1, replace(options, backend="loky")
+            workers, options = 1, replace(options, backend="local")
         results = _write_shards(plan, record, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start
         num_records = sum(r.num_records for r in results)
@@ -381,13 +378,15 @@ def _run(
     Closing the generator early (an error, Ctrl-C) stops every worker before it returns.
     """
     args = (options, dataset.root, out, dataset.schema, dataset.kind)
-    if options.backend == "loky":
+    if options.backend == "local":
         _keep_freed_memory()  # in this process, and so in the workers it forks
         with _gc_frozen():
             if workers == 1 or len(specs) <= 1:
                 yield from (write_shard(spec, *args) for spec in specs)
             else:
-                yield from _run_forked(specs, args, min(workers, len(specs)))
+                from shardpack.packing.local import run_local  # imports joblib
+
+                yield from run_local(specs, args, min(workers, len(specs)))
         return
     from joblib import Parallel, delayed, parallel_config
 
@@ -401,108 +400,8 @@ def _run(
             yield from Parallel(n_jobs=-1, return_as="generator_unordered")(tasks)
 
 
-def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[ShardResult]:
-    """Run write_shard on workers forked from this process, which has already imported the
-    worker code: two workers are up in ~10 ms, where fresh interpreters importing numpy and
-    OpenCV took ~0.35 s each.
-
-    The standard library's ProcessPoolExecutor: a killed worker breaks the pool
-    (BrokenProcessPool), never a hang. It was joblib's loky, whose import (all of joblib's
-    package first) cost 70-95 ms of every run with workers, against ~25 ms, and whose workers
-    ran gc.collect() between tasks. Its shutdown waits for running tasks, so on the way out
-    early the workers are killed here.
-    """
-    import multiprocessing
-    import sys
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()  # a forked worker must not write the parent's buffered text again
-    global _forked
-    _forked = [replace(spec, items=_PackedItems(spec.items)) for spec in specs]
-    others = set(multiprocessing.active_children())
-    executor = ProcessPoolExecutor(
-        workers,
-        mp_context=multiprocessing.get_context("fork"),
-        initializer=_tie_to_parent,
-        initargs=(os.getpid(),),
-    )
-    try:
-        # The rest goes pickled (a few hundred bytes): a storage made in this process must not
-        # be used in another (an s3fs filesystem holds an event loop: "not fork-safe").
-        futures = [executor.submit(_write_forked, i, *args) for i in range(len(specs))]
-        for future in as_completed(futures):
-            yield future.result()
-    except BaseException:
-        # Killed (and reaped below) before the caller removes partial files: none can reappear.
-        for worker in set(multiprocessing.active_children()) - others:
-            worker.kill()
-        raise
-    finally:
-        _forked = None
-        executor.shutdown(wait=True, cancel_futures=True)
-
-
-# The shards of the run on forked workers, their items packed, set before the pool forks: the
-# workers inherit them, a task is the shard's number. Handing each task its ShardSpec instead
-# pickled every item in the parent while the workers wanted both cores (~0.13 s for 50,000
-# small JPEGs) and unpickled it in a worker.
-_forked: list[ShardSpec] | None = None
-
 # The way past a bad item that --on-error fail stopped at.
 _SKIP = "pass --on-error skip to leave it out"
-
-# Items a packed chunk holds: what a worker unpacks at once.
-PACKED_CHUNK = 1024
-
-
-class _PackedItems:
-    """A shard's items as bytes, for a forked worker: iterates and counts like the tuple it was
-    made from, unpacking PACKED_CHUNK items at a time.
-
-    A worker that read the inherited Item objects themselves wrote their reference counts, so
-    every page of the listing it touched (scattered by the shuffle: nearly all of them) was
-    copied into it: 50,000 small JPEGs on 2 workers, 23 MB private a worker against 13 MB for
-    5,000. Bytes are only read; a worker holds one chunk at a time. The price is the parent's:
-    packing, a column per field in C, takes ~0.5 us an item before the workers start (~26 ms
-    for those 50,000), and the packed bytes (~35 bytes an item: ~35 MB for a million) stay
-    for the run.
-    """
-
-    def __init__(self, items: tuple[Item, ...]) -> None:
-        self._count = len(items)
-        self._chunks = tuple(
-            pickle.dumps(tuple(zip(*items[start : start + PACKED_CHUNK], strict=True)), 5)
-            for start in range(0, len(items), PACKED_CHUNK)
-        )
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __iter__(self) -> Iterator[Item]:
-        for chunk in self._chunks:
-            yield from map(Item._make, zip(*pickle.loads(chunk), strict=True))
-
-
-def _write_forked(i: int, *args) -> ShardResult:
-    """In a forked worker: write shard i of the run that forked it."""
-    return write_shard(_forked[i], *args)
-
-
-def _tie_to_parent(parent: int) -> None:
-    """In each forked worker: die with the parent (SIGKILLed by the OOM killer, say, it must
-    not leave workers that hold OUT's lock and block --resume), leave Ctrl-C to the parent,
-    which stops the pool itself, and end quietly on SIGTERM: the pool sends it to the workers
-    left when one dies, and the CLI's handler they inherit would raise in them, printing a
-    worker's traceback under the line that says why the run stopped."""
-    import ctypes
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    with suppress(OSError, AttributeError):  # prctl is Linux's; elsewhere the pipes still end
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent died before the request took hold
-        os._exit(1)
 
 
 class _ProgressPoller:
