@@ -51,6 +51,7 @@ class PackResult:
     num_reused: int = 0  # shards kept from an earlier run by resume
     num_shards: int = 0  # shards in the plan, kept ones included
     new_records: int = 0  # records this run wrote (not kept): what images_per_second rates
+    notes: tuple[str, ...] = ()  # about this run alone, one line each: fewer workers than asked
 
     def to_json(self) -> dict:
         """The run's summary as a JSON-ready dict (what `pack --json` prints)."""
@@ -62,7 +63,7 @@ class PackResult:
             "skipped": self.num_skipped,
             "ignored": doc["ignored"],
             "ignored_files": doc["ignored_files"][:20],
-            "warnings": doc["warnings"],
+            "warnings": [*doc["warnings"], *self.notes],
             "splits": {
                 name: {
                     "num_records": split.num_records,
@@ -188,18 +189,21 @@ def pack(
         record = plan_record(plan, replace(options, name=name))  # the name SRC gave, if unset
         reused = prepare(out, plan, options.overwrite, options.resume, beside, record)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
-        if out.in_process or src_root.in_process:  # memory:// is this process's own
+        in_process = out.in_process or src_root.in_process  # memory:// is this process's own
+        if in_process:
             workers, options = 1, replace(options, backend="local")
         results = _write_shards(plan, record, reused, options, dataset, out, workers, progress)
         seconds = time.perf_counter() - start
         num_records = sum(r.num_records for r in results)
         new_records = num_records - sum(r.num_records for r in reused)
+        to_write = len(plan.shards) - len(reused)
         stats = {
             "seconds": round(seconds, 3),
             "images_per_second": round(new_records / seconds, 1) if seconds else None,
             # no more workers than shards this run wrote: one shard runs in-process
-            "workers": min(workers, max(1, len(plan.shards) - len(reused))),
+            "workers": min(workers, max(1, to_write)),
         }
+        notes = _fewer_workers(options.workers, stats["workers"], to_write, in_process)
         document = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
         )
@@ -226,7 +230,20 @@ def pack(
         len(reused),
         len(plan.shards),
         new_records,
+        notes,
     )
+
+
+def _fewer_workers(asked: int | None, ran: int, to_write: int, in_process: bool) -> tuple[str, ...]:
+    """A line saying why the run used fewer workers than --workers asked, if it did."""
+    if asked is None or ran >= asked:
+        return ()
+    why = (
+        "memory:// storage is this process's own"
+        if in_process
+        else f"{to_write:,} shard{'' if to_write == 1 else 's'} to write, a worker each at most"
+    )
+    return (f"{ran} of the {asked} workers asked ran: {why}",)
 
 
 def _write_shards(

@@ -249,6 +249,9 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
                 f"{len(items) / count:.1f} images per shard ({count} shards for {len(items)} "
                 "images); choose a larger shard size or a shard count"
             )
+        if options.shards is not None and count < options.shards:
+            warnings.append(f"split {split}: {count:,} shards, not the {options.shards:,} asked: "
+                            f"a shard holds one image at least")  # fmt: skip
         for index, (start, end) in enumerate(shard_bounds(len(items), count)):
             shards.append(
                 ShardSpec(
