@@ -338,9 +338,8 @@ def _no_gc() -> Iterator[None]:
 def _gc_frozen() -> Iterator[None]:
     """Move every object made so far (the listing, the plan, the modules) out of the cyclic
     collector's reach while the shards are written. A forked worker then shares those pages
-    with the parent instead of copying them: a full collection in a worker (loky's ran one
-    after their first task and each second) writes into every object it walks. 50,000 small
-    JPEGs, 2 workers: ~0.08 s a collection between one shard and the next."""
+    with the parent instead of copying them: a full collection in a worker writes into every
+    object it walks (50,000 small JPEGs, 2 workers: ~0.08 s a collection)."""
     gc.freeze()
     try:
         yield
