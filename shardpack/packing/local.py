@@ -55,14 +55,16 @@ def run_local(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[Sha
         return_as="generator_unordered",
         pre_dispatch="all",  # every task queued here, none from the pool's result thread
     )
-    results = parallel(tasks)
     try:
-        for result in results:  # noqa: UP028  a close must reach `results` under the filter
-            yield result
+        results = parallel(tasks)
+        try:
+            for result in results:  # noqa: UP028  a close must reach `results` under the filter
+                yield result
+        finally:
+            with warnings.catch_warnings():  # joblib warns of the tasks a close cancels: meant
+                warnings.simplefilter("ignore")
+                results.close()
     finally:
-        with warnings.catch_warnings():  # joblib warns of the tasks a close cancels: we meant it
-            warnings.simplefilter("ignore")
-            results.close()
         _forked = None
 
 
@@ -77,7 +79,7 @@ class ForkBackend(ParallelBackendBase):
     def __init__(self) -> None:
         super().__init__()
         self._pool: ProcessPoolExecutor | None = None
-        self._others: set = set()  # the children this process had before the pool
+        self._others: set[multiprocessing.process.BaseProcess] = set()  # children from before
 
     def effective_n_jobs(self, n_jobs: int) -> int:
         return max(1, n_jobs)
