@@ -16,7 +16,9 @@ from shardpack.errors import ShardpackError
 ENCODINGS = ("keep", "jpeg", "png", "webp", "raw")
 CHECKS = ("header", "decode")
 ON_ERROR = ("skip", "fail")
-BACKENDS = ("loky", "dask")
+BACKENDS = ("local", "dask")
+# Older names of a backend, still taken: "loky" ran this machine's workers.
+BACKEND_ALIASES = {"loky": "local"}
 RESIZE_MODES = ("stretch", "center-crop", "pad", "keep-ratio", "keep-ratio-largest")
 # img2dataset's names for the same modes, accepted as they are spelled there.
 RESIZE_ALIASES = {
@@ -157,7 +159,8 @@ class PackOptions:
         shard_size: target bytes per shard when `shards` is None.
         workers: worker processes; 1 runs in-process; None lets the cost model choose from
             the work and the cores free (never more than there are shards).
-        backend: "loky" (this machine) or "dask" (a cluster).
+        backend: "local" (this machine's cores; "loky" is taken as its old name) or "dask"
+            (a cluster).
         scheduler: the Dask scheduler's address; None starts a LocalCluster of `workers`.
         encode: "keep" (JPEG/PNG bytes pass through), "jpeg", "png", "webp" or "raw" pixels.
         quality: JPEG/WebP quality, 1-100.
@@ -195,7 +198,7 @@ class PackOptions:
     shards: int | None = None
     shard_size: int = DEFAULT_SHARD_SIZE
     workers: int | None = None
-    backend: str = "loky"
+    backend: str = "local"
     scheduler: str | None = None
     encode: str = "keep"
     quality: int = 95
@@ -227,6 +230,7 @@ class PackOptions:
         _check_types(self)
         _check_source(self.source)
         _check_transform(self)
+        object.__setattr__(self, "backend", BACKEND_ALIASES.get(self.backend, self.backend))
         _choice("backend", self.backend, BACKENDS)
         _choice("encode", self.encode, ENCODINGS)
         _choice("check", self.check, CHECKS)
