@@ -25,6 +25,7 @@ from shardpack.options import (
     BACKENDS,
     CHECKS,
     COMPRESSIONS,
+    DEDUP,
     DEFAULT_MAX_PIXELS,
     ENCODINGS,
     ON_ERROR,
@@ -210,6 +211,10 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
         typer.echo(f"skipped {_plural(summary['skipped'], 'item')} (all listed in index.json):")
         for item in summary["skipped_items"][:5]:
             typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
+    from shardpack.packing.duplicates import lines  # pack imported it: no cost
+
+    for line in lines(summary["duplicates"]):
+        typer.echo(line)
     if summary["ignored"]:
         ignored = _plural(
             summary["ignored"], "file that is not an image", "files that are not images"
@@ -289,6 +294,7 @@ Check = _choices("Check", CHECKS)
 OnError = _choices("OnError", ON_ERROR)
 Compression = _choices("Compression", COMPRESSIONS)
 Format = _choices("Format", tuple(CONTAINERS))
+Dedup = _choices("Dedup", DEDUP)
 
 _JSON = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")]
@@ -446,6 +452,10 @@ def pack(
         ),
     ] = None,
     root: _ROOT = None,
+    dedup: Annotated[
+        Dedup,
+        typer.Option(help="none: report exact copies; exact: also keep one (test's first)."),
+    ] = Dedup.none,
     storage_option: _STORAGE_OPTIONS = None,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
@@ -484,6 +494,7 @@ def pack(
             split=parse_split(split) if split is not None else None,
             path_column=path_column,
             root=root if root is None or is_url(root) else os.path.abspath(root),
+            dedup=dedup.value,
         )
         _run_pack(src, out, options, not no_progress, as_json, parse_options(storage_option or ()))
 
@@ -541,7 +552,8 @@ def inspect(
     Splits, shards, sizes, the class histogram and a few records.
     """
     with _user_errors():
-        from shardpack.read.inspect import describe
+        from shardpack.packing.duplicates import lines
+        from shardpack.read.inspect import describe, summary_lines
 
         summary = describe(out, records, _out_options(out, storage_option))
     if as_json:
@@ -571,6 +583,8 @@ def inspect(
         if len(split["class_counts"]) > 20:
             more = len(split["class_counts"]) - 20
             typer.echo(f"    ... {_plural(more, 'more class', 'more classes')}")
+        for line in summary_lines(summary["summaries"].get(name)):
+            typer.echo(line)
         for record in split["samples"]:
             typer.echo(_record_line(record))
     missing = [s["file"] for split in summary["splits"].values() for s in split["shards"]
@@ -581,6 +595,8 @@ def inspect(
               "every shard", file=sys.stderr)  # fmt: skip
     if summary["skipped"]:
         typer.echo(f"\nskipped {_plural(len(summary['skipped']), 'file')} at pack time")
+    for line in lines(summary["duplicates"]):
+        typer.echo(line)
     if summary["ignored"]:
         ignored = _plural(
             summary["ignored"], "file that is not an image", "files that are not images"

@@ -19,6 +19,7 @@ CHECKS = ("header", "decode")
 ON_ERROR = ("skip", "fail")
 COMPRESSIONS = ("none", "gzip")
 BACKENDS = ("loky", "dask")
+DEDUP = ("none", "exact")
 DEFAULT_SHARD_SIZE = 128 * 2**20
 # Pillow's decompression-bomb limit: the most pixels an image may claim before it is refused.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -32,7 +33,7 @@ _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 _OUTPUT_FIELDS = (
     "name", "source", "shards", "shard_size", "encode", "quality", "max_side", "resize", "check",
     "compression", "seed", "shuffle", "max_pixels", "classes", "split_names", "split",
-    "path_column", "root", "format",
+    "path_column", "root", "format", "dedup",
 )  # fmt: skip
 
 
@@ -131,6 +132,8 @@ class PackOptions:
         compression: "none" or "gzip" TFRecords.
         format: the shard container: "tfrecord", "array_record" or "webdataset"
             (shardpack.containers.CONTAINERS).
+        dedup: "none" reports exact copies; "exact" also keeps one of each group, an
+            evaluation split's first (packing.duplicates), and skips the others.
         seed: shuffle seed.
         shuffle: False keeps the sorted source order.
         max_pixels: refuse images that claim more pixels than this (decompression bombs).
@@ -172,6 +175,7 @@ class PackOptions:
     path_column: str | None = None
     root: str | None = None
     format: str = "tfrecord"
+    dedup: str = "none"
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -181,6 +185,7 @@ class PackOptions:
         _choice("check", self.check, CHECKS)
         _choice("on-error", self.on_error, ON_ERROR)
         _choice("compression", self.compression, COMPRESSIONS)
+        _choice("dedup", self.dedup, DEDUP)
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
             _positive(option.replace("_", "-"), getattr(self, option))
         if self.seed < 0:

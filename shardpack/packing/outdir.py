@@ -8,6 +8,8 @@ own temporary names) are ever removed.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
@@ -258,10 +260,34 @@ def _shard_result(entry: object) -> ShardResult | None:
             for s in entry["skipped"]
         )
     )
-    if not good:
+    content, tally = _content(entry["content"]), _tally(entry["tally"])
+    if not good or content is None or tally is None:
         return None
     return ShardResult(**{**entry, "label_counts": tuple(entry["label_counts"]),
-                          "skipped": tuple(map(tuple, entry["skipped"]))})  # fmt: skip
+                          "skipped": tuple(map(tuple, entry["skipped"])),
+                          "content": content, "tally": tally})  # fmt: skip
+
+
+def _content(value: object) -> bytes | None:
+    """A journal's base64 content (facts.FACT_DTYPE rows), or None if it is not base64."""
+    try:
+        return base64.b64decode(value, validate=True) if isinstance(value, str) else None
+    except binascii.Error:
+        return None
+
+
+def _tally(value: object) -> tuple[tuple[str, str, int], ...] | None:
+    """A journal's tally as ShardFacts.tally gives it, or None if it is not one."""
+    if not isinstance(value, list) or not all(
+        isinstance(t, list)
+        and len(t) == 3
+        and isinstance(t[0], str)
+        and isinstance(t[1], str)
+        and type(t[2]) is int
+        for t in value
+    ):
+        return None
+    return tuple(map(tuple, value))
 
 
 def _reusable(
@@ -309,4 +335,11 @@ def _line(entry: dict) -> bytes:
     """One journal line. Results go in as their own __dict__: json writes their tuples as
     lists itself, where dataclasses.asdict copied every offset first (CIFAR-10's six shards
     of 10,000 offsets: 64 -> 4 ms of the parent's time, timeit)."""
-    return json.dumps(entry).encode("ascii")  # any name, as \u escapes
+    return json.dumps(entry, default=_base64).encode("ascii")  # any name, as \u escapes
+
+
+def _base64(value: object) -> str:
+    """A result's bytes (its content) as json writes them: base64 text."""
+    if not isinstance(value, bytes):
+        raise TypeError(f"not JSON: {type(value).__name__}")
+    return base64.b64encode(value).decode("ascii")

@@ -81,6 +81,8 @@ class ShardResult:
     skipped: tuple[tuple[str, str], ...]
     seconds: float
     offsets: tuple[int, ...] = ()  # each record's byte offset; () in a journal from before
+    content: bytes = b""  # facts.FACT_DTYPE rows, one per item in plan order
+    tally: tuple[tuple[str, str, int], ...] = ()  # facts.ShardFacts.tally
 
 
 @dataclass(frozen=True)

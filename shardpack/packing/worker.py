@@ -13,6 +13,7 @@ from shardpack import images
 from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
+from shardpack.packing.facts import ShardFacts
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, item_files, loader
@@ -76,7 +77,8 @@ def write_shard(
         kind: the dataset's source kind, which says how an item's image is loaded.
 
     Returns:
-        The shard's record count, size, sha256, label histogram and skipped items.
+        The shard's record count, size, sha256, label histogram, skipped items and what
+        facts noted of each record.
 
     Raises:
         ImageError: an item is bad and options.on_error is "fail"; no file is left behind.
@@ -87,6 +89,7 @@ def write_shard(
     load = loader(kind)
     cache: dict = {}  # what the loader keeps between items (CIFAR: the batches, loaded once)
     progress = _Progress(out, spec.file)
+    facts = ShardFacts(len(spec.items))
     try:
         container = CONTAINERS[options.format]
         limit = images.max_file_bytes(options.max_pixels)
@@ -96,7 +99,8 @@ def write_shard(
         ):
             for done, item in enumerate(spec.items, 1):
                 try:
-                    features = _features(item, load(item, src, options, cache), options)
+                    loaded = load(item, src, options, cache)
+                    features = _features(item, loaded, options)
                     features.update(_fields(item, schema))
                 except ImageError as e:
                     if options.on_error == "fail":
@@ -105,6 +109,7 @@ def write_shard(
                 else:
                     writer.write(features)
                     _count(counts, item.label)
+                    facts.add(done - 1, loaded, features)
                 progress.update(done)
     finally:
         progress.close()
@@ -120,6 +125,8 @@ def write_shard(
         tuple(skipped),
         time.perf_counter() - start,
         written.offsets,
+        facts.content(),
+        facts.tally(),
     )
 
 

@@ -1,0 +1,167 @@
+"""Know your data: exact copies found while packing, --dedup exact, statistics, the data card."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shardpack.cli import app
+from shardpack.read.stream import iter_examples
+from tests.helpers import image, write_image
+
+runner = CliRunner()
+
+# The planted copies: (copy, original), paths under SRC.
+COPIES = {
+    "train/dog/copy_a.jpg": "train/cat/img_000.jpg",  # within train
+    "test/dog/copy_b.jpg": "train/dog/img_001.jpg",  # test's copy of a train image
+    "train/cat/copy_c.jpg": "test/cat/img_000.jpg",  # a group of three across both splits
+    "train/cat/copy_d.jpg": "test/cat/img_000.jpg",
+}
+
+
+def _src(root: Path) -> Path:
+    """A split tree of distinct real JPEGs and PNGs with COPIES planted among them."""
+    seed = 0
+    for split, count in (("train", 6), ("test", 3)):
+        for cls in ("cat", "dog"):
+            for i in range(count):
+                ext = ".png" if i == 2 else ".jpg"
+                write_image(root / split / cls / f"img_{i:03d}{ext}", image(seed, 40, 56))
+                seed += 1
+    for copy, original in COPIES.items():
+        shutil.copyfile(root / original, root / copy)
+    return root
+
+
+def _pack(src: Path, out: Path, *args: str) -> dict:
+    result = runner.invoke(app, ["pack", str(src), str(out), "--no-progress", "--json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _keys(out: Path, split: str) -> set[str]:
+    return {r["key"] for r in iter_examples(out, split)}
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    return _src(tmp_path_factory.mktemp("knowdata") / "src")
+
+
+def test_exact_copies_are_reported_and_kept(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = _pack(src, out, "--workers", "2", "--shards", "2")
+    assert summary["records"] == 18 + len(COPIES) and summary["skipped"] == 0
+    dup = summary["duplicates"]
+    assert (dup["groups"], dup["images"], dup["copies"], dup["removed"]) == (3, 7, 4, 0)
+    across = {(a["split"], a["also_in"]): a["images"] for a in dup["across_splits"]}
+    assert across == {("test", "train"): 2, ("train", "test"): 3}
+    index = json.loads((out / "index.json").read_text())
+    listed = sorted(map(sorted, index["duplicates"]["listed"]))
+    keys = {path: f"{path.split('/')[0]}/{_key(out, path)}" for path in (*COPIES, *COPIES.values())}
+    assert listed == sorted([
+        sorted([keys["train/cat/img_000.jpg"], keys["train/dog/copy_a.jpg"]]),
+        sorted([keys["train/dog/img_001.jpg"], keys["test/dog/copy_b.jpg"]]),
+        sorted([keys["test/cat/img_000.jpg"], keys["train/cat/copy_c.jpg"],
+                keys["train/cat/copy_d.jpg"]]),
+    ])  # fmt: skip
+    # every group lists the copy --dedup would keep first: the test split's, else the first key
+    firsts = {group[0] for group in index["duplicates"]["listed"]}
+    assert keys["test/cat/img_000.jpg"] in firsts and keys["test/dog/copy_b.jpg"] in firsts
+
+    text = runner.invoke(app, ["pack", str(src), str(tmp_path / "o2"), "--no-progress"])
+    assert "4 duplicate copies of 3 images (same bytes)" in text.output
+    assert "2 images of test are also in train" in text.output
+
+
+def _key(out: Path, path: str) -> str:
+    """The record key pack gave the file at `path` under SRC."""
+    split = path.split("/")[0]
+    (key,) = (k for k in _keys(out, split) if k.endswith(path.split("/", 1)[1]))
+    return key
+
+
+def test_dedup_exact_keeps_the_evaluation_copy(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = _pack(src, out, "--dedup", "exact", "--workers", "2")
+    assert summary["records"] == 18 and summary["skipped"] == 4
+    assert summary["duplicates"]["removed"] == 4
+    test, train = _keys(out, "test"), _keys(out, "train")
+    assert any(k.endswith("dog/copy_b.jpg") for k in test)  # test's copy stays
+    assert any(k.endswith("cat/img_000.jpg") for k in test)
+    assert not any(k.endswith(("copy_a.jpg", "copy_c.jpg", "copy_d.jpg")) for k in train)
+    assert any(k.endswith("cat/img_000.jpg") for k in train)  # the first key of the group
+    assert not any(k.endswith("dog/img_001.jpg") for k in train)
+    # every distinct image is there once
+    assert len(test) + len(train) == 18
+    index = json.loads((out / "index.json").read_text())
+    reasons = {s["key"]: s["reason"] for s in index["skipped"]}
+    (copy_b,) = (k for k in test if k.endswith("copy_b.jpg"))
+    (img_001,) = (k for k in reasons if k.endswith("dog/img_001.jpg"))
+    assert reasons[img_001] == f"duplicate of test/{copy_b}"
+    assert all(r.startswith("duplicate of ") for r in reasons.values())
+
+
+def test_dedup_is_part_of_the_plan_and_resume_keeps_the_facts(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = _pack(src, out, "--shards", "2")
+    again = _pack(src, out, "--shards", "2", "--resume")
+    assert again["shards_kept"] == 4  # every shard kept: the journal brought their facts back
+    assert again["duplicates"] == first["duplicates"]
+    result = runner.invoke(app, ["pack", str(src), str(out), "--dedup", "exact", "--no-progress"])
+    assert result.exit_code == 2 and "--dedup was" in result.output  # another plan
+
+
+def test_distinct_images_have_no_duplicates(tmp_path: Path) -> None:
+    for i in range(6):
+        write_image(tmp_path / "src" / "a" / f"{i}.png", image(i))
+    summary = _pack(tmp_path / "src", tmp_path / "out", "--dedup", "exact")
+    assert summary["records"] == 6 and summary["duplicates"]["groups"] == 0
+
+
+def test_split_summaries_match_the_records(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _pack(src, out, "--dedup", "exact", "--shards", "2")
+    bad = tmp_path / "bad"
+    shutil.copytree(src, bad)
+    (bad / "train" / "cat" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really")
+    index = json.loads((out / "index.json").read_text())
+    for split in ("train", "test"):
+        records = list(iter_examples(out, split))
+        summary = index["summaries"][split]
+        sizes = sorted(len(r["image"]) for r in records)  # --encode keep: the source's bytes
+        assert summary["records"] == len(records)
+        assert summary["bytes"] == {"min": sizes[0], "median": _median(sizes), "max": sizes[-1]}
+        assert summary["width"]["median"] == 56 and summary["height"]["max"] == 40
+        formats = {}
+        for r in records:
+            formats[r["format"]] = formats.get(r["format"], 0) + 1
+        assert summary["formats"] == formats
+        assert sum(summary["bytes_histogram"]["counts"]) == len(records)
+        assert summary["size_histogram"]["counts"] == [[len(records)]]
+    assert index["summaries"]["train"]["skipped"] == {"duplicate": 4}
+    assert "skipped" not in index["summaries"]["test"]
+
+    result = runner.invoke(app, ["inspect", str(out), "--json"])
+    described = json.loads(result.stdout)
+    assert described["summaries"] == index["summaries"]
+    assert described["duplicates"]["removed"] == 4
+    text = runner.invoke(app, ["inspect", str(out)]).output
+    assert "images: 56x40 median" in text and "skipped: duplicate 4" in text
+    assert "2 images of test are also in train" in text
+
+    summary = _pack(bad, tmp_path / "out2")
+    assert summary["skipped"] == 1
+    index = json.loads((tmp_path / "out2" / "index.json").read_text())
+    assert index["summaries"]["train"]["skipped"] == {"truncated JPEG": 1}
+
+
+def _median(values: list[int]) -> float:
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
