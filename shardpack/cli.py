@@ -683,6 +683,27 @@ def preview(
 
 
 @app.command(cls=_Command)
+def report(
+    out: _OUT,
+    dest: Annotated[
+        Optional[str],
+        typer.Option("--out", metavar="FILE", help="HTML file.  [default: OUT/report.html]"),
+    ] = None,
+    storage_option: _STORAGE_OPTIONS = None,
+) -> None:
+    """Write a data card: one self-contained HTML page.
+
+    Splits, class balance, image sizes, bytes, formats, skipped images, duplicates and leaks
+    across splits, shard sizes and examples of each class (needs matplotlib).
+    """
+    with _user_errors():
+        from shardpack.read.report import write_report
+
+        path = write_report(out, dest, _out_options(out, storage_option))
+    typer.echo(f"wrote {path}")
+
+
+@app.command(cls=_Command)
 def demo(
     out: Annotated[
         Path, typer.Argument(metavar="OUT", help="Folder for the sample images and shards.")

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
+import cv2
 import pytest
 from typer.testing import CliRunner
 
@@ -165,3 +169,88 @@ def _median(values: list[int]) -> float:
     middle = len(values) // 2
     return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
+
+class _Marked(HTMLParser):
+    """The text of each element marked data-value, by (the data-split or data-class of the
+    nearest element around it that has one, its data-value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[tuple[str, str | None, str | None]] = []
+        self.values: dict[tuple[str | None, str], str] = {}
+        self.images: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        attrs = dict(attrs)
+        where = attrs.get("data-split") or attrs.get("data-class")
+        if where is None and self.stack:
+            where = self.stack[-1][1]
+        if tag == "img":
+            self.images.append(attrs.get("src", ""))
+        else:
+            self.stack.append((tag, where, attrs.get("data-value")))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.stack and self.stack.pop()[0] != tag:
+            pass
+
+    def handle_data(self, data: str) -> None:
+        if self.stack and self.stack[-1][2] is not None:
+            _, where, name = self.stack[-1]
+            self.values[where, name] = self.values.get((where, name), "") + data
+
+
+def _browser(page: Path, tmp_path: Path) -> tuple[str, Path]:
+    """The DOM headless Chromium built from the page, and a screenshot of it."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("needs Debian's chromium (make install-test installs it with apt)")
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]  # fmt: skip
+    shot = tmp_path / "shot.png"
+    run = subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1200,3000",
+                          page.as_uri()], capture_output=True, timeout=180)  # fmt: skip
+    assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
+    dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=180)  # fmt: skip
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return dom.stdout, shot
+
+
+def test_report_in_a_real_browser(src: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    _pack(src, out, "--shards", "2")
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    page = out / "report.html"
+    text = page.read_text()
+    assert "<script" not in text and "<link" not in text  # self-contained: nothing fetched
+    assert not re.search(r"url\([^#]|src=.http|href=.http", text)
+    dom, shot = _browser(page, tmp_path)
+    marked = _Marked()
+    marked.feed(dom)
+    values = {key: value.replace(",", "") for key, value in marked.values.items()}
+    index = json.loads((out / "index.json").read_text())
+    for split, entry in index["splits"].items():
+        assert values[split, "records"] == str(entry["num_records"])
+        assert values[split, "shards"] == str(len(entry["shards"]))
+        assert values[split, "bytes"] == str(sum(s["num_bytes"] for s in entry["shards"]))
+        for cls, count in zip(index["classes"], entry["class_counts"], strict=True):
+            assert values[cls, f"class:{split}"] == str(count)
+        summary = index["summaries"][split]
+        for what in ("width", "height", "bytes"):
+            for stat in ("min", "median", "max"):
+                assert float(values[split, f"{what}:{stat}"]) == summary[what][stat]
+    dup = index["duplicates"]
+    for what in ("groups", "images", "copies", "removed"):
+        assert values[None, f"dup:{what}"] == str(dup[what])
+    assert values[None, "leak:test:train"] == "2" and values[None, "leak:train:test"] == "3"
+    assert values[None, "skipped"] == "0"
+    thumbs = [s for s in marked.images if s.startswith("data:image/jpeg;base64,")]
+    assert len(thumbs) == len(marked.images) == 2 * 8 + dup["images"]  # sheets, every copy
+    assert dom.count("<svg") >= 4  # class balance, each split's images, shard sizes
+    pixels = cv2.imread(str(shot))
+    assert pixels.shape[:2] == (3000, 1200)
+    assert (pixels < 200).any(axis=2).mean() > 0.02  # charts and thumbnails, not a blank page
