@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from shardpack.cli import app
 from shardpack.read.stream import iter_examples
-from tests.helpers import image, write_image
+from tests.helpers import image, shard_files, write_image
 
 runner = CliRunner()
 
@@ -119,6 +119,12 @@ def test_dedup_is_part_of_the_plan_and_resume_keeps_the_facts(src: Path, tmp_pat
     assert again["duplicates"] == first["duplicates"]
     result = runner.invoke(app, ["pack", str(src), str(out), "--dedup", "exact", "--no-progress"])
     assert result.exit_code == 2 and "--dedup was" in result.output  # another plan
+    deduped, again = tmp_path / "deduped", tmp_path / "again"
+    first = _pack(src, deduped, "--shards", "2", "--dedup", "exact", "--workers", "2")
+    resumed = _pack(src, deduped, "--shards", "2", "--dedup", "exact", "--resume")
+    assert resumed["shards_kept"] == 4 and resumed["duplicates"] == first["duplicates"]
+    _pack(src, again, "--shards", "2", "--dedup", "exact", "--workers", "1")
+    assert shard_files(deduped) == shard_files(again)  # the same copies kept, the same bytes
 
 
 def test_distinct_images_have_no_duplicates(tmp_path: Path) -> None:
@@ -254,3 +260,39 @@ def test_report_in_a_real_browser(src: Path, tmp_path: Path) -> None:
     pixels = cv2.imread(str(shot))
     assert pixels.shape[:2] == (3000, 1200)
     assert (pixels < 200).any(axis=2).mean() > 0.02  # charts and thumbnails, not a blank page
+
+
+def test_hub_dataset_card(src: Path, tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    out = tmp_path / "out"
+    _pack(src, out, "--shards", "2", "--format", "webdataset")
+    text = (out / "README.md").read_text()
+    front = yaml.safe_load(text.split("---\n")[1])
+    index = json.loads((out / "index.json").read_text())
+    info = front["dataset_info"]
+    label = next(f for f in info["features"] if f["name"] == "label")
+    assert label["dtype"]["class_label"]["names"] == {"0": "cat", "1": "dog"}
+    splits = {s["name"]: s for s in info["splits"]}
+    for split, entry in index["splits"].items():
+        assert splits[split]["num_examples"] == entry["num_records"]
+        assert splits[split]["num_bytes"] == sum(s["num_bytes"] for s in entry["shards"])
+        (files,) = [c["path"] for c in front["configs"][0]["data_files"] if c["split"] == split]
+        matched = {p.name for pattern in files for p in out.glob(pattern)}
+        assert matched == {s["file"] for s in entry["shards"]}
+    assert "2 images of test are also in train." in text
+    _pack(src, out, "--shards", "2", "--format", "webdataset", "--resume")  # ours: rewritten
+
+
+@pytest.mark.parametrize("ours", [False, True])
+def test_a_users_readme_is_never_replaced_unasked(src: Path, tmp_path: Path, ours: bool) -> None:
+    out = tmp_path / "out"
+    if ours:  # an output of ours, where the user then wrote a README.md of their own
+        _pack(src, out)
+    out.mkdir(exist_ok=True)
+    (out / "README.md").write_text("# my notes\n")
+    result = runner.invoke(app, ["pack", str(src), str(out), "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert "README.md: exists and was not written by shardpack" in result.output
+    assert (out / "README.md").read_text() == "# my notes\n"
+    _pack(src, out, "--overwrite")
+    assert "dataset_info:" in (out / "README.md").read_text()

@@ -48,11 +48,15 @@ def candidates(crc: np.ndarray, size: np.ndarray) -> list[np.ndarray]:
     ordered = key[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     counts = np.diff(np.r_[starts, len(ordered)])
-    return [live[order[s : s + c]] for s, c in zip(starts, counts, strict=True) if c > 1]
+    shared = counts > 1
+    return [live[order[s : s + c]] for s, c in zip(starts[shared], counts[shared], strict=True)]
 
 
 def confirm(
-    sets: list[np.ndarray], entries: Sequence[Entry], dataset: Dataset, options: PackOptions
+    sets: list[np.ndarray],
+    entries: Sequence[Entry] | _PlanEntries,
+    dataset: Dataset,
+    options: PackOptions,
 ) -> list[Group]:
     """Split each candidate set by the sha256 of its bytes, re-read through the source's
     loader; the groups of two or more, each its kept copy first, in the order of those."""
@@ -78,13 +82,24 @@ def found_in_shards(
 ) -> list[Group]:
     """The groups of exact copies among the records the workers wrote."""
     by_file = {r.file: r for r in results}
-    entries: list[Entry] = []
-    tables = []
-    for spec in plan.shards:
-        entries.extend((spec.split, item) for item in spec.items)
-        tables.append(table(by_file[spec.file].content, len(spec.items)))
+    tables = [table(by_file[spec.file].content, len(spec.items)) for spec in plan.shards]
     rows = np.concatenate(tables) if tables else table(b"", 0)
+    entries = _PlanEntries(plan)
     return confirm(candidates(rows["crc"], rows["size"]), entries, dataset, options)
+
+
+class _PlanEntries:
+    """The plan's items in order as (split, item), found by position: no list of them all
+    is made for the few candidates looked up."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.shards = plan.shards
+        self.starts = np.cumsum([0, *(len(spec.items) for spec in plan.shards)])
+
+    def __getitem__(self, position: int) -> Entry:
+        shard = int(np.searchsorted(self.starts, position, side="right")) - 1
+        spec = self.shards[shard]
+        return spec.split, spec.items[position - int(self.starts[shard])]
 
 
 def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset, list[Group]]:

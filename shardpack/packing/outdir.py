@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from shardpack.containers import Container, is_shard_name
 from shardpack.errors import IndexFormatError, OutputError, printable, shortened
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, Index, load_index
+from shardpack.packing.hubcard import CARD_NAME, is_ours
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.storage import Storage
 
@@ -136,13 +137,16 @@ def prepare(
             "start over, or choose another output folder"
         )
     planned = {spec.file for spec in plan.shards}
-    written = planned | beside | {INDEX_NAME, *METADATA_NAMES}  # every file pack writes in OUT
+    written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME}  # all pack writes
     # a folder under a name pack writes stops the write that would replace it, at the end of
     # the run: refused before anything in OUT is touched
     blocked = sorted(state.folders & written)
     if blocked:
         raise OutputError(f"{out.path(blocked[0])}: is a folder where pack writes a file; move "
                           "it out of OUT, or choose another output folder")  # fmt: skip
+    if state.ours and not overwrite and CARD_NAME in state.names and not is_ours(out):
+        raise OutputError(f"{out.path(CARD_NAME)}: exists and was not written by shardpack; "
+                          "move it out of OUT, or pass --overwrite to replace it")  # fmt: skip
     if not state.ours and not overwrite:
         clash = sorted(state.names & written)
         if INDEX_FILES_DIR in state.folders:  # index files of these shards are replaced too
@@ -157,8 +161,9 @@ def prepare(
     # Only shards of this very plan are kept, whatever --overwrite says.
     same_plan = resume and state.journal_digest == plan.digest
     reused = _reusable(out, state.finished, planned) if same_plan else []
-    if state.has_index:  # with it go the split files that list its shards, and TFDS's
-        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES])
+    if state.has_index:  # with it go the split files that list its shards, TFDS's, its card
+        card = [CARD_NAME] if CARD_NAME in state.names and is_ours(out) else []
+        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card])
     out.remove(state.listed - planned)
     rewritten = planned | state.listed
     out.remove_partial(rewritten | written)

@@ -20,6 +20,7 @@ from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, inde
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates
 from shardpack.packing.cpuload import CpuWatch, machine_cores
+from shardpack.packing.hubcard import CARD_NAME, card
 from shardpack.packing.outdir import Journal, plan_record, prepare, split_file_names
 from shardpack.packing.plan import (
     SERIAL_SHARE,
@@ -232,6 +233,7 @@ def pack(
             from shardpack.read.random_access import write_index_files
 
             write_index_files(out, document, {r.file: r.offsets for r in results})
+        out.put(CARD_NAME, card(document))  # the Hub's dataset card
         out.put(INDEX_NAME, json_bytes(document))  # last: the run is complete
     return PackResult(
         out.root,
