@@ -62,16 +62,16 @@ def write_report(
     if dest is not None and is_url(os.fspath(dest)):
         raise OutputError(f"{dest}: report writes a local file; pass a local path for --out")
     page = render(index).encode("utf-8")
-    if dest is None:
-        index.storage.put(REPORT_NAME, page)
-        return index.storage.path(REPORT_NAME)
-    dest = os.fspath(dest)
+    where = index.storage.path(REPORT_NAME) if dest is None else os.fspath(dest)
     try:
-        write_atomic(dest, page)
+        if dest is None:
+            index.storage.put(REPORT_NAME, page)
+        else:
+            write_atomic(where, page)
     except OSError as e:
-        raise OutputError(f"{dest}: cannot write the report ({e.strerror or e}); "
+        raise OutputError(f"{where}: cannot write the report ({e.strerror or e}); "
                           f"{os_error_fix(e)}") from None  # fmt: skip
-    return dest
+    return where
 
 
 def _require_matplotlib() -> None:
