@@ -296,3 +296,37 @@ def test_a_users_readme_is_never_replaced_unasked(src: Path, tmp_path: Path, our
     assert (out / "README.md").read_text() == "# my notes\n"
     _pack(src, out, "--overwrite")
     assert "dataset_info:" in (out / "README.md").read_text()
+
+
+def test_a_journals_facts_are_read_as_untrusted(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = _pack(src, out, "--shards", "2")
+    journal = out / ".shardpack.journal"
+    head, *entries = journal.read_text().splitlines()
+    bad = [json.loads(line) for line in entries]
+    bad[0]["content"] = "not base64!"  # dropped: its shard is written again
+    bad[1]["content"] = "AAAA"  # base64 of the wrong length: kept, its records noted as nothing
+    bad[2]["tally"] = [["format", "jpeg", "many"]]
+    journal.write_text("\n".join([head, *map(json.dumps, bad)]) + "\n")
+    again = _pack(src, out, "--shards", "2", "--resume")
+    assert again["shards_kept"] == 2  # the two with a readable content and tally
+    assert again["records"] == first["records"]
+    assert again["duplicates"]["groups"] <= first["duplicates"]["groups"]
+
+
+def test_report_and_inspect_take_a_crafted_index_without_a_traceback(
+    src: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    _pack(src, out)
+    index = json.loads((out / "index.json").read_text())
+    index["summaries"] = {"train": {"width": "wide", "size_histogram": [1]}, "<b>": 3}
+    index["duplicates"] = {"groups": 1, "images": 2, "copies": 1, "removed": 0,
+                           "across_splits": [7], "listed": [["<img src=x>", 5], "x"]}  # fmt: skip
+    (out / "index.json").write_text(json.dumps(index))
+    result = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "card.html")])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "card.html").read_text()
+    assert "<img src=x>" not in page and "&lt;img src=x&gt;" in page
+    assert runner.invoke(app, ["inspect", str(out)]).exit_code == 0
