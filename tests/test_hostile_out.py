@@ -418,3 +418,17 @@ def test_a_journal_of_millions_of_short_lines_is_read_in_bounded_memory(src, tmp
     finally:
         tracemalloc.stop()
     assert state.finished and peak < 20 * 2**20, peak  # the real entries kept, little else
+
+
+def test_a_repeated_journal_line_is_one_shard(tmp_path: Path):
+    """A journal line written twice (crafted, or a copy mishap) must not count its records
+    twice on --resume."""
+    src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
+    out = tmp_path / "out"
+    first = pack(src, out, PackOptions(workers=1, shards=2))
+    journal = out / ".shardpack.journal"
+    last = journal.read_text().splitlines()[-1]
+    with journal.open("a") as f:
+        f.write(last + "\n")
+    again = pack(src, out, PackOptions(workers=1, shards=2, resume=True))
+    assert again.num_records == first.num_records == 6 and again.num_reused == 2

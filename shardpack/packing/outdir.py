@@ -298,18 +298,19 @@ def _tally(value: object) -> tuple[tuple[str, str, int], ...] | None:
 def _reusable(
     out: Storage, finished: tuple[ShardResult, ...], planned: set[str]
 ) -> list[ShardResult]:
-    """Finished shards the plan still has whose bytes are intact (a regular file, same sha256)."""
-    reused = []
+    """Finished shards the plan still has whose bytes are intact (a regular file, same sha256),
+    each once (a journal's repeated line would count its records twice)."""
+    reused: dict[str, ShardResult] = {}
     for result in finished:
-        if result.file not in planned:
+        if result.file not in planned or result.file in reused:
             continue
         try:  # no link is followed and nothing but a regular file opened: OSError otherwise
             intact = out.sha256(result.file) == result.sha256
         except OSError:
             continue
         if intact:
-            reused.append(result)
-    return reused
+            reused[result.file] = result
+    return list(reused.values())
 
 
 class Journal:
