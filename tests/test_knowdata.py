@@ -330,3 +330,7 @@ def test_report_and_inspect_take_a_crafted_index_without_a_traceback(
     page = (tmp_path / "card.html").read_text()
     assert "<img src=x>" not in page and "&lt;img src=x&gt;" in page
     assert runner.invoke(app, ["inspect", str(out)]).exit_code == 0
+    index["summaries"], index["duplicates"] = ["a list"], "a string"
+    (out / "index.json").write_text(json.dumps(index))
+    assert runner.invoke(app, ["inspect", str(out)]).exit_code == 0
+    assert runner.invoke(app, ["report", str(out)]).exit_code == 0

@@ -74,7 +74,7 @@ def describe(
         "ignored": raw.get("ignored", 0),
         "stats": raw.get("stats", {}),
         "duplicates": raw.get("duplicates"),  # None in an index from before
-        "summaries": raw.get("summaries", {}),
+        "summaries": summaries if isinstance(summaries := raw.get("summaries"), dict) else {},
     }
 
 
