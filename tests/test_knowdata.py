@@ -334,3 +334,6 @@ def test_report_and_inspect_take_a_crafted_index_without_a_traceback(
     (out / "index.json").write_text(json.dumps(index))
     assert runner.invoke(app, ["inspect", str(out)]).exit_code == 0
     assert runner.invoke(app, ["report", str(out)]).exit_code == 0
+    for shard in out.glob("*.tfrecord-*"):  # damaged shards: a card without thumbnails
+        shard.write_bytes(shard.read_bytes()[:100])
+    assert runner.invoke(app, ["report", str(out)]).exit_code == 0

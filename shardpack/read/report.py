@@ -9,11 +9,12 @@ import io
 import itertools
 import os
 from collections.abc import Iterable
+from contextlib import suppress
 
 import numpy as np
 
 from shardpack import images
-from shardpack.errors import MissingPackageError, OutputError, os_error_fix
+from shardpack.errors import MissingPackageError, OutputError, ShardpackError, os_error_fix
 from shardpack.index import Index, load_index
 from shardpack.packing.stats import reason_kind
 from shardpack.read.stream import decode_pixels, iter_examples
@@ -323,16 +324,18 @@ def _thumbnails(
     found: dict[str, str] = {}
     for split in index.splits:
         records = iter_examples(index.storage, split)
-        for record in itertools.islice(records, MAX_SCANNED):
-            name = f"{split}/{record['key']}"
-            classes = [c for c in _classes(index, record.get("label")) if c in shown]
-            room = [c for c in classes if len(sheets.setdefault(c, [])) < PER_CLASS]
-            if room or name in wanted:
-                uri = _data_uri(record)
-                for cls in room:
-                    sheets[cls].append((name, uri))
-                if name in wanted:
-                    found[name] = uri
+        # a damaged or missing shard ends the split's thumbnails, not the card (verify says why)
+        with suppress(ShardpackError, OSError):
+            for record in itertools.islice(records, MAX_SCANNED):
+                name = f"{split}/{record['key']}"
+                classes = [c for c in _classes(index, record.get("label")) if c in shown]
+                room = [c for c in classes if len(sheets.setdefault(c, [])) < PER_CLASS]
+                if room or name in wanted:
+                    uri = _data_uri(record)
+                    for cls in room:
+                        sheets[cls].append((name, uri))
+                    if name in wanted:
+                        found[name] = uri
     return sheets, found
 
 
