@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 TESTDEPS := $(VENV)/.installed-test
+# The data card's test opens it in a real browser: Debian's chromium (headless), from apt.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install install-test demo test bench bench-long lint clean
 
@@ -21,6 +23,7 @@ $(RUNTIME): pyproject.toml
 
 $(TESTDEPS): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	command -v chromium >/dev/null || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
 	touch $@
 
 demo: $(RUNTIME)

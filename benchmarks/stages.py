@@ -10,6 +10,8 @@ time.perf_counter around each step, using shardpack's own functions:
     serialize  tfrecord.encode_example: the Example's bytes (7 features, as pack writes)
     frame      tfrecord.frame: length, data and their masked CRC32C
     hash       sha256 of the framed record (pack keeps one per shard for the index)
+    facts      packing.facts.ShardFacts.add: CRC32C and size of the source bytes (exact
+               duplicates), the record's size, format, channels and EXIF orientation
     write      buffered write of the framed record to a file (fsync once at the end, shared)
 
 and, for comparison, TensorFlow's way for the same record (what the baseline pays):
@@ -42,9 +44,10 @@ import numpy as np
 from benchmarks import workloads
 from shardpack import images
 from shardpack.containers import tfrecord
+from shardpack.packing.facts import ShardFacts
 
 CASES = (("cifar10", "raw"), ("small-jpeg", "raw"), ("photos", "jpeg"), ("photos", "keep"))
-STAGES = ("read", "probe", "decode", "encode", "serialize", "frame", "hash", "write")
+STAGES = ("read", "probe", "decode", "encode", "serialize", "frame", "hash", "facts", "write")
 TF_STAGES = ("tf-example", "tf-write")
 
 
@@ -72,6 +75,7 @@ def profile_case(name: str, encode: str, count: int, cache: str, use_tf: bool) -
     tmp = tempfile.mkdtemp(prefix="stages-", dir=cache)
     out = open(os.path.join(tmp, "out.tfrecord"), "wb", buffering=1 << 20)  # noqa: SIM115
     sha = hashlib.sha256()
+    notes = ShardFacts(1)
     tf, tf_writer = None, None
     if use_tf:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -115,28 +119,30 @@ def profile_case(name: str, encode: str, count: int, cache: str, use_tf: bool) -
             timer["encode"] += clock() - t3
             height, width = 32, 32
         t5 = clock()
-        record = tfrecord.encode_example(
-            {
-                "image": payload,
-                "label": label,
-                "height": height,
-                "width": width,
-                "channels": 3,
-                "format": encode,
-                "key": b"class/some_file_name.jpg",
-            }
-        )
+        features = {
+            "image": payload,
+            "label": label,
+            "height": height,
+            "width": width,
+            "channels": 3,
+            "format": encode,
+            "key": b"class/some_file_name.jpg",
+        }
+        record = tfrecord.encode_example(features)
         t6 = clock()
         framed = tfrecord.frame(record)
         t7 = clock()
         sha.update(framed)
         t8 = clock()
+        notes.add(0, data if path is not None else rgb, features)
+        noted = clock()
         out.write(framed)
         t9 = clock()
         timer["serialize"] += t6 - t5
         timer["frame"] += t7 - t6
         timer["hash"] += t8 - t7
-        timer["write"] += t9 - t8
+        timer["facts"] += noted - t8
+        timer["write"] += t9 - noted
         if tf is not None:
             example = tf.train.Example(
                 features=tf.train.Features(

@@ -28,6 +28,7 @@ _EXPORTS = {
     "tf_dataset": "shardpack.read.stream",
     "make_sample": "shardpack.demo",
     "make_preview": "shardpack.read.preview",
+    "write_report": "shardpack.read.report",
     "Records": "shardpack.read.random_access",
     "read_record": "shardpack.read.random_access",
     "write_index_files": "shardpack.read.random_access",
@@ -56,7 +57,7 @@ __all__ = [
     "MissingPackageError", "OutputError", "PackOptions", "PackResult", "RecordError", "Records",
     "ShardpackError", "SourceError", "StorageError", "UnsafePickleError", "VerifyReport",
     "WorkerDiedError", "describe", "iter_examples", "load_index", "make_preview", "make_sample",
-    "pack", "read_record", "tf_dataset", "verify", "write_index_files",
+    "pack", "read_record", "tf_dataset", "verify", "write_index_files", "write_report",
 ]  # fmt: skip
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
@@ -81,6 +82,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from shardpack.read.inspect import describe
     from shardpack.read.preview import make_preview
     from shardpack.read.random_access import Records, read_record, write_index_files
+    from shardpack.read.report import write_report
     from shardpack.read.stream import iter_examples, tf_dataset
     from shardpack.read.verify import VerifyReport, verify
 

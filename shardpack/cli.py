@@ -26,6 +26,7 @@ from shardpack.options import (
     BACKEND_ALIASES,
     BACKENDS,
     CHECKS,
+    DEDUP,
     DEFAULT_FORMAT,
     DEFAULT_MAX_PIXELS,
     ENCODINGS,
@@ -238,6 +239,10 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
         )
         for item in summary["skipped_items"][:5]:
             typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
+    from shardpack.packing.duplicates import lines  # pack imported it: no cost
+
+    for line in lines(summary["duplicates"]):
+        typer.echo(line)
     if summary["ignored"]:
         ignored = _plural(
             summary["ignored"], "file that is not an image", "files that are not images"
@@ -313,6 +318,7 @@ OnError = _choices("OnError", ON_ERROR)
 Format = _choices("Format", tuple(CONTAINERS))
 _FORMAT_HELP = "Shard container: " + "; ".join(f"{n} ({CONTAINERS.readers(n)})" for n in CONTAINERS)
 _FORMAT_HELP += "."
+Dedup = _choices("Dedup", DEDUP)
 
 _JSON = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")]
@@ -497,6 +503,10 @@ def pack(
         ),
     ] = None,
     root: _ROOT = None,
+    dedup: Annotated[
+        Dedup,
+        typer.Option(help="none: report exact copies; exact: also keep one (test's first)."),
+    ] = Dedup.none,
     storage_option: _STORAGE_OPTIONS = None,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
@@ -541,6 +551,7 @@ def pack(
             split=parse_split(split) if split is not None else None,
             path_column=path_column,
             root=root if root is None or is_url(root) else os.path.abspath(root),
+            dedup=dedup.value,
         )
         _run_pack(src, out, options, not no_progress, as_json, parse_options(storage_option or ()))
 
@@ -598,7 +609,8 @@ def inspect(
     Splits, shards, sizes, the class histogram and a few records.
     """
     with _user_errors():
-        from shardpack.read.inspect import describe
+        from shardpack.packing.duplicates import lines
+        from shardpack.read.inspect import describe, summary_lines
 
         summary = describe(out, records, _out_options(out, storage_option))
     if as_json:
@@ -629,6 +641,8 @@ def inspect(
         if len(split["class_counts"]) > 20:
             more = len(split["class_counts"]) - 20
             typer.echo(f"    ... {_plural(more, 'more class', 'more classes')}")
+        for line in summary_lines(summary["summaries"].get(name)):
+            typer.echo(line)
         for record in split["samples"]:
             typer.echo(_record_line(record))
     missing = [s["file"] for split in summary["splits"].values() for s in split["shards"]
@@ -639,6 +653,8 @@ def inspect(
               "every shard", file=sys.stderr)  # fmt: skip
     if summary["num_skipped"]:
         typer.echo(f"\nskipped {_plural(summary['num_skipped'], 'file')} at pack time")
+    for line in lines(summary["duplicates"]):
+        typer.echo(line)
     if summary["ignored"]:
         ignored = _plural(
             summary["ignored"], "file that is not an image", "files that are not images"
@@ -721,6 +737,27 @@ def preview(
 
         storage_options = _out_options(out, storage_option)
         path = make_preview(out, dest, split, n, seed, storage_options, overwrite)
+    typer.echo(f"wrote {path}")
+
+
+@app.command(cls=_Command)
+def report(
+    out: _OUT,
+    dest: Annotated[
+        Optional[str],
+        typer.Option("--out", metavar="FILE", help="HTML file.  [default: OUT/report.html]"),
+    ] = None,
+    storage_option: _STORAGE_OPTIONS = None,
+) -> None:
+    """Write a data card: one self-contained HTML page.
+
+    Splits, class balance, image sizes, bytes, formats, skipped images, duplicates and leaks
+    across splits, shard sizes and examples of each class (needs matplotlib).
+    """
+    with _user_errors():
+        from shardpack.read.report import write_report
+
+        path = write_report(out, dest, _out_options(out, storage_option))
     typer.echo(f"wrote {path}")
 
 

@@ -27,6 +27,7 @@ RESIZE_ALIASES = {
 }  # fmt: skip
 _COLORS = {"white": (255, 255, 255), "black": (0, 0, 0), "gray": (128, 128, 128)}
 DEFAULT_FORMAT = "tfrecord"  # the shard container (shardpack.containers) when none is named
+DEDUP = ("none", "exact")
 DEFAULT_SHARD_SIZE = 128 * 2**20
 # Pillow's decompression-bomb limit: the most pixels an image may claim before it is refused.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -40,7 +41,7 @@ _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 _OUTPUT_FIELDS = (
     "name", "source", "shards", "shard_size", "encode", "quality", "max_side", "resize", "check",
     "compression", "seed", "shuffle", "max_pixels", "classes", "split_names", "split",
-    "path_column", "root", "format",
+    "path_column", "root", "format", "dedup",
     "resize_mode", "pad_color", "upscale", "min_side", "max_aspect", "max_area",
 )  # fmt: skip
 
@@ -170,6 +171,8 @@ class PackOptions:
         on_error: "skip" a bad image and record why, or "fail" the run.
         compression: one of the container's `compressions` ("none" for every one).
         format: the shard container, a name in shardpack.containers.CONTAINERS.
+        dedup: "none" reports exact copies; "exact" also keeps one of each group, an
+            evaluation split's first (packing.duplicates), and skips the others.
         seed: shuffle seed.
         shuffle: False keeps the sorted source order.
         max_pixels: refuse images that claim more pixels than this (decompression bombs).
@@ -225,6 +228,7 @@ class PackOptions:
     min_side: int | None = None
     max_aspect: float | None = None
     max_area: int | None = None
+    dedup: str = "none"
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -235,6 +239,7 @@ class PackOptions:
         _choice("encode", self.encode, ENCODINGS)
         _choice("check", self.check, CHECKS)
         _choice("on-error", self.on_error, ON_ERROR)
+        _choice("dedup", self.dedup, DEDUP)
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
             _positive(option.replace("_", "-"), getattr(self, option))
         if self.seed < 0:

@@ -271,7 +271,9 @@ def test_version():
     assert result.returncode == 0 and result.stdout.strip() == f"shardpack {__version__}"
 
 
-@pytest.mark.parametrize("command", ["pack", "verify", "inspect", "preview", "index-files", "demo"])
+@pytest.mark.parametrize(
+    "command", ["pack", "verify", "inspect", "preview", "index-files", "demo", "report"]
+)
 def test_help_reads_plainly(command: str):
     """Flags take no <bool>; usage names SRC and OUT plainly; every default is shown, with no
     stray space where a default was eaten."""
@@ -430,6 +432,7 @@ COMMANDS_ON = {
     "pack into a new OUT": ["pack", "{src}", "{ro}/new", "--workers", "1"],
     "index-files": ["index-files", "{ro}/packed"],
     "preview": ["preview", "{ro}/packed", "--out", "{ro}/sheet.png"],
+    "report": ["report", "{ro}/packed"],
     "demo": ["demo", "{ro}/demo", "--per-class", "2"],
     "pack --overwrite": ["pack", "{src}", "{ro}/packed", "--workers", "1", "--overwrite"],
 }
@@ -518,7 +521,8 @@ def test_as_a_user_without_permission(tmp_path: Path):
     import shardpack.read.inspect
     import shardpack.read.preview
     import shardpack.read.random_access
-    import shardpack.read.verify  # noqa: F401 (imported before the child loses access to /root)
+    import shardpack.read.report
+    import shardpack.read.verify  # imported before the child loses access to /root
 
     base = Path(tempfile.mkdtemp(prefix="shardpack-nobody-"))  # tmp_path's parents are 0700
     try:
@@ -527,6 +531,8 @@ def test_as_a_user_without_permission(tmp_path: Path):
         out = base / "packed"
         assert runner.invoke(app, ["pack", str(src), str(out), "--workers", "1"]).exit_code == 0
         (base / "out").mkdir()
+        # the report's fonts and matplotlib's modules, loaded while /root may still be read
+        shardpack.read.report.render(shardpack.index.load_index(out))
         for path in base.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
         fix = "check the permissions"

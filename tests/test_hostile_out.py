@@ -434,3 +434,17 @@ def test_resume_stops_at_a_shard_whose_size_disagrees_with_the_journal(src, tmp_
     result = pack(src, out, replace(options, resume=True))
     assert time.monotonic() - started < 10
     assert result.num_reused == 1 and shard.stat().st_size < 1 << 20
+
+
+def test_a_repeated_journal_line_is_one_shard(tmp_path: Path):
+    """A journal line written twice (crafted, or a copy mishap) must not count its records
+    twice on --resume."""
+    src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
+    out = tmp_path / "out"
+    first = pack(src, out, PackOptions(workers=1, shards=2))
+    journal = out / ".shardpack.journal"
+    last = journal.read_text().splitlines()[-1]
+    with journal.open("a") as f:
+        f.write(last + "\n")
+    again = pack(src, out, PackOptions(workers=1, shards=2, resume=True))
+    assert again.num_records == first.num_records == 6 and again.num_reused == 2

@@ -64,12 +64,12 @@ def test_crc32c_comes_from_the_compiled_module_and_else_from_the_package(tmp_pat
     import subprocess
     import sys
 
-    from shardpack.containers import tfrecord
+    from shardpack import crc
 
-    assert tfrecord._crc32c.__module__ == "crc32c._crc32c"  # the package's __init__ skipped
+    assert crc.crc32c.__module__ == "crc32c._crc32c"  # the package's __init__ skipped
     # A crc32c laid out otherwise (no compiled module), or whose compiled module does not
     # load: the package is imported whole.
-    code = "import crc32c, shardpack.containers.tfrecord as t; print(t._crc32c is crc32c.crc32c)"
+    code = "import crc32c, shardpack.crc as c; print(c.crc32c is crc32c.crc32c)"
     for broken in (False, True):
         fake = tmp_path / str(broken) / "crc32c"
         fake.mkdir(parents=True)

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import functools
 import gzip
-import importlib.machinery
-import importlib.util
 import io
 import os
 import re
 import struct
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
 from shardpack.containers import (
@@ -34,6 +32,7 @@ from shardpack.containers import (
     open_shard,
 )
 from shardpack.containers.example import decode, encode_example
+from shardpack.crc import crc32c as _crc32c
 from shardpack.errors import RecordError
 from shardpack.storage import HashingBlob, Sink
 
@@ -47,34 +46,6 @@ FOOTER = struct.Struct("<I")  # uint32 masked CRC of the data
 _WRITE_BUFFER = 1 << 20
 # GZIP level: zlib's default, the same trade-off TensorFlow's own writer makes.
 _GZIP_LEVEL = 6
-
-
-def _load_crc32c() -> Callable[[bytes], int]:
-    """The crc32c package's crc32c function, loaded from its compiled module alone.
-
-    The package's __init__ also asks importlib.metadata for its own version: importing that,
-    email's parser and argparse cost 25-50 ms of every command that reads or writes a TFRecord,
-    against ~1 ms for the compiled module. Laid out otherwise, or should the compiled module
-    not load alone, the package is imported whole.
-    """
-    spec = importlib.util.find_spec("crc32c")
-    for folder in (spec and spec.submodule_search_locations) or ():
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            path = os.path.join(folder, "_crc32c" + suffix)
-            if os.path.isfile(path):
-                compiled = importlib.util.spec_from_file_location("crc32c._crc32c", path)
-                try:
-                    module = importlib.util.module_from_spec(compiled)  # loads the library
-                    compiled.loader.exec_module(module)
-                    return module.crc32c
-                except (ImportError, AttributeError, OSError):
-                    break
-    import crc32c
-
-    return crc32c.crc32c
-
-
-_crc32c = _load_crc32c()
 
 
 def masked_crc(data: bytes) -> int:

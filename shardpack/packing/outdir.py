@@ -8,6 +8,8 @@ own temporary names) are ever removed.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING
 from shardpack.containers import Container, is_shard_name
 from shardpack.errors import IndexFormatError, OutputError, printable, shortened
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, Index, load_index
+from shardpack.packing.hubcard import CARD_NAME, is_ours
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.storage import Storage
 
@@ -134,13 +137,16 @@ def prepare(
             "start over, or choose another output folder"
         )
     planned = {spec.file for spec in plan.shards}
-    written = planned | beside | {INDEX_NAME, *METADATA_NAMES}  # every file pack writes in OUT
+    written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME}  # all pack writes
     # a folder under a name pack writes stops the write that would replace it, at the end of
     # the run: refused before anything in OUT is touched
     blocked = sorted(state.folders & written)
     if blocked:
         raise OutputError(f"{out.path(blocked[0])}: is a folder where pack writes a file; move "
                           "it out of OUT, or choose another output folder")  # fmt: skip
+    if state.ours and not overwrite and CARD_NAME in state.names and not is_ours(out):
+        raise OutputError(f"{out.path(CARD_NAME)}: exists and was not written by shardpack; "
+                          "move it out of OUT, or pass --overwrite to replace it")  # fmt: skip
     if not state.ours and not overwrite:
         clash = sorted(state.names & written)
         if INDEX_FILES_DIR in state.folders:  # index files of these shards are replaced too
@@ -155,8 +161,9 @@ def prepare(
     # Only shards of this very plan are kept, whatever --overwrite says.
     same_plan = resume and state.journal_digest == plan.digest
     reused = _reusable(out, state.finished, planned) if same_plan else []
-    if state.has_index:  # with it go the split files that list its shards, and TFDS's
-        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES])
+    if state.has_index:  # with it go the split files that list its shards, TFDS's, its card
+        card = [CARD_NAME] if CARD_NAME in state.names and is_ours(out) else []
+        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card])
     out.remove(state.listed - planned)
     rewritten = planned | state.listed
     out.remove_partial(rewritten | written)
@@ -269,28 +276,53 @@ def _shard_result(entry: object) -> ShardResult | None:
             for size in sizes
         )
     )
-    if not good:
+    content, tally = _content(entry["content"]), _tally(entry["tally"])
+    if not good or content is None or tally is None:
         return None
     return ShardResult(**{**entry, "label_counts": tuple(entry["label_counts"]),
                           "skipped": tuple(map(tuple, entry["skipped"])),
-                          "sizes": tuple(map(tuple, sizes))})  # fmt: skip
+                          "sizes": tuple(map(tuple, sizes)),
+                          "content": content, "tally": tally})  # fmt: skip
+
+
+def _content(value: object) -> bytes | None:
+    """A journal's base64 content (facts.FACT_DTYPE rows), or None if it is not base64."""
+    try:
+        return base64.b64decode(value, validate=True) if isinstance(value, str) else None
+    except binascii.Error:
+        return None
+
+
+def _tally(value: object) -> tuple[tuple[str, str, int], ...] | None:
+    """A journal's tally as ShardFacts.tally gives it, or None if it is not one."""
+    if not isinstance(value, list) or not all(
+        isinstance(t, list)
+        and len(t) == 3
+        and isinstance(t[0], str)
+        and isinstance(t[1], str)
+        and type(t[2]) is int
+        for t in value
+    ):
+        return None
+    return tuple(map(tuple, value))
 
 
 def _reusable(
     out: Storage, finished: tuple[ShardResult, ...], planned: set[str]
 ) -> list[ShardResult]:
-    """Finished shards the plan still has whose bytes are intact (a regular file, same sha256)."""
-    reused = []
+    """Finished shards the plan still has whose bytes are intact (a regular file, same sha256),
+    each once (a journal's repeated line would count its records twice)."""
+    reused: dict[str, ShardResult] = {}
     for result in finished:
-        if result.file not in planned:
+        if result.file not in planned or result.file in reused:
             continue
         try:  # no link is followed and nothing but a regular file opened: OSError otherwise
             intact = out.sha256(result.file, result.num_bytes) == result.sha256
         except OSError:
             continue
         if intact:
-            reused.append(result)
-    return reused
+            reused[result.file] = result
+    return list(reused.values())
 
 
 class Journal:
@@ -321,4 +353,11 @@ def _line(entry: dict) -> bytes:
     """One journal line. Results go in as their own __dict__: json writes their tuples as
     lists itself, where dataclasses.asdict copied every offset first (CIFAR-10's six shards
     of 10,000 offsets: 64 -> 4 ms of the parent's time, timeit)."""
-    return json.dumps(entry).encode("ascii")  # any name, as \u escapes
+    return json.dumps(entry, default=_base64).encode("ascii")  # any name, as \u escapes
+
+
+def _base64(value: object) -> str:
+    """A result's bytes (its content) as json writes them: base64 text."""
+    if not isinstance(value, bytes):
+        raise TypeError(f"not JSON: {type(value).__name__}")
+    return base64.b64encode(value).decode("ascii")

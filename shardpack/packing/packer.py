@@ -17,7 +17,9 @@ from shardpack.errors import ImageError, OutputError, SourceError, WorkerDiedErr
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
+from shardpack.packing import duplicates
 from shardpack.packing.cpuload import CpuWatch, machine_cores
+from shardpack.packing.hubcard import CARD_NAME, card
 from shardpack.packing.outdir import Journal, plan_record, prepare, split_file_names
 from shardpack.packing.plan import (
     SERIAL_SHARE,
@@ -28,6 +30,7 @@ from shardpack.packing.plan import (
     make_plan,
     work_seconds,
 )
+from shardpack.packing.stats import split_summaries
 from shardpack.packing.tfdsmeta import write_tfds_metadata
 from shardpack.packing.worker import read_progress, write_shard
 from shardpack.sources import Dataset, keeping, scan, source_root
@@ -82,6 +85,7 @@ class PackResult:
             "compression": self.index.compression,
             "tfds_metadata": self.index.tfds_readable,
             "skipped_items": doc["skipped"][:20],
+            "duplicates": {**doc["duplicates"], "listed": doc["duplicates"]["listed"][:20]},
         }
 
 
@@ -185,6 +189,11 @@ def pack(
             if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
                 key, reason = dataset.skipped[0]
                 raise ImageError(key, f"{reason}; fix it, or {_SKIP}")
+            groups = None  # found before the plan with --dedup, else in what the workers wrote
+            if options.dedup == "exact":
+                dataset, groups = duplicates.dedup(
+                    dataset, options, options.workers or machine_cores()
+                )
             name = options.name or default_name(dataset, src_root)
             plan = make_plan(dataset, name, options, options.workers or machine_cores())
         splits = {spec.split for spec in plan.shards}
@@ -213,6 +222,11 @@ def pack(
         document = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
         )
+        removed = {} if groups is None else duplicates.removed(groups)
+        if groups is None:
+            groups = duplicates.found_in_shards(plan, results, dataset, options)
+        document["duplicates"] = duplicates.summary(groups, sum(removed.values()))
+        document["summaries"] = split_summaries(plan, results, removed)
         index = index_from_document(out, document)
         if index.tfds_readable:
             write_tfds_metadata(out, document, index.container.tfds_file_format)
@@ -226,6 +240,7 @@ def pack(
             from shardpack.read.random_access import write_index_files
 
             write_index_files(out, document, {r.file: r.offsets for r in results})
+        out.put(CARD_NAME, card(document))  # the Hub's dataset card
         out.put(INDEX_NAME, json_bytes(document))  # last: the run is complete
     return PackResult(
         out.root,

@@ -13,6 +13,7 @@ from shardpack import images
 from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
+from shardpack.packing.facts import ShardFacts
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, Source
@@ -81,7 +82,8 @@ def write_shard(
         source: the dataset's source (Dataset.source), which loads an item's image.
 
     Returns:
-        The shard's record count, size, sha256, label histogram and skipped items.
+        The shard's record count, size, sha256, label histogram, skipped items and what
+        facts noted of each record.
 
     Raises:
         ImageError: an item is bad and options.on_error is "fail"; no file is left behind.
@@ -93,6 +95,7 @@ def write_shard(
     lossless = 0
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
+    facts = ShardFacts(len(spec.items))
     try:
         container = CONTAINERS[options.format]
         limit = images.max_file_bytes(options.max_pixels)
@@ -115,6 +118,7 @@ def write_shard(
                     lossless += _made_lossless(loaded, features["format"], options)
                     if len(sizes) < 2:
                         sizes.add((features["height"], features["width"]))
+                    facts.add(done - 1, loaded, features)
                 progress.update(done)
     finally:
         progress.close()
@@ -132,6 +136,8 @@ def write_shard(
         written.offsets,
         lossless,
         tuple(sorted(sizes)),
+        facts.content(),
+        facts.tally(),
     )
 
 

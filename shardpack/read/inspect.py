@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import itertools
 import os
+from contextlib import suppress
 
 import numpy as np
 
-from shardpack.errors import is_count
+from shardpack.errors import is_count, printable
 from shardpack.index import load_index
 from shardpack.read.stream import iter_examples
 
@@ -73,7 +74,34 @@ def describe(
         "num_skipped": raw.get("num_skipped", len(raw.get("skipped", []))),
         "ignored": raw.get("ignored", 0),
         "stats": raw.get("stats", {}),
+        "duplicates": raw.get("duplicates"),  # None in an index from before
+        "summaries": summaries if isinstance(summaries := raw.get("summaries"), dict) else {},
     }
+
+
+def summary_lines(summary: object) -> list[str]:
+    """What inspect prints of a split's summary (packing.stats), read as untrusted: a part
+    not as pack writes it prints nothing."""
+    said = []
+    with suppress(KeyError, TypeError, ValueError, AttributeError):
+        width, height, size = summary["width"], summary["height"], summary["bytes"]
+        said.append(
+            f"  images: {_num(width['median'])}x{_num(height['median'])} median (from "
+            f"{_num(width['min'])}x{_num(height['min'])} to {_num(width['max'])}x"
+            f"{_num(height['max'])}), {_num(size['median'])} bytes median"
+        )
+    for what in ("formats", "channels", "orientations", "skipped"):
+        with suppress(KeyError, TypeError, ValueError, AttributeError):
+            counts = ", ".join(f"{printable(str(k))} {_num(n)}" for k, n in summary[what].items())
+            said.append(f"  {what}: {counts}")
+    return said
+
+
+def _num(value: object) -> str:
+    """A number from the index, shown with thousands separators; anything else refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.4g}"
 
 
 def _json_value(value: object) -> object:

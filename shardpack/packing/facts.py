@@ -1,0 +1,58 @@
+"""What a worker notes of each record it writes, compactly: a content key (CRC32C and size of
+the bytes the source gave) and the written width and height in one packed table, and per
+shard counts of formats, channels and EXIF orientations."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from shardpack.crc import crc32c
+from shardpack.images import _jpeg_orientation
+
+# One row per item of the shard, in the plan's order; size 0: the item was not written.
+FACT_DTYPE = np.dtype([("crc", "<u4"), ("size", "<u8"), ("width", "<u4"), ("height", "<u4")])
+
+
+def content_key(loaded: bytes | np.ndarray) -> tuple[int, int]:
+    """(CRC32C, size) of what a source loaded: an image file's bytes, or pixels."""
+    data = loaded if isinstance(loaded, bytes) else np.ascontiguousarray(loaded).data
+    return crc32c(data), data.nbytes if isinstance(data, memoryview) else len(data)
+
+
+def content_bytes(loaded: bytes | np.ndarray) -> bytes | memoryview:
+    """The bytes content_key hashes, for a stronger hash of the candidates."""
+    return loaded if isinstance(loaded, bytes) else np.ascontiguousarray(loaded).data
+
+
+class ShardFacts:
+    """A shard's notes, filled one written record at a time (~1 us a record)."""
+
+    def __init__(self, count: int) -> None:
+        self.table = np.zeros(count, FACT_DTYPE)
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def add(self, position: int, loaded: bytes | np.ndarray, features: dict) -> None:
+        """Note the record of the shard's `position`-th item."""
+        crc, size = content_key(loaded)
+        self.table[position] = (crc, size, features["width"], features["height"])
+        self.counts["format", features["format"]] += 1
+        self.counts["channels", str(features["channels"])] += 1
+        if isinstance(loaded, bytes) and loaded[:2] == b"\xff\xd8":  # EXIF: JPEG's alone here
+            self.counts["orientation", str(_jpeg_orientation(loaded))] += 1
+
+    def content(self) -> bytes:
+        return self.table.tobytes()
+
+    def tally(self) -> tuple[tuple[str, str, int], ...]:
+        """(what, value, count) of each format, channel count and orientation seen."""
+        return tuple(sorted((what, value, n) for (what, value), n in self.counts.items()))
+
+
+def table(content: bytes, count: int) -> np.ndarray:
+    """A ShardResult's content as its table of `count` rows; all zeros (nothing noted) where
+    the bytes do not hold exactly that many rows (a journal of another version)."""
+    if len(content) != count * FACT_DTYPE.itemsize:
+        return np.zeros(count, FACT_DTYPE)
+    return np.frombuffer(content, FACT_DTYPE)

@@ -1,0 +1,93 @@
+"""OUT/README.md: a Hugging Face dataset card (YAML front matter with dataset_info and configs,
+then a short summary) written from the index document. A README.md that is not ours (no
+MARKER) is the user's and is never replaced unasked (outdir.prepare refuses)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from shardpack.storage import Storage
+
+CARD_NAME = "README.md"
+# The card's second line (a YAML comment) says it is shardpack's to rewrite; what is read of a
+# README.md to find it.
+MARKER = "# written by shardpack pack, which rewrites it at each run"
+_MARKER_BYTES = 4096
+
+
+def is_ours(out: Storage) -> bool:
+    """Whether OUT's README.md is a card pack wrote (its first bytes hold MARKER); no link
+    followed, a bounded read."""
+    try:
+        with out.open(CARD_NAME) as blob:
+            head = blob.pread(min(blob.size, _MARKER_BYTES), 0)
+    except OSError:
+        return False
+    return MARKER.encode() in head
+
+
+def card(document: dict) -> bytes:
+    """The dataset card of an index document."""
+    name = document["name"]
+    lines = ["---", MARKER, "dataset_info:", "  features:"]
+    for feature, spec in document["features"].items():
+        lines += _feature(feature, spec)
+    lines.append("  splits:")
+    total = 0
+    for split, entry in document["splits"].items():
+        size = sum(s["num_bytes"] for s in entry["shards"])
+        total += size
+        lines += [f"  - name: {_q(split)}", f"    num_bytes: {size}",
+                  f"    num_examples: {entry['num_records']}"]  # fmt: skip
+    lines += [f"  download_size: {total}", f"  dataset_size: {total}", "configs:",
+              "- config_name: default", "  data_files:"]  # fmt: skip
+    for split, entry in document["splits"].items():
+        lines += [f"  - split: {_q(split)}", "    path:"]
+        lines += [f"    - {_q(file)}" for file in _files(entry["shards"])]
+    lines += ["---", "", f"# {name}", "", _summary(document), ""]
+    return "\n".join(lines).encode("utf-8", "backslashreplace")
+
+
+def _q(text: str) -> str:
+    """A YAML scalar: JSON's double-quoted string is one YAML reads alike."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _feature(name: str, spec: dict) -> list[str]:
+    """A feature of the schema as the Hub's features list writes it."""
+    if "classes" in spec:
+        names = [f"          {_q(str(i))}: {_q(c)}" for i, c in enumerate(spec["classes"])]
+        kind = ["    dtype:", "      class_label:", "        names:", *names]
+    else:
+        dtype = "image" if name == "image" else spec["dtype"]
+        if dtype == "bytes":
+            dtype = "string" if spec.get("text") else "binary"
+        kind = [f"    {'sequence' if spec.get('shape') else 'dtype'}: {dtype}"]
+    return [f"  - name: {_q(name)}", *kind]
+
+
+def _files(shards: list[dict]) -> list[str]:
+    """A split's shards as data_files: one pattern for the numbered names, else each name."""
+    patterns = {re.sub(r"-\d+-of-\d+$", "-*", s["file"]) for s in shards}
+    return sorted(patterns) if len(patterns) == 1 else [s["file"] for s in shards]
+
+
+def _summary(document: dict) -> str:
+    """Where the shards came from, their counts, and the duplicates found."""
+    counts = ", ".join(f"{split} {entry['num_records']:,}"
+                       for split, entry in document["splits"].items())  # fmt: skip
+    said = [
+        f"Packed by shardpack from a {document['source']} source into "
+        f"{document.get('container', 'tfrecord')} shards (encoding {document['encoding']}): "
+        f"{counts} images, {len(document['classes'])} classes; "
+        f"{len(document['skipped']):,} skipped (listed in index.json)."
+    ]
+    duplicates = document.get("duplicates")
+    if duplicates:
+        copies, groups = duplicates["copies"], duplicates["groups"]
+        said.append(f"Exact duplicates: {copies:,} copies of {groups:,} images "
+                    f"({duplicates['removed']:,} removed).")  # fmt: skip
+        said += [f"{a['images']:,} images of {a['split']} are also in {a['also_in']}."
+                 for a in duplicates["across_splits"]]  # fmt: skip
+    return "\n".join(said)

@@ -1,0 +1,361 @@
+"""report: one self-contained HTML data card of a pack output (charts as inline SVG drawn by
+matplotlib, thumbnails as inline JPEG), from its index and one bounded pass over its records."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import itertools
+import os
+from collections.abc import Iterable
+from contextlib import suppress
+
+import numpy as np
+
+from shardpack import images
+from shardpack.errors import MissingPackageError, OutputError, ShardpackError, os_error_fix
+from shardpack.index import Index, load_index
+from shardpack.packing.stats import reason_kind
+from shardpack.read.stream import decode_pixels, iter_examples
+from shardpack.storage import is_url
+from shardpack.storage.atomic import write_atomic
+
+REPORT_NAME = "report.html"
+THUMB = 96  # pixels, the longer side of a thumbnail
+PER_CLASS = 8  # thumbnails of each class in its contact sheet
+SHOWN_GROUPS = 12  # duplicate groups drawn, each its first SHOWN_COPIES
+SHOWN_COPIES = 4
+SHOWN_CLASSES = 50  # classes with a contact sheet (and a bar each in the balance chart)
+SHOWN_SKIPPED = 50  # skipped items named
+# Records read per split for thumbnails: a bound on the time a report takes on a large split.
+MAX_SCANNED = 20_000
+_STYLE = """body{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;
+text-align:right}th{background:#f4f4f4}td:first-child{text-align:left}
+.group,.sheet{display:flex;flex-wrap:wrap;gap:6px;align-items:flex-end;margin:.5em 0}
+figure{margin:0;font-size:11px;text-align:center}svg{max-width:100%;height:auto}"""
+
+
+def write_report(
+    out: str | os.PathLike,
+    dest: str | os.PathLike | None = None,
+    storage_options: dict | None = None,
+) -> str:
+    """Write the data card of OUT: splits and class balance, image sizes, aspect ratios, bytes,
+    formats, skipped images, duplicates and leaks across splits (with thumbnails), shard
+    sizes, and a contact sheet per class.
+
+    Args:
+        out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
+        dest: the HTML file to write (replaced if there); None: OUT/report.html.
+        storage_options: options for OUT's fsspec filesystem, when it is a URL.
+
+    Returns:
+        The path or URL written.
+
+    Raises:
+        MissingPackageError: matplotlib is not installed.
+        OutputError: dest is a URL, or cannot be written.
+    """
+    _require_matplotlib()
+    index = load_index(out, storage_options)
+    if dest is not None and is_url(os.fspath(dest)):
+        raise OutputError(f"{dest}: report writes a local file; pass a local path for --out")
+    page = render(index).encode("utf-8")
+    where = index.storage.path(REPORT_NAME) if dest is None else os.fspath(dest)
+    try:
+        if dest is None:
+            index.storage.put(REPORT_NAME, page)
+        else:
+            write_atomic(where, page)
+    except OSError as e:
+        raise OutputError(f"{where}: cannot write the report ({e.strerror or e}); "
+                          f"{os_error_fix(e)}") from None  # fmt: skip
+    return where
+
+
+def _require_matplotlib() -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+    except ImportError:
+        raise MissingPackageError(
+            "shardpack report draws its charts with matplotlib, which is not installed; "
+            "pip install 'shardpack[report]'"
+        ) from None
+
+
+def render(index: Index) -> str:
+    """The whole HTML page of an index's data card."""
+    raw = index.raw
+    summaries = raw.get("summaries") if isinstance(raw.get("summaries"), dict) else {}
+    duplicates = raw.get("duplicates") if isinstance(raw.get("duplicates"), dict) else {}
+    wanted = _wanted_keys(duplicates)
+    sheets, found = _thumbnails(index, wanted)
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(index.name)}: data card"
+        f"</title><style>{_STYLE}</style></head><body><h1>{_e(index.name)}</h1>",
+        f"<p>{_e(raw.get('source'))} source, encoding {_e(index.encoding)}, "
+        f"{_e(index.container_name)} shards, {len(index.classes)} classes.</p>",
+        _splits_section(index),
+        _images_section(summaries),
+        _skipped_section(raw.get("skipped"), summaries),
+        _duplicates_section(duplicates, found),
+        _shards_section(index),
+        _sheets_section(index, sheets),
+        "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _td(value: object, name: str = "") -> str:
+    """A table cell; `name` marks a number a reader (and the test) can find: data-value."""
+    shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+    mark = f" data-value='{_e(name)}'" if name else ""
+    return f"<td{mark}>{_e(shown)}</td>"
+
+
+def _table(head: Iterable[str], rows: Iterable[str]) -> str:
+    cells = "".join(f"<th>{_e(h)}</th>" for h in head)
+    return f"<table><tr>{cells}</tr>{''.join(rows)}</table>"
+
+
+def _svg(fig) -> str:
+    """A matplotlib figure as inline SVG (text kept as text), the figure closed."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]
+
+
+def _figure(width: float = 9, height: float = 3.2):
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.fonttype"] = "none"
+    return plt.subplots(figsize=(width, height))
+
+
+def _splits_section(index: Index) -> str:
+    rows = []
+    for name, split in index.splits.items():
+        size = sum(s.num_bytes for s in split.shards)
+        rows.append(f"<tr data-split='{_e(name)}'>{_td(name)}{_td(split.num_records, 'records')}"
+                    f"{_td(len(split.shards), 'shards')}{_td(size, 'bytes')}</tr>")  # fmt: skip
+    classes = index.classes[:SHOWN_CLASSES]
+    balance = []
+    for i, cls in enumerate(classes):
+        cells = "".join(
+            _td(split.class_counts[i] if i < len(split.class_counts) else 0, f"class:{name}")
+            for name, split in index.splits.items()
+        )
+        balance.append(f"<tr data-class='{_e(cls)}'>{_td(cls)}{cells}</tr>")
+    chart = ""
+    if classes:
+        fig, ax = _figure()
+        width = 0.8 / max(1, len(index.splits))
+        for k, (name, split) in enumerate(index.splits.items()):
+            counts = [split.class_counts[i] if i < len(split.class_counts) else 0
+                      for i in range(len(classes))]  # fmt: skip
+            ax.bar(np.arange(len(classes)) + k * width, counts, width, label=name)
+        ax.set_xticks(np.arange(len(classes)) + 0.4 - width / 2, classes, rotation=60, ha="right")
+        ax.set_ylabel("images")
+        ax.legend()
+        chart = _svg(fig)
+    return (
+        "<section id='splits'><h2>Splits</h2>"
+        + _table(("split", "records", "shards", "bytes"), rows)
+        + "<h3>Class balance per split</h3>"
+        + chart
+        + _table(("class", *index.splits), balance)
+        + "</section>"
+    )
+
+
+def _images_section(summaries: dict) -> str:
+    parts = ["<section id='images'><h2>Images</h2>"]
+    for name, summary in summaries.items():
+        try:
+            parts.append(_split_images(name, summary))
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue  # a summary not as pack writes it: left out
+    return "".join(parts) + "</section>"
+
+
+def _split_images(name: str, summary: dict) -> str:
+    """One split's sizes (width x height histogram), aspect ratios, bytes, formats, modes."""
+    rows = [
+        f"<tr>{_td(what)}{_td(summary[what]['min'], f'{what}:min')}"
+        f"{_td(summary[what]['median'], f'{what}:median')}"
+        f"{_td(summary[what]['max'], f'{what}:max')}</tr>"
+        for what in ("width", "height", "aspect", "bytes")
+    ]
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.fonttype"] = "none"
+    fig, (sizes, aspect, size) = plt.subplots(1, 3, figsize=(11, 3.2))
+    grid = summary["size_histogram"]
+    counts = np.array(grid["counts"], np.float64).T  # rows: height bins
+    mesh = sizes.pcolormesh(grid["width_edges"], grid["height_edges"],
+                            np.ma.masked_equal(counts, 0), cmap="viridis")  # fmt: skip
+    fig.colorbar(mesh, ax=sizes)
+    sizes.set(xlabel="width (px)", ylabel="height (px)", title="image sizes")
+    for ax, what, label in ((aspect, "aspect_histogram", "aspect ratio (w/h)"),
+                            (size, "bytes_histogram", "bytes per image")):  # fmt: skip
+        edges, heights = summary[what]["edges"], summary[what]["counts"]
+        ax.stairs(heights, edges, fill=True)
+        ax.set(xlabel=label, ylabel="images")
+    counts = [
+        f"<tr>{_td(what)}<td>{_e(', '.join(f'{k}: {n:,}' for k, n in summary[what].items()))}"
+        "</td></tr>"
+        for what in ("formats", "channels", "orientations")
+        if isinstance(summary.get(what), dict)
+    ]
+    return (
+        f"<div data-split='{_e(name)}'><h3>{_e(name)}: {summary['records']:,} images</h3>"
+        + _table(("", "min", "median", "max"), rows)
+        + _svg(fig)
+        + _table(("", "counts"), counts)
+        + "</div>"
+    )
+
+
+def _skipped_section(skipped: object, summaries: dict) -> str:
+    items = skipped if isinstance(skipped, list) else []
+    kinds: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("reason"), str):
+            kind = reason_kind(item["reason"])
+            kinds[kind] = kinds.get(kind, 0) + 1
+    rows = [f"<tr>{_td(kind)}{_td(n, f'skipped:{kind}')}</tr>" for kind, n in sorted(kinds.items())]
+    named = [
+        f"<tr>{_td(item.get('key'))}{_td(item.get('reason'))}</tr>"
+        for item in items[:SHOWN_SKIPPED]
+        if isinstance(item, dict)
+    ]
+    return (
+        f"<section id='skipped'><h2>Skipped images: <span data-value='skipped'>{len(items):,}"
+        "</span></h2>"
+        + (_table(("reason", "images"), rows) + _table(("key", "reason"), named) if items else "")
+        + "</section>"
+    )
+
+
+def _wanted_keys(duplicates: dict) -> set[str]:
+    """`<split>/<key>` of each copy drawn in the duplicates section."""
+    listed = duplicates.get("listed")
+    groups = listed[:SHOWN_GROUPS] if isinstance(listed, list) else []
+    return {
+        k for g in groups if isinstance(g, list) for k in g[:SHOWN_COPIES] if isinstance(k, str)
+    }
+
+
+def _duplicates_section(duplicates: dict, found: dict[str, str]) -> str:
+    parts = ["<section id='duplicates'><h2>Duplicates</h2>"]
+    totals = [(what, duplicates.get(what)) for what in ("groups", "images", "copies", "removed")]
+    if not all(type(n) is int for _, n in totals):
+        return parts[0] + "<p>not recorded (an index from before)</p></section>"
+    parts.append(
+        _table(("", "count"), (f"<tr>{_td(w)}{_td(n, f'dup:{w}')}</tr>" for w, n in totals))
+    )
+    across = duplicates.get("across_splits")
+    rows = [
+        f"<tr>{_td(a.get('split'))}{_td(a.get('also_in'))}"
+        f"{_td(a.get('images'), 'leak:{}:{}'.format(a.get('split'), a.get('also_in')))}</tr>"
+        for a in (across if isinstance(across, list) else [])
+        if isinstance(a, dict)
+    ]
+    if rows:
+        parts.append("<h3>Leaks across splits</h3>")
+        parts.append(_table(("images of", "also in", "images"), rows))
+    listed = duplicates.get("listed")
+    for group in (listed if isinstance(listed, list) else [])[:SHOWN_GROUPS]:
+        if not isinstance(group, list):
+            continue
+        copies = [c for c in group[:SHOWN_COPIES] if isinstance(c, str)]
+        parts.append("<div class='group'>" + "".join(_thumb(found.get(c), c) for c in copies)
+                     + "</div>")  # fmt: skip
+    return "".join(parts) + "</section>"
+
+
+def _thumb(uri: str | None, caption: str) -> str:
+    picture = f"<img src='{uri}' alt='{_e(caption)}'>" if uri else "<div>(not in the shards)</div>"
+    return f"<figure>{picture}<figcaption>{_e(caption)}</figcaption></figure>"
+
+
+def _shards_section(index: Index) -> str:
+    fig, ax = _figure(9, 2.6)
+    start = 0
+    for name, split in index.splits.items():
+        sizes = [s.num_bytes for s in split.shards]
+        ax.bar(np.arange(start, start + len(sizes)), sizes, label=name)
+        start += len(sizes)
+    ax.set(xlabel="shard", ylabel="bytes")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend()
+    return "<section id='shards'><h2>Shard sizes</h2>" + _svg(fig) + "</section>"
+
+
+def _sheets_section(index: Index, sheets: dict[str, list[tuple[str, str]]]) -> str:
+    parts = ["<section id='classes'><h2>Examples per class</h2>"]
+    for cls in [*index.classes[:SHOWN_CLASSES], ""]:
+        if sheets.get(cls):
+            parts.append(f"<h3>{_e(cls or '(unlabeled)')}</h3><div class='sheet'>")
+            parts.extend(_thumb(uri, key) for key, uri in sheets[cls])
+            parts.append("</div>")
+    return "".join(parts) + "</section>"
+
+
+def _thumbnails(
+    index: Index, wanted: set[str]
+) -> tuple[dict[str, list[tuple[str, str]]], dict[str, str]]:
+    """One pass over each split's first MAX_SCANNED records: PER_CLASS thumbnails of each
+    class, (key, data URI) by class name, and those of the `wanted` duplicates by name."""
+    shown = set(index.classes[:SHOWN_CLASSES]) | {""}
+    sheets: dict[str, list[tuple[str, str]]] = {}
+    found: dict[str, str] = {}
+    for split in index.splits:
+        records = iter_examples(index.storage, split)
+        # a damaged or missing shard ends the split's thumbnails, not the card (verify says why)
+        with suppress(ShardpackError, OSError):
+            for record in itertools.islice(records, MAX_SCANNED):
+                name = f"{split}/{record['key']}"
+                classes = [c for c in _classes(index, record.get("label")) if c in shown]
+                room = [c for c in classes if len(sheets.setdefault(c, [])) < PER_CLASS]
+                if room or name in wanted:
+                    uri = _data_uri(record)
+                    for cls in room:
+                        sheets[cls].append((name, uri))
+                    if name in wanted:
+                        found[name] = uri
+    return sheets, found
+
+
+def _classes(index: Index, label: object) -> list[str]:
+    """The class names of a record's label ("" for none): one, or each of a multi-label."""
+    if label is None:
+        return [""]
+    labels = label.tolist() if isinstance(label, np.ndarray) else [label]
+    return [index.classes[i] for i in labels if isinstance(i, int) and 0 <= i < len(index.classes)]
+
+
+def _data_uri(record: dict) -> str:
+    """A record's image as a THUMB-pixel JPEG data URI; "" when it does not decode."""
+    try:
+        pixels = decode_pixels(record)
+        scale = THUMB / max(pixels.shape[:2])
+        if scale < 1:
+            size = (max(1, round(pixels.shape[0] * scale)), max(1, round(pixels.shape[1] * scale)))
+            pixels = images.resize(pixels, size)
+        data = images.encode(pixels, "jpeg", 85, order="rgb")
+    except images.BadImage:
+        return ""
+    return "data:image/jpeg;base64," + base64.b64encode(data).decode("ascii")

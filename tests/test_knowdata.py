@@ -1,0 +1,339 @@
+"""Know your data: exact copies found while packing, --dedup exact, statistics, the data card."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import cv2
+import pytest
+from typer.testing import CliRunner
+
+from shardpack.cli import app
+from shardpack.read.stream import iter_examples
+from tests.helpers import image, shard_files, write_image
+
+runner = CliRunner()
+
+# The planted copies: (copy, original), paths under SRC.
+COPIES = {
+    "train/dog/copy_a.jpg": "train/cat/img_000.jpg",  # within train
+    "test/dog/copy_b.jpg": "train/dog/img_001.jpg",  # test's copy of a train image
+    "train/cat/copy_c.jpg": "test/cat/img_000.jpg",  # a group of three across both splits
+    "train/cat/copy_d.jpg": "test/cat/img_000.jpg",
+}
+
+
+def _src(root: Path) -> Path:
+    """A split tree of distinct real JPEGs and PNGs with COPIES planted among them."""
+    seed = 0
+    for split, count in (("train", 6), ("test", 3)):
+        for cls in ("cat", "dog"):
+            for i in range(count):
+                ext = ".png" if i == 2 else ".jpg"
+                write_image(root / split / cls / f"img_{i:03d}{ext}", image(seed, 40, 56))
+                seed += 1
+    for copy, original in COPIES.items():
+        shutil.copyfile(root / original, root / copy)
+    return root
+
+
+def _pack(src: Path, out: Path, *args: str) -> dict:
+    result = runner.invoke(app, ["pack", str(src), str(out), "--no-progress", "--json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _keys(out: Path, split: str) -> set[str]:
+    return {r["key"] for r in iter_examples(out, split)}
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    return _src(tmp_path_factory.mktemp("knowdata") / "src")
+
+
+def test_exact_copies_are_reported_and_kept(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = _pack(src, out, "--workers", "2", "--shards", "2")
+    assert summary["records"] == 18 + len(COPIES) and summary["skipped"] == 0
+    dup = summary["duplicates"]
+    assert (dup["groups"], dup["images"], dup["copies"], dup["removed"]) == (3, 7, 4, 0)
+    across = {(a["split"], a["also_in"]): a["images"] for a in dup["across_splits"]}
+    assert across == {("test", "train"): 2, ("train", "test"): 3}
+    index = json.loads((out / "index.json").read_text())
+    listed = sorted(map(sorted, index["duplicates"]["listed"]))
+    keys = {path: f"{path.split('/')[0]}/{_key(out, path)}" for path in (*COPIES, *COPIES.values())}
+    assert listed == sorted([
+        sorted([keys["train/cat/img_000.jpg"], keys["train/dog/copy_a.jpg"]]),
+        sorted([keys["train/dog/img_001.jpg"], keys["test/dog/copy_b.jpg"]]),
+        sorted([keys["test/cat/img_000.jpg"], keys["train/cat/copy_c.jpg"],
+                keys["train/cat/copy_d.jpg"]]),
+    ])  # fmt: skip
+    # every group lists the copy --dedup would keep first: the test split's, else the first key
+    firsts = {group[0] for group in index["duplicates"]["listed"]}
+    assert keys["test/cat/img_000.jpg"] in firsts and keys["test/dog/copy_b.jpg"] in firsts
+
+    text = runner.invoke(app, ["pack", str(src), str(tmp_path / "o2"), "--no-progress"])
+    assert "4 duplicate copies of 3 images (same bytes)" in text.output
+    assert "2 images of test are also in train" in text.output
+
+
+def _key(out: Path, path: str) -> str:
+    """The record key pack gave the file at `path` under SRC."""
+    split = path.split("/")[0]
+    (key,) = (k for k in _keys(out, split) if k.endswith(path.split("/", 1)[1]))
+    return key
+
+
+def test_dedup_exact_keeps_the_evaluation_copy(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = _pack(src, out, "--dedup", "exact", "--workers", "2")
+    assert summary["records"] == 18 and summary["skipped"] == 4
+    assert summary["duplicates"]["removed"] == 4
+    test, train = _keys(out, "test"), _keys(out, "train")
+    assert any(k.endswith("dog/copy_b.jpg") for k in test)  # test's copy stays
+    assert any(k.endswith("cat/img_000.jpg") for k in test)
+    assert not any(k.endswith(("copy_a.jpg", "copy_c.jpg", "copy_d.jpg")) for k in train)
+    assert any(k.endswith("cat/img_000.jpg") for k in train)  # the first key of the group
+    assert not any(k.endswith("dog/img_001.jpg") for k in train)
+    # every distinct image is there once
+    assert len(test) + len(train) == 18
+    index = json.loads((out / "index.json").read_text())
+    reasons = {s["key"]: s["reason"] for s in index["skipped"]}
+    (copy_b,) = (k for k in test if k.endswith("copy_b.jpg"))
+    (img_001,) = (k for k in reasons if k.endswith("dog/img_001.jpg"))
+    assert reasons[img_001] == f"duplicate of test/{copy_b}"
+    assert all(r.startswith("duplicate of ") for r in reasons.values())
+
+
+def test_dedup_is_part_of_the_plan_and_resume_keeps_the_facts(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = _pack(src, out, "--shards", "2")
+    again = _pack(src, out, "--shards", "2", "--resume")
+    assert again["shards_kept"] == 4  # every shard kept: the journal brought their facts back
+    assert again["duplicates"] == first["duplicates"]
+    result = runner.invoke(app, ["pack", str(src), str(out), "--dedup", "exact", "--no-progress"])
+    assert result.exit_code == 2 and "--dedup was" in result.output  # another plan
+    deduped, again = tmp_path / "deduped", tmp_path / "again"
+    first = _pack(src, deduped, "--shards", "2", "--dedup", "exact", "--workers", "2")
+    resumed = _pack(src, deduped, "--shards", "2", "--dedup", "exact", "--resume")
+    assert resumed["shards_kept"] == 4 and resumed["duplicates"] == first["duplicates"]
+    _pack(src, again, "--shards", "2", "--dedup", "exact", "--workers", "1")
+    assert shard_files(deduped) == shard_files(again)  # the same copies kept, the same bytes
+
+
+def test_distinct_images_have_no_duplicates(tmp_path: Path) -> None:
+    for i in range(6):
+        write_image(tmp_path / "src" / "a" / f"{i}.png", image(i))
+    summary = _pack(tmp_path / "src", tmp_path / "out", "--dedup", "exact")
+    assert summary["records"] == 6 and summary["duplicates"]["groups"] == 0
+
+
+def test_split_summaries_match_the_records(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _pack(src, out, "--dedup", "exact", "--shards", "2")
+    bad = tmp_path / "bad"
+    shutil.copytree(src, bad)
+    (bad / "train" / "cat" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really")
+    index = json.loads((out / "index.json").read_text())
+    for split in ("train", "test"):
+        records = list(iter_examples(out, split))
+        summary = index["summaries"][split]
+        sizes = sorted(len(r["image"]) for r in records)  # --encode keep: the source's bytes
+        assert summary["records"] == len(records)
+        assert summary["bytes"] == {"min": sizes[0], "median": _median(sizes), "max": sizes[-1]}
+        assert summary["width"]["median"] == 56 and summary["height"]["max"] == 40
+        formats = {}
+        for r in records:
+            formats[r["format"]] = formats.get(r["format"], 0) + 1
+        assert summary["formats"] == formats
+        assert sum(summary["bytes_histogram"]["counts"]) == len(records)
+        assert summary["size_histogram"]["counts"] == [[len(records)]]
+    assert index["summaries"]["train"]["skipped"] == {"duplicate": 4}
+    assert "skipped" not in index["summaries"]["test"]
+
+    result = runner.invoke(app, ["inspect", str(out), "--json"])
+    described = json.loads(result.stdout)
+    assert described["summaries"] == index["summaries"]
+    assert described["duplicates"]["removed"] == 4
+    text = runner.invoke(app, ["inspect", str(out)]).output
+    assert "images: 56x40 median" in text and "skipped: duplicate 4" in text
+    assert "2 images of test are also in train" in text
+
+    summary = _pack(bad, tmp_path / "out2")
+    assert summary["skipped"] == 1
+    index = json.loads((tmp_path / "out2" / "index.json").read_text())
+    assert index["summaries"]["train"]["skipped"] == {"truncated JPEG": 1}
+
+
+def _median(values: list[int]) -> float:
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+class _Marked(HTMLParser):
+    """The text of each element marked data-value, by (the data-split or data-class of the
+    nearest element around it that has one, its data-value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[tuple[str, str | None, str | None]] = []
+        self.values: dict[tuple[str | None, str], str] = {}
+        self.images: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        attrs = dict(attrs)
+        where = attrs.get("data-split") or attrs.get("data-class")
+        if where is None and self.stack:
+            where = self.stack[-1][1]
+        if tag == "img":
+            self.images.append(attrs.get("src", ""))
+        else:
+            self.stack.append((tag, where, attrs.get("data-value")))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.stack and self.stack.pop()[0] != tag:
+            pass
+
+    def handle_data(self, data: str) -> None:
+        if self.stack and self.stack[-1][2] is not None:
+            _, where, name = self.stack[-1]
+            self.values[where, name] = self.values.get((where, name), "") + data
+
+
+def _browser(page: Path, tmp_path: Path) -> tuple[str, Path]:
+    """The DOM headless Chromium built from the page, and a screenshot of it."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("needs Debian's chromium (make install-test installs it with apt)")
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]  # fmt: skip
+    shot = tmp_path / "shot.png"
+    run = subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1200,3000",
+                          page.as_uri()], capture_output=True, timeout=180)  # fmt: skip
+    assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
+    dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=180)  # fmt: skip
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return dom.stdout, shot
+
+
+def test_report_in_a_real_browser(src: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    _pack(src, out, "--shards", "2")
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    page = out / "report.html"
+    text = page.read_text()
+    assert "<script" not in text and "<link" not in text  # self-contained: nothing fetched
+    assert not re.search(r"url\([^#]|src=.http|href=.http", text)
+    dom, shot = _browser(page, tmp_path)
+    marked = _Marked()
+    marked.feed(dom)
+    values = {key: value.replace(",", "") for key, value in marked.values.items()}
+    index = json.loads((out / "index.json").read_text())
+    for split, entry in index["splits"].items():
+        assert values[split, "records"] == str(entry["num_records"])
+        assert values[split, "shards"] == str(len(entry["shards"]))
+        assert values[split, "bytes"] == str(sum(s["num_bytes"] for s in entry["shards"]))
+        for cls, count in zip(index["classes"], entry["class_counts"], strict=True):
+            assert values[cls, f"class:{split}"] == str(count)
+        summary = index["summaries"][split]
+        for what in ("width", "height", "bytes"):
+            for stat in ("min", "median", "max"):
+                assert float(values[split, f"{what}:{stat}"]) == summary[what][stat]
+    dup = index["duplicates"]
+    for what in ("groups", "images", "copies", "removed"):
+        assert values[None, f"dup:{what}"] == str(dup[what])
+    assert values[None, "leak:test:train"] == "2" and values[None, "leak:train:test"] == "3"
+    assert values[None, "skipped"] == "0"
+    thumbs = [s for s in marked.images if s.startswith("data:image/jpeg;base64,")]
+    assert len(thumbs) == len(marked.images) == 2 * 8 + dup["images"]  # sheets, every copy
+    assert dom.count("<svg") >= 4  # class balance, each split's images, shard sizes
+    pixels = cv2.imread(str(shot))
+    assert pixels.shape[:2] == (3000, 1200)
+    assert (pixels < 200).any(axis=2).mean() > 0.02  # charts and thumbnails, not a blank page
+
+
+def test_hub_dataset_card(src: Path, tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    out = tmp_path / "out"
+    _pack(src, out, "--shards", "2", "--format", "webdataset")
+    text = (out / "README.md").read_text()
+    front = yaml.safe_load(text.split("---\n")[1])
+    index = json.loads((out / "index.json").read_text())
+    info = front["dataset_info"]
+    label = next(f for f in info["features"] if f["name"] == "label")
+    assert label["dtype"]["class_label"]["names"] == {"0": "cat", "1": "dog"}
+    splits = {s["name"]: s for s in info["splits"]}
+    for split, entry in index["splits"].items():
+        assert splits[split]["num_examples"] == entry["num_records"]
+        assert splits[split]["num_bytes"] == sum(s["num_bytes"] for s in entry["shards"])
+        (files,) = [c["path"] for c in front["configs"][0]["data_files"] if c["split"] == split]
+        matched = {p.name for pattern in files for p in out.glob(pattern)}
+        assert matched == {s["file"] for s in entry["shards"]}
+    assert "2 images of test are also in train." in text
+    _pack(src, out, "--shards", "2", "--format", "webdataset", "--resume")  # ours: rewritten
+
+
+@pytest.mark.parametrize("ours", [False, True])
+def test_a_users_readme_is_never_replaced_unasked(src: Path, tmp_path: Path, ours: bool) -> None:
+    out = tmp_path / "out"
+    if ours:  # an output of ours, where the user then wrote a README.md of their own
+        _pack(src, out)
+    out.mkdir(exist_ok=True)
+    (out / "README.md").write_text("# my notes\n")
+    result = runner.invoke(app, ["pack", str(src), str(out), "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert "README.md: exists and was not written by shardpack" in result.output
+    assert (out / "README.md").read_text() == "# my notes\n"
+    _pack(src, out, "--overwrite")
+    assert "dataset_info:" in (out / "README.md").read_text()
+
+
+def test_a_journals_facts_are_read_as_untrusted(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = _pack(src, out, "--shards", "2")
+    journal = out / ".shardpack.journal"
+    head, *entries = journal.read_text().splitlines()
+    bad = [json.loads(line) for line in entries]
+    bad[0]["content"] = "not base64!"  # dropped: its shard is written again
+    bad[1]["content"] = "AAAA"  # base64 of the wrong length: kept, its records noted as nothing
+    bad[2]["tally"] = [["format", "jpeg", "many"]]
+    journal.write_text("\n".join([head, *map(json.dumps, bad)]) + "\n")
+    again = _pack(src, out, "--shards", "2", "--resume")
+    assert again["shards_kept"] == 2  # the two with a readable content and tally
+    assert again["records"] == first["records"]
+    assert again["duplicates"]["groups"] <= first["duplicates"]["groups"]
+
+
+def test_report_and_inspect_take_a_crafted_index_without_a_traceback(
+    src: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    _pack(src, out)
+    index = json.loads((out / "index.json").read_text())
+    index["summaries"] = {"train": {"width": "wide", "size_histogram": [1]}, "<b>": 3}
+    index["duplicates"] = {"groups": 1, "images": 2, "copies": 1, "removed": 0,
+                           "across_splits": [7], "listed": [["<img src=x>", 5], "x"]}  # fmt: skip
+    (out / "index.json").write_text(json.dumps(index))
+    result = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "card.html")])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "card.html").read_text()
+    assert "<img src=x>" not in page and "&lt;img src=x&gt;" in page
+    assert runner.invoke(app, ["inspect", str(out)]).exit_code == 0
+    index["summaries"], index["duplicates"] = ["a list"], "a string"
+    (out / "index.json").write_text(json.dumps(index))
+    assert runner.invoke(app, ["inspect", str(out)]).exit_code == 0
+    assert runner.invoke(app, ["report", str(out)]).exit_code == 0
+    for shard in out.glob("*.tfrecord-*"):  # damaged shards: a card without thumbnails
+        shard.write_bytes(shard.read_bytes()[:100])
+    assert runner.invoke(app, ["report", str(out)]).exit_code == 0
