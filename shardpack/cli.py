@@ -104,7 +104,7 @@ def _user_errors():
         _error(str(FileAccessError.from_os_error(e)))
         raise typer.Exit(2) from None
     except Exception as e:  # from an object store's client: refused, unreachable, misnamed
-        from shardpack.storage.remote import store_failure
+        from shardpack.storage import store_failure
 
         message = store_failure(e)
         if message is None:

@@ -163,6 +163,27 @@ def test_an_idx_folder_linked_outside_out_is_refused(src, tmp_path):
     assert list(elsewhere.iterdir()) == []
 
 
+@pytest.mark.parametrize("scheme", ["", "file://", "local://"])
+def test_links_planted_in_out_as_a_local_url_are_never_written_through(
+    src, victim, tmp_path, scheme
+):
+    """OUT as local:// (fsspec's name for this disk) or file:// keeps every protection of a
+    plain path: a link at a shard name (--resume) or at features.json (--overwrite)."""
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2").returncode == 0
+    for planted, again in ((SHARDS[0], "--resume"), ("features.json", "--overwrite")):
+        (out / planted).unlink()
+        (out / planted).symlink_to(victim)
+        run = _cli("pack", str(src), f"{scheme}{out}", "--workers", "1", "--shards", "2", again)
+        assert "Traceback" not in run.stderr and run.returncode in (0, 2), run.stderr
+        assert victim.read_bytes() == VICTIM_TEXT.encode(), (planted, again)
+        if run.returncode == 0:  # the link was replaced by the file, not written through
+            assert not (out / planted).is_symlink() and verify(out).ok
+        else:
+            _one_line_error(run, planted)
+            (out / planted).unlink()
+
+
 # ---- --resume keeps only shards of the very same plan --------------------------------------
 
 

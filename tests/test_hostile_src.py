@@ -130,6 +130,28 @@ def test_dev_zero_linked_as_an_image_is_skipped_unread(tmp_path):
     assert run.peak_mib < 400
 
 
+def test_a_fifo_in_a_local_url_src_is_skipped_not_waited_on(tmp_path):
+    """local:// (fsspec's name for this disk) is this disk: the same special-file checks."""
+    src = helpers.make_tree(tmp_path / "src", {"a": 2})
+    os.mkfifo(src / "a" / "pipe.jpg")
+    skipped = _skipped(tmp_path, _pack(tmp_path, f"local://{src}", timeout=60))
+    assert skipped == {"a/pipe.jpg": "not a regular file (a FIFO)"}
+
+
+def test_a_fifo_or_dev_zero_named_by_local_url_in_a_manifest_is_skipped_unread(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"a": 2})
+    os.mkfifo(src / "pipe.jpg")
+    rows = [{"path": f"local://{src}/a/img_000.jpg", "label": "a"},
+            {"path": f"local://{src}/pipe.jpg", "label": "a"},
+            {"path": "local:///dev/zero", "label": "a"}]  # fmt: skip
+    run = _pack(tmp_path, helpers.write_csv(src / "rows.csv", rows), timeout=60)
+    reasons = sorted(_skipped(tmp_path, run).values())  # by line: the FIFO's is line 3
+    assert len(reasons) == 2, reasons
+    assert "pipe.jpg: not a regular file (a FIFO)" in reasons[0]
+    assert "/dev/zero: not a regular file (a character device)" in reasons[1]
+    assert run.peak_mib < 400
+
+
 def test_a_3_gb_sparse_jpeg_is_refused_before_it_is_read(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"a": 2})
     big = src / "a" / "big.jpg"

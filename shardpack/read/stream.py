@@ -322,7 +322,7 @@ def tf_dataset(
     mine = _share_of(index, split, *_checked_shard(shard))
     # Only a local disk has paths TensorFlow opens itself (in C++, off the GIL); elsewhere the
     # shard names go to our reader, which streams them through the index's storage.
-    local = index.storage.local
+    local = index.storage.local_path() is not None
     paths = [index.shard_path(info) if local else info.file for info, _ in mine.files]
     compression = "GZIP" if index.compression == "gzip" else ""
     parallel = tf.data.AUTOTUNE if num_parallel_reads is None else num_parallel_reads

@@ -256,7 +256,8 @@ def load_cifar_pickle(root: Storage | str, name: str = "") -> dict[str, object]:
     root = storage_at(root)
     path = root.path(name)
     # Kept by a local file's identity only: an object's would cost a request to learn.
-    identity = _identity(path) if root.local else None
+    local = root.local_path(name)
+    identity = _identity(local) if local is not None else None
     loaded = _kept.get(identity) if _kept is not None and identity is not None else None
     if loaded is None:
         loaded = safepickle.load(_read_batch(root, name), path)

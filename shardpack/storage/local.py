@@ -28,7 +28,7 @@ JOURNAL_NAME = ".shardpack.journal"
 
 
 class LocalStorage(Storage):
-    local = True
+    how_to_share = "mount the same paths on every worker, or use an object store URL"
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
@@ -47,6 +47,9 @@ class LocalStorage(Storage):
 
     def child(self, name: str) -> LocalStorage:
         return LocalStorage(self.path(name))
+
+    def local_path(self, name: str = "") -> str:
+        return self.path(name)
 
     def kind(self, name: str = "") -> str | None:
         path = self.path(name)

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import islice
 
-from shardpack.errors import OutputError, printable
+from shardpack.errors import OutputError
 from shardpack.storage import (
     EXTRAS,
     LOCK_NAME,
@@ -37,6 +37,7 @@ from shardpack.storage import (
     Storage,
     StorageError,
 )
+from shardpack.storage.failures import is_store_failure, said
 from shardpack.storage.local import FileSink
 from shardpack.storage.srcfiles import FileTooLarge
 
@@ -55,22 +56,22 @@ _AHEAD_BATCHES = 2  # batches fetched ahead of the one being read
 
 
 class RemoteStorage(Storage):
-    local = False
+    how_to_share = "give every worker the same credentials and endpoint"
 
-    def __init__(self, fs, root: str, scheme: str) -> None:
+    def __init__(self, fs, root: str, scheme: str, base: str) -> None:
         self.fs = fs  # fsspec filesystems pickle with their options
         self.scheme = scheme
         self.in_process = scheme == "memory"
         self.root = root.rstrip("/")
-        self._base = fs._strip_protocol(self.root).rstrip("/")
+        self._base = base.rstrip("/")  # the root as the filesystem names it (no scheme)
 
     @classmethod
     def at(cls, url: str, scheme: str, options: dict) -> RemoteStorage:
         """The storage at `url`, through fsspec's filesystem for its scheme."""
         try:  # fsspec itself comes with each extra: a runtime-only install has none
-            import fsspec
+            from fsspec.core import url_to_fs
 
-            fs = fsspec.filesystem(scheme, **options)
+            fs, base = url_to_fs(url, **options)
         except ImportError:
             extra = EXTRAS.get(scheme)
             what = f"pip install 'shardpack[{extra}]'" if extra else (
@@ -82,7 +83,7 @@ class RemoteStorage(Storage):
         except TypeError as e:  # an option the filesystem does not take
             what = f"a --storage-option is not one {scheme}:// takes ({e})"
             raise StorageError(f"{url}: {what}") from None
-        return cls(fs, url, scheme)
+        return cls(fs, url, scheme, base)
 
     def __repr__(self) -> str:
         return f"RemoteStorage({self.root!r})"
@@ -103,7 +104,7 @@ class RemoteStorage(Storage):
         return f"{self.root}/{name}" if name else self.root
 
     def child(self, name: str) -> RemoteStorage:
-        return RemoteStorage(self.fs, self.path(name), self.scheme)
+        return RemoteStorage(self.fs, self.path(name), self.scheme, self._key(name))
 
     # -- reading ---------------------------------------------------------------------------
     def kind(self, name: str = "") -> str | None:
@@ -475,7 +476,7 @@ def _locked(storage: RemoteStorage) -> Iterator[None]:
             if not failed:  # else a store gone down must not bury why the run stopped
                 raise OutputError(
                     f"{storage.path(LOCK_NAME)}: the run is complete (index.json written), but "
-                    f"its lock could not be removed ({_said(e, 200)}); remove it, or a later run "
+                    f"its lock could not be removed ({said(e, 200)}); remove it, or a later run "
                     "on this host takes it over"
                 ) from None
 
@@ -486,42 +487,6 @@ def _release(storage: RemoteStorage, key: str, token: str) -> None:
     if held and held.get("token") == token:
         with suppress(FileNotFoundError):
             storage.fs.rm_file(key)
-
-
-# Where the exceptions of the packages a URL's filesystem reaches its store through live. What
-# they raise that is not an OSError (a refused connection, a malformed bucket name) is the
-# store's answer, not a bug of ours: store_failure turns it into one line. fsspec itself is
-# not among them: what it raises that is no OSError is a bug of its caller's, ours.
-_STORE_MODULES = ("botocore.", "aiobotocore.", "s3fs.", "gcsfs.", "adlfs.", "aiohttp.", "azure.",
-                  "google.auth.", "google.api_core.", "google.cloud.")  # fmt: skip
-
-
-def is_store_failure(e: BaseException) -> bool:
-    """Whether `e` is the disk's or a store's failure (an OSError, or store_failure's)."""
-    return isinstance(e, OSError) or store_failure(e) is not None
-
-
-def store_failure(e: BaseException) -> str | None:
-    """One line for an exception that came out of a URL's filesystem, or None for any other
-    (judged by where its class lives and where it was raised: botocore raises ValueError for
-    a malformed endpoint)."""
-    tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    raised_in = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
-    if not any(f"{m}.".startswith(_STORE_MODULES) for m in (raised_in, type(e).__module__)):
-        return None
-    said = _said(e, 300)
-    if isinstance(e, TypeError) and "unexpected keyword argument" in said:
-        return f"a --storage-option is not one the filesystem takes ({said})"
-    return (f"the object store refused or could not be reached: {said}; check the URL, the "
-            "endpoint (AWS_ENDPOINT_URL or --storage-option endpoint_url=...) and the "
-            "credentials")  # fmt: skip
-
-
-def _said(e: BaseException, most: int) -> str:
-    """What an exception says, on one line, escaped, at most `most` characters of it."""
-    return printable(" ".join(str(e).split())[:most]) or type(e).__name__
 
 
 def _owner(storage: RemoteStorage, key: str) -> dict | None:
