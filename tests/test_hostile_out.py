@@ -273,6 +273,42 @@ def test_a_journal_that_is_not_a_file_is_one_line(src, tmp_path, journal):
     assert path.exists()
 
 
+# ---- an S3 OUT: objects planted under the journal folder and at the lock --------------------
+
+
+def test_a_folder_marker_in_the_s3_journal_folder_is_ignored(src, s3):
+    """The zero-byte object that sync tools and the S3 console create for a folder."""
+    out = s3.url("out")
+    job = ("--workers", "1", "--shards", "2")
+    assert _cli("pack", str(src), out, *job).returncode == 0
+    s3.write("out/.shardpack.journal.d/", b"")
+    for again in ("--resume", "--overwrite", "--resume"):
+        run = _cli("pack", str(src), out, *job, again)
+        assert run.returncode == 0, run.stderr
+    assert verify(out).ok
+
+
+def test_a_planted_s3_journal_is_capped_from_its_listing_before_any_fetch(s3, monkeypatch):
+    from shardpack.storage import remote, storage_at
+
+    monkeypatch.setattr(remote, "_MOST_RECORDS", 10)  # 100,000 objects would take minutes
+    folder = "out/.shardpack.journal.d"
+    s3.write(f"{folder}/head.json", b'{"plan_digest": "x"}\n')
+    for i in range(1, 31):
+        s3.write(f"{folder}/{i:08d}.json", b"{}\n")
+    assert len(list(storage_at(s3.url("out")).read_journal(1 << 20))) == 11
+    wanted = [f"{folder}/head.json", *(f"{folder}/{i:08d}.json" for i in range(1, 11))]
+    assert sorted(s3.fetched(folder)) == sorted(wanted)
+
+
+@pytest.mark.parametrize("pid", [2**70, -1])
+def test_a_planted_s3_lock_naming_this_host_and_an_impossible_pid_is_one_line(src, s3, pid):
+    lock = {"pid": pid, "host": socket.gethostname(), "token": "x", "started": "t"}
+    s3.write("out/.shardpack.lock", json.dumps(lock).encode())
+    run = _cli("pack", str(src), s3.url("out"), "--workers", "1")
+    _one_line_error(run, "another shardpack run", ".shardpack.lock")
+
+
 # ---- a FIFO among the progress files does not hang pack ------------------------------------
 
 

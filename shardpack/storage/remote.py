@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import socket
 import tempfile
 import threading
@@ -43,6 +44,10 @@ from shardpack.storage.srcfiles import FileTooLarge
 
 JOURNAL_FOLDER = ".shardpack.journal.d"
 _HEAD = "head.json"
+_RECORD = re.compile(r"[0-9]{8,}\.json")  # a finished shard's record: _ObjectJournal's names
+# Journal records read at most: one a shard, far more than any plan has; past them the shards
+# are rewritten, as past a torn line. Counted from the listing, before anything is fetched.
+_MOST_RECORDS = 100_000
 # Schemes whose files are uploads the store completes only at commit (fsspec's
 # AbstractBufferedFile over S3 multipart and GCS resumable uploads): streamed while written.
 _STREAMING = frozenset({"s3", "s3a", "gs", "gcs"})
@@ -200,18 +205,42 @@ class RemoteStorage(Storage):
     def read_journal(self, cap: int) -> Iterable[bytes]:
         folder = self._key(JOURNAL_FOLDER)
         try:
-            head = self.fs.cat_file(f"{folder}/{_HEAD}", start=0, end=cap)
+            with _naming(self.path(JOURNAL_FOLDER)):
+                listed = self.fs.ls(folder, detail=True, refresh=True)
         except FileNotFoundError:
             return []
-        lines, total = [head], len(head)
-        names = sorted(n for n in self.fs.ls(folder, detail=False, refresh=True)
-                       if n.rsplit("/", 1)[-1] != _HEAD)  # fmt: skip
-        for name in names:
+        # From the listing alone: only names this journal writes, neither a folder marker (a
+        # zero-byte "folder/" object) nor an empty object (a range request on it fails).
+        sizes = {info["name"].rsplit("/", 1)[-1]: int(info.get("size") or 0)
+                 for info in listed if info["type"] != "directory"}  # fmt: skip
+        records = sorted(n for n in sizes if _RECORD.fullmatch(n) and sizes[n] > 0)
+        if sizes.get(_HEAD, 0) <= 0:
+            return []
+        wanted, total = [], 0
+        for name in [_HEAD, *records[:_MOST_RECORDS]]:
             if total >= cap:
                 break
-            with suppress(FileNotFoundError):
-                lines.append(self.fs.cat_file(name, start=0, end=cap - total))
-                total += len(lines[-1])
+            wanted.append((name, min(sizes[name], cap - total)))
+            total += wanted[-1][1]
+        return self._fetch_journal(wanted)
+
+    def _fetch_journal(self, wanted: list[tuple[str, int]]) -> list[bytes]:
+        """The first `size` bytes of each journal object named, fetched _AHEAD at a time; one
+        removed since the listing is left out; any other failure is refused by name."""
+        lines = []
+        for at in range(0, len(wanted), _AHEAD):
+            batch = wanted[at : at + _AHEAD]
+            keys = [self._key(f"{JOURNAL_FOLDER}/{name}") for name, _ in batch]
+            got = self.fs.cat_ranges(keys, [0] * len(batch), [size for _, size in batch],
+                                     on_error="return")  # fmt: skip
+            for (name, _), data in zip(batch, got, strict=True):
+                if isinstance(data, FileNotFoundError):
+                    continue
+                if isinstance(data, BaseException):
+                    path, why = self.path(f"{JOURNAL_FOLDER}/{name}"), said(data, 200)
+                    raise OutputError(f"{path}: cannot read this journal object ({why}); remove "
+                                      "it (the shards it records are then rewritten)")  # fmt: skip
+                lines.append(data)
         return lines
 
     def journal(self, head: list[bytes]) -> JournalWriter:
@@ -501,10 +530,13 @@ def _owner(storage: RemoteStorage, key: str) -> dict | None:
 
 def _dead_here(owner: dict | None) -> bool:
     """Whether the lock's run was on this host and its process is gone."""
-    if owner is None or owner["host"] != socket.gethostname() or type(owner["pid"]) is not int:
+    if owner is None or owner["host"] != socket.gethostname():
+        return False
+    pid = owner["pid"]
+    if type(pid) is not int or not 0 < pid < 2**31:  # os.kill takes a C int; 0, -1: groups
         return False
     try:
-        os.kill(owner["pid"], 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except OSError:  # alive, someone else's
