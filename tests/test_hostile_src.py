@@ -376,3 +376,23 @@ def test_a_binary_class_names_file_that_is_not_utf8_is_a_one_line_error(tmp_path
     src = helpers.make_cifar10_binary(tmp_path / "cifar", per_batch=4, batches=1)
     (src / "batches.meta.txt").write_bytes(b"cat\n\xff\xfe\n")
     _refused(_pack(tmp_path, src), str(src / "batches.meta.txt"), "not UTF-8 text")
+
+
+# ---- an S3 SRC: keys that the filesystem would read as another object ------------------------
+
+
+def test_s3_keys_with_an_empty_part_or_a_version_query_are_skipped_not_read_as_another(
+    tmp_path, s3
+):
+    """`cat//a.jpg` was read through `cat/a.jpg`, and s3fs cut `a.jpg?versionId=2.jpg` at `?`:
+    three records of the same image. Each key is skipped with the reason instead."""
+    png = [cv2.imencode(".png", helpers.image(seed))[1].tobytes() for seed in range(4)]
+    keys = ["src/cat/a.jpg", "src/cat//a.jpg", "src/cat/a.jpg?versionId=2.jpg", "src/dog/b.png"]
+    for key, data in zip(keys, png, strict=True):  # as written: s3fs's own put would cut them
+        s3.fs.call_s3("put_object", Bucket=s3.name, Key=key, Body=data)
+    run = _pack(tmp_path, s3.url("src"), timeout=120)
+    skipped = _skipped(tmp_path, run)
+    assert sorted(skipped) == ["cat//a.jpg", "cat/a.jpg?versionId=2.jpg"], skipped
+    assert all("cannot be read as itself" in reason for reason in skipped.values()), skipped
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert sum(s["num_records"] for s in index["splits"]["train"]["shards"]) == 2

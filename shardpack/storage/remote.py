@@ -40,7 +40,7 @@ from shardpack.storage import (
 )
 from shardpack.storage.failures import is_store_failure, said
 from shardpack.storage.local import FileSink
-from shardpack.storage.srcfiles import FileTooLarge
+from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
 JOURNAL_FOLDER = ".shardpack.journal.d"
 _HEAD = "head.json"
@@ -137,6 +137,9 @@ class RemoteStorage(Storage):
                 yield entry
 
     def read(self, name: str, limit: int) -> bytes:
+        if _inexact(name):
+            raise RefusedFile("an object key that cannot be read as itself (it holds '//' or "
+                              "'?'); rename the object")  # fmt: skip
         with _naming(self.path(name)):
             data = self.fs.cat_file(self._key(name), start=0, end=limit + 1)
         if len(data) > limit:
@@ -262,6 +265,12 @@ def _naming(path: str) -> Iterator[None]:
         raise named from e
 
 
+def _inexact(name: str) -> bool:
+    """Whether the filesystem would read a listed name as another object's: one with an empty
+    part (`cat//a.jpg` is read as `cat/a.jpg`) or a `?` (s3fs cuts `a.jpg?versionId=2` there)."""
+    return "?" in name or (name != "" and "" in name.split("/"))
+
+
 def _entry(info: dict, base: str) -> Entry:
     name = info["name"].rstrip("/")
     relative = name[len(base) :].lstrip("/") if name.startswith(base) else ""
@@ -291,6 +300,7 @@ class _ReadAhead:
             while batch := list(islice(names, _AHEAD)):
                 if self._stop.is_set():
                     return
+                batch = [n for n in batch if not _inexact(n)]  # read() refuses the others
                 keys = [self.storage._key(n) for n in batch]
                 try:
                     got = fs.cat_ranges(keys, [0] * len(keys), [self.limit + 1] * len(keys),
