@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from shardpack.errors import ImageError, OutputError
 from shardpack.packing.cluster import ClusterError, dask_client
 from shardpack.read.verify import verify
 from shardpack.storage.atomic import write_atomic
-from tests.helpers import image, make_tree, shard_files, write_image
+from tests.helpers import image, make_tree, shard_files, wait_for, write_image
 
 shard_name = get_container("tfrecord").shard_name
 
@@ -307,6 +308,36 @@ def test_a_planted_s3_lock_naming_this_host_and_an_impossible_pid_is_one_line(sr
     s3.write("out/.shardpack.lock", json.dumps(lock).encode())
     run = _cli("pack", str(src), s3.url("out"), "--workers", "1")
     _one_line_error(run, "another shardpack run", ".shardpack.lock")
+
+
+def test_array_record_into_s3_killed_leaves_no_spool_file(slow_src, s3, tmp_path):
+    """Each ArrayRecord shard is spooled to a local file the library writes by path, then
+    uploaded: a SIGKILLed run (the OOM killer, a lost node) must leave none of them behind."""
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    command = [
+        sys.executable,
+        "-m",
+        "shardpack",
+        "pack",
+        str(slow_src),
+        s3.url("out"),
+        "--format",
+        "array_record",
+        "--workers",
+        "2",
+        "--shards",
+        "4",
+        "--no-progress",
+    ]
+    run = subprocess.Popen(command, env={**os.environ, "TMPDIR": str(spool)},
+                           start_new_session=True, stderr=subprocess.PIPE)  # fmt: skip
+    try:  # until a spool file shows, or a shard is uploaded (the others then being spooled)
+        wait_for(lambda: any(spool.iterdir()) or any("array_record" in k for k in s3.keys("out")))
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+    assert [p.name for p in spool.rglob("*") if "shardpack" in p.name] == []
 
 
 # ---- a FIFO among the progress files does not hang pack ------------------------------------

@@ -2,8 +2,8 @@
 
 - A shard is streamed to the store while it is written, as an upload the store completes only
   at the end (S3 multipart, GCS resumable): nothing is under the final name before commit, and
-  a failed shard aborts its upload. Filesystems without such uploads get a local spool file
-  uploaded whole at commit; so does a file a library writes by path (ArrayRecord).
+  a failed shard aborts its upload. Filesystems without such uploads get an unnamed local
+  spool file uploaded whole at commit; so does a file a library writes by path (ArrayRecord).
 - The lock is an object created only if absent (S3 If-None-Match: *). Where a filesystem has no
   conditional create, fsspec checks then writes: two runs started at the same instant could
   both pass (docs/scaling.md says so).
@@ -39,7 +39,6 @@ from shardpack.storage import (
     StorageError,
 )
 from shardpack.storage.failures import is_store_failure, said
-from shardpack.storage.local import FileSink
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
 JOURNAL_FOLDER = ".shardpack.journal.d"
@@ -417,12 +416,13 @@ class _UploadSink(Sink):
 
 
 class _SpoolSink(Sink):
-    """A local temporary file, uploaded whole at commit (and removed either way)."""
+    """A local file without a name (O_TMPFILE), uploaded whole at commit: however the process
+    ends, nothing is left behind. A library writes it by path through /proc/self/fd/N."""
 
     def __init__(self, fs, key: str, name: str) -> None:
         self.fs, self.key, self.name = fs, key, name
-        self._spool = FileSink(os.path.join(tempfile.gettempdir(), "shardpack.spool"))
-        self.fd = self._spool.fd
+        self._spool = tempfile.TemporaryFile(prefix=".shardpack.spool.")  # noqa: SIM115
+        self.fd = self._spool.fileno()
 
     def write(self, data: bytes) -> int:
         return self._spool.write(data)
@@ -431,12 +431,12 @@ class _SpoolSink(Sink):
         try:
             self._spool.flush()
             with _naming(self.name):
-                self.fs.put_file(self._spool.name, self.key)
+                self.fs.put_file(f"/proc/self/fd/{self.fd}", self.key)
         finally:
-            self._spool.discard()
+            self.discard()
 
     def discard(self) -> None:
-        self._spool.discard()
+        self._spool.close()
 
 
 class _ObjectJournal(JournalWriter):
