@@ -396,3 +396,17 @@ def test_s3_keys_with_an_empty_part_or_a_version_query_are_skipped_not_read_as_a
     assert all("cannot be read as itself" in reason for reason in skipped.values()), skipped
     index = json.loads((tmp_path / "out" / "index.json").read_text())
     assert sum(s["num_records"] for s in index["splits"]["train"]["shards"]) == 2
+
+
+def test_s3_objects_over_the_image_limit_are_refused_from_the_listing_never_fetched(tmp_path, s3):
+    """A 70 MiB object named like an image, past the 64 MiB (and a little) an image of 1,000
+    pixels may take: skipped from its listed size, as a disk's file from its stat; no GET of
+    it reaches the store."""
+    png = [cv2.imencode(".png", helpers.image(seed))[1].tobytes() for seed in range(3)]
+    for key, data in (("src/a/0.png", png[0]), ("src/a/1.png", png[1]), ("src/b/2.png", png[2]),
+                      ("src/b/big.jpg", b"\xff\xd8" + bytes(70 << 20))):  # fmt: skip
+        s3.write(key, data)
+    run = _pack(tmp_path, s3.url("src"), "--max-pixels", "1000", timeout=120)
+    skipped = _skipped(tmp_path, run)
+    assert list(skipped) == ["b/big.jpg"] and "over the limit" in skipped["b/big.jpg"], skipped
+    assert "src/b/big.jpg" not in s3.fetched("src/")

@@ -143,8 +143,9 @@ def test_reading_ahead_gives_each_file_in_order_bounded_and_errors_as_reads_woul
     files = {f"d/{i:03d}.bin": bytes([i]) * (i + 1) for i in range(40)}
     for name, data in files.items():
         storage.put(name, data)
-    names = [*files, "d/missing.bin", "d/039.bin"]
-    with storage.reading(names, limit=30) as ahead:
+    names = [(n, len(data)) for n, data in files.items()]
+    names[-1] = (names[-1][0], 0)  # listed smaller than it is now: the range still bounds it
+    with storage.reading([*names, ("d/missing.bin", 1), ("d/039.bin", 40)], limit=30) as ahead:
         assert ahead is not storage  # a URL's files are fetched ahead
         for name in list(files)[:30]:
             assert ahead.read(name, 30) == files[name]
@@ -155,7 +156,7 @@ def test_reading_ahead_gives_each_file_in_order_bounded_and_errors_as_reads_woul
             ahead.read("d/missing.bin", 30)
         assert ahead.read("d/000.bin", 30) == files["d/000.bin"]  # out of order: read directly
     local = storage_at("/")
-    with local.reading(["x"], 1) as same:
+    with local.reading([("x", 1)], 1) as same:
         assert same is local  # a local disk reads as fast as it asks
 
 
@@ -168,7 +169,7 @@ def test_reading_ahead_of_names_that_fail_partway_reads_the_rest_directly(url):
         storage.put(name, data)
 
     def names():
-        yield from list(files)[:20]
+        yield from ((name, 1) for name in list(files)[:20])
         raise RuntimeError("an item that cannot be read")
 
     outcome: list = []

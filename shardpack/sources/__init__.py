@@ -152,13 +152,13 @@ def loader(kind: str) -> Loader:
     return cifar.load if kind in cifar.LAYOUTS else folder.load
 
 
-def item_files(kind: str, items: Iterable[Item]) -> Iterator[str]:
-    """The files the loader of `kind` reads for these items, one each, in order (CIFAR: none,
-    its batches are read once a process). Lazy: a list would hold every path of the shard in
-    the worker (8,333 small JPEGs: ~0.5 MB, and then more at every shard)."""
+def item_files(kind: str, items: Iterable[Item]) -> Iterator[tuple[str, int]]:
+    """The files (path, size) the loader of `kind` reads for these items, one each, in order
+    (CIFAR: none, its batches are read once a process). Lazy: a list would hold every path of
+    the shard in the worker (8,333 small JPEGs: ~0.5 MB, and then more at every shard)."""
     from shardpack.sources import cifar
 
-    return iter(()) if kind in cifar.LAYOUTS else (item.path for item in items)
+    return iter(()) if kind in cifar.LAYOUTS else ((item.path, item.size) for item in items)
 
 
 def source_root(

@@ -194,10 +194,11 @@ class Storage:
         raise NotImplementedError
 
     @contextmanager
-    def reading(self, names: Iterable[str], limit: int) -> Iterator[Storage]:
-        """This storage, to read `names` (each at most `limit` bytes) in this order. Where each
-        request waits on the network (an object store), the next files are fetched ahead,
-        several at once, while the caller works on the current one."""
+    def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
+        """This storage, to read `files` (name, and the size its listing gave; each at most
+        `limit` bytes) in this order. Where each request waits on the network (an object
+        store), the next files are fetched ahead, several at once, while the caller works on
+        the current one; one listed over `limit` is refused (FileTooLarge) unfetched."""
         yield self
 
     def open(self, name: str) -> Blob:

@@ -146,8 +146,8 @@ class RemoteStorage(Storage):
         return data
 
     @contextmanager
-    def reading(self, names: Iterable[str], limit: int) -> Iterator[Storage]:
-        ahead = _ReadAhead(self, names, limit)
+    def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
+        ahead = _ReadAhead(self, files, limit)
         try:
             yield ahead
         finally:
@@ -278,39 +278,48 @@ def _entry(info: dict, base: str) -> Entry:
 
 
 class _ReadAhead:
-    """A RemoteStorage whose read() of the names given, in their order, comes from a thread
+    """A RemoteStorage whose read() of the files given, in their order, comes from a thread
     fetching them _AHEAD at a time with concurrent range requests (bounded by `limit` each):
-    per-request latency, not bandwidth, is what limits one worker reading small objects.
-    Anything else, or a name out of order, goes to the storage itself."""
+    per-request latency, not bandwidth, is what limits one worker reading small objects. A file
+    listed over `limit` is refused unfetched. Anything else, or a name out of order, goes to
+    the storage itself."""
 
-    def __init__(self, storage: RemoteStorage, names: Iterable[str], limit: int) -> None:
+    def __init__(
+        self, storage: RemoteStorage, files: Iterable[tuple[str, int]], limit: int
+    ) -> None:
         self.storage, self.limit = storage, limit
         self._fetched: queue.Queue[list | None] = queue.Queue(_AHEAD_BATCHES)
         self._pending: list = []  # (name, bytes or the OSError its request raised), reversed
         self._done = False  # every batch has been taken
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._fetch, args=(names,), daemon=True)
+        self._thread = threading.Thread(target=self._fetch, args=(files,), daemon=True)
         self._thread.start()
 
-    def _fetch(self, names: Iterable[str]) -> None:
-        fs = self.storage.fs
-        names = iter(names)
+    def _fetch(self, files: Iterable[tuple[str, int]]) -> None:
+        files = iter(files)
         try:
-            while batch := list(islice(names, _AHEAD)):
+            while batch := list(islice(files, _AHEAD)):
                 if self._stop.is_set():
                     return
-                batch = [n for n in batch if not _inexact(n)]  # read() refuses the others
-                keys = [self.storage._key(n) for n in batch]
-                try:
-                    got = fs.cat_ranges(keys, [0] * len(keys), [self.limit + 1] * len(keys),
-                                        on_error="return")  # fmt: skip
-                except Exception as e:  # the whole batch failed: each read says so
-                    got = [e] * len(batch)
-                self._fetched.put(list(zip(batch, got, strict=True)))
+                batch = [(n, size) for n, size in batch if not _inexact(n)]  # read() refuses
+                fetch = [n for n, size in batch if size <= self.limit]
+                got = iter(self._fetch_batch(fetch))
+                self._fetched.put([(n, next(got) if size <= self.limit else FileTooLarge(
+                    f"{size} bytes, over the limit of {self.limit} bytes")) for n, size in batch
+                ])  # fmt: skip
         except Exception:  # naming a file failed: the reads from here on go to the storage
             pass  # itself, which raises the same error where the caller handles it
         finally:
             self._fetched.put(None)  # the end, however it came: read() never waits for nothing
+
+    def _fetch_batch(self, names: list[str]) -> list:
+        """Each file's bytes (up to limit + 1), or the exception its request raised."""
+        keys = [self.storage._key(n) for n in names]
+        try:
+            return self.storage.fs.cat_ranges(keys, [0] * len(keys), [self.limit + 1] * len(keys),
+                                              on_error="return")  # fmt: skip
+        except Exception as e:  # the whole batch failed: each read says so
+            return [e] * len(names)
 
     def read(self, name: str, limit: int) -> bytes:
         if not self._pending and not self._done:
@@ -321,7 +330,7 @@ class _ReadAhead:
             return self.storage.read(name, limit)
         _, data = self._pending.pop()
         if isinstance(data, BaseException):
-            raise data if isinstance(data, OSError) else OSError(str(data))
+            raise data if isinstance(data, OSError | RefusedFile) else OSError(str(data))
         if len(data) > limit:
             raise FileTooLarge(f"over the limit of {limit} bytes")
         return data
