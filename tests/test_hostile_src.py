@@ -7,6 +7,7 @@ never a hang, a traceback, a crash or unbounded memory.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import pickle
@@ -16,6 +17,8 @@ import struct
 import subprocess
 import sys
 import threading
+import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -410,3 +413,55 @@ def test_s3_objects_over_the_image_limit_are_refused_from_the_listing_never_fetc
     skipped = _skipped(tmp_path, run)
     assert list(skipped) == ["b/big.jpg"] and "over the limit" in skipped["b/big.jpg"], skipped
     assert "src/b/big.jpg" not in s3.fetched("src/")
+
+
+# ---- HTTP(S) images in a manifest: a server that ignores Range, one that never answers -------
+
+
+class _HostileImages(http.server.BaseHTTPRequestHandler):
+    """/imgs/ lists its images (fsspec sizes them from it); ok.png is an image; big.jpg is a
+    1 GiB answer that ignores Range; hang.jpg is never answered."""
+
+    png = cv2.imencode(".png", helpers.image(0))[1].tobytes()
+
+    def do_GET(self) -> None:
+        if self.path.endswith("hang.jpg"):
+            time.sleep(600)
+            return
+        listing = (
+            b'<a href="/imgs/ok.png">o</a><a href="/imgs/big.jpg">b</a> <a href="/imgs/hang.jpg">'
+        )
+        body = {"/imgs": listing, "/imgs/": listing, "/imgs/ok.png": self.png}.get(self.path)
+        self.send_response(200 if body is not None or self.path.endswith("big.jpg") else 404)
+        self.send_header("Content-Length", str(1 << 30 if body is None else len(body)))
+        self.end_headers()
+        with suppress(OSError):
+            for _ in range(0 if body is not None else 1024):
+                self.wfile.write(bytes(1 << 20))
+            self.wfile.write(body or b"")
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_http_images_are_read_with_a_byte_cap_and_timeouts(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HostileImages)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/imgs"
+        rows = [
+            {"path": f"{url}/{name}", "label": "a"} for name in ("ok.png", "big.jpg", "hang.jpg")
+        ]
+        manifest = helpers.write_csv(tmp_path / "rows.csv", rows)
+        start = time.monotonic()
+        options = ("--storage-option", "read_timeout=2", "--max-pixels", "1000")  # 64 MiB
+        run = _pack(tmp_path, manifest, *options, timeout=120)
+    finally:
+        server.shutdown()
+    skipped = {key.rsplit("/", 1)[-1]: reason for key, reason in _skipped(tmp_path, run).items()}
+    assert sorted(skipped) == ["big.jpg", "hang.jpg"], skipped
+    assert "over the limit" in skipped["big.jpg"] and "cannot read" in skipped["hang.jpg"]
+    assert time.monotonic() - start < 60 and run.peak_mib < 600, run.peak_mib

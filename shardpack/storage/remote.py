@@ -57,6 +57,10 @@ _READ_BLOCK = 4 << 20  # a reader's read-ahead: records stream, a shard is never
 _LOCK_CAP = 4096
 _AHEAD = 16  # source files fetched at once by a worker (concurrent range requests)
 _AHEAD_BATCHES = 2  # batches fetched ahead of the one being read
+_HTTP = frozenset({"http", "https"})
+# Seconds an image server may take to accept a connection, and between two reads of an answer
+# (README, Security); --storage-option connect_timeout=S / read_timeout=S change them.
+_HTTP_TIMEOUTS = {"connect_timeout": 10.0, "read_timeout": 30.0}
 
 
 class RemoteStorage(Storage):
@@ -75,7 +79,7 @@ class RemoteStorage(Storage):
         try:  # fsspec itself comes with each extra: a runtime-only install has none
             from fsspec.core import url_to_fs
 
-            fs, base = url_to_fs(url, **options)
+            fs, base = url_to_fs(url, **(_http_options(options) if scheme in _HTTP else options))
         except ImportError:
             extra = EXTRAS.get(scheme)
             what = f"pip install 'shardpack[{extra}]'" if extra else (
@@ -136,17 +140,24 @@ class RemoteStorage(Storage):
                 yield entry
 
     def read(self, name: str, limit: int) -> bytes:
-        if _inexact(name):
+        if self.scheme in _HTTP:  # a URL's "?" is its own; a server may ignore Range
+            with _naming(self.path(name)):
+                data = _streamed(self.fs, self._key(name), limit + 1)
+        elif _inexact(name):
             raise RefusedFile("an object key that cannot be read as itself (it holds '//' or "
                               "'?'); rename the object")  # fmt: skip
-        with _naming(self.path(name)):
-            data = self.fs.cat_file(self._key(name), start=0, end=limit + 1)
+        else:
+            with _naming(self.path(name)):
+                data = self.fs.cat_file(self._key(name), start=0, end=limit + 1)
         if len(data) > limit:
             raise FileTooLarge(f"over the limit of {limit} bytes")
         return data
 
     @contextmanager
     def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
+        if self.scheme in _HTTP:  # fsspec's ranges over HTTP read a whole body: read() streams
+            yield self
+            return
         ahead = _ReadAhead(self, files, limit)
         try:
             yield ahead
@@ -262,6 +273,26 @@ def _naming(path: str) -> Iterator[None]:
         except TypeError:  # aiohttp's ClientConnectorError takes other arguments
             named = OSError(e.errno, e.strerror or str(e), path)
         raise named from e
+
+
+def _http_options(options: dict) -> dict:
+    """HTTP(S) filesystem options with the connect and read timeouts as aiohttp takes them."""
+    import aiohttp
+
+    given = {**_HTTP_TIMEOUTS, **options}
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=float(given.pop("connect_timeout")),
+                                    sock_read=float(given.pop("read_timeout")))  # fmt: skip
+    return {**given, "client_kwargs": {"timeout": timeout, **given.get("client_kwargs", {})}}
+
+
+def _streamed(fs, key: str, most: int) -> bytes:
+    """At most `most` bytes of an HTTP(S) URL, streamed: a body past them is never read."""
+    parts, got = [], 0
+    with fs.open(key, "rb", block_size=0) as f:
+        while got < most and (chunk := f.read(most - got)):
+            parts.append(chunk)
+            got += len(chunk)
+    return b"".join(parts)
 
 
 def _inexact(name: str) -> bool:
