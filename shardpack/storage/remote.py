@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from itertools import islice
+from itertools import islice, repeat
 
 from shardpack.errors import OutputError
 from shardpack.storage import (
@@ -58,8 +58,8 @@ _LOCK_CAP = 4096
 _AHEAD = 16  # source files fetched at once by a worker (concurrent range requests)
 _AHEAD_BATCHES = 2  # batches fetched ahead of the one being read
 _HTTP = frozenset({"http", "https"})
-# Seconds an image server may take to accept a connection, and between two reads of an answer
-# (README, Security); --storage-option connect_timeout=S / read_timeout=S change them.
+# Seconds an image server may take to accept a connection, and between two reads of an answer;
+# --storage-option connect_timeout=S / read_timeout=S change them.
 _HTTP_TIMEOUTS = {"connect_timeout": 10.0, "read_timeout": 30.0}
 
 
@@ -333,24 +333,24 @@ class _ReadAhead:
                 if self._stop.is_set():
                     return
                 batch = [(n, size) for n, size in batch if not _inexact(n)]  # read() refuses
-                fetch = [n for n, size in batch if size <= self.limit]
-                got = iter(self._fetch_batch(fetch))
-                self._fetched.put([(n, next(got) if size <= self.limit else FileTooLarge(
-                    f"{size} bytes, over the limit of {self.limit} bytes")) for n, size in batch
-                ])  # fmt: skip
+                self._fetched.put(self._fetch_batch(batch))
         except Exception:  # naming a file failed: the reads from here on go to the storage
             pass  # itself, which raises the same error where the caller handles it
         finally:
             self._fetched.put(None)  # the end, however it came: read() never waits for nothing
 
-    def _fetch_batch(self, names: list[str]) -> list:
-        """Each file's bytes (up to limit + 1), or the exception its request raised."""
-        keys = [self.storage._key(n) for n in names]
+    def _fetch_batch(self, batch: list[tuple[str, int]]) -> list:
+        """(name, its bytes up to limit + 1 or the exception its request raised) for each file;
+        one listed over the limit is refused unfetched."""
+        fetch = [self.storage._key(n) for n, size in batch if size <= self.limit]
         try:
-            return self.storage.fs.cat_ranges(keys, [0] * len(keys), [self.limit + 1] * len(keys),
-                                              on_error="return")  # fmt: skip
+            got = iter(self.storage.fs.cat_ranges(fetch, [0] * len(fetch),
+                       [self.limit + 1] * len(fetch), on_error="return"))  # fmt: skip
         except Exception as e:  # the whole batch failed: each read says so
-            return [e] * len(names)
+            got = repeat(e)
+        over = f"over the limit of {self.limit} bytes"
+        return [(n, next(got) if size <= self.limit else FileTooLarge(f"{size} bytes, {over}"))
+                for n, size in batch]  # fmt: skip
 
     def read(self, name: str, limit: int) -> bytes:
         if not self._pending and not self._done:
