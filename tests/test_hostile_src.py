@@ -7,6 +7,7 @@ never a hang, a traceback, a crash or unbounded memory.
 
 from __future__ import annotations
 
+import functools
 import http.server
 import json
 import os
@@ -463,5 +464,34 @@ def test_http_images_are_read_with_a_byte_cap_and_timeouts(tmp_path):
         server.shutdown()
     skipped = {key.rsplit("/", 1)[-1]: reason for key, reason in _skipped(tmp_path, run).items()}
     assert sorted(skipped) == ["big.jpg", "hang.jpg"], skipped
-    assert "over the limit" in skipped["big.jpg"] and "cannot read" in skipped["hang.jpg"]
+    assert "over the limit" in skipped["big.jpg"] and "imeout" in skipped["hang.jpg"], skipped
     assert time.monotonic() - start < 60 and run.peak_mib < 600, run.peak_mib
+
+
+class _NoListings(http.server.SimpleHTTPRequestHandler):
+    """A plain web server (or CDN): files answered, folders refused."""
+
+    def list_directory(self, path):
+        self.send_error(403)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_http_images_behind_a_server_that_lists_no_folders_are_packed(tmp_path):
+    """The scan sized each image from a listing of its folder URL: 'No such file or directory'
+    for every image of a server that lists none. Each is sized by its own HEAD."""
+    site = helpers.make_tree(tmp_path / "site", {"cat": 2, "dog": 1})
+    handler = functools.partial(_NoListings, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        rows = [{"path": f"{url}/{p.relative_to(site).as_posix()}", "label": p.parent.name}
+                for p in sorted(site.rglob("*.*"))]  # fmt: skip
+        run = _pack(tmp_path, helpers.write_csv(tmp_path / "rows.csv", rows), timeout=120)
+    finally:
+        server.shutdown()
+    assert _skipped(tmp_path, run) == {}
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert sum(s["num_records"] for s in index["splits"]["train"]["shards"]) == 3

@@ -264,6 +264,11 @@ class _Sizes:
         if (root := storage.local_path()) is not None:
             fd = self.root_fd if storage is self.images.base else None
             return _image_size(root, name, fd)
+        if not storage.lists_sizes:
+            try:
+                return storage.size(name)
+            except OSError as e:
+                raise _Bad(f"image {storage.path(name)}: {e.strerror or e}") from None
         folder, _, file = name.rpartition("/")
         listing = self.listings.get((storage.root, folder))
         if listing is None:

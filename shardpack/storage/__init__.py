@@ -146,6 +146,8 @@ class Storage:
 
     root: str  # as messages show it: an absolute path, or a URL
     in_process: bool = False  # only this process sees it (memory://): no worker may write it
+    # Whether a folder's listing gives its files' sizes (one request a folder); else size()
+    lists_sizes: bool = True
     how_to_share: str  # the fix to tell a user when Dask workers do not see it as we do
 
     # -- names -----------------------------------------------------------------------------
@@ -186,6 +188,10 @@ class Storage:
 
     def walk(self, name: str = "") -> Iterator[Entry]:
         """Every file below a folder, names relative to it, in sorted order."""
+        raise NotImplementedError
+
+    def size(self, name: str) -> int:
+        """The bytes of one file of SRC, asked of the file itself (0 where it does not say)."""
         raise NotImplementedError
 
     def read(self, name: str, limit: int) -> bytes:

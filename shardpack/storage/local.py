@@ -73,6 +73,9 @@ class LocalStorage(Storage):
             else:
                 yield entry
 
+    def size(self, name: str) -> int:
+        return os.stat(self.path(name)).st_size
+
     def read(self, name: str, limit: int) -> bytes:
         return read_regular(self.path(name), limit)
 

@@ -70,6 +70,7 @@ class RemoteStorage(Storage):
         self.fs = fs  # fsspec filesystems pickle with their options
         self.scheme = scheme
         self.in_process = scheme == "memory"
+        self.lists_sizes = scheme not in _HTTP  # a web server lists no folders
         self.root = root.rstrip("/")
         self._base = base.rstrip("/")  # the root as the filesystem names it (no scheme)
 
@@ -138,6 +139,18 @@ class RemoteStorage(Storage):
             entry = _entry(found[path], key)
             if entry.name:
                 yield entry
+
+    def size(self, name: str) -> int:
+        with _naming(self.path(name)):
+            try:
+                info = self.fs.info(self._key(name))  # HTTP: a HEAD, or a GET read no further
+            except FileNotFoundError as e:  # fsspec's HTTP says so of any failure: say which
+                if e.__cause__ is None:
+                    raise
+                raise FileNotFoundError(2, said(e.__cause__, 200), self.path(name)) from None
+        if info["type"] == "directory":
+            raise IsADirectoryError(21, "Is a directory", self.path(name))
+        return int(info.get("size") or 0)
 
     def read(self, name: str, limit: int) -> bytes:
         if self.scheme in _HTTP:  # a URL's "?" is its own; a server may ignore Range
