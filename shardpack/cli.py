@@ -110,7 +110,7 @@ def _user_errors():
         _error(str(FileAccessError.from_os_error(e)))
         raise typer.Exit(2) from None
     except Exception as e:  # from an object store's client: refused, unreachable, misnamed
-        from shardpack.storage.remote import store_failure
+        from shardpack.storage import store_failure
 
         message = store_failure(e)
         if message is None:
@@ -380,7 +380,7 @@ def pack(
     backend: Annotated[
         Backend,
         typer.Option(help="local: this machine's cores (loky: the same); dask: a Dask cluster."),
-    ] = Backend.local,
+    ] = Backend("local"),
     scheduler: Annotated[
         Optional[str],
         typer.Option(

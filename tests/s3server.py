@@ -40,6 +40,9 @@ _UNSET = (
     "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_ENDPOINT_URL_S3", "AWS_CA_BUNDLE",
 )  # fmt: skip
 _PR_SET_PDEATHSIG = 1
+# A GET in the server's log (werkzeug's: its status colours aside): the path.
+_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*GET (\S+) HTTP/')
+_LOGS: dict[str, Path] = {}  # endpoint -> its server's log
 
 
 def environment(endpoint: str, home: Path) -> dict[str, str]:
@@ -119,6 +122,14 @@ class Bucket:
     endpoint: str
     env: dict[str, str]  # what a process needs to reach the server (already in os.environ)
     fs: object  # s3fs.S3FileSystem
+    log: Path  # the server's log: a line per request
+
+    def fetched(self, prefix: str = "") -> list[str]:
+        """Keys under prefix of every GET of an object (not of a listing) so far, in order."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        paths = (m[1] for m in map(_REQUEST.search, lines) if m is not None)
+        keys = (p[len(self.name) + 2 :] for p in paths if p.startswith(f"/{self.name}/"))
+        return [k for k in keys if k.startswith(prefix) and "?" not in k]
 
     def url(self, path: str = "") -> str:
         """s3://bucket/path."""
@@ -166,6 +177,7 @@ def s3_server(tmp_path_factory) -> Iterator[str]:
     pytest.importorskip("moto.server")
     log = tmp_path_factory.mktemp("s3server") / "moto.log"
     server, endpoint = start_server(log)
+    _LOGS[endpoint] = log
     try:
         yield endpoint
     finally:
@@ -192,6 +204,6 @@ def s3(s3_server: str, request, monkeypatch, tmp_path_factory) -> Iterator[Bucke
     fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
     fs.mkdir(name)
     try:
-        yield Bucket(name, s3_server, env, fs)
+        yield Bucket(name, s3_server, env, fs, _LOGS[s3_server])
     finally:
         reset(s3_server)

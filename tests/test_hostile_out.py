@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from shardpack.errors import ImageError, OutputError
 from shardpack.packing.cluster import ClusterError, dask_client
 from shardpack.read.verify import verify
 from shardpack.storage.atomic import write_atomic
-from tests.helpers import image, make_tree, shard_files, write_image
+from tests.helpers import image, make_tree, shard_files, wait_for, write_image
 
 shard_name = get_container("tfrecord").shard_name
 
@@ -164,6 +165,27 @@ def test_an_idx_folder_linked_outside_out_is_refused(src, tmp_path):
     assert list(elsewhere.iterdir()) == []
 
 
+@pytest.mark.parametrize("scheme", ["", "file://", "local://"])
+def test_links_planted_in_out_as_a_local_url_are_never_written_through(
+    src, victim, tmp_path, scheme
+):
+    """OUT as local:// (fsspec's name for this disk) or file:// keeps every protection of a
+    plain path: a link at a shard name (--resume) or at features.json (--overwrite)."""
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2").returncode == 0
+    for planted, again in ((SHARDS[0], "--resume"), ("features.json", "--overwrite")):
+        (out / planted).unlink()
+        (out / planted).symlink_to(victim)
+        run = _cli("pack", str(src), f"{scheme}{out}", "--workers", "1", "--shards", "2", again)
+        assert "Traceback" not in run.stderr and run.returncode in (0, 2), run.stderr
+        assert victim.read_bytes() == VICTIM_TEXT.encode(), (planted, again)
+        if run.returncode == 0:  # the link was replaced by the file, not written through
+            assert not (out / planted).is_symlink() and verify(out).ok
+        else:
+            _one_line_error(run, planted)
+            (out / planted).unlink()
+
+
 # ---- --resume keeps only shards of the very same plan --------------------------------------
 
 
@@ -251,6 +273,72 @@ def test_a_journal_that_is_not_a_file_is_one_line(src, tmp_path, journal):
     else:
         _one_line_error(run, ".shardpack.journal", "remove it")
     assert path.exists()
+
+
+# ---- an S3 OUT: objects planted under the journal folder and at the lock --------------------
+
+
+def test_a_folder_marker_in_the_s3_journal_folder_is_ignored(src, s3):
+    """The zero-byte object that sync tools and the S3 console create for a folder."""
+    out = s3.url("out")
+    job = ("--workers", "1", "--shards", "2")
+    assert _cli("pack", str(src), out, *job).returncode == 0
+    s3.write("out/.shardpack.journal.d/", b"")
+    for again in ("--resume", "--overwrite", "--resume"):
+        run = _cli("pack", str(src), out, *job, again)
+        assert run.returncode == 0, run.stderr
+    assert verify(out).ok
+
+
+def test_a_planted_s3_journal_is_capped_from_its_listing_before_any_fetch(s3, monkeypatch):
+    from shardpack.storage import remote, storage_at
+
+    monkeypatch.setattr(remote, "_MOST_RECORDS", 10)  # 100,000 objects would take minutes
+    folder = "out/.shardpack.journal.d"
+    s3.write(f"{folder}/head.json", b'{"plan_digest": "x"}\n')
+    for i in range(1, 31):
+        s3.write(f"{folder}/{i:08d}.json", b"{}\n")
+    assert len(list(storage_at(s3.url("out")).read_journal(1 << 20))) == 11
+    wanted = [f"{folder}/head.json", *(f"{folder}/{i:08d}.json" for i in range(1, 11))]
+    assert sorted(s3.fetched(folder)) == sorted(wanted)
+
+
+@pytest.mark.parametrize("pid", [2**70, -1])
+def test_a_planted_s3_lock_naming_this_host_and_an_impossible_pid_is_one_line(src, s3, pid):
+    lock = {"pid": pid, "host": socket.gethostname(), "token": "x", "started": "t"}
+    s3.write("out/.shardpack.lock", json.dumps(lock).encode())
+    run = _cli("pack", str(src), s3.url("out"), "--workers", "1")
+    _one_line_error(run, "another shardpack run", ".shardpack.lock")
+
+
+def test_array_record_into_s3_killed_leaves_no_spool_file(slow_src, s3, tmp_path):
+    """Each ArrayRecord shard is spooled to a local file the library writes by path, then
+    uploaded: a SIGKILLed run (the OOM killer, a lost node) must leave none of them behind."""
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    command = [
+        sys.executable,
+        "-m",
+        "shardpack",
+        "pack",
+        str(slow_src),
+        s3.url("out"),
+        "--format",
+        "array_record",
+        "--workers",
+        "2",
+        "--shards",
+        "4",
+        "--no-progress",
+    ]
+    run = subprocess.Popen(command, env={**os.environ, "TMPDIR": str(spool)},
+                           start_new_session=True, stderr=subprocess.PIPE)  # fmt: skip
+    try:  # until a spool file shows, or a shard is uploaded (the others then being spooled)
+        wait_for(lambda: any(spool.iterdir()) or any("array_record" in k for k in s3.keys("out")))
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+    assert [p.name for p in spool.rglob("*") if "shardpack" in p.name] == []
 
 
 # ---- a FIFO among the progress files does not hang pack ------------------------------------

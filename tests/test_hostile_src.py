@@ -7,6 +7,8 @@ never a hang, a traceback, a crash or unbounded memory.
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import os
 import pickle
@@ -16,6 +18,8 @@ import struct
 import subprocess
 import sys
 import threading
+import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,6 +131,28 @@ def test_dev_zero_linked_as_an_image_is_skipped_unread(tmp_path):
     (src / "a" / "zero.jpg").symlink_to("/dev/zero")
     run = _pack(tmp_path, src)
     assert _skipped(tmp_path, run) == {"a/zero.jpg": "not a regular file (a character device)"}
+    assert run.peak_mib < 400
+
+
+def test_a_fifo_in_a_local_url_src_is_skipped_not_waited_on(tmp_path):
+    """local:// (fsspec's name for this disk) is this disk: the same special-file checks."""
+    src = helpers.make_tree(tmp_path / "src", {"a": 2})
+    os.mkfifo(src / "a" / "pipe.jpg")
+    skipped = _skipped(tmp_path, _pack(tmp_path, f"local://{src}", timeout=60))
+    assert skipped == {"a/pipe.jpg": "not a regular file (a FIFO)"}
+
+
+def test_a_fifo_or_dev_zero_named_by_local_url_in_a_manifest_is_skipped_unread(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"a": 2})
+    os.mkfifo(src / "pipe.jpg")
+    rows = [{"path": f"local://{src}/a/img_000.jpg", "label": "a"},
+            {"path": f"local://{src}/pipe.jpg", "label": "a"},
+            {"path": "local:///dev/zero", "label": "a"}]  # fmt: skip
+    run = _pack(tmp_path, helpers.write_csv(src / "rows.csv", rows), timeout=60)
+    reasons = sorted(_skipped(tmp_path, run).values())  # by line: the FIFO's is line 3
+    assert len(reasons) == 2, reasons
+    assert "pipe.jpg: not a regular file (a FIFO)" in reasons[0]
+    assert "/dev/zero: not a regular file (a character device)" in reasons[1]
     assert run.peak_mib < 400
 
 
@@ -354,3 +380,118 @@ def test_a_binary_class_names_file_that_is_not_utf8_is_a_one_line_error(tmp_path
     src = helpers.make_cifar10_binary(tmp_path / "cifar", per_batch=4, batches=1)
     (src / "batches.meta.txt").write_bytes(b"cat\n\xff\xfe\n")
     _refused(_pack(tmp_path, src), str(src / "batches.meta.txt"), "not UTF-8 text")
+
+
+# ---- an S3 SRC: keys that the filesystem would read as another object ------------------------
+
+
+def test_s3_keys_with_an_empty_part_or_a_version_query_are_skipped_not_read_as_another(
+    tmp_path, s3
+):
+    """`cat//a.jpg` was read through `cat/a.jpg`, and s3fs cut `a.jpg?versionId=2.jpg` at `?`:
+    three records of the same image. Each key is skipped with the reason instead."""
+    png = [cv2.imencode(".png", helpers.image(seed))[1].tobytes() for seed in range(4)]
+    keys = ["src/cat/a.jpg", "src/cat//a.jpg", "src/cat/a.jpg?versionId=2.jpg", "src/dog/b.png"]
+    for key, data in zip(keys, png, strict=True):  # as written: s3fs's own put would cut them
+        s3.fs.call_s3("put_object", Bucket=s3.name, Key=key, Body=data)
+    run = _pack(tmp_path, s3.url("src"), timeout=120)
+    skipped = _skipped(tmp_path, run)
+    assert sorted(skipped) == ["cat//a.jpg", "cat/a.jpg?versionId=2.jpg"], skipped
+    assert all("cannot be read as itself" in reason for reason in skipped.values()), skipped
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert sum(s["num_records"] for s in index["splits"]["train"]["shards"]) == 2
+
+
+def test_s3_objects_over_the_image_limit_are_refused_from_the_listing_never_fetched(tmp_path, s3):
+    """A 70 MiB object named like an image, past the 64 MiB (and a little) an image of 1,000
+    pixels may take: skipped from its listed size, as a disk's file from its stat; no GET of
+    it reaches the store."""
+    png = [cv2.imencode(".png", helpers.image(seed))[1].tobytes() for seed in range(3)]
+    for key, data in (("src/a/0.png", png[0]), ("src/a/1.png", png[1]), ("src/b/2.png", png[2]),
+                      ("src/b/big.jpg", b"\xff\xd8" + bytes(70 << 20))):  # fmt: skip
+        s3.write(key, data)
+    run = _pack(tmp_path, s3.url("src"), "--max-pixels", "1000", timeout=120)
+    skipped = _skipped(tmp_path, run)
+    assert list(skipped) == ["b/big.jpg"] and "over the limit" in skipped["b/big.jpg"], skipped
+    assert "src/b/big.jpg" not in s3.fetched("src/")
+
+
+# ---- HTTP(S) images in a manifest: a server that ignores Range, one that never answers -------
+
+
+class _HostileImages(http.server.BaseHTTPRequestHandler):
+    """/imgs/ lists its images (fsspec sizes them from it); ok.png is an image; big.jpg is a
+    1 GiB answer that ignores Range; hang.jpg is never answered."""
+
+    png = cv2.imencode(".png", helpers.image(0))[1].tobytes()
+
+    def do_GET(self) -> None:
+        if self.path.endswith("hang.jpg"):
+            time.sleep(600)
+            return
+        listing = (
+            b'<a href="/imgs/ok.png">o</a><a href="/imgs/big.jpg">b</a> <a href="/imgs/hang.jpg">'
+        )
+        body = {"/imgs": listing, "/imgs/": listing, "/imgs/ok.png": self.png}.get(self.path)
+        self.send_response(200 if body is not None or self.path.endswith("big.jpg") else 404)
+        self.send_header("Content-Length", str(1 << 30 if body is None else len(body)))
+        self.end_headers()
+        with suppress(OSError):
+            for _ in range(0 if body is not None else 1024):
+                self.wfile.write(bytes(1 << 20))
+            self.wfile.write(body or b"")
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_http_images_are_read_with_a_byte_cap_and_timeouts(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HostileImages)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/imgs"
+        rows = [
+            {"path": f"{url}/{name}", "label": "a"} for name in ("ok.png", "big.jpg", "hang.jpg")
+        ]
+        manifest = helpers.write_csv(tmp_path / "rows.csv", rows)
+        start = time.monotonic()
+        options = ("--storage-option", "read_timeout=2", "--max-pixels", "1000")  # 64 MiB
+        run = _pack(tmp_path, manifest, *options, timeout=120)
+    finally:
+        server.shutdown()
+    skipped = {key.rsplit("/", 1)[-1]: reason for key, reason in _skipped(tmp_path, run).items()}
+    assert sorted(skipped) == ["big.jpg", "hang.jpg"], skipped
+    assert "over the limit" in skipped["big.jpg"] and "imeout" in skipped["hang.jpg"], skipped
+    assert time.monotonic() - start < 60 and run.peak_mib < 600, run.peak_mib
+
+
+class _NoListings(http.server.SimpleHTTPRequestHandler):
+    """A plain web server (or CDN): files answered, folders refused."""
+
+    def list_directory(self, path):
+        self.send_error(403)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_http_images_behind_a_server_that_lists_no_folders_are_packed(tmp_path):
+    """The scan sized each image from a listing of its folder URL: 'No such file or directory'
+    for every image of a server that lists none. Each is sized by its own HEAD."""
+    site = helpers.make_tree(tmp_path / "site", {"cat": 2, "dog": 1})
+    handler = functools.partial(_NoListings, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        rows = [{"path": f"{url}/{p.relative_to(site).as_posix()}", "label": p.parent.name}
+                for p in sorted(site.rglob("*.*"))]  # fmt: skip
+        run = _pack(tmp_path, helpers.write_csv(tmp_path / "rows.csv", rows), timeout=120)
+    finally:
+        server.shutdown()
+    assert _skipped(tmp_path, run) == {}
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert sum(s["num_records"] for s in index["splits"]["train"]["shards"]) == 3

@@ -422,7 +422,7 @@ def test_a_bug_of_ours_under_fsspec_is_not_taken_for_the_store_s_answer():
     for us to see, not "the object store refused" sending the user after the endpoint."""
     import fsspec
 
-    from shardpack.storage.remote import store_failure
+    from shardpack.storage import store_failure
 
     memory = fsspec.filesystem("memory")
     for call in (lambda: memory.cat_file(None), lambda: memory.pipe_file("x", "text")):

@@ -4,19 +4,21 @@ in tests/test_object_storage.py."""
 
 from __future__ import annotations
 
+import ast
 import json
 import threading
 import uuid
+from pathlib import Path
 
 import fsspec
 import pytest
 
+import shardpack
 from shardpack.containers import CONTAINERS
 from shardpack.errors import OutputError, StorageError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.storage import LOCK_NAME, parse_options, storage_at
-from shardpack.storage.local import LocalStorage
 from tests.helpers import make_tree, shard_files
 
 MEMORY = fsspec.filesystem("memory")
@@ -105,7 +107,9 @@ def test_storage_options_and_urls():
     }
     with pytest.raises(StorageError, match="KEY=VALUE"):
         parse_options(["anon"])
-    assert storage_at("file:///tmp/x") == LocalStorage("/tmp/x")
+    assert storage_at("file:///tmp/x") == storage_at("local:///tmp/x") == storage_at("/tmp/x")
+    assert storage_at("local:///tmp/x").local_path("a") == "/tmp/x/a"
+    assert storage_at("memory://tmp/x").local_path("a") is None
     with pytest.raises(StorageError, match=r"pip install 'shardpack\[gcs\]'"):
         storage_at("gs://bucket/out")
     with pytest.raises(StorageError, match=r"weird.*; give a local path, or a URL of a filesystem"):
@@ -139,8 +143,9 @@ def test_reading_ahead_gives_each_file_in_order_bounded_and_errors_as_reads_woul
     files = {f"d/{i:03d}.bin": bytes([i]) * (i + 1) for i in range(40)}
     for name, data in files.items():
         storage.put(name, data)
-    names = [*files, "d/missing.bin", "d/039.bin"]
-    with storage.reading(names, limit=30) as ahead:
+    names = [(n, len(data)) for n, data in files.items()]
+    names[-1] = (names[-1][0], 0)  # listed smaller than it is now: the range still bounds it
+    with storage.reading([*names, ("d/missing.bin", 1), ("d/039.bin", 40)], limit=30) as ahead:
         assert ahead is not storage  # a URL's files are fetched ahead
         for name in list(files)[:30]:
             assert ahead.read(name, 30) == files[name]
@@ -150,8 +155,8 @@ def test_reading_ahead_gives_each_file_in_order_bounded_and_errors_as_reads_woul
         with pytest.raises(FileNotFoundError):
             ahead.read("d/missing.bin", 30)
         assert ahead.read("d/000.bin", 30) == files["d/000.bin"]  # out of order: read directly
-    local = LocalStorage("/")
-    with local.reading(["x"], 1) as same:
+    local = storage_at("/")
+    with local.reading([("x", 1)], 1) as same:
         assert same is local  # a local disk reads as fast as it asks
 
 
@@ -164,7 +169,7 @@ def test_reading_ahead_of_names_that_fail_partway_reads_the_rest_directly(url):
         storage.put(name, data)
 
     def names():
-        yield from list(files)[:20]
+        yield from ((name, 1) for name in list(files)[:20])
         raise RuntimeError("an item that cannot be read")
 
     outcome: list = []
@@ -224,3 +229,23 @@ def test_an_http_url_that_refuses_the_connection_is_one_line(tmp_path):
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     (line,) = run.stderr.strip().splitlines()
     assert run.returncode == 2 and line.startswith("error: http://127.0.0.1:9/out/.shardpack.lock")
+
+
+def test_the_storage_seam_holds():
+    """Nothing outside storage/ imports one store's module or asks which kind it has, and
+    nothing calls fsspec's private _strip_protocol."""
+    stores = {"shardpack.storage.local", "shardpack.storage.remote"}
+    leaks = []
+    for module in sorted(Path(shardpack.__file__).parent.rglob("*.py")):
+        outside = module.parent.name != "storage"
+        for node in ast.walk(ast.parse(module.read_text())):
+            where = f"{module.name}:{getattr(node, 'lineno', 0)}"
+            if outside and isinstance(node, ast.ImportFrom) and (node.module in stores or (
+                    node.module == "shardpack.storage"
+                    and {a.name for a in node.names} & {"local", "remote"})):  # fmt: skip
+                leaks.append(f"{where}: imports a store's module")
+            elif outside and isinstance(node, ast.Attribute) and node.attr == "local":
+                leaks.append(f"{where}: asks .local")
+            elif isinstance(node, ast.Attribute) and node.attr == "_strip_protocol":
+                leaks.append(f"{where}: calls fsspec's private _strip_protocol")
+    assert leaks == []

@@ -335,8 +335,8 @@ class Container:
         Args:
             tf: the tensorflow module (imported by the caller, never here).
             storage: where the shards are.
-            file: a scalar string tensor: the shard's path where `storage.local` (TensorFlow
-                opens it itself), else its name in `storage`.
+            file: a scalar string tensor: the shard's path where `storage.local_path()` gives
+                one (TensorFlow opens it itself), else its name in `storage`.
             compression: as written.
         """
         raise NotImplementedError

@@ -104,8 +104,5 @@ def check_shared_storage(client, src: Storage, out: Storage, first_item: str) ->
         problems.append(f"{len(answers) - seen} workers wrote probe files this machine "
                         "cannot see")  # fmt: skip
     if problems:
-        fix = ("give every worker the same credentials and endpoint" if not out.local
-               else "mount the same paths on every worker, or use an object store URL")  # fmt: skip
-        raise ClusterError(
-            f"SRC and OUT must be on storage every Dask worker shares: {problems[0]}; {fix}"
-        )
+        raise ClusterError(f"SRC and OUT must be on storage every Dask worker shares: "
+                           f"{problems[0]}; {out.how_to_share}")  # fmt: skip

@@ -79,9 +79,9 @@ def _summary(document: dict) -> str:
                        for split, entry in document["splits"].items())  # fmt: skip
     said = [
         f"Packed by shardpack from a {document['source']} source into "
-        f"{document.get('container', 'tfrecord')} shards (encoding {document['encoding']}): "
+        f"{document['container']} shards (encoding {document['encoding']}): "
         f"{counts} images, {len(document['classes'])} classes; "
-        f"{len(document['skipped']):,} skipped (listed in index.json)."
+        f"{document['num_skipped']:,} skipped (listed in index.json)."
     ]
     duplicates = document.get("duplicates")
     if duplicates:

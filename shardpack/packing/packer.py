@@ -34,7 +34,7 @@ from shardpack.packing.stats import split_summaries
 from shardpack.packing.tfdsmeta import write_tfds_metadata
 from shardpack.packing.worker import read_progress, write_shard
 from shardpack.sources import Dataset, keeping, scan, source_root
-from shardpack.storage import Storage, storage_at
+from shardpack.storage import Storage, is_store_failure, storage_at
 from shardpack.storage.atomic import json_bytes, temp_files
 
 ProgressCallback = Callable[[int, int], None]
@@ -338,8 +338,6 @@ def _tidy_after_failure(out: Storage, todo: list[ShardSpec], recorded: set[str])
     vouches for. Returns the shards that had partial files. Best effort: a disk or store that
     fails here too (gone down) must not bury why the run stopped; --resume removes the rest.
     Any other exception is a bug of ours, and shows."""
-    from shardpack.storage.remote import is_store_failure
-
     in_flight: list[str] = []
     for tidy in (
         lambda: in_flight.extend(out.remove_partial({s.file for s in todo})),
@@ -410,8 +408,7 @@ def _keep_freed_memory() -> None:
 def _refuse_out_inside_src(src: Storage, out: Storage) -> None:
     """OUT inside SRC would be scanned as data by the next run: refuse it (local disks: real
     paths compared; object stores: the URLs' prefixes)."""
-    here, there = (os.path.realpath(s.path()) if s.local else s.path() for s in (src, out))
-    if src.local != out.local or not (there + "/").startswith(here.rstrip("/") + "/"):
+    if not src.holds(out):
         return
     raise OutputError(
         f"{out.root}: is inside SRC {src.path()}, where it would be scanned as data; choose an "

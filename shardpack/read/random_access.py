@@ -88,8 +88,8 @@ def write_index_files(
     storage = index.storage
     folder = storage.path(INDEX_FILES_DIR)
     # Only a local disk has links; one planted in OUT would have put() write where it points.
-    if storage.local and (
-        os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder))
+    if (path := storage.local_path(INDEX_FILES_DIR)) is not None and (
+        os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path))
     ):
         raise OutputError(f"{folder}: is a link or a file, not a folder of index files; remove it")
     storage.child(INDEX_FILES_DIR).make_root()

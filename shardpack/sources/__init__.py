@@ -140,10 +140,10 @@ class Source(abc.ABC):
 
         return load(item, root, options, cache)
 
-    def item_files(self, items: Iterable[Item]) -> Iterator[str]:
-        """The files `load` reads for these items, one each, in order (for read-ahead). Lazy:
-        a list would hold every path of the shard in the worker."""
-        return (item.path for item in items)
+    def item_files(self, items: Iterable[Item]) -> Iterator[tuple[str, int]]:
+        """The files (path, size) `load` reads for these items, one each, in order (for
+        read-ahead). Lazy: a list would hold every path of the shard in the worker."""
+        return ((item.path, item.size) for item in items)
 
     def default_name(self, dataset: Dataset) -> str | None:
         """The dataset's name when none is given; None takes it from SRC's name."""

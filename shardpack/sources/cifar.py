@@ -83,7 +83,7 @@ class CifarSource(Source):
     def load(self, item: Item, root: Storage, options: PackOptions, cache: dict) -> np.ndarray:
         return load(item, root, options, cache)
 
-    def item_files(self, items: Iterable[Item]) -> Iterator[str]:
+    def item_files(self, items: Iterable[Item]) -> Iterator[tuple[str, int]]:
         return iter(())  # its batches are read once a process, whole
 
     def default_name(self, dataset: Dataset) -> str:
@@ -304,7 +304,8 @@ def load_cifar_pickle(root: Storage | str, name: str = "") -> dict[str, object]:
     root = storage_at(root)
     path = root.path(name)
     # Kept by a local file's identity only: an object's would cost a request to learn.
-    identity = _identity(path) if root.local else None
+    local = root.local_path(name)
+    identity = _identity(local) if local is not None else None
     loaded = _kept.get(identity) if _kept is not None and identity is not None else None
     if loaded is None:
         from shardpack.sources import safepickle

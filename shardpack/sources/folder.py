@@ -146,9 +146,9 @@ def list_class_folders(
         (class names, [(class name, key, size)] with keys relative to SRC, the names of the
         class folders that hold no image).
     """
-    if not src.local:  # a walk of os.scandir per folder would be a request per folder
+    root = src.local_path()
+    if root is None:  # a walk of os.scandir per folder would be a request per folder
         return _list_class_objects(src, passed, base)
-    root = src.path()
     top = os.path.join(root, base) if base else root
     try:
         entries = sorted(os.scandir(top), key=lambda e: e.name)
@@ -218,7 +218,8 @@ def _nothing_found(src: Storage) -> str:
         root = src.path()
         parent, name = os.path.dirname(root), os.path.basename(root)
         way = "move them into class folders"
-        if src.local and _only_entry(parent, name):  # else the parent packs its others too
+        on_disk = src.local_path() is not None
+        if on_disk and _only_entry(parent, name):  # else the parent packs its others too
             way += f", or pass {parent} to pack {name} as one class"
         return (f"its {loose} images lie in SRC itself, but each class needs its own folder "
                 f"(SRC/<class>/<image>): {way}")  # fmt: skip
@@ -380,8 +381,8 @@ def folder_entries(src: Storage, base: str = "") -> list[tuple[str, bool]]:
         SourceError: the folder cannot be listed.
     """
     try:
-        if src.local:  # scandir: a dangling link or a FIFO is listed unread (listdir stats each)
-            return sorted((e.name, e.is_dir()) for e in os.scandir(src.path(base)))
+        if (path := src.local_path(base)) is not None:  # scandir: a dangling link or a FIFO
+            return sorted((e.name, e.is_dir()) for e in os.scandir(path))  # is listed unread
         return [(e.name, e.is_dir) for e in src.listdir(base)]
     except OSError as e:
         where = src.path(base)

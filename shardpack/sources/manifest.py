@@ -208,7 +208,7 @@ class ImageRoot(Storage):
     def __init__(self, base: Storage, options: Mapping[str, object] | None = None) -> None:
         self.base = base
         self.options = dict(options or {})
-        self.root, self.local = base.root, base.local
+        self.root = base.root
         self._climbs = is_url(base.root)  # "../x" under a URL: resolved in the URL
         self._elsewhere: dict[str, Storage] = {}  # folder -> its storage
 
@@ -243,6 +243,10 @@ class ImageRoot(Storage):
         storage, name = self.where(name)
         return storage.path(name)
 
+    def local_path(self, name: str = "") -> str | None:
+        storage, name = self.where(name)
+        return storage.local_path(name)
+
     def kind(self, name: str = "") -> str | None:
         storage, name = self.where(name)
         return storage.kind(name)
@@ -263,14 +267,20 @@ class _Sizes:
 
     def __init__(self, images: ImageRoot) -> None:
         self.images = images
-        self.root_fd = _open_root(images.root) if images.local else None
+        root = images.base.local_path()
+        self.root_fd = _open_root(root) if root is not None else None
         self.listings: dict[tuple[str, str], dict[str, Entry] | str] = {}
 
     def of(self, path: str) -> int:
         storage, name = self.images.where(path)
-        if storage.local:
+        if (root := storage.local_path()) is not None:
             fd = self.root_fd if storage is self.images.base else None
-            return _image_size(storage.root, name, fd)
+            return _image_size(root, name, fd)
+        if not storage.lists_sizes:
+            try:
+                return storage.size(name)
+            except OSError as e:
+                raise _Bad(f"image {storage.path(name)}: {e.strerror or e}") from None
         folder, _, file = name.rpartition("/")
         listing = self.listings.get((storage.root, folder))
         if listing is None:

@@ -1,10 +1,16 @@
 """Where SRC and OUT live: a local folder, or any fsspec URL (s3://, gs://, memory://).
 
-One small interface, two implementations: `LocalStorage` keeps everything the local disk
-guarantees today (temporary names renamed into place, flock, links never followed);
-`RemoteStorage` gives an object store the same guarantees its own way (shards streamed as a
-multipart upload completed only at the end, a lock object created only if absent, one journal
-object per finished shard). Nothing outside this package branches on the kind of storage.
+What plugs in here is a `Storage`: the class below, which a store implements (names; reading
+files whole, ahead or at offsets; writing through a Sink that is final only at commit; the
+lock; the journal; and what a caller may need of a disk: `local_path()`, `holds()`).
+storage_at() picks the implementation from the form of SRC or OUT:
+- `local.LocalStorage` for plain paths, file:// and local:// (fsspec's name for this disk):
+  temporary names renamed into place, flock, links never followed in OUT;
+- `remote.RemoteStorage` for every other fsspec URL: an object store keeps the same guarantees
+  its own way (shards streamed as a multipart upload completed only at the end, a lock object
+  created only if absent, one journal object per finished shard).
+Nothing outside this package imports either module or branches on which one it has; the
+failures a disk or store raises are told apart by `store_failure()`.
 
 A Storage is rooted at a folder or URL prefix; every name it takes is relative to that root,
 slash-separated, and never climbs out of it. Storages pickle: workers get the very one the
@@ -22,16 +28,19 @@ from typing import NamedTuple
 
 from shardpack.errors import StorageError
 from shardpack.storage.atomic import HASH_CHUNK
+from shardpack.storage.failures import is_store_failure, store_failure
 
 __all__ = [
     "Blob", "Entry", "HashingBlob", "JournalWriter", "Sink", "Storage", "StorageError",
-    "storage_at",
+    "is_store_failure", "storage_at", "store_failure",
 ]  # fmt: skip
 
 # `scheme://`: what makes SRC or OUT an fsspec URL rather than a local path.
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
 # OUT's lock, on every storage: a file held with flock, or an object created only if absent.
 LOCK_NAME = ".shardpack.lock"
+# Schemes naming this machine's disk: what follows them is a local path.
+_LOCAL_SCHEMES = ("file", "local")
 # The extra that brings each scheme's filesystem package (what to tell a user to install).
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
@@ -136,8 +145,10 @@ class Storage:
     """A folder or URL prefix that shardpack reads from or writes into."""
 
     root: str  # as messages show it: an absolute path, or a URL
-    local: bool = False
     in_process: bool = False  # only this process sees it (memory://): no worker may write it
+    # Whether a folder's listing gives its files' sizes (one request a folder); else size()
+    lists_sizes: bool = True
+    how_to_share: str  # the fix to tell a user when Dask workers do not see it as we do
 
     # -- names -----------------------------------------------------------------------------
     def path(self, name: str = "") -> str:
@@ -147,6 +158,23 @@ class Storage:
     def child(self, name: str) -> Storage:
         """The same storage rooted at `name` (a subfolder)."""
         raise NotImplementedError
+
+    def local_path(self, name: str = "") -> str | None:
+        """The path of `name` on this machine's disk, for code that opens or lists it itself
+        (os.scandir, TensorFlow); None where it has none (an object store)."""
+        return None
+
+    def holds(self, other: Storage) -> bool:
+        """Whether `other` is rooted at this root or below it: on a disk their real paths are
+        compared (no link hides it); a URL by its prefix."""
+        mine, theirs = self.local_path(), other.local_path()
+        if mine is not None and theirs is not None:
+            here, there = os.path.realpath(mine), os.path.realpath(theirs)
+        elif mine is None and theirs is None:
+            here, there = self.root, other.root
+        else:
+            return False  # a disk holds no URL's objects, nor a URL a disk's files
+        return (there + "/").startswith(here.rstrip("/") + "/")
 
     # -- reading ---------------------------------------------------------------------------
     def kind(self, name: str = "") -> str | None:
@@ -162,16 +190,21 @@ class Storage:
         """Every file below a folder, names relative to it, in sorted order."""
         raise NotImplementedError
 
+    def size(self, name: str) -> int:
+        """The bytes of one file of SRC, asked of the file itself (0 where it does not say)."""
+        raise NotImplementedError
+
     def read(self, name: str, limit: int) -> bytes:
         """A whole file of SRC of at most `limit` bytes (srcfiles.FileTooLarge past it,
         unread). On a local disk, links are followed, but only to a regular file."""
         raise NotImplementedError
 
     @contextmanager
-    def reading(self, names: Iterable[str], limit: int) -> Iterator[Storage]:
-        """This storage, to read `names` (each at most `limit` bytes) in this order. Where each
-        request waits on the network (an object store), the next files are fetched ahead,
-        several at once, while the caller works on the current one."""
+    def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
+        """This storage, to read `files` (name, and the size its listing gave; each at most
+        `limit` bytes) in this order. Where each request waits on the network (an object
+        store), the next files are fetched ahead, several at once, while the caller works on
+        the current one; one listed over `limit` is refused (FileTooLarge) unfetched."""
         yield self
 
     def open(self, name: str) -> Blob:
@@ -263,7 +296,7 @@ def parse_options(pairs: Iterable[str]) -> dict[str, object]:
 
 
 def storage_at(location: str | os.PathLike, options: Mapping[str, object] | None = None) -> Storage:
-    """The Storage rooted at a local path or a URL (file:// is a local path).
+    """The Storage rooted at a local path or a URL (file:// and local:// are local paths).
 
     Raises:
         StorageError: the URL's filesystem package is missing or the scheme is unknown.
@@ -272,10 +305,10 @@ def storage_at(location: str | os.PathLike, options: Mapping[str, object] | None
         return location
     text = os.fspath(location)
     match = _URL.match(text)
-    if match is None or match["scheme"].lower() == "file":
+    if match is None or match["scheme"].lower() in _LOCAL_SCHEMES:
         from shardpack.storage.local import LocalStorage
 
-        return LocalStorage(text[len("file://") :] if match else text)
+        return LocalStorage(text[match.end() :] if match else text)
     from shardpack.storage.remote import RemoteStorage
 
     return RemoteStorage.at(text, match["scheme"].lower(), dict(options or {}))

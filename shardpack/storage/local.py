@@ -28,7 +28,7 @@ JOURNAL_NAME = ".shardpack.journal"
 
 
 class LocalStorage(Storage):
-    local = True
+    how_to_share = "mount the same paths on every worker, or use an object store URL"
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
@@ -47,6 +47,9 @@ class LocalStorage(Storage):
 
     def child(self, name: str) -> LocalStorage:
         return LocalStorage(self.path(name))
+
+    def local_path(self, name: str = "") -> str:
+        return self.path(name)
 
     def kind(self, name: str = "") -> str | None:
         path = self.path(name)
@@ -69,6 +72,9 @@ class LocalStorage(Storage):
                     yield Entry(f"{entry.name}/{below.name}", False, below.size)
             else:
                 yield entry
+
+    def size(self, name: str) -> int:
+        return os.stat(self.path(name)).st_size
 
     def read(self, name: str, limit: int) -> bytes:
         return read_regular(self.path(name), limit)

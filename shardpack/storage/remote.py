@@ -2,8 +2,8 @@
 
 - A shard is streamed to the store while it is written, as an upload the store completes only
   at the end (S3 multipart, GCS resumable): nothing is under the final name before commit, and
-  a failed shard aborts its upload. Filesystems without such uploads get a local spool file
-  uploaded whole at commit; so does a file a library writes by path (ArrayRecord).
+  a failed shard aborts its upload. Filesystems without such uploads get an unnamed local
+  spool file uploaded whole at commit; so does a file a library writes by path (ArrayRecord).
 - The lock is an object created only if absent (S3 If-None-Match: *). Where a filesystem has no
   conditional create, fsspec checks then writes: two runs started at the same instant could
   both pass (docs/scaling.md says so).
@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import socket
 import tempfile
 import threading
@@ -24,9 +25,9 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from itertools import islice
+from itertools import islice, repeat
 
-from shardpack.errors import OutputError, printable
+from shardpack.errors import OutputError
 from shardpack.storage import (
     EXTRAS,
     LOCK_NAME,
@@ -37,11 +38,15 @@ from shardpack.storage import (
     Storage,
     StorageError,
 )
-from shardpack.storage.local import FileSink
-from shardpack.storage.srcfiles import FileTooLarge
+from shardpack.storage.failures import is_store_failure, said
+from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
 JOURNAL_FOLDER = ".shardpack.journal.d"
 _HEAD = "head.json"
+_RECORD = re.compile(r"[0-9]{8,}\.json")  # a finished shard's record: _ObjectJournal's names
+# Journal records read at most: one a shard, far more than any plan has; past them the shards
+# are rewritten, as past a torn line. Counted from the listing, before anything is fetched.
+_MOST_RECORDS = 100_000
 # Schemes whose files are uploads the store completes only at commit (fsspec's
 # AbstractBufferedFile over S3 multipart and GCS resumable uploads): streamed while written.
 _STREAMING = frozenset({"s3", "s3a", "gs", "gcs"})
@@ -52,25 +57,30 @@ _READ_BLOCK = 4 << 20  # a reader's read-ahead: records stream, a shard is never
 _LOCK_CAP = 4096
 _AHEAD = 16  # source files fetched at once by a worker (concurrent range requests)
 _AHEAD_BATCHES = 2  # batches fetched ahead of the one being read
+_HTTP = frozenset({"http", "https"})
+# Seconds an image server may take to accept a connection, and between two reads of an answer;
+# --storage-option connect_timeout=S / read_timeout=S change them.
+_HTTP_TIMEOUTS = {"connect_timeout": 10.0, "read_timeout": 30.0}
 
 
 class RemoteStorage(Storage):
-    local = False
+    how_to_share = "give every worker the same credentials and endpoint"
 
-    def __init__(self, fs, root: str, scheme: str) -> None:
+    def __init__(self, fs, root: str, scheme: str, base: str) -> None:
         self.fs = fs  # fsspec filesystems pickle with their options
         self.scheme = scheme
         self.in_process = scheme == "memory"
+        self.lists_sizes = scheme not in _HTTP  # a web server lists no folders
         self.root = root.rstrip("/")
-        self._base = fs._strip_protocol(self.root).rstrip("/")
+        self._base = base.rstrip("/")  # the root as the filesystem names it (no scheme)
 
     @classmethod
     def at(cls, url: str, scheme: str, options: dict) -> RemoteStorage:
         """The storage at `url`, through fsspec's filesystem for its scheme."""
         try:  # fsspec itself comes with each extra: a runtime-only install has none
-            import fsspec
+            from fsspec.core import url_to_fs
 
-            fs = fsspec.filesystem(scheme, **options)
+            fs, base = url_to_fs(url, **(_http_options(options) if scheme in _HTTP else options))
         except ImportError:
             extra = EXTRAS.get(scheme)
             what = f"pip install 'shardpack[{extra}]'" if extra else (
@@ -82,7 +92,7 @@ class RemoteStorage(Storage):
         except TypeError as e:  # an option the filesystem does not take
             what = f"a --storage-option is not one {scheme}:// takes ({e})"
             raise StorageError(f"{url}: {what}") from None
-        return cls(fs, url, scheme)
+        return cls(fs, url, scheme, base)
 
     def __repr__(self) -> str:
         return f"RemoteStorage({self.root!r})"
@@ -103,7 +113,7 @@ class RemoteStorage(Storage):
         return f"{self.root}/{name}" if name else self.root
 
     def child(self, name: str) -> RemoteStorage:
-        return RemoteStorage(self.fs, self.path(name), self.scheme)
+        return RemoteStorage(self.fs, self.path(name), self.scheme, self._key(name))
 
     # -- reading ---------------------------------------------------------------------------
     def kind(self, name: str = "") -> str | None:
@@ -130,16 +140,38 @@ class RemoteStorage(Storage):
             if entry.name:
                 yield entry
 
-    def read(self, name: str, limit: int) -> bytes:
+    def size(self, name: str) -> int:
         with _naming(self.path(name)):
-            data = self.fs.cat_file(self._key(name), start=0, end=limit + 1)
+            try:
+                info = self.fs.info(self._key(name))  # HTTP: a HEAD, or a GET read no further
+            except FileNotFoundError as e:  # fsspec's HTTP says so of any failure: say which
+                if e.__cause__ is None:
+                    raise
+                raise FileNotFoundError(2, said(e.__cause__, 200), self.path(name)) from None
+        if info["type"] == "directory":
+            raise IsADirectoryError(21, "Is a directory", self.path(name))
+        return int(info.get("size") or 0)
+
+    def read(self, name: str, limit: int) -> bytes:
+        if self.scheme in _HTTP:  # a URL's "?" is its own; a server may ignore Range
+            with _naming(self.path(name)):
+                data = _streamed(self.fs, self._key(name), limit + 1)
+        elif _inexact(name):
+            raise RefusedFile("an object key that cannot be read as itself (it holds '//' or "
+                              "'?'); rename the object")  # fmt: skip
+        else:
+            with _naming(self.path(name)):
+                data = self.fs.cat_file(self._key(name), start=0, end=limit + 1)
         if len(data) > limit:
             raise FileTooLarge(f"over the limit of {limit} bytes")
         return data
 
     @contextmanager
-    def reading(self, names: Iterable[str], limit: int) -> Iterator[Storage]:
-        ahead = _ReadAhead(self, names, limit)
+    def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
+        if self.scheme in _HTTP:  # fsspec's ranges over HTTP read a whole body: read() streams
+            yield self
+            return
+        ahead = _ReadAhead(self, files, limit)
         try:
             yield ahead
         finally:
@@ -199,18 +231,42 @@ class RemoteStorage(Storage):
     def read_journal(self, cap: int) -> Iterable[bytes]:
         folder = self._key(JOURNAL_FOLDER)
         try:
-            head = self.fs.cat_file(f"{folder}/{_HEAD}", start=0, end=cap)
+            with _naming(self.path(JOURNAL_FOLDER)):
+                listed = self.fs.ls(folder, detail=True, refresh=True)
         except FileNotFoundError:
             return []
-        lines, total = [head], len(head)
-        names = sorted(n for n in self.fs.ls(folder, detail=False, refresh=True)
-                       if n.rsplit("/", 1)[-1] != _HEAD)  # fmt: skip
-        for name in names:
+        # From the listing alone: only names this journal writes, neither a folder marker (a
+        # zero-byte "folder/" object) nor an empty object (a range request on it fails).
+        sizes = {info["name"].rsplit("/", 1)[-1]: int(info.get("size") or 0)
+                 for info in listed if info["type"] != "directory"}  # fmt: skip
+        records = sorted(n for n in sizes if _RECORD.fullmatch(n) and sizes[n] > 0)
+        if sizes.get(_HEAD, 0) <= 0:
+            return []
+        wanted, total = [], 0
+        for name in [_HEAD, *records[:_MOST_RECORDS]]:
             if total >= cap:
                 break
-            with suppress(FileNotFoundError):
-                lines.append(self.fs.cat_file(name, start=0, end=cap - total))
-                total += len(lines[-1])
+            wanted.append((name, min(sizes[name], cap - total)))
+            total += wanted[-1][1]
+        return self._fetch_journal(wanted)
+
+    def _fetch_journal(self, wanted: list[tuple[str, int]]) -> list[bytes]:
+        """The first `size` bytes of each journal object named, fetched _AHEAD at a time; one
+        removed since the listing is left out; any other failure is refused by name."""
+        lines = []
+        for at in range(0, len(wanted), _AHEAD):
+            batch = wanted[at : at + _AHEAD]
+            keys = [self._key(f"{JOURNAL_FOLDER}/{name}") for name, _ in batch]
+            got = self.fs.cat_ranges(keys, [0] * len(batch), [size for _, size in batch],
+                                     on_error="return")  # fmt: skip
+            for (name, _), data in zip(batch, got, strict=True):
+                if isinstance(data, FileNotFoundError):
+                    continue
+                if isinstance(data, BaseException):
+                    path, why = self.path(f"{JOURNAL_FOLDER}/{name}"), said(data, 200)
+                    raise OutputError(f"{path}: cannot read this journal object ({why}); remove "
+                                      "it (the shards it records are then rewritten)")  # fmt: skip
+                lines.append(data)
         return lines
 
     def journal(self, head: list[bytes]) -> JournalWriter:
@@ -237,6 +293,32 @@ def _naming(path: str) -> Iterator[None]:
         raise named from e
 
 
+def _http_options(options: dict) -> dict:
+    """HTTP(S) filesystem options with the connect and read timeouts as aiohttp takes them."""
+    import aiohttp
+
+    given = {**_HTTP_TIMEOUTS, **options}
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=float(given.pop("connect_timeout")),
+                                    sock_read=float(given.pop("read_timeout")))  # fmt: skip
+    return {**given, "client_kwargs": {"timeout": timeout, **given.get("client_kwargs", {})}}
+
+
+def _streamed(fs, key: str, most: int) -> bytes:
+    """At most `most` bytes of an HTTP(S) URL, streamed: a body past them is never read."""
+    parts, got = [], 0
+    with fs.open(key, "rb", block_size=0) as f:
+        while got < most and (chunk := f.read(most - got)):
+            parts.append(chunk)
+            got += len(chunk)
+    return b"".join(parts)
+
+
+def _inexact(name: str) -> bool:
+    """Whether the filesystem would read a listed name as another object's: one with an empty
+    part (`cat//a.jpg` is read as `cat/a.jpg`) or a `?` (s3fs cuts `a.jpg?versionId=2` there)."""
+    return "?" in name or (name != "" and "" in name.split("/"))
+
+
 def _entry(info: dict, base: str) -> Entry:
     name = info["name"].rstrip("/")
     relative = name[len(base) :].lstrip("/") if name.startswith(base) else ""
@@ -245,38 +327,48 @@ def _entry(info: dict, base: str) -> Entry:
 
 
 class _ReadAhead:
-    """A RemoteStorage whose read() of the names given, in their order, comes from a thread
+    """A RemoteStorage whose read() of the files given, in their order, comes from a thread
     fetching them _AHEAD at a time with concurrent range requests (bounded by `limit` each):
-    per-request latency, not bandwidth, is what limits one worker reading small objects.
-    Anything else, or a name out of order, goes to the storage itself."""
+    per-request latency, not bandwidth, is what limits one worker reading small objects. A file
+    listed over `limit` is refused unfetched. Anything else, or a name out of order, goes to
+    the storage itself."""
 
-    def __init__(self, storage: RemoteStorage, names: Iterable[str], limit: int) -> None:
+    def __init__(
+        self, storage: RemoteStorage, files: Iterable[tuple[str, int]], limit: int
+    ) -> None:
         self.storage, self.limit = storage, limit
         self._fetched: queue.Queue[list | None] = queue.Queue(_AHEAD_BATCHES)
         self._pending: list = []  # (name, bytes or the OSError its request raised), reversed
         self._done = False  # every batch has been taken
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._fetch, args=(names,), daemon=True)
+        self._thread = threading.Thread(target=self._fetch, args=(files,), daemon=True)
         self._thread.start()
 
-    def _fetch(self, names: Iterable[str]) -> None:
-        fs = self.storage.fs
-        names = iter(names)
+    def _fetch(self, files: Iterable[tuple[str, int]]) -> None:
+        files = iter(files)
         try:
-            while batch := list(islice(names, _AHEAD)):
+            while batch := list(islice(files, _AHEAD)):
                 if self._stop.is_set():
                     return
-                keys = [self.storage._key(n) for n in batch]
-                try:
-                    got = fs.cat_ranges(keys, [0] * len(keys), [self.limit + 1] * len(keys),
-                                        on_error="return")  # fmt: skip
-                except Exception as e:  # the whole batch failed: each read says so
-                    got = [e] * len(batch)
-                self._fetched.put(list(zip(batch, got, strict=True)))
+                batch = [(n, size) for n, size in batch if not _inexact(n)]  # read() refuses
+                self._fetched.put(self._fetch_batch(batch))
         except Exception:  # naming a file failed: the reads from here on go to the storage
             pass  # itself, which raises the same error where the caller handles it
         finally:
             self._fetched.put(None)  # the end, however it came: read() never waits for nothing
+
+    def _fetch_batch(self, batch: list[tuple[str, int]]) -> list:
+        """(name, its bytes up to limit + 1 or the exception its request raised) for each file;
+        one listed over the limit is refused unfetched."""
+        fetch = [self.storage._key(n) for n, size in batch if size <= self.limit]
+        try:
+            got = iter(self.storage.fs.cat_ranges(fetch, [0] * len(fetch),
+                       [self.limit + 1] * len(fetch), on_error="return"))  # fmt: skip
+        except Exception as e:  # the whole batch failed: each read says so
+            got = repeat(e)
+        over = f"over the limit of {self.limit} bytes"
+        return [(n, next(got) if size <= self.limit else FileTooLarge(f"{size} bytes, {over}"))
+                for n, size in batch]  # fmt: skip
 
     def read(self, name: str, limit: int) -> bytes:
         if not self._pending and not self._done:
@@ -287,7 +379,7 @@ class _ReadAhead:
             return self.storage.read(name, limit)
         _, data = self._pending.pop()
         if isinstance(data, BaseException):
-            raise data if isinstance(data, OSError) else OSError(str(data))
+            raise data if isinstance(data, OSError | RefusedFile) else OSError(str(data))
         if len(data) > limit:
             raise FileTooLarge(f"over the limit of {limit} bytes")
         return data
@@ -382,12 +474,13 @@ class _UploadSink(Sink):
 
 
 class _SpoolSink(Sink):
-    """A local temporary file, uploaded whole at commit (and removed either way)."""
+    """A local file without a name (O_TMPFILE), uploaded whole at commit: however the process
+    ends, nothing is left behind. A library writes it by path through /proc/self/fd/N."""
 
     def __init__(self, fs, key: str, name: str) -> None:
         self.fs, self.key, self.name = fs, key, name
-        self._spool = FileSink(os.path.join(tempfile.gettempdir(), "shardpack.spool"))
-        self.fd = self._spool.fd
+        self._spool = tempfile.TemporaryFile(prefix=".shardpack.spool.")  # noqa: SIM115
+        self.fd = self._spool.fileno()
 
     def write(self, data: bytes) -> int:
         return self._spool.write(data)
@@ -396,12 +489,12 @@ class _SpoolSink(Sink):
         try:
             self._spool.flush()
             with _naming(self.name):
-                self.fs.put_file(self._spool.name, self.key)
+                self.fs.put_file(f"/proc/self/fd/{self.fd}", self.key)
         finally:
-            self._spool.discard()
+            self.discard()
 
     def discard(self) -> None:
-        self._spool.discard()
+        self._spool.close()
 
 
 class _ObjectJournal(JournalWriter):
@@ -477,7 +570,7 @@ def _locked(storage: RemoteStorage) -> Iterator[None]:
             if not failed:  # else a store gone down must not bury why the run stopped
                 raise OutputError(
                     f"{storage.path(LOCK_NAME)}: the run is complete (index.json written), but "
-                    f"its lock could not be removed ({_said(e, 200)}); remove it, or a later run "
+                    f"its lock could not be removed ({said(e, 200)}); remove it, or a later run "
                     "on this host takes it over"
                 ) from None
 
@@ -488,42 +581,6 @@ def _release(storage: RemoteStorage, key: str, token: str) -> None:
     if held and held.get("token") == token:
         with suppress(FileNotFoundError):
             storage.fs.rm_file(key)
-
-
-# Where the exceptions of the packages a URL's filesystem reaches its store through live. What
-# they raise that is not an OSError (a refused connection, a malformed bucket name) is the
-# store's answer, not a bug of ours: store_failure turns it into one line. fsspec itself is
-# not among them: what it raises that is no OSError is a bug of its caller's, ours.
-_STORE_MODULES = ("botocore.", "aiobotocore.", "s3fs.", "gcsfs.", "adlfs.", "aiohttp.", "azure.",
-                  "google.auth.", "google.api_core.", "google.cloud.")  # fmt: skip
-
-
-def is_store_failure(e: BaseException) -> bool:
-    """Whether `e` is the disk's or a store's failure (an OSError, or store_failure's)."""
-    return isinstance(e, OSError) or store_failure(e) is not None
-
-
-def store_failure(e: BaseException) -> str | None:
-    """One line for an exception that came out of a URL's filesystem, or None for any other
-    (judged by where its class lives and where it was raised: botocore raises ValueError for
-    a malformed endpoint)."""
-    tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    raised_in = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
-    if not any(f"{m}.".startswith(_STORE_MODULES) for m in (raised_in, type(e).__module__)):
-        return None
-    said = _said(e, 300)
-    if isinstance(e, TypeError) and "unexpected keyword argument" in said:
-        return f"a --storage-option is not one the filesystem takes ({said})"
-    return (f"the object store refused or could not be reached: {said}; check the URL, the "
-            "endpoint (AWS_ENDPOINT_URL or --storage-option endpoint_url=...) and the "
-            "credentials")  # fmt: skip
-
-
-def _said(e: BaseException, most: int) -> str:
-    """What an exception says, on one line, escaped, at most `most` characters of it."""
-    return printable(" ".join(str(e).split())[:most]) or type(e).__name__
 
 
 def _owner(storage: RemoteStorage, key: str) -> dict | None:
@@ -538,10 +595,13 @@ def _owner(storage: RemoteStorage, key: str) -> dict | None:
 
 def _dead_here(owner: dict | None) -> bool:
     """Whether the lock's run was on this host and its process is gone."""
-    if owner is None or owner["host"] != socket.gethostname() or type(owner["pid"]) is not int:
+    if owner is None or owner["host"] != socket.gethostname():
+        return False
+    pid = owner["pid"]
+    if type(pid) is not int or not 0 < pid < 2**31:  # os.kill takes a C int; 0, -1: groups
         return False
     try:
-        os.kill(owner["pid"], 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except OSError:  # alive, someone else's

@@ -60,8 +60,8 @@ def manifest_file(
 def _present(src: Storage, name: str = "") -> bool:
     """Whether something is at `name`; on a disk a link counts unfollowed (kind() follows it),
     so that reading it refuses it by name, not as a missing file."""
-    if src.local:
-        return os.path.lexists(src.path(name))
+    if (path := src.local_path(name)) is not None:
+        return os.path.lexists(path)
     return src.kind(name) is not None
 
 
