@@ -57,6 +57,38 @@ def test_json_outputs(src: Path, tmp_path: Path):
     assert described["splits"]["train"]["class_counts"] == {"a": 4, "b": 3}
 
 
+def test_pack_summary_shows_the_classes_splits_and_features(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {f"class{i:02d}": 1 for i in range(10)})
+    rows = [
+        {
+            "file": str(p.relative_to(src)),
+            "label": p.parent.name,
+            "split": split,
+            "boxes": [[0.1, 0.2, 0.3, 0.4]],
+            "caption": "a photo",
+        }
+        for p, split in zip(sorted(src.rglob("*.jpg")), ["train", "test"] * 5, strict=True)
+    ]
+    write_jsonl(src / "labels.jsonl", rows)
+    run = _run("pack", str(src / "labels.jsonl"), str(tmp_path / "out"), "--workers", "1",
+               "--no-progress")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    names = ", ".join(f"class{i:02d}" for i in range(8))
+    assert f"\n10 classes: {names}, ...\n" in run.stdout
+    assert re.search(r"\n  test +5 records .*\n  train +5 records", run.stdout), run.stdout
+    assert "features: label (class), boxes (float32 list of 4), caption (text)" in run.stdout
+    run = _run("pack", str(src / "labels.jsonl"), str(tmp_path / "out"), "--overwrite", "--json",
+               "--workers", "1")  # fmt: skip
+    summary = json.loads(run.stdout)
+    assert summary["num_classes"] == 10 and summary["classes"][-1] == "class09"
+    assert summary["features"] == {"label": "class", "boxes": "float32 list of 4",
+                                   "caption": "text"}  # fmt: skip
+    write_jsonl(src / "labels.jsonl", [{"file": r["file"]} for r in rows])
+    run = _run("pack", str(src / "labels.jsonl"), str(tmp_path / "out"), "--overwrite",
+               "--workers", "1", "--no-progress")  # fmt: skip
+    assert "\nno classes: unlabeled\nfeatures: the image only\n" in run.stdout, run.stdout
+
+
 def test_pack_summary_names_what_it_skipped_and_ignored_and_warns_of_empty_classes(
     src: Path, tmp_path: Path
 ):
