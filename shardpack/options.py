@@ -48,11 +48,11 @@ def _check_container(fmt: str, compression: str, index_files: bool) -> None:
 
     _choice("format", fmt, tuple(CONTAINERS))
     if compression not in CONTAINERS[fmt].compressions:
-        raise ShardpackError(f"--compression {compression} is for --format tfrecord only; "
-                             f"drop --compression")  # fmt: skip
+        raise ShardpackError(f"compression={compression!r} is for format='tfrecord' only; "
+                             f"drop compression=")  # fmt: skip
     if index_files and not CONTAINERS[fmt].index_files:
-        raise ShardpackError("--index-files writes DALI's TFRecord index files; "
-                             f"--format {fmt} needs none: drop --index-files")  # fmt: skip
+        raise ShardpackError("index_files=True writes DALI's TFRecord index files; "
+                             f"format={fmt!r} needs none: drop index_files=True")  # fmt: skip
 
 
 def _check_source(source: str) -> None:
@@ -113,29 +113,29 @@ def _hints() -> dict[str, object]:
 
 def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ShardpackError(f"--{option} must be one of {', '.join(allowed)}, got: {value!r}")
+        raise ShardpackError(f"{option}= must be one of {', '.join(allowed)}, got: {value!r}")
 
 
 def _check_transform(options: PackOptions) -> None:
     """--resize-mode (img2dataset's name taken as ours), --pad-color and the size filters."""
     mode = RESIZE_ALIASES.get(options.resize_mode, options.resize_mode)
-    _choice("resize-mode", mode, RESIZE_MODES + tuple(RESIZE_ALIASES))
+    _choice("resize_mode", mode, RESIZE_MODES + tuple(RESIZE_ALIASES))
     object.__setattr__(options, "resize_mode", mode)
     if options.resize is None and (mode != "stretch" or not options.upscale):
-        said = "--no-upscale" if mode == "stretch" else f"--resize-mode {mode}"
-        raise ShardpackError(f"{said} needs --resize WIDTHxHEIGHT")
+        said = "upscale=False" if mode == "stretch" else f"resize_mode={mode!r}"
+        raise ShardpackError(f"{said} needs resize=")
     if len(options.pad_color) != 3 or not all(0 <= c <= 255 for c in options.pad_color):
-        raise ShardpackError(f"--pad-color must be R,G,B of 0-255, got: {options.pad_color!r}")
+        raise ShardpackError(f"pad_color= must be R,G,B of 0-255, got: {options.pad_color!r}")
     for option in ("min_side", "max_area"):
-        _positive(option.replace("_", "-"), getattr(options, option))
+        _positive(option, getattr(options, option))
     if options.max_aspect is not None and not options.max_aspect >= 1:
-        raise ShardpackError(f"--max-aspect must be a ratio of at least 1, got: "
+        raise ShardpackError(f"max_aspect= must be a ratio of at least 1, got: "
                              f"{options.max_aspect!r}")  # fmt: skip
 
 
 def _positive(option: str, value: int | None) -> None:
     if value is not None and value < 1:
-        raise ShardpackError(f"--{option} must be a positive integer, got: {value!r}")
+        raise ShardpackError(f"{option}= must be a positive integer, got: {value!r}")
 
 
 @dataclass(frozen=True)
@@ -225,28 +225,28 @@ class PackOptions:
         _choice("backend", self.backend, BACKENDS)
         _choice("encode", self.encode, ENCODINGS)
         _choice("check", self.check, CHECKS)
-        _choice("on-error", self.on_error, ON_ERROR)
+        _choice("on_error", self.on_error, ON_ERROR)
         _choice("compression", self.compression, COMPRESSIONS)
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
-            _positive(option.replace("_", "-"), getattr(self, option))
+            _positive(option, getattr(self, option))
         if self.seed < 0:
-            raise ShardpackError(f"--seed must be a non-negative integer, got: {self.seed!r}")
+            raise ShardpackError(f"seed= must be a non-negative integer, got: {self.seed!r}")
         if not 1 <= self.quality <= 100:
-            raise ShardpackError(f"--quality must be between 1 and 100, got: {self.quality!r}")
+            raise ShardpackError(f"quality= must be between 1 and 100, got: {self.quality!r}")
         if self.resize is not None:
             if len(self.resize) != 2 or min(self.resize) < 1:
-                raise ShardpackError(f"--resize must be WIDTHxHEIGHT, got: {self.resize!r}")
+                raise ShardpackError(f"resize= must be (width, height), got: {self.resize!r}")
             if self.max_side is not None:
-                raise ShardpackError("--resize and --max-side exclude each other; pass one")
+                raise ShardpackError("resize= and max_side= exclude each other; pass one")
             if self.resize[0] * self.resize[1] > self.max_pixels:
                 raise ShardpackError(
-                    f"--resize {self.resize[0]}x{self.resize[1]} is over --max-pixels "
-                    f"{self.max_pixels}; pass a smaller size or raise --max-pixels"
+                    f"resize={self.resize[0]}x{self.resize[1]} is over max_pixels="
+                    f"{self.max_pixels}; pass a smaller size or raise max_pixels="
                 )
         if self.scheduler is not None and self.backend != "dask":
-            raise ShardpackError("--scheduler needs --backend dask")
+            raise ShardpackError("scheduler= needs backend='dask'")
         if self.index_files and self.compression != "none":
-            raise ShardpackError("--index-files needs uncompressed shards; drop --compression")
+            raise ShardpackError("index_files=True needs uncompressed shards; drop compression=")
         _check_container(self.format, self.compression, self.index_files)
         for split in (*self.split_names, *(name for name, _ in self.split or ())):
             if not _SPLIT.match(split):
@@ -258,7 +258,7 @@ class PackOptions:
             check_fractions(self.split)
         if self.name is not None and not _NAME.match(self.name):
             raise ShardpackError(
-                f"--name must start with a letter or digit and hold only letters, digits, '_' "
+                f"name= must start with a letter or digit and hold only letters, digits, '_' "
                 f"and '.', got: {self.name!r}"
             )
 

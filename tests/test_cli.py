@@ -188,6 +188,28 @@ def test_verify_exit_code_on_fault(src: Path, tmp_path: Path):
         (["pack", "{src}", "{tmp}/out", "--split", ""], "--split must look like train=0.9"),
         (["pack", "{src}", "{tmp}/out", "--split", "a=0,b=1"], "must be above 0 and at most 1"),
         (["preview", "{tmp}/empty", "--seed", "-1"], "-1 is not in the range x>=0"),
+        (["pack", "{tmp}/labels.csv", "{tmp}/out"], "labels.csv: no such file; check the manifest"),
+        (["verify", "{tmp}/afile"], "afile: is a file, not a pack output; pass the folder that"),
+        (["inspect", "{tmp}/afile"], "afile: is a file, not a pack output; pass the folder that"),
+        # PackOptions says `resize_mode='pad'` to Python callers; the CLI names its flags
+        (
+            ["pack", "{src}", "{tmp}/out", "--resize-mode", "pad"],
+            "--resize-mode pad needs --resize",
+        ),
+        (["pack", "{src}", "{tmp}/out", "--no-upscale"], "error: --no-upscale needs --resize"),
+        (
+            ["pack", "{src}", "{tmp}/out", "--format", "webdataset", "--compression", "gzip"],
+            "--compression gzip is for --format tfrecord only; drop --compression",
+        ),
+        (
+            ["pack", "{src}", "{tmp}/out", "--format", "webdataset", "--index-files"],
+            "--format webdataset needs none: drop --index-files",
+        ),
+        (
+            ["pack", "{src}", "{tmp}/out", "--resize", "40x40", "--max-pixels", "100"],
+            "--resize 40x40 is over --max-pixels 100; pass a smaller size or raise --max-pixels",
+        ),
+        (["pack", "{src}", "{tmp}/out", "--scheduler", "x"], "--scheduler needs --backend dask"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(src: Path, tmp_path: Path, args: list[str], message: str):

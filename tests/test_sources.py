@@ -195,12 +195,19 @@ def test_unreadable_folders_and_files_are_skipped_with_a_reason(tmp_path):
         assert run.returncode == 0, run.stderr
         skipped, keys, warnings = eval(run.stdout)  # our own repr, just printed
         assert skipped == (
-            ("a/locked/", "cannot list folder (Permission denied)"),
-            ("b/", "cannot list folder (Permission denied)"),
+            ("a/locked/", "cannot list (permission denied)"),
+            ("b/", "cannot list (permission denied)"),
         )
         assert keys == ["a/img_000.jpg", "c/img_000.jpg"]
-        assert warnings == (f"class 'b' ({src / 'b'}) holds no images: it keeps label 1 "
-                            "with no records",)  # fmt: skip
+        assert warnings == ()  # b is skipped with why, not said to hold no images
+        (base / "out").mkdir(mode=0o777)
+        (base / "out").chmod(0o777)
+        run = _as_nobody(
+            "from shardpack import PackOptions, pack; from shardpack.errors import ImageError\n"
+            f"try: pack({str(src)!r}, {str(base / 'out')!r}, PackOptions(on_error='fail'))\n"
+            "except ImageError as e: print(e)"
+        )
+        assert run.stdout.startswith("a/locked/: cannot list (permission denied); fix it"), run
     finally:
         for root, dirs, _ in os.walk(base):
             for d in dirs:

@@ -289,6 +289,8 @@ def source_root(
         kind = root.kind()
     except OSError as e:  # an object store refusing us (credentials, permissions)
         raise SourceError(f"{where}: cannot read ({e}); check its permissions") from None
+    if kind is None and manifest.is_manifest_name(where):
+        raise SourceError(f"{where}: no such file; check the manifest's path")
     if kind is None:
         raise SourceError(f"{where}: no such folder; pass the folder that holds your images")
     if kind != "dir" and not manifest.is_manifest_name(where):

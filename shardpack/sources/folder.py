@@ -189,9 +189,10 @@ def list_class_folders(
     seen_dirs = {_dir_id(top), *class_dirs}
     empty = []
     for name in classes:
-        before = len(found)
-        _walk_images(root, name, f"{base}/{name}" if base else name, seen_dirs, passed, found)
-        if len(found) == before:
+        before, rel = len(found), f"{base}/{name}" if base else name
+        _walk_images(root, name, rel, seen_dirs, passed, found)
+        unlisted = any(key == f"{rel}/" for key, _ in passed.skipped[-1:])
+        if len(found) == before and not unlisted:  # one that cannot be listed: skipped, why
             empty.append(name)
     found.sort(key=operator.itemgetter(1))
     return classes, _fill_sizes(root, found), empty
@@ -300,7 +301,8 @@ def _walk_images(
                 seen_dirs.add(folder)
             entries = list(os.scandir(path))
         except OSError as e:
-            passed.skipped.append((f"{rel_dir}/", f"cannot list folder ({e.strerror})"))
+            why = (e.strerror or str(e)).lower()  # "cannot list (permission denied)"
+            passed.skipped.append((f"{rel_dir}/", f"cannot list ({why})"))
             continue
         files, subfolders, ignored = [], [], []
         for entry in entries:  # in the directory's order: each list is sorted below, by name
