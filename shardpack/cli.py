@@ -4,10 +4,8 @@ Start-up stays light (`shardpack --help` imports typer and this module, nothing 
 command imports the library modules it needs, and help is plain text, without rich.
 """
 
-import dataclasses
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -32,6 +30,7 @@ from shardpack.options import (
     ON_ERROR,
     SPLIT_NAMES,
     PackOptions,
+    as_flags,
     parse_color,
     parse_resize,
     parse_size,
@@ -552,30 +551,7 @@ def _pack_options(**given: object) -> PackOptions:
     try:
         return PackOptions(**given)
     except ShardpackError as e:
-        raise ShardpackError(_as_flags(str(e))) from None
-
-
-# A parameter in a PackOptions message, with its value if any: encode='gif', resize=(1, 2),
-# upscale=False, or `drop compression=`.
-_PARAMETER = re.compile(r"\b([a-z][a-z_]*)=('[^']*'|\([^)]*\)|True\b|False\b|[^\s,;:]*)")
-_FLAG_OF = {"split_names": "--splits"}  # where the flag is not the parameter's name
-
-
-def _as_flags(message: str) -> str:
-    """A PackOptions message as the CLI says it: encode='gif' as --encode gif, upscale=False as
-    --no-upscale, index_files=True as --index-files."""
-    names = {field.name for field in dataclasses.fields(PackOptions)}
-
-    def flag(match: re.Match) -> str:
-        name, value = match[1], match[2]
-        if name not in names:
-            return match[0]
-        said = _FLAG_OF.get(name, "--" + name.replace("_", "-"))
-        if value == "False":
-            return "--no-" + said[2:]
-        return said if value in ("", "True") else f"{said} {value.strip(chr(39))}"
-
-    return _PARAMETER.sub(flag, message)
+        raise ShardpackError(as_flags(str(e))) from None
 
 
 def _split_names(text: str) -> tuple[str, ...]:

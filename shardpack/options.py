@@ -328,3 +328,26 @@ def parse_split(text: str) -> tuple[tuple[str, float], ...]:
     split = tuple(pairs)
     check_fractions(split)
     return split
+
+
+# A parameter in a PackOptions message, with its value if any: encode='gif', resize=(1, 2),
+# upscale=False, or `drop compression=`.
+_PARAMETER = re.compile(r"\b([a-z][a-z_]*)=('[^']*'|\([^)]*\)|True\b|False\b|[^\s,;:]*)")
+_FLAG_OF = {"split_names": "--splits"}  # where the flag is not the parameter's name
+
+
+def as_flags(message: str) -> str:
+    """A PackOptions message, phrased for Python callers, as the CLI says it: encode='gif' as
+    --encode gif, upscale=False as --no-upscale, index_files=True as --index-files."""
+    names = {field.name for field in fields(PackOptions)}
+
+    def flag(match: re.Match) -> str:
+        name, value = match[1], match[2]
+        if name not in names:
+            return match[0]
+        said = _FLAG_OF.get(name, "--" + name.replace("_", "-"))
+        if value == "False":
+            return "--no-" + said[2:]
+        return said if value in ("", "True") else f"{said} {value.strip(chr(39))}"
+
+    return _PARAMETER.sub(flag, message)

@@ -834,3 +834,26 @@ def test_safepickle_reads_opcodes_as_pickletools_does(protocol):
             encoding = "latin-1" if name in python2 else "utf-8"
             raw = value.encode(encoding, "surrogatepass") if isinstance(value, str) else value
             assert blob[arg] == raw
+
+
+def test_a_class_of_a_few_images_named_a_typo_away_from_another_is_named(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"cat": 8, "dgo": 2, "dog": 8, "owl": 2})
+    assert scan(src).warnings == (
+        "class 'dgo' (2 images) is named a typo away from class 'dog' (8 images): if it is a "
+        "typo, give its images the class 'dog'",
+    )  # owl is as far from cat and dog as names go
+
+
+def test_folders_holding_the_same_class_folders_are_refused_as_a_split_tree(tmp_path):
+    src = helpers.make_tree(tmp_path / "src" / "tr", {"cat": 2, "dog": 2}).parent
+    helpers.make_tree(src / "te", {"cat": 1, "dog": 1})
+    with pytest.raises(SourceError, match=r"its folders 'te', 'tr' each hold the same folders "
+                       r"\('cat', 'dog'\), as a split tree's .* pass --splits te,tr to take them "
+                       "as splits, or --source folder"):  # fmt: skip
+        scan(src)
+    assert set(scan(src, PackOptions(split_names=("te", "tr"))).splits) == {"te", "tr"}
+    assert scan(src, PackOptions(source="folder")).classes == ("te", "tr")
+    # one shared folder (Tiny ImageNet's <class>/images/) is a class tree
+    helpers.make_tree(tmp_path / "tiny" / "n01", {"images": 1})
+    helpers.make_tree(tmp_path / "tiny" / "n02", {"images": 1})
+    assert scan(tmp_path / "tiny").classes == ("n01", "n02")

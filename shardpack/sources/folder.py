@@ -129,6 +129,8 @@ class FolderSource(Source):
 def scan_folder(src: Storage, options: PackOptions) -> Dataset:
     passed = Passed()
     found_classes, found, empty = list_class_folders(src, passed)
+    if options.source != "folder":  # --source folder: every folder is a class, as asked
+        _refuse_split_like(src, found_classes, found)
     classes = class_list(found_classes, options.classes)
     items, left_out = labelled(found, classes, options.on_error)
     if found and not items:
@@ -137,6 +139,34 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
         raise SourceError(f"{src.path()}: no images found; {_nothing_found(src)}")
     return passed.dataset("folder", src, Schema.build(classes), {"train": items}, left_out,
                           empty_class_warnings(src.path(), empty, classes))  # fmt: skip
+
+
+# Split folders number a few (train, val, test); a tree of more first-level folders is classes.
+_MOST_SPLITS = 5
+
+
+def _refuse_split_like(
+    src: Storage, folders: tuple[str, ...], found: list[tuple[str, str, int]]
+) -> None:
+    """Refuse first-level folders that are a split tree by another name (tr/cat, te/cat): a
+    few, none with an image of its own, all holding the same two or more folders. Taken for
+    classes, every image would be labelled by its split."""
+    if not 2 <= len(folders) <= _MOST_SPLITS:
+        return
+    inner: dict[str, set[str]] = {name: set() for name in folders}
+    for label, key, _ in found:
+        parts = key.split("/", 2)
+        if len(parts) == 2:
+            return  # an image in the folder itself: a class
+        inner[label].add(parts[1])
+    shared = set.intersection(*inner.values())
+    if len(shared) < 2 or any(len(names) > 2 * len(shared) for names in inner.values()):
+        return
+    raise SourceError(
+        f"{src.path()}: its folders {few(folders)} each hold the same folders ({few(shared)}), "
+        f"as a split tree's split folders hold classes; pass --splits {','.join(folders)} to "
+        "take them as splits, or --source folder to take them as classes"
+    )
 
 
 def left_out_by_classes(where: str, images: int, found: Iterable[str]) -> SourceError:
