@@ -114,17 +114,17 @@ def scan_manifest(
     base = posixpath.dirname(first.root) if per_split else first.root  # a URL's too
     images = ImageRoot(storage_at(base, storage_options), storage_options)
     splits: dict[str, list[Item]] = {}
-    bad: list[tuple[int, str, str]] = []
+    skipped: list[tuple[str, str]] = []
     for split, table in tables:
         prefix = f"{split}/" if per_split else ""
         by_folder = split is None and _split_by_folder(table)
         # a row without a usable path is known by its line, which its reason need not repeat
-        bad += [(b.line, _under(prefix, b.path), b.reason) if b.path else (b.line, b.where, b.why)
-                for b in table.bad]  # fmt: skip
+        bad = [(b.line, _under(prefix, b.path), b.reason) if b.path else (b.line, b.where, b.why)
+               for b in table.bad]  # fmt: skip
         for item, row_split in _items(table, images, prefix, label, position, bad):
             default = _folder_split(item.path) if by_folder else DEFAULT_SPLIT
             splits.setdefault(split or row_split or default, []).append(item)
-    skipped = tuple((key, reason) for _, key, reason in sorted(bad))  # in manifest order
+        skipped += [(key, reason) for _, key, reason in sorted(bad)]  # in manifest order
     if not splits:
         first_bad = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
         raise SourceError(f"{first.path}: no row names a usable image{first_bad}")
@@ -134,7 +134,7 @@ def scan_manifest(
         images,
         schema,
         {split: tuple(items) for split, items in splits.items()},
-        skipped=skipped,  # the first is what --on-error fail names
+        skipped=tuple(skipped),  # the first is what --on-error fail names
         warnings=tuple(w for _, table in tables for w in table.warnings),
     )
 
@@ -217,10 +217,7 @@ def _one_label(tables: list[tuple[str | None, Manifest]]) -> LabelInfo | None:
         if split is not None and table.has_split:
             raise SourceError(f"{table.path}: has a split column, but its folder is split "
                               f"{split}; drop the column")  # fmt: skip
-        differs = table.label is None if first.label is not None else table.label is not None
-        if first.label is not None and table.label is not None:
-            differs = (table.label.kind, table.label.multi) != (first.label.kind, first.label.multi)
-        if table.columns != first.columns or differs:
+        if table.columns != first.columns or _label_kind(table) != _label_kind(first):
             raise SourceError(
                 f"{table.path}: its columns or labels differ from {first.path}'s (split "
                 f"{split}); give every split folder's metadata file the same columns"
@@ -229,6 +226,11 @@ def _one_label(tables: list[tuple[str | None, Manifest]]) -> LabelInfo | None:
         return None
     values = sorted(set().union(*(table.label.values for _, table in tables)))
     return dataclasses.replace(first.label, values=tuple(values))
+
+
+def _label_kind(table: Manifest) -> tuple[str, bool] | None:
+    """What a manifest's labels are: names or integers, one or a list a row; None: no label."""
+    return None if table.label is None else (table.label.kind, table.label.multi)
 
 
 def split_manifests(root: Storage) -> list[tuple[str, Storage]] | None:
