@@ -18,7 +18,7 @@ from shardpack.packing.packer import pack
 from shardpack.read.random_access import read_record
 from shardpack.read.stream import iter_examples, tf_dataset
 from shardpack.read.verify import verify
-from tests.helpers import make_tree, write_csv, write_jsonl
+from tests.helpers import make_tree, needs, run_json, write_csv, write_jsonl, write_parquet
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -299,10 +299,10 @@ def _by_split(out: Path) -> dict[str, list[list[str]]]:
     return splits
 
 
-def test_split_folders_each_with_a_metadata_file_pack_as_datasets_reads_them(tmp_path):
-    from tests.helpers import needs
-
+@pytest.mark.parametrize("suffix", ["jsonl", "csv", "parquet"])
+def test_split_folders_each_with_a_metadata_file_pack_as_datasets_reads_them(tmp_path, suffix):
     needs("datasets")
+    write = {"jsonl": write_jsonl, "csv": write_csv, "parquet": write_parquet}[suffix]
     src = tmp_path / "hf"
     rows = {
         "train": [("a.png", "cat"), ("b.png", "dog"), ("c.png", "cat")],
@@ -313,20 +313,16 @@ def test_split_folders_each_with_a_metadata_file_pack_as_datasets_reads_them(tmp
         for i, (name, _) in enumerate(pairs):
             (src / split / "x" / f"img_{i:03d}.png").rename(src / split / name)
         (src / split / "x").rmdir()
-        write_jsonl(src / split / "metadata.jsonl",
-                    [{"file_name": name, "label": label} for name, label in pairs])  # fmt: skip
+        write(src / split / f"metadata.{suffix}",
+              [{"file_name": name, "label": label} for name, label in pairs])  # fmt: skip
     pack(src, tmp_path / "out", PackOptions(workers=1))
     ours = _by_split(tmp_path / "out")
     assert ours == {"train": [["a.png", "cat"], ["b.png", "dog"], ["c.png", "cat"]],
                     "test": [["a.png", "dog"]]}  # fmt: skip
-    from tests.helpers import run_json
-
     assert run_json(READ_IMAGEFOLDER, str(src), str(tmp_path / "cache")) == ours
 
 
 def test_one_metadata_file_naming_split_folders_takes_those_splits_and_its_labels(tmp_path):
-    from tests.helpers import needs, run_json
-
     needs("datasets")
     src = make_tree(tmp_path / "hf" / "train", {"cat": 2, "dog": 1}, ".png").parent
     make_tree(src / "test", {"cat": 1}, ".png", seed=5)
