@@ -205,6 +205,19 @@ def test_webdataset_keys_are_unique_in_the_dataset_and_the_same_on_every_pack(tm
     assert keys[0][:2] == ["test-000000_000000", "test-000000_000001"]
 
 
+def test_a_split_name_too_long_for_a_tar_member_name_keys_by_shard_index(tmp_path):
+    import tarfile
+
+    split = "s" * 90  # with the shard's index and the record's number: over tar's 100 bytes
+    src = make_tree(tmp_path / "src" / split, {"a": 2}).parent
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(format="webdataset", split_names=(split,), shards=1))
+    (shard,) = out.glob("*.tar")
+    with tarfile.open(shard) as tar:
+        assert tar.getnames()[:2] == ["000000_000000.jpg", "000000_000000.cls"]
+    assert len(list(iter_examples(out, split))) == 2
+
+
 def test_an_index_without_a_container_is_tfrecord_and_an_unknown_one_is_refused(packed, tmp_path):
     out = Path(shutil.copytree(packed["tfrecord"], tmp_path / "out"))
     index = json.loads((out / "index.json").read_text())

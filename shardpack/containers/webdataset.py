@@ -145,8 +145,14 @@ def _key_stem(shard: str) -> str:
     """The keys' first part for a shard named `{name}-{split}-{index}.tar`: `{split}-{index}`
     (a dataset name holds no '-'), a dot in the split as '-' (a split name holds none): webdataset
     ends a key at its first dot, and wids users join and resume by key across shards."""
-    stem = os.path.basename(shard).removesuffix(".tar").split("-", 1)[-1]
-    return re.sub(r"[^0-9A-Za-z_-]", "-", stem)
+    stem = re.sub(
+        r"[^0-9A-Za-z_-]", "-", os.path.basename(shard).removesuffix(".tar").split("-", 1)[-1]
+    )
+    return stem if len(stem) <= _MAX_KEY_STEM else stem.rpartition("-")[2]  # the index alone
+
+
+# A tar member's name holds 100 bytes: the key's stem, "_", the record's number and an extension.
+_MAX_KEY_STEM = 80
 
 
 class _Writer(ShardWriter):
