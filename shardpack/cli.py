@@ -33,6 +33,7 @@ from shardpack.options import (
     ON_ERROR,
     SPLIT_NAMES,
     PackOptions,
+    as_flags,
     parse_color,
     parse_resize,
     parse_size,
@@ -226,6 +227,7 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
             f"  {name:<{width}} {_plural(split['num_records'], 'record'):>17}  "
             f"{_plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
         )
+    _print_classes_and_features(summary)
     if summary["lossless"]:
         made = _plural(summary["lossless"], "image")
         typer.echo(f"re-encoded {made} TensorFlow cannot decode (CMYK JPEG, GIF, ...) as "
@@ -254,6 +256,24 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
         what = "GZIP" if summary["compression"] == "gzip" else summary["container"]
         typer.echo(f"no TFDS metadata: TFDS cannot read {what} shards")
     typer.echo(f"index: {summary['out']}/index.json")
+
+
+def _print_classes_and_features(summary: dict) -> None:
+    """The class list (the first few) and every feature beyond the image's: a changed class list
+    or a lost label column shows in the summary."""
+    count, shown = summary["num_classes"], summary["classes"][:_SHOWN_CLASSES]
+    if count:
+        more = ", ..." if count > len(shown) else ""
+        typer.echo(
+            f"{_plural(count, 'class', 'classes')}: {', '.join(map(printable, shown))}{more}"
+        )
+    else:
+        typer.echo("no classes: unlabeled")
+    features = [f"{printable(name)} ({kind})" for name, kind in summary["features"].items()]
+    typer.echo(f"features: {', '.join(features) or 'the image only'}")
+
+
+_SHOWN_CLASSES = 8  # of a summary's class list: one line on a terminal
 
 
 class _Terminated(BaseException):
@@ -517,7 +537,7 @@ def pack(
     with a seed, writes the shards in parallel, and writes OUT/index.json last.
     """
     with _user_errors():
-        options = PackOptions(
+        options = _pack_options(
             name=name,
             source=source.value,
             shards=shards,
@@ -554,6 +574,14 @@ def pack(
             dedup=dedup.value,
         )
         _run_pack(src, out, options, not no_progress, as_json, parse_options(storage_option or ()))
+
+
+def _pack_options(**given: object) -> PackOptions:
+    """PackOptions of the flags given; its errors, phrased for Python callers, name the flags."""
+    try:
+        return PackOptions(**given)
+    except ShardpackError as e:
+        raise ShardpackError(as_flags(str(e))) from None
 
 
 def _split_names(text: str) -> tuple[str, ...]:

@@ -120,13 +120,19 @@ class Index:
         return self.splits[name]
 
 
-def _missing(storage: Storage) -> bool:
-    """Whether OUT itself is not there. A store that cannot say (an error asking) counts as
-    OUT being there: the message then names the missing index.json, not the folder."""
+def _out_kind(storage: Storage) -> str | None:
+    """What OUT itself is: "dir", "file", or None when it is not there. A store that cannot say
+    (an error asking) counts as a folder: the message then names the missing index.json."""
     try:
-        return storage.kind() is None
+        return storage.kind()
     except OSError:
-        return False
+        return "dir"
+
+
+def _a_file(root: str) -> IndexFormatError:
+    """The error of a file (a shard, an image) passed as OUT."""
+    return IndexFormatError(f"{root}: is a file, not a pack output; pass the folder that holds "
+                            f"index.json and the shards (OUT of pack), not one file")  # fmt: skip
 
 
 def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = None) -> Index:
@@ -154,14 +160,19 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
                                        f"{MAX_INDEX_BYTES}); rerun pack to rewrite it")  # fmt: skip
             text = blob.pread(blob.size, 0)
     except FileNotFoundError:
-        if _missing(storage):
+        kind = _out_kind(storage)
+        if kind is None:
             raise IndexFormatError(f"{storage.root}: no such folder; pass the OUT of a pack "
                                    "run") from None  # fmt: skip
+        if kind == "file":  # an object store's: its name then a slash is not there
+            raise _a_file(root) from None
         raise IndexFormatError(
             f"{path}: not found; is {storage.root} a shardpack output? (pack writes index.json "
             "last: a run still going has none yet, and one that was stopped has none: rerun it "
             "with --resume)"
         ) from None
+    except NotADirectoryError:
+        raise _a_file(root) from None
     except PermissionError as e:  # how the machine is set up, not a bad index
         raise FileAccessError.from_os_error(e, path) from None
     except OSError as e:  # a folder, a link, a FIFO under the name

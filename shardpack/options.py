@@ -56,12 +56,13 @@ def _check_container(fmt: str, compression: str, index_files: bool) -> None:
         if not others:
             known = (c for each in CONTAINERS.values() for c in each.compressions)
             _choice("compression", compression, tuple(dict.fromkeys(known)))
-        raise ShardpackError(f"--compression {compression} is for --format {' or '.join(others)} "
-                             "only; drop --compression")  # fmt: skip
+        formats = " or ".join(f"format={name!r}" for name in others)
+        raise ShardpackError(f"compression={compression!r} is for {formats} only; "
+                             "drop compression=")  # fmt: skip
     if index_files and not container.index_files:
-        kinds = " or ".join(name for name, c in CONTAINERS.items() if c.index_files)
-        raise ShardpackError(f"--index-files writes DALI's index files, for --format {kinds}; "
-                             f"--format {fmt} needs none: drop --index-files")  # fmt: skip
+        kinds = " or ".join(f"format={name!r}" for name, c in CONTAINERS.items() if c.index_files)
+        raise ShardpackError(f"index_files=True writes DALI's index files, for {kinds}; "
+                             f"format={fmt!r} needs none: drop index_files=True")  # fmt: skip
 
 
 def _check_source(source: str) -> None:
@@ -122,29 +123,29 @@ def _hints() -> dict[str, object]:
 
 def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ShardpackError(f"--{option} must be one of {', '.join(allowed)}, got: {value!r}")
+        raise ShardpackError(f"{option}= must be one of {', '.join(allowed)}, got: {value!r}")
 
 
 def _check_transform(options: PackOptions) -> None:
     """--resize-mode (img2dataset's name taken as ours), --pad-color and the size filters."""
     mode = RESIZE_ALIASES.get(options.resize_mode, options.resize_mode)
-    _choice("resize-mode", mode, RESIZE_MODES + tuple(RESIZE_ALIASES))
+    _choice("resize_mode", mode, RESIZE_MODES + tuple(RESIZE_ALIASES))
     object.__setattr__(options, "resize_mode", mode)
     if options.resize is None and (mode != "stretch" or not options.upscale):
-        said = "--no-upscale" if mode == "stretch" else f"--resize-mode {mode}"
-        raise ShardpackError(f"{said} needs --resize WIDTHxHEIGHT")
+        said = "upscale=False" if mode == "stretch" else f"resize_mode={mode!r}"
+        raise ShardpackError(f"{said} needs resize=")
     if len(options.pad_color) != 3 or not all(0 <= c <= 255 for c in options.pad_color):
-        raise ShardpackError(f"--pad-color must be R,G,B of 0-255, got: {options.pad_color!r}")
+        raise ShardpackError(f"pad_color= must be R,G,B of 0-255, got: {options.pad_color!r}")
     for option in ("min_side", "max_area"):
-        _positive(option.replace("_", "-"), getattr(options, option))
+        _positive(option, getattr(options, option))
     if options.max_aspect is not None and not options.max_aspect >= 1:
-        raise ShardpackError(f"--max-aspect must be a ratio of at least 1, got: "
+        raise ShardpackError(f"max_aspect= must be a ratio of at least 1, got: "
                              f"{options.max_aspect!r}")  # fmt: skip
 
 
 def _positive(option: str, value: int | None) -> None:
     if value is not None and value < 1:
-        raise ShardpackError(f"--{option} must be a positive integer, got: {value!r}")
+        raise ShardpackError(f"{option}= must be a positive integer, got: {value!r}")
 
 
 @dataclass(frozen=True)
@@ -238,28 +239,28 @@ class PackOptions:
         _choice("backend", self.backend, BACKENDS)
         _choice("encode", self.encode, ENCODINGS)
         _choice("check", self.check, CHECKS)
-        _choice("on-error", self.on_error, ON_ERROR)
+        _choice("on_error", self.on_error, ON_ERROR)
         _choice("dedup", self.dedup, DEDUP)
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
-            _positive(option.replace("_", "-"), getattr(self, option))
+            _positive(option, getattr(self, option))
         if self.seed < 0:
-            raise ShardpackError(f"--seed must be a non-negative integer, got: {self.seed!r}")
+            raise ShardpackError(f"seed= must be a non-negative integer, got: {self.seed!r}")
         if not 1 <= self.quality <= 100:
-            raise ShardpackError(f"--quality must be between 1 and 100, got: {self.quality!r}")
+            raise ShardpackError(f"quality= must be between 1 and 100, got: {self.quality!r}")
         if self.resize is not None:
             if len(self.resize) != 2 or min(self.resize) < 1:
-                raise ShardpackError(f"--resize must be WIDTHxHEIGHT, got: {self.resize!r}")
+                raise ShardpackError(f"resize= must be (width, height), got: {self.resize!r}")
             if self.max_side is not None:
-                raise ShardpackError("--resize and --max-side exclude each other; pass one")
+                raise ShardpackError("resize= and max_side= exclude each other; pass one")
             if self.resize[0] * self.resize[1] > self.max_pixels:
                 raise ShardpackError(
-                    f"--resize {self.resize[0]}x{self.resize[1]} is over --max-pixels "
-                    f"{self.max_pixels}; pass a smaller size or raise --max-pixels"
+                    f"resize={self.resize[0]}x{self.resize[1]} is over max_pixels="
+                    f"{self.max_pixels}; pass a smaller size or raise max_pixels="
                 )
         if self.scheduler is not None and self.backend != "dask":
-            raise ShardpackError("--scheduler needs --backend dask")
+            raise ShardpackError("scheduler= needs backend='dask'")
         if self.index_files and self.compression != "none":
-            raise ShardpackError("--index-files needs uncompressed shards; drop --compression")
+            raise ShardpackError("index_files=True needs uncompressed shards; drop compression=")
         _check_container(self.format, self.compression, self.index_files)
         for split in (*self.split_names, *(name for name, _ in self.split or ())):
             if not _SPLIT.match(split):
@@ -271,7 +272,7 @@ class PackOptions:
             check_fractions(self.split)
         if self.name is not None and not _NAME.match(self.name):
             raise ShardpackError(
-                f"--name must start with a letter or digit and hold only letters, digits, '_' "
+                f"name= must start with a letter or digit and hold only letters, digits, '_' "
                 f"and '.', got: {self.name!r}"
             )
 
@@ -341,3 +342,26 @@ def parse_split(text: str) -> tuple[tuple[str, float], ...]:
     split = tuple(pairs)
     check_fractions(split)
     return split
+
+
+# A parameter in a PackOptions message, with its value if any: encode='gif', resize=(1, 2),
+# upscale=False, or `drop compression=`.
+_PARAMETER = re.compile(r"\b([a-z][a-z_]*)=('[^']*'|\([^)]*\)|True\b|False\b|[^\s,;:]*)")
+_FLAG_OF = {"split_names": "--splits"}  # where the flag is not the parameter's name
+
+
+def as_flags(message: str) -> str:
+    """A PackOptions message, phrased for Python callers, as the CLI says it: encode='gif' as
+    --encode gif, upscale=False as --no-upscale, index_files=True as --index-files."""
+    names = {field.name for field in fields(PackOptions)}
+
+    def flag(match: re.Match) -> str:
+        name, value = match[1], match[2]
+        if name not in names:
+            return match[0]
+        said = _FLAG_OF.get(name, "--" + name.replace("_", "-"))
+        if value == "False":
+            return "--no-" + said[2:]
+        return said if value in ("", "True") else f"{said} {value.strip(chr(39))}"
+
+    return _PARAMETER.sub(flag, message)

@@ -58,6 +58,38 @@ def test_json_outputs(src: Path, tmp_path: Path):
     assert described["splits"]["train"]["class_counts"] == {"a": 4, "b": 3}
 
 
+def test_pack_summary_shows_the_classes_splits_and_features(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {f"class{i:02d}": 1 for i in range(10)})
+    rows = [
+        {
+            "file": str(p.relative_to(src)),
+            "label": p.parent.name,
+            "split": split,
+            "boxes": [[0.1, 0.2, 0.3, 0.4]],
+            "caption": "a photo",
+        }
+        for p, split in zip(sorted(src.rglob("*.jpg")), ["train", "test"] * 5, strict=True)
+    ]
+    write_jsonl(src / "labels.jsonl", rows)
+    run = _run("pack", str(src / "labels.jsonl"), str(tmp_path / "out"), "--workers", "1",
+               "--no-progress")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    names = ", ".join(f"class{i:02d}" for i in range(8))
+    assert f"\n10 classes: {names}, ...\n" in run.stdout
+    assert re.search(r"\n  test +5 records .*\n  train +5 records", run.stdout), run.stdout
+    assert "features: label (class), boxes (float32 list of 4), caption (text)" in run.stdout
+    run = _run("pack", str(src / "labels.jsonl"), str(tmp_path / "out"), "--overwrite", "--json",
+               "--workers", "1")  # fmt: skip
+    summary = json.loads(run.stdout)
+    assert summary["num_classes"] == 10 and summary["classes"][-1] == "class09"
+    assert summary["features"] == {"label": "class", "boxes": "float32 list of 4",
+                                   "caption": "text"}  # fmt: skip
+    write_jsonl(src / "labels.jsonl", [{"file": r["file"]} for r in rows])
+    run = _run("pack", str(src / "labels.jsonl"), str(tmp_path / "out"), "--overwrite",
+               "--workers", "1", "--no-progress")  # fmt: skip
+    assert "\nno classes: unlabeled\nfeatures: the image only\n" in run.stdout, run.stdout
+
+
 def test_pack_summary_names_what_it_skipped_and_ignored_and_warns_of_empty_classes(
     src: Path, tmp_path: Path
 ):
@@ -157,6 +189,28 @@ def test_verify_exit_code_on_fault(src: Path, tmp_path: Path):
         (["pack", "{src}", "{tmp}/out", "--split", ""], "--split must look like train=0.9"),
         (["pack", "{src}", "{tmp}/out", "--split", "a=0,b=1"], "must be above 0 and at most 1"),
         (["preview", "{tmp}/empty", "--seed", "-1"], "-1 is not in the range x>=0"),
+        (["pack", "{tmp}/labels.csv", "{tmp}/out"], "labels.csv: no such file; check the manifest"),
+        (["verify", "{tmp}/afile"], "afile: is a file, not a pack output; pass the folder that"),
+        (["inspect", "{tmp}/afile"], "afile: is a file, not a pack output; pass the folder that"),
+        # PackOptions says `resize_mode='pad'` to Python callers; the CLI names its flags
+        (
+            ["pack", "{src}", "{tmp}/out", "--resize-mode", "pad"],
+            "--resize-mode pad needs --resize",
+        ),
+        (["pack", "{src}", "{tmp}/out", "--no-upscale"], "error: --no-upscale needs --resize"),
+        (
+            ["pack", "{src}", "{tmp}/out", "--format", "webdataset", "--compression", "gzip"],
+            "--compression gzip is for --format tfrecord only; drop --compression",
+        ),
+        (
+            ["pack", "{src}", "{tmp}/out", "--format", "webdataset", "--index-files"],
+            "--format webdataset needs none: drop --index-files",
+        ),
+        (
+            ["pack", "{src}", "{tmp}/out", "--resize", "40x40", "--max-pixels", "100"],
+            "--resize 40x40 is over --max-pixels 100; pass a smaller size or raise --max-pixels",
+        ),
+        (["pack", "{src}", "{tmp}/out", "--scheduler", "x"], "--scheduler needs --backend dask"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(src: Path, tmp_path: Path, args: list[str], message: str):

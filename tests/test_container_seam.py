@@ -129,7 +129,7 @@ def test_a_toy_container_packs_verifies_inspects_and_reads(tmp_path: Path, toy):
         shardpack.tf_dataset(out)
     with pytest.raises(shardpack.ShardpackError, match="these are toy, which need none"):
         shardpack.write_index_files(out)
-    with pytest.raises(shardpack.ShardpackError, match="--compression gzip is for --format"):
+    with pytest.raises(shardpack.ShardpackError, match="compression='gzip' is for format="):
         shardpack.PackOptions(format="toy", compression="gzip")
 
     # verify names a record the toy's framing finds cut short

@@ -173,6 +173,51 @@ def test_webdataset_and_wids_read_webdataset_output(packed, tmp_path):
     assert read["by_index"] == [[r["label"], r["height"]] for r in ours]
 
 
+READ_KEYS = """
+import json, sys, warnings
+warnings.simplefilter("ignore")
+import webdataset as wds
+import wids
+streamed = [s["__key__"] for s in wds.WebDataset(sys.argv[2:], shardshuffle=False)]
+dataset = wids.ShardListDataset(sys.argv[1], cache_dir=sys.argv[1] + ".cache")
+print(json.dumps({"streamed": streamed, "by_index": [dataset[i]["__key__"]
+                                                     for i in range(len(dataset))]}))
+"""
+
+
+def test_webdataset_keys_are_unique_in_the_dataset_and_the_same_on_every_pack(tmp_path):
+    needs("webdataset")
+    needs("wids")
+    src = tmp_path / "src"
+    for split in ("train", "test"):
+        make_tree(src / split, {"a": 4, "b": 3})
+    keys = []
+    for run in range(2):
+        out = tmp_path / f"out{run}"
+        pack(src, out, replace(OPTIONS, format="webdataset"))
+        urls = [str(p) for p in sorted(out.glob("*.tar"))]
+        assert len(urls) == 6  # 3 shards a split
+        read = run_json(READ_KEYS, str(out / "src-train.shardindex.json"), *urls)
+        keys.append(read["streamed"])
+        assert read["by_index"] == [k for k in read["streamed"] if k.startswith("train-")]
+    assert keys[0] == keys[1] and len(set(keys[0])) == len(keys[0]) == 14
+    assert all("." not in key for key in keys[0])
+    assert keys[0][:2] == ["test-000000_000000", "test-000000_000001"]
+
+
+def test_a_split_name_too_long_for_a_tar_member_name_keys_by_shard_index(tmp_path):
+    import tarfile
+
+    split = "s" * 90  # with the shard's index and the record's number: over tar's 100 bytes
+    src = make_tree(tmp_path / "src" / split, {"a": 2}).parent
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(format="webdataset", split_names=(split,), shards=1))
+    (shard,) = out.glob("*.tar")
+    with tarfile.open(shard) as tar:
+        assert tar.getnames()[:2] == ["000000_000000.jpg", "000000_000000.cls"]
+    assert len(list(iter_examples(out, split))) == 2
+
+
 def test_an_index_without_a_container_is_tfrecord_and_an_unknown_one_is_refused(packed, tmp_path):
     out = Path(shutil.copytree(packed["tfrecord"], tmp_path / "out"))
     index = json.loads((out / "index.json").read_text())
@@ -252,7 +297,7 @@ def test_readme_readers(tmp_path):
         run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                              text=True, timeout=300)  # fmt: skip
         assert run.returncode == 0, code + run.stderr[-3000:]
-        assert run.stdout.split()[0] in ("7", "000000"), run.stdout  # 7 records, or a key
+        assert run.stdout.split()[0] in ("7", "train-000000_000000"), run.stdout  # 7 records, a key
 
 
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "tfrecord"])

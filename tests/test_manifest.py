@@ -562,3 +562,43 @@ def test_lines_that_are_not_json_objects_are_bad_rows_naming_their_line(tmp_path
         (4, "t.jsonl line 4: not valid JSON"),
     ]
     assert "nested too deeply" in manifest.bad[2].reason
+
+
+# ---- near misses: warned of by name ----------------------------------------------------------
+
+
+def test_a_column_a_typo_away_from_label_or_split_or_the_image_is_named(tmp_path):
+    rows = [{"filepath": "a.jpg", "lable": "cat"}]
+    with pytest.raises(SourceError, match=r"no image column: did you mean 'filepath'\? .*"
+                       "pass --path-column filepath"):  # fmt: skip
+        read_manifest(write_csv(tmp_path / "a.csv", rows))
+    rows = [{"path": "a.jpg", "lable": "cat", "splt": "train"}]
+    table = read_manifest(write_jsonl(tmp_path / "b.jsonl", rows))
+    assert table.label is None and "lable" in table.columns  # packed as asked, but said
+    assert table.warnings == (
+        "b.jsonl: no 'label' column: did you mean 'lable'? (taken as a feature; rename it "
+        "'label' to label the images)",
+        "b.jsonl: no 'split' column: did you mean 'splt'? (taken as a feature; rename it "
+        "'split' to split them)",
+    )
+
+
+def test_a_csv_number_column_made_text_by_a_few_cells_is_named(tmp_path):
+    rows = [{"path": f"{i}.jpg", "score": "n/a" if i in (3, 5) else str(i / 2),
+             "caption": f"photo {i}"} for i in range(8)]  # fmt: skip
+    table = read_manifest(write_csv(tmp_path / "s.csv", rows))
+    assert table.columns["score"].text  # as before: one text cell makes the column text
+    assert table.warnings == (
+        "s.csv: column 'score' reads as text, as 'n/a' on line 5 is not a number: its 6 number "
+        "cells are text too; if it is a number column, fix the 2 other cells",
+    )  # a text column (caption) is not named
+
+
+def test_a_csv_label_that_looks_like_a_json_list_says_multi_label_needs_jsonl(tmp_path):
+    rows = [{"path": "a.jpg", "label": '["cat","dog"]'}, {"path": "b.jpg", "label": "cat"}]
+    table = read_manifest(write_csv(tmp_path / "m.csv", rows))
+    assert table.warnings == (
+        'm.csv: label \'["cat","dog"]\' looks like a list of labels, but a CSV label is one '
+        "class name (each list is a class of its own); multi-label needs JSONL or Parquet, "
+        "whose label can hold a list",
+    )

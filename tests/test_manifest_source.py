@@ -18,7 +18,7 @@ from shardpack.packing.packer import pack
 from shardpack.read.random_access import read_record
 from shardpack.read.stream import iter_examples, tf_dataset
 from shardpack.read.verify import verify
-from tests.helpers import make_tree, write_csv, write_jsonl
+from tests.helpers import make_tree, needs, run_json, write_csv, write_jsonl, write_parquet
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -269,3 +269,88 @@ def test_a_label_name_with_a_line_break_is_refused_as_a_folder_s_is(tmp_path: Pa
     said = str(caught.value)
     assert said.startswith(f"{table}, column 'label': the class name 'b\\x1b]0;t\\x07\\nX' holds")
     assert "\n" not in said and not (tmp_path / "out").exists()
+
+
+# ---- Hugging Face ImageFolder: splits from folders, as `datasets` takes them ----------------
+
+READ_IMAGEFOLDER = """
+import json, os, sys
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+import datasets
+datasets.disable_progress_bars()
+data = datasets.load_dataset("imagefolder", data_dir=sys.argv[1], cache_dir=sys.argv[2])
+splits = {}
+for split, rows in data.items():
+    label = rows.features["label"]
+    names = label.names if isinstance(label, datasets.ClassLabel) else None
+    splits[split] = sorted([os.path.basename(row["image"].filename),
+                            names[row["label"]] if names else row["label"]] for row in rows)
+print(json.dumps(splits))
+"""
+
+
+def _by_split(out: Path) -> dict[str, list[list[str]]]:
+    """Each split's (file name, class name) pairs, read back from OUT."""
+    classes = _index(out)["classes"]
+    splits = {}
+    for split in _index(out)["splits"]:
+        splits[split] = sorted([os.path.basename(r["key"]), classes[r["label"]]]
+                               for r in iter_examples(out, split))  # fmt: skip
+    return splits
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv", "parquet"])
+def test_split_folders_each_with_a_metadata_file_pack_as_datasets_reads_them(tmp_path, suffix):
+    needs("datasets")
+    write = {"jsonl": write_jsonl, "csv": write_csv, "parquet": write_parquet}[suffix]
+    src = tmp_path / "hf"
+    rows = {
+        "train": [("a.png", "cat"), ("b.png", "dog"), ("c.png", "cat")],
+        "test": [("a.png", "dog")],
+    }
+    for split, pairs in rows.items():
+        make_tree(src / split, {"x": len(pairs)}, ".png")
+        for i, (name, _) in enumerate(pairs):
+            (src / split / "x" / f"img_{i:03d}.png").rename(src / split / name)
+        (src / split / "x").rmdir()
+        write(src / split / f"metadata.{suffix}",
+              [{"file_name": name, "label": label} for name, label in pairs])  # fmt: skip
+    pack(src, tmp_path / "out", PackOptions(workers=1))
+    ours = _by_split(tmp_path / "out")
+    assert ours == {"train": [["a.png", "cat"], ["b.png", "dog"], ["c.png", "cat"]],
+                    "test": [["a.png", "dog"]]}  # fmt: skip
+    assert run_json(READ_IMAGEFOLDER, str(src), str(tmp_path / "cache")) == ours
+
+
+def test_one_metadata_file_naming_split_folders_takes_those_splits_and_its_labels(tmp_path):
+    needs("datasets")
+    src = make_tree(tmp_path / "hf" / "train", {"cat": 2, "dog": 1}, ".png").parent
+    make_tree(src / "test", {"cat": 1}, ".png", seed=5)
+    files = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.png"))
+    # the metadata's labels are not the folders' names: it calls every cat image a dog
+    write_jsonl(src / "metadata.jsonl", [{"file_name": f, "label": "dog"} for f in files])
+    pack(src, tmp_path / "out", PackOptions(workers=1))
+    ours = _by_split(tmp_path / "out")
+    theirs = run_json(READ_IMAGEFOLDER, str(src), str(tmp_path / "cache"))
+    # the same splits and counts as `datasets`; the labels the metadata's, not the folders'
+    assert {s: len(r) for s, r in ours.items()} == {s: len(r) for s, r in theirs.items()}
+    assert {s: [n for n, _ in r] for s, r in ours.items()} == {
+        s: [n for n, _ in r] for s, r in theirs.items()
+    }
+    assert {label for rows in ours.values() for _, label in rows} == {"dog"}
+    assert {label for rows in theirs.values() for _, label in rows} == {"cat", "dog"}
+
+
+def test_split_folders_with_and_without_metadata_or_rows_in_and_out_of_them_are_refused(tmp_path):
+    src = make_tree(tmp_path / "a" / "train", {"cat": 1}, ".png").parent
+    make_tree(src / "test", {"cat": 1}, ".png")
+    write_jsonl(src / "train" / "metadata.jsonl",
+                [{"file_name": "cat/img_000.png", "label": "cat"}])  # fmt: skip
+    with pytest.raises(SourceError, match="'train' hold a metadata file each and 'test' none"):
+        pack(src, tmp_path / "out", PackOptions(workers=1))
+    (src / "train" / "metadata.jsonl").unlink()
+    write_jsonl(src / "metadata.jsonl", [{"file_name": "train/cat/img_000.png", "label": "cat"},
+                                         {"file_name": "cat.png", "label": "cat"}])  # fmt: skip
+    with pytest.raises(SourceError, match=r"metadata.jsonl line 1: train/cat/img_000.png\) and "
+                       r"outside them \(metadata.jsonl line 2: cat.png\)"):  # fmt: skip
+        pack(src, tmp_path / "out", PackOptions(workers=1))

@@ -112,5 +112,5 @@ def test_a_registered_source_is_a_source_choice_with_the_generic_refusals(seeded
 
 
 def test_an_unregistered_source_is_no_choice(tmp_path: Path):
-    with pytest.raises(shardpack.ShardpackError, match="--source must be one of auto, folder"):
+    with pytest.raises(shardpack.ShardpackError, match="source= must be one of auto, folder"):
         PackOptions(source="seeds")

@@ -195,12 +195,19 @@ def test_unreadable_folders_and_files_are_skipped_with_a_reason(tmp_path):
         assert run.returncode == 0, run.stderr
         skipped, keys, warnings = eval(run.stdout)  # our own repr, just printed
         assert skipped == (
-            ("a/locked/", "cannot list folder (Permission denied)"),
-            ("b/", "cannot list folder (Permission denied)"),
+            ("a/locked/", "cannot list (permission denied)"),
+            ("b/", "cannot list (permission denied)"),
         )
         assert keys == ["a/img_000.jpg", "c/img_000.jpg"]
-        assert warnings == (f"class 'b' ({src / 'b'}) holds no images: it keeps label 1 "
-                            "with no records",)  # fmt: skip
+        assert warnings == ()  # b is skipped with why, not said to hold no images
+        (base / "out").mkdir(mode=0o777)
+        (base / "out").chmod(0o777)
+        run = _as_nobody(
+            "from shardpack import PackOptions, pack; from shardpack.errors import ImageError\n"
+            f"try: pack({str(src)!r}, {str(base / 'out')!r}, PackOptions(on_error='fail'))\n"
+            "except ImageError as e: print(e)"
+        )
+        assert run.stdout.startswith("a/locked/: cannot list (permission denied); fix it"), run
     finally:
         for root, dirs, _ in os.walk(base):
             for d in dirs:
@@ -827,3 +834,26 @@ def test_safepickle_reads_opcodes_as_pickletools_does(protocol):
             encoding = "latin-1" if name in python2 else "utf-8"
             raw = value.encode(encoding, "surrogatepass") if isinstance(value, str) else value
             assert blob[arg] == raw
+
+
+def test_a_class_of_a_few_images_named_a_typo_away_from_another_is_named(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"cat": 8, "dgo": 2, "dog": 8, "owl": 2})
+    assert scan(src).warnings == (
+        "class 'dgo' (2 images) is named a typo away from class 'dog' (8 images): if it is a "
+        "typo, give its images the class 'dog'",
+    )  # owl is as far from cat and dog as names go
+
+
+def test_folders_holding_the_same_class_folders_are_refused_as_a_split_tree(tmp_path):
+    src = helpers.make_tree(tmp_path / "src" / "tr", {"cat": 2, "dog": 2}).parent
+    helpers.make_tree(src / "te", {"cat": 1, "dog": 1})
+    with pytest.raises(SourceError, match=r"its folders 'te', 'tr' each hold the same folders "
+                       r"\('cat', 'dog'\), as a split tree's .* pass --splits te,tr to take them "
+                       "as splits, or --source folder"):  # fmt: skip
+        scan(src)
+    assert set(scan(src, PackOptions(split_names=("te", "tr"))).splits) == {"te", "tr"}
+    assert scan(src, PackOptions(source="folder")).classes == ("te", "tr")
+    # one shared folder (Tiny ImageNet's <class>/images/) is a class tree
+    helpers.make_tree(tmp_path / "tiny" / "n01", {"images": 1})
+    helpers.make_tree(tmp_path / "tiny" / "n02", {"images": 1})
+    assert scan(tmp_path / "tiny").classes == ("n01", "n02")

@@ -203,15 +203,15 @@ def test_img2dataset_names_and_bad_values():
     assert PackOptions(resize=(8, 8), resize_mode="center_crop").resize_mode == "center-crop"
     assert PackOptions(resize=(8, 8), resize_mode="border").resize_mode == "pad"
     assert PackOptions(resize=(8, 8), resize_mode="fixed").resize_mode == "stretch"
-    with pytest.raises(ShardpackError, match=r"--resize-mode must be one of .* got: 'crop'"):
+    with pytest.raises(ShardpackError, match=r"resize_mode= must be one of .* got: 'crop'"):
         PackOptions(resize=(8, 8), resize_mode="crop")
-    with pytest.raises(ShardpackError, match="--resize-mode pad needs --resize"):
+    with pytest.raises(ShardpackError, match="resize_mode='pad' needs resize="):
         PackOptions(resize_mode="pad")
-    with pytest.raises(ShardpackError, match=r"--pad-color .* got: \(1, 2, 300\)"):
+    with pytest.raises(ShardpackError, match=r"pad_color= .* got: \(1, 2, 300\)"):
         PackOptions(resize=(8, 8), pad_color=(1, 2, 300))
-    with pytest.raises(ShardpackError, match=r"--max-aspect .* got: 0\.5"):
+    with pytest.raises(ShardpackError, match=r"max_aspect= .* got: 0\.5"):
         PackOptions(max_aspect=0.5)
-    with pytest.raises(ShardpackError, match=r"--min-side .* got: 0"):
+    with pytest.raises(ShardpackError, match=r"min_side= .* got: 0"):
         PackOptions(min_side=0)
     assert parse_color("#0a0B0c") == (10, 11, 12) and parse_color("1,2,3") == (1, 2, 3)
     with pytest.raises(ShardpackError, match="got: 'blue'"):

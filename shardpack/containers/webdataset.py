@@ -1,7 +1,8 @@
 """The WebDataset container: deterministic tar shards, `{name}-{split}-{i:06d}.tar`.
 
-Each sample is members sharing one dot-free key (the record's number in its shard), in this
-order: the image (`.jpg`, `.png`, `.webp`, or `.npy` for raw pixels), `.cls` (the label as
+Each sample is members sharing one dot-free key, unique in the dataset and the same on every
+pack: the shard's split and index, then the record's number in it (`train-000003_000012`), in
+this order: the image (`.jpg`, `.png`, `.webp`, or `.npy` for raw pixels), `.cls` (the label as
 decimal text, where it is one class index) and `.json` (every other feature: the source key,
 height, width, channels, format and any extra feature). Members are USTAR headers with mtime
 0, uid and gid 0, no owner names and mode 0644, so equal records give equal bytes. Positions
@@ -140,13 +141,28 @@ def sample_members(key: str, features: Features) -> list[tuple[str, bytes]]:
     return [*members, (f"{key}.json", text.encode())]
 
 
+def _key_stem(shard: str) -> str:
+    """The keys' first part for a shard named `{name}-{split}-{index}.tar`: `{split}-{index}`
+    (a dataset name holds no '-'), a dot in the split as '-' (a split name holds none): webdataset
+    ends a key at its first dot, and wids users join and resume by key across shards."""
+    stem = re.sub(
+        r"[^0-9A-Za-z_-]", "-", os.path.basename(shard).removesuffix(".tar").split("-", 1)[-1]
+    )
+    return stem if len(stem) <= _MAX_KEY_STEM else stem.rpartition("-")[2]  # the index alone
+
+
+# A tar member's name holds 100 bytes: the key's stem, "_", the record's number and an extension.
+_MAX_KEY_STEM = 80
+
+
 class _Writer(ShardWriter):
     def _open(self, sink: Sink) -> None:
         self._out = HashingFile(sink)
+        self._stem = _key_stem(self.name)
 
     def _append(self, features: Features) -> int:
         offset = self._out.size
-        for name, data in sample_members(f"{len(self.offsets):06d}", features):
+        for name, data in sample_members(f"{self._stem}_{len(self.offsets):06d}", features):
             self._out.write(_header(name, len(data)))
             self._out.write(data)
             self._out.write(_padding(len(data)))

@@ -33,6 +33,7 @@ from shardpack.packing.plan import (
 from shardpack.packing.stats import split_summaries
 from shardpack.packing.tfdsmeta import write_tfds_metadata
 from shardpack.packing.worker import read_progress, write_shard
+from shardpack.schema import Feature
 from shardpack.sources import Dataset, keeping, scan, source_root
 from shardpack.storage import Storage, is_store_failure, storage_at
 from shardpack.storage.atomic import json_bytes, temp_files
@@ -86,7 +87,24 @@ class PackResult:
             "tfds_metadata": self.index.tfds_readable,
             "skipped_items": doc["skipped"][:20],
             "duplicates": {**doc["duplicates"], "listed": doc["duplicates"]["listed"][:20]},
+            "num_classes": len(self.index.classes),
+            "classes": list(self.index.classes[:SUMMARY_CLASSES]),
+            "features": {name: feature_type(f) for name, f in self.index.schema.extras.items()},
         }
+
+
+# The summary names the first this many classes: enough to see a list changed, bounded for
+# a dataset of thousands.
+SUMMARY_CLASSES = 20
+
+
+def feature_type(feature: Feature) -> str:
+    """A feature's type in a word or three: "class", "class list", "text", "int64",
+    "float32 list", "float32 list of 4"."""
+    kind = "class" if feature.classes is not None else "text" if feature.text else feature.dtype
+    if not feature.shape:
+        return kind
+    return f"{kind} list of {feature.row}" if feature.row else f"{kind} list"
 
 
 def _check_arguments(options: object, progress: object, storage_options: object) -> None:

@@ -19,7 +19,9 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
+import operator
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
@@ -235,9 +237,46 @@ def scan(
     source, found = _recognise(root, options)
     _refuse_unused(root, options, source)
     dataset = source.scan(found, options, storage_options)
+    dataset = dataclasses.replace(dataset, warnings=dataset.warnings + _typos(dataset))
     if options.split is None:
         return dataset
     return split_dataset(dataset, options.split, options.seed, root.path())
+
+
+# A class of at most this many images whose name is a typo away from a class with at least
+# TYPO_RATIO times as many is named as a likely typo (`dgo`: 2 images, beside `dog`: 40).
+TYPO_IMAGES = 5
+TYPO_RATIO = 4
+
+
+def _typos(dataset: Dataset) -> tuple[str, ...]:
+    """A warning for each class of a handful of images named a typo away from a larger class."""
+    from shardpack.sources.spelling import near
+
+    classes = dataset.classes
+    if len(classes) < 2:
+        return ()
+    labels = Counter()
+    for items in dataset.splits.values():
+        labels.update(map(operator.itemgetter(1), items))  # Item.label, counted in C
+    counts = Counter()
+    for label, n in labels.items():
+        for index in label if isinstance(label, tuple) else () if label is None else (label,):
+            counts[index] += n
+    warnings = []
+    for index, name in enumerate(classes):
+        n = counts[index]
+        # (0: warned of as empty; "7" or "b" beside "1" or "a" is no typo)
+        if not 0 < n <= TYPO_IMAGES or name.isdigit() or len(name) < 3:
+            continue
+        larger = (c for i, c in enumerate(classes) if counts[i] >= max(n, 1) * TYPO_RATIO)
+        meant = near(name, larger)
+        if meant is not None:
+            m = counts[classes.index(meant)]
+            warnings.append(f"class {name!r} ({n} image{'s' * (n != 1)}) is named a typo away "
+                            f"from class {meant!r} ({m:,} images): if it is a typo, give its "
+                            f"images the class {meant!r}")  # fmt: skip
+    return tuple(warnings)
 
 
 def _recognise(root: Storage, options: PackOptions) -> tuple[Source, object]:
@@ -289,6 +328,8 @@ def source_root(
         kind = root.kind()
     except OSError as e:  # an object store refusing us (credentials, permissions)
         raise SourceError(f"{where}: cannot read ({e}); check its permissions") from None
+    if kind is None and manifest.is_manifest_name(where):
+        raise SourceError(f"{where}: no such file; check the manifest's path")
     if kind is None:
         raise SourceError(f"{where}: no such folder; pass the folder that holds your images")
     if kind != "dir" and not manifest.is_manifest_name(where):

@@ -114,6 +114,8 @@ class FolderSource(Source):
 def scan_folder(src: Storage, options: PackOptions) -> Dataset:
     passed = Passed()
     found_classes, found, empty = list_class_folders(src, passed)
+    if options.source != "folder":  # --source folder: every folder is a class, as asked
+        _refuse_split_like(src, found_classes, found)
     classes = class_list(found_classes, options.classes)
     items, left_out = labelled(found, classes, options.on_error)
     if found and not items:
@@ -122,6 +124,34 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
         raise SourceError(f"{src.path()}: no images found; {_nothing_found(src)}")
     return passed.dataset("folder", src, Schema.build(classes), {"train": items}, left_out,
                           empty_class_warnings(src.path(), empty, classes))  # fmt: skip
+
+
+# Split folders number a few (train, val, test); a tree of more first-level folders is classes.
+_MOST_SPLITS = 5
+
+
+def _refuse_split_like(
+    src: Storage, folders: tuple[str, ...], found: list[tuple[str, str, int]]
+) -> None:
+    """Refuse first-level folders that are a split tree by another name (tr/cat, te/cat): a
+    few, none with an image of its own, all holding the same two or more folders. Taken for
+    classes, every image would be labelled by its split."""
+    if not 2 <= len(folders) <= _MOST_SPLITS:
+        return
+    inner: dict[str, set[str]] = {name: set() for name in folders}
+    for label, key, _ in found:
+        parts = key.split("/", 2)
+        if len(parts) == 2:
+            return  # an image in the folder itself: a class
+        inner[label].add(parts[1])
+    shared = set.intersection(*inner.values())
+    if len(shared) < 2 or any(len(names) > 2 * len(shared) for names in inner.values()):
+        return
+    raise SourceError(
+        f"{src.path()}: its folders {few(folders)} each hold the same folders ({few(shared)}), "
+        f"as a split tree's split folders hold classes; pass --splits {','.join(folders)} to "
+        "take them as splits, or --source folder to take them as classes"
+    )
 
 
 def left_out_by_classes(where: str, images: int, found: Iterable[str]) -> SourceError:
@@ -174,9 +204,10 @@ def list_class_folders(
     seen_dirs = {_dir_id(top), *class_dirs}
     empty = []
     for name in classes:
-        before = len(found)
-        _walk_images(root, name, f"{base}/{name}" if base else name, seen_dirs, passed, found)
-        if len(found) == before:
+        before, rel = len(found), f"{base}/{name}" if base else name
+        _walk_images(root, name, rel, seen_dirs, passed, found)
+        unlisted = any(key == f"{rel}/" for key, _ in passed.skipped[-1:])
+        if len(found) == before and not unlisted:  # one that cannot be listed: skipped, why
             empty.append(name)
     found.sort(key=operator.itemgetter(1))
     return classes, _fill_sizes(root, found), empty
@@ -286,7 +317,8 @@ def _walk_images(
                 seen_dirs.add(folder)
             entries = list(os.scandir(path))
         except OSError as e:
-            passed.skipped.append((f"{rel_dir}/", f"cannot list folder ({e.strerror})"))
+            why = (e.strerror or str(e)).lower()  # "cannot list (permission denied)"
+            passed.skipped.append((f"{rel_dir}/", f"cannot list ({why})"))
             continue
         files, subfolders, ignored = [], [], []
         for entry in entries:  # in the directory's order: each list is sorted below, by name

@@ -2,7 +2,9 @@
 
 Labels become class indices: class names sorted (or in --classes order), integers as they are
 (indexing --classes when given, else classes named "0", "1", ...); a list of labels makes a
-multi-label dataset. The `split` column assigns splits (else one split, "train"). Each image
+multi-label dataset. The `split` column assigns splits; else, as Hugging Face's ImageFolder, split
+folders do (SRC/<split>/metadata.*, or a metadata file's paths under SRC/<split>/); else one split,
+"train". Each image
 file is stat'ed at scan, following links like a folder scan but only to a regular file; a row
 whose file is missing or not a regular file, or whose class is not in --classes, is skipped
 with its manifest line, like every other bad row.
@@ -14,17 +16,26 @@ options; an object's size comes from a listing of its folder.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import posixpath
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from shardpack.errors import SourceError
-from shardpack.options import PackOptions
+from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import NO_FIELDS, Dataset, Item, Source
 from shardpack.sources.classlist import check_class_count, check_class_name
-from shardpack.sources.tables.files import SUFFIXES, line_name, manifest_file, normal_path
+from shardpack.sources.folder import few, folder_entries
+from shardpack.sources.tables.files import (
+    METADATA_FILES,
+    SUFFIXES,
+    line_name,
+    manifest_file,
+    normal_path,
+)
 from shardpack.storage import Blob, Entry, Storage, is_url, storage_at
 from shardpack.storage.srcfiles import not_regular
 
@@ -50,78 +61,199 @@ class ManifestSource(Source):
     choosable = False
     own_options = (("path_column", "--path-column"), ("root", "--root"))
 
-    def recognise(self, root: Storage, options: PackOptions) -> Storage | None:
-        """The manifest file SRC is or holds (metadata.csv/.jsonl/.parquet): a Storage rooted
-        at the file (see manifest_file)."""
-        return manifest_file(root)
+    def recognise(
+        self, root: Storage, options: PackOptions
+    ) -> list[tuple[str | None, Storage]] | None:
+        """The manifest file SRC is or holds (metadata.csv/.jsonl/.parquet), as (None, a
+        Storage rooted at the file: see manifest_file); else the metadata file of each split
+        folder (Hugging Face ImageFolder's SRC/<split>/metadata.*) as (split, its Storage)."""
+        found = manifest_file(root)
+        if found is not None:
+            return [(None, found)]
+        return split_manifests(root) if root.kind() == "dir" else None
 
     def scan(
-        self, found: Storage, options: PackOptions, storage_options: Mapping[str, object] | None
+        self,
+        found: list[tuple[str | None, Storage]],
+        options: PackOptions,
+        storage_options: Mapping[str, object] | None,
     ) -> Dataset:
         return scan_manifest(found, options, storage_options)
 
 
 def scan_manifest(
-    manifest: Storage, options: PackOptions, storage_options: Mapping[str, object] | None = None
+    manifests: Sequence[tuple[str | None, Storage]],
+    options: PackOptions,
+    storage_options: Mapping[str, object] | None = None,
 ) -> Dataset:
-    """List a manifest's rows as items: paths, labels by the class list, splits and fields.
+    """List manifests' rows as items: paths, labels by one class list, splits and fields.
 
     Args:
-        manifest: the Storage rooted at the manifest file (ManifestSource.recognise).
+        manifests: (split, the Storage rooted at a manifest file): one with split None (a
+            manifest file, or a folder's metadata file), or one per split folder (Hugging Face
+            ImageFolder's SRC/<split>/metadata.*), as ManifestSource.recognise finds them.
         options: the class list, path column, --root and on-error policy.
         storage_options: options for the filesystem of --root or of image URLs.
 
     Raises:
-        SourceError: --root is not a folder, the manifest cannot be read (see read_manifest),
-            or no row is usable.
+        SourceError: --root is not a folder, a manifest cannot be read (see read_manifest),
+            split folders' manifests disagree on their columns, or no row is usable.
     """
     from shardpack.sources.tables.reader import read_manifest  # numpy: not for pack --help
 
     _check_root(options.root)
-    table = read_manifest(manifest, path_column=options.path_column, root=options.root,
-                          storage_options=storage_options,
-                          classes_pinned=options.classes is not None)  # fmt: skip
-    classes = _classes(table, options.classes)
+    tables = [(split, read_manifest(manifest, path_column=options.path_column, root=options.root,
+                                    storage_options=storage_options,
+                                    classes_pinned=options.classes is not None))
+              for split, manifest in manifests]  # fmt: skip
+    first = tables[0][1]
+    label = _one_label(tables)
+    classes = _classes(first.path, label, options.classes)
     position = None if classes is None else {name: i for i, name in enumerate(classes)}
-    # a row without a usable path is known by its line, which its reason then need not repeat
-    bad = [(b.line, b.path, b.reason) if b.path else (b.line, b.where, b.why) for b in table.bad]
+    # relative paths under the folder above the split folders: keys stay unique across splits
+    per_split = tables[0][0] is not None and options.root is None
+    base = posixpath.dirname(first.root) if per_split else first.root  # a URL's too
+    images = ImageRoot(storage_at(base, storage_options), storage_options)
     splits: dict[str, list[Item]] = {}
-    labels: dict = {}  # a row's label -> its class indices, once per distinct label
-    names = tuple(table.columns)
-    images = ImageRoot(storage_at(table.root, storage_options), storage_options)
-    sizes = _Sizes(images)
-    try:
-        for row in table.rows:
-            try:
-                label = None
-                if position is not None:
-                    label = labels.get(row.label)
-                    if label is None:
-                        label = labels[row.label] = _label(row.label, table.label, position)
-                size = sizes.of(row.path)
-            except _Bad as e:
-                bad.append((row.line, row.path, f"{line_name(table.path, row.line)}: {e}"))
-                continue
-            fields = dict(zip(names, row.values, strict=True)) if names else NO_FIELDS
-            item = Item(row.path, label, row.path, size, fields=fields)
-            splits.setdefault(row.split or DEFAULT_SPLIT, []).append(item)
-    finally:
-        sizes.close()
-    skipped = tuple((key, reason) for _, key, reason in sorted(bad))  # in manifest order
+    skipped: list[tuple[str, str]] = []
+    for split, table in tables:
+        prefix = f"{split}/" if per_split else ""
+        by_folder = split is None and _split_by_folder(table)
+        # a row without a usable path is known by its line, which its reason need not repeat
+        bad = [(b.line, _under(prefix, b.path), b.reason) if b.path else (b.line, b.where, b.why)
+               for b in table.bad]  # fmt: skip
+        for item, row_split in _items(table, images, prefix, label, position, bad):
+            default = _folder_split(item.path) if by_folder else DEFAULT_SPLIT
+            splits.setdefault(split or row_split or default, []).append(item)
+        skipped += [(key, reason) for _, key, reason in sorted(bad)]  # in manifest order
     if not splits:
-        first = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
-        raise SourceError(f"{table.path}: no row names a usable image{first}")
-    schema = Schema.build(
-        classes, table.columns, multi_label=bool(table.label and table.label.multi)
-    )
+        first_bad = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
+        raise SourceError(f"{first.path}: no row names a usable image{first_bad}")
+    schema = Schema.build(classes, first.columns, multi_label=bool(label and label.multi))
     return Dataset(
         KIND,
         images,
         schema,
         {split: tuple(items) for split, items in splits.items()},
-        skipped=skipped,  # the first is what --on-error fail names
-        warnings=table.warnings,
+        skipped=tuple(skipped),  # the first is what --on-error fail names
+        warnings=tuple(w for _, table in tables for w in table.warnings),
     )
+
+
+def _items(
+    table: Manifest,
+    images: ImageRoot,
+    prefix: str,
+    label: LabelInfo | None,
+    position: dict[str, int] | None,
+    bad: list[tuple[int, str, str]],
+) -> Iterator[tuple[Item, str | None]]:
+    """(item, the row's split) of each usable row; a row that is not goes to `bad`."""
+    labels: dict = {}  # a row's label -> its class indices, once per distinct label
+    names = tuple(table.columns)
+    sizes = _Sizes(images)
+    try:
+        for row in table.rows:
+            path = _under(prefix, row.path)
+            try:
+                value = None
+                if position is not None:
+                    value = labels.get(row.label)
+                    if value is None:
+                        value = labels[row.label] = _label(row.label, label, position)
+                size = sizes.of(path)
+            except _Bad as e:
+                bad.append((row.line, path, f"{line_name(table.path, row.line)}: {e}"))
+                continue
+            fields = dict(zip(names, row.values, strict=True)) if names else NO_FIELDS
+            yield Item(path, value, path, size, fields=fields), row.split
+    finally:
+        sizes.close()
+
+
+def _under(prefix: str, path: str) -> str:
+    """A row's relative image path as under the folder above its split folder."""
+    if not prefix or is_url(path) or os.path.isabs(path):
+        return path
+    return normal_path(prefix + path)
+
+
+def _folder_split(path: str) -> str | None:
+    """The split folder a relative image path starts with (`test/cat/1.png`: test), else None."""
+    first, slash, _ = path.partition("/")
+    return first if slash and first in SPLIT_NAMES and not is_url(path) else None
+
+
+def _split_by_folder(table: Manifest) -> bool:
+    """Whether a Hugging Face metadata file with no split column names its images in split
+    folders (`train/...`, `test/...`): as `datasets` does, those folders are the splits.
+
+    Raises:
+        SourceError: some rows name images in split folders and others outside them.
+    """
+    if table.has_split or os.path.basename(table.path) not in METADATA_FILES:
+        return False
+    inside = next((row for row in table.rows if _folder_split(row.path)), None)
+    if inside is None:
+        return False
+    outside = next((row for row in table.rows if not _folder_split(row.path)), None)
+    if outside is not None:
+        raise SourceError(
+            f"{table.path}: names images in split folders ({line_name(table.path, inside.line)}:"
+            f" {inside.path}) and outside them ({line_name(table.path, outside.line)}: "
+            f"{outside.path}); move every image into a split folder, or add a split column"
+        )
+    return True
+
+
+def _one_label(tables: list[tuple[str | None, Manifest]]) -> LabelInfo | None:
+    """The label column of all the manifests (one per split folder): the same kind in each, the
+    labels of all; the same extra columns in each.
+
+    Raises:
+        SourceError: two split folders' manifests differ in their columns or kind of label.
+    """
+    first = tables[0][1]
+    for split, table in tables:
+        if split is not None and table.has_split:
+            raise SourceError(f"{table.path}: has a split column, but its folder is split "
+                              f"{split}; drop the column")  # fmt: skip
+        if table.columns != first.columns or _label_kind(table) != _label_kind(first):
+            raise SourceError(
+                f"{table.path}: its columns or labels differ from {first.path}'s (split "
+                f"{split}); give every split folder's metadata file the same columns"
+            )
+    if first.label is None:
+        return None
+    values = sorted(set().union(*(table.label.values for _, table in tables)))
+    return dataclasses.replace(first.label, values=tuple(values))
+
+
+def _label_kind(table: Manifest) -> tuple[str, bool] | None:
+    """What a manifest's labels are: names or integers, one or a list a row; None: no label."""
+    return None if table.label is None else (table.label.kind, table.label.multi)
+
+
+def split_manifests(root: Storage) -> list[tuple[str, Storage]] | None:
+    """(split, its metadata file) of each split folder of SRC, as `datasets`' ImageFolder takes
+    SRC/train/metadata.jsonl and SRC/test/metadata.jsonl; None when no split folder holds one.
+
+    Raises:
+        SourceError: a split folder holds one and another folder of SRC does not.
+    """
+    folders = [name for name, is_dir in folder_entries(root) if is_dir and name[:1] != "."]
+    found = {n: manifest_file(root.child(n)) for n in folders if n in SPLIT_NAMES}
+    found = {split: manifest for split, manifest in found.items() if manifest is not None}
+    if not found:
+        return None
+    others = [name for name in folders if name not in found]
+    if others:
+        raise SourceError(
+            f"{root.path()}: its split folders {few(found)} hold a metadata file each and "
+            f"{few(others)} none; give each split folder its own metadata file (Hugging Face "
+            "ImageFolder), or move the others out of SRC"
+        )
+    return sorted(found.items())
 
 
 class _Bad(Exception):
@@ -139,22 +271,23 @@ def _check_root(root: str | None) -> None:
     )
 
 
-def _classes(table: Manifest, pinned: tuple[str, ...] | None) -> tuple[str, ...] | None:
+def _classes(
+    path: str, info: LabelInfo | None, pinned: tuple[str, ...] | None
+) -> tuple[str, ...] | None:
     """The class list: None unlabeled; --classes as given; else names sorted, or "0".."max"."""
-    info = table.label
     if info is None:
         if pinned is not None:
-            raise SourceError(f"{table.path}: has no label column for --classes to name")
+            raise SourceError(f"{path}: has no label column for --classes to name")
         return None
     if pinned is not None:
         return pinned
     if info.kind == "names":
-        check_class_count(len(info.values), f"{table.path}, column 'label'", "its names")
+        check_class_count(len(info.values), f"{path}, column 'label'", "its names")
         for name in info.values:  # as a folder's: one line each in TFDS's label.labels.txt
-            check_class_name(name, f"{table.path}, column 'label'")
+            check_class_name(name, f"{path}, column 'label'")
         return tuple(info.values)
     top = max(info.values, default=-1)
-    check_class_count(top + 1, f"{table.path}, column 'label'", f"integer labels up to {top:,}")
+    check_class_count(top + 1, f"{path}, column 'label'", f"integer labels up to {top:,}")
     return tuple(str(i) for i in range(top + 1))
 
 

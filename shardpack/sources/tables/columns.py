@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from shardpack.errors import SourceError
 from shardpack.schema import BUILTIN_NAMES, LABEL
+from shardpack.sources.spelling import near
 from shardpack.sources.tables.chunks import Chunk, check_names
 
 PATH_COLUMNS = ("path", "image", "file", "file_name", "filename")
@@ -18,6 +20,7 @@ class Layout:
     labelled: bool
     has_split: bool
     extras: tuple[str, ...]  # sorted
+    warnings: tuple[str, ...] = ()  # a `label` or `split` column missing, one named nearly so
 
     @classmethod
     def of(cls, manifest: str, names: list[str], path_column: str | None) -> Layout:
@@ -31,6 +34,10 @@ class Layout:
                 )
         else:
             candidates = [n for n in PATH_COLUMNS if n in names]
+            meant = _meant_path(names) if not candidates else None
+            if meant is not None:
+                raise SourceError(f"{manifest}: no image column: did you mean {meant!r}? "
+                                  f"(columns: {found}); pass --path-column {meant}")  # fmt: skip
             if len(candidates) != 1:
                 which = "no image column" if not candidates else "several image columns"
                 raise SourceError(
@@ -45,7 +52,23 @@ class Layout:
                     f"{manifest}: column {name!r} has the name of a built-in feature "
                     f"({', '.join(BUILTIN_NAMES)}); rename the column"
                 )
-        return cls(path_column, LABEL in names, SPLIT in names, extras)
+        warnings = tuple(
+            f"{os.path.basename(manifest)}: no {column!r} column: did you mean {meant!r}? "
+            f"(taken as a feature; rename it {column!r} to {what})"
+            for column, what in ((LABEL, "label the images"), (SPLIT, "split them"))
+            if column not in names and (meant := near(column, extras))
+        )
+        return cls(path_column, LABEL in names, SPLIT in names, extras, warnings)
+
+
+def _meant_path(names: list[str]) -> str | None:
+    """The column that probably names each image, where none has a name of PATH_COLUMNS: one a
+    typo away from them, or the one naming a path or a file (`filepath`, `image_path`)."""
+    for name in names:
+        if near(name, PATH_COLUMNS):
+            return name
+    holding = [n for n in names if any(word in n.lower() for word in ("path", "file", "image"))]
+    return holding[0] if len(holding) == 1 else None
 
 
 def column_names(chunks: list[Chunk], path: str) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -10,7 +11,7 @@ from typing import BinaryIO
 
 from shardpack.errors import SourceError
 from shardpack.schema import LABEL, Feature
-from shardpack.sources.tables.cells import CSV_INT
+from shardpack.sources.tables.cells import CSV_FLOAT, CSV_INT
 from shardpack.sources.tables.chunks import Chunk, open_table
 from shardpack.sources.tables.columns import Layout, column_names
 from shardpack.sources.tables.convert import BadRow, Row, convert_rows, describe
@@ -83,6 +84,7 @@ def read_manifest(
     counts = survey(chunks, typed, csv_text)
     columns = {n: infer(counts[n], csv_text) for n in layout.extras}
     _check_filled(path, chunks, columns, counts)
+    as_text = _numbers_as_text(path, chunks, columns) if csv_text else ()  # convert frees chunks
     label = infer_label(counts[LABEL], csv_text) if layout.labelled else None
     base = os.path.dirname(path) if root is None else os.fspath(root)  # a URL's too
     base = base if is_url(base) else os.path.abspath(base)
@@ -97,7 +99,10 @@ def read_manifest(
         rows=rows,
         bad=bad,
         warnings=(
-            _numbers_as_names(path, label_values, classes_pinned) if csv_text and label else ()
+            *layout.warnings,
+            *(_numbers_as_names(path, label_values, classes_pinned) if csv_text and label else ()),
+            *(_lists_as_names(path, label_values) if csv_text and label else ()),
+            *as_text,
         ),
     )
 
@@ -116,6 +121,62 @@ def _numbers_as_names(path: str, labels: tuple, classes_pinned: bool) -> tuple[s
     return (f"{os.path.basename(path)}: its label column reads as class names, as "
             f"{describe(other)} is not an integer: its {numbers} distinct integer labels are "
             f"names too ({order}); if they are class numbers, fix the other labels",)  # fmt: skip
+
+
+def _lists_as_names(path: str, labels: tuple) -> tuple[str, ...]:
+    """A warning when CSV labels look like JSON lists (`["cat","dog"]`): a CSV cell is one
+    class name, so each list would be a class of its own."""
+    listed = next((v for v in labels if isinstance(v, str) and _json_list(v)), None)
+    if listed is None:
+        return ()
+    return (f"{os.path.basename(path)}: label {describe(listed)} looks like a list of labels, "
+            "but a CSV label is one class name (each list is a class of its own); multi-label "
+            "needs JSONL or Parquet, whose label can hold a list",)  # fmt: skip
+
+
+def _json_list(cell: str) -> bool:
+    """Whether a CSV cell spells a JSON list: `["cat", "dog"]`, `[3, 7]`."""
+    if not cell.startswith("[") or not cell.endswith("]"):
+        return False
+    try:
+        return isinstance(json.loads(cell), list)
+    except ValueError:
+        return False
+
+
+# Past this many cells that are not numbers, a text column is taken as meant to be text.
+_FEW_TEXT_CELLS = 10
+
+
+def _numbers_as_text(
+    path: str, chunks: list[Chunk], columns: dict[str, Feature]
+) -> tuple[str, ...]:
+    """A warning for each CSV column of numbers made text by a few cells (`n/a`, `1,5`): one
+    cell that is not a number makes the whole column text, every number in it a string."""
+    warnings = []
+    for name, feature in columns.items():
+        if not feature.text or feature.shape:
+            continue
+        numbers, texts, first = 0, 0, None
+        for chunk in chunks:
+            for line, cell in zip(chunk.lines, chunk.columns.get(name, ()), strict=False):
+                if not cell:
+                    continue
+                if CSV_INT.match(cell) or CSV_FLOAT.match(cell):
+                    numbers += 1
+                    continue
+                texts += 1
+                first = first or (line, cell)
+            if texts > _FEW_TEXT_CELLS:
+                break
+        if first is not None and numbers > texts and texts <= _FEW_TEXT_CELLS:
+            line, cell = first
+            warnings.append(
+                f"{os.path.basename(path)}: column {name!r} reads as text, as {describe(cell)} "
+                f"on line {line} is not a number: its {numbers} number cells are text too; if "
+                f"it is a number column, fix the {texts} other cell{'s' * (texts > 1)}"
+            )
+    return tuple(warnings)
 
 
 def _check_filled(
