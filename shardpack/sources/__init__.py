@@ -160,10 +160,10 @@ _REGISTRY: dict[str, Source] = {}
 def _registry() -> dict[str, Source]:
     """Every source by name, in the order registered: the built-in ones first."""
     if not _REGISTRY:
-        from shardpack.sources import cifar, folder, manifest, splittree
+        from shardpack.sources import cifar, folder, hf, manifest, repack, splittree
 
         # the folder catch-all first: recognition tries the last registered first
-        for module in (folder, splittree, manifest, cifar):
+        for module in (folder, splittree, manifest, cifar, hf, repack):
             _REGISTRY[module.SOURCE.name] = module.SOURCE
     return _REGISTRY
 
