@@ -55,6 +55,7 @@ def _hf_dataset(n: int, seed: int = 0):
         "tags": List(Value("string")),
         "boxes": List(List(Value("float32"), length=4)),
         "points": List(List(Value("int64"))),
+        "thumb": Value("binary"),
     })  # fmt: skip
     return datasets.Dataset.from_dict({
         "image": images,
@@ -65,6 +66,7 @@ def _hf_dataset(n: int, seed: int = 0):
         "tags": [["x", "y"][: i % 3] for i in range(n)],
         "boxes": [[[0.1, 0.2, 0.5, 0.6 + i / 100]] * (i % 3) for i in range(n)],
         "points": [[[i, i + 1]] * (i % 2) for i in range(n)],
+        "thumb": [bytes([i, 0, 255]) for i in range(n)],
     }, features=features)  # fmt: skip
 
 
@@ -111,7 +113,7 @@ def _check_like_load_dataset(out: Path, folder: Path) -> None:
             assert record["label"] == row["label"]
             assert record["caption"] == row["caption"] and record["count"] == row["count"]
             assert record["score"] == pytest.approx(row["score"])
-            assert record["tags"] == row["tags"]
+            assert record["tags"] == row["tags"] and record["thumb"] == row["thumb"]
             np.testing.assert_allclose(record["boxes"], np.reshape(row["boxes"], (-1, 4)))
             np.testing.assert_array_equal(record["points"], np.reshape(row["points"], (-1, 2)))
     skipped = {s["key"]: s["reason"] for s in index["skipped"]}

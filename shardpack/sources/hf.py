@@ -11,12 +11,15 @@ that file under SRC, as any image file.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from shardpack.errors import ImageError, SourceError
 from shardpack.options import PackOptions
-from shardpack.schema import LABEL, Schema
+from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.hflayout import SUFFIX, data_files
 from shardpack.sources.openfiles import OpenFiles
@@ -29,7 +32,11 @@ KIND = "hf"
 # A row group is read whole (its small columns at scan, its image column in a worker): one
 # far beyond what `datasets` writes (100 image rows a group) is refused, not read.
 MAX_ROW_GROUP_BYTES = 1 << 30
-KEEP_FILES = 2  # Parquet files a worker keeps open, each with its last row group's images
+KEEP_FILES = 8  # Parquet files a worker keeps open
+# The row groups' image columns a worker keeps: a dataset of up to this much a worker reads
+# each row group once a shard, shuffled or not; beyond it, a shuffled shard reads a row group
+# again for a row of it met after others pushed it out.
+KEPT_GROUP_BYTES = 256 << 20
 
 
 class HfSource(Source):
@@ -142,7 +149,14 @@ def scan_hf(folder: Storage, files: dict[str, list[str]]) -> Dataset:
     )
 
 
-def _scan_file(folder, name, columns, typed, items: list[Item], skipped: list) -> tuple:
+def _scan_file(
+    folder: Storage,
+    name: str,
+    columns: Columns,
+    typed: tuple[dict[str, Feature], frozenset[str]],
+    items: list[Item],
+    skipped: list[tuple[str, str]],
+) -> tuple[dict[str, Feature], frozenset[str]]:
     """Add one file's rows to `items` (bad ones to `skipped`); return the features as settled."""
     from shardpack.sources.hfcolumns import BadValue, columns_of, convert, label_of, settle
 
@@ -205,8 +219,8 @@ def _image_bytes(meta, image: str) -> int:
 # ---- in the workers --------------------------------------------------------------------------
 
 
-class _RowGroups:
-    """One Parquet file open in a worker, with the image column of its last row group read."""
+class _File:
+    """One Parquet file open in a worker, with where each row group starts."""
 
     def __init__(self, folder: Storage, name: str) -> None:
         from shardpack.sources.hfcolumns import columns_of
@@ -215,28 +229,47 @@ class _RowGroups:
         self.path = folder.path(name)
         self.image = columns_of(self.parquet.schema_arrow, self.path, required=True).image
         meta = self.parquet.metadata
-        self.starts = [0]
-        for group in range(meta.num_row_groups):
-            self.starts.append(self.starts[-1] + meta.row_group(group).num_rows)
-        self.group, self.column = -1, None
+        self.starts = list(itertools.accumulate(
+            (meta.row_group(g).num_rows for g in range(meta.num_row_groups)), initial=0
+        ))  # fmt: skip
 
-    def image_of(self, row: int) -> dict:
-        """Row `row`'s image struct: {"bytes": ..., "path": ...}."""
-        import bisect
-
+    def locate(self, row: int) -> tuple[int, int]:
+        """(the row group holding a row, the row's place in it)."""
         group = bisect.bisect_right(self.starts, row) - 1
         if not 0 <= group < len(self.starts) - 1:
-            raise IndexError(row)
-        if group != self.group:
-            self.column = None  # the last one's memory goes before the next is read
-            _check_size(self.path, group, self.parquet.metadata.row_group(group).total_byte_size)
-            table = self.parquet.read_row_group(group, columns=[self.image])
-            self.group, self.column = group, table.column(0)
-        return self.column[row - self.starts[group]].as_py()
+            raise IndexError(f"no row {row}")
+        return group, row - self.starts[group]
+
+    def images(self, group: int):
+        """A row group's image column (pyarrow's), read whole."""
+        _check_size(self.path, group, self.parquet.metadata.row_group(group).total_byte_size)
+        return self.parquet.read_row_group(group, columns=[self.image]).column(0)
 
     def close(self) -> None:
-        self.column = None
         self.parquet.close()
+
+
+class _Rows:
+    """A worker's open Parquet files, and the image columns of the row groups it read last (up
+    to KEPT_GROUP_BYTES): a shuffled shard draws its rows from all over the files."""
+
+    def __init__(self, folder: Storage) -> None:
+        self.files: OpenFiles[_File] = OpenFiles(lambda name: _File(folder, name), KEEP_FILES)
+        self.groups: OrderedDict[tuple[str, int], object] = OrderedDict()
+        self.kept = 0
+
+    def image(self, name: str, row: int) -> dict | None:
+        """Row `row` of file `name`: its image struct {"bytes": ..., "path": ...}, or None."""
+        file = self.files.get(name)
+        group, offset = file.locate(row)
+        column = self.groups.get((name, group))
+        if column is None:
+            while self.groups and self.kept > KEPT_GROUP_BYTES:
+                self.kept -= self.groups.popitem(last=False)[1].nbytes
+            column = self.groups[name, group] = file.images(group)
+            self.kept += column.nbytes
+        self.groups.move_to_end((name, group))
+        return column[offset].as_py()
 
 
 def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
@@ -248,13 +281,13 @@ def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
     """
     from shardpack.sources.folder import load as load_file
 
-    files = cache.get(KIND)
-    if files is None:
-        files = cache[KIND] = OpenFiles(lambda name: _RowGroups(root, name), KEEP_FILES)
+    rows = cache.get(KIND)
+    if rows is None:
+        rows = cache[KIND] = _Rows(root)
     where = f"{item.path} row {item.position}"
     try:
-        image = files.get(item.path).image_of(item.position)
-    except (SourceError, IndexError, OSError) as e:
+        image = rows.image(item.path, item.position)
+    except (SourceError, IndexError, OSError, ValueError) as e:  # pyarrow's: OSError, ValueError
         raise ImageError(item.key, f"{where}: cannot read it ({e}); was it changed?") from None
     data, path = image.get("bytes") if image else None, image.get("path") if image else None
     if data:
