@@ -317,3 +317,30 @@ def test_an_index_of_another_tool_is_one_line(tmp_path):
     # Without --source, another tool's index.json among class folders is not ours to refuse.
     make_tree(other, {"a": 2, "b": 2})
     assert scan(other).kind == "folder"
+
+
+# ---- object storage ----------------------------------------------------------------------------
+
+
+def test_both_sources_read_from_object_storage_as_from_disk(hf_folder, packed, tmp_path):
+    import uuid
+
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for local in (hf_folder, packed):
+        url = f"memory://bucket-{uuid.uuid4().hex[:12]}/{local.name}"
+        for path in sorted(local.rglob("*")):
+            if path.is_file():
+                fs.pipe_file(f"{url}/{path.relative_to(local).as_posix()}", path.read_bytes())
+        try:
+            options = PackOptions(workers=1, shards=2, format="webdataset")
+            shardpack.pack(
+                local, tmp_path / "disk", PackOptions(**{**options.__dict__, "overwrite": True})
+            )
+            shardpack.pack(
+                url, tmp_path / "url", PackOptions(**{**options.__dict__, "overwrite": True})
+            )
+            assert shard_files(tmp_path / "url") == shard_files(tmp_path / "disk")
+        finally:
+            fs.rm(url.rpartition("/")[0], recursive=True)

@@ -196,7 +196,7 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
 
 def _open_shards(root: Storage) -> OpenFiles:
     """The source's shards, each opened through its container on first use."""
-    index = _index(root)
+    index = _index(root.child(""))  # a Storage: a worker's root may be Storage.reading's proxy
     sizes = {s.file: s.num_bytes for info in index.splits.values() for s in info.shards}
     return OpenFiles(
         lambda file: index.container.open(
