@@ -226,6 +226,33 @@ def test_a_parquet_file_without_an_image_column_is_one_line(tmp_path):
         scan(tmp_path / "nothing", PackOptions(source="hf"))
 
 
+def test_hf_bad_layouts_are_one_line(hf_folder, tmp_path, monkeypatch):
+    from shardpack.sources import hf
+
+    def refused(src: Path, match: str) -> None:
+        with pytest.raises(SourceError, match=match) as error:
+            scan(src, PackOptions(source="hf"))
+        assert "\n" not in str(error.value)
+
+    card = tmp_path / "card"
+    (card / "data").mkdir(parents=True)
+    _hf_dataset(6).to_parquet(card / "data/train-00000-of-00001.parquet")
+    (card / "README.md").write_text("---\nconfigs: [unclosed\n---\n")
+    refused(card, "README.md: its YAML header does not parse")
+    (card / "README.md").write_text(
+        "---\nconfigs:\n- config_name: a\n  data_files: data/*\n"
+        "- config_name: b\n  data_files: data/*\n---\n"
+    )
+    refused(card, "holds configs a, b and none is the default")
+    (card / "README.md").unlink()
+    _hf_dataset(6).remove_columns("caption").to_parquet(card / "data/test-00000-of-00001.parquet")
+    refused(card, "test-00000-of-00001.parquet: its columns differ from the first file's")
+    monkeypatch.setattr(hf, "MAX_ROW_GROUP_BYTES", 100)
+    refused(hf_folder, "row group 0 holds .* bytes \\(over 100\\); rewrite it")
+    (tmp_path / "junk.parquet").write_bytes(b"PAR1 not really")
+    refused(tmp_path / "junk.parquet", "junk.parquet: not a readable Parquet file")
+
+
 # ---- shardpack's own output --------------------------------------------------------------------
 
 

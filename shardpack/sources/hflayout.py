@@ -47,16 +47,22 @@ def data_files(root: Storage) -> dict[str, list[str]] | None:
         if name.startswith("data/") and match:
             sharded.setdefault(_checked_split(root, match["split"]), []).append(name)
     if sharded:
-        return sharded
+        return _ordered(sharded)
     by_folder = _split_folders(root)
     if by_folder:
-        return by_folder
+        return _ordered(by_folder)
     by_name = {}
     for name in files:
         split = _keyword_split(name.rpartition("/")[2], file=True)
         if split is not None:
             by_name.setdefault(split, []).append(name)
-    return by_name or ({"train": files} if files else None)
+    return _ordered(by_name) if by_name else {"train": files} if files else None
+
+
+def _ordered(splits: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The splits in datasets' order: train, validation, test, then the others sorted."""
+    known = [split for split in SPLIT_KEYWORDS if split in splits]
+    return {s: splits[s] for s in (*known, *sorted(set(splits) - set(known)))}
 
 
 def _parquet_files(root: Storage, folder: str) -> list[str]:
@@ -132,7 +138,11 @@ def _configured(root: Storage) -> dict[str, list[str]] | None:
     try:
         card = yaml.safe_load(header)
     except yaml.YAMLError as e:
-        raise SourceError(f"{path}: its YAML header does not parse ({e}); fix it") from None
+        mark = getattr(e, "problem_mark", None)  # its line in the header: the file's, as "---"
+        where = f" on line {mark.line + 1}" if mark is not None else ""  # starts both
+        why = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SourceError(f"{path}: its YAML header does not parse ({why}{where}); fix "
+                          "it") from None  # fmt: skip
     configs = card.get("configs") if isinstance(card, dict) else None
     if not configs:
         return None
