@@ -133,11 +133,19 @@ def test_hf_folder_packs_into_each_container_as_load_dataset_reads_it(hf_folder,
     assert index["features"]["tags"] == {"dtype": "bytes", "shape": [-1], "text": True}
     _check_like_load_dataset(out, hf_folder)
     assert shardpack.verify(out, decode=True).ok
-    if fmt == "tfrecord":  # TensorFlow reads the same images and labels
+    if fmt == "tfrecord":  # TensorFlow and TFDS read the same images, labels and captions
+        import tensorflow_datasets as tfds
+
         by_key = {r["key"]: r for r in _records(out, "train")}
         for record in tf_records(out):
             assert record["image"] == by_key[record["key"].decode()]["image"]
             assert record["label"] == by_key[record["key"].decode()]["label"]
+        builder = tfds.builder_from_directory(str(out))
+        assert builder.info.features["label"].names == CLASSES
+        read = tfds.as_numpy(builder.as_dataset(split="train", shuffle_files=False))
+        assert sorted((int(r["label"]), r["caption"].decode()) for r in read) == sorted(
+            (r["label"], r["caption"]) for r in by_key.values()
+        )
 
 
 def test_hf_is_deterministic_across_worker_counts_and_resumes(hf_folder, tmp_path):
