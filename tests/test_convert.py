@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -379,3 +380,19 @@ def test_both_sources_read_from_object_storage_as_from_disk(hf_folder, packed, t
             assert shard_files(tmp_path / "url") == shard_files(tmp_path / "disk")
         finally:
             fs.rm(url.rpartition("/")[0], recursive=True)
+
+
+def test_own_output_that_cannot_be_read_a_record_at_a_time_is_one_line(packed, tmp_path):
+    src = make_tree(tmp_path / "src", {"a": 2, "b": 2})
+    gzipped = tmp_path / "gzip"
+    shardpack.pack(src, gzipped, PackOptions(workers=1, compression="gzip"))
+    with pytest.raises(SourceError, match="its shards are gzip-compressed, which cannot be read"):
+        scan(gzipped)
+    miscounted = tmp_path / "miscounted"
+    shutil.copytree(packed, miscounted)
+    index = json.loads((miscounted / "index.json").read_text())
+    shard = index["splits"]["train"]["shards"][0]
+    shard["num_records"] += 1
+    (miscounted / "index.json").write_text(json.dumps(index))
+    with pytest.raises(SourceError, match=f"{shard['file']}: holds .* records, the index says"):
+        scan(miscounted)

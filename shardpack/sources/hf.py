@@ -92,7 +92,8 @@ class HfSource(Source):
 
 def _open(file: Storage):
     """A Parquet file (a Storage rooted at it) as pyarrow's ParquetFile, opened without
-    following a link."""
+    following a link; close(force=True) closes it (pyarrow closes a file it was handed only
+    so)."""
     from shardpack.sources.tables.chunks import open_table
 
     try:
@@ -115,7 +116,7 @@ def _columns(file: Storage, required: bool) -> Columns | None:
     try:
         return columns_of(parquet.schema_arrow, file.path(), required)
     finally:
-        parquet.close()
+        parquet.close(force=True)
 
 
 def scan_hf(folder: Storage, files: dict[str, list[str]]) -> Dataset:
@@ -195,7 +196,7 @@ def _scan_file(
     except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
         raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
     finally:
-        parquet.close()
+        parquet.close(force=True)
     return features, ragged
 
 
@@ -246,7 +247,7 @@ class _File:
         return self.parquet.read_row_group(group, columns=[self.image]).column(0)
 
     def close(self) -> None:
-        self.parquet.close()
+        self.parquet.close(force=True)
 
 
 class _Rows:
