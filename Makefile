@@ -34,6 +34,7 @@ bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.read_speed
 	$(BIN)/python -m benchmarks.storage
+	$(BIN)/python -m benchmarks.reduced
 	$(BIN)/python -m benchmarks.convert
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the

@@ -10,7 +10,9 @@ Per encoding, the loop does what a packer cannot avoid:
         to one file in OUT and fsync it once, timed as a whole process like the packers;
 - raw:  read, decode, convert BGR to RGB, take the bytes (for CIFAR: unpickle each batch once,
         make it HWC, take each image's bytes);
-- jpeg/png: read, decode, encode at the quality asked.
+- jpeg/png: read, decode, encode at the quality asked; with --center-crop N, between the two,
+        shrink with area interpolation until the shorter side is N and cut the middle N x N
+        (the full-decode way to what `pack --resize NxN --resize-mode center-crop` makes).
 
 With --processes N (class folders, not keep) the loop runs in N processes at once, each over
 every N-th image, started together: the machine's measured ceiling for N workers, where cores
@@ -19,6 +21,7 @@ sharing a memory bus or a physical core (a VM's vCPUs) give less than N times on
     python -m benchmarks.ceiling SRC [--encode raw|jpeg|png|keep] [--quality 95] [--limit N]
     python -m benchmarks.ceiling SRC --encode jpeg --processes 2
     python -m benchmarks.ceiling SRC --encode keep --write OUT
+    python -m benchmarks.ceiling SRC --encode jpeg --center-crop 128
 """
 
 from __future__ import annotations
@@ -69,8 +72,21 @@ def _encoder(encode: str, quality: int):
     raise ValueError(f"no encoder for {encode!r}")
 
 
-def folder_loop(paths: list[str], encode: str, quality: int) -> int:
-    """Read (and decode and encode) every file; returns the bytes produced."""
+def center_crop(pixels, size: int):
+    """Area-shrink so the shorter side is `size`, then the middle size x size: a full decode's
+    center crop, what reduced-decode cropping is measured against (benchmarks/reduced.py)."""
+    import cv2
+
+    height, width = pixels.shape[:2]
+    scale = size / min(height, width)
+    scaled = max(size, round(width * scale)), max(size, round(height * scale))
+    pixels = cv2.resize(pixels, scaled, interpolation=cv2.INTER_AREA)
+    top, left = (scaled[1] - size) // 2, (scaled[0] - size) // 2
+    return pixels[top : top + size, left : left + size]
+
+
+def folder_loop(paths: list[str], encode: str, quality: int, crop: int | None = None) -> int:
+    """Read (and decode, center-crop and encode) every file; returns the bytes produced."""
     produced = 0
     if encode == "keep":
         for path in paths:
@@ -85,6 +101,8 @@ def folder_loop(paths: list[str], encode: str, quality: int) -> int:
         with open(path, "rb") as f:
             data = f.read()
         pixels = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        if crop is not None:
+            pixels = center_crop(pixels, crop)
         produced += len(to_bytes(pixels))
     return produced
 
@@ -144,6 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None, help="time only the first N images")
     parser.add_argument("--write", default=None, help="keep only: also hash, write and fsync")
     parser.add_argument("--processes", type=int, default=1, help="class folders: N loops at once")
+    parser.add_argument("--center-crop", type=int, default=None, metavar="N",
+                        help="class folders, one process: shrink and crop to N x N")  # fmt: skip
     args = parser.parse_args(argv)
     if args.encode != "keep":  # the I/O ceiling imports neither OpenCV nor numpy
         import cv2
@@ -163,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
             if args.write is not None:
                 produced = io_loop(paths, args.write)
             else:
-                produced = folder_loop(paths, args.encode, args.quality)
+                produced = folder_loop(paths, args.encode, args.quality, args.center_crop)
             seconds = time.perf_counter() - start
     print(json.dumps({"images": images, "seconds": round(seconds, 4), "out_bytes": produced}))
 

@@ -21,6 +21,7 @@ import typer
 from shardpack import __version__
 from shardpack.containers import CONTAINERS
 from shardpack.errors import FileAccessError, ShardpackError, printable, shortened
+from shardpack.index import MAX_NAMED_SKIPPED
 from shardpack.options import (
     BACKENDS,
     CHECKS,
@@ -30,6 +31,7 @@ from shardpack.options import (
     ON_ERROR,
     SPLIT_NAMES,
     PackOptions,
+    parse_color,
     parse_resize,
     parse_size,
     parse_split,
@@ -206,8 +208,17 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
             f"  {name:<{width}} {_plural(split['num_records'], 'record'):>17}  "
             f"{_plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
         )
+    if summary["lossless"]:
+        made = _plural(summary["lossless"], "image")
+        typer.echo(f"re-encoded {made} TensorFlow cannot decode (CMYK JPEG, GIF, ...) as "
+                   "PNG, losslessly")  # fmt: skip
     if summary["skipped"]:
-        typer.echo(f"skipped {_plural(summary['skipped'], 'item')} (all listed in index.json):")
+        listed = (
+            "all" if summary["skipped"] <= MAX_NAMED_SKIPPED else f"the first {MAX_NAMED_SKIPPED:,}"
+        )
+        typer.echo(
+            f"skipped {_plural(summary['skipped'], 'item')} ({listed} listed in index.json):"
+        )
         for item in summary["skipped_items"][:5]:
             typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
     if summary["ignored"]:
@@ -260,11 +271,6 @@ def _run_pack(
     for warning in summary["warnings"]:
         print(f"warning: {printable(warning)}", file=sys.stderr)
     _print_json(summary) if as_json else _print_pack_summary(summary, options.resume)
-    if summary["records"] == 0 and summary["skipped"]:  # a dataset of nothing is no success
-        first = summary["skipped_items"][0]
-        raise ShardpackError(f"no image was packed, {_plural(summary['skipped'], 'item')} "
-                             f"skipped (the first, {printable(first['key'])}: {first['reason']}); "
-                             "fix or remove them")  # fmt: skip
 
 
 def _out_options(out: str, pairs: list[str] | None) -> dict[str, object]:
@@ -373,6 +379,33 @@ def pack(
     resize: Annotated[
         Optional[str], typer.Option(metavar="WxH", help="Resize every image to W x H pixels.")
     ] = None,
+    resize_mode: Annotated[
+        str,
+        typer.Option(
+            metavar="MODE",
+            help="How --resize meets the aspect: stretch, center-crop, pad, keep-ratio "
+            "(shorter side to the size), keep-ratio-largest (longer side); img2dataset's "
+            "names too.",
+        ),
+    ] = "stretch",
+    pad_color: Annotated[
+        str, typer.Option(metavar="COLOR", help="pad's border: white, black, #RRGGBB or R,G,B.")
+    ] = "white",
+    upscale: Annotated[
+        bool,
+        typer.Option("--upscale/--no-upscale", help="Enlarge images smaller than --resize."),
+    ] = True,
+    min_side: Annotated[
+        Optional[int],
+        typer.Option(metavar="N", min=1, help="Skip images whose shorter side is under N."),
+    ] = None,
+    max_aspect: Annotated[
+        Optional[float],
+        typer.Option(metavar="R", help="Skip images whose long side is over R x the short."),
+    ] = None,
+    max_area: Annotated[
+        Optional[int], typer.Option(metavar="P", min=1, help="Skip images of over P pixels.")
+    ] = None,
     check: Annotated[
         Check,
         typer.Option(
@@ -468,6 +501,12 @@ def pack(
             quality=quality,
             max_side=max_side,
             resize=parse_resize(resize) if resize else None,
+            resize_mode=resize_mode,
+            pad_color=parse_color(pad_color),
+            upscale=upscale,
+            min_side=min_side,
+            max_aspect=max_aspect,
+            max_area=max_area,
             check=check.value,
             on_error=on_error.value,
             compression=compression.value,
@@ -548,8 +587,9 @@ def inspect(
         _print_json(summary)
         return
     typer.echo(
-        f"{summary['name']}  ({summary['source']}, encoding {summary['encoding']}, "
-        f"compression {summary['compression']}, {summary['container']} shards, "
+        f"{printable(summary['name'])}  ({printable(str(summary['source']))}, encoding "
+        f"{printable(summary['encoding'])}, compression {summary['compression']}, "
+        f"{summary['container']} shards, "
         f"{_plural(summary['num_classes'], 'class', 'classes')})"
     )
     for name, split in summary["splits"].items():
@@ -579,8 +619,8 @@ def inspect(
         print(f"warning: {_plural(len(missing), 'shard')} the index lists not in OUT "
               f"({missing[0]}{', ...' if len(missing) > 1 else ''}); shardpack verify checks "
               "every shard", file=sys.stderr)  # fmt: skip
-    if summary["skipped"]:
-        typer.echo(f"\nskipped {_plural(len(summary['skipped']), 'file')} at pack time")
+    if summary["num_skipped"]:
+        typer.echo(f"\nskipped {_plural(summary['num_skipped'], 'file')} at pack time")
     if summary["ignored"]:
         ignored = _plural(
             summary["ignored"], "file that is not an image", "files that are not images"

@@ -8,7 +8,10 @@ means no colour swap on the way.
 from __future__ import annotations
 
 import functools
+import os
 import struct
+import tempfile
+import threading
 import zlib
 from dataclasses import dataclass
 
@@ -47,6 +50,11 @@ _TIFF_TYPES = {3: "H", 4: "I"}  # SHORT, LONG
 _ORIENTATION = 0x0112
 _EXIF_NAME = b"Exif\x00\x00"
 _QUARTER_TURNS = frozenset({5, 6, 7, 8})
+# What libjpeg prints when the compressed data is damaged; OpenCV decodes such a file anyway,
+# grey or smeared where the damage is, so these make the image bad.
+_CORRUPT = ("Corrupt JPEG data", "Premature end of JPEG file")
+# The most of a decoder's messages kept for a skip reason.
+_MESSAGE_BYTES = 4096
 
 
 @functools.cache
@@ -277,13 +285,49 @@ def decode(
     if not orient:
         flags |= cv2.IMREAD_IGNORE_ORIENTATION
     try:
-        pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+        pixels, said = _imdecode(cv2, np.frombuffer(data, np.uint8), flags)
     except cv2.error as e:
         raise BadImage(f"cannot decode ({_cv2_reason(e)})") from None
+    corrupt = next((line for line in said.splitlines() if line.startswith(_CORRUPT)), None)
+    if corrupt is not None:
+        raise BadImage(f"corrupt JPEG (libjpeg: {corrupt})")
     if pixels is None:
         raise BadImage("cannot decode: not an image OpenCV can read")
     check_pixels(*pixels.shape[:2], max_pixels)
     return pixels
+
+
+_SINKS: dict[int, int] = {}  # per process id: a forked worker must not share its parent's
+# fd 2 is the process's: threads decoding at once (a Dask worker's) take turns, so that each
+# message is its own image's and fd 2 is always put back as it was.
+_FD2_LOCK = threading.Lock()
+
+
+def _imdecode(cv2, buf: np.ndarray, flags: int) -> tuple[np.ndarray | None, str]:
+    """cv2.imdecode with file descriptor 2 sent to a file of this process for the call, and what
+    the C libraries printed there: libjpeg's warnings name no file, so they become the reason
+    an image is refused instead of a line on the terminal. What else lands there (another
+    thread's progress line) is dropped: a bar redraws itself."""
+    with _FD2_LOCK:
+        fd = _SINKS.get(os.getpid())
+        if fd is None:
+            fd, path = tempfile.mkstemp(prefix="shardpack-decoder-")
+            os.unlink(path)  # a nameless file, gone with the process
+            _SINKS[os.getpid()] = fd
+        saved = os.dup(2)
+        try:
+            os.dup2(fd, 2)
+            pixels = cv2.imdecode(buf, flags)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        size = os.lseek(fd, 0, os.SEEK_CUR)
+        if not size:
+            return pixels, ""
+        said = os.pread(fd, min(size, _MESSAGE_BYTES), 0).decode("utf-8", "replace")
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return pixels, said
 
 
 def jpeg_upright_size(data: bytes, info: ImageInfo) -> tuple[int, int]:
@@ -357,6 +401,68 @@ def target_size(
         return None
     scale = max_side / max(height, width)
     return max(1, round(height * scale)), max(1, round(width * scale))
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where an image goes: resized to `scaled` (height, width), then its middle cut out, or
+    the whole centred on a border, to `canvas` (height, width)."""
+
+    scaled: tuple[int, int]
+    canvas: tuple[int, int]
+
+
+def geometry(
+    height: int,
+    width: int,
+    max_side: int | None,
+    resize: tuple[int, int] | None,
+    mode: str = "stretch",
+    upscale: bool = True,
+) -> Geometry | None:
+    """The --max-side or --resize/--resize-mode size of an upright image of this size, with
+    img2dataset's meanings; None if the image stays as it is.
+
+    center-crop and keep-ratio scale so that the image covers (width, height) (center-crop
+    then cuts the middle out), pad and keep-ratio-largest so that it fits inside (pad then
+    centres it on the full size). Without `upscale` no image is enlarged.
+    """
+    if resize is None or mode == "stretch":
+        size = target_size(height, width, max_side, resize)
+        if size is not None and not upscale:
+            size = min(size[0], height), min(size[1], width)
+        return None if size in (None, (height, width)) else Geometry(size, size)
+    out = resize[1], resize[0]
+    cover = mode in ("center-crop", "keep-ratio")
+    scale = (max if cover else min)(out[0] / height, out[1] / width)
+    scale = scale if upscale else min(scale, 1.0)
+    scaled = max(1, round(height * scale)), max(1, round(width * scale))
+    canvas = scaled
+    if mode == "center-crop":
+        canvas = min(out[0], scaled[0]), min(out[1], scaled[1])
+    elif mode == "pad":  # rounding never spills over the canvas
+        scaled, canvas = (min(out[0], scaled[0]), min(out[1], scaled[1])), out
+    return None if scaled == canvas == (height, width) else Geometry(scaled, canvas)
+
+
+def fit(
+    pixels: np.ndarray, where: Geometry, pad_color: tuple[int, int, int], order: str = "bgr"
+) -> np.ndarray:
+    """Resize pixels to where.scaled, then crop the middle or pad around to where.canvas;
+    pad_color is (r, g, b) whatever the pixels' order."""
+    pixels = resize(pixels, where.scaled)
+    (height, width), (out_h, out_w) = where.scaled, where.canvas
+    if (height, width) == (out_h, out_w):
+        return pixels
+    if height >= out_h and width >= out_w:
+        top, left = (height - out_h) // 2, (width - out_w) // 2
+        return np.ascontiguousarray(pixels[top : top + out_h, left : left + out_w])
+    top, left = (out_h - height) // 2, (out_w - width) // 2
+    color = pad_color if order == "rgb" else pad_color[::-1]
+    bottom, right = out_h - height - top, out_w - width - left
+    return _opencv().copyMakeBorder(
+        pixels, top, bottom, left, right, _opencv().BORDER_CONSTANT, value=color
+    )
 
 
 def reduce_factor(height: int, width: int, target: tuple[int, int]) -> int:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shardpack.errors import FileAccessError, IndexFormatError
+from shardpack.errors import FileAccessError, IndexFormatError, is_count, shortened
 from shardpack.options import COMPRESSIONS
 from shardpack.schema import V1_DTYPES, Schema
 from shardpack.storage import Storage, storage_at
@@ -25,6 +26,12 @@ MAX_INDEX_BYTES = 1 << 30
 # The most lists and objects an index.json may hold (json makes each a Python object of ~60
 # bytes and more): a shard is two, a skipped file one; a million shards fit twice over.
 MAX_INDEX_CONTAINERS = 5_000_000
+# The skipped items pack names in index.json (as the sources name the first ignored files),
+# each key and reason cut to _MAX_SKIPPED_TEXT characters: `num_skipped` counts them all.
+MAX_NAMED_SKIPPED = 1000
+_MAX_SKIPPED_TEXT = 1000
+# A JSON string with its escapes: what the count of lists and objects passes over.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 # What pack writes beside the shards: TFDS metadata (tfdsmeta) and index files (recordindex).
 METADATA_NAMES = ("dataset_info.json", "features.json", "label.labels.txt",
                   "coarse_label.labels.txt")  # fmt: skip
@@ -71,6 +78,7 @@ class Index:
     raw: dict
     container_name: str = "tfrecord"  # the shards' file format; indexes before it: TFRecord
     storage: Storage | None = None  # OUT's; index_from_document always sets it
+    image_size: tuple[int, int] | None = None  # (height, width) every image has; None: they vary
 
     @property
     def container(self) -> Container:
@@ -158,8 +166,7 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
         raise FileAccessError.from_os_error(e, path) from None
     except OSError as e:  # a folder, a link, a FIFO under the name
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
-    containers = text.count(b"[") + text.count(b"{")  # an upper bound: brackets in strings too
-    if containers > MAX_INDEX_CONTAINERS:  # each a Python object: a planted index of "[]"s
+    if (containers := _containers(text)) > MAX_INDEX_CONTAINERS:  # each a Python object
         raise IndexFormatError(f"{path}: unreadable ({containers:,} lists and objects, over "
                                f"{MAX_INDEX_CONTAINERS:,}); rerun pack to rewrite it")  # fmt: skip
     try:
@@ -167,6 +174,15 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
     except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
     return index_from_document(storage, doc)
+
+
+def _containers(text: bytes) -> int:
+    """How many lists and objects the JSON `text` opens: its `[` and `{` outside strings."""
+    rough = text.count(b"[") + text.count(b"{")  # an upper bound, and fast
+    if rough <= MAX_INDEX_CONTAINERS:
+        return rough
+    bare = _JSON_STRING.sub(b"", text)
+    return bare.count(b"[") + bare.count(b"{")
 
 
 def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
@@ -196,6 +212,7 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
                                "to read it")  # fmt: skip
     if not all(isinstance(c, str) for c in doc["classes"]):
         raise bad("'classes' must be a list of strings")
+    _check_optional(doc, bad)
     schema = _schema(doc, bad)
     splits = {}
     for split, entry in doc["splits"].items():
@@ -219,6 +236,12 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
         ):
             raise bad(f"'class_counts' of split {split!r} must be a list of integers")
         splits[split] = SplitInfo(entry["num_records"], tuple(counts), tuple(shards))
+    size = doc.get("image_size")  # indexes before it: None, as for sizes that vary
+    if size is not None and not (
+        isinstance(size, list) and len(size) == 2
+        and all(type(n) is int and n > 0 for n in size)
+    ):  # fmt: skip
+        raise bad("'image_size' must be [height, width] or null")
     return Index(
         out=storage.root,
         name=doc["name"],
@@ -229,6 +252,7 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
         raw=doc,
         container_name=container,
         storage=storage,
+        image_size=tuple(size) if size is not None else None,
     )
 
 
@@ -253,10 +277,41 @@ def _schema(doc: dict, bad) -> Schema:
 
 
 def _expect(doc: dict, types: dict[str, type], bad) -> None:
+    """Each key of `types` is in `doc` with a value of its type (an int: a count, >= 0)."""
     for key, kind in types.items():
         value = doc.get(key)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        if kind is int and not is_count(value, 0):
+            raise bad(f"{key!r} must be an integer >= 0, got {shortened(repr(value))}")
+        if not isinstance(value, kind):
             raise bad(f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
+
+
+def _uniform_size(results: list[ShardResult]) -> list[int] | None:
+    """[height, width] when every record written has that size (center-crop and pad promise
+    it), else None: tf_dataset then knows the images stack without image_size."""
+    sizes = {size for r in results for size in r.sizes}
+    return list(next(iter(sizes))) if len(sizes) == 1 else None
+
+
+# The fields a reader may show that an index need not have (older versions lack some).
+_OPTIONAL = {"source": str, "plan_digest": str, "num_skipped": int, "ignored": int,
+             "stats": dict, "skipped": list, "ignored_files": list, "warnings": list}  # fmt: skip
+
+
+def _check_optional(doc: dict, bad) -> None:
+    """The optional fields there are hold what pack writes: a planted `"ignored": "lots"` is
+    refused here, not a TypeError in inspect."""
+    _expect(doc, {key: kind for key, kind in _OPTIONAL.items() if key in doc}, bad)
+    if doc.get("seed") is not None and not isinstance(doc["seed"], int):
+        raise bad(f"'seed' must be an integer or null, got {type(doc['seed']).__name__}")
+    for key in ("ignored_files", "warnings"):
+        if not all(isinstance(v, str) for v in doc.get(key, [])):
+            raise bad(f"{key!r} must be a list of strings")
+    for item in doc.get("skipped", []):
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(k), str) for k in ("key", "reason")
+        ):
+            raise bad("'skipped' must be a list of {key, reason} strings")
 
 
 def build_index(
@@ -289,9 +344,11 @@ def build_index(
                 "sha256": result.sha256,
             }
         )
-    skipped = [  # what the scan passed over with a reason, and what the workers refused
-        {"key": key, "reason": reason}
-        for key, reason in sorted([*dataset.skipped, *(s for r in results for s in r.skipped)])
+    # what the scan passed over with a reason, and what the workers refused: the first ones
+    every = [*dataset.skipped, *(s for r in results for s in r.skipped)]
+    skipped = [
+        {"key": shortened(key, _MAX_SKIPPED_TEXT), "reason": shortened(reason, _MAX_SKIPPED_TEXT)}
+        for key, reason in heapq.nsmallest(MAX_NAMED_SKIPPED, every)
     ]
     doc = {
         "format": FORMAT,
@@ -307,9 +364,11 @@ def build_index(
         "plan_digest": plan.digest,
         "splits": splits,
         "skipped": skipped,
+        "num_skipped": len(every),  # `skipped` names the first MAX_NAMED_SKIPPED
         "ignored": dataset.ignored,
         "ignored_files": list(dataset.ignored_files),  # the first ones, of `ignored` in all
         "warnings": [*dataset.warnings, *plan.warnings],
         "stats": stats,
+        "image_size": _uniform_size(results),
     }
     return doc

@@ -18,6 +18,13 @@ CHECKS = ("header", "decode")
 ON_ERROR = ("skip", "fail")
 COMPRESSIONS = ("none", "gzip")
 BACKENDS = ("loky", "dask")
+RESIZE_MODES = ("stretch", "center-crop", "pad", "keep-ratio", "keep-ratio-largest")
+# img2dataset's names for the same modes, accepted as they are spelled there.
+RESIZE_ALIASES = {
+    "fixed": "stretch", "center_crop": "center-crop", "border": "pad",
+    "keep_ratio": "keep-ratio", "keep_ratio_largest": "keep-ratio-largest",
+}  # fmt: skip
+_COLORS = {"white": (255, 255, 255), "black": (0, 0, 0), "gray": (128, 128, 128)}
 DEFAULT_SHARD_SIZE = 128 * 2**20
 # Pillow's decompression-bomb limit: the most pixels an image may claim before it is refused.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -32,6 +39,7 @@ _OUTPUT_FIELDS = (
     "name", "source", "shards", "shard_size", "encode", "quality", "max_side", "resize", "check",
     "compression", "seed", "shuffle", "max_pixels", "classes", "split_names", "split",
     "path_column", "root", "format",
+    "resize_mode", "pad_color", "upscale", "min_side", "max_aspect", "max_area",
 )  # fmt: skip
 
 
@@ -108,6 +116,23 @@ def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
         raise ShardpackError(f"--{option} must be one of {', '.join(allowed)}, got: {value!r}")
 
 
+def _check_transform(options: PackOptions) -> None:
+    """--resize-mode (img2dataset's name taken as ours), --pad-color and the size filters."""
+    mode = RESIZE_ALIASES.get(options.resize_mode, options.resize_mode)
+    _choice("resize-mode", mode, RESIZE_MODES + tuple(RESIZE_ALIASES))
+    object.__setattr__(options, "resize_mode", mode)
+    if options.resize is None and (mode != "stretch" or not options.upscale):
+        said = "--no-upscale" if mode == "stretch" else f"--resize-mode {mode}"
+        raise ShardpackError(f"{said} needs --resize WIDTHxHEIGHT")
+    if len(options.pad_color) != 3 or not all(0 <= c <= 255 for c in options.pad_color):
+        raise ShardpackError(f"--pad-color must be R,G,B of 0-255, got: {options.pad_color!r}")
+    for option in ("min_side", "max_area"):
+        _positive(option.replace("_", "-"), getattr(options, option))
+    if options.max_aspect is not None and not options.max_aspect >= 1:
+        raise ShardpackError(f"--max-aspect must be a ratio of at least 1, got: "
+                             f"{options.max_aspect!r}")  # fmt: skip
+
+
 def _positive(option: str, value: int | None) -> None:
     if value is not None and value < 1:
         raise ShardpackError(f"--{option} must be a positive integer, got: {value!r}")
@@ -150,6 +175,14 @@ class PackOptions:
         path_column: a manifest's column of image paths (--path-column); None finds it.
         root: the folder a manifest's relative image paths are under (--root); None: the
             manifest's folder.
+        resize_mode: how `resize` meets the image's aspect (RESIZE_MODES, or img2dataset's
+            names in RESIZE_ALIASES): stretch, center-crop, pad, keep-ratio, keep-ratio-largest.
+        pad_color: (r, g, b) of the border `pad` adds.
+        upscale: False leaves an image smaller than the target at its size (img2dataset's
+            resize_only_if_bigger); `pad` still centres it on the full canvas.
+        min_side: skip images whose shorter side is below this many pixels.
+        max_aspect: skip images whose longer side is more than this many times the shorter.
+        max_area: skip images of more than this many pixels.
     """
 
     name: str | None = None
@@ -178,10 +211,17 @@ class PackOptions:
     path_column: str | None = None
     root: str | None = None
     format: str = "tfrecord"
+    resize_mode: str = "stretch"
+    pad_color: tuple[int, int, int] = (255, 255, 255)
+    upscale: bool = True
+    min_side: int | None = None
+    max_aspect: float | None = None
+    max_area: int | None = None
 
     def __post_init__(self) -> None:
         _check_types(self)
         _check_source(self.source)
+        _check_transform(self)
         _choice("backend", self.backend, BACKENDS)
         _choice("encode", self.encode, ENCODINGS)
         _choice("check", self.check, CHECKS)
@@ -245,6 +285,19 @@ def parse_resize(text: str) -> tuple[int, int]:
     if not match or min(int(match.group(1)), int(match.group(2))) < 1:
         raise ShardpackError(f"--resize must be WIDTHxHEIGHT such as 224x224, got: {text!r}")
     return int(match.group(1)), int(match.group(2))
+
+
+def parse_color(text: str) -> tuple[int, int, int]:
+    """Parse 'white', 'black', 'gray', '#RRGGBB' or 'R,G,B' into (r, g, b)."""
+    text = text.strip().lower()
+    if text in _COLORS:
+        return _COLORS[text]
+    if re.fullmatch(r"#[0-9a-f]{6}", text):
+        return tuple(int(text[i : i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
+    parts = text.split(",")
+    if len(parts) == 3 and all(p.strip().isdigit() and int(p) <= 255 for p in parts):
+        return tuple(int(p) for p in parts)  # type: ignore[return-value]
+    raise ShardpackError(f"--pad-color must be white, black, gray, #RRGGBB or R,G,B, got: {text!r}")
 
 
 def check_fractions(split: tuple[tuple[str, float], ...]) -> None:

@@ -16,6 +16,9 @@ DTYPES = ("int64", "float32", "bytes")
 # Written by the worker for every record from the image itself; no source may use these names.
 BUILTIN_NAMES = ("image", "height", "width", "channels", "format", "key")
 LABEL = "label"
+# The longest row of a (-1, k) feature: boxes are 4, keypoints tens; a row of millions is no
+# row (a (-1,) list holds it), and numpy refuses a k near 2**63 with a traceback.
+MAX_ROW = 1 << 20
 # A version-1 index names each feature's kind alone; these are the dtypes they mean.
 V1_DTYPES = {"bytes": "bytes", "int64": "int64", "float": "float32"}
 
@@ -34,8 +37,12 @@ class Feature:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got: {self.dtype!r}")
         shape = tuple(self.shape)
         object.__setattr__(self, "shape", shape)
-        if not (shape in ((), (-1,)) or (len(shape) == 2 and shape[0] == -1 and shape[1] > 0)):
-            raise ValueError(f"shape must be (), (-1,) or (-1, k) with k > 0, got: {shape!r}")
+        if not (
+            shape in ((), (-1,)) or (len(shape) == 2 and shape[0] == -1 and 0 < shape[1] <= MAX_ROW)
+        ):
+            raise ValueError(
+                f"shape must be (), (-1,) or (-1, k) with 0 < k <= {MAX_ROW:,}, got: {shape!r}"
+            )
         if self.text and self.dtype != "bytes":
             raise ValueError(f"only a bytes feature can be text, got dtype {self.dtype!r}")
         if self.classes is not None:

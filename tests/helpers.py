@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import pickle
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -320,3 +322,18 @@ def same_output(url: str, reference: Path) -> None:
     assert written.pop("index.json", None) and wanted.pop("index.json")  # timings differ
     assert written == wanted
     assert _index_of(url) == _index_of(reference.as_uri())
+
+
+def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m shardpack ARGS` in a child process, its output as text (3 minutes at most)."""
+    return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
+                          text=True, timeout=180, **kwargs)  # fmt: skip
+
+
+def one_line_error(done: subprocess.CompletedProcess, *words: str) -> str:
+    """The run ended in exit 2 and one line on stderr holding every word; returns the line."""
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert all(w in line for w in words), line
+    return line

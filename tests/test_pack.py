@@ -84,7 +84,7 @@ def test_index_contract(tree: Path, tmp_path: Path):
     assert train["class_counts"] == [9, 7]
     for shard in train["shards"]:
         assert (out / shard["file"]).stat().st_size == shard["num_bytes"]
-    assert set(index["stats"]) == {"seconds", "images_per_second", "workers"}
+    assert set(index["stats"]) == {"seconds", "images_per_second", "workers", "lossless"}
     hidden = [p.name for p in out.iterdir() if p.name.startswith(".")]
     assert hidden == [".shardpack.journal"]  # no temp file, no lock file is left
 

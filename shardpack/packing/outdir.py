@@ -169,7 +169,8 @@ def prepare(
 
 
 # The flag of each output option whose name is not its own with dashes.
-_FLAGS = {"split_names": "--splits", "shuffle": "--shuffle/--no-shuffle"}
+_FLAGS = {"split_names": "--splits", "shuffle": "--shuffle/--no-shuffle",
+          "upscale": "--upscale/--no-upscale"}  # fmt: skip
 
 
 def plan_record(plan: Plan, options: PackOptions) -> dict[str, object]:
@@ -258,10 +259,21 @@ def _shard_result(entry: object) -> ShardResult | None:
             for s in entry["skipped"]
         )
     )
+    sizes = entry["sizes"]
+    good = (
+        good
+        and type(entry["lossless"]) is int
+        and isinstance(sizes, list)
+        and all(
+            isinstance(size, list) and len(size) == 2 and all(type(n) is int for n in size)
+            for size in sizes
+        )
+    )
     if not good:
         return None
     return ShardResult(**{**entry, "label_counts": tuple(entry["label_counts"]),
-                          "skipped": tuple(map(tuple, entry["skipped"]))})  # fmt: skip
+                          "skipped": tuple(map(tuple, entry["skipped"])),
+                          "sizes": tuple(map(tuple, sizes))})  # fmt: skip
 
 
 def _reusable(

@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, replace
+from typing import NoReturn
 
 from shardpack.containers import CONTAINERS
-from shardpack.errors import ImageError, OutputError, WorkerDiedError
+from shardpack.errors import ImageError, OutputError, SourceError, WorkerDiedError, printable
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
@@ -76,6 +77,7 @@ class PackResult:
             "seconds": doc["stats"]["seconds"],
             "images_per_second": doc["stats"]["images_per_second"],
             "workers": doc["stats"]["workers"],
+            "lossless": doc["stats"].get("lossless", 0),
             "shards_kept": self.num_reused,
             "new_records": self.new_records,
             "container": self.index.container_name,
@@ -195,14 +197,17 @@ def pack(
         if out.in_process or src_root.in_process:  # memory:// is this process's own
             workers, options = 1, replace(options, backend="loky")
         results = _write_shards(plan, record, reused, options, dataset, out, workers, progress)
-        seconds = time.perf_counter() - start
         num_records = sum(r.num_records for r in results)
+        if num_records == 0:  # a dataset of nothing is no success, and leaves no dataset
+            _leave_nothing(out, plan, dataset, results)
+        seconds = time.perf_counter() - start
         new_records = num_records - sum(r.num_records for r in reused)
         stats = {
             "seconds": round(seconds, 3),
             "images_per_second": round(new_records / seconds, 1) if seconds else None,
             # no more workers than shards this run wrote: one shard runs in-process
             "workers": min(workers, max(1, len(plan.shards) - len(reused))),
+            "lossless": sum(r.lossless for r in results),  # --encode keep's images made PNG
         }
         document = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
@@ -225,12 +230,24 @@ def pack(
         out.root,
         index,
         num_records,
-        len(document["skipped"]),
+        document["num_skipped"],
         seconds,
         len(reused),
         len(plan.shards),
         new_records,
     )
+
+
+def _leave_nothing(out: Storage, plan: Plan, dataset: Dataset, results: list) -> NoReturn:
+    """Remove the empty shards and the journal of a run that packed nothing, then say why."""
+    out.remove(spec.file for spec in plan.shards)
+    out.remove_journal()
+    skipped = [*dataset.skipped, *(s for r in results for s in r.skipped)]
+    key, reason = min(skipped, default=("", ""))
+    first = f" (the first, {printable(key)}: {printable(reason)})" if skipped else ""
+    raise SourceError(f"no image was packed from {dataset.root.path()}, {len(skipped):,} "
+                      f"item{'s' if len(skipped) != 1 else ''} skipped{first}; fix or remove "
+                      "them")  # fmt: skip
 
 
 def _write_shards(

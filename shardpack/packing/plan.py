@@ -78,6 +78,8 @@ class ShardResult:
     skipped: tuple[tuple[str, str], ...]
     seconds: float
     offsets: tuple[int, ...] = ()  # each record's byte offset; () in a journal from before
+    lossless: int = 0  # images --encode keep re-encoded as PNG: TensorFlow cannot decode them
+    sizes: tuple[tuple[int, int], ...] = ()  # distinct (height, width)s of the records, two at most
 
 
 @dataclass(frozen=True)

@@ -75,9 +75,10 @@ def _features(index: dict) -> dict:
         if index["encoding"] == "raw":
             features.update({k: _tensor("int64") for k in ("height", "width", "channels")})
     else:
+        size = index.get("image_size") or (-1, -1)  # one size for all: TFDS batches them as is
         features["image"] = {
             "pythonClassName": f"{_CLASS}.image_feature.Image",
-            "image": {"shape": {"dimensions": ["-1", "-1", "3"]}, "dtype": "uint8"},
+            "image": {"shape": {"dimensions": [*map(str, size), "3"]}, "dtype": "uint8"},
         }
     return {
         "pythonClassName": f"{_CLASS}.features_dict.FeaturesDict",

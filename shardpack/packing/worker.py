@@ -89,6 +89,8 @@ def write_shard(
     start = time.perf_counter()
     counts = [0] * len(schema.classes)
     skipped: list[tuple[str, str]] = []
+    sizes: set[tuple[int, int]] = set()  # the records' (height, width)s, two at most: uniform?
+    lossless = 0
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
     try:
@@ -100,7 +102,8 @@ def write_shard(
         ):
             for done, item in enumerate(spec.items, 1):
                 try:
-                    features = _features(item, source.load(item, src, options, cache), options)
+                    loaded = source.load(item, src, options, cache)
+                    features = _features(item, loaded, options)
                     features.update(_fields(item, schema))
                 except ImageError as e:
                     if options.on_error == "fail":
@@ -109,6 +112,9 @@ def write_shard(
                 else:
                     writer.write(features)
                     _count(counts, item.label)
+                    lossless += _made_lossless(loaded, features["format"], options)
+                    if len(sizes) < 2:
+                        sizes.add((features["height"], features["width"]))
                 progress.update(done)
     finally:
         progress.close()
@@ -124,6 +130,8 @@ def write_shard(
         tuple(skipped),
         time.perf_counter() - start,
         written.offsets,
+        lossless,
+        tuple(sorted(sizes)),
     )
 
 
@@ -133,6 +141,7 @@ def _features(item: Item, loaded: bytes | np.ndarray, options: PackOptions) -> d
     if isinstance(loaded, bytes):
         image, fmt, (height, width, channels) = _from_bytes(item, loaded, options)
     else:
+        _filter(item, *loaded.shape[:2], options)
         image, fmt, (height, width, channels) = _reencode(loaded, options, "png", order="rgb")
     return {
         "image": image,
@@ -142,6 +151,12 @@ def _features(item: Item, loaded: bytes | np.ndarray, options: PackOptions) -> d
         "format": fmt,
         "key": os.fsencode(item.key),
     }
+
+
+def _made_lossless(loaded: bytes | np.ndarray, fmt: str, options: PackOptions) -> bool:
+    """Whether --encode keep re-encoded an image file as PNG because TensorFlow cannot decode
+    it as it is (a CMYK JPEG, a GIF, ...)."""
+    return options.encode == "keep" and isinstance(loaded, bytes) and fmt != images.sniff(loaded)
 
 
 def _fields(item: Item, schema: Schema) -> dict[str, object]:
@@ -165,25 +180,54 @@ def _from_bytes(item: Item, data: bytes, options: PackOptions) -> tuple[bytes, s
             raise ImageError(item.key, "not an image (unknown format)")
         fmt, order = info.format, _order(options)
         images.check_pixels(info.height, info.width, options.max_pixels)
-        target = images.target_size(info.height, info.width, options.max_side, options.resize)
-        passthrough = options.encode == "keep" and info.tf_readable and target is None
+        _filter(item, info.height, info.width, options)
+        where = _geometry(info.height, info.width, options)
+        passthrough = options.encode == "keep" and info.tf_readable and where is None
         if passthrough:
             if options.check == "decode":  # every pixel decoded, the bytes kept as they are
                 _check_decode(data, info, options.max_pixels)
             return data, fmt, (info.height, info.width, info.channels)
         # Re-encoding turns the image upright (decode applies its EXIF orientation), so the size
-        # it gets comes from the upright size: the decoded pixels' (size None), or for a JPEG
+        # it gets comes from the upright size: the decoded pixels' (where None), or for a JPEG
         # that libjpeg may decode scaled down, the header's turned by that orientation.
-        reduce, size = 1, None
-        if fmt == "jpeg" and target is not None:
+        reduce = 1
+        if fmt == "jpeg" and where is not None:
             height, width = images.jpeg_upright_size(data, info)
-            size = images.target_size(height, width, options.max_side, options.resize)
-            reduce = images.reduce_factor(height, width, size) if size is not None else 1
-        keep_format = fmt if fmt in ("jpeg", "png") else "png"  # what TensorFlow decodes
+            where = _geometry(height, width, options)
+            reduce = images.reduce_factor(height, width, where.scaled) if where else 1
+        else:
+            where = None
+        # what TensorFlow decodes is kept as it is; what it cannot becomes PNG, losslessly
+        keep_format = fmt if fmt in ("jpeg", "png") and info.tf_readable else "png"
         pixels = images.decode(data, reduce, order, options.max_pixels)
-        return _reencode(pixels, options, keep_format, size, order)
+        return _reencode(pixels, options, keep_format, where, order)
     except images.BadImage as e:
         raise ImageError(item.key, str(e)) from None
+
+
+def _filter(item: Item, height: int, width: int, options: PackOptions) -> None:
+    """Raise ImageError (a skip with its reason) for an image --min-side, --max-aspect or
+    --max-area passes over."""
+    short, long = sorted((height, width))
+    if options.min_side is not None and short < options.min_side:
+        raise ImageError(item.key, f"shorter side {short} px is under --min-side "
+                                   f"{options.min_side}")  # fmt: skip
+    if options.max_aspect is not None and long > options.max_aspect * short:
+        raise ImageError(item.key, f"aspect {long / short:.2f} is over --max-aspect "
+                                   f"{options.max_aspect:g}")  # fmt: skip
+    if options.max_area is not None and height * width > options.max_area:
+        raise ImageError(item.key, f"{width}x{height} pixels is over --max-area "
+                                   f"{options.max_area}")  # fmt: skip
+
+
+def _geometry(height: int, width: int, options: PackOptions) -> images.Geometry | None:
+    """Where the options send an upright image of this size (None: it keeps its size); refused
+    (BadImage) when enlarging it would make more than --max-pixels (keep-ratio of a thin strip)."""
+    where = images.geometry(height, width, options.max_side, options.resize,
+                            options.resize_mode, options.upscale)  # fmt: skip
+    if where is not None:
+        images.check_pixels(*where.scaled, options.max_pixels)
+    return where
 
 
 def _check_decode(data: bytes, info: images.ImageInfo, max_pixels: int) -> None:
@@ -205,14 +249,14 @@ def _reencode(
     pixels: np.ndarray,
     options: PackOptions,
     keep_format: str,
-    size: tuple[int, int] | None = None,
+    where: images.Geometry | None = None,
     order: str = "bgr",
 ) -> tuple[bytes, str, tuple[int, int, int]]:
-    """Resize pixels to `size` (computed here when not given) and encode them as the options
-    ask; 'keep' becomes `keep_format`."""
-    size = size or images.target_size(*pixels.shape[:2], options.max_side, options.resize)
-    if size is not None:
-        pixels = images.resize(pixels, size)  # a no-op at the size it already has
+    """Resize, crop or pad pixels to `where` (computed here when not given) and encode them as
+    the options ask; 'keep' becomes `keep_format`."""
+    where = where or _geometry(*pixels.shape[:2], options)
+    if where is not None:
+        pixels = images.fit(pixels, where, options.pad_color, order)
     fmt = keep_format if options.encode == "keep" else options.encode
     height, width = pixels.shape[:2]
     return images.encode(pixels, fmt, options.quality, order), fmt, (height, width, 3)

@@ -69,7 +69,8 @@ def describe(
         "num_classes": len(index.classes),
         "features": index.schema.to_json(),
         "splits": splits,
-        "skipped": raw.get("skipped", []),
+        "skipped": raw.get("skipped", []),  # the first ones; num_skipped counts them all
+        "num_skipped": raw.get("num_skipped", len(raw.get("skipped", []))),
         "ignored": raw.get("ignored", 0),
         "stats": raw.get("stats", {}),
     }

@@ -21,6 +21,7 @@ from shardpack.storage.atomic import write_atomic
 CELL = 128  # pixels per thumbnail side
 _CAPTION = 22  # pixels of caption strip under each thumbnail
 BOX_COLOR = (0, 255, 0)  # BGR: green shows on most photos
+BAD_COLOR = (0, 0, 255)  # BGR red: the cross on the cell of an image that does not decode
 # The sheet's format, picked by the extension of the file asked for.
 FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".webp": "webp"}
 
@@ -72,16 +73,13 @@ def make_preview(
     rows = max(1, math.ceil(len(chosen) / cols))
     sheet = np.full((rows * (CELL + _CAPTION), cols * CELL, 3), 255, np.uint8)
     for k, record in enumerate(chosen):
-        rgb = decode_pixels(record)
-        scale = CELL / max(rgb.shape[:2])
-        size = (max(1, round(rgb.shape[1] * scale)), max(1, round(rgb.shape[0] * scale)))
-        thumb = cv2.resize(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), size, interpolation=cv2.INTER_AREA)
+        thumb, mark = _thumbnail(record)
         if boxes is not None:
             _draw_boxes(thumb, record[boxes])
         y, x = (k // cols) * (CELL + _CAPTION), (k % cols) * CELL
         sheet[y : y + thumb.shape[0], x : x + thumb.shape[1]] = thumb
-        caption = _caption(index.classes, record.get("label")).encode("ascii", "replace").decode()
-        caption = caption[:18]
+        caption = mark + _caption(index.classes, record.get("label"))
+        caption = caption.encode("ascii", "replace").decode()[:18]
         cv2.putText(sheet, caption, (x + 3, y + CELL + 15), cv2.FONT_HERSHEY_SIMPLEX, 0.4,
                     (0, 0, 0), 1, cv2.LINE_AA)  # fmt: skip
     try:
@@ -104,9 +102,26 @@ def box_feature(schema: Schema) -> str | None:
     return next((n for n in BOX_NAMES if n in schema and is_box(n, schema[n])), None)
 
 
+def _thumbnail(record: dict) -> tuple[np.ndarray, str]:
+    """The record's image scaled to fit a cell (BGR) and no mark; for an image that does not
+    decode (verify without --decode passes it), a grey cell crossed in red, marked in words."""
+    try:
+        rgb = decode_pixels(record)
+    except images.BadImage:
+        thumb = np.full((CELL, CELL, 3), 160, np.uint8)
+        cv2.line(thumb, (0, 0), (CELL - 1, CELL - 1), BAD_COLOR, 3)
+        cv2.line(thumb, (0, CELL - 1), (CELL - 1, 0), BAD_COLOR, 3)
+        return thumb, "BAD IMAGE "
+    scale = CELL / max(rgb.shape[:2])
+    size = (max(1, round(rgb.shape[1] * scale)), max(1, round(rgb.shape[0] * scale)))
+    return cv2.resize(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), size, interpolation=cv2.INTER_AREA), ""
+
+
 def _draw_boxes(thumb: np.ndarray, boxes: np.ndarray) -> None:
-    """Draw [ymin, xmin, ymax, xmax] boxes (relative, as TFDS's BBox) onto the thumbnail."""
+    """Draw [ymin, xmin, ymax, xmax] boxes (relative, as TFDS's BBox) onto the thumbnail; a box
+    with a NaN or infinite corner is not drawn, and corners past the image are cut to it."""
     height, width = thumb.shape[:2]
+    boxes = np.clip(boxes[np.isfinite(boxes).all(axis=1)], 0.0, 1.0)
     for ymin, xmin, ymax, xmax in boxes.tolist():
         top_left = (round(xmin * (width - 1)), round(ymin * (height - 1)))
         bottom_right = (round(xmax * (width - 1)), round(ymax * (height - 1)))

@@ -20,6 +20,9 @@ from shardpack.schema import Schema, check_values, decode_value
 
 # Records held for iter_examples' shuffle: enough to mix neighbours from different shards.
 SHUFFLE_BUFFER = 1024
+# And the most bytes they may hold: 1,024 small photos fit many times, while 1,024 records of
+# up to a GiB each (MAX_RECORD_BYTES) would not fit any machine; larger records, fewer held.
+SHUFFLE_BUFFER_BYTES = 256 << 20
 # tf_dataset's record shuffle buffer; the file-order shuffle does most of the mixing.
 TF_SHUFFLE_BUFFER = 8192
 # What a record's `format` may say: the encodings pack stores ("keep" stores one of these).
@@ -160,7 +163,9 @@ def iter_examples(
         out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
         split: which split to read.
         decode: turn `image` into a uint8 HxWx3 RGB array instead of its stored bytes.
-        shuffle: visit shards in random order and mix records through a buffer.
+        shuffle: visit shards in random order and mix records through a buffer of at most
+            1,024 records and 256 MiB (SHUFFLE_BUFFER, SHUFFLE_BUFFER_BYTES): large records
+            mix less, and memory stays bounded.
         seed: makes the shuffled order repeat.
         shard: (index, count): read only this host's share, for training on several hosts.
         max_pixels: with decode, refuse an image claiming more pixels than this.
@@ -223,16 +228,30 @@ def parse_record(
 
 
 def _buffer_shuffle(records: Iterator[dict], rng: random.Random) -> Iterator[dict]:
-    buffer: list[dict] = []
+    """Mix records through a buffer of at most SHUFFLE_BUFFER records and SHUFFLE_BUFFER_BYTES
+    bytes (a record larger than that is held alone)."""
+    buffer: list[tuple[int, dict]] = []
+    held = 0
     for record in records:
-        if len(buffer) < SHUFFLE_BUFFER:
-            buffer.append(record)
-            continue
-        i = rng.randrange(SHUFFLE_BUFFER)
-        yield buffer[i]
-        buffer[i] = record
+        size = _record_bytes(record)
+        while buffer and (len(buffer) >= SHUFFLE_BUFFER or held + size > SHUFFLE_BUFFER_BYTES):
+            i = rng.randrange(len(buffer))
+            buffer[i], buffer[-1] = buffer[-1], buffer[i]
+            gone, out = buffer.pop()
+            held -= gone
+            yield out
+        buffer.append((size, record))
+        held += size
     rng.shuffle(buffer)
-    yield from buffer
+    yield from (record for _, record in buffer)
+
+
+def _record_bytes(record: dict) -> int:
+    """About the bytes a record holds: its arrays, byte strings and text, 8 a number."""
+    return sum(
+        v.nbytes if isinstance(v, np.ndarray) else len(v) if isinstance(v, bytes | str) else 8
+        for v in record.values()
+    )
 
 
 def tf_dataset(
@@ -332,7 +351,8 @@ def tf_dataset(
     def parse(record):
         features = tf.io.parse_single_example(record, spec)
         if decode:
-            features["image"] = _tf_decode(tf, features, index.encoding, image_size)
+            features["image"] = _tf_decode(tf, features, index.encoding, image_size,
+                                           index.image_size)  # fmt: skip
         return features
 
     def stream(name: bytes):
@@ -420,7 +440,9 @@ def _batch(tf, ds, batch_size: int, lists: str, schema: Schema):
     return ds.map(wrap).batch(batch_size).map(unwrap)
 
 
-def _tf_decode(tf, features, encoding: str, image_size):
+def _tf_decode(tf, features, encoding: str, image_size, uniform: tuple[int, int] | None):
+    """Decode a record's image to uint8 HxWx3; its static shape is known when `image_size` is
+    given or when the index says every image has the size `uniform`, so batches stack."""
     if encoding == "raw":
         shape = tf.stack([features["height"], features["width"], features["channels"]])
         image = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), shape)
@@ -431,4 +453,6 @@ def _tf_decode(tf, features, encoding: str, image_size):
     if image_size is not None:
         resized = tf.image.resize(image, image_size, antialias=True)
         image = tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+    elif uniform is not None:
+        image = tf.ensure_shape(image, [*uniform, 3])
     return image

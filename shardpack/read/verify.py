@@ -165,7 +165,8 @@ def _check_record(
     try:
         pixels = decode_pixels(record, max_pixels)
     except ValueError as e:  # images.BadImage; OpenCV is imported only when decoding
-        return f"image does not decode: {e}"
+        named = f" of {record['key']!r}" if record.get("key") else ""  # the source file
+        return f"image{named} does not decode: {e}"
     if pixels.shape[:2] != (record["height"], record["width"]):
         return (f"image decodes to {pixels.shape[1]}x{pixels.shape[0]}, fields say "
                 f"{record['width']}x{record['height']}")  # fmt: skip

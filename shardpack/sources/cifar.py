@@ -12,7 +12,8 @@ from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
 from shardpack.sources import NO_FIELDS, Dataset, Item, RecordCost, Source
-from shardpack.sources.folder import check_class_name, folder_only
+from shardpack.sources.classlist import check_class_name
+from shardpack.sources.folder import folder_only
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.srcfiles import RefusedFile
 

@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
+import operator
 import os
+import unicodedata
+from collections import Counter
 from collections.abc import Iterable
 
-from shardpack.errors import ShardpackError, SourceError
+from shardpack.errors import ShardpackError, SourceError, printable
 from shardpack.sources import NO_FIELDS, Item
 
 # A --classes file holds one name a line; no real class list is anywhere near this large.
 MAX_CLASSES_FILE = 64 * 2**20
+# The most classes a dataset may have: ImageNet-21k has 21,841 and the largest label sets in
+# use about a million, while each class costs a line of label.labels.txt, a name and a count per
+# split in index.json: a stray integer label of 100,000,000 would build gigabytes of them.
+MAX_CLASSES = 1_000_000
 # Names that are a class list file's, not a class's: a typo in one is a missing file.
 _LIST_FILES = (".txt", ".names", ".lst", ".csv")
+# Characters that would split a class name over lines of TFDS's label.labels.txt or garble a
+# terminal: control characters and line or paragraph separators. (Bytes that are not UTF-8 are
+# kept: label.labels.txt holds the name's own bytes.)
+_BAD_NAME_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+
+
+def check_class_name(name: str, where: str) -> None:
+    """Refuse a class name (a folder's, a manifest's, from --classes or a CIFAR meta file at
+    `where`) that is not one line of printable text."""
+    if any(unicodedata.category(c) in _BAD_NAME_CATEGORIES for c in name):
+        raise SourceError(
+            f"{where}: the class name '{printable(name)}' holds a control character or a line "
+            "break, but class names are written one per line: rename it"
+        )
+
+
+def class_name(text: str) -> str:
+    """A class name as the dataset keeps it: NFC (macOS names files in NFD, so "café" can come
+    in two spellings), without surrounding spaces (a CSV cell ", cat")."""
+    return unicodedata.normalize("NFC", text.strip())
 
 
 def parse_classes(text: str) -> tuple[str, ...]:
@@ -21,7 +48,10 @@ def parse_classes(text: str) -> tuple[str, ...]:
         ShardpackError: the file cannot be read (or, named like a list file, is missing), or
             the list is empty or repeats a name.
     """
-    if os.path.isfile(text):
+    if os.path.isdir(text):
+        raise ShardpackError(f"{text}: is a folder; pass a file with one class name a line, or "
+                             "the names as a,b,c")  # fmt: skip
+    if os.path.exists(text):  # a file, or a pipe: <(...), a FIFO, /dev/stdin
         try:
             with open(text, "rb") as f:
                 data = f.read(MAX_CLASSES_FILE + 1)
@@ -29,26 +59,40 @@ def parse_classes(text: str) -> tuple[str, ...]:
             raise ShardpackError(f"{text}: cannot read the class list ({e.strerror})") from None
         if len(data) > MAX_CLASSES_FILE:
             raise ShardpackError(f"{text}: over {MAX_CLASSES_FILE} bytes; is it a class list?")
-        names = [line.strip() for line in os.fsdecode(data).splitlines()]
+        # lines end at \n alone: a name holding another line break is refused, not split
+        names = [class_name(line) for line in os.fsdecode(data).split("\n")]
         where = text
     elif "," not in text and text.lower().endswith(_LIST_FILES):
         raise ShardpackError(f"{text}: no such file; pass the class list's path, or the names "
                              "as a,b,c")  # fmt: skip
     else:
-        names = [name.strip() for name in text.split(",")]
+        names = [class_name(name) for name in text.split(",")]
         where = "--classes"
     names = [name for name in names if name]
+    for name in names:
+        check_class_name(name, where)
     if not names:
         raise ShardpackError(f"{where}: names no class; pass a,b,c or a file with one a line")
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    check_class_count(len(names), where, "its names")
+    repeated = sorted(n for n, times in Counter(names).items() if times > 1)  # not n**2
     if repeated:
         raise ShardpackError(f"{where}: class {repeated[0]!r} is listed twice; list each once")
     return tuple(names)
 
 
 def class_list(found: Iterable[str], pinned: tuple[str, ...] | None) -> tuple[str, ...]:
-    """The dataset's classes: `pinned` as given, else the sorted union of the names found."""
-    return pinned if pinned is not None else tuple(sorted(set(found)))
+    """The dataset's classes: `pinned` as given, else the sorted union of the names found, each
+    as class_name gives it (two folders "café" in NFC and NFD are one class)."""
+    classes = pinned if pinned is not None else tuple(sorted({class_name(n) for n in found}))
+    check_class_count(len(classes), "the source", "class names")
+    return classes
+
+
+def check_class_count(count: int, where: str, what: str) -> None:
+    """Refuse a dataset of more than MAX_CLASSES classes; `what` says what made them."""
+    if count > MAX_CLASSES:
+        raise SourceError(f"{where}: {what} make {count:,} classes, over the {MAX_CLASSES:,} "
+                          "shardpack packs; check the labels")  # fmt: skip
 
 
 def labelled(
@@ -63,6 +107,9 @@ def labelled(
         SourceError: an item's class is not in the list and on_error is "fail".
     """
     position = {name: i for i, name in enumerate(classes)}
+    for name in set(map(operator.itemgetter(0), found)) - position.keys():  # "café" in NFD
+        if (i := position.get(class_name(name))) is not None:
+            position[name] = i
     new = tuple.__new__
     # One comprehension over a listing of millions (a loop with appends costs 0.5 us more a
     # file), each Item made by tuple.__new__ from all its fields in order: Item(...) would run

@@ -5,14 +5,13 @@ from __future__ import annotations
 import operator
 import os
 import stat
-import unicodedata
 from collections.abc import Iterable, Mapping
 
-from shardpack.errors import ImageError, SourceError, printable
+from shardpack.errors import ImageError, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import Dataset, Item, Source
-from shardpack.sources.classlist import class_list, labelled
+from shardpack.sources.classlist import check_class_name, class_list, labelled
 from shardpack.storage import Storage
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, not_regular
 
@@ -25,10 +24,6 @@ _ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")  # what a dataset is downloaded 
 # index.json names this many of the files a scan ignored (the count stays exact): enough to see
 # what was passed over, bounded for a tree of millions of text files.
 MAX_NAMED_IGNORED = 1000
-# Characters that would split a class name over lines of TFDS's label.labels.txt or garble a
-# terminal: control characters and line or paragraph separators. (Bytes that are not UTF-8 are
-# kept: label.labels.txt holds the name's own bytes.)
-_BAD_NAME_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 
 
 # A stat per file would be a third of a large listing's time (2.4 us a file; 1,000,000 files:
@@ -51,16 +46,6 @@ def _is_image_name(name: str) -> bool:
 
 # The extensions without their dot, for the walk's inline test (a call per file costs 0.4 us).
 _SUFFIXES = frozenset(ext[1:] for ext in IMAGE_EXTENSIONS)
-
-
-def check_class_name(name: str, where: str) -> None:
-    """Refuse a class name (a folder's, or from a CIFAR meta file at `where`) that is not one
-    line of printable text."""
-    if any(unicodedata.category(c) in _BAD_NAME_CATEGORIES for c in name):
-        raise SourceError(
-            f"{where}: the class name '{printable(name)}' holds a control character or a line "
-            "break, but class names are written one per line: rename it"
-        )
 
 
 class Passed:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from shardpack.errors import SourceError
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature
-from shardpack.sources.folder import check_class_name
+from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.tables.cells import INT64, MAX_TEXT_CHARS
 
 MAX_METADATA_BYTES = 16 << 20  # the `huggingface` schema metadata: features and a card's info
@@ -122,6 +122,7 @@ def _class_names(spec: object, where: str) -> tuple[tuple[str, ...], bool] | Non
     names = spec.get("names")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise SourceError(f"{where}: a ClassLabel without a list of names; save it with datasets")
+    check_class_count(len(names), where, "its ClassLabel names")
     for name in names:
         check_class_name(name, where)
     return tuple(names), multi

@@ -23,7 +23,7 @@ from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import NO_FIELDS, Dataset, Item, Source
-from shardpack.sources.folder import check_class_name
+from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.tables.files import SUFFIXES, line_name, manifest_file, normal_path
 from shardpack.storage import Blob, Entry, Storage, is_url, storage_at
 from shardpack.storage.srcfiles import not_regular
@@ -149,10 +149,13 @@ def _classes(table: Manifest, pinned: tuple[str, ...] | None) -> tuple[str, ...]
     if pinned is not None:
         return pinned
     if info.kind == "names":
+        check_class_count(len(info.values), f"{table.path}, column 'label'", "its names")
         for name in info.values:  # as a folder's: one line each in TFDS's label.labels.txt
             check_class_name(name, f"{table.path}, column 'label'")
         return tuple(info.values)
-    return tuple(str(i) for i in range(max(info.values, default=-1) + 1))
+    top = max(info.values, default=-1)
+    check_class_count(top + 1, f"{table.path}, column 'label'", f"integer labels up to {top:,}")
+    return tuple(str(i) for i in range(top + 1))
 
 
 def _label(value, info: LabelInfo, position: dict[str, int]) -> int | tuple[int, ...]:

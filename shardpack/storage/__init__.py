@@ -223,6 +223,10 @@ class Storage:
         `head` (the header, then records kept from before) is written with it."""
         raise NotImplementedError
 
+    def remove_journal(self) -> None:
+        """Remove the journal (a run that packed nothing leaves no plan to resume)."""
+        raise NotImplementedError
+
     def progress_folder(self) -> str | None:
         """A local folder where workers may leave progress files the parent can read, or
         None where there is none (the bar then moves a shard at a time)."""

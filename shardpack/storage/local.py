@@ -123,6 +123,9 @@ class LocalStorage(Storage):
     def journal(self, head: list[bytes]) -> JournalWriter:
         return _FileJournal(self.path(JOURNAL_NAME), head)
 
+    def remove_journal(self) -> None:
+        self.remove([JOURNAL_NAME])
+
     def progress_folder(self) -> str | None:
         return self.root
 

@@ -216,6 +216,11 @@ class RemoteStorage(Storage):
     def journal(self, head: list[bytes]) -> JournalWriter:
         return _ObjectJournal(self, head)
 
+    def remove_journal(self) -> None:
+        with suppress(FileNotFoundError):
+            old = self.fs.ls(self._key(JOURNAL_FOLDER), detail=False, refresh=True)
+            self.remove(f"{JOURNAL_FOLDER}/{n.rsplit('/', 1)[-1]}" for n in old)
+
 
 @contextmanager
 def _naming(path: str) -> Iterator[None]:
@@ -418,10 +423,7 @@ class _ObjectJournal(JournalWriter):
 
     def add(self, line: bytes) -> None:
         if self.count == 0:
-            folder = self.storage._key(JOURNAL_FOLDER)
-            with suppress(FileNotFoundError):
-                old = self.storage.fs.ls(folder, detail=False, refresh=True)
-                self.storage.remove(f"{JOURNAL_FOLDER}/{n.rsplit('/', 1)[-1]}" for n in old)
+            self.storage.remove_journal()
             self.storage.put(f"{JOURNAL_FOLDER}/{_HEAD}", self.head[0] + b"\n")
             for kept in self.head[1:]:
                 self._put(kept)

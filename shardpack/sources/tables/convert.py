@@ -15,6 +15,7 @@ import numpy as np
 
 from shardpack.errors import shortened
 from shardpack.schema import LABEL, Feature
+from shardpack.sources.classlist import class_name
 from shardpack.sources.tables.cells import (
     CSV_BOOLS,
     CSV_INT,
@@ -294,7 +295,9 @@ def _one_label(value, label: LabelInfo, csv_text: bool):
             raise _Bad(f"label {value} is negative; integer labels count classes from 0")
         return int(value)
     if not integers and (kind is TEXT or (csv_text and kind is not None)):
-        return value  # in CSV a cell spelled like a number is a name in a column of names
+        if not (name := class_name(value)):  # in CSV a cell spelled like a number is a name
+            raise _Bad("no label in column 'label'")
+        return name
     want = "an integer" if integers else "a class name"
     raise _Bad(f"label {describe(value)} is not {want}, as the column's other labels")
 

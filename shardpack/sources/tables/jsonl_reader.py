@@ -30,12 +30,28 @@ def jsonl_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
                 if isinstance(record, str):  # a bad row, like any other: skipped or fatal
                     problems.append((n, record))
                     continue
+            if "\\u" in body and _lone_surrogate(record):
+                problems.append((n, _LONE_SURROGATE))
+                continue
             lines.append(n)
             records.append(record)
             if len(records) == chunks.CHUNK_ROWS:
                 yield _jsonl_chunk(lines, records, problems)
                 lines, records, problems = [], [], []
     yield _jsonl_chunk(lines, records, problems)
+
+
+# A bad row's reason (the caller adds the fix): JSON allows these escapes, UTF-8 holds none.
+_LONE_SURROGATE = "holds a lone surrogate (an escape \\ud800 to \\udfff: half a character)"
+
+
+def _lone_surrogate(record: dict) -> bool:
+    """Whether a key or value holds half a surrogate pair (JSON lets `"\\ud800"` through)."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _json_line(text: str) -> dict | str:

@@ -8,7 +8,7 @@ import functools
 from collections import Counter
 from collections.abc import Sequence
 
-from shardpack.schema import Feature
+from shardpack.schema import MAX_ROW, Feature
 from shardpack.sources.tables.cells import (
     CSV_BOOLS,
     CSV_FLOAT,
@@ -234,7 +234,10 @@ def _grid_kind(rows: list[list]) -> Kind:
     if not kinds <= _NUMBER_KINDS:
         bad = next((k for k in kinds if k.bad), None)
         return bad or _bad("lists of lists holding other than numbers")
-    return _grid_of(_join(kinds).elem, lengths.pop())
+    width = lengths.pop()
+    if width > MAX_ROW:  # the index would declare a shape its readers refuse
+        return _bad(f"rows of {width:,} numbers (over {MAX_ROW:,}); store each as one list")
+    return _grid_of(_join(kinds).elem, width)
 
 
 def _join(kinds: set[Kind]) -> Kind:
