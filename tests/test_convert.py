@@ -256,6 +256,11 @@ def test_hf_bad_layouts_are_one_line(hf_folder, tmp_path, monkeypatch):
     (card / "README.md").unlink()
     _hf_dataset(6).remove_columns("caption").to_parquet(card / "data/test-00000-of-00001.parquet")
     refused(card, "test-00000-of-00001.parquet: its columns differ from the first file's")
+    from shardpack.sources import classlist
+
+    with monkeypatch.context() as patched:
+        patched.setattr(classlist, "MAX_CLASSES", 2)
+        refused(hf_folder, "column 'label': its ClassLabel names make 3 classes, over the 2")
     monkeypatch.setattr(hf, "MAX_ROW_GROUP_BYTES", 100)
     refused(hf_folder, "row group 0 holds .* bytes \\(over 100\\); rewrite it")
     (tmp_path / "junk.parquet").write_bytes(b"PAR1 not really")
