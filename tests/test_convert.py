@@ -267,6 +267,16 @@ def test_hf_bad_layouts_are_one_line(hf_folder, tmp_path, monkeypatch):
     refused(tmp_path / "junk.parquet", "junk.parquet: not a readable Parquet file")
 
 
+def test_a_card_of_another_kind_of_dataset_leaves_its_folder_to_the_others(tmp_path):
+    src = make_tree(tmp_path / "src", {"a": 2, "b": 2})
+    (src / "README.md").write_text(  # an ImageFolder's card: its configs name images
+        "---\nconfigs:\n- config_name: default\n  data_files: '**/*.jpg'\n---\n"
+    )
+    assert scan(src).kind == "folder"
+    (src / "README.md").write_text("---\n# notes: [a\n---\n")  # a header that is not YAML
+    assert scan(src).kind == "folder"
+
+
 # ---- shardpack's own output --------------------------------------------------------------------
 
 

@@ -52,7 +52,7 @@ class HfSource(Source):
         """(SRC, split -> its files); (the file, None) when SRC is a Parquet file."""
         required = options.source == self.name
         if root.kind() == "dir":
-            files = data_files(root)
+            files = data_files(root, required)
             if files is None:
                 if required:
                     raise SourceError(

@@ -31,15 +31,21 @@ MAX_README_BYTES = 1 << 20  # a dataset card; its YAML header is a few KB
 MAX_FILES = 100_000  # Parquet files of one dataset: the Hub's largest hold a few thousand
 
 
-def data_files(root: Storage) -> dict[str, list[str]] | None:
+def data_files(root: Storage, required: bool) -> dict[str, list[str]] | None:
     """split -> its Parquet files (names relative to root, in order); None when there are none.
 
     Raises:
-        SourceError: README.md's configs cannot be read, or a split name is not usable.
+        SourceError: a split name is not usable, or (when `required`: SRC must be a Hugging
+            Face dataset) README.md's configs cannot be read.
     """
-    configured = _configured(root)
-    if configured is not None:
-        return configured
+    try:
+        configured = _configured(root)
+    except SourceError:
+        if required:
+            raise
+        configured = None  # a card of another kind of dataset (--source hf would say why)
+    if configured is not None:  # configs naming no Parquet file: an ImageFolder's card
+        return configured or None
     files = _parquet_files(root, "") + _parquet_files(root, "data")
     sharded: dict[str, list[str]] = {}
     for name in files:
@@ -120,7 +126,8 @@ def _checked_split(root: Storage, split: str) -> str:
 
 
 def _configured(root: Storage) -> dict[str, list[str]] | None:
-    """The data files of the default config of README.md's YAML header, if it has `configs`."""
+    """The Parquet files of the default config of README.md's YAML header, if it has `configs`
+    ({} when they name none)."""
     if root.kind(README) != "file":
         return None
     path = root.path(README)
@@ -185,37 +192,33 @@ def _patterns(data_files: object, path: str) -> dict[str, list[str]]:
 
 
 def _resolve(root: Storage, patterns: dict[str, list[str]], path: str) -> dict[str, list[str]]:
-    """Each split's patterns matched against the Parquet files below their fixed folders."""
+    """Each split's patterns matched against the Parquet files below their fixed folders ({}
+    when they match none)."""
     resolved: dict[str, list[str]] = {}
     for split, globs in patterns.items():
         split = _checked_split(root, split)
         files: set[str] = set()
         for pattern in globs:
-            pattern = pattern.lstrip("./")
+            pattern = pattern.removeprefix("./")
             if ".." in pattern.split("/"):
                 raise SourceError(f"{path}: data_files pattern {pattern!r} climbs out of the "
                                   "dataset's folder; fix the YAML header")  # fmt: skip
             fixed = re.split(r"[*?\[]", pattern)[0].rpartition("/")[0]
             for name in _walk(root, fixed, path):
                 full = f"{fixed}/{name}" if fixed else name
-                if full.endswith(SUFFIX) and fnmatch.fnmatchcase(full, pattern):
+                if fnmatch.fnmatchcase(full, pattern):
                     files.add(full)
         if files:
             resolved[split] = sorted(files)
-    if not resolved:
-        raise SourceError(f"{path}: its configs' data_files match no Parquet file; fix them, or "
-                          "pass a Parquet file as SRC")  # fmt: skip
     return resolved
 
 
 def _walk(root: Storage, folder: str, path: str) -> list[str]:
-    """The files below a folder of root (bounded by MAX_FILES)."""
+    """The Parquet files below a folder of root (at most MAX_FILES)."""
     if folder and root.kind(folder) != "dir":
         return []
-    names = []
-    for entry in root.walk(folder):
-        names.append(entry.name)
-        if len(names) > MAX_FILES:
-            raise SourceError(f"{path}: a data_files pattern reaches over {MAX_FILES} files; "
-                              "narrow it")  # fmt: skip
+    names = [entry.name for entry in root.walk(folder) if entry.name.endswith(SUFFIX)]
+    if len(names) > MAX_FILES:
+        raise SourceError(f"{path}: a data_files pattern reaches {len(names)} Parquet files "
+                          f"(over {MAX_FILES}); narrow it")  # fmt: skip
     return names
