@@ -275,6 +275,8 @@ def test_a_card_of_another_kind_of_dataset_leaves_its_folder_to_the_others(tmp_p
     assert scan(src).kind == "folder"
     (src / "README.md").write_text("---\n# notes: [a\n---\n")  # a header that is not YAML
     assert scan(src).kind == "folder"
+    (src / "train.parquet").write_bytes(b"PAR1 not really")  # a stray file among the classes
+    assert scan(src).kind == "folder"
 
 
 # ---- shardpack's own output --------------------------------------------------------------------

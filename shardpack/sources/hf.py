@@ -66,7 +66,13 @@ class HfSource(Source):
             files, first = None, root
         else:
             return None
-        return None if _columns(first, required) is None else (root, files)
+        try:
+            columns = _columns(first, required)
+        except SourceError:
+            if required:
+                raise
+            return None  # not ours to refuse: a manifest or a stray file (--source hf says why)
+        return None if columns is None else (root, files)
 
     def scan(
         self,
