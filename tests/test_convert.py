@@ -137,6 +137,11 @@ def test_hf_folder_packs_into_each_container_as_load_dataset_reads_it(hf_folder,
     assert index["features"]["tags"] == {"dtype": "bytes", "shape": [-1], "text": True}
     _check_like_load_dataset(out, hf_folder)
     assert shardpack.verify(out, decode=True).ok
+    summary = shardpack.describe(out)
+    assert summary["source"] == "hf" and summary["num_skipped"] == 2 * len(SKIPPED)
+    assert summary["splits"]["train"]["samples"][0]["class"] in CLASSES
+    sheet = shardpack.make_preview(out, tmp_path / "sheet.png", n=8)
+    assert cv2.imread(sheet) is not None  # boxes drawn from the [-1, 4] column
     if fmt == "tfrecord":  # TensorFlow and TFDS read the same images, labels and captions
         import tensorflow_datasets as tfds
 
