@@ -180,6 +180,15 @@ def _resumes(src: Path, out: Path, options: PackOptions) -> None:
     assert shardpack.verify(out).ok
 
 
+def test_hf_warns_when_shuffled_images_outgrow_what_a_worker_keeps(hf_folder, monkeypatch):
+    from shardpack.sources import hf
+
+    monkeypatch.setattr(hf, "KEPT_GROUP_BYTES", 1000)
+    (warning,) = scan(hf_folder).warnings
+    assert "the files are read up to once per shard; --no-shuffle reads them once" in warning
+    assert scan(hf_folder, PackOptions(shuffle=False)).warnings == ()
+
+
 def test_hf_split_folders_parquet_file_and_path_rows(tmp_path, monkeypatch):
     from datasets import ClassLabel, Features, Image
 

@@ -87,7 +87,7 @@ class HfSource(Source):
         if files is None:  # a Parquet file: the items' paths are under its folder
             folder, _, name = root.root.rstrip("/").rpartition("/")
             root, files = storage_at(folder or "/", storage_options), {"train": [name]}
-        return scan_hf(root, files)
+        return scan_hf(root, files, options.shuffle)
 
     def load(self, item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
         return load(item, root, options, cache)
@@ -125,8 +125,9 @@ def _columns(file: Storage, required: bool) -> Columns | None:
         parquet.close(force=True)
 
 
-def scan_hf(folder: Storage, files: dict[str, list[str]]) -> Dataset:
-    """List every row of each split's files as an item (its image left in the file).
+def scan_hf(folder: Storage, files: dict[str, list[str]], shuffle: bool = False) -> Dataset:
+    """List every row of each split's files as an item (its image left in the file); with
+    `shuffle`, warn when the images outgrow what a worker keeps of them (KEPT_GROUP_BYTES).
 
     Raises:
         SourceError: a file is unreadable, has no image column, columns unlike the first's, a
@@ -144,15 +145,23 @@ def scan_hf(folder: Storage, files: dict[str, list[str]]) -> Dataset:
     if not any(splits.values()):
         first_bad = f"; the first: {skipped[0][1]}" if skipped else ""
         raise SourceError(f"{folder.path()}: no row holds a usable image{first_bad}")
-    warnings = tuple(f"{folder.path(first)}: column {c!r} holds images too; only "
-                     f"{columns.image!r} is packed" for c in columns.left_out)  # fmt: skip
+    warnings = [f"{folder.path(first)}: column {c!r} holds images too; only "
+                f"{columns.image!r} is packed" for c in columns.left_out]  # fmt: skip
+    stored = sum(item.size for items in splits.values() for item in items)
+    if shuffle and stored > KEPT_GROUP_BYTES:
+        warnings.append(
+            f"{folder.path()}: shuffled, each shard reads the row groups its images lie in, and "
+            f"the {stored / 2**20:,.0f} MiB of images outgrow the {KEPT_GROUP_BYTES >> 20} MiB a "
+            "worker keeps: the files are read up to once per shard; --no-shuffle reads them "
+            "once (shuffle when reading instead)"
+        )
     return Dataset(
         KIND,
         folder,
         Schema.build(columns.classes, features, multi_label=columns.multi_label),
         {split: tuple(items) for split, items in splits.items() if items},
         skipped=tuple(skipped),
-        warnings=warnings,
+        warnings=tuple(warnings),
     )
 
 
