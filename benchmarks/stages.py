@@ -41,7 +41,7 @@ import numpy as np
 
 from benchmarks import workloads
 from shardpack import images
-from shardpack.containers import example as tfrecord
+from shardpack.containers import tfrecord
 
 CASES = (("cifar10", "raw"), ("small-jpeg", "raw"), ("photos", "jpeg"), ("photos", "keep"))
 STAGES = ("read", "probe", "decode", "encode", "serialize", "frame", "hash", "write")

@@ -23,9 +23,10 @@ from shardpack.containers import CONTAINERS
 from shardpack.errors import FileAccessError, ShardpackError, printable, shortened
 from shardpack.index import MAX_NAMED_SKIPPED
 from shardpack.options import (
+    BACKEND_ALIASES,
     BACKENDS,
     CHECKS,
-    COMPRESSIONS,
+    DEFAULT_FORMAT,
     DEFAULT_MAX_PIXELS,
     ENCODINGS,
     ON_ERROR,
@@ -51,6 +52,8 @@ app = typer.Typer(
 )
 # A bar appears only for runs that last longer than this: short runs just print the summary.
 _BAR_DELAY_S = 1.0
+# Where stderr is no terminal (a log file, CI), a progress line this often instead of the bar.
+_LINE_EVERY_S = 10.0
 
 
 class _Command(typer.core.TyperCommand):
@@ -133,15 +136,29 @@ def _command_name() -> str:
 
 
 class _Bar:
-    """A rich progress bar on stderr with images/s and ETA, shown once a run passes one second."""
+    """A rich progress bar on stderr with images/s and ETA, shown once a run passes one second;
+    a line every _LINE_EVERY_S where stderr is no terminal. The rate counts from the first
+    report, which holds the images of the shards a resume kept: new work only."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.start = time.monotonic()
         self.progress = None
+        self.first: tuple[float, int] | None = None  # (time, images done) of the first report
+        self.line_due = self.start + _BAR_DELAY_S
 
     def __call__(self, done: int, total: int) -> None:
-        if not self.enabled or time.monotonic() - self.start < _BAR_DELAY_S:
+        now = time.monotonic()
+        self.first = self.first or (now, done)
+        if not self.enabled or now - self.start < _BAR_DELAY_S:
+            return
+        rate = (done - self.first[1]) / max(now - self.first[0], 1e-9)
+        if not sys.stderr.isatty():
+            if now >= self.line_due:
+                self.line_due = now + _LINE_EVERY_S
+                eta = f"{(total - done) / rate:,.0f} s" if rate > 0 else "unknown"
+                print(f"packing: {done:,}/{total:,} images, {rate:,.0f} images/s, ETA {eta}",
+                      file=sys.stderr, flush=True)  # fmt: skip
             return
         if self.progress is None:
             from rich.progress import (
@@ -161,8 +178,8 @@ class _Bar:
                 console=_stderr(),
             )
             self.progress.start()
-            self.task = self.progress.add_task("pack", total=total, rate=0.0)
-        rate = done / max(time.monotonic() - self.start, 1e-9)
+            # from `done`: the kept shards' images are no progress for the ETA to count
+            self.task = self.progress.add_task("pack", total=total, completed=done, rate=rate)
         self.progress.update(self.task, completed=done, rate=rate)
 
     def close(self) -> None:
@@ -289,12 +306,13 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
 
 
 Source = _choices("Source", source_choices())
-Backend = _choices("Backend", BACKENDS)
+Backend = _choices("Backend", (*BACKENDS, *BACKEND_ALIASES))
 Encoding = _choices("Encoding", ENCODINGS)
 Check = _choices("Check", CHECKS)
 OnError = _choices("OnError", ON_ERROR)
-Compression = _choices("Compression", COMPRESSIONS)
 Format = _choices("Format", tuple(CONTAINERS))
+_FORMAT_HELP = "Shard container: " + "; ".join(f"{n} ({CONTAINERS.readers(n)})" for n in CONTAINERS)
+_FORMAT_HELP += "."
 
 _JSON = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")]
@@ -354,8 +372,9 @@ def pack(
     ] = "128MiB",
     workers: _WORKERS = None,
     backend: Annotated[
-        Backend, typer.Option(help="loky: this machine's cores; dask: a Dask cluster.")
-    ] = Backend.loky,
+        Backend,
+        typer.Option(help="local: this machine's cores (loky: the same); dask: a Dask cluster."),
+    ] = Backend.local,
     scheduler: Annotated[
         Optional[str],
         typer.Option(
@@ -419,16 +438,15 @@ def pack(
         ),
     ] = OnError.skip,
     compression: Annotated[
-        Compression, typer.Option(help="TFRecord compression.")
-    ] = Compression.none,
+        str,
+        typer.Option(
+            metavar="NAME", help="Shard compression, one the --format takes (none: any format)."
+        ),
+    ] = "none",
     fmt: Annotated[
         Format,
-        typer.Option(
-            "--format",
-            help="Shard container: tfrecord (tf.data, TFDS), array_record (Grain, "
-            "tfds.data_source; random access) or webdataset (tar shards for PyTorch).",
-        ),
-    ] = Format.tfrecord,
+        typer.Option("--format", help=_FORMAT_HELP),
+    ] = Format(DEFAULT_FORMAT),
     seed: Annotated[int, typer.Option(metavar="N", help="Shuffle seed.")] = 0,
     shuffle: Annotated[
         bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle before sharding.")
@@ -509,7 +527,7 @@ def pack(
             max_area=max_area,
             check=check.value,
             on_error=on_error.value,
-            compression=compression.value,
+            compression=compression,
             format=fmt.value,
             seed=seed,
             shuffle=shuffle,

@@ -101,7 +101,7 @@ class OutputError(ShardpackError):
 
 
 class MissingPackageError(ShardpackError, ImportError):
-    """A package that an optional feature (--format array_record) needs is not installed."""
+    """A package that an optional feature (a --format, a source) needs is not installed."""
 
 
 class StorageError(ShardpackError):

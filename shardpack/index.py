@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from shardpack.errors import FileAccessError, IndexFormatError, is_count, shortened
-from shardpack.options import COMPRESSIONS
 from shardpack.schema import V1_DTYPES, Schema
 from shardpack.storage import Storage, storage_at
 
@@ -41,6 +40,7 @@ FORMAT = "shardpack-index"
 # version 1 (`features`: name -> dtype, `coarse_classes`) is still read.
 VERSION = 2
 READABLE_VERSIONS = (1, 2)
+LEGACY_CONTAINER = "tfrecord"  # what an index without `container` (written before it) holds
 # A shard name is a plain file name inside OUT: no folders, no climbing out, nothing hidden.
 SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -76,7 +76,7 @@ class Index:
     compression: str
     splits: dict[str, SplitInfo]
     raw: dict
-    container_name: str = "tfrecord"  # the shards' file format; indexes before it: TFRecord
+    container_name: str = LEGACY_CONTAINER  # the shards' file format (shardpack.containers)
     storage: Storage | None = None  # OUT's; index_from_document always sets it
     image_size: tuple[int, int] | None = None  # (height, width) every image has; None: they vary
 
@@ -202,14 +202,14 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
         )
     _expect(doc, {"name": str, "classes": list, "features": dict, "encoding": str,
                   "compression": str, "splits": dict}, bad)  # fmt: skip
-    if doc["compression"] not in COMPRESSIONS:
-        raise bad(f"unknown compression {doc['compression']!r}")
     from shardpack.containers import CONTAINERS  # here: the index is plain data to import
 
-    container = doc.get("container", "tfrecord")  # indexes before containers: TFRecord
+    container = doc.get("container", LEGACY_CONTAINER)
     if not isinstance(container, str) or container not in CONTAINERS:
         raise IndexFormatError(f"{path}: unknown container {container!r}; upgrade shardpack "
                                "to read it")  # fmt: skip
+    if doc["compression"] not in CONTAINERS[container].compressions:
+        raise bad(f"unknown compression {doc['compression']!r}")
     if not all(isinstance(c, str) for c in doc["classes"]):
         raise bad("'classes' must be a list of strings")
     _check_optional(doc, bad)
@@ -224,6 +224,8 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
             if not isinstance(shard, dict):
                 raise bad(f"a shard of split {split!r} is not an object")
             _expect(shard, {"file": str, "num_records": int, "num_bytes": int, "sha256": str}, bad)
+            if min(shard["num_records"], shard["num_bytes"]) < 0:
+                raise bad(f"a shard of split {split!r} has a negative count")
             if not SAFE_FILE.fullmatch(shard["file"]):
                 raise IndexFormatError(
                     f"{path}: refused shard name {shard['file']!r}: shard names must be plain "

@@ -16,8 +16,9 @@ from shardpack.errors import ShardpackError
 ENCODINGS = ("keep", "jpeg", "png", "webp", "raw")
 CHECKS = ("header", "decode")
 ON_ERROR = ("skip", "fail")
-COMPRESSIONS = ("none", "gzip")
-BACKENDS = ("loky", "dask")
+BACKENDS = ("local", "dask")
+# Older names of a backend, still taken: "loky" ran this machine's workers.
+BACKEND_ALIASES = {"loky": "local"}
 RESIZE_MODES = ("stretch", "center-crop", "pad", "keep-ratio", "keep-ratio-largest")
 # img2dataset's names for the same modes, accepted as they are spelled there.
 RESIZE_ALIASES = {
@@ -25,6 +26,7 @@ RESIZE_ALIASES = {
     "keep_ratio": "keep-ratio", "keep_ratio_largest": "keep-ratio-largest",
 }  # fmt: skip
 _COLORS = {"white": (255, 255, 255), "black": (0, 0, 0), "gray": (128, 128, 128)}
+DEFAULT_FORMAT = "tfrecord"  # the shard container (shardpack.containers) when none is named
 DEFAULT_SHARD_SIZE = 128 * 2**20
 # Pillow's decompression-bomb limit: the most pixels an image may claim before it is refused.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -47,11 +49,17 @@ def _check_container(fmt: str, compression: str, index_files: bool) -> None:
     from shardpack.containers import CONTAINERS  # here: the containers import this module
 
     _choice("format", fmt, tuple(CONTAINERS))
-    if compression not in CONTAINERS[fmt].compressions:
-        raise ShardpackError(f"--compression {compression} is for --format tfrecord only; "
-                             f"drop --compression")  # fmt: skip
-    if index_files and not CONTAINERS[fmt].index_files:
-        raise ShardpackError("--index-files writes DALI's TFRecord index files; "
+    container = CONTAINERS[fmt]
+    if compression not in container.compressions:
+        others = [name for name, c in CONTAINERS.items() if compression in c.compressions]
+        if not others:
+            known = (c for each in CONTAINERS.values() for c in each.compressions)
+            _choice("compression", compression, tuple(dict.fromkeys(known)))
+        raise ShardpackError(f"--compression {compression} is for --format {' or '.join(others)} "
+                             "only; drop --compression")  # fmt: skip
+    if index_files and not container.index_files:
+        kinds = " or ".join(name for name, c in CONTAINERS.items() if c.index_files)
+        raise ShardpackError(f"--index-files writes DALI's index files, for --format {kinds}; "
                              f"--format {fmt} needs none: drop --index-files")  # fmt: skip
 
 
@@ -151,7 +159,8 @@ class PackOptions:
         shard_size: target bytes per shard when `shards` is None.
         workers: worker processes; 1 runs in-process; None lets the cost model choose from
             the work and the cores free (never more than there are shards).
-        backend: "loky" (this machine) or "dask" (a cluster).
+        backend: "local" (this machine's cores; "loky" is taken as its old name) or "dask"
+            (a cluster).
         scheduler: the Dask scheduler's address; None starts a LocalCluster of `workers`.
         encode: "keep" (JPEG/PNG bytes pass through), "jpeg", "png", "webp" or "raw" pixels.
         quality: JPEG/WebP quality, 1-100.
@@ -159,9 +168,8 @@ class PackOptions:
         resize: (width, height) to resize every image to.
         check: "header" (structure only for passed-through bytes) or "decode" (every pixel).
         on_error: "skip" a bad image and record why, or "fail" the run.
-        compression: "none" or "gzip" TFRecords.
-        format: the shard container: "tfrecord", "array_record" or "webdataset"
-            (shardpack.containers.CONTAINERS).
+        compression: one of the container's `compressions` ("none" for every one).
+        format: the shard container, a name in shardpack.containers.CONTAINERS.
         seed: shuffle seed.
         shuffle: False keeps the sorted source order.
         max_pixels: refuse images that claim more pixels than this (decompression bombs).
@@ -190,7 +198,7 @@ class PackOptions:
     shards: int | None = None
     shard_size: int = DEFAULT_SHARD_SIZE
     workers: int | None = None
-    backend: str = "loky"
+    backend: str = "local"
     scheduler: str | None = None
     encode: str = "keep"
     quality: int = 95
@@ -210,7 +218,7 @@ class PackOptions:
     split: tuple[tuple[str, float], ...] | None = None
     path_column: str | None = None
     root: str | None = None
-    format: str = "tfrecord"
+    format: str = DEFAULT_FORMAT
     resize_mode: str = "stretch"
     pad_color: tuple[int, int, int] = (255, 255, 255)
     upscale: bool = True
@@ -222,11 +230,11 @@ class PackOptions:
         _check_types(self)
         _check_source(self.source)
         _check_transform(self)
+        object.__setattr__(self, "backend", BACKEND_ALIASES.get(self.backend, self.backend))
         _choice("backend", self.backend, BACKENDS)
         _choice("encode", self.encode, ENCODINGS)
         _choice("check", self.check, CHECKS)
         _choice("on-error", self.on_error, ON_ERROR)
-        _choice("compression", self.compression, COMPRESSIONS)
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
             _positive(option.replace("_", "-"), getattr(self, option))
         if self.seed < 0:

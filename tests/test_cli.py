@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -308,16 +309,80 @@ def test_help_loads_no_heavy_module():
 
 
 def test_pack_imports_only_what_it_uses(tmp_path: Path):
-    """A pack on forked workers imports no joblib (the Dask backend's) and no importlib.metadata
-    (the crc32c package's __init__ asks it its version: 25-50 ms of every command)."""
+    """A pack on forked workers imports no importlib.metadata (the crc32c package's __init__
+    asks it its version: 25-50 ms of every command), and one in a single worker no joblib."""
     src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
     env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
     argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out"), "--shards", "2", "--workers", "2"]
     run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
-    assert "concurrent.futures.process" in imported  # the run did fork its workers
+    assert "shardpack.packing.local" in imported  # the run did fork its workers
+    assert not imported & {"importlib.metadata", "tensorflow"}
+    argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out1"), "--shards", "2", "--workers", "1"]
+    run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
     assert not imported & {"joblib", "importlib.metadata", "tensorflow"}
+
+
+def test_backend_loky_packs_as_local(tmp_path: Path):
+    """--backend loky, the old name of local, runs the same workers to the same output."""
+    src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
+    docs = []
+    for backend in ("loky", "local"):
+        out = tmp_path / backend
+        argv = [*SHARDPACK, "pack", str(src), str(out), "--shards", "2", "--workers", "2",
+                "--backend", backend, "--no-progress"]  # fmt: skip
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        doc = json.loads((out / "index.json").read_text())
+        assert doc.pop("stats")["workers"] == 2
+        docs.append(doc)
+    assert docs[0] == docs[1]
+
+
+_LINE = re.compile(r"^packing: [\d,]+/200 images, [\d,]+ images/s, ETA ([\d,]+ s|unknown)$")
+
+
+def test_without_a_terminal_progress_comes_as_lines(tmp_path: Path):
+    """stderr a pipe (a log file, CI): plain progress lines with the rate and ETA, no bar's
+    escape codes; the first once the run passes a second, then every 10 s."""
+    src = tmp_path / "src"
+    for i in range(200):  # 2 s or more of PNG encoding on one core
+        write_image(src / f"c{i % 2}" / f"{i:03d}.jpg", image(i, height=480, width=640))
+    argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out"), "--encode", "png",
+            "--workers", "1", "--quality", "95"]  # fmt: skip
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stderr.splitlines()
+    assert lines and all(_LINE.match(line) for line in lines), run.stderr
+    assert "\x1b" not in run.stderr
+
+
+def test_the_progress_rate_counts_new_work_only(capsys):
+    """A resume's first report holds the kept shards' images: the rate leaves them out."""
+    from shardpack.cli import _Bar
+
+    bar = _Bar(True)
+    bar(900, 1000)  # 900 images kept from an earlier run
+    time.sleep(1.2)
+    bar(1000, 1000)  # 100 written since
+    line = capsys.readouterr().err.strip()
+    rate = int(re.search(r"([\d,]+) images/s", line)[1].replace(",", ""))
+    assert line.startswith("packing: 1,000/1,000 images") and rate < 100 / 1.2 + 1, line
+
+
+def test_fewer_workers_or_shards_than_asked_say_why(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
+    argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out"), "--workers", "64", "--shards",
+            "1000000", "--no-progress"]  # fmt: skip
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stderr.splitlines() == [
+        "warning: split train: 6 shards, not the 1,000,000 asked: a shard holds one image at least",
+        "warning: 6 of the 64 workers asked ran: 6 shards to write, a worker each at most",
+    ]
 
 
 # ---- messages --------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def _same(a: Path, b: Path) -> None:
     assert index(a) == index(b)
 
 
-def test_local_cluster_matches_loky(job, tmp_path: Path):
+def test_local_cluster_matches_local(job, tmp_path: Path):
     src, local, options = job
     out = tmp_path / "dask"
     seen = []
@@ -82,7 +82,7 @@ def scheduler():
             proc.wait(timeout=30)
 
 
-def test_separate_scheduler_and_workers_match_loky(job, scheduler: str, tmp_path: Path):
+def test_separate_scheduler_and_workers_match_local(job, scheduler: str, tmp_path: Path):
     src, local, _ = job
     out = tmp_path / "remote"
     result = subprocess.run(

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardpack.containers.example import TFRecordWriter, encode_example
+from shardpack.containers.example import encode_example
+from shardpack.containers.tfrecord import TFRecordWriter
 from shardpack.errors import OutputError, RecordError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack

@@ -220,7 +220,7 @@ def test_a_repack_into_a_url_leaves_no_wids_list_of_the_old_dataset(src, tmp_pat
 
 
 def test_tf_dataset_refuses_other_containers_in_one_line(packed):
-    with pytest.raises(ShardpackError, match="tf_dataset reads TFRecord shards; these are "
+    with pytest.raises(ShardpackError, match="tf_dataset reads tfrecord shards; these are "
                                              "webdataset"):  # fmt: skip
         tf_dataset(packed["webdataset"])
 

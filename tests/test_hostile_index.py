@@ -189,7 +189,8 @@ def _shard_out(tmp_path: Path, records: list[dict], extra: dict) -> Path:
     of classes a, b and the `extra` features that vouches for them."""
     import hashlib
 
-    from shardpack.containers.example import encode_example, frame
+    from shardpack.containers.example import encode_example
+    from shardpack.containers.tfrecord import frame
     from shardpack.schema import Schema
 
     shard = b"".join(frame(encode_example(r)) for r in records)
@@ -252,12 +253,13 @@ print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 
 
 def test_a_shuffled_read_of_huge_records_holds_a_bounded_buffer(tmp_path: Path):
-    """A small GZIP shard of eight 96 MiB records: the shuffle buffer holds at most
-    SHUFFLE_BUFFER_BYTES of them, not all eight (768 MiB)."""
+    """A small GZIP shard of twelve 96 MiB records: the shuffle buffer holds at most
+    SHUFFLE_BUFFER_BYTES of them, not all twelve (1,152 MiB)."""
     import gzip
     import hashlib
 
-    from shardpack.containers.example import encode_example, frame
+    from shardpack.containers.example import encode_example
+    from shardpack.containers.tfrecord import frame
     from shardpack.read.stream import SHUFFLE_BUFFER_BYTES
 
     base = {"label": 1, "height": 24, "width": 32, "channels": 3, "format": b"png"}
@@ -265,19 +267,20 @@ def test_a_shuffled_read_of_huge_records_holds_a_bounded_buffer(tmp_path: Path):
     out.mkdir()
     name = "x-train.tfrecord-00000-of-00001"
     with gzip.open(out / name, "wb", compresslevel=1) as f:
-        for i in range(8):
+        for i in range(12):
             f.write(frame(encode_example({**base, "image": bytes(96 << 20), "key": b"%d" % i})))
     shard = (out / name).read_bytes()
-    assert len(shard) < 5 << 20
+    assert len(shard) < 16 << 20
     raw = json.loads(json.dumps(_V1_INDEX))
-    raw["splits"]["train"]["shards"] = [{"file": name, "num_records": 8, "num_bytes": len(shard),
+    raw["splits"]["train"]["shards"] = [{"file": name, "num_records": 12, "num_bytes": len(shard),
                                          "sha256": hashlib.sha256(shard).hexdigest()}]  # fmt: skip
+    raw["splits"]["train"].update(num_records=12, class_counts=[0, 12])
     (out / "index.json").write_text(json.dumps(raw))
     done = subprocess.run([sys.executable, "-c", _SHUFFLED_READ, str(out)], capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     count, peak_mib = map(int, done.stdout.split())
-    assert count == 8
+    assert count == 12
     assert peak_mib < (SHUFFLE_BUFFER_BYTES >> 20) + 3 * 96 + 200, peak_mib
 
 

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +24,7 @@ import pytest
 
 from shardpack import PackOptions, pack
 from shardpack.containers import get_container
-from shardpack.containers.example import TFRecordWriter
+from shardpack.containers.tfrecord import TFRecordWriter
 from shardpack.errors import ImageError, OutputError
 from shardpack.packing.cluster import ClusterError, dask_client
 from shardpack.read.verify import verify
@@ -418,3 +419,18 @@ def test_a_journal_of_millions_of_short_lines_is_read_in_bounded_memory(src, tmp
     finally:
         tracemalloc.stop()
     assert state.finished and peak < 20 * 2**20, peak  # the real entries kept, little else
+
+
+def test_resume_stops_at_a_shard_whose_size_disagrees_with_the_journal(src, tmp_path):
+    """A finished shard grown sparse to 32 GiB was hashed to its end before it was rewritten
+    (~20 s; a 15 TiB sparse file, hours): its size alone says it is not the shard written."""
+    out = tmp_path / "out"
+    options = PackOptions(workers=1, shards=2)
+    pack(src, out, options)
+    (out / "index.json").unlink()  # an interrupted run
+    shard = sorted(out.glob("*.tfrecord-*"))[0]
+    os.truncate(shard, 32 << 30)
+    started = time.monotonic()
+    result = pack(src, out, replace(options, resume=True))
+    assert time.monotonic() - started < 10
+    assert result.num_reused == 1 and shard.stat().st_size < 1 << 20

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 import shardpack
-from shardpack.containers.example import encode_example, frame, masked_crc
+from shardpack.containers.example import encode_example
+from shardpack.containers.tfrecord import frame, masked_crc
 from shardpack.errors import IndexFormatError, RecordError
-from tests.helpers import at, image, packed_tree, write_image
+from tests.helpers import at, image, needs, packed_tree, write_image
 
 SHARD = "x-train.tfrecord-00000-of-00001"
 
@@ -165,7 +166,7 @@ def test_a_gzip_record_of_128_mib_is_held_once(tmp_path: Path):
 def test_a_record_over_the_cap_is_refused_before_it_is_read(tmp_path: Path):
     data = encode_example(_good())
     out = _out(tmp_path, gzip.compress(frame(data)), compression="gzip")
-    from shardpack.containers.example import iter_records
+    from shardpack.containers.tfrecord import iter_records
 
     path = str(out / SHARD)
     assert [d for _, d in iter_records(*at(path), "gzip")] == [data]
@@ -192,8 +193,8 @@ def test_a_raw_record_whose_fields_disagree_with_its_bytes(tmp_path: Path):
         list(shardpack.iter_examples(out, decode=True))
 
 
-@pytest.mark.parametrize("kind", ["fifo", "symlink"])
-def test_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
+def _planted(tmp_path: Path, kind: str) -> Path:
+    """OUT whose one shard name is a FIFO, or a link to a good shard outside OUT."""
     import os
 
     out = _out(tmp_path, frame(encode_example(_good())))
@@ -204,10 +205,35 @@ def test_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
         os.mkfifo(out / SHARD)
     else:
         (out / SHARD).symlink_to(target)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
+    out = _planted(tmp_path, kind)
     with pytest.raises(RecordError, match="cannot open"):
         list(shardpack.iter_examples(out))  # a FIFO blocked here forever
     (fault,) = shardpack.verify(out).faults
     assert fault.reason == "not a regular file (a link or special file)"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_tf_dataset_refuses_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
+    """TensorFlow opens local shards itself: it followed a link out of OUT and read that file's
+    records as this dataset's, and waited on a FIFO for ever (hence a fresh Python, timed)."""
+    needs("tensorflow")
+    out = _planted(tmp_path, kind)
+    code = (
+        "import sys, shardpack\n"
+        "try:\n"
+        "    print('read', len(list(shardpack.tf_dataset(sys.argv[1], shuffle=False))))\n"
+        "except shardpack.ShardpackError as e:\n"
+        "    print('refused', e)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.startswith(f"refused {out / SHARD} at byte 0: cannot open"), run.stdout
 
 
 def test_inspect_escapes_names_with_control_characters(tmp_path: Path):
@@ -228,3 +254,46 @@ def test_an_index_of_millions_of_empty_lists_is_refused_before_it_is_parsed(tmp_
     (tmp_path / "index.json").write_bytes(b"[" + b"[]," * 6_000_000 + b"[]]")
     with pytest.raises(IndexFormatError, match=r"index.json: unreadable \(6,000,002 lists and"):
         shardpack.load_index(tmp_path)
+
+
+@pytest.mark.parametrize("num_records", [2**40, 2**62, 2**70, -5])
+def test_records_beside_an_index_file_with_a_hostile_record_count(tmp_path: Path, num_records):
+    """A planted index.json's count went unchecked to len() and to the index file's read:
+    OverflowError, MemoryError (a read of (n + 1) x 64 bytes), or a negative __len__."""
+    out = packed_tree(tmp_path / "packed", {"a": 2, "b": 1}, index_files=True, shards=1)
+    index = json.loads((out / "index.json").read_text())
+    index["splits"]["train"]["shards"][0]["num_records"] = num_records
+    index["splits"]["train"]["num_records"] = num_records
+    (out / "index.json").write_text(json.dumps(index))
+    with pytest.raises(shardpack.ShardpackError) as raised, shardpack.Records(out) as records:
+        len(records)
+        records[0]
+    assert "\n" not in str(raised.value) and str(out) in str(raised.value)
+
+
+def test_verify_lists_a_bounded_number_of_faults_per_shard_and_counts_the_rest(tmp_path: Path):
+    """A tiny GZIP shard of empty records (each a fault) made one Fault each: 2,000,000 of
+    them cost 0.8 GB and as many FAULT lines."""
+    from shardpack.read.verify import MAX_SHARD_FAULTS
+
+    n = 20_000
+    out = _out(tmp_path, gzip.compress(frame(b"") * n), num_records=n, compression="gzip")
+    faults = shardpack.verify(out).faults
+    assert len(faults) == MAX_SHARD_FAULTS + 1, [str(f) for f in faults[-3:]]
+    assert all("feature 'image' missing" in f.reason for f in faults[:-1])
+    assert faults[-1].reason == f"{n - MAX_SHARD_FAULTS} more faulty records (not listed)"
+
+
+def test_verify_stops_at_a_shard_larger_than_the_index_says(tmp_path: Path):
+    """A shard grown sparse to 32 GiB was hashed to its end (~20 s; 15 TiB, hours) though its
+    size alone disagreed with the index."""
+    import os
+    import time
+
+    shard = frame(encode_example(_good()))
+    out = _out(tmp_path, shard)
+    os.truncate(out / SHARD, 32 << 30)
+    started = time.monotonic()
+    faults = shardpack.verify(out).faults
+    assert time.monotonic() - started < 10
+    assert [f.reason for f in faults] == [f"{32 << 30} bytes, index says {len(shard)}"]

@@ -83,6 +83,11 @@ def test_valid_values_are_accepted(kwargs):
         assert getattr(options, key) == value
 
 
+def test_loky_is_taken_as_the_old_name_of_local():
+    assert PackOptions(backend="loky") == PackOptions(backend="local") == PackOptions()
+    assert PackOptions(backend="loky").backend == "local"
+
+
 def test_output_fields_leave_out_speed_only_options():
     fields = PackOptions(workers=3, backend="dask", overwrite=True, on_error="fail").output_fields()
     assert not {"workers", "backend", "overwrite", "on_error"} & set(fields)

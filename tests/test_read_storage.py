@@ -155,7 +155,7 @@ def s3_bucket():
 def test_a_remote_shard_streams_its_first_record(s3_bucket, tmp_path, caplog):
     """The first record of a 24 MiB shard arrives after fetching a few MiB (the read-ahead), not
     the whole object: counted from s3fs's own log of each ranged GET."""
-    from shardpack.containers.example import TFRecordWriter, iter_records
+    from shardpack.containers.tfrecord import TFRecordWriter, iter_records
     from shardpack.storage import storage_at
 
     path = tmp_path / "big.tfrecord"

@@ -9,11 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from shardpack.cli import app
-from shardpack.containers.example import decode_example, iter_records
+from shardpack.containers.example import decode_example
+from shardpack.containers.tfrecord import iter_records, record_spans
 from shardpack.errors import IndexFormatError, OutputError, ShardpackError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
-from shardpack.read.random_access import read_record, record_spans, write_index_files
+from shardpack.read.random_access import read_record, write_index_files
 from shardpack.read.stream import iter_examples
 from tests.helpers import at, make_tree, packed_tree
 

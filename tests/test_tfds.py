@@ -62,7 +62,7 @@ def test_gzip_shards_get_no_tfds_metadata_because_tfds_cannot_read_them(tmp_path
     assert not (out / "dataset_info.json").exists() and not (out / "features.json").exists()
     assert result.to_json()["tfds_metadata"] is False
     # Why: written anyway, the metadata makes TFDS read GZIP bytes as plain TFRecords.
-    write_tfds_metadata(storage_at(out), json.loads((out / "index.json").read_text()))
+    write_tfds_metadata(storage_at(out), json.loads((out / "index.json").read_text()), "tfrecord")
     builder = tfds.builder_from_directory(str(out))
     with pytest.raises(Exception, match=r"corrupted record|DataLoss|TFRecord"):
         list(builder.as_dataset(split="train"))

@@ -10,14 +10,8 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from shardpack.containers.example import (
-    TFRecordWriter,
-    decode_example,
-    encode_example,
-    frame,
-    iter_records,
-    masked_crc,
-)
+from shardpack.containers.example import decode_example, encode_example
+from shardpack.containers.tfrecord import TFRecordWriter, frame, iter_records, masked_crc
 from shardpack.errors import RecordError
 from shardpack.storage.atomic import TEMP_NAME
 from tests.helpers import at
@@ -70,12 +64,12 @@ def test_crc32c_comes_from_the_compiled_module_and_else_from_the_package(tmp_pat
     import subprocess
     import sys
 
-    from shardpack.containers import example as tfrecord
+    from shardpack.containers import tfrecord
 
     assert tfrecord._crc32c.__module__ == "crc32c._crc32c"  # the package's __init__ skipped
     # A crc32c laid out otherwise (no compiled module), or whose compiled module does not
     # load: the package is imported whole.
-    code = "import crc32c, shardpack.containers.example as t; print(t._crc32c is crc32c.crc32c)"
+    code = "import crc32c, shardpack.containers.tfrecord as t; print(t._crc32c is crc32c.crc32c)"
     for broken in (False, True):
         fake = tmp_path / str(broken) / "crc32c"
         fake.mkdir(parents=True)

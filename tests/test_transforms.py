@@ -170,6 +170,7 @@ def test_no_upscale_leaves_small_images_at_their_size(tmp_path, mode, tiny, land
 
 def test_an_enlargement_over_max_pixels_is_refused(tmp_path):
     _save(tmp_path / "src" / "a" / "thin.png", _photo(400, 2))
+    _save(tmp_path / "src" / "a" / "square.png", _photo(120, 120))  # a run must pack something
     index = _pack(tmp_path / "src", tmp_path / "out", resize=(100, 100),
                   resize_mode="keep-ratio", max_pixels=100_000)  # fmt: skip
     (skipped,) = index["skipped"]

@@ -75,12 +75,8 @@ def test_count_disagreeing_with_index(out: Path):
 
 def test_decode_catches_a_corrupt_image_with_valid_crc(out: Path, tmp_path: Path):
     # Rewrite one shard with a record whose image bytes are damaged but framed correctly.
-    from shardpack.containers.example import (
-        TFRecordWriter,
-        decode_example,
-        encode_example,
-        iter_records,
-    )
+    from shardpack.containers.example import decode_example, encode_example
+    from shardpack.containers.tfrecord import TFRecordWriter, iter_records
 
     shard = _shard(out, 0)
     records = [decode_example(data) for _, data in iter_records(*at(shard))]
@@ -96,7 +92,7 @@ def test_decode_catches_a_corrupt_image_with_valid_crc(out: Path, tmp_path: Path
 def test_a_huge_length_with_a_valid_crc_is_a_fault_not_a_crash(out: Path):
     import struct
 
-    from shardpack.containers.example import masked_crc
+    from shardpack.containers.tfrecord import masked_crc
 
     shard = _shard(out, 0)
     data = bytearray(shard.read_bytes())
@@ -108,7 +104,8 @@ def test_a_huge_length_with_a_valid_crc_is_a_fault_not_a_crash(out: Path):
 
 
 def test_a_record_with_the_wrong_feature_types_is_a_fault(out: Path):
-    from shardpack.containers.example import TFRecordWriter, encode_example
+    from shardpack.containers.example import encode_example
+    from shardpack.containers.tfrecord import TFRecordWriter
 
     shard = _shard(out, 0)
     with TFRecordWriter(shard) as writer:

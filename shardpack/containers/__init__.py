@@ -1,10 +1,22 @@
 """Output containers: one small class per shard file format, found through CONTAINERS.
 
-The model is TFDS's `core/file_adapters.py`: each container has a name, a shard naming rule, a
-writer (a context manager that writes under a temporary name and renames on success; its result
-holds the record count, byte count, sha256 and each record's position), a sequential reader, a
-random-access reader and a framing check for verify. Nothing outside this package branches on
-the container.
+The model is TFDS's `core/file_adapters.py`: nothing outside this package branches on the
+container or imports one container's module; the pack, the readers, verify, inspect, the CLI's
+--format and --compression, tf_dataset, random access, DALI index files and the TFDS metadata
+all ask the container class. A new format is one module here holding a `Container` subclass,
+listed in CONTAINERS (or added at run time with `register_container`). It provides:
+
+- `name`, `shard_template` and `shard_pattern`: its --format name and how its shards are named;
+- `compressions`: what --compression may be for it (the one list of them);
+- `writer(...)`: a ShardWriter (a context manager that writes through a storage Sink under a
+  temporary name and commits on success; its result holds the record count, byte count,
+  sha256 and each record's position);
+- `iter_records(...)`: the sequential reader, checking its framing (what verify and
+  iter_examples use); `open(...)`: the random-access reader (what Records uses);
+- optional: `position_unit` and `framing` (for messages and verify's summary),
+  `split_files` (files beside a split's shards), `require` (a missing package), and
+  `tfds_file_format`, `tf_readable` + `make_tf_data`, `index_files` + `record_spans` +
+  `min_span`, for TFDS, tf.data and DALI index files where those can read the shards.
 
 Readers take a shard as (storage, name): a file in a local folder or an object under a URL,
 read through Storage.open at offsets, streamed (a remote object is never fetched whole before
@@ -12,6 +24,7 @@ its first record).
 
 Records cross the seam as features: name -> value when written (what `encode_example` takes),
 name -> list of values when read (what `decode_example` returns), whatever the bytes on disk.
+The tf.train.Example codec that does that for the built-in containers is `example.py`.
 """
 
 from __future__ import annotations
@@ -32,6 +45,10 @@ Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or
 Example = dict[str, list]  # as read: name -> list of bytes, int or float
 # The dataset name and split at the start of every shard name, as the two groups of a pattern.
 NAME_SPLIT = r"(?P<name>[A-Za-z0-9][A-Za-z0-9_.]*)-(?P<split>[A-Za-z0-9_.\-]+)"
+# Readers refuse a record that claims more: one image per record, and a raw image at the default
+# max_pixels (178,956,970 x 3 channels) is 537 MB. A compressed record's length cannot be checked
+# against the file size, so this is what bounds a hostile length there.
+MAX_RECORD_BYTES = 2**30
 
 
 class WriteResult(NamedTuple):
@@ -239,7 +256,11 @@ class Container:
     # What checks each record as it is read, for verify's summary: TFRecord's CRCs cover the
     # bytes; ArrayRecord's framing and a tar's headers do not (the shard's sha256 does).
     framing = "CRC"
-    index_files = False  # DALI's tfrecord2idx files (--index-files) are for these shards
+    # DALI's tfrecord2idx files (--index-files) are for these shards: record_spans gives their
+    # lines, and no record's span is under min_span bytes (its framing).
+    index_files = False
+    min_span = 0
+    tf_readable = False  # tf_dataset reads these shards: make_tf_data gives their records
     # TFDS's `fileFormat` for these shards, where TFDS has a file adapter that reads them.
     tfds_file_format: str | None = None
     # What shard_name gives, for any count, with groups `name` and `split`.
@@ -300,6 +321,26 @@ class Container:
         split's (shard file, record count) in order."""
         return {}
 
+    def record_spans(self, storage: Storage, name: str) -> Iterator[tuple[int, int]]:
+        """(byte offset, framed size) of every record of an uncompressed shard, for index files.
+
+        Raises:
+            RecordError: the framing is broken; names the file and the position.
+        """
+        raise NotImplementedError
+
+    def make_tf_data(self, tf, storage: Storage, file, compression: str = "none"):
+        """A tf.data.Dataset of one shard's serialized tf.train.Example records.
+
+        Args:
+            tf: the tensorflow module (imported by the caller, never here).
+            storage: where the shards are.
+            file: a scalar string tensor: the shard's path where `storage.local` (TensorFlow
+                opens it itself), else its name in `storage`.
+            compression: as written.
+        """
+        raise NotImplementedError
+
     def check(self, storage: Storage, name: str, compression: str = "none") -> Checked:
         """The framing check of verify: read every record, hash the whole file.
 
@@ -354,15 +395,24 @@ class _CountingDigest:
 
 class _Registry(Mapping[str, Container]):
     """name -> container. A container's module is imported when it is first asked for, so
-    that listing the names (the CLI's --format choices) imports none of them."""
+    that listing the names and what reads them (the CLI's --format help) imports none."""
 
-    def __init__(self, classes: dict[str, str]) -> None:
-        self._classes = classes  # name -> "module:Class"
+    def __init__(self, classes: dict[str, tuple[str, str]]) -> None:
+        self._classes = classes  # name -> ("module:Class", what reads its shards)
         self._loaded: dict[str, Container] = {}
+
+    def add(self, container: Container, readers: str = "") -> None:
+        """Register a container instance under its name."""
+        self._loaded[container.name] = container
+        self._classes[container.name] = ("", readers)
+
+    def readers(self, name: str) -> str:
+        """What reads the shards of container `name`, for help text ("" when not said)."""
+        return self._classes[name][1]
 
     def __getitem__(self, name: str) -> Container:
         if name not in self._loaded:
-            module, cls = self._classes[name].split(":")
+            module, cls = self._classes[name][0].split(":")
             self._loaded[name] = getattr(importlib.import_module(module), cls)()
         return self._loaded[name]
 
@@ -373,11 +423,25 @@ class _Registry(Mapping[str, Container]):
         return len(self._classes)
 
 
-CONTAINERS: Mapping[str, Container] = _Registry({
-    "tfrecord": "shardpack.containers.tfrecord:TFRecord",
-    "array_record": "shardpack.containers.array_record:ArrayRecord",
-    "webdataset": "shardpack.containers.webdataset:WebDataset",
+CONTAINERS: _Registry = _Registry({
+    "tfrecord": ("shardpack.containers.tfrecord:TFRecord", "tf.data, TFDS"),
+    "array_record": ("shardpack.containers.array_record:ArrayRecord",
+                     "Grain, tfds.data_source; random access"),
+    "webdataset": ("shardpack.containers.webdataset:WebDataset", "tar shards for PyTorch"),
 })  # fmt: skip
+
+
+def register_container(cls: type[Container], readers: str = "") -> type[Container]:
+    """Add a Container subclass to CONTAINERS under its `name` (usable as a class decorator);
+    `readers` says what reads its shards, for help text.
+
+    Raises:
+        ValueError: the name is empty or taken by another container.
+    """
+    if not cls.name or (cls.name in CONTAINERS and type(CONTAINERS[cls.name]) is not cls):
+        raise ValueError(f"a container needs a name no other container has, got: {cls.name!r}")
+    CONTAINERS.add(cls(), readers)
+    return cls
 
 
 def is_shard_name(file: str, name: str | None = None) -> bool:

@@ -34,8 +34,7 @@ from shardpack.containers import (
     checked,
     open_shard,
 )
-from shardpack.containers import example as tfrecord
-from shardpack.containers.tfrecord import decode
+from shardpack.containers.example import decode, encode_example
 from shardpack.errors import MissingPackageError, RecordError
 from shardpack.storage import HashingBlob, Sink, Storage
 from shardpack.storage.atomic import hash_fd
@@ -80,7 +79,7 @@ class _Writer(ShardWriter):
         self._writer = _module().ArrayRecordWriter(_fd_path(sink.fd), self.options)
 
     def _append(self, features: Features) -> int:
-        self._writer.write(tfrecord.encode_example(features))
+        self._writer.write(encode_example(features))
         if not self._writer.ok():
             raise OSError(f"the ArrayRecord writer failed after record {len(self.offsets)}")
         return len(self.offsets)  # ArrayRecord reads by record number

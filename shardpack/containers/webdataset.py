@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shardpack.containers import (
+    MAX_RECORD_BYTES,
     NAME_SPLIT,
     Container,
     Example,
@@ -34,7 +35,6 @@ from shardpack.containers import (
     open_hashing,
     open_shard,
 )
-from shardpack.containers.example import MAX_RECORD_BYTES
 from shardpack.errors import RecordError
 from shardpack.storage import HashingBlob, Sink
 

@@ -285,7 +285,7 @@ def _reusable(
         if result.file not in planned:
             continue
         try:  # no link is followed and nothing but a regular file opened: OSError otherwise
-            intact = out.sha256(result.file) == result.sha256
+            intact = out.sha256(result.file, result.num_bytes) == result.sha256
         except OSError:
             continue
         if intact:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import gc
 import os
-import pickle
 import re
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
@@ -32,14 +30,13 @@ from shardpack.packing.plan import (
 )
 from shardpack.packing.tfdsmeta import write_tfds_metadata
 from shardpack.packing.worker import read_progress, write_shard
-from shardpack.sources import Dataset, Item, keeping, scan, source_root
+from shardpack.sources import Dataset, keeping, scan, source_root
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.atomic import json_bytes, temp_files
 
 ProgressCallback = Callable[[int, int], None]
 # Poll workers' progress files this often: a live bar without measurable cost.
 _POLL_S = 0.2
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -54,6 +51,7 @@ class PackResult:
     num_reused: int = 0  # shards kept from an earlier run by resume
     num_shards: int = 0  # shards in the plan, kept ones included
     new_records: int = 0  # records this run wrote (not kept): what images_per_second rates
+    notes: tuple[str, ...] = ()  # about this run alone, one line each: fewer workers than asked
 
     def to_json(self) -> dict:
         """The run's summary as a JSON-ready dict (what `pack --json` prints)."""
@@ -65,7 +63,7 @@ class PackResult:
             "skipped": self.num_skipped,
             "ignored": doc["ignored"],
             "ignored_files": doc["ignored_files"][:20],
-            "warnings": doc["warnings"],
+            "warnings": [*doc["warnings"], *self.notes],
             "splits": {
                 name: {
                     "num_records": split.num_records,
@@ -130,7 +128,7 @@ def choose_workers(
     """
     if options.workers is not None:
         return options.workers
-    if options.backend != "loky":
+    if options.backend != "local":
         return cores  # a Dask LocalCluster of this machine's cores, as before; no model for it
     items = tuple(item for spec in plan.shards for item in spec.items)
     work, serial, shards = (
@@ -194,30 +192,33 @@ def pack(
         record = plan_record(plan, replace(options, name=name))  # the name SRC gave, if unset
         reused = prepare(out, plan, options.overwrite, options.resume, beside, record)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
-        if out.in_process or src_root.in_process:  # memory:// is this process's own
-            workers, options = 1, replace(options, backend="loky")
+        in_process = out.in_process or src_root.in_process  # memory:// is this process's own
+        if in_process:
+            workers, options = 1, replace(options, backend="local")
         results = _write_shards(plan, record, reused, options, dataset, out, workers, progress)
         num_records = sum(r.num_records for r in results)
         if num_records == 0:  # a dataset of nothing is no success, and leaves no dataset
             _leave_nothing(out, plan, dataset, results)
         seconds = time.perf_counter() - start
         new_records = num_records - sum(r.num_records for r in reused)
+        to_write = len(plan.shards) - len(reused)
         stats = {
             "seconds": round(seconds, 3),
             "images_per_second": round(new_records / seconds, 1) if seconds else None,
             # no more workers than shards this run wrote: one shard runs in-process
-            "workers": min(workers, max(1, len(plan.shards) - len(reused))),
+            "workers": min(workers, max(1, to_write)),
             "lossless": sum(r.lossless for r in results),  # --encode keep's images made PNG
         }
+        notes = _fewer_workers(options.workers, stats["workers"], to_write, in_process)
         document = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
         )
         index = index_from_document(out, document)
         if index.tfds_readable:
-            write_tfds_metadata(out, document)
+            write_tfds_metadata(out, document, index.container.tfds_file_format)
         else:  # an earlier run's metadata would point TFDS at shards it cannot read
             out.remove(METADATA_NAMES)
-        for split, entry in document["splits"].items():  # wids' shard lists, for webdataset
+        for split, entry in document["splits"].items():  # the container's files beside them
             shards = [(s["file"], s["num_records"]) for s in entry["shards"]]
             for file, listing in index.container.split_files(name, split, shards).items():
                 out.put(file, json_bytes(listing))
@@ -235,6 +236,7 @@ def pack(
         len(reused),
         len(plan.shards),
         new_records,
+        notes,
     )
 
 
@@ -248,6 +250,18 @@ def _leave_nothing(out: Storage, plan: Plan, dataset: Dataset, results: list) ->
     raise SourceError(f"no image was packed from {dataset.root.path()}, {len(skipped):,} "
                       f"item{'s' if len(skipped) != 1 else ''} skipped{first}; fix or remove "
                       "them")  # fmt: skip
+
+
+def _fewer_workers(asked: int | None, ran: int, to_write: int, in_process: bool) -> tuple[str, ...]:
+    """A line saying why the run used fewer workers than --workers asked, if it did."""
+    if asked is None or ran >= asked:
+        return ()
+    why = (
+        "memory:// storage is this process's own"
+        if in_process
+        else f"{to_write:,} shard{'' if to_write == 1 else 's'} to write, a worker each at most"
+    )
+    return (f"{ran} of the {asked} workers asked ran: {why}",)
 
 
 def _write_shards(
@@ -342,9 +356,8 @@ def _no_gc() -> Iterator[None]:
 def _gc_frozen() -> Iterator[None]:
     """Move every object made so far (the listing, the plan, the modules) out of the cyclic
     collector's reach while the shards are written. A forked worker then shares those pages
-    with the parent instead of copying them: a full collection in a worker (loky's ran one
-    after their first task and each second) writes into every object it walks. 50,000 small
-    JPEGs, 2 workers: ~0.08 s a collection between one shard and the next."""
+    with the parent instead of copying them: a full collection in a worker writes into every
+    object it walks (50,000 small JPEGs, 2 workers: ~0.08 s a collection)."""
     gc.freeze()
     try:
         yield
@@ -399,13 +412,15 @@ def _run(
     Closing the generator early (an error, Ctrl-C) stops every worker before it returns.
     """
     args = (options, dataset.root, out, dataset.schema, dataset.source)
-    if options.backend == "loky":
+    if options.backend == "local":
         _keep_freed_memory()  # in this process, and so in the workers it forks
         with _gc_frozen():
             if workers == 1 or len(specs) <= 1:
                 yield from (write_shard(spec, *args) for spec in specs)
             else:
-                yield from _run_forked(specs, args, min(workers, len(specs)))
+                from shardpack.packing.local import run_local  # imports joblib
+
+                yield from run_local(specs, args, min(workers, len(specs)))
         return
     from joblib import Parallel, delayed, parallel_config
 
@@ -419,108 +434,8 @@ def _run(
             yield from Parallel(n_jobs=-1, return_as="generator_unordered")(tasks)
 
 
-def _run_forked(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[ShardResult]:
-    """Run write_shard on workers forked from this process, which has already imported the
-    worker code: two workers are up in ~10 ms, where fresh interpreters importing numpy and
-    OpenCV took ~0.35 s each.
-
-    The standard library's ProcessPoolExecutor: a killed worker breaks the pool
-    (BrokenProcessPool), never a hang. It was joblib's loky, whose import (all of joblib's
-    package first) cost 70-95 ms of every run with workers, against ~25 ms, and whose workers
-    ran gc.collect() between tasks. Its shutdown waits for running tasks, so on the way out
-    early the workers are killed here.
-    """
-    import multiprocessing
-    import sys
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()  # a forked worker must not write the parent's buffered text again
-    global _forked
-    _forked = [replace(spec, items=_PackedItems(spec.items)) for spec in specs]
-    others = set(multiprocessing.active_children())
-    executor = ProcessPoolExecutor(
-        workers,
-        mp_context=multiprocessing.get_context("fork"),
-        initializer=_tie_to_parent,
-        initargs=(os.getpid(),),
-    )
-    try:
-        # The rest goes pickled (a few hundred bytes): a storage made in this process must not
-        # be used in another (an s3fs filesystem holds an event loop: "not fork-safe").
-        futures = [executor.submit(_write_forked, i, *args) for i in range(len(specs))]
-        for future in as_completed(futures):
-            yield future.result()
-    except BaseException:
-        # Killed (and reaped below) before the caller removes partial files: none can reappear.
-        for worker in set(multiprocessing.active_children()) - others:
-            worker.kill()
-        raise
-    finally:
-        _forked = None
-        executor.shutdown(wait=True, cancel_futures=True)
-
-
-# The shards of the run on forked workers, their items packed, set before the pool forks: the
-# workers inherit them, a task is the shard's number. Handing each task its ShardSpec instead
-# pickled every item in the parent while the workers wanted both cores (~0.13 s for 50,000
-# small JPEGs) and unpickled it in a worker.
-_forked: list[ShardSpec] | None = None
-
 # The way past a bad item that --on-error fail stopped at.
 _SKIP = "pass --on-error skip to leave it out"
-
-# Items a packed chunk holds: what a worker unpacks at once.
-PACKED_CHUNK = 1024
-
-
-class _PackedItems:
-    """A shard's items as bytes, for a forked worker: iterates and counts like the tuple it was
-    made from, unpacking PACKED_CHUNK items at a time.
-
-    A worker that read the inherited Item objects themselves wrote their reference counts, so
-    every page of the listing it touched (scattered by the shuffle: nearly all of them) was
-    copied into it: 50,000 small JPEGs on 2 workers, 23 MB private a worker against 13 MB for
-    5,000. Bytes are only read; a worker holds one chunk at a time. The price is the parent's:
-    packing, a column per field in C, takes ~0.5 us an item before the workers start (~26 ms
-    for those 50,000), and the packed bytes (~35 bytes an item: ~35 MB for a million) stay
-    for the run.
-    """
-
-    def __init__(self, items: tuple[Item, ...]) -> None:
-        self._count = len(items)
-        self._chunks = tuple(
-            pickle.dumps(tuple(zip(*items[start : start + PACKED_CHUNK], strict=True)), 5)
-            for start in range(0, len(items), PACKED_CHUNK)
-        )
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __iter__(self) -> Iterator[Item]:
-        for chunk in self._chunks:
-            yield from map(Item._make, zip(*pickle.loads(chunk), strict=True))
-
-
-def _write_forked(i: int, *args) -> ShardResult:
-    """In a forked worker: write shard i of the run that forked it."""
-    return write_shard(_forked[i], *args)
-
-
-def _tie_to_parent(parent: int) -> None:
-    """In each forked worker: die with the parent (SIGKILLed by the OOM killer, say, it must
-    not leave workers that hold OUT's lock and block --resume), leave Ctrl-C to the parent,
-    which stops the pool itself, and end quietly on SIGTERM: the pool sends it to the workers
-    left when one dies, and the CLI's handler they inherit would raise in them, printing a
-    worker's traceback under the line that says why the run stopped."""
-    import ctypes
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    with suppress(OSError, AttributeError):  # prctl is Linux's; elsewhere the pipes still end
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent died before the request took hold
-        os._exit(1)
 
 
 class _ProgressPoller:

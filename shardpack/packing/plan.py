@@ -32,11 +32,11 @@ ITEM_S = {"keep": 50e-6, "raw": 90e-6, "jpeg": 60e-6, "png": 100e-6, "webp": 120
 BYTE_S = {"keep": 2.8e-9, "raw": 30e-9, "jpeg": 33e-9, "png": 105e-9, "webp": 150e-9}
 # --check decode decodes every passed-through image: about a JPEG decode per byte.
 DECODE_BYTE_S = 16e-9
-# A pool of forked workers: importing the standard library's executor ~25 ms, starting it and
-# shutting it down ~15 ms, forking and reaping each worker ~0.02 s (timed in a process that
-# had imported the worker code; each worker also from a 10-image pack at 2 workers against 1,
-# whole process, paired runs on the 2-core machine under others' load).
-POOL_START_S = 0.04
+# A pool of forked workers (packing/local.py): importing joblib and the standard library's
+# executor, starting the pool and shutting it down; forking and reaping each worker ~0.02 s.
+# The pool's part from 1,000 96x96 JPEGs to raw at 2 workers against 1, whole process,
+# paired runs on the 2-core machine under others' load (0.12-0.18 s more CPU).
+POOL_START_S = 0.1
 WORKER_START_S = 0.02
 # The share of each encoding's work that more workers do not divide: passthrough is copying
 # bytes through the page cache to one disk (photos keep on 2 cores, `make bench`: 0.88 s at
@@ -264,6 +264,9 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
                 f"{len(items) / count:.1f} images per shard ({count} shards for {len(items)} "
                 "images); choose a larger shard size or a shard count"
             )
+        if options.shards is not None and count < options.shards:
+            warnings.append(f"split {split}: {count:,} shards, not the {options.shards:,} asked: "
+                            f"a shard holds one image at least")  # fmt: skip
         for index, (start, end) in enumerate(shard_bounds(len(items), count)):
             shards.append(
                 ShardSpec(

@@ -86,8 +86,10 @@ def _features(index: dict) -> dict:
     }
 
 
-def write_tfds_metadata(out: Storage, index: dict) -> list[str]:
-    """Write the TFDS metadata files for a finished index document; return their names."""
+def write_tfds_metadata(out: Storage, index: dict, file_format: str) -> list[str]:
+    """Write the TFDS metadata files for a finished index document; return their names.
+
+    `file_format` is TFDS's name for the shards' format (the container's tfds_file_format)."""
     splits = [
         {
             "name": name,
@@ -100,7 +102,7 @@ def write_tfds_metadata(out: Storage, index: dict) -> list[str]:
     info = {
         "name": index["name"],
         "description": f"Packed by shardpack from a {index['source']} source.",
-        "fileFormat": index.get("container", "tfrecord"),  # tfrecord or array_record
+        "fileFormat": file_format,
         "version": "1.0.0",
         "splits": splits,
     }

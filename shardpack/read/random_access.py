@@ -7,18 +7,16 @@ import io
 import itertools
 import operator
 import os
+import sys
 from collections.abc import Mapping, Sequence
 
-from shardpack.containers import ShardReader, open_shard
-from shardpack.containers.example import FOOTER, HEADER
-from shardpack.containers.tfrecord import record_spans
+from shardpack.containers import CONTAINERS, Container, ShardReader, open_shard
 from shardpack.errors import IndexFormatError, OutputError, RecordError
 from shardpack.index import INDEX_FILES_DIR, Index, ShardInfo, index_from_document, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.read.stream import parse_record
 from shardpack.storage import Storage, storage_at
 
-_FRAMING = HEADER.size + FOOTER.size
 # An index file line is two decimal numbers of at most 20 digits: a longer line is not ours.
 _MAX_LINE = 64
 
@@ -47,14 +45,16 @@ def _random_access(
     return index
 
 
-def _spans_from_offsets(offsets: Sequence[int], shard: ShardInfo) -> list[tuple[int, int]] | None:
+def _spans_from_offsets(
+    offsets: Sequence[int], shard: ShardInfo, container: Container
+) -> list[tuple[int, int]] | None:
     """(offset, framed size) of each record from the offsets the writer kept, or None when they
     do not tile the shard exactly (a journal from an older version, or a damaged one)."""
     if len(offsets) != shard.num_records or not all(type(o) is int for o in offsets):
         return None
     ends = [*offsets[1:], shard.num_bytes] if offsets else []
     spans = [(o, end - o) for o, end in zip(offsets, ends, strict=True)]
-    if (spans and spans[0][0] != 0) or any(framed < _FRAMING for _, framed in spans):
+    if (spans and spans[0][0] != 0) or any(framed < container.min_span for _, framed in spans):
         return None
     return spans
 
@@ -82,7 +82,8 @@ def write_index_files(
     """
     index = _random_access(out, document, storage_options)
     if not index.container.index_files:  # before the folder for them is made
-        raise IndexFormatError(f"{index.out}: index files are DALI's, for TFRecord shards; "
+        kinds = " or ".join(name for name, c in CONTAINERS.items() if c.index_files)
+        raise IndexFormatError(f"{index.out}: index files are DALI's, for {kinds} shards; "
                                f"these are {index.container.name}, which need none")  # fmt: skip
     storage = index.storage
     folder = storage.path(INDEX_FILES_DIR)
@@ -95,9 +96,9 @@ def write_index_files(
     written = []
     for split in index.splits.values():
         for shard in split.shards:
-            spans = _spans_from_offsets((offsets or {}).get(shard.file, ()), shard)
+            spans = _spans_from_offsets((offsets or {}).get(shard.file, ()), shard, index.container)
             if spans is None:
-                spans = record_spans(storage, shard.file)
+                spans = index.container.record_spans(storage, shard.file)
             lines = "".join(f"{o} {n}\n" for o, n in spans)
             storage.put(index_file_name(shard.file), lines.encode())
             written.append(index_file_path(index, shard.file))
@@ -109,7 +110,8 @@ class Records:
 
     The index is loaded once; record i is found by bisecting the prefix sums of the shards'
     record counts; each shard is opened through its container the first time it is asked for
-    (TFRecord offsets come from its index file, else from hopping over its record headers) and
+    (record offsets come from its index file where the container has them, else its reader
+    finds them) and
     stays open. Each record's framing and features are checked as it is read. Use as a context
     manager, or call close(), to release the open files.
 
@@ -131,6 +133,9 @@ class Records:
         self.decode, self.max_pixels = decode, max_pixels
         self._shards = self.index.split(split).shards
         self._ends = list(itertools.accumulate(s.num_records for s in self._shards))
+        if self._ends and self._ends[-1] > sys.maxsize:  # what len() can return
+            raise IndexFormatError(f"{self.index.out}: split {split!r} claims {self._ends[-1]} "
+                                   "records; this is not an index shardpack wrote")  # fmt: skip
         self._readers: dict[int, ShardReader] = {}
 
     def __len__(self) -> int:
@@ -156,8 +161,8 @@ class Records:
             shard = self._shards[k]
             storage, path = self.index.storage, self.index.shard_path(shard)
             offsets = None
-            if self.index.container.name == "tfrecord":
-                spans = _read_index_file(storage, shard)
+            if self.index.container.index_files:
+                spans = _read_index_file(storage, shard, self.index.container.min_span)
                 offsets = None if spans is None else [offset for offset, _ in spans]
             reader = self.index.container.open(storage, shard.file, self.index.compression,
                                                offsets, max_bytes=shard.num_bytes)  # fmt: skip
@@ -185,7 +190,9 @@ class Records:
             self.close()
 
 
-def _read_index_file(storage: Storage, shard: ShardInfo) -> list[tuple[int, int]] | None:
+def _read_index_file(
+    storage: Storage, shard: ShardInfo, min_span: int
+) -> list[tuple[int, int]] | None:
     """The spans of a shard's index file, each line checked: two numbers that tile the shard;
     None when it has none."""
     path = storage.path(index_file_name(shard.file))
@@ -200,10 +207,12 @@ def _read_index_file(storage: Storage, shard: ShardInfo) -> list[tuple[int, int]
         return None
     except OSError as e:
         raise IndexFormatError(f"{path}: cannot open ({e.strerror or e})") from None
-    with blob:  # one line too many is enough to refuse it
-        f = io.BytesIO(blob.pread((shard.num_records + 1) * _MAX_LINE, 0))
     with open_shard(storage, shard.file) as opened:
         size = opened.size
+    # one line too many is enough to refuse it; no more lines than the shard has room for
+    lines = min(shard.num_records, size // max(min_span, 1)) + 1
+    with blob:
+        f = io.BytesIO(blob.pread(min(lines * _MAX_LINE, blob.size), 0))
     spans: list[tuple[int, int]] = []
     expected = 0
     for n in range(1, shard.num_records + 2):
@@ -216,7 +225,7 @@ def _read_index_file(storage: Storage, shard: ShardInfo) -> list[tuple[int, int]
         if len(fields) != 2 or not all(f.isdigit() for f in fields):
             raise bad(n, "not two numbers '<offset> <size>'")
         offset, framed = int(fields[0]), int(fields[1])
-        if offset != expected or framed < _FRAMING or offset + framed > size:
+        if offset != expected or framed < min_span or offset + framed > size:
             raise bad(n, f"record at {offset} of {framed} bytes does not fit the "
                          f"{size}-byte shard")  # fmt: skip
         spans.append((offset, framed))

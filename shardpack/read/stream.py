@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardpack.containers import checked
+from shardpack.containers import CONTAINERS, checked, open_shard
 from shardpack.errors import RecordError, ShardpackError, is_count
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS, ENCODINGS
@@ -306,10 +306,51 @@ def tf_dataset(
         storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
 
     Raises:
-        ShardpackError: TensorFlow is not installed, the shards are not TFRecords, `shard` is
+        ShardpackError: TensorFlow is not installed, tf.data cannot read the shards, `shard` is
             not (index, count), `lists` is neither "ragged" nor "padded", or epochs,
             batch_size or image_size is not a positive count or (height, width).
     """
+    _check_tf_args(batch_size, epochs, image_size, lists)
+    index = load_index(out, storage_options)
+    container = index.container
+    if not container.tf_readable:  # say so before TensorFlow's import
+        readable = [name for name, c in CONTAINERS.items() if c.tf_readable]
+        raise ShardpackError(
+            f"{index.out}: tf_dataset reads {' or '.join(readable)} shards; these are "
+            f"{container.name} (read them with iter_examples or Records, or pack with "
+            f"--format {readable[0]})"
+        )
+    try:
+        import tensorflow as tf
+    except ImportError as e:
+        raise ShardpackError(
+            f"tf_dataset needs TensorFlow ({e}); install it with: pip install 'shardpack[tf]'"
+        ) from None
+    if input_context is not None:
+        shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
+    mine = _share_of(index, split, *_checked_shard(shard))
+    ordered = deterministic or seed is not None or not shuffle
+    ds = _tf_records(tf, index, mine, shuffle, seed, num_parallel_reads, ordered)
+    ds = ds.repeat(epochs)  # after the shuffles, so that each epoch is a whole permutation
+    if epochs is not None:  # the index knows the length: Keras then knows its steps per epoch
+        ds = ds.apply(tf.data.experimental.assert_cardinality(mine.num_records * epochs))
+    spec = _tf_spec(tf, index.schema)
+
+    def parse(record):
+        features = tf.io.parse_single_example(record, spec)
+        if decode:
+            features["image"] = _tf_decode(tf, features, index.encoding, image_size,
+                                           index.image_size)  # fmt: skip
+        return features
+
+    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
+    if batch_size is not None:
+        ds = _batch(tf, ds, batch_size, lists, index.schema)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _check_tf_args(batch_size, epochs, image_size, lists) -> None:
+    """Refuse tf_dataset arguments tf.data would take wrongly or fail on deep inside."""
     if batch_size is not None and not is_count(batch_size):
         raise ShardpackError(f"batch_size must be a positive integer or None, got: {batch_size!r}")
     if epochs is not None and not is_count(epochs):  # tf.data: 0 raised, -1 miscounted
@@ -321,53 +362,24 @@ def tf_dataset(
         and all(map(is_count, image_size))
     ):  # fmt: skip
         raise ShardpackError(f"image_size must be (height, width) in pixels, got: {image_size!r}")
-    index = load_index(out, storage_options)
-    if index.container.name != "tfrecord":  # tf.data reads TFRecords only: say so before its import
-        raise ShardpackError(
-            f"{index.out}: tf_dataset reads TFRecord shards; these are {index.container.name} "
-            "(read them with iter_examples or Records, or pack with --format tfrecord)"
-        )
-    try:
-        import tensorflow as tf
-    except ImportError as e:
-        raise ShardpackError(
-            f"tf_dataset needs TensorFlow ({e}); install it with: pip install 'shardpack[tf]'"
-        ) from None
-
     if lists not in ("ragged", "padded"):
         raise ShardpackError(f"lists must be 'ragged' or 'padded', got: {lists!r}")
-    if input_context is not None:
-        shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
-    mine = _share_of(index, split, *_checked_shard(shard))
-    # Only a local disk has paths TensorFlow opens itself (in C++, off the GIL); elsewhere the
-    # shard names go to our reader, which streams them through the index's storage.
+
+
+def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_reads, ordered):
+    """One epoch of this reader's serialized records: shard files shuffled and interleaved,
+    records mixed through a buffer; or, without shuffle, in the order pack wrote them."""
+    # Only a local disk has paths TensorFlow opens itself; elsewhere the container's reader
+    # streams the shard names through the index's storage.
     local = index.storage.local
     paths = [index.shard_path(info) if local else info.file for info, _ in mine.files]
-    compression = "GZIP" if index.compression == "gzip" else ""
-    parallel = tf.data.AUTOTUNE if num_parallel_reads is None else num_parallel_reads
-    ordered = deterministic or seed is not None or not shuffle
-    spec = _tf_spec(tf, index.schema)
-
-    def parse(record):
-        features = tf.io.parse_single_example(record, spec)
-        if decode:
-            features["image"] = _tf_decode(tf, features, index.encoding, image_size,
-                                           index.image_size)  # fmt: skip
-        return features
-
-    def stream(name: bytes):
-        from shardpack.containers import example as tfrecord
-
-        for _, data in tfrecord.iter_records(index.storage, name.decode(), index.compression):
-            yield bytes(data)
+    if local:  # TensorFlow follows links and waits on FIFOs: open each as our readers do first
+        for info, _ in mine.files:
+            open_shard(index.storage, info.file).close()
+    container, compression = index.container, index.compression
 
     def read(path, start):
-        if local:
-            records = tf.data.TFRecordDataset(path, compression_type=compression)
-        else:
-            records = tf.data.Dataset.from_generator(
-                stream, output_signature=tf.TensorSpec([], tf.string), args=(path,)
-            )
+        records = container.make_tf_data(tf, index.storage, path, compression)
         if mine.readers == 1:
             return records
         keep = records.enumerate(start).filter(lambda n, _: n % mine.readers == mine.index)
@@ -377,24 +389,16 @@ def tf_dataset(
     files = tf.data.Dataset.from_tensor_slices(
         (tf.constant(paths, tf.string), tf.constant(starts, tf.int64))
     )
-    if shuffle:
-        files = files.shuffle(max(1, len(paths)), seed=seed, reshuffle_each_iteration=True)
-        ds = files.interleave(
-            read,
-            cycle_length=max(1, min(len(paths), 16)),
-            num_parallel_calls=parallel,
-            deterministic=ordered,
-        )
-        ds = ds.shuffle(TF_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
-    else:  # shard after shard, record after record: the order pack wrote
-        ds = files.flat_map(read)
-    ds = ds.repeat(epochs)  # after the shuffles, so that each epoch is a whole permutation
-    if epochs is not None:  # the index knows the length: Keras then knows its steps per epoch
-        ds = ds.apply(tf.data.experimental.assert_cardinality(mine.num_records * epochs))
-    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
-    if batch_size is not None:
-        ds = _batch(tf, ds, batch_size, lists, index.schema)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    if not shuffle:  # shard after shard, record after record: the order pack wrote
+        return files.flat_map(read)
+    files = files.shuffle(max(1, len(paths)), seed=seed, reshuffle_each_iteration=True)
+    ds = files.interleave(
+        read,
+        cycle_length=max(1, min(len(paths), 16)),
+        num_parallel_calls=tf.data.AUTOTUNE if parallel_reads is None else parallel_reads,
+        deterministic=ordered,
+    )
+    return ds.shuffle(TF_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
 
 
 def _tf_spec(tf, schema: Schema) -> dict:

@@ -13,6 +13,10 @@ from shardpack.index import Index, ShardInfo, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.read.stream import decode_pixels, record_fault, to_python
 
+# Faults listed per shard; the rest are counted. A damaged shard's first faults say what is
+# wrong, and a shard of millions of bad records must not cost a line (and memory) each.
+MAX_SHARD_FAULTS = 100
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -66,7 +70,7 @@ def verify(
     """Check every shard of OUT: presence, size, sha256, every CRC, record counts and features.
 
     Each shard is read once, front to back, hashed as it is read (one in an object store
-    streams; ArrayRecord's is copied first, see shardpack.containers.array_record).
+    streams; a container whose library opens files by path copies it first).
 
     Args:
         out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
@@ -130,9 +134,12 @@ def _check_shard(
         return 0
     if size != shard.num_bytes:
         faults.append(Fault(shard.file, None, f"{size} bytes, index says {shard.num_bytes}"))
+        if size > shard.num_bytes:  # what is past the index's size is not ours to read
+            return 0
     digest = hashlib.sha256()  # fed by the same read that checks the records: one pass
     count = 0
     unit = index.container.position_unit
+    listed, unlisted = len(faults) + MAX_SHARD_FAULTS, 0
     try:
         records = index.container.iter_records(
             index.storage, shard.file, index.compression, digest=digest, max_bytes=shard.num_bytes
@@ -143,8 +150,13 @@ def _check_shard(
             elif reason := _check_record(example, index, decode, max_pixels):
                 faults.append(Fault(shard.file, position, reason, unit))
             count += 1
+            if len(faults) > listed:
+                faults.pop()
+                unlisted += 1
     except RecordError as e:
         faults.append(Fault(shard.file, e.offset, e.reason, e.unit))
+    if unlisted:
+        faults.append(Fault(shard.file, None, f"{unlisted} more faulty records (not listed)"))
     if digest.hexdigest() != shard.sha256:
         faults.append(Fault(shard.file, None, "sha256 differs from the index (file changed)"))
     if count != shard.num_records:

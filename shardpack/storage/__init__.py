@@ -179,10 +179,13 @@ class Storage:
         for. No link is followed and nothing but a regular file is opened (OSError)."""
         raise NotImplementedError
 
-    def sha256(self, name: str) -> str:
-        """The sha256 of a file's bytes, streamed through open()."""
+    def sha256(self, name: str, size: int | None = None) -> str | None:
+        """The sha256 of a file's bytes, streamed through open(); None, without reading a
+        byte, when `size` is given and the file's size differs."""
         digest = hashlib.sha256()
         with HashingBlob(self.open(name), digest) as blob:
+            if size is not None and blob.size != size:
+                return None
             blob.finish()
         return digest.hexdigest()
 
