@@ -431,3 +431,13 @@ def test_own_output_that_cannot_be_read_a_record_at_a_time_is_one_line(packed, t
     (miscounted / "index.json").write_text(json.dumps(index))
     with pytest.raises(SourceError, match=f"{shard['file']}: holds .* records, the index says"):
         scan(miscounted)
+
+
+def test_both_sources_pack_alike_on_a_dask_cluster(hf_folder, packed, tmp_path):
+    pytest.importorskip("distributed")
+    for src in (hf_folder, packed):
+        options = PackOptions(workers=2, shards=3, format="array_record")
+        local, dask = tmp_path / f"{src.name}-local", tmp_path / f"{src.name}-dask"
+        shardpack.pack(src, local, options)
+        shardpack.pack(src, dask, PackOptions(**{**options.__dict__, "backend": "dask"}))
+        assert shard_files(dask) == shard_files(local)
