@@ -373,6 +373,8 @@ def _feed(digest: hashlib._Hash, value: object) -> None:
 
 
 def _as_list(value: object) -> list | dict:
-    """A field's numpy array (a manifest's list column) as the list of its values; _ABSENT as
-    {}: json calls this for nothing else."""
+    """A field's numpy array (a manifest's list column) as the list of its values, bytes (a
+    bytes feature's) as {"b": hex}, _ABSENT as {}: json calls this for nothing else."""
+    if isinstance(value, bytes):
+        return {"b": value.hex()}
     return {} if value is _ABSENT else value.tolist()  # type: ignore[attr-defined]

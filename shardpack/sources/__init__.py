@@ -1,7 +1,8 @@
 """Sources: where items come from. A source is a `Source` object in one registry; the built-in
 ones, one module each, are folder (SRC/<class>/...), splittree (SRC/<split>/<class>/...),
-manifest (a CSV/TSV/JSONL/Parquet table, read by the tables package) and cifar (CIFAR batches,
-python pickles walked by safepickle). `register_source` adds one.
+manifest (a CSV/TSV/JSONL/Parquet table, read by the tables package), cifar (CIFAR batches,
+python pickles walked by safepickle), hf (Hugging Face Parquet datasets) and repack (shardpack's
+own output). `register_source` adds one.
 
 A source provides: its `name` (a --source choice when `choosable`), the `kinds` its scan gives
 (Dataset.kind, written to index.json), `described` (what SRC is, for messages), the PackOptions
@@ -162,10 +163,10 @@ _REGISTRY: dict[str, Source] = {}
 def _registry() -> dict[str, Source]:
     """Every source by name, in the order registered: the built-in ones first."""
     if not _REGISTRY:
-        from shardpack.sources import cifar, folder, manifest, splittree
+        from shardpack.sources import cifar, folder, hf, manifest, repack, splittree
 
         # the folder catch-all first: recognition tries the last registered first
-        for module in (folder, splittree, manifest, cifar):
+        for module in (folder, splittree, manifest, cifar, hf, repack):
             _REGISTRY[module.SOURCE.name] = module.SOURCE
     return _REGISTRY
 
@@ -218,8 +219,9 @@ def scan(
     Args:
         src: a class-folder tree (SRC/<class>/**/<image>), a split tree
             (SRC/<split>/<class>/**/<image>), a manifest (.csv, .tsv, .jsonl, .parquet, or a
-            folder holding metadata.csv/.jsonl/.parquet) or a folder of CIFAR batches: a local
-            path, an fsspec URL, or the Storage source_root made of either.
+            folder holding metadata.csv/.jsonl/.parquet), a folder of CIFAR batches, a Hugging
+            Face Parquet dataset (a file, or a folder as the Hub keeps it) or a shardpack
+            output: a local path, an fsspec URL, or the Storage source_root made of either.
         options: the source layout ("auto" tells them apart by the files present), the
             pinned class list, split names and fractions, the manifest's path column and
             root, and the on-error policy.

@@ -1,0 +1,318 @@
+"""The Hugging Face Parquet source: a dataset as the Hub keeps it, Parquet files with the image
+bytes inside (an `image` column of the `datasets` Image type, struct<bytes, path>), split by
+the files' names (hflayout), class names from the `huggingface` schema metadata and every
+other column a feature (hfcolumns).
+
+The scan reads each file a row group at a time, every column but the image's: an item keeps
+its file, row and small fields. A worker reads the image column of the row group an item lies
+in (a few kept at once), and hands the bytes on as they are; a row holding only a path reads
+that file under SRC, as any image file.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from shardpack.errors import ImageError, SourceError
+from shardpack.options import PackOptions
+from shardpack.schema import LABEL, Feature, Schema
+from shardpack.sources import Dataset, Item, Source
+from shardpack.sources.hflayout import SUFFIX, data_files
+from shardpack.sources.openfiles import OpenFiles
+from shardpack.storage import Storage, is_url, storage_at
+
+if TYPE_CHECKING:
+    from shardpack.sources.hfcolumns import Columns
+
+KIND = "hf"
+# A row group is read whole (its small columns at scan, its image column in a worker): one
+# far beyond what `datasets` writes (100 image rows a group) is refused, not read.
+MAX_ROW_GROUP_BYTES = 1 << 30
+KEEP_FILES = 8  # Parquet files a worker keeps open
+# The row groups' image columns a worker keeps: a dataset of up to this much a worker reads
+# each row group once a shard, shuffled or not; beyond it, a shuffled shard reads a row group
+# again for a row of it met after others pushed it out.
+KEPT_GROUP_BYTES = 256 << 20
+
+
+class HfSource(Source):
+    """Parquet files written by `datasets` (or shaped as they write them)."""
+
+    name = "hf"
+    kinds = (KIND,)
+    described = "a Hugging Face Parquet dataset"
+
+    def recognise(
+        self, root: Storage, options: PackOptions
+    ) -> tuple[Storage, dict[str, list[str]] | None] | None:
+        """(SRC, split -> its files); (the file, None) when SRC is a Parquet file."""
+        required = options.source == self.name
+        if root.kind() == "dir":
+            files = data_files(root, required)
+            if files is None:
+                if required:
+                    raise SourceError(
+                        f"{root.path()}: no Parquet files found; expected "
+                        "data/{split}-00000-of-00001.parquet, {split}/*.parquet or README.md "
+                        "configs naming them"
+                    )
+                return None
+            first = root.child(next(iter(files.values()))[0])
+        elif root.path().lower().endswith(SUFFIX):
+            files, first = None, root
+        else:
+            return None
+        try:
+            columns = _columns(first, required)
+        except SourceError:
+            if required:
+                raise
+            return None  # not ours to refuse: a manifest or a stray file (--source hf says why)
+        return None if columns is None else (root, files)
+
+    def scan(
+        self,
+        found: tuple[Storage, dict[str, list[str]] | None],
+        options: PackOptions,
+        storage_options: Mapping[str, object] | None,
+    ) -> Dataset:
+        root, files = found
+        if options.classes is not None:
+            raise SourceError(f"{root.path()}: a Hugging Face dataset brings its class names "
+                              "(ClassLabel); drop --classes")  # fmt: skip
+        if files is None:  # a Parquet file: the items' paths are under its folder
+            folder, _, name = root.root.rstrip("/").rpartition("/")
+            root, files = storage_at(folder or "/", storage_options), {"train": [name]}
+        return scan_hf(root, files, options.shuffle)
+
+    def load(self, item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
+        return load(item, root, options, cache)
+
+    def item_files(self, items: Iterable[Item]) -> Iterator[str]:
+        return iter(())  # a row group's images are read together, by load
+
+
+def _open(file: Storage):
+    """A Parquet file (a Storage rooted at it) as pyarrow's ParquetFile, opened without
+    following a link; close(force=True) closes it (pyarrow closes a file it was handed only
+    so)."""
+    from shardpack.sources.tables.chunks import open_table
+
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SourceError(f"{file.path()}: reading Parquet needs pyarrow: pip install "
+                          "shardpack[parquet]") from None  # fmt: skip
+    f = open_table(file)
+    try:
+        return pq.ParquetFile(f)
+    except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
+        f.close()
+        raise SourceError(f"{file.path()}: not a readable Parquet file ({e})") from None
+
+
+def _columns(file: Storage, required: bool) -> Columns | None:
+    from shardpack.sources.hfcolumns import columns_of
+
+    parquet = _open(file)
+    try:
+        return columns_of(parquet.schema_arrow, file.path(), required)
+    finally:
+        parquet.close(force=True)
+
+
+def scan_hf(folder: Storage, files: dict[str, list[str]], shuffle: bool = False) -> Dataset:
+    """List every row of each split's files as an item (its image left in the file); with
+    `shuffle`, warn when the images outgrow what a worker keeps of them (KEPT_GROUP_BYTES).
+
+    Raises:
+        SourceError: a file is unreadable, has no image column, columns unlike the first's, a
+            row group over MAX_ROW_GROUP_BYTES, or no row at all.
+    """
+    first = next(iter(files.values()))[0]
+    columns = _columns(folder.child(first), required=True)
+    features, ragged = columns.features, columns.ragged
+    splits: dict[str, list[Item]] = {}
+    skipped: list[tuple[str, str]] = []
+    for split, names in files.items():
+        for name in names:
+            features, ragged = _scan_file(folder, name, columns, (features, ragged),
+                                          splits.setdefault(split, []), skipped)  # fmt: skip
+    if not any(splits.values()):
+        first_bad = f"; the first: {skipped[0][1]}" if skipped else ""
+        raise SourceError(f"{folder.path()}: no row holds a usable image{first_bad}")
+    warnings = [f"{folder.path(first)}: column {c!r} holds images too; only "
+                f"{columns.image!r} is packed" for c in columns.left_out]  # fmt: skip
+    stored = sum(item.size for items in splits.values() for item in items)
+    if shuffle and stored > KEPT_GROUP_BYTES:
+        warnings.append(
+            f"{folder.path()}: shuffled, each shard reads the row groups its images lie in, and "
+            f"the {stored / 2**20:,.0f} MiB of images outgrow the {KEPT_GROUP_BYTES >> 20} MiB a "
+            "worker keeps: the files are read up to once per shard; --no-shuffle reads them "
+            "once (shuffle when reading instead)"
+        )
+    return Dataset(
+        KIND,
+        folder,
+        Schema.build(columns.classes, features, multi_label=columns.multi_label),
+        {split: tuple(items) for split, items in splits.items() if items},
+        skipped=tuple(skipped),
+        warnings=tuple(warnings),
+    )
+
+
+def _scan_file(
+    folder: Storage,
+    name: str,
+    columns: Columns,
+    typed: tuple[dict[str, Feature], frozenset[str]],
+    items: list[Item],
+    skipped: list[tuple[str, str]],
+) -> tuple[dict[str, Feature], frozenset[str]]:
+    """Add one file's rows to `items` (bad ones to `skipped`); return the features as settled."""
+    from shardpack.sources.hfcolumns import BadValue, columns_of, convert, label_of, settle
+
+    features, ragged = typed
+    path = folder.path(name)
+    parquet = _open(folder.child(name))
+    try:
+        if columns_of(parquet.schema_arrow, path, required=True) != columns:
+            raise SourceError(f"{path}: its columns differ from the first file's; pack the "
+                              "files with unlike columns apart")  # fmt: skip
+        wanted = [n for n in parquet.schema_arrow.names if n != columns.image
+                  and n not in columns.left_out]  # fmt: skip
+        row = 0
+        for group in range(parquet.num_row_groups):
+            meta = parquet.metadata.row_group(group)
+            _check_size(path, group, meta.total_byte_size)
+            values = parquet.read_row_group(group, columns=wanted).to_pydict()
+            features, ragged = settle(features, ragged, values)
+            size = _image_bytes(meta, columns.image) // max(meta.num_rows, 1)
+            for i in range(meta.num_rows):
+                key = f"{name}:{row + i}"
+                try:
+                    label = (
+                        None
+                        if columns.classes is None
+                        else label_of(values[LABEL][i], columns.classes, columns.multi_label)
+                    )
+                    fields = {n: convert(n, f, values[n][i]) for n, f in features.items()}
+                except BadValue as e:
+                    skipped.append((key, f"{name} row {row + i}: {e}"))
+                    continue
+                items.append(Item(key, label, name, size, row + i, fields))  # fmt: skip
+            row += meta.num_rows
+    except SourceError:
+        raise
+    except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
+        raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+    finally:
+        parquet.close(force=True)
+    return features, ragged
+
+
+def _check_size(path: str, group: int, size: int) -> None:
+    if size > MAX_ROW_GROUP_BYTES:
+        raise SourceError(f"{path}: row group {group} holds {size} bytes (over "
+                          f"{MAX_ROW_GROUP_BYTES}); rewrite it with smaller row groups "
+                          "(datasets: to_parquet(batch_size=100))")  # fmt: skip
+
+
+def _image_bytes(meta, image: str) -> int:
+    """The image column's bytes in a row group, as stored (its leaves image.bytes/.path)."""
+    prefix = f"{image}."
+    return sum(
+        meta.column(j).total_compressed_size
+        for j in range(meta.num_columns)
+        if meta.column(j).path_in_schema.startswith(prefix)
+    )
+
+
+# ---- in the workers --------------------------------------------------------------------------
+
+
+class _File:
+    """One Parquet file open in a worker, with where each row group starts."""
+
+    def __init__(self, folder: Storage, name: str) -> None:
+        from shardpack.sources.hfcolumns import columns_of
+
+        self.parquet = _open(folder.child(name))
+        self.path = folder.path(name)
+        self.image = columns_of(self.parquet.schema_arrow, self.path, required=True).image
+        meta = self.parquet.metadata
+        self.starts = list(itertools.accumulate(
+            (meta.row_group(g).num_rows for g in range(meta.num_row_groups)), initial=0
+        ))  # fmt: skip
+
+    def locate(self, row: int) -> tuple[int, int]:
+        """(the row group holding a row, the row's place in it)."""
+        group = bisect.bisect_right(self.starts, row) - 1
+        if not 0 <= group < len(self.starts) - 1:
+            raise IndexError(f"no row {row}")
+        return group, row - self.starts[group]
+
+    def images(self, group: int):
+        """A row group's image column (pyarrow's), read whole."""
+        _check_size(self.path, group, self.parquet.metadata.row_group(group).total_byte_size)
+        return self.parquet.read_row_group(group, columns=[self.image]).column(0)
+
+    def close(self) -> None:
+        self.parquet.close(force=True)
+
+
+class _Rows:
+    """A worker's open Parquet files, and the image columns of the row groups it read last (up
+    to KEPT_GROUP_BYTES): a shuffled shard draws its rows from all over the files."""
+
+    def __init__(self, folder: Storage) -> None:
+        self.files: OpenFiles[_File] = OpenFiles(lambda name: _File(folder, name), KEEP_FILES)
+        self.groups: OrderedDict[tuple[str, int], object] = OrderedDict()
+        self.kept = 0
+
+    def image(self, name: str, row: int) -> dict | None:
+        """Row `row` of file `name`: its image struct {"bytes": ..., "path": ...}, or None."""
+        file = self.files.get(name)
+        group, offset = file.locate(row)
+        column = self.groups.get((name, group))
+        if column is None:
+            while self.groups and self.kept > KEPT_GROUP_BYTES:
+                self.kept -= self.groups.popitem(last=False)[1].nbytes
+            column = self.groups[name, group] = file.images(group)
+            self.kept += column.nbytes
+        self.groups.move_to_end((name, group))
+        return column[offset].as_py()
+
+
+def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
+    """An item's image bytes from its row, as stored; or the file its row names, under SRC.
+
+    Raises:
+        ImageError: the row has no image, its file is gone or changed, or the path it names is
+            not a file under SRC.
+    """
+    from shardpack.sources.folder import load as load_file
+
+    rows = cache.get(KIND)
+    if rows is None:
+        rows = cache[KIND] = _Rows(root)
+    where = f"{item.path} row {item.position}"
+    try:
+        image = rows.image(item.path, item.position)
+    except (SourceError, IndexError, OSError, ValueError) as e:  # pyarrow's: OSError, ValueError
+        raise ImageError(item.key, f"{where}: cannot read it ({e}); was it changed?") from None
+    data, path = image.get("bytes") if image else None, image.get("path") if image else None
+    if data:
+        return data
+    if not path:
+        raise ImageError(item.key, f"{where}: no image (neither bytes nor a path)")
+    if is_url(path) or path.startswith("/") or ".." in path.split("/"):
+        raise ImageError(item.key, f"{where}: image path {path!r} is not a file under SRC")
+    return load_file(item._replace(path=path), root, options, cache)
+
+
+SOURCE = HfSource()

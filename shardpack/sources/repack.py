@@ -1,0 +1,209 @@
+"""The shardpack source: the records of an earlier pack (a folder or URL holding our
+index.json), packed again into another container, shard count or encoding, with their schema,
+classes, keys and splits.
+
+The scan reads every shard through its container (framing checked, each record against the
+index's schema) and keeps what an item needs: its shard, its record's number in it, its key,
+label and other features. A worker opens the shards its items lie in (a few at once) and
+reads each record at random; the image bytes go on as they are stored (raw pixels as pixels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from shardpack.errors import ImageError, IndexFormatError, RecordError, SourceError
+from shardpack.index import FORMAT, INDEX_NAME, Index, load_index
+from shardpack.options import PackOptions
+from shardpack.schema import LABEL, Feature, Schema
+from shardpack.sources import Dataset, FieldValue, Item, Source
+from shardpack.sources.openfiles import OpenFiles
+from shardpack.storage import Storage
+
+if TYPE_CHECKING:
+    import numpy as np
+
+KIND = "shardpack"
+KEEP_SHARDS = 8  # shards a worker keeps open (a shuffled shard draws from all of them)
+SNIFF_BYTES = 4096  # where json.dumps puts index.json's "format", its first key
+
+
+class ShardpackSource(Source):
+    """An earlier pack's output, read through its index and containers."""
+
+    name = KIND
+    kinds = (KIND,)
+    described = "a shardpack output (a folder holding index.json)"
+
+    def recognise(self, root: Storage, options: PackOptions) -> Storage | None:
+        required = options.source == self.name
+        if root.kind() == "dir" and root.kind(INDEX_NAME) == "file":
+            if required or _ours(root):
+                return root
+        elif required:
+            raise SourceError(f"{root.path()}: holds no {INDEX_NAME}; pass the output folder "
+                              "of a shardpack pack run")  # fmt: skip
+        return None
+
+    def scan(
+        self, found: Storage, options: PackOptions, storage_options: Mapping[str, object] | None
+    ) -> Dataset:
+        if options.classes is not None:
+            raise SourceError(f"{found.path()}: a shardpack output brings its class list; "
+                              "drop --classes")  # fmt: skip
+        return scan_shards(_index(found))
+
+    def load(
+        self, item: Item, root: Storage, options: PackOptions, cache: dict
+    ) -> bytes | np.ndarray:
+        return load(item, root, cache)
+
+    def item_files(self, items: Iterable[Item]) -> Iterator[str]:
+        return iter(())  # records are read from their shards at random, by load
+
+    def default_name(self, dataset: Dataset) -> str:
+        return _index(dataset.root).name
+
+
+def _ours(root: Storage) -> bool:
+    """Whether SRC's index.json says it is shardpack's (its start alone: SRC is not ours to
+    refuse when it holds another tool's index.json among images)."""
+    try:
+        with root.open(INDEX_NAME) as blob:
+            head = blob.pread(SNIFF_BYTES, 0)
+    except OSError:
+        return False
+    return f'"{FORMAT}"'.encode() in head
+
+
+def _index(root: Storage) -> Index:
+    """SRC's index, loaded and checked; one line naming the file when it is not ours."""
+    try:
+        index = load_index(root)
+    except IndexFormatError as e:
+        raise SourceError(f"{e} (--source shardpack reads the output folder of a shardpack "
+                          "pack run)") from None  # fmt: skip
+    if index.compression != "none":
+        raise SourceError(
+            f"{root.path(INDEX_NAME)}: its shards are {index.compression}-compressed, which "
+            "cannot be read a record at a time; pack it from its own source again"
+        )
+    return index
+
+
+def scan_shards(index: Index) -> Dataset:
+    """Every record of every split as an item; a record unlike the index's schema is skipped.
+
+    Raises:
+        SourceError: a shard holds other than the index's count of records.
+        RecordError: a shard's framing is broken (names the shard and the position).
+    """
+    schema = index.schema
+    unit = index.container.position_unit
+    splits: dict[str, tuple[Item, ...]] = {}
+    skipped: list[tuple[str, str]] = []
+    for split, info in index.splits.items():
+        items: list[Item] = []
+        for shard in info.shards:
+            count = 0
+            for count, (position, example) in enumerate(_records(index, shard), 1):
+                fault = _fault(example, schema)
+                if fault is None:
+                    items.append(_item(example, schema, shard.file, count - 1))
+                else:
+                    skipped.append((f"{shard.file}:{count - 1}",
+                                    f"{shard.file} {unit} {position}: {fault}"))  # fmt: skip
+            if count != shard.num_records:
+                raise SourceError(f"{index.shard_path(shard)}: holds {count} records, the index "
+                                  f"says {shard.num_records}; run shardpack verify on "
+                                  f"{index.out}")  # fmt: skip
+        splits[split] = tuple(items)
+    return Dataset(KIND, index.storage, schema, splits, skipped=tuple(skipped))
+
+
+def _item(example: dict[str, list], schema: Schema, file: str, number: int) -> Item:
+    """A record as an item: its key, label and features as they are stored."""
+    fields = {
+        name: _values(feature, example[name])
+        for name, feature in schema.extras.items()
+        if name != LABEL
+    }
+    label = schema.get(LABEL)
+    value = None if label is None else example[LABEL]
+    if value is not None:
+        value = tuple(value) if label.is_list else value[0]
+    return Item(_text(example["key"][0]), value, file, len(example["image"][0]), number, fields)
+
+
+def _values(feature: Feature, values: list) -> FieldValue:
+    """A feature's stored values as Item.fields holds them (text as str, as every source's)."""
+    if feature.text:
+        values = [_text(v) for v in values]
+    return tuple(values) if feature.is_list else values[0]
+
+
+def _records(index: Index, shard) -> Iterator[tuple[int, object]]:
+    return index.container.iter_records(index.storage, shard.file, index.compression,
+                                        max_bytes=shard.num_bytes)  # fmt: skip
+
+
+def _fault(example, schema) -> str | None:
+    """What makes a record unfit to pack again, or None."""
+    from shardpack.read.stream import record_fault
+
+    if isinstance(example, RecordError):
+        return example.reason
+    return record_fault(example, schema)
+
+
+def _text(key: bytes) -> str:
+    return key.decode("utf-8", "surrogateescape")
+
+
+# ---- in the workers --------------------------------------------------------------------------
+
+
+def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
+    """Record item.position of shard item.path: its image bytes, or raw pixels as an array.
+
+    Raises:
+        ImageError: the record cannot be read, or is not the one the scan found there.
+    """
+    kept = cache.get(KIND)
+    where = f"{item.path} record {item.position}"
+    try:
+        if kept is None:
+            kept = cache[KIND] = _open_shards(root)
+        example = kept.get(item.path)[item.position]
+    except (SourceError, RecordError, OSError, IndexError, KeyError) as e:
+        raise ImageError(item.key, f"{where}: cannot read it ({e})") from None
+    if _text(example["key"][0]) != item.key:
+        raise ImageError(item.key, f"{where}: holds another record since the scan; convert "
+                                   "it again")  # fmt: skip
+    image = bytes(example["image"][0])
+    if example["format"][0] != b"raw":
+        return image
+    import numpy as np
+
+    shape = (example["height"][0], example["width"][0], example["channels"][0])
+    try:
+        return np.frombuffer(image, np.uint8).reshape(shape)
+    except ValueError:
+        raise ImageError(item.key, f"{where}: raw image of {len(image)} bytes, fields say "
+                                   f"{shape}") from None  # fmt: skip
+
+
+def _open_shards(root: Storage) -> OpenFiles:
+    """The source's shards, each opened through its container on first use."""
+    index = _index(root.child(""))  # a Storage: a worker's root may be Storage.reading's proxy
+    sizes = {s.file: s.num_bytes for info in index.splits.values() for s in info.shards}
+    return OpenFiles(
+        lambda file: index.container.open(
+            index.storage, file, index.compression, max_bytes=sizes[file]
+        ),
+        KEEP_SHARDS,
+    )
+
+
+SOURCE = ShardpackSource()
