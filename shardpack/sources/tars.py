@@ -39,9 +39,16 @@ _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 _CHOICES = re.compile(r"\{([^{}]*,[^{}]*)\}")
 _MAX_PATTERN_NAMES = 1_000_000
-_HOSTILE = {tarfile.SYMTYPE: "a symbolic link", tarfile.LNKTYPE: "a hard link",
-            tarfile.CHRTYPE: "a device", tarfile.BLKTYPE: "a device", tarfile.FIFOTYPE: "a FIFO"}  # fmt: skip
-_PASS = "pass WebDataset .tar files (uncompressed), a folder of them or a shards-{000..009}.tar pattern"  # fmt: skip
+_HOSTILE = {
+    tarfile.SYMTYPE: "a symbolic link",
+    tarfile.LNKTYPE: "a hard link",
+    tarfile.CHRTYPE: "a device",
+    tarfile.BLKTYPE: "a device",
+    tarfile.FIFOTYPE: "a FIFO",
+}
+_PASS = (
+    "pass WebDataset .tar files (uncompressed), a folder of them or a shards-{000..009}.tar pattern"
+)
 
 
 class TarSource(Source):
@@ -120,7 +127,7 @@ def _expand(pattern: str, where: str) -> list[str]:
 class _Sample:
     """One sample's members: extension -> (data offset, size), and the small ones' bytes."""
 
-    __slots__ = ("tar", "key", "members", "data", "why")
+    __slots__ = ("data", "key", "members", "tar", "why")
 
     def __init__(self, tar: str, key: str) -> None:
         self.tar, self.key, self.why = tar, key, None
@@ -258,7 +265,7 @@ def _dataset(root: Storage, samples: list[_Sample], options: PackOptions) -> Dat
             skipped.append((key, str(e)))
             continue
         top = max(top, -1 if number is None else number)
-        ((ext, (offset, size)),) = sample.members.items()
+        ((offset, size),) = sample.members.values()
         items.append(Item(key, number, sample.tar, size, offset, fields))
     classes = options.classes or tuple(str(i) for i in range(top + 1)) if label else None
     return Dataset("webdataset", root, Schema.build(classes, features), {"train": tuple(items)},
