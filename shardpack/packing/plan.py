@@ -339,6 +339,9 @@ def _column(digest: hashlib._Hash, values: Sequence) -> None:
         lengths = np.fromiter(map(len, values), np.int64, len(values))
         blob = "".join(values).encode("utf-8", "surrogatepass")  # one way to read it back
         _feed_bytes(digest, b"s" + lengths.tobytes() + blob)
+    elif types == {bytes}:
+        lengths = np.fromiter(map(len, values), np.int64, len(values))
+        _feed_bytes(digest, b"b" + lengths.tobytes() + b"".join(values))
     elif types == {int} and (ints := _int64s(values)) is not None:
         _feed_bytes(digest, b"i" + ints.tobytes())
     elif types == {float}:
@@ -368,6 +371,8 @@ def _feed(digest: hashlib._Hash, value: object) -> None:
 
 
 def _as_list(value: object) -> list | dict:
-    """A field's numpy array (a manifest's list column) as the list of its values; _ABSENT as
-    {}: json calls this for nothing else."""
+    """A field's numpy array (a manifest's list column) as the list of its values, bytes (a
+    tar member's) as {"bytes": hex}; _ABSENT as {}: json calls this for nothing else."""
+    if isinstance(value, bytes):
+        return {"bytes": value.hex()}
     return {} if value is _ABSENT else value.tolist()  # type: ignore[attr-defined]

@@ -127,10 +127,10 @@ def _expand(pattern: str, where: str) -> list[str]:
 class _Sample:
     """One sample's members: extension -> (data offset, size), and the small ones' bytes."""
 
-    __slots__ = ("data", "key", "members", "tar", "why")
+    __slots__ = ("data", "key", "members", "path", "tar", "why")
 
-    def __init__(self, tar: str, key: str) -> None:
-        self.tar, self.key, self.why = tar, key, None
+    def __init__(self, path: str, tar: str, key: str) -> None:
+        self.path, self.tar, self.key, self.why = path, tar, key, None  # tar: path, or its name
         self.members: dict[str, tuple[int, int]] = {}
         self.data: dict[str, bytes] = {}
 
@@ -154,7 +154,7 @@ def _read_tar(root: Storage, name: str, limit: int) -> list[_Sample]:
     except OSError as e:
         raise SourceError(f"{path}: cannot open ({e.strerror or e}); {_PASS}") from None
     with blob:
-        samples = list(_group(_members(blob, path), name or os.path.basename(path)))
+        samples = list(_group(_members(blob, path), name, name or os.path.basename(path)))
         for sample in samples:
             if sample.why is None:
                 _read_small(blob, sample, limit)
@@ -199,7 +199,7 @@ class _Headers(io.RawIOBase):
         return True
 
 
-def _group(members: Iterator[tarfile.TarInfo], tar: str) -> Iterator[_Sample]:
+def _group(members: Iterator[tarfile.TarInfo], path: str, tar: str) -> Iterator[_Sample]:
     """Members grouped into samples as webdataset's group_by_keys does."""
     sample = None
     for info in members:
@@ -212,7 +212,7 @@ def _group(members: Iterator[tarfile.TarInfo], tar: str) -> Iterator[_Sample]:
         if sample is None or sample.key != key:
             if sample is not None:
                 yield sample
-            sample = _Sample(tar, key)
+            sample = _Sample(path, tar, key)
         if info.type in _HOSTILE or not info.isreg():
             what = _HOSTILE.get(info.type, f"of tar type {info.type!r}")
             sample.why = sample.why or f"tar member {info.name!r} is {what}: refused, not read"
@@ -266,7 +266,7 @@ def _dataset(root: Storage, samples: list[_Sample], options: PackOptions) -> Dat
             continue
         top = max(top, -1 if number is None else number)
         ((offset, size),) = sample.members.values()
-        items.append(Item(key, number, sample.tar, size, offset, fields))
+        items.append(Item(key, number, sample.path, size, offset, fields))
     classes = options.classes or tuple(str(i) for i in range(top + 1)) if label else None
     return Dataset("webdataset", root, Schema.build(classes, features), {"train": tuple(items)},
                    skipped=tuple(skipped), warnings=tuple(warnings))  # fmt: skip
