@@ -250,17 +250,17 @@ def _dataset(root: Storage, samples: list[_Sample], options: PackOptions) -> Dat
         raise SourceError(f"{root.path()}: no sample has a .cls member for --classes to name")
     taken = {*BUILTIN_NAMES, LABEL}
     members = {ext: _free(ext, taken, "member/") for ext in sorted(present - {label, JSON})}
-    parsed = {id(s): _json(s) for s in good} if JSON in present else {}
+    parsed = [_json(s) if JSON in present else {} for s in good]
     columns, warnings = _json_features(parsed, taken)
     features = {members[ext]: Feature("bytes", text=ext == TEXT) for ext in members}
     features.update({name: feature for _, (name, feature) in sorted(columns.items())})
     items, skipped, top = [], [(f"{s.tar}:{s.key}", s.why) for s in samples if s.why], -1
-    for sample in good:
+    for sample, value in zip(good, parsed, strict=True):
         key = f"{sample.tar}:{sample.key}"
         try:
             number = _label(sample.data.get(label), options.classes) if label else None
             fields = {members[ext]: _member(ext, sample.data.get(ext, b"")) for ext in members}
-            fields.update(_json_values(parsed.get(id(sample)), columns))
+            fields.update(_json_values(value, columns))
         except _Bad as e:
             skipped.append((key, str(e)))
             continue
@@ -315,11 +315,11 @@ def _json(sample: _Sample) -> dict | None:
 
 
 def _json_features(
-    parsed: dict[int, dict | None], taken: set[str]
+    parsed: list[dict | None], taken: set[str]
 ) -> tuple[dict[str, tuple[str, Feature]], list[str]]:
     """field -> (feature name, type) of each json field the schema can carry, and warnings
     for the ones it cannot (nested objects, numbers some samples lack)."""
-    objects = [value for value in parsed.values() if value is not None]
+    objects = [value for value in parsed if value is not None]
     counts: dict[str, Counter] = {}
     for value in objects:
         for field, v in value.items():
