@@ -23,7 +23,6 @@ from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema
 from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.pieces import kept_open
-from shardpack.sources.tables.kinds import fits, infer, kind_of
 from shardpack.storage import Blob, Storage, storage_at
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm")
@@ -319,6 +318,8 @@ def _json_features(
 ) -> tuple[dict[str, tuple[str, Feature]], list[str]]:
     """field -> (feature name, type) of each json field the schema can carry, and warnings
     for the ones it cannot (nested objects, numbers some samples lack)."""
+    from shardpack.sources.tables.kinds import infer, kind_of  # numpy: not for --help
+
     objects = [value for value in parsed if value is not None]
     counts: dict[str, Counter] = {}
     for value in objects:
@@ -340,6 +341,8 @@ def _json_features(
 
 def _json_values(value: dict | None, columns: dict[str, tuple[str, Feature]]) -> dict:
     """One sample's json fields as the schema types them."""
+    from shardpack.sources.tables.kinds import fits, kind_of
+
     if value is None:
         raise _Bad(".json is not a JSON object")
     fields = {}

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
-from shardpack.containers import CONTAINERS, Example
-from shardpack.containers import example as framing
-from shardpack.containers.tfrecord import decode
 from shardpack.errors import ImageError, RecordError, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema, check_values
@@ -22,6 +20,11 @@ from shardpack.sources.classlist import check_class_name
 from shardpack.sources.folder import folder_only
 from shardpack.sources.pieces import kept_open, read_json, read_metadata
 from shardpack.storage import Storage
+
+if TYPE_CHECKING:
+    from shardpack.containers import Example
+
+# The containers' readers are imported where used: --source's choices come from the registry.
 
 INFO, FEATURES = "dataset_info.json", "features.json"
 _CLASS = "tensorflow_datasets.core.features."
@@ -145,6 +148,8 @@ def _scan_shard(
     items: list[Item], skipped: list[tuple[str, str]],
 ) -> int:  # fmt: skip
     """Add each record of one shard to `items` (or `skipped`); return how many it holds."""
+    from shardpack.containers import CONTAINERS
+
     count = 0
     for position, example in CONTAINERS[fmt].iter_records(root, shard):
         count += 1
@@ -189,6 +194,8 @@ def _field(feature: Feature, values: list) -> object:
 
 def _record(root: Storage, item: Item, fmt: str, cache: dict) -> Example:
     """The record an item names, read from its shard kept open in the worker."""
+    from shardpack.containers import CONTAINERS
+
     container = CONTAINERS[fmt]
     try:
         if fmt == "array_record":
@@ -205,6 +212,9 @@ def _record(root: Storage, item: Item, fmt: str, cache: dict) -> Example:
 
 def _tfrecord_at(blob, offset: int) -> Example:
     """The TFRecord record at `offset`, its framing and CRCs checked."""
+    from shardpack.containers import example as framing
+    from shardpack.containers.tfrecord import decode
+
     head = framing.HEADER.size
     length = framing.record_length(
         blob.pread(head, offset), blob.name, offset, blob.size - offset - head
