@@ -70,7 +70,8 @@ class TarSource(Source):
         if kind == "dir":
             entries = root.listdir()
             tars = [e.name for e in entries if not e.is_dir and e.name.endswith(".tar")]
-            if tars and not any(e.is_dir for e in entries):
+            # beside folders, tars are the source's only when asked: a class folder may hold one
+            if tars and (options.source == self.name or not any(e.is_dir for e in entries)):
                 return None, root, tars
         if options.source == self.name:
             raise SourceError(f"{where}: holds no .tar files; {_PASS}")
