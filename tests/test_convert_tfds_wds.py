@@ -270,7 +270,8 @@ def test_tars_class_names_from_classes(wds_dir, tmp_path):
 
 
 def _hostile_tar(path: Path) -> Path:
-    """A tar with a good sample, one holding a link, one a device, one an over-long caption."""
+    """A tar with a good sample, one holding a link, one a device, one an over-long caption,
+    one a label that would make a trillion classes."""
     with tarfile.open(path, "w") as tar:
 
         def add(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE) -> None:
@@ -281,11 +282,14 @@ def _hostile_tar(path: Path) -> Path:
             tar.addfile(info, io.BytesIO(data))
 
         add("good.jpg", _jpeg(1))
+        add("good.cls", b"0")
         add("link.jpg", _jpeg(2))
         add("link.txt", kind=tarfile.SYMTYPE)
         add("dev.jpg", kind=tarfile.CHRTYPE)
         add("long.jpg", _jpeg(3))
         add("long.txt", b"x" * 2000)
+        add("huge.jpg", _jpeg(4))
+        add("huge.cls", b"99999999999")
     return path
 
 
@@ -298,6 +302,8 @@ def test_tars_links_devices_and_over_long_members_are_refused(tmp_path, monkeypa
     assert "a symbolic link" in reasons["hostile.tar:link"]
     assert "a device" in reasons["hostile.tar:dev"]
     assert "over-long" in reasons["hostile.tar:long"]
+    assert "over the 1,000,000 classes" in reasons["hostile.tar:huge"]
+    assert dataset.classes == ("0",)
 
 
 def test_a_tar_that_is_not_a_tar_is_one_line(tmp_path):

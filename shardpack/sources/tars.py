@@ -22,6 +22,7 @@ from shardpack.errors import ImageError, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema
 from shardpack.sources import Dataset, Item, Source
+from shardpack.sources.classlist import MAX_CLASSES
 from shardpack.sources.pieces import kept_open
 from shardpack.storage import Blob, Storage, storage_at
 
@@ -288,6 +289,8 @@ def _label(data: bytes | None, classes: tuple[str, ...] | None) -> int:
     if not text.isdigit() or len(text) > 18:
         raise _Bad(f"label {text[:20]!r} is not a class number (decimal, from 0)")
     number = int(text)
+    if number >= MAX_CLASSES:  # classes "0".."max" are made: a stray huge label is no class
+        raise _Bad(f"label {number} is over the {MAX_CLASSES:,} classes a dataset may have")
     if classes is not None and number >= len(classes):
         raise _Bad(f"label {number} is not one of the {len(classes)} classes of --classes")
     return number

@@ -16,7 +16,7 @@ from shardpack.errors import ImageError, RecordError, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema, check_values
 from shardpack.sources import Dataset, Item, Source
-from shardpack.sources.classlist import check_class_name
+from shardpack.sources.classlist import MAX_CLASSES, check_class_name
 from shardpack.sources.folder import folder_only
 from shardpack.sources.pieces import kept_open, read_json, read_metadata
 from shardpack.storage import Storage
@@ -312,8 +312,11 @@ def _class_names(name: str, spec: dict, root: Storage) -> tuple[str, ...]:
         for one in names:
             check_class_name(one, root.path(file))
         return names
-    count = spec.get("classLabel", {}).get("numClasses", 0)
-    return tuple(str(i) for i in range(int(count)))
+    count = int(spec.get("classLabel", {}).get("numClasses", 0))
+    if count > MAX_CLASSES:
+        raise SourceError(f"{root.path(FEATURES)}: feature {name!r} claims {count:,} "
+                          f"classes, over the {MAX_CLASSES:,} a dataset may have")  # fmt: skip
+    return tuple(str(i) for i in range(count))
 
 
 SOURCE = TfdsSource()
