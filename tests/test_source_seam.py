@@ -101,7 +101,16 @@ def test_a_registered_source_packs_verifies_and_reads_back(seeded, tmp_path: Pat
 
 def test_a_registered_source_is_a_source_choice_with_the_generic_refusals(seeded, tmp_path):
     src, _ = _src(tmp_path)
-    assert sources.source_choices() == ("auto", "folder", "cifar", "hf", "shardpack", "seeds")
+    assert sources.source_choices() == (
+        "auto",
+        "folder",
+        "cifar",
+        "hf",
+        "tfds",
+        "webdataset",
+        "shardpack",
+        "seeds",
+    )
     assert sources.scan(src, PackOptions(source="seeds")).kind == "seeds"
     with pytest.raises(SourceError, match="is not seeded images; drop --source"):
         sources.scan(tmp_path, PackOptions(source="seeds"))

@@ -344,6 +344,9 @@ def _column(digest: hashlib._Hash, values: Sequence) -> None:
         lengths = np.fromiter(map(len, values), np.int64, len(values))
         blob = "".join(values).encode("utf-8", "surrogatepass")  # one way to read it back
         _feed_bytes(digest, b"s" + lengths.tobytes() + blob)
+    elif types == {bytes}:
+        lengths = np.fromiter(map(len, values), np.int64, len(values))
+        _feed_bytes(digest, b"b" + lengths.tobytes() + b"".join(values))
     elif types == {int} and (ints := _int64s(values)) is not None:
         _feed_bytes(digest, b"i" + ints.tobytes())
     elif types == {float}:

@@ -112,6 +112,6 @@ def write_tfds_metadata(out: Storage, index: dict, file_format: str) -> list[str
     for feature, declared in Schema.from_json(index["features"]).class_features.items():
         names = declared.classes or ()
         text = "".join(f"{name}\n" for name in names)
-        written.append(f"{feature}.labels.txt")
+        written.append(f"{feature.replace('/', '-')}.labels.txt")  # as TFDS names it
         out.put(written[-1], text.encode("utf-8", "surrogateescape"))  # names as on disk
     return written

@@ -152,6 +152,11 @@ class Source(abc.ABC):
         """The dataset's name when none is given; None takes it from SRC's name."""
         return None
 
+    def takes_path(self, where: str) -> bool:
+        """Whether SRC's name alone is this source's where it is no folder (a file of its
+        kind, or a pattern naming files)."""
+        return False
+
     def keeping(self) -> contextlib.AbstractContextManager[None]:
         """A context the whole pack (scan, then workers forked inside it) runs in."""
         return contextlib.nullcontext()
@@ -163,10 +168,11 @@ _REGISTRY: dict[str, Source] = {}
 def _registry() -> dict[str, Source]:
     """Every source by name, in the order registered: the built-in ones first."""
     if not _REGISTRY:
-        from shardpack.sources import cifar, folder, hf, manifest, repack, splittree
+        from shardpack.sources import cifar, folder, hf, manifest, repack, splittree, tars, tfdsdir
 
-        # the folder catch-all first: recognition tries the last registered first
-        for module in (folder, splittree, manifest, cifar, hf, repack):
+        # the folder catch-all first: recognition tries the last registered first (our own
+        # output holds TFDS metadata too: repack before tfdsdir)
+        for module in (folder, splittree, manifest, cifar, hf, tfdsdir, tars, repack):
             _REGISTRY[module.SOURCE.name] = module.SOURCE
     return _REGISTRY
 
@@ -330,10 +336,11 @@ def source_root(
         kind = root.kind()
     except OSError as e:  # an object store refusing us (credentials, permissions)
         raise SourceError(f"{where}: cannot read ({e}); check its permissions") from None
+    named = any(source.takes_path(where) for source in _registry().values())
     if kind is None and manifest.is_manifest_name(where):
         raise SourceError(f"{where}: no such file; check the manifest's path")
-    if kind is None:
+    if kind is None and not named:
         raise SourceError(f"{where}: no such folder; pass the folder that holds your images")
-    if kind != "dir" and not manifest.is_manifest_name(where):
+    if kind != "dir" and not manifest.is_manifest_name(where) and not named:
         raise SourceError(f"{where}: is a file, not a folder; {folder.instead_of_file(where)}")
     return root

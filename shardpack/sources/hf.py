@@ -92,7 +92,7 @@ class HfSource(Source):
     def load(self, item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
         return load(item, root, options, cache)
 
-    def item_files(self, items: Iterable[Item]) -> Iterator[str]:
+    def item_files(self, items: Iterable[Item]) -> Iterator[tuple[str, int]]:
         return iter(())  # a row group's images are read together, by load
 
 

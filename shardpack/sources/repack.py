@@ -59,7 +59,7 @@ class ShardpackSource(Source):
     ) -> bytes | np.ndarray:
         return load(item, root, cache)
 
-    def item_files(self, items: Iterable[Item]) -> Iterator[str]:
+    def item_files(self, items: Iterable[Item]) -> Iterator[tuple[str, int]]:
         return iter(())  # records are read from their shards at random, by load
 
     def default_name(self, dataset: Dataset) -> str:
