@@ -1,13 +1,14 @@
 # Everything shardpack needs is installed here, into .venv; nothing relies on what is on the machine.
-# Two stamps: `make demo` installs the runtime only; `make test` (and lint, bench) adds the test
-# extras (TensorFlow, TFDS, DALI, Dask: a few GB).
+# Three stamps: `make demo` installs the runtime only; `make test-fast` adds the light test extras
+# (no TensorFlow, torch or DALI); `make test` (and lint, bench) adds all the test extras (4.6 GB).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 TESTDEPS := $(VENV)/.installed-test
+TESTLIGHT := $(VENV)/.installed-test-light
 
-.PHONY: install install-test demo test bench bench-long lint clean
+.PHONY: install install-test demo test test-fast bench bench-long lint clean
 
 install: $(RUNTIME)
 
@@ -23,12 +24,20 @@ $(TESTDEPS): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
+$(TESTLIGHT): $(RUNTIME)
+	$(BIN)/python -m pip install --quiet -e '.[test-light]'
+	touch $@
+
 demo: $(RUNTIME)
 	$(BIN)/shardpack demo demo-out
 	$(BIN)/shardpack verify demo-out/shards
 
 test: $(TESTDEPS)
 	$(BIN)/python -m pytest -q
+
+# Every test that needs no TensorFlow, TFDS, torch or DALI; those are skipped, with the reason.
+test-fast: $(TESTLIGHT)
+	SHARDPACK_TEST_TIER=fast $(BIN)/python -m pytest -q
 
 bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)

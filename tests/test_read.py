@@ -14,12 +14,12 @@ from shardpack.errors import IndexFormatError, RecordError, ShardpackError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples, tf_dataset
-from tests.helpers import make_cifar10_python, make_tree, packed_tree, tf_records
+from tests.helpers import make_cifar10_python, make_tree, tf_records
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory) -> Path:
-    return packed_tree(tmp_path_factory.mktemp("read"), {"a": 5, "b": 4}, shards=3, workers=1)
+def packed(shared_pack) -> Path:
+    return shared_pack({"a": 5, "b": 4}, shards=3, workers=1)
 
 
 def test_iter_examples_matches_tensorflow(packed: Path):
