@@ -138,6 +138,7 @@ print(json.dumps({"labels": [int(data[i]["label"]) for i in range(len(data))],
 """
 
 
+@pytest.mark.heavy
 def test_grain_and_tfds_read_array_record_output(packed):
     needs("grain")
     needs("tensorflow_datasets")
@@ -149,6 +150,7 @@ def test_grain_and_tfds_read_array_record_output(packed):
                                              "shape": [24, 32, 3]}  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_webdataset_and_wids_read_webdataset_output(packed, tmp_path):
     needs("webdataset")
     needs("wids")

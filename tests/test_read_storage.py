@@ -174,6 +174,7 @@ def test_a_remote_shard_streams_its_first_record(s3_bucket, tmp_path, caplog):
     assert sum(1 for _ in records) == 23  # and the rest streams on
 
 
+@pytest.mark.heavy
 def test_tf_dataset_over_a_url_equals_the_local_folder(tmp_path):
     pytest.importorskip("tensorflow")
     out = packed_tree(tmp_path, {"a": 4, "b": 3}, workers=1, shards=2)

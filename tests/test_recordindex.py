@@ -89,6 +89,7 @@ def test_cli_index_files_and_preview(packed: Path, tmp_path: Path):
     assert sheet[:128, :128].std() > 5  # a real thumbnail, not a blank cell
 
 
+@pytest.mark.heavy
 def test_dali_reads_the_shards_through_our_index_files(packed: Path):
     """NVIDIA DALI's fn.readers.tfrecord on the CPU, in a process of its own."""
     import json
