@@ -193,3 +193,12 @@ def test_text_blocks_parse_as_commands(block: Block):
             raise AssertionError(f"{block.id}: shardpack {shlex.join(args)}: {e}") from None
     for module in re.findall(r"python -m ([\w.]+)", block.code):
         assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), (block.id, module)
+
+
+def test_the_readme_is_an_entrance():
+    """At most 250 lines; its quick start at most 15, before any other section."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    sections = text.split("\n## ")
+    assert sections[1].startswith("Quick start\n")
+    assert len(sections[1].strip().splitlines()[1:]) <= 15
