@@ -1,6 +1,7 @@
 # Everything shardpack needs is installed here, into .venv; nothing relies on what is on the machine.
 # Three stamps: `make demo` installs the runtime only; `make test-fast` adds the light test extras
-# (no TensorFlow, torch or DALI); `make test` (and lint, bench) adds all the test extras (4.6 GB).
+# (no TensorFlow, torch or DALI; enough for lint); `make test` (and bench) adds all the test extras
+# (4.6 GB).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -51,7 +52,7 @@ bench-long: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.manifest_scale --scan
 
-lint: $(TESTDEPS)
+lint: $(TESTLIGHT)
 	$(BIN)/ruff check shardpack tests benchmarks
 	$(BIN)/ruff format --check shardpack tests benchmarks
 
