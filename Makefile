@@ -1,15 +1,17 @@
 # Everything shardpack needs is installed here, into .venv; nothing relies on what is on the machine.
-# Two stamps: `make demo` installs the runtime only; `make test` (and lint, bench) adds the test
-# extras (TensorFlow, TFDS, DALI, Dask: a few GB).
+# Three stamps: `make demo` installs the runtime only; `make test-fast` adds the light test extras
+# (no TensorFlow, torch or DALI; enough for lint); `make test` (and bench) adds all the test extras
+# (4.6 GB).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 TESTDEPS := $(VENV)/.installed-test
+TESTLIGHT := $(VENV)/.installed-test-light
 # The data card's test opens it in a real browser: Debian's chromium (headless), from apt.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test demo test bench bench-long lint clean
+.PHONY: install install-test demo test test-fast bench bench-long lint clean
 
 install: $(RUNTIME)
 
@@ -21,9 +23,13 @@ $(RUNTIME): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(TESTDEPS): $(RUNTIME)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+$(TESTLIGHT): $(RUNTIME)
+	$(BIN)/python -m pip install --quiet -e '.[test-light]'
 	command -v chromium >/dev/null || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
+	touch $@
+
+$(TESTDEPS): $(TESTLIGHT)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
 demo: $(RUNTIME)
@@ -32,6 +38,10 @@ demo: $(RUNTIME)
 
 test: $(TESTDEPS)
 	$(BIN)/python -m pytest -q
+
+# Every test that needs no TensorFlow, TFDS, torch or DALI; those are skipped, with the reason.
+test-fast: $(TESTLIGHT)
+	SHARDPACK_TEST_TIER=fast $(BIN)/python -m pytest -q
 
 bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
@@ -47,7 +57,7 @@ bench-long: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.manifest_scale --scan
 
-lint: $(TESTDEPS)
+lint: $(TESTLIGHT)
 	$(BIN)/ruff check shardpack tests benchmarks
 	$(BIN)/ruff format --check shardpack tests benchmarks
 

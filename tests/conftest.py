@@ -1,8 +1,55 @@
-"""Fixtures that several test modules share: the loopback S3 server of tests/s3server.py."""
+"""Fixtures that several test modules share, and the fast tier's skip of heavy tests."""
+
+import os
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 # Their asserts report the values compared, as a test module's do.
 pytest.register_assert_rewrite("tests.helpers", "tests.s3server")
 
+from tests.helpers import make_tree, packed_tree  # noqa: E402
 from tests.s3server import s3, s3_server  # noqa: E402, F401
+
+FAST = os.environ.get("SHARDPACK_TEST_TIER") == "fast"  # set by `make test-fast`
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In the fast tier, skip tests marked heavy, saying what they need."""
+    if not FAST:
+        return
+    skip = pytest.mark.skip(reason="needs TensorFlow, TFDS, torch or DALI: run `make test`")
+    for item in items:
+        if item.get_closest_marker("heavy"):
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shared_tree(tmp_path_factory) -> Callable[[dict[str, int]], Path]:
+    """A factory: shared_tree({"a": 5, "b": 4}) is a folder `src` of class folders of drawn
+    JPEGs, made once a session for those counts; shared, so a test that changes it copies it."""
+    made: dict[tuple, Path] = {}
+
+    def make(classes: dict[str, int]) -> Path:
+        key = tuple(classes.items())
+        if key not in made:
+            made[key] = make_tree(tmp_path_factory.mktemp("tree") / "src", classes)
+        return made[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def shared_pack(tmp_path_factory) -> Callable[..., Path]:
+    """A factory: shared_pack({"a": 5, "b": 4}, shards=3) is OUT of that tree packed with those
+    PackOptions fields, once a session for those arguments; shared as shared_tree's folders."""
+    made: dict[tuple, Path] = {}
+
+    def make(classes: dict[str, int], **options) -> Path:
+        key = (tuple(classes.items()), tuple(sorted(options.items())))
+        if key not in made:
+            made[key] = packed_tree(tmp_path_factory.mktemp("packed"), classes, **options)
+        return made[key]
+
+    return make

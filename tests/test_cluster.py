@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from shardpack.containers import CONTAINERS
 from shardpack.options import PackOptions
 from shardpack.packing.cluster import ClusterError
 from shardpack.packing.packer import pack
@@ -83,15 +84,20 @@ def scheduler():
 
 
 def test_separate_scheduler_and_workers_match_local(job, scheduler: str, tmp_path: Path):
-    src, local, _ = job
-    out = tmp_path / "remote"
-    result = subprocess.run(
-        [sys.executable, "-m", "shardpack", "pack", str(src), str(out), "--encode", "jpeg",
-         "--shards", "6", "--workers", "2", "--backend", "dask", "--scheduler", scheduler,
-         "--no-progress"], capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    _same(out, local)
+    """Every container, on one cluster: the Dask backend writes the local backend's bytes."""
+    src, local, options = job
+    for fmt in sorted(CONTAINERS):
+        reference = local if fmt == options.format else tmp_path / f"local-{fmt}"
+        if fmt != options.format:
+            pack(src, reference, replace(options, format=fmt))
+        out = tmp_path / fmt
+        result = subprocess.run(
+            [sys.executable, "-m", "shardpack", "pack", str(src), str(out), "--encode", "jpeg",
+             "--shards", "6", "--workers", "2", "--backend", "dask", "--scheduler", scheduler,
+             "--format", fmt, "--no-progress"], capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        _same(out, reference)
 
 
 @contextmanager

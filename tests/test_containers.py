@@ -153,6 +153,7 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.heavy
 def test_array_record_is_read_by_array_record_and_grain(tmp_path):
     needs("grain")
     container = get_container("array_record")
@@ -164,6 +165,7 @@ def test_array_record_is_read_by_array_record_and_grain(tmp_path):
     assert read["records"] == expected
 
 
+@pytest.mark.heavy
 def test_webdataset_is_read_by_webdataset_and_wids(tmp_path):
     needs("webdataset")
     needs("wids")
@@ -431,6 +433,7 @@ print(json.dumps({"epoch": p.epoch_size("r"), "labels": labels,
 """
 
 
+@pytest.mark.heavy
 def test_dali_reads_the_tars(tmp_path):
     """NVIDIA DALI's fn.readers.webdataset on the CPU, in a process of its own."""
     needs("nvidia.dali")

@@ -162,6 +162,7 @@ def test_iter_examples_gives_numpy_arrays_of_the_declared_dtype_and_shape(packed
         assert record["label"].tolist() == list(want["label"])
 
 
+@pytest.mark.heavy
 def test_tensorflow_parses_every_feature(packed: Path):
     records = {r["key"].decode(): r for r in tf_records(packed)}
     for key, want in _expected().items():
@@ -171,6 +172,7 @@ def test_tensorflow_parses_every_feature(packed: Path):
         assert record["tags"].tolist() == list(want["tags"])
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("lists", ["ragged", "padded"])
 def test_tf_dataset_batches_list_features(packed: Path, lists: str):
     batch = next(iter(tf_dataset(packed, shuffle=False, batch_size=6, decode=False, lists=lists)))
@@ -192,12 +194,14 @@ def test_tf_dataset_batches_list_features(packed: Path, lists: str):
     assert [c.decode() for c in batch["caption"].numpy()] == [expected[k]["caption"] for k in keys]
 
 
+@pytest.mark.heavy
 def test_tf_dataset_single_records_hold_boxes_as_n_by_4(packed: Path):
     for record in tf_dataset(packed, shuffle=False, decode=False):
         key = record["key"].numpy().decode()
         assert record["boxes"].shape == (len(_expected()[key]["boxes"]), 4)
 
 
+@pytest.mark.heavy
 def test_tfds_builder_from_directory_loads_every_feature(packed: Path):
     tfds = pytest.importorskip("tensorflow_datasets")
     builder = tfds.builder_from_directory(str(packed))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -36,8 +35,8 @@ OPTIONS = PackOptions(shards=3, workers=2)
 
 
 @pytest.fixture(scope="module")
-def src(tmp_path_factory) -> Path:
-    return make_tree(tmp_path_factory.mktemp("formats") / "src", {"a": 5, "b": 4, "c": 3})
+def src(shared_tree) -> Path:
+    return shared_tree({"a": 5, "b": 4, "c": 3})
 
 
 @pytest.fixture(scope="module")
@@ -131,14 +130,6 @@ def test_the_cli_packs_inspects_previews_and_verifies_every_container(src, fmt, 
     assert checked.stdout.endswith(f"records ({framing}, counts, sha256)\n"), checked.stdout
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_the_dask_backend_writes_the_same_bytes(src, packed, fmt, tmp_path):
-    pytest.importorskip("distributed")
-    out = tmp_path / "dask"
-    pack(src, out, replace(OPTIONS, format=fmt, backend="dask"))
-    assert shard_files(out) == shard_files(packed[fmt])
-
-
 READ_TFDS = """
 import json, sys
 import tensorflow_datasets as tfds
@@ -148,6 +139,7 @@ print(json.dumps({"labels": [int(data[i]["label"]) for i in range(len(data))],
 """
 
 
+@pytest.mark.heavy
 def test_grain_and_tfds_read_array_record_output(packed):
     needs("grain")
     needs("tensorflow_datasets")
@@ -159,6 +151,7 @@ def test_grain_and_tfds_read_array_record_output(packed):
                                              "shape": [24, 32, 3]}  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_webdataset_and_wids_read_webdataset_output(packed, tmp_path):
     needs("webdataset")
     needs("wids")
@@ -268,36 +261,6 @@ def test_tf_dataset_refuses_other_containers_in_one_line(packed):
     with pytest.raises(ShardpackError, match="tf_dataset reads tfrecord shards; these are "
                                              "webdataset"):  # fmt: skip
         tf_dataset(packed["webdataset"])
-
-
-def _readme_blocks(language: str) -> list[str]:
-    """The code blocks of the README's "Other containers" section."""
-    text = (Path(__file__).parents[1] / "README.md").read_text()
-    section = text.split("### Other containers", 1)[1].split("\n## ", 1)[0]
-    return re.findall(rf"```{language}\n(.*?)```", section, re.S)
-
-
-def test_readme_readers(tmp_path):
-    """The README's commands (on a real `flowers` folder, two shards), then its readers."""
-    needs("grain")
-    needs("webdataset")
-    needs("wids")
-    src = make_tree(tmp_path / "flowers", {"daisy": 4, "rose": 3})
-    (commands,) = _readme_blocks("sh")
-    for line in commands.strip().splitlines():
-        args = line.replace("~/data/flowers", str(src)).split()[1:]
-        if args[0] == "pack":
-            args += ["--shards", "2", "--no-progress"]
-        run = subprocess.run([sys.executable, "-m", "shardpack", *args], cwd=tmp_path,
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
-        assert run.returncode == 0, line + run.stderr
-    blocks = _readme_blocks("python")
-    assert len(blocks) == 4
-    for code in blocks:
-        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
-        assert run.returncode == 0, code + run.stderr[-3000:]
-        assert run.stdout.split()[0] in ("7", "train-000000_000000"), run.stdout  # 7 records, a key
 
 
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "tfrecord"])

@@ -198,6 +198,7 @@ def _frame_markers(data: bytes) -> set[int]:
     ],
     ids=["baseline", "progressive", "grayscale"],
 )
+@pytest.mark.heavy
 def test_probe_jpeg(data, channels, frame):
     assert _frame_markers(data) == {frame}  # the fixture is the kind of JPEG it claims to be
     assert probe(data) == ImageInfo("jpeg", 24, 32, channels, tf_readable=True)
@@ -218,6 +219,7 @@ PNGS = {
 }
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("case", list(PNGS))
 def test_probe_png(case):
     make, channels = PNGS[case]
@@ -248,6 +250,7 @@ def _scan_start(data: bytes) -> int:
     return sos + 2 + struct.unpack_from(">H", data, sos + 2)[0]
 
 
+@pytest.mark.heavy
 def test_truncated_jpeg_is_bad_image_and_tensorflow_refuses_it():
     data = _jpeg()
     start = _scan_start(data)
@@ -294,6 +297,7 @@ def _with_exif_eoi(data: bytes) -> bytes:
     return data[:2] + app1 + data[2:]
 
 
+@pytest.mark.heavy
 def test_exif_segment_holding_ff_d9_does_not_hide_a_truncated_scan():
     data = _with_exif_eoi(_jpeg())
     assert probe(data) == ImageInfo("jpeg", 48, 64, 3)
@@ -553,6 +557,7 @@ def test_jpeg_quality_changes_the_bytes():
     assert len(encode(pixels, "jpeg", quality=10)) < len(encode(pixels, "jpeg", quality=95))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("fmt", ["jpeg", "png", "webp"])
 def test_tensorflow_decodes_encoded_images_as_rgb(fmt):
     tf = _tf()

@@ -205,6 +205,7 @@ def test_a_hugging_face_folder_with_metadata_and_no_labels(tmp_path: Path):
     assert verify(out).ok
 
 
+@pytest.mark.heavy
 def test_a_version_1_output_is_still_read(tmp_path: Path):
     """An output written by shardpack before the schema (index version 1) reads as before."""
     src = make_tree(tmp_path / "src", {"cat": 2, "dog": 2})

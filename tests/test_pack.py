@@ -42,6 +42,7 @@ def _index(out: Path) -> dict:
     return json.loads((out / "index.json").read_text())
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("encode", ["keep", "jpeg", "png", "webp", "raw"])
 def test_every_encoding_round_trips_through_tensorflow(tree: Path, tmp_path: Path, encode: str):
     out = tmp_path / "out"
@@ -100,6 +101,7 @@ def test_same_output_whatever_the_worker_count(tree: Path, tmp_path: Path):
     assert runs[1] == runs[2] == runs[3]
 
 
+@pytest.mark.heavy
 def test_seed_and_no_shuffle(tree: Path, tmp_path: Path):
     def keys(out: Path, **kw) -> list[str]:
         pack(tree, out, PackOptions(shards=1, workers=1, **kw))
@@ -113,6 +115,7 @@ def test_seed_and_no_shuffle(tree: Path, tmp_path: Path):
     assert keys(tmp_path / "d", seed=2) != seeded
 
 
+@pytest.mark.heavy
 def test_gzip_is_readable_by_tensorflow(tree: Path, tmp_path: Path):
     out = tmp_path / "out"
     pack(tree, out, PackOptions(compression="gzip", shards=2, workers=2))
@@ -121,6 +124,7 @@ def test_gzip_is_readable_by_tensorflow(tree: Path, tmp_path: Path):
     assert all(data[:2] == b"\x1f\x8b" for data in shard_files(out).values())
 
 
+@pytest.mark.heavy
 def test_max_side_and_resize(tmp_path: Path):
     src = tmp_path / "src"
     write_image(src / "a" / "big.jpg", make_image(1, height=300, width=400))
@@ -144,6 +148,7 @@ def test_cifar10_python_and_binary_give_identical_shards(tmp_path: Path):
     assert index["classes"][0] == "airplane"
 
 
+@pytest.mark.heavy
 def test_cifar_pixels_and_labels_survive(tmp_path: Path):
     import pickle
 
@@ -161,6 +166,7 @@ def test_cifar_pixels_and_labels_survive(tmp_path: Path):
         assert record["label"] == batch[b"labels"][i]
 
 
+@pytest.mark.heavy
 def test_cifar100_packs_fine_and_coarse_labels(tmp_path: Path):
     out = tmp_path / "out"
     pack(make_cifar100_python(tmp_path / "c100"), out, PackOptions(workers=1, encode="raw"))
@@ -179,6 +185,7 @@ def _bad_inputs(src: Path) -> None:
     (src / "dog" / "truncated.jpg").write_bytes(good[: len(good) // 2])
 
 
+@pytest.mark.heavy
 def test_bad_images_are_skipped_and_named(tree: Path, tmp_path: Path):
     _bad_inputs(tree)
     out = tmp_path / "out"
@@ -378,6 +385,7 @@ def test_stale_shards_are_removed_only_if_our_index_listed_them(tree: Path, tmp_
                       "src-train.tfrecord-00009-of-00010"]  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_max_pixels_applies_to_every_format_with_a_size_in_its_header(tmp_path: Path):
     src = tmp_path / "src"
     for ext in (".jpg", ".png", ".bmp", ".webp"):
@@ -393,6 +401,7 @@ def test_max_pixels_applies_to_every_format_with_a_size_in_its_header(tmp_path: 
         pack(src, tmp_path / "fail", PackOptions(workers=1, max_pixels=100, on_error="fail"))
 
 
+@pytest.mark.heavy
 def test_file_and_class_names_that_are_not_utf8(tmp_path: Path):
     import os
 

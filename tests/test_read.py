@@ -14,14 +14,15 @@ from shardpack.errors import IndexFormatError, RecordError, ShardpackError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples, tf_dataset
-from tests.helpers import make_cifar10_python, make_tree, packed_tree, tf_records
+from tests.helpers import make_cifar10_python, make_tree, tf_records
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory) -> Path:
-    return packed_tree(tmp_path_factory.mktemp("read"), {"a": 5, "b": 4}, shards=3, workers=1)
+def packed(shared_pack) -> Path:
+    return shared_pack({"a": 5, "b": 4}, shards=3, workers=1)
 
 
+@pytest.mark.heavy
 def test_iter_examples_matches_tensorflow(packed: Path):
     ours = {r["key"]: r for r in iter_examples(packed, decode=True)}
     theirs = {r["key"].decode(): r for r in tf_records(packed)}
@@ -72,6 +73,7 @@ print("\\n".join(loader))
 """
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("shards", [4, 1])
 def test_torch_dataloader_with_two_workers_reads_each_record_once(thousand, shards):
     pytest.importorskip("torch")
@@ -96,6 +98,7 @@ def test_shares_hold_each_record_once(thousand, shards, count):
     assert sorted(r["key"] for share in shuffled for r in share) == sorted(everything)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("shards", [4, 1])
 def test_tf_dataset_shares_hold_each_record_once(thousand, shards):
     import tensorflow as tf
@@ -116,6 +119,7 @@ def test_tf_dataset_shares_hold_each_record_once(thousand, shards):
     assert sorted(first + second) == everything
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("shard", [(2, 2), (-1, 2), (0, 0), "0/2", (0, 1, 2)])
 def test_a_bad_shard_is_one_clear_error(packed: Path, shard):
     with pytest.raises(ShardpackError, match="shard must be"):
@@ -151,6 +155,7 @@ def test_tf_dataset_without_tensorflow_says_what_to_install(packed: Path):
     assert "pip install 'shardpack[tf]'" in done.stdout and len(done.stdout.splitlines()) == 1
 
 
+@pytest.mark.heavy
 def test_every_reader_handles_an_empty_shard(tmp_path: Path):
     """Three images in three shards, one of them not an image: its shard holds no record."""
     import shardpack
@@ -203,6 +208,7 @@ def test_unknown_split(packed: Path):
         list(iter_examples(packed, "test"))
 
 
+@pytest.mark.heavy
 def test_tf_dataset_epochs_and_batches(packed: Path):
     ds = tf_dataset(packed, shuffle=False, epochs=3)
     keys = [r["key"].numpy().decode() for r in ds]
@@ -216,6 +222,7 @@ def test_tf_dataset_epochs_and_batches(packed: Path):
     assert batch["image"].shape == (4, 16, 16, 3) and batch["image"].dtype.name == "uint8"
 
 
+@pytest.mark.heavy
 def test_keras_fit_on_the_demo_set(tmp_path: Path):
     """The README's training loop, on the built-in sample set."""
     import keras
@@ -287,6 +294,7 @@ def _only_shapes(out: Path) -> tuple[tuple, tuple, tuple]:
     return fields, record["image"].shape, tuple(tf_record["image"].shape)
 
 
+@pytest.mark.heavy
 def test_passed_through_exif_orientation_is_left_as_a_tag_by_every_reader(tmp_path: Path):
     from shardpack.read.verify import verify
 
@@ -308,6 +316,7 @@ def test_passed_through_exif_orientation_is_left_as_a_tag_by_every_reader(tmp_pa
         ({"max_side": 40}, (40, 32, 3)),
     ],
 )
+@pytest.mark.heavy
 def test_reencoding_turns_an_exif_orientation_upright(tmp_path: Path, options, shape):
     from shardpack.read.verify import verify
 

@@ -36,12 +36,11 @@ def _upload(out: Path) -> str:
 
 
 @pytest.fixture(scope="module", params=FORMATS)
-def packed(request, tmp_path_factory) -> tuple[Path, str]:
+def packed(request, shared_pack) -> tuple[Path, str]:
     """(a local pack output of the container, the same bytes under a memory:// URL)."""
     if request.param == "array_record":
         pytest.importorskip("array_record")
-    root = tmp_path_factory.mktemp(request.param)
-    out = packed_tree(root, {"a": 4, "b": 3}, workers=1, shards=2, format=request.param)
+    out = shared_pack({"a": 4, "b": 3}, workers=1, shards=2, format=request.param)
     return out, _upload(out)
 
 
@@ -175,6 +174,7 @@ def test_a_remote_shard_streams_its_first_record(s3_bucket, tmp_path, caplog):
     assert sum(1 for _ in records) == 23  # and the rest streams on
 
 
+@pytest.mark.heavy
 def test_tf_dataset_over_a_url_equals_the_local_folder(tmp_path):
     pytest.importorskip("tensorflow")
     out = packed_tree(tmp_path, {"a": 4, "b": 3}, workers=1, shards=2)

@@ -16,14 +16,12 @@ from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.random_access import read_record, write_index_files
 from shardpack.read.stream import iter_examples
-from tests.helpers import at, make_tree, packed_tree
+from tests.helpers import at, make_tree
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory) -> Path:
-    return packed_tree(
-        tmp_path_factory.mktemp("ri"), {"a": 6, "b": 5}, shards=3, workers=1, index_files=True
-    )
+def packed(shared_pack) -> Path:
+    return shared_pack({"a": 6, "b": 5}, shards=3, workers=1, index_files=True)
 
 
 def test_index_files_match_the_framing(packed: Path):
@@ -92,6 +90,7 @@ def test_cli_index_files_and_preview(packed: Path, tmp_path: Path):
     assert sheet[:128, :128].std() > 5  # a real thumbnail, not a blank cell
 
 
+@pytest.mark.heavy
 def test_dali_reads_the_shards_through_our_index_files(packed: Path):
     """NVIDIA DALI's fn.readers.tfrecord on the CPU, in a process of its own."""
     import json

@@ -32,6 +32,7 @@ def _split_tree(root: Path) -> Path:
 # ---- split trees ----------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_split_tree_packs_splits_with_one_class_list(tmp_path: Path):
     out = tmp_path / "out"
     pack(_split_tree(tmp_path / "src"), out, PackOptions(workers=1))
@@ -126,6 +127,7 @@ def test_cli_pack_of_a_split_tree(tmp_path: Path):
 # ---- --classes ------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_classes_pin_the_order_and_labels(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 2, "dog": 3})
     out = tmp_path / "out"
@@ -203,6 +205,7 @@ def test_stratified_split_keeps_totals_right_with_many_tiny_classes():
     assert [len(p) for p in parts] == [18, 2]
 
 
+@pytest.mark.heavy
 def test_split_option_packs_stratified_splits(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 10, "dog": 20})
     out = tmp_path / "out"

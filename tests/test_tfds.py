@@ -12,6 +12,7 @@ from shardpack.packing.packer import pack
 from shardpack.storage import storage_at
 from tests.helpers import make_cifar100_python, make_tree
 
+pytestmark = pytest.mark.heavy
 tfds = pytest.importorskip("tensorflow_datasets")
 
 

@@ -109,11 +109,13 @@ def test_frame_golden_bytes(payload, golden):
     assert frame(payload).hex() == golden
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("payload", PAYLOADS, ids=["empty", "hello", "768B", "1000xFF"])
 def test_frame_equals_what_tensorflow_writes(tmp_path, payload):
     assert frame(payload) == _tf_write(tmp_path / "tf.tfrecord", [payload])
 
 
+@pytest.mark.heavy
 def test_writer_file_is_byte_identical_to_tensorflow_writer(tmp_path):
     ours = _write(tmp_path / "ours.tfrecord", PAYLOADS)
     theirs = _tf_write(tmp_path / "tf.tfrecord", PAYLOADS)
@@ -171,6 +173,7 @@ EXAMPLE_CASES = {
 }
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("case", list(EXAMPLE_CASES))
 def test_encode_example_is_byte_identical_to_tensorflow(case):
     features = EXAMPLE_CASES[case]
@@ -185,6 +188,7 @@ def test_encode_example_bytes_do_not_depend_on_insertion_order():
     assert a == b
 
 
+@pytest.mark.heavy
 def test_tensorflow_parses_encode_example():
     tf = _tf()
     data = encode_example(
@@ -247,6 +251,7 @@ def test_decode_example_round_trips():
     }
 
 
+@pytest.mark.heavy
 def test_decode_example_reads_tensorflow_bytes():
     data = _tf_example(
         {"image": ("bytes", [b"abc"]), "label": ("int", [-7, 2**50]), "f": ("float", [1.5])}
@@ -321,6 +326,7 @@ def test_empty_writer_gives_an_empty_file(tmp_path):
     assert list(iter_records(*at(path))) == []
 
 
+@pytest.mark.heavy
 def test_gzip_output_is_read_by_tensorflow_and_deterministic(tmp_path):
     a, b = tmp_path / "a.tfrecord.gz", tmp_path / "b.tfrecord.gz"
     ra = _write(a, PAYLOADS, "gzip")
@@ -337,12 +343,14 @@ def test_gzip_output_is_read_by_tensorflow_and_deterministic(tmp_path):
     assert _tf_read(a, "GZIP") == PAYLOADS
 
 
+@pytest.mark.heavy
 def test_iter_records_reads_gzip_written_by_tensorflow(tmp_path):
     path = tmp_path / "tf.tfrecord.gz"
     _tf_write(path, PAYLOADS, "GZIP")
     assert [data for _, data in iter_records(*at(path), "gzip")] == PAYLOADS
 
 
+@pytest.mark.heavy
 def test_tensorflow_reads_uncompressed_output(tmp_path):
     path = tmp_path / "a.tfrecord"
     _write(path, PAYLOADS)
@@ -366,6 +374,7 @@ def test_iter_records_yields_offsets_and_data(tmp_path):
     assert list(iter_records(*at(path))) == list(zip(_offsets(PAYLOADS), PAYLOADS, strict=True))
 
 
+@pytest.mark.heavy
 def test_iter_records_reads_tensorflow_output(tmp_path):
     path = tmp_path / "tf.tfrecord"
     _tf_write(path, PAYLOADS)

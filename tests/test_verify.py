@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from shardpack.read.verify import verify
-from tests.helpers import at, packed_tree
+from tests.helpers import at
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory) -> Path:
-    return packed_tree(tmp_path_factory.mktemp("verify"), {"a": 6, "b": 6}, shards=3, workers=1)
+def packed(shared_pack) -> Path:
+    return shared_pack({"a": 6, "b": 6}, shards=3, workers=1)
 
 
 @pytest.fixture
