@@ -24,6 +24,12 @@ def is_count(value: object, least: int = 1) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
+def install_hint(extra: str) -> str:
+    """The pip line that adds an extra; shardpack is installed from a checkout until published."""
+    return (f"pip install '.[{extra}]' from shardpack's checkout (pip install "
+            f"'shardpack[{extra}]' once published)")  # fmt: skip
+
+
 class ShardpackError(Exception):
     """Base class: the CLI prints the message on one line and exits with code 2."""
 

@@ -287,4 +287,5 @@ def test_array_record_without_its_package_is_one_line_and_touches_nothing(packed
         assert run.returncode == 2 and "Traceback" not in run.stderr, (args, run.stderr)
         assert run.stderr.count("\n") == 1, run.stderr
         assert "pip install 'shardpack[array_record]'" in run.stderr, run.stderr
+        assert "pip install '.[array_record]' from shardpack's checkout" in run.stderr
     assert not out.exists()

@@ -476,7 +476,9 @@ def test_without_pyarrow_a_parquet_manifest_says_which_extra_to_install(tmp_path
         f"read_manifest({str(tmp_path / 't.parquet')!r})\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert "pip install shardpack[parquet]" in run.stderr
+    line = run.stderr.strip().splitlines()[-1]  # the error, naming both ways to install
+    assert "pip install '.[parquet]' from shardpack's checkout" in line
+    assert "pip install 'shardpack[parquet]'" in line
 
 
 def test_reading_a_csv_manifest_does_not_import_pyarrow(tmp_path):

@@ -35,7 +35,7 @@ from shardpack.containers import (
     open_shard,
 )
 from shardpack.containers.example import decode, encode_example
-from shardpack.errors import MissingPackageError, RecordError
+from shardpack.errors import MissingPackageError, RecordError, install_hint
 from shardpack.storage import HashingBlob, Sink, Storage
 from shardpack.storage.atomic import hash_fd
 
@@ -59,7 +59,7 @@ def _module():
     except ImportError:
         raise MissingPackageError(
             "the array_record format needs the array-record package: "
-            "pip install 'shardpack[array_record]'"
+            + install_hint("array_record")
         ) from None
     return array_record_module
 

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from shardpack.errors import ShardpackError
+from shardpack.errors import ShardpackError, install_hint
 from shardpack.storage import Storage, storage_at
 
 # A scheduler's address as shardpack reaches it: HOST:PORT, plain TCP ([::1]:8786 for IPv6).
@@ -29,9 +29,7 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise ClusterError(
-            "--backend dask needs the dask extra: pip install 'shardpack[dask]'"
-        ) from None
+        raise ClusterError(f"--backend dask needs the dask extra: {install_hint('dask')}") from None
     if scheduler is None:
         # Loopback only: a Dask scheduler has no authentication, and runs what it is sent.
         cluster = LocalCluster(

@@ -14,7 +14,13 @@ from contextlib import suppress
 import numpy as np
 
 from shardpack import images
-from shardpack.errors import MissingPackageError, OutputError, ShardpackError, os_error_fix
+from shardpack.errors import (
+    MissingPackageError,
+    OutputError,
+    ShardpackError,
+    install_hint,
+    os_error_fix,
+)
 from shardpack.index import Index, load_index
 from shardpack.packing.stats import reason_kind
 from shardpack.read.stream import decode_pixels, iter_examples
@@ -83,7 +89,7 @@ def _require_matplotlib() -> None:
     except ImportError:
         raise MissingPackageError(
             "shardpack report draws its charts with matplotlib, which is not installed; "
-            "pip install 'shardpack[report]'"
+            + install_hint("report")
         ) from None
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardpack.containers import CONTAINERS, checked, open_shard
-from shardpack.errors import RecordError, ShardpackError, is_count
+from shardpack.errors import RecordError, ShardpackError, install_hint, is_count
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.options import DEFAULT_MAX_PIXELS, ENCODINGS
 from shardpack.schema import Schema, check_values, decode_value
@@ -324,7 +324,7 @@ def tf_dataset(
         import tensorflow as tf
     except ImportError as e:
         raise ShardpackError(
-            f"tf_dataset needs TensorFlow ({e}); install it with: pip install 'shardpack[tf]'"
+            f"tf_dataset needs TensorFlow ({e}); install it with: {install_hint('tf')}"
         ) from None
     if input_context is not None:
         shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)

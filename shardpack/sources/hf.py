@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from shardpack.errors import ImageError, SourceError
+from shardpack.errors import ImageError, SourceError, install_hint
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources import Dataset, Item, Source
@@ -105,8 +105,8 @@ def _open(file: Storage):
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise SourceError(f"{file.path()}: reading Parquet needs pyarrow: pip install "
-                          "shardpack[parquet]") from None  # fmt: skip
+        raise SourceError(f"{file.path()}: reading Parquet needs pyarrow: "
+                          f"{install_hint('parquet')}") from None  # fmt: skip
     f = open_table(file)
     try:
         return pq.ParquetFile(f)

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import islice, repeat
 
-from shardpack.errors import OutputError
+from shardpack.errors import OutputError, install_hint
 from shardpack.storage import (
     EXTRAS,
     LOCK_NAME,
@@ -83,7 +83,7 @@ class RemoteStorage(Storage):
             fs, base = url_to_fs(url, **(_http_options(options) if scheme in _HTTP else options))
         except ImportError:
             extra = EXTRAS.get(scheme)
-            what = f"pip install 'shardpack[{extra}]'" if extra else (
+            what = install_hint(extra) if extra else (
                 f"install fsspec and its filesystem package for {scheme}://")  # fmt: skip
             raise StorageError(f"{url}: {scheme}:// needs a filesystem package: {what}") from None
         except ValueError as e:  # "Protocol not known"

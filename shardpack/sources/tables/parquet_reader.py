@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from shardpack.errors import SourceError
+from shardpack.errors import SourceError, install_hint
 from shardpack.sources.tables import chunks
 from shardpack.sources.tables.chunks import Chunk, check_names
 
@@ -21,7 +21,7 @@ def parquet_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
         import pyarrow.parquet as pq
     except ImportError:
         raise SourceError(
-            f"{path}: reading Parquet needs pyarrow: pip install shardpack[parquet]"
+            f"{path}: reading Parquet needs pyarrow: {install_hint('parquet')}"
         ) from None
     try:
         parquet = pq.ParquetFile(f)
