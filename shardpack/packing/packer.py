@@ -372,8 +372,7 @@ def _tidy_after_failure(out: Storage, todo: list[ShardSpec], recorded: set[str])
 @contextmanager
 def _no_gc() -> Iterator[None]:
     """Hold the cyclic garbage collector off: a listing makes millions of objects and no
-    cycles, and each full collection walks them all (1,000,000 files: plan 22 s -> 8 s on the
-    loaded 2-core machine, `python -m benchmarks.listing`)."""
+    cycles, and each full collection walks them all (`python -m benchmarks.listing`)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -405,10 +404,8 @@ _KEEP = ((_M_TRIM_THRESHOLD, 64 * 2**20), (_M_MMAP_THRESHOLD, 32 * 2**20))
 def _keep_freed_memory() -> None:
     """Have glibc's malloc keep freed memory for the next image instead of handing it back.
 
-    By default each image's decode and encode buffers were fresh pages, page-faulted in one by
-    one (~2.5 us a page here): 3,000 photos re-encoded to JPEG took 354,000 page faults and
-    1.06 s of system time at --workers 1, 710,000 and 1.74 s at 2; with these options 11,000
-    and 27,000, and 0.36 s (whole process 8.68 -> 7.62 s and 5.05 -> 4.24 s). The price: the
+    By default each image's decode and encode buffers are fresh pages, page-faulted in one by
+    one: a large share of re-encoding's system time (benchmarks/README.md). The price: the
     process keeps up to 64 MiB of freed memory for reuse, and setting the thresholds turns off
     glibc's own adjusting of them, for the rest of the process. Elsewhere (no glibc) nothing
     is done.
