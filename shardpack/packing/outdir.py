@@ -264,23 +264,13 @@ def _shard_result(entry: object) -> ShardResult | None:
             isinstance(s, list) and len(s) == 2 and all(isinstance(x, str) for x in s)
             for s in entry["skipped"]
         )
-    )
-    sizes = entry["sizes"]
-    good = (
-        good
         and type(entry["lossless"]) is int
-        and isinstance(sizes, list)
-        and all(
-            isinstance(size, list) and len(size) == 2 and all(type(n) is int for n in size)
-            for size in sizes
-        )
     )
     content, tally = _content(entry["content"]), _tally(entry["tally"])
     if not good or content is None or tally is None:
         return None
     return ShardResult(**{**entry, "label_counts": tuple(entry["label_counts"]),
                           "skipped": tuple(map(tuple, entry["skipped"])),
-                          "sizes": tuple(map(tuple, sizes)),
                           "content": content, "tally": tally})  # fmt: skip
 
 

@@ -74,7 +74,6 @@ class ShardResult:
     seconds: float
     offsets: tuple[int, ...] = ()  # each record's byte offset; () in a journal from before
     lossless: int = 0  # images --encode keep re-encoded as PNG: TensorFlow cannot decode them
-    sizes: tuple[tuple[int, int], ...] = ()  # distinct (height, width)s of the records, two at most
     content: bytes = b""  # facts.FACT_DTYPE rows, one per item in plan order
     tally: tuple[tuple[str, str, int], ...] = ()  # facts.ShardFacts.tally
 
