@@ -246,20 +246,7 @@ def pack(
         document["duplicates"] = duplicates.summary(groups, sum(removed.values()))
         document["summaries"] = split_summaries(plan, results, removed)
         index = index_from_document(out, document)
-        if index.tfds_readable:
-            write_tfds_metadata(out, document, index.container.tfds_file_format)
-        else:  # an earlier run's metadata would point TFDS at shards it cannot read
-            out.remove(METADATA_NAMES)
-        for split, entry in document["splits"].items():  # the container's files beside them
-            shards = [(s["file"], s["num_records"]) for s in entry["shards"]]
-            for file, listing in index.container.split_files(name, split, shards).items():
-                out.put(file, json_bytes(listing))
-        if options.index_files:
-            from shardpack.read.random_access import write_index_files
-
-            write_index_files(out, document, {r.file: r.offsets for r in results})
-        out.put(CARD_NAME, card(document))  # the Hub's dataset card
-        out.put(INDEX_NAME, json_bytes(document))  # last: the run is complete
+        _write_outputs(out, index, results, options)
     return PackResult(
         out.root,
         index,
@@ -271,6 +258,26 @@ def pack(
         new_records,
         notes,
     )
+
+
+def _write_outputs(out: Storage, index: Index, results: list, options: PackOptions) -> None:
+    """Write what goes beside the shards (TFDS metadata, the container's split files, DALI
+    index files, the dataset card), then index.json, last: the run is complete."""
+    document = index.raw
+    if index.tfds_readable:
+        write_tfds_metadata(out, document, index.container.tfds_file_format)
+    else:  # an earlier run's metadata would point TFDS at shards it cannot read
+        out.remove(METADATA_NAMES)
+    for split, entry in document["splits"].items():  # the container's files beside them
+        shards = [(s["file"], s["num_records"]) for s in entry["shards"]]
+        for file, listing in index.container.split_files(index.name, split, shards).items():
+            out.put(file, json_bytes(listing))
+    if options.index_files:
+        from shardpack.read.random_access import write_index_files
+
+        write_index_files(out, document, {r.file: r.offsets for r in results})
+    out.put(CARD_NAME, card(document))  # the Hub's dataset card
+    out.put(INDEX_NAME, json_bytes(document))
 
 
 def _leave_nothing(out: Storage, plan: Plan, dataset: Dataset, results: list) -> NoReturn:
