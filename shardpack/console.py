@@ -4,6 +4,7 @@ bar or lines, counts and byte sizes in words."""
 import json
 import sys
 import time
+from collections.abc import Sequence
 
 import typer
 
@@ -129,17 +130,8 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         typer.echo(f"skipped {plural(summary['skipped'], 'item')} ({listed} listed in index.json):")
         for item in summary["skipped_items"][:5]:
             typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
-    from shardpack.packing.duplicates import lines  # pack imported it: no cost
-
-    for line in lines(summary["duplicates"]):
-        typer.echo(line)
-    if summary["ignored"]:
-        ignored = plural(
-            summary["ignored"], "file that is not an image", "files that are not images"
-        )
-        named = ", ".join(map(printable, summary["ignored_files"][:5]))
-        more = ", ..." if summary["ignored"] > 5 else ""
-        typer.echo(f"ignored {ignored}: {named}{more}")
+    _print_duplicates_and_ignored(summary["duplicates"], summary["ignored"],
+                                  summary["ignored_files"])  # fmt: skip
     if not summary["tfds_metadata"]:
         what = "GZIP" if summary["compression"] == "gzip" else summary["container"]
         typer.echo(f"no TFDS metadata: TFDS cannot read {what} shards")
@@ -164,7 +156,6 @@ _SHOWN_CLASSES = 8  # of a summary's class list: one line on a terminal
 
 def print_inspect(summary: dict) -> None:
     """inspect's report: splits, shards, the class histogram, sample records, what is missing."""
-    from shardpack.packing.duplicates import lines  # inspect imported it: no cost
     from shardpack.read.inspect import summary_lines
 
     typer.echo(
@@ -204,13 +195,20 @@ def print_inspect(summary: dict) -> None:
               "every shard", file=sys.stderr)  # fmt: skip
     if summary["num_skipped"]:
         typer.echo(f"\nskipped {plural(summary['num_skipped'], 'file')} at pack time")
-    for line in lines(summary["duplicates"]):
+    _print_duplicates_and_ignored(summary["duplicates"], summary["ignored"])
+
+
+def _print_duplicates_and_ignored(duplicates: dict, ignored: int, named: Sequence = ()) -> None:
+    """The copies found, and how many files the scan passed over (the first few named)."""
+    from shardpack.packing.duplicates import lines  # pack or inspect imported it: no cost
+
+    for line in lines(duplicates):
         typer.echo(line)
-    if summary["ignored"]:
-        ignored = plural(
-            summary["ignored"], "file that is not an image", "files that are not images"
-        )
-        typer.echo(f"ignored {ignored}")
+    if ignored:
+        what = plural(ignored, "file that is not an image", "files that are not images")
+        more = ", ..." if ignored > 5 else ""
+        shown = f": {', '.join(map(printable, named[:5]))}{more}" if named else ""
+        typer.echo(f"ignored {what}{shown}")
 
 
 # What a sample record's line names on its own; any other feature is shown as name=value.
