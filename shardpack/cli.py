@@ -4,13 +4,11 @@ Start-up stays light (`shardpack --help` imports typer and this module, nothing 
 command imports the library modules it needs, and help is plain text, without rich.
 """
 
-import json
 import os
 import shlex
 import shutil
 import signal
 import sys
-import time
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -19,9 +17,9 @@ from typing import Annotated, NoReturn, Optional
 import typer
 
 from shardpack import __version__
+from shardpack.console import Bar, plural, print_inspect, print_json, print_pack_summary
 from shardpack.containers import CONTAINERS
-from shardpack.errors import FileAccessError, ShardpackError, printable, shortened
-from shardpack.index import MAX_NAMED_SKIPPED
+from shardpack.errors import FileAccessError, ShardpackError, printable
 from shardpack.options import (
     BACKEND_ALIASES,
     BACKENDS,
@@ -52,10 +50,6 @@ app = typer.Typer(
     # if they took a <bool> value.
     rich_markup_mode=None,
 )
-# A bar appears only for runs that last longer than this: short runs just print the summary.
-_BAR_DELAY_S = 1.0
-# Where stderr is no terminal (a log file, CI), a progress line this often instead of the bar.
-_LINE_EVERY_S = 10.0
 
 
 class _Command(typer.core.TyperCommand):
@@ -89,12 +83,6 @@ def _error(message: str) -> None:
     typer.echo(f"{typer.style('error:', fg='red', bold=True)} {printable(message)}", err=True)
 
 
-def _stderr():
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False)
-
-
 @contextmanager
 def _user_errors():
     """The error boundary of every command: a ShardpackError, an OSError from any file
@@ -120,11 +108,6 @@ def _user_errors():
         raise typer.Exit(2) from None
 
 
-def _plural(count: int, noun: str, plural: str | None = None) -> str:
-    """'1 shard', '2 shards', '1,000 images'."""
-    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
-
-
 def _command_name() -> str:
     """How to run shardpack again as this process was run, for the lines that suggest a next
     command: `.venv/bin/shardpack` stays so when it is not on PATH."""
@@ -137,145 +120,6 @@ def _command_name() -> str:
     return shlex.quote(argv0)
 
 
-class _Bar:
-    """A rich progress bar on stderr with images/s and ETA, shown once a run passes one second;
-    a line every _LINE_EVERY_S where stderr is no terminal. The rate counts from the first
-    report, which holds the images of the shards a resume kept: new work only."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.start = time.monotonic()
-        self.progress = None
-        self.first: tuple[float, int] | None = None  # (time, images done) of the first report
-        self.line_due = self.start + _BAR_DELAY_S
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        self.first = self.first or (now, done)
-        if not self.enabled or now - self.start < _BAR_DELAY_S:
-            return
-        rate = (done - self.first[1]) / max(now - self.first[0], 1e-9)
-        if not sys.stderr.isatty():
-            if now >= self.line_due:
-                self.line_due = now + _LINE_EVERY_S
-                eta = f"{(total - done) / rate:,.0f} s" if rate > 0 else "unknown"
-                print(f"packing: {done:,}/{total:,} images, {rate:,.0f} images/s, ETA {eta}",
-                      file=sys.stderr, flush=True)  # fmt: skip
-            return
-        if self.progress is None:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-            )
-
-            self.progress = Progress(
-                TextColumn("packing"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]:>8.0f} images/s"),
-                TimeRemainingColumn(),
-                console=_stderr(),
-            )
-            self.progress.start()
-            # from `done`: the kept shards' images are no progress for the ETA to count
-            self.task = self.progress.add_task("pack", total=total, completed=done, rate=rate)
-        self.progress.update(self.task, completed=done, rate=rate)
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-            self.progress = None
-
-
-def _print_json(document: object) -> None:
-    typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
-
-
-def _human_bytes(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
-
-
-def _print_pack_summary(summary: dict, resumed: bool) -> None:
-    total = sum(s["num_bytes"] for s in summary["splits"].values())
-    shards = sum(s["num_shards"] for s in summary["splits"].values())
-    rate = f"{summary['images_per_second'] or 0:,.0f} images/s with " + _plural(
-        summary["workers"], "worker"
-    )
-    head = (
-        f"packed {_plural(summary['records'], 'image')} into {_plural(shards, 'shard')} "
-        f"({_human_bytes(total)}) in {summary['seconds']:.2f} s"
-    )
-    if resumed:  # the rate is the new work's: kept shards cost nothing this time
-        kept = (
-            f"kept {summary['shards_kept']:,} of {_plural(shards, 'shard')} from an earlier run"
-            if summary["shards_kept"]  # else a fresh folder, or another plan's: say so
-            else "found no finished shard of this job to keep, packed from the start"
-        )
-        typer.echo(f"{head}: {kept}, wrote {_plural(summary['new_records'], 'image')} at {rate}")
-    else:
-        typer.echo(f"{head}: {rate}")
-    width = max(map(len, summary["splits"]), default=0)
-    for name, split in summary["splits"].items():
-        typer.echo(
-            f"  {name:<{width}} {_plural(split['num_records'], 'record'):>17}  "
-            f"{_plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
-        )
-    _print_classes_and_features(summary)
-    if summary["lossless"]:
-        made = _plural(summary["lossless"], "image")
-        typer.echo(f"re-encoded {made} TensorFlow cannot decode (CMYK JPEG, GIF, ...) as "
-                   "PNG, losslessly")  # fmt: skip
-    if summary["skipped"]:
-        listed = (
-            "all" if summary["skipped"] <= MAX_NAMED_SKIPPED else f"the first {MAX_NAMED_SKIPPED:,}"
-        )
-        typer.echo(
-            f"skipped {_plural(summary['skipped'], 'item')} ({listed} listed in index.json):"
-        )
-        for item in summary["skipped_items"][:5]:
-            typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
-    from shardpack.packing.duplicates import lines  # pack imported it: no cost
-
-    for line in lines(summary["duplicates"]):
-        typer.echo(line)
-    if summary["ignored"]:
-        ignored = _plural(
-            summary["ignored"], "file that is not an image", "files that are not images"
-        )
-        named = ", ".join(map(printable, summary["ignored_files"][:5]))
-        more = ", ..." if summary["ignored"] > 5 else ""
-        typer.echo(f"ignored {ignored}: {named}{more}")
-    if not summary["tfds_metadata"]:
-        what = "GZIP" if summary["compression"] == "gzip" else summary["container"]
-        typer.echo(f"no TFDS metadata: TFDS cannot read {what} shards")
-    typer.echo(f"index: {summary['out']}/index.json")
-
-
-def _print_classes_and_features(summary: dict) -> None:
-    """The class list (the first few) and every feature beyond the image's: a changed class list
-    or a lost label column shows in the summary."""
-    count, shown = summary["num_classes"], summary["classes"][:_SHOWN_CLASSES]
-    if count:
-        more = ", ..." if count > len(shown) else ""
-        typer.echo(
-            f"{_plural(count, 'class', 'classes')}: {', '.join(map(printable, shown))}{more}"
-        )
-    else:
-        typer.echo("no classes: unlabeled")
-    features = [f"{printable(name)} ({kind})" for name, kind in summary["features"].items()]
-    typer.echo(f"features: {', '.join(features) or 'the image only'}")
-
-
-_SHOWN_CLASSES = 8  # of a summary's class list: one line on a terminal
-
-
 class _Terminated(BaseException):
     """SIGTERM, raised in the main thread so that a run cleans up as it does on Ctrl-C."""
 
@@ -284,7 +128,7 @@ def _on_sigterm(signum, frame) -> None:
     raise _Terminated
 
 
-def _stopped(what: str, code: int, bar: _Bar) -> NoReturn:
+def _stopped(what: str, code: int, bar: Bar) -> NoReturn:
     bar.close()  # its last frame before the line that says why, not after it
     print(f"{what}: no index written; rerun with --resume to continue", file=sys.stderr)
     raise typer.Exit(code)
@@ -300,7 +144,7 @@ def _run_pack(
 ) -> None:
     from shardpack.packing.packer import pack
 
-    bar = _Bar(progress)
+    bar = Bar(progress)
     try:
         result = pack(src, out, options, progress=bar, storage_options=storage_options)
     except KeyboardInterrupt:
@@ -312,7 +156,7 @@ def _run_pack(
     summary = result.to_json()
     for warning in summary["warnings"]:
         print(f"warning: {printable(warning)}", file=sys.stderr)
-    _print_json(summary) if as_json else _print_pack_summary(summary, options.resume)
+    print_json(summary) if as_json else print_pack_summary(summary, options.resume)
 
 
 def _out_options(out: str, pairs: list[str] | None) -> dict[str, object]:
@@ -609,14 +453,14 @@ def verify(
 
         report = run_verify(out, decode=decode, storage_options=_out_options(out, storage_option))
     if as_json:
-        _print_json(report.to_json())
+        print_json(report.to_json())
     else:
         for fault in report.faults:
             typer.echo(f"FAULT {fault}", err=True)
-        verdict = "OK" if report.ok else _plural(len(report.faults), "FAULT")
+        verdict = "OK" if report.ok else plural(len(report.faults), "FAULT")
         checks = f"{report.framing}, counts, sha256" + (", decode" if decode else "")
         typer.echo(
-            f"{verdict}: {_plural(report.shards, 'shard')}, {_plural(report.records, 'record')} "
+            f"{verdict}: {plural(report.shards, 'shard')}, {plural(report.records, 'record')} "
             f"({checks})"
         )
     if not report.ok:
@@ -637,91 +481,10 @@ def inspect(
     Splits, shards, sizes, the class histogram and a few records.
     """
     with _user_errors():
-        from shardpack.packing.duplicates import lines
-        from shardpack.read.inspect import describe, summary_lines
+        from shardpack.read.inspect import describe
 
         summary = describe(out, records, _out_options(out, storage_option))
-    if as_json:
-        _print_json(summary)
-        return
-    typer.echo(
-        f"{printable(summary['name'])}  ({printable(str(summary['source']))}, encoding "
-        f"{printable(summary['encoding'])}, compression {summary['compression']}, "
-        f"{summary['container']} shards, "
-        f"{_plural(summary['num_classes'], 'class', 'classes')})"
-    )
-    for name, split in summary["splits"].items():
-        typer.echo(
-            f"\nsplit {printable(name)}: {_plural(split['num_records'], 'record')} in "
-            f"{_plural(split['num_shards'], 'shard')}, {_human_bytes(split['num_bytes'])}"
-        )
-        for shard in split["shards"][:8]:
-            typer.echo(f"  {shard['file']}  {shard['num_records']:>8} records  "
-                       f"{_human_bytes(shard['num_bytes']):>10}"
-                       f"{'  MISSING' if shard['missing'] else ''}")  # fmt: skip
-        if len(split["shards"]) > 8:
-            typer.echo(f"  ... {_plural(len(split['shards']) - 8, 'more shard')}")
-        most = max(split["class_counts"].values(), default=0) or 1
-        typer.echo("  classes:")
-        for cls, count in list(split["class_counts"].items())[:20]:
-            bar = "#" * round(30 * count / most)
-            typer.echo(f"    {printable(cls)[:20]:<20} {count:>8}  {bar}")
-        if len(split["class_counts"]) > 20:
-            more = len(split["class_counts"]) - 20
-            typer.echo(f"    ... {_plural(more, 'more class', 'more classes')}")
-        for line in summary_lines(summary["summaries"].get(name)):
-            typer.echo(line)
-        for record in split["samples"]:
-            typer.echo(_record_line(record))
-    missing = [s["file"] for split in summary["splits"].values() for s in split["shards"]
-               if s["missing"]]  # fmt: skip
-    if missing:
-        print(f"warning: {_plural(len(missing), 'shard')} the index lists not in OUT "
-              f"({missing[0]}{', ...' if len(missing) > 1 else ''}); shardpack verify checks "
-              "every shard", file=sys.stderr)  # fmt: skip
-    if summary["num_skipped"]:
-        typer.echo(f"\nskipped {_plural(summary['num_skipped'], 'file')} at pack time")
-    for line in lines(summary["duplicates"]):
-        typer.echo(line)
-    if summary["ignored"]:
-        ignored = _plural(
-            summary["ignored"], "file that is not an image", "files that are not images"
-        )
-        typer.echo(f"ignored {ignored}")
-
-
-# What a sample record's line names on its own; any other feature is shown as name=value.
-_SHOWN = {"key", "label", "class", "format", "height", "width", "channels", "image_bytes"}
-
-
-def _short(value: object) -> str:
-    """A feature value for one line: floats to 4 significant digits, lists element-wise."""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_short(v) for v in value) + "]"
-    return str(value)
-
-
-def _record_line(record: dict) -> str:
-    """One line for a sample record of `inspect`: key, label(s) and class(es), image, extras."""
-    names = record.get("class")
-    if names is None:
-        label = "no label"
-    elif isinstance(names, list):  # multi-label
-        label = f"labels {record['label']} ({', '.join(printable(n) for n in names)})"
-    else:
-        label = f"label {record['label']} ({printable(names)})"
-    extras = "".join(
-        f", {printable(name)}={shortened(printable(_short(value)), 60)}"
-        for name, value in record.items()
-        if name not in _SHOWN
-    )
-    return (
-        f"  record {printable(record['key'])}: {label}, {record['format']} "
-        f"{record['height']}x{record['width']}x{record['channels']} (HxWxC), "
-        f"{_plural(record['image_bytes'], 'byte')}{extras}"
-    )
+    print_json(summary) if as_json else print_inspect(summary)
 
 
 @app.command("index-files", cls=_Command)
@@ -734,7 +497,7 @@ def index_files(out: _OUT, storage_option: _STORAGE_OPTIONS = None) -> None:
         from shardpack.read.random_access import write_index_files
 
         written = write_index_files(out, storage_options=_out_options(out, storage_option))
-    typer.echo(f"wrote {_plural(len(written), 'index file')} in {os.path.join(out, 'idx')}")
+    typer.echo(f"wrote {plural(len(written), 'index file')} in {os.path.join(out, 'idx')}")
 
 
 @app.command(cls=_Command)
@@ -814,7 +577,7 @@ def demo(
         refuse_links(out / SAMPLE_NAME, shards)
         sample = make_sample(out / SAMPLE_NAME, per_class=per_class)
         if not as_json:
-            typer.echo(f"drew {_plural(per_class * len(SHAPES), 'sample image')} in {sample}")
+            typer.echo(f"drew {plural(per_class * len(SHAPES), 'sample image')} in {sample}")
         overwrite = overwrite or earlier_demo(shards)
         options = PackOptions(workers=workers, shards=4, overwrite=overwrite)
         _run_pack(Path(sample), shards, options, not no_progress, as_json)

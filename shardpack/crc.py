@@ -12,8 +12,8 @@ def _load_crc32c() -> Callable[[bytes], int]:
     """The crc32c package's crc32c function, loaded from its compiled module alone.
 
     The package's __init__ also asks importlib.metadata for its own version: importing that,
-    email's parser and argparse cost 25-50 ms of every command that reads or writes a TFRecord,
-    against ~1 ms for the compiled module. Laid out otherwise, or should the compiled module
+    email's parser and argparse cost tens of milliseconds of every command that reads or writes
+    a TFRecord (python -X importtime). Laid out otherwise, or should the compiled module
     not load alone, the package is imported whole.
     """
     spec = importlib.util.find_spec("crc32c")

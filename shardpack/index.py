@@ -301,8 +301,16 @@ def _expect(doc: dict, types: dict[str, type], bad) -> None:
 
 def _uniform_size(results: list[ShardResult]) -> list[int] | None:
     """[height, width] when every record written has that size (center-crop and pad promise
-    it), else None: tf_dataset then knows the images stack without image_size."""
-    sizes = {size for r in results for size in r.sizes}
+    it), else None: tf_dataset then knows the images stack without image_size. From what
+    facts noted of each record; a shard whose notes do not count its records leaves it unknown."""
+    from shardpack.packing.facts import record_sizes  # pack's: numpy is imported already
+
+    sizes: set[tuple[int, int]] = set()
+    for r in results:
+        noted = record_sizes(r.content, r.num_records)
+        if noted is None:
+            return None
+        sizes |= noted
     return list(next(iter(sizes))) if len(sizes) == 1 else None
 
 

@@ -418,9 +418,9 @@ def test_without_a_terminal_progress_comes_as_lines(tmp_path: Path):
 
 def test_the_progress_rate_counts_new_work_only(capsys):
     """A resume's first report holds the kept shards' images: the rate leaves them out."""
-    from shardpack.cli import _Bar
+    from shardpack.console import Bar
 
-    bar = _Bar(True)
+    bar = Bar(True)
     bar(900, 1000)  # 900 images kept from an earlier run
     time.sleep(1.2)
     bar(1000, 1000)  # 100 written since

@@ -114,8 +114,10 @@ def test_dedup_exact_keeps_the_evaluation_copy(src: Path, tmp_path: Path) -> Non
 def test_dedup_is_part_of_the_plan_and_resume_keeps_the_facts(src: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     first = _pack(src, out, "--shards", "2")
+    size = json.loads((out / "index.json").read_text())["image_size"]
     again = _pack(src, out, "--shards", "2", "--resume")
     assert again["shards_kept"] == 4  # every shard kept: the journal brought their facts back
+    assert json.loads((out / "index.json").read_text())["image_size"] == size == [40, 56]
     assert again["duplicates"] == first["duplicates"]
     result = runner.invoke(app, ["pack", str(src), str(out), "--dedup", "exact", "--no-progress"])
     assert result.exit_code == 2 and "--dedup was" in result.output  # another plan

@@ -23,9 +23,8 @@ FeatureValue = (
 
 # ---- protobuf wire format ------------------------------------------------------------------
 # Messages are built as lists of byte strings with their total size, so that an image payload
-# is copied once (by the final join), not once per level of nesting. For the seven features
-# pack writes: 29.5 us per record with nested concatenation, 6.9 us this way (3 KB image,
-# timeit on the 2-core dev machine; benchmarks/stages.py shows it in context).
+# is copied once (by the final join), not once per level of nesting (benchmarks/README.md,
+# "Measurements behind the code").
 
 _TAG = {1: b"\x0a", 2: b"\x12", 3: b"\x1a"}  # fields 1-3, wire type 2 (length-delimited)
 _SMALL_VARINTS = [bytes((i,)) for i in range(128)]
@@ -112,7 +111,7 @@ def _float_feature(packed: bytes) -> tuple[list[bytes], int]:
 @functools.lru_cache(maxsize=4096)
 def _scalar_entry(name: str, value: int | str) -> bytes:
     """A whole map entry for an int or short text value: labels, sizes and formats repeat
-    record after record, so each entry is built once (CIFAR raw: 19 -> 11 us per Example)."""
+    record after record, so each entry is built once."""
     return b"".join(_entry(name, *_feature(value))[0])
 
 
@@ -156,8 +155,7 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
 @functools.lru_cache(maxsize=4096)
 def _bytes_entry_head(name: str, length: int) -> bytes:
     """A map entry holding one bytes value of `length` bytes, all but the value; kept, since
-    raw images and keys repeat their lengths (a raw CIFAR record's Example: 8.3 -> 3.5 us,
-    timeit)."""
+    raw images and keys repeat their lengths."""
     prefix = _bytes_feature_prefix(length)
     return b"".join(_entry(name, [prefix], len(prefix) + length)[0])
 

@@ -216,8 +216,8 @@ def check_data(data: bytes, footer: bytes, path: str, offset: int) -> None:
 def _read_exactly(f: BinaryIO, size: int, path: str, offset: int) -> bytes | bytearray:
     """Up to `size` bytes. Past 1 MiB they are read a chunk at a time into one growing
     bytearray: memory follows the bytes that are there, not what a corrupt length claims, and
-    is not held twice (a 127 KB GZIP shard may hold one 128 MiB record: reading it at once, then
-    slicing off its footer, peaked at 300 MB)."""
+    is not held twice (a 127 KB GZIP shard may hold one 128 MiB record: read at once, then
+    sliced, it would peak at over twice that)."""
     try:
         if size <= _WRITE_BUFFER:
             return f.read(size)

@@ -50,6 +50,18 @@ class ShardFacts:
         return tuple(sorted((what, value, n) for (what, value), n in self.counts.items()))
 
 
+def record_sizes(content: bytes, num_records: int) -> set[tuple[int, int]] | None:
+    """The distinct (height, width)s of a shard's written records, from its content; None when
+    the content does not note exactly num_records written records."""
+    if len(content) % FACT_DTYPE.itemsize:
+        return None
+    rows = np.frombuffer(content, FACT_DTYPE)
+    rows = rows[rows["size"] > 0]  # size 0: an item not written
+    if len(rows) != num_records:
+        return None
+    return set(zip(rows["height"].tolist(), rows["width"].tolist(), strict=True))
+
+
 def table(content: bytes, count: int) -> np.ndarray:
     """A ShardResult's content as its table of `count` rows; all zeros (nothing noted) where
     the bytes do not hold exactly that many rows (a journal of another version)."""

@@ -123,13 +123,11 @@ class _PackedItems:
     """A shard's items as bytes, for a forked worker: iterates and counts like the tuple it was
     made from, unpacking PACKED_CHUNK items at a time.
 
-    A worker that read the inherited Item objects themselves wrote their reference counts, so
-    every page of the listing it touched (scattered by the shuffle: nearly all of them) was
-    copied into it: 50,000 small JPEGs on 2 workers, 23 MB private a worker against 13 MB for
-    5,000. Bytes are only read; a worker holds one chunk at a time. The price is the parent's:
-    packing, a column per field in C, takes ~0.5 us an item before the workers start (~26 ms
-    for those 50,000), and the packed bytes (~35 bytes an item: ~35 MB for a million) stay
-    for the run.
+    A worker reading the inherited Item objects themselves would write their reference counts,
+    copying into itself every page of the listing it touched (scattered by the shuffle: nearly
+    all of them). Bytes are only read; a worker holds one chunk at a time. The price is the
+    parent's: packing, a column per field in C, before the workers start, and the packed bytes
+    (~35 bytes an item: ~35 MB for a million) for the run.
     """
 
     def __init__(self, items: tuple[Item, ...]) -> None:

@@ -115,8 +115,7 @@ def prepare(
 
     An earlier dataset (a different plan, with overwrite) goes before a shard of this one is
     written: its index first, then its TFDS metadata and the shards only it listed. A run that
-    then fails leaves no dataset that is half the old one, and no old shard that nothing lists
-    (a stale shard was once removed only at the end of a run that succeeded).
+    then fails leaves no dataset that is half the old one, and no old shard that nothing lists.
 
     Returns:
         ShardResults of finished shards of this very plan whose sha256 matches, with resume.
@@ -229,7 +228,7 @@ def _read_journal(out: Storage) -> tuple[object, tuple[ShardResult, ...]]:
     """The journal's first line (its header) and its well-formed shard entries, up to the first
     line that is not JSON (a crash's torn line) or the _MAX_JOURNAL_LINES-th. (None, ()) for an
     empty journal. A line at a time, each kept only as a ShardResult: a planted journal of
-    millions of short lines once held gigabytes as parsed objects."""
+    millions of short lines would hold gigabytes as parsed objects."""
     header, results = None, []
     for number, line in enumerate(out.read_journal(_JOURNAL_CAP)):
         if number > _MAX_JOURNAL_LINES:
@@ -265,23 +264,13 @@ def _shard_result(entry: object) -> ShardResult | None:
             isinstance(s, list) and len(s) == 2 and all(isinstance(x, str) for x in s)
             for s in entry["skipped"]
         )
-    )
-    sizes = entry["sizes"]
-    good = (
-        good
         and type(entry["lossless"]) is int
-        and isinstance(sizes, list)
-        and all(
-            isinstance(size, list) and len(size) == 2 and all(type(n) is int for n in size)
-            for size in sizes
-        )
     )
     content, tally = _content(entry["content"]), _tally(entry["tally"])
     if not good or content is None or tally is None:
         return None
     return ShardResult(**{**entry, "label_counts": tuple(entry["label_counts"]),
                           "skipped": tuple(map(tuple, entry["skipped"])),
-                          "sizes": tuple(map(tuple, sizes)),
                           "content": content, "tally": tally})  # fmt: skip
 
 
@@ -351,8 +340,7 @@ class Journal:
 
 def _line(entry: dict) -> bytes:
     """One journal line. Results go in as their own __dict__: json writes their tuples as
-    lists itself, where dataclasses.asdict copied every offset first (CIFAR-10's six shards
-    of 10,000 offsets: 64 -> 4 ms of the parent's time, timeit)."""
+    lists itself, where dataclasses.asdict would copy every offset first."""
     return json.dumps(entry, default=_base64).encode("ascii")  # any name, as \u escapes
 
 

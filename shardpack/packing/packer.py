@@ -246,20 +246,7 @@ def pack(
         document["duplicates"] = duplicates.summary(groups, sum(removed.values()))
         document["summaries"] = split_summaries(plan, results, removed)
         index = index_from_document(out, document)
-        if index.tfds_readable:
-            write_tfds_metadata(out, document, index.container.tfds_file_format)
-        else:  # an earlier run's metadata would point TFDS at shards it cannot read
-            out.remove(METADATA_NAMES)
-        for split, entry in document["splits"].items():  # the container's files beside them
-            shards = [(s["file"], s["num_records"]) for s in entry["shards"]]
-            for file, listing in index.container.split_files(name, split, shards).items():
-                out.put(file, json_bytes(listing))
-        if options.index_files:
-            from shardpack.read.random_access import write_index_files
-
-            write_index_files(out, document, {r.file: r.offsets for r in results})
-        out.put(CARD_NAME, card(document))  # the Hub's dataset card
-        out.put(INDEX_NAME, json_bytes(document))  # last: the run is complete
+        _write_outputs(out, index, results, options)
     return PackResult(
         out.root,
         index,
@@ -271,6 +258,26 @@ def pack(
         new_records,
         notes,
     )
+
+
+def _write_outputs(out: Storage, index: Index, results: list, options: PackOptions) -> None:
+    """Write what goes beside the shards (TFDS metadata, the container's split files, DALI
+    index files, the dataset card), then index.json, last: the run is complete."""
+    document = index.raw
+    if index.tfds_readable:
+        write_tfds_metadata(out, document, index.container.tfds_file_format)
+    else:  # an earlier run's metadata would point TFDS at shards it cannot read
+        out.remove(METADATA_NAMES)
+    for split, entry in document["splits"].items():  # the container's files beside them
+        shards = [(s["file"], s["num_records"]) for s in entry["shards"]]
+        for file, listing in index.container.split_files(index.name, split, shards).items():
+            out.put(file, json_bytes(listing))
+    if options.index_files:
+        from shardpack.read.random_access import write_index_files
+
+        write_index_files(out, document, {r.file: r.offsets for r in results})
+    out.put(CARD_NAME, card(document))  # the Hub's dataset card
+    out.put(INDEX_NAME, json_bytes(document))
 
 
 def _leave_nothing(out: Storage, plan: Plan, dataset: Dataset, results: list) -> NoReturn:
@@ -372,8 +379,7 @@ def _tidy_after_failure(out: Storage, todo: list[ShardSpec], recorded: set[str])
 @contextmanager
 def _no_gc() -> Iterator[None]:
     """Hold the cyclic garbage collector off: a listing makes millions of objects and no
-    cycles, and each full collection walks them all (1,000,000 files: plan 22 s -> 8 s on the
-    loaded 2-core machine, `python -m benchmarks.listing`)."""
+    cycles, and each full collection walks them all (`python -m benchmarks.listing`)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -405,10 +411,8 @@ _KEEP = ((_M_TRIM_THRESHOLD, 64 * 2**20), (_M_MMAP_THRESHOLD, 32 * 2**20))
 def _keep_freed_memory() -> None:
     """Have glibc's malloc keep freed memory for the next image instead of handing it back.
 
-    By default each image's decode and encode buffers were fresh pages, page-faulted in one by
-    one (~2.5 us a page here): 3,000 photos re-encoded to JPEG took 354,000 page faults and
-    1.06 s of system time at --workers 1, 710,000 and 1.74 s at 2; with these options 11,000
-    and 27,000, and 0.36 s (whole process 8.68 -> 7.62 s and 5.05 -> 4.24 s). The price: the
+    By default each image's decode and encode buffers are fresh pages, page-faulted in one by
+    one: a large share of re-encoding's system time (benchmarks/README.md). The price: the
     process keeps up to 64 MiB of freed memory for reuse, and setting the thresholds turns off
     glibc's own adjusting of them, for the rest of the process. Elsewhere (no glibc) nothing
     is done.

@@ -22,27 +22,22 @@ from shardpack.sources import Dataset, Item, RecordCost
 RAW_EXPANSION = 10
 
 # The cost model: one core's seconds per image file = ITEM_S + BYTE_S x its bytes, by output
-# encoding (a source's records inside files cost what its RecordCost says). Set from
-# `python -m benchmarks.stages` (2-core Xeon VM, 2026-11-30; per image:
-# photos keep 148 us for 46 KB, photos jpeg 1.6 ms, small JPEGs raw 88-105 us for 1.4 KB, PNG
-# encode ~4 ms per photo) plus per-item glue (keep: ~35 us, the whole run's 183 us an image at
-# 1 worker less the stages); `make bench`'s "defaults" rows check that the choice it drives
-# stays within 5% of --workers 1 and 10% of the best.
+# encoding (a source's records inside files cost what its RecordCost says). Per-image costs from
+# `python -m benchmarks.stages` plus per-item glue; `make bench`'s "defaults" rows check that the
+# choice it drives stays within 5% of --workers 1 and 10% of the best.
 ITEM_S = {"keep": 50e-6, "raw": 90e-6, "jpeg": 60e-6, "png": 100e-6, "webp": 120e-6}
 BYTE_S = {"keep": 2.8e-9, "raw": 30e-9, "jpeg": 33e-9, "png": 105e-9, "webp": 150e-9}
 # --check decode decodes every passed-through image: about a JPEG decode per byte.
 DECODE_BYTE_S = 16e-9
 # A pool of forked workers (packing/local.py): importing joblib and the standard library's
-# executor, starting the pool and shutting it down; forking and reaping each worker ~0.02 s.
-# The pool's part from 1,000 96x96 JPEGs to raw at 2 workers against 1, whole process,
-# paired runs on the 2-core machine under others' load (0.12-0.18 s more CPU).
+# executor, starting the pool and shutting it down; forking and reaping each worker. From
+# paired `make bench` runs at 2 workers against 1 (benchmarks/README.md).
 POOL_START_S = 0.1
 WORKER_START_S = 0.02
 # The share of each encoding's work that more workers do not divide: passthrough is copying
-# bytes through the page cache to one disk (photos keep on 2 cores, `make bench`: 0.88 s at
-# 1 worker, 0.71 s at 2, ~0.3 s of it start-up and ~0.12 s the pool: next to nothing stays
-# serial; a tenth is kept for disks slower than this one's cache); decoding and encoding are
-# all CPU.
+# bytes through the page cache to one disk (next to nothing stays serial in `make bench`'s
+# photos keep; a tenth is kept for disks slower than its cache); decoding and encoding are all
+# CPU.
 SERIAL_SHARE = {"keep": 0.1, "raw": 0.0, "jpeg": 0.0, "png": 0.0, "webp": 0.0}
 # Another worker must promise at least this share less wall time: the model is rough, and a
 # wrong "more" costs more than a wrong "fewer" on a busy machine.
@@ -79,7 +74,6 @@ class ShardResult:
     seconds: float
     offsets: tuple[int, ...] = ()  # each record's byte offset; () in a journal from before
     lossless: int = 0  # images --encode keep re-encoded as PNG: TensorFlow cannot decode them
-    sizes: tuple[tuple[int, int], ...] = ()  # distinct (height, width)s of the records, two at most
     content: bytes = b""  # facts.FACT_DTYPE rows, one per item in plan order
     tally: tuple[tuple[str, str, int], ...] = ()  # facts.ShardFacts.tally
 
@@ -221,7 +215,7 @@ def shards_for_balance(dataset: Dataset, options: PackOptions, workers: int) -> 
     """The fewest shards each split needs so that all splits' shards carry about equal work.
 
     Splits are sharded separately, so their shards differ in size: CIFAR-10 raw on 2 workers
-    was 25,000 + 25,000 + 10,000 records, one worker writing 35,000 (no faster than one). With
+    would be 25,000 + 25,000 + 10,000 records, one worker writing 35,000 (no faster than one). With
     the dataset's work cut into SPLIT_ROUNDS rounds of the workers it is worth, every shard
     is about one such piece. One split (or one worker) needs nothing of this.
     """
@@ -256,8 +250,8 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
         if options.shuffle:
             order = np.random.default_rng(options.seed).permutation(len(items))
         orders[split] = order
-        # numpy gathers each shard's items in C (1,000,000 items: 0.17 s against 0.52 s for
-        # a list built in Python; benchmarks.listing)
+        # numpy gathers each shard's items in C, a third of a Python list's time
+        # (`python -m benchmarks.listing`)
         objects = np.fromiter(items, object, len(items))
         count = num_shards_for(items, options, workers, balance.get(split), cost)
         if options.shards is None and count > 1 and len(items) < FEW_ITEMS_PER_SHARD * count:

@@ -91,7 +91,6 @@ def write_shard(
     start = time.perf_counter()
     counts = [0] * len(schema.classes)
     skipped: list[tuple[str, str]] = []
-    sizes: set[tuple[int, int]] = set()  # the records' (height, width)s, two at most: uniform?
     lossless = 0
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
@@ -116,8 +115,6 @@ def write_shard(
                     writer.write(features)
                     _count(counts, item.label)
                     lossless += _made_lossless(loaded, features["format"], options)
-                    if len(sizes) < 2:
-                        sizes.add((features["height"], features["width"]))
                     facts.add(done - 1, loaded, features)
                 progress.update(done)
     finally:
@@ -135,7 +132,6 @@ def write_shard(
         time.perf_counter() - start,
         written.offsets,
         lossless,
-        tuple(sorted(sizes)),
         facts.content(),
         facts.tally(),
     )

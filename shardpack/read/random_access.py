@@ -8,6 +8,7 @@ import itertools
 import operator
 import os
 import sys
+import weakref
 from collections.abc import Mapping, Sequence
 
 from shardpack.containers import CONTAINERS, Container, ShardReader, open_shard
@@ -137,6 +138,8 @@ class Records:
             raise IndexFormatError(f"{self.index.out}: split {split!r} claims {self._ends[-1]} "
                                    "records; this is not an index shardpack wrote")  # fmt: skip
         self._readers: dict[int, ShardReader] = {}
+        # not __del__: a finalizer also runs at exit before modules are torn down (os.close)
+        weakref.finalize(self, _close_readers, self._readers)
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
@@ -175,9 +178,7 @@ class Records:
 
     def close(self) -> None:
         """Close the shard files this object opened."""
-        for reader in self._readers.values():
-            reader.close()
-        self._readers.clear()
+        _close_readers(self._readers)
 
     def __enter__(self) -> Records:
         return self
@@ -185,9 +186,12 @@ class Records:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        if hasattr(self, "_readers"):  # __init__ may have raised before opening anything
-            self.close()
+
+def _close_readers(readers: dict[int, ShardReader]) -> None:
+    """Close and forget the readers a Records opened."""
+    for reader in readers.values():
+        reader.close()
+    readers.clear()
 
 
 def _read_index_file(

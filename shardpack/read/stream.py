@@ -307,8 +307,9 @@ def tf_dataset(
 
     Raises:
         ShardpackError: TensorFlow is not installed, tf.data cannot read the shards, `shard` is
-            not (index, count), `lists` is neither "ragged" nor "padded", or epochs,
-            batch_size or image_size is not a positive count or (height, width).
+            not (index, count), `lists` is neither "ragged" nor "padded", epochs,
+            batch_size or image_size is not a positive count or (height, width), or batches
+            would stack decoded images the index says differ in size (pass image_size).
     """
     _check_tf_args(batch_size, epochs, image_size, lists)
     index = load_index(out, storage_options)
@@ -320,6 +321,7 @@ def tf_dataset(
             f"{container.name} (read them with iter_examples or Records, or pack with "
             f"--format {readable[0]})"
         )
+    _check_stackable(index, batch_size, decode, image_size, lists)
     try:
         import tensorflow as tf
     except ImportError as e:
@@ -364,6 +366,19 @@ def _check_tf_args(batch_size, epochs, image_size, lists) -> None:
         raise ShardpackError(f"image_size must be (height, width) in pixels, got: {image_size!r}")
     if lists not in ("ragged", "padded"):
         raise ShardpackError(f"lists must be 'ragged' or 'padded', got: {lists!r}")
+
+
+def _check_stackable(index: Index, batch_size, decode: bool, image_size, lists: str) -> None:
+    """Refuse batches of decoded images of different sizes, which tf.data finds only mid-training
+    ("Cannot batch tensors with different shapes"); an index from before `image_size` cannot
+    tell, and is read as before."""
+    if not decode or image_size is not None or batch_size in (None, 1) or lists == "padded":
+        return
+    if index.image_size is None and "image_size" in index.raw:
+        raise ShardpackError(
+            f"{index.out}: the images differ in size, so batch_size={batch_size} cannot stack "
+            "them; pass image_size=(height, width) to resize them (or lists='padded' to pad them)"
+        )
 
 
 def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_reads, ordered):

@@ -43,7 +43,7 @@ class Item(NamedTuple):
     """One record to write: where its pixels are, its class, and its other feature values.
 
     A named tuple, not a frozen dataclass: a listing of 1,000,000 makes 1,000,000 of them
-    (0.6 us each against 1.7 us: a frozen dataclass's __init__ sets each field through
+    (a third of the time: a frozen dataclass's __init__ sets each field through
     object.__setattr__) and pickles them to the workers (2x faster).
     """
 

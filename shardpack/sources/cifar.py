@@ -50,8 +50,8 @@ class CifarSource(Source):
     name = "cifar"
     kinds = tuple(LAYOUTS)
     described = "CIFAR batches"
-    # An item is 32x32 pixels in memory, by output encoding; "keep" becomes PNG (stages.py: raw
-    # 42 us per record).
+    # An item is 32x32 pixels in memory, by output encoding; "keep" becomes PNG. Per-record
+    # costs from `python -m benchmarks.stages`.
     record_cost = RecordCost(
         CIFAR_PIXELS, {"keep": 150e-6, "raw": 45e-6, "jpeg": 70e-6, "png": 150e-6, "webp": 200e-6}
     )
@@ -132,8 +132,8 @@ def scan_cifar(root: Storage, layout: str) -> Dataset:
         fields = [NO_FIELDS] * len(labels) if coarse_labels is None else [
             {"coarse_label": value} for value in coarse_labels
         ]  # fmt: skip
-        # one comprehension, each Item made by tuple.__new__ (as folder.labelled does): 60,000
-        # records 60 -> 30 ms
+        # one comprehension, each Item made by tuple.__new__ (as classlist.labelled does): half
+        # the time of Item(...) in a loop
         new = tuple.__new__
         splits.setdefault(split, []).extend([
             new(Item, (f"{stem}:{i}", label, batch, CIFAR_PIXELS, i, fields[i]))
@@ -323,8 +323,8 @@ def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> np.nda
 
     if item.path not in cache:
         cache[item.path] = _planes(root, item.path)
-    # One image at a time: interleaving whole batches in a forked worker cost as much (its
-    # fresh memory is page-faulted in: ~25 ms a batch, each worker all six) and kept 186 MB.
+    # One image at a time: interleaving whole batches in a forked worker is no faster (its
+    # fresh memory is page-faulted in, each worker all six batches) and holds 186 MB.
     return images.interleave(cache[item.path][item.position])
 
 

@@ -54,7 +54,7 @@ _PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"})
 # What the unpickler (encoding="bytes") turns into bytes or a bytearray, beyond 255 bytes.
 _BYTES = frozenset({"BINSTRING", "BINBYTES", "BINBYTES8", "BYTEARRAY8"})
 # A byte string this long or longer is not copied by the load: the array made from it is a
-# read-only view of the file's own bytes (a CIFAR batch's pixels: 30 MB, 45 ms of copying).
+# read-only view of the file's own bytes (a CIFAR batch's pixels: 30 MB not copied).
 LIFT_BYTES = 2**16
 
 

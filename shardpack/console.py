@@ -1,0 +1,245 @@
+"""What the command line prints for people: the pack summary, inspect's report, the progress
+bar or lines, counts and byte sizes in words."""
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+import typer
+
+from shardpack.errors import printable, shortened
+from shardpack.index import MAX_NAMED_SKIPPED
+
+# A bar appears only for runs that last longer than this: short runs just print the summary.
+_BAR_DELAY_S = 1.0
+# Where stderr is no terminal (a log file, CI), a progress line this often instead of the bar.
+_LINE_EVERY_S = 10.0
+
+
+def _stderr():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """'1 shard', '2 shards', '1,000 images'."""
+    return f"{count:,} {noun if count == 1 else many or noun + 's'}"
+
+
+class Bar:
+    """A rich progress bar on stderr with images/s and ETA, shown once a run passes one second;
+    a line every _LINE_EVERY_S where stderr is no terminal. The rate counts from the first
+    report, which holds the images of the shards a resume kept: new work only."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.progress = None
+        self.first: tuple[float, int] | None = None  # (time, images done) of the first report
+        self.line_due = self.start + _BAR_DELAY_S
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        self.first = self.first or (now, done)
+        if not self.enabled or now - self.start < _BAR_DELAY_S:
+            return
+        rate = (done - self.first[1]) / max(now - self.first[0], 1e-9)
+        if not sys.stderr.isatty():
+            if now >= self.line_due:
+                self.line_due = now + _LINE_EVERY_S
+                eta = f"{(total - done) / rate:,.0f} s" if rate > 0 else "unknown"
+                print(f"packing: {done:,}/{total:,} images, {rate:,.0f} images/s, ETA {eta}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            return
+        if self.progress is None:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            self.progress = Progress(
+                TextColumn("packing"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]:>8.0f} images/s"),
+                TimeRemainingColumn(),
+                console=_stderr(),
+            )
+            self.progress.start()
+            # from `done`: the kept shards' images are no progress for the ETA to count
+            self.task = self.progress.add_task("pack", total=total, completed=done, rate=rate)
+        self.progress.update(self.task, completed=done, rate=rate)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def print_json(document: object) -> None:
+    typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+
+
+def _human_bytes(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def print_pack_summary(summary: dict, resumed: bool) -> None:
+    total = sum(s["num_bytes"] for s in summary["splits"].values())
+    shards = sum(s["num_shards"] for s in summary["splits"].values())
+    rate = f"{summary['images_per_second'] or 0:,.0f} images/s with " + plural(
+        summary["workers"], "worker"
+    )
+    head = (
+        f"packed {plural(summary['records'], 'image')} into {plural(shards, 'shard')} "
+        f"({_human_bytes(total)}) in {summary['seconds']:.2f} s"
+    )
+    if resumed:  # the rate is the new work's: kept shards cost nothing this time
+        kept = (
+            f"kept {summary['shards_kept']:,} of {plural(shards, 'shard')} from an earlier run"
+            if summary["shards_kept"]  # else a fresh folder, or another plan's: say so
+            else "found no finished shard of this job to keep, packed from the start"
+        )
+        typer.echo(f"{head}: {kept}, wrote {plural(summary['new_records'], 'image')} at {rate}")
+    else:
+        typer.echo(f"{head}: {rate}")
+    width = max(map(len, summary["splits"]), default=0)
+    for name, split in summary["splits"].items():
+        typer.echo(
+            f"  {name:<{width}} {plural(split['num_records'], 'record'):>17}  "
+            f"{plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
+        )
+    _print_classes_and_features(summary)
+    if summary["lossless"]:
+        made = plural(summary["lossless"], "image")
+        typer.echo(f"re-encoded {made} TensorFlow cannot decode (CMYK JPEG, GIF, ...) as "
+                   "PNG, losslessly")  # fmt: skip
+    if summary["skipped"]:
+        listed = (
+            "all" if summary["skipped"] <= MAX_NAMED_SKIPPED else f"the first {MAX_NAMED_SKIPPED:,}"
+        )
+        typer.echo(f"skipped {plural(summary['skipped'], 'item')} ({listed} listed in index.json):")
+        for item in summary["skipped_items"][:5]:
+            typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
+    _print_duplicates_and_ignored(summary["duplicates"], summary["ignored"],
+                                  summary["ignored_files"])  # fmt: skip
+    if not summary["tfds_metadata"]:
+        what = "GZIP" if summary["compression"] == "gzip" else summary["container"]
+        typer.echo(f"no TFDS metadata: TFDS cannot read {what} shards")
+    typer.echo(f"index: {summary['out']}/index.json")
+
+
+def _print_classes_and_features(summary: dict) -> None:
+    """The class list (the first few) and every feature beyond the image's: a changed class list
+    or a lost label column shows in the summary."""
+    count, shown = summary["num_classes"], summary["classes"][:_SHOWN_CLASSES]
+    if count:
+        more = ", ..." if count > len(shown) else ""
+        typer.echo(f"{plural(count, 'class', 'classes')}: {', '.join(map(printable, shown))}{more}")
+    else:
+        typer.echo("no classes: unlabeled")
+    features = [f"{printable(name)} ({kind})" for name, kind in summary["features"].items()]
+    typer.echo(f"features: {', '.join(features) or 'the image only'}")
+
+
+_SHOWN_CLASSES = 8  # of a summary's class list: one line on a terminal
+
+
+def print_inspect(summary: dict) -> None:
+    """inspect's report: splits, shards, the class histogram, sample records, what is missing."""
+    from shardpack.read.inspect import summary_lines
+
+    typer.echo(
+        f"{printable(summary['name'])}  ({printable(str(summary['source']))}, encoding "
+        f"{printable(summary['encoding'])}, compression {summary['compression']}, "
+        f"{summary['container']} shards, "
+        f"{plural(summary['num_classes'], 'class', 'classes')})"
+    )
+    for name, split in summary["splits"].items():
+        typer.echo(
+            f"\nsplit {printable(name)}: {plural(split['num_records'], 'record')} in "
+            f"{plural(split['num_shards'], 'shard')}, {_human_bytes(split['num_bytes'])}"
+        )
+        for shard in split["shards"][:8]:
+            typer.echo(f"  {shard['file']}  {shard['num_records']:>8} records  "
+                       f"{_human_bytes(shard['num_bytes']):>10}"
+                       f"{'  MISSING' if shard['missing'] else ''}")  # fmt: skip
+        if len(split["shards"]) > 8:
+            typer.echo(f"  ... {plural(len(split['shards']) - 8, 'more shard')}")
+        most = max(split["class_counts"].values(), default=0) or 1
+        typer.echo("  classes:")
+        for cls, count in list(split["class_counts"].items())[:20]:
+            bar = "#" * round(30 * count / most)
+            typer.echo(f"    {printable(cls)[:20]:<20} {count:>8}  {bar}")
+        if len(split["class_counts"]) > 20:
+            more = len(split["class_counts"]) - 20
+            typer.echo(f"    ... {plural(more, 'more class', 'more classes')}")
+        for line in summary_lines(summary["summaries"].get(name)):
+            typer.echo(line)
+        for record in split["samples"]:
+            typer.echo(_record_line(record))
+    missing = [s["file"] for split in summary["splits"].values() for s in split["shards"]
+               if s["missing"]]  # fmt: skip
+    if missing:
+        print(f"warning: {plural(len(missing), 'shard')} the index lists not in OUT "
+              f"({missing[0]}{', ...' if len(missing) > 1 else ''}); shardpack verify checks "
+              "every shard", file=sys.stderr)  # fmt: skip
+    if summary["num_skipped"]:
+        typer.echo(f"\nskipped {plural(summary['num_skipped'], 'file')} at pack time")
+    _print_duplicates_and_ignored(summary["duplicates"], summary["ignored"])
+
+
+def _print_duplicates_and_ignored(duplicates: dict, ignored: int, named: Sequence = ()) -> None:
+    """The copies found, and how many files the scan passed over (the first few named)."""
+    from shardpack.packing.duplicates import lines  # pack or inspect imported it: no cost
+
+    for line in lines(duplicates):
+        typer.echo(line)
+    if ignored:
+        what = plural(ignored, "file that is not an image", "files that are not images")
+        more = ", ..." if ignored > 5 else ""
+        shown = f": {', '.join(map(printable, named[:5]))}{more}" if named else ""
+        typer.echo(f"ignored {what}{shown}")
+
+
+# What a sample record's line names on its own; any other feature is shown as name=value.
+_SHOWN = {"key", "label", "class", "format", "height", "width", "channels", "image_bytes"}
+
+
+def _short(value: object) -> str:
+    """A feature value for one line: floats to 4 significant digits, lists element-wise."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return str(value)
+
+
+def _record_line(record: dict) -> str:
+    """One line for a sample record of `inspect`: key, label(s) and class(es), image, extras."""
+    names = record.get("class")
+    if names is None:
+        label = "no label"
+    elif isinstance(names, list):  # multi-label
+        label = f"labels {record['label']} ({', '.join(printable(n) for n in names)})"
+    else:
+        label = f"label {record['label']} ({printable(names)})"
+    extras = "".join(
+        f", {printable(name)}={shortened(printable(_short(value)), 60)}"
+        for name, value in record.items()
+        if name not in _SHOWN
+    )
+    return (
+        f"  record {printable(record['key'])}: {label}, {record['format']} "
+        f"{record['height']}x{record['width']}x{record['channels']} (HxWxC), "
+        f"{plural(record['image_bytes'], 'byte')}{extras}"
+    )
