@@ -71,7 +71,7 @@ def test_read_record_is_the_ith_record(packed: Path, tmp_path: Path):
 
 def test_gzip_refuses_random_access(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"a": 2})
-    with pytest.raises(ShardpackError, match="index-files needs uncompressed"):
+    with pytest.raises(ShardpackError, match="index_files=True needs uncompressed"):
         PackOptions(compression="gzip", index_files=True)
     pack(src, tmp_path / "out", PackOptions(compression="gzip", workers=1))
     with pytest.raises(IndexFormatError, match="GZIP"):
