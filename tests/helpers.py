@@ -337,3 +337,9 @@ def one_line_error(done: subprocess.CompletedProcess, *words: str) -> str:
     (line,) = done.stderr.strip().splitlines()
     assert all(w in line for w in words), line
     return line
+
+
+# Python source for this process's peak resident memory in KiB, for a child's code to print.
+# VmHWM is the peak of this program's own memory; ru_maxrss would also count the RSS of the
+# process that forked it (a pytest holding TensorFlow: hundreds of MB), carried over exec.
+PEAK_KIB = "int(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))"

@@ -16,7 +16,7 @@ from shardpack.errors import IndexFormatError
 from shardpack.index import MAX_INDEX_CONTAINERS, MAX_NAMED_SKIPPED, load_index
 from shardpack.read.stream import iter_examples
 from shardpack.schema import MAX_ROW
-from tests.helpers import cli, make_tree, one_line_error, write_csv
+from tests.helpers import PEAK_KIB, cli, make_tree, one_line_error, write_csv
 
 
 def test_missing_paths_full_of_brackets_pack_into_an_index_its_readers_take(tmp_path: Path):
@@ -244,11 +244,11 @@ def test_preview_marks_a_tile_whose_image_does_not_decode_and_skips_a_nan_box(tm
 
 
 # Reads a split shuffled, then prints the records read and its peak resident memory (MiB).
-_SHUFFLED_READ = """
-import resource, sys
+_SHUFFLED_READ = f"""
+import sys
 from shardpack.read.stream import iter_examples
 n = sum(1 for _ in iter_examples(sys.argv[1], "train", shuffle=True, seed=1))
-print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+print(n, {PEAK_KIB} // 1024)
 """
 
 

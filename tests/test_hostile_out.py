@@ -30,7 +30,7 @@ from shardpack.errors import ImageError, OutputError
 from shardpack.packing.cluster import ClusterError, dask_client
 from shardpack.read.verify import verify
 from shardpack.storage.atomic import write_atomic
-from tests.helpers import image, make_tree, shard_files, wait_for, write_image
+from tests.helpers import PEAK_KIB, image, make_tree, shard_files, wait_for, write_image
 
 shard_name = get_container("tfrecord").shard_name
 
@@ -488,14 +488,14 @@ def test_a_folder_under_a_name_pack_writes_is_refused_before_the_index_goes(src,
     assert verify(out).ok
 
 
-_READ_STATE = """
-import json, resource, sys
+_READ_STATE = f"""
+import json, sys
 from shardpack.packing.outdir import read_state
 from shardpack.storage import storage_at
 storage = storage_at(sys.argv[1])
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = {PEAK_KIB}
 state = read_state(storage)
-grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+grown = {PEAK_KIB} - before
 print(json.dumps([bool(state.finished), grown]))
 """
 
