@@ -228,6 +228,14 @@ def _print_pack_summary(summary: dict, resumed: bool) -> None:
             f"{_plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
         )
     _print_classes_and_features(summary)
+    grow = summary["grow"]
+    if grow and grow.get("nothing"):
+        typer.echo(f"nothing to {'add' if grow['mode'] == 'append' else 'update'}: "
+                   f"{summary['out']} is unchanged")  # fmt: skip
+    elif grow:
+        typer.echo(f"{grow['mode']}: added {grow['added']:,}, changed {grow['changed']:,}, "
+                   f"removed {grow['removed']:,}; {_plural(grow['shards_rewritten'], 'shard')} "
+                   "rewritten")  # fmt: skip
     if summary["lossless"]:
         made = _plural(summary["lossless"], "image")
         typer.echo(f"re-encoded {made} TensorFlow cannot decode (CMYK JPEG, GIF, ...) as "
@@ -490,6 +498,18 @@ def pack(
         bool,
         typer.Option("--resume", help="Keep the shards an interrupted run of this job finished."),
     ] = False,
+    append: Annotated[
+        bool,
+        typer.Option("--append", help="Add SRC's new items to the dataset in OUT, in new shards."),
+    ] = False,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="Make OUT hold exactly SRC's items: --append, and rewrite the shards of "
+            "changed or removed ones.",
+        ),
+    ] = False,
     index_files: Annotated[
         bool, typer.Option("--index-files", help="Also write DALI index files (OUT/idx/).")
     ] = False,
@@ -572,7 +592,10 @@ def pack(
             path_column=path_column,
             root=root if root is None or is_url(root) else os.path.abspath(root),
             dedup=dedup.value,
+            grow="update" if update else "append" if append else "none",
         )
+        if append and update:
+            raise ShardpackError("--append and --update exclude each other; pass one")
         _run_pack(src, out, options, not no_progress, as_json, parse_options(storage_option or ()))
 
 

@@ -343,7 +343,9 @@ def build_index(
         result = by_file[spec.file]
         split = splits.setdefault(
             spec.split,
-            {"num_records": 0, "class_counts": [0] * len(dataset.classes), "shards": []},
+            # name_count: the count in the split's shard names, kept as they grow (grow.py)
+            {"num_records": 0, "class_counts": [0] * len(dataset.classes), "shards": [],
+             "name_count": spec.num_shards},
         )
         split["num_records"] += result.num_records
         split["class_counts"] = [
@@ -355,6 +357,7 @@ def build_index(
                 "num_records": result.num_records,
                 "num_bytes": result.num_bytes,
                 "sha256": result.sha256,
+                "generation": 0,  # the run that wrote it: grown datasets' later ones count up
             }
         )
     # what the scan passed over with a reason, and what the workers refused: the first ones
@@ -374,6 +377,9 @@ def build_index(
         "compression": options.compression,
         "container": options.format,
         "seed": options.seed if options.shuffle else None,
+        "options": options.output_fields(),  # what --append and --update pack new items with
+        "generation": 0,
+        "history": [],
         "plan_digest": plan.digest,
         "splits": splits,
         "skipped": skipped,
