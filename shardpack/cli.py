@@ -661,7 +661,7 @@ def inspect(
     """
     with _user_errors():
         from shardpack.packing.duplicates import lines
-        from shardpack.read.inspect import describe, summary_lines
+        from shardpack.read.inspect import describe, history_lines, summary_lines
 
         summary = describe(out, records, _out_options(out, storage_option))
     if as_json:
@@ -673,6 +673,8 @@ def inspect(
         f"{summary['container']} shards, "
         f"{_plural(summary['num_classes'], 'class', 'classes')})"
     )
+    for line in history_lines(summary["history"]):  # a grown dataset's runs
+        typer.echo(line)
     for name, split in summary["splits"].items():
         typer.echo(
             f"\nsplit {printable(name)}: {_plural(split['num_records'], 'record')} in "
@@ -681,6 +683,7 @@ def inspect(
         for shard in split["shards"][:8]:
             typer.echo(f"  {shard['file']}  {shard['num_records']:>8} records  "
                        f"{_human_bytes(shard['num_bytes']):>10}"
+                       f"{'  gen ' + str(shard['generation']) if shard['generation'] else ''}"
                        f"{'  MISSING' if shard['missing'] else ''}")  # fmt: skip
         if len(split["shards"]) > 8:
             typer.echo(f"  ... {_plural(len(split['shards']) - 8, 'more shard')}")

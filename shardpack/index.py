@@ -344,8 +344,12 @@ def build_index(
         split = splits.setdefault(
             spec.split,
             # name_count: the count in the split's shard names, kept as they grow (grow.py)
-            {"num_records": 0, "class_counts": [0] * len(dataset.classes), "shards": [],
-             "name_count": spec.num_shards},
+            {
+                "num_records": 0,
+                "class_counts": [0] * len(dataset.classes),
+                "shards": [],
+                "name_count": spec.num_shards,
+            },
         )
         split["num_records"] += result.num_records
         split["class_counts"] = [
