@@ -194,6 +194,14 @@ def prepare_growth(out: Storage, plan: Plan, listed: set[str]) -> list[ShardResu
     return reused
 
 
+def growing(out: Storage) -> frozenset[str]:
+    """The shards an --append or --update in progress (or stopped) has finished: its
+    journal's, which no index lists yet and which a rerun keeps or removes."""
+    header, finished = _read_journal(out)
+    grows = isinstance(header, dict) and header.get("grow") in ("append", "update")
+    return frozenset(r.file for r in finished) if grows else frozenset()
+
+
 # The flag of each output option whose name is not its own with dashes.
 _FLAGS = {"split_names": "--splits", "shuffle": "--shuffle/--no-shuffle",
           "upscale": "--upscale/--no-upscale"}  # fmt: skip
