@@ -97,6 +97,7 @@ def test_update_rewrites_only_the_shards_of_changed_and_removed_files(tmp_path: 
 
 def test_nothing_new_leaves_out_unchanged(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    (src / "cat" / "broken.jpg").write_bytes(b"\xff\xd8 not a JPEG")  # skipped: not new later
     out = tmp_path / "out"
     assert cli("pack", str(src), str(out), "--no-progress").returncode == 0
     before = _files(out)
@@ -185,7 +186,8 @@ def _same(a: Path, b: Path) -> None:
     assert (a / "contents.json").read_bytes() == (b / "contents.json").read_bytes()
 
 
-def test_sigkill_mid_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_path: Path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_path, sig):
     src = _grow_src(tmp_path)
     clean, out = tmp_path / "clean", tmp_path / "out"
     for where in (clean, out):
@@ -202,7 +204,7 @@ def test_sigkill_mid_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tm
         return len(lines) >= 2 and b'"grow": "append"' in lines[0]
 
     wait_for(written)
-    run.send_signal(signal.SIGKILL)
+    run.send_signal(sig)
     run.wait(timeout=30)
     assert (out / "index.json").read_bytes() == old_index  # the old dataset, whole
     assert cli("verify", str(out)).returncode == 0

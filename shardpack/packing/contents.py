@@ -21,7 +21,7 @@ FORMAT = "shardpack-contents"
 # A million records' keys and content keys fit many times over.
 MAX_CONTENTS_BYTES = 1 << 30
 
-Entry = dict[str, list]  # "keys", "crc", "size", "label_counts": one shard's
+Entry = dict[str, list]  # "keys", "crc", "size", "label_counts", "skipped": one shard's
 
 
 def entries(plan: Plan, results: list[ShardResult]) -> dict[str, Entry]:
@@ -37,6 +37,8 @@ def entries(plan: Plan, results: list[ShardResult]) -> dict[str, Entry]:
             "crc": [int(rows["crc"][i]) for i in written],
             "size": [int(rows["size"][i]) for i in written],
             "label_counts": list(result.label_counts),
+            # planned but skipped (a bad image): not new to the next --append either
+            "skipped": [spec.items[i].key for i in range(len(spec.items)) if rows["size"][i] == 0],
         }
     return found
 
@@ -82,11 +84,11 @@ def _agrees(entry: object, records: int) -> bool:
     """Whether a shard's entry holds `records` keys, content keys and integer class counts."""
     if not isinstance(entry, dict):
         return False
-    keys, crc, size, counts = (entry.get(k) for k in ("keys", "crc", "size", "label_counts"))
-    lists = (keys, crc, size, counts)
+    fields = ("keys", "crc", "size", "label_counts", "skipped")
+    keys, crc, size, counts, skipped = (entry.get(k) for k in fields)
     return (
-        all(isinstance(v, list) for v in lists)
+        all(isinstance(v, list) for v in (keys, crc, size, counts, skipped))
         and len(keys) == len(crc) == len(size) == records
-        and all(isinstance(k, str) for k in keys)
+        and all(isinstance(k, str) for k in (*keys, *skipped))
         and all(type(n) is int and n >= 0 for n in (*crc, *size, *counts))
     )

@@ -187,16 +187,18 @@ def _compare(dataset: Dataset, contents: dict[str, Entry], options: PackOptions)
     """What is new in SRC, what changed (the bytes read and keyed as workers key them) and
     what vanished, by (split, key)."""
     held = {}  # keys are unique in a dataset, across its splits
+    tried = set()  # skipped when packed: not new, and not worth a rewrite when gone
     for file, entry in contents.items():
         for key, crc, size in zip(entry["keys"], entry["crc"], entry["size"], strict=True):
             held[key] = (file, crc, size)
+        tried.update(entry["skipped"])
     new: dict[str, list[Item]] = {}
     present: list[tuple[str, Item]] = []
     for name, items in dataset.splits.items():
         for item in items:
             if item.key in held:
                 present.append((name, item))
-            else:
+            elif item.key not in tried:
                 new.setdefault(name, []).append(item)
     keys = content_keys(present, dataset, options, options.workers or machine_cores())
     changed: dict[str, list[Item]] = {}
