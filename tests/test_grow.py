@@ -93,6 +93,10 @@ def test_update_rewrites_only_the_shards_of_changed_and_removed_files(tmp_path: 
     assert {s["file"] for s in shards} == set(after)
     assert len(doc["splits"]["train"]["shards"]) - len(touched) + 1 == len(shards)
     assert cli("verify", str(out)).returncode == 0
+    stray = sorted(touched)[0]  # as a stop between the new index and the removal leaves it
+    (out / stray).write_bytes(before[stray])
+    again = pack(src, out, PackOptions(grow="update", workers=1))
+    assert again.grow["nothing"] and not (out / stray).exists()
 
 
 def test_nothing_new_leaves_out_unchanged(tmp_path: Path):

@@ -16,7 +16,7 @@ import json
 import time
 from dataclasses import dataclass, replace
 
-from shardpack.containers import CONTAINERS, Container
+from shardpack.containers import CONTAINERS, Container, is_shard_name
 from shardpack.errors import IndexFormatError, OutputError, printable, shortened
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, MAX_NAMED_SKIPPED, Index, load_index
 from shardpack.options import PackOptions
@@ -48,6 +48,7 @@ class Change:
     touched: frozenset[str]  # shards holding a changed or vanished item
 
     def summary(self, mode: str, rewritten: int) -> dict[str, object]:
+        """The run's counts, as the history and the summary give them."""
         added = sum(map(len, self.new.values()))
         changed = sum(map(len, self.changed.values()))
         return {"mode": mode, "added": added, "changed": changed, "removed": self.vanished,
@@ -64,6 +65,7 @@ def grow(
     packer._refuse_out_inside_src(src_root, out)
     with out.lock(False), keeping():
         old = _old_index(out)
+        _remove_retired(out, old)
         options = dataset_options(old, given)
         CONTAINERS[options.format].require()
         contents = load_contents(out, old)
@@ -98,16 +100,30 @@ def grow(
         doc["stats"] = {**old.raw.get("stats", {}), **stats}
         gaps = _gaps(doc, CONTAINERS[options.format])
         index = packer.write_outputs(out, doc, results, options.index_files, tfds=not gaps)
-        write_contents(out, {**kept, **entries(plan, results)})
+        fresh = entries(plan, results)
+        write_contents(out, {**contents, **fresh})  # agrees with the old index and the new
         out.put(INDEX_NAME, json_bytes(doc))  # the grown dataset is there from now on
-        out.remove(sorted(touched))  # no index lists them any more
-        if options.index_files:
-            out.child(INDEX_FILES_DIR).remove(f"{f}.idx" for f in touched)
+        if touched:  # the next grow removes what a stop here leaves (doc["retired"])
+            write_contents(out, {**kept, **fresh})
+            _remove_retired(out, index)
     notes = (*_said(change, options.grow), *gaps)
     return packer.PackResult(out.root, index, sum(s.num_records for s in index.splits.values()),
                              doc["num_skipped"], time.perf_counter() - start, len(reused),
                              sum(len(s.shards) for s in index.splits.values()), written,
                              notes, summary)  # fmt: skip
+
+
+def _remove_retired(out: Storage, index: Index) -> None:
+    """Remove the shards (and their index files) an --update replaced, once its index is in
+    place; only names that are shards and that the index does not list."""
+    listed = {s.file for split in index.splits.values() for s in split.shards}
+    retired = index.raw.get("retired")
+    if not isinstance(retired, list):
+        return
+    files = {f for f in retired if isinstance(f, str) and is_shard_name(f)} - listed
+    out.remove(sorted(files))
+    if files and INDEX_FILES_DIR in {e.name for e in out.listdir() if e.is_dir}:
+        out.child(INDEX_FILES_DIR).remove(f"{f}.idx" for f in sorted(files))
 
 
 def _old_index(out: Storage) -> Index:
@@ -120,6 +136,7 @@ def _old_index(out: Storage) -> Index:
 
 
 def _json(value: object) -> object:
+    """A value as JSON gives it back: tuples as lists."""
     return json.loads(json.dumps(value))
 
 
@@ -164,6 +181,7 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
 
 
 def _shown(value: object) -> str:
+    """A value for a message: JSON, escaped, cut short."""
     return shortened(printable(json.dumps(value)))
 
 
@@ -304,6 +322,7 @@ def _document(
         features=dataset.schema.to_json(),
         plan_digest=plan.digest,
         generation=generation,
+        retired=sorted(touched),  # removed once this index is in place
         skipped=[*doc.get("skipped", []), *skipped][:MAX_NAMED_SKIPPED],
         num_skipped=doc.get("num_skipped", 0) + len(skipped),
     )
@@ -327,11 +346,13 @@ def _gaps(doc: dict, container: Container) -> tuple[str, ...]:
 
 
 def _history(old: Index) -> list:
+    """The runs the old index recorded ([] where it holds none)."""
     history = old.raw.get("history")
     return history if isinstance(history, list) else []
 
 
 def _now() -> str:
+    """The time of day in UTC, as the history records it."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
