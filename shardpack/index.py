@@ -230,11 +230,13 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
         if not isinstance(entry, dict):
             raise bad(f"split {split!r} is not an object")
         _expect(entry, {"num_records": int, "shards": list}, bad)
+        _expect(entry, {key: int for key in _GROWN_SPLIT if key in entry}, bad)
         shards = []
         for shard in entry["shards"]:
             if not isinstance(shard, dict):
                 raise bad(f"a shard of split {split!r} is not an object")
             _expect(shard, {"file": str, "num_records": int, "num_bytes": int, "sha256": str}, bad)
+            _expect(shard, {"generation": int} if "generation" in shard else {}, bad)
             if min(shard["num_records"], shard["num_bytes"]) < 0:
                 raise bad(f"a shard of split {split!r} has a negative count")
             if not SAFE_FILE.fullmatch(shard["file"]):
@@ -308,7 +310,10 @@ def _uniform_size(results: list[ShardResult]) -> list[int] | None:
 
 # The fields a reader may show that an index need not have (older versions lack some).
 _OPTIONAL = {"source": str, "plan_digest": str, "num_skipped": int, "ignored": int,
-             "stats": dict, "skipped": list, "ignored_files": list, "warnings": list}  # fmt: skip
+             "stats": dict, "skipped": list, "ignored_files": list, "warnings": list,
+             "options": dict, "generation": int, "history": list, "retired": list}  # fmt: skip
+# What a grown split and its shards may hold (packing/grow.py): counts, each optional.
+_GROWN_SPLIT = ("name_count", "next_shard")
 
 
 def _check_optional(doc: dict, bad) -> None:

@@ -217,3 +217,24 @@ def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_
     assert rerun.returncode == 0, rerun.stderr
     _same(out, clean)
     shutil.rmtree(clean)
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [{"generation": "x"}, {"options": {"encode": 5}}, {"splits": {"train": {"name_count": -1}}}],
+)
+def test_a_planted_index_is_refused_in_one_line(tmp_path: Path, planted: dict):
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    doc = json.loads((out / "index.json").read_text())
+    for key, value in planted.items():
+        if key == "splits":
+            doc["splits"]["train"].update(value["train"])
+        elif key == "options":
+            doc["options"].update(value)
+        else:
+            doc[key] = value
+    (out / "index.json").write_text(json.dumps(doc))
+    _add(src, "cat", 1, seed=9)
+    one_line_error(cli("pack", str(src), str(out), "--append", "--no-progress"), str(out))

@@ -17,7 +17,13 @@ import time
 from dataclasses import dataclass, replace
 
 from shardpack.containers import CONTAINERS, Container, is_shard_name
-from shardpack.errors import IndexFormatError, OutputError, printable, shortened
+from shardpack.errors import (
+    IndexFormatError,
+    OutputError,
+    ShardpackError,
+    printable,
+    shortened,
+)
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, MAX_NAMED_SKIPPED, Index, load_index
 from shardpack.options import PackOptions
 from shardpack.packing import packer
@@ -172,12 +178,17 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
                           f"{len(old.classes)} classes in their order, then add new ones at "
                           f"the end; {what}")  # fmt: skip
     taken = {k: kept[k] for k in kept if k not in _RUN_OPTIONS}
-    taken.update({k: tuple(taken[k]) for k in _TUPLES if taken[k] is not None})
-    if taken["split"] is not None:
-        taken["split"] = tuple(map(tuple, taken["split"]))
-    taken["name"] = old.name
-    taken["seed"] = kept["seed"] if kept["seed"] is not None else 0
-    return replace(given, **taken)
+    try:  # read as untrusted: PackOptions checks each value's type and range
+        taken.update({k: tuple(taken[k]) for k in _TUPLES if taken[k] is not None})
+        if taken["split"] is not None:
+            taken["split"] = tuple(map(tuple, taken["split"]))
+        taken["name"] = old.name
+        taken["seed"] = kept["seed"] if kept["seed"] is not None else 0
+        return replace(given, **taken)
+    except (TypeError, ValueError, ShardpackError) as e:
+        where = old.storage.path(INDEX_NAME)
+        raise OutputError(f"{where}: its options are not ones shardpack wrote "
+                          f"({printable(str(e))}); repack with --overwrite") from None  # fmt: skip
 
 
 def _shown(value: object) -> str:
