@@ -246,7 +246,9 @@ class PackOptions:
         _choice("dedup", self.dedup, DEDUP)
         _choice("grow", self.grow, GROW)
         if self.grow != "none" and self.overwrite:
-            raise ShardpackError(f"grow={self.grow!r} keeps the dataset in OUT; drop overwrite=")
+            raise ShardpackError(
+                f"grow={self.grow!r} (--{self.grow}) keeps the dataset in OUT; drop overwrite="
+            )
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
             _positive(option, getattr(self, option))
         if self.seed < 0:

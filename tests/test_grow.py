@@ -125,6 +125,9 @@ def test_a_differing_option_or_class_list_is_refused_naming_it(tmp_path: Path):
     done = cli("pack", str(src), str(out), "--append", "--classes", "dog,cat", "--no-progress")
     one_line_error(done, "--classes", "begin with the dataset's 2 classes")
     assert _files(out) == before
+    nowhere = tmp_path / "nowhere"
+    one_line_error(cli("pack", str(src), str(nowhere), "--append"), "no dataset to grow")
+    assert not nowhere.exists()
     done = cli("pack", str(src), str(out), "--append", "--classes", "cat,dog,eel", "--no-progress")
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "index.json").read_text())["classes"] == ["cat", "dog", "eel"]

@@ -69,6 +69,9 @@ def grow(
     src_root = source_root(src, storage_options)
     out = storage_at(out, storage_options)
     packer._refuse_out_inside_src(src_root, out)
+    if out.kind() is None:  # before the lock, which would be made in it
+        raise OutputError(f"{out.root}: no such folder, no dataset to grow; pack it without "
+                          "--append or --update first")  # fmt: skip
     with out.lock(False), keeping():
         old = _old_index(out)
         _remove_retired(out, old)
