@@ -334,6 +334,18 @@ def pack(
         bool,
         typer.Option("--resume", help="Keep the shards an interrupted run of this job finished."),
     ] = False,
+    append: Annotated[
+        bool,
+        typer.Option("--append", help="Add SRC's new items to the dataset in OUT, in new shards."),
+    ] = False,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="Make OUT hold exactly SRC's items: --append, and rewrite the shards of "
+            "changed or removed ones.",
+        ),
+    ] = False,
     index_files: Annotated[
         bool, typer.Option("--index-files", help="Also write DALI index files (OUT/idx/).")
     ] = False,
@@ -416,7 +428,10 @@ def pack(
             path_column=path_column,
             root=root if root is None or is_url(root) else os.path.abspath(root),
             dedup=dedup.value,
+            grow="update" if update else "append" if append else "none",
         )
+        if append and update:
+            raise ShardpackError("--append and --update exclude each other; pass one")
         _run_pack(src, out, options, not no_progress, as_json, parse_options(storage_option or ()))
 
 

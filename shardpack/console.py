@@ -119,6 +119,14 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
             f"{plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
         )
     _print_classes_and_features(summary)
+    grow = summary["grow"]
+    if grow and grow.get("nothing"):
+        typer.echo(f"nothing to {'add' if grow['mode'] == 'append' else 'update'}: "
+                   f"{summary['out']} is unchanged")  # fmt: skip
+    elif grow:
+        typer.echo(f"{grow['mode']}: added {grow['added']:,}, changed {grow['changed']:,}, "
+                   f"removed {grow['removed']:,}; {plural(grow['shards_rewritten'], 'shard')} "
+                   "rewritten")  # fmt: skip
     if summary["lossless"]:
         made = plural(summary["lossless"], "image")
         typer.echo(f"re-encoded {made} TensorFlow cannot decode (CMYK JPEG, GIF, ...) as "
@@ -156,7 +164,7 @@ _SHOWN_CLASSES = 8  # of a summary's class list: one line on a terminal
 
 def print_inspect(summary: dict) -> None:
     """inspect's report: splits, shards, the class histogram, sample records, what is missing."""
-    from shardpack.read.inspect import summary_lines
+    from shardpack.read.inspect import history_lines, summary_lines
 
     typer.echo(
         f"{printable(summary['name'])}  ({printable(str(summary['source']))}, encoding "
@@ -164,6 +172,8 @@ def print_inspect(summary: dict) -> None:
         f"{summary['container']} shards, "
         f"{plural(summary['num_classes'], 'class', 'classes')})"
     )
+    for line in history_lines(summary["history"]):  # a grown dataset's runs
+        typer.echo(line)
     for name, split in summary["splits"].items():
         typer.echo(
             f"\nsplit {printable(name)}: {plural(split['num_records'], 'record')} in "
@@ -172,6 +182,7 @@ def print_inspect(summary: dict) -> None:
         for shard in split["shards"][:8]:
             typer.echo(f"  {shard['file']}  {shard['num_records']:>8} records  "
                        f"{_human_bytes(shard['num_bytes']):>10}"
+                       f"{'  gen ' + str(shard['generation']) if shard['generation'] else ''}"
                        f"{'  MISSING' if shard['missing'] else ''}")  # fmt: skip
         if len(split["shards"]) > 8:
             typer.echo(f"  ... {plural(len(split['shards']) - 8, 'more shard')}")

@@ -230,11 +230,13 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
         if not isinstance(entry, dict):
             raise bad(f"split {split!r} is not an object")
         _expect(entry, {"num_records": int, "shards": list}, bad)
+        _expect(entry, {key: int for key in _GROWN_SPLIT if key in entry}, bad)
         shards = []
         for shard in entry["shards"]:
             if not isinstance(shard, dict):
                 raise bad(f"a shard of split {split!r} is not an object")
             _expect(shard, {"file": str, "num_records": int, "num_bytes": int, "sha256": str}, bad)
+            _expect(shard, {"generation": int} if "generation" in shard else {}, bad)
             if min(shard["num_records"], shard["num_bytes"]) < 0:
                 raise bad(f"a shard of split {split!r} has a negative count")
             if not SAFE_FILE.fullmatch(shard["file"]):
@@ -299,7 +301,7 @@ def _expect(doc: dict, types: dict[str, type], bad) -> None:
             raise bad(f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
 
 
-def _uniform_size(results: list[ShardResult]) -> list[int] | None:
+def uniform_size(results: list[ShardResult]) -> list[int] | None:
     """[height, width] when every record written has that size (center-crop and pad promise
     it), else None: tf_dataset then knows the images stack without image_size. From what
     facts noted of each record; a shard whose notes do not count its records leaves it unknown."""
@@ -316,7 +318,10 @@ def _uniform_size(results: list[ShardResult]) -> list[int] | None:
 
 # The fields a reader may show that an index need not have (older versions lack some).
 _OPTIONAL = {"source": str, "plan_digest": str, "num_skipped": int, "ignored": int,
-             "stats": dict, "skipped": list, "ignored_files": list, "warnings": list}  # fmt: skip
+             "stats": dict, "skipped": list, "ignored_files": list, "warnings": list,
+             "options": dict, "generation": int, "history": list, "retired": list}  # fmt: skip
+# What a grown split and its shards may hold (packing/grow.py): counts, each optional.
+_GROWN_SPLIT = ("name_count", "next_shard")
 
 
 def _check_optional(doc: dict, bad) -> None:
@@ -351,7 +356,13 @@ def build_index(
         result = by_file[spec.file]
         split = splits.setdefault(
             spec.split,
-            {"num_records": 0, "class_counts": [0] * len(dataset.classes), "shards": []},
+            # name_count: the count in the split's shard names, kept as they grow (grow.py)
+            {
+                "num_records": 0,
+                "class_counts": [0] * len(dataset.classes),
+                "shards": [],
+                "name_count": spec.num_shards,
+            },
         )
         split["num_records"] += result.num_records
         split["class_counts"] = [
@@ -363,6 +374,7 @@ def build_index(
                 "num_records": result.num_records,
                 "num_bytes": result.num_bytes,
                 "sha256": result.sha256,
+                "generation": 0,  # the run that wrote it: grown datasets' later ones count up
             }
         )
     # what the scan passed over with a reason, and what the workers refused: the first ones
@@ -382,6 +394,9 @@ def build_index(
         "compression": options.compression,
         "container": options.format,
         "seed": options.seed if options.shuffle else None,
+        "options": options.output_fields(),  # what --append and --update pack new items with
+        "generation": 0,
+        "history": [],
         "plan_digest": plan.digest,
         "splits": splits,
         "skipped": skipped,
@@ -390,6 +405,6 @@ def build_index(
         "ignored_files": list(dataset.ignored_files),  # the first ones, of `ignored` in all
         "warnings": [*dataset.warnings, *plan.warnings],
         "stats": stats,
-        "image_size": _uniform_size(results),
+        "image_size": uniform_size(results),
     }
     return doc

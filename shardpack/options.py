@@ -28,6 +28,8 @@ RESIZE_ALIASES = {
 _COLORS = {"white": (255, 255, 255), "black": (0, 0, 0), "gray": (128, 128, 128)}
 DEFAULT_FORMAT = "tfrecord"  # the shard container (shardpack.containers) when none is named
 DEDUP = ("none", "exact")
+# --append adds new items in new shards; --update also rewrites the shards of changed ones.
+GROW = ("none", "append", "update")
 DEFAULT_SHARD_SIZE = 128 * 2**20
 # Pillow's decompression-bomb limit: the most pixels an image may claim before it is refused.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -230,6 +232,7 @@ class PackOptions:
     max_aspect: float | None = None
     max_area: int | None = None
     dedup: str = "none"
+    grow: str = "none"  # GROW: how a run treats the dataset already in OUT
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -241,6 +244,11 @@ class PackOptions:
         _choice("check", self.check, CHECKS)
         _choice("on_error", self.on_error, ON_ERROR)
         _choice("dedup", self.dedup, DEDUP)
+        _choice("grow", self.grow, GROW)
+        if self.grow != "none" and self.overwrite:
+            raise ShardpackError(
+                f"grow={self.grow!r} (--{self.grow}) keeps the dataset in OUT; drop overwrite="
+            )
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
             _positive(option, getattr(self, option))
         if self.seed < 0:

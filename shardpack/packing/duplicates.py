@@ -107,10 +107,7 @@ def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset
     the interpreter's lock), the copies confirmed, and all but the kept copy of each group
     moved from the splits to the skipped, `duplicate of <split>/<key>`."""
     entries = [(s, item) for s in sorted(dataset.splits) for item in dataset.splits[s]]
-    chunks = [entries[i : i + HASH_CHUNK] for i in range(0, len(entries), HASH_CHUNK)]
-    with ThreadPoolExecutor(max(1, threads)) as pool:
-        keys = list(itertools.chain.from_iterable(
-            pool.map(lambda chunk: _keys(chunk, dataset, options), chunks)))  # fmt: skip
+    keys = content_keys(entries, dataset, options, threads)
     crc = np.array([k[0] for k in keys], np.uint32)
     size = np.array([k[1] for k in keys], np.uint64)
     groups = confirm(candidates(crc, size), entries, dataset, options)
@@ -123,6 +120,17 @@ def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset
     }
     skipped = tuple((key, reason) for (_, key), reason in sorted(dropped.items()))
     return replace(dataset, splits=splits, skipped=dataset.skipped + skipped), groups
+
+
+def content_keys(
+    entries: list[Entry], dataset: Dataset, options: PackOptions, threads: int
+) -> list[tuple[int, int]]:
+    """(crc, size) of each entry's item, read on `threads` threads (reads and CRC32C leave the
+    interpreter's lock); (0, 0) for one the loader refuses."""
+    chunks = [entries[i : i + HASH_CHUNK] for i in range(0, len(entries), HASH_CHUNK)]
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        return list(itertools.chain.from_iterable(
+            pool.map(lambda chunk: _keys(chunk, dataset, options), chunks)))  # fmt: skip
 
 
 def _keys(chunk: list[Entry], dataset: Dataset, options: PackOptions) -> list[tuple[int, int]]:

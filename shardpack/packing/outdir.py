@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from shardpack.containers import Container, is_shard_name
 from shardpack.errors import IndexFormatError, OutputError, printable, shortened
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, Index, load_index
+from shardpack.packing.contents import CONTENTS_NAME
 from shardpack.packing.hubcard import CARD_NAME, is_ours
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.storage import Storage
@@ -136,7 +137,7 @@ def prepare(
             "start over, or choose another output folder"
         )
     planned = {spec.file for spec in plan.shards}
-    written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME}  # all pack writes
+    written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME}
     # a folder under a name pack writes stops the write that would replace it, at the end of
     # the run: refused before anything in OUT is touched
     blocked = sorted(state.folders & written)
@@ -162,7 +163,7 @@ def prepare(
     reused = _reusable(out, state.finished, planned) if same_plan else []
     if state.has_index:  # with it go the split files that list its shards, TFDS's, its card
         card = [CARD_NAME] if CARD_NAME in state.names and is_ours(out) else []
-        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card])
+        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card, CONTENTS_NAME])
     out.remove(state.listed - planned)
     rewritten = planned | state.listed
     out.remove_partial(rewritten | written)
@@ -172,6 +173,32 @@ def prepare(
         idx.remove_partial({f"{f}.idx" for f in rewritten})
         idx.remove(f"{f}.idx" for f in rewritten - kept)
     return reused
+
+
+def prepare_growth(out: Storage, plan: Plan, listed: set[str]) -> list[ShardResult]:
+    """Make OUT ready for a grow plan (--append, --update) beside the shards of its index
+    (`listed`), which stay untouched: remove what an interrupted grow of another plan left (the
+    journal's shards no index lists) and partial files; keep the finished shards of this very
+    plan (a rerun resumes, with or without --resume).
+
+    Returns:
+        ShardResults of finished shards of this plan whose sha256 matches.
+    """
+    state = read_state(out)
+    planned = {spec.file for spec in plan.shards}
+    same_plan = state.journal_digest == plan.digest
+    reused = _reusable(out, state.finished, planned) if same_plan else []
+    out.remove(state.listed - listed - {r.file for r in reused})
+    out.remove_partial(planned)
+    return reused
+
+
+def growing(out: Storage) -> frozenset[str]:
+    """The shards an --append or --update in progress (or stopped) has finished: its
+    journal's, which no index lists yet and which a rerun keeps or removes."""
+    header, finished = _read_journal(out)
+    grows = isinstance(header, dict) and header.get("grow") in ("append", "update")
+    return frozenset(r.file for r in finished) if grows else frozenset()
 
 
 # The flag of each output option whose name is not its own with dashes.
@@ -186,6 +213,11 @@ def plan_record(plan: Plan, options: PackOptions) -> dict[str, object]:
     return json.loads(json.dumps({"options": options.output_fields(), "shards": shards}))
 
 
+def flag(option: str) -> str:
+    """The CLI flag of an output option."""
+    return _FLAGS.get(option, "--" + option.replace("_", "-"))
+
+
 def _what_changed(head: dict | None, now: dict) -> str:
     """Why a run into an earlier run's OUT is refused, from the journal's first line (read
     as untrusted: only the options there are now are compared, and values are shown cut
@@ -195,7 +227,7 @@ def _what_changed(head: dict | None, now: dict) -> str:
         return "was packed with other options or from a changed source"
     changed = [key for key, value in now["options"].items() if key in then and then[key] != value]
     if changed:
-        said = "; ".join(f"{_FLAGS.get(key, '--' + key.replace('_', '-'))} was "
+        said = "; ".join(f"{flag(key)} was "
                          f"{_shown(then[key])}, now {_shown(now['options'][key])}"
                          for key in changed)  # fmt: skip
         return f"was packed with other options ({said})"

@@ -18,6 +18,7 @@ from shardpack.images import OVER_MAX_PIXELS
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates
+from shardpack.packing.contents import entries, write_contents
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.hubcard import CARD_NAME, card
 from shardpack.packing.outdir import Journal, plan_record, prepare, split_file_names
@@ -56,6 +57,7 @@ class PackResult:
     num_shards: int = 0  # shards in the plan, kept ones included
     new_records: int = 0  # records this run wrote (not kept): what images_per_second rates
     notes: tuple[str, ...] = ()  # about this run alone, one line each: fewer workers than asked
+    grow: dict | None = None  # --append, --update: added, changed, removed, shards rewritten
 
     def to_json(self) -> dict:
         """The run's summary as a JSON-ready dict (what `pack --json` prints)."""
@@ -90,6 +92,7 @@ class PackResult:
             "num_classes": len(self.index.classes),
             "classes": list(self.index.classes[:SUMMARY_CLASSES]),
             "features": {name: feature_type(f) for name, f in self.index.schema.extras.items()},
+            "grow": self.grow,
         }
 
 
@@ -195,6 +198,10 @@ def pack(
     start = time.perf_counter()  # the whole call: scan, plan, workers' start, writing, merge
     _check_arguments(options, progress, storage_options)
     options = options or PackOptions()
+    if options.grow != "none":  # --append, --update: into the dataset OUT holds
+        from shardpack.packing.grow import grow
+
+        return grow(src, out, options, progress, storage_options)
     CONTAINERS[options.format].require()  # a missing package: refused before OUT is created
     src_root = source_root(src, storage_options)  # refused before OUT is created if missing
     out = storage_at(out, storage_options)
@@ -245,8 +252,9 @@ def pack(
             groups = duplicates.found_in_shards(plan, results, dataset, options)
         document["duplicates"] = duplicates.summary(groups, sum(removed.values()))
         document["summaries"] = split_summaries(plan, results, removed)
-        index = index_from_document(out, document)
-        _write_outputs(out, index, results, options)
+        index = write_outputs(out, document, results, options.index_files)
+        write_contents(out, entries(plan, results))
+        out.put(INDEX_NAME, json_bytes(document))  # last: the run is complete
     return PackResult(
         out.root,
         index,
@@ -260,11 +268,14 @@ def pack(
     )
 
 
-def _write_outputs(out: Storage, index: Index, results: list, options: PackOptions) -> None:
-    """Write what goes beside the shards (TFDS metadata, the container's split files, DALI
-    index files, the dataset card), then index.json, last: the run is complete."""
-    document = index.raw
-    if index.tfds_readable:
+def write_outputs(
+    out: Storage, document: dict, results: list[ShardResult], index_files: bool, tfds: bool = True
+) -> Index:
+    """Write what goes beside the shards of `document` (TFDS metadata unless not `tfds`, the
+    container's split files, the index files of the shards in `results`, the Hub card);
+    index.json not yet."""
+    index = index_from_document(out, document)
+    if index.tfds_readable and tfds:
         write_tfds_metadata(out, document, index.container.tfds_file_format)
     else:  # an earlier run's metadata would point TFDS at shards it cannot read
         out.remove(METADATA_NAMES)
@@ -272,12 +283,15 @@ def _write_outputs(out: Storage, index: Index, results: list, options: PackOptio
         shards = [(s["file"], s["num_records"]) for s in entry["shards"]]
         for file, listing in index.container.split_files(index.name, split, shards).items():
             out.put(file, json_bytes(listing))
-    if options.index_files:
+    if index_files:
         from shardpack.read.random_access import write_index_files
 
-        write_index_files(out, document, {r.file: r.offsets for r in results})
+        offsets = {r.file: r.offsets for r in results}  # only these shards' files: new ones
+        written = {split: {**entry, "shards": [s for s in entry["shards"] if s["file"] in offsets]}
+                   for split, entry in document["splits"].items()}  # fmt: skip
+        write_index_files(out, {**document, "splits": written}, offsets)
     out.put(CARD_NAME, card(document))  # the Hub's dataset card
-    out.put(INDEX_NAME, json_bytes(document))
+    return index
 
 
 def _leave_nothing(out: Storage, plan: Plan, dataset: Dataset, results: list) -> NoReturn:

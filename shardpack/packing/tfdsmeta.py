@@ -86,6 +86,15 @@ def _features(index: dict) -> dict:
     }
 
 
+def _template(split: dict) -> str:
+    """TFDS's template of a split's shard names: with the count in them, which a grown split
+    keeps at the one it was first packed with (packing/grow.py) as fixed text."""
+    count = split.get("name_count", len(split["shards"]))
+    if count == len(split["shards"]):
+        return TEMPLATE
+    return TEMPLATE.replace("{SHARD_X_OF_Y}", f"{{SHARD_INDEX}}-of-{count:05d}")
+
+
 def write_tfds_metadata(out: Storage, index: dict, file_format: str) -> list[str]:
     """Write the TFDS metadata files for a finished index document; return their names.
 
@@ -95,7 +104,7 @@ def write_tfds_metadata(out: Storage, index: dict, file_format: str) -> list[str
             "name": name,
             "numBytes": str(sum(s["num_bytes"] for s in split["shards"])),
             "shardLengths": [str(s["num_records"]) for s in split["shards"]],
-            "filepathTemplate": TEMPLATE,
+            "filepathTemplate": _template(split),
         }
         for name, split in index["splits"].items()
     ]

@@ -31,6 +31,8 @@ def describe(
     index = load_index(out, storage_options)
     present = {e.name for e in index.storage.listdir() if not e.is_dir}  # one listing, not a
     splits = {}  # request a shard on an object store
+    generations = {s["file"]: s.get("generation") for e in index.raw["splits"].values()
+                   for s in e["shards"]}  # fmt: skip
     for name, split in index.splits.items():
         samples = []
         records = iter_examples(index.storage, name)
@@ -53,6 +55,7 @@ def describe(
                     "num_records": s.num_records,
                     "num_bytes": s.num_bytes,
                     "missing": s.file not in present,
+                    "generation": g if is_count(g := generations[s.file], 0) else 0,
                 }
                 for s in split.shards
             ],
@@ -76,7 +79,24 @@ def describe(
         "stats": raw.get("stats", {}),
         "duplicates": raw.get("duplicates"),  # None in an index from before
         "summaries": summaries if isinstance(summaries := raw.get("summaries"), dict) else {},
+        "generation": g if is_count(g := raw.get("generation"), 0) else 0,
+        "history": history if isinstance(history := raw.get("history"), list) else [],
     }
+
+
+# What inspect prints of each run in a grown dataset's history.
+_RUN = "generation {generation} ({when}): {mode}, added {added:,}, changed {changed:,}, " \
+    "removed {removed:,}, {shards_rewritten:,} shards rewritten"  # fmt: skip
+
+
+def history_lines(history: list) -> list[str]:
+    """The index's history (the runs of --append and --update), read as untrusted: an entry
+    not as pack writes it prints nothing."""
+    said = []
+    for run in history[-10:]:
+        with suppress(KeyError, TypeError, ValueError, AttributeError, IndexError):
+            said.append(printable(_RUN.format(**run)))
+    return said
 
 
 def summary_lines(summary: object) -> list[str]:

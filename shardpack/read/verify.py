@@ -108,6 +108,9 @@ def verify(
                     f"records, its shards hold {split_records}",
                 )
             )
+    from shardpack.packing.outdir import growing
+
+    listed = listed | growing(index.storage)  # a grow's new shards, before its index lands
     for entry in index.storage.listdir():
         if is_shard_name(entry.name, index.name) and entry.name not in listed:
             faults.append(Fault(entry.name, None, "shard file not listed in index.json (extra "

@@ -1,0 +1,243 @@
+"""pack --append and --update: a packed dataset grows with its source, old shards untouched,
+labels stable, options the dataset's, and an interrupted grow that resumes byte-identical."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from shardpack.containers import CONTAINERS
+from shardpack.options import PackOptions
+from shardpack.packing.packer import pack
+from shardpack.read.stream import iter_examples
+from tests.helpers import cli, image, make_tree, one_line_error, shard_files, wait_for, write_image
+
+FORMATS = sorted(CONTAINERS)
+
+
+def _add(src: Path, cls: str, count: int, seed: int, prefix: str = "new") -> None:
+    """`count` new images in class folder `cls` (made if missing)."""
+    for i in range(count):
+        write_image(src / cls / f"{prefix}_{i:03d}.jpg", image(seed + i))
+
+
+def _labels(out: Path) -> dict[str, int]:
+    """key -> label of every record, read through iter_examples."""
+    return {r["key"]: int(r["label"]) for r in iter_examples(out)}
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+def test_append_adds_a_class_at_the_end_and_leaves_every_shard(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 4, "dog": 4})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(shards=2, workers=1))
+    before = shard_files(out)
+    _add(src, "ant", 3, seed=100)  # sorts first: it must still get the next number
+    _add(src, "dog", 2, seed=200)
+    result = pack(src, out, PackOptions(grow="append", workers=1))
+    assert result.grow == {"mode": "append", "added": 5, "changed": 0, "removed": 0,
+                           "shards_rewritten": 0}  # fmt: skip
+    after = shard_files(out)
+    assert {k: after[k] for k in before} == before  # byte for byte, under their names
+    new = sorted(set(after) - set(before))
+    assert new == ["src-train.tfrecord-00002-of-00002"]
+    doc = json.loads((out / "index.json").read_text())
+    assert doc["classes"] == ["cat", "dog", "ant"]
+    assert doc["splits"]["train"]["class_counts"] == [4, 6, 3]
+    assert [s["generation"] for s in doc["splits"]["train"]["shards"]] == [0, 0, 1]
+    assert doc["generation"] == 1 and doc["history"][-1]["added"] == 5
+    labels = _labels(out)
+    assert len(labels) == 13
+    assert {labels[k] for k in labels if k.startswith("ant/")} == {2}
+    assert {labels[k] for k in labels if k.startswith("cat/")} == {0}
+    inspected = cli("inspect", str(out))
+    assert "generation 1" in inspected.stdout and "append" in inspected.stdout, inspected.stdout
+
+
+def test_update_rewrites_only_the_shards_of_changed_and_removed_files(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 6, "dog": 6})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(shards=4, workers=1, encode="png"))
+    before = shard_files(out)
+    doc = json.loads((out / "index.json").read_text())
+    where = {k: f for f, e in json.loads((out / "contents.json").read_text())["shards"].items()
+             for k in e["keys"]}  # fmt: skip
+    write_image(src / "cat" / "img_000.jpg", image(999))  # changed bytes
+    (src / "dog" / "img_001.jpg").unlink()  # vanished
+    _add(src, "dog", 1, seed=300)
+    result = pack(src, out, PackOptions(grow="update", workers=1))
+    touched = {where["cat/img_000.jpg"], where["dog/img_001.jpg"]}
+    assert result.grow == {"mode": "update", "added": 1, "changed": 1, "removed": 1,
+                           "shards_rewritten": len(touched)}  # fmt: skip
+    after = shard_files(out)
+    assert not touched & set(after)  # the old files are gone once the new index landed
+    assert {f: after[f] for f in set(before) - touched} == {
+        f: before[f] for f in set(before) - touched
+    }
+    records = {r["key"]: r for r in iter_examples(out, decode=True)}
+    assert sorted(records) == sorted(f"{p.parent.name}/{p.name}" for p in src.rglob("*.jpg"))
+    with Image.open(src / "cat" / "img_000.jpg") as changed:  # the new bytes, losslessly
+        assert (records["cat/img_000.jpg"]["image"] == np.asarray(changed.convert("RGB"))).all()
+    shards = json.loads((out / "index.json").read_text())["splits"]["train"]["shards"]
+    assert {s["file"] for s in shards} == set(after)
+    assert len(doc["splits"]["train"]["shards"]) - len(touched) + 1 == len(shards)
+    assert cli("verify", str(out)).returncode == 0
+    stray = sorted(touched)[0]  # as a stop between the new index and the removal leaves it
+    (out / stray).write_bytes(before[stray])
+    again = pack(src, out, PackOptions(grow="update", workers=1))
+    assert again.grow["nothing"] and not (out / stray).exists()
+
+
+def test_nothing_new_leaves_out_unchanged(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    (src / "cat" / "broken.jpg").write_bytes(b"\xff\xd8 not a JPEG")  # skipped: not new later
+    out = tmp_path / "out"
+    assert cli("pack", str(src), str(out), "--no-progress").returncode == 0
+    before = _files(out)
+    done = cli("pack", str(src), str(out), "--append", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert "nothing to add" in done.stdout
+    assert _files(out) == before
+    done = cli("pack", str(src), str(out), "--update", "--no-progress")
+    assert done.returncode == 0 and "nothing to update" in done.stdout
+    assert _files(out) == before
+
+
+def test_a_differing_option_or_class_list_is_refused_naming_it(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    out = tmp_path / "out"
+    assert cli("pack", str(src), str(out), "--no-progress", "--encode", "png").returncode == 0
+    _add(src, "cat", 2, seed=50)
+    before = _files(out)
+    done = cli("pack", str(src), str(out), "--append", "--encode", "jpeg", "--no-progress")
+    one_line_error(done, "--encode", '"jpeg"', '"png"')
+    done = cli("pack", str(src), str(out), "--append", "--classes", "dog,cat", "--no-progress")
+    one_line_error(done, "--classes", "begin with the dataset's 2 classes")
+    assert _files(out) == before
+    nowhere = tmp_path / "nowhere"
+    one_line_error(cli("pack", str(src), str(nowhere), "--append"), "no dataset to grow")
+    assert not nowhere.exists()
+    done = cli("pack", str(src), str(out), "--append", "--classes", "cat,dog,eel", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "index.json").read_text())["classes"] == ["cat", "dog", "eel"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_each_container_reads_the_grown_dataset_whole(tmp_path: Path, fmt: str):
+    src = make_tree(tmp_path / "src", {"cat": 4, "dog": 4})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(format=fmt, shards=2, workers=1))
+    _add(src, "eel", 4, seed=500)
+    pack(src, out, PackOptions(grow="append", workers=1))
+    keys = sorted(f"{p.parent.name}/{p.name}" for p in src.rglob("*.jpg"))
+    assert sorted(_labels(out)) == keys
+    labels = sorted(_labels(out).values())
+    assert labels == [0] * 4 + [1] * 4 + [2] * 4
+    if fmt == "webdataset":
+        (listing,) = out.glob("*.shardindex.json")
+        urls = [s["url"] for s in json.loads(listing.read_text())["shardlist"]]
+        assert urls == sorted(shard_files(out))
+    if fmt == "tfrecord":
+        tfds = pytest.importorskip("tensorflow_datasets")
+        builder = tfds.builder_from_directory(str(out))
+        assert builder.info.features["label"].names == ["cat", "dog", "eel"]
+        records = list(tfds.as_numpy(builder.as_dataset(split="train")))
+        assert sorted(int(r["label"]) for r in records) == labels
+    if fmt == "array_record":
+        from shardpack.read.random_access import Records
+
+        with Records(out) as records:
+            assert sorted(records[i]["key"] for i in range(len(records))) == keys
+        tfds = pytest.importorskip("tensorflow_datasets")
+        source = tfds.builder_from_directory(str(out)).as_data_source()["train"]
+        assert sorted(int(source[i]["label"]) for i in range(len(source))) == labels
+
+
+# Enough new shards that a kill lands mid-run: PNG of these is ~200 KiB, 2 to a shard.
+JOB = ["--encode", "png", "--shard-size", "400KiB", "--workers", "2", "--no-progress"]
+
+
+def _grow_src(root: Path) -> Path:
+    src = root / "src"
+    for i in range(8):
+        write_image(src / f"c{i % 2}" / f"old_{i:03d}.jpg", image(i, height=240, width=320))
+    return src
+
+
+def _grow_more(src: Path) -> None:
+    for i in range(160):
+        write_image(src / f"c{i % 3}" / f"new_{i:03d}.jpg", image(1000 + i, height=240, width=320))
+
+
+def _same(a: Path, b: Path) -> None:
+    def index(out: Path) -> dict:
+        doc = json.loads((out / "index.json").read_text())
+        doc.pop("stats")
+        for run in doc["history"]:
+            run.pop("when")
+        return doc
+
+    assert shard_files(a) == shard_files(b)
+    assert index(a) == index(b)
+    assert (a / "contents.json").read_bytes() == (b / "contents.json").read_bytes()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_path, sig):
+    src = _grow_src(tmp_path)
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    for where in (clean, out):
+        assert cli("pack", str(src), str(where), *JOB).returncode == 0
+    old_index = (out / "index.json").read_bytes()
+    _grow_more(src)
+    assert cli("pack", str(src), str(clean), "--append", *JOB).returncode == 0
+    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
+                            "--append", *JOB], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    journal = out / ".shardpack.journal"
+
+    def written() -> bool:  # the append's journal holds a finished shard
+        lines = journal.read_bytes().splitlines() if journal.exists() else []
+        return len(lines) >= 2 and b'"grow": "append"' in lines[0]
+
+    wait_for(written)
+    run.send_signal(sig)
+    run.wait(timeout=30)
+    assert (out / "index.json").read_bytes() == old_index  # the old dataset, whole
+    assert cli("verify", str(out)).returncode == 0
+    assert len(list(iter_examples(out))) == 8
+    rerun = cli("pack", str(src), str(out), "--append", *JOB)
+    assert rerun.returncode == 0, rerun.stderr
+    _same(out, clean)
+    shutil.rmtree(clean)
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [{"generation": "x"}, {"options": {"encode": 5}}, {"splits": {"train": {"name_count": -1}}}],
+)
+def test_a_planted_index_is_refused_in_one_line(tmp_path: Path, planted: dict):
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    doc = json.loads((out / "index.json").read_text())
+    for key, value in planted.items():
+        if key == "splits":
+            doc["splits"]["train"].update(value["train"])
+        elif key == "options":
+            doc["options"].update(value)
+        else:
+            doc[key] = value
+    (out / "index.json").write_text(json.dumps(doc))
+    _add(src, "cat", 1, seed=9)
+    one_line_error(cli("pack", str(src), str(out), "--append", "--no-progress"), str(out))
