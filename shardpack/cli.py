@@ -30,6 +30,7 @@ from shardpack.options import (
     DEFAULT_FORMAT,
     DEFAULT_MAX_PIXELS,
     ENCODINGS,
+    NEAR_DISTANCE,
     ON_ERROR,
     SPLIT_NAMES,
     PackOptions,
@@ -525,8 +526,18 @@ def pack(
     root: _ROOT = None,
     dedup: Annotated[
         Dedup,
-        typer.Option(help="none: report exact copies; exact: also keep one (test's first)."),
+        typer.Option(
+            help="none: report exact copies; exact: also keep one (test's first); "
+            "near: also of resized, re-compressed copies (--near-distance)."
+        ),
     ] = Dedup.none,
+    near_distance: Annotated[
+        int,
+        typer.Option(
+            metavar="BITS",
+            help="--dedup near: the most bits two images' perceptual hashes differ in.",
+        ),
+    ] = NEAR_DISTANCE,
     storage_option: _STORAGE_OPTIONS = None,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
@@ -572,6 +583,7 @@ def pack(
             path_column=path_column,
             root=root if root is None or is_url(root) else os.path.abspath(root),
             dedup=dedup.value,
+            near_distance=near_distance,
         )
         _run_pack(src, out, options, not no_progress, as_json, parse_options(storage_option or ()))
 

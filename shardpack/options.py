@@ -27,7 +27,7 @@ RESIZE_ALIASES = {
 }  # fmt: skip
 _COLORS = {"white": (255, 255, 255), "black": (0, 0, 0), "gray": (128, 128, 128)}
 DEFAULT_FORMAT = "tfrecord"  # the shard container (shardpack.containers) when none is named
-DEDUP = ("none", "exact")
+DEDUP = ("none", "exact", "near")
 DEFAULT_SHARD_SIZE = 128 * 2**20
 # Pillow's decompression-bomb limit: the most pixels an image may claim before it is refused.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -37,11 +37,18 @@ SPLIT_NAMES = ("train", "training", "validation", "valid", "val", "test", "testi
 # A split name goes into shard file names: no '-' (it separates name and split there).
 _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 
+# The default --near-distance. Measured on the benchmark photos (benchmarks.workloads.scene, 300;
+# `python -m benchmarks.near`): a 0.7x, quality-60 copy hashes at most 4 bits
+# away (median 0), quality 60 alone at most 2; distinct photos at least 12 (0.1% of pairs
+# within 16). 4 finds every such copy; a slight crop or colour shift (median 4, up to 10)
+# needs a larger --near-distance.
+NEAR_DISTANCE = 4
+
 # Options that change the bytes written; the rest (workers, backend...) only change how fast.
 _OUTPUT_FIELDS = (
     "name", "source", "shards", "shard_size", "encode", "quality", "max_side", "resize", "check",
     "compression", "seed", "shuffle", "max_pixels", "classes", "split_names", "split",
-    "path_column", "root", "format", "dedup",
+    "path_column", "root", "format", "dedup", "near_distance",
     "resize_mode", "pad_color", "upscale", "min_side", "max_aspect", "max_area",
 )  # fmt: skip
 
@@ -173,7 +180,9 @@ class PackOptions:
         compression: one of the container's `compressions` ("none" for every one).
         format: the shard container, a name in shardpack.containers.CONTAINERS.
         dedup: "none" reports exact copies; "exact" also keeps one of each group, an
-            evaluation split's first (packing.duplicates), and skips the others.
+            evaluation split's first (packing.duplicates), and skips the others; "near" does
+            so for images whose perceptual hashes differ in up to near_distance bits too.
+        near_distance: --dedup near's Hamming distance (NEAR_DISTANCE here).
         seed: shuffle seed.
         shuffle: False keeps the sorted source order.
         max_pixels: refuse images that claim more pixels than this (decompression bombs).
@@ -230,6 +239,7 @@ class PackOptions:
     max_aspect: float | None = None
     max_area: int | None = None
     dedup: str = "none"
+    near_distance: int = NEAR_DISTANCE
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -241,6 +251,9 @@ class PackOptions:
         _choice("check", self.check, CHECKS)
         _choice("on_error", self.on_error, ON_ERROR)
         _choice("dedup", self.dedup, DEDUP)
+        if not 0 <= self.near_distance <= 64:
+            raise ShardpackError(f"near_distance= must be between 0 and 64 bits, got: "
+                                 f"{self.near_distance!r}")  # fmt: skip
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
             _positive(option, getattr(self, option))
         if self.seed < 0:
@@ -281,6 +294,8 @@ class PackOptions:
         fields = asdict(self)
         if not self.shuffle:
             fields["seed"] = None  # no shuffle: the seed changes nothing
+        if self.dedup != "near":
+            fields["near_distance"] = None  # only --dedup near reads it
         return {key: fields[key] for key in _OUTPUT_FIELDS}
 
 
