@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from benchmarks.workloads import _noise_tile, scene
 from shardpack.cli import app
+from shardpack.packing.facts import STRIPE, content_key
 from shardpack.packing.near import components, image_hash, near_pairs
 from shardpack.read.stream import iter_examples
 from tests.helpers import shard_files
@@ -164,3 +165,20 @@ def test_a_million_hashes_are_grouped_in_seconds() -> None:
     groups = components(len(hashes), near_pairs(hashes, 4))
     assert time.perf_counter() - start < 10  # ~2 s on one busy core; pairwise would take hours
     assert groups == [[10, 500, 999_999]]
+
+
+def test_jpegs_alike_where_the_content_key_reads_are_told_apart(tmp_path: Path) -> None:
+    """Two photos of one size with the same first, middle and last 4 KiB share a content key
+    (facts.STRIPE): sha256 of the candidates keeps them apart."""
+    pixels = scene(np.random.default_rng(5), 300, 400, 0, _noise_tile())
+    data = bytearray(cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes())
+    assert len(data) > 6 * STRIPE
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    (tmp_path / "src" / "a" / "one.jpg").write_bytes(data)
+    data[STRIPE + 100] ^= 0x01  # entropy-coded data between the first and the middle stripe
+    (tmp_path / "src" / "a" / "two.jpg").write_bytes(data)
+    one, two = ((tmp_path / "src" / "a" / n).read_bytes() for n in ("one.jpg", "two.jpg"))
+    assert content_key(one) == content_key(two) and one != two
+    for dedup in ("none", "exact"):
+        summary = _pack(tmp_path / "src", tmp_path / dedup, "--dedup", dedup)
+        assert summary["records"] == 2 and summary["duplicates"]["groups"] == 0
