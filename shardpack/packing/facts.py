@@ -15,10 +15,10 @@ from shardpack.images import _jpeg_orientation
 FACT_DTYPE = np.dtype([("crc", "<u4"), ("size", "<u8"), ("width", "<u4"), ("height", "<u4")])
 
 
-# A compressed file's key reads its first, middle and last STRIPE bytes: a whole photo's
-# CRC32C took 2.7% of the passthrough pack, over issue 27's 2% (`python -m benchmarks.dedup`).
-# Two compressed images of one size alike there are near copies at least; sha256 tells them
-# apart. Uncompressed files (alike margins) and pixels are read whole.
+# A compressed file's key reads its first, middle and last STRIPE bytes: a whole photo's CRC32C
+# is about issue 27's bound alone (2% of the passthrough pack), three stripes a third of that
+# (`python -m benchmarks.dedup`). Two compressed images of one size alike there are near copies
+# at least, and sha256 tells them apart; uncompressed files (alike margins) are read whole.
 STRIPE = 4096
 _COMPRESSED = (b"\xff\xd8", b"\x89PNG")
 
