@@ -48,7 +48,7 @@ NEAR_DISTANCE = 4
 _OUTPUT_FIELDS = (
     "name", "source", "shards", "shard_size", "encode", "quality", "max_side", "resize", "check",
     "compression", "seed", "shuffle", "max_pixels", "classes", "split_names", "split",
-    "path_column", "root", "format", "dedup", "near_distance",
+    "path_column", "root", "format", "dedup",
     "resize_mode", "pad_color", "upscale", "min_side", "max_aspect", "max_area",
 )  # fmt: skip
 
@@ -294,9 +294,9 @@ class PackOptions:
         fields = asdict(self)
         if not self.shuffle:
             fields["seed"] = None  # no shuffle: the seed changes nothing
-        if self.dedup != "near":
-            fields["near_distance"] = None  # only --dedup near reads it
-        return {key: fields[key] for key in _OUTPUT_FIELDS}
+        # only --dedup near reads the distance: other runs' plans stay as they were without it
+        near = ("near_distance",) if self.dedup == "near" else ()
+        return {key: fields[key] for key in (*_OUTPUT_FIELDS, *near)}
 
 
 def parse_size(text: str) -> int:

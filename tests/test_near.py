@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.workloads import _noise_tile, scene
+from shardpack import PackOptions
 from shardpack.cli import app
 from shardpack.packing.facts import STRIPE, content_key
 from shardpack.packing.near import components, image_hash, near_pairs
@@ -128,6 +129,8 @@ def test_near_distance_is_part_of_the_plan(src: Path, tmp_path: Path) -> None:
     assert shard_files(out) == shard_files(again)  # the same copies kept, the same bytes
     result = runner.invoke(app, ["pack", str(src), str(tmp_path / "x"), "--near-distance", "65"])
     assert result.exit_code == 2 and "--near-distance" in result.output
+    # only --dedup near reads the distance: other plans' digests are as they were without it
+    assert "near_distance" not in PackOptions(dedup="exact", near_distance=9).output_fields()
 
 
 def test_pixels_hash_as_their_encoded_file_does() -> None:
