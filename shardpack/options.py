@@ -37,11 +37,10 @@ SPLIT_NAMES = ("train", "training", "validation", "valid", "val", "test", "testi
 # A split name goes into shard file names: no '-' (it separates name and split there).
 _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 
-# The default --near-distance. Measured on the benchmark photos (benchmarks.workloads.scene, 300;
-# `python -m benchmarks.near`): a 0.7x, quality-60 copy hashes at most 4 bits
-# away (median 0), quality 60 alone at most 2; distinct photos at least 12 (0.1% of pairs
-# within 16). 4 finds every such copy; a slight crop or colour shift (median 4, up to 10)
-# needs a larger --near-distance.
+# The default --near-distance, from `python -m benchmarks.near_distance` (300 benchmark photos):
+# a 0.7x, quality-60 copy hashes at most 4 bits away (median 0), quality 60 alone at most 2;
+# distinct photos 12 at least (median 30; 0.1% of pairs within 16). A 5% crop or a colour
+# shift is 4 bits away typically but up to 10-12: a larger --near-distance finds those.
 NEAR_DISTANCE = 4
 
 # Options that change the bytes written; the rest (workers, backend...) only change how fast.
