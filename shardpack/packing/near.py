@@ -15,30 +15,34 @@ from shardpack import images
 _HASH_SIDE = 32
 # The most sorts near_pairs makes: a large --near-distance compares more candidates instead.
 MAX_SORTS = 256
-_REDUCED_GRAY = {8: "IMREAD_REDUCED_GRAYSCALE_8", 4: "IMREAD_REDUCED_GRAYSCALE_4",
-                 2: "IMREAD_REDUCED_GRAYSCALE_2", 1: "IMREAD_GRAYSCALE"}  # fmt: skip
+# The orthonormal DCT-II's 8 lowest-frequency rows for 32 samples (cv2.dct's scaling).
+_DCT = np.sqrt(2 / _HASH_SIDE) * np.cos(
+    np.pi * np.outer(np.arange(8), 2 * np.arange(_HASH_SIDE) + 1) / (2 * _HASH_SIDE)
+)
+_DCT[0] /= np.sqrt(2)
+_LUMA = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R BT.601, as OpenCV's RGB2GRAY
 
 
 def phash(gray: np.ndarray) -> int:
     """The 64-bit DCT hash of a grayscale image: the 8x8 lowest frequencies of its 32x32
-    thumbnail, each bit set where a coefficient is over the median of the 63 beside DC."""
-    cv2 = images._opencv()
-    small = cv2.resize(gray, (_HASH_SIDE, _HASH_SIDE), interpolation=cv2.INTER_AREA)
-    low = cv2.dct(small.astype(np.float32))[:8, :8].ravel()
+    thumbnail (area-averaged), each bit set where a coefficient is over the median of the 63
+    beside DC."""
+    small = images.resize(gray, (_HASH_SIDE, _HASH_SIDE)).astype(np.float32)
+    low = (_DCT @ small @ _DCT.T).ravel()
     return int(np.packbits(low > np.median(low[1:])).view(">u8")[0])
 
 
 def image_hash(loaded: bytes | np.ndarray, max_pixels: int) -> int:
-    """The hash of what a source loaded: pixels as they are; an image file from a reduced
-    grayscale decode (libjpeg's 1/2..1/8 scale, keeping a short side of 32 or more).
+    """The hash of what a source loaded: pixels (RGB) as they are; an image file from a
+    grayscale decode, reduced for a JPEG (libjpeg's 1/2..1/8 scale, keeping a short side of 32
+    or more).
 
     Raises:
         images.BadImage: the file is not an image OpenCV decodes, or is over max_pixels.
     """
-    cv2 = images._opencv()
     if not isinstance(loaded, bytes):
-        rgb = loaded if loaded.ndim == 3 else loaded[:, :, None].repeat(3, 2)
-        return phash(cv2.cvtColor(np.ascontiguousarray(rgb[:, :, :3]), cv2.COLOR_RGB2GRAY))
+        gray = loaded if loaded.ndim == 2 else loaded[:, :, :3].astype(np.float32) @ _LUMA
+        return phash(np.round(gray).astype(np.uint8))
     info = images.probe(loaded)
     if info is None:
         raise images.BadImage("not an image (unknown format)")
@@ -47,11 +51,7 @@ def image_hash(loaded: bytes | np.ndarray, max_pixels: int) -> int:
     reduce = 1
     if info.format == "jpeg":
         reduce = next(f for f in (8, 4, 2, 1) if short // f >= _HASH_SIDE or f == 1)
-    flags = getattr(cv2, _REDUCED_GRAY[reduce])
-    gray, _ = images._imdecode(cv2, np.frombuffer(loaded, np.uint8), flags)
-    if gray is None:
-        raise images.BadImage("cannot decode: not an image OpenCV can read")
-    return phash(gray)
+    return phash(images.decode(loaded, reduce, "gray", max_pixels))
 
 
 def near_pairs(hashes: np.ndarray, distance: int) -> np.ndarray:
