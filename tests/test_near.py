@@ -19,7 +19,7 @@ from shardpack.cli import app
 from shardpack.packing.facts import STRIPE, content_key
 from shardpack.packing.near import components, image_hash, near_pairs
 from shardpack.read.stream import iter_examples
-from tests.helpers import shard_files
+from tests.helpers import make_cifar10_python, shard_files
 
 runner = CliRunner()
 
@@ -97,6 +97,16 @@ def test_dedup_near_leaves_out_resized_and_recompressed_copies(src: Path, tmp_pa
     text = runner.invoke(app, ["inspect", str(out)]).output
     assert "3 duplicate copies of 3 images (near-same pixels, within 4 bits)" in text
     assert "3 removed by --dedup near" in text
+    card = (out / "README.md").read_text()
+    assert "Near duplicates (perceptual hashes within 4 bits): 3 copies of 3 images" in card
+
+
+def test_dedup_near_hashes_the_pixels_a_source_gives(tmp_path: Path) -> None:
+    """CIFAR's records are pixels, not files: hashed as they are; noise images stay apart."""
+    src = make_cifar10_python(tmp_path / "cifar", per_batch=20)
+    summary = _pack(src, tmp_path / "out", "--dedup", "near")
+    assert summary["records"] == 120 and summary["skipped"] == 0
+    assert (summary["duplicates"]["method"], summary["duplicates"]["groups"]) == ("near", 0)
 
 
 def test_a_larger_distance_finds_colour_shifts_and_keeps_distinct_photos(
