@@ -49,6 +49,8 @@ bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.storage
 	$(BIN)/python -m benchmarks.reduced
 	$(BIN)/python -m benchmarks.convert
+	$(BIN)/python -m benchmarks.dedup
+	$(BIN)/python -m benchmarks.near_distance
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the
 # listing-scale run (1,000,000 files) and the manifest scan at 100k and 1M rows (CSV, JSONL,

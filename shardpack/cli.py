@@ -28,6 +28,7 @@ from shardpack.options import (
     DEFAULT_FORMAT,
     DEFAULT_MAX_PIXELS,
     ENCODINGS,
+    NEAR_DISTANCE,
     ON_ERROR,
     SPLIT_NAMES,
     PackOptions,
@@ -381,8 +382,18 @@ def pack(
     root: _ROOT = None,
     dedup: Annotated[
         Dedup,
-        typer.Option(help="none: report exact copies; exact: also keep one (test's first)."),
+        typer.Option(
+            help="none: report exact copies; exact: also keep one (test's first); "
+            "near: also of resized, re-compressed copies (--near-distance)."
+        ),
     ] = Dedup.none,
+    near_distance: Annotated[
+        int,
+        typer.Option(
+            metavar="BITS",
+            help="--dedup near: the most bits two images' perceptual hashes differ in.",
+        ),
+    ] = NEAR_DISTANCE,
     storage_option: _STORAGE_OPTIONS = None,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
@@ -429,6 +440,7 @@ def pack(
             root=root if root is None or is_url(root) else os.path.abspath(root),
             dedup=dedup.value,
             grow="update" if update else "append" if append else "none",
+            near_distance=near_distance,
         )
         if append and update:
             raise ShardpackError("--append and --update exclude each other; pass one")

@@ -264,12 +264,13 @@ def decode(
     max_pixels: int = DEFAULT_MAX_PIXELS,
     orient: bool = True,
 ) -> np.ndarray:
-    """Decode to uint8 HxWx3 as cv2.IMREAD_COLOR does (first frame, no alpha, 8-bit).
+    """Decode to uint8 HxWx3 as cv2.IMREAD_COLOR does (first frame, no alpha, 8-bit); HxW for
+    order "gray".
 
     Args:
         data: the encoded file.
         reduce: 2, 4 or 8 asks libjpeg for a scaled-down decode; 1 decodes at full size.
-        order: "bgr" or "rgb" channel order of the result.
+        order: "bgr" or "rgb" channel order of the result, or "gray" for one channel.
         max_pixels: refuse a result larger than this: the last line behind the header checks.
         orient: apply the EXIF orientation (JPEG, PNG, WebP), as OpenCV does by default, to
             turn a photo upright before it is re-encoded. False decodes a stored record as
@@ -282,6 +283,8 @@ def decode(
     flags = getattr(cv2, _REDUCED[reduce])
     if order == "rgb":
         flags = (flags & ~cv2.IMREAD_COLOR) | cv2.IMREAD_COLOR_RGB
+    elif order == "gray":  # the same flags' grayscale twins (IMREAD_REDUCED_GRAYSCALE_8, ...)
+        flags &= ~cv2.IMREAD_COLOR
     if not orient:
         flags |= cv2.IMREAD_IGNORE_ORIENTATION
     try:

@@ -27,7 +27,7 @@ RESIZE_ALIASES = {
 }  # fmt: skip
 _COLORS = {"white": (255, 255, 255), "black": (0, 0, 0), "gray": (128, 128, 128)}
 DEFAULT_FORMAT = "tfrecord"  # the shard container (shardpack.containers) when none is named
-DEDUP = ("none", "exact")
+DEDUP = ("none", "exact", "near")
 # --append adds new items in new shards; --update also rewrites the shards of changed ones.
 GROW = ("none", "append", "update")
 DEFAULT_SHARD_SIZE = 128 * 2**20
@@ -38,6 +38,12 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 SPLIT_NAMES = ("train", "training", "validation", "valid", "val", "test", "testing", "dev", "eval")
 # A split name goes into shard file names: no '-' (it separates name and split there).
 _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
+
+# The default --near-distance, from `python -m benchmarks.near_distance` (300 benchmark photos):
+# a 0.7x, quality-60 copy hashes at most 4 bits away (median 0), quality 60 alone at most 2;
+# distinct photos 12 at least (median 30; 0.1% of pairs within 16). A 5% crop or a colour
+# shift is 4 bits away typically but up to 10-12: a larger --near-distance finds those.
+NEAR_DISTANCE = 4
 
 # Options that change the bytes written; the rest (workers, backend...) only change how fast.
 _OUTPUT_FIELDS = (
@@ -175,7 +181,9 @@ class PackOptions:
         compression: one of the container's `compressions` ("none" for every one).
         format: the shard container, a name in shardpack.containers.CONTAINERS.
         dedup: "none" reports exact copies; "exact" also keeps one of each group, an
-            evaluation split's first (packing.duplicates), and skips the others.
+            evaluation split's first (packing.duplicates), and skips the others; "near" does
+            so for images whose perceptual hashes differ in up to near_distance bits too.
+        near_distance: --dedup near's Hamming distance (NEAR_DISTANCE here).
         seed: shuffle seed.
         shuffle: False keeps the sorted source order.
         max_pixels: refuse images that claim more pixels than this (decompression bombs).
@@ -233,6 +241,7 @@ class PackOptions:
     max_area: int | None = None
     dedup: str = "none"
     grow: str = "none"  # GROW: how a run treats the dataset already in OUT
+    near_distance: int = NEAR_DISTANCE
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -249,6 +258,9 @@ class PackOptions:
             raise ShardpackError(
                 f"grow={self.grow!r} (--{self.grow}) keeps the dataset in OUT; drop overwrite="
             )
+        if not 0 <= self.near_distance <= 64:
+            raise ShardpackError(f"near_distance= must be between 0 and 64 bits, got: "
+                                 f"{self.near_distance!r}")  # fmt: skip
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
             _positive(option, getattr(self, option))
         if self.seed < 0:
@@ -289,7 +301,9 @@ class PackOptions:
         fields = asdict(self)
         if not self.shuffle:
             fields["seed"] = None  # no shuffle: the seed changes nothing
-        return {key: fields[key] for key in _OUTPUT_FIELDS}
+        # only --dedup near reads the distance: other runs' plans stay as they were without it
+        near = ("near_distance",) if self.dedup == "near" else ()
+        return {key: fields[key] for key in (*_OUTPUT_FIELDS, *near)}
 
 
 def parse_size(text: str) -> int:

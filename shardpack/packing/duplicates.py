@@ -1,6 +1,7 @@
 """Exact duplicates: images with the same bytes, found from the content keys the workers note
-(facts.py: CRC32C and size), confirmed by sha256 of the candidates alone, and --dedup exact,
-which keeps one image of each group and skips the others before the plan is made."""
+(facts.py: CRC32C and size), confirmed by sha256 of the candidates alone, and --dedup exact
+(or near: also images whose perceptual hashes are close, near.py), which keeps one image of
+each group and skips the others before the plan is made."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from dataclasses import replace
 import numpy as np
 
 from shardpack.errors import ImageError, printable
-from shardpack.images import max_file_bytes
+from shardpack.images import BadImage, max_file_bytes
 from shardpack.options import PackOptions
+from shardpack.packing import near
 from shardpack.packing.facts import content_bytes, content_key, table
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Dataset, Item
@@ -103,17 +105,22 @@ class _PlanEntries:
 
 
 def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset, list[Group]]:
-    """--dedup exact: every item read and keyed on `threads` threads (reads and CRC32C leave
-    the interpreter's lock), the copies confirmed, and all but the kept copy of each group
-    moved from the splits to the skipped, `duplicate of <split>/<key>`."""
+    """--dedup exact|near: every item read and keyed on `threads` threads (reads, CRC32C and
+    OpenCV leave the interpreter's lock), the copies confirmed, and all but the kept copy of
+    each group moved from the splits to the skipped, `duplicate of <split>/<key>` (`near
+    duplicate of` where only the perceptual hashes tell them alike)."""
     entries = [(s, item) for s in sorted(dataset.splits) for item in dataset.splits[s]]
     keys = content_keys(entries, dataset, options, threads)
     crc = np.array([k[0] for k in keys], np.uint32)
     size = np.array([k[1] for k in keys], np.uint64)
     groups = confirm(candidates(crc, size), entries, dataset, options)
+    same = {member: group[0] for group in groups for member in group}
+    if options.dedup == "near":
+        groups = _near_groups(keys, entries, groups, options.near_distance)
     dropped = {}
-    for (split, key), *copies in groups:
-        dropped.update({copy: f"duplicate of {split}/{key}" for copy in copies})
+    for kept, *copies in groups:
+        dropped.update({copy: f"{'' if same.get(copy) == kept else 'near '}duplicate of "
+                              f"{kept[0]}/{kept[1]}" for copy in copies})  # fmt: skip
     splits = {
         split: tuple(item for item in items if (split, item.key) not in dropped)
         for split, items in dataset.splits.items()
@@ -124,27 +131,61 @@ def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset
 
 def content_keys(
     entries: list[Entry], dataset: Dataset, options: PackOptions, threads: int
-) -> list[tuple[int, int]]:
-    """(crc, size) of each entry's item, read on `threads` threads (reads and CRC32C leave the
-    interpreter's lock); (0, 0) for one the loader refuses."""
+) -> list[tuple[int, int, int | None]]:
+    """(crc, size, perceptual hash or None) of each entry's item, read on `threads` threads
+    (reads, CRC32C and OpenCV leave the interpreter's lock); the hash with --dedup near alone;
+    (0, 0, None) for one the loader refuses."""
     chunks = [entries[i : i + HASH_CHUNK] for i in range(0, len(entries), HASH_CHUNK)]
     with ThreadPoolExecutor(max(1, threads)) as pool:
         return list(itertools.chain.from_iterable(
             pool.map(lambda chunk: _keys(chunk, dataset, options), chunks)))  # fmt: skip
 
 
-def _keys(chunk: list[Entry], dataset: Dataset, options: PackOptions) -> list[tuple[int, int]]:
-    """(crc, size) of each item of a chunk; (0, 0) for one the loader refuses."""
+def _near_groups(
+    keys: list[tuple[int, int, int | None]], entries: list[Entry], exact: list[Group], distance: int
+) -> list[Group]:
+    """The groups of images whose perceptual hashes are within `distance` bits, joined with
+    the exact groups (an image with no hash is in its exact group alone)."""
+    live = [i for i, key in enumerate(keys) if key[2] is not None]
+    hashes = np.array([keys[i][2] for i in live], np.uint64)
+    pairs = np.array(live, np.int64)[near.near_pairs(hashes, distance)].reshape(-1, 2)
+    position = {(split, item.key): i for i, (split, item) in enumerate(entries)}
+    joins = [(position[g[0]], position[m]) for g in exact for m in g[1:]]
+    pairs = np.concatenate([pairs, np.array(joins, np.int64).reshape(-1, 2)])
+    found = near.components(len(entries), pairs)
+    groups = [sorted(((entries[i][0], entries[i][1].key) for i in g), key=_kept_first)
+              for g in found]  # fmt: skip
+    return sorted(groups, key=lambda g: _kept_first(g[0]))
+
+
+def _keys(
+    chunk: list[Entry], dataset: Dataset, options: PackOptions
+) -> list[tuple[int, int, int | None]]:
+    """(crc, size, perceptual hash or None) of each item of a chunk, the hash with --dedup
+    near alone; (0, 0, None) for one the loader refuses."""
     load, cache, limit = dataset.source.load, {}, max_file_bytes(options.max_pixels)
     keys = []
     items = [item for _, item in chunk]
     with dataset.root.reading(dataset.source.item_files(items), limit) as src:
         for item in items:
             try:
-                keys.append(content_key(load(item, src, options, cache)))
+                loaded = load(item, src, options, cache)
             except ImageError:
-                keys.append((0, 0))
+                keys.append((0, 0, None))
+                continue
+            keys.append((*content_key(loaded), _hash(loaded, options)))
     return keys
+
+
+def _hash(loaded: bytes | np.ndarray, options: PackOptions) -> int | None:
+    """The perceptual hash --dedup near compares; None without it, or for what will not decode
+    (the worker then skips it with the reason)."""
+    if options.dedup != "near":
+        return None
+    try:
+        return near.image_hash(loaded, options.max_pixels)
+    except BadImage:
+        return None
 
 
 def removed(groups: list[Group]) -> dict[str, int]:
@@ -152,7 +193,7 @@ def removed(groups: list[Group]) -> dict[str, int]:
     return dict(Counter(split for group in groups for split, _ in group[1:]))
 
 
-def summary(groups: list[Group], removed: int) -> dict:
+def summary(groups: list[Group], removed: int, options: PackOptions) -> dict:
     """index.json's `duplicates`: totals, the images of each split also in another, and the
     first MAX_LISTED_GROUPS groups as `<split>/<key>` (each its first MAX_LISTED_KEYS)."""
     across: Counter[tuple[str, str]] = Counter()
@@ -162,7 +203,8 @@ def summary(groups: list[Group], removed: int) -> dict:
             across[split, other] += per_split[split]
     images = sum(map(len, groups))
     return {
-        "method": "exact",
+        "method": "near" if options.dedup == "near" else "exact",
+        **({"near_distance": options.near_distance} if options.dedup == "near" else {}),
         "groups": len(groups),
         "images": images,
         "copies": images - len(groups),
@@ -183,10 +225,13 @@ def lines(doc: object) -> list[str]:
     anything not as summary() writes it prints nothing)."""
     try:
         groups, copies, removed = doc["groups"], doc["copies"], doc["removed"]
+        near_ = doc.get("method") == "near"
+        alike = f"near-same pixels, within {doc['near_distance']} bits" if near_ else "same bytes"
         said = [f"{copies:,} duplicate {'copy' if copies == 1 else 'copies'} of "
-                f"{groups:,} {'image' if groups == 1 else 'images'} (same bytes)"]  # fmt: skip
+                f"{groups:,} {'image' if groups == 1 else 'images'} ({alike})"]  # fmt: skip
         if removed:
-            said.append(f"  {removed:,} removed by --dedup exact (skipped as duplicates)")
+            said.append(f"  {removed:,} removed by --dedup {'near' if near_ else 'exact'} "
+                        "(skipped as duplicates)")  # fmt: skip
         said += [f"  {a['images']:,} {'image' if a['images'] == 1 else 'images'} of "
                  f"{printable(a['split'])} {'is' if a['images'] == 1 else 'are'} also in "
                  f"{printable(a['also_in'])}" for a in doc["across_splits"]]  # fmt: skip

@@ -244,7 +244,7 @@ def _compare(dataset: Dataset, contents: dict[str, Entry], options: PackOptions)
     touched = set()
     for (name, item), key in zip(present, keys, strict=True):
         file, crc, size = held[item.key]
-        if key != (crc, size):
+        if key[:2] != (crc, size):
             changed.setdefault(name, []).append(item)
             touched.add(file)
     seen = {item.key for _, item in present}

@@ -86,7 +86,9 @@ def _summary(document: dict) -> str:
     duplicates = document.get("duplicates")
     if duplicates:
         copies, groups = duplicates["copies"], duplicates["groups"]
-        said.append(f"Exact duplicates: {copies:,} copies of {groups:,} images "
+        near = f"Near duplicates (perceptual hashes within {duplicates.get('near_distance')} bits)"
+        said.append(f"{near if duplicates.get('method') == 'near' else 'Exact duplicates'}: "
+                    f"{copies:,} copies of {groups:,} images "
                     f"({duplicates['removed']:,} removed).")  # fmt: skip
         said += [f"{a['images']:,} images of {a['split']} are also in {a['also_in']}."
                  for a in duplicates["across_splits"]]  # fmt: skip

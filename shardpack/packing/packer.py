@@ -215,7 +215,7 @@ def pack(
                 key, reason = dataset.skipped[0]
                 raise ImageError(key, f"{reason}; fix it, or {_SKIP}")
             groups = None  # found before the plan with --dedup, else in what the workers wrote
-            if options.dedup == "exact":
+            if options.dedup != "none":
                 dataset, groups = duplicates.dedup(
                     dataset, options, options.workers or machine_cores()
                 )
@@ -250,7 +250,7 @@ def pack(
         removed = {} if groups is None else duplicates.removed(groups)
         if groups is None:
             groups = duplicates.found_in_shards(plan, results, dataset, options)
-        document["duplicates"] = duplicates.summary(groups, sum(removed.values()))
+        document["duplicates"] = duplicates.summary(groups, sum(removed.values()), options)
         document["summaries"] = split_summaries(plan, results, removed)
         index = write_outputs(out, document, results, options.index_files)
         write_contents(out, entries(plan, results))

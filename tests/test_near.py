@@ -1,0 +1,197 @@
+"""--dedup near: resized, re-compressed, cropped and colour-shifted copies of photo-like images
+found by their perceptual hashes and left out, distinct photos kept, and the hash index that
+groups a million hashes without comparing pairs."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from benchmarks.workloads import _noise_tile, scene
+from shardpack import PackOptions
+from shardpack.cli import app
+from shardpack.packing.facts import STRIPE, content_key
+from shardpack.packing.near import components, image_hash, near_pairs
+from shardpack.read.stream import iter_examples
+from tests.helpers import make_cifar10_python, shard_files
+
+runner = CliRunner()
+
+
+def _jpeg(path: Path, pixels: np.ndarray, quality: int = 90) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, quality])[1])
+
+
+def _shifted(pixels: np.ndarray) -> np.ndarray:
+    """The photo with its hues turned, its contrast and brightness raised."""
+    hsv = cv2.cvtColor(pixels, cv2.COLOR_BGR2HSV)
+    hsv[..., 0] = (hsv[..., 0].astype(int) + 10) % 180
+    return cv2.convertScaleAbs(cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR), alpha=1.1, beta=10)
+
+
+# The planted copies: path under SRC -> (the original's photo number, how it was made).
+RESIZED, RECOMPRESSED = "train/b/resized.jpg", "test/a/recompressed.jpg"
+CROPPED, SHIFTED = "train/a/trimmed.jpg", "train/b/shifted.jpg"
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    """8 distinct photo-like JPEGs (benchmarks.workloads' scenes; photo_0..5 in train, 6, 7 in
+    test), and a 0.7x quality-60 copy of photo 0, a quality-60 copy of 1 in test, a 4%
+    crop of 2 and a colour-shifted 3."""
+    root, noise, photos = tmp_path_factory.mktemp("near") / "src", _noise_tile(), []
+    for i in range(8):
+        pixels = scene(np.random.default_rng((i, 11)), 300, 400, i % 2, noise)
+        split = "train" if i < 6 else "test"
+        _jpeg(root / split / "ab"[i % 2] / f"photo_{i}.jpg", pixels)
+        photos.append(pixels)
+    _jpeg(root / RESIZED, cv2.resize(photos[0], (280, 210), interpolation=cv2.INTER_AREA), 60)
+    _jpeg(root / RECOMPRESSED, photos[1], 60)
+    _jpeg(root / CROPPED, photos[2][6:294, 8:392])  # 4% off each side
+    _jpeg(root / SHIFTED, _shifted(photos[3]))
+    return root
+
+
+def _pack(src: Path, out: Path, *args: str) -> dict:
+    result = runner.invoke(app, ["pack", str(src), str(out), "--no-progress", "--json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _files(out: Path) -> dict[str, set[str]]:
+    """Each split's records by the file name they came from."""
+    return {s: {r["key"].rsplit("/", 1)[-1] for r in iter_examples(out, s)}
+            for s in ("test", "train")}  # fmt: skip
+
+
+def _reasons(out: Path) -> dict[str, str]:
+    index = json.loads((out / "index.json").read_text())
+    return {s["key"].rsplit("/", 1)[-1]: s["reason"] for s in index["skipped"]}
+
+
+def test_dedup_near_leaves_out_resized_and_recompressed_copies(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = _pack(src, out, "--dedup", "near", "--workers", "2")
+    files = _files(out)
+    # the default distance: the 0.7x q60 copy, the q60 copy (the test split's stays) and the
+    # slight crop go; the colour shift (6 bits away) stays
+    assert files["test"] == {"photo_6.jpg", "photo_7.jpg", "recompressed.jpg"}
+    assert files["train"] == {"photo_0.jpg", "photo_2.jpg", "photo_3.jpg", "photo_4.jpg",
+                              "photo_5.jpg", "shifted.jpg"}  # fmt: skip
+    reasons = _reasons(out)
+    (kept,) = (r["key"] for r in iter_examples(out, "test") if r["key"].endswith("compressed.jpg"))
+    assert reasons["photo_1.jpg"] == f"near duplicate of test/{kept}"
+    assert reasons["resized.jpg"].startswith("near duplicate of train/")
+    assert reasons["resized.jpg"].endswith("photo_0.jpg")
+    dup = summary["duplicates"]
+    assert (dup["method"], dup["near_distance"], dup["groups"], dup["removed"]) == ("near", 4, 3, 3)
+    across = {(a["split"], a["also_in"]) for a in dup["across_splits"]}
+    assert across == {("test", "train"), ("train", "test")}
+    text = runner.invoke(app, ["inspect", str(out)]).output
+    assert "3 duplicate copies of 3 images (near-same pixels, within 4 bits)" in text
+    assert "3 removed by --dedup near" in text
+    card = (out / "README.md").read_text()
+    assert "Near duplicates (perceptual hashes within 4 bits): 3 copies of 3 images" in card
+
+
+def test_dedup_near_hashes_the_pixels_a_source_gives(tmp_path: Path) -> None:
+    """CIFAR's records are pixels, not files: hashed as they are; noise images stay apart."""
+    src = make_cifar10_python(tmp_path / "cifar", per_batch=20)
+    summary = _pack(src, tmp_path / "out", "--dedup", "near")
+    assert summary["records"] == 120 and summary["skipped"] == 0
+    assert (summary["duplicates"]["method"], summary["duplicates"]["groups"]) == ("near", 0)
+
+
+def test_a_larger_distance_finds_colour_shifts_and_keeps_distinct_photos(
+    src: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    summary = _pack(src, out, "--dedup", "near", "--near-distance", "10")
+    files = _files(out)
+    assert files["train"] == {"photo_0.jpg", "photo_2.jpg", "photo_3.jpg", "photo_4.jpg",
+                              "photo_5.jpg"}  # fmt: skip
+    assert files["test"] == {"photo_6.jpg", "photo_7.jpg", "recompressed.jpg"}  # all distinct
+    assert summary["duplicates"]["removed"] == 4
+    assert _reasons(out)["trimmed.jpg"].endswith("photo_2.jpg")
+    assert _reasons(out)["shifted.jpg"].endswith("photo_3.jpg")
+    # the copies are near, not exact: none of them without --dedup near
+    plain = _pack(src, tmp_path / "plain", "--dedup", "exact")
+    assert plain["duplicates"]["groups"] == 0 and plain["records"] == 12
+
+
+def test_near_distance_is_part_of_the_plan(src: Path, tmp_path: Path) -> None:
+    out, again = tmp_path / "out", tmp_path / "again"
+    first = _pack(src, out, "--dedup", "near", "--shards", "2", "--workers", "2")
+    resumed = _pack(src, out, "--dedup", "near", "--shards", "2", "--resume")
+    assert resumed["shards_kept"] == 4 and resumed["duplicates"] == first["duplicates"]
+    result = runner.invoke(
+        app, ["pack", str(src), str(out), "--dedup", "near", "--near-distance", "10", "--shards",
+              "2", "--no-progress"])  # fmt: skip
+    assert result.exit_code == 2 and "--near-distance was 4, now 10" in result.output
+    _pack(src, again, "--dedup", "near", "--shards", "2", "--workers", "1")
+    assert shard_files(out) == shard_files(again)  # the same copies kept, the same bytes
+    result = runner.invoke(app, ["pack", str(src), str(tmp_path / "x"), "--near-distance", "65"])
+    assert result.exit_code == 2 and "--near-distance" in result.output
+    # only --dedup near reads the distance: other plans' digests are as they were without it
+    assert "near_distance" not in PackOptions(dedup="exact", near_distance=9).output_fields()
+
+
+def test_pixels_hash_as_their_encoded_file_does() -> None:
+    pixels = scene(np.random.default_rng(3), 120, 160, 1, _noise_tile())
+    png = cv2.imencode(".png", pixels)[1].tobytes()
+    rgb = np.ascontiguousarray(pixels[:, :, ::-1])
+    assert bin(image_hash(png, 10**8) ^ image_hash(rgb, 10**8)).count("1") <= 2
+
+
+def _brute_force(hashes: np.ndarray, distance: int) -> np.ndarray:
+    close = np.bitwise_count(hashes[:, None] ^ hashes[None, :]) <= distance
+    return np.stack(np.nonzero(np.triu(close, 1)), axis=1)
+
+
+@pytest.mark.parametrize("distance", [0, 1, 4, 7, 12])
+def test_the_band_index_finds_what_comparing_every_pair_finds(distance: int) -> None:
+    rng = np.random.default_rng(distance)
+    centres = rng.integers(0, 2**64, 40, dtype=np.uint64)
+    flips = [sum(1 << int(b) for b in rng.choice(64, rng.integers(0, 14), replace=False))
+             for _ in range(1500)]  # fmt: skip
+    hashes = centres[rng.integers(0, 40, 1500)] ^ np.array(flips, np.uint64)
+    pairs = near_pairs(hashes, distance)
+    assert (np.bitwise_count(hashes[pairs[:, 0]] ^ hashes[pairs[:, 1]]) <= distance).all()
+    groups = components(len(hashes), pairs)
+    assert groups == components(len(hashes), _brute_force(hashes, distance))
+    assert 0 < len(groups) < len(hashes) / 2
+
+
+def test_a_million_hashes_are_grouped_in_seconds() -> None:
+    rng = np.random.default_rng(0)
+    hashes = rng.integers(0, 2**64, 1_000_000, dtype=np.uint64)
+    hashes[10] = hashes[999_999] ^ np.uint64(0b1001)  # two bits apart
+    hashes[500] = hashes[999_999]  # the same hash
+    start = time.perf_counter()
+    groups = components(len(hashes), near_pairs(hashes, 4))
+    assert time.perf_counter() - start < 10  # ~2 s on one busy core; pairwise would take hours
+    assert groups == [[10, 500, 999_999]]
+
+
+def test_jpegs_alike_where_the_content_key_reads_are_told_apart(tmp_path: Path) -> None:
+    """Two photos of one size with the same first, middle and last 4 KiB share a content key
+    (facts.STRIPE): sha256 of the candidates keeps them apart."""
+    pixels = scene(np.random.default_rng(5), 300, 400, 0, _noise_tile())
+    data = bytearray(cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes())
+    assert len(data) > 6 * STRIPE
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    (tmp_path / "src" / "a" / "one.jpg").write_bytes(data)
+    data[STRIPE + 100] ^= 0x01  # entropy-coded data between the first and the middle stripe
+    (tmp_path / "src" / "a" / "two.jpg").write_bytes(data)
+    one, two = ((tmp_path / "src" / "a" / n).read_bytes() for n in ("one.jpg", "two.jpg"))
+    assert content_key(one) == content_key(two) and one != two
+    for dedup in ("none", "exact"):
+        summary = _pack(tmp_path / "src", tmp_path / dedup, "--dedup", dedup)
+        assert summary["records"] == 2 and summary["duplicates"]["groups"] == 0
