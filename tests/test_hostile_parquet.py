@@ -71,3 +71,25 @@ def test_a_manifest_of_several_row_groups_packs_as_one_of_a_single_group_does(tm
     index = json.loads((many / "index.json").read_text())
     assert {"caption", "n", "tags"} <= set(index["features"])
     assert sum(s["num_records"] for s in index["splits"]["train"]["shards"]) == 9
+
+
+def test_a_hugging_face_file_whose_caption_decodes_to_gigabytes_is_refused_by_name(
+    tmp_path: Path,
+):
+    src = make_tree(tmp_path / "src", {"a": 1})
+    jpeg = (src / "a/img_000.jpg").read_bytes()
+    rows = _GROUP_ROWS
+    image = pa.StructArray.from_arrays(
+        [pa.array([jpeg] * rows, pa.binary()), pa.array(["img_000.jpg"] * rows)], ["bytes", "path"]
+    )
+    caption = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()),
+                                             pa.array(["x" * _CAPTION_CHARS]))  # fmt: skip
+    table = pa.table({"image": image, "caption": caption})
+    data = tmp_path / "hf/data"
+    data.mkdir(parents=True)
+    with pq.ParquetWriter(data / "train-00000-of-00001.parquet", table.schema) as writer:
+        for _ in range(4):
+            writer.write_table(table)
+    run = _pack(tmp_path, tmp_path / "hf", "--source", "hf")
+    _refused(run, "train-00000-of-00001.parquet: row group 0 decodes to 1.9 GiB", "1 GiB limit")
+    assert run.peak_mib < 1024, run.peak_mib
