@@ -174,7 +174,7 @@ def _scan_file(
 ) -> tuple[dict[str, Feature], frozenset[str]]:
     """Add one file's rows to `items` (bad ones to `skipped`); return the features as settled."""
     from shardpack.sources.hfcolumns import BadValue, columns_of, convert, label_of, settle
-    from shardpack.sources.tables.parquet_reader import read_group
+    from shardpack.sources.tables.parquet_reader import as_written, read_group
 
     features, ragged = typed
     path = folder.path(name)
@@ -188,7 +188,8 @@ def _scan_file(
         row = 0
         for group in range(parquet.num_row_groups):
             meta = parquet.metadata.row_group(group)
-            values = read_group(parquet, path, group, wanted, _REWRITE).to_pydict()
+            values = as_written(parquet, read_group(parquet, path, group, wanted, _REWRITE))
+            values = values.to_pydict()
             features, ragged = settle(features, ragged, values)
             size = _image_bytes(meta, columns.image) // max(meta.num_rows, 1)
             for i in range(meta.num_rows):
