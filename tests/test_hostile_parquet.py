@@ -19,10 +19,11 @@ _CAPTION_CHARS = 100_000
 _GROUP_ROWS = 20_000  # 2 GB of caption a row group, decoded
 
 
-def _one_caption_everywhere(path: Path, groups: int, store_schema: bool) -> Path:
-    """`groups` row groups of _GROUP_ROWS rows, each naming one image and holding the same
+def _one_caption_everywhere(
+    path: Path, groups: int, store_schema: bool, rows: int = _GROUP_ROWS
+) -> Path:
+    """`groups` row groups of `rows` rows, each naming one image and holding the same
     100,000-character caption: a dictionary page of one value, indices run-length encoded."""
-    rows = _GROUP_ROWS
     table = pa.table({
         "path": pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()),
                                                pa.array(["a/img_000.jpg"])),
@@ -93,3 +94,19 @@ def test_a_hugging_face_file_whose_caption_decodes_to_gigabytes_is_refused_by_na
     run = _pack(tmp_path, tmp_path / "hf", "--source", "hf")
     _refused(run, "train-00000-of-00001.parquet: row group 0 decodes to 1.9 GiB", "1 GiB limit")
     assert run.peak_mib < 1024, run.peak_mib
+
+
+def test_row_groups_each_under_the_limit_are_refused_past_the_file_limit(tmp_path, monkeypatch):
+    from shardpack.errors import SourceError
+    from shardpack.sources.tables import parquet_reader
+    from shardpack.sources.tables.reader import read_manifest
+
+    manifest = _one_caption_everywhere(tmp_path / "captions.parquet", 4, True, rows=500)
+    decoded = 500 * _CAPTION_CHARS  # a row group's captions: 50 MB
+    monkeypatch.setattr(parquet_reader, "MAX_FILE_DECODED_BYTES", 2 * decoded + decoded // 2)
+    with pytest.raises(
+        SourceError,
+        match=r"captions.parquet: row groups 0 to 2 decode to 143.1 "
+        r"MiB \(over the 119.2 MiB limit for one file, held in memory whole\)",
+    ):
+        read_manifest(manifest)

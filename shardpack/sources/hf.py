@@ -174,7 +174,7 @@ def _scan_file(
 ) -> tuple[dict[str, Feature], frozenset[str]]:
     """Add one file's rows to `items` (bad ones to `skipped`); return the features as settled."""
     from shardpack.sources.hfcolumns import BadValue, columns_of, convert, label_of, settle
-    from shardpack.sources.tables.parquet_reader import as_written, read_group
+    from shardpack.sources.tables.parquet_reader import held_groups
 
     features, ragged = typed
     path = folder.path(name)
@@ -186,10 +186,9 @@ def _scan_file(
         wanted = [n for n in parquet.schema_arrow.names if n != columns.image
                   and n not in columns.left_out]  # fmt: skip
         row = 0
-        for group in range(parquet.num_row_groups):
+        for group, table in enumerate(held_groups(parquet, path, wanted, _REWRITE)):
             meta = parquet.metadata.row_group(group)
-            values = as_written(parquet, read_group(parquet, path, group, wanted, _REWRITE))
-            values = values.to_pydict()
+            values = table.to_pydict()
             features, ragged = settle(features, ragged, values)
             size = _image_bytes(meta, columns.image) // max(meta.num_rows, 1)
             for i in range(meta.num_rows):
@@ -253,7 +252,8 @@ class _File:
         """A row group's image column (pyarrow's), read whole."""
         from shardpack.sources.tables.parquet_reader import read_group
 
-        return read_group(self.parquet, self.path, group, [self.image], _REWRITE).column(0)
+        table, _ = read_group(self.parquet, self.path, group, [self.image], _REWRITE)
+        return table.column(0)
 
     def close(self) -> None:
         self.parquet.close(force=True)

@@ -15,6 +15,10 @@ from shardpack.sources.tables.chunks import Chunk, check_names
 # referenced 20,000 times is 40 KB on disk, 2 GB decoded. 1 GiB is 15 times the 1M-row table of
 # benchmarks/manifest_scale.py (67 MB); pyarrow writes up to 1M rows a group by default.
 MAX_ROW_GROUP_BYTES = 1 << 30
+# A file's values decoded, summed over its row groups, are refused past this: its rows are held
+# in memory whole (as Python values, about twice their bytes), and 1 GiB under the limit a row
+# group, every 100 KB of row groups on disk could otherwise add a GiB. 60 times the 67 MB table.
+MAX_FILE_DECODED_BYTES = 4 << 30
 _REWRITE = "pyarrow: a smaller row_group_size"  # how to write smaller row groups
 
 
@@ -32,8 +36,7 @@ def parquet_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
                 )
         numbers = frozenset(f.name for f in parquet.schema_arrow if _arrow_number(f.type))
         row = 0
-        for group in range(parquet.num_row_groups):
-            table = as_written(parquet, read_group(parquet, path, group, None, _REWRITE))
+        for table in held_groups(parquet, path, None, _REWRITE):
             for batch in table.to_batches(max_chunksize=chunks.CHUNK_ROWS):
                 columns = dict(zip(names, (c.to_pylist() for c in batch.columns), strict=True))
                 yield Chunk(list(range(row, row + batch.num_rows)), columns, [], numbers)
@@ -64,8 +67,8 @@ def open_parquet(path: str, f: BinaryIO):
 
 
 def read_group(parquet, path: str, group: int, columns: list[str] | None, rewrite: str):
-    """Row group `group` (of `columns`; None: all) as an Arrow table, dictionaries kept;
-    refused (SourceError) when its footer or its decoded values put it over
+    """Row group `group` (of `columns`; None: all) as an Arrow table, dictionaries kept, and
+    its decoded bytes; refused (SourceError) when its footer or its decoded values put it over
     MAX_ROW_GROUP_BYTES. `rewrite` says how to write smaller row groups."""
     stored = parquet.metadata.row_group(group).total_byte_size
     if stored > MAX_ROW_GROUP_BYTES:
@@ -74,10 +77,26 @@ def read_group(parquet, path: str, group: int, columns: list[str] | None, rewrit
     decoded = sum(map(decoded_bytes, table.columns))
     if decoded > MAX_ROW_GROUP_BYTES:
         _refuse(path, group, f"decodes to {_gib(decoded)}", rewrite)
-    return table
+    return table, decoded
 
 
-def as_written(parquet, table):
+def held_groups(parquet, path: str, columns: list[str] | None, rewrite: str) -> Iterator:
+    """Each row group (of `columns`; None: all) as an Arrow table of the types as written, read
+    by read_group; refused (SourceError) once they decode to over MAX_FILE_DECODED_BYTES."""
+    total = 0
+    for group in range(parquet.num_row_groups):
+        table, decoded = read_group(parquet, path, group, columns, rewrite)
+        total += decoded
+        if total > MAX_FILE_DECODED_BYTES:
+            raise SourceError(
+                f"{path}: row groups 0 to {group} decode to {_gib(total)} (over the "
+                f"{_gib(MAX_FILE_DECODED_BYTES)} limit for one file, held in memory whole); "
+                "split the file or shorten its values"
+            )
+        yield _as_written(parquet, table)
+
+
+def _as_written(parquet, table):
     """A table read by read_group with its dictionaries decoded to the types as written (its
     size checked): pyarrow turns a dictionary into Python values 15 times slower."""
     import pyarrow as pa
@@ -96,10 +115,11 @@ def _refuse(path: str, group: int, size: str, rewrite: str) -> None:
 
 
 def _gib(size: int) -> str:
-    """A size for a message: GiB to one decimal (1 GiB, 2.3 GiB), bytes when far smaller."""
-    if size < 2**30 // 10:
-        return f"{size:,} bytes"
-    return f"{size / 2**30:,.1f}".removesuffix(".0") + " GiB"
+    """A size for a message: GiB or MiB to one decimal (1 GiB, 2.3 GiB), or bytes."""
+    for unit, shift in (("GiB", 30), ("MiB", 20)):
+        if size >= 1 << shift:
+            return f"{size / (1 << shift):,.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size:,} bytes"
 
 
 def decoded_bytes(array) -> int:
