@@ -282,7 +282,7 @@ def test_hf_bad_layouts_are_one_line(hf_folder, tmp_path, monkeypatch):
     monkeypatch.setattr(parquet_reader, "MAX_ROW_GROUP_BYTES", 100)
     refused(
         hf_folder,
-        "row group 0 holds .* bytes as its footer says \\(over the 100 bytes "
+        "row group 0 holds .* bytes by its footer's sizes and counts \\(over the 100 bytes "
         "limit for one row group\\); write it with smaller row groups \\(datasets: ",
     )
     (tmp_path / "junk.parquet").write_bytes(b"PAR1 not really")

@@ -110,3 +110,20 @@ def test_row_groups_each_under_the_limit_are_refused_past_the_file_limit(tmp_pat
         r"MiB \(over the 119.2 MiB limit for one file, held in memory whole\)",
     ):
         read_manifest(manifest)
+
+
+def test_a_run_length_encoded_list_is_refused_by_its_count_before_it_decodes(tmp_path, monkeypatch):
+    from shardpack.errors import SourceError
+    from shardpack.sources.tables import parquet_reader
+    from shardpack.sources.tables.reader import read_manifest
+
+    n = 20_000_000  # zeros, one list: 160 MB decoded, under 1 KB on disk
+    zeros = pa.ListArray.from_arrays([0, n], pa.nulls(n, pa.int64()).fill_null(0))
+    manifest = tmp_path / "zeros.parquet"
+    pq.write_table(pa.table({"path": ["a/img_000.jpg"], "v": zeros}), manifest)
+    del zeros
+    assert manifest.stat().st_size < 4096
+    monkeypatch.setattr(parquet_reader, "MAX_ROW_GROUP_BYTES", 100 << 20)
+    with pytest.raises(SourceError, match=r"zeros.parquet: row group 0 holds 152.6 MiB by its "
+                       r"footer's sizes and counts \(over the 100 MiB limit"):  # fmt: skip
+        read_manifest(manifest)

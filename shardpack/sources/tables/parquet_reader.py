@@ -70,9 +70,12 @@ def read_group(parquet, path: str, group: int, columns: list[str] | None, rewrit
     """Row group `group` (of `columns`; None: all) as an Arrow table, dictionaries kept, and
     its decoded bytes; refused (SourceError) when its footer or its decoded values put it over
     MAX_ROW_GROUP_BYTES. `rewrite` says how to write smaller row groups."""
-    stored = parquet.metadata.row_group(group).total_byte_size
+    meta = parquet.metadata.row_group(group)
+    # 8 bytes a value (an int64, a double, an offset): run-length encoding hides the count
+    values = sum(meta.column(j).num_values for j in range(meta.num_columns))
+    stored = meta.total_byte_size + 8 * values
     if stored > MAX_ROW_GROUP_BYTES:
-        _refuse(path, group, f"holds {_gib(stored)} as its footer says", rewrite)
+        _refuse(path, group, f"holds {_gib(stored)} by its footer's sizes and counts", rewrite)
     table = parquet.read_row_group(group, columns=columns)
     decoded = sum(map(decoded_bytes, table.columns))
     if decoded > MAX_ROW_GROUP_BYTES:
