@@ -130,7 +130,7 @@ def scan_hf(folder: Storage, files: dict[str, list[str]], shuffle: bool = False)
 
     Raises:
         SourceError: a file is unreadable, has no image column, columns unlike the first's, a
-            row group over MAX_ROW_GROUP_BYTES (parquet_reader), or no row at all.
+            row group or file past parquet_reader's decoded limits, or no row at all.
     """
     first = next(iter(files.values()))[0]
     columns = _columns(folder.child(first), required=True)
