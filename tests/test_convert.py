@@ -254,8 +254,6 @@ def test_a_parquet_file_without_an_image_column_is_one_line(tmp_path):
 
 
 def test_hf_bad_layouts_are_one_line(hf_folder, tmp_path, monkeypatch):
-    from shardpack.sources import hf
-
     def refused(src: Path, match: str) -> None:
         with pytest.raises(SourceError, match=match) as error:
             scan(src, PackOptions(source="hf"))
@@ -279,8 +277,14 @@ def test_hf_bad_layouts_are_one_line(hf_folder, tmp_path, monkeypatch):
     with monkeypatch.context() as patched:
         patched.setattr(classlist, "MAX_CLASSES", 2)
         refused(hf_folder, "column 'label': its ClassLabel names make 3 classes, over the 2")
-    monkeypatch.setattr(hf, "MAX_ROW_GROUP_BYTES", 100)
-    refused(hf_folder, "row group 0 holds .* bytes \\(over 100\\); rewrite it")
+    from shardpack.sources.tables import parquet_reader
+
+    monkeypatch.setattr(parquet_reader, "MAX_ROW_GROUP_BYTES", 100)
+    refused(
+        hf_folder,
+        "row group 0 holds .* bytes by its footer's sizes and counts \\(over the 100 bytes "
+        "limit for one row group\\); write it with smaller row groups \\(datasets: ",
+    )
     (tmp_path / "junk.parquet").write_bytes(b"PAR1 not really")
     refused(tmp_path / "junk.parquet", "junk.parquet: not a readable Parquet file")
 

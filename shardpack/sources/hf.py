@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from shardpack.errors import ImageError, SourceError, install_hint
+from shardpack.errors import ImageError, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources import Dataset, Item, Source
@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     from shardpack.sources.hfcolumns import Columns
 
 KIND = "hf"
-# A row group is read whole (its small columns at scan, its image column in a worker): one
-# far beyond what `datasets` writes (100 image rows a group) is refused, not read.
-MAX_ROW_GROUP_BYTES = 1 << 30
+# A row group is read whole (its small columns at scan, its image column in a worker), bounded
+# by MAX_ROW_GROUP_BYTES as it decodes (far beyond the 100 image rows a group `datasets` writes).
+_REWRITE = "datasets: to_parquet(batch_size=100)"  # how to write smaller row groups
 KEEP_FILES = 8  # Parquet files a worker keeps open
 # The row groups' image columns a worker keeps: a dataset of up to this much a worker reads
 # each row group once a shard, shuffled or not; beyond it, a shuffled shard reads a row group
@@ -101,15 +101,14 @@ def _open(file: Storage):
     following a link; close(force=True) closes it (pyarrow closes a file it was handed only
     so)."""
     from shardpack.sources.tables.chunks import open_table
+    from shardpack.sources.tables.parquet_reader import open_parquet
 
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise SourceError(f"{file.path()}: reading Parquet needs pyarrow: "
-                          f"{install_hint('parquet')}") from None  # fmt: skip
     f = open_table(file)
     try:
-        return pq.ParquetFile(f)
+        return open_parquet(file.path(), f)
+    except SourceError:
+        f.close()
+        raise
     except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
         f.close()
         raise SourceError(f"{file.path()}: not a readable Parquet file ({e})") from None
@@ -131,7 +130,7 @@ def scan_hf(folder: Storage, files: dict[str, list[str]], shuffle: bool = False)
 
     Raises:
         SourceError: a file is unreadable, has no image column, columns unlike the first's, a
-            row group over MAX_ROW_GROUP_BYTES, or no row at all.
+            row group or file past parquet_reader's decoded limits, or no row at all.
     """
     first = next(iter(files.values()))[0]
     columns = _columns(folder.child(first), required=True)
@@ -175,6 +174,7 @@ def _scan_file(
 ) -> tuple[dict[str, Feature], frozenset[str]]:
     """Add one file's rows to `items` (bad ones to `skipped`); return the features as settled."""
     from shardpack.sources.hfcolumns import BadValue, columns_of, convert, label_of, settle
+    from shardpack.sources.tables.parquet_reader import held_groups
 
     features, ragged = typed
     path = folder.path(name)
@@ -186,10 +186,9 @@ def _scan_file(
         wanted = [n for n in parquet.schema_arrow.names if n != columns.image
                   and n not in columns.left_out]  # fmt: skip
         row = 0
-        for group in range(parquet.num_row_groups):
+        for group, table in enumerate(held_groups(parquet, path, wanted, _REWRITE)):
             meta = parquet.metadata.row_group(group)
-            _check_size(path, group, meta.total_byte_size)
-            values = parquet.read_row_group(group, columns=wanted).to_pydict()
+            values = table.to_pydict()
             features, ragged = settle(features, ragged, values)
             size = _image_bytes(meta, columns.image) // max(meta.num_rows, 1)
             for i in range(meta.num_rows):
@@ -213,13 +212,6 @@ def _scan_file(
     finally:
         parquet.close(force=True)
     return features, ragged
-
-
-def _check_size(path: str, group: int, size: int) -> None:
-    if size > MAX_ROW_GROUP_BYTES:
-        raise SourceError(f"{path}: row group {group} holds {size} bytes (over "
-                          f"{MAX_ROW_GROUP_BYTES}); rewrite it with smaller row groups "
-                          "(datasets: to_parquet(batch_size=100))")  # fmt: skip
 
 
 def _image_bytes(meta, image: str) -> int:
@@ -258,8 +250,10 @@ class _File:
 
     def images(self, group: int):
         """A row group's image column (pyarrow's), read whole."""
-        _check_size(self.path, group, self.parquet.metadata.row_group(group).total_byte_size)
-        return self.parquet.read_row_group(group, columns=[self.image]).column(0)
+        from shardpack.sources.tables.parquet_reader import read_group
+
+        table, _ = read_group(self.parquet, self.path, group, [self.image], _REWRITE)
+        return table.column(0)
 
     def close(self) -> None:
         self.parquet.close(force=True)

@@ -107,6 +107,8 @@ def _is_image(field, spec: object) -> bool:
 def _binary(t) -> bool:
     import pyarrow as pa
 
+    if pa.types.is_dictionary(t):  # as parquet_reader.open_parquet reads bytes
+        return _binary(t.value_type)
     return pa.types.is_binary(t) or pa.types.is_large_binary(t)
 
 

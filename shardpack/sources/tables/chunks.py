@@ -18,10 +18,6 @@ MAX_LINE_BYTES = 1 << 20
 # A text value longer than this (a path, a caption, a class name) is a bad row. It equals the
 # csv module's own field limit, so a CSV cell beyond it stops the read as a malformed file.
 MAX_TEXT_CHARS = 131_072
-# Parquet is read one row group at a time; refuse a row group that would take more memory than
-# any sane manifest needs at once (pyarrow writes up to 1M rows a group by default; the 1M-row
-# table of benchmarks/manifest_scale.py is 67 MB uncompressed).
-MAX_ROW_GROUP_BYTES = 1 << 30
 # Rows read and typed a column at a time (a Parquet batch; CSV/JSONL lines): C-speed checks
 # over a column in place of Python code per cell, and a bounded transient per chunk.
 CHUNK_ROWS = 16_384

@@ -1,4 +1,5 @@
-"""Parquet manifests as chunks, a row group at a time (pyarrow, imported when one is read)."""
+"""Parquet read a row group at a time, refused past a bound on its decoded size (for manifests
+and Hugging Face datasets); manifests as chunks. pyarrow is imported when a file is read."""
 
 from __future__ import annotations
 
@@ -9,50 +10,148 @@ from shardpack.errors import SourceError, install_hint
 from shardpack.sources.tables import chunks
 from shardpack.sources.tables.chunks import Chunk, check_names
 
-# Parquet is read one row group at a time; refuse a row group that would take more memory than
-# any sane manifest needs at once (pyarrow writes up to 1M rows a group by default; the 1M-row
-# table of benchmarks/manifest_scale.py is 67 MB uncompressed).
+# One row group, as its footer sizes it and then as it decodes (each dictionary value counted
+# at every row using it), is refused past this: a 100,000-character caption stored once and
+# referenced 20,000 times is 40 KB on disk, 2 GB decoded. 1 GiB is 15 times the 1M-row table of
+# benchmarks/manifest_scale.py (67 MB); pyarrow writes up to 1M rows a group by default.
 MAX_ROW_GROUP_BYTES = 1 << 30
+# A file's values decoded, summed over its row groups, are refused past this: its rows are held
+# in memory whole (as Python values, about twice their bytes), and 1 GiB under the limit a row
+# group, every 100 KB of row groups on disk could otherwise add a GiB. 60 times the 67 MB table.
+MAX_FILE_DECODED_BYTES = 4 << 30
+_REWRITE = "pyarrow: a smaller row_group_size"  # how to write smaller row groups
 
 
 def parquet_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise SourceError(
-            f"{path}: reading Parquet needs pyarrow: {install_hint('parquet')}"
-        ) from None
-    try:
-        parquet = pq.ParquetFile(f)
+        parquet = open_parquet(path, f)
         names = parquet.schema_arrow.names
         check_names(path, names)
-        for field in parquet.schema_arrow:
+        for field in parquet.schema.to_arrow_schema():  # the types as written, not as read
             if not _arrow_supported(field.type):
                 raise SourceError(
                     f"{path}: column {field.name!r} is of Parquet type {field.type}; shardpack "
                     "reads numbers, booleans, strings and (nested) lists of them: convert it "
                     "or drop the column"
                 )
-        for i in range(parquet.num_row_groups):
-            size = parquet.metadata.row_group(i).total_byte_size
-            if size > MAX_ROW_GROUP_BYTES:
-                raise SourceError(
-                    f"{path}: row group {i} holds {size} bytes (over {MAX_ROW_GROUP_BYTES}); "
-                    "rewrite it with smaller row groups (pyarrow: row_group_size=100_000)"
-                )
         numbers = frozenset(f.name for f in parquet.schema_arrow if _arrow_number(f.type))
         row = 0
-        for batch in parquet.iter_batches(batch_size=chunks.CHUNK_ROWS):
-            columns = dict(zip(names, (c.to_pylist() for c in batch.columns), strict=True))
-            yield Chunk(list(range(row, row + batch.num_rows)), columns, [], numbers)
-            row += batch.num_rows
+        for table in held_groups(parquet, path, None, _REWRITE):
+            for batch in table.to_batches(max_chunksize=chunks.CHUNK_ROWS):
+                columns = dict(zip(names, (c.to_pylist() for c in batch.columns), strict=True))
+                yield Chunk(list(range(row, row + batch.num_rows)), columns, [], numbers)
+                row += batch.num_rows
         # Arrow's allocator keeps the pages it freed; hand them back before the packer forks.
+        import pyarrow as pa
+
         pa.default_memory_pool().release_unused()
     except SourceError:
         raise
     except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
         raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+
+
+def open_parquet(path: str, f: BinaryIO):
+    """An open Parquet file as pyarrow's ParquetFile, every text or bytes column (lists' and
+    structs' too) read as a dictionary: a value repeated costs memory once, until decoded."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SourceError(
+            f"{path}: reading Parquet needs pyarrow: {install_hint('parquet')}"
+        ) from None
+    schema = (plain := pq.ParquetFile(f)).schema
+    leaves = [c.path for c in map(schema.column, range(len(schema)))
+              if c.physical_type == "BYTE_ARRAY"]  # fmt: skip
+    return pq.ParquetFile(f, metadata=plain.metadata, read_dictionary=leaves)
+
+
+def read_group(parquet, path: str, group: int, columns: list[str] | None, rewrite: str):
+    """Row group `group` (of `columns`; None: all) as an Arrow table, dictionaries kept, and
+    its decoded bytes; refused (SourceError) when its footer or its decoded values put it over
+    MAX_ROW_GROUP_BYTES. `rewrite` says how to write smaller row groups."""
+    meta = parquet.metadata.row_group(group)
+    # 8 bytes a value (an int64, a double, an offset): run-length encoding hides the count
+    values = sum(meta.column(j).num_values for j in range(meta.num_columns))
+    stored = meta.total_byte_size + 8 * values
+    if stored > MAX_ROW_GROUP_BYTES:
+        _refuse(path, group, f"holds {_gib(stored)} by its footer's sizes and counts", rewrite)
+    table = parquet.read_row_group(group, columns=columns)
+    decoded = sum(map(decoded_bytes, table.columns))
+    if decoded > MAX_ROW_GROUP_BYTES:
+        _refuse(path, group, f"decodes to {_gib(decoded)}", rewrite)
+    return table, decoded
+
+
+def held_groups(parquet, path: str, columns: list[str] | None, rewrite: str) -> Iterator:
+    """Each row group (of `columns`; None: all) as an Arrow table of the types as written, read
+    by read_group; refused (SourceError) once they decode to over MAX_FILE_DECODED_BYTES."""
+    total = 0
+    for group in range(parquet.num_row_groups):
+        table, decoded = read_group(parquet, path, group, columns, rewrite)
+        total += decoded
+        if total > MAX_FILE_DECODED_BYTES:
+            raise SourceError(
+                f"{path}: row groups 0 to {group} decode to {_gib(total)} (over the "
+                f"{_gib(MAX_FILE_DECODED_BYTES)} limit for one file, held in memory whole); "
+                "split the file or shorten its values"
+            )
+        yield _as_written(parquet, table)
+
+
+def _as_written(parquet, table):
+    """A table read by read_group with its dictionaries decoded to the types as written (its
+    size checked): pyarrow turns a dictionary into Python values 15 times slower."""
+    import pyarrow as pa
+
+    written = parquet.schema.to_arrow_schema()
+    fields = [written.field(name) for name in table.column_names]
+    return table.cast(pa.schema(fields, metadata=table.schema.metadata))
+
+
+def _refuse(path: str, group: int, size: str, rewrite: str) -> None:
+    """Refuse a row group over MAX_ROW_GROUP_BYTES, naming it, the limit and the fix."""
+    raise SourceError(
+        f"{path}: row group {group} {size} (over the {_gib(MAX_ROW_GROUP_BYTES)} limit for one "
+        f"row group); write it with smaller row groups ({rewrite}) or shorter values"
+    )
+
+
+def _gib(size: int) -> str:
+    """A size for a message: GiB or MiB to one decimal (1 GiB, 2.3 GiB), or bytes."""
+    for unit, shift in (("GiB", 30), ("MiB", 20)):
+        if size >= 1 << shift:
+            return f"{size / (1 << shift):,.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size:,} bytes"
+
+
+def decoded_bytes(array) -> int:
+    """An Arrow array's bytes once decoded: each dictionary value counted at every use."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(array, pa.ChunkedArray):
+        return sum(map(decoded_bytes, array.chunks))
+    t = array.type
+    if pa.types.is_dictionary(t):
+        values, indices = array.dictionary, array.indices
+        if _binary_like(t.value_type):
+            used = pc.sum(pc.take(pc.binary_length(values), indices)).as_py() or 0
+        else:  # fixed-width values: the dictionary's average width at every use
+            used = -(-decoded_bytes(values) * len(indices) // max(len(values), 1))
+        return used + indices.nbytes
+    if pa.types.is_struct(t):
+        return sum(map(decoded_bytes, array.flatten())) + len(array)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return decoded_bytes(array.flatten()) + 8 * len(array)
+    return array.nbytes
+
+
+def _binary_like(t) -> bool:
+    import pyarrow as pa
+
+    return any(check(t) for check in (pa.types.is_string, pa.types.is_large_string,
+                                      pa.types.is_binary, pa.types.is_large_binary))  # fmt: skip
 
 
 def _arrow_number(t) -> bool:
