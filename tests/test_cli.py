@@ -373,7 +373,7 @@ def test_pack_imports_only_what_it_uses(tmp_path: Path):
     run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
-    assert "shardpack.packing.local" in imported  # the run did fork its workers
+    assert "shardpack.packing.forkpool" in imported  # the run did fork its workers
     assert not imported & {"importlib.metadata", "tensorflow"}
     argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out1"), "--shards", "2", "--workers", "1"]
     run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)

@@ -540,7 +540,7 @@ def test_a_pack_keeps_freed_memory_for_the_next_image(tree: Path, tmp_path: Path
 
 _COPIED_BY_A_FORKED_READER = """
 import gc, os, random, sys
-from shardpack.packing.local import _PackedItems
+from shardpack.packing.forkpool import _PackedItems
 from shardpack.sources import Item
 
 def private_kb():
@@ -582,7 +582,7 @@ def test_a_forked_worker_does_not_copy_the_listing_it_reads():
 
 
 def test_packed_items_give_back_the_items_they_were_made_from():
-    from shardpack.packing.local import PACKED_CHUNK, _PackedItems
+    from shardpack.packing.forkpool import PACKED_CHUNK, _PackedItems
     from shardpack.sources import Item
 
     items = tuple(

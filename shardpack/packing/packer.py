@@ -466,7 +466,7 @@ def _run(
             if workers == 1 or len(specs) <= 1:
                 yield from (write_shard(spec, *args) for spec in specs)
             else:
-                from shardpack.packing.local import run_local  # imports joblib
+                from shardpack.packing.forkpool import run_local  # imports joblib
 
                 yield from run_local(specs, args, min(workers, len(specs)))
         return
