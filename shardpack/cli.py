@@ -147,7 +147,8 @@ def _run_pack(
 
     bar = Bar(progress)
     try:
-        result = pack(src, out, options, progress=bar, storage_options=storage_options)
+        result = pack(src, out, options, progress=bar, storage_options=storage_options,
+                      scan_progress=bar.scanned)  # fmt: skip
     except KeyboardInterrupt:
         _stopped("interrupted", 130, bar)
     except _Terminated:

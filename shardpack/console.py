@@ -39,8 +39,30 @@ class Bar:
         self.progress = None
         self.first: tuple[float, int] | None = None  # (time, images done) of the first report
         self.line_due = self.start + _BAR_DELAY_S
+        self.scan_line = False  # a terminal's "scanning" line is open: end it before the bar
+
+    def scanned(self, listed: int) -> None:
+        """The scan's count of files listed, as a line: every _LINE_EVERY_S where stderr is no
+        terminal, else one line rewritten in place; both once the run passes a second."""
+        now = time.monotonic()
+        if not self.enabled or now - self.start < _BAR_DELAY_S:
+            return
+        line = f"scanning: {plural(listed, 'file')} listed"
+        if sys.stderr.isatty():
+            self.scan_line = True
+            print(f"\r{line}", end="", file=sys.stderr, flush=True)
+        elif now >= self.line_due:
+            self.line_due = now + _LINE_EVERY_S
+            print(line, file=sys.stderr, flush=True)
+
+    def _end_scan_line(self) -> None:
+        """Ends the terminal's "scanning" line, so that what follows starts on its own."""
+        if self.scan_line:
+            self.scan_line = False
+            print(file=sys.stderr, flush=True)
 
     def __call__(self, done: int, total: int) -> None:
+        self._end_scan_line()
         now = time.monotonic()
         self.first = self.first or (now, done)
         if not self.enabled or now - self.start < _BAR_DELAY_S:
@@ -76,6 +98,7 @@ class Bar:
         self.progress.update(self.task, completed=done, rate=rate)
 
     def close(self) -> None:
+        self._end_scan_line()
         if self.progress is not None:
             self.progress.stop()
             self.progress = None

@@ -429,6 +429,24 @@ def test_the_progress_rate_counts_new_work_only(capsys):
     assert line.startswith("packing: 1,000/1,000 images") and rate < 100 / 1.2 + 1, line
 
 
+def test_without_a_terminal_the_scan_reports_files_listed(tmp_path: Path):
+    """A big tree's listing says how far it is, as lines on a piped stderr; here the tree is
+    small and the child lowers the report's step and the line's delay and interval."""
+    src = make_tree(tmp_path / "src", {f"c{i}": 12 for i in range(5)})
+    code = (
+        "import sys; import shardpack.console as c, shardpack.sources.scanned as s; "
+        "s.EVERY = 10; c._BAR_DELAY_S = 0; c._LINE_EVERY_S = 0; "
+        "from shardpack.cli import main; sys.argv = ['shardpack'] + sys.argv[1:]; main()"
+    )
+    argv = [sys.executable, "-c", code, "pack", str(src), str(tmp_path / "out"), "--workers", "1"]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    scans = [line for line in run.stderr.splitlines() if line.startswith("scanning:")]
+    counts = [int(re.fullmatch(r"scanning: ([\d,]+) files listed", line)[1]) for line in scans]
+    assert counts and counts == sorted(counts) and counts[-1] <= 60, run.stderr
+    assert run.stderr.index("scanning:") < run.stderr.index("packing:"), run.stderr
+
+
 def test_fewer_workers_or_shards_than_asked_say_why(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
     argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out"), "--workers", "64", "--shards",

@@ -24,6 +24,7 @@ from tests.helpers import (
     make_tree,
     shard_files,
     tf_records,
+    write_csv,
     write_image,
 )
 
@@ -596,3 +597,20 @@ def test_packed_items_give_back_the_items_they_were_made_from():
         assert tuple(packed) == given
         assert tuple(packed) == given  # iterated again: the same
         assert all(type(item) is Item for item in packed)
+
+
+def test_the_scan_reports_to_a_callback_given_only(tmp_path: Path, monkeypatch):
+    """pack(scan_progress=...) hears the running count of files listed, a manifest's rows too;
+    without it nothing is printed."""
+    from shardpack.sources import scanned
+
+    monkeypatch.setattr(scanned, "EVERY", 10)
+    src = make_tree(tmp_path / "src", {"a": 15, "b": 15})
+    heard: list[int] = []
+    pack(src, tmp_path / "out", PackOptions(workers=1), scan_progress=heard.append)
+    assert heard and heard == sorted(heard) and heard[-1] <= 30, heard
+    rows = [{"image": f"src/a/img_{i:03d}.jpg"} for i in range(15)]
+    write_csv(tmp_path / "m.csv", rows)
+    heard.clear()
+    pack(tmp_path / "m.csv", tmp_path / "out2", PackOptions(workers=1), scan_progress=heard.append)
+    assert heard == [15], heard

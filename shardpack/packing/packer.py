@@ -36,6 +36,7 @@ from shardpack.packing.tfdsmeta import write_tfds_metadata
 from shardpack.packing.worker import read_progress, write_shard
 from shardpack.schema import Feature
 from shardpack.sources import Dataset, keeping, scan, source_root
+from shardpack.sources.scanned import ScanCallback, reporting
 from shardpack.storage import Storage, is_store_failure, storage_at
 from shardpack.storage.atomic import json_bytes, temp_files
 
@@ -110,8 +111,13 @@ def feature_type(feature: Feature) -> str:
     return f"{kind} list of {feature.row}" if feature.row else f"{kind} list"
 
 
-def _check_arguments(options: object, progress: object, storage_options: object) -> None:
+def _check_arguments(
+    options: object, progress: object, storage_options: object, scan_progress: object = None
+) -> None:
     """A Python caller's wrong kind of argument, refused by name before anything is touched."""
+    if scan_progress is not None and not callable(scan_progress):
+        raise TypeError(f"scan_progress must be called with (files listed); got: "
+                        f"{scan_progress!r}")  # fmt: skip
     if options is not None and not isinstance(options, PackOptions):
         raise TypeError(f"options must be a PackOptions, such as PackOptions(encode='jpeg'); "
                         f"got: {options!r}")  # fmt: skip
@@ -172,6 +178,7 @@ def pack(
     options: PackOptions | None = None,
     progress: ProgressCallback | None = None,
     storage_options: dict | None = None,
+    scan_progress: ScanCallback | None = None,
 ) -> PackResult:
     """Pack SRC into shards (options.format: TFRecord, ArrayRecord or WebDataset) and an
     index.json in OUT.
@@ -183,6 +190,8 @@ def pack(
         options: how to pack; defaults to PackOptions().
         progress: called about five times a second with (items done, items total).
         storage_options: options for the filesystem of a URL SRC or OUT (s3fs, gcsfs, ...).
+        scan_progress: called while SRC is listed with the count of files (or manifest rows)
+            listed so far, every few thousand.
 
     Returns:
         The index document and headline figures.
@@ -196,12 +205,13 @@ def pack(
     (see _keep_freed_memory: up to 64 MiB held for reuse).
     """
     start = time.perf_counter()  # the whole call: scan, plan, workers' start, writing, merge
-    _check_arguments(options, progress, storage_options)
+    _check_arguments(options, progress, storage_options, scan_progress)
     options = options or PackOptions()
     if options.grow != "none":  # --append, --update: into the dataset OUT holds
         from shardpack.packing.grow import grow
 
-        return grow(src, out, options, progress, storage_options)
+        with reporting(scan_progress):
+            return grow(src, out, options, progress, storage_options)
     CONTAINERS[options.format].require()  # a missing package: refused before OUT is created
     src_root = source_root(src, storage_options)  # refused before OUT is created if missing
     out = storage_at(out, storage_options)
@@ -210,7 +220,8 @@ def pack(
     with out.lock(created), keeping():  # what sources load once a run
         watch = CpuWatch()  # the scan and plan are the window that measures others' load
         with _no_gc():
-            dataset = scan(src_root, options, storage_options)
+            with reporting(scan_progress):
+                dataset = scan(src_root, options, storage_options)
             if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
                 key, reason = dataset.skipped[0]
                 raise ImageError(key, f"{reason}; fix it, or {_SKIP}")

@@ -12,6 +12,7 @@ from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.classlist import check_class_name, class_list, labelled
+from shardpack.sources.scanned import listed
 from shardpack.storage import Storage
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, not_regular
 
@@ -334,6 +335,7 @@ def _walk_images(
             else:  # a link, a special file, or a file system without d_type: stat it
                 _stat_image(entry, label, f"{rel_dir}/{name}", subfolders, passed, found)
         found.extend([(label, f"{rel_dir}/{name}", None) for name in sorted(files)])
+        listed(len(files) + len(ignored))
         for name in sorted(ignored):
             passed.ignore(f"{rel_dir}/{name}")
         pending.extend([f"{rel_dir}/{name}" for name in sorted(subfolders, reverse=True)])

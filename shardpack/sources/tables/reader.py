@@ -11,6 +11,7 @@ from typing import BinaryIO
 
 from shardpack.errors import SourceError
 from shardpack.schema import LABEL, Feature
+from shardpack.sources.scanned import listed
 from shardpack.sources.tables.cells import CSV_FLOAT, CSV_INT
 from shardpack.sources.tables.chunks import Chunk, open_table
 from shardpack.sources.tables.columns import Layout, column_names
@@ -78,7 +79,10 @@ def read_manifest(
     suffix = path.lower().rpartition(".")[2]
     csv_text = suffix in ("csv", "tsv")  # every value is a text cell, typed by its spelling
     with open_table(table) as f:
-        chunks = list(_chunks(path, suffix, f))
+        chunks = []
+        for chunk in _chunks(path, suffix, f):
+            chunks.append(chunk)
+            listed(len(chunk.lines))
     layout = Layout.of(path, column_names(chunks, path), path_column)
     typed = (*layout.extras, LABEL) if layout.labelled else layout.extras
     counts = survey(chunks, typed, csv_text)
