@@ -19,7 +19,7 @@ import typer
 from shardpack import __version__
 from shardpack.console import Bar, plural, print_inspect, print_json, print_pack_summary
 from shardpack.containers import CONTAINERS
-from shardpack.errors import FileAccessError, ShardpackError, printable
+from shardpack.errors import FileAccessError, OutputError, ShardpackError, printable
 from shardpack.options import (
     BACKEND_ALIASES,
     BACKENDS,
@@ -143,12 +143,15 @@ def _run_pack(
     as_json: bool,
     storage_options: dict | None = None,
 ) -> None:
+    from shardpack.packing.outdir import PlanChanged
     from shardpack.packing.packer import pack
 
     bar = Bar(progress)
     try:
         result = pack(src, out, options, progress=bar, storage_options=storage_options,
                       scan_progress=bar.scanned)  # fmt: skip
+    except PlanChanged as e:  # phrased for Python callers: name the flags
+        raise OutputError(as_flags(str(e))) from None
     except KeyboardInterrupt:
         _stopped("interrupted", 130, bar)
     except _Terminated:

@@ -447,6 +447,17 @@ def test_without_a_terminal_the_scan_reports_files_listed(tmp_path: Path):
     assert run.stderr.index("scanning:") < run.stderr.index("packing:"), run.stderr
 
 
+def test_a_refused_resume_names_the_flags(tmp_path: Path):
+    """pack says encode='jpeg' to Python callers; the CLI's line names --encode and
+    --overwrite."""
+    src, out = make_tree(tmp_path / "src", {"a": 2, "b": 2}), str(tmp_path / "out")
+    assert _run("pack", str(src), out, "--encode", "png", "--no-progress").returncode == 0
+    run = _run("pack", str(src), out, "--encode", "jpeg", "--resume", "--no-progress")
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert (f"{out}: was packed with other options (--encode jpeg (the journal's: 'png')); "
+            "pass --overwrite to start over") in run.stderr, run.stderr  # fmt: skip
+
+
 def test_fewer_workers_or_shards_than_asked_say_why(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
     argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out"), "--workers", "64", "--shards",

@@ -256,12 +256,12 @@ def test_out_with_another_dataset_needs_overwrite(tmp_path: Path):
     out = tmp_path / "out"
     pack(first, out, PackOptions(workers=1, shards=3))
     (out / "my-notes.txt").write_text("mine")
-    with pytest.raises(OutputError, match="--overwrite") as caught:
+    with pytest.raises(OutputError, match="overwrite=True") as caught:
         pack(second, out, PackOptions(workers=1))
-    assert f'{out}: was packed with other options (--name was "first", now "second"' in str(
+    assert f"{out}: was packed with other options (name='second' (the journal's: 'first')" in str(
         caught.value
     )  # what differs, as a refused --resume says it
-    with pytest.raises(OutputError, match=r"--shards was 3, now 2\); pass --overwrite"):
+    with pytest.raises(OutputError, match=r"shards=2 \(the journal's: 3\)\); pass overwrite="):
         pack(first, out, PackOptions(workers=1, shards=2))
     assert _index(out)["name"] == "first"  # untouched
     pack(first, out, PackOptions(workers=1, shards=3))  # the same job again is fine

@@ -176,8 +176,9 @@ def test_resume_refuses_changed_options(src, tmp_path):
     src = Path(shutil.copytree(src, tmp_path / "src"))  # the module's own is shared: not changed
     out = tmp_path / "out"
     pack(src, out, PackOptions(encode="png", shards=12, workers=2))
-    said = (
-        r"was packed with other options \(--encode was \"png\", now \"jpeg\"; --seed was 0, now 7\)"
+    said = (  # in Python's terms: the CLI names the flags (test_cli)
+        r"was packed with other options \(encode='jpeg' \(the journal's: 'png'\); "
+        r"seed=7 \(the journal's: 0\)\); pass overwrite=True"
     )
     with pytest.raises(OutputError, match=said):
         pack(src, out, PackOptions(encode="jpeg", shards=12, workers=2, resume=True, seed=7))
@@ -195,8 +196,8 @@ def test_resume_with_other_workers_says_the_shard_count_followed_them(src, tmp_p
     out = tmp_path / "out"
     pack(src, out, PackOptions(encode="png", workers=1))
     with pytest.raises(OutputError, match=r"was planned into other shard counts \(then "
-                       r"\{\"train\": 1\}, now \{\"train\": 2\}: without --shards the count "
-                       r"follows --workers"):  # fmt: skip
+                       r"\{\"train\": 1\}, now \{\"train\": 2\}: without shards= the count "
+                       r"follows workers="):  # fmt: skip
         pack(src, out, PackOptions(encode="png", workers=2, resume=True))
 
 
@@ -214,8 +215,8 @@ def test_a_journal_that_lies_about_its_options_is_shown_cut_short(src, tmp_path)
     with pytest.raises(OutputError) as refused:
         pack(src, out, PackOptions(shards=2, workers=1, resume=True))
     message = str(refused.value)
-    assert '--encode was {"a": null}, now "keep"' in message and "nonsense" not in message
-    assert "--quality was [" in message and "\n" not in message and len(message) < 400
+    assert "encode='keep' (the journal's: {'a': None})" in message and "nonsense" not in message
+    assert "(the journal's: ('\\n" in message and "\n" not in message and len(message) < 400
 
 
 def test_resume_redoes_a_damaged_shard(src, clean, tmp_path):

@@ -456,8 +456,8 @@ def test_resume_names_a_changed_mode(tmp_path):
 
     _photos(tmp_path / "src")
     _pack(tmp_path / "src", tmp_path / "out", resize=TARGET, resize_mode="center-crop")
-    said = ('--resize-mode was "center-crop", now "pad"; '
-            "--upscale/--no-upscale was true, now false")  # fmt: skip
+    said = (r"resize_mode='pad' \(the journal's: 'center-crop'\); "
+            r"upscale=False \(the journal's: True\)")  # fmt: skip
     with pytest.raises(OutputError, match=said):
         _pack(tmp_path / "src", tmp_path / "out", resize=TARGET, resize_mode="pad",
               upscale=False, resume=True)  # fmt: skip

@@ -132,8 +132,8 @@ def prepare(
                 f"{out.path(INDEX_NAME)}: not an index shardpack can read; pass --overwrite to "
                 "replace it, or choose another output folder"
             )
-        raise OutputError(
-            f"{out.root}: {_what_changed(state.journal_head, record)}; pass --overwrite to "
+        raise PlanChanged(
+            f"{out.root}: {_what_changed(state.journal_head, record)}; pass overwrite=True to "
             "start over, or choose another output folder"
         )
     planned = {spec.file for spec in plan.shards}
@@ -218,6 +218,11 @@ def flag(option: str) -> str:
     return _FLAGS.get(option, "--" + option.replace("_", "-"))
 
 
+class PlanChanged(OutputError):
+    """OUT holds a run of another plan (a refused resume or a rerun): its message names options
+    as Python does (encode='png'), and the CLI turns them into flags."""
+
+
 def _what_changed(head: dict | None, now: dict) -> str:
     """Why a run into an earlier run's OUT is refused, from the journal's first line (read
     as untrusted: only the options there are now are compared, and values are shown cut
@@ -227,15 +232,22 @@ def _what_changed(head: dict | None, now: dict) -> str:
         return "was packed with other options or from a changed source"
     changed = [key for key, value in now["options"].items() if key in then and then[key] != value]
     if changed:
-        said = "; ".join(f"{flag(key)} was "
-                         f"{_shown(then[key])}, now {_shown(now['options'][key])}"
+        said = "; ".join(f"{key}={_as_python(now['options'][key])} "
+                         f"(the journal's: {_as_python(then[key])})"
                          for key in changed)  # fmt: skip
         return f"was packed with other options ({said})"
     if head.get("shards") != now["shards"]:
         return (f"was planned into other shard counts (then {_shown(head.get('shards'))}, now "
-                f"{_shown(now['shards'])}: without --shards the count follows --workers and the "
-                "source's size); resume with that run's --workers or --shards")  # fmt: skip
+                f"{_shown(now['shards'])}: without shards= the count follows workers= and the "
+                "source's size); resume with that run's workers= or shards=")  # fmt: skip
     return "was packed from a changed source (other files, or other sizes)"
+
+
+def _as_python(value: object) -> str:
+    """An option's value from a journal as Python writes it (a list as the tuple it was),
+    escaped, at most 40 characters: the CLI turns `name=value` into its flag (as_flags)."""
+    value = tuple(value) if isinstance(value, list) else value
+    return shortened(printable(repr(value)))
 
 
 def _shown(value: object) -> str:
