@@ -37,9 +37,11 @@ demo: $(RUNTIME)
 	$(BIN)/shardpack verify demo-out/shards
 
 # The tests on every core (pytest-xdist), a file to a worker: a file's module fixtures are made
-# once, and its tests share them. TEST_WORKERS=0 runs them in this one process.
+# once, and its tests share them. TEST_WORKERS=0 runs them in this one process. They start
+# hundreds of interpreters: let those reuse compiled bytecode even where the shell says not to.
 TEST_WORKERS ?= auto
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_WORKERS) \
+	--dist loadfile
 
 test: $(TESTDEPS)
 	$(PYTEST)

@@ -412,7 +412,7 @@ def test_without_a_terminal_progress_comes_as_lines(tmp_path: Path):
     run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stderr.splitlines()
-    assert lines and all(_LINE.match(line) for line in lines), run.stderr
+    assert lines and all(_LINE.match(line) for line in lines), (run.stderr, run.stdout)
     assert "\x1b" not in run.stderr
 
 

@@ -62,8 +62,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def scheduler():
+    """A scheduler and two workers (nannies: a killed worker is restarted) for this module."""
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
