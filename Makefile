@@ -39,7 +39,7 @@ demo: $(RUNTIME)
 # The tests on every core (pytest-xdist), a file to a worker: a file's module fixtures are made
 # once, and its tests share them. TEST_WORKERS=0 runs them in this one process. They start
 # hundreds of interpreters: let those reuse compiled bytecode even where the shell says not to.
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= logical
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_WORKERS) \
 	--dist loadfile
 
