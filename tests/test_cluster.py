@@ -78,9 +78,8 @@ def scheduler():
             client.wait_for_workers(2, timeout=60)
         yield address
     finally:
-        for proc in reversed(procs):
+        for proc in reversed(procs):  # the workers first, while the scheduler hears them go
             proc.terminate()
-        for proc in procs:
             proc.wait(timeout=30)
 
 
@@ -128,9 +127,9 @@ def _workers_without_disk(hidden: Path, nworkers: int = 1) -> Iterator[str]:
                 time.sleep(0.1)
         yield address
     finally:
-        worker.terminate()
-        scheduler.terminate()
+        worker.terminate()  # first, while the scheduler hears it go
         worker.wait(timeout=30)
+        scheduler.terminate()
         scheduler.wait(timeout=30)
 
 
