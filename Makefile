@@ -36,12 +36,19 @@ demo: $(RUNTIME)
 	$(BIN)/shardpack demo demo-out
 	$(BIN)/shardpack verify demo-out/shards
 
+# The tests on every core (pytest-xdist), a file to a worker: a file's module fixtures are made
+# once, and its tests share them. TEST_WORKERS=0 runs them in this one process. They start
+# hundreds of interpreters: let those reuse compiled bytecode even where the shell says not to.
+TEST_WORKERS ?= logical
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_WORKERS) \
+	--dist loadfile
+
 test: $(TESTDEPS)
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # Every test that needs no TensorFlow, TFDS, torch or DALI; those are skipped, with the reason.
 test-fast: $(TESTLIGHT)
-	SHARDPACK_TEST_TIER=fast $(BIN)/python -m pytest -q
+	SHARDPACK_TEST_TIER=fast $(PYTEST)
 
 bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)

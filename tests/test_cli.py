@@ -412,7 +412,7 @@ def test_without_a_terminal_progress_comes_as_lines(tmp_path: Path):
     run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stderr.splitlines()
-    assert lines and all(_LINE.match(line) for line in lines), run.stderr
+    assert lines and all(_LINE.match(line) for line in lines), (run.stderr, run.stdout)
     assert "\x1b" not in run.stderr
 
 
@@ -660,10 +660,14 @@ def test_ctrl_c_in_a_terminal_ends_on_the_line_that_says_so(tmp_path: Path):
     import signal
     import time
 
-    from shardpack.demo import make_sample
-
-    src = make_sample(tmp_path / "src", per_class=400, size=128)
-    args = [*SHARDPACK, "pack", src, str(tmp_path / "out"), "--workers", "1", "--encode", "png"]
+    # Seconds of PNG encoding after the bar shows (it waits a second), so that the Ctrl-C lands
+    # mid-run, not as the run ends; copies of one photo, as the encoding is the cost here.
+    photo = write_image(tmp_path / "photo.jpg", image(0, height=480, width=640))
+    for i in range(600):
+        (tmp_path / "src" / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(photo, tmp_path / "src" / f"c{i % 2}" / f"{i:03d}.jpg")
+    args = [*SHARDPACK, "pack", str(tmp_path / "src"), str(tmp_path / "out"), "--workers", "1",
+            "--encode", "png"]  # fmt: skip
     pid, fd = pty.fork()
     if pid == 0:  # the child: the CLI, on the terminal
         os.execv(sys.executable, args)

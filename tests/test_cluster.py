@@ -62,8 +62,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def scheduler():
+    """A scheduler and two workers (nannies: a killed worker is restarted) for this module."""
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
@@ -77,9 +78,8 @@ def scheduler():
             client.wait_for_workers(2, timeout=60)
         yield address
     finally:
-        for proc in reversed(procs):
+        for proc in reversed(procs):  # the workers first, while the scheduler hears them go
             proc.terminate()
-        for proc in procs:
             proc.wait(timeout=30)
 
 
@@ -127,9 +127,9 @@ def _workers_without_disk(hidden: Path, nworkers: int = 1) -> Iterator[str]:
                 time.sleep(0.1)
         yield address
     finally:
-        worker.terminate()
-        scheduler.terminate()
+        worker.terminate()  # first, while the scheduler hears it go
         worker.wait(timeout=30)
+        scheduler.terminate()
         scheduler.wait(timeout=30)
 
 

@@ -3,6 +3,7 @@ and resume proving that an interrupted run ends byte-identical to an uninterrupt
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -90,12 +91,23 @@ def _same_output(a: Path, b: Path) -> bool:
 def test_signal_stops_cleanly_and_resume_completes(src, clean_as, tmp_path, sig, code, fmt):
     out = tmp_path / "out"
     run = _start(src, out, "--format", fmt)
-    wait_for(lambda: _finished_shards(out) >= 1)
-    sent = time.monotonic()
-    run.send_signal(sig)
-    stderr = run.communicate(timeout=30)[1]
+    wait_for(lambda: _finished_shards(out) >= 1 and len(worker_pids(run.pid)) == 2)
+    # The workers held, so the signal lands mid-run and not as the run ends; kept held, so
+    # a run that waited for them instead of killing them would hang here.
+    workers = worker_pids(run.pid)
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        assert _finished_shards(out) < 12
+        sent = time.monotonic()
+        run.send_signal(sig)
+        stderr = run.communicate(timeout=30)[1]
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     assert run.returncode == code, stderr
-    assert time.monotonic() - sent < 2.0
+    assert time.monotonic() - sent < 5.0
     assert "--resume" in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert not (out / "index.json").exists() and not _leftovers(out)
     finished = _finished_shards(out)
