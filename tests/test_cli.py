@@ -660,12 +660,12 @@ def test_ctrl_c_in_a_terminal_ends_on_the_line_that_says_so(tmp_path: Path):
     import signal
     import time
 
-    # Seconds of PNG encoding after the bar shows (it waits a second), so that the Ctrl-C lands
-    # mid-run, not as the run ends; copies of one photo, as the encoding is the cost here.
+    # Many seconds of PNG encoding after the bar shows (it waits a second), so that the Ctrl-C
+    # lands mid-run even on a busy machine; hard links to one photo, as encoding is the cost.
     photo = write_image(tmp_path / "photo.jpg", image(0, height=480, width=640))
-    for i in range(600):
+    for i in range(3000):
         (tmp_path / "src" / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(photo, tmp_path / "src" / f"c{i % 2}" / f"{i:03d}.jpg")
+        os.link(photo, tmp_path / "src" / f"c{i % 2}" / f"{i:04d}.jpg")
     args = [*SHARDPACK, "pack", str(tmp_path / "src"), str(tmp_path / "out"), "--workers", "1",
             "--encode", "png"]  # fmt: skip
     pid, fd = pty.fork()
