@@ -193,12 +193,12 @@ def prepare_growth(out: Storage, plan: Plan, listed: set[str]) -> list[ShardResu
     return reused
 
 
-def growing(out: Storage) -> frozenset[str]:
-    """The shards an --append or --update in progress (or stopped) has finished: its
-    journal's, which no index lists yet and which a rerun keeps or removes."""
-    header, finished = _read_journal(out)
-    grows = isinstance(header, dict) and header.get("grow") in ("append", "update")
-    return frozenset(r.file for r in finished) if grows else frozenset()
+def growing(out: Storage) -> bool:
+    """Whether an --append or --update is in progress (or stopped) in OUT: the shards it wrote
+    (journaled or not: a kill may fall between a shard's rename and its journal line) are in
+    no index yet, and its rerun keeps or replaces them."""
+    header, _ = _read_journal(out)
+    return isinstance(header, dict) and header.get("grow") in ("append", "update")
 
 
 # The flag of each output option whose name is not its own with dashes.

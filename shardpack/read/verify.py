@@ -110,9 +110,9 @@ def verify(
             )
     from shardpack.packing.outdir import growing
 
-    listed = listed | growing(index.storage)  # a grow's new shards, before its index lands
+    grown = growing(index.storage)  # a grow's new shards are in no index until its own lands
     for entry in index.storage.listdir():
-        if is_shard_name(entry.name, index.name) and entry.name not in listed:
+        if is_shard_name(entry.name, index.name) and entry.name not in listed and not grown:
             faults.append(Fault(entry.name, None, "shard file not listed in index.json (extra "
                                 "shard)"))  # fmt: skip
     return VerifyReport(index.out, shards, records, decode, tuple(faults), index.container.framing)
