@@ -322,6 +322,7 @@ def _all(out: Path) -> dict[str, dict[str, dict]]:
     return {s: {r["key"]: r for r in shardpack.iter_examples(out, s)} for s in index["splits"]}
 
 
+@pytest.mark.heavy  # TensorFlow (and wids, torch) read what it wrote
 def test_own_output_converts_between_containers_with_records_kept(packed, tmp_path):
     before = _all(packed)
     index = json.loads((packed / "index.json").read_text())

@@ -309,6 +309,7 @@ def test_every_colour_mode_becomes_pillows_rgb(tmp_path):
         assert np.abs(got.astype(int) - expected).max() <= 1, name
 
 
+@pytest.mark.heavy  # TensorFlow (and wids, torch) read what it wrote
 def test_keep_makes_what_tensorflow_cannot_decode_png_losslessly(tmp_path):
     files = _colour_inputs(tmp_path / "src" / "a")
     result = CliRunner().invoke(app, ["pack", str(tmp_path / "src"), str(tmp_path / "out"),
