@@ -22,7 +22,7 @@ from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.hflayout import SUFFIX, data_files
-from shardpack.sources.openfiles import OpenFiles
+from shardpack.sources.pieces import OpenFiles
 from shardpack.storage import Storage, is_url, storage_at
 
 if TYPE_CHECKING:

@@ -1,11 +1,13 @@
-"""Reading items that are pieces of larger source files (records of a TFDS shard, members of a
-tar): the files a worker reads from are kept open in its cache, a bounded number at a time."""
+"""Reading items that are pieces of larger source files (records of a shard, members of a tar,
+rows of a Parquet file): the files a worker reads from are kept open, a bounded number at a
+time, the least recently used closed first."""
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from shardpack.errors import SourceError
 from shardpack.storage import Storage
@@ -17,18 +19,46 @@ MAX_OPEN = 16
 # dataset_info.json, features.json, a class-names file: kilobytes; refuse what could be a trap.
 MAX_METADATA_BYTES = 16 * 2**20
 
-Opened = TypeVar("Opened")
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
 
 
-def kept_open(cache: dict, key: tuple, opener: Callable[[], Opened]) -> Opened:
-    """The file `opener` opens, kept in the worker's `cache` under `key`; the one opened
-    longest ago is closed when MAX_OPEN are open."""
-    files: dict = cache.setdefault("pieces.open", {})
-    if key not in files:
-        if len(files) >= MAX_OPEN:
-            files.pop(next(iter(files))).close()
-        files[key] = opener()
-    return files[key]
+T = TypeVar("T", bound=_Closable)
+
+
+class OpenFiles(Generic[T]):
+    """name -> an open thing made by `opener`, at most `keep` at once."""
+
+    def __init__(self, opener: Callable[[str], T], keep: int) -> None:
+        self.opener, self.keep = opener, keep
+        self._open: OrderedDict[str, T] = OrderedDict()
+
+    def get(self, name: str) -> T:
+        """The open file of this name, opened on first use (and again after being closed)."""
+        opened = self._open.get(name)
+        if opened is None:
+            while len(self._open) >= self.keep:
+                self._open.popitem(last=False)[1].close()
+            opened = self._open[name] = self.opener(name)
+        self._open.move_to_end(name)
+        return opened
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem()[1].close()
+
+    def __del__(self) -> None:  # the worker drops its cache when the shard is done
+        self.close()
+
+
+def kept_open(cache: dict, kind: str, opener: Callable[[str], T]) -> OpenFiles[T]:
+    """The worker's open files of one kind, kept in its loader's `cache` for the shard: at most
+    MAX_OPEN, each opened by `opener(name)` on first use."""
+    files = cache.get(kind)
+    if files is None:
+        files = cache[kind] = OpenFiles(opener, MAX_OPEN)
+    return files
 
 
 def read_metadata(root: Storage, name: str, what: str) -> bytes:

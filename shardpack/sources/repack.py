@@ -18,7 +18,7 @@ from shardpack.index import FORMAT, INDEX_NAME, Index, load_index
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources import Dataset, FieldValue, Item, Source
-from shardpack.sources.openfiles import OpenFiles
+from shardpack.sources.pieces import OpenFiles
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:

@@ -86,7 +86,7 @@ class TarSource(Source):
 
     def load(self, item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
         try:
-            blob = kept_open(cache, ("tar", item.path), lambda: root.open(item.path))
+            blob = kept_open(cache, "tar.files", root.open).get(item.path)
             data = blob.pread(item.size, item.position)
         except OSError as e:
             raise ImageError(item.key, f"cannot read its tar ({e.strerror or e})") from None

@@ -201,8 +201,8 @@ def _container(fmt: str):
 def _record(root: Storage, item: Item, fmt: str, cache: dict) -> Example:
     """The record an item names, read from its shard kept open in the worker."""
     try:
-        reader = kept_open(
-            cache, ("tfds", item.path), lambda: _container(fmt).open(root, item.path)
+        reader = kept_open(cache, "tfds.shards", lambda path: _container(fmt).open(root, path)).get(
+            item.path
         )
         return reader[item.position]
     except (RecordError, IndexError) as e:
