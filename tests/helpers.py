@@ -330,6 +330,33 @@ def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
                           text=True, timeout=180, **kwargs)  # fmt: skip
 
 
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`shardpack ARGS` as its console entry point runs it, but in this process, as `cli` returns
+    it: for what a run does, not for the process (signals, limits, a closed pipe). `env` is laid
+    over os.environ for the run."""
+    import signal
+
+    from click.testing import CliRunner
+
+    from shardpack import cli as entry
+
+    handler, argv, code = signal.getsignal(signal.SIGTERM), sys.argv, 0
+    with CliRunner().isolation(env=env) as (stdout, stderr, _):
+        sys.argv = ["shardpack", *args]
+        try:
+            entry.main()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        finally:
+            sys.argv = argv
+            signal.signal(signal.SIGTERM, handler)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return subprocess.CompletedProcess(
+            ["shardpack", *args], code, stdout.getvalue().decode(), stderr.getvalue().decode()
+        )
+
+
 def one_line_error(done: subprocess.CompletedProcess, *words: str) -> str:
     """The run ended in exit 2 and one line on stderr holding every word; returns the line."""
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shardpack.cli import app
-from tests.helpers import image, make_tree, write_csv, write_image, write_jsonl
+from tests.helpers import image, make_tree, run_cli, write_csv, write_image, write_jsonl
 
 runner = CliRunner()
 SHARDPACK = [sys.executable, "-m", "shardpack"]
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*SHARDPACK, *args], capture_output=True, text=True, timeout=120)
+    return run_cli(*args)
 
 
 @pytest.fixture

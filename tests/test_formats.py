@@ -26,6 +26,7 @@ from tests.helpers import (
     READ_WEBDATASET,
     make_tree,
     needs,
+    run_cli,
     run_json,
     shard_files,
 )
@@ -113,17 +114,13 @@ def test_verify_names_damage_in_every_container(packed, fmt, damage, tmp_path):
 def test_the_cli_packs_inspects_previews_and_verifies_every_container(src, fmt, tmp_path):
     out = tmp_path / "out"
 
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
-
-    packing = run("pack", str(src), str(out), "--format", fmt, "--shards", "2", "--no-progress")
+    packing = run_cli("pack", str(src), str(out), "--format", fmt, "--shards", "2", "--no-progress")
     assert packing.returncode == 0, packing.stderr
-    inspect = run("inspect", str(out))
+    inspect = run_cli("inspect", str(out))
     assert inspect.returncode == 0 and f"{fmt} shards" in inspect.stdout, inspect.stderr
-    preview = run("preview", str(out), "--out", str(tmp_path / "p.png"), "--n", "4")
+    preview = run_cli("preview", str(out), "--out", str(tmp_path / "p.png"), "--n", "4")
     assert preview.returncode == 0 and (tmp_path / "p.png").stat().st_size > 0, preview.stderr
-    checked = run("verify", str(out))
+    checked = run_cli("verify", str(out))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     # it says what checked each record: only TFRecord's CRCs cover a record's bytes
     framing = {"tfrecord": "CRC", "array_record": "framing", "webdataset": "tar headers"}[fmt]

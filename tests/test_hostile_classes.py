@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import cli, make_tree, one_line_error
+from tests.helpers import cli, make_tree, one_line_error, run_cli
 
 
-def _pack(src: Path, out: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    return cli("pack", str(src), str(out), "--workers", "1", "--no-progress", *args, **kwargs)
+def _pack(src: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    return run_cli("pack", str(src), str(out), "--workers", "1", "--no-progress", *args)
 
 
 def _index(out: Path) -> dict:
@@ -84,7 +84,9 @@ def test_classes_from_a_fifo_and_from_stdin_are_read(tmp_path: Path):
     writer.join(timeout=10)
     assert done.returncode == 0, done.stderr[-2000:]
     assert _packed_classes(tmp_path / "a") == ["cat", "dog"]
-    done = _pack(manifest, tmp_path / "b", "--classes", "/dev/stdin", input="cat\ndog\n")
+    b = tmp_path / "b"
+    done = cli("pack", str(manifest), str(b), "--workers", "1", "--no-progress",
+               "--classes", "/dev/stdin", input="cat\ndog\n")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert _packed_classes(tmp_path / "b") == ["cat", "dog"]
 
@@ -169,7 +171,8 @@ def test_one_integer_label_of_100_million_is_refused_by_name(tmp_path: Path, suf
         manifest.write_text("path,label\n" + "".join(f"{p},{n}\n" for p, n in rows))
     else:
         manifest.write_text("".join(json.dumps({"path": p, "label": n}) + "\n" for p, n in rows))
-    done = _pack(manifest, tmp_path / "out", preexec_fn=_limit_memory)
+    done = cli("pack", str(manifest), str(tmp_path / "out"), "--workers", "1", "--no-progress",
+               preexec_fn=_limit_memory)  # fmt: skip
     one_line_error(done, f"labels{suffix}", "100,000,001 classes", f"{MAX_CLASSES:,}")
     assert not (tmp_path / "out").exists()
 

@@ -16,7 +16,7 @@ from shardpack.errors import IndexFormatError
 from shardpack.index import MAX_INDEX_CONTAINERS, MAX_NAMED_SKIPPED, load_index
 from shardpack.read.stream import iter_examples
 from shardpack.schema import MAX_ROW
-from tests.helpers import PEAK_KIB, cli, make_tree, one_line_error, write_csv
+from tests.helpers import PEAK_KIB, make_tree, one_line_error, run_cli, write_csv
 
 
 def test_missing_paths_full_of_brackets_pack_into_an_index_its_readers_take(tmp_path: Path):
@@ -28,13 +28,13 @@ def test_missing_paths_full_of_brackets_pack_into_an_index_its_readers_take(tmp_
     manifest = write_csv(src / "labels.csv", rows)
     assert manifest.stat().st_size > 5_000_000
     out = tmp_path / "out"
-    done = cli("pack", str(manifest), str(out), "--workers", "1", "--no-progress")
+    done = run_cli("pack", str(manifest), str(out), "--workers", "1", "--no-progress")
     assert done.returncode == 0, done.stderr[-2000:]
     raw = json.loads((out / "index.json").read_text())
     assert raw["num_skipped"] == len(raw["skipped"]) == 40
     assert all(len(s["key"]) <= 1000 for s in raw["skipped"])
     for command in ("verify", "inspect"):
-        done = cli(command, str(out))
+        done = run_cli(command, str(out))
         assert done.returncode == 0, done.stderr[-2000:]
     assert len(list(iter_examples(out, "train"))) == 1
 
@@ -45,12 +45,12 @@ def test_pack_names_the_first_skipped_items_and_counts_them_all(tmp_path: Path):
     rows += [{"path": f"gone/{i:05d}.jpg", "label": "cat"} for i in range(MAX_NAMED_SKIPPED + 5)]
     manifest = write_csv(src / "labels.csv", rows)
     out = tmp_path / "out"
-    done = cli("pack", str(manifest), str(out), "--workers", "1", "--no-progress")
+    done = run_cli("pack", str(manifest), str(out), "--workers", "1", "--no-progress")
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"skipped {MAX_NAMED_SKIPPED + 5:,} items (the first 1,000 listed" in done.stdout
     raw = json.loads((out / "index.json").read_text())
     assert (len(raw["skipped"]), raw["num_skipped"]) == (MAX_NAMED_SKIPPED, MAX_NAMED_SKIPPED + 5)
-    done = cli("inspect", str(out))
+    done = run_cli("inspect", str(out))
     assert done.returncode == 0 and f"skipped {MAX_NAMED_SKIPPED + 5:,} files" in done.stdout
 
 
@@ -58,14 +58,14 @@ def test_the_reader_counts_lists_and_objects_not_brackets_inside_strings(tmp_pat
     """A planted index whose one warning holds more `[` and `{` than the structure bound."""
     src = make_tree(tmp_path / "src", {"cat": 1, "dog": 1})
     out = tmp_path / "out"
-    assert cli("pack", str(src), str(out), "--workers", "1", "--no-progress").returncode == 0
+    assert run_cli("pack", str(src), str(out), "--workers", "1", "--no-progress").returncode == 0
     raw = json.loads((out / "index.json").read_text())
     raw["warnings"] = ["[{" * (MAX_INDEX_CONTAINERS // 2 + 1)]
     (out / "index.json").write_text(json.dumps(raw))
     assert load_index(out).name == raw["name"]
     raw["warnings"] = [[]] * (MAX_INDEX_CONTAINERS + 1)  # real structure is still refused
     (out / "index.json").write_text(json.dumps(raw))
-    one_line_error(cli("verify", str(out)), "lists and objects, over")
+    one_line_error(run_cli("verify", str(out)), "lists and objects, over")
 
 
 def test_a_run_that_packs_nothing_leaves_no_dataset(tmp_path: Path):
@@ -79,11 +79,11 @@ def test_a_run_that_packs_nothing_leaves_no_dataset(tmp_path: Path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "mine.txt").write_text("the user's own file stays")
-    done = cli("pack", str(bad), str(out), "--workers", "1", "--no-progress")
+    done = run_cli("pack", str(bad), str(out), "--workers", "1", "--no-progress")
     one_line_error(done, "no image was packed", "2 items skipped", "a/x.jpg")
     assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
     good = make_tree(tmp_path / "good", {"cat": 2, "dog": 1})
-    done = cli("pack", str(good), str(out), "--workers", "1", "--no-progress")
+    done = run_cli("pack", str(good), str(out), "--workers", "1", "--no-progress")
     assert done.returncode == 0, done.stderr[-2000:]
     assert load_index(out).splits["train"].num_records == 3
 
@@ -111,7 +111,7 @@ def packed(tmp_path_factory) -> Path:
     """A real pack output of 3 images in 2 classes (copy it before planting anything)."""
     base = tmp_path_factory.mktemp("packed")
     src = make_tree(base / "src", {"cat": 2, "dog": 1})
-    done = cli("pack", str(src), str(base / "out"), "--workers", "1", "--no-progress")
+    done = run_cli("pack", str(src), str(base / "out"), "--workers", "1", "--no-progress")
     assert done.returncode == 0, done.stderr[-2000:]
     return base / "out"
 
@@ -148,7 +148,7 @@ def test_index_fields_of_the_wrong_type_are_refused_on_load(packed, tmp_path, fi
     out = _planted(packed, tmp_path, **fields)
     (name,) = fields
     for command in ("verify", "inspect"):
-        one_line_error(cli(command, str(out)), str(out / "index.json"), repr(name))
+        one_line_error(run_cli(command, str(out)), str(out / "index.json"), repr(name))
     with pytest.raises(IndexFormatError, match=repr(name)):
         list(iter_examples(out, "train"))
 
@@ -159,7 +159,7 @@ def test_a_feature_shape_past_the_bound_is_refused_by_name_on_load(packed, tmp_p
     features = {**raw["features"], "boxes": {"dtype": "float32", "shape": shape}}
     out = _planted(packed, tmp_path, features=features)
     for command in ("verify", "inspect"):
-        one_line_error(cli(command, str(out)), str(out / "index.json"), "feature 'boxes'")
+        one_line_error(run_cli(command, str(out)), str(out / "index.json"), "feature 'boxes'")
     with pytest.raises(IndexFormatError, match="feature 'boxes'"):
         list(iter_examples(out, "train"))
 
@@ -175,7 +175,7 @@ def test_inspect_prints_every_string_from_a_planted_index_escaped(packed, tmp_pa
     out = _planted(packed, tmp_path, name="x\x1b[2J" + forged, source="folder" + forged,
                    encoding="png\x1b]0;pwned\x07" + forged, classes=classes, features=features,
                    splits=splits)  # fmt: skip
-    done = cli("inspect", str(out))
+    done = run_cli("inspect", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     shown = done.stdout + done.stderr
     assert not any(c in shown for c in "\x1b\x07\u202e"), shown
@@ -232,9 +232,9 @@ def test_preview_marks_a_tile_whose_image_does_not_decode_and_skips_a_nan_box(tm
         },
     ]
     out = _shard_out(tmp_path, records, {"boxes": Feature("float32", (-1, 4))})
-    assert cli("verify", str(out)).returncode == 0
+    assert run_cli("verify", str(out)).returncode == 0
     sheet_path = tmp_path / "sheet.png"
-    done = cli("preview", str(out), "--out", str(sheet_path))
+    done = run_cli("preview", str(out), "--out", str(sheet_path))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     sheet = cv2.imread(str(sheet_path))
@@ -304,9 +304,9 @@ def test_a_parquet_column_of_rows_past_the_bound_is_bad_rows_not_a_shape(tmp_pat
                       "emb": [wide, wide, [[0.5] * 4]]})  # fmt: skip
     pq.write_table(table, src / "wide.parquet")
     out = tmp_path / "out"
-    done = cli("pack", str(src / "wide.parquet"), str(out), "--workers", "1", "--no-progress")
+    done = run_cli("pack", str(src / "wide.parquet"), str(out), "--workers", "1", "--no-progress")
     assert done.returncode == 0, done.stderr[-2000:]
     raw = json.loads((out / "index.json").read_text())
     assert raw["features"]["emb"]["shape"] == [-1, 4] and raw["num_skipped"] == 2
     assert all(f"over {MAX_ROW:,}" in s["reason"] for s in raw["skipped"])
-    assert cli("verify", str(out)).returncode == 0
+    assert run_cli("verify", str(out)).returncode == 0

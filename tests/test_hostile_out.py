@@ -30,7 +30,7 @@ from shardpack.errors import ImageError, OutputError
 from shardpack.packing.cluster import ClusterError, dask_client
 from shardpack.read.verify import verify
 from shardpack.storage.atomic import write_atomic
-from tests.helpers import PEAK_KIB, image, make_tree, shard_files, wait_for, write_image
+from tests.helpers import PEAK_KIB, image, make_tree, run_cli, shard_files, wait_for, write_image
 
 shard_name = get_container("tfrecord").shard_name
 
@@ -61,7 +61,12 @@ def victim(tmp_path: Path) -> Path:
     return path
 
 
-def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return run_cli(*args, "--no-progress")
+
+
+def _process(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The run in a child of its own: one that could hang, or reaches a server."""
     return subprocess.run([sys.executable, "-m", "shardpack", *args, "--no-progress"],
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
@@ -267,7 +272,7 @@ def test_a_journal_that_is_not_a_file_is_one_line(src, tmp_path, journal):
         os.mkfifo(path)
     else:
         path.write_bytes(b"\xff\xfe\x00garbage\n" * 10)
-    run = _cli("pack", str(src), str(out), "--workers", "1", timeout=60)
+    run = _process("pack", str(src), str(out), "--workers", "1", timeout=60)
     if journal == "binary":  # no record in it: ignored, and replaced by this run's journal
         assert run.returncode == 0 and not run.stderr, run.stderr
     else:
@@ -307,7 +312,7 @@ def test_a_planted_s3_journal_is_capped_from_its_listing_before_any_fetch(s3, mo
 def test_a_planted_s3_lock_naming_this_host_and_an_impossible_pid_is_one_line(src, s3, pid):
     lock = {"pid": pid, "host": socket.gethostname(), "token": "x", "started": "t"}
     s3.write("out/.shardpack.lock", json.dumps(lock).encode())
-    run = _cli("pack", str(src), s3.url("out"), "--workers", "1")
+    run = _process("pack", str(src), s3.url("out"), "--workers", "1")
     _one_line_error(run, "another shardpack run", ".shardpack.lock")
 
 
@@ -388,8 +393,8 @@ def test_an_unreachable_scheduler_leaves_out_as_it_was(src, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "out"
-    run = _cli("pack", str(src), str(out), "--backend", "dask", "--scheduler",
-               f"tcp://127.0.0.1:{port}", timeout=120)  # fmt: skip
+    run = _process("pack", str(src), str(out), "--backend", "dask", "--scheduler",
+                   f"tcp://127.0.0.1:{port}")  # fmt: skip
     _one_line_error(run, "cannot reach the Dask scheduler")
     assert not out.exists()
 

@@ -18,12 +18,19 @@ from shardpack.packing.packer import pack
 from shardpack.read.random_access import read_record
 from shardpack.read.stream import iter_examples, tf_dataset
 from shardpack.read.verify import verify
-from tests.helpers import make_tree, needs, run_json, write_csv, write_jsonl, write_parquet
+from tests.helpers import (
+    make_tree,
+    needs,
+    run_cli,
+    run_json,
+    write_csv,
+    write_jsonl,
+    write_parquet,
+)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return run_cli(*args)
 
 
 def _index(out: Path) -> dict:

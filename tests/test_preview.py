@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -11,9 +10,8 @@ import numpy as np
 import pytest
 
 from shardpack.read.preview import CELL
-from tests.helpers import packed_tree
+from tests.helpers import packed_tree, run_cli
 
-SHARDPACK = [sys.executable, "-m", "shardpack"]
 # Each format's first bytes, as its decoders look for them.
 MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".jpg": b"\xff\xd8\xff", ".jpeg": b"\xff\xd8\xff",
          ".webp": b"RIFF"}  # fmt: skip
@@ -25,7 +23,7 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _preview(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*SHARDPACK, "preview", *args], capture_output=True, text=True)
+    return run_cli("preview", *args)
 
 
 @pytest.mark.parametrize("ext", [".png", ".jpg", ".jpeg", ".webp", ".JPG"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shardpack.read.verify import verify
-from tests.helpers import at
+from tests.helpers import at, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -116,43 +116,32 @@ def test_a_record_with_the_wrong_feature_types_is_a_fault(out: Path):
 
 
 def test_inspect_and_preview_of_a_missing_shard_are_one_line(out: Path, tmp_path: Path):
-    import subprocess
-    import sys
-
     _shard(out, 0).unlink()
     for args in (["inspect", str(out)], ["preview", str(out), "--out", str(tmp_path / "p.png")]):
-        run = subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
-                             text=True)  # fmt: skip
+        run = run_cli(*args)
         assert run.returncode == 2 and "cannot open" in run.stderr
         assert len(run.stderr.strip().splitlines()) == 1
     # Without records to read, inspect shows the listing, and marks what is not there.
-    run = subprocess.run([sys.executable, "-m", "shardpack", "inspect", str(out), "--records",
-                          "0"], capture_output=True, text=True)  # fmt: skip
+    run = run_cli("inspect", str(out), "--records", "0")
     assert run.returncode == 0 and f"{_shard(out, 0).name}  " in run.stdout
     assert [line for line in run.stdout.splitlines() if line.endswith("MISSING")] == [
         line for line in run.stdout.splitlines() if _shard(out, 0).name in line
     ]
     assert run.stderr.startswith("warning: 1 shard the index lists not in OUT (")
-    run = subprocess.run([sys.executable, "-m", "shardpack", "preview", str(out), "--out",
-                          "/nonexistent/dir/p.png"], capture_output=True, text=True)  # fmt: skip
+    run = run_cli("preview", str(out), "--out", "/nonexistent/dir/p.png")
     assert run.returncode == 2 and "Traceback" not in run.stderr
 
 
 def test_an_output_without_its_index_says_a_run_may_be_going_or_stopped(out: Path):
     """pack writes index.json last: verify of an OUT without one (a run still writing it, or
     one stopped) says both, and the way on (--resume), in one line with exit code 2."""
-    import subprocess
-    import sys
-
     (out / "index.json").unlink()
-    run = subprocess.run([sys.executable, "-m", "shardpack", "verify", str(out)],
-                         capture_output=True, text=True)  # fmt: skip
+    run = run_cli("verify", str(out))
     (line,) = run.stderr.splitlines()
     assert run.returncode == 2 and "a run still going has none yet" in line
     assert line.endswith("one that was stopped has none: rerun it with --resume)")
     gone = out.parent / "no-such-out"
-    run = subprocess.run([sys.executable, "-m", "shardpack", "verify", str(gone)],
-                         capture_output=True, text=True)  # fmt: skip
+    run = run_cli("verify", str(gone))
     assert run.returncode == 2 and run.stderr == f"error: {gone}: no such folder; pass the OUT " \
         "of a pack run\n"  # fmt: skip
 

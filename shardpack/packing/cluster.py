@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -15,7 +16,9 @@ from shardpack.errors import ShardpackError, install_hint
 from shardpack.storage import Storage, storage_at
 
 # A scheduler's address as shardpack reaches it: HOST:PORT, plain TCP ([::1]:8786 for IPv6).
-_ADDRESS = re.compile(r"^(?:tcp://)?(?:\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(?P<port>[0-9]{1,5})$")
+_ADDRESS = re.compile(
+    r"^(?:tcp://)?(?:\[(?P<ip6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:/\[\]]+)):(?P<port>[0-9]{1,5})$"
+)
 _PROBE = ".shardpack-probe-"  # hidden, and of no pattern a reader or cleanup looks for
 
 
@@ -50,6 +53,9 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
         raise ClusterError(f"--scheduler {scheduler}: not an address shardpack can reach; give "
                            "it as HOST:PORT or tcp://HOST:PORT") from None  # fmt: skip
     try:
+        # A port nobody listens on is known at once; Dask would retry it for its whole timeout.
+        host = address["ip6"] or address["host"]
+        socket.create_connection((host, int(address["port"])), timeout=10).close()
         client = Client(scheduler, timeout="10s")
     except OSError as e:
         raise ClusterError(f"{scheduler}: cannot reach the Dask scheduler ({e})") from None
