@@ -1,4 +1,4 @@
-"""Fixtures that several test modules share, and the fast tier's skip of heavy tests."""
+"""Fixtures that several test modules share, and the fast tier's skip of heavy and slow tests."""
 
 import os
 from collections.abc import Callable
@@ -16,13 +16,17 @@ FAST = os.environ.get("SHARDPACK_TEST_TIER") == "fast"  # set by `make test-fast
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In the fast tier, skip tests marked heavy, saying what they need."""
+    """In the fast tier, skip tests marked heavy or slow (and those on the S3 server), saying
+    why."""
     if not FAST:
         return
-    skip = pytest.mark.skip(reason="needs TensorFlow, TFDS, torch or DALI: run `make test`")
+    heavy = pytest.mark.skip(reason="needs TensorFlow, TFDS, torch or DALI: run `make test`")
+    slow = pytest.mark.skip(reason="starts a server, a cluster or stops processes: run `make test`")
     for item in items:
         if item.get_closest_marker("heavy"):
-            item.add_marker(skip)
+            item.add_marker(heavy)
+        elif item.get_closest_marker("slow") or "s3_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(slow)
 
 
 @pytest.fixture(scope="session")

@@ -652,6 +652,7 @@ def test_a_run_that_packs_nothing_says_so_and_fails(tmp_path: Path):
     assert not (tmp_path / "out").exists()  # it made OUT, and leaves none
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_terminal_ends_on_the_line_that_says_so(tmp_path: Path):
     """In a terminal the progress bar is drawn; Ctrl-C (SIGINT) stops the run with exit code 130
     and the 'interrupted' line is the last thing on the screen (the bar is not drawn after it)."""

@@ -23,6 +23,7 @@ from shardpack.packing.packer import pack
 from tests.helpers import make_tree, same_output, shard_files
 
 pytest.importorskip("distributed")
+pytestmark = pytest.mark.slow  # a Dask cluster of its own processes
 DASK = str(Path(sys.executable).with_name("dask"))
 
 

@@ -439,6 +439,7 @@ def test_own_output_that_cannot_be_read_a_record_at_a_time_is_one_line(packed, t
         scan(miscounted)
 
 
+@pytest.mark.slow
 def test_both_sources_pack_alike_on_a_dask_cluster(hf_folder, packed, tmp_path):
     pytest.importorskip("distributed")
     for src in (hf_folder, packed):

@@ -435,6 +435,7 @@ def test_a_users_file_at_the_lock_name_is_not_removed_by_a_refused_run(src, tmp_
 # ---- a Dask cluster: probe files never stay behind; the local cluster is loopback only -----
 
 
+@pytest.mark.slow
 def test_a_refused_dask_probe_leaves_no_probe_file_on_the_workers_storage(src, tmp_path):
     """A worker whose OUT is another real folder (bind-mounted in its own mount namespace):
     the run is refused, and the probe it wrote there is removed by that worker."""
@@ -471,6 +472,7 @@ def test_a_refused_dask_probe_leaves_no_probe_file_on_the_workers_storage(src, t
             process.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_the_local_dask_cluster_listens_on_loopback_only():
     pytest.importorskip("distributed")
     with dask_client(None, 1) as client:

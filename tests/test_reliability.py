@@ -23,6 +23,7 @@ from shardpack.packing.packer import pack
 from shardpack.storage import LOCK_NAME
 from tests.helpers import image, shard_files, wait_for, worker_pids, write_image
 
+pytestmark = pytest.mark.slow  # real signals and kills, each a pack of its own
 JOB = ["--encode", "png", "--shards", "12", "--workers", "2", "--no-progress"]
 FORMATS = sorted(CONTAINERS)
 
