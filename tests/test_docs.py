@@ -55,9 +55,14 @@ def blocks(document: Path) -> list[Block]:
 ALL = [b for d in DOCUMENTS for b in blocks(d)]
 
 
+def _slow(document: Path) -> list[pytest.MarkDecorator]:
+    """A document whose shell lines start the S3 server is a slow one: every block of it."""
+    return [pytest.mark.slow] if "-m moto.server" in document.read_text() else []
+
+
 def _param(block: Block):
     marks = [pytest.mark.heavy] if HEAVY.search(block.code) else []
-    return pytest.param(block, id=block.id, marks=marks)
+    return pytest.param(block, id=block.id, marks=marks + _slow(block.document))
 
 
 def test_every_block_says_how_it_is_checked():
@@ -150,8 +155,10 @@ def _ran(document: Path, ran: dict, request, tmp_path_factory) -> Path:
     return ran[document]
 
 
-@pytest.mark.parametrize("document", sorted({b.document for b in ALL if b.language == "sh"}),
-                         ids=lambda d: str(d.relative_to(ROOT)))  # fmt: skip
+@pytest.mark.parametrize("document", [
+    pytest.param(d, id=str(d.relative_to(ROOT)), marks=_slow(d))
+    for d in sorted({b.document for b in ALL if b.language == "sh"})
+])  # fmt: skip
 def test_sh_blocks_run(document, ran, request, tmp_path_factory):
     _ran(document, ran, request, tmp_path_factory)
 

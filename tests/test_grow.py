@@ -193,6 +193,7 @@ def _same(a: Path, b: Path) -> None:
     assert (a / "contents.json").read_bytes() == (b / "contents.json").read_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_path, sig):
     src = _grow_src(tmp_path)
