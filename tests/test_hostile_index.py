@@ -246,42 +246,43 @@ def test_preview_marks_a_tile_whose_image_does_not_decode_and_skips_a_nan_box(tm
 # Reads a split shuffled, then prints the records read and its peak resident memory (MiB).
 _SHUFFLED_READ = f"""
 import sys
-from shardpack.read.stream import iter_examples
-n = sum(1 for _ in iter_examples(sys.argv[1], "train", shuffle=True, seed=1))
-print(n, {PEAK_KIB} // 1024)
+from shardpack.read import stream
+stream.SHUFFLE_BUFFER_BYTES = 16 << 20  # scaled down with the records
+before = {PEAK_KIB}
+n = sum(1 for _ in stream.iter_examples(sys.argv[1], "train", shuffle=True, seed=1))
+print(n, ({PEAK_KIB} - before) // 1024)
 """
 
 
 def test_a_shuffled_read_of_huge_records_holds_a_bounded_buffer(tmp_path: Path):
-    """A small GZIP shard of twelve 96 MiB records: the shuffle buffer holds at most
-    SHUFFLE_BUFFER_BYTES of them, not all twelve (1,152 MiB)."""
+    """A small GZIP shard of 24 records of 8 MiB: the shuffle buffer holds at most
+    SHUFFLE_BUFFER_BYTES of them (16 MiB here), not all 24 (192 MiB)."""
     import gzip
     import hashlib
 
     from shardpack.containers.example import encode_example
     from shardpack.containers.tfrecord import frame
-    from shardpack.read.stream import SHUFFLE_BUFFER_BYTES
 
     base = {"label": 1, "height": 24, "width": 32, "channels": 3, "format": b"png"}
     out = tmp_path / "out"
     out.mkdir()
     name = "x-train.tfrecord-00000-of-00001"
     with gzip.open(out / name, "wb", compresslevel=1) as f:
-        for i in range(12):
-            f.write(frame(encode_example({**base, "image": bytes(96 << 20), "key": b"%d" % i})))
+        for i in range(24):
+            f.write(frame(encode_example({**base, "image": bytes(8 << 20), "key": b"%d" % i})))
     shard = (out / name).read_bytes()
-    assert len(shard) < 16 << 20
+    assert len(shard) < 2 << 20
     raw = json.loads(json.dumps(_V1_INDEX))
-    raw["splits"]["train"]["shards"] = [{"file": name, "num_records": 12, "num_bytes": len(shard),
+    raw["splits"]["train"]["shards"] = [{"file": name, "num_records": 24, "num_bytes": len(shard),
                                          "sha256": hashlib.sha256(shard).hexdigest()}]  # fmt: skip
-    raw["splits"]["train"].update(num_records=12, class_counts=[0, 12])
+    raw["splits"]["train"].update(num_records=24, class_counts=[0, 24])
     (out / "index.json").write_text(json.dumps(raw))
     done = subprocess.run([sys.executable, "-c", _SHUFFLED_READ, str(out)], capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    count, peak_mib = map(int, done.stdout.split())
-    assert count == 12
-    assert peak_mib < (SHUFFLE_BUFFER_BYTES >> 20) + 3 * 96 + 200, peak_mib
+    count, grown_mib = map(int, done.stdout.split())
+    assert count == 24
+    assert grown_mib < 16 + 3 * 8 + 48, grown_mib  # the buffer, a record being read, slack
 
 
 _V1_INDEX = {"format": "shardpack-index", "version": 1, "name": "x", "source": "folder",
