@@ -25,6 +25,7 @@ from shardpack.options import PackOptions
 from tests.helpers import (
     image,
     object_hashes,
+    run_cli,
     same_output,
     wait_for,
     worker_pids,
@@ -42,7 +43,12 @@ BIG_JOB = ["--name", "big", "--encode", "raw", "--shards", str(BIG_SHARDS), "--w
            "--no-progress"]  # fmt: skip
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return run_cli(*args)
+
+
+def _process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """The run in a child of its own, with an environment of its own."""
     return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
                           text=True, timeout=120, env=env)  # fmt: skip
 
@@ -169,10 +175,10 @@ def test_storage_options_reach_the_run_and_its_workers(src, local, s3: Bucket, m
     out = s3.url("packed/flowers")
     option = f"endpoint_url={s3.endpoint}"
     env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}
-    run = _cli("pack", str(src), out, *JOB, "--storage-option", option, env=env)
+    run = _process("pack", str(src), out, *JOB, "--storage-option", option, env=env)
     assert run.returncode == 0, run.stderr
     same_output(out, local)
-    verify = _cli("verify", out, "--storage-option", option, env=env)
+    verify = _process("verify", out, "--storage-option", option, env=env)
     assert verify.returncode == 0, verify.stderr
     for name in ("AWS_ENDPOINT_URL", "AWS_MAX_ATTEMPTS"):
         monkeypatch.setenv(name, env[name])
@@ -362,7 +368,7 @@ def test_what_the_store_client_raises_is_one_line(src, local, s3: Bucket):
          "a --storage-option is not one the filesystem takes"),
     ]  # fmt: skip
     for args, env, said in cases:
-        run = _cli(*args, env=env)
+        run = _process(*args, env=env)
         assert run.returncode == 2, (args, run.stderr)
         assert said in _one_line(run.stderr), (args, run.stderr)
 
