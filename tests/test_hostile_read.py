@@ -217,23 +217,26 @@ def test_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
     assert fault.reason == "not a regular file (a link or special file)"
 
 
-@pytest.mark.parametrize("kind", ["fifo", "symlink"])
-def test_tf_dataset_refuses_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
+def test_tf_dataset_refuses_a_shard_that_is_not_a_regular_file(tmp_path: Path):
     """TensorFlow opens local shards itself: it followed a link out of OUT and read that file's
     records as this dataset's, and waited on a FIFO for ever (hence a fresh Python, timed)."""
     needs("tensorflow")
-    out = _planted(tmp_path, kind)
+    outs = [_planted(tmp_path / kind, kind) for kind in ("fifo", "symlink")]
     code = (
         "import sys, shardpack\n"
-        "try:\n"
-        "    print('read', len(list(shardpack.tf_dataset(sys.argv[1], shuffle=False))))\n"
-        "except shardpack.ShardpackError as e:\n"
-        "    print('refused', e)\n"
+        "for out in sys.argv[1:]:\n"
+        "    try:\n"
+        "        print('read', len(list(shardpack.tf_dataset(out, shuffle=False))))\n"
+        "    except shardpack.ShardpackError as e:\n"
+        "        print('refused', e)\n"
     )
-    run = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code, *map(str, outs)], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.startswith(f"refused {out / SHARD} at byte 0: cannot open"), run.stdout
+    lines = run.stdout.splitlines()
+    assert len(lines) == len(outs), run.stdout
+    for out, line in zip(outs, lines, strict=True):
+        assert line.startswith(f"refused {out / SHARD} at byte 0: cannot open"), line
 
 
 def test_inspect_escapes_names_with_control_characters(tmp_path: Path):
