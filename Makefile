@@ -46,7 +46,8 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_WO
 test: $(TESTDEPS)
 	$(PYTEST)
 
-# Every test that needs no TensorFlow, TFDS, torch or DALI; those are skipped, with the reason.
+# The quick tier: every test but those marked heavy (TensorFlow, TFDS, torch, DALI) or slow (a Dask
+# cluster, the S3 server, signals); those are skipped, with the reason.
 test-fast: $(TESTLIGHT)
 	SHARDPACK_TEST_TIER=fast $(PYTEST)
 
