@@ -38,7 +38,7 @@ from shardpack.options import (
     parse_size,
     parse_split,
 )
-from shardpack.sources import source_choices
+from shardpack.sources import source_choices, sources_described
 from shardpack.sources.classlist import parse_classes
 from shardpack.storage import is_url, parse_options
 
@@ -221,8 +221,7 @@ def pack(
         str,
         typer.Argument(
             metavar="SRC",
-            help="Class or split folders, a .csv/.tsv/.jsonl/.parquet manifest, or CIFAR batches"
-            " (a path or a URL).",
+            help=f"A path or a URL: {sources_described()}.",
         ),
     ],
     out: Annotated[
@@ -404,8 +403,9 @@ def pack(
 ) -> None:
     """Pack SRC into shards in OUT (TFRecord unless --format says otherwise).
 
-    Scans SRC (class folders, split folders, a manifest table or CIFAR batches), shuffles
-    with a seed, writes the shards in parallel, and writes OUT/index.json last.
+    Scans SRC (class or split folders, a manifest table, or a dataset in another format:
+    see SRC below), shuffles with a seed, writes the shards in parallel, and writes
+    OUT/index.json last.
     """
     with _user_errors():
         options = _pack_options(

@@ -256,10 +256,10 @@ def test_an_option_the_source_takes_no_notice_of_is_refused(tmp_path: Path):
     table = tmp_path / "list.csv"
     table.write_text("file_name,label\nsrc/a/img_000.jpg,a\n")
     refused = [
-        (table, {"split_names": ("train",)}, f"{table}: --splits is for folders, and SRC is a "
-                                             "manifest; drop --splits"),
-        (src, {"path_column": "file"}, f"{src}: --path-column is for a manifest, and SRC is "
-                                       "folders; drop --path-column"),
+        (table, {"split_names": ("train",)}, f"{table}: --splits is for class folders, and SRC "
+                                             "is a manifest table; drop --splits"),
+        (src, {"path_column": "file"}, f"{src}: --path-column is for a manifest table, and "
+                                       "SRC is class folders; drop --path-column"),
         (src, {"root": str(tmp_path)}, "--root is for a manifest"),
     ]  # fmt: skip
     for given, options, said in refused:

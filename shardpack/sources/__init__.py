@@ -1,8 +1,9 @@
 """Sources: where items come from. A source is a `Source` object in one registry; the built-in
 ones, one module each, are folder (SRC/<class>/...), splittree (SRC/<split>/<class>/...),
 manifest (a CSV/TSV/JSONL/Parquet table, read by the tables package), cifar (CIFAR batches,
-python pickles walked by safepickle), hf (Hugging Face Parquet datasets) and repack (shardpack's
-own output). `register_source` adds one.
+python pickles walked by safepickle), hf (Hugging Face Parquet datasets), tfdsdir (TFDS prepared
+directories), tars (WebDataset tars) and repack (shardpack's own output). `register_source` adds
+one.
 
 A source provides: its `name` (a --source choice when `choosable`), the `kinds` its scan gives
 (Dataset.kind, written to index.json), `described` (what SRC is, for messages), the PackOptions
@@ -196,6 +197,11 @@ def source_choices() -> tuple[str, ...]:
     """What --source takes: "auto" (tell them apart by the files present) and each choosable
     source's name."""
     return ("auto", *(name for name, s in _registry().items() if s.choosable))
+
+
+def sources_described() -> str:
+    """What SRC may be, each source's `described` once, for the CLI's help."""
+    return "; ".join(dict.fromkeys(s.described for s in _registry().values()))
 
 
 def source_of(kind: str) -> Source:

@@ -96,7 +96,7 @@ class FolderSource(Source):
 
     name = "folder"
     kinds = ("folder",)
-    described = "folders"
+    described = "class folders"
     own_options = (("split_names", "--splits"),)
 
     def recognise(self, root: Storage, options: PackOptions) -> Storage:

@@ -57,7 +57,7 @@ class ManifestSource(Source):
 
     name = "manifest"
     kinds = (KIND,)
-    described = "a manifest"
+    described = "a manifest table"
     choosable = False
     own_options = (("path_column", "--path-column"), ("root", "--root"))
 

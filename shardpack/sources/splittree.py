@@ -101,7 +101,7 @@ class SplitTreeSource(Source):
 
     name = "split-tree"
     kinds = ("split-tree",)
-    described = "folders"
+    described = "split folders"
     choosable = False
     own_options = (("split_names", "--splits"),)
 

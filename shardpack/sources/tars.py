@@ -56,7 +56,7 @@ class TarSource(Source):
 
     name = "webdataset"
     kinds = (name,)
-    described = "WebDataset tars (a .tar file, a folder of them, or a {000..009} pattern)"
+    described = "WebDataset tars (a .tar file, a folder of them, or a brace pattern)"
 
     def takes_path(self, where: str) -> bool:
         return where.endswith(".tar") or _pattern(where)
