@@ -405,10 +405,10 @@ def test_without_a_terminal_progress_comes_as_lines(tmp_path: Path):
     """stderr a pipe (a log file, CI): plain progress lines with the rate and ETA, no bar's
     escape codes; the first once the run passes a second, then every 10 s."""
     src = tmp_path / "src"
-    for i in range(200):  # 2 s or more of PNG encoding on one core
-        write_image(src / f"c{i % 2}" / f"{i:03d}.jpg", image(i, height=480, width=640))
+    for i in range(100):  # upscaled to 1600x1200 and PNG-encoded: ~3 s on one core
+        write_image(src / f"c{i % 2}" / f"{i:03d}.jpg", image(i, height=48, width=64))
     argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out"), "--encode", "png",
-            "--workers", "1", "--quality", "95"]  # fmt: skip
+            "--workers", "1", "--resize", "1600x1200", "--upscale"]  # fmt: skip
     run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stderr.splitlines()
