@@ -398,7 +398,7 @@ def test_backend_loky_packs_as_local(tmp_path: Path):
     assert docs[0] == docs[1]
 
 
-_LINE = re.compile(r"^packing: [\d,]+/200 images, [\d,]+ images/s, ETA ([\d,]+ s|unknown)$")
+_LINE = re.compile(r"^packing: [\d,]+/100 images, [\d,]+ images/s, ETA ([\d,]+ s|unknown)$")
 
 
 def test_without_a_terminal_progress_comes_as_lines(tmp_path: Path):
