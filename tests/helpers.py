@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import inspect
+import io
 import json
 import os
 import pickle
@@ -155,6 +156,32 @@ def tf_records(out: Path, split: str = "train") -> list[dict]:
         record["pixels"] = pixels
         records.append(record)
     return records
+
+
+def jpeg(seed: int) -> bytes:
+    """A JPEG of image(seed) as Pillow writes it."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image(seed, 12, 10)).save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def write_tars(folder: Path, count: int = 12) -> Path:
+    """Tars as webdataset's ShardWriter writes them: jpg, cls, txt, json and a mask."""
+    import webdataset as wds
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with wds.ShardWriter(str(folder / "shards-%03d.tar"), maxcount=5, verbose=0) as writer:
+        for i in range(count):
+            writer.write({
+                "__key__": f"sample{i:04d}", "jpg": jpeg(i), "cls": i % 4,
+                "txt": f"a caption {i}",
+                "json": {"score": i / 4, "n": i, "tags": ["a", "b"][: i % 3], "width": 99,
+                         "exif": {"nested": True}},
+                "seg.png": b"mask" + bytes([i]),
+            })  # fmt: skip
+    return folder
 
 
 def packed_tree(root: Path, classes: dict[str, int], **options) -> Path:

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -20,6 +21,7 @@ import shardpack
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.sources import scan
+from tests import helpers
 from tests.helpers import (
     READ_WEBDATASET,
     image,
@@ -436,11 +438,19 @@ def test_own_output_that_cannot_be_read_a_record_at_a_time_is_one_line(packed, t
         scan(miscounted)
 
 
-def test_both_sources_pack_alike_on_a_dask_cluster(hf_folder, packed, tmp_path):
+def test_every_source_packs_alike_on_a_dask_cluster(hf_folder, packed, tmp_path):
     pytest.importorskip("distributed")
-    for src in (hf_folder, packed):
-        options = PackOptions(workers=2, shards=3, format="array_record")
-        local, dask = tmp_path / f"{src.name}-local", tmp_path / f"{src.name}-dask"
-        shardpack.pack(src, local, options)
-        shardpack.pack(src, dask, PackOptions(**{**options.__dict__, "backend": "dask"}))
-        assert shard_files(dask) == shard_files(local)
+    helpers.needs("webdataset")
+    from shardpack.packing.cluster import dask_client
+
+    # shardpack's TFRecord output is also a TFDS prepared directory (its dataset_info.json).
+    sources = {"hf": hf_folder, "shardpack": packed, "tfds": packed,
+               "webdataset": helpers.write_tars(tmp_path / "tars")}  # fmt: skip
+    with dask_client(None, workers=2) as client:  # one cluster for all: each takes seconds to start
+        for source, src in sources.items():
+            options = PackOptions(workers=2, shards=3, format="array_record", source=source)
+            local, dask = tmp_path / f"{source}-local", tmp_path / f"{source}-dask"
+            shardpack.pack(src, local, options)
+            address = client.scheduler.address
+            shardpack.pack(src, dask, replace(options, backend="dask", scheduler=address))
+            assert shard_files(dask) == shard_files(local)
