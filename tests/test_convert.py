@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 
 import shardpack
-from shardpack.errors import SourceError
+from shardpack.containers import get_container
+from shardpack.errors import RecordError, SourceError
 from shardpack.options import PackOptions
 from shardpack.sources import scan
+from shardpack.storage import storage_at
 from tests import helpers
 from tests.helpers import (
     READ_WEBDATASET,
@@ -422,12 +424,25 @@ def test_both_sources_read_from_object_storage_as_from_disk(hf_folder, packed, t
             fs.rm(url.rpartition("/")[0], recursive=True)
 
 
-def test_own_output_that_cannot_be_read_a_record_at_a_time_is_one_line(packed, tmp_path):
-    src = make_tree(tmp_path / "src", {"a": 2, "b": 2})
-    gzipped = tmp_path / "gzip"
-    shardpack.pack(src, gzipped, PackOptions(workers=1, compression="gzip"))
-    with pytest.raises(SourceError, match="its shards are gzip-compressed, which cannot be read"):
-        scan(gzipped)
+def test_own_gzip_output_repacks_its_records(tmp_path, monkeypatch):
+    src = make_tree(tmp_path / "src", {"a": 5, "b": 4})
+    gzipped, out = tmp_path / "gzip", tmp_path / "out"
+    shardpack.pack(src, gzipped, PackOptions(workers=1, shards=2, compression="gzip"))
+    shardpack.pack(gzipped, out, PackOptions(workers=2, shards=3, format="webdataset"))
+    assert _all(out) == _all(gzipped)  # each record read at random from its shard's copy
+    from shardpack.containers import tfrecord
+
+    # Bounded: a shard over the index's size, or inflating past what deflate can, is refused.
+    shard = json.loads((gzipped / "index.json").read_text())["splits"]["train"]["shards"][0]
+    container, at = get_container("tfrecord"), storage_at(gzipped)
+    with pytest.raises(RecordError, match=f"{shard['file']}.*: .* over the index's 100: not"):
+        container.open(at, shard["file"], "gzip", max_bytes=100)
+    monkeypatch.setattr(tfrecord, "_MAX_INFLATION", 1)
+    with pytest.raises(RecordError, match=f"{shard['file']}.*: inflates past what gzip can"):
+        container.open(at, shard["file"], "gzip", max_bytes=shard["num_bytes"])
+
+
+def test_own_output_with_a_miscounted_shard_is_one_line(packed, tmp_path):
     miscounted = tmp_path / "miscounted"
     shutil.copytree(packed, miscounted)
     index = json.loads((miscounted / "index.json").read_text())

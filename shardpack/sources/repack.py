@@ -4,8 +4,9 @@ classes, keys and splits.
 
 The scan reads every shard through its container (framing checked, each record against the
 index's schema) and keeps what an item needs: its shard, its record's number in it, its key,
-label and other features. A worker opens the shards its items lie in (a few at once) and
-reads each record at random; the image bytes go on as they are stored (raw pixels as pixels).
+label and other features. A worker opens the shards its items lie in (a few at once; a gzip
+shard decompressed once, by its container) and reads each record at random; the image bytes go
+on as they are stored (raw pixels as pixels).
 """
 
 from __future__ import annotations
@@ -84,11 +85,6 @@ def _index(root: Storage) -> Index:
     except IndexFormatError as e:
         raise SourceError(f"{e} (--source shardpack reads the output folder of a shardpack "
                           "pack run)") from None  # fmt: skip
-    if index.compression != "none":
-        raise SourceError(
-            f"{root.path(INDEX_NAME)}: its shards are {index.compression}-compressed, which "
-            "cannot be read a record at a time; pack it from its own source again"
-        )
     return index
 
 
