@@ -431,6 +431,13 @@ def test_own_gzip_output_repacks_its_records(tmp_path, monkeypatch):
     shardpack.pack(gzipped, out, PackOptions(workers=2, shards=3, format="webdataset"))
     assert _all(out) == _all(gzipped)  # each record read at random from its shard's copy
     from shardpack.containers import tfrecord
+    from shardpack.sources import repack
+
+    monkeypatch.setattr(repack, "KEEP_SHARDS", 1)  # the 2 shards outgrow what a worker keeps
+    (warning,) = scan(gzipped).warnings
+    assert "each shard draws from all 2 gzip shards and a worker keeps 1 decompressed" in warning
+    assert warning.endswith("--no-shuffle decompresses each once (shuffle when reading instead)")
+    assert scan(gzipped, PackOptions(shuffle=False)).warnings == ()
 
     # Bounded: a shard over the index's size, or inflating past what deflate can, is refused.
     shard = json.loads((gzipped / "index.json").read_text())["splits"]["train"]["shards"][0]
