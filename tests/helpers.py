@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import inspect
+import io
 import json
 import os
 import pickle
@@ -156,6 +158,32 @@ def tf_records(out: Path, split: str = "train") -> list[dict]:
     return records
 
 
+def jpeg(seed: int) -> bytes:
+    """A JPEG of image(seed) as Pillow writes it."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image(seed, 12, 10)).save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def write_tars(folder: Path, count: int = 12) -> Path:
+    """Tars as webdataset's ShardWriter writes them: jpg, cls, txt, json and a mask."""
+    import webdataset as wds
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with wds.ShardWriter(str(folder / "shards-%03d.tar"), maxcount=5, verbose=0) as writer:
+        for i in range(count):
+            writer.write({
+                "__key__": f"sample{i:04d}", "jpg": jpeg(i), "cls": i % 4,
+                "txt": f"a caption {i}",
+                "json": {"score": i / 4, "n": i, "tags": ["a", "b"][: i % 3], "width": 99,
+                         "exif": {"nested": True}},
+                "seg.png": b"mask" + bytes([i]),
+            })  # fmt: skip
+    return folder
+
+
 def packed_tree(root: Path, classes: dict[str, int], **options) -> Path:
     """make_tree under root/src, packed into root/out with the given PackOptions fields."""
     from shardpack.options import PackOptions
@@ -239,6 +267,70 @@ by_index = [[dataset[i][".cls"], dataset[i][".json"]["height"]]
             for i in reversed(range(len(dataset)))]  # random access by index, across shards
 print(json.dumps({"decoded": decoded, "stored": stored, "by_index": by_index[::-1]}))
 """
+
+
+def flat(value: object) -> list:
+    """A feature's values as one flat JSON list; text and bytes as the hex of their bytes."""
+    if isinstance(value, (bytes, str)):
+        return [os.fsencode(value).hex()]
+    if hasattr(value, "tolist"):  # a numpy array or scalar
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in flat(item)]
+    return [value]
+
+
+# A split as its container's audience reads it, every feature of every record in `flat`'s form:
+# TFRecords by tf.data, ArrayRecords by Grain (records parsed by the protobuf classes of the
+# `tfrecord` package: no TensorFlow), tars by webdataset (the image, .cls and .json).
+READ_EXAMPLES = f"""
+import json, os, sys, warnings
+warnings.simplefilter("ignore")
+container, files = sys.argv[1], sys.argv[2:]
+{inspect.getsource(flat)}
+def examples(records, example):
+    for data in records:
+        feature = example.FromString(data).features.feature
+        yield {{name: flat(list(getattr(f, f.WhichOneof("kind")).value) if f.WhichOneof("kind")
+                           else []) for name, f in feature.items()}}
+if container == "tfrecord":
+    import tensorflow as tf
+    records = (raw.numpy() for raw in tf.data.TFRecordDataset(files))
+    read = list(examples(records, tf.train.Example))
+elif container == "array_record":
+    import grain
+    from tfrecord import example_pb2
+    source = grain.sources.ArrayRecordDataSource(files)
+    read = list(examples((source[i] for i in range(len(source))), example_pb2.Example))
+else:
+    import webdataset as wds
+    read = []
+    for sample in wds.WebDataset(files, shardshuffle=False, empty_check=False):
+        record = {{name: flat(v) for name, v in json.loads(sample["json"]).items()}}
+        record["image"] = flat(next(sample[e] for e in ("jpg", "png", "webp") if e in sample))
+        if "cls" in sample:
+            record["label"] = [int(sample["cls"])]
+        read.append(record)
+print(json.dumps(read))
+"""
+
+
+def peer_examples(out: Path) -> dict[str, dict[str, list]]:
+    """READ_EXAMPLES of every split of OUT in a child, by record key (TensorFlow for TFRecords)."""
+    index = json.loads((out / "index.json").read_text())
+    files = [os.fspath(out / shard["file"]) for split in index["splits"].values()
+             for shard in split["shards"]]  # fmt: skip
+    read = run_json(READ_EXAMPLES, index["container"], *files)
+    return {bytes.fromhex(record["key"][0]).decode(): record for record in read}
+
+
+def our_examples(out: Path) -> dict[str, dict[str, list]]:
+    """Every split of OUT as shardpack reads it, in peer_examples's form."""
+    from shardpack.read.stream import iter_examples
+
+    index = json.loads((out / "index.json").read_text())
+    return {r["key"]: {name: flat(v) for name, v in r.items()}
+            for split in index["splits"] for r in iter_examples(out, split)}  # fmt: skip
 
 
 def run_json(code: str, *args: str) -> object:

@@ -1,6 +1,7 @@
 """Converting what users already hold: Hugging Face Parquet datasets (written here by `datasets`
 itself, compared with what datasets.load_dataset reads) and shardpack's own output, packed into
-each container; determinism, --resume, verify, and the one-line refusals."""
+each container and read back by its own readers (TensorFlow, Grain, webdataset); determinism,
+--resume, verify, and the one-line refusals."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -16,17 +18,20 @@ import numpy as np
 import pytest
 
 import shardpack
-from shardpack.errors import SourceError
+from shardpack.containers import get_container
+from shardpack.errors import RecordError, SourceError
 from shardpack.options import PackOptions
 from shardpack.sources import scan
+from shardpack.storage import storage_at
+from tests import helpers
 from tests.helpers import (
-    READ_ARRAY_RECORD,
     READ_WEBDATASET,
     image,
     make_tree,
+    our_examples,
+    peer_examples,
     run_json,
     shard_files,
-    tf_records,
     write_parquet,
 )
 
@@ -126,8 +131,8 @@ def _check_like_load_dataset(out: Path, folder: Path) -> None:
     assert skipped[f"{name}:6"] == f"{name} row 6: no label"
 
 
-# TensorFlow and TFDS read the TFRecord case too
-@pytest.mark.parametrize("fmt", [pytest.param(FORMATS[0], marks=pytest.mark.heavy), *FORMATS[1:]])
+# TensorFlow and TFDS read the TFRecords (Grain the ArrayRecords, webdataset the tars).
+@pytest.mark.parametrize("fmt", [pytest.param("tfrecord", marks=pytest.mark.heavy), *FORMATS[1:]])
 def test_hf_folder_packs_into_each_container_as_load_dataset_reads_it(hf_folder, tmp_path, fmt):
     out = tmp_path / "out"
     result = shardpack.pack(hf_folder, out, PackOptions(workers=2, shards=2, format=fmt))
@@ -143,13 +148,12 @@ def test_hf_folder_packs_into_each_container_as_load_dataset_reads_it(hf_folder,
     assert summary["splits"]["train"]["samples"][0]["class"] in CLASSES
     sheet = shardpack.make_preview(out, tmp_path / "sheet.png", n=8)
     assert cv2.imread(sheet) is not None  # boxes drawn from the [-1, 4] column
-    if fmt == "tfrecord":  # TensorFlow and TFDS read the same images, labels and captions
+    # The container's own readers read every feature alike (and so as load_dataset does).
+    assert peer_examples(out) == our_examples(out)
+    if fmt == "tfrecord":
         import tensorflow_datasets as tfds
 
         by_key = {r["key"]: r for r in _records(out, "train")}
-        for record in tf_records(out):
-            assert record["image"] == by_key[record["key"].decode()]["image"]
-            assert record["label"] == by_key[record["key"].decode()]["label"]
         builder = tfds.builder_from_directory(str(out))
         assert builder.info.features["label"].names == CLASSES
         read = tfds.as_numpy(builder.as_dataset(split="train", shuffle_files=False))
@@ -338,12 +342,9 @@ def test_own_output_converts_between_containers_with_records_kept(packed, tmp_pa
         assert converted["classes"] == index["classes"]
         assert _all(out) == before
         assert shardpack.verify(out, decode=True).ok
-    # The peers' readers: Grain over the ArrayRecords, webdataset over the tars.
-    ar_index = json.loads((out_ar / "index.json").read_text())
-    files = [str(out_ar / s["file"]) for s in ar_index["splits"]["train"]["shards"]]
-    grain = run_json(READ_ARRAY_RECORD, *files)
+        assert peer_examples(out) == our_examples(packed)  # TensorFlow, Grain, webdataset
+    # wids reads the tars by index, across shards.
     by_hash = {_sha(r["image"]): r["label"] for r in before["train"].values()}
-    assert sorted(by_hash.items()) == sorted(map(tuple, grain["records"]))
     wds_index = json.loads((out_wds / "index.json").read_text())
     tars = [str(out_wds / s["file"]) for s in wds_index["splits"]["train"]["shards"]]
     wids_index = out_wds / f"{index['name']}-train.shardindex.json"
@@ -423,12 +424,32 @@ def test_both_sources_read_from_object_storage_as_from_disk(hf_folder, packed, t
             fs.rm(url.rpartition("/")[0], recursive=True)
 
 
-def test_own_output_that_cannot_be_read_a_record_at_a_time_is_one_line(packed, tmp_path):
-    src = make_tree(tmp_path / "src", {"a": 2, "b": 2})
-    gzipped = tmp_path / "gzip"
-    shardpack.pack(src, gzipped, PackOptions(workers=1, compression="gzip"))
-    with pytest.raises(SourceError, match="its shards are gzip-compressed, which cannot be read"):
-        scan(gzipped)
+def test_own_gzip_output_repacks_its_records(tmp_path, monkeypatch):
+    src = make_tree(tmp_path / "src", {"a": 5, "b": 4})
+    gzipped, out = tmp_path / "gzip", tmp_path / "out"
+    shardpack.pack(src, gzipped, PackOptions(workers=1, shards=2, compression="gzip"))
+    shardpack.pack(gzipped, out, PackOptions(workers=2, shards=3, format="webdataset"))
+    assert _all(out) == _all(gzipped)  # each record read at random from its shard's copy
+    from shardpack.containers import tfrecord
+    from shardpack.sources import repack
+
+    monkeypatch.setattr(repack, "KEEP_SHARDS", 1)  # the 2 shards outgrow what a worker keeps
+    (warning,) = scan(gzipped).warnings
+    assert "each shard draws from all 2 gzip shards and a worker keeps 1 decompressed" in warning
+    assert warning.endswith("--no-shuffle decompresses each once (shuffle when reading instead)")
+    assert scan(gzipped, PackOptions(shuffle=False)).warnings == ()
+
+    # Bounded: a shard over the index's size, or inflating past what deflate can, is refused.
+    shard = json.loads((gzipped / "index.json").read_text())["splits"]["train"]["shards"][0]
+    container, at = get_container("tfrecord"), storage_at(gzipped)
+    with pytest.raises(RecordError, match=f"{shard['file']}.*: .* over the index's 100: not"):
+        container.open(at, shard["file"], "gzip", max_bytes=100)
+    monkeypatch.setattr(tfrecord, "_MAX_INFLATION", 1)
+    with pytest.raises(RecordError, match=f"{shard['file']}.*: inflates past what gzip can"):
+        container.open(at, shard["file"], "gzip", max_bytes=shard["num_bytes"])
+
+
+def test_own_output_with_a_miscounted_shard_is_one_line(packed, tmp_path):
     miscounted = tmp_path / "miscounted"
     shutil.copytree(packed, miscounted)
     index = json.loads((miscounted / "index.json").read_text())
@@ -440,11 +461,19 @@ def test_own_output_that_cannot_be_read_a_record_at_a_time_is_one_line(packed, t
 
 
 @pytest.mark.slow
-def test_both_sources_pack_alike_on_a_dask_cluster(hf_folder, packed, tmp_path):
+def test_every_source_packs_alike_on_a_dask_cluster(hf_folder, packed, tmp_path):
     pytest.importorskip("distributed")
-    for src in (hf_folder, packed):
-        options = PackOptions(workers=2, shards=3, format="array_record")
-        local, dask = tmp_path / f"{src.name}-local", tmp_path / f"{src.name}-dask"
-        shardpack.pack(src, local, options)
-        shardpack.pack(src, dask, PackOptions(**{**options.__dict__, "backend": "dask"}))
-        assert shard_files(dask) == shard_files(local)
+    helpers.needs("webdataset")
+    from shardpack.packing.cluster import dask_client
+
+    # shardpack's TFRecord output is also a TFDS prepared directory (its dataset_info.json).
+    sources = {"hf": hf_folder, "shardpack": packed, "tfds": packed,
+               "webdataset": helpers.write_tars(tmp_path / "tars")}  # fmt: skip
+    with dask_client(None, workers=2) as client:  # one cluster for all: each takes seconds to start
+        for source, src in sources.items():
+            options = PackOptions(workers=2, shards=3, format="array_record", source=source)
+            local, dask = tmp_path / f"{source}-local", tmp_path / f"{source}-dask"
+            shardpack.pack(src, local, options)
+            address = client.scheduler.address
+            shardpack.pack(src, dask, replace(options, backend="dask", scheduler=address))
+            assert shard_files(dask) == shard_files(local)

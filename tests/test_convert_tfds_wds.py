@@ -2,8 +2,9 @@
 
 The sources are written by their own libraries (a tfds GeneratorBasedBuilder, webdataset's
 ShardWriter), and what shardpack packs is compared with what those libraries read back
-(`tfds.builder_from_directory(SRC).as_dataset()`, `webdataset.WebDataset`). TensorFlow runs
-in child processes only: the test process forks pack workers, which must stay TF-free.
+(`tfds.builder_from_directory(SRC).as_dataset()`, `webdataset.WebDataset`); each container's
+own readers (TensorFlow, Grain, webdataset) read what was packed. TensorFlow runs in child
+processes only: the test process forks pack workers, which must stay TF-free.
 """
 
 from __future__ import annotations
@@ -147,6 +148,8 @@ def test_tfds_packs_into_each_container_as_tfds_reads_it(tfds_dirs, tfds_read, s
     assert result.index.name == "tiny"
     for split in ("train", "test"):
         assert _ours(out, split) == tfds_read[split]
+    if (src_fmt, fmt) != ("array_record", "tfrecord"):  # TFDS reads that one back below
+        assert helpers.peer_examples(out) == helpers.our_examples(out)  # TF, Grain, webdataset
     assert verify(out, decode=True).ok
 
 
@@ -175,35 +178,10 @@ def test_tfds_unsupported_feature_is_refused_by_name(tfds_dirs, tmp_path):
 # ---- WebDataset tars -------------------------------------------------------------------------
 
 
-def _jpeg(seed: int) -> bytes:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(helpers.image(seed, 12, 10)).save(buffer, "JPEG", quality=90)
-    return buffer.getvalue()
-
-
-def _write_tars(folder: Path, count: int = 12) -> Path:
-    """Tars as webdataset's ShardWriter writes them: jpg, cls, txt, json and a mask."""
-    import webdataset as wds
-
-    folder.mkdir(parents=True, exist_ok=True)
-    with wds.ShardWriter(str(folder / "shards-%03d.tar"), maxcount=5, verbose=0) as writer:
-        for i in range(count):
-            writer.write({
-                "__key__": f"sample{i:04d}", "jpg": _jpeg(i), "cls": i % 4,
-                "txt": f"a caption {i}",
-                "json": {"score": i / 4, "n": i, "tags": ["a", "b"][: i % 3], "width": 99,
-                         "exif": {"nested": True}},
-                "seg.png": b"mask" + bytes([i]),
-            })  # fmt: skip
-    return folder
-
-
 @pytest.fixture(scope="module")
 def wds_dir(tmp_path_factory) -> Path:
     helpers.needs("webdataset")
-    return _write_tars(tmp_path_factory.mktemp("wds") / "tars")
+    return helpers.write_tars(tmp_path_factory.mktemp("wds") / "tars")
 
 
 def _wds_read(urls: str) -> dict[str, dict]:
@@ -230,12 +208,14 @@ def _check_as_webdataset_reads(out: Path, urls: str) -> int:
     return len(records)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+# TensorFlow reads the TFRecords (Grain the ArrayRecords, webdataset the tars).
+@pytest.mark.parametrize("fmt", [pytest.param("tfrecord", marks=pytest.mark.heavy), *FORMATS[1:]])
 def test_tars_pack_into_each_container_as_webdataset_reads_them(wds_dir, fmt, tmp_path):
     out = tmp_path / "out"
     result = pack(wds_dir, out, replace(OPTIONS, format=fmt))
     assert result.num_records == 12 and result.num_skipped == 0
     assert _check_as_webdataset_reads(out, str(wds_dir / "shards-{000..002}.tar")) == 12
+    assert helpers.peer_examples(out) == helpers.our_examples(out)
     assert result.index.schema.classes == ("0", "1", "2", "3")
     assert verify(out, decode=True).ok
     assert describe(out)["splits"]["train"]["num_records"] == 12
@@ -281,14 +261,14 @@ def _hostile_tar(path: Path) -> Path:
                 info.linkname = "/etc/passwd"
             tar.addfile(info, io.BytesIO(data))
 
-        add("good.jpg", _jpeg(1))
+        add("good.jpg", helpers.jpeg(1))
         add("good.cls", b"0")
-        add("link.jpg", _jpeg(2))
+        add("link.jpg", helpers.jpeg(2))
         add("link.txt", kind=tarfile.SYMTYPE)
         add("dev.jpg", kind=tarfile.CHRTYPE)
-        add("long.jpg", _jpeg(3))
+        add("long.jpg", helpers.jpeg(3))
         add("long.txt", b"x" * 2000)
-        add("huge.jpg", _jpeg(4))
+        add("huge.jpg", helpers.jpeg(4))
         add("huge.cls", b"99999999999")
     return path
 
@@ -336,6 +316,19 @@ def test_one_or_two_workers_same_bytes_and_resume(src, fmt, tmp_path):
     result = pack(src, out, replace(options, resume=True))
     assert result.num_reused == len(wanted) - 1
     assert helpers.shard_files(out) == wanted
+
+
+def test_preview_draws_what_each_source_packed(src, tmp_path):
+    out, sheet = tmp_path / "out", tmp_path / "sheet.png"
+    pack(src, out, replace(OPTIONS, format="webdataset"))
+    done = helpers.cli("preview", str(out), "--out", str(sheet), "--n", "6")
+    assert done.returncode == 0 and done.stdout.strip() == f"wrote {sheet}", done.stderr
+    import cv2
+
+    pixels = cv2.imread(str(sheet))
+    assert pixels.shape == (2 * (128 + 22), 3 * 128, 3)  # 6 cells of 128 pixels, 2 rows of 3
+    green = (pixels[:, :, 1] > 200) & (pixels[:, :, 0] < 60) & (pixels[:, :, 2] < 60)
+    assert (green.sum() > 50) == (src.name != "tars")  # TFDS's objects/bbox drawn
 
 
 def test_tars_on_s3_pack_as_from_disk(wds_dir, s3: Bucket, tmp_path):

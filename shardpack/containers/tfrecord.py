@@ -1,5 +1,6 @@
 """The TFRecord container: tf.train.Example records in TFRecord framing, TFDS's `.tfrecord-`
-shard names; positions are byte offsets in the uncompressed stream.
+shard names; positions are byte offsets in the uncompressed stream (a reader at random of a gzip
+shard decompresses it once into an unnamed temporary file).
 
 Framing, per record: uint64 length (little-endian), uint32 masked_crc32c(length bytes), data,
 uint32 masked_crc32c(data). Written and read without TensorFlow; tf.data reads the shards
@@ -14,6 +15,7 @@ import io
 import os
 import re
 import struct
+import tempfile
 import zlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO
@@ -34,10 +36,10 @@ from shardpack.containers import (
 from shardpack.containers.example import decode, encode_example
 from shardpack.crc import crc32c as _crc32c
 from shardpack.errors import RecordError
-from shardpack.storage import HashingBlob, Sink
+from shardpack.storage import Blob, HashingBlob, Sink
 
 if TYPE_CHECKING:
-    from shardpack.storage import Blob, Storage
+    from shardpack.storage import Storage
 
 _MASK_DELTA = 0xA282EAD8
 HEADER = struct.Struct("<QI")  # uint64 length, uint32 masked CRC of the length
@@ -46,6 +48,9 @@ FOOTER = struct.Struct("<I")  # uint32 masked CRC of the data
 _WRITE_BUFFER = 1 << 20
 # GZIP level: zlib's default, the same trade-off TensorFlow's own writer makes.
 _GZIP_LEVEL = 6
+# Deflate's largest ratio (zlib's FAQ: 1032:1): no gzip shard inflates past this many times its
+# size, which bounds the copy a reader of a gzip shard decompresses it into.
+_MAX_INFLATION = 1032
 
 
 def masked_crc(data: bytes) -> int:
@@ -261,10 +266,11 @@ class _Writer(TFRecordWriter):
 
 
 class _Reader(ShardReader):
-    """Record i of an uncompressed TFRecord shard by one read at its offset."""
+    """Record i of an uncompressed TFRecord shard (or a gzip one's copy) by one read at its
+    offset."""
 
-    def __init__(self, storage: Storage, name: str, offsets: Sequence[int] | None) -> None:
-        self.blob = open_shard(storage, name)
+    def __init__(self, blob: Blob, offsets: Sequence[int] | None) -> None:
+        self.blob = blob
         self.path = self.blob.name
         try:
             if offsets is None:  # hop from header to header: one small read per record
@@ -300,6 +306,41 @@ class _Reader(ShardReader):
 
     def close(self) -> None:
         self.blob.close()
+
+
+class _Copy(Blob):
+    """A gzip shard's decompressed stream in an unnamed temporary file, read at offsets."""
+
+    def __init__(self, blob: Blob, max_bytes: int | None) -> None:
+        self.name, self.file = blob.name, tempfile.TemporaryFile()  # noqa: SIM115 (close())
+        try:
+            self.size = self._inflate(blob, max_bytes)
+        except BaseException:
+            self.file.close()
+            raise
+
+    def _inflate(self, blob: Blob, max_bytes: int | None) -> int:
+        """Decompress the blob into the file (closing it); refuse a shard over max_bytes, or
+        one that inflates past what deflate can."""
+        buffered = io.BufferedReader(_BlobStream(blob), _WRITE_BUFFER)
+        with buffered, gzip.GzipFile(fileobj=buffered, mode="rb") as f:
+            if max_bytes is not None and blob.size > max_bytes:
+                raise RecordError(self.name, 0, f"{blob.size} bytes, over the index's "
+                                  f"{max_bytes}: not decompressed to read")  # fmt: skip
+            limit, size = _MAX_INFLATION * blob.size, 0
+            while chunk := _read_exactly(f, _WRITE_BUFFER, self.name, size):
+                size += len(chunk)
+                if size > limit:
+                    raise RecordError(self.name, limit, "inflates past what gzip can (corrupt)")
+                self.file.write(chunk)
+        self.file.flush()
+        return size
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return os.pread(self.file.fileno(), size, offset)
+
+    def close(self) -> None:
+        self.file.close()
 
 
 def record_spans(storage: Storage, name: str) -> Iterator[tuple[int, int]]:
@@ -354,9 +395,8 @@ class TFRecord(Container):
         self, storage: Storage, name: str, compression: str = "none", offsets=None,
         max_bytes: int | None = None,
     ) -> ShardReader:  # fmt: skip
-        if compression != "none":
-            raise ValueError("random access needs an uncompressed TFRecord shard")
-        return _Reader(storage, name, offsets)
+        blob = open_shard(storage, name)
+        return _Reader(blob if compression == "none" else _Copy(blob, max_bytes), offsets)
 
     def record_spans(self, storage: Storage, name: str) -> Iterator[tuple[int, int]]:
         return record_spans(storage, name)

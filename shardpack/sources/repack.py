@@ -4,8 +4,9 @@ classes, keys and splits.
 
 The scan reads every shard through its container (framing checked, each record against the
 index's schema) and keeps what an item needs: its shard, its record's number in it, its key,
-label and other features. A worker opens the shards its items lie in (a few at once) and
-reads each record at random; the image bytes go on as they are stored (raw pixels as pixels).
+label and other features. A worker opens the shards its items lie in (a few at once; a gzip
+shard decompressed once, by its container) and reads each record at random; the image bytes go
+on as they are stored (raw pixels as pixels).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class ShardpackSource(Source):
         if options.classes is not None:
             raise SourceError(f"{found.path()}: a shardpack output brings its class list; "
                               "drop --classes")  # fmt: skip
-        return scan_shards(_index(found))
+        index = _index(found)
+        return scan_shards(index, _rereads(index) if options.shuffle else ())
 
     def load(
         self, item: Item, root: Storage, options: PackOptions, cache: dict
@@ -84,15 +86,21 @@ def _index(root: Storage) -> Index:
     except IndexFormatError as e:
         raise SourceError(f"{e} (--source shardpack reads the output folder of a shardpack "
                           "pack run)") from None  # fmt: skip
-    if index.compression != "none":
-        raise SourceError(
-            f"{root.path(INDEX_NAME)}: its shards are {index.compression}-compressed, which "
-            "cannot be read a record at a time; pack it from its own source again"
-        )
     return index
 
 
-def scan_shards(index: Index) -> Dataset:
+def _rereads(index: Index) -> tuple[str, ...]:
+    """A warning when a shuffled pack decompresses gzip shards more than once a shard."""
+    count = sum(len(info.shards) for info in index.splits.values())
+    if index.compression == "none" or count <= KEEP_SHARDS:
+        return ()
+    return (f"{index.out}: shuffled, each shard draws from all {count} {index.compression} "
+            f"shards and a worker keeps {KEEP_SHARDS} decompressed: a shard is decompressed "
+            "again each time a worker comes back to it; --no-shuffle decompresses each once "
+            "(shuffle when reading instead)",)  # fmt: skip
+
+
+def scan_shards(index: Index, warnings: tuple[str, ...] = ()) -> Dataset:
     """Every record of every split as an item; a record unlike the index's schema is skipped.
 
     Raises:
@@ -119,7 +127,7 @@ def scan_shards(index: Index) -> Dataset:
                                   f"says {shard.num_records}; run shardpack verify on "
                                   f"{index.out}")  # fmt: skip
         splits[split] = tuple(items)
-    return Dataset(KIND, index.storage, schema, splits, skipped=tuple(skipped))
+    return Dataset(KIND, index.storage, schema, splits, skipped=tuple(skipped), warnings=warnings)
 
 
 def _item(example: dict[str, list], schema: Schema, file: str, number: int) -> Item:
