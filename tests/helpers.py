@@ -298,10 +298,15 @@ if container == "tfrecord":
     records = (raw.numpy() for raw in tf.data.TFRecordDataset(files))
     read = list(examples(records, tf.train.Example))
 elif container == "array_record":
-    import grain
-    from tfrecord import example_pb2
+    import grain, importlib.util
+    # TensorFlow's Example where it is installed: the tfrecord package's copy of its protos
+    # cannot share a process with it (the fast tier, without TensorFlow, has that copy only)
+    if importlib.util.find_spec("tensorflow"):
+        from tensorflow.core.example.example_pb2 import Example
+    else:
+        from tfrecord.example_pb2 import Example
     source = grain.sources.ArrayRecordDataSource(files)
-    read = list(examples((source[i] for i in range(len(source))), example_pb2.Example))
+    read = list(examples((source[i] for i in range(len(source))), Example))
 else:
     import webdataset as wds
     read = []
@@ -333,16 +338,64 @@ def our_examples(out: Path) -> dict[str, dict[str, list]]:
             for split in index["splits"] for r in iter_examples(out, split)}  # fmt: skip
 
 
-def run_json(code: str, *args: str) -> object:
-    """Run `code` in a fresh Python with `args`; return the JSON it printed last."""
-    import json
-    import subprocess
-    import sys
+# The reading Python's loop: each request line is a snippet and its argv; what the snippet
+# prints comes back as one reply line. Anything written to fd 1 below Python goes to stderr.
+_SERVE = """
+import contextlib, io, json, os, sys, traceback
+replies = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+for line in sys.stdin:
+    request = json.loads(line)
+    sys.argv = ["-c", *request["args"]]
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(request["code"], "<run_json>", "exec"), {"__name__": "__main__"})
+        reply = {"stdout": printed.getvalue()}
+    except BaseException:
+        reply = {"error": traceback.format_exc()}
+    replies.write(json.dumps(reply) + "\\n")
+    replies.flush()
+"""
+_reader: list = []  # this test process's reading Python and its stderr file, once started
 
-    run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+
+def die_with_parent() -> None:
+    """In a child: end with the test process, however it ends (prctl's PR_SET_PDEATHSIG)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def run_json(code: str, *args: str, timeout: float = 300) -> object:
+    """Run `code` (a peer library's read-back) with `args` in this test process's reading
+    Python, kept running so that TensorFlow, TFDS and torch load once, not once a snippet; return
+    the JSON it printed last. The snippets leave nothing behind that the next could see."""
+    import select
+    import tempfile
+
+    if not _reader or _reader[0].poll() is not None:
+        errors = tempfile.TemporaryFile()  # noqa: SIM115 (kept open with the reader)
+        _reader[:] = [subprocess.Popen([sys.executable, "-c", _SERVE], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=errors, text=True,
+                                       preexec_fn=die_with_parent), errors]  # fmt: skip
+    reader, errors = _reader
+    reader.stdin.write(json.dumps({"code": code, "args": list(args)}) + "\n")
+    reader.stdin.flush()
+    if not select.select([reader.stdout], [], [], timeout)[0]:
+        reader.kill()
+        reader.wait()
+        raise AssertionError(f"a read-back took more than {timeout} s")
+    line = reader.stdout.readline()
+    if not line:  # it died: say what it said
+        reader.wait()
+        errors.seek(0)
+        raise AssertionError(f"the reading Python ended ({reader.returncode}): "
+                             + errors.read()[-3000:].decode(errors="replace"))  # fmt: skip
+    reply = json.loads(line)
+    assert "error" not in reply, reply.get("error", "")[-3000:]
+    return json.loads(reply["stdout"].strip().splitlines()[-1])
 
 
 def needs(*modules: str) -> None:

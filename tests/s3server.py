@@ -16,11 +16,9 @@ What s3fs 2026.9 does against moto 5.2 server (tests/test_object_storage.py reli
 
 from __future__ import annotations
 
-import ctypes
 import http.client
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -31,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import die_with_parent
+
 REGION = "us-east-1"
 # Credentials and settings of the machine that runs the tests must not reach the server, and
 # nothing may look for credentials beyond loopback (EC2's metadata address, SSO, a profile).
@@ -39,7 +39,6 @@ _UNSET = (
     "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
     "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_ENDPOINT_URL_S3", "AWS_CA_BUNDLE",
 )  # fmt: skip
-_PR_SET_PDEATHSIG = 1
 # A GET in the server's log (werkzeug's: its status colours aside): the path.
 _REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*GET (\S+) HTTP/')
 _LOGS: dict[str, Path] = {}  # endpoint -> its server's log
@@ -59,11 +58,6 @@ def environment(endpoint: str, home: Path) -> dict[str, str]:
         "NO_PROXY": no_proxy,
         "no_proxy": no_proxy,
     }
-
-
-def _die_with_parent() -> None:
-    """In the server's process: end with the test session, however the session ends."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _free_port() -> int:
@@ -91,7 +85,7 @@ def start_server(log: Path, timeout: float = 30) -> tuple[subprocess.Popen, str]
         with open(log, "ab") as sink:
             server = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                stdout=sink, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                stdout=sink, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
             )  # fmt: skip
         deadline = time.monotonic() + timeout
         while server.poll() is None and time.monotonic() < deadline:
