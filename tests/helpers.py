@@ -344,9 +344,13 @@ _SERVE = """
 import contextlib, io, json, os, sys, traceback
 replies = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
+home = os.getcwd()
 for line in sys.stdin:
     request = json.loads(line)
     sys.argv = ["-c", *request["args"]]
+    os.chdir(request["cwd"] or home)
+    os.environ.clear()
+    os.environ.update(request["env"])
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):
@@ -368,10 +372,18 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
-def run_json(code: str, *args: str, timeout: float = 300) -> object:
-    """Run `code` (a peer library's read-back) with `args` in this test process's reading
-    Python, kept running so that TensorFlow, TFDS and torch load once, not once a snippet; return
-    the JSON it printed last. The snippets leave nothing behind that the next could see."""
+def run_json(code: str, *args: str) -> object:
+    """Run `code` (a peer library's read-back) with `args` in the reading Python (run_kept);
+    return the JSON it printed last."""
+    return json.loads(run_kept(code, *args).strip().splitlines()[-1])
+
+
+def run_kept(code: str, *args: str, cwd: Path | None = None, timeout: float = 300) -> str:
+    """Run `code` as `python -c code args` would, in cwd with this process's environment, but
+    in this test process's reading Python, kept running so that TensorFlow, TFDS and torch load
+    once, not once a snippet; return what it printed. Each runs in globals of its own; none may
+    leave state behind that the next could see. A snippet's exception, exit or timeout fails
+    the test."""
     import select
     import tempfile
 
@@ -381,7 +393,13 @@ def run_json(code: str, *args: str, timeout: float = 300) -> object:
                                        stdout=subprocess.PIPE, stderr=errors, text=True,
                                        preexec_fn=die_with_parent), errors]  # fmt: skip
     reader, errors = _reader
-    reader.stdin.write(json.dumps({"code": code, "args": list(args)}) + "\n")
+    request = {
+        "code": code,
+        "args": list(args),
+        "cwd": os.fspath(cwd) if cwd else None,
+        "env": dict(os.environ),
+    }
+    reader.stdin.write(json.dumps(request) + "\n")
     reader.stdin.flush()
     if not select.select([reader.stdout], [], [], timeout)[0]:
         reader.kill()
@@ -395,7 +413,7 @@ def run_json(code: str, *args: str, timeout: float = 300) -> object:
                              + errors.read()[-3000:].decode(errors="replace"))  # fmt: skip
     reply = json.loads(line)
     assert "error" not in reply, reply.get("error", "")[-3000:]
-    return json.loads(reply["stdout"].strip().splitlines()[-1])
+    return reply["stdout"]
 
 
 def needs(*modules: str) -> None:

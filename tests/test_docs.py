@@ -21,7 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import make_cifar10_python, make_tree, write_csv, write_jsonl, write_parquet
+from tests.helpers import (
+    make_cifar10_python,
+    make_tree,
+    run_kept,
+    write_csv,
+    write_jsonl,
+    write_parquet,
+)
 from tests.s3server import environment, reset
 
 ROOT = Path(__file__).parents[1]
@@ -165,10 +172,7 @@ def test_sh_blocks_run(document, ran, request, tmp_path_factory):
 
 @pytest.mark.parametrize("block", [_param(b) for b in ALL if b.language == "python"])
 def test_python_blocks_run(block: Block, ran, request, tmp_path_factory):
-    root = _ran(block.document, ran, request, tmp_path_factory)
-    run = subprocess.run([sys.executable, "-c", block.code], cwd=root, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
-    assert run.returncode == 0, f"{block.code}\n{run.stderr[-3000:]}"
+    run_kept(block.code, cwd=_ran(block.document, ran, request, tmp_path_factory))
 
 
 @pytest.mark.parametrize("block", [_param(b) for b in ALL if b.language == "json"])
