@@ -4,10 +4,12 @@ labels stable, options the dataset's, and an interrupted grow that resumes byte-
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,16 @@ from shardpack.containers import CONTAINERS
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
-from tests.helpers import cli, image, make_tree, one_line_error, shard_files, wait_for, write_image
+from tests.helpers import (
+    cli,
+    image,
+    make_cifar10_binary,
+    make_tree,
+    one_line_error,
+    shard_files,
+    wait_for,
+    write_image,
+)
 
 FORMATS = sorted(CONTAINERS)
 
@@ -27,6 +38,14 @@ def _add(src: Path, cls: str, count: int, seed: int, prefix: str = "new") -> Non
     """`count` new images in class folder `cls` (made if missing)."""
     for i in range(count):
         write_image(src / cls / f"{prefix}_{i:03d}.jpg", image(seed + i))
+
+
+def _aged(src: Path, seconds: int = 3600) -> None:
+    """Date every file of `src` back: a file modified just before a pack gets no stamp
+    (stamps.RACY_NS), and whether it falls in that window is a matter of timing."""
+    when = time.time_ns() - seconds * 1_000_000_000
+    for path in src.rglob("*"):
+        os.utime(path, ns=(when, when), follow_symlinks=False)
 
 
 def _labels(out: Path) -> dict[str, int]:
@@ -172,12 +191,14 @@ def _grow_src(root: Path) -> Path:
     src = root / "src"
     for i in range(8):
         write_image(src / f"c{i % 2}" / f"old_{i:03d}.jpg", image(i, height=240, width=320))
+    _aged(src)
     return src
 
 
 def _grow_more(src: Path) -> None:
     for i in range(160):
         write_image(src / f"c{i % 3}" / f"new_{i:03d}.jpg", image(1000 + i, height=240, width=320))
+    _aged(src)
 
 
 def _same(a: Path, b: Path) -> None:
@@ -241,3 +262,62 @@ def test_a_planted_index_is_refused_in_one_line(tmp_path: Path, planted: dict):
     (out / "index.json").write_text(json.dumps(doc))
     _add(src, "cat", 1, seed=9)
     one_line_error(cli("pack", str(src), str(out), "--append", "--no-progress"), str(out))
+
+
+def _mtimes(out: Path) -> dict[str, int | None]:
+    """key -> the file's mtime contents.json keeps (its stamp), of every record."""
+    shards = json.loads((out / "contents.json").read_text())["shards"].values()
+    return {k: m for e in shards for k, m in zip(e["keys"], e["mtime_ns"], strict=True)}
+
+
+def _rewrite_keeping_stamp(path: Path) -> None:
+    """Other bytes in `path`, of its size, under its old mtime: only a read tells them apart."""
+    st = path.stat()
+    path.write_bytes(bytes(255 - b for b in path.read_bytes()))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_held_file_of_its_recorded_size_and_mtime_is_not_read_nor_a_shard(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 4, "dog": 4})
+    _aged(src)
+    out, aside = tmp_path / "out", tmp_path / "aside"
+    pack(src, out, PackOptions(shards=2, workers=1))
+    assert all(m is not None for m in _mtimes(out).values())
+    _rewrite_keeping_stamp(src / "cat" / "img_000.jpg")  # a read would find it changed
+    touched = src / "dog" / "img_001.jpg"  # same bytes, a new mtime
+    _add(src, "dog", 2, seed=700)
+    for path in (touched, *src.glob("dog/new_*")):
+        os.utime(path, ns=(time.time_ns() - 600 * 10**9,) * 2)
+    shutil.move(out, aside)  # the old shards out of reach: an --append must not read them
+    out.mkdir()
+    for name in ("index.json", "contents.json"):
+        shutil.copy(aside / name, out / name)
+    result = pack(src, out, PackOptions(grow="append", workers=1))
+    assert result.grow == {"mode": "append", "added": 2, "changed": 0, "removed": 0,
+                           "shards_rewritten": 0}  # fmt: skip
+    for shard in shard_files(aside):
+        shutil.move(aside / shard, out / shard)
+    assert cli("verify", str(out)).returncode == 0  # the grown dataset, whole
+    mtimes = _mtimes(out)
+    assert mtimes["dog/img_001.jpg"] == touched.stat().st_mtime_ns  # read once, then trusted
+    assert mtimes["dog/new_000.jpg"] == (src / "dog" / "new_000.jpg").stat().st_mtime_ns
+    # a rewrite keeping size and mtime is taken as unchanged, as rsync takes it ...
+    assert pack(src, out, PackOptions(grow="update", workers=1)).grow["nothing"]
+    os.utime(src / "cat" / "img_000.jpg", ns=(time.time_ns() - 60 * 10**9,) * 2)
+    result = pack(src, out, PackOptions(grow="update", workers=1))  # ... a new mtime is not
+    assert (result.grow["changed"], result.grow["shards_rewritten"]) == (1, 1)
+    assert cli("verify", str(out)).returncode == 0
+
+
+def test_records_inside_files_are_compared_by_their_bytes(tmp_path: Path):
+    src = make_cifar10_binary(tmp_path / "cifar", per_batch=6, batches=1)
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, encode="png"))
+    assert set(_mtimes(out).values()) == {None}  # a batch's row has no file of its own
+    batch = src / "data_batch_1.bin"
+    st, data = batch.stat(), bytearray(batch.read_bytes())
+    data[3073 + 1 : 3073 + 100] = bytes(99)  # the second row's first pixels, in place
+    batch.write_bytes(bytes(data))
+    os.utime(batch, ns=(st.st_atime_ns, st.st_mtime_ns))
+    result = pack(src, out, PackOptions(grow="update", workers=1))
+    assert (result.grow["changed"], result.grow["removed"]) == (1, 0)

@@ -33,7 +33,7 @@ from shardpack.index import (
     uniform_size,
 )
 from shardpack.options import PackOptions
-from shardpack.packing import packer
+from shardpack.packing import packer, stamps
 from shardpack.packing.contents import Entry, entries, load_contents, write_contents
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
@@ -102,21 +102,22 @@ def grow(
         listed = {s.file for split in old.splits.values() for s in split.shards}
         reused = prepare_growth(out, plan, listed)
         workers = 1 if out.in_process or src_root.in_process else given.workers or machine_cores()
+        stamped = stamps.of_plan(dataset, plan)  # before the workers read the files
         results = packer._write_shards(
             plan, record, reused, options, dataset, out, workers, progress
         )
+        fresh = entries(plan, results, stamped)
         summary = change.summary(options.grow, len(touched))
         seconds = time.perf_counter() - start
         written = sum(r.num_records for r in results) - sum(r.num_records for r in reused)
         stats = {"seconds": round(seconds, 3), "workers": workers,
                  "images_per_second": round(written / seconds, 1) if seconds else None}  # fmt: skip
-        doc, kept = _document(old, dataset, options, plan, results, contents, touched)
+        doc, kept = _document(old, dataset, plan, results, fresh, contents, touched)
         doc["history"] = [*_history(old), {"generation": generation, "when": _now(), **summary}]
         doc["history"] = doc["history"][-MAX_HISTORY:]
         doc["stats"] = {**old.raw.get("stats", {}), **stats}
         gaps = _gaps(doc, CONTAINERS[options.format])
         index = packer.write_outputs(out, doc, results, options.index_files, tfds=not gaps)
-        fresh = entries(plan, results)
         write_contents(out, {**contents, **fresh})  # agrees with the old index and the new
         out.put(INDEX_NAME, json_bytes(doc))  # the grown dataset is there from now on
         if touched:  # the next grow removes what a stop here leaves (doc["retired"])
@@ -223,13 +224,14 @@ def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Da
 
 
 def _compare(dataset: Dataset, contents: dict[str, Entry], options: PackOptions) -> Change:
-    """What is new in SRC, what changed (the bytes read and keyed as workers key them) and
-    what vanished, by (split, key)."""
+    """What is new in SRC, what changed and what vanished, by (split, key). A held item whose
+    file has the size and mtime contents.json records is unchanged, unread (stamps.py); the
+    others are read and keyed as workers key them, and where the bytes are the packed ones
+    their file's new mtime is noted in `contents` (the next run reads them no more)."""
     held = {}  # keys are unique in a dataset, across its splits
     tried = set()  # skipped when packed: not new, and not worth a rewrite when gone
     for file, entry in contents.items():
-        for key, crc, size in zip(entry["keys"], entry["crc"], entry["size"], strict=True):
-            held[key] = (file, crc, size)
+        held.update((key, (file, i)) for i, key in enumerate(entry["keys"]))
         tried.update(entry["skipped"])
     new: dict[str, list[Item]] = {}
     present: list[tuple[str, Item]] = []
@@ -239,16 +241,27 @@ def _compare(dataset: Dataset, contents: dict[str, Entry], options: PackOptions)
                 present.append((name, item))
             elif item.key not in tried:
                 new.setdefault(name, []).append(item)
-    keys = content_keys(present, dataset, options, options.workers or machine_cores())
+    unsure = []  # (split, item, stamp): the file's stamp is not the one recorded
+    now = stamps.taken(dataset, (item for _, item in present))
+    for (name, item), stamp in zip(present, now, strict=True):
+        file, i = held[item.key]
+        entry = contents[file]
+        if stamp != (entry["size"][i], entry["mtime_ns"][i]):
+            unsure.append((name, item, stamp))
+    keys = content_keys([(name, item) for name, item, _ in unsure], dataset, options,
+                        options.workers or machine_cores())  # fmt: skip
     changed: dict[str, list[Item]] = {}
     touched = set()
-    for (name, item), key in zip(present, keys, strict=True):
-        file, crc, size = held[item.key]
-        if key[:2] != (crc, size):
+    for (name, item, stamp), key in zip(unsure, keys, strict=True):
+        file, i = held[item.key]
+        entry = contents[file]
+        if key[:2] != (entry["crc"][i], entry["size"][i]):
             changed.setdefault(name, []).append(item)
             touched.add(file)
+        else:
+            entry["mtime_ns"][i] = stamps.kept(stamp, key[1])
     seen = {item.key for _, item in present}
-    gone = {file for key, (file, _, _) in held.items() if key not in seen}
+    gone = {file for key, (file, _) in held.items() if key not in seen}
     vanished = sum(1 for key in held if key not in seen)
     return Change(new, changed, vanished, frozenset(touched | gone))
 
@@ -304,16 +317,16 @@ def grow_plan(
 def _document(
     old: Index,
     dataset: Dataset,
-    options: PackOptions,
     plan: Plan,
     results: list[ShardResult],
+    fresh: dict[str, Entry],
     contents: dict[str, Entry],
     touched: frozenset[str],
 ) -> tuple[dict, dict[str, Entry]]:
-    """The grown index document, and the contents entries of the shards it keeps."""
+    """The grown index document, and the contents entries of the shards it keeps (`fresh`:
+    those of the new shards)."""
     doc = copy.deepcopy(old.raw)
     by_file = {r.file: r for r in results}
-    fresh = entries(plan, results)
     classes = list(dataset.classes)
     generation = old.raw.get("generation", 0) + 1
     for spec in plan.shards:
