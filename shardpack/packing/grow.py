@@ -84,10 +84,11 @@ def grow(
         _remove_retired(out, old)
         options = dataset_options(old, given)
         CONTAINERS[options.format].require()
-        contents = load_contents(out, old)
-        dataset = _scan(src_root, options, old, storage_options)
-        options = replace(options, classes=dataset.classes or None)
-        change = _compare(dataset, contents, options)
+        with packer._no_gc():  # millions of objects and no cycles, as pack's scan
+            contents = load_contents(out, old)
+            dataset = _scan(src_root, options, old, storage_options)
+            options = replace(options, classes=dataset.classes or None)
+            change = _compare(dataset, contents, options)
         update = options.grow == "update"
         touched = change.touched if update else frozenset()
         todo = {s: [*change.new.get(s, ()), *(change.changed.get(s, ()) if update else ())]
@@ -260,9 +261,11 @@ def _compare(dataset: Dataset, contents: dict[str, Entry], options: PackOptions)
             touched.add(file)
         else:
             entry["mtime_ns"][i] = stamps.kept(stamp, key[1])
-    seen = {item.key for _, item in present}
-    gone = {file for key, (file, _) in held.items() if key not in seen}
-    vanished = sum(1 for key in held if key not in seen)
+    vanished = len(held) - len(present)  # keys are unique: each held one is present once
+    gone = set()
+    if vanished:
+        seen = {item.key for _, item in present}
+        gone = {file for key, (file, _) in held.items() if key not in seen}
     return Change(new, changed, vanished, frozenset(touched | gone))
 
 

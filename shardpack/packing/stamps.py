@@ -12,9 +12,9 @@ read and keyed as the workers key them.
 from __future__ import annotations
 
 import os
-import stat
 import time
 from collections.abc import Iterable
+from stat import S_ISREG
 
 from shardpack.packing.plan import Plan
 from shardpack.sources import Dataset, Item, Source
@@ -29,15 +29,15 @@ RACY_NS = 2_000_000_000
 def taken(dataset: Dataset, items: Iterable[Item]) -> list[Stamp]:
     """The stamp of each item's file now (None for one that has none, see above)."""
     whole = type(dataset.source).load is Source.load  # the file's bytes are the item's
-    root, oldest = dataset.root, time.time_ns() - RACY_NS
+    local_path, oldest = dataset.root.local_path, time.time_ns() - RACY_NS
     found: list[Stamp] = []
     for item in items:
-        path = root.local_path(item.path) if whole and item.position is None else None
+        path = local_path(item.path) if whole and item.position is None else None
         try:  # links followed, as the worker's read follows them (to a regular file only)
             st = os.stat(path) if path is not None else None
         except (OSError, ValueError):  # gone, or a name the disk cannot hold: the read says
             st = None
-        ok = st is not None and stat.S_ISREG(st.st_mode) and st.st_mtime_ns < oldest
+        ok = st is not None and S_ISREG(st.st_mode) and st.st_mtime_ns < oldest
         found.append((st.st_size, st.st_mtime_ns) if ok else None)
     return found
 
