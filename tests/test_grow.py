@@ -18,6 +18,7 @@ from PIL import Image
 
 from shardpack.containers import CONTAINERS
 from shardpack.options import PackOptions
+from shardpack.packing import gaps
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from tests.helpers import (
@@ -100,10 +101,10 @@ def test_update_rewrites_only_the_shards_of_changed_and_removed_files(tmp_path: 
     assert result.grow == {"mode": "update", "added": 1, "changed": 1, "removed": 1,
                            "shards_rewritten": len(touched)}  # fmt: skip
     after = shard_files(out)
-    assert not touched & set(after)  # the old files are gone once the new index landed
-    assert {f: after[f] for f in set(before) - touched} == {
-        f: before[f] for f in set(before) - touched
-    }
+    assert not {before[f] for f in touched} & set(after.values())  # gone once the index landed
+    # the others byte for byte; the highest-numbered moved into the gaps the update left
+    assert {before[f] for f in set(before) - touched} < set(after.values())
+    assert sorted(after) == [f"src-train.tfrecord-{i:05d}-of-00004" for i in range(3)]
     records = {r["key"]: r for r in iter_examples(out, decode=True)}
     assert sorted(records) == sorted(f"{p.parent.name}/{p.name}" for p in src.rglob("*.jpg"))
     with Image.open(src / "cat" / "img_000.jpg") as changed:  # the new bytes, losslessly
@@ -112,8 +113,8 @@ def test_update_rewrites_only_the_shards_of_changed_and_removed_files(tmp_path: 
     assert {s["file"] for s in shards} == set(after)
     assert len(doc["splits"]["train"]["shards"]) - len(touched) + 1 == len(shards)
     assert cli("verify", str(out)).returncode == 0
-    stray = sorted(touched)[0]  # as a stop between the new index and the removal leaves it
-    (out / stray).write_bytes(before[stray])
+    stray = json.loads((out / "index.json").read_text())["retired"][0]  # as a stop between
+    (out / stray).write_bytes(before[sorted(touched)[0]])  # the index and the removal leaves it
     again = pack(src, out, PackOptions(grow="update", workers=1))
     assert again.grow["nothing"] and not (out / stray).exists()
 
@@ -321,3 +322,57 @@ def test_records_inside_files_are_compared_by_their_bytes(tmp_path: Path):
     os.utime(batch, ns=(st.st_atime_ns, st.st_mtime_ns))
     result = pack(src, out, PackOptions(grow="update", workers=1))
     assert (result.grow["changed"], result.grow["removed"]) == (1, 0)
+
+
+def _changed_and_removed(src: Path) -> None:
+    """A changed file and a removed one: an --update rewrites their shards."""
+    write_image(src / "cat" / "img_000.jpg", image(999))
+    (src / "dog" / "img_005.jpg").unlink()
+    _aged(src)
+
+
+def test_a_stop_between_an_updates_two_indexes_leaves_a_whole_dataset(tmp_path, monkeypatch):
+    src = make_tree(tmp_path / "src", {"cat": 6, "dog": 6})
+    _aged(src)
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    for where in (clean, out):
+        pack(src, where, PackOptions(shards=4, workers=1, index_files=True))
+    _changed_and_removed(src)
+    pack(src, clean, PackOptions(grow="update", workers=1, index_files=True))
+    copied = []
+
+    def stopped(*args) -> None:  # Ctrl-C once the first shard is copied into a gap
+        if copied:
+            raise KeyboardInterrupt
+        copied.append(args)
+        copy_file(*args)
+
+    copy_file = gaps.copy_file
+    monkeypatch.setattr(gaps, "copy_file", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        pack(src, out, PackOptions(grow="update", workers=1, index_files=True))
+    monkeypatch.undo()
+    doc = json.loads((out / "index.json").read_text())
+    assert gaps.moves(doc, CONTAINERS["tfrecord"])  # the update's index, its gaps open
+    assert cli("verify", str(out)).returncode == 0
+    assert len(list(iter_examples(out))) == 11
+    rerun = pack(src, out, PackOptions(grow="update", workers=1, index_files=True))
+    assert rerun.grow["nothing"]
+    _same(out, clean)
+    assert sorted(p.name for p in (out / "idx").iterdir()) == sorted(
+        f"{f}.idx" for f in shard_files(out)
+    )
+    assert cli("verify", str(out)).returncode == 0
+
+
+@pytest.mark.heavy
+def test_tfds_reads_the_dataset_an_update_left(tmp_path: Path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    src = make_tree(tmp_path / "src", {"cat": 6, "dog": 6})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(shards=4, workers=1))
+    _changed_and_removed(src)
+    result = pack(src, out, PackOptions(grow="update", workers=1))
+    assert result.grow["shards_rewritten"] == 2 and not result.notes
+    records = list(tfds.as_numpy(tfds.builder_from_directory(str(out)).as_dataset(split="train")))
+    assert sorted(int(r["label"]) for r in records) == [0] * 6 + [1] * 5

@@ -83,7 +83,10 @@ def load_contents(out: Storage, index: Index) -> dict[str, Entry]:
             if not _agrees(entry, shard.num_records):
                 raise OutputError(f"{path}: does not agree with index.json about "
                                   f"{shard.file}; {fix}")  # fmt: skip
-            found[shard.file] = {"mtime_ns": [None] * shard.num_records, **entry}
+            found[shard.file] = {
+                **entry,
+                "mtime_ns": entry.get("mtime_ns", [None] * shard.num_records),
+            }
     return found
 
 

@@ -5,7 +5,8 @@ place. Shard names keep the count the split was first packed with (`...-00004-of
 fifth shard of a split first packed into four): no name depends on the shard count of the
 moment, so nothing is renamed as a split grows, and TFDS reads the split through one template
 whose count is that fixed text. `--update` writes the shards that held a changed or vanished
-item anew under new names and removes the old files only after the new index.json landed.
+item anew under new names and removes the old files only after the new index.json landed,
+then closes the gaps that leaves in the numbering (gaps.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import time
 from dataclasses import dataclass, replace
 
-from shardpack.containers import CONTAINERS, Container, is_shard_name
+from shardpack.containers import CONTAINERS, is_shard_name
 from shardpack.errors import (
     IndexFormatError,
     OutputError,
@@ -33,7 +34,7 @@ from shardpack.index import (
     uniform_size,
 )
 from shardpack.options import PackOptions
-from shardpack.packing import packer, stamps
+from shardpack.packing import gaps, packer, stamps
 from shardpack.packing.contents import Entry, entries, load_contents, write_contents
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
@@ -95,7 +96,8 @@ def grow(
                 for s in dataset.splits}  # fmt: skip
         if update:
             _add_survivors(todo, dataset, contents, touched, change)
-        if not any(todo.values()) and not touched:
+        if not any(todo.values()) and not touched:  # (gaps a stop left are closed still)
+            old = close_gaps(out, old, contents)
             return _nothing(out.root, old, change, options.grow, start)
         generation = old.raw.get("generation", 0) + 1
         plan = grow_plan(dataset, todo, old, options, generation, touched)
@@ -117,18 +119,44 @@ def grow(
         doc["history"] = [*_history(old), {"generation": generation, "when": _now(), **summary}]
         doc["history"] = doc["history"][-MAX_HISTORY:]
         doc["stats"] = {**old.raw.get("stats", {}), **stats}
-        gaps = _gaps(doc, CONTAINERS[options.format])
-        index = packer.write_outputs(out, doc, results, options.index_files, tfds=not gaps)
+        moved = gaps.moves(doc, CONTAINERS[options.format])  # the gaps the update leaves
+        doc["retired"] = sorted({*doc["retired"], *moved.values()})  # what a stop leaves there
+        index = packer.write_outputs(out, doc, results, options.index_files, tfds=not moved)
         write_contents(out, {**contents, **fresh})  # agrees with the old index and the new
         out.put(INDEX_NAME, json_bytes(doc))  # the grown dataset is there from now on
         if touched:  # the next grow removes what a stop here leaves (doc["retired"])
             write_contents(out, {**kept, **fresh})
             _remove_retired(out, index)
-    notes = (*_said(change, options.grow), *gaps)
+        index = close_gaps(out, index, {**kept, **fresh})
+    notes = _said(change, options.grow)
     return packer.PackResult(out.root, index, sum(s.num_records for s in index.splits.values()),
                              doc["num_skipped"], time.perf_counter() - start, len(reused),
                              sum(len(s.shards) for s in index.splits.values()), written,
                              notes, summary)  # fmt: skip
+
+
+def close_gaps(out: Storage, index: Index, contents: dict[str, Entry]) -> Index:
+    """Close the gaps in the numbering of `index`, which is in place (gaps.py), with the DALI
+    index files of the shards moved; `contents`: the entries of its shards. Returns the index
+    in place after."""
+    moved = gaps.moves(index.raw, index.container)
+    if not moved:
+        return index
+    idx = out.child(INDEX_FILES_DIR)
+    held = {e.name for e in idx.listdir()} if out.kind(INDEX_FILES_DIR) == "dir" else set()
+    for name, to in moved.items():
+        gaps.copy_file(out, name, to)
+        if f"{name}.idx" in held:
+            gaps.copy_file(idx, f"{name}.idx", f"{to}.idx")
+    doc = gaps.closed(index.raw, moved, index.container)
+    renamed = {moved.get(file, file): entry for file, entry in contents.items()}
+    write_contents(out, {**contents, **renamed})  # agrees with both indexes
+    closed = packer.write_outputs(out, doc, [], False)  # TFDS metadata now
+    out.put(INDEX_NAME, json_bytes(doc))
+    write_contents(out, {s.file: renamed[s.file] for split in closed.splits.values()
+                         for s in split.shards})  # fmt: skip
+    _remove_retired(out, closed)
+    return closed
 
 
 def _remove_retired(out: Storage, index: Index) -> None:
@@ -366,19 +394,6 @@ def _document(
     if results and uniform_size(results) != doc.get("image_size"):
         doc["image_size"] = None  # the new records' size is not the dataset's one size
     return _json(doc), kept
-
-
-def _gaps(doc: dict, container: Container) -> tuple[str, ...]:
-    """A line for each split whose shards no longer follow one numbering from 0 (an update
-    removed some): TFDS, which reads a split by its numbering, gets no metadata then."""
-    gaps = []
-    for split, entry in doc["splits"].items():
-        names = [container.shard_name(doc["name"], split, i, entry["name_count"])
-                 for i in range(len(entry["shards"]))]  # fmt: skip
-        if names != [s["file"] for s in entry["shards"]]:
-            gaps.append(f"split {split}: --update left gaps in the shard numbering; no TFDS "
-                        "metadata is written (every other reader reads it whole)")  # fmt: skip
-    return tuple(gaps)
 
 
 def _history(old: Index) -> list:
