@@ -2,13 +2,14 @@
 
     python -m benchmarks.grow [--files 1000000] [--new 1000] [--cache DIR] [--json FILE]
 
-The source is a class-folder tree of FILES hard links to small JPEGs (100 classes, one each), packed
-once with --encode keep and kept in the cache (packing it is most of a first run's time). Each
-run adds NEW files in a class folder of their own, appends them to a hard-linked copy of the
-packed dataset (an append never writes into an old shard), and removes both again. The append
-runs in this process, its steps timed (as benchmarks.dedup times its pre-pass): the listing
-(the source's scan), the check of the held items (a stat each: stamps.py), contents.json read
-and written, the new items packed (the workers), and the rest (index, metadata). One JSON line.
+The source is a class-folder tree of FILES hard links to small JPEGs (100 classes, one each),
+packed once with --encode keep and kept in the cache (packing it is most of a first run's
+time). Each run adds NEW files in a class folder of their own, appends them to a hard-linked
+copy of the packed dataset (an append never writes into an old shard), and removes both again.
+The append runs in this process, its steps timed (as benchmarks.dedup times its pre-pass): the
+listing (the source's scan), the check of the held items (a stat each: stamps.py),
+contents.json and the stamps read and written, the new items packed (the workers), and the
+rest (index, metadata). One JSON line.
 `make bench-long` runs it at 1,000,000 files.
 """
 
@@ -27,7 +28,7 @@ import numpy as np
 from benchmarks.contenders import REPO
 from benchmarks.dedup import _timed
 from shardpack import PackOptions, pack
-from shardpack.packing import grow, packer
+from shardpack.packing import grow, packer, stamps
 
 CLASSES = 100
 WORKERS = 2
@@ -83,7 +84,8 @@ def measure(cache: str, files: int, new: int) -> dict:
     os.makedirs(added)
     spent: dict[str, float] = defaultdict(float)
     for module, name in ((grow, "_scan"), (grow, "_compare"), (grow, "load_contents"),
-                         (grow, "write_contents"), (packer, "_write_shards")):  # fmt: skip
+                         (grow, "write_contents"), (stamps, "load"), (stamps, "save"),
+                         (packer, "_write_shards")):  # fmt: skip
         _timed(spent, module, name)
     try:
         for i in range(new):
@@ -96,7 +98,8 @@ def measure(cache: str, files: int, new: int) -> dict:
         shutil.rmtree(out, ignore_errors=True)
     assert result.grow["added"] == new, result.grow
     steps = {"listing_s": spent["_scan"], "held_check_s": spent["_compare"],
-             "contents_s": spent["load_contents"] + spent["write_contents"],
+             "bookkeeping_s": sum(spent[k] for k in ("load_contents", "write_contents", "load",
+                                                     "save")),
              "packing_s": spent["_write_shards"]}  # fmt: skip
     return {
         "files": files,

@@ -193,14 +193,12 @@ def _grow_src(root: Path) -> Path:
     src = root / "src"
     for i in range(8):
         write_image(src / f"c{i % 2}" / f"old_{i:03d}.jpg", image(i, height=240, width=320))
-    _aged(src)
     return src
 
 
 def _grow_more(src: Path) -> None:
     for i in range(160):
         write_image(src / f"c{i % 3}" / f"new_{i:03d}.jpg", image(1000 + i, height=240, width=320))
-    _aged(src)
 
 
 def _same(a: Path, b: Path) -> None:
@@ -266,10 +264,9 @@ def test_a_planted_index_is_refused_in_one_line(tmp_path: Path, planted: dict):
     one_line_error(cli("pack", str(src), str(out), "--append", "--no-progress"), str(out))
 
 
-def _mtimes(out: Path) -> dict[str, int | None]:
-    """key -> the file's mtime contents.json keeps (its stamp), of every record."""
-    shards = json.loads((out / "contents.json").read_text())["shards"].values()
-    return {k: m for e in shards for k, m in zip(e["keys"], e["mtime_ns"], strict=True)}
+def _mtimes(out: Path) -> dict[str, int]:
+    """key -> the file's mtime OUT keeps (its stamp), of every record that has one."""
+    return json.loads((out / ".shardpack.stamps").read_text())["mtimes"]
 
 
 def _rewrite_keeping_stamp(path: Path) -> None:
@@ -284,7 +281,7 @@ def test_a_held_file_of_its_recorded_size_and_mtime_is_not_read_nor_a_shard(tmp_
     _aged(src)
     out, aside = tmp_path / "out", tmp_path / "aside"
     pack(src, out, PackOptions(shards=2, workers=1))
-    assert all(m is not None for m in _mtimes(out).values())
+    assert len(_mtimes(out)) == 8
     _rewrite_keeping_stamp(src / "cat" / "img_000.jpg")  # a read would find it changed
     touched = src / "dog" / "img_001.jpg"  # same bytes, a new mtime
     _add(src, "dog", 2, seed=700)
@@ -292,7 +289,7 @@ def test_a_held_file_of_its_recorded_size_and_mtime_is_not_read_nor_a_shard(tmp_
         os.utime(path, ns=(time.time_ns() - 600 * 10**9,) * 2)
     shutil.move(out, aside)  # the old shards out of reach: an --append must not read them
     out.mkdir()
-    for name in ("index.json", "contents.json"):
+    for name in ("index.json", "contents.json", ".shardpack.stamps"):
         shutil.copy(aside / name, out / name)
     result = pack(src, out, PackOptions(grow="append", workers=1))
     assert result.grow == {"mode": "append", "added": 2, "changed": 0, "removed": 0,
@@ -315,7 +312,7 @@ def test_records_inside_files_are_compared_by_their_bytes(tmp_path: Path):
     src = make_cifar10_binary(tmp_path / "cifar", per_batch=6, batches=1)
     out = tmp_path / "out"
     pack(src, out, PackOptions(workers=1, encode="png"))
-    assert set(_mtimes(out).values()) == {None}  # a batch's row has no file of its own
+    assert _mtimes(out) == {}  # a batch's row has no file of its own
     batch = src / "data_batch_1.bin"
     st, data = batch.stat(), bytearray(batch.read_bytes())
     data[3073 + 1 : 3073 + 100] = bytes(99)  # the second row's first pixels, in place

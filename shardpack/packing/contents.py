@@ -1,6 +1,5 @@
-"""contents.json: which items each shard holds (their keys, content keys, files' mtimes and
-per-class counts), so that `pack --append` and `--update` know what OUT has without reading a
-shard, and which held items are unchanged without reading them (stamps.py).
+"""contents.json: which items each shard holds (their keys, content keys and per-class counts),
+so that `pack --append` and `--update` know what OUT has without reading a shard.
 
 Written by every pack beside index.json (before it), read back as untrusted: bounded, and
 every field checked against the index it must agree with.
@@ -14,7 +13,6 @@ from shardpack.errors import OutputError
 from shardpack.index import Index
 from shardpack.packing.facts import table
 from shardpack.packing.plan import Plan, ShardResult
-from shardpack.packing.stamps import Stamp, kept
 from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
 
@@ -23,15 +21,11 @@ FORMAT = "shardpack-contents"
 # A million records' keys and content keys fit many times over.
 MAX_CONTENTS_BYTES = 1 << 30
 
-# "keys", "crc", "size", "mtime_ns" (int or None), "label_counts", "skipped": one shard's
-Entry = dict[str, list]
+Entry = dict[str, list]  # "keys", "crc", "size", "label_counts", "skipped": one shard's
 
 
-def entries(
-    plan: Plan, results: list[ShardResult], stamped: dict[str, list[Stamp]]
-) -> dict[str, Entry]:
-    """Each written shard's entry: the keys, content keys and files' mtimes (from stamps taken
-    before the workers read them: stamps.of_plan) of its records, in order."""
+def entries(plan: Plan, results: list[ShardResult]) -> dict[str, Entry]:
+    """Each written shard's entry: the keys and content keys of its records, in order."""
     by_file = {r.file: r for r in results}
     found: dict[str, Entry] = {}
     for spec in plan.shards:
@@ -42,7 +36,6 @@ def entries(
             "keys": [spec.items[i].key for i in written],
             "crc": [int(rows["crc"][i]) for i in written],
             "size": [int(rows["size"][i]) for i in written],
-            "mtime_ns": [kept(stamped[spec.file][i], int(rows["size"][i])) for i in written],
             "label_counts": list(result.label_counts),
             # planned but skipped (a bad image): not new to the next --append either
             "skipped": [spec.items[i].key for i in range(len(spec.items)) if rows["size"][i] == 0],
@@ -83,25 +76,19 @@ def load_contents(out: Storage, index: Index) -> dict[str, Entry]:
             if not _agrees(entry, shard.num_records):
                 raise OutputError(f"{path}: does not agree with index.json about "
                                   f"{shard.file}; {fix}")  # fmt: skip
-            found[shard.file] = {
-                **entry,
-                "mtime_ns": entry.get("mtime_ns", [None] * shard.num_records),
-            }
+            found[shard.file] = entry
     return found
 
 
 def _agrees(entry: object, records: int) -> bool:
-    """Whether a shard's entry holds `records` keys, content keys and integer class counts, and
-    `records` mtimes (integers or null) if any (an older shardpack's kept none)."""
+    """Whether a shard's entry holds `records` keys, content keys and integer class counts."""
     if not isinstance(entry, dict):
         return False
     fields = ("keys", "crc", "size", "label_counts", "skipped")
     keys, crc, size, counts, skipped = (entry.get(k) for k in fields)
-    mtimes = entry.get("mtime_ns", [None] * records)
     return (
-        all(isinstance(v, list) for v in (keys, crc, size, counts, skipped, mtimes))
-        and len(keys) == len(crc) == len(size) == len(mtimes) == records
+        all(isinstance(v, list) for v in (keys, crc, size, counts, skipped))
+        and len(keys) == len(crc) == len(size) == records
         and all(isinstance(k, str) for k in (*keys, *skipped))
         and all(type(n) is int and n >= 0 for n in (*crc, *size, *counts))
-        and all(m is None or type(m) is int for m in mtimes)
     )

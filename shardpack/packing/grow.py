@@ -86,10 +86,10 @@ def grow(
         options = dataset_options(old, given)
         CONTAINERS[options.format].require()
         with packer._no_gc():  # millions of objects and no cycles, as pack's scan
-            contents = load_contents(out, old)
+            contents, known = load_contents(out, old), stamps.load(out, old)
             dataset = _scan(src_root, options, old, storage_options)
             options = replace(options, classes=dataset.classes or None)
-            change = _compare(dataset, contents, options)
+            change = _compare(dataset, contents, known, options)
         update = options.grow == "update"
         touched = change.touched if update else frozenset()
         todo = {s: [*change.new.get(s, ()), *(change.changed.get(s, ()) if update else ())]
@@ -109,7 +109,7 @@ def grow(
         results = packer._write_shards(
             plan, record, reused, options, dataset, out, workers, progress
         )
-        fresh = entries(plan, results, stamped)
+        fresh = entries(plan, results)
         summary = change.summary(options.grow, len(touched))
         seconds = time.perf_counter() - start
         written = sum(r.num_records for r in results) - sum(r.num_records for r in reused)
@@ -127,6 +127,8 @@ def grow(
         if touched:  # the next grow removes what a stop here leaves (doc["retired"])
             write_contents(out, {**kept, **fresh})
             _remove_retired(out, index)
+        known.update(stamps.written(plan, results, stamped))
+        stamps.save(out, doc, stamps.held({**kept, **fresh}.values(), known))
         index = close_gaps(out, index, {**kept, **fresh})
     notes = _said(change, options.grow)
     return packer.PackResult(out.root, index, sum(s.num_records for s in index.splits.values()),
@@ -252,11 +254,13 @@ def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Da
     return dataset
 
 
-def _compare(dataset: Dataset, contents: dict[str, Entry], options: PackOptions) -> Change:
+def _compare(
+    dataset: Dataset, contents: dict[str, Entry], known: dict[str, int], options: PackOptions
+) -> Change:
     """What is new in SRC, what changed and what vanished, by (split, key). A held item whose
-    file has the size and mtime contents.json records is unchanged, unread (stamps.py); the
-    others are read and keyed as workers key them, and where the bytes are the packed ones
-    their file's new mtime is noted in `contents` (the next run reads them no more)."""
+    file has its content key's size and the mtime `known` (stamps.py) is unchanged, unread;
+    the others are read and keyed as workers key them, and where the bytes are the packed
+    ones their file's new mtime goes into `known` (the next run reads them no more)."""
     held = {}  # keys are unique in a dataset, across its splits
     tried = set()  # skipped when packed: not new, and not worth a rewrite when gone
     for file, entry in contents.items():
@@ -274,8 +278,7 @@ def _compare(dataset: Dataset, contents: dict[str, Entry], options: PackOptions)
     now = stamps.taken(dataset, (item for _, item in present))
     for (name, item), stamp in zip(present, now, strict=True):
         file, i = held[item.key]
-        entry = contents[file]
-        if stamp != (entry["size"][i], entry["mtime_ns"][i]):
+        if stamp != (contents[file]["size"][i], known.get(item.key)):
             unsure.append((name, item, stamp))
     keys = content_keys([(name, item) for name, item, _ in unsure], dataset, options,
                         options.workers or machine_cores())  # fmt: skip
@@ -287,8 +290,8 @@ def _compare(dataset: Dataset, contents: dict[str, Entry], options: PackOptions)
         if key[:2] != (entry["crc"][i], entry["size"][i]):
             changed.setdefault(name, []).append(item)
             touched.add(file)
-        else:
-            entry["mtime_ns"][i] = stamps.kept(stamp, key[1])
+        elif (mtime := stamps.kept(stamp, key[1])) is not None:
+            known[item.key] = mtime
     vanished = len(held) - len(present)  # keys are unique: each held one is present once
     gone = set()
     if vanished:

@@ -265,8 +265,9 @@ def pack(
         document["duplicates"] = duplicates.summary(groups, sum(removed.values()), options)
         document["summaries"] = split_summaries(plan, results, removed)
         index = write_outputs(out, document, results, options.index_files)
-        write_contents(out, entries(plan, results, stamped))
-        out.put(INDEX_NAME, json_bytes(document))  # last: the run is complete
+        write_contents(out, entries(plan, results))
+        out.put(INDEX_NAME, json_bytes(document))  # the run is complete
+        stamps.save(out, document, stamps.written(plan, results, stamped))
     return PackResult(
         out.root,
         index,

@@ -1,24 +1,37 @@
 """An item's stamp: the size and modification time (ns) of its image file just before a worker
-read it. contents.json keeps the mtime beside the content key's size, so that `pack --append`
-and `--update` take a file whose size and mtime are unchanged as unchanged without reading it
-(rsync's quick check: a rewrite that keeps both goes unseen).
+read it. OUT/.shardpack.stamps keeps each packed item's mtime (its size is the content key's,
+in contents.json), so that `pack --append` and `--update` take a file whose size and mtime are
+unchanged as unchanged without reading it (rsync's quick check: a rewrite that keeps both goes
+unseen).
 
 Only an item that is a whole file on this machine's disk, read whole by the default loader (a
 folder tree's image, a manifest's local image), gets one. A record inside a file (a table's
 row, a CIFAR batch's, a tar member, a shard's) or an object in a store gets none: its bytes are
 read and keyed as the workers key them.
+
+The stamps say what the source was, not what the dataset is: a hidden file beside the journal,
+outside what a pack must reproduce byte for byte. It is written after index.json, for the
+index whose plan_digest it names; a stop before it leaves the older stamps, which can only send
+a file to be read again. Read as untrusted: bounded, and anything off is taken as no stamps.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterable
 from stat import S_ISREG
 
-from shardpack.packing.plan import Plan
+from shardpack.index import Index
+from shardpack.packing.facts import table
+from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Dataset, Item, Source
+from shardpack.storage import Storage
 
+STAMPS_NAME = ".shardpack.stamps"
+FORMAT = "shardpack-stamps"
+MAX_STAMPS_BYTES = 1 << 30  # a million items' keys and mtimes fit many times over
 Stamp = tuple[int, int] | None  # (size, mtime_ns); None: none taken, the bytes tell
 # A file modified this close before its stamp was taken gets none: a rewrite just after the
 # worker read it could fall in the same tick of the filesystem's clock (2 s on FAT) and keep
@@ -49,6 +62,49 @@ def of_plan(dataset: Dataset, plan: Plan) -> dict[str, list[Stamp]]:
 
 
 def kept(stamp: Stamp, size: int) -> int | None:
-    """The mtime contents.json keeps for an item whose content key's size is `size`: the
-    stamp's, where the stamp's size is that (else the file changed as it was read: none)."""
+    """The mtime kept for an item whose content key's size is `size`: the stamp's, where the
+    stamp's size is that (else the file changed as it was read: none)."""
     return stamp[1] if stamp is not None and stamp[0] == size else None
+
+
+def written(
+    plan: Plan, results: list[ShardResult], stamped: dict[str, list[Stamp]]
+) -> dict[str, int]:
+    """key -> mtime of each item the workers wrote that has a stamp."""
+    by_file = {r.file: r for r in results}
+    found = {}
+    for spec in plan.shards:
+        rows = table(by_file[spec.file].content, len(spec.items))
+        for item, stamp, size in zip(spec.items, stamped[spec.file], rows["size"], strict=True):
+            if size and (mtime := kept(stamp, int(size))) is not None:
+                found[item.key] = mtime
+    return found
+
+
+def held(shards: Iterable[dict], mtimes: dict[str, int]) -> dict[str, int]:
+    """The mtimes of the items these contents.json entries hold."""
+    return {key: mtimes[key] for entry in shards for key in entry["keys"] if key in mtimes}
+
+
+def save(out: Storage, index_doc: dict, mtimes: dict[str, int]) -> None:
+    """Write the stamps of the dataset whose index.json just landed."""
+    doc = {"format": FORMAT, "plan_digest": index_doc.get("plan_digest"), "mtimes": mtimes}
+    out.put(STAMPS_NAME, json.dumps(doc, separators=(",", ":")).encode())
+
+
+def load(out: Storage, index: Index) -> dict[str, int]:
+    """key -> mtime of the items `index` holds as last packed; {} where the file is missing,
+    too large, not ours or of another index."""
+    try:
+        with out.open(STAMPS_NAME) as blob:
+            if blob.size > MAX_STAMPS_BYTES:
+                return {}
+            doc = json.loads(blob.pread(blob.size, 0))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        return {}
+    mtimes = doc.get("mtimes")
+    if doc.get("plan_digest") != index.raw.get("plan_digest") or not isinstance(mtimes, dict):
+        return {}
+    return mtimes if all(type(m) is int for m in mtimes.values()) else {}
