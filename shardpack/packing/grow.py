@@ -127,7 +127,7 @@ def grow(
         if touched:  # the next grow removes what a stop here leaves (doc["retired"])
             write_contents(out, {**kept, **fresh})
             _remove_retired(out, index)
-        known.update(stamps.written(plan, results, stamped))
+        known.update(stamps.written(plan, results, stamped))  # the planned items' own, or none
         stamps.save(out, doc, stamps.held({**kept, **fresh}.values(), known))
         index = close_gaps(out, index, {**kept, **fresh})
     notes = _said(change, options.grow)

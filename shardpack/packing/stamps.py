@@ -69,25 +69,26 @@ def kept(stamp: Stamp, size: int) -> int | None:
 
 def written(
     plan: Plan, results: list[ShardResult], stamped: dict[str, list[Stamp]]
-) -> dict[str, int]:
-    """key -> mtime of each item the workers wrote that has a stamp."""
+) -> dict[str, int | None]:
+    """key -> mtime of each planned item (None: no stamp, or not written)."""
     by_file = {r.file: r for r in results}
     found = {}
     for spec in plan.shards:
         rows = table(by_file[spec.file].content, len(spec.items))
         for item, stamp, size in zip(spec.items, stamped[spec.file], rows["size"], strict=True):
-            if size and (mtime := kept(stamp, int(size))) is not None:
-                found[item.key] = mtime
+            found[item.key] = kept(stamp, int(size)) if size else None
     return found
 
 
-def held(shards: Iterable[dict], mtimes: dict[str, int]) -> dict[str, int]:
-    """The mtimes of the items these contents.json entries hold."""
-    return {key: mtimes[key] for entry in shards for key in entry["keys"] if key in mtimes}
+def held(shards: Iterable[dict], mtimes: dict[str, int | None]) -> dict[str, int]:
+    """The mtimes of the items these contents.json entries hold (those that have one)."""
+    return {key: mtimes[key] for entry in shards for key in entry["keys"]
+            if mtimes.get(key) is not None}  # fmt: skip
 
 
-def save(out: Storage, index_doc: dict, mtimes: dict[str, int]) -> None:
-    """Write the stamps of the dataset whose index.json just landed."""
+def save(out: Storage, index_doc: dict, mtimes: dict[str, int | None]) -> None:
+    """Write the stamps of the dataset whose index.json just landed (the mtimes not None)."""
+    mtimes = {key: mtime for key, mtime in mtimes.items() if mtime is not None}
     doc = {"format": FORMAT, "plan_digest": index_doc.get("plan_digest"), "mtimes": mtimes}
     out.put(STAMPS_NAME, json.dumps(doc, separators=(",", ":")).encode())
 
