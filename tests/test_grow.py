@@ -408,3 +408,21 @@ def test_a_dataset_grown_on_s3_is_byte_identical_to_one_grown_on_disk(tmp_path: 
     assert index(out)["retired"]  # the shards moved into the gaps, by their old names
     assert sorted(shard_files(local)) == [f"pets-train.tfrecord-{i:05d}-of-00004" for i in range(4)]
     assert s3.uploads() == []
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [b"{", b'{"format": "shardpack-stamps", "plan_digest": null, "mtimes": {}}',
+     b'{"format": "shardpack-stamps", "plan_digest": "%s", "mtimes": {"cat/img_000.jpg": "x"}}'],
+)  # fmt: skip
+def test_stamps_not_of_this_index_are_no_stamps_and_the_bytes_tell(tmp_path: Path, planted):
+    src = make_tree(tmp_path / "src", {"cat": 3})
+    _aged(src)
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    digest = json.loads((out / "index.json").read_text())["plan_digest"]
+    (out / ".shardpack.stamps").write_bytes(planted.replace(b"%s", digest.encode()))
+    _rewrite_keeping_stamp(src / "cat" / "img_000.jpg")
+    result = pack(src, out, PackOptions(grow="update", workers=1))
+    assert result.grow["changed"] == 1  # read, as no stamp vouched for it
+    assert cli("verify", str(out)).returncode == 0
