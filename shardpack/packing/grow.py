@@ -16,6 +16,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, replace
+from itertools import count, repeat
 
 from shardpack.containers import CONTAINERS, is_shard_name
 from shardpack.errors import (
@@ -261,33 +262,33 @@ def _compare(
     file has its content key's size and the mtime `known` (stamps.py) is unchanged, unread;
     the others are read and keyed as workers key them, and where the bytes are the packed
     ones their file's new mtime goes into `known` (the next run reads them no more)."""
-    held = {}  # keys are unique in a dataset, across its splits
+    held = {}  # key -> (shard, position, content size); keys are unique across the splits
     tried = set()  # skipped when packed: not new, and not worth a rewrite when gone
     for file, entry in contents.items():
-        held.update((key, (file, i)) for i, key in enumerate(entry["keys"]))
+        held.update(zip(entry["keys"], zip(repeat(file), count(), entry["size"]), strict=True))
         tried.update(entry["skipped"])
     new: dict[str, list[Item]] = {}
     present: list[tuple[str, Item]] = []
+    recorded = []  # the stamp of each present item's file, if unchanged: (size, mtime)
     for name, items in dataset.splits.items():
         for item in items:
-            if item.key in held:
+            found = held.get(item.key)
+            if found is not None:
                 present.append((name, item))
+                recorded.append((found[2], known.get(item.key)))
             elif item.key not in tried:
                 new.setdefault(name, []).append(item)
-    unsure = []  # (split, item, stamp): the file's stamp is not the one recorded
     now = stamps.taken(dataset, (item for _, item in present))
-    for (name, item), stamp in zip(present, now, strict=True):
-        file, i = held[item.key]
-        if stamp != (contents[file]["size"][i], known.get(item.key)):
-            unsure.append((name, item, stamp))
+    unsure = [(name, item, stamp)  # (split, item, stamp) of the files whose stamp differs
+              for (name, item), stamp, was in zip(present, now, recorded, strict=True)
+              if stamp != was]  # fmt: skip
     keys = content_keys([(name, item) for name, item, _ in unsure], dataset, options,
                         options.workers or machine_cores())  # fmt: skip
     changed: dict[str, list[Item]] = {}
     touched = set()
     for (name, item, stamp), key in zip(unsure, keys, strict=True):
-        file, i = held[item.key]
-        entry = contents[file]
-        if key[:2] != (entry["crc"][i], entry["size"][i]):
+        file, i, size = held[item.key]
+        if key[:2] != (contents[file]["crc"][i], size):
             changed.setdefault(name, []).append(item)
             touched.add(file)
         elif (mtime := stamps.kept(stamp, key[1])) is not None:
@@ -296,7 +297,7 @@ def _compare(
     gone = set()
     if vanished:
         seen = {item.key for _, item in present}
-        gone = {file for key, (file, _) in held.items() if key not in seen}
+        gone = {file for key, (file, _, _) in held.items() if key not in seen}
     return Change(new, changed, vanished, frozenset(touched | gone))
 
 
