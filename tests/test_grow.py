@@ -426,3 +426,18 @@ def test_stamps_not_of_this_index_are_no_stamps_and_the_bytes_tell(tmp_path: Pat
     result = pack(src, out, PackOptions(grow="update", workers=1))
     assert result.grow["changed"] == 1  # read, as no stamp vouched for it
     assert cli("verify", str(out)).returncode == 0
+
+
+def test_a_touched_file_is_read_once_also_when_nothing_is_new(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 3})
+    _aged(src)
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    before = _files(out)
+    touched = src / "cat" / "img_001.jpg"
+    os.utime(touched, ns=(time.time_ns() - 600 * 10**9,) * 2)  # same bytes, a new mtime
+    assert pack(src, out, PackOptions(grow="append", workers=1)).grow["nothing"]
+    assert _mtimes(out)["cat/img_001.jpg"] == touched.stat().st_mtime_ns
+    after = _files(out)
+    assert after.pop(".shardpack.stamps") != before.pop(".shardpack.stamps")
+    assert after == before  # the dataset as it was

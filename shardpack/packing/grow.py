@@ -87,7 +87,8 @@ def grow(
         options = dataset_options(old, given)
         CONTAINERS[options.format].require()
         with packer._no_gc():  # millions of objects and no cycles, as pack's scan
-            contents, known = load_contents(out, old), stamps.load(out, old)
+            contents, loaded = load_contents(out, old), stamps.load(out, old)
+            known = dict(loaded)
             dataset = _scan(src_root, options, old, storage_options)
             options = replace(options, classes=dataset.classes or None)
             change = _compare(dataset, contents, known, options)
@@ -98,6 +99,8 @@ def grow(
         if update:
             _add_survivors(todo, dataset, contents, touched, change)
         if not any(todo.values()) and not touched:  # (gaps a stop left are closed still)
+            if known != loaded:  # files read again, their bytes unchanged: read no more
+                stamps.save(out, old.raw, stamps.held(contents.values(), known))
             old = close_gaps(out, old, contents)
             return _nothing(out.root, old, change, options.grow, start)
         generation = old.raw.get("generation", 0) + 1
