@@ -441,3 +441,15 @@ def test_a_touched_file_is_read_once_also_when_nothing_is_new(tmp_path: Path):
     after = _files(out)
     assert after.pop(".shardpack.stamps") != before.pop(".shardpack.stamps")
     assert after == before  # the dataset as it was
+
+
+def test_an_index_listing_a_shard_twice_is_refused_in_one_line(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 4})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, shards=2))
+    doc = json.loads((out / "index.json").read_text())
+    shards = doc["splits"]["train"]["shards"]
+    shards[1] = shards[0]  # a gap at 1, and 0 twice: no shard could be moved into it
+    (out / "index.json").write_text(json.dumps(doc))
+    (src / "cat" / "img_000.jpg").unlink()
+    one_line_error(cli("pack", str(src), str(out), "--update", "--no-progress"), "twice")

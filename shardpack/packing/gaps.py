@@ -27,11 +27,17 @@ def moves(doc: dict, container: Container) -> dict[str, str]:
     found = {}
     for split, entry in doc["splits"].items():
         listed = [s["file"] for s in entry["shards"]]
-        names = [container.shard_name(doc["name"], split, i, entry["name_count"])
-                 for i in range(len(listed))]  # fmt: skip
+        names = _names(doc["name"], split, entry, container)
         free = [n for n in names if n not in set(listed)]
         found.update(zip([f for f in listed if f not in set(names)], free, strict=True))
     return found
+
+
+def _names(name: str, split: str, entry: dict, container: Container) -> list[str]:
+    """The names of a split's shards numbered from 0, with the count its names keep (an index
+    of a pack never grown may lack it: its shard count)."""
+    count = entry.get("name_count", len(entry["shards"]))
+    return [container.shard_name(name, split, i, count) for i in range(len(entry["shards"]))]
 
 
 def closed(doc: dict, moved: dict[str, str], container: Container) -> dict:
@@ -43,8 +49,7 @@ def closed(doc: dict, moved: dict[str, str], container: Container) -> dict:
             continue
         for shard in entry["shards"]:
             shard["file"] = moved.get(shard["file"], shard["file"])
-        number = {container.shard_name(doc["name"], split, i, entry["name_count"]): i
-                  for i in range(len(entry["shards"]))}  # fmt: skip
+        number = {name: i for i, name in enumerate(_names(doc["name"], split, entry, container))}
         entry["shards"].sort(key=lambda s: number[s["file"]])
         entry["next_shard"] = len(entry["shards"])
     doc["retired"] = sorted(moved)

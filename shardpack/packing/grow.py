@@ -179,12 +179,18 @@ def _remove_retired(out: Storage, index: Index) -> None:
 
 
 def _old_index(out: Storage) -> Index:
-    """OUT's index, or an error saying a grow needs a packed dataset there."""
+    """OUT's index, or an error saying a grow needs a packed dataset there (or one that lists
+    a shard twice, which no pack writes: its gaps could not be closed)."""
     try:
-        return load_index(out)
+        index = load_index(out)
     except IndexFormatError as e:
         raise OutputError(f"{out.root}: no dataset to grow here ({e}); pack it without "
                           "--append or --update first") from None  # fmt: skip
+    files = [s.file for split in index.splits.values() for s in split.shards]
+    if len(set(files)) != len(files):
+        raise OutputError(f"{out.path(INDEX_NAME)}: lists a shard twice, as no pack writes it; "
+                          "repack with --overwrite")  # fmt: skip
+    return index
 
 
 def _json(value: object) -> object:
