@@ -9,7 +9,8 @@ copy of the packed dataset (an append never writes into an old shard), and remov
 The append runs in this process, its steps timed (as benchmarks.dedup times its pre-pass): the
 listing (the source's scan), the check of the held items (a stat each: stamps.py),
 contents.json and the stamps read and written, the new items packed (the workers), and the
-rest (index, metadata). One JSON line.
+rest (index, metadata); held_reads_s, part of the check, is what reading held files took
+(~0: none was read). One JSON line.
 `make bench-long` runs it at 1,000,000 files.
 """
 
@@ -85,7 +86,7 @@ def measure(cache: str, files: int, new: int) -> dict:
     spent: dict[str, float] = defaultdict(float)
     for module, name in ((grow, "_scan"), (grow, "_compare"), (grow, "load_contents"),
                          (grow, "write_contents"), (stamps, "load"), (stamps, "save"),
-                         (packer, "_write_shards")):  # fmt: skip
+                         (grow, "content_keys"), (packer, "_write_shards")):  # fmt: skip
         _timed(spent, module, name)
     try:
         for i in range(new):
@@ -107,6 +108,7 @@ def measure(cache: str, files: int, new: int) -> dict:
         "append_s": round(total, 2),
         **{k: round(v, 2) for k, v in steps.items()},
         "other_s": round(total - sum(steps.values()), 2),
+        "held_reads_s": round(spent["content_keys"], 2),  # ~0: no held file was read
         "base_pack_s": packed_s,
         "workers": WORKERS,
     }
