@@ -61,11 +61,12 @@ bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.near_distance
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the
-# listing-scale run (1,000,000 files) and the manifest scan at 100k and 1M rows (CSV, JSONL,
-# Parquet): too long for `make bench`.
+# listing-scale run (1,000,000 files), the manifest scan at 100k and 1M rows (CSV, JSONL,
+# Parquet) and --append of 1,000 files to 1,000,000 records: too long for `make bench`.
 bench-long: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.manifest_scale --scan
+	$(BIN)/python -m benchmarks.grow --files 1000000 --new 1000
 
 lint: $(TESTLIGHT)
 	$(BIN)/ruff check shardpack tests benchmarks

@@ -4,10 +4,12 @@ labels stable, options the dataset's, and an interrupted grow that resumes byte-
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +18,20 @@ from PIL import Image
 
 from shardpack.containers import CONTAINERS
 from shardpack.options import PackOptions
+from shardpack.packing import gaps
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
-from tests.helpers import cli, image, make_tree, one_line_error, shard_files, wait_for, write_image
+from tests.helpers import (
+    cli,
+    image,
+    make_cifar10_binary,
+    make_tree,
+    object_hashes,
+    one_line_error,
+    shard_files,
+    wait_for,
+    write_image,
+)
 
 FORMATS = sorted(CONTAINERS)
 
@@ -27,6 +40,14 @@ def _add(src: Path, cls: str, count: int, seed: int, prefix: str = "new") -> Non
     """`count` new images in class folder `cls` (made if missing)."""
     for i in range(count):
         write_image(src / cls / f"{prefix}_{i:03d}.jpg", image(seed + i))
+
+
+def _aged(src: Path, seconds: int = 3600) -> None:
+    """Date every file of `src` back: a file modified just before a pack gets no stamp
+    (stamps.RACY_NS), and whether it falls in that window is a matter of timing."""
+    when = time.time_ns() - seconds * 1_000_000_000
+    for path in src.rglob("*"):
+        os.utime(path, ns=(when, when), follow_symlinks=False)
 
 
 def _labels(out: Path) -> dict[str, int]:
@@ -81,10 +102,10 @@ def test_update_rewrites_only_the_shards_of_changed_and_removed_files(tmp_path: 
     assert result.grow == {"mode": "update", "added": 1, "changed": 1, "removed": 1,
                            "shards_rewritten": len(touched)}  # fmt: skip
     after = shard_files(out)
-    assert not touched & set(after)  # the old files are gone once the new index landed
-    assert {f: after[f] for f in set(before) - touched} == {
-        f: before[f] for f in set(before) - touched
-    }
+    assert not {before[f] for f in touched} & set(after.values())  # gone once the index landed
+    # the others byte for byte; the highest-numbered moved into the gaps the update left
+    assert {before[f] for f in set(before) - touched} < set(after.values())
+    assert sorted(after) == [f"src-train.tfrecord-{i:05d}-of-00004" for i in range(3)]
     records = {r["key"]: r for r in iter_examples(out, decode=True)}
     assert sorted(records) == sorted(f"{p.parent.name}/{p.name}" for p in src.rglob("*.jpg"))
     with Image.open(src / "cat" / "img_000.jpg") as changed:  # the new bytes, losslessly
@@ -93,8 +114,8 @@ def test_update_rewrites_only_the_shards_of_changed_and_removed_files(tmp_path: 
     assert {s["file"] for s in shards} == set(after)
     assert len(doc["splits"]["train"]["shards"]) - len(touched) + 1 == len(shards)
     assert cli("verify", str(out)).returncode == 0
-    stray = sorted(touched)[0]  # as a stop between the new index and the removal leaves it
-    (out / stray).write_bytes(before[stray])
+    stray = json.loads((out / "index.json").read_text())["retired"][0]  # as a stop between
+    (out / stray).write_bytes(before[sorted(touched)[0]])  # the index and the removal leaves it
     again = pack(src, out, PackOptions(grow="update", workers=1))
     assert again.grow["nothing"] and not (out / stray).exists()
 
@@ -242,3 +263,194 @@ def test_a_planted_index_is_refused_in_one_line(tmp_path: Path, planted: dict):
     (out / "index.json").write_text(json.dumps(doc))
     _add(src, "cat", 1, seed=9)
     one_line_error(cli("pack", str(src), str(out), "--append", "--no-progress"), str(out))
+
+
+def _mtimes(out: Path) -> dict[str, int]:
+    """key -> the file's mtime OUT keeps (its stamp), of every record that has one."""
+    return json.loads((out / ".shardpack.stamps").read_text())["mtimes"]
+
+
+def _rewrite_keeping_stamp(path: Path) -> None:
+    """Other bytes in `path`, of its size, under its old mtime: only a read tells them apart."""
+    st = path.stat()
+    path.write_bytes(bytes(255 - b for b in path.read_bytes()))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_held_file_of_its_recorded_size_and_mtime_is_not_read_nor_a_shard(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 4, "dog": 4})
+    _aged(src)
+    out, aside = tmp_path / "out", tmp_path / "aside"
+    pack(src, out, PackOptions(shards=2, workers=1))
+    assert len(_mtimes(out)) == 8
+    _rewrite_keeping_stamp(src / "cat" / "img_000.jpg")  # a read would find it changed
+    touched = src / "dog" / "img_001.jpg"  # same bytes, a new mtime
+    _add(src, "dog", 2, seed=700)
+    for path in (touched, *src.glob("dog/new_*")):
+        os.utime(path, ns=(time.time_ns() - 600 * 10**9,) * 2)
+    shutil.move(out, aside)  # the old shards out of reach: an --append must not read them
+    out.mkdir()
+    for name in ("index.json", "contents.json", ".shardpack.stamps"):
+        shutil.copy(aside / name, out / name)
+    result = pack(src, out, PackOptions(grow="append", workers=1))
+    assert result.grow == {"mode": "append", "added": 2, "changed": 0, "removed": 0,
+                           "shards_rewritten": 0}  # fmt: skip
+    for shard in shard_files(aside):
+        shutil.move(aside / shard, out / shard)
+    assert cli("verify", str(out)).returncode == 0  # the grown dataset, whole
+    mtimes = _mtimes(out)
+    assert mtimes["dog/img_001.jpg"] == touched.stat().st_mtime_ns  # read once, then trusted
+    assert mtimes["dog/new_000.jpg"] == (src / "dog" / "new_000.jpg").stat().st_mtime_ns
+    # a rewrite keeping size and mtime is taken as unchanged, as rsync takes it ...
+    assert pack(src, out, PackOptions(grow="update", workers=1)).grow["nothing"]
+    os.utime(src / "cat" / "img_000.jpg", ns=(time.time_ns() - 60 * 10**9,) * 2)
+    result = pack(src, out, PackOptions(grow="update", workers=1))  # ... a new mtime is not
+    assert (result.grow["changed"], result.grow["shards_rewritten"]) == (1, 1)
+    assert cli("verify", str(out)).returncode == 0
+
+
+def test_records_inside_files_are_compared_by_their_bytes(tmp_path: Path):
+    src = make_cifar10_binary(tmp_path / "cifar", per_batch=6, batches=1)
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, encode="png"))
+    assert _mtimes(out) == {}  # a batch's row has no file of its own
+    batch = src / "data_batch_1.bin"
+    st, data = batch.stat(), bytearray(batch.read_bytes())
+    data[3073 + 1 : 3073 + 100] = bytes(99)  # the second row's first pixels, in place
+    batch.write_bytes(bytes(data))
+    os.utime(batch, ns=(st.st_atime_ns, st.st_mtime_ns))
+    result = pack(src, out, PackOptions(grow="update", workers=1))
+    assert (result.grow["changed"], result.grow["removed"]) == (1, 0)
+
+
+def _changed_and_removed(src: Path) -> None:
+    """A changed file and a removed one: an --update rewrites their shards."""
+    write_image(src / "cat" / "img_000.jpg", image(999))
+    (src / "dog" / "img_005.jpg").unlink()
+    _aged(src)
+
+
+def test_a_stop_between_an_updates_two_indexes_leaves_a_whole_dataset(tmp_path, monkeypatch):
+    src = make_tree(tmp_path / "src", {"cat": 6, "dog": 6})
+    _aged(src)
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    for where in (clean, out):
+        pack(src, where, PackOptions(shards=4, workers=1, index_files=True))
+    _changed_and_removed(src)
+    pack(src, clean, PackOptions(grow="update", workers=1, index_files=True))
+    copied = []
+
+    def stopped(*args) -> None:  # Ctrl-C once the first shard is copied into a gap
+        if copied:
+            raise KeyboardInterrupt
+        copied.append(args)
+        copy_file(*args)
+
+    copy_file = gaps.copy_file
+    monkeypatch.setattr(gaps, "copy_file", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        pack(src, out, PackOptions(grow="update", workers=1, index_files=True))
+    monkeypatch.undo()
+    doc = json.loads((out / "index.json").read_text())
+    assert gaps.moves(doc, CONTAINERS["tfrecord"])  # the update's index, its gaps open
+    assert cli("verify", str(out)).returncode == 0
+    assert len(list(iter_examples(out))) == 11
+    rerun = pack(src, out, PackOptions(grow="update", workers=1, index_files=True))
+    assert rerun.grow["nothing"]
+    _same(out, clean)
+    assert sorted(p.name for p in (out / "idx").iterdir()) == sorted(
+        f"{f}.idx" for f in shard_files(out)
+    )
+    assert cli("verify", str(out)).returncode == 0
+
+
+@pytest.mark.heavy
+def test_tfds_reads_the_dataset_an_update_left(tmp_path: Path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    src = make_tree(tmp_path / "src", {"cat": 6, "dog": 6})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(shards=4, workers=1))
+    _changed_and_removed(src)
+    result = pack(src, out, PackOptions(grow="update", workers=1))
+    assert result.grow["shards_rewritten"] == 2 and not result.notes
+    records = list(tfds.as_numpy(tfds.builder_from_directory(str(out)).as_dataset(split="train")))
+    assert sorted(int(r["label"]) for r in records) == [0] * 6 + [1] * 5
+
+
+def test_a_dataset_grown_on_s3_is_byte_identical_to_one_grown_on_disk(tmp_path: Path, s3):
+    src = make_tree(tmp_path / "src", {"cat": 6, "dog": 6})
+    _aged(src)
+    local, out = tmp_path / "local", s3.url("packed/pets")
+
+    def index(url: str) -> dict:
+        import fsspec  # the s3 fixture skips where s3fs (and fsspec) is missing
+
+        with fsspec.open(f"{url}/index.json", "rb") as f:
+            doc = json.load(f)
+        doc.pop("stats")
+        for run in doc.get("history", []):
+            run.pop("when")
+        return doc
+
+    def both(**options) -> None:  # the same command into both, then the same bytes
+        for where in (str(local), out):
+            pack(src, where, PackOptions(workers=1, **options))
+        mine, theirs = object_hashes(out), object_hashes(local.as_uri())
+        assert mine.pop("index.json") and theirs.pop("index.json")  # timings differ
+        assert mine == theirs
+        assert index(out) == index(local.as_uri())
+
+    both(shards=4, name="pets")
+    _add(src, "eel", 3, seed=800)
+    _aged(src)
+    both(grow="append")
+    _changed_and_removed(src)
+    both(grow="update")  # its gaps closed by copies on the store
+    assert index(out)["retired"]  # the shards moved into the gaps, by their old names
+    assert sorted(shard_files(local)) == [f"pets-train.tfrecord-{i:05d}-of-00004" for i in range(4)]
+    assert s3.uploads() == []
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [b"{", b'{"format": "shardpack-stamps", "plan_digest": null, "mtimes": {}}',
+     b'{"format": "shardpack-stamps", "plan_digest": "%s", "mtimes": {"cat/img_000.jpg": "x"}}'],
+)  # fmt: skip
+def test_stamps_not_of_this_index_are_no_stamps_and_the_bytes_tell(tmp_path: Path, planted):
+    src = make_tree(tmp_path / "src", {"cat": 3})
+    _aged(src)
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    digest = json.loads((out / "index.json").read_text())["plan_digest"]
+    (out / ".shardpack.stamps").write_bytes(planted.replace(b"%s", digest.encode()))
+    _rewrite_keeping_stamp(src / "cat" / "img_000.jpg")
+    result = pack(src, out, PackOptions(grow="update", workers=1))
+    assert result.grow["changed"] == 1  # read, as no stamp vouched for it
+    assert cli("verify", str(out)).returncode == 0
+
+
+def test_a_touched_file_is_read_once_also_when_nothing_is_new(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 3})
+    _aged(src)
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    before = _files(out)
+    touched = src / "cat" / "img_001.jpg"
+    os.utime(touched, ns=(time.time_ns() - 600 * 10**9,) * 2)  # same bytes, a new mtime
+    assert pack(src, out, PackOptions(grow="append", workers=1)).grow["nothing"]
+    assert _mtimes(out)["cat/img_001.jpg"] == touched.stat().st_mtime_ns
+    after = _files(out)
+    assert after.pop(".shardpack.stamps") != before.pop(".shardpack.stamps")
+    assert after == before  # the dataset as it was
+
+
+def test_an_index_listing_a_shard_twice_is_refused_in_one_line(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 4})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, shards=2))
+    doc = json.loads((out / "index.json").read_text())
+    shards = doc["splits"]["train"]["shards"]
+    shards[1] = shards[0]  # a gap at 1, and 0 twice: no shard could be moved into it
+    (out / "index.json").write_text(json.dumps(doc))
+    (src / "cat" / "img_000.jpg").unlink()
+    one_line_error(cli("pack", str(src), str(out), "--update", "--no-progress"), "twice")

@@ -5,7 +5,8 @@ place. Shard names keep the count the split was first packed with (`...-00004-of
 fifth shard of a split first packed into four): no name depends on the shard count of the
 moment, so nothing is renamed as a split grows, and TFDS reads the split through one template
 whose count is that fixed text. `--update` writes the shards that held a changed or vanished
-item anew under new names and removes the old files only after the new index.json landed.
+item anew under new names and removes the old files only after the new index.json landed,
+then closes the gaps that leaves in the numbering (gaps.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, replace
+from itertools import count, repeat
 
-from shardpack.containers import CONTAINERS, Container, is_shard_name
+from shardpack.containers import CONTAINERS, is_shard_name
 from shardpack.errors import (
     IndexFormatError,
     OutputError,
@@ -33,7 +35,7 @@ from shardpack.index import (
     uniform_size,
 )
 from shardpack.options import PackOptions
-from shardpack.packing import packer
+from shardpack.packing import gaps, packer, stamps
 from shardpack.packing.contents import Entry, entries, load_contents, write_contents
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
@@ -84,17 +86,22 @@ def grow(
         _remove_retired(out, old)
         options = dataset_options(old, given)
         CONTAINERS[options.format].require()
-        contents = load_contents(out, old)
-        dataset = _scan(src_root, options, old, storage_options)
-        options = replace(options, classes=dataset.classes or None)
-        change = _compare(dataset, contents, options)
+        with packer._no_gc():  # millions of objects and no cycles, as pack's scan
+            contents, loaded = load_contents(out, old), stamps.load(out, old)
+            known = dict(loaded)
+            dataset = _scan(src_root, options, old, storage_options)
+            options = replace(options, classes=dataset.classes or None)
+            change = _compare(dataset, contents, known, options)
         update = options.grow == "update"
         touched = change.touched if update else frozenset()
         todo = {s: [*change.new.get(s, ()), *(change.changed.get(s, ()) if update else ())]
                 for s in dataset.splits}  # fmt: skip
         if update:
             _add_survivors(todo, dataset, contents, touched, change)
-        if not any(todo.values()) and not touched:
+        if not any(todo.values()) and not touched:  # (gaps a stop left are closed still)
+            if known != loaded:  # files read again, their bytes unchanged: read no more
+                stamps.save(out, old.raw, stamps.held(contents.values(), known))
+            old = close_gaps(out, old, contents)
             return _nothing(out.root, old, change, options.grow, start)
         generation = old.raw.get("generation", 0) + 1
         plan = grow_plan(dataset, todo, old, options, generation, touched)
@@ -102,31 +109,60 @@ def grow(
         listed = {s.file for split in old.splits.values() for s in split.shards}
         reused = prepare_growth(out, plan, listed)
         workers = 1 if out.in_process or src_root.in_process else given.workers or machine_cores()
+        stamped = stamps.of_plan(dataset, plan)  # before the workers read the files
         results = packer._write_shards(
             plan, record, reused, options, dataset, out, workers, progress
         )
+        fresh = entries(plan, results)
         summary = change.summary(options.grow, len(touched))
         seconds = time.perf_counter() - start
         written = sum(r.num_records for r in results) - sum(r.num_records for r in reused)
         stats = {"seconds": round(seconds, 3), "workers": workers,
                  "images_per_second": round(written / seconds, 1) if seconds else None}  # fmt: skip
-        doc, kept = _document(old, dataset, options, plan, results, contents, touched)
+        doc, kept = _document(old, dataset, plan, results, fresh, contents, touched)
         doc["history"] = [*_history(old), {"generation": generation, "when": _now(), **summary}]
         doc["history"] = doc["history"][-MAX_HISTORY:]
         doc["stats"] = {**old.raw.get("stats", {}), **stats}
-        gaps = _gaps(doc, CONTAINERS[options.format])
-        index = packer.write_outputs(out, doc, results, options.index_files, tfds=not gaps)
-        fresh = entries(plan, results)
+        moved = gaps.moves(doc, CONTAINERS[options.format])  # the gaps the update leaves
+        doc["retired"] = sorted({*doc["retired"], *moved.values()})  # what a stop leaves there
+        index = packer.write_outputs(out, doc, results, options.index_files, tfds=not moved)
         write_contents(out, {**contents, **fresh})  # agrees with the old index and the new
         out.put(INDEX_NAME, json_bytes(doc))  # the grown dataset is there from now on
         if touched:  # the next grow removes what a stop here leaves (doc["retired"])
             write_contents(out, {**kept, **fresh})
             _remove_retired(out, index)
-    notes = (*_said(change, options.grow), *gaps)
+        known.update(stamps.written(plan, results, stamped))  # the planned items' own, or none
+        stamps.save(out, doc, stamps.held({**kept, **fresh}.values(), known))
+        index = close_gaps(out, index, {**kept, **fresh})
+    notes = _said(change, options.grow)
     return packer.PackResult(out.root, index, sum(s.num_records for s in index.splits.values()),
                              doc["num_skipped"], time.perf_counter() - start, len(reused),
                              sum(len(s.shards) for s in index.splits.values()), written,
                              notes, summary)  # fmt: skip
+
+
+def close_gaps(out: Storage, index: Index, contents: dict[str, Entry]) -> Index:
+    """Close the gaps in the numbering of `index`, which is in place (gaps.py), with the DALI
+    index files of the shards moved; `contents`: the entries of its shards. Returns the index
+    in place after."""
+    moved = gaps.moves(index.raw, index.container)
+    if not moved:
+        return index
+    idx = out.child(INDEX_FILES_DIR)
+    held = {e.name for e in idx.listdir()} if out.kind(INDEX_FILES_DIR) == "dir" else set()
+    for name, to in moved.items():
+        gaps.copy_file(out, name, to)
+        if f"{name}.idx" in held:
+            gaps.copy_file(idx, f"{name}.idx", f"{to}.idx")
+    doc = gaps.closed(index.raw, moved, index.container)
+    renamed = {moved.get(file, file): entry for file, entry in contents.items()}
+    write_contents(out, {**contents, **renamed})  # agrees with both indexes
+    closed = packer.write_outputs(out, doc, [], False)  # TFDS metadata now
+    out.put(INDEX_NAME, json_bytes(doc))
+    write_contents(out, {s.file: renamed[s.file] for split in closed.splits.values()
+                         for s in split.shards})  # fmt: skip
+    _remove_retired(out, closed)
+    return closed
 
 
 def _remove_retired(out: Storage, index: Index) -> None:
@@ -143,12 +179,18 @@ def _remove_retired(out: Storage, index: Index) -> None:
 
 
 def _old_index(out: Storage) -> Index:
-    """OUT's index, or an error saying a grow needs a packed dataset there."""
+    """OUT's index, or an error saying a grow needs a packed dataset there (or one that lists
+    a shard twice, which no pack writes: its gaps could not be closed)."""
     try:
-        return load_index(out)
+        index = load_index(out)
     except IndexFormatError as e:
         raise OutputError(f"{out.root}: no dataset to grow here ({e}); pack it without "
                           "--append or --update first") from None  # fmt: skip
+    files = [s.file for split in index.splits.values() for s in split.shards]
+    if len(set(files)) != len(files):
+        raise OutputError(f"{out.path(INDEX_NAME)}: lists a shard twice, as no pack writes it; "
+                          "repack with --overwrite")  # fmt: skip
+    return index
 
 
 def _json(value: object) -> object:
@@ -222,34 +264,49 @@ def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Da
     return dataset
 
 
-def _compare(dataset: Dataset, contents: dict[str, Entry], options: PackOptions) -> Change:
-    """What is new in SRC, what changed (the bytes read and keyed as workers key them) and
-    what vanished, by (split, key)."""
-    held = {}  # keys are unique in a dataset, across its splits
+def _compare(
+    dataset: Dataset, contents: dict[str, Entry], known: dict[str, int], options: PackOptions
+) -> Change:
+    """What is new in SRC, what changed and what vanished, by (split, key). A held item whose
+    file has its content key's size and the mtime `known` (stamps.py) is unchanged, unread;
+    the others are read and keyed as workers key them, and where the bytes are the packed
+    ones their file's new mtime goes into `known` (the next run reads them no more)."""
+    held = {}  # key -> (shard, position, content size); keys are unique across the splits
     tried = set()  # skipped when packed: not new, and not worth a rewrite when gone
     for file, entry in contents.items():
-        for key, crc, size in zip(entry["keys"], entry["crc"], entry["size"], strict=True):
-            held[key] = (file, crc, size)
+        held.update(zip(entry["keys"], zip(repeat(file), count(), entry["size"]), strict=True))
         tried.update(entry["skipped"])
     new: dict[str, list[Item]] = {}
     present: list[tuple[str, Item]] = []
+    recorded = []  # the stamp of each present item's file, if unchanged: (size, mtime)
     for name, items in dataset.splits.items():
         for item in items:
-            if item.key in held:
+            found = held.get(item.key)
+            if found is not None:
                 present.append((name, item))
+                recorded.append((found[2], known.get(item.key)))
             elif item.key not in tried:
                 new.setdefault(name, []).append(item)
-    keys = content_keys(present, dataset, options, options.workers or machine_cores())
+    now = stamps.taken(dataset, (item for _, item in present))
+    unsure = [(name, item, stamp)  # (split, item, stamp) of the files whose stamp differs
+              for (name, item), stamp, was in zip(present, now, recorded, strict=True)
+              if stamp != was]  # fmt: skip
+    keys = content_keys([(name, item) for name, item, _ in unsure], dataset, options,
+                        options.workers or machine_cores())  # fmt: skip
     changed: dict[str, list[Item]] = {}
     touched = set()
-    for (name, item), key in zip(present, keys, strict=True):
-        file, crc, size = held[item.key]
-        if key[:2] != (crc, size):
+    for (name, item, stamp), key in zip(unsure, keys, strict=True):
+        file, i, size = held[item.key]
+        if key[:2] != (contents[file]["crc"][i], size):
             changed.setdefault(name, []).append(item)
             touched.add(file)
-    seen = {item.key for _, item in present}
-    gone = {file for key, (file, _, _) in held.items() if key not in seen}
-    vanished = sum(1 for key in held if key not in seen)
+        elif (mtime := stamps.kept(stamp, key[1])) is not None:
+            known[item.key] = mtime
+    vanished = len(held) - len(present)  # keys are unique: each held one is present once
+    gone = set()
+    if vanished:
+        seen = {item.key for _, item in present}
+        gone = {file for key, (file, _, _) in held.items() if key not in seen}
     return Change(new, changed, vanished, frozenset(touched | gone))
 
 
@@ -304,16 +361,16 @@ def grow_plan(
 def _document(
     old: Index,
     dataset: Dataset,
-    options: PackOptions,
     plan: Plan,
     results: list[ShardResult],
+    fresh: dict[str, Entry],
     contents: dict[str, Entry],
     touched: frozenset[str],
 ) -> tuple[dict, dict[str, Entry]]:
-    """The grown index document, and the contents entries of the shards it keeps."""
+    """The grown index document, and the contents entries of the shards it keeps (`fresh`:
+    those of the new shards)."""
     doc = copy.deepcopy(old.raw)
     by_file = {r.file: r for r in results}
-    fresh = entries(plan, results)
     classes = list(dataset.classes)
     generation = old.raw.get("generation", 0) + 1
     for spec in plan.shards:
@@ -350,19 +407,6 @@ def _document(
     if results and uniform_size(results) != doc.get("image_size"):
         doc["image_size"] = None  # the new records' size is not the dataset's one size
     return _json(doc), kept
-
-
-def _gaps(doc: dict, container: Container) -> tuple[str, ...]:
-    """A line for each split whose shards no longer follow one numbering from 0 (an update
-    removed some): TFDS, which reads a split by its numbering, gets no metadata then."""
-    gaps = []
-    for split, entry in doc["splits"].items():
-        names = [container.shard_name(doc["name"], split, i, entry["name_count"])
-                 for i in range(len(entry["shards"]))]  # fmt: skip
-        if names != [s["file"] for s in entry["shards"]]:
-            gaps.append(f"split {split}: --update left gaps in the shard numbering; no TFDS "
-                        "metadata is written (every other reader reads it whole)")  # fmt: skip
-    return tuple(gaps)
 
 
 def _history(old: Index) -> list:

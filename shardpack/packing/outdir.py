@@ -21,6 +21,7 @@ from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, Index, 
 from shardpack.packing.contents import CONTENTS_NAME
 from shardpack.packing.hubcard import CARD_NAME, is_ours
 from shardpack.packing.plan import Plan, ShardResult
+from shardpack.packing.stamps import STAMPS_NAME
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:
@@ -137,7 +138,8 @@ def prepare(
             "start over, or choose another output folder"
         )
     planned = {spec.file for spec in plan.shards}
-    written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME}
+    written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME,
+                                  STAMPS_NAME}  # fmt: skip
     # a folder under a name pack writes stops the write that would replace it, at the end of
     # the run: refused before anything in OUT is touched
     blocked = sorted(state.folders & written)
@@ -163,7 +165,8 @@ def prepare(
     reused = _reusable(out, state.finished, planned) if same_plan else []
     if state.has_index:  # with it go the split files that list its shards, TFDS's, its card
         card = [CARD_NAME] if CARD_NAME in state.names and is_ours(out) else []
-        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card, CONTENTS_NAME])
+        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card, CONTENTS_NAME,
+                    STAMPS_NAME])  # fmt: skip
     out.remove(state.listed - planned)
     rewritten = planned | state.listed
     out.remove_partial(rewritten | written)

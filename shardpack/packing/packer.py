@@ -17,7 +17,7 @@ from shardpack.errors import ImageError, OutputError, SourceError, WorkerDiedErr
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
-from shardpack.packing import duplicates
+from shardpack.packing import duplicates, stamps
 from shardpack.packing.contents import entries, write_contents
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.hubcard import CARD_NAME, card
@@ -240,6 +240,7 @@ def pack(
         in_process = out.in_process or src_root.in_process  # memory:// is this process's own
         if in_process:
             workers, options = 1, replace(options, backend="local")
+        stamped = stamps.of_plan(dataset, plan)  # before the workers read the files
         results = _write_shards(plan, record, reused, options, dataset, out, workers, progress)
         num_records = sum(r.num_records for r in results)
         if num_records == 0:  # a dataset of nothing is no success, and leaves no dataset
@@ -265,7 +266,8 @@ def pack(
         document["summaries"] = split_summaries(plan, results, removed)
         index = write_outputs(out, document, results, options.index_files)
         write_contents(out, entries(plan, results))
-        out.put(INDEX_NAME, json_bytes(document))  # last: the run is complete
+        out.put(INDEX_NAME, json_bytes(document))  # the run is complete
+        stamps.save(out, document, stamps.written(plan, results, stamped))
     return PackResult(
         out.root,
         index,

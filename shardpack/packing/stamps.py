@@ -1,0 +1,111 @@
+"""An item's stamp: the size and modification time (ns) of its image file just before a worker
+read it. OUT/.shardpack.stamps keeps each packed item's mtime (its size is the content key's,
+in contents.json), so that `pack --append` and `--update` take a file whose size and mtime are
+unchanged as unchanged without reading it (rsync's quick check: a rewrite that keeps both goes
+unseen).
+
+Only an item that is a whole file on this machine's disk, read whole by the default loader (a
+folder tree's image, a manifest's local image), gets one. A record inside a file (a table's
+row, a CIFAR batch's, a tar member, a shard's) or an object in a store gets none: its bytes are
+read and keyed as the workers key them.
+
+The stamps say what the source was, not what the dataset is: a hidden file beside the journal,
+outside what a pack must reproduce byte for byte. It is written after index.json, for the
+index whose plan_digest it names; a stop before it leaves the older stamps, which can only send
+a file to be read again. Read as untrusted: bounded, and anything off is taken as no stamps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from stat import S_ISREG
+
+from shardpack.index import Index
+from shardpack.packing.facts import table
+from shardpack.packing.plan import Plan, ShardResult
+from shardpack.sources import Dataset, Item, Source
+from shardpack.storage import Storage
+
+STAMPS_NAME = ".shardpack.stamps"
+FORMAT = "shardpack-stamps"
+MAX_STAMPS_BYTES = 1 << 30  # a million items' keys and mtimes fit many times over
+Stamp = tuple[int, int] | None  # (size, mtime_ns); None: none taken, the bytes tell
+# A file modified this close before its stamp was taken gets none: a rewrite just after the
+# worker read it could fall in the same tick of the filesystem's clock (2 s on FAT) and keep
+# the mtime the stamp holds.
+RACY_NS = 2_000_000_000
+
+
+def taken(dataset: Dataset, items: Iterable[Item]) -> list[Stamp]:
+    """The stamp of each item's file now (None for one that has none, see above)."""
+    whole = type(dataset.source).load is Source.load  # the file's bytes are the item's
+    local_path, oldest = dataset.root.local_path, time.time_ns() - RACY_NS
+    found: list[Stamp] = []
+    for item in items:
+        path = local_path(item.path) if whole and item.position is None else None
+        try:  # links followed, as the worker's read follows them (to a regular file only)
+            st = os.stat(path) if path is not None else None
+        except (OSError, ValueError):  # gone, or a name the disk cannot hold: the read says
+            st = None
+        ok = st is not None and S_ISREG(st.st_mode) and st.st_mtime_ns < oldest
+        found.append((st.st_size, st.st_mtime_ns) if ok else None)
+    return found
+
+
+def of_plan(dataset: Dataset, plan: Plan) -> dict[str, list[Stamp]]:
+    """The stamps of each planned shard's items, in order: taken before the workers read them,
+    so that a file changed while packing has a stamp that no longer matches."""
+    return {spec.file: taken(dataset, spec.items) for spec in plan.shards}
+
+
+def kept(stamp: Stamp, size: int) -> int | None:
+    """The mtime kept for an item whose content key's size is `size`: the stamp's, where the
+    stamp's size is that (else the file changed as it was read: none)."""
+    return stamp[1] if stamp is not None and stamp[0] == size else None
+
+
+def written(
+    plan: Plan, results: list[ShardResult], stamped: dict[str, list[Stamp]]
+) -> dict[str, int | None]:
+    """key -> mtime of each planned item (None: no stamp, or not written)."""
+    by_file = {r.file: r for r in results}
+    found = {}
+    for spec in plan.shards:
+        rows = table(by_file[spec.file].content, len(spec.items))
+        for item, stamp, size in zip(spec.items, stamped[spec.file], rows["size"], strict=True):
+            found[item.key] = kept(stamp, int(size)) if size else None
+    return found
+
+
+def held(shards: Iterable[dict], mtimes: dict[str, int | None]) -> dict[str, int]:
+    """The mtimes of the items these contents.json entries hold (those that have one)."""
+    return {key: mtimes[key] for entry in shards for key in entry["keys"]
+            if mtimes.get(key) is not None}  # fmt: skip
+
+
+def save(out: Storage, index_doc: dict, mtimes: dict[str, int | None]) -> None:
+    """Write the stamps of the dataset whose index.json just landed (the mtimes not None)."""
+    mtimes = {key: mtime for key, mtime in mtimes.items() if mtime is not None}
+    doc = {"format": FORMAT, "plan_digest": index_doc.get("plan_digest"), "mtimes": mtimes}
+    out.put(STAMPS_NAME, json.dumps(doc, separators=(",", ":")).encode())
+
+
+def load(out: Storage, index: Index) -> dict[str, int]:
+    """key -> mtime of the items `index` holds as last packed; {} where the file is missing,
+    too large, not ours or of another index."""
+    try:
+        with out.open(STAMPS_NAME) as blob:
+            if blob.size > MAX_STAMPS_BYTES:
+                return {}
+            doc = json.loads(blob.pread(blob.size, 0))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        return {}
+    mtimes = doc.get("mtimes")
+    if doc.get("plan_digest") != index.raw.get("plan_digest") or not isinstance(mtimes, dict):
+        return {}
+    return mtimes if all(type(m) is int for m in mtimes.values()) else {}
