@@ -1,6 +1,7 @@
 """What a worker notes of each record it writes, compactly: a content key (CRC32C and size of
-the bytes the source gave; of three stripes of a JPEG or PNG) and the written width and height
-in one packed table, and per shard counts of formats, channels and EXIF orientations."""
+the bytes the source gave; of three stripes of a JPEG or PNG), the written width and height
+and the image file's mtime (stamps.py) in one packed table, and per shard counts of formats,
+channels and EXIF orientations."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import numpy as np
 from shardpack.crc import crc32c
 from shardpack.images import _jpeg_orientation
 
-# One row per item of the shard, in the plan's order; size 0: the item was not written.
-FACT_DTYPE = np.dtype([("crc", "<u4"), ("size", "<u8"), ("width", "<u4"), ("height", "<u4")])
+# One row per item of the shard, in the plan's order; size 0: the item was not written;
+# mtime 0: its file has no stamp.
+FACT_DTYPE = np.dtype([("crc", "<u4"), ("size", "<u8"), ("width", "<u4"), ("height", "<u4"),
+                       ("mtime", "<i8")])  # fmt: skip
 
 
 # A compressed file's key reads its first, middle and last STRIPE bytes: a whole photo's CRC32C
@@ -44,14 +47,18 @@ def content_bytes(loaded: bytes | np.ndarray) -> bytes | memoryview:
 class ShardFacts:
     """A shard's notes, filled one written record at a time (~1 us a record)."""
 
-    def __init__(self, count: int) -> None:
-        self.table = np.zeros(count, FACT_DTYPE)
+    def __init__(self, stamps: list[tuple[int, int] | None]) -> None:
+        """`stamps`: each item's (size, mtime) as stamps.taken gave it before its file was read."""
+        self.table = np.zeros(len(stamps), FACT_DTYPE)
+        self.stamps = stamps
         self.counts: Counter[tuple[str, str]] = Counter()
 
     def add(self, position: int, loaded: bytes | np.ndarray, features: dict) -> None:
         """Note the record of the shard's `position`-th item."""
         crc, size = content_key(loaded)
-        self.table[position] = (crc, size, features["width"], features["height"])
+        stamp = self.stamps[position]  # of another size: the file changed as it was read
+        mtime = stamp[1] if stamp is not None and stamp[0] == size else 0
+        self.table[position] = (crc, size, features["width"], features["height"], mtime)
         self.counts["format", features["format"]] += 1
         self.counts["channels", str(features["channels"])] += 1
         if isinstance(loaded, bytes) and loaded[:2] == b"\xff\xd8":  # EXIF: JPEG's alone here

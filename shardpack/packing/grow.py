@@ -109,7 +109,6 @@ def grow(
         listed = {s.file for split in old.splits.values() for s in split.shards}
         reused = prepare_growth(out, plan, listed)
         workers = 1 if out.in_process or src_root.in_process else given.workers or machine_cores()
-        stamped = stamps.of_plan(dataset, plan)  # before the workers read the files
         results = packer._write_shards(
             plan, record, reused, options, dataset, out, workers, progress
         )
@@ -131,7 +130,7 @@ def grow(
         if touched:  # the next grow removes what a stop here leaves (doc["retired"])
             write_contents(out, {**kept, **fresh})
             _remove_retired(out, index)
-        known.update(stamps.written(plan, results, stamped))  # the planned items' own, or none
+        known.update(stamps.written(plan, results))  # the planned items' own, or none
         stamps.save(out, doc, stamps.held({**kept, **fresh}.values(), known))
         index = close_gaps(out, index, {**kept, **fresh})
     notes = _said(change, options.grow)
@@ -287,7 +286,7 @@ def _compare(
                 recorded.append((found[2], known.get(item.key)))
             elif item.key not in tried:
                 new.setdefault(name, []).append(item)
-    now = stamps.taken(dataset, (item for _, item in present))
+    now = stamps.taken(dataset.source, dataset.root, (item for _, item in present))
     unsure = [(name, item, stamp)  # (split, item, stamp) of the files whose stamp differs
               for (name, item), stamp, was in zip(present, now, recorded, strict=True)
               if stamp != was]  # fmt: skip

@@ -240,7 +240,6 @@ def pack(
         in_process = out.in_process or src_root.in_process  # memory:// is this process's own
         if in_process:
             workers, options = 1, replace(options, backend="local")
-        stamped = stamps.of_plan(dataset, plan)  # before the workers read the files
         results = _write_shards(plan, record, reused, options, dataset, out, workers, progress)
         num_records = sum(r.num_records for r in results)
         if num_records == 0:  # a dataset of nothing is no success, and leaves no dataset
@@ -267,7 +266,7 @@ def pack(
         index = write_outputs(out, document, results, options.index_files)
         write_contents(out, entries(plan, results))
         out.put(INDEX_NAME, json_bytes(document))  # the run is complete
-        stamps.save(out, document, stamps.written(plan, results, stamped))
+        stamps.save(out, document, stamps.written(plan, results))
     return PackResult(
         out.root,
         index,

@@ -1,8 +1,8 @@
 """An item's stamp: the size and modification time (ns) of its image file just before a worker
-read it. OUT/.shardpack.stamps keeps each packed item's mtime (its size is the content key's,
-in contents.json), so that `pack --append` and `--update` take a file whose size and mtime are
-unchanged as unchanged without reading it (rsync's quick check: a rewrite that keeps both goes
-unseen).
+read it (the worker takes it and notes it in its facts table). OUT/.shardpack.stamps keeps each
+packed item's mtime (its size is the content key's, in contents.json), so that `pack --append`
+and `--update` take a file whose size and mtime are unchanged as unchanged without reading it
+(rsync's quick check: a rewrite that keeps both goes unseen).
 
 Only an item that is a whole file on this machine's disk, read whole by the default loader (a
 folder tree's image, a manifest's local image), gets one. A record inside a file (a table's
@@ -26,7 +26,7 @@ from stat import S_ISREG
 from shardpack.index import Index
 from shardpack.packing.facts import table
 from shardpack.packing.plan import Plan, ShardResult
-from shardpack.sources import Dataset, Item, Source
+from shardpack.sources import Item, Source
 from shardpack.storage import Storage
 
 STAMPS_NAME = ".shardpack.stamps"
@@ -39,10 +39,11 @@ Stamp = tuple[int, int] | None  # (size, mtime_ns); None: none taken, the bytes 
 RACY_NS = 2_000_000_000
 
 
-def taken(dataset: Dataset, items: Iterable[Item]) -> list[Stamp]:
-    """The stamp of each item's file now (None for one that has none, see above)."""
-    whole = type(dataset.source).load is Source.load  # the file's bytes are the item's
-    local_path, oldest = dataset.root.local_path, time.time_ns() - RACY_NS
+def taken(source: Source, root: Storage, items: Iterable[Item]) -> list[Stamp]:
+    """The stamp of each item's file (under root, read by source) now (None for one that has
+    none, see above)."""
+    whole = type(source).load is Source.load  # the file's bytes are the item's
+    local_path, oldest = root.local_path, time.time_ns() - RACY_NS
     found: list[Stamp] = []
     for item in items:
         path = local_path(item.path) if whole and item.position is None else None
@@ -55,28 +56,21 @@ def taken(dataset: Dataset, items: Iterable[Item]) -> list[Stamp]:
     return found
 
 
-def of_plan(dataset: Dataset, plan: Plan) -> dict[str, list[Stamp]]:
-    """The stamps of each planned shard's items, in order: taken before the workers read them,
-    so that a file changed while packing has a stamp that no longer matches."""
-    return {spec.file: taken(dataset, spec.items) for spec in plan.shards}
-
-
 def kept(stamp: Stamp, size: int) -> int | None:
     """The mtime kept for an item whose content key's size is `size`: the stamp's, where the
     stamp's size is that (else the file changed as it was read: none)."""
     return stamp[1] if stamp is not None and stamp[0] == size else None
 
 
-def written(
-    plan: Plan, results: list[ShardResult], stamped: dict[str, list[Stamp]]
-) -> dict[str, int | None]:
-    """key -> mtime of each planned item (None: no stamp, or not written)."""
+def written(plan: Plan, results: list[ShardResult]) -> dict[str, int | None]:
+    """key -> mtime of each planned item, as its worker noted it (None: no stamp, or not
+    written)."""
     by_file = {r.file: r for r in results}
     found = {}
     for spec in plan.shards:
         rows = table(by_file[spec.file].content, len(spec.items))
-        for item, stamp, size in zip(spec.items, stamped[spec.file], rows["size"], strict=True):
-            found[item.key] = kept(stamp, int(size)) if size else None
+        for item, size, mtime in zip(spec.items, rows["size"], rows["mtime"], strict=True):
+            found[item.key] = int(mtime) if size and mtime else None
     return found
 
 

@@ -13,6 +13,7 @@ from shardpack import images
 from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
+from shardpack.packing import stamps
 from shardpack.packing.facts import ShardFacts
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
@@ -94,7 +95,7 @@ def write_shard(
     lossless = 0
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
-    facts = ShardFacts(len(spec.items))
+    facts = ShardFacts(stamps.taken(source, src, spec.items))  # before any read
     try:
         container = CONTAINERS[options.format]
         limit = images.max_file_bytes(options.max_pixels)
