@@ -22,12 +22,12 @@ from shardpack.packing import gaps
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from tests.helpers import (
-    cli,
     image,
     make_cifar10_binary,
     make_tree,
     object_hashes,
     one_line_error,
+    run_cli,
     shard_files,
     wait_for,
     write_image,
@@ -82,7 +82,7 @@ def test_append_adds_a_class_at_the_end_and_leaves_every_shard(tmp_path: Path):
     assert len(labels) == 13
     assert {labels[k] for k in labels if k.startswith("ant/")} == {2}
     assert {labels[k] for k in labels if k.startswith("cat/")} == {0}
-    inspected = cli("inspect", str(out))
+    inspected = run_cli("inspect", str(out))
     assert "generation 1" in inspected.stdout and "append" in inspected.stdout, inspected.stdout
 
 
@@ -113,24 +113,38 @@ def test_update_rewrites_only_the_shards_of_changed_and_removed_files(tmp_path: 
     shards = json.loads((out / "index.json").read_text())["splits"]["train"]["shards"]
     assert {s["file"] for s in shards} == set(after)
     assert len(doc["splits"]["train"]["shards"]) - len(touched) + 1 == len(shards)
-    assert cli("verify", str(out)).returncode == 0
+    assert run_cli("verify", str(out)).returncode == 0
     stray = json.loads((out / "index.json").read_text())["retired"][0]  # as a stop between
     (out / stray).write_bytes(before[sorted(touched)[0]])  # the index and the removal leaves it
     again = pack(src, out, PackOptions(grow="update", workers=1))
     assert again.grow["nothing"] and not (out / stray).exists()
 
 
+def test_a_dataset_with_index_files_keeps_them_for_its_new_shards(tmp_path: Path):
+    """DALI reads a shard through its index file: the shards a grow adds get theirs, though
+    --append does not say --index-files again."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    out = tmp_path / "out"
+    assert run_cli("pack", str(src), str(out), "--index-files", "--no-progress").returncode == 0
+    _add(src, "eel", 3, seed=50)
+    assert run_cli("pack", str(src), str(out), "--append", "--no-progress").returncode == 0
+    shards = [s["file"] for split in json.loads((out / "index.json").read_text())["splits"]
+              .values() for s in split["shards"]]  # fmt: skip
+    assert len(shards) == 2
+    assert sorted(p.name for p in (out / "idx").iterdir()) == sorted(f"{f}.idx" for f in shards)
+
+
 def test_nothing_new_leaves_out_unchanged(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
     (src / "cat" / "broken.jpg").write_bytes(b"\xff\xd8 not a JPEG")  # skipped: not new later
     out = tmp_path / "out"
-    assert cli("pack", str(src), str(out), "--no-progress").returncode == 0
+    assert run_cli("pack", str(src), str(out), "--no-progress").returncode == 0
     before = _files(out)
-    done = cli("pack", str(src), str(out), "--append", "--no-progress")
+    done = run_cli("pack", str(src), str(out), "--append", "--no-progress")
     assert done.returncode == 0, done.stderr
     assert "nothing to add" in done.stdout
     assert _files(out) == before
-    done = cli("pack", str(src), str(out), "--update", "--no-progress")
+    done = run_cli("pack", str(src), str(out), "--update", "--no-progress")
     assert done.returncode == 0 and "nothing to update" in done.stdout
     assert _files(out) == before
 
@@ -138,18 +152,19 @@ def test_nothing_new_leaves_out_unchanged(tmp_path: Path):
 def test_a_differing_option_or_class_list_is_refused_naming_it(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
     out = tmp_path / "out"
-    assert cli("pack", str(src), str(out), "--no-progress", "--encode", "png").returncode == 0
+    assert run_cli("pack", str(src), str(out), "--no-progress", "--encode", "png").returncode == 0
     _add(src, "cat", 2, seed=50)
     before = _files(out)
-    done = cli("pack", str(src), str(out), "--append", "--encode", "jpeg", "--no-progress")
+    done = run_cli("pack", str(src), str(out), "--append", "--encode", "jpeg", "--no-progress")
     one_line_error(done, "--encode", '"jpeg"', '"png"')
-    done = cli("pack", str(src), str(out), "--append", "--classes", "dog,cat", "--no-progress")
+    done = run_cli("pack", str(src), str(out), "--append", "--classes", "dog,cat", "--no-progress")
     one_line_error(done, "--classes", "begin with the dataset's 2 classes")
     assert _files(out) == before
     nowhere = tmp_path / "nowhere"
-    one_line_error(cli("pack", str(src), str(nowhere), "--append"), "no dataset to grow")
+    one_line_error(run_cli("pack", str(src), str(nowhere), "--append"), "no dataset to grow")
     assert not nowhere.exists()
-    done = cli("pack", str(src), str(out), "--append", "--classes", "cat,dog,eel", "--no-progress")
+    done = run_cli("pack", str(src), str(out), "--append", "--classes", "cat,dog,eel",
+                   "--no-progress")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "index.json").read_text())["classes"] == ["cat", "dog", "eel"]
 
@@ -220,10 +235,10 @@ def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_
     src = _grow_src(tmp_path)
     clean, out = tmp_path / "clean", tmp_path / "out"
     for where in (clean, out):
-        assert cli("pack", str(src), str(where), *JOB).returncode == 0
+        assert run_cli("pack", str(src), str(where), *JOB).returncode == 0
     old_index = (out / "index.json").read_bytes()
     _grow_more(src)
-    assert cli("pack", str(src), str(clean), "--append", *JOB).returncode == 0
+    assert run_cli("pack", str(src), str(clean), "--append", *JOB).returncode == 0
     run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
                             "--append", *JOB], stderr=subprocess.PIPE, text=True)  # fmt: skip
     journal = out / ".shardpack.journal"
@@ -236,9 +251,9 @@ def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_
     run.send_signal(sig)
     run.wait(timeout=30)
     assert (out / "index.json").read_bytes() == old_index  # the old dataset, whole
-    assert cli("verify", str(out)).returncode == 0
+    assert run_cli("verify", str(out)).returncode == 0
     assert len(list(iter_examples(out))) == 8
-    rerun = cli("pack", str(src), str(out), "--append", *JOB)
+    rerun = run_cli("pack", str(src), str(out), "--append", *JOB)
     assert rerun.returncode == 0, rerun.stderr
     _same(out, clean)
     shutil.rmtree(clean)
@@ -262,7 +277,7 @@ def test_a_planted_index_is_refused_in_one_line(tmp_path: Path, planted: dict):
             doc[key] = value
     (out / "index.json").write_text(json.dumps(doc))
     _add(src, "cat", 1, seed=9)
-    one_line_error(cli("pack", str(src), str(out), "--append", "--no-progress"), str(out))
+    one_line_error(run_cli("pack", str(src), str(out), "--append", "--no-progress"), str(out))
 
 
 def _mtimes(out: Path) -> dict[str, int]:
@@ -297,7 +312,7 @@ def test_a_held_file_of_its_recorded_size_and_mtime_is_not_read_nor_a_shard(tmp_
                            "shards_rewritten": 0}  # fmt: skip
     for shard in shard_files(aside):
         shutil.move(aside / shard, out / shard)
-    assert cli("verify", str(out)).returncode == 0  # the grown dataset, whole
+    assert run_cli("verify", str(out)).returncode == 0  # the grown dataset, whole
     mtimes = _mtimes(out)
     assert mtimes["dog/img_001.jpg"] == touched.stat().st_mtime_ns  # read once, then trusted
     assert mtimes["dog/new_000.jpg"] == (src / "dog" / "new_000.jpg").stat().st_mtime_ns
@@ -306,7 +321,7 @@ def test_a_held_file_of_its_recorded_size_and_mtime_is_not_read_nor_a_shard(tmp_
     os.utime(src / "cat" / "img_000.jpg", ns=(time.time_ns() - 60 * 10**9,) * 2)
     result = pack(src, out, PackOptions(grow="update", workers=1))  # ... a new mtime is not
     assert (result.grow["changed"], result.grow["shards_rewritten"]) == (1, 1)
-    assert cli("verify", str(out)).returncode == 0
+    assert run_cli("verify", str(out)).returncode == 0
 
 
 def test_records_inside_files_are_compared_by_their_bytes(tmp_path: Path):
@@ -353,7 +368,7 @@ def test_a_stop_between_an_updates_two_indexes_leaves_a_whole_dataset(tmp_path, 
     monkeypatch.undo()
     doc = json.loads((out / "index.json").read_text())
     assert gaps.moves(doc, CONTAINERS["tfrecord"])  # the update's index, its gaps open
-    assert cli("verify", str(out)).returncode == 0
+    assert run_cli("verify", str(out)).returncode == 0
     assert len(list(iter_examples(out))) == 11
     rerun = pack(src, out, PackOptions(grow="update", workers=1, index_files=True))
     assert rerun.grow["nothing"]
@@ -361,7 +376,7 @@ def test_a_stop_between_an_updates_two_indexes_leaves_a_whole_dataset(tmp_path, 
     assert sorted(p.name for p in (out / "idx").iterdir()) == sorted(
         f"{f}.idx" for f in shard_files(out)
     )
-    assert cli("verify", str(out)).returncode == 0
+    assert run_cli("verify", str(out)).returncode == 0
 
 
 @pytest.mark.heavy
@@ -426,7 +441,7 @@ def test_stamps_not_of_this_index_are_no_stamps_and_the_bytes_tell(tmp_path: Pat
     _rewrite_keeping_stamp(src / "cat" / "img_000.jpg")
     result = pack(src, out, PackOptions(grow="update", workers=1))
     assert result.grow["changed"] == 1  # read, as no stamp vouched for it
-    assert cli("verify", str(out)).returncode == 0
+    assert run_cli("verify", str(out)).returncode == 0
 
 
 def test_a_touched_file_is_read_once_also_when_nothing_is_new(tmp_path: Path):
@@ -453,4 +468,4 @@ def test_an_index_listing_a_shard_twice_is_refused_in_one_line(tmp_path: Path):
     shards[1] = shards[0]  # a gap at 1, and 0 twice: no shard could be moved into it
     (out / "index.json").write_text(json.dumps(doc))
     (src / "cat" / "img_000.jpg").unlink()
-    one_line_error(cli("pack", str(src), str(out), "--update", "--no-progress"), "twice")
+    one_line_error(run_cli("pack", str(src), str(out), "--update", "--no-progress"), "twice")

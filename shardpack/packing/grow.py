@@ -197,6 +197,15 @@ def _json(value: object) -> object:
     return json.loads(json.dumps(value))
 
 
+def _has_index_files(old: Index) -> bool:
+    """Whether the dataset's shards have DALI index files (its first shard has): a grow writes
+    them for its new shards too, asked or not."""
+    from shardpack.read.random_access import index_file_name
+
+    first = next((s.file for split in old.splits.values() for s in split.shards), None)
+    return first is not None and old.storage.kind(index_file_name(first)) == "file"
+
+
 def dataset_options(old: Index, given: PackOptions) -> PackOptions:
     """The dataset's options (index.json's `options`) for this run; an option given that
     differs from the dataset's is refused, naming it. `--classes` must extend its class list.
@@ -235,7 +244,7 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
             taken["split"] = tuple(map(tuple, taken["split"]))
         taken["name"] = old.name
         taken["seed"] = kept["seed"] if kept["seed"] is not None else 0
-        return replace(given, **taken)
+        return replace(given, **taken, index_files=given.index_files or _has_index_files(old))
     except (TypeError, ValueError, ShardpackError) as e:
         where = old.storage.path(INDEX_NAME)
         raise OutputError(f"{where}: its options are not ones shardpack wrote "
