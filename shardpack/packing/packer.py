@@ -172,6 +172,28 @@ def choose_workers(
     return best_workers(work, cores, shards, serial, busy=max(0.0, others_busy()))
 
 
+def _scan_and_plan(
+    src_root: Storage,
+    options: PackOptions,
+    storage_options: dict | None,
+    scan_progress: ScanCallback | None,
+) -> tuple[Dataset, list | None, str, Plan]:
+    """List SRC, drop copies under --dedup, and plan the shards: the dataset, the copies found
+    (None: to be found in what the workers write), the dataset's name and the plan."""
+    with _no_gc():
+        with reporting(scan_progress):
+            dataset = scan(src_root, options, storage_options)
+        if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
+            key, reason = dataset.skipped[0]
+            raise ImageError(key, f"{reason}; fix it, or {_SKIP}")
+        groups = None
+        if options.dedup != "none":
+            dataset, groups = duplicates.dedup(dataset, options, options.workers or machine_cores())
+        name = options.name or default_name(dataset, src_root)
+        return dataset, groups, name, make_plan(dataset, name, options,
+                                                options.workers or machine_cores())  # fmt: skip
+
+
 def pack(
     src: str | os.PathLike,
     out: str | os.PathLike,
@@ -219,19 +241,9 @@ def pack(
     created = out.make_root()
     with out.lock(created), keeping():  # what sources load once a run
         watch = CpuWatch()  # the scan and plan are the window that measures others' load
-        with _no_gc():
-            with reporting(scan_progress):
-                dataset = scan(src_root, options, storage_options)
-            if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
-                key, reason = dataset.skipped[0]
-                raise ImageError(key, f"{reason}; fix it, or {_SKIP}")
-            groups = None  # found before the plan with --dedup, else in what the workers wrote
-            if options.dedup != "none":
-                dataset, groups = duplicates.dedup(
-                    dataset, options, options.workers or machine_cores()
-                )
-            name = options.name or default_name(dataset, src_root)
-            plan = make_plan(dataset, name, options, options.workers or machine_cores())
+        dataset, groups, name, plan = _scan_and_plan(
+            src_root, options, storage_options, scan_progress
+        )
         splits = {spec.split for spec in plan.shards}
         beside = split_file_names(CONTAINERS[options.format], name, splits)
         record = plan_record(plan, replace(options, name=name))  # the name SRC gave, if unset
