@@ -1,6 +1,7 @@
 """Fixtures that several test modules share, and the fast tier's skip of heavy and slow tests."""
 
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +14,13 @@ from tests.helpers import make_tree, packed_tree  # noqa: E402
 from tests.s3server import s3, s3_server  # noqa: E402, F401
 
 FAST = os.environ.get("SHARDPACK_TEST_TIER") == "fast"  # set by `make test-fast`
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests send Ctrl-C to the runs they start, which inherit what SIGINT does here: a suite
+    started as a shell's background job (`make test &`) has it ignored, and so would they."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
