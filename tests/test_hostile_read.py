@@ -19,7 +19,7 @@ import shardpack
 from shardpack.containers.example import encode_example
 from shardpack.containers.tfrecord import frame, masked_crc
 from shardpack.errors import IndexFormatError, RecordError
-from tests.helpers import PEAK_KIB, at, image, needs, packed_tree, write_image
+from tests.helpers import PEAK_KIB, at, image, needs, packed_tree, run_kept, write_image
 
 SHARD = "x-train.tfrecord-00000-of-00001"
 
@@ -219,7 +219,7 @@ def test_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
 
 def test_tf_dataset_refuses_a_shard_that_is_not_a_regular_file(tmp_path: Path):
     """TensorFlow opens local shards itself: it followed a link out of OUT and read that file's
-    records as this dataset's, and waited on a FIFO for ever (hence a fresh Python, timed)."""
+    records as this dataset's, and waited on a FIFO for ever (hence another Python, timed)."""
     needs("tensorflow")
     outs = [_planted(tmp_path / kind, kind) for kind in ("fifo", "symlink")]
     code = (
@@ -230,11 +230,8 @@ def test_tf_dataset_refuses_a_shard_that_is_not_a_regular_file(tmp_path: Path):
         "    except shardpack.ShardpackError as e:\n"
         "        print('refused', e)\n"
     )
-    run = subprocess.run([sys.executable, "-c", code, *map(str, outs)], capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    lines = run.stdout.splitlines()
-    assert len(lines) == len(outs), run.stdout
+    lines = run_kept(code, *map(str, outs), timeout=120).splitlines()
+    assert len(lines) == len(outs), lines
     for out, line in zip(outs, lines, strict=True):
         assert line.startswith(f"refused {out / SHARD} at byte 0: cannot open"), line
 
