@@ -30,6 +30,7 @@ from tests.helpers import (
     run_cli,
     shard_files,
     wait_for,
+    worker_pids,
     write_image,
 )
 
@@ -248,8 +249,11 @@ def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_
         return len(lines) >= 2 and b'"grow": "append"' in lines[0]
 
     wait_for(written)
+    workers = worker_pids(run.pid)
     run.send_signal(sig)
     run.wait(timeout=30)
+    # a killed run's workers die with it, a moment later: until then they hold OUT's lock
+    wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in workers))
     assert (out / "index.json").read_bytes() == old_index  # the old dataset, whole
     assert run_cli("verify", str(out)).returncode == 0
     assert len(list(iter_examples(out))) == 8
