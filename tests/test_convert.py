@@ -468,7 +468,8 @@ def test_every_source_packs_alike_on_a_dask_cluster(hf_folder, packed, tmp_path)
 
     # shardpack's TFRecord output is also a TFDS prepared directory (its dataset_info.json).
     sources = {"hf": hf_folder, "shardpack": packed, "tfds": packed,
-               "webdataset": helpers.write_tars(tmp_path / "tars")}  # fmt: skip
+               "webdataset": helpers.write_tars(tmp_path / "tars"),
+               "cifar": helpers.make_cifar10_python(tmp_path / "cifar", per_batch=4)}  # fmt: skip
     with dask_client(None, workers=2) as client:  # one cluster for all: each takes seconds to start
         for source, src in sources.items():
             options = PackOptions(workers=2, shards=3, format="array_record", source=source)
@@ -477,3 +478,22 @@ def test_every_source_packs_alike_on_a_dask_cluster(hf_folder, packed, tmp_path)
             address = client.scheduler.address
             shardpack.pack(src, dask, replace(options, backend="dask", scheduler=address))
             assert shard_files(dask) == shard_files(local)
+
+
+def test_each_source_reports_its_scan(hf_folder, packed, tmp_path, monkeypatch):
+    """pack(scan_progress=...) hears the running count of rows, records or samples found, as
+    it does for files and manifest rows."""
+    helpers.needs("webdataset")
+    from shardpack.sources import scanned
+
+    monkeypatch.setattr(scanned, "EVERY", 1)
+    sources = {"hf": hf_folder, "shardpack": packed, "tfds": packed,
+               "webdataset": helpers.write_tars(tmp_path / "tars"),
+               "cifar": helpers.make_cifar10_python(tmp_path / "cifar", per_batch=4)}  # fmt: skip
+    for source, src in sources.items():
+        heard: list[int] = []
+        options = PackOptions(workers=1, source=source)
+        out = tmp_path / "out" / source
+        result = shardpack.pack(src, out, options, scan_progress=heard.append)
+        assert heard and heard == sorted(heard), (source, heard)
+        assert heard[-1] >= result.num_records, (source, heard)

@@ -14,6 +14,7 @@ from shardpack.schema import Feature, Schema
 from shardpack.sources import NO_FIELDS, Dataset, Item, RecordCost, Source
 from shardpack.sources.classlist import check_class_name
 from shardpack.sources.folder import folder_only
+from shardpack.sources.scanned import listed
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.srcfiles import RefusedFile
 
@@ -127,6 +128,7 @@ def scan_cifar(root: Storage, layout: str) -> Dataset:
         )
         stem = batch.removesuffix(".bin")
         _check_range(path, labels, classes, meta)
+        listed(len(labels))
         if coarse_labels is not None:
             _check_range(path, coarse_labels, coarse, "the coarse label names")
         fields = [NO_FIELDS] * len(labels) if coarse_labels is None else [

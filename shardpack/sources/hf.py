@@ -23,6 +23,7 @@ from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.hflayout import SUFFIX, data_files
 from shardpack.sources.pieces import OpenFiles
+from shardpack.sources.scanned import listed
 from shardpack.storage import Storage, is_url, storage_at
 
 if TYPE_CHECKING:
@@ -205,6 +206,7 @@ def _scan_file(
                     continue
                 items.append(Item(key, label, name, size, row + i, fields))  # fmt: skip
             row += meta.num_rows
+            listed(meta.num_rows)
     except SourceError:
         raise
     except Exception as e:  # pyarrow raises several types on a damaged file; one to the user

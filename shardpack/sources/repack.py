@@ -20,6 +20,7 @@ from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources import Dataset, FieldValue, Item, Source
 from shardpack.sources.pieces import OpenFiles
+from shardpack.sources.scanned import listed
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:
@@ -122,6 +123,7 @@ def scan_shards(index: Index, warnings: tuple[str, ...] = ()) -> Dataset:
                 else:
                     skipped.append((f"{shard.file}:{count - 1}",
                                     f"{shard.file} {unit} {position}: {fault}"))  # fmt: skip
+            listed(count)
             if count != shard.num_records:
                 raise SourceError(f"{index.shard_path(shard)}: holds {count} records, the index "
                                   f"says {shard.num_records}; run shardpack verify on "

@@ -24,6 +24,7 @@ from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema
 from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.classlist import MAX_CLASSES
 from shardpack.sources.pieces import kept_open
+from shardpack.sources.scanned import listed
 from shardpack.storage import Blob, Storage, storage_at
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm")
@@ -143,7 +144,9 @@ def scan_tars(root: Storage, names: list[str], options: PackOptions) -> Dataset:
     limit = images.max_file_bytes(options.max_pixels)
     samples: list[_Sample] = []
     for name in names:
-        samples += _read_tar(root, name, limit)
+        found = _read_tar(root, name, limit)
+        samples += found
+        listed(len(found))
     return _dataset(root, samples, options)
 
 

@@ -19,6 +19,7 @@ from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.classlist import MAX_CLASSES, check_class_name
 from shardpack.sources.folder import folder_only
 from shardpack.sources.pieces import kept_open, read_json, read_metadata
+from shardpack.sources.scanned import listed
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:
@@ -100,15 +101,16 @@ def scan_tfds(root: Storage) -> Dataset:
         info = _info(root)
         fmt = _file_format(root, info)
         image, features = _plan(root)
-        listed = list(_shards(root, info, fmt))
+        present = list(_shards(root, info, fmt))
     except (TypeError, ValueError, AttributeError) as e:  # a field of another type
         raise SourceError(f"{root.path()}: {INFO} or {FEATURES} is not as TFDS writes it "
                           f"({e}); prepare the dataset again with tfds") from None  # fmt: skip
     splits, skipped = {}, []
-    for split, shards in listed:
+    for split, shards in present:
         items = []
         for shard, count in shards:
             found = _scan_shard(root, shard, fmt, image, features, items, skipped)
+            listed(found)
             if count is not None and found != count:
                 raise SourceError(f"{root.path(shard)}: holds {found} records, but {INFO} says "
                                   f"{count}; prepare the dataset again")  # fmt: skip
