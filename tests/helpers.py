@@ -453,6 +453,12 @@ def worker_pids(parent: int) -> list[int]:
     return pids
 
 
+def gone(pids: list[int]) -> bool:
+    """Whether none of these processes is there any more (a killed run's workers die a moment
+    after it, holding OUT's lock until then)."""
+    return not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
 def object_hashes(url: str) -> dict[str, str]:
     """sha256 of every object under url (shards, index.json, metadata), by its relative name;
     our own hidden state (lock, journal) left out."""

@@ -22,6 +22,7 @@ from shardpack.packing import gaps
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from tests.helpers import (
+    gone,
     image,
     make_cifar10_binary,
     make_tree,
@@ -252,8 +253,7 @@ def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_
     workers = worker_pids(run.pid)
     run.send_signal(sig)
     run.wait(timeout=30)
-    # a killed run's workers die with it, a moment later: until then they hold OUT's lock
-    wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in workers))
+    wait_for(lambda: gone(workers))
     assert (out / "index.json").read_bytes() == old_index  # the old dataset, whole
     assert run_cli("verify", str(out)).returncode == 0
     assert len(list(iter_examples(out))) == 8

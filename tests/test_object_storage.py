@@ -23,6 +23,7 @@ import shardpack
 from shardpack.containers import is_shard_name
 from shardpack.options import PackOptions
 from tests.helpers import (
+    gone,
     image,
     object_hashes,
     run_cli,
@@ -324,7 +325,7 @@ def test_a_killed_run_leaves_uploads_that_resume_aborts(big_src, big_local, s3: 
     workers = worker_pids(run.pid)
     run.kill()
     run.wait(timeout=30)
-    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), 10)
+    wait_for(lambda: gone(workers), 10)
     assert s3.uploads("packed/big/")  # nobody was left to abort them
     resumed = _cli("pack", str(big_src), out, *BIG_JOB, "--resume")
     assert resumed.returncode == 0, resumed.stderr

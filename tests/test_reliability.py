@@ -21,7 +21,7 @@ from shardpack.errors import OutputError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.storage import LOCK_NAME
-from tests.helpers import image, shard_files, wait_for, worker_pids, write_image
+from tests.helpers import gone, image, shard_files, wait_for, worker_pids, write_image
 
 pytestmark = pytest.mark.slow  # real signals and kills, each a pack of its own
 JOB = ["--encode", "png", "--shards", "12", "--workers", "2", "--no-progress"]
@@ -161,7 +161,7 @@ def test_workers_die_with_a_killed_parent_and_resume_completes(src, clean, tmp_p
     workers = worker_pids(run.pid)
     run.kill()  # as the out-of-memory killer would: no cleanup runs in the parent
     run.wait(timeout=30)
-    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), timeout=10)
+    wait_for(lambda: gone(workers), timeout=10)
     resumed = _cli("pack", str(src), str(out), *JOB, "--resume", "--json")
     assert resumed.returncode == 0, resumed.stderr  # no orphan holds OUT's lock
     assert _same_output(out, clean)

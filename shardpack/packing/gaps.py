@@ -28,8 +28,9 @@ def moves(doc: dict, container: Container) -> dict[str, str]:
     for split, entry in doc["splits"].items():
         listed = [s["file"] for s in entry["shards"]]
         names = _names(doc["name"], split, entry, container)
-        free = [n for n in names if n not in set(listed)]
-        found.update(zip([f for f in listed if f not in set(names)], free, strict=True))
+        held, numbered = set(listed), set(names)  # once: a comprehension's test runs per name
+        free = [n for n in names if n not in held]
+        found.update(zip([f for f in listed if f not in numbered], free, strict=True))
     return found
 
 
