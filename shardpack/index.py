@@ -340,6 +340,14 @@ def _check_optional(doc: dict, bad) -> None:
             raise bad("'skipped' must be a list of {key, reason} strings")
 
 
+def named_skipped(every: list[tuple[str, str]]) -> list[dict[str, str]]:
+    """index.json's `skipped`: the first MAX_NAMED_SKIPPED of every (key, reason), shortened."""
+    return [
+        {"key": shortened(key, _MAX_SKIPPED_TEXT), "reason": shortened(reason, _MAX_SKIPPED_TEXT)}
+        for key, reason in heapq.nsmallest(MAX_NAMED_SKIPPED, every)
+    ]
+
+
 def build_index(
     *,
     name: str,
@@ -379,10 +387,7 @@ def build_index(
         )
     # what the scan passed over with a reason, and what the workers refused: the first ones
     every = [*dataset.skipped, *(s for r in results for s in r.skipped)]
-    skipped = [
-        {"key": shortened(key, _MAX_SKIPPED_TEXT), "reason": shortened(reason, _MAX_SKIPPED_TEXT)}
-        for key, reason in heapq.nsmallest(MAX_NAMED_SKIPPED, every)
-    ]
+    skipped = named_skipped(every)
     doc = {
         "format": FORMAT,
         "version": VERSION,

@@ -1,18 +1,24 @@
-"""contents.json: which items each shard holds (their keys, content keys and per-class counts),
-so that `pack --append` and `--update` know what OUT has without reading a shard.
+"""contents.json: which items each shard holds (their keys, content keys, a digest of their
+label and fields, the written sizes and per-class and per-format counts) and which it skipped
+with the reason, so that `pack --append` and `--update` know what OUT has without reading a
+shard, and recount its statistics, skips and copies as a fresh pack would.
 
-Written by every pack beside index.json (before it), read back as untrusted: bounded, and
-every field checked against the index it must agree with.
+Written by every pack beside index.json (before it), read back as untrusted: bounded in bytes
+and in values (as index.json is: each a Python object), and every field checked against the
+index it must agree with.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass
 
 from shardpack.errors import OutputError
-from shardpack.index import Index
+from shardpack.index import _JSON_STRING, Index  # the strings index.json's count passes over
 from shardpack.packing.facts import table
 from shardpack.packing.plan import Plan, ShardResult
+from shardpack.sources import Item
 from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
 
@@ -20,8 +26,33 @@ CONTENTS_NAME = "contents.json"
 FORMAT = "shardpack-contents"
 # A million records' keys and content keys fit many times over.
 MAX_CONTENTS_BYTES = 1 << 30
+# The JSON values (numbers, strings, lists, objects: each a Python object once parsed) a file
+# may hold per record and skipped item it describes, and per shard: what a pack writes is
+# under half of each; past them it is planted, and refused unread.
+VALUES_PER_ITEM = 16
+VALUES_PER_SHARD = 256
 
-Entry = dict[str, list]  # "keys", "crc", "size", "label_counts", "skipped": one shard's
+# One shard's: "keys", "crc", "size", "width", "height", "meta" (one per record), "label_counts",
+# "tally" ([what, value, count]), "skipped" and "reasons" (one per item skipped)
+Entry = dict[str, list]
+Skip = tuple[str, str, str]  # (split, key, reason)
+
+
+@dataclass(frozen=True)
+class Contents:
+    """What OUT holds: each listed shard's entry, and the items skipped with no shard to note
+    them (`loose`: the shard that tried them was rewritten, or came out empty)."""
+
+    shards: dict[str, Entry]
+    loose: tuple[Skip, ...] = ()
+
+
+def meta(item: Item) -> int:
+    """A digest of an item's label and fields: what its record holds beside the image, so that
+    a relabelled row with the same image bytes is a changed item."""
+    fields = sorted(item.fields.items())
+    return int.from_bytes(hashlib.blake2b(repr((item.label, fields)).encode(), digest_size=8)
+                          .digest(), "little") >> 1  # fmt: skip
 
 
 def entries(plan: Plan, results: list[ShardResult]) -> dict[str, Entry]:
@@ -32,63 +63,128 @@ def entries(plan: Plan, results: list[ShardResult]) -> dict[str, Entry]:
         result = by_file[spec.file]
         rows = table(result.content, len(spec.items))
         written = [i for i in range(len(spec.items)) if rows["size"][i] > 0]
+        reasons = dict(result.skipped)
+        # planned but skipped (a bad image): not new to the next --append either
+        skipped = [spec.items[i].key for i in range(len(spec.items)) if rows["size"][i] == 0]
         found[spec.file] = {
             "keys": [spec.items[i].key for i in written],
             "crc": [int(rows["crc"][i]) for i in written],
             "size": [int(rows["size"][i]) for i in written],
+            "width": [int(rows["width"][i]) for i in written],
+            "height": [int(rows["height"][i]) for i in written],
+            "meta": [meta(spec.items[i]) for i in written],
             "label_counts": list(result.label_counts),
-            # planned but skipped (a bad image): not new to the next --append either
-            "skipped": [spec.items[i].key for i in range(len(spec.items)) if rows["size"][i] == 0],
+            "tally": [list(t) for t in result.tally],
+            "skipped": skipped,
+            "reasons": [reasons.get(key, "skipped") for key in skipped],
         }
     return found
 
 
-def write_contents(out: Storage, shards: dict[str, Entry]) -> None:
+def write_contents(out: Storage, shards: dict[str, Entry], loose: tuple[Skip, ...] = ()) -> None:
     """Write contents.json for the shards an index is about to list."""
-    out.put(CONTENTS_NAME, json_bytes({"format": FORMAT, "shards": shards}))
+    doc = {"format": FORMAT, "shards": shards, "loose": [list(s) for s in loose]}
+    out.put(CONTENTS_NAME, json_bytes(doc))
 
 
-def load_contents(out: Storage, index: Index) -> dict[str, Entry]:
-    """The entry of every shard `index` lists, checked against it.
+def values(text: bytes, limit: int) -> int:
+    """How many JSON values `text` holds at least: its `,`, `[` and `{` outside strings (exact
+    only once the quick count, strings included, passes `limit`)."""
+    rough = text.count(b",") + text.count(b"[") + text.count(b"{")
+    if rough <= limit:
+        return rough
+    bare = _JSON_STRING.sub(b"", text)
+    return bare.count(b",") + bare.count(b"[") + bare.count(b"{")
+
+
+def load_contents(out: Storage, index: Index) -> Contents:
+    """The entry of every shard `index` lists, checked against it, and the loose skips.
 
     Raises:
-        OutputError: contents.json is missing, too large, not JSON, or disagrees with the index.
+        OutputError: contents.json is missing, too large (in bytes or in values for the items
+            the index counts), not JSON, or disagrees with the index.
     """
     path = out.path(CONTENTS_NAME)
     fix = "repack with --overwrite to write it anew"
+    shards = [s for split in index.splits.values() for s in split.shards]
+    items = sum(s.num_records for s in shards) + max(0, int(index.raw.get("num_skipped", 0)))
+    limit = VALUES_PER_ITEM * items + VALUES_PER_SHARD * (len(shards) + 1)
     try:
         with out.open(CONTENTS_NAME) as blob:
             if blob.size > MAX_CONTENTS_BYTES:
                 raise OutputError(f"{path}: over {MAX_CONTENTS_BYTES:,} bytes; {fix}")
-            doc = json.loads(blob.pread(blob.size, 0))
+            text = blob.pread(blob.size, 0)
+        if (found := values(text, limit)) > limit:  # each value a Python object: refused unread
+            raise OutputError(f"{path}: {found:,} values, over the {limit:,} that the "
+                              f"index's {items:,} items and {len(shards):,} shards allow; "
+                              f"{fix}")  # fmt: skip
+        doc = json.loads(text)
     except FileNotFoundError:
         raise OutputError(f"{path}: not found (OUT was packed by an older shardpack, which "
                           f"kept no list of its items); {fix}") from None  # fmt: skip
     except (OSError, ValueError, RecursionError) as e:
         raise OutputError(f"{path}: unreadable ({e}); {fix}") from None
-    shards = doc.get("shards") if isinstance(doc, dict) else None
-    if not isinstance(shards, dict) or doc.get("format") != FORMAT:
+    listed = doc.get("shards") if isinstance(doc, dict) else None
+    loose = doc.get("loose", []) if isinstance(doc, dict) else None
+    if not isinstance(listed, dict) or doc.get("format") != FORMAT or not _skips(loose):
         raise OutputError(f"{path}: not a contents file shardpack wrote; {fix}")
     found = {}
-    for split in index.splits.values():
-        for shard in split.shards:
-            entry = shards.get(shard.file)
-            if not _agrees(entry, shard.num_records):
-                raise OutputError(f"{path}: does not agree with index.json about "
-                                  f"{shard.file}; {fix}")  # fmt: skip
-            found[shard.file] = entry
-    return found
+    for shard in shards:
+        entry = listed.get(shard.file)
+        if not _agrees(entry, shard.num_records):
+            raise OutputError(f"{path}: does not agree with index.json about "
+                              f"{shard.file}; {fix}")  # fmt: skip
+        found[shard.file] = _filled(entry)
+    return Contents(found, tuple(map(tuple, loose)))
+
+
+def _skips(loose: object) -> bool:
+    """Whether `loose` is a list of [split, key, reason] strings."""
+    return isinstance(loose, list) and all(
+        isinstance(s, list) and len(s) == 3 and all(isinstance(v, str) for v in s) for s in loose
+    )
+
+
+def _filled(entry: Entry) -> Entry:
+    """An entry with the fields an older shardpack did not write: no sizes, digests, tallies or
+    reasons noted (its items' labels and fields are then taken as unchanged)."""
+    n = len(entry["keys"])
+    older = {"width": [0] * n, "height": [0] * n, "meta": [None] * n, "tally": [],
+             "reasons": ["skipped"] * len(entry["skipped"])}  # fmt: skip
+    return {**entry, **{k: v for k, v in older.items() if k not in entry}}  # entry's order kept
 
 
 def _agrees(entry: object, records: int) -> bool:
-    """Whether a shard's entry holds `records` keys, content keys and integer class counts."""
+    """Whether a shard's entry holds `records` keys, content keys, sizes and digests, integer
+    class counts, and a reason for each item skipped."""
     if not isinstance(entry, dict):
         return False
     fields = ("keys", "crc", "size", "label_counts", "skipped")
     keys, crc, size, counts, skipped = (entry.get(k) for k in fields)
+    more = {k: entry[k] for k in ("width", "height", "meta") if k in entry}
+    tally, reasons = entry.get("tally", []), entry.get("reasons", ["skipped"] * len(skipped or ()))
     return (
-        all(isinstance(v, list) for v in (keys, crc, size, counts, skipped))
+        all(isinstance(v, list) for v in (keys, crc, size, counts, skipped, tally, reasons))
+        and all(isinstance(v, list) and len(v) == records for v in more.values())
         and len(keys) == len(crc) == len(size) == records
-        and all(isinstance(k, str) for k in (*keys, *skipped))
-        and all(type(n) is int and n >= 0 for n in (*crc, *size, *counts))
+        and len(reasons) == len(skipped)
+        and all(isinstance(k, str) for k in (*keys, *skipped, *reasons))
+        and all(type(n) is int and n >= 0 for n in (*crc, *size, *counts, *_ints(more)))
+        and all(_tallied(t) for t in tally)
     )
+
+
+def _tallied(row: object) -> bool:
+    """Whether a tally row is [what, value, count]."""
+    return (
+        isinstance(row, list)
+        and len(row) == 3
+        and isinstance(row[0], str)
+        and isinstance(row[1], str)
+        and type(row[2]) is int
+    )
+
+
+def _ints(more: dict[str, list]) -> list:
+    """The sizes and digests an entry notes."""
+    return [v for values_ in more.values() for v in values_]

@@ -111,22 +111,43 @@ def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset
     duplicate of` where only the perceptual hashes tell them alike)."""
     entries = [(s, item) for s in sorted(dataset.splits) for item in dataset.splits[s]]
     keys = content_keys(entries, dataset, options, threads)
-    crc = np.array([k[0] for k in keys], np.uint32)
-    size = np.array([k[1] for k in keys], np.uint64)
-    groups = confirm(candidates(crc, size), entries, dataset, options)
-    same = {member: group[0] for group in groups for member in group}
-    if options.dedup == "near":
-        groups = _near_groups(keys, entries, groups, options.near_distance)
-    dropped = {}
-    for kept, *copies in groups:
-        dropped.update({copy: f"{'' if same.get(copy) == kept else 'near '}duplicate of "
-                              f"{kept[0]}/{kept[1]}" for copy in copies})  # fmt: skip
+    groups, same = find_groups(entries, keys, dataset, options)
+    dropped = drop_reasons(groups, same)
     splits = {
         split: tuple(item for item in items if (split, item.key) not in dropped)
         for split, items in dataset.splits.items()
     }
     skipped = tuple((key, reason) for (_, key), reason in sorted(dropped.items()))
     return replace(dataset, splits=splits, skipped=dataset.skipped + skipped), groups
+
+
+def find_groups(
+    entries: list[Entry],
+    keys: list[tuple[int, int, int | None]],
+    dataset: Dataset,
+    options: PackOptions,
+) -> tuple[list[Group], dict[tuple[str, str], tuple[str, str]]]:
+    """The groups of copies among `entries` (whose content keys are `keys`: near ones too with
+    --dedup near), each its kept copy first, and each exact copy's exact group's first."""
+    crc = np.array([k[0] for k in keys], np.uint32)
+    size = np.array([k[1] for k in keys], np.uint64)
+    groups = confirm(candidates(crc, size), entries, dataset, options)
+    same = {member: group[0] for group in groups for member in group}
+    if options.dedup == "near":
+        groups = _near_groups(keys, entries, groups, options.near_distance)
+    return groups, same
+
+
+def drop_reasons(
+    groups: list[Group], same: dict[tuple[str, str], tuple[str, str]]
+) -> dict[tuple[str, str], str]:
+    """(split, key) -> skip reason of each copy but the first of each group: `duplicate of
+    <split>/<key>`, `near duplicate of` where only the perceptual hashes tell them alike."""
+    dropped = {}
+    for kept, *copies in groups:
+        dropped.update({copy: f"{'' if same.get(copy) == kept else 'near '}duplicate of "
+                              f"{kept[0]}/{kept[1]}" for copy in copies})  # fmt: skip
+    return dropped
 
 
 def content_keys(

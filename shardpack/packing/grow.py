@@ -15,6 +15,7 @@ import copy
 import hashlib
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from itertools import count, repeat
 
@@ -32,15 +33,25 @@ from shardpack.index import (
     MAX_NAMED_SKIPPED,
     Index,
     load_index,
+    named_skipped,
     uniform_size,
 )
 from shardpack.options import PackOptions
-from shardpack.packing import gaps, packer, stamps
-from shardpack.packing.contents import Entry, entries, load_contents, write_contents
+from shardpack.packing import duplicates, gaps, packer, stamps
+from shardpack.packing.contents import (
+    Contents,
+    Entry,
+    Skip,
+    entries,
+    load_contents,
+    meta,
+    write_contents,
+)
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
-from shardpack.packing.outdir import flag, plan_record, prepare_growth
+from shardpack.packing.outdir import flag, plan_record, prepare_growth, read_state
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan
+from shardpack.packing.stats import entry_summaries
 from shardpack.sources import Dataset, Item, keeping, scan, source_root
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.atomic import json_bytes
@@ -58,9 +69,10 @@ class Change:
     """What SRC holds that OUT does not, and the other way round."""
 
     new: dict[str, list[Item]]  # per split
-    changed: dict[str, list[Item]]  # items whose bytes differ from the packed ones, per split
-    vanished: int  # packed items SRC no longer has
+    changed: dict[str, list[Item]]  # items whose bytes, label or fields differ, per split
+    vanished: int  # packed items SRC no longer has (or, --update, copies it drops)
     touched: frozenset[str]  # shards holding a changed or vanished item
+    read: dict[str, tuple[int, int, int | None]]  # the content keys of the held items read
 
     def summary(self, mode: str, rewritten: int) -> dict[str, object]:
         """The run's counts, as the history and the summary give them."""
@@ -68,6 +80,22 @@ class Change:
         changed = sum(map(len, self.changed.values()))
         return {"mode": mode, "added": added, "changed": changed, "removed": self.vanished,
                 "shards_rewritten": rewritten}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Copies:
+    """The copies among what the grown dataset holds and is given, as a fresh pack finds them."""
+
+    groups: list[duplicates.Group]  # each its kept copy first
+    dropped: dict[tuple[str, str], str]  # (split, key) -> reason: the copies --dedup leaves out
+
+    def summary(self, options: PackOptions) -> dict:
+        """index.json's `duplicates`."""
+        return duplicates.summary(self.groups, len(self.dropped), options)
+
+    def per_split(self) -> dict[str, int]:
+        """The copies left out of each split."""
+        return dict(Counter(split for split, _ in self.dropped))
 
 
 def grow(
@@ -84,27 +112,38 @@ def grow(
     with out.lock(False), keeping():
         old = _old_index(out)
         _remove_retired(out, old)
+        taken = _taken_names(out, old)
         options = dataset_options(old, given)
         CONTAINERS[options.format].require()
+        update = options.grow == "update"
         with packer._no_gc():  # millions of objects and no cycles, as pack's scan
-            contents, loaded = load_contents(out, old), stamps.load(out, old)
+            held, loaded = load_contents(out, old), stamps.load(out, old)
+            contents = held.shards
             known = dict(loaded)
             dataset = _scan(src_root, options, old, storage_options)
             options = replace(options, classes=dataset.classes or None)
-            change = _compare(dataset, contents, known, options)
-        update = options.grow == "update"
+            if options.split is not None:  # a held item keeps its split; new ones are cut
+                dataset = _keep_splits(dataset, old, held)
+            change = _compare(dataset, held, known, options)
+            copies = _copies(dataset, contents, change, options, update)
+            dataset, change = _without(dataset, change, copies, contents, update)
         touched = change.touched if update else frozenset()
         todo = {s: [*change.new.get(s, ()), *(change.changed.get(s, ()) if update else ())]
                 for s in dataset.splits}  # fmt: skip
         if update:
             _add_survivors(todo, dataset, contents, touched, change)
+        loose = _loose(dataset, old, held, touched)
         if not any(todo.values()) and not touched:  # (gaps a stop left are closed still)
             if known != loaded:  # files read again, their bytes unchanged: read no more
                 stamps.save(out, old.raw, stamps.held(contents.values(), known))
-            old = close_gaps(out, old, contents)
+            told = _told(old.raw["splits"], dataset, contents, loose, copies, options)
+            if told != {k: old.raw.get(k) for k in told} or loose != held.loose:  # to report
+                _retell(out, old, told, contents, loose)
+                old = load_index(out)
+            old = close_gaps(out, old, contents, loose)
             return _nothing(out.root, old, change, options.grow, start)
         generation = old.raw.get("generation", 0) + 1
-        plan = grow_plan(dataset, todo, old, options, generation, touched)
+        plan = grow_plan(dataset, todo, old, options, generation, touched, taken)
         record = {**plan_record(plan, options), "grow": options.grow, "generation": generation}
         listed = {s.file for split in old.splits.values() for s in split.shards}
         reused = prepare_growth(out, plan, listed)
@@ -113,26 +152,29 @@ def grow(
             plan, record, reused, options, dataset, out, workers, progress
         )
         fresh = entries(plan, results)
+        plan, results, loose = _without_empty(out, plan, results, fresh, loose)
+        fresh = {spec.file: fresh[spec.file] for spec in plan.shards}
         summary = change.summary(options.grow, len(touched))
         seconds = time.perf_counter() - start
         written = sum(r.num_records for r in results) - sum(r.num_records for r in reused)
         stats = {"seconds": round(seconds, 3), "workers": workers,
                  "images_per_second": round(written / seconds, 1) if seconds else None}  # fmt: skip
         doc, kept = _document(old, dataset, plan, results, fresh, contents, touched)
+        doc.update(_told(doc["splits"], dataset, {**kept, **fresh}, loose, copies, options))
         doc["history"] = [*_history(old), {"generation": generation, "when": _now(), **summary}]
         doc["history"] = doc["history"][-MAX_HISTORY:]
         doc["stats"] = {**old.raw.get("stats", {}), **stats}
         moved = gaps.moves(doc, CONTAINERS[options.format])  # the gaps the update leaves
         doc["retired"] = sorted({*doc["retired"], *moved.values()})  # what a stop leaves there
         index = packer.write_outputs(out, doc, results, options.index_files, tfds=not moved)
-        write_contents(out, {**contents, **fresh})  # agrees with the old index and the new
+        write_contents(out, {**contents, **fresh}, loose)  # agrees with the old index and new
         out.put(INDEX_NAME, json_bytes(doc))  # the grown dataset is there from now on
         if touched:  # the next grow removes what a stop here leaves (doc["retired"])
-            write_contents(out, {**kept, **fresh})
+            write_contents(out, {**kept, **fresh}, loose)
             _remove_retired(out, index)
         known.update(stamps.written(plan, results))  # the planned items' own, or none
         stamps.save(out, doc, stamps.held({**kept, **fresh}.values(), known))
-        index = close_gaps(out, index, {**kept, **fresh})
+        index = close_gaps(out, index, {**kept, **fresh}, loose)
     notes = _said(change, options.grow)
     return packer.PackResult(out.root, index, sum(s.num_records for s in index.splits.values()),
                              doc["num_skipped"], time.perf_counter() - start, len(reused),
@@ -140,10 +182,12 @@ def grow(
                              notes, summary)  # fmt: skip
 
 
-def close_gaps(out: Storage, index: Index, contents: dict[str, Entry]) -> Index:
+def close_gaps(
+    out: Storage, index: Index, contents: dict[str, Entry], loose: tuple[Skip, ...]
+) -> Index:
     """Close the gaps in the numbering of `index`, which is in place (gaps.py), with the DALI
-    index files of the shards moved; `contents`: the entries of its shards. Returns the index
-    in place after."""
+    index files of the shards moved; `contents`: the entries of its shards, `loose`: its skips
+    with no shard (contents.py). Returns the index in place after."""
     moved = gaps.moves(index.raw, index.container)
     if not moved:
         return index
@@ -155,11 +199,11 @@ def close_gaps(out: Storage, index: Index, contents: dict[str, Entry]) -> Index:
             gaps.copy_file(idx, f"{name}.idx", f"{to}.idx")
     doc = gaps.closed(index.raw, moved, index.container)
     renamed = {moved.get(file, file): entry for file, entry in contents.items()}
-    write_contents(out, {**contents, **renamed})  # agrees with both indexes
+    write_contents(out, {**contents, **renamed}, loose)  # agrees with both indexes
     closed = packer.write_outputs(out, doc, [], False)  # TFDS metadata now
     out.put(INDEX_NAME, json_bytes(doc))
     write_contents(out, {s.file: renamed[s.file] for split in closed.splits.values()
-                         for s in split.shards})  # fmt: skip
+                         for s in split.shards}, loose)  # fmt: skip
     _remove_retired(out, closed)
     return closed
 
@@ -190,6 +234,33 @@ def _old_index(out: Storage) -> Index:
         raise OutputError(f"{out.path(INDEX_NAME)}: lists a shard twice, as no pack writes it; "
                           "repack with --overwrite")  # fmt: skip
     return index
+
+
+def _taken_names(out: Storage, old: Index) -> frozenset[str]:
+    """The shard names a grow must not write: those the index lists and those on OUT's disk,
+    bar the finished shards of a stopped grow's journal (its rerun keeps or replaces them).
+
+    Raises:
+        OutputError: the index contradicts OUT: it lists a shard that is not there, or holds a
+            shard count that no pack writes.
+    """
+    where = out.path(INDEX_NAME)
+    for name, entry in old.raw["splits"].items():
+        for field, least in (("next_shard", 0), ("name_count", 1)):
+            value = entry.get(field, least)
+            if type(value) is not int or value < least:
+                raise OutputError(f"{where}: split {printable(name)}'s {field} is "
+                                  f"{_shown(value)}, which no pack writes; repack with "
+                                  "--overwrite")  # fmt: skip
+    state = read_state(out)
+    listed = {s.file for split in old.splits.values() for s in split.shards}
+    missing = sorted(listed - state.names)
+    if missing:
+        raise OutputError(f"{where}: lists {printable(missing[0])}, which is not in OUT "
+                          f"({len(missing):,} listed shards missing); put it back, or repack "
+                          "with --overwrite")  # fmt: skip
+    ours = {r.file for r in state.finished}
+    return frozenset(listed | {n for n in state.names if is_shard_name(n)} - ours)
 
 
 def _json(value: object) -> object:
@@ -273,39 +344,45 @@ def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Da
 
 
 def _compare(
-    dataset: Dataset, contents: dict[str, Entry], known: dict[str, int], options: PackOptions
+    dataset: Dataset, held_: Contents, known: dict[str, int], options: PackOptions
 ) -> Change:
     """What is new in SRC, what changed and what vanished, by (split, key). A held item whose
-    file has its content key's size and the mtime `known` (stamps.py) is unchanged, unread;
-    the others are read and keyed as workers key them, and where the bytes are the packed
-    ones their file's new mtime goes into `known` (the next run reads them no more)."""
-    held = {}  # key -> (shard, position, content size); keys are unique across the splits
-    tried = set()  # skipped when packed: not new, and not worth a rewrite when gone
+    file has its content key's size and the mtime `known` (stamps.py) and whose label and
+    fields are the packed ones is unchanged, unread; the others are read and keyed as workers
+    key them, and where the bytes are the packed ones their file's new mtime goes into `known`
+    (the next run reads them no more). An item changes when its bytes, label or fields do."""
+    contents = held_.shards
+    held = {}  # key -> (shard, position, content size, meta); keys are unique across the splits
+    tried = {key for _, key, _ in held_.loose}  # skipped when packed: not new, nor a rewrite
     for file, entry in contents.items():
-        held.update(zip(entry["keys"], zip(repeat(file), count(), entry["size"]), strict=True))
+        held.update(zip(entry["keys"], zip(repeat(file), count(), entry["size"], entry["meta"]),
+                        strict=True))  # fmt: skip
         tried.update(entry["skipped"])
     new: dict[str, list[Item]] = {}
     present: list[tuple[str, Item]] = []
     recorded = []  # the stamp of each present item's file, if unchanged: (size, mtime)
+    relabelled = set()  # keys of the held items whose label or fields differ
     for name, items in dataset.splits.items():
         for item in items:
             found = held.get(item.key)
             if found is not None:
                 present.append((name, item))
                 recorded.append((found[2], known.get(item.key)))
+                if found[3] is not None and found[3] != meta(item):
+                    relabelled.add(item.key)
             elif item.key not in tried:
                 new.setdefault(name, []).append(item)
     now = stamps.taken(dataset.source, dataset.root, (item for _, item in present))
     unsure = [(name, item, stamp)  # (split, item, stamp) of the files whose stamp differs
               for (name, item), stamp, was in zip(present, now, recorded, strict=True)
-              if stamp != was]  # fmt: skip
+              if stamp != was or item.key in relabelled]  # fmt: skip
     keys = content_keys([(name, item) for name, item, _ in unsure], dataset, options,
                         options.workers or machine_cores())  # fmt: skip
     changed: dict[str, list[Item]] = {}
     touched = set()
     for (name, item, stamp), key in zip(unsure, keys, strict=True):
-        file, i, size = held[item.key]
-        if key[:2] != (contents[file]["crc"][i], size):
+        file, i, size, _ = held[item.key]
+        if key[:2] != (contents[file]["crc"][i], size) or item.key in relabelled:
             changed.setdefault(name, []).append(item)
             touched.add(file)
         elif (mtime := stamps.kept(stamp, key[1])) is not None:
@@ -314,8 +391,158 @@ def _compare(
     gone = set()
     if vanished:
         seen = {item.key for _, item in present}
-        gone = {file for key, (file, _, _) in held.items() if key not in seen}
-    return Change(new, changed, vanished, frozenset(touched | gone))
+        gone = {file for key, (file, *_) in held.items() if key not in seen}
+    read = {item.key: key for (_, item, _), key in zip(unsure, keys, strict=True)}
+    return Change(new, changed, vanished, frozenset(touched | gone), read)
+
+
+def _copies(
+    dataset: Dataset, contents: dict[str, Entry], change: Change, options: PackOptions,
+    update: bool,
+) -> Copies:  # fmt: skip
+    """The copies among the items the grown dataset will hold, as a fresh pack of SRC finds
+    them: the held items keyed by contents.json (or as _compare read them), the new ones read
+    now; --dedup near compares the held items unread by their bytes alone. With --dedup, each
+    group keeps its copy as a fresh pack would (the evaluation split's), save that --append,
+    which never rewrites a shard, keeps the held copy of a group that has one."""
+    held = {key: (file, i) for file, entry in contents.items()
+            for i, key in enumerate(entry["keys"])}  # fmt: skip
+    new = {item.key for items in change.new.values() for item in items}
+    members: list[duplicates.Entry] = []
+    keys: list[tuple[int, int, int | None] | None] = []
+    for split in sorted(dataset.splits):
+        for item in dataset.splits[split]:
+            if item.key in new or item.key in change.read:
+                keys.append(change.read.get(item.key))
+            elif item.key in held:
+                file, i = held[item.key]
+                keys.append((contents[file]["crc"][i], contents[file]["size"][i], None))
+            else:
+                continue  # skipped when packed: not in the dataset
+            members.append((split, item))
+    unread = [i for i, key in enumerate(keys) if key is None]
+    threads = options.workers or machine_cores()
+    for i, key in zip(unread, content_keys([members[i] for i in unread], dataset, options,
+                                           threads), strict=True):  # fmt: skip
+        keys[i] = key
+    groups, same = duplicates.find_groups(members, keys, dataset, options)
+    if options.dedup == "none":
+        return Copies(groups, {})
+    fixed = set() if update else {(s, item.key) for s, item in members if item.key not in new}
+    if fixed:
+        groups = [_held_first(group, fixed) for group in groups]
+        groups.sort(key=lambda group: duplicates._kept_first(group[0]))
+    dropped = duplicates.drop_reasons(groups, same)
+    return Copies(groups, {m: r for m, r in dropped.items() if m not in fixed})
+
+
+def _held_first(group: duplicates.Group, fixed: set[tuple[str, str]]) -> duplicates.Group:
+    """A group with its first held member first (the copy --append keeps), if it has one."""
+    first = next((m for m in group if m in fixed), None)
+    return group if first is None else [first, *(m for m in group if m != first)]
+
+
+def _without(
+    dataset: Dataset, change: Change, copies: Copies, contents: dict[str, Entry], update: bool
+) -> tuple[Dataset, Change]:
+    """The dataset and the change without the copies --dedup leaves out: a held one (--update
+    alone) leaves its shard, which is rewritten."""
+    drop = {key for _, key in copies.dropped}
+    if not drop:
+        return dataset, change
+    where = {key: file for file, entry in contents.items() for key in entry["keys"]}
+    out_of = {where[key] for key in drop if key in where}
+    keep = lambda items: [item for item in items if item.key not in drop]  # noqa: E731
+    splits = {split: tuple(keep(items)) for split, items in dataset.splits.items()}
+    new = {split: keep(items) for split, items in change.new.items()}
+    changed = {split: keep(items) for split, items in change.changed.items()}
+    removed = sum(key in where for key in drop)
+    return replace(dataset, splits=splits), replace(
+        change, new=new, changed=changed, vanished=change.vanished + removed,
+        touched=change.touched | out_of)  # fmt: skip
+
+
+def _keep_splits(dataset: Dataset, old: Index, held: Contents) -> Dataset:
+    """The dataset --split cut anew with each held item (packed or skipped) in its split."""
+    split_of = {key: split for split, key, _ in held.loose}
+    for name, split in old.splits.items():
+        for shard in split.shards:
+            entry = held.shards[shard.file]
+            split_of.update(dict.fromkeys([*entry["keys"], *entry["skipped"]], name))
+    splits: dict[str, list[Item]] = {name: [] for name in dataset.splits}
+    for name, items in dataset.splits.items():
+        for item in items:
+            splits.setdefault(split_of.get(item.key, name), []).append(item)
+    return replace(dataset, splits={name: tuple(items) for name, items in splits.items()})
+
+
+def _loose(
+    dataset: Dataset, old: Index, held: Contents, touched: frozenset[str]
+) -> tuple[Skip, ...]:
+    """The skips no shard will note: the held ones (those of the shards --update rewrites
+    among them) of items SRC still has."""
+    present = {item.key for items in dataset.splits.values() for item in items}
+    found = [skip for skip in held.loose if skip[1] in present]
+    for name, split in old.splits.items():
+        for shard in split.shards:
+            if shard.file in touched:
+                entry = held.shards[shard.file]
+                found += [(name, key, reason) for key, reason
+                          in zip(entry["skipped"], entry["reasons"], strict=True)
+                          if key in present]  # fmt: skip
+    return tuple(found)
+
+
+def _without_empty(
+    out: Storage, plan: Plan, results: list[ShardResult], fresh: dict[str, Entry],
+    loose: tuple[Skip, ...],
+) -> tuple[Plan, list[ShardResult], tuple[Skip, ...]]:  # fmt: skip
+    """The plan and results without the shards whose every item was skipped (removed: no grow
+    lists an empty shard), their skips kept as loose ones."""
+    empty = {r.file for r in results if r.num_records == 0}
+    if not empty:
+        return plan, results, loose
+    out.remove(sorted(empty))
+    loose += tuple((spec.split, key, reason) for spec in plan.shards if spec.file in empty
+                   for key, reason in zip(fresh[spec.file]["skipped"],
+                                          fresh[spec.file]["reasons"], strict=True))  # fmt: skip
+    shards = tuple(spec for spec in plan.shards if spec.file not in empty)
+    return replace(plan, shards=shards), [r for r in results if r.file not in empty], loose
+
+
+def _told(
+    splits: dict[str, dict],
+    dataset: Dataset,
+    shards: dict[str, Entry],
+    loose: tuple[Skip, ...],
+    copies: Copies,
+    options: PackOptions,
+) -> dict[str, object]:
+    """What index.json says of the grown dataset's skips, copies and statistics, as a fresh
+    pack of SRC says it: `splits` (index.json's) and `shards` (their contents.json entries)."""
+    by_split = {name: [shards[s["file"]] for s in entry["shards"]]
+                for name, entry in splits.items()}  # fmt: skip
+    noted = [pair for entries_ in by_split.values() for entry in entries_
+             for pair in zip(entry["skipped"], entry["reasons"], strict=True)]  # fmt: skip
+    every = [*dataset.skipped, *((key, why) for (_, key), why in copies.dropped.items()), *noted,
+             *((key, why) for _, key, why in loose)]  # fmt: skip
+    reasons: dict[str, list[str]] = {}
+    for split, _, why in loose:
+        reasons.setdefault(split, []).append(why)
+    return {"skipped": named_skipped(every), "num_skipped": len(every),
+            "duplicates": copies.summary(options),
+            "summaries": entry_summaries(by_split, reasons, copies.per_split())}  # fmt: skip
+
+
+def _retell(
+    out: Storage, old: Index, told: dict, contents: dict[str, Entry], loose: tuple[Skip, ...]
+) -> None:
+    """Write the index of a grow that wrote no shard but has new copies or skips to report (the
+    same plan: the stamps still hold)."""
+    doc = {**old.raw, **told}
+    write_contents(out, contents, loose)
+    packer.write_outputs(out, doc, [], False, tfds=not gaps.moves(doc, old.container))
+    out.put(INDEX_NAME, json_bytes(doc))
 
 
 def _add_survivors(
@@ -345,20 +572,24 @@ def grow_plan(
     options: PackOptions,
     generation: int,
     touched: frozenset[str],
+    taken: frozenset[str] = frozenset(),
 ) -> Plan:
     """The new shards: each split's items shuffled with the generation's seed, cut by the
     dataset's shard size (never by the worker count: any machine plans alike), numbered after
-    the split's last shard and named with the count the split was first packed with."""
+    the split's last shard, past any `taken` name, and named with the count the split was
+    first packed with."""
     sub = replace(dataset, splits={s: tuple(items) for s, items in todo.items() if items})
     seed = grow_seed(options.seed, generation) if options.shuffle else options.seed
     plan = make_plan(sub, old.name, replace(options, seed=seed, shards=None), 1)
     container = CONTAINERS[options.format]
-    shards = []
+    shards, following = [], {}
     for spec in plan.shards:
         entry = old.raw["splits"].get(spec.split, {})
         count = entry.get("name_count", len(entry.get("shards", ())) or spec.num_shards)
-        index = entry.get("next_shard", len(entry.get("shards", ()))) + spec.index
-        file = container.shard_name(old.name, spec.split, index, count)
+        index = following.get(spec.split, entry.get("next_shard", len(entry.get("shards", ()))))
+        while (file := container.shard_name(old.name, spec.split, index, count)) in taken:
+            index += 1  # never a name an index lists or OUT holds
+        following[spec.split] = index + 1
         shards.append(ShardSpec(spec.split, index, count, file, spec.items))
     digest = hashlib.sha256(json.dumps(
         [plan.digest, old.raw.get("plan_digest"), generation, options.grow, sorted(touched),

@@ -9,7 +9,7 @@ from collections import Counter
 
 import numpy as np
 
-from shardpack.packing.facts import table
+from shardpack.packing.facts import FACT_DTYPE, table
 from shardpack.packing.plan import Plan, ShardResult
 
 # Bins of the histograms: few enough for the index, enough for a chart.
@@ -34,6 +34,35 @@ def split_summaries(
         for what, value, n in result.tally:
             tally[_TALLIED.get(what, what), value] += n
         tally.update(("skipped", reason_kind(reason)) for _, reason in result.skipped)
+    return _summaries(tables, counts, dropped)
+
+
+def entry_summaries(
+    shards: dict[str, list[dict]], skipped: dict[str, list[str]], dropped: dict[str, int]
+) -> dict[str, dict]:
+    """split_summaries of a grown dataset, from the contents.json entries of each split's
+    shards (contents.py), each split's skip reasons with no shard to note them, and `dropped`."""
+    tables: dict[str, list[np.ndarray]] = {}
+    counts: dict[str, Counter] = {}
+    for split, entries in shards.items():
+        tally = counts.setdefault(split, Counter())
+        for entry in entries:
+            rows = np.zeros(len(entry["keys"]), FACT_DTYPE)
+            for field in ("size", "width", "height"):
+                rows[field] = entry[field]
+            tables.setdefault(split, []).append(rows)
+            for what, value, n in entry["tally"]:
+                tally[_TALLIED.get(what, what), value] += n
+            tally.update(("skipped", reason_kind(reason)) for reason in entry["reasons"])
+    for split, reasons in skipped.items():
+        counts.setdefault(split, Counter()).update(("skipped", reason_kind(r)) for r in reasons)
+    return _summaries(tables, counts, dropped)
+
+
+def _summaries(
+    tables: dict[str, list[np.ndarray]], counts: dict[str, Counter], dropped: dict[str, int]
+) -> dict[str, dict]:
+    """Each split's summary of its records' facts and its tallies, with `dropped` duplicates."""
     for split, n in dropped.items():
         counts.setdefault(split, Counter())["skipped", "duplicate"] += n
     summaries = {}
