@@ -126,7 +126,17 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         f"packed {plural(summary['records'], 'image')} into {plural(shards, 'shard')} "
         f"({_human_bytes(total)}) in {summary['seconds']:.2f} s"
     )
-    if resumed:  # the rate is the new work's: kept shards cost nothing this time
+    grow = summary["grow"]
+    if grow:  # this run's work: the new items, their count and rate (or none at all)
+        dataset = (f"{plural(summary['records'], 'image')} in {plural(shards, 'shard')} "
+                   f"({_human_bytes(total)})")  # fmt: skip
+        if grow.get("nothing"):
+            typer.echo(f"nothing to {'add' if grow['mode'] == 'append' else 'update'}: "
+                       f"{summary['out']} is unchanged, {dataset}")  # fmt: skip
+        else:
+            typer.echo(f"{grow['mode']}: wrote {plural(summary['new_records'], 'image')} in "
+                       f"{summary['seconds']:.2f} s at {rate}; the dataset: {dataset}")  # fmt: skip
+    elif resumed:  # the rate is the new work's: kept shards cost nothing this time
         kept = (
             f"kept {summary['shards_kept']:,} of {plural(shards, 'shard')} from an earlier run"
             if summary["shards_kept"]  # else a fresh folder, or another plan's: say so
@@ -142,11 +152,7 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
             f"{plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
         )
     _print_classes_and_features(summary)
-    grow = summary["grow"]
-    if grow and grow.get("nothing"):
-        typer.echo(f"nothing to {'add' if grow['mode'] == 'append' else 'update'}: "
-                   f"{summary['out']} is unchanged")  # fmt: skip
-    elif grow:
+    if grow and not grow.get("nothing"):
         typer.echo(f"{grow['mode']}: added {grow['added']:,}, changed {grow['changed']:,}, "
                    f"removed {grow['removed']:,}; {plural(grow['shards_rewritten'], 'shard')} "
                    "rewritten")  # fmt: skip

@@ -79,9 +79,7 @@ class PackResult:
                 }
                 for name, split in self.index.splits.items()
             },
-            "seconds": doc["stats"]["seconds"],
-            "images_per_second": doc["stats"]["images_per_second"],
-            "workers": doc["stats"]["workers"],
+            **(self._run_stats() if self.grow else {k: doc["stats"][k] for k in _RUN_STATS}),
             "lossless": doc["stats"].get("lossless", 0),
             "shards_kept": self.num_reused,
             "new_records": self.new_records,
@@ -95,6 +93,17 @@ class PackResult:
             "features": {name: feature_type(f) for name, f in self.index.schema.extras.items()},
             "grow": self.grow,
         }
+
+    def _run_stats(self) -> dict:
+        """A grow's time, rate and workers: this run's (its new items'), not the dataset's
+        first pack's; a grow that wrote nothing has no rate and ran no worker."""
+        wrote = self.new_records and self.seconds
+        workers = self.index.raw["stats"]["workers"] if wrote else 0
+        rate = round(self.new_records / self.seconds, 1) if wrote else None
+        return {"seconds": round(self.seconds, 3), "images_per_second": rate, "workers": workers}
+
+
+_RUN_STATS = ("seconds", "images_per_second", "workers")
 
 
 # The summary names the first this many classes: enough to see a list changed, bounded for

@@ -12,7 +12,8 @@ read and keyed as the workers key them.
 The stamps say what the source was, not what the dataset is: a hidden file beside the journal,
 outside what a pack must reproduce byte for byte. It is written after index.json, for the
 index whose plan_digest it names; a stop before it leaves the older stamps, which can only send
-a file to be read again. Read as untrusted: bounded, and anything off is taken as no stamps.
+a file to be read again. Read as untrusted: bounded in bytes and in values (no more than its
+index's records need), and anything off is taken as no stamps.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Iterable
 from stat import S_ISREG
 
 from shardpack.index import Index
+from shardpack.packing.contents import values
 from shardpack.packing.facts import table
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Item, Source
@@ -32,6 +34,9 @@ from shardpack.storage import Storage
 STAMPS_NAME = ".shardpack.stamps"
 FORMAT = "shardpack-stamps"
 MAX_STAMPS_BYTES = 1 << 30  # a million items' keys and mtimes fit many times over
+# The JSON values a stamps file may hold per record of its index (a key and an mtime each),
+# beyond a few of its own: past that it is planted, and taken as no stamps, unparsed.
+VALUES_PER_RECORD = 2
 Stamp = tuple[int, int] | None  # (size, mtime_ns); None: none taken, the bytes tell
 # A file modified this close before its stamp was taken gets none: a rewrite just after the
 # worker read it could fall in the same tick of the filesystem's clock (2 s on FAT) and keep
@@ -90,11 +95,16 @@ def save(out: Storage, index_doc: dict, mtimes: dict[str, int | None]) -> None:
 def load(out: Storage, index: Index) -> dict[str, int]:
     """key -> mtime of the items `index` holds as last packed; {} where the file is missing,
     too large, not ours or of another index."""
+    records = sum(split.num_records for split in index.splits.values())
     try:
         with out.open(STAMPS_NAME) as blob:
             if blob.size > MAX_STAMPS_BYTES:
                 return {}
-            doc = json.loads(blob.pread(blob.size, 0))
+            text = blob.pread(blob.size, 0)
+        limit = VALUES_PER_RECORD * records + 16
+        if values(text, limit) > limit:  # each a Python object: more than the index's records
+            return {}
+        doc = json.loads(text)
     except (OSError, ValueError, RecursionError):
         return {}
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:

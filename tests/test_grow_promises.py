@@ -1,0 +1,130 @@
+"""Grows keep every promise a fresh pack makes (issues 33 and 34): copies, leaks and skips are
+found and told as a fresh pack of the final tree tells them, statistics cover every record, a
+skip survives a rewrite, no grow writes an empty shard or a name OUT holds, an item changes
+when any of its fields does, a held item keeps its split, and OUT's bookkeeping is bounded."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from shardpack.options import PackOptions
+from shardpack.packing.packer import pack
+from shardpack.read.stream import iter_examples
+from tests.helpers import image, make_tree, one_line_error, run_cli, shard_files, write_image
+
+
+def _split_tree(root: Path) -> Path:
+    """train/ and test/ of two classes; train/cat/img_001.jpg is a copy of a test image."""
+    src = root / "src"
+    for split, seed in (("train", 0), ("test", 500)):
+        for cls, n, offset in (("cat", 4, 0), ("dog", 3, 5)):
+            for i in range(n):
+                write_image(src / split / cls / f"img_{i:03d}.jpg", image(seed + 10 * i + offset))
+    _copy(src, "test/cat/img_000.jpg", "train/cat/img_001.jpg")
+    return src
+
+
+def _copy(src: Path, what: str, to: str) -> None:
+    (src / to).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / what, src / to)
+
+
+def _told(out: Path) -> dict:
+    """What index.json says of the records, skips, copies and statistics, and the keys read."""
+    doc = json.loads((out / "index.json").read_text())
+    return {
+        "keys": {s: sorted(r["key"] for r in iter_examples(out, s)) for s in doc["splits"]},
+        "class_counts": {name: split["class_counts"] for name, split in doc["splits"].items()},
+        "skipped": sorted((s["key"], s["reason"]) for s in doc["skipped"]),
+        "num_skipped": doc["num_skipped"],
+        "duplicates": doc["duplicates"],
+        "summaries": doc["summaries"],
+    }
+
+
+def _fresh(src: Path, root: Path, **options) -> dict:
+    out = root / "fresh"
+    shutil.rmtree(out, ignore_errors=True)
+    pack(src, out, PackOptions(workers=1, **options))
+    return _told(out)
+
+
+@pytest.mark.parametrize("dedup", ["none", "exact"])
+def test_a_grown_pack_tells_and_skips_copies_as_a_fresh_pack_of_the_final_tree(
+    tmp_path: Path, dedup: str
+):
+    """Issue 33, items 1-3: new copies among the new items, new copies of held ones in their
+    split and new leaks, through an --append and then an --update."""
+    src, out = _split_tree(tmp_path), tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, dedup=dedup))
+    write_image(src / "train" / "eel" / "new_000.jpg", image(900))  # new, and a new class
+    _copy(src, "train/eel/new_000.jpg", "train/eel/new_001.jpg")  # copies among the new
+    _copy(src, "train/dog/img_000.jpg", "train/dog/zz_000.jpg")  # a new copy of a held one
+    _copy(src, "test/dog/img_001.jpg", "train/cat/zz_001.jpg")  # a new leak, test's kept
+    pack(src, out, PackOptions(grow="append", workers=1))
+    assert _told(out) == _fresh(src, tmp_path, dedup=dedup)
+    _copy(src, "train/cat/img_002.jpg", "test/cat/new_002.jpg")  # a held train image leaks
+    (src / "train" / "dog" / "img_002.jpg").unlink()  # a removal: statistics subtract it
+    pack(src, out, PackOptions(grow="update", workers=1))
+    assert _told(out) == _fresh(src, tmp_path, dedup=dedup)
+    doc = json.loads((out / "index.json").read_text())
+    for name, split in doc["splits"].items():  # statistics cover every record
+        summary = doc["summaries"][name]
+        assert summary["records"] == split["num_records"] == sum(summary["formats"].values())
+
+
+def test_a_deduplicated_pack_grown_with_nothing_new_adds_nothing(tmp_path: Path):
+    """Issue 33, item 1: copies --dedup exact skipped stay skipped."""
+    src, out = _split_tree(tmp_path), tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, dedup="exact"))
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    for mode in ("append", "update"):
+        result = pack(src, out, PackOptions(grow=mode, workers=1))
+        assert result.grow["nothing"], result.grow
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    keys = sorted(r["key"] for r in iter_examples(out, "train"))
+    assert "train/cat/img_001.jpg" not in keys and len(keys) == 6
+
+
+def test_an_appended_copy_of_a_held_image_is_told_and_dedup_skips_it(tmp_path: Path):
+    """Issue 33, item 2: ten copies of train images appended into test, as a user met it."""
+    src, out = make_tree(tmp_path / "src" / "train", {"cat": 6, "dog": 6}).parent, tmp_path / "out"
+    make_tree(src / "test", {"cat": 2, "dog": 2}, seed=300)
+    pack(src, out, PackOptions(workers=1))
+    for i in range(5):
+        for cls in ("cat", "dog"):
+            _copy(src, f"train/{cls}/img_{i:03d}.jpg", f"test/{cls}/copy_{i:03d}.jpg")
+    pack(src, out, PackOptions(grow="append", workers=1))
+    said = run_cli("inspect", str(out)).stdout
+    assert "10 images of test are also in train" in said, said
+    assert _told(out) == _fresh(src, tmp_path)
+
+
+def _corrupt(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\xff\xd8\xff\xe0 not a JPEG at all")
+
+
+def test_a_skip_survives_its_shards_rewrite_and_no_grow_writes_an_empty_shard(tmp_path: Path):
+    """Issue 33, item 4."""
+    src, out = make_tree(tmp_path / "src", {"cat": 3}), tmp_path / "out"
+    _corrupt(src / "cat" / "bad.jpg")
+    pack(src, out, PackOptions(workers=1))
+    write_image(src / "cat" / "img_000.jpg", image(777))  # rewrites the shard that noted bad
+    assert pack(src, out, PackOptions(grow="update", workers=1)).grow["shards_rewritten"] == 1
+    assert pack(src, out, PackOptions(grow="append", workers=1)).grow["nothing"]
+    _corrupt(src / "cat" / "bad_2.jpg")  # all that is new is skipped: no shard of nothing
+    pack(src, out, PackOptions(grow="append", workers=1))
+    doc = json.loads((out / "index.json").read_text())
+    shards = [s for split in doc["splits"].values() for s in split["shards"]]
+    assert all(s["num_records"] for s in shards) and set(shard_files(out)) == {
+        s["file"] for s in shards
+    }
+    assert sorted(s["key"] for s in doc["skipped"]) == ["cat/bad.jpg", "cat/bad_2.jpg"]
+    assert doc["num_skipped"] == sum(doc["summaries"]["train"]["skipped"].values()) == 2
+    assert pack(src, out, PackOptions(grow="append", workers=1)).grow["nothing"]
+    assert _told(out) == _fresh(src, tmp_path)
