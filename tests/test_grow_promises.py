@@ -6,6 +6,7 @@ when any of its fields does, a held item keeps its split, and OUT's bookkeeping 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -128,3 +129,52 @@ def test_a_skip_survives_its_shards_rewrite_and_no_grow_writes_an_empty_shard(tm
     assert doc["num_skipped"] == sum(doc["summaries"]["train"]["skipped"].values()) == 2
     assert pack(src, out, PackOptions(grow="append", workers=1)).grow["nothing"]
     assert _told(out) == _fresh(src, tmp_path)
+
+
+def test_a_grows_summary_speaks_of_what_this_run_did(tmp_path: Path):
+    """Issue 33, item 13: the count and rate of the new items; a no-op reprints no time."""
+    src, out = make_tree(tmp_path / "src", {"cat": 20}), tmp_path / "out"
+    assert run_cli("pack", str(src), str(out), "--no-progress").returncode == 0
+    make_tree(tmp_path / "src", {"dog": 3}, seed=400)
+    done = run_cli("pack", str(src), str(out), "--append", "--no-progress", "--json")
+    said = json.loads(done.stdout)
+    assert said["new_records"] == 3 and said["records"] == 23
+    assert said["images_per_second"] == pytest.approx(3 / said["seconds"], rel=0.05)
+    head = run_cli("pack", str(src), str(out), "--update", "--no-progress").stdout
+    assert head.startswith("nothing to update: ") and "23 images in 2 shards" in head, head
+    assert not re.search(r"\d s\b|images/s", head), head  # no time, no rate: it did nothing
+    make_tree(tmp_path / "src", {"eel": 2}, seed=500)
+    head = run_cli("pack", str(src), str(out), "--append", "--no-progress").stdout
+    first = head.splitlines()[0]
+    assert first.startswith("append: wrote 2 images in ") and "25 images" in first, head
+    assert "packed 25" not in head
+
+
+def test_a_grow_never_writes_a_name_an_index_or_out_holds(tmp_path: Path):
+    """Issue 34, item 2: an index that says next_shard 0, a shard file no index lists, a listed
+    shard removed by hand."""
+    src, out = make_tree(tmp_path / "src", {"cat": 4, "dog": 4}), tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, shards=2))
+    index = json.loads((out / "index.json").read_text())
+    index["splits"]["train"]["next_shard"] = 0
+    (out / "index.json").write_text(json.dumps(index))
+    before = shard_files(out)
+    make_tree(tmp_path / "src", {"eel": 2}, seed=600)
+    pack(src, out, PackOptions(grow="append", workers=1))
+    after = shard_files(out)
+    assert {name: after[name] for name in before} == before
+    assert sorted(set(after) - set(before)) == ["src-train.tfrecord-00002-of-00002"]
+    assert len(list(iter_examples(out))) == 10
+    stray = out / "src-train.tfrecord-00003-of-00002"  # put there by hand: not ours to replace
+    stray.write_bytes(b"someone's bytes")
+    make_tree(tmp_path / "src", {"fox": 1}, seed=700)
+    one_line_error(run_cli("pack", str(src), str(out), "--append"), stray.name, "no index")
+    assert shard_files(out) == {**after, stray.name: b"someone's bytes"}
+    stray.unlink()
+    (out / "src-train.tfrecord-00000-of-00002").unlink()  # a listed shard removed by hand
+    one_line_error(run_cli("pack", str(src), str(out), "--append"),
+                   "src-train.tfrecord-00000-of-00002", "not in OUT", "--overwrite")  # fmt: skip
+    index = json.loads((out / "index.json").read_text())
+    index["splits"]["train"]["next_shard"] = "7"
+    (out / "index.json").write_text(json.dumps(index))
+    one_line_error(run_cli("pack", str(src), str(out), "--append"), "next_shard")

@@ -16,6 +16,7 @@ import hashlib
 import json
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from itertools import count, repeat
 
@@ -49,7 +50,7 @@ from shardpack.packing.contents import (
 )
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
-from shardpack.packing.outdir import flag, plan_record, prepare_growth, read_state
+from shardpack.packing.outdir import OutState, flag, plan_record, prepare_growth, read_state
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan
 from shardpack.packing.stats import entry_summaries
 from shardpack.sources import Dataset, Item, keeping, scan, source_root
@@ -112,7 +113,7 @@ def grow(
     with out.lock(False), keeping():
         old = _old_index(out)
         _remove_retired(out, old)
-        taken = _taken_names(out, old)
+        listed, state = _checked_names(out, old)
         options = dataset_options(old, given)
         CONTAINERS[options.format].require()
         update = options.grow == "update"
@@ -143,10 +144,11 @@ def grow(
             old = close_gaps(out, old, contents, loose)
             return _nothing(out.root, old, change, options.grow, start)
         generation = old.raw.get("generation", 0) + 1
-        plan = grow_plan(dataset, todo, old, options, generation, touched, taken)
+        plan = grow_plan(dataset, todo, old, options, generation, touched, listed)
+        if state.journal_digest != plan.digest:  # (a stopped run of this plan wrote its own)
+            _refuse_strays(out, (spec.file for spec in plan.shards), _unlisted(state, listed))
         record = {**plan_record(plan, options), "grow": options.grow, "generation": generation}
-        listed = {s.file for split in old.splits.values() for s in split.shards}
-        reused = prepare_growth(out, plan, listed)
+        reused = prepare_growth(out, plan, set(listed))
         workers = 1 if out.in_process or src_root.in_process else given.workers or machine_cores()
         results = packer._write_shards(
             plan, record, reused, options, dataset, out, workers, progress
@@ -191,6 +193,8 @@ def close_gaps(
     moved = gaps.moves(index.raw, index.container)
     if not moved:
         return index
+    listed = {s.file for split in index.splits.values() for s in split.shards}
+    _refuse_strays(out, moved.values(), _unlisted(read_state(out), listed))
     idx = out.child(INDEX_FILES_DIR)
     held = {e.name for e in idx.listdir()} if out.kind(INDEX_FILES_DIR) == "dir" else set()
     for name, to in moved.items():
@@ -236,9 +240,9 @@ def _old_index(out: Storage) -> Index:
     return index
 
 
-def _taken_names(out: Storage, old: Index) -> frozenset[str]:
-    """The shard names a grow must not write: those the index lists and those on OUT's disk,
-    bar the finished shards of a stopped grow's journal (its rerun keeps or replaces them).
+def _checked_names(out: Storage, old: Index) -> tuple[frozenset[str], OutState]:
+    """The shard names `old` lists and what OUT holds, once the index is found to agree with
+    OUT.
 
     Raises:
         OutputError: the index contradicts OUT: it lists a shard that is not there, or holds a
@@ -253,14 +257,30 @@ def _taken_names(out: Storage, old: Index) -> frozenset[str]:
                                   f"{_shown(value)}, which no pack writes; repack with "
                                   "--overwrite")  # fmt: skip
     state = read_state(out)
-    listed = {s.file for split in old.splits.values() for s in split.shards}
+    listed = frozenset(s.file for split in old.splits.values() for s in split.shards)
     missing = sorted(listed - state.names)
     if missing:
         raise OutputError(f"{where}: lists {printable(missing[0])}, which is not in OUT "
                           f"({len(missing):,} listed shards missing); put it back, or repack "
                           "with --overwrite")  # fmt: skip
+    return listed, state
+
+
+def _refuse_strays(out: Storage, names: Iterable[str], held: frozenset[str]) -> None:
+    """Refuse to write any of `names` that OUT holds (`held`) unasked: a file no index lists
+    and no stopped run of this plan wrote."""
+    strays = sorted(set(names) & held)
+    if strays:
+        raise OutputError(f"{out.path(strays[0])}: is there, but no index lists it, and the "
+                          "grow would write that name; move it away (then grow again), or "
+                          "repack with --overwrite")  # fmt: skip
+
+
+def _unlisted(state: OutState, listed: Iterable[str]) -> frozenset[str]:
+    """The shard names OUT holds that `listed` lacks (a stopped run's journaled shards are
+    its rerun's own: prepare_growth keeps or removes them)."""
     ours = {r.file for r in state.finished}
-    return frozenset(listed | {n for n in state.names if is_shard_name(n)} - ours)
+    return frozenset(n for n in state.names if is_shard_name(n)) - set(listed) - ours
 
 
 def _json(value: object) -> object:
