@@ -5,17 +5,32 @@ when any of its fields does, a held item keeps its split, and OUT's bookkeeping 
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
 
+from shardpack.index import load_index
 from shardpack.options import PackOptions
+from shardpack.packing import stamps
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
-from tests.helpers import image, make_tree, one_line_error, run_cli, shard_files, write_image
+from shardpack.storage import storage_at
+from tests.helpers import (
+    image,
+    jpeg,
+    make_tree,
+    one_line_error,
+    run_cli,
+    shard_files,
+    write_csv,
+    write_image,
+)
 
 
 def _split_tree(root: Path) -> Path:
@@ -178,3 +193,88 @@ def test_a_grow_never_writes_a_name_an_index_or_out_holds(tmp_path: Path):
     index["splits"]["train"]["next_shard"] = "7"
     (out / "index.json").write_text(json.dumps(index))
     one_line_error(run_cli("pack", str(src), str(out), "--append"), "next_shard")
+
+
+def _tar(path: Path, labels: dict[str, int]) -> None:
+    """A WebDataset tar of one JPEG and one .cls per key."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w") as tar:
+        for i, (key, label) in enumerate(labels.items()):
+            for suffix, data in (("jpg", jpeg(i)), ("cls", str(label).encode())):
+                member = tarfile.TarInfo(f"{key}.{suffix}")
+                member.size, member.mtime = len(data), 1_700_000_000
+                tar.addfile(member, io.BytesIO(data))
+
+
+def _label_of(out: Path, ending: str) -> int:
+    (label,) = [int(r["label"]) for r in iter_examples(out) if r["key"].endswith(ending)]
+    return label
+
+
+@pytest.mark.parametrize("kind", ["csv", "tar"])
+def test_update_brings_in_a_new_label_with_the_same_image_bytes(tmp_path: Path, kind: str):
+    """Issue 34, item 3: an item changes when any of its fields changes, not only its bytes."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    if kind == "csv":
+        make_tree(src, {"cat": 2, "dog": 2})
+        rows = [{"path": f"{c}/img_{i:03d}.jpg", "label": c, "note": f"n{i}"}
+                for c in ("cat", "dog") for i in range(2)]  # fmt: skip
+        write_csv(src / "m.csv", rows)
+        rows[0]["label"] = "dog"  # relabelled: the same image
+        rows[3]["note"] = "retold"  # another field: the same image, the same label
+        relabel = lambda: write_csv(src / "m.csv", rows)  # noqa: E731
+        target, ending = src / "m.csv", "cat/img_000.jpg"
+    else:
+        _tar(src / "a.tar", {"s0": 0, "s1": 1, "s2": 2})
+        relabel = lambda: _tar(src / "a.tar", {"s0": 0, "s1": 2, "s2": 2})  # noqa: E731
+        target, ending = src / "a.tar", "s1"
+    pack(target, out, PackOptions(workers=1))
+    before = _label_of(out, ending)
+    relabel()
+    result = pack(target, out, PackOptions(grow="update", workers=1))
+    assert result.grow["changed"] == (2 if kind == "csv" else 1), result.grow
+    assert _label_of(out, ending) != before
+    assert pack(target, out, PackOptions(grow="update", workers=1)).grow["nothing"]
+    if kind == "csv":
+        (note,) = [r["note"] for r in iter_examples(out) if r["key"].endswith("dog/img_001.jpg")]
+        assert note in ("retold", b"retold")
+
+
+def _splits(out: Path) -> dict[str, str]:
+    """key -> split of every record."""
+    doc = json.loads((out / "index.json").read_text())
+    return {r["key"]: s for s in doc["splits"] for r in iter_examples(out, s)}
+
+
+def test_update_of_a_split_pack_keeps_each_held_item_in_its_split(tmp_path: Path):
+    """Issue 34, item 4: only new items are assigned a split."""
+    src, out = make_tree(tmp_path / "src", {"cat": 6, "dog": 6}), tmp_path / "out"
+    split = (("train", 0.7), ("test", 0.3))
+    pack(src, out, PackOptions(workers=1, split=split))
+    before = _splits(out)
+    make_tree(tmp_path / "src", {"cat": 3, "dog": 3}, seed=800, ext=".png")
+    write_image(src / "cat" / "img_002.jpg", image(901))  # retouched
+    pack(src, out, PackOptions(grow="update", workers=1))
+    after = _splits(out)
+    assert {key: after[key] for key in before} == before
+    assert len(after) == 18 and set(after.values()) == {"train", "test"}
+
+
+def test_planted_stamps_and_contents_are_bounded_by_the_items_the_index_holds(tmp_path: Path):
+    """Issue 34, item 17: a planted stamps file of many values is no stamps (the bytes tell),
+    a planted contents.json of many values is refused in one line, both unparsed."""
+    src, out = make_tree(tmp_path / "src", {"cat": 2, "dog": 2}), tmp_path / "out"
+    for path in src.rglob("*.jpg"):  # old enough to get a stamp (stamps.RACY_NS)
+        os.utime(path, ns=(10**18, 10**18))
+    pack(src, out, PackOptions(workers=1))
+    index = load_index(out)
+    stamps_doc = json.loads((out / ".shardpack.stamps").read_text())
+    assert stamps.load(storage_at(out), index)  # as written: kept
+    stamps_doc["mtimes"].update({f"k{i}": i for i in range(100_000)})
+    (out / ".shardpack.stamps").write_text(json.dumps(stamps_doc))
+    assert stamps.load(storage_at(out), index) == {}
+    contents = json.loads((out / "contents.json").read_text())
+    contents["padding"] = [[0] * 10 for _ in range(10_000)]
+    (out / "contents.json").write_text(json.dumps(contents))
+    make_tree(tmp_path / "src", {"eel": 1}, seed=90)
+    one_line_error(run_cli("pack", str(src), str(out), "--append"), "contents.json", "values")
