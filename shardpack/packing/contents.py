@@ -32,8 +32,8 @@ MAX_CONTENTS_BYTES = 1 << 30
 VALUES_PER_ITEM = 16
 VALUES_PER_SHARD = 256
 
-# One shard's: "keys", "crc", "size", "width", "height", "meta" (one per record), "label_counts",
-# "tally" ([what, value, count]), "skipped" and "reasons" (one per item skipped)
+# One shard's: "keys", "crc", "size", "width", "height", "meta", "copy" (one per record),
+# "label_counts", "tally" ([what, value, count]), "skipped" and "reasons" (one per item skipped)
 Entry = dict[str, list]
 Skip = tuple[str, str, str]  # (split, key, reason)
 
@@ -79,6 +79,18 @@ def entries(plan: Plan, results: list[ShardResult]) -> dict[str, Entry]:
             "reasons": [reasons.get(key, "skipped") for key in skipped],
         }
     return found
+
+
+def with_copies(
+    shards: dict[str, Entry], groups: list[list[tuple[str, str]]], unknown: frozenset[str]
+) -> dict[str, Entry]:
+    """The entries with each record's "copy": a number its exact copies (confirmed by sha256)
+    share, 0 for none known, so that the next grow reads one of them for all; those of the
+    `unknown` shards (rewritten: their old records' bytes are not the items' now) all 0."""
+    number = {key: i for i, group in enumerate(groups, 1) for _, key in group}
+    return {file: {**entry, "copy": [0 if file in unknown else number.get(key, 0)
+                                     for key in entry["keys"]]}
+            for file, entry in shards.items()}  # fmt: skip
 
 
 def write_contents(out: Storage, shards: dict[str, Entry], loose: tuple[Skip, ...] = ()) -> None:
@@ -149,8 +161,8 @@ def _filled(entry: Entry) -> Entry:
     """An entry with the fields an older shardpack did not write: no sizes, digests, tallies or
     reasons noted (its items' labels and fields are then taken as unchanged)."""
     n = len(entry["keys"])
-    older = {"width": [0] * n, "height": [0] * n, "meta": [None] * n, "tally": [],
-             "reasons": ["skipped"] * len(entry["skipped"])}  # fmt: skip
+    older = {"width": [0] * n, "height": [0] * n, "meta": [None] * n, "copy": [0] * n,
+             "tally": [], "reasons": ["skipped"] * len(entry["skipped"])}  # fmt: skip
     return {**entry, **{k: v for k, v in older.items() if k not in entry}}  # entry's order kept
 
 
@@ -161,7 +173,7 @@ def _agrees(entry: object, records: int) -> bool:
         return False
     fields = ("keys", "crc", "size", "label_counts", "skipped")
     keys, crc, size, counts, skipped = (entry.get(k) for k in fields)
-    more = {k: entry[k] for k in ("width", "height", "meta") if k in entry}
+    more = {k: entry[k] for k in ("width", "height", "meta", "copy") if k in entry}
     tally, reasons = entry.get("tally", []), entry.get("reasons", ["skipped"] * len(skipped or ()))
     return (
         all(isinstance(v, list) for v in (keys, crc, size, counts, skipped, tally, reasons))

@@ -59,22 +59,30 @@ def confirm(
     entries: Sequence[Entry] | _PlanEntries,
     dataset: Dataset,
     options: PackOptions,
+    known: Sequence[int] | None = None,
 ) -> list[Group]:
     """Split each candidate set by the sha256 of its bytes, re-read through the source's
-    loader; the groups of two or more, each its kept copy first, in the order of those."""
+    loader; the groups of two or more, each its kept copy first, in the order of those.
+    `known`: per entry, a number it shares with the entries already known to hold its bytes
+    (0: none): one of those is read for all (a grow's held copies, contents.py)."""
     load, cache, limit = dataset.source.load, {}, max_file_bytes(options.max_pixels)
     groups: list[Group] = []
     for positions in sets:
-        members = [entries[p] for p in positions]
+        alike: dict[int, list[int]] = defaultdict(list)  # the entry read -> those it stands for
+        first: dict[int, int] = {}  # known number -> the entry read for it
+        for p in map(int, positions):
+            number = known[p] if known is not None else 0
+            alike[first.setdefault(number, p) if number else p].append(p)
         by_digest: dict[bytes, Group] = defaultdict(list)
-        items = [item for _, item in members]
+        items = [entries[p][1] for p in alike]
         with dataset.root.reading(dataset.source.item_files(items), limit) as src:
-            for split, item in members:
+            for p, item in zip(alike, items, strict=True):
                 try:
                     data = content_bytes(load(item, src, options, cache))
                 except ImageError:  # gone or changed since: not a copy we can vouch for
                     continue
-                by_digest[hashlib.sha256(data).digest()].append((split, item.key))
+                found = by_digest[hashlib.sha256(data).digest()]
+                found += [(entries[q][0], entries[q][1].key) for q in alike[p]]
         groups += [sorted(g, key=_kept_first) for g in by_digest.values() if len(g) > 1]
     return sorted(groups, key=lambda g: _kept_first(g[0]))
 
@@ -126,12 +134,14 @@ def find_groups(
     keys: list[tuple[int, int, int | None]],
     dataset: Dataset,
     options: PackOptions,
+    known: Sequence[int] | None = None,
 ) -> tuple[list[Group], dict[tuple[str, str], tuple[str, str]]]:
     """The groups of copies among `entries` (whose content keys are `keys`: near ones too with
-    --dedup near), each its kept copy first, and each exact copy's exact group's first."""
+    --dedup near; `known` as confirm takes it), each its kept copy first, and each exact
+    copy's exact group's first."""
     crc = np.array([k[0] for k in keys], np.uint32)
     size = np.array([k[1] for k in keys], np.uint64)
-    groups = confirm(candidates(crc, size), entries, dataset, options)
+    groups = confirm(candidates(crc, size), entries, dataset, options, known)
     same = {member: group[0] for group in groups for member in group}
     if options.dedup == "near":
         groups = _near_groups(keys, entries, groups, options.near_distance)

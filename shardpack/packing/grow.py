@@ -46,6 +46,7 @@ from shardpack.packing.contents import (
     entries,
     load_contents,
     meta,
+    with_copies,
     write_contents,
 )
 from shardpack.packing.cpuload import machine_cores
@@ -139,7 +140,7 @@ def grow(
                 stamps.save(out, old.raw, stamps.held(contents.values(), known))
             told = _told(old.raw["splits"], dataset, contents, loose, copies, options)
             if told != {k: old.raw.get(k) for k in told} or loose != held.loose:  # to report
-                _retell(out, old, told, contents, loose)
+                _retell(out, old, told, contents, loose, copies)
                 old = load_index(out)
             old = close_gaps(out, old, contents, loose)
             return _nothing(out.root, old, change, options.grow, start)
@@ -162,6 +163,8 @@ def grow(
         stats = {"seconds": round(seconds, 3), "workers": workers,
                  "images_per_second": round(written / seconds, 1) if seconds else None}  # fmt: skip
         doc, kept = _document(old, dataset, plan, results, fresh, contents, touched)
+        numbered = with_copies({**contents, **fresh}, copies.groups, touched)
+        now = {file: numbered[file] for file in {**kept, **fresh}}  # the new index's shards
         doc.update(_told(doc["splits"], dataset, {**kept, **fresh}, loose, copies, options))
         doc["history"] = [*_history(old), {"generation": generation, "when": _now(), **summary}]
         doc["history"] = doc["history"][-MAX_HISTORY:]
@@ -169,14 +172,14 @@ def grow(
         moved = gaps.moves(doc, CONTAINERS[options.format])  # the gaps the update leaves
         doc["retired"] = sorted({*doc["retired"], *moved.values()})  # what a stop leaves there
         index = packer.write_outputs(out, doc, results, options.index_files, tfds=not moved)
-        write_contents(out, {**contents, **fresh}, loose)  # agrees with the old index and new
+        write_contents(out, numbered, loose)  # agrees with the old index and the new
         out.put(INDEX_NAME, json_bytes(doc))  # the grown dataset is there from now on
         if touched:  # the next grow removes what a stop here leaves (doc["retired"])
-            write_contents(out, {**kept, **fresh}, loose)
+            write_contents(out, now, loose)
             _remove_retired(out, index)
         known.update(stamps.written(plan, results))  # the planned items' own, or none
-        stamps.save(out, doc, stamps.held({**kept, **fresh}.values(), known))
-        index = close_gaps(out, index, {**kept, **fresh}, loose)
+        stamps.save(out, doc, stamps.held(now.values(), known))
+        index = close_gaps(out, index, now, loose)
     notes = _said(change, options.grow)
     return packer.PackResult(out.root, index, sum(s.num_records for s in index.splits.values()),
                              doc["num_skipped"], time.perf_counter() - start, len(reused),
@@ -430,22 +433,25 @@ def _copies(
     new = {item.key for items in change.new.values() for item in items}
     members: list[duplicates.Entry] = []
     keys: list[tuple[int, int, int | None] | None] = []
+    known = []  # the number each held item unread shares with its known copies (0: none)
     for split in sorted(dataset.splits):
         for item in dataset.splits[split]:
             if item.key in new or item.key in change.read:
                 keys.append(change.read.get(item.key))
+                known.append(0)
             elif item.key in held:
                 file, i = held[item.key]
                 keys.append((contents[file]["crc"][i], contents[file]["size"][i], None))
+                known.append(contents[file]["copy"][i])
             else:
                 continue  # skipped when packed: not in the dataset
             members.append((split, item))
     unread = [i for i, key in enumerate(keys) if key is None]
     threads = options.workers or machine_cores()
-    for i, key in zip(unread, content_keys([members[i] for i in unread], dataset, options,
-                                           threads), strict=True):  # fmt: skip
+    read = duplicates.content_keys([members[i] for i in unread], dataset, options, threads)
+    for i, key in zip(unread, read, strict=True):
         keys[i] = key
-    groups, same = duplicates.find_groups(members, keys, dataset, options)
+    groups, same = duplicates.find_groups(members, keys, dataset, options, known)
     if options.dedup == "none":
         return Copies(groups, {})
     fixed = set() if update else {(s, item.key) for s, item in members if item.key not in new}
@@ -555,12 +561,17 @@ def _told(
 
 
 def _retell(
-    out: Storage, old: Index, told: dict, contents: dict[str, Entry], loose: tuple[Skip, ...]
+    out: Storage,
+    old: Index,
+    told: dict,
+    contents: dict[str, Entry],
+    loose: tuple[Skip, ...],
+    copies: Copies,
 ) -> None:
     """Write the index of a grow that wrote no shard but has new copies or skips to report (the
     same plan: the stamps still hold)."""
     doc = {**old.raw, **told}
-    write_contents(out, contents, loose)
+    write_contents(out, with_copies(contents, copies.groups, frozenset()), loose)
     packer.write_outputs(out, doc, [], False, tfds=not gaps.moves(doc, old.container))
     out.put(INDEX_NAME, json_bytes(doc))
 

@@ -18,7 +18,7 @@ from shardpack.images import OVER_MAX_PIXELS
 from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates, stamps
-from shardpack.packing.contents import entries, write_contents
+from shardpack.packing.contents import entries, with_copies, write_contents
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.hubcard import CARD_NAME, card
 from shardpack.packing.outdir import Journal, plan_record, prepare, split_file_names
@@ -285,7 +285,7 @@ def pack(
         document["duplicates"] = duplicates.summary(groups, sum(removed.values()), options)
         document["summaries"] = split_summaries(plan, results, removed)
         index = write_outputs(out, document, results, options.index_files)
-        write_contents(out, entries(plan, results))
+        write_contents(out, with_copies(entries(plan, results), groups, frozenset()))
         out.put(INDEX_NAME, json_bytes(document))  # the run is complete
         stamps.save(out, document, stamps.written(plan, results))
     return PackResult(
