@@ -20,7 +20,6 @@ from shardpack.packing.facts import table
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Item
 from shardpack.storage import Storage
-from shardpack.storage.atomic import json_bytes
 
 CONTENTS_NAME = "contents.json"
 FORMAT = "shardpack-contents"
@@ -48,11 +47,15 @@ class Contents:
 
 
 def meta(item: Item) -> int:
-    """A digest of an item's label and fields: what its record holds beside the image, so that
-    a relabelled row with the same image bytes is a changed item."""
-    fields = sorted(item.fields.items())
-    return int.from_bytes(hashlib.blake2b(repr((item.label, fields)).encode(), digest_size=8)
-                          .digest(), "little") >> 1  # fmt: skip
+    """A number for an item's label and fields: what its record holds beside the image, so that
+    a relabelled row with the same image bytes is a changed item. An item of one class and no
+    fields (a folder tree's: a million a grow) is its label + 1, unlabelled 0; others a
+    digest, from 2**62 up."""
+    label = item.label
+    if not item.fields and (label is None or type(label) is int):
+        return 0 if label is None else label + 1
+    digest = hashlib.blake2b(repr((label, sorted(item.fields.items()))).encode(), digest_size=8)
+    return (1 << 62) | (int.from_bytes(digest.digest(), "little") >> 2)
 
 
 def entries(plan: Plan, results: list[ShardResult]) -> dict[str, Entry]:
@@ -96,7 +99,9 @@ def with_copies(
 def write_contents(out: Storage, shards: dict[str, Entry], loose: tuple[Skip, ...] = ()) -> None:
     """Write contents.json for the shards an index is about to list."""
     doc = {"format": FORMAT, "shards": shards, "loose": [list(s) for s in loose]}
-    out.put(CONTENTS_NAME, json_bytes(doc))
+    # compact: json's C encoder (an indent takes its Python one, ~5x slower on a million keys)
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    out.put(CONTENTS_NAME, text.encode("utf-8", "backslashreplace"))
 
 
 def values(text: bytes, limit: int) -> int:
