@@ -211,7 +211,16 @@ def _label_of(out: Path, ending: str) -> int:
     return label
 
 
-@pytest.mark.parametrize("kind", ["csv", "tar"])
+def _hub(src: Path, labels: list[int]) -> None:
+    """data/train-00000-of-00001.parquet as pyarrow writes it: image {bytes, path}, label."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    rows = [{"image": {"bytes": jpeg(i), "path": f"{i}.jpg"}, "label": label}
+            for i, label in enumerate(labels)]  # fmt: skip
+    (src / "data").mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), src / "data" / "train-00000-of-00001.parquet")
+
+
+@pytest.mark.parametrize("kind", ["csv", "tar", "parquet"])
 def test_update_brings_in_a_new_label_with_the_same_image_bytes(tmp_path: Path, kind: str):
     """Issue 34, item 3: an item changes when any of its fields changes, not only its bytes."""
     src, out = tmp_path / "src", tmp_path / "out"
@@ -224,10 +233,14 @@ def test_update_brings_in_a_new_label_with_the_same_image_bytes(tmp_path: Path, 
         rows[3]["note"] = "retold"  # another field: the same image, the same label
         relabel = lambda: write_csv(src / "m.csv", rows)  # noqa: E731
         target, ending = src / "m.csv", "cat/img_000.jpg"
-    else:
+    elif kind == "tar":
         _tar(src / "a.tar", {"s0": 0, "s1": 1, "s2": 2})
         relabel = lambda: _tar(src / "a.tar", {"s0": 0, "s1": 2, "s2": 2})  # noqa: E731
         target, ending = src / "a.tar", "s1"
+    else:  # a Hub-layout Parquet file: the label cell of row 1 changes
+        _hub(src, [0, 1, 0, 1])
+        relabel = lambda: _hub(src, [0, 0, 0, 1])  # noqa: E731
+        target, ending = src, ":1"
     pack(target, out, PackOptions(workers=1))
     before = _label_of(out, ending)
     relabel()
