@@ -131,8 +131,10 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         dataset = (f"{plural(summary['records'], 'image')} in {plural(shards, 'shard')} "
                    f"({_human_bytes(total)})")  # fmt: skip
         if grow.get("nothing"):
+            what = ("no shard written; index.json now tells the new copies and skips"
+                    if grow.get("retold") else f"{summary['out']} is unchanged")  # fmt: skip
             typer.echo(f"nothing to {'add' if grow['mode'] == 'append' else 'update'}: "
-                       f"{summary['out']} is unchanged, {dataset}")  # fmt: skip
+                       f"{what}, {dataset}")  # fmt: skip
         else:
             typer.echo(f"{grow['mode']}: wrote {plural(summary['new_records'], 'image')} in "
                        f"{summary['seconds']:.2f} s at {rate}; the dataset: {dataset}")  # fmt: skip

@@ -291,3 +291,24 @@ def test_planted_stamps_and_contents_are_bounded_by_the_items_the_index_holds(tm
     (out / "contents.json").write_text(json.dumps(contents))
     make_tree(tmp_path / "src", {"eel": 1}, seed=90)
     one_line_error(run_cli("pack", str(src), str(out), "--append"), "contents.json", "values")
+
+
+def test_append_keeps_a_held_copy_and_says_update_keeps_the_evaluation_splits(tmp_path: Path):
+    """An --append never rewrites a shard: a new test copy of a held train image is skipped
+    and the run says so; --update then keeps test's, as a fresh pack does."""
+    src, out = _split_tree(tmp_path), tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, dedup="exact"))
+    _copy(src, "train/dog/img_002.jpg", "test/dog/new_000.jpg")
+    result = pack(src, out, PackOptions(grow="append", workers=1))
+    assert result.grow["nothing"] and result.grow["retold"]
+    assert any("--update" in note and "1 new cop" in note for note in result.notes), result.notes
+    doc = json.loads((out / "index.json").read_text())
+    assert {
+        "key": "test/dog/new_000.jpg",
+        "reason": "duplicate of train/train/dog/img_002.jpg",
+    } in (doc["skipped"])
+    said = run_cli("pack", str(src), str(out), "--append", "--no-progress")
+    assert said.stdout.startswith("nothing to add: ") and "is unchanged" in said.stdout, said
+    assert "pack with --update" in said.stdout + said.stderr
+    pack(src, out, PackOptions(grow="update", workers=1))
+    assert _told(out) == _fresh(src, tmp_path, dedup="exact")

@@ -135,27 +135,29 @@ def find_groups(
     dataset: Dataset,
     options: PackOptions,
     known: Sequence[int] | None = None,
-) -> tuple[list[Group], dict[tuple[str, str], tuple[str, str]]]:
+) -> tuple[list[Group], dict[tuple[str, str], int]]:
     """The groups of copies among `entries` (whose content keys are `keys`: near ones too with
-    --dedup near; `known` as confirm takes it), each its kept copy first, and each exact
-    copy's exact group's first."""
+    --dedup near; `known` as confirm takes it), each its kept copy first, and the number of
+    each exact copy's exact group."""
     crc = np.array([k[0] for k in keys], np.uint32)
     size = np.array([k[1] for k in keys], np.uint64)
     groups = confirm(candidates(crc, size), entries, dataset, options, known)
-    same = {member: group[0] for group in groups for member in group}
+    same = {member: i for i, group in enumerate(groups) for member in group}
     if options.dedup == "near":
         groups = _near_groups(keys, entries, groups, options.near_distance)
     return groups, same
 
 
 def drop_reasons(
-    groups: list[Group], same: dict[tuple[str, str], tuple[str, str]]
+    groups: list[Group], same: dict[tuple[str, str], int]
 ) -> dict[tuple[str, str], str]:
     """(split, key) -> skip reason of each copy but the first of each group: `duplicate of
-    <split>/<key>`, `near duplicate of` where only the perceptual hashes tell them alike."""
+    <split>/<key>`, `near duplicate of` where only the perceptual hashes tell them alike
+    (`same`: find_groups's numbers of the exact groups)."""
     dropped = {}
     for kept, *copies in groups:
-        dropped.update({copy: f"{'' if same.get(copy) == kept else 'near '}duplicate of "
+        exact = same.get(kept, -1)
+        dropped.update({copy: f"{'' if same.get(copy) == exact else 'near '}duplicate of "
                               f"{kept[0]}/{kept[1]}" for copy in copies})  # fmt: skip
     return dropped
 

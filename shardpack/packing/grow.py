@@ -90,6 +90,7 @@ class Copies:
 
     groups: list[duplicates.Group]  # each its kept copy first
     dropped: dict[tuple[str, str], str]  # (split, key) -> reason: the copies --dedup leaves out
+    yielded: int = 0  # new items --append skipped where a fresh pack keeps them: a held copy
 
     def summary(self, options: PackOptions) -> dict:
         """index.json's `duplicates`."""
@@ -139,11 +140,12 @@ def grow(
             if known != loaded:  # files read again, their bytes unchanged: read no more
                 stamps.save(out, old.raw, stamps.held(contents.values(), known))
             told = _told(old.raw["splits"], dataset, contents, loose, copies, options)
-            if told != {k: old.raw.get(k) for k in told} or loose != held.loose:  # to report
+            retold = told != {k: old.raw.get(k) for k in told} or loose != held.loose
+            if retold:  # new copies or skips to report
                 _retell(out, old, told, contents, loose, copies)
                 old = load_index(out)
             old = close_gaps(out, old, contents, loose)
-            return _nothing(out.root, old, change, options.grow, start)
+            return _nothing(out.root, old, change, copies, options.grow, start, retold)
         generation = old.raw.get("generation", 0) + 1
         plan = grow_plan(dataset, todo, old, options, generation, touched, listed)
         if state.journal_digest != plan.digest:  # (a stopped run of this plan wrote its own)
@@ -180,7 +182,7 @@ def grow(
         known.update(stamps.written(plan, results))  # the planned items' own, or none
         stamps.save(out, doc, stamps.held(now.values(), known))
         index = close_gaps(out, index, now, loose)
-    notes = _said(change, options.grow)
+    notes = _said(change, options.grow, copies)
     return packer.PackResult(out.root, index, sum(s.num_records for s in index.splits.values()),
                              doc["num_skipped"], time.perf_counter() - start, len(reused),
                              sum(len(s.shards) for s in index.splits.values()), written,
@@ -455,11 +457,12 @@ def _copies(
     if options.dedup == "none":
         return Copies(groups, {})
     fixed = set() if update else {(s, item.key) for s, item in members if item.key not in new}
+    yielded = sum(g[0] not in fixed and any(m in fixed for m in g) for g in groups) if fixed else 0
     if fixed:
         groups = [_held_first(group, fixed) for group in groups]
         groups.sort(key=lambda group: duplicates._kept_first(group[0]))
     dropped = duplicates.drop_reasons(groups, same)
-    return Copies(groups, {m: r for m, r in dropped.items() if m not in fixed})
+    return Copies(groups, {m: r for m, r in dropped.items() if m not in fixed}, yielded)
 
 
 def _held_first(group: duplicates.Group, fixed: set[tuple[str, str]]) -> duplicates.Group:
@@ -690,19 +693,29 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _said(change: Change, mode: str) -> tuple[str, ...]:
+def _said(change: Change, mode: str, copies: Copies) -> tuple[str, ...]:
     """What --append left alone, pointing to --update."""
     changed = sum(map(len, change.changed.values()))
-    if mode != "append" or not (changed or change.vanished):
-        return ()
-    return (f"{changed:,} changed and {change.vanished:,} vanished items left as packed; "
-            "pack with --update to bring them in line",)  # fmt: skip
+    said = []
+    if mode == "append" and (changed or change.vanished):
+        said.append(f"{changed:,} changed and {change.vanished:,} vanished items left as "
+                    "packed; pack with --update to bring them in line")  # fmt: skip
+    if copies.yielded:
+        said.append(f"{copies.yielded:,} new copies of held images skipped where a fresh pack "
+                    "keeps the new one (an evaluation split's) and drops the held one: pack "
+                    "with --update to do so")  # fmt: skip
+    return tuple(said)
 
 
-def _nothing(root: str, old: Index, change: Change, mode: str, start: float) -> packer.PackResult:
-    """The result of a grow that found nothing to do: OUT untouched."""
+def _nothing(
+    root: str, old: Index, change: Change, copies: Copies, mode: str, start: float, retold: bool
+) -> packer.PackResult:
+    """The result of a grow that found nothing to write: no shard touched (`retold`: its
+    index.json now tells new copies or skips)."""
     records = sum(s.num_records for s in old.splits.values())
     shards = sum(len(s.shards) for s in old.splits.values())
     return packer.PackResult(root, old, records, old.raw.get("num_skipped", 0),
-                             time.perf_counter() - start, shards, shards, 0, _said(change, mode),
-                             {**change.summary(mode, 0), "nothing": True})  # fmt: skip
+                             time.perf_counter() - start, shards, shards, 0,
+                             _said(change, mode, copies),
+                             {**change.summary(mode, 0), "nothing": True,
+                              "retold": retold})  # fmt: skip
