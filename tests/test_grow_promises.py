@@ -17,7 +17,7 @@ import pytest
 
 from shardpack.index import load_index
 from shardpack.options import PackOptions
-from shardpack.packing import stamps
+from shardpack.packing import contents, stamps
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from shardpack.storage import storage_at
@@ -312,3 +312,22 @@ def test_append_keeps_a_held_copy_and_says_update_keeps_the_evaluation_splits(tm
     assert "pack with --update" in said.stdout + said.stderr
     pack(src, out, PackOptions(grow="update", workers=1))
     assert _told(out) == _fresh(src, tmp_path, dedup="exact")
+
+
+def _counted(value: object) -> int:
+    """The `,`, `[` and `{` json.dumps writes for `value` outside its strings."""
+    if isinstance(value, dict):
+        return 1 + max(0, len(value) - 1) + sum(map(_counted, value.values()))
+    if isinstance(value, list):
+        return 1 + max(0, len(value) - 1) + sum(map(_counted, value))
+    return 0
+
+
+def test_the_value_count_passes_over_what_strings_hold(monkeypatch):
+    """contents.values is exact past its quick count: keys holding quotes, escapes, commas and
+    brackets (file names may) count nothing, across the chunks it reads."""
+    monkeypatch.setattr(contents, "_CHUNK", 5)
+    doc = {'a,"[{\\': [1, '\\\\"', {"x": [], "y{": ["\\", ",", '"']}], "é,\n": {}}
+    for ascii_only in (True, False):
+        text = json.dumps(doc, ensure_ascii=ascii_only).encode()
+        assert contents.values(text, 0) == _counted(doc) == 12
