@@ -31,7 +31,7 @@ _EXPORTS = {
     "write_report": "shardpack.read.report",
     "Records": "shardpack.read.random_access",
     "read_record": "shardpack.read.random_access",
-    "write_index_files": "shardpack.read.random_access",
+    "write_index_files": "shardpack.packing.daliindex",
     **dict.fromkeys(
         (
             "ShardpackError",
@@ -78,10 +78,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from shardpack.index import Index, load_index
     from shardpack.options import PackOptions
     from shardpack.packing.cluster import ClusterError
+    from shardpack.packing.daliindex import write_index_files
     from shardpack.packing.packer import PackResult, pack
     from shardpack.read.inspect import describe
     from shardpack.read.preview import make_preview
-    from shardpack.read.random_access import Records, read_record, write_index_files
+    from shardpack.read.random_access import Records, read_record
     from shardpack.read.report import write_report
     from shardpack.read.stream import iter_examples, tf_dataset
     from shardpack.read.verify import VerifyReport, verify

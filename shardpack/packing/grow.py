@@ -26,19 +26,14 @@ from shardpack.errors import (
     printable,
     shortened,
 )
-from shardpack.index import (
-    INDEX_FILES_DIR,
-    INDEX_NAME,
-    MAX_NAMED_SKIPPED,
-    Index,
-    load_index,
-    uniform_size,
-)
+from shardpack.index import MAX_NAMED_SKIPPED, Index, load_index
+from shardpack.layout import INDEX_FILES_DIR, INDEX_NAME, index_file_name
 from shardpack.options import PackOptions
 from shardpack.packing import gaps, packer, stamps
 from shardpack.packing.contents import Entry, entries, load_contents, write_contents
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
+from shardpack.packing.merge import uniform_size
 from shardpack.packing.outdir import flag, plan_record, prepare_growth
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan
 from shardpack.sources import Dataset, Item, keeping, scan, source_root
@@ -200,8 +195,6 @@ def _json(value: object) -> object:
 def _has_index_files(old: Index) -> bool:
     """Whether the dataset's shards have DALI index files (its first shard has): a grow writes
     them for its new shards too, asked or not."""
-    from shardpack.read.random_access import index_file_name
-
     first = next((s.file for split in old.splits.values() for s in split.shards), None)
     return first is not None and old.storage.kind(index_file_name(first)) == "file"
 

@@ -24,12 +24,12 @@ from collections.abc import Iterable
 from stat import S_ISREG
 
 from shardpack.index import Index
+from shardpack.layout import STAMPS_NAME
 from shardpack.packing.facts import table
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Item, Source
 from shardpack.storage import Storage
 
-STAMPS_NAME = ".shardpack.stamps"
 FORMAT = "shardpack-stamps"
 MAX_STAMPS_BYTES = 1 << 30  # a million items' keys and mtimes fit many times over
 Stamp = tuple[int, int] | None  # (size, mtime_ns); None: none taken, the bytes tell

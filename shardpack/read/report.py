@@ -22,12 +22,12 @@ from shardpack.errors import (
     os_error_fix,
 )
 from shardpack.index import Index, load_index
+from shardpack.layout import REPORT_NAME
 from shardpack.packing.stats import reason_kind
 from shardpack.read.stream import decode_pixels, iter_examples
 from shardpack.storage import is_url
 from shardpack.storage.atomic import write_atomic
 
-REPORT_NAME = "report.html"
 THUMB = 96  # pixels, the longer side of a thumbnail
 PER_CLASS = 8  # thumbnails of each class in its contact sheet
 SHOWN_GROUPS = 12  # duplicate groups drawn, each its first SHOWN_COPIES

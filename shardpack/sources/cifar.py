@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
-from shardpack.sources import NO_FIELDS, Dataset, Item, RecordCost, Source
 from shardpack.sources.classlist import check_class_name
-from shardpack.sources.folder import folder_only
 from shardpack.sources.scanned import listed
+from shardpack.sources.source import NO_FIELDS, Dataset, Item, RecordCost, Source, folder_only
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.srcfiles import RefusedFile
 
@@ -310,7 +309,7 @@ def load_cifar_pickle(root: Storage | str, name: str = "") -> dict[str, object]:
     identity = _identity(local) if local is not None else None
     loaded = _kept.get(identity) if _kept is not None and identity is not None else None
     if loaded is None:
-        from shardpack.sources import safepickle
+        from shardpack.sources import safepickle  # numpy: not for pack --help
 
         loaded = safepickle.load(_read_batch(root, name), path)
         _keep(identity, path, loaded)
@@ -321,7 +320,7 @@ def load_cifar_pickle(root: Storage | str, name: str = "") -> dict[str, object]:
 
 def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> np.ndarray:
     """One record's 32x32 RGB pixels; each batch a shard reads is loaded once into `cache`."""
-    from shardpack import images
+    from shardpack import images  # numpy: not for pack --help
 
     if item.path not in cache:
         cache[item.path] = _planes(root, item.path)

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 from shardpack.errors import SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import NO_FIELDS, Dataset, Item, Source
 from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.folder import few, folder_entries
+from shardpack.sources.source import NO_FIELDS, Dataset, Item, Source
 from shardpack.sources.tables.files import (
     METADATA_FILES,
     SUFFIXES,

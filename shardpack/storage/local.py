@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 
 from shardpack.errors import OutputError, os_error_fix, printable
-from shardpack.storage import LOCK_NAME, Blob, Entry, JournalWriter, Sink, Storage
+from shardpack.layout import JOURNAL_NAME, LOCK_NAME
 from shardpack.storage.atomic import (
     create_temp,
     open_regular,
@@ -22,9 +22,8 @@ from shardpack.storage.atomic import (
     replace_with,
     write_atomic,
 )
+from shardpack.storage.base import Blob, Entry, JournalWriter, Sink, Storage
 from shardpack.storage.srcfiles import read_regular
-
-JOURNAL_NAME = ".shardpack.journal"
 
 
 class LocalStorage(Storage):
