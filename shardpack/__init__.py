@@ -10,8 +10,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from shardpack.packing import cpuload  # noqa: F401  (samples the machine's CPU time: see its docstring)
-
 __version__ = "0.1.0"
 
 # public name -> module that defines it
@@ -21,7 +19,7 @@ _EXPORTS = {
     "PackResult": "shardpack.packing.packer",
     "verify": "shardpack.read.verify",
     "VerifyReport": "shardpack.read.verify",
-    "describe": "shardpack.read.inspect",
+    "describe": "shardpack.read.describe",
     "Index": "shardpack.index",
     "load_index": "shardpack.index",
     "iter_examples": "shardpack.read.stream",
@@ -80,7 +78,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from shardpack.packing.cluster import ClusterError
     from shardpack.packing.daliindex import write_index_files
     from shardpack.packing.packer import PackResult, pack
-    from shardpack.read.inspect import describe
+    from shardpack.read.describe import describe
     from shardpack.read.preview import make_preview
     from shardpack.read.random_access import Records, read_record
     from shardpack.read.report import write_report

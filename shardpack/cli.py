@@ -512,7 +512,7 @@ def inspect(
     Splits, shards, sizes, the class histogram and a few records.
     """
     with _user_errors():
-        from shardpack.read.inspect import describe  # numpy: not for --help
+        from shardpack.read.describe import describe  # numpy: not for --help
 
         summary = describe(out, records, _out_options(out, storage_option))
     print_json(summary) if as_json else print_inspect(summary)

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import shardpack
 from shardpack.cli import app
 from shardpack.packing.daliindex import write_index_files
-from shardpack.read.inspect import describe
+from shardpack.read.describe import describe
 from shardpack.read.preview import make_preview
 from tests.helpers import packed_tree
 
