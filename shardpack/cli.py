@@ -41,7 +41,8 @@ from shardpack.options import (
 from shardpack.packing.daliindex import write_index_files
 from shardpack.sources import source_choices, sources_described
 from shardpack.sources.classlist import parse_classes
-from shardpack.storage import is_url, parse_options, store_failure
+from shardpack.storage import parse_options, store_failure
+from shardpack.storage.locations import absolute, local_file
 
 app = typer.Typer(
     help="Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset) in parallel, "
@@ -168,7 +169,7 @@ def _out_options(out: str, pairs: list[str] | None) -> dict[str, object]:
     """--storage-option of a command that reads OUT; a warning when OUT is a local path, for
     which they mean nothing (pack's may be for a manifest's image URLs: no warning there)."""
     options = parse_options(pairs or ())
-    if options and not is_url(out):
+    if options and local_file(out) is not None:
         print(f"warning: --storage-option is for a URL (s3://...), and {out} is a local path: "
               "it is not used", file=sys.stderr)  # fmt: skip
     return options
@@ -441,7 +442,7 @@ def pack(
             split_names=_split_names(splits) if splits is not None else SPLIT_NAMES,
             split=parse_split(split) if split is not None else None,
             path_column=path_column,
-            root=root if root is None or is_url(root) else os.path.abspath(root),
+            root=None if root is None else absolute(root),
             dedup=dedup.value,
             grow="update" if update else "append" if append else "none",
             near_distance=near_distance,

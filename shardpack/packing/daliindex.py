@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from shardpack.containers import CONTAINERS, Container
-from shardpack.errors import IndexFormatError, OutputError
+from shardpack.errors import IndexFormatError
 from shardpack.index import Index, ShardInfo, index_from_document, load_index
 from shardpack.layout import INDEX_FILES_DIR, index_file_name
 from shardpack.storage import Storage, storage_at
@@ -68,13 +68,7 @@ def write_index_files(
         raise IndexFormatError(f"{index.out}: index files are DALI's, for {kinds} shards; "
                                f"these are {index.container.name}, which need none")  # fmt: skip
     storage = index.storage
-    folder = storage.path(INDEX_FILES_DIR)
-    # Only a local disk has links; one planted in OUT would have put() write where it points.
-    if (path := storage.local_path(INDEX_FILES_DIR)) is not None and (
-        os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path))
-    ):
-        raise OutputError(f"{folder}: is a link or a file, not a folder of index files; remove it")
-    storage.child(INDEX_FILES_DIR).make_root()
+    storage.make_folder(INDEX_FILES_DIR)  # a link planted there is refused, not written through
     written = []
     for split in index.splits.values():
         for shard in split.shards:

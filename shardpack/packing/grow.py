@@ -145,9 +145,9 @@ def close_gaps(out: Storage, index: Index, contents: dict[str, Entry]) -> Index:
     idx = out.child(INDEX_FILES_DIR)
     held = {e.name for e in idx.listdir()} if out.kind(INDEX_FILES_DIR) == "dir" else set()
     for name, to in moved.items():
-        gaps.copy_file(out, name, to)
+        out.link_or_copy(name, to)
         if f"{name}.idx" in held:
-            gaps.copy_file(idx, f"{name}.idx", f"{to}.idx")
+            idx.link_or_copy(f"{name}.idx", f"{to}.idx")
     doc = gaps.closed(index.raw, moved, index.container)
     renamed = {moved.get(file, file): entry for file, entry in contents.items()}
     write_contents(out, {**contents, **renamed})  # agrees with both indexes

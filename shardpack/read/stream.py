@@ -362,8 +362,8 @@ def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_re
     records mixed through a buffer; or, without shuffle, in the order pack wrote them."""
     # Only a local disk has paths TensorFlow opens itself; elsewhere the container's reader
     # streams the shard names through the index's storage.
-    local = index.storage.local_path() is not None
-    paths = [index.shard_path(info) if local else info.file for info, _ in mine.files]
+    local = index.storage.tf_path() is not None
+    paths = [index.storage.tf_path(info.file) if local else info.file for info, _ in mine.files]
     if local:  # TensorFlow follows links and waits on FIFOs: open each as our readers do first
         for info, _ in mine.files:
             open_shard(index.storage, info.file).close()

@@ -20,7 +20,6 @@ parent made, options included.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 
 from shardpack.errors import StorageError
@@ -34,22 +33,13 @@ from shardpack.storage.base import (
 )
 from shardpack.storage.failures import is_store_failure, store_failure
 from shardpack.storage.local import LocalStorage
+from shardpack.storage.locations import LOCAL_SCHEMES, URL, is_url
 from shardpack.storage.remote import RemoteStorage
-
-# `scheme://`: what makes SRC or OUT an fsspec URL rather than a local path.
-_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
-# Schemes naming this machine's disk: what follows them is a local path.
-_LOCAL_SCHEMES = ("file", "local")
 
 __all__ = [
     "Blob", "Entry", "HashingBlob", "JournalWriter", "Sink", "Storage", "StorageError",
-    "is_store_failure", "storage_at", "store_failure",
+    "is_store_failure", "is_url", "storage_at", "store_failure",
 ]  # fmt: skip
-
-
-def is_url(text: str | os.PathLike) -> bool:
-    """Whether SRC or OUT names a URL (scheme://...) rather than a local path."""
-    return isinstance(text, str) and _URL.match(text) is not None
 
 
 def parse_options(pairs: Iterable[str]) -> dict[str, object]:
@@ -82,8 +72,8 @@ def storage_at(location: str | os.PathLike, options: Mapping[str, object] | None
     if isinstance(location, Storage):
         return location
     text = os.fspath(location)
-    match = _URL.match(text)
-    if match is None or match["scheme"].lower() in _LOCAL_SCHEMES:
+    match = URL.match(text)
+    if match is None or match["scheme"].lower() in LOCAL_SCHEMES:
         return LocalStorage(text[match.end() :] if match else text)
 
     return RemoteStorage.at(text, match["scheme"].lower(), dict(options or {}))

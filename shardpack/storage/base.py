@@ -11,6 +11,9 @@ from typing import NamedTuple
 
 from shardpack.storage.atomic import HASH_CHUNK
 
+# Bytes a copy reads at once: a few requests a shard on a store, little memory.
+COPY_CHUNK = 8 << 20
+
 # The extra that brings each scheme's filesystem package (what to tell a user to install).
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
@@ -134,6 +137,11 @@ class Storage:
         (os.scandir, TensorFlow); None where it has none (an object store)."""
         return None
 
+    def tf_path(self, name: str = "") -> str | None:
+        """The path TensorFlow's own file system opens for `name` (it reads the file itself,
+        off the GIL); None where it cannot, and the caller streams the bytes instead."""
+        return None
+
     def holds(self, other: Storage) -> bool:
         """Whether `other` is rooted at this root or below it: on a disk their real paths are
         compared (no link hides it); a URL by its prefix."""
@@ -163,6 +171,23 @@ class Storage:
     def size(self, name: str) -> int:
         """The bytes of one file of SRC, asked of the file itself (0 where it does not say)."""
         raise NotImplementedError
+
+    def lexists(self, name: str = "") -> bool:
+        """Whether anything is at `name`: on a disk a link counts unfollowed (kind() follows
+        it), so that reading it refuses it by name rather than as a missing file."""
+        return self.kind(name) is not None
+
+    def stamp(self, name: str) -> tuple[int, int] | None:
+        """(size, mtime in ns) of a regular file of SRC (links followed, as reads follow them),
+        asked without reading it; None where the store cannot say so cheaply or it is no
+        regular file."""
+        return None
+
+    def identity(self, name: str) -> tuple[int, ...] | None:
+        """What tells this file from any other and from itself rewritten (a disk's device,
+        inode, size and mtime; the link itself, not followed), for a cache of what was read
+        from it; None where the store has no such cheap answer."""
+        return None
 
     def read(self, name: str, limit: int) -> bytes:
         """A whole file of SRC of at most `limit` bytes (srcfiles.FileTooLarge past it,
@@ -204,6 +229,26 @@ class Storage:
     def put(self, name: str, data: bytes) -> None:
         """Write a whole small file; it appears (or replaces the old one) only complete."""
         raise NotImplementedError
+
+    def make_folder(self, name: str) -> Storage:
+        """The folder `name` made if missing (a store has none to make), as a Storage rooted
+        there; a link or a file in its place is refused (OutputError), never written through."""
+        return self.child(name)
+
+    def link_or_copy(self, name: str, to: str) -> None:
+        """`name`'s bytes under `to` as well, replacing a file there: a hard link where the
+        store takes one, else a copy streamed through a Sink (final only when whole)."""
+        sink = self.create(to)
+        try:
+            with self.open(name) as blob:
+                offset = 0
+                while chunk := blob.pread(COPY_CHUNK, offset):
+                    sink.write(chunk)
+                    offset += len(chunk)
+            sink.commit()
+        except BaseException:
+            sink.discard()
+            raise
 
     def remove(self, names: Iterable[str]) -> None:
         """Remove these files where they are plain files; missing ones are fine."""
