@@ -279,7 +279,13 @@ def _stopped(blob: Blob, at: int) -> str | None:
     block = blob.pread(_BLOCK, at)
     if not block or block == bytes(_BLOCK):
         return None
-    return "cut inside a header" if len(block) < _BLOCK else "a header that does not check"
+    if len(block) < _BLOCK:
+        return "cut inside a header"
+    try:
+        tarfile.TarInfo.frombuf(block, tarfile.ENCODING, "surrogateescape")
+    except (tarfile.HeaderError, UnicodeError, ValueError, OverflowError) as e:
+        return f"a damaged header ({e})"
+    return "a header tarfile stops at"
 
 
 def _lost(blob: Blob, at: int) -> int:
@@ -333,9 +339,9 @@ def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> It
             if sample is not None:
                 yield sample
             sample = _Sample(path, tar, f"@{info.offset}")
-            sample.why = (f"the tar ends early at byte {info.offset:,}: {info.why}; "
-                          f"{info.lost:,} samples past it lost (webdataset stops there too); "
-                          "rewrite the tar")  # fmt: skip
+            sample.why = (f"the tar ends early at byte {info.offset:,}: {info.why}; what "
+                          f"follows is lost (samples found past it: {info.lost:,}; webdataset "
+                          "stops there too); rewrite the tar")  # fmt: skip
             break
         if info.isdir() or _META.match(info.name) or info.name.startswith("__"):
             continue
