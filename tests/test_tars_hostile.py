@@ -58,6 +58,24 @@ def sparse(name: str, stored: bytes, real_size: int) -> bytes:
     return head + stored + bytes(-len(stored) % BLOCK)
 
 
+def pax_sparse(name: str, real_size: int) -> bytes:
+    """A GNU sparse 1.0 member (pax records, then its map as the data's first block): one
+    empty stretch stored, `real_size` stated."""
+    body = b""
+    for key, value in {
+        "GNU.sparse.major": "1",
+        "GNU.sparse.minor": "0",
+        "GNU.sparse.name": name,
+        "GNU.sparse.realsize": str(real_size),
+    }.items():
+        record = f" {key}={value}\n".encode()
+        length = len(record) + len(str(len(record) + 2))
+        body += str(length).encode() + record
+    records = header("././@PaxHeader", len(body), tarfile.XHDTYPE) + body
+    sparse_map = b"1\n0\n0\n".ljust(BLOCK, b"\0")
+    return records + bytes(-len(body) % BLOCK) + header(name, BLOCK) + sparse_map
+
+
 def keys(dataset) -> list[str]:
     return [item.key for item in dataset.splits["train"]]
 
@@ -81,10 +99,11 @@ def deadline(seconds: int):
 # ---- 5, 7: sparse members --------------------------------------------------------------------
 
 
-def test_a_sparse_image_is_refused_never_a_neighbours_bytes(tmp_path):
+@pytest.mark.parametrize("kind", [sparse, pax_sparse])
+def test_a_sparse_image_is_refused_never_a_neighbours_bytes(tmp_path, kind):
     # a's image states 2,048 bytes and stores none: read as stated, they are b's header and JPEG
-    src = write(tmp_path / "t.tar", member("a.cls", b"0"), sparse("a.jpg", b"", 2048),
-                sample("b", 2, 1))  # fmt: skip
+    made = kind("a.jpg", b"", 2048) if kind is sparse else kind("a.jpg", 2048)
+    src = write(tmp_path / "t.tar", member("a.cls", b"0"), made, sample("b", 2, 1))
     dataset = scan(src)
     assert keys(dataset) == ["t.tar:b"]
     assert "is sparse: refused" in dict(dataset.skipped)["t.tar:a"]
