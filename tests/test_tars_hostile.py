@@ -280,3 +280,17 @@ def test_long_and_foreign_names_load_as_scanned(tmp_path, fmt):
     loaded = [tars_source.SOURCE.load(item, dataset.root, PackOptions(), {})
               for item in dataset.splits["train"]]  # fmt: skip
     assert loaded == [helpers.jpeg(i) for i in range(len(names))]
+
+
+def test_the_count_past_an_early_end_is_bounded(tmp_path, monkeypatch):
+    # a damaged header, then 64 KiB that is no tar, then a whole sample
+    damaged = bytearray(header("b.jpg", 0))
+    damaged[0] ^= 0x01
+    src = write(tmp_path / "t.tar", sample("a", 1, 0), bytes(damaged), b"\x01" * 2**16,
+                sample("c", 3, 1))  # fmt: skip
+    assert (
+        "samples found past it: 1;" in dict(scan(src).skipped)[f"t.tar:@{len(sample('a', 1, 0))}"]
+    )
+    monkeypatch.setattr(tars_source, "_MAX_LOST_TRIES", 16)
+    ((_, reason),) = scan(src).skipped
+    assert "samples found past it: at least 0;" in reason

@@ -42,6 +42,9 @@ MAX_KEPT_BYTES = 4 * 2**30
 _MAX_RANGE_DIGITS = 18
 _BLOCK = 512  # a tar header, and the unit members are padded to
 _REGULAR = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
+# Blocks past an early end tried as headers before the count of what it lost stops (32 MiB
+# of what is no tar: a second or two).
+_MAX_LOST_TRIES = 2**16
 # webdataset's tar_file_iterator: metadata members skipped; base_plus_ext: key and extension.
 _META = re.compile(r"__[^/]*__($|/)")
 _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -253,7 +256,7 @@ class _End(NamedTuple):
 
     offset: int
     why: str
-    lost: int  # samples whose headers lie past it
+    lost: str  # how many samples' headers lie past it ("at least 3" where the count stopped)
 
 
 def _members(blob: Blob, path: str) -> Iterator[tarfile.TarInfo | _End]:
@@ -299,22 +302,25 @@ def _stopped(blob: Blob, at: int) -> str | None:
     return "a header tarfile stops at"
 
 
-def _lost(blob: Blob, at: int) -> int:
+def _lost(blob: Blob, at: int) -> str:
     """How many samples' headers lie from `at` on (each block tried as a header, the data of
-    each found jumped over): what an early end loses. Every step moves on at least a block."""
-    samples, last = 0, None
+    each found jumped over): what an early end loses. Every step moves on at least a block;
+    past _MAX_LOST_TRIES blocks that are no header, the count is a lower bound."""
+    samples, last, tries = 0, None, 0
     while at + _BLOCK <= blob.size:
+        if tries == _MAX_LOST_TRIES:
+            return f"at least {samples:,}"
         try:
             info = tarfile.TarInfo.frombuf(blob.pread(_BLOCK, at), tarfile.ENCODING,
                                            "surrogateescape")  # fmt: skip
         except (tarfile.HeaderError, UnicodeError, ValueError, OverflowError):
-            at += _BLOCK
+            at, tries = at + _BLOCK, tries + 1
             continue
         at += _BLOCK + max(0, info.size + _BLOCK - 1) // _BLOCK * _BLOCK
         key = _KEY_EXT.match(info.name) if info.isreg() else None
         if key is not None and key[1] != last:
             samples, last = samples + 1, key[1]
-    return samples
+    return f"{samples:,}"
 
 
 class _Headers(io.RawIOBase):
@@ -351,7 +357,7 @@ def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> It
                 yield sample
             sample = _Sample(path, tar, f"@{info.offset}")
             sample.why = (f"the tar ends early at byte {info.offset:,}: {info.why}; what "
-                          f"follows is lost (samples found past it: {info.lost:,}; webdataset "
+                          f"follows is lost (samples found past it: {info.lost}; webdataset "
                           "stops there too); rewrite the tar")  # fmt: skip
             break
         if info.isdir() or _META.match(info.name) or info.name.startswith("__"):
