@@ -187,17 +187,23 @@ def _heads(header: bytes, key: str, size: int) -> bool:
             return False
     if stated != size:
         return False
-    name, prefix = (header[a:b].split(b"\0", 1)[0] for a, b in ((0, 100), (345, 500)))
-    name = (prefix + b"/" + name if prefix else name).decode(tarfile.ENCODING, "surrogateescape")
-    return _named(name, key) or _named(name, re.sub(r"#\d+$", "", key))
+    name = header[:100].split(b"\0", 1)[0]
+    if header[345]:  # a ustar prefix
+        name = header[345:500].split(b"\0", 1)[0] + b"/" + name
+    return _named(name.decode(tarfile.ENCODING, "surrogateescape"), key)
 
 
 def _named(name: str, key: str) -> bool:
-    """Whether a header's name is one of sample `key`'s members: in full, or the stand-in a
-    pax or GNU header leaves for a long or non-ASCII name (cut at 100 bytes, `?` for each
-    character that is not ASCII)."""
-    match = _KEY_EXT.match(name)
-    if match is not None and match[1] == key:
+    """Whether a header's name is one of sample `key`'s members (one a tar repeats: `key#n`):
+    in full, or the stand-in a pax or GNU header leaves for a long or non-ASCII name (cut at
+    100 bytes, `?` for each character that is not ASCII)."""
+    if (
+        name.startswith(key)
+        and name[len(key) : len(key) + 1] == "."
+        and "/" not in name[len(key) :]
+    ):
+        return True  # key, then an extension: a key's base name holds no dot
+    if (again := re.fullmatch(r"(.*)#\d+", key)) is not None and _named(name, again[1]):
         return True
     stored = name.encode(tarfile.ENCODING, "surrogateescape")
     for form in (key, key.encode("ascii", "replace").decode()):
