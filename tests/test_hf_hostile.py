@@ -7,17 +7,19 @@ the reference) and ends in one line or a skip with its reason."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 
+import shardpack
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.sources import scan
 from shardpack.sources.hflayout import data_files
 from shardpack.storage import storage_at
-from tests.helpers import jpeg
+from tests.helpers import jpeg, one_line_error, run_cli
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -134,3 +136,101 @@ def test_many_wildcard_patterns_are_refused(tmp_path):
     write_hf(src / "data/train-00000-of-00001.parquet", [0, 1])
     card(src, json.dumps([f"data/t{i}*.parquet" for i in range(1001)]))
     refused(src, "README.md: its configs hold 1,001 wildcard patterns (over 1,000)")
+
+
+# ---- 20: a NUL in a row's path; folders nested past any walk ----------------------------------
+
+
+def test_a_nul_in_a_rows_image_path_skips_that_row(tmp_path):
+    src = tmp_path / "src"
+    write_hf(src / "data/train-00000-of-00001.parquet", [0, 1, 0],
+             paths=["a.jpg", "b\0.jpg", "c.jpg"], images=[jpeg(1), None, jpeg(2)])  # fmt: skip
+    done = run_cli("pack", str(src), str(tmp_path / "out"), "--workers", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    index = json.loads((tmp_path / "out/index.json").read_text())
+    (skip,) = index["skipped"]
+    assert skip["key"] == "data/train-00000-of-00001.parquet:1"
+    assert "only the path 'b\\x00.jpg', which is not a file under SRC" in skip["reason"]
+
+
+def test_folders_nested_1100_deep_where_a_card_looks_are_one_line(tmp_path):
+    """A '**' walked them a frame a folder: RecursionError."""
+    src = card(tmp_path / "src", "'data/**/*.parquet'")
+    write_hf(src / "data/train-00000-of-00001.parquet", [0, 1])
+    bottom = _nest(src / "data", 1100)
+    try:
+        done = run_cli("pack", str(src), str(tmp_path / "out"), "--source", "hf")
+        one_line_error(done, f"{src / 'data'}: holds folders nested over 64 deep",
+                       "README.md's data_files patterns look")  # fmt: skip
+        card(src, "'data/*.parquet'")  # a pattern that does not reach them
+        assert len(scan(src, PackOptions(source="hf")).splits["train"]) == 2
+    finally:
+        _unnest(bottom, 1100)
+
+
+def _nest(folder: Path, depth: int) -> int:
+    """folder/x/x/.../x, `depth` deep, made a level at a time through descriptors (a path of
+    1,100 parts costs a lookup a part); returns the deepest one's descriptor."""
+    fd = os.open(folder, os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir("x", dir_fd=fd)
+        below = os.open("x", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    return fd
+
+
+def _unnest(fd: int, depth: int) -> None:
+    """Remove what _nest made, from its deepest folder up (rmtree recurses a frame a level)."""
+    for _ in range(depth):
+        above = os.open("..", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        os.rmdir("x", dir_fd=above)
+        fd = above
+    os.close(fd)
+
+
+# ---- 8: rows holding an image's path, not its bytes ------------------------------------------
+
+
+def test_rows_naming_image_files_say_what_to_do_and_root_finds_them(tmp_path, monkeypatch):
+    """`datasets` keeps the path it was given until the bytes are embedded (push_to_hub does,
+    to_parquet does not): each way the skip reason gives works."""
+    datasets = pytest.importorskip("datasets")
+    from datasets import ClassLabel, Features, Image
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for i in range(3):
+        (photos / f"p{i}.jpg").write_bytes(jpeg(i))
+    features = Features({"image": Image(), "label": ClassLabel(names=CLASSES)})
+    monkeypatch.chdir(photos)  # relative paths, as datasets was given them
+    ds = datasets.Dataset.from_dict({"image": [f"p{i}.jpg" for i in range(3)],
+                                     "label": [0, 1, 0]}, features=features)  # fmt: skip
+    src = tmp_path / "src"
+    ds.to_parquet(str(src / "data/train-00000-of-00001.parquet"))
+    monkeypatch.chdir(tmp_path)
+    done = run_cli("pack", str(src), str(tmp_path / "out"), "--workers", "1", "--no-progress")
+    line = one_line_error(
+        done,
+        "no image was packed",
+        "3 items skipped",
+        "holds no image bytes, only the path 'p0.jpg' (SRC/p0.jpg: cannot read",
+        "embed_table_storage",
+        "place them at that path under SRC",
+        "--root",
+    )
+    assert not (tmp_path / "out/index.json").exists(), line
+    done = run_cli("pack", str(src), str(tmp_path / "out"), "--workers", "1", "--no-progress",
+                   "--root", str(photos))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = list(shardpack.iter_examples(tmp_path / "out", "train"))
+    assert sorted(r["image"] for r in records) == sorted(jpeg(i) for i in range(3))
+    from datasets.table import embed_table_storage
+
+    monkeypatch.chdir(photos)
+    pq.write_table(embed_table_storage(ds.data.table), src / "data/train-00000-of-00001.parquet")
+    monkeypatch.chdir(tmp_path)
+    done = run_cli("pack", str(src), str(tmp_path / "out2"), "--workers", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(list(shardpack.iter_examples(tmp_path / "out2", "train"))) == 3

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from shardpack.errors import ImageError, SourceError
+from shardpack.errors import ImageError, SourceError, printable
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources import Dataset, Item, Source
@@ -34,6 +34,12 @@ KIND = "hf"
 # by MAX_ROW_GROUP_BYTES as it decodes (far beyond the 100 image rows a group `datasets` writes).
 _REWRITE = "datasets: to_parquet(batch_size=100)"  # how to write smaller row groups
 KEEP_FILES = 8  # Parquet files a worker keeps open
+# What to do about a row holding only an image's path (datasets keeps the path it was given
+# until the bytes are embedded: push_to_hub embeds them, to_parquet does not).
+_EMBED = (
+    "embed the images in the file (datasets: embed_table_storage, as push_to_hub does), "
+    "place them at that path under SRC, or pass --root FOLDER they are under"
+)
 # The row groups' image columns a worker keeps: a dataset of up to this much a worker reads
 # each row group once a shard, shuffled or not; beyond it, a shuffled shard reads a row group
 # again for a row of it met after others pushed it out.
@@ -46,6 +52,7 @@ class HfSource(Source):
     name = "hf"
     kinds = (KIND,)
     described = "a Hugging Face Parquet dataset"
+    own_options = (("root", "--root"),)  # the folder rows' image paths are under
 
     def recognise(
         self, root: Storage, options: PackOptions
@@ -85,6 +92,9 @@ class HfSource(Source):
         if options.classes is not None:
             raise SourceError(f"{root.path()}: a Hugging Face dataset brings its class names "
                               "(ClassLabel); drop --classes")  # fmt: skip
+        if options.root is not None and storage_at(options.root, storage_options).kind() != "dir":
+            raise SourceError(f"--root {options.root}: not a folder; pass the folder the rows' "
+                              "image paths are relative to")  # fmt: skip
         if files is None:  # a Parquet file: the items' paths are under its folder
             folder, _, name = root.root.rstrip("/").rpartition("/")
             root, files = storage_at(folder or "/", storage_options), {"train": [name]}
@@ -285,11 +295,13 @@ class _Rows:
 
 
 def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
-    """An item's image bytes from its row, as stored; or the file its row names, under SRC.
+    """An item's image bytes from its row, as stored; or the file its row names, under SRC (or
+    --root).
 
     Raises:
-        ImageError: the row has no image, its file is gone or changed, or the path it names is
-            not a file under SRC.
+        ImageError: the row has no image, the path it names is not a file under SRC (or
+            --root), or its file is gone.
+        SourceError: its Parquet file changed since the scan.
     """
     from shardpack.sources.folder import load as load_file
 
@@ -306,9 +318,19 @@ def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
         return data
     if not path:
         raise ImageError(item.key, f"{where}: no image (neither bytes nor a path)")
-    if is_url(path) or path.startswith("/") or ".." in path.split("/"):
-        raise ImageError(item.key, f"{where}: image path {path!r} is not a file under SRC")
-    return load_file(item._replace(path=path), root, options, cache)
+    base = "SRC" if options.root is None else "--root"
+    if is_url(path) or path.startswith("/") or ".." in path.split("/") or "\0" in path:
+        raise ImageError(item.key, f"{where}: holds no image bytes, only the path "
+                         f"'{printable(path)}', which is not a file under {base}; "
+                         f"{_EMBED}")  # fmt: skip
+    if options.root is not None:
+        root = cache.get("hf.root") or cache.setdefault("hf.root", storage_at(options.root))
+    try:
+        return load_file(item._replace(path=path), root, options, cache)
+    except ImageError as e:
+        raise ImageError(item.key, f"{where}: holds no image bytes, only the path "
+                         f"'{printable(path)}' ({base}/{printable(path)}: {e.reason}); "
+                         f"{_EMBED}") from None  # fmt: skip
 
 
 SOURCE = HfSource()

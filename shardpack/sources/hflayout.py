@@ -342,8 +342,10 @@ def _walk(root: Storage, folder: str, depth: int, path: str) -> list[str]:
             elif level < depth:
                 folders.append((name, level + 1))
             elif depth == MAX_DEPTH:
-                raise SourceError(f"{root.path(name)}: lies over {MAX_DEPTH} folders deep, "
-                                  f"where {path}'s data_files look; move it")  # fmt: skip
+                raise SourceError(f"{root.path(folder)}: holds folders nested over {MAX_DEPTH} "
+                                  f"deep, where {path}'s data_files patterns look (a '**'); "
+                                  "move them, or name the files' folders in the "
+                                  "patterns")  # fmt: skip
         if len(names) > MAX_FILES:
             raise SourceError(f"{path}: its data_files patterns reach over {MAX_FILES:,} "
                               "Parquet files; narrow them")  # fmt: skip
