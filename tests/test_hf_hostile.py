@@ -234,3 +234,32 @@ def test_rows_naming_image_files_say_what_to_do_and_root_finds_them(tmp_path, mo
     done = run_cli("pack", str(src), str(tmp_path / "out2"), "--workers", "1", "--no-progress")
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(list(shardpack.iter_examples(tmp_path / "out2", "train"))) == 3
+
+
+# ---- 11: a Parquet file rewritten after the scan ----------------------------------------------
+
+
+def test_a_file_rewritten_after_the_scan_is_refused_by_name(tmp_path):
+    """The rows rewritten in reverse order between the scan and a worker's read: each record got
+    another row's image under its own label. Now the worker's load stops the run, naming the
+    file (a SourceError: one line, as every refusal)."""
+    src = tmp_path / "src"
+    labels = [0, 1, 1, 0, 1, 0]
+    file = write_hf(src / "data/train-00000-of-00001.parquet", labels)
+    options = PackOptions(shuffle=False)
+    dataset = scan(src, options)
+    items = dataset.splits["train"]
+    table = pq.read_table(file)
+    pq.write_table(table.take(list(range(len(labels)))[::-1]), file)
+    with pytest.raises(SourceError) as error:
+        dataset.source.load(items[0], dataset.root, options, {})
+    assert str(error.value) == (
+        f"{file}: changed since the scan (its size or modification time differs), so its rows "
+        "may no longer be those listed; pack again"
+    )
+    dataset = scan(src, options)  # scanned again: each record its own row's image and label
+    cache: dict = {}
+    items = dataset.splits["train"]
+    loaded = [dataset.source.load(item, dataset.root, options, cache) for item in items]
+    assert loaded == [jpeg(i) for i in range(len(labels))][::-1]
+    assert [item.label for item in items] == labels[::-1]

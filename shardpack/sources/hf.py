@@ -12,7 +12,9 @@ that file under SRC, as any image file.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import itertools
+import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
@@ -44,6 +46,10 @@ _EMBED = (
 # each row group once a shard, shuffled or not; beyond it, a shuffled shard reads a row group
 # again for a row of it met after others pushed it out.
 KEPT_GROUP_BYTES = 256 << 20
+# An item's position is its row, and above ROW_BITS 22 bits of its file's size and mtime at the
+# scan: a worker refuses a file rewritten since (rows in another order would give each record
+# another row's image under its own label). 2**40 rows are far past any dataset.
+ROW_BITS = 40
 
 
 class HfSource(Source):
@@ -189,6 +195,7 @@ def _scan_file(
 
     features, ragged = typed
     path = folder.path(name)
+    stamp = _stamp(folder, name) << ROW_BITS  # before the read: a rewrite during it is seen
     parquet = _open(folder.child(name))
     try:
         if columns_of(parquet.schema_arrow, path, required=True) != columns:
@@ -214,7 +221,7 @@ def _scan_file(
                 except BadValue as e:
                     skipped.append((key, f"{name} row {row + i}: {e}"))
                     continue
-                items.append(Item(key, label, name, size, row + i, fields))  # fmt: skip
+                items.append(Item(key, label, name, size, stamp | row + i, fields))  # fmt: skip
             row += meta.num_rows
             listed(meta.num_rows)
     except SourceError:
@@ -224,6 +231,19 @@ def _scan_file(
     finally:
         parquet.close(force=True)
     return features, ragged
+
+
+def _stamp(folder: Storage, name: str) -> int:
+    """22 bits of a file's size and modification time (its size alone on a store that gives no
+    local path), as the scan and each worker see it."""
+    local = folder.local_path(name)
+    try:
+        st = os.stat(local) if local is not None else None
+        seen = (st.st_size, st.st_mtime_ns) if st is not None else (folder.size(name), 0)
+    except OSError as e:
+        raise SourceError(f"{folder.path(name)}: cannot read ({e.strerror or e})") from None
+    digest = hashlib.blake2b(repr(seen).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") >> 10
 
 
 def _image_bytes(meta, image: str) -> int:
@@ -245,6 +265,7 @@ class _File:
     def __init__(self, folder: Storage, name: str) -> None:
         from shardpack.sources.hfcolumns import columns_of
 
+        self.stamp = _stamp(folder, name)
         self.parquet = _open(folder.child(name))
         self.path = folder.path(name)
         self.image = columns_of(self.parquet.schema_arrow, self.path, required=True).image
@@ -271,6 +292,13 @@ class _File:
         self.parquet.close(force=True)
 
 
+_ROWS = (1 << ROW_BITS) - 1  # an item position's row
+
+
+class FileChanged(SourceError):
+    """A Parquet file rewritten between the scan and a worker's read."""
+
+
 class _Rows:
     """A worker's open Parquet files, and the image columns of the row groups it read last (up
     to KEPT_GROUP_BYTES): a shuffled shard draws its rows from all over the files."""
@@ -280,10 +308,19 @@ class _Rows:
         self.groups: OrderedDict[tuple[str, int], object] = OrderedDict()
         self.kept = 0
 
-    def image(self, name: str, row: int) -> dict | None:
-        """Row `row` of file `name`: its image struct {"bytes": ..., "path": ...}, or None."""
+    def image(self, name: str, position: int) -> dict | None:
+        """The row at an item's `position` in file `name`: its image struct {"bytes": ...,
+        "path": ...}, or None.
+
+        Raises:
+            FileChanged: the file's size or mtime is not the scan's.
+        """
         file = self.files.get(name)
-        group, offset = file.locate(row)
+        if position >> ROW_BITS != file.stamp:
+            raise FileChanged(f"{file.path}: changed since the scan (its size or modification "
+                              "time differs), so its rows may no longer be those listed; "
+                              "pack again")  # fmt: skip
+        group, offset = file.locate(position & _ROWS)
         column = self.groups.get((name, group))
         if column is None:
             while self.groups and self.kept > KEPT_GROUP_BYTES:
@@ -308,9 +345,11 @@ def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
     rows = cache.get(KIND)
     if rows is None:
         rows = cache[KIND] = _Rows(root)
-    where = f"{item.path} row {item.position}"
+    where = f"{item.path} row {item.position & _ROWS}"
     try:
         image = rows.image(item.path, item.position)
+    except FileChanged:
+        raise
     except (SourceError, IndexError, OSError, ValueError) as e:  # pyarrow's: OSError, ValueError
         raise ImageError(item.key, f"{where}: cannot read it ({e}); was it changed?") from None
     data, path = image.get("bytes") if image else None, image.get("path") if image else None
