@@ -263,3 +263,40 @@ def test_a_file_rewritten_after_the_scan_is_refused_by_name(tmp_path):
     loaded = [dataset.source.load(item, dataset.root, options, cache) for item in items]
     assert loaded == [jpeg(i) for i in range(len(labels))][::-1]
     assert [item.label for item in items] == labels[::-1]
+
+
+# ---- issue 33, 7: without pyarrow, auto-detection says what --source hf says -------------------
+
+# `import pyarrow` fails in this child, as where it is not installed; then SRC is packed into
+# OUT-auto and OUT-hf with those --source values, and each refusal printed, a line each.
+_WITHOUT_PYARROW = """
+import sys
+
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "pyarrow":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, Missing())
+import shardpack
+from shardpack.errors import ShardpackError
+
+for source in ("auto", "hf"):
+    try:
+        shardpack.pack(sys.argv[1], f"{sys.argv[2]}-{source}", shardpack.PackOptions(source=source))
+    except ShardpackError as e:
+        print(e)
+"""
+
+
+def test_without_pyarrow_a_hub_folder_says_it_needs_pyarrow_as_source_hf_does(tmp_path):
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    write_hf(src / "data/train-00000-of-00001.parquet", [0, 1])
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_PYARROW, str(src), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    auto, hf = done.stdout.splitlines()
+    assert auto == hf and "reading Parquet needs pyarrow: pip install '.[parquet]'" in auto

@@ -23,7 +23,7 @@ from shardpack.errors import ImageError, SourceError, printable
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources import Dataset, Item, Source
-from shardpack.sources.hflayout import SUFFIX, data_files
+from shardpack.sources.hflayout import SUFFIX, data_files, hub_named
 from shardpack.sources.pieces import OpenFiles
 from shardpack.sources.scanned import listed
 from shardpack.storage import Storage, is_url, storage_at
@@ -83,8 +83,8 @@ class HfSource(Source):
         try:
             columns = _columns(first, required)
         except SourceError:
-            if required:
-                raise
+            if required or (files is not None and hub_named(files) and not _has_pyarrow()):
+                raise  # the Hub's own layout: no other source reads it, whatever is missing
             return None  # not ours to refuse: a manifest or a stray file (--source hf says why)
         return None if columns is None else (root, files)
 
@@ -111,6 +111,14 @@ class HfSource(Source):
 
     def item_files(self, items: Iterable[Item]) -> Iterator[tuple[str, int]]:
         return iter(())  # a row group's images are read together, by load
+
+
+def _has_pyarrow() -> bool:
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _open(file: Storage):

@@ -72,6 +72,12 @@ def data_files(root: Storage, required: bool) -> dict[str, list[str]] | None:
     return _ordered(by_name) if by_name else {"train": files} if files else None
 
 
+def hub_named(files: dict[str, list[str]]) -> bool:
+    """Whether files are named as the Hub names them (data/{split}-NNNNN-of-NNNNN.parquet)."""
+    return any(name.startswith("data/") and _SHARDED.fullmatch(name.rpartition("/")[2])
+               for names in files.values() for name in names)  # fmt: skip
+
+
 def _ordered(splits: dict[str, list[str]]) -> dict[str, list[str]]:
     """The splits in datasets' order: train, validation, test, then the others sorted."""
     known = [split for split in SPLIT_KEYWORDS if split in splits]
