@@ -300,3 +300,25 @@ def test_without_pyarrow_a_hub_folder_says_it_needs_pyarrow_as_source_hf_does(tm
     assert done.returncode == 0, done.stderr[-2000:]
     auto, hf = done.stdout.splitlines()
     assert auto == hf and "reading Parquet needs pyarrow: pip install '.[parquet]'" in auto
+
+
+# ---- 24: what a Parquet file holds decoded, at any moment ---------------------------------------
+
+
+def test_row_groups_each_under_the_limit_stay_under_a_gib_decoded_together(tmp_path):
+    """Two row groups of 0.6 GiB decoded each (one 100,000-character caption, referenced 6,000
+    times a group; 10 KB on disk) passed the 1 GiB a row group and the 4 GiB a file, and were
+    decoded whole (1.3 GB peak; three groups of 0.9 GiB ended in "not a readable Parquet file
+    ()" under test_hostile_src's 3 GiB address space). Now a file's limit is 1 GiB: the second
+    group is refused before it decodes, and the first decodes a slice at a time."""
+    from tests.helpers import make_tree
+    from tests.test_hostile_parquet import _one_caption_everywhere
+    from tests.test_hostile_src import _pack, _refused
+
+    src = make_tree(tmp_path / "src", {"a": 1})
+    manifest = _one_caption_everywhere(src / "captions.parquet", 2, True, rows=6_000)
+    assert manifest.stat().st_size < 64 << 10
+    run = _pack(tmp_path, manifest)
+    _refused(run, "captions.parquet: row groups 0 to 1 decode to 1.1 GiB (over the 1 GiB limit "
+             "for one file, held in memory whole)")  # fmt: skip
+    assert run.peak_mib < 1024, run.peak_mib

@@ -199,7 +199,7 @@ def _scan_file(
 ) -> tuple[dict[str, Feature], frozenset[str]]:
     """Add one file's rows to `items` (bad ones to `skipped`); return the features as settled."""
     from shardpack.sources.hfcolumns import BadValue, columns_of, convert, label_of, settle
-    from shardpack.sources.tables.parquet_reader import held_groups
+    from shardpack.sources.tables.parquet_reader import held_groups, out_of_memory, written_slices
 
     features, ragged = typed
     path = folder.path(name)
@@ -214,26 +214,29 @@ def _scan_file(
         row = 0
         for group, table in enumerate(held_groups(parquet, path, wanted, _REWRITE)):
             meta = parquet.metadata.row_group(group)
-            values = table.to_pydict()
-            features, ragged = settle(features, ragged, values)
             size = _image_bytes(meta, columns.image) // max(meta.num_rows, 1)
-            for i in range(meta.num_rows):
-                key = f"{name}:{row + i}"
-                try:
-                    label = (
-                        None
-                        if columns.classes is None
-                        else label_of(values[LABEL][i], columns.classes, columns.multi_label)
-                    )
-                    fields = {n: convert(n, f, values[n][i]) for n, f in features.items()}
-                except BadValue as e:
-                    skipped.append((key, f"{name} row {row + i}: {e}"))
-                    continue
-                items.append(Item(key, label, name, size, stamp | row + i, fields))  # fmt: skip
-            row += meta.num_rows
+            for part in written_slices(parquet, table, meta.num_rows):
+                values = part.to_pydict()
+                features, ragged = settle(features, ragged, values)
+                for i in range(part.num_rows):
+                    key = f"{name}:{row + i}"
+                    try:
+                        label = (
+                            None
+                            if columns.classes is None
+                            else label_of(values[LABEL][i], columns.classes, columns.multi_label)
+                        )
+                        fields = {n: convert(n, f, values[n][i]) for n, f in features.items()}
+                    except BadValue as e:
+                        skipped.append((key, f"{name} row {row + i}: {e}"))
+                        continue
+                    items.append(Item(key, label, name, size, stamp | row + i, fields))  # fmt: skip
+                row += part.num_rows
             listed(meta.num_rows)
     except SourceError:
         raise
+    except MemoryError:
+        raise out_of_memory(path) from None
     except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
         raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
     finally:
