@@ -54,9 +54,10 @@ def card(src: Path, data_files_yaml: str) -> Path:
     return src
 
 
-def refused(src: Path, *words: str) -> str:
+def refused(src: Path, *words: str, source: str = "hf") -> str:
+    """Scanning SRC as `source` is refused in one line holding every word; returns it."""
     with pytest.raises(SourceError) as error:
-        scan(src, PackOptions(source="hf"))
+        scan(src, PackOptions(source=source))
     message = str(error.value)
     assert "\n" not in message and all(w in message for w in words), message
     return message

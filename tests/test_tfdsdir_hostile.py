@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 import shardpack
-from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.sources import scan
 from shardpack.sources.classlist import MAX_CLASSES
 from tests.helpers import one_line_error, run_cli
+from tests.test_hf_hostile import refused
 
 
 @pytest.fixture
@@ -34,11 +34,7 @@ def _edit(folder: Path, name: str, change) -> None:
 
 
 def _refused(folder: Path, *words: str) -> str:
-    with pytest.raises(SourceError) as error:
-        scan(folder, PackOptions(source="tfds"))
-    message = str(error.value)
-    assert "\n" not in message and all(w in message for w in words), message
-    return message
+    return refused(folder, *words, source="tfds")
 
 
 # ---- 12: dataset_info.json against the files found -------------------------------------------
