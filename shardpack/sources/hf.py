@@ -5,8 +5,9 @@ other column a feature (hfcolumns).
 
 The scan reads each file a row group at a time, every column but the image's: an item keeps
 its file, row and small fields. A worker reads the image column of the row group an item lies
-in (a few kept at once), and hands the bytes on as they are; a row holding only a path reads
-that file under SRC, as any image file.
+in (a few kept at once), from a file whose size and mtime are still the scan's, and hands the
+bytes on as they are; a row holding only a path reads that file under SRC (or --root), as any
+image file.
 """
 
 from __future__ import annotations
