@@ -21,6 +21,7 @@ from shardpack.options import PackOptions
 from shardpack.packing import gaps
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
+from shardpack.storage.local import LocalStorage
 from tests.helpers import (
     gone,
     image,
@@ -362,14 +363,14 @@ def test_a_stop_between_an_updates_two_indexes_leaves_a_whole_dataset(tmp_path, 
     pack(src, clean, PackOptions(grow="update", workers=1, index_files=True))
     copied = []
 
-    def stopped(*args) -> None:  # Ctrl-C once the first shard is copied into a gap
+    def stopped(self, *args) -> None:  # Ctrl-C once the first shard is copied into a gap
         if copied:
             raise KeyboardInterrupt
         copied.append(args)
-        copy_file(*args)
+        link_or_copy(self, *args)
 
-    copy_file = gaps.copy_file
-    monkeypatch.setattr(gaps, "copy_file", stopped)
+    link_or_copy = LocalStorage.link_or_copy
+    monkeypatch.setattr(LocalStorage, "link_or_copy", stopped)
     with pytest.raises(KeyboardInterrupt):
         pack(src, out, PackOptions(grow="update", workers=1, index_files=True))
     monkeypatch.undo()

@@ -18,12 +18,12 @@ import numpy as np
 
 from shardpack.errors import OutputError
 from shardpack.index import Index
+from shardpack.layout import CONTENTS_NAME
 from shardpack.packing.facts import table
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Item
 from shardpack.storage import Storage
 
-CONTENTS_NAME = "contents.json"
 FORMAT = "shardpack-contents"
 # A million records' keys and content keys fit many times over.
 MAX_CONTENTS_BYTES = 1 << 30
