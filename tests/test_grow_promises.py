@@ -20,6 +20,7 @@ from shardpack.options import PackOptions
 from shardpack.packing import contents, stamps
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
+from shardpack.sources import Source
 from shardpack.storage import storage_at
 from tests.helpers import (
     image,
@@ -331,3 +332,29 @@ def test_the_value_count_passes_over_what_strings_hold(monkeypatch):
     for ascii_only in (True, False):
         text = json.dumps(doc, ensure_ascii=ascii_only).encode()
         assert contents.values(text, 0) == _counted(doc) == 12
+
+
+def test_a_grow_reads_one_held_copy_of_each_group(tmp_path: Path, monkeypatch):
+    """contents.json numbers the confirmed copies: a tree of many links to one image is not
+    read whole on each grow (one held copy stands for its group), and they are still told."""
+    src, out = make_tree(tmp_path / "src", {"cat": 1, "dog": 2}), tmp_path / "out"
+    for i in range(6):
+        (src / "cat" / f"link_{i}.jpg").hardlink_to(src / "cat" / "img_000.jpg")
+    for path in src.rglob("*.jpg"):  # old enough to get a stamp (stamps.RACY_NS)
+        os.utime(path, ns=(10**18, 10**18))
+    pack(src, out, PackOptions(workers=1))
+    _copy(src, "cat/img_000.jpg", "dog/zz_copy.jpg")  # one more copy, new
+    read = []
+    load = Source.load
+
+    def counted(self, item, *args):
+        read.append(item.key)
+        return load(self, item, *args)
+
+    monkeypatch.setattr(Source, "load", counted)
+    pack(src, out, PackOptions(grow="append", workers=1))
+    monkeypatch.undo()
+    held = [key for key in read if key.startswith("cat/")]
+    assert len(held) == 1, read
+    assert _told(out) == _fresh(src, tmp_path)
+    assert json.loads((out / "index.json").read_text())["duplicates"]["images"] == 8

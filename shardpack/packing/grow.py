@@ -425,18 +425,20 @@ def _copies(
     held = {key: (file, i) for file, entry in contents.items()
             for i, key in enumerate(entry["keys"])}  # fmt: skip
     new = {item.key for items in change.new.values() for item in items}
+    changed = {item.key for items in change.changed.values() for item in items}
     members: list[duplicates.Entry] = []
     keys: list[tuple[int, int, int | None] | None] = []
-    known = []  # the number each held item unread shares with its known copies (0: none)
+    known = []  # the number each held item shares with its known copies (0: none, or changed)
     for split in sorted(dataset.splits):
         for item in dataset.splits[split]:
-            if item.key in new or item.key in change.read:
-                keys.append(change.read.get(item.key))
+            if item.key in new:
+                keys.append(None)
                 known.append(0)
             elif item.key in held:
                 file, i = held[item.key]
-                keys.append((contents[file]["crc"][i], contents[file]["size"][i], None))
-                known.append(contents[file]["copy"][i])
+                entry = contents[file]
+                keys.append(change.read.get(item.key) or (entry["crc"][i], entry["size"][i], None))
+                known.append(0 if item.key in changed else entry["copy"][i])
             else:
                 continue  # skipped when packed: not in the dataset
             members.append((split, item))
