@@ -69,6 +69,7 @@ class Change:
     vanished: int  # packed items SRC no longer has (or, --update, copies it drops)
     touched: frozenset[str]  # shards holding a changed or vanished item
     read: dict[str, tuple[int, int, int | None]]  # the content keys of the held items read
+    held: dict[str, tuple[str, int, int, int | None]]  # key -> (shard, position, size, meta)
 
     def summary(self, mode: str, rewritten: int) -> dict[str, object]:
         """The run's counts, as the history and the summary give them."""
@@ -410,7 +411,7 @@ def _compare(
         seen = {item.key for _, item in present}
         gone = {file for key, (file, *_) in held.items() if key not in seen}
     read = {item.key: key for (_, item, _), key in zip(unsure, keys, strict=True)}
-    return Change(new, changed, vanished, frozenset(touched | gone), read)
+    return Change(new, changed, vanished, frozenset(touched | gone), read, held)
 
 
 def _copies(
@@ -422,8 +423,7 @@ def _copies(
     now; --dedup near compares the held items unread by their bytes alone. With --dedup, each
     group keeps its copy as a fresh pack would (the evaluation split's), save that --append,
     which never rewrites a shard, keeps the held copy of a group that has one."""
-    held = {key: (file, i) for file, entry in contents.items()
-            for i, key in enumerate(entry["keys"])}  # fmt: skip
+    held, read = change.held, change.read
     new = {item.key for items in change.new.values() for item in items}
     changed = {item.key for items in change.changed.values() for item in items}
     members: list[duplicates.Entry] = []
@@ -434,10 +434,10 @@ def _copies(
             if item.key in new:
                 keys.append(None)
                 known.append(0)
-            elif item.key in held:
-                file, i = held[item.key]
+            elif (found := held.get(item.key)) is not None:
+                file, i, size, _ = found
                 entry = contents[file]
-                keys.append(change.read.get(item.key) or (entry["crc"][i], entry["size"][i], None))
+                keys.append(read.get(item.key) or (entry["crc"][i], size, None))
                 known.append(0 if item.key in changed else entry["copy"][i])
             else:
                 continue  # skipped when packed: not in the dataset
