@@ -145,6 +145,9 @@ def test_a_skip_survives_its_shards_rewrite_and_no_grow_writes_an_empty_shard(tm
     assert doc["num_skipped"] == sum(doc["summaries"]["train"]["skipped"].values()) == 2
     assert pack(src, out, PackOptions(grow="append", workers=1)).grow["nothing"]
     assert _told(out) == _fresh(src, tmp_path)
+    (src / "cat" / "bad.jpg").unlink()  # a skip with no shard, gone: no longer told
+    assert pack(src, out, PackOptions(grow="append", workers=1)).grow["retold"]
+    assert _told(out) == _fresh(src, tmp_path)
 
 
 def test_a_grows_summary_speaks_of_what_this_run_did(tmp_path: Path):

@@ -123,8 +123,10 @@ def grow(
             if options.split is not None:  # a held item keeps its split; new ones are cut
                 dataset = _keep_splits(dataset, old, held)
             change = _compare(dataset, held, known, options)
-            copies = _copies(dataset, contents, change, options, update)
-            dataset, change = _without(dataset, change, copies, contents, update)
+            copies = None  # SRC as packed: the copies, skips and statistics told stand
+            if change.new or change.changed or change.vanished or dataset.skipped:
+                copies = _copies(dataset, contents, change, options, update)
+                dataset, change = _without(dataset, change, copies, contents, update)
         touched = change.touched if update else frozenset()
         todo = {s: [*change.new.get(s, ()), *(change.changed.get(s, ()) if update else ())]
                 for s in dataset.splits}  # fmt: skip
@@ -134,8 +136,11 @@ def grow(
         if not any(todo.values()) and not touched:  # (gaps a stop left are closed still)
             if known != loaded:  # files read again, their bytes unchanged: read no more
                 stamps.save(out, old.raw, stamps.held(contents.values(), known))
-            told = _told(old.raw["splits"], dataset, contents, loose, copies, options)
-            retold = told != {k: old.raw.get(k) for k in told} or loose != held.loose
+            if copies is None and loose != held.loose:  # a skipped item gone from SRC
+                copies = _copies(dataset, contents, change, options, update)
+            told = copies and _told(old.raw["splits"], dataset, contents, loose, copies, options)
+            retold = bool(told) and (told != {k: old.raw.get(k) for k in told} or
+                                     loose != held.loose)  # fmt: skip
             if retold:  # new copies or skips to report
                 _retell(out, old, told, contents, loose, copies)
                 old = load_index(out)
@@ -687,14 +692,14 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _said(change: Change, mode: str, copies: Copies) -> tuple[str, ...]:
+def _said(change: Change, mode: str, copies: Copies | None) -> tuple[str, ...]:
     """What --append left alone, pointing to --update."""
     changed = sum(map(len, change.changed.values()))
     said = []
     if mode == "append" and (changed or change.vanished):
         said.append(f"{changed:,} changed and {change.vanished:,} vanished items left as "
                     "packed; pack with --update to bring them in line")  # fmt: skip
-    if copies.yielded:
+    if copies is not None and copies.yielded:
         said.append(f"{copies.yielded:,} new copies of held images skipped where a fresh pack "
                     "keeps the new one (an evaluation split's) and drops the held one: pack "
                     "with --update to do so")  # fmt: skip
@@ -702,7 +707,13 @@ def _said(change: Change, mode: str, copies: Copies) -> tuple[str, ...]:
 
 
 def _nothing(
-    root: str, old: Index, change: Change, copies: Copies, mode: str, start: float, retold: bool
+    root: str,
+    old: Index,
+    change: Change,
+    copies: Copies | None,
+    mode: str,
+    start: float,
+    retold: bool,
 ) -> packer.PackResult:
     """The result of a grow that found nothing to write: no shard touched (`retold`: its
     index.json now tells new copies or skips)."""
