@@ -89,9 +89,11 @@ def test_a_grown_pack_tells_and_skips_copies_as_a_fresh_pack_of_the_final_tree(
     pack(src, out, PackOptions(grow="update", workers=1))
     assert _told(out) == _fresh(src, tmp_path, dedup=dedup)
     doc = json.loads((out / "index.json").read_text())
+    inspected = run_cli("inspect", str(out)).stdout
     for name, split in doc["splits"].items():  # statistics cover every record
         summary = doc["summaries"][name]
         assert summary["records"] == split["num_records"] == sum(summary["formats"].values())
+        assert f"formats: jpeg {split['num_records']}\n" in inspected, inspected
 
 
 def test_a_deduplicated_pack_grown_with_nothing_new_adds_nothing(tmp_path: Path):
