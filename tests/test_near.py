@@ -17,7 +17,7 @@ from benchmarks.workloads import _noise_tile, scene
 from shardpack import PackOptions
 from shardpack.cli import app
 from shardpack.packing.facts import STRIPE, content_key
-from shardpack.packing.near import components, image_hash, near_pairs
+from shardpack.packing.near import close_hashes, components, image_hash, near_pairs
 from shardpack.read.stream import iter_examples
 from tests.helpers import make_cifar10_python, shard_files
 
@@ -195,3 +195,45 @@ def test_jpegs_alike_where_the_content_key_reads_are_told_apart(tmp_path: Path) 
     for dedup in ("none", "exact"):
         summary = _pack(tmp_path / "src", tmp_path / dedup, "--dedup", dedup)
         assert summary["records"] == 2 and summary["duplicates"]["groups"] == 0
+
+
+def test_a_near_group_holds_only_images_within_the_distance_of_the_one_kept(
+    tmp_path: Path,
+) -> None:
+    """A chain: each crop 0-8 bits from the next, the fifth 12 and the sixth 20 bits from the
+    first. Grouping by chains dropped all six but the first, "within 8 bits" of it."""
+    pixels = scene(np.random.default_rng((0, 11)), 300, 400, 0, _noise_tile())
+    hashes = {}
+    for k in range(6):
+        path = tmp_path / "src" / "a" / f"crop_{k}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(cv2.imencode(".png", pixels[:, 8 * k :])[1].tobytes())
+        hashes[path.name] = image_hash(path.read_bytes(), 10**8)
+    bits = {name: bin(h ^ hashes["crop_0.png"]).count("1") for name, h in hashes.items()}
+    assert bits["crop_4.png"] > 8 and bits["crop_5.png"] > 8  # beyond reach of the first
+    out = tmp_path / "out"
+    _pack(tmp_path / "src", out, "--dedup", "near", "--near-distance", "8")
+    reasons = _reasons(out)
+    for name, reason in reasons.items():
+        kept = reason.rsplit("/", 1)[-1]
+        assert bin(hashes[name] ^ hashes[kept]).count("1") <= 8, (name, reason)
+    kept = {r["key"].rsplit("/", 1)[-1] for r in iter_examples(out, "train")}
+    assert {"crop_0.png", "crop_4.png"} <= kept  # a group of its own: crop_4 kept for it
+
+
+def test_a_crowded_bucket_is_bounded_and_said() -> None:
+    """6,000 hashes that differ only in 16 bits (flat or synthetic images): each shares most
+    buckets with all the others. Comparing every pair of a bucket took 9 s of CPU (25 s on
+    the issue's machine); each is compared with near.MAX_BUCKET others alone, and said."""
+    rng = np.random.default_rng(0)
+    free = rng.choice(64, 16, replace=False)
+    flips = (rng.integers(0, 2, (6000, 16)).astype(np.uint64) << free.astype(np.uint64))
+    hashes = rng.integers(0, 2**64, dtype=np.uint64) ^ np.bitwise_or.reduce(flips, axis=1)
+    unique = np.unique(hashes)
+    start = time.process_time()
+    pairs, crowded = close_hashes(unique, 4)
+    assert time.process_time() - start < 2  # ~0.2 s
+    assert crowded.sum() > len(unique) / 2
+    assert len(pairs) and (np.bitwise_count(unique[pairs[:, 0]] ^ unique[pairs[:, 1]]) <= 4).all()
+    small = np.unique(rng.integers(0, 2**64, 6000, dtype=np.uint64))
+    assert not close_hashes(small, 4)[1].any()  # random hashes: no bucket is crowded
