@@ -227,7 +227,7 @@ def test_a_crowded_bucket_is_bounded_and_said() -> None:
     the issue's machine); each is compared with near.MAX_BUCKET others alone, and said."""
     rng = np.random.default_rng(0)
     free = rng.choice(64, 16, replace=False)
-    flips = (rng.integers(0, 2, (6000, 16)).astype(np.uint64) << free.astype(np.uint64))
+    flips = rng.integers(0, 2, (6000, 16)).astype(np.uint64) << free.astype(np.uint64)
     hashes = rng.integers(0, 2**64, dtype=np.uint64) ^ np.bitwise_or.reduce(flips, axis=1)
     unique = np.unique(hashes)
     start = time.process_time()

@@ -52,9 +52,7 @@ def card(document: dict) -> bytes:
 # What YAML refuses anywhere in a document, even quoted (YAML 1.1's printable set, which
 # PyYAML and so the Hub check), and the line breaks a double-quoted scalar would fold (NEL,
 # U+2028, U+2029): escaped instead.
-_UNSAFE = re.compile(
-    "[^\t\n\r\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
-)
+_UNSAFE = re.compile("[^\t\n\r\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def _q(text: str) -> str:

@@ -100,7 +100,8 @@ def close_hashes(unique: np.ndarray, distance: int) -> tuple[np.ndarray, np.ndar
             close = np.bitwise_count(unique[a] ^ unique[b]) <= distance
             low, high = np.minimum(a[close], b[close]), np.maximum(a[close], b[close])
             found.append(low.astype(np.int64) * len(unique) + high)
-    return np.stack(np.divmod(_distinct(np.concatenate(found)), max(1, len(unique))), axis=1), crowded
+    codes = _distinct(np.concatenate(found))
+    return np.stack(np.divmod(codes, max(1, len(unique))), axis=1), crowded
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
