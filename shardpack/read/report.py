@@ -8,6 +8,7 @@ import html
 import io
 import itertools
 import os
+import warnings
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 
@@ -164,7 +165,9 @@ def _svg(fig) -> str:
     import matplotlib.pyplot as plt
 
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    with warnings.catch_warnings():  # a class named in a script the font lacks: boxes drawn
+        warnings.filterwarnings("ignore", "Glyph .* missing from font")
+        fig.savefig(buffer, format="svg", bbox_inches="tight")
     plt.close(fig)
     text = buffer.getvalue()
     return text[text.index("<svg") :]
