@@ -17,7 +17,7 @@ from benchmarks.workloads import _noise_tile, scene
 from shardpack import PackOptions
 from shardpack.cli import app
 from shardpack.packing.facts import STRIPE, content_key
-from shardpack.packing.near import close_hashes, components, image_hash, near_pairs
+from shardpack.packing.near import close_hashes, image_hash, star_groups
 from shardpack.read.stream import iter_examples
 from tests.helpers import make_cifar10_python, shard_files
 
@@ -150,9 +150,9 @@ def test_pixels_hash_as_their_encoded_file_does() -> None:
     assert bin(image_hash(png, 10**8) ^ image_hash(rgb, 10**8)).count("1") <= 2
 
 
-def _brute_force(hashes: np.ndarray, distance: int) -> np.ndarray:
+def _brute_force(hashes: np.ndarray, distance: int) -> set[tuple[int, int]]:
     close = np.bitwise_count(hashes[:, None] ^ hashes[None, :]) <= distance
-    return np.stack(np.nonzero(np.triu(close, 1)), axis=1)
+    return set(map(tuple, np.stack(np.nonzero(np.triu(close, 1)), axis=1).tolist()))
 
 
 @pytest.mark.parametrize("distance", [0, 1, 4, 7, 12])
@@ -161,23 +161,31 @@ def test_the_band_index_finds_what_comparing_every_pair_finds(distance: int) -> 
     centres = rng.integers(0, 2**64, 40, dtype=np.uint64)
     flips = [sum(1 << int(b) for b in rng.choice(64, rng.integers(0, 14), replace=False))
              for _ in range(1500)]  # fmt: skip
-    hashes = centres[rng.integers(0, 40, 1500)] ^ np.array(flips, np.uint64)
-    pairs = near_pairs(hashes, distance)
-    assert (np.bitwise_count(hashes[pairs[:, 0]] ^ hashes[pairs[:, 1]]) <= distance).all()
-    groups = components(len(hashes), pairs)
-    assert groups == components(len(hashes), _brute_force(hashes, distance))
-    assert 0 < len(groups) < len(hashes) / 2
+    unique = np.unique(centres[rng.integers(0, 40, 1500)] ^ np.array(flips, np.uint64))
+    pairs, crowded = close_hashes(unique, distance)
+    assert not crowded.any()  # no bucket over MAX_BUCKET: every pair is found
+    assert set(map(tuple, pairs.tolist())) == _brute_force(unique, distance)
+    assert (len(pairs) > 0) == (distance > 0)
 
 
 def test_hashes_are_grouped_without_comparing_every_pair() -> None:
     rng = np.random.default_rng(0)
-    hashes = rng.integers(0, 2**64, 250_000, dtype=np.uint64)
-    hashes[10] = hashes[249_999] ^ np.uint64(0b1001)  # two bits apart
-    hashes[500] = hashes[249_999]  # the same hash
+    unique = np.unique(rng.integers(0, 2**64, 250_000, dtype=np.uint64))
+    one = unique[-1]
+    other = one ^ np.uint64(0b1001)  # two bits apart
+    unique = np.sort(np.r_[unique, other])
     start = time.process_time()  # CPU, not wall: a busy machine does not fail it
-    groups = components(len(hashes), near_pairs(hashes, 4))
+    pairs, _ = close_hashes(unique, 4)
     assert time.process_time() - start < 10  # ~0.3 s; all 3e10 pairs would take hours
-    assert groups == [[10, 500, 249_999]]
+    assert unique[pairs].tolist() == [sorted([int(one), int(other)])]
+
+
+def test_star_groups_never_chain() -> None:
+    """Positions 0-1-2-3 each paired with the next, 0 with 2 too: 0 keeps 1 and 2; 3, paired
+    with 2 alone, is a group of its own."""
+    pairs = np.array([[0, 1], [1, 2], [2, 3], [0, 2]])
+    assert star_groups([0, 1, 2, 3], pairs) == [[0, 1, 2], [3]]
+    assert star_groups([3, 2, 1, 0], pairs) == [[3, 2], [1, 0]]
 
 
 def test_jpegs_alike_where_the_content_key_reads_are_told_apart(tmp_path: Path) -> None:

@@ -122,7 +122,7 @@ class _PlanEntries:
 def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset, list[Group]]:
     """--dedup exact|near: every item read and keyed on `threads` threads (reads, CRC32C and
     OpenCV leave the interpreter's lock), the copies confirmed, and all but the kept copy of
-    each group moved from the splits to the skipped, `duplicate of <split>/<key>` (`near
+    each group moved from the splits to the skipped, `duplicate of <record_name>` (`near
     duplicate of` where only the perceptual hashes tell them alike); a warning where a near
     bucket was crowded."""
     entries = [(s, item) for s in sorted(dataset.splits) for item in dataset.splits[s]]

@@ -13,7 +13,7 @@ from shardpack import images
 
 # The short side the reduced decode keeps at least: the hash reads a 32x32 thumbnail.
 _HASH_SIDE = 32
-# The most sorts near_pairs makes: a large --near-distance compares more candidates instead.
+# The most sorts close_hashes makes: a large --near-distance compares more candidates instead.
 MAX_SORTS = 256
 # The most hashes of one bucket each hash is compared with (the next in the order of the whole
 # hash): flat, blank or synthetic images share most bits, and a bucket of n compared in full
@@ -58,19 +58,6 @@ def image_hash(loaded: bytes | np.ndarray, max_pixels: int) -> int:
     return phash(images.decode(loaded, reduce, "gray", max_pixels))
 
 
-def near_pairs(hashes: np.ndarray, distance: int) -> np.ndarray:
-    """Pairs (i, j), i < j, of positions whose hashes are within `distance` bits, as an (n, 2)
-    array: every such pair but among equal hashes, each paired with the first alone (the same
-    groups for components(), without a pair for each two of a thousand copies), and but those
-    close_hashes leaves out of a crowded bucket."""
-    hashes = np.asarray(hashes, np.uint64)
-    unique, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-    close, _ = close_hashes(unique, distance)
-    pairs = np.concatenate([_same_hash_pairs(inverse, first), np.sort(first[close], axis=1)])
-    codes = _distinct(pairs[:, 0] * len(hashes) + pairs[:, 1])
-    return np.stack(np.divmod(codes, max(1, len(hashes))), axis=1)
-
-
 def close_hashes(unique: np.ndarray, distance: int) -> tuple[np.ndarray, np.ndarray]:
     """Pairs (a, b), a < b, of positions of the distinct hashes `unique` within `distance`
     bits, as an (n, 2) array; and which hashes sat in a crowded bucket (over MAX_BUCKET),
@@ -111,7 +98,7 @@ def _distinct(values: np.ndarray) -> np.ndarray:
 
 
 def _masks(distance: int, count: int) -> list[np.uint64]:
-    """The bit masks of each choice of t of the distance + t blocks (see near_pairs)."""
+    """The bit masks of each choice of t of the distance + t blocks (see close_hashes)."""
     if distance >= 64:
         return [np.uint64(0)]
     wanted = max(16, int(np.log2(max(count, 2))) + 1)
@@ -122,33 +109,6 @@ def _masks(distance: int, count: int) -> list[np.uint64]:
     cuts = [round(64 * b / k) for b in range(k + 1)]
     blocks = [((1 << (hi - lo)) - 1) << lo for lo, hi in itertools.pairwise(cuts)]
     return [np.uint64(sum(chosen)) for chosen in itertools.combinations(blocks, t)]
-
-
-def _same_hash_pairs(inverse: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """Each position paired with the first position of its hash (itself excluded)."""
-    base = first[inverse.ravel()]
-    other = np.flatnonzero(base != np.arange(len(base)))
-    return np.stack([base[other], other], axis=1).astype(np.int64)
-
-
-def components(count: int, pairs: np.ndarray) -> list[list[int]]:
-    """The groups of two or more positions that pairs join (union-find), sorted."""
-    parent = list(range(count))
-
-    def root(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs.tolist():
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    groups: dict[int, list[int]] = {}
-    for x in {int(p) for p in pairs.ravel()}:
-        groups.setdefault(root(x), []).append(x)
-    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
 
 
 def star_groups(order: list[int], pairs: np.ndarray) -> list[list[int]]:
