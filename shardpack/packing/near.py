@@ -72,15 +72,15 @@ def close_hashes(unique: np.ndarray, distance: int) -> tuple[np.ndarray, np.ndar
     crowded = np.zeros(len(unique), bool)
     for mask in _masks(distance, len(unique)):
         key = unique & mask
-        order = np.argsort(key, kind="stable")  # within a bucket, by the whole hash
+        order = np.argsort(key)
         ordered = key[order]
-        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        sizes = np.diff(np.r_[starts, len(order)])
-        end = np.repeat(starts + sizes, sizes)  # where each sorted position's bucket ends
-        crowded[order[np.repeat(sizes > MAX_BUCKET, sizes)]] = True
-        alive = np.flatnonzero(end > np.arange(len(order)) + 1)
+        if len(order) > MAX_BUCKET and (ordered[MAX_BUCKET:] == ordered[:-MAX_BUCKET]).any():
+            _sort_crowded(order, ordered, crowded)
+        alive = np.flatnonzero(ordered[1:] == ordered[:-1])  # those with a partner one on
         for offset in range(1, MAX_BUCKET + 1):
-            alive = alive[end[alive] > alive + offset]  # what has a partner this far on
+            if offset > 1:  # those whose bucket goes this far on
+                alive = alive[alive < len(order) - offset]
+                alive = alive[ordered[alive + offset] == ordered[alive]]
             if not len(alive):
                 break
             a, b = order[alive], order[alive + offset]
@@ -89,6 +89,18 @@ def close_hashes(unique: np.ndarray, distance: int) -> tuple[np.ndarray, np.ndar
             found.append(low.astype(np.int64) * len(unique) + high)
     codes = _distinct(np.concatenate(found))
     return np.stack(np.divmod(codes, max(1, len(unique))), axis=1), crowded
+
+
+def _sort_crowded(order: np.ndarray, ordered: np.ndarray, crowded: np.ndarray) -> None:
+    """Each bucket over MAX_BUCKET in the order of the whole hash (so that the next MAX_BUCKET
+    of a hash are those alike in more bits), its hashes marked crowded. `order` indexes a
+    sorted array: sorting positions sorts by hash."""
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    sizes = np.diff(np.r_[starts, len(order)])
+    big = sizes > MAX_BUCKET
+    for start, size in zip(starts[big].tolist(), sizes[big].tolist(), strict=True):
+        order[start : start + size].sort()
+        crowded[order[start : start + size]] = True
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
