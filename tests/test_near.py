@@ -17,6 +17,7 @@ from benchmarks.workloads import _noise_tile, scene
 from shardpack import PackOptions
 from shardpack.cli import app
 from shardpack.packing.facts import STRIPE, content_key
+from shardpack.packing.near import _DCT as near_dct
 from shardpack.packing.near import close_hashes, image_hash, star_groups
 from shardpack.read.stream import iter_examples
 from tests.helpers import make_cifar10_python, shard_files
@@ -245,3 +246,22 @@ def test_a_crowded_bucket_is_bounded_and_said() -> None:
     assert len(pairs) and (np.bitwise_count(unique[pairs[:, 0]] ^ unique[pairs[:, 1]]) <= 4).all()
     small = np.unique(rng.integers(0, 2**64, 6000, dtype=np.uint64))
     assert not close_hashes(small, 4)[1].any()  # random hashes: no bucket is crowded
+
+
+def test_dedup_near_says_when_images_crowd_the_index(tmp_path: Path) -> None:
+    """100 real PNGs built in the hash's own DCT basis: 48 low frequencies fixed well above or
+    below the median, 15 of them free. Their hashes differ in those 15 bits alone, so they
+    share every bucket that leaves them out: compared with near.MAX_BUCKET each, said."""
+    rng = np.random.default_rng(1)
+    fixed = rng.permutation(np.arange(16, 64))  # bits 0..47 of the hash: never vary
+    for i in range(100):
+        low = np.zeros(64)
+        low[fixed[:24]], low[fixed[24:]] = rng.uniform(20, 30, 24), -rng.uniform(20, 30, 24)
+        low[1:16] = rng.choice([-1, 1], 15) * rng.uniform(4, 6, 15)
+        pixels = near_dct.T @ low.reshape(8, 8) @ near_dct + 128
+        path = tmp_path / "src" / "a" / f"{i:03d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(cv2.imencode(".png", np.round(pixels).astype(np.uint8))[1].tobytes())
+    summary = _pack(tmp_path / "src", tmp_path / "out", "--dedup", "near")
+    (warning,) = [w for w in summary["warnings"] if w.startswith("--dedup near:")]
+    assert warning.startswith("--dedup near: 100 images have hashes alike in most bits")
