@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -342,64 +343,68 @@ def test_report_and_inspect_take_a_crafted_index_without_a_traceback(
     assert runner.invoke(app, ["report", str(out)]).exit_code == 0
 
 
-def test_duplicates_name_records_as_readers_see_them(src: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def many(src: Path, tmp_path_factory) -> tuple[Path, dict, Path, dict]:
+    """SRC with 10 more copies (13 groups, one across two classes) packed as it is (with its
+    report) and with --dedup exact: (each OUT, its pack summary)."""
+    root = tmp_path_factory.mktemp("many")
+    shutil.copytree(src, root / "src")
+    originals = [f"{c}/img_00{i}.{'png' if i == 2 else 'jpg'}" for c in ("cat", "dog")
+                 for i in (2, 3, 4, 5)] + ["cat/img_001.jpg", "dog/img_000.jpg"]  # fmt: skip
+    for original in originals:
+        shutil.copyfile(root / "src" / "train" / original,
+                        root / "src" / "test" / original.replace("img", "again"))  # fmt: skip
+    plain, deduped = root / "plain", root / "deduped"
+    found, removed = _pack(root / "src", plain), _pack(root / "src", deduped, "--dedup", "exact")
+    if importlib.util.find_spec("matplotlib"):
+        assert runner.invoke(app, ["report", str(plain)]).exit_code == 0
+    return plain, found, deduped, removed
+
+
+def test_duplicates_name_records_as_readers_see_them(many: tuple) -> None:
     """A split tree's keys hold the split's folder (test/dog/copy_b.jpg): the listed groups,
     the skip reasons and the report's thumbnails named them test/test/dog/copy_b.jpg."""
-    out = tmp_path / "out"
-    _pack(src, out, "--dedup", "exact")
-    index = json.loads((out / "index.json").read_text())
-    keys = _keys(out, "train") | _keys(out, "test") | {s["key"] for s in index["skipped"]}
+    plain, _, deduped, _ = many
+    index = json.loads((deduped / "index.json").read_text())
+    keys = _keys(deduped, "train") | _keys(deduped, "test") | {s["key"] for s in index["skipped"]}
     listed = [name for group in index["duplicates"]["listed"] for name in group]
     assert listed and set(listed) <= keys
     assert {s["reason"].removeprefix("duplicate of ") for s in index["skipped"]} <= keys
     pytest.importorskip("matplotlib")
-    _pack(src, out, "--overwrite")  # every copy in the shards, each with its thumbnail
-    assert runner.invoke(app, ["report", str(out)]).exit_code == 0
-    page = (out / "report.html").read_text()
+    page = (plain / "report.html").read_text()
     assert "(not in the shards)" not in page.split("id='duplicates'")[1].split("</section>")[0]
 
 
-def test_a_copy_filed_under_two_classes_is_a_label_conflict(src: Path, tmp_path: Path) -> None:
+def test_a_copy_filed_under_two_classes_is_a_label_conflict(many: tuple) -> None:
     """COPIES' copy_a is train/cat/img_000.jpg filed under dog: 'a duplicate copy' before, and
     --dedup exact dropped one of the two labels without a word."""
-    for dedup in ("none", "exact"):
-        out = tmp_path / dedup
-        summary = _pack(src, out, "--dedup", dedup)
+    plain, found, deduped, removed = many
+    for summary in (found, removed):
         dup = summary["duplicates"]
         assert dup["label_conflicts"] == 1
         (group,) = dup["conflicts_listed"]
         assert sorted(n.split("/")[1] for n in group) == ["cat", "dog"]
         (warning,) = [w for w in summary["warnings"] if w.startswith("label conflict")]
         assert "1 group of copies is filed under more than one class" in warning
-    text = runner.invoke(app, ["inspect", str(out)]).output
+    text = runner.invoke(app, ["inspect", str(deduped)]).output
     assert "1 group of copies filed under more than one class (label conflicts)" in text
     pytest.importorskip("matplotlib")
-    assert runner.invoke(app, ["report", str(out)]).exit_code == 0
     marked = _Marked()
-    marked.feed((out / "report.html").read_text())
+    marked.feed((plain / "report.html").read_text())
     assert marked.values[None, "dup:label conflicts"] == "1"
 
 
-def test_the_report_says_what_it_shows(src: Path, tmp_path: Path) -> None:
+def test_the_report_says_what_it_shows(many: tuple) -> None:
     """Thumbnails of the first 12 groups of 13, said so; each class's examples from both
     splits; sizes' medians formatted (48,409.5, not 48409.5)."""
     pytest.importorskip("matplotlib")
-    many = tmp_path / "many"
-    shutil.copytree(src, many)
-    originals = [f"{c}/img_00{i}.{'png' if i == 2 else 'jpg'}" for c in ("cat", "dog")
-                 for i in (2, 3, 4, 5)] + ["cat/img_001.jpg", "dog/img_000.jpg"]  # fmt: skip
-    for original in originals:  # 3 groups in COPIES, 10 more
-        shutil.copyfile(many / "train" / original, many / "test" / original.replace("img", "again"))
-    out = tmp_path / "out"
-    _pack(many, out)
-    assert runner.invoke(app, ["report", str(out)]).exit_code == 0
-    page = (out / "report.html").read_text()
+    plain = many[0]
+    page = (plain / "report.html").read_text()
     marked = _Marked()
     marked.feed(page)
-    index = json.loads((out / "index.json").read_text())
-    groups = index["duplicates"]["groups"]
-    assert groups > 12
-    assert marked.values[None, "dup:shown"].startswith(f"The first 12 of {groups} groups")
+    index = json.loads((plain / "index.json").read_text())
+    assert index["duplicates"]["groups"] == 13
+    assert marked.values[None, "dup:shown"].startswith("The first 12 of 13 groups")
     sheets = page.split("id='classes'")[1]
     for cls in ("cat", "dog"):
         sheet = sheets.split(f"<h3>{cls}</h3>")[1].split("</div>")[0]
