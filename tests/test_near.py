@@ -19,6 +19,7 @@ from shardpack.cli import app
 from shardpack.packing.facts import STRIPE, content_key
 from shardpack.packing.near import _DCT as near_dct
 from shardpack.packing.near import close_hashes, image_hash, star_groups
+from shardpack.packing.stats import reason_kind
 from shardpack.read.stream import iter_examples
 from tests.helpers import make_cifar10_python, shard_files
 
@@ -100,6 +101,11 @@ def test_dedup_near_leaves_out_resized_and_recompressed_copies(src: Path, tmp_pa
     assert "3 removed by --dedup near" in text
     card = (out / "README.md").read_text()
     assert "Near duplicates (perceptual hashes within 4 bits): 3 copies of 3 images" in card
+    index = json.loads((out / "index.json").read_text())
+    # the report's table of skip reasons: one kind, not one per folder of the copies kept
+    assert {reason_kind(s["reason"]) for s in index["skipped"]} == {"near duplicate"}
+    # resized.jpg (class b) is photo_0 (a), photo_1 (b) is recompressed.jpg (a): conflicts
+    assert dup["label_conflicts"] == 2
 
 
 def test_dedup_near_hashes_the_pixels_a_source_gives(tmp_path: Path) -> None:
