@@ -388,6 +388,8 @@ def test_a_copy_filed_under_two_classes_is_a_label_conflict(many: tuple) -> None
         assert "1 group of copies is filed under more than one class" in warning
     text = runner.invoke(app, ["inspect", str(deduped)]).output
     assert "1 group of copies filed under more than one class (label conflicts)" in text
+    card = (deduped / "README.md").read_text()
+    assert "1 group of copies is filed under more than one class (label conflicts" in card
     pytest.importorskip("matplotlib")
     marked = _Marked()
     marked.feed((plain / "report.html").read_text())

@@ -104,4 +104,8 @@ def _summary(document: dict) -> str:
                     f"({duplicates['removed']:,} removed).")  # fmt: skip
         said += [f"{a['images']:,} images of {a['split']} are also in {a['also_in']}."
                  for a in duplicates["across_splits"]]  # fmt: skip
+        if conflicts := duplicates.get("label_conflicts"):
+            which = "group of copies is" if conflicts == 1 else "groups of copies are"
+            said.append(f"{conflicts:,} {which} filed under more than one class (label "
+                        "conflicts, named in index.json).")  # fmt: skip
     return "\n".join(said)
