@@ -416,3 +416,18 @@ def test_the_report_says_what_it_shows(many: tuple) -> None:
         median = marked.values[split, "bytes:median"]
         assert re.fullmatch(r"\d{1,3}(,\d{3})+(\.5)?", median), median
         assert float(median.replace(",", "")) == index["summaries"][split]["bytes"]["median"]
+
+
+def test_the_report_finds_the_copies_an_earlier_index_names(many: tuple, tmp_path: Path) -> None:
+    """An index from before names every copy <split>/<key> (test/test/dog/copy_b.jpg): its
+    report still draws each."""
+    pytest.importorskip("matplotlib")
+    out = Path(shutil.copytree(many[0], tmp_path / "out"))
+    index = json.loads((out / "index.json").read_text())
+    listed = index["duplicates"]["listed"]
+    index["duplicates"]["listed"] = [[f"{n.split('/')[0]}/{n}" for n in g] for g in listed]
+    (out / "index.json").write_text(json.dumps(index))
+    assert runner.invoke(app, ["report", str(out)]).exit_code == 0
+    section = (out / "report.html").read_text().split("id='duplicates'")[1]
+    assert "test/test/dog/copy_b.jpg" in section
+    assert "(not in the shards)" not in section.split("</section>")[0]

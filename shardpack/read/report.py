@@ -385,15 +385,17 @@ def _thumbnails(
                 done += 1
                 if progress is not None and done % PROGRESS_EVERY == 0:
                     progress(done, max(total, done))
-                name = record_name(split, str(record["key"]))
+                key = str(record["key"])
+                name = record_name(split, key)
+                # an index from before named every record <split>/<key>
+                named = {name, f"{split}/{key}"} & wanted
                 classes = [c for c in _classes(index, record.get("label")) if c in shown]
                 room = [c for c in classes if len(sheets.setdefault(c, [])) < PER_CLASS]
-                if room or name in wanted:
+                if room or named:
                     uri = _data_uri(record)
                     for cls in room:
                         sheets[cls].append((name, uri))
-                    if name in wanted:
-                        found[name] = uri
+                    found.update(dict.fromkeys(named, uri))
     if progress is not None:
         progress(done, max(total, done))
     return {cls: _in_turn([sheets.get(cls, []) for sheets in per_split])[:PER_CLASS]
