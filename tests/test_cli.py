@@ -522,7 +522,7 @@ COMMANDS_ON = {
     "pack into a new OUT": ["pack", "{src}", "{ro}/new", "--workers", "1"],
     "index-files": ["index-files", "{ro}/packed"],
     "preview": ["preview", "{ro}/packed", "--out", "{ro}/sheet.png"],
-    "report": ["report", "{ro}/packed"],
+    "report": ["report", "{ro}/packed", "--no-progress"],  # a slow run: a progress line too
     "demo": ["demo", "{ro}/demo", "--per-class", "2"],
     "pack --overwrite": ["pack", "{src}", "{ro}/packed", "--workers", "1", "--overwrite"],
 }

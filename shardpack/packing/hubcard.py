@@ -49,9 +49,21 @@ def card(document: dict) -> bytes:
     return "\n".join(lines).encode("utf-8", "backslashreplace")
 
 
+# What YAML refuses anywhere in a document, even quoted (YAML 1.1's printable set, which
+# PyYAML and so the Hub check), and the line breaks a double-quoted scalar would fold (NEL,
+# U+2028, U+2029): escaped instead.
+_UNSAFE = re.compile("[^\t\n\r\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
 def _q(text: str) -> str:
-    """A YAML scalar: JSON's double-quoted string is one YAML reads alike."""
-    return json.dumps(text, ensure_ascii=False)
+    """A YAML scalar that parses back to `text`: JSON's double-quoted string (which YAML reads
+    alike) with what YAML would refuse or fold escaped as YAML's \\x or \\u."""
+    return _UNSAFE.sub(_escape, json.dumps(text, ensure_ascii=False))
+
+
+def _escape(found: re.Match) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"  # none is past U+FFFF
 
 
 def _feature(name: str, spec: dict) -> list[str]:
@@ -92,4 +104,8 @@ def _summary(document: dict) -> str:
                     f"({duplicates['removed']:,} removed).")  # fmt: skip
         said += [f"{a['images']:,} images of {a['split']} are also in {a['also_in']}."
                  for a in duplicates["across_splits"]]  # fmt: skip
+        if conflicts := duplicates.get("label_conflicts"):
+            which = "group of copies is" if conflicts == 1 else "groups of copies are"
+            said.append(f"{conflicts:,} {which} filed under more than one class (label "
+                        "conflicts, named in index.json).")  # fmt: skip
     return "\n".join(said)

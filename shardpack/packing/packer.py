@@ -278,6 +278,7 @@ def pack(
         if groups is None:
             groups = duplicates.found_in_shards(plan, results, dataset, options)
         document["duplicates"] = duplicates.summary(groups, sum(removed.values()), options)
+        document["warnings"] += duplicates.warnings(document["duplicates"])
         document["summaries"] = split_summaries(plan, results, removed)
         index = write_outputs(out, document, results, options.index_files)
         write_contents(out, entries(plan, results))
