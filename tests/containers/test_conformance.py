@@ -217,7 +217,7 @@ FILE_SIZE_LIMIT = """
 import os, resource, sys
 from shardpack.containers import get_container
 from shardpack.errors import OutputError
-from tests.test_containers import _records
+from tests.containers.test_conformance import _records
 container, folder = get_container(sys.argv[1]), sys.argv[2]
 resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))  # Python ignores SIGXFSZ: EFBIG
 path = os.path.join(folder, container.shard_name("ds", "train", 0, 1))

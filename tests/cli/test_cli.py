@@ -29,7 +29,7 @@ from tests.helpers import (
 
 runner = CliRunner()
 SHARDPACK = [sys.executable, "-m", "shardpack"]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
