@@ -32,6 +32,7 @@ _EXPORTS = {
     "Records": "shardpack.read.random_access",
     "read_record": "shardpack.read.random_access",
     "write_index_files": "shardpack.read.random_access",
+    "mix": "shardpack.read.mixing",
     **dict.fromkeys(
         (
             "ShardpackError",
@@ -57,7 +58,7 @@ __all__ = [
     "MissingPackageError", "OutputError", "PackOptions", "PackResult", "RecordError", "Records",
     "ShardpackError", "SourceError", "StorageError", "UnsafePickleError", "VerifyReport",
     "WorkerDiedError", "describe", "iter_examples", "load_index", "make_preview", "make_sample",
-    "pack", "read_record", "tf_dataset", "verify", "write_index_files", "write_report",
+    "mix", "pack", "read_record", "tf_dataset", "verify", "write_index_files", "write_report",
 ]  # fmt: skip
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
@@ -80,6 +81,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from shardpack.packing.cluster import ClusterError
     from shardpack.packing.packer import PackResult, pack
     from shardpack.read.inspect import describe
+    from shardpack.read.mixing import mix
     from shardpack.read.preview import make_preview
     from shardpack.read.random_access import Records, read_record, write_index_files
     from shardpack.read.report import write_report
