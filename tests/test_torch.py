@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -209,40 +207,47 @@ def test_mixing_two_packs_is_deterministic_resumable_and_ends_by_its_rule(shared
 
 
 _DDP = """
-import json, os, sys, torch, torch.distributed as dist
+import json, multiprocessing, socket, sys, torch, torch.distributed as dist
 from shardpack.torch import ShardDataset
-dist.init_process_group("gloo")
-ds = ShardDataset(sys.argv[1], batch_size=2, decode=True)
-counts = {}
-for epoch in (0, 1):
-    ds.set_epoch(epoch)
-    keys = [k for batch in torch.utils.data.DataLoader(ds, batch_size=2) for k in batch["key"]]
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, keys)
-    counts[epoch] = everyone
-if dist.get_rank() == 0:
-    print(json.dumps({"rank": ds.rank, "world": ds.world_size, "epochs": counts}))
-dist.destroy_process_group()
+out, report = sys.argv[1:]
+
+def rank(r, port):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=r, world_size=2)
+    ds = ShardDataset(out, batch_size=2)  # rank and world size from torch.distributed
+    counts = {}
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        keys = [k for batch in torch.utils.data.DataLoader(ds, batch_size=2) for k in batch["key"]]
+        everyone = [None, None]
+        dist.all_gather_object(everyone, keys)
+        counts[epoch] = everyone
+    if r == 0:
+        with open(report, "w") as f:
+            json.dump({"rank": ds.rank, "world": ds.world_size, "epochs": counts}, f)
+    dist.destroy_process_group()
+
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+# forked from this Python, where torch is loaded already: processes of their own all the same
+ranks = [multiprocessing.get_context("fork").Process(target=rank, args=(r, port)) for r in (0, 1)]
+for p in ranks:
+    p.start()
+for p in ranks:
+    p.join(120)
+print(json.dumps([p.exitcode for p in ranks]))
 """
 
 
 @pytest.mark.slow
 def test_two_ranks_on_gloo_read_equal_disjoint_shares(packs, tmp_path):
-    """A real torch.distributed run: two processes, as torchrun starts them, on loopback."""
+    """A real torch.distributed run: two processes on loopback, each a rank."""
     from shardpack.read.stream import iter_examples
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-           "WORLD_SIZE": "2", "GLOO_SOCKET_IFNAME": "lo"}  # fmt: skip
-    ranks = [subprocess.Popen([sys.executable, "-c", _DDP, str(packs[3])], text=True,
-                              env={**env, "RANK": str(r)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
-             for r in (0, 1)]  # fmt: skip
-    outs = [r.communicate(timeout=120) for r in ranks]
-    assert [r.returncode for r in ranks] == [0, 0], [err[-2000:] for _, err in outs]
-    got = json.loads(outs[0][0])
+    report = tmp_path / "ranks.json"
+    assert run_json(_DDP, str(packs[3]), str(report)) == [0, 0]
+    got = json.loads(report.read_text())
     assert (got["rank"], got["world"]) == (0, 2)
     everything = sorted(r["key"] for r in iter_examples(packs[3]))
     for zero, one in got["epochs"].values():
