@@ -67,8 +67,9 @@ class _Epochs(IterableDataset):
         return max(len(self.sequence()) - self._start, 0)
 
     def __iter__(self):
-        items = self.sequence()[self._start :]
         worker = get_worker_info()
+        self._taken = 0  # an iteration in this process counts afresh
+        items = self.sequence()[self._start :]
         if worker is not None:
             items = worker_part(items, worker.id, worker.num_workers, self.batch_size)
         for item in items:
@@ -180,9 +181,15 @@ class ShardDataset(_Epochs):
         self._records_pid = 0
         self._open()  # refuses GZIP shards now, not in a worker
 
+    def __len__(self) -> int:  # without drawing the epoch's order
+        return max(len(self._positions()) - self._start, 0)
+
+    def _positions(self) -> range:
+        return share(sum(self.counts), self.rank, self.world_size, self.drop_remainder)
+
     def sequence(self) -> np.ndarray:
         total = sum(self.counts)
-        positions = share(total, self.rank, self.world_size, self.drop_remainder)
+        positions = self._positions()
         positions = np.arange(positions.start, positions.stop, dtype=np.int64)
         if not self.shuffle:
             return positions % max(total, 1)
