@@ -254,3 +254,28 @@ def test_two_ranks_on_gloo_read_equal_disjoint_shares(packs, tmp_path):
         assert len(zero) == len(one) == 13  # 25 records: the first one read twice
         assert sorted(set(zero + one)) == everything and len(set(zero) & set(one)) == 1
     assert got["epochs"]["0"] != got["epochs"]["1"]
+
+
+_SAMPLER = """
+import json, sys, torch
+from torch.utils.data import DataLoader, DistributedSampler
+import shardpack
+records = shardpack.Records(sys.argv[1], decode=True)
+records[0], records[len(records) - 1]  # shards opened here, before the workers fork
+keys = []
+for rank in (0, 1):
+    sampler = DistributedSampler(records, num_replicas=2, rank=rank, seed=0)
+    sampler.set_epoch(1)
+    loader = DataLoader(records, sampler=sampler, batch_size=4, num_workers=2,
+                        collate_fn=lambda batch: [r["key"] for r in batch])
+    keys.append([k for batch in loader for k in batch])
+print(json.dumps({"keys": keys, "length": len(records)}))
+"""
+
+
+def test_records_serve_a_distributed_sampler_in_forked_workers(shared_pack):
+    """Map-style random access over ArrayRecord shards, files opened before the fork."""
+    out = shared_pack({"a": 6, "b": 5}, shards=3, workers=1, format="array_record")
+    got = run_json(_SAMPLER, str(out))
+    zero, one = got["keys"]
+    assert len(zero) == len(one) == 6 and len(set(zero + one)) == got["length"] == 11
