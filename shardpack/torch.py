@@ -18,7 +18,7 @@ record numbers while they are drawn, and the shards' open readers; no record buf
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from shardpack.errors import ShardpackError, is_count
 from shardpack.index import load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.read.cache import ShardCache
 from shardpack.read.mixing import MIX_ENDS, mix_choices
 from shardpack.read.order import check_seed, epoch_order, share, worker_part
 from shardpack.read.random_access import Records
@@ -57,6 +58,10 @@ class _Epochs(IterableDataset):
         """One item of the sequence, read and decoded."""
         raise NotImplementedError
 
+    def read_all(self, items: np.ndarray) -> Iterator[object]:
+        """The items, read in turn (a subclass may fetch ahead)."""
+        return map(self.read, items)
+
     def set_epoch(self, epoch: int) -> None:
         """Start epoch `epoch` (call it before each epoch, on every rank): its order follows
         from (seed, epoch) alone; a resume point loaded before is forgotten."""
@@ -72,8 +77,7 @@ class _Epochs(IterableDataset):
         items = self.sequence()[self._start :]
         if worker is not None:
             items = worker_part(items, worker.id, worker.num_workers, self.batch_size)
-        for item in items:
-            record = self.read(item)
+        for record in self.read_all(items):
             if worker is None:
                 self._taken += 1
             yield record
@@ -138,6 +142,11 @@ class ShardDataset(_Epochs):
             yielded.
         max_pixels: with decode, refuse an image claiming more pixels than this.
         storage_options: options for the URL's fsspec filesystem.
+        cache_dir: a local folder where whole shards are copied, fetched ahead of the
+            records read (a pack under a URL then reads at disk speed), and kept for a reader
+            started later; its own subfolder per pack. None reads records where they are.
+        cache_limit: the most bytes the cache keeps, besides the shards being read (the
+            least recently used go first); None keeps every shard fetched.
 
     Raises:
         IndexFormatError: the index is missing or malformed, or the shards are GZIP.
@@ -161,6 +170,8 @@ class ShardDataset(_Epochs):
         transform: Callable[[dict], object] | None = None,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         storage_options: dict | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | None = None,
     ) -> None:
         rank, world_size = _rank_and_world(rank, world_size)
         super().__init__(seed, batch_size, world_size)
@@ -175,11 +186,16 @@ class ShardDataset(_Epochs):
         self.drop_remainder = drop_remainder
         self.rank, self.decode, self.layout, self.transform = rank, decode, layout, transform
         self.max_pixels = max_pixels
+        self.cache_dir, self.cache_limit = cache_dir, cache_limit
         index = load_index(out, storage_options)
-        self.counts = [s.num_records for s in index.split(split).shards]
+        shards = index.split(split).shards
+        self.counts = [s.num_records for s in shards]
+        self._files = [s.file for s in shards]
+        self._ends = np.cumsum(self.counts)
         self._records: Records | None = None
+        self._cache: ShardCache | None = None
         self._records_pid = 0
-        self._open()  # refuses GZIP shards now, not in a worker
+        self._open()  # refuses GZIP shards and a bad cache now, not in a worker
 
     def __len__(self) -> int:  # without drawing the epoch's order
         return max(len(self._positions()) - self._start, 0)
@@ -196,24 +212,59 @@ class ShardDataset(_Epochs):
         return epoch_order(self.counts, positions, self.seed, self.epoch, self.shuffle_block)
 
     def read(self, item) -> object:
-        record = self._open()[int(item)]
+        records = self._open()
+        if self._cache is not None:
+            self._cache.ensure(self._files[self._shard(item)])
+        record = records[int(item)]
         if self.decode:
             pixels = record["image"]  # raw pixels are the record's read-only bytes: copied
             image = torch.from_numpy(pixels if pixels.flags.writeable else pixels.copy())
             record["image"] = image.permute(2, 0, 1) if self.layout == "chw" else image
         return record if self.transform is None else self.transform(record)
 
+    def read_all(self, items: np.ndarray) -> Iterator[object]:
+        """With a cache: each shard fetched ahead of its first record, and closed after its
+        last, so that the cache may remove it."""
+        if self.cache_dir is None:
+            yield from map(self.read, items)
+            return
+        shards = [self._shard(item) for item in items]
+        order = [self._files[k] for k in dict.fromkeys(shards)]
+        last = {k: p for p, k in enumerate(shards)}
+        records, cache = self._open(), self._cache
+        seen: set[int] = set()
+        try:
+            for p, (item, k) in enumerate(zip(items, shards, strict=True)):
+                if k not in seen:  # its first record: fetch it, and start on the next ones
+                    seen.add(k)
+                    cache.ensure(self._files[k], order[len(seen) :])
+                yield self.read(item)
+                if last[k] == p:
+                    records.release(k)
+                    cache.done(self._files[k])
+        finally:
+            cache.close()
+
+    def _shard(self, item) -> int:
+        return int(np.searchsorted(self._ends, item, side="right"))
+
     def _open(self) -> Records:
-        """This process's Records: a forked DataLoader worker opens its own files."""
+        """This process's Records (over the cache folder, with one): a forked DataLoader
+        worker opens its own files."""
         if self._records is None or self._records_pid != os.getpid():
-            self._records = Records(self.out, self.split, decode=self.decode,
+            out, options = self.out, self.storage_options
+            if self.cache_dir is not None:
+                index = load_index(self.out, self.storage_options)
+                self._cache = ShardCache(index, self.cache_dir, self.cache_limit)
+                out, options = self._cache.folder, None
+            self._records = Records(out, self.split, decode=self.decode,
                                     max_pixels=self.max_pixels,
-                                    storage_options=self.storage_options)  # fmt: skip
+                                    storage_options=options)  # fmt: skip
             self._records_pid = os.getpid()
         return self._records
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_records": None}
+        return {**self.__dict__, "_records": None, "_cache": None}
 
 
 class Mix(_Epochs):
