@@ -279,3 +279,43 @@ def test_records_serve_a_distributed_sampler_in_forked_workers(shared_pack):
     got = run_json(_SAMPLER, str(out))
     zero, one = got["keys"]
     assert len(zero) == len(one) == 6 and len(set(zero + one)) == got["length"] == 11
+
+
+_CACHED = """
+import json, os, sys
+from shardpack.torch import ShardDataset
+url, local, cache, limit = sys.argv[1:]
+ds = ShardDataset(url, decode=False, seed=3, cache_dir=cache, cache_limit=int(limit) or None)
+ds.set_epoch(1)
+keys = [r["key"] for r in ds]
+here = ShardDataset(local, decode=False, seed=3)
+here.set_epoch(1)
+files = [os.path.relpath(os.path.join(folder, f), cache)
+         for folder, _, names in os.walk(cache) for f in names]
+print(json.dumps({"same": keys == [r["key"] for r in here], "files": sorted(files)}))
+"""
+
+
+def test_a_pack_in_object_storage_reads_through_a_bounded_cache_kept_for_a_restart(
+    s3, shared_pack, tmp_path
+):
+    out = shared_pack({"a": 13, "b": 12}, shards=5, workers=1)
+    url = s3.put_tree(out, "packed")
+    shards = sorted(p.name for p in out.iterdir() if ".tfrecord-" in p.name)
+    biggest = max((out / name).stat().st_size for name in shards)
+
+    def shards_fetched(since: int) -> list[str]:
+        return [k.split("/")[-1] for k in s3.fetched("packed/")[since:] if ".tfrecord-" in k]
+
+    bounded = run_json(_CACHED, url, str(out), str(tmp_path / "small"), str(biggest))
+    kept = [f for f in bounded["files"] if ".tfrecord-" in f]
+    assert bounded["same"] and len(kept) <= 1  # one shard's room: one left at the end
+    assert all(f.endswith("/index.json") or f.split("/")[1] in shards for f in bounded["files"])
+
+    mark = len(s3.fetched())
+    first = run_json(_CACHED, url, str(out), str(tmp_path / "kept"), "0")
+    assert first["same"] and sorted(set(shards_fetched(mark))) == shards
+    mark = len(s3.fetched())
+    again = run_json(_CACHED, url, str(out), str(tmp_path / "kept"), "0")  # a reader restarted
+    assert again["same"] and shards_fetched(mark) == [] and again["files"] == first["files"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "small"]  # nothing else
