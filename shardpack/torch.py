@@ -12,7 +12,8 @@ count, and "records taken" is all a resume needs. Records are read by random acc
 (shardpack.Records), so a resume starts at once, with no records read to skip.
 
 Memory per reader: 8 bytes per record of the rank's range (its record numbers), one block's
-record numbers while they are drawn, and the shards' open readers; no record buffer.
+record numbers while they are drawn, and the shards' open readers; no record buffer. With
+`cache_dir`, whole shards are copied to local disk ahead of the reader (read/cache.py).
 """
 
 from __future__ import annotations
