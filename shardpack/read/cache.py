@@ -46,6 +46,11 @@ class ShardCache:
         if self.storage.local_path() is None:
             raise ShardpackError(f"cache_dir must be a local folder, got: {os.fspath(folder)!r}")
         os.makedirs(os.path.dirname(self.folder), exist_ok=True)
+        if os.path.islink(self.folder) or (
+            os.path.lexists(self.folder) and not os.path.isdir(self.folder)
+        ):  # a planted link would have shards written where it points
+            raise ShardpackError(f"{self.folder}: is a link or a file, not a cache folder; "
+                                 "remove it")  # fmt: skip
         self.storage.make_root()
         self._shards = {s.file: s for split in index.splits.values() for s in split.shards}
         self._remove_stale()
@@ -66,7 +71,8 @@ class ShardCache:
         if future is not None:
             future.result()
         self._fetch(self._shards[file])  # unless there (another reader may have removed it)
-        os.utime(self.storage.local_path(file))  # recently used: the last to be removed
+        # recently used: the last to be removed
+        os.utime(self.storage.local_path(file), follow_symlinks=False)
 
     def done(self, file: str) -> None:
         """Shard `file` is no longer read here: it may be removed for room."""
