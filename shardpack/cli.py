@@ -38,9 +38,11 @@ from shardpack.options import (
     parse_size,
     parse_split,
 )
+from shardpack.packing.daliindex import write_index_files
 from shardpack.sources import source_choices, sources_described
 from shardpack.sources.classlist import parse_classes
-from shardpack.storage import is_url, parse_options
+from shardpack.storage import parse_options, store_failure
+from shardpack.storage.locations import absolute, local_file
 
 app = typer.Typer(
     help="Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset) in parallel, "
@@ -100,8 +102,6 @@ def _user_errors():
         _error(str(FileAccessError.from_os_error(e)))
         raise typer.Exit(2) from None
     except Exception as e:  # from an object store's client: refused, unreachable, misnamed
-        from shardpack.storage import store_failure
-
         message = store_failure(e)
         if message is None:
             raise
@@ -143,6 +143,7 @@ def _run_pack(
     as_json: bool,
     storage_options: dict | None = None,
 ) -> None:
+    # numpy and the workers: not for --help
     from shardpack.packing.outdir import PlanChanged
     from shardpack.packing.packer import pack
 
@@ -168,7 +169,7 @@ def _out_options(out: str, pairs: list[str] | None) -> dict[str, object]:
     """--storage-option of a command that reads OUT; a warning when OUT is a local path, for
     which they mean nothing (pack's may be for a manifest's image URLs: no warning there)."""
     options = parse_options(pairs or ())
-    if options and not is_url(out):
+    if options and local_file(out) is not None:
         print(f"warning: --storage-option is for a URL (s3://...), and {out} is a local path: "
               "it is not used", file=sys.stderr)  # fmt: skip
     return options
@@ -441,7 +442,7 @@ def pack(
             split_names=_split_names(splits) if splits is not None else SPLIT_NAMES,
             split=parse_split(split) if split is not None else None,
             path_column=path_column,
-            root=root if root is None or is_url(root) else os.path.abspath(root),
+            root=None if root is None else absolute(root),
             dedup=dedup.value,
             grow="update" if update else "append" if append else "none",
             near_distance=near_distance,
@@ -480,7 +481,7 @@ def verify(
     image). Exit code 1 when a fault is found.
     """
     with _user_errors():
-        from shardpack.read.verify import verify as run_verify
+        from shardpack.read.verify import verify as run_verify  # numpy: not for --help
 
         report = run_verify(out, decode=decode, storage_options=_out_options(out, storage_option))
     if as_json:
@@ -512,7 +513,7 @@ def inspect(
     Splits, shards, sizes, the class histogram and a few records.
     """
     with _user_errors():
-        from shardpack.read.inspect import describe
+        from shardpack.read.describe import describe  # numpy: not for --help
 
         summary = describe(out, records, _out_options(out, storage_option))
     print_json(summary) if as_json else print_inspect(summary)
@@ -525,8 +526,6 @@ def index_files(out: _OUT, storage_option: _STORAGE_OPTIONS = None) -> None:
     One tfrecord2idx file per shard, in OUT/idx/.
     """
     with _user_errors():
-        from shardpack.read.random_access import write_index_files
-
         written = write_index_files(out, storage_options=_out_options(out, storage_option))
     typer.echo(f"wrote {plural(len(written), 'index file')} in {os.path.join(out, 'idx')}")
 
@@ -555,7 +554,7 @@ def preview(
     Each thumbnail has its class name under it, to eyeball the labels.
     """
     with _user_errors():
-        from shardpack.read.preview import make_preview
+        from shardpack.read.preview import make_preview  # numpy: not for --help
 
         storage_options = _out_options(out, storage_option)
         path = make_preview(out, dest, split, n, seed, storage_options, overwrite)
@@ -577,7 +576,7 @@ def report(
     across splits, shard sizes and examples of each class (needs matplotlib).
     """
     with _user_errors():
-        from shardpack.read.report import write_report
+        from shardpack.read.report import write_report  # numpy: not for --help
 
         path = write_report(out, dest, _out_options(out, storage_option))
     typer.echo(f"wrote {path}")
@@ -602,6 +601,7 @@ def demo(
     both, never a file of yours.
     """
     with _user_errors():
+        # numpy, OpenCV: not for --help
         from shardpack.demo import SAMPLE_NAME, SHAPES, earlier_demo, make_sample, refuse_links
 
         shards = out / "shards"

@@ -11,6 +11,7 @@ import types
 import typing
 from dataclasses import asdict, dataclass, fields
 
+from shardpack.containers import CONTAINERS
 from shardpack.errors import ShardpackError
 
 ENCODINGS = ("keep", "jpeg", "png", "webp", "raw")
@@ -55,15 +56,13 @@ _OUTPUT_FIELDS = (
 
 
 def _check_container(fmt: str, compression: str, index_files: bool) -> None:
-    from shardpack.containers import CONTAINERS  # here: the containers import this module
-
-    _choice("format", fmt, tuple(CONTAINERS))
+    check_choice("format", fmt, tuple(CONTAINERS))
     container = CONTAINERS[fmt]
     if compression not in container.compressions:
         others = [name for name, c in CONTAINERS.items() if compression in c.compressions]
         if not others:
             known = (c for each in CONTAINERS.values() for c in each.compressions)
-            _choice("compression", compression, tuple(dict.fromkeys(known)))
+            check_choice("compression", compression, tuple(dict.fromkeys(known)))
         formats = " or ".join(f"format={name!r}" for name in others)
         raise ShardpackError(f"compression={compression!r} is for {formats} only; "
                              "drop compression=")  # fmt: skip
@@ -71,12 +70,6 @@ def _check_container(fmt: str, compression: str, index_files: bool) -> None:
         kinds = " or ".join(f"format={name!r}" for name, c in CONTAINERS.items() if c.index_files)
         raise ShardpackError(f"index_files=True writes DALI's index files, for {kinds}; "
                              f"format={fmt!r} needs none: drop index_files=True")  # fmt: skip
-
-
-def _check_source(source: str) -> None:
-    from shardpack.sources import source_choices  # here: the sources import this module
-
-    _choice("source", source, source_choices())
 
 
 def _check_types(options: PackOptions) -> None:
@@ -129,7 +122,8 @@ def _hints() -> dict[str, object]:
     return typing.get_type_hints(PackOptions)
 
 
-def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
+def check_choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
+    """Refuse a value not among those allowed, naming the option and every choice."""
     if value not in allowed:
         raise ShardpackError(f"{option}= must be one of {', '.join(allowed)}, got: {value!r}")
 
@@ -137,7 +131,7 @@ def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
 def _check_transform(options: PackOptions) -> None:
     """--resize-mode (img2dataset's name taken as ours), --pad-color and the size filters."""
     mode = RESIZE_ALIASES.get(options.resize_mode, options.resize_mode)
-    _choice("resize_mode", mode, RESIZE_MODES + tuple(RESIZE_ALIASES))
+    check_choice("resize_mode", mode, RESIZE_MODES + tuple(RESIZE_ALIASES))
     object.__setattr__(options, "resize_mode", mode)
     if options.resize is None and (mode != "stretch" or not options.upscale):
         said = "upscale=False" if mode == "stretch" else f"resize_mode={mode!r}"
@@ -245,15 +239,14 @@ class PackOptions:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        _check_source(self.source)
         _check_transform(self)
         object.__setattr__(self, "backend", BACKEND_ALIASES.get(self.backend, self.backend))
-        _choice("backend", self.backend, BACKENDS)
-        _choice("encode", self.encode, ENCODINGS)
-        _choice("check", self.check, CHECKS)
-        _choice("on_error", self.on_error, ON_ERROR)
-        _choice("dedup", self.dedup, DEDUP)
-        _choice("grow", self.grow, GROW)
+        check_choice("backend", self.backend, BACKENDS)
+        check_choice("encode", self.encode, ENCODINGS)
+        check_choice("check", self.check, CHECKS)
+        check_choice("on_error", self.on_error, ON_ERROR)
+        check_choice("dedup", self.dedup, DEDUP)
+        check_choice("grow", self.grow, GROW)
         if self.grow != "none" and self.overwrite:
             raise ShardpackError(
                 f"grow={self.grow!r} (--{self.grow}) keeps the dataset in OUT; drop overwrite="

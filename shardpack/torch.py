@@ -29,8 +29,7 @@ from shardpack.errors import ShardpackError, is_count
 from shardpack.index import load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.read.cache import ShardCache
-from shardpack.read.mixing import MIX_ENDS, mix_choices
-from shardpack.read.order import check_seed, epoch_order, share, worker_part
+from shardpack.read.order import MIX_ENDS, check_seed, epoch_order, mix_choices, share, worker_part
 from shardpack.read.random_access import Records
 
 # Shards whose records are permuted together: more mixes more, each costs an open shard.
@@ -270,7 +269,7 @@ class ShardDataset(_Epochs):
 
 class Mix(_Epochs):
     """Several ShardDatasets read as one, each record from a source drawn by weight from
-    (seed, epoch) alone; made by shardpack.mix, which says how an epoch ends. set_epoch,
+    (seed, epoch) alone; made by mix(), which says how an epoch ends. set_epoch,
     state_dict and load_state_dict work as ShardDataset's, for the mixed stream."""
 
     def __init__(self, sources: Sequence[tuple[ShardDataset, float]], seed: int = 0,
@@ -311,6 +310,33 @@ class Mix(_Epochs):
 
     def read(self, item) -> object:
         return self.sources[int(item[0])].read(item[1])
+
+
+def mix(
+    sources: Sequence[tuple[ShardDataset | str | os.PathLike, float]], seed: int = 0,
+    end: str = "first", **options,
+) -> Mix:  # fmt: skip
+    """Several packs read as one PyTorch dataset, each record from a source drawn by weight:
+    `mix([(a, 0.7), (b, 0.3)], seed=0)`.
+
+    Args:
+        sources: (dataset, weight) pairs: shardpack.torch.ShardDatasets (of one rank, world
+            size and batch size), or packs' OUT, made into ShardDataset(out, **options).
+        seed: the draws' seed, the same on every rank (the choices are then the same on
+            every rank, and ranks stay equal).
+        end: "first": the epoch ends when a source drawn has no record left (the weights
+            hold to the last record; the other sources' rest is unread that epoch). "all":
+            a spent source drops out and the rest are drawn with their weights renormalised
+            until every source has given each of its records once.
+        options: ShardDataset's arguments, for sources given as OUT.
+
+    Raises:
+        ShardpackError: a weight is not above 0, `end` is not one of MIX_ENDS, or the
+            datasets differ in rank, world size or batch size.
+    """
+    made = [(s if isinstance(s, ShardDataset) else ShardDataset(s, **options), w)
+            for s, w in sources]  # fmt: skip
+    return Mix(made, seed, end)
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:

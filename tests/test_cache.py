@@ -61,7 +61,7 @@ def test_a_planted_link_or_a_bad_limit_is_one_clear_error(pack, tmp_path):
         f.unlink()
     folder.rmdir()
     folder.symlink_to(elsewhere)
-    with pytest.raises(ShardpackError, match="is a link or a file, not a cache folder"):
+    with pytest.raises(ShardpackError, match="is a link or a file, not a folder"):
         ShardCache(load_index(pack), tmp_path / "cache")
     assert list(elsewhere.iterdir()) == []
     with pytest.raises(ShardpackError, match="cache_limit must be a positive number of bytes"):

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from shardpack.errors import ShardpackError
-from shardpack.read.mixing import mix_choices
-from shardpack.read.order import check_seed, epoch_order, segments, share, worker_part
+from shardpack.read.order import check_seed, epoch_order, mix_choices, segments, share, worker_part
 
 
 @pytest.mark.parametrize("drop", [False, True])

@@ -17,11 +17,17 @@ from typing import TYPE_CHECKING
 
 from shardpack.containers import Container, is_shard_name
 from shardpack.errors import IndexFormatError, OutputError, printable, shortened
-from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, Index, load_index
-from shardpack.packing.contents import CONTENTS_NAME
-from shardpack.packing.hubcard import CARD_NAME, is_ours
+from shardpack.index import Index, load_index
+from shardpack.layout import (
+    CARD_NAME,
+    CONTENTS_NAME,
+    INDEX_FILES_DIR,
+    INDEX_NAME,
+    METADATA_NAMES,
+    STAMPS_NAME,
+)
+from shardpack.packing.hubcard import is_ours
 from shardpack.packing.plan import Plan, ShardResult
-from shardpack.packing.stamps import STAMPS_NAME
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """A local cache of a pack's shards for training reads: whole shards fetched ahead of the reader
-into one folder, the least recently used removed beyond a byte limit, and kept for a reader
-started later. Nothing outside the folder is written."""
+into one folder, the longest held removed beyond a byte limit, and kept for a reader started
+later. Nothing outside the folder is written."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from shardpack.errors import ShardpackError, is_count
 from shardpack.index import Index, ShardInfo
 from shardpack.storage import storage_at
 from shardpack.storage.atomic import remove_files, temp_files
+from shardpack.storage.locations import local_file
 
 # Bytes copied per read from the store: large enough for throughput, bounded for memory.
 CHUNK_BYTES = 8 << 20
@@ -39,19 +40,15 @@ class ShardCache:
                  ahead: int = AHEAD) -> None:  # fmt: skip
         if limit is not None and not is_count(limit):
             raise ShardpackError(f"cache_limit must be a positive number of bytes, got: {limit!r}")
+        if local_file(folder) is None:
+            raise ShardpackError(f"cache_dir must be a local folder, got: {os.fspath(folder)!r}")
         self.index, self.limit, self.ahead = index, limit, ahead
         digest = hashlib.sha256(json.dumps([index.out, index.raw], sort_keys=True).encode())
-        self.storage = storage_at(os.path.join(os.fspath(folder), digest.hexdigest()[:16]))
+        root = storage_at(local_file(folder))
+        root.make_root()
+        # a link planted in its place is refused (OutputError), never written through
+        self.storage = root.make_folder(digest.hexdigest()[:16])
         self.folder = self.storage.path()
-        if self.storage.local_path() is None:
-            raise ShardpackError(f"cache_dir must be a local folder, got: {os.fspath(folder)!r}")
-        os.makedirs(os.path.dirname(self.folder), exist_ok=True)
-        if os.path.islink(self.folder) or (
-            os.path.lexists(self.folder) and not os.path.isdir(self.folder)
-        ):  # a planted link would have shards written where it points
-            raise ShardpackError(f"{self.folder}: is a link or a file, not a cache folder; "
-                                 "remove it")  # fmt: skip
-        self.storage.make_root()
         self._shards = {s.file: s for split in index.splits.values() for s in split.shards}
         self._remove_stale()
         self.storage.put("index.json", json.dumps(index.raw).encode())
@@ -71,8 +68,6 @@ class ShardCache:
         if future is not None:
             future.result()
         self._fetch(self._shards[file])  # unless there (another reader may have removed it)
-        # recently used: the last to be removed
-        os.utime(self.storage.local_path(file), follow_symlinks=False)
 
     def done(self, file: str) -> None:
         """Shard `file` is no longer read here: it may be removed for room."""
@@ -100,10 +95,9 @@ class ShardCache:
         self._fetching[file] = self._pool.submit(self._fetch, self._shards[file])
 
     def _present(self, info: ShardInfo) -> bool:
-        path = self.storage.local_path(info.file)
-        return os.path.isfile(path) and not os.path.islink(path) and (
-            os.path.getsize(path) == info.num_bytes
-        )  # fmt: skip
+        """Whether the shard is in the cache whole: a regular file (no link) of its size."""
+        held = self.storage.identity(info.file)
+        return held is not None and held[2] == info.num_bytes
 
     def _fetch(self, info: ShardInfo) -> None:
         """Copy one shard from the pack's store, whole, then make room for it."""
@@ -128,21 +122,15 @@ class ShardCache:
     def _remove_stale(self) -> None:
         """Remove what a killed reader left half-written."""
         old = time.time() - STALE_SECONDS
-        found = temp_files(self.folder, self._shards)
+        found = temp_files(self.storage.path(), self._shards)
         remove_files(p for paths in found.values() for p in paths if os.path.getmtime(p) < old)
 
     def _make_room(self) -> None:
-        """Remove the least recently used shards not in use until the rest fit the limit."""
+        """Remove the longest held shards not in use until the rest fit the limit."""
         if self.limit is None:
             return
-        held = []
-        for name in self._shards:
-            path = self.storage.local_path(name)
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            held.append((st.st_mtime_ns, st.st_size, name))
+        held = [(found[3], found[2], name) for name in self._shards
+                if (found := self.storage.identity(name)) is not None]  # fmt: skip
         total = sum(size for _, size, _ in held)
         with self._lock:
             in_use = set(self._in_use)

@@ -1,6 +1,7 @@
-"""Training-read arithmetic, no I/O: which records each reader of a split gets, and in what
-order each epoch. Every reader gets the same number of records; orders are functions of
-(seed, epoch) only, so every rank computes the same ones without talking to the others."""
+"""Training-read arithmetic, no I/O: which records each reader of a split gets, in what order
+each epoch, and which source each record of a mixed epoch comes from. Every reader gets the
+same number of records; orders and draws are functions of (seed, epoch) only, so every rank
+computes the same ones without talking to the others."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from shardpack.errors import ShardpackError, is_count
+
+# How a mixed epoch ends: when the first source runs out, or when every source has.
+MIX_ENDS = ("first", "all")
 
 
 def share(total: int, reader: int, readers: int, drop_remainder: bool = False) -> range:
@@ -74,6 +78,35 @@ def worker_part(sequence: np.ndarray, worker: int, workers: int, batch_size: int
     in turn, so what it yields is `sequence` itself, in order, whatever the worker count."""
     chunks = np.arange(len(sequence)) // batch_size
     return sequence[chunks % workers == worker]
+
+
+def mix_choices(weights: Sequence[float], lengths: Sequence[int], seed: int, epoch: int,
+                end: str) -> np.ndarray:  # fmt: skip
+    """Which source each record of a mixed epoch comes from, drawn from (seed, epoch) with the
+    given weights: until the first chosen source runs out (end="first"), or on among the
+    sources left, weights renormalised, until every source has given all it has (end="all")."""
+    rng = np.random.default_rng([seed, epoch])
+    left = np.array(lengths, np.int64)
+    p = np.array(weights, float)
+    chosen: list[np.ndarray] = []
+    while True:
+        live = left > 0
+        if not live.any() or (end == "first" and not live.all()):
+            break
+        q = np.where(live, p, 0.0)
+        draws = rng.choice(len(p), size=max(int(left[live].sum()), 1), p=q / q.sum())
+        # cut where a source is drawn once more than it holds
+        taken = np.zeros_like(left)
+        cut = len(draws)
+        for j in np.flatnonzero(live):
+            hits = np.flatnonzero(draws == j)
+            if len(hits) > left[j]:
+                cut = min(cut, int(hits[left[j]]))
+        draws = draws[:cut]
+        np.add.at(taken, draws, 1)
+        left -= taken
+        chosen.append(draws)
+    return np.concatenate(chosen) if chosen else np.zeros(0, np.int64)
 
 
 def check_seed(name: str, value: object) -> int:

@@ -21,10 +21,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from shardpack.errors import ImageError, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema
-from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.classlist import MAX_CLASSES
 from shardpack.sources.pieces import kept_open
 from shardpack.sources.scanned import listed
+from shardpack.sources.source import Dataset, Item, Source
 from shardpack.storage import Blob, Storage, storage_at
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm")
@@ -139,7 +139,7 @@ class _Sample:
 
 def scan_tars(root: Storage, names: list[str], options: PackOptions) -> Dataset:
     """Every sample of the tars `names` in `root`, in order."""
-    from shardpack import images
+    from shardpack import images  # numpy: not for pack --help
 
     limit = images.max_file_bytes(options.max_pixels)
     samples: list[_Sample] = []
@@ -348,7 +348,7 @@ def _json_features(
 
 def _json_values(value: dict | None, columns: dict[str, tuple[str, Feature]]) -> dict:
     """One sample's json fields as the schema types them."""
-    from shardpack.sources.tables.kinds import fits, kind_of
+    from shardpack.sources.tables.kinds import fits, kind_of  # numpy: not for pack --help
 
     if value is None:
         raise _Bad(".json is not a JSON object")
