@@ -146,7 +146,7 @@ class ShardDataset(_Epochs):
             records read (a pack under a URL then reads at disk speed), and kept for a reader
             started later; its own subfolder per pack. None reads records where they are.
         cache_limit: the most bytes the cache keeps, besides the shards being read (the
-            least recently used go first); None keeps every shard fetched.
+            longest held go first); None keeps every shard fetched.
 
     Raises:
         IndexFormatError: the index is missing or malformed, or the shards are GZIP.
