@@ -28,13 +28,13 @@ from shardpack.errors import (
 )
 from shardpack.index import MAX_NAMED_SKIPPED, Index, load_index
 from shardpack.layout import INDEX_FILES_DIR, INDEX_NAME, index_file_name
-from shardpack.options import PackOptions
+from shardpack.options import PackOptions, flag
 from shardpack.packing import gaps, packer, stamps
 from shardpack.packing.contents import Entry, entries, load_contents, write_contents
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
 from shardpack.packing.merge import uniform_size
-from shardpack.packing.outdir import flag, plan_record, prepare_growth
+from shardpack.packing.outdir import plan_record, prepare_growth
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan
 from shardpack.sources import Dataset, Item, keeping, scan, source_root
 from shardpack.storage import Storage, storage_at

@@ -211,20 +211,11 @@ def growing(out: Storage) -> bool:
 
 
 # The flag of each output option whose name is not its own with dashes.
-_FLAGS = {"split_names": "--splits", "shuffle": "--shuffle/--no-shuffle",
-          "upscale": "--upscale/--no-upscale"}  # fmt: skip
-
-
 def plan_record(plan: Plan, options: PackOptions) -> dict[str, object]:
     """What a journal keeps of how its plan was made, for a refused resume to say what changed:
     the output options and each split's shard count (without --shards it follows --workers)."""
     shards = {spec.split: spec.num_shards for spec in plan.shards}
     return json.loads(json.dumps({"options": options.output_fields(), "shards": shards}))
-
-
-def flag(option: str) -> str:
-    """The CLI flag of an output option."""
-    return _FLAGS.get(option, "--" + option.replace("_", "-"))
 
 
 class PlanChanged(OutputError):
