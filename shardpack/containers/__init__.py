@@ -8,7 +8,7 @@ listed in CONTAINERS (or added at run time with `register_container`). It provid
 
 - `name`, `shard_template` and `shard_pattern`: its --format name and how its shards are named;
 - `compressions`: what --compression may be for it (the one list of them);
-- `writer(...)`: a ShardWriter (a context manager that writes through a storage Sink under a
+- `writer(...)`: given the dataset's schema, a ShardWriter (a context manager that writes through a storage Sink under a
   temporary name and commits on success; its result holds the record count, byte count,
   sha256 and each record's position);
 - `iter_records(...)`: the sequential reader, checking its framing (what verify and
@@ -39,6 +39,7 @@ from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from shardpack.errors import FileAccessError, OutputError, RecordError
+from shardpack.schema import Schema
 from shardpack.storage import Blob, HashingBlob, Sink, Storage, storage_at
 
 Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or a list of one
@@ -92,6 +93,9 @@ class ShardWriter:
         self.storage, self.name = storage, os.fspath(path)
         self.path = storage.path(self.name)
         self.compression = compression
+        # The dataset's features, set by Container.writer, for a container whose files are typed
+        # by them (Parquet's columns); None: typed from the first record, where that matters.
+        self.schema: Schema | None = None
         self.sink: Sink | None = None  # made on entering the block
         self.offsets: list[int] = []
         self.result: WriteResult | None = None
@@ -278,10 +282,14 @@ class Container:
         """Raise MissingPackageError when the package this format needs is not installed."""
 
     def writer(
-        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
-    ) -> ShardWriter:
-        """A ShardWriter for one shard: a local `path`, or with `storage`, a name in it."""
-        return self.writer_class(path, compression, storage)
+        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None,
+        schema: Schema | None = None,
+    ) -> ShardWriter:  # fmt: skip
+        """A ShardWriter for one shard: a local `path`, or with `storage`, a name in it; the
+        dataset's `schema` where the container types its files by it."""
+        writer = self.writer_class(path, compression, storage)
+        writer.schema = schema
+        return writer
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
@@ -428,6 +436,8 @@ CONTAINERS: _Registry = _Registry({
     "array_record": ("shardpack.containers.array_record:ArrayRecord",
                      "Grain, tfds.data_source; random access"),
     "webdataset": ("shardpack.containers.webdataset:WebDataset", "tar shards for PyTorch"),
+    "parquet": ("shardpack.containers.parquet:Parquet",
+                "the Hugging Face Hub, datasets, pandas, DuckDB"),
 })  # fmt: skip
 
 

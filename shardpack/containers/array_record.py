@@ -217,8 +217,9 @@ class ArrayRecord(Container):
         _module()
 
     def writer(
-        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
-    ) -> ShardWriter:
+        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None,
+        schema=None,
+    ) -> ShardWriter:  # fmt: skip
         self.require()  # fail before creating anything when the package is missing
         writer = _Writer(path, compression, storage)
         writer.options = self.options
