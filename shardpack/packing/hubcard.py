@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 
+from shardpack.hffeatures import card_form, hf_feature
+from shardpack.schema import Feature
 from shardpack.storage import Storage
 
 CARD_NAME = "README.md"
@@ -56,20 +58,25 @@ def _q(text: str) -> str:
 
 def _feature(name: str, spec: dict) -> list[str]:
     """A feature of the schema as the Hub's features list writes it."""
-    if "classes" in spec:
-        names = [f"          {_q(str(i))}: {_q(c)}" for i, c in enumerate(spec["classes"])]
-        kind = ["    dtype:", "      class_label:", "        names:", *names]
-    else:
-        dtype = "image" if name == "image" else spec["dtype"]
-        if dtype == "bytes":
-            dtype = "string" if spec.get("text") else "binary"
-        kind = [f"    {'sequence' if spec.get('shape') else 'dtype'}: {dtype}"]
-    return [f"  - name: {_q(name)}", *kind]
+    form = card_form(hf_feature(name, Feature.from_json(spec)))
+    return [f"  - name: {_q(name)}", *_yaml(form, "    ")]
+
+
+def _yaml(mapping: dict, indent: str) -> list[str]:
+    """A nested mapping of card_form's as YAML lines: keys and texts quoted, numbers bare."""
+    lines = []
+    for key, value in mapping.items():
+        head = f"{indent}{_q(str(key)) if isinstance(key, int) else key}:"
+        if isinstance(value, dict):
+            lines += [head, *_yaml(value, indent + "  ")]
+        else:
+            lines.append(f"{head} {value if isinstance(value, int) else _q(value)}")
+    return lines
 
 
 def _files(shards: list[dict]) -> list[str]:
     """A split's shards as data_files: one pattern for the numbered names, else each name."""
-    patterns = {re.sub(r"-\d+-of-\d+$", "-*", s["file"]) for s in shards}
+    patterns = {re.sub(r"-\d+-of-\d+(?=(\.parquet)?$)", "-*", s["file"]) for s in shards}
     return sorted(patterns) if len(patterns) == 1 else [s["file"] for s in shards]
 
 
