@@ -9,8 +9,8 @@ listed in CONTAINERS (or added at run time with `register_container`). It provid
 - `name`, `shard_template` and `shard_pattern`: its --format name and how its shards are named;
 - `compressions`: what --compression may be for it (the one list of them);
 - `writer(...)`: a ShardWriter, given the dataset's schema (a context manager that writes
-  through a storage Sink under a temporary name and commits on success; its result holds the record count, byte count,
-  sha256 and each record's position);
+  through a storage Sink under a temporary name and commits on success; its result holds
+  the record count, byte count, sha256 and each record's position);
 - `iter_records(...)`: the sequential reader, checking its framing (what verify and
   iter_examples use); `open(...)`: the random-access reader (what Records uses);
 - optional: `position_unit` and `framing` (for messages and verify's summary),

@@ -29,8 +29,8 @@ import io
 import json
 import os
 import re
-from contextlib import suppress
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from shardpack.containers import (
@@ -83,6 +83,7 @@ def _pyarrow():
 
 
 # ---- the schema as Arrow types and `datasets` features ---------------------------------------
+
 
 def _arrow_type(pa, name: str, feature: Feature):
     """The Arrow type of a feature's column."""
@@ -395,4 +396,3 @@ class Parquet(Container):
         max_bytes: int | None = None,
     ) -> ShardReader:  # fmt: skip
         return _Reader(open_shard(storage, name))
-
