@@ -13,7 +13,8 @@ listed in CONTAINERS (or added at run time with `register_container`). It provid
   the record count, byte count, sha256 and each record's position);
 - `iter_records(...)`: the sequential reader, checking its framing (what verify and
   iter_examples use); `open(...)`: the random-access reader (what Records uses);
-- optional: `position_unit` and `framing` (for messages and verify's summary),
+- optional: `position_unit` and `framing` (for messages and verify's summary), `media_type`
+  and `tabular` (for croissant.json),
   `split_files` (files beside a split's shards), `require` (a missing package), and
   `tfds_file_format`, `tf_readable` + `make_tf_data`, `index_files` + `record_spans` +
   `min_span`, for TFDS, tf.data and DALI index files where those can read the shards.
@@ -267,6 +268,11 @@ class Container:
     tf_readable = False  # tf_dataset reads these shards: make_tf_data gives their records
     # TFDS's `fileFormat` for these shards, where TFDS has a file adapter that reads them.
     tfds_file_format: str | None = None
+    # The shards' encodingFormat in croissant.json (a MIME type), and whether their records are
+    # rows of named typed columns that a Croissant reader extracts (mlcroissant reads Parquet,
+    # not TFRecord, ArrayRecord or tar samples).
+    media_type = "application/octet-stream"
+    tabular = False
     # What shard_name gives, for any count, with groups `name` and `split`.
     shard_pattern: re.Pattern[str] = re.compile("(?!)")
 

@@ -363,6 +363,8 @@ class Parquet(Container):
     name = "parquet"
     position_unit = "record"
     framing = "page checksums"
+    media_type = "application/x-parquet"
+    tabular = True
     shard_template = "{name}-{split}-{index:05d}-of-{n:05d}.parquet"
     shard_pattern = re.compile(NAME_SPLIT + r"-\d{5,}-of-\d{5,}\.parquet")
     writer_class = _Writer

@@ -46,8 +46,8 @@ def card(document: dict) -> bytes:
               "- config_name: default", "  data_files:"]  # fmt: skip
     for split, entry in document["splits"].items():
         lines += [f"  - split: {_q(split)}", "    path:"]
-        lines += [f"    - {_q(file)}" for file in _files(entry["shards"])]
-    lines += ["---", "", f"# {name}", "", _summary(document), ""]
+        lines += [f"    - {_q(file)}" for file in data_files(entry["shards"])]
+    lines += ["---", "", f"# {name}", "", summary(document), ""]
     return "\n".join(lines).encode("utf-8", "backslashreplace")
 
 
@@ -74,13 +74,13 @@ def _yaml(mapping: dict, indent: str) -> list[str]:
     return lines
 
 
-def _files(shards: list[dict]) -> list[str]:
+def data_files(shards: list[dict]) -> list[str]:
     """A split's shards as data_files: one pattern for the numbered names, else each name."""
     patterns = {re.sub(r"-\d+-of-\d+(?=(\.parquet)?$)", "-*", s["file"]) for s in shards}
     return sorted(patterns) if len(patterns) == 1 else [s["file"] for s in shards]
 
 
-def _summary(document: dict) -> str:
+def summary(document: dict) -> str:
     """Where the shards came from, their counts, and the duplicates found."""
     counts = ", ".join(f"{split} {entry['num_records']:,}"
                        for split, entry in document["splits"].items())  # fmt: skip

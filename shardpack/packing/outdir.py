@@ -19,6 +19,7 @@ from shardpack.containers import Container, is_shard_name
 from shardpack.errors import IndexFormatError, OutputError, printable, shortened
 from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, Index, load_index
 from shardpack.packing.contents import CONTENTS_NAME
+from shardpack.packing.croissant import CROISSANT_NAME
 from shardpack.packing.hubcard import CARD_NAME, is_ours
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.packing.stamps import STAMPS_NAME
@@ -139,7 +140,7 @@ def prepare(
         )
     planned = {spec.file for spec in plan.shards}
     written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME,
-                                  STAMPS_NAME}  # fmt: skip
+                                  STAMPS_NAME, CROISSANT_NAME}  # fmt: skip
     # a folder under a name pack writes stops the write that would replace it, at the end of
     # the run: refused before anything in OUT is touched
     blocked = sorted(state.folders & written)
@@ -166,7 +167,7 @@ def prepare(
     if state.has_index:  # with it go the split files that list its shards, TFDS's, its card
         card = [CARD_NAME] if CARD_NAME in state.names and is_ours(out) else []
         out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card, CONTENTS_NAME,
-                    STAMPS_NAME])  # fmt: skip
+                    STAMPS_NAME, CROISSANT_NAME])  # fmt: skip
     out.remove(state.listed - planned)
     rewritten = planned | state.listed
     out.remove_partial(rewritten | written)

@@ -20,6 +20,7 @@ from shardpack.options import PackOptions
 from shardpack.packing import duplicates, stamps
 from shardpack.packing.contents import entries, write_contents
 from shardpack.packing.cpuload import CpuWatch, machine_cores
+from shardpack.packing.croissant import CROISSANT_NAME, croissant
 from shardpack.packing.hubcard import CARD_NAME, card
 from shardpack.packing.outdir import Journal, plan_record, prepare, split_file_names
 from shardpack.packing.plan import (
@@ -296,7 +297,8 @@ def write_outputs(
     out: Storage, document: dict, results: list[ShardResult], index_files: bool, tfds: bool = True
 ) -> Index:
     """Write what goes beside the shards of `document` (TFDS metadata unless not `tfds`, the
-    container's split files, the index files of the shards in `results`, the Hub card);
+    container's split files, the index files of the shards in `results`, the Hub card,
+    croissant.json);
     index.json not yet."""
     index = index_from_document(out, document)
     if index.tfds_readable and tfds:
@@ -315,6 +317,7 @@ def write_outputs(
                    for split, entry in document["splits"].items()}  # fmt: skip
         write_index_files(out, {**document, "splits": written}, offsets)
     out.put(CARD_NAME, card(document))  # the Hub's dataset card
+    out.put(CROISSANT_NAME, croissant(document, index.container))
     return index
 
 
