@@ -139,9 +139,8 @@ def _classes(name: str, feature: Feature) -> dict:
         "dataType": "sc:Enumeration",
         "key": {"@id": f"{ids}/index"},
         "field": [
-            {"@type": "cr:Field", "@id": f"{ids}/index", "name": "index",
-             "dataType": "sc:Integer"},
+            {"@type": "cr:Field", "@id": f"{ids}/index", "name": "index", "dataType": "sc:Integer"},
             {"@type": "cr:Field", "@id": f"{ids}/name", "name": "name", "dataType": "sc:Text"},
-        ],  # fmt: skip
+        ],
         "data": [{f"{ids}/index": i, f"{ids}/name": c} for i, c in enumerate(feature.classes)],
     }
