@@ -110,7 +110,7 @@ def test_pandas_and_pyarrow_read_the_shards(folder_pack: Path):
     import pyarrow.parquet as pq
 
     index = json.loads((folder_pack / "index.json").read_text())
-    for split, entry in index["splits"].items():
+    for entry in index["splits"].values():
         files = [str(folder_pack / s["file"]) for s in entry["shards"]]
         frame = pd.concat([pd.read_parquet(f, columns=["label", "key"]) for f in files])
         assert len(frame) == entry["num_records"]
