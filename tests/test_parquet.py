@@ -137,18 +137,22 @@ def test_verify_inspect_and_random_access_read_it_as_any_container(folder_pack: 
             assert random[i]["image"] == records[i]["image"]
 
 
-def test_row_groups_close_at_the_row_count(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize(("rows", "size", "groups"), [(3, 1 << 20, [3, 3, 1]), (100, 1, [1] * 7)])
+def test_row_groups_close_at_the_row_count_or_the_byte_count(
+    tmp_path: Path, monkeypatch, rows: int, size: int, groups: list[int]
+):
+    import pyarrow.parquet as pq
+
     from shardpack.containers import parquet
 
-    monkeypatch.setattr(parquet, "ROW_GROUP_ROWS", 3)
+    monkeypatch.setattr(parquet, "ROW_GROUP_ROWS", rows)
+    monkeypatch.setattr(parquet, "ROW_GROUP_BYTES", size)
     out = tmp_path / "out"
     pack(make_tree(tmp_path / "src", {"cat": 7}), out,
          PackOptions(format="parquet", workers=1, shards=1))  # fmt: skip
-    import pyarrow.parquet as pq
-
     (shard,) = out.glob("*.parquet")
     metadata = pq.ParquetFile(shard).metadata
-    assert [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)] == [3, 3, 1]
+    assert [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)] == groups
     with shardpack.Records(out) as random:  # across row groups, backwards
         keys = [random[i]["key"] for i in reversed(range(7))]
     assert keys == [r["key"] for r in iter_examples(out)][::-1]

@@ -53,12 +53,13 @@ from shardpack.storage import HashingBlob, Sink
 if TYPE_CHECKING:
     from shardpack.storage import Blob, Storage
 
-# A row group closes at 100 records (the batch `datasets` itself writes image datasets in, and
-# what the Hub's viewer pages by) or 16 MiB, whichever first: reading record i at random reads
-# its row group's bytes, so a smaller group is a cheaper random read, a larger one fewer pages
-# to skim (`python -m benchmarks.parquet_row_groups`; benchmarks/README.md).
+# A row group closes at 100 records (the batch `datasets` writes image datasets in, and a page
+# of the Hub's viewer) or 1 MiB of images, whichever first. A random read (Records) reads its
+# whole row group: ~0.2-0.3 ms per record in it for 46 KB photos, so ~22 of them keep it to a few
+# ms, where 100 cost ~20-30 ms; sequential reading showed no trend from 10 to 100 records a
+# group (`python -m benchmarks.parquet_row_groups`; benchmarks/README.md).
 ROW_GROUP_ROWS = 100
-ROW_GROUP_BYTES = 16 << 20
+ROW_GROUP_BYTES = 1 << 20
 # A row group of ours holds at most ROW_GROUP_BYTES and one more record: a reader refuses a file
 # whose metadata claims more (what a hostile footer would make pyarrow allocate).
 _MAX_ROW_GROUP_BYTES = ROW_GROUP_BYTES + MAX_RECORD_BYTES
@@ -244,11 +245,17 @@ class _In(io.RawIOBase):
     def tell(self) -> int:
         return self.position
 
-    def readinto(self, buffer) -> int:
-        data = self.blob.pread(min(len(buffer), max(0, self.blob.size - self.position)),
+    def read(self, size: int = -1) -> bytes:
+        """Up to `size` bytes (all that is left for -1): one pread, one copy."""
+        left = max(0, self.blob.size - self.position)
+        data = self.blob.pread(left if size is None or size < 0 else min(size, left),
                                self.position)  # fmt: skip
-        buffer[: len(data)] = data
         self.position += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
         return len(data)
 
 
@@ -294,7 +301,7 @@ class _Shard:
         """Row group g's records as Examples."""
         pa, _ = _pyarrow()
         try:
-            table = self.file.read_row_group(g)
+            table = self.file.read_row_group(g, use_threads=False)  # its threads wait on our GIL
             if table.num_rows != self.sizes[g]:
                 raise ValueError(f"{table.num_rows} rows, the footer says {self.sizes[g]}")
             columns = {name: table.column(name).to_pylist() for name in self.readers}
