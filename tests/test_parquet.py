@@ -273,3 +273,16 @@ def test_object_storage_and_repacking_to_and_from_parquet(tmp_path: Path):
                                                        workers=1, shards=1))  # fmt: skip
     for out in (tmp_path / "tf", tmp_path / "pq"):
         assert {r["key"]: (r["label"], r["image"]) for r in iter_examples(out)} == want
+
+
+def test_raw_pixels_are_refused_for_parquet_in_one_line(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from shardpack.cli import app
+
+    with pytest.raises(shardpack.ShardpackError, match="pass encode='png'"):
+        PackOptions(format="parquet", encode="raw")
+    src = make_tree(tmp_path / "src", {"cat": 1})
+    result = CliRunner().invoke(app, ["pack", str(src), str(tmp_path / "out"), "--format",
+                                      "parquet", "--encode", "raw", "--no-progress"])  # fmt: skip
+    assert result.exit_code == 2 and "--encode png" in result.output, result.output

@@ -273,6 +273,7 @@ class Container:
     # not TFRecord, ArrayRecord or tar samples).
     media_type = "application/octet-stream"
     tabular = False
+    raw_pixels = True  # it may hold --encode raw's pixels (its readers know them from `format`)
     # What shard_name gives, for any count, with groups `name` and `split`.
     shard_pattern: re.Pattern[str] = re.compile("(?!)")
 
