@@ -69,7 +69,7 @@ def _check_container(fmt: str, compression: str, index_files: bool, encode: str)
                              "drop compression=")  # fmt: skip
     if encode == "raw" and not container.raw_pixels:
         raise ShardpackError(f"encode='raw' stores pixels that format={fmt!r}'s readers do not "
-                             "decode as an image; pass encode='png' (lossless) instead")  # fmt: skip
+                             "decode as images; pass encode='png' (lossless) instead")  # fmt: skip
     if index_files and not container.index_files:
         kinds = " or ".join(f"format={name!r}" for name, c in CONTAINERS.items() if c.index_files)
         raise ShardpackError(f"index_files=True writes DALI's index files, for {kinds}; "
