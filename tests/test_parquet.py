@@ -189,15 +189,30 @@ def test_an_append_grows_a_pack_the_card_loads_whole(tmp_path: Path):
     assert len(loaded) == 8
 
 
-def test_a_parquet_file_of_someone_else_s_is_refused_by_name(tmp_path: Path):
+@pytest.mark.parametrize(
+    ("table", "options", "reason"),
+    [
+        ({"text": ["a", "b"]}, {}, "not a Parquet shard of shardpack's"),
+        ({"image": [{"bytes": b"x" * 100, "path": None}] * 50}, {"compression": "zstd"},
+         "'image.bytes' is compressed or dictionary-encoded"),
+        ({"image": [{"bytes": b"x" * 100, "path": None}] * 50}, {"use_dictionary": True},
+         "'image.bytes' is compressed or dictionary-encoded"),
+        ({"image": [{"bytes": b"", "path": None}] * 20_000}, {}, "20,000 rows claims"),
+    ],
+)  # fmt: skip
+def test_a_parquet_file_shardpack_does_not_write_is_refused_by_name(
+    tmp_path: Path, table: dict, options: dict, reason: str
+):
+    """Someone else's columns; and what would let a small file decode to far more than its
+    size (a codec, a dictionary, a row count past ours), before a row group is read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = tmp_path / "ds-train-00000-of-00001.parquet"
-    pq.write_table(pa.table({"text": ["a", "b"]}), path)
-    container = CONTAINERS["parquet"]
-    with pytest.raises(RecordError, match="not a Parquet shard of shardpack's") as caught:
-        container.check(*at(path))
+    pq.write_table(pa.table(table), path, **{"compression": "none", "use_dictionary": False,
+                                             "row_group_size": 1 << 20, **options})  # fmt: skip
+    with pytest.raises(RecordError, match=reason) as caught:
+        CONTAINERS["parquet"].check(*at(path))
     assert caught.value.path == str(path)
 
 

@@ -17,8 +17,9 @@ shards included (they keep the count the split was first packed with and number 
 same pattern holds them).
 
 Row groups: ROW_GROUP_ROWS records or ROW_GROUP_BYTES of them, whichever comes first (see
-there); no compression, since the images are compressed already; page checksums on (what
-verify's framing check reads). pyarrow (the `parquet` extra) is imported only here, inside
+there); no compression, since the images are compressed already, and no dictionary encoding,
+so that the footer bounds what a row group decodes to (a reader refuses anything else); page
+checksums on (what verify's framing check reads). pyarrow (the `parquet` extra) is imported only here, inside
 the functions that touch a file. The files are byte-identical across runs of the same pyarrow.
 """
 
@@ -60,9 +61,10 @@ if TYPE_CHECKING:
 # group (`python -m benchmarks.parquet_row_groups`; benchmarks/README.md).
 ROW_GROUP_ROWS = 100
 ROW_GROUP_BYTES = 1 << 20
-# A row group of ours holds at most ROW_GROUP_BYTES and one more record: a reader refuses a file
-# whose metadata claims more (what a hostile footer would make pyarrow allocate).
-_MAX_ROW_GROUP_BYTES = ROW_GROUP_BYTES + MAX_RECORD_BYTES
+# A row group of ours holds at most ROW_GROUP_BYTES and one more record, ROW_GROUP_ROWS rows: a
+# reader refuses one whose footer claims far more (what a hostile footer would make it allocate).
+_MAX_ROW_GROUP_BYTES = (1 << 20) + MAX_RECORD_BYTES
+_MAX_ROWS = 10_000
 _HF_KEY = b"huggingface"
 _MAGIC = b"PAR1"
 
@@ -174,10 +176,9 @@ class _Writer(ShardWriter):
         if self.schema is None:
             self.schema = _inferred(features or {IMAGE: b""})
         self._arrow = _arrow_schema(self._pa, self.schema)
-        small = [name for name, f in self.schema.items() if name != IMAGE and f.dtype != "float32"]
         self._writer = self._pq.ParquetWriter(
-            self._file, self._arrow, compression="none", use_dictionary=small,
-            write_statistics=[n for n in small if self.schema[n].dtype == "int64"],
+            self._file, self._arrow, compression="none", use_dictionary=False,
+            write_statistics=[n for n, f in self.schema.items() if f.dtype == "int64"],
             write_page_checksum=True, store_schema=True,
         )  # fmt: skip
         self._columns = {name: [] for name in self.schema}
@@ -275,14 +276,10 @@ class _Shard:
             self.file = pq.ParquetFile(_In(blob), page_checksum_verification=True)
             metadata = self.file.metadata
             self.sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
-            claimed = max((metadata.row_group(g).total_byte_size
-                           for g in range(metadata.num_row_groups)), default=0)  # fmt: skip
             arrow = self.file.schema_arrow
+            groups = [metadata.row_group(g) for g in range(metadata.num_row_groups)]
         except (pa.ArrowException, OSError, ValueError) as e:
             raise self.fault(0, f"not a readable Parquet file ({_first_line(e)})") from None
-        if claimed > _MAX_ROW_GROUP_BYTES:
-            raise self.fault(0, f"a row group claims {claimed:,} bytes, more than shardpack "
-                                "writes")  # fmt: skip
         self.readers = {f.name: _column_reader(pa, f.type) for f in arrow}
         if IMAGE not in self.readers or None in self.readers.values():
             raise self.fault(0, "not a Parquet shard of shardpack's (its columns are not "
@@ -290,9 +287,27 @@ class _Shard:
         self.starts = [0]
         for size in self.sizes:
             self.starts.append(self.starts[-1] + size)
+        for group, start in zip(groups, self.starts, strict=False):
+            self._check(group, start)
 
     def fault(self, position: int, reason: str) -> RecordError:
         return RecordError(self.path, position, reason, unit="record")
+
+    def _check(self, group, start: int) -> None:
+        """Refuse a row group shardpack does not write, before it is read: compressed or
+        dictionary-encoded columns (whose decoded size the file does not bound), more rows than
+        _MAX_ROWS, or more bytes and values (8 bytes each) than _MAX_ROW_GROUP_BYTES."""
+        values = 0
+        for c in range(group.num_columns):
+            column = group.column(c)
+            if column.compression != "UNCOMPRESSED" or any("DICT" in e for e in column.encodings):
+                raise self.fault(start, f"column {column.path_in_schema!r} is compressed or "
+                                        "dictionary-encoded: not what shardpack writes")  # fmt: skip
+            values += column.num_values
+        claimed = group.total_byte_size + 8 * values
+        if group.num_rows > _MAX_ROWS or claimed > _MAX_ROW_GROUP_BYTES:
+            raise self.fault(start, f"a row group of {group.num_rows:,} rows claims {claimed:,} "
+                                    "bytes, more than shardpack writes")  # fmt: skip
 
     def __len__(self) -> int:
         return self.starts[-1]
