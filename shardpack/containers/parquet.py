@@ -19,8 +19,9 @@ same pattern holds them).
 Row groups: ROW_GROUP_ROWS records or ROW_GROUP_BYTES of them, whichever comes first (see
 there); no compression, since the images are compressed already, and no dictionary encoding,
 so that the footer bounds what a row group decodes to (a reader refuses anything else); page
-checksums on (what verify's framing check reads). pyarrow (the `parquet` extra) is imported only here, inside
-the functions that touch a file. The files are byte-identical across runs of the same pyarrow.
+checksums on (what verify's framing check reads). pyarrow (the `parquet` extra) is imported only
+here, inside the functions that touch a file. The files are byte-identical across runs of the
+same pyarrow.
 """
 
 from __future__ import annotations
@@ -302,7 +303,7 @@ class _Shard:
             column = group.column(c)
             if column.compression != "UNCOMPRESSED" or any("DICT" in e for e in column.encodings):
                 raise self.fault(start, f"column {column.path_in_schema!r} is compressed or "
-                                        "dictionary-encoded: not what shardpack writes")  # fmt: skip
+                                        "dictionary-encoded, not as shardpack writes")  # fmt: skip
             values += column.num_values
         claimed = group.total_byte_size + 8 * values
         if group.num_rows > _MAX_ROWS or claimed > _MAX_ROW_GROUP_BYTES:
