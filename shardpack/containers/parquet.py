@@ -140,7 +140,7 @@ class _Out(io.RawIOBase):
         return True
 
     def write(self, data) -> int:
-        return self.out.write(bytes(data))
+        return self.out.write(bytes(data))  # a copy: pyarrow reuses its buffer, the thread holds it
 
     def tell(self) -> int:
         return self.out.size
@@ -187,6 +187,9 @@ class _Writer(ShardWriter):
     def _append(self, features: Features) -> int:
         if self._writer is None:
             self._start(features)
+        if not features.keys() <= self._columns.keys():  # no value dropped unseen
+            raise ValueError(f"features {sorted(features.keys() - self._columns.keys())} are "
+                             "not in the shard's schema")  # fmt: skip
         for name, column in self._columns.items():
             value = features.get(name)
             feature = self.schema[name]
