@@ -17,7 +17,7 @@ from shardpack.containers import CONTAINERS
 from shardpack.errors import MissingPackageError, RecordError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
-from shardpack.read.inspect import describe
+from shardpack.read.describe import describe
 from shardpack.read.stream import iter_examples
 from tests.helpers import at, make_tree, shard_files, write_jsonl
 from tests.test_features import _rows

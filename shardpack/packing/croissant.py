@@ -21,7 +21,6 @@ from shardpack.hffeatures import IMAGE
 from shardpack.packing.hubcard import data_files, summary
 from shardpack.schema import Feature, Schema
 
-CROISSANT_NAME = "croissant.json"
 # Croissant 1.0's @context, as its spec and mlcroissant write it.
 CONTEXT = {
     "@language": "en",

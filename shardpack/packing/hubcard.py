@@ -8,10 +8,10 @@ import json
 import re
 
 from shardpack.hffeatures import card_form, hf_feature
+from shardpack.layout import CARD_NAME
 from shardpack.schema import Feature
 from shardpack.storage import Storage
 
-CARD_NAME = "README.md"
 # The card's second line (a YAML comment) says it is shardpack's to rewrite; what is read of a
 # README.md to find it.
 MARKER = "# written by shardpack pack, which rewrites it at each run"

@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING
 from shardpack.errors import ImageError, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
-from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.hflayout import SUFFIX, data_files
 from shardpack.sources.pieces import OpenFiles
 from shardpack.sources.scanned import listed
+from shardpack.sources.source import Dataset, Item, Source, read_image_file
+from shardpack.sources.tables.chunks import open_table
+from shardpack.sources.tables.parquet_reader import held_groups, open_parquet, read_group
 from shardpack.storage import Storage, is_url, storage_at
 
 if TYPE_CHECKING:
@@ -101,8 +103,6 @@ def _open(file: Storage):
     """A Parquet file (a Storage rooted at it) as pyarrow's ParquetFile, opened without
     following a link; close(force=True) closes it (pyarrow closes a file it was handed only
     so)."""
-    from shardpack.sources.tables.chunks import open_table
-    from shardpack.sources.tables.parquet_reader import open_parquet
 
     f = open_table(file)
     try:
@@ -116,7 +116,7 @@ def _open(file: Storage):
 
 
 def _columns(file: Storage, required: bool) -> Columns | None:
-    from shardpack.sources.hfcolumns import columns_of
+    from shardpack.sources.hfcolumns import columns_of  # numpy: not for pack --help
 
     parquet = _open(file)
     try:
@@ -174,8 +174,8 @@ def _scan_file(
     skipped: list[tuple[str, str]],
 ) -> tuple[dict[str, Feature], frozenset[str]]:
     """Add one file's rows to `items` (bad ones to `skipped`); return the features as settled."""
+    # numpy: not for pack --help
     from shardpack.sources.hfcolumns import BadValue, columns_of, convert, label_of, settle
-    from shardpack.sources.tables.parquet_reader import held_groups
 
     features, ragged = typed
     path = folder.path(name)
@@ -233,7 +233,7 @@ class _File:
     """One Parquet file open in a worker, with where each row group starts."""
 
     def __init__(self, folder: Storage, name: str) -> None:
-        from shardpack.sources.hfcolumns import columns_of
+        from shardpack.sources.hfcolumns import columns_of  # numpy: not for pack --help
 
         self.parquet = _open(folder.child(name))
         self.path = folder.path(name)
@@ -252,7 +252,6 @@ class _File:
 
     def images(self, group: int):
         """A row group's image column (pyarrow's), read whole."""
-        from shardpack.sources.tables.parquet_reader import read_group
 
         table, _ = read_group(self.parquet, self.path, group, [self.image], _REWRITE)
         return table.column(0)
@@ -291,8 +290,6 @@ def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
         ImageError: the row has no image, its file is gone or changed, or the path it names is
             not a file under SRC.
     """
-    from shardpack.sources.folder import load as load_file
-
     rows = cache.get(KIND)
     if rows is None:
         rows = cache[KIND] = _Rows(root)
@@ -308,7 +305,7 @@ def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
         raise ImageError(item.key, f"{where}: no image (neither bytes nor a path)")
     if is_url(path) or path.startswith("/") or ".." in path.split("/"):
         raise ImageError(item.key, f"{where}: image path {path!r} is not a file under SRC")
-    return load_file(item._replace(path=path), root, options, cache)
+    return read_image_file(item._replace(path=path), root, options)
 
 
 SOURCE = HfSource()

@@ -26,17 +26,17 @@ from typing import TYPE_CHECKING
 from shardpack.errors import SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import NO_FIELDS, Dataset, Item, Source
 from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.folder import few, folder_entries
+from shardpack.sources.source import NO_FIELDS, Dataset, Item, Source
 from shardpack.sources.tables.files import (
     METADATA_FILES,
     SUFFIXES,
     line_name,
     manifest_file,
-    normal_path,
 )
 from shardpack.storage import Blob, Entry, Storage, is_url, storage_at
+from shardpack.storage.locations import normal
 from shardpack.storage.srcfiles import not_regular
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ def _under(prefix: str, path: str) -> str:
     """A row's relative image path as under the folder above its split folder."""
     if not prefix or is_url(path) or os.path.isabs(path):
         return path
-    return normal_path(prefix + path)
+    return normal(prefix + path)
 
 
 def _folder_split(path: str) -> str | None:
@@ -360,7 +360,7 @@ class ImageRoot(Storage):
     def where(self, name: str) -> tuple[Storage, str]:
         """The storage an image path is read from, and its name there."""
         if self._climbs and (name == ".." or name.startswith("../")):
-            name = normal_path(f"{self.root}/{name}")  # an object store has no "..": climb here
+            name = normal(f"{self.root}/{name}")  # an object store has no "..": climb here
         if is_url(name):
             folder, _, file = name.rpartition("/")
         elif os.path.isabs(name):

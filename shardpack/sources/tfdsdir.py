@@ -12,14 +12,14 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, RecordError, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema, check_values
-from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.classlist import MAX_CLASSES, check_class_name
-from shardpack.sources.folder import folder_only
 from shardpack.sources.pieces import kept_open, read_json, read_metadata
 from shardpack.sources.scanned import listed
+from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:
@@ -195,7 +195,6 @@ def _field(feature: Feature, values: list) -> object:
 
 def _container(fmt: str):
     """The container that reads TFDS's file format `fmt`, or None."""
-    from shardpack.containers import CONTAINERS
 
     return next((c for c in CONTAINERS.values() if c.tfds_file_format == fmt), None)
 
