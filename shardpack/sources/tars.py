@@ -363,8 +363,8 @@ def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> It
                 yield sample
             sample = _Sample(path, tar, f"@{info.offset}")
             sample.why = (f"the tar ends early at byte {info.offset:,}: {info.why}; what "
-                          f"follows is lost (samples found past it: {info.lost}; webdataset "
-                          "stops there too); rewrite the tar")  # fmt: skip
+                          f"follows is lost (samples found past it: {info.lost}; WebDataset's "
+                          "reader stops there too); rewrite the tar")  # fmt: skip
             break
         if info.isdir() or _META.match(info.name) or info.name.startswith("__"):
             continue
@@ -462,8 +462,8 @@ def _keys(samples: list[_Sample]) -> tuple[dict[int, str], list[str]]:
         keys[id(sample)] = key
     if not again:
         return keys, []
-    return keys, [f"{len(again):,} samples repeat a key met before in their tar (webdataset "
-                  f"reads them apart): kept apart as {', '.join(again[:3])}"
+    return keys, [f"{len(again):,} samples repeat a key met before in their tar (WebDataset's "
+                  f"reader reads them apart): kept apart as {', '.join(again[:3])}"
                   f"{', ...' if len(again) > 3 else ''}"]  # fmt: skip
 
 

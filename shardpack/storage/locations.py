@@ -50,6 +50,12 @@ def joined(root: str, path: str) -> str:
     return os.path.normpath(os.path.join(root, path))
 
 
+def stays_under(path: str) -> bool:
+    """Whether `path` names a file under whatever folder it is joined to: relative, no `..`
+    part, no URL, no NUL."""
+    return not (is_url(path) or path.startswith("/") or ".." in path.split("/") or "\0" in path)
+
+
 def relative_to(location: str, root: str) -> str:
     """`location` relative to `root` where it lies under it, else as it is."""
     under = root.rstrip("/") + "/"
