@@ -214,8 +214,8 @@ def test_an_index_without_a_container_is_tfrecord_and_an_unknown_one_is_refused(
     del index["container"]  # as every index written before containers
     (out / "index.json").write_text(json.dumps(index))
     assert _records(out) == _records(packed["tfrecord"]) and verify(out).ok
-    (out / "index.json").write_text(json.dumps({**index, "container": "parquet"}))
-    with pytest.raises(IndexFormatError, match="unknown container 'parquet'; upgrade shardpack"):
+    (out / "index.json").write_text(json.dumps({**index, "container": "hdf5"}))
+    with pytest.raises(IndexFormatError, match="unknown container 'hdf5'; upgrade shardpack"):
         verify(out)
 
 
