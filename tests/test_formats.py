@@ -123,8 +123,12 @@ def test_the_cli_packs_inspects_previews_and_verifies_every_container(src, fmt, 
     checked = run_cli("verify", str(out))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     # it says what checked each record: only TFRecord's CRCs cover a record's bytes
-    framing = {"tfrecord": "CRC", "array_record": "framing", "webdataset": "tar headers",
-               "parquet": "page checksums"}[fmt]
+    framing = {
+        "tfrecord": "CRC",
+        "array_record": "framing",
+        "webdataset": "tar headers",
+        "parquet": "page checksums",
+    }[fmt]
     assert checked.stdout.endswith(f"records ({framing}, counts, sha256)\n"), checked.stdout
 
 
