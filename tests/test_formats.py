@@ -122,7 +122,7 @@ def test_the_cli_packs_inspects_previews_and_verifies_every_container(src, fmt, 
     assert preview.returncode == 0 and (tmp_path / "p.png").stat().st_size > 0, preview.stderr
     checked = run_cli("verify", str(out))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    # it says what checked each record: only TFRecord's CRCs cover a record's bytes
+    # it says what checked each record: TFRecord's CRCs and Parquet's page checksums cover its bytes
     framing = {
         "tfrecord": "CRC",
         "array_record": "framing",
