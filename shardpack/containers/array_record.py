@@ -207,6 +207,7 @@ class ArrayRecord(Container):
     position_unit = "record"
     framing = "framing"  # the library checks no record's bytes (a flipped byte reads fine)
     tfds_file_format = "array_record"
+    media_type = "application/x-array_record"
     shard_template = "{name}-{split}.array_record-{index:05d}-of-{n:05d}"
     shard_pattern = re.compile(NAME_SPLIT + r"\.array_record-\d{5,}-of-\d{5,}")
 
@@ -217,8 +218,9 @@ class ArrayRecord(Container):
         _module()
 
     def writer(
-        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
-    ) -> ShardWriter:
+        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None,
+        schema=None,
+    ) -> ShardWriter:  # fmt: skip
         self.require()  # fail before creating anything when the package is missing
         writer = _Writer(path, compression, storage)
         writer.options = self.options

@@ -320,6 +320,7 @@ class WebDataset(Container):
 
     name = "webdataset"
     framing = "tar headers"
+    media_type = "application/x-tar"
     writer_class = _Writer
     shard_template = "{name}-{split}-{index:06d}.tar"
     shard_pattern = re.compile(NAME_SPLIT + r"-\d{6,}\.tar")

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import re
 
+from shardpack.hffeatures import card_form, hf_feature
 from shardpack.layout import CARD_NAME
+from shardpack.schema import Feature
 from shardpack.storage import Storage
 
 # The card's second line (a YAML comment) says it is shardpack's to rewrite; what is read of a
@@ -44,8 +46,8 @@ def card(document: dict) -> bytes:
               "- config_name: default", "  data_files:"]  # fmt: skip
     for split, entry in document["splits"].items():
         lines += [f"  - split: {_q(split)}", "    path:"]
-        lines += [f"    - {_q(file)}" for file in _files(entry["shards"])]
-    lines += ["---", "", f"# {name}", "", _summary(document), ""]
+        lines += [f"    - {_q(file)}" for file in data_files(entry["shards"])]
+    lines += ["---", "", f"# {name}", "", summary(document), ""]
     return "\n".join(lines).encode("utf-8", "backslashreplace")
 
 
@@ -68,24 +70,29 @@ def _escape(found: re.Match) -> str:
 
 def _feature(name: str, spec: dict) -> list[str]:
     """A feature of the schema as the Hub's features list writes it."""
-    if "classes" in spec:
-        names = [f"          {_q(str(i))}: {_q(c)}" for i, c in enumerate(spec["classes"])]
-        kind = ["    dtype:", "      class_label:", "        names:", *names]
-    else:
-        dtype = "image" if name == "image" else spec["dtype"]
-        if dtype == "bytes":
-            dtype = "string" if spec.get("text") else "binary"
-        kind = [f"    {'sequence' if spec.get('shape') else 'dtype'}: {dtype}"]
-    return [f"  - name: {_q(name)}", *kind]
+    form = card_form(hf_feature(name, Feature.from_json(spec)))
+    return [f"  - name: {_q(name)}", *_yaml(form, "    ")]
 
 
-def _files(shards: list[dict]) -> list[str]:
+def _yaml(mapping: dict, indent: str) -> list[str]:
+    """A nested mapping of card_form's as YAML lines: keys and texts quoted, numbers bare."""
+    lines = []
+    for key, value in mapping.items():
+        head = f"{indent}{_q(str(key)) if isinstance(key, int) else key}:"
+        if isinstance(value, dict):
+            lines += [head, *_yaml(value, indent + "  ")]
+        else:
+            lines.append(f"{head} {value if isinstance(value, int) else _q(value)}")
+    return lines
+
+
+def data_files(shards: list[dict]) -> list[str]:
     """A split's shards as data_files: one pattern for the numbered names, else each name."""
-    patterns = {re.sub(r"-\d+-of-\d+$", "-*", s["file"]) for s in shards}
+    patterns = {re.sub(r"-\d+-of-\d+(?=(\.parquet)?$)", "-*", s["file"]) for s in shards}
     return sorted(patterns) if len(patterns) == 1 else [s["file"] for s in shards]
 
 
-def _summary(document: dict) -> str:
+def summary(document: dict) -> str:
     """Where the shards came from, their counts, and the duplicates found."""
     counts = ", ".join(f"{split} {entry['num_records']:,}"
                        for split, entry in document["splits"].items())  # fmt: skip
