@@ -53,7 +53,7 @@ print(json.dumps(got))
 
 def test_every_rank_and_worker_gets_the_same_number_of_records(packs):
     from shardpack.read.stream import iter_examples
-    from tests.test_read import check_equal_shares
+    from tests.read.test_stream import check_equal_shares
 
     got = run_json(_SHARES, *map(str, packs.values()))
     for key, shares in got.items():

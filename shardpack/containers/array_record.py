@@ -5,7 +5,7 @@ Writer options: one record per chunk group, TFDS's choice, so reading record i d
 chunk; and no compression, since images are already compressed: zstd (the library's default,
 and TFDS's) costs writing time for a few percent of size (`python -m benchmarks.containers
 --array-record-options group_size:1`; benchmarks/README.md). The files are byte-identical
-across runs (tests/test_containers.py).
+across runs (tests/containers/test_conformance.py).
 
 The library's reader opens files by path only: a shard in an object store is first copied to
 an unnamed local temporary file (at most the index's num_bytes; gone when the reader closes,

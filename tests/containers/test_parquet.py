@@ -20,7 +20,7 @@ from shardpack.packing.packer import pack
 from shardpack.read.describe import describe
 from shardpack.read.stream import iter_examples
 from tests.helpers import at, make_tree, shard_files, write_jsonl
-from tests.test_features import _rows
+from tests.packing.test_features import _rows
 
 datasets = pytest.importorskip("datasets")
 SPLITS = (("train", 0.6), ("test", 0.4))
