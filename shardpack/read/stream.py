@@ -371,6 +371,9 @@ def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_re
             open_shard(index.storage, info.file).close()
     container, compression = index.container, index.compression
 
+    # tf.data ops only: AutoGraph has nothing to convert, and would warn at every call that it
+    # cannot convert the generator a store's shards are streamed through (make_tf_data)
+    @tf.autograph.experimental.do_not_convert
     def read(path, first, end):
         return (
             container.make_tf_data(tf, index.storage, path, compression)

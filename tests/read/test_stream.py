@@ -131,6 +131,26 @@ def test_every_reader_gets_the_same_number_of_records(small, shards, drop):
 
 
 @pytest.mark.heavy
+def test_tf_dataset_says_nothing_of_autograph(thousand):
+    """AutoGraph looked into the shard reader at every call and warned that it cannot convert
+    the generator a store's shards stream through: a warning the user can do nothing about."""
+    import io
+    import logging
+
+    said = io.StringIO()
+    handler = logging.StreamHandler(said)
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(handler)
+    try:
+        for shuffle in (False, True):
+            for _ in tf_dataset(thousand[4], shard=(0, 2), shuffle=shuffle, decode=False):
+                break
+    finally:
+        logger.removeHandler(handler)
+    assert "AutoGraph" not in said.getvalue(), said.getvalue()
+
+
+@pytest.mark.heavy
 @pytest.mark.parametrize("shards", [4, 1])
 def test_tf_dataset_shares_hold_each_record_once(thousand, shards):
     import tensorflow as tf
