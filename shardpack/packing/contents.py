@@ -92,12 +92,12 @@ def entries(plan: Plan, results: list[ShardResult]) -> dict[str, Entry]:
 
 
 def with_copies(
-    shards: dict[str, Entry], groups: list[list[tuple[str, str]]], unknown: frozenset[str]
+    shards: dict[str, Entry], groups: list[list[tuple]], unknown: frozenset[str]
 ) -> dict[str, Entry]:
     """The entries with each record's "copy": a number its exact copies (confirmed by sha256)
     share, 0 for none known, so that the next grow reads one of them for all; those of the
     `unknown` shards (rewritten: their old records' bytes are not the items' now) all 0."""
-    number = {key: i for i, group in enumerate(groups, 1) for _, key in group}
+    number = {member[1]: i for i, group in enumerate(groups, 1) for member in group}
     return {file: {**entry, "copy": [0 if file in unknown else number.get(key, 0)
                                      for key in entry["keys"]]}
             for file, entry in shards.items()}  # fmt: skip

@@ -452,12 +452,14 @@ def _copies(
     read = duplicates.content_keys([members[i] for i in unread], dataset, options, threads)
     for i, key in zip(unread, read, strict=True):
         keys[i] = key
-    groups, same = duplicates.find_groups(members, keys, dataset, options, known)
+    groups, same, _ = duplicates.find_groups(members, keys, dataset, options, known)
     if options.dedup == "none":
         return Copies(groups, {})
+    # (split, key) of the copies --append must keep: held ones
     fixed = set() if update else {(s, item.key) for s, item in members if item.key not in new}
-    yielded = sum(g[0] not in fixed and any(m in fixed for m in g) for g in groups) if fixed else 0
+    yielded = 0
     if fixed:
+        yielded = sum(g[0][:2] not in fixed and any(m[:2] in fixed for m in g) for g in groups)
         groups = [_held_first(group, fixed) for group in groups]
         groups.sort(key=lambda group: duplicates._kept_first(group[0]))
     dropped = duplicates.drop_reasons(groups, same)
@@ -466,7 +468,7 @@ def _copies(
 
 def _held_first(group: duplicates.Group, fixed: set[tuple[str, str]]) -> duplicates.Group:
     """A group with its first held member first (the copy --append keeps), if it has one."""
-    first = next((m for m in group if m in fixed), None)
+    first = next((m for m in group if m[:2] in fixed), None)
     return group if first is None else [first, *(m for m in group if m != first)]
 
 

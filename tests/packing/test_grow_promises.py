@@ -311,7 +311,7 @@ def test_append_keeps_a_held_copy_and_says_update_keeps_the_evaluation_splits(tm
     doc = json.loads((out / "index.json").read_text())
     assert {
         "key": "test/dog/new_000.jpg",
-        "reason": "duplicate of train/train/dog/img_002.jpg",
+        "reason": "duplicate of train/dog/img_002.jpg",
     } in (doc["skipped"])
     said = run_cli("pack", str(src), str(out), "--append", "--no-progress")
     assert said.stdout.startswith("nothing to add: ") and "is unchanged" in said.stdout, said
