@@ -136,11 +136,7 @@ def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset
     entries = [(s, item) for s in sorted(dataset.splits) for item in dataset.splits[s]]
     keys = content_keys(entries, dataset, options, threads)
     groups, same, crowded = find_groups(entries, keys, dataset, options)
-    warnings = dataset.warnings
-    if crowded:
-        warnings += (f"--dedup near: {crowded:,} images have hashes alike in most bits (flat, "
-                     f"blank or synthetic images?); each was compared with {near.MAX_BUCKET} "
-                     "of them alone, so near copies among them may be kept",)  # fmt: skip
+    warnings = (*dataset.warnings, *crowded_warning(crowded))
     dropped = drop_reasons(groups, same)
     splits = {
         split: tuple(item for item in items if (split, item.key) not in dropped)
@@ -170,6 +166,15 @@ def find_groups(
     if options.dedup == "near":
         groups, crowded = _near_groups(keys, entries, groups, options.near_distance)
     return groups, same, crowded
+
+
+def crowded_warning(crowded: int) -> tuple[str, ...]:
+    """What a run says of the images --dedup near found in crowded buckets (none: nothing)."""
+    if not crowded:
+        return ()
+    return (f"--dedup near: {crowded:,} images have hashes alike in most bits (flat, blank or "
+            f"synthetic images?); each was compared with {near.MAX_BUCKET} of them alone, so "
+            "near copies among them may be kept",)  # fmt: skip
 
 
 def drop_reasons(groups: list[Group], same: dict[Member, int]) -> dict[tuple[str, str], str]:

@@ -86,6 +86,7 @@ class Copies:
     groups: list[duplicates.Group]  # each its kept copy first
     dropped: dict[tuple[str, str], str]  # (split, key) -> reason: the copies --dedup leaves out
     yielded: int = 0  # new items --append skipped where a fresh pack keeps them: a held copy
+    crowded: int = 0  # images --dedup near found in crowded buckets (duplicates.find_groups)
 
     def summary(self, options: PackOptions) -> dict:
         """index.json's `duplicates`."""
@@ -452,7 +453,7 @@ def _copies(
     read = duplicates.content_keys([members[i] for i in unread], dataset, options, threads)
     for i, key in zip(unread, read, strict=True):
         keys[i] = key
-    groups, same, _ = duplicates.find_groups(members, keys, dataset, options, known)
+    groups, same, crowded = duplicates.find_groups(members, keys, dataset, options, known)
     if options.dedup == "none":
         return Copies(groups, {})
     # (split, key) of the copies --append must keep: held ones
@@ -463,7 +464,7 @@ def _copies(
         groups = [_held_first(group, fixed) for group in groups]
         groups.sort(key=lambda group: duplicates._kept_first(group[0]))
     dropped = duplicates.drop_reasons(groups, same)
-    return Copies(groups, {m: r for m, r in dropped.items() if m not in fixed}, yielded)
+    return Copies(groups, {m: r for m, r in dropped.items() if m not in fixed}, yielded, crowded)
 
 
 def _held_first(group: duplicates.Group, fixed: set[tuple[str, str]]) -> duplicates.Group:
@@ -701,6 +702,8 @@ def _said(change: Change, mode: str, copies: Copies | None) -> tuple[str, ...]:
     if mode == "append" and (changed or change.vanished):
         said.append(f"{changed:,} changed and {change.vanished:,} vanished items left as "
                     "packed; pack with --update to bring them in line")  # fmt: skip
+    if copies is not None:
+        said += duplicates.crowded_warning(copies.crowded)
     if copies is not None and copies.yielded:
         said.append(f"{copies.yielded:,} new copies of held images skipped where a fresh pack "
                     "keeps the new one (an evaluation split's) and drops the held one: pack "
