@@ -397,6 +397,40 @@ def pack(
             help="--dedup near: the most bits two images' perceptual hashes differ in.",
         ),
     ] = NEAR_DISTANCE,
+    retries: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            min=0,
+            help="More tries of an image URL after a transient failure (reset, timeout, 5xx, "
+            "429), with backoff.",
+        ),
+    ] = 2,
+    allow_private_urls: Annotated[
+        bool,
+        typer.Option(
+            "--allow-private-urls",
+            help="Fetch image URLs on loopback and private addresses (never link-local or "
+            "cloud metadata ones).",
+        ),
+    ] = False,
+    ignore_opt_out: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-opt-out",
+            help="Fetch images whose X-Robots-Tag says noai, noimageai, noindex or noimageindex.",
+        ),
+    ] = False,
+    user_agent: Annotated[
+        Optional[str],
+        typer.Option(metavar="TEXT", help="User-Agent of image requests.  [default: shardpack's]"),
+    ] = None,
+    url_threads: Annotated[
+        int, typer.Option(metavar="N", min=1, help="Image URL requests in flight per worker.")
+    ] = 64,
+    per_host: Annotated[
+        int, typer.Option(metavar="N", min=1, help="Of those, to one host at most.")
+    ] = 16,
     storage_option: _STORAGE_OPTIONS = None,
     no_progress: _NO_PROGRESS = False,
     as_json: _JSON = False,
@@ -445,6 +479,12 @@ def pack(
             dedup=dedup.value,
             grow="update" if update else "append" if append else "none",
             near_distance=near_distance,
+            retries=retries,
+            allow_private_urls=allow_private_urls,
+            ignore_opt_out=ignore_opt_out,
+            user_agent=user_agent,
+            url_threads=url_threads,
+            per_host=per_host,
         )
         if append and update:
             raise ShardpackError("--append and --update exclude each other; pass one")

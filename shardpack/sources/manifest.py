@@ -11,16 +11,21 @@ with its manifest line, like every other bad row.
 
 Image paths may also be URLs (s3://bucket/key), and the manifest and its root may be URLs too:
 ImageRoot reads each image from where its path says, through storages made with the same
-options; an object's size comes from a listing of its folder.
+options; an object's size comes from a listing of its folder. An http(s) URL takes no request
+at scan (its size is URL_BYTES, a guess for the planner): the workers fetch each shard's URLs
+many at a time (storage.fetch), in the plan's order. A URL of another scheme than http(s) or an
+object store's is refused by name.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import posixpath
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from shardpack.errors import SourceError
@@ -36,7 +41,8 @@ from shardpack.sources.tables.files import (
     manifest_file,
     normal_path,
 )
-from shardpack.storage import Blob, Entry, Storage, is_url, storage_at
+from shardpack.storage import EXTRAS, Blob, Entry, Storage, is_url, storage_at
+from shardpack.storage.fetch import WEB_SCHEMES, Fetcher, FetchPolicy, Prefetch, is_web_url
 from shardpack.storage.srcfiles import not_regular
 
 if TYPE_CHECKING:
@@ -45,6 +51,11 @@ if TYPE_CHECKING:
 
 KIND = "manifest"
 DEFAULT_SPLIT = "train"
+# What the planner takes an http(s) URL's image to weigh, unfetched: a web photo's typical size
+# (LAION's median original is ~100 KB); 1,024 of them make a --shard-size 128MiB shard.
+URL_BYTES = 128 << 10
+# URL schemes an image path may have: the web's, and object stores' (fsspec; memory:// for tests)
+_SCHEMES = frozenset({*WEB_SCHEMES, *EXTRAS, "az", "abfs", "abfss", "memory", "hf"})
 
 
 def is_manifest_name(path: str) -> bool:
@@ -59,7 +70,12 @@ class ManifestSource(Source):
     kinds = (KIND,)
     described = "a manifest table"
     choosable = False
-    own_options = (("path_column", "--path-column"), ("root", "--root"))
+    own_options = (
+        ("path_column", "--path-column"), ("root", "--root"), ("retries", "--retries"),
+        ("allow_private_urls", "--allow-private-urls"), ("ignore_opt_out", "--ignore-opt-out"),
+        ("user_agent", "--user-agent"), ("url_threads", "--url-threads"),
+        ("per_host", "--per-host"),
+    )  # fmt: skip
 
     def recognise(
         self, root: Storage, options: PackOptions
@@ -113,7 +129,8 @@ def scan_manifest(
     # relative paths under the folder above the split folders: keys stay unique across splits
     per_split = tables[0][0] is not None and options.root is None
     base = posixpath.dirname(first.root) if per_split else first.root  # a URL's too
-    images = ImageRoot(storage_at(base, storage_options), storage_options)
+    images = ImageRoot(storage_at(base, storage_options), storage_options,
+                       FetchPolicy.of(options, storage_options))  # fmt: skip
     splits: dict[str, list[Item]] = {}
     skipped: list[tuple[str, str]] = []
     for split, table in tables:
@@ -336,14 +353,26 @@ def _image_size(root: str, path: str, root_fd: int | None) -> int:
 class ImageRoot(Storage):
     """Where a manifest's images are read from (the reading half of a Storage): a relative
     path under the manifest's root folder (or --root), or an absolute path or URL through a
-    storage made for its folder with the same options. Pickles for the workers."""
+    storage made for its folder with the same options; an http(s) URL is fetched under the
+    FetchPolicy given (storage.fetch). Pickles for the workers."""
 
-    def __init__(self, base: Storage, options: Mapping[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        base: Storage,
+        options: Mapping[str, object] | None = None,
+        policy: FetchPolicy | None = None,
+    ) -> None:
         self.base = base
         self.options = dict(options or {})
+        self.policy = policy or FetchPolicy()
         self.root = base.root
         self._climbs = is_url(base.root)  # "../x" under a URL: resolved in the URL
+        self._web = is_web_url(base.root)  # relative paths are URLs too
         self._elsewhere: dict[str, Storage] = {}  # folder -> its storage
+        self._fetcher: Fetcher | None = None  # made where first needed: threads, locks
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_fetcher": None, "_elsewhere": {}}
 
     def __repr__(self) -> str:
         return f"ImageRoot({self.base!r})"
@@ -356,6 +385,20 @@ class ImageRoot(Storage):
 
     def __hash__(self) -> int:
         return hash(self.base)
+
+    def web_url(self, name: str) -> str | None:
+        """The http(s) URL an image path names (itself, or under an http(s) root), else None."""
+        if is_web_url(name):
+            return name
+        if self._web and not is_url(name) and not os.path.isabs(name):
+            return normal_path(f"{self.root}/{name}")
+        return None
+
+    def fetcher(self) -> Fetcher:
+        """This process's Fetcher of image URLs."""
+        if self._fetcher is None:
+            self._fetcher = Fetcher(self.policy)
+        return self._fetcher
 
     def where(self, name: str) -> tuple[Storage, str]:
         """The storage an image path is read from, and its name there."""
@@ -373,10 +416,14 @@ class ImageRoot(Storage):
         return storage, file
 
     def path(self, name: str = "") -> str:
+        if name and (url := self.web_url(name)) is not None:
+            return url
         storage, name = self.where(name)
         return storage.path(name)
 
     def local_path(self, name: str = "") -> str | None:
+        if name and self.web_url(name) is not None:
+            return None
         storage, name = self.where(name)
         return storage.local_path(name)
 
@@ -385,12 +432,44 @@ class ImageRoot(Storage):
         return storage.kind(name)
 
     def read(self, name: str, limit: int) -> bytes:
+        if (url := self.web_url(name)) is not None:
+            return self.fetcher().get(url, limit)
         storage, name = self.where(name)
         return storage.read(name, limit)
+
+    @contextmanager
+    def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
+        """Itself, reading the http(s) URLs among `files` ahead, many at a time (Prefetch)."""
+        urls = (url for name, _ in files if (url := self.web_url(name)) is not None)
+        first = next(urls, None)
+        if first is None:
+            yield self
+            return
+        ahead = Prefetch(self.fetcher(), itertools.chain((first,), urls), limit)
+        try:
+            yield _Ahead(self, ahead)
+        finally:
+            ahead.close()
+            self._fetcher = None  # its connections are closed
 
     def open(self, name: str) -> Blob:
         storage, name = self.where(name)
         return storage.open(name)
+
+
+class _Ahead:
+    """An ImageRoot whose http(s) URLs are read from its Prefetch."""
+
+    def __init__(self, images: ImageRoot, ahead: Prefetch) -> None:
+        self.images, self.ahead = images, ahead
+
+    def read(self, name: str, limit: int) -> bytes:
+        if (url := self.images.web_url(name)) is not None:
+            return self.ahead.read(url, limit)
+        return self.images.read(name, limit)
+
+    def __getattr__(self, attribute: str):
+        return getattr(self.images, attribute)
 
 
 class _Sizes:
@@ -405,6 +484,11 @@ class _Sizes:
         self.listings: dict[tuple[str, str], dict[str, Entry] | str] = {}
 
     def of(self, path: str) -> int:
+        if is_url(path) and (scheme := path.partition("://")[0].lower()) not in _SCHEMES:
+            raise _Bad(f"image {path}: refused scheme: {scheme}:// is not http(s) or an object "
+                       "store's")  # fmt: skip
+        if self.images.web_url(path) is not None:
+            return URL_BYTES  # no request a row: the worker's read bounds it
         storage, name = self.images.where(path)
         if (root := storage.local_path()) is not None:
             fd = self.root_fd if storage is self.images.base else None

@@ -1,0 +1,405 @@
+"""Images behind http(s) URLs, fetched many at a time with the standard library alone.
+
+A worker reads its shard's URLs through `Prefetch`: a pool of threads fetches the next ones in
+the plan's order while the worker decodes and writes the current one, so latency, not the CPU,
+is what waits. Connections are kept per host and reused; a semaphore per host caps the requests
+in flight to it. Every address connected to (after DNS, after each redirect) is checked before a
+byte is sent: link-local and cloud metadata addresses never, private and loopback ones only
+when allowed. Transient failures (a reset or refused connection, a timeout, 5xx, 429) are
+retried with backoff, honouring Retry-After; permanent ones (404, 403, DNS, over the byte cap,
+an opt-out header) fail at once. A failure's message starts with what `reason_kind` counts it
+by and ends, for an HTTP status, with `(HTTP <status>)`, which `status_of` reads back.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import ipaddress
+import random
+import re
+import socket
+import ssl
+import threading
+import time
+import urllib.parse
+from collections import deque
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+
+from shardpack import __version__
+from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
+
+WEB_SCHEMES = ("http", "https")
+USER_AGENT = f"shardpack/{__version__} (image dataset packer; honours X-Robots-Tag noai)"
+# img2dataset's default disallowed_header_directives: a site's opt-out of AI training sets.
+OPT_OUT = frozenset({"noai", "noimageai", "noindex", "noimageindex"})
+_AGENT_TOKEN = "shardpack"  # X-Robots-Tag: "shardpack: noai" is aimed at us, "otherbot: ..." not
+# Never fetched, whatever is allowed: link-local (169.254.169.254 is every major cloud's
+# metadata service) and AWS's IPv6 metadata address.
+_NEVER = tuple(map(ipaddress.ip_network, ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128")))
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_CHUNK = 1 << 16  # bytes a read takes at most: a body over the cap is refused within a chunk
+_DRAIN = 1 << 16  # the most of an error page read to keep its connection; past it, closed
+BACKOFF_S = 0.5  # the first retry's wait; each next one doubles it (img2dataset: none)
+MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait
+# Seconds to accept a connection, between two reads, and for one whole answer (a slow drip);
+# --storage-option connect_timeout=S / read_timeout=S / total_timeout=S change them.
+TIMEOUTS = {"connect_timeout": 10.0, "read_timeout": 30.0, "total_timeout": 120.0}
+
+
+@dataclass(frozen=True)
+class FetchPolicy:
+    """How a worker fetches URLs (PackOptions' URL flags, and the storage options' timeouts)."""
+
+    retries: int = 2
+    allow_private: bool = False
+    opt_out: bool = True  # honour X-Robots-Tag's OPT_OUT directives
+    user_agent: str = USER_AGENT
+    threads: int = 64  # requests in flight per worker
+    per_host: int = 16  # of those, to one host at most
+    max_redirects: int = 5
+    connect_timeout: float = TIMEOUTS["connect_timeout"]
+    read_timeout: float = TIMEOUTS["read_timeout"]
+    total_timeout: float = TIMEOUTS["total_timeout"]
+
+    @classmethod
+    def of(cls, options, storage_options: Mapping[str, object] | None = None) -> FetchPolicy:
+        """The policy PackOptions and --storage-option's timeouts give."""
+        given = {k: float(v) for k, v in (storage_options or {}).items() if k in TIMEOUTS}
+        return cls(
+            retries=options.retries,
+            allow_private=options.allow_private_urls,
+            opt_out=not options.ignore_opt_out,
+            user_agent=options.user_agent or USER_AGENT,
+            threads=options.url_threads,
+            per_host=options.per_host,
+            **given,
+        )
+
+
+class UrlFailed(RefusedFile):
+    """A URL that gave no image: str() is the reason (what it is counted by first)."""
+
+    def __init__(self, reason: str, transient: bool = False, wait: float | None = None) -> None:
+        super().__init__(reason)
+        self.transient = transient
+        self.wait = wait  # Retry-After's seconds, when the server said
+
+
+def is_web_url(text: str) -> bool:
+    """Whether `text` is an http(s) URL."""
+    scheme, sep, _ = text.partition("://")
+    return bool(sep) and scheme.lower() in WEB_SCHEMES
+
+
+def status_of(reason: str) -> int | None:
+    """The HTTP status a failure's reason names (`... (HTTP 404)`), else None."""
+    match = re.search(r"\(HTTP (\d{3})\b", reason)
+    return int(match[1]) if match else None
+
+
+def refusal(address: str, allow_private: bool) -> str | None:
+    """Why an IP address is not connected to, or None."""
+    ip = ipaddress.ip_address(address.partition("%")[0])  # an IPv6 zone is no part of it
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if any(ip in net for net in _NEVER if net.version == ip.version):
+        return f"refused address: {ip} is link-local or a cloud metadata address"
+    if not allow_private and not ip.is_global:
+        return (f"refused address: {ip} is private, loopback or reserved; "
+                "--allow-private-urls fetches it")  # fmt: skip
+    return None
+
+
+def opted_out(values: list[str]) -> str | None:
+    """The opt-out directive among X-Robots-Tag values aimed at every agent or at shardpack
+    (img2dataset's reading of the header), else None."""
+    for value in values:
+        agent, colon, rest = value.partition(":")
+        if colon and "," not in agent:  # "agent: directives" ("noindex, x: y" is directives)
+            if agent.strip().lower() != _AGENT_TOKEN:
+                continue
+            value = rest
+        for directive in value.split(","):
+            if directive.strip().lower() in OPT_OUT:
+                return directive.strip().lower()
+    return None
+
+
+class Fetcher:
+    """Fetches URLs under a FetchPolicy from any number of threads: connections kept per host,
+    requests to one host capped, each URL retried as the policy says."""
+
+    def __init__(self, policy: FetchPolicy) -> None:
+        self.policy = policy
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
+        self._hosts: dict[str, threading.Semaphore] = {}
+        self._tls = ssl.create_default_context()
+
+    def get(self, url: str, limit: int) -> bytes:
+        """The body of `url`, at most `limit` bytes.
+
+        Raises:
+            UrlFailed: a permanent failure, or a transient one on each of 1 + retries tries.
+            FileTooLarge: the body is over `limit` (from Content-Length, or while read).
+        """
+        attempt = 1
+        while True:
+            try:
+                return self._follow(url, limit)
+            except UrlFailed as e:
+                if not e.transient or attempt > self.policy.retries:
+                    raise UrlFailed(_tried(str(e), attempt)) from None
+                if e.wait is not None and e.wait > MOST_WAIT_S:
+                    raise UrlFailed(f"{e}: Retry-After {e.wait:g} s is over {MOST_WAIT_S:g} s"
+                                    ) from None  # fmt: skip
+                backoff = BACKOFF_S * 2 ** (attempt - 1) * random.uniform(0.75, 1.25)
+                time.sleep(max(backoff, e.wait or 0))
+                attempt += 1
+
+    def _follow(self, url: str, limit: int) -> bytes:
+        """One try at `url`, following up to max_redirects redirects."""
+        for _ in range(self.policy.max_redirects + 1):
+            scheme, host, port, target = _parts(url)
+            status, headers, body = self._request(scheme, host, port, target, limit)
+            if status in _REDIRECTS and headers.get("Location"):
+                url = urllib.parse.urljoin(url, headers["Location"])
+                continue
+            if status == 200:
+                return body
+            phrase = _phrase(status)
+            if status == 429 or status >= 500:
+                raise UrlFailed(f"HTTP {phrase} (HTTP {status})", True, _retry_after(headers))
+            raise UrlFailed(f"HTTP {phrase} (HTTP {status})")
+        raise UrlFailed(f"too many redirects (over {self.policy.max_redirects})")
+
+    def _request(
+        self, scheme: str, host: str, port: int, target: str, limit: int
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
+        """(status, headers, body) of one GET: the body read for a 200 only."""
+        key = (scheme, host, port)
+        with self._host(host):
+            conn, reused = self._connection(key)
+            try:
+                try:
+                    response = self._send(conn, target)
+                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                    if not reused:
+                        raise
+                    conn.close()  # the server closed a kept connection: a fresh one, once
+                    conn, reused = self._connection(key, fresh=True)
+                    response = self._send(conn, target)
+                if response.status == 200:
+                    reason = opted_out(response.headers.get_all("X-Robots-Tag") or [])
+                    if reason and self.policy.opt_out:
+                        conn.close()
+                        raise UrlFailed(f"opted out (X-Robots-Tag: {reason})")
+                    body = self._body(response, limit)
+                else:
+                    body = b""
+                    if len(response.read(_DRAIN + 1)) > _DRAIN:
+                        response.will_close = True
+            except UrlFailed:
+                conn.close()
+                raise
+            except FileTooLarge:
+                conn.close()
+                raise
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                conn.close()
+                raise _failure(e) from None
+            if response.will_close:
+                conn.close()
+            else:
+                with self._lock:
+                    self._idle.setdefault(key, []).append(conn)
+            return response.status, response.headers, body
+
+    def _send(self, conn: http.client.HTTPConnection, target: str) -> http.client.HTTPResponse:
+        conn.request("GET", target, headers={"User-Agent": self.policy.user_agent,
+                                             "Accept": "image/*, */*;q=0.5",
+                                             "Accept-Encoding": "identity"})  # fmt: skip
+        return conn.getresponse()
+
+    def _body(self, response: http.client.HTTPResponse, limit: int) -> bytes:
+        """The body, refused as soon as it is known to be over `limit` (Content-Length, or
+        bytes read) or to take over total_timeout; read a chunk at a time as it arrives."""
+        over = f"over the limit of {limit} bytes"
+        length = response.getheader("Content-Length")
+        if length is not None and length.strip().isdigit() and int(length) > limit:
+            raise FileTooLarge(f"{over} (Content-Length: {int(length)})")
+        deadline = time.monotonic() + self.policy.total_timeout
+        parts, got = [], 0
+        while chunk := response.read1(_CHUNK):
+            got += len(chunk)
+            if got > limit:
+                raise FileTooLarge(over)
+            if time.monotonic() > deadline:
+                raise UrlFailed(f"timed out: the answer took over {self.policy.total_timeout:g} s",
+                                True)  # fmt: skip
+            parts.append(chunk)
+        if not response.isclosed():  # read1 leaves a body read to its length open: the
+            response.read()  # connection could not send the next request
+        return b"".join(parts)
+
+    @contextmanager
+    def _host(self, host: str) -> Iterator[None]:
+        """A turn among the per_host requests in flight to `host`."""
+        with self._lock:
+            gate = self._hosts.setdefault(host, threading.Semaphore(self.policy.per_host))
+        with gate:
+            yield
+
+    def _connection(
+        self, key: tuple[str, str, int], fresh: bool = False
+    ) -> tuple[http.client.HTTPConnection, bool]:
+        """A kept connection to the host (and whether it is one), else a new one."""
+        if not fresh:
+            with self._lock:
+                idle = self._idle.get(key)
+                if idle:
+                    return idle.pop(), True
+        scheme, host, port = key
+        if scheme == "https":
+            conn = http.client.HTTPSConnection(host, port, context=self._tls)
+        else:
+            conn = http.client.HTTPConnection(host, port)
+        conn.timeout = self.policy.read_timeout
+        conn._create_connection = self._connect  # connect() calls it: our checks, every time
+        return conn, False
+
+    def _connect(self, address: tuple[str, int], timeout=None, source=None) -> socket.socket:
+        """A socket connected to an allowed address of the host, checked as connected."""
+        host, port = address
+        try:
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            raise UrlFailed(f"DNS failure: {host}: {e.strerror}") from None
+        failed: BaseException | None = None
+        for family, kind, proto, _, where in found:
+            if why := refusal(where[0], self.policy.allow_private):
+                failed = UrlFailed(why)
+                continue
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(self.policy.connect_timeout)
+                sock.connect(where)
+                if why := refusal(sock.getpeername()[0], self.policy.allow_private):
+                    raise UrlFailed(why)
+                sock.settimeout(self.policy.read_timeout)
+                return sock
+            except BaseException as e:
+                sock.close()
+                if not isinstance(e, OSError):
+                    raise
+                failed = e
+        raise failed or UrlFailed(f"DNS failure: {host}: no address")
+
+    def close(self) -> None:
+        with self._lock:
+            kept = [conn for idle in self._idle.values() for conn in idle]
+            self._idle.clear()
+        for conn in kept:
+            conn.close()
+
+
+def _parts(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, request target) of an http(s) URL."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise UrlFailed(f"bad URL: {e}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in WEB_SCHEMES:
+        raise UrlFailed(f"refused scheme: {scheme or 'none'}:// is not http(s)")
+    if not parts.hostname:
+        raise UrlFailed("bad URL: no host")
+    target = parts.path or "/"
+    if parts.query:
+        target += "?" + parts.query
+    if any(c in target for c in " \r\n\t"):
+        target = urllib.parse.quote(target, safe="/?&=%:;@!$'()*+,~-._")
+    return scheme, parts.hostname, port or (443 if scheme == "https" else 80), target
+
+
+def _tried(reason: str, tries: int) -> str:
+    """A failure's reason saying how many tries it took, inside its last parentheses (what it
+    is counted by stays first)."""
+    if tries == 1:
+        return reason
+    if reason.endswith(")"):
+        return f"{reason[:-1]}, after {tries} tries)"
+    return f"{reason} (after {tries} tries)"
+
+
+def _phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return "status"
+
+
+def _retry_after(headers: http.client.HTTPMessage) -> float | None:
+    """Retry-After's seconds (a number, or an HTTP date), else None."""
+    value = (headers.get("Retry-After") or "").strip()
+    if value.isdigit():
+        return float(value)
+    with suppress(TypeError, ValueError, IndexError, OverflowError):
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    return None
+
+
+def _failure(e: BaseException) -> UrlFailed:
+    """A failed request as a UrlFailed: transient unless retrying cannot help."""
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return UrlFailed(f"TLS certificate refused: {e.verify_message}")
+    if isinstance(e, TimeoutError | socket.timeout):
+        return UrlFailed("timed out", True)
+    if isinstance(e, ConnectionRefusedError):
+        return UrlFailed("connection refused", True)
+    if isinstance(e, ConnectionResetError | BrokenPipeError | http.client.RemoteDisconnected):
+        return UrlFailed("connection reset", True)
+    if isinstance(e, http.client.IncompleteRead):
+        return UrlFailed("connection cut: answer incomplete", True)
+    if isinstance(e, http.client.HTTPException | ValueError):
+        return UrlFailed(f"bad answer: {type(e).__name__}")
+    return UrlFailed(f"network error: {e.strerror or e}", True)
+
+
+class Prefetch:
+    """A worker's URLs fetched ahead, in the order it will read them, `threads` at a time; a
+    read of anything but the next URL fetches it then and there."""
+
+    def __init__(self, fetcher: Fetcher, urls: Iterator[str], limit: int) -> None:
+        self.fetcher, self.limit = fetcher, limit
+        self._urls = urls
+        self._ahead: deque[tuple[str, Future]] = deque()
+        self._window = 2 * fetcher.policy.threads  # fetched while the worker decodes
+        self._pool = ThreadPoolExecutor(fetcher.policy.threads, "shardpack-fetch")
+        self._fill()
+
+    def _fill(self) -> None:
+        while len(self._ahead) < self._window and (url := next(self._urls, None)) is not None:
+            self._ahead.append((url, self._pool.submit(self.fetcher.get, url, self.limit)))
+
+    def read(self, url: str, limit: int) -> bytes:
+        if not self._ahead or self._ahead[0][0] != url or limit > self.limit:
+            return self.fetcher.get(url, limit)
+        future = self._ahead.popleft()[1]
+        self._fill()
+        data = future.result()
+        if len(data) > limit:
+            raise FileTooLarge(f"over the limit of {limit} bytes")
+        return data
+
+    def close(self) -> None:
+        for _, future in self._ahead:
+            future.cancel()
+        self._ahead.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)  # running ones end by timeouts
+        self.fetcher.close()

@@ -1,0 +1,267 @@
+"""Images behind http(s) URLs (shardpack.storage.fetch and the manifest's URLs), against a real
+threaded HTTP server on 127.0.0.1: latency, transient and permanent failures, opt-out headers,
+redirects, oversize and dripping bodies, and the order records keep whatever arrives first."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import cv2
+import pytest
+
+from shardpack import PackOptions, iter_examples, pack
+from shardpack.sources import scan
+from shardpack.storage.fetch import (
+    Fetcher,
+    FetchPolicy,
+    UrlFailed,
+    opted_out,
+    refusal,
+    status_of,
+)
+from shardpack.storage.srcfiles import FileTooLarge
+from tests import helpers
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # a connection the test reset on purpose
+
+
+class Site:
+    """A web server of tiny PNGs whose paths say how it answers (see _Handler)."""
+
+    def __init__(self, latency: float = 0.0, jitter: bool = False) -> None:
+        self.latency, self.jitter = latency, jitter
+        self.hits: Counter[str] = Counter()
+        self.agents: set[str] = set()
+        self.active = self.most = 0
+        self.lock = threading.Lock()
+        handler = type("Handler", (_Handler,), {"site": self})
+        self.server = _Server(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _png(n: int) -> bytes:
+    return cv2.imencode(".png", helpers.image(n))[1].tobytes()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """/img/N.png: image N. The first request of /503/N.png is a 503, of /429/N.png a 429 with
+    Retry-After: 1, of /reset/N.png a reset connection; then image N. /redirect/N.png: a 302 to
+    /img/N.png. /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every
+    agent; noai for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
+    itself), /meta.png (a redirect to the metadata address), /huge.png (Content-Length 100 GB),
+    /html.png (a web page), /stream.png (5,000 bytes, no Content-Length), /drip.png (a byte
+    every 50 ms)."""
+
+    protocol_version = "HTTP/1.1"  # connections kept
+    site: Site
+
+    def do_GET(self) -> None:
+        site, path = self.site, self.path
+        with site.lock:
+            site.hits[path] += 1
+            first = site.hits[path] == 1
+            site.active += 1
+            site.most = max(site.most, site.active)
+            site.agents.add(self.headers.get("User-Agent", ""))
+        try:
+            delay = site.latency * ((hash(path) % 7) / 6 if site.jitter else 1)
+            time.sleep(delay)
+            self._answer(path, first)
+        finally:
+            with site.lock:
+                site.active -= 1
+
+    def _answer(self, path: str, first: bool) -> None:
+        kind, _, name = path.strip("/").partition("/")
+        number = int(name.split(".")[0]) if name[:1].isdigit() else 0
+        if first and kind == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+            return
+        if (first and kind == "503") or path == "/always503.png":
+            return self._send(503, b"busy")
+        if first and kind == "429":
+            return self._send(429, b"slow down", {"Retry-After": "1"})
+        if kind == "redirect":
+            return self._send(302, b"", {"Location": f"/img/{name}"})
+        if path in ("/loop.png", "/meta.png"):
+            where = "/loop.png" if path == "/loop.png" else "http://169.254.169.254/latest/"
+            return self._send(302, b"", {"Location": where})
+        if path in ("/404.png", "/403.png"):
+            return self._send(int(path[1:4]), b"no")
+        if path == "/huge.png":
+            self.send_response(200)
+            self.send_header("Content-Length", str(10**11))
+            self.end_headers()
+            self.close_connection = True
+            return None
+        if path == "/html.png":
+            return self._send(200, b"<html><body>moved</body></html>")
+        if path in ("/stream.png", "/drip.png"):
+            self.send_response(200)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            for _ in range(5 if path == "/stream.png" else 40):
+                self.wfile.write(bytes(1000 if path == "/stream.png" else 1))
+                self.wfile.flush()
+                time.sleep(0 if path == "/stream.png" else 0.05)
+            return None
+        tags = {"noai": "noai", "otherbot": "otherbot: noai, noimageai"}
+        headers = {"X-Robots-Tag": tags[kind]} if kind in tags else {}
+        return self._send(200, _png(number), headers)
+
+    def _send(self, status: int, body: bytes, headers: dict | None = None) -> None:
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def site():
+    served = Site()
+    yield served
+    served.close()
+
+
+def _manifest(tmp_path: Path, urls: list[str], name: str = "urls.csv") -> Path:
+    rows = [{"url": url, "caption": f"photo {i}"} for i, url in enumerate(urls)]
+    return helpers.write_csv(tmp_path / name, rows)
+
+
+def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
+    good = ["/img/0.png", "/503/1.png", "/429/2.png", "/reset/3.png", "/redirect/4.png",
+            "/otherbot/5.png"]  # fmt: skip
+    bad = {
+        "/404.png": ("HTTP Not Found", 404, 1),
+        "/403.png": ("HTTP Forbidden", 403, 1),
+        "/always503.png": ("HTTP Service Unavailable", 503, 3),  # 1 + --retries 2
+        "/noai/6.png": ("opted out", None, 1),
+        "/loop.png": ("too many redirects", None, 6),
+        "/meta.png": ("refused address", None, 1),
+        "/huge.png": ("over the limit of N bytes", None, 1),
+        "/html.png": ("not an image", None, 1),
+    }
+    src = _manifest(tmp_path, [site.url(p) for p in [*good, *bad]])
+    out = tmp_path / "out"
+    done = helpers.run_cli("pack", str(src), str(out), "--path-column", "url", "--workers", "1",
+                           "--allow-private-urls", "--max-pixels", "1000")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "image URLs skipped: " in done.stdout and "failures.jsonl" in done.stdout
+    index = json.loads((out / "index.json").read_text())
+    assert sum(s["num_records"] for s in index["splits"]["train"]["shards"]) == len(good)
+    rows = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    failed = {row["url"].split(":", 2)[2].partition("/")[2]: row for row in rows}
+    assert sorted(failed) == sorted(p.lstrip("/") for p in bad)
+    for path, (error, status, hits) in bad.items():
+        row = failed[path.lstrip("/")]
+        assert (row["error"], row["status"], row["split"]) == (error, status, "train"), row
+        assert site.hits[path] == hits, (path, site.hits)
+    assert "after 3 tries" in failed["always503.png"]["reason"]
+    assert index["stats"]["url_failures"] == Counter(error for error, _, _ in bad.values())
+    # transient ones took one retry each, permanent ones none
+    assert [site.hits[p] for p in good] == [1, 2, 2, 2, 1, 1]
+    assert site.hits["/img/4.png"] == 1  # the redirect's target
+    assert all(agent.startswith("shardpack/") for agent in site.agents), site.agents
+    captions = sorted(record["caption"] for record in iter_examples(out))
+    assert captions == [f"photo {i}" for i in range(len(good))]
+
+
+def test_many_requests_are_in_flight_while_a_server_takes_its_time(tmp_path):
+    """100 URLs answered in 100 ms each: one worker keeps at least 8 in flight (one at a
+    time, the scan's request per image and the fetch one by one, it kept 1)."""
+    slow = Site(latency=0.1)
+    try:
+        src = _manifest(tmp_path, [slow.url(f"/img/{i}.png") for i in range(100)])
+        options = PackOptions(workers=1, path_column="url", allow_private_urls=True)
+        result = pack(src, tmp_path / "out", options)
+    finally:
+        slow.close()
+    assert result.num_records == 100
+    assert slow.most >= 8, slow.most
+    assert sum(slow.hits.values()) == 100  # one request an image: none at scan
+
+
+def test_records_keep_the_plans_order_whatever_arrives_first(tmp_path):
+    """Answers in 0-30 ms by path: 16 in flight get them back in another order than one at a
+    time does, and the shards are the same bytes."""
+    jittery = Site(latency=0.03, jitter=True)
+    try:
+        src = _manifest(tmp_path, [jittery.url(f"/img/{i}.png") for i in range(24)])
+        for threads in (1, 16):
+            options = PackOptions(workers=1, path_column="url", allow_private_urls=True,
+                                  url_threads=threads, shards=2)  # fmt: skip
+            pack(src, tmp_path / f"out{threads}", options)
+    finally:
+        jittery.close()
+    assert jittery.most > 1
+    one, many = helpers.shard_files(tmp_path / "out1"), helpers.shard_files(tmp_path / "out16")
+    assert len(one) == 2 and one == many
+
+
+def test_the_scan_sends_no_request_and_refuses_other_schemes_by_name(tmp_path, site):
+    urls = [site.url("/img/0.png"), "ftp://example.com/a.png", "file:///etc/passwd"]
+    dataset = scan(_manifest(tmp_path, urls), PackOptions(path_column="url"))
+    assert sum(site.hits.values()) == 0
+    assert [item.key for item in dataset.splits["train"]] == [urls[0]]
+    reasons = dict(dataset.skipped)
+    assert "refused scheme: ftp://" in reasons[urls[1]]
+    assert "refused scheme: file://" in reasons[urls[2]]
+
+
+def test_loopback_needs_the_flag_and_link_local_is_never_fetched(site):
+    with pytest.raises(UrlFailed, match=r"refused address: 127\.0\.0\.1 is private"):
+        Fetcher(FetchPolicy()).get(site.url("/img/0.png"), 1000)
+    assert sum(site.hits.values()) == 0
+    allowed = Fetcher(FetchPolicy(allow_private=True))
+    assert allowed.get(site.url("/img/0.png"), 10_000) == _png(0)
+    for address in ("169.254.169.254", "fe80::1%eth0", "fd00:ec2::254", "::ffff:169.254.1.1"):
+        assert "link-local or a cloud metadata" in refusal(address, allow_private=True)
+    assert refusal("8.8.8.8", allow_private=False) is None
+    assert "private" in refusal("10.1.2.3", allow_private=False)
+
+
+def test_a_body_over_the_cap_or_dripping_past_the_deadline_is_cut_off(site):
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, total_timeout=0.3))
+    with pytest.raises(FileTooLarge, match="over the limit of 1000 bytes"):
+        fetcher.get(site.url("/stream.png"), 1000)
+    start = time.monotonic()
+    with pytest.raises(UrlFailed, match="timed out"):
+        fetcher.get(site.url("/drip.png"), 1000)
+    assert time.monotonic() - start < 1.5
+
+
+def test_opt_out_headers_are_read_as_img2dataset_reads_them(site):
+    assert opted_out(["noindex, nofollow"]) == "noindex"
+    assert opted_out(["shardpack: noimageai"]) == "noimageai"
+    assert opted_out(["otherbot: noai", "nofollow"]) is None
+    assert opted_out(["noarchive, unavailable_after: 25 Jun 2010"]) is None
+    ignoring = Fetcher(FetchPolicy(allow_private=True, opt_out=False))
+    assert ignoring.get(site.url("/noai/1.png"), 10_000) == _png(1)
+    assert status_of("HTTP Not Found (HTTP 404)") == 404 and status_of("timed out") is None
