@@ -359,7 +359,7 @@ def _failure(e: BaseException) -> UrlFailed:
     if isinstance(e, ssl.SSLCertVerificationError):
         return UrlFailed(f"TLS certificate refused: {e.verify_message}")
     if isinstance(e, TimeoutError | socket.timeout):
-        return UrlFailed("timed out", True)
+        return UrlFailed("timed out (no answer within the connect or read timeout)", True)
     if isinstance(e, ConnectionRefusedError):
         return UrlFailed("connection refused", True)
     if isinstance(e, ConnectionResetError | BrokenPipeError | http.client.RemoteDisconnected):
