@@ -16,7 +16,7 @@ from pathlib import Path
 import cv2
 import pytest
 
-from shardpack import PackOptions, iter_examples, pack
+from shardpack import PackOptions, SourceError, iter_examples, pack
 from shardpack.sources import scan
 from shardpack.storage.fetch import (
     Fetcher,
@@ -265,3 +265,32 @@ def test_opt_out_headers_are_read_as_img2dataset_reads_them(site):
     ignoring = Fetcher(FetchPolicy(allow_private=True, opt_out=False))
     assert ignoring.get(site.url("/noai/1.png"), 10_000) == _png(1)
     assert status_of("HTTP Not Found (HTTP 404)") == 404 and status_of("timed out") is None
+
+
+def test_a_folder_or_a_pattern_of_url_lists_is_one_manifest(tmp_path, site):
+    """A folder of CSV files (img2dataset's --url_list folder) was refused as class folders
+    without classes; each file is now part of one manifest, and so are the files a pattern
+    names. An image in two files is refused in the second, as one listed twice in a file."""
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    _manifest(lists, [site.url(f"/img/{i}.png") for i in range(3)], "part-0.csv")
+    _manifest(lists, [site.url(f"/img/{i}.png") for i in (2, 3, 4)], "part-1.csv")
+    _manifest(lists, [site.url("/img/5.png")], "other.csv")
+    (lists / "_SUCCESS").write_bytes(b"")
+    options = PackOptions(path_column="url")
+    whole = scan(lists, options)
+    assert sorted(item.key.rsplit("/", 1)[1] for item in whole.splits["train"]) == [
+        f"{i}.png" for i in range(6)
+    ]
+    assert [reason.split(": ", 1)[1] for _, reason in whole.skipped] == [
+        f"image {site.url('/img/2.png')} is listed in an earlier file too"
+    ]
+    assert "part-1.csv line 2" in whole.skipped[0][1]
+    some = scan(str(lists / "part-*.csv"), options)
+    assert len(some.splits["train"]) == 5
+    with pytest.raises(SourceError, match=r"names no file"):
+        scan(str(lists / "none-*.csv"), options)
+    (lists / "sub").mkdir()  # beside a folder: not a folder of lists (class folders, say)
+    with pytest.raises(SourceError):
+        scan(lists, options)
+    assert sum(site.hits.values()) == 0

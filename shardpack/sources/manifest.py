@@ -20,13 +20,14 @@ object store's is refused by name.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import itertools
 import os
 import posixpath
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
@@ -86,15 +87,61 @@ class ManifestSource(Source):
         found = manifest_file(root)
         if found is not None:
             return [(None, found)]
-        return split_manifests(root) if root.kind() == "dir" else None
+        if root.kind() == "dir":
+            return split_manifests(root) or manifest_folder(root)
+        if _is_glob(root.path()):
+            return _Glob(root.path())
+        return None
+
+    def takes_path(self, where: str) -> bool:
+        return _is_glob(where)
 
     def scan(
         self,
-        found: list[tuple[str | None, Storage]],
+        found: list[tuple[str | None, Storage]] | _Glob,
         options: PackOptions,
         storage_options: Mapping[str, object] | None,
     ) -> Dataset:
+        if isinstance(found, _Glob):
+            found = found.manifests(storage_options)
         return scan_manifest(found, options, storage_options)
+
+
+class _Glob(NamedTuple):
+    """SRC as a pattern of manifest files in one folder (`lists/part-*.parquet`)."""
+
+    where: str
+
+    def manifests(self, storage_options: Mapping[str, object] | None) -> list[tuple[None, Storage]]:
+        """(None, each manifest file the pattern names), in name order.
+
+        Raises:
+            SourceError: the folder cannot be listed, or the pattern names no file.
+        """
+        folder, _, pattern = self.where.rpartition("/")
+        parent = storage_at(folder or ".", storage_options)
+        files = [name for name, is_dir in folder_entries(parent) if not is_dir]
+        names = [name for name in files if name[:1] != "." and fnmatch.fnmatchcase(name, pattern)]
+        if not names:
+            raise SourceError(f"{self.where}: names no file; check the pattern")
+        return [(None, parent.child(name)) for name in sorted(names)]
+
+
+def _is_glob(where: str) -> bool:
+    """Whether SRC is a pattern of manifest files: `*`, `?` or `[` in its last part, which ends
+    in a manifest's extension (a URL's `?` is its query: not a pattern)."""
+    base = where.rsplit("/", 1)[-1]
+    return is_manifest_name(base) and any(c in base for c in "*?[") and "://" not in base
+
+
+def manifest_folder(root: Storage) -> list[tuple[None, Storage]] | None:
+    """(None, each manifest file) of a folder holding nothing else (no subfolder; names starting
+    with '.' or '_', as Spark's _SUCCESS, aside), in name order: the files are one manifest, as
+    img2dataset takes a folder of URL lists; None for any other folder."""
+    visible = [(n, is_dir) for n, is_dir in folder_entries(root) if n[:1] not in "._"]
+    if not visible or any(is_dir or not is_manifest_name(n) for n, is_dir in visible):
+        return None
+    return [(None, root.child(name)) for name, _ in visible]
 
 
 def scan_manifest(
@@ -133,13 +180,16 @@ def scan_manifest(
                        FetchPolicy.of(options, storage_options))  # fmt: skip
     splits: dict[str, list[Item]] = {}
     skipped: list[tuple[str, str]] = []
+    # several files of one manifest (a folder of them): an image listed in two is refused in
+    # the second, as one listed twice in a file is
+    seen: set[str] | None = set() if len(tables) > 1 and not per_split else None
     for split, table in tables:
         prefix = f"{split}/" if per_split else ""
         by_folder = split is None and _split_by_folder(table)
         # a row without a usable path is known by its line, which its reason need not repeat
         bad = [(b.line, _under(prefix, b.path), b.reason) if b.path else (b.line, b.where, b.why)
                for b in table.bad]  # fmt: skip
-        for item, row_split in _items(table, images, prefix, label, position, bad):
+        for item, row_split in _items(table, images, prefix, label, position, bad, seen):
             default = _folder_split(item.path) if by_folder else DEFAULT_SPLIT
             splits.setdefault(split or row_split or default, []).append(item)
         skipped += [(key, reason) for _, key, reason in sorted(bad)]  # in manifest order
@@ -164,8 +214,10 @@ def _items(
     label: LabelInfo | None,
     position: dict[str, int] | None,
     bad: list[tuple[int, str, str]],
+    seen: set[str] | None = None,
 ) -> Iterator[tuple[Item, str | None]]:
-    """(item, the row's split) of each usable row; a row that is not goes to `bad`."""
+    """(item, the row's split) of each usable row; a row that is not goes to `bad`; `seen`:
+    the paths of the manifest's files read before, to refuse one listed in two."""
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
     names = tuple(table.columns)
     sizes = _Sizes(images)
@@ -178,6 +230,10 @@ def _items(
                     value = labels.get(row.label)
                     if value is None:
                         value = labels[row.label] = _label(row.label, label, position)
+                if seen is not None:
+                    if path in seen:
+                        raise _Bad(f"image {path} is listed in an earlier file too")
+                    seen.add(path)
                 size = sizes.of(path)
             except _Bad as e:
                 bad.append((row.line, path, f"{line_name(table.path, row.line)}: {e}"))
