@@ -18,15 +18,9 @@ import pytest
 
 from shardpack import PackOptions, SourceError, iter_examples, pack
 from shardpack.sources import scan
-from shardpack.storage.fetch import (
-    Fetcher,
-    FetchPolicy,
-    UrlFailed,
-    opted_out,
-    refusal,
-    status_of,
-)
+from shardpack.storage.fetch import Fetcher, UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge
+from shardpack.storage.urlpolicy import FetchPolicy, opted_out, refusal, status_of
 from tests import helpers
 
 

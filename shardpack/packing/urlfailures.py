@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from shardpack.packing.stats import reason_kind
 from shardpack.storage import Storage, is_url
-from shardpack.storage.fetch import status_of
+from shardpack.storage.urlpolicy import status_of
 
 FAILURES_NAME = "failures.jsonl"
 

@@ -43,12 +43,13 @@ from shardpack.sources.tables.files import (
     normal_path,
 )
 from shardpack.storage import EXTRAS, Blob, Entry, Storage, is_url, storage_at
-from shardpack.storage.fetch import WEB_SCHEMES, Fetcher, FetchPolicy, Prefetch, is_web_url
 from shardpack.storage.srcfiles import not_regular
+from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, is_web_url
 
 if TYPE_CHECKING:
     from shardpack.sources.tables.kinds import LabelInfo
     from shardpack.sources.tables.reader import Manifest
+    from shardpack.storage.fetch import Fetcher, Prefetch
 
 KIND = "manifest"
 DEFAULT_SPLIT = "train"
@@ -453,6 +454,8 @@ class ImageRoot(Storage):
     def fetcher(self) -> Fetcher:
         """This process's Fetcher of image URLs."""
         if self._fetcher is None:
+            from shardpack.storage.fetch import Fetcher  # the network stack: workers only
+
             self._fetcher = Fetcher(self.policy)
         return self._fetcher
 
@@ -501,6 +504,8 @@ class ImageRoot(Storage):
         if first is None:
             yield self
             return
+        from shardpack.storage.fetch import Prefetch
+
         ahead = Prefetch(self.fetcher(), itertools.chain((first,), urls), limit)
         try:
             yield _Ahead(self, ahead)

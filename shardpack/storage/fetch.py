@@ -15,69 +15,25 @@ from __future__ import annotations
 
 import email.utils
 import http.client
-import ipaddress
 import random
-import re
 import socket
 import ssl
 import threading
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 
-from shardpack import __version__
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
+from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, opted_out, refusal
 
-WEB_SCHEMES = ("http", "https")
-USER_AGENT = f"shardpack/{__version__} (image dataset packer; honours X-Robots-Tag noai)"
-# img2dataset's default disallowed_header_directives: a site's opt-out of AI training sets.
-OPT_OUT = frozenset({"noai", "noimageai", "noindex", "noimageindex"})
-_AGENT_TOKEN = "shardpack"  # X-Robots-Tag: "shardpack: noai" is aimed at us, "otherbot: ..." not
-# Never fetched, whatever is allowed: link-local (169.254.169.254 is every major cloud's
-# metadata service) and AWS's IPv6 metadata address.
-_NEVER = tuple(map(ipaddress.ip_network, ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128")))
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 1 << 16  # bytes a read takes at most: a body over the cap is refused within a chunk
 _DRAIN = 1 << 16  # the most of an error page read to keep its connection; past it, closed
 BACKOFF_S = 0.5  # the first retry's wait; each next one doubles it (img2dataset: none)
 MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait
-# Seconds to accept a connection, between two reads, and for one whole answer (a slow drip);
-# --storage-option connect_timeout=S / read_timeout=S / total_timeout=S change them.
-TIMEOUTS = {"connect_timeout": 10.0, "read_timeout": 30.0, "total_timeout": 120.0}
-
-
-@dataclass(frozen=True)
-class FetchPolicy:
-    """How a worker fetches URLs (PackOptions' URL flags, and the storage options' timeouts)."""
-
-    retries: int = 2
-    allow_private: bool = False
-    opt_out: bool = True  # honour X-Robots-Tag's OPT_OUT directives
-    user_agent: str = USER_AGENT
-    threads: int = 64  # requests in flight per worker
-    per_host: int = 16  # of those, to one host at most
-    max_redirects: int = 5
-    connect_timeout: float = TIMEOUTS["connect_timeout"]
-    read_timeout: float = TIMEOUTS["read_timeout"]
-    total_timeout: float = TIMEOUTS["total_timeout"]
-
-    @classmethod
-    def of(cls, options, storage_options: Mapping[str, object] | None = None) -> FetchPolicy:
-        """The policy PackOptions and --storage-option's timeouts give."""
-        given = {k: float(v) for k, v in (storage_options or {}).items() if k in TIMEOUTS}
-        return cls(
-            retries=options.retries,
-            allow_private=options.allow_private_urls,
-            opt_out=not options.ignore_opt_out,
-            user_agent=options.user_agent or USER_AGENT,
-            threads=options.url_threads,
-            per_host=options.per_host,
-            **given,
-        )
 
 
 class UrlFailed(RefusedFile):
@@ -87,46 +43,6 @@ class UrlFailed(RefusedFile):
         super().__init__(reason)
         self.transient = transient
         self.wait = wait  # Retry-After's seconds, when the server said
-
-
-def is_web_url(text: str) -> bool:
-    """Whether `text` is an http(s) URL."""
-    scheme, sep, _ = text.partition("://")
-    return bool(sep) and scheme.lower() in WEB_SCHEMES
-
-
-def status_of(reason: str) -> int | None:
-    """The HTTP status a failure's reason names (`... (HTTP 404)`), else None."""
-    match = re.search(r"\(HTTP (\d{3})\b", reason)
-    return int(match[1]) if match else None
-
-
-def refusal(address: str, allow_private: bool) -> str | None:
-    """Why an IP address is not connected to, or None."""
-    ip = ipaddress.ip_address(address.partition("%")[0])  # an IPv6 zone is no part of it
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if any(ip in net for net in _NEVER if net.version == ip.version):
-        return f"refused address: {ip} is link-local or a cloud metadata address"
-    if not allow_private and not ip.is_global:
-        return (f"refused address: {ip} is private, loopback or reserved; "
-                "--allow-private-urls fetches it")  # fmt: skip
-    return None
-
-
-def opted_out(values: list[str]) -> str | None:
-    """The opt-out directive among X-Robots-Tag values aimed at every agent or at shardpack
-    (img2dataset's reading of the header), else None."""
-    for value in values:
-        agent, colon, rest = value.partition(":")
-        if colon and "," not in agent:  # "agent: directives" ("noindex, x: y" is directives)
-            if agent.strip().lower() != _AGENT_TOKEN:
-                continue
-            value = rest
-        for directive in value.split(","):
-            if directive.strip().lower() in OPT_OUT:
-                return directive.strip().lower()
-    return None
 
 
 class Fetcher:
