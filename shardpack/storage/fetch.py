@@ -304,8 +304,10 @@ class Prefetch:
             self._ahead.append((url, self._pool.submit(self.fetcher.get, url, self.limit)))
 
     def read(self, url: str, limit: int) -> bytes:
-        if not self._ahead or self._ahead[0][0] != url or limit > self.limit:
+        if limit > self.limit or all(ahead != url for ahead, _ in self._ahead):
             return self.fetcher.get(url, limit)
+        while self._ahead[0][0] != url:  # URLs the worker passed over: not waited for
+            self._ahead.popleft()[1].cancel()
         future = self._ahead.popleft()[1]
         self._fill()
         data = future.result()

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from shardpack import __version__
+from shardpack.errors import StorageError
 
 WEB_SCHEMES = ("http", "https")
 USER_AGENT = f"shardpack/{__version__} (image dataset packer; honours X-Robots-Tag noai)"
@@ -41,7 +42,7 @@ class FetchPolicy:
     @classmethod
     def of(cls, options, storage_options: Mapping[str, object] | None = None) -> FetchPolicy:
         """The policy PackOptions and --storage-option's timeouts give."""
-        given = {k: float(v) for k, v in (storage_options or {}).items() if k in TIMEOUTS}
+        given = {k: _seconds(k, v) for k, v in (storage_options or {}).items() if k in TIMEOUTS}
         return cls(
             retries=options.retries,
             allow_private=options.allow_private_urls,
@@ -51,6 +52,13 @@ class FetchPolicy:
             per_host=options.per_host,
             **given,
         )
+
+
+def _seconds(key: str, value: object) -> float:
+    """A timeout given as --storage-option KEY=SECONDS."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise StorageError(f"--storage-option {key}={value!r}: give a number of seconds above 0")
+    return float(value)
 
 
 def is_web_url(text: str) -> bool:
