@@ -37,6 +37,7 @@ class Site:
     def __init__(self, latency: float = 0.0, jitter: bool = False) -> None:
         self.latency, self.jitter = latency, jitter
         self.hits: Counter[str] = Counter()
+        self.times: dict[str, list[float]] = {}  # path -> when each request of it came
         self.agents: set[str] = set()
         self.active = self.most = 0
         self.lock = threading.Lock()
@@ -58,7 +59,8 @@ def _png(n: int) -> bytes:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     """/img/N.png: image N. The first request of /503/N.png is a 503, of /429/N.png a 429 with
-    Retry-After: 1, of /reset/N.png a reset connection; then image N. /redirect/N.png: a 302 to
+    Retry-After: 1, of /reset/N.png a reset connection; then image N. /429long.png asks to be
+    retried in a day. /redirect/N.png: a 302 to
     /img/N.png. /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every
     agent; noai for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
     itself), /meta.png (a redirect to the metadata address), /huge.png (Content-Length 100 GB),
@@ -72,6 +74,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         site, path = self.site, self.path
         with site.lock:
             site.hits[path] += 1
+            site.times.setdefault(path, []).append(time.monotonic())
             first = site.hits[path] == 1
             site.active += 1
             site.most = max(site.most, site.active)
@@ -96,6 +99,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._send(503, b"busy")
         if first and kind == "429":
             return self._send(429, b"slow down", {"Retry-After": "1"})
+        if path == "/429long.png":
+            return self._send(429, b"come back tomorrow", {"Retry-After": "86400"})
         if kind == "redirect":
             return self._send(302, b"", {"Location": f"/img/{name}"})
         if path in ("/loop.png", "/meta.png"):
@@ -156,6 +161,7 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
         "/404.png": ("HTTP Not Found", 404, 1),
         "/403.png": ("HTTP Forbidden", 403, 1),
         "/always503.png": ("HTTP Service Unavailable", 503, 3),  # 1 + --retries 2
+        "/429long.png": ("HTTP Too Many Requests", 429, 1),  # not waited for
         "/noai/6.png": ("opted out", None, 1),
         "/loop.png": ("too many redirects", None, 6),
         "/meta.png": ("refused address", None, 1),
@@ -178,6 +184,9 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
         assert (row["error"], row["status"], row["split"]) == (error, status, "train"), row
         assert site.hits[path] == hits, (path, site.hits)
     assert "after 3 tries" in failed["always503.png"]["reason"]
+    assert "Retry-After 86400 s is over 60 s" in failed["429long.png"]["reason"]
+    first, second = site.times["/429/2.png"]
+    assert second - first >= 0.95  # Retry-After: 1 honoured
     assert index["stats"]["url_failures"] == Counter(error for error, _, _ in bad.values())
     # transient ones took one retry each, permanent ones none
     assert [site.hits[p] for p in good] == [1, 2, 2, 2, 1, 1]
