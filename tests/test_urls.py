@@ -297,3 +297,9 @@ def test_a_folder_or_a_pattern_of_url_lists_is_one_manifest(tmp_path, site):
     with pytest.raises(SourceError):
         scan(lists, options)
     assert sum(site.hits.values()) == 0
+
+
+def test_url_flags_given_to_another_source_are_refused(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"a": 1})
+    with pytest.raises(SourceError, match="--retries is for a manifest table"):
+        scan(src, PackOptions(retries=5))

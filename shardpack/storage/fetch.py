@@ -316,8 +316,11 @@ class Prefetch:
         return data
 
     def close(self) -> None:
+        """Stop fetching: at a shard's end every thread is idle and joined (a process that
+        forks later forks no thread); after a failure, requests running end by their timeouts."""
+        done = not self._ahead
         for _, future in self._ahead:
             future.cancel()
         self._ahead.clear()
-        self._pool.shutdown(wait=False, cancel_futures=True)  # running ones end by timeouts
+        self._pool.shutdown(wait=done, cancel_futures=True)
         self.fetcher.close()
