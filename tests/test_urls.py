@@ -40,6 +40,7 @@ class Site:
         self.times: dict[str, list[float]] = {}  # path -> when each request of it came
         self.agents: set[str] = set()
         self.active = self.most = 0
+        self.again = self.most_again = 0  # of those, requests of a path asked for before
         self.lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"site": self})
         self.server = _Server(("127.0.0.1", 0), handler)
@@ -65,7 +66,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     agent; noai for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
     itself), /meta.png (a redirect to the metadata address), /huge.png (Content-Length 100 GB),
     /html.png (a web page), /stream.png (5,000 bytes, no Content-Length), /drip.png (a byte
-    every 50 ms)."""
+    every 50 ms). /twin/N.png: image N // 2."""
 
     protocol_version = "HTTP/1.1"  # connections kept
     site: Site
@@ -78,6 +79,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             first = site.hits[path] == 1
             site.active += 1
             site.most = max(site.most, site.active)
+            site.again += not first
+            site.most_again = max(site.most_again, site.again)
             site.agents.add(self.headers.get("User-Agent", ""))
         try:
             delay = site.latency * ((hash(path) % 7) / 6 if site.jitter else 1)
@@ -86,6 +89,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         finally:
             with site.lock:
                 site.active -= 1
+                site.again -= not first
 
     def _answer(self, path: str, first: bool) -> None:
         kind, _, name = path.strip("/").partition("/")
@@ -126,6 +130,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(0 if path == "/stream.png" else 0.05)
             return None
+        if kind == "twin":  # /twin/N.png: image N // 2, the same bytes as its twin's
+            return self._send(200, _png(number // 2))
         tags = {"noai": "noai", "otherbot": "otherbot: noai, noimageai"}
         headers = {"X-Robots-Tag": tags[kind]} if kind in tags else {}
         return self._send(200, _png(number), headers)
@@ -209,6 +215,21 @@ def test_many_requests_are_in_flight_while_a_server_takes_its_time(tmp_path):
     assert result.num_records == 100
     assert slow.most >= 8, slow.most
     assert sum(slow.hits.values()) == 100  # one request an image: none at scan
+
+
+def test_copies_behind_urls_are_confirmed_many_at_a_time(tmp_path):
+    """Exact copies found in the shards are confirmed by reading them again: a pair at a time,
+    each pair a server's latency, before; now every pair through one read-ahead."""
+    slow = Site(latency=0.05)
+    try:
+        src = _manifest(tmp_path, [slow.url(f"/twin/{i}.png") for i in range(40)])
+        options = PackOptions(workers=1, path_column="url", allow_private_urls=True)
+        result = pack(src, tmp_path / "out", options)
+    finally:
+        slow.close()
+    assert result.index.raw["duplicates"]["groups"] == 20
+    assert sum(slow.hits.values()) == 80  # each written, then each confirmed
+    assert slow.most_again >= 4, slow.most_again
 
 
 def test_records_keep_the_plans_order_whatever_arrives_first(tmp_path):

@@ -61,21 +61,23 @@ def confirm(
     options: PackOptions,
 ) -> list[Group]:
     """Split each candidate set by the sha256 of its bytes, re-read through the source's
-    loader; the groups of two or more, each its kept copy first, in the order of those."""
+    loader; the groups of two or more, each its kept copy first, in the order of those. One
+    read-ahead serves every set: many pairs of image URLs are fetched many at a time, not a
+    pair at a time."""
     load, cache, limit = dataset.source.load, {}, max_file_bytes(options.max_pixels)
     groups: list[Group] = []
-    for positions in sets:
-        members = [entries[p] for p in positions]
-        by_digest: dict[bytes, Group] = defaultdict(list)
-        items = [item for _, item in members]
-        with dataset.root.reading(dataset.source.item_files(items), limit) as src:
+    every = [[entries[p] for p in positions] for positions in sets]
+    items = (item for members in every for _, item in members)
+    with dataset.root.reading(dataset.source.item_files(items), limit) as src:
+        for members in every:
+            by_digest: dict[bytes, Group] = defaultdict(list)
             for split, item in members:
                 try:
                     data = content_bytes(load(item, src, options, cache))
                 except ImageError:  # gone or changed since: not a copy we can vouch for
                     continue
                 by_digest[hashlib.sha256(data).digest()].append((split, item.key))
-        groups += [sorted(g, key=_kept_first) for g in by_digest.values() if len(g) > 1]
+            groups += [sorted(g, key=_kept_first) for g in by_digest.values() if len(g) > 1]
     return sorted(groups, key=lambda g: _kept_first(g[0]))
 
 
