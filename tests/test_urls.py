@@ -250,13 +250,13 @@ def test_records_keep_the_plans_order_whatever_arrives_first(tmp_path):
 
 
 def test_the_scan_sends_no_request_and_refuses_other_schemes_by_name(tmp_path, site):
-    urls = [site.url("/img/0.png"), "ftp://example.com/a.png", "file:///etc/passwd"]
+    urls = [site.url("/img/0.png"), "ftp://example.com/a.png", "sftp://10.0.0.1/a.png"]
     dataset = scan(_manifest(tmp_path, urls), PackOptions(path_column="url"))
     assert sum(site.hits.values()) == 0
     assert [item.key for item in dataset.splits["train"]] == [urls[0]]
     reasons = dict(dataset.skipped)
     assert "refused scheme: ftp://" in reasons[urls[1]]
-    assert "refused scheme: file://" in reasons[urls[2]]
+    assert "refused scheme: sftp://" in reasons[urls[2]]
 
 
 def test_loopback_needs_the_flag_and_link_local_is_never_fetched(site):

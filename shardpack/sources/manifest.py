@@ -13,8 +13,8 @@ Image paths may also be URLs (s3://bucket/key), and the manifest and its root ma
 ImageRoot reads each image from where its path says, through storages made with the same
 options; an object's size comes from a listing of its folder. An http(s) URL takes no request
 at scan (its size is URL_BYTES, a guess for the planner): the workers fetch each shard's URLs
-many at a time (storage.fetch), in the plan's order. A URL of another scheme than http(s) or an
-object store's is refused by name.
+many at a time (storage.fetch), in the plan's order. A URL of a scheme but http(s), file://,
+local:// and object stores' (ftp://, sftp://, ...) is refused by name.
 """
 
 from __future__ import annotations
@@ -56,8 +56,11 @@ DEFAULT_SPLIT = "train"
 # What the planner takes an http(s) URL's image to weigh, unfetched: a web photo's typical size
 # (LAION's median original is ~100 KB); 1,024 of them make a --shard-size 128MiB shard.
 URL_BYTES = 128 << 10
-# URL schemes an image path may have: the web's, and object stores' (fsspec; memory:// for tests)
-_SCHEMES = frozenset({*WEB_SCHEMES, *EXTRAS, "az", "abfs", "abfss", "memory", "hf"})
+# URL schemes an image path may have: the web's, the local disk's (file://, local://: as an
+# absolute path) and object stores' (fsspec; memory:// for tests). Another that fsspec knows
+# (ftp://, sftp://, smb://) would connect where no address is checked: refused by name.
+_SCHEMES = frozenset({*WEB_SCHEMES, "file", "local", *EXTRAS, "az", "abfs", "abfss", "memory",
+                      "hf"})  # fmt: skip
 
 
 def is_manifest_name(path: str) -> bool:
@@ -546,8 +549,8 @@ class _Sizes:
 
     def of(self, path: str) -> int:
         if is_url(path) and (scheme := path.partition("://")[0].lower()) not in _SCHEMES:
-            raise _Bad(f"image {path}: refused scheme: {scheme}:// is not http(s) or an object "
-                       "store's")  # fmt: skip
+            raise _Bad(f"image {path}: refused scheme: {scheme}:// is not http(s), the local "
+                       "disk's or an object store's")  # fmt: skip
         if self.images.web_url(path) is not None:
             return URL_BYTES  # no request a row: the worker's read bounds it
         storage, name = self.images.where(path)
