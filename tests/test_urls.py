@@ -324,3 +324,60 @@ def test_url_flags_given_to_another_source_are_refused(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"a": 1})
     with pytest.raises(SourceError, match="--retries is for a manifest table"):
         scan(src, PackOptions(retries=5))
+
+
+def _certificate(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    return cert_file, key_file
+
+
+def test_https_checks_the_certificate_and_the_address(tmp_path, site, monkeypatch):
+    """The TLS connection is made on the socket our address check made: an untrusted
+    certificate is a permanent failure, a trusted one (SSL_CERT_FILE) is fetched."""
+    import ssl
+
+    from shardpack.storage import fetch
+
+    cert, key = _certificate(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    site.server.socket = tls.wrap_socket(site.server.socket, server_side=True)
+    url = site.url("/img/3.png").replace("http://", "https://")
+    fetch._tls.cache_clear()  # the process's TLS settings, read again below
+    with pytest.raises(UrlFailed, match="TLS certificate refused"):
+        Fetcher(FetchPolicy(allow_private=True)).get(url, 10_000)
+    with pytest.raises(UrlFailed, match="refused address"):
+        Fetcher(FetchPolicy()).get(url, 10_000)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    fetch._tls.cache_clear()
+    try:
+        assert Fetcher(FetchPolicy(allow_private=True)).get(url, 10_000) == _png(3)
+    finally:
+        fetch._tls.cache_clear()
+    assert site.hits["/img/3.png"] == 1
