@@ -267,6 +267,8 @@ def test_loopback_needs_the_flag_and_link_local_is_never_fetched(site):
     assert allowed.get(site.url("/img/0.png"), 10_000) == _png(0)
     for address in ("169.254.169.254", "fe80::1%eth0", "fd00:ec2::254", "::ffff:169.254.1.1"):
         assert "link-local or a cloud metadata" in refusal(address, allow_private=True)
+    with pytest.raises(UrlFailed, match=r"^DNS failure: no-such-host\.invalid: [^()]*$"):
+        Fetcher(FetchPolicy()).get("http://no-such-host.invalid/a.png", 1000)  # not retried
     assert refusal("8.8.8.8", allow_private=False) is None
     assert "private" in refusal("10.1.2.3", allow_private=False)
 
