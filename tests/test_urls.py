@@ -41,6 +41,7 @@ class Site:
         self.agents: set[str] = set()
         self.active = self.most = 0
         self.again = self.most_again = 0  # of those, requests of a path asked for before
+        self.connections = 0  # open now
         self.lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"site": self})
         self.server = _Server(("127.0.0.1", 0), handler)
@@ -70,6 +71,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"  # connections kept
     site: Site
+
+    def setup(self) -> None:
+        super().setup()
+        with self.site.lock:
+            self.site.connections += 1
+
+    def finish(self) -> None:
+        with self.site.lock:
+            self.site.connections -= 1
+        super().finish()
 
     def do_GET(self) -> None:
         site, path = self.site, self.path
@@ -383,3 +394,16 @@ def test_https_checks_the_certificate_and_the_address(tmp_path, site, monkeypatc
     finally:
         fetch._tls.cache_clear()
     assert site.hits["/img/3.png"] == 1
+
+
+def test_connections_kept_are_capped_whatever_the_hosts(site):
+    """One kept connection a host of a list of a million hosts would run out of file
+    descriptors: at most 2 x threads are kept, the oldest closed."""
+    port = site.server.server_address[1]
+    fetcher = Fetcher(FetchPolicy(allow_private=True, threads=1))
+    names = ("127.0.0.1", "localhost", "127.1", "127.0.1", "2130706433", "0x7f.1")
+    for n, name in enumerate(names):
+        assert fetcher.get(f"http://{name}:{port}/img/{n}.png", 10_000) == _png(n)
+    helpers.wait_for(lambda: site.connections <= 2, timeout=5)
+    fetcher.close()
+    helpers.wait_for(lambda: site.connections == 0, timeout=5)

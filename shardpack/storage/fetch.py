@@ -22,7 +22,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -60,6 +60,9 @@ class Fetcher:
         self.policy = policy
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
+        # every idle connection, oldest first: a list of a million hosts keeps the last few
+        # (2 x threads), not a socket for each host it met (the file descriptors run out)
+        self._kept: OrderedDict[http.client.HTTPConnection, tuple[str, str, int]] = OrderedDict()
         self._hosts: dict[str, threading.Semaphore] = {}
 
     def get(self, url: str, limit: int) -> bytes:
@@ -137,9 +140,23 @@ class Fetcher:
             if response.will_close:
                 conn.close()
             else:
-                with self._lock:
-                    self._idle.setdefault(key, []).append(conn)
+                self._keep(key, conn)
             return response.status, response.headers, body
+
+    def _keep(self, key: tuple[str, str, int], conn: http.client.HTTPConnection) -> None:
+        """Keep a connection for the host's next request; close the oldest kept past the cap."""
+        gone = []
+        with self._lock:
+            self._idle.setdefault(key, []).append(conn)
+            self._kept[conn] = key
+            while len(self._kept) > 2 * self.policy.threads:
+                old, where = self._kept.popitem(last=False)
+                self._idle[where].remove(old)
+                if not self._idle[where]:
+                    del self._idle[where]
+                gone.append(old)
+        for old in gone:
+            old.close()
 
     def _send(self, conn: http.client.HTTPConnection, target: str) -> http.client.HTTPResponse:
         conn.request("GET", target, headers={"User-Agent": self.policy.user_agent,
@@ -184,7 +201,11 @@ class Fetcher:
             with self._lock:
                 idle = self._idle.get(key)
                 if idle:
-                    return idle.pop(), True
+                    conn = idle.pop()
+                    del self._kept[conn]
+                    if not idle:
+                        del self._idle[key]
+                    return conn, True
         scheme, host, port = key
         if scheme == "https":
             conn = http.client.HTTPSConnection(host, port, context=_tls())
@@ -223,8 +244,9 @@ class Fetcher:
 
     def close(self) -> None:
         with self._lock:
-            kept = [conn for idle in self._idle.values() for conn in idle]
+            kept = list(self._kept)
             self._idle.clear()
+            self._kept.clear()
         for conn in kept:
             conn.close()
 
