@@ -10,8 +10,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from shardpack.packing import cpuload  # noqa: F401  (samples the machine's CPU time: see its docstring)
-
 __version__ = "0.1.0"
 
 # public name -> module that defines it
@@ -21,7 +19,7 @@ _EXPORTS = {
     "PackResult": "shardpack.packing.packer",
     "verify": "shardpack.read.verify",
     "VerifyReport": "shardpack.read.verify",
-    "describe": "shardpack.read.inspect",
+    "describe": "shardpack.read.describe",
     "Index": "shardpack.index",
     "load_index": "shardpack.index",
     "iter_examples": "shardpack.read.stream",
@@ -31,7 +29,7 @@ _EXPORTS = {
     "write_report": "shardpack.read.report",
     "Records": "shardpack.read.random_access",
     "read_record": "shardpack.read.random_access",
-    "write_index_files": "shardpack.read.random_access",
+    "write_index_files": "shardpack.packing.daliindex",
     **dict.fromkeys(
         (
             "ShardpackError",
@@ -78,10 +76,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from shardpack.index import Index, load_index
     from shardpack.options import PackOptions
     from shardpack.packing.cluster import ClusterError
+    from shardpack.packing.daliindex import write_index_files
     from shardpack.packing.packer import PackResult, pack
-    from shardpack.read.inspect import describe
+    from shardpack.read.describe import describe
     from shardpack.read.preview import make_preview
-    from shardpack.read.random_access import Records, read_record, write_index_files
+    from shardpack.read.random_access import Records, read_record
     from shardpack.read.report import write_report
     from shardpack.read.stream import iter_examples, tf_dataset
     from shardpack.read.verify import VerifyReport, verify

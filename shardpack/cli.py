@@ -4,12 +4,15 @@ Start-up stays light (`shardpack --help` imports typer and this module, nothing 
 command imports the library modules it needs, and help is plain text, without rich.
 """
 
+import inspect
 import os
 import shlex
 import shutil
 import signal
 import sys
+import typing
 from contextlib import contextmanager
+from dataclasses import fields
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
@@ -25,22 +28,17 @@ from shardpack.options import (
     BACKENDS,
     CHECKS,
     DEDUP,
-    DEFAULT_FORMAT,
-    DEFAULT_MAX_PIXELS,
     ENCODINGS,
-    NEAR_DISTANCE,
+    FLAGS,
     ON_ERROR,
-    SPLIT_NAMES,
     PackOptions,
     as_flags,
-    parse_color,
-    parse_resize,
-    parse_size,
-    parse_split,
 )
+from shardpack.packing.daliindex import write_index_files
 from shardpack.sources import source_choices, sources_described
 from shardpack.sources.classlist import parse_classes
-from shardpack.storage import is_url, parse_options
+from shardpack.storage import parse_options, store_failure
+from shardpack.storage.locations import local_file
 
 app = typer.Typer(
     help="Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset) in parallel, "
@@ -100,8 +98,6 @@ def _user_errors():
         _error(str(FileAccessError.from_os_error(e)))
         raise typer.Exit(2) from None
     except Exception as e:  # from an object store's client: refused, unreachable, misnamed
-        from shardpack.storage import store_failure
-
         message = store_failure(e)
         if message is None:
             raise
@@ -143,6 +139,7 @@ def _run_pack(
     as_json: bool,
     storage_options: dict | None = None,
 ) -> None:
+    # numpy and the workers: not for --help
     from shardpack.packing.outdir import PlanChanged
     from shardpack.packing.packer import pack
 
@@ -168,7 +165,7 @@ def _out_options(out: str, pairs: list[str] | None) -> dict[str, object]:
     """--storage-option of a command that reads OUT; a warning when OUT is a local path, for
     which they mean nothing (pack's may be for a manifest's image URLs: no warning there)."""
     options = parse_options(pairs or ())
-    if options and not is_url(out):
+    if options and local_file(out) is not None:
         print(f"warning: --storage-option is for a URL (s3://...), and {out} is a local path: "
               "it is not used", file=sys.stderr)  # fmt: skip
     return options
@@ -178,16 +175,6 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
     """An Enum typer can show as a choice list, built from the library's own tuple."""
     return Enum(name, {v: v for v in values}, type=str)
 
-
-Source = _choices("Source", source_choices())
-Backend = _choices("Backend", (*BACKENDS, *BACKEND_ALIASES))
-Encoding = _choices("Encoding", ENCODINGS)
-Check = _choices("Check", CHECKS)
-OnError = _choices("OnError", ON_ERROR)
-Format = _choices("Format", tuple(CONTAINERS))
-_FORMAT_HELP = "Shard container: " + "; ".join(f"{n} ({CONTAINERS.readers(n)})" for n in CONTAINERS)
-_FORMAT_HELP += "."
-Dedup = _choices("Dedup", DEDUP)
 
 _JSON = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")]
@@ -202,238 +189,76 @@ _STORAGE_OPTIONS = Annotated[
         help="An option for a URL's filesystem (s3fs, gcsfs, ...); repeatable.",
     ),
 ]
+
+# What options.FLAGS leaves to the CLI: the choices of the options whose values are a list the
+# registries and the library's tuples hold, the format's readers, and the class list's parser
+# (a file of names: the sources read it).
+_CHOICES = {
+    "source": source_choices(), "backend": (*BACKENDS, *BACKEND_ALIASES), "encode": ENCODINGS,
+    "check": CHECKS, "on_error": ON_ERROR, "format": tuple(CONTAINERS), "dedup": DEDUP,
+}  # fmt: skip
+_MORE_HELP = {"format": " " + "; ".join(f"{n} ({CONTAINERS.readers(n)})" for n in CONTAINERS) + "."}
+_PARSE = {"classes": parse_classes}
+_OPTION_FIELDS = {field.name: field for field in fields(PackOptions)}
 _WORKERS = Annotated[
     Optional[int],
-    typer.Option(metavar="N", min=1, help="Worker processes.  [default: by the work]"),
-]
-_ROOT = Annotated[
-    Optional[str],
-    typer.Option(
-        metavar="DIR",
-        help="Folder a manifest's relative image paths are under.  [default: its folder]",
-    ),
+    typer.Option(FLAGS["workers"].flag, metavar="N", min=1, help=FLAGS["workers"].help),
 ]
 
 
-@app.command(cls=_Command)
-def pack(
-    src: Annotated[
-        str,
-        typer.Argument(
-            metavar="SRC",
-            help=f"A path or a URL: {sources_described()}.",
-        ),
-    ],
-    out: Annotated[
-        str, typer.Argument(metavar="OUT", help="Output folder or URL (created if missing).")
-    ],
-    source: Annotated[Source, typer.Option(help="Layout of SRC.")] = Source.auto,
-    name: Annotated[
-        Optional[str],
-        typer.Option(
-            metavar="NAME",
-            help="Dataset name in shard file names.  [default: SRC's name, without a "
-            "manifest's extension; a run of characters but ASCII letters, digits, '_' and '.' as "
-            "one '_']",
-        ),
-    ] = None,
-    shards: Annotated[
-        Optional[int],
-        typer.Option(metavar="N", min=1, help="Shards per split.  [default: by --shard-size]"),
-    ] = None,
-    shard_size: Annotated[
-        str, typer.Option(metavar="SIZE", help="Target shard size when --shards is not given.")
-    ] = "128MiB",
-    workers: _WORKERS = None,
-    backend: Annotated[
-        Backend,
-        typer.Option(help="local: this machine's cores (loky: the same); dask: a Dask cluster."),
-    ] = Backend("local"),
-    scheduler: Annotated[
-        Optional[str],
-        typer.Option(
-            metavar="ADDRESS",
-            help="Dask scheduler address.  [default: a local cluster of --workers]",
-        ),
-    ] = None,
-    encode: Annotated[
-        Encoding,
-        typer.Option(
-            help="keep: JPEG/PNG bytes untouched, others to PNG; raw: uint8 HWC RGB pixels.",
-        ),
-    ] = Encoding.keep,
-    quality: Annotated[
-        int, typer.Option(metavar="Q", min=1, max=100, help="JPEG/WebP quality.")
-    ] = 95,
-    max_side: Annotated[
-        Optional[int],
-        typer.Option(metavar="N", min=1, help="Shrink so the longer side is at most N pixels."),
-    ] = None,
-    resize: Annotated[
-        Optional[str], typer.Option(metavar="WxH", help="Resize every image to W x H pixels.")
-    ] = None,
-    resize_mode: Annotated[
-        str,
-        typer.Option(
-            metavar="MODE",
-            help="How --resize meets the aspect: stretch, center-crop, pad, keep-ratio "
-            "(shorter side to the size), keep-ratio-largest (longer side); img2dataset's "
-            "names too.",
-        ),
-    ] = "stretch",
-    pad_color: Annotated[
-        str, typer.Option(metavar="COLOR", help="pad's border: white, black, #RRGGBB or R,G,B.")
-    ] = "white",
-    upscale: Annotated[
-        bool,
-        typer.Option("--upscale/--no-upscale", help="Enlarge images smaller than --resize."),
-    ] = True,
-    min_side: Annotated[
-        Optional[int],
-        typer.Option(metavar="N", min=1, help="Skip images whose shorter side is under N."),
-    ] = None,
-    max_aspect: Annotated[
-        Optional[float],
-        typer.Option(metavar="R", help="Skip images whose long side is over R x the short."),
-    ] = None,
-    max_area: Annotated[
-        Optional[int], typer.Option(metavar="P", min=1, help="Skip images of over P pixels.")
-    ] = None,
-    check: Annotated[
-        Check,
-        typer.Option(
-            help="header: check structure without decoding kept bytes; decode: every pixel.",
-        ),
-    ] = Check.header,
-    on_error: Annotated[
-        OnError,
-        typer.Option(
-            help="skip: record a bad image in the index and go on; fail: stop the run.",
-        ),
-    ] = OnError.skip,
-    compression: Annotated[
-        str,
-        typer.Option(
-            metavar="NAME", help="Shard compression, one the --format takes (none: any format)."
-        ),
-    ] = "none",
-    fmt: Annotated[
-        Format,
-        typer.Option("--format", help=_FORMAT_HELP),
-    ] = Format(DEFAULT_FORMAT),
-    seed: Annotated[int, typer.Option(metavar="N", help="Shuffle seed.")] = 0,
-    shuffle: Annotated[
-        bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle before sharding.")
-    ] = True,
-    max_pixels: Annotated[
-        int,
-        typer.Option(
-            metavar="N", min=1, help="Refuse images claiming more pixels (decompression bombs)."
-        ),
-    ] = DEFAULT_MAX_PIXELS,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace a different dataset already in OUT.")
-    ] = False,
-    resume: Annotated[
-        bool,
-        typer.Option("--resume", help="Keep the shards an interrupted run of this job finished."),
-    ] = False,
-    append: Annotated[
-        bool,
-        typer.Option("--append", help="Add SRC's new items to the dataset in OUT, in new shards."),
-    ] = False,
-    update: Annotated[
-        bool,
-        typer.Option(
-            "--update",
-            help="Make OUT hold exactly SRC's items: --append, and rewrite the shards of "
-            "changed or removed ones.",
-        ),
-    ] = False,
-    index_files: Annotated[
-        bool, typer.Option("--index-files", help="Also write DALI index files (OUT/idx/).")
-    ] = False,
-    classes: Annotated[
-        str | None,
-        typer.Option(
-            metavar="NAMES|FILE",
-            help="Pin the class list and order: a,b,c or a file with one name a line.",
-        ),
-    ] = None,
-    splits: Annotated[
-        str | None,
-        typer.Option(
-            metavar="NAMES",
-            help="Folder names that make SRC a split tree (default: train, val, ...).",
-        ),
-    ] = None,
-    split: Annotated[
-        str | None,
-        typer.Option(
-            metavar="NAME=FRACTION,...",
-            help="Split a one-split source: train=0.9,validation=0.1 (seeded, stratified).",
-        ),
-    ] = None,
-    path_column: Annotated[
-        Optional[str],
-        typer.Option(
-            metavar="NAME",
-            help="A manifest's column of image paths.  [default: "
-            "path, image, file, file_name or filename]",
-        ),
-    ] = None,
-    root: _ROOT = None,
-    dedup: Annotated[
-        Dedup,
-        typer.Option(
-            help="none: report exact copies; exact: also keep one (test's first); "
-            "near: also of resized, re-compressed copies (--near-distance)."
-        ),
-    ] = Dedup.none,
-    near_distance: Annotated[
-        int,
-        typer.Option(
-            metavar="BITS",
-            help="--dedup near: the most bits two images' perceptual hashes differ in.",
-        ),
-    ] = NEAR_DISTANCE,
-    retries: Annotated[
-        int,
-        typer.Option(
-            metavar="N",
-            min=0,
-            help="More tries of an image URL after a transient failure (reset, timeout, 5xx, "
-            "429), with backoff.",
-        ),
-    ] = 2,
-    allow_private_urls: Annotated[
-        bool,
-        typer.Option(
-            "--allow-private-urls",
-            help="Fetch image URLs on loopback and private addresses (never link-local or "
-            "cloud metadata ones).",
-        ),
-    ] = False,
-    ignore_opt_out: Annotated[
-        bool,
-        typer.Option(
-            "--ignore-opt-out",
-            help="Fetch images whose X-Robots-Tag says noai, noimageai, noindex or noimageindex.",
-        ),
-    ] = False,
-    user_agent: Annotated[
-        Optional[str],
-        typer.Option(metavar="TEXT", help="User-Agent of image requests.  [default: shardpack's]"),
-    ] = None,
-    url_threads: Annotated[
-        int, typer.Option(metavar="N", min=1, help="Image URL requests in flight per worker.")
-    ] = 64,
-    per_host: Annotated[
-        int, typer.Option(metavar="N", min=1, help="Of those, to one host at most.")
-    ] = 16,
-    storage_option: _STORAGE_OPTIONS = None,
-    no_progress: _NO_PROGRESS = False,
-    as_json: _JSON = False,
+def _declared(option: str) -> list[inspect.Parameter]:
+    """The typer declarations of one PackOptions field, from options.FLAGS and the field's own
+    type and default: a choice, a parsed text, a switch pair, or a value of its type."""
+    spec, field = FLAGS[option], _OPTION_FIELDS[option]
+    if spec.switches:  # one switch a value: --append, --update
+        return [_parameter(value, bool, False, typer.Option(f"--{value}", help=text))
+                for value, text in spec.switches]  # fmt: skip
+    hint, default = typing.get_type_hints(PackOptions)[option], field.default
+    limits = {key: getattr(spec, key) for key in ("min", "max") if getattr(spec, key) is not None}
+    if option in _CHOICES:
+        hint = _choices(option.title().replace("_", ""), _CHOICES[option])
+        default = hint(default)
+    elif spec.parse is not None or option in _PARSE:  # text, parsed: its default as said
+        hint, default = Optional[str], spec.shown
+    said = spec.help + _MORE_HELP.get(option, "")
+    info = typer.Option(spec.flag, metavar=spec.metavar, help=said, **limits)
+    return [_parameter(option, hint, default, info)]
+
+
+def _parameter(name: str, hint: object, default: object, info: object) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=Annotated[hint, info])  # fmt: skip
+
+
+def _pack_options(given: dict[str, object]) -> PackOptions:
+    """PackOptions of the flags given (each parsed as FLAGS says); its errors, phrased for
+    Python callers, name the flags."""
+    grow = [value for value, _ in FLAGS["grow"].switches if given.pop(value)]
+    if len(grow) > 1:
+        raise ShardpackError("--append and --update exclude each other; pass one")
+    chosen: dict[str, object] = {"grow": grow[0]} if grow else {}
+    for option, value in given.items():
+        parse = _PARSE.get(option, FLAGS[option].parse)
+        if isinstance(value, Enum):
+            chosen[option] = value.value
+        elif parse is None:
+            chosen[option] = value
+        elif value is not None:  # "" given is parsed (and refused), not taken for left out
+            chosen[option] = parse(value)
+    try:
+        return PackOptions(**chosen)
+    except ShardpackError as e:
+        raise ShardpackError(as_flags(str(e))) from None
+
+
+def _pack(
+    src: str,
+    out: str,
+    *,
+    storage_option: list[str] | None = None,
+    no_progress: bool = False,
+    as_json: bool = False,
+    **given: object,
 ) -> None:
     """Pack SRC into shards in OUT (TFRecord unless --format says otherwise).
 
@@ -442,69 +267,28 @@ def pack(
     OUT/index.json last.
     """
     with _user_errors():
-        options = _pack_options(
-            name=name,
-            source=source.value,
-            shards=shards,
-            shard_size=parse_size(shard_size),
-            workers=workers,
-            backend=backend.value,
-            scheduler=scheduler,
-            encode=encode.value,
-            quality=quality,
-            max_side=max_side,
-            resize=parse_resize(resize) if resize else None,
-            resize_mode=resize_mode,
-            pad_color=parse_color(pad_color),
-            upscale=upscale,
-            min_side=min_side,
-            max_aspect=max_aspect,
-            max_area=max_area,
-            check=check.value,
-            on_error=on_error.value,
-            compression=compression,
-            format=fmt.value,
-            seed=seed,
-            shuffle=shuffle,
-            max_pixels=max_pixels,
-            overwrite=overwrite,
-            resume=resume,
-            index_files=index_files,
-            # "" given is refused as empty, not taken for the option left out
-            classes=parse_classes(classes) if classes is not None else None,
-            split_names=_split_names(splits) if splits is not None else SPLIT_NAMES,
-            split=parse_split(split) if split is not None else None,
-            path_column=path_column,
-            root=root if root is None or is_url(root) else os.path.abspath(root),
-            dedup=dedup.value,
-            grow="update" if update else "append" if append else "none",
-            near_distance=near_distance,
-            retries=retries,
-            allow_private_urls=allow_private_urls,
-            ignore_opt_out=ignore_opt_out,
-            user_agent=user_agent,
-            url_threads=url_threads,
-            per_host=per_host,
-        )
-        if append and update:
-            raise ShardpackError("--append and --update exclude each other; pass one")
+        options = _pack_options(given)
         _run_pack(src, out, options, not no_progress, as_json, parse_options(storage_option or ()))
 
 
-def _pack_options(**given: object) -> PackOptions:
-    """PackOptions of the flags given; its errors, phrased for Python callers, name the flags."""
-    try:
-        return PackOptions(**given)
-    except ShardpackError as e:
-        raise ShardpackError(as_flags(str(e))) from None
+def _pack_signature() -> inspect.Signature:
+    """pack's arguments: SRC, OUT, every PackOptions field as FLAGS spells it, then the run's."""
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    where = typer.Argument(metavar="SRC", help=f"A path or a URL: {sources_described()}.")
+    made = typer.Argument(metavar="OUT", help="Output folder or URL (created if missing).")
+    return inspect.Signature([
+        inspect.Parameter("src", positional, annotation=Annotated[str, where]),
+        inspect.Parameter("out", positional, annotation=Annotated[str, made]),
+        *(declared for option in FLAGS for declared in _declared(option)),
+        _parameter("storage_option", Optional[list[str]], None, _STORAGE_OPTIONS.__metadata__[0]),
+        _parameter("no_progress", bool, False, _NO_PROGRESS.__metadata__[0]),
+        _parameter("as_json", bool, False, _JSON.__metadata__[0]),
+    ])  # fmt: skip
 
 
-def _split_names(text: str) -> tuple[str, ...]:
-    """--splits a,b,c: the names, each checked by PackOptions."""
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    if not names:
-        raise ShardpackError(f"--splits names no split, got: {text!r}; pass a,b,c")
-    return names
+_pack.__signature__ = _pack_signature()
+_pack.__annotations__ = {p.name: p.annotation for p in _pack.__signature__.parameters.values()}
+pack = app.command("pack", cls=_Command)(_pack)
 
 
 @app.command(cls=_Command)
@@ -520,7 +304,7 @@ def verify(
     image). Exit code 1 when a fault is found.
     """
     with _user_errors():
-        from shardpack.read.verify import verify as run_verify
+        from shardpack.read.verify import verify as run_verify  # numpy: not for --help
 
         report = run_verify(out, decode=decode, storage_options=_out_options(out, storage_option))
     if as_json:
@@ -552,7 +336,7 @@ def inspect(
     Splits, shards, sizes, the class histogram and a few records.
     """
     with _user_errors():
-        from shardpack.read.inspect import describe
+        from shardpack.read.describe import describe  # numpy: not for --help
 
         summary = describe(out, records, _out_options(out, storage_option))
     print_json(summary) if as_json else print_inspect(summary)
@@ -565,8 +349,6 @@ def index_files(out: _OUT, storage_option: _STORAGE_OPTIONS = None) -> None:
     One tfrecord2idx file per shard, in OUT/idx/.
     """
     with _user_errors():
-        from shardpack.read.random_access import write_index_files
-
         written = write_index_files(out, storage_options=_out_options(out, storage_option))
     typer.echo(f"wrote {plural(len(written), 'index file')} in {os.path.join(out, 'idx')}")
 
@@ -595,7 +377,7 @@ def preview(
     Each thumbnail has its class name under it, to eyeball the labels.
     """
     with _user_errors():
-        from shardpack.read.preview import make_preview
+        from shardpack.read.preview import make_preview  # numpy: not for --help
 
         storage_options = _out_options(out, storage_option)
         path = make_preview(out, dest, split, n, seed, storage_options, overwrite)
@@ -617,7 +399,7 @@ def report(
     across splits, shard sizes and examples of each class (needs matplotlib).
     """
     with _user_errors():
-        from shardpack.read.report import write_report
+        from shardpack.read.report import write_report  # numpy: not for --help
 
         path = write_report(out, dest, _out_options(out, storage_option))
     typer.echo(f"wrote {path}")
@@ -642,6 +424,7 @@ def demo(
     both, never a file of yours.
     """
     with _user_errors():
+        # numpy, OpenCV: not for --help
         from shardpack.demo import SAMPLE_NAME, SHAPES, earlier_demo, make_sample, refuse_links
 
         shards = out / "shards"

@@ -190,7 +190,7 @@ _SHOWN_CLASSES = 8  # of a summary's class list: one line on a terminal
 
 def print_inspect(summary: dict) -> None:
     """inspect's report: splits, shards, the class histogram, sample records, what is missing."""
-    from shardpack.read.inspect import history_lines, summary_lines
+    from shardpack.read.describe import history_lines, summary_lines  # numpy: not for --help
 
     typer.echo(
         f"{printable(summary['name'])}  ({printable(str(summary['source']))}, encoding "

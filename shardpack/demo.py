@@ -12,6 +12,7 @@ import cv2
 import numpy as np
 
 from shardpack.errors import OutputError, ShardpackError
+from shardpack.index import load_index
 
 SHAPES = ("circle", "cross", "ring", "square", "triangle")
 # The dataset name pack gives the sample: its folder's, OUT/sample.
@@ -159,7 +160,6 @@ def _remove_sample(dest: str, files: list[str]) -> None:
 def earlier_demo(shards: str | os.PathLike) -> bool:
     """`shards` holds what an earlier demo packed there: an index of the sample (its name and
     the shape classes), which a rerun replaces; anything else there is the user's."""
-    from shardpack.index import load_index
 
     try:
         index = load_index(shards)

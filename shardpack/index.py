@@ -2,39 +2,29 @@
 
 from __future__ import annotations
 
-import heapq
 import json
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from shardpack.containers import CONTAINERS, Container
 from shardpack.errors import FileAccessError, IndexFormatError, is_count, shortened
-from shardpack.schema import V1_DTYPES, Schema
+from shardpack.layout import INDEX_NAME
+from shardpack.options import ENCODINGS
+from shardpack.schema import V1_DTYPES, Schema, check_values
 from shardpack.storage import Storage, storage_at
 
-if TYPE_CHECKING:  # the index is plain data: it needs these names only for type hints
-    from shardpack.containers import Container
-    from shardpack.options import PackOptions
-    from shardpack.packing.plan import Plan, ShardResult
-    from shardpack.sources import Dataset
-
-INDEX_NAME = "index.json"
 # The most bytes of index.json read: a million shards with their skipped files fit many times.
 MAX_INDEX_BYTES = 1 << 30
 # The most lists and objects an index.json may hold (json makes each a Python object of ~60
 # bytes and more): a shard is two, a skipped file one; a million shards fit twice over.
 MAX_INDEX_CONTAINERS = 5_000_000
 # The skipped items pack names in index.json (as the sources name the first ignored files),
-# each key and reason cut to _MAX_SKIPPED_TEXT characters: `num_skipped` counts them all.
+# each key and reason cut to MAX_SKIPPED_TEXT characters: `num_skipped` counts them all.
 MAX_NAMED_SKIPPED = 1000
-_MAX_SKIPPED_TEXT = 1000
+MAX_SKIPPED_TEXT = 1000
 # A JSON string with its escapes: what the count of lists and objects passes over.
 _JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
-# What pack writes beside the shards: TFDS metadata (tfdsmeta) and index files (recordindex).
-METADATA_NAMES = ("dataset_info.json", "features.json", "label.labels.txt",
-                  "coarse_label.labels.txt")  # fmt: skip
-INDEX_FILES_DIR = "idx"
 FORMAT = "shardpack-index"
 # Version 2 added the typed feature schema (`features`: name -> {dtype, shape, text, classes});
 # version 1 (`features`: name -> dtype, `coarse_classes`) is still read.
@@ -43,6 +33,9 @@ READABLE_VERSIONS = (1, 2)
 LEGACY_CONTAINER = "tfrecord"  # what an index without `container` (written before it) holds
 # A shard name is a plain file name inside OUT: no folders, no climbing out, nothing hidden.
 SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+# What a record's `format` may say: the encodings pack stores ("keep" stores one of these).
+STORED_FORMATS = tuple(e for e in ENCODINGS if e != "keep")
+_FORMAT_BYTES = {f.encode() for f in STORED_FORMATS}
 
 
 @dataclass(frozen=True)
@@ -83,8 +76,6 @@ class Index:
     @property
     def container(self) -> Container:
         """The container of the shards (shardpack.containers), loaded on first use."""
-        from shardpack.containers import CONTAINERS
-
         return CONTAINERS[self.container_name]
 
     @property
@@ -213,8 +204,6 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
         )
     _expect(doc, {"name": str, "classes": list, "features": dict, "encoding": str,
                   "compression": str, "splits": dict}, bad)  # fmt: skip
-    from shardpack.containers import CONTAINERS  # here: the index is plain data to import
-
     container = doc.get("container", LEGACY_CONTAINER)
     if not isinstance(container, str) or container not in CONTAINERS:
         raise IndexFormatError(f"{path}: unknown container {container!r}; upgrade shardpack "
@@ -301,21 +290,6 @@ def _expect(doc: dict, types: dict[str, type], bad) -> None:
             raise bad(f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
 
 
-def uniform_size(results: list[ShardResult]) -> list[int] | None:
-    """[height, width] when every record written has that size (center-crop and pad promise
-    it), else None: tf_dataset then knows the images stack without image_size. From what
-    facts noted of each record; a shard whose notes do not count its records leaves it unknown."""
-    from shardpack.packing.facts import record_sizes  # pack's: numpy is imported already
-
-    sizes: set[tuple[int, int]] = set()
-    for r in results:
-        noted = record_sizes(r.content, r.num_records)
-        if noted is None:
-            return None
-        sizes |= noted
-    return list(next(iter(sizes))) if len(sizes) == 1 else None
-
-
 # The fields a reader may show that an index need not have (older versions lack some).
 _OPTIONAL = {"source": str, "plan_digest": str, "num_skipped": int, "ignored": int,
              "stats": dict, "skipped": list, "ignored_files": list, "warnings": list,
@@ -340,71 +314,21 @@ def _check_optional(doc: dict, bad) -> None:
             raise bad("'skipped' must be a list of {key, reason} strings")
 
 
-def build_index(
-    *,
-    name: str,
-    dataset: Dataset,
-    options: PackOptions,
-    plan: Plan,
-    results: list[ShardResult],
-    stats: dict[str, object],
-) -> dict:
-    """Merge the workers' results into the index.json document (shards in plan order)."""
-    by_file = {r.file: r for r in results}
-    splits: dict[str, dict] = {}
-    for spec in plan.shards:
-        result = by_file[spec.file]
-        split = splits.setdefault(
-            spec.split,
-            # name_count: the count in the split's shard names, kept as they grow (grow.py)
-            {
-                "num_records": 0,
-                "class_counts": [0] * len(dataset.classes),
-                "shards": [],
-                "name_count": spec.num_shards,
-            },
-        )
-        split["num_records"] += result.num_records
-        split["class_counts"] = [
-            a + b for a, b in zip(split["class_counts"], result.label_counts, strict=False)
-        ]
-        split["shards"].append(
-            {
-                "file": result.file,
-                "num_records": result.num_records,
-                "num_bytes": result.num_bytes,
-                "sha256": result.sha256,
-                "generation": 0,  # the run that wrote it: grown datasets' later ones count up
-            }
-        )
-    # what the scan passed over with a reason, and what the workers refused: the first ones
-    every = [*dataset.skipped, *(s for r in results for s in r.skipped)]
-    skipped = [
-        {"key": shortened(key, _MAX_SKIPPED_TEXT), "reason": shortened(reason, _MAX_SKIPPED_TEXT)}
-        for key, reason in heapq.nsmallest(MAX_NAMED_SKIPPED, every)
+def record_fault(example: dict[str, list], schema: Schema) -> str | None:
+    """What makes a decoded Example disagree with the index's schema, or None.
+
+    Every feature the schema declares must be there, of its dtype and shape (one value for a
+    scalar, whole rows for a (-1, k) list); class labels must index their class list; `format`
+    must name a stored format; a feature the schema does not declare is refused. Every
+    disagreement is named, joined by "; ".
+    """
+    reasons = [
+        f"feature {name!r} missing" if name not in example else check_values(name, f, example[name])
+        for name, f in schema.items()
     ]
-    doc = {
-        "format": FORMAT,
-        "version": VERSION,
-        "name": name,
-        "source": dataset.kind,
-        "classes": list(dataset.classes),  # the label's, as in version 1; also in `features`
-        "features": dataset.schema.to_json(),
-        "encoding": options.encode,
-        "compression": options.compression,
-        "container": options.format,
-        "seed": options.seed if options.shuffle else None,
-        "options": options.output_fields(),  # what --append and --update pack new items with
-        "generation": 0,
-        "history": [],
-        "plan_digest": plan.digest,
-        "splits": splits,
-        "skipped": skipped,
-        "num_skipped": len(every),  # `skipped` names the first MAX_NAMED_SKIPPED
-        "ignored": dataset.ignored,
-        "ignored_files": list(dataset.ignored_files),  # the first ones, of `ignored` in all
-        "warnings": [*dataset.warnings, *plan.warnings],
-        "stats": stats,
-        "image_size": uniform_size(results),
-    }
-    return doc
+    reasons += [f"feature {name!r} is not in the index's schema" for name in example
+                if name not in schema]  # fmt: skip
+    reasons = [r for r in reasons if r is not None]
+    if not reasons and example["format"][0] not in _FORMAT_BYTES:
+        reasons.append(f"format {example['format'][0]!r} is not one of {', '.join(STORED_FORMATS)}")
+    return "; ".join(reasons) or None

@@ -539,3 +539,36 @@ def one_line_error(done: subprocess.CompletedProcess, *words: str) -> str:
 # VmHWM is the peak of this program's own memory; ru_maxrss would also count the RSS of the
 # process that forked it (a pytest holding TensorFlow: hundreds of MB), carried over exec.
 PEAK_KIB = "int(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))"
+
+
+# Linux capabilities that let root pass over file permissions (capability.h).
+_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 1, 2
+_PR_CAPBSET_DROP = 24
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def drop_permission_override() -> None:
+    """Make this process (root) meet file permissions as any owner does: drop the capabilities
+    that pass over them, here and for every program it runs. Unlike switching to another user,
+    it can still reach the checkout and the venv wherever they lie (a 0700 home directory), while
+    a file or folder the test made with no permission bits (0o000; 0o555 for no writing) is
+    refused as to anyone. Skips the test where this process is not root or may not drop them."""
+    import ctypes
+
+    if os.geteuid() != 0:
+        import pytest
+
+        pytest.skip("needs root, whose file-permission override it drops")
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # (effective, permitted, inheritable) x 2 words
+    kept = ~((1 << _CAP_DAC_OVERRIDE) | (1 << _CAP_DAC_READ_SEARCH)) & 0xFFFFFFFF
+    for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+    if libc.capget(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    for word in (0, 1, 2):
+        data[word] &= kept
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")

@@ -9,7 +9,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -18,7 +17,15 @@ import pytest
 from typer.testing import CliRunner
 
 from shardpack.cli import app
-from tests.helpers import image, make_tree, run_cli, write_csv, write_image, write_jsonl
+from tests.helpers import (
+    drop_permission_override,
+    image,
+    make_tree,
+    run_cli,
+    write_csv,
+    write_image,
+    write_jsonl,
+)
 
 runner = CliRunner()
 SHARDPACK = [sys.executable, "-m", "shardpack"]
@@ -235,7 +242,7 @@ def test_on_error_fail_names_the_file(src: Path, tmp_path: Path):
 def test_help_and_import_stay_free_of_tensorflow():
     code = (
         "import sys, shardpack, shardpack.cli, shardpack.packing.packer, shardpack.packing.worker, "
-        "shardpack.read.verify, shardpack.read.inspect, shardpack.read.stream; "
+        "shardpack.read.verify, shardpack.read.describe, shardpack.read.stream; "
         "print('tensorflow' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -562,27 +569,25 @@ def test_read_only_file_system(src: Path, tmp_path: Path):
         assert (logs / f"{k}.rc").read_text().strip() == "0", (logs / f"{k}.err").read_text()
 
 
-def _as_nobody(args: list[str]) -> tuple[int, str]:
-    """Run the CLI as an unprivileged user: setuid in a forked child. (A fresh interpreter
-    cannot run as that user here: Python lives under /root, which only root may read; so the
-    parent imports every module the commands need first.)"""
+def _without_permission(args: list[str]) -> tuple[int, str]:
+    """Run the CLI in a forked child that has dropped root's file-permission override
+    (helpers.drop_permission_override): a file or folder with no permission bits for its owner
+    is refused to it as to any user, while the checkout stays reachable wherever it lies."""
     if os.geteuid() != 0:
-        pytest.skip("needs root to switch to an unprivileged user")
+        pytest.skip("needs root, whose file-permission override the child drops")
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: become nobody, run the command, report, and leave at once
+    if pid == 0:  # the child: drop the override, run the command, report, and leave at once
         code, output = -1, ""
         try:
             os.close(read)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
+            drop_permission_override()
             result = runner.invoke(app, args)
             code, output = result.exit_code, result.output
             if result.exception is not None and not isinstance(result.exception, SystemExit):
                 output += "".join(traceback.format_exception(result.exception))
-        except PermissionError:
-            code = -2  # not allowed to switch users here
+        except OSError:
+            code = -2  # not allowed to drop capabilities here
         finally:
             os.write(write, json.dumps([code, output]).encode())
             os._exit(0)
@@ -594,47 +599,38 @@ def _as_nobody(args: list[str]) -> tuple[int, str]:
     os.waitpid(pid, 0)
     code, output = json.loads(data)
     if code == -2:
-        pytest.skip("this machine does not allow switching to an unprivileged user")
+        pytest.skip("this machine does not allow dropping capabilities")
     return code, output
 
 
 def test_as_a_user_without_permission(tmp_path: Path):
-    import shardpack.demo
-    import shardpack.packing.packer
-    import shardpack.read.inspect
-    import shardpack.read.preview
-    import shardpack.read.random_access
-    import shardpack.read.report
-    import shardpack.read.verify  # imported before the child loses access to /root
-
-    base = Path(tempfile.mkdtemp(prefix="shardpack-nobody-"))  # tmp_path's parents are 0700
+    base = tmp_path / "base"
+    src = make_tree(base / "src", {"a": 3, "b": 2})
+    out = base / "packed"
+    assert runner.invoke(app, ["pack", str(src), str(out), "--workers", "1"]).exit_code == 0
+    (base / "out").mkdir()
+    # read-only to its owner too: the child, without root's override, may read but not write
+    for path in (base, *base.rglob("*")):
+        path.chmod(0o555 if path.is_dir() else 0o444)
     try:
-        os.chmod(base, 0o755)
-        src = make_tree(base / "src", {"a": 3, "b": 2})
-        out = base / "packed"
-        assert runner.invoke(app, ["pack", str(src), str(out), "--workers", "1"]).exit_code == 0
-        (base / "out").mkdir()
-        # the report's fonts and matplotlib's modules, loaded while /root may still be read
-        shardpack.read.report.render(shardpack.index.load_index(out))
-        for path in base.rglob("*"):
-            path.chmod(0o755 if path.is_dir() else 0o644)
         fix = "check the permissions"
         for what, args in COMMANDS_ON.items():
-            code, output = _as_nobody([a.format(src=src, ro=base) for a in args])
+            code, output = _without_permission([a.format(src=src, ro=base) for a in args])
             assert code == 2, (what, output)
             _one_line_naming(output, str(base), fix)
-        (out / "index.json").chmod(0o600)
+        (out / "index.json").chmod(0o000)
         for command in ("verify", "inspect"):
-            code, output = _as_nobody([command, str(out)])
+            code, output = _without_permission([command, str(out)])
             assert code == 2, output
             _one_line_naming(output, str(out / "index.json"), fix)
-        (out / "index.json").chmod(0o644)
-        next(out.glob("*.tfrecord-*")).chmod(0o600)
-        code, output = _as_nobody(["verify", str(out)])  # not a damaged shard: exit 2, not 1
+        (out / "index.json").chmod(0o444)
+        next(out.glob("*.tfrecord-*")).chmod(0o000)
+        code, output = _without_permission(["verify", str(out)])  # not a damaged shard: exit 2
         assert code == 2, output
         _one_line_naming(output, ".tfrecord-", fix)
     finally:
-        shutil.rmtree(base)
+        for path in (base, *base.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def test_a_run_that_packs_nothing_says_so_and_fails(tmp_path: Path):

@@ -23,7 +23,7 @@ import pytest
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
-from shardpack.read.inspect import describe
+from shardpack.read.describe import describe
 from shardpack.read.stream import iter_examples
 from shardpack.read.verify import verify
 from shardpack.schema import Feature

@@ -18,7 +18,7 @@ from shardpack.containers.tfrecord import TFRecordWriter
 from shardpack.errors import OutputError, RecordError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
-from shardpack.read.inspect import describe
+from shardpack.read.describe import describe
 from shardpack.read.preview import make_preview
 from shardpack.read.stream import iter_examples, tf_dataset
 from shardpack.read.verify import verify

@@ -11,14 +11,10 @@ from pathlib import Path
 import pytest
 
 from shardpack.errors import IndexFormatError
-from shardpack.index import (
-    INDEX_NAME,
-    Index,
-    ShardInfo,
-    build_index,
-    load_index,
-)
+from shardpack.index import Index, ShardInfo, load_index
+from shardpack.layout import INDEX_NAME
 from shardpack.options import PackOptions
+from shardpack.packing.merge import build_index
 from shardpack.packing.plan import ShardResult, make_plan
 from shardpack.schema import Feature, Schema
 from shardpack.sources import scan

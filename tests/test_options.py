@@ -26,7 +26,6 @@ def test_options_are_frozen():
 @pytest.mark.parametrize(
     ("field", "value", "option"),
     [
-        ("source", "imagenet", "--source"),
         ("backend", "ray", "--backend"),
         ("encode", "gif", "--encode"),
         ("encode", "JPEG", "--encode"),
@@ -56,6 +55,16 @@ def test_invalid_values_raise_with_the_value_in_the_message(field, value, option
     message = str(caught.value)  # the parameter as Python says it, not the CLI's flag
     assert f"{field}=" in message and option not in message
     assert repr(value) in message
+
+
+def test_an_unknown_source_is_refused_by_the_scan_with_the_choices(tmp_path):
+    # the sources sit above the options: the registry, not PackOptions, knows their names
+    from shardpack.sources import scan
+
+    with pytest.raises(ShardpackError) as caught:
+        scan(tmp_path, PackOptions(source="imagenet"))
+    message = str(caught.value)
+    assert "source=" in message and "'imagenet'" in message and "folder" in message
 
 
 def test_resize_and_max_side_exclude_each_other():

@@ -484,6 +484,15 @@ def test_cpu_watch_counts_other_processes_not_this_one():
     assert watch.others_busy() >= 0.5
 
 
+def test_importing_shardpack_samples_nothing_the_command_does():
+    import subprocess
+    import sys
+
+    probe = ("import sys, shardpack, shardpack.packing.cpuload as c; "
+             "assert c._started is None; import shardpack.__main__; assert c._started")  # fmt: skip
+    subprocess.run([sys.executable, "-c", probe], check=True)
+
+
 def test_cpu_watch_takes_the_start_up_as_its_window_instead_of_waiting(monkeypatch):
     import subprocess
     import sys
@@ -493,16 +502,18 @@ def test_cpu_watch_takes_the_start_up_as_its_window_instead_of_waiting(monkeypat
 
     # The CLI's start-up: shardpack imported, then ~0.2 s of imports and parsing, while another
     # process keeps a core busy. A scan and plan shorter than the window then cost no wait.
-    monkeypatch.setattr(cpuload, "IMPORTED", cpuload.sample())
+    monkeypatch.setattr(cpuload, "_started", None)
+    cpuload.note_start()
     subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
                     "while time.process_time() - t < 0.3: pass"], check=True)  # fmt: skip
     watch = cpuload.CpuWatch()
     began = time.monotonic()
     assert watch.others_busy() >= 0.5
     assert time.monotonic() - began < cpuload.MIN_WINDOW_S / 2
-    # an import long ago says nothing about now: the window is waited out
-    stale = (cpuload.IMPORTED[0] - cpuload.IMPORT_SAMPLE_MAX_AGE_S - 1, *cpuload.IMPORTED[1:])
-    monkeypatch.setattr(cpuload, "IMPORTED", stale)
+    # a start long ago says nothing about now: the window is waited out
+    started = cpuload._started
+    stale = (started[0] - cpuload.START_SAMPLE_MAX_AGE_S - 1, *started[1:])
+    monkeypatch.setattr(cpuload, "_started", stale)
     watch = cpuload.CpuWatch()
     began = time.monotonic()
     watch.others_busy()

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 import shardpack
 from shardpack.cli import app
-from shardpack.read.inspect import describe
+from shardpack.packing.daliindex import write_index_files
+from shardpack.read.describe import describe
 from shardpack.read.preview import make_preview
-from shardpack.read.random_access import write_index_files
 from tests.helpers import packed_tree
 
 FORMATS = ["tfrecord", "array_record", "webdataset"]

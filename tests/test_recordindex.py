@@ -13,8 +13,9 @@ from shardpack.containers.example import decode_example
 from shardpack.containers.tfrecord import iter_records, record_spans
 from shardpack.errors import IndexFormatError, OutputError, ShardpackError
 from shardpack.options import PackOptions
+from shardpack.packing.daliindex import write_index_files
 from shardpack.packing.packer import pack
-from shardpack.read.random_access import read_record, write_index_files
+from shardpack.read.random_access import read_record
 from shardpack.read.stream import iter_examples
 from tests.helpers import at, make_tree
 

@@ -18,9 +18,9 @@ import pytest
 
 from shardpack.containers import CONTAINERS
 from shardpack.errors import OutputError
+from shardpack.layout import LOCK_NAME
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
-from shardpack.storage import LOCK_NAME
 from tests.helpers import gone, image, shard_files, wait_for, worker_pids, write_image
 
 pytestmark = pytest.mark.slow  # real signals and kills, each a pack of its own

@@ -16,9 +16,10 @@ import pytest
 import shardpack
 from shardpack.containers import CONTAINERS
 from shardpack.errors import OutputError, StorageError
+from shardpack.layout import LOCK_NAME
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
-from shardpack.storage import LOCK_NAME, parse_options, storage_at
+from shardpack.storage import parse_options, storage_at
 from tests.helpers import make_tree, shard_files
 
 MEMORY = fsspec.filesystem("memory")

@@ -208,7 +208,7 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
     # transient ones took one retry each, permanent ones none
     assert [site.hits[p] for p in good] == [1, 2, 2, 2, 1, 1]
     assert site.hits["/img/4.png"] == 1  # the redirect's target
-    assert all(agent.startswith("shardpack/") for agent in site.agents), site.agents
+    assert all(agent.startswith("shardpack ") for agent in site.agents), site.agents
     captions = sorted(record["caption"] for record in iter_examples(out))
     assert captions == [f"photo {i}" for i in range(len(good))]
 

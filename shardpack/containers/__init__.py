@@ -335,7 +335,7 @@ class Container:
         Args:
             tf: the tensorflow module (imported by the caller, never here).
             storage: where the shards are.
-            file: a scalar string tensor: the shard's path where `storage.local_path()` gives
+            file: a scalar string tensor: the shard's path where `storage.tf_path()` gives
                 one (TensorFlow opens it itself), else its name in `storage`.
             compression: as written.
         """

@@ -402,7 +402,7 @@ class TFRecord(Container):
         return record_spans(storage, name)
 
     def make_tf_data(self, tf, storage: Storage, file, compression: str = "none"):
-        if storage.local_path() is not None:  # TensorFlow opens the file itself, off the GIL
+        if storage.tf_path() is not None:  # TensorFlow opens the file itself, off the GIL
             compression_type = "GZIP" if compression == "gzip" else ""
             return tf.data.TFRecordDataset(file, compression_type=compression_type)
 

@@ -11,12 +11,12 @@ import json
 
 from shardpack.errors import OutputError
 from shardpack.index import Index
+from shardpack.layout import CONTENTS_NAME
 from shardpack.packing.facts import table
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
 
-CONTENTS_NAME = "contents.json"
 FORMAT = "shardpack-contents"
 # A million records' keys and content keys fit many times over.
 MAX_CONTENTS_BYTES = 1 << 30

@@ -1,9 +1,9 @@
 """How many cores a default run may use: this process's cores, and how busy other processes keep
 them.
 
-The package samples the machine's CPU time when it is imported (a few microseconds), so that
-the CLI, whose start-up already spans ~0.2 s, measures others' load over its own start-up
-instead of waiting out a window of its own before the workers start.
+The CLI samples the machine's CPU time as it starts (note_start(), a few microseconds), so that
+it measures others' load over its own start-up (~0.2 s) instead of waiting out a window of its
+own before the workers start; a library caller's window is its scan and plan.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 
 # Jiffies are 10 ms: a shorter window says nothing about the load.
 MIN_WINDOW_S = 0.05
-# The import's sample stands for "now" only this long after it was taken.
-IMPORT_SAMPLE_MAX_AGE_S = 5.0
+# The start-up's sample stands for "now" only this long after it was taken.
+START_SAMPLE_MAX_AGE_S = 5.0
 
 Sample = tuple[float, float, float]  # (monotonic time, machine busy s, this process's CPU s)
 
@@ -41,13 +41,20 @@ def sample() -> Sample | None:
     return time.monotonic(), busy / os.sysconf("SC_CLK_TCK"), own
 
 
-IMPORTED = sample()
+_started: Sample | None = None  # note_start()'s
+
+
+def note_start() -> None:
+    """Sample the machine now, at a process's start: a window that began before the start-up's
+    imports."""
+    global _started
+    _started = sample()
 
 
 class CpuWatch:
     """How many cores other processes keep busy: the machine's busy time less this process's
     own, over a window of wall time (the scan and plan; if those were too short, from the
-    package's import if recent, else a short wait)."""
+    process's start if recent, else a short wait)."""
 
     def __init__(self) -> None:
         self.start = sample()
@@ -57,9 +64,9 @@ class CpuWatch:
         start, now = self.start, time.monotonic()
         if start is None:
             return 0.0
-        recent = IMPORTED is not None and now - IMPORTED[0] <= IMPORT_SAMPLE_MAX_AGE_S
+        recent = _started is not None and now - _started[0] <= START_SAMPLE_MAX_AGE_S
         if now - start[0] < MIN_WINDOW_S and recent:
-            start = IMPORTED  # the process's own start-up is the window: no wait
+            start = _started  # the process's own start-up is the window: no wait
         time.sleep(max(0.0, start[0] + MIN_WINDOW_S - now))
         end = sample()
         if end is None:

@@ -12,13 +12,10 @@ alike, so the same commands give the same names on a disk and in a bucket.
 from __future__ import annotations
 
 import copy
-import os
 
 from shardpack.containers import Container
-from shardpack.storage import Storage
 
 # Bytes a streamed copy moves at a time.
-COPY_CHUNK = 8 << 20
 
 
 def moves(doc: dict, container: Container) -> dict[str, str]:
@@ -55,28 +52,3 @@ def closed(doc: dict, moved: dict[str, str], container: Container) -> dict:
         entry["next_shard"] = len(entry["shards"])
     doc["retired"] = sorted(moved)
     return doc
-
-
-def copy_file(out: Storage, name: str, to: str) -> None:
-    """`name`'s bytes under `to` as well (a file a stop left there replaced): a hard link on a
-    local disk that takes one, else a copy streamed through a Sink (final only when whole)."""
-    path, target = out.local_path(name), out.local_path(to)
-    if path is not None and target is not None:
-        try:
-            if os.path.lexists(target):
-                os.unlink(target)  # a link there goes, not what it points to
-            os.link(path, target, follow_symlinks=False)
-            return
-        except OSError:  # a disk without hard links: copied below
-            pass
-    sink = out.create(to)
-    try:
-        with out.open(name) as blob:
-            offset = 0
-            while chunk := blob.pread(COPY_CHUNK, offset):
-                sink.write(chunk)
-                offset += len(chunk)
-        sink.commit()
-    except BaseException:
-        sink.discard()
-        raise

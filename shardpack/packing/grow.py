@@ -26,20 +26,15 @@ from shardpack.errors import (
     printable,
     shortened,
 )
-from shardpack.index import (
-    INDEX_FILES_DIR,
-    INDEX_NAME,
-    MAX_NAMED_SKIPPED,
-    Index,
-    load_index,
-    uniform_size,
-)
-from shardpack.options import PackOptions
+from shardpack.index import MAX_NAMED_SKIPPED, Index, load_index
+from shardpack.layout import INDEX_FILES_DIR, INDEX_NAME, index_file_name
+from shardpack.options import PackOptions, flag
 from shardpack.packing import gaps, packer, stamps
 from shardpack.packing.contents import Entry, entries, load_contents, write_contents
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
-from shardpack.packing.outdir import flag, plan_record, prepare_growth
+from shardpack.packing.merge import uniform_size
+from shardpack.packing.outdir import plan_record, prepare_growth
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan
 from shardpack.sources import Dataset, Item, keeping, scan, source_root
 from shardpack.storage import Storage, storage_at
@@ -150,9 +145,9 @@ def close_gaps(out: Storage, index: Index, contents: dict[str, Entry]) -> Index:
     idx = out.child(INDEX_FILES_DIR)
     held = {e.name for e in idx.listdir()} if out.kind(INDEX_FILES_DIR) == "dir" else set()
     for name, to in moved.items():
-        gaps.copy_file(out, name, to)
+        out.link_or_copy(name, to)
         if f"{name}.idx" in held:
-            gaps.copy_file(idx, f"{name}.idx", f"{to}.idx")
+            idx.link_or_copy(f"{name}.idx", f"{to}.idx")
     doc = gaps.closed(index.raw, moved, index.container)
     renamed = {moved.get(file, file): entry for file, entry in contents.items()}
     write_contents(out, {**contents, **renamed})  # agrees with both indexes
@@ -200,8 +195,6 @@ def _json(value: object) -> object:
 def _has_index_files(old: Index) -> bool:
     """Whether the dataset's shards have DALI index files (its first shard has): a grow writes
     them for its new shards too, asked or not."""
-    from shardpack.read.random_access import index_file_name
-
     first = next((s.file for split in old.splits.values() for s in split.shards), None)
     return first is not None and old.storage.kind(index_file_name(first)) == "file"
 

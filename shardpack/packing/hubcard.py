@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import re
 
+from shardpack.layout import CARD_NAME
 from shardpack.storage import Storage
 
-CARD_NAME = "README.md"
 # The card's second line (a YAML comment) says it is shardpack's to rewrite; what is read of a
 # README.md to find it.
 MARKER = "# written by shardpack pack, which rewrites it at each run"

@@ -17,11 +17,18 @@ from typing import TYPE_CHECKING
 
 from shardpack.containers import Container, is_shard_name
 from shardpack.errors import IndexFormatError, OutputError, printable, shortened
-from shardpack.index import INDEX_FILES_DIR, INDEX_NAME, METADATA_NAMES, Index, load_index
-from shardpack.packing.contents import CONTENTS_NAME
-from shardpack.packing.hubcard import CARD_NAME, is_ours
+from shardpack.index import Index, load_index
+from shardpack.layout import (
+    CARD_NAME,
+    CONTENTS_NAME,
+    FAILURES_NAME,
+    INDEX_FILES_DIR,
+    INDEX_NAME,
+    METADATA_NAMES,
+    STAMPS_NAME,
+)
+from shardpack.packing.hubcard import is_ours
 from shardpack.packing.plan import Plan, ShardResult
-from shardpack.packing.stamps import STAMPS_NAME
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:
@@ -139,7 +146,7 @@ def prepare(
         )
     planned = {spec.file for spec in plan.shards}
     written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME,
-                                  STAMPS_NAME}  # fmt: skip
+                                  STAMPS_NAME, FAILURES_NAME}  # fmt: skip
     # a folder under a name pack writes stops the write that would replace it, at the end of
     # the run: refused before anything in OUT is touched
     blocked = sorted(state.folders & written)
@@ -166,7 +173,7 @@ def prepare(
     if state.has_index:  # with it go the split files that list its shards, TFDS's, its card
         card = [CARD_NAME] if CARD_NAME in state.names and is_ours(out) else []
         out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card, CONTENTS_NAME,
-                    STAMPS_NAME])  # fmt: skip
+                    STAMPS_NAME, FAILURES_NAME])  # fmt: skip
     out.remove(state.listed - planned)
     rewritten = planned | state.listed
     out.remove_partial(rewritten | written)
@@ -205,20 +212,11 @@ def growing(out: Storage) -> bool:
 
 
 # The flag of each output option whose name is not its own with dashes.
-_FLAGS = {"split_names": "--splits", "shuffle": "--shuffle/--no-shuffle",
-          "upscale": "--upscale/--no-upscale"}  # fmt: skip
-
-
 def plan_record(plan: Plan, options: PackOptions) -> dict[str, object]:
     """What a journal keeps of how its plan was made, for a refused resume to say what changed:
     the output options and each split's shard count (without --shards it follows --workers)."""
     shards = {spec.split: spec.num_shards for spec in plan.shards}
     return json.loads(json.dumps({"options": options.output_fields(), "shards": shards}))
-
-
-def flag(option: str) -> str:
-    """The CLI flag of an output option."""
-    return _FLAGS.get(option, "--" + option.replace("_", "-"))
 
 
 class PlanChanged(OutputError):

@@ -15,12 +15,16 @@ from typing import NoReturn
 from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, OutputError, SourceError, WorkerDiedError, printable
 from shardpack.images import OVER_MAX_PIXELS
-from shardpack.index import INDEX_NAME, METADATA_NAMES, Index, build_index, index_from_document
+from shardpack.index import Index, index_from_document
+from shardpack.layout import CARD_NAME, INDEX_NAME, METADATA_NAMES
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates, stamps
+from shardpack.packing.cluster import check_shared_storage, dask_client
 from shardpack.packing.contents import entries, write_contents
 from shardpack.packing.cpuload import CpuWatch, machine_cores
-from shardpack.packing.hubcard import CARD_NAME, card
+from shardpack.packing.daliindex import write_index_files
+from shardpack.packing.hubcard import card
+from shardpack.packing.merge import build_index
 from shardpack.packing.outdir import Journal, plan_record, prepare, split_file_names
 from shardpack.packing.plan import (
     SERIAL_SHARE,
@@ -315,8 +319,6 @@ def write_outputs(
         for file, listing in index.container.split_files(index.name, split, shards).items():
             out.put(file, json_bytes(listing))
     if index_files:
-        from shardpack.read.random_access import write_index_files
-
         offsets = {r.file: r.offsets for r in results}  # only these shards' files: new ones
         written = {split: {**entry, "shards": [s for s in entry["shards"] if s["file"] in offsets]}
                    for split, entry in document["splits"].items()}  # fmt: skip
@@ -504,7 +506,6 @@ def _run(
     from joblib import Parallel, delayed, parallel_config
 
     tasks = (delayed(write_shard)(spec, *args) for spec in specs)
-    from shardpack.packing.cluster import check_shared_storage, dask_client
 
     with dask_client(options.scheduler, workers) as client:
         if specs:

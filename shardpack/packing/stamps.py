@@ -18,18 +18,16 @@ a file to be read again. Read as untrusted: bounded, and anything off is taken a
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterable
-from stat import S_ISREG
 
 from shardpack.index import Index
+from shardpack.layout import STAMPS_NAME
 from shardpack.packing.facts import table
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Item, Source
 from shardpack.storage import Storage
 
-STAMPS_NAME = ".shardpack.stamps"
 FORMAT = "shardpack-stamps"
 MAX_STAMPS_BYTES = 1 << 30  # a million items' keys and mtimes fit many times over
 Stamp = tuple[int, int] | None  # (size, mtime_ns); None: none taken, the bytes tell
@@ -43,16 +41,11 @@ def taken(source: Source, root: Storage, items: Iterable[Item]) -> list[Stamp]:
     """The stamp of each item's file (under root, read by source) now (None for one that has
     none, see above)."""
     whole = type(source).load is Source.load  # the file's bytes are the item's
-    local_path, oldest = root.local_path, time.time_ns() - RACY_NS
+    stamp, oldest = root.stamp, time.time_ns() - RACY_NS
     found: list[Stamp] = []
     for item in items:
-        path = local_path(item.path) if whole and item.position is None else None
-        try:  # links followed, as the worker's read follows them (to a regular file only)
-            st = os.stat(path) if path is not None else None
-        except (OSError, ValueError):  # gone, or a name the disk cannot hold: the read says
-            st = None
-        ok = st is not None and S_ISREG(st.st_mode) and st.st_mtime_ns < oldest
-        found.append((st.st_size, st.st_mtime_ns) if ok else None)
+        now = stamp(item.path) if whole and item.position is None else None
+        found.append(now if now is not None and now[1] < oldest else None)
     return found
 
 

@@ -1,4 +1,4 @@
-"""OUT/failures.jsonl: every image URL a pack skipped, with why, one JSON object a line
+"""OUT/failures.jsonl: every http(s) image URL a pack skipped, with why, one JSON object a line
 (url, split, status, error, reason), for a person to read and a rerun to retry exactly those.
 img2dataset keeps the same in each shard's Parquet (status, error_message)."""
 
@@ -8,22 +8,21 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 
+from shardpack.layout import FAILURES_NAME
 from shardpack.packing.stats import reason_kind
-from shardpack.storage import Storage, is_url
-from shardpack.storage.urlpolicy import status_of
-
-FAILURES_NAME = "failures.jsonl"
+from shardpack.storage import Storage
+from shardpack.storage.urlpolicy import is_web_url, status_of
 
 
 def url_failures(skipped: Iterable[tuple[str | None, str, str]]) -> list[dict]:
-    """One row per skipped item whose key is a URL, of (split or None, key, reason) triples:
-    url, split, the HTTP status (None: no answer, or not an HTTP failure), the error's kind
-    (what the index's statistics count it by) and the whole reason."""
+    """One row per skipped item whose key is an http(s) URL, of (split or None, key, reason)
+    triples: url, split, the HTTP status (None: no answer, or not an HTTP failure), the error's
+    kind (what the index's statistics count it by) and the whole reason."""
     return [
         {"url": key, "split": split, "status": status_of(reason), "error": reason_kind(reason),
          "reason": reason}
         for split, key, reason in skipped
-        if is_url(key)
+        if is_web_url(key)
     ]  # fmt: skip
 
 

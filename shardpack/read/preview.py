@@ -15,8 +15,8 @@ from shardpack.index import load_index
 from shardpack.packing.tfdsmeta import BOX_NAMES, is_box
 from shardpack.read.stream import decode_pixels, iter_examples
 from shardpack.schema import Schema
-from shardpack.storage import is_url
 from shardpack.storage.atomic import write_atomic
+from shardpack.storage.locations import local_file
 
 CELL = 128  # pixels per thumbnail side
 _CAPTION = 22  # pixels of caption strip under each thumbnail
@@ -54,7 +54,7 @@ def make_preview(
     if not is_count(n):
         raise ValueError(f"n must be a positive integer (records to show), got: {n!r}")
     dest = os.fspath(dest)
-    if is_url(dest):
+    if local_file(dest) is None:
         raise OutputError(f"{dest}: preview writes a local image file; pass a local path for "
                           "--out (and copy it to the store after)")  # fmt: skip
     fmt = _sheet_format(dest)

@@ -9,101 +9,23 @@ import operator
 import os
 import sys
 import weakref
-from collections.abc import Mapping, Sequence
 
-from shardpack.containers import CONTAINERS, Container, ShardReader, open_shard
-from shardpack.errors import IndexFormatError, OutputError, RecordError
-from shardpack.index import INDEX_FILES_DIR, Index, ShardInfo, index_from_document, load_index
+from shardpack.containers import ShardReader, open_shard
+from shardpack.errors import IndexFormatError, RecordError
+from shardpack.index import Index, ShardInfo
+from shardpack.layout import index_file_name
 from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.packing.daliindex import random_access_index
 from shardpack.read.stream import parse_record
-from shardpack.storage import Storage, storage_at
+from shardpack.storage import Storage
 
 # An index file line is two decimal numbers of at most 20 digits: a longer line is not ours.
 _MAX_LINE = 64
 
 
-def index_file_name(file: str) -> str:
-    """The index file of one shard, inside OUT: idx/<shard>.idx (outside shard globs)."""
-    return f"{INDEX_FILES_DIR}/{file}.idx"
-
-
 def index_file_path(index: Index, file: str) -> str:
     """Where the index file of one shard lives: OUT/idx/<shard>.idx, as a path or URL."""
     return index.storage.path(index_file_name(file))
-
-
-def _random_access(
-    out: str | os.PathLike | Storage, document: dict | None = None,
-    storage_options: dict | None = None,
-) -> Index:  # fmt: skip
-    storage = storage_at(out, storage_options)
-    index = load_index(storage) if document is None else index_from_document(storage, document)
-    if index.compression != "none":
-        raise IndexFormatError(
-            f"{index.out}: GZIP shards cannot be read at random offsets; pack with "
-            "compression 'none' for random access"
-        )
-    return index
-
-
-def _spans_from_offsets(
-    offsets: Sequence[int], shard: ShardInfo, container: Container
-) -> list[tuple[int, int]] | None:
-    """(offset, framed size) of each record from the offsets the writer kept, or None when they
-    do not tile the shard exactly (a journal from an older version, or a damaged one)."""
-    if len(offsets) != shard.num_records or not all(type(o) is int for o in offsets):
-        return None
-    ends = [*offsets[1:], shard.num_bytes] if offsets else []
-    spans = [(o, end - o) for o, end in zip(offsets, ends, strict=True)]
-    if (spans and spans[0][0] != 0) or any(framed < container.min_span for _, framed in spans):
-        return None
-    return spans
-
-
-def write_index_files(
-    out: str | os.PathLike | Storage,
-    document: dict | None = None,
-    offsets: Mapping[str, Sequence[int]] | None = None,
-    storage_options: dict | None = None,
-) -> list[str]:
-    """Write one index file per shard, one line '<offset> <framed size>' per record.
-
-    The format is NVIDIA DALI's tfrecord2idx, read by `fn.readers.tfrecord(index_path=...)` and
-    by the `tfrecord` package. Each file appears under its final name only when complete.
-
-    Args:
-        out: the output folder or URL of a pack run.
-        document: the index document, when pack calls this before writing index.json.
-        offsets: shard file -> each record's offset, as the writer kept them; a shard without
-            them has its record headers read instead.
-        storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
-
-    Returns:
-        The paths (or URLs) written.
-    """
-    index = _random_access(out, document, storage_options)
-    if not index.container.index_files:  # before the folder for them is made
-        kinds = " or ".join(name for name, c in CONTAINERS.items() if c.index_files)
-        raise IndexFormatError(f"{index.out}: index files are DALI's, for {kinds} shards; "
-                               f"these are {index.container.name}, which need none")  # fmt: skip
-    storage = index.storage
-    folder = storage.path(INDEX_FILES_DIR)
-    # Only a local disk has links; one planted in OUT would have put() write where it points.
-    if (path := storage.local_path(INDEX_FILES_DIR)) is not None and (
-        os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path))
-    ):
-        raise OutputError(f"{folder}: is a link or a file, not a folder of index files; remove it")
-    storage.child(INDEX_FILES_DIR).make_root()
-    written = []
-    for split in index.splits.values():
-        for shard in split.shards:
-            spans = _spans_from_offsets((offsets or {}).get(shard.file, ()), shard, index.container)
-            if spans is None:
-                spans = index.container.record_spans(storage, shard.file)
-            lines = "".join(f"{o} {n}\n" for o, n in spans)
-            storage.put(index_file_name(shard.file), lines.encode())
-            written.append(index_file_path(index, shard.file))
-    return written
 
 
 class Records:
@@ -129,7 +51,7 @@ class Records:
         max_pixels: int = DEFAULT_MAX_PIXELS,
         storage_options: dict | None = None,
     ) -> None:
-        self.index = _random_access(out, storage_options=storage_options)
+        self.index = random_access_index(out, storage_options=storage_options)
         self.split = split
         self.decode, self.max_pixels = decode, max_pixels
         self._shards = self.index.split(split).shards

@@ -22,12 +22,12 @@ from shardpack.errors import (
     os_error_fix,
 )
 from shardpack.index import Index, load_index
+from shardpack.layout import REPORT_NAME
 from shardpack.packing.stats import reason_kind
 from shardpack.read.stream import decode_pixels, iter_examples
-from shardpack.storage import is_url
 from shardpack.storage.atomic import write_atomic
+from shardpack.storage.locations import local_file
 
-REPORT_NAME = "report.html"
 THUMB = 96  # pixels, the longer side of a thumbnail
 PER_CLASS = 8  # thumbnails of each class in its contact sheet
 SHOWN_GROUPS = 12  # duplicate groups drawn, each its first SHOWN_COPIES
@@ -66,7 +66,7 @@ def write_report(
     """
     _require_matplotlib()
     index = load_index(out, storage_options)
-    if dest is not None and is_url(os.fspath(dest)):
+    if dest is not None and local_file(dest) is None:
         raise OutputError(f"{dest}: report writes a local file; pass a local path for --out")
     page = render(index).encode("utf-8")
     where = index.storage.path(REPORT_NAME) if dest is None else os.fspath(dest)

@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardpack import images
 from shardpack.containers import CONTAINERS, checked, open_shard
 from shardpack.errors import RecordError, ShardpackError, install_hint, is_count
-from shardpack.index import Index, ShardInfo, load_index
-from shardpack.options import DEFAULT_MAX_PIXELS, ENCODINGS
-from shardpack.schema import Schema, check_values, decode_value
+from shardpack.images import BadImage
+from shardpack.index import Index, ShardInfo, load_index, record_fault
+from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.schema import Schema, decode_value
 
 # Records held for iter_examples' shuffle: enough to mix neighbours from different shards.
 SHUFFLE_BUFFER = 1024
@@ -25,29 +27,6 @@ SHUFFLE_BUFFER = 1024
 SHUFFLE_BUFFER_BYTES = 256 << 20
 # tf_dataset's record shuffle buffer; the file-order shuffle does most of the mixing.
 TF_SHUFFLE_BUFFER = 8192
-# What a record's `format` may say: the encodings pack stores ("keep" stores one of these).
-STORED_FORMATS = tuple(e for e in ENCODINGS if e != "keep")
-_FORMAT_BYTES = {f.encode() for f in STORED_FORMATS}
-
-
-def record_fault(example: dict[str, list], schema: Schema) -> str | None:
-    """What makes a decoded Example disagree with the index's schema, or None.
-
-    Every feature the schema declares must be there, of its dtype and shape (one value for a
-    scalar, whole rows for a (-1, k) list); class labels must index their class list; `format`
-    must name a stored format; a feature the schema does not declare is refused. Every
-    disagreement is named, joined by "; ".
-    """
-    reasons = [
-        f"feature {name!r} missing" if name not in example else check_values(name, f, example[name])
-        for name, f in schema.items()
-    ]
-    reasons += [f"feature {name!r} is not in the index's schema" for name in example
-                if name not in schema]  # fmt: skip
-    reasons = [r for r in reasons if r is not None]
-    if not reasons and example["format"][0] not in _FORMAT_BYTES:
-        reasons.append(f"format {example['format'][0]!r} is not one of {', '.join(STORED_FORMATS)}")
-    return "; ".join(reasons) or None
 
 
 def to_python(example: dict[str, list], schema: Schema) -> dict[str, object]:
@@ -65,7 +44,6 @@ def decode_pixels(features: dict, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.nd
     Raises:
         images.BadImage: the image does not decode, disagrees with its fields, or is too large.
     """
-    from shardpack import images
 
     data = features["image"]
     if features["format"] == "raw":
@@ -218,8 +196,6 @@ def parse_record(
         raise RecordError(path, position, fault, unit)
     record = to_python(example, index.schema)
     if decode:
-        from shardpack.images import BadImage
-
         try:
             record["image"] = decode_pixels(record, max_pixels)
         except BadImage as e:
@@ -386,8 +362,8 @@ def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_re
     records mixed through a buffer; or, without shuffle, in the order pack wrote them."""
     # Only a local disk has paths TensorFlow opens itself; elsewhere the container's reader
     # streams the shard names through the index's storage.
-    local = index.storage.local_path() is not None
-    paths = [index.shard_path(info) if local else info.file for info, _ in mine.files]
+    local = index.storage.tf_path() is not None
+    paths = [index.storage.tf_path(info.file) if local else info.file for info, _ in mine.files]
     if local:  # TensorFlow follows links and waits on FIFOs: open each as our readers do first
         for info, _ in mine.files:
             open_shard(index.storage, info.file).close()

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 from shardpack.containers import is_shard_name
 from shardpack.errors import FileAccessError, RecordError
-from shardpack.index import Index, ShardInfo, load_index
+from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.options import DEFAULT_MAX_PIXELS
-from shardpack.read.stream import decode_pixels, record_fault, to_python
+from shardpack.packing.outdir import growing
+from shardpack.read.stream import decode_pixels, to_python
 
 # Faults listed per shard; the rest are counted. A damaged shard's first faults say what is
 # wrong, and a shard of millions of bad records must not cost a line (and memory) each.
@@ -108,7 +109,6 @@ def verify(
                     f"records, its shards hold {split_records}",
                 )
             )
-    from shardpack.packing.outdir import growing
 
     grown = growing(index.storage)  # a grow's new shards are in no index until its own lands
     for entry in index.storage.listdir():

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import stat
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
-from shardpack.sources import NO_FIELDS, Dataset, Item, RecordCost, Source
 from shardpack.sources.classlist import check_class_name
-from shardpack.sources.folder import folder_only
 from shardpack.sources.scanned import listed
+from shardpack.sources.source import NO_FIELDS, Dataset, Item, RecordCost, Source, folder_only
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.srcfiles import RefusedFile
 
@@ -306,14 +303,13 @@ def load_cifar_pickle(root: Storage | str, name: str = "") -> dict[str, object]:
     root = storage_at(root)
     path = root.path(name)
     # Kept by a local file's identity only: an object's would cost a request to learn.
-    local = root.local_path(name)
-    identity = _identity(local) if local is not None else None
+    identity = root.identity(name)
     loaded = _kept.get(identity) if _kept is not None and identity is not None else None
     if loaded is None:
-        from shardpack.sources import safepickle
+        from shardpack.sources import safepickle  # numpy: not for pack --help
 
         loaded = safepickle.load(_read_batch(root, name), path)
-        _keep(identity, path, loaded)
+        _keep(identity, root, name, loaded)
     if not isinstance(loaded, dict):
         raise SourceError(f"{path}: holds a {type(loaded).__name__}, not a CIFAR batch dict")
     return {_text(k, path): v for k, v in loaded.items()}
@@ -321,7 +317,7 @@ def load_cifar_pickle(root: Storage | str, name: str = "") -> dict[str, object]:
 
 def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> np.ndarray:
     """One record's 32x32 RGB pixels; each batch a shard reads is loaded once into `cache`."""
-    from shardpack import images
+    from shardpack import images  # numpy: not for pack --help
 
     if item.path not in cache:
         cache[item.path] = _planes(root, item.path)
@@ -351,19 +347,10 @@ def keep_batches() -> Iterator[None]:
         _kept = None
 
 
-def _identity(path: str) -> tuple[int, int, int, int] | None:
-    """(device, inode, size, mtime): a batch replaced or rewritten is another batch."""
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return None  # loading reports why
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
-
-
-def _keep(identity: tuple[int, int, int, int] | None, path: str, loaded: object) -> None:
+def _keep(identity: tuple[int, ...] | None, root: Storage, name: str, loaded: object) -> None:
     """Keep `loaded` under `identity` if a block is open, it fits, and the file did not change
     while it was read."""
-    if _kept is None or identity is None or identity != _identity(path):
+    if _kept is None or identity is None or identity != root.identity(name):
         return
     if identity[2] + sum(key[2] for key in _kept) <= MAX_KEPT_BYTES:
         _kept[identity] = loaded

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from shardpack.errors import ShardpackError, SourceError, printable
-from shardpack.sources import NO_FIELDS, Item
+from shardpack.sources.source import NO_FIELDS, Item
 
 # A --classes file holds one name a line; no real class list is anywhere near this large.
 MAX_CLASSES_FILE = 64 * 2**20

@@ -7,14 +7,15 @@ import os
 import stat
 from collections.abc import Iterable, Mapping
 
-from shardpack.errors import ImageError, SourceError
+from shardpack.errors import SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import Dataset, Item, Source
+from shardpack.sources import cifar
 from shardpack.sources.classlist import check_class_name, class_list, labelled
 from shardpack.sources.scanned import listed
+from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.storage import Storage
-from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, not_regular
+from shardpack.storage.srcfiles import not_regular
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 _ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")  # what a dataset is downloaded as
@@ -83,12 +84,6 @@ class Passed:
             skipped=tuple(sorted([*self.skipped, *left_out])),
             warnings=tuple(warnings),
         )
-
-
-def folder_only(root: Storage, options: PackOptions, name: str) -> None:
-    """--source `name` on a file (a manifest) is refused: that source reads folders."""
-    if options.source == name and root.kind() != "dir":
-        raise SourceError(f"{root.path()}: --source {name} takes a folder; drop --source")
 
 
 class FolderSource(Source):
@@ -226,8 +221,6 @@ def empty_class_warnings(top: str, empty: list[str], classes: tuple[str, ...]) -
 
 def _nothing_found(src: Storage) -> str:
     """What SRC holds instead of class folders with images, and what to pass instead."""
-    from shardpack.sources import cifar
-
     entries = folder_entries(src)
     for name, is_dir in entries:
         if is_dir and cifar.cifar_layout(src.child(name)) is not None:
@@ -366,8 +359,6 @@ def _stat_image(
 
 def instead_of_file(path: str) -> str:
     """What to pass instead of a file given as SRC, judged by its name."""
-    from shardpack.sources import cifar
-
     parent = os.path.dirname(path)
     name = os.path.basename(path)
     if any(name in batches or name == meta for batches, meta in cifar.LAYOUTS.values()):
@@ -380,29 +371,6 @@ def instead_of_file(path: str) -> str:
             f"(SRC/<class>/<image>, here with {os.path.basename(parent)} as the class)"
         )
     return "pass a folder of class folders (SRC/<class>/<image>) or of CIFAR batches"
-
-
-def load(item: Item, src: Storage, options: PackOptions, cache: dict) -> bytes:
-    """An image file's bytes, read as hostile input: a regular file (links followed), bounded by
-    the most an image of --max-pixels can take: every source's loader but CIFAR's.
-
-    Raises:
-        ImageError: the file is missing, unreadable, not a regular file, too large or empty.
-    """
-    from shardpack import images
-
-    limit = images.max_file_bytes(options.max_pixels)
-    try:
-        data = src.read(item.path, limit)
-    except FileTooLarge as e:
-        raise ImageError(item.key, f"{e}, the most an image of --max-pixels can take") from None
-    except RefusedFile as e:
-        raise ImageError(item.key, str(e)) from None
-    except OSError as e:
-        raise ImageError(item.key, f"cannot read ({e.strerror or e})") from None
-    if not data:
-        raise ImageError(item.key, "empty file")
-    return data
 
 
 # ---- object stores ---------------------------------------------------------------------------

@@ -5,26 +5,38 @@ other column a feature (hfcolumns).
 
 The scan reads each file a row group at a time, every column but the image's: an item keeps
 its file, row and small fields. A worker reads the image column of the row group an item lies
-in (a few kept at once), and hands the bytes on as they are; a row holding only a path reads
-that file under SRC, as any image file.
+in (a few kept at once), from a file whose size and mtime are still the scan's, and hands the
+bytes on as they are; a row holding only a path reads that file under SRC (or --root), as any
+image file.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import itertools
+import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from shardpack.errors import ImageError, SourceError
+from shardpack.errors import ImageError, SourceError, printable
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
-from shardpack.sources import Dataset, Item, Source
-from shardpack.sources.hflayout import SUFFIX, data_files
+from shardpack.sources.hflayout import SUFFIX, data_files, hub_named
 from shardpack.sources.pieces import OpenFiles
 from shardpack.sources.scanned import listed
-from shardpack.storage import Storage, is_url, storage_at
+from shardpack.sources.source import Dataset, Item, Source, read_image_file
+from shardpack.sources.tables.chunks import open_table
+from shardpack.sources.tables.parquet_reader import (
+    held_groups,
+    open_parquet,
+    out_of_memory,
+    read_group,
+    written_slices,
+)
+from shardpack.storage import Storage, storage_at
+from shardpack.storage.locations import stays_under
 
 if TYPE_CHECKING:
     from shardpack.sources.hfcolumns import Columns
@@ -34,10 +46,20 @@ KIND = "hf"
 # by MAX_ROW_GROUP_BYTES as it decodes (far beyond the 100 image rows a group `datasets` writes).
 _REWRITE = "datasets: to_parquet(batch_size=100)"  # how to write smaller row groups
 KEEP_FILES = 8  # Parquet files a worker keeps open
+# What to do about a row holding only an image's path (datasets keeps the path it was given
+# until the bytes are embedded: push_to_hub embeds them, to_parquet does not).
+_EMBED = (
+    "embed the images in the file (datasets: embed_table_storage, as push_to_hub does), "
+    "place them at that path under SRC, or pass --root FOLDER they are under"
+)
 # The row groups' image columns a worker keeps: a dataset of up to this much a worker reads
 # each row group once a shard, shuffled or not; beyond it, a shuffled shard reads a row group
 # again for a row of it met after others pushed it out.
 KEPT_GROUP_BYTES = 256 << 20
+# An item's position is its row, and above ROW_BITS 22 bits of its file's size and mtime at the
+# scan: a worker refuses a file rewritten since (rows in another order would give each record
+# another row's image under its own label). 2**40 rows are far past any dataset.
+ROW_BITS = 40
 
 
 class HfSource(Source):
@@ -46,6 +68,7 @@ class HfSource(Source):
     name = "hf"
     kinds = (KIND,)
     described = "a Hugging Face Parquet dataset"
+    own_options = (("root", "--root"),)  # the folder rows' image paths are under
 
     def recognise(
         self, root: Storage, options: PackOptions
@@ -70,8 +93,8 @@ class HfSource(Source):
         try:
             columns = _columns(first, required)
         except SourceError:
-            if required:
-                raise
+            if required or (files is not None and hub_named(files) and not _has_pyarrow()):
+                raise  # the Hub's own layout: no other source reads it, whatever is missing
             return None  # not ours to refuse: a manifest or a stray file (--source hf says why)
         return None if columns is None else (root, files)
 
@@ -85,6 +108,9 @@ class HfSource(Source):
         if options.classes is not None:
             raise SourceError(f"{root.path()}: a Hugging Face dataset brings its class names "
                               "(ClassLabel); drop --classes")  # fmt: skip
+        if options.root is not None and storage_at(options.root, storage_options).kind() != "dir":
+            raise SourceError(f"--root {options.root}: not a folder; pass the folder the rows' "
+                              "image paths are relative to")  # fmt: skip
         if files is None:  # a Parquet file: the items' paths are under its folder
             folder, _, name = root.root.rstrip("/").rpartition("/")
             root, files = storage_at(folder or "/", storage_options), {"train": [name]}
@@ -97,12 +123,18 @@ class HfSource(Source):
         return iter(())  # a row group's images are read together, by load
 
 
+def _has_pyarrow() -> bool:
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _open(file: Storage):
     """A Parquet file (a Storage rooted at it) as pyarrow's ParquetFile, opened without
     following a link; close(force=True) closes it (pyarrow closes a file it was handed only
     so)."""
-    from shardpack.sources.tables.chunks import open_table
-    from shardpack.sources.tables.parquet_reader import open_parquet
 
     f = open_table(file)
     try:
@@ -116,7 +148,7 @@ def _open(file: Storage):
 
 
 def _columns(file: Storage, required: bool) -> Columns | None:
-    from shardpack.sources.hfcolumns import columns_of
+    from shardpack.sources.hfcolumns import columns_of  # numpy: not for pack --help
 
     parquet = _open(file)
     try:
@@ -174,11 +206,12 @@ def _scan_file(
     skipped: list[tuple[str, str]],
 ) -> tuple[dict[str, Feature], frozenset[str]]:
     """Add one file's rows to `items` (bad ones to `skipped`); return the features as settled."""
+    # numpy: not for pack --help
     from shardpack.sources.hfcolumns import BadValue, columns_of, convert, label_of, settle
-    from shardpack.sources.tables.parquet_reader import held_groups
 
     features, ragged = typed
     path = folder.path(name)
+    stamp = _stamp(folder, name) << ROW_BITS  # before the read: a rewrite during it is seen
     parquet = _open(folder.child(name))
     try:
         if columns_of(parquet.schema_arrow, path, required=True) != columns:
@@ -189,31 +222,47 @@ def _scan_file(
         row = 0
         for group, table in enumerate(held_groups(parquet, path, wanted, _REWRITE)):
             meta = parquet.metadata.row_group(group)
-            values = table.to_pydict()
-            features, ragged = settle(features, ragged, values)
             size = _image_bytes(meta, columns.image) // max(meta.num_rows, 1)
-            for i in range(meta.num_rows):
-                key = f"{name}:{row + i}"
-                try:
-                    label = (
-                        None
-                        if columns.classes is None
-                        else label_of(values[LABEL][i], columns.classes, columns.multi_label)
-                    )
-                    fields = {n: convert(n, f, values[n][i]) for n, f in features.items()}
-                except BadValue as e:
-                    skipped.append((key, f"{name} row {row + i}: {e}"))
-                    continue
-                items.append(Item(key, label, name, size, row + i, fields))  # fmt: skip
-            row += meta.num_rows
+            for part in written_slices(parquet, table, meta.num_rows):
+                values = part.to_pydict()
+                features, ragged = settle(features, ragged, values)
+                for i in range(part.num_rows):
+                    key = f"{name}:{row + i}"
+                    try:
+                        label = (
+                            None
+                            if columns.classes is None
+                            else label_of(values[LABEL][i], columns.classes, columns.multi_label)
+                        )
+                        fields = {n: convert(n, f, values[n][i]) for n, f in features.items()}
+                    except BadValue as e:
+                        skipped.append((key, f"{name} row {row + i}: {e}"))
+                        continue
+                    items.append(Item(key, label, name, size, stamp | row + i, fields))  # fmt: skip
+                row += part.num_rows
             listed(meta.num_rows)
     except SourceError:
         raise
+    except MemoryError:
+        raise out_of_memory(path) from None
     except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
         raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
     finally:
         parquet.close(force=True)
     return features, ragged
+
+
+def _stamp(folder: Storage, name: str) -> int:
+    """22 bits of a file's size and modification time (its size alone on a store that gives no
+    local path), as the scan and each worker see it."""
+    local = folder.local_path(name)
+    try:
+        st = os.stat(local) if local is not None else None
+        seen = (st.st_size, st.st_mtime_ns) if st is not None else (folder.size(name), 0)
+    except OSError as e:
+        raise SourceError(f"{folder.path(name)}: cannot read ({e.strerror or e})") from None
+    digest = hashlib.blake2b(repr(seen).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") >> 10
 
 
 def _image_bytes(meta, image: str) -> int:
@@ -233,8 +282,9 @@ class _File:
     """One Parquet file open in a worker, with where each row group starts."""
 
     def __init__(self, folder: Storage, name: str) -> None:
-        from shardpack.sources.hfcolumns import columns_of
+        from shardpack.sources.hfcolumns import columns_of  # numpy: not for pack --help
 
+        self.stamp = _stamp(folder, name)
         self.parquet = _open(folder.child(name))
         self.path = folder.path(name)
         self.image = columns_of(self.parquet.schema_arrow, self.path, required=True).image
@@ -252,13 +302,19 @@ class _File:
 
     def images(self, group: int):
         """A row group's image column (pyarrow's), read whole."""
-        from shardpack.sources.tables.parquet_reader import read_group
 
         table, _ = read_group(self.parquet, self.path, group, [self.image], _REWRITE)
         return table.column(0)
 
     def close(self) -> None:
         self.parquet.close(force=True)
+
+
+_ROWS = (1 << ROW_BITS) - 1  # an item position's row
+
+
+class FileChanged(SourceError):
+    """A Parquet file rewritten between the scan and a worker's read."""
 
 
 class _Rows:
@@ -270,10 +326,19 @@ class _Rows:
         self.groups: OrderedDict[tuple[str, int], object] = OrderedDict()
         self.kept = 0
 
-    def image(self, name: str, row: int) -> dict | None:
-        """Row `row` of file `name`: its image struct {"bytes": ..., "path": ...}, or None."""
+    def image(self, name: str, position: int) -> dict | None:
+        """The row at an item's `position` in file `name`: its image struct {"bytes": ...,
+        "path": ...}, or None.
+
+        Raises:
+            FileChanged: the file's size or mtime is not the scan's.
+        """
         file = self.files.get(name)
-        group, offset = file.locate(row)
+        if position >> ROW_BITS != file.stamp:
+            raise FileChanged(f"{file.path}: changed since the scan (its size or modification "
+                              "time differs), so its rows may no longer be those listed; "
+                              "pack again")  # fmt: skip
+        group, offset = file.locate(position & _ROWS)
         column = self.groups.get((name, group))
         if column is None:
             while self.groups and self.kept > KEPT_GROUP_BYTES:
@@ -285,20 +350,22 @@ class _Rows:
 
 
 def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
-    """An item's image bytes from its row, as stored; or the file its row names, under SRC.
+    """An item's image bytes from its row, as stored; or the file its row names, under SRC (or
+    --root).
 
     Raises:
-        ImageError: the row has no image, its file is gone or changed, or the path it names is
-            not a file under SRC.
+        ImageError: the row has no image, the path it names is not a file under SRC (or
+            --root), or its file is gone.
+        SourceError: its Parquet file changed since the scan.
     """
-    from shardpack.sources.folder import load as load_file
-
     rows = cache.get(KIND)
     if rows is None:
         rows = cache[KIND] = _Rows(root)
-    where = f"{item.path} row {item.position}"
+    where = f"{item.path} row {item.position & _ROWS}"
     try:
         image = rows.image(item.path, item.position)
+    except FileChanged:
+        raise
     except (SourceError, IndexError, OSError, ValueError) as e:  # pyarrow's: OSError, ValueError
         raise ImageError(item.key, f"{where}: cannot read it ({e}); was it changed?") from None
     data, path = image.get("bytes") if image else None, image.get("path") if image else None
@@ -306,9 +373,19 @@ def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
         return data
     if not path:
         raise ImageError(item.key, f"{where}: no image (neither bytes nor a path)")
-    if is_url(path) or path.startswith("/") or ".." in path.split("/"):
-        raise ImageError(item.key, f"{where}: image path {path!r} is not a file under SRC")
-    return load_file(item._replace(path=path), root, options, cache)
+    base = "SRC" if options.root is None else "--root"
+    if not stays_under(path):
+        raise ImageError(item.key, f"{where}: holds no image bytes, only the path "
+                         f"'{printable(path)}', which is not a file under {base}; "
+                         f"{_EMBED}")  # fmt: skip
+    if options.root is not None:
+        root = cache.get("hf.root") or cache.setdefault("hf.root", storage_at(options.root))
+    try:
+        return read_image_file(item._replace(path=path), root, options)
+    except ImageError as e:
+        raise ImageError(item.key, f"{where}: holds no image bytes, only the path "
+                         f"'{printable(path)}' ({base}/{printable(path)}: {e.reason}); "
+                         f"{_EMBED}") from None  # fmt: skip
 
 
 SOURCE = HfSource()

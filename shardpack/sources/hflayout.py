@@ -9,10 +9,9 @@ No pyarrow here: recognising SRC and `pack --help` stay light.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 
-from shardpack.errors import SourceError
+from shardpack.errors import SourceError, printable
 from shardpack.storage import Storage
 
 # datasets' SPLIT_KEYWORDS: the split a folder or file name beginning with each word holds.
@@ -29,6 +28,14 @@ SUFFIX = ".parquet"
 README = "README.md"
 MAX_README_BYTES = 1 << 20  # a dataset card; its YAML header is a few KB
 MAX_FILES = 100_000  # Parquet files of one dataset: the Hub's largest hold a few thousand
+# A card's configs, each YAML alias counted at every use: a 41 KB card of aliases expands to
+# millions of patterns. The Hub's cards hold a few dozen values.
+MAX_CARD_VALUES = 100_000
+# Distinct wildcard patterns of a card, each matched against every Parquet file found.
+MAX_GLOBS = 1_000
+# Folders below a pattern's fixed part that a `**` reaches (and that are walked to find out).
+MAX_DEPTH = 64
+_MAGIC = re.compile(r"[*?\[]")  # what makes a pattern a glob (fsspec's has_magic)
 
 
 def data_files(root: Storage, required: bool) -> dict[str, list[str]] | None:
@@ -63,6 +70,12 @@ def data_files(root: Storage, required: bool) -> dict[str, list[str]] | None:
         if split is not None:
             by_name.setdefault(split, []).append(name)
     return _ordered(by_name) if by_name else {"train": files} if files else None
+
+
+def hub_named(files: dict[str, list[str]]) -> bool:
+    """Whether files are named as the Hub names them (data/{split}-NNNNN-of-NNNNN.parquet)."""
+    return any(name.startswith("data/") and _SHARDED.fullmatch(name.rpartition("/")[2])
+               for names in files.values() for name in names)  # fmt: skip
 
 
 def _ordered(splits: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -153,8 +166,25 @@ def _configured(root: Storage) -> dict[str, list[str]] | None:
     configs = card.get("configs") if isinstance(card, dict) else None
     if not configs:
         return None
+    _bounded(configs, path)
     config = _default_config(configs, path)
     return _resolve(root, _patterns(config.get("data_files"), path), path)
+
+
+def _bounded(configs: object, path: str) -> None:
+    """Refuse configs of more than MAX_CARD_VALUES values, counting a value (a YAML alias's, or
+    one inside itself) at every place it appears, as matching them would."""
+    count, left = 0, [configs]
+    while left:
+        value = left.pop()
+        count += 1
+        if count > MAX_CARD_VALUES:
+            raise SourceError(f"{path}: its configs expand to over {MAX_CARD_VALUES:,} values "
+                              "(YAML aliases repeat them); write them out plainly")  # fmt: skip
+        if isinstance(value, dict):
+            left += [*value.keys(), *value.values()]
+        elif isinstance(value, list):
+            left += value
 
 
 def _default_config(configs: object, path: str) -> dict:
@@ -192,33 +222,137 @@ def _patterns(data_files: object, path: str) -> dict[str, list[str]]:
 
 
 def _resolve(root: Storage, patterns: dict[str, list[str]], path: str) -> dict[str, list[str]]:
-    """Each split's patterns matched against the Parquet files below their fixed folders ({}
-    when they match none)."""
+    """Each split's patterns matched, as `datasets` matches them, against the Parquet files
+    under the folders they name, walked once ({} when they match none)."""
+    globs = {_checked_split(root, split): list(dict.fromkeys(_checked(p, path) for p in found))
+             for split, found in patterns.items()}  # fmt: skip
+    every = {pattern for found in globs.values() for pattern in found}
+    wild = {pattern: _glob(pattern, path) for pattern in every if _MAGIC.search(pattern)}
+    if len(wild) > MAX_GLOBS:
+        raise SourceError(f"{path}: its configs hold {len(wild):,} wildcard patterns (over "
+                          f"{MAX_GLOBS:,}); name fewer")  # fmt: skip
+    top = _common(every)
+    depth = max((_depth(p, top) for p in every), default=0)
+    files = set(_walk(root, top, depth, path))
     resolved: dict[str, list[str]] = {}
-    for split, globs in patterns.items():
-        split = _checked_split(root, split)
-        files: set[str] = set()
-        for pattern in globs:
-            pattern = pattern.removeprefix("./")
-            if ".." in pattern.split("/"):
-                raise SourceError(f"{path}: data_files pattern {pattern!r} climbs out of the "
-                                  "dataset's folder; fix the YAML header")  # fmt: skip
-            fixed = re.split(r"[*?\[]", pattern)[0].rpartition("/")[0]
-            for name in _walk(root, fixed, path):
-                full = f"{fixed}/{name}" if fixed else name
-                if fnmatch.fnmatchcase(full, pattern):
-                    files.add(full)
-        if files:
-            resolved[split] = sorted(files)
+    for split, found in globs.items():
+        matched: set[str] = set()
+        for pattern in found:
+            regex = wild.get(pattern)
+            if regex is None:
+                matched.update({pattern} & files)
+            else:
+                matched.update(f for f in files if regex.match(f) and _requested(f, pattern))
+        if matched:
+            resolved[split] = sorted(matched)
     return resolved
 
 
-def _walk(root: Storage, folder: str, path: str) -> list[str]:
-    """The Parquet files below a folder of root (at most MAX_FILES)."""
+def _checked(pattern: str, path: str) -> str:
+    """A data_files pattern, refused unless it names files under the dataset's folder."""
+    pattern = pattern.removeprefix("./")
+    if pattern.startswith(("/", "\\")) or "://" in pattern or re.match(r"[A-Za-z]:", pattern):
+        raise SourceError(f"{path}: data_files pattern '{printable(pattern)}' names files "
+                          "outside the dataset's folder; give paths relative to it")  # fmt: skip
+    if ".." in pattern.split("/"):
+        raise SourceError(f"{path}: data_files pattern '{printable(pattern)}' climbs out of "
+                          "the dataset's folder; fix the YAML header")  # fmt: skip
+    return pattern
+
+
+def _common(patterns: set[str]) -> str:
+    """The deepest folder every pattern lies under (its parts before the first wildcard)."""
+    fixed = [_MAGIC.split(p)[0].split("/")[:-1] for p in patterns]
+    common: list[str] = []
+    for parts in zip(*fixed, strict=False) if fixed else ():
+        if len(set(parts)) > 1:
+            break
+        common.append(parts[0])
+    return "/".join(common)
+
+
+def _depth(pattern: str, top: str) -> int:
+    """How many folders deep below `top` a pattern reaches (MAX_DEPTH with a `**`)."""
+    rest = pattern[len(top) + 1 :] if top else pattern
+    return MAX_DEPTH if "**" in rest.split("/") else rest.count("/")
+
+
+def _glob(pattern: str, path: str) -> re.Pattern:
+    """A pattern as fsspec's glob (which `datasets` uses) reads it: `*` and `?` stay within a
+    folder, a `**` part spans any number of folders."""
+    parts = pattern.split("/")
+    regex = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            regex.append(".*" if last else "(?:.+/)?")
+            continue
+        if "**" in part:
+            raise SourceError(f"{path}: data_files pattern '{printable(pattern)}' holds '**' "
+                              "inside a name; '**' must be a whole path part")  # fmt: skip
+        regex.append("[^/]+" if part == "*" else _part(part))
+        regex.append("" if last else "/")
+    try:
+        return re.compile("".join(regex) + r"\Z", re.S)
+    except re.error as e:
+        raise SourceError(f"{path}: data_files pattern '{printable(pattern)}' is not a glob "
+                          f"({e}); fix the YAML header") from None  # fmt: skip
+
+
+def _part(part: str) -> str:
+    """One path part of a glob as a regular expression (fnmatch's rules, `/` never matched)."""
+    regex, i = [], 0
+    while i < len(part):
+        c, i = part[i], i + 1
+        if c == "*":
+            regex.append("[^/]*")
+        elif c == "?":
+            regex.append("[^/]")
+        elif c == "[" and (end := part.find("]", i + 1 + (part[i : i + 1] == "!"))) > 0:
+            body = re.sub(r"([&~|\\\[])", r"\\\1", part[i:end])
+            body = f"^{body[1:]}" if body.startswith("!") else "\\" * body.startswith("^") + body
+            regex.append(f"[{body}]")
+            i = end + 1
+        else:
+            regex.append(re.escape(c))
+    return "".join(regex)
+
+
+def _requested(name: str, pattern: str) -> bool:
+    """Whether `datasets` keeps a file its pattern matched: one in a hidden folder (.x) or a
+    special one (__x) only where the pattern names such a part itself."""
+    folders, spelled = name.split("/"), pattern.split("/")
+    return sum(p.startswith(".") and set(p) != {"."} for p in folders) == sum(
+        p.startswith(".") and set(p) != {"."} for p in spelled
+    ) and sum(p.startswith("__") for p in folders[:-1]) == sum(
+        p.startswith("__") for p in spelled[:-1]
+    )
+
+
+def _walk(root: Storage, folder: str, depth: int, path: str) -> list[str]:
+    """The Parquet files in a folder of root and up to `depth` folders below it, as names
+    relative to root (at most MAX_FILES); one folder deeper than MAX_DEPTH is refused."""
     if folder and root.kind(folder) != "dir":
         return []
-    names = [entry.name for entry in root.walk(folder) if entry.name.endswith(SUFFIX)]
-    if len(names) > MAX_FILES:
-        raise SourceError(f"{path}: a data_files pattern reaches {len(names)} Parquet files "
-                          f"(over {MAX_FILES}); narrow it")  # fmt: skip
+    names, folders = [], [(folder, 0)]
+    while folders:
+        below, level = folders.pop()
+        try:
+            entries = root.listdir(below)
+        except OSError:
+            continue
+        for entry in entries:
+            name = f"{below}/{entry.name}" if below else entry.name
+            if not entry.is_dir:
+                names += [name] if entry.name.endswith(SUFFIX) else []
+            elif level < depth:
+                folders.append((name, level + 1))
+            elif depth == MAX_DEPTH:
+                raise SourceError(f"{root.path(folder)}: holds folders nested over {MAX_DEPTH} "
+                                  f"deep, where {path}'s data_files patterns look (a '**'); "
+                                  "move them, or name the files' folders in the "
+                                  "patterns")  # fmt: skip
+        if len(names) > MAX_FILES:
+            raise SourceError(f"{path}: its data_files patterns reach over {MAX_FILES:,} "
+                              "Parquet files; narrow them")  # fmt: skip
     return names

@@ -32,19 +32,19 @@ from typing import TYPE_CHECKING, NamedTuple
 from shardpack.errors import SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import NO_FIELDS, Dataset, Item, Source
 from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.folder import few, folder_entries
+from shardpack.sources.source import NO_FIELDS, Dataset, Item, Source
 from shardpack.sources.tables.files import (
     METADATA_FILES,
     SUFFIXES,
     line_name,
     manifest_file,
-    normal_path,
 )
-from shardpack.storage import EXTRAS, Blob, Entry, Storage, is_url, storage_at
+from shardpack.storage import Blob, Entry, Storage, is_url, storage_at
+from shardpack.storage.locations import joined, normal
 from shardpack.storage.srcfiles import not_regular
-from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, is_web_url
+from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
 
 if TYPE_CHECKING:
     from shardpack.sources.tables.kinds import LabelInfo
@@ -56,11 +56,6 @@ DEFAULT_SPLIT = "train"
 # What the planner takes an http(s) URL's image to weigh, unfetched: a web photo's typical size
 # (LAION's median original is ~100 KB); 1,024 of them make a --shard-size 128MiB shard.
 URL_BYTES = 128 << 10
-# URL schemes an image path may have: the web's, the local disk's (file://, local://: as an
-# absolute path) and object stores' (fsspec; memory:// for tests). Another that fsspec knows
-# (ftp://, sftp://, smb://) would connect where no address is checked: refused by name.
-_SCHEMES = frozenset({*WEB_SCHEMES, "file", "local", *EXTRAS, "az", "abfs", "abfss", "memory",
-                      "hf"})  # fmt: skip
 
 
 def is_manifest_name(path: str) -> bool:
@@ -252,7 +247,7 @@ def _under(prefix: str, path: str) -> str:
     """A row's relative image path as under the folder above its split folder."""
     if not prefix or is_url(path) or os.path.isabs(path):
         return path
-    return normal_path(prefix + path)
+    return normal(prefix + path)
 
 
 def _folder_split(path: str) -> str | None:
@@ -448,11 +443,10 @@ class ImageRoot(Storage):
 
     def web_url(self, name: str) -> str | None:
         """The http(s) URL an image path names (itself, or under an http(s) root), else None."""
-        if is_web_url(name):
-            return name
-        if self._web and not is_url(name) and not os.path.isabs(name):
-            return normal_path(f"{self.root}/{name}")
-        return None
+        if not self._web and not is_web_url(name):
+            return None  # most names: nothing to join
+        url = joined(self.root, name)
+        return url if is_web_url(url) else None
 
     def fetcher(self) -> Fetcher:
         """This process's Fetcher of image URLs."""
@@ -465,7 +459,7 @@ class ImageRoot(Storage):
     def where(self, name: str) -> tuple[Storage, str]:
         """The storage an image path is read from, and its name there."""
         if self._climbs and (name == ".." or name.startswith("../")):
-            name = normal_path(f"{self.root}/{name}")  # an object store has no "..": climb here
+            name = normal(f"{self.root}/{name}")  # an object store has no "..": climb here
         if is_url(name):
             folder, _, file = name.rpartition("/")
         elif os.path.isabs(name):
@@ -507,7 +501,7 @@ class ImageRoot(Storage):
         if first is None:
             yield self
             return
-        from shardpack.storage.fetch import Prefetch
+        from shardpack.storage.fetch import Prefetch  # the network stack: workers only
 
         ahead = Prefetch(self.fetcher(), itertools.chain((first,), urls), limit)
         try:
@@ -548,9 +542,8 @@ class _Sizes:
         self.listings: dict[tuple[str, str], dict[str, Entry] | str] = {}
 
     def of(self, path: str) -> int:
-        if is_url(path) and (scheme := path.partition("://")[0].lower()) not in _SCHEMES:
-            raise _Bad(f"image {path}: refused scheme: {scheme}:// is not http(s), the local "
-                       "disk's or an object store's")  # fmt: skip
+        if (why := refused_scheme(path)) is not None:
+            raise _Bad(f"image {path}: {why}")
         if self.images.web_url(path) is not None:
             return URL_BYTES  # no request a row: the worker's read bounds it
         storage, name = self.images.where(path)

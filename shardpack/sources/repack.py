@@ -15,12 +15,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from shardpack.errors import ImageError, IndexFormatError, RecordError, SourceError
-from shardpack.index import FORMAT, INDEX_NAME, Index, load_index
+from shardpack.index import FORMAT, Index, load_index, record_fault
+from shardpack.layout import INDEX_NAME
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
-from shardpack.sources import Dataset, FieldValue, Item, Source
 from shardpack.sources.pieces import OpenFiles
 from shardpack.sources.scanned import listed
+from shardpack.sources.source import Dataset, FieldValue, Item, Source
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:
@@ -160,8 +161,6 @@ def _records(index: Index, shard) -> Iterator[tuple[int, object]]:
 
 def _fault(example, schema) -> str | None:
     """What makes a record unfit to pack again, or None."""
-    from shardpack.read.stream import record_fault
-
     if isinstance(example, RecordError):
         return example.reason
     return record_fault(example, schema)

@@ -119,6 +119,78 @@ class _Refused(Exception):
     """What the file holds that the real files never do, in a few words."""
 
 
+class _Model:
+    """The unpickler's stack, marks and memo as _walk models them: nodes, not values."""
+
+    def __init__(self) -> None:
+        self.stack: list[_Node] = []
+        self.marks: list[int] = []
+        self.memo: dict[int, _Node] = {}
+
+    def push(self, node: _Node) -> None:
+        if node.depth > MAX_DEPTH:
+            raise _Refused(f"values nested more than {MAX_DEPTH} deep")
+        self.stack.append(node)
+
+    def pop_mark(self) -> list[_Node]:
+        start = self.marks.pop()
+        items = self.stack[start:]
+        del self.stack[start:]
+        return items
+
+    def target(self) -> _Node:
+        node = self.stack[-1]
+        if not node.mutable or node.shared:
+            raise _Refused("a value changed after it was shared")
+        return node
+
+    def run(self, name: str, arg) -> None:
+        """Model one opcode past the scalars, strings and memo puts (_walk's own loop)."""
+        stack = self.stack
+        if name not in _ALLOWED:
+            raise _Refused(f"the opcode {name}")
+        if name == "MARK":
+            if len(self.marks) >= MAX_DEPTH:
+                raise _Refused(f"values nested more than {MAX_DEPTH} deep")
+            self.marks.append(len(stack))
+        elif name in ("EMPTY_DICT", "EMPTY_LIST"):
+            self.push(_Node(1, mutable=True))
+        elif name == "EMPTY_TUPLE":
+            self.push(_Node(1))
+        elif name in _TUPLES:
+            items = stack[-_TUPLES[name] :]
+            del stack[-_TUPLES[name] :]
+            self.push(_grown(_Node(1), items))
+        elif name in ("TUPLE", "LIST", "DICT"):
+            self.push(_grown(_Node(1, mutable=name != "TUPLE"), self.pop_mark()))
+        elif name in ("APPEND", "SETITEM"):
+            items = [stack.pop() for _ in range(1 if name == "APPEND" else 2)]
+            _grown(self.target(), items)
+        elif name in ("APPENDS", "SETITEMS", "BUILD"):
+            items = self.pop_mark() if name != "BUILD" else [stack.pop()]
+            _grown(self.target(), items)  # what they are added to: below them on the stack
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            node = self.memo[arg]  # a KeyError for a missing entry: not a readable pickle
+            node.shared = True
+            self.push(node)
+        elif name in ("GLOBAL", "STACK_GLOBAL"):
+            self.push(_global(name, arg, stack))
+        elif name == "REDUCE":
+            args, func = stack.pop(), stack.pop()
+            if func.call is None:
+                raise _Refused("a call of something other than a named global")
+            self.push(_Node(1 + args.depth, mutable=True))
+        # PROTO, STOP, FRAME (_walk keeps its end): nothing to model
+
+
+def _grown(node: _Node, children: list[_Node]) -> _Node:
+    """`node` with its depth past its children's, refused past MAX_DEPTH."""
+    node.depth = max(node.depth, 1 + max((c.depth for c in children), default=0))
+    if node.depth > MAX_DEPTH:
+        raise _Refused(f"values nested more than {MAX_DEPTH} deep")
+    return node
+
+
 def _walk(data: bytes) -> list[tuple[int, slice]]:
     """Gate 1: run the opcodes on a model of the stack, refusing the first one out of bounds.
 
@@ -126,34 +198,10 @@ def _walk(data: bytes) -> list[tuple[int, slice]]:
     frame, its offset and the slice its bytes occupy: what the load hands the unpickler as a
     view instead (a frame's length counts its bytes, so one inside is left as it is).
     """
-    stack: list[_Node] = []
-    marks: list[int] = []
-    memo: dict[int, _Node] = {}
+    model = _Model()
+    stack, memo = model.stack, model.memo
     lifted: list[tuple[int, slice]] = []
     frame_end = 0
-
-    def push(node: _Node) -> None:
-        if node.depth > MAX_DEPTH:
-            raise _Refused(f"values nested more than {MAX_DEPTH} deep")
-        stack.append(node)
-
-    def pop_mark() -> list[_Node]:
-        start = marks.pop()
-        items = stack[start:]
-        del stack[start:]
-        return items
-
-    def target() -> _Node:
-        node = stack[-1]
-        if not node.mutable or node.shared:
-            raise _Refused("a value changed after it was shared")
-        return node
-
-    def grow(node: _Node, children: list[_Node]) -> None:
-        node.depth = max(node.depth, 1 + max((c.depth for c in children), default=0))
-        if node.depth > MAX_DEPTH:
-            raise _Refused(f"values nested more than {MAX_DEPTH} deep")
-
     for count, (name, arg, pos) in enumerate(_ops(data), 1):
         if count > MAX_OPCODES:
             raise _Refused(f"more than {MAX_OPCODES} opcodes")
@@ -174,46 +222,10 @@ def _walk(data: bytes) -> list[tuple[int, slice]]:
             if not 0 <= index < MAX_MEMO:
                 raise _Refused(f"a memo of more than {MAX_MEMO} entries")
             memo[index] = stack[-1]
-        elif name not in _ALLOWED:
-            raise _Refused(f"the opcode {name}")
-        elif name == "MARK":
-            if len(marks) >= MAX_DEPTH:
-                raise _Refused(f"values nested more than {MAX_DEPTH} deep")
-            marks.append(len(stack))
-        elif name in ("EMPTY_DICT", "EMPTY_LIST"):
-            push(_Node(1, mutable=True))
-        elif name == "EMPTY_TUPLE":
-            push(_Node(1))
-        elif name in _TUPLES:
-            items = stack[-_TUPLES[name] :]
-            del stack[-_TUPLES[name] :]
-            node = _Node(1)
-            grow(node, items)
-            push(node)
-        elif name in ("TUPLE", "LIST", "DICT"):
-            node = _Node(1, mutable=name != "TUPLE")
-            grow(node, pop_mark())
-            push(node)
-        elif name in ("APPEND", "SETITEM"):
-            items = [stack.pop() for _ in range(1 if name == "APPEND" else 2)]
-            grow(target(), items)
-        elif name in ("APPENDS", "SETITEMS", "BUILD"):
-            items = pop_mark() if name != "BUILD" else [stack.pop()]
-            grow(target(), items)
-        elif name in ("GET", "BINGET", "LONG_BINGET"):
-            node = memo[arg]  # a KeyError for a missing entry: not a readable pickle
-            node.shared = True
-            push(node)
-        elif name in ("GLOBAL", "STACK_GLOBAL"):
-            push(_global(name, arg, stack))
-        elif name == "REDUCE":
-            args, func = stack.pop(), stack.pop()
-            if func.call is None:
-                raise _Refused("a call of something other than a named global")
-            push(_Node(1 + args.depth, mutable=True))
         elif name == "FRAME":
             frame_end = pos + 9 + arg  # the opcode, its 8-byte length, then the frame
-        # PROTO, STOP: nothing to model
+        else:
+            model.run(name, arg)
     return lifted
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from shardpack.errors import SourceError
 
 if TYPE_CHECKING:  # planning data only: the names are needed for type hints
-    from shardpack.sources import Dataset
+    from shardpack.sources.source import Dataset
 
 
 def _stratum(label: int | tuple[int, ...] | None) -> tuple[int, ...]:

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from shardpack.errors import SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.classlist import class_list, labelled
 from shardpack.sources.folder import (
     IMAGE_EXTENSIONS,
@@ -18,6 +17,7 @@ from shardpack.sources.folder import (
     left_out_by_classes,
     list_class_folders,
 )
+from shardpack.sources.source import Dataset, Item, Source
 from shardpack.storage import Storage
 
 

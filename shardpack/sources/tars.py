@@ -16,15 +16,16 @@ import os
 import re
 import tarfile
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 from shardpack.errors import ImageError, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema
-from shardpack.sources import Dataset, Item, Source
 from shardpack.sources.classlist import MAX_CLASSES
 from shardpack.sources.pieces import kept_open
 from shardpack.sources.scanned import listed
+from shardpack.sources.source import Dataset, Item, Source
 from shardpack.storage import Blob, Storage, storage_at
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm")
@@ -34,6 +35,16 @@ TEXT, JSON = "txt", "json"
 MAX_MEMBER_BYTES = 16 * 2**20
 # A pax or GNU long-name header tarfile reads whole: a name and a few attributes.
 MAX_HEADER_BYTES = 2**20
+# The small members the scan keeps for every sample (captions, json, masks): what the tars
+# store, so a hostile tar costs its own size at most; past this many bytes in all, refused.
+MAX_KEPT_BYTES = 4 * 2**30
+# A range bound longer than this is no tar count (and int() refuses 4,300 digits with a trace).
+_MAX_RANGE_DIGITS = 18
+_BLOCK = 512  # a tar header, and the unit members are padded to
+_REGULAR = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
+# Blocks past an early end tried as headers before the count of what it lost stops (32 MiB
+# of what is no tar: a second or two).
+_MAX_LOST_TRIES = 2**16
 # webdataset's tar_file_iterator: metadata members skipped; base_plus_ext: key and extension.
 _META = re.compile(r"__[^/]*__($|/)")
 _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -88,11 +99,17 @@ class TarSource(Source):
     def load(self, item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
         try:
             blob = kept_open(cache, "tar.files", root.open).get(item.path)
+            header = blob.pread(_BLOCK, item.position - _BLOCK)
             data = blob.pread(item.size, item.position)
         except OSError as e:
             raise ImageError(item.key, f"cannot read its tar ({e.strerror or e})") from None
         if len(data) != item.size:
             raise ImageError(item.key, "the tar ends inside the image (truncated since listed)")
+        tar = item.path or os.path.basename(root.path())
+        if not _heads(header, item.key[len(tar) + 1 :], item.size):
+            raise ImageError(item.key, f"{root.path(item.path)}: changed since the scan (no "
+                                       f"header of this sample's image of {item.size:,} bytes at "
+                                       f"byte {item.position - _BLOCK:,}); pack again")  # fmt: skip
         return data
 
     def item_files(self, items: Iterable[Item]) -> Iterator[tuple[str, int]]:
@@ -105,25 +122,95 @@ def _pattern(where: str) -> bool:
 
 
 def _expand(pattern: str, where: str) -> list[str]:
-    """A brace pattern's names, as webdataset's braceexpand gives them ({0..9}, {a,b})."""
+    """A brace pattern's names, as webdataset's braceexpand gives them ({0..9}, {a,b}): counted
+    first, so that {0..99999999999} is refused before a name is made."""
+    count, name = 1, pattern
+    while "{" in name and count <= _MAX_PATTERN_NAMES:  # each brace multiplies the names
+        found, values = _brace(name, where)
+        count *= len(values)
+        name = name[: found.start()] + (values[0] if values else "") + name[found.end() :]
+    if count > _MAX_PATTERN_NAMES:
+        raise SourceError(f"{where}: names over {_MAX_PATTERN_NAMES:,} tars; {_PASS}")
     names = [pattern]
     while any("{" in name for name in names):
         expanded = []
         for name in names:
-            found = _RANGE.search(name)
-            if found:
-                first, last = found[1], found[2]
-                width = len(first) if first.startswith("0") else 0
-                values = [f"{i:0{width}d}" for i in range(int(first), int(last) + 1)]
-            elif found := _CHOICES.search(name):
-                values = found[1].split(",")
-            else:
-                raise SourceError(f"{where}: a brace that is not {{a..b}} or {{x,y}}; {_PASS}")
+            found, values = _brace(name, where)
             expanded += [name[: found.start()] + v + name[found.end() :] for v in values]
             if len(expanded) > _MAX_PATTERN_NAMES:
                 raise SourceError(f"{where}: names over {_MAX_PATTERN_NAMES:,} tars; {_PASS}")
         names = expanded
     return names
+
+
+def _brace(name: str, where: str) -> tuple[re.Match, Sequence[str]]:
+    """The first brace of `name` and its values (a range's made only as they are asked for)."""
+    found = _RANGE.search(name)
+    if found:
+        first, last = found[1], found[2]
+        if max(len(first), len(last)) > _MAX_RANGE_DIGITS:
+            raise SourceError(f"{where}: a range bound of {max(len(first), len(last)):,} digits "
+                              f"(at most {_MAX_RANGE_DIGITS}); {_PASS}")  # fmt: skip
+        return found, _Range(int(first), int(last), len(first) if first.startswith("0") else 0)
+    if found := _CHOICES.search(name):
+        return found, found[1].split(",")
+    raise SourceError(f"{where}: a brace that is not {{a..b}} or {{x,y}}; {_PASS}")
+
+
+class _Range(Sequence[str]):
+    """{first..last}'s names, zero-padded to `width`, made one at a time."""
+
+    def __init__(self, first: int, last: int, width: int) -> None:
+        self.numbers, self.width = range(first, last + 1), width
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        return f"{self.numbers[i]:0{self.width}d}"
+
+
+def _heads(header: bytes, key: str, size: int) -> bool:
+    """Whether a tar header is still the one the scan found before a sample's image: a
+    regular member of `size` bytes named as sample `key` (one a tar repeats: `key#n`). Its
+    fields are read as tarfile's frombuf reads them, but only these three (frombuf reads all:
+    tens of microseconds an image)."""
+    if len(header) != _BLOCK or header[156:157] not in _REGULAR:
+        return False
+    field = header[124:136]
+    if field[0] & 0x80:  # base-256, as GNU writes sizes of 8 GiB and more; 0xff: negative
+        stated = -1 if field[0] == 0xFF else int.from_bytes(field[1:], "big")
+    else:
+        try:
+            stated = int(field.split(b"\0", 1)[0].strip() or b"0", 8)
+        except ValueError:
+            return False
+    if stated != size:
+        return False
+    name = header[:100].split(b"\0", 1)[0]
+    if header[345]:  # a ustar prefix
+        name = header[345:500].split(b"\0", 1)[0] + b"/" + name
+    return _named(name.decode(tarfile.ENCODING, "surrogateescape"), key)
+
+
+def _named(name: str, key: str) -> bool:
+    """Whether a header's name is one of sample `key`'s members (one a tar repeats: `key#n`):
+    in full, or the stand-in a pax or GNU header leaves for a long or non-ASCII name (cut at
+    100 bytes, `?` for each character that is not ASCII)."""
+    if (
+        name.startswith(key)
+        and name[len(key) : len(key) + 1] == "."
+        and "/" not in name[len(key) :]
+    ):
+        return True  # key, then an extension: a key's base name holds no dot
+    if (again := re.fullmatch(r"(.*)#\d+", key)) is not None and _named(name, again[1]):
+        return True
+    stored = name.encode(tarfile.ENCODING, "surrogateescape")
+    for form in (key, key.encode("ascii", "replace").decode()):
+        whole = f"{form}.".encode(tarfile.ENCODING, "surrogateescape")
+        if stored.startswith(whole) or (len(stored) >= 100 and whole.startswith(stored)):
+            return True
+    return False
 
 
 class _Sample:
@@ -139,19 +226,20 @@ class _Sample:
 
 def scan_tars(root: Storage, names: list[str], options: PackOptions) -> Dataset:
     """Every sample of the tars `names` in `root`, in order."""
-    from shardpack import images
+    from shardpack import images  # numpy: not for pack --help
 
-    limit = images.max_file_bytes(options.max_pixels)
+    limit, kept = images.max_file_bytes(options.max_pixels), [0]
     samples: list[_Sample] = []
     for name in names:
-        found = _read_tar(root, name, limit)
+        found = _read_tar(root, name, limit, kept)
         samples += found
         listed(len(found))
     return _dataset(root, samples, options)
 
 
-def _read_tar(root: Storage, name: str, limit: int) -> list[_Sample]:
-    """The samples of one tar: headers read, small members' bytes kept."""
+def _read_tar(root: Storage, name: str, limit: int, kept: list[int]) -> list[_Sample]:
+    """The samples of one tar: headers read, small members' bytes kept (`kept`: the bytes kept
+    so far, over every tar)."""
     path = root.path(name)
     try:
         blob = root.open(name)
@@ -161,22 +249,84 @@ def _read_tar(root: Storage, name: str, limit: int) -> list[_Sample]:
         samples = list(_group(_members(blob, path), name, name or os.path.basename(path)))
         for sample in samples:
             if sample.why is None:
-                _read_small(blob, sample, limit)
+                kept[0] += _read_small(blob, sample, limit)
+            if kept[0] > MAX_KEPT_BYTES:
+                raise SourceError(f"{path}: the tars' members but the images (captions, json, "
+                                  f"...) come to over {MAX_KEPT_BYTES:,} bytes, which the scan "
+                                  "holds in memory; pack fewer tars at once")  # fmt: skip
     return samples
 
 
-def _members(blob: Blob, path: str) -> Iterator[tarfile.TarInfo]:
-    """The tar's members, headers only (tarfile seeks over each member's data)."""
+class _End(NamedTuple):
+    """Where a tar ends early (before its end-of-archive blocks or its last byte), and why."""
+
+    offset: int
+    why: str
+    lost: str  # how many samples' headers lie past it ("at least 3" where the count stopped)
+
+
+def _members(blob: Blob, path: str) -> Iterator[tarfile.TarInfo | _End]:
+    """The tar's members, headers only (tarfile seeks over each member's data), then an _End
+    where the tar ends early. The walk must move forward: a member of negative size would send
+    tarfile back to its own header for ever, so each header must lie past the last one."""
+    tar, at, why = None, 0, None  # at: where the next header lies
     try:
         tar = tarfile.open(fileobj=_Headers(blob), mode="r:")  # noqa: SIM115
         while (info := tar.next()) is not None:
             tar.members.clear()  # tarfile keeps every header it read
-            if info.offset_data + info.size > blob.size:
-                raise SourceError(f"{path}: member {info.name!r} ends past the end of the file "
-                                  f"(truncated); {_PASS}")  # fmt: skip
+            if info.size < 0 or tar.offset <= info.offset:
+                why = f"member {info.name!r} has a size of {info.size:,} bytes"
+            elif not info.issparse() and info.offset_data + info.size > blob.size:
+                why = f"member {info.name!r} runs past the end of the file (cut)"
+            if why is not None:
+                break
+            at = tar.offset
             yield info
-    except (tarfile.TarError, UnicodeError, ValueError, OverflowError) as e:
-        raise SourceError(f"{path}: is not a tar file ({e}); {_PASS}") from None
+        else:
+            why = _stopped(blob, at)
+    except (tarfile.TarError, UnicodeError, ValueError, OverflowError, IndexError) as e:
+        if tar is None:
+            raise SourceError(f"{path}: is not a tar file ({e}); {_PASS}") from None
+        # a last member whose padding is missing is whole: tarfile finds no byte before `at`
+        why = f"an unreadable header ({e})" if at < blob.size else None
+    if why is not None:
+        yield _End(at, why, _lost(blob, at + _BLOCK))
+
+
+def _stopped(blob: Blob, at: int) -> str | None:
+    """Why tarfile found no header at `at`: None at the file's end or an end-of-archive block,
+    else what is there instead (a cut or damaged header: tarfile stops without a word)."""
+    block = blob.pread(_BLOCK, at)
+    if not block or block == bytes(_BLOCK):
+        return None
+    if len(block) < _BLOCK:
+        return "cut inside a header"
+    try:
+        tarfile.TarInfo.frombuf(block, tarfile.ENCODING, "surrogateescape")
+    except (tarfile.HeaderError, UnicodeError, ValueError, OverflowError) as e:
+        return f"a damaged header ({e})"
+    return "a header tarfile stops at"
+
+
+def _lost(blob: Blob, at: int) -> str:
+    """How many samples' headers lie from `at` on (each block tried as a header, the data of
+    each found jumped over): what an early end loses. Every step moves on at least a block;
+    past _MAX_LOST_TRIES blocks that are no header, the count is a lower bound."""
+    samples, last, tries = 0, None, 0
+    while at + _BLOCK <= blob.size:
+        if tries == _MAX_LOST_TRIES:
+            return f"at least {samples:,}"
+        try:
+            info = tarfile.TarInfo.frombuf(blob.pread(_BLOCK, at), tarfile.ENCODING,
+                                           "surrogateescape")  # fmt: skip
+        except (tarfile.HeaderError, UnicodeError, ValueError, OverflowError):
+            at, tries = at + _BLOCK, tries + 1
+            continue
+        at += _BLOCK + max(0, info.size + _BLOCK - 1) // _BLOCK * _BLOCK
+        key = _KEY_EXT.match(info.name) if info.isreg() else None
+        if key is not None and key[1] != last:
+            samples, last = samples + 1, key[1]
+    return f"{samples:,}"
 
 
 class _Headers(io.RawIOBase):
@@ -203,10 +353,19 @@ class _Headers(io.RawIOBase):
         return True
 
 
-def _group(members: Iterator[tarfile.TarInfo], path: str, tar: str) -> Iterator[_Sample]:
-    """Members grouped into samples as webdataset's group_by_keys does."""
+def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> Iterator[_Sample]:
+    """Members grouped into samples as webdataset's group_by_keys does; an early end as a
+    sample that says so."""
     sample = None
     for info in members:
+        if isinstance(info, _End):
+            if sample is not None:
+                yield sample
+            sample = _Sample(path, tar, f"@{info.offset}")
+            sample.why = (f"the tar ends early at byte {info.offset:,}: {info.why}; what "
+                          f"follows is lost (samples found past it: {info.lost}; WebDataset's "
+                          "reader stops there too); rewrite the tar")  # fmt: skip
+            break
         if info.isdir() or _META.match(info.name) or info.name.startswith("__"):
             continue
         match = _KEY_EXT.match(info.name)
@@ -220,6 +379,8 @@ def _group(members: Iterator[tarfile.TarInfo], path: str, tar: str) -> Iterator[
         if info.type in _HOSTILE or not info.isreg():
             what = _HOSTILE.get(info.type, f"of tar type {info.type!r}")
             sample.why = sample.why or f"tar member {info.name!r} is {what}: refused, not read"
+        elif info.issparse():  # its stated size is not what the tar stores after its header
+            sample.why = sample.why or f"tar member {info.name!r} is sparse: refused, not read"
         elif ext in sample.members:
             sample.why = sample.why or f"tar member {info.name!r}: a second .{ext} of the sample"
         sample.members[ext] = (info.offset_data, info.size)
@@ -227,20 +388,23 @@ def _group(members: Iterator[tarfile.TarInfo], path: str, tar: str) -> Iterator[
         yield sample
 
 
-def _read_small(blob: Blob, sample: _Sample, limit: int) -> None:
-    """Read every member but the image; set `why` where the sample cannot be packed."""
+def _read_small(blob: Blob, sample: _Sample, limit: int) -> int:
+    """Read every member but the image; set `why` where the sample cannot be packed. Returns
+    the bytes kept."""
     image = next((ext for ext in IMAGE_EXTENSIONS if ext in sample.members), None)
     if image is None:
         sample.why = f"no image member (.{', .'.join(IMAGE_EXTENSIONS[:4])}, ...)"
-        return
+        return 0
     for ext, (offset, size) in sample.members.items():
         most = limit if ext == image else MAX_MEMBER_BYTES
         if size > most:
             sample.why = f"tar member .{ext} of {size:,} bytes is over-long (over {most:,})"
-            return
+            sample.data.clear()
+            return 0
         if ext != image:
             sample.data[ext] = blob.pread(size, offset)
     sample.members = {image: sample.members[image]}
+    return sum(map(len, sample.data.values()))
 
 
 # ---- samples -> items --------------------------------------------------------------------------
@@ -258,9 +422,10 @@ def _dataset(root: Storage, samples: list[_Sample], options: PackOptions) -> Dat
     columns, warnings = _json_features(parsed, taken)
     features = {members[ext]: Feature("bytes", text=ext == TEXT) for ext in members}
     features.update({name: feature for _, (name, feature) in sorted(columns.items())})
-    items, skipped, top = [], [(f"{s.tar}:{s.key}", s.why) for s in samples if s.why], -1
+    keys, repeated = _keys(samples)
+    items, skipped, top = [], [(keys[id(s)], s.why) for s in samples if s.why], -1
     for sample, value in zip(good, parsed, strict=True):
-        key = f"{sample.tar}:{sample.key}"
+        key = keys[id(sample)]
         try:
             number = _label(sample.data.get(label), options.classes) if label else None
             fields = {members[ext]: _member(ext, sample.data.get(ext, b"")) for ext in members}
@@ -273,7 +438,33 @@ def _dataset(root: Storage, samples: list[_Sample], options: PackOptions) -> Dat
         items.append(Item(key, number, sample.path, size, offset, fields))
     classes = options.classes or tuple(str(i) for i in range(top + 1)) if label else None
     return Dataset(TarSource.name, root, Schema.build(classes, features), {"train": tuple(items)},
-                   skipped=tuple(skipped), warnings=tuple(warnings))  # fmt: skip
+                   skipped=tuple(skipped), warnings=(*repeated, *warnings))  # fmt: skip
+
+
+def _keys(samples: list[_Sample]) -> tuple[dict[int, str], list[str]]:
+    """id(sample) -> its item key, `<tar>:<key>`; a key met again later in its tar (webdataset
+    reads each such run of members as a sample of its own) gets `#2`, `#3`, ... so that no two
+    items share a key (a dedup would take them for one), and a warning names them."""
+    keys: dict[int, str] = {}
+    taken: set[str] = set()
+    counts: Counter[str] = Counter()
+    again = []
+    for sample in samples:
+        base = f"{sample.tar}:{sample.key}"
+        n = counts[base] = counts[base] + 1  # per key: one key repeated costs no search
+        key = base if n == 1 else f"{base}#{n}"
+        while key in taken:  # a key of the tar's own spelled like that
+            n = counts[base] = n + 1
+            key = f"{base}#{n}"
+        if key != base:
+            again.append(key)
+        taken.add(key)
+        keys[id(sample)] = key
+    if not again:
+        return keys, []
+    return keys, [f"{len(again):,} samples repeat a key met before in their tar (WebDataset's "
+                  f"reader reads them apart): kept apart as {', '.join(again[:3])}"
+                  f"{', ...' if len(again) > 3 else ''}"]  # fmt: skip
 
 
 class _Bad(Exception):
@@ -348,7 +539,7 @@ def _json_features(
 
 def _json_values(value: dict | None, columns: dict[str, tuple[str, Feature]]) -> dict:
     """One sample's json fields as the schema types them."""
-    from shardpack.sources.tables.kinds import fits, kind_of
+    from shardpack.sources.tables.kinds import fits, kind_of  # numpy: not for pack --help
 
     if value is None:
         raise _Bad(".json is not a JSON object")

@@ -12,14 +12,14 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, RecordError, SourceError
 from shardpack.options import PackOptions
-from shardpack.schema import LABEL, Feature, Schema, check_values
-from shardpack.sources import Dataset, Item, Source
-from shardpack.sources.classlist import MAX_CLASSES, check_class_name
-from shardpack.sources.folder import folder_only
+from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema, check_values
+from shardpack.sources.classlist import MAX_CLASSES, check_class_count, check_class_name
 from shardpack.sources.pieces import kept_open, read_json, read_metadata
 from shardpack.sources.scanned import listed
+from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:
@@ -115,8 +115,10 @@ def scan_tfds(root: Storage) -> Dataset:
                 raise SourceError(f"{root.path(shard)}: holds {found} records, but {INFO} says "
                                   f"{count}; prepare the dataset again")  # fmt: skip
         splits[split] = tuple(items)
-    classes = features.pop(LABEL).classes if LABEL in features else None
-    return Dataset("tfds", root, Schema.build(classes, features), splits, skipped=tuple(skipped))
+    label = features.pop(LABEL, None)
+    classes = None if label is None else label.classes
+    schema = Schema.build(classes, features, multi_label=label is not None and label.is_list)
+    return Dataset("tfds", root, schema, splits, skipped=tuple(skipped))
 
 
 def _shards(root: Storage, info: dict, fmt: str) -> Iterator[tuple[str, list]]:
@@ -124,26 +126,46 @@ def _shards(root: Storage, info: dict, fmt: str) -> Iterator[tuple[str, list]]:
     splits = info.get("splits")
     if not isinstance(splits, list) or not splits:
         raise SourceError(f"{root.path(INFO)}: lists no splits; prepare the dataset again")
+    seen: set[str] = set()
     for split in splits:
         name = split.get("name") if isinstance(split, dict) else None
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", name):
             raise SourceError(f"{root.path(INFO)}: a split without a plain name ({name!r})")
-        lengths = split.get("shardLengths")
-        counts = [int(n) for n in lengths] if isinstance(lengths, list) else None
-        total = len(counts) if counts is not None else int(split.get("numShards", 1))
+        if name in seen:
+            raise SourceError(f"{root.path(INFO)}: lists split {name!r} twice; prepare the "
+                              "dataset again")  # fmt: skip
+        seen.add(name)
+        total, counts = _shard_count(root, name, split)
         template = split.get("filepathTemplate") or TEMPLATE
-        shards = []
+        shards: dict[str, int | None] = {}
         for i in range(total):
             shard = (template.replace("{DATASET}", str(info.get("name", "")))
                      .replace("{SPLIT}", name).replace("{FILEFORMAT}", fmt)
                      .replace("{SHARD_X_OF_Y}", f"{i:05d}-of-{total:05d}")
                      .replace("{SHARD_INDEX}", f"{i:05d}"))  # fmt: skip
+            if shard in shards:  # a template without the shard's number names one file
+                raise SourceError(f"{root.path(INFO)}: split {name!r} has {total:,} shards, "
+                                  f"but its file name template {template!r} names them all "
+                                  f"{shard!r}; prepare the dataset again")  # fmt: skip
             if not _SAFE_NAME.match(shard) or root.kind(shard) != "file":
                 raise SourceError(f"{root.path(shard)}: missing, but {INFO} lists it (split "
                                   f"{name!r}); copy every shard of the dataset, or prepare it "
                                   "again with tfds")  # fmt: skip
-            shards.append((shard, None if counts is None else counts[i]))
-        yield name, shards
+            shards[shard] = None if counts is None else counts[i]
+        yield name, list(shards.items())
+
+
+def _shard_count(root: Storage, split: str, info: dict) -> tuple[int, list[int] | None]:
+    """A split's shard count, and each shard's record count where dataset_info.json gives
+    them; refused where its numShards and shardLengths disagree."""
+    lengths = info.get("shardLengths")
+    counts = [int(n) for n in lengths] if isinstance(lengths, list) else None
+    listed = info.get("numShards")
+    total = int(listed) if listed is not None else len(counts) if counts is not None else 1
+    if (counts is not None and total != len(counts)) or total < 1:
+        raise SourceError(f"{root.path(INFO)}: split {split!r} has numShards {listed} but "
+                          f"{len(counts or ())} shardLengths; prepare it again")  # fmt: skip
+    return total, counts
 
 
 def _scan_shard(
@@ -195,7 +217,6 @@ def _field(feature: Feature, values: list) -> object:
 
 def _container(fmt: str):
     """The container that reads TFDS's file format `fmt`, or None."""
-    from shardpack.containers import CONTAINERS
 
     return next((c for c in CONTAINERS.values() if c.tfds_file_format == fmt), None)
 
@@ -227,8 +248,15 @@ def _plan(root: Storage) -> tuple[str, dict[str, Feature]]:
         kind = _kind(spec)
         if kind == "Image" and image is None:
             image = name
+        elif name in BUILTIN_NAMES:
+            raise SourceError(f"{root.path(FEATURES)}: feature {name!r} has the name of a "
+                              f"built-in feature ({', '.join(BUILTIN_NAMES)}){_FIX}")  # fmt: skip
         else:
             features[name] = _feature(name, kind, spec, root, sequence=False)
+            if name == LABEL and features[name].classes is None:
+                raise SourceError(f"{root.path(FEATURES)}: feature 'label' is a TFDS "
+                                  f"{kind or '?'}, but shardpack's label is a ClassLabel"
+                                  f"{_FIX}")  # fmt: skip
     if image is None:
         raise SourceError(f"{root.path(FEATURES)}: no Image feature; shardpack packs images")
     return image, features
@@ -295,6 +323,7 @@ def _class_names(name: str, spec: dict, root: Storage) -> tuple[str, ...]:
     if root.kind(file) == "file":
         text = read_metadata(root, file, "a TFDS class-names file").decode("utf-8", "replace")
         names = tuple(line.strip() for line in text.splitlines() if line.strip())
+        check_class_count(len(names), root.path(file), "its lines")
         for one in names:
             check_class_name(one, root.path(file))
         return names

@@ -9,11 +9,12 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 
 from shardpack.errors import OutputError, os_error_fix, printable
-from shardpack.storage import LOCK_NAME, Blob, Entry, JournalWriter, Sink, Storage
+from shardpack.layout import JOURNAL_NAME, LOCK_NAME
 from shardpack.storage.atomic import (
     create_temp,
     open_regular,
@@ -22,9 +23,8 @@ from shardpack.storage.atomic import (
     replace_with,
     write_atomic,
 )
+from shardpack.storage.base import Blob, Entry, JournalWriter, Sink, Storage
 from shardpack.storage.srcfiles import read_regular
-
-JOURNAL_NAME = ".shardpack.journal"
 
 
 class LocalStorage(Storage):
@@ -50,6 +50,45 @@ class LocalStorage(Storage):
 
     def local_path(self, name: str = "") -> str:
         return self.path(name)
+
+    def tf_path(self, name: str = "") -> str:
+        return self.path(name)
+
+    def lexists(self, name: str = "") -> bool:
+        return os.path.lexists(self.path(name))
+
+    def stamp(self, name: str) -> tuple[int, int] | None:
+        try:  # links followed, as the read follows them (to a regular file only)
+            st = os.stat(self.path(name))
+        except (OSError, ValueError):  # gone, or a name the disk cannot hold: the read says
+            return None
+        return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+    def identity(self, name: str) -> tuple[int, int, int, int] | None:
+        try:
+            st = os.stat(self.path(name), follow_symlinks=False)
+        except (OSError, ValueError):
+            return None  # loading reports why
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    def make_folder(self, name: str) -> Storage:
+        path = self.path(name)
+        if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+            raise OutputError(f"{path}: is a link or a file, not a folder; remove it")
+        folder = self.child(name)
+        folder.make_root()
+        return folder
+
+    def link_or_copy(self, name: str, to: str) -> None:
+        target = self.path(to)
+        try:
+            if os.path.lexists(target):
+                os.unlink(target)  # a link there goes, not what it points to
+            os.link(self.path(name), target, follow_symlinks=False)
+        except OSError:  # a disk without hard links
+            super().link_or_copy(name, to)
 
     def kind(self, name: str = "") -> str | None:
         path = self.path(name)

@@ -27,22 +27,19 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import islice, repeat
 
-from shardpack.errors import OutputError, install_hint
-from shardpack.storage import (
+from shardpack.errors import OutputError, StorageError, install_hint
+from shardpack.layout import JOURNAL_FOLDER, JOURNAL_HEAD, LOCK_NAME
+from shardpack.storage.base import (
     EXTRAS,
-    LOCK_NAME,
     Blob,
     Entry,
     JournalWriter,
     Sink,
     Storage,
-    StorageError,
 )
 from shardpack.storage.failures import is_store_failure, said
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
-JOURNAL_FOLDER = ".shardpack.journal.d"
-_HEAD = "head.json"
 _RECORD = re.compile(r"[0-9]{8,}\.json")  # a finished shard's record: _ObjectJournal's names
 # Journal records read at most: one a shard, far more than any plan has; past them the shards
 # are rewritten, as past a torn line. Counted from the listing, before anything is fetched.
@@ -240,10 +237,10 @@ class RemoteStorage(Storage):
         sizes = {info["name"].rsplit("/", 1)[-1]: int(info.get("size") or 0)
                  for info in listed if info["type"] != "directory"}  # fmt: skip
         records = sorted(n for n in sizes if _RECORD.fullmatch(n) and sizes[n] > 0)
-        if sizes.get(_HEAD, 0) <= 0:
+        if sizes.get(JOURNAL_HEAD, 0) <= 0:
             return []
         wanted, total = [], 0
-        for name in [_HEAD, *records[:_MOST_RECORDS]]:
+        for name in [JOURNAL_HEAD, *records[:_MOST_RECORDS]]:
             if total >= cap:
                 break
             wanted.append((name, min(sizes[name], cap - total)))
@@ -518,7 +515,7 @@ class _ObjectJournal(JournalWriter):
     def add(self, line: bytes) -> None:
         if self.count == 0:
             self.storage.remove_journal()
-            self.storage.put(f"{JOURNAL_FOLDER}/{_HEAD}", self.head[0] + b"\n")
+            self.storage.put(f"{JOURNAL_FOLDER}/{JOURNAL_HEAD}", self.head[0] + b"\n")
             for kept in self.head[1:]:
                 self._put(kept)
         self._put(line)

@@ -8,11 +8,17 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shardpack import __version__
 from shardpack.errors import StorageError
+from shardpack.storage.base import EXTRAS
+from shardpack.storage.locations import LOCAL_SCHEMES, is_url
 
 WEB_SCHEMES = ("http", "https")
-USER_AGENT = f"shardpack/{__version__} (image dataset packer; honours X-Robots-Tag noai)"
+USER_AGENT = "shardpack (image dataset packer; honours X-Robots-Tag noai)"
+# URL schemes an image path may have: the web's, the local disk's (file://, local://: as an
+# absolute path) and object stores' (fsspec; memory:// for tests). Another that fsspec knows
+# (ftp://, sftp://, smb://) would connect where no address is checked: refused by name.
+IMAGE_SCHEMES = frozenset({*WEB_SCHEMES, *LOCAL_SCHEMES, *EXTRAS, "az", "abfs", "abfss", "memory",
+                           "hf"})  # fmt: skip
 # img2dataset's default disallowed_header_directives: a site's opt-out of AI training sets.
 OPT_OUT = frozenset({"noai", "noimageai", "noindex", "noimageindex"})
 _AGENT_TOKEN = "shardpack"  # X-Robots-Tag: "shardpack: noai" is aimed at us, "otherbot: ..." not
@@ -59,6 +65,16 @@ def _seconds(key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise StorageError(f"--storage-option {key}={value!r}: give a number of seconds above 0")
     return float(value)
+
+
+def refused_scheme(path: str) -> str | None:
+    """Why an image path's URL scheme is refused (not one of IMAGE_SCHEMES), else None."""
+    if not is_url(path):
+        return None
+    scheme = path.partition("://")[0].lower()
+    if scheme in IMAGE_SCHEMES:
+        return None
+    return f"refused scheme: {scheme}:// is not http(s), the local disk's or an object store's"
 
 
 def is_web_url(text: str) -> bool:

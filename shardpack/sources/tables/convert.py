@@ -29,9 +29,9 @@ from shardpack.sources.tables.cells import (
 )
 from shardpack.sources.tables.chunks import Chunk
 from shardpack.sources.tables.columns import SPLIT, Layout
-from shardpack.sources.tables.files import line_name, normal_path, row_unit
+from shardpack.sources.tables.files import line_name, row_unit
 from shardpack.sources.tables.kinds import INT, TEXT, LabelInfo, fits, kind_of
-from shardpack.storage import is_url
+from shardpack.storage.locations import joined, normal, relative_to
 
 _F32 = struct.Struct("<f")
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9_]+\Z")  # shard file names are {name}-{split}.tfrecord-...
@@ -180,7 +180,7 @@ def _image_paths(values: Sequence, column: str) -> tuple[list[str], dict[int, st
         lined = f"\n{joined}\n"
         if not any(part in lined for part in _NOT_NORMAL):
             return list(values), {}  # each as os.path.normpath gives it already
-        return list(map(normal_path, values)), {}
+        return list(map(normal, values)), {}
     return _each(values, functools.partial(_image_path, column=column))
 
 
@@ -195,14 +195,7 @@ def _file_keys(paths: list, root: str) -> list:
 
 
 def _file_key(path: str, root: str) -> str:
-    if is_url(path):
-        full = path
-    elif is_url(root):
-        full = path if os.path.isabs(path) else normal_path(f"{root.rstrip('/')}/{path}")
-    else:
-        full = os.path.normpath(os.path.join(root, path))  # an absolute path stays itself
-    under = root.rstrip("/") + "/"
-    return full[len(under) :] if full.startswith(under) else full
+    return relative_to(joined(root, path), root)
 
 
 # What os.path.normpath changes in a path (each path between newlines): a path holding none of
@@ -259,7 +252,7 @@ def _image_path(value, column: str) -> str:
         raise _Bad(f"the image path in column {column!r} is {describe(value)}, not text")
     if len(value) > MAX_TEXT_CHARS or "\0" in value:
         raise _Bad(f"the image path in column {column!r} is not a usable file name")
-    return normal_path(value)
+    return normal(value)
 
 
 def _split(value) -> str:

@@ -6,11 +6,10 @@ No numpy here: recognising SRC and `pack --help` stay light.
 from __future__ import annotations
 
 import os
-import posixpath
 from collections.abc import Mapping
 
 from shardpack.errors import SourceError
-from shardpack.storage import Storage, is_url, storage_at
+from shardpack.storage import Storage, storage_at
 
 SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
 METADATA_FILES = ("metadata.csv", "metadata.jsonl", "metadata.parquet")  # Hugging Face ImageFolder
@@ -40,14 +39,14 @@ def manifest_file(
     """
     src = storage_at(src, storage_options)
     if src.kind() == "dir":
-        found = [n for n in METADATA_FILES if _present(src, n)]
+        found = [n for n in METADATA_FILES if src.lexists(n)]
         if len(found) > 1:
             raise SourceError(
                 f"{src.path()}: holds {' and '.join(found)}; keep one metadata file, or pass "
                 "the one to pack as SRC"
             )
         return src.child(found[0]) if found else None
-    if not _present(src):
+    if not src.lexists():
         return None
     if not src.path().lower().endswith(SUFFIXES):
         raise SourceError(
@@ -55,19 +54,3 @@ def manifest_file(
             f"ending in {', '.join(SUFFIXES)}"
         )
     return src
-
-
-def _present(src: Storage, name: str = "") -> bool:
-    """Whether something is at `name`; on a disk a link counts unfollowed (kind() follows it),
-    so that reading it refuses it by name, not as a missing file."""
-    if (path := src.local_path(name)) is not None:
-        return os.path.lexists(path)
-    return src.kind(name) is not None
-
-
-def normal_path(path: str) -> str:
-    """A path in its normal form (os.path.normpath); a URL keeps its scheme's "//"."""
-    if "://" in path and is_url(path):
-        scheme, _, rest = path.partition("://")
-        return f"{scheme}://{posixpath.normpath(rest)}"
-    return os.path.normpath(path)

@@ -16,9 +16,12 @@ from shardpack.sources.tables.chunks import Chunk, check_names
 # benchmarks/manifest_scale.py (67 MB); pyarrow writes up to 1M rows a group by default.
 MAX_ROW_GROUP_BYTES = 1 << 30
 # A file's values decoded, summed over its row groups, are refused past this: its rows are held
-# in memory whole (as Python values, about twice their bytes), and 1 GiB under the limit a row
-# group, every 100 KB of row groups on disk could otherwise add a GiB. 60 times the 67 MB table.
-MAX_FILE_DECODED_BYTES = 4 << 30
+# in memory whole, and 1 GiB under the limit a row group, every 100 KB of row groups on disk
+# could otherwise add a GiB. 15 times the 67 MB table.
+MAX_FILE_DECODED_BYTES = 1 << 30
+# A row group is decoded this much at a time (on average over its rows), so that what a file
+# holds decoded stays within MAX_FILE_DECODED_BYTES and one slice.
+SLICE_BYTES = 64 << 20
 _REWRITE = "pyarrow: a smaller row_group_size"  # how to write smaller row groups
 
 
@@ -37,7 +40,7 @@ def parquet_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
         numbers = frozenset(f.name for f in parquet.schema_arrow if _arrow_number(f.type))
         row = 0
         for table in held_groups(parquet, path, None, _REWRITE):
-            for batch in table.to_batches(max_chunksize=chunks.CHUNK_ROWS):
+            for batch in written_slices(parquet, table, chunks.CHUNK_ROWS):
                 columns = dict(zip(names, (c.to_pylist() for c in batch.columns), strict=True))
                 yield Chunk(list(range(row, row + batch.num_rows)), columns, [], numbers)
                 row += batch.num_rows
@@ -47,8 +50,19 @@ def parquet_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
         pa.default_memory_pool().release_unused()
     except SourceError:
         raise
+    except MemoryError:
+        raise out_of_memory(path) from None
     except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
         raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+
+
+def out_of_memory(path: str) -> SourceError:
+    """What to say when memory ran out reading a Parquet file within shardpack's limits."""
+    return SourceError(
+        f"{path}: memory ran out reading it, within shardpack's limits ({_gib(MAX_ROW_GROUP_BYTES)}"
+        f" a row group, {_gib(MAX_FILE_DECODED_BYTES)} a file, decoded): this process's memory "
+        "limit (ulimit -v, a container's) is lower; raise it, or split the file"
+    )
 
 
 def open_parquet(path: str, f: BinaryIO):
@@ -84,8 +98,9 @@ def read_group(parquet, path: str, group: int, columns: list[str] | None, rewrit
 
 
 def held_groups(parquet, path: str, columns: list[str] | None, rewrite: str) -> Iterator:
-    """Each row group (of `columns`; None: all) as an Arrow table of the types as written, read
-    by read_group; refused (SourceError) once they decode to over MAX_FILE_DECODED_BYTES."""
+    """Each row group (of `columns`; None: all) as read_group reads it, dictionaries kept, to
+    decode with written_slices; refused (SourceError) once they decode to over
+    MAX_FILE_DECODED_BYTES."""
     total = 0
     for group in range(parquet.num_row_groups):
         table, decoded = read_group(parquet, path, group, columns, rewrite)
@@ -96,17 +111,22 @@ def held_groups(parquet, path: str, columns: list[str] | None, rewrite: str) -> 
                 f"{_gib(MAX_FILE_DECODED_BYTES)} limit for one file, held in memory whole); "
                 "split the file or shorten its values"
             )
-        yield _as_written(parquet, table)
+        yield table
 
 
-def _as_written(parquet, table):
-    """A table read by read_group with its dictionaries decoded to the types as written (its
-    size checked): pyarrow turns a dictionary into Python values 15 times slower."""
+def written_slices(parquet, table, rows: int) -> Iterator:
+    """A table held_groups gave, as tables of up to `rows` rows and about SLICE_BYTES decoded,
+    each with its dictionaries decoded to the types as written: a row group is never decoded
+    whole at once (and pyarrow turns a dictionary into Python values 15 times slower)."""
     import pyarrow as pa
 
     written = parquet.schema.to_arrow_schema()
-    fields = [written.field(name) for name in table.column_names]
-    return table.cast(pa.schema(fields, metadata=table.schema.metadata))
+    schema = pa.schema([written.field(name) for name in table.column_names],
+                       metadata=table.schema.metadata)  # fmt: skip
+    decoded = sum(map(decoded_bytes, table.columns))
+    step = max(1, min(rows, table.num_rows * SLICE_BYTES // max(decoded, 1)))
+    for start in range(0, table.num_rows, step):
+        yield table.slice(start, step).cast(schema)
 
 
 def _refuse(path: str, group: int, size: str, rewrite: str) -> None:

@@ -21,7 +21,8 @@ from shardpack.sources.tables.files import METADATA_FILES, manifest_file, row_un
 from shardpack.sources.tables.jsonl_reader import jsonl_chunks
 from shardpack.sources.tables.kinds import LabelInfo, infer, infer_label, survey
 from shardpack.sources.tables.parquet_reader import parquet_chunks
-from shardpack.storage import Storage, is_url, storage_at
+from shardpack.storage import Storage, storage_at
+from shardpack.storage.locations import absolute
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +92,7 @@ def read_manifest(
     as_text = _numbers_as_text(path, chunks, columns) if csv_text else ()  # convert frees chunks
     label = infer_label(counts[LABEL], csv_text) if layout.labelled else None
     base = os.path.dirname(path) if root is None else os.fspath(root)  # a URL's too
-    base = base if is_url(base) else os.path.abspath(base)
+    base = absolute(base)
     rows, bad, label_values = convert_rows(chunks, path, base, layout, columns, label, csv_text)
     return Manifest(
         path=path,

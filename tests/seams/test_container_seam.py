@@ -17,7 +17,7 @@ from shardpack import containers
 from shardpack.containers import CONTAINERS, Container, register_container
 from shardpack.containers.example import decode, encode_example
 from shardpack.errors import RecordError
-from shardpack.read.inspect import describe
+from shardpack.read.describe import describe
 from tests.helpers import make_tree
 
 PACKAGE = Path(shardpack.__file__).parent

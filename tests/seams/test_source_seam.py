@@ -15,7 +15,7 @@ from shardpack import sources
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import NO_FIELDS, Dataset, Item, RecordCost, Source, register_source
+from shardpack.sources import NO_FIELDS, Dataset, Item, RecordCost, Source, register_source, source
 from shardpack.storage import Storage
 
 SEEDS = "seeds.txt"  # one "<class> <seed>" line per image; each image is drawn from its seed
@@ -68,7 +68,7 @@ class SeededSource(Source):
 @pytest.fixture
 def seeded(monkeypatch: pytest.MonkeyPatch) -> None:
     """SeededSource registered for one test: the registry is restored after it."""
-    monkeypatch.setattr(sources, "_REGISTRY", dict(sources._registry()))
+    monkeypatch.setattr(source, "_REGISTRY", dict(source.registered_sources()))
     register_source(SeededSource())
 
 
@@ -121,5 +121,7 @@ def test_a_registered_source_is_a_source_choice_with_the_generic_refusals(seeded
 
 
 def test_an_unregistered_source_is_no_choice(tmp_path: Path):
+    src, _ = _src(tmp_path)
     with pytest.raises(shardpack.ShardpackError, match="source= must be one of auto, folder"):
-        PackOptions(source="seeds")
+        shardpack.pack(src, tmp_path / "out", PackOptions(source="seeds"))
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,81 @@
+"""DALI's index files: one a shard, '<offset> <framed size>' a record (tfrecord2idx's format)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from shardpack.containers import CONTAINERS, Container
+from shardpack.errors import IndexFormatError
+from shardpack.index import Index, ShardInfo, index_from_document, load_index
+from shardpack.layout import INDEX_FILES_DIR, index_file_name
+from shardpack.storage import Storage, storage_at
+
+
+def random_access_index(
+    out: str | os.PathLike | Storage, document: dict | None = None,
+    storage_options: dict | None = None,
+) -> Index:  # fmt: skip
+    """OUT's index, for reading records at offsets: refused where its shards are compressed."""
+    storage = storage_at(out, storage_options)
+    index = load_index(storage) if document is None else index_from_document(storage, document)
+    if index.compression != "none":
+        raise IndexFormatError(
+            f"{index.out}: GZIP shards cannot be read at random offsets; pack with "
+            "compression 'none' for random access"
+        )
+    return index
+
+
+def _spans_from_offsets(
+    offsets: Sequence[int], shard: ShardInfo, container: Container
+) -> list[tuple[int, int]] | None:
+    """(offset, framed size) of each record from the offsets the writer kept, or None when they
+    do not tile the shard exactly (a journal from an older version, or a damaged one)."""
+    if len(offsets) != shard.num_records or not all(type(o) is int for o in offsets):
+        return None
+    ends = [*offsets[1:], shard.num_bytes] if offsets else []
+    spans = [(o, end - o) for o, end in zip(offsets, ends, strict=True)]
+    if (spans and spans[0][0] != 0) or any(framed < container.min_span for _, framed in spans):
+        return None
+    return spans
+
+
+def write_index_files(
+    out: str | os.PathLike | Storage,
+    document: dict | None = None,
+    offsets: Mapping[str, Sequence[int]] | None = None,
+    storage_options: dict | None = None,
+) -> list[str]:
+    """Write one index file per shard, one line '<offset> <framed size>' per record.
+
+    The format is NVIDIA DALI's tfrecord2idx, read by `fn.readers.tfrecord(index_path=...)` and
+    by the `tfrecord` package. Each file appears under its final name only when complete.
+
+    Args:
+        out: the output folder or URL of a pack run.
+        document: the index document, when pack calls this before writing index.json.
+        offsets: shard file -> each record's offset, as the writer kept them; a shard without
+            them has its record headers read instead.
+        storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
+
+    Returns:
+        The paths (or URLs) written.
+    """
+    index = random_access_index(out, document, storage_options)
+    if not index.container.index_files:  # before the folder for them is made
+        kinds = " or ".join(name for name, c in CONTAINERS.items() if c.index_files)
+        raise IndexFormatError(f"{index.out}: index files are DALI's, for {kinds} shards; "
+                               f"these are {index.container.name}, which need none")  # fmt: skip
+    storage = index.storage
+    storage.make_folder(INDEX_FILES_DIR)  # a link planted there is refused, not written through
+    written = []
+    for split in index.splits.values():
+        for shard in split.shards:
+            spans = _spans_from_offsets((offsets or {}).get(shard.file, ()), shard, index.container)
+            if spans is None:
+                spans = index.container.record_spans(storage, shard.file)
+            lines = "".join(f"{o} {n}\n" for o, n in spans)
+            storage.put(index_file_name(shard.file), lines.encode())
+            written.append(storage.path(index_file_name(shard.file)))
+    return written

@@ -1,0 +1,215 @@
+"""What a source is: the `Source` interface, the `Item`s and `Dataset` a scan gives, and the
+registry of sources (`register_source`, `source_of`)."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
+
+from shardpack.errors import ImageError, SourceError
+from shardpack.options import PackOptions
+from shardpack.schema import Schema
+from shardpack.storage import Storage
+from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# A field's value as a source gives it: a scalar, or a list (flat, or of k-long rows).
+FieldValue = int | float | str | bytes | tuple
+
+
+class Item(NamedTuple):
+    """One record to write: where its pixels are, its class, and its other feature values.
+
+    A named tuple, not a frozen dataclass: a listing of 1,000,000 makes 1,000,000 of them
+    (a third of the time: a frozen dataclass's __init__ sets each field through
+    object.__setattr__) and pickles them to the workers (2x faster).
+    """
+
+    key: str  # unique in the dataset: path relative to SRC, or "<file>:<position>"
+    label: int | tuple[int, ...] | None  # class index (a tuple for multi-label); None: unlabeled
+    # file to read, relative to the dataset's root (or, from a manifest, an absolute path or URL)
+    path: str
+    # bytes on disk (for an image file; past the first files of a large local tree, the mean
+    # of a sample: folder.SIZED_FILES) or raw pixel bytes (for a record inside a file)
+    size: int
+    # where the item lies inside the file at `path` that holds many (a record's number in it);
+    # None: the file is the item's image
+    position: int | None = None
+    # name -> value of each feature the schema adds beyond the built-ins and `label`; never
+    # written to (NO_FIELDS below is shared by every item with none)
+    fields: Mapping[str, FieldValue] = {}
+
+
+# The fields of every item with none beyond the built-ins: one shared mapping, never written
+# (a listing of 1,000,000 would otherwise hold 1,000,000 empty dicts, 64 MB).
+NO_FIELDS: Mapping[str, FieldValue] = Item._field_defaults["fields"]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """What a scan found: the feature schema, items per split, and files passed over."""
+
+    kind: str  # one of its source's `kinds`: which source scanned it, and how
+    root: Storage  # where items' paths are read from (relative to its folder or URL prefix)
+    schema: Schema
+    splits: dict[str, tuple[Item, ...]] = field(hash=False)
+    ignored: int = 0
+    ignored_files: tuple[str, ...] = ()  # the first folder.MAX_NAMED_IGNORED of them
+    # (key, reason): special files, unlistable folders, classes not in --classes, bad rows
+    skipped: tuple[tuple[str, str], ...] = ()
+    warnings: tuple[str, ...] = ()  # for the user, one line each: a class with no images
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """The `label` feature's class names."""
+        return self.schema.classes
+
+    @property
+    def num_items(self) -> int:
+        return sum(len(items) for items in self.splits.values())
+
+    @property
+    def source(self) -> Source:
+        """The registered source that scanned this dataset."""
+        return source_of(self.kind)
+
+
+# What a loader gives for one item: an image file's bytes, or decoded RGB pixels.
+Loader = Callable[[Item, Storage, PackOptions, dict], "bytes | np.ndarray"]
+
+
+@dataclass(frozen=True)
+class RecordCost:
+    """What packing one item costs when items are fixed-size records inside files (rather than
+    image files, which the planner costs by their bytes)."""
+
+    raw_bytes: int  # an item's pixels: the most its record grows to
+    seconds: Mapping[str, float]  # one core's seconds per item, by output encoding
+
+
+class Source(abc.ABC):
+    """One kind of SRC. Subclass it, give what differs from these defaults, and pass an
+    instance to register_source. `load` and `item_files` run in the workers, which get the
+    source pickled (by its class's name: define it at a module's top level); the rest runs in
+    the packing process."""
+
+    name: ClassVar[str]  # unique; the --source choice when `choosable`
+    kinds: ClassVar[tuple[str, ...]]  # the Dataset.kind values its scan gives
+    described: ClassVar[str]  # what SRC is, for messages: "a manifest"
+    choosable: ClassVar[bool] = True
+    # (PackOptions field, its flag) that only some sources read: given to another, refused
+    own_options: ClassVar[tuple[tuple[str, str], ...]] = ()
+    record_cost: ClassVar[RecordCost | None] = None  # None: items are files, costed by bytes
+
+    @abc.abstractmethod
+    def recognise(self, root: Storage, options: PackOptions) -> object | None:
+        """What `scan` takes when SRC holds this source (`root` rooted at SRC), else None. With
+        --source naming this source, raise SourceError saying what is missing instead."""
+
+    @abc.abstractmethod
+    def scan(
+        self, found: object, options: PackOptions, storage_options: Mapping[str, object] | None
+    ) -> Dataset:
+        """List every item of what `recognise` found."""
+
+    def load(
+        self, item: Item, root: Storage, options: PackOptions, cache: dict
+    ) -> bytes | np.ndarray:
+        """One item's image: the file's bytes (read as hostile input, see folder.load), or RGB
+        pixels as an H x W x 3 uint8 array; `cache` is the worker's, kept across its items."""
+        return read_image_file(item, root, options)
+
+    def item_files(self, items: Iterable[Item]) -> Iterator[tuple[str, int]]:
+        """The files (path, size) `load` reads for these items, one each, in order (for
+        read-ahead). Lazy: a list would hold every path of the shard in the worker."""
+        return ((item.path, item.size) for item in items)
+
+    def default_name(self, dataset: Dataset) -> str | None:
+        """The dataset's name when none is given; None takes it from SRC's name."""
+        return None
+
+    def takes_path(self, where: str) -> bool:
+        """Whether SRC's name alone is this source's where it is no folder (a file of its
+        kind, or a pattern naming files)."""
+        return False
+
+    def keeping(self) -> contextlib.AbstractContextManager[None]:
+        """A context the whole pack (scan, then workers forked inside it) runs in."""
+        return contextlib.nullcontext()
+
+
+# Every source by name, in the order registered: shardpack.sources registers the built-in ones
+# first, when it is imported (as it is before this module: Python imports a package first).
+_REGISTRY: dict[str, Source] = {}
+
+
+def registered_sources() -> dict[str, Source]:
+    """Every source by name, in the order registered: the built-in ones first."""
+    return _REGISTRY
+
+
+def register_source(source: Source) -> None:
+    """Add a source: `scan` recognises it (before those registered earlier, so a layout more
+    specific than plain class folders wins) and --source offers it when it is choosable.
+
+    Raises:
+        ValueError: a source of that name, or one giving one of its kinds, is registered.
+    """
+    registry = _REGISTRY
+    taken = {kind for other in registry.values() for kind in other.kinds}
+    if source.name in registry or taken & set(source.kinds) or source.name == "auto":
+        raise ValueError(f"a source named {source.name!r} or of kinds {source.kinds!r} is "
+                         "registered already; give it another name and kinds")  # fmt: skip
+    registry[source.name] = source
+
+
+def source_choices() -> tuple[str, ...]:
+    """What --source takes: "auto" (tell them apart by the files present) and each choosable
+    source's name."""
+    return ("auto", *(name for name, s in _REGISTRY.items() if s.choosable))
+
+
+def sources_described() -> str:
+    """What SRC may be, each source's `described` once, for the CLI's help."""
+    return "; ".join(dict.fromkeys(s.described for s in _REGISTRY.values()))
+
+
+def source_of(kind: str) -> Source:
+    """The source whose scan gives datasets of this kind."""
+    for source in _REGISTRY.values():
+        if kind in source.kinds:
+            return source
+    raise ValueError(f"no source gives datasets of kind {kind!r}; register_source it first")
+
+
+def read_image_file(item: Item, src: Storage, options: PackOptions) -> bytes:
+    """An image file's bytes, read as hostile input: a regular file (links followed), bounded by
+    the most an image of --max-pixels can take: every source's loader but CIFAR's.
+
+    Raises:
+        ImageError: the file is missing, unreadable, not a regular file, too large or empty.
+    """
+    from shardpack.images import max_file_bytes  # numpy: not for pack --help
+
+    try:
+        data = src.read(item.path, max_file_bytes(options.max_pixels))
+    except FileTooLarge as e:
+        raise ImageError(item.key, f"{e}, the most an image of --max-pixels can take") from None
+    except RefusedFile as e:
+        raise ImageError(item.key, str(e)) from None
+    except OSError as e:
+        raise ImageError(item.key, f"cannot read ({e.strerror or e})") from None
+    if not data:
+        raise ImageError(item.key, "empty file")
+    return data
+
+
+def folder_only(root: Storage, options: PackOptions, name: str) -> None:
+    """--source `name` on a file (a manifest) is refused: that source reads folders."""
+    if options.source == name and root.kind() != "dir":
+        raise SourceError(f"{root.path()}: --source {name} takes a folder; drop --source")

@@ -1,0 +1,284 @@
+"""What a store is: the `Storage` interface every store implements, and the small types it
+reads and writes through (Entry, Blob, HashingBlob, Sink, JournalWriter)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import NamedTuple
+
+from shardpack.storage.atomic import HASH_CHUNK
+
+# Bytes a copy reads at once: a few requests a shard on a store, little memory.
+COPY_CHUNK = 8 << 20
+
+# The extra that brings each scheme's filesystem package (what to tell a user to install).
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+
+
+class Entry(NamedTuple):
+    """One name in a folder listing."""
+
+    name: str  # relative to the folder listed
+    is_dir: bool
+    size: int  # bytes; 0 for a folder
+
+
+class Blob:
+    """A file or object open for reading at any offset, every read bounded by the caller."""
+
+    name: str  # the full path or URL, for messages
+    size: int
+
+    def pread(self, size: int, offset: int) -> bytes:
+        """Up to `size` bytes from `offset` (fewer only at the end)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Blob:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class HashingBlob(Blob):
+    """A Blob that feeds `digest` every byte of the file in order as reads reach it, so that a
+    reader going front to back hashes the file in the same pass (bytes it skips, such as tar
+    padding, are read for the hash); finish() hashes whatever reading left."""
+
+    def __init__(self, blob: Blob, digest) -> None:
+        self.blob, self.digest, self.hashed = blob, digest, 0
+        self.name, self.size = blob.name, blob.size
+
+    def pread(self, size: int, offset: int) -> bytes:
+        while self.hashed < offset and self._feed(
+            self.blob.pread(min(offset - self.hashed, HASH_CHUNK), self.hashed)
+        ):
+            pass
+        data = self.blob.pread(size, offset)
+        if offset <= self.hashed < offset + len(data):
+            self._feed(memoryview(data)[self.hashed - offset :])
+        return data
+
+    def _feed(self, data) -> int:
+        self.digest.update(data)
+        self.hashed += len(data)
+        return len(data)
+
+    def finish(self) -> None:
+        """Hash the rest of the file."""
+        while self.pread(HASH_CHUNK, self.hashed):
+            pass
+
+    def close(self) -> None:
+        self.blob.close()
+
+
+class Sink:
+    """A new file or object being written; it appears under its final name only on commit().
+
+    `fd` is set where the bytes go to a local file a library may write itself (by path:
+    /proc/self/fd/N); such a sink uploads that file at commit. `name` is what messages name
+    while it is written.
+    """
+
+    name: str
+    fd: int = -1
+
+    def write(self, data: bytes) -> int:
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        """Make the bytes durable and final under the name asked for."""
+        raise NotImplementedError
+
+    def discard(self) -> None:
+        """Drop what was written: nothing appears under the final name. Safe to repeat."""
+        raise NotImplementedError
+
+
+class JournalWriter:
+    """Completion records, one line each; see Storage.journal."""
+
+    name: str  # the journal's path or URL, for messages
+
+    def add(self, line: bytes) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Storage:
+    """A folder or URL prefix that shardpack reads from or writes into."""
+
+    root: str  # as messages show it: an absolute path, or a URL
+    in_process: bool = False  # only this process sees it (memory://): no worker may write it
+    # Whether a folder's listing gives its files' sizes (one request a folder); else size()
+    lists_sizes: bool = True
+    how_to_share: str  # the fix to tell a user when Dask workers do not see it as we do
+
+    # -- names -----------------------------------------------------------------------------
+    def path(self, name: str = "") -> str:
+        """The full path or URL of `name`, for messages and for readers that take paths."""
+        raise NotImplementedError
+
+    def child(self, name: str) -> Storage:
+        """The same storage rooted at `name` (a subfolder)."""
+        raise NotImplementedError
+
+    def local_path(self, name: str = "") -> str | None:
+        """The path of `name` on this machine's disk, for code that opens or lists it itself
+        (os.scandir, TensorFlow); None where it has none (an object store)."""
+        return None
+
+    def tf_path(self, name: str = "") -> str | None:
+        """The path TensorFlow's own file system opens for `name` (it reads the file itself,
+        off the GIL); None where it cannot, and the caller streams the bytes instead."""
+        return None
+
+    def holds(self, other: Storage) -> bool:
+        """Whether `other` is rooted at this root or below it: on a disk their real paths are
+        compared (no link hides it); a URL by its prefix."""
+        mine, theirs = self.local_path(), other.local_path()
+        if mine is not None and theirs is not None:
+            here, there = os.path.realpath(mine), os.path.realpath(theirs)
+        elif mine is None and theirs is None:
+            here, there = self.root, other.root
+        else:
+            return False  # a disk holds no URL's objects, nor a URL a disk's files
+        return (there + "/").startswith(here.rstrip("/") + "/")
+
+    # -- reading ---------------------------------------------------------------------------
+    def kind(self, name: str = "") -> str | None:
+        """'file', 'dir', or None when nothing is there (links followed on a local disk)."""
+        raise NotImplementedError
+
+    def listdir(self, name: str = "") -> list[Entry]:
+        """The entries of a folder, sorted by name, as they are: a link is neither a folder nor
+        a file to follow (is_dir False, size 0)."""
+        raise NotImplementedError
+
+    def walk(self, name: str = "") -> Iterator[Entry]:
+        """Every file below a folder, names relative to it, in sorted order."""
+        raise NotImplementedError
+
+    def size(self, name: str) -> int:
+        """The bytes of one file of SRC, asked of the file itself (0 where it does not say)."""
+        raise NotImplementedError
+
+    def lexists(self, name: str = "") -> bool:
+        """Whether anything is at `name`: on a disk a link counts unfollowed (kind() follows
+        it), so that reading it refuses it by name rather than as a missing file."""
+        return self.kind(name) is not None
+
+    def stamp(self, name: str) -> tuple[int, int] | None:
+        """(size, mtime in ns) of a regular file of SRC (links followed, as reads follow them),
+        asked without reading it; None where the store cannot say so cheaply or it is no
+        regular file."""
+        return None
+
+    def identity(self, name: str) -> tuple[int, ...] | None:
+        """What tells this file from any other and from itself rewritten (a disk's device,
+        inode, size and mtime; the link itself, not followed), for a cache of what was read
+        from it; None where the store has no such cheap answer."""
+        return None
+
+    def read(self, name: str, limit: int) -> bytes:
+        """A whole file of SRC of at most `limit` bytes (srcfiles.FileTooLarge past it,
+        unread). On a local disk, links are followed, but only to a regular file."""
+        raise NotImplementedError
+
+    @contextmanager
+    def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
+        """This storage, to read `files` (name, and the size its listing gave; each at most
+        `limit` bytes) in this order. Where each request waits on the network (an object
+        store), the next files are fetched ahead, several at once, while the caller works on
+        the current one; one listed over `limit` is refused (FileTooLarge) unfetched."""
+        yield self
+
+    def open(self, name: str) -> Blob:
+        """A file of OUT to read at offsets, streamed: nothing is fetched before it is asked
+        for. No link is followed and nothing but a regular file is opened (OSError)."""
+        raise NotImplementedError
+
+    def sha256(self, name: str, size: int | None = None) -> str | None:
+        """The sha256 of a file's bytes, streamed through open(); None, without reading a
+        byte, when `size` is given and the file's size differs."""
+        digest = hashlib.sha256()
+        with HashingBlob(self.open(name), digest) as blob:
+            if size is not None and blob.size != size:
+                return None
+            blob.finish()
+        return digest.hexdigest()
+
+    # -- writing ---------------------------------------------------------------------------
+    def make_root(self) -> bool:
+        """Create the root folder if missing; return whether it was created."""
+        raise NotImplementedError
+
+    def create(self, name: str, by_path: bool = False) -> Sink:
+        """A Sink for a new file `name`; `by_path`: a library will write it through sink.fd."""
+        raise NotImplementedError
+
+    def put(self, name: str, data: bytes) -> None:
+        """Write a whole small file; it appears (or replaces the old one) only complete."""
+        raise NotImplementedError
+
+    def make_folder(self, name: str) -> Storage:
+        """The folder `name` made if missing (a store has none to make), as a Storage rooted
+        there; a link or a file in its place is refused (OutputError), never written through."""
+        return self.child(name)
+
+    def link_or_copy(self, name: str, to: str) -> None:
+        """`name`'s bytes under `to` as well, replacing a file there: a hard link where the
+        store takes one, else a copy streamed through a Sink (final only when whole)."""
+        sink = self.create(to)
+        try:
+            with self.open(name) as blob:
+                offset = 0
+                while chunk := blob.pread(COPY_CHUNK, offset):
+                    sink.write(chunk)
+                    offset += len(chunk)
+            sink.commit()
+        except BaseException:
+            sink.discard()
+            raise
+
+    def remove(self, names: Iterable[str]) -> None:
+        """Remove these files where they are plain files; missing ones are fine."""
+        raise NotImplementedError
+
+    def remove_partial(self, finals: Iterable[str]) -> list[str]:
+        """Remove what a killed run left while writing these names (temporary files, open
+        multipart uploads); return the final names that had some."""
+        raise NotImplementedError
+
+    def lock(self, created: bool = False) -> AbstractContextManager[None]:
+        """Hold the root for one run; a second run is refused with an OutputError. `created`:
+        the root was made by this run, and goes again if the run fails leaving it empty."""
+        raise NotImplementedError
+
+    def read_journal(self, cap: int) -> Iterable[bytes]:
+        """The completion records an earlier run left, header first, as lines (up to `cap`
+        bytes in all); none if there is no journal."""
+        raise NotImplementedError
+
+    def journal(self, head: list[bytes]) -> JournalWriter:
+        """Start a new journal, replacing the old one only when the first line is added:
+        `head` (the header, then records kept from before) is written with it."""
+        raise NotImplementedError
+
+    def remove_journal(self) -> None:
+        """Remove the journal (a run that packed nothing leaves no plan to resume)."""
+        raise NotImplementedError
+
+    def progress_folder(self) -> str | None:
+        """A local folder where workers may leave progress files the parent can read, or
+        None where there is none (the bar then moves a shard at a time)."""
+        return None

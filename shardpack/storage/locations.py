@@ -1,0 +1,62 @@
+"""Locations as text: local paths and fsspec URLs (scheme://...), told apart, made absolute,
+normalised and joined, with no store asked. What a manifest's path column, --root, SRC and OUT
+name is one of these before a Storage is rooted at it."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+
+# `scheme://`: what makes SRC or OUT an fsspec URL rather than a local path.
+URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
+# Schemes naming this machine's disk: what follows them is a local path.
+LOCAL_SCHEMES = ("file", "local")
+
+
+def is_url(text: str | os.PathLike) -> bool:
+    """Whether SRC or OUT names a URL (scheme://...) rather than a local path."""
+    return isinstance(text, str) and URL.match(text) is not None
+
+
+def local_file(location: str | os.PathLike) -> str | None:
+    """The local path a location names, for a tool that writes a file itself (an image, a
+    page); None for a URL."""
+    text = os.fspath(location)
+    return None if is_url(text) else text
+
+
+def absolute(location: str | os.PathLike) -> str:
+    """A local path made absolute (against the working folder); a URL as it is."""
+    text = os.fspath(location)
+    return text if is_url(text) else os.path.abspath(text)
+
+
+def normal(location: str) -> str:
+    """A location in its normal form (os.path.normpath); a URL keeps its scheme's "//"."""
+    if "://" in location and is_url(location):
+        scheme, _, rest = location.partition("://")
+        return f"{scheme}://{posixpath.normpath(rest)}"
+    return os.path.normpath(location)
+
+
+def joined(root: str, path: str) -> str:
+    """`path` (as a manifest row writes it) resolved against `root`: a URL or an absolute path
+    stays itself, a relative one goes under root (a URL root: slash-joined and normalised)."""
+    if is_url(path):
+        return path
+    if is_url(root):
+        return path if os.path.isabs(path) else normal(f"{root.rstrip('/')}/{path}")
+    return os.path.normpath(os.path.join(root, path))
+
+
+def stays_under(path: str) -> bool:
+    """Whether `path` names a file under whatever folder it is joined to: relative, no `..`
+    part, no URL, no NUL."""
+    return not (is_url(path) or path.startswith("/") or ".." in path.split("/") or "\0" in path)
+
+
+def relative_to(location: str, root: str) -> str:
+    """`location` relative to `root` where it lies under it, else as it is."""
+    under = root.rstrip("/") + "/"
+    return location[len(under) :] if location.startswith(under) else location

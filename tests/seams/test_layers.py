@@ -1,0 +1,138 @@
+"""Folders depend one way: every import of a shardpack module by another, at the top of a module
+or inside a function, points down the layers (or across, within one), and no chain of them
+comes back to where it started. A function-level import of a shardpack module says why on its
+line or the line above (it keeps a heavy package off the import path)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import shardpack
+
+PACKAGE = Path(shardpack.__file__).parent
+
+# Lowest first: a module may import its own layer and those below, never one above. read/ sits
+# above packing/ (a reader may ask how a pack is laid out); the faces sit on top.
+LAYERS = (
+    ("errors", "crc", "schema", "layout"),
+    ("storage",),
+    ("containers",),
+    ("index", "options", "images"),
+    ("sources",),
+    ("packing",),
+    ("read",),
+    ("console", "cli", "demo", "torch", "__init__", "__main__"),
+)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    head = parts[1] if len(parts) > 1 else "__init__"
+    for number, names in enumerate(LAYERS):
+        if head in names:
+            return number
+    raise AssertionError(f"{module}: in no layer; add its folder to LAYERS")
+
+
+def _target(module: str, node: ast.ImportFrom | ast.Import, alias: ast.alias) -> str | None:
+    """The shardpack module an import names (a package's submodule where one is named)."""
+    if isinstance(node, ast.Import):
+        name = alias.name
+    else:
+        base = module.split(".")
+        if node.level:
+            if MODULES[module].name != "__init__.py":
+                base = base[:-1]
+            base = base[: len(base) - node.level + 1]
+            name = ".".join([*base, *([node.module] if node.module else [])])
+        else:
+            name = node.module or ""
+        if f"{name}.{alias.name}" in MODULES:
+            name = f"{name}.{alias.name}"
+    if name != "shardpack" and not name.startswith("shardpack."):
+        return None
+    while name not in MODULES:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def _imports(module: str) -> list[tuple[str, int, bool]]:
+    """(module imported, line, inside a function) for each shardpack import, but those only
+    type checkers read (under `if TYPE_CHECKING:`)."""
+    tree = ast.parse(MODULES[module].read_text())
+    checking = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
+    local = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        for inner in ast.walk(node)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in checking:
+            for alias in node.names:
+                target = _target(module, node, alias)
+                if target is not None and target != module:
+                    found.append((target, node.lineno, id(node) in local))
+    return found
+
+
+GRAPH = {module: _imports(module) for module in MODULES}
+
+
+def test_no_import_points_up_a_layer():
+    upward = [
+        f"{module}:{line} imports {target}"
+        for module, imports in GRAPH.items()
+        for target, line, _ in imports
+        if _layer(target) > _layer(module)
+    ]
+    assert upward == []
+
+
+def test_no_import_cycle_even_through_imports_inside_functions():
+    edges = {module: {target for target, _, _ in imports} for module, imports in GRAPH.items()}
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done:
+            return None
+        for target in sorted(edges[module]):
+            cycle = visit(target, [*path, module])
+            if cycle:
+                return cycle
+        done.add(module)
+        return None
+
+    cycles = [cycle for module in sorted(edges) if (cycle := visit(module, []))]
+    assert cycles == []
+
+
+def test_an_import_inside_a_function_says_why():
+    unexplained = []
+    for module, imports in GRAPH.items():
+        lines = MODULES[module].read_text().splitlines()
+        for target, line, local in imports:
+            said = "#" in lines[line - 1] or lines[line - 2].strip().startswith("#")
+            if local and not said:
+                unexplained.append(f"{module}:{line} imports {target}")
+    assert unexplained == []

@@ -1,0 +1,40 @@
+"""The storage seam: code outside shardpack/storage/ asks a store (a Storage verb: tf_path,
+lexists, stamp, identity, make_folder, link_or_copy, ...) or a location (storage.locations)
+instead of inspecting which store it has. Counted on the code, not on a run."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import shardpack
+
+PACKAGE = Path(shardpack.__file__).parent
+# What only storage/ may call: whether a store is a disk (local_path) or a location a URL.
+INSPECTING = {"local_path", "is_url"}
+# Calls not moved behind a verb yet, each file's count a ceiling that may only go down: the
+# folder source's scandir walker (a Storage.walk that classifies links and special files is
+# next) and the manifest's ImageRoot (to move into storage/ with the URL-list fetcher).
+STILL_TO_MOVE = {"sources/folder.py": 3, "sources/manifest.py": 9}
+
+
+def _calls(path: Path) -> int:
+    count = 0
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            count += name in INSPECTING
+        elif isinstance(node, ast.FunctionDef) and node.name in INSPECTING:
+            count += 1  # a Storage of its own outside storage/ (a third one)
+    return count
+
+
+def test_nothing_outside_storage_inspects_which_store_it_has():
+    found = {
+        str(path.relative_to(PACKAGE)): n
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] != "storage" and (n := _calls(path))
+    }
+    over = {f: n for f, n in found.items() if n > STILL_TO_MOVE.get(f, 0)}
+    assert over == {}, f"ask the Storage (or storage.locations) instead: {over}"
