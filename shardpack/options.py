@@ -251,7 +251,7 @@ class PackOptions:
     allow_private_urls: bool = False
     ignore_opt_out: bool = False
     user_agent: str | None = None
-    url_threads: int = 64
+    url_threads: int = 128
     per_host: int = 16
 
     def __post_init__(self) -> None:

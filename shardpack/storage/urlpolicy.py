@@ -38,7 +38,7 @@ class FetchPolicy:
     allow_private: bool = False
     opt_out: bool = True  # honour X-Robots-Tag's OPT_OUT directives
     user_agent: str = USER_AGENT
-    threads: int = 64  # requests in flight per worker
+    threads: int = 128  # requests in flight per worker: in flight / latency bounds the rate
     per_host: int = 16  # of those, to one host at most
     max_redirects: int = 5
     connect_timeout: float = TIMEOUTS["connect_timeout"]
