@@ -42,6 +42,8 @@ class Site:
         self.active = self.most = 0
         self.again = self.most_again = 0  # of those, requests of a path asked for before
         self.connections = 0  # open now
+        self.started: list[str] = []  # paths in the order their requests came
+        self.finished: list[str] = []  # and in the order they were answered
         self.lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"site": self})
         self.server = _Server(("127.0.0.1", 0), handler)
@@ -87,6 +89,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with site.lock:
             site.hits[path] += 1
             site.times.setdefault(path, []).append(time.monotonic())
+            site.started.append(path)
             first = site.hits[path] == 1
             site.active += 1
             site.most = max(site.most, site.active)
@@ -101,6 +104,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             with site.lock:
                 site.active -= 1
                 site.again -= not first
+                site.finished.append(path)
 
     def _answer(self, path: str, first: bool) -> None:
         kind, _, name = path.strip("/").partition("/")
@@ -244,18 +248,19 @@ def test_copies_behind_urls_are_confirmed_many_at_a_time(tmp_path):
 
 
 def test_records_keep_the_plans_order_whatever_arrives_first(tmp_path):
-    """Answers in 0-30 ms by path: 16 in flight get them back in another order than one at a
-    time does, and the shards are the same bytes."""
-    jittery = Site(latency=0.03, jitter=True)
+    """Answers in 0-20 ms by path: 16 in flight in each of 2 workers get them back in another
+    order than one at a time in-process does, and the shards are the same bytes."""
+    jittery = Site(latency=0.02, jitter=True)
     try:
-        src = _manifest(tmp_path, [jittery.url(f"/img/{i}.png") for i in range(24)])
-        for threads in (1, 16):
-            options = PackOptions(workers=1, path_column="url", allow_private_urls=True,
+        src = _manifest(tmp_path, [jittery.url(f"/img/{i}.png") for i in range(16)])
+        for threads, workers in ((1, 1), (16, 2)):  # in-process, then forked workers
+            options = PackOptions(workers=workers, path_column="url", allow_private_urls=True,
                                   url_threads=threads, shards=2)  # fmt: skip
-            pack(src, tmp_path / f"out{threads}", options)
+            result = pack(src, tmp_path / f"out{threads}", options)
+            assert result.index.raw["stats"]["workers"] == workers
     finally:
         jittery.close()
-    assert jittery.most > 1
+    assert jittery.most > 1 and jittery.finished != jittery.started  # answered out of order
     one, many = helpers.shard_files(tmp_path / "out1"), helpers.shard_files(tmp_path / "out16")
     assert len(one) == 2 and one == many
 
