@@ -443,8 +443,10 @@ class ImageRoot(Storage):
 
     def web_url(self, name: str) -> str | None:
         """The http(s) URL an image path names (itself, or under an http(s) root), else None."""
-        if not self._web and not is_web_url(name):
-            return None  # most names: nothing to join
+        if is_web_url(name):
+            return name
+        if not self._web:
+            return None
         url = joined(self.root, name)
         return url if is_web_url(url) else None
 
@@ -542,10 +544,10 @@ class _Sizes:
         self.listings: dict[tuple[str, str], dict[str, Entry] | str] = {}
 
     def of(self, path: str) -> int:
-        if (why := refused_scheme(path)) is not None:
-            raise _Bad(f"image {path}: {why}")
         if self.images.web_url(path) is not None:
             return URL_BYTES  # no request a row: the worker's read bounds it
+        if (why := refused_scheme(path)) is not None:
+            raise _Bad(f"image {path}: {why}")
         storage, name = self.images.where(path)
         if (root := storage.local_path()) is not None:
             fd = self.root_fd if storage is self.images.base else None

@@ -79,8 +79,8 @@ def refused_scheme(path: str) -> str | None:
 
 def is_web_url(text: str) -> bool:
     """Whether `text` is an http(s) URL."""
-    scheme, sep, _ = text.partition("://")
-    return bool(sep) and scheme.lower() in WEB_SCHEMES
+    end = text.find("://", 0, 8)  # no copy of the rest of a long URL: this runs a row
+    return end > 0 and text[:end].lower() in WEB_SCHEMES
 
 
 def status_of(reason: str) -> int | None:
