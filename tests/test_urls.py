@@ -412,3 +412,19 @@ def test_connections_kept_are_capped_whatever_the_hosts(site):
     helpers.wait_for(lambda: site.connections <= 2, timeout=5)
     fetcher.close()
     helpers.wait_for(lambda: site.connections == 0, timeout=5)
+
+
+def test_a_url_lists_image_root_pickles_for_a_cluster_and_fetches_there(tmp_path, site):
+    """Dask pickles the dataset's root to its workers: the fetch policy goes with it, the
+    threads, locks and connections of a Fetcher already used here do not."""
+    import pickle
+
+    src = _manifest(tmp_path, [site.url("/img/7.png")])
+    root = scan(src, PackOptions(path_column="url", allow_private_urls=True, retries=0)).root
+    url = site.url("/img/7.png")
+    assert root.read(url, 10_000) == _png(7)  # made this process's Fetcher
+    there = pickle.loads(pickle.dumps(root))
+    assert there.policy == root.policy and there.policy.retries == 0
+    with there.reading(iter([(url, 1)]), 10_000) as ahead:
+        assert ahead.read(url, 10_000) == _png(7)
+    assert site.hits["/img/7.png"] == 2
