@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 
 KIND = "manifest"
 DEFAULT_SPLIT = "train"
-# What the planner takes an http(s) URL's image to weigh, unfetched: a web photo's typical size
-# (LAION's median original is ~100 KB); 1,024 of them make a --shard-size 128MiB shard.
+# What the planner takes an http(s) URL's image to weigh, unfetched: a guess at a web photo's
+# size (img2dataset's 10,000 a shard would be ~1 GB of originals); 1,024 make a 128MiB shard.
 URL_BYTES = 128 << 10
 
 
