@@ -11,6 +11,8 @@ import struct
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import cv2
@@ -163,11 +165,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@contextmanager
+def serving(**options) -> Iterator[Site]:
+    """A Site of these options, closed after."""
+    served = Site(**options)
+    try:
+        yield served
+    finally:
+        served.close()
+
+
 @pytest.fixture
 def site():
-    served = Site()
-    yield served
-    served.close()
+    with serving() as served:
+        yield served
+
+
+def _pack_urls(tmp_path: Path, site: Site, paths: list[str], out: str = "out", **options):
+    """Pack a URL list of these paths of the site, in this process unless options say."""
+    src = _manifest(tmp_path, [site.url(path) for path in paths])
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True, **options}
+    return pack(src, tmp_path / out, PackOptions(**given))
 
 
 def _manifest(tmp_path: Path, urls: list[str], name: str = "urls.csv") -> Path:
@@ -220,13 +238,8 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
 def test_many_requests_are_in_flight_while_a_server_takes_its_time(tmp_path):
     """100 URLs answered in 100 ms each: one worker keeps at least 8 in flight (one at a
     time, the scan's request per image and the fetch one by one, it kept 1)."""
-    slow = Site(latency=0.1)
-    try:
-        src = _manifest(tmp_path, [slow.url(f"/img/{i}.png") for i in range(100)])
-        options = PackOptions(workers=1, path_column="url", allow_private_urls=True)
-        result = pack(src, tmp_path / "out", options)
-    finally:
-        slow.close()
+    with serving(latency=0.1) as slow:
+        result = _pack_urls(tmp_path, slow, [f"/img/{i}.png" for i in range(100)])
     assert result.num_records == 100
     assert slow.most >= 8, slow.most
     assert sum(slow.hits.values()) == 100  # one request an image: none at scan
@@ -235,13 +248,8 @@ def test_many_requests_are_in_flight_while_a_server_takes_its_time(tmp_path):
 def test_copies_behind_urls_are_confirmed_many_at_a_time(tmp_path):
     """Exact copies found in the shards are confirmed by reading them again: a pair at a time,
     each pair a server's latency, before; now every pair through one read-ahead."""
-    slow = Site(latency=0.05)
-    try:
-        src = _manifest(tmp_path, [slow.url(f"/twin/{i}.png") for i in range(40)])
-        options = PackOptions(workers=1, path_column="url", allow_private_urls=True)
-        result = pack(src, tmp_path / "out", options)
-    finally:
-        slow.close()
+    with serving(latency=0.05) as slow:
+        result = _pack_urls(tmp_path, slow, [f"/twin/{i}.png" for i in range(40)])
     assert result.index.raw["duplicates"]["groups"] == 20
     assert sum(slow.hits.values()) == 80  # each written, then each confirmed
     assert slow.most_again >= 4, slow.most_again
@@ -250,16 +258,12 @@ def test_copies_behind_urls_are_confirmed_many_at_a_time(tmp_path):
 def test_records_keep_the_plans_order_whatever_arrives_first(tmp_path):
     """Answers in 0-20 ms by path: 16 in flight in each of 2 workers get them back in another
     order than one at a time in-process does, and the shards are the same bytes."""
-    jittery = Site(latency=0.02, jitter=True)
-    try:
-        src = _manifest(tmp_path, [jittery.url(f"/img/{i}.png") for i in range(16)])
+    paths = [f"/img/{i}.png" for i in range(16)]
+    with serving(latency=0.02, jitter=True) as jittery:
         for threads, workers in ((1, 1), (16, 2)):  # in-process, then forked workers
-            options = PackOptions(workers=workers, path_column="url", allow_private_urls=True,
-                                  url_threads=threads, shards=2)  # fmt: skip
-            result = pack(src, tmp_path / f"out{threads}", options)
+            result = _pack_urls(tmp_path, jittery, paths, f"out{threads}", workers=workers,
+                                url_threads=threads, shards=2)  # fmt: skip
             assert result.index.raw["stats"]["workers"] == workers
-    finally:
-        jittery.close()
     assert jittery.most > 1 and jittery.finished != jittery.started  # answered out of order
     one, many = helpers.shard_files(tmp_path / "out1"), helpers.shard_files(tmp_path / "out16")
     assert len(one) == 2 and one == many
