@@ -56,6 +56,7 @@ test-fast: $(TESTLIGHT)
 bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.read_speed
+	$(BIN)/python -m benchmarks.torch_read
 	$(BIN)/python -m benchmarks.storage
 	$(BIN)/python -m benchmarks.reduced
 	$(BIN)/python -m benchmarks.convert

@@ -1,4 +1,4 @@
-"""The three containers side by side: writing records/s, and reading records/s through each
+"""The containers side by side: writing records/s, and reading records/s through each
 container's own reader and through shardpack's.
 
     python -m benchmarks.containers [WORKLOAD] [--shards 8] [--cache bench-out] [--json FILE]
@@ -8,10 +8,11 @@ The records are a workload's JPEG files as pack writes them with `--encode keep`
 label, height, width, channels, format, key), built once, untimed. Writing is one process
 through each container's writer (temporary name, fsync, rename, sha256). Reading is one epoch
 without decoding the images, so the figures compare the containers, not JPEG decoders:
-tf.data's TFRecordDataset, Grain's ArrayRecordDataSource (in order, then by random index) and
-webdataset's WebDataset; then shardpack's own reader of each container (checked framing,
-Example or sample decoded into features). `--array-record-options` adds a row for ArrayRecord
-written with other writer options (e.g. `group_size:1`, TFDS's, which compresses with zstd).
+tf.data's TFRecordDataset, Grain's ArrayRecordDataSource (in order, then by random index),
+webdataset's WebDataset and pyarrow's ParquetFile; then shardpack's own reader of each
+container (checked framing, Example or sample decoded into features). `--array-record-options`
+adds a row for ArrayRecord written with other writer options (e.g. `group_size:1`, TFDS's, which
+compresses with zstd).
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ def _own_reader(name: str, paths: list[str]) -> dict[str, float]:
         count = sum(1 for i in order if source[i])
         rates["grain (random index)"] = _rate(count, start)
         return rates
+    if name == "parquet":  # pyarrow, batch by batch, as datasets and pandas read the files
+        import pyarrow.parquet as pq
+
+        count = sum(batch.num_rows for p in paths for batch in pq.ParquetFile(p).iter_batches())
+        return {"pyarrow": _rate(count, start)}
     import webdataset as wds
 
     count = sum(1 for _ in wds.WebDataset(paths, shardshuffle=False))

@@ -11,6 +11,7 @@ import shutil
 import signal
 import sys
 import typing
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from enum import Enum
@@ -123,6 +124,16 @@ class _Terminated(BaseException):
 
 def _on_sigterm(signum, frame) -> None:
     raise _Terminated
+
+
+@contextmanager
+def _closing(bar: Bar) -> Iterator[Bar]:
+    """A progress bar for a command that reads: closed however the command ends, so that what
+    it prints next starts on a line of its own."""
+    try:
+        yield bar
+    finally:
+        bar.close()
 
 
 def _stopped(what: str, code: int, bar: Bar) -> NoReturn:
@@ -297,6 +308,7 @@ def verify(
     decode: Annotated[bool, typer.Option("--decode", help="Also decode every image.")] = False,
     as_json: _JSON = False,
     storage_option: _STORAGE_OPTIONS = None,
+    no_progress: _NO_PROGRESS = False,
 ) -> None:
     """Check every shard against the index.
 
@@ -306,7 +318,9 @@ def verify(
     with _user_errors():
         from shardpack.read.verify import verify as run_verify  # numpy: not for --help
 
-        report = run_verify(out, decode=decode, storage_options=_out_options(out, storage_option))
+        with _closing(Bar(not no_progress, "verifying")) as bar:
+            options = _out_options(out, storage_option)
+            report = run_verify(out, decode=decode, storage_options=options, progress=bar)
     if as_json:
         print_json(report.to_json())
     else:
@@ -392,6 +406,7 @@ def report(
         typer.Option("--out", metavar="FILE", help="HTML file.  [default: OUT/report.html]"),
     ] = None,
     storage_option: _STORAGE_OPTIONS = None,
+    no_progress: _NO_PROGRESS = False,
 ) -> None:
     """Write a data card: one self-contained HTML page.
 
@@ -401,7 +416,8 @@ def report(
     with _user_errors():
         from shardpack.read.report import write_report  # numpy: not for --help
 
-        path = write_report(out, dest, _out_options(out, storage_option))
+        with _closing(Bar(not no_progress, "reading")) as bar:
+            path = write_report(out, dest, _out_options(out, storage_option), progress=bar)
     typer.echo(f"wrote {path}")
 
 

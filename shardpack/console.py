@@ -31,10 +31,12 @@ def plural(count: int, noun: str, many: str | None = None) -> str:
 class Bar:
     """A rich progress bar on stderr with images/s and ETA, shown once a run passes one second;
     a line every _LINE_EVERY_S where stderr is no terminal. The rate counts from the first
-    report, which holds the images of the shards a resume kept: new work only."""
+    report, which holds the images of the shards a resume kept: new work only. `verb` says
+    what the run does to the images (pack's, verify's, report's)."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, verb: str = "packing") -> None:
         self.enabled = enabled
+        self.verb = verb
         self.start = time.monotonic()
         self.progress = None
         self.first: tuple[float, int] | None = None  # (time, images done) of the first report
@@ -72,7 +74,7 @@ class Bar:
             if now >= self.line_due:
                 self.line_due = now + _LINE_EVERY_S
                 eta = f"{(total - done) / rate:,.0f} s" if rate > 0 else "unknown"
-                print(f"packing: {done:,}/{total:,} images, {rate:,.0f} images/s, ETA {eta}",
+                print(f"{self.verb}: {done:,}/{total:,} images, {rate:,.0f} images/s, ETA {eta}",
                       file=sys.stderr, flush=True)  # fmt: skip
             return
         if self.progress is None:
@@ -85,7 +87,7 @@ class Bar:
             )
 
             self.progress = Progress(
-                TextColumn("packing"),
+                TextColumn(self.verb),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[rate]:>8.0f} images/s"),
@@ -94,7 +96,7 @@ class Bar:
             )
             self.progress.start()
             # from `done`: the kept shards' images are no progress for the ETA to count
-            self.task = self.progress.add_task("pack", total=total, completed=done, rate=rate)
+            self.task = self.progress.add_task(self.verb, total=total, completed=done, rate=rate)
         self.progress.update(self.task, completed=done, rate=rate)
 
     def close(self) -> None:

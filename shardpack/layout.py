@@ -16,6 +16,8 @@ INDEX_FILES_DIR = "idx"
 # The Hugging Face dataset card (packing/hubcard) and the HTML data card (read/report).
 CARD_NAME = "README.md"
 REPORT_NAME = "report.html"
+# The pack in Croissant's JSON-LD (packing/croissant).
+CROISSANT_NAME = "croissant.json"
 # What a grow reads: each shard's content keys (packing/contents) and each file's mtime as it
 # was packed (packing/stamps).
 CONTENTS_NAME = "contents.json"

@@ -57,7 +57,7 @@ _OUTPUT_FIELDS = (
 )  # fmt: skip
 
 
-def _check_container(fmt: str, compression: str, index_files: bool) -> None:
+def _check_container(fmt: str, compression: str, index_files: bool, encode: str) -> None:
     check_choice("format", fmt, tuple(CONTAINERS))
     container = CONTAINERS[fmt]
     if compression not in container.compressions:
@@ -68,6 +68,9 @@ def _check_container(fmt: str, compression: str, index_files: bool) -> None:
         formats = " or ".join(f"format={name!r}" for name in others)
         raise ShardpackError(f"compression={compression!r} is for {formats} only; "
                              "drop compression=")  # fmt: skip
+    if encode == "raw" and not container.raw_pixels:
+        raise ShardpackError(f"encode='raw' stores pixels that format={fmt!r}'s readers do not "
+                             "decode as images; pass encode='png' (lossless) instead")  # fmt: skip
     if index_files and not container.index_files:
         kinds = " or ".join(f"format={name!r}" for name, c in CONTAINERS.items() if c.index_files)
         raise ShardpackError(f"index_files=True writes DALI's index files, for {kinds}; "
@@ -294,7 +297,7 @@ class PackOptions:
             raise ShardpackError("scheduler= needs backend='dask'")
         if self.index_files and self.compression != "none":
             raise ShardpackError("index_files=True needs uncompressed shards; drop compression=")
-        _check_container(self.format, self.compression, self.index_files)
+        _check_container(self.format, self.compression, self.index_files, self.encode)
         for split in (*self.split_names, *(name for name, _ in self.split or ())):
             if not _SPLIT.match(split):
                 raise ShardpackError(

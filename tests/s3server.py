@@ -2,7 +2,7 @@
 session, a fresh bucket per test, and the environment through which s3fs reaches it from the test
 process and from every process the test starts (the CLI, its workers, Dask workers).
 
-What s3fs 2026.9 does against moto 5.2 server (tests/test_object_storage.py relies on it):
+What s3fs 2026.9 does against moto 5.2 server (tests/storage/test_remote.py relies on it):
 - `fs.open(path, "wb", block_size=5 MiB)` streams a multipart upload, opened with the first
   flushed part and visible in `fs.list_multipart_uploads(bucket)`; the key appears only at close.
 - `f.discard()` aborts the upload but leaves `f.closed` False: when the object is collected, its

@@ -8,12 +8,13 @@ listed in CONTAINERS (or added at run time with `register_container`). It provid
 
 - `name`, `shard_template` and `shard_pattern`: its --format name and how its shards are named;
 - `compressions`: what --compression may be for it (the one list of them);
-- `writer(...)`: a ShardWriter (a context manager that writes through a storage Sink under a
-  temporary name and commits on success; its result holds the record count, byte count,
-  sha256 and each record's position);
+- `writer(...)`: a ShardWriter, given the dataset's schema (a context manager that writes
+  through a storage Sink under a temporary name and commits on success; its result holds
+  the record count, byte count, sha256 and each record's position);
 - `iter_records(...)`: the sequential reader, checking its framing (what verify and
   iter_examples use); `open(...)`: the random-access reader (what Records uses);
-- optional: `position_unit` and `framing` (for messages and verify's summary),
+- optional: `position_unit` and `framing` (for messages and verify's summary), `media_type`
+  and `tabular` (for croissant.json),
   `split_files` (files beside a split's shards), `require` (a missing package), and
   `tfds_file_format`, `tf_readable` + `make_tf_data`, `index_files` + `record_spans` +
   `min_span`, for TFDS, tf.data and DALI index files where those can read the shards.
@@ -39,6 +40,7 @@ from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from shardpack.errors import FileAccessError, OutputError, RecordError
+from shardpack.schema import Schema
 from shardpack.storage import Blob, HashingBlob, Sink, Storage, storage_at
 
 Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or a list of one
@@ -92,6 +94,9 @@ class ShardWriter:
         self.storage, self.name = storage, os.fspath(path)
         self.path = storage.path(self.name)
         self.compression = compression
+        # The dataset's features, set by Container.writer, for a container whose files are typed
+        # by them (Parquet's columns); None: typed from the first record, where that matters.
+        self.schema: Schema | None = None
         self.sink: Sink | None = None  # made on entering the block
         self.offsets: list[int] = []
         self.result: WriteResult | None = None
@@ -263,6 +268,12 @@ class Container:
     tf_readable = False  # tf_dataset reads these shards: make_tf_data gives their records
     # TFDS's `fileFormat` for these shards, where TFDS has a file adapter that reads them.
     tfds_file_format: str | None = None
+    # The shards' encodingFormat in croissant.json (a MIME type), and whether their records are
+    # rows of named typed columns that a Croissant reader extracts (mlcroissant reads Parquet,
+    # not TFRecord, ArrayRecord or tar samples).
+    media_type = "application/octet-stream"
+    tabular = False
+    raw_pixels = True  # it may hold --encode raw's pixels (its readers know them from `format`)
     # What shard_name gives, for any count, with groups `name` and `split`.
     shard_pattern: re.Pattern[str] = re.compile("(?!)")
 
@@ -278,10 +289,14 @@ class Container:
         """Raise MissingPackageError when the package this format needs is not installed."""
 
     def writer(
-        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
-    ) -> ShardWriter:
-        """A ShardWriter for one shard: a local `path`, or with `storage`, a name in it."""
-        return self.writer_class(path, compression, storage)
+        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None,
+        schema: Schema | None = None,
+    ) -> ShardWriter:  # fmt: skip
+        """A ShardWriter for one shard: a local `path`, or with `storage`, a name in it; the
+        dataset's `schema` where the container types its files by it."""
+        writer = self.writer_class(path, compression, storage)
+        writer.schema = schema
+        return writer
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
@@ -428,6 +443,8 @@ CONTAINERS: _Registry = _Registry({
     "array_record": ("shardpack.containers.array_record:ArrayRecord",
                      "Grain, tfds.data_source; random access"),
     "webdataset": ("shardpack.containers.webdataset:WebDataset", "tar shards for PyTorch"),
+    "parquet": ("shardpack.containers.parquet:Parquet",
+                "the Hugging Face Hub, datasets, pandas, DuckDB"),
 })  # fmt: skip
 
 

@@ -5,7 +5,7 @@ Writer options: one record per chunk group, TFDS's choice, so reading record i d
 chunk; and no compression, since images are already compressed: zstd (the library's default,
 and TFDS's) costs writing time for a few percent of size (`python -m benchmarks.containers
 --array-record-options group_size:1`; benchmarks/README.md). The files are byte-identical
-across runs (tests/test_containers.py).
+across runs (tests/containers/test_conformance.py).
 
 The library's reader opens files by path only: a shard in an object store is first copied to
 an unnamed local temporary file (at most the index's num_bytes; gone when the reader closes,
@@ -207,6 +207,7 @@ class ArrayRecord(Container):
     position_unit = "record"
     framing = "framing"  # the library checks no record's bytes (a flipped byte reads fine)
     tfds_file_format = "array_record"
+    media_type = "application/x-array_record"
     shard_template = "{name}-{split}.array_record-{index:05d}-of-{n:05d}"
     shard_pattern = re.compile(NAME_SPLIT + r"\.array_record-\d{5,}-of-\d{5,}")
 
@@ -217,8 +218,9 @@ class ArrayRecord(Container):
         _module()
 
     def writer(
-        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
-    ) -> ShardWriter:
+        self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None,
+        schema=None,
+    ) -> ShardWriter:  # fmt: skip
         self.require()  # fail before creating anything when the package is missing
         writer = _Writer(path, compression, storage)
         writer.options = self.options

@@ -377,6 +377,7 @@ class TFRecord(Container):
     tf_readable = True
     compressions = ("none", "gzip")
     tfds_file_format = "tfrecord"
+    media_type = "application/x-tfrecord"
     writer_class = _Writer
     shard_template = "{name}-{split}.tfrecord-{index:05d}-of-{n:05d}"
     shard_pattern = re.compile(NAME_SPLIT + r"\.tfrecord-\d{5,}-of-\d{5,}")

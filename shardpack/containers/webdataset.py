@@ -63,7 +63,7 @@ def _ustar(name: str, size: int) -> bytes:
 
 # Only the name, the size and the checksum differ between our headers, so each is the template
 # with those three fields filled in: a fifth of tarfile's cost, three times a sample.
-# tests/test_containers.py checks the bytes against tarfile's own.
+# tests/containers/test_conformance.py checks the bytes against tarfile's own.
 _TEMPLATE = _ustar("", 0)
 _SIZE, _CHECKSUM = slice(124, 136), slice(148, 156)
 _FIXED = (slice(100, 124), slice(136, 148), slice(156, _BLOCK))  # mode..gid, mtime, type..end
@@ -320,6 +320,7 @@ class WebDataset(Container):
 
     name = "webdataset"
     framing = "tar headers"
+    media_type = "application/x-tar"
     writer_class = _Writer
     shard_template = "{name}-{split}-{index:06d}.tar"
     shard_pattern = re.compile(NAME_SPLIT + r"-\d{6,}\.tar")

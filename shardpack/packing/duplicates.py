@@ -30,14 +30,29 @@ MAX_LISTED_KEYS = 100
 # Items a thread of the --dedup pass hashes at a time (one read-ahead window on a store).
 HASH_CHUNK = 256
 
+# The groups of copies that carry more than one label index.json names (the count has all).
+MAX_LISTED_CONFLICTS = 20
+
 Entry = tuple[str, Item]  # (split, item)
-Group = list[tuple[str, str]]  # (split, key) of each copy, the one kept first
+Member = tuple[str, str, object]  # (split, key, label) of a copy
+Group = list[Member]  # each copy, the one kept first
 
 
-def _kept_first(member: tuple[str, str]) -> tuple[bool, str, str]:
+def _kept_first(member: Member) -> tuple[bool, str, str]:
     """The order of a group: evaluation splits first, then by split and key."""
-    split, key = member
+    split, key = member[:2]
     return split not in EVAL_SPLITS, split, key
+
+
+def record_name(split: str, key: str) -> str:
+    """A record as readers see it: its key where that starts with its split's folder (a split
+    tree's `test/ant/x.jpg`), else `<split>/<key>`."""
+    return key if key.startswith(f"{split}/") else f"{split}/{key}"
+
+
+def _member(entry: Entry) -> Member:
+    split, item = entry
+    return split, item.key, item.label
 
 
 def candidates(crc: np.ndarray, size: np.ndarray) -> list[np.ndarray]:
@@ -76,7 +91,7 @@ def confirm(
                     data = content_bytes(load(item, src, options, cache))
                 except ImageError:  # gone or changed since: not a copy we can vouch for
                     continue
-                by_digest[hashlib.sha256(data).digest()].append((split, item.key))
+                by_digest[hashlib.sha256(data).digest()].append((split, item.key, item.label))
             groups += [sorted(g, key=_kept_first) for g in by_digest.values() if len(g) > 1]
     return sorted(groups, key=lambda g: _kept_first(g[0]))
 
@@ -109,26 +124,35 @@ class _PlanEntries:
 def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset, list[Group]]:
     """--dedup exact|near: every item read and keyed on `threads` threads (reads, CRC32C and
     OpenCV leave the interpreter's lock), the copies confirmed, and all but the kept copy of
-    each group moved from the splits to the skipped, `duplicate of <split>/<key>` (`near
-    duplicate of` where only the perceptual hashes tell them alike)."""
+    each group moved from the splits to the skipped, `duplicate of <record_name>` (`near
+    duplicate of` where only the perceptual hashes tell them alike); a warning where a near
+    bucket was crowded."""
     entries = [(s, item) for s in sorted(dataset.splits) for item in dataset.splits[s]]
     keys = content_keys(entries, dataset, options, threads)
     crc = np.array([k[0] for k in keys], np.uint32)
     size = np.array([k[1] for k in keys], np.uint64)
     groups = confirm(candidates(crc, size), entries, dataset, options)
     same = {member: group[0] for group in groups for member in group}
+    warnings = dataset.warnings
     if options.dedup == "near":
-        groups = _near_groups(keys, entries, groups, options.near_distance)
+        groups, crowded = _near_groups(keys, entries, groups, options.near_distance)
+        if crowded:
+            warnings += (f"--dedup near: {crowded:,} images have hashes alike in most bits "
+                         f"(flat, blank or synthetic images?); each was compared with "
+                         f"{near.MAX_BUCKET} of them alone, so near copies among them may "
+                         "be kept",)  # fmt: skip
     dropped = {}
     for kept, *copies in groups:
-        dropped.update({copy: f"{'' if same.get(copy) == kept else 'near '}duplicate of "
-                              f"{kept[0]}/{kept[1]}" for copy in copies})  # fmt: skip
+        dropped.update({copy[:2]: f"{'' if same.get(copy) == kept else 'near '}duplicate of "
+                                  f"{record_name(*kept[:2])}" for copy in copies})  # fmt: skip
     splits = {
         split: tuple(item for item in items if (split, item.key) not in dropped)
         for split, items in dataset.splits.items()
     }
     skipped = tuple((key, reason) for (_, key), reason in sorted(dropped.items()))
-    return replace(dataset, splits=splits, skipped=dataset.skipped + skipped), groups
+    dataset = replace(dataset, splits=splits, skipped=dataset.skipped + skipped,
+                      warnings=warnings)  # fmt: skip
+    return dataset, groups
 
 
 def content_keys(
@@ -145,19 +169,29 @@ def content_keys(
 
 def _near_groups(
     keys: list[tuple[int, int, int | None]], entries: list[Entry], exact: list[Group], distance: int
-) -> list[Group]:
-    """The groups of images whose perceptual hashes are within `distance` bits, joined with
-    the exact groups (an image with no hash is in its exact group alone)."""
+) -> tuple[list[Group], int]:
+    """The groups of images whose perceptual hashes are within `distance` bits of the kept
+    one's (near.star_groups: never a chain), each exact group inside one (an image with no
+    hash is in its exact group alone); and how many images sat in a crowded bucket."""
     live = [i for i, key in enumerate(keys) if key[2] is not None]
-    hashes = np.array([keys[i][2] for i in live], np.uint64)
-    pairs = np.array(live, np.int64)[near.near_pairs(hashes, distance)].reshape(-1, 2)
-    position = {(split, item.key): i for i, (split, item) in enumerate(entries)}
-    joins = [(position[g[0]], position[m]) for g in exact for m in g[1:]]
-    pairs = np.concatenate([pairs, np.array(joins, np.int64).reshape(-1, 2)])
-    found = near.components(len(entries), pairs)
-    groups = [sorted(((entries[i][0], entries[i][1].key) for i in g), key=_kept_first)
-              for g in found]  # fmt: skip
-    return sorted(groups, key=lambda g: _kept_first(g[0]))
+    unique, inverse = np.unique(np.array([keys[i][2] for i in live], np.uint64),
+                                return_inverse=True)  # fmt: skip
+    close, crowded = near.close_hashes(unique, distance)
+    counts = np.bincount(inverse.ravel(), minlength=len(unique))
+    wanted = counts > 1
+    wanted[close.ravel()] = True
+    members: dict[int, Group] = defaultdict(list)  # the images of each hash that has company
+    for position, u in zip(live, inverse.ravel().tolist(), strict=True):
+        if wanted[u]:
+            members[u].append(_member(entries[position]))
+    for group in members.values():
+        group.sort(key=_kept_first)
+    order = sorted(members, key=lambda u: _kept_first(members[u][0]))
+    groups = [sorted(itertools.chain.from_iterable(members[u] for u in star), key=_kept_first)
+              for star in near.star_groups(order, close)]  # fmt: skip
+    hashed = set(itertools.chain.from_iterable(members.values()))
+    groups = [g for g in groups if len(g) > 1] + [g for g in exact if g[0] not in hashed]
+    return sorted(groups, key=lambda g: _kept_first(g[0])), int(counts[crowded].sum())
 
 
 def _keys(
@@ -192,18 +226,26 @@ def _hash(loaded: bytes | np.ndarray, options: PackOptions) -> int | None:
 
 def removed(groups: list[Group]) -> dict[str, int]:
     """The copies --dedup exact leaves out of each split: all but each group's first."""
-    return dict(Counter(split for group in groups for split, _ in group[1:]))
+    return dict(Counter(member[0] for group in groups for member in group[1:]))
+
+
+def _conflicts(groups: list[Group]) -> list[Group]:
+    """The groups whose copies carry more than one label: the same image filed under two
+    classes (a wrong label somewhere, or a label --dedup would silently pick)."""
+    return [g for g in groups if len({member[2] for member in g}) > 1]
 
 
 def summary(groups: list[Group], removed: int, options: PackOptions) -> dict:
-    """index.json's `duplicates`: totals, the images of each split also in another, and the
-    first MAX_LISTED_GROUPS groups as `<split>/<key>` (each its first MAX_LISTED_KEYS)."""
+    """index.json's `duplicates`: totals, the images of each split also in another, the
+    groups that carry more than one label, and the first MAX_LISTED_GROUPS groups by
+    record_name (each its first MAX_LISTED_KEYS)."""
     across: Counter[tuple[str, str]] = Counter()
     for group in groups:
-        per_split = Counter(split for split, _ in group)
+        per_split = Counter(member[0] for member in group)
         for split, other in itertools.permutations(per_split, 2):
             across[split, other] += per_split[split]
     images = sum(map(len, groups))
+    conflicts = _conflicts(groups)
     return {
         "method": "near" if options.dedup == "near" else "exact",
         **({"near_distance": options.near_distance} if options.dedup == "near" else {}),
@@ -215,11 +257,27 @@ def summary(groups: list[Group], removed: int, options: PackOptions) -> dict:
             {"split": split, "also_in": other, "images": n}
             for (split, other), n in sorted(across.items())
         ],
-        "listed": [
-            [f"{split}/{key}" for split, key in group[:MAX_LISTED_KEYS]]
-            for group in groups[:MAX_LISTED_GROUPS]
-        ],
+        "label_conflicts": len(conflicts),
+        "listed": _names(groups[:MAX_LISTED_GROUPS]),
+        "conflicts_listed": _names(conflicts[:MAX_LISTED_CONFLICTS]),
     }
+
+
+def _names(groups: list[Group]) -> list[list[str]]:
+    """Each group as the record_name of its first MAX_LISTED_KEYS copies."""
+    return [[record_name(*member[:2]) for member in group[:MAX_LISTED_KEYS]] for group in groups]
+
+
+def warnings(doc: dict) -> list[str]:
+    """The warnings of a summary() for the pack's: the copies filed under two labels."""
+    count, listed = doc.get("label_conflicts"), doc.get("conflicts_listed") or [[]]
+    if not count:
+        return []
+    example = " and ".join(printable(name) for name in listed[0][:2])
+    return [f"label conflict: {count:,} {'group' if count == 1 else 'groups'} of copies "
+            f"{'is' if count == 1 else 'are'} filed under more than one class (e.g. "
+            f"{example}); fix the labels: --dedup keeps the first copy's "
+            "(index.json's duplicates.conflicts_listed names them)"]  # fmt: skip
 
 
 def lines(doc: object) -> list[str]:
@@ -237,6 +295,9 @@ def lines(doc: object) -> list[str]:
         said += [f"  {a['images']:,} {'image' if a['images'] == 1 else 'images'} of "
                  f"{printable(a['split'])} {'is' if a['images'] == 1 else 'are'} also in "
                  f"{printable(a['also_in'])}" for a in doc["across_splits"]]  # fmt: skip
+        if conflicts := doc.get("label_conflicts"):
+            said.append(f"  {conflicts:,} {'group' if conflicts == 1 else 'groups'} of copies "
+                        "filed under more than one class (label conflicts)")  # fmt: skip
     except (KeyError, TypeError, ValueError):
         return []
     return said if groups else []

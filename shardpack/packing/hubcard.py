@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import re
 
+from shardpack.hffeatures import card_form, hf_feature
 from shardpack.layout import CARD_NAME
+from shardpack.schema import Feature
 from shardpack.storage import Storage
 
 # The card's second line (a YAML comment) says it is shardpack's to rewrite; what is read of a
@@ -44,36 +46,53 @@ def card(document: dict) -> bytes:
               "- config_name: default", "  data_files:"]  # fmt: skip
     for split, entry in document["splits"].items():
         lines += [f"  - split: {_q(split)}", "    path:"]
-        lines += [f"    - {_q(file)}" for file in _files(entry["shards"])]
-    lines += ["---", "", f"# {name}", "", _summary(document), ""]
+        lines += [f"    - {_q(file)}" for file in data_files(entry["shards"])]
+    lines += ["---", "", f"# {name}", "", summary(document), ""]
     return "\n".join(lines).encode("utf-8", "backslashreplace")
 
 
+# What YAML refuses anywhere in a document, even quoted (YAML 1.1's printable set, which
+# PyYAML and so the Hub check), and the line breaks a double-quoted scalar would fold (NEL,
+# U+2028, U+2029): escaped instead.
+_UNSAFE = re.compile("[^\t\n\r\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
 def _q(text: str) -> str:
-    """A YAML scalar: JSON's double-quoted string is one YAML reads alike."""
-    return json.dumps(text, ensure_ascii=False)
+    """A YAML scalar that parses back to `text`: JSON's double-quoted string (which YAML reads
+    alike) with what YAML would refuse or fold escaped as YAML's \\x or \\u."""
+    return _UNSAFE.sub(_escape, json.dumps(text, ensure_ascii=False))
+
+
+def _escape(found: re.Match) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"  # none is past U+FFFF
 
 
 def _feature(name: str, spec: dict) -> list[str]:
     """A feature of the schema as the Hub's features list writes it."""
-    if "classes" in spec:
-        names = [f"          {_q(str(i))}: {_q(c)}" for i, c in enumerate(spec["classes"])]
-        kind = ["    dtype:", "      class_label:", "        names:", *names]
-    else:
-        dtype = "image" if name == "image" else spec["dtype"]
-        if dtype == "bytes":
-            dtype = "string" if spec.get("text") else "binary"
-        kind = [f"    {'sequence' if spec.get('shape') else 'dtype'}: {dtype}"]
-    return [f"  - name: {_q(name)}", *kind]
+    form = card_form(hf_feature(name, Feature.from_json(spec)))
+    return [f"  - name: {_q(name)}", *_yaml(form, "    ")]
 
 
-def _files(shards: list[dict]) -> list[str]:
+def _yaml(mapping: dict, indent: str) -> list[str]:
+    """A nested mapping of card_form's as YAML lines: keys and texts quoted, numbers bare."""
+    lines = []
+    for key, value in mapping.items():
+        head = f"{indent}{_q(str(key)) if isinstance(key, int) else key}:"
+        if isinstance(value, dict):
+            lines += [head, *_yaml(value, indent + "  ")]
+        else:
+            lines.append(f"{head} {value if isinstance(value, int) else _q(value)}")
+    return lines
+
+
+def data_files(shards: list[dict]) -> list[str]:
     """A split's shards as data_files: one pattern for the numbered names, else each name."""
-    patterns = {re.sub(r"-\d+-of-\d+$", "-*", s["file"]) for s in shards}
+    patterns = {re.sub(r"-\d+-of-\d+(?=(\.parquet)?$)", "-*", s["file"]) for s in shards}
     return sorted(patterns) if len(patterns) == 1 else [s["file"] for s in shards]
 
 
-def _summary(document: dict) -> str:
+def summary(document: dict) -> str:
     """Where the shards came from, their counts, and the duplicates found."""
     counts = ", ".join(f"{split} {entry['num_records']:,}"
                        for split, entry in document["splits"].items())  # fmt: skip
@@ -92,4 +111,8 @@ def _summary(document: dict) -> str:
                     f"({duplicates['removed']:,} removed).")  # fmt: skip
         said += [f"{a['images']:,} images of {a['split']} are also in {a['also_in']}."
                  for a in duplicates["across_splits"]]  # fmt: skip
+        if conflicts := duplicates.get("label_conflicts"):
+            which = "group of copies is" if conflicts == 1 else "groups of copies are"
+            said.append(f"{conflicts:,} {which} filed under more than one class (label "
+                        "conflicts, named in index.json).")  # fmt: skip
     return "\n".join(said)

@@ -13,8 +13,12 @@ from shardpack import images
 
 # The short side the reduced decode keeps at least: the hash reads a 32x32 thumbnail.
 _HASH_SIDE = 32
-# The most sorts near_pairs makes: a large --near-distance compares more candidates instead.
+# The most sorts close_hashes makes: a large --near-distance compares more candidates instead.
 MAX_SORTS = 256
+# The most hashes of one bucket each hash is compared with (the next in the order of the whole
+# hash): flat, blank or synthetic images share most bits, and a bucket of n compared in full
+# costs n^2 (6,000 hashes free in 16 bits alone: 9 s of CPU; with this bound 0.1 s).
+MAX_BUCKET = 64
 # The orthonormal DCT-II's 8 lowest-frequency rows for 32 samples (cv2.dct's scaling).
 _DCT = np.sqrt(2 / _HASH_SIDE) * np.cos(
     np.pi * np.outer(np.arange(8), 2 * np.arange(_HASH_SIDE) + 1) / (2 * _HASH_SIDE)
@@ -54,36 +58,59 @@ def image_hash(loaded: bytes | np.ndarray, max_pixels: int) -> int:
     return phash(images.decode(loaded, reduce, "gray", max_pixels))
 
 
-def near_pairs(hashes: np.ndarray, distance: int) -> np.ndarray:
-    """Pairs (i, j), i < j, of positions whose hashes are within `distance` bits, as an (n, 2)
-    array: every such pair but among equal hashes, each paired with the first alone (the same
-    groups for components(), without a pair for each two of a thousand copies).
+def close_hashes(unique: np.ndarray, distance: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (a, b), a < b, of positions of the distinct hashes `unique` within `distance`
+    bits, as an (n, 2) array; and which hashes sat in a crowded bucket (over MAX_BUCKET),
+    where each was compared with its MAX_BUCKET next alone, so some of their pairs may be left
+    out.
 
     Pigeonhole: cut the 64 bits into distance + t blocks; two hashes that close agree on t of
-    them at least, so hashes are compared only where they agree on some t blocks, one sort per
-    choice of t blocks (t grows until those keys hold about log2(n) bits)."""
-    hashes = np.asarray(hashes, np.uint64)
-    unique, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-    found = set()
+    them at least, so hashes are compared only where they agree on some t blocks (a bucket),
+    one sort per choice of t blocks (t grows until those keys hold about log2(n) bits)."""
+    unique = np.asarray(unique, np.uint64)
+    found = [np.empty(0, np.int64)]  # each pair as a * n + b: one 1-D unique at the end
+    crowded = np.zeros(len(unique), bool)
     for mask in _masks(distance, len(unique)):
         key = unique & mask
         order = np.argsort(key)
         ordered = key[order]
-        for offset in range(1, len(order)):
-            same = np.flatnonzero(ordered[offset:] == ordered[:-offset])
-            if not len(same):
+        if len(order) > MAX_BUCKET and (ordered[MAX_BUCKET:] == ordered[:-MAX_BUCKET]).any():
+            _sort_crowded(order, ordered, crowded)
+        alive = np.flatnonzero(ordered[1:] == ordered[:-1])  # those with a partner one on
+        for offset in range(1, MAX_BUCKET + 1):
+            if offset > 1:  # those whose bucket goes this far on
+                alive = alive[alive < len(order) - offset]
+                alive = alive[ordered[alive + offset] == ordered[alive]]
+            if not len(alive):
                 break
-            a, b = order[same], order[same + offset]
+            a, b = order[alive], order[alive + offset]
             close = np.bitwise_count(unique[a] ^ unique[b]) <= distance
-            found.update(zip(a[close].tolist(), b[close].tolist(), strict=True))
-    pairs = [_same_hash_pairs(inverse, first)]
-    if found:
-        pairs.append(np.sort(first[np.array(sorted(found), np.int64)], axis=1))
-    return np.unique(np.concatenate(pairs), axis=0)
+            low, high = np.minimum(a[close], b[close]), np.maximum(a[close], b[close])
+            found.append(low.astype(np.int64) * len(unique) + high)
+    codes = _distinct(np.concatenate(found))
+    return np.stack(np.divmod(codes, max(1, len(unique))), axis=1), crowded
+
+
+def _sort_crowded(order: np.ndarray, ordered: np.ndarray, crowded: np.ndarray) -> None:
+    """Each bucket over MAX_BUCKET in the order of the whole hash (so that the next MAX_BUCKET
+    of a hash are those alike in more bits), its hashes marked crowded. `order` indexes a
+    sorted array: sorting positions sorts by hash."""
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    sizes = np.diff(np.r_[starts, len(order)])
+    big = sizes > MAX_BUCKET
+    for start, size in zip(starts[big].tolist(), sizes[big].tolist(), strict=True):
+        order[start : start + size].sort()
+        crowded[order[start : start + size]] = True
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (a sort: np.unique's hashing is 100x slower on millions)."""
+    values = np.sort(values)
+    return values[np.r_[True, values[1:] != values[:-1]]] if len(values) else values
 
 
 def _masks(distance: int, count: int) -> list[np.uint64]:
-    """The bit masks of each choice of t of the distance + t blocks (see near_pairs)."""
+    """The bit masks of each choice of t of the distance + t blocks (see close_hashes)."""
     if distance >= 64:
         return [np.uint64(0)]
     wanted = max(16, int(np.log2(max(count, 2))) + 1)
@@ -96,28 +123,20 @@ def _masks(distance: int, count: int) -> list[np.uint64]:
     return [np.uint64(sum(chosen)) for chosen in itertools.combinations(blocks, t)]
 
 
-def _same_hash_pairs(inverse: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """Each position paired with the first position of its hash (itself excluded)."""
-    base = first[inverse.ravel()]
-    other = np.flatnonzero(base != np.arange(len(base)))
-    return np.stack([base[other], other], axis=1).astype(np.int64)
-
-
-def components(count: int, pairs: np.ndarray) -> list[list[int]]:
-    """The groups of two or more positions that pairs join (union-find), sorted."""
-    parent = list(range(count))
-
-    def root(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs.tolist():
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    groups: dict[int, list[int]] = {}
-    for x in {int(p) for p in pairs.ravel()}:
-        groups.setdefault(root(x), []).append(x)
-    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
+def star_groups(order: list[int], pairs: np.ndarray) -> list[list[int]]:
+    """Every position of `order` in one group, each group paired with its first: positions
+    taken in `order` (the one to keep first), each not yet grouped with those of its partners
+    not yet grouped. A chain a-b-c is one group only where a and c are paired too: no image
+    joins a group for being close to an image that is not the one kept."""
+    both = np.concatenate([pairs, pairs[:, ::-1]]).reshape(-1, 2)
+    both = both[np.argsort(both[:, 0], kind="stable")]
+    starts = np.searchsorted(both[:, 0], order)
+    ends = np.searchsorted(both[:, 0], order, side="right")
+    taken: set[int] = set()
+    groups = []
+    for position, start, end in zip(order, starts.tolist(), ends.tolist(), strict=True):
+        if position not in taken:
+            group = [position, *(p for p in both[start:end, 1].tolist() if p not in taken)]
+            taken.update(group)
+            groups.append(group)
+    return groups

@@ -16,12 +16,13 @@ from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, OutputError, SourceError, WorkerDiedError, printable
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.index import Index, index_from_document
-from shardpack.layout import CARD_NAME, INDEX_NAME, METADATA_NAMES
+from shardpack.layout import CARD_NAME, CROISSANT_NAME, INDEX_NAME, METADATA_NAMES
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates, stamps
 from shardpack.packing.cluster import check_shared_storage, dask_client
 from shardpack.packing.contents import entries, write_contents
 from shardpack.packing.cpuload import CpuWatch, machine_cores
+from shardpack.packing.croissant import croissant
 from shardpack.packing.daliindex import write_index_files
 from shardpack.packing.hubcard import card
 from shardpack.packing.merge import build_index
@@ -284,6 +285,7 @@ def pack(
         if groups is None:
             groups = duplicates.found_in_shards(plan, results, dataset, options)
         document["duplicates"] = duplicates.summary(groups, sum(removed.values()), options)
+        document["warnings"] += duplicates.warnings(document["duplicates"])
         document["summaries"] = split_summaries(plan, results, removed)
         index = write_outputs(out, document, results, options.index_files)
         write_contents(out, entries(plan, results))
@@ -307,7 +309,8 @@ def write_outputs(
     out: Storage, document: dict, results: list[ShardResult], index_files: bool, tfds: bool = True
 ) -> Index:
     """Write what goes beside the shards of `document` (TFDS metadata unless not `tfds`, the
-    container's split files, the index files of the shards in `results`, the Hub card);
+    container's split files, the index files of the shards in `results`, the Hub card,
+    croissant.json);
     index.json not yet."""
     index = index_from_document(out, document)
     if index.tfds_readable and tfds:
@@ -324,6 +327,7 @@ def write_outputs(
                    for split, entry in document["splits"].items()}  # fmt: skip
         write_index_files(out, {**document, "splits": written}, offsets)
     out.put(CARD_NAME, card(document))  # the Hub's dataset card
+    out.put(CROISSANT_NAME, croissant(document, index.container))
     return index
 
 

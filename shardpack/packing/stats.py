@@ -49,8 +49,9 @@ def split_summaries(
 
 def reason_kind(reason: str) -> str:
     """A skip reason without what names one file: 'corrupt JPEG: ...' -> 'corrupt JPEG'."""
-    if reason.startswith("duplicate of "):
-        return "duplicate"
+    for kind in ("duplicate", "near duplicate"):  # what follows names the copy kept
+        if reason.startswith(f"{kind} of "):
+            return kind
     return re.sub(r"\d+", "N", re.split(r"[:(]", reason, maxsplit=1)[0]).strip() or "other"
 
 

@@ -101,7 +101,7 @@ def write_shard(
         limit = images.max_file_bytes(options.max_pixels)
         with (
             src.reading(source.item_files(spec.items), limit) as src,
-            container.writer(spec.file, options.compression, storage=out) as writer,
+            container.writer(spec.file, options.compression, storage=out, schema=schema) as writer,
         ):
             for done, item in enumerate(spec.items, 1):
                 try:

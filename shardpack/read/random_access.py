@@ -98,6 +98,13 @@ class Records:
             self._readers[k] = reader
         return self._readers[k]
 
+    def release(self, k: int) -> None:
+        """Close shard k's file, if open (it is opened again when asked for): so that a
+        cache may remove it."""
+        reader = self._readers.pop(k, None)
+        if reader is not None:
+            reader.close()
+
     def close(self) -> None:
         """Close the shard files this object opened."""
         _close_readers(self._readers)

@@ -8,7 +8,8 @@ import html
 import io
 import itertools
 import os
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 
 import numpy as np
@@ -20,9 +21,12 @@ from shardpack.errors import (
     ShardpackError,
     install_hint,
     os_error_fix,
+    printable,
+    shortened,
 )
 from shardpack.index import Index, load_index
 from shardpack.layout import REPORT_NAME
+from shardpack.packing.duplicates import record_name
 from shardpack.packing.stats import reason_kind
 from shardpack.read.stream import decode_pixels, iter_examples
 from shardpack.storage.atomic import write_atomic
@@ -36,6 +40,11 @@ SHOWN_CLASSES = 50  # classes with a contact sheet (and a bar each in the balanc
 SHOWN_SKIPPED = 50  # skipped items named
 # Records read per split for thumbnails: a bound on the time a report takes on a large split.
 MAX_SCANNED = 20_000
+# Characters of a class or split name drawn in a chart: matplotlib lays out each character
+# (a 100,000-character name cost 7 s); the tables hold the whole name.
+DRAWN_CHARS = 40
+# Records read between two calls of a progress callback.
+PROGRESS_EVERY = 64
 _STYLE = """body{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;
 text-align:right}th{background:#f4f4f4}td:first-child{text-align:left}
@@ -47,6 +56,7 @@ def write_report(
     out: str | os.PathLike,
     dest: str | os.PathLike | None = None,
     storage_options: dict | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> str:
     """Write the data card of OUT: splits and class balance, image sizes, aspect ratios, bytes,
     formats, skipped images, duplicates and leaks across splits (with thumbnails), shard
@@ -56,6 +66,8 @@ def write_report(
         out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
         dest: the HTML file to write (replaced if there); None: OUT/report.html.
         storage_options: options for OUT's fsspec filesystem, when it is a URL.
+        progress: called as records are read for thumbnails with (records read, records to
+            read).
 
     Returns:
         The path or URL written.
@@ -68,7 +80,7 @@ def write_report(
     index = load_index(out, storage_options)
     if dest is not None and local_file(dest) is None:
         raise OutputError(f"{dest}: report writes a local file; pass a local path for --out")
-    page = render(index).encode("utf-8")
+    page = render(index, progress).encode("utf-8")
     where = index.storage.path(REPORT_NAME) if dest is None else os.fspath(dest)
     try:
         if dest is None:
@@ -93,13 +105,13 @@ def _require_matplotlib() -> None:
         ) from None
 
 
-def render(index: Index) -> str:
-    """The whole HTML page of an index's data card."""
+def render(index: Index, progress: Callable[[int, int], None] | None = None) -> str:
+    """The whole HTML page of an index's data card; `progress` as write_report's."""
     raw = index.raw
     summaries = raw.get("summaries") if isinstance(raw.get("summaries"), dict) else {}
     duplicates = raw.get("duplicates") if isinstance(raw.get("duplicates"), dict) else {}
     wanted = _wanted_keys(duplicates)
-    sheets, found = _thumbnails(index, wanted)
+    sheets, found = _thumbnails(index, wanted, progress)
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(index.name)}: data card"
         f"</title><style>{_STYLE}</style></head><body><h1>{_e(index.name)}</h1>",
@@ -120,9 +132,25 @@ def _e(value: object) -> str:
     return html.escape(str(value))
 
 
+def _drawn(text: object) -> str:
+    """A name as a chart draws it: printable, shortened, its `$` taken literally (matplotlib
+    reads text between two as math, and a class named `$^$` is no formula)."""
+    return shortened(printable(str(text)), DRAWN_CHARS).replace("$", r"\$")
+
+
+def _number(value: object) -> object:
+    """A count with thousands separators; a median of sizes (48409.5) or a ratio (1.3333)
+    rounded for reading, the digits a median of whole numbers has kept whole."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if isinstance(value, int) or value.is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _td(value: object, name: str = "") -> str:
     """A table cell; `name` marks a number a reader (and the test) can find: data-value."""
-    shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+    shown = _number(value)
     mark = f" data-value='{_e(name)}'" if name else ""
     return f"<td{mark}>{_e(shown)}</td>"
 
@@ -137,7 +165,9 @@ def _svg(fig) -> str:
     import matplotlib.pyplot as plt
 
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    with warnings.catch_warnings():  # a class named in a script the font lacks: boxes drawn
+        warnings.filterwarnings("ignore", "Glyph .* missing from font")
+        fig.savefig(buffer, format="svg", bbox_inches="tight")
     plt.close(fig)
     text = buffer.getvalue()
     return text[text.index("<svg") :]
@@ -171,8 +201,9 @@ def _splits_section(index: Index) -> str:
         for k, (name, split) in enumerate(index.splits.items()):
             counts = [split.class_counts[i] if i < len(split.class_counts) else 0
                       for i in range(len(classes))]  # fmt: skip
-            ax.bar(np.arange(len(classes)) + k * width, counts, width, label=name)
-        ax.set_xticks(np.arange(len(classes)) + 0.4 - width / 2, classes, rotation=60, ha="right")
+            ax.bar(np.arange(len(classes)) + k * width, counts, width, label=_drawn(name))
+        ax.set_xticks(np.arange(len(classes)) + 0.4 - width / 2, [_drawn(c) for c in classes],
+                      rotation=60, ha="right")  # fmt: skip
         ax.set_ylabel("images")
         ax.legend()
         chart = _svg(fig)
@@ -269,6 +300,9 @@ def _duplicates_section(duplicates: dict, found: dict[str, str]) -> str:
     totals = [(what, duplicates.get(what)) for what in ("groups", "images", "copies", "removed")]
     if not all(type(n) is int for _, n in totals):
         return parts[0] + "<p>not recorded (an index from before)</p></section>"
+    conflicts = duplicates.get("label_conflicts")
+    if type(conflicts) is int:  # an index from before has none
+        totals.append(("label conflicts", conflicts))
     parts.append(
         _table(("", "count"), (f"<tr>{_td(w)}{_td(n, f'dup:{w}')}</tr>" for w, n in totals))
     )
@@ -282,10 +316,20 @@ def _duplicates_section(duplicates: dict, found: dict[str, str]) -> str:
     if rows:
         parts.append("<h3>Leaks across splits</h3>")
         parts.append(_table(("images of", "also in", "images"), rows))
+    named = duplicates.get("conflicts_listed")
+    named = [g for g in (named if isinstance(named, list) else []) if isinstance(g, list)]
+    if conflicts:
+        parts.append("<h3>Label conflicts: the same image filed under more than one class</h3>")
+        parts.append(_table(("copies",), (f"<tr>{_td(', '.join(map(str, g)))}</tr>"
+                                          for g in named)))  # fmt: skip
     listed = duplicates.get("listed")
-    for group in (listed if isinstance(listed, list) else [])[:SHOWN_GROUPS]:
-        if not isinstance(group, list):
-            continue
+    groups = [g for g in (listed if isinstance(listed, list) else []) if isinstance(g, list)]
+    if groups:
+        shown = min(len(groups), SHOWN_GROUPS)
+        parts.append(f"<p data-value='dup:shown'>The first {shown:,} of {duplicates['groups']:,} "
+                     f"{'group' if duplicates['groups'] == 1 else 'groups'} of copies, each its "
+                     f"first {SHOWN_COPIES} copies:</p>")  # fmt: skip
+    for group in groups[:SHOWN_GROUPS]:
         copies = [c for c in group[:SHOWN_COPIES] if isinstance(c, str)]
         parts.append("<div class='group'>" + "".join(_thumb(found.get(c), c) for c in copies)
                      + "</div>")  # fmt: skip
@@ -302,7 +346,7 @@ def _shards_section(index: Index) -> str:
     start = 0
     for name, split in index.splits.items():
         sizes = [s.num_bytes for s in split.shards]
-        ax.bar(np.arange(start, start + len(sizes)), sizes, label=name)
+        ax.bar(np.arange(start, start + len(sizes)), sizes, label=_drawn(name))
         start += len(sizes)
     ax.set(xlabel="shard", ylabel="bytes")
     ax.xaxis.get_major_locator().set_params(integer=True)
@@ -321,28 +365,46 @@ def _sheets_section(index: Index, sheets: dict[str, list[tuple[str, str]]]) -> s
 
 
 def _thumbnails(
-    index: Index, wanted: set[str]
+    index: Index, wanted: set[str], progress: Callable[[int, int], None] | None = None
 ) -> tuple[dict[str, list[tuple[str, str]]], dict[str, str]]:
     """One pass over each split's first MAX_SCANNED records: PER_CLASS thumbnails of each
-    class, (key, data URI) by class name, and those of the `wanted` duplicates by name."""
+    class, drawn from every split in turn, (record name, data URI) by class name, and those of
+    the `wanted` duplicates by record name."""
     shown = set(index.classes[:SHOWN_CLASSES]) | {""}
-    sheets: dict[str, list[tuple[str, str]]] = {}
+    per_split: list[dict[str, list[tuple[str, str]]]] = []
     found: dict[str, str] = {}
+    total = sum(min(split.num_records, MAX_SCANNED) for split in index.splits.values())
+    done = 0
     for split in index.splits:
+        sheets: dict[str, list[tuple[str, str]]] = {}
+        per_split.append(sheets)
         records = iter_examples(index.storage, split)
         # a damaged or missing shard ends the split's thumbnails, not the card (verify says why)
         with suppress(ShardpackError, OSError):
             for record in itertools.islice(records, MAX_SCANNED):
-                name = f"{split}/{record['key']}"
+                done += 1
+                if progress is not None and done % PROGRESS_EVERY == 0:
+                    progress(done, max(total, done))
+                key = str(record["key"])
+                name = record_name(split, key)
+                # an index from before named every record <split>/<key>
+                named = {name, f"{split}/{key}"} & wanted
                 classes = [c for c in _classes(index, record.get("label")) if c in shown]
                 room = [c for c in classes if len(sheets.setdefault(c, [])) < PER_CLASS]
-                if room or name in wanted:
+                if room or named:
                     uri = _data_uri(record)
                     for cls in room:
                         sheets[cls].append((name, uri))
-                    if name in wanted:
-                        found[name] = uri
-    return sheets, found
+                    found.update(dict.fromkeys(named, uri))
+    if progress is not None:
+        progress(done, max(total, done))
+    return {cls: _in_turn([sheets.get(cls, []) for sheets in per_split])[:PER_CLASS]
+            for cls in shown}, found  # fmt: skip
+
+
+def _in_turn(lists: list[list[tuple[str, str]]]) -> list[tuple[str, str]]:
+    """The first of each list, then the second of each, ...: every split in a class's sheet."""
+    return [x for row in itertools.zip_longest(*lists) for x in row if x is not None]
 
 
 def _classes(index: Index, label: object) -> list[str]:

@@ -18,6 +18,7 @@ from shardpack.errors import RecordError, ShardpackError, install_hint, is_count
 from shardpack.images import BadImage
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.read.order import segments, share
 from shardpack.schema import Schema, decode_value
 
 # Records held for iter_examples' shuffle: enough to mix neighbours from different shards.
@@ -95,26 +96,21 @@ def _checked_shard(shard: tuple[int, int] | None) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class _Share:
-    """One reader's part of a split: its shards with the split-wide number of each one's first
-    record, and which records of those it keeps (n % readers == index; 1 and 0 keep all)."""
+    """One reader's part of a split: runs of records (shard, first record, end), in the
+    split's written order, and how many records they hold."""
 
-    files: list[tuple[ShardInfo, int]]
-    index: int
-    readers: int
+    runs: list[tuple[ShardInfo, int, int]]
     num_records: int
 
 
-def _share_of(index: Index, split: str, share: int, readers: int) -> _Share:
-    """Whole shards while there are at least as many as readers, else every readers-th record
-    (each reader then reads every shard); the shares together hold each record once."""
+def _share_of(index: Index, split: str, reader: int, readers: int, drop_remainder: bool) -> _Share:
+    """A contiguous range of the split's written order, the same length for every reader
+    (order.share): the shares together hold each record once, padding aside."""
     shards = index.split(split).shards
-    starts = itertools.accumulate((s.num_records for s in shards), initial=0)
-    files = list(zip(shards, starts, strict=False))
-    if len(files) >= readers:
-        mine = files[share::readers]
-        return _Share(mine, 0, 1, sum(s.num_records for s, _ in mine))
-    total = sum(s.num_records for s in shards)
-    return _Share(files, share, readers, len(range(share, total, readers)))
+    counts = [s.num_records for s in shards]
+    positions = share(sum(counts), reader, readers, drop_remainder)
+    runs = [(shards[k], first, end) for k, first, end in segments(counts, positions)]
+    return _Share(runs, len(positions))
 
 
 def iter_examples(
@@ -125,17 +121,21 @@ def iter_examples(
     shuffle: bool = False,
     seed: int | None = None,
     shard: tuple[int, int] | None = None,
+    drop_remainder: bool = False,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     storage_options: dict | None = None,
 ) -> Iterator[dict[str, object]]:
     """Yield every record of a split as a dict of Python and numpy values, without TensorFlow.
 
     CRCs and each record's features are checked as the shards are read. Run from several
-    readers, each yields its own share, and the shares together yield each record once:
-    readers take whole shards while there are at least as many shards as readers, else every
-    count-th record. Inside a PyTorch DataLoader with workers, each worker is a reader of its
-    own (torch.utils.data.get_worker_info()), so an IterableDataset over this needs no code
-    of its own to split the data. Shards in an object store stream, record by record.
+    readers, each yields its own share: a contiguous range of the split's records in the
+    order pack wrote them, and every reader's the same length, whatever the shard and reader
+    counts. By default the last shares are padded with the split's first records (a few
+    records come twice, none is left out); with drop_remainder they are cut (a few records,
+    fewer than the readers, are left out). Either way the shares together yield each record
+    once, padding aside. Inside a PyTorch DataLoader with workers, each worker is a reader of
+    its own (torch.utils.data.get_worker_info()), so an IterableDataset over this needs no
+    code of its own to split the data. Shards in an object store stream, record by record.
 
     Args:
         out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
@@ -146,6 +146,7 @@ def iter_examples(
             mix less, and memory stays bounded.
         seed: makes the shuffled order repeat.
         shard: (index, count): read only this host's share, for training on several hosts.
+        drop_remainder: make the shares equal by leaving records out rather than repeating.
         max_pixels: with decode, refuse an image claiming more pixels than this.
         storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
 
@@ -156,16 +157,14 @@ def iter_examples(
         StorageError: the URL's filesystem package is missing.
     """
     index = load_index(out, storage_options)
-    mine = _share_of(index, split, *reader_share(shard))
-    files = list(mine.files)
+    runs = list(_share_of(index, split, *reader_share(shard), drop_remainder).runs)
     rng = random.Random(seed)
     if shuffle:
-        rng.shuffle(files)
+        rng.shuffle(runs)
     records = (
         parse_record(index, index.shard_path(info), position, example, decode, max_pixels)
-        for info, start in files
-        for n, (position, example) in enumerate(_shard_records(index, info))
-        if (start + n) % mine.readers == mine.index
+        for info, first, end in runs
+        for position, example in itertools.islice(_shard_records(index, info), first, end)
     )
     if shuffle:
         records = _buffer_shuffle(records, rng)
@@ -243,6 +242,7 @@ def tf_dataset(
     num_parallel_reads: int | None = None,
     deterministic: bool = False,
     shard: tuple[int, int] | None = None,
+    drop_remainder: bool = False,
     input_context=None,
     lists: str = "ragged",
     storage_options: dict | None = None,
@@ -269,9 +269,11 @@ def tf_dataset(
         image_size: (height, width) to resize decoded images to, so that batches stack.
         num_parallel_reads: shards read at once; None lets tf.data tune it.
         deterministic: keep a fixed order even when reading in parallel.
-        shard: (index, count): read only this pipeline's share (whole shards while there are
-            at least `count`, else every count-th record); the shares together read each
-            record once.
+        shard: (index, count): read only this pipeline's share, as iter_examples does: a
+            contiguous range of the written order, every pipeline's the same length (the last
+            padded with the split's first records); the shares together read each record
+            once, padding aside.
+        drop_remainder: make the shares equal by leaving records out rather than repeating.
         input_context: a tf.distribute.InputContext, as `distribute_datasets_from_function`
             passes; its pipeline id and count act as `shard`.
         lists: how batches hold variable-length list features: "ragged" (tf.RaggedTensor,
@@ -306,7 +308,7 @@ def tf_dataset(
         ) from None
     if input_context is not None:
         shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
-    mine = _share_of(index, split, *_checked_shard(shard))
+    mine = _share_of(index, split, *_checked_shard(shard), drop_remainder)
     ordered = deterministic or seed is not None or not shuffle
     ds = _tf_records(tf, index, mine, shuffle, seed, num_parallel_reads, ordered)
     ds = ds.repeat(epochs)  # after the shuffles, so that each epoch is a whole permutation
@@ -358,28 +360,32 @@ def _check_stackable(index: Index, batch_size, decode: bool, image_size, lists: 
 
 
 def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_reads, ordered):
-    """One epoch of this reader's serialized records: shard files shuffled and interleaved,
+    """One epoch of this reader's serialized records: its runs of shards shuffled and interleaved,
     records mixed through a buffer; or, without shuffle, in the order pack wrote them."""
     # Only a local disk has paths TensorFlow opens itself; elsewhere the container's reader
     # streams the shard names through the index's storage.
     local = index.storage.tf_path() is not None
-    paths = [index.storage.tf_path(info.file) if local else info.file for info, _ in mine.files]
+    paths = [index.storage.tf_path(info.file) if local else info.file for info, _, _ in mine.runs]
     if local:  # TensorFlow follows links and waits on FIFOs: open each as our readers do first
-        for info, _ in mine.files:
+        for info, _, _ in mine.runs:
             open_shard(index.storage, info.file).close()
     container, compression = index.container, index.compression
 
-    def read(path, start):
-        records = container.make_tf_data(tf, index.storage, path, compression)
-        if mine.readers == 1:
-            return records
-        keep = records.enumerate(start).filter(lambda n, _: n % mine.readers == mine.index)
-        return keep.map(lambda _, record: record)
+    # tf.data ops only: AutoGraph has nothing to convert, and would warn at every call that it
+    # cannot convert the generator a store's shards are streamed through (make_tf_data)
+    @tf.autograph.experimental.do_not_convert
+    def read(path, first, end):
+        return (
+            container.make_tf_data(tf, index.storage, path, compression)
+            .skip(first)
+            .take(end - first)
+        )
 
-    starts = [start for _, start in mine.files]
-    files = tf.data.Dataset.from_tensor_slices(
-        (tf.constant(paths, tf.string), tf.constant(starts, tf.int64))
-    )
+    files = tf.data.Dataset.from_tensor_slices((
+        tf.constant(paths, tf.string),
+        tf.constant([first for _, first, _ in mine.runs], tf.int64),
+        tf.constant([end for _, _, end in mine.runs], tf.int64),
+    ))  # fmt: skip
     if not shuffle:  # shard after shard, record after record: the order pack wrote
         return files.flat_map(read)
     files = files.shuffle(max(1, len(paths)), seed=seed, reshuffle_each_iteration=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardpack.containers import is_shard_name
@@ -17,6 +18,8 @@ from shardpack.read.stream import decode_pixels, to_python
 # Faults listed per shard; the rest are counted. A damaged shard's first faults say what is
 # wrong, and a shard of millions of bad records must not cost a line (and memory) each.
 MAX_SHARD_FAULTS = 100
+# Records read between two calls of a progress callback: a live bar for a cheap call each.
+PROGRESS_EVERY = 64
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class VerifyReport:
 def verify(
     out: str | os.PathLike, decode: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS,
     storage_options: dict | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> VerifyReport:  # fmt: skip
     """Check every shard of OUT: presence, size, sha256, every CRC, record counts and features.
 
@@ -78,6 +82,7 @@ def verify(
         decode: also decode every image and compare its size with the record's fields.
         max_pixels: with decode, an image claiming more pixels than this is a fault.
         storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
+        progress: called as records are read with (records read, records the index lists).
 
     Returns:
         A report; `ok` is False if anything disagrees with the index.
@@ -90,12 +95,14 @@ def verify(
     faults: list[Fault] = []
     records = shards = 0
     listed: set[str] = set()
+    counter = _Counter(progress, sum(s.num_records for sp in index.splits.values()
+                                     for s in sp.shards))  # fmt: skip
     for split_name, split in index.splits.items():
         split_records = 0
         for shard in split.shards:
             listed.add(shard.file)
             shards += 1
-            count = _check_shard(index, shard, decode, max_pixels, faults)
+            count = _check_shard(index, shard, decode, max_pixels, faults, counter)
             records += count
             split_records += count
         if split_records != split.num_records and not any(
@@ -115,11 +122,33 @@ def verify(
         if is_shard_name(entry.name, index.name) and entry.name not in listed and not grown:
             faults.append(Fault(entry.name, None, "shard file not listed in index.json (extra "
                                 "shard)"))  # fmt: skip
+    counter.finish()
     return VerifyReport(index.out, shards, records, decode, tuple(faults), index.container.framing)
 
 
+class _Counter:
+    """Records read, told to a progress callback every PROGRESS_EVERY."""
+
+    def __init__(self, progress: Callable[[int, int], None] | None, total: int) -> None:
+        self.progress, self.total, self.done = progress, total, 0
+
+    def __call__(self) -> None:
+        self.done += 1
+        if self.progress is not None and self.done % PROGRESS_EVERY == 0:
+            self.progress(self.done, max(self.total, self.done))
+
+    def finish(self) -> None:
+        if self.progress is not None:
+            self.progress(self.done, max(self.total, self.done))
+
+
 def _check_shard(
-    index: Index, shard: ShardInfo, decode: bool, max_pixels: int, faults: list[Fault]
+    index: Index,
+    shard: ShardInfo,
+    decode: bool,
+    max_pixels: int,
+    faults: list[Fault],
+    counter: _Counter,
 ) -> int:
     """Check one shard, appending its faults; return the records read."""
     try:  # opened once first, for the size: on a local disk a link or FIFO is never followed
@@ -153,6 +182,7 @@ def _check_shard(
             elif reason := _check_record(example, index, decode, max_pixels):
                 faults.append(Fault(shard.file, position, reason, unit))
             count += 1
+            counter()
             if len(faults) > listed:
                 faults.pop()
                 unlisted += 1

@@ -15,7 +15,6 @@ from __future__ import annotations
 import bisect
 import hashlib
 import itertools
-import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
@@ -254,11 +253,9 @@ def _scan_file(
 
 def _stamp(folder: Storage, name: str) -> int:
     """22 bits of a file's size and modification time (its size alone on a store that gives no
-    local path), as the scan and each worker see it."""
-    local = folder.local_path(name)
+    stamp), as the scan and each worker see it."""
     try:
-        st = os.stat(local) if local is not None else None
-        seen = (st.st_size, st.st_mtime_ns) if st is not None else (folder.size(name), 0)
+        seen = folder.stamp(name) or (folder.size(name), 0)
     except OSError as e:
         raise SourceError(f"{folder.path(name)}: cannot read ({e.strerror or e})") from None
     digest = hashlib.blake2b(repr(seen).encode(), digest_size=4).digest()

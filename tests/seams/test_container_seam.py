@@ -157,6 +157,7 @@ ALLOWED = {("options.py", "DEFAULT_FORMAT"), ("index.py", "LEGACY_CONTAINER"),
 def _names_outside(tree: ast.Module) -> Iterator[tuple[int, str]]:
     """(line, what) for each string naming a built-in container and each import of one
     container's module, but docstrings and the assignments ALLOWED lets stand."""
+    # "parquet" is also what sources read (manifests, the Hub's layout): only its import counts.
     names = {"tfrecord", "array_record", "webdataset"}
     docstrings = {
         id(node.body[0].value)
@@ -174,8 +175,9 @@ def _names_outside(tree: ast.Module) -> Iterator[tuple[int, str]]:
             if isinstance(node, ast.ImportFrom):
                 modules = [node.module or "", *(f"{node.module}.{m}" for m in modules)]
             for module in modules:
-                if re.fullmatch(r"shardpack\.containers\.(tfrecord|array_record|webdataset)\b.*",
-                                module):  # fmt: skip
+                if re.fullmatch(
+                    r"shardpack\.containers\.(tfrecord|array_record|webdataset|parquet)\b.*", module
+                ):
                     yield node.lineno, f"import {module}"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -67,7 +68,7 @@ def test_exact_copies_are_reported_and_kept(src: Path, tmp_path: Path) -> None:
     assert across == {("test", "train"): 2, ("train", "test"): 3}
     index = json.loads((out / "index.json").read_text())
     listed = sorted(map(sorted, index["duplicates"]["listed"]))
-    keys = {path: f"{path.split('/')[0]}/{_key(out, path)}" for path in (*COPIES, *COPIES.values())}
+    keys = {path: _key(out, path) for path in (*COPIES, *COPIES.values())}  # test/dog/x.jpg
     assert listed == sorted([
         sorted([keys["train/cat/img_000.jpg"], keys["train/dog/copy_a.jpg"]]),
         sorted([keys["train/dog/img_001.jpg"], keys["test/dog/copy_b.jpg"]]),
@@ -107,7 +108,7 @@ def test_dedup_exact_keeps_the_evaluation_copy(src: Path, tmp_path: Path) -> Non
     reasons = {s["key"]: s["reason"] for s in index["skipped"]}
     (copy_b,) = (k for k in test if k.endswith("copy_b.jpg"))
     (img_001,) = (k for k in reasons if k.endswith("dog/img_001.jpg"))
-    assert reasons[img_001] == f"duplicate of test/{copy_b}"
+    assert reasons[img_001] == f"duplicate of {copy_b}"
     assert all(r.startswith("duplicate of ") for r in reasons.values())
 
 
@@ -340,3 +341,93 @@ def test_report_and_inspect_take_a_crafted_index_without_a_traceback(
     for shard in out.glob("*.tfrecord-*"):  # damaged shards: a card without thumbnails
         shard.write_bytes(shard.read_bytes()[:100])
     assert runner.invoke(app, ["report", str(out)]).exit_code == 0
+
+
+@pytest.fixture(scope="module")
+def many(src: Path, tmp_path_factory) -> tuple[Path, dict, Path, dict]:
+    """SRC with 10 more copies (13 groups, one across two classes) packed as it is (with its
+    report) and with --dedup exact: (each OUT, its pack summary)."""
+    root = tmp_path_factory.mktemp("many")
+    shutil.copytree(src, root / "src")
+    originals = [f"{c}/img_00{i}.{'png' if i == 2 else 'jpg'}" for c in ("cat", "dog")
+                 for i in (2, 3, 4, 5)] + ["cat/img_001.jpg", "dog/img_000.jpg"]  # fmt: skip
+    for original in originals:
+        shutil.copyfile(root / "src" / "train" / original,
+                        root / "src" / "test" / original.replace("img", "again"))  # fmt: skip
+    plain, deduped = root / "plain", root / "deduped"
+    found, removed = _pack(root / "src", plain), _pack(root / "src", deduped, "--dedup", "exact")
+    if importlib.util.find_spec("matplotlib"):
+        assert runner.invoke(app, ["report", str(plain)]).exit_code == 0
+    return plain, found, deduped, removed
+
+
+def test_duplicates_name_records_as_readers_see_them(many: tuple) -> None:
+    """A split tree's keys hold the split's folder (test/dog/copy_b.jpg): the listed groups,
+    the skip reasons and the report's thumbnails named them test/test/dog/copy_b.jpg."""
+    plain, _, deduped, _ = many
+    index = json.loads((deduped / "index.json").read_text())
+    keys = _keys(deduped, "train") | _keys(deduped, "test") | {s["key"] for s in index["skipped"]}
+    listed = [name for group in index["duplicates"]["listed"] for name in group]
+    assert listed and set(listed) <= keys
+    assert {s["reason"].removeprefix("duplicate of ") for s in index["skipped"]} <= keys
+    pytest.importorskip("matplotlib")
+    page = (plain / "report.html").read_text()
+    assert "(not in the shards)" not in page.split("id='duplicates'")[1].split("</section>")[0]
+
+
+def test_a_copy_filed_under_two_classes_is_a_label_conflict(many: tuple) -> None:
+    """COPIES' copy_a is train/cat/img_000.jpg filed under dog: 'a duplicate copy' before, and
+    --dedup exact dropped one of the two labels without a word."""
+    plain, found, deduped, removed = many
+    for summary in (found, removed):
+        dup = summary["duplicates"]
+        assert dup["label_conflicts"] == 1
+        (group,) = dup["conflicts_listed"]
+        assert sorted(n.split("/")[1] for n in group) == ["cat", "dog"]
+        (warning,) = [w for w in summary["warnings"] if w.startswith("label conflict")]
+        assert "1 group of copies is filed under more than one class" in warning
+    text = runner.invoke(app, ["inspect", str(deduped)]).output
+    assert "1 group of copies filed under more than one class (label conflicts)" in text
+    card = (deduped / "README.md").read_text()
+    assert "1 group of copies is filed under more than one class (label conflicts" in card
+    pytest.importorskip("matplotlib")
+    marked = _Marked()
+    marked.feed((plain / "report.html").read_text())
+    assert marked.values[None, "dup:label conflicts"] == "1"
+
+
+def test_the_report_says_what_it_shows(many: tuple) -> None:
+    """Thumbnails of the first 12 groups of 13, said so; each class's examples from both
+    splits; sizes' medians formatted (48,409.5, not 48409.5)."""
+    pytest.importorskip("matplotlib")
+    plain = many[0]
+    page = (plain / "report.html").read_text()
+    marked = _Marked()
+    marked.feed(page)
+    index = json.loads((plain / "index.json").read_text())
+    assert index["duplicates"]["groups"] == 13
+    assert marked.values[None, "dup:shown"].startswith("The first 12 of 13 groups")
+    sheets = page.split("id='classes'")[1]
+    for cls in ("cat", "dog"):
+        sheet = sheets.split(f"<h3>{cls}</h3>")[1].split("</div>")[0]
+        captions = re.findall(r"<figcaption>([^<]*)</figcaption>", sheet)
+        assert {c.split("/")[0] for c in captions} == {"train", "test"}, captions
+    for split in ("train", "test"):
+        median = marked.values[split, "bytes:median"]
+        assert re.fullmatch(r"\d{1,3}(,\d{3})+(\.5)?", median), median
+        assert float(median.replace(",", "")) == index["summaries"][split]["bytes"]["median"]
+
+
+def test_the_report_finds_the_copies_an_earlier_index_names(many: tuple, tmp_path: Path) -> None:
+    """An index from before names every copy <split>/<key> (test/test/dog/copy_b.jpg): its
+    report still draws each."""
+    pytest.importorskip("matplotlib")
+    out = Path(shutil.copytree(many[0], tmp_path / "out"))
+    index = json.loads((out / "index.json").read_text())
+    listed = index["duplicates"]["listed"]
+    index["duplicates"]["listed"] = [[f"{n.split('/')[0]}/{n}" for n in g] for g in listed]
+    (out / "index.json").write_text(json.dumps(index))
+    assert runner.invoke(app, ["report", str(out)]).exit_code == 0
+    section = (out / "report.html").read_text().split("id='duplicates'")[1]
+    assert "test/test/dog/copy_b.jpg" in section
+    assert "(not in the shards)" not in section.split("</section>")[0]

@@ -122,8 +122,13 @@ def test_the_cli_packs_inspects_previews_and_verifies_every_container(src, fmt, 
     assert preview.returncode == 0 and (tmp_path / "p.png").stat().st_size > 0, preview.stderr
     checked = run_cli("verify", str(out))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    # it says what checked each record: only TFRecord's CRCs cover a record's bytes
-    framing = {"tfrecord": "CRC", "array_record": "framing", "webdataset": "tar headers"}[fmt]
+    # it says what checked each record: TFRecord's CRCs and Parquet's page checksums cover its bytes
+    framing = {
+        "tfrecord": "CRC",
+        "array_record": "framing",
+        "webdataset": "tar headers",
+        "parquet": "page checksums",
+    }[fmt]
     assert checked.stdout.endswith(f"records ({framing}, counts, sha256)\n"), checked.stdout
 
 
@@ -213,8 +218,8 @@ def test_an_index_without_a_container_is_tfrecord_and_an_unknown_one_is_refused(
     del index["container"]  # as every index written before containers
     (out / "index.json").write_text(json.dumps(index))
     assert _records(out) == _records(packed["tfrecord"]) and verify(out).ok
-    (out / "index.json").write_text(json.dumps({**index, "container": "parquet"}))
-    with pytest.raises(IndexFormatError, match="unknown container 'parquet'; upgrade shardpack"):
+    (out / "index.json").write_text(json.dumps({**index, "container": "hdf5"}))
+    with pytest.raises(IndexFormatError, match="unknown container 'hdf5'; upgrade shardpack"):
         verify(out)
 
 

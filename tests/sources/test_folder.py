@@ -390,8 +390,9 @@ def test_the_parent_of_a_cifar_folder_points_at_it(tmp_path):
 
 
 def test_unknown_source_kind_is_refused(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"cats": 1})
     with pytest.raises(ShardpackError, match="'imagenet'"):
-        PackOptions(source="imagenet")
+        scan(src, PackOptions(source="imagenet"))
 
 
 def test_source_cifar_on_a_folder_tree_is_source_error(tmp_path):

@@ -386,7 +386,7 @@ def test_an_index_of_another_tool_is_one_line(tmp_path):
         [sys.executable, "-m", "shardpack", "pack", str(other), str(tmp_path / "out"),
          "--source", "shardpack"],
         capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )  # fmt: skip
     lines = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(lines) == 1, run.stderr

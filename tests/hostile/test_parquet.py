@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import make_tree, shard_files, write_parquet
-from tests.test_hostile_src import _pack, _refused
+from tests.hostile.test_src import _pack, _refused
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

@@ -313,8 +313,8 @@ def test_row_groups_each_under_the_limit_stay_under_a_gib_decoded_together(tmp_p
     ()" under test_hostile_src's 3 GiB address space). Now a file's limit is 1 GiB: the second
     group is refused before it decodes, and the first decodes a slice at a time."""
     from tests.helpers import make_tree
-    from tests.test_hostile_parquet import _one_caption_everywhere
-    from tests.test_hostile_src import _pack, _refused
+    from tests.hostile.test_parquet import _one_caption_everywhere
+    from tests.hostile.test_src import _pack, _refused
 
     src = make_tree(tmp_path / "src", {"a": 1})
     manifest = _one_caption_everywhere(src / "captions.parquet", 2, True, rows=6_000)

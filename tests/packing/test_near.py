@@ -17,7 +17,9 @@ from benchmarks.workloads import _noise_tile, scene
 from shardpack import PackOptions
 from shardpack.cli import app
 from shardpack.packing.facts import STRIPE, content_key
-from shardpack.packing.near import components, image_hash, near_pairs
+from shardpack.packing.near import _DCT as near_dct
+from shardpack.packing.near import close_hashes, image_hash, star_groups
+from shardpack.packing.stats import reason_kind
 from shardpack.read.stream import iter_examples
 from tests.helpers import make_cifar10_python, shard_files
 
@@ -87,7 +89,7 @@ def test_dedup_near_leaves_out_resized_and_recompressed_copies(src: Path, tmp_pa
                               "photo_5.jpg", "shifted.jpg"}  # fmt: skip
     reasons = _reasons(out)
     (kept,) = (r["key"] for r in iter_examples(out, "test") if r["key"].endswith("compressed.jpg"))
-    assert reasons["photo_1.jpg"] == f"near duplicate of test/{kept}"
+    assert reasons["photo_1.jpg"] == f"near duplicate of {kept}"  # the key, as read
     assert reasons["resized.jpg"].startswith("near duplicate of train/")
     assert reasons["resized.jpg"].endswith("photo_0.jpg")
     dup = summary["duplicates"]
@@ -99,6 +101,11 @@ def test_dedup_near_leaves_out_resized_and_recompressed_copies(src: Path, tmp_pa
     assert "3 removed by --dedup near" in text
     card = (out / "README.md").read_text()
     assert "Near duplicates (perceptual hashes within 4 bits): 3 copies of 3 images" in card
+    index = json.loads((out / "index.json").read_text())
+    # the report's table of skip reasons: one kind, not one per folder of the copies kept
+    assert {reason_kind(s["reason"]) for s in index["skipped"]} == {"near duplicate"}
+    # resized.jpg (class b) is photo_0 (a), photo_1 (b) is recompressed.jpg (a): conflicts
+    assert dup["label_conflicts"] == 2
 
 
 def test_dedup_near_hashes_the_pixels_a_source_gives(tmp_path: Path) -> None:
@@ -150,9 +157,9 @@ def test_pixels_hash_as_their_encoded_file_does() -> None:
     assert bin(image_hash(png, 10**8) ^ image_hash(rgb, 10**8)).count("1") <= 2
 
 
-def _brute_force(hashes: np.ndarray, distance: int) -> np.ndarray:
+def _brute_force(hashes: np.ndarray, distance: int) -> set[tuple[int, int]]:
     close = np.bitwise_count(hashes[:, None] ^ hashes[None, :]) <= distance
-    return np.stack(np.nonzero(np.triu(close, 1)), axis=1)
+    return set(map(tuple, np.stack(np.nonzero(np.triu(close, 1)), axis=1).tolist()))
 
 
 @pytest.mark.parametrize("distance", [0, 1, 4, 7, 12])
@@ -161,23 +168,31 @@ def test_the_band_index_finds_what_comparing_every_pair_finds(distance: int) -> 
     centres = rng.integers(0, 2**64, 40, dtype=np.uint64)
     flips = [sum(1 << int(b) for b in rng.choice(64, rng.integers(0, 14), replace=False))
              for _ in range(1500)]  # fmt: skip
-    hashes = centres[rng.integers(0, 40, 1500)] ^ np.array(flips, np.uint64)
-    pairs = near_pairs(hashes, distance)
-    assert (np.bitwise_count(hashes[pairs[:, 0]] ^ hashes[pairs[:, 1]]) <= distance).all()
-    groups = components(len(hashes), pairs)
-    assert groups == components(len(hashes), _brute_force(hashes, distance))
-    assert 0 < len(groups) < len(hashes) / 2
+    unique = np.unique(centres[rng.integers(0, 40, 1500)] ^ np.array(flips, np.uint64))
+    pairs, crowded = close_hashes(unique, distance)
+    assert not crowded.any()  # no bucket over MAX_BUCKET: every pair is found
+    assert set(map(tuple, pairs.tolist())) == _brute_force(unique, distance)
+    assert (len(pairs) > 0) == (distance > 0)
 
 
 def test_hashes_are_grouped_without_comparing_every_pair() -> None:
     rng = np.random.default_rng(0)
-    hashes = rng.integers(0, 2**64, 250_000, dtype=np.uint64)
-    hashes[10] = hashes[249_999] ^ np.uint64(0b1001)  # two bits apart
-    hashes[500] = hashes[249_999]  # the same hash
+    unique = np.unique(rng.integers(0, 2**64, 250_000, dtype=np.uint64))
+    one = unique[-1]
+    other = one ^ np.uint64(0b1001)  # two bits apart
+    unique = np.sort(np.r_[unique, other])
     start = time.process_time()  # CPU, not wall: a busy machine does not fail it
-    groups = components(len(hashes), near_pairs(hashes, 4))
+    pairs, _ = close_hashes(unique, 4)
     assert time.process_time() - start < 10  # ~0.3 s; all 3e10 pairs would take hours
-    assert groups == [[10, 500, 249_999]]
+    assert unique[pairs].tolist() == [sorted([int(one), int(other)])]
+
+
+def test_star_groups_never_chain() -> None:
+    """Positions 0-1-2-3 each paired with the next, 0 with 2 too: 0 keeps 1 and 2; 3, paired
+    with 2 alone, is a group of its own."""
+    pairs = np.array([[0, 1], [1, 2], [2, 3], [0, 2]])
+    assert star_groups([0, 1, 2, 3], pairs) == [[0, 1, 2], [3]]
+    assert star_groups([3, 2, 1, 0], pairs) == [[3, 2], [1, 0]]
 
 
 def test_jpegs_alike_where_the_content_key_reads_are_told_apart(tmp_path: Path) -> None:
@@ -195,3 +210,64 @@ def test_jpegs_alike_where_the_content_key_reads_are_told_apart(tmp_path: Path) 
     for dedup in ("none", "exact"):
         summary = _pack(tmp_path / "src", tmp_path / dedup, "--dedup", dedup)
         assert summary["records"] == 2 and summary["duplicates"]["groups"] == 0
+
+
+def test_a_near_group_holds_only_images_within_the_distance_of_the_one_kept(
+    tmp_path: Path,
+) -> None:
+    """A chain: each crop 0-8 bits from the next, the fifth 12 and the sixth 20 bits from the
+    first. Grouping by chains dropped all six but the first, "within 8 bits" of it."""
+    pixels = scene(np.random.default_rng((0, 11)), 300, 400, 0, _noise_tile())
+    hashes = {}
+    for k in range(6):
+        path = tmp_path / "src" / "a" / f"crop_{k}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(cv2.imencode(".png", pixels[:, 8 * k :])[1].tobytes())
+        hashes[path.name] = image_hash(path.read_bytes(), 10**8)
+    bits = {name: bin(h ^ hashes["crop_0.png"]).count("1") for name, h in hashes.items()}
+    assert bits["crop_4.png"] > 8 and bits["crop_5.png"] > 8  # beyond reach of the first
+    out = tmp_path / "out"
+    _pack(tmp_path / "src", out, "--dedup", "near", "--near-distance", "8")
+    reasons = _reasons(out)
+    for name, reason in reasons.items():
+        kept = reason.rsplit("/", 1)[-1]
+        assert bin(hashes[name] ^ hashes[kept]).count("1") <= 8, (name, reason)
+    kept = {r["key"].rsplit("/", 1)[-1] for r in iter_examples(out, "train")}
+    assert {"crop_0.png", "crop_4.png"} <= kept  # a group of its own: crop_4 kept for it
+
+
+def test_a_crowded_bucket_is_bounded_and_said() -> None:
+    """6,000 hashes that differ only in 16 bits (flat or synthetic images): each shares most
+    buckets with all the others. Comparing every pair of a bucket took 9 s of CPU (25 s on
+    the issue's machine); each is compared with near.MAX_BUCKET others alone, and said."""
+    rng = np.random.default_rng(0)
+    free = rng.choice(64, 16, replace=False)
+    flips = rng.integers(0, 2, (6000, 16)).astype(np.uint64) << free.astype(np.uint64)
+    hashes = rng.integers(0, 2**64, dtype=np.uint64) ^ np.bitwise_or.reduce(flips, axis=1)
+    unique = np.unique(hashes)
+    start = time.process_time()
+    pairs, crowded = close_hashes(unique, 4)
+    assert time.process_time() - start < 2  # ~0.2 s
+    assert crowded.sum() > len(unique) / 2
+    assert len(pairs) and (np.bitwise_count(unique[pairs[:, 0]] ^ unique[pairs[:, 1]]) <= 4).all()
+    small = np.unique(rng.integers(0, 2**64, 6000, dtype=np.uint64))
+    assert not close_hashes(small, 4)[1].any()  # random hashes: no bucket is crowded
+
+
+def test_dedup_near_says_when_images_crowd_the_index(tmp_path: Path) -> None:
+    """100 real PNGs built in the hash's own DCT basis: 48 low frequencies fixed well above or
+    below the median, 15 of them free. Their hashes differ in those 15 bits alone, so they
+    share every bucket that leaves them out: compared with near.MAX_BUCKET each, said."""
+    rng = np.random.default_rng(1)
+    fixed = rng.permutation(np.arange(16, 64))  # bits 0..47 of the hash: never vary
+    for i in range(100):
+        low = np.zeros(64)
+        low[fixed[:24]], low[fixed[24:]] = rng.uniform(20, 30, 24), -rng.uniform(20, 30, 24)
+        low[1:16] = rng.choice([-1, 1], 15) * rng.uniform(4, 6, 15)
+        pixels = near_dct.T @ low.reshape(8, 8) @ near_dct + 128
+        path = tmp_path / "src" / "a" / f"{i:03d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(cv2.imencode(".png", np.round(pixels).astype(np.uint8))[1].tobytes())
+    summary = _pack(tmp_path / "src", tmp_path / "out", "--dedup", "near")
+    (warning,) = [w for w in summary["warnings"] if w.startswith("--dedup near:")]
+    assert warning.startswith("--dedup near: 100 images have hashes alike in most bits")

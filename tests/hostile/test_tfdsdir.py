@@ -15,7 +15,7 @@ import shardpack
 from shardpack.options import PackOptions
 from shardpack.sources import scan
 from tests.helpers import one_line_error, run_cli
-from tests.test_hf_hostile import refused
+from tests.hostile.test_hf import refused
 
 
 @pytest.fixture

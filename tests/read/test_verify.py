@@ -153,3 +153,27 @@ def test_the_index_file_given_for_its_folder_names_the_folder(out: Path):
     with pytest.raises(IndexFormatError, match=f"is the index itself; pass the folder that holds "
                        f"it, {out}$"):  # fmt: skip
         load_index(out / "index.json")
+
+
+@pytest.mark.parametrize("command", ["verify", "report"])
+def test_verify_and_report_show_progress_as_pack_does(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+):
+    """verify --decode (476 images/s: 45 minutes of silence on ImageNet) and report say how
+    far they are: lines on a piped stderr (here at once: the bar's delay and interval set to
+    0), nothing with --no-progress."""
+    import shardpack.console
+
+    if command == "report":
+        pytest.importorskip("matplotlib")
+    monkeypatch.setattr(shardpack.console, "_BAR_DELAY_S", 0)
+    monkeypatch.setattr(shardpack.console, "_LINE_EVERY_S", 0)
+    args = [command, str(packed)]
+    args += ["--decode"] if command == "verify" else ["--out", str(tmp_path / "r.html")]
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    verb = "verifying" if command == "verify" else "reading"
+    lines = [line for line in done.stderr.splitlines() if line.startswith(f"{verb}:")]
+    assert lines and lines[-1].startswith(f"{verb}: 12/12 images"), done.stderr
+    quiet = run_cli(*args, "--no-progress")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr

@@ -1,6 +1,7 @@
-"""Images behind http(s) URLs (shardpack.storage.fetch and the manifest's URLs), against a real
-threaded HTTP server on 127.0.0.1: latency, transient and permanent failures, opt-out headers,
-redirects, oversize and dripping bodies, and the order records keep whatever arrives first."""
+"""Images behind http(s) URLs (storage.fetch, storage.urlpolicy, the manifest's URL rows and
+packing.urlfailures), against a real threaded HTTP server on 127.0.0.1: latency, transient and
+permanent failures, opt-out headers, redirects, oversize and dripping bodies, and the order
+records keep whatever arrives first."""
 
 from __future__ import annotations
 

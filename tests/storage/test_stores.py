@@ -1,6 +1,6 @@
 """The storage seam: the same pack on a local folder and on an fsspec URL (memory://, in this
 process), and what a URL OUT keeps of the local disk's guarantees. The S3 API server tests are
-in tests/test_object_storage.py."""
+in tests/storage/test_remote.py."""
 
 from __future__ import annotations
 

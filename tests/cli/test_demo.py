@@ -17,7 +17,7 @@ from shardpack.demo import SHAPES, make_sample
 from shardpack.errors import OutputError
 
 runner = CliRunner()
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _images(folder: Path) -> list[Path]:

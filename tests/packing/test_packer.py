@@ -267,8 +267,8 @@ def test_out_with_another_dataset_needs_overwrite(tmp_path: Path):
     pack(first, out, PackOptions(workers=1, shards=3))  # the same job again is fine
     pack(second, out, PackOptions(workers=1, shards=1, overwrite=True))
     names = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
-    assert names == ["README.md", "contents.json", "dataset_info.json", "features.json",
-                     "index.json",
+    assert names == ["README.md", "contents.json", "croissant.json", "dataset_info.json",
+                     "features.json", "index.json",
                      "label.labels.txt", "my-notes.txt",
                      "second-train.tfrecord-00000-of-00001"]  # fmt: skip
 

@@ -76,7 +76,7 @@ def test_crc32c_comes_from_the_compiled_module_and_else_from_the_package(tmp_pat
         (fake / "__init__.py").write_text("def crc32c(data, value=0):\n    return 7\n")
         if broken:
             (fake / f"_crc32c{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"no ELF")
-        env = {"PYTHONPATH": f"{fake.parent}:{Path(__file__).parents[1]}"}
+        env = {"PYTHONPATH": f"{fake.parent}:{Path(__file__).parents[2]}"}
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              env=env, timeout=120)  # fmt: skip
         assert run.stdout.strip() == "True", run.stderr[-2000:]

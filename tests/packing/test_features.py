@@ -105,7 +105,7 @@ def test_the_same_table_as_csv_jsonl_and_parquet_packs_to_identical_shards(tmp_p
     assert lists[0] and lists[0] == lists[1]
 
 
-@pytest.mark.parametrize("fmt", ["array_record", "webdataset"])
+@pytest.mark.parametrize("fmt", ["array_record", "webdataset", "parquet"])
 def test_every_container_holds_the_list_features_as_tfrecord_does(packed, tmp_path, fmt):
     """Boxes, several labels, number lists: read back from every container as from TFRecord
     (a WebDataset's .json met numpy arrays, and its pack ended in a traceback)."""

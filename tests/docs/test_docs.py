@@ -31,7 +31,7 @@ from tests.helpers import (
 )
 from tests.s3server import environment, reset
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # A block naming one of these needs the heavy test extras (make test, not make test-fast).
 HEAVY = re.compile(r"\b(tensorflow|tensorflow_datasets|tfds|tf_dataset|torch|keras|wids|dali)\b")

@@ -54,7 +54,7 @@ def _write(container, folder, records=None, index: int = 0) -> tuple[str, object
 
 
 def test_registry_and_names():
-    assert NAMES == ["array_record", "tfrecord", "webdataset"]
+    assert NAMES == ["array_record", "parquet", "tfrecord", "webdataset"]
     assert get_container("tfrecord").shard_name("ds", "train", 3, 8) == (
         "ds-train.tfrecord-00003-of-00008"
     )
@@ -62,8 +62,11 @@ def test_registry_and_names():
         "ds-train.array_record-00003-of-00008"
     )
     assert get_container("webdataset").shard_name("ds", "train", 3, 8) == "ds-train-000003.tar"
+    assert get_container("parquet").shard_name("ds", "train", 3, 8) == (
+        "ds-train-00003-of-00008.parquet"
+    )
     with pytest.raises(ValueError, match="array_record"):
-        get_container("parquet")
+        get_container("hdf5")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -121,8 +124,9 @@ def test_an_error_in_the_block_leaves_nothing(tmp_path, name):
 
 
 # A byte inside the framing each container checks: TFRecord's length CRC, a chunk of
-# ArrayRecord (riegeli hashes every chunk), the first tar header's checksum.
-FLIP = {"tfrecord": 3, "array_record": 100, "webdataset": 3}
+# ArrayRecord (riegeli hashes every chunk), the first tar header's checksum, the first data
+# page of Parquet's image column (its page checksum).
+FLIP = {"tfrecord": 3, "array_record": 100, "webdataset": 3, "parquet": 100}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -217,7 +221,7 @@ FILE_SIZE_LIMIT = """
 import os, resource, sys
 from shardpack.containers import get_container
 from shardpack.errors import OutputError
-from tests.test_containers import _records
+from tests.containers.test_conformance import _records
 container, folder = get_container(sys.argv[1]), sys.argv[2]
 resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))  # Python ignores SIGXFSZ: EFBIG
 path = os.path.join(folder, container.shard_name("ds", "train", 0, 1))

@@ -29,7 +29,7 @@ from tests.helpers import (
 
 runner = CliRunner()
 SHARDPACK = [sys.executable, "-m", "shardpack"]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -522,7 +522,7 @@ COMMANDS_ON = {
     "pack into a new OUT": ["pack", "{src}", "{ro}/new", "--workers", "1"],
     "index-files": ["index-files", "{ro}/packed"],
     "preview": ["preview", "{ro}/packed", "--out", "{ro}/sheet.png"],
-    "report": ["report", "{ro}/packed"],
+    "report": ["report", "{ro}/packed", "--no-progress"],  # a slow run: a progress line too
     "demo": ["demo", "{ro}/demo", "--per-class", "2"],
     "pack --overwrite": ["pack", "{src}", "{ro}/packed", "--workers", "1", "--overwrite"],
 }

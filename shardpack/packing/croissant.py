@@ -1,0 +1,145 @@
+"""OUT/croissant.json: the pack described in Croissant 1.0 (JSON-LD, mlcommons.org/croissant),
+written from the index document beside the Hub card.
+
+Every pack gets the dataset's name, the card's summary as its description (no license: pack
+takes none to give), and in `distribution` each shard as a FileObject with its sha256, size
+and encodingFormat; each class-label feature's names are a RecordSet of their own (`classes-
+{feature}`: index, name) with the names inline. Where the container is tabular (Parquet, which
+mlcroissant reads), each split is also a FileSet of its shards and a RecordSet whose fields
+extract every feature: the image (ImageObject, the `bytes` of its struct), a single class label
+(Integer, referencing its classes), text, numbers, lists (`repeated`). TFRecord, ArrayRecord and
+tar samples are no format a Croissant reader extracts fields from, so theirs describe the files
+and the classes only (docs/know-your-data.md).
+"""
+
+from __future__ import annotations
+
+import json
+
+from shardpack.containers import Container
+from shardpack.hffeatures import IMAGE
+from shardpack.packing.hubcard import data_files, summary
+from shardpack.schema import Feature, Schema
+
+# Croissant 1.0's @context, as its spec and mlcroissant write it.
+CONTEXT = {
+    "@language": "en",
+    "@vocab": "https://schema.org/",
+    "citeAs": "cr:citeAs",
+    "column": "cr:column",
+    "conformsTo": "dct:conformsTo",
+    "cr": "http://mlcommons.org/croissant/",
+    "rai": "http://mlcommons.org/croissant/RAI/",
+    "data": {"@id": "cr:data", "@type": "@json"},
+    "dataType": {"@id": "cr:dataType", "@type": "@vocab"},
+    "dct": "http://purl.org/dc/terms/",
+    "equivalentProperty": "cr:equivalentProperty",
+    "examples": {"@id": "cr:examples", "@type": "@json"},
+    "extract": "cr:extract",
+    "field": "cr:field",
+    "fileProperty": "cr:fileProperty",
+    "fileObject": "cr:fileObject",
+    "fileSet": "cr:fileSet",
+    "format": "cr:format",
+    "includes": "cr:includes",
+    "isLiveDataset": "cr:isLiveDataset",
+    "jsonPath": "cr:jsonPath",
+    "key": "cr:key",
+    "md5": "cr:md5",
+    "parentField": "cr:parentField",
+    "path": "cr:path",
+    "recordSet": "cr:recordSet",
+    "references": "cr:references",
+    "regex": "cr:regex",
+    "repeated": "cr:repeated",
+    "replace": "cr:replace",
+    "samplingRate": "cr:samplingRate",
+    "sc": "https://schema.org/",
+    "separator": "cr:separator",
+    "source": "cr:source",
+    "subField": "cr:subField",
+    "transform": "cr:transform",
+}
+CONFORMS_TO = "http://mlcommons.org/croissant/1.0"
+_DATA_TYPES = {"int64": "sc:Integer", "float32": "sc:Float", "bytes": "sc:Text"}
+
+
+def croissant(document: dict, container: Container) -> bytes:
+    """croissant.json of an index document whose shards are `container`'s."""
+    schema = Schema.from_json(document["features"])
+    distribution: list[dict] = []
+    record_sets: list[dict] = []
+    for split, entry in document["splits"].items():
+        distribution += [_file_object(shard, container) for shard in entry["shards"]]
+        if container.tabular:
+            files = f"files-{split}"  # no split name holds '-': never another's @id
+            distribution.append({
+                "@type": "cr:FileSet", "@id": files, "name": files,
+                "encodingFormat": container.media_type,
+                "includes": data_files(entry["shards"]),
+            })  # fmt: skip
+            record_sets.append(_split_records(split, files, schema))
+    record_sets += [_classes(name, feature) for name, feature in schema.class_features.items()]
+    doc = {
+        "@context": CONTEXT,
+        "@type": "sc:Dataset",
+        "conformsTo": CONFORMS_TO,
+        "name": document["name"],
+        "description": summary(document),
+    }
+    doc |= {"distribution": distribution, "recordSet": record_sets}
+    return json.dumps(doc, indent=1, ensure_ascii=False).encode("utf-8", "backslashreplace")
+
+
+def _file_object(shard: dict, container: Container) -> dict:
+    return {
+        "@type": "cr:FileObject",
+        "@id": shard["file"],
+        "name": shard["file"],
+        "contentUrl": shard["file"],  # relative to croissant.json: OUT travels whole
+        "contentSize": f"{shard['num_bytes']} B",
+        "encodingFormat": container.media_type,
+        "sha256": shard["sha256"],
+    }
+
+
+def _split_records(split: str, files: str, schema: Schema) -> dict:
+    """A split's RecordSet: a field per feature, extracted from its FileSet's columns."""
+    fields = []
+    for name, feature in schema.items():
+        field: dict = {
+            "@type": "cr:Field",
+            "@id": f"{split}/{name}",
+            "name": name,
+            "dataType": "sc:ImageObject" if name == IMAGE else _DATA_TYPES[feature.dtype],
+            "source": {"fileSet": {"@id": files}, "extract": {"column": name}},
+        }
+        if name == IMAGE:  # the {bytes, path} struct of `datasets`' Image()
+            field["source"]["transform"] = {"jsonPath": "bytes"}
+        if feature.is_list:
+            field["repeated"] = True
+        if feature.classes is not None:
+            field["description"] = f"class indices into the RecordSet classes-{name}"
+            if not feature.is_list:  # mlcroissant joins a single value, not a list
+                field["references"] = {"field": {"@id": f"classes-{name}/index"}}
+        fields.append(field)
+    return {"@type": "cr:RecordSet", "@id": split, "name": split,
+            "key": {"@id": f"{split}/key"}, "field": fields}  # fmt: skip
+
+
+def _classes(name: str, feature: Feature) -> dict:
+    """A class-label feature's names, inline: (index, name) records."""
+    ids = f"classes-{name}"
+    return {
+        "@type": "cr:RecordSet",
+        "@id": ids,
+        "name": ids,
+        "description": f"The classes of {name}: a record's {name} is an index here.",
+        "dataType": "sc:Enumeration",
+        "key": {"@id": f"{ids}/index"},
+        "field": [
+            {"@type": "cr:Field", "@id": f"{ids}/index", "name": "index", "dataType": "sc:Integer"},
+            {"@type": "cr:Field", "@id": f"{ids}/name", "name": "name", "dataType": "sc:Text"},
+        ],
+        "data": [{f"{ids}/index": i, f"{ids}/name": c} for i, c in enumerate(feature.classes)],
+    }

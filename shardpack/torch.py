@@ -1,0 +1,353 @@
+"""PyTorch datasets over packs: every rank the same number of records, a new order each epoch,
+resume mid-epoch, several packs mixed by weight. The only module that imports torch.
+
+An epoch's order is a function of (seed, epoch) alone, the same on every rank: the shards in a
+drawn order, taken `shuffle_block` at a time, and the records of each block in a drawn order
+(a uniform permutation of the block: two records that are neighbours in a shard of m records
+per block stay neighbours with chance 2/m). Rank r of R reads positions [r * n, (r + 1) * n)
+of that order, n = ceil(records / R) (the last positions wrap to the first records) or, with
+drop_remainder, floor(records / R). Its DataLoader workers take `batch_size`-long chunks of
+that range in turn, so the DataLoader yields the rank's range in order whatever the worker
+count, and "records taken" is all a resume needs. Records are read by random access
+(shardpack.Records), so a resume starts at once, with no records read to skip.
+
+Memory per reader: 8 bytes per record of the rank's range (its record numbers), one block's
+record numbers while they are drawn, and the shards' open readers; no record buffer. With
+`cache_dir`, whole shards are copied to local disk ahead of the reader (read/cache.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from shardpack.errors import ShardpackError, is_count
+from shardpack.index import load_index
+from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.read.cache import ShardCache
+from shardpack.read.order import MIX_ENDS, check_seed, epoch_order, mix_choices, share, worker_part
+from shardpack.read.random_access import Records
+
+# Shards whose records are permuted together: more mixes more, each costs an open shard.
+SHUFFLE_BLOCK = 4
+
+
+class _Epochs(IterableDataset):
+    """Epochs, the split of a rank's sequence among DataLoader workers, and resume: what
+    ShardDataset and Mix share. A subclass gives the rank's sequence of an epoch and reads one
+    item of it."""
+
+    def __init__(self, seed: int, batch_size: int, world_size: int) -> None:
+        self.seed = check_seed("seed", seed)
+        if not is_count(batch_size):
+            raise ShardpackError(f"batch_size must be a positive integer, got: {batch_size!r}")
+        self.batch_size, self.world_size = batch_size, world_size
+        self.epoch = 0
+        self._start = 0  # records of this epoch taken before this iteration (a resume)
+        self._taken = 0  # records this process's own iteration has yielded since
+
+    def sequence(self) -> np.ndarray:
+        """This rank's items of the current epoch, in the order the DataLoader yields them."""
+        raise NotImplementedError
+
+    def read(self, item) -> object:
+        """One item of the sequence, read and decoded."""
+        raise NotImplementedError
+
+    def read_all(self, items: np.ndarray) -> Iterator[object]:
+        """The items, read in turn (a subclass may fetch ahead)."""
+        return map(self.read, items)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch `epoch` (call it before each epoch, on every rank): its order follows
+        from (seed, epoch) alone; a resume point loaded before is forgotten."""
+        self.epoch = check_seed("epoch", epoch)
+        self._start = self._taken = 0
+
+    def __len__(self) -> int:
+        return max(len(self.sequence()) - self._start, 0)
+
+    def __iter__(self):
+        worker = get_worker_info()
+        self._taken = 0  # an iteration in this process counts afresh
+        items = self.sequence()[self._start :]
+        if worker is not None:
+            items = worker_part(items, worker.id, worker.num_workers, self.batch_size)
+        for record in self.read_all(items):
+            if worker is None:
+                self._taken += 1
+            yield record
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, int]:
+        """Where this rank is in the epoch: enough for load_state_dict to yield exactly the
+        records not yet taken.
+
+        Args:
+            consumed: records the training loop has taken from this rank's DataLoader since
+                the iteration began (batches x batch_size). Needed with DataLoader workers,
+                whose copies of the dataset this process cannot see; None counts what this
+                process's own iteration yielded (num_workers=0).
+        """
+        taken = self._taken if consumed is None else consumed
+        if not is_count(taken, 0):
+            raise ShardpackError(f"consumed must be an integer of at least 0, got: {consumed!r}")
+        return {"epoch": self.epoch, "consumed": self._start + taken, "seed": self.seed,
+                "world_size": self.world_size}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume where state_dict was taken: the next iteration yields the rest of that epoch
+        (with any DataLoader worker count, in the same order), then set_epoch goes on."""
+        if not isinstance(state, dict) or not all(
+            is_count(state.get(k), 0) for k in ("epoch", "consumed", "seed", "world_size")
+        ):
+            raise ShardpackError(f"not a state_dict of a shardpack dataset: {state!r}")
+        for name in ("seed", "world_size"):
+            if state[name] != getattr(self, name):
+                raise ShardpackError(
+                    f"the state was taken with {name}={state[name]}, this dataset has "
+                    f"{getattr(self, name)}: its order differs, so the rest of the epoch "
+                    f"cannot be found; build the dataset with {name}={state[name]}"
+                )
+        self.set_epoch(state["epoch"])
+        self._start = state["consumed"]
+
+
+class ShardDataset(_Epochs):
+    """An IterableDataset over one split of a pack, for training on one or many GPUs.
+
+    See this module's docstring for the order, the shares and the memory. Under DDP, build it
+    after init_process_group (rank and world size come from torch.distributed), give the
+    DataLoader the same batch_size, call set_epoch(e) before each epoch (DataLoader workers
+    must not be persistent: each epoch's workers copy the dataset as set_epoch left it).
+
+    Args:
+        out: the output folder or URL of a pack run (compression "none": records are read at
+            their offsets).
+        split: which split to read.
+        shuffle: a new order each epoch; False reads the order pack wrote.
+        seed: the orders' seed; the same on every rank.
+        shuffle_block: shards whose records are permuted together.
+        batch_size: the DataLoader's batch size (1 for batch_size=None).
+        drop_remainder: make ranks equal by leaving records out rather than repeating the
+            first ones (the default keeps every record in every epoch).
+        rank, world_size: this rank and the rank count; None: torch.distributed's when it is
+            initialised, else 0 and 1.
+        decode: decode `image` to a uint8 tensor; False leaves the stored bytes.
+        layout: "chw" (3 x H x W, as torchvision's models take) or "hwc".
+        transform: called on each record (a dict) before it is yielded; what it returns is
+            yielded.
+        max_pixels: with decode, refuse an image claiming more pixels than this.
+        storage_options: options for the URL's fsspec filesystem.
+        cache_dir: a local folder where whole shards are copied, fetched ahead of the
+            records read (a pack under a URL then reads at disk speed), and kept for a reader
+            started later; its own subfolder per pack. None reads records where they are.
+        cache_limit: the most bytes the cache keeps, besides the shards being read (the
+            longest held go first); None keeps every shard fetched.
+
+    Raises:
+        IndexFormatError: the index is missing or malformed, or the shards are GZIP.
+        ShardpackError: an argument is out of range.
+    """
+
+    def __init__(
+        self,
+        out: str | os.PathLike,
+        split: str = "train",
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        shuffle_block: int = SHUFFLE_BLOCK,
+        batch_size: int = 1,
+        drop_remainder: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        decode: bool = True,
+        layout: str = "chw",
+        transform: Callable[[dict], object] | None = None,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        storage_options: dict | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | None = None,
+    ) -> None:
+        rank, world_size = _rank_and_world(rank, world_size)
+        super().__init__(seed, batch_size, world_size)
+        if not is_count(shuffle_block):
+            raise ShardpackError(
+                f"shuffle_block must be a positive integer, got: {shuffle_block!r}"
+            )
+        if layout not in ("chw", "hwc"):
+            raise ShardpackError(f"layout must be 'chw' or 'hwc', got: {layout!r}")
+        self.out, self.split, self.storage_options = out, split, storage_options
+        self.shuffle, self.shuffle_block = shuffle, shuffle_block
+        self.drop_remainder = drop_remainder
+        self.rank, self.decode, self.layout, self.transform = rank, decode, layout, transform
+        self.max_pixels = max_pixels
+        self.cache_dir, self.cache_limit = cache_dir, cache_limit
+        index = load_index(out, storage_options)
+        shards = index.split(split).shards
+        self.counts = [s.num_records for s in shards]
+        self._files = [s.file for s in shards]
+        self._ends = np.cumsum(self.counts)
+        self._records: Records | None = None
+        self._cache: ShardCache | None = None
+        self._records_pid = 0
+        self._open()  # refuses GZIP shards and a bad cache now, not in a worker
+
+    def __len__(self) -> int:  # without drawing the epoch's order
+        return max(len(self._positions()) - self._start, 0)
+
+    def _positions(self) -> range:
+        return share(sum(self.counts), self.rank, self.world_size, self.drop_remainder)
+
+    def sequence(self) -> np.ndarray:
+        total = sum(self.counts)
+        positions = self._positions()
+        positions = np.arange(positions.start, positions.stop, dtype=np.int64)
+        if not self.shuffle:
+            return positions % max(total, 1)
+        return epoch_order(self.counts, positions, self.seed, self.epoch, self.shuffle_block)
+
+    def read(self, item) -> object:
+        records = self._open()
+        if self._cache is not None:
+            self._cache.ensure(self._files[self._shard(item)])
+        record = records[int(item)]
+        if self.decode:
+            pixels = record["image"]  # raw pixels are the record's read-only bytes: copied
+            image = torch.from_numpy(pixels if pixels.flags.writeable else pixels.copy())
+            record["image"] = image.permute(2, 0, 1) if self.layout == "chw" else image
+        return record if self.transform is None else self.transform(record)
+
+    def read_all(self, items: np.ndarray) -> Iterator[object]:
+        """With a cache: each shard fetched ahead of its first record, and closed after its
+        last, so that the cache may remove it."""
+        if self.cache_dir is None:
+            yield from map(self.read, items)
+            return
+        shards = [self._shard(item) for item in items]
+        order = [self._files[k] for k in dict.fromkeys(shards)]
+        last = {k: p for p, k in enumerate(shards)}
+        records, cache = self._open(), self._cache
+        seen: set[int] = set()
+        try:
+            for p, (item, k) in enumerate(zip(items, shards, strict=True)):
+                if k not in seen:  # its first record: fetch it, and start on the next ones
+                    seen.add(k)
+                    cache.ensure(self._files[k], order[len(seen) :])
+                yield self.read(item)
+                if last[k] == p:
+                    records.release(k)
+                    cache.done(self._files[k])
+        finally:
+            cache.close()
+
+    def _shard(self, item) -> int:
+        return int(np.searchsorted(self._ends, item, side="right"))
+
+    def _open(self) -> Records:
+        """This process's Records (over the cache folder, with one): a forked DataLoader
+        worker opens its own files."""
+        if self._records is None or self._records_pid != os.getpid():
+            out, options = self.out, self.storage_options
+            if self.cache_dir is not None:
+                index = load_index(self.out, self.storage_options)
+                self._cache = ShardCache(index, self.cache_dir, self.cache_limit)
+                out, options = self._cache.folder, None
+            self._records = Records(out, self.split, decode=self.decode,
+                                    max_pixels=self.max_pixels,
+                                    storage_options=options)  # fmt: skip
+            self._records_pid = os.getpid()
+        return self._records
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_records": None, "_cache": None}
+
+
+class Mix(_Epochs):
+    """Several ShardDatasets read as one, each record from a source drawn by weight from
+    (seed, epoch) alone; made by mix(), which says how an epoch ends. set_epoch,
+    state_dict and load_state_dict work as ShardDataset's, for the mixed stream."""
+
+    def __init__(self, sources: Sequence[tuple[ShardDataset, float]], seed: int = 0,
+                 end: str = "first") -> None:  # fmt: skip
+        if not sources or not all(
+            isinstance(s, ShardDataset) and isinstance(w, int | float) and w > 0 for s, w in sources
+        ):
+            raise ShardpackError(
+                "mix takes [(dataset, weight), ...]: ShardDatasets or packs' OUT, weights > 0"
+            )
+        if end not in MIX_ENDS:
+            raise ShardpackError(f"end must be one of {', '.join(MIX_ENDS)}, got: {end!r}")
+        first = sources[0][0]
+        for s, _ in sources:
+            if (s.rank, s.world_size, s.batch_size) != (first.rank, first.world_size,
+                                                        first.batch_size):  # fmt: skip
+                raise ShardpackError("mixed datasets must have one rank, world_size and batch_size")
+        super().__init__(seed, first.batch_size, first.world_size)
+        self.sources = [s for s, _ in sources]
+        self.weights = [float(w) for _, w in sources]
+        self.end = end
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        for source in self.sources:
+            source.set_epoch(epoch)
+
+    def sequence(self) -> np.ndarray:
+        """(source, record number) pairs."""
+        own = [s.sequence() for s in self.sources]
+        choices = mix_choices(self.weights, [len(o) for o in own], self.seed, self.epoch, self.end)
+        items = np.empty((len(choices), 2), np.int64)
+        items[:, 0] = choices
+        for j, records in enumerate(own):
+            mine = choices == j
+            items[mine, 1] = records[: int(mine.sum())]
+        return items
+
+    def read(self, item) -> object:
+        return self.sources[int(item[0])].read(item[1])
+
+
+def mix(
+    sources: Sequence[tuple[ShardDataset | str | os.PathLike, float]], seed: int = 0,
+    end: str = "first", **options,
+) -> Mix:  # fmt: skip
+    """Several packs read as one PyTorch dataset, each record from a source drawn by weight:
+    `mix([(a, 0.7), (b, 0.3)], seed=0)`.
+
+    Args:
+        sources: (dataset, weight) pairs: shardpack.torch.ShardDatasets (of one rank, world
+            size and batch size), or packs' OUT, made into ShardDataset(out, **options).
+        seed: the draws' seed, the same on every rank (the choices are then the same on
+            every rank, and ranks stay equal).
+        end: "first": the epoch ends when a source drawn has no record left (the weights
+            hold to the last record; the other sources' rest is unread that epoch). "all":
+            a spent source drops out and the rest are drawn with their weights renormalised
+            until every source has given each of its records once.
+        options: ShardDataset's arguments, for sources given as OUT.
+
+    Raises:
+        ShardpackError: a weight is not above 0, `end` is not one of MIX_ENDS, or the
+            datasets differ in rank, world size or batch size.
+    """
+    made = [(s if isinstance(s, ShardDataset) else ShardDataset(s, **options), w)
+            for s, w in sources]  # fmt: skip
+    return Mix(made, seed, end)
+
+
+def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """The rank and world size given, else torch.distributed's when initialised, else 0 and 1."""
+    dist = torch.distributed
+    if rank is None and world_size is None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    rank = 0 if rank is None else rank
+    world_size = 1 if world_size is None else world_size
+    if not (is_count(world_size) and is_count(rank, 0) and rank < world_size):
+        raise ShardpackError(
+            f"rank must be 0 <= rank < world_size, got: rank={rank!r}, world_size={world_size!r}"
+        )
+    return rank, world_size

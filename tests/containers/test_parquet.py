@@ -1,0 +1,303 @@
+"""The Parquet container end to end: what pack writes is what `datasets` (the Hub's reader),
+pandas and pyarrow read, with Image() and ClassLabel features and the same records shardpack's
+own readers give; Croissant's reader (mlcroissant) loads croissant.json record by record."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardpack
+from shardpack.containers import CONTAINERS
+from shardpack.errors import MissingPackageError, RecordError
+from shardpack.options import PackOptions
+from shardpack.packing.packer import pack
+from shardpack.read.describe import describe
+from shardpack.read.stream import iter_examples
+from tests.helpers import at, make_tree, shard_files, write_jsonl
+from tests.packing.test_features import _rows
+
+datasets = pytest.importorskip("datasets")
+SPLITS = (("train", 0.6), ("test", 0.4))
+
+
+def _options(**options) -> PackOptions:
+    return PackOptions(format="parquet", workers=1, shards=2, split=SPLITS, **options)
+
+
+@pytest.fixture(scope="module")
+def features_pack(tmp_path_factory) -> Path:
+    """A manifest's pack: several labels per image, boxes, a caption, a score, tags."""
+    tmp = tmp_path_factory.mktemp("parquet")
+    src = make_tree(tmp / "src", {"cat": 3, "dog": 3})
+    out = tmp / "out"
+    pack(write_jsonl(src / "labels.jsonl", _rows()), out, _options(shuffle=False))
+    return out
+
+
+@pytest.fixture(scope="module")
+def folder_pack(tmp_path_factory) -> Path:
+    """A class folder tree's pack: one label per image."""
+    tmp = tmp_path_factory.mktemp("parquet")
+    out = tmp / "out"
+    pack(make_tree(tmp / "src", {"cat": 4, "dog": 3, "emu": 3}), out, _options())
+    return out
+
+
+def _ours(out: Path, split: str) -> dict[str, dict]:
+    return {r["key"]: r for r in iter_examples(out, split)}
+
+
+def _same(hub: dict, ours: dict) -> None:
+    """A record of datasets' (image undecoded) equals shardpack's."""
+    assert hub.keys() == ours.keys()
+    assert hub["image"] == {"bytes": ours["image"], "path": None}
+    for name, value in ours.items():
+        if isinstance(value, np.ndarray):
+            assert np.asarray(hub[name], value.dtype).reshape(value.shape).tolist() == (
+                value.tolist()
+            ), name
+        elif name != "image":
+            assert (
+                hub[name] == pytest.approx(value)
+                if isinstance(value, float)
+                else (hub[name] == value)
+            ), name
+
+
+@pytest.mark.parametrize("how", ["data_dir", "card"])
+def test_datasets_loads_image_and_class_label_features_and_the_same_records(
+    features_pack: Path, how: str
+):
+    loaded = (
+        datasets.load_dataset("parquet", data_dir=str(features_pack))
+        if how == "data_dir"  # each file's `huggingface` metadata alone
+        else datasets.load_dataset(str(features_pack))  # README.md's configs and features
+    )
+    assert sorted(loaded) == ["test", "train"]
+    features = loaded["train"].features
+    assert features["image"] == datasets.Image()
+    assert features["label"] == datasets.Sequence(datasets.ClassLabel(names=["cat", "dog"]))
+    assert features["boxes"] == datasets.Sequence(
+        datasets.Sequence(datasets.Value("float32"), length=4)
+    )
+    assert features["caption"] == datasets.Value("string")
+    assert features["score"] == datasets.Value("float32")
+    assert features["tags"] == datasets.Sequence(datasets.Value("int64"))
+    for split, table in loaded.items():
+        ours = _ours(features_pack, split)
+        rows = table.cast_column("image", datasets.Image(decode=False))
+        assert len(rows) == len(ours) > 0
+        for row in rows:
+            _same(row, ours[row["key"]])
+
+
+def test_a_single_label_is_a_class_label_and_images_decode(folder_pack: Path):
+    loaded = datasets.load_dataset("parquet", data_dir=str(folder_pack))
+    assert loaded["train"].features["label"] == datasets.ClassLabel(names=["cat", "dog", "emu"])
+    index = json.loads((folder_pack / "index.json").read_text())
+    for split, table in loaded.items():
+        assert Counter(table["label"]) == dict(enumerate(index["splits"][split]["class_counts"]))
+        first = table[0]  # a PIL image, decoded by datasets
+        assert first["image"].size == (first["width"], first["height"])
+
+
+def test_pandas_and_pyarrow_read_the_shards(folder_pack: Path):
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    index = json.loads((folder_pack / "index.json").read_text())
+    for entry in index["splits"].values():
+        files = [str(folder_pack / s["file"]) for s in entry["shards"]]
+        frame = pd.concat([pd.read_parquet(f, columns=["label", "key"]) for f in files])
+        assert len(frame) == entry["num_records"]
+        assert frame["label"].value_counts().to_dict() == {
+            i: n for i, n in enumerate(entry["class_counts"]) if n
+        }
+        for shard in entry["shards"]:
+            metadata = pq.ParquetFile(folder_pack / shard["file"]).metadata
+            assert metadata.num_rows == shard["num_records"]
+            assert b"huggingface" in metadata.metadata
+
+
+def test_verify_inspect_and_random_access_read_it_as_any_container(folder_pack: Path):
+    report = shardpack.verify(folder_pack, decode=True)
+    assert report.ok and report.records == 10 and report.framing == "page checksums"
+    assert describe(folder_pack)["container"] == "parquet"
+    records = list(iter_examples(folder_pack, "train"))
+    with shardpack.Records(folder_pack, "train") as random:
+        assert len(random) == len(records)
+        for i in reversed(range(len(records))):
+            assert random[i]["key"] == records[i]["key"]
+            assert random[i]["image"] == records[i]["image"]
+
+
+@pytest.mark.parametrize(("rows", "size", "groups"), [(3, 1 << 20, [3, 3, 1]), (100, 1, [1] * 7)])
+def test_row_groups_close_at_the_row_count_or_the_byte_count(
+    tmp_path: Path, monkeypatch, rows: int, size: int, groups: list[int]
+):
+    import pyarrow.parquet as pq
+
+    from shardpack.containers import parquet
+
+    monkeypatch.setattr(parquet, "ROW_GROUP_ROWS", rows)
+    monkeypatch.setattr(parquet, "ROW_GROUP_BYTES", size)
+    out = tmp_path / "out"
+    pack(make_tree(tmp_path / "src", {"cat": 7}), out,
+         PackOptions(format="parquet", workers=1, shards=1))  # fmt: skip
+    (shard,) = out.glob("*.parquet")
+    metadata = pq.ParquetFile(shard).metadata
+    assert [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)] == groups
+    with shardpack.Records(out) as random:  # across row groups, backwards
+        keys = [random[i]["key"] for i in reversed(range(7))]
+    assert keys == [r["key"] for r in iter_examples(out)][::-1]
+
+
+def test_a_resumed_pack_is_byte_identical(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 4, "dog": 4})
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    pack(src, whole, _options())
+    pack(src, cut, _options())
+    shards = sorted(cut.glob("*.parquet"))
+    (cut / "index.json").unlink()  # as a run stopped before its end leaves it
+    shards[0].unlink()
+    result = pack(src, cut, _options(resume=True))
+    assert result.num_reused == len(shards) - 1
+    assert shard_files(cut) == shard_files(whole)
+    assert (cut / "croissant.json").read_bytes() == (whole / "croissant.json").read_bytes()
+
+
+def test_an_append_grows_a_pack_the_card_loads_whole(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(format="parquet", workers=1, shards=2))
+    make_tree(tmp_path / "more", {"dog": 2}, seed=50)
+    for image in (tmp_path / "more" / "dog").iterdir():
+        image.rename(src / "dog" / f"new_{image.name}")
+    pack(src, out, PackOptions(format="parquet", workers=1, grow="append"))
+    assert sorted(p.name for p in out.glob("*.parquet")) == [
+        "src-train-00000-of-00002.parquet", "src-train-00001-of-00002.parquet",
+        "src-train-00002-of-00002.parquet",
+    ]  # fmt: skip
+    loaded = datasets.load_dataset(str(out))["train"]
+    assert sorted(loaded["key"]) == sorted(r["key"] for r in iter_examples(out))
+    assert len(loaded) == 8
+
+
+@pytest.mark.parametrize(
+    ("table", "options", "reason"),
+    [
+        ({"text": ["a", "b"]}, {}, "not a Parquet shard of shardpack's"),
+        ({"image": [{"bytes": b"x" * 100, "path": None}] * 50}, {"compression": "zstd"},
+         "'image.bytes' is compressed or dictionary-encoded"),
+        ({"image": [{"bytes": b"x" * 100, "path": None}] * 50}, {"use_dictionary": True},
+         "'image.bytes' is compressed or dictionary-encoded"),
+        ({"image": [{"bytes": b"", "path": None}] * 20_000}, {}, "20,000 rows claims"),
+    ],
+)  # fmt: skip
+def test_a_parquet_file_shardpack_does_not_write_is_refused_by_name(
+    tmp_path: Path, table: dict, options: dict, reason: str
+):
+    """Someone else's columns; and what would let a small file decode to far more than its
+    size (a codec, a dictionary, a row count past ours), before a row group is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "ds-train-00000-of-00001.parquet"
+    pq.write_table(pa.table(table), path, **{"compression": "none", "use_dictionary": False,
+                                             "row_group_size": 1 << 20, **options})  # fmt: skip
+    with pytest.raises(RecordError, match=reason) as caught:
+        CONTAINERS["parquet"].check(*at(path))
+    assert caught.value.path == str(path)
+
+
+def test_without_pyarrow_the_format_is_one_line_naming_the_extra(tmp_path: Path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # what import finds when it is missing
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(MissingPackageError, match=r"needs pyarrow: pip install '\.\[parquet\]'"):
+        pack(make_tree(tmp_path / "src", {"cat": 1}), tmp_path / "out",
+             PackOptions(format="parquet", workers=1))  # fmt: skip
+    assert not list((tmp_path / "out").glob("*.parquet"))
+
+
+def _croissant_records(out: Path, record_set: str) -> list[dict]:
+    mlc = pytest.importorskip("mlcroissant")
+    dataset = mlc.Dataset(str(out / "croissant.json"))  # validates, or raises
+    return [{k.split("/", 1)[1]: v for k, v in r.items()} for r in dataset.records(record_set)]
+
+
+def test_mlcroissant_loads_every_split_with_the_same_values(features_pack: Path):
+    for split in ("train", "test"):
+        ours = _ours(features_pack, split)
+        read = _croissant_records(features_pack, split)
+        assert sorted(r["key"].decode() for r in read) == sorted(ours)
+        for record in read:
+            want = ours[record["key"].decode()]
+            assert record["image"].size == (want["width"], want["height"])
+            assert record["caption"].decode() == want["caption"]
+            assert record["score"] == pytest.approx(want["score"])
+            assert list(record["tags"]) == want["tags"].tolist()
+            assert list(record["label"]) == want["label"].tolist()
+            assert np.asarray(record["boxes"], np.float32).reshape(-1, 4).tolist() == (
+                want["boxes"].tolist()
+            )
+    classes = _croissant_records(features_pack, "classes-label")
+    assert [(c["index"], c["name"]) for c in classes] == [(0, "cat"), (1, "dog")]
+
+
+def test_croissant_lists_every_shard_with_its_sha256(folder_pack: Path):
+    document = json.loads((folder_pack / "croissant.json").read_text())
+    index = json.loads((folder_pack / "index.json").read_text())
+    objects = {d["@id"]: d for d in document["distribution"] if d["@type"] == "cr:FileObject"}
+    shards = [s for entry in index["splits"].values() for s in entry["shards"]]
+    assert {f: o["sha256"] for f, o in objects.items()} == {s["file"]: s["sha256"] for s in shards}
+    assert {o["encodingFormat"] for o in objects.values()} == {"application/x-parquet"}
+    labels = [r["label"] for r in _croissant_records(folder_pack, "train")]
+    assert Counter(labels) == dict(enumerate(index["splits"]["train"]["class_counts"]))
+
+
+def test_a_tfrecord_pack_s_croissant_describes_its_files_and_classes(tmp_path: Path):
+    out = tmp_path / "out"
+    pack(make_tree(tmp_path / "src", {"cat": 2, "dog": 1}), out, PackOptions(workers=1))
+    document = json.loads((out / "croissant.json").read_text())
+    (shard,) = [d for d in document["distribution"] if d["@type"] == "cr:FileObject"]
+    assert shard["encodingFormat"] == "application/x-tfrecord"
+    assert [r["@id"] for r in document["recordSet"]] == ["classes-label"]
+    classes = _croissant_records(out, "classes-label")
+    assert [c["name"] for c in classes] == ["cat", "dog"]
+
+
+def test_object_storage_and_repacking_to_and_from_parquet(tmp_path: Path):
+    """Workers write through a store's Sink and readers read its Blobs (memory:// here, as any
+    fsspec store); `--source shardpack` repacks Parquet into TFRecord and back."""
+    import uuid
+
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 2})
+    url = f"memory://parquet-{uuid.uuid4().hex[:12]}/out"
+    pack(src, url, PackOptions(format="parquet", workers=1, shards=2))
+    assert shardpack.verify(url, decode=True).ok
+    want = {r["key"]: (r["label"], r["image"]) for r in iter_examples(url)}
+    assert len(want) == 5
+    pack(url, tmp_path / "tf", PackOptions(source="shardpack", workers=1, shards=1))
+    pack(tmp_path / "tf", tmp_path / "pq", PackOptions(source="shardpack", format="parquet",
+                                                       workers=1, shards=1))  # fmt: skip
+    for out in (tmp_path / "tf", tmp_path / "pq"):
+        assert {r["key"]: (r["label"], r["image"]) for r in iter_examples(out)} == want
+
+
+def test_raw_pixels_are_refused_for_parquet_in_one_line(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from shardpack.cli import app
+
+    with pytest.raises(shardpack.ShardpackError, match="pass encode='png'"):
+        PackOptions(format="parquet", encode="raw")
+    src = make_tree(tmp_path / "src", {"cat": 1})
+    result = CliRunner().invoke(app, ["pack", str(src), str(tmp_path / "out"), "--format",
+                                      "parquet", "--encode", "raw", "--no-progress"])  # fmt: skip
+    assert result.exit_code == 2 and "--encode png" in result.output, result.output

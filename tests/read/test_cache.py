@@ -1,0 +1,68 @@
+"""The shard cache of training reads: whole shards, fetched ahead, bounded, reused, and nothing
+written where a planted link points."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from shardpack.errors import ShardpackError
+from shardpack.index import load_index
+from shardpack.read.cache import STALE_SECONDS, ShardCache
+
+
+@pytest.fixture
+def pack(shared_pack) -> Path:
+    return shared_pack({"a": 6, "b": 5}, shards=3, workers=1)
+
+
+def _shards(out: Path) -> list[str]:
+    return [s.file for s in load_index(out).split("train").shards]
+
+
+def test_shards_are_copied_whole_and_the_oldest_go_beyond_the_limit(pack, tmp_path):
+    files = _shards(pack)
+    limit = max((pack / f).stat().st_size for f in files) + 1
+    cache = ShardCache(load_index(pack), tmp_path / "cache", limit)
+    cache.ensure(files[0], then=files[1:])  # the other two fetched ahead
+    cache.close()
+    folder = Path(cache.folder)
+    for f in files:  # whole or not there
+        assert not (folder / f).exists() or (folder / f).read_bytes() == (pack / f).read_bytes()
+    assert sum((folder / f).exists() for f in files) == 1  # room for one: the others went
+    assert load_index(folder).name == load_index(pack).name  # it reads as a pack
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_killed_readers_leftovers_go_and_a_fetch_under_way_stays(pack, tmp_path):
+    first = ShardCache(load_index(pack), tmp_path / "cache")
+    folder = Path(first.folder)
+    name = _shards(pack)[0]
+    stale, fresh = (
+        folder / f".{name}.0123456789abcdef.partial",
+        folder / f".{name}.fedcba9876543210.partial",
+    )
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    old = time.time() - STALE_SECONDS - 60
+    os.utime(stale, (old, old))
+    ShardCache(load_index(pack), tmp_path / "cache")
+    assert not stale.exists() and fresh.exists()
+
+
+def test_a_planted_link_or_a_bad_limit_is_one_clear_error(pack, tmp_path):
+    folder = Path(ShardCache(load_index(pack), tmp_path / "cache").folder)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for f in folder.iterdir():
+        f.unlink()
+    folder.rmdir()
+    folder.symlink_to(elsewhere)
+    with pytest.raises(ShardpackError, match="is a link or a file, not a folder"):
+        ShardCache(load_index(pack), tmp_path / "cache")
+    assert list(elsewhere.iterdir()) == []
+    with pytest.raises(ShardpackError, match="cache_limit must be a positive number of bytes"):
+        ShardCache(load_index(pack), tmp_path / "other", 0)

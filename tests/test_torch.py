@@ -1,0 +1,323 @@
+"""shardpack.torch: equal shares per rank and DataLoader worker, epochs, resume, mixing, DDP.
+
+Each check runs in the kept reading Python (run_kept), where torch loads once."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_json
+
+pytestmark = pytest.mark.heavy
+
+
+@pytest.fixture(scope="module")
+def packs(shared_pack) -> dict[int, Path]:
+    """25 records (13 of class a, 12 of b) packed into 1, 3 and 5 shards."""
+    return {n: shared_pack({"a": 13, "b": 12}, shards=n, workers=1) for n in (1, 3, 5)}
+
+
+def test_import_shardpack_loads_no_torch():
+    code = "import sys, shardpack; shardpack.Records; print('torch' in sys.modules)"
+    assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "False"
+
+
+_SHARES = """
+import itertools, json, sys, torch
+from shardpack.torch import ShardDataset
+got = {}
+# DataLoader workers only where they add something: each start forks them
+for out, world, workers, drop in [*itertools.product(sys.argv[1:], (1, 2, 3), [0], (False, True)),
+                                  (sys.argv[-1], 2, 3, False)]:
+    shares = []
+    for rank in range(world):
+        ds = ShardDataset(out, batch_size=2, rank=rank, world_size=world, drop_remainder=drop,
+                          decode=False)
+        ds.set_epoch(1)
+        if workers:
+            loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=workers)
+            shares.append([k for batch in loader for k in batch["key"]])
+        else:
+            shares.append([r["key"] for r in ds])
+        assert len(ds) == len(shares[-1])
+    got[f"{out} {world} {workers} {drop}"] = shares
+print(json.dumps(got))
+"""
+
+
+def test_every_rank_and_worker_gets_the_same_number_of_records(packs):
+    from shardpack.read.stream import iter_examples
+    from tests.read.test_stream import check_equal_shares
+
+    got = run_json(_SHARES, *map(str, packs.values()))
+    for key, shares in got.items():
+        out, world, workers, drop = key.split()
+        everything = [r["key"] for r in iter_examples(out)]
+        check_equal_shares(shares, everything, drop == "True", [k for s in shares for k in s])
+        if workers == "3":  # workers change nothing: the rank's range, in its order
+            assert shares == got[f"{out} {world} 0 {drop}"]
+
+
+_EPOCHS = """
+import json, sys, torch
+from shardpack.errors import ShardpackError
+from shardpack.torch import ShardDataset
+out, gzipped = sys.argv[1:]
+
+def keys(epoch, **kw):
+    ds = ShardDataset(out, decode=False, **kw)
+    ds.set_epoch(epoch)
+    return [r["key"] for r in ds]
+
+hwc = next(iter(ShardDataset(out, layout="hwc")))
+chw = next(iter(ShardDataset(out, transform=lambda r: (r["image"], r["label"]))))
+errors = []
+for bad in ({"layout": "xyz"}, {"seed": -1}, {"batch_size": 0}, {"rank": 2, "world_size": 2}):
+    try:
+        ShardDataset(out, **bad)
+    except ShardpackError as e:
+        errors.append(str(e))
+try:
+    ShardDataset(gzipped)
+except ShardpackError as e:
+    errors.append(str(e))
+print(json.dumps({
+    "seed0": [keys(0, seed=0), keys(1, seed=0)], "again": [keys(0, seed=0), keys(1, seed=0)],
+    "seed1": keys(0, seed=1), "plain": keys(5, shuffle=False), "block1": keys(0, shuffle_block=1),
+    "hwc": [list(hwc["image"].shape), str(hwc["image"].dtype)],
+    "chw": [list(chw[0].shape), str(chw[0].dtype), type(chw[1]).__name__],
+    "errors": errors,
+}))
+"""
+
+
+def test_epochs_differ_and_repeat_with_the_seed(packs, shared_pack):
+    from shardpack.read.stream import iter_examples
+
+    gzipped = shared_pack({"a": 2}, compression="gzip", workers=1)
+    got = run_json(_EPOCHS, str(packs[5]), str(gzipped))
+    written = [r["key"] for r in iter_examples(packs[5])]
+    first, second = got["seed0"]
+    assert sorted(first) == sorted(second) == sorted(written)
+    assert first != second and got["again"] == got["seed0"] and got["seed1"] != first
+    assert got["plain"] == written  # shuffle=False: the order pack wrote, every epoch
+    # records are mixed within shards too: not one shard's records in their written order
+    runs = sum(written.index(b) == written.index(a) + 1 for a, b in itertools.pairwise(first))
+    assert runs < 5
+    assert got["block1"] != first and sorted(got["block1"]) == sorted(written)
+    assert got["hwc"][1] == got["chw"][1] == "torch.uint8" and got["chw"][2] == "int"
+    assert got["hwc"][0][2] == 3 and got["chw"][0] == [3, *got["hwc"][0][:2]]
+    assert got["errors"][:4] == [
+        "layout must be 'chw' or 'hwc', got: 'xyz'",
+        "seed must be an integer of at least 0, got: -1",
+        "batch_size must be a positive integer, got: 0",
+        "rank must be 0 <= rank < world_size, got: rank=2, world_size=2",
+    ]
+    assert "GZIP shards cannot be read at random offsets" in got["errors"][4]
+
+
+_RESUME = """
+import json, sys, torch
+from shardpack.errors import ShardpackError
+from shardpack.torch import ShardDataset
+out = sys.argv[1]
+B = 3
+
+def dataset(rank):
+    return ShardDataset(out, batch_size=B, seed=7, rank=rank, world_size=2, decode=False)
+
+def loader(ds, workers):
+    return torch.utils.data.DataLoader(ds, batch_size=B, num_workers=workers)
+
+got = []
+# (rank, batches taken, DataLoader workers before, workers after the resume)
+for rank, stop, before, after in ((0, 0, 0, 2), (1, 1, 2, 3), (1, 4, 0, 0), (0, 2, 3, 0)):
+    whole = dataset(rank)
+    whole.set_epoch(2)
+    whole = [r["key"] for r in whole]
+    ds = dataset(rank)
+    ds.set_epoch(2)
+    batches = iter(loader(ds, before))
+    taken = [k for _ in range(stop) for k in next(batches)["key"]]
+    # without workers the dataset counts what it yielded itself; with them, the loop says
+    state = ds.state_dict(consumed=len(taken)) if before else ds.state_dict()
+    del batches
+    resumed = dataset(rank)
+    resumed.load_state_dict(json.loads(json.dumps(state)))
+    rest = [k for batch in loader(resumed, after) for k in batch["key"]]
+    got.append([whole, taken, rest, state, len(resumed)])
+other = ShardDataset(out, world_size=3, rank=0, seed=7)
+try:
+    other.load_state_dict(state)
+except ShardpackError as e:
+    got.append(str(e))
+print(json.dumps(got))
+"""
+
+
+def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs):
+    got = run_json(_RESUME, str(packs[3]))
+    refused = got.pop()
+    for whole, taken, rest, state, length in got:
+        assert taken + rest == whole and len(rest) == length
+        assert state["epoch"] == 2 and state["consumed"] == len(taken)
+    assert {len(taken) for _, taken, _, _, _ in got} >= {0, 3, 6}  # several stopping points
+    assert refused.startswith("the state was taken with world_size=2, this dataset has 3")
+
+
+_MIX = """
+import json, sys, collections
+from shardpack.torch import ShardDataset, mix
+a, b = sys.argv[1:]
+
+def mixed(end, epoch=0):
+    m = mix([(a, 0.7), (ShardDataset(b, decode=False, seed=3), 0.3)], seed=1, end=end,
+                      decode=False)
+    m.set_epoch(epoch)
+    return m
+
+def sources(m):
+    return [r["key"].split("/")[0] for r in m]
+
+first = mixed("first")
+keys = [r["key"] for r in first]
+again = [r["key"] for r in mixed("first")]
+resumed = mixed("first")
+resumed.load_state_dict(first.state_dict(consumed=5))
+rest = [r["key"] for r in resumed]
+print(json.dumps({"first": keys, "again": again, "rest": rest,
+                  "all": sources(mixed("all")), "epoch1": [r["key"] for r in mixed("first", 1)]}))
+"""
+
+
+def test_mixing_two_packs_is_deterministic_resumable_and_ends_by_its_rule(shared_pack):
+    a = shared_pack({"a": 40}, workers=1, shards=2)
+    b = shared_pack({"b": 30}, workers=1, shards=3)
+    got = run_json(_MIX, str(a), str(b))
+    keys = got["first"]
+    assert keys == got["again"] and keys[5:] == got["rest"] and keys != got["epoch1"]
+    from_a = sum(k.startswith("a/") for k in keys)
+    assert from_a == 40 or len(keys) - from_a == 30  # it ended when one source ran out
+    assert len(set(keys)) == len(keys)
+    assert sorted(got["all"]) == ["a"] * 40 + ["b"] * 30  # every record once
+
+
+_DDP = """
+import json, multiprocessing, socket, sys, torch, torch.distributed as dist
+from shardpack.torch import ShardDataset
+out, report = sys.argv[1:]
+
+def rank(r, port):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=r, world_size=2)
+    ds = ShardDataset(out, batch_size=2)  # rank and world size from torch.distributed
+    counts = {}
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        keys = [k for batch in torch.utils.data.DataLoader(ds, batch_size=2) for k in batch["key"]]
+        everyone = [None, None]
+        dist.all_gather_object(everyone, keys)
+        counts[epoch] = everyone
+    if r == 0:
+        with open(report, "w") as f:
+            json.dump({"rank": ds.rank, "world": ds.world_size, "epochs": counts}, f)
+    dist.destroy_process_group()
+
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+# forked from this Python, where torch is loaded already: processes of their own all the same
+ranks = [multiprocessing.get_context("fork").Process(target=rank, args=(r, port)) for r in (0, 1)]
+for p in ranks:
+    p.start()
+for p in ranks:
+    p.join(120)
+print(json.dumps([p.exitcode for p in ranks]))
+"""
+
+
+@pytest.mark.slow
+def test_two_ranks_on_gloo_read_equal_disjoint_shares(packs, tmp_path):
+    """A real torch.distributed run: two processes on loopback, each a rank."""
+    from shardpack.read.stream import iter_examples
+
+    report = tmp_path / "ranks.json"
+    assert run_json(_DDP, str(packs[3]), str(report)) == [0, 0]
+    got = json.loads(report.read_text())
+    assert (got["rank"], got["world"]) == (0, 2)
+    everything = sorted(r["key"] for r in iter_examples(packs[3]))
+    for zero, one in got["epochs"].values():
+        assert len(zero) == len(one) == 13  # 25 records: the first one read twice
+        assert sorted(set(zero + one)) == everything and len(set(zero) & set(one)) == 1
+    assert got["epochs"]["0"] != got["epochs"]["1"]
+
+
+_SAMPLER = """
+import json, sys, torch
+from torch.utils.data import DataLoader, DistributedSampler
+import shardpack
+records = shardpack.Records(sys.argv[1], decode=True)
+records[0], records[len(records) - 1]  # shards opened here, before the workers fork
+keys = []
+for rank in (0, 1):
+    sampler = DistributedSampler(records, num_replicas=2, rank=rank, seed=0)
+    sampler.set_epoch(1)
+    loader = DataLoader(records, sampler=sampler, batch_size=4, num_workers=2,
+                        collate_fn=lambda batch: [r["key"] for r in batch])
+    keys.append([k for batch in loader for k in batch])
+print(json.dumps({"keys": keys, "length": len(records)}))
+"""
+
+
+def test_records_serve_a_distributed_sampler_in_forked_workers(shared_pack):
+    """Map-style random access over ArrayRecord shards, files opened before the fork."""
+    out = shared_pack({"a": 6, "b": 5}, shards=3, workers=1, format="array_record")
+    got = run_json(_SAMPLER, str(out))
+    zero, one = got["keys"]
+    assert len(zero) == len(one) == 6 and len(set(zero + one)) == got["length"] == 11
+
+
+_CACHED = """
+import json, os, sys
+from shardpack.torch import ShardDataset
+url, local, cache, limit = sys.argv[1:]
+ds = ShardDataset(url, decode=False, seed=3, cache_dir=cache, cache_limit=int(limit) or None)
+ds.set_epoch(1)
+keys = [r["key"] for r in ds]
+here = ShardDataset(local, decode=False, seed=3)
+here.set_epoch(1)
+files = [os.path.relpath(os.path.join(folder, f), cache)
+         for folder, _, names in os.walk(cache) for f in names]
+print(json.dumps({"same": keys == [r["key"] for r in here], "files": sorted(files)}))
+"""
+
+
+def test_a_pack_in_object_storage_reads_through_a_bounded_cache_kept_for_a_restart(
+    s3, shared_pack, tmp_path
+):
+    out = shared_pack({"a": 13, "b": 12}, shards=5, workers=1)
+    url = s3.put_tree(out, "packed")
+    shards = sorted(p.name for p in out.iterdir() if ".tfrecord-" in p.name)
+    biggest = max((out / name).stat().st_size for name in shards)
+
+    def shards_fetched(since: int) -> list[str]:
+        return [k.split("/")[-1] for k in s3.fetched("packed/")[since:] if ".tfrecord-" in k]
+
+    bounded = run_json(_CACHED, url, str(out), str(tmp_path / "small"), str(biggest))
+    kept = [f for f in bounded["files"] if ".tfrecord-" in f]
+    assert bounded["same"] and len(kept) <= 1  # one shard's room: one left at the end
+    assert all(f.endswith("/index.json") or f.split("/")[1] in shards for f in bounded["files"])
+
+    mark = len(s3.fetched())
+    first = run_json(_CACHED, url, str(out), str(tmp_path / "kept"), "0")
+    assert first["same"] and sorted(set(shards_fetched(mark))) == shards
+    mark = len(s3.fetched())
+    again = run_json(_CACHED, url, str(out), str(tmp_path / "kept"), "0")  # a reader restarted
+    assert again["same"] and shards_fetched(mark) == [] and again["files"] == first["files"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "small"]  # nothing else
