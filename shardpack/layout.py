@@ -22,6 +22,8 @@ CROISSANT_NAME = "croissant.json"
 # was packed (packing/stamps).
 CONTENTS_NAME = "contents.json"
 STAMPS_NAME = ".shardpack.stamps"
+# Every image URL a pack skipped, with why, one JSON object a line (packing/urlfailures).
+FAILURES_NAME = "failures.jsonl"
 # One run at a time: a file held with flock, or an object created only if absent (storage).
 LOCK_NAME = ".shardpack.lock"
 # The journal of finished shards a rerun resumes from: one file on a disk, a folder of one

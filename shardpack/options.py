@@ -204,6 +204,15 @@ class PackOptions:
         min_side: skip images whose shorter side is below this many pixels.
         max_aspect: skip images whose longer side is more than this many times the shorter.
         max_area: skip images of more than this many pixels.
+        retries: more tries of an image URL after a transient failure (a reset or refused
+            connection, a timeout, HTTP 5xx or 429), with backoff.
+        allow_private_urls: fetch image URLs on loopback and private addresses too (never
+            link-local or cloud metadata ones).
+        ignore_opt_out: fetch images whose X-Robots-Tag says noai, noimageai, noindex or
+            noimageindex (else skipped with that reason).
+        user_agent: the User-Agent image requests send; None: shardpack's own.
+        url_threads: image URL requests in flight per worker.
+        per_host: of those, to one host at most.
     """
 
     name: str | None = None
@@ -241,6 +250,12 @@ class PackOptions:
     dedup: str = "none"
     grow: str = "none"  # GROW: how a run treats the dataset already in OUT
     near_distance: int = NEAR_DISTANCE
+    retries: int = 2
+    allow_private_urls: bool = False
+    ignore_opt_out: bool = False
+    user_agent: str | None = None
+    url_threads: int = 128
+    per_host: int = 16
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -259,7 +274,10 @@ class PackOptions:
         if not 0 <= self.near_distance <= 64:
             raise ShardpackError(f"near_distance= must be between 0 and 64 bits, got: "
                                  f"{self.near_distance!r}")  # fmt: skip
-        for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
+        if self.retries < 0:
+            raise ShardpackError(f"retries= must be 0 or more, got: {self.retries!r}")
+        for option in ("shards", "shard_size", "workers", "max_side", "max_pixels", "url_threads",
+                       "per_host"):  # fmt: skip
             _positive(option, getattr(self, option))
         if self.seed < 0:
             raise ShardpackError(f"seed= must be a non-negative integer, got: {self.seed!r}")
@@ -442,6 +460,27 @@ FLAGS: dict[str, Flag] = {
         "--dedup near: the most bits two images' perceptual hashes differ in.",
         "BITS",
     ),
+    "retries": Flag(
+        "--retries",
+        "More tries of an image URL after a transient failure (reset, timeout, 5xx, 429), "
+        "with backoff.",
+        "N",
+        min=0,
+    ),
+    "allow_private_urls": Flag(
+        "--allow-private-urls",
+        "Fetch image URLs on loopback and private addresses (never link-local or cloud "
+        "metadata ones).",
+    ),
+    "ignore_opt_out": Flag(
+        "--ignore-opt-out",
+        "Fetch images whose X-Robots-Tag says noai, noimageai, noindex or noimageindex.",
+    ),
+    "user_agent": Flag(
+        "--user-agent", "User-Agent of image requests.  [default: shardpack's]", "TEXT"
+    ),
+    "url_threads": Flag("--url-threads", "Image URL requests in flight per worker.", "N", min=1),
+    "per_host": Flag("--per-host", "Of those, to one host at most.", "N", min=1),
 }
 
 

@@ -77,28 +77,33 @@ def confirm(
     known: Sequence[int] | None = None,
 ) -> list[Group]:
     """Split each candidate set by the sha256 of its bytes, re-read through the source's
-    loader; the groups of two or more, each its kept copy first, in the order of those.
-    `known`: per entry, a number it shares with the entries already known to hold its bytes
-    (0: none): one of those is read for all (a grow's held copies, contents.py)."""
+    loader; the groups of two or more, each its kept copy first, in the order of those. One
+    read-ahead serves every set: many pairs of image URLs are fetched many at a time, not a
+    pair at a time. `known`: per entry, a number it shares with the entries already known to
+    hold its bytes (0: none): one of those is read for all (a grow's held copies, contents.py)."""
     load, cache, limit = dataset.source.load, {}, max_file_bytes(options.max_pixels)
     groups: list[Group] = []
+    every = []  # per set: the entry read -> the entries it stands for
     for positions in sets:
-        alike: dict[int, list[int]] = defaultdict(list)  # the entry read -> those it stands for
+        alike: dict[int, list[int]] = defaultdict(list)
         first: dict[int, int] = {}  # known number -> the entry read for it
         for p in map(int, positions):
             number = known[p] if known is not None else 0
             alike[first.setdefault(number, p) if number else p].append(p)
-        by_digest: dict[bytes, Group] = defaultdict(list)
-        items = [entries[p][1] for p in alike]
-        with dataset.root.reading(dataset.source.item_files(items), limit) as src:
-            for p, item in zip(alike, items, strict=True):
+        every.append(alike)
+    items = (entries[p][1] for alike in every for p in alike)
+    with dataset.root.reading(dataset.source.item_files(items), limit) as src:
+        for alike in every:
+            by_digest: dict[bytes, Group] = defaultdict(list)
+            for p in alike:
+                item = entries[p][1]
                 try:
                     data = content_bytes(load(item, src, options, cache))
                 except ImageError:  # gone or changed since: not a copy we can vouch for
                     continue
                 found = by_digest[hashlib.sha256(data).digest()]
                 found += [_member(entries[q]) for q in alike[p]]
-        groups += [sorted(g, key=_kept_first) for g in by_digest.values() if len(g) > 1]
+            groups += [sorted(g, key=_kept_first) for g in by_digest.values() if len(g) > 1]
     return sorted(groups, key=lambda g: _kept_first(g[0]))
 
 

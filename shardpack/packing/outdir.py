@@ -22,6 +22,7 @@ from shardpack.layout import (
     CARD_NAME,
     CONTENTS_NAME,
     CROISSANT_NAME,
+    FAILURES_NAME,
     INDEX_FILES_DIR,
     INDEX_NAME,
     METADATA_NAMES,
@@ -146,7 +147,8 @@ def prepare(
         )
     planned = {spec.file for spec in plan.shards}
     written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME,
-                                  STAMPS_NAME, CROISSANT_NAME}  # fmt: skip
+                                  STAMPS_NAME, CROISSANT_NAME,
+                                  FAILURES_NAME}  # fmt: skip
     # a folder under a name pack writes stops the write that would replace it, at the end of
     # the run: refused before anything in OUT is touched
     blocked = sorted(state.folders & written)
@@ -173,7 +175,8 @@ def prepare(
     if state.has_index:  # with it go the split files that list its shards, TFDS's, its card
         card = [CARD_NAME] if CARD_NAME in state.names and is_ours(out) else []
         out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card, CONTENTS_NAME,
-                    STAMPS_NAME, CROISSANT_NAME])  # fmt: skip
+                    STAMPS_NAME, CROISSANT_NAME,
+                    FAILURES_NAME])  # fmt: skip
     out.remove(state.listed - planned)
     rewritten = planned | state.listed
     out.remove_partial(rewritten | written)

@@ -38,6 +38,7 @@ from shardpack.packing.plan import (
 )
 from shardpack.packing.stats import split_summaries
 from shardpack.packing.tfdsmeta import write_tfds_metadata
+from shardpack.packing.urlfailures import counts, url_failures, write_failures
 from shardpack.packing.worker import read_progress, write_shard
 from shardpack.schema import Feature
 from shardpack.sources import Dataset, keeping, scan, source_root
@@ -97,6 +98,7 @@ class PackResult:
             "classes": list(self.index.classes[:SUMMARY_CLASSES]),
             "features": {name: feature_type(f) for name, f in self.index.schema.extras.items()},
             "grow": self.grow,
+            "url_failures": doc["stats"].get("url_failures", {}),
         }
 
     def _run_stats(self) -> dict:
@@ -280,6 +282,10 @@ def pack(
             "workers": min(workers, max(1, to_write)),
             "lossless": sum(r.lossless for r in results),  # --encode keep's images made PNG
         }
+        failures = url_failures([*((None, *s) for s in dataset.skipped),
+                                 *((r.split, *s) for r in results for s in r.skipped)])  # fmt: skip
+        if failures:
+            stats["url_failures"] = counts(failures)
         notes = _fewer_workers(options.workers, stats["workers"], to_write, in_process)
         document = build_index(
             name=name, dataset=dataset, options=options, plan=plan, results=results, stats=stats
@@ -292,6 +298,7 @@ def pack(
         document["summaries"] = split_summaries(plan, results, removed)
         index = write_outputs(out, document, results, options.index_files)
         write_contents(out, with_copies(entries(plan, results), groups, frozenset()))
+        write_failures(out, failures)
         out.put(INDEX_NAME, json_bytes(document))  # the run is complete
         stamps.save(out, document, stamps.written(plan, results))
     return PackResult(

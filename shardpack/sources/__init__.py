@@ -185,7 +185,7 @@ def source_root(
     except OSError as e:  # an object store refusing us (credentials, permissions)
         raise SourceError(f"{where}: cannot read ({e}); check its permissions") from None
     named = any(source.takes_path(where) for source in registered_sources().values())
-    if kind is None and manifest.is_manifest_name(where):
+    if kind is None and manifest.is_manifest_name(where) and not named:
         raise SourceError(f"{where}: no such file; check the manifest's path")
     if kind is None and not named:
         raise SourceError(f"{where}: no such folder; pass the folder that holds your images")

@@ -11,17 +11,23 @@ with its manifest line, like every other bad row.
 
 Image paths may also be URLs (s3://bucket/key), and the manifest and its root may be URLs too:
 ImageRoot reads each image from where its path says, through storages made with the same
-options; an object's size comes from a listing of its folder.
+options; an object's size comes from a listing of its folder. An http(s) URL takes no request
+at scan (its size is URL_BYTES, a guess for the planner): the workers fetch each shard's URLs
+many at a time (storage.fetch), in the plan's order. A URL of a scheme but http(s), file://,
+local:// and object stores' (ftp://, sftp://, ...) is refused by name.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
+import itertools
 import os
 import posixpath
 import stat
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
@@ -36,15 +42,20 @@ from shardpack.sources.tables.files import (
     manifest_file,
 )
 from shardpack.storage import Blob, Entry, Storage, is_url, storage_at
-from shardpack.storage.locations import normal
+from shardpack.storage.locations import joined, normal
 from shardpack.storage.srcfiles import not_regular
+from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
 
 if TYPE_CHECKING:
     from shardpack.sources.tables.kinds import LabelInfo
     from shardpack.sources.tables.reader import Manifest
+    from shardpack.storage.fetch import Fetcher, Prefetch
 
 KIND = "manifest"
 DEFAULT_SPLIT = "train"
+# What the planner takes an http(s) URL's image to weigh, unfetched: a guess at a web photo's
+# size (img2dataset's 10,000 a shard would be ~1 GB of originals); 1,024 make a 128MiB shard.
+URL_BYTES = 128 << 10
 
 
 def is_manifest_name(path: str) -> bool:
@@ -59,7 +70,12 @@ class ManifestSource(Source):
     kinds = (KIND,)
     described = "a manifest table"
     choosable = False
-    own_options = (("path_column", "--path-column"), ("root", "--root"))
+    own_options = (
+        ("path_column", "--path-column"), ("root", "--root"), ("retries", "--retries"),
+        ("allow_private_urls", "--allow-private-urls"), ("ignore_opt_out", "--ignore-opt-out"),
+        ("user_agent", "--user-agent"), ("url_threads", "--url-threads"),
+        ("per_host", "--per-host"),
+    )  # fmt: skip
 
     def recognise(
         self, root: Storage, options: PackOptions
@@ -70,15 +86,61 @@ class ManifestSource(Source):
         found = manifest_file(root)
         if found is not None:
             return [(None, found)]
-        return split_manifests(root) if root.kind() == "dir" else None
+        if root.kind() == "dir":
+            return split_manifests(root) or manifest_folder(root)
+        if _is_glob(root.path()):
+            return _Glob(root.path())
+        return None
+
+    def takes_path(self, where: str) -> bool:
+        return _is_glob(where)
 
     def scan(
         self,
-        found: list[tuple[str | None, Storage]],
+        found: list[tuple[str | None, Storage]] | _Glob,
         options: PackOptions,
         storage_options: Mapping[str, object] | None,
     ) -> Dataset:
+        if isinstance(found, _Glob):
+            found = found.manifests(storage_options)
         return scan_manifest(found, options, storage_options)
+
+
+class _Glob(NamedTuple):
+    """SRC as a pattern of manifest files in one folder (`lists/part-*.parquet`)."""
+
+    where: str
+
+    def manifests(self, storage_options: Mapping[str, object] | None) -> list[tuple[None, Storage]]:
+        """(None, each manifest file the pattern names), in name order.
+
+        Raises:
+            SourceError: the folder cannot be listed, or the pattern names no file.
+        """
+        folder, _, pattern = self.where.rpartition("/")
+        parent = storage_at(folder or ".", storage_options)
+        files = [name for name, is_dir in folder_entries(parent) if not is_dir]
+        names = [name for name in files if name[:1] != "." and fnmatch.fnmatchcase(name, pattern)]
+        if not names:
+            raise SourceError(f"{self.where}: names no file; check the pattern")
+        return [(None, parent.child(name)) for name in sorted(names)]
+
+
+def _is_glob(where: str) -> bool:
+    """Whether SRC is a pattern of manifest files: `*`, `?` or `[` in its last part, which ends
+    in a manifest's extension (a URL's `?` is its query: not a pattern)."""
+    base = where.rsplit("/", 1)[-1]
+    return is_manifest_name(base) and any(c in base for c in "*?[") and "://" not in base
+
+
+def manifest_folder(root: Storage) -> list[tuple[None, Storage]] | None:
+    """(None, each manifest file) of a folder holding nothing else (no subfolder; names starting
+    with '.' or '_', as Spark's _SUCCESS, aside), in name order: the files are one manifest, as
+    img2dataset takes a folder of URL lists; None for any other folder."""
+    visible = [(n, is_dir) for n, is_dir in folder_entries(root) if n[:1] not in "._"]
+    if not visible or any(is_dir or not is_manifest_name(n) for n, is_dir in visible):
+        return None
+    return [(None, root.child(name)) for name, _ in visible]
 
 
 def scan_manifest(
@@ -113,16 +175,20 @@ def scan_manifest(
     # relative paths under the folder above the split folders: keys stay unique across splits
     per_split = tables[0][0] is not None and options.root is None
     base = posixpath.dirname(first.root) if per_split else first.root  # a URL's too
-    images = ImageRoot(storage_at(base, storage_options), storage_options)
+    images = ImageRoot(storage_at(base, storage_options), storage_options,
+                       FetchPolicy.of(options, storage_options))  # fmt: skip
     splits: dict[str, list[Item]] = {}
     skipped: list[tuple[str, str]] = []
+    # several files of one manifest (a folder of them): an image listed in two is refused in
+    # the second, as one listed twice in a file is
+    seen: set[str] | None = set() if len(tables) > 1 and not per_split else None
     for split, table in tables:
         prefix = f"{split}/" if per_split else ""
         by_folder = split is None and _split_by_folder(table)
         # a row without a usable path is known by its line, which its reason need not repeat
         bad = [(b.line, _under(prefix, b.path), b.reason) if b.path else (b.line, b.where, b.why)
                for b in table.bad]  # fmt: skip
-        for item, row_split in _items(table, images, prefix, label, position, bad):
+        for item, row_split in _items(table, images, prefix, label, position, bad, seen):
             default = _folder_split(item.path) if by_folder else DEFAULT_SPLIT
             splits.setdefault(split or row_split or default, []).append(item)
         skipped += [(key, reason) for _, key, reason in sorted(bad)]  # in manifest order
@@ -147,8 +213,10 @@ def _items(
     label: LabelInfo | None,
     position: dict[str, int] | None,
     bad: list[tuple[int, str, str]],
+    seen: set[str] | None = None,
 ) -> Iterator[tuple[Item, str | None]]:
-    """(item, the row's split) of each usable row; a row that is not goes to `bad`."""
+    """(item, the row's split) of each usable row; a row that is not goes to `bad`; `seen`:
+    the paths of the manifest's files read before, to refuse one listed in two."""
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
     names = tuple(table.columns)
     sizes = _Sizes(images)
@@ -161,6 +229,10 @@ def _items(
                     value = labels.get(row.label)
                     if value is None:
                         value = labels[row.label] = _label(row.label, label, position)
+                if seen is not None:
+                    if path in seen:
+                        raise _Bad(f"image {path} is listed in an earlier file too")
+                    seen.add(path)
                 size = sizes.of(path)
             except _Bad as e:
                 bad.append((row.line, path, f"{line_name(table.path, row.line)}: {e}"))
@@ -336,14 +408,26 @@ def _image_size(root: str, path: str, root_fd: int | None) -> int:
 class ImageRoot(Storage):
     """Where a manifest's images are read from (the reading half of a Storage): a relative
     path under the manifest's root folder (or --root), or an absolute path or URL through a
-    storage made for its folder with the same options. Pickles for the workers."""
+    storage made for its folder with the same options; an http(s) URL is fetched under the
+    FetchPolicy given (storage.fetch). Pickles for the workers."""
 
-    def __init__(self, base: Storage, options: Mapping[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        base: Storage,
+        options: Mapping[str, object] | None = None,
+        policy: FetchPolicy | None = None,
+    ) -> None:
         self.base = base
         self.options = dict(options or {})
+        self.policy = policy or FetchPolicy()
         self.root = base.root
         self._climbs = is_url(base.root)  # "../x" under a URL: resolved in the URL
+        self._web = is_web_url(base.root)  # relative paths are URLs too
         self._elsewhere: dict[str, Storage] = {}  # folder -> its storage
+        self._fetcher: Fetcher | None = None  # made where first needed: threads, locks
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_fetcher": None, "_elsewhere": {}}
 
     def __repr__(self) -> str:
         return f"ImageRoot({self.base!r})"
@@ -356,6 +440,23 @@ class ImageRoot(Storage):
 
     def __hash__(self) -> int:
         return hash(self.base)
+
+    def web_url(self, name: str) -> str | None:
+        """The http(s) URL an image path names (itself, or under an http(s) root), else None."""
+        if is_web_url(name):
+            return name
+        if not self._web:
+            return None
+        url = joined(self.root, name)
+        return url if is_web_url(url) else None
+
+    def fetcher(self) -> Fetcher:
+        """This process's Fetcher of image URLs."""
+        if self._fetcher is None:
+            from shardpack.storage.fetch import Fetcher  # the network stack: workers only
+
+            self._fetcher = Fetcher(self.policy)
+        return self._fetcher
 
     def where(self, name: str) -> tuple[Storage, str]:
         """The storage an image path is read from, and its name there."""
@@ -373,10 +474,14 @@ class ImageRoot(Storage):
         return storage, file
 
     def path(self, name: str = "") -> str:
+        if name and (url := self.web_url(name)) is not None:
+            return url
         storage, name = self.where(name)
         return storage.path(name)
 
     def local_path(self, name: str = "") -> str | None:
+        if name and self.web_url(name) is not None:
+            return None
         storage, name = self.where(name)
         return storage.local_path(name)
 
@@ -385,12 +490,46 @@ class ImageRoot(Storage):
         return storage.kind(name)
 
     def read(self, name: str, limit: int) -> bytes:
+        if (url := self.web_url(name)) is not None:
+            return self.fetcher().get(url, limit)
         storage, name = self.where(name)
         return storage.read(name, limit)
+
+    @contextmanager
+    def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
+        """Itself, reading the http(s) URLs among `files` ahead, many at a time (Prefetch)."""
+        urls = (url for name, _ in files if (url := self.web_url(name)) is not None)
+        first = next(urls, None)
+        if first is None:
+            yield self
+            return
+        from shardpack.storage.fetch import Prefetch  # the network stack: workers only
+
+        ahead = Prefetch(self.fetcher(), itertools.chain((first,), urls), limit)
+        try:
+            yield _Ahead(self, ahead)
+        finally:
+            ahead.close()
+            self._fetcher = None  # its connections are closed
 
     def open(self, name: str) -> Blob:
         storage, name = self.where(name)
         return storage.open(name)
+
+
+class _Ahead:
+    """An ImageRoot whose http(s) URLs are read from its Prefetch."""
+
+    def __init__(self, images: ImageRoot, ahead: Prefetch) -> None:
+        self.images, self.ahead = images, ahead
+
+    def read(self, name: str, limit: int) -> bytes:
+        if (url := self.images.web_url(name)) is not None:
+            return self.ahead.read(url, limit)
+        return self.images.read(name, limit)
+
+    def __getattr__(self, attribute: str):
+        return getattr(self.images, attribute)
 
 
 class _Sizes:
@@ -405,6 +544,10 @@ class _Sizes:
         self.listings: dict[tuple[str, str], dict[str, Entry] | str] = {}
 
     def of(self, path: str) -> int:
+        if self.images.web_url(path) is not None:
+            return URL_BYTES  # no request a row: the worker's read bounds it
+        if (why := refused_scheme(path)) is not None:
+            raise _Bad(f"image {path}: {why}")
         storage, name = self.images.where(path)
         if (root := storage.local_path()) is not None:
             fd = self.root_fd if storage is self.images.base else None

@@ -295,6 +295,7 @@ def _http_options(options: dict) -> dict:
     import aiohttp
 
     given = {**_HTTP_TIMEOUTS, **options}
+    given.pop("total_timeout", None)  # an image URL's (storage.urlpolicy), not fsspec's
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=float(given.pop("connect_timeout")),
                                     sock_read=float(given.pop("read_timeout")))  # fmt: skip
     return {**given, "client_kwargs": {"timeout": timeout, **given.get("client_kwargs", {})}}

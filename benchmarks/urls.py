@@ -1,0 +1,145 @@
+"""Images behind URLs: shardpack packing a URL list from a local server that adds latency.
+
+    .venv/bin/python -m benchmarks.urls                      # 2,000 URLs at 50 and 200 ms
+    .venv/bin/python -m benchmarks.urls --urls 400 --latency 0.05 --flaky 0.1 --workers 2
+
+A threaded HTTP server on 127.0.0.1 answers every URL with a 500x375 JPEG (its own bytes: a
+comment names the URL) after `--latency` seconds; with `--flaky F`, a fraction F of the URLs
+fail their first request (a 503, a 429 with Retry-After: 1, or a reset connection, in turn).
+Each run packs the list with the CLI (`--allow-private-urls`, passthrough unless `--resize`;
+more flags after `--`) and prints its images/s end to end, the server's most requests in
+flight, and how many were packed. One server is one host: `--per-host` caps what is in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+
+import cv2
+import numpy as np
+
+
+def _photo() -> bytes:
+    rng = np.random.default_rng(0)
+    small = rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)
+    pixels = cv2.GaussianBlur(cv2.resize(small, (500, 375)), (9, 9), 0)
+    return cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # the resets this benchmark makes on purpose
+
+
+def serve(latency: float, flaky: float) -> tuple[_Server, dict]:
+    """The server, and its counters (most in flight)."""
+    body, seen, state = _photo(), set(), {"active": 0, "most": 0}
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            with lock:
+                first = self.path not in seen
+                seen.add(self.path)
+                state["active"] += 1
+                state["most"] = max(state["most"], state["active"])
+            try:
+                time.sleep(latency)
+                self._answer(first)
+            finally:
+                with lock:
+                    state["active"] -= 1
+
+        def _answer(self, first: bool) -> None:
+            mark = zlib.crc32(self.path.encode())
+            if first and mark % 1000 < flaky * 1000:
+                kind = mark % 3
+                if kind == 0:
+                    linger = struct.pack("ii", 1, 0)
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+                    self.connection.close()
+                    self.close_connection = True
+                    return
+                status, headers = (503, {}) if kind == 1 else (429, {"Retry-After": "1"})
+                self._send(status, b"later", headers)
+                return
+            # a comment segment naming the URL: each image its own bytes (no exact copies)
+            named = self.path.encode()
+            unique = body[:2] + b"\xff\xfe" + struct.pack(">H", len(named) + 2) + named + body[2:]
+            self._send(200, unique, {"Content-Type": "image/jpeg"})
+
+        def _send(self, status: int, data: bytes, headers: dict) -> None:
+            self.send_response(status)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = _Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server, state
+
+
+def run(urls: int, latency: float, flaky: float, workers: int, extra: list[str]) -> dict:
+    """One pack of `urls` URLs from a fresh server: its figures."""
+    server, state = serve(latency, flaky)
+    port = server.server_address[1]
+    with tempfile.TemporaryDirectory(prefix="shardpack-urls-") as folder:
+        src = os.path.join(folder, "urls.csv")
+        with open(src, "w") as f:
+            f.write("url,caption\n")
+            f.writelines(f"http://127.0.0.1:{port}/{i}.jpg,photo {i}\n" for i in range(urls))
+        command = [sys.executable, "-m", "shardpack", "pack", src, os.path.join(folder, "out"),
+                   "--path-column", "url", "--workers", str(workers), "--allow-private-urls",
+                   "--no-progress", "--json", *extra]  # fmt: skip
+        start = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - start
+    server.shutdown()
+    server.server_close()
+    if done.returncode:
+        raise SystemExit(done.stderr[-2000:])
+    summary = json.loads(done.stdout)
+    return {"urls": urls, "latency_s": latency, "flaky": flaky, "workers": workers,
+            "packed": summary["records"], "seconds": round(seconds, 2),
+            "images_per_s": round(summary["records"] / seconds, 1),
+            "most_in_flight": state["most"]}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--urls", type=int, default=2000)
+    parser.add_argument("--latency", default="0.05,0.2", help="seconds a response, comma list")
+    parser.add_argument("--flaky", type=float, default=0.0, help="fraction failing at first")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--resize", help="WxH: re-encode, center-cropped (else passthrough)")
+    parser.add_argument("flags", nargs="*", help="more pack flags, after --")
+    args = parser.parse_args(argv)
+    extra = ["--resize", args.resize, "--resize-mode", "center-crop"] if args.resize else []
+    extra += args.flags
+    for latency in map(float, args.latency.split(",")):
+        print(json.dumps(run(args.urls, latency, args.flaky, args.workers, extra)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

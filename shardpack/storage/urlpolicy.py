@@ -1,0 +1,120 @@
+"""Which image URLs may be fetched and how (FetchPolicy, the address and opt-out rules), without
+the network stack: the scan and `pack --help` import this; a worker's fetching is storage.fetch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from shardpack.errors import StorageError
+from shardpack.storage.base import EXTRAS
+from shardpack.storage.locations import LOCAL_SCHEMES, is_url
+
+WEB_SCHEMES = ("http", "https")
+USER_AGENT = "shardpack (image dataset packer; honours X-Robots-Tag noai)"
+# URL schemes an image path may have: the web's, the local disk's (file://, local://: as an
+# absolute path) and object stores' (fsspec; memory:// for tests). Another that fsspec knows
+# (ftp://, sftp://, smb://) would connect where no address is checked: refused by name.
+IMAGE_SCHEMES = frozenset({*WEB_SCHEMES, *LOCAL_SCHEMES, *EXTRAS, "az", "abfs", "abfss", "memory",
+                           "hf"})  # fmt: skip
+# img2dataset's default disallowed_header_directives: a site's opt-out of AI training sets.
+OPT_OUT = frozenset({"noai", "noimageai", "noindex", "noimageindex"})
+_AGENT_TOKEN = "shardpack"  # X-Robots-Tag: "shardpack: noai" is aimed at us, "otherbot: ..." not
+# Never fetched, whatever is allowed: link-local (169.254.169.254 is every major cloud's
+# metadata service) and AWS's IPv6 metadata address.
+NEVER = ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128")
+# Seconds to accept a connection, between two reads, and for one whole answer (a slow drip);
+# --storage-option connect_timeout=S / read_timeout=S / total_timeout=S change them.
+TIMEOUTS = {"connect_timeout": 10.0, "read_timeout": 30.0, "total_timeout": 120.0}
+
+
+@dataclass(frozen=True)
+class FetchPolicy:
+    """How a worker fetches URLs (PackOptions' URL flags, and the storage options' timeouts)."""
+
+    retries: int = 2
+    allow_private: bool = False
+    opt_out: bool = True  # honour X-Robots-Tag's OPT_OUT directives
+    user_agent: str = USER_AGENT
+    threads: int = 128  # requests in flight per worker: in flight / latency bounds the rate
+    per_host: int = 16  # of those, to one host at most
+    max_redirects: int = 5
+    connect_timeout: float = TIMEOUTS["connect_timeout"]
+    read_timeout: float = TIMEOUTS["read_timeout"]
+    total_timeout: float = TIMEOUTS["total_timeout"]
+
+    @classmethod
+    def of(cls, options, storage_options: Mapping[str, object] | None = None) -> FetchPolicy:
+        """The policy PackOptions and --storage-option's timeouts give."""
+        given = {k: _seconds(k, v) for k, v in (storage_options or {}).items() if k in TIMEOUTS}
+        return cls(
+            retries=options.retries,
+            allow_private=options.allow_private_urls,
+            opt_out=not options.ignore_opt_out,
+            user_agent=options.user_agent or USER_AGENT,
+            threads=options.url_threads,
+            per_host=options.per_host,
+            **given,
+        )
+
+
+def _seconds(key: str, value: object) -> float:
+    """A timeout given as --storage-option KEY=SECONDS."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise StorageError(f"--storage-option {key}={value!r}: give a number of seconds above 0")
+    return float(value)
+
+
+def refused_scheme(path: str) -> str | None:
+    """Why an image path's URL scheme is refused (not one of IMAGE_SCHEMES), else None."""
+    if not is_url(path):
+        return None
+    scheme = path.partition("://")[0].lower()
+    if scheme in IMAGE_SCHEMES:
+        return None
+    return f"refused scheme: {scheme}:// is not http(s), the local disk's or an object store's"
+
+
+def is_web_url(text: str) -> bool:
+    """Whether `text` is an http(s) URL."""
+    end = text.find("://", 0, 8)  # no copy of the rest of a long URL: this runs a row
+    return end > 0 and text[:end].lower() in WEB_SCHEMES
+
+
+def status_of(reason: str) -> int | None:
+    """The HTTP status a failure's reason names (`... (HTTP 404)`), else None."""
+    match = re.search(r"\(HTTP (\d{3})\b", reason)
+    return int(match[1]) if match else None
+
+
+def refusal(address: str, allow_private: bool) -> str | None:
+    """Why an IP address is not connected to, or None."""
+    import ipaddress  # here: only a worker connecting needs it
+
+    ip = ipaddress.ip_address(address.partition("%")[0])  # an IPv6 zone is no part of it
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    never = map(ipaddress.ip_network, NEVER)
+    if any(ip in net for net in never if net.version == ip.version):
+        return f"refused address: {ip} is link-local or a cloud metadata address"
+    if not allow_private and not ip.is_global:
+        return (f"refused address: {ip} is private, loopback or reserved; "
+                "--allow-private-urls fetches it")  # fmt: skip
+    return None
+
+
+def opted_out(values: list[str]) -> str | None:
+    """The opt-out directive among X-Robots-Tag values aimed at every agent or at shardpack
+    (img2dataset's reading of the header), else None."""
+    for value in values:
+        agent, colon, rest = value.partition(":")
+        if colon and "," not in agent:  # "agent: directives" ("noindex, x: y" is directives)
+            if agent.strip().lower() != _AGENT_TOKEN:
+                continue
+            value = rest
+        for directive in value.split(","):
+            if directive.strip().lower() in OPT_OUT:
+                return directive.strip().lower()
+    return None

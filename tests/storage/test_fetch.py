@@ -1,0 +1,435 @@
+"""Images behind http(s) URLs (storage.fetch, storage.urlpolicy, the manifest's URL rows and
+packing.urlfailures), against a real threaded HTTP server on 127.0.0.1: latency, transient and
+permanent failures, opt-out headers, redirects, oversize and dripping bodies, and the order
+records keep whatever arrives first."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import cv2
+import pytest
+
+from shardpack import PackOptions, SourceError, iter_examples, pack
+from shardpack.sources import scan
+from shardpack.storage.fetch import Fetcher, UrlFailed
+from shardpack.storage.srcfiles import FileTooLarge
+from shardpack.storage.urlpolicy import FetchPolicy, opted_out, refusal, status_of
+from tests import helpers
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # a connection the test reset on purpose
+
+
+class Site:
+    """A web server of tiny PNGs whose paths say how it answers (see _Handler)."""
+
+    def __init__(self, latency: float = 0.0, jitter: bool = False) -> None:
+        self.latency, self.jitter = latency, jitter
+        self.hits: Counter[str] = Counter()
+        self.times: dict[str, list[float]] = {}  # path -> when each request of it came
+        self.agents: set[str] = set()
+        self.active = self.most = 0
+        self.again = self.most_again = 0  # of those, requests of a path asked for before
+        self.connections = 0  # open now
+        self.started: list[str] = []  # paths in the order their requests came
+        self.finished: list[str] = []  # and in the order they were answered
+        self.lock = threading.Lock()
+        handler = type("Handler", (_Handler,), {"site": self})
+        self.server = _Server(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _png(n: int) -> bytes:
+    return cv2.imencode(".png", helpers.image(n))[1].tobytes()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """/img/N.png: image N. The first request of /503/N.png is a 503, of /429/N.png a 429 with
+    Retry-After: 1, of /reset/N.png a reset connection; then image N. /429long.png asks to be
+    retried in a day. /redirect/N.png: a 302 to
+    /img/N.png. /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every
+    agent; noai for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
+    itself), /meta.png (a redirect to the metadata address), /huge.png (Content-Length 100 GB),
+    /html.png (a web page), /stream.png (5,000 bytes, no Content-Length), /drip.png (a byte
+    every 50 ms). /twin/N.png: image N // 2."""
+
+    protocol_version = "HTTP/1.1"  # connections kept
+    site: Site
+
+    def setup(self) -> None:
+        super().setup()
+        with self.site.lock:
+            self.site.connections += 1
+
+    def finish(self) -> None:
+        with self.site.lock:
+            self.site.connections -= 1
+        super().finish()
+
+    def do_GET(self) -> None:
+        site, path = self.site, self.path
+        with site.lock:
+            site.hits[path] += 1
+            site.times.setdefault(path, []).append(time.monotonic())
+            site.started.append(path)
+            first = site.hits[path] == 1
+            site.active += 1
+            site.most = max(site.most, site.active)
+            site.again += not first
+            site.most_again = max(site.most_again, site.again)
+            site.agents.add(self.headers.get("User-Agent", ""))
+        try:
+            delay = site.latency * ((hash(path) % 7) / 6 if site.jitter else 1)
+            time.sleep(delay)
+            self._answer(path, first)
+        finally:
+            with site.lock:
+                site.active -= 1
+                site.again -= not first
+                site.finished.append(path)
+
+    def _answer(self, path: str, first: bool) -> None:
+        kind, _, name = path.strip("/").partition("/")
+        number = int(name.split(".")[0]) if name[:1].isdigit() else 0
+        if first and kind == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+            return
+        if (first and kind == "503") or path == "/always503.png":
+            return self._send(503, b"busy")
+        if first and kind == "429":
+            return self._send(429, b"slow down", {"Retry-After": "1"})
+        if path == "/429long.png":
+            return self._send(429, b"come back tomorrow", {"Retry-After": "86400"})
+        if kind == "redirect":
+            return self._send(302, b"", {"Location": f"/img/{name}"})
+        if path in ("/loop.png", "/meta.png"):
+            where = "/loop.png" if path == "/loop.png" else "http://169.254.169.254/latest/"
+            return self._send(302, b"", {"Location": where})
+        if path in ("/404.png", "/403.png"):
+            return self._send(int(path[1:4]), b"no")
+        if path == "/huge.png":
+            self.send_response(200)
+            self.send_header("Content-Length", str(10**11))
+            self.end_headers()
+            self.close_connection = True
+            return None
+        if path == "/html.png":
+            return self._send(200, b"<html><body>moved</body></html>")
+        if path in ("/stream.png", "/drip.png"):
+            self.send_response(200)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            for _ in range(5 if path == "/stream.png" else 40):
+                self.wfile.write(bytes(1000 if path == "/stream.png" else 1))
+                self.wfile.flush()
+                time.sleep(0 if path == "/stream.png" else 0.05)
+            return None
+        if kind == "twin":  # /twin/N.png: image N // 2, the same bytes as its twin's
+            return self._send(200, _png(number // 2))
+        tags = {"noai": "noai", "otherbot": "otherbot: noai, noimageai"}
+        headers = {"X-Robots-Tag": tags[kind]} if kind in tags else {}
+        return self._send(200, _png(number), headers)
+
+    def _send(self, status: int, body: bytes, headers: dict | None = None) -> None:
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextmanager
+def serving(**options) -> Iterator[Site]:
+    """A Site of these options, closed after."""
+    served = Site(**options)
+    try:
+        yield served
+    finally:
+        served.close()
+
+
+@pytest.fixture
+def site():
+    with serving() as served:
+        yield served
+
+
+def _pack_urls(tmp_path: Path, site: Site, paths: list[str], out: str = "out", **options):
+    """Pack a URL list of these paths of the site, in this process unless options say."""
+    src = _manifest(tmp_path, [site.url(path) for path in paths])
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True, **options}
+    return pack(src, tmp_path / out, PackOptions(**given))
+
+
+def _manifest(tmp_path: Path, urls: list[str], name: str = "urls.csv") -> Path:
+    rows = [{"url": url, "caption": f"photo {i}"} for i, url in enumerate(urls)]
+    return helpers.write_csv(tmp_path / name, rows)
+
+
+def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
+    good = ["/img/0.png", "/503/1.png", "/429/2.png", "/reset/3.png", "/redirect/4.png",
+            "/otherbot/5.png"]  # fmt: skip
+    bad = {
+        "/404.png": ("HTTP Not Found", 404, 1),
+        "/403.png": ("HTTP Forbidden", 403, 1),
+        "/always503.png": ("HTTP Service Unavailable", 503, 3),  # 1 + --retries 2
+        "/429long.png": ("HTTP Too Many Requests", 429, 1),  # not waited for
+        "/noai/6.png": ("opted out", None, 1),
+        "/loop.png": ("too many redirects", None, 6),
+        "/meta.png": ("refused address", None, 1),
+        "/huge.png": ("over the limit of N bytes", None, 1),
+        "/html.png": ("not an image", None, 1),
+    }
+    src = _manifest(tmp_path, [site.url(p) for p in [*good, *bad]])
+    out = tmp_path / "out"
+    done = helpers.run_cli("pack", str(src), str(out), "--path-column", "url", "--workers", "1",
+                           "--allow-private-urls", "--max-pixels", "1000")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "image URLs skipped: " in done.stdout and "failures.jsonl" in done.stdout
+    index = json.loads((out / "index.json").read_text())
+    assert sum(s["num_records"] for s in index["splits"]["train"]["shards"]) == len(good)
+    rows = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    failed = {row["url"].split(":", 2)[2].partition("/")[2]: row for row in rows}
+    assert sorted(failed) == sorted(p.lstrip("/") for p in bad)
+    for path, (error, status, hits) in bad.items():
+        row = failed[path.lstrip("/")]
+        assert (row["error"], row["status"], row["split"]) == (error, status, "train"), row
+        assert site.hits[path] == hits, (path, site.hits)
+    assert "after 3 tries" in failed["always503.png"]["reason"]
+    assert "Retry-After 86400 s is over 60 s" in failed["429long.png"]["reason"]
+    first, second = site.times["/429/2.png"]
+    assert second - first >= 0.95  # Retry-After: 1 honoured
+    assert index["stats"]["url_failures"] == Counter(error for error, _, _ in bad.values())
+    # transient ones took one retry each, permanent ones none
+    assert [site.hits[p] for p in good] == [1, 2, 2, 2, 1, 1]
+    assert site.hits["/img/4.png"] == 1  # the redirect's target
+    assert all(agent.startswith("shardpack ") for agent in site.agents), site.agents
+    captions = sorted(record["caption"] for record in iter_examples(out))
+    assert captions == [f"photo {i}" for i in range(len(good))]
+
+
+def test_many_requests_are_in_flight_while_a_server_takes_its_time(tmp_path):
+    """100 URLs answered in 100 ms each: one worker keeps at least 8 in flight (one at a
+    time, the scan's request per image and the fetch one by one, it kept 1)."""
+    with serving(latency=0.1) as slow:
+        result = _pack_urls(tmp_path, slow, [f"/img/{i}.png" for i in range(100)])
+    assert result.num_records == 100
+    assert slow.most >= 8, slow.most
+    assert sum(slow.hits.values()) == 100  # one request an image: none at scan
+
+
+def test_copies_behind_urls_are_confirmed_many_at_a_time(tmp_path):
+    """Exact copies found in the shards are confirmed by reading them again: a pair at a time,
+    each pair a server's latency, before; now every pair through one read-ahead."""
+    with serving(latency=0.05) as slow:
+        result = _pack_urls(tmp_path, slow, [f"/twin/{i}.png" for i in range(40)])
+    assert result.index.raw["duplicates"]["groups"] == 20
+    assert sum(slow.hits.values()) == 80  # each written, then each confirmed
+    assert slow.most_again >= 4, slow.most_again
+
+
+def test_records_keep_the_plans_order_whatever_arrives_first(tmp_path):
+    """Answers in 0-20 ms by path: 16 in flight in each of 2 workers get them back in another
+    order than one at a time in-process does, and the shards are the same bytes."""
+    paths = [f"/img/{i}.png" for i in range(16)]
+    with serving(latency=0.02, jitter=True) as jittery:
+        for threads, workers in ((1, 1), (16, 2)):  # in-process, then forked workers
+            result = _pack_urls(tmp_path, jittery, paths, f"out{threads}", workers=workers,
+                                url_threads=threads, shards=2)  # fmt: skip
+            assert result.index.raw["stats"]["workers"] == workers
+    assert jittery.most > 1 and jittery.finished != jittery.started  # answered out of order
+    one, many = helpers.shard_files(tmp_path / "out1"), helpers.shard_files(tmp_path / "out16")
+    assert len(one) == 2 and one == many
+
+
+def test_the_scan_sends_no_request_and_refuses_other_schemes_by_name(tmp_path, site):
+    urls = [site.url("/img/0.png"), "ftp://example.com/a.png", "sftp://10.0.0.1/a.png"]
+    dataset = scan(_manifest(tmp_path, urls), PackOptions(path_column="url"))
+    assert sum(site.hits.values()) == 0
+    assert [item.key for item in dataset.splits["train"]] == [urls[0]]
+    reasons = dict(dataset.skipped)
+    assert "refused scheme: ftp://" in reasons[urls[1]]
+    assert "refused scheme: sftp://" in reasons[urls[2]]
+
+
+def test_loopback_needs_the_flag_and_link_local_is_never_fetched(site):
+    with pytest.raises(UrlFailed, match=r"refused address: 127\.0\.0\.1 is private"):
+        Fetcher(FetchPolicy()).get(site.url("/img/0.png"), 1000)
+    assert sum(site.hits.values()) == 0
+    allowed = Fetcher(FetchPolicy(allow_private=True))
+    assert allowed.get(site.url("/img/0.png"), 10_000) == _png(0)
+    for address in ("169.254.169.254", "fe80::1%eth0", "fd00:ec2::254", "::ffff:169.254.1.1"):
+        assert "link-local or a cloud metadata" in refusal(address, allow_private=True)
+    with pytest.raises(UrlFailed, match=r"^DNS failure: no-such-host\.invalid: [^()]*$"):
+        Fetcher(FetchPolicy()).get("http://no-such-host.invalid/a.png", 1000)  # not retried
+    assert refusal("8.8.8.8", allow_private=False) is None
+    assert "private" in refusal("10.1.2.3", allow_private=False)
+
+
+def test_a_body_over_the_cap_or_dripping_past_the_deadline_is_cut_off(site):
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, total_timeout=0.3))
+    with pytest.raises(FileTooLarge, match="over the limit of 1000 bytes"):
+        fetcher.get(site.url("/stream.png"), 1000)
+    start = time.monotonic()
+    with pytest.raises(UrlFailed, match="timed out"):
+        fetcher.get(site.url("/drip.png"), 1000)
+    assert time.monotonic() - start < 1.5
+
+
+def test_opt_out_headers_are_read_as_img2dataset_reads_them(site):
+    assert opted_out(["noindex, nofollow"]) == "noindex"
+    assert opted_out(["shardpack: noimageai"]) == "noimageai"
+    assert opted_out(["otherbot: noai", "nofollow"]) is None
+    assert opted_out(["noarchive, unavailable_after: 25 Jun 2010"]) is None
+    ignoring = Fetcher(FetchPolicy(allow_private=True, opt_out=False))
+    assert ignoring.get(site.url("/noai/1.png"), 10_000) == _png(1)
+    assert status_of("HTTP Not Found (HTTP 404)") == 404 and status_of("timed out") is None
+
+
+def test_a_folder_or_a_pattern_of_url_lists_is_one_manifest(tmp_path, site):
+    """A folder of CSV files (img2dataset's --url_list folder) was refused as class folders
+    without classes; each file is now part of one manifest, and so are the files a pattern
+    names. An image in two files is refused in the second, as one listed twice in a file."""
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    _manifest(lists, [site.url(f"/img/{i}.png") for i in range(3)], "part-0.csv")
+    _manifest(lists, [site.url(f"/img/{i}.png") for i in (2, 3, 4)], "part-1.csv")
+    _manifest(lists, [site.url("/img/5.png")], "other.csv")
+    (lists / "_SUCCESS").write_bytes(b"")
+    options = PackOptions(path_column="url")
+    whole = scan(lists, options)
+    assert sorted(item.key.rsplit("/", 1)[1] for item in whole.splits["train"]) == [
+        f"{i}.png" for i in range(6)
+    ]
+    assert [reason.split(": ", 1)[1] for _, reason in whole.skipped] == [
+        f"image {site.url('/img/2.png')} is listed in an earlier file too"
+    ]
+    assert "part-1.csv line 2" in whole.skipped[0][1]
+    some = scan(str(lists / "part-*.csv"), options)
+    assert len(some.splits["train"]) == 5
+    with pytest.raises(SourceError, match=r"names no file"):
+        scan(str(lists / "none-*.csv"), options)
+    (lists / "sub").mkdir()  # beside a folder: not a folder of lists (class folders, say)
+    with pytest.raises(SourceError):
+        scan(lists, options)
+    assert sum(site.hits.values()) == 0
+
+
+def test_url_flags_given_to_another_source_are_refused(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"a": 1})
+    with pytest.raises(SourceError, match="--retries is for a manifest table"):
+        scan(src, PackOptions(retries=5))
+
+
+def _certificate(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    return cert_file, key_file
+
+
+def test_https_checks_the_certificate_and_the_address(tmp_path, site, monkeypatch):
+    """The TLS connection is made on the socket our address check made: an untrusted
+    certificate is a permanent failure, a trusted one (SSL_CERT_FILE) is fetched."""
+    import ssl
+
+    from shardpack.storage import fetch
+
+    cert, key = _certificate(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    site.server.socket = tls.wrap_socket(site.server.socket, server_side=True)
+    url = site.url("/img/3.png").replace("http://", "https://")
+    fetch._tls.cache_clear()  # the process's TLS settings, read again below
+    with pytest.raises(UrlFailed, match="TLS certificate refused"):
+        Fetcher(FetchPolicy(allow_private=True)).get(url, 10_000)
+    with pytest.raises(UrlFailed, match="refused address"):
+        Fetcher(FetchPolicy()).get(url, 10_000)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    fetch._tls.cache_clear()
+    try:
+        assert Fetcher(FetchPolicy(allow_private=True)).get(url, 10_000) == _png(3)
+    finally:
+        fetch._tls.cache_clear()
+    assert site.hits["/img/3.png"] == 1
+
+
+def test_connections_kept_are_capped_whatever_the_hosts(site):
+    """One kept connection a host of a list of a million hosts would run out of file
+    descriptors: at most 2 x threads are kept, the oldest closed."""
+    port = site.server.server_address[1]
+    fetcher = Fetcher(FetchPolicy(allow_private=True, threads=1))
+    names = ("127.0.0.1", "localhost", "127.1", "127.0.1", "2130706433", "0x7f.1")
+    for n, name in enumerate(names):
+        assert fetcher.get(f"http://{name}:{port}/img/{n}.png", 10_000) == _png(n)
+    helpers.wait_for(lambda: site.connections <= 2, timeout=5)
+    fetcher.close()
+    helpers.wait_for(lambda: site.connections == 0, timeout=5)
+
+
+def test_a_url_lists_image_root_pickles_for_a_cluster_and_fetches_there(tmp_path, site):
+    """Dask pickles the dataset's root to its workers: the fetch policy goes with it, the
+    threads, locks and connections of a Fetcher already used here do not."""
+    import pickle
+
+    src = _manifest(tmp_path, [site.url("/img/7.png")])
+    root = scan(src, PackOptions(path_column="url", allow_private_urls=True, retries=0)).root
+    url = site.url("/img/7.png")
+    assert root.read(url, 10_000) == _png(7)  # made this process's Fetcher
+    there = pickle.loads(pickle.dumps(root))
+    assert there.policy == root.policy and there.policy.retries == 0
+    with there.reading(iter([(url, 1)]), 10_000) as ahead:
+        assert ahead.read(url, 10_000) == _png(7)
+    assert site.hits["/img/7.png"] == 2
