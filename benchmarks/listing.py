@@ -21,12 +21,13 @@ def measure(src: str, encode: str) -> dict:
     """Scan `src` and plan it as `shardpack pack` would, timing each step."""
     from shardpack.options import PackOptions
     from shardpack.packing.cpuload import machine_cores
-    from shardpack.packing.packer import _no_gc, default_name
+    from shardpack.packing.fresh import default_name
     from shardpack.packing.plan import make_plan
+    from shardpack.packing.writing import no_gc
     from shardpack.sources import scan, source_root
 
     options = PackOptions(encode=encode)
-    with _no_gc():  # as pack() scans and plans
+    with no_gc():  # as pack() scans and plans
         cpu = time.process_time()
         start = time.perf_counter()
         dataset = scan(src, options)

@@ -62,7 +62,8 @@ import ctypes, gc, json, resource, sys, time
 fmt, path, warm, root = sys.argv[1:5]
 from shardpack.options import PackOptions
 from shardpack.packing.cpuload import machine_cores
-from shardpack.packing.packer import _no_gc, default_name
+from shardpack.packing.fresh import default_name
+from shardpack.packing.writing import no_gc
 from shardpack.packing.plan import make_plan
 from shardpack.sources import scan, source_root
 
@@ -76,7 +77,7 @@ def rss():
         return int(f.read().split()[1]) * resource.getpagesize()
 
 base = rss()
-with _no_gc():  # as pack() scans and plans
+with no_gc():  # as pack() scans and plans
     start = time.perf_counter()
     dataset = scan(path, options)
     scanned = time.perf_counter()

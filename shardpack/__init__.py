@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "PackOptions": "shardpack.options",
     "pack": "shardpack.packing.packer",
-    "PackResult": "shardpack.packing.packer",
+    "PackResult": "shardpack.packing.result",
     "verify": "shardpack.read.verify",
     "VerifyReport": "shardpack.read.verify",
     "describe": "shardpack.read.describe",
@@ -77,7 +77,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from shardpack.options import PackOptions
     from shardpack.packing.cluster import ClusterError
     from shardpack.packing.daliindex import write_index_files
-    from shardpack.packing.packer import PackResult, pack
+    from shardpack.packing.packer import pack
+    from shardpack.packing.result import PackResult
     from shardpack.read.describe import describe
     from shardpack.read.preview import make_preview
     from shardpack.read.random_access import Records, read_record

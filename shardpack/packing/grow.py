@@ -31,7 +31,7 @@ from shardpack.errors import (
 from shardpack.index import MAX_NAMED_SKIPPED, Index, load_index
 from shardpack.layout import INDEX_FILES_DIR, INDEX_NAME, index_file_name
 from shardpack.options import PackOptions, flag
-from shardpack.packing import duplicates, gaps, packer, stamps
+from shardpack.packing import duplicates, gaps, stamps
 from shardpack.packing.contents import (
     Contents,
     Entry,
@@ -44,12 +44,14 @@ from shardpack.packing.contents import (
 )
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
-from shardpack.packing.merge import named_skipped, uniform_size
+from shardpack.packing.merge import named_skipped, uniform_size, write_outputs
 from shardpack.packing.outdir import OutState, plan_record, prepare_growth, read_state
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan
+from shardpack.packing.result import PackResult
 from shardpack.packing.stats import entry_summaries
-from shardpack.sources import Dataset, Item, keeping, scan, source_root
-from shardpack.storage import Storage, storage_at
+from shardpack.packing.writing import Planned, no_gc
+from shardpack.sources import Dataset, Item, scan
+from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
 
 # index.json's `history` keeps the last this many runs.
@@ -97,97 +99,133 @@ class Copies:
         return dict(Counter(split for split, _ in self.dropped))
 
 
-def grow(
-    src: object, out: object, given: PackOptions, progress: object, storage_options: dict | None
-) -> packer.PackResult:
-    """pack() with options.grow "append" or "update" (see pack for the arguments)."""
-    start = time.perf_counter()
-    src_root = source_root(src, storage_options)
-    out = storage_at(out, storage_options)
-    packer._refuse_out_inside_src(src_root, out)
-    if out.kind() is None:  # before the lock, which would be made in it
-        raise OutputError(f"{out.root}: no such folder, no dataset to grow; pack it without "
-                          "--append or --update first")  # fmt: skip
-    with out.lock(False), keeping():
-        old = _old_index(out)
+class GrowPack:
+    """pack() with options.grow "append" or "update": the plan and merge steps (packer.pack
+    runs them) of a dataset in OUT that grows with SRC."""
+
+    def __init__(
+        self, src: Storage, out: Storage, given: PackOptions, storage_options: dict | None
+    ) -> None:
+        self.src, self.out, self.given, self.storage_options = src, out, given, storage_options
+        self.start = time.perf_counter()
+
+    def open(self) -> bool:
+        """A grow needs the dataset it grows: OUT is there (before the lock, made in it)."""
+        if self.out.kind() is None:
+            raise OutputError(f"{self.out.root}: no such folder, no dataset to grow; pack it "
+                              "without --append or --update first")  # fmt: skip
+        return False
+
+    def plan(self) -> Planned | PackResult:
+        """What SRC holds that OUT does not (and, --update, the other way round), its copies and
+        skips told as a fresh pack would; the new shards' plan, or the result of a grow that
+        has none to write."""
+        out = self.out
+        old = self.old = _old_index(out)
         _remove_retired(out, old)
-        listed, state = _checked_names(out, old)
-        options = dataset_options(old, given)
+        self.listed, state = _checked_names(out, old)
+        options = dataset_options(old, self.given)
         CONTAINERS[options.format].require()
+        with no_gc():  # millions of objects and no cycles, as pack's scan
+            dataset, change = self._compare(options)
+        options = replace(options, classes=dataset.classes or None)
         update = options.grow == "update"
-        with packer._no_gc():  # millions of objects and no cycles, as pack's scan
-            held, loaded = load_contents(out, old), stamps.load(out, old)
-            contents = held.shards
-            known = dict(loaded)
-            dataset = _scan(src_root, options, old, storage_options)
-            options = replace(options, classes=dataset.classes or None)
-            if options.split is not None:  # a held item keeps its split; new ones are cut
-                dataset = _keep_splits(dataset, old, held)
-            change = _compare(dataset, held, known, options)
-            copies = None  # SRC as packed: the copies, skips and statistics told stand
-            if change.new or change.changed or change.vanished or dataset.skipped:
-                copies = _copies(dataset, contents, change, options, update)
-                dataset, change = _without(dataset, change, copies, contents, update)
-        touched = change.touched if update else frozenset()
+        touched = self.touched = change.touched if update else frozenset()
         todo = {s: [*change.new.get(s, ()), *(change.changed.get(s, ()) if update else ())]
                 for s in dataset.splits}  # fmt: skip
         if update:
-            _add_survivors(todo, dataset, contents, touched, change)
-        loose = _loose(dataset, old, held, touched)
+            _add_survivors(todo, dataset, self.contents, touched, change)
+        self.loose = _loose(dataset, old, self.held, touched)
         if not any(todo.values()) and not touched:  # (gaps a stop left are closed still)
-            if known != loaded:  # files read again, their bytes unchanged: read no more
-                stamps.save(out, old.raw, stamps.held(contents.values(), known))
-            if copies is None and loose != held.loose:  # a skipped item gone from SRC
-                copies = _copies(dataset, contents, change, options, update)
-            told = copies and _told(old.raw["splits"], dataset, contents, loose, copies, options)
-            retold = bool(told) and (told != {k: old.raw.get(k) for k in told} or
-                                     loose != held.loose)  # fmt: skip
-            if retold:  # new copies or skips to report
-                _retell(out, old, told, contents, loose, copies)
-                old = load_index(out)
-            old = close_gaps(out, old, contents, loose)
-            return _nothing(out.root, old, change, copies, options.grow, start, retold)
-        generation = old.raw.get("generation", 0) + 1
-        plan = grow_plan(dataset, todo, old, options, generation, touched, listed)
+            return self._nothing_to_write(dataset, change, options)
+        self.generation = old.raw.get("generation", 0) + 1
+        plan = grow_plan(dataset, todo, old, options, self.generation, touched, self.listed)
         if state.journal_digest != plan.digest:  # (a stopped run of this plan wrote its own)
-            _refuse_strays(out, (spec.file for spec in plan.shards), _unlisted(state, listed))
-        record = {**plan_record(plan, options), "grow": options.grow, "generation": generation}
-        reused = prepare_growth(out, plan, set(listed))
-        workers = 1 if out.in_process or src_root.in_process else given.workers or machine_cores()
-        results = packer._write_shards(
-            plan, record, reused, options, dataset, out, workers, progress
-        )
-        fresh = entries(plan, results)
-        plan, results, loose = _without_empty(out, plan, results, fresh, loose)
+            _refuse_strays(out, (spec.file for spec in plan.shards), _unlisted(state, self.listed))
+        record = {**plan_record(plan, options), "grow": options.grow,
+                  "generation": self.generation}  # fmt: skip
+        reused = prepare_growth(out, plan, set(self.listed))
+        workers = 1 if out.in_process or self.src.in_process else (
+            self.given.workers or machine_cores())  # fmt: skip
+        return Planned(dataset, plan, options, record, reused, workers)
+
+    def _compare(self, options: PackOptions) -> tuple[Dataset, Change]:
+        """SRC scanned and compared with what OUT holds, its copies against the held ones."""
+        out, old = self.out, self.old
+        self.held, self.loaded = load_contents(out, old), stamps.load(out, old)
+        self.contents, self.known = self.held.shards, dict(self.loaded)
+        dataset = _scan(self.src, options, old, self.storage_options)
+        options = replace(options, classes=dataset.classes or None)
+        if options.split is not None:  # a held item keeps its split; new ones are cut
+            dataset = _keep_splits(dataset, old, self.held)
+        change = _compare(dataset, self.held, self.known, options)
+        self.copies = None  # SRC as packed: the copies, skips and statistics told stand
+        if change.new or change.changed or change.vanished or dataset.skipped:
+            update = options.grow == "update"
+            self.copies = _copies(dataset, self.contents, change, options, update)
+            dataset, change = _without(dataset, change, self.copies, self.contents, update)
+        self.change = change
+        return dataset, change
+
+    def _nothing_to_write(
+        self, dataset: Dataset, change: Change, options: PackOptions
+    ) -> PackResult:
+        """A grow with no shard to write: what it read again, and new copies or skips, told."""
+        out, old, contents, loose = self.out, self.old, self.contents, self.loose
+        if self.known != self.loaded:  # files read again, their bytes unchanged: read no more
+            stamps.save(out, old.raw, stamps.held(contents.values(), self.known))
+        copies = self.copies
+        if copies is None and loose != self.held.loose:  # a skipped item gone from SRC
+            update = options.grow == "update"
+            copies = _copies(dataset, contents, change, options, update)
+        told = copies and _told(old.raw["splits"], dataset, contents, loose, copies, options)
+        retold = bool(told) and (told != {k: old.raw.get(k) for k in told} or
+                                 loose != self.held.loose)  # fmt: skip
+        if retold:  # new copies or skips to report
+            _retell(out, old, told, contents, loose, copies)
+            old = load_index(out)
+        old = close_gaps(out, old, contents, loose)
+        return _nothing(out.root, old, change, copies, options.grow, self.start, retold)
+
+    def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
+        """The grown index: the new shards added, the rewritten ones retired, copies, skips and
+        statistics recounted; index.json, then the gaps closed."""
+        out, old, dataset, options = self.out, self.old, planned.dataset, planned.options
+        contents, touched, change, copies = self.contents, self.touched, self.change, self.copies
+        fresh = entries(planned.plan, results)
+        plan, results, loose = _without_empty(out, planned.plan, results, fresh, self.loose)
         fresh = {spec.file: fresh[spec.file] for spec in plan.shards}
         summary = change.summary(options.grow, len(touched))
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - self.start
+        reused = planned.reused
         written = sum(r.num_records for r in results) - sum(r.num_records for r in reused)
-        stats = {"seconds": round(seconds, 3), "workers": workers,
+        stats = {"seconds": round(seconds, 3), "workers": planned.workers,
                  "images_per_second": round(written / seconds, 1) if seconds else None}  # fmt: skip
         doc, kept = _document(old, dataset, plan, results, fresh, contents, touched)
         numbered = with_copies({**contents, **fresh}, copies.groups, touched)
         now = {file: numbered[file] for file in {**kept, **fresh}}  # the new index's shards
         doc.update(_told(doc["splits"], dataset, {**kept, **fresh}, loose, copies, options))
-        doc["history"] = [*_history(old), {"generation": generation, "when": _now(), **summary}]
-        doc["history"] = doc["history"][-MAX_HISTORY:]
+        run = {"generation": self.generation, "when": _now(), **summary}
+        doc["history"] = [*_history(old), run][-MAX_HISTORY:]
         doc["stats"] = {**old.raw.get("stats", {}), **stats}
         moved = gaps.moves(doc, CONTAINERS[options.format])  # the gaps the update leaves
         doc["retired"] = sorted({*doc["retired"], *moved.values()})  # what a stop leaves there
-        index = packer.write_outputs(out, doc, results, options.index_files, tfds=not moved)
+        index = write_outputs(out, doc, results, options.index_files, tfds=not moved)
         write_contents(out, numbered, loose)  # agrees with the old index and the new
         out.put(INDEX_NAME, json_bytes(doc))  # the grown dataset is there from now on
         if touched:  # the next grow removes what a stop here leaves (doc["retired"])
             write_contents(out, now, loose)
             _remove_retired(out, index)
-        known.update(stamps.written(plan, results))  # the planned items' own, or none
-        stamps.save(out, doc, stamps.held(now.values(), known))
+        self.known.update(stamps.written(plan, results))  # the planned items' own, or none
+        stamps.save(out, doc, stamps.held(now.values(), self.known))
         index = close_gaps(out, index, now, loose)
-    notes = _said(change, options.grow, copies)
-    return packer.PackResult(out.root, index, sum(s.num_records for s in index.splits.values()),
-                             doc["num_skipped"], time.perf_counter() - start, len(reused),
-                             sum(len(s.shards) for s in index.splits.values()), written,
-                             notes, summary)  # fmt: skip
+        return PackResult(
+            out=out.root, index=index,
+            num_records=sum(s.num_records for s in index.splits.values()),
+            num_skipped=doc["num_skipped"], seconds=time.perf_counter() - self.start,
+            num_reused=len(reused), num_shards=sum(len(s.shards) for s in index.splits.values()),
+            new_records=written, notes=_said(change, options.grow, copies), grow=summary,
+        )  # fmt: skip
 
 
 def close_gaps(
@@ -210,7 +248,7 @@ def close_gaps(
     doc = gaps.closed(index.raw, moved, index.container)
     renamed = {moved.get(file, file): entry for file, entry in contents.items()}
     write_contents(out, {**contents, **renamed}, loose)  # agrees with both indexes
-    closed = packer.write_outputs(out, doc, [], False)  # TFDS metadata now
+    closed = write_outputs(out, doc, [], False)  # TFDS metadata now
     out.put(INDEX_NAME, json_bytes(doc))
     write_contents(out, {s.file: renamed[s.file] for split in closed.splits.values()
                          for s in split.shards}, loose)  # fmt: skip
@@ -577,7 +615,7 @@ def _retell(
     same plan: the stamps still hold)."""
     doc = {**old.raw, **told}
     write_contents(out, with_copies(contents, copies.groups, frozenset()), loose)
-    packer.write_outputs(out, doc, [], False, tfds=not gaps.moves(doc, old.container))
+    write_outputs(out, doc, [], False, tfds=not gaps.moves(doc, old.container))
     out.put(INDEX_NAME, json_bytes(doc))
 
 
@@ -719,12 +757,12 @@ def _nothing(
     mode: str,
     start: float,
     retold: bool,
-) -> packer.PackResult:
+) -> PackResult:
     """The result of a grow that found nothing to write: no shard touched (`retold`: its
     index.json now tells new copies or skips)."""
     records = sum(s.num_records for s in old.splits.values())
     shards = sum(len(s.shards) for s in old.splits.values())
-    return packer.PackResult(root, old, records, old.raw.get("num_skipped", 0),
+    return PackResult(root, old, records, old.raw.get("num_skipped", 0),
                              time.perf_counter() - start, shards, shards, 0,
                              _said(change, mode, copies),
                              {**change.summary(mode, 0), "nothing": True,

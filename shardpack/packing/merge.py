@@ -1,15 +1,31 @@
-"""Merging: the workers' results and the scan's findings into the index.json document."""
+"""The merge step: the workers' results and the scan's findings into the index.json document,
+and what is written beside the shards before it (TFDS metadata, the container's split files,
+DALI index files, the dataset card, croissant.json)."""
 
 from __future__ import annotations
 
 import heapq
 
 from shardpack.errors import shortened
-from shardpack.index import FORMAT, MAX_NAMED_SKIPPED, MAX_SKIPPED_TEXT, VERSION
+from shardpack.index import (
+    FORMAT,
+    MAX_NAMED_SKIPPED,
+    MAX_SKIPPED_TEXT,
+    VERSION,
+    Index,
+    index_from_document,
+)
+from shardpack.layout import CARD_NAME, CROISSANT_NAME, METADATA_NAMES
 from shardpack.options import PackOptions
+from shardpack.packing.croissant import croissant
+from shardpack.packing.daliindex import write_index_files
 from shardpack.packing.facts import record_sizes
+from shardpack.packing.hubcard import card
 from shardpack.packing.plan import Plan, ShardResult
+from shardpack.packing.tfdsmeta import write_tfds_metadata
 from shardpack.sources import Dataset
+from shardpack.storage import Storage
+from shardpack.storage.atomic import json_bytes
 
 
 def uniform_size(results: list[ShardResult]) -> list[int] | None:
@@ -98,3 +114,29 @@ def build_index(
         "image_size": uniform_size(results),
     }
     return doc
+
+
+def write_outputs(
+    out: Storage, document: dict, results: list[ShardResult], index_files: bool, tfds: bool = True
+) -> Index:
+    """Write what goes beside the shards of `document` (TFDS metadata unless not `tfds`, the
+    container's split files, the index files of the shards in `results`, the Hub card,
+    croissant.json);
+    index.json not yet."""
+    index = index_from_document(out, document)
+    if index.tfds_readable and tfds:
+        write_tfds_metadata(out, document, index.container.tfds_file_format)
+    else:  # an earlier run's metadata would point TFDS at shards it cannot read
+        out.remove(METADATA_NAMES)
+    for split, entry in document["splits"].items():  # the container's files beside them
+        shards = [(s["file"], s["num_records"]) for s in entry["shards"]]
+        for file, listing in index.container.split_files(index.name, split, shards).items():
+            out.put(file, json_bytes(listing))
+    if index_files:
+        offsets = {r.file: r.offsets for r in results}  # only these shards' files: new ones
+        written = {split: {**entry, "shards": [s for s in entry["shards"] if s["file"] in offsets]}
+                   for split, entry in document["splits"].items()}  # fmt: skip
+        write_index_files(out, {**document, "splits": written}, offsets)
+    out.put(CARD_NAME, card(document))  # the Hub's dataset card
+    out.put(CROISSANT_NAME, croissant(document, index.container))
+    return index

@@ -55,7 +55,7 @@ class ShardSpec:
     index: int
     num_shards: int
     file: str
-    # on a forked worker, the same items packed (packer._PackedItems): iterated and counted only
+    # on a forked worker, the same items packed (forkpool._PackedItems): iterated and counted only
     items: tuple[Item, ...]
 
 

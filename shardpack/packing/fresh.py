@@ -1,0 +1,200 @@
+"""A fresh pack's own steps: scan and plan SRC into a new OUT (or over an earlier run of the
+same job: --resume, --overwrite), then merge what the workers wrote into a new index."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import NoReturn
+
+from shardpack.containers import CONTAINERS
+from shardpack.errors import ImageError, SourceError, printable
+from shardpack.layout import INDEX_NAME
+from shardpack.options import PackOptions
+from shardpack.packing import duplicates, stamps
+from shardpack.packing.contents import entries, with_copies, write_contents
+from shardpack.packing.cpuload import CpuWatch, machine_cores
+from shardpack.packing.merge import build_index, write_outputs
+from shardpack.packing.outdir import plan_record, prepare, split_file_names
+from shardpack.packing.plan import (
+    SERIAL_SHARE,
+    Plan,
+    ShardResult,
+    best_workers,
+    make_plan,
+    work_seconds,
+)
+from shardpack.packing.result import PackResult
+from shardpack.packing.stats import split_summaries
+from shardpack.packing.urlfailures import counts, url_failures, write_failures
+from shardpack.packing.writing import SKIP_HINT, Planned, no_gc
+from shardpack.sources import Dataset, scan
+from shardpack.storage import Storage
+from shardpack.storage.atomic import json_bytes
+
+
+class FreshPack:
+    """pack() into a new dataset: the plan and merge steps (packer.pack runs them)."""
+
+    def __init__(
+        self, src: Storage, out: Storage, options: PackOptions, storage_options: dict | None
+    ) -> None:
+        self.src, self.out, self.options, self.storage_options = src, out, options, storage_options
+        self.start = time.perf_counter()  # scan, plan, workers' start, writing, merge
+
+    def open(self) -> bool:
+        """Before the lock: a missing package refused before OUT is made; OUT made. Returns
+        whether it was."""
+        CONTAINERS[self.options.format].require()
+        return self.out.make_root()
+
+    def plan(self) -> Planned:
+        """Scan SRC, drop copies under --dedup, plan the shards and find those a stopped run of
+        this plan finished."""
+        watch = CpuWatch()  # the scan and plan are the window that measures others' load
+        options, out = self.options, self.out
+        dataset, self.groups, self.name, plan = _scan_and_plan(
+            self.src, options, self.storage_options
+        )
+        splits = {spec.split for spec in plan.shards}
+        beside = split_file_names(CONTAINERS[options.format], self.name, splits)
+        record = plan_record(plan, replace(options, name=self.name))  # the name SRC gave
+        reused = prepare(out, plan, options.overwrite, options.resume, beside, record)
+        workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
+        self.in_process = out.in_process or self.src.in_process  # memory:// is ours alone
+        if self.in_process:
+            workers, options = 1, replace(options, backend="local")
+        return Planned(dataset, plan, options, record, reused, workers)
+
+    def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
+        """The index of what the workers wrote, with what goes beside it; index.json last."""
+        out, dataset, plan, options = self.out, planned.dataset, planned.plan, planned.options
+        num_records = sum(r.num_records for r in results)
+        if num_records == 0:  # a dataset of nothing is no success, and leaves no dataset
+            _leave_nothing(out, plan, dataset, results)
+        seconds = time.perf_counter() - self.start
+        new_records = num_records - sum(r.num_records for r in planned.reused)
+        to_write = len(plan.shards) - len(planned.reused)
+        stats = {
+            "seconds": round(seconds, 3),
+            "images_per_second": round(new_records / seconds, 1) if seconds else None,
+            # no more workers than shards this run wrote: one shard runs in-process
+            "workers": min(planned.workers, max(1, to_write)),
+            "lossless": sum(r.lossless for r in results),  # --encode keep's images made PNG
+        }
+        failures = url_failures([*((None, *s) for s in dataset.skipped),
+                                 *((r.split, *s) for r in results for s in r.skipped)])  # fmt: skip
+        if failures:
+            stats["url_failures"] = counts(failures)
+        document = build_index(
+            name=self.name, dataset=dataset, options=options, plan=plan, results=results,
+            stats=stats,
+        )  # fmt: skip
+        groups = self.groups
+        removed = {} if groups is None else duplicates.removed(groups)
+        if groups is None:
+            groups = duplicates.found_in_shards(plan, results, dataset, options)
+        document["duplicates"] = duplicates.summary(groups, sum(removed.values()), options)
+        document["warnings"] += duplicates.warnings(document["duplicates"])
+        document["summaries"] = split_summaries(plan, results, removed)
+        index = write_outputs(out, document, results, options.index_files)
+        write_contents(out, with_copies(entries(plan, results), groups, frozenset()))
+        write_failures(out, failures)
+        out.put(INDEX_NAME, json_bytes(document))  # the run is complete
+        stamps.save(out, document, stamps.written(plan, results))
+        notes = _fewer_workers(self.options.workers, stats["workers"], to_write, self.in_process)
+        return PackResult(
+            out=out.root, index=index, num_records=num_records,
+            num_skipped=document["num_skipped"], seconds=seconds,
+            num_reused=len(planned.reused), num_shards=len(plan.shards),
+            new_records=new_records, notes=notes,
+        )  # fmt: skip
+
+
+def default_name(dataset: Dataset, src: Storage) -> str:
+    """The source's own name for it (cifar10), a manifest file's name without its extension
+    (two tables in one folder are two datasets), else SRC's folder name (a URL's last segment);
+    made safe for file names."""
+    named = dataset.source.default_name(dataset)
+    if named is not None:
+        return named
+    if src.kind() == "dir":
+        base = os.path.basename(dataset.root.path())
+    else:  # a manifest file
+        base = os.path.splitext(os.path.basename(src.path()))[0]
+    name = re.sub(r"[^A-Za-z0-9_.]+", "_", base).strip("_.")
+    return name or "dataset"
+
+
+def choose_workers(
+    plan: Plan, options: PackOptions, cores: int, others_busy: Callable[[], float]
+) -> int:
+    """--workers if given; else the count the cost model expects to finish first on the cores
+    other processes leave free (at least 1, never more than there are shards); on Dask, the
+    cores.
+
+    Args:
+        plan: the shards to write.
+        options: the run's options (the encoding decides the cost per item).
+        cores: the cores this process may run on.
+        others_busy: returns how many cores other processes keep busy; called only when the
+            work is worth more than one worker.
+    """
+    if options.workers is not None:
+        return options.workers
+    if options.backend != "local":
+        return cores  # a Dask LocalCluster of this machine's cores, as before; no model for it
+    items = tuple(item for spec in plan.shards for item in spec.items)
+    work, serial, shards = (
+        work_seconds(items, options, plan.cost),
+        SERIAL_SHARE[options.encode],
+        len(plan.shards),
+    )
+    if best_workers(work, cores, shards, serial) == 1:
+        return 1  # no need to look at the load
+    return best_workers(work, cores, shards, serial, busy=max(0.0, others_busy()))
+
+
+def _scan_and_plan(
+    src_root: Storage, options: PackOptions, storage_options: dict | None
+) -> tuple[Dataset, list | None, str, Plan]:
+    """List SRC, drop copies under --dedup, and plan the shards: the dataset, the copies found
+    (None: to be found in what the workers write), the dataset's name and the plan."""
+    with no_gc():
+        dataset = scan(src_root, options, storage_options)
+        if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
+            key, reason = dataset.skipped[0]
+            raise ImageError(key, f"{reason}; fix it, or {SKIP_HINT}")
+        groups = None
+        if options.dedup != "none":
+            dataset, groups = duplicates.dedup(dataset, options, options.workers or machine_cores())
+        name = options.name or default_name(dataset, src_root)
+        return dataset, groups, name, make_plan(dataset, name, options,
+                                                options.workers or machine_cores())  # fmt: skip
+
+
+def _leave_nothing(out: Storage, plan: Plan, dataset: Dataset, results: list) -> NoReturn:
+    """Remove the empty shards and the journal of a run that packed nothing, then say why."""
+    out.remove(spec.file for spec in plan.shards)
+    out.remove_journal()
+    skipped = [*dataset.skipped, *(s for r in results for s in r.skipped)]
+    key, reason = min(skipped, default=("", ""))
+    first = f" (the first, {printable(key)}: {printable(reason)})" if skipped else ""
+    raise SourceError(f"no image was packed from {dataset.root.path()}, {len(skipped):,} "
+                      f"item{'s' if len(skipped) != 1 else ''} skipped{first}; fix or remove "
+                      "them")  # fmt: skip
+
+
+def _fewer_workers(asked: int | None, ran: int, to_write: int, in_process: bool) -> tuple[str, ...]:
+    """A line saying why the run used fewer workers than --workers asked, if it did."""
+    if asked is None or ran >= asked:
+        return ()
+    why = (
+        "memory:// storage is this process's own"
+        if in_process
+        else f"{to_write:,} shard{'' if to_write == 1 else 's'} to write, a worker each at most"
+    )
+    return (f"{ran} of the {asked} workers asked ran: {why}",)

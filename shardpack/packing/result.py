@@ -1,0 +1,84 @@
+"""What a pack, an append or an update returns: the index it committed and the run's figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardpack.index import Index
+from shardpack.schema import Feature
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What a pack run produced: the index it wrote and a few headline figures."""
+
+    out: str
+    index: Index
+    num_records: int
+    num_skipped: int
+    seconds: float
+    num_reused: int = 0  # shards kept from an earlier run by resume
+    num_shards: int = 0  # shards in the plan, kept ones included
+    new_records: int = 0  # records this run wrote (not kept): what images_per_second rates
+    notes: tuple[str, ...] = ()  # about this run alone, one line each: fewer workers than asked
+    grow: dict | None = None  # --append, --update: added, changed, removed, shards rewritten
+
+    def to_json(self) -> dict:
+        """The run's summary as a JSON-ready dict (what `pack --json` prints)."""
+        doc = self.index.raw
+        return {
+            "out": self.out,
+            "name": self.index.name,
+            "records": self.num_records,
+            "skipped": self.num_skipped,
+            "ignored": doc["ignored"],
+            "ignored_files": doc["ignored_files"][:20],
+            "warnings": [*doc["warnings"], *self.notes],
+            "splits": {
+                name: {
+                    "num_records": split.num_records,
+                    "num_shards": len(split.shards),
+                    "num_bytes": sum(s.num_bytes for s in split.shards),
+                }
+                for name, split in self.index.splits.items()
+            },
+            **(self._run_stats() if self.grow else {k: doc["stats"][k] for k in _RUN_STATS}),
+            "lossless": doc["stats"].get("lossless", 0),
+            "shards_kept": self.num_reused,
+            "new_records": self.new_records,
+            "container": self.index.container_name,
+            "compression": self.index.compression,
+            "tfds_metadata": self.index.tfds_readable,
+            "skipped_items": doc["skipped"][:20],
+            "duplicates": {**doc["duplicates"], "listed": doc["duplicates"]["listed"][:20]},
+            "num_classes": len(self.index.classes),
+            "classes": list(self.index.classes[:SUMMARY_CLASSES]),
+            "features": {name: feature_type(f) for name, f in self.index.schema.extras.items()},
+            "grow": self.grow,
+            "url_failures": doc["stats"].get("url_failures", {}),
+        }
+
+    def _run_stats(self) -> dict:
+        """A grow's time, rate and workers: this run's (its new items'), not the dataset's
+        first pack's; a grow that wrote nothing has no rate and ran no worker."""
+        wrote = self.new_records and self.seconds
+        workers = self.index.raw["stats"]["workers"] if wrote else 0
+        rate = round(self.new_records / self.seconds, 1) if wrote else None
+        return {"seconds": round(self.seconds, 3), "images_per_second": rate, "workers": workers}
+
+
+_RUN_STATS = ("seconds", "images_per_second", "workers")
+
+
+# The summary names the first this many classes: enough to see a list changed, bounded for
+# a dataset of thousands.
+SUMMARY_CLASSES = 20
+
+
+def feature_type(feature: Feature) -> str:
+    """A feature's type in a word or three: "class", "class list", "text", "int64",
+    "float32 list", "float32 list of 4"."""
+    kind = "class" if feature.classes is not None else "text" if feature.text else feature.dtype
+    if not feature.shape:
+        return kind
+    return f"{kind} list of {feature.row}" if feature.row else f"{kind} list"

@@ -1,0 +1,235 @@
+"""The write step: every planned shard not kept from before, one worker task each (in-process,
+on forked workers, or on Dask), journaled as each lands, with progress followed and a failed
+run tidied."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+
+from shardpack.errors import ImageError, WorkerDiedError
+from shardpack.images import OVER_MAX_PIXELS
+from shardpack.options import PackOptions
+from shardpack.packing.cluster import check_shared_storage, dask_client
+from shardpack.packing.outdir import Journal
+from shardpack.packing.plan import Plan, ShardResult, ShardSpec
+from shardpack.packing.worker import read_progress, write_shard
+from shardpack.sources import Dataset
+from shardpack.storage import Storage, is_store_failure
+from shardpack.storage.atomic import temp_files
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What a pack's or a grow's plan step hands the write step."""
+
+    dataset: Dataset
+    plan: Plan
+    options: PackOptions  # as the workers pack: the dataset's own, for a grow
+    record: dict[str, object]  # plan_record's: heads the journal
+    reused: list[ShardResult]  # shards an earlier run of this plan finished (--resume)
+    workers: int
+
+
+ProgressCallback = Callable[[int, int], None]
+
+
+# Poll workers' progress files this often: a live bar without measurable cost.
+_POLL_S = 0.2
+
+
+def write_shards(
+    planned: Planned, out: Storage, progress: ProgressCallback | None
+) -> list[ShardResult]:
+    """Write every shard not reused, journal each as it lands; on any failure (a bad image, a
+    signal, a dead worker) remove the partial files and say which shards were in flight.
+    The planned `record` (plan_record's) heads the journal."""
+    plan, reused, dataset = planned.plan, planned.reused, planned.dataset
+    journal = Journal(out, plan.digest, planned.record, reused)
+    done = {r.file for r in reused}
+    todo = [spec for spec in plan.shards if spec.file not in done]
+    sizes = {spec.file: len(spec.items) for spec in plan.shards}
+    results = list(reused)
+    try:
+        with (
+            _ProgressPoller(out, sum(sizes.values()), progress, {s.file for s in todo}) as poller,
+            closing(_run(todo, planned.options, dataset, out, planned.workers)) as finished,
+        ):
+            poller.finished(sum(sizes[f] for f in done))
+            for result in finished:
+                journal.add(result)
+                results.append(result)
+                poller.finished(sizes[result.file], result.file)
+    except BaseException as e:
+        in_flight = _tidy_after_failure(out, todo, {r.file for r in results})
+        if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
+            fix = (
+                "raise --max-pixels if you trust the image"
+                if OVER_MAX_PIXELS in e.reason
+                else "repair or remove the file"
+            )
+            raise ImageError(
+                e.key, f"{e.reason} (in {dataset.root.path()}); {fix}, or {SKIP_HINT}"
+            ) from None
+        if type(e).__name__ == "BrokenProcessPool":  # concurrent.futures's; imported lazily
+            raise WorkerDiedError(
+                f"{out.root}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
+                "(killed, perhaps by the out-of-memory killer: try fewer --workers); "
+                "rerun with --resume to keep the shards already finished"
+            ) from None
+        raise
+    finally:
+        journal.close()
+    out.remove_partial({s.file for s in todo})  # those of a killed worker Dask retried
+    return results
+
+
+def _tidy_after_failure(out: Storage, todo: list[ShardSpec], recorded: set[str]) -> list[str]:
+    """After a failed run: remove what a killed worker left (workers remove their own partial
+    files; these have random names, or are multipart uploads left open) and any shard finished
+    but not journaled (its result never reached us), so that OUT holds only what the journal
+    vouches for. Returns the shards that had partial files. Best effort: a disk or store that
+    fails here too (gone down) must not bury why the run stopped; --resume removes the rest.
+    Any other exception is a bug of ours, and shows."""
+    in_flight: list[str] = []
+    for tidy in (
+        lambda: in_flight.extend(out.remove_partial({s.file for s in todo})),
+        lambda: out.remove(s.file for s in todo if s.file not in recorded),
+    ):
+        try:
+            tidy()
+        except Exception as e:
+            if not is_store_failure(e):
+                raise
+    return in_flight
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """Hold the cyclic garbage collector off: a listing makes millions of objects and no
+    cycles, and each full collection walks them all (`python -m benchmarks.listing`)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@contextmanager
+def _gc_frozen() -> Iterator[None]:
+    """Move every object made so far (the listing, the plan, the modules) out of the cyclic
+    collector's reach while the shards are written. A forked worker then shares those pages
+    with the parent instead of copying them: a full collection in a worker writes into every
+    object it walks (50,000 small JPEGs, 2 workers: ~0.08 s a collection)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+# glibc's malloc options (malloc.h) and the values set: its largest mmap threshold, and a trim
+# threshold twice that, as glibc's own dynamic thresholds would pair them.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+_KEEP = ((_M_TRIM_THRESHOLD, 64 * 2**20), (_M_MMAP_THRESHOLD, 32 * 2**20))
+
+
+def _keep_freed_memory() -> None:
+    """Have glibc's malloc keep freed memory for the next image instead of handing it back.
+
+    By default each image's decode and encode buffers are fresh pages, page-faulted in one by
+    one: a large share of re-encoding's system time (benchmarks/README.md). The price: the
+    process keeps up to 64 MiB of freed memory for reuse, and setting the thresholds turns off
+    glibc's own adjusting of them, for the rest of the process. Elsewhere (no glibc) nothing
+    is done.
+    """
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return
+    for option, value in _KEEP:
+        mallopt(option, value)
+
+
+def _run(
+    specs: list[ShardSpec], options: PackOptions, dataset: Dataset, out: Storage, workers: int
+) -> Iterator[ShardResult]:
+    """Yield each shard's result as it finishes: in-process, on forked workers, or on Dask.
+
+    Closing the generator early (an error, Ctrl-C) stops every worker before it returns.
+    """
+    args = (options, dataset.root, out, dataset.schema, dataset.source)
+    if options.backend == "local":
+        _keep_freed_memory()  # in this process, and so in the workers it forks
+        with _gc_frozen():
+            if workers == 1 or len(specs) <= 1:
+                yield from (write_shard(spec, *args) for spec in specs)
+            else:
+                from shardpack.packing.forkpool import run_local  # imports joblib
+
+                yield from run_local(specs, args, min(workers, len(specs)))
+        return
+    from joblib import Parallel, delayed, parallel_config
+
+    tasks = (delayed(write_shard)(spec, *args) for spec in specs)
+
+    with dask_client(options.scheduler, workers) as client:
+        if specs:
+            check_shared_storage(client, dataset.root, out, specs[0].items[0].path)
+        with parallel_config(backend="dask"):
+            yield from Parallel(n_jobs=-1, return_as="generator_unordered")(tasks)
+
+
+# The way past a bad item that --on-error fail stopped at.
+SKIP_HINT = "pass --on-error skip to leave it out"
+
+
+class _ProgressPoller:
+    """Sums finished shards and the counts in workers' progress files for a callback."""
+
+    def __init__(
+        self, out: Storage, total: int, callback: ProgressCallback | None, pending: set[str]
+    ) -> None:
+        self.folder = out.progress_folder()  # None: the bar moves a shard at a time
+        self.total, self.callback = total, callback
+        self.pending = pending  # shards not finished yet: only their progress files are read
+        self.done = 0
+        self._shown = 0  # a worker's file vanishes just before its result lands: never go back
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> _ProgressPoller:
+        if self.callback is not None:
+            self._thread.start()
+        return self
+
+    def finished(self, items: int, file: str = "") -> None:
+        self.done += items
+        self.pending.discard(file)
+
+    def _in_flight(self) -> int:
+        if self.folder is None:
+            return 0
+        found = temp_files(self.folder, set(self.pending), kinds=("progress",))
+        return sum(max(map(read_progress, paths)) for paths in found.values())
+
+    def _poll(self) -> None:
+        while not self._stop.wait(_POLL_S):
+            self._shown = max(self._shown, min(self.done + self._in_flight(), self.total))
+            self.callback(self._shown, self.total)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self.callback is not None and exc_type is None:
+            self.callback(self.total, self.total)
