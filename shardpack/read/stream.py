@@ -291,21 +291,9 @@ def tf_dataset(
     """
     _check_tf_args(batch_size, epochs, image_size, lists)
     index = load_index(out, storage_options)
-    container = index.container
-    if not container.tf_readable:  # say so before TensorFlow's import
-        readable = [name for name, c in CONTAINERS.items() if c.tf_readable]
-        raise ShardpackError(
-            f"{index.out}: tf_dataset reads {' or '.join(readable)} shards; these are "
-            f"{container.name} (read them with iter_examples or Records, or pack with "
-            f"--format {readable[0]})"
-        )
+    _check_tf_readable(index)  # before TensorFlow's import
     _check_stackable(index, batch_size, decode, image_size, lists)
-    try:
-        import tensorflow as tf
-    except ImportError as e:
-        raise ShardpackError(
-            f"tf_dataset needs TensorFlow ({e}); install it with: {install_hint('tf')}"
-        ) from None
+    tf = _tensorflow()
     if input_context is not None:
         shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
     mine = _share_of(index, split, *_checked_shard(shard), drop_remainder)
@@ -314,6 +302,14 @@ def tf_dataset(
     ds = ds.repeat(epochs)  # after the shuffles, so that each epoch is a whole permutation
     if epochs is not None:  # the index knows the length: Keras then knows its steps per epoch
         ds = ds.apply(tf.data.experimental.assert_cardinality(mine.num_records * epochs))
+    ds = _tf_parsed(tf, ds, index, decode, image_size, ordered)
+    if batch_size is not None:
+        ds = _batch(tf, ds, batch_size, lists, index.schema)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _tf_parsed(tf, ds, index: Index, decode: bool, image_size, ordered: bool):
+    """Records parsed with the index's feature schema, images decoded where asked."""
     spec = _tf_spec(tf, index.schema)
 
     def parse(record):
@@ -323,10 +319,29 @@ def tf_dataset(
                                            index.image_size)  # fmt: skip
         return features
 
-    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
-    if batch_size is not None:
-        ds = _batch(tf, ds, batch_size, lists, index.schema)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
+
+
+def _check_tf_readable(index: Index) -> None:
+    """Refuse shards tf.data has no reader for, naming the readers that do."""
+    if not index.container.tf_readable:
+        readable = [name for name, c in CONTAINERS.items() if c.tf_readable]
+        raise ShardpackError(
+            f"{index.out}: tf_dataset reads {' or '.join(readable)} shards; these are "
+            f"{index.container.name} (read them with iter_examples or Records, or pack with "
+            f"--format {readable[0]})"
+        )
+
+
+def _tensorflow():
+    """TensorFlow, imported here only: `import shardpack` and the workers never load it."""
+    try:
+        import tensorflow as tf
+    except ImportError as e:
+        raise ShardpackError(
+            f"tf_dataset needs TensorFlow ({e}); install it with: {install_hint('tf')}"
+        ) from None
+    return tf
 
 
 def _check_tf_args(batch_size, epochs, image_size, lists) -> None:
