@@ -204,17 +204,20 @@ def parse_record(
 
 def _buffer_shuffle(records: Iterator[dict], rng: random.Random) -> Iterator[dict]:
     """Mix records through a buffer of at most SHUFFLE_BUFFER records and SHUFFLE_BUFFER_BYTES
-    bytes (a record larger than that is held alone)."""
+    bytes. A record larger than that is never held: it passes on as it comes, so that memory
+    holds at most one of them beside the buffer (the reader's, while the next is read)."""
     buffer: list[tuple[int, dict]] = []
     held = 0
     for record in records:
         size = _record_bytes(record)
+        if size > SHUFFLE_BUFFER_BYTES:
+            yield record
+            continue
         while buffer and (len(buffer) >= SHUFFLE_BUFFER or held + size > SHUFFLE_BUFFER_BYTES):
             i = rng.randrange(len(buffer))
             buffer[i], buffer[-1] = buffer[-1], buffer[i]
-            gone, out = buffer.pop()
-            held -= gone
-            yield out
+            held -= buffer[-1][0]
+            yield buffer.pop()[1]  # no name kept for it here while the next record is read
         buffer.append((size, record))
         held += size
     rng.shuffle(buffer)

@@ -163,6 +163,32 @@ def test_a_gzip_record_of_128_mib_is_held_once(tmp_path: Path):
     assert int(grew_mib) < 160 and "data CRC mismatch" in reason  # the record, held once
 
 
+def test_a_shuffle_holds_no_record_over_its_byte_bound(tmp_path: Path, monkeypatch):
+    """Records each over the shuffle buffer's byte bound (900 MB ones against 256 MiB, scaled
+    down): the shuffle held one such record in its buffer while the reader had the last and the
+    next was read (3.5 GB for 900 MB records); it passes them on as they come, so shuffling
+    costs no more memory than reading in order."""
+    import tracemalloc
+
+    from shardpack.read import stream
+
+    src = tmp_path / "src"
+    for i in range(8):  # 768 KiB of raw pixels a record, GZIP shard
+        write_image(src / "a" / f"{i}.png", image(i, 512, 512))
+    out = tmp_path / "out"
+    shardpack.pack(src, out, shardpack.PackOptions(encode="raw", compression="gzip", shards=1,
+                                                   workers=1))  # fmt: skip
+    monkeypatch.setattr(stream, "SHUFFLE_BUFFER_BYTES", 100_000)
+    peaks = []
+    for shuffle in (False, True):
+        tracemalloc.start()
+        count = sum(1 for _ in shardpack.iter_examples(out, shuffle=shuffle, decode=False))
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert count == 8
+    assert peaks[1] - peaks[0] < 512 * 512 * 3 // 2, peaks
+
+
 def test_a_record_over_the_cap_is_refused_before_it_is_read(tmp_path: Path):
     data = encode_example(_good())
     out = _out(tmp_path, gzip.compress(frame(data)), compression="gzip")
