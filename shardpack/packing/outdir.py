@@ -214,7 +214,6 @@ def growing(out: Storage) -> bool:
     return isinstance(header, dict) and header.get("grow") in ("append", "update")
 
 
-# The flag of each output option whose name is not its own with dashes.
 def plan_record(plan: Plan, options: PackOptions) -> dict[str, object]:
     """What a journal keeps of how its plan was made, for a refused resume to say what changed:
     the output options and each split's shard count (without --shards it follows --workers)."""
