@@ -81,7 +81,8 @@ def read_state(out: Storage) -> OutState:
         if index is not None:  # load_index checked its shape
             listed |= {s["file"] for s in _index_shards(index.raw)}
             beside = split_file_names(index.container, index.name, index.splits)
-    header, finished = _read_journal(out)
+    # a record vouches for a shard file in OUT: no more are worth fetching than OUT holds
+    header, finished = _read_journal(out, sum(1 for name in names if is_shard_name(name)))
     journal_digest = None
     if header is not None:
         digest = header.get("plan_digest") if isinstance(header, dict) else None
@@ -210,7 +211,7 @@ def growing(out: Storage) -> bool:
     """Whether an --append or --update is in progress (or stopped) in OUT: the shards it wrote
     (journaled or not: a kill may fall between a shard's rename and its journal line) are in
     no index yet, and its rerun keeps or replaces them."""
-    header, _ = _read_journal(out)
+    header, _ = _read_journal(out, 0)
     return isinstance(header, dict) and header.get("grow") in ("append", "update")
 
 
@@ -271,13 +272,14 @@ def _index_shards(document: dict) -> Iterator[dict]:
         yield from split["shards"]
 
 
-def _read_journal(out: Storage) -> tuple[object, tuple[ShardResult, ...]]:
+def _read_journal(out: Storage, most: int) -> tuple[object, tuple[ShardResult, ...]]:
     """The journal's first line (its header) and its well-formed shard entries, up to the first
-    line that is not JSON (a crash's torn line) or the _MAX_JOURNAL_LINES-th. (None, ()) for an
-    empty journal. A line at a time, each kept only as a ShardResult: a planted journal of
+    line that is not JSON (a crash's torn line), the `most`-th (a record vouches for a shard
+    file in OUT: no more are worth reading than OUT holds) or the _MAX_JOURNAL_LINES-th.
+    (None, ()) for an empty journal. A line at a time, each kept only as a ShardResult: a planted journal of
     millions of short lines would hold gigabytes as parsed objects."""
     header, results = None, []
-    for number, line in enumerate(out.read_journal(_JOURNAL_CAP)):
+    for number, line in enumerate(out.read_journal(_JOURNAL_CAP, most)):
         if number > _MAX_JOURNAL_LINES:
             break
         try:

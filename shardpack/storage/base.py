@@ -264,9 +264,9 @@ class Storage:
         the root was made by this run, and goes again if the run fails leaving it empty."""
         raise NotImplementedError
 
-    def read_journal(self, cap: int) -> Iterable[bytes]:
-        """The completion records an earlier run left, header first, as lines (up to `cap`
-        bytes in all); none if there is no journal."""
+    def read_journal(self, cap: int, most: int) -> Iterable[bytes]:
+        """The completion records an earlier run left, header first, as lines: up to `cap`
+        bytes in all and `most` records after the header; none if there is no journal."""
         raise NotImplementedError
 
     def journal(self, head: list[bytes]) -> JournalWriter:

@@ -148,7 +148,7 @@ class LocalStorage(Storage):
     def lock(self, created: bool = False):
         return _locked(self.root, created)
 
-    def read_journal(self, cap: int) -> Iterable[bytes]:
+    def read_journal(self, cap: int, most: int) -> Iterable[bytes]:
         path = self.path(JOURNAL_NAME)
         try:
             fd = open_regular(path)
@@ -160,9 +160,9 @@ class LocalStorage(Storage):
                 "file); remove it"
             ) from None
         with open(fd, "rb") as f:  # a line at a time: millions of short lines are no list
-            left = cap
-            while left > 0 and (line := f.readline(left)):
-                left -= len(line)
+            left, lines = cap, most + 1
+            while left > 0 and lines > 0 and (line := f.readline(left)):
+                left, lines = left - len(line), lines - 1
                 yield line.rstrip(b"\r\n")
 
     def journal(self, head: list[bytes]) -> JournalWriter:

@@ -70,6 +70,7 @@ class RemoteStorage(Storage):
         self.lists_sizes = scheme not in _HTTP  # a web server lists no folders
         self.root = root.rstrip("/")
         self._base = base.rstrip("/")  # the root as the filesystem names it (no scheme)
+        self._journal_listed: list[str] | None = None  # read_journal's listing, for removal
 
     @classmethod
     def at(cls, url: str, scheme: str, options: dict) -> RemoteStorage:
@@ -225,13 +226,16 @@ class RemoteStorage(Storage):
     def lock(self, created: bool = False):
         return _locked(self)
 
-    def read_journal(self, cap: int) -> Iterable[bytes]:
+    def read_journal(self, cap: int, most: int) -> Iterable[bytes]:
         folder = self._key(JOURNAL_FOLDER)
         try:
             with _naming(self.path(JOURNAL_FOLDER)):
                 listed = self.fs.ls(folder, detail=True, refresh=True)
         except FileNotFoundError:
+            self._journal_listed = []
             return []
+        # the one listing of a run: replacing the journal removes these without listing again
+        self._journal_listed = [info["name"].rsplit("/", 1)[-1] for info in listed]
         # From the listing alone: only names this journal writes, neither a folder marker (a
         # zero-byte "folder/" object) nor an empty object (a range request on it fails).
         sizes = {info["name"].rsplit("/", 1)[-1]: int(info.get("size") or 0)
@@ -240,7 +244,7 @@ class RemoteStorage(Storage):
         if sizes.get(JOURNAL_HEAD, 0) <= 0:
             return []
         wanted, total = [], 0
-        for name in [JOURNAL_HEAD, *records[:_MOST_RECORDS]]:
+        for name in [JOURNAL_HEAD, *records[: min(most, _MOST_RECORDS)]]:
             if total >= cap:
                 break
             wanted.append((name, min(sizes[name], cap - total)))
@@ -270,9 +274,12 @@ class RemoteStorage(Storage):
         return _ObjectJournal(self, head)
 
     def remove_journal(self) -> None:
-        with suppress(FileNotFoundError):
-            old = self.fs.ls(self._key(JOURNAL_FOLDER), detail=False, refresh=True)
-            self.remove(f"{JOURNAL_FOLDER}/{n.rsplit('/', 1)[-1]}" for n in old)
+        old, self._journal_listed = self._journal_listed, None
+        if old is None:  # no read_journal this run (or its records written since)
+            with suppress(FileNotFoundError):
+                listed = self.fs.ls(self._key(JOURNAL_FOLDER), detail=False, refresh=True)
+                old = [n.rsplit("/", 1)[-1] for n in listed]
+        self.remove(f"{JOURNAL_FOLDER}/{name}" for name in old or ())
 
 
 @contextmanager
