@@ -276,8 +276,8 @@ def _read_journal(out: Storage, most: int) -> tuple[object, tuple[ShardResult, .
     """The journal's first line (its header) and its well-formed shard entries, up to the first
     line that is not JSON (a crash's torn line), the `most`-th (a record vouches for a shard
     file in OUT: no more are worth reading than OUT holds) or the _MAX_JOURNAL_LINES-th.
-    (None, ()) for an empty journal. A line at a time, each kept only as a ShardResult: a planted journal of
-    millions of short lines would hold gigabytes as parsed objects."""
+    (None, ()) for an empty journal. A line at a time, each kept only as a ShardResult: a
+    planted journal of millions of short lines would hold gigabytes as parsed objects."""
     header, results = None, []
     for number, line in enumerate(out.read_journal(_JOURNAL_CAP, most)):
         if number > _MAX_JOURNAL_LINES:
