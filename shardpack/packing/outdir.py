@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 # A journal holds one line of a few hundred bytes per shard (more with many skipped images):
 # 256 MiB is far past any real one; past it, the rest counts as a torn tail.
 _JOURNAL_CAP = 256 << 20
+# Journal records read at most beyond twice the shard files OUT holds (each record vouches for
+# one; shards removed by hand leave theirs): a planted flood of records costs a listing.
+_JOURNAL_SLACK = 16
 # The most shard entries a journal is read for: a plan of more shards is none anyone makes.
 _MAX_JOURNAL_LINES = 1_000_000
 
@@ -81,8 +84,9 @@ def read_state(out: Storage) -> OutState:
         if index is not None:  # load_index checked its shape
             listed |= {s["file"] for s in _index_shards(index.raw)}
             beside = split_file_names(index.container, index.name, index.splits)
-    # a record vouches for a shard file in OUT: no more are worth fetching than OUT holds
-    header, finished = _read_journal(out, sum(1 for name in names if is_shard_name(name)))
+    # a record vouches for a shard file in OUT: a planted flood of them is not fetched whole
+    held = sum(1 for name in names if is_shard_name(name))
+    header, finished = _read_journal(out, 2 * held + _JOURNAL_SLACK)
     journal_digest = None
     if header is not None:
         digest = header.get("plan_digest") if isinstance(header, dict) else None
@@ -274,8 +278,7 @@ def _index_shards(document: dict) -> Iterator[dict]:
 
 def _read_journal(out: Storage, most: int) -> tuple[object, tuple[ShardResult, ...]]:
     """The journal's first line (its header) and its well-formed shard entries, up to the first
-    line that is not JSON (a crash's torn line), the `most`-th (a record vouches for a shard
-    file in OUT: no more are worth reading than OUT holds) or the _MAX_JOURNAL_LINES-th.
+    line that is not JSON (a crash's torn line), the `most`-th or the _MAX_JOURNAL_LINES-th.
     (None, ()) for an empty journal. A line at a time, each kept only as a ShardResult: a
     planted journal of millions of short lines would hold gigabytes as parsed objects."""
     header, results = None, []
