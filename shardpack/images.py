@@ -409,10 +409,30 @@ def target_size(
 @dataclass(frozen=True)
 class Geometry:
     """Where an image goes: resized to `scaled` (height, width), then its middle cut out, or
-    the whole centred on a border, to `canvas` (height, width)."""
+    the whole centred on a border, to `canvas` (height, width). Pixels (fit) and boxes
+    (move_boxes) take their numbers from here alone, so they cannot disagree."""
 
     scaled: tuple[int, int]
     canvas: tuple[int, int]
+
+    @property
+    def offset(self) -> tuple[int, int]:
+        """(top, left) of the scaled image on the canvas: negative where its middle is cut out
+        (the odd pixel goes from the far side), positive where a border centres it."""
+        return tuple(  # type: ignore[return-value]
+            -((s - c) // 2) if s >= c else (c - s) // 2
+            for s, c in zip(self.scaled, self.canvas, strict=True)
+        )
+
+    def move_boxes(self, boxes: np.ndarray) -> np.ndarray:
+        """Normalised [ymin, xmin, ymax, xmax] rows of the image before (upright) as the same
+        rows of the canvas, unclipped: the resize maps the image's edges onto the scaled
+        image's edges (as OpenCV's resize does), then the offset shifts them."""
+        (height, width), (out_h, out_w), (top, left) = self.scaled, self.canvas, self.offset
+        scale = np.array([height, width, height, width], np.float64)
+        shift = np.array([top, left, top, left], np.float64)
+        size = np.array([out_h, out_w, out_h, out_w], np.float64)
+        return (np.asarray(boxes, np.float64).reshape(-1, 4) * scale + shift) / size
 
 
 def geometry(
@@ -454,13 +474,11 @@ def fit(
     """Resize pixels to where.scaled, then crop the middle or pad around to where.canvas;
     pad_color is (r, g, b) whatever the pixels' order."""
     pixels = resize(pixels, where.scaled)
-    (height, width), (out_h, out_w) = where.scaled, where.canvas
+    (height, width), (out_h, out_w), (top, left) = where.scaled, where.canvas, where.offset
     if (height, width) == (out_h, out_w):
         return pixels
     if height >= out_h and width >= out_w:
-        top, left = (height - out_h) // 2, (width - out_w) // 2
-        return np.ascontiguousarray(pixels[top : top + out_h, left : left + out_w])
-    top, left = (out_h - height) // 2, (out_w - width) // 2
+        return np.ascontiguousarray(pixels[-top : out_h - top, -left : out_w - left])
     color = pad_color if order == "rgb" else pad_color[::-1]
     bottom, right = out_h - height - top, out_w - width - left
     return _opencv().copyMakeBorder(

@@ -8,7 +8,12 @@ no visible area left is dropped (albumentations' min_visibility=0) and counted b
 
 from __future__ import annotations
 
-from shardpack.errors import ShardpackError
+from collections import Counter
+
+import numpy as np
+
+from shardpack import images
+from shardpack.errors import ImageError, ShardpackError
 from shardpack.options import PackOptions
 from shardpack.packing.tfdsmeta import is_box
 from shardpack.schema import Schema
@@ -47,7 +52,7 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
     """Refuse (ShardpackError) a geometric transform on a dataset holding geometry it would not
     move: keypoints, masks, or boxes of another type or name than those box_features moves."""
     said = transforms(options)
-    moved: tuple[str, ...] = ()  # none yet: every box feature is refused
+    moved = box_features(schema)
     left = [name for name in schema.extras
             if name.rsplit("/", 1)[-1] in GEOMETRY_WORDS and name not in moved]  # fmt: skip
     if said is None or not left:
@@ -59,3 +64,78 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
         "ymax, xmax], named bbox, boxes, bboxes or objects/bbox): rename or drop that column, "
         "or pack without resizing"
     )
+
+
+def follow(
+    key: str,
+    fields: dict[str, object],
+    schema: Schema,
+    moved: tuple[str, ...],
+    where: images.Geometry | None,
+) -> tuple[dict[str, object], Counter[str]]:
+    """An item's fields with each box feature in `moved` taken through `where` (the geometry
+    its pixels went through), clipped to the image; and how many boxes were dropped, by reason.
+
+    A dropped box takes its row of every list feature of its group (`objects/label` beside
+    `objects/bbox`: TFDS's Sequence of a dict keeps them in step) with it.
+
+    Raises:
+        ImageError: a top-level box column lost boxes beside another list of as many rows,
+            which may or may not be per box: the record is skipped rather than misaligned.
+    """
+    dropped: Counter[str] = Counter()
+    if where is None:
+        return fields, dropped
+    fields = dict(fields)
+    for name in moved:
+        if name not in fields:
+            continue
+        rows = np.asarray(fields[name], np.float64).reshape(-1, 4)
+        boxes, reasons = _moved(rows, where)
+        fields[name] = boxes[reasons == ""].astype(np.float32)
+        dropped.update(str(r) for r in reasons if r)
+        if len(boxes) != len(fields[name]):
+            _drop_siblings(key, fields, schema, name, reasons == "", len(rows))
+    return fields, dropped
+
+
+def _moved(rows: np.ndarray, where: images.Geometry) -> tuple[np.ndarray, np.ndarray]:
+    """The boxes clipped to the image, moved through `where` and clipped to the canvas (a box
+    reaching past the image stops at its edge, not in a pad border), and each one's reason to
+    be dropped ("" to keep): no visible area, none to begin with (OUTSIDE) or the crop's."""
+    inside = np.clip(rows, 0.0, 1.0)
+    moved = np.clip(where.move_boxes(inside), 0.0, 1.0)
+    reasons = np.where(_has_area(moved), "", np.where(_has_area(inside), CROPPED, OUTSIDE))
+    return moved, reasons
+
+
+def _has_area(boxes: np.ndarray) -> np.ndarray:
+    return (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+
+
+def _drop_siblings(
+    key: str, fields: dict[str, object], schema: Schema, name: str, kept: np.ndarray, count: int
+) -> None:
+    """Drop the rows of `name`'s per-object siblings that its boxes lost (see follow)."""
+    group, _, _ = name.rpartition("/")
+    for other, value in fields.items():
+        feature = schema[other]
+        if other == name or not feature.is_list:
+            continue
+        rows = list(value) if feature.dtype == "bytes" else np.asarray(value).reshape(
+            -1, *feature.shape[1:])  # fmt: skip
+        if not group:
+            if len(rows) == count:
+                raise ImageError(key, f"{count - int(kept.sum())} of its {count} boxes in "
+                                      f"{name!r} have nothing left in the image, and {other!r} "
+                                      f"holds {count} rows too, which may be one per box: name "
+                                      f"per-box columns objects/bbox, objects/<name> so that "
+                                      "they are dropped together")  # fmt: skip
+            continue
+        if not other.startswith(group + "/"):
+            continue
+        if len(rows) != count:
+            raise ImageError(key, f"{other!r} holds {len(rows)} rows beside {count} boxes in "
+                                  f"{name!r}")  # fmt: skip
+        fields[other] = [v for v, k in zip(rows, kept, strict=True) if k] if isinstance(
+            rows, list) else rows[kept]  # fmt: skip

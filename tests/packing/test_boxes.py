@@ -9,11 +9,14 @@ pixels in the packed image.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+import albumentations as A
 import cv2
 import numpy as np
 import pytest
+from PIL import Image, ImageOps
 
 from shardpack.errors import ShardpackError
 from shardpack.options import PackOptions
@@ -21,17 +24,22 @@ from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from tests.helpers import write_jsonl
 
-# The issue's photo: 400x200, one red object at x 300-380, y 50-150.
+# The issue's photo: 400x200, a red object at x 300-380 (which a centre crop to a square cuts
+# away), a green one in the middle, a blue one reaching past the top edge (its box too).
 WIDTH, HEIGHT = 400, 200
 OBJECT = (50, 300, 150, 380)  # ymin, xmin, ymax, xmax in pixels
-RED = (0, 0, 255)  # BGR
+COLOURS = {"red": (0, 0, 255), "green": (0, 255, 0), "blue": (255, 0, 0)}  # BGR
+OBJECTS = {"red": OBJECT, "green": (60, 150, 140, 250), "blue": (0, 40, 30, 120)}
+BOXES = {**OBJECTS, "blue": (-20, 40, 30, 120)}  # its box as annotated: past the edge
+# --resize 160x120: not square, so width and height cannot be swapped unseen.
+TARGET = (160, 120)
 
 
-def _photo(height: int = HEIGHT, width: int = WIDTH, box: tuple = OBJECT) -> np.ndarray:
-    """A grey image with a red rectangle over `box` (pixels, [ymin, xmin, ymax, xmax))."""
+def _photo(height: int = HEIGHT, width: int = WIDTH, objects: dict | None = None) -> np.ndarray:
+    """A grey image with a rectangle of each colour over its pixels [ymin, xmin, ymax, xmax)."""
     pixels = np.full((height, width, 3), 128, np.uint8)
-    ymin, xmin, ymax, xmax = box
-    pixels[ymin:ymax, xmin:xmax] = RED
+    for colour, (ymin, xmin, ymax, xmax) in (OBJECTS if objects is None else objects).items():
+        pixels[max(ymin, 0) : ymax, xmin:xmax] = COLOURS[colour]
     return pixels
 
 
@@ -56,13 +64,134 @@ def _pack(src: Path, out: Path, **options):
     return pack(src, out, PackOptions(workers=1, shards=1, shuffle=False, **options))
 
 
+def _columns(height: int = HEIGHT, width: int = WIDTH, boxes: dict | None = None) -> dict:
+    """The manifest's columns of a photo: its boxes, and their colours (a text list, which the
+    test reads as the object's name; as long as the boxes, so kept whole: no box dropped)."""
+    boxes = BOXES if boxes is None else boxes
+    return {"boxes": [_normalised(b, height, width) for b in boxes.values()]}
+
+
+def _oracle(upright: np.ndarray, boxes: dict, mode: str, **options) -> tuple[list, tuple]:
+    """albumentations' boxes (named by colour) and image size for the transform, its sizes
+    taken from Pillow's ImageOps.cover and contain (img2dataset's meanings), not from us.
+    Boxes of no visible area are dropped (min_area above 0: albumentations keeps zero-area
+    boxes at its default)."""
+    height, width = upright.shape[:2]
+    im = Image.new("RGB", (width, height))
+    if "max_side" in options:
+        longest = options["max_side"]  # a shrink only
+        steps = [A.LongestMaxSize(max_size=longest)] if max(height, width) > longest else [A.NoOp()]
+    else:
+        cover, contain = ImageOps.cover(im, TARGET).size, ImageOps.contain(im, TARGET).size
+        if not options.get("upscale", True):  # no image enlarged
+            cover, contain = (min(cover[0], width), min(cover[1], height)), (
+                min(contain[0], width), min(contain[1], height))  # fmt: skip
+        w, h = TARGET
+        size = {"stretch": (w, h), "keep-ratio": cover, "center-crop": cover,
+                "keep-ratio-largest": contain, "pad": contain}[mode]  # fmt: skip
+        steps = [A.Resize(size[1], size[0])]
+        if mode == "center-crop":
+            steps.append(A.CenterCrop(min(h, size[1]), min(w, size[0])))
+        if mode == "pad":
+            steps.append(A.PadIfNeeded(h, w, position="center", border_mode=cv2.BORDER_CONSTANT))
+    rows = [[b[1] / width, b[0] / height, b[3] / width, b[2] / height] for b in boxes.values()]
+    params = A.BboxParams(format="albumentations", label_fields=["names"], clip=True,
+                          min_area=1e-3)  # fmt: skip
+    done = A.Compose(steps, bbox_params=params)(image=upright, bboxes=rows, names=list(boxes))
+    size = done["image"].shape[:2]
+    return list(zip(done["names"], np.asarray(done["bboxes"]).tolist(), strict=True)), size
+
+
+def _check(record: dict, expected: list, size: tuple) -> None:
+    """The packed boxes are the oracle's within one pixel, and each object's own pixels in the
+    packed image lie inside its packed box (within one pixel), none of them left out."""
+    pixels = record["image"][..., ::-1]  # RGB as decoded: back to BGR like COLOURS
+    height, width = pixels.shape[:2]
+    assert abs(height - size[0]) <= 1 and abs(width - size[1]) <= 1
+    got = np.asarray(record["boxes"]).reshape(-1, 4) * [height, width, height, width]
+    assert len(got) == len(expected), (got, expected)
+    for box, (colour, (x0, y0, x1, y1)) in zip(got, expected, strict=True):
+        oracle = np.array([y0 * size[0], x0 * size[1], y1 * size[0], x1 * size[1]])
+        np.testing.assert_allclose(box, oracle, atol=1.0, err_msg=colour)
+        mask = np.all(np.abs(pixels.astype(int) - COLOURS[colour]) < 60, axis=-1)
+        ys, xs = np.nonzero(mask)
+        assert len(ys) > 20, colour  # the object is there to be found
+        assert ys.min() >= box[0] - 1 and xs.min() >= box[1] - 1, colour
+        assert ys.max() + 1 <= box[2] + 1 and xs.max() + 1 <= box[3] + 1, colour
+
+
+MODES = ["stretch", "center-crop", "pad", "keep-ratio", "keep-ratio-largest"]
+CASES = [
+    *({"resize": TARGET, "resize_mode": mode} for mode in MODES),
+    {"resize": TARGET, "resize_mode": "pad", "upscale": False},  # the small photo kept small
+    {"resize": TARGET, "resize_mode": "center-crop", "upscale": False},
+    {"max_side": 150},
+]
+SMALL = {"red": (10, 70, 40, 95), "green": (20, 10, 50, 40)}  # in a 60x100 photo
+# In a 260x420 portrait: red at the bottom (cut by a centre crop to landscape), blue past the top.
+TALL = {"red": (350, 180, 410, 250), "green": (150, 80, 250, 180), "blue": (0, 20, 40, 100)}
+TALL_BOXES = {**TALL, "blue": (-20, 20, 40, 100)}
+
+
+@pytest.mark.parametrize("options", CASES, ids=lambda o: "-".join(map(str, o.values())))
+def test_boxes_follow_the_pixels_in_every_mode(tmp_path: Path, options: dict):
+    photos = {"wide.png": _photo(), "tall.png": _photo(420, 260, TALL),
+              "small.png": _photo(60, 100, SMALL)}  # fmt: skip
+    annotated = {"wide.png": BOXES, "tall.png": TALL_BOXES, "small.png": SMALL}
+    rows = [(name, _png(pixels), {"boxes": [_normalised(b, *pixels.shape[:2])
+                                            for b in annotated[name].values()]})
+            for name, pixels in photos.items()]  # fmt: skip
+    src = _manifest(tmp_path / "src", rows)
+    result = _pack(src, tmp_path / "out", encode="png", **options)
+    records = {r["key"]: r for r in iter_examples(tmp_path / "out", decode=True)}
+    cropped = 0
+    for name, pixels in photos.items():
+        mode = options.get("resize_mode", "stretch")
+        expected, size = _oracle(pixels, annotated[name], mode, **options)
+        _check(records[name], expected, size)
+        cropped += len(annotated[name]) - len(expected)
+    assert result.to_json()["boxes_dropped"] == ({"cropped away": cropped} if cropped else {})
+
+
+def test_the_issues_center_crop_drops_the_box_it_cuts_away_and_counts_it(tmp_path: Path):
+    src = _manifest(tmp_path / "src", [("a.png", _png(_photo()), _columns())])
+    result = _pack(src, tmp_path / "out", encode="png", resize=(200, 200),
+                   resize_mode="center-crop")  # fmt: skip
+    (record,) = iter_examples(tmp_path / "out", decode=True)
+    # scaled to 400x200 as it is, x 100-300 kept: red (x 300-380) is gone, green moved left
+    green, blue = [60, 50, 140, 150], [0, 0, 30, 20]  # blue clipped at the top and the left
+    np.testing.assert_allclose(record["boxes"], np.array([green, blue]) / 200, atol=1e-6)
+    summary = result.to_json()
+    assert summary["boxes_dropped"] == {"cropped away": 1}
+    assert summary["records"] == 1 and summary["skipped"] == 0
+
+
+def test_an_exif_rotated_jpeg_reencoded_keeps_its_boxes_on_the_displayed_object(tmp_path: Path):
+    upright = _photo(420, 260, TALL)  # as displayed; stored turned a quarter, orientation 6
+    stored = Image.fromarray(np.ascontiguousarray(np.rot90(upright[..., ::-1], 1)))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buffer = io.BytesIO()
+    stored.save(buffer, "JPEG", quality=95, exif=exif)
+    src = _manifest(tmp_path / "src", [("turned.jpg", buffer.getvalue(),
+                                        _columns(420, 260, TALL_BOXES))])  # fmt: skip
+    for mode in MODES:
+        out = tmp_path / mode
+        _pack(src, out, encode="jpeg", quality=95, resize=TARGET, resize_mode=mode)
+        (record,) = iter_examples(out, decode=True)
+        shown = cv2.imdecode(np.frombuffer(buffer.getvalue(), np.uint8), cv2.IMREAD_COLOR)
+        assert shown.shape == upright.shape  # OpenCV applies the orientation, as pack does
+        _check(record, *_oracle(shown, TALL_BOXES, mode))
+
+
 def test_a_transform_that_would_leave_geometry_behind_is_refused(tmp_path: Path):
     src = _manifest(tmp_path / "src", [("a.png", _png(_photo()), {
-        "boxes": [_normalised(OBJECT)]})])  # fmt: skip
+        **_columns(), "keypoints": [[0.5, 0.8]]})])  # fmt: skip
     with pytest.raises(ShardpackError, match=r"--resize 200x200 --resize-mode center-crop .*"
-                                             r"'boxes'"):  # fmt: skip
+                                             r"'keypoints'"):  # fmt: skip
         _pack(src, tmp_path / "out", resize=(200, 200), resize_mode="center-crop")
     assert not (tmp_path / "out" / "index.json").exists()
     _pack(src, tmp_path / "kept")  # no transform: nothing to move, nothing refused
     (record,) = iter_examples(tmp_path / "kept")
-    np.testing.assert_allclose(record["boxes"], [_normalised(OBJECT)])
+    np.testing.assert_allclose(record["keypoints"], [[0.5, 0.8]])
+    np.testing.assert_allclose(record["boxes"], _columns()["boxes"], atol=1e-6)  # as given
