@@ -344,6 +344,40 @@ def jpeg_upright_size(data: bytes, info: ImageInfo) -> tuple[int, int]:
     return info.height, info.width
 
 
+# For each EXIF orientation, where the stored image's (y, x) come from in the image as displayed:
+# (axis of the displayed image, 0 y or 1 x; whether it runs backwards). Orientation 6 (shown
+# turned a quarter clockwise): stored y = 1 - displayed x, stored x = displayed y.
+_STORED_AXES = {1: ((0, False), (1, False)), 2: ((0, False), (1, True)),
+                3: ((0, True), (1, True)), 4: ((0, True), (1, False)),
+                5: ((1, False), (0, False)), 6: ((1, True), (0, False)),
+                7: ((1, True), (0, True)), 8: ((1, False), (0, True))}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Turn:
+    """How a JPEG kept as it is (--encode keep) lies in its stored pixels, which every reader
+    decodes without its EXIF orientation, against the image as displayed."""
+
+    orientation: int
+
+    def move_boxes(self, boxes: np.ndarray) -> np.ndarray:
+        """Normalised [ymin, xmin, ymax, xmax] rows of the displayed image as the same rows of
+        the stored one."""
+        boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+        sides = []
+        for axis, backwards in _STORED_AXES[self.orientation]:
+            low, high = boxes[:, axis], boxes[:, axis + 2]
+            sides.append((1 - high, 1 - low) if backwards else (low, high))
+        (ymin, ymax), (xmin, xmax) = sides
+        return np.stack([ymin, xmin, ymax, xmax], axis=1)
+
+
+def stored_turn(data: bytes) -> Turn | None:
+    """The Turn of a JPEG whose EXIF orientation is other than upright; None for any other."""
+    orientation = _jpeg_orientation(data) if data[:2] == b"\xff\xd8" else 1
+    return Turn(orientation) if orientation in _STORED_AXES and orientation != 1 else None
+
+
 def _jpeg_orientation(data: bytes) -> int:
     """The EXIF orientation OpenCV applies to a JPEG (1, upright, if there is none).
 

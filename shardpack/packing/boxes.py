@@ -71,10 +71,11 @@ def follow(
     fields: dict[str, object],
     schema: Schema,
     moved: tuple[str, ...],
-    where: images.Geometry | None,
+    where: images.Geometry | images.Turn | None,
 ) -> tuple[dict[str, object], Counter[str]]:
     """An item's fields with each box feature in `moved` taken through `where` (the geometry
-    its pixels went through), clipped to the image; and how many boxes were dropped, by reason.
+    its pixels went through, or the turn from the displayed image to the stored one a
+    passthrough keeps), clipped to the image; and how many boxes were dropped, by reason.
 
     A dropped box takes its row of every list feature of its group (`objects/label` beside
     `objects/bbox`: TFDS's Sequence of a dict keeps them in step) with it.
@@ -99,7 +100,7 @@ def follow(
     return fields, dropped
 
 
-def _moved(rows: np.ndarray, where: images.Geometry) -> tuple[np.ndarray, np.ndarray]:
+def _moved(rows: np.ndarray, where: images.Geometry | images.Turn) -> tuple[np.ndarray, np.ndarray]:
     """The boxes clipped to the image, moved through `where` and clipped to the canvas (a box
     reaching past the image stops at its edge, not in a pad border), and each one's reason to
     be dropped ("" to keep): no visible area, none to begin with (OUTSIDE) or the crop's."""

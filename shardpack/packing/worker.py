@@ -108,6 +108,8 @@ def write_shard(
                 try:
                     loaded = source.load(item, src, options, cache)
                     features, where = _features(item, loaded, options)
+                    if moved and where is None and features["image"] is loaded:  # kept as is
+                        where = images.stored_turn(loaded)
                     fields, dropped = _fields(item, schema, moved, where)
                     features.update(fields)
                 except ImageError as e:
@@ -170,10 +172,13 @@ def _made_lossless(loaded: bytes | np.ndarray, fmt: str, options: PackOptions) -
 
 
 def _fields(
-    item: Item, schema: Schema, moved: tuple[str, ...], where: images.Geometry | None
+    item: Item,
+    schema: Schema,
+    moved: tuple[str, ...],
+    where: images.Geometry | images.Turn | None,
 ) -> tuple[dict[str, object], dict[str, int]]:
-    """The item's label and other fields, its boxes (`moved`) taken where its pixels went,
-    encoded as the schema declares them; and the boxes dropped, by reason."""
+    """The item's label and other fields, its boxes (`moved`) taken where its pixels went
+    (boxes.follow), encoded as the schema declares them; and the boxes dropped, by reason."""
     values = dict(item.fields)
     if item.label is not None:
         values[LABEL] = item.label

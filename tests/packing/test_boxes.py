@@ -195,3 +195,63 @@ def test_a_transform_that_would_leave_geometry_behind_is_refused(tmp_path: Path)
     (record,) = iter_examples(tmp_path / "kept")
     np.testing.assert_allclose(record["keypoints"], [[0.5, 0.8]])
     np.testing.assert_allclose(record["boxes"], _columns()["boxes"], atol=1e-6)  # as given
+
+
+def test_a_dropped_box_takes_its_objects_row_with_it(tmp_path: Path):
+    columns = {"objects/bbox": _columns()["boxes"], "objects/colour": list(BOXES)}
+    rows = [("a.png", _png(_photo()), {**columns, "tags": [1, 2, 3]})]
+    src = _manifest(tmp_path / "src", rows)
+    _pack(src, tmp_path / "out", resize=(200, 200), resize_mode="center-crop")
+    (record,) = iter_examples(tmp_path / "out")
+    assert record["objects/colour"] == ["green", "blue"]  # red was cut away with its box
+    assert len(record["objects/bbox"]) == 2 and record["tags"].tolist() == [1, 2, 3]
+
+
+def test_a_box_dropped_beside_a_list_as_long_is_a_skip_not_a_misalignment(tmp_path: Path):
+    rows = [("a.png", _png(_photo()), {**_columns(), "colours": list(BOXES)}),
+            ("b.png", _png(_photo(objects={})), {"boxes": [[0.1, 0.4, 0.9, 0.6]],
+                                                 "colours": ["none"]})]  # fmt: skip
+    src = _manifest(tmp_path / "src", rows)
+    result = _pack(src, tmp_path / "out", resize=(200, 200), resize_mode="center-crop")
+    (record,) = iter_examples(tmp_path / "out")  # b.png lost no box: kept
+    assert record["key"] == "b.png" and record["colours"] == ["none"]
+    (skipped,) = result.to_json()["skipped_items"]
+    assert skipped["key"] == "a.png" and "'colours' holds 3 rows too" in skipped["reason"]
+
+
+# Each EXIF orientation: Pillow's transpose that makes the stored image from the displayed one
+# (the inverse of ImageOps.exif_transpose's), and albumentations' steps that do the same.
+T = Image.Transpose
+STORED = {
+    2: (T.FLIP_LEFT_RIGHT, [A.HorizontalFlip(p=1)]),
+    3: (T.ROTATE_180, [A.HorizontalFlip(p=1), A.VerticalFlip(p=1)]),
+    4: (T.FLIP_TOP_BOTTOM, [A.VerticalFlip(p=1)]),
+    5: (T.TRANSPOSE, [A.Transpose(p=1)]),
+    6: (T.ROTATE_90, [A.Transpose(p=1), A.VerticalFlip(p=1)]),
+    7: (T.TRANSVERSE, [A.Transpose(p=1), A.HorizontalFlip(p=1), A.VerticalFlip(p=1)]),
+    8: (T.ROTATE_270, [A.Transpose(p=1), A.HorizontalFlip(p=1)]),
+}
+
+
+@pytest.mark.parametrize("orientation", sorted(STORED))
+def test_a_rotated_jpeg_kept_as_it_is_gets_its_boxes_on_the_stored_pixels(
+    tmp_path: Path, orientation: int
+):
+    upright = _photo(420, 260, TALL)
+    turn, steps = STORED[orientation]
+    stored = Image.fromarray(upright[..., ::-1]).transpose(turn)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    stored.save(buffer, "JPEG", quality=95, exif=exif)
+    shown = ImageOps.exif_transpose(Image.open(io.BytesIO(buffer.getvalue())))
+    assert shown.size == (260, 420)  # the test's own turn is right: Pillow shows it upright
+    src = _manifest(tmp_path / "src", [("a.jpg", buffer.getvalue(), _columns(420, 260, TALL))])
+    _pack(src, tmp_path / "out")  # --encode keep: the bytes as they are
+    (record,) = iter_examples(tmp_path / "out", decode=True)  # as TensorFlow: not turned
+    rows = [[b[1] / 260, b[0] / 420, b[3] / 260, b[2] / 420] for b in TALL.values()]
+    params = A.BboxParams(format="albumentations", label_fields=["names"])
+    done = A.Compose(steps, bbox_params=params)(image=upright, bboxes=rows, names=list(TALL))
+    assert (done["image"][..., ::-1] == np.asarray(stored)).all()  # the oracle turns alike
+    expected = list(zip(done["names"], np.asarray(done["bboxes"]).tolist(), strict=True))
+    _check(record, expected, done["image"].shape[:2])
