@@ -355,17 +355,20 @@ _STORED_AXES = {1: ((0, False), (1, False)), 2: ((0, False), (1, True)),
 
 @dataclass(frozen=True)
 class Turn:
-    """How a JPEG kept as it is (--encode keep) lies in its stored pixels, which every reader
-    decodes without its EXIF orientation, against the image as displayed."""
+    """An image's EXIF orientation as a move between its stored pixels (as every reader decodes
+    a JPEG kept as it is) and the image as displayed (as decode gives it to be re-encoded):
+    from the displayed image onto the stored one, or back (`upright`)."""
 
     orientation: int
+    upright: bool = False
 
     def move_boxes(self, boxes: np.ndarray) -> np.ndarray:
-        """Normalised [ymin, xmin, ymax, xmax] rows of the displayed image as the same rows of
-        the stored one."""
+        """Normalised [ymin, xmin, ymax, xmax] rows of one image as the same rows of the other."""
         boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
         sides = []
-        for axis, backwards in _STORED_AXES[self.orientation]:
+        # the quarter turns undo each other; the flips and transposes undo themselves
+        back = {6: 8, 8: 6}.get(self.orientation, self.orientation)
+        for axis, backwards in _STORED_AXES[back if self.upright else self.orientation]:
             low, high = boxes[:, axis], boxes[:, axis + 2]
             sides.append((1 - high, 1 - low) if backwards else (low, high))
         (ymin, ymax), (xmin, xmax) = sides
@@ -373,7 +376,8 @@ class Turn:
 
 
 def stored_turn(data: bytes) -> Turn | None:
-    """The Turn of a JPEG whose EXIF orientation is other than upright; None for any other."""
+    """The Turn (displayed onto stored) of a JPEG whose EXIF orientation is other than upright;
+    None for any other."""
     orientation = _jpeg_orientation(data) if data[:2] == b"\xff\xd8" else 1
     return Turn(orientation) if orientation in _STORED_AXES and orientation != 1 else None
 

@@ -28,6 +28,11 @@ OUTSIDE = "outside the image"
 CROPPED = "cropped away"
 # The tally's name (facts.ShardFacts) of the drops, and so the split summaries'.
 DROPPED = "boxes_dropped"
+# Sources whose boxes describe their records' images as TensorFlow decodes them, EXIF
+# orientation not applied: TFDS's prepared folders and shardpack's own shards.
+UNTURNED_SOURCES = frozenset({"tfds", "shardpack"})
+
+Move = images.Geometry | images.Turn
 
 
 def box_features(schema: Schema) -> tuple[str, ...]:
@@ -66,16 +71,32 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
     )
 
 
+def moves(
+    loaded: bytes | np.ndarray, kept: bool, where: images.Geometry | None, source: str
+) -> tuple[Move, ...]:
+    """What took a record's image from what its boxes describe to what readers decode: the
+    geometry `where` its pixels went through (None: none), after the EXIF turn of a JPEG
+    (images.Turn) where the boxes and the pixels stored see it differently. `kept`: the bytes
+    were stored as they are (decoded unturned), else re-encoded from decode (turned upright);
+    `source`: the source's name (UNTURNED_SOURCES's boxes describe the image unturned)."""
+    turn = images.stored_turn(loaded) if isinstance(loaded, bytes) else None
+    after = () if where is None else (where,)
+    if turn is None:
+        return after
+    if source in UNTURNED_SOURCES:  # the boxes see it as stored
+        return () if kept else (images.Turn(turn.orientation, upright=True), *after)
+    return (turn,) if kept else after  # the boxes see it as displayed
+
+
 def follow(
     key: str,
     fields: dict[str, object],
     schema: Schema,
     moved: tuple[str, ...],
-    where: images.Geometry | images.Turn | None,
+    where: tuple[Move, ...],
 ) -> tuple[dict[str, object], Counter[str]]:
-    """An item's fields with each box feature in `moved` taken through `where` (the geometry
-    its pixels went through, or the turn from the displayed image to the stored one a
-    passthrough keeps), clipped to the image; and how many boxes were dropped, by reason.
+    """An item's fields with each box feature in `moved` taken through the moves `where`
+    (moves() gives them), clipped to the image; and how many boxes were dropped, by reason.
 
     A dropped box takes its row of every list feature of its group (`objects/label` beside
     `objects/bbox`: TFDS's Sequence of a dict keeps them in step) with it.
@@ -85,7 +106,7 @@ def follow(
             which may or may not be per box: the record is skipped rather than misaligned.
     """
     dropped: Counter[str] = Counter()
-    if where is None:
+    if not where:
         return fields, dropped
     fields = dict(fields)
     for name in moved:
@@ -100,12 +121,13 @@ def follow(
     return fields, dropped
 
 
-def _moved(rows: np.ndarray, where: images.Geometry | images.Turn) -> tuple[np.ndarray, np.ndarray]:
+def _moved(rows: np.ndarray, where: tuple[Move, ...]) -> tuple[np.ndarray, np.ndarray]:
     """The boxes clipped to the image, moved through `where` and clipped to the canvas (a box
     reaching past the image stops at its edge, not in a pad border), and each one's reason to
     be dropped ("" to keep): no visible area, none to begin with (OUTSIDE) or the crop's."""
-    inside = np.clip(rows, 0.0, 1.0)
-    moved = np.clip(where.move_boxes(inside), 0.0, 1.0)
+    inside = moved = np.clip(rows, 0.0, 1.0)
+    for move in where:
+        moved = np.clip(move.move_boxes(moved), 0.0, 1.0)
     reasons = np.where(_has_area(moved), "", np.where(_has_area(inside), CROPPED, OUTSIDE))
     return moved, reasons
 

@@ -108,9 +108,9 @@ def write_shard(
                 try:
                     loaded = source.load(item, src, options, cache)
                     features, where = _features(item, loaded, options)
-                    if moved and where is None and features["image"] is loaded:  # kept as is
-                        where = images.stored_turn(loaded)
-                    fields, dropped = _fields(item, schema, moved, where)
+                    kept = features["image"] is loaded  # stored as it came
+                    taken = boxes.moves(loaded, kept, where, source.name) if moved else ()
+                    fields, dropped = _fields(item, schema, moved, taken)
                     features.update(fields)
                 except ImageError as e:
                     if options.on_error == "fail":
@@ -175,7 +175,7 @@ def _fields(
     item: Item,
     schema: Schema,
     moved: tuple[str, ...],
-    where: images.Geometry | images.Turn | None,
+    where: tuple[boxes.Move, ...],
 ) -> tuple[dict[str, object], dict[str, int]]:
     """The item's label and other fields, its boxes (`moved`) taken where its pixels went
     (boxes.follow), encoded as the schema declares them; and the boxes dropped, by reason."""

@@ -255,3 +255,26 @@ def test_a_rotated_jpeg_kept_as_it_is_gets_its_boxes_on_the_stored_pixels(
     assert (done["image"][..., ::-1] == np.asarray(stored)).all()  # the oracle turns alike
     expected = list(zip(done["names"], np.asarray(done["bboxes"]).tolist(), strict=True))
     _check(record, expected, done["image"].shape[:2])
+
+
+def test_our_own_shards_repacked_keep_their_boxes_on_the_pixels(tmp_path: Path):
+    """A pack's boxes describe its records as readers decode them (unturned): a repack that
+    keeps the bytes moves them not at all, one that re-encodes (turning them upright) with
+    them."""
+    upright = _photo(420, 260, TALL)
+    turn, _ = STORED[6]
+    buffer = io.BytesIO()
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(upright[..., ::-1]).transpose(turn).save(buffer, "JPEG", quality=95,
+                                                             exif=exif)  # fmt: skip
+    src = _manifest(tmp_path / "src", [("a.jpg", buffer.getvalue(), _columns(420, 260, TALL))])
+    _pack(src, tmp_path / "first")
+    (first,) = iter_examples(tmp_path / "first")
+    _pack(tmp_path / "first", tmp_path / "kept")
+    (kept,) = iter_examples(tmp_path / "kept")
+    np.testing.assert_array_equal(kept["boxes"], first["boxes"])
+    _pack(tmp_path / "first", tmp_path / "cropped", encode="png", resize=TARGET,
+          resize_mode="center-crop")  # fmt: skip
+    (cropped,) = iter_examples(tmp_path / "cropped", decode=True)
+    _check(cropped, *_oracle(upright, TALL, "center-crop"))
