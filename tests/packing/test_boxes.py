@@ -17,7 +17,9 @@ import cv2
 import numpy as np
 import pytest
 from PIL import Image, ImageOps
+from typer.testing import CliRunner
 
+from shardpack.cli import app
 from shardpack.errors import ShardpackError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
@@ -278,3 +280,19 @@ def test_our_own_shards_repacked_keep_their_boxes_on_the_pixels(tmp_path: Path):
           resize_mode="center-crop")  # fmt: skip
     (cropped,) = iter_examples(tmp_path / "cropped", decode=True)
     _check(cropped, *_oracle(upright, TALL, "center-crop"))
+
+
+def test_the_cli_says_what_it_dropped_and_refuses_in_one_line(tmp_path: Path):
+    src = _manifest(tmp_path / "src", [("a.png", _png(_photo()), _columns())])
+    args = ["pack", str(src), "--workers", "1", "--resize", "200x200", "--resize-mode",
+            "center-crop"]  # fmt: skip
+    done = CliRunner().invoke(app, [*args[:2], str(tmp_path / "out"), *args[2:]])
+    assert done.exit_code == 0, done.output
+    assert "boxes dropped (nothing of them left in the image): cropped away 1" in done.output
+    inspected = CliRunner().invoke(app, ["inspect", str(tmp_path / "out")])
+    assert "boxes_dropped: cropped away 1" in inspected.output
+    write_jsonl(src, [{"path": "a.png", **_columns(), "keypoints": [[0.5, 0.8]]}])
+    refused = CliRunner().invoke(app, [*args[:2], str(tmp_path / "again"), *args[2:]])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    (line,) = refused.output.strip().splitlines()
+    assert "feature 'keypoints'" in line and "--resize 200x200" in line
