@@ -113,12 +113,33 @@ def follow(
         if name not in fields:
             continue
         rows = np.asarray(fields[name], np.float64).reshape(-1, 4)
+        _check_rows(key, name, rows)
         boxes, reasons = _moved(rows, where)
         fields[name] = boxes[reasons == ""].astype(np.float32)
         dropped.update(str(r) for r in reasons if r)
         if len(boxes) != len(fields[name]):
             _drop_siblings(key, fields, schema, name, reasons == "", len(rows))
     return fields, dropped
+
+
+# How far past the image a normalised box may reach (a box partly outside it): a whole image
+# on each side. Beyond that, or with a min over its max, the rows are not normalised
+# [ymin, xmin, ymax, xmax] (COCO's pixel [x, y, width, height], say), and moving them as such
+# would store nonsense.
+_REACH = (-1.0, 2.0)
+
+
+def _check_rows(key: str, name: str, rows: np.ndarray) -> None:
+    """Raise ImageError (the record skipped, or the run stopped) for box rows that cannot be
+    normalised [ymin, xmin, ymax, xmax]."""
+    wrong = ((rows < _REACH[0]) | (rows > _REACH[1])).any(axis=1)
+    wrong |= (rows[:, 0] > rows[:, 2]) | (rows[:, 1] > rows[:, 3])
+    if wrong.any():
+        row = int(np.argmax(wrong))
+        raise ImageError(key, f"{name!r} row {row} {[round(v, 4) for v in rows[row].tolist()]} "
+                              "is not a normalised [ymin, xmin, ymax, xmax] box, which the "
+                              "resize would move with the pixels: convert the column, or pack "
+                              "without --resize/--max-side")  # fmt: skip
 
 
 def _moved(rows: np.ndarray, where: tuple[Move, ...]) -> tuple[np.ndarray, np.ndarray]:

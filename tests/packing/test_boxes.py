@@ -19,6 +19,7 @@ import pytest
 from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
+from shardpack import images
 from shardpack.cli import app
 from shardpack.errors import ShardpackError
 from shardpack.options import PackOptions
@@ -296,3 +297,36 @@ def test_the_cli_says_what_it_dropped_and_refuses_in_one_line(tmp_path: Path):
     assert refused.exit_code == 2 and "Traceback" not in refused.output
     (line,) = refused.output.strip().splitlines()
     assert "feature 'keypoints'" in line and "--resize 200x200" in line
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_boxes_follow_a_reduced_jpeg_decode(tmp_path: Path, mode: str):
+    """A JPEG large enough for libjpeg's 1/4 decode, of odd size (its scaled size rounds)."""
+    scale = 4
+    big = {c: tuple(v * scale for v in b) for c, b in OBJECTS.items()}
+    pixels = _photo(HEIGHT * scale + 3, WIDTH * scale + 1, big)
+    height, width = pixels.shape[:2]
+    options = {"resize": TARGET, "resize_mode": mode}
+    where = images.geometry(height, width, None, TARGET, mode)
+    assert images.reduce_factor(height, width, where.scaled) >= 2  # the case is the one meant
+    data = cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes()
+    src = _manifest(tmp_path / "src", [("big.jpg", data, _columns(height, width, big))])
+    _pack(src, tmp_path / "out", encode="png", **options)
+    (record,) = iter_examples(tmp_path / "out", decode=True)
+    _check(record, *_oracle(pixels, big, mode, **options))
+
+
+def test_boxes_that_are_not_normalised_yxyx_are_not_moved_as_if_they_were(tmp_path: Path):
+    coco = [[300.0, 50.0, 80.0, 100.0]]  # COCO's pixel [x, y, width, height] of the red object
+    flipped = [[0.5, 0.8, 0.25, 0.9]]  # [ymin, xmin, ymax, xmax] with ymin over ymax
+    rows = [("a.png", _png(_photo()), {"bbox": coco}), ("b.png", _png(_photo()), {"bbox": flipped}),
+            ("c.png", _png(_photo()), {"bbox": [_normalised(OBJECT)]})]  # fmt: skip
+    src = _manifest(tmp_path / "src", rows)
+    result = _pack(src, tmp_path / "out", resize=TARGET, resize_mode="pad")
+    reasons = {s["key"]: s["reason"] for s in result.to_json()["skipped_items"]}
+    assert "'bbox' row 0 [300.0, 50.0, 80.0, 100.0] is not a normalised" in reasons["a.png"]
+    assert "'bbox' row 0 [0.5, 0.8, 0.25, 0.9] is not a normalised" in reasons["b.png"]
+    (kept,) = iter_examples(tmp_path / "out")
+    assert kept["key"] == "c.png"
+    with pytest.raises(ShardpackError, match=r"a\.png: 'bbox' row 0"):
+        _pack(src, tmp_path / "fail", resize=TARGET, on_error="fail")
