@@ -330,3 +330,17 @@ def test_boxes_that_are_not_normalised_yxyx_are_not_moved_as_if_they_were(tmp_pa
     assert kept["key"] == "c.png"
     with pytest.raises(ShardpackError, match=r"a\.png: 'bbox' row 0"):
         _pack(src, tmp_path / "fail", resize=TARGET, on_error="fail")
+
+
+def test_an_append_moves_the_new_records_boxes_as_the_first_pack_did(tmp_path: Path):
+    src = _manifest(tmp_path / "src", [("a.png", _png(_photo()), _columns())])
+    out = tmp_path / "out"
+    _pack(src, out, encode="png", resize=TARGET, resize_mode="center-crop")
+    tall = _photo(420, 260, TALL)
+    (tmp_path / "src" / "b.png").write_bytes(_png(tall))
+    write_jsonl(src, [{"path": "a.png", **_columns()},
+                      {"path": "b.png", **_columns(420, 260, TALL_BOXES)}])  # fmt: skip
+    result = pack(src, out, PackOptions(grow="append", workers=1))  # the dataset's options
+    records = {r["key"]: r for r in iter_examples(out, decode=True)}
+    _check(records["b.png"], *_oracle(tall, TALL_BOXES, "center-crop"))
+    assert result.to_json()["boxes_dropped"] == {"cropped away": 2}  # b.png's red and blue
