@@ -1,9 +1,10 @@
 """Boxes follow the pixels: which features hold geometry, the refusal of a transform that would
 leave one behind, and a record's boxes moved through its image's geometry (images.Geometry).
 
-Boxes describe the image as displayed (EXIF orientation applied), normalised
-[ymin, xmin, ymax, xmax] as TFDS stores them. Moved boxes are clipped to the image; a box with
-no visible area left is dropped (albumentations' min_visibility=0) and counted by reason.
+Boxes are normalised [ymin, xmin, ymax, xmax] as TFDS stores them, of the image as displayed
+(EXIF orientation applied; TFDS's and shardpack's own records: as stored, see moves). Moved
+boxes are clipped to the image; a box with no visible area left is dropped (kept if any part
+remains, as albumentations' min_visibility=0 means) and counted by reason.
 """
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ def _fields(
     if item.label is not None:
         values[LABEL] = item.label
     dropped: dict[str, int] = {}
-    if where:  # most records: no box, or nothing moved them (a passthrough costs ~20 us)
+    if where:  # most records: no box, or nothing moved them (a passthrough is ~20 us a record)
         values, dropped = boxes.follow(item.key, values, schema, moved, where)
     return {name: example_value(schema[name], value) for name, value in values.items()}, dropped
 

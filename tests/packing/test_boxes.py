@@ -260,15 +260,16 @@ def test_a_rotated_jpeg_kept_as_it_is_gets_its_boxes_on_the_stored_pixels(
     _check(record, expected, done["image"].shape[:2])
 
 
-def test_our_own_shards_repacked_keep_their_boxes_on_the_pixels(tmp_path: Path):
+@pytest.mark.parametrize("orientation", [6, 8])  # the quarter turns: each undoes the other
+def test_our_own_shards_repacked_keep_their_boxes_on_the_pixels(tmp_path: Path, orientation):
     """A pack's boxes describe its records as readers decode them (unturned): a repack that
     keeps the bytes moves them not at all, one that re-encodes (turning them upright) with
     them."""
     upright = _photo(420, 260, TALL)
-    turn, _ = STORED[6]
+    turn, _ = STORED[orientation]
     buffer = io.BytesIO()
     exif = Image.Exif()
-    exif[0x0112] = 6
+    exif[0x0112] = orientation
     Image.fromarray(upright[..., ::-1]).transpose(turn).save(buffer, "JPEG", quality=95,
                                                              exif=exif)  # fmt: skip
     src = _manifest(tmp_path / "src", [("a.jpg", buffer.getvalue(), _columns(420, 260, TALL))])
