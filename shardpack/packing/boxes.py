@@ -4,7 +4,8 @@ leave one behind, and a record's boxes moved through its image's geometry (image
 Boxes are normalised [ymin, xmin, ymax, xmax] as TFDS stores them, of the image as displayed
 (EXIF orientation applied; TFDS's and shardpack's own records: as stored, see moves). Moved
 boxes are clipped to the image; a box with no visible area left is dropped (kept if any part
-remains, as albumentations' min_visibility=0 means) and counted by reason.
+remains; albumentations at its defaults would keep it as a line of no area) and counted by
+reason.
 """
 
 from __future__ import annotations
