@@ -171,6 +171,9 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         typer.echo(f"skipped {plural(summary['skipped'], 'item')} ({listed} listed in index.json):")
         for item in summary["skipped_items"][:5]:
             typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
+    if dropped := summary.get("boxes_dropped"):
+        said = ", ".join(f"{printable(reason)} {n:,}" for reason, n in dropped.items())
+        typer.echo(f"boxes dropped (nothing of them left in the image): {said}")
     if failures := summary.get("url_failures"):
         said = ", ".join(f"{printable(kind)} {n:,}" for kind, n in failures.items())
         typer.echo(f"image URLs skipped: {said} (each in {summary['out']}/failures.jsonl)")

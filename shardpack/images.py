@@ -344,6 +344,44 @@ def jpeg_upright_size(data: bytes, info: ImageInfo) -> tuple[int, int]:
     return info.height, info.width
 
 
+# For each EXIF orientation, where the stored image's (y, x) come from in the image as displayed:
+# (axis of the displayed image, 0 y or 1 x; whether it runs backwards). Orientation 6 (shown
+# turned a quarter clockwise): stored y = 1 - displayed x, stored x = displayed y.
+_STORED_AXES = {1: ((0, False), (1, False)), 2: ((0, False), (1, True)),
+                3: ((0, True), (1, True)), 4: ((0, True), (1, False)),
+                5: ((1, False), (0, False)), 6: ((1, True), (0, False)),
+                7: ((1, True), (0, True)), 8: ((1, False), (0, True))}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Turn:
+    """An image's EXIF orientation as a move between its stored pixels (as every reader decodes
+    a JPEG kept as it is) and the image as displayed (as decode gives it to be re-encoded):
+    from the displayed image onto the stored one, or back (`upright`)."""
+
+    orientation: int
+    upright: bool = False
+
+    def move_boxes(self, boxes: np.ndarray) -> np.ndarray:
+        """Normalised [ymin, xmin, ymax, xmax] rows of one image as the same rows of the other."""
+        boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+        sides = []
+        # the quarter turns undo each other; the flips and transposes undo themselves
+        back = {6: 8, 8: 6}.get(self.orientation, self.orientation)
+        for axis, backwards in _STORED_AXES[back if self.upright else self.orientation]:
+            low, high = boxes[:, axis], boxes[:, axis + 2]
+            sides.append((1 - high, 1 - low) if backwards else (low, high))
+        (ymin, ymax), (xmin, xmax) = sides
+        return np.stack([ymin, xmin, ymax, xmax], axis=1)
+
+
+def stored_turn(data: bytes) -> Turn | None:
+    """The Turn (displayed onto stored) of a JPEG whose EXIF orientation is other than upright;
+    None for any other."""
+    orientation = _jpeg_orientation(data) if data[:2] == b"\xff\xd8" else 1
+    return Turn(orientation) if orientation in _STORED_AXES and orientation != 1 else None
+
+
 def _jpeg_orientation(data: bytes) -> int:
     """The EXIF orientation OpenCV applies to a JPEG (1, upright, if there is none).
 
@@ -409,10 +447,30 @@ def target_size(
 @dataclass(frozen=True)
 class Geometry:
     """Where an image goes: resized to `scaled` (height, width), then its middle cut out, or
-    the whole centred on a border, to `canvas` (height, width)."""
+    the whole centred on a border, to `canvas` (height, width). Pixels (fit) and boxes
+    (move_boxes) take their numbers from here alone, so they cannot disagree."""
 
     scaled: tuple[int, int]
     canvas: tuple[int, int]
+
+    @property
+    def offset(self) -> tuple[int, int]:
+        """(top, left) of the scaled image on the canvas: negative where its middle is cut out
+        (the odd pixel goes from the far side), positive where a border centres it."""
+        return tuple(  # type: ignore[return-value]
+            -((s - c) // 2) if s >= c else (c - s) // 2
+            for s, c in zip(self.scaled, self.canvas, strict=True)
+        )
+
+    def move_boxes(self, boxes: np.ndarray) -> np.ndarray:
+        """Normalised [ymin, xmin, ymax, xmax] rows of the image before (upright) as the same
+        rows of the canvas, unclipped: the resize maps the image's edges onto the scaled
+        image's edges (as OpenCV's resize does), then the offset shifts them."""
+        (height, width), (out_h, out_w), (top, left) = self.scaled, self.canvas, self.offset
+        scale = np.array([height, width, height, width], np.float64)
+        shift = np.array([top, left, top, left], np.float64)
+        size = np.array([out_h, out_w, out_h, out_w], np.float64)
+        return (np.asarray(boxes, np.float64).reshape(-1, 4) * scale + shift) / size
 
 
 def geometry(
@@ -454,13 +512,11 @@ def fit(
     """Resize pixels to where.scaled, then crop the middle or pad around to where.canvas;
     pad_color is (r, g, b) whatever the pixels' order."""
     pixels = resize(pixels, where.scaled)
-    (height, width), (out_h, out_w) = where.scaled, where.canvas
+    (height, width), (out_h, out_w), (top, left) = where.scaled, where.canvas, where.offset
     if (height, width) == (out_h, out_w):
         return pixels
     if height >= out_h and width >= out_w:
-        top, left = (height - out_h) // 2, (width - out_w) // 2
-        return np.ascontiguousarray(pixels[top : top + out_h, left : left + out_w])
-    top, left = (out_h - height) // 2, (out_w - width) // 2
+        return np.ascontiguousarray(pixels[-top : out_h - top, -left : out_w - left])
     color = pad_color if order == "rgb" else pad_color[::-1]
     bottom, right = out_h - height - top, out_w - width - left
     return _opencv().copyMakeBorder(

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from shardpack.errors import OutputError
 from shardpack.options import PackOptions
+from shardpack.packing.boxes import refuse_unmoved
 from shardpack.packing.fresh import FreshPack
 from shardpack.packing.grow import GrowPack
 from shardpack.packing.plan import ShardResult
@@ -80,6 +81,7 @@ def pack(
             planned = steps.plan()
         if isinstance(planned, PackResult):
             return planned
+        refuse_unmoved(planned.dataset.schema, planned.options)
         results = write_shards(planned, out, progress)
         return steps.merge(planned, results)
 

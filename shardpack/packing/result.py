@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from shardpack.index import Index
+from shardpack.packing.boxes import DROPPED
 from shardpack.schema import Feature
 
 
@@ -56,6 +58,7 @@ class PackResult:
             "features": {name: feature_type(f) for name, f in self.index.schema.extras.items()},
             "grow": self.grow,
             "url_failures": doc["stats"].get("url_failures", {}),
+            "boxes_dropped": _boxes_dropped(doc.get("summaries", {})),
         }
 
     def _run_stats(self) -> dict:
@@ -68,6 +71,14 @@ class PackResult:
 
 
 _RUN_STATS = ("seconds", "images_per_second", "workers")
+
+
+def _boxes_dropped(summaries: dict) -> dict[str, int]:
+    """The boxes a transform left nothing of (packing/boxes.py), by reason, over every split."""
+    dropped: Counter[str] = Counter()
+    for summary in summaries.values():
+        dropped.update(summary.get(DROPPED, {}))
+    return dict(sorted(dropped.items()))
 
 
 # The summary names the first this many classes: enough to see a list changed, bounded for

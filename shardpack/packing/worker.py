@@ -13,7 +13,7 @@ from shardpack import images
 from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
-from shardpack.packing import stamps
+from shardpack.packing import boxes, stamps
 from shardpack.packing.facts import ShardFacts
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
@@ -96,6 +96,7 @@ def write_shard(
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
     facts = ShardFacts(stamps.taken(source, src, spec.items))  # before any read
+    moved = boxes.box_features(schema)
     try:
         container = CONTAINERS[options.format]
         limit = images.max_file_bytes(options.max_pixels)
@@ -106,8 +107,11 @@ def write_shard(
             for done, item in enumerate(spec.items, 1):
                 try:
                     loaded = source.load(item, src, options, cache)
-                    features = _features(item, loaded, options)
-                    features.update(_fields(item, schema))
+                    features, where = _features(item, loaded, options)
+                    kept = features["image"] is loaded  # stored as it came
+                    taken = boxes.moves(loaded, kept, where, source.name) if moved else ()
+                    fields, dropped = _fields(item, schema, moved, taken)
+                    features.update(fields)
                 except ImageError as e:
                     if options.on_error == "fail":
                         raise
@@ -117,6 +121,8 @@ def write_shard(
                     _count(counts, item.label)
                     lossless += _made_lossless(loaded, features["format"], options)
                     facts.add(done - 1, loaded, features)
+                    if dropped:
+                        facts.counts.update({(boxes.DROPPED, r): n for r, n in dropped.items()})
                 progress.update(done)
     finally:
         progress.close()
@@ -138,14 +144,18 @@ def write_shard(
     )
 
 
-def _features(item: Item, loaded: bytes | np.ndarray, options: PackOptions) -> dict[str, object]:
+def _features(
+    item: Item, loaded: bytes | np.ndarray, options: PackOptions
+) -> tuple[dict[str, object], images.Geometry | None]:
     """Build one record's image features from what the source loaded (an image file's bytes,
-    or RGB pixels), or raise ImageError naming the item and the reason."""
+    or RGB pixels), with the geometry its pixels went through (None: as loaded, upright), or
+    raise ImageError naming the item and the reason."""
     if isinstance(loaded, bytes):
-        image, fmt, (height, width, channels) = _from_bytes(item, loaded, options)
+        image, fmt, (height, width, channels), where = _from_bytes(item, loaded, options)
     else:
         _filter(item, *loaded.shape[:2], options)
-        image, fmt, (height, width, channels) = _reencode(loaded, options, "png", order="rgb")
+        image, fmt, (height, width, channels), where = _reencode(loaded, options, "png",
+                                                                  order="rgb")  # fmt: skip
     return {
         "image": image,
         "height": height,
@@ -153,7 +163,7 @@ def _features(item: Item, loaded: bytes | np.ndarray, options: PackOptions) -> d
         "channels": channels,
         "format": fmt,
         "key": os.fsencode(item.key),
-    }
+    }, where
 
 
 def _made_lossless(loaded: bytes | np.ndarray, fmt: str, options: PackOptions) -> bool:
@@ -162,12 +172,21 @@ def _made_lossless(loaded: bytes | np.ndarray, fmt: str, options: PackOptions) -
     return options.encode == "keep" and isinstance(loaded, bytes) and fmt != images.sniff(loaded)
 
 
-def _fields(item: Item, schema: Schema) -> dict[str, object]:
-    """The item's label and other fields, encoded as the schema declares them."""
+def _fields(
+    item: Item,
+    schema: Schema,
+    moved: tuple[str, ...],
+    where: tuple[boxes.Move, ...],
+) -> tuple[dict[str, object], dict[str, int]]:
+    """The item's label and other fields, its boxes (`moved`) taken where its pixels went
+    (boxes.follow), encoded as the schema declares them; and the boxes dropped, by reason."""
     values = dict(item.fields)
     if item.label is not None:
         values[LABEL] = item.label
-    return {name: example_value(schema[name], value) for name, value in values.items()}
+    dropped: dict[str, int] = {}
+    if where:  # most records: no box, or nothing moved them (a passthrough is ~20 us a record)
+        values, dropped = boxes.follow(item.key, values, schema, moved, where)
+    return {name: example_value(schema[name], value) for name, value in values.items()}, dropped
 
 
 def _count(counts: list[int], label: int | tuple[int, ...] | None) -> None:
@@ -176,7 +195,9 @@ def _count(counts: list[int], label: int | tuple[int, ...] | None) -> None:
         counts[one] += 1
 
 
-def _from_bytes(item: Item, data: bytes, options: PackOptions) -> tuple[bytes, str, tuple]:
+def _from_bytes(
+    item: Item, data: bytes, options: PackOptions
+) -> tuple[bytes, str, tuple, images.Geometry | None]:
     try:
         info = images.probe(data)  # sniffs the format, then reads the header
         if info is None:
@@ -189,7 +210,7 @@ def _from_bytes(item: Item, data: bytes, options: PackOptions) -> tuple[bytes, s
         if passthrough:
             if options.check == "decode":  # every pixel decoded, the bytes kept as they are
                 _check_decode(data, info, options.max_pixels)
-            return data, fmt, (info.height, info.width, info.channels)
+            return data, fmt, (info.height, info.width, info.channels), None
         # Re-encoding turns the image upright (decode applies its EXIF orientation), so the size
         # it gets comes from the upright size: the decoded pixels' (where None), or for a JPEG
         # that libjpeg may decode scaled down, the header's turned by that orientation.
@@ -254,12 +275,12 @@ def _reencode(
     keep_format: str,
     where: images.Geometry | None = None,
     order: str = "bgr",
-) -> tuple[bytes, str, tuple[int, int, int]]:
+) -> tuple[bytes, str, tuple[int, int, int], images.Geometry | None]:
     """Resize, crop or pad pixels to `where` (computed here when not given) and encode them as
-    the options ask; 'keep' becomes `keep_format`."""
+    the options ask; 'keep' becomes `keep_format`. The geometry applied comes back with them."""
     where = where or _geometry(*pixels.shape[:2], options)
     if where is not None:
         pixels = images.fit(pixels, where, options.pad_color, order)
     fmt = keep_format if options.encode == "keep" else options.encode
     height, width = pixels.shape[:2]
-    return images.encode(pixels, fmt, options.quality, order), fmt, (height, width, 3)
+    return images.encode(pixels, fmt, options.quality, order), fmt, (height, width, 3), where

@@ -110,7 +110,7 @@ def summary_lines(summary: object) -> list[str]:
             f"{_num(width['min'])}x{_num(height['min'])} to {_num(width['max'])}x"
             f"{_num(height['max'])}), {_num(size['median'])} bytes median"
         )
-    for what in ("formats", "channels", "orientations", "skipped"):
+    for what in ("formats", "channels", "orientations", "skipped", "boxes_dropped"):
         with suppress(KeyError, TypeError, ValueError, AttributeError):
             counts = ", ".join(f"{printable(str(k))} {_num(n)}" for k, n in summary[what].items())
             said.append(f"  {what}: {counts}")

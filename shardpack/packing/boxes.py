@@ -1,0 +1,187 @@
+"""Boxes follow the pixels: which features hold geometry, the refusal of a transform that would
+leave one behind, and a record's boxes moved through its image's geometry (images.Geometry).
+
+Boxes are normalised [ymin, xmin, ymax, xmax] as TFDS stores them, of the image as displayed
+(EXIF orientation applied; TFDS's and shardpack's own records: as stored, see moves). Moved
+boxes are clipped to the image; a box with no visible area left is dropped (kept if any part
+remains; albumentations at its defaults would keep it as a line of no area) and counted by
+reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from shardpack import images
+from shardpack.errors import ImageError, ShardpackError
+from shardpack.options import PackOptions
+from shardpack.packing.tfdsmeta import is_box
+from shardpack.schema import Schema
+
+# The last part of a feature's name that says it holds geometry of the image: a transform must
+# move it or the run is refused. Boxes under tfdsmeta.BOX_NAMES (float32 rows of 4) are moved.
+GEOMETRY_WORDS = frozenset({"bbox", "bboxes", "boxes", "keypoints", "mask", "masks",
+                            "segmentation", "polygons"})  # fmt: skip
+# Why a box was dropped, as the summary counts it: no visible area in the image it came with,
+# or none left once the image was cropped.
+OUTSIDE = "outside the image"
+CROPPED = "cropped away"
+# The tally's name (facts.ShardFacts) of the drops, and so the split summaries'.
+DROPPED = "boxes_dropped"
+# Sources whose boxes describe their records' images as TensorFlow decodes them, EXIF
+# orientation not applied: TFDS's prepared folders and shardpack's own shards.
+UNTURNED_SOURCES = frozenset({"tfds", "shardpack"})
+
+Move = images.Geometry | images.Turn
+
+
+def box_features(schema: Schema) -> tuple[str, ...]:
+    """The features moved with the pixels: boxes under a recognised name (tfdsmeta.BOX_NAMES)."""
+    return tuple(name for name, feature in schema.extras.items() if is_box(name, feature))
+
+
+def transforms(options: PackOptions) -> str | None:
+    """The options that change an image's geometry (resize, crop, pad, scaled decode), as the
+    flags read; None if every image keeps its geometry."""
+    if options.max_side is not None:
+        return f"--max-side {options.max_side}"
+    if options.resize is not None:
+        width, height = options.resize
+        return f"--resize {width}x{height} --resize-mode {options.resize_mode}" + (
+            "" if options.upscale else " --no-upscale"
+        )
+    return None
+
+
+def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
+    """Refuse (ShardpackError) a geometric transform on a dataset holding geometry it would not
+    move: keypoints, masks, or boxes of another type or name than those box_features moves."""
+    said = transforms(options)
+    moved = box_features(schema)
+    left = [name for name in schema.extras
+            if name.rsplit("/", 1)[-1] in GEOMETRY_WORDS and name not in moved]  # fmt: skip
+    if said is None or not left:
+        return
+    raise ShardpackError(
+        f"{said} changes the images' geometry but not feature {left[0]!r} "
+        f"({schema[left[0]].dtype} {list(schema[left[0]].shape)}), which would then point at "
+        "other pixels; shardpack moves boxes only (float32 rows of 4, normalised [ymin, xmin, "
+        "ymax, xmax], named bbox, boxes, bboxes or objects/bbox): rename or drop that column, "
+        "or pack without resizing"
+    )
+
+
+def moves(
+    loaded: bytes | np.ndarray, kept: bool, where: images.Geometry | None, source: str
+) -> tuple[Move, ...]:
+    """What took a record's image from what its boxes describe to what readers decode: the
+    geometry `where` its pixels went through (None: none), after the EXIF turn of a JPEG
+    (images.Turn) where the boxes and the pixels stored see it differently. `kept`: the bytes
+    were stored as they are (decoded unturned), else re-encoded from decode (turned upright);
+    `source`: the source's name (UNTURNED_SOURCES's boxes describe the image unturned)."""
+    turn = images.stored_turn(loaded) if isinstance(loaded, bytes) else None
+    after = () if where is None else (where,)
+    if turn is None:
+        return after
+    if source in UNTURNED_SOURCES:  # the boxes see it as stored
+        return () if kept else (images.Turn(turn.orientation, upright=True), *after)
+    return (turn,) if kept else after  # the boxes see it as displayed
+
+
+def follow(
+    key: str,
+    fields: dict[str, object],
+    schema: Schema,
+    moved: tuple[str, ...],
+    where: tuple[Move, ...],
+) -> tuple[dict[str, object], Counter[str]]:
+    """An item's fields with each box feature in `moved` taken through the moves `where`
+    (moves() gives them), clipped to the image; and how many boxes were dropped, by reason.
+
+    A dropped box takes its row of every list feature of its group (`objects/label` beside
+    `objects/bbox`: TFDS's Sequence of a dict keeps them in step) with it.
+
+    Raises:
+        ImageError: a top-level box column lost boxes beside another list of as many rows,
+            which may or may not be per box: the record is skipped rather than misaligned.
+    """
+    dropped: Counter[str] = Counter()
+    if not where:
+        return fields, dropped
+    fields = dict(fields)
+    for name in moved:
+        if name not in fields:
+            continue
+        rows = np.asarray(fields[name], np.float64).reshape(-1, 4)
+        _check_rows(key, name, rows)
+        boxes, reasons = _moved(rows, where)
+        fields[name] = boxes[reasons == ""].astype(np.float32)
+        dropped.update(str(r) for r in reasons if r)
+        if len(boxes) != len(fields[name]):
+            _drop_siblings(key, fields, schema, name, reasons == "", len(rows))
+    return fields, dropped
+
+
+# How far past the image a normalised box may reach (a box partly outside it): a whole image
+# on each side. Beyond that, or with a min over its max, the rows are not normalised
+# [ymin, xmin, ymax, xmax] (COCO's pixel [x, y, width, height], say), and moving them as such
+# would store nonsense.
+_REACH = (-1.0, 2.0)
+
+
+def _check_rows(key: str, name: str, rows: np.ndarray) -> None:
+    """Raise ImageError (the record skipped, or the run stopped) for box rows that cannot be
+    normalised [ymin, xmin, ymax, xmax]."""
+    wrong = ((rows < _REACH[0]) | (rows > _REACH[1])).any(axis=1)
+    wrong |= (rows[:, 0] > rows[:, 2]) | (rows[:, 1] > rows[:, 3])
+    if wrong.any():
+        row = int(np.argmax(wrong))
+        raise ImageError(key, f"{name!r} row {row} {[round(v, 4) for v in rows[row].tolist()]} "
+                              "is not a normalised [ymin, xmin, ymax, xmax] box, which the "
+                              "resize would move with the pixels: convert the column, or pack "
+                              "without --resize/--max-side")  # fmt: skip
+
+
+def _moved(rows: np.ndarray, where: tuple[Move, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The boxes clipped to the image, moved through `where` and clipped to the canvas (a box
+    reaching past the image stops at its edge, not in a pad border), and each one's reason to
+    be dropped ("" to keep): no visible area, none to begin with (OUTSIDE) or the crop's."""
+    inside = moved = np.clip(rows, 0.0, 1.0)
+    for move in where:
+        moved = np.clip(move.move_boxes(moved), 0.0, 1.0)
+    reasons = np.where(_has_area(moved), "", np.where(_has_area(inside), CROPPED, OUTSIDE))
+    return moved, reasons
+
+
+def _has_area(boxes: np.ndarray) -> np.ndarray:
+    return (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+
+
+def _drop_siblings(
+    key: str, fields: dict[str, object], schema: Schema, name: str, kept: np.ndarray, count: int
+) -> None:
+    """Drop the rows of `name`'s per-object siblings that its boxes lost (see follow)."""
+    group, _, _ = name.rpartition("/")
+    for other, value in fields.items():
+        feature = schema[other]
+        if other == name or not feature.is_list:
+            continue
+        rows = list(value) if feature.dtype == "bytes" else np.asarray(value).reshape(
+            -1, *feature.shape[1:])  # fmt: skip
+        if not group:
+            if len(rows) == count:
+                raise ImageError(key, f"{count - int(kept.sum())} of its {count} boxes in "
+                                      f"{name!r} have nothing left in the image, and {other!r} "
+                                      f"holds {count} rows too, which may be one per box: name "
+                                      f"per-box columns objects/bbox, objects/<name> so that "
+                                      "they are dropped together")  # fmt: skip
+            continue
+        if not other.startswith(group + "/"):
+            continue
+        if len(rows) != count:
+            raise ImageError(key, f"{other!r} holds {len(rows)} rows beside {count} boxes in "
+                                  f"{name!r}")  # fmt: skip
+        fields[other] = [v for v, k in zip(rows, kept, strict=True) if k] if isinstance(
+            rows, list) else rows[kept]  # fmt: skip

@@ -1,0 +1,347 @@
+"""Boxes follow the pixels (packing/boxes.py, images.Geometry): a manifest's boxes packed with a
+geometric transform are moved with the same arithmetic as the pixels, clipped, and dropped
+(counted by reason) when nothing of them is left; what cannot be moved is refused.
+
+The images are real JPEGs and PNGs holding one coloured object at a known place; the packed
+boxes are checked against albumentations (an independent oracle) and against the object's own
+pixels in the packed image.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import albumentations as A
+import cv2
+import numpy as np
+import pytest
+from PIL import Image, ImageOps
+from typer.testing import CliRunner
+
+from shardpack import images
+from shardpack.cli import app
+from shardpack.errors import ShardpackError
+from shardpack.options import PackOptions
+from shardpack.packing.packer import pack
+from shardpack.read.stream import iter_examples
+from tests.helpers import write_jsonl
+
+# The issue's photo: 400x200, a red object at x 300-380 (which a centre crop to a square cuts
+# away), a green one in the middle, a blue one reaching past the top edge (its box too).
+WIDTH, HEIGHT = 400, 200
+OBJECT = (50, 300, 150, 380)  # ymin, xmin, ymax, xmax in pixels
+COLOURS = {"red": (0, 0, 255), "green": (0, 255, 0), "blue": (255, 0, 0)}  # BGR
+OBJECTS = {"red": OBJECT, "green": (60, 150, 140, 250), "blue": (0, 40, 30, 120)}
+BOXES = {**OBJECTS, "blue": (-20, 40, 30, 120)}  # its box as annotated: past the edge
+# --resize 160x120: not square, so width and height cannot be swapped unseen.
+TARGET = (160, 120)
+
+
+def _photo(height: int = HEIGHT, width: int = WIDTH, objects: dict | None = None) -> np.ndarray:
+    """A grey image with a rectangle of each colour over its pixels [ymin, xmin, ymax, xmax)."""
+    pixels = np.full((height, width, 3), 128, np.uint8)
+    for colour, (ymin, xmin, ymax, xmax) in (OBJECTS if objects is None else objects).items():
+        pixels[max(ymin, 0) : ymax, xmin:xmax] = COLOURS[colour]
+    return pixels
+
+
+def _normalised(box: tuple, height: int = HEIGHT, width: int = WIDTH) -> list[float]:
+    ymin, xmin, ymax, xmax = box
+    return [ymin / height, xmin / width, ymax / height, xmax / width]
+
+
+def _manifest(folder: Path, rows: list[tuple[str, bytes, dict]]) -> Path:
+    """A JSONL manifest of (file name, encoded image, other columns) rows."""
+    folder.mkdir(exist_ok=True)
+    for name, data, _ in rows:
+        (folder / name).write_bytes(data)
+    return write_jsonl(folder / "objects.jsonl", [{"path": n, **c} for n, _, c in rows])
+
+
+def _png(pixels: np.ndarray) -> bytes:
+    return cv2.imencode(".png", pixels)[1].tobytes()
+
+
+def _pack(src: Path, out: Path, **options):
+    return pack(src, out, PackOptions(workers=1, shards=1, shuffle=False, **options))
+
+
+def _columns(height: int = HEIGHT, width: int = WIDTH, boxes: dict | None = None) -> dict:
+    """The manifest's columns of a photo: its boxes, and their colours (a text list, which the
+    test reads as the object's name; as long as the boxes, so kept whole: no box dropped)."""
+    boxes = BOXES if boxes is None else boxes
+    return {"boxes": [_normalised(b, height, width) for b in boxes.values()]}
+
+
+def _oracle(upright: np.ndarray, boxes: dict, mode: str, **options) -> tuple[list, tuple]:
+    """albumentations' boxes (named by colour) and image size for the transform, its sizes
+    taken from Pillow's ImageOps.cover and contain (img2dataset's meanings), not from us.
+    Boxes of no visible area are dropped (min_area above 0: albumentations keeps zero-area
+    boxes at its default)."""
+    height, width = upright.shape[:2]
+    im = Image.new("RGB", (width, height))
+    if "max_side" in options:
+        longest = options["max_side"]  # a shrink only
+        steps = [A.LongestMaxSize(max_size=longest)] if max(height, width) > longest else [A.NoOp()]
+    else:
+        cover, contain = ImageOps.cover(im, TARGET).size, ImageOps.contain(im, TARGET).size
+        if not options.get("upscale", True):  # no image enlarged
+            cover, contain = (min(cover[0], width), min(cover[1], height)), (
+                min(contain[0], width), min(contain[1], height))  # fmt: skip
+        w, h = TARGET
+        size = {"stretch": (w, h), "keep-ratio": cover, "center-crop": cover,
+                "keep-ratio-largest": contain, "pad": contain}[mode]  # fmt: skip
+        steps = [A.Resize(size[1], size[0])]
+        if mode == "center-crop":
+            steps.append(A.CenterCrop(min(h, size[1]), min(w, size[0])))
+        if mode == "pad":
+            steps.append(A.PadIfNeeded(h, w, position="center", border_mode=cv2.BORDER_CONSTANT))
+    rows = [[b[1] / width, b[0] / height, b[3] / width, b[2] / height] for b in boxes.values()]
+    params = A.BboxParams(format="albumentations", label_fields=["names"], clip=True,
+                          min_area=1e-3)  # fmt: skip
+    done = A.Compose(steps, bbox_params=params)(image=upright, bboxes=rows, names=list(boxes))
+    size = done["image"].shape[:2]
+    return list(zip(done["names"], np.asarray(done["bboxes"]).tolist(), strict=True)), size
+
+
+def _check(record: dict, expected: list, size: tuple) -> None:
+    """The packed boxes are the oracle's within one pixel, and each object's own pixels in the
+    packed image lie inside its packed box (within one pixel), none of them left out."""
+    pixels = record["image"][..., ::-1]  # RGB as decoded: back to BGR like COLOURS
+    height, width = pixels.shape[:2]
+    assert abs(height - size[0]) <= 1 and abs(width - size[1]) <= 1
+    got = np.asarray(record["boxes"]).reshape(-1, 4) * [height, width, height, width]
+    assert len(got) == len(expected), (got, expected)
+    for box, (colour, (x0, y0, x1, y1)) in zip(got, expected, strict=True):
+        oracle = np.array([y0 * size[0], x0 * size[1], y1 * size[0], x1 * size[1]])
+        np.testing.assert_allclose(box, oracle, atol=1.0, err_msg=colour)
+        mask = np.all(np.abs(pixels.astype(int) - COLOURS[colour]) < 60, axis=-1)
+        ys, xs = np.nonzero(mask)
+        assert len(ys) > 20, colour  # the object is there to be found
+        assert ys.min() >= box[0] - 1 and xs.min() >= box[1] - 1, colour
+        assert ys.max() + 1 <= box[2] + 1 and xs.max() + 1 <= box[3] + 1, colour
+
+
+MODES = ["stretch", "center-crop", "pad", "keep-ratio", "keep-ratio-largest"]
+CASES = [
+    *({"resize": TARGET, "resize_mode": mode} for mode in MODES),
+    {"resize": TARGET, "resize_mode": "pad", "upscale": False},  # the small photo kept small
+    {"resize": TARGET, "resize_mode": "center-crop", "upscale": False},
+    {"max_side": 150},
+]
+SMALL = {"red": (10, 70, 40, 95), "green": (20, 10, 50, 40)}  # in a 60x100 photo
+# In a 260x420 portrait: red at the bottom (cut by a centre crop to landscape), blue past the top.
+TALL = {"red": (350, 180, 410, 250), "green": (150, 80, 250, 180), "blue": (0, 20, 40, 100)}
+TALL_BOXES = {**TALL, "blue": (-20, 20, 40, 100)}
+
+
+@pytest.mark.parametrize("options", CASES, ids=lambda o: "-".join(map(str, o.values())))
+def test_boxes_follow_the_pixels_in_every_mode(tmp_path: Path, options: dict):
+    photos = {"wide.png": _photo(), "tall.png": _photo(420, 260, TALL),
+              "small.png": _photo(60, 100, SMALL)}  # fmt: skip
+    annotated = {"wide.png": BOXES, "tall.png": TALL_BOXES, "small.png": SMALL}
+    rows = [(name, _png(pixels), {"boxes": [_normalised(b, *pixels.shape[:2])
+                                            for b in annotated[name].values()]})
+            for name, pixels in photos.items()]  # fmt: skip
+    src = _manifest(tmp_path / "src", rows)
+    result = _pack(src, tmp_path / "out", encode="png", **options)
+    records = {r["key"]: r for r in iter_examples(tmp_path / "out", decode=True)}
+    cropped = 0
+    for name, pixels in photos.items():
+        mode = options.get("resize_mode", "stretch")
+        expected, size = _oracle(pixels, annotated[name], mode, **options)
+        _check(records[name], expected, size)
+        cropped += len(annotated[name]) - len(expected)
+    assert result.to_json()["boxes_dropped"] == ({"cropped away": cropped} if cropped else {})
+
+
+def test_the_issues_center_crop_drops_the_box_it_cuts_away_and_counts_it(tmp_path: Path):
+    src = _manifest(tmp_path / "src", [("a.png", _png(_photo()), _columns())])
+    result = _pack(src, tmp_path / "out", encode="png", resize=(200, 200),
+                   resize_mode="center-crop")  # fmt: skip
+    (record,) = iter_examples(tmp_path / "out", decode=True)
+    # scaled to 400x200 as it is, x 100-300 kept: red (x 300-380) is gone, green moved left
+    green, blue = [60, 50, 140, 150], [0, 0, 30, 20]  # blue clipped at the top and the left
+    np.testing.assert_allclose(record["boxes"], np.array([green, blue]) / 200, atol=1e-6)
+    summary = result.to_json()
+    assert summary["boxes_dropped"] == {"cropped away": 1}
+    assert summary["records"] == 1 and summary["skipped"] == 0
+
+
+def test_an_exif_rotated_jpeg_reencoded_keeps_its_boxes_on_the_displayed_object(tmp_path: Path):
+    upright = _photo(420, 260, TALL)  # as displayed; stored turned a quarter, orientation 6
+    stored = Image.fromarray(np.ascontiguousarray(np.rot90(upright[..., ::-1], 1)))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buffer = io.BytesIO()
+    stored.save(buffer, "JPEG", quality=95, exif=exif)
+    src = _manifest(tmp_path / "src", [("turned.jpg", buffer.getvalue(),
+                                        _columns(420, 260, TALL_BOXES))])  # fmt: skip
+    for mode in MODES:
+        out = tmp_path / mode
+        _pack(src, out, encode="jpeg", quality=95, resize=TARGET, resize_mode=mode)
+        (record,) = iter_examples(out, decode=True)
+        shown = cv2.imdecode(np.frombuffer(buffer.getvalue(), np.uint8), cv2.IMREAD_COLOR)
+        assert shown.shape == upright.shape  # OpenCV applies the orientation, as pack does
+        _check(record, *_oracle(shown, TALL_BOXES, mode))
+
+
+def test_a_transform_that_would_leave_geometry_behind_is_refused(tmp_path: Path):
+    src = _manifest(tmp_path / "src", [("a.png", _png(_photo()), {
+        **_columns(), "keypoints": [[0.5, 0.8]]})])  # fmt: skip
+    with pytest.raises(ShardpackError, match=r"--resize 200x200 --resize-mode center-crop .*"
+                                             r"'keypoints'"):  # fmt: skip
+        _pack(src, tmp_path / "out", resize=(200, 200), resize_mode="center-crop")
+    assert not (tmp_path / "out" / "index.json").exists()
+    _pack(src, tmp_path / "kept")  # no transform: nothing to move, nothing refused
+    (record,) = iter_examples(tmp_path / "kept")
+    np.testing.assert_allclose(record["keypoints"], [[0.5, 0.8]])
+    np.testing.assert_allclose(record["boxes"], _columns()["boxes"], atol=1e-6)  # as given
+
+
+def test_a_dropped_box_takes_its_objects_row_with_it(tmp_path: Path):
+    columns = {"objects/bbox": _columns()["boxes"], "objects/colour": list(BOXES)}
+    rows = [("a.png", _png(_photo()), {**columns, "tags": [1, 2, 3]})]
+    src = _manifest(tmp_path / "src", rows)
+    _pack(src, tmp_path / "out", resize=(200, 200), resize_mode="center-crop")
+    (record,) = iter_examples(tmp_path / "out")
+    assert record["objects/colour"] == ["green", "blue"]  # red was cut away with its box
+    assert len(record["objects/bbox"]) == 2 and record["tags"].tolist() == [1, 2, 3]
+
+
+def test_a_box_dropped_beside_a_list_as_long_is_a_skip_not_a_misalignment(tmp_path: Path):
+    rows = [("a.png", _png(_photo()), {**_columns(), "colours": list(BOXES)}),
+            ("b.png", _png(_photo(objects={})), {"boxes": [[0.1, 0.4, 0.9, 0.6]],
+                                                 "colours": ["none"]})]  # fmt: skip
+    src = _manifest(tmp_path / "src", rows)
+    result = _pack(src, tmp_path / "out", resize=(200, 200), resize_mode="center-crop")
+    (record,) = iter_examples(tmp_path / "out")  # b.png lost no box: kept
+    assert record["key"] == "b.png" and record["colours"] == ["none"]
+    (skipped,) = result.to_json()["skipped_items"]
+    assert skipped["key"] == "a.png" and "'colours' holds 3 rows too" in skipped["reason"]
+
+
+# Each EXIF orientation: Pillow's transpose that makes the stored image from the displayed one
+# (the inverse of ImageOps.exif_transpose's), and albumentations' steps that do the same.
+T = Image.Transpose
+STORED = {
+    2: (T.FLIP_LEFT_RIGHT, [A.HorizontalFlip(p=1)]),
+    3: (T.ROTATE_180, [A.HorizontalFlip(p=1), A.VerticalFlip(p=1)]),
+    4: (T.FLIP_TOP_BOTTOM, [A.VerticalFlip(p=1)]),
+    5: (T.TRANSPOSE, [A.Transpose(p=1)]),
+    6: (T.ROTATE_90, [A.Transpose(p=1), A.VerticalFlip(p=1)]),
+    7: (T.TRANSVERSE, [A.Transpose(p=1), A.HorizontalFlip(p=1), A.VerticalFlip(p=1)]),
+    8: (T.ROTATE_270, [A.Transpose(p=1), A.HorizontalFlip(p=1)]),
+}
+
+
+@pytest.mark.parametrize("orientation", sorted(STORED))
+def test_a_rotated_jpeg_kept_as_it_is_gets_its_boxes_on_the_stored_pixels(
+    tmp_path: Path, orientation: int
+):
+    upright = _photo(420, 260, TALL)
+    turn, steps = STORED[orientation]
+    stored = Image.fromarray(upright[..., ::-1]).transpose(turn)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    stored.save(buffer, "JPEG", quality=95, exif=exif)
+    shown = ImageOps.exif_transpose(Image.open(io.BytesIO(buffer.getvalue())))
+    assert shown.size == (260, 420)  # the test's own turn is right: Pillow shows it upright
+    src = _manifest(tmp_path / "src", [("a.jpg", buffer.getvalue(), _columns(420, 260, TALL))])
+    _pack(src, tmp_path / "out")  # --encode keep: the bytes as they are
+    (record,) = iter_examples(tmp_path / "out", decode=True)  # as TensorFlow: not turned
+    rows = [[b[1] / 260, b[0] / 420, b[3] / 260, b[2] / 420] for b in TALL.values()]
+    params = A.BboxParams(format="albumentations", label_fields=["names"])
+    done = A.Compose(steps, bbox_params=params)(image=upright, bboxes=rows, names=list(TALL))
+    assert (done["image"][..., ::-1] == np.asarray(stored)).all()  # the oracle turns alike
+    expected = list(zip(done["names"], np.asarray(done["bboxes"]).tolist(), strict=True))
+    _check(record, expected, done["image"].shape[:2])
+
+
+@pytest.mark.parametrize("orientation", [6, 8])  # the quarter turns: each undoes the other
+def test_our_own_shards_repacked_keep_their_boxes_on_the_pixels(tmp_path: Path, orientation):
+    """A pack's boxes describe its records as readers decode them (unturned): a repack that
+    keeps the bytes moves them not at all, one that re-encodes (turning them upright) with
+    them."""
+    upright = _photo(420, 260, TALL)
+    turn, _ = STORED[orientation]
+    buffer = io.BytesIO()
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    Image.fromarray(upright[..., ::-1]).transpose(turn).save(buffer, "JPEG", quality=95,
+                                                             exif=exif)  # fmt: skip
+    src = _manifest(tmp_path / "src", [("a.jpg", buffer.getvalue(), _columns(420, 260, TALL))])
+    _pack(src, tmp_path / "first")
+    (first,) = iter_examples(tmp_path / "first")
+    _pack(tmp_path / "first", tmp_path / "kept")
+    (kept,) = iter_examples(tmp_path / "kept")
+    np.testing.assert_array_equal(kept["boxes"], first["boxes"])
+    _pack(tmp_path / "first", tmp_path / "cropped", encode="png", resize=TARGET,
+          resize_mode="center-crop")  # fmt: skip
+    (cropped,) = iter_examples(tmp_path / "cropped", decode=True)
+    _check(cropped, *_oracle(upright, TALL, "center-crop"))
+
+
+def test_the_cli_says_what_it_dropped_and_refuses_in_one_line(tmp_path: Path):
+    src = _manifest(tmp_path / "src", [("a.png", _png(_photo()), _columns())])
+    args = ["pack", str(src), "--workers", "1", "--resize", "200x200", "--resize-mode",
+            "center-crop"]  # fmt: skip
+    done = CliRunner().invoke(app, [*args[:2], str(tmp_path / "out"), *args[2:]])
+    assert done.exit_code == 0, done.output
+    assert "boxes dropped (nothing of them left in the image): cropped away 1" in done.output
+    inspected = CliRunner().invoke(app, ["inspect", str(tmp_path / "out")])
+    assert "boxes_dropped: cropped away 1" in inspected.output
+    write_jsonl(src, [{"path": "a.png", **_columns(), "keypoints": [[0.5, 0.8]]}])
+    refused = CliRunner().invoke(app, [*args[:2], str(tmp_path / "again"), *args[2:]])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    (line,) = refused.output.strip().splitlines()
+    assert "feature 'keypoints'" in line and "--resize 200x200" in line
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_boxes_follow_a_reduced_jpeg_decode(tmp_path: Path, mode: str):
+    """A JPEG large enough for libjpeg's 1/4 decode, of odd size (its scaled size rounds)."""
+    scale = 4
+    big = {c: tuple(v * scale for v in b) for c, b in OBJECTS.items()}
+    pixels = _photo(HEIGHT * scale + 3, WIDTH * scale + 1, big)
+    height, width = pixels.shape[:2]
+    options = {"resize": TARGET, "resize_mode": mode}
+    where = images.geometry(height, width, None, TARGET, mode)
+    assert images.reduce_factor(height, width, where.scaled) >= 2  # the case is the one meant
+    data = cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes()
+    src = _manifest(tmp_path / "src", [("big.jpg", data, _columns(height, width, big))])
+    _pack(src, tmp_path / "out", encode="png", **options)
+    (record,) = iter_examples(tmp_path / "out", decode=True)
+    _check(record, *_oracle(pixels, big, mode, **options))
+
+
+def test_boxes_that_are_not_normalised_yxyx_are_not_moved_as_if_they_were(tmp_path: Path):
+    coco = [[300.0, 50.0, 80.0, 100.0]]  # COCO's pixel [x, y, width, height] of the red object
+    flipped = [[0.5, 0.8, 0.25, 0.9]]  # [ymin, xmin, ymax, xmax] with ymin over ymax
+    rows = [("a.png", _png(_photo()), {"bbox": coco}), ("b.png", _png(_photo()), {"bbox": flipped}),
+            ("c.png", _png(_photo()), {"bbox": [_normalised(OBJECT)]})]  # fmt: skip
+    src = _manifest(tmp_path / "src", rows)
+    result = _pack(src, tmp_path / "out", resize=TARGET, resize_mode="pad")
+    reasons = {s["key"]: s["reason"] for s in result.to_json()["skipped_items"]}
+    assert "'bbox' row 0 [300.0, 50.0, 80.0, 100.0] is not a normalised" in reasons["a.png"]
+    assert "'bbox' row 0 [0.5, 0.8, 0.25, 0.9] is not a normalised" in reasons["b.png"]
+    (kept,) = iter_examples(tmp_path / "out")
+    assert kept["key"] == "c.png"
+    with pytest.raises(ShardpackError, match=r"a\.png: 'bbox' row 0"):
+        _pack(src, tmp_path / "fail", resize=TARGET, on_error="fail")
+
+
+def test_an_append_moves_the_new_records_boxes_as_the_first_pack_did(tmp_path: Path):
+    src = _manifest(tmp_path / "src", [("a.png", _png(_photo()), _columns())])
+    out = tmp_path / "out"
+    _pack(src, out, encode="png", resize=TARGET, resize_mode="center-crop")
+    tall = _photo(420, 260, TALL)
+    (tmp_path / "src" / "b.png").write_bytes(_png(tall))
+    write_jsonl(src, [{"path": "a.png", **_columns()},
+                      {"path": "b.png", **_columns(420, 260, TALL_BOXES)}])  # fmt: skip
+    result = pack(src, out, PackOptions(grow="append", workers=1))  # the dataset's options
+    records = {r["key"]: r for r in iter_examples(out, decode=True)}
+    _check(records["b.png"], *_oracle(tall, TALL_BOXES, "center-crop"))
+    assert result.to_json()["boxes_dropped"] == {"cropped away": 2}  # b.png's red and blue
