@@ -1,11 +1,11 @@
-"""Exact duplicates: images with the same bytes, found from the content keys the workers note
-(facts.py: CRC32C and size), confirmed by sha256 of the candidates alone, and --dedup exact
-(or near: also images whose perceptual hashes are close, near.py), which keeps one image of
-each group and skips the others before the plan is made."""
+"""Exact duplicates: images with the same bytes, found from what the workers note of each
+record they write (facts.py: size and a digest of all its bytes; the parent groups them and
+reads nothing), and --dedup exact (or near: also images whose perceptual hashes are close,
+near.py), which keeps one image of each group and skips the others before the plan is made:
+its candidates (alike in CRC32C and size) confirmed by the digest of their bytes."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -18,7 +18,7 @@ from shardpack.errors import ImageError, printable
 from shardpack.images import BadImage, max_file_bytes
 from shardpack.options import PackOptions
 from shardpack.packing import near
-from shardpack.packing.facts import content_bytes, content_key, table
+from shardpack.packing.facts import content_digest, content_key, table
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Dataset, Item
 
@@ -55,18 +55,25 @@ def _member(entry: Entry) -> Member:
     return split, item.key, item.label
 
 
-def candidates(crc: np.ndarray, size: np.ndarray) -> list[np.ndarray]:
-    """Positions that share (crc, size) with another, one array each; size 0 (nothing noted)
-    never. A sort of one 64-bit key: a million items in well under a second."""
+def candidates(size: np.ndarray, *keys: np.ndarray) -> list[np.ndarray]:
+    """Positions that share their size and each of `keys` (columns as long) with another, one
+    array each; size 0 (nothing noted) never. A sort: a million items in well under a second."""
     live = np.flatnonzero(size > 0)
-    # a size past 2**32 wraps: a false candidate more at worst, which sha256 then tells apart
-    key = (size[live].astype(np.uint64) << np.uint64(32)) | crc[live].astype(np.uint64)
-    order = np.argsort(key, kind="stable")
-    ordered = key[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    counts = np.diff(np.r_[starts, len(ordered)])
+    columns = [column[live] for column in (size, *keys)]
+    order = np.lexsort(columns[::-1])  # lexsort's last key sorts first
+    differ = np.zeros(max(0, len(live) - 1), bool)
+    for column in columns:
+        ordered = column[order]
+        differ |= ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(np.r_[True, differ]) if len(live) else np.zeros(0, np.intp)
+    counts = np.diff(np.r_[starts, len(live)])
     shared = counts > 1
     return [live[order[s : s + c]] for s, c in zip(starts[shared], counts[shared], strict=True)]
+
+
+def _ordered(groups: list[Group]) -> list[Group]:
+    """Each group with its kept copy first, in the order of those."""
+    return sorted((sorted(g, key=_kept_first) for g in groups), key=lambda g: _kept_first(g[0]))
 
 
 def confirm(
@@ -76,11 +83,12 @@ def confirm(
     options: PackOptions,
     known: Sequence[int] | None = None,
 ) -> list[Group]:
-    """Split each candidate set by the sha256 of its bytes, re-read through the source's
-    loader; the groups of two or more, each its kept copy first, in the order of those. One
-    read-ahead serves every set: many pairs of image URLs are fetched many at a time, not a
-    pair at a time. `known`: per entry, a number it shares with the entries already known to
-    hold its bytes (0: none): one of those is read for all (a grow's held copies, contents.py)."""
+    """Split each candidate set by the digest of its bytes (facts.content_digest), read
+    through the source's loader; the groups of two or more, each its kept copy first, in the
+    order of those. One read-ahead serves every set: many pairs of image URLs are fetched many
+    at a time, not a pair at a time. `known`: per entry, a number it shares with the entries
+    already known to hold its bytes (0: none): one of those is read for all (a grow's held
+    copies, contents.py)."""
     load, cache, limit = dataset.source.load, {}, max_file_bytes(options.max_pixels)
     groups: list[Group] = []
     every = []  # per set: the entry read -> the entries it stands for
@@ -94,28 +102,28 @@ def confirm(
     items = (entries[p][1] for alike in every for p in alike)
     with dataset.root.reading(dataset.source.item_files(items), limit) as src:
         for alike in every:
-            by_digest: dict[bytes, Group] = defaultdict(list)
+            by_digest: dict[tuple[int, int], Group] = defaultdict(list)
             for p in alike:
                 item = entries[p][1]
                 try:
-                    data = content_bytes(load(item, src, options, cache))
+                    loaded = load(item, src, options, cache)
                 except ImageError:  # gone or changed since: not a copy we can vouch for
                     continue
-                found = by_digest[hashlib.sha256(data).digest()]
+                found = by_digest[content_digest(loaded)]
                 found += [_member(entries[q]) for q in alike[p]]
-            groups += [sorted(g, key=_kept_first) for g in by_digest.values() if len(g) > 1]
-    return sorted(groups, key=lambda g: _kept_first(g[0]))
+            groups += [g for g in by_digest.values() if len(g) > 1]
+    return _ordered(groups)
 
 
-def found_in_shards(
-    plan: Plan, results: list[ShardResult], dataset: Dataset, options: PackOptions
-) -> list[Group]:
-    """The groups of exact copies among the records the workers wrote."""
+def found_in_shards(plan: Plan, results: list[ShardResult]) -> list[Group]:
+    """The groups of exact copies among the records the workers wrote: those alike in size
+    and digest (the workers digested every byte; nothing is read again here)."""
     by_file = {r.file: r for r in results}
     tables = [table(by_file[spec.file].content, len(spec.items)) for spec in plan.shards]
     rows = np.concatenate(tables) if tables else table(b"", 0)
-    entries = _PlanEntries(plan)
-    return confirm(candidates(rows["crc"], rows["size"]), entries, dataset, options)
+    digest, entries = rows["digest"], _PlanEntries(plan)
+    sets = candidates(rows["size"], digest[:, 0], digest[:, 1])
+    return _ordered([[_member(entries[int(p)]) for p in positions] for positions in sets])
 
 
 class _PlanEntries:
@@ -165,7 +173,7 @@ def find_groups(
     exact copy's exact group; how many images sat in a crowded near bucket."""
     crc = np.array([k[0] for k in keys], np.uint32)
     size = np.array([k[1] for k in keys], np.uint64)
-    groups = confirm(candidates(crc, size), entries, dataset, options, known)
+    groups = confirm(candidates(size, crc), entries, dataset, options, known)
     same = {member: i for i, group in enumerate(groups) for member in group}
     crowded = 0
     if options.dedup == "near":
