@@ -12,6 +12,12 @@ passthrough pack; their share of that pack's CPU time is the row (target TARGET_
 the pre-pass (duplicates.dedup: all --dedup adds, before the plan) is timed inside each pack;
 its median per image is the row, with its share of the --dedup none pack's median wall; beside
 them, one core's full decode of the same photos (what the re-encoding pack pays per image).
+
+Copies (issue 35): `--copies N` small JPEGs that are each one of ten images against N distinct
+ones, each packed by a whole `shardpack pack --workers 2` process, alternated (A B A B); the row
+is each one's median CPU time (user + system, the workers included: the machine is shared, so
+not the wall) and their ratio (target TARGET_COPIES). `--against DIR` pairs every pack with the
+same pack by the shardpack checked out at DIR (before/after); `--only copies` runs this row alone.
 """
 
 from __future__ import annotations
@@ -19,11 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections import defaultdict
+
+import cv2
+import numpy as np
 
 from benchmarks.workloads import ensure, image_files
 from shardpack import PackOptions, images, pack
@@ -32,6 +43,10 @@ from shardpack.packing import duplicates, facts
 # issue 27: exact detection costs at most 2% of the passthrough pack.
 TARGET_EXACT = 0.02
 WORKERS = 2
+# issue 35: a pack whose files are copies of ten images costs at most 1.2x the distinct one.
+TARGET_COPIES = 1.2
+COPIES = 30_000
+ORIGINALS = 10
 
 
 def _timed(spent: dict, module: object, name: str) -> None:
@@ -128,6 +143,83 @@ def full_decode_us(paths: list[str]) -> float:
     return (time.perf_counter() - start) / len(blobs) * 1e6
 
 
+def _small_jpeg(seed: int) -> bytes:
+    """A 32x32 JPEG of noise and a block (CIFAR's size, ~1.5 kB): distinct for each seed."""
+    rng = np.random.default_rng((seed, 35))
+    pixels = rng.integers(0, 256, (32, 32, 3), np.uint8)
+    pixels[: rng.integers(4, 28), : rng.integers(4, 28)] = rng.integers(0, 256, 3)
+    return cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
+
+
+def copies_trees(cache: str, count: int) -> tuple[str, str]:
+    """Two class-folder trees of `count` files: each file one of ORIGINALS images (written as
+    files of their own, not links), and each file distinct; made once, then cached."""
+    trees = []
+    for kind in ("copies", "distinct"):
+        root = os.path.join(cache, "workloads", f"{kind}-{count}")
+        trees.append(root)
+        if os.path.exists(os.path.join(root, ".done")):
+            continue
+        shutil.rmtree(root, ignore_errors=True)
+        for i in range(count):
+            folder = os.path.join(root, f"class_{i % 10}")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, f"{i:06d}.jpg"), "wb") as f:
+                f.write(_small_jpeg(i % ORIGINALS if kind == "copies" else i))
+        with open(os.path.join(root, ".done"), "w"):
+            pass
+    return trees[0], trees[1]
+
+
+def _pack_cpu(src: str, out: str, code: str | None) -> float:
+    """CPU seconds (user + system) of one whole `shardpack pack` process and its workers, run
+    with the shardpack at `code` (None: this one)."""
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = code
+    shutil.rmtree(out, ignore_errors=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-m", "shardpack", "pack", src, out, "--workers",
+                    str(WORKERS), "--no-progress"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def copies_cost(cache: str, count: int, repeat: int, against: str | None) -> dict:
+    """Median CPU seconds of packing the copies tree and the distinct one, alternated, with
+    this shardpack and (`against`) the one at that folder."""
+    copies, distinct = copies_trees(cache, count)
+    out = os.path.join(cache, "runs", "copies")
+    codes = {"this": None, **({"against": os.path.abspath(against)} if against else {})}
+    cpu: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for _ in range(repeat):
+        for name, code in codes.items():
+            for kind, src in (("copies", copies), ("distinct", distinct)):
+                cpu[name, kind].append(_pack_cpu(src, out, code))
+    shutil.rmtree(out, ignore_errors=True)
+    row: dict = {"images": count, "repeat": repeat}
+    for name in codes:
+        c, d = (statistics.median(cpu[name, kind]) for kind in ("copies", "distinct"))
+        runs = {kind: cpu[name, kind] for kind in ("copies", "distinct")}
+        row[name] = {"copies_cpu_s": c, "distinct_cpu_s": d, "ratio": c / d, "runs": runs}
+    return row
+
+
+def copies_report(row: dict) -> list[str]:
+    said = [f"copies of {ORIGINALS} images against distinct files, {row['images']:,} small "
+            f"JPEGs each, `pack --workers {WORKERS}` whole processes, median CPU of "
+            f"{row['repeat']} A B runs:", "",
+            "| shardpack | copies CPU s | distinct CPU s | copies / distinct |",
+            "|---|---:|---:|---:|"]  # fmt: skip
+    for name in ("this", "against"):
+        if name in row:
+            r = row[name]
+            said.append(f"| {name} | {r['copies_cpu_s']:.2f} | {r['distinct_cpu_s']:.2f} | "
+                        f"{r['ratio']:.2f}x (target {TARGET_COPIES}x) |")  # fmt: skip
+    return said
+
+
 def report(exact: dict, rows: list[dict], decode_us: float, count: int, argv: list[str]) -> str:
     said = [f"`python -m benchmarks.dedup {' '.join(argv)}`, {count:,} photos, "
             f"{os.cpu_count()} cores", "",
@@ -156,11 +248,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", default="photos")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--copies", type=int, default=COPIES, help="files in each copies tree")
+    parser.add_argument("--against", help="another shardpack checkout to pair the copies row with")
+    parser.add_argument("--only", choices=("copies",), help="run this row alone")
     parser.add_argument(
         "--cache", default=os.path.join(os.path.dirname(__file__), "..", "bench-out")
     )
     args = parser.parse_args(argv)
     cache = os.path.abspath(args.cache)
+    copies = copies_cost(cache, args.copies, args.repeat, args.against)
+    if args.only == "copies":
+        print("\n".join(copies_report(copies)))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"copies": copies}, f, indent=1)
+        return 0
     workload = ensure(args.workload, cache)
     paths = image_files(workload.path)
     out = os.path.join(cache, "runs", "dedup")
@@ -169,9 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     decode_us = full_decode_us(paths[:500])
     shutil.rmtree(out, ignore_errors=True)
     print(report(exact, rows, decode_us, len(paths), argv))
+    print("\n".join(["", *copies_report(copies)]))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"exact": exact, "dedup": rows, "full_decode_us": decode_us}, f, indent=1)
+            json.dump({"exact": exact, "dedup": rows, "full_decode_us": decode_us,
+                       "copies": copies}, f, indent=1)  # fmt: skip
     return 0
 
 

@@ -123,7 +123,7 @@ def found_in_shards(plan: Plan, results: list[ShardResult]) -> list[Group]:
     rows = np.concatenate(tables) if tables else table(b"", 0)
     digest, entries = rows["digest"], _PlanEntries(plan)
     sets = candidates(rows["size"], digest[:, 0], digest[:, 1])
-    return _ordered([[_member(entries[int(p)]) for p in positions] for positions in sets])
+    return _ordered([entries.members(positions) for positions in sets])
 
 
 class _PlanEntries:
@@ -138,6 +138,18 @@ class _PlanEntries:
         shard = int(np.searchsorted(self.starts, position, side="right")) - 1
         spec = self.shards[shard]
         return spec.split, spec.items[position - int(self.starts[shard])]
+
+    def members(self, positions: np.ndarray) -> Group:
+        """The members at these positions, their shards found in one search (not one each:
+        a group may hold most of a dataset)."""
+        shards = np.searchsorted(self.starts, positions, side="right") - 1
+        found = []
+        for shard, at in zip(shards.tolist(), (positions - self.starts[shards]).tolist(),
+                             strict=True):  # fmt: skip
+            spec = self.shards[shard]
+            item = spec.items[at]
+            found.append((spec.split, item.key, item.label))
+        return found
 
 
 def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset, list[Group]]:
