@@ -174,13 +174,13 @@ def copies_trees(cache: str, count: int) -> tuple[str, str]:
 def _pack_cpu(src: str, out: str, code: str | None) -> float:
     """CPU seconds (user + system) of one whole `shardpack pack` process and its workers, run
     with the shardpack at `code` (None: this one)."""
-    env = dict(os.environ)
-    if code is not None:
-        env["PYTHONPATH"] = code
+    code = code or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": code}
     shutil.rmtree(out, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # run in `code`: `python -m` puts the working folder first on the path
     subprocess.run([sys.executable, "-m", "shardpack", "pack", src, out, "--workers",
-                    str(WORKERS), "--no-progress"], env=env, check=True,
+                    str(WORKERS), "--no-progress"], env=env, cwd=code, check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

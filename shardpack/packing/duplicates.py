@@ -102,7 +102,7 @@ def confirm(
     items = (entries[p][1] for alike in every for p in alike)
     with dataset.root.reading(dataset.source.item_files(items), limit) as src:
         for alike in every:
-            by_digest: dict[tuple[int, int], Group] = defaultdict(list)
+            by_digest: dict[bytes, Group] = defaultdict(list)
             for p in alike:
                 item = entries[p][1]
                 try:
@@ -121,8 +121,9 @@ def found_in_shards(plan: Plan, results: list[ShardResult]) -> list[Group]:
     by_file = {r.file: r for r in results}
     tables = [table(by_file[spec.file].content, len(spec.items)) for spec in plan.shards]
     rows = np.concatenate(tables) if tables else table(b"", 0)
-    digest, entries = rows["digest"], _PlanEntries(plan)
-    sets = candidates(rows["size"], digest[:, 0], digest[:, 1])
+    halves = np.ascontiguousarray(rows["digest"]).view("<u8").reshape(-1, 2)
+    sets = candidates(rows["size"], halves[:, 0], halves[:, 1])
+    entries = _PlanEntries(plan)
     return _ordered([entries.members(positions) for positions in sets])
 
 
