@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,6 +33,18 @@ HASH_CHUNK = 256
 
 # The groups of copies that carry more than one label index.json names (the count has all).
 MAX_LISTED_CONFLICTS = 20
+
+
+class ContentKey(NamedTuple):
+    """What an item read in the packing process is known by: its content key (crc, size), its
+    perceptual hash (--dedup near alone) and the digest of its bytes (facts.py); a held item
+    that a grow knows from contents.json has no digest (None)."""
+
+    crc: int
+    size: int
+    near: int | None
+    digest: bytes | None = None
+
 
 Entry = tuple[str, Item]  # (split, item)
 Member = tuple[str, str, object]  # (split, key, label) of a copy
@@ -82,16 +95,16 @@ def confirm(
     dataset: Dataset,
     options: PackOptions,
     known: Sequence[int] | None = None,
+    digests: Sequence[bytes | None] | None = None,
 ) -> list[Group]:
-    """Split each candidate set by the digest of its bytes (facts.content_digest), read
-    through the source's loader; the groups of two or more, each its kept copy first, in the
-    order of those. One read-ahead serves every set: many pairs of image URLs are fetched many
-    at a time, not a pair at a time. `known`: per entry, a number it shares with the entries
-    already known to hold its bytes (0: none): one of those is read for all (a grow's held
-    copies, contents.py)."""
+    """Split each candidate set by the digest of its bytes (facts.content_digest): the one
+    `digests` gives (read already), else read through the source's loader; the groups of two
+    or more, each its kept copy first, in the order of those. One read-ahead serves every set:
+    many pairs of image URLs are fetched many at a time, not a pair at a time. `known`: per
+    entry, a number it shares with the entries already known to hold its bytes (0: none): one
+    of those is read for all (a grow's held copies, contents.py)."""
     load, cache, limit = dataset.source.load, {}, max_file_bytes(options.max_pixels)
-    groups: list[Group] = []
-    every = []  # per set: the entry read -> the entries it stands for
+    every = []  # per set: the entry digested -> the entries it stands for
     for positions in sets:
         alike: dict[int, list[int]] = defaultdict(list)
         first: dict[int, int] = {}  # known number -> the entry read for it
@@ -99,19 +112,22 @@ def confirm(
             number = known[p] if known is not None else 0
             alike[first.setdefault(number, p) if number else p].append(p)
         every.append(alike)
-    items = (entries[p][1] for alike in every for p in alike)
-    with dataset.root.reading(dataset.source.item_files(items), limit) as src:
-        for alike in every:
-            by_digest: dict[bytes, Group] = defaultdict(list)
-            for p in alike:
-                item = entries[p][1]
-                try:
-                    loaded = load(item, src, options, cache)
-                except ImageError:  # gone or changed since: not a copy we can vouch for
-                    continue
-                found = by_digest[content_digest(loaded)]
-                found += [_member(entries[q]) for q in alike[p]]
-            groups += [g for g in by_digest.values() if len(g) > 1]
+    found = {p: digests[p] for alike in every for p in alike} if digests else {}
+    unread = [p for alike in every for p in alike if found.get(p) is None]
+    with dataset.root.reading(dataset.source.item_files(entries[p][1] for p in unread),
+                              limit) as src:  # fmt: skip
+        for p in unread:
+            try:
+                found[p] = content_digest(load(entries[p][1], src, options, cache))
+            except ImageError:  # gone or changed since: not a copy we can vouch for
+                found[p] = None
+    groups: list[Group] = []
+    for alike in every:
+        by_digest: dict[bytes, Group] = defaultdict(list)
+        for p, stands_for in alike.items():
+            if found[p] is not None:
+                by_digest[found[p]] += [_member(entries[q]) for q in stands_for]
+        groups += [g for g in by_digest.values() if len(g) > 1]
     return _ordered(groups)
 
 
@@ -176,7 +192,7 @@ def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset
 
 def find_groups(
     entries: list[Entry],
-    keys: list[tuple[int, int, int | None]],
+    keys: list[ContentKey],
     dataset: Dataset,
     options: PackOptions,
     known: Sequence[int] | None = None,
@@ -184,9 +200,10 @@ def find_groups(
     """The groups of copies among `entries` (whose content keys are `keys`: near ones too with
     --dedup near; `known` as confirm takes it), each its kept copy first; the number of each
     exact copy's exact group; how many images sat in a crowded near bucket."""
-    crc = np.array([k[0] for k in keys], np.uint32)
-    size = np.array([k[1] for k in keys], np.uint64)
-    groups = confirm(candidates(size, crc), entries, dataset, options, known)
+    crc = np.array([k.crc for k in keys], np.uint32)
+    size = np.array([k.size for k in keys], np.uint64)
+    digests = [k.digest for k in keys]
+    groups = confirm(candidates(size, crc), entries, dataset, options, known, digests)
     same = {member: i for i, group in enumerate(groups) for member in group}
     crowded = 0
     if options.dedup == "near":
@@ -217,10 +234,9 @@ def drop_reasons(groups: list[Group], same: dict[Member, int]) -> dict[tuple[str
 
 def content_keys(
     entries: list[Entry], dataset: Dataset, options: PackOptions, threads: int
-) -> list[tuple[int, int, int | None]]:
-    """(crc, size, perceptual hash or None) of each entry's item, read on `threads` threads
-    (reads, CRC32C and OpenCV leave the interpreter's lock); the hash with --dedup near alone;
-    (0, 0, None) for one the loader refuses."""
+) -> list[ContentKey]:
+    """The ContentKey of each entry's item, read on `threads` threads (reads, CRC32C, XXH3
+    and OpenCV leave the interpreter's lock); (0, 0, None) for one the loader refuses."""
     chunks = [entries[i : i + HASH_CHUNK] for i in range(0, len(entries), HASH_CHUNK)]
     with ThreadPoolExecutor(max(1, threads)) as pool:
         return list(itertools.chain.from_iterable(
@@ -228,13 +244,13 @@ def content_keys(
 
 
 def _near_groups(
-    keys: list[tuple[int, int, int | None]], entries: list[Entry], exact: list[Group], distance: int
+    keys: list[ContentKey], entries: list[Entry], exact: list[Group], distance: int
 ) -> tuple[list[Group], int]:
     """The groups of images whose perceptual hashes are within `distance` bits of the kept
     one's (near.star_groups: never a chain), each exact group inside one (an image with no
     hash is in its exact group alone); and how many images sat in a crowded bucket."""
-    live = [i for i, key in enumerate(keys) if key[2] is not None]
-    unique, inverse = np.unique(np.array([keys[i][2] for i in live], np.uint64),
+    live = [i for i, key in enumerate(keys) if key.near is not None]
+    unique, inverse = np.unique(np.array([keys[i].near for i in live], np.uint64),
                                 return_inverse=True)  # fmt: skip
     close, crowded = near.close_hashes(unique, distance)
     counts = np.bincount(inverse.ravel(), minlength=len(unique))
@@ -254,11 +270,8 @@ def _near_groups(
     return sorted(groups, key=lambda g: _kept_first(g[0])), int(counts[crowded].sum())
 
 
-def _keys(
-    chunk: list[Entry], dataset: Dataset, options: PackOptions
-) -> list[tuple[int, int, int | None]]:
-    """(crc, size, perceptual hash or None) of each item of a chunk, the hash with --dedup
-    near alone; (0, 0, None) for one the loader refuses."""
+def _keys(chunk: list[Entry], dataset: Dataset, options: PackOptions) -> list[ContentKey]:
+    """The ContentKey of each item of a chunk; (0, 0, None) for one the loader refuses."""
     load, cache, limit = dataset.source.load, {}, max_file_bytes(options.max_pixels)
     keys = []
     items = [item for _, item in chunk]
@@ -267,9 +280,10 @@ def _keys(
             try:
                 loaded = load(item, src, options, cache)
             except ImageError:
-                keys.append((0, 0, None))
+                keys.append(ContentKey(0, 0, None))
                 continue
-            keys.append((*content_key(loaded), _hash(loaded, options)))
+            keys.append(ContentKey(*content_key(loaded), _hash(loaded, options),
+                                   content_digest(loaded)))  # fmt: skip
     return keys
 
 
