@@ -3,10 +3,11 @@
 
     python -m benchmarks.dedup [--workload photos] [--repeat 3] [--json FILE]
 
-Exact detection: one core's loop of content_key and ShardFacts.add (the worker's content key,
-and all it notes of each record) over each photo's bytes just read (medians per image), and
-duplicates.found_in_shards (the parent's grouping) timed inside a one-worker, in-process
-passthrough pack; their share of that pack's CPU time is the row (target TARGET_EXACT).
+Exact detection: one core's loop of content_key with content_digest, and ShardFacts.add (the
+worker's content key and digest, and all it notes of each record) over each photo's bytes just
+read (medians per image), and duplicates.found_in_shards (the parent's grouping) timed inside a
+one-worker, in-process passthrough pack; their share of that pack's CPU time is the row (target
+TARGET_EXACT).
 
 --dedup: 2 workers pack with --dedup none, exact and near, alternated within each repeat, and
 the pre-pass (duplicates.dedup: all --dedup adds, before the plan) is timed inside each pack;
@@ -73,8 +74,8 @@ def _pack(src: str, out: str, **options) -> float:
 
 def exact_cost(src: str, out: str, paths: list[str], repeat: int) -> dict:
     """The share of a one-worker, in-process passthrough pack's CPU spent keying contents and
-    grouping the keys, and with the other facts (one core's loop of content_key and
-    ShardFacts.add over the same bytes, each image's median: timed inside the pack, they would
+    grouping the keys, and with the other facts (one core's loop of content_key, content_digest
+    and ShardFacts.add over the same bytes, each image's median: timed inside the pack, they would
     count the waits for the interpreter's lock while its writer thread holds it)."""
     features = {"width": 1, "height": 1, "format": "jpeg", "channels": 3}
     rows = []
@@ -85,6 +86,7 @@ def exact_cost(src: str, out: str, paths: list[str], repeat: int) -> dict:
                 data = f.read()  # in the cache as in the worker, which has just read it
             start = time.perf_counter()
             facts.content_key(data)
+            facts.content_digest(data)
             keyed = time.perf_counter()
             notes.add(position, data, features)
             adds.append(time.perf_counter() - keyed)
@@ -210,35 +212,39 @@ def copies_report(row: dict) -> list[str]:
     said = [f"copies of {ORIGINALS} images against distinct files, {row['images']:,} small "
             f"JPEGs each, `pack --workers {WORKERS}` whole processes, median CPU of "
             f"{row['repeat']} A B runs:", "",
-            "| shardpack | copies CPU s | distinct CPU s | copies / distinct |",
-            "|---|---:|---:|---:|"]  # fmt: skip
+            "| shardpack | copies CPU s | distinct CPU s | copies / distinct | mean of pairs' "
+            "copies - distinct, s |", "|---|---:|---:|---:|---:|"]  # fmt: skip
     for name in ("this", "against"):
         if name in row:
-            r = row[name]
+            r, runs = row[name], row[name]["runs"]
+            paired = statistics.mean(c - d for c, d in zip(*runs.values(), strict=True))
             said.append(f"| {name} | {r['copies_cpu_s']:.2f} | {r['distinct_cpu_s']:.2f} | "
-                        f"{r['ratio']:.2f}x (target {TARGET_COPIES}x) |")  # fmt: skip
+                        f"{r['ratio']:.2f}x (target {TARGET_COPIES}x) | "
+                        f"{paired:+.2f} |")  # fmt: skip
     return said
 
 
-def report(exact: dict, rows: list[dict], decode_us: float, count: int, argv: list[str]) -> str:
+def report(exact: dict, rows: list[dict], decode_us: float | None, count: int,
+           argv: list[str]) -> str:  # fmt: skip
     said = [f"`python -m benchmarks.dedup {' '.join(argv)}`, {count:,} photos, "
             f"{os.cpu_count()} cores", "",
             f"exact detection, passthrough, 1 worker: pack {exact['pack_s']:.2f} s, "
-            f"{exact['pack_cpu_us_per_image']:.0f} µs of CPU per image; content key "
-            f"{exact['key_us_per_image']:.1f} µs/image in the worker, grouping "
+            f"{exact['pack_cpu_us_per_image']:.0f} µs of CPU per image; content key and "
+            f"digest {exact['key_us_per_image']:.1f} µs/image in the worker, grouping "
             f"{exact['parent_us_per_image']:.1f} µs/image in the parent: "
             f"{exact['share']:.1%} of the pack (target {TARGET_EXACT:.0%}); with the other facts "
             f"(statistics, {exact['facts_us_per_image']:.1f} µs/image with the key) "
-            f"{exact['facts_share']:.1%}", "",
-            "| --encode | pack s (--dedup none) | --dedup exact: pre-pass µs/image | "
-            "--dedup near: pre-pass µs/image |",
-            "|---|---:|---:|---:|"]  # fmt: skip
+            f"{exact['facts_share']:.1%}"]  # fmt: skip
+    if rows:
+        said += ["", "| --encode | pack s (--dedup none) | --dedup exact: pre-pass µs/image | "
+                 "--dedup near: pre-pass µs/image |", "|---|---:|---:|---:|"]  # fmt: skip
     for r in rows:
         wall = r["none"]["pack_s"]
         ex, near = (r[m]["prepass_us_per_image"] for m in ("exact", "near"))
         said.append(f"| {r['encode']} | {wall:.2f} | {ex:.0f} (+{ex * count / 1e6 / wall:.0%}) "
                     f"| {near:.0f} (+{near * count / 1e6 / wall:.0%}) |")  # fmt: skip
-    said += ["", f"one core's full decode of the same photos: {decode_us:.0f} µs/image"]
+    if decode_us is not None:
+        said += ["", f"one core's full decode of the same photos: {decode_us:.0f} µs/image"]
     return "\n".join(said)
 
 
@@ -250,32 +256,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--copies", type=int, default=COPIES, help="files in each copies tree")
     parser.add_argument("--against", help="another shardpack checkout to pair the copies row with")
-    parser.add_argument("--only", choices=("copies",), help="run this row alone")
+    parser.add_argument("--only", choices=("copies", "exact"), help="run this row alone")
     parser.add_argument(
         "--cache", default=os.path.join(os.path.dirname(__file__), "..", "bench-out")
     )
     args = parser.parse_args(argv)
     cache = os.path.abspath(args.cache)
-    copies = copies_cost(cache, args.copies, args.repeat, args.against)
-    if args.only == "copies":
-        print("\n".join(copies_report(copies)))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"copies": copies}, f, indent=1)
-        return 0
-    workload = ensure(args.workload, cache)
-    paths = image_files(workload.path)
-    out = os.path.join(cache, "runs", "dedup")
-    exact = exact_cost(workload.path, out, paths, args.repeat)
-    rows = [dedup_cost(workload.path, out, len(paths), e, args.repeat) for e in ("keep", "jpeg")]
-    decode_us = full_decode_us(paths[:500])
-    shutil.rmtree(out, ignore_errors=True)
-    print(report(exact, rows, decode_us, len(paths), argv))
-    print("\n".join(["", *copies_report(copies)]))
+    found: dict = {}
+    said = []
+    if args.only in (None, "exact"):
+        workload = ensure(args.workload, cache)
+        paths = image_files(workload.path)
+        out = os.path.join(cache, "runs", "dedup")
+        found["exact"] = exact_cost(workload.path, out, paths, args.repeat)
+        if args.only is None:
+            found["dedup"] = [dedup_cost(workload.path, out, len(paths), e, args.repeat)
+                              for e in ("keep", "jpeg")]  # fmt: skip
+            found["full_decode_us"] = full_decode_us(paths[:500])
+        shutil.rmtree(out, ignore_errors=True)
+        said.append(report(found["exact"], found.get("dedup", []), found.get("full_decode_us"),
+                           len(paths), argv))  # fmt: skip
+    if args.only in (None, "copies"):
+        found["copies"] = copies_cost(cache, args.copies, args.repeat, args.against)
+        said.append("\n".join(copies_report(found["copies"])))
+    print("\n\n".join(said))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"exact": exact, "dedup": rows, "full_decode_us": decode_us,
-                       "copies": copies}, f, indent=1)  # fmt: skip
+            json.dump(found, f, indent=1)
     return 0
 
 
