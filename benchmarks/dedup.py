@@ -88,7 +88,7 @@ def exact_cost(src: str, out: str, paths: list[str], repeat: int) -> dict:
             facts.content_key(data)
             facts.content_digest(data)
             keyed = time.perf_counter()
-            notes.add(position, data, features)
+            notes.add(position, data, features, 1)  # the orientation probe read
             adds.append(time.perf_counter() - keyed)
             keys.append(keyed - start)
         # medians: a call of a few µs that the scheduler preempts would count milliseconds

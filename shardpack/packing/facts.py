@@ -11,7 +11,6 @@ import numpy as np
 import xxhash
 
 from shardpack.crc import crc32c
-from shardpack.images import _jpeg_orientation
 
 # One row per item of the shard, in the plan's order; size 0: the item was not written;
 # mtime 0: its file has no stamp; digest: content_digest's 16 bytes.
@@ -61,8 +60,11 @@ class ShardFacts:
         self.stamps = stamps
         self.counts: Counter[tuple[str, str]] = Counter()
 
-    def add(self, position: int, loaded: bytes | np.ndarray, features: dict) -> None:
-        """Note the record of the shard's `position`-th item."""
+    def add(
+        self, position: int, loaded: bytes | np.ndarray, features: dict, orientation: int | None
+    ) -> None:
+        """Note the record of the shard's `position`-th item; `orientation`: the EXIF one its
+        header probe read (images.ImageInfo: a JPEG's; None for others, not counted)."""
         crc, size = content_key(loaded)
         stamp = self.stamps[position]  # of another size: the file changed as it was read
         mtime = stamp[1] if stamp is not None and stamp[0] == size else 0
@@ -70,8 +72,8 @@ class ShardFacts:
                                 features["height"], mtime)  # fmt: skip
         self.counts["format", features["format"]] += 1
         self.counts["channels", str(features["channels"])] += 1
-        if isinstance(loaded, bytes) and loaded[:2] == b"\xff\xd8":  # EXIF: JPEG's alone here
-            self.counts["orientation", str(_jpeg_orientation(loaded))] += 1
+        if orientation is not None:
+            self.counts["orientation", str(orientation)] += 1
 
     def content(self) -> bytes:
         return self.table.tobytes()

@@ -106,7 +106,7 @@ def write_shard(
             for done, item in enumerate(spec.items, 1):
                 try:
                     loaded = source.load(item, src, options, cache)
-                    features = _features(item, loaded, options)
+                    features, orientation = _features(item, loaded, options)
                     features.update(_fields(item, schema))
                 except ImageError as e:
                     if options.on_error == "fail":
@@ -116,7 +116,7 @@ def write_shard(
                     writer.write(features)
                     _count(counts, item.label)
                     lossless += _made_lossless(loaded, features["format"], options)
-                    facts.add(done - 1, loaded, features)
+                    facts.add(done - 1, loaded, features, orientation)
                 progress.update(done)
     finally:
         progress.close()
@@ -138,15 +138,19 @@ def write_shard(
     )
 
 
-def _features(item: Item, loaded: bytes | np.ndarray, options: PackOptions) -> dict[str, object]:
+def _features(
+    item: Item, loaded: bytes | np.ndarray, options: PackOptions
+) -> tuple[dict[str, object], int | None]:
     """Build one record's image features from what the source loaded (an image file's bytes,
-    or RGB pixels), or raise ImageError naming the item and the reason."""
+    or RGB pixels), or raise ImageError naming the item and the reason; and the EXIF
+    orientation the header probe read (a JPEG's alone, for the facts: None for others)."""
+    orientation = None
     if isinstance(loaded, bytes):
-        image, fmt, (height, width, channels) = _from_bytes(item, loaded, options)
+        image, fmt, (height, width, channels), orientation = _from_bytes(item, loaded, options)
     else:
         _filter(item, *loaded.shape[:2], options)
         image, fmt, (height, width, channels) = _reencode(loaded, options, "png", order="rgb")
-    return {
+    features = {
         "image": image,
         "height": height,
         "width": width,
@@ -154,6 +158,7 @@ def _features(item: Item, loaded: bytes | np.ndarray, options: PackOptions) -> d
         "format": fmt,
         "key": os.fsencode(item.key),
     }
+    return features, orientation
 
 
 def _made_lossless(loaded: bytes | np.ndarray, fmt: str, options: PackOptions) -> bool:
@@ -176,7 +181,11 @@ def _count(counts: list[int], label: int | tuple[int, ...] | None) -> None:
         counts[one] += 1
 
 
-def _from_bytes(item: Item, data: bytes, options: PackOptions) -> tuple[bytes, str, tuple]:
+def _from_bytes(
+    item: Item, data: bytes, options: PackOptions
+) -> tuple[bytes, str, tuple, int | None]:
+    """The record's image, format and (height, width, channels) from an image file's bytes,
+    and the EXIF orientation its header probe read (None: not a JPEG)."""
     try:
         info = images.probe(data)  # sniffs the format, then reads the header
         if info is None:
@@ -189,7 +198,7 @@ def _from_bytes(item: Item, data: bytes, options: PackOptions) -> tuple[bytes, s
         if passthrough:
             if options.check == "decode":  # every pixel decoded, the bytes kept as they are
                 _check_decode(data, info, options.max_pixels)
-            return data, fmt, (info.height, info.width, info.channels)
+            return data, fmt, (info.height, info.width, info.channels), info.orientation
         # Re-encoding turns the image upright (decode applies its EXIF orientation), so the size
         # it gets comes from the upright size: the decoded pixels' (where None), or for a JPEG
         # that libjpeg may decode scaled down, the header's turned by that orientation.
@@ -203,7 +212,7 @@ def _from_bytes(item: Item, data: bytes, options: PackOptions) -> tuple[bytes, s
         # what TensorFlow decodes is kept as it is; what it cannot becomes PNG, losslessly
         keep_format = fmt if fmt in ("jpeg", "png") and info.tf_readable else "png"
         pixels = images.decode(data, reduce, order, options.max_pixels)
-        return _reencode(pixels, options, keep_format, where, order)
+        return (*_reencode(pixels, options, keep_format, where, order), info.orientation)
     except images.BadImage as e:
         raise ImageError(item.key, str(e)) from None
 
