@@ -3,15 +3,22 @@
 
     python -m benchmarks.dedup [--workload photos] [--repeat 3] [--json FILE]
 
-Exact detection: one core's loop of content_key and ShardFacts.add (the worker's content key,
-and all it notes of each record) over each photo's bytes just read (medians per image), and
-duplicates.found_in_shards (the parent's grouping) timed inside a one-worker, in-process
-passthrough pack; their share of that pack's CPU time is the row (target TARGET_EXACT).
+Exact detection: one core's loop of content_key with content_digest, and ShardFacts.add (the
+worker's content key and digest, and all it notes of each record) over each photo's bytes just
+read (medians per image), and duplicates.found_in_shards (the parent's grouping) timed inside a
+one-worker, in-process passthrough pack; their share of that pack's CPU time is the row (target
+TARGET_EXACT).
 
 --dedup: 2 workers pack with --dedup none, exact and near, alternated within each repeat, and
 the pre-pass (duplicates.dedup: all --dedup adds, before the plan) is timed inside each pack;
 its median per image is the row, with its share of the --dedup none pack's median wall; beside
 them, one core's full decode of the same photos (what the re-encoding pack pays per image).
+
+Copies (issue 35): `--copies N` small JPEGs that are each one of ten images against N distinct
+ones, each packed by a whole `shardpack pack --workers 2` process, alternated (A B A B); the row
+is each one's median CPU time (user + system, the workers included: the machine is shared, so
+not the wall) and their ratio (target TARGET_COPIES). `--against DIR` pairs every pack with the
+same pack by the shardpack checked out at DIR (before/after); `--only copies` runs this row alone.
 """
 
 from __future__ import annotations
@@ -19,11 +26,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections import defaultdict
+
+import cv2
+import numpy as np
 
 from benchmarks.workloads import ensure, image_files
 from shardpack import PackOptions, images, pack
@@ -32,6 +44,10 @@ from shardpack.packing import duplicates, facts
 # issue 27: exact detection costs at most 2% of the passthrough pack.
 TARGET_EXACT = 0.02
 WORKERS = 2
+# issue 35: a pack whose files are copies of ten images costs at most 1.2x the distinct one.
+TARGET_COPIES = 1.2
+COPIES = 30_000
+ORIGINALS = 10
 
 
 def _timed(spent: dict, module: object, name: str) -> None:
@@ -58,8 +74,8 @@ def _pack(src: str, out: str, **options) -> float:
 
 def exact_cost(src: str, out: str, paths: list[str], repeat: int) -> dict:
     """The share of a one-worker, in-process passthrough pack's CPU spent keying contents and
-    grouping the keys, and with the other facts (one core's loop of content_key and
-    ShardFacts.add over the same bytes, each image's median: timed inside the pack, they would
+    grouping the keys, and with the other facts (one core's loop of content_key, content_digest
+    and ShardFacts.add over the same bytes, each image's median: timed inside the pack, they would
     count the waits for the interpreter's lock while its writer thread holds it)."""
     features = {"width": 1, "height": 1, "format": "jpeg", "channels": 3}
     rows = []
@@ -70,8 +86,9 @@ def exact_cost(src: str, out: str, paths: list[str], repeat: int) -> dict:
                 data = f.read()  # in the cache as in the worker, which has just read it
             start = time.perf_counter()
             facts.content_key(data)
+            facts.content_digest(data)
             keyed = time.perf_counter()
-            notes.add(position, data, features)
+            notes.add(position, data, features, 1)  # the orientation probe read
             adds.append(time.perf_counter() - keyed)
             keys.append(keyed - start)
         # medians: a call of a few µs that the scheduler preempts would count milliseconds
@@ -128,25 +145,106 @@ def full_decode_us(paths: list[str]) -> float:
     return (time.perf_counter() - start) / len(blobs) * 1e6
 
 
-def report(exact: dict, rows: list[dict], decode_us: float, count: int, argv: list[str]) -> str:
+def _small_jpeg(seed: int) -> bytes:
+    """A 32x32 JPEG of noise and a block (CIFAR's size, ~1.5 kB): distinct for each seed."""
+    rng = np.random.default_rng((seed, 35))
+    pixels = rng.integers(0, 256, (32, 32, 3), np.uint8)
+    pixels[: rng.integers(4, 28), : rng.integers(4, 28)] = rng.integers(0, 256, 3)
+    return cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
+
+
+def copies_trees(cache: str, count: int) -> tuple[str, str]:
+    """Two class-folder trees of `count` files: each file one of ORIGINALS images (written as
+    files of their own, not links), and each file distinct; made once, then cached."""
+    trees = []
+    for kind in ("copies", "distinct"):
+        root = os.path.join(cache, "workloads", f"{kind}-{count}")
+        trees.append(root)
+        if os.path.exists(os.path.join(root, ".done")):
+            continue
+        shutil.rmtree(root, ignore_errors=True)
+        for i in range(count):
+            folder = os.path.join(root, f"class_{i % 10}")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, f"{i:06d}.jpg"), "wb") as f:
+                f.write(_small_jpeg(i % ORIGINALS if kind == "copies" else i))
+        with open(os.path.join(root, ".done"), "w"):
+            pass
+    return trees[0], trees[1]
+
+
+def _pack_cpu(src: str, out: str, code: str | None) -> float:
+    """CPU seconds (user + system) of one whole `shardpack pack` process and its workers, run
+    with the shardpack at `code` (None: this one)."""
+    code = code or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": code}
+    shutil.rmtree(out, ignore_errors=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # run in `code`: `python -m` puts the working folder first on the path
+    subprocess.run([sys.executable, "-m", "shardpack", "pack", src, out, "--workers",
+                    str(WORKERS), "--no-progress"], env=env, cwd=code, check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def copies_cost(cache: str, count: int, repeat: int, against: str | None) -> dict:
+    """Median CPU seconds of packing the copies tree and the distinct one, alternated, with
+    this shardpack and (`against`) the one at that folder."""
+    copies, distinct = copies_trees(cache, count)
+    out = os.path.join(cache, "runs", "copies")
+    codes = {"this": None, **({"against": os.path.abspath(against)} if against else {})}
+    cpu: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for _ in range(repeat):
+        for name, code in codes.items():
+            for kind, src in (("copies", copies), ("distinct", distinct)):
+                cpu[name, kind].append(_pack_cpu(src, out, code))
+    shutil.rmtree(out, ignore_errors=True)
+    row: dict = {"images": count, "repeat": repeat}
+    for name in codes:
+        c, d = (statistics.median(cpu[name, kind]) for kind in ("copies", "distinct"))
+        runs = {kind: cpu[name, kind] for kind in ("copies", "distinct")}
+        row[name] = {"copies_cpu_s": c, "distinct_cpu_s": d, "ratio": c / d, "runs": runs}
+    return row
+
+
+def copies_report(row: dict) -> list[str]:
+    said = [f"copies of {ORIGINALS} images against distinct files, {row['images']:,} small "
+            f"JPEGs each, `pack --workers {WORKERS}` whole processes, median CPU of "
+            f"{row['repeat']} A B runs:", "",
+            "| shardpack | copies CPU s | distinct CPU s | copies / distinct | mean of pairs' "
+            "copies - distinct, s |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+    for name in ("this", "against"):
+        if name in row:
+            r, runs = row[name], row[name]["runs"]
+            paired = statistics.mean(c - d for c, d in zip(*runs.values(), strict=True))
+            said.append(f"| {name} | {r['copies_cpu_s']:.2f} | {r['distinct_cpu_s']:.2f} | "
+                        f"{r['ratio']:.2f}x (target {TARGET_COPIES}x) | "
+                        f"{paired:+.2f} |")  # fmt: skip
+    return said
+
+
+def report(exact: dict, rows: list[dict], decode_us: float | None, count: int,
+           argv: list[str]) -> str:  # fmt: skip
     said = [f"`python -m benchmarks.dedup {' '.join(argv)}`, {count:,} photos, "
             f"{os.cpu_count()} cores", "",
             f"exact detection, passthrough, 1 worker: pack {exact['pack_s']:.2f} s, "
-            f"{exact['pack_cpu_us_per_image']:.0f} µs of CPU per image; content key "
-            f"{exact['key_us_per_image']:.1f} µs/image in the worker, grouping "
+            f"{exact['pack_cpu_us_per_image']:.0f} µs of CPU per image; content key and "
+            f"digest {exact['key_us_per_image']:.1f} µs/image in the worker, grouping "
             f"{exact['parent_us_per_image']:.1f} µs/image in the parent: "
             f"{exact['share']:.1%} of the pack (target {TARGET_EXACT:.0%}); with the other facts "
             f"(statistics, {exact['facts_us_per_image']:.1f} µs/image with the key) "
-            f"{exact['facts_share']:.1%}", "",
-            "| --encode | pack s (--dedup none) | --dedup exact: pre-pass µs/image | "
-            "--dedup near: pre-pass µs/image |",
-            "|---|---:|---:|---:|"]  # fmt: skip
+            f"{exact['facts_share']:.1%}"]  # fmt: skip
+    if rows:
+        said += ["", "| --encode | pack s (--dedup none) | --dedup exact: pre-pass µs/image | "
+                 "--dedup near: pre-pass µs/image |", "|---|---:|---:|---:|"]  # fmt: skip
     for r in rows:
         wall = r["none"]["pack_s"]
         ex, near = (r[m]["prepass_us_per_image"] for m in ("exact", "near"))
         said.append(f"| {r['encode']} | {wall:.2f} | {ex:.0f} (+{ex * count / 1e6 / wall:.0%}) "
                     f"| {near:.0f} (+{near * count / 1e6 / wall:.0%}) |")  # fmt: skip
-    said += ["", f"one core's full decode of the same photos: {decode_us:.0f} µs/image"]
+    if decode_us is not None:
+        said += ["", f"one core's full decode of the same photos: {decode_us:.0f} µs/image"]
     return "\n".join(said)
 
 
@@ -156,22 +254,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", default="photos")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--copies", type=int, default=COPIES, help="files in each copies tree")
+    parser.add_argument("--against", help="another shardpack checkout to pair the copies row with")
+    parser.add_argument("--only", choices=("copies", "exact"), help="run this row alone")
     parser.add_argument(
         "--cache", default=os.path.join(os.path.dirname(__file__), "..", "bench-out")
     )
     args = parser.parse_args(argv)
     cache = os.path.abspath(args.cache)
-    workload = ensure(args.workload, cache)
-    paths = image_files(workload.path)
-    out = os.path.join(cache, "runs", "dedup")
-    exact = exact_cost(workload.path, out, paths, args.repeat)
-    rows = [dedup_cost(workload.path, out, len(paths), e, args.repeat) for e in ("keep", "jpeg")]
-    decode_us = full_decode_us(paths[:500])
-    shutil.rmtree(out, ignore_errors=True)
-    print(report(exact, rows, decode_us, len(paths), argv))
+    found: dict = {}
+    said = []
+    if args.only in (None, "exact"):
+        workload = ensure(args.workload, cache)
+        paths = image_files(workload.path)
+        out = os.path.join(cache, "runs", "dedup")
+        found["exact"] = exact_cost(workload.path, out, paths, args.repeat)
+        if args.only is None:
+            found["dedup"] = [dedup_cost(workload.path, out, len(paths), e, args.repeat)
+                              for e in ("keep", "jpeg")]  # fmt: skip
+            found["full_decode_us"] = full_decode_us(paths[:500])
+        shutil.rmtree(out, ignore_errors=True)
+        said.append(report(found["exact"], found.get("dedup", []), found.get("full_decode_us"),
+                           len(paths), argv))  # fmt: skip
+    if args.only in (None, "copies"):
+        found["copies"] = copies_cost(cache, args.copies, args.repeat, args.against)
+        said.append("\n".join(copies_report(found["copies"])))
+    print("\n\n".join(said))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"exact": exact, "dedup": rows, "full_decode_us": decode_us}, f, indent=1)
+            json.dump(found, f, indent=1)
     return 0
 
 

@@ -134,7 +134,7 @@ def profile_case(name: str, encode: str, count: int, cache: str, use_tf: bool) -
         t7 = clock()
         sha.update(framed)
         t8 = clock()
-        notes.add(0, data if path is not None else rgb, features)
+        notes.add(0, data if path is not None else rgb, features, 1)  # probe's orientation
         noted = clock()
         out.write(framed)
         t9 = clock()

@@ -84,6 +84,7 @@ class ImageInfo:
     width: int
     channels: int
     tf_readable: bool = True
+    orientation: int | None = None  # the EXIF orientation of a JPEG (1: none); others: None
 
 
 def max_file_bytes(max_pixels: int) -> int:
@@ -192,7 +193,7 @@ _SEGMENT = struct.Struct(">BBH").unpack_from
 
 
 def _probe_jpeg(data: bytes) -> ImageInfo:
-    pos, info, size = 2, None, len(data)
+    pos, frame, size, orientation = 2, None, len(data), None
     while pos + 4 <= size:
         ff, marker, length = _SEGMENT(data, pos)
         if ff != 0xFF:
@@ -215,16 +216,18 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
             if not height or not width:
                 raise BadImage(f"corrupt JPEG: frame of {width}x{height} pixels")
             readable = marker in _TF_JPEG_FRAMES and channels in (1, 3) and precision == 8
-            info = ImageInfo("jpeg", height, width, channels, readable)
+            frame = (height, width, channels, readable)
+        elif marker == 0xE1 and orientation is None and data[pos + 4 : pos + 10] == _EXIF_NAME:
+            orientation = _exif_orientation(data[pos + 10 : end])  # the first EXIF, as OpenCV
         elif marker == 0xDA:  # start of scan: the entropy-coded data follows
-            if info is None:
+            if frame is None:
                 raise BadImage("corrupt JPEG: image data before any frame header")
             # Entropy-coded bytes stuff every 0xFF with 0x00, so FF D9 can only be the end marker.
             # It is almost always in the last bytes: look there first, not through the whole scan.
             tail = max(end, size - _EOI_TAIL)
             if data.rfind(b"\xff\xd9", tail) < 0 and data.find(b"\xff\xd9", end, tail + 2) < 0:
                 raise BadImage("truncated JPEG (no end-of-image marker)")
-            return info
+            return ImageInfo("jpeg", *frame, orientation or 1)
         pos = end
     raise BadImage("truncated JPEG (no image data)")
 
@@ -337,9 +340,10 @@ def jpeg_upright_size(data: bytes, info: ImageInfo) -> tuple[int, int]:
     """(height, width) of a JPEG once its EXIF orientation is applied: the size decode() gives.
 
     libjpeg scales the image as stored and OpenCV turns it afterwards, so a scaled-down decode
-    is planned from this size, not the header's.
+    is planned from this size, not the header's. The orientation is the one probe read in
+    `info` (of `data`).
     """
-    if _jpeg_orientation(data) in _QUARTER_TURNS:
+    if info.orientation in _QUARTER_TURNS:
         return info.width, info.height
     return info.height, info.width
 
@@ -378,34 +382,15 @@ class Turn:
 def stored_turn(data: bytes) -> Turn | None:
     """The Turn (displayed onto stored) of a JPEG whose EXIF orientation is other than upright;
     None for any other."""
-    orientation = _jpeg_orientation(data) if data[:2] == b"\xff\xd8" else 1
+    info = probe(data) if data[:2] == b"\xff\xd8" else None
+    orientation = info.orientation if info is not None and info.orientation else 1
     return Turn(orientation) if orientation in _STORED_AXES and orientation != 1 else None
 
 
-def _jpeg_orientation(data: bytes) -> int:
-    """The EXIF orientation OpenCV applies to a JPEG (1, upright, if there is none).
-
-    Read where OpenCV 5 reads it: the first APP1 segment named "Exif" (XMP is APP1 too), and
-    the tag in the first IFD of the TIFF structure that follows the name.
-    """
-    pos, size = 2, len(data)
-    while pos + 4 <= size:
-        ff, marker, length = _SEGMENT(data, pos)
-        if ff != 0xFF or marker == 0xDA:  # the image data starts: no EXIF after it counts
-            return 1
-        if marker == 0xFF:
-            pos += 1
-        elif marker == 0x01 or 0xD0 <= marker <= 0xD8:
-            pos += 2
-        elif marker == 0xE1 and data[pos + 4 : pos + 10] == _EXIF_NAME:
-            return _exif_orientation(data[pos + 10 : pos + 2 + length])
-        else:
-            pos += 2 + length
-    return 1
-
-
 def _exif_orientation(tiff: bytes) -> int:
-    """The Orientation tag in the first IFD of an EXIF block, or 1 if it holds none."""
+    """The Orientation tag in the first IFD of an EXIF block, or 1 if it holds none. Read
+    where OpenCV 5 reads it: probe passes it the first APP1 segment named "Exif" (XMP is APP1
+    too) before the image data."""
     order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
     if order is None:
         return 1

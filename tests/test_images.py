@@ -201,7 +201,7 @@ def _frame_markers(data: bytes) -> set[int]:
 @pytest.mark.heavy
 def test_probe_jpeg(data, channels, frame):
     assert _frame_markers(data) == {frame}  # the fixture is the kind of JPEG it claims to be
-    assert probe(data) == ImageInfo("jpeg", 24, 32, channels, tf_readable=True)
+    assert probe(data) == ImageInfo("jpeg", 24, 32, channels, tf_readable=True, orientation=1)
     assert _tf().io.decode_jpeg(data, channels=0).shape == (24, 32, channels)
 
 
@@ -300,7 +300,7 @@ def _with_exif_eoi(data: bytes) -> bytes:
 @pytest.mark.heavy
 def test_exif_segment_holding_ff_d9_does_not_hide_a_truncated_scan():
     data = _with_exif_eoi(_jpeg())
-    assert probe(data) == ImageInfo("jpeg", 48, 64, 3)
+    assert probe(data) == ImageInfo("jpeg", 48, 64, 3, orientation=1)
     assert _tf().io.decode_jpeg(data).shape == (48, 64, 3)  # the fixture is a valid JPEG
     start = _scan_start(data)
     assert data.find(b"\xff\xd9") < start  # an FF D9 sits before the scan...

@@ -94,7 +94,7 @@ def entries(plan: Plan, results: list[ShardResult]) -> dict[str, Entry]:
 def with_copies(
     shards: dict[str, Entry], groups: list[list[tuple]], unknown: frozenset[str]
 ) -> dict[str, Entry]:
-    """The entries with each record's "copy": a number its exact copies (confirmed by sha256)
+    """The entries with each record's "copy": a number its exact copies (confirmed by digest)
     share, 0 for none known, so that the next grow reads one of them for all; those of the
     `unknown` shards (rewritten: their old records' bytes are not the items' now) all 0."""
     number = {member[1]: i for i, group in enumerate(groups, 1) for member in group}

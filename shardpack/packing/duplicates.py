@@ -1,16 +1,17 @@
-"""Exact duplicates: images with the same bytes, found from the content keys the workers note
-(facts.py: CRC32C and size), confirmed by sha256 of the candidates alone, and --dedup exact
-(or near: also images whose perceptual hashes are close, near.py), which keeps one image of
-each group and skips the others before the plan is made."""
+"""Exact duplicates: images with the same bytes, found from what the workers note of each
+record they write (facts.py: size and a digest of all its bytes; the parent groups them and
+reads nothing), and --dedup exact (or near: also images whose perceptual hashes are close,
+near.py), which keeps one image of each group and skips the others before the plan is made:
+its candidates (alike in CRC32C and size) confirmed by the digest of their bytes."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from shardpack.errors import ImageError, printable
 from shardpack.images import BadImage, max_file_bytes
 from shardpack.options import PackOptions
 from shardpack.packing import near
-from shardpack.packing.facts import content_bytes, content_key, table
+from shardpack.packing.facts import content_digest, content_key, table
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Dataset, Item
 
@@ -32,6 +33,18 @@ HASH_CHUNK = 256
 
 # The groups of copies that carry more than one label index.json names (the count has all).
 MAX_LISTED_CONFLICTS = 20
+
+
+class ContentKey(NamedTuple):
+    """What an item read in the packing process is known by: its content key (crc, size), its
+    perceptual hash (--dedup near alone) and the digest of its bytes (facts.py); a held item
+    that a grow knows from contents.json has no digest (None)."""
+
+    crc: int
+    size: int
+    near: int | None
+    digest: bytes | None = None
+
 
 Entry = tuple[str, Item]  # (split, item)
 Member = tuple[str, str, object]  # (split, key, label) of a copy
@@ -55,18 +68,25 @@ def _member(entry: Entry) -> Member:
     return split, item.key, item.label
 
 
-def candidates(crc: np.ndarray, size: np.ndarray) -> list[np.ndarray]:
-    """Positions that share (crc, size) with another, one array each; size 0 (nothing noted)
-    never. A sort of one 64-bit key: a million items in well under a second."""
+def candidates(size: np.ndarray, *keys: np.ndarray) -> list[np.ndarray]:
+    """Positions that share their size and each of `keys` (columns as long) with another, one
+    array each; size 0 (nothing noted) never. A sort: a million items in well under a second."""
     live = np.flatnonzero(size > 0)
-    # a size past 2**32 wraps: a false candidate more at worst, which sha256 then tells apart
-    key = (size[live].astype(np.uint64) << np.uint64(32)) | crc[live].astype(np.uint64)
-    order = np.argsort(key, kind="stable")
-    ordered = key[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    counts = np.diff(np.r_[starts, len(ordered)])
+    columns = [column[live] for column in (size, *keys)]
+    order = np.lexsort(columns[::-1])  # lexsort's last key sorts first
+    differ = np.zeros(max(0, len(live) - 1), bool)
+    for column in columns:
+        ordered = column[order]
+        differ |= ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(np.r_[True, differ]) if len(live) else np.zeros(0, np.intp)
+    counts = np.diff(np.r_[starts, len(live)])
     shared = counts > 1
     return [live[order[s : s + c]] for s, c in zip(starts[shared], counts[shared], strict=True)]
+
+
+def _ordered(groups: list[Group]) -> list[Group]:
+    """Each group with its kept copy first, in the order of those."""
+    return sorted((sorted(g, key=_kept_first) for g in groups), key=lambda g: _kept_first(g[0]))
 
 
 def confirm(
@@ -75,15 +95,16 @@ def confirm(
     dataset: Dataset,
     options: PackOptions,
     known: Sequence[int] | None = None,
+    digests: Sequence[bytes | None] | None = None,
 ) -> list[Group]:
-    """Split each candidate set by the sha256 of its bytes, re-read through the source's
-    loader; the groups of two or more, each its kept copy first, in the order of those. One
-    read-ahead serves every set: many pairs of image URLs are fetched many at a time, not a
-    pair at a time. `known`: per entry, a number it shares with the entries already known to
-    hold its bytes (0: none): one of those is read for all (a grow's held copies, contents.py)."""
+    """Split each candidate set by the digest of its bytes (facts.content_digest): the one
+    `digests` gives (read already), else read through the source's loader; the groups of two
+    or more, each its kept copy first, in the order of those. One read-ahead serves every set:
+    many pairs of image URLs are fetched many at a time, not a pair at a time. `known`: per
+    entry, a number it shares with the entries already known to hold its bytes (0: none): one
+    of those is read for all (a grow's held copies, contents.py)."""
     load, cache, limit = dataset.source.load, {}, max_file_bytes(options.max_pixels)
-    groups: list[Group] = []
-    every = []  # per set: the entry read -> the entries it stands for
+    every = []  # per set: the entry digested -> the entries it stands for
     for positions in sets:
         alike: dict[int, list[int]] = defaultdict(list)
         first: dict[int, int] = {}  # known number -> the entry read for it
@@ -91,31 +112,35 @@ def confirm(
             number = known[p] if known is not None else 0
             alike[first.setdefault(number, p) if number else p].append(p)
         every.append(alike)
-    items = (entries[p][1] for alike in every for p in alike)
-    with dataset.root.reading(dataset.source.item_files(items), limit) as src:
-        for alike in every:
-            by_digest: dict[bytes, Group] = defaultdict(list)
-            for p in alike:
-                item = entries[p][1]
-                try:
-                    data = content_bytes(load(item, src, options, cache))
-                except ImageError:  # gone or changed since: not a copy we can vouch for
-                    continue
-                found = by_digest[hashlib.sha256(data).digest()]
-                found += [_member(entries[q]) for q in alike[p]]
-            groups += [sorted(g, key=_kept_first) for g in by_digest.values() if len(g) > 1]
-    return sorted(groups, key=lambda g: _kept_first(g[0]))
+    found = {p: digests[p] for alike in every for p in alike} if digests else {}
+    unread = [p for alike in every for p in alike if found.get(p) is None]
+    with dataset.root.reading(dataset.source.item_files(entries[p][1] for p in unread),
+                              limit) as src:  # fmt: skip
+        for p in unread:
+            try:
+                found[p] = content_digest(load(entries[p][1], src, options, cache))
+            except ImageError:  # gone or changed since: not a copy we can vouch for
+                found[p] = None
+    groups: list[Group] = []
+    for alike in every:
+        by_digest: dict[bytes, Group] = defaultdict(list)
+        for p, stands_for in alike.items():
+            if found[p] is not None:
+                by_digest[found[p]] += [_member(entries[q]) for q in stands_for]
+        groups += [g for g in by_digest.values() if len(g) > 1]
+    return _ordered(groups)
 
 
-def found_in_shards(
-    plan: Plan, results: list[ShardResult], dataset: Dataset, options: PackOptions
-) -> list[Group]:
-    """The groups of exact copies among the records the workers wrote."""
+def found_in_shards(plan: Plan, results: list[ShardResult]) -> list[Group]:
+    """The groups of exact copies among the records the workers wrote: those alike in size
+    and digest (the workers digested every byte; nothing is read again here)."""
     by_file = {r.file: r for r in results}
     tables = [table(by_file[spec.file].content, len(spec.items)) for spec in plan.shards]
     rows = np.concatenate(tables) if tables else table(b"", 0)
+    halves = np.ascontiguousarray(rows["digest"]).view("<u8").reshape(-1, 2)
+    sets = candidates(rows["size"], halves[:, 0], halves[:, 1])
     entries = _PlanEntries(plan)
-    return confirm(candidates(rows["crc"], rows["size"]), entries, dataset, options)
+    return _ordered([entries.members(positions) for positions in sets])
 
 
 class _PlanEntries:
@@ -130,6 +155,18 @@ class _PlanEntries:
         shard = int(np.searchsorted(self.starts, position, side="right")) - 1
         spec = self.shards[shard]
         return spec.split, spec.items[position - int(self.starts[shard])]
+
+    def members(self, positions: np.ndarray) -> Group:
+        """The members at these positions, their shards found in one search (not one each:
+        a group may hold most of a dataset)."""
+        shards = np.searchsorted(self.starts, positions, side="right") - 1
+        found = []
+        for shard, at in zip(shards.tolist(), (positions - self.starts[shards]).tolist(),
+                             strict=True):  # fmt: skip
+            spec = self.shards[shard]
+            item = spec.items[at]
+            found.append((spec.split, item.key, item.label))
+        return found
 
 
 def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset, list[Group]]:
@@ -155,7 +192,7 @@ def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset
 
 def find_groups(
     entries: list[Entry],
-    keys: list[tuple[int, int, int | None]],
+    keys: list[ContentKey],
     dataset: Dataset,
     options: PackOptions,
     known: Sequence[int] | None = None,
@@ -163,9 +200,10 @@ def find_groups(
     """The groups of copies among `entries` (whose content keys are `keys`: near ones too with
     --dedup near; `known` as confirm takes it), each its kept copy first; the number of each
     exact copy's exact group; how many images sat in a crowded near bucket."""
-    crc = np.array([k[0] for k in keys], np.uint32)
-    size = np.array([k[1] for k in keys], np.uint64)
-    groups = confirm(candidates(crc, size), entries, dataset, options, known)
+    crc = np.array([k.crc for k in keys], np.uint32)
+    size = np.array([k.size for k in keys], np.uint64)
+    digests = [k.digest for k in keys]
+    groups = confirm(candidates(size, crc), entries, dataset, options, known, digests)
     same = {member: i for i, group in enumerate(groups) for member in group}
     crowded = 0
     if options.dedup == "near":
@@ -196,10 +234,9 @@ def drop_reasons(groups: list[Group], same: dict[Member, int]) -> dict[tuple[str
 
 def content_keys(
     entries: list[Entry], dataset: Dataset, options: PackOptions, threads: int
-) -> list[tuple[int, int, int | None]]:
-    """(crc, size, perceptual hash or None) of each entry's item, read on `threads` threads
-    (reads, CRC32C and OpenCV leave the interpreter's lock); the hash with --dedup near alone;
-    (0, 0, None) for one the loader refuses."""
+) -> list[ContentKey]:
+    """The ContentKey of each entry's item, read on `threads` threads (reads, CRC32C, XXH3
+    and OpenCV leave the interpreter's lock); (0, 0, None) for one the loader refuses."""
     chunks = [entries[i : i + HASH_CHUNK] for i in range(0, len(entries), HASH_CHUNK)]
     with ThreadPoolExecutor(max(1, threads)) as pool:
         return list(itertools.chain.from_iterable(
@@ -207,13 +244,13 @@ def content_keys(
 
 
 def _near_groups(
-    keys: list[tuple[int, int, int | None]], entries: list[Entry], exact: list[Group], distance: int
+    keys: list[ContentKey], entries: list[Entry], exact: list[Group], distance: int
 ) -> tuple[list[Group], int]:
     """The groups of images whose perceptual hashes are within `distance` bits of the kept
     one's (near.star_groups: never a chain), each exact group inside one (an image with no
     hash is in its exact group alone); and how many images sat in a crowded bucket."""
-    live = [i for i, key in enumerate(keys) if key[2] is not None]
-    unique, inverse = np.unique(np.array([keys[i][2] for i in live], np.uint64),
+    live = [i for i, key in enumerate(keys) if key.near is not None]
+    unique, inverse = np.unique(np.array([keys[i].near for i in live], np.uint64),
                                 return_inverse=True)  # fmt: skip
     close, crowded = near.close_hashes(unique, distance)
     counts = np.bincount(inverse.ravel(), minlength=len(unique))
@@ -233,11 +270,8 @@ def _near_groups(
     return sorted(groups, key=lambda g: _kept_first(g[0])), int(counts[crowded].sum())
 
 
-def _keys(
-    chunk: list[Entry], dataset: Dataset, options: PackOptions
-) -> list[tuple[int, int, int | None]]:
-    """(crc, size, perceptual hash or None) of each item of a chunk, the hash with --dedup
-    near alone; (0, 0, None) for one the loader refuses."""
+def _keys(chunk: list[Entry], dataset: Dataset, options: PackOptions) -> list[ContentKey]:
+    """The ContentKey of each item of a chunk; (0, 0, None) for one the loader refuses."""
     load, cache, limit = dataset.source.load, {}, max_file_bytes(options.max_pixels)
     keys = []
     items = [item for _, item in chunk]
@@ -246,9 +280,10 @@ def _keys(
             try:
                 loaded = load(item, src, options, cache)
             except ImageError:
-                keys.append((0, 0, None))
+                keys.append(ContentKey(0, 0, None))
                 continue
-            keys.append((*content_key(loaded), _hash(loaded, options)))
+            keys.append(ContentKey(*content_key(loaded), _hash(loaded, options),
+                                   content_digest(loaded)))  # fmt: skip
     return keys
 
 

@@ -96,7 +96,7 @@ class FreshPack:
         groups = self.groups
         removed = {} if groups is None else duplicates.removed(groups)
         if groups is None:
-            groups = duplicates.found_in_shards(plan, results, dataset, options)
+            groups = duplicates.found_in_shards(plan, results)
         document["duplicates"] = duplicates.summary(groups, sum(removed.values()), options)
         document["warnings"] += duplicates.warnings(document["duplicates"])
         document["summaries"] = split_summaries(plan, results, removed)

@@ -70,7 +70,7 @@ class Change:
     changed: dict[str, list[Item]]  # items whose bytes, label or fields differ, per split
     vanished: int  # packed items SRC no longer has (or, --update, copies it drops)
     touched: frozenset[str]  # shards holding a changed or vanished item
-    read: dict[str, tuple[int, int, int | None]]  # the content keys of the held items read
+    read: dict[str, duplicates.ContentKey]  # the content keys of the held items read
     held: dict[str, tuple[str, int, int, int | None]]  # key -> (shard, position, size, meta)
 
     def summary(self, mode: str, rewritten: int) -> dict[str, object]:
@@ -471,7 +471,7 @@ def _copies(
     new = {item.key for items in change.new.values() for item in items}
     changed = {item.key for items in change.changed.values() for item in items}
     members: list[duplicates.Entry] = []
-    keys: list[tuple[int, int, int | None] | None] = []
+    keys: list[duplicates.ContentKey | None] = []
     known = []  # the number each held item shares with its known copies (0: none, or changed)
     for split in sorted(dataset.splits):
         for item in dataset.splits[split]:
@@ -481,7 +481,9 @@ def _copies(
             elif (found := held.get(item.key)) is not None:
                 file, i, size, _ = found
                 entry = contents[file]
-                keys.append(read.get(item.key) or (entry["crc"][i], size, None))
+                keys.append(
+                    read.get(item.key) or duplicates.ContentKey(entry["crc"][i], size, None)
+                )
                 known.append(0 if item.key in changed else entry["copy"][i])
             else:
                 continue  # skipped when packed: not in the dataset

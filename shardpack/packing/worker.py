@@ -107,7 +107,7 @@ def write_shard(
             for done, item in enumerate(spec.items, 1):
                 try:
                     loaded = source.load(item, src, options, cache)
-                    features, where = _features(item, loaded, options)
+                    features, where, orientation = _features(item, loaded, options)
                     kept = features["image"] is loaded  # stored as it came
                     taken = boxes.moves(loaded, kept, where, source.name) if moved else ()
                     fields, dropped = _fields(item, schema, moved, taken)
@@ -120,7 +120,7 @@ def write_shard(
                     writer.write(features)
                     _count(counts, item.label)
                     lossless += _made_lossless(loaded, features["format"], options)
-                    facts.add(done - 1, loaded, features)
+                    facts.add(done - 1, loaded, features, orientation)
                     if dropped:
                         facts.counts.update({(boxes.DROPPED, r): n for r, n in dropped.items()})
                 progress.update(done)
@@ -146,24 +146,29 @@ def write_shard(
 
 def _features(
     item: Item, loaded: bytes | np.ndarray, options: PackOptions
-) -> tuple[dict[str, object], images.Geometry | None]:
+) -> tuple[dict[str, object], images.Geometry | None, int | None]:
     """Build one record's image features from what the source loaded (an image file's bytes,
-    or RGB pixels), with the geometry its pixels went through (None: as loaded, upright), or
-    raise ImageError naming the item and the reason."""
+    or RGB pixels), with the geometry its pixels went through (None: as loaded, upright) and
+    the EXIF orientation the header probe read (a JPEG's alone, for the facts: None for
+    others), or raise ImageError naming the item and the reason."""
+    orientation = None
     if isinstance(loaded, bytes):
-        image, fmt, (height, width, channels), where = _from_bytes(item, loaded, options)
+        image, fmt, (height, width, channels), where, orientation = _from_bytes(
+            item, loaded, options
+        )
     else:
         _filter(item, *loaded.shape[:2], options)
         image, fmt, (height, width, channels), where = _reencode(loaded, options, "png",
                                                                   order="rgb")  # fmt: skip
-    return {
+    features = {
         "image": image,
         "height": height,
         "width": width,
         "channels": channels,
         "format": fmt,
         "key": os.fsencode(item.key),
-    }, where
+    }
+    return features, where, orientation
 
 
 def _made_lossless(loaded: bytes | np.ndarray, fmt: str, options: PackOptions) -> bool:
@@ -197,7 +202,10 @@ def _count(counts: list[int], label: int | tuple[int, ...] | None) -> None:
 
 def _from_bytes(
     item: Item, data: bytes, options: PackOptions
-) -> tuple[bytes, str, tuple, images.Geometry | None]:
+) -> tuple[bytes, str, tuple, images.Geometry | None, int | None]:
+    """The record's image, format and (height, width, channels) from an image file's bytes,
+    the geometry its pixels went through (None: kept as they are), and the EXIF orientation
+    its header probe read (None: not a JPEG)."""
     try:
         info = images.probe(data)  # sniffs the format, then reads the header
         if info is None:
@@ -210,7 +218,7 @@ def _from_bytes(
         if passthrough:
             if options.check == "decode":  # every pixel decoded, the bytes kept as they are
                 _check_decode(data, info, options.max_pixels)
-            return data, fmt, (info.height, info.width, info.channels), None
+            return data, fmt, (info.height, info.width, info.channels), None, info.orientation
         # Re-encoding turns the image upright (decode applies its EXIF orientation), so the size
         # it gets comes from the upright size: the decoded pixels' (where None), or for a JPEG
         # that libjpeg may decode scaled down, the header's turned by that orientation.
@@ -224,7 +232,7 @@ def _from_bytes(
         # what TensorFlow decodes is kept as it is; what it cannot becomes PNG, losslessly
         keep_format = fmt if fmt in ("jpeg", "png") and info.tf_readable else "png"
         pixels = images.decode(data, reduce, order, options.max_pixels)
-        return _reencode(pixels, options, keep_format, where, order)
+        return (*_reencode(pixels, options, keep_format, where, order), info.orientation)
     except images.BadImage as e:
         raise ImageError(item.key, str(e)) from None
 

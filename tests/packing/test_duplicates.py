@@ -14,8 +14,13 @@ import cv2
 import pytest
 from typer.testing import CliRunner
 
+from shardpack import PackOptions
 from shardpack.cli import app
+from shardpack.packing.fresh import FreshPack
+from shardpack.packing.worker import write_shard
 from shardpack.read.stream import iter_examples
+from shardpack.sources import source_root
+from shardpack.storage import storage_at
 from tests.helpers import image, shard_files, write_image
 
 runner = CliRunner()
@@ -129,6 +134,25 @@ def test_dedup_is_part_of_the_plan_and_resume_keeps_the_facts(src: Path, tmp_pat
     assert resumed["shards_kept"] == 4 and resumed["duplicates"] == first["duplicates"]
     _pack(src, again, "--shards", "2", "--dedup", "exact", "--workers", "1")
     assert shard_files(deduped) == shard_files(again)  # the same copies kept, the same bytes
+
+
+def test_the_packing_process_reads_no_copy_again(src: Path, tmp_path: Path) -> None:
+    """The workers' notes alone confirm the copies: with every copy's file gone once the
+    shards are written, the merge still finds each group, as a pack of the whole SRC does."""
+    tree, out = shutil.copytree(src, tmp_path / "src"), tmp_path / "out"
+    steps = FreshPack(source_root(str(tree)), storage_at(str(out)), PackOptions(shards=2), None)
+    steps.open()
+    planned = steps.plan()
+    dataset = planned.dataset
+    results = [write_shard(spec, planned.options, dataset.root, steps.out, dataset.schema,
+                           dataset.source) for spec in planned.plan.shards]  # fmt: skip
+    for path in {*COPIES, *COPIES.values()}:
+        (tree / path).unlink()
+    steps.merge(planned, results)
+    found = json.loads((out / "index.json").read_text())["duplicates"]
+    whole = _pack(src, tmp_path / "whole", "--shards", "2")["duplicates"]
+    assert (found["groups"], found["images"], found["copies"]) == (3, 7, 4)
+    assert sorted(found["listed"]) == sorted(whole["listed"])
 
 
 def test_distinct_images_have_no_duplicates(tmp_path: Path) -> None:

@@ -246,14 +246,20 @@ def test_many_requests_are_in_flight_while_a_server_takes_its_time(tmp_path):
     assert sum(slow.hits.values()) == 100  # one request an image: none at scan
 
 
-def test_copies_behind_urls_are_confirmed_many_at_a_time(tmp_path):
-    """Exact copies found in the shards are confirmed by reading them again: a pair at a time,
-    each pair a server's latency, before; now every pair through one read-ahead."""
-    with serving(latency=0.05) as slow:
-        result = _pack_urls(tmp_path, slow, [f"/twin/{i}.png" for i in range(40)])
+def test_copies_behind_urls_are_confirmed_without_fetching_them_again(tmp_path):
+    """Exact copies found in the shards are confirmed by the digest the worker took of the
+    bytes it fetched: no URL is fetched twice (before, each copy was fetched again to confirm
+    it). With --dedup exact, the pre-pass fetches each URL and the workers the kept ones:
+    confirming its candidates fetches none again (before, 40 more)."""
+    urls = [f"/twin/{i}.png" for i in range(40)]
+    with serving() as site:
+        result = _pack_urls(tmp_path, site, urls)
     assert result.index.raw["duplicates"]["groups"] == 20
-    assert sum(slow.hits.values()) == 80  # each written, then each confirmed
-    assert slow.most_again >= 4, slow.most_again
+    assert sorted(site.hits.values()) == [1] * 40
+    with serving() as site:
+        result = _pack_urls(tmp_path, site, urls, out="deduped", dedup="exact")
+    assert result.num_records == 20 and result.index.raw["duplicates"]["removed"] == 20
+    assert sum(site.hits.values()) == 40 + 20
 
 
 def test_records_keep_the_plans_order_whatever_arrives_first(tmp_path):

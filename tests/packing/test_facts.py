@@ -1,0 +1,43 @@
+"""What the workers note of each record (packing/facts.py), as a pack's index reports it."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import cv2
+import pytest
+
+from shardpack import PackOptions, pack
+from tests.helpers import image, write_image
+
+
+def _app1(body: bytes) -> bytes:
+    return b"\xff\xe1" + struct.pack(">H", len(body) + 2) + body
+
+
+def _exif(orientation: int) -> bytes:
+    """An APP1 segment of EXIF whose first IFD holds one tag: Orientation (a SHORT)."""
+    tiff = b"II" + struct.pack("<HIH", 42, 8, 1) + struct.pack("<HHIHHI", 0x0112, 3, 1,
+                                                                orientation, 0, 0)  # fmt: skip
+    return _app1(b"Exif\x00\x00" + tiff)
+
+
+@pytest.mark.parametrize("encode", ["keep", "png"])
+def test_orientations_are_the_sources_read_by_the_header_probe(tmp_path: Path, encode: str):
+    """Each JPEG's EXIF orientation as OpenCV reads it (the first EXIF APP1, past an XMP one),
+    whether the bytes pass through or are re-encoded upright; a PNG has none counted."""
+    plain = cv2.imencode(".jpg", image(1, 24, 32))[1].tobytes()
+    xmp = _app1(b"http://ns.adobe.com/xap/1.0/\x00<x:xmpmeta/>")
+    src = tmp_path / "src" / "a"
+    src.mkdir(parents=True)
+    for name, segments in {"plain": b"", "six": _exif(6), "eight": xmp + _exif(8) + _exif(3),
+                           "six_too": _exif(6)}.items():  # fmt: skip
+        (src / f"{name}.jpg").write_bytes(plain[:2] + segments + plain[2:])
+    write_image(src / "p.png", image(2))
+    out = tmp_path / "out"
+    pack(tmp_path / "src", out, PackOptions(encode=encode))
+    summary = json.loads((out / "index.json").read_text())["summaries"]["train"]
+    assert summary["records"] == 5
+    assert summary["orientations"] == {"1": 1, "6": 2, "8": 1}
