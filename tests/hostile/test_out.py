@@ -322,7 +322,8 @@ def test_a_planted_s3_journal_flood_is_listed_once_and_its_records_left_unread(s
     run = _process("pack", str(src), s3.url("out"), "--workers", "1", "--overwrite")
     assert run.returncode == 0, run.stderr
     fetched = s3.fetched(folder)
-    assert fetched[0] == f"{folder}/head.json" and len(fetched) <= 1 + outdir._JOURNAL_SLACK
+    # fetched at once, in any order: the head and a few records at most
+    assert f"{folder}/head.json" in fetched and len(fetched) <= 1 + outdir._JOURNAL_SLACK
     requests = s3.log.read_text(errors="replace").splitlines()[before:]
     listings = [line for line in requests if f"GET /{s3.name}?" in line and
                 "shardpack.journal.d" in line.replace("%2F", "/").replace("%2E", ".")]  # fmt: skip
