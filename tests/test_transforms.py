@@ -426,6 +426,7 @@ def test_threads_decoding_at_once_each_get_their_own_verdict_and_fd_2_back(tmp_p
 # tf_dataset: one size everywhere needs no image_size.
 
 
+@pytest.mark.heavy
 def test_tf_dataset_batches_uniform_images_without_image_size(tmp_path):
     tf = pytest.importorskip("tensorflow")
     from shardpack.read.stream import tf_dataset
@@ -442,6 +443,7 @@ def test_tf_dataset_batches_uniform_images_without_image_size(tmp_path):
     assert mixed["image_size"] is None
 
 
+@pytest.mark.heavy
 def test_tfds_sees_the_one_size_of_a_center_crop(tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
     _photos(tmp_path / "src")

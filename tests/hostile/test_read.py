@@ -243,6 +243,7 @@ def test_a_shard_that_is_not_a_regular_file(tmp_path: Path, kind: str):
     assert fault.reason == "not a regular file (a link or special file)"
 
 
+@pytest.mark.heavy
 def test_tf_dataset_refuses_a_shard_that_is_not_a_regular_file(tmp_path: Path):
     """TensorFlow opens local shards itself: it followed a link out of OUT and read that file's
     records as this dataset's, and waited on a FIFO for ever (hence another Python, timed)."""

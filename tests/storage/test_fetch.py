@@ -26,6 +26,9 @@ from shardpack.storage.srcfiles import FileTooLarge
 from shardpack.storage.urlpolicy import FetchPolicy, opted_out, refusal, status_of
 from tests import helpers
 
+# A loopback HTTP server answering with injected latency: the slow tier's, as the S3 server is.
+pytestmark = pytest.mark.slow
+
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
