@@ -1,6 +1,7 @@
 """The Parquet container end to end: what pack writes is what `datasets` (the Hub's reader),
-pandas and pyarrow read, with Image() and ClassLabel features and the same records shardpack's
-own readers give; Croissant's reader (mlcroissant) loads croissant.json record by record."""
+pandas, pyarrow and DuckDB read, with Image() and ClassLabel features and the same records
+shardpack's own readers give; Croissant's reader (mlcroissant) loads croissant.json record by
+record."""
 
 from __future__ import annotations
 
@@ -123,6 +124,21 @@ def test_pandas_and_pyarrow_read_the_shards(folder_pack: Path):
             metadata = pq.ParquetFile(folder_pack / shard["file"]).metadata
             assert metadata.num_rows == shard["num_records"]
             assert b"huggingface" in metadata.metadata
+
+
+def test_duckdb_reads_the_shards_as_the_index_counts_them(folder_pack: Path):
+    import duckdb
+
+    index = json.loads((folder_pack / "index.json").read_text())
+    for split, entry in index["splits"].items():
+        files = [str(folder_pack / s["file"]) for s in entry["shards"]]
+        rows = duckdb.sql(f"SELECT label, count(*) FROM read_parquet({files!r}) GROUP BY label"
+                          ).fetchall()  # fmt: skip
+        assert dict(rows) == {i: n for i, n in enumerate(entry["class_counts"]) if n}, split
+        ((width, bytes_held),) = duckdb.sql(
+            f"SELECT min(width), bool_and(image.bytes IS NOT NULL) FROM read_parquet({files!r})"
+        ).fetchall()
+        assert width > 0 and bytes_held, (width, bytes_held)
 
 
 def test_verify_inspect_and_random_access_read_it_as_any_container(folder_pack: Path):
