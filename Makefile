@@ -60,6 +60,7 @@ bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.storage
 	$(BIN)/python -m benchmarks.reduced
 	$(BIN)/python -m benchmarks.convert
+	$(BIN)/python -m benchmarks.hub_parquet photos-6000
 	$(BIN)/python -m benchmarks.dedup
 	$(BIN)/python -m benchmarks.near_distance
 

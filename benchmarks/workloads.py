@@ -50,6 +50,7 @@ _SPECS: dict[str, tuple[str, dict]] = {
     "small-jpeg-5k": ("subset", {"from": "small-jpeg", "every": 10}),
     "photos": ("photos", {"count": 3000}),
     "photos-600": ("photos", {"count": 600}),  # the first 600 of photos: the storage pairings
+    "photos-6000": ("photos", {"count": 6000}),  # the Hub Parquet pairing (issue 39's size)
     "photos-large": ("photos", {"count": 16_000}),
     # The listing-scale run: a class-folder tree of a million files, hard links of a few dozen
     # photos (ext4 allows 65,000 links per file), so it costs directory entries, not disk.
