@@ -217,7 +217,7 @@ def _scan_file(
             raise SourceError(f"{path}: its columns differ from the first file's; pack the "
                               "files with unlike columns apart")  # fmt: skip
         wanted = [n for n in parquet.schema_arrow.names if n != columns.image
-                  and n not in columns.left_out]  # fmt: skip
+                  and n not in columns.left_out and n not in columns.derived]  # fmt: skip
         row = 0
         for group, table in enumerate(held_groups(parquet, path, wanted, _REWRITE)):
             meta = parquet.metadata.row_group(group)

@@ -29,6 +29,8 @@ class Columns:
     multi_label: bool
     features: dict[str, Feature]  # every other packed column, in the file's order
     left_out: tuple[str, ...] = ()  # columns not packed (a second image column)
+    # built-in facts a pack wrote beside the image (shardpack's own Parquet): derived anew
+    derived: tuple[str, ...] = ()
     # lists of number lists whose row length the file does not fix: the first row holding
     # one sets it (settle); until then (-1, 1)
     ragged: frozenset[str] = frozenset()
@@ -48,8 +50,12 @@ def columns_of(schema, path: str, required: bool) -> Columns | None:
             "manifest"
         )
     classes, multi, features, ragged = None, False, {}, set()
+    derived = []
     for field in schema:
         if field.name in images:
+            continue
+        if _derived(field):  # what a pack wrote beside the image, written anew from it
+            derived.append(field.name)
             continue
         spec = specs.get(field.name)
         labels = _class_names(spec, f"{path}, column {field.name!r}")
@@ -73,7 +79,23 @@ def columns_of(schema, path: str, required: bool) -> Columns | None:
         features[field.name] = feature
         if not fixed:
             ragged.add(field.name)
-    return Columns(images[0], classes, multi, features, tuple(images[1:]), frozenset(ragged))
+    return Columns(images[0], classes, multi, features, left_out=tuple(images[1:]),
+                   ragged=frozenset(ragged), derived=tuple(derived))  # fmt: skip
+
+
+def _derived(field) -> bool:
+    """Whether a column is one of the built-in facts of a record as a pack writes it (height,
+    width and channels as integers, format and key as text: shardpack's own Parquet output),
+    which packing again derives from the image and its row; a column of such a name and
+    another type is the user's, and refused by name."""
+    import pyarrow as pa
+
+    if field.name in ("height", "width", "channels"):
+        return pa.types.is_integer(field.type)
+    if field.name in ("format", "key"):
+        t = field.type.value_type if pa.types.is_dictionary(field.type) else field.type  # as read
+        return pa.types.is_string(t) or pa.types.is_large_string(t)
+    return False
 
 
 def _hf_features(schema, path: str) -> dict[str, object]:

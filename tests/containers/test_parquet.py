@@ -141,6 +141,19 @@ def test_duckdb_reads_the_shards_as_the_index_counts_them(folder_pack: Path):
         assert width > 0 and bytes_held, (width, bytes_held)
 
 
+def test_the_output_repacks_as_a_hub_dataset(folder_pack: Path, tmp_path: Path):
+    """--source hf takes our Parquet as any Hub dataset: its height, width, channels, format
+    and key columns (integers and text, as pack writes them) are derived anew from the image,
+    not refused as a user's columns with a built-in's name."""
+    again = pack(folder_pack, tmp_path / "again", PackOptions(source="hf", workers=1))
+    assert again.to_json()["features"] == {"label": "class"}
+    index = json.loads((folder_pack / "index.json").read_text())
+    for split, entry in index["splits"].items():
+        assert list(again.index.splits[split].class_counts) == entry["class_counts"]
+        mine = sorted(r["image"] for r in iter_examples(folder_pack, split))
+        assert sorted(r["image"] for r in iter_examples(tmp_path / "again", split)) == mine
+
+
 def test_verify_inspect_and_random_access_read_it_as_any_container(folder_pack: Path):
     report = shardpack.verify(folder_pack, decode=True)
     assert report.ok and report.records == 10 and report.framing == "page checksums"
