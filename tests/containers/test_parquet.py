@@ -1,5 +1,5 @@
 """The Parquet container end to end: what pack writes is what `datasets` (the Hub's reader),
-pandas, pyarrow and DuckDB read, with Image() and ClassLabel features and the same records
+pandas, pyarrow, DuckDB and Polars read, with Image() and ClassLabel features and the same records
 shardpack's own readers give; Croissant's reader (mlcroissant) loads croissant.json record by
 record."""
 
@@ -139,6 +139,17 @@ def test_duckdb_reads_the_shards_as_the_index_counts_them(folder_pack: Path):
             f"SELECT min(width), bool_and(image.bytes IS NOT NULL) FROM read_parquet({files!r})"
         ).fetchall()
         assert width > 0 and bytes_held, (width, bytes_held)
+
+
+def test_polars_reads_the_shards_as_the_index_counts_them(folder_pack: Path):
+    import polars as pl
+
+    index = json.loads((folder_pack / "index.json").read_text())
+    for split, entry in index["splits"].items():
+        frame = pl.read_parquet([str(folder_pack / s["file"]) for s in entry["shards"]])
+        assert frame.height == entry["num_records"], split
+        counts = dict(frame["label"].value_counts().iter_rows())
+        assert counts == {i: n for i, n in enumerate(entry["class_counts"]) if n}, split
 
 
 def test_the_output_repacks_as_a_hub_dataset(folder_pack: Path, tmp_path: Path):
