@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import albumentations as A
 import cv2
 import numpy as np
 import pytest
@@ -79,6 +78,8 @@ def _oracle(upright: np.ndarray, boxes: dict, mode: str, **options) -> tuple[lis
     taken from Pillow's ImageOps.cover and contain (img2dataset's meanings), not from us.
     Boxes of no visible area are dropped (min_area above 0: albumentations keeps zero-area
     boxes at its default)."""
+    import albumentations as A  # scipy and pydantic: imported by the tests that use it
+
     height, width = upright.shape[:2]
     im = Image.new("RGB", (width, height))
     if "max_side" in options:
@@ -223,16 +224,16 @@ def test_a_box_dropped_beside_a_list_as_long_is_a_skip_not_a_misalignment(tmp_pa
 
 
 # Each EXIF orientation: Pillow's transpose that makes the stored image from the displayed one
-# (the inverse of ImageOps.exif_transpose's), and albumentations' steps that do the same.
+# (the inverse of ImageOps.exif_transpose's), and the albumentations steps that do the same.
 T = Image.Transpose
 STORED = {
-    2: (T.FLIP_LEFT_RIGHT, [A.HorizontalFlip(p=1)]),
-    3: (T.ROTATE_180, [A.HorizontalFlip(p=1), A.VerticalFlip(p=1)]),
-    4: (T.FLIP_TOP_BOTTOM, [A.VerticalFlip(p=1)]),
-    5: (T.TRANSPOSE, [A.Transpose(p=1)]),
-    6: (T.ROTATE_90, [A.Transpose(p=1), A.VerticalFlip(p=1)]),
-    7: (T.TRANSVERSE, [A.Transpose(p=1), A.HorizontalFlip(p=1), A.VerticalFlip(p=1)]),
-    8: (T.ROTATE_270, [A.Transpose(p=1), A.HorizontalFlip(p=1)]),
+    2: (T.FLIP_LEFT_RIGHT, ["HorizontalFlip"]),
+    3: (T.ROTATE_180, ["HorizontalFlip", "VerticalFlip"]),
+    4: (T.FLIP_TOP_BOTTOM, ["VerticalFlip"]),
+    5: (T.TRANSPOSE, ["Transpose"]),
+    6: (T.ROTATE_90, ["Transpose", "VerticalFlip"]),
+    7: (T.TRANSVERSE, ["Transpose", "HorizontalFlip", "VerticalFlip"]),
+    8: (T.ROTATE_270, ["Transpose", "HorizontalFlip"]),
 }
 
 
@@ -240,8 +241,11 @@ STORED = {
 def test_a_rotated_jpeg_kept_as_it_is_gets_its_boxes_on_the_stored_pixels(
     tmp_path: Path, orientation: int
 ):
+    import albumentations as A  # scipy and pydantic: imported by the tests that use it
+
     upright = _photo(420, 260, TALL)
-    turn, steps = STORED[orientation]
+    turn, names = STORED[orientation]
+    steps = [getattr(A, name)(p=1) for name in names]
     stored = Image.fromarray(upright[..., ::-1]).transpose(turn)
     exif = Image.Exif()
     exif[0x0112] = orientation

@@ -6,6 +6,7 @@ line or the line above (it keeps a heavy package off the import path)."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import shardpack
@@ -71,36 +72,34 @@ def _target(module: str, node: ast.ImportFrom | ast.Import, alias: ast.alias) ->
 def _imports(module: str) -> list[tuple[str, int, bool]]:
     """(module imported, line, inside a function) for each shardpack import, but those only
     type checkers read (under `if TYPE_CHECKING:`)."""
-    tree = ast.parse(MODULES[module].read_text())
-    checking = {
-        id(inner)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
-        for inner in ast.walk(node)
-    }
-    local = {
-        id(inner)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        for inner in ast.walk(node)
-    }
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in checking:
-            for alias in node.names:
-                target = _target(module, node, alias)
-                if target is not None and target != module:
-                    found.append((target, node.lineno, id(node) in local))
+    found: list[tuple[str, int, bool]] = []
+
+    def visit(node: ast.AST, local: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and getattr(child.test, "id", "") == "TYPE_CHECKING":
+                continue  # for type checkers only: nothing is imported at run time
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                for alias in child.names:
+                    target = _target(module, child, alias)
+                    if target is not None and target != module:
+                        found.append((target, child.lineno, local))
+            inner = local or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            visit(child, inner)
+
+    visit(ast.parse(MODULES[module].read_text()), False)
     return found
 
 
-GRAPH = {module: _imports(module) for module in MODULES}
+@functools.cache
+def graph() -> dict[str, list[tuple[str, int, bool]]]:
+    """Every module's shardpack imports, parsed once, when a test first asks."""
+    return {module: _imports(module) for module in MODULES}
 
 
 def test_no_import_points_up_a_layer():
     upward = [
         f"{module}:{line} imports {target}"
-        for module, imports in GRAPH.items()
+        for module, imports in graph().items()
         for target, line, _ in imports
         if _layer(target) > _layer(module)
     ]
@@ -108,7 +107,7 @@ def test_no_import_points_up_a_layer():
 
 
 def test_no_import_cycle_even_through_imports_inside_functions():
-    edges = {module: {target for target, _, _ in imports} for module, imports in GRAPH.items()}
+    edges = {module: {target for target, _, _ in imports} for module, imports in graph().items()}
     done: set[str] = set()
 
     def visit(module: str, path: list[str]) -> list[str] | None:
@@ -139,7 +138,7 @@ def _said(lines: list[str], at: int) -> bool:
 
 def test_an_import_inside_a_function_says_why():
     unexplained = []
-    for module, imports in GRAPH.items():
+    for module, imports in graph().items():
         lines = MODULES[module].read_text().splitlines()
         for target, line, local in imports:
             if local and not _said(lines, line - 1):
