@@ -379,11 +379,9 @@ class Turn:
         return np.stack([ymin, xmin, ymax, xmax], axis=1)
 
 
-def stored_turn(data: bytes) -> Turn | None:
-    """The Turn (displayed onto stored) of a JPEG whose EXIF orientation is other than upright;
-    None for any other."""
-    info = probe(data) if data[:2] == b"\xff\xd8" else None
-    orientation = info.orientation if info is not None and info.orientation else 1
+def stored_turn(orientation: int | None) -> Turn | None:
+    """The Turn (displayed onto stored) of a JPEG whose EXIF orientation (as probe read it; None
+    for an image that is no JPEG) is other than upright; None for any other."""
     return Turn(orientation) if orientation in _STORED_AXES and orientation != 1 else None
 
 

@@ -74,14 +74,15 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
 
 
 def moves(
-    loaded: bytes | np.ndarray, kept: bool, where: images.Geometry | None, source: str
+    orientation: int | None, kept: bool, where: images.Geometry | None, source: str
 ) -> tuple[Move, ...]:
     """What took a record's image from what its boxes describe to what readers decode: the
     geometry `where` its pixels went through (None: none), after the EXIF turn of a JPEG
-    (images.Turn) where the boxes and the pixels stored see it differently. `kept`: the bytes
+    (images.Turn; `orientation`: the one the header probe read, None for no JPEG) where the
+    boxes and the pixels stored see it differently. `kept`: the bytes
     were stored as they are (decoded unturned), else re-encoded from decode (turned upright);
     `source`: the source's name (UNTURNED_SOURCES's boxes describe the image unturned)."""
-    turn = images.stored_turn(loaded) if isinstance(loaded, bytes) else None
+    turn = images.stored_turn(orientation)
     after = () if where is None else (where,)
     if turn is None:
         return after

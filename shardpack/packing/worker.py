@@ -109,7 +109,7 @@ def write_shard(
                     loaded = source.load(item, src, options, cache)
                     features, where, orientation = _features(item, loaded, options)
                     kept = features["image"] is loaded  # stored as it came
-                    taken = boxes.moves(loaded, kept, where, source.name) if moved else ()
+                    taken = boxes.moves(orientation, kept, where, source.name) if moved else ()
                     fields, dropped = _fields(item, schema, moved, taken)
                     features.update(fields)
                 except ImageError as e:
