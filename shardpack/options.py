@@ -322,181 +322,6 @@ class PackOptions:
         return {key: fields[key] for key in (*_OUTPUT_FIELDS, *near)}
 
 
-@dataclass(frozen=True)
-class Flag:
-    """How one PackOptions field is spelled on the command line (its type and default are the
-    field's own): the flag, its metavar, its help, and how its text becomes the value."""
-
-    flag: str  # "--shard-size"; a switch pair "--shuffle/--no-shuffle"
-    help: str
-    metavar: str | None = None
-    parse: Callable[[str], object] | None = None  # the flag's text -> the field's value
-    shown: str | None = None  # a parsed field's default as its text: "128MiB"
-    min: int | None = None
-    max: int | None = None
-    # value -> its help, for a field said by one switch a value ("grow": --append, --update)
-    switches: tuple[tuple[str, str], ...] = ()
-
-
-# Every option's flag, written once: the CLI's declarations, its messages (as_flags) and
-# docs/packing.md's table (tests/docs/test_options_table.py) follow it. "grow" is said by two
-# switches, --append and --update; "source" and "format" take their choices from the
-# registries, "classes" its parser from the sources (the CLI fills those in).
-FLAGS: dict[str, Flag] = {
-    "source": Flag("--source", "Layout of SRC."),
-    "name": Flag(
-        "--name",
-        "Dataset name in shard file names.  [default: SRC's name, without a "
-        "manifest's extension; a run of characters but ASCII letters, digits, '_' and "
-        "'.' as one '_']",
-        "NAME",
-    ),
-    "shards": Flag("--shards", "Shards per split.  [default: by --shard-size]", "N", min=1),
-    "shard_size": Flag(
-        "--shard-size",
-        "Target shard size when --shards is not given.",
-        "SIZE",
-        lambda text: parse_size(text),
-        shown="128MiB",
-    ),
-    "workers": Flag("--workers", "Worker processes.  [default: by the work]", "N", min=1),
-    "backend": Flag(
-        "--backend", "local: this machine's cores (loky: the same); dask: a Dask cluster."
-    ),
-    "scheduler": Flag(
-        "--scheduler", "Dask scheduler address.  [default: a local cluster of --workers]", "ADDRESS"
-    ),
-    "encode": Flag(
-        "--encode", "keep: JPEG/PNG bytes untouched, others to PNG; raw: uint8 HWC RGB pixels."
-    ),
-    "quality": Flag("--quality", "JPEG/WebP quality.", "Q", min=1, max=100),
-    "max_side": Flag("--max-side", "Shrink so the longer side is at most N pixels.", "N", min=1),
-    "resize": Flag(
-        "--resize", "Resize every image to W x H pixels.", "WxH", lambda text: parse_resize(text)
-    ),
-    "resize_mode": Flag(
-        "--resize-mode",
-        "How --resize meets the aspect: stretch, center-crop, "
-        "pad, keep-ratio (shorter side to the size), keep-ratio-largest (longer "
-        "side); img2dataset's names too.",
-        "MODE",
-    ),
-    "pad_color": Flag(
-        "--pad-color",
-        "pad's border: white, black, #RRGGBB or R,G,B.",
-        "COLOR",
-        lambda text: parse_color(text),
-        shown="white",
-    ),
-    "upscale": Flag("--upscale/--no-upscale", "Enlarge images smaller than --resize."),
-    "min_side": Flag("--min-side", "Skip images whose shorter side is under N.", "N", min=1),
-    "max_aspect": Flag("--max-aspect", "Skip images whose long side is over R x the short.", "R"),
-    "max_area": Flag("--max-area", "Skip images of over P pixels.", "P", min=1),
-    "check": Flag(
-        "--check", "header: check structure without decoding kept bytes; decode: every pixel."
-    ),
-    "on_error": Flag(
-        "--on-error", "skip: record a bad image in the index and go on; fail: stop the run."
-    ),
-    "compression": Flag(
-        "--compression", "Shard compression, one the --format takes (none: any format).", "NAME"
-    ),
-    "format": Flag("--format", "Shard container:"),
-    "seed": Flag("--seed", "Shuffle seed.", "N"),
-    "shuffle": Flag("--shuffle/--no-shuffle", "Shuffle before sharding."),
-    "max_pixels": Flag(
-        "--max-pixels", "Refuse images claiming more pixels (decompression bombs).", "N", min=1
-    ),
-    "overwrite": Flag("--overwrite", "Replace a different dataset already in OUT."),
-    "resume": Flag("--resume", "Keep the shards an interrupted run of this job finished."),
-    "grow": Flag(
-        "--append/--update",
-        "Grow the dataset in OUT.",
-        switches=(
-            ("append", "Add SRC's new items to the dataset in OUT, in new shards."),
-            (
-                "update",
-                "Make OUT hold exactly SRC's items: --append, and rewrite the shards of "
-                "changed or removed ones.",
-            ),
-        ),
-    ),
-    "index_files": Flag("--index-files", "Also write DALI index files (OUT/idx/)."),
-    "classes": Flag(
-        "--classes",
-        "Pin the class list and order: a,b,c or a file with one name a line.",
-        "NAMES|FILE",
-    ),
-    "split_names": Flag(
-        "--splits",
-        "Folder names that make SRC a split tree (default: train, val, ...).",
-        "NAMES",
-        lambda text: parse_names("--splits", text),
-    ),
-    "split": Flag(
-        "--split",
-        "Split a one-split source: train=0.9,validation=0.1 (seeded, stratified).",
-        "NAME=FRACTION,...",
-        lambda text: parse_split(text),
-    ),
-    "path_column": Flag(
-        "--path-column",
-        "A manifest's column of image paths.  [default: path, image, file, file_name or filename]",
-        "NAME",
-    ),
-    "root": Flag(
-        "--root",
-        "Folder a manifest's relative image paths are under.  [default: its folder]",
-        "DIR",
-        lambda text: absolute(text),
-    ),
-    "dedup": Flag(
-        "--dedup",
-        "none: report exact copies; exact: also keep one (test's first); "
-        "near: also of resized, re-compressed copies (--near-distance).",
-    ),
-    "near_distance": Flag(
-        "--near-distance",
-        "--dedup near: the most bits two images' perceptual hashes differ in.",
-        "BITS",
-    ),
-    "retries": Flag(
-        "--retries",
-        "More tries of an image URL after a transient failure (reset, timeout, 5xx, 429), "
-        "with backoff.",
-        "N",
-        min=0,
-    ),
-    "allow_private_urls": Flag(
-        "--allow-private-urls",
-        "Fetch image URLs on loopback and private addresses (never link-local or cloud "
-        "metadata ones).",
-    ),
-    "ignore_opt_out": Flag(
-        "--ignore-opt-out",
-        "Fetch images whose X-Robots-Tag says noai, noimageai, noindex or noimageindex.",
-    ),
-    "user_agent": Flag(
-        "--user-agent", "User-Agent of image requests.  [default: shardpack's]", "TEXT"
-    ),
-    "url_threads": Flag("--url-threads", "Image URL requests in flight per worker.", "N", min=1),
-    "per_host": Flag("--per-host", "Of those, to one host at most.", "N", min=1),
-}
-
-
-def flag(option: str) -> str:
-    """The CLI flag of a PackOptions field: --shard-size; a switch's positive one."""
-    return FLAGS[option].flag.split("/")[0]
-
-
-def parse_names(flag_said: str, text: str) -> tuple[str, ...]:
-    """A,b,c as names (each checked by PackOptions); none at all is refused."""
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    if not names:
-        raise ShardpackError(f"{flag_said} names no split, got: {text!r}; pass a,b,c")
-    return names
-
-
 def parse_size(text: str) -> int:
     """Parse '128MiB', '64M', '1G' or '1048576' into bytes."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*", text, re.IGNORECASE)
@@ -555,6 +380,179 @@ def parse_split(text: str) -> tuple[tuple[str, float], ...]:
     split = tuple(pairs)
     check_fractions(split)
     return split
+
+
+def parse_names(flag_said: str, text: str) -> tuple[str, ...]:
+    """A,b,c as names (each checked by PackOptions); none at all is refused."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise ShardpackError(f"{flag_said} names no split, got: {text!r}; pass a,b,c")
+    return names
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one PackOptions field is spelled on the command line (its type and default are the
+    field's own): the flag, its metavar, its help, and how its text becomes the value."""
+
+    flag: str  # "--shard-size"; a switch pair "--shuffle/--no-shuffle"
+    help: str
+    metavar: str | None = None
+    parse: Callable[[str], object] | None = None  # the flag's text -> the field's value
+    shown: str | None = None  # a parsed field's default as its text: "128MiB"
+    min: int | None = None
+    max: int | None = None
+    # value -> its help, for a field said by one switch a value ("grow": --append, --update)
+    switches: tuple[tuple[str, str], ...] = ()
+
+
+# Every option's flag, written once: the CLI's declarations, its messages (as_flags) and
+# docs/packing.md's table (tests/docs/test_options_table.py) follow it. "grow" is said by two
+# switches, --append and --update; "source" and "format" take their choices from the
+# registries, "classes" its parser from the sources (the CLI fills those in).
+FLAGS: dict[str, Flag] = {
+    "source": Flag("--source", "Layout of SRC."),
+    "name": Flag(
+        "--name",
+        "Dataset name in shard file names.  [default: SRC's name, without a "
+        "manifest's extension; a run of characters but ASCII letters, digits, '_' and "
+        "'.' as one '_']",
+        "NAME",
+    ),
+    "shards": Flag("--shards", "Shards per split.  [default: by --shard-size]", "N", min=1),
+    "shard_size": Flag(
+        "--shard-size",
+        "Target shard size when --shards is not given.",
+        "SIZE",
+        parse_size,
+        shown="128MiB",
+    ),
+    "workers": Flag("--workers", "Worker processes.  [default: by the work]", "N", min=1),
+    "backend": Flag(
+        "--backend", "local: this machine's cores (loky: the same); dask: a Dask cluster."
+    ),
+    "scheduler": Flag(
+        "--scheduler", "Dask scheduler address.  [default: a local cluster of --workers]", "ADDRESS"
+    ),
+    "encode": Flag(
+        "--encode", "keep: JPEG/PNG bytes untouched, others to PNG; raw: uint8 HWC RGB pixels."
+    ),
+    "quality": Flag("--quality", "JPEG/WebP quality.", "Q", min=1, max=100),
+    "max_side": Flag("--max-side", "Shrink so the longer side is at most N pixels.", "N", min=1),
+    "resize": Flag("--resize", "Resize every image to W x H pixels.", "WxH", parse_resize),
+    "resize_mode": Flag(
+        "--resize-mode",
+        "How --resize meets the aspect: stretch, center-crop, "
+        "pad, keep-ratio (shorter side to the size), keep-ratio-largest (longer "
+        "side); img2dataset's names too.",
+        "MODE",
+    ),
+    "pad_color": Flag(
+        "--pad-color",
+        "pad's border: white, black, #RRGGBB or R,G,B.",
+        "COLOR",
+        parse_color,
+        shown="white",
+    ),
+    "upscale": Flag("--upscale/--no-upscale", "Enlarge images smaller than --resize."),
+    "min_side": Flag("--min-side", "Skip images whose shorter side is under N.", "N", min=1),
+    "max_aspect": Flag("--max-aspect", "Skip images whose long side is over R x the short.", "R"),
+    "max_area": Flag("--max-area", "Skip images of over P pixels.", "P", min=1),
+    "check": Flag(
+        "--check", "header: check structure without decoding kept bytes; decode: every pixel."
+    ),
+    "on_error": Flag(
+        "--on-error", "skip: record a bad image in the index and go on; fail: stop the run."
+    ),
+    "compression": Flag(
+        "--compression", "Shard compression, one the --format takes (none: any format).", "NAME"
+    ),
+    "format": Flag("--format", "Shard container:"),
+    "seed": Flag("--seed", "Shuffle seed.", "N"),
+    "shuffle": Flag("--shuffle/--no-shuffle", "Shuffle before sharding."),
+    "max_pixels": Flag(
+        "--max-pixels", "Refuse images claiming more pixels (decompression bombs).", "N", min=1
+    ),
+    "overwrite": Flag("--overwrite", "Replace a different dataset already in OUT."),
+    "resume": Flag("--resume", "Keep the shards an interrupted run of this job finished."),
+    "grow": Flag(
+        "--append/--update",
+        "Grow the dataset in OUT.",
+        switches=(
+            ("append", "Add SRC's new items to the dataset in OUT, in new shards."),
+            (
+                "update",
+                "Make OUT hold exactly SRC's items: --append, and rewrite the shards of "
+                "changed or removed ones.",
+            ),
+        ),
+    ),
+    "index_files": Flag("--index-files", "Also write DALI index files (OUT/idx/)."),
+    "classes": Flag(
+        "--classes",
+        "Pin the class list and order: a,b,c or a file with one name a line.",
+        "NAMES|FILE",
+    ),
+    "split_names": Flag(
+        "--splits",
+        "Folder names that make SRC a split tree (default: train, val, ...).",
+        "NAMES",
+        functools.partial(parse_names, "--splits"),
+    ),
+    "split": Flag(
+        "--split",
+        "Split a one-split source: train=0.9,validation=0.1 (seeded, stratified).",
+        "NAME=FRACTION,...",
+        parse_split,
+    ),
+    "path_column": Flag(
+        "--path-column",
+        "A manifest's column of image paths.  [default: path, image, file, file_name or filename]",
+        "NAME",
+    ),
+    "root": Flag(
+        "--root",
+        "Folder a manifest's relative image paths are under.  [default: its folder]",
+        "DIR",
+        absolute,
+    ),
+    "dedup": Flag(
+        "--dedup",
+        "none: report exact copies; exact: also keep one (test's first); "
+        "near: also of resized, re-compressed copies (--near-distance).",
+    ),
+    "near_distance": Flag(
+        "--near-distance",
+        "--dedup near: the most bits two images' perceptual hashes differ in.",
+        "BITS",
+    ),
+    "retries": Flag(
+        "--retries",
+        "More tries of an image URL after a transient failure (reset, timeout, 5xx, 429), "
+        "with backoff.",
+        "N",
+        min=0,
+    ),
+    "allow_private_urls": Flag(
+        "--allow-private-urls",
+        "Fetch image URLs on loopback and private addresses (never link-local or cloud "
+        "metadata ones).",
+    ),
+    "ignore_opt_out": Flag(
+        "--ignore-opt-out",
+        "Fetch images whose X-Robots-Tag says noai, noimageai, noindex or noimageindex.",
+    ),
+    "user_agent": Flag(
+        "--user-agent", "User-Agent of image requests.  [default: shardpack's]", "TEXT"
+    ),
+    "url_threads": Flag("--url-threads", "Image URL requests in flight per worker.", "N", min=1),
+    "per_host": Flag("--per-host", "Of those, to one host at most.", "N", min=1),
+}
+
+
+def flag(option: str) -> str:
+    """The CLI flag of a PackOptions field: --shard-size; a switch's positive one."""
+    return FLAGS[option].flag.split("/")[0]
 
 
 # A parameter in a PackOptions message, with its value if any: encode='gif', resize=(1, 2),
