@@ -2,9 +2,11 @@
 bar or lines, counts and byte sizes in words."""
 
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
+from typing import TextIO
 
 import typer
 
@@ -17,10 +19,15 @@ _BAR_DELAY_S = 1.0
 _LINE_EVERY_S = 10.0
 
 
-def _stderr():
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False)
+def _own_stderr() -> TextIO:
+    """A stream of the bar's own on what stderr is now: a decoder that points fd 2 at a sink
+    for a moment (images._imdecode) must not swallow a progress line printed meanwhile. Where
+    stderr has no descriptor (a test's capture), stderr itself."""
+    try:
+        fd = os.dup(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return sys.stderr
+    return os.fdopen(fd, "w", buffering=1, encoding="utf-8", errors="replace")
 
 
 def plural(count: int, noun: str, many: str | None = None) -> str:
@@ -42,6 +49,7 @@ class Bar:
         self.first: tuple[float, int] | None = None  # (time, images done) of the first report
         self.line_due = self.start + _BAR_DELAY_S
         self.scan_line = False  # a terminal's "scanning" line is open: end it before the bar
+        self.stream = _own_stderr() if enabled else sys.stderr
 
     def scanned(self, listed: int) -> None:
         """The scan's count of files listed, as a line: every _LINE_EVERY_S where stderr is no
@@ -50,18 +58,18 @@ class Bar:
         if not self.enabled or now - self.start < _BAR_DELAY_S:
             return
         line = f"scanning: {plural(listed, 'file')} listed"
-        if sys.stderr.isatty():
+        if self.stream.isatty():
             self.scan_line = True
-            print(f"\r{line}", end="", file=sys.stderr, flush=True)
+            print(f"\r{line}", end="", file=self.stream, flush=True)
         elif now >= self.line_due:
             self.line_due = now + _LINE_EVERY_S
-            print(line, file=sys.stderr, flush=True)
+            print(line, file=self.stream, flush=True)
 
     def _end_scan_line(self) -> None:
         """Ends the terminal's "scanning" line, so that what follows starts on its own."""
         if self.scan_line:
             self.scan_line = False
-            print(file=sys.stderr, flush=True)
+            print(file=self.stream, flush=True)
 
     def __call__(self, done: int, total: int) -> None:
         self._end_scan_line()
@@ -70,14 +78,15 @@ class Bar:
         if not self.enabled or now - self.start < _BAR_DELAY_S:
             return
         rate = (done - self.first[1]) / max(now - self.first[0], 1e-9)
-        if not sys.stderr.isatty():
+        if not self.stream.isatty():
             if now >= self.line_due:
                 self.line_due = now + _LINE_EVERY_S
                 eta = f"{(total - done) / rate:,.0f} s" if rate > 0 else "unknown"
                 print(f"{self.verb}: {done:,}/{total:,} images, {rate:,.0f} images/s, ETA {eta}",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                      file=self.stream, flush=True)  # fmt: skip
             return
         if self.progress is None:
+            from rich.console import Console
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -92,7 +101,7 @@ class Bar:
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[rate]:>8.0f} images/s"),
                 TimeRemainingColumn(),
-                console=_stderr(),
+                console=Console(file=self.stream, highlight=False),
             )
             self.progress.start()
             # from `done`: the kept shards' images are no progress for the ETA to count
@@ -104,6 +113,9 @@ class Bar:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+        if self.stream is not sys.stderr:
+            self.stream.close()
+            self.stream = sys.stderr
 
 
 def print_json(document: object) -> None:

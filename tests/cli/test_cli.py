@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 import traceback
 from pathlib import Path
@@ -421,6 +422,28 @@ def test_without_a_terminal_progress_comes_as_lines(tmp_path: Path):
     lines = run.stderr.splitlines()
     assert lines and all(_LINE.match(line) for line in lines), (run.stderr, run.stdout)
     assert "\x1b" not in run.stderr
+
+
+def test_a_progress_line_survives_a_decoder_holding_fd_2(tmp_path: Path):
+    """A decode in the packing process points fd 2 at its sink for a moment (images._imdecode,
+    to catch libjpeg's warnings): a progress line printed by the bar meanwhile still reaches
+    stderr, whole, and is no warning of that image's."""
+    code = textwrap.dedent("""
+        import os, sys
+        from shardpack.console import Bar
+        bar = Bar(True)
+        bar.start -= 5  # past the second a bar waits for
+        bar.line_due = 0
+        saved, sink = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+        os.dup2(sink, 2)  # what _imdecode does around cv2.imdecode
+        bar(50, 100)
+        os.dup2(saved, 2)
+        bar.close()
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert _LINE.match(run.stderr.rstrip("\n")), run.stderr
 
 
 def test_the_progress_rate_counts_new_work_only(capsys):
