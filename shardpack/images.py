@@ -602,29 +602,26 @@ def fill_polygon(labels: np.ndarray, polygon: np.ndarray, value: int) -> None:
     the outline touches, two pixels past pycocotools at a sharp tip."""
     points = np.asarray(polygon, np.float64).reshape(-1, 2)
     x0, y0 = points[:, 0], points[:, 1]
-    x1, y1 = np.roll(x0, -1), np.roll(y0, -1)
+    x1, y1 = np.concatenate([x0[1:], x0[:1]]), np.concatenate([y0[1:], y0[:1]])
     height, width = labels.shape[:2]
-    top = max(int(np.ceil(y0.min() - 0.5)), 0)  # rows whose centre y + 0.5 is in [ymin, ymax)
-    bottom = min(int(np.ceil(y0.max() - 0.5)), height)
-    step = max(1, _FILL_CELLS // len(points))
+    # the rows and columns whose centres (+ 0.5) may lie inside
+    top, bottom = max(int(np.ceil(y0.min() - 0.5)), 0), min(int(np.ceil(y0.max() - 0.5)), height)
+    left, right = max(int(np.ceil(x0.min() - 0.5)), 0), min(int(np.ceil(x0.max() - 0.5)), width)
+    if left >= right:
+        return
+    columns = np.arange(left, right) + 0.5
+    step = max(1, _FILL_CELLS // (len(points) + right - left))
+    slope = (x1 - x0) / np.where(y1 == y0, 1.0, y1 - y0)  # a level edge crosses no row
     for first in range(top, bottom, step):
         rows = np.arange(first, min(first + step, bottom))
         centre = rows[:, None] + 0.5
         crosses = (y0 <= centre) != (y1 <= centre)  # half-open: a vertex counted once
-        with np.errstate(divide="ignore", invalid="ignore"):
-            xs = np.where(crosses, x0 + (centre - y0) * (x1 - x0) / (y1 - y0), np.inf)
+        xs = np.where(crosses, x0 + (centre - y0) * slope, np.inf)
         xs.sort(axis=1)
-        pairs = xs.shape[1] // 2
-        starts, ends = xs[:, 0 : 2 * pairs : 2], xs[:, 1 : 2 * pairs : 2]
-        spans = np.isfinite(ends)
-        # the pixels j with start <= j + 0.5 < end
-        begin = np.clip(np.ceil(starts[spans] - 0.5), 0, width).astype(np.intp)
-        end = np.clip(np.ceil(ends[spans] - 0.5), 0, width).astype(np.intp)
-        row = np.broadcast_to(np.arange(len(rows))[:, None], spans.shape)[spans]
-        edges = np.zeros((len(rows), width + 1), np.int32)
-        np.add.at(edges, (row, begin), 1)
-        np.add.at(edges, (row, end), -1)
-        labels[rows[0] : rows[-1] + 1][np.cumsum(edges[:, :width], axis=1) > 0] = value
+        inside = np.zeros((len(rows), len(columns)), bool)
+        for k in range(0, int(crosses.sum(axis=1).max(initial=0)), 2):  # each span of a row
+            inside |= (columns >= xs[:, k, None]) & (columns < xs[:, k + 1, None])
+        labels[rows[0] : rows[-1] + 1, left:right][inside] = value
 
 
 def encode_labels(labels: np.ndarray) -> bytes:

@@ -274,13 +274,17 @@ class _Split:
         self.skipped: list[tuple[str, str]] = []
         self.used = self.orphans = 0
         self.first_orphan = ""
+        self.passed: set[int] = set()  # ids of images listed but skipped: not orphans' images
 
     def items(self, doc: dict) -> tuple[Item, ...]:
         images = self._images(doc["images"])
         objects: dict[int, list[dict]] = {ident: [] for ident in images}
         for n, annotation in enumerate(doc.get("annotations", [])):
             ident = annotation.get("image_id") if isinstance(annotation, dict) else None
+            ident = ident if _count(ident) else repr(ident)[:40]  # hashable, for the message
             if ident not in objects:
+                if ident in self.passed:
+                    continue
                 self.orphans += 1
                 self.first_orphan = self.first_orphan or f"annotations[{n}] -> image {ident!r}"
                 continue
@@ -309,6 +313,7 @@ class _Split:
         """image id -> (file name under the folder, height, width); SourceError on an entry
         that is not COCO's."""
         images: dict[int, tuple[str, int, int]] = {}
+        named: dict[str, int] = {}  # file name -> its image id: a key names one record
         for n, image in enumerate(entries):
             ok = isinstance(image, dict) and _count(image.get("id")) and isinstance(
                 image.get("file_name"), str) and all(
@@ -316,7 +321,7 @@ class _Split:
             if not ok:
                 raise SourceError(
                     f"{self.json_path}: images[{n}] is not {{id, file_name, width, "
-                    "height}} (integers, a name, sizes above 0); fix the JSON"
+                    "height} (integers, a name, sizes above 0); fix the JSON"
                 )
             name = image["file_name"]
             parts = name.split("/")
@@ -328,11 +333,19 @@ class _Split:
             if image["id"] in images:
                 raise SourceError(f"{self.json_path}: image id {image['id']} is listed twice; "
                                   "give each image its own id")  # fmt: skip
+            if name in named:
+                self._skip(posixpath.join(self.folder, name), f"listed twice in "
+                           f"{self.json_path}, as images {named[name]} and {image['id']}: "
+                           "packed as the first")  # fmt: skip
+                self.passed.add(image["id"])
+                continue
+            named[name] = image["id"]
             if image["width"] * image["height"] > self.options.max_pixels:
                 self._skip(
                     posixpath.join(self.folder, name),
                     f"{image['width']}x{image['height']} pixels (the JSON's) is over --max-pixels",
                 )
+                self.passed.add(image["id"])
                 continue
             images[image["id"]] = (name, image["height"], image["width"])
         listed(len(images))
@@ -342,14 +355,14 @@ class _Split:
         """The record's objects/* features (and mask blob) from its annotations."""
         boxes, labels, crowd, area, ids, points, outlines = [], [], [], [], [], [], []
         for annotation in annotations:
-            name = f"annotation {annotation.get('id')!r}"
+            name = f"annotation {_shown(annotation.get('id'))}"
             bbox = annotation.get("bbox")
             if not (isinstance(bbox, list) and len(bbox) == 4 and all(map(_number, bbox))
                     and bbox[2] >= 0 and bbox[3] >= 0):  # fmt: skip
                 raise _BadAnnotation(f"{name}: bbox {_shown(bbox)} is not [x, y, width, height] "
                                      f"in pixels (in {self.json_path})")  # fmt: skip
             category = annotation.get("category_id")
-            if category not in self.label_of or not _count(category):
+            if not _count(category) or category not in self.label_of:
                 raise _BadAnnotation(f"{name}: category_id {_shown(category)} is not among the "
                                      f"categories of {self.json_path}")  # fmt: skip
             if not _count(annotation.get("id")):
