@@ -149,11 +149,12 @@ def read_json(root: Storage, path: str) -> dict:
 
 
 def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite JSON number (a bool is no number: its type is not int's)."""
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
 
 
 def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return type(value) is int
 
 
 class _Categories:
@@ -194,7 +195,10 @@ class _Categories:
 
 
 class _BadAnnotation(Exception):
-    """An annotation shardpack cannot use; the message says what is wrong."""
+    """An annotation shardpack cannot use, and what is wrong with it."""
+
+    def __init__(self, annotation: dict, wrong: str) -> None:
+        super().__init__(f"annotation {_shown(annotation.get('id'))}: {wrong}")
 
 
 def scan_coco(root: Storage, files: dict[str, str], options: PackOptions) -> Dataset:
@@ -299,7 +303,7 @@ class _Split:
             try:
                 fields = self._fields(ident, height, width, objects[ident])
             except _BadAnnotation as e:
-                self._skip(key, str(e))
+                self._skip(key, f"{e} (in {self.json_path})")
                 continue
             items.append(Item(key, None, key, self.sizes[name], None, fields))
         return tuple(items)
@@ -355,30 +359,29 @@ class _Split:
         """The record's objects/* features (and mask blob) from its annotations."""
         boxes, labels, crowd, area, ids, points, outlines = [], [], [], [], [], [], []
         for annotation in annotations:
-            name = f"annotation {_shown(annotation.get('id'))}"
             bbox = annotation.get("bbox")
             if not (isinstance(bbox, list) and len(bbox) == 4 and all(map(_number, bbox))
                     and bbox[2] >= 0 and bbox[3] >= 0):  # fmt: skip
-                raise _BadAnnotation(f"{name}: bbox {_shown(bbox)} is not [x, y, width, height] "
-                                     f"in pixels (in {self.json_path})")  # fmt: skip
+                raise _BadAnnotation(annotation, f"bbox {_shown(bbox)} is not [x, y, width, "
+                                                 "height] in pixels")  # fmt: skip
             category = annotation.get("category_id")
             if not _count(category) or category not in self.label_of:
-                raise _BadAnnotation(f"{name}: category_id {_shown(category)} is not among the "
-                                     f"categories of {self.json_path}")  # fmt: skip
+                raise _BadAnnotation(annotation, f"category_id {_shown(category)} is not among "
+                                                 "the categories")  # fmt: skip
             if not _count(annotation.get("id")):
-                raise _BadAnnotation(f"{name}: its id is not an integer (in {self.json_path})")
+                raise _BadAnnotation(annotation, "its id is not an integer")
             x, y, w, h = bbox  # clipped to the image, as detectron2 clips them: [0, 1] stored
-            boxes.append((_clip(y / height), _clip(x / width), _clip((y + h) / height),
-                          _clip((x + w) / width)))  # fmt: skip
+            boxes.append((min(max(y / height, 0.0), 1.0), min(max(x / width, 0.0), 1.0),
+                          min((y + h) / height, 1.0), min((x + w) / width, 1.0)))  # fmt: skip
             labels.append(self.label_of[category])
             crowd.append(1 if annotation.get("iscrowd") else 0)
             given = annotation.get("area", w * h)
             area.append(round(given) if _number(given) else round(w * h))
             ids.append(annotation["id"])
             if self.points:
-                points.append(self._keypoints(name, annotation.get("keypoints"), height, width))
+                points.append(self._keypoints(annotation, height, width))
             if self.masked:
-                outlines.append(self._outline(name, annotation, height, width))
+                outlines.append(self._outline(annotation, height, width))
         fields: dict[str, object] = {
             IMAGE_ID: ident, BBOX: tuple(boxes), LABEL: tuple(labels), CROWD: tuple(crowd),
             AREA: tuple(area), ID: tuple(ids),
@@ -389,31 +392,26 @@ class _Split:
             fields[MASK] = shapes.encode(height, width, outlines, crowd)
         return fields
 
-    def _keypoints(self, name: str, given: object, height: int, width: int) -> tuple:
+    def _keypoints(self, annotation: dict, height: int, width: int) -> tuple:
         """COCO's [x, y, v, ...] in pixels as one row of self.points (x, y, v), x and y
         normalised, padded with (0, 0, 0): not labelled."""
-        given = [] if given is None else given
+        given = annotation.get("keypoints") or []
         if not (isinstance(given, list) and len(given) % 3 == 0 and all(map(_number, given))):
-            raise _BadAnnotation(f"{name}: keypoints is not a list of (x, y, v) numbers (in "
-                                 f"{self.json_path})")  # fmt: skip
+            raise _BadAnnotation(annotation, "keypoints is not a list of (x, y, v) numbers")
         row = []
         for x, y, v in zip(given[0::3], given[1::3], given[2::3], strict=True):
             if v not in (0, 1, 2):
-                raise _BadAnnotation(f"{name}: keypoint visibility {_shown(v)} is not 0, 1 or 2 "
-                                     f"(in {self.json_path})")  # fmt: skip
+                raise _BadAnnotation(annotation, f"keypoint visibility {_shown(v)} is not 0, 1 "
+                                                 "or 2")  # fmt: skip
             row += (x / width, y / height, int(v)) if v else (0.0, 0.0, 0)
         return tuple(row + [0.0, 0.0, 0] * (self.points - len(given) // 3))
 
-    def _outline(self, name: str, annotation: dict, height: int, width: int) -> object:
+    def _outline(self, annotation: dict, height: int, width: int) -> object:
         """The annotation's segmentation, checked (shapes.check), as the blob keeps it."""
         try:
             return shapes.check(annotation.get("segmentation") or [], height, width)
         except ValueError as e:
-            raise _BadAnnotation(f"{name}: segmentation {e} (in {self.json_path})") from None
-
-
-def _clip(value: float) -> float:
-    return min(max(value, 0.0), 1.0)
+            raise _BadAnnotation(annotation, f"segmentation {e}") from None
 
 
 def _shown(value: object) -> str:

@@ -72,14 +72,15 @@ def test_a_map_turns_as_its_pixels_and_points_do(orientation: int):
 
 def test_dropped_objects_leave_the_map_and_the_rest_are_renumbered():
     outlines = [[[0, 0, 4, 0, 4, 4, 0, 4]], [[5, 0, 9, 0, 9, 4, 5, 4]], [[0, 5, 4, 5, 4, 9, 0, 9]]]
-    blob = shapes.encode(10, 10, outlines, [0, 0, 0])
+    blob = shapes.encode(10, 10, [shapes.check(o, 10, 10) for o in outlines], [0, 0, 0])
     ids = _ids(masks.drawn("k", blob, (), (10, 10), np.array([True, False, True])))
     assert ids[2, 2] == 1 and ids[2, 7] == 0 and ids[7, 2] == 2
 
 
 def test_past_255_objects_the_map_is_16_bit():
     outlines = [[[x, y, x + 1, y, x + 1, y + 1, x, y + 1]] for y in range(20) for x in range(15)]
-    png = masks.drawn("k", shapes.encode(20, 15, outlines, [0] * 300), (), (20, 15))
+    checked = [shapes.check(o, 20, 15) for o in outlines]
+    png = masks.drawn("k", shapes.encode(20, 15, checked, [0] * 300), (), (20, 15))
     ids = _ids(png)
     assert ids.dtype == np.uint16 and ids.max() == 300 and ids[19, 14] == 300
     where = images.Geometry((40, 30), (40, 30), (20, 15))  # twice the size, the same ids
