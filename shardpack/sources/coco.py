@@ -38,9 +38,10 @@ from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 # COCO 2017's largest JSON (instances_train2017.json) is 448 MB; a file past this cap is a trap
 # or not COCO (parsed, a JSON takes several times its size in memory).
 MAX_JSON_BYTES = 1 << 30
-# Where the JSONs are, and their names: instances_<split>.json (person_keypoints_<split>.json,
-# COCO's keypoint set, where no instances file names the split).
-FOLDERS = ("annotations", "")
+# Where the JSONs are (one look tells any other SRC apart: a request on an object store), and
+# their names: instances_<split>.json (person_keypoints_<split>.json, COCO's keypoint set, where
+# no instances file names the split).
+FOLDER = "annotations"
 _JSON_NAME = re.compile(r"(instances|person_keypoints)_(?P<split>[A-Za-z0-9_.-]+)\.json")
 # The year COCO's split names carry (train2017): dropped from the split's name when no other
 # JSON gives the same name without it.
@@ -85,18 +86,15 @@ class CocoSource(Source):
 def coco_files(root: Storage) -> dict[str, str]:
     """split -> the JSON (path under root) holding its annotations; {} when none is there."""
     found: dict[str, tuple[str, str]] = {}  # split -> (kind of file, path)
-    for folder in FOLDERS:
-        if folder and root.kind(folder) != "dir":
+    if root.kind(FOLDER) != "dir":
+        return {}
+    for entry in root.listdir(FOLDER):
+        match = _JSON_NAME.fullmatch(entry.name)
+        if match is None or entry.is_dir:
             continue
-        for entry in root.listdir(folder):
-            match = _JSON_NAME.fullmatch(entry.name)
-            if match is None or entry.is_dir:
-                continue
-            kind, split = match.group(1), match.group("split")
-            if split not in found or (found[split][0], kind) == ("person_keypoints", "instances"):
-                found[split] = (kind, posixpath.join(folder, entry.name))
-        if found:
-            break
+        kind, split = match.group(1), match.group("split")
+        if split not in found or (found[split][0], kind) == ("person_keypoints", "instances"):
+            found[split] = (kind, posixpath.join(FOLDER, entry.name))
     return {split: path for split, (_, path) in sorted(found.items())}
 
 
@@ -108,10 +106,11 @@ def _split_names(splits: list[str]) -> dict[str, str]:
 
 
 def _image_folder(root: Storage, split: str) -> str | None:
-    """Where a split's images are: <split>/, <split>2017/ or images/<split>/ (detectron2's and
-    TFDS's layouts), the first that is a folder."""
+    """Where a split's images are: <split>/, <split>2017/ (for a split named without its year)
+    or images/<split>/ (detectron2's and TFDS's layouts; a split named with its year also
+    <split without it>/), the first that is a folder."""
     bare = _YEAR.sub("", split) or split
-    names = dict.fromkeys((split, bare + "2017", bare))
+    names = dict.fromkeys((split, bare) if bare != split else (split, split + "2017"))
     for name in (*names, *(f"images/{n}" for n in names)):
         if root.kind(name) == "dir":
             return name

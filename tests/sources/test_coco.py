@@ -329,3 +329,27 @@ def test_annotations_of_an_image_of_another_shape_skip_it(tmp_path: Path):
     reasons = {s["key"]: s["reason"] for s in result.to_json()["skipped_items"]}
     assert "annotations are of a 80x120 image" in reasons["val2017/a.png"]
     assert "the image is 120x80" in reasons["val2017/a.png"]
+
+
+def test_each_split_finds_its_images_where_detectron2_and_tfds_keep_them(tmp_path: Path):
+    def one(name: str, category: str) -> dict:
+        return {"images": [{"id": 1, "file_name": name, "width": 8, "height": 6}],
+                "categories": [{"id": len(category), "name": category}]}  # fmt: skip
+
+    (tmp_path / "annotations").mkdir()
+    for folder, name in (("images/train", "t.png"), ("val2017", "v.png"), ("test", "x.png")):
+        (tmp_path / folder).mkdir(parents=True)
+        cv2.imwrite(str(tmp_path / folder / name), _photo(6, 8))
+    files = {
+        "instances_train.json": one("t.png", "cat"),  # images/<split>/
+        "person_keypoints_train.json": one("t.png", "person"),  # the instances win
+        "person_keypoints_val.json": one("v.png", "person"),  # <split>2017/: COCO's
+        "instances_test2017.json": one("x.png", "cat"),
+    }  # <split without its year>/
+    for name, doc in files.items():
+        (tmp_path / "annotations" / name).write_text(json.dumps(doc))
+    dataset = scan(tmp_path)
+    keys = {split: [item.key for item in items] for split, items in dataset.splits.items()}
+    assert keys == {"train": ["images/train/t.png"], "val": ["val2017/v.png"],
+                    "test": ["test/x.png"]}  # fmt: skip
+    assert dataset.schema["objects/label"].classes == ("cat", "person")
