@@ -293,6 +293,7 @@ def _second(doc: dict, **changes) -> None:
         (lambda d: _second(d, segmentation={"size": [80, 120], "counts": [5, 3]}),
          "RLE counts cover 8 pixels, not 120x80"),
     ],
+    ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover"],
 )  # fmt: skip
 def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, change, reason):
     src = _broken(tmp_path, change)
