@@ -124,7 +124,7 @@ def follow(
     schema: Schema,
     moved: tuple[str, ...],
     where: tuple[Move, ...],
-    size: tuple[int, int] = (0, 0),
+    size: tuple[int, int],
 ) -> tuple[dict[str, object], Counter[str]]:
     """An item's fields with each feature in `moved` (moved_features) taken through the moves
     `where` (moves() gives them): boxes clipped to the image, keypoints, and a `mask` drawn to
