@@ -25,6 +25,9 @@ MAGIC = b"shardpack-shapes/2\n"
 _HEAD = struct.Struct("<I")
 # Past this a coordinate is no pixel's: refused rather than cast to float32's infinity.
 _MOST = 1e9
+# The most points of one polygon: COCO's outlines have tens to a few hundred; drawing costs
+# rows x points (images.fill_polygon), so a hostile one of millions would hold a worker.
+MAX_POLYGON_POINTS = 10_000
 
 
 def check(segmentation: object, height: int, width: int) -> dict | list[np.ndarray]:
@@ -62,6 +65,9 @@ def check(segmentation: object, height: int, width: int) -> dict | list[np.ndarr
             values = np.full(1, np.nan)
         if values.ndim != 1 or len(values) % 2 or not (np.abs(values) < _MOST).all():
             raise ValueError("holds a polygon that is not [x0, y0, x1, y1, ...] in pixels")
+        if len(values) > 2 * MAX_POLYGON_POINTS:
+            raise ValueError(f"holds a polygon of {len(values) // 2:,} points, over the "
+                             f"{MAX_POLYGON_POINTS:,} shardpack draws")  # fmt: skip
         if len(values) >= 6:
             polygons.append(values.astype("<f4").reshape(-1, 2))
     return polygons

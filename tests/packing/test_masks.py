@@ -43,6 +43,26 @@ def test_polygons_are_drawn_as_pycocotools_draws_them():
         assert len(differ) <= max(3, theirs.sum() // 10)
 
 
+def test_a_comb_of_many_spans_a_row_is_drawn_as_pycocotools_draws_it():
+    from pycocotools import mask as coco_mask
+
+    teeth = [
+        (x, y)
+        for i in range(12)
+        for x, y in (
+            (4 * i + 1.3, 2.2),
+            (4 * i + 3.1, 2.2),
+            (4 * i + 3.1, 30.6),
+            (4 * i + 4.2, 30.6),
+        )
+    ]
+    polygon = np.array([*teeth, (49.5, 37.4), (0.7, 37.4)])  # 12 teeth on a bar: 12 spans a row
+    ours = np.zeros((40, 52), np.uint8)
+    images.fill_polygon(ours, polygon, 1)
+    theirs = coco_mask.decode(coco_mask.frPyObjects([polygon.reshape(-1).tolist()], 40, 52))
+    np.testing.assert_array_equal(ours, theirs[..., 0])
+
+
 def test_compressed_rle_is_read_as_pycocotools_writes_it():
     from pycocotools import mask as coco_mask
 
