@@ -593,9 +593,6 @@ def encode(pixels: np.ndarray, fmt: str, quality: int = 95, order: str = "bgr") 
 # Cells of one polygon's rows x (edges + columns) tables filled at a time: bounds the memory of
 # a polygon of many points over a tall image (a hostile one: 32 MB a step).
 _FILL_CELLS = 1 << 22
-# Spans a row above which a polygon is filled through one table in C, not a slice a span
-# (~1 us each): a real outline crosses a row two or four times, a hostile zigzag thousands.
-_SLICED_SPANS = 4
 
 
 def fill_polygon(labels: np.ndarray, polygon: np.ndarray, value: int) -> None:
@@ -603,6 +600,8 @@ def fill_polygon(labels: np.ndarray, polygon: np.ndarray, value: int) -> None:
     (n x 2 (x, y) rows in pixels from the image's top-left corner, as COCO gives them; the
     even-odd rule), as pycocotools samples them. Not cv2.fillPoly: it also fills every pixel
     the outline touches, two pixels past pycocotools at a sharp tip."""
+    if not labels.flags.c_contiguous:
+        raise ValueError("fill_polygon draws into a C-contiguous array")
     points = np.asarray(polygon, np.float64).reshape(-1, 2)
     x0, y0 = points[:, 0], points[:, 1]
     x1, y1 = np.concatenate([x0[1:], x0[:1]]), np.concatenate([y0[1:], y0[:1]])
@@ -625,15 +624,11 @@ def fill_polygon(labels: np.ndarray, polygon: np.ndarray, value: int) -> None:
         end = np.where(spans, np.ceil(ends - 0.5), 0).clip(0, width).astype(np.intp)
         row, pair = np.nonzero(begin < end)
         begin, end = begin[row, pair], end[row, pair]
-        if len(row) <= _SLICED_SPANS * len(rows):  # an outline: a span or two a row
-            for at, first, last in zip((rows[row]).tolist(), begin.tolist(), end.tolist(),
-                                       strict=True):  # fmt: skip
-                labels[at, first:last] = value
-            continue
-        edges = np.zeros((len(rows), width + 1), np.int32)  # a zigzag: one pass in C
-        np.add.at(edges, (row, begin), 1)
-        np.add.at(edges, (row, end), -1)
-        labels[rows[0] : rows[-1] + 1][np.cumsum(edges[:, :width], axis=1) > 0] = value
+        # every pixel of every span as one flat index: the spans' starts, each repeated along
+        # its length, plus a running count (one assignment, whatever the spans)
+        lengths = end - begin
+        flat = (rows[row] * width + begin - np.cumsum(lengths) + lengths).repeat(lengths)
+        labels.reshape(-1)[flat + np.arange(len(flat))] = value
 
 
 def encode_labels(labels: np.ndarray) -> bytes:
