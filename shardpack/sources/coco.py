@@ -23,13 +23,14 @@ import json
 import math
 import posixpath
 import re
+from collections import Counter
 from collections.abc import Mapping
 
 from shardpack.errors import SourceError, printable
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
 from shardpack.sources import shapes
-from shardpack.sources.classlist import check_class_name
+from shardpack.sources.classlist import MAX_CLASSES, check_class_name
 from shardpack.sources.scanned import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.storage import Storage
@@ -124,7 +125,7 @@ def read_json(root: Storage, path: str) -> dict:
         data = root.read(path, MAX_JSON_BYTES)
     except FileTooLarge:
         raise SourceError(
-            f"{where}: over {MAX_JSON_BYTES >> 20} MiB, more than any COCO "
+            f"{where}: over {MAX_JSON_BYTES:,} bytes, more than any COCO "
             "annotation file; split it by image, or check it is COCO"
         ) from None
     except (RefusedFile, OSError) as e:
@@ -162,7 +163,6 @@ class _Categories:
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
         self.keypoints: dict[int, tuple[str, ...]] = {}
-        self.skeletons: dict[int, list] = {}
 
     def add(self, where: str, categories: list) -> None:
         for n, category in enumerate(categories):
@@ -182,12 +182,14 @@ class _Categories:
                 raise SourceError(f"{where}: categories[{n}].keypoints is not a list of names")
             if names:
                 self.keypoints[ident] = tuple(names)
-                self.skeletons[ident] = category.get("skeleton", [])
 
     def classes(self, where: str) -> tuple[str, ...]:
+        if len(self.names) > MAX_CLASSES:
+            raise SourceError(f"{where}: {len(self.names):,} categories, over the "
+                              f"{MAX_CLASSES:,} classes a dataset may have")  # fmt: skip
         ordered = [self.names[i] for i in sorted(self.names)]
         if len(set(ordered)) != len(ordered):
-            twice = next(n for n in ordered if ordered.count(n) > 1)
+            twice = Counter(ordered).most_common(1)[0][0]
             raise SourceError(f"{where}: two categories are named '{printable(twice)}'; class "
                               "names must differ: rename one")  # fmt: skip
         return tuple(ordered)

@@ -51,7 +51,7 @@ def check(segmentation: object, height: int, width: int) -> dict | list[np.ndarr
         ):
             runs = counts
         else:
-            raise ValueError("RLE counts are neither a string nor a list of counts")
+            raise ValueError("RLE counts are neither an ASCII string nor a list of counts")
         if sum(runs) != height * width or min(runs, default=0) < 0:
             raise ValueError(f"RLE counts cover {sum(runs)} pixels, not {width}x{height}")
         return {"size": size, "counts": counts}

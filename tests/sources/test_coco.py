@@ -21,6 +21,7 @@ from shardpack.errors import ShardpackError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
+from shardpack.sources import coco as coco_source
 from shardpack.sources import scan
 from tests.packing.test_boxes import MODES, STORED, oracle_steps
 
@@ -305,7 +306,7 @@ def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, c
         scan(src, PackOptions(on_error="fail"))
 
 
-def test_what_it_does_not_understand_is_said_in_one_line(tmp_path: Path):
+def test_what_it_does_not_understand_is_said_in_one_line(tmp_path: Path, monkeypatch):
     src = _broken(tmp_path, lambda d: d["annotations"].append(
         {"id": 99, "image_id": 42, "category_id": 1, "bbox": [0, 0, 1, 1]}))  # fmt: skip
     assert "1 annotation(s) name an image id the JSON does not list" in scan(src).warnings[0]
@@ -319,6 +320,12 @@ def test_what_it_does_not_understand_is_said_in_one_line(tmp_path: Path):
         scan(src)
     with pytest.raises(ShardpackError, match=r"no annotations/instances_<split>\.json found"):
         scan(src / "val2017", PackOptions(source="coco"))
+    path.write_text("[" * 100_000 + "]" * 100_000)  # deeper than Python's parser goes
+    with pytest.raises(SourceError, match=r"instances_val2017\.json: not COCO JSON"):
+        scan(src)
+    monkeypatch.setattr(coco_source, "MAX_JSON_BYTES", 1000)  # the cap, without writing a GiB
+    with pytest.raises(SourceError, match=r"instances_val2017\.json: over 1,000 bytes"):
+        scan(src)
 
 
 def test_annotations_of_an_image_of_another_shape_skip_it(tmp_path: Path):
