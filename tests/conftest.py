@@ -29,7 +29,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not FAST:
         return
     heavy = pytest.mark.skip(reason="needs TensorFlow, TFDS, torch or DALI: run `make test`")
-    slow = pytest.mark.skip(reason="starts a server, a cluster or stops processes: run `make test`")
+    slow = pytest.mark.skip(
+        reason="starts a server, a cluster or a browser, or stops processes: run `make test`"
+    )
     for item in items:
         if item.get_closest_marker("heavy"):
             item.add_marker(heavy)

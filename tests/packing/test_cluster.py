@@ -171,7 +171,7 @@ def test_a_worker_killed_mid_shard_is_retried_and_output_is_intact(scheduler, tm
 
     src = tmp_path / "src"
     for i in range(240):
-        write_image(src / f"c{i % 3}" / f"{i:04d}.jpg", image(i, height=240, width=320))
+        write_image(src / f"c{i % 3}" / f"{i:04d}.jpg", image(i, height=120, width=160))
     args = ["--encode", "png", "--shards", "8", "--workers", "2", "--no-progress"]
     local = tmp_path / "local"
     subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src), str(local), *args],
