@@ -431,9 +431,17 @@ def needs(*modules: str) -> None:
     for module in modules:
         top = module.split(".")[0]
         if top in HEAVY_MODULES and os.environ.get("SHARDPACK_TEST_TIER") == "fast":
-            pytest.skip(f"needs {module}: run `make test`")
+            pytest.skip(f"needs {module}: run `make test`", allow_module_level=True)
         if importlib.util.find_spec(top) is None:
-            pytest.skip(f"needs {module}")
+            pytest.skip(f"needs {module}", allow_module_level=True)
+
+
+def heavy_import(module: str):
+    """pytest.importorskip for a heavy package (HEAVY_MODULES): skipped in the fast tier too."""
+    import importlib
+
+    needs(module)
+    return importlib.import_module(module)
 
 
 def wait_for(condition, timeout: float = 60) -> None:

@@ -24,6 +24,7 @@ from shardpack.read.stream import iter_examples
 from shardpack.storage.local import LocalStorage
 from tests.helpers import (
     gone,
+    heavy_import,
     image,
     make_cifar10_binary,
     make_tree,
@@ -188,7 +189,7 @@ def test_each_container_reads_the_grown_dataset_whole(tmp_path: Path, fmt: str):
         urls = [s["url"] for s in json.loads(listing.read_text())["shardlist"]]
         assert urls == sorted(shard_files(out))
     if fmt == "tfrecord":
-        tfds = pytest.importorskip("tensorflow_datasets")
+        tfds = heavy_import("tensorflow_datasets")
         builder = tfds.builder_from_directory(str(out))
         assert builder.info.features["label"].names == ["cat", "dog", "eel"]
         records = list(tfds.as_numpy(builder.as_dataset(split="train")))
@@ -198,7 +199,7 @@ def test_each_container_reads_the_grown_dataset_whole(tmp_path: Path, fmt: str):
 
         with Records(out) as records:
             assert sorted(records[i]["key"] for i in range(len(records))) == keys
-        tfds = pytest.importorskip("tensorflow_datasets")
+        tfds = heavy_import("tensorflow_datasets")
         source = tfds.builder_from_directory(str(out)).as_data_source()["train"]
         assert sorted(int(source[i]["label"]) for i in range(len(source))) == labels
 
@@ -389,7 +390,7 @@ def test_a_stop_between_an_updates_two_indexes_leaves_a_whole_dataset(tmp_path, 
 
 @pytest.mark.heavy
 def test_tfds_reads_the_dataset_an_update_left(tmp_path: Path):
-    tfds = pytest.importorskip("tensorflow_datasets")
+    tfds = heavy_import("tensorflow_datasets")
     src = make_tree(tmp_path / "src", {"cat": 6, "dog": 6})
     out = tmp_path / "out"
     pack(src, out, PackOptions(shards=4, workers=1))

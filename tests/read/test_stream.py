@@ -17,6 +17,7 @@ from shardpack.errors import IndexFormatError, RecordError, ShardpackError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples, tf_dataset
+from tests import helpers
 from tests.helpers import image, make_cifar10_python, make_tree, tf_records, write_image
 
 
@@ -79,7 +80,7 @@ print("\\n".join(loader))
 @pytest.mark.heavy
 @pytest.mark.parametrize("shards", [4, 1])
 def test_torch_dataloader_with_two_workers_reads_each_record_once(thousand, shards):
-    pytest.importorskip("torch")
+    helpers.heavy_import("torch")
     # A process of its own: torch and TensorFlow loaded together in the test process would
     # cost seconds and memory for nothing.
     done = subprocess.run([sys.executable, "-c", _README_DATASET, str(thousand[shards])],
@@ -271,7 +272,7 @@ def test_every_reader_handles_an_empty_shard(tmp_path: Path):
             "a/img_000.jpg", "b/img_000.jpg"}  # fmt: skip
     assert shardpack.read_record(out, "train", 1)["label"] in (0, 1)
     shardpack.make_preview(out, tmp_path / "p.png")
-    tfds = pytest.importorskip("tensorflow_datasets")
+    tfds = helpers.heavy_import("tensorflow_datasets")
     builder = tfds.builder_from_directory(str(out))
     assert len(list(builder.as_dataset(split="train"))) == 2
 
