@@ -1,29 +1,51 @@
 """OUT/failures.jsonl: every http(s) image URL a pack skipped, with why, one JSON object a line
-(url, split, status, error, reason), for a person to read and a rerun to retry exactly those.
-img2dataset keeps the same in each shard's Parquet (status, error_message)."""
+(url, file, row, split, status, error, reason), for a person to find in the list and a grow to
+retry (`pack --update` asks the transient ones again). img2dataset keeps the same in each
+shard's Parquet (status, error_message)."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from shardpack.layout import FAILURES_NAME
 from shardpack.packing.stats import reason_kind
+from shardpack.sources import Dataset
 from shardpack.storage import Storage
 from shardpack.storage.urlpolicy import is_web_url, status_of
 
+# (manifest file name, line or row) of each URL the scan listed: ImageRoot.rows_of
+RowsOf = Callable[[Iterable[str]], dict[str, tuple[str, int]]]
 
-def url_failures(skipped: Iterable[tuple[str | None, str, str]]) -> list[dict]:
+
+def url_failures(
+    skipped: Iterable[tuple[str | None, str, str]], rows_of: RowsOf | None = None
+) -> list[dict]:
     """One row per skipped item whose key is an http(s) URL, of (split or None, key, reason)
-    triples: url, split, the HTTP status (None: no answer, or not an HTTP failure), the error's
-    kind (what the index's statistics count it by) and the whole reason."""
-    return [
-        {"url": key, "split": split, "status": status_of(reason), "error": reason_kind(reason),
+    triples: url, the manifest file and line (or Parquet row) that lists it (None: not known),
+    split, the HTTP status (None: no answer, or not an HTTP failure), the error's kind (what the
+    index's statistics count it by) and the whole reason."""
+    failed = [(split, key, reason) for split, key, reason in skipped if is_web_url(key)]
+    rows = rows_of(key for _, key, _ in failed) if rows_of is not None and failed else {}
+    found = [
+        {"url": key, "file": rows.get(key, (None,))[0], "row": rows.get(key, (None, None))[1],
+         "split": split, "status": status_of(reason), "error": reason_kind(reason),
          "reason": reason}
-        for split, key, reason in skipped
-        if is_web_url(key)
+        for split, key, reason in failed
     ]  # fmt: skip
+    return sorted(found, key=_listed)  # in the list's order, whichever shard finished first
+
+
+def _listed(row: dict) -> tuple:
+    """Where a failure's URL is listed, those of no known row last (by URL)."""
+    return (row["row"] is None, row["file"] or "", row["row"] or 0, row["url"])
+
+
+def rows_of(dataset: Dataset) -> RowsOf | None:
+    """Where the scan listed each URL: a URL list's root knows (sources.manifest.ImageRoot),
+    other sources' roots do not."""
+    return getattr(dataset.root, "rows_of", None)
 
 
 def counts(failures: list[dict]) -> dict[str, int]:

@@ -222,9 +222,10 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
     rows = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
     failed = {row["url"].split(":", 2)[2].partition("/")[2]: row for row in rows}
     assert sorted(failed) == sorted(p.lstrip("/") for p in bad)
-    for path, (error, status, hits) in bad.items():
+    for line, (path, (error, status, hits)) in enumerate(bad.items(), len(good) + 2):
         row = failed[path.lstrip("/")]
         assert (row["error"], row["status"], row["split"]) == (error, status, "train"), row
+        assert (row["file"], row["row"]) == ("urls.csv", line), row  # the header is line 1
         assert site.hits[path] == hits, (path, site.hits)
     assert "after 3 tries" in failed["always503.png"]["reason"]
     assert "Retry-After 86400 s is over 60 s" in failed["429long.png"]["reason"]
