@@ -51,6 +51,8 @@ class Site:
         self.started: list[str] = []  # paths in the order their requests came
         self.finished: list[str] = []  # and in the order they were answered
         self.lock = threading.Lock()
+        self.held: frozenset[str] = frozenset()  # paths answered only once `gate` is set
+        self.gate = threading.Event()
         handler = type("Handler", (_Handler,), {"site": self})
         self.server = _Server(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
@@ -74,8 +76,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     /img/N.png. /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every
     agent; noai for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
     itself), /meta.png (a redirect to the metadata address), /huge.png (Content-Length 100 GB),
-    /html.png (a web page), /stream.png (5,000 bytes, no Content-Length), /drip.png (a byte
-    every 50 ms). /twin/N.png: image N // 2."""
+    /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
+    /drip.png (a byte every 50 ms). /twin/N.png: image N // 2. A path in `Site.held` is
+    answered once `Site.gate` is set."""
 
     protocol_version = "HTTP/1.1"  # connections kept
     site: Site
@@ -103,6 +106,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             site.most_again = max(site.most_again, site.again)
             site.agents.add(self.headers.get("User-Agent", ""))
         try:
+            if path in site.held:
+                site.gate.wait(60)
             delay = site.latency * ((hash(path) % 7) / 6 if site.jitter else 1)
             time.sleep(delay)
             self._answer(path, first)
@@ -131,8 +136,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path in ("/loop.png", "/meta.png"):
             where = "/loop.png" if path == "/loop.png" else "http://169.254.169.254/latest/"
             return self._send(302, b"", {"Location": where})
-        if path in ("/404.png", "/403.png"):
-            return self._send(int(path[1:4]), b"no")
+        if path in ("/404.png", "/403.png") or kind == "gone":
+            return self._send(404 if kind == "gone" else int(path[1:4]), b"no")
         if path == "/huge.png":
             self.send_response(200)
             self.send_header("Content-Length", str(10**11))

@@ -1,0 +1,77 @@
+"""A URL list's pack stopped and resumed, and grown with --update: only what is unfinished or
+failed is fetched again (requests counted at a real loopback server: tests/storage/test_fetch's
+Site), finished shards are left as they are, and failures.jsonl says what still fails."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import helpers
+from tests.storage.test_fetch import Site, serving
+
+pytestmark = pytest.mark.slow  # a real server; real processes and signals
+JOB = ["--path-column", "url", "--allow-private-urls", "--workers", "1", "--shards", "4",
+       "--no-progress"]  # fmt: skip
+# 16 rows, every third a 404: failures in finished shards and in the one left unfinished
+PATHS = [f"/gone/{i}.png" if i % 3 == 1 else f"/img/{i}.png" for i in range(16)]
+
+
+def _list(tmp_path: Path, site: Site, paths: list[str]) -> Path:
+    rows = [{"url": site.url(path), "caption": f"photo {i}"} for i, path in enumerate(paths)]
+    return helpers.write_csv(tmp_path / "urls.csv", rows)
+
+
+def _shards(out: Path) -> dict[str, list[str]]:
+    """Each shard's URL paths, packed or skipped (contents.json), by shard name."""
+    doc = json.loads((out / "contents.json").read_text())
+    return {file: ["/" + key.split("/", 3)[3] for key in (*entry["keys"], *entry["skipped"])]
+            for file, entry in doc["shards"].items()}  # fmt: skip
+
+
+def _index(out: Path) -> dict:
+    doc = json.loads((out / "index.json").read_text())
+    doc.pop("stats")
+    return doc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_a_stopped_url_pack_resumes_fetching_only_its_unfinished_shards(tmp_path, sig):
+    """Stopped (a kill, or Ctrl-C) while its last shard's requests hang, a URL pack rerun with
+    --resume asks the server for that shard's URLs alone, once each, and ends as an
+    uninterrupted run does, failures.jsonl included."""
+    with serving() as site:
+        src, clean, out = _list(tmp_path, site, PATHS), tmp_path / "clean", tmp_path / "out"
+        assert helpers.run_cli("pack", str(src), str(clean), *JOB).returncode == 0
+        shards = _shards(clean)
+        last = shards[max(shards)]  # in-process, shards are written in name order
+        assert any(p.startswith("/gone/") for p in last), shards
+        assert any(p.startswith("/gone/") for ps in shards.values() if ps != last for p in ps)
+        site.hits.clear()
+        site.held = frozenset(last)
+        run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
+                                *JOB], stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            helpers.wait_for(lambda: any(site.hits[p] for p in last))  # the others journaled
+            sent = time.monotonic()
+            run.send_signal(sig)
+            stderr = run.communicate(timeout=30)[1]
+            assert time.monotonic() - sent < 5  # Ctrl-C: not when the server answers (30 s)
+        finally:
+            run.kill()
+            site.gate.set()
+        assert run.returncode == (-sig if sig == signal.SIGKILL else 130), stderr
+        assert not (out / "index.json").exists()
+        site.hits.clear()
+        resumed = helpers.run_cli("pack", str(src), str(out), *JOB, "--resume")
+        assert resumed.returncode == 0, resumed.stderr
+        assert sorted(site.hits.elements()) == sorted(last)  # each once, and no other
+    assert helpers.shard_files(out) == helpers.shard_files(clean)
+    assert _index(out) == _index(clean)
+    assert (out / "failures.jsonl").read_bytes() == (clean / "failures.jsonl").read_bytes()
