@@ -9,10 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from shardpack import iter_examples
 from tests import helpers
 from tests.storage.test_fetch import Site, serving
 
@@ -75,3 +77,48 @@ def test_a_stopped_url_pack_resumes_fetching_only_its_unfinished_shards(tmp_path
     assert helpers.shard_files(out) == helpers.shard_files(clean)
     assert _index(out) == _index(clean)
     assert (out / "failures.jsonl").read_bytes() == (clean / "failures.jsonl").read_bytes()
+
+
+def _stamps(out: Path) -> dict[str, tuple[int, bytes]]:
+    """Each shard file's mtime and bytes."""
+    return {name: ((out / name).stat().st_mtime_ns, data)
+            for name, data in helpers.shard_files(out).items()}  # fmt: skip
+
+
+def _failed(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+
+
+def test_update_fetches_again_only_the_urls_that_failed_for_a_reason_a_retry_may_mend(tmp_path):
+    """A finished URL pack whose server was down for some images (503) and had lost others
+    (404): --update asks the 503s alone again, once each, packs those that now answer in a new
+    shard beside the finished ones (their bytes and mtimes as they were), and failures.jsonl
+    then lists what still fails: the 404s (not asked again) and a 503 that is still one."""
+    with serving() as site:
+        src, out = _list(tmp_path, site, PATHS), tmp_path / "out"
+        down = {"/img/0.png", "/img/5.png", "/img/9.png"}
+        site.down |= down
+        assert helpers.run_cli("pack", str(src), str(out), *JOB, "--retries", "0").returncode == 0
+        gone = [(i, p) for i, p in enumerate(PATHS) if p.startswith("/gone/")]
+        assert {row["url"].split("/", 3)[3] for row in _failed(out)} == {
+            p.lstrip("/") for p in {*down, *(p for _, p in gone)}
+        }
+        before, records = _stamps(out), len(list(iter_examples(out)))
+        site.down, site.hits = {"/img/9.png"}, Counter()
+        grown = helpers.run_cli("pack", str(src), str(out), *JOB, "--retries", "0", "--update")
+        assert grown.returncode == 0, grown.stderr
+        assert "3 URLs that had failed" in grown.stderr and "asked again: 2 packed" in grown.stderr
+        assert sorted(site.hits.elements()) == sorted(down), site.hits  # no held image, no 404
+    after = _stamps(out)
+    assert {name: after[name] for name in before} == before  # finished shards untouched
+    assert len(after) == len(before) + 1
+    assert len(list(iter_examples(out))) == records + 2
+    failed = _failed(out)
+    still = sorted([*gone, (9, "/img/9.png")])
+    assert [(row["row"] - 2, "/" + row["url"].split("/", 3)[3]) for row in failed] == still
+    assert {row["file"] for row in failed} == {"urls.csv"}
+    assert [row["status"] for row in failed] == [503 if "img" in p else 404 for _, p in still]
+    index = json.loads((out / "index.json").read_text())
+    assert index["stats"]["url_failures"] == {"HTTP Not Found": len(gone),
+                                              "HTTP Service Unavailable": 1}  # fmt: skip
+    assert helpers.run_cli("verify", str(out)).returncode == 0

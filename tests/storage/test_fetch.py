@@ -53,6 +53,7 @@ class Site:
         self.lock = threading.Lock()
         self.held: frozenset[str] = frozenset()  # paths answered only once `gate` is set
         self.gate = threading.Event()
+        self.down: set[str] = set()  # paths answered 503 for now
         handler = type("Handler", (_Handler,), {"site": self})
         self.server = _Server(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
@@ -78,7 +79,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     itself), /meta.png (a redirect to the metadata address), /huge.png (Content-Length 100 GB),
     /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
     /drip.png (a byte every 50 ms). /twin/N.png: image N // 2. A path in `Site.held` is
-    answered once `Site.gate` is set."""
+    answered once `Site.gate` is set; one in `Site.down`, 503."""
 
     protocol_version = "HTTP/1.1"  # connections kept
     site: Site
@@ -120,6 +121,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _answer(self, path: str, first: bool) -> None:
         kind, _, name = path.strip("/").partition("/")
         number = int(name.split(".")[0]) if name[:1].isdigit() else 0
+        if path in self.site.down:
+            return self._send(503, b"down for now")
         if first and kind == "reset":
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
