@@ -4,6 +4,7 @@ Site), finished shards are left as they are, and failures.jsonl says what still 
 
 from __future__ import annotations
 
+import csv
 import json
 import signal
 import subprocess
@@ -28,6 +29,11 @@ PATHS = [f"/gone/{i}.png" if i % 3 == 1 else f"/img/{i}.png" for i in range(16)]
 def _list(tmp_path: Path, site: Site, paths: list[str]) -> Path:
     rows = [{"url": site.url(path), "caption": f"photo {i}"} for i, path in enumerate(paths)]
     return helpers.write_csv(tmp_path / "urls.csv", rows)
+
+
+def _rows(manifest: Path) -> list[dict]:
+    with open(manifest, newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def _shards(out: Path) -> dict[str, list[str]]:
@@ -122,3 +128,11 @@ def test_update_fetches_again_only_the_urls_that_failed_for_a_reason_a_retry_may
     assert index["stats"]["url_failures"] == {"HTTP Not Found": len(gone),
                                               "HTTP Service Unavailable": 1}  # fmt: skip
     assert helpers.run_cli("verify", str(out)).returncode == 0
+    with serving() as other:  # --append: the new rows' URLs alone, once each
+        more = [other.url("/img/20.png"), other.url("/gone/21.png")]
+        rows = [{"url": url, "caption": "new"} for url in more]
+        helpers.write_csv(src, [*_rows(src), *rows])
+        grown = helpers.run_cli("pack", str(src), str(out), *JOB, "--retries", "0", "--append")
+        assert grown.returncode == 0, grown.stderr
+        assert sorted(other.hits.elements()) == ["/gone/21.png", "/img/20.png"]
+    assert [row["url"] for row in _failed(out)][-1] == more[1]

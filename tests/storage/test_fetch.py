@@ -351,6 +351,10 @@ def test_a_folder_or_a_pattern_of_url_lists_is_one_manifest(tmp_path, site):
         f"image {site.url('/img/2.png')} is listed in an earlier file too"
     ]
     assert "part-1.csv line 2" in whole.skipped[0][1]
+    listed = [site.url(p) for p in ("/img/3.png", "/img/5.png", "/img/0.png", "/img/9.png")]
+    assert whole.root.rows_of(listed) == {listed[0]: ("part-1.csv", 3),
+                                          listed[1]: ("other.csv", 2),
+                                          listed[2]: ("part-0.csv", 2)}  # fmt: skip
     some = scan(str(lists / "part-*.csv"), options)
     assert len(some.splits["train"]) == 5
     with pytest.raises(SourceError, match=r"names no file"):
