@@ -459,7 +459,8 @@ def _compare(
     # taken as unchanged unless its label or fields are: no held URL is fetched again
     unsure = [(name, item, stamp)
               for (name, item), stamp, was in zip(present, now, recorded, strict=True)
-              if (stamp != was and not is_web_url(item.path)) or item.key in relabelled]  # fmt: skip
+              if (stamp != was and not is_web_url(item.path))
+              or item.key in relabelled]  # fmt: skip
     keys = content_keys([(name, item) for name, item, _ in unsure], dataset, options,
                         options.workers or machine_cores())  # fmt: skip
     changed: dict[str, list[Item]] = {}

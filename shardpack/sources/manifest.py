@@ -223,8 +223,8 @@ def _items(
     bad: list[tuple[int, str, str]],
     seen: set[str] | None = None,
 ) -> Iterator[tuple[Item, str | None, int]]:
-    """(item, the row's split, its line) of each usable row; a row that is not goes to `bad`; `seen`:
-    the paths of the manifest's files read before, to refuse one listed in two."""
+    """(item, the row's split, its line) of each usable row; a row that is not goes to `bad`;
+    `seen`: the paths of the manifest's files read before, to refuse one listed in two."""
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
     names = tuple(table.columns)
     sizes = _Sizes(images)

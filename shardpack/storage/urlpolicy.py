@@ -100,7 +100,7 @@ def is_transient(reason: str) -> bool:
     or cut connection, HTTP 5xx or 429 (not 4xx, DNS, an opt-out, a refused address, a body
     over the cap, not an image)."""
     status = status_of(reason)
-    return reason.startswith(TRANSIENT) or status is not None and (status == 429 or status >= 500)
+    return reason.startswith(TRANSIENT) or (status is not None and (status == 429 or status >= 500))
 
 
 def refusal(address: str, allow_private: bool) -> str | None:
