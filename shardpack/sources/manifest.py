@@ -299,14 +299,27 @@ def _one_label(tables: list[tuple[str | None, Manifest]]) -> LabelInfo | None:
             raise SourceError(f"{table.path}: has a split column, but its folder is split "
                               f"{split}; drop the column")  # fmt: skip
         if table.columns != first.columns or _label_kind(table) != _label_kind(first):
+            each = "split folder's metadata file" if split is not None else "file of the list"
             raise SourceError(
-                f"{table.path}: its columns or labels differ from {first.path}'s (split "
-                f"{split}); give every split folder's metadata file the same columns"
+                f"{table.path}: its columns or labels differ from {first.path}'s "
+                f"({_differences(first, table)}); give every {each} the same columns"
             )
     if first.label is None:
         return None
     values = sorted(set().union(*(table.label.values for _, table in tables)))
     return dataclasses.replace(first.label, values=tuple(values))
+
+
+def _differences(first: Manifest, table: Manifest) -> str:
+    """How a manifest's columns and labels differ from the first's, in a few words."""
+    ours, theirs = first.columns, table.columns
+    said = [f"no {name!r} column" for name in sorted(set(ours) - set(theirs))]
+    said += [f"a {name!r} column the first lacks" for name in sorted(set(theirs) - set(ours))]
+    said += [f"its {name!r} column holds another type" for name in sorted(set(ours) & set(theirs))
+             if ours[name] != theirs[name]]  # fmt: skip
+    if _label_kind(table) != _label_kind(first):
+        said.append("its labels are of another kind")
+    return "; ".join(said[:3]) or "the columns' order"
 
 
 def _label_kind(table: Manifest) -> tuple[str, bool] | None:

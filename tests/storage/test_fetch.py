@@ -365,6 +365,32 @@ def test_a_folder_or_a_pattern_of_url_lists_is_one_manifest(tmp_path, site):
     assert sum(site.hits.values()) == 0
 
 
+def test_a_folder_of_parquet_and_jsonl_lists_is_one_list_and_columns_that_differ_are_named(
+    tmp_path,
+):
+    """img2dataset's input: a folder of Parquet files (and JSONL) with a url column, read as
+    one list in name order, each URL's row known; a file whose columns differ is refused
+    naming the column (it said "split None; give every split folder's metadata file ...")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    urls = [f"http://images.example/{i}.png" for i in range(4)]
+    pq.write_table(pa.table({"url": urls[2:3], "caption": ["c"]}), lists / "part-1.parquet")
+    pq.write_table(pa.table({"url": urls[:2], "caption": ["a", "b"]}), lists / "part-0.parquet")
+    (lists / "part-2.jsonl").write_text(json.dumps({"url": urls[3], "caption": "d"}) + "\n")
+    whole = scan(lists, PackOptions(path_column="url"))
+    assert [item.key for item in whole.splits["train"]] == urls
+    assert whole.root.rows_of(urls[1:]) == {urls[1]: ("part-0.parquet", 1),
+                                            urls[2]: ("part-1.parquet", 0),
+                                            urls[3]: ("part-2.jsonl", 1)}  # fmt: skip
+    pq.write_table(pa.table({"url": urls[2:3], "caption": [3]}), lists / "part-1.parquet")
+    with pytest.raises(SourceError, match=r"part-1\.parquet: .*'caption' column holds another "
+                       r"type\); give every file of the list the same columns"):  # fmt: skip
+        scan(lists, PackOptions(path_column="url"))
+
+
 def test_url_flags_given_to_another_source_are_refused(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"a": 1})
     with pytest.raises(SourceError, match="--retries is for a manifest table"):
