@@ -115,6 +115,12 @@ def test_update_fetches_again_only_the_urls_that_failed_for_a_reason_a_retry_may
         assert grown.returncode == 0, grown.stderr
         assert "3 URLs that had failed" in grown.stderr and "asked again: 2 packed" in grown.stderr
         assert sorted(site.hits.elements()) == sorted(down), site.hits  # no held image, no 404
+        grown_to, failed = _stamps(out), _failed(out)
+        site.hits = Counter()  # again: the one still down fails again, and stays listed
+        again = helpers.run_cli("pack", str(src), str(out), *JOB, "--retries", "0", "--update")
+        assert again.returncode == 0, again.stderr
+        assert list(site.hits.elements()) == ["/img/9.png"]
+        assert _stamps(out) == grown_to and _failed(out) == failed  # (no shard of no record)
     after = _stamps(out)
     assert {name: after[name] for name in before} == before  # finished shards untouched
     assert len(after) == len(before) + 1
