@@ -546,7 +546,7 @@ class ImageRoot(Storage):
 
 class UrlRows:
     """Where a manifest listed each http(s) URL item: its file and line (or Parquet row), for
-    failures.jsonl. Kept as sorted 64-bit hashes of the URLs beside their lines, 16 bytes a
+    failures.jsonl. Kept as sorted 64-bit hashes of the URLs beside their lines, 20 bytes a
     URL where a dict takes ~100; two URLs of one hash name no row."""
 
     def __init__(self) -> None:
