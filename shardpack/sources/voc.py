@@ -113,7 +113,8 @@ class _Tally:
             said.append(f"objects' elements not packed: {tags}")
         if self.segmented:
             masks = "SegmentationClass and SegmentationObject masks"
-            said.append(f"{self.segmented:,} images are segmented (<segmented>1): their "
+            images = f"{self.segmented:,} image{' is' if self.segmented == 1 else 's are'}"
+            said.append(f"{images} segmented (<segmented>1): their "
                         f"{masks} are not packed")  # fmt: skip
         return said
 

@@ -65,7 +65,7 @@ def check_boxes(record: dict, names: list[str]) -> None:
         np.testing.assert_allclose(box, seen[colour], atol=1.01, err_msg=colour)
 
 
-def _turned_jpeg(upright: np.ndarray) -> bytes:
+def turned_jpeg(upright: np.ndarray) -> bytes:
     """`upright` (BGR) stored a quarter turn away, EXIF orientation 6 turning it back."""
     stored = Image.fromarray(np.ascontiguousarray(np.rot90(upright[..., ::-1], 1)))
     exif = Image.Exif()
@@ -75,7 +75,7 @@ def _turned_jpeg(upright: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def _write(path: Path, data: bytes | str) -> None:
+def write(path: Path, data: bytes | str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data.encode() if isinstance(data, str) else data)
 
@@ -86,18 +86,18 @@ def yolo(tmp_path_factory) -> Path:
     the top), an EXIF-turned JPEG, an image with an empty label file and one with none."""
     src = tmp_path_factory.mktemp("yolo")
     # `path` is where the dataset lay on its author's machine: not under SRC, passed over
-    _write(src / "data.yaml", "path: ../datasets/shapes\ntrain: images/train\nval: images/val\n"
+    write(src / "data.yaml", "path: ../datasets/shapes\ntrain: images/train\nval: images/val\n"
                               "names:\n  0: red\n  1: green\n  2: blue\n")  # fmt: skip
-    _write(src / "images/train/wide.png", cv2.imencode(".png", _photo())[1].tobytes())
+    write(src / "images/train/wide.png", cv2.imencode(".png", _photo())[1].tobytes())
     rows = [_row("red", BOXES["red"], 200, 400), _polygon("green", BOXES["green"], 200, 400),
             _row("blue", BOXES["blue"], 200, 400)]  # fmt: skip
-    _write(src / "labels/train/wide.txt", "\n".join(rows) + "\n")
-    _write(src / "images/train/turned.jpg", _turned_jpeg(_photo(420, 260, TALL)))
+    write(src / "labels/train/wide.txt", "\n".join(rows) + "\n")
+    write(src / "images/train/turned.jpg", turned_jpeg(_photo(420, 260, TALL)))
     rows = [_row(name, box, 420, 260) for name, box in TALL_BOXES.items()]
-    _write(src / "labels/train/turned.txt", "\n".join(rows))
-    _write(src / "images/val/empty.png", cv2.imencode(".png", _photo(objects={}))[1].tobytes())
-    _write(src / "labels/val/empty.txt", "")
-    _write(src / "images/val/unlabelled.png", cv2.imencode(".png", _photo(60, 80, {}))[1])
+    write(src / "labels/train/turned.txt", "\n".join(rows))
+    write(src / "images/val/empty.png", cv2.imencode(".png", _photo(objects={}))[1].tobytes())
+    write(src / "labels/val/empty.txt", "")
+    write(src / "images/val/unlabelled.png", cv2.imencode(".png", _photo(60, 80, {}))[1])
     return src
 
 
@@ -134,8 +134,8 @@ def test_the_ultralytics_split_folders_without_data_yaml_number_the_classes(tmp_
         ("train", "3 0.5 0.5 0.2 0.2\n0 0.1 0.1 0.1 0.1"),
         ("valid", "1 .5 .5 1 1"),
     ]:
-        _write(tmp_path / f"{split}/images/a.png", png)
-        _write(tmp_path / f"{split}/labels/a.txt", rows)
+        write(tmp_path / f"{split}/images/a.png", png)
+        write(tmp_path / f"{split}/labels/a.txt", rows)
     dataset = scan(tmp_path)
     assert dataset.kind == "yolo" and set(dataset.splits) == {"train", "valid"}
     assert dataset.schema["objects/label"].classes == ("0", "1", "2", "3")
@@ -149,12 +149,12 @@ def test_the_ultralytics_split_folders_without_data_yaml_number_the_classes(tmp_
 def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
     src = tmp_path / "src"
-    _write(src / "data.yaml", "train: ../train/images\nnames: [a, b]\n")  # Roboflow's ../
+    write(src / "data.yaml", "train: ../train/images\nnames: [a, b]\n")  # Roboflow's ../
     labels = {"ok": "1 0.5 0.5 0.2 0.2", "class": "0 0.5 0.5 0.2 0.2\n2 0.5 0.5 0.1 0.1",
               "short": "0 0.5 0.5 0.2", "text": "a 0.5 0.5 0.2 0.2"}  # fmt: skip
     for name, text in labels.items():
-        _write(src / f"train/images/{name}.png", png)
-        _write(src / f"train/labels/{name}.txt", text)
+        write(src / f"train/images/{name}.png", png)
+        write(src / f"train/labels/{name}.txt", text)
     dataset = scan(src)
     assert [i.key for i in dataset.splits["train"]] == ["train/images/ok.png"]
     reasons = dict(dataset.skipped)
@@ -174,9 +174,9 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     ("names: [a]\ntrain: images/elsewhere\n", "train: 'images/elsewhere' is no folder"),
 ])  # fmt: skip
 def test_a_bad_data_yaml_is_one_line_naming_it(tmp_path: Path, text: str, words: str):
-    _write(tmp_path / "images/a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
-    _write(tmp_path / "labels/a.txt", "")
-    _write(tmp_path / "data.yaml", text)
+    write(tmp_path / "images/a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
+    write(tmp_path / "labels/a.txt", "")
+    write(tmp_path / "data.yaml", text)
     with pytest.raises(SourceError, match="data.yaml: .*" + words) as caught:
         scan(tmp_path)
     assert "\n" not in str(caught.value)
