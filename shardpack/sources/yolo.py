@@ -107,7 +107,8 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
     doc = _read_yaml(root, yaml) if yaml is not None else {}
     where = root.path(yaml) if yaml is not None else root.path()
     names = _names(doc, where)
-    places = _places(root, doc, where) or _layout(root, dict(folder_entries(root)))
+    said: list[str] = []
+    places = _places(root, doc, where, said) or _layout(root, dict(folder_entries(root)))
     if not places:
         raise SourceError(f"{where}: names no train/val/test images, and SRC holds no images/ "
                           "beside labels/; add train: images/train to data.yaml")  # fmt: skip
@@ -152,6 +153,7 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
         {split: tuple(items) for split, items in splits.items()},
         skipped=tuple(skipped),
         warnings=(
+            *said,
             *tally.warnings(),
             *negatives(tally.empty, tally.unannotated, "Ultralytics", "a label file"),
         ),
@@ -305,9 +307,10 @@ def _keypoint_values(doc: dict, where: str) -> int | None:
     return shape[0] * shape[1]
 
 
-def _places(root: Storage, doc: dict, where: str) -> dict[str, list[str]]:
+def _places(root: Storage, doc: dict, where: str, warnings: list[str]) -> dict[str, list[str]]:
     """Each split data.yaml names (train, val, test) and its image folders or .txt lists, as
-    names under SRC."""
+    names under SRC; a test split SRC lacks is left out with a warning (exports name one that
+    is not there), a train or val split is refused."""
     places = {}
     for split in SPLIT_KEYS:
         value = doc.get(split)
@@ -317,11 +320,19 @@ def _places(root: Storage, doc: dict, where: str) -> dict[str, list[str]]:
         if not all(isinstance(v, str) for v in values):
             raise SourceError(f"{where}: {split}: {value!r} is not a folder or a list of them; "
                               "fix it")  # fmt: skip
-        places[split] = [_place(root, doc.get("path"), v, split, where) for v in values]
+        found = [_place(root, doc.get("path"), v) for v in values]
+        if None not in found:
+            places[split] = found
+            continue
+        value = values[found.index(None)]
+        said = f"{where}: {split}: {value!r} is no folder or list file under {root.path()}"
+        if split != "test":
+            raise SourceError(f"{said}; name it relative to data.yaml's folder")
+        warnings.append(f"{said}: split test left out")
     return places
 
 
-def _place(root: Storage, base: object, value: str, split: str, where: str) -> str:
+def _place(root: Storage, base: object, value: str) -> str | None:
     """A folder or list file data.yaml names, under SRC: taken under its `path` (where that is
     a folder of SRC; mostly it is where the dataset lay on its author's machine), else under
     SRC, else without its leading ../ (Roboflow's exports), as Ultralytics falls back."""
@@ -338,8 +349,7 @@ def _place(root: Storage, base: object, value: str, split: str, where: str) -> s
             name = "" if name == "." else name
             if root.kind(name) is not None:
                 return name
-    raise SourceError(f"{where}: {split}: {value!r} is no folder or list file under "
-                      f"{root.path()}; name it relative to data.yaml's folder")  # fmt: skip
+    return None
 
 
 def _images(root: Storage, place: str, skipped: list[tuple[str, str]]) -> list[Entry]:

@@ -86,8 +86,10 @@ def yolo(tmp_path_factory) -> Path:
     the top), an EXIF-turned JPEG, an image with an empty label file and one with none."""
     src = tmp_path_factory.mktemp("yolo")
     # `path` is where the dataset lay on its author's machine: not under SRC, passed over
-    write(src / "data.yaml", "path: ../datasets/shapes\ntrain: images/train\nval: images/val\n"
-                              "names:\n  0: red\n  1: green\n  2: blue\n")  # fmt: skip
+    # and test: names a folder the export left out
+    splits = "train: images/train\nval: images/val\ntest: images/test\n"
+    names = "names:\n  0: red\n  1: green\n  2: blue\n"
+    write(src / "data.yaml", f"path: ../datasets/shapes\n{splits}{names}")
     write(src / "images/train/wide.png", cv2.imencode(".png", _photo())[1].tobytes())
     rows = [_row("red", BOXES["red"], 200, 400), _polygon("green", BOXES["green"], 200, 400),
             _row("blue", BOXES["blue"], 200, 400)]  # fmt: skip
@@ -126,6 +128,7 @@ def test_yolo_boxes_follow_the_pixels(yolo: Path, tmp_path: Path, mode: str):
     assert "1 objects in 1 label files are polygons" in warnings
     assert "1 image with no object in a label file kept as negatives" in warnings
     assert "1 image without a label file kept with no objects" in warnings
+    assert "test: 'images/test' is no folder or list file under" in warnings
 
 
 def test_the_ultralytics_split_folders_without_data_yaml_number_the_classes(tmp_path: Path):
