@@ -220,9 +220,9 @@ def _objects(
         if not all(map(math.isfinite, numbers)):
             raise BadAnnotation(f"{at}: holds a value that is not a finite number")
         if not label.is_integer() or not 0 <= label < (classes or MAX_CLASSES):
-            names = f"data.yaml's {classes} classes" if classes else "a class number"
-            raise BadAnnotation(f"{at}: class {values[0]} is not one of {names}; fix the row "
-                                "or data.yaml's names")  # fmt: skip
+            names = f"one of data.yaml's {classes} classes" if classes else "a class number"
+            raise BadAnnotation(f"{at}: class {values[0]} is not {names}; fix the row or "
+                                "data.yaml's names")  # fmt: skip
         coords = numbers[1:]
         if kpt is not None and len(coords) == 4 + kpt:
             kinds.add("keypoints")
