@@ -183,3 +183,19 @@ def test_a_bad_data_yaml_is_one_line_naming_it(tmp_path: Path, text: str, words:
     with pytest.raises(SourceError, match="data.yaml: .*" + words) as caught:
         scan(tmp_path)
     assert "\n" not in str(caught.value)
+
+
+def test_a_split_listed_in_a_txt_file_stays_inside_src(tmp_path: Path):
+    src = tmp_path / "src"
+    write(src / "images/a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
+    write(src / "labels/a.txt", "0 0.5 0.5 0.2 0.2\n")
+    write(src / "lists/train.txt", "../images/a.png\n/etc/passwd\n../../x.png\n../images/b.png\n")
+    write(src / "data.yaml", "train: lists/train.txt\nnames: [a]\n")
+    dataset = scan(src)
+    assert [item.key for item in dataset.splits["train"]] == ["images/a.png"]
+    reasons = dict(dataset.skipped)
+    assert "line 2: names an image outside SRC" in reasons["/etc/passwd"]
+    assert "line 3: names an image outside SRC" in reasons["../../x.png"]
+    assert "line 4: cannot read the image" in reasons["images/b.png"]
+    with pytest.raises(SourceError, match=r"holds no data\.yaml, and no images/ folder beside"):
+        scan(src / "lists", PackOptions(source="yolo"))
