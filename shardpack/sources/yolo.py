@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import posixpath
+import reprlib
 from collections import Counter
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -248,6 +249,16 @@ def _objects(
     return {BOX: tuple(boxes), LABEL: tuple(labels)}
 
 
+# A value of data.yaml as messages show it: a few items, a few levels (an alias can make a
+# 16 MiB file a structure whose whole repr would never end).
+_SHOWN = reprlib.Repr()  # (its keyword arguments are Python 3.12's)
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring = 2, 4, 4, 60
+
+
+def _shown(value: object) -> str:
+    return _SHOWN.repr(value)
+
+
 def _read_yaml(root: Storage, name: str) -> dict:
     """data.yaml, parsed (PyYAML's safe loader: plain data only) and checked to be a mapping."""
     try:
@@ -273,14 +284,14 @@ def _names(doc: dict, where: str) -> tuple[str, ...]:
     names, count = doc.get("names"), doc.get("nc")
     if names is None and count is None:
         return ()
+    if count is not None and (type(count) is not int or not 0 < count <= MAX_CLASSES):
+        raise SourceError(f"{where}: nc {_shown(count)} is not a number of classes; fix it")
     if names is None:
-        if type(count) is not int or not 0 < count <= MAX_CLASSES:
-            raise SourceError(f"{where}: nc {count!r} is not a number of classes; fix it")
         return tuple(map(str, range(count)))
     if isinstance(names, dict):
         if not all(type(k) is int and 0 <= k < MAX_CLASSES for k in names):
-            raise SourceError(f"{where}: names maps {few(map(str, names))}, not class numbers "
-                              "0, 1, ... to names; fix it")  # fmt: skip
+            raise SourceError(f"{where}: names maps keys that are not class numbers 0, 1, ... "
+                              "to names; fix it")  # fmt: skip
         check_class_count(max(names, default=-1) + 1, where, "data.yaml's names")
         names = [names.get(i, str(i)) for i in range(max(names, default=-1) + 1)]
     if not isinstance(names, list) or not names:
@@ -292,7 +303,9 @@ def _names(doc: dict, where: str) -> tuple[str, ...]:
     for name in names:
         check_class_name(name, where)
     if count is not None and count != len(names):
-        raise SourceError(f"{where}: nc is {count!r} but names has {len(names)} names; fix one")
+        raise SourceError(
+            f"{where}: nc is {_shown(count)} but names has {len(names)} names; fix one"
+        )
     return names
 
 
@@ -303,7 +316,7 @@ def _keypoint_values(doc: dict, where: str) -> int | None:
         return None
     if not (isinstance(shape, list) and len(shape) == 2 and all(type(v) is int and v > 0
                                                                 for v in shape)):  # fmt: skip
-        raise SourceError(f"{where}: kpt_shape {shape!r} is not [keypoints, 2 or 3]; fix it")
+        raise SourceError(f"{where}: kpt_shape {_shown(shape)} is not [keypoints, 2 or 3]; fix it")
     return shape[0] * shape[1]
 
 
@@ -318,8 +331,8 @@ def _places(root: Storage, doc: dict, where: str, warnings: list[str]) -> dict[s
             continue
         values = value if isinstance(value, list) else [value]
         if not all(isinstance(v, str) for v in values):
-            raise SourceError(f"{where}: {split}: {value!r} is not a folder or a list of them; "
-                              "fix it")  # fmt: skip
+            raise SourceError(f"{where}: {split}: {_shown(value)} is not a folder or a list of "
+                              "them; fix it")  # fmt: skip
         found = [_place(root, doc.get("path"), v) for v in values]
         if None not in found:
             places[split] = found

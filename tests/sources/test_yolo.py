@@ -169,12 +169,20 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
         pack(src, tmp_path / "out", PackOptions(workers=1, on_error="fail"))
 
 
+# Anchors of lists of 9 aliases each: b29 stands for 9**30 strings, in a few hundred bytes.
+ALIASES = "b0: &b0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"b{i}: &b{i} [{', '.join([f'*b{i - 1}'] * 9)}]\n" for i in range(1, 30)
+)
+
+
 @pytest.mark.parametrize("text, words", [
     ("names: [a, b\n", "is not YAML"),
     ("names: !!python/object/apply:os.system [echo]\n", "is not YAML"),
     ("names: [a, b]\nnc: 3\n", "nc is 3 but names has 2 names"),
     ("names: {zero: a}\n", "not class numbers"),
     ("names: [a]\ntrain: images/elsewhere\n", "train: 'images/elsewhere' is no folder"),
+    (f"names: [a]\n{ALIASES}train: *b29\n", r"train: \[\[\[\.\.\.\], \[\.\.\.\], "),
+    (f"names: [a]\n{ALIASES}nc: *b29\n", r"nc \[\[\[\.\.\.\]"),
 ])  # fmt: skip
 def test_a_bad_data_yaml_is_one_line_naming_it(tmp_path: Path, text: str, words: str):
     write(tmp_path / "images/a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
