@@ -118,6 +118,7 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
     splits: dict[str, list[Item]] = {}
     skipped: list[tuple[str, str]] = []
     seen: dict[str, str] = {}  # image -> its split: one image is one record
+    read: set[str] = set()  # the label files of the images found
     for split, folders in places.items():
         for entry in (e for place in folders for e in _images(root, place, skipped)):
             if entry.name in seen:
@@ -126,6 +127,7 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
                 continue
             seen[entry.name] = split
             label_file = label_path(entry.name)
+            read.add(label_file)
             try:
                 data = read_annotation(root, label_file)
                 fields = None if data is None else _objects(data, label_file, len(names), kpt,
@@ -155,10 +157,37 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
         skipped=tuple(skipped),
         warnings=(
             *said,
+            *_orphans(root, places, read),
             *tally.warnings(),
             *negatives(tally.empty, tally.unannotated, "Ultralytics", "a label file"),
         ),
     )
+
+
+# What a labelling tool leaves beside the label files (LabelImg's list of class names).
+_NOT_LABELS = frozenset({"classes.txt"})
+
+
+def _orphans(root: Storage, places: dict[str, list[str]], read: set[str]) -> list[str]:
+    """A warning counting the label files in the split folders' label folders that no image
+    found has: named otherwise than their image, or of an image shardpack does not read."""
+    folders = {posixpath.dirname(label_path(f"{place}/x.jpg"))
+               for places_of in places.values() for place in places_of}  # fmt: skip
+    orphans = sorted(
+        name
+        for folder in folders
+        if root.kind(folder) == "dir"
+        for entry in root.walk(folder)
+        if (name := f"{folder}/{entry.name}" if folder else entry.name) not in read
+        and name.endswith(".txt") and posixpath.basename(name) not in _NOT_LABELS
+        and not any(part.startswith(".") for part in name.split("/"))
+    )  # fmt: skip
+    if not orphans:
+        return []
+    files = f"{len(orphans):,} label file{' matches' if len(orphans) == 1 else 's match'}"
+    return [f"{files} no image found "
+            f"(the first: {orphans[0]}): is an image named otherwise, or of a kind shardpack "
+            "does not read?"]  # fmt: skip
 
 
 def label_path(image: str) -> str:

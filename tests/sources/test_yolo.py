@@ -100,6 +100,8 @@ def yolo(tmp_path_factory) -> Path:
     write(src / "images/val/empty.png", cv2.imencode(".png", _photo(objects={}))[1].tobytes())
     write(src / "labels/val/empty.txt", "")
     write(src / "images/val/unlabelled.png", cv2.imencode(".png", _photo(60, 80, {}))[1])
+    write(src / "labels/val/unlabeled.txt", "0 0.5 0.5 0.1 0.1\n")  # misspelt: no image has it
+    write(src / "labels/val/classes.txt", "red\ngreen\nblue\n")  # LabelImg's: no label file
     return src
 
 
@@ -129,6 +131,7 @@ def test_yolo_boxes_follow_the_pixels(yolo: Path, tmp_path: Path, mode: str):
     assert "1 image with no object in a label file kept as negatives" in warnings
     assert "1 image without a label file kept with no objects" in warnings
     assert "test: 'images/test' is no folder or list file under" in warnings
+    assert "1 label file matches no image found (the first: labels/val/unlabeled.txt)" in warnings
 
 
 def test_the_ultralytics_split_folders_without_data_yaml_number_the_classes(tmp_path: Path):
