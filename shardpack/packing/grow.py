@@ -62,7 +62,10 @@ MAX_HISTORY = 100
 # Options a grow takes from the run, not the dataset: they decide no byte of the old shards.
 _RUN_OPTIONS = frozenset({"shards", "classes"})
 # Options whose JSON form is a list where PackOptions holds a tuple.
-_TUPLES = ("resize", "pad_color", "split_names")
+_TUPLES = ("resize", "pad_color", "split_names", "box_columns")
+# Options added since indexes kept their options, with what an index without them was packed
+# with: such an index grows as it was packed.
+_ADDED = {"box_columns": None}
 
 
 @dataclass(frozen=True)
@@ -367,6 +370,8 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
         OutputError: an option differs, or the index keeps no options (an older shardpack).
     """
     kept = old.raw.get("options")
+    if isinstance(kept, dict):
+        kept = {**_ADDED, **kept}
     ours = _json(given.output_fields())
     if not isinstance(kept, dict) or set(kept) != set(ours):
         raise OutputError(

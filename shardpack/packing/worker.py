@@ -96,7 +96,7 @@ def write_shard(
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
     facts = ShardFacts(stamps.taken(source, src, spec.items))  # before any read
-    moved = boxes.box_features(schema)
+    moved = boxes.box_features(schema, boxes.declared_boxes(options))
     try:
         container = CONTAINERS[options.format]
         limit = images.max_file_bytes(options.max_pixels)

@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import SourceError
-from shardpack.options import SPLIT_NAMES, PackOptions
-from shardpack.schema import Schema
+from shardpack.options import SPLIT_NAMES, PackOptions, box_column
+from shardpack.schema import Feature, Schema
 from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.folder import few, folder_entries
 from shardpack.sources.source import NO_FIELDS, Dataset, Item, Source
@@ -77,7 +77,7 @@ class ManifestSource(Source):
         ("path_column", "--path-column"), ("root", "--root"), ("retries", "--retries"),
         ("allow_private_urls", "--allow-private-urls"), ("ignore_opt_out", "--ignore-opt-out"),
         ("user_agent", "--user-agent"), ("url_threads", "--url-threads"),
-        ("per_host", "--per-host"),
+        ("per_host", "--per-host"), ("box_columns", "--box-columns"),
     )  # fmt: skip
 
     def recognise(
@@ -172,6 +172,7 @@ def scan_manifest(
                                     classes_pinned=options.classes is not None))
               for split, manifest in manifests]  # fmt: skip
     first = tables[0][1]
+    boxes = _box_columns(first, options.box_columns)
     label = _one_label(tables)
     classes = _classes(first.path, label, options.classes)
     position = None if classes is None else {name: i for i, name in enumerate(classes)}
@@ -193,7 +194,8 @@ def scan_manifest(
         bad = [(b.line, _under(prefix, b.path), b.reason) if b.path else (b.line, b.where, b.why)
                for b in table.bad]  # fmt: skip
         rows.file(table.path)
-        for item, row_split, line in _items(table, images, prefix, label, position, bad, seen):
+        for item, row_split, line in _items(table, images, prefix, label, position, bad, seen,
+                                            boxes):  # fmt: skip
             default = _folder_split(item.path) if by_folder else DEFAULT_SPLIT
             splits.setdefault(split or row_split or default, []).append(item)
             if is_web_url(item.key):
@@ -202,7 +204,8 @@ def scan_manifest(
     if not splits:
         first_bad = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
         raise SourceError(f"{first.path}: no row names a usable image{first_bad}")
-    schema = Schema.build(classes, first.columns, multi_label=bool(label and label.multi))
+    columns = {name: BOXES if name in boxes else f for name, f in first.columns.items()}
+    schema = Schema.build(classes, columns, multi_label=bool(label and label.multi))
     images.rows = rows.done()
     return Dataset(
         KIND,
@@ -222,9 +225,11 @@ def _items(
     position: dict[str, int] | None,
     bad: list[tuple[int, str, str]],
     seen: set[str] | None = None,
+    boxes: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[Item, str | None, int]]:
     """(item, the row's split, its line) of each usable row; a row that is not goes to `bad`;
-    `seen`: the paths of the manifest's files read before, to refuse one listed in two."""
+    `seen`: the paths of the manifest's files read before, to refuse one listed in two; `boxes`:
+    the box columns' formats (_box_columns), their values taken to yxyx rows."""
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
     names = tuple(table.columns)
     sizes = _Sizes(images)
@@ -242,10 +247,12 @@ def _items(
                         raise _Bad(f"image {path} is listed in an earlier file too")
                     seen.add(path)
                 size = sizes.of(path)
+                fields = dict(zip(names, row.values, strict=True)) if names else NO_FIELDS
+                for name, fmt in (boxes or {}).items():
+                    fields[name] = yxyx(name, fields[name], fmt)
             except _Bad as e:
                 bad.append((row.line, path, f"{line_name(table.path, row.line)}: {e}"))
                 continue
-            fields = dict(zip(names, row.values, strict=True)) if names else NO_FIELDS
             yield Item(path, value, path, size, fields=fields), row.split, row.line
     finally:
         sizes.close()
@@ -351,6 +358,48 @@ def split_manifests(root: Storage) -> list[tuple[str, Storage]] | None:
 
 class _Bad(Exception):
     """Why one row's item cannot be packed (caught per row)."""
+
+
+# A declared box column's type in the schema: TFDS's boxes, float32 rows of 4.
+BOXES = Feature("float32", (-1, 4))
+
+
+def _box_columns(table: Manifest, declared: tuple[str, ...] | None) -> dict[str, str]:
+    """Column -> format of each --box-columns entry, each a list of floats in the manifest.
+
+    Raises:
+        SourceError: the manifest has no such column, or one of other values than floats.
+    """
+    boxes = dict(box_column(entry) for entry in declared or ())
+    for name in boxes:
+        feature = table.columns.get(name)
+        if feature is None:
+            raise SourceError(f"{table.path}: --box-columns names {name!r}, which is none of its "
+                              f"columns ({few(table.columns)}); name one of those")  # fmt: skip
+        if feature.dtype != "float32" or not feature.is_list or feature.row not in (None, 4):
+            why = " (pixels? normalise them by the image size)" if feature.dtype == "int64" else ""
+            raise SourceError(f"{table.path}: --box-columns column {name!r} holds "
+                              f"{feature.dtype} {list(feature.shape)}{why}, not normalised "
+                              "boxes (numbers, 4 a box); drop it from --box-columns")  # fmt: skip
+    return boxes
+
+
+def yxyx(name: str, value: object, fmt: str) -> np.ndarray:
+    """A box column's value (rows of 4 in `fmt`, options.BOX_FORMATS) as [ymin, xmin, ymax,
+    xmax] rows, float32.
+
+    Raises:
+        _Bad: its numbers are not rows of 4.
+    """
+    import numpy as np  # numpy: not for pack --help
+
+    rows = np.asarray(value, np.float32).reshape(-1)
+    if rows.size % 4:
+        raise _Bad(f"column {name!r} holds {rows.size} numbers, not boxes of 4")
+    a, b, c, d = rows.reshape(-1, 4).T
+    corners = {"yxyx": (a, b, c, d), "xyxy": (b, a, d, c), "xywh": (b, a, b + d, a + c),
+               "cxcywh": (b - d / 2, a - c / 2, b + d / 2, a + c / 2)}[fmt]  # fmt: skip
+    return np.stack(corners, axis=1).astype(np.float32)
 
 
 def _check_root(root: str | None) -> None:
