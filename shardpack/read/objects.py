@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardpack import images
+from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.packing.tfdsmeta import BOX_NAMES, is_box
 from shardpack.schema import Feature, Schema
 
@@ -87,3 +89,37 @@ def pixel_boxes(boxes: np.ndarray, height: int, width: int) -> np.ndarray:
 def size_name(area: float) -> str:
     """COCO's size of a box of `area` pixels: small, medium or large."""
     return next(name for name, below in SIZES if below is None or area < below)
+
+
+def mask_size(data: bytes) -> tuple[int, int] | None:
+    """(height, width) of an instance-id map PNG, from its header (every chunk's CRC checked, no
+    pixel decoded); None for no map (empty bytes: an image without one).
+
+    Raises:
+        images.BadImage: the bytes are not a whole PNG.
+    """
+    if not data:
+        return None
+    info = images.probe(data)
+    if info is None or info.format != "png":
+        raise images.BadImage("not a PNG")
+    return info.height, info.width
+
+
+def decode_mask(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray | None:
+    """An instance-id map PNG as an (h, w) integer array (0 background, i the i-th object), its
+    size checked against max_pixels first; None for empty bytes.
+
+    Raises:
+        images.BadImage: not a whole single-channel PNG, or too large.
+    """
+    size = mask_size(data)
+    if size is None:
+        return None
+    images.check_pixels(*size, max_pixels)
+    import cv2  # here: OpenCV loads only when a mask is decoded (verify without it stays light)
+
+    ids = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    if ids is None or ids.ndim != 2:
+        raise images.BadImage("not a single-channel PNG of instance ids")
+    return ids
