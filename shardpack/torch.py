@@ -29,6 +29,7 @@ from shardpack.errors import ShardpackError, is_count
 from shardpack.index import load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.read.cache import ShardCache
+from shardpack.read.objects import pixel_boxes
 from shardpack.read.order import MIX_ENDS, check_seed, epoch_order, mix_choices, share, worker_part
 from shardpack.read.random_access import Records
 
@@ -351,3 +352,35 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
             f"rank must be 0 <= rank < world_size, got: rank={rank!r}, world_size={world_size!r}"
         )
     return rank, world_size
+
+
+def collate_objects(
+    records: Sequence[dict], boxes: str = "objects/bbox", labels: str = "objects/label"
+) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
+    """A DataLoader's collate_fn for object datasets, giving what torchvision's detection models
+    take: a list of images (float32 3 x H x W in [0, 1]) and a list of targets, one a record,
+    {"boxes": float32 [n, 4] [xmin, ymin, xmax, ymax] in pixels, "labels": int64 [n]}; records
+    hold different numbers of objects, so nothing is stacked. Use with ShardDataset's defaults
+    (decode=True, layout="chw"): `DataLoader(ds, batch_size=8, collate_fn=collate_objects)`.
+
+    Raises:
+        ShardpackError: a record lacks `boxes` or `labels`, or its labels are not class ids
+            (text: map the names to ids in ShardDataset's transform).
+    """
+    images, targets = [], []
+    for record in records:
+        if boxes not in record or labels not in record:
+            raise ShardpackError(f"collate_objects: record {record.get('key')!r} has no "
+                                 f"{boxes!r} and {labels!r}; name the features it holds "
+                                 "(boxes=..., labels=...)")  # fmt: skip
+        ids = np.asarray(record[labels])
+        if ids.dtype.kind not in "iu":
+            raise ShardpackError(
+                f"collate_objects: {labels!r} holds {ids.dtype} values, not "
+                "class ids; map the names to ids in ShardDataset's transform"
+            )
+        images.append(record["image"].float() / 255)
+        xyxy = pixel_boxes(record[boxes], record["height"], record["width"])
+        targets.append({"boxes": torch.from_numpy(xyxy),
+                        "labels": torch.from_numpy(ids.astype(np.int64))})  # fmt: skip
+    return images, targets

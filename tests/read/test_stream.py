@@ -17,7 +17,14 @@ from shardpack.errors import IndexFormatError, RecordError, ShardpackError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples, tf_dataset
-from tests.helpers import image, make_cifar10_python, make_tree, tf_records, write_image
+from tests.helpers import (
+    OBJECT_ROWS,
+    image,
+    make_cifar10_python,
+    make_tree,
+    tf_records,
+    write_image,
+)
 
 
 @pytest.fixture(scope="module")
@@ -424,3 +431,38 @@ def test_reencoding_turns_an_exif_orientation_upright(tmp_path: Path, options, s
     right, left = record["image"][:, -3:], record["image"][:, :3]
     assert right[..., 0].min() > 200 and right[..., 1].max() < 60  # the red now on the right
     assert np.abs(left.astype(int) - 128).max() < 20
+
+
+def test_iter_examples_gives_objects_as_numpy_arrays(objects_out):
+    a, b, c = iter_examples(objects_out)
+    assert a["objects/bbox"].dtype == np.float32 and a["objects/bbox"].shape == (2, 4)
+    np.testing.assert_allclose(a["objects/bbox"], OBJECT_ROWS[0]["boxes"], atol=1e-6)
+    assert a["objects/label"].dtype == np.int64 and a["objects/label"].tolist() == [0, 1]
+    assert b["objects/is_crowd"].shape == (2,)
+    assert c["objects/bbox"].shape == (0, 4) and c["objects/label"].shape == (0,)  # kept
+
+
+# tf_dataset's batches of objects, ragged (as docs/reading.md says) and padded.
+_TF_OBJECTS = """
+import json, sys
+from shardpack import tf_dataset
+ragged = next(iter(tf_dataset(sys.argv[1], shuffle=False, batch_size=3, decode=False)))
+padded = next(iter(tf_dataset(sys.argv[1], shuffle=False, batch_size=3, decode=False,
+                              lists="padded")))
+boxes = ragged["objects/bbox"]
+print(json.dumps({"kind": type(boxes).__name__, "rows": boxes.row_lengths().numpy().tolist(),
+                  "dense": list(boxes.to_tensor().shape),
+                  "padded": list(padded["objects/bbox"].shape),
+                  "labels": padded["objects/label"].numpy().tolist()}))
+"""
+
+
+@pytest.mark.heavy
+def test_tf_dataset_gives_objects_ragged_or_padded(objects_out):
+    from tests.helpers import needs, run_json
+
+    needs("tensorflow")
+    read = run_json(_TF_OBJECTS, str(objects_out))
+    assert read["kind"] == "RaggedTensor" and read["rows"] == [2, 2, 0]
+    assert read["dense"] == [3, 2, 4] and read["padded"] == [3, 2, 4]
+    assert read["labels"] == [[0, 1], [2, 0], [-1, -1]]  # class lists pad with -1

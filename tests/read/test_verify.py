@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shardpack.read.verify import verify
-from tests.helpers import at, run_cli
+from tests.helpers import OBJECT_ROWS, at, object_mask, pack_objects, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -183,14 +183,12 @@ def test_objects_that_disagree_are_faults_naming_record_shard_and_feature(object
     """A box outside the image, a per-object list out of step with the boxes, a mask of another
     size than its image (each packed as given: no transform moves or checks them), and with
     --decode a mask id past the objects."""
-    from tests.read.conftest import ROWS, _mask, pack_objects
-
-    assert verify(objects_out.out, decode=True).ok  # the good ones
-    a, b, c = (dict(row) for row in ROWS)
+    assert verify(objects_out, decode=True).ok  # the good ones
+    a, b, c = (dict(row) for row in OBJECT_ROWS)
     a["boxes"] = [[0.1, 0.1, 0.6, 0.5], [0.5, 0.5, 1.25, 0.95]]
     b["is_crowd"] = [0]
-    c["mask"] = _mask(20, 30, [])
-    d = {**ROWS[0], "mask": _mask(40, 60, [(0, 0, 2, 2), (2, 2, 4, 4), (4, 4, 6, 6)])}
+    c["mask"] = object_mask(20, 30, [])
+    d = {**OBJECT_ROWS[0], "mask": object_mask(40, 60, [(0, 0, 2, 2), (2, 2, 4, 4), (4, 4, 6, 6)])}
     out = pack_objects(tmp_path, [a, b, c, d])
     shard = json.loads((out / "index.json").read_text())["splits"]["train"]["shards"][0]["file"]
     faults = [str(f) for f in verify(out).faults]
