@@ -12,7 +12,8 @@ import numpy as np
 from shardpack import images
 from shardpack.errors import OutputError, is_count, os_error_fix
 from shardpack.index import load_index
-from shardpack.read.objects import Objects, decode_mask, objects_of
+from shardpack.packing.objects import Objects, objects_of
+from shardpack.read.objects import decode_mask
 from shardpack.read.stream import decode_pixels, iter_examples
 from shardpack.schema import Schema
 from shardpack.storage.atomic import write_atomic
@@ -34,7 +35,7 @@ def make_preview(
     seed: int = 0, storage_options: dict | None = None, overwrite: bool = False,
 ) -> str:  # fmt: skip
     """Draw n random records of a split in a grid, each captioned with its class name(s); where
-    the schema holds objects (read/objects.py), each box with its class name and each object's
+    the schema holds objects (packing/objects.py), each box with its class name and each object's
     instance-mask outline drawn.
 
     Records are drawn by reservoir sampling over one pass, so any split size works.

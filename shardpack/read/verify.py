@@ -12,8 +12,9 @@ from shardpack.containers import is_shard_name
 from shardpack.errors import FileAccessError, RecordError
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.packing.objects import Objects, objects_of
 from shardpack.packing.outdir import growing
-from shardpack.read.objects import Objects, decode_mask, mask_size, objects_of
+from shardpack.read.objects import decode_mask, mask_size
 from shardpack.read.stream import decode_pixels, to_python
 
 # Faults listed per shard; the rest are counted. A damaged shard's first faults say what is
