@@ -329,7 +329,12 @@ from torch.utils.data import DataLoader
 from shardpack.torch import ShardDataset, collate_objects
 ds = ShardDataset(sys.argv[1], shuffle=False, batch_size=3)
 images, targets = next(iter(DataLoader(ds, batch_size=3, collate_fn=collate_objects)))
-print(json.dumps({"images": [[list(i.shape), str(i.dtype), float(i.max())] for i in images],
+try:  # text names are no class ids: said in one line
+    collate_objects([{"key": "k", "objects/bbox": [], "objects/label": ["cat"]}])
+except Exception as e:
+    refused = f"{type(e).__name__}: {e}"
+print(json.dumps({"refused": refused,
+                  "images": [[list(i.shape), str(i.dtype), float(i.max())] for i in images],
                   "boxes": [t["boxes"].tolist() for t in targets],
                   "labels": [[str(t["labels"].dtype), t["labels"].tolist()] for t in targets]}))
 """
@@ -344,3 +349,4 @@ def test_collate_objects_gives_what_torchvision_detection_models_take(objects_ou
     assert read["boxes"][1] == [[0.0, 0.0, 100.0, 120.0], [0.0, 0.0, 50.0, 60.0]]
     assert read["boxes"][2] == [] and read["labels"][2] == ["torch.int64", []]
     assert read["labels"][:2] == [["torch.int64", [0, 1]], ["torch.int64", [2, 0]]]
+    assert read["refused"].startswith("ShardpackError: collate_objects: 'objects/label' holds")
