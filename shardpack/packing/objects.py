@@ -35,16 +35,16 @@ class Objects:
     mask: str | None  # the instance-id map PNG, if the schema has one
 
     def names(self, record: dict) -> list[str]:
-        """Each object's class name ('' for all where there is no label feature)."""
+        """Each object's class name; '' for each where there is no label feature, or where it
+        holds another number of rows than the boxes (verify names that)."""
         count = len(record[self.boxes])
-        if self.label is None:
+        values = [] if self.label is None else record[self.label]
+        values = values.tolist() if isinstance(values, np.ndarray) else list(values)
+        if len(values) != count:
             return [""] * count
-        values = record[self.label]
         if self.classes is None:
-            return [str(v) for v in (values.tolist() if isinstance(values, np.ndarray)
-                                     else values)]  # fmt: skip
-        return [self.classes[i] if 0 <= i < len(self.classes) else str(i)
-                for i in np.asarray(values).tolist()]  # fmt: skip
+            return [str(v) for v in values]
+        return [self.classes[i] if 0 <= i < len(self.classes) else str(i) for i in values]
 
 
 def objects_of(schema: Schema) -> Objects | None:

@@ -144,3 +144,14 @@ def test_objects_are_drawn_with_class_names_and_mask_outlines(objects_out: Path,
     # c.png has no objects: nothing drawn on its cell (the second row's first)
     empty = sheet[CELL + 22 : CELL + 22 + CELL, :CELL]
     assert not _colour_at(empty, BOX_COLOR).any() and not _colour_at(empty, MASK_COLOR).any()
+
+
+def test_a_label_list_out_of_step_with_the_boxes_draws_them_unnamed(tmp_path: Path):
+    """verify names that fault; preview still draws the boxes, without names, not a traceback."""
+    from shardpack.read.preview import BOX_COLOR, make_preview
+    from tests.helpers import OBJECT_ROWS, pack_objects
+
+    out = pack_objects(tmp_path, [{**OBJECT_ROWS[0], "labels": [1], "is_crowd": [0]}])
+    sheet = cv2.imread(make_preview(out, tmp_path / "sheet.png"), cv2.IMREAD_COLOR)
+    strip = sheet[9:17, 14:34]
+    assert _colour_at(sheet, BOX_COLOR)[50, 13:65].all() and (strip.max(axis=2) < 100).sum() == 0
