@@ -574,10 +574,13 @@ def drop_permission_override() -> None:
         raise OSError(ctypes.get_errno(), "capset")
 
 
-def write_objects_parquet(path: Path, rows: list[dict], classes: list[str]) -> Path:
+def write_objects_parquet(
+    path: Path, rows: list[dict], classes: list[str], mask: str = "mask"
+) -> Path:
     """A Hugging Face Parquet file of an object dataset, as `datasets` writes one: `image`
     ({bytes, path}: a PNG), `objects/bbox` (rows of 4 floats), `objects/label` (a ClassLabel list
-    over `classes`), `objects/is_crowd` (ints) and `mask` (an instance-id map PNG, or b"");
+    over `classes`), `objects/is_crowd` (ints) and `mask` (an instance-id map PNG, or b"",
+    under that name);
     rows hold (name, PNG bytes, boxes, labels, is_crowd, mask)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -587,13 +590,13 @@ def write_objects_parquet(path: Path, rows: list[dict], classes: list[str]) -> P
         ("objects/bbox", pa.list_(pa.list_(pa.float32(), 4))),
         ("objects/label", pa.list_(pa.int64())),
         ("objects/is_crowd", pa.list_(pa.int64())),
-        ("mask", pa.binary()),
+        (mask, pa.binary()),
     ], metadata={"huggingface": json.dumps({"info": {"features": {"objects/label": {
         "_type": "List", "feature": {"_type": "ClassLabel", "names": classes}}}}})})  # fmt: skip
     table = pa.Table.from_pylist([{
         "image": {"bytes": row["png"], "path": row["name"]}, "objects/bbox": row["boxes"],
         "objects/label": row["labels"], "objects/is_crowd": row.get("is_crowd", [0] * len(
-            row["labels"])), "mask": row.get("mask", b"")} for row in rows], schema)  # fmt: skip
+            row["labels"])), mask: row.get("mask", b"")} for row in rows], schema)  # fmt: skip
     pq.write_table(table, path)
     return path
 

@@ -81,20 +81,19 @@ def _one(name: str, feature: Feature) -> dict | None:
 
 def object_groups(schema: Schema) -> dict[str, tuple[str, ...]]:
     """The groups declared as one Sequence of a dict, as TFDS declares COCO's and VOC's
-    `objects`: group -> its features (`objects/bbox`, `objects/label`, ...), for each group
-    holding boxes whose every feature is a list (one row per object; a drop keeps them in step,
-    packing/boxes.py) and whose name no feature takes."""
+    `objects`: group -> its list features (`objects/bbox`, `objects/label`, ...: one row per
+    object, which a drop keeps in step, packing/boxes.py), for each group holding boxes whose
+    name no feature takes. A scalar of the group (one instance-id map an image,
+    `objects/mask`) stays a feature of its own beside it, which TFDS reads as such."""
     groups: dict[str, list[str]] = {}
-    for name in schema.extras:
+    for name, feature in schema.extras.items():
         group, _, rest = name.partition("/")
-        if rest and "/" not in rest:
+        if rest and "/" not in rest and feature.is_list:
             groups.setdefault(group, []).append(name)
     return {
         group: tuple(names)
         for group, names in groups.items()
-        if group not in schema
-        and all(schema[n].is_list for n in names)
-        and any(is_box(n, schema[n]) for n in names)
+        if group not in schema and any(is_box(n, schema[n]) for n in names)
     }
 
 

@@ -56,16 +56,19 @@ for ex in tfds.as_numpy(builder.as_dataset(split="train", shuffle_files=False)):
     o = ex["objects"]
     read["records"].append({"width": int(ex["image"].shape[1]),
                             "bbox": o["bbox"].astype(float).round(5).tolist(),
-                            "label": o["label"].tolist(), "is_crowd": o["is_crowd"].tolist()})
+                            "label": o["label"].tolist(), "is_crowd": o["is_crowd"].tolist(),
+                            "mask": len(ex.get("objects/mask", b""))})
 print(json.dumps(read))
 """
 
 
-def test_objects_are_one_sequence_of_a_dict_when_every_member_is_a_list():
+def test_objects_are_one_sequence_of_a_dict_of_their_lists():
     box, label = Feature("float32", (-1, 4)), Feature("int64", (-1,), classes=("a",))
     schema = Schema.build(None, {"objects/bbox": box, "objects/label": label,
-                                 "other/bbox": box, "other/size": Feature("int64")})  # fmt: skip
-    assert object_groups(schema) == {"objects": ("objects/bbox", "objects/label")}  # scalar: flat
+                                 "objects/mask": Feature("bytes"), "other/tags": label,
+                                 "deep/er/bbox": box})  # fmt: skip
+    # the mask, one an image, stays beside the group; a group without boxes stays flat
+    assert object_groups(schema) == {"objects": ("objects/bbox", "objects/label")}
 
 
 @pytest.mark.heavy
@@ -83,3 +86,18 @@ def test_tfds_reads_objects_as_bbox_features_and_class_names(tmp_path: Path):
     assert [r["label"] for r in records] == [[], [1], [2, 0]]  # the image without objects kept
     assert [r["is_crowd"] for r in records] == [[], [0], [0, 1]]
     assert records[2]["bbox"] == [[0.0, 0.2, 0.5, 0.25], [0.1, 0.2, 0.5, 0.5]]
+
+
+@pytest.mark.heavy
+def test_an_instance_mask_of_the_group_stays_beside_its_objects(tmp_path: Path):
+    """One instance-id map an image, `objects/mask`: TFDS reads it beside the `objects` dict."""
+    helpers.needs("tensorflow_datasets", "tensorflow")
+    src = helpers.write_objects_parquet(tmp_path / "o.parquet", helpers.OBJECT_ROWS,
+                                        helpers.OBJECT_CLASSES, mask="objects/mask")  # fmt: skip
+    pack(src, tmp_path / "out", PackOptions(workers=1, shuffle=False))
+    read = helpers.run_json(READ, str(tmp_path / "out"))
+    assert read["types"] == {"bbox": "BBoxFeature", "label": "ClassLabel", "is_crowd": "Tensor"}
+    assert read["names"] == helpers.OBJECT_CLASSES
+    assert [r["label"] for r in read["records"]] == [r["labels"] for r in helpers.OBJECT_ROWS]
+    assert [r["mask"] for r in read["records"]] == [len(r.get("mask", b""))
+                                                   for r in helpers.OBJECT_ROWS]  # fmt: skip
