@@ -189,13 +189,17 @@ def test_objects_that_disagree_are_faults_naming_record_shard_and_feature(object
     b["is_crowd"] = [0]
     c["mask"] = object_mask(20, 30, [])
     d = {**OBJECT_ROWS[0], "mask": object_mask(40, 60, [(0, 0, 2, 2), (2, 2, 4, 4), (4, 4, 6, 6)])}
-    out = pack_objects(tmp_path, [a, b, c, d])
+    e = {**OBJECT_ROWS[2], "mask": b"\x89PNG\r\n\x1a\n cut short"}
+    out = pack_objects(tmp_path, [a, b, c, d, e])
     shard = json.loads((out / "index.json").read_text())["splits"]["train"]["shards"][0]["file"]
     faults = [str(f) for f in verify(out).faults]
-    assert len(faults) == 3 and all(f.startswith(f"{shard} at byte ") for f in faults)
+    assert len(faults) == 4 and all(f.startswith(f"{shard} at byte ") for f in faults)
     assert "record 'objects.parquet:0': feature 'objects/bbox' row 1 [0.5, 0.5, 1.25, 0.95]" \
         in faults[0] and "inside [0, 1]" in faults[0]  # fmt: skip
     assert "'objects.parquet:1': feature 'objects/is_crowd' holds 1 rows beside 2" in faults[1]
     assert "'objects.parquet:2': feature 'mask' is a 30x20 mask of a 30x30 image" in faults[2]
-    (decoded,) = [str(f) for f in verify(out, decode=True).faults][3:]
+    assert "'objects.parquet:4': feature 'mask' does not decode: truncated PNG" in faults[3]
+    decoded = [str(f) for f in verify(out, decode=True).faults]
+    assert len(decoded) == 5 and decoded[4] == faults[3]
+    decoded = decoded[3]
     assert "'objects.parquet:3': feature 'mask' holds instance id 3, past the 2 objects" in decoded
