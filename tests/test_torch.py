@@ -329,13 +329,17 @@ from torch.utils.data import DataLoader
 from shardpack.torch import ShardDataset, collate_objects
 ds = ShardDataset(sys.argv[1], shuffle=False, batch_size=3)
 images, targets = next(iter(DataLoader(ds, batch_size=3, collate_fn=collate_objects)))
+_, with_masks = collate_objects([ds.read(i) for i in range(3)], masks="mask")
 try:  # text names are no class ids: said in one line
     collate_objects([{"key": "k", "objects/bbox": [], "objects/label": ["cat"]}])
 except Exception as e:
     refused = f"{type(e).__name__}: {e}"
 print(json.dumps({"refused": refused,
                   "images": [[list(i.shape), str(i.dtype), float(i.max())] for i in images],
-                  "boxes": [t["boxes"].tolist() for t in targets],
+                  "boxes": [t["boxes"].tolist() for t in targets], "has_masks": [
+                      "masks" in t for t in targets], "masks": [[list(t["masks"].shape),
+                      str(t["masks"].dtype), t["masks"].sum(dim=(1, 2)).tolist()]
+                      for t in with_masks],
                   "labels": [[str(t["labels"].dtype), t["labels"].tolist()] for t in targets]}))
 """
 
@@ -350,3 +354,8 @@ def test_collate_objects_gives_what_torchvision_detection_models_take(objects_ou
     assert read["boxes"][2] == [] and read["labels"][2] == ["torch.int64", []]
     assert read["labels"][:2] == [["torch.int64", [0, 1]], ["torch.int64", [2, 0]]]
     assert read["refused"].startswith("ShardpackError: collate_objects: 'objects/label' holds")
+    # with masks="mask": a.png's id map split into its 2 objects' masks (12 x 16, 12 x 20 pixels)
+    assert read["has_masks"] == [False] * 3
+    assert read["masks"] == [[[2, 40, 60], "torch.uint8", [192, 240]],
+                             [[2, 120, 100], "torch.uint8", [0, 0]],  # no map: none known
+                             [[0, 30, 30], "torch.uint8", []]]  # fmt: skip
