@@ -74,7 +74,9 @@ def verify(
     storage_options: dict | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> VerifyReport:  # fmt: skip
-    """Check every shard of OUT: presence, size, sha256, every CRC, record counts and features.
+    """Check every shard of OUT: presence, size, sha256, every CRC, record counts and features,
+    and a dataset's objects (boxes inside [0, 1], per-object lists as long as the boxes, an
+    instance-mask PNG whole and of its image's size).
 
     Each shard is read once, front to back, hashed as it is read (one in an object store
     streams; a container whose library opens files by path copies it first).

@@ -181,8 +181,8 @@ def test_verify_and_report_show_progress_as_pack_does(
 
 def test_objects_that_disagree_are_faults_naming_record_shard_and_feature(objects_out, tmp_path):
     """A box outside the image, a per-object list out of step with the boxes, a mask of another
-    size than its image (each packed as given: no transform moves or checks them), and with
-    --decode a mask id past the objects."""
+    size than its image, a mask cut short (each packed as given: no transform moves or checks
+    them), and with --decode a mask id past the objects."""
     assert verify(objects_out, decode=True).ok  # the good ones
     a, b, c = (dict(row) for row in OBJECT_ROWS)
     a["boxes"] = [[0.1, 0.1, 0.6, 0.5], [0.5, 0.5, 1.25, 0.95]]
