@@ -17,16 +17,17 @@ renumbered after the objects dropped.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
 import numpy as np
 
 from shardpack import images
 from shardpack.errors import ImageError, ShardpackError
-from shardpack.options import PackOptions
+from shardpack.options import PackOptions, box_column
 from shardpack.packing import masks
+from shardpack.packing.objects import is_mask
 from shardpack.packing.tfdsmeta import is_box
 from shardpack.schema import Feature, Schema
-from shardpack.sources.shapes import MASK
 
 # The last part of a feature's name that says it holds geometry of the image: a transform must
 # move it or the run is refused. Boxes under tfdsmeta.BOX_NAMES (float32 rows of 4) are moved.
@@ -43,29 +44,35 @@ DROPPED = "boxes_dropped"
 UNTURNED_SOURCES = frozenset({"tfds", "shardpack"})
 # Keypoint features moved as points: float32 rows of (x, y, v) triples.
 POINT_NAMES = ("keypoints", "objects/keypoints")
-# The group of per-object lists whose rows a `mask` map numbers.
+# The group of per-object lists whose rows a top-level `mask` map numbers (objects/mask: its own).
 OBJECTS = "objects"
 
 Move = images.Geometry | images.Turn
 
 
-def box_features(schema: Schema) -> tuple[str, ...]:
-    """The boxes moved with the pixels: under a recognised name (tfdsmeta.BOX_NAMES)."""
-    return tuple(name for name, feature in schema.extras.items() if is_box(name, feature))
+def box_features(schema: Schema, declared: Iterable[str] = ()) -> tuple[str, ...]:
+    """The features moved with the pixels: boxes under a recognised name (tfdsmeta.BOX_NAMES)
+    or `declared` (declared_boxes) as float32 rows of 4."""
+    declared = set(declared)
+    return tuple(name for name, feature in schema.extras.items() if is_box(name, feature) or (
+        name in declared and feature.dtype == "float32" and feature.row == 4))  # fmt: skip
 
 
-def moved_features(schema: Schema) -> tuple[str, ...]:
-    """Every feature moved with the pixels: boxes, keypoints and the instance-id `mask`."""
-    return tuple(name for name, feature in schema.extras.items() if is_box(name, feature)
-                 or _is_points(name, feature) or _is_mask(name, feature))  # fmt: skip
+def declared_boxes(options: PackOptions) -> tuple[str, ...]:
+    """The columns --box-columns declares boxes."""
+    return tuple(box_column(entry)[0] for entry in options.box_columns or ())
+
+
+def moved_features(schema: Schema, declared: Iterable[str] = ()) -> tuple[str, ...]:
+    """Every feature moved with the pixels: boxes (box_features), keypoints and the
+    instance-id `mask`."""
+    boxed = set(box_features(schema, declared))
+    return tuple(name for name, feature in schema.extras.items() if name in boxed
+                 or _is_points(name, feature) or is_mask(name, feature))  # fmt: skip
 
 
 def _is_points(name: str, feature: Feature) -> bool:
     return name in POINT_NAMES and feature.dtype == "float32" and (feature.row or 1) % 3 == 0
-
-
-def _is_mask(name: str, feature: Feature) -> bool:
-    return name == MASK and feature.dtype == "bytes" and not feature.is_list and not feature.text
 
 
 def transforms(options: PackOptions) -> str | None:
@@ -85,7 +92,7 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
     """Refuse (ShardpackError) a geometric transform on a dataset holding geometry it would not
     move: any feature named like geometry of another type or name than moved_features's."""
     said = transforms(options)
-    moved = moved_features(schema)
+    moved = moved_features(schema, declared_boxes(options))
     left = [name for name in schema.extras
             if name.rsplit("/", 1)[-1] in GEOMETRY_WORDS and name not in moved]  # fmt: skip
     if said is None or not left:
@@ -94,9 +101,10 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
         f"{said} changes the images' geometry but not feature {left[0]!r} "
         f"({schema[left[0]].dtype} {list(schema[left[0]].shape)}), which would then point at "
         "other pixels; shardpack moves boxes (float32 rows of 4, normalised [ymin, xmin, "
-        "ymax, xmax], named bbox, boxes, bboxes or objects/bbox), keypoints (float32 rows of "
-        "normalised (x, y, v), named keypoints or objects/keypoints) and an instance-id map "
-        "(bytes, named mask): rename or drop that column, or pack without resizing"
+        "ymax, xmax], named bbox, boxes, bboxes or objects/bbox, or declared with "
+        "--box-columns), keypoints (float32 rows of normalised (x, y, v), named keypoints or "
+        "objects/keypoints) and an instance-id map (bytes, named mask): rename, declare or "
+        "drop that column, or pack without resizing"
     )
 
 
@@ -140,14 +148,14 @@ def follow(
             mask that cannot be drawn or moved (masks.drawn).
     """
     dropped: Counter[str] = Counter()
-    masked = [name for name in moved if name in fields and _is_mask(name, schema[name])]
+    masked = [name for name in moved if name in fields and is_mask(name, schema[name])]
     if not where and not masked:
         return fields, dropped
     fields = dict(fields)
     kept: dict[str, np.ndarray] = {}  # group -> the rows its boxes kept
     for name in moved:
         feature = schema[name]
-        if name not in fields or not where or not is_box(name, feature):
+        if name not in fields or not where or _is_points(name, feature) or is_mask(name, feature):
             continue
         rows = np.asarray(fields[name], np.float64).reshape(-1, 4)
         _check_rows(key, name, rows)
@@ -161,7 +169,8 @@ def follow(
         if name in fields and where and _is_points(name, schema[name]):
             fields[name] = _moved_points(fields[name], where, schema[name].row or 3)
     for name in masked:
-        fields[name] = masks.drawn(key, fields[name], where, size, kept.get(OBJECTS))
+        group = name.rpartition("/")[0] or OBJECTS
+        fields[name] = masks.drawn(key, fields[name], where, size, kept.get(group))
     return fields, dropped
 
 

@@ -15,10 +15,10 @@ from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.packing import boxes, stamps
 from shardpack.packing.facts import ShardFacts
+from shardpack.packing.objects import is_mask, objects_of
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, Source
-from shardpack.sources.shapes import MASK
 from shardpack.storage import Storage
 from shardpack.storage.atomic import create_temp, open_regular
 
@@ -96,8 +96,8 @@ def write_shard(
     lossless = 0
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
-    facts = ShardFacts(stamps.taken(source, src, spec.items))  # before any read
-    moved = boxes.moved_features(schema)
+    facts = ShardFacts(stamps.taken(source, src, spec.items), objects_of(schema))  # before any read
+    moved = boxes.moved_features(schema, boxes.declared_boxes(options))
     try:
         container = CONTAINERS[options.format]
         limit = images.max_file_bytes(options.max_pixels)
@@ -195,7 +195,7 @@ def _fields(
     dropped: dict[str, int] = {}
     # most records: no geometry, or nothing moves it (a passthrough is ~20 us a record); a
     # mask is drawn whatever the moves
-    if moved and (where or MASK in values):
+    if moved and (where or any(n in values and is_mask(n, schema[n]) for n in moved)):
         values, dropped = boxes.follow(item.key, values, schema, moved, where, size)
     return {name: example_value(schema[name], value) for name, value in values.items()}, dropped
 

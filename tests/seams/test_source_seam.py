@@ -109,6 +109,8 @@ def test_a_registered_source_is_a_source_choice_with_the_generic_refusals(seeded
         "tfds",
         "webdataset",
         "coco",
+        "yolo",
+        "voc",
         "shardpack",
         "seeds",
     )
