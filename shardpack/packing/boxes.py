@@ -149,14 +149,15 @@ def follow(
     """
     dropped: Counter[str] = Counter()
     masked = [name for name in moved if name in fields and is_mask(name, schema[name])]
-    if not where and not masked:
+    boxed = [name for name in moved if name in fields and name not in masked
+             and not _is_points(name, schema[name])]  # fmt: skip
+    if not where and not masked and not boxed:
         return fields, dropped
     fields = dict(fields)
     kept: dict[str, np.ndarray] = {}  # group -> the rows its boxes kept
-    for name in moved:
-        feature = schema[name]
-        if name not in fields or not where or _is_points(name, feature) or is_mask(name, feature):
-            continue
+    # Boxes are clipped to the image even where nothing moves it: a box reaching past its
+    # edge is stored as what it covers of the image, as verify and TFDS's BBoxFeature want.
+    for name in boxed:
         rows = np.asarray(fields[name], np.float64).reshape(-1, 4)
         _check_rows(key, name, rows)
         boxes, reasons = _moved(rows, where)
@@ -202,9 +203,9 @@ def _check_rows(key: str, name: str, rows: np.ndarray) -> None:
     if wrong.any():
         row = int(np.argmax(wrong))
         raise ImageError(key, f"{name!r} row {row} {[round(v, 4) for v in rows[row].tolist()]} "
-                              "is not a normalised [ymin, xmin, ymax, xmax] box, which the "
-                              "resize would move with the pixels: convert the column, or pack "
-                              "without --resize/--max-side")  # fmt: skip
+                              "is not a normalised [ymin, xmin, ymax, xmax] box of the image: "
+                              "convert the column, or name its order with --box-columns "
+                              f"{name}:xyxy (or xywh, cxcywh)")  # fmt: skip
 
 
 def _moved(rows: np.ndarray, where: tuple[Move, ...]) -> tuple[np.ndarray, np.ndarray]:

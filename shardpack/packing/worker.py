@@ -15,7 +15,7 @@ from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.packing import boxes, stamps
 from shardpack.packing.facts import ShardFacts
-from shardpack.packing.objects import is_mask, objects_of
+from shardpack.packing.objects import objects_of
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, Source
@@ -193,9 +193,9 @@ def _fields(
     if item.label is not None:
         values[LABEL] = item.label
     dropped: dict[str, int] = {}
-    # most records: no geometry, or nothing moves it (a passthrough is ~20 us a record); a
-    # mask is drawn whatever the moves
-    if moved and (where or any(n in values and is_mask(n, schema[n]) for n in moved)):
+    # most records hold no geometry (a passthrough is ~20 us a record); boxes are clipped and
+    # a mask drawn whatever the moves
+    if moved:
         values, dropped = boxes.follow(item.key, values, schema, moved, where, size)
     return {name: example_value(schema[name], value) for name, value in values.items()}, dropped
 

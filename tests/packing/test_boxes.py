@@ -207,7 +207,30 @@ def test_a_transform_that_would_leave_geometry_behind_is_refused(tmp_path: Path)
     _pack(src, tmp_path / "kept")  # no transform: nothing to move, nothing refused
     (record,) = iter_examples(tmp_path / "kept")
     np.testing.assert_allclose(record["keypoints"], [[0.5, 0.8]])
-    np.testing.assert_allclose(record["boxes"], _columns()["boxes"], atol=1e-6)  # as given
+    np.testing.assert_allclose(record["boxes"], np.clip(_columns()["boxes"], 0, 1), atol=1e-6)
+
+
+def test_without_a_transform_boxes_are_clipped_to_the_image_and_verify_passes(tmp_path: Path):
+    """Nothing moves the image, and still a box reaching past its edge is stored as what it
+    covers of it, one wholly outside is dropped and counted, and rows that are no normalised
+    box skip their record: what verify (and TFDS's BBoxFeature) would refuse is never packed."""
+    from shardpack.read.verify import verify
+
+    past, outside, inside = [-0.2, 0.5, 0.4, 1.3], [1.1, 0.0, 1.4, 0.5], [0.1, 0.1, 0.6, 0.6]
+    rows = [("a.png", _png(_photo()), {"objects/bbox": [past, outside, inside],
+                                       "objects/label": [1, 2, 3]}),
+            ("b.png", _png(_photo()), {"objects/bbox": [[30.0, 5.0, 80.0, 60.0]],
+                                       "objects/label": [1]})]  # fmt: skip
+    src = _manifest(tmp_path / "src", rows)
+    result = _pack(src, tmp_path / "out")
+    (record,) = iter_examples(tmp_path / "out")
+    np.testing.assert_allclose(record["objects/bbox"], [[0, 0.5, 0.4, 1], inside], atol=1e-6)
+    assert record["objects/label"].tolist() == [1, 3]
+    summary = result.to_json()
+    assert summary["boxes_dropped"] == {"outside the image": 1}
+    (skipped,) = summary["skipped_items"]
+    assert skipped["key"] == "b.png" and "is not a normalised" in skipped["reason"]
+    assert verify(tmp_path / "out").ok
 
 
 def test_a_dropped_box_takes_its_objects_row_with_it(tmp_path: Path):
