@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from shardpack.errors import IndexFormatError
-from shardpack.index import Index, ShardInfo, load_index
+from shardpack.index import Index, PackStats, ShardInfo, Skipped, load_index
 from shardpack.layout import INDEX_NAME
 from shardpack.options import PackOptions
 from shardpack.packing.merge import build_index
 from shardpack.packing.plan import ShardResult, make_plan
 from shardpack.schema import Feature, Schema
 from shardpack.sources import scan
+from shardpack.storage import storage_at
 from shardpack.storage.atomic import json_bytes, write_atomic
 from tests import helpers
 
@@ -92,7 +93,20 @@ def test_load_index_accepts_a_valid_document(tmp_path):
     assert train.shards[1] == ShardInfo("pets-train.tfrecord-00001-of-00002", 2, 200, SHA)
     assert index.split("test").class_counts == ()  # optional
     assert index.shard_path(train.shards[0]) == str(out / "pets-train.tfrecord-00000-of-00002")
-    assert index.raw == _document()
+    assert (index.source, index.plan_digest, index.ignored) == ("folder", "cd" * 32, 1)
+    assert index.skipped == (Skipped("cats/bad.jpg", "truncated JPEG"),)
+    assert index.num_skipped == 1  # an index without num_skipped: the ones it names
+    assert (index.stats.seconds, index.generation, index.history) == (1.0, 0, ())
+    assert not index.image_size_told  # an index from before image_size cannot tell
+
+
+def test_a_version_1_index_is_written_back_as_version_2_and_reads_alike(tmp_path):
+    index = load_index(_save(tmp_path / "out", _document()))
+    document = index.to_json()
+    assert document["version"] == 2 and "image_size" not in document
+    again = Index.from_json(index.storage, document)
+    assert dataclasses.replace(again, version=1) == index
+    assert json_bytes(again.to_json()) == json_bytes(document)
 
 
 def test_load_index_accepts_a_relative_out(tmp_path, monkeypatch):
@@ -264,10 +278,12 @@ def test_refusal_does_not_touch_the_shard_path(tmp_path):
 
 
 def test_written_index_loads_back(tmp_path):
+    index = load_index(_save(tmp_path / "first", _v2_document()))
     out = tmp_path / "out"
     out.mkdir()
-    write_atomic(str(out / INDEX_NAME), json_bytes(_document()))
-    assert load_index(out).raw == _document()
+    write_atomic(str(out / INDEX_NAME), json_bytes(index.to_json()))
+    again = load_index(out)
+    assert dataclasses.replace(again, out=index.out, storage=index.storage) == index
 
 
 # ---- building ------------------------------------------------------------------------------
@@ -309,14 +325,17 @@ def test_build_index_merges_results_in_plan_order_and_loads_back(tmp_path):
         label_counts=tuple(counts),
         skipped=((bad.key, "truncated JPEG"),),
     )
+    out = tmp_path / "out"
+    out.mkdir()
     document = build_index(
+        out=storage_at(out),
         name="pets",
         dataset=dataset,
         options=options,
         plan=plan,
         results=list(reversed(results)),  # workers finish in any order
-        stats={"seconds": 1.5},
-    )
+        stats=PackStats(seconds=1.5),
+    ).to_json()
     assert document["plan_digest"] == plan.digest
     assert document["seed"] == 7
     assert document["classes"] == ["cats", "dogs"]
@@ -325,8 +344,6 @@ def test_build_index_merges_results_in_plan_order_and_loads_back(tmp_path):
     assert [s["file"] for s in train["shards"]] == [s.file for s in plan.shards]
     assert train["num_records"] == 6
     assert train["class_counts"] == [4 - (bad.label == 0), 3 - (bad.label == 1)]
-    out = tmp_path / "out"
-    out.mkdir()
     write_atomic(str(out / INDEX_NAME), json_bytes(document))
     index = load_index(out)
     assert [s.file for s in index.split("train").shards] == [s.file for s in plan.shards]
@@ -344,13 +361,14 @@ def test_build_index_for_cifar100_names_coarse_classes(tmp_path):
     options = PackOptions(shards=2, shuffle=False)
     plan = make_plan(dataset, "c100", options, workers=1)
     document = build_index(
+        out=storage_at(tmp_path / "out"),
         name="c100",
         dataset=dataset,
         options=options,
         plan=plan,
         results=_results(plan, dataset),
-        stats={},
-    )
+        stats=PackStats(),
+    ).to_json()
     coarse = [f"coarse{i}" for i in range(20)]
     assert document["features"]["coarse_label"] == {"dtype": "int64", "shape": [],
                                                      "classes": coarse}  # fmt: skip
