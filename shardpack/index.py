@@ -414,6 +414,8 @@ def _split(name: str, entry: object, path: str, bad) -> SplitInfo:
         raise bad(f"split {name!r} is not an object")
     _expect(entry, {"num_records": int, "shards": list}, bad)
     _expect(entry, {key: int for key in _GROWN_SPLIT if key in entry}, bad)
+    if entry.get("name_count") == 0:  # a count in shard names: 1 at least
+        raise bad(f"'name_count' of split {name!r} must be at least 1")
     shards = []
     for shard in entry["shards"]:
         if not isinstance(shard, dict):

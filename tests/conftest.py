@@ -10,7 +10,7 @@ import pytest
 # Their asserts report the values compared, as a test module's do.
 pytest.register_assert_rewrite("tests.helpers", "tests.s3server")
 
-from tests.helpers import make_tree, packed_tree  # noqa: E402
+from tests.helpers import check_indexes_round_trip, make_tree, packed_tree  # noqa: E402
 from tests.s3server import s3, s3_server  # noqa: E402, F401
 
 FAST = os.environ.get("SHARDPACK_TEST_TIER") == "fast"  # set by `make test-fast`
@@ -65,3 +65,13 @@ def shared_pack(tmp_path_factory) -> Callable[..., Path]:
         return made[key]
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def indexes_round_trip(request: pytest.FixtureRequest):
+    """After each test that has a tmp_path: every index.json pack wrote in it reads back into
+    an Index (shardpack/index.py) that writes the same bytes."""
+    root = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if root is not None:
+        check_indexes_round_trip(root)

@@ -572,3 +572,26 @@ def drop_permission_override() -> None:
         data[word] &= kept
     if libc.capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capset")
+
+
+def check_indexes_round_trip(root: Path) -> int:
+    """Assert that every index.json under `root` that pack wrote (this version's, in its JSON
+    form) reads back into an Index whose to_json gives the same bytes; returns how many."""
+    from shardpack.errors import ShardpackError
+    from shardpack.index import VERSION, load_index
+    from shardpack.storage.atomic import json_bytes
+
+    checked = 0
+    for path in root.rglob("index.json"):
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:  # bounded as every reader's: a planted flood of lists is refused, not parsed
+            index = load_index(path.parent)
+        except ShardpackError:
+            continue
+        data = path.read_bytes()
+        if index.version != VERSION or json_bytes(json.loads(data)) != data:
+            continue  # a test's own (hand-written, planted or older) document
+        assert json_bytes(index.to_json()) == data, f"{path} does not round-trip"
+        checked += 1
+    return checked
