@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import json
+from dataclasses import replace
 
 from shardpack.errors import shortened
 from shardpack.index import (
@@ -126,7 +127,6 @@ def write_outputs(
     """Write what goes beside the shards of `index` (TFDS metadata unless not `tfds`, the
     container's split files, the index files of the shards in `results`, the Hub card,
     croissant.json); index.json not yet."""
-    document = index.to_json()  # what the writers of JSON and text beside it read
     if index.tfds_readable and tfds:
         write_tfds_metadata(out, index, index.container.tfds_file_format)
     else:  # an earlier run's metadata would point TFDS at shards it cannot read
@@ -137,11 +137,11 @@ def write_outputs(
             out.put(file, json_bytes(listing))
     if index_files:
         offsets = {r.file: r.offsets for r in results}  # only these shards' files: new ones
-        written = {split: {**entry, "shards": [s for s in entry["shards"] if s["file"] in offsets]}
-                   for split, entry in document["splits"].items()}  # fmt: skip
-        write_index_files(out, {**document, "splits": written}, offsets)
-    out.put(CARD_NAME, card(document))  # the Hub's dataset card
-    out.put(CROISSANT_NAME, croissant(document, index.container))
+        written = {split: replace(entry, shards=tuple(s for s in entry.shards if s.file in offsets))
+                   for split, entry in index.splits.items()}  # fmt: skip
+        write_index_files(out, replace(index, splits=written), offsets)
+    out.put(CARD_NAME, card(index))  # the Hub's dataset card
+    out.put(CROISSANT_NAME, croissant(index))
 
 
 def commit_index(out: Storage, index: Index) -> None:
