@@ -429,8 +429,8 @@ def _split(name: str, entry: object, path: str, bad) -> SplitInfo:
                 f"{path}: refused shard name {shard['file']!r}: shard names must be plain "
                 "file names inside the output folder"
             )
-        shards.append(ShardInfo(**{k: shard[k] for k in ShardInfo.__dataclass_fields__
-                                   if k in shard}))  # fmt: skip
+        shards.append(ShardInfo(shard["file"], shard["num_records"], shard["num_bytes"],
+                                shard["sha256"], shard.get("generation", 0)))  # fmt: skip
     counts = entry.get("class_counts", [])
     if not isinstance(counts, list) or not all(
         isinstance(c, int) and not isinstance(c, bool) for c in counts
