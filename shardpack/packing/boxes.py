@@ -11,12 +11,13 @@ reason.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
 import numpy as np
 
 from shardpack import images
 from shardpack.errors import ImageError, ShardpackError
-from shardpack.options import PackOptions
+from shardpack.options import PackOptions, box_column
 from shardpack.packing.tfdsmeta import is_box
 from shardpack.schema import Schema
 
@@ -37,9 +38,17 @@ UNTURNED_SOURCES = frozenset({"tfds", "shardpack"})
 Move = images.Geometry | images.Turn
 
 
-def box_features(schema: Schema) -> tuple[str, ...]:
-    """The features moved with the pixels: boxes under a recognised name (tfdsmeta.BOX_NAMES)."""
-    return tuple(name for name, feature in schema.extras.items() if is_box(name, feature))
+def box_features(schema: Schema, declared: Iterable[str] = ()) -> tuple[str, ...]:
+    """The features moved with the pixels: boxes under a recognised name (tfdsmeta.BOX_NAMES)
+    or `declared` (declared_boxes) as float32 rows of 4."""
+    declared = set(declared)
+    return tuple(name for name, feature in schema.extras.items() if is_box(name, feature) or (
+        name in declared and feature.dtype == "float32" and feature.row == 4))  # fmt: skip
+
+
+def declared_boxes(options: PackOptions) -> tuple[str, ...]:
+    """The columns --box-columns declares boxes."""
+    return tuple(box_column(entry)[0] for entry in options.box_columns or ())
 
 
 def transforms(options: PackOptions) -> str | None:
@@ -59,7 +68,7 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
     """Refuse (ShardpackError) a geometric transform on a dataset holding geometry it would not
     move: keypoints, masks, or boxes of another type or name than those box_features moves."""
     said = transforms(options)
-    moved = box_features(schema)
+    moved = box_features(schema, declared_boxes(options))
     left = [name for name in schema.extras
             if name.rsplit("/", 1)[-1] in GEOMETRY_WORDS and name not in moved]  # fmt: skip
     if said is None or not left:
@@ -68,7 +77,8 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
         f"{said} changes the images' geometry but not feature {left[0]!r} "
         f"({schema[left[0]].dtype} {list(schema[left[0]].shape)}), which would then point at "
         "other pixels; shardpack moves boxes only (float32 rows of 4, normalised [ymin, xmin, "
-        "ymax, xmax], named bbox, boxes, bboxes or objects/bbox): rename or drop that column, "
+        "ymax, xmax], named bbox, boxes, bboxes or objects/bbox, or declared with --box-columns): "
+        "rename, declare or drop that column, "
         "or pack without resizing"
     )
 

@@ -29,7 +29,7 @@ from shardpack.packing.plan import (
 )
 from shardpack.packing.result import PackResult
 from shardpack.packing.stats import split_summaries
-from shardpack.packing.urlfailures import counts, url_failures, write_failures
+from shardpack.packing.urlfailures import counts, rows_of, url_failures, write_failures
 from shardpack.packing.writing import SKIP_HINT, Planned, no_gc
 from shardpack.sources import Dataset, scan
 from shardpack.storage import Storage
@@ -78,7 +78,8 @@ class FreshPack:
         new_records = num_records - sum(r.num_records for r in planned.reused)
         to_write = len(plan.shards) - len(planned.reused)
         failures = url_failures([*((None, *s) for s in dataset.skipped),
-                                 *((r.split, *s) for r in results for s in r.skipped)])  # fmt: skip
+                                 *((r.split, *s) for r in results for s in r.skipped)],
+                                rows_of(dataset))  # fmt: skip
         stats = PackStats(
             seconds=round(seconds, 3),
             images_per_second=round(new_records / seconds, 1) if seconds else None,

@@ -15,6 +15,7 @@ from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.packing import boxes, stamps
 from shardpack.packing.facts import ShardFacts
+from shardpack.packing.objects import objects_of
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, Source
@@ -95,8 +96,8 @@ def write_shard(
     lossless = 0
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
-    facts = ShardFacts(stamps.taken(source, src, spec.items))  # before any read
-    moved = boxes.box_features(schema)
+    facts = ShardFacts(stamps.taken(source, src, spec.items), objects_of(schema))  # before any read
+    moved = boxes.box_features(schema, boxes.declared_boxes(options))
     try:
         container = CONTAINERS[options.format]
         limit = images.max_file_bytes(options.max_pixels)

@@ -22,6 +22,7 @@ import ssl
 import threading
 import time
 import urllib.parse
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -64,6 +65,10 @@ class Fetcher:
         # (2 x threads), not a socket for each host it met (the file descriptors run out)
         self._kept: OrderedDict[http.client.HTTPConnection, tuple[str, str, int]] = OrderedDict()
         self._hosts: dict[str, threading.Semaphore] = {}
+        # every socket connected, so that close() can cut the requests in flight: a stopped
+        # run (Ctrl-C) exits at once, not when a stalled server's read timeout ends
+        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._closed = threading.Event()
 
     def get(self, url: str, limit: int) -> bytes:
         """The body of `url`, at most `limit` bytes.
@@ -77,13 +82,15 @@ class Fetcher:
             try:
                 return self._follow(url, limit)
             except UrlFailed as e:
+                if self._closed.is_set():
+                    raise UrlFailed("stopped: the fetching was closed") from None
                 if not e.transient or attempt > self.policy.retries:
                     raise UrlFailed(_tried(str(e), attempt)) from None
                 if e.wait is not None and e.wait > MOST_WAIT_S:
                     raise UrlFailed(f"{e}: Retry-After {e.wait:g} s is over {MOST_WAIT_S:g} s"
                                     ) from None  # fmt: skip
                 backoff = BACKOFF_S * 2 ** (attempt - 1) * random.uniform(0.75, 1.25)
-                time.sleep(max(backoff, e.wait or 0))
+                self._closed.wait(max(backoff, e.wait or 0))  # (a close ends the wait)
                 attempt += 1
 
     def _follow(self, url: str, limit: int) -> bytes:
@@ -228,6 +235,11 @@ class Fetcher:
                 failed = UrlFailed(why)
                 continue
             sock = socket.socket(family, kind, proto)
+            with self._lock:
+                if self._closed.is_set():
+                    sock.close()
+                    raise UrlFailed("stopped: the fetching was closed")
+                self._sockets.add(sock)
             try:
                 sock.settimeout(self.policy.connect_timeout)
                 sock.connect(where)
@@ -243,12 +255,18 @@ class Fetcher:
         raise failed or UrlFailed(f"DNS failure: {host}: no address")
 
     def close(self) -> None:
+        """Close every kept connection, and cut the requests still in flight (each fails at
+        once, and is not retried)."""
         with self._lock:
-            kept = list(self._kept)
+            self._closed.set()
+            kept, cut = list(self._kept), list(self._sockets)
             self._idle.clear()
             self._kept.clear()
         for conn in kept:
             conn.close()
+        for sock in cut:  # a recv blocked in another thread returns now
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 @functools.cache
@@ -335,7 +353,11 @@ class Prefetch:
         self._held = 0  # bytes fetched and not yet read
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(fetcher.policy.threads, "shardpack-fetch")
-        self._fill()
+        try:
+            self._fill()
+        except BaseException:  # Ctrl-C while the first requests start: they end now too
+            self.close()
+            raise
 
     def _fill(self) -> None:
         while len(self._ahead) < self._window and self._held < HELD_BYTES:
