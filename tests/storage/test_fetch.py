@@ -266,11 +266,11 @@ def test_copies_behind_urls_are_confirmed_without_fetching_them_again(tmp_path):
     urls = [f"/twin/{i}.png" for i in range(40)]
     with serving() as site:
         result = _pack_urls(tmp_path, site, urls)
-    assert result.index.raw["duplicates"]["groups"] == 20
+    assert result.index.duplicates["groups"] == 20
     assert sorted(site.hits.values()) == [1] * 40
     with serving() as site:
         result = _pack_urls(tmp_path, site, urls, out="deduped", dedup="exact")
-    assert result.num_records == 20 and result.index.raw["duplicates"]["removed"] == 20
+    assert result.num_records == 20 and result.index.duplicates["removed"] == 20
     assert sum(site.hits.values()) == 40 + 20
 
 
@@ -282,7 +282,7 @@ def test_records_keep_the_plans_order_whatever_arrives_first(tmp_path):
         for threads, workers in ((1, 1), (16, 2)):  # in-process, then forked workers
             result = _pack_urls(tmp_path, jittery, paths, f"out{threads}", workers=workers,
                                 url_threads=threads, shards=2)  # fmt: skip
-            assert result.index.raw["stats"]["workers"] == workers
+            assert result.index.stats.workers == workers
     assert jittery.most > 1 and jittery.finished != jittery.started  # answered out of order
     one, many = helpers.shard_files(tmp_path / "out1"), helpers.shard_files(tmp_path / "out16")
     assert len(one) == 2 and one == many
