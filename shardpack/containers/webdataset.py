@@ -383,7 +383,6 @@ class WebDataset(Container):
                 f"{', '.join(map(repr, taken))} for its own fields; rename that column"
             )
 
-
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
         max_bytes: int | None = None,

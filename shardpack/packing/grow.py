@@ -339,6 +339,15 @@ def _has_index_files(old: Index) -> bool:
     return first is not None and old.storage.kind(index_file_name(first)) == "file"
 
 
+# Output options index.json keeps only where they differ from their defaults (output_fields).
+_UNLESS_DEFAULT = ("near_distance", "wds_naming")
+
+
+def _all_output_fields(options: PackOptions) -> dict[str, object]:
+    """output_fields with those kept only when not their defaults, as JSON gives them back."""
+    return _json({**{k: getattr(options, k) for k in _UNLESS_DEFAULT}, **options.output_fields()})
+
+
 def dataset_options(old: Index, given: PackOptions) -> PackOptions:
     """The dataset's options (index.json's `options`) for this run; an option given that
     differs from the dataset's is refused, naming it. `--classes` must extend its class list.
@@ -347,14 +356,16 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
         OutputError: an option differs, or the index keeps no options (an older shardpack).
     """
     kept = old.raw.get("options")
-    ours = _json(given.output_fields())
-    if not isinstance(kept, dict) or set(kept) != set(ours):
+    ours = _all_output_fields(given)
+    optional = set(_UNLESS_DEFAULT)
+    if not isinstance(kept, dict) or kept.keys() - optional != ours.keys() - optional:
         raise OutputError(
             f"{old.storage.path(INDEX_NAME)}: keeps no options to grow the "
             "dataset with (an older shardpack's); repack it with --overwrite"
         )
-    defaults = _json(PackOptions().output_fields())
-    kept = {**kept, "name": old.name}  # None in it: the name SRC gave
+    defaults = _all_output_fields(PackOptions())
+    # None in it: the name SRC gave; an option kept only when not its default, its default
+    kept = {**{k: defaults[k] for k in _UNLESS_DEFAULT}, **kept, "name": old.name}
     ours["name"] = given.name or old.name
     differ = [k for k in ours if k not in _RUN_OPTIONS and ours[k] not in (defaults[k], kept[k])]
     if differ:

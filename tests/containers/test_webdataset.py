@@ -34,12 +34,15 @@ def packed(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
     return root / "out", rows
 
 
+def _extensions(shard: Path) -> list[str]:
+    with tarfile.open(shard) as tar:
+        return [name.rsplit(".", 1)[1] for name in tar.getnames()]
+
+
 def test_samples_are_named_as_img2dataset_names_them(packed):
     out, rows = packed
     (shard,) = out.glob("*.tar")
-    with tarfile.open(shard) as tar:
-        names = tar.getnames()
-    assert [n.rsplit(".", 1)[1] for n in names] == ["jpg", "txt", "json"] * 4
+    assert _extensions(shard) == ["jpg", "txt", "json"] * 4
     # and shardpack reads back the records written, img2dataset's fields aside
     records = {r["key"]: r for r in iter_examples(out)}
     assert records.keys() == rows.keys()
@@ -69,6 +72,21 @@ def test_webdataset_reads_it_as_img2dataset_docs_show(packed):
     assert sorted(seen) == sorted(rows)
     keys = [s["__key__"] for s in wds.WebDataset(str(shard), shardshuffle=False)]
     assert [m["key"] for (m,) in dataset.to_tuple("json")] == keys  # json's key is the sample's
+
+
+def test_an_append_keeps_the_datasets_naming(tmp_path):
+    paths = [helpers.write_image(tmp_path / f"{i}.jpg", helpers.image(i)) for i in range(3)]
+    rows = [{"url": str(p), "caption": f"photo {i}"} for i, p in enumerate(paths)]
+    src = helpers.write_csv(tmp_path / "list.csv", rows[:2])
+    given = {"path_column": "url", "format": "webdataset", "workers": 1}
+    pack(src, tmp_path / "out", PackOptions(**given, wds_naming="img2dataset"))
+    helpers.write_csv(tmp_path / "list.csv", rows)
+    grown = pack(src, tmp_path / "out", PackOptions(**given, grow="append"))  # no naming said
+    assert grown.new_records == 1
+    shards = sorted((tmp_path / "out").glob("*.tar"))
+    assert len(shards) == 2  # the new item in a new shard, named as the dataset's are
+    assert all(_extensions(shard)[:3] == ["jpg", "txt", "json"] for shard in shards)
+    assert {r["key"] for r in iter_examples(tmp_path / "out")} == {str(p) for p in paths}
 
 
 def test_img2dataset_naming_refuses_a_column_its_json_takes_and_other_formats(tmp_path):
