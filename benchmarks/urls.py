@@ -161,6 +161,29 @@ def _img2dataset_successes(out: str) -> int:
     return sum(json.load(open(os.path.join(out, name)))["successes"] for name in names)
 
 
+def fetch_only(urls: int, latency: float, flaky: float, threads: int) -> dict:
+    """One worker's fetching alone: a Prefetch of `threads` over `urls` URLs read in order, in
+    this process (the server's threads too), no packing: where a retry's wait goes."""
+    from shardpack.storage.fetch import Fetcher, Prefetch  # the code under test, in-process
+    from shardpack.storage.urlpolicy import FetchPolicy
+
+    server, state = serve(latency, flaky)
+    port = server.server_address[1]
+    listed = [f"http://127.0.0.1:{port}/{i}.jpg" for i in range(urls)]
+    policy = FetchPolicy(allow_private=True, threads=threads, per_host=threads)
+    start = time.perf_counter()
+    ahead = Prefetch(Fetcher(policy), iter(listed), 1 << 20)
+    try:
+        got = sum(bool(ahead.read(url, 1 << 20)) for url in listed)
+    finally:
+        ahead.close()
+    seconds = time.perf_counter() - start
+    server.shutdown()
+    server.server_close()
+    return {"fetch_only": urls, "latency_s": latency, "flaky": flaky, "threads": threads,
+            "got": got, "seconds": round(seconds, 2), "most_in_flight": state["most"]}  # fmt: skip
+
+
 def side_by_side(urls: int, latency: float, workers: int, extra: list[str], peer: str) -> None:
     """shardpack then img2dataset, passthrough and center-cropped to 256 px: a line each, and
     their ratio of images/s."""
@@ -190,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--flaky", type=float, default=0.0, help="fraction failing at first")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--resize", help="WxH: re-encode, center-cropped (else passthrough)")
+    parser.add_argument("--fetch-only", type=int, metavar="THREADS",
+                        help="one worker's Prefetch alone, in-process, at THREADS")  # fmt: skip
     parser.add_argument("--img2dataset", nargs="?", const=IMG2DATASET, metavar="PATH",
                         help=f"side by side with img2dataset [{IMG2DATASET}]")  # fmt: skip
     parser.add_argument("flags", nargs="*", help="more pack flags, after --")
@@ -197,7 +222,9 @@ def main(argv: list[str] | None = None) -> None:
     extra = ["--resize", args.resize, "--resize-mode", "center-crop"] if args.resize else []
     extra += args.flags
     for latency in map(float, args.latency.split(",")):
-        if args.img2dataset:
+        if args.fetch_only:
+            print(json.dumps(fetch_only(args.urls, latency, args.flaky, args.fetch_only)))
+        elif args.img2dataset:
             if not os.path.exists(args.img2dataset):
                 raise SystemExit(f"{args.img2dataset}: not there; run `make peers-img2dataset`")
             side_by_side(args.urls, latency, args.workers, args.flags, args.img2dataset)

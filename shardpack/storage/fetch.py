@@ -38,10 +38,10 @@ _DRAIN = 1 << 16  # the most of an error page read to keep its connection; past 
 BACKOFF_S = 0.5  # the first retry's wait; each next one doubles it (img2dataset: none)
 MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait
 # URLs a worker fetches ahead of its reads, per thread, and the most bytes of fetched bodies it
-# holds unread: at 2 x threads, each Retry-After: 1 at the head stalled the fetching too (6,000
-# URLs, 10% transient failures: 214 images/s; 462 at 8 x, 478 at 32 x; `python -m
-# benchmarks.urls --urls 6000 --flaky 0.1 -- --per-host 64`).
-AHEAD_PER_THREAD = 8
+# holds unread: a read waiting out a Retry-After at the head stops the fetching once the window
+# is fetched, so it must hold more than a second's fetches (`python -m benchmarks.urls --urls
+# 1000 --flaky 0.1 --fetch-only 16`, benchmarks/README.md).
+AHEAD_PER_THREAD = 32
 HELD_BYTES = 256 << 20
 
 
