@@ -65,7 +65,7 @@ $(PEERS_IMG2DATASET):
 	$(IMG2DATASET_VENV)/bin/python -m pip install --quiet img2dataset==1.47.0
 	touch $@
 
-bench: $(TESTDEPS) $(PEERS_IMG2DATASET)
+bench: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.read_speed
 	$(BIN)/python -m benchmarks.torch_read
@@ -75,15 +75,17 @@ bench: $(TESTDEPS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.hub_parquet photos-6000
 	$(BIN)/python -m benchmarks.dedup
 	$(BIN)/python -m benchmarks.near_distance
-	$(BIN)/python -m benchmarks.urls --img2dataset -- --per-host 128
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the
 # listing-scale run (1,000,000 files), the manifest scan at 100k and 1M rows (CSV, JSONL,
-# Parquet) and --append of 1,000 files to 1,000,000 records: too long for `make bench`.
-bench-long: $(TESTDEPS)
+# Parquet), --append of 1,000 files to 1,000,000 records, and shardpack beside img2dataset on 2,000
+# URLs (8 whole runs, 4-5 min on 2 shared cores; img2dataset's are most of it): too long for
+# `make bench`.
+bench-long: $(TESTDEPS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.manifest_scale --scan
 	$(BIN)/python -m benchmarks.grow --files 1000000 --new 1000
+	$(BIN)/python -m benchmarks.urls --img2dataset -- --per-host 128
 
 lint: $(TESTLIGHT)
 	$(BIN)/ruff check shardpack tests benchmarks
