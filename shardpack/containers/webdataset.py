@@ -15,7 +15,8 @@ them, so code written for its output reads them unchanged: the image, the `capti
 `.txt`, and a `.json` that also holds img2dataset's fields (`url`: the source key, `key`: the
 sample's key, `status`, `error_message`, `original_width`, `original_height`, `sha256`). The
 reader turns such a sample back into the record written (a sample is img2dataset's when its
-JSON holds `url` and `status`; packing refuses features of those names).
+JSON holds `url`, `status` and the sample's key as `key`; packing refuses features of those
+names).
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ IMG2DATASET = "img2dataset"  # the --wds-naming value
 # gives the original size and the sha256 of the bytes fetched, the writer the rest.
 IMG2DATASET_FIELDS = ("url", "status", "error_message", "original_width", "original_height",
                       "sha256")  # fmt: skip
-_MARKS = frozenset({"url", "status"})  # a .json holding both is an img2dataset-named sample
+# A .json holding both, and the sample's own key as `key`, is an img2dataset-named sample's
+# (shardpack's `key` is the source key: a path or URL).
+_MARKS = frozenset({"url", "status"})
 
 
 def _ustar(name: str, size: int) -> bytes:
@@ -297,7 +300,7 @@ def _decode(members: list[tuple[str, str, bytes]], path: str, offset: int) -> Ex
         raise bad(f"{key}.json is not JSON ({e})") from None
     if not isinstance(rest, dict) or rest.get(FORMAT) != _FORMATS[image_ext]:
         raise bad(f"{key}.json does not describe a {image_ext} image")
-    if rest.keys() >= _MARKS:  # img2dataset's naming: back to the record written
+    if rest.keys() >= _MARKS and rest.get("key") == key:  # img2dataset's: as written
         rest["key"] = rest.pop("url")
         for name in IMG2DATASET_FIELDS[1:]:
             rest.pop(name, None)

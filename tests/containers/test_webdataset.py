@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from shardpack import PackOptions, ShardpackError, iter_examples, pack
+from shardpack.containers import checked, get_container
 from tests import helpers
 
 
@@ -87,6 +88,20 @@ def test_an_append_keeps_the_datasets_naming(tmp_path):
     assert len(shards) == 2  # the new item in a new shard, named as the dataset's are
     assert all(_extensions(shard)[:3] == ["jpg", "txt", "json"] for shard in shards)
     assert {r["key"] for r in iter_examples(tmp_path / "out")} == {str(p) for p in paths}
+
+
+def test_shardpacks_naming_keeps_features_named_as_img2dataset_fields(tmp_path):
+    """A url and a status column of a dataset packed with shardpack's naming stay features:
+    only a .json whose key is its sample's is img2dataset's."""
+    data = helpers.write_image(tmp_path / "a.jpg", helpers.image(0)).read_bytes()
+    record = {"image": data, "height": 24, "width": 32, "channels": 3, "format": b"jpeg",
+              "key": b"a.jpg", "url": b"http://example.com/a.jpg", "status": b"ok"}  # fmt: skip
+    container = get_container("webdataset")
+    with container.writer(tmp_path / "d-train-000000.tar") as writer:
+        writer.write(record)
+    (read,) = [checked(e) for _, e in container.iter_records(*helpers.at(writer.path))]
+    assert read["key"] == [b"a.jpg"] and read["url"] == [b"http://example.com/a.jpg"]
+    assert read["status"] == [b"ok"]
 
 
 def test_img2dataset_naming_refuses_a_column_its_json_takes_and_other_formats(tmp_path):
