@@ -36,6 +36,9 @@ GROW = ("none", "append", "update")
 # How WebDataset samples name their members: shardpack's (`.json` of every feature) or
 # img2dataset's (`.txt` caption, `.json` with url, status, original size and sha256).
 WDS_NAMINGS = ("shardpack", "img2dataset")
+# --box-columns' formats of normalised boxes (each taken to TFDS's yxyx at scan): TFDS's,
+# Pascal's corners x first, COCO's corner and size, YOLO's centre and size.
+BOX_FORMATS = ("yxyx", "xyxy", "xywh", "cxcywh")
 DEFAULT_SHARD_SIZE = 128 * 2**20
 # Pillow's decompression-bomb limit: the most pixels an image may claim before it is refused.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -55,7 +58,7 @@ NEAR_DISTANCE = 4
 _OUTPUT_FIELDS = (
     "name", "source", "shards", "shard_size", "encode", "quality", "max_side", "resize", "check",
     "compression", "seed", "shuffle", "max_pixels", "classes", "split_names", "split",
-    "path_column", "root", "format", "dedup",
+    "path_column", "root", "format", "dedup", "box_columns", "wds_naming",
     "resize_mode", "pad_color", "upscale", "min_side", "max_aspect", "max_area",
 )  # fmt: skip
 
@@ -205,6 +208,9 @@ class PackOptions:
         path_column: a manifest's column of image paths (--path-column); None finds it.
         root: the folder a manifest's relative image paths are under (--root); None: the
             manifest's folder.
+        box_columns: a manifest's columns of boxes, each "NAME" or "NAME:FORMAT" (BOX_FORMATS,
+            normalised; yxyx when none is said), moved with the pixels (--box-columns); None:
+            the columns recognised by name (bbox, boxes, bboxes, objects/bbox) only.
         resize_mode: how `resize` meets the image's aspect (RESIZE_MODES, or img2dataset's
             names in RESIZE_ALIASES): stretch, center-crop, pad, keep-ratio, keep-ratio-largest.
         pad_color: (r, g, b) of the border `pad` adds.
@@ -269,6 +275,7 @@ class PackOptions:
     url_threads: int = 128
     per_host: int = 16
     wds_naming: str = "shardpack"
+    box_columns: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -322,6 +329,8 @@ class PackOptions:
                 )
         if self.split is not None:
             check_fractions(self.split)
+        for entry in self.box_columns or ():
+            box_column(entry)
         if self.name is not None and not _NAME.match(self.name):
             raise ShardpackError(
                 f"name= must start with a letter or digit and hold only letters, digits, '_' "
@@ -335,9 +344,7 @@ class PackOptions:
             fields["seed"] = None  # no shuffle: the seed changes nothing
         # only --dedup near reads the distance: other runs' plans stay as they were without it
         near = ("near_distance",) if self.dedup == "near" else ()
-        # likewise the naming: packs made before it keep their plans
-        naming = ("wds_naming",) if self.wds_naming != "shardpack" else ()
-        return {key: fields[key] for key in (*_OUTPUT_FIELDS, *near, *naming)}
+        return {key: fields[key] for key in (*_OUTPUT_FIELDS, *near)}
 
 
 def parse_size(text: str) -> int:
@@ -406,6 +413,25 @@ def parse_names(flag_said: str, text: str) -> tuple[str, ...]:
     if not names:
         raise ShardpackError(f"{flag_said} names no split, got: {text!r}; pass a,b,c")
     return names
+
+
+def box_column(entry: str) -> tuple[str, str]:
+    """(column, format) of a --box-columns entry, "NAME" (yxyx) or "NAME:FORMAT"."""
+    name, _, fmt = entry.rpartition(":") if ":" in entry else (entry, "", "yxyx")
+    if not name.strip() or fmt not in BOX_FORMATS:
+        pixels = " (boxes in pixels are not read yet: normalise them)" if "pixel" in fmt else ""
+        raise ShardpackError(f"box_columns= entries are NAME or NAME:FORMAT with FORMAT one of "
+                             f"{', '.join(BOX_FORMATS)}, normalised{pixels}, got: "
+                             f"{entry!r}")  # fmt: skip
+    return name.strip(), fmt
+
+
+def parse_box_columns(text: str) -> tuple[str, ...]:
+    """'bbox,det:xywh' as ("bbox", "det:xywh"), each checked by PackOptions."""
+    entries = tuple(entry.strip() for entry in text.split(",") if entry.strip())
+    if not entries:
+        raise ShardpackError(f"--box-columns names no column, got: {text!r}; pass NAME[:FORMAT]")
+    return entries
 
 
 @dataclass(frozen=True)
@@ -569,6 +595,13 @@ FLAGS: dict[str, Flag] = {
         "--wds-naming",
         "WebDataset members: shardpack's, or img2dataset's (.txt caption; .json with url, "
         "status, original size, sha256).",
+    ),
+    "box_columns": Flag(
+        "--box-columns",
+        "A manifest's columns of normalised boxes, moved with the pixels; FORMAT: yxyx "
+        "(default), xyxy, xywh or cxcywh.",
+        "NAME[:FORMAT],...",
+        parse_box_columns,
     ),
 }
 

@@ -29,6 +29,7 @@ from shardpack.errors import ShardpackError, is_count
 from shardpack.index import load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.read.cache import ShardCache
+from shardpack.read.objects import decode_mask, pixel_boxes
 from shardpack.read.order import MIX_ENDS, check_seed, epoch_order, mix_choices, share, worker_part
 from shardpack.read.random_access import Records
 
@@ -351,3 +352,66 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
             f"rank must be 0 <= rank < world_size, got: rank={rank!r}, world_size={world_size!r}"
         )
     return rank, world_size
+
+
+def collate_objects(
+    records: Sequence[dict],
+    boxes: str = "objects/bbox",
+    labels: str = "objects/label",
+    masks: str | None = None,
+) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
+    """A DataLoader's collate_fn for object datasets, giving what torchvision's detection models
+    take: a list of images (float32 3 x H x W in [0, 1]) and a list of targets, one a record,
+    {"boxes": float32 [n, 4] [xmin, ymin, xmax, ymax] in pixels, "labels": int64 [n]}, and
+    with `masks` (an instance-id map feature: packing/objects.py's MASK) "masks": uint8
+    [n, H, W] as Mask R-CNN takes them (all 0 for a record without a map); records hold
+    different numbers of objects, so nothing is stacked. Use with ShardDataset's defaults
+    (decode=True, layout="chw"): `DataLoader(ds, batch_size=8, collate_fn=collate_objects)`, or
+    `functools.partial(collate_objects, masks="mask")`.
+
+    Raises:
+        ShardpackError: a record lacks `boxes`, `labels` or `masks`, its labels are not class
+            ids (text: map the names to ids in ShardDataset's transform), or its map is not a
+            PNG of its image's size.
+    """
+    images, targets = [], []
+    for record in records:
+        named = (boxes, labels) if masks is None else (boxes, labels, masks)
+        if any(name not in record for name in named):
+            raise ShardpackError(f"collate_objects: record {record.get('key')!r} has no "
+                                 f"{' or '.join(map(repr, named))}; name the features it holds "
+                                 "(boxes=..., labels=..., masks=...)")  # fmt: skip
+        ids = np.asarray(record[labels])
+        if ids.dtype.kind not in "iu":
+            raise ShardpackError(
+                f"collate_objects: {labels!r} holds {ids.dtype} values, not "
+                "class ids; map the names to ids in ShardDataset's transform"
+            )
+        images.append(record["image"].float() / 255)
+        xyxy = pixel_boxes(record[boxes], record["height"], record["width"])
+        target = {"boxes": torch.from_numpy(xyxy),
+                  "labels": torch.from_numpy(ids.astype(np.int64))}  # fmt: skip
+        if masks is not None:
+            target["masks"] = torch.from_numpy(_instance_masks(record, masks, len(xyxy)))
+        targets.append(target)
+    return images, targets
+
+
+def _instance_masks(record: dict, name: str, count: int) -> np.ndarray:
+    """A record's instance-id map as `count` binary masks [count, H, W] (uint8)."""
+    size = (record["height"], record["width"])
+    try:
+        ids = decode_mask(record[name])
+    except ValueError as e:  # images.BadImage
+        raise ShardpackError(
+            f"collate_objects: record {record.get('key')!r}: {name!r} does "
+            f"not decode ({e}); shardpack verify --decode names each"
+        ) from None
+    if ids is None:
+        return np.zeros((count, *size), np.uint8)
+    if ids.shape != size:
+        raise ShardpackError(
+            f"collate_objects: record {record.get('key')!r}: {name!r} is "
+            f"{ids.shape[1]}x{ids.shape[0]}, its image {size[1]}x{size[0]}"
+        )
+    return (ids[None] == np.arange(1, count + 1)[:, None, None]).astype(np.uint8)

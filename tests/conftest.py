@@ -10,7 +10,7 @@ import pytest
 # Their asserts report the values compared, as a test module's do.
 pytest.register_assert_rewrite("tests.helpers", "tests.s3server")
 
-from tests.helpers import make_tree, packed_tree  # noqa: E402
+from tests.helpers import OBJECT_ROWS, make_tree, pack_objects, packed_tree  # noqa: E402
 from tests.s3server import s3, s3_server  # noqa: E402, F401
 
 FAST = os.environ.get("SHARDPACK_TEST_TIER") == "fast"  # set by `make test-fast`
@@ -29,7 +29,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not FAST:
         return
     heavy = pytest.mark.skip(reason="needs TensorFlow, TFDS, torch or DALI: run `make test`")
-    slow = pytest.mark.skip(reason="starts a server, a cluster or stops processes: run `make test`")
+    slow = pytest.mark.skip(
+        reason="starts a server, a cluster or a browser, or stops processes: run `make test`"
+    )
     for item in items:
         if item.get_closest_marker("heavy"):
             item.add_marker(heavy)
@@ -65,3 +67,10 @@ def shared_pack(tmp_path_factory) -> Callable[..., Path]:
         return made[key]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def objects_out(tmp_path_factory) -> Path:
+    """OBJECT_ROWS packed once: one shard, records in their order, keyed objects.parquet:<row>;
+    shared, so a test that changes it copies it."""
+    return pack_objects(tmp_path_factory.mktemp("objects"), OBJECT_ROWS)

@@ -416,15 +416,32 @@ def run_kept(code: str, *args: str, cwd: Path | None = None, timeout: float = 30
     return reply["stdout"]
 
 
+# What the fast tier (`make test-fast`) leaves to `make test` even where it is installed: the
+# packages conftest's `heavy` marker means (a test that asks needs() for one is heavy).
+HEAVY_MODULES = frozenset({"tensorflow", "tensorflow_datasets", "torch", "nvidia", "wids"})
+
+
 def needs(*modules: str) -> None:
-    """Skip unless each module is installed, without importing it here (see READ_* above)."""
+    """Skip unless each module is installed, without importing it here (see READ_* above); in
+    the fast tier, skip for a heavy one too, as a `heavy` marker would."""
     import importlib.util
 
     import pytest
 
     for module in modules:
-        if importlib.util.find_spec(module.split(".")[0]) is None:
-            pytest.skip(f"needs {module}")
+        top = module.split(".")[0]
+        if top in HEAVY_MODULES and os.environ.get("SHARDPACK_TEST_TIER") == "fast":
+            pytest.skip(f"needs {module}: run `make test`", allow_module_level=True)
+        if importlib.util.find_spec(top) is None:
+            pytest.skip(f"needs {module}", allow_module_level=True)
+
+
+def heavy_import(module: str):
+    """pytest.importorskip for a heavy package (HEAVY_MODULES): skipped in the fast tier too."""
+    import importlib
+
+    needs(module)
+    return importlib.import_module(module)
 
 
 def wait_for(condition, timeout: float = 60) -> None:
@@ -572,3 +589,71 @@ def drop_permission_override() -> None:
         data[word] &= kept
     if libc.capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capset")
+
+
+def write_objects_parquet(
+    path: Path, rows: list[dict], classes: list[str], mask: str = "mask"
+) -> Path:
+    """A Hugging Face Parquet file of an object dataset, as `datasets` writes one: `image`
+    ({bytes, path}: a PNG), `objects/bbox` (rows of 4 floats), `objects/label` (a ClassLabel list
+    over `classes`), `objects/is_crowd` (ints) and `mask` (an instance-id map PNG, or b"",
+    under that name);
+    rows hold (name, PNG bytes, boxes, labels, is_crowd, mask)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([
+        ("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+        ("objects/bbox", pa.list_(pa.list_(pa.float32(), 4))),
+        ("objects/label", pa.list_(pa.int64())),
+        ("objects/is_crowd", pa.list_(pa.int64())),
+        (mask, pa.binary()),
+    ], metadata={"huggingface": json.dumps({"info": {"features": {"objects/label": {
+        "_type": "List", "feature": {"_type": "ClassLabel", "names": classes}}}}})})  # fmt: skip
+    table = pa.Table.from_pylist([{
+        "image": {"bytes": row["png"], "path": row["name"]}, "objects/bbox": row["boxes"],
+        "objects/label": row["labels"], "objects/is_crowd": row.get("is_crowd", [0] * len(
+            row["labels"])), mask: row.get("mask", b"")} for row in rows], schema)  # fmt: skip
+    pq.write_table(table, path)
+    return path
+
+
+# One small object dataset for the read tests: boxes with class names, a crowd flag, an
+# instance-id mask, and an image without objects (a Hugging Face Parquet file carries them all).
+OBJECT_CLASSES = ["cat", "dog", "eel"]
+
+
+def _object_png(pixels: np.ndarray) -> bytes:
+    return cv2.imencode(".png", pixels)[1].tobytes()
+
+
+def object_mask(height: int, width: int, regions: list[tuple[int, int, int, int]]) -> bytes:
+    """An instance-id map: region i (pixels [y0, x0, y1, x1)) holds id i + 1, the rest 0."""
+    ids = np.zeros((height, width), np.uint8)
+    for i, (y0, x0, y1, x1) in enumerate(regions):
+        ids[y0:y1, x0:x1] = i + 1
+    return _object_png(ids)
+
+
+# a.png 40x60 (h x w): two small objects with masks inside their boxes; b.png 120x100: a large
+# and a medium one (COCO's sizes); c.png: none.
+OBJECT_ROWS = [
+    {"name": "a.png", "png": _object_png(np.full((40, 60, 3), 128, np.uint8)),
+     "boxes": [[0.1, 0.1, 0.6, 0.5], [0.5, 0.5, 0.9, 0.95]], "labels": [0, 1],
+     "is_crowd": [0, 1], "mask": object_mask(40, 60, [(8, 10, 20, 26), (22, 34, 34, 54)])},
+    {"name": "b.png", "png": _object_png(np.full((120, 100, 3), 200, np.uint8)),
+     "boxes": [[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.5, 0.5]], "labels": [2, 0]},
+    {"name": "c.png", "png": _object_png(np.full((30, 30, 3), 60, np.uint8)), "boxes": [],
+     "labels": []},
+]  # fmt: skip
+
+
+def pack_objects(folder: Path, rows: list[dict]) -> Path:
+    """rows (OBJECT_ROWS's form) written as a Parquet file in folder and packed into folder/out."""
+    from shardpack.options import PackOptions
+    from shardpack.packing.packer import pack
+
+    folder.mkdir(parents=True, exist_ok=True)
+    src = write_objects_parquet(folder / "objects.parquet", rows, OBJECT_CLASSES)
+    pack(src, folder / "out", PackOptions(workers=1, shuffle=False, shards=1))
+    return folder / "out"

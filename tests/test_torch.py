@@ -321,3 +321,41 @@ def test_a_pack_in_object_storage_reads_through_a_bounded_cache_kept_for_a_resta
     again = run_json(_CACHED, url, str(out), str(tmp_path / "kept"), "0")  # a reader restarted
     assert again["same"] and shards_fetched(mark) == [] and again["files"] == first["files"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "small"]  # nothing else
+
+
+_OBJECTS = """
+import json, sys, torch
+from torch.utils.data import DataLoader
+from shardpack.torch import ShardDataset, collate_objects
+ds = ShardDataset(sys.argv[1], shuffle=False, batch_size=3)
+images, targets = next(iter(DataLoader(ds, batch_size=3, collate_fn=collate_objects)))
+_, with_masks = collate_objects([ds.read(i) for i in range(3)], masks="mask")
+try:  # text names are no class ids: said in one line
+    collate_objects([{"key": "k", "objects/bbox": [], "objects/label": ["cat"]}])
+except Exception as e:
+    refused = f"{type(e).__name__}: {e}"
+print(json.dumps({"refused": refused,
+                  "images": [[list(i.shape), str(i.dtype), float(i.max())] for i in images],
+                  "boxes": [t["boxes"].tolist() for t in targets], "has_masks": [
+                      "masks" in t for t in targets], "masks": [[list(t["masks"].shape),
+                      str(t["masks"].dtype), t["masks"].sum(dim=(1, 2)).tolist()]
+                      for t in with_masks],
+                  "labels": [[str(t["labels"].dtype), t["labels"].tolist()] for t in targets]}))
+"""
+
+
+def test_collate_objects_gives_what_torchvision_detection_models_take(objects_out):
+    read = run_json(_OBJECTS, str(objects_out))
+    assert read["images"][0][:2] == [[3, 40, 60], "torch.float32"]
+    assert read["images"][0][2] == pytest.approx(128 / 255)
+    # a.png's cat [0.1, 0.1, 0.6, 0.5] of 40 x 60 pixels: x 6..30, y 4..24
+    assert [round(v, 3) for v in read["boxes"][0][0]] == [6.0, 4.0, 30.0, 24.0]
+    assert read["boxes"][1] == [[0.0, 0.0, 100.0, 120.0], [0.0, 0.0, 50.0, 60.0]]
+    assert read["boxes"][2] == [] and read["labels"][2] == ["torch.int64", []]
+    assert read["labels"][:2] == [["torch.int64", [0, 1]], ["torch.int64", [2, 0]]]
+    assert read["refused"].startswith("ShardpackError: collate_objects: 'objects/label' holds")
+    # with masks="mask": a.png's id map split into its 2 objects' masks (12 x 16, 12 x 20 pixels)
+    assert read["has_masks"] == [False] * 3
+    assert read["masks"] == [[[2, 40, 60], "torch.uint8", [192, 240]],
+                             [[2, 120, 100], "torch.uint8", [0, 0]],  # no map: none known
+                             [[0, 30, 30], "torch.uint8", []]]  # fmt: skip

@@ -428,7 +428,7 @@ def test_threads_decoding_at_once_each_get_their_own_verdict_and_fd_2_back(tmp_p
 
 @pytest.mark.heavy
 def test_tf_dataset_batches_uniform_images_without_image_size(tmp_path):
-    tf = pytest.importorskip("tensorflow")
+    tf = helpers.heavy_import("tensorflow")
     from shardpack.read.stream import tf_dataset
 
     _photos(tmp_path / "src")
@@ -445,7 +445,7 @@ def test_tf_dataset_batches_uniform_images_without_image_size(tmp_path):
 
 @pytest.mark.heavy
 def test_tfds_sees_the_one_size_of_a_center_crop(tmp_path):
-    tfds = pytest.importorskip("tensorflow_datasets")
+    tfds = helpers.heavy_import("tensorflow_datasets")
     _photos(tmp_path / "src")
     _pack(tmp_path / "src", tmp_path / "out", resize=TARGET, resize_mode="center-crop")
     builder = tfds.builder_from_directory(str(tmp_path / "out"))

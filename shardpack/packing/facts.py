@@ -1,7 +1,9 @@
 """What a worker notes of each record it writes, compactly: a content key (CRC32C and size of
 the bytes the source gave; of three stripes of a JPEG or PNG), the digest of all those bytes
 that confirms a copy, the written width and height and the image file's mtime (stamps.py) in
-one packed table, and per shard counts of formats, channels and EXIF orientations."""
+one packed table, and per shard counts of formats, channels and EXIF orientations, and of a
+dataset of objects (packing/objects.py): objects, images without, objects per image, objects
+per class (ids for class features, names for text) and box sizes as COCO defines them."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import numpy as np
 import xxhash
 
 from shardpack.crc import crc32c
+from shardpack.packing.objects import Objects, size_name
 
 # One row per item of the shard, in the plan's order; size 0: the item was not written;
 # mtime 0: its file has no stamp; digest: content_digest's 16 bytes.
@@ -24,6 +27,16 @@ FACT_DTYPE = np.dtype([("crc", "<u4"), ("size", "<u8"), ("digest", "V16"), ("wid
 # at least, and sha256 tells them apart; uncompressed files (alike margins) are read whole.
 STRIPE = 4096
 _COMPRESSED = (b"\xff\xd8", b"\x89PNG")
+# The tallies (what) of objects; a split's summary holds each as {value: count}.
+OBJECTS = "objects"  # "objects": how many; "images without objects": how many
+PER_IMAGE = "objects_per_image"  # "n": images holding n objects
+CLASSES = "object_classes"  # class id (a class feature's) or name (text): objects
+SIZES = "box_sizes"  # small, medium, large: boxes
+WITHOUT = "images without objects"
+# Distinct text class names tallied in a shard; the rest count as OTHER (a summary stays small
+# whatever a text column holds).
+MAX_NAMES = 1000
+OTHER = "(other)"
 
 
 def content_key(loaded: bytes | np.ndarray) -> tuple[int, int]:
@@ -54,11 +67,16 @@ def content_digest(loaded: bytes | np.ndarray) -> bytes:
 class ShardFacts:
     """A shard's notes, filled one written record at a time (~1 us a record)."""
 
-    def __init__(self, stamps: list[tuple[int, int] | None]) -> None:
-        """`stamps`: each item's (size, mtime) as stamps.taken gave it before its file was read."""
+    def __init__(
+        self, stamps: list[tuple[int, int] | None], objects: Objects | None = None
+    ) -> None:
+        """`stamps`: each item's (size, mtime) as stamps.taken gave it before its file was read;
+        `objects`: the schema's object features (objects_of), counted as each record is."""
         self.table = np.zeros(len(stamps), FACT_DTYPE)
         self.stamps = stamps
+        self.objects = objects
         self.counts: Counter[tuple[str, str]] = Counter()
+        self._names = 0  # distinct text class names tallied
 
     def add(
         self, position: int, loaded: bytes | np.ndarray, features: dict, orientation: int | None
@@ -74,6 +92,26 @@ class ShardFacts:
         self.counts["channels", str(features["channels"])] += 1
         if orientation is not None:
             self.counts["orientation", str(orientation)] += 1
+        if self.objects is not None:
+            self._add_objects(features)
+
+    def _add_objects(self, features: dict) -> None:
+        """Count a written record's objects (its features as encoded: flat lists)."""
+        boxes = np.asarray(features.get(self.objects.boxes, ()), np.float64).reshape(-1, 4)
+        self.counts[OBJECTS, OBJECTS] += len(boxes)
+        self.counts[PER_IMAGE, str(len(boxes))] += 1
+        if not len(boxes):
+            self.counts[OBJECTS, WITHOUT] += 1
+        area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+        for pixels in (area * features["height"] * features["width"]).tolist():
+            self.counts[SIZES, size_name(pixels)] += 1
+        labels = features.get(self.objects.label, ()) if self.objects.label else ()
+        for label in labels.tolist() if isinstance(labels, np.ndarray) else labels:
+            name = label.decode("utf-8", "replace") if isinstance(label, bytes) else str(label)
+            if isinstance(label, bytes) and (CLASSES, name) not in self.counts:
+                self._names += 1
+                name = name if self._names <= MAX_NAMES else OTHER
+            self.counts[CLASSES, name] += 1
 
     def content(self) -> bytes:
         return self.table.tobytes()

@@ -29,7 +29,7 @@ from shardpack.packing.plan import (
 )
 from shardpack.packing.result import PackResult
 from shardpack.packing.stats import split_summaries
-from shardpack.packing.urlfailures import counts, url_failures, write_failures
+from shardpack.packing.urlfailures import counts, rows_of, url_failures, write_failures
 from shardpack.packing.writing import SKIP_HINT, Planned, no_gc
 from shardpack.sources import Dataset, scan
 from shardpack.storage import Storage
@@ -87,7 +87,8 @@ class FreshPack:
             "lossless": sum(r.lossless for r in results),  # --encode keep's images made PNG
         }
         failures = url_failures([*((None, *s) for s in dataset.skipped),
-                                 *((r.split, *s) for r in results for s in r.skipped)])  # fmt: skip
+                                 *((r.split, *s) for r in results for s in r.skipped)],
+                                rows_of(dataset))  # fmt: skip
         if failures:
             stats["url_failures"] = counts(failures)
         document = build_index(

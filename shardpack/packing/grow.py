@@ -44,22 +44,28 @@ from shardpack.packing.contents import (
 )
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
+from shardpack.packing.facts import table
 from shardpack.packing.merge import named_skipped, uniform_size, write_outputs
 from shardpack.packing.outdir import OutState, plan_record, prepare_growth, read_state
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan
 from shardpack.packing.result import PackResult
 from shardpack.packing.stats import entry_summaries
+from shardpack.packing.urlfailures import counts, retried, rows_of, url_failures, write_failures
 from shardpack.packing.writing import Planned, no_gc
 from shardpack.sources import Dataset, Item, scan
 from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
+from shardpack.storage.urlpolicy import is_web_url
 
 # index.json's `history` keeps the last this many runs.
 MAX_HISTORY = 100
 # Options a grow takes from the run, not the dataset: they decide no byte of the old shards.
 _RUN_OPTIONS = frozenset({"shards", "classes"})
 # Options whose JSON form is a list where PackOptions holds a tuple.
-_TUPLES = ("resize", "pad_color", "split_names")
+_TUPLES = ("resize", "pad_color", "split_names", "box_columns")
+# Options added since indexes kept their options, with what an index without them was packed
+# with: such an index grows as it was packed.
+_ADDED = {"box_columns": None, "wds_naming": "shardpack"}
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,9 @@ class GrowPack:
         """SRC scanned and compared with what OUT holds, its copies against the held ones."""
         out, old = self.out, self.old
         self.held, self.loaded = load_contents(out, old), stamps.load(out, old)
+        self.again: frozenset[str] = frozenset()  # failed URLs asked again: new to the compare
+        if options.grow == "update":
+            self.held, self.again = retried(self.held)
         self.contents, self.known = self.held.shards, dict(self.loaded)
         dataset = _scan(self.src, options, old, self.storage_options)
         options = replace(options, classes=dataset.classes or None)
@@ -160,7 +169,11 @@ class GrowPack:
             dataset = _keep_splits(dataset, old, self.held)
         change = _compare(dataset, self.held, self.known, options)
         self.copies = None  # SRC as packed: the copies, skips and statistics told stand
-        if change.new or change.changed or change.vanished or dataset.skipped:
+        # no --dedup: the copies among new items are found in merge, by their workers' keys
+        # (not each new item read here, then again by its worker: a URL fetched twice)
+        self.later = options.dedup == "none" and any(change.new.values())
+        if not self.later and (change.new or change.changed or change.vanished or
+                               dataset.skipped):  # fmt: skip
             update = options.grow == "update"
             self.copies = _copies(dataset, self.contents, change, options, update)
             dataset, change = _without(dataset, change, self.copies, self.contents, update)
@@ -195,6 +208,9 @@ class GrowPack:
         fresh = entries(planned.plan, results)
         plan, results, loose = _without_empty(out, planned.plan, results, fresh, self.loose)
         fresh = {spec.file: fresh[spec.file] for spec in plan.shards}
+        if self.later:
+            copies = _copies(dataset, contents, change, options, options.grow == "update",
+                             written_keys(plan, results))  # fmt: skip
         summary = change.summary(options.grow, len(touched))
         seconds = time.perf_counter() - self.start
         reused = planned.reused
@@ -208,11 +224,16 @@ class GrowPack:
         run = {"generation": self.generation, "when": _now(), **summary}
         doc["history"] = [*_history(old), run][-MAX_HISTORY:]
         doc["stats"] = {**old.raw.get("stats", {}), **stats}
+        doc["stats"].pop("url_failures", None)
+        failures = _failures(doc["splits"], now, loose, dataset)
+        if failures:
+            doc["stats"]["url_failures"] = counts(failures)
         moved = gaps.moves(doc, CONTAINERS[options.format])  # the gaps the update leaves
         doc["retired"] = sorted({*doc["retired"], *moved.values()})  # what a stop leaves there
         index = write_outputs(out, doc, results, options.index_files, tfds=not moved)
         write_contents(out, numbered, loose)  # agrees with the old index and the new
         out.put(INDEX_NAME, json_bytes(doc))  # the grown dataset is there from now on
+        write_failures(out, failures)  # after: a stop before leaves the old, a superset
         if touched:  # the next grow removes what a stop here leaves (doc["retired"])
             write_contents(out, now, loose)
             _remove_retired(out, index)
@@ -224,7 +245,9 @@ class GrowPack:
             num_records=sum(s.num_records for s in index.splits.values()),
             num_skipped=doc["num_skipped"], seconds=time.perf_counter() - self.start,
             num_reused=len(reused), num_shards=sum(len(s.shards) for s in index.splits.values()),
-            new_records=written, notes=_said(change, options.grow, copies), grow=summary,
+            new_records=written, notes=(*_said(change, options.grow, copies),
+                                        *_asked_again(self.again, fresh)),
+            grow=summary,
         )  # fmt: skip
 
 
@@ -339,15 +362,6 @@ def _has_index_files(old: Index) -> bool:
     return first is not None and old.storage.kind(index_file_name(first)) == "file"
 
 
-# Output options index.json keeps only where they differ from their defaults (output_fields).
-_UNLESS_DEFAULT = ("near_distance", "wds_naming")
-
-
-def _all_output_fields(options: PackOptions) -> dict[str, object]:
-    """output_fields with those kept only when not their defaults, as JSON gives them back."""
-    return _json({**{k: getattr(options, k) for k in _UNLESS_DEFAULT}, **options.output_fields()})
-
-
 def dataset_options(old: Index, given: PackOptions) -> PackOptions:
     """The dataset's options (index.json's `options`) for this run; an option given that
     differs from the dataset's is refused, naming it. `--classes` must extend its class list.
@@ -356,16 +370,16 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
         OutputError: an option differs, or the index keeps no options (an older shardpack).
     """
     kept = old.raw.get("options")
-    ours = _all_output_fields(given)
-    optional = set(_UNLESS_DEFAULT)
-    if not isinstance(kept, dict) or kept.keys() - optional != ours.keys() - optional:
+    if isinstance(kept, dict):
+        kept = {**_ADDED, **kept}
+    ours = _json(given.output_fields())
+    if not isinstance(kept, dict) or set(kept) != set(ours):
         raise OutputError(
             f"{old.storage.path(INDEX_NAME)}: keeps no options to grow the "
             "dataset with (an older shardpack's); repack it with --overwrite"
         )
-    defaults = _all_output_fields(PackOptions())
-    # None in it: the name SRC gave; an option kept only when not its default, its default
-    kept = {**{k: defaults[k] for k in _UNLESS_DEFAULT}, **kept, "name": old.name}
+    defaults = _json(PackOptions().output_fields())
+    kept = {**kept, "name": old.name}  # None in it: the name SRC gave
     ours["name"] = given.name or old.name
     differ = [k for k in ours if k not in _RUN_OPTIONS and ours[k] not in (defaults[k], kept[k])]
     if differ:
@@ -446,9 +460,12 @@ def _compare(
             elif item.key not in tried:
                 new.setdefault(name, []).append(item)
     now = stamps.taken(dataset.source, dataset.root, (item for _, item in present))
-    unsure = [(name, item, stamp)  # (split, item, stamp) of the files whose stamp differs
+    # (split, item, stamp) of the files whose stamp differs; an image URL has none, and is
+    # taken as unchanged unless its label or fields are: no held URL is fetched again
+    unsure = [(name, item, stamp)
               for (name, item), stamp, was in zip(present, now, recorded, strict=True)
-              if stamp != was or item.key in relabelled]  # fmt: skip
+              if (stamp != was and not is_web_url(item.path))
+              or item.key in relabelled]  # fmt: skip
     keys = content_keys([(name, item) for name, item, _ in unsure], dataset, options,
                         options.workers or machine_cores())  # fmt: skip
     changed: dict[str, list[Item]] = {}
@@ -471,13 +488,14 @@ def _compare(
 
 def _copies(
     dataset: Dataset, contents: dict[str, Entry], change: Change, options: PackOptions,
-    update: bool,
+    update: bool, written: dict[str, duplicates.ContentKey] | None = None,
 ) -> Copies:  # fmt: skip
     """The copies among the items the grown dataset will hold, as a fresh pack of SRC finds
     them: the held items keyed by contents.json (or as _compare read them), the new ones read
     now; --dedup near compares the held items unread by their bytes alone. With --dedup, each
     group keeps its copy as a fresh pack would (the evaluation split's), save that --append,
-    which never rewrites a shard, keeps the held copy of a group that has one."""
+    which never rewrites a shard, keeps the held copy of a group that has one. `written`: the
+    new items' keys as their workers took them (then one they skipped is no member)."""
     held, read = change.held, change.read
     new = {item.key for items in change.new.values() for item in items}
     changed = {item.key for items in change.changed.values() for item in items}
@@ -486,7 +504,12 @@ def _copies(
     known = []  # the number each held item shares with its known copies (0: none, or changed)
     for split in sorted(dataset.splits):
         for item in dataset.splits[split]:
-            if item.key in new:
+            if item.key in new and written is not None:
+                if item.key not in written:
+                    continue  # skipped by its worker: not in the dataset
+                keys.append(written[item.key])
+                known.append(0)
+            elif item.key in new:
                 keys.append(None)
                 known.append(0)
             elif (found := held.get(item.key)) is not None:
@@ -516,6 +539,19 @@ def _copies(
         groups.sort(key=lambda group: duplicates._kept_first(group[0]))
     dropped = duplicates.drop_reasons(groups, same)
     return Copies(groups, {m: r for m, r in dropped.items() if m not in fixed}, yielded, crowded)
+
+
+def written_keys(plan: Plan, results: list[ShardResult]) -> dict[str, duplicates.ContentKey]:
+    """The content key and digest of each record the workers wrote, as they took them."""
+    by_file = {r.file: r for r in results}
+    found = {}
+    for spec in plan.shards:
+        rows = table(by_file[spec.file].content, len(spec.items))
+        for item, row in zip(spec.items, rows.tolist(), strict=True):
+            crc, size, digest = row[:3]
+            if size:  # (0: skipped)
+                found[item.key] = duplicates.ContentKey(crc, size, None, digest)
+    return found
 
 
 def _held_first(group: duplicates.Group, fixed: set[tuple[str, str]]) -> duplicates.Group:
@@ -733,6 +769,27 @@ def _document(
     if results and uniform_size(results) != doc.get("image_size"):
         doc["image_size"] = None  # the new records' size is not the dataset's one size
     return _json(doc), kept
+
+
+def _failures(
+    splits: dict[str, dict], shards: dict[str, Entry], loose: tuple[Skip, ...], dataset: Dataset
+) -> list[dict]:
+    """failures.jsonl's rows for the grown dataset: every URL skip its shards (`splits`:
+    index.json's, `shards`: their entries) and the scan note, and the loose ones."""
+    noted = [(name, key, why) for name, split in splits.items() for shard in split["shards"]
+             for key, why in zip(shards[shard["file"]]["skipped"],
+                                 shards[shard["file"]]["reasons"], strict=True)]  # fmt: skip
+    skipped = [*((None, key, why) for key, why in dataset.skipped), *noted, *loose]
+    return url_failures(skipped, rows_of(dataset))
+
+
+def _asked_again(again: frozenset[str], fresh: dict[str, Entry]) -> tuple[str, ...]:
+    """A line saying how many failed URLs --update asked again, and how many it packed."""
+    if not again:
+        return ()
+    packed = sum(key in again for entry in fresh.values() for key in entry["keys"])
+    return (f"{len(again):,} URLs that had failed for a reason a retry may mend (HTTP 5xx or "
+            f"429, a timeout, a reset) asked again: {packed:,} packed",)  # fmt: skip
 
 
 def _history(old: Index) -> list:

@@ -1,7 +1,9 @@
 """TensorFlow Datasets metadata beside the shards, so `tfds.builder_from_directory(OUT)` loads them.
 
 Written from the index alone, without TFDS: dataset_info.json, features.json (every feature
-of the schema: ClassLabel, Text, BBox, Tensor, and Sequence of them for lists) and one
+of the schema: ClassLabel, Text, BBox, Tensor, and Sequence of them for lists; a group of
+per-object lists holding boxes, `objects/bbox` and `objects/label`, as TFDS's COCO and VOC
+declare it: `objects`, a Sequence of a dict of BBoxFeature, ClassLabel, ...) and one
 `<feature>.labels.txt` per class feature. Image encodings TFDS can decode (jpeg, png, and `keep`)
 become an `Image` feature; `raw` and `webp` records are declared as plain string tensors
 (with `height`, `width`, `channels` for raw), which the caller decodes.
@@ -45,7 +47,17 @@ def _sequence(feature: dict) -> dict:
 
 
 def _declared(name: str, feature: Feature) -> dict:
-    """The TFDS feature for one schema feature: ClassLabel, Text, BBox or a plain Tensor."""
+    """The TFDS feature for one schema feature: ClassLabel, Text, BBox or a plain Tensor, in a
+    Sequence for a list."""
+    one = _one(name, feature)
+    if one is None:
+        return _tensor(feature.dtype, feature.shape)
+    return _sequence(one) if feature.is_list else one
+
+
+def _one(name: str, feature: Feature) -> dict | None:
+    """The TFDS feature of one value of a schema feature: ClassLabel, Text or BBox; None for a
+    plain Tensor."""
     if feature.classes is not None:
         one = {
             "pythonClassName": f"{_CLASS}.class_label_feature.ClassLabel",
@@ -63,13 +75,47 @@ def _declared(name: str, feature: Feature) -> dict:
             },
         }
     else:
-        return _tensor(feature.dtype, feature.shape)
-    return _sequence(one) if feature.is_list else one
+        return None
+    return one
+
+
+def object_groups(schema: Schema) -> dict[str, tuple[str, ...]]:
+    """The groups declared as one Sequence of a dict, as TFDS declares COCO's and VOC's
+    `objects`: group -> its list features (`objects/bbox`, `objects/label`, ...: one row per
+    object, which a drop keeps in step, packing/boxes.py), for each group holding boxes whose
+    name no feature takes. A scalar of the group (one instance-id map an image,
+    `objects/mask`) stays a feature of its own beside it, which TFDS reads as such."""
+    groups: dict[str, list[str]] = {}
+    for name, feature in schema.extras.items():
+        group, _, rest = name.partition("/")
+        if rest and "/" not in rest and feature.is_list:
+            groups.setdefault(group, []).append(name)
+    return {
+        group: tuple(names)
+        for group, names in groups.items()
+        if group not in schema and any(is_box(n, schema[n]) for n in names)
+    }
+
+
+def _group(names: tuple[str, ...], schema: Schema) -> dict:
+    """A group's Sequence of a dict: each feature's one value (a row of a (-1, k) list)."""
+    inner = {}
+    for name in names:
+        feature = schema[name]
+        one = _one(name, feature)
+        inner[name.partition("/")[2]] = one or _tensor(feature.dtype, feature.shape[1:])
+    return _sequence({
+        "pythonClassName": f"{_CLASS}.features_dict.FeaturesDict",
+        "featuresDict": {"features": inner},
+    })  # fmt: skip
 
 
 def _features(index: dict) -> dict:
     schema = Schema.from_json(index["features"])
-    features = {name: _declared(name, f) for name, f in schema.extras.items()}
+    groups = object_groups(schema)
+    grouped = {name for names in groups.values() for name in names}
+    features = {n: _declared(n, f) for n, f in schema.extras.items() if n not in grouped}
+    features.update({group: _group(names, schema) for group, names in groups.items()})
     if index["encoding"] in ("raw", "webp"):
         features["image"] = _tensor("bytes")
         if index["encoding"] == "raw":

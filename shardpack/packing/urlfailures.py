@@ -1,29 +1,53 @@
 """OUT/failures.jsonl: every http(s) image URL a pack skipped, with why, one JSON object a line
-(url, split, status, error, reason), for a person to read and a rerun to retry exactly those.
-img2dataset keeps the same in each shard's Parquet (status, error_message)."""
+(url, file, row, split, status, error, reason), for a person to find in the list and a grow to
+retry (`pack --update` asks the transient ones again). img2dataset keeps the same in each
+shard's Parquet (status, error_message)."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 
 from shardpack.layout import FAILURES_NAME
+from shardpack.packing.contents import Contents
 from shardpack.packing.stats import reason_kind
+from shardpack.sources import Dataset
 from shardpack.storage import Storage
-from shardpack.storage.urlpolicy import is_web_url, status_of
+from shardpack.storage.urlpolicy import is_transient, is_web_url, status_of
+
+# (manifest file name, line or row) of each URL the scan listed: ImageRoot.rows_of
+RowsOf = Callable[[Iterable[str]], dict[str, tuple[str, int]]]
 
 
-def url_failures(skipped: Iterable[tuple[str | None, str, str]]) -> list[dict]:
+def url_failures(
+    skipped: Iterable[tuple[str | None, str, str]], rows_of: RowsOf | None = None
+) -> list[dict]:
     """One row per skipped item whose key is an http(s) URL, of (split or None, key, reason)
-    triples: url, split, the HTTP status (None: no answer, or not an HTTP failure), the error's
-    kind (what the index's statistics count it by) and the whole reason."""
-    return [
-        {"url": key, "split": split, "status": status_of(reason), "error": reason_kind(reason),
+    triples: url, the manifest file and line (or Parquet row) that lists it (None: not known),
+    split, the HTTP status (None: no answer, or not an HTTP failure), the error's kind (what the
+    index's statistics count it by) and the whole reason."""
+    failed = [(split, key, reason) for split, key, reason in skipped if is_web_url(key)]
+    rows = rows_of(key for _, key, _ in failed) if rows_of is not None and failed else {}
+    found = [
+        {"url": key, "file": rows.get(key, (None,))[0], "row": rows.get(key, (None, None))[1],
+         "split": split, "status": status_of(reason), "error": reason_kind(reason),
          "reason": reason}
-        for split, key, reason in skipped
-        if is_web_url(key)
+        for split, key, reason in failed
     ]  # fmt: skip
+    return sorted(found, key=_listed)  # in the list's order, whichever shard finished first
+
+
+def _listed(row: dict) -> tuple:
+    """Where a failure's URL is listed, those of no known row last (by URL)."""
+    return (row["row"] is None, row["file"] or "", row["row"] or 0, row["url"])
+
+
+def rows_of(dataset: Dataset) -> RowsOf | None:
+    """Where the scan listed each URL: a URL list's root knows (sources.manifest.ImageRoot),
+    other sources' roots do not."""
+    return getattr(dataset.root, "rows_of", None)
 
 
 def counts(failures: list[dict]) -> dict[str, int]:
@@ -39,3 +63,26 @@ def write_failures(out: Storage, failures: list[dict]) -> None:
         return
     lines = (json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in failures)
     out.put(FAILURES_NAME, "".join(lines).encode())
+
+
+def retried(held: Contents) -> tuple[Contents, frozenset[str]]:
+    """What OUT holds without the skips of the URLs whose failure a retry may mend (HTTP 5xx,
+    429, a timeout, a reset), and those URLs: a grow without their skips finds them new, and
+    fetches them again."""
+    again = frozenset(key for key, why in _skips(held) if is_web_url(key) and is_transient(why))
+    if not again:
+        return held, again
+    shards = {}
+    for file, entry in held.shards.items():
+        kept = [(k, why) for k, why in zip(entry["skipped"], entry["reasons"], strict=True)
+                if k not in again]  # fmt: skip
+        shards[file] = {**entry, "skipped": [k for k, _ in kept], "reasons": [w for _, w in kept]}
+    loose = tuple(skip for skip in held.loose if skip[1] not in again)
+    return replace(held, shards=shards, loose=loose), again
+
+
+def _skips(held: Contents) -> Iterator[tuple[str, str]]:
+    """(key, reason) of every skip OUT holds: its shards' and the loose ones."""
+    for entry in held.shards.values():
+        yield from zip(entry["skipped"], entry["reasons"], strict=True)
+    yield from ((key, why) for _, key, why in held.loose)

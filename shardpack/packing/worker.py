@@ -16,6 +16,7 @@ from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.packing import boxes, stamps
 from shardpack.packing.facts import ShardFacts
+from shardpack.packing.objects import is_mask, objects_of
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, Source
@@ -96,8 +97,8 @@ def write_shard(
     lossless = 0
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
-    facts = ShardFacts(stamps.taken(source, src, spec.items))  # before any read
-    moved = boxes.box_features(schema)
+    facts = ShardFacts(stamps.taken(source, src, spec.items), objects_of(schema))  # before any read
+    moved = boxes.moved_features(schema, boxes.declared_boxes(options))
     try:
         container = CONTAINERS[options.format]
         limit = images.max_file_bytes(options.max_pixels)
@@ -117,7 +118,8 @@ def write_shard(
                     features, where, orientation = _features(item, loaded, options)
                     kept = features["image"] is loaded  # stored as it came
                     taken = boxes.moves(orientation, kept, where, source.name) if moved else ()
-                    fields, dropped = _fields(item, schema, moved, taken)
+                    size = features["height"], features["width"]
+                    fields, dropped = _fields(item, schema, moved, taken, size)
                     features.update(fields)
                 except ImageError as e:
                     if options.on_error == "fail":
@@ -202,15 +204,19 @@ def _fields(
     schema: Schema,
     moved: tuple[str, ...],
     where: tuple[boxes.Move, ...],
+    size: tuple[int, int],
 ) -> tuple[dict[str, object], dict[str, int]]:
-    """The item's label and other fields, its boxes (`moved`) taken where its pixels went
-    (boxes.follow), encoded as the schema declares them; and the boxes dropped, by reason."""
+    """The item's label and other fields, its geometry (`moved`) taken where its pixels went
+    to the stored `size` (boxes.follow), encoded as the schema declares them; and the boxes
+    dropped, by reason."""
     values = dict(item.fields)
     if item.label is not None:
         values[LABEL] = item.label
     dropped: dict[str, int] = {}
-    if where:  # most records: no box, or nothing moved them (a passthrough is ~20 us a record)
-        values, dropped = boxes.follow(item.key, values, schema, moved, where)
+    # most records: no geometry, or nothing moves it (a passthrough is ~20 us a record); a
+    # mask is drawn whatever the moves
+    if moved and (where or any(n in values and is_mask(n, schema[n]) for n in moved)):
+        values, dropped = boxes.follow(item.key, values, schema, moved, where, size)
     return {name: example_value(schema[name], value) for name, value in values.items()}, dropped
 
 

@@ -10,6 +10,8 @@ import numpy as np
 
 from shardpack.errors import is_count, printable
 from shardpack.index import load_index
+from shardpack.packing import facts
+from shardpack.packing.objects import SIZES, objects_of
 from shardpack.read.stream import iter_examples
 
 
@@ -78,11 +80,28 @@ def describe(
         "ignored": raw.get("ignored", 0),
         "stats": raw.get("stats", {}),
         "duplicates": raw.get("duplicates"),  # None in an index from before
-        "summaries": summaries if isinstance(summaries := raw.get("summaries"), dict) else {},
+        "summaries": _named(raw.get("summaries"), objects_of(index.schema)),
         "generation": g if is_count(g := raw.get("generation"), 0) else 0,
         "history": history if isinstance(history := raw.get("history"), list) else [],
     }
 
+
+def _named(summaries: object, objects) -> dict:
+    """The index's split summaries, each object class id (facts.CLASSES) as its class name."""
+    if not isinstance(summaries, dict):
+        return {}
+    classes = None if objects is None else objects.classes
+    named = {}
+    for split, summary in summaries.items():
+        counts = summary.get(facts.CLASSES) if isinstance(summary, dict) else None
+        if classes and isinstance(counts, dict):
+            ids = {str(i): name for i, name in enumerate(classes)}
+            summary = {**summary, facts.CLASSES: {ids.get(k, k): n for k, n in counts.items()}}
+        named[split] = summary
+    return named
+
+
+SIZE_NAMES = tuple(name for name, _ in SIZES)
 
 # What inspect prints of each run in a grown dataset's history.
 _RUN = "generation {generation} ({when}): {mode}, added {added:,}, changed {changed:,}, " \
@@ -110,11 +129,32 @@ def summary_lines(summary: object) -> list[str]:
             f"{_num(width['min'])}x{_num(height['min'])} to {_num(width['max'])}x"
             f"{_num(height['max'])}), {_num(size['median'])} bytes median"
         )
+    with suppress(KeyError, TypeError, ValueError, AttributeError):
+        said.append(_objects_line(summary))
     for what in ("formats", "channels", "orientations", "skipped", "boxes_dropped"):
         with suppress(KeyError, TypeError, ValueError, AttributeError):
             counts = ", ".join(f"{printable(str(k))} {_num(n)}" for k, n in summary[what].items())
             said.append(f"  {what}: {counts}")
     return said
+
+
+def _objects_line(summary: dict) -> str:
+    """One line of a split's objects: how many, in how many images, per image, per class
+    (the most common first) and by COCO's box size."""
+    count, without = summary[facts.OBJECTS][facts.OBJECTS], summary[facts.OBJECTS][facts.WITHOUT]
+    per_image = {int(k): n for k, n in summary[facts.PER_IMAGE].items()}
+    images = sum(per_image.values())
+    classes = sorted(summary.get(facts.CLASSES, {}).items(), key=lambda kv: -kv[1])
+    shown = ", ".join(f"{printable(str(k))[:20]} {_num(n)}" for k, n in classes[:8])
+    more = f" (+{len(classes) - 8} classes)" if len(classes) > 8 else ""
+    sizes = summary.get(facts.SIZES, {})
+    return (
+        f"  objects: {_num(count)} in {_num(images)} images ({_num(without)} without), "
+        f"{_num(count / max(images, 1))} per image, at most {_num(max(per_image))}"
+        + (f"; {shown}{more}" if shown else "")
+        + "; boxes "
+        + ", ".join(f"{k} {_num(sizes.get(k, 0))}" for k in SIZE_NAMES)
+    )
 
 
 def _num(value: object) -> str:

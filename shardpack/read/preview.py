@@ -12,7 +12,8 @@ import numpy as np
 from shardpack import images
 from shardpack.errors import OutputError, is_count, os_error_fix
 from shardpack.index import load_index
-from shardpack.packing.tfdsmeta import BOX_NAMES, is_box
+from shardpack.packing.objects import Objects, objects_of
+from shardpack.read.objects import decode_mask
 from shardpack.read.stream import decode_pixels, iter_examples
 from shardpack.schema import Schema
 from shardpack.storage.atomic import write_atomic
@@ -22,6 +23,9 @@ CELL = 128  # pixels per thumbnail side
 _CAPTION = 22  # pixels of caption strip under each thumbnail
 BOX_COLOR = (0, 255, 0)  # BGR: green shows on most photos
 BAD_COLOR = (0, 0, 255)  # BGR red: the cross on the cell of an image that does not decode
+MASK_COLOR = (255, 0, 255)  # BGR magenta: the outline of each object's instance mask
+NAME_COLOR = (0, 0, 0)  # each box's class name, in black on a strip of BOX_COLOR
+_NAME_SCALE = 0.3  # OpenCV's font scale for box names: about 7 pixels high
 # The sheet's format, picked by the extension of the file asked for.
 FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".webp": "webp"}
 
@@ -30,8 +34,9 @@ def make_preview(
     out: str | os.PathLike, dest: str | os.PathLike, split: str = "train", n: int = 64,
     seed: int = 0, storage_options: dict | None = None, overwrite: bool = False,
 ) -> str:  # fmt: skip
-    """Draw n random records of a split in a grid, each captioned with its class name(s), with
-    its boxes drawn when the schema has a box feature (see box_feature).
+    """Draw n random records of a split in a grid, each captioned with its class name(s); where
+    the schema holds objects (packing/objects.py), each box with its class name and each object's
+    instance-mask outline drawn.
 
     Records are drawn by reservoir sampling over one pass, so any split size works.
 
@@ -68,14 +73,14 @@ def make_preview(
             chosen.append(record)
         elif (j := rng.randrange(seen + 1)) < n:
             chosen[j] = record
-    boxes = box_feature(index.schema)
+    objects = objects_of(index.schema)
     cols = max(1, math.ceil(math.sqrt(len(chosen))))
     rows = max(1, math.ceil(len(chosen) / cols))
     sheet = np.full((rows * (CELL + _CAPTION), cols * CELL, 3), 255, np.uint8)
     for k, record in enumerate(chosen):
         thumb, mark = _thumbnail(record)
-        if boxes is not None:
-            _draw_boxes(thumb, record[boxes])
+        if objects is not None and not mark:
+            _draw_objects(thumb, record, objects)
         y, x = (k // cols) * (CELL + _CAPTION), (k % cols) * CELL
         sheet[y : y + thumb.shape[0], x : x + thumb.shape[1]] = thumb
         caption = mark + _caption(index.classes, record.get("label"))
@@ -99,7 +104,20 @@ def _exists(dest: str) -> OutputError:
 
 def box_feature(schema: Schema) -> str | None:
     """The name of the feature that holds boxes: a [-1, 4] float32 one named as TFDS does."""
-    return next((n for n in BOX_NAMES if n in schema and is_box(n, schema[n])), None)
+    objects = objects_of(schema)
+    return None if objects is None else objects.boxes
+
+
+def _draw_objects(thumb: np.ndarray, record: dict, objects: Objects) -> None:
+    """Draw a record's instance-mask outlines, then its boxes, each with its class name."""
+    if objects.mask is not None:
+        try:
+            ids = decode_mask(record[objects.mask])
+        except images.BadImage:  # verify names it; the sheet shows the boxes still
+            ids = None
+        if ids is not None:
+            _draw_mask(thumb, ids)
+    _draw_boxes(thumb, record[objects.boxes], objects.names(record))
 
 
 def _thumbnail(record: dict) -> tuple[np.ndarray, str]:
@@ -117,15 +135,38 @@ def _thumbnail(record: dict) -> tuple[np.ndarray, str]:
     return cv2.resize(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), size, interpolation=cv2.INTER_AREA), ""
 
 
-def _draw_boxes(thumb: np.ndarray, boxes: np.ndarray) -> None:
-    """Draw [ymin, xmin, ymax, xmax] boxes (relative, as TFDS's BBox) onto the thumbnail; a box
-    with a NaN or infinite corner is not drawn, and corners past the image are cut to it."""
+def _draw_boxes(thumb: np.ndarray, boxes: np.ndarray, names: list[str]) -> None:
+    """Draw [ymin, xmin, ymax, xmax] boxes (relative, as TFDS's BBox) onto the thumbnail, each
+    named at its top left corner; a box with a NaN or infinite corner is not drawn, and
+    corners past the image are cut to it."""
     height, width = thumb.shape[:2]
-    boxes = np.clip(boxes[np.isfinite(boxes).all(axis=1)], 0.0, 1.0)
-    for ymin, xmin, ymax, xmax in boxes.tolist():
-        top_left = (round(xmin * (width - 1)), round(ymin * (height - 1)))
-        bottom_right = (round(xmax * (width - 1)), round(ymax * (height - 1)))
+    finite = np.isfinite(boxes).all(axis=1)
+    boxes = np.clip(boxes[finite], 0.0, 1.0)
+    names = [name for name, kept in zip(names, finite.tolist(), strict=True) if kept]
+    corners = [((round(xmin * (width - 1)), round(ymin * (height - 1))),
+                (round(xmax * (width - 1)), round(ymax * (height - 1))))
+               for ymin, xmin, ymax, xmax in boxes.tolist()]  # fmt: skip
+    for top_left, bottom_right in corners:
         cv2.rectangle(thumb, top_left, bottom_right, BOX_COLOR, 1)
+    for (x, y), name in zip((c[0] for c in corners), names, strict=True):  # over every box
+        if not name:
+            continue
+        name = name.encode("ascii", "replace").decode()[:12]
+        (w, h), base = cv2.getTextSize(name, cv2.FONT_HERSHEY_SIMPLEX, _NAME_SCALE, 1)
+        cv2.rectangle(thumb, (x, y), (x + w + 1, y + h + base), BOX_COLOR, cv2.FILLED)
+        cv2.putText(thumb, name, (x + 1, y + h), cv2.FONT_HERSHEY_SIMPLEX, _NAME_SCALE,
+                    NAME_COLOR, 1, cv2.LINE_AA)  # fmt: skip
+
+
+def _draw_mask(thumb: np.ndarray, ids: np.ndarray) -> None:
+    """Outline each object of an instance-id map (0 background, i the i-th object), scaled to
+    the thumbnail nearest-neighbour as masks are."""
+    height, width = thumb.shape[:2]
+    ids = cv2.resize(ids, (width, height), interpolation=cv2.INTER_NEAREST)
+    for i in np.unique(ids[ids > 0]).tolist():
+        shape = (ids == i).astype(np.uint8)
+        contours, _ = cv2.findContours(shape, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
+        cv2.drawContours(thumb, contours, -1, MASK_COLOR, 1)
 
 
 def _caption(classes: tuple[str, ...], label: object) -> str:

@@ -26,7 +26,9 @@ from shardpack.errors import (
 )
 from shardpack.index import Index, load_index
 from shardpack.layout import REPORT_NAME
+from shardpack.packing import facts
 from shardpack.packing.duplicates import record_name
+from shardpack.packing.objects import SIZES, objects_of
 from shardpack.packing.stats import reason_kind
 from shardpack.read.stream import decode_pixels, iter_examples
 from shardpack.storage.atomic import write_atomic
@@ -38,6 +40,7 @@ SHOWN_GROUPS = 12  # duplicate groups drawn, each its first SHOWN_COPIES
 SHOWN_COPIES = 4
 SHOWN_CLASSES = 50  # classes with a contact sheet (and a bar each in the balance chart)
 SHOWN_SKIPPED = 50  # skipped items named
+SHOWN_COUNTS = 100  # rows of the objects-per-image table (the fewest objects first)
 # Records read per split for thumbnails: a bound on the time a report takes on a large split.
 MAX_SCANNED = 20_000
 # Characters of a class or split name drawn in a chart: matplotlib lays out each character
@@ -59,8 +62,8 @@ def write_report(
     progress: Callable[[int, int], None] | None = None,
 ) -> str:
     """Write the data card of OUT: splits and class balance, image sizes, aspect ratios, bytes,
-    formats, skipped images, duplicates and leaks across splits (with thumbnails), shard
-    sizes, and a contact sheet per class.
+    formats, objects (per class, per image, box sizes), skipped images, duplicates and leaks
+    across splits (with thumbnails), shard sizes, and a contact sheet per class.
 
     Args:
         out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
@@ -119,6 +122,7 @@ def render(index: Index, progress: Callable[[int, int], None] | None = None) -> 
         f"{_e(index.container_name)} shards, {len(index.classes)} classes.</p>",
         _splits_section(index),
         _images_section(summaries),
+        _objects_section(index, summaries),
         _skipped_section(raw.get("skipped"), summaries),
         _duplicates_section(duplicates, found),
         _shards_section(index),
@@ -261,6 +265,47 @@ def _split_images(name: str, summary: dict) -> str:
         + _table(("", "min", "median", "max"), rows)
         + _svg(fig)
         + _table(("", "counts"), counts)
+        + "</div>"
+    )
+
+
+def _objects_section(index: Index, summaries: dict) -> str:
+    """Each split's objects (packing/facts.py's tallies): per class, per image, box sizes."""
+    objects = objects_of(index.schema)
+    if objects is None:
+        return ""
+    parts = [f"<section id='objects'><h2>Objects ({_e(objects.boxes)})</h2>"]
+    for name, summary in summaries.items():
+        try:
+            parts.append(_split_objects(name, summary, objects.classes or ()))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            continue  # a summary not as pack writes it (or of a pack before objects): left out
+    return "".join(parts) + "</section>"
+
+
+def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
+    """One split's objects: how many, images without, objects per image (quantiles and the
+    counts), objects per class (named), COCO's box sizes."""
+    count, without = summary[facts.OBJECTS][facts.OBJECTS], summary[facts.OBJECTS][facts.WITHOUT]
+    per_image = sorted((int(k), int(n)) for k, n in summary[facts.PER_IMAGE].items())
+    values = np.repeat([k for k, _ in per_image], [n for _, n in per_image])
+    quantiles = [("min", values.min()), ("median", np.median(values)),
+                 ("90%", np.percentile(values, 90)), ("max", values.max())]  # fmt: skip
+    ids = {str(i): c for i, c in enumerate(classes)}
+    by_class = sorted(((ids.get(k, k), n) for k, n in summary.get(facts.CLASSES, {}).items()),
+                      key=lambda kv: -kv[1])  # fmt: skip
+    sizes = summary.get(facts.SIZES, {})
+    histogram = [f"<tr>{_td(k)}{_td(n, f'images:{k}')}</tr>" for k, n in per_image[:SHOWN_COUNTS]]
+    spread = "".join(_td(float(v), f"per_image:{q}") for q, v in quantiles)
+    size_rows = [f"<tr>{_td(k)}{_td(sizes.get(k, 0), f'size:{k}')}</tr>" for k, _ in SIZES]
+    class_rows = [f"<tr>{_td(c)}{_td(n, f'class:{c}')}</tr>" for c, n in by_class]
+    return (
+        f"<div data-split='{_e(name)}'><h3>{_e(name)}: <span data-value='objects'>{count:,}"
+        f"</span> objects, <span data-value='without'>{without:,}</span> images without</h3>"
+        + _table(("", *(q for q, _ in quantiles)), [f"<tr>{_td('objects per image')}{spread}</tr>"])
+        + _table(("objects in an image", "images"), histogram)
+        + _table(("box size (COCO)", "boxes"), size_rows)
+        + _table(("class", "objects"), class_rows)
         + "</div>"
     )
 

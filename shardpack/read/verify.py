@@ -12,7 +12,9 @@ from shardpack.containers import is_shard_name
 from shardpack.errors import FileAccessError, RecordError
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.packing.objects import Objects, objects_of
 from shardpack.packing.outdir import growing
+from shardpack.read.objects import decode_mask, mask_size
 from shardpack.read.stream import decode_pixels, to_python
 
 # Faults listed per shard; the rest are counted. A damaged shard's first faults say what is
@@ -72,7 +74,9 @@ def verify(
     storage_options: dict | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> VerifyReport:  # fmt: skip
-    """Check every shard of OUT: presence, size, sha256, every CRC, record counts and features.
+    """Check every shard of OUT: presence, size, sha256, every CRC, record counts and features,
+    and a dataset's objects (boxes inside [0, 1], per-object lists as long as the boxes, an
+    instance-mask PNG whole and of its image's size).
 
     Each shard is read once, front to back, hashed as it is read (one in an object store
     streams; a container whose library opens files by path copies it first).
@@ -204,9 +208,14 @@ def _check_record(
     """Return what is wrong with one record, as its container read it, or None."""
     if fault := record_fault(example, index.schema):
         return fault
-    if not decode:
+    objects = objects_of(index.schema)
+    if not decode and objects is None:
         return None
     record = to_python(example, index.schema)
+    if objects is not None and (fault := _objects_fault(record, objects, decode, max_pixels)):
+        return f"record {record['key']!r}: {fault}"
+    if not decode:
+        return None
     try:
         pixels = decode_pixels(record, max_pixels)
     except ValueError as e:  # images.BadImage; OpenCV is imported only when decoding
@@ -215,4 +224,37 @@ def _check_record(
     if pixels.shape[:2] != (record["height"], record["width"]):
         return (f"image decodes to {pixels.shape[1]}x{pixels.shape[0]}, fields say "
                 f"{record['width']}x{record['height']}")  # fmt: skip
+    return None
+
+
+def _objects_fault(record: dict, objects: Objects, decode: bool, max_pixels: int) -> str | None:
+    """What is wrong with a record's objects, naming the feature, or None: a box outside [0, 1]
+    or with a min over its max, a per-object list of another length than the boxes, a mask
+    that is no PNG or of another size than the image (with decode: an id past the objects)."""
+    boxes = record[objects.boxes]
+    wrong = ~((boxes >= 0) & (boxes <= 1)).all(axis=1)  # NaN too
+    wrong |= (boxes[:, 0] > boxes[:, 2]) | (boxes[:, 1] > boxes[:, 3])
+    if wrong.any():
+        row = int(wrong.argmax())
+        values = [round(v, 4) for v in boxes[row].tolist()]
+        return (f"feature {objects.boxes!r} row {row} {values} is not a box [ymin, xmin, ymax, "
+                "xmax] inside [0, 1]")  # fmt: skip
+    for name in objects.rows:
+        if len(record[name]) != len(boxes):
+            return (f"feature {name!r} holds {len(record[name])} rows beside {len(boxes)} "
+                    f"boxes in {objects.boxes!r}")  # fmt: skip
+    if objects.mask is None:
+        return None
+    data = record[objects.mask]
+    try:
+        size = mask_size(data)
+        if size is not None and size != (record["height"], record["width"]):
+            return (f"feature {objects.mask!r} is a {size[1]}x{size[0]} mask of a "
+                    f"{record['width']}x{record['height']} image")  # fmt: skip
+        ids = decode_mask(data, max_pixels) if decode else None
+    except ValueError as e:  # images.BadImage
+        return f"feature {objects.mask!r} does not decode: {e}"
+    if ids is not None and int(ids.max(initial=0)) > len(boxes):
+        return (f"feature {objects.mask!r} holds instance id {int(ids.max())}, past the "
+                f"{len(boxes)} objects")  # fmt: skip
     return None

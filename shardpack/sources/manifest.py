@@ -25,13 +25,14 @@ import itertools
 import os
 import posixpath
 import stat
+from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import SourceError
-from shardpack.options import SPLIT_NAMES, PackOptions
-from shardpack.schema import Schema
+from shardpack.options import SPLIT_NAMES, PackOptions, box_column
+from shardpack.schema import Feature, Schema
 from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.folder import few, folder_entries
 from shardpack.sources.source import NO_FIELDS, Dataset, Item, Source
@@ -47,6 +48,8 @@ from shardpack.storage.srcfiles import not_regular
 from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from shardpack.sources.tables.kinds import LabelInfo
     from shardpack.sources.tables.reader import Manifest
     from shardpack.storage.fetch import Fetcher, Prefetch
@@ -74,7 +77,7 @@ class ManifestSource(Source):
         ("path_column", "--path-column"), ("root", "--root"), ("retries", "--retries"),
         ("allow_private_urls", "--allow-private-urls"), ("ignore_opt_out", "--ignore-opt-out"),
         ("user_agent", "--user-agent"), ("url_threads", "--url-threads"),
-        ("per_host", "--per-host"),
+        ("per_host", "--per-host"), ("box_columns", "--box-columns"),
     )  # fmt: skip
 
     def recognise(
@@ -169,6 +172,7 @@ def scan_manifest(
                                     classes_pinned=options.classes is not None))
               for split, manifest in manifests]  # fmt: skip
     first = tables[0][1]
+    boxes = _box_columns(first, options.box_columns)
     label = _one_label(tables)
     classes = _classes(first.path, label, options.classes)
     position = None if classes is None else {name: i for i, name in enumerate(classes)}
@@ -182,20 +186,27 @@ def scan_manifest(
     # several files of one manifest (a folder of them): an image listed in two is refused in
     # the second, as one listed twice in a file is
     seen: set[str] | None = set() if len(tables) > 1 and not per_split else None
-    for split, table in tables:
+    rows = UrlRows()
+    for number, (split, table) in enumerate(tables):
         prefix = f"{split}/" if per_split else ""
         by_folder = split is None and _split_by_folder(table)
         # a row without a usable path is known by its line, which its reason need not repeat
         bad = [(b.line, _under(prefix, b.path), b.reason) if b.path else (b.line, b.where, b.why)
                for b in table.bad]  # fmt: skip
-        for item, row_split in _items(table, images, prefix, label, position, bad, seen):
+        rows.file(table.path)
+        for item, row_split, line in _items(table, images, prefix, label, position, bad, seen,
+                                            boxes):  # fmt: skip
             default = _folder_split(item.path) if by_folder else DEFAULT_SPLIT
             splits.setdefault(split or row_split or default, []).append(item)
+            if is_web_url(item.key):
+                rows.add(number, item.key, line)
         skipped += [(key, reason) for _, key, reason in sorted(bad)]  # in manifest order
     if not splits:
         first_bad = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
         raise SourceError(f"{first.path}: no row names a usable image{first_bad}")
-    schema = Schema.build(classes, first.columns, multi_label=bool(label and label.multi))
+    columns = {name: BOXES if name in boxes else f for name, f in first.columns.items()}
+    schema = Schema.build(classes, columns, multi_label=bool(label and label.multi))
+    images.rows = rows.done()
     return Dataset(
         KIND,
         images,
@@ -214,9 +225,11 @@ def _items(
     position: dict[str, int] | None,
     bad: list[tuple[int, str, str]],
     seen: set[str] | None = None,
-) -> Iterator[tuple[Item, str | None]]:
-    """(item, the row's split) of each usable row; a row that is not goes to `bad`; `seen`:
-    the paths of the manifest's files read before, to refuse one listed in two."""
+    boxes: Mapping[str, str] | None = None,
+) -> Iterator[tuple[Item, str | None, int]]:
+    """(item, the row's split, its line) of each usable row; a row that is not goes to `bad`;
+    `seen`: the paths of the manifest's files read before, to refuse one listed in two; `boxes`:
+    the box columns' formats (_box_columns), their values taken to yxyx rows."""
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
     names = tuple(table.columns)
     sizes = _Sizes(images)
@@ -234,11 +247,13 @@ def _items(
                         raise _Bad(f"image {path} is listed in an earlier file too")
                     seen.add(path)
                 size = sizes.of(path)
+                fields = dict(zip(names, row.values, strict=True)) if names else NO_FIELDS
+                for name, fmt in (boxes or {}).items():
+                    fields[name] = yxyx(name, fields[name], fmt)
             except _Bad as e:
                 bad.append((row.line, path, f"{line_name(table.path, row.line)}: {e}"))
                 continue
-            fields = dict(zip(names, row.values, strict=True)) if names else NO_FIELDS
-            yield Item(path, value, path, size, fields=fields), row.split
+            yield Item(path, value, path, size, fields=fields), row.split, row.line
     finally:
         sizes.close()
 
@@ -291,14 +306,27 @@ def _one_label(tables: list[tuple[str | None, Manifest]]) -> LabelInfo | None:
             raise SourceError(f"{table.path}: has a split column, but its folder is split "
                               f"{split}; drop the column")  # fmt: skip
         if table.columns != first.columns or _label_kind(table) != _label_kind(first):
+            each = "split folder's metadata file" if split is not None else "file of the list"
             raise SourceError(
-                f"{table.path}: its columns or labels differ from {first.path}'s (split "
-                f"{split}); give every split folder's metadata file the same columns"
+                f"{table.path}: its columns or labels differ from {first.path}'s "
+                f"({_differences(first, table)}); give every {each} the same columns"
             )
     if first.label is None:
         return None
     values = sorted(set().union(*(table.label.values for _, table in tables)))
     return dataclasses.replace(first.label, values=tuple(values))
+
+
+def _differences(first: Manifest, table: Manifest) -> str:
+    """How a manifest's columns and labels differ from the first's, in a few words."""
+    ours, theirs = first.columns, table.columns
+    said = [f"no {name!r} column" for name in sorted(set(ours) - set(theirs))]
+    said += [f"a {name!r} column the first lacks" for name in sorted(set(theirs) - set(ours))]
+    said += [f"its {name!r} column holds another type" for name in sorted(set(ours) & set(theirs))
+             if ours[name] != theirs[name]]  # fmt: skip
+    if _label_kind(table) != _label_kind(first):
+        said.append("its labels are of another kind")
+    return "; ".join(said[:3]) or "the columns' order"
 
 
 def _label_kind(table: Manifest) -> tuple[str, bool] | None:
@@ -330,6 +358,48 @@ def split_manifests(root: Storage) -> list[tuple[str, Storage]] | None:
 
 class _Bad(Exception):
     """Why one row's item cannot be packed (caught per row)."""
+
+
+# A declared box column's type in the schema: TFDS's boxes, float32 rows of 4.
+BOXES = Feature("float32", (-1, 4))
+
+
+def _box_columns(table: Manifest, declared: tuple[str, ...] | None) -> dict[str, str]:
+    """Column -> format of each --box-columns entry, each a list of floats in the manifest.
+
+    Raises:
+        SourceError: the manifest has no such column, or one of other values than floats.
+    """
+    boxes = dict(box_column(entry) for entry in declared or ())
+    for name in boxes:
+        feature = table.columns.get(name)
+        if feature is None:
+            raise SourceError(f"{table.path}: --box-columns names {name!r}, which is none of its "
+                              f"columns ({few(table.columns)}); name one of those")  # fmt: skip
+        if feature.dtype != "float32" or not feature.is_list or feature.row not in (None, 4):
+            why = " (pixels? normalise them by the image size)" if feature.dtype == "int64" else ""
+            raise SourceError(f"{table.path}: --box-columns column {name!r} holds "
+                              f"{feature.dtype} {list(feature.shape)}{why}, not normalised "
+                              "boxes (numbers, 4 a box); drop it from --box-columns")  # fmt: skip
+    return boxes
+
+
+def yxyx(name: str, value: object, fmt: str) -> np.ndarray:
+    """A box column's value (rows of 4 in `fmt`, options.BOX_FORMATS) as [ymin, xmin, ymax,
+    xmax] rows, float32.
+
+    Raises:
+        _Bad: its numbers are not rows of 4.
+    """
+    import numpy as np  # numpy: not for pack --help
+
+    rows = np.asarray(value, np.float32).reshape(-1)
+    if rows.size % 4:
+        raise _Bad(f"column {name!r} holds {rows.size} numbers, not boxes of 4")
+    a, b, c, d = rows.reshape(-1, 4).T
+    corners = {"yxyx": (a, b, c, d), "xyxy": (b, a, d, c), "xywh": (b, a, b + d, a + c),
+               "cxcywh": (b - d / 2, a - c / 2, b + d / 2, a + c / 2)}[fmt]  # fmt: skip
+    return np.stack(corners, axis=1).astype(np.float32)
 
 
 def _check_root(root: str | None) -> None:
@@ -425,9 +495,15 @@ class ImageRoot(Storage):
         self._web = is_web_url(base.root)  # relative paths are URLs too
         self._elsewhere: dict[str, Storage] = {}  # folder -> its storage
         self._fetcher: Fetcher | None = None  # made where first needed: threads, locks
+        self.rows: UrlRows | None = None  # the scan's: where each URL was listed
 
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_fetcher": None, "_elsewhere": {}}
+    def __getstate__(self) -> dict:  # (the rows are the packing process's: no worker's)
+        return {**self.__dict__, "_fetcher": None, "_elsewhere": {}, "rows": None}
+
+    def rows_of(self, urls: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """(manifest file name, line or row) of each of these http(s) URL items the scan
+        listed ({} in a process the root was pickled to)."""
+        return {} if self.rows is None else self.rows.of(urls)
 
     def __repr__(self) -> str:
         return f"ImageRoot({self.base!r})"
@@ -515,6 +591,54 @@ class ImageRoot(Storage):
     def open(self, name: str) -> Blob:
         storage, name = self.where(name)
         return storage.open(name)
+
+
+class UrlRows:
+    """Where a manifest listed each http(s) URL item: its file and line (or Parquet row), for
+    failures.jsonl. Kept as sorted 64-bit hashes of the URLs beside their lines, 20 bytes a
+    URL where a dict takes ~100; two URLs of one hash name no row."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []  # each manifest file's name
+        self._hashes, self._lines, self._files = array("q"), array("q"), array("i")
+        self._sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def file(self, path: str) -> None:
+        """The next manifest file's rows follow."""
+        self.names.append(posixpath.basename(path))
+
+    def add(self, file: int, url: str, line: int) -> None:
+        self._hashes.append(hash(url))
+        self._lines.append(line)
+        self._files.append(file)
+
+    def done(self) -> UrlRows | None:
+        """Sorted for look-ups (None: no URL was listed)."""
+        import numpy as np  # here: not for pack --help
+
+        if not self._hashes:
+            return None
+        hashes = np.frombuffer(self._hashes, dtype=np.int64)
+        order = np.argsort(hashes, kind="stable")
+        self._sorted = (hashes[order], np.frombuffer(self._lines, dtype=np.int64)[order],
+                        np.frombuffer(self._files, dtype=np.int32)[order])  # fmt: skip
+        self._hashes, self._lines, self._files = array("q"), array("q"), array("i")
+        return self
+
+    def of(self, urls: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """(file name, line) of each URL listed once under its hash."""
+        import numpy as np  # here: not for pack --help
+
+        if self._sorted is None:
+            return {}
+        hashes, lines, files = self._sorted
+        urls = list(urls)
+        wanted = np.array([hash(url) for url in urls], dtype=np.int64)
+        first = np.searchsorted(hashes, wanted, "left")
+        last = np.searchsorted(hashes, wanted, "right")
+        return {url: (self.names[files[i]], int(lines[i]))
+                for url, i, j in zip(urls, first.tolist(), last.tolist(), strict=True)
+                if j - i == 1}  # fmt: skip
 
 
 class _Ahead:

@@ -24,6 +24,7 @@ import ssl
 import threading
 import time
 import urllib.parse
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -66,6 +67,10 @@ class Fetcher:
         # (2 x threads), not a socket for each host it met (the file descriptors run out)
         self._kept: OrderedDict[http.client.HTTPConnection, tuple[str, str, int]] = OrderedDict()
         self._hosts: dict[str, threading.Semaphore] = {}
+        # every socket connected, so that close() can cut the requests in flight: a stopped
+        # run (Ctrl-C) exits at once, not when a stalled server's read timeout ends
+        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._closed = threading.Event()
 
     def get(self, url: str, limit: int) -> bytes:
         """The body of `url`, at most `limit` bytes.
@@ -79,7 +84,7 @@ class Fetcher:
             try:
                 return self.once(url, limit)
             except UrlFailed as e:
-                time.sleep(self.retry_in(e, tries))
+                self._closed.wait(self.retry_in(e, tries))  # (a close ends the wait)
                 tries += 1
 
     def retry_in(self, failed: UrlFailed, tries: int) -> float:
@@ -90,6 +95,8 @@ class Fetcher:
             UrlFailed: the failure, final (permanent, the retries spent, or a Retry-After over
                 MOST_WAIT_S), its reason saying how many tries it took.
         """
+        if self._closed.is_set():
+            raise UrlFailed("stopped: the fetching was closed") from None
         if not failed.transient or tries > self.policy.retries:
             raise UrlFailed(_tried(str(failed), tries)) from None
         if failed.wait is not None and failed.wait > MOST_WAIT_S:
@@ -241,6 +248,11 @@ class Fetcher:
                 failed = UrlFailed(why)
                 continue
             sock = socket.socket(family, kind, proto)
+            with self._lock:
+                if self._closed.is_set():
+                    sock.close()
+                    raise UrlFailed("stopped: the fetching was closed")
+                self._sockets.add(sock)
             try:
                 sock.settimeout(self.policy.connect_timeout)
                 sock.connect(where)
@@ -256,12 +268,18 @@ class Fetcher:
         raise failed or UrlFailed(f"DNS failure: {host}: no address")
 
     def close(self) -> None:
+        """Close every kept connection, and cut the requests still in flight (each fails at
+        once, and is not retried)."""
         with self._lock:
-            kept = list(self._kept)
+            self._closed.set()
+            kept, cut = list(self._kept), list(self._sockets)
             self._idle.clear()
             self._kept.clear()
         for conn in kept:
             conn.close()
+        for sock in cut:  # a recv blocked in another thread returns now
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 @functools.cache
@@ -355,7 +373,11 @@ class Prefetch:
         self._wake = threading.Condition(self._lock)
         self._stopped = False
         self._timer: threading.Thread | None = None  # started by the first retry
-        self._fill()
+        try:
+            self._fill()
+        except BaseException:  # Ctrl-C while the first requests start: they end now too
+            self.close()
+            raise
 
     def _fill(self) -> None:
         while len(self._ahead) < self._window and self._held < HELD_BYTES:

@@ -89,6 +89,20 @@ def status_of(reason: str) -> int | None:
     return int(match[1]) if match else None
 
 
+# How storage.fetch's reasons for a failure a retry can mend begin (beside HTTP 5xx and 429):
+# `pack --update` asks those URLs again.
+TRANSIENT = ("timed out", "connection refused", "connection reset", "connection cut",
+             "network error")  # fmt: skip
+
+
+def is_transient(reason: str) -> bool:
+    """Whether a URL's failure is one a later try may mend: no answer in time, a refused, reset
+    or cut connection, HTTP 5xx or 429 (not 4xx, DNS, an opt-out, a refused address, a body
+    over the cap, not an image)."""
+    status = status_of(reason)
+    return reason.startswith(TRANSIENT) or (status is not None and (status == 429 or status >= 500))
+
+
 def refusal(address: str, allow_private: bool) -> str | None:
     """Why an IP address is not connected to, or None."""
     import ipaddress  # here: only a worker connecting needs it

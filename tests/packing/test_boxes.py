@@ -81,16 +81,30 @@ def _oracle(upright: np.ndarray, boxes: dict, mode: str, **options) -> tuple[lis
     import albumentations as A  # scipy and pydantic: imported by the tests that use it
 
     height, width = upright.shape[:2]
+    steps = oracle_steps(height, width, mode, **options)
+    rows = [[b[1] / width, b[0] / height, b[3] / width, b[2] / height] for b in boxes.values()]
+    params = A.BboxParams(format="albumentations", label_fields=["names"], clip=True,
+                          min_area=1e-3)  # fmt: skip
+    done = A.Compose(steps, bbox_params=params)(image=upright, bboxes=rows, names=list(boxes))
+    size = done["image"].shape[:2]
+    return list(zip(done["names"], np.asarray(done["bboxes"]).tolist(), strict=True)), size
+
+
+def oracle_steps(height: int, width: int, mode: str, target: tuple = TARGET, **options) -> list:
+    """albumentations' steps for the transform of an upright image of this size, its sizes
+    taken from Pillow's ImageOps.cover and contain (img2dataset's meanings), not from us."""
+    import albumentations as A  # scipy and pydantic: imported by the tests that use it
+
     im = Image.new("RGB", (width, height))
     if "max_side" in options:
         longest = options["max_side"]  # a shrink only
         steps = [A.LongestMaxSize(max_size=longest)] if max(height, width) > longest else [A.NoOp()]
     else:
-        cover, contain = ImageOps.cover(im, TARGET).size, ImageOps.contain(im, TARGET).size
+        cover, contain = ImageOps.cover(im, target).size, ImageOps.contain(im, target).size
         if not options.get("upscale", True):  # no image enlarged
             cover, contain = (min(cover[0], width), min(cover[1], height)), (
                 min(contain[0], width), min(contain[1], height))  # fmt: skip
-        w, h = TARGET
+        w, h = target
         size = {"stretch": (w, h), "keep-ratio": cover, "center-crop": cover,
                 "keep-ratio-largest": contain, "pad": contain}[mode]  # fmt: skip
         steps = [A.Resize(size[1], size[0])]
@@ -98,12 +112,7 @@ def _oracle(upright: np.ndarray, boxes: dict, mode: str, **options) -> tuple[lis
             steps.append(A.CenterCrop(min(h, size[1]), min(w, size[0])))
         if mode == "pad":
             steps.append(A.PadIfNeeded(h, w, position="center", border_mode=cv2.BORDER_CONSTANT))
-    rows = [[b[1] / width, b[0] / height, b[3] / width, b[2] / height] for b in boxes.values()]
-    params = A.BboxParams(format="albumentations", label_fields=["names"], clip=True,
-                          min_area=1e-3)  # fmt: skip
-    done = A.Compose(steps, bbox_params=params)(image=upright, bboxes=rows, names=list(boxes))
-    size = done["image"].shape[:2]
-    return list(zip(done["names"], np.asarray(done["bboxes"]).tolist(), strict=True)), size
+    return steps
 
 
 def _check(record: dict, expected: list, size: tuple) -> None:

@@ -252,6 +252,7 @@ def _browser(page: Path, tmp_path: Path) -> tuple[str, Path]:
     return dom.stdout, shot
 
 
+@pytest.mark.slow  # a browser's start-up: seconds
 def test_report_in_a_real_browser(src: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "out"

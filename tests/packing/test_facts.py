@@ -10,7 +10,7 @@ import cv2
 import pytest
 
 from shardpack import PackOptions, pack
-from tests.helpers import image, write_image
+from tests.helpers import image, pack_objects, write_image
 
 
 def _app1(body: bytes) -> bytes:
@@ -41,3 +41,29 @@ def test_orientations_are_the_sources_read_by_the_header_probe(tmp_path: Path, e
     summary = json.loads((out / "index.json").read_text())["summaries"]["train"]
     assert summary["records"] == 5
     assert summary["orientations"] == {"1": 1, "6": 2, "8": 1}
+
+
+_OBJECT_TALLIES = ("objects", "objects_per_image", "object_classes", "box_sizes")
+
+
+def _objects_summary(out: Path) -> dict:
+    summary = json.loads((out / "index.json").read_text())["summaries"]["train"]
+    return {what: summary.get(what) for what in _OBJECT_TALLIES}
+
+
+def test_objects_are_counted_by_class_size_and_image_and_a_grow_keeps_the_counts(tmp_path):
+    """a.png's two small boxes, b.png's large and medium one (COCO's sizes in pixels of the
+    stored image), c.png without objects: packed with a.png and c.png, then b.png appended."""
+    from tests.helpers import OBJECT_CLASSES, OBJECT_ROWS, write_objects_parquet
+
+    a, b, c = OBJECT_ROWS
+    out = pack_objects(tmp_path, [a, c])
+    assert _objects_summary(out)["box_sizes"] == {"small": 2}
+    write_objects_parquet(tmp_path / "objects.parquet", [a, c, b], OBJECT_CLASSES)
+    pack(tmp_path / "objects.parquet", out, PackOptions(workers=1, grow="append"))
+    assert _objects_summary(out) == {
+        "objects": {"objects": 4, "images without objects": 1},
+        "objects_per_image": {"0": 1, "2": 2},
+        "object_classes": {"0": 2, "1": 1, "2": 1},  # class ids: inspect names them
+        "box_sizes": {"small": 2, "medium": 1, "large": 1},
+    }

@@ -22,6 +22,7 @@ from shardpack.read.describe import describe
 from shardpack.read.preview import make_preview
 from shardpack.read.stream import iter_examples, tf_dataset
 from shardpack.read.verify import verify
+from tests import helpers
 from tests.helpers import make_tree, tf_records, write_csv, write_jsonl, write_parquet
 
 
@@ -203,7 +204,7 @@ def test_tf_dataset_single_records_hold_boxes_as_n_by_4(packed: Path):
 
 @pytest.mark.heavy
 def test_tfds_builder_from_directory_loads_every_feature(packed: Path):
-    tfds = pytest.importorskip("tensorflow_datasets")
+    tfds = helpers.heavy_import("tensorflow_datasets")
     builder = tfds.builder_from_directory(str(packed))
     features = builder.info.features
     assert features["label"].feature.names == ["cat", "dog"]

@@ -24,6 +24,7 @@ from shardpack.read.stream import iter_examples
 from shardpack.storage.local import LocalStorage
 from tests.helpers import (
     gone,
+    heavy_import,
     image,
     make_cifar10_binary,
     make_tree,
@@ -34,6 +35,7 @@ from tests.helpers import (
     wait_for,
     worker_pids,
     write_image,
+    write_jsonl,
 )
 
 FORMATS = sorted(CONTAINERS)
@@ -188,7 +190,7 @@ def test_each_container_reads_the_grown_dataset_whole(tmp_path: Path, fmt: str):
         urls = [s["url"] for s in json.loads(listing.read_text())["shardlist"]]
         assert urls == sorted(shard_files(out))
     if fmt == "tfrecord":
-        tfds = pytest.importorskip("tensorflow_datasets")
+        tfds = heavy_import("tensorflow_datasets")
         builder = tfds.builder_from_directory(str(out))
         assert builder.info.features["label"].names == ["cat", "dog", "eel"]
         records = list(tfds.as_numpy(builder.as_dataset(split="train")))
@@ -198,7 +200,7 @@ def test_each_container_reads_the_grown_dataset_whole(tmp_path: Path, fmt: str):
 
         with Records(out) as records:
             assert sorted(records[i]["key"] for i in range(len(records))) == keys
-        tfds = pytest.importorskip("tensorflow_datasets")
+        tfds = heavy_import("tensorflow_datasets")
         source = tfds.builder_from_directory(str(out)).as_data_source()["train"]
         assert sorted(int(source[i]["label"]) for i in range(len(source))) == labels
 
@@ -389,7 +391,7 @@ def test_a_stop_between_an_updates_two_indexes_leaves_a_whole_dataset(tmp_path, 
 
 @pytest.mark.heavy
 def test_tfds_reads_the_dataset_an_update_left(tmp_path: Path):
-    tfds = pytest.importorskip("tensorflow_datasets")
+    tfds = heavy_import("tensorflow_datasets")
     src = make_tree(tmp_path / "src", {"cat": 6, "dog": 6})
     out = tmp_path / "out"
     pack(src, out, PackOptions(shards=4, workers=1))
@@ -477,3 +479,32 @@ def test_an_index_listing_a_shard_twice_is_refused_in_one_line(tmp_path: Path):
     (out / "index.json").write_text(json.dumps(doc))
     (src / "cat" / "img_000.jpg").unlink()
     one_line_error(run_cli("pack", str(src), str(out), "--update", "--no-progress"), "twice")
+
+
+def test_an_append_moves_declared_box_columns_and_an_index_from_before_them_grows(tmp_path):
+    """--box-columns is the dataset's: an append takes it from index.json and moves the new
+    rows' boxes alike; an index written before the option existed grows as packed."""
+    from tests.packing.test_boxes import BOXES, _photo, _png
+
+    src = tmp_path / "src"
+    src.mkdir()
+    xywh = [[x0 / 400, y0 / 200, (x1 - x0) / 400, (y1 - y0) / 200]
+            for y0, x0, y1, x1 in BOXES.values()]  # fmt: skip
+    for name in "abc":
+        (src / f"{name}.png").write_bytes(_png(_photo()))
+    rows = [{"path": f"{name}.png", "det": xywh} for name in "abc"]
+    write_jsonl(src / "m.jsonl", rows[:1])
+    out = tmp_path / "out"
+    options = {"resize": (200, 200), "resize_mode": "center-crop", "workers": 1}
+    pack(src / "m.jsonl", out, PackOptions(box_columns=("det:xywh",), **options))
+    write_jsonl(src / "m.jsonl", rows[:2])
+    pack(src / "m.jsonl", out, PackOptions(grow="append", workers=1))
+    records = {r["key"]: r for r in iter_examples(out)}
+    assert len(records["a.png"]["det"]) == 2  # red cropped away
+    np.testing.assert_array_equal(records["b.png"]["det"], records["a.png"]["det"])
+    index = json.loads((out / "index.json").read_text())
+    del index["options"]["box_columns"]  # as an index written before --box-columns
+    (out / "index.json").write_text(json.dumps(index))
+    write_jsonl(src / "m.jsonl", rows)
+    pack(src / "m.jsonl", out, PackOptions(grow="append", workers=1))
+    assert sum(1 for _ in iter_examples(out)) == 3

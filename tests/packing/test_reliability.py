@@ -40,13 +40,6 @@ def src(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def clean(src: Path, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("clean") / "out"
-    assert _cli("pack", str(src), str(out), *JOB).returncode == 0
-    return out
-
-
-@pytest.fixture(scope="module")
 def clean_as(src: Path, tmp_path_factory):
     """An uninterrupted run's output in a given --format, packed once per format."""
     outs: dict[str, Path] = {}
@@ -59,6 +52,12 @@ def clean_as(src: Path, tmp_path_factory):
         return outs[fmt]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def clean(clean_as) -> Path:
+    """An uninterrupted run's output in the default format (TFRecord): clean_as's own."""
+    return clean_as("tfrecord")
 
 
 def _cli(*args: str, **kw) -> subprocess.CompletedProcess:

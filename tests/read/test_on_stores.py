@@ -20,6 +20,7 @@ from shardpack.cli import app
 from shardpack.packing.daliindex import write_index_files
 from shardpack.read.describe import describe
 from shardpack.read.preview import make_preview
+from tests import helpers
 from tests.helpers import packed_tree
 
 FORMATS = ["tfrecord", "array_record", "webdataset"]
@@ -176,7 +177,7 @@ def test_a_remote_shard_streams_its_first_record(s3_bucket, tmp_path, caplog):
 
 @pytest.mark.heavy
 def test_tf_dataset_over_a_url_equals_the_local_folder(tmp_path):
-    pytest.importorskip("tensorflow")
+    helpers.heavy_import("tensorflow")
     out = packed_tree(tmp_path, {"a": 4, "b": 3}, workers=1, shards=2)
     url = _upload(out)
 

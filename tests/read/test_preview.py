@@ -117,3 +117,41 @@ def test_a_url_for_the_sheet_is_refused_in_one_line(out: Path):
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert "s3://bucket/grid.png: preview writes a local image file" in line
+
+
+def _colour_at(sheet: np.ndarray, colour: tuple) -> np.ndarray:
+    return (sheet == np.array(colour, np.uint8)).all(axis=2)
+
+
+def test_objects_are_drawn_with_class_names_and_mask_outlines(objects_out: Path, tmp_path: Path):
+    """a.png (40 x 60) fills the first cell as an 85 x 128 thumbnail: its cat box, named, and
+    the outline of the cat's mask (pixels [8, 20) x [10, 26) of the image) inside it."""
+    from shardpack.read.preview import BOX_COLOR, MASK_COLOR, make_preview
+
+    sheet = cv2.imread(make_preview(objects_out, tmp_path / "sheet.png"), cv2.IMREAD_COLOR)
+    cell = sheet[:85, :CELL]
+    # the cat box [0.1, 0.1, 0.6, 0.5]: corners at (x, y) = (13, 8) and (64, 50) of the cell
+    box = _colour_at(cell, BOX_COLOR)
+    assert box[50, 13:65].all() and box[20:51, 13].all() and box[20:51, 64].all()
+    assert not box[20:48, 15:62].any()  # an outline, not a filled box
+    # its name: dark text on a strip of BOX_COLOR at the top left corner
+    strip = cell[9:17, 14:34]
+    assert _colour_at(strip, BOX_COLOR).sum() > 40 and (strip.max(axis=2) < 100).sum() > 5
+    # the mask outline: the id-1 region scaled by 128 / 60, nearest-neighbour
+    ys, xs = np.nonzero(_colour_at(cell[:, :64], MASK_COLOR))
+    assert abs(ys.min() - 8 * 128 / 60) <= 1.5 and abs(ys.max() - 20 * 128 / 60) <= 1.5
+    assert abs(xs.min() - 10 * 128 / 60) <= 1.5 and abs(xs.max() - 26 * 128 / 60) <= 1.5
+    # c.png has no objects: nothing drawn on its cell (the second row's first)
+    empty = sheet[CELL + 22 : CELL + 22 + CELL, :CELL]
+    assert not _colour_at(empty, BOX_COLOR).any() and not _colour_at(empty, MASK_COLOR).any()
+
+
+def test_a_label_list_out_of_step_with_the_boxes_draws_them_unnamed(tmp_path: Path):
+    """verify names that fault; preview still draws the boxes, without names, not a traceback."""
+    from shardpack.read.preview import BOX_COLOR, make_preview
+    from tests.helpers import OBJECT_ROWS, pack_objects
+
+    out = pack_objects(tmp_path, [{**OBJECT_ROWS[0], "labels": [1], "is_crowd": [0]}])
+    sheet = cv2.imread(make_preview(out, tmp_path / "sheet.png"), cv2.IMREAD_COLOR)
+    strip = sheet[9:17, 14:34]
+    assert _colour_at(sheet, BOX_COLOR)[50, 13:65].all() and (strip.max(axis=2) < 100).sum() == 0

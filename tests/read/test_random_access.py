@@ -17,6 +17,7 @@ from shardpack.packing.daliindex import write_index_files
 from shardpack.packing.packer import pack
 from shardpack.read.random_access import read_record
 from shardpack.read.stream import iter_examples
+from tests import helpers
 from tests.helpers import at, make_tree
 
 
@@ -98,7 +99,7 @@ def test_dali_reads_the_shards_through_our_index_files(packed: Path):
     import subprocess
     import sys
 
-    pytest.importorskip("nvidia.dali")
+    helpers.heavy_import("nvidia.dali")
     code = """
 import glob, json, os, sys
 import numpy as np

@@ -17,7 +17,15 @@ from shardpack.errors import IndexFormatError, RecordError, ShardpackError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples, tf_dataset
-from tests.helpers import image, make_cifar10_python, make_tree, tf_records, write_image
+from tests import helpers
+from tests.helpers import (
+    OBJECT_ROWS,
+    image,
+    make_cifar10_python,
+    make_tree,
+    tf_records,
+    write_image,
+)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +87,7 @@ print("\\n".join(loader))
 @pytest.mark.heavy
 @pytest.mark.parametrize("shards", [4, 1])
 def test_torch_dataloader_with_two_workers_reads_each_record_once(thousand, shards):
-    pytest.importorskip("torch")
+    helpers.heavy_import("torch")
     # A process of its own: torch and TensorFlow loaded together in the test process would
     # cost seconds and memory for nothing.
     done = subprocess.run([sys.executable, "-c", _README_DATASET, str(thousand[shards])],
@@ -271,7 +279,7 @@ def test_every_reader_handles_an_empty_shard(tmp_path: Path):
             "a/img_000.jpg", "b/img_000.jpg"}  # fmt: skip
     assert shardpack.read_record(out, "train", 1)["label"] in (0, 1)
     shardpack.make_preview(out, tmp_path / "p.png")
-    tfds = pytest.importorskip("tensorflow_datasets")
+    tfds = helpers.heavy_import("tensorflow_datasets")
     builder = tfds.builder_from_directory(str(out))
     assert len(list(builder.as_dataset(split="train"))) == 2
 
@@ -424,3 +432,27 @@ def test_reencoding_turns_an_exif_orientation_upright(tmp_path: Path, options, s
     right, left = record["image"][:, -3:], record["image"][:, :3]
     assert right[..., 0].min() > 200 and right[..., 1].max() < 60  # the red now on the right
     assert np.abs(left.astype(int) - 128).max() < 20
+
+
+def test_iter_examples_gives_objects_as_numpy_arrays(objects_out):
+    a, b, c = iter_examples(objects_out)
+    assert a["objects/bbox"].dtype == np.float32 and a["objects/bbox"].shape == (2, 4)
+    np.testing.assert_allclose(a["objects/bbox"], OBJECT_ROWS[0]["boxes"], atol=1e-6)
+    assert a["objects/label"].dtype == np.int64 and a["objects/label"].tolist() == [0, 1]
+    assert b["objects/is_crowd"].shape == (2,)
+    assert c["objects/bbox"].shape == (0, 4) and c["objects/label"].shape == (0,)  # kept
+
+
+@pytest.mark.heavy
+def test_tf_dataset_gives_objects_ragged_or_padded(objects_out):
+    """Batched, as docs/reading.md says: ragged by default, padded on request."""
+    pytest.importorskip("tensorflow")
+    ragged = next(iter(tf_dataset(objects_out, shuffle=False, batch_size=3, decode=False)))
+    boxes = ragged["objects/bbox"]
+    assert type(boxes).__name__ == "RaggedTensor" and boxes.row_lengths().numpy().tolist() == [
+        2, 2, 0]  # fmt: skip
+    assert boxes.to_tensor().shape == (3, 2, 4)
+    padded = next(iter(tf_dataset(objects_out, shuffle=False, batch_size=3, decode=False,
+                                  lists="padded")))  # fmt: skip
+    assert padded["objects/bbox"].shape == (3, 2, 4)
+    assert padded["objects/label"].numpy().tolist() == [[0, 1], [2, 0], [-1, -1]]  # -1: none

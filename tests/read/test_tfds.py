@@ -10,10 +10,11 @@ import pytest
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.storage import storage_at
+from tests import helpers
 from tests.helpers import make_cifar100_python, make_tree
 
 pytestmark = pytest.mark.heavy
-tfds = pytest.importorskip("tensorflow_datasets")
+tfds = helpers.heavy_import("tensorflow_datasets")
 
 
 @pytest.mark.parametrize("encode", ["keep", "jpeg", "png"])

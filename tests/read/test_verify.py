@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shardpack.read.verify import verify
-from tests.helpers import at, run_cli
+from tests.helpers import OBJECT_ROWS, at, object_mask, pack_objects, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -177,3 +177,29 @@ def test_verify_and_report_show_progress_as_pack_does(
     assert lines and lines[-1].startswith(f"{verb}: 12/12 images"), done.stderr
     quiet = run_cli(*args, "--no-progress")
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+def test_objects_that_disagree_are_faults_naming_record_shard_and_feature(objects_out, tmp_path):
+    """A box outside the image, a per-object list out of step with the boxes, a mask of another
+    size than its image, a mask cut short (each packed as given: no transform moves or checks
+    them), and with --decode a mask id past the objects."""
+    assert verify(objects_out, decode=True).ok  # the good ones
+    a, b, c = (dict(row) for row in OBJECT_ROWS)
+    a["boxes"] = [[0.1, 0.1, 0.6, 0.5], [0.5, 0.5, 1.25, 0.95]]
+    b["is_crowd"] = [0]
+    c["mask"] = object_mask(20, 30, [])
+    d = {**OBJECT_ROWS[0], "mask": object_mask(40, 60, [(0, 0, 2, 2), (2, 2, 4, 4), (4, 4, 6, 6)])}
+    e = {**OBJECT_ROWS[2], "mask": b"\x89PNG\r\n\x1a\n cut short"}
+    out = pack_objects(tmp_path, [a, b, c, d, e])
+    shard = json.loads((out / "index.json").read_text())["splits"]["train"]["shards"][0]["file"]
+    faults = [str(f) for f in verify(out).faults]
+    assert len(faults) == 4 and all(f.startswith(f"{shard} at byte ") for f in faults)
+    assert "record 'objects.parquet:0': feature 'objects/bbox' row 1 [0.5, 0.5, 1.25, 0.95]" \
+        in faults[0] and "inside [0, 1]" in faults[0]  # fmt: skip
+    assert "'objects.parquet:1': feature 'objects/is_crowd' holds 1 rows beside 2" in faults[1]
+    assert "'objects.parquet:2': feature 'mask' is a 30x20 mask of a 30x30 image" in faults[2]
+    assert "'objects.parquet:4': feature 'mask' does not decode: truncated PNG" in faults[3]
+    decoded = [str(f) for f in verify(out, decode=True).faults]
+    assert len(decoded) == 5 and decoded[4] == faults[3]
+    decoded = decoded[3]
+    assert "'objects.parquet:3': feature 'mask' holds instance id 3, past the 2 objects" in decoded

@@ -10,15 +10,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from shardpack.errors import SourceError
+from shardpack.errors import ShardpackError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.random_access import read_record
 from shardpack.read.stream import iter_examples, tf_dataset
 from shardpack.read.verify import verify
+from shardpack.sources import scan
 from tests.helpers import (
+    heavy_import,
     make_tree,
     needs,
     run_cli,
@@ -225,7 +228,7 @@ def test_a_version_1_output_is_still_read(tmp_path: Path):
     assert sorted(r["label"] for r in records) == [0, 0, 1, 1]
     assert isinstance(records[0]["key"], str) and verify(out).ok
     assert read_record(out, "train", 0)["key"] == records[0]["key"]
-    pytest.importorskip("tensorflow")
+    heavy_import("tensorflow")
     keys = [r["key"].numpy().decode() for r in tf_dataset(out, shuffle=False, decode=False)]
     assert keys == [r["key"] for r in records]
 
@@ -362,3 +365,57 @@ def test_split_folders_with_and_without_metadata_or_rows_in_and_out_of_them_are_
     with pytest.raises(SourceError, match=r"metadata.jsonl line 1: train/cat/img_000.png\) and "
                        r"outside them \(metadata.jsonl line 2: cat.png\)"):  # fmt: skip
         pack(src, tmp_path / "out", PackOptions(workers=1))
+
+
+def test_box_columns_declare_other_columns_and_formats_of_boxes(tmp_path: Path):
+    """The issue's photo (400x200: red x 300-380, green in the middle, blue past the top) with
+    its boxes in a column of another name, as normalised [x, y, width, height]: declared, they
+    are taken to yxyx and moved with the centre crop; not declared, they stay as today."""
+    from tests.packing.test_boxes import BOXES, _manifest, _photo, _png
+
+    xywh = [[x0 / 400, y0 / 200, (x1 - x0) / 400, (y1 - y0) / 200]
+            for y0, x0, y1, x1 in BOXES.values()]  # fmt: skip
+    src = _manifest(tmp_path / "src", [("a.png", _png(_photo()), {"det": xywh})])
+    crop = {"resize": (200, 200), "resize_mode": "center-crop", "workers": 1}
+    result = pack(src, tmp_path / "out", PackOptions(box_columns=("det:xywh",), **crop))
+    (record,) = iter_examples(tmp_path / "out")
+    # scaled to 400x200 as it is, x 100-300 kept: red is gone, green moved left, blue clipped
+    green, blue = [60, 50, 140, 150], [0, 0, 30, 20]
+    np.testing.assert_allclose(record["det"], np.array([green, blue]) / 200, atol=1e-6)
+    assert result.to_json()["boxes_dropped"] == {"cropped away": 1}
+    pack(src, tmp_path / "plain", PackOptions(**crop))
+    (plain,) = iter_examples(tmp_path / "plain")
+    np.testing.assert_allclose(plain["det"], xywh, atol=1e-6)  # not declared: as given
+
+
+# One box, ymin 0.2, xmin 0.1, ymax 0.6, xmax 0.4, in each format.
+FORMATS = {"yxyx": [0.2, 0.1, 0.6, 0.4], "xyxy": [0.1, 0.2, 0.4, 0.6],
+           "xywh": [0.1, 0.2, 0.3, 0.4], "cxcywh": [0.25, 0.4, 0.3, 0.4]}  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_each_box_format_is_stored_as_yxyx(tmp_path: Path, fmt: str):
+    for name in ("a.png", "b.png"):
+        (tmp_path / name).write_bytes(b"")  # scanned, not read
+    rows = [{"path": "a.png", "box": FORMATS[fmt]}, {"path": "b.png", "box": [0.1, 0.2, 0.3]}]
+    src = write_jsonl(tmp_path / "m.jsonl", rows)
+    dataset = scan(src, PackOptions(box_columns=(f"box:{fmt}",)))
+    (item,) = dataset.splits["train"]
+    np.testing.assert_allclose(item.fields["box"], [[0.2, 0.1, 0.6, 0.4]], atol=1e-6)
+    assert dataset.schema["box"].shape == (-1, 4)
+    assert "column 'box' holds 3 numbers, not boxes of 4" in dataset.skipped[0][1]
+
+
+def test_box_columns_that_are_not_boxes_are_refused_in_one_line(tmp_path: Path):
+    (tmp_path / "a.png").write_bytes(b"")
+    src = write_jsonl(tmp_path / "m.jsonl", [{"path": "a.png", "px": [[1, 2, 30, 40]]}])
+    with pytest.raises(SourceError, match=r"'det', which is none of its columns \('px'\)"):
+        scan(src, PackOptions(box_columns=("det",)))
+    with pytest.raises(SourceError, match=r"column 'px' holds int64 \[-1, 4\] \(pixels\?"):
+        scan(src, PackOptions(box_columns=("px",)))
+    with pytest.raises(ShardpackError, match="boxes in pixels are not read yet"):
+        PackOptions(box_columns=("px:xywh-pixels",))
+    (tmp_path / "tree" / "cat").mkdir(parents=True)
+    (tmp_path / "tree" / "cat" / "a.png").write_bytes(b"")
+    with pytest.raises(SourceError, match="--box-columns is for a manifest table"):
+        scan(tmp_path / "tree", PackOptions(box_columns=("bbox",)))

@@ -51,6 +51,9 @@ class Site:
         self.started: list[str] = []  # paths in the order their requests came
         self.finished: list[str] = []  # and in the order they were answered
         self.lock = threading.Lock()
+        self.held: frozenset[str] = frozenset()  # paths answered only once `gate` is set
+        self.gate = threading.Event()
+        self.down: set[str] = set()  # paths answered 503 for now
         handler = type("Handler", (_Handler,), {"site": self})
         self.server = _Server(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
@@ -74,8 +77,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     /img/N.png. /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every
     agent; noai for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
     itself), /meta.png (a redirect to the metadata address), /huge.png (Content-Length 100 GB),
-    /html.png (a web page), /stream.png (5,000 bytes, no Content-Length), /drip.png (a byte
-    every 50 ms). /twin/N.png: image N // 2."""
+    /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
+    /drip.png (a byte every 50 ms). /twin/N.png: image N // 2. A path in `Site.held` is
+    answered once `Site.gate` is set; one in `Site.down`, 503."""
 
     protocol_version = "HTTP/1.1"  # connections kept
     site: Site
@@ -103,6 +107,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             site.most_again = max(site.most_again, site.again)
             site.agents.add(self.headers.get("User-Agent", ""))
         try:
+            if path in site.held:
+                site.gate.wait(60)
             delay = site.latency * ((hash(path) % 7) / 6 if site.jitter else 1)
             time.sleep(delay)
             self._answer(path, first)
@@ -115,6 +121,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _answer(self, path: str, first: bool) -> None:
         kind, _, name = path.strip("/").partition("/")
         number = int(name.split(".")[0]) if name[:1].isdigit() else 0
+        if path in self.site.down:
+            return self._send(503, b"down for now")
         if first and kind == "reset":
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
@@ -131,8 +139,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path in ("/loop.png", "/meta.png"):
             where = "/loop.png" if path == "/loop.png" else "http://169.254.169.254/latest/"
             return self._send(302, b"", {"Location": where})
-        if path in ("/404.png", "/403.png"):
-            return self._send(int(path[1:4]), b"no")
+        if path in ("/404.png", "/403.png") or kind == "gone":
+            return self._send(404 if kind == "gone" else int(path[1:4]), b"no")
         if path == "/huge.png":
             self.send_response(200)
             self.send_header("Content-Length", str(10**11))
@@ -222,9 +230,10 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
     rows = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
     failed = {row["url"].split(":", 2)[2].partition("/")[2]: row for row in rows}
     assert sorted(failed) == sorted(p.lstrip("/") for p in bad)
-    for path, (error, status, hits) in bad.items():
+    for line, (path, (error, status, hits)) in enumerate(bad.items(), len(good) + 2):
         row = failed[path.lstrip("/")]
         assert (row["error"], row["status"], row["split"]) == (error, status, "train"), row
+        assert (row["file"], row["row"]) == ("urls.csv", line), row  # the header is line 1
         assert site.hits[path] == hits, (path, site.hits)
     assert "after 3 tries" in failed["always503.png"]["reason"]
     assert "Retry-After 86400 s is over 60 s" in failed["429long.png"]["reason"]
@@ -358,6 +367,10 @@ def test_a_folder_or_a_pattern_of_url_lists_is_one_manifest(tmp_path, site):
         f"image {site.url('/img/2.png')} is listed in an earlier file too"
     ]
     assert "part-1.csv line 2" in whole.skipped[0][1]
+    listed = [site.url(p) for p in ("/img/3.png", "/img/5.png", "/img/0.png", "/img/9.png")]
+    assert whole.root.rows_of(listed) == {listed[0]: ("part-1.csv", 3),
+                                          listed[1]: ("other.csv", 2),
+                                          listed[2]: ("part-0.csv", 2)}  # fmt: skip
     some = scan(str(lists / "part-*.csv"), options)
     assert len(some.splits["train"]) == 5
     with pytest.raises(SourceError, match=r"names no file"):
@@ -366,6 +379,32 @@ def test_a_folder_or_a_pattern_of_url_lists_is_one_manifest(tmp_path, site):
     with pytest.raises(SourceError):
         scan(lists, options)
     assert sum(site.hits.values()) == 0
+
+
+def test_a_folder_of_parquet_and_jsonl_lists_is_one_list_and_columns_that_differ_are_named(
+    tmp_path,
+):
+    """img2dataset's input: a folder of Parquet files (and JSONL) with a url column, read as
+    one list in name order, each URL's row known; a file whose columns differ is refused
+    naming the column (it said "split None; give every split folder's metadata file ...")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    urls = [f"http://images.example/{i}.png" for i in range(4)]
+    pq.write_table(pa.table({"url": urls[2:3], "caption": ["c"]}), lists / "part-1.parquet")
+    pq.write_table(pa.table({"url": urls[:2], "caption": ["a", "b"]}), lists / "part-0.parquet")
+    (lists / "part-2.jsonl").write_text(json.dumps({"url": urls[3], "caption": "d"}) + "\n")
+    whole = scan(lists, PackOptions(path_column="url"))
+    assert [item.key for item in whole.splits["train"]] == urls
+    assert whole.root.rows_of(urls[1:]) == {urls[1]: ("part-0.parquet", 1),
+                                            urls[2]: ("part-1.parquet", 0),
+                                            urls[3]: ("part-2.jsonl", 1)}  # fmt: skip
+    pq.write_table(pa.table({"url": urls[2:3], "caption": [3]}), lists / "part-1.parquet")
+    with pytest.raises(SourceError, match=r"part-1\.parquet: .*'caption' column holds another "
+                       r"type\); give every file of the list the same columns"):  # fmt: skip
+        scan(lists, PackOptions(path_column="url"))
 
 
 def test_url_flags_given_to_another_source_are_refused(tmp_path):

@@ -1,0 +1,144 @@
+"""A URL list's pack stopped and resumed, and grown with --update: only what is unfinished or
+failed is fetched again (requests counted at a real loopback server: tests/storage/test_fetch's
+Site), finished shards are left as they are, and failures.jsonl says what still fails."""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from shardpack import iter_examples
+from tests import helpers
+from tests.storage.test_fetch import Site, serving
+
+pytestmark = pytest.mark.slow  # a real server; real processes and signals
+JOB = ["--path-column", "url", "--allow-private-urls", "--workers", "1", "--shards", "4",
+       "--no-progress"]  # fmt: skip
+# 16 rows, every third a 404: failures in finished shards and in the one left unfinished
+PATHS = [f"/gone/{i}.png" if i % 3 == 1 else f"/img/{i}.png" for i in range(16)]
+
+
+def _list(tmp_path: Path, site: Site, paths: list[str]) -> Path:
+    rows = [{"url": site.url(path), "caption": f"photo {i}"} for i, path in enumerate(paths)]
+    return helpers.write_csv(tmp_path / "urls.csv", rows)
+
+
+def _rows(manifest: Path) -> list[dict]:
+    with open(manifest, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _shards(out: Path) -> dict[str, list[str]]:
+    """Each shard's URL paths, packed or skipped (contents.json), by shard name."""
+    doc = json.loads((out / "contents.json").read_text())
+    return {file: ["/" + key.split("/", 3)[3] for key in (*entry["keys"], *entry["skipped"])]
+            for file, entry in doc["shards"].items()}  # fmt: skip
+
+
+def _index(out: Path) -> dict:
+    doc = json.loads((out / "index.json").read_text())
+    doc.pop("stats")
+    return doc
+
+
+def test_a_stopped_url_pack_resumes_fetching_only_its_unfinished_shards(tmp_path):
+    """Stopped by Ctrl-C while its last shard's requests hang, a URL pack exits at once (it
+    waited for the server, up to the read timeout) and, rerun with --resume, asks the server
+    for that shard's URLs alone, once each, and ends as an uninterrupted run does,
+    failures.jsonl included. (A kill leaves the same journal: tests/packing/test_reliability.)"""
+    with serving() as site:
+        src, clean, out = _list(tmp_path, site, PATHS), tmp_path / "clean", tmp_path / "out"
+        assert helpers.run_cli("pack", str(src), str(clean), *JOB).returncode == 0
+        shards = _shards(clean)
+        last = shards[max(shards)]  # in-process, shards are written in name order
+        assert any(p.startswith("/gone/") for p in last), shards
+        assert any(p.startswith("/gone/") for ps in shards.values() if ps != last for p in ps)
+        site.hits.clear()
+        site.held = frozenset(last)
+        run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
+                                *JOB], stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            helpers.wait_for(lambda: any(site.hits[p] for p in last))  # the others journaled
+            sent = time.monotonic()
+            run.send_signal(signal.SIGINT)
+            stderr = run.communicate(timeout=30)[1]
+            assert time.monotonic() - sent < 5  # Ctrl-C: not when the server answers (30 s)
+        finally:
+            run.kill()
+            site.gate.set()
+        assert run.returncode == 130, stderr
+        assert not (out / "index.json").exists()
+        site.hits.clear()
+        resumed = helpers.run_cli("pack", str(src), str(out), *JOB, "--resume")
+        assert resumed.returncode == 0, resumed.stderr
+        assert sorted(site.hits.elements()) == sorted(last)  # each once, and no other
+    assert helpers.shard_files(out) == helpers.shard_files(clean)
+    assert _index(out) == _index(clean)
+    assert (out / "failures.jsonl").read_bytes() == (clean / "failures.jsonl").read_bytes()
+
+
+def _stamps(out: Path) -> dict[str, tuple[int, bytes]]:
+    """Each shard file's mtime and bytes."""
+    return {name: ((out / name).stat().st_mtime_ns, data)
+            for name, data in helpers.shard_files(out).items()}  # fmt: skip
+
+
+def _failed(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+
+
+def test_update_fetches_again_only_the_urls_that_failed_for_a_reason_a_retry_may_mend(tmp_path):
+    """A finished URL pack whose server was down for some images (503) and had lost others
+    (404): --update asks the 503s alone again, once each, packs those that now answer in a new
+    shard beside the finished ones (their bytes and mtimes as they were), and failures.jsonl
+    then lists what still fails: the 404s (not asked again) and a 503 that is still one."""
+    with serving() as site:
+        src, out = _list(tmp_path, site, PATHS), tmp_path / "out"
+        down = {"/img/0.png", "/img/5.png", "/img/9.png"}
+        site.down |= down
+        assert helpers.run_cli("pack", str(src), str(out), *JOB, "--retries", "0").returncode == 0
+        gone = [(i, p) for i, p in enumerate(PATHS) if p.startswith("/gone/")]
+        assert {row["url"].split("/", 3)[3] for row in _failed(out)} == {
+            p.lstrip("/") for p in {*down, *(p for _, p in gone)}
+        }
+        before, records = _stamps(out), len(list(iter_examples(out)))
+        site.down, site.hits = {"/img/9.png"}, Counter()
+        grown = helpers.run_cli("pack", str(src), str(out), *JOB, "--retries", "0", "--update")
+        assert grown.returncode == 0, grown.stderr
+        assert "3 URLs that had failed" in grown.stderr and "asked again: 2 packed" in grown.stderr
+        assert sorted(site.hits.elements()) == sorted(down), site.hits  # no held image, no 404
+        grown_to, failed = _stamps(out), _failed(out)
+        site.hits = Counter()  # again: the one still down fails again, and stays listed
+        again = helpers.run_cli("pack", str(src), str(out), *JOB, "--retries", "0", "--update")
+        assert again.returncode == 0, again.stderr
+        assert list(site.hits.elements()) == ["/img/9.png"]
+        assert _stamps(out) == grown_to and _failed(out) == failed  # (no shard of no record)
+    after = _stamps(out)
+    assert {name: after[name] for name in before} == before  # finished shards untouched
+    assert len(after) == len(before) + 1
+    assert len(list(iter_examples(out))) == records + 2
+    failed = _failed(out)
+    still = sorted([*gone, (9, "/img/9.png")])
+    assert [(row["row"] - 2, "/" + row["url"].split("/", 3)[3]) for row in failed] == still
+    assert {row["file"] for row in failed} == {"urls.csv"}
+    assert [row["status"] for row in failed] == [503 if "img" in p else 404 for _, p in still]
+    index = json.loads((out / "index.json").read_text())
+    assert index["stats"]["url_failures"] == {"HTTP Not Found": len(gone),
+                                              "HTTP Service Unavailable": 1}  # fmt: skip
+    assert helpers.run_cli("verify", str(out)).returncode == 0
+    with serving() as other:  # --append: the new rows' URLs alone, once each
+        more = [other.url("/img/20.png"), other.url("/gone/21.png")]
+        rows = [{"url": url, "caption": "new"} for url in more]
+        helpers.write_csv(src, [*_rows(src), *rows])
+        grown = helpers.run_cli("pack", str(src), str(out), *JOB, "--retries", "0", "--append")
+        assert grown.returncode == 0, grown.stderr
+        assert sorted(other.hits.elements()) == ["/gone/21.png", "/img/20.png"]
+    assert [row["url"] for row in _failed(out)][-1] == more[1]

@@ -1,0 +1,18 @@
+"""inspect (read/describe.py): a dataset of objects gets one line of them, classes named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shardpack.read.describe import describe
+from tests.helpers import run_cli
+
+
+def test_inspect_says_the_objects_in_one_line_with_class_names(objects_out: Path):
+    summary = describe(objects_out, num_records=0)["summaries"]["train"]
+    assert summary["object_classes"] == {"cat": 2, "dog": 1, "eel": 1}
+    done = run_cli("inspect", str(objects_out))
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("  objects:")]
+    assert line == ("  objects: 4 in 3 images (1 without), 1.333 per image, at most 2; cat 2, "
+                    "dog 1, eel 1; boxes small 2, medium 1, large 1")  # fmt: skip

@@ -1,0 +1,25 @@
+"""report's data card of a dataset of objects: per class, per image, COCO's box sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shardpack.index import load_index
+from shardpack.read.report import _objects_section
+from tests.packing.test_duplicates import _Marked
+
+
+def test_the_card_counts_objects_per_class_per_image_and_by_box_size(objects_out: Path):
+    """The objects section alone (the card's charts cost seconds; the card is test_duplicates')."""
+    index = load_index(objects_out)
+    marked = _Marked()
+    marked.feed(_objects_section(index, index.raw["summaries"]))
+    values = {name: text for (split, name), text in marked.values.items() if split == "train"}
+    assert (values["objects"], values["without"]) == ("4", "1")
+    # objects per image 2, 2 and 0 (the image without objects)
+    assert [values[f"per_image:{q}"] for q in ("min", "median", "90%", "max")] == \
+        ["0", "2", "2", "2"]  # fmt: skip
+    assert (values["images:0"], values["images:2"]) == ("1", "2")
+    assert [values[f"class:{c}"] for c in ("cat", "dog", "eel")] == ["2", "1", "1"]
+    # a.png's two boxes are 20 x 24 and 16 x 27 pixels; b.png's 100 x 120 and 50 x 60
+    assert [values[f"size:{s}"] for s in ("small", "medium", "large")] == ["2", "1", "1"]

@@ -1,0 +1,132 @@
+"""The Pascal VOC source (sources/voc.py): VOCdevkit/VOC20xx, ImageSets/Main split lists,
+annotation XMLs as objects/bbox (VOC's 1-based pixels), objects/label (VOC's 20 classes, or
+those found), objects/is_difficult, objects/is_truncated and objects/pose; hostile XML refused
+by name; packed with a resize, each box is its object's own pixels in the packed image.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from shardpack.errors import ImageError, SourceError
+from shardpack.options import PackOptions
+from shardpack.packing.packer import pack
+from shardpack.read.stream import iter_examples
+from shardpack.sources import scan
+from shardpack.sources.voc import VOC_CLASSES
+from tests.packing.test_boxes import BOXES, TALL, TALL_BOXES, TARGET, _photo
+from tests.sources.test_yolo import check_boxes, turned_jpeg, write
+
+CLASS_OF = {"red": "car", "green": "dog", "blue": "person"}
+# An entity that would expand a billion times: refused before it is parsed.
+BOMB = """<?xml version="1.0"?>
+<!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>
+<annotation><size><width>20</width><height>20</height></size><object><name>&lol2;</name>
+<bndbox><xmin>1</xmin><ymin>1</ymin><xmax>2</xmax><ymax>2</ymax></bndbox></object></annotation>
+"""
+
+
+def voc_xml(height: int, width: int, objects: list[tuple], segmented: int = 0) -> str:
+    """An annotation of objects (class, [ymin, xmin, ymax, xmax) in 0-based pixels, difficult,
+    truncated, pose) as VOC writes them: the first and last pixel inside, counted from 1."""
+    rows = "".join(
+        f"<object><name>{name}</name><pose>{pose}</pose><truncated>{truncated}</truncated>"
+        f"<difficult>{difficult}</difficult><bndbox><xmin>{x0 + 1}</xmin><ymin>{y0 + 1}</ymin>"
+        f"<xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox><part><name>hand</name></part></object>"
+        for name, (y0, x0, y1, x1), difficult, truncated, pose in objects
+    )
+    return (f"<annotation><folder>VOC2007</folder><size><width>{width}</width><height>{height}"
+            f"</height><depth>3</depth></size><segmented>{segmented}</segmented>{rows}"
+            "</annotation>")  # fmt: skip
+
+
+def _jpeg(pixels: np.ndarray) -> bytes:
+    return cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes()
+
+
+@pytest.fixture(scope="module")
+def voc(tmp_path_factory) -> Path:
+    """VOCdevkit/VOC2007: a wide photo (blue past the top), an EXIF-turned one whose annotation
+    describes it as displayed, one without objects, one without an XML and an entity bomb."""
+    src = tmp_path_factory.mktemp("voc")
+    year = src / "VOCdevkit/VOC2007"
+    wide = [(CLASS_OF[c], box, 0, int(c == "blue"), "Unspecified") for c, box in BOXES.items()]
+    turned = [("car", TALL_BOXES["red"], 1, 0, "Rear"), ("dog", TALL_BOXES["green"], 0, 0,
+              "Frontal"), ("person", TALL_BOXES["blue"], 0, 1, "Left")]  # fmt: skip
+    files = {"wide": (_jpeg(_photo()), voc_xml(200, 400, wide, segmented=1)),
+             "turned": (turned_jpeg(_photo(420, 260, TALL)), voc_xml(420, 260, turned)),
+             "empty": (_jpeg(_photo(objects={})), voc_xml(200, 400, [])),
+             "unannotated": (_jpeg(_photo(60, 80, {})), None),
+             "bomb": (_jpeg(_photo()), BOMB)}  # fmt: skip
+    for name, (image, xml) in files.items():
+        write(year / f"JPEGImages/{name}.jpg", image)
+        if xml is not None:
+            write(year / f"Annotations/{name}.xml", xml)
+    main = year / "ImageSets/Main"
+    write(main / "train.txt", "wide\nturned\nbomb\n")
+    write(main / "val.txt", "empty\nunannotated\n")
+    write(main / "trainval.txt", "wide\nturned\nbomb\nempty\nunannotated\n")  # train and val
+    write(main / "car_train.txt", "wide  1\nturned -1\n")  # a class's list: not a split
+    return src
+
+
+def test_voc_boxes_and_flags_follow_the_pixels(voc: Path, tmp_path: Path):
+    options = PackOptions(workers=1, shards=1, shuffle=False, encode="png", resize=TARGET,
+                          resize_mode="center-crop")  # fmt: skip
+    result = pack(voc, tmp_path / "out", options).to_json()
+    records = {r["key"].split("/")[-1]: r for split in ("train", "val")
+               for r in iter_examples(tmp_path / "out", split, decode=True)}  # fmt: skip
+    assert set(records) == {"wide.jpg", "turned.jpg", "empty.jpg", "unannotated.jpg"}
+    assert records["wide.jpg"]["key"] == "VOCdevkit/VOC2007/JPEGImages/wide.jpg"
+    colours = {name: colour for colour, name in CLASS_OF.items()}
+    names = [colours.get(name, name) for name in VOC_CLASSES]  # VOC's 20: TFDS's numbers
+    for key in ("wide.jpg", "turned.jpg"):
+        check_boxes(records[key], names)
+    turned = records["turned.jpg"]  # its car and person were cut away, with their rows
+    assert [VOC_CLASSES[i] for i in turned["objects/label"]] == ["dog"]
+    assert turned["objects/pose"] == ["Frontal"]
+    assert turned["objects/is_difficult"].tolist() == [0] == turned["objects/is_truncated"].tolist()
+    wide = records["wide.jpg"]
+    assert wide["objects/is_truncated"].tolist() == [0, 0, 1]  # red, green, blue: all kept
+    assert result["boxes_dropped"] == {"cropped away": 2}
+    for key in ("empty.jpg", "unannotated.jpg"):
+        assert records[key]["objects/bbox"].shape == (0, 4) and records[key]["objects/pose"] == []
+    (bomb,) = result["skipped_items"]
+    assert bomb["key"].endswith("bomb.jpg") and "Annotations/bomb.xml: declares a DOCTYPE" in (
+        bomb["reason"])  # fmt: skip
+    warnings = "\n".join(result["warnings"])
+    assert "1 image with no object in an annotation XML kept as negatives" in warnings
+    assert "1 image without an annotation XML kept with no objects" in warnings
+    assert "<part> (6)" in warnings and "1 image is segmented" in warnings
+    with pytest.raises(ImageError, match=r"bomb\.jpg: .*bomb\.xml: declares a DOCTYPE"):
+        pack(voc, tmp_path / "fail", PackOptions(workers=1, on_error="fail"))
+
+
+def test_a_voc_year_folder_of_other_classes_and_no_split_lists(tmp_path: Path):
+    """SRC the year folder itself, classes not VOC's (sorted as found), no ImageSets: every
+    image in split train; a box's conversion from 1-based pixels, and bad XML by name."""
+    objects = [("zebra", (0, 0, 10, 20), 0, 0, "Left"), ("ant", (5, 10, 20, 40), 1, 0, "x")]
+    xmls = {"a": voc_xml(20, 40, objects), "b": "<annotation><size>", "c": "<box/>",
+            "d": voc_xml(20, 40, [("ant", (0, 0, 10, 20), 0, 0, "Left")]).replace(
+                "<xmax>20</xmax>", "<xmax>twenty</xmax>")}  # fmt: skip
+    for name, xml in xmls.items():
+        write(tmp_path / f"JPEGImages/{name}.jpg", _jpeg(_photo(20, 40, {})))
+        write(tmp_path / f"Annotations/{name}.xml", xml)
+    dataset = scan(tmp_path)
+    assert dataset.kind == "voc" and dataset.schema["objects/label"].classes == ("ant", "zebra")
+    (item,) = dataset.splits["train"]
+    assert item.fields["objects/label"] == (1, 0) and item.fields["objects/is_difficult"] == (0, 1)
+    np.testing.assert_allclose(item.fields["objects/bbox"],
+                               [0, 0, 0.5, 0.5, 0.25, 0.25, 1, 1])  # fmt: skip
+    reasons = dict(dataset.skipped)
+    assert "Annotations/b.xml: is not well-formed XML" in reasons["JPEGImages/b.jpg"]
+    assert "root element is <box>, not <annotation>" in reasons["JPEGImages/c.jpg"]
+    assert "d.xml object 0 (ant): <bndbox/xmax> is 'twenty'" in reasons["JPEGImages/d.jpg"]
+    with pytest.raises(SourceError, match="drop --classes"):
+        scan(tmp_path, PackOptions(classes=("ant",)))
+    with pytest.raises(SourceError, match="holds no Annotations/ folder beside JPEGImages/"):
+        scan(tmp_path / "JPEGImages", PackOptions(source="voc"))

@@ -1,0 +1,212 @@
+"""The YOLO source (sources/yolo.py): Ultralytics' layouts and data.yaml, label rows (boxes and
+segmentation polygons) as objects/bbox and objects/label, images without objects kept and
+counted; packed with a resize, each box is its object's own pixels in the packed image.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image
+
+from shardpack.errors import ImageError, SourceError
+from shardpack.options import PackOptions
+from shardpack.packing.packer import pack
+from shardpack.read.stream import iter_examples
+from shardpack.sources import scan
+from shardpack.sources.yolo import label_path
+from tests.packing.test_boxes import BOXES, COLOURS, TALL, TALL_BOXES, TARGET, _photo
+
+NAMES = ["red", "green", "blue"]
+
+
+def _row(name: str, box: tuple, height: int, width: int) -> str:
+    """A YOLO row: class cx cy w h, normalised, of a [ymin, xmin, ymax, xmax) pixel box."""
+    ymin, xmin, ymax, xmax = box
+    cx, cy = (xmin + xmax) / 2 / width, (ymin + ymax) / 2 / height
+    values = (cx, cy, (xmax - xmin) / width, (ymax - ymin) / height)
+    return f"{NAMES.index(name)} " + " ".join(f"{v:.6f}" for v in values)
+
+
+def _polygon(name: str, box: tuple, height: int, width: int) -> str:
+    """A segmentation row: a diamond touching each side of the box (its bounding box)."""
+    ymin, xmin, ymax, xmax = box
+    ym, xm = (ymin + ymax) / 2, (xmin + xmax) / 2
+    points = [(xmin, ym), (xm, ymin), (xmax, ym), (xm, ymax)]
+    return f"{NAMES.index(name)} " + " ".join(f"{x / width:.6f} {y / height:.6f}"
+                                             for x, y in points)  # fmt: skip
+
+
+def pixel_boxes(record: dict) -> dict[str, np.ndarray]:
+    """Each coloured object's box [ymin, xmin, ymax, xmax] in pixels, read off the packed
+    image's own pixels (an oracle independent of shardpack's arithmetic), by colour name."""
+    pixels = record["image"][..., ::-1].astype(int)  # RGB as decoded: BGR like COLOURS
+    found = {}
+    for colour, bgr in COLOURS.items():
+        ys, xs = np.nonzero(np.all(np.abs(pixels - bgr) < 60, axis=-1))
+        if len(ys) > 4:  # a resampled edge's stray pixel is no object
+            found[colour] = np.array([ys.min(), xs.min(), ys.max() + 1, xs.max() + 1])
+    return found
+
+
+def check_boxes(record: dict, names: list[str]) -> None:
+    """The record's objects/bbox are its objects' pixels (within a pixel, the resampled edge),
+    labelled by their colour's name; an object cut away has no box left."""
+    height, width = record["image"].shape[:2]
+    boxes = record["objects/bbox"] * [height, width, height, width]
+    got = dict(zip([names[i] for i in record["objects/label"]], boxes, strict=True))
+    seen = pixel_boxes(record)
+    assert sorted(got) == sorted(seen), (got, seen)
+    for colour, box in got.items():
+        np.testing.assert_allclose(box, seen[colour], atol=1.01, err_msg=colour)
+
+
+def turned_jpeg(upright: np.ndarray) -> bytes:
+    """`upright` (BGR) stored a quarter turn away, EXIF orientation 6 turning it back."""
+    stored = Image.fromarray(np.ascontiguousarray(np.rot90(upright[..., ::-1], 1)))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buffer = io.BytesIO()
+    stored.save(buffer, "JPEG", quality=95, exif=exif)
+    return buffer.getvalue()
+
+
+def write(path: Path, data: bytes | str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+@pytest.fixture(scope="module")
+def yolo(tmp_path_factory) -> Path:
+    """images/{train,val} beside labels/: a wide PNG (its green object a polygon, blue past
+    the top), an EXIF-turned JPEG, an image with an empty label file and one with none."""
+    src = tmp_path_factory.mktemp("yolo")
+    # `path` is where the dataset lay on its author's machine: not under SRC, passed over
+    # and test: names a folder the export left out
+    splits = "train: images/train\nval: images/val\ntest: images/test\n"
+    names = "names:\n  0: red\n  1: green\n  2: blue\n"
+    write(src / "data.yaml", f"path: ../datasets/shapes\n{splits}{names}")
+    write(src / "images/train/wide.png", cv2.imencode(".png", _photo())[1].tobytes())
+    rows = [_row("red", BOXES["red"], 200, 400), _polygon("green", BOXES["green"], 200, 400),
+            _row("blue", BOXES["blue"], 200, 400)]  # fmt: skip
+    write(src / "labels/train/wide.txt", "\n".join(rows) + "\n")
+    write(src / "images/train/turned.jpg", turned_jpeg(_photo(420, 260, TALL)))
+    rows = [_row(name, box, 420, 260) for name, box in TALL_BOXES.items()]
+    write(src / "labels/train/turned.txt", "\n".join(rows))
+    write(src / "images/val/empty.png", cv2.imencode(".png", _photo(objects={}))[1].tobytes())
+    write(src / "labels/val/empty.txt", "")
+    write(src / "images/val/unlabelled.png", cv2.imencode(".png", _photo(60, 80, {}))[1])
+    write(src / "labels/val/unlabeled.txt", "0 0.5 0.5 0.1 0.1\n")  # misspelt: no image has it
+    write(src / "labels/val/classes.txt", "red\ngreen\nblue\n")  # LabelImg's: no label file
+    return src
+
+
+@pytest.mark.parametrize("mode", ["center-crop", "pad"])
+def test_yolo_boxes_follow_the_pixels(yolo: Path, tmp_path: Path, mode: str):
+    options = PackOptions(workers=1, shards=1, shuffle=False, encode="png", resize=TARGET,
+                          resize_mode=mode)  # fmt: skip
+    result = pack(yolo, tmp_path / "out", options).to_json()
+    records = {r["key"]: r for split in ("train", "val")
+               for r in iter_examples(tmp_path / "out", split, decode=True)}  # fmt: skip
+    assert set(records) == {"images/train/wide.png", "images/train/turned.jpg",
+                            "images/val/empty.png", "images/val/unlabelled.png"}  # fmt: skip
+    assert result["splits"]["train"]["num_records"] == 2
+    kept = 0
+    for key in ("images/train/wide.png", "images/train/turned.jpg"):
+        check_boxes(records[key], NAMES)
+        kept += len(records[key]["objects/label"])
+    dropped = len(BOXES) + len(TALL_BOXES) - kept
+    assert result["boxes_dropped"] == ({"cropped away": dropped} if dropped else {})
+    assert dropped == {"center-crop": 2, "pad": 0}[mode]
+    for key in ("images/val/empty.png", "images/val/unlabelled.png"):
+        assert (
+            records[key]["objects/bbox"].shape == (0, 4) and len(records[key]["objects/label"]) == 0
+        )
+    warnings = "\n".join(result["warnings"])
+    assert "1 objects in 1 label files are polygons" in warnings
+    assert "1 image with no object in a label file kept as negatives" in warnings
+    assert "1 image without a label file kept with no objects" in warnings
+    assert "test: 'images/test' is no folder or list file under" in warnings
+    assert "1 label file matches no image found (the first: labels/val/unlabeled.txt)" in warnings
+
+
+def test_the_ultralytics_split_folders_without_data_yaml_number_the_classes(tmp_path: Path):
+    png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
+    for split, rows in [
+        ("train", "3 0.5 0.5 0.2 0.2\n0 0.1 0.1 0.1 0.1"),
+        ("valid", "1 .5 .5 1 1"),
+    ]:
+        write(tmp_path / f"{split}/images/a.png", png)
+        write(tmp_path / f"{split}/labels/a.txt", rows)
+    dataset = scan(tmp_path)
+    assert dataset.kind == "yolo" and set(dataset.splits) == {"train", "valid"}
+    assert dataset.schema["objects/label"].classes == ("0", "1", "2", "3")
+    (item,) = dataset.splits["train"]
+    assert item.fields["objects/label"] == (3, 0)
+    np.testing.assert_allclose(item.fields["objects/bbox"][:4], [0.4, 0.4, 0.6, 0.6])
+    assert label_path("train/images/a.png") == "train/labels/a.txt"
+    assert label_path("images/x/images/b.jpeg") == "images/x/labels/b.txt"  # the last images/
+
+
+def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
+    png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
+    src = tmp_path / "src"
+    write(src / "data.yaml", "train: ../train/images\nnames: [a, b]\n")  # Roboflow's ../
+    labels = {"ok": "1 0.5 0.5 0.2 0.2", "class": "0 0.5 0.5 0.2 0.2\n2 0.5 0.5 0.1 0.1",
+              "short": "0 0.5 0.5 0.2", "text": "a 0.5 0.5 0.2 0.2"}  # fmt: skip
+    for name, text in labels.items():
+        write(src / f"train/images/{name}.png", png)
+        write(src / f"train/labels/{name}.txt", text)
+    dataset = scan(src)
+    assert [i.key for i in dataset.splits["train"]] == ["train/images/ok.png"]
+    reasons = dict(dataset.skipped)
+    wrong = "train/labels/class.txt line 2: class 2 is not one of data.yaml's 2 classes"
+    assert reasons["train/images/class.png"].startswith(wrong)
+    assert "line 1: 4 values; a row is class cx cy w h" in reasons["train/images/short.png"]
+    assert "is not numbers" in reasons["train/images/text.png"]
+    with pytest.raises(ImageError, match=r"class\.png: train/labels/class\.txt line 2"):
+        pack(src, tmp_path / "out", PackOptions(workers=1, on_error="fail"))
+
+
+# Anchors of lists of 9 aliases each: b29 stands for 9**30 strings, in a few hundred bytes.
+ALIASES = "b0: &b0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"b{i}: &b{i} [{', '.join([f'*b{i - 1}'] * 9)}]\n" for i in range(1, 30)
+)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("names: [a, b\n", "is not YAML"),
+    ("names: !!python/object/apply:os.system [echo]\n", "is not YAML"),
+    ("names: [a, b]\nnc: 3\n", "nc is 3 but names has 2 names"),
+    ("names: {zero: a}\n", "not class numbers"),
+    ("names: [a]\ntrain: images/elsewhere\n", "train: 'images/elsewhere' is no folder"),
+    (f"names: [a]\n{ALIASES}train: *b29\n", r"train: \[\[\[\.\.\.\], \[\.\.\.\], "),
+    (f"names: [a]\n{ALIASES}nc: *b29\n", r"nc \[\[\[\.\.\.\]"),
+])  # fmt: skip
+def test_a_bad_data_yaml_is_one_line_naming_it(tmp_path: Path, text: str, words: str):
+    write(tmp_path / "images/a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
+    write(tmp_path / "labels/a.txt", "")
+    write(tmp_path / "data.yaml", text)
+    with pytest.raises(SourceError, match="data.yaml: .*" + words) as caught:
+        scan(tmp_path)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_split_listed_in_a_txt_file_stays_inside_src(tmp_path: Path):
+    src = tmp_path / "src"
+    write(src / "images/a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
+    write(src / "labels/a.txt", "0 0.5 0.5 0.2 0.2\n")
+    write(src / "lists/train.txt", "../images/a.png\n/etc/passwd\n../../x.png\n../images/b.png\n")
+    write(src / "data.yaml", "train: lists/train.txt\nnames: [a]\n")
+    dataset = scan(src)
+    assert [item.key for item in dataset.splits["train"]] == ["images/a.png"]
+    reasons = dict(dataset.skipped)
+    assert "line 2: names an image outside SRC" in reasons["/etc/passwd"]
+    assert "line 3: names an image outside SRC" in reasons["../../x.png"]
+    assert "line 4: cannot read the image" in reasons["images/b.png"]
+    with pytest.raises(SourceError, match=r"holds no data\.yaml, and no images/ folder beside"):
+        scan(src / "lists", PackOptions(source="yolo"))
