@@ -4,6 +4,7 @@ written for img2dataset's output reads unchanged, and that shardpack reads back 
 from __future__ import annotations
 
 import hashlib
+import json
 import tarfile
 from pathlib import Path
 
@@ -88,6 +89,21 @@ def test_an_append_keeps_the_datasets_naming(tmp_path):
     assert len(shards) == 2  # the new item in a new shard, named as the dataset's are
     assert all(_extensions(shard)[:3] == ["jpg", "txt", "json"] for shard in shards)
     assert {r["key"] for r in iter_examples(tmp_path / "out")} == {str(p) for p in paths}
+
+
+def test_an_index_from_before_the_naming_grows_with_shardpacks(tmp_path):
+    paths = [helpers.write_image(tmp_path / f"{i}.jpg", helpers.image(i)) for i in range(3)]
+    rows = [{"url": str(p), "caption": f"photo {i}"} for i, p in enumerate(paths)]
+    src = helpers.write_csv(tmp_path / "list.csv", rows[:2])
+    given = {"path_column": "url", "format": "webdataset", "workers": 1}
+    pack(src, tmp_path / "out", PackOptions(**given))
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    del index["options"]["wds_naming"]  # as an index written before --wds-naming
+    (tmp_path / "out" / "index.json").write_text(json.dumps(index))
+    helpers.write_csv(tmp_path / "list.csv", rows)
+    assert pack(src, tmp_path / "out", PackOptions(**given, grow="append")).new_records == 1
+    shards = sorted((tmp_path / "out").glob("*.tar"))
+    assert [_extensions(shard) for shard in shards] == [["jpg", "json"] * 2, ["jpg", "json"]]
 
 
 def test_shardpacks_naming_keeps_features_named_as_img2dataset_fields(tmp_path):
