@@ -58,6 +58,7 @@ class FreshPack:
         dataset, self.groups, self.name, plan = _scan_and_plan(
             self.src, options, self.storage_options
         )
+        CONTAINERS[options.format].check_naming(options.wds_naming, list(dataset.schema))
         splits = {spec.split for spec in plan.shards}
         beside = split_file_names(CONTAINERS[options.format], self.name, splits)
         record = plan_record(plan, replace(options, name=self.name))  # the name SRC gave

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import time
@@ -103,7 +104,13 @@ def write_shard(
         limit = images.max_file_bytes(options.max_pixels)
         with (
             src.reading(source.item_files(spec.items), limit) as src,
-            container.writer(spec.file, options.compression, storage=out, schema=schema) as writer,
+            container.writer(
+                spec.file,
+                options.compression,
+                storage=out,
+                schema=schema,
+                naming=options.wds_naming,
+            ) as writer,
         ):
             for done, item in enumerate(spec.items, 1):
                 try:
@@ -119,6 +126,8 @@ def write_shard(
                         raise
                     skipped.append((e.key, e.reason))
                 else:
+                    if options.wds_naming == "img2dataset":
+                        features.update(_original(loaded))
                     writer.write(features)
                     _count(counts, item.label)
                     lossless += _made_lossless(loaded, features["format"], options)
@@ -171,6 +180,17 @@ def _features(
         "key": os.fsencode(item.key),
     }
     return features, where, orientation
+
+
+def _original(loaded: bytes | np.ndarray) -> dict[str, object]:
+    """What img2dataset's .json says of the image as it came: its stored size (as
+    cv2.imdecode's IMREAD_UNCHANGED sees it, no EXIF turn) and the sha256 of its bytes."""
+    if not isinstance(loaded, bytes):
+        return {"original_width": loaded.shape[1], "original_height": loaded.shape[0],
+                "sha256": hashlib.sha256(loaded.tobytes()).hexdigest()}  # fmt: skip
+    info = images.probe(loaded)  # a few us: the header was checked already
+    return {"original_width": info.width, "original_height": info.height,
+            "sha256": hashlib.sha256(loaded).hexdigest()}  # fmt: skip
 
 
 def _made_lossless(loaded: bytes | np.ndarray, fmt: str, options: PackOptions) -> bool:

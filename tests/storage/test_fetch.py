@@ -21,7 +21,7 @@ import pytest
 
 from shardpack import PackOptions, SourceError, iter_examples, pack
 from shardpack.sources import scan
-from shardpack.storage.fetch import Fetcher, UrlFailed
+from shardpack.storage.fetch import Fetcher, Prefetch, UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge
 from shardpack.storage.urlpolicy import FetchPolicy, opted_out, refusal, status_of
 from tests import helpers
@@ -256,6 +256,22 @@ def test_many_requests_are_in_flight_while_a_server_takes_its_time(tmp_path):
     assert result.num_records == 100
     assert slow.most >= 8, slow.most
     assert sum(slow.hits.values()) == 100  # one request an image: none at scan
+
+
+def test_a_url_waiting_for_its_retry_holds_no_fetching_thread():
+    """Two threads, two URLs asked to come back in a second first: the ten after them are
+    fetched meanwhile, not after (a thread asleep through Retry-After left none to fetch)."""
+    with serving(latency=0.02) as site:
+        paths = ["/429/0.png", "/429/1.png", *(f"/img/{i}.png" for i in range(10))]
+        policy = FetchPolicy(allow_private=True, threads=2, per_host=2)
+        ahead = Prefetch(Fetcher(policy), iter(site.url(p) for p in paths), 10**6)
+        try:
+            assert all(ahead.read(site.url(p), 10**6) for p in paths)
+        finally:
+            ahead.close()
+    retried = min(site.times[p][1] for p in paths[:2])
+    assert max(site.times[p][0] for p in paths[2:]) < retried
+    assert not [t for t in threading.enumerate() if t.name.startswith("shardpack-")]  # joined
 
 
 def test_copies_behind_urls_are_confirmed_without_fetching_them_again(tmp_path):
