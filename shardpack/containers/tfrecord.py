@@ -259,10 +259,13 @@ def _records(
 
 
 class _Writer(TFRecordWriter):
-    """TFRecordWriter, fed features instead of record bytes."""
+    """TFRecordWriter, fed features instead of record bytes (or, by write_raw, Example bytes)."""
 
     def _append(self, features: Features) -> int:
         return super()._append(encode_example(features))
+
+    def _append_raw(self, data: bytes) -> int:
+        return super()._append(data)
 
 
 class _Reader(ShardReader):
@@ -284,6 +287,9 @@ class _Reader(ShardReader):
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> Example:
+        return checked(decode(self.raw(i), self.path, self.offsets[i]))
+
+    def raw(self, i: int) -> bytes:
         offset, end = self.offsets[i], self.offsets[i + 1]
         record = self.blob.pread(end - offset, offset)
         head = HEADER.size
@@ -295,7 +301,7 @@ class _Reader(ShardReader):
             raise self._stale(offset)
         data = record[head : head + length]
         check_data(data, record[head + length :], self.path, offset)
-        return checked(decode(data, self.path, offset))
+        return data
 
     def position(self, i: int) -> int:
         return self.offsets[i]
@@ -382,15 +388,21 @@ class TFRecord(Container):
     shard_template = "{name}-{split}.tfrecord-{index:05d}-of-{n:05d}"
     shard_pattern = re.compile(NAME_SPLIT + r"\.tfrecord-\d{5,}-of-\d{5,}")
 
+    raw_examples = True
+
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
         max_bytes: int | None = None,
     ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
         path = storage.path(name)
-        records = iter_records(storage, name, compression, digest=digest,
-                                        data_faults=True)  # fmt: skip
-        for offset, data in records:
+        for offset, data in self.iter_raw(storage, name, compression, digest, max_bytes):
             yield offset, data if isinstance(data, RecordError) else decode(data, path, offset)
+
+    def iter_raw(
+        self, storage: Storage, name: str, compression: str = "none", digest=None,
+        max_bytes: int | None = None,
+    ) -> Iterator[tuple[int, bytes | RecordError]]:  # fmt: skip
+        return iter_records(storage, name, compression, digest=digest, data_faults=True)
 
     def open(
         self, storage: Storage, name: str, compression: str = "none", offsets=None,
