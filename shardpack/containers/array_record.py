@@ -81,7 +81,7 @@ class _Writer(ShardWriter):
         return self._append_raw(encode_example(features))
 
     def _append_raw(self, data: bytes) -> int:
-        self._writer.write(data)
+        self._writer.write(data if type(data) is bytes else bytes(data))  # the library's type
         if not self._writer.ok():
             raise OSError(f"the ArrayRecord writer failed after record {len(self.offsets)}")
         return len(self.offsets)  # ArrayRecord reads by record number

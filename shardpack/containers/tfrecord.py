@@ -289,7 +289,7 @@ class _Reader(ShardReader):
     def __getitem__(self, i: int) -> Example:
         return checked(decode(self.raw(i), self.path, self.offsets[i]))
 
-    def raw(self, i: int) -> bytes:
+    def raw(self, i: int) -> memoryview:
         offset, end = self.offsets[i], self.offsets[i + 1]
         record = self.blob.pread(end - offset, offset)
         head = HEADER.size
@@ -299,7 +299,7 @@ class _Reader(ShardReader):
             raise self._stale(offset) from None
         if head + length + FOOTER.size != len(record):
             raise self._stale(offset)
-        data = record[head : head + length]
+        data = memoryview(record)[head : head + length]  # a view: the image is not copied
         check_data(data, record[head + length :], self.path, offset)
         return data
 

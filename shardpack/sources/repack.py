@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 KIND = "shardpack"
 IMAGE = "image"
 BORROWED = (IMAGE,)  # decoded as views of the record: the scan needs its length, load copies it
+LOADED = (IMAGE, "key", "format")  # what load reads of a record (the scan checked it whole)
 STORED = "shardpack-stored"  # the worker's cache: (key, Example bytes) of the record last loaded
 KEEP_SHARDS = 8  # shards a worker keeps open (a shuffled shard draws from all of them)
 SNIFF_BYTES = 4096  # where json.dumps puts index.json's "format", its first key
@@ -202,6 +203,10 @@ def _text(key: bytes) -> str:
     return key.decode("utf-8", "surrogateescape")
 
 
+def _bytes(key: str) -> bytes:
+    return key.encode("utf-8", "surrogateescape")
+
+
 # ---- in the workers --------------------------------------------------------------------------
 
 
@@ -220,19 +225,21 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
         reader = kept.get(item.path)
         if reader.raw_examples:
             data = reader.raw(item.position)
-            example = checked(decode(data, reader.path, reader.position(item.position),
-                                     reader.unit, BORROWED))  # fmt: skip
+            where_in = (reader.path, reader.position(item.position), reader.unit)
+            example = checked(decode(data, *where_in, BORROWED, LOADED))
+            if example.get("format") == [b"raw"]:  # its shape too
+                example = checked(decode(data, *where_in, BORROWED))
         else:
             data, example = None, reader[item.position]
     except (SourceError, RecordError, OSError, IndexError, KeyError) as e:
         raise ImageError(item.key, f"{where}: cannot read it ({e})") from None
-    if _text(example["key"][0]) != item.key:
+    if example.get("key", [])[:1] != [_bytes(item.key)] or not example.get(IMAGE):
         raise ImageError(item.key, f"{where}: holds another record since the scan; convert "
                                    "it again")  # fmt: skip
     image = bytes(example["image"][0])
     if data is not None:
         cache[STORED] = (item.key, data)
-    if example["format"][0] != b"raw":
+    if example.get("format", [])[:1] != [b"raw"]:
         return image
     import numpy as np
 
