@@ -273,7 +273,7 @@ def iter_views(
         while offset < size:
             at = offset - base
             if at + HEADER.size > len(chunk):  # the chunk ends inside this header
-                chunk, base, at = blob.pread(_CHUNK, offset), offset, 0
+                chunk, base, at = blob.pread(max(_CHUNK, HEADER.size), offset), offset, 0
                 view = memoryview(chunk)
             length = record_length(chunk[at : at + HEADER.size], path, offset, limit)
             if at + framing + length > len(chunk):  # or inside this record

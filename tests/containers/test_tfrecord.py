@@ -10,8 +10,8 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from shardpack.containers.example import decode_example, encode_example
 from shardpack.containers import tfrecord
+from shardpack.containers.example import decode_example, encode_example
 from shardpack.containers.tfrecord import TFRecordWriter, frame, iter_records, masked_crc
 from shardpack.errors import RecordError
 from shardpack.storage.atomic import TEMP_NAME
