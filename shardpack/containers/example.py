@@ -138,27 +138,14 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
 def encodes_to(features: Mapping[str, FeatureValue], data: bytes) -> bool:
     """Whether encode_example(features) is `data`, compared piece by piece without joining
     the pieces (a record passed through is not encoded, its image not copied, to check it)."""
-    if isinstance(data, (bytes, bytearray)):
-        pos = 0
-        for part in _example_parts(features):
-            if not data.startswith(part, pos):
-                return False
-            pos += len(part)
-        return pos == len(data)
-    view, pos = memoryview(data).cast("B"), 0
+    if not isinstance(data, (bytes, bytearray)):  # a view: memoryview's == goes byte by byte
+        data = bytes(data)
+    pos = 0
     for part in _example_parts(features):
-        end = pos + len(part)
-        if end > len(view) or not _same(view[pos:end], part):
+        if not data.startswith(part, pos):
             return False
-        pos = end
-    return pos == len(view)
-
-
-def _same(view: memoryview, part: bytes) -> bool:
-    """view == part, at memcmp's speed for an image (memoryview's == goes byte by byte)."""
-    if len(part) < 4096:
-        return view.tobytes() == part
-    return bool(np.array_equal(np.frombuffer(view, np.uint8), np.frombuffer(part, np.uint8)))
+        pos += len(part)
+    return pos == len(data)
 
 
 def _example_parts(features: Mapping[str, FeatureValue]) -> list[bytes]:

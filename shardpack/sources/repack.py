@@ -15,13 +15,14 @@ record the worker would write unchanged is written as it is read (`stored`), not
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from shardpack.containers import Container, ShardReader, checked
 from shardpack.containers.example import decode
 from shardpack.errors import ImageError, IndexFormatError, RecordError, SourceError
-from shardpack.index import FORMAT, Index, load_index, record_fault
+from shardpack.index import FORMAT, Index, ShardInfo, load_index, record_fault
 from shardpack.layout import INDEX_NAME
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
@@ -275,15 +276,26 @@ class _Shard:
 def _open_shards(root: Storage) -> OpenFiles:
     """The source's shards, each opened through its container on first use."""
     index = _index(root.child(""))  # a Storage: a worker's root may be Storage.reading's proxy
-    sizes = {s.file: s.num_bytes for info in index.splits.values() for s in info.shards}
+    shards = {s.file: s for info in index.splits.values() for s in info.shards}
+    return OpenFiles(lambda file: _open(index, shards[file]), KEEP_SHARDS)
+
+
+# Each record's position in a source shard, by the shard's path and sha256, found once a worker
+# process (a TFRecord reader hops from header to header to find them): each shard a worker
+# writes draws from every source shard, and would otherwise find them again. 8 bytes a record.
+_POSITIONS: dict[tuple[str, str], array] = {}
+
+
+def _open(index: Index, shard: ShardInfo) -> _Shard:
+    """One source shard opened for random reads, its records' positions kept for the next."""
+    known = (index.storage.path(shard.file), shard.sha256)
+    positions = _POSITIONS.get(known)
     container = index.container
-    return OpenFiles(
-        lambda file: _Shard(
-            container.open(index.storage, file, index.compression, max_bytes=sizes[file]),
-            container,
-        ),
-        KEEP_SHARDS,
-    )
+    reader = container.open(index.storage, shard.file, index.compression, positions,
+                            max_bytes=shard.num_bytes)  # fmt: skip
+    if positions is None:
+        _POSITIONS[known] = array("q", map(reader.position, range(len(reader))))
+    return _Shard(reader, container)
 
 
 SOURCE = ShardpackSource()
