@@ -322,18 +322,22 @@ class _Reader(ShardReader):
     def __getitem__(self, i: int) -> Example:
         return checked(decode(self.raw(i), self.path, self.offsets[i]))
 
-    def raw(self, i: int) -> memoryview:
+    def raw(self, i: int) -> bytes:
+        # Header, data and footer read apart (a remote blob's read-ahead serves the three):
+        # the data comes as bytes of its own, not a slice of the record copied out again.
         offset, end = self.offsets[i], self.offsets[i + 1]
-        record = self.blob.pread(end - offset, offset)
         head = HEADER.size
         try:
-            length = record_length(record[:head], self.path, offset, end - offset)
+            length = record_length(self.blob.pread(head, offset), self.path, offset, end - offset)
         except RecordError:
             raise self._stale(offset) from None
-        if head + length + FOOTER.size != len(record):
+        if head + length + FOOTER.size != end - offset:
             raise self._stale(offset)
-        data = memoryview(record)[head : head + length]  # a view: the image is not copied
-        check_data(data, record[head + length :], self.path, offset)
+        data = self.blob.pread(length, offset + head)
+        footer = self.blob.pread(FOOTER.size, offset + head + length)
+        if len(data) != length or len(footer) != FOOTER.size:
+            raise self._stale(offset)
+        check_data(data, footer, self.path, offset)
         return data
 
     def position(self, i: int) -> int:
