@@ -13,6 +13,7 @@ import shardpack
 from shardpack import PackOptions
 from shardpack.containers import example, tfrecord
 from shardpack.containers.tfrecord import TFRecordWriter
+from shardpack.sources import repack
 from shardpack.storage import storage_at
 from tests.helpers import make_tree
 
@@ -95,3 +96,19 @@ def test_a_record_in_another_layout_is_encoded_again(packed, tmp_path):
 def _entry(name: str, values: list) -> bytes:
     """One map entry, as encode_example writes it (its value a list: the same bytes)."""
     return b"".join(example._example_parts({name: values})[2:])
+
+
+def test_the_scans_quick_check_agrees_with_record_fault(packed):
+    from shardpack.errors import RecordError
+    from shardpack.index import load_index, record_fault
+
+    index = load_index(storage_at(str(packed)))
+    checks = repack._checks(index.schema)
+    good = example.decode_example(_records(packed)[0])
+    bent = [good, {k: v for k, v in good.items() if k != "width"}, {**good, "more": [1]},
+            {**good, "width": [1.5]}, {**good, "height": [1, 2]}, {**good, "label": [99]},
+            {**good, "label": [-1]}, {**good, "format": [b"tiff"]}, {**good, "key": [3]},
+            RecordError("x", 0, "broken")]  # fmt: skip
+    fits = [repack._fits(record, checks) for record in bent]
+    assert fits == [isinstance(r, dict) and record_fault(r, index.schema) is None for r in bent]
+    assert fits == [True] + [False] * (len(bent) - 1)
