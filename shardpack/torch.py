@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from shardpack import images
 from shardpack.errors import ShardpackError, is_count
 from shardpack.index import load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
@@ -216,6 +217,8 @@ class ShardDataset(_Epochs):
         self._cache: ShardCache | None = None
         self._records_pid = 0
         self._open()  # refuses GZIP shards and a bad cache now, not in a worker
+        if decode:  # loaded once here, not by each DataLoader worker of each epoch (~0.1-1 s)
+            images._opencv()
 
     def __len__(self) -> int:  # without drawing the epoch's order
         return max(len(self._positions()) - self._start, 0)
