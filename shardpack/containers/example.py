@@ -239,12 +239,94 @@ def _decode_list(kind: int, payload: memoryview) -> list:
     return values
 
 
+class _Unusual(Exception):
+    """Bytes _decode_usual leaves to the general parser."""
+
+
+def _decode_usual(data: bytes) -> dict[str, list]:
+    """decode_example for the Examples writers make (each map entry its name then its value,
+    one list in a Feature, packed numbers), in one pass over `data` with indices: ~4x faster
+    than the general parser's nested generators, which a training loop paid per record
+    (benchmarks/torch_read.py). Anything else raises _Unusual (or an error of the bytes): the
+    general parser then decides, so what this returns is what it would return."""
+    out: dict[str, list] = {}
+    pos, end = 0, len(data)
+    while pos < end:
+        if data[pos] != 0x0A:  # Example.features (1, length-delimited)
+            raise _Unusual
+        size, pos = _length(data, pos + 1)
+        stop = pos + size
+        if stop > end:
+            raise _Unusual
+        while pos < stop:  # Features.feature map entries: {1: name, 2: Feature}
+            if data[pos] != 0x0A:
+                raise _Unusual
+            size, pos = _length(data, pos + 1)
+            entry_end = pos + size
+            if entry_end > stop or pos >= entry_end or data[pos] != 0x0A:
+                raise _Unusual
+            size, pos = _length(data, pos + 1)
+            name = data[pos : pos + size].decode()
+            pos += size
+            if pos >= entry_end or data[pos] != 0x12:
+                raise _Unusual
+            size, pos = _length(data, pos + 1)
+            if pos + size != entry_end:
+                raise _Unusual
+            values: list = []
+            if size:  # Feature: one list, {1: bytes, 2: float, 3: int64}, length-delimited
+                kind, (size, pos) = data[pos], _length(data, pos + 1)
+                if pos + size != entry_end or kind not in (0x0A, 0x12, 0x1A):
+                    raise _Unusual
+                pos = _values(data, pos, entry_end, kind >> 3, values)
+            out[name] = values
+            pos = entry_end
+    return out
+
+
+def _length(data: bytes, pos: int) -> tuple[int, int]:
+    """A length at pos, and the position after it: most are one byte, read without a loop."""
+    size = data[pos]
+    return (size, pos + 1) if size < 0x80 else _read_varint(data, pos)
+
+
+def _values(data: bytes, pos: int, end: int, kind: int, values: list) -> int:
+    """A BytesList, FloatList or Int64List's values (packed numbers), appended to `values`;
+    returns `end`."""
+    while pos < end:
+        if data[pos] != 0x0A:  # field 1, length-delimited: a bytes value or a packed run
+            raise _Unusual
+        size, pos = _length(data, pos + 1)
+        stop = pos + size
+        if stop > end:
+            raise _Unusual
+        if kind == 1:
+            values.append(data[pos:stop])
+        elif kind == 2:
+            if size % 4:
+                raise _Unusual
+            values.extend(struct.unpack_from(f"<{size // 4}f", data, pos))
+        else:
+            while pos < stop:
+                value, pos = _read_varint(data, pos)
+                values.append(_signed(value))
+            if pos != stop:
+                raise _Unusual
+        pos = stop
+    return pos
+
+
 def decode_example(data: bytes) -> dict[str, list]:
     """Parse Example bytes into name -> list of bytes, int or float.
 
     Raises:
         ValueError: the bytes are not a well-formed Example.
     """
+    if type(data) is bytes:
+        try:
+            return _decode_usual(data)
+        except (_Unusual, ValueError, IndexError, struct.error, UnicodeDecodeError):
+            pass  # the general parser says what is wrong, or reads what is unusual
     out: dict[str, list] = {}
     try:
         for number, _, features in _fields(memoryview(data)):
