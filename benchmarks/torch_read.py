@@ -7,8 +7,9 @@ Each workload is packed (cached under bench-out/torch/) as TFRecord and as Array
 loop is a DataLoader with 2 workers and batches of 64 (kept as lists: photos differ in size).
 The ceiling's workers decode the packed records' own image bytes, held in memory, with the
 same decoder, split among the workers the same way. iter_examples (one process, decoded) is
-beside them. MosaicML's and litData's StreamingDatasets are the issue's peers; they are not in
-the test environment, so they are not run here.
+beside them. MosaicML's and litData's StreamingDatasets (the issue's peers) read copies of the
+same records in the same loop, run by benchmarks/torch_peers.py in .venv-peers (`make peers`;
+their pins conflict with the test venv's); without that venv their columns say so.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import time
 
 from benchmarks.workloads import ensure
@@ -34,7 +36,7 @@ def _rate(images: int, start: float) -> float:
     return round(images / (time.perf_counter() - start), 1)
 
 
-def _loop(dataset, limit: int) -> float:
+def measure_loop(dataset, limit: int) -> float:
     """Images per second through a DataLoader over `dataset`, up to `limit` images."""
     import torch
 
@@ -67,7 +69,7 @@ def _ceiling(stored: list[dict], limit: int) -> float:
             for i in mine:
                 yield {**stored[i], "image": torch.from_numpy(decode_pixels(stored[i]))}
 
-    return _loop(Memory(), limit)
+    return measure_loop(Memory(), limit)
 
 
 def measure(name: str, fmt: str, cache: str, limit: int) -> dict:
@@ -85,18 +87,37 @@ def measure(name: str, fmt: str, cache: str, limit: int) -> dict:
     count = sum(1 for _ in itertools.islice(iter_examples(out, decode=True), limit))
     python_rate = _rate(count, start)
     dataset = ShardDataset(out, batch_size=BATCH, seed=0)
-    rate = _loop(dataset, limit)
+    rate = measure_loop(dataset, limit)
     resumed = ShardDataset(out, batch_size=BATCH, seed=0)
     resumed.load_state_dict({"epoch": 0, "consumed": int(len(resumed) * 0.9), "seed": 0,
                              "world_size": 1})  # fmt: skip
     start = time.perf_counter()
-    _loop(resumed, 1)
+    measure_loop(resumed, 1)
     resume_s = round(time.perf_counter() - start, 3)
     ceiling = _ceiling(stored, limit)
     return {"workload": name, "format": fmt, "images": min(limit, len(dataset)),
             "shard_dataset_images_per_s": rate, "ceiling_images_per_s": ceiling,
             "of_ceiling": round(rate / ceiling, 2), "iter_examples_images_per_s": python_rate,
             "resume_first_batch_s": resume_s}  # fmt: skip
+
+
+PEERS_PYTHON = os.path.join(".venv-peers", "bin", "python")
+
+
+def peers(name: str, cache: str, limit: int) -> dict[str, float] | str:
+    """MosaicML's and litData's images/s over copies of the workload's TFRecord pack, or why
+    they were not measured."""
+    if not os.path.exists(PEERS_PYTHON):
+        return f"not measured: no {PEERS_PYTHON} (make peers)"
+    out = os.path.join(cache, "torch", f"{name}-tfrecord")
+    work = os.path.join(cache, "torch", f"{name}-peers")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root}  # this tree's shardpack decodes for them too
+    done = subprocess.run([PEERS_PYTHON, "-m", "benchmarks.torch_peers", out, work, "--limit",
+                           str(limit)], capture_output=True, text=True, env=env)  # fmt: skip
+    if done.returncode:
+        return f"failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,6 +141,24 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['shard_dataset_images_per_s']:,.0f} | {r['ceiling_images_per_s']:,.0f} | "
               f"{r['of_ceiling']} | {r['iter_examples_images_per_s']:,.0f} | "
               f"{r['resume_first_batch_s']} s |")  # fmt: skip
+    print(f"\n## Peers in the same loop (MosaicML streaming, litData; {PEERS_PYTHON})\n")
+    print("| workload | ShardDataset TFRecord | ShardDataset ArrayRecord | MosaicML | litData "
+          "| best shardpack / MosaicML | best shardpack / litData |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name in args.workloads.split(","):
+        ours = {r["format"]: r["shard_dataset_images_per_s"] for r in rows if r["workload"] == name}
+        theirs = peers(name, args.cache, args.limit)
+        for r in rows:
+            if r["workload"] == name:
+                r["peers"] = theirs
+        if isinstance(theirs, str):
+            print(f"| {name} | {ours['tfrecord']:,.0f} | {ours['array_record']:,.0f} | "
+                  f"{theirs} | | | |")  # fmt: skip
+            continue
+        best = max(ours.values())
+        print(f"| {name} | {ours['tfrecord']:,.0f} | {ours['array_record']:,.0f} | "
+              f"{theirs['mosaicml']:,.0f} | {theirs['litdata']:,.0f} | "
+              f"{best / theirs['mosaicml']:.2f} | {best / theirs['litdata']:.2f} |")  # fmt: skip
     if args.json_path:
         with open(args.json_path, "w") as f:
             json.dump(rows, f, indent=2)
