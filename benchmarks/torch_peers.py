@@ -5,7 +5,8 @@ holding the same JPEG bytes a shardpack pack holds, decoded by the same decoder.
     .venv-peers/bin/python -m benchmarks.torch_peers OUT WORK [--limit N]
 
 Runs in .venv-peers (`make peers`): their pins (torchvision, so torch 2.14 with CUDA, and
-numpy < 2.2) conflict with the test venv's. Prints one JSON line: images/s of each.
+numpy < 2.2) conflict with the test venv's. Prints one JSON line: [images/s, CPU us an
+image] of each.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class _LitData(litdata.StreamingDataset):
         return _decoded(super().__getitem__(i))
 
 
-def _mosaicml(records: list[dict], work: str, limit: int) -> float:
+def _mosaicml(records: list[dict], work: str, limit: int) -> tuple[float, float]:
     folder = os.path.join(work, "mds")
     if not os.path.exists(os.path.join(folder, "index.json")):
         shutil.rmtree(folder, ignore_errors=True)
@@ -75,7 +76,7 @@ def _litdata_item(record: dict) -> dict:
     return record
 
 
-def _litdata(records: list[dict], work: str, limit: int) -> float:
+def _litdata(records: list[dict], work: str, limit: int) -> tuple[float, float]:
     folder = os.path.join(work, "litdata")
     if not os.path.exists(os.path.join(folder, "index.json")):
         shutil.rmtree(folder, ignore_errors=True)
