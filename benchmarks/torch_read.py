@@ -173,15 +173,15 @@ def main(argv: list[str] | None = None) -> int:
         theirs = peers(name, args.cache, args.limit)
         for r in mine:
             r["peers"] = theirs
-        for measure, key, better in (("images/s", "shard_dataset_images_per_s", max),
+        for unit, key, better in (("images/s", "shard_dataset_images_per_s", max),
                                      ("CPU us an image", "cpu_us_per_image", min)):  # fmt: skip
             ours = {r["format"]: r[key] for r in mine}
-            cells = f"| {name} | {measure} | {ours['tfrecord']:,.0f} | {ours['array_record']:,.0f}"
+            cells = f"| {name} | {unit} | {ours['tfrecord']:,.0f} | {ours['array_record']:,.0f}"
             if isinstance(theirs, str):
                 print(f"{cells} | {theirs} | | | |")
                 continue
             best = better(ours.values())
-            peer = {p: theirs[p][0 if measure == "images/s" else 1] for p in theirs}
+            peer = {p: theirs[p][0 if unit == "images/s" else 1] for p in theirs}
             ratio = {p: v / best if better is min else best / v for p, v in peer.items()}
             print(f"{cells} | {peer['mosaicml']:,.0f} | {peer['litdata']:,.0f} | "
                   f"{ratio['mosaicml']:.2f} | {ratio['litdata']:.2f} |")  # fmt: skip
