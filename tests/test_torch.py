@@ -205,24 +205,27 @@ for before, after, stop, every, how in ((0, 0, 2, 1, "loader"), (2, 2, 3, 1, "lo
         again = DataLoader(resumed, batch_size=B, num_workers=after)
     got.append([taken, [k for batch in again for k in batch["key"]]])
     workers = state.get("_snapshot", {}).get("_worker_snapshots") or workers
-try:
-    dataset().load_state_dict(workers["worker_0"]["dataset_state"])
-except ShardpackError as e:
-    got.append(str(e))
-print(json.dumps({"whole": whole, "got": got}))
+errors = []
+for bad in (workers["worker_0"]["dataset_state"],  # one worker's, outside its worker
+            {"_snapshot": {"_worker_snapshots": {"worker_0": {"dataset_state": None}}}}):
+    try:
+        dataset().load_state_dict(bad)
+    except ShardpackError as e:
+        errors.append(str(e))
+print(json.dumps({"whole": whole, "got": got, "errors": errors}))
 """
 
 
 def test_a_stateful_dataloader_resumes_with_exactly_the_rest(packs):
     """torchdata's StatefulDataLoader keeps the dataset's state of each of its workers."""
     got = run_json(_STATEFUL, str(packs[3]))
-    whole, runs = got["whole"], got["got"]
-    refused = runs.pop()
+    whole, runs, errors = got["whole"], got["got"], got["errors"]
     assert len(whole) == 13  # rank 1 of 2 over 25 records
     for taken, rest in runs:
         assert taken + rest == whole
     assert [len(taken) for taken, _ in runs] == [6, 9, 6, 3]
-    assert refused.startswith("a DataLoader worker's state, loaded outside that worker")
+    assert errors[0].startswith("a DataLoader worker's state, loaded outside that worker")
+    assert errors[1].startswith("a StatefulDataLoader's state without its workers' dataset")
 
 
 _MIX = """
