@@ -11,7 +11,7 @@ TESTLIGHT := $(VENV)/.installed-test-light
 # The data card's test opens it in a real browser: Debian's chromium (headless), from apt.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test demo test test-fast bench bench-long lint clean peers-img2dataset
+.PHONY: install install-test demo test test-fast bench bench-long peers peers-img2dataset lint clean
 
 install: $(RUNTIME)
 
@@ -65,7 +65,19 @@ $(PEERS_IMG2DATASET):
 	$(IMG2DATASET_VENV)/bin/python -m pip install --quiet img2dataset==1.47.0
 	touch $@
 
-bench: $(TESTDEPS)
+# The PyTorch readers benchmarks/torch_read.py compares with, in a venv of their own: both pull
+# torchvision, hence torch 2.14 with CUDA, and MosaicML pins numpy < 2.2, where the test venv
+# holds torch 2.13 (CPU) and numpy 2.4. shardpack (its runtime) goes in too: it decodes for them.
+PEERS := .venv-peers/.installed
+
+peers: $(PEERS)
+
+$(PEERS): pyproject.toml
+	test -x .venv-peers/bin/python || $(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/python -m pip install --quiet mosaicml-streaming litdata .
+	touch $@
+
+bench: $(TESTDEPS) $(PEERS)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.read_speed
 	$(BIN)/python -m benchmarks.torch_read
