@@ -58,7 +58,7 @@ NEAR_DISTANCE = 4
 _OUTPUT_FIELDS = (
     "name", "source", "shards", "shard_size", "encode", "quality", "max_side", "resize", "check",
     "compression", "seed", "shuffle", "max_pixels", "classes", "split_names", "split",
-    "path_column", "root", "format", "dedup", "box_columns", "wds_naming",
+    "path_column", "root", "format", "dedup", "box_columns", "wds_naming", "min_visibility",
     "resize_mode", "pad_color", "upscale", "min_side", "max_aspect", "max_area",
 )  # fmt: skip
 
@@ -157,6 +157,9 @@ def _check_transform(options: PackOptions) -> None:
         raise ShardpackError(f"pad_color= must be R,G,B of 0-255, got: {options.pad_color!r}")
     for option in ("min_side", "max_area"):
         _positive(option, getattr(options, option))
+    if not 0 <= options.min_visibility <= 1:
+        raise ShardpackError(f"min_visibility= is a share of a box's area, between 0 and 1, "
+                             f"got: {options.min_visibility!r}")  # fmt: skip
     if options.max_aspect is not None and not options.max_aspect >= 1:
         raise ShardpackError(f"max_aspect= must be a ratio of at least 1, got: "
                              f"{options.max_aspect!r}")  # fmt: skip
@@ -211,6 +214,8 @@ class PackOptions:
         box_columns: a manifest's columns of boxes, each "NAME" or "NAME:FORMAT" (BOX_FORMATS,
             normalised; yxyx when none is said), moved with the pixels (--box-columns); None:
             the columns recognised by name (bbox, boxes, bboxes, objects/bbox) only.
+        min_visibility: drop a box left with less than this share of its area in the image a
+            crop made (0: kept while any part remains; albumentations' min_visibility).
         resize_mode: how `resize` meets the image's aspect (RESIZE_MODES, or img2dataset's
             names in RESIZE_ALIASES): stretch, center-crop, pad, keep-ratio, keep-ratio-largest.
         pad_color: (r, g, b) of the border `pad` adds.
@@ -276,6 +281,7 @@ class PackOptions:
     per_host: int = 16
     wds_naming: str = "shardpack"
     box_columns: tuple[str, ...] | None = None
+    min_visibility: float = 0.0
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -595,6 +601,11 @@ FLAGS: dict[str, Flag] = {
         "--wds-naming",
         "WebDataset members: shardpack's, or img2dataset's (.txt caption; .json with url, "
         "status, original size, sha256).",
+    ),
+    "min_visibility": Flag(
+        "--min-visibility",
+        "Drop a box a crop leaves with less than this share of its area (0: any part).",
+        "SHARE",
     ),
     "box_columns": Flag(
         "--box-columns",

@@ -37,6 +37,7 @@ GEOMETRY_WORDS = frozenset({"bbox", "bboxes", "boxes", "keypoints", "mask", "mas
 # or none left once the image was cropped.
 OUTSIDE = "outside the image"
 CROPPED = "cropped away"
+HIDDEN = "mostly cropped away"  # under min_visibility
 # The tally's name (facts.ShardFacts) of the drops, and so the split summaries'.
 DROPPED = "boxes_dropped"
 # Sources whose boxes describe their records' images as TensorFlow decodes them, EXIF
@@ -133,10 +134,12 @@ def follow(
     moved: tuple[str, ...],
     where: tuple[Move, ...],
     size: tuple[int, int],
+    min_visibility: float = 0.0,
 ) -> tuple[dict[str, object], Counter[str]]:
     """An item's fields with each feature in `moved` (moved_features) taken through the moves
     `where` (moves() gives them): boxes clipped to the image, keypoints, and a `mask` drawn to
-    the stored image's `size` (height, width); and how many boxes were dropped, by reason.
+    the stored image's `size` (height, width); and how many boxes were dropped, by reason (a
+    box left with less than `min_visibility` of its area in the image: HIDDEN).
 
     A dropped box takes its row of every list feature of its group (`objects/label` beside
     `objects/bbox`: TFDS's Sequence of a dict keeps them in step) with it, and its pixels out
@@ -160,7 +163,7 @@ def follow(
     for name in boxed:
         rows = np.asarray(fields[name], np.float64).reshape(-1, 4)
         _check_rows(key, name, rows)
-        boxes, reasons = _moved(rows, where)
+        boxes, reasons = _moved(rows, where, min_visibility)
         fields[name] = boxes[reasons == ""].astype(np.float32)
         dropped.update(str(r) for r in reasons if r)
         kept[name.rpartition("/")[0]] = reasons == ""
@@ -208,19 +211,31 @@ def _check_rows(key: str, name: str, rows: np.ndarray) -> None:
                               f"{name}:xyxy (or xywh, cxcywh)")  # fmt: skip
 
 
-def _moved(rows: np.ndarray, where: tuple[Move, ...]) -> tuple[np.ndarray, np.ndarray]:
+def _moved(
+    rows: np.ndarray, where: tuple[Move, ...], min_visibility: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """The boxes clipped to the image, moved through `where` and clipped to the canvas (a box
     reaching past the image stops at its edge, not in a pad border), and each one's reason to
-    be dropped ("" to keep): no visible area, none to begin with (OUTSIDE) or the crop's."""
+    be dropped ("" to keep): no visible area, none to begin with (OUTSIDE) or the crop's
+    (CROPPED), or less of its area left than `min_visibility` (HIDDEN; as albumentations
+    measures it: the share of the moved box that the canvas holds)."""
     inside = moved = np.clip(rows, 0.0, 1.0)
+    seen = np.ones(len(rows))
     for move in where:
-        moved = np.clip(move.move_boxes(moved), 0.0, 1.0)
-    reasons = np.where(_has_area(moved), "", np.where(_has_area(inside), CROPPED, OUTSIDE))
+        whole = move.move_boxes(moved)
+        moved = np.clip(whole, 0.0, 1.0)
+        seen *= _area(moved) / np.maximum(_area(whole), np.finfo(np.float64).tiny)
+    kept = np.where(seen >= min_visibility, "", HIDDEN)
+    reasons = np.where(_has_area(moved), kept, np.where(_has_area(inside), CROPPED, OUTSIDE))
     return moved, reasons
 
 
 def _has_area(boxes: np.ndarray) -> np.ndarray:
     return (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+
+
+def _area(boxes: np.ndarray) -> np.ndarray:
+    return np.clip(boxes[:, 2] - boxes[:, 0], 0, None) * np.clip(boxes[:, 3] - boxes[:, 1], 0, None)
 
 
 def _drop_siblings(

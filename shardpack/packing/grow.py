@@ -70,7 +70,7 @@ _RUN_OPTIONS = frozenset({"shards", "classes"})
 _TUPLES = ("resize", "pad_color", "split_names", "box_columns")
 # Options added since indexes kept their options, with what an index without them was packed
 # with: such an index grows as it was packed.
-_ADDED = {"box_columns": None, "wds_naming": "shardpack"}
+_ADDED = {"box_columns": None, "wds_naming": "shardpack", "min_visibility": 0.0}
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,8 @@ def write_shard(
                     kept = features["image"] is loaded  # stored as it came
                     taken = boxes.moves(orientation, kept, where, source.name) if moved else ()
                     size = features["height"], features["width"]
-                    fields, dropped = _fields(item, schema, moved, taken, size)
+                    fields, dropped = _fields(item, schema, moved, taken, size,
+                                              options.min_visibility)  # fmt: skip
                     features.update(fields)
                 except ImageError as e:
                     if options.on_error == "fail":
@@ -216,10 +217,11 @@ def _fields(
     moved: tuple[str, ...],
     where: tuple[boxes.Move, ...],
     size: tuple[int, int],
+    min_visibility: float,
 ) -> tuple[dict[str, object], dict[str, int]]:
     """The item's label and other fields, its geometry (`moved`) taken where its pixels went
-    to the stored `size` (boxes.follow), encoded as the schema declares them; and the boxes
-    dropped, by reason."""
+    to the stored `size` (boxes.follow, boxes under `min_visibility` dropped), encoded as the
+    schema declares them; and the boxes dropped, by reason."""
     values = dict(item.fields)
     if item.label is not None:
         values[LABEL] = item.label
@@ -227,7 +229,8 @@ def _fields(
     # most records hold no geometry (a passthrough is ~20 us a record); boxes are clipped and
     # a mask drawn whatever the moves
     if moved:
-        values, dropped = boxes.follow(item.key, values, schema, moved, where, size)
+        values, dropped = boxes.follow(item.key, values, schema, moved, where, size,
+                                       min_visibility)  # fmt: skip
     return {name: example_value(schema[name], value) for name, value in values.items()}, dropped
 
 

@@ -20,7 +20,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from shardpack.containers import Container, ShardReader, checked
-from shardpack.containers.example import decode
 from shardpack.errors import ImageError, IndexFormatError, RecordError, SourceError
 from shardpack.index import (
     FORMAT,
@@ -195,6 +194,8 @@ def _records(index: Index, shard) -> Iterator[tuple[int, object]]:
     if not container.raw_examples:
         return container.iter_records(index.storage, shard.file, index.compression,
                                       max_bytes=shard.num_bytes)  # fmt: skip
+    from shardpack.containers.example import decode  # numpy: not for --help, which lists us
+
     path, unit = index.storage.path(shard.file), container.position_unit
     raw = container.iter_raw(index.storage, shard.file, index.compression,
                              max_bytes=shard.num_bytes)  # fmt: skip
@@ -258,6 +259,8 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
             kept = cache[KIND] = _open_shards(root)
         reader = kept.get(item.path)
         if reader.raw_examples:
+            from shardpack.containers.example import decode  # numpy: not for --help
+
             data = reader.raw(item.position)
             where_in = (reader.path, reader.position(item.position), reader.unit)
             example = checked(decode(data, *where_in, BORROWED, LOADED))

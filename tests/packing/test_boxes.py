@@ -73,18 +73,20 @@ def _columns(height: int = HEIGHT, width: int = WIDTH, boxes: dict | None = None
     return {"boxes": [_normalised(b, height, width) for b in boxes.values()]}
 
 
-def _oracle(upright: np.ndarray, boxes: dict, mode: str, **options) -> tuple[list, tuple]:
+def _oracle(
+    upright: np.ndarray, boxes: dict, mode: str, min_visibility: float = 0.0, **options
+) -> tuple[list, tuple]:
     """albumentations' boxes (named by colour) and image size for the transform, its sizes
     taken from Pillow's ImageOps.cover and contain (img2dataset's meanings), not from us.
     Boxes of no visible area are dropped (min_area above 0: albumentations keeps zero-area
-    boxes at its default)."""
+    boxes at its default), and those under its min_visibility."""
     import albumentations as A  # scipy and pydantic: imported by the tests that use it
 
     height, width = upright.shape[:2]
     steps = oracle_steps(height, width, mode, **options)
     rows = [[b[1] / width, b[0] / height, b[3] / width, b[2] / height] for b in boxes.values()]
     params = A.BboxParams(format="albumentations", label_fields=["names"], clip=True,
-                          min_area=1e-3)  # fmt: skip
+                          min_area=1e-3, min_visibility=min_visibility)  # fmt: skip
     done = A.Compose(steps, bbox_params=params)(image=upright, bboxes=rows, names=list(boxes))
     size = done["image"].shape[:2]
     return list(zip(done["names"], np.asarray(done["bboxes"]).tolist(), strict=True)), size
@@ -177,6 +179,25 @@ def test_the_issues_center_crop_drops_the_box_it_cuts_away_and_counts_it(tmp_pat
     summary = result.to_json()
     assert summary["boxes_dropped"] == {"cropped away": 1}
     assert summary["records"] == 1 and summary["skipped"] == 0
+
+
+@pytest.mark.parametrize("share", [0.3, 0.7])
+def test_min_visibility_drops_what_albumentations_drops(tmp_path: Path, share: float):
+    """A centre crop to a square keeps x 100-300 of the 400x200 photo: red (x 250-330) keeps
+    0.625 of its area, blue (x 40-120) 0.25; --min-visibility drops those under it, as
+    albumentations' min_visibility does, and counts them."""
+    objects = {"red": (50, 250, 150, 330), "green": (60, 150, 140, 240), "blue": (0, 40, 30, 120)}
+    photo = _photo(objects=objects)
+    src = _manifest(tmp_path / "src", [("a.png", _png(photo), _columns(boxes=objects))])
+    result = _pack(src, tmp_path / "out", encode="png", resize=(200, 200),
+                   resize_mode="center-crop", min_visibility=share)  # fmt: skip
+    (record,) = iter_examples(tmp_path / "out", decode=True)
+    expected, size = _oracle(photo, objects, "center-crop", share, resize=(200, 200),
+                             target=(200, 200))  # fmt: skip
+    _check(record, expected, size)
+    hidden = {0.3: ["blue"], 0.7: ["red", "blue"]}[share]
+    assert sorted(set(objects) - {name for name, _ in expected}) == sorted(hidden)
+    assert result.to_json()["boxes_dropped"] == {"mostly cropped away": len(hidden)}
 
 
 def test_an_exif_rotated_jpeg_reencoded_keeps_its_boxes_on_the_displayed_object(tmp_path: Path):
