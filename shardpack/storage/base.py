@@ -185,8 +185,9 @@ class Storage:
         after it (depth first), for a source to walk SRC: links are followed to folders and
         regular files, never twice to one folder (a second way to a folder is met as a Folder
         with `same_as` only, so that no link loops; the folders of one listing are claimed
-        before any is walked, so a link never takes a sibling's place). Nothing is read or
-        opened but folders; a file's size comes where the listing gives it."""
+        before any is walked, and before the links among them, so a link never takes a real
+        folder's place). Nothing is read or opened but folders; a file's size comes where the
+        listing gives it."""
         raise NotImplementedError
 
     def parent(self) -> Storage | None:

@@ -124,8 +124,8 @@ class LocalStorage(Storage):
             rel = pending.pop()
             folder, subfolders = _list_folder(os.path.join(top, rel) if rel else top, rel)
             yield folder  # the caller may prune folder.folders now
-            walked = []
-            for sub in folder.folders:  # claimed all before any is walked
+            walked = set()  # claimed all before any is walked, folders before links to one
+            for sub in sorted(folder.folders, key=lambda name: subfolders[name].is_symlink()):
                 below = f"{rel}/{sub}" if rel else sub
                 try:
                     first = claimed.setdefault(_folder_id(subfolders[sub].stat()), below)
@@ -135,8 +135,9 @@ class LocalStorage(Storage):
                 if first != below:
                     yield Folder(below, [], {}, [], [], same_as=first)
                 else:
-                    walked.append(below)
-            pending.extend(reversed(walked))
+                    walked.add(sub)
+            pending.extend(f"{rel}/{sub}" if rel else sub for sub in reversed(folder.folders)
+                           if sub in walked)  # fmt: skip
 
     def parent(self) -> LocalStorage | None:
         above = os.path.dirname(self.root)
