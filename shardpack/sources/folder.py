@@ -221,7 +221,7 @@ def _list_images(
     at = f"{prefix}{folder.name}/"
     images, ignored = [], []
     for name in folder.files:
-        if name.startswith("."):
+        if name[0] == ".":
             continue  # hidden
         _, dot, ext = name.rpartition(".")
         if dot and (ext in _SUFFIXES or ext.lower() in _SUFFIXES):
