@@ -36,7 +36,7 @@ import os
 import queue
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from shardpack.errors import FileAccessError, OutputError, RecordError
@@ -97,6 +97,7 @@ class ShardWriter:
         # The dataset's features, set by Container.writer, for a container whose files are typed
         # by them (Parquet's columns); None: typed from the first record, where that matters.
         self.schema: Schema | None = None
+        self.naming = "shardpack"  # options.WDS_NAMINGS: how a container that names members does
         self.sink: Sink | None = None  # made on entering the block
         self.offsets: list[int] = []
         self.result: WriteResult | None = None
@@ -278,6 +279,7 @@ class Container:
     shard_pattern: re.Pattern[str] = re.compile("(?!)")
 
     shard_template = ""  # str.format'ed with name, split, index and n (the shard count)
+    namings: tuple[str, ...] = ("shardpack",)  # the --wds-naming values its writer takes
 
     def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
         """The file name of shard `index` of `num_shards` of a split."""
@@ -290,13 +292,22 @@ class Container:
 
     def writer(
         self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None,
-        schema: Schema | None = None,
+        schema: Schema | None = None, naming: str = "shardpack",
     ) -> ShardWriter:  # fmt: skip
         """A ShardWriter for one shard: a local `path`, or with `storage`, a name in it; the
-        dataset's `schema` where the container types its files by it."""
+        dataset's `schema` where the container types its files by it; `naming`, the members'
+        (--wds-naming) where a container names them."""
         writer = self.writer_class(path, compression, storage)
-        writer.schema = schema
+        writer.schema, writer.naming = schema, naming
         return writer
+
+    def check_naming(self, naming: str, features: Sequence[str]) -> None:
+        """Refuse, before anything is written, a dataset whose `features` the members' `naming`
+        cannot hold apart (a feature of a name the naming takes for its own).
+
+        Raises:
+            ShardpackError: naming the features and the fix.
+        """
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,

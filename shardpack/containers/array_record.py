@@ -219,7 +219,7 @@ class ArrayRecord(Container):
 
     def writer(
         self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None,
-        schema=None,
+        schema=None, naming: str = "shardpack",
     ) -> ShardWriter:  # fmt: skip
         self.require()  # fail before creating anything when the package is missing
         writer = _Writer(path, compression, storage)

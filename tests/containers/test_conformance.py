@@ -385,6 +385,11 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
         ([("000000.jpg", b"")], "archive ends inside a sample"),
         ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000001.json", b"{}")], "is not <key>"),
         ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000000.cls", b"1")], "is not <key>"),
+        (
+            [("000000.jpg", b"x"), ("000000.txt", b"a"), ("000000.json", b'{"format":"jpeg"}')],
+            "not img2dataset's",
+        ),
+        ([("000000.jpg", b"x"), ("000000.txt", b"a"), ("000000.cls", b"1")], "is not <key>"),
         ([("000000.txt", b"x"), ("000000.cls", b"1"), ("000000.json", b"{}")], "no image"),
         ([("000000.jpg", b"x"), ("000000.cls", b"one"), ("000000.json", b"{}")], "decimal"),
         ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000000.json", b"[")], "not JSON"),

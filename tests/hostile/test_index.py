@@ -140,6 +140,9 @@ WRONG_TYPES = [
     {"seed": "7"},
     {"stats": [1, 2]},
     {"plan_digest": 12},
+    {"history": [5]},
+    {"stats": {"seconds": "1"}},
+    {"retired": {"a": 1}},
 ]
 
 
