@@ -188,8 +188,10 @@ def list_class_folders(
         if not _hidden(name):
             passed.ignore(prefix + name)
     found: list[tuple[str, str, int | None]] = []
-    holding = dict.fromkeys(classes, False)  # class -> whether it holds an image, or None:
-    for folder in walk:  # it cannot be listed (skipped with why, not warned as empty)
+    # class -> whether it holds an image; None where it cannot be listed (skipped with why,
+    # not warned about as empty)
+    holding: dict[str, bool | None] = dict.fromkeys(classes, False)
+    for folder in walk:
         label = folder.name.partition("/")[0]
         if folder.same_as is not None and label == folder.name:
             raise _same_folder(src, base, folder.name, folder.same_as)
@@ -228,10 +230,13 @@ def _list_images(
             images.append(name)
         else:
             ignored.append(name)
-    for name, why in folder.others:  # FIFOs, devices: an image's name is skipped with why
-        if not _hidden(name):
-            (passed.skipped.append((at + name, why)) if _is_image_name(name) else
-             ignored.append(name))  # fmt: skip
+    for name, why in folder.others:  # FIFOs, devices: one named as an image is skipped, why
+        if _hidden(name):
+            continue
+        if _is_image_name(name):
+            passed.skipped.append((at + name, why))
+        else:
+            ignored.append(name)
     sizes = folder.sizes
     if sizes:
         found.extend([(label, at + name, sizes.get(name)) for name in images])
