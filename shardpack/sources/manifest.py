@@ -12,10 +12,10 @@ with its manifest line, like every other bad row.
 Image paths may also be URLs (s3://bucket/key), and the manifest and its root may be URLs too:
 the dataset's root, a storage.imageroot.ImageRoot, reads each image from where its path says,
 through storages made with the same options; an object's size comes from a listing of its
-folder. An http(s) URL takes no request at scan (its size is URL_BYTES, a guess for the
-planner): the workers fetch each shard's URLs many at a time (storage.fetch), in the plan's
-order. A URL of a scheme but http(s), file://, local:// and object stores' (ftp://, sftp://,
-...) is refused by name.
+folder. An http(s) URL takes no request at scan (its size is imageroot.URL_BYTES, a guess
+for the planner): the workers fetch each shard's URLs many at a time (storage.fetch), in the
+plan's order. A URL of a scheme but http(s), file://, local:// and object stores' (ftp://,
+sftp://, ...) is refused by name.
 """
 
 from __future__ import annotations
