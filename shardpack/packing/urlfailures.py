@@ -45,7 +45,7 @@ def _listed(row: dict) -> tuple:
 
 
 def rows_of(dataset: Dataset) -> RowsOf | None:
-    """Where the scan listed each URL: a URL list's root knows (sources.manifest.ImageRoot),
+    """Where the scan listed each URL: a URL list's root knows (storage.imageroot.ImageRoot),
     other sources' roots do not."""
     return getattr(dataset.root, "rows_of", None)
 

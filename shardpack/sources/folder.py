@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import operator
 import os
-import stat
 from collections.abc import Iterable, Mapping
 
 from shardpack.errors import SourceError
@@ -14,8 +13,7 @@ from shardpack.sources import cifar
 from shardpack.sources.classlist import check_class_name, class_list, labelled
 from shardpack.sources.scanned import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
-from shardpack.storage import Storage
-from shardpack.storage.srcfiles import not_regular
+from shardpack.storage import Folder, Storage
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 _ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")  # what a dataset is downloaded as
@@ -166,47 +164,99 @@ def list_class_folders(
     src: Storage, passed: Passed, base: str = ""
 ) -> tuple[tuple[str, ...], list[tuple[str, str, int]], list[str]]:
     """The class folders of SRC/base and their images, sorted by key; what is not an image
-    goes to `passed`.
+    goes to `passed`. The store's walk claims every class folder before walking any: a link
+    from one class into another (or back to SRC) must not list the other class's images under
+    the wrong label.
 
     Returns:
         (class names, [(class name, key, size)] with keys relative to SRC, the names of the
         class folders that hold no image).
     """
-    root = src.local_path()
-    if root is None:  # a walk of os.scandir per folder would be a request per folder
-        return _list_class_objects(src, passed, base)
-    top = os.path.join(root, base) if base else root
-    try:
-        entries = sorted(os.scandir(top), key=lambda e: e.name)
-    except OSError as e:
-        raise SourceError(f"{top}: cannot list ({e.strerror}); check its permissions") from None
-    classes = tuple(e.name for e in entries if not _hidden(e.name) and e.is_dir())
+    walk = src.walk_folders(base)
+    top = next(walk)
+    if top.error is not None:
+        e = top.error
+        raise SourceError(f"{src.path(base)}: cannot list ({e.strerror or e}); check its "
+                          "permissions")  # fmt: skip
+    top.folders[:] = [name for name in top.folders if not _hidden(name)]
+    classes = tuple(top.folders)
     for name in classes:
-        check_class_name(name, top)
-    for e in entries:
-        if not _hidden(e.name) and not e.is_dir():
-            passed.ignore(f"{base}/{e.name}" if base else e.name)
-    found: list[tuple[str, str, int]] = []
-    # Claim the folder and every class folder up front: a link from one class into another (or
-    # back to the folder) must not list the other class's images under the wrong label.
-    class_dirs: dict[tuple[int, int], str] = {}
-    for name in classes:
-        first = class_dirs.setdefault(_dir_id(os.path.join(top, name)), name)
-        if first != name:
-            raise SourceError(
-                f"{os.path.join(top, name)}: is the same folder as {os.path.join(top, first)} "
-                "(a link); one folder cannot be two classes: remove the link"
-            )
-    seen_dirs = {_dir_id(top), *class_dirs}
-    empty = []
-    for name in classes:
-        before, rel = len(found), f"{base}/{name}" if base else name
-        _walk_images(root, name, rel, seen_dirs, passed, found)
-        unlisted = any(key == f"{rel}/" for key, _ in passed.skipped[-1:])
-        if len(found) == before and not unlisted:  # one that cannot be listed: skipped, why
-            empty.append(name)
+        check_class_name(name, src.path(base))
+    prefix = f"{base}/" if base else ""
+    loose = sorted([*top.files, *(name for name, _ in top.others)])
+    for name in loose:
+        if not _hidden(name):
+            passed.ignore(prefix + name)
+    found: list[tuple[str, str, int | None]] = []
+    # class -> whether it holds an image; None where it cannot be listed (skipped with why,
+    # not warned about as empty)
+    holding: dict[str, bool | None] = dict.fromkeys(classes, False)
+    for folder in walk:
+        label = folder.name.partition("/")[0]
+        if folder.same_as is not None and label == folder.name:
+            raise _same_folder(src, base, folder.name, folder.same_as)
+        if folder.same_as is not None:
+            continue  # a link to a folder walked or claimed: walked once
+        if folder.error is not None:
+            why = (folder.error.strerror or str(folder.error)).lower()
+            passed.skipped.append((f"{prefix}{folder.name}/", f"cannot list ({why})"))
+            if label == folder.name:
+                holding[label] = None
+            continue
+        folder.folders[:] = [name for name in folder.folders if not _hidden(name)]
+        if _list_images(folder, label, prefix, passed, found) and holding[label] is False:
+            holding[label] = True
     found.sort(key=operator.itemgetter(1))
-    return classes, _fill_sizes(root, found), empty
+    empty = [name for name, holds in holding.items() if holds is False]
+    return classes, _fill_sizes(src, found), empty
+
+
+def _list_images(
+    folder: Folder,
+    label: str,
+    prefix: str,
+    passed: Passed,
+    found: list[tuple[str, str, int | None]],
+) -> int:
+    """Add (label, key, size or None) of each image of `folder` to `found`; what is not an
+    image goes to `passed`. Return how many images. Per file this is the listing's hot loop."""
+    at = f"{prefix}{folder.name}/"
+    images, ignored = [], []
+    for name in folder.files:
+        if name[0] == ".":
+            continue  # hidden
+        _, dot, ext = name.rpartition(".")
+        if dot and (ext in _SUFFIXES or ext.lower() in _SUFFIXES):
+            images.append(name)
+        else:
+            ignored.append(name)
+    for name, why in folder.others:  # FIFOs, devices: one named as an image is skipped, why
+        if _hidden(name):
+            continue
+        if _is_image_name(name):
+            passed.skipped.append((at + name, why))
+        else:
+            ignored.append(name)
+    sizes = folder.sizes
+    if sizes:
+        found.extend([(label, at + name, sizes.get(name)) for name in images])
+    else:  # a disk's plain files: sized afterwards (_fill_sizes)
+        found.extend([(label, at + name, None) for name in images])
+    listed(len(images) + len(ignored))
+    for name in sorted(ignored):
+        passed.ignore(at + name)
+    return len(images)
+
+
+def _same_folder(src: Storage, base: str, name: str, first: str) -> SourceError:
+    """The error of class folder `name` of SRC/base: a link to class folder `first` ("": to
+    SRC/base itself)."""
+    top = src.child(base) if base else src
+    if not first:
+        return SourceError(f"{top.path(name)}: is a link to {top.path()}, the folder holding "
+                           "it; a class cannot hold the classes: remove the link")  # fmt: skip
+    return SourceError(f"{top.path(name)}: is the same folder as {top.path(first)} (a link); "
+                       "one folder cannot be two classes: remove the link")  # fmt: skip
 
 
 def empty_class_warnings(top: str, empty: list[str], classes: tuple[str, ...]) -> list[str]:
@@ -243,30 +293,27 @@ def _nothing_found(src: Storage) -> str:
         root = src.path()
         parent, name = os.path.dirname(root), os.path.basename(root)
         way = "move them into class folders"
-        on_disk = src.local_path() is not None
-        if on_disk and _only_entry(parent, name):  # else the parent packs its others too
+        above = src.parent()
+        if above is not None and _only_entry(above, name):  # else it packs its others too
             way += f", or pass {parent} to pack {name} as one class"
         return (f"its {loose} images lie in SRC itself, but each class needs its own folder "
                 f"(SRC/<class>/<image>): {way}")  # fmt: skip
     return f"expected SRC/<class>/<image> with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}"
 
 
-def _only_entry(folder: str, name: str) -> bool:
+def _only_entry(folder: Storage, name: str) -> bool:
     """Whether `name` is the only folder in `folder` (hidden ones aside): a scan of `folder`
     would take no other class."""
     try:
-        with os.scandir(folder) as entries:
-            return all(e.name == name or e.name.startswith(".") or not e.is_dir() for e in entries)
-    except OSError:
+        entries = folder_entries(folder)
+    except SourceError:
         return False
+    return all(entry == name or entry.startswith(".") or not is_dir for entry, is_dir in entries)
 
 
-def _dir_id(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_dev, st.st_ino
-
-
-def _fill_sizes(root: str, found: list[tuple[str, str, int | None]]) -> list[tuple[str, str, int]]:
+def _fill_sizes(
+    src: Storage, found: list[tuple[str, str, int | None]]
+) -> list[tuple[str, str, int]]:
     """`found` with a size for each file the walk left without: its own for the first
     SIZED_FILES files and every SIZE_STRIDE-th after them, the mean of those for the rest."""
     sample = [*range(min(SIZED_FILES, len(found))), *range(SIZED_FILES, len(found), SIZE_STRIDE)]
@@ -274,8 +321,8 @@ def _fill_sizes(root: str, found: list[tuple[str, str, int | None]]) -> list[tup
     for i in sample:
         label, key, size = found[i]
         if size is None:
-            try:  # no link to follow: the walk saw a regular file
-                size = os.stat(os.path.join(root, key), follow_symlinks=False).st_size
+            try:  # the walk saw a regular file
+                size = src.size(key)
             except OSError:  # gone since: the worker's skip will say so
                 size = 0
             found[i] = (label, key, size)
@@ -284,77 +331,6 @@ def _fill_sizes(root: str, found: list[tuple[str, str, int | None]]) -> list[tup
         return found  # every file has its own size
     mean = round(sum(sizes) / len(sizes))
     return [(label, key, mean if size is None else size) for label, key, size in found]
-
-
-def _walk_images(
-    root: str,
-    label: str,
-    top: str,
-    seen_dirs: set[tuple[int, int]],
-    passed: Passed,
-    found: list[tuple[str, str, int | None]],
-) -> None:
-    """Add (label, relative path, size) of each image under root/top to `found`, each folder
-    once, a folder's images in name order; what is not an image goes to `passed`. Links are
-    followed to folders and regular files only. A regular file (told by the directory entry's
-    type, no syscall) gets size None: _fill_sizes gives it one. Per file this is the listing's
-    hot loop."""
-    pending = [top]
-    while pending:
-        rel_dir = pending.pop()
-        path = os.path.join(root, rel_dir)
-        try:
-            if rel_dir != top:
-                folder = _dir_id(path)
-                if folder in seen_dirs:
-                    continue  # a link to a folder already walked or claimed: follow it once
-                seen_dirs.add(folder)
-            entries = list(os.scandir(path))
-        except OSError as e:
-            why = (e.strerror or str(e)).lower()  # "cannot list (permission denied)"
-            passed.skipped.append((f"{rel_dir}/", f"cannot list ({why})"))
-            continue
-        files, subfolders, ignored = [], [], []
-        for entry in entries:  # in the directory's order: each list is sorted below, by name
-            name = entry.name
-            if name.startswith("."):
-                continue  # hidden
-            _, dot, ext = name.rpartition(".")
-            if not dot or (ext not in _SUFFIXES and ext.lower() not in _SUFFIXES):
-                # the entry's d_type: no syscall unless it is a link
-                (subfolders if entry.is_dir() else ignored).append(name)
-            elif entry.is_file(follow_symlinks=False):
-                files.append(name)
-            else:  # a link, a special file, or a file system without d_type: stat it
-                _stat_image(entry, label, f"{rel_dir}/{name}", subfolders, passed, found)
-        found.extend([(label, f"{rel_dir}/{name}", None) for name in sorted(files)])
-        listed(len(files) + len(ignored))
-        for name in sorted(ignored):
-            passed.ignore(f"{rel_dir}/{name}")
-        pending.extend([f"{rel_dir}/{name}" for name in sorted(subfolders, reverse=True)])
-
-
-def _stat_image(
-    entry: os.DirEntry,
-    label: str,
-    rel: str,
-    subfolders: list[str],
-    passed: Passed,
-    found: list[tuple[str, str, int | None]],
-) -> None:
-    """An image name that is not a plain regular file: a link is followed to a regular file
-    (listed with its size) or a folder (walked); anything else is skipped, never opened."""
-    try:
-        st = entry.stat()
-    except OSError:  # dangling link: kept, so that the worker's skip says why
-        found.append((label, rel, 0))
-        return
-    if stat.S_ISREG(st.st_mode):
-        found.append((label, rel, st.st_size))
-    elif stat.S_ISDIR(st.st_mode):
-        subfolders.append(entry.name)
-    else:
-        passed.skipped.append((rel, not_regular(st.st_mode)))
 
 
 def instead_of_file(path: str) -> str:
@@ -373,66 +349,19 @@ def instead_of_file(path: str) -> str:
     return "pass a folder of class folders (SRC/<class>/<image>) or of CIFAR batches"
 
 
-# ---- object stores ---------------------------------------------------------------------------
-
-
 def folder_entries(src: Storage, base: str = "") -> list[tuple[str, bool]]:
-    """(name, is a folder) of each entry of SRC/base, sorted by name.
+    """(name, is a folder) of each entry of SRC/base, sorted by name; a link counts as what it
+    leads to, and nothing is read (a dangling link or a FIFO is listed, as a file).
 
     Raises:
         SourceError: the folder cannot be listed.
     """
-    try:
-        if (path := src.local_path(base)) is not None:  # scandir: a dangling link or a FIFO
-            return sorted((e.name, e.is_dir()) for e in os.scandir(path))  # is listed unread
-        return [(e.name, e.is_dir) for e in src.listdir(base)]
-    except OSError as e:
+    folder = next(src.walk_folders(base))  # its own listing only: nothing below is walked
+    if (e := folder.error) is not None:
         where = src.path(base)
-        raise SourceError(
-            f"{where}: cannot list ({e.strerror or e}); check its permissions"
-        ) from None
-
-
-def _list_class_objects(
-    src: Storage, passed: Passed, base: str
-) -> tuple[tuple[str, ...], list[tuple[str, str, int]], list[str]]:
-    """list_class_folders from one recursive listing (an object store's paginated list): the
-    same classes, items and files passed over, in the same order, as the walk of a disk."""
-    top = src.path(base)
-    try:
-        listing = list(src.walk(base))
-    except OSError as e:
-        raise SourceError(f"{top}: cannot list ({e}); check its permissions") from None
-    prefix = f"{base}/" if base else ""
-    holds_images: dict[str, bool] = {}  # class name -> whether an image is below it
-    found: list[tuple[str, str, int]] = []
-    ignored = []
-    for entry in listing:
-        parts = entry.name.split("/")
-        if any(part.startswith(".") for part in parts):
-            continue  # hidden, or below a hidden folder
-        if len(parts) == 1:
-            ignored.append(prefix + entry.name)  # a file beside the class folders
-            continue
-        holds_images.setdefault(parts[0], False)
-        if _is_image_name(parts[-1]):
-            found.append((parts[0], prefix + entry.name, entry.size))
-            holds_images[parts[0]] = True
-        else:
-            ignored.append(prefix + entry.name)
-    classes = tuple(sorted(holds_images))
-    for name in classes:
-        check_class_name(name, top)
-    for rel in sorted(ignored, key=_walk_order):
-        passed.ignore(rel)
-    found.sort(key=operator.itemgetter(1))
-    return classes, found, [name for name in classes if not holds_images[name]]
-
-
-def _walk_order(rel: str) -> list[tuple[int, str]]:
-    """Sorts paths as a walk meets them: a folder's files by name, then its folders."""
-    *folders, name = rel.split("/")
-    return [(1, folder) for folder in folders] + [(0, name)]
+        raise SourceError(f"{where}: cannot list ({e.strerror or e}); check its permissions")
+    files = [*folder.files, *(name for name, _ in folder.others)]
+    return sorted([*((name, True) for name in folder.folders), *((name, False) for name in files)])
 
 
 SOURCE = FolderSource()

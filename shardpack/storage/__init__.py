@@ -26,6 +26,7 @@ from shardpack.errors import StorageError
 from shardpack.storage.base import (
     Blob,
     Entry,
+    Folder,
     HashingBlob,
     JournalWriter,
     Sink,
@@ -37,7 +38,7 @@ from shardpack.storage.locations import LOCAL_SCHEMES, URL, is_url
 from shardpack.storage.remote import RemoteStorage
 
 __all__ = [
-    "Blob", "Entry", "HashingBlob", "JournalWriter", "Sink", "Storage", "StorageError",
+    "Blob", "Entry", "Folder", "HashingBlob", "JournalWriter", "Sink", "Storage", "StorageError",
     "is_store_failure", "is_url", "storage_at", "store_failure",
 ]  # fmt: skip
 

@@ -26,6 +26,18 @@ class Entry(NamedTuple):
     size: int  # bytes; 0 for a folder
 
 
+class Folder(NamedTuple):
+    """One folder met by Storage.walk_folders."""
+
+    name: str  # relative to the folder walked, "" for itself
+    files: list[str]  # its files (links to a regular file and dangling links too), sorted
+    sizes: dict[str, int]  # the sizes the listing gave (on a disk only links'): ask size()
+    folders: list[str]  # its folders to walk, sorted: remove a name to leave it unwalked
+    others: list[tuple[str, str]]  # (name, why it is not read): FIFOs, devices, sockets
+    error: OSError | None = None  # why it could not be listed (all lists empty)
+    same_as: str | None = None  # a link to this folder, met before as `same_as`: not walked
+
+
 class Blob:
     """A file or object open for reading at any offset, every read bounded by the caller."""
 
@@ -167,6 +179,21 @@ class Storage:
     def walk(self, name: str = "") -> Iterator[Entry]:
         """Every file below a folder, names relative to it, in sorted order."""
         raise NotImplementedError
+
+    def walk_folders(self, name: str = "") -> Iterator[Folder]:
+        """Every folder below `name`, itself first, each once and its subfolders in name order
+        after it (depth first), for a source to walk SRC: links are followed to folders and
+        regular files, never twice to one folder (a second way to a folder is met as a Folder
+        with `same_as` only, so that no link loops; the folders of one listing are claimed
+        before any is walked, and before the links among them, so a link never takes a real
+        folder's place). Nothing is read or opened but folders; a file's size comes where the
+        listing gives it."""
+        raise NotImplementedError
+
+    def parent(self) -> Storage | None:
+        """The storage rooted at the folder above this root; None at the top (a disk's /, a
+        bucket)."""
+        return None
 
     def size(self, name: str) -> int:
         """The bytes of one file of SRC, asked of the file itself (0 where it does not say)."""

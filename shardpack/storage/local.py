@@ -23,8 +23,8 @@ from shardpack.storage.atomic import (
     replace_with,
     write_atomic,
 )
-from shardpack.storage.base import Blob, Entry, JournalWriter, Sink, Storage
-from shardpack.storage.srcfiles import read_regular
+from shardpack.storage.base import Blob, Entry, Folder, JournalWriter, Sink, Storage
+from shardpack.storage.srcfiles import not_regular, read_regular
 
 
 class LocalStorage(Storage):
@@ -112,6 +112,37 @@ class LocalStorage(Storage):
             else:
                 yield entry
 
+    def walk_folders(self, name: str = "") -> Iterator[Folder]:
+        top = self.path(name)
+        try:
+            claimed = {_folder_id(os.stat(top)): ""}  # (device, inode) -> where it was met
+        except OSError as e:
+            yield Folder("", [], {}, [], [], e)
+            return
+        pending = [""]
+        while pending:
+            rel = pending.pop()
+            folder, subfolders = _list_folder(os.path.join(top, rel) if rel else top, rel)
+            yield folder  # the caller may prune folder.folders now
+            walked = set()  # claimed all before any is walked, folders before links to one
+            for sub in sorted(folder.folders, key=lambda name: subfolders[name].is_symlink()):
+                below = f"{rel}/{sub}" if rel else sub
+                try:
+                    first = claimed.setdefault(_folder_id(subfolders[sub].stat()), below)
+                except OSError as e:  # gone since it was listed
+                    yield Folder(below, [], {}, [], [], e)
+                    continue
+                if first != below:
+                    yield Folder(below, [], {}, [], [], same_as=first)
+                else:
+                    walked.add(sub)
+            pending.extend(f"{rel}/{sub}" if rel else sub for sub in reversed(folder.folders)
+                           if sub in walked)  # fmt: skip
+
+    def parent(self) -> LocalStorage | None:
+        above = os.path.dirname(self.root)
+        return None if above == self.root else LocalStorage(above)
+
     def size(self, name: str) -> int:
         return os.stat(self.path(name)).st_size
 
@@ -173,6 +204,45 @@ class LocalStorage(Storage):
 
     def progress_folder(self) -> str | None:
         return self.root
+
+
+def _folder_id(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _list_folder(path: str, rel: str) -> tuple[Folder, dict[str, os.DirEntry]]:
+    """One folder's Folder, and its subfolders' entries (to stat once each). A regular file is
+    told by its entry's type, with no syscall: per file, this is a large listing's hot loop."""
+    try:
+        with os.scandir(path) as listing:
+            entries = list(listing)
+    except OSError as e:
+        return Folder(rel, [], {}, [], [], e), {}
+    files: list[str] = []
+    sizes: dict[str, int] = {}
+    folders: dict[str, os.DirEntry] = {}
+    others: list[tuple[str, str]] = []
+    for entry in entries:
+        if entry.is_file(follow_symlinks=False):
+            files.append(entry.name)
+        elif entry.is_dir(follow_symlinks=False):
+            folders[entry.name] = entry
+        else:  # a link, a special file, or a file system without d_type: stat it
+            try:
+                st = entry.stat()
+            except OSError:  # a dangling link: listed, so that its read says why
+                files.append(entry.name)
+                sizes[entry.name] = 0
+                continue
+            if stat.S_ISREG(st.st_mode):
+                files.append(entry.name)
+                sizes[entry.name] = st.st_size
+            elif stat.S_ISDIR(st.st_mode):
+                folders[entry.name] = entry
+            else:
+                others.append((entry.name, not_regular(st.st_mode)))
+    files.sort()
+    return Folder(rel, files, sizes, sorted(folders), sorted(others)), folders
 
 
 class _FileBlob(Blob):

@@ -19,6 +19,12 @@ def is_url(text: str | os.PathLike) -> bool:
     return isinstance(text, str) and URL.match(text) is not None
 
 
+def is_relative(path: str) -> bool:
+    """Whether a path (as a manifest row writes it) is relative to a root folder: neither a URL
+    nor an absolute path."""
+    return not (is_url(path) or os.path.isabs(path))
+
+
 def local_file(location: str | os.PathLike) -> str | None:
     """The local path a location names, for a tool that writes a file itself (an image, a
     page); None for a URL."""

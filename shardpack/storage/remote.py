@@ -33,6 +33,7 @@ from shardpack.storage.base import (
     EXTRAS,
     Blob,
     Entry,
+    Folder,
     JournalWriter,
     Sink,
     Storage,
@@ -137,6 +138,47 @@ class RemoteStorage(Storage):
             entry = _entry(found[path], key)
             if entry.name:
                 yield entry
+
+    def walk_folders(self, name: str = "") -> Iterator[Folder]:
+        try:  # the folder itself by one listing: a caller may want no more of it
+            listed = self.listdir(name)
+        except OSError as e:
+            yield Folder("", [], {}, [], [], e)
+            return
+        files = {e.name: e.size for e in listed if not e.is_dir}
+        top = Folder("", sorted(files), files, [e.name for e in listed if e.is_dir], [])
+        yield top
+        if not top.folders:
+            return
+        key = self._key(name)
+        with _naming(self.path(name)):  # what is below it by one recursive listing, paginated
+            found = self.fs.find(key, detail=True, withdirs=False, refresh=True)
+        tree: dict[str, tuple[dict[str, int], set[str]]] = {}  # folder -> its files, folders
+        for info in found.values():
+            entry = _entry(info, key)
+            folder, _, file = entry.name.rpartition("/")
+            if folder:  # the top's own files were listed above
+                tree.setdefault(folder, ({}, set()))[0][file] = entry.size
+            while folder:  # each folder in its parent's folders (an object store has no
+                parent, _, last = folder.rpartition("/")  # empty ones, nor links: no loop)
+                folders = tree.setdefault(parent, ({}, set()))[1]
+                if last in folders:
+                    break
+                folders.add(last)
+                folder = parent
+        pending = list(reversed(top.folders))
+        while pending:
+            rel = pending.pop()
+            files, folders = tree.get(rel, ({}, set()))
+            folder = Folder(rel, sorted(files), files, sorted(folders), [])
+            yield folder  # the caller may prune folder.folders now
+            pending.extend(f"{rel}/{sub}" for sub in reversed(folder.folders))
+
+    def parent(self) -> RemoteStorage | None:
+        if "/" not in self._base.strip("/"):
+            return None  # a bucket, or the top of the filesystem
+        above = self.root.rpartition("/")[0]
+        return RemoteStorage(self.fs, above, self.scheme, self._base.rpartition("/")[0])
 
     def size(self, name: str) -> int:
         with _naming(self.path(name)):

@@ -751,6 +751,18 @@ def test_a_class_folder_that_links_to_another_class_is_refused(tmp_path):
         scan(src)
 
 
+def test_the_class_folder_refused_as_a_second_name_is_the_link(tmp_path):
+    src = helpers.make_tree(tmp_path / "src", {"b": 1})
+    (src / "a").symlink_to(src / "b")  # sorts first, yet the folder is b's
+    with pytest.raises(SourceError) as caught:
+        scan(src)
+    assert str(caught.value).startswith(f"{src / 'a'}: is the same folder as {src / 'b'} (a link)")
+    (src / "a").unlink()
+    (src / "a").symlink_to(".")
+    with pytest.raises(SourceError, match=f"^{src / 'a'}: is a link to {src}, the folder holding"):
+        scan(src)
+
+
 # ---- CIFAR batches kept for the run --------------------------------------------------------
 
 

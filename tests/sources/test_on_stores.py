@@ -114,6 +114,14 @@ def test_class_folders_scan_and_load_alike_from_a_url(tmp_path, bucket):
     assert "empty file" in _loaded(there)
 
 
+def test_a_class_folder_of_hidden_files_only_is_a_class_from_a_url_too(tmp_path, bucket):
+    local = tmp_path / "src"
+    helpers.make_tree(local, {"cat": 1})
+    helpers.write_image(local / "fish" / ".hidden.jpg", helpers.image(3))
+    there = _same(local, _upload(local, bucket))  # a store's folder is what a disk's is
+    assert there.classes == ("cat", "fish") and "class 'fish'" in there.warnings[0]
+
+
 def test_a_split_tree_scans_alike_from_a_url(tmp_path, bucket):
     local = tmp_path / "src"
     helpers.make_tree(local / "train", {"cat": 2, "dog": 2})

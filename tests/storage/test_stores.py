@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import threading
 import uuid
 from pathlib import Path
@@ -250,3 +251,88 @@ def test_the_storage_seam_holds():
             elif isinstance(node, ast.Attribute) and node.attr == "_strip_protocol":
                 leaks.append(f"{where}: calls fsspec's private _strip_protocol")
     assert leaks == []
+
+
+def _walked(storage, name: str = "") -> list[tuple]:
+    """(folder, files, folders, others, same_as, error) of each Folder of a walk, hidden
+    folders pruned as a source prunes them."""
+    seen = []
+    for folder in storage.walk_folders(name):
+        folder.folders[:] = [n for n in folder.folders if not n.startswith(".")]
+        error = None if folder.error is None else folder.error.strerror
+        seen.append((folder.name, folder.files, folder.folders, folder.others, folder.same_as,
+                     error))  # fmt: skip
+    return seen
+
+
+def test_walk_folders_meets_each_folder_once_in_the_same_order_on_a_disk_and_a_store(tmp_path, url):
+    src = tmp_path / "src"
+    for name, data in {"a/x.jpg": b"xx", "a/b/y.txt": b"y", "a/b/c/z.png": b"zzz",
+                       "d/e.jpg": b"e", "top.txt": b"t", ".h/q.jpg": b"q"}.items():  # fmt: skip
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(data)
+        MEMORY.pipe_file(f"{url}/src/{name}", data)
+    disk, store = storage_at(src), storage_at(f"{url}/src")
+    assert (
+        _walked(disk)
+        == _walked(store)
+        == [
+            ("", ["top.txt"], ["a", "d"], [], None, None),
+            ("a", ["x.jpg"], ["b"], [], None, None),
+            ("a/b", ["y.txt"], ["c"], [], None, None),
+            ("a/b/c", ["z.png"], [], [], None, None),
+            ("d", ["e.jpg"], [], [], None, None),
+        ]
+    )
+    assert (
+        _walked(disk, "a/b")
+        == _walked(store, "a/b")
+        == [
+            ("", ["y.txt"], ["c"], [], None, None),
+            ("c", ["z.png"], [], [], None, None),
+        ]
+    )
+    assert {f.name: f.sizes for f in store.walk_folders("a")} == {
+        "": {"x.jpg": 2}, "b": {"y.txt": 1}, "b/c": {"z.png": 3}}  # fmt: skip
+    assert [f.sizes for f in disk.walk_folders("a")] == [{}, {}, {}]  # plain files: size()
+    assert store.parent() == storage_at(url) and disk.parent() == storage_at(tmp_path)
+    assert storage_at("/").parent() is None and storage_at(url).parent() is None
+
+
+def test_a_disk_walk_follows_links_once_and_lists_what_it_cannot_read_unread(tmp_path):
+    src, outside = tmp_path / "src", tmp_path / "outside"
+    (src / "a" / "real").mkdir(parents=True)
+    (outside / "in").mkdir(parents=True)
+    (outside / "o.jpg").write_bytes(b"ooo")
+    (outside / "in" / "back").symlink_to(outside, target_is_directory=True)  # a loop outside
+    (src / "a" / "ext").symlink_to(outside, target_is_directory=True)
+    (src / "a" / "loop").symlink_to(src / "a", target_is_directory=True)
+    (src / "a" / "up").symlink_to("..", target_is_directory=True)
+    (src / "a" / "link").symlink_to("real", target_is_directory=True)  # sorts first: still
+    (src / "a" / "file.jpg").symlink_to(outside / "o.jpg")  # the real folder is walked
+    (src / "a" / "gone.jpg").symlink_to(tmp_path / "nowhere")
+    (src / "a" / "zero.png").symlink_to("/dev/zero")
+    os.mkfifo(src / "a" / "pipe.jpg")
+    (src / "empty").mkdir()
+    walked = _walked(storage_at(src))
+    assert walked[:7] == [
+        ("", [], ["a", "empty"], [], None, None),
+        ("a", ["file.jpg", "gone.jpg"], ["ext", "link", "loop", "real", "up"],
+         [("pipe.jpg", "not a regular file (a FIFO)"),
+          ("zero.png", "not a regular file (a character device)")], None, None),
+        ("a/link", [], [], [], "a/real", None),
+        ("a/loop", [], [], [], "a", None),
+        ("a/up", [], [], [], "", None),
+        ("a/ext", ["o.jpg"], ["in"], [], None, None),
+        ("a/ext/in", [], ["back"], [], None, None),
+    ]  # fmt: skip
+    assert walked[7:] == [
+        ("a/ext/in/back", [], [], [], "a/ext", None),
+        ("a/real", [], [], [], None, None),
+        ("empty", [], [], [], None, None),
+    ]
+    first = next(storage_at(src).walk_folders("a"))
+    assert first.sizes == {"file.jpg": 3, "gone.jpg": 0}  # links stat'ed; a dangling one: 0
+    assert (
+        next(storage_at(src).walk_folders("missing")).error.strerror == "No such file or directory"
+    )

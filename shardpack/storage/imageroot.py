@@ -1,0 +1,297 @@
+"""Where a manifest's images are read from: `ImageRoot`, a Storage over the root folder of a
+manifest's relative paths that reads an absolute path or URL through a storage made for its
+folder, and an http(s) URL through the workers' fetcher; each image's size at scan
+(`ImageSizes`); where the scan listed each URL (`UrlRows`, for failures.jsonl)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import posixpath
+import stat
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from shardpack.storage import storage_at  # the package picks the store a path names
+from shardpack.storage.base import Blob, Entry, Storage
+from shardpack.storage.locations import is_url, joined, normal
+from shardpack.storage.srcfiles import not_regular
+from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from shardpack.storage.fetch import Fetcher, Prefetch
+
+# What the planner takes an http(s) URL's image to weigh, unfetched: a guess at a web photo's
+# size (img2dataset's 10,000 a shard would be ~1 GB of originals); 1,024 make a 128MiB shard.
+URL_BYTES = 128 << 10
+
+
+class ImageUnusable(Exception):
+    """The image a manifest row names cannot be read; the message says which and why."""
+
+
+def _open_root(root: str) -> int | None:
+    """The folder of relative image paths, open to stat them from (no path walk per image); None
+    when it cannot be opened (each stat then reports why)."""
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _image_size(root: str, path: str, root_fd: int | None) -> int:
+    """The size of the image file at path (under root unless absolute); links are followed, but
+    only to a regular file."""
+    try:
+        st = (
+            os.stat(path, dir_fd=root_fd)
+            if root_fd is not None
+            else os.stat(os.path.join(root, path))
+        )
+    except OSError as e:
+        raise ImageUnusable(f"image {os.path.join(root, path)}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ImageUnusable(f"image {os.path.join(root, path)}: {not_regular(st.st_mode)}")
+    return st.st_size
+
+
+class ImageRoot(Storage):
+    """Where a manifest's images are read from (the reading half of a Storage): a relative
+    path under the manifest's root folder (or --root), or an absolute path or URL through a
+    storage made for its folder with the same options; an http(s) URL is fetched under the
+    FetchPolicy given (storage.fetch). Pickles for the workers."""
+
+    def __init__(
+        self,
+        base: Storage,
+        options: Mapping[str, object] | None = None,
+        policy: FetchPolicy | None = None,
+    ) -> None:
+        self.base = base
+        self.options = dict(options or {})
+        self.policy = policy or FetchPolicy()
+        self.root = base.root
+        self._climbs = is_url(base.root)  # "../x" under a URL: resolved in the URL
+        self._web = is_web_url(base.root)  # relative paths are URLs too
+        self._elsewhere: dict[str, Storage] = {}  # folder -> its storage
+        self._fetcher: Fetcher | None = None  # made where first needed: threads, locks
+        self.rows: UrlRows | None = None  # the scan's: where each URL was listed
+
+    def __getstate__(self) -> dict:  # (the rows are the packing process's: no worker's)
+        return {**self.__dict__, "_fetcher": None, "_elsewhere": {}, "rows": None}
+
+    def rows_of(self, urls: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """(manifest file name, line or row) of each of these http(s) URL items the scan
+        listed ({} in a process the root was pickled to)."""
+        return {} if self.rows is None else self.rows.of(urls)
+
+    def __repr__(self) -> str:
+        return f"ImageRoot({self.base!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ImageRoot) and (other.base, other.options) == (
+            self.base,
+            self.options,
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.base)
+
+    def web_url(self, name: str) -> str | None:
+        """The http(s) URL an image path names (itself, or under an http(s) root), else None."""
+        if is_web_url(name):
+            return name
+        if not self._web:
+            return None
+        url = joined(self.root, name)
+        return url if is_web_url(url) else None
+
+    def fetcher(self) -> Fetcher:
+        """This process's Fetcher of image URLs."""
+        if self._fetcher is None:
+            from shardpack.storage.fetch import Fetcher  # the network stack: workers only
+
+            self._fetcher = Fetcher(self.policy)
+        return self._fetcher
+
+    def where(self, name: str) -> tuple[Storage, str]:
+        """The storage an image path is read from, and its name there."""
+        if self._climbs and (name == ".." or name.startswith("../")):
+            name = normal(f"{self.root}/{name}")  # an object store has no "..": climb here
+        if is_url(name):
+            folder, _, file = name.rpartition("/")
+        elif os.path.isabs(name):
+            folder, file = os.path.split(name)
+        else:
+            return self.base, name
+        storage = self._elsewhere.get(folder)
+        if storage is None:
+            storage = self._elsewhere[folder] = storage_at(folder, self.options)
+        return storage, file
+
+    def path(self, name: str = "") -> str:
+        if name and (url := self.web_url(name)) is not None:
+            return url
+        storage, name = self.where(name)
+        return storage.path(name)
+
+    def local_path(self, name: str = "") -> str | None:
+        if name and self.web_url(name) is not None:
+            return None
+        storage, name = self.where(name)
+        return storage.local_path(name)
+
+    def kind(self, name: str = "") -> str | None:
+        storage, name = self.where(name)
+        return storage.kind(name)
+
+    def read(self, name: str, limit: int) -> bytes:
+        if (url := self.web_url(name)) is not None:
+            return self.fetcher().get(url, limit)
+        storage, name = self.where(name)
+        return storage.read(name, limit)
+
+    @contextmanager
+    def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
+        """Itself, reading the http(s) URLs among `files` ahead, many at a time (Prefetch)."""
+        urls = (url for name, _ in files if (url := self.web_url(name)) is not None)
+        first = next(urls, None)
+        if first is None:
+            yield self
+            return
+        from shardpack.storage.fetch import Prefetch  # the network stack: workers only
+
+        ahead = Prefetch(self.fetcher(), itertools.chain((first,), urls), limit)
+        try:
+            yield _Ahead(self, ahead)
+        finally:
+            ahead.close()
+            self._fetcher = None  # its connections are closed
+
+    def open(self, name: str) -> Blob:
+        storage, name = self.where(name)
+        return storage.open(name)
+
+
+class UrlRows:
+    """Where a manifest listed each http(s) URL item: its file and line (or Parquet row), for
+    failures.jsonl. Kept as sorted 64-bit hashes of the URLs beside their lines, 20 bytes a
+    URL where a dict takes ~100; two URLs of one hash name no row."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []  # each manifest file's name
+        self._hashes, self._lines, self._files = array("q"), array("q"), array("i")
+        self._sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def file(self, path: str) -> None:
+        """The next manifest file's rows follow."""
+        self.names.append(posixpath.basename(path))
+
+    def add(self, file: int, url: str, line: int) -> None:
+        self._hashes.append(hash(url))
+        self._lines.append(line)
+        self._files.append(file)
+
+    def done(self) -> UrlRows | None:
+        """Sorted for look-ups (None: no URL was listed)."""
+        import numpy as np  # here: not for pack --help
+
+        if not self._hashes:
+            return None
+        hashes = np.frombuffer(self._hashes, dtype=np.int64)
+        order = np.argsort(hashes, kind="stable")
+        self._sorted = (hashes[order], np.frombuffer(self._lines, dtype=np.int64)[order],
+                        np.frombuffer(self._files, dtype=np.int32)[order])  # fmt: skip
+        self._hashes, self._lines, self._files = array("q"), array("q"), array("i")
+        return self
+
+    def of(self, urls: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """(file name, line) of each URL listed once under its hash."""
+        import numpy as np  # here: not for pack --help
+
+        if self._sorted is None:
+            return {}
+        hashes, lines, files = self._sorted
+        urls = list(urls)
+        wanted = np.array([hash(url) for url in urls], dtype=np.int64)
+        first = np.searchsorted(hashes, wanted, "left")
+        last = np.searchsorted(hashes, wanted, "right")
+        return {url: (self.names[files[i]], int(lines[i]))
+                for url, i, j in zip(urls, first.tolist(), last.tolist(), strict=True)
+                if j - i == 1}  # fmt: skip
+
+
+class _Ahead:
+    """An ImageRoot whose http(s) URLs are read from its Prefetch."""
+
+    def __init__(self, images: ImageRoot, ahead: Prefetch) -> None:
+        self.images, self.ahead = images, ahead
+
+    def read(self, name: str, limit: int) -> bytes:
+        if (url := self.images.web_url(name)) is not None:
+            return self.ahead.read(url, limit)
+        return self.images.read(name, limit)
+
+    def __getattr__(self, attribute: str):
+        return getattr(self.images, attribute)
+
+
+class ImageSizes:
+    """Each image's size at scan: a file on a disk stat'ed (links followed, but only to a
+    regular file); an object's from the listing of its folder (a request a folder, not one an
+    image)."""
+
+    def __init__(self, images: ImageRoot) -> None:
+        self.images = images
+        root = images.base.local_path()
+        self.root_fd = _open_root(root) if root is not None else None
+        self.listings: dict[tuple[str, str], dict[str, Entry] | str] = {}
+
+    def of(self, path: str) -> int:
+        if self.images.web_url(path) is not None:
+            return URL_BYTES  # no request a row: the worker's read bounds it
+        if (why := refused_scheme(path)) is not None:
+            raise ImageUnusable(f"image {path}: {why}")
+        storage, name = self.images.where(path)
+        if (root := storage.local_path()) is not None:
+            fd = self.root_fd if storage is self.images.base else None
+            return _image_size(root, name, fd)
+        if not storage.lists_sizes:
+            try:
+                return storage.size(name)
+            except OSError as e:
+                raise ImageUnusable(f"image {storage.path(name)}: {e.strerror or e}") from None
+        folder, _, file = name.rpartition("/")
+        listing = self.listings.get((storage.root, folder))
+        if listing is None:
+            try:
+                listing = {entry.name: entry for entry in storage.listdir(folder)}
+            except FileNotFoundError:
+                listing = {}
+            except OSError as e:
+                listing = f"cannot list its folder ({e})"
+            self.listings[storage.root, folder] = listing
+        entry = listing if isinstance(listing, str) else listing.get(file)
+        if entry is None or isinstance(entry, str):
+            raise ImageUnusable(
+                f"image {storage.path(name)}: {entry or 'No such file or directory'}"
+            )
+        if entry.is_dir:
+            raise ImageUnusable(f"image {storage.path(name)}: {not_regular(stat.S_IFDIR)}")
+        return entry.size
+
+    def close(self) -> None:
+        if self.root_fd is not None:
+            os.close(self.root_fd)
+
+
+def missing_root(root: str) -> str | None:
+    """Why a local folder of a manifest's images is none ("no such folder", "is not a folder");
+    None for a folder, or a URL (an object store's folder is a prefix: it need not exist)."""
+    if is_url(root) or os.path.isdir(root):
+        return None
+    return "is not a folder" if os.path.exists(root) else "no such folder"

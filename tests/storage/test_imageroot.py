@@ -1,0 +1,89 @@
+"""storage/imageroot.py: a manifest's images read and sized from where each row says, on real
+files and fsspec's in-process memory:// store."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import uuid
+
+import fsspec
+import pytest
+
+from shardpack.storage import storage_at
+from shardpack.storage.imageroot import (
+    URL_BYTES,
+    ImageRoot,
+    ImageSizes,
+    ImageUnusable,
+    UrlRows,
+    missing_root,
+)
+
+MEMORY = fsspec.filesystem("memory")
+
+
+@pytest.fixture
+def url() -> str:
+    """A fresh memory:// prefix, removed afterwards."""
+    prefix = f"memory://images-{uuid.uuid4().hex}"
+    yield prefix
+    MEMORY.rm(prefix, recursive=True) if MEMORY.exists(prefix) else None
+
+
+def _said(sizes: ImageSizes, path: str) -> int | str:
+    try:
+        return sizes.of(path)
+    except ImageUnusable as e:
+        return str(e)
+
+
+def test_sizes_at_scan_on_a_disk_and_a_store_say_why_an_image_is_unusable(tmp_path, url):
+    (tmp_path / "a.jpg").write_bytes(b"abc")
+    (tmp_path / "sub").mkdir()
+    os.mkfifo(tmp_path / "pipe.jpg")
+    MEMORY.pipe_file(f"{url}/b.jpg", b"bb")
+    MEMORY.pipe_file(f"{url}/sub/c.jpg", b"c")
+    sizes = ImageSizes(ImageRoot(storage_at(tmp_path)))
+    try:
+        paths = ["a.jpg", "sub", "pipe.jpg", "gone.jpg", f"{url}/b.jpg", f"{url}/sub",
+                 f"{url}/gone.jpg", "https://example.invalid/x.jpg", "ftp://h/x.jpg"]  # fmt: skip
+        said = {path: _said(sizes, path) for path in paths}
+    finally:
+        sizes.close()
+    assert said == {
+        "a.jpg": 3,
+        "sub": f"image {tmp_path}/sub: not a regular file (a folder)",
+        "pipe.jpg": f"image {tmp_path}/pipe.jpg: not a regular file (a FIFO)",
+        "gone.jpg": f"image {tmp_path}/gone.jpg: No such file or directory",
+        f"{url}/b.jpg": 2,
+        f"{url}/sub": f"image {url}/sub: not a regular file (a folder)",
+        f"{url}/gone.jpg": f"image {url}/gone.jpg: No such file or directory",
+        "https://example.invalid/x.jpg": URL_BYTES,  # no request at scan
+        "ftp://h/x.jpg": "image ftp://h/x.jpg: refused scheme: ftp:// is not http(s), "
+        "the local disk's or an object store's",
+    }
+
+
+def test_a_root_reads_each_path_where_it_says_and_pickles_without_its_rows(tmp_path, url):
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "a.jpg").write_bytes(b"in root")
+    (tmp_path / "elsewhere.jpg").write_bytes(b"absolute")
+    MEMORY.pipe_file(f"{url}/o.jpg", b"object")
+    images = ImageRoot(storage_at(tmp_path / "root"))
+    rows = UrlRows()
+    rows.file("list/part-0.csv")
+    rows.add(0, "https://example.invalid/1.jpg", 2)
+    images.rows = rows.done()
+    reads = [
+        images.read(p, 100) for p in ["a.jpg", str(tmp_path / "elsewhere.jpg"), f"{url}/o.jpg"]
+    ]
+    assert reads == [b"in root", b"absolute", b"object"]
+    assert images.rows_of(["https://example.invalid/1.jpg", "https://example.invalid/2.jpg"]) == {
+        "https://example.invalid/1.jpg": ("part-0.csv", 2)
+    }
+    copy = pickle.loads(pickle.dumps(images))
+    assert copy == images and copy.rows_of(["https://example.invalid/1.jpg"]) == {}
+    assert missing_root(str(tmp_path / "root")) is None and missing_root(url) is None
+    assert missing_root(str(tmp_path / "elsewhere.jpg")) == "is not a folder"
+    assert missing_root(str(tmp_path / "nowhere")) == "no such folder"
