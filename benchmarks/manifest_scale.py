@@ -19,6 +19,9 @@ that every row's image is stat'ed like a real one; `held` is what the Dataset ke
 scan (freed memory handed back to the kernel first), `peak` the scan and plan's peak over the
 same baseline.
 
+With --scan or --urls it also gives the bytes a row of the items packed for the forked workers
+(`packing/forkpool.py`), which the parent adds to that peak while the shards are written.
+
 With --urls it scans and plans a URL list instead (two columns, `url` and `caption`, as LAION's
 and CC12M's: an http(s) URL a row, which the scan takes no request for), so nothing on disk but
 the table; it also prints the bytes a row (peak over rows) and the peak projected to 100M rows.
@@ -90,9 +93,14 @@ with no_gc():  # as pack() scans and plans
 del plan
 held = rss() - base
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+# What the parent adds while the forked workers write: the items packed for them (measured
+# after the peak: a split's items in chunks, as a shard's are)
+from shardpack.packing.forkpool import _PackedItems
+packed = sum(len(chunk) for items in dataset.splits.values()
+             for chunk in _PackedItems(items)._chunks)
 print(json.dumps({"rows": dataset.num_items, "bad": len(dataset.skipped),
                   "seconds": planned - start, "scan_s": scanned - start,
-                  "plan_s": planned - scanned, "held": held, "peak": peak}))
+                  "plan_s": planned - scanned, "held": held, "peak": peak, "packed": packed}))
 """
 
 
@@ -186,6 +194,7 @@ def measure(fmt: str, rows: int, cache: str, whole_scan: bool = False, urls: boo
         "peak_mb": round(got["peak"] / mb, 1),
         "peak_over_held": round(got["peak"] / got["held"], 2),
         "peak_bytes_per_row": round(got["peak"] / got["rows"]),
+        **({"packed_bytes_per_row": round(got["packed"] / got["rows"])} if whole_scan else {}),
     }  # fmt: skip
 
 
@@ -198,9 +207,11 @@ def _slope(results: list[dict]) -> str:
     slope = (high["peak_mb"] - low["peak_mb"]) * 2**20 / (high["rows"] - low["rows"])
     fixed = low["peak_mb"] - slope * low["rows"] / 2**20
     projected = (fixed + slope * 100_000_000 / 2**20) / 1024
+    packed = high.get("packed_bytes_per_row")
+    workers = f"; and {packed} a row packed for the workers while they write" if packed else ""
     return (
         f"{low['format']}: {slope:,.0f} bytes a row ({low['rows']:,} to {high['rows']:,} "
-        f"rows); 100,000,000 rows: ~{projected:,.1f} GB at peak"
+        f"rows); 100,000,000 rows: ~{projected:,.1f} GB at peak{workers}"
     )
 
 
