@@ -66,8 +66,7 @@ bench: $(TESTDEPS)
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the
 # listing-scale run (1,000,000 files), the manifest scan at 100k and 1M rows (CSV, JSONL,
-# Parquet), a URL list's scan + plan at 1M and 10M rows (its bytes a row and the 100M it
-# projects) and --append of 1,000 files to 1,000,000 records: too long for `make bench`.
+# Parquet) and --append of 1,000 files to 1,000,000 records: too long for `make bench`.
 bench-long: $(TESTDEPS)
 	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.manifest_scale --scan
