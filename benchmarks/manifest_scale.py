@@ -1,7 +1,7 @@
 """How fast a manifest is read, and how much memory the read takes beyond what it returns.
 
     python -m benchmarks.manifest_scale [--rows 100000,1000000] [--formats csv,jsonl,parquet]
-                                        [--cache bench-out] [--json FILE] [--scan]
+                                        [--cache bench-out] [--json FILE] [--scan | --urls]
 
 Each case writes one table (path, label of 10 class names, split, an int, a float, a caption)
 as CSV, JSONL or Parquet (cached under bench-out/manifests/), then reads it with
@@ -18,6 +18,13 @@ With --scan it measures the whole scan and plan instead (`shardpack.sources.scan
 that every row's image is stat'ed like a real one; `held` is what the Dataset keeps after the
 scan (freed memory handed back to the kernel first), `peak` the scan and plan's peak over the
 same baseline.
+
+With --scan or --urls it also gives the bytes a row of the items packed for the forked workers
+(`packing/forkpool.py`), which the parent adds to that peak while the shards are written.
+
+With --urls it scans and plans a URL list instead (two columns, `url` and `caption`, as LAION's
+and CC12M's: an http(s) URL a row, which the scan takes no request for), so nothing on disk but
+the table; it also prints the bytes a row (peak over rows) and the peak projected to 100M rows.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ print(json.dumps({"rows": len(manifest.rows), "bad": len(manifest.bad), "seconds
 
 _SCAN_CHILD = """
 import ctypes, gc, json, resource, sys, time
-fmt, path, warm, root = sys.argv[1:5]
+fmt, path, warm, root, column = sys.argv[1:6]
 from shardpack.options import PackOptions
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.fresh import default_name
@@ -67,7 +74,7 @@ from shardpack.packing.writing import no_gc
 from shardpack.packing.plan import make_plan
 from shardpack.sources import scan, source_root
 
-options = PackOptions(root=root)
+options = PackOptions(root=root or None, path_column=column or None)
 scan(warm, options)  # imports and first touches, as in _CHILD
 
 def rss():
@@ -86,9 +93,14 @@ with no_gc():  # as pack() scans and plans
 del plan
 held = rss() - base
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+# What the parent adds while the forked workers write: the items packed for them (measured
+# after the peak: a split's items in chunks, as a shard's are)
+from shardpack.packing.forkpool import _PackedItems
+packed = sum(len(chunk) for items in dataset.splits.values()
+             for chunk in _PackedItems(items)._chunks)
 print(json.dumps({"rows": dataset.num_items, "bad": len(dataset.skipped),
                   "seconds": planned - start, "scan_s": scanned - start,
-                  "plan_s": planned - scanned, "held": held, "peak": peak}))
+                  "plan_s": planned - scanned, "held": held, "peak": peak, "packed": packed}))
 """
 
 
@@ -99,6 +111,14 @@ def _image(i: int) -> str:
 def _million_image(i: int) -> str:
     """The i-th file of the `million` workload (workloads._make_links: 10,000 per class)."""
     return f"class_{i // 10_000:03d}/{i:07d}.jpg"
+
+
+def _url_row(i: int) -> dict:
+    """Row i of a URL list: a ~60-character URL over 1,000 hosts and a ~40-character caption."""
+    return {
+        "url": f"https://img{i % 1000}.example.com/photos/{i // 1000:06d}/{i:09d}.jpg",
+        "caption": f"photo number {i} of a {CLASSES[i * 7 % 10]} outdoors",
+    }
 
 
 def _row(i: int, image=_image) -> dict:
@@ -112,10 +132,10 @@ def _row(i: int, image=_image) -> dict:
     }
 
 
-def write_table(path: str, fmt: str, rows: int, image=_image) -> None:
+def write_table(path: str, fmt: str, rows: int, image=_image, row=None) -> None:
     """Write the table of `rows` rows in `fmt`, under a temporary name renamed when complete;
-    `image(i)` names row i's image file."""
-    row = functools.partial(_row, image=image)
+    `image(i)` names row i's image file; `row(i)`, when given, makes the whole row instead."""
+    row = row or functools.partial(_row, image=image)
     tmp = f"{path}.part"
     if fmt == "parquet":
         import pyarrow as pa
@@ -136,23 +156,26 @@ def write_table(path: str, fmt: str, rows: int, image=_image) -> None:
     os.replace(tmp, path)
 
 
-def measure(fmt: str, rows: int, cache: str, whole_scan: bool = False) -> dict:
-    """Read (or, with `whole_scan`, scan and plan) one cached table in a fresh process; rows/s
-    and memory in MB."""
+def measure(fmt: str, rows: int, cache: str, whole_scan: bool = False, urls: bool = False) -> dict:
+    """Read (or, with `whole_scan`, scan and plan; with `urls`, scan and plan a URL list) one
+    cached table in a fresh process; rows/s and memory in MB."""
     folder = os.path.join(cache, "manifests")
     os.makedirs(folder, exist_ok=True)
-    prefix, image, argv = "table", _image, [_CHILD]
-    if whole_scan:
+    prefix, image, argv, row, root = "table", _image, [_CHILD], None, []
+    if urls:
+        whole_scan = True
+        prefix, argv, row, root = "urls", [_SCAN_CHILD], _url_row, ["", "url"]
+    elif whole_scan:
         from benchmarks import workloads
 
         million = workloads.ensure("million", cache).path
-        prefix, image, argv = "scan", _million_image, [_SCAN_CHILD]
+        prefix, image, argv, root = "scan", _million_image, [_SCAN_CHILD], [million, ""]
     path = os.path.join(folder, f"{prefix}-{rows}.{fmt}")
     warm = os.path.join(folder, f"{prefix}-10.{fmt}")
     for name, n in ((path, rows), (warm, 10)):
         if not os.path.exists(name):
-            write_table(name, fmt, n, image)
-    argv += [fmt, path, warm] + ([million] if whole_scan else [])
+            write_table(name, fmt, n, image, row)
+    argv += [fmt, path, warm, *root]
     run = subprocess.run([sys.executable, "-c", *argv], capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit(f"{path}: the measuring process failed:\n{run.stderr[-2000:]}")
@@ -170,7 +193,26 @@ def measure(fmt: str, rows: int, cache: str, whole_scan: bool = False) -> dict:
         "held_mb": round(got["held"] / mb, 1),
         "peak_mb": round(got["peak"] / mb, 1),
         "peak_over_held": round(got["peak"] / got["held"], 2),
+        "peak_bytes_per_row": round(got["peak"] / got["rows"]),
+        **({"packed_bytes_per_row": round(got["packed"] / got["rows"])} if whole_scan else {}),
     }  # fmt: skip
+
+
+def _slope(results: list[dict]) -> str:
+    """The peak's growth a row between the smallest and the largest run of one format, and the
+    peak of 100M rows it projects (a line: the fixed part and the slope)."""
+    if len(results) < 2:
+        return f"{results[0]['format']}: one size only, no slope" if results else ""
+    low, high = min(results, key=lambda r: r["rows"]), max(results, key=lambda r: r["rows"])
+    slope = (high["peak_mb"] - low["peak_mb"]) * 2**20 / (high["rows"] - low["rows"])
+    fixed = low["peak_mb"] - slope * low["rows"] / 2**20
+    projected = (fixed + slope * 100_000_000 / 2**20) / 1024
+    packed = high.get("packed_bytes_per_row")
+    workers = f"; and {packed} a row packed for the workers while they write" if packed else ""
+    return (
+        f"{low['format']}: {slope:,.0f} bytes a row ({low['rows']:,} to {high['rows']:,} "
+        f"rows); 100,000,000 rows: ~{projected:,.1f} GB at peak{workers}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,17 +222,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", default="bench-out")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--scan", action="store_true", help="the whole scan + plan, not the read")
+    parser.add_argument("--urls", action="store_true", help="scan + plan a URL list (url, caption)")
     args = parser.parse_args(argv)
     results = []
-    print("| format | rows | file MB | rows/s | s | held MB | peak MB | peak/held |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| format | rows | file MB | rows/s | s | held MB | peak MB | peak/held | peak B/row |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for rows in (int(n) for n in args.rows.split(",")):
         for fmt in args.formats.split(","):
-            r = measure(fmt, rows, args.cache, args.scan)
+            r = measure(fmt, rows, args.cache, args.scan, args.urls)
             results.append(r)
             print(f"| {fmt} | {r['rows']:,} | {r['file_mb']} | {r['rows_per_s']:,} | "
-                  f"{r['seconds']} | {r['held_mb']} | {r['peak_mb']} | {r['peak_over_held']} |",
-                  flush=True)  # fmt: skip
+                  f"{r['seconds']} | {r['held_mb']} | {r['peak_mb']} | {r['peak_over_held']} | "
+                  f"{r['peak_bytes_per_row']:,} |", flush=True)  # fmt: skip
+    for fmt in args.formats.split(","):
+        print(_slope([r for r in results if r["format"] == fmt]))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)

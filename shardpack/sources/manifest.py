@@ -32,7 +32,7 @@ from shardpack.options import SPLIT_NAMES, PackOptions, box_column
 from shardpack.schema import Feature, Schema
 from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.folder import few, folder_entries
-from shardpack.sources.source import NO_FIELDS, Dataset, Item, Source
+from shardpack.sources.source import NO_FIELDS, Dataset, Item, RowFields, Source
 from shardpack.sources.tables.files import (
     METADATA_FILES,
     SUFFIXES,
@@ -220,14 +220,18 @@ def _items(
     seen: set[str] | None = None,
     boxes: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[Item, str | None, int]]:
-    """(item, the row's split, its line) of each usable row; a row that is not goes to `bad`;
+    """(item, the row's split, its line) of each usable row, the table's rows consumed (each
+    freed as its item is made); a row that is not goes to `bad`;
     `seen`: the paths of the manifest's files read before, to refuse one listed in two; `boxes`:
     the box columns' formats (_box_columns), their values taken to yxyx rows."""
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
-    names = tuple(table.columns)
+    at = {name: i for i, name in enumerate(table.columns)}  # every row's fields share it
+    boxes_at = [(at[name], name, fmt) for name, fmt in (boxes or {}).items()]
     sizes = ImageSizes(images)
+    rows = table.rows
     try:
-        for row in table.rows:
+        for number, row in enumerate(rows):
+            rows[number] = None  # the Row goes as its Item comes: both are not held at once
             path = _under(prefix, row.path)
             try:
                 value = None
@@ -243,14 +247,19 @@ def _items(
                     size = sizes.of(path)
                 except ImageUnusable as e:
                     raise _Bad(str(e)) from None
-                fields = dict(zip(names, row.values, strict=True)) if names else NO_FIELDS
-                for name, fmt in (boxes or {}).items():
-                    fields[name] = yxyx(name, fields[name], fmt)
+                values = row.values
+                if boxes_at:
+                    values = list(values)
+                    for i, name, fmt in boxes_at:
+                        values[i] = yxyx(name, values[i], fmt)
+                    values = tuple(values)
+                fields = RowFields(at, values) if at else NO_FIELDS
             except _Bad as e:
                 bad.append((row.line, path, f"{line_name(table.path, row.line)}: {e}"))
                 continue
             yield Item(path, value, path, size, fields=fields), row.split, row.line
     finally:
+        rows.clear()
         sizes.close()
 
 
