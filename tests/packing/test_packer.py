@@ -280,7 +280,7 @@ def test_an_index_json_of_yours_is_named_not_taken_for_a_dataset(tmp_path: Path)
     with pytest.raises(OutputError) as caught:
         pack(src, tmp_path / "out", PackOptions(workers=1))
     assert str(caught.value) == (
-        f"{tmp_path}/out/index.json: not an index shardpack can read; pass --overwrite to "
+        f"{tmp_path}/out/index.json: not an index shardpack can read; pass overwrite=True to "
         "replace it, or choose another output folder"
     )
     assert (tmp_path / "out" / "index.json").read_text() == "my own notes"
