@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from shardpack.errors import ImageError, IndexFormatError, RecordError, SourceError
+from shardpack.errors import ImageError, IndexFormatError, Option, RecordError, SourceError
 from shardpack.index import FORMAT, Index, load_index, record_fault
 from shardpack.layout import INDEX_NAME
 from shardpack.options import PackOptions
@@ -54,7 +54,7 @@ class ShardpackSource(Source):
     ) -> Dataset:
         if options.classes is not None:
             raise SourceError(f"{found.path()}: a shardpack output brings its class list; "
-                              "drop --classes")  # fmt: skip
+                              "drop ", Option("classes"))  # fmt: skip
         index = _index(found)
         return scan_shards(index, _rereads(index) if options.shuffle else ())
 
@@ -86,8 +86,8 @@ def _index(root: Storage) -> Index:
     try:
         index = load_index(root)
     except IndexFormatError as e:
-        raise SourceError(f"{e} (--source shardpack reads the output folder of a shardpack "
-                          "pack run)") from None  # fmt: skip
+        raise SourceError(*e.args, " (", Option("source", "shardpack"), " reads the output "
+                          "folder of a shardpack pack run)") from None  # fmt: skip
     return index
 
 
