@@ -139,7 +139,9 @@ class OutputError(ShardpackError):
         """A one-line error for a failed write of a pack run, naming the path and what to do."""
         return cls(
             f"{path}: cannot write ({error.strerror or error}); {os_error_fix(error)}, then "
-            "rerun with --resume to keep the shards already finished"
+            "rerun with ",
+            Option("resume", True),
+            " to keep the shards already finished",
         )
 
 

@@ -632,6 +632,8 @@ def said_as_flag(option: Option) -> str:
     spec, value = FLAGS[option.name], option.value
     if isinstance(value, str) and value in dict(spec.switches):
         return f"--{value}"
+    if value is ... and spec.switches:  # grow: --append or --update
+        return " or ".join(f"--{each}" for each, _ in spec.switches)
     said = flag(option.name)
     if value is ... or value is True:
         return said
