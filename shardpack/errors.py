@@ -42,8 +42,14 @@ class Option:
     value: object = ...  # ...: the option alone, no value
 
     def __str__(self) -> str:
-        value = "" if self.value is ... else shortened(printable(repr(self.value)))
-        return f"{self.name}={value}"
+        return f"{self.name}=" + (
+            "" if self.value is ... else said_value(repr(self.value), self.value)
+        )
+
+
+def said_value(text: str, value: object) -> str:
+    """A value's `text` for a message: escaped, and a collection's cut short (a path whole)."""
+    return shortened(printable(text)) if isinstance(value, tuple | list) else printable(text)
 
 
 class ShardpackError(Exception):

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 
 from shardpack.containers import CONTAINERS
-from shardpack.errors import Option, OptionError, ShardpackError, printable, shortened
+from shardpack.errors import Option, OptionError, ShardpackError, said_value
 from shardpack.storage.locations import absolute
 
 ENCODINGS = ("keep", "jpeg", "png", "webp", "raw")
@@ -640,7 +640,7 @@ def said_as_flag(option: Option) -> str:
     if value is False:
         return "--no-" + said[2:]
     text = spec.show(value) if spec.show else _as_text(value)
-    return f"{said} {shortened(printable(text))}"
+    return f"{said} {said_value(text, value)}"
 
 
 def _as_text(value: object) -> str:

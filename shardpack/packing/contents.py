@@ -151,7 +151,7 @@ def load_contents(out: Storage, index: Index) -> Contents:
             text = blob.pread(blob.size, 0)
         if (found := values(text, limit)) > limit:  # each value a Python object: refused unread
             raise OutputError(f"{path}: {found:,} values, over the {limit:,} that the "
-                              f"index's {items:,} items and {len(shards):,} shards allow; "
+                              f"index's {items:,} items and {len(shards):,} shards allow; ",
                               *fix)  # fmt: skip
         doc = json.loads(text)
     except FileNotFoundError:

@@ -306,7 +306,7 @@ def _old_index(out: Storage) -> Index:
                           "without ", Option("grow"), " first") from None  # fmt: skip
     files = [s.file for split in index.splits.values() for s in split.shards]
     if len(set(files)) != len(files):
-        raise OutputError(f"{out.path(INDEX_NAME)}: lists a shard twice, as no pack writes it; "
+        raise OutputError(f"{out.path(INDEX_NAME)}: lists a shard twice, as no pack writes it; ",
                           *_REPACK)  # fmt: skip
     return index
 
