@@ -91,10 +91,11 @@ class ImageError(ShardpackError):
     def __init__(self, key: str, *reason: str | Option) -> None:
         super().__init__(f"{key}: ", *reason)
         self.key = key
+        self.reason_parts = reason  # text and the options it names (Option)
         self.reason = "".join(map(str, reason))  # as recorded in the index
 
     def __reduce__(self):  # keep both fields when the error crosses a process boundary
-        return (type(self), (self.key, *self.args[1:]))
+        return (type(self), (self.key, *self.reason_parts))
 
 
 # What a user can do about a failed file operation, by errno; any other errno gets _OS_FIX.

@@ -72,7 +72,7 @@ def write_shards(
                 else ("repair or remove the file",)
             )
             raise ImageError(
-                e.key, *e.args[1:], f" (in {dataset.root.path()}); ", *fix, ", or ", *SKIP_HINT
+                e.key, *e.reason_parts, f" (in {dataset.root.path()}); ", *fix, ", or ", *SKIP_HINT
             ) from None
         if type(e).__name__ == "BrokenProcessPool":  # concurrent.futures's; imported lazily
             raise WorkerDiedError(
