@@ -112,6 +112,9 @@ def split_file_names(container: Container, name: str, splits: Iterable[str]) -> 
     return frozenset(file for split in splits for file in container.split_files(name, split, []))
 
 
+_OVERWRITE = Option("overwrite", True)  # the way past what OUT holds
+
+
 def prepare(
     out: Storage,
     plan: Plan,
@@ -142,18 +145,12 @@ def prepare(
     state = read_state(out)
     if state.ours and set(state.digests) != {plan.digest} and not overwrite:
         if state.has_index and state.digests[0] is None:  # broken, or not ours at all
-            raise OutputError(
-                f"{out.path(INDEX_NAME)}: not an index shardpack can read; pass ",
-                Option("overwrite", True),
-                " to replace it, or choose another output folder",
-            )
-        raise PlanChanged(
-            f"{out.root}: ",
-            *_what_changed(state.journal_head, record),
-            "; pass ",
-            Option("overwrite", True),
-            " to start over, or choose another output folder",
-        )
+            raise OutputError(f"{out.path(INDEX_NAME)}: not an index shardpack can read; pass ",
+                              _OVERWRITE, " to replace it, or choose another output "
+                              "folder")  # fmt: skip
+        raise PlanChanged(f"{out.root}: ", *_what_changed(state.journal_head, record),
+                          "; pass ", _OVERWRITE, " to start over, or choose another output "
+                          "folder")  # fmt: skip
     planned = {spec.file for spec in plan.shards}
     written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME,
                                   STAMPS_NAME, CROISSANT_NAME,
@@ -166,8 +163,7 @@ def prepare(
                           "it out of OUT, or choose another output folder")  # fmt: skip
     if state.ours and not overwrite and CARD_NAME in state.names and not is_ours(out):
         raise OutputError(f"{out.path(CARD_NAME)}: exists and was not written by shardpack; "
-                          "move it out of OUT, or pass ", Option("overwrite", True),
-                          " to replace it")  # fmt: skip
+                          "move it out of OUT, or pass ", _OVERWRITE, " to replace it")  # fmt: skip
     if not state.ours and not overwrite:
         clash = sorted(state.names & written)
         if INDEX_FILES_DIR in state.folders:  # index files of these shards are replaced too
@@ -175,12 +171,9 @@ def prepare(
             clash += sorted(f"{INDEX_FILES_DIR}/{n}" for n in idx & {f"{f}.idx" for f in planned})
         if clash:
             such = "1 such file" if len(clash) == 1 else f"{len(clash)} such files"
-            raise OutputError(
-                f"{out.path(clash[0])}: exists and was not written by shardpack ({such}); choose "
-                "an empty folder, or pass ",
-                Option("overwrite", True),
-                " to replace what is there",
-            )
+            raise OutputError(f"{out.path(clash[0])}: exists and was not written by shardpack "
+                              f"({such}); choose an empty folder, or pass ", _OVERWRITE,
+                              " to replace what is there")  # fmt: skip
     # Only shards of this very plan are kept, whatever --overwrite says.
     same_plan = resume and state.journal_digest == plan.digest
     reused = _reusable(out, state.finished, planned) if same_plan else []
