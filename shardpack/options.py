@@ -637,8 +637,8 @@ def said_as_flag(option: Option) -> str:
     said = flag(option.name)
     if value is ... or value is True:
         return said
-    if value is False:
-        return "--no-" + said[2:]
+    if value is False:  # a switch pair's negative; a lone switch left out
+        return "--no-" + said[2:] if "/" in spec.flag else f"no {said}"
     text = spec.show(value) if spec.show else _as_text(value)
     return f"{said} {said_value(text, value)}"
 

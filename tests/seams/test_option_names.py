@@ -113,6 +113,7 @@ def test_each_face_says_an_option_its_own_way():
         (errors.Option("compression"), "compression=", "--compression"),
         (errors.Option("upscale", False), "upscale=False", "--no-upscale"),
         (errors.Option("index_files", True), "index_files=True", "--index-files"),
+        (errors.Option("overwrite", False), "overwrite=False", "no --overwrite"),
         (errors.Option("grow", "update"), "grow='update'", "--update"),
         (errors.Option("grow"), "grow=", "--append or --update"),
         (errors.Option("resize", (64, 32)), "resize=(64, 32)", "--resize 64x32"),
