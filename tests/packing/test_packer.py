@@ -399,7 +399,7 @@ def test_max_pixels_applies_to_every_format_with_a_size_in_its_header(tmp_path: 
     assert set(reasons) == {f"a/big{ext}" for ext in (".jpg", ".png", ".bmp", ".webp")}
     assert all("60x40 pixels is over --max-pixels 100" in r for r in reasons.values())
     assert result.num_records == 1 and tf_records(out)[0]["format"] == b"png"  # BMP -> PNG
-    with pytest.raises(ImageError, match=r"; raise max_pixels= if you trust the image, or pass on_e"):
+    with pytest.raises(ImageError, match=r"; raise max_pixels= if you trust the image, or pass o"):
         pack(src, tmp_path / "fail", PackOptions(workers=1, max_pixels=100, on_error="fail"))
 
 
