@@ -11,7 +11,7 @@ TESTLIGHT := $(VENV)/.installed-test-light
 # The data card's test opens it in a real browser: Debian's chromium (headless), from apt.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test demo test test-fast bench bench-long lint clean
+.PHONY: install install-test demo test test-fast bench bench-long peers peers-img2dataset lint clean
 
 install: $(RUNTIME)
 
@@ -53,7 +53,31 @@ test: $(TESTDEPS)
 test-fast: $(TESTLIGHT)
 	SHARDPACK_TEST_TIER=fast $(PYTEST)
 
-bench: $(TESTDEPS)
+# img2dataset, for benchmarks.urls' side-by-side run, in a venv of its own: its pins (pyarrow,
+# albumentations, fire, ...) conflict with ours. By name from the package index, as pip finds it.
+IMG2DATASET_VENV := .venv-img2dataset
+PEERS_IMG2DATASET := $(IMG2DATASET_VENV)/.installed
+
+peers-img2dataset: $(PEERS_IMG2DATASET)
+
+$(PEERS_IMG2DATASET):
+	test -x $(IMG2DATASET_VENV)/bin/python || $(PYTHON) -m venv $(IMG2DATASET_VENV)
+	$(IMG2DATASET_VENV)/bin/python -m pip install --quiet img2dataset==1.47.0
+	touch $@
+
+# The PyTorch readers benchmarks/torch_read.py compares with, in a venv of their own: both pull
+# torchvision, hence torch 2.14 with CUDA, and MosaicML pins numpy < 2.2, where the test venv
+# holds torch 2.13 (CPU) and numpy 2.4. shardpack (its runtime) goes in too: it decodes for them.
+PEERS := .venv-peers/.installed
+
+peers: $(PEERS)
+
+$(PEERS): pyproject.toml
+	test -x .venv-peers/bin/python || $(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/python -m pip install --quiet mosaicml-streaming litdata .
+	touch $@
+
+bench: $(TESTDEPS) $(PEERS)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.read_speed
 	$(BIN)/python -m benchmarks.torch_read
@@ -66,11 +90,14 @@ bench: $(TESTDEPS)
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the
 # listing-scale run (1,000,000 files), the manifest scan at 100k and 1M rows (CSV, JSONL,
-# Parquet) and --append of 1,000 files to 1,000,000 records: too long for `make bench`.
-bench-long: $(TESTDEPS)
+# Parquet), --append of 1,000 files to 1,000,000 records, and shardpack beside img2dataset on 2,000
+# URLs (8 whole runs, 4-5 min on 2 shared cores; img2dataset's are most of it): too long for
+# `make bench`.
+bench-long: $(TESTDEPS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.manifest_scale --scan
 	$(BIN)/python -m benchmarks.grow --files 1000000 --new 1000
+	$(BIN)/python -m benchmarks.urls --img2dataset -- --per-host 128
 
 lint: $(TESTLIGHT)
 	$(BIN)/ruff check shardpack tests benchmarks

@@ -3,9 +3,12 @@
     python -m benchmarks.convert [WORKLOAD] [--cache bench-out] [--repeat 3] [--workers N]
 
 The workload's JPEG folder is packed once into TFRecords (untimed). Then, each a whole
-`shardpack pack` process (start-up included), the best of --repeat runs: the folder packed
-into ArrayRecord, and the TFRecords converted into ArrayRecord (--source shardpack: each
-record read at random from its shard, the image bytes passed through). The I/O ceiling is
+`shardpack pack` process (start-up included), the cases alternate within each repeat (A B C,
+then C B A, as the machine is shared): the folder packed into TFRecord and into ArrayRecord,
+and the TFRecords converted into TFRecord, ArrayRecord and WebDataset (--source shardpack:
+each record read at random from its shard, the image bytes passed through; into an Example
+container, the record itself). Each row gives the medians of wall time and of CPU time (user +
+system of the process and its workers) and the CPU per image. The I/O ceiling is
 `benchmarks.ceiling --encode keep --write`: one process reading, hashing and writing the same
 bytes into one file, fsynced, the least any conversion must do.
 """
@@ -15,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -23,15 +28,16 @@ import time
 from benchmarks.workloads import ensure
 
 
-def _seconds(command: list[str], out: str, repeat: int) -> float:
-    """The best wall time of `command` (run with OUT removed before each)."""
-    best = float("inf")
-    for _ in range(repeat):
-        shutil.rmtree(out, ignore_errors=True)
-        start = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True)
-        best = min(best, time.perf_counter() - start)
-    return best
+def _run(command: list[str], out: str) -> tuple[float, float]:
+    """(wall s, CPU s) of one run of `command` (OUT removed before it)."""
+    shutil.rmtree(out, ignore_errors=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,21 +54,33 @@ def main(argv: list[str] | None = None) -> None:
     tfrecords = os.path.join(base, "tfrecord")
     shutil.rmtree(tfrecords, ignore_errors=True)
     subprocess.run([*pack, work.path, tfrecords, *workers], check=True, capture_output=True)
-    rows = {
-        "folder -> array_record": _seconds(
-            [*pack, work.path, os.path.join(base, "a"), "--format", "array_record", *workers],
-            os.path.join(base, "a"), args.repeat),
-        "tfrecord -> array_record": _seconds(
-            [*pack, tfrecords, os.path.join(base, "b"), "--format", "array_record", *workers],
-            os.path.join(base, "b"), args.repeat),
-        "I/O ceiling": _seconds(
-            [sys.executable, "-m", "benchmarks.ceiling", work.path, "--encode", "keep",
-             "--write", os.path.join(base, "c")], os.path.join(base, "c"), args.repeat),
+    cases = {
+        f"{src} -> {fmt}": [*pack, path, os.path.join(base, "out"), "--format", fmt,
+                            "--no-progress", *workers]
+        for src, path, formats in (("folder", work.path, ("tfrecord", "array_record")),
+                                   ("tfrecord", tfrecords,
+                                    ("tfrecord", "array_record", "webdataset")))
+        for fmt in formats
     }  # fmt: skip
-    print(f"{work.name}: {work.num_images} images, {work.input_bytes / 2**20:.1f} MiB")
-    for name, seconds in rows.items():
-        print(f"  {name:26s} {seconds:6.2f} s  {work.num_images / seconds:8.0f} images/s")
-    print(json.dumps({"workload": work.name, "seconds": {k: round(v, 3) for k, v in rows.items()}}))
+    cases["I/O ceiling"] = [sys.executable, "-m", "benchmarks.ceiling", work.path, "--encode",
+                            "keep", "--write", os.path.join(base, "out")]  # fmt: skip
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+    load = os.getloadavg()[0]
+    for repeat in range(args.repeat):
+        for name in list(cases)[:: 1 if repeat % 2 == 0 else -1]:
+            runs[name].append(_run(cases[name], os.path.join(base, "out")))
+    load = (load + os.getloadavg()[0]) / 2
+    print(f"{work.name}: {work.num_images} images, {work.input_bytes / 2**20:.1f} MiB; "
+          f"load average ~{load:.1f} on {os.cpu_count()} cores")  # fmt: skip
+    rows = {}
+    for name, times in runs.items():
+        wall = statistics.median(w for w, _ in times)
+        cpu = statistics.median(c for _, c in times)
+        rows[name] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                      "cpu_us_per_image": round(cpu / work.num_images * 1e6)}  # fmt: skip
+        print(f"  {name:26s} {wall:6.2f} s  {work.num_images / wall:7.0f} images/s  "
+              f"CPU {cpu:6.2f} s  {rows[name]['cpu_us_per_image']:5d} us/image")  # fmt: skip
+    print(json.dumps({"workload": work.name, "load": round(load, 2), "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -6,9 +6,12 @@ from memory (the ceiling), and how soon a resume at 90% of an epoch gives its fi
 Each workload is packed (cached under bench-out/torch/) as TFRecord and as ArrayRecord; the
 loop is a DataLoader with 2 workers and batches of 64 (kept as lists: photos differ in size).
 The ceiling's workers decode the packed records' own image bytes, held in memory, with the
-same decoder, split among the workers the same way. iter_examples (one process, decoded) is
-beside them. MosaicML's and litData's StreamingDatasets are the issue's peers; they are not in
-the test environment, so they are not run here.
+same decoder, split among the workers the same way. Each loop gives images/s and the CPU time
+an image cost (the process and its workers): on a machine others load, the rate follows their
+load, the CPU time much less. iter_examples (one process, decoded) is beside them.
+MosaicML's and litData's StreamingDatasets (the issue's peers) read copies of the same records
+in the same loop, run by benchmarks/torch_peers.py in .venv-peers (`make peers`; their pins
+conflict with the test venv's); without that venv their columns say so.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import time
 
 from benchmarks.workloads import ensure
@@ -34,23 +38,38 @@ def _rate(images: int, start: float) -> float:
     return round(images / (time.perf_counter() - start), 1)
 
 
-def _loop(dataset, limit: int) -> float:
-    """Images per second through a DataLoader over `dataset`, up to `limit` images."""
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children reaped so far."""
+    import resource
+
+    own, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                      resource.RUSAGE_CHILDREN))  # fmt: skip
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def measure_loop(dataset, limit: int) -> tuple[float, float]:
+    """Images per second through a DataLoader over `dataset`, up to `limit` images, and the CPU
+    microseconds an image cost (this process and its workers): on a machine others load, the
+    rate follows their load, the CPU time much less."""
     import torch
 
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=BATCH, num_workers=WORKERS, collate_fn=_keep
     )
     images = 0
+    cpu = _cpu_s()
     start = time.perf_counter()
-    for batch in loader:
+    batches = iter(loader)
+    for batch in batches:
         images += len(batch)
         if images >= limit:
             break
-    return _rate(images, start)
+    rate = _rate(images, start)
+    del batches  # its workers stop and are reaped: their CPU time is counted
+    return rate, round((_cpu_s() - cpu) / max(images, 1) * 1e6, 1)
 
 
-def _ceiling(stored: list[dict], limit: int) -> float:
+def _ceiling(stored: list[dict], limit: int) -> tuple[float, float]:
     """The same loop over the same stored records, decoded from memory."""
     import numpy as np
     import torch
@@ -67,7 +86,7 @@ def _ceiling(stored: list[dict], limit: int) -> float:
             for i in mine:
                 yield {**stored[i], "image": torch.from_numpy(decode_pixels(stored[i]))}
 
-    return _loop(Memory(), limit)
+    return measure_loop(Memory(), limit)
 
 
 def measure(name: str, fmt: str, cache: str, limit: int) -> dict:
@@ -85,18 +104,40 @@ def measure(name: str, fmt: str, cache: str, limit: int) -> dict:
     count = sum(1 for _ in itertools.islice(iter_examples(out, decode=True), limit))
     python_rate = _rate(count, start)
     dataset = ShardDataset(out, batch_size=BATCH, seed=0)
-    rate = _loop(dataset, limit)
+    rate, cpu = measure_loop(dataset, limit)
     resumed = ShardDataset(out, batch_size=BATCH, seed=0)
     resumed.load_state_dict({"epoch": 0, "consumed": int(len(resumed) * 0.9), "seed": 0,
                              "world_size": 1})  # fmt: skip
     start = time.perf_counter()
-    _loop(resumed, 1)
+    measure_loop(resumed, 1)
     resume_s = round(time.perf_counter() - start, 3)
-    ceiling = _ceiling(stored, limit)
+    ceiling, ceiling_cpu = _ceiling(stored, limit)
     return {"workload": name, "format": fmt, "images": min(limit, len(dataset)),
             "shard_dataset_images_per_s": rate, "ceiling_images_per_s": ceiling,
-            "of_ceiling": round(rate / ceiling, 2), "iter_examples_images_per_s": python_rate,
+            "of_ceiling": round(rate / ceiling, 2), "cpu_us_per_image": cpu,
+            "ceiling_cpu_us_per_image": ceiling_cpu,
+            "of_ceiling_cpu": round(ceiling_cpu / cpu, 2),
+            "iter_examples_images_per_s": python_rate,
             "resume_first_batch_s": resume_s}  # fmt: skip
+
+
+PEERS_PYTHON = os.path.join(".venv-peers", "bin", "python")
+
+
+def peers(name: str, cache: str, limit: int) -> dict[str, list[float]] | str:
+    """MosaicML's and litData's [images/s, CPU us an image] over copies of the workload's
+    TFRecord pack, or why they were not measured."""
+    if not os.path.exists(PEERS_PYTHON):
+        return f"not measured: no {PEERS_PYTHON} (make peers)"
+    out = os.path.join(cache, "torch", f"{name}-tfrecord")
+    work = os.path.join(cache, "torch", f"{name}-peers")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root}  # this tree's shardpack decodes for them too
+    done = subprocess.run([PEERS_PYTHON, "-m", "benchmarks.torch_peers", out, work, "--limit",
+                           str(limit)], capture_output=True, text=True, env=env)  # fmt: skip
+    if done.returncode:
+        return f"failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,13 +154,37 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n## PyTorch loop (torch {torch.__version__}, {os.cpu_count()} cores, "
           f"{WORKERS} DataLoader workers, batch {BATCH})\n")  # fmt: skip
     print("| workload | format | images | ShardDataset images/s | ceiling images/s | of ceiling "
+          "| CPU us an image: ShardDataset, ceiling | of ceiling by CPU "
           "| iter_examples images/s | first batch after a resume at 90% |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['workload']} | {r['format']} | {r['images']:,} | "
               f"{r['shard_dataset_images_per_s']:,.0f} | {r['ceiling_images_per_s']:,.0f} | "
-              f"{r['of_ceiling']} | {r['iter_examples_images_per_s']:,.0f} | "
+              f"{r['of_ceiling']} | {r['cpu_us_per_image']:,.0f}, "
+              f"{r['ceiling_cpu_us_per_image']:,.0f} | {r['of_ceiling_cpu']} | "
+              f"{r['iter_examples_images_per_s']:,.0f} | "
               f"{r['resume_first_batch_s']} s |")  # fmt: skip
+    print(f"\n## Peers in the same loop (MosaicML streaming, litData; {PEERS_PYTHON})\n")
+    print("| workload | measure | ShardDataset TFRecord | ShardDataset ArrayRecord | MosaicML "
+          "| litData | best shardpack / MosaicML | best shardpack / litData |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for name in args.workloads.split(","):
+        mine = [r for r in rows if r["workload"] == name]
+        theirs = peers(name, args.cache, args.limit)
+        for r in mine:
+            r["peers"] = theirs
+        for unit, key, better in (("images/s", "shard_dataset_images_per_s", max),
+                                     ("CPU us an image", "cpu_us_per_image", min)):  # fmt: skip
+            ours = {r["format"]: r[key] for r in mine}
+            cells = f"| {name} | {unit} | {ours['tfrecord']:,.0f} | {ours['array_record']:,.0f}"
+            if isinstance(theirs, str):
+                print(f"{cells} | {theirs} | | | |")
+                continue
+            best = better(ours.values())
+            peer = {p: theirs[p][0 if unit == "images/s" else 1] for p in theirs}
+            ratio = {p: v / best if better is min else best / v for p, v in peer.items()}
+            print(f"{cells} | {peer['mosaicml']:,.0f} | {peer['litdata']:,.0f} | "
+                  f"{ratio['mosaicml']:.2f} | {ratio['litdata']:.2f} |")  # fmt: skip
     if args.json_path:
         with open(args.json_path, "w") as f:
             json.dump(rows, f, indent=2)

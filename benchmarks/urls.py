@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.urls                      # 2,000 URLs at 50 and 200 ms
     .venv/bin/python -m benchmarks.urls --urls 400 --latency 0.05 --flaky 0.1 --workers 2
+    .venv/bin/python -m benchmarks.urls --img2dataset -- --per-host 128   # side by side
 
 A threaded HTTP server on 127.0.0.1 answers every URL with a 500x375 JPEG (its own bytes: a
 comment names the URL) after `--latency` seconds; with `--flaky F`, a fraction F of the URLs
@@ -9,6 +10,12 @@ fail their first request (a 503, a 429 with Retry-After: 1, or a reset connectio
 Each run packs the list with the CLI (`--allow-private-urls`, passthrough unless `--resize`;
 more flags after `--`) and prints its images/s end to end, the server's most requests in
 flight, and how many were packed. One server is one host: `--per-host` caps what is in flight.
+
+With `--img2dataset`, each latency runs shardpack and img2dataset (from its own venv,
+.venv-img2dataset: `make peers-img2dataset`; its pins conflict with ours) in turn on the same
+list, passthrough and with a 256 px center-crop re-encode, both writing WebDataset tars, and
+prints each one's images/s and the ratio. img2dataset runs as the issue measured it: 2
+processes x 64 threads, its retries set to shardpack's 2.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import http.server
 import json
 import os
+import resource
 import socket
 import struct
 import subprocess
@@ -100,30 +108,102 @@ def serve(latency: float, flaky: float) -> tuple[_Server, dict]:
     return server, state
 
 
-def run(urls: int, latency: float, flaky: float, workers: int, extra: list[str]) -> dict:
-    """One pack of `urls` URLs from a fresh server: its figures."""
+IMG2DATASET = os.path.join(".venv-img2dataset", "bin", "img2dataset")
+
+
+def run(urls: int, latency: float, flaky: float, workers: int, extra: list[str],
+        peer: str | None = None) -> dict:  # fmt: skip
+    """One pack of `urls` URLs from a fresh server, by shardpack or by `peer` (img2dataset,
+    with `extra` its flags): its figures."""
     server, state = serve(latency, flaky)
     port = server.server_address[1]
     with tempfile.TemporaryDirectory(prefix="shardpack-urls-") as folder:
-        src = os.path.join(folder, "urls.csv")
+        src, out = os.path.join(folder, "urls.csv"), os.path.join(folder, "out")
         with open(src, "w") as f:
             f.write("url,caption\n")
             f.writelines(f"http://127.0.0.1:{port}/{i}.jpg,photo {i}\n" for i in range(urls))
-        command = [sys.executable, "-m", "shardpack", "pack", src, os.path.join(folder, "out"),
-                   "--path-column", "url", "--workers", str(workers), "--allow-private-urls",
-                   "--no-progress", "--json", *extra]  # fmt: skip
-        start = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        seconds = time.perf_counter() - start
+        if peer:  # one input shard a process, as shardpack's shard a worker
+            command = [peer, "--url_list", src, "--output_folder", out, "--input_format", "csv",
+                       "--url_col", "url", "--caption_col", "caption", "--output_format",
+                       "webdataset", "--processes_count", str(workers), "--thread_count", "64",
+                       "--retries", "2", "--number_sample_per_shard", str(-(-urls // workers)),
+                       *extra]  # fmt: skip
+        else:
+            command = [sys.executable, "-m", "shardpack", "pack", src, out, "--path-column", "url",
+                       "--workers", str(workers), "--allow-private-urls", "--no-progress",
+                       "--json", *extra]  # fmt: skip
+        before, start = _children_cpu(), time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, check=False,
+                              env={**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"})  # fmt: skip
+        seconds, cpu = time.perf_counter() - start, _children_cpu() - before
+        packed = _img2dataset_successes(out) if peer and not done.returncode else None
     server.shutdown()
     server.server_close()
     if done.returncode:
         raise SystemExit(done.stderr[-2000:])
-    summary = json.loads(done.stdout)
-    return {"urls": urls, "latency_s": latency, "flaky": flaky, "workers": workers,
-            "packed": summary["records"], "seconds": round(seconds, 2),
-            "images_per_s": round(summary["records"] / seconds, 1),
-            "most_in_flight": state["most"]}  # fmt: skip
+    if not peer:
+        packed = json.loads(done.stdout)["records"]
+    return {"packer": "img2dataset" if peer else "shardpack", "urls": urls,
+            "latency_s": latency, "flaky": flaky, "workers": workers, "packed": packed,
+            "seconds": round(seconds, 2), "images_per_s": round(packed / seconds, 1),
+            "cpu_s": round(cpu, 2), "most_in_flight": state["most"]}  # fmt: skip
+
+
+def _children_cpu() -> float:
+    """User + system seconds of the children reaped so far (and of theirs they reaped)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _img2dataset_successes(out: str) -> int:
+    """The images img2dataset wrote, from the `_stats.json` beside each of its shards."""
+    names = [name for name in os.listdir(out) if name.endswith("_stats.json")]
+    return sum(json.load(open(os.path.join(out, name)))["successes"] for name in names)
+
+
+def fetch_only(urls: int, latency: float, flaky: float, threads: int) -> dict:
+    """One worker's fetching alone: a Prefetch of `threads` over `urls` URLs read in order, in
+    this process (the server's threads too), no packing: where a retry's wait goes."""
+    from shardpack.storage.fetch import Fetcher, Prefetch  # the code under test, in-process
+    from shardpack.storage.urlpolicy import FetchPolicy
+
+    server, state = serve(latency, flaky)
+    port = server.server_address[1]
+    listed = [f"http://127.0.0.1:{port}/{i}.jpg" for i in range(urls)]
+    policy = FetchPolicy(allow_private=True, threads=threads, per_host=threads)
+    start = time.perf_counter()
+    ahead = Prefetch(Fetcher(policy), iter(listed), 1 << 20)
+    try:
+        got = sum(bool(ahead.read(url, 1 << 20)) for url in listed)
+    finally:
+        ahead.close()
+    seconds = time.perf_counter() - start
+    server.shutdown()
+    server.server_close()
+    return {"fetch_only": urls, "latency_s": latency, "flaky": flaky, "threads": threads,
+            "got": got, "seconds": round(seconds, 2), "most_in_flight": state["most"]}  # fmt: skip
+
+
+def side_by_side(urls: int, latency: float, workers: int, extra: list[str], peer: str) -> None:
+    """shardpack then img2dataset, passthrough and center-cropped to 256 px: a line each, and
+    their ratio of images/s."""
+    modes = {
+        "passthrough": (["--format", "webdataset"],
+                        ["--resize_mode", "no", "--skip_reencode", "True"]),
+        "center-crop 256": (
+            ["--format", "webdataset", "--resize", "256x256", "--resize-mode", "center-crop"],
+            ["--image_size", "256", "--resize_mode", "center_crop"],
+        ),
+    }  # fmt: skip
+    for mode, (ours, theirs) in modes.items():
+        mine = run(urls, latency, 0.0, workers, ours + extra)
+        peers = run(urls, latency, 0.0, workers, theirs, peer)
+        for figures in (mine, peers):
+            print(json.dumps({"mode": mode, **figures}), flush=True)
+        ratio = mine["images_per_s"] / peers["images_per_s"]
+        print(f"# {mode}, {latency * 1000:g} ms: shardpack {mine['images_per_s']} images/s, "
+              f"img2dataset {peers['images_per_s']}: {ratio:.2f}x; CPU s {mine['cpu_s']} "
+              f"against {peers['cpu_s']}", flush=True)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,12 +213,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--flaky", type=float, default=0.0, help="fraction failing at first")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--resize", help="WxH: re-encode, center-cropped (else passthrough)")
+    parser.add_argument("--fetch-only", type=int, metavar="THREADS",
+                        help="one worker's Prefetch alone, in-process, at THREADS")  # fmt: skip
+    parser.add_argument("--img2dataset", nargs="?", const=IMG2DATASET, metavar="PATH",
+                        help=f"side by side with img2dataset [{IMG2DATASET}]")  # fmt: skip
     parser.add_argument("flags", nargs="*", help="more pack flags, after --")
     args = parser.parse_args(argv)
     extra = ["--resize", args.resize, "--resize-mode", "center-crop"] if args.resize else []
     extra += args.flags
     for latency in map(float, args.latency.split(",")):
-        print(json.dumps(run(args.urls, latency, args.flaky, args.workers, extra)), flush=True)
+        if args.fetch_only:
+            print(json.dumps(fetch_only(args.urls, latency, args.flaky, args.fetch_only)))
+        elif args.img2dataset:
+            if not os.path.exists(args.img2dataset):
+                raise SystemExit(f"{args.img2dataset}: not there; run `make peers-img2dataset`")
+            side_by_side(args.urls, latency, args.workers, args.flags, args.img2dataset)
+        else:
+            print(json.dumps(run(args.urls, latency, args.flaky, args.workers, extra)), flush=True)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from shardpack.options import (
     ENCODINGS,
     FLAGS,
     ON_ERROR,
+    WDS_NAMINGS,
     PackOptions,
     as_flags,
 )
@@ -203,6 +204,7 @@ _STORAGE_OPTIONS = Annotated[
 _CHOICES = {
     "source": source_choices(), "backend": (*BACKENDS, *BACKEND_ALIASES), "encode": ENCODINGS,
     "check": CHECKS, "on_error": ON_ERROR, "format": tuple(CONTAINERS), "dedup": DEDUP,
+    "wds_naming": WDS_NAMINGS,
 }  # fmt: skip
 _MORE_HELP = {"format": " " + "; ".join(f"{n} ({CONTAINERS.readers(n)})" for n in CONTAINERS) + "."}
 _PARSE = {"classes": parse_classes}

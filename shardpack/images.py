@@ -13,7 +13,7 @@ import struct
 import tempfile
 import threading
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -370,13 +370,28 @@ class Turn:
         """Normalised [ymin, xmin, ymax, xmax] rows of one image as the same rows of the other."""
         boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
         sides = []
-        # the quarter turns undo each other; the flips and transposes undo themselves
-        back = {6: 8, 8: 6}.get(self.orientation, self.orientation)
-        for axis, backwards in _STORED_AXES[back if self.upright else self.orientation]:
+        for axis, backwards in _STORED_AXES[self._from()]:
             low, high = boxes[:, axis], boxes[:, axis + 2]
             sides.append((1 - high, 1 - low) if backwards else (low, high))
         (ymin, ymax), (xmin, xmax) = sides
         return np.stack([ymin, xmin, ymax, xmax], axis=1)
+
+    def move_points(self, points: np.ndarray) -> np.ndarray:
+        """Normalised [y, x] rows of one image as the same points of the other: a box of no
+        size, as move_boxes moves it."""
+        points = np.asarray(points, np.float64).reshape(-1, 2)
+        return self.move_boxes(np.concatenate([points, points], axis=1))[:, :2]
+
+    def move_pixels(self, pixels: np.ndarray) -> np.ndarray:
+        """An array of one image's pixels (an instance-id map) as the other's: the same turn."""
+        (axis, back_y), (_, back_x) = _STORED_AXES[self._from()]
+        turned = pixels.swapaxes(0, 1) if axis == 1 else pixels
+        return np.ascontiguousarray(turned[:: -1 if back_y else 1, :: -1 if back_x else 1])
+
+    def _from(self) -> int:
+        """The orientation whose _STORED_AXES row takes this turn's source onto its result."""
+        return {6: 8, 8: 6}.get(self.orientation, self.orientation) if self.upright else (
+            self.orientation)  # fmt: skip
 
 
 def stored_turn(orientation: int | None) -> Turn | None:
@@ -435,6 +450,9 @@ class Geometry:
 
     scaled: tuple[int, int]
     canvas: tuple[int, int]
+    # (height, width) of the upright image it was made for: what a mask drawn for that image
+    # must match before it is taken through the same steps (None: not said)
+    source: tuple[int, int] | None = field(default=None, compare=False)
 
     @property
     def offset(self) -> tuple[int, int]:
@@ -454,6 +472,12 @@ class Geometry:
         shift = np.array([top, left, top, left], np.float64)
         size = np.array([out_h, out_w, out_h, out_w], np.float64)
         return (np.asarray(boxes, np.float64).reshape(-1, 4) * scale + shift) / size
+
+    def move_points(self, points: np.ndarray) -> np.ndarray:
+        """Normalised [y, x] rows of the image before as the same points of the canvas,
+        unclipped: a box of no size, as move_boxes moves it."""
+        points = np.asarray(points, np.float64).reshape(-1, 2)
+        return self.move_boxes(np.concatenate([points, points], axis=1))[:, :2]
 
 
 def geometry(
@@ -475,7 +499,7 @@ def geometry(
         size = target_size(height, width, max_side, resize)
         if size is not None and not upscale:
             size = min(size[0], height), min(size[1], width)
-        return None if size in (None, (height, width)) else Geometry(size, size)
+        return None if size in (None, (height, width)) else Geometry(size, size, (height, width))
     out = resize[1], resize[0]
     cover = mode in ("center-crop", "keep-ratio")
     scale = (max if cover else min)(out[0] / height, out[1] / width)
@@ -486,21 +510,28 @@ def geometry(
         canvas = min(out[0], scaled[0]), min(out[1], scaled[1])
     elif mode == "pad":  # rounding never spills over the canvas
         scaled, canvas = (min(out[0], scaled[0]), min(out[1], scaled[1])), out
-    return None if scaled == canvas == (height, width) else Geometry(scaled, canvas)
+    if scaled == canvas == (height, width):
+        return None
+    return Geometry(scaled, canvas, (height, width))
 
 
 def fit(
-    pixels: np.ndarray, where: Geometry, pad_color: tuple[int, int, int], order: str = "bgr"
+    pixels: np.ndarray,
+    where: Geometry,
+    pad_color: tuple[int, int, int],
+    order: str = "bgr",
+    nearest: bool = False,
 ) -> np.ndarray:
     """Resize pixels to where.scaled, then crop the middle or pad around to where.canvas;
-    pad_color is (r, g, b) whatever the pixels' order."""
-    pixels = resize(pixels, where.scaled)
+    pad_color is (r, g, b) whatever the pixels' order. `nearest`: the pixels are labels (an
+    instance-id map), resized nearest-neighbour and padded with pad_color[0]."""
+    pixels = resize(pixels, where.scaled, nearest)
     (height, width), (out_h, out_w), (top, left) = where.scaled, where.canvas, where.offset
     if (height, width) == (out_h, out_w):
         return pixels
     if height >= out_h and width >= out_w:
         return np.ascontiguousarray(pixels[-top : out_h - top, -left : out_w - left])
-    color = pad_color if order == "rgb" else pad_color[::-1]
+    color = pad_color[0] if nearest else pad_color if order == "rgb" else pad_color[::-1]
     bottom, right = out_h - height - top, out_w - width - left
     return _opencv().copyMakeBorder(
         pixels, top, bottom, left, right, _opencv().BORDER_CONSTANT, value=color
@@ -515,17 +546,17 @@ def reduce_factor(height: int, width: int, target: tuple[int, int]) -> int:
     return 1
 
 
-def resize(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Resize to (height, width): area averaging to shrink, bilinear to grow."""
+def resize(pixels: np.ndarray, size: tuple[int, int], nearest: bool = False) -> np.ndarray:
+    """Resize to (height, width): area averaging to shrink, bilinear to grow; labels
+    (`nearest`) nearest-neighbour, each pixel the one under its centre."""
     height, width = size
     if pixels.shape[:2] == size:
         return pixels
     shrink = height * width < pixels.shape[0] * pixels.shape[1]
     cv2 = _opencv()
+    how = cv2.INTER_NEAREST_EXACT if nearest else cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
     try:
-        return cv2.resize(
-            pixels, (width, height), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
-        )
+        return cv2.resize(pixels, (width, height), interpolation=how)
     except cv2.error as e:
         raise BadImage(f"cannot resize to {width}x{height} ({_cv2_reason(e)})") from None
 
@@ -557,3 +588,61 @@ def encode(pixels: np.ndarray, fmt: str, quality: int = 95, order: str = "bgr") 
     if not ok:
         raise BadImage(f"OpenCV could not encode {fmt}")
     return buf.tobytes()
+
+
+# Cells of one polygon's rows x (edges + columns) tables filled at a time: bounds the memory of
+# a polygon of many points over a tall image (a hostile one: 32 MB a step).
+_FILL_CELLS = 1 << 22
+
+
+def fill_polygon(labels: np.ndarray, polygon: np.ndarray, value: int) -> None:
+    """Set `value` in the pixels of one-channel `labels` whose centres lie inside `polygon`
+    (n x 2 (x, y) rows in pixels from the image's top-left corner, as COCO gives them; the
+    even-odd rule), as pycocotools samples them. Not cv2.fillPoly: it also fills every pixel
+    the outline touches, two pixels past pycocotools at a sharp tip."""
+    if not labels.flags.c_contiguous:
+        raise ValueError("fill_polygon draws into a C-contiguous array")
+    points = np.asarray(polygon, np.float64).reshape(-1, 2)
+    x0, y0 = points[:, 0], points[:, 1]
+    x1, y1 = np.concatenate([x0[1:], x0[:1]]), np.concatenate([y0[1:], y0[:1]])
+    height, width = labels.shape[:2]
+    # the rows and columns whose centres (+ 0.5) may lie inside
+    top, bottom = max(int(np.ceil(y0.min() - 0.5)), 0), min(int(np.ceil(y0.max() - 0.5)), height)
+    step = max(1, _FILL_CELLS // (len(points) + width))
+    slope = (x1 - x0) / np.where(y1 == y0, 1.0, y1 - y0)  # a level edge crosses no row
+    for first in range(top, bottom, step):
+        rows = np.arange(first, min(first + step, bottom))
+        centre = rows[:, None] + 0.5
+        crosses = (y0 <= centre) != (y1 <= centre)  # half-open: a vertex counted once
+        xs = np.where(crosses, x0 + (centre - y0) * slope, np.inf)
+        xs.sort(axis=1)
+        most = int(crosses.sum(axis=1).max(initial=0))  # the crossings of the busiest row
+        starts, ends = xs[:, 0:most:2], xs[:, 1:most:2]
+        spans = np.isfinite(ends)
+        # the pixels j with start <= j + 0.5 < end
+        begin = np.where(spans, np.ceil(starts - 0.5), 0).clip(0, width).astype(np.intp)
+        end = np.where(spans, np.ceil(ends - 0.5), 0).clip(0, width).astype(np.intp)
+        row, pair = np.nonzero(begin < end)
+        begin, end = begin[row, pair], end[row, pair]
+        # every pixel of every span as one flat index: the spans' starts, each repeated along
+        # its length, plus a running count (one assignment, whatever the spans)
+        lengths = end - begin
+        flat = (rows[row] * width + begin - np.cumsum(lengths) + lengths).repeat(lengths)
+        labels.reshape(-1)[flat + np.arange(len(flat))] = value
+
+
+def encode_labels(labels: np.ndarray) -> bytes:
+    """A one-channel 8- or 16-bit label map (an instance-id map) as a lossless PNG."""
+    ok, buf = _opencv().imencode(".png", labels)
+    if not ok:
+        raise BadImage("OpenCV could not encode a label map as PNG")
+    return buf.tobytes()
+
+
+def decode_labels(data: bytes) -> np.ndarray:
+    """A one-channel 8- or 16-bit PNG label map as it is stored (no colour conversion)."""
+    cv2 = _opencv()
+    labels = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    if labels is None or labels.ndim != 2:
+        raise BadImage("not a one-channel PNG label map")
+    return labels

@@ -1,4 +1,5 @@
-"""index.json: built from the workers' results, written atomically, loaded and validated."""
+"""index.json, the contract between pack and readers: the document as dataclasses, loaded,
+validated (everything read is hostile) and written back (packing/merge.py builds it)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from shardpack.containers import CONTAINERS, Container
 from shardpack.errors import FileAccessError, IndexFormatError, Option, is_count, shortened
@@ -46,21 +48,103 @@ class ShardInfo:
     num_records: int
     num_bytes: int
     sha256: str
+    generation: int = 0  # the run that wrote it: 0 the first pack, each grow one more
+
+    def to_json(self) -> dict:
+        """The shard as index.json lists it."""
+        return {"file": self.file, "num_records": self.num_records, "num_bytes": self.num_bytes,
+                "sha256": self.sha256, "generation": self.generation}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class SplitInfo:
-    """One split: its record count, per-class counts and shards in order."""
+    """One split: its record count, per-class counts and shards in order; a grown split's
+    shard names keep the count it was first packed with (`name_count`), and a grow numbers its
+    next shard `next_shard` (packing/grow.py)."""
 
     num_records: int
     class_counts: tuple[int, ...]
     shards: tuple[ShardInfo, ...]
+    name_count: int | None = None  # None: an index before it (names count the shards)
+    next_shard: int | None = None  # None: never grown (the next is numbered after the last)
+
+    @property
+    def names_count(self) -> int:
+        """The count in the split's shard names: the one it was first packed with, kept as it
+        grows (an index written before `name_count` names its shard count)."""
+        return self.name_count if self.name_count is not None else len(self.shards)
+
+    @property
+    def next_number(self) -> int:
+        """The number a grow gives the split's next shard, before any name OUT holds."""
+        return self.next_shard if self.next_shard is not None else len(self.shards)
+
+    def to_json(self) -> dict:
+        """The split as index.json writes it."""
+        doc = {"num_records": self.num_records, "class_counts": list(self.class_counts),
+               "shards": [s.to_json() for s in self.shards]}  # fmt: skip
+        if self.name_count is not None:
+            doc["name_count"] = self.name_count
+        if self.next_shard is not None:
+            doc["next_shard"] = self.next_shard
+        return doc
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """An item pack passed over (the first MAX_NAMED_SKIPPED), each text cut short."""
+
+    key: str
+    reason: str
+
+    def to_json(self) -> dict:
+        """The item as index.json's `skipped` lists it."""
+        return {"key": self.key, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of --append or --update, as the index's `history` keeps it."""
+
+    generation: int
+    when: str  # UTC, 2026-01-31T12:00:00Z
+    mode: str  # "append" | "update"
+    added: int
+    changed: int
+    removed: int
+    shards_rewritten: int
+
+    def to_json(self) -> dict:
+        """The run as index.json's `history` lists it."""
+        return {name: getattr(self, name) for name in _RUN_FIELDS}
+
+
+@dataclass(frozen=True)
+class PackStats:
+    """How the dataset's latest run went (index.json's `stats`)."""
+
+    seconds: float | None = None
+    images_per_second: float | None = None  # None: no time measured
+    workers: int | None = None
+    lossless: int | None = None  # --encode keep's images made PNG (None: an index before it)
+    url_failures: dict[str, int] | None = None  # reason -> image URLs skipped for it
+
+    def to_json(self) -> dict:
+        """The statistics as index.json writes them (lossless and url_failures when known)."""
+        doc = {"seconds": self.seconds, "images_per_second": self.images_per_second,
+               "workers": self.workers}  # fmt: skip
+        if self.lossless is not None:
+            doc["lossless"] = self.lossless
+        if self.url_failures is not None:
+            doc["url_failures"] = dict(self.url_failures)
+        return doc
+
+
+@dataclass(frozen=True, kw_only=True)
 class Index:
-    """A loaded and validated index.json; `raw` keeps the whole document. `out` is OUT as
-    messages name it (a path or URL); `storage` reads the files in it."""
+    """index.json as dataclasses: every field the document holds, read by from_json (which
+    refuses what pack does not write) and written back by to_json. `out` is OUT as messages
+    name it (a path or URL); `storage` reads the files in it."""
 
     out: str
     name: str
@@ -68,10 +152,26 @@ class Index:
     encoding: str
     compression: str
     splits: dict[str, SplitInfo]
-    raw: dict
     container_name: str = LEGACY_CONTAINER  # the shards' file format (shardpack.containers)
-    storage: Storage | None = None  # OUT's; index_from_document always sets it
+    storage: Storage | None = None  # OUT's; from_json always sets it
     image_size: tuple[int, int] | None = None  # (height, width) every image has; None: they vary
+    image_size_told: bool = True  # False: an index before `image_size` (sizes unknown)
+    version: int = VERSION  # the version read; to_json writes VERSION
+    source: str | None = None  # the source's kind (None: an index before it)
+    seed: int | None = None  # the shuffle's seed; None: not shuffled
+    options: dict | None = None  # PackOptions.output_fields() as JSON: what a grow packs with
+    generation: int = 0  # the latest run: 0 the first pack, each grow one more
+    history: tuple[Run, ...] = ()  # the last MAX_HISTORY grows
+    plan_digest: str | None = None  # the plan the latest run wrote (its journal's)
+    skipped: tuple[Skipped, ...] = ()  # the first MAX_NAMED_SKIPPED of num_skipped
+    num_skipped: int = 0
+    ignored: int = 0  # files the source passed over as no image
+    ignored_files: tuple[str, ...] = ()  # the first ones of `ignored`
+    warnings: tuple[str, ...] = ()
+    stats: PackStats = PackStats()
+    duplicates: dict | None = None  # packing/duplicates.summary's JSON (None: before it)
+    summaries: dict | None = None  # packing/stats' per-split summaries (None: before them)
+    retired: tuple[str, ...] | None = None  # shards an --update replaced, removed once in place
 
     @property
     def container(self) -> Container:
@@ -88,14 +188,57 @@ class Index:
         """
         return self.compression == "none" and self.container.tfds_file_format is not None
 
-    def to_json(self) -> dict:
-        """The index.json document."""
-        return self.raw
-
     @property
     def classes(self) -> tuple[str, ...]:
         """The `label` feature's class names."""
         return self.schema.classes
+
+    @property
+    def shards(self) -> tuple[ShardInfo, ...]:
+        """Every split's shards, split by split."""
+        return tuple(s for split in self.splits.values() for s in split.shards)
+
+    @cached_property
+    def raw(self) -> dict:
+        """The index.json document (to_json's), made once: read it, never change it."""
+        return self.to_json()
+
+    def to_json(self) -> dict:
+        """The index.json document, its keys in the order pack writes them (a document an
+        older version wrote comes back as this version's)."""
+        doc = {"format": FORMAT, "version": VERSION, "name": self.name}
+        doc.update(_some(source=self.source))
+        doc.update(classes=list(self.classes), features=self.schema.to_json(),
+                   encoding=self.encoding, compression=self.compression,
+                   container=self.container_name, seed=self.seed)  # fmt: skip
+        doc.update(_some(options=self.options))
+        doc.update(generation=self.generation, history=[r.to_json() for r in self.history])
+        doc.update(_some(plan_digest=self.plan_digest))
+        doc.update(
+            splits={name: split.to_json() for name, split in self.splits.items()},
+            skipped=[s.to_json() for s in self.skipped],
+            num_skipped=self.num_skipped,
+            ignored=self.ignored,
+            ignored_files=list(self.ignored_files),
+            warnings=list(self.warnings),
+            stats=self.stats.to_json(),
+        )
+        if self.image_size_told:
+            doc["image_size"] = list(self.image_size) if self.image_size is not None else None
+        doc.update(_some(duplicates=self.duplicates, summaries=self.summaries))
+        doc.update(_some(retired=list(self.retired) if self.retired is not None else None))
+        return doc
+
+    @classmethod
+    def from_json(cls, out: str | os.PathLike | Storage, doc: object) -> Index:
+        """Validate an index document for the output folder or URL `out`; refuse, in one line
+        naming index.json, anything pack does not write.
+
+        Raises:
+            IndexFormatError: not an index, an unknown version or container, a value of the
+                wrong type, or a shard name that is not a plain file name inside OUT.
+        """
+        return _from_json(storage_at(out), doc)
 
     def shard_path(self, shard: ShardInfo) -> str:
         """The shard's path or URL inside OUT (the name was checked safe at load)."""
@@ -109,6 +252,11 @@ class Index:
                 f"it has {', '.join(sorted(self.splits))}"
             )
         return self.splits[name]
+
+
+def _some(**fields: object) -> dict:
+    """The fields whose value is not None: the optional ones an index may lack."""
+    return {key: value for key, value in fields.items() if value is not None}
 
 
 def _out_kind(storage: Storage) -> str | None:
@@ -191,7 +339,11 @@ def _containers(text: bytes) -> int:
 
 def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
     """Validate an index document (as load_index does) for the output folder or URL `out`."""
-    storage = storage_at(out)
+    return Index.from_json(out, doc)
+
+
+def _from_json(storage: Storage, doc: object) -> Index:
+    """Index.from_json for OUT's `storage`."""
     path = storage.path(INDEX_NAME)
 
     def bad(what: str) -> IndexFormatError:
@@ -215,51 +367,98 @@ def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:
     if not all(isinstance(c, str) for c in doc["classes"]):
         raise bad("'classes' must be a list of strings")
     _check_optional(doc, bad)
-    schema = _schema(doc, bad)
-    splits = {}
-    for split, entry in doc["splits"].items():
-        if not isinstance(entry, dict):
-            raise bad(f"split {split!r} is not an object")
-        _expect(entry, {"num_records": int, "shards": list}, bad)
-        _expect(entry, {key: int for key in _GROWN_SPLIT if key in entry}, bad)
-        shards = []
-        for shard in entry["shards"]:
-            if not isinstance(shard, dict):
-                raise bad(f"a shard of split {split!r} is not an object")
-            _expect(shard, {"file": str, "num_records": int, "num_bytes": int, "sha256": str}, bad)
-            _expect(shard, {"generation": int} if "generation" in shard else {}, bad)
-            if min(shard["num_records"], shard["num_bytes"]) < 0:
-                raise bad(f"a shard of split {split!r} has a negative count")
-            if not SAFE_FILE.fullmatch(shard["file"]):
-                raise IndexFormatError(
-                    f"{path}: refused shard name {shard['file']!r}: shard names must be plain "
-                    "file names inside the output folder"
-                )
-            shards.append(ShardInfo(**{k: shard[k] for k in ShardInfo.__dataclass_fields__}))
-        counts = entry.get("class_counts", [])
-        if not isinstance(counts, list) or not all(
-            isinstance(c, int) and not isinstance(c, bool) for c in counts
-        ):
-            raise bad(f"'class_counts' of split {split!r} must be a list of integers")
-        splits[split] = SplitInfo(entry["num_records"], tuple(counts), tuple(shards))
     size = doc.get("image_size")  # indexes before it: None, as for sizes that vary
     if size is not None and not (
         isinstance(size, list) and len(size) == 2
         and all(type(n) is int and n > 0 for n in size)
     ):  # fmt: skip
         raise bad("'image_size' must be [height, width] or null")
+    skipped = tuple(Skipped(s["key"], s["reason"]) for s in doc.get("skipped", []))
     return Index(
         out=storage.root,
         name=doc["name"],
-        schema=schema,
+        schema=_schema(doc, bad),
         encoding=doc["encoding"],
         compression=doc["compression"],
-        splits=splits,
-        raw=doc,
+        splits={name: _split(name, entry, path, bad) for name, entry in doc["splits"].items()},
         container_name=container,
         storage=storage,
         image_size=tuple(size) if size is not None else None,
+        image_size_told="image_size" in doc,
+        version=doc["version"],
+        source=doc.get("source"),
+        seed=doc.get("seed"),
+        options=doc.get("options"),
+        generation=doc.get("generation", 0),
+        history=tuple(Run(**run) for run in doc.get("history", [])),
+        plan_digest=doc.get("plan_digest"),
+        skipped=skipped,
+        num_skipped=doc.get("num_skipped", len(skipped)),
+        ignored=doc.get("ignored", 0),
+        ignored_files=tuple(doc.get("ignored_files", ())),
+        warnings=tuple(doc.get("warnings", ())),
+        stats=_stats(doc.get("stats", {}), bad),
+        duplicates=_report(doc.get("duplicates")),
+        summaries=_report(doc.get("summaries")),
+        retired=tuple(doc["retired"]) if "retired" in doc else None,
     )
+
+
+def _report(value: object) -> dict | None:
+    """`duplicates` or `summaries`: what only reports show, each part read as untrusted there
+    (read/report.py), so one that is not an object reads as missing, not as a broken index."""
+    return value if isinstance(value, dict) else None
+
+
+def _split(name: str, entry: object, path: str, bad) -> SplitInfo:
+    """One split of the document, checked."""
+    if not isinstance(entry, dict):
+        raise bad(f"split {name!r} is not an object")
+    _expect(entry, {"num_records": int, "shards": list}, bad)
+    _expect(entry, {key: int for key in _GROWN_SPLIT if key in entry}, bad)
+    if entry.get("name_count") == 0:  # a count in shard names: 1 at least
+        raise bad(f"'name_count' of split {name!r} must be at least 1")
+    shards = []
+    for shard in entry["shards"]:
+        if not isinstance(shard, dict):
+            raise bad(f"a shard of split {name!r} is not an object")
+        _expect(shard, {"file": str, "num_records": int, "num_bytes": int, "sha256": str}, bad)
+        _expect(shard, {"generation": int} if "generation" in shard else {}, bad)
+        if min(shard["num_records"], shard["num_bytes"]) < 0:
+            raise bad(f"a shard of split {name!r} has a negative count")
+        if not SAFE_FILE.fullmatch(shard["file"]):
+            raise IndexFormatError(
+                f"{path}: refused shard name {shard['file']!r}: shard names must be plain "
+                "file names inside the output folder"
+            )
+        shards.append(ShardInfo(shard["file"], shard["num_records"], shard["num_bytes"],
+                                shard["sha256"], shard.get("generation", 0)))  # fmt: skip
+    counts = entry.get("class_counts", [])
+    if not isinstance(counts, list) or not all(
+        isinstance(c, int) and not isinstance(c, bool) for c in counts
+    ):
+        raise bad(f"'class_counts' of split {name!r} must be a list of integers")
+    return SplitInfo(
+        num_records=entry["num_records"], class_counts=tuple(counts), shards=tuple(shards),
+        name_count=entry.get("name_count"), next_shard=entry.get("next_shard"),
+    )  # fmt: skip
+
+
+def _stats(doc: dict, bad) -> PackStats:
+    """The document's `stats`, checked (a key this version does not write is left out)."""
+    numbers = {k: doc.get(k) for k in ("seconds", "images_per_second")}
+    counts = {k: doc.get(k) for k in ("workers", "lossless")}
+    failures = doc.get("url_failures")
+    if not (
+        all(v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+            for v in numbers.values())
+        and all(v is None or is_count(v, 0) for v in counts.values())
+        and (failures is None or (isinstance(failures, dict)
+                                  and all(is_count(n, 0) for n in failures.values())))
+    ):  # fmt: skip
+        raise bad("'stats' must hold numbers (seconds, images_per_second), counts (workers, "
+                  "lossless) and url_failures {reason: count}")  # fmt: skip
+    return PackStats(**numbers, **counts, url_failures=failures)
 
 
 def _schema(doc: dict, bad) -> Schema:
@@ -296,6 +495,8 @@ def _expect(doc: dict, types: dict[str, type], bad) -> None:
 _OPTIONAL = {"source": str, "plan_digest": str, "num_skipped": int, "ignored": int,
              "stats": dict, "skipped": list, "ignored_files": list, "warnings": list,
              "options": dict, "generation": int, "history": list, "retired": list}  # fmt: skip
+# What index.json's `history` keeps of each run (Run).
+_RUN_FIELDS = ("generation", "when", "mode", "added", "changed", "removed", "shards_rewritten")
 # What a grown split and its shards may hold (packing/grow.py): counts, each optional.
 _GROWN_SPLIT = ("name_count", "next_shard")
 
@@ -314,6 +515,18 @@ def _check_optional(doc: dict, bad) -> None:
             isinstance(item.get(k), str) for k in ("key", "reason")
         ):
             raise bad("'skipped' must be a list of {key, reason} strings")
+    if not all(isinstance(f, str) for f in doc.get("retired", [])):
+        raise bad("'retired' must be a list of strings")
+    for run in doc.get("history", []):
+        if (
+            not isinstance(run, dict)
+            or set(run) != set(_RUN_FIELDS)
+            or not all(
+                isinstance(run[k], str) if k in ("when", "mode") else is_count(run[k], 0)
+                for k in _RUN_FIELDS
+            )
+        ):
+            raise bad(f"'history' must be a list of runs {{{', '.join(_RUN_FIELDS)}}}")
 
 
 def record_fault(example: dict[str, list], schema: Schema) -> str | None:

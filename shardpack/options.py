@@ -33,6 +33,9 @@ DEFAULT_FORMAT = "tfrecord"  # the shard container (shardpack.containers) when n
 DEDUP = ("none", "exact", "near")
 # --append adds new items in new shards; --update also rewrites the shards of changed ones.
 GROW = ("none", "append", "update")
+# How WebDataset samples name their members: shardpack's (`.json` of every feature) or
+# img2dataset's (`.txt` caption, `.json` with url, status, original size and sha256).
+WDS_NAMINGS = ("shardpack", "img2dataset")
 # --box-columns' formats of normalised boxes (each taken to TFDS's yxyx at scan): TFDS's,
 # Pascal's corners x first, COCO's corner and size, YOLO's centre and size.
 BOX_FORMATS = ("yxyx", "xyxy", "xywh", "cxcywh")
@@ -55,12 +58,14 @@ NEAR_DISTANCE = 4
 _OUTPUT_FIELDS = (
     "name", "source", "shards", "shard_size", "encode", "quality", "max_side", "resize", "check",
     "compression", "seed", "shuffle", "max_pixels", "classes", "split_names", "split",
-    "path_column", "root", "format", "dedup", "box_columns",
+    "path_column", "root", "format", "dedup", "box_columns", "wds_naming",
     "resize_mode", "pad_color", "upscale", "min_side", "max_aspect", "max_area",
 )  # fmt: skip
 
 
-def _check_container(fmt: str, compression: str, index_files: bool, encode: str) -> None:
+def _check_container(
+    fmt: str, compression: str, index_files: bool, encode: str, naming: str
+) -> None:
     check_choice("format", fmt, tuple(CONTAINERS))
     container = CONTAINERS[fmt]
     if compression not in container.compressions:
@@ -80,6 +85,11 @@ def _check_container(fmt: str, compression: str, index_files: bool, encode: str)
         raise OptionError(Option("index_files", True), " writes DALI's index files, for ", *kinds,
                           "; ", Option("format", fmt), " needs none: drop ",
                           Option("index_files", True))  # fmt: skip
+    if naming not in container.namings:
+        kinds = _either(Option("format", n) for n, c in CONTAINERS.items() if naming in c.namings)
+        raise OptionError(Option("wds_naming", naming), " names the members of ", *kinds,
+                          "'s samples; ", Option("format", fmt), " has none: drop ",
+                          Option("wds_naming"))  # fmt: skip
 
 
 def _either(options: Iterable[Option]) -> list[str | Option]:
@@ -230,6 +240,9 @@ class PackOptions:
         user_agent: the User-Agent image requests send; None: shardpack's own.
         url_threads: image URL requests in flight per worker.
         per_host: of those, to one host at most.
+        wds_naming: "shardpack", or "img2dataset": WebDataset samples named as img2dataset
+            names them (the caption as `.txt`; `.json` with url, key, status, width, height,
+            original_width, original_height and sha256), for code written for its output.
     """
 
     name: str | None = None
@@ -273,6 +286,7 @@ class PackOptions:
     user_agent: str | None = None
     url_threads: int = 128
     per_host: int = 16
+    wds_naming: str = "shardpack"
     box_columns: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -285,6 +299,7 @@ class PackOptions:
         check_choice("on_error", self.on_error, ON_ERROR)
         check_choice("dedup", self.dedup, DEDUP)
         check_choice("grow", self.grow, GROW)
+        check_choice("wds_naming", self.wds_naming, WDS_NAMINGS)
         if self.grow != "none" and self.overwrite:
             raise OptionError(Option("grow", self.grow), " keeps the dataset in OUT; drop ",
                               Option("overwrite"))  # fmt: skip
@@ -324,7 +339,9 @@ class PackOptions:
         if self.index_files and self.compression != "none":
             raise OptionError(Option("index_files", True), " needs uncompressed shards; drop ",
                               Option("compression"))  # fmt: skip
-        _check_container(self.format, self.compression, self.index_files, self.encode)
+        _check_container(
+            self.format, self.compression, self.index_files, self.encode, self.wds_naming
+        )
         for split in (*self.split_names, *(name for name, _ in self.split or ())):
             if not _SPLIT.match(split):
                 raise OptionError(
@@ -605,6 +622,11 @@ FLAGS: dict[str, Flag] = {
     ),
     "url_threads": Flag("--url-threads", "Image URL requests in flight per worker.", "N", min=1),
     "per_host": Flag("--per-host", "Of those, to one host at most.", "N", min=1),
+    "wds_naming": Flag(
+        "--wds-naming",
+        "WebDataset members: shardpack's, or img2dataset's (.txt caption; .json with url, "
+        "status, original size, sha256).",
+    ),
     "box_columns": Flag(
         "--box-columns",
         "A manifest's columns of normalised boxes, moved with the pixels; FORMAT: yxyx "

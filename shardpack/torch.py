@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from shardpack import images
 from shardpack.errors import ShardpackError, is_count
 from shardpack.index import load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
@@ -50,6 +51,9 @@ class _Epochs(IterableDataset):
         self.epoch = 0
         self._start = 0  # records of this epoch taken before this iteration (a resume)
         self._taken = 0  # records this process's own iteration has yielded since
+        # a DataLoader worker resumed from its own state: (worker, workers, records of its
+        # part already yielded), set by load_state_dict in that worker
+        self._part: tuple[int, int, int] | None = None
 
     def sequence(self) -> np.ndarray:
         """This rank's items of the current epoch, in the order the DataLoader yields them."""
@@ -68,6 +72,7 @@ class _Epochs(IterableDataset):
         from (seed, epoch) alone; a resume point loaded before is forgotten."""
         self.epoch = check_seed("epoch", epoch)
         self._start = self._taken = 0
+        self._part = None
 
     def __len__(self) -> int:
         return max(len(self.sequence()) - self._start, 0)
@@ -78,30 +83,45 @@ class _Epochs(IterableDataset):
         items = self.sequence()[self._start :]
         if worker is not None:
             items = worker_part(items, worker.id, worker.num_workers, self.batch_size)
+            items = items[self._part[2] :] if self._part else items
         for record in self.read_all(items):
-            if worker is None:
-                self._taken += 1
+            self._taken += 1
             yield record
 
     def state_dict(self, consumed: int | None = None) -> dict[str, int]:
         """Where this rank is in the epoch: enough for load_state_dict to yield exactly the
-        records not yet taken.
+        records not yet taken. torchdata's StatefulDataLoader calls it by itself (in each of
+        its workers, which then add `worker`, `workers` and `worker_taken`: their part's
+        records yielded).
 
         Args:
             consumed: records the training loop has taken from this rank's DataLoader since
-                the iteration began (batches x batch_size). Needed with DataLoader workers,
-                whose copies of the dataset this process cannot see; None counts what this
-                process's own iteration yielded (num_workers=0).
+                the iteration began (batches x batch_size). Needed with a plain DataLoader's
+                workers, whose copies of the dataset this process cannot see; None counts what
+                this process's own iteration yielded (num_workers=0).
         """
         taken = self._taken if consumed is None else consumed
         if not is_count(taken, 0):
             raise ShardpackError(f"consumed must be an integer of at least 0, got: {consumed!r}")
-        return {"epoch": self.epoch, "consumed": self._start + taken, "seed": self.seed,
-                "world_size": self.world_size}  # fmt: skip
+        state = {"epoch": self.epoch, "consumed": self._start, "seed": self.seed,
+                 "world_size": self.world_size}  # fmt: skip
+        worker = get_worker_info()
+        if worker is None or consumed is not None:
+            return {**state, "consumed": self._start + taken}
+        done = self._part[2] if self._part else 0
+        return {**state, "worker": worker.id, "workers": worker.num_workers,
+                "worker_taken": done + taken}  # fmt: skip
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume where state_dict was taken: the next iteration yields the rest of that epoch
-        (with any DataLoader worker count, in the same order), then set_epoch goes on."""
+    def load_state_dict(self, state: dict) -> None:
+        """Resume where a state was taken: the next iteration yields the rest of that epoch
+        (with any DataLoader worker count, in the same order), then set_epoch goes on.
+
+        Args:
+            state: what state_dict returned, or a torchdata StatefulDataLoader's state_dict
+                (loaded here, it resumes a DataLoader with any worker count; loaded into a
+                StatefulDataLoader, one with the worker count it was taken with).
+        """
+        state = _from_loader(state, self.batch_size)
         if not isinstance(state, dict) or not all(
             is_count(state.get(k), 0) for k in ("epoch", "consumed", "seed", "world_size")
         ):
@@ -113,8 +133,9 @@ class _Epochs(IterableDataset):
                     f"{getattr(self, name)}: its order differs, so the rest of the epoch "
                     f"cannot be found; build the dataset with {name}={state[name]}"
                 )
+        part = _worker_part_state(state)
         self.set_epoch(state["epoch"])
-        self._start = state["consumed"]
+        self._start, self._part = state["consumed"], part
 
 
 class ShardDataset(_Epochs):
@@ -197,6 +218,8 @@ class ShardDataset(_Epochs):
         self._cache: ShardCache | None = None
         self._records_pid = 0
         self._open()  # refuses GZIP shards and a bad cache now, not in a worker
+        if decode:  # loaded once here, not by each DataLoader worker of each epoch (~0.1-1 s)
+            images._opencv()
 
     def __len__(self) -> int:  # without drawing the epoch's order
         return max(len(self._positions()) - self._start, 0)
@@ -338,6 +361,59 @@ def mix(
     made = [(s if isinstance(s, ShardDataset) else ShardDataset(s, **options), w)
             for s, w in sources]  # fmt: skip
     return Mix(made, seed, end)
+
+
+def _from_loader(state: dict, batch_size: int) -> dict:
+    """A torchdata StatefulDataLoader's state_dict as this module's own (epoch, records of the
+    rank's sequence consumed, seed, world size); any other dict as it is.
+
+    A worker-less loader keeps the dataset's own state. A loader with workers keeps each
+    worker's, as of the last batch it yielded from that worker: the batches come in the
+    sequence's order, so the records consumed are a prefix of it, and its length is the sum of
+    what each worker yielded of its part, plus the batches taken since the last snapshot
+    (`snapshot_every_n_steps`; full ones, since only an epoch's last batch can be short).
+    """
+    if not isinstance(state, dict):
+        return state
+    if "_num_yielded" in state and "dataset_state" in state:  # no workers
+        return state["dataset_state"] or {}
+    snapshot = state.get("_snapshot")
+    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("_worker_snapshots"), dict):
+        return state
+    workers = [w.get("dataset_state") if isinstance(w, dict) else None
+               for w in snapshot["_worker_snapshots"].values()]  # fmt: skip
+    if not workers or not all(isinstance(w, dict) and "worker_taken" in w for w in workers):
+        raise ShardpackError("a StatefulDataLoader's state without its workers' dataset states: "
+                             "take it from a loader over a shardpack dataset")  # fmt: skip
+    since = state.get("_steps_since_snapshot", 0)
+    first = workers[0]
+    if not all(is_count(w.get("worker_taken"), 0) for w in workers) or not is_count(since, 0):
+        raise ShardpackError(f"not a state_dict of a shardpack dataset: {first!r}")
+    keys = ("epoch", "consumed", "seed", "world_size")
+    if any(tuple(w.get(k) for k in keys) != tuple(first.get(k) for k in keys) for w in workers):
+        raise ShardpackError("a StatefulDataLoader's workers disagree on the epoch: "
+                             "not a state of one loader over one shardpack dataset")  # fmt: skip
+    consumed = first.get("consumed", 0) + sum(w["worker_taken"] for w in workers)
+    return {k: first.get(k) for k in keys} | {"consumed": consumed + since * batch_size}
+
+
+def _worker_part_state(state: dict) -> tuple[int, int, int] | None:
+    """A worker's own state (which StatefulDataLoader loads into that worker): its (worker,
+    workers, records of its part yielded); None for a rank's state."""
+    if "worker" not in state:
+        return None
+    part = (state.get("worker"), state.get("workers"), state.get("worker_taken"))
+    worker = get_worker_info()
+    if (
+        not all(is_count(v, 0) for v in part)
+        or worker is None
+        or part[:2] != (worker.id, worker.num_workers)
+    ):
+        raise ShardpackError(
+            "a DataLoader worker's state, loaded outside that worker: load the whole "
+            "StatefulDataLoader's state_dict() instead (the dataset's load_state_dict takes it)"
+        )
+    return part
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:

@@ -10,7 +10,13 @@ import pytest
 # Their asserts report the values compared, as a test module's do.
 pytest.register_assert_rewrite("tests.helpers", "tests.s3server")
 
-from tests.helpers import OBJECT_ROWS, make_tree, pack_objects, packed_tree  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    OBJECT_ROWS,
+    check_indexes_round_trip,
+    make_tree,
+    pack_objects,
+    packed_tree,
+)
 from tests.s3server import s3, s3_server  # noqa: E402, F401
 
 FAST = os.environ.get("SHARDPACK_TEST_TIER") == "fast"  # set by `make test-fast`
@@ -74,3 +80,13 @@ def objects_out(tmp_path_factory) -> Path:
     """OBJECT_ROWS packed once: one shard, records in their order, keyed objects.parquet:<row>;
     shared, so a test that changes it copies it."""
     return pack_objects(tmp_path_factory.mktemp("objects"), OBJECT_ROWS)
+
+
+@pytest.fixture(autouse=True)
+def indexes_round_trip(request: pytest.FixtureRequest):
+    """After each test that has a tmp_path: every index.json pack wrote in it reads back into
+    an Index (shardpack/index.py) that writes the same bytes."""
+    root = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if root is not None:
+        check_indexes_round_trip(root)

@@ -657,3 +657,26 @@ def pack_objects(folder: Path, rows: list[dict]) -> Path:
     src = write_objects_parquet(folder / "objects.parquet", rows, OBJECT_CLASSES)
     pack(src, folder / "out", PackOptions(workers=1, shuffle=False, shards=1))
     return folder / "out"
+
+
+def check_indexes_round_trip(root: Path) -> int:
+    """Assert that every index.json under `root` that pack wrote (this version's, in its JSON
+    form) reads back into an Index whose to_json gives the same bytes; returns how many."""
+    from shardpack.errors import ShardpackError
+    from shardpack.index import VERSION, load_index
+    from shardpack.storage.atomic import json_bytes
+
+    checked = 0
+    for path in root.rglob("index.json"):
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:  # bounded as every reader's: a planted flood of lists is refused, not parsed
+            index = load_index(path.parent)
+        except ShardpackError:
+            continue
+        data = path.read_bytes()
+        if index.version != VERSION or json_bytes(json.loads(data)) != data:
+            continue  # a test's own (hand-written, planted or older) document
+        assert json_bytes(index.to_json()) == data, f"{path} does not round-trip"
+        checked += 1
+    return checked

@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 
 from shardpack.errors import IndexFormatError
-from shardpack.index import Index, ShardInfo, load_index
+from shardpack.index import Index, PackStats, ShardInfo, Skipped, load_index
 from shardpack.layout import INDEX_NAME
 from shardpack.options import PackOptions
 from shardpack.packing.merge import build_index
+from shardpack.packing.packer import pack
 from shardpack.packing.plan import ShardResult, make_plan
 from shardpack.schema import Feature, Schema
 from shardpack.sources import scan
+from shardpack.storage import storage_at
 from shardpack.storage.atomic import json_bytes, write_atomic
 from tests import helpers
 
@@ -92,7 +94,20 @@ def test_load_index_accepts_a_valid_document(tmp_path):
     assert train.shards[1] == ShardInfo("pets-train.tfrecord-00001-of-00002", 2, 200, SHA)
     assert index.split("test").class_counts == ()  # optional
     assert index.shard_path(train.shards[0]) == str(out / "pets-train.tfrecord-00000-of-00002")
-    assert index.raw == _document()
+    assert (index.source, index.plan_digest, index.ignored) == ("folder", "cd" * 32, 1)
+    assert index.skipped == (Skipped("cats/bad.jpg", "truncated JPEG"),)
+    assert index.num_skipped == 1  # an index without num_skipped: the ones it names
+    assert (index.stats.seconds, index.generation, index.history) == (1.0, 0, ())
+    assert not index.image_size_told  # an index from before image_size cannot tell
+
+
+def test_a_version_1_index_is_written_back_as_version_2_and_reads_alike(tmp_path):
+    index = load_index(_save(tmp_path / "out", _document()))
+    document = index.to_json()
+    assert document["version"] == 2 and "image_size" not in document
+    again = Index.from_json(index.storage, document)
+    assert dataclasses.replace(again, version=1) == index
+    assert json_bytes(again.to_json()) == json_bytes(document)
 
 
 def test_load_index_accepts_a_relative_out(tmp_path, monkeypatch):
@@ -199,6 +214,13 @@ def _mutated(path: str, value: object) -> dict:
         ("splits.train.shards.1.num_bytes", None, "'num_bytes' must be an integer >= 0, got None"),
         ("splits.train.shards.1.num_records", False, "'num_records' must be an integer >= 0"),
         ("splits.test.shards.0.sha256", 123, "'sha256' must be a str"),
+        ("splits.train.name_count", 0, "'name_count' of split 'train' must be at least 1"),
+        ("splits.train.next_shard", -1, "'next_shard' must be an integer >= 0, got -1"),
+        ("splits.train.shards.0.generation", "1", "'generation' must be an integer >= 0"),
+        ("history", [{"generation": 1}], "'history' must be a list of runs"),
+        ("retired", ["a", 3], "'retired' must be a list of strings"),
+        ("stats", {"workers": "2"}, "'stats' must hold numbers"),
+        ("stats", {"url_failures": {"404": -1}}, "'stats' must hold numbers"),
     ],
 )
 def test_wrong_types_are_refused(tmp_path, path, value, match):
@@ -264,10 +286,12 @@ def test_refusal_does_not_touch_the_shard_path(tmp_path):
 
 
 def test_written_index_loads_back(tmp_path):
+    index = load_index(_save(tmp_path / "first", _v2_document()))
     out = tmp_path / "out"
     out.mkdir()
-    write_atomic(str(out / INDEX_NAME), json_bytes(_document()))
-    assert load_index(out).raw == _document()
+    write_atomic(str(out / INDEX_NAME), json_bytes(index.to_json()))
+    again = load_index(out)
+    assert dataclasses.replace(again, out=index.out, storage=index.storage) == index
 
 
 # ---- building ------------------------------------------------------------------------------
@@ -309,14 +333,17 @@ def test_build_index_merges_results_in_plan_order_and_loads_back(tmp_path):
         label_counts=tuple(counts),
         skipped=((bad.key, "truncated JPEG"),),
     )
+    out = tmp_path / "out"
+    out.mkdir()
     document = build_index(
+        out=storage_at(out),
         name="pets",
         dataset=dataset,
         options=options,
         plan=plan,
         results=list(reversed(results)),  # workers finish in any order
-        stats={"seconds": 1.5},
-    )
+        stats=PackStats(seconds=1.5),
+    ).to_json()
     assert document["plan_digest"] == plan.digest
     assert document["seed"] == 7
     assert document["classes"] == ["cats", "dogs"]
@@ -325,8 +352,6 @@ def test_build_index_merges_results_in_plan_order_and_loads_back(tmp_path):
     assert [s["file"] for s in train["shards"]] == [s.file for s in plan.shards]
     assert train["num_records"] == 6
     assert train["class_counts"] == [4 - (bad.label == 0), 3 - (bad.label == 1)]
-    out = tmp_path / "out"
-    out.mkdir()
     write_atomic(str(out / INDEX_NAME), json_bytes(document))
     index = load_index(out)
     assert [s.file for s in index.split("train").shards] == [s.file for s in plan.shards]
@@ -344,13 +369,14 @@ def test_build_index_for_cifar100_names_coarse_classes(tmp_path):
     options = PackOptions(shards=2, shuffle=False)
     plan = make_plan(dataset, "c100", options, workers=1)
     document = build_index(
+        out=storage_at(tmp_path / "out"),
         name="c100",
         dataset=dataset,
         options=options,
         plan=plan,
         results=_results(plan, dataset),
-        stats={},
-    )
+        stats=PackStats(),
+    ).to_json()
     coarse = [f"coarse{i}" for i in range(20)]
     assert document["features"]["coarse_label"] == {"dtype": "int64", "shape": [],
                                                      "classes": coarse}  # fmt: skip
@@ -393,3 +419,50 @@ def test_version_2_index_with_a_bad_schema_is_refused(tmp_path, mutate, match):
     document = _v2_document()
     mutate(document)
     _refused(_save(tmp_path / "out", document), match)
+
+
+# ---- the typed document round-trips ------------------------------------------------------
+
+
+def _read_back(out: Path, index: Index) -> Index:
+    """OUT's index.json as load_index reads it, bound to the storage `index` has."""
+    return dataclasses.replace(load_index(out), storage=index.storage)
+
+
+def test_the_indexes_a_pack_an_append_and_an_update_write_read_back_to_their_bytes(tmp_path):
+    """Issue 32 item 3: the Index each run builds by keyword is the one load_index reads, and
+    to_json writes index.json's bytes again: generations, history, name counts, retired
+    shards, copies and statistics included."""
+    src = helpers.make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    helpers.write_image(src / "cat" / "copy.jpg", helpers.image(0))  # cat/img_000.jpg's pixels
+    out = tmp_path / "out"
+    packed = pack(src, out, PackOptions(workers=1, shards=2, dedup="exact")).index
+    assert _read_back(out, packed) == packed and packed.duplicates["removed"] == 1
+    assert helpers.check_indexes_round_trip(tmp_path) == 1
+    helpers.make_tree(src, {"eel": 2}, seed=600)
+    grown = pack(src, out, PackOptions(grow="append", workers=1)).index
+    assert _read_back(out, grown) == grown and helpers.check_indexes_round_trip(tmp_path) == 1
+    assert (grown.generation, [r.mode for r in grown.history]) == (1, ["append"])
+    train = grown.split("train")
+    assert (train.names_count, train.next_number, len(train.shards)) == (2, 3, 3)
+    assert [s.generation for s in train.shards] == [0, 0, 1]
+    helpers.write_image(src / "cat" / "img_001.jpg", helpers.image(99))
+    (src / "dog" / "img_000.jpg").unlink()
+    updated = pack(src, out, PackOptions(grow="update", workers=1)).index
+    assert _read_back(out, updated) == updated and helpers.check_indexes_round_trip(tmp_path) == 1
+    assert [r.mode for r in updated.history] == ["append", "update"]
+    assert updated.retired and not set(updated.retired) & {s.file for s in updated.shards}
+    train = updated.split("train")
+    assert [s.file for s in train.shards] == [
+        f"src-train.tfrecord-{i:05d}-of-00002" for i in range(len(train.shards))
+    ]  # the gaps the update left closed, the names keeping the count first packed
+
+
+def test_the_round_trip_check_finds_a_field_the_index_would_drop(tmp_path):
+    out = _save(tmp_path / "out", _v2_document())
+    document = {**load_index(out).to_json(), "planted": 1}  # read, and left out when written
+    (out / INDEX_NAME).write_bytes(json_bytes(document))
+    with pytest.raises(AssertionError, match="does not round-trip"):
+        helpers.check_indexes_round_trip(tmp_path)
+    (out / INDEX_NAME).write_bytes(json_bytes(load_index(out).to_json()))
+    assert helpers.check_indexes_round_trip(tmp_path) == 1

@@ -171,6 +171,63 @@ def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs):
     assert refused.startswith("the state was taken with world_size=2, this dataset has 3")
 
 
+_STATEFUL = """
+import json, sys
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+from shardpack.errors import ShardpackError
+from shardpack.torch import ShardDataset
+out = sys.argv[1]
+B = 3
+
+def dataset():
+    ds = ShardDataset(out, batch_size=B, seed=7, rank=1, world_size=2, decode=False)
+    ds.set_epoch(2)
+    return ds
+
+whole = [r["key"] for r in dataset()]
+got, workers = [], None
+# (workers before, workers after, batches taken, snapshot_every_n_steps, how it resumes)
+for before, after, stop, every, how in ((0, 0, 2, 1, "loader"), (2, 2, 3, 1, "loader"),
+                                        (3, 1, 2, 2, "dataset"), (0, 2, 1, 1, "dataset")):
+    loader = StatefulDataLoader(dataset(), batch_size=B, num_workers=before,
+                                snapshot_every_n_steps=every)
+    batches = iter(loader)
+    taken = [k for _ in range(stop) for k in next(batches)["key"]]
+    state = json.loads(json.dumps(loader.state_dict()))  # as a checkpoint keeps it
+    del batches
+    resumed = dataset()
+    if how == "loader":  # the same worker count: the loader's own load_state_dict
+        again = StatefulDataLoader(resumed, batch_size=B, num_workers=after)
+        again.load_state_dict(state)
+    else:  # another: the dataset takes the loader's state, a fresh loader reads the rest
+        resumed.load_state_dict(state)
+        again = DataLoader(resumed, batch_size=B, num_workers=after)
+    got.append([taken, [k for batch in again for k in batch["key"]]])
+    workers = state.get("_snapshot", {}).get("_worker_snapshots") or workers
+errors = []
+for bad in (workers["worker_0"]["dataset_state"],  # one worker's, outside its worker
+            {"_snapshot": {"_worker_snapshots": {"worker_0": {"dataset_state": None}}}}):
+    try:
+        dataset().load_state_dict(bad)
+    except ShardpackError as e:
+        errors.append(str(e))
+print(json.dumps({"whole": whole, "got": got, "errors": errors}))
+"""
+
+
+def test_a_stateful_dataloader_resumes_with_exactly_the_rest(packs):
+    """torchdata's StatefulDataLoader keeps the dataset's state of each of its workers."""
+    got = run_json(_STATEFUL, str(packs[3]))
+    whole, runs, errors = got["whole"], got["got"], got["errors"]
+    assert len(whole) == 13  # rank 1 of 2 over 25 records
+    for taken, rest in runs:
+        assert taken + rest == whole
+    assert [len(taken) for taken, _ in runs] == [6, 9, 6, 3]
+    assert errors[0].startswith("a DataLoader worker's state, loaded outside that worker")
+    assert errors[1].startswith("a StatefulDataLoader's state without its workers' dataset")
+
+
 _MIX = """
 import json, sys, collections
 from shardpack.torch import ShardDataset, mix

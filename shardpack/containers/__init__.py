@@ -13,6 +13,8 @@ listed in CONTAINERS (or added at run time with `register_container`). It provid
   the record count, byte count, sha256 and each record's position);
 - `iter_records(...)`: the sequential reader, checking its framing (what verify and
   iter_examples use); `open(...)`: the random-access reader (what Records uses);
+- where records are Example bytes (`raw_examples`): `iter_raw(...)`, `ShardReader.raw(i)` and
+  `ShardWriter.write_raw(data)`, the raw records a repack passes through undecoded;
 - optional: `position_unit` and `framing` (for messages and verify's summary), `media_type`
   and `tabular` (for croissant.json),
   `split_files` (files beside a split's shards), `require` (a missing package), and
@@ -36,7 +38,7 @@ import os
 import queue
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from shardpack.errors import FileAccessError, OutputError, RecordError
@@ -97,6 +99,7 @@ class ShardWriter:
         # The dataset's features, set by Container.writer, for a container whose files are typed
         # by them (Parquet's columns); None: typed from the first record, where that matters.
         self.schema: Schema | None = None
+        self.naming = "shardpack"  # options.WDS_NAMINGS: how a container that names members does
         self.sink: Sink | None = None  # made on entering the block
         self.offsets: list[int] = []
         self.result: WriteResult | None = None
@@ -114,6 +117,14 @@ class ShardWriter:
         """Append one record."""
         try:
             self.offsets.append(self._append(features))
+        except OSError as e:
+            raise OutputError.writing(self.sink.name, e) from None
+
+    def write_raw(self, data: bytes) -> None:
+        """Append one record given as its serialized tf.train.Example, written as it is (a
+        container whose `raw_examples` is True; what a repack passes through)."""
+        try:
+            self.offsets.append(self._append_raw(data))
         except OSError as e:
             raise OutputError.writing(self.sink.name, e) from None
 
@@ -144,6 +155,10 @@ class ShardWriter:
     def _close(self, failed: bool) -> tuple[int, str]:
         """Finish the bytes (the container's trailer unless failed); return (size, sha256)."""
         raise NotImplementedError
+
+    def _append_raw(self, data: bytes) -> int:
+        """Write one record's Example bytes as they are; return its position."""
+        raise NotImplementedError(f"{type(self).__name__} takes features, not Example bytes")
 
 
 class HashingFile:
@@ -238,6 +253,11 @@ class ShardReader:
     def __getitem__(self, i: int) -> Example:
         raise NotImplementedError
 
+    def raw(self, i: int) -> bytes:
+        """Record i as its serialized tf.train.Example, framing checked, not decoded (a
+        container whose `raw_examples` is True)."""
+        raise NotImplementedError(f"{type(self).__name__} gives decoded records only")
+
     def position(self, i: int) -> int:
         """Record i's position, as iter_records gives it (for error messages)."""
         return i
@@ -274,10 +294,14 @@ class Container:
     media_type = "application/octet-stream"
     tabular = False
     raw_pixels = True  # it may hold --encode raw's pixels (its readers know them from `format`)
+    # Its records are serialized tf.train.Example bytes: iter_raw and ShardReader.raw give
+    # them undecoded and its writers' write_raw takes them, so a repack passes them through.
+    raw_examples = False
     # What shard_name gives, for any count, with groups `name` and `split`.
     shard_pattern: re.Pattern[str] = re.compile("(?!)")
 
     shard_template = ""  # str.format'ed with name, split, index and n (the shard count)
+    namings: tuple[str, ...] = ("shardpack",)  # the --wds-naming values its writer takes
 
     def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
         """The file name of shard `index` of `num_shards` of a split."""
@@ -290,13 +314,22 @@ class Container:
 
     def writer(
         self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None,
-        schema: Schema | None = None,
+        schema: Schema | None = None, naming: str = "shardpack",
     ) -> ShardWriter:  # fmt: skip
         """A ShardWriter for one shard: a local `path`, or with `storage`, a name in it; the
-        dataset's `schema` where the container types its files by it."""
+        dataset's `schema` where the container types its files by it; `naming`, the members'
+        (--wds-naming) where a container names them."""
         writer = self.writer_class(path, compression, storage)
-        writer.schema = schema
+        writer.schema, writer.naming = schema, naming
         return writer
+
+    def check_naming(self, naming: str, features: Sequence[str]) -> None:
+        """Refuse, before anything is written, a dataset whose `features` the members' `naming`
+        cannot hold apart (a feature of a name the naming takes for its own).
+
+        Raises:
+            ShardpackError: naming the features and the fix.
+        """
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
@@ -321,6 +354,14 @@ class Container:
             RecordError: the framing is broken; names the file and the position.
         """
         raise NotImplementedError
+
+    def iter_raw(
+        self, storage: Storage, name: str, compression: str = "none", digest=None,
+        max_bytes: int | None = None,
+    ) -> Iterator[tuple[int, bytes | RecordError]]:  # fmt: skip
+        """iter_records without the decoding: each record's serialized tf.train.Example (a
+        container whose `raw_examples` is True), framing checked as iter_records checks it."""
+        raise NotImplementedError(f"{self.name} records are not Example bytes")
 
     def open(
         self, storage: Storage, name: str, compression: str = "none", offsets=None,

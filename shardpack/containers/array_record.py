@@ -78,7 +78,10 @@ class _Writer(ShardWriter):
         self._writer = _module().ArrayRecordWriter(_fd_path(sink.fd), self.options)
 
     def _append(self, features: Features) -> int:
-        self._writer.write(encode_example(features))
+        return self._append_raw(encode_example(features))
+
+    def _append_raw(self, data: bytes) -> int:
+        self._writer.write(data if type(data) is bytes else bytes(data))  # the library's type
         if not self._writer.ok():
             raise OSError(f"the ArrayRecord writer failed after record {len(self.offsets)}")
         return len(self.offsets)  # ArrayRecord reads by record number
@@ -158,9 +161,12 @@ class _Reader(ShardReader):
                               unit="record") from None  # fmt: skip
 
     def __getitem__(self, i: int) -> Example:
+        return checked(decode(self.raw(i), self.path, i, "record"))
+
+    def raw(self, i: int) -> bytes:
         if not 0 <= i < self.count:
             raise IndexError(f"record {i} is outside {self.path} of {self.count} records")
-        return checked(decode(self.read(i, i + 1)[0], self.path, i, "record"))
+        return self.read(i, i + 1)[0]
 
     def finish(self) -> None:
         """Close the reader, which checks what reading did not (a file cut short after its
@@ -219,23 +225,32 @@ class ArrayRecord(Container):
 
     def writer(
         self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None,
-        schema=None,
+        schema=None, naming: str = "shardpack",
     ) -> ShardWriter:  # fmt: skip
         self.require()  # fail before creating anything when the package is missing
         writer = _Writer(path, compression, storage)
         writer.options = self.options
         return writer
 
+    raw_examples = True
+
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
         max_bytes: int | None = None,
     ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
+        path = storage.path(name)
+        for i, data in self.iter_raw(storage, name, compression, digest, max_bytes):
+            yield i, decode(data, path, i, "record")
+
+    def iter_raw(
+        self, storage: Storage, name: str, compression: str = "none", digest=None,
+        max_bytes: int | None = None,
+    ) -> Iterator[tuple[int, bytes | RecordError]]:  # fmt: skip
         with _Reader(open_shard(storage, name), "", max_bytes, digest) as reader:
             try:
                 for start in range(0, reader.count, _BATCH):
-                    batch = reader.read(start, min(start + _BATCH, reader.count))
-                    for i, data in enumerate(batch, start):
-                        yield i, decode(data, reader.path, i, "record")
+                    yield from enumerate(reader.read(start, min(start + _BATCH, reader.count)),
+                                         start)  # fmt: skip
                 reader.finish()
             finally:
                 reader.hash_rest()

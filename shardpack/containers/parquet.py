@@ -401,10 +401,10 @@ class Parquet(Container):
 
     def writer(
         self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None,
-        schema: Schema | None = None,
+        schema: Schema | None = None, naming: str = "shardpack",
     ) -> ShardWriter:  # fmt: skip
         self.require()  # fail before creating anything when pyarrow is missing
-        return super().writer(path, compression, storage, schema)
+        return super().writer(path, compression, storage, schema, naming)
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,

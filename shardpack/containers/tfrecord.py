@@ -46,6 +46,8 @@ HEADER = struct.Struct("<QI")  # uint64 length, uint32 masked CRC of the length
 FOOTER = struct.Struct("<I")  # uint32 masked CRC of the data
 # Large enough that a shard costs few write syscalls, small enough to stay invisible in RSS.
 _WRITE_BUFFER = 1 << 20
+# What iter_views reads at a time: records of a few hundred KB rarely straddle two reads.
+_CHUNK = 4 << 20
 # GZIP level: zlib's default, the same trade-off TensorFlow's own writer makes.
 _GZIP_LEVEL = 6
 # Deflate's largest ratio (zlib's FAQ: 1032:1): no gzip shard inflates past this many times its
@@ -258,11 +260,45 @@ def _records(
         offset += HEADER.size + length + FOOTER.size
 
 
+def iter_views(
+    storage: Storage, name: str, max_record_bytes: int = MAX_RECORD_BYTES
+) -> Iterator[tuple[int, memoryview | RecordError]]:
+    """iter_records(check_crc=True, data_faults=True) of an uncompressed file, each record's
+    data a view into a chunk of the file read _CHUNK bytes at a time: no copy and no read call
+    a record (what a scan of every record of our own shards costs most in)."""
+    with open_shard(storage, name) as blob:
+        path, size = blob.name, blob.size
+        limit, framing = min(max_record_bytes, size), HEADER.size + FOOTER.size
+        chunk, view, base, offset = b"", memoryview(b""), 0, 0
+        while offset < size:
+            at = offset - base
+            if at + HEADER.size > len(chunk):  # the chunk ends inside this header
+                chunk, base, at = blob.pread(max(_CHUNK, HEADER.size), offset), offset, 0
+                view = memoryview(chunk)
+            length = record_length(chunk[at : at + HEADER.size], path, offset, limit)
+            if at + framing + length > len(chunk):  # or inside this record
+                chunk, base, at = blob.pread(max(_CHUNK, framing + length), offset), offset, 0
+                view = memoryview(chunk)
+            start, end = at + HEADER.size, at + HEADER.size + length
+            if end + FOOTER.size > len(chunk):
+                raise RecordError(path, offset, "file ends inside a record (truncated)")
+            data: memoryview | RecordError = view[start:end]
+            try:
+                check_data(data, chunk[end : end + FOOTER.size], path, offset)
+            except RecordError as e:
+                data = e
+            yield offset, data
+            offset += framing + length
+
+
 class _Writer(TFRecordWriter):
-    """TFRecordWriter, fed features instead of record bytes."""
+    """TFRecordWriter, fed features instead of record bytes (or, by write_raw, Example bytes)."""
 
     def _append(self, features: Features) -> int:
         return super()._append(encode_example(features))
+
+    def _append_raw(self, data: bytes) -> int:
+        return super()._append(data)
 
 
 class _Reader(ShardReader):
@@ -284,18 +320,25 @@ class _Reader(ShardReader):
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> Example:
+        return checked(decode(self.raw(i), self.path, self.offsets[i]))
+
+    def raw(self, i: int) -> bytes:
+        # Header, data and footer read apart (a remote blob's read-ahead serves the three):
+        # the data comes as bytes of its own, not a slice of the record copied out again.
         offset, end = self.offsets[i], self.offsets[i + 1]
-        record = self.blob.pread(end - offset, offset)
         head = HEADER.size
         try:
-            length = record_length(record[:head], self.path, offset, end - offset)
+            length = record_length(self.blob.pread(head, offset), self.path, offset, end - offset)
         except RecordError:
             raise self._stale(offset) from None
-        if head + length + FOOTER.size != len(record):
+        if head + length + FOOTER.size != end - offset:
             raise self._stale(offset)
-        data = record[head : head + length]
-        check_data(data, record[head + length :], self.path, offset)
-        return checked(decode(data, self.path, offset))
+        data = self.blob.pread(length, offset + head)
+        footer = self.blob.pread(FOOTER.size, offset + head + length)
+        if len(data) != length or len(footer) != FOOTER.size:
+            raise self._stale(offset)
+        check_data(data, footer, self.path, offset)
+        return data
 
     def position(self, i: int) -> int:
         return self.offsets[i]
@@ -382,15 +425,23 @@ class TFRecord(Container):
     shard_template = "{name}-{split}.tfrecord-{index:05d}-of-{n:05d}"
     shard_pattern = re.compile(NAME_SPLIT + r"\.tfrecord-\d{5,}-of-\d{5,}")
 
+    raw_examples = True
+
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
         max_bytes: int | None = None,
     ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
         path = storage.path(name)
-        records = iter_records(storage, name, compression, digest=digest,
-                                        data_faults=True)  # fmt: skip
-        for offset, data in records:
+        for offset, data in self.iter_raw(storage, name, compression, digest, max_bytes):
             yield offset, data if isinstance(data, RecordError) else decode(data, path, offset)
+
+    def iter_raw(
+        self, storage: Storage, name: str, compression: str = "none", digest=None,
+        max_bytes: int | None = None,
+    ) -> Iterator[tuple[int, bytes | RecordError]]:  # fmt: skip
+        if compression == "none" and digest is None:
+            return iter_views(storage, name)
+        return iter_records(storage, name, compression, digest=digest, data_faults=True)
 
     def open(
         self, storage: Storage, name: str, compression: str = "none", offsets=None,

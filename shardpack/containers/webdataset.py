@@ -9,6 +9,14 @@ height, width, channels, format and any extra feature). Members are USTAR header
 are byte offsets of each sample's first header. Beside the shards, each split gets the shard
 index JSON of webdataset's `wids` (`{name}-{split}.shardindex.json`: `shardlist` with `url`
 and `nsamples`).
+
+With `wds_naming="img2dataset"`, samples are named as img2dataset's webdataset writer names
+them, so code written for its output reads them unchanged: the image, the `caption` feature as
+`.txt`, and a `.json` that also holds img2dataset's fields (`url`: the source key, `key`: the
+sample's key, `status`, `error_message`, `original_width`, `original_height`, `sha256`). The
+reader turns such a sample back into the record written (a sample is img2dataset's when its
+JSON holds `url`, `status` and the sample's key as `key`; packing refuses features of those
+names).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from shardpack.containers import (
     open_hashing,
     open_shard,
 )
-from shardpack.errors import RecordError
+from shardpack.errors import Option, RecordError, ShardpackError
 from shardpack.storage import HashingBlob, Sink
 
 if TYPE_CHECKING:
@@ -49,6 +57,15 @@ _BLOCK = tarfile.BLOCKSIZE  # 512
 _RECORD = tarfile.RECORDSIZE  # tar files end padded to a multiple of 20 blocks
 _MEMBER = re.compile(r"^(?P<key>[0-9A-Za-z_-]+)\.(?P<ext>[a-z]+)$")
 _MAX_LABEL_DIGITS = 20  # an int64 in decimal
+CAPTION, TEXT = "caption", "txt"
+IMG2DATASET = "img2dataset"  # the --wds-naming value
+# What img2dataset's .json holds beside the columns (its downloader.py's `meta`); the worker
+# gives the original size and the sha256 of the bytes fetched, the writer the rest.
+IMG2DATASET_FIELDS = ("url", "status", "error_message", "original_width", "original_height",
+                      "sha256")  # fmt: skip
+# A .json holding both, and the sample's own key as `key`, is an img2dataset-named sample's
+# (shardpack's `key` is the source key: a path or URL).
+_MARKS = frozenset({"url", "status"})
 
 
 def _ustar(name: str, size: int) -> bytes:
@@ -123,9 +140,12 @@ def _npy(features: Features) -> bytes:
     return buffer.getvalue()
 
 
-def sample_members(key: str, features: Features) -> list[tuple[str, bytes]]:
+def sample_members(
+    key: str, features: Features, naming: str = "shardpack"
+) -> list[tuple[str, bytes]]:
     """The (member name, bytes) of one sample, in the order they are written: the image, the
-    label as .cls when it is one class index (else it stays in the JSON), then the .json."""
+    label as .cls when it is one class index (else it stays in the JSON), with img2dataset's
+    naming the caption as .txt, then the .json."""
     fmt = features[FORMAT]
     fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
     image = _npy(features) if fmt == "raw" else bytes(features[IMAGE])
@@ -134,11 +154,23 @@ def sample_members(key: str, features: Features) -> list[tuple[str, bytes]]:
     rest = {
         k: _json_value(v) for k, v in features.items() if k != IMAGE and (k != LABEL or not cls)
     }
-    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     members = [(f"{key}.{_EXTENSIONS[fmt]}", image)]
     if cls:
         members.append((f"{key}.cls", str(label).encode()))
+    if naming == IMG2DATASET:
+        rest = _img2dataset_json(key, rest)
+        if CAPTION in rest:
+            members.append((f"{key}.{TEXT}", str(rest[CAPTION]).encode()))
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return [*members, (f"{key}.json", text.encode())]
+
+
+def _img2dataset_json(key: str, rest: dict[str, object]) -> dict[str, object]:
+    """A sample's JSON as img2dataset's downloader fills it for a success: the source key as
+    `url`, the sample's key as `key`; the original size and sha256 as the worker gave them."""
+    rest["url"] = rest.pop("key", None)
+    rest.update(key=key, status="success", error_message=None)
+    return rest
 
 
 def _key_stem(shard: str) -> str:
@@ -162,7 +194,8 @@ class _Writer(ShardWriter):
 
     def _append(self, features: Features) -> int:
         offset = self._out.size
-        for name, data in sample_members(f"{self._stem}_{len(self.offsets):06d}", features):
+        key = f"{self._stem}_{len(self.offsets):06d}"
+        for name, data in sample_members(key, features, self.naming):
             self._out.write(_header(name, len(data)))
             self._out.write(data)
             self._out.write(_padding(len(data)))
@@ -207,10 +240,10 @@ class _Tar:
     def sample(self, offset: int) -> tuple[Example | RecordError, int] | None:
         """(the sample at `offset`, the next sample's offset); None at the end-of-archive.
 
-        A sample is the members from its image to its .json (three at most)."""
+        A sample is the members from its image to its .json (four at most)."""
         members: list[tuple[str, str, bytes]] = []
         position = offset
-        while not members or (members[-1][1] != "json" and len(members) < 3):
+        while not members or (members[-1][1] != "json" and _may_go_on(members)):
             found = self.member(position)
             if found is None:
                 if members:
@@ -235,6 +268,16 @@ class _Tar:
         self.blob.close()
 
 
+_BETWEEN = ([], ["cls"], [TEXT], ["cls", TEXT])  # what may come between an image and its .json
+
+
+def _may_go_on(members: list[tuple[str, str, bytes]]) -> bool:
+    """Whether a sample's members so far (no .json yet) may be followed by more: a wrong one
+    ends it, to be refused by name, not read past."""
+    between = [ext for _, ext, _ in members[1:]]
+    return any(allowed[: len(between)] == between for allowed in _BETWEEN)
+
+
 def _decode(members: list[tuple[str, str, bytes]], path: str, offset: int) -> Example:
     """One sample's members as name -> list of values, the shape decode_example returns."""
 
@@ -242,9 +285,10 @@ def _decode(members: list[tuple[str, str, bytes]], path: str, offset: int) -> Ex
         return RecordError(path, offset, reason)
 
     (key, image_ext, image), *middle, (_, json_ext, text) = members
-    labelled = [ext for _, ext, _ in middle] == ["cls"]
-    if {k for k, _, _ in members} != {key} or json_ext != "json" or (middle and not labelled):
-        raise bad(f"sample {key!r} is not <key>.<image>, [<key>.cls], <key>.json")
+    between = [ext for _, ext, _ in middle]
+    labelled = between[:1] == ["cls"]
+    if {k for k, _, _ in members} != {key} or json_ext != "json" or between not in _BETWEEN:
+        raise bad(f"sample {key!r} is not <key>.<image>, [<key>.cls], [<key>.txt], <key>.json")
     if image_ext not in _FORMATS:
         raise bad(f"sample {key!r} has no image member (.jpg, .png, .webp or .npy)")
     cls = middle[0][2] if labelled else b"0"
@@ -256,6 +300,12 @@ def _decode(members: list[tuple[str, str, bytes]], path: str, offset: int) -> Ex
         raise bad(f"{key}.json is not JSON ({e})") from None
     if not isinstance(rest, dict) or rest.get(FORMAT) != _FORMATS[image_ext]:
         raise bad(f"{key}.json does not describe a {image_ext} image")
+    if rest.keys() >= _MARKS and rest.get("key") == key:  # img2dataset's: as written
+        rest["key"] = rest.pop("url")
+        for name in IMG2DATASET_FIELDS[1:]:
+            rest.pop(name, None)
+    elif TEXT in between:
+        raise bad(f"{key}.txt beside a .json that is not img2dataset's (no url and status)")
     example: Example = {k: _listed(v) for k, v in rest.items()}
     if labelled:
         example[LABEL] = [int(cls)]
@@ -324,6 +374,18 @@ class WebDataset(Container):
     writer_class = _Writer
     shard_template = "{name}-{split}-{index:06d}.tar"
     shard_pattern = re.compile(NAME_SPLIT + r"-\d{6,}\.tar")
+    namings = ("shardpack", IMG2DATASET)
+
+    def check_naming(self, naming: str, features: Sequence[str]) -> None:
+        """img2dataset's naming refuses a feature of a name its .json takes, as img2dataset
+        refuses such a save_additional_columns."""
+        taken = sorted(set(features) & set(IMG2DATASET_FIELDS)) if naming == IMG2DATASET else []
+        if taken:
+            raise ShardpackError(
+                Option("wds_naming", IMG2DATASET),
+                f": img2dataset's .json keeps {', '.join(map(repr, taken))} for its own fields; "
+                "rename that column",
+            )
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,

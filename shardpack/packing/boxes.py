@@ -1,11 +1,17 @@
-"""Boxes follow the pixels: which features hold geometry, the refusal of a transform that would
-leave one behind, and a record's boxes moved through its image's geometry (images.Geometry).
+"""Boxes, keypoints and masks follow the pixels: which features hold geometry, the refusal of a
+transform that would leave one behind, and a record's geometry moved through its image's
+(images.Geometry, images.Turn).
 
 Boxes are normalised [ymin, xmin, ymax, xmax] as TFDS stores them, of the image as displayed
 (EXIF orientation applied; TFDS's and shardpack's own records: as stored, see moves). Moved
 boxes are clipped to the image; a box with no visible area left is dropped (kept if any part
 remains; albumentations at its defaults would keep it as a line of no area) and counted by
 reason.
+
+Keypoints (objects/keypoints, float32 rows of (x, y, v) per keypoint, x and y normalised, as
+COCO orders them) move as points with the boxes' arithmetic; one that leaves the image becomes
+(0, 0, 0), COCO's "not labelled". A record's `mask` (packing/masks.py) is drawn, moved and
+renumbered after the objects dropped.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ import numpy as np
 from shardpack import images
 from shardpack.errors import ImageError, Option, ShardpackError
 from shardpack.options import PackOptions, box_column
+from shardpack.packing import masks
+from shardpack.packing.objects import is_mask
 from shardpack.packing.tfdsmeta import is_box
-from shardpack.schema import Schema
+from shardpack.schema import Feature, Schema
 
 # The last part of a feature's name that says it holds geometry of the image: a transform must
 # move it or the run is refused. Boxes under tfdsmeta.BOX_NAMES (float32 rows of 4) are moved.
@@ -34,6 +42,10 @@ DROPPED = "boxes_dropped"
 # Sources whose boxes describe their records' images as TensorFlow decodes them, EXIF
 # orientation not applied: TFDS's prepared folders and shardpack's own shards.
 UNTURNED_SOURCES = frozenset({"tfds", "shardpack"})
+# Keypoint features moved as points: float32 rows of (x, y, v) triples.
+POINT_NAMES = ("keypoints", "objects/keypoints")
+# The group of per-object lists whose rows a top-level `mask` map numbers (objects/mask: its own).
+OBJECTS = "objects"
 
 Move = images.Geometry | images.Turn
 
@@ -51,6 +63,18 @@ def declared_boxes(options: PackOptions) -> tuple[str, ...]:
     return tuple(box_column(entry)[0] for entry in options.box_columns or ())
 
 
+def moved_features(schema: Schema, declared: Iterable[str] = ()) -> tuple[str, ...]:
+    """Every feature moved with the pixels: boxes (box_features), keypoints and the
+    instance-id `mask`."""
+    boxed = set(box_features(schema, declared))
+    return tuple(name for name, feature in schema.extras.items() if name in boxed
+                 or _is_points(name, feature) or is_mask(name, feature))  # fmt: skip
+
+
+def _is_points(name: str, feature: Feature) -> bool:
+    return name in POINT_NAMES and feature.dtype == "float32" and (feature.row or 1) % 3 == 0
+
+
 def transforms(options: PackOptions) -> tuple[str | Option, ...] | None:
     """The options that change an image's geometry (resize, crop, pad, scaled decode), as a
     message's parts; None if every image keeps its geometry."""
@@ -64,9 +88,9 @@ def transforms(options: PackOptions) -> tuple[str | Option, ...] | None:
 
 def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
     """Refuse (ShardpackError) a geometric transform on a dataset holding geometry it would not
-    move: keypoints, masks, or boxes of another type or name than those box_features moves."""
+    move: any feature named like geometry of another type or name than moved_features's."""
     said = transforms(options)
-    moved = box_features(schema, declared_boxes(options))
+    moved = moved_features(schema, declared_boxes(options))
     left = [name for name in schema.extras
             if name.rsplit("/", 1)[-1] in GEOMETRY_WORDS and name not in moved]  # fmt: skip
     if said is None or not left:
@@ -75,10 +99,12 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
         *said,
         f" changes the images' geometry but not feature {left[0]!r} "
         f"({schema[left[0]].dtype} {list(schema[left[0]].shape)}), which would then point at "
-        "other pixels; shardpack moves boxes only (float32 rows of 4, normalised [ymin, xmin, "
+        "other pixels; shardpack moves boxes (float32 rows of 4, normalised [ymin, xmin, "
         "ymax, xmax], named bbox, boxes, bboxes or objects/bbox, or declared with ",
         Option("box_columns"),
-        "): rename, declare or drop that column, or pack without resizing",
+        "), keypoints (float32 rows of normalised (x, y, v), named keypoints or "
+        "objects/keypoints) and an instance-id map (bytes, named mask): rename, declare or "
+        "drop that column, or pack without resizing",
     )
 
 
@@ -106,32 +132,60 @@ def follow(
     schema: Schema,
     moved: tuple[str, ...],
     where: tuple[Move, ...],
+    size: tuple[int, int],
 ) -> tuple[dict[str, object], Counter[str]]:
-    """An item's fields with each box feature in `moved` taken through the moves `where`
-    (moves() gives them), clipped to the image; and how many boxes were dropped, by reason.
+    """An item's fields with each feature in `moved` (moved_features) taken through the moves
+    `where` (moves() gives them): boxes clipped to the image, keypoints, and a `mask` drawn to
+    the stored image's `size` (height, width); and how many boxes were dropped, by reason.
 
     A dropped box takes its row of every list feature of its group (`objects/label` beside
-    `objects/bbox`: TFDS's Sequence of a dict keeps them in step) with it.
+    `objects/bbox`: TFDS's Sequence of a dict keeps them in step) with it, and its pixels out
+    of the `mask` (the others renumbered).
 
     Raises:
         ImageError: a top-level box column lost boxes beside another list of as many rows,
-            which may or may not be per box: the record is skipped rather than misaligned.
+            which may or may not be per box: the record is skipped rather than misaligned; a
+            mask that cannot be drawn or moved (masks.drawn).
     """
     dropped: Counter[str] = Counter()
-    if not where:
+    masked = [name for name in moved if name in fields and is_mask(name, schema[name])]
+    boxed = [name for name in moved if name in fields and name not in masked
+             and not _is_points(name, schema[name])]  # fmt: skip
+    if not where and not masked and not boxed:
         return fields, dropped
     fields = dict(fields)
-    for name in moved:
-        if name not in fields:
-            continue
+    kept: dict[str, np.ndarray] = {}  # group -> the rows its boxes kept
+    # Boxes are clipped to the image even where nothing moves it: a box reaching past its
+    # edge is stored as what it covers of the image, as verify and TFDS's BBoxFeature want.
+    for name in boxed:
         rows = np.asarray(fields[name], np.float64).reshape(-1, 4)
         _check_rows(key, name, rows)
         boxes, reasons = _moved(rows, where)
         fields[name] = boxes[reasons == ""].astype(np.float32)
         dropped.update(str(r) for r in reasons if r)
+        kept[name.rpartition("/")[0]] = reasons == ""
         if len(boxes) != len(fields[name]):
             _drop_siblings(key, fields, schema, name, reasons == "", len(rows))
+    for name in moved:
+        if name in fields and where and _is_points(name, schema[name]):
+            fields[name] = _moved_points(fields[name], where, schema[name].row or 3)
+    for name in masked:
+        group = name.rpartition("/")[0] or OBJECTS
+        fields[name] = masks.drawn(key, fields[name], where, size, kept.get(group))
     return fields, dropped
+
+
+def _moved_points(value: object, where: tuple[Move, ...], row: int) -> np.ndarray:
+    """Rows of (x, y, v) triples, normalised, taken through `where`: a point that leaves the
+    image [0, 1) or was not labelled (v 0) becomes (0, 0, 0)."""
+    points = np.asarray(value, np.float64).reshape(-1, 3)
+    yx = points[:, [1, 0]]
+    for move in where:
+        yx = move.move_points(yx)
+    inside = ((yx >= 0) & (yx < 1)).all(axis=1) & (points[:, 2] > 0)
+    out = np.zeros_like(points)
+    out[inside] = np.column_stack([yx[:, 1], yx[:, 0], points[:, 2]])[inside]
+    return out.reshape(-1, row).astype(np.float32)
 
 
 # How far past the image a normalised box may reach (a box partly outside it): a whole image
@@ -149,9 +203,9 @@ def _check_rows(key: str, name: str, rows: np.ndarray) -> None:
     if wrong.any():
         row = int(np.argmax(wrong))
         raise ImageError(key, f"{name!r} row {row} {[round(v, 4) for v in rows[row].tolist()]} "
-                              "is not a normalised [ymin, xmin, ymax, xmax] box, which the "
-                              "resize would move with the pixels: convert the column, or pack "
-                              "without --resize/--max-side")  # fmt: skip
+                              "is not a normalised [ymin, xmin, ymax, xmax] box of the image: "
+                              "convert the column, or name its order with --box-columns "
+                              f"{name}:xyxy (or xywh, cxcywh)")  # fmt: skip
 
 
 def _moved(rows: np.ndarray, where: tuple[Move, ...]) -> tuple[np.ndarray, np.ndarray]:

@@ -142,7 +142,7 @@ def load_contents(out: Storage, index: Index) -> Contents:
     path = out.path(CONTENTS_NAME)
     fix = ("repack with ", Option("overwrite", True), " to write it anew")
     shards = [s for split in index.splits.values() for s in split.shards]
-    items = sum(s.num_records for s in shards) + max(0, int(index.raw.get("num_skipped", 0)))
+    items = sum(s.num_records for s in shards) + index.num_skipped
     limit = VALUES_PER_ITEM * items + VALUES_PER_SHARD * (len(shards) + 1)
     try:
         with out.open(CONTENTS_NAME) as blob:

@@ -18,6 +18,7 @@ import json
 
 from shardpack.containers import Container
 from shardpack.hffeatures import IMAGE
+from shardpack.index import Index, ShardInfo
 from shardpack.packing.hubcard import data_files, summary
 from shardpack.schema import Feature, Schema
 
@@ -64,19 +65,19 @@ CONFORMS_TO = "http://mlcommons.org/croissant/1.0"
 _DATA_TYPES = {"int64": "sc:Integer", "float32": "sc:Float", "bytes": "sc:Text"}
 
 
-def croissant(document: dict, container: Container) -> bytes:
-    """croissant.json of an index document whose shards are `container`'s."""
-    schema = Schema.from_json(document["features"])
+def croissant(index: Index) -> bytes:
+    """croissant.json of an index."""
+    schema, container = index.schema, index.container
     distribution: list[dict] = []
     record_sets: list[dict] = []
-    for split, entry in document["splits"].items():
-        distribution += [_file_object(shard, container) for shard in entry["shards"]]
+    for split, entry in index.splits.items():
+        distribution += [_file_object(shard, container) for shard in entry.shards]
         if container.tabular:
             files = f"files-{split}"  # no split name holds '-': never another's @id
             distribution.append({
                 "@type": "cr:FileSet", "@id": files, "name": files,
                 "encodingFormat": container.media_type,
-                "includes": data_files(entry["shards"]),
+                "includes": data_files(entry.shards),
             })  # fmt: skip
             record_sets.append(_split_records(split, files, schema))
     record_sets += [_classes(name, feature) for name, feature in schema.class_features.items()]
@@ -84,22 +85,22 @@ def croissant(document: dict, container: Container) -> bytes:
         "@context": CONTEXT,
         "@type": "sc:Dataset",
         "conformsTo": CONFORMS_TO,
-        "name": document["name"],
-        "description": summary(document),
+        "name": index.name,
+        "description": summary(index),
     }
     doc |= {"distribution": distribution, "recordSet": record_sets}
     return json.dumps(doc, indent=1, ensure_ascii=False).encode("utf-8", "backslashreplace")
 
 
-def _file_object(shard: dict, container: Container) -> dict:
+def _file_object(shard: ShardInfo, container: Container) -> dict:
     return {
         "@type": "cr:FileObject",
-        "@id": shard["file"],
-        "name": shard["file"],
-        "contentUrl": shard["file"],  # relative to croissant.json: OUT travels whole
-        "contentSize": f"{shard['num_bytes']} B",
+        "@id": shard.file,
+        "name": shard.file,
+        "contentUrl": shard.file,  # relative to croissant.json: OUT travels whole
+        "contentSize": f"{shard.num_bytes} B",
         "encodingFormat": container.media_type,
-        "sha256": shard["sha256"],
+        "sha256": shard.sha256,
     }
 
 

@@ -7,18 +7,19 @@ from collections.abc import Mapping, Sequence
 
 from shardpack.containers import CONTAINERS, Container
 from shardpack.errors import IndexFormatError
-from shardpack.index import Index, ShardInfo, index_from_document, load_index
+from shardpack.index import Index, ShardInfo, load_index
 from shardpack.layout import INDEX_FILES_DIR, index_file_name
 from shardpack.storage import Storage, storage_at
 
 
 def random_access_index(
-    out: str | os.PathLike | Storage, document: dict | None = None,
+    out: str | os.PathLike | Storage, index: Index | None = None,
     storage_options: dict | None = None,
 ) -> Index:  # fmt: skip
-    """OUT's index, for reading records at offsets: refused where its shards are compressed."""
-    storage = storage_at(out, storage_options)
-    index = load_index(storage) if document is None else index_from_document(storage, document)
+    """OUT's index (or `index`, pack's before it is written), for reading records at offsets:
+    refused where its shards are compressed."""
+    if index is None:
+        index = load_index(storage_at(out, storage_options))
     if index.compression != "none":
         raise IndexFormatError(
             f"{index.out}: GZIP shards cannot be read at random offsets; pack with "
@@ -43,7 +44,7 @@ def _spans_from_offsets(
 
 def write_index_files(
     out: str | os.PathLike | Storage,
-    document: dict | None = None,
+    index: Index | None = None,
     offsets: Mapping[str, Sequence[int]] | None = None,
     storage_options: dict | None = None,
 ) -> list[str]:
@@ -54,7 +55,8 @@ def write_index_files(
 
     Args:
         out: the output folder or URL of a pack run.
-        document: the index document, when pack calls this before writing index.json.
+        index: OUT's index (with the shards to write files for), when pack calls this before
+            writing index.json.
         offsets: shard file -> each record's offset, as the writer kept them; a shard without
             them has its record headers read instead.
         storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
@@ -62,7 +64,7 @@ def write_index_files(
     Returns:
         The paths (or URLs) written.
     """
-    index = random_access_index(out, document, storage_options)
+    index = random_access_index(out, index, storage_options)
     if not index.container.index_files:  # before the folder for them is made
         kinds = " or ".join(name for name, c in CONTAINERS.items() if c.index_files)
         raise IndexFormatError(f"{index.out}: index files are DALI's, for {kinds} shards; "

@@ -12,12 +12,12 @@ from typing import NoReturn
 
 from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, SourceError, printable
-from shardpack.layout import INDEX_NAME
+from shardpack.index import PackStats
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates, stamps
 from shardpack.packing.contents import entries, with_copies, write_contents
 from shardpack.packing.cpuload import CpuWatch, machine_cores
-from shardpack.packing.merge import build_index, write_outputs
+from shardpack.packing.merge import build_index, commit_index, json_value, write_outputs
 from shardpack.packing.outdir import plan_record, prepare, split_file_names
 from shardpack.packing.plan import (
     SERIAL_SHARE,
@@ -33,7 +33,6 @@ from shardpack.packing.urlfailures import counts, rows_of, url_failures, write_f
 from shardpack.packing.writing import SKIP_HINT, Planned, no_gc
 from shardpack.sources import Dataset, scan
 from shardpack.storage import Storage
-from shardpack.storage.atomic import json_bytes
 
 
 class FreshPack:
@@ -59,6 +58,7 @@ class FreshPack:
         dataset, self.groups, self.name, plan = _scan_and_plan(
             self.src, options, self.storage_options
         )
+        CONTAINERS[options.format].check_naming(options.wds_naming, list(dataset.schema))
         splits = {spec.split for spec in plan.shards}
         beside = split_file_names(CONTAINERS[options.format], self.name, splits)
         record = plan_record(plan, replace(options, name=self.name))  # the name SRC gave
@@ -78,38 +78,41 @@ class FreshPack:
         seconds = time.perf_counter() - self.start
         new_records = num_records - sum(r.num_records for r in planned.reused)
         to_write = len(plan.shards) - len(planned.reused)
-        stats = {
-            "seconds": round(seconds, 3),
-            "images_per_second": round(new_records / seconds, 1) if seconds else None,
-            # no more workers than shards this run wrote: one shard runs in-process
-            "workers": min(planned.workers, max(1, to_write)),
-            "lossless": sum(r.lossless for r in results),  # --encode keep's images made PNG
-        }
         failures = url_failures([*((None, *s) for s in dataset.skipped),
                                  *((r.split, *s) for r in results for s in r.skipped)],
                                 rows_of(dataset))  # fmt: skip
-        if failures:
-            stats["url_failures"] = counts(failures)
-        document = build_index(
-            name=self.name, dataset=dataset, options=options, plan=plan, results=results,
-            stats=stats,
+        stats = PackStats(
+            seconds=round(seconds, 3),
+            images_per_second=round(new_records / seconds, 1) if seconds else None,
+            # no more workers than shards this run wrote: one shard runs in-process
+            workers=min(planned.workers, max(1, to_write)),
+            lossless=sum(r.lossless for r in results),  # --encode keep's images made PNG
+            url_failures=counts(failures) if failures else None,
+        )
+        index = build_index(
+            out=out, name=self.name, dataset=dataset, options=options, plan=plan,
+            results=results, stats=stats,
         )  # fmt: skip
         groups = self.groups
         removed = {} if groups is None else duplicates.removed(groups)
         if groups is None:
             groups = duplicates.found_in_shards(plan, results)
-        document["duplicates"] = duplicates.summary(groups, sum(removed.values()), options)
-        document["warnings"] += duplicates.warnings(document["duplicates"])
-        document["summaries"] = split_summaries(plan, results, removed)
-        index = write_outputs(out, document, results, options.index_files)
+        found = duplicates.summary(groups, sum(removed.values()), options)
+        index = replace(
+            index,
+            duplicates=json_value(found),
+            warnings=(*index.warnings, *duplicates.warnings(found)),
+            summaries=json_value(split_summaries(plan, results, removed)),
+        )
+        write_outputs(out, index, results, options.index_files)
         write_contents(out, with_copies(entries(plan, results), groups, frozenset()))
         write_failures(out, failures)
-        out.put(INDEX_NAME, json_bytes(document))  # the run is complete
-        stamps.save(out, document, stamps.written(plan, results))
-        notes = _fewer_workers(self.options.workers, stats["workers"], to_write, self.in_process)
+        commit_index(out, index)  # the run is complete
+        stamps.save(out, index, stamps.written(plan, results))
+        notes = _fewer_workers(self.options.workers, stats.workers, to_write, self.in_process)
         return PackResult(
             out=out.root, index=index, num_records=num_records,
-            num_skipped=document["num_skipped"], seconds=seconds,
+            num_skipped=index.num_skipped, seconds=seconds,
             num_reused=len(planned.reused), num_shards=len(plan.shards),
             new_records=new_records, notes=notes,
         )  # fmt: skip

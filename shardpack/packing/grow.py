@@ -11,7 +11,6 @@ then closes the gaps that leaves in the numbering (gaps.py).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import time
@@ -29,7 +28,7 @@ from shardpack.errors import (
     printable,
     shortened,
 )
-from shardpack.index import MAX_NAMED_SKIPPED, Index, load_index
+from shardpack.index import Index, Run, SplitInfo, load_index
 from shardpack.layout import INDEX_FILES_DIR, INDEX_NAME, index_file_name
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates, gaps, stamps
@@ -46,7 +45,14 @@ from shardpack.packing.contents import (
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
 from shardpack.packing.facts import table
-from shardpack.packing.merge import named_skipped, uniform_size, write_outputs
+from shardpack.packing.merge import (
+    commit_index,
+    json_value,
+    named_skipped,
+    shard_info,
+    uniform_size,
+    write_outputs,
+)
 from shardpack.packing.outdir import OutState, plan_record, prepare_growth, read_state
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan
 from shardpack.packing.result import PackResult
@@ -55,7 +61,6 @@ from shardpack.packing.urlfailures import counts, retried, rows_of, url_failures
 from shardpack.packing.writing import Planned, no_gc
 from shardpack.sources import Dataset, Item, scan
 from shardpack.storage import Storage
-from shardpack.storage.atomic import json_bytes
 from shardpack.storage.urlpolicy import is_web_url
 
 # index.json's `history` keeps the last this many runs.
@@ -66,7 +71,7 @@ _RUN_OPTIONS = frozenset({"shards", "classes"})
 _TUPLES = ("resize", "pad_color", "split_names", "box_columns")
 # Options added since indexes kept their options, with what an index without them was packed
 # with: such an index grows as it was packed.
-_ADDED = {"box_columns": None}
+_ADDED = {"box_columns": None, "wds_naming": "shardpack"}
 
 # The way out of an OUT a grow cannot take, as a message's parts.
 _REPACK = ("repack with ", Option("overwrite", True))
@@ -148,7 +153,7 @@ class GrowPack:
         self.loose = _loose(dataset, old, self.held, touched)
         if not any(todo.values()) and not touched:  # (gaps a stop left are closed still)
             return self._nothing_to_write(dataset, change, options)
-        self.generation = old.raw.get("generation", 0) + 1
+        self.generation = old.generation + 1
         plan = grow_plan(dataset, todo, old, options, self.generation, touched, self.listed)
         if state.journal_digest != plan.digest:  # (a stopped run of this plan wrote its own)
             _refuse_strays(out, (spec.file for spec in plan.shards), _unlisted(state, self.listed))
@@ -190,13 +195,13 @@ class GrowPack:
         """A grow with no shard to write: what it read again, and new copies or skips, told."""
         out, old, contents, loose = self.out, self.old, self.contents, self.loose
         if self.known != self.loaded:  # files read again, their bytes unchanged: read no more
-            stamps.save(out, old.raw, stamps.held(contents.values(), self.known))
+            stamps.save(out, old, stamps.held(contents.values(), self.known))
         copies = self.copies
         if copies is None and loose != self.held.loose:  # a skipped item gone from SRC
             update = options.grow == "update"
             copies = _copies(dataset, contents, change, options, update)
-        told = copies and _told(old.raw["splits"], dataset, contents, loose, copies, options)
-        retold = bool(told) and (told != {k: old.raw.get(k) for k in told} or
+        told = copies and _told(old.splits, dataset, contents, loose, copies, options)
+        retold = bool(told) and (told != {k: getattr(old, k) for k in told} or
                                  loose != self.held.loose)  # fmt: skip
         if retold:  # new copies or skips to report
             _retell(out, old, told, contents, loose, copies)
@@ -221,33 +226,31 @@ class GrowPack:
         written = sum(r.num_records for r in results) - sum(r.num_records for r in reused)
         stats = {"seconds": round(seconds, 3), "workers": planned.workers,
                  "images_per_second": round(written / seconds, 1) if seconds else None}  # fmt: skip
-        doc, kept = _document(old, dataset, plan, results, fresh, contents, touched)
+        index, kept = _grown(old, dataset, plan, results, fresh, contents, touched)
         numbered = with_copies({**contents, **fresh}, copies.groups, touched)
         now = {file: numbered[file] for file in {**kept, **fresh}}  # the new index's shards
-        doc.update(_told(doc["splits"], dataset, {**kept, **fresh}, loose, copies, options))
-        run = {"generation": self.generation, "when": _now(), **summary}
-        doc["history"] = [*_history(old), run][-MAX_HISTORY:]
-        doc["stats"] = {**old.raw.get("stats", {}), **stats}
-        doc["stats"].pop("url_failures", None)
-        failures = _failures(doc["splits"], now, loose, dataset)
-        if failures:
-            doc["stats"]["url_failures"] = counts(failures)
-        moved = gaps.moves(doc, CONTAINERS[options.format])  # the gaps the update leaves
-        doc["retired"] = sorted({*doc["retired"], *moved.values()})  # what a stop leaves there
-        index = write_outputs(out, doc, results, options.index_files, tfds=not moved)
+        told = _told(index.splits, dataset, {**kept, **fresh}, loose, copies, options)
+        run = Run(generation=self.generation, when=_now(), **summary)
+        failures = _failures(index.splits, now, loose, dataset)
+        stats = replace(old.stats, **stats, url_failures=counts(failures) if failures else None)
+        index = replace(index, **told, history=(*old.history, run)[-MAX_HISTORY:], stats=stats)
+        moved = gaps.moves(index)  # the gaps the update leaves
+        # what a stop leaves there
+        index = replace(index, retired=tuple(sorted({*index.retired, *moved.values()})))
+        write_outputs(out, index, results, options.index_files, tfds=not moved)
         write_contents(out, numbered, loose)  # agrees with the old index and the new
-        out.put(INDEX_NAME, json_bytes(doc))  # the grown dataset is there from now on
+        commit_index(out, index)  # the grown dataset is there from now on
         write_failures(out, failures)  # after: a stop before leaves the old, a superset
-        if touched:  # the next grow removes what a stop here leaves (doc["retired"])
+        if touched:  # the next grow removes what a stop here leaves (index.retired)
             write_contents(out, now, loose)
             _remove_retired(out, index)
         self.known.update(stamps.written(plan, results))  # the planned items' own, or none
-        stamps.save(out, doc, stamps.held(now.values(), self.known))
+        stamps.save(out, index, stamps.held(now.values(), self.known))
         index = close_gaps(out, index, now, loose)
         return PackResult(
             out=out.root, index=index,
             num_records=sum(s.num_records for s in index.splits.values()),
-            num_skipped=doc["num_skipped"], seconds=time.perf_counter() - self.start,
+            num_skipped=index.num_skipped, seconds=time.perf_counter() - self.start,
             num_reused=len(reused), num_shards=sum(len(s.shards) for s in index.splits.values()),
             new_records=written, notes=(*_said(change, options.grow, copies),
                                         *_asked_again(self.again, fresh)),
@@ -261,7 +264,7 @@ def close_gaps(
     """Close the gaps in the numbering of `index`, which is in place (gaps.py), with the DALI
     index files of the shards moved; `contents`: the entries of its shards, `loose`: its skips
     with no shard (contents.py). Returns the index in place after."""
-    moved = gaps.moves(index.raw, index.container)
+    moved = gaps.moves(index)
     if not moved:
         return index
     listed = {s.file for split in index.splits.values() for s in split.shards}
@@ -272,11 +275,11 @@ def close_gaps(
         out.link_or_copy(name, to)
         if f"{name}.idx" in held:
             idx.link_or_copy(f"{name}.idx", f"{to}.idx")
-    doc = gaps.closed(index.raw, moved, index.container)
+    closed = gaps.closed(index, moved)
     renamed = {moved.get(file, file): entry for file, entry in contents.items()}
     write_contents(out, {**contents, **renamed}, loose)  # agrees with both indexes
-    closed = write_outputs(out, doc, [], False)  # TFDS metadata now
-    out.put(INDEX_NAME, json_bytes(doc))
+    write_outputs(out, closed, [], False)  # TFDS metadata now
+    commit_index(out, closed)
     write_contents(out, {s.file: renamed[s.file] for split in closed.splits.values()
                          for s in split.shards}, loose)  # fmt: skip
     _remove_retired(out, closed)
@@ -287,10 +290,7 @@ def _remove_retired(out: Storage, index: Index) -> None:
     """Remove the shards (and their index files) an --update replaced, once its index is in
     place; only names that are shards and that the index does not list."""
     listed = {s.file for split in index.splits.values() for s in split.shards}
-    retired = index.raw.get("retired")
-    if not isinstance(retired, list):
-        return
-    files = {f for f in retired if isinstance(f, str) and is_shard_name(f)} - listed
+    files = {f for f in index.retired or () if is_shard_name(f)} - listed
     out.remove(sorted(files))
     if files and INDEX_FILES_DIR in {e.name for e in out.listdir() if e.is_dir}:
         out.child(INDEX_FILES_DIR).remove(f"{f}.idx" for f in sorted(files))
@@ -320,13 +320,6 @@ def _checked_names(out: Storage, old: Index) -> tuple[frozenset[str], OutState]:
             shard count that no pack writes.
     """
     where = out.path(INDEX_NAME)
-    for name, entry in old.raw["splits"].items():
-        for field, least in (("next_shard", 0), ("name_count", 1)):
-            value = entry.get(field, least)
-            if type(value) is not int or value < least:
-                raise OutputError(f"{where}: split {printable(name)}'s {field} is "
-                                  f"{_shown(value)}, which no pack writes; ",
-                                  *_REPACK)  # fmt: skip
     state = read_state(out)
     listed = frozenset(s.file for split in old.splits.values() for s in split.shards)
     missing = sorted(listed - state.names)
@@ -354,11 +347,6 @@ def _unlisted(state: OutState, listed: Iterable[str]) -> frozenset[str]:
     return frozenset(n for n in state.names if is_shard_name(n)) - set(listed) - ours
 
 
-def _json(value: object) -> object:
-    """A value as JSON gives it back: tuples as lists."""
-    return json.loads(json.dumps(value))
-
-
 def _has_index_files(old: Index) -> bool:
     """Whether the dataset's shards have DALI index files (its first shard has): a grow writes
     them for its new shards too, asked or not."""
@@ -373,17 +361,17 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
     Raises:
         OutputError: an option differs, or the index keeps no options (an older shardpack).
     """
-    kept = old.raw.get("options")
+    kept = old.options
     if isinstance(kept, dict):
         kept = {**_ADDED, **kept}
-    ours = _json(given.output_fields())
+    ours = json_value(given.output_fields())
     if not isinstance(kept, dict) or set(kept) != set(ours):
         raise OutputError(
             f"{old.storage.path(INDEX_NAME)}: keeps no options to grow the "
             "dataset with (an older shardpack's); ",
             *_REPACK,
         )
-    defaults = _json(PackOptions().output_fields())
+    defaults = json_value(PackOptions().output_fields())
     kept = {**kept, "name": old.name}  # None in it: the name SRC gave
     ours["name"] = given.name or old.name
     differ = [k for k in ours if k not in _RUN_OPTIONS and ours[k] not in (defaults[k], kept[k])]
@@ -428,7 +416,7 @@ def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Da
     grown = (*old.classes, *(c for c in found if c not in old.classes))
     if options.classes is None and found != grown and old.classes:
         dataset = scan(src, replace(options, classes=grown), storage_options)
-    old_features = {k: v for k, v in old.raw["features"].items() if k != "label"}
+    old_features = {k: v for k, v in old.schema.to_json().items() if k != "label"}
     features = {k: v for k, v in dataset.schema.to_json().items() if k != "label"}
     if features != old_features:
         raise OutputError(f"{src.path()}: its features ({_shown(sorted(features))}) differ from "
@@ -636,17 +624,18 @@ def _without_empty(
 
 
 def _told(
-    splits: dict[str, dict],
+    splits: dict[str, SplitInfo],
     dataset: Dataset,
     shards: dict[str, Entry],
     loose: tuple[Skip, ...],
     copies: Copies,
     options: PackOptions,
 ) -> dict[str, object]:
-    """What index.json says of the grown dataset's skips, copies and statistics, as a fresh
-    pack of SRC says it: `splits` (index.json's) and `shards` (their contents.json entries)."""
-    by_split = {name: [shards[s["file"]] for s in entry["shards"]]
-                for name, entry in splits.items()}  # fmt: skip
+    """The Index fields that say what the grown dataset's skips, copies and statistics are, as a
+    fresh pack of SRC says it: `splits` (the index's) and `shards` (their contents.json
+    entries)."""
+    by_split = {name: [shards[s.file] for s in split.shards]
+                for name, split in splits.items()}  # fmt: skip
     noted = [pair for entries_ in by_split.values() for entry in entries_
              for pair in zip(entry["skipped"], entry["reasons"], strict=True)]  # fmt: skip
     every = [*dataset.skipped, *((key, why) for (_, key), why in copies.dropped.items()), *noted,
@@ -654,9 +643,12 @@ def _told(
     reasons: dict[str, list[str]] = {}
     for split, _, why in loose:
         reasons.setdefault(split, []).append(why)
-    return {"skipped": named_skipped(every), "num_skipped": len(every),
-            "duplicates": copies.summary(options),
-            "summaries": entry_summaries(by_split, reasons, copies.per_split())}  # fmt: skip
+    return {
+        "skipped": named_skipped(every),
+        "num_skipped": len(every),
+        "duplicates": json_value(copies.summary(options)),
+        "summaries": json_value(entry_summaries(by_split, reasons, copies.per_split())),
+    }
 
 
 def _retell(
@@ -669,10 +661,10 @@ def _retell(
 ) -> None:
     """Write the index of a grow that wrote no shard but has new copies or skips to report (the
     same plan: the stamps still hold)."""
-    doc = {**old.raw, **told}
+    index = replace(old, **told)
     write_contents(out, with_copies(contents, copies.groups, frozenset()), loose)
-    write_outputs(out, doc, [], False, tfds=not gaps.moves(doc, old.container))
-    out.put(INDEX_NAME, json_bytes(doc))
+    write_outputs(out, index, [], False, tfds=not gaps.moves(index))
+    commit_index(out, index)
 
 
 def _add_survivors(
@@ -714,20 +706,20 @@ def grow_plan(
     container = CONTAINERS[options.format]
     shards, following = [], {}
     for spec in plan.shards:
-        entry = old.raw["splits"].get(spec.split, {})
-        count = entry.get("name_count", len(entry.get("shards", ())) or spec.num_shards)
-        index = following.get(spec.split, entry.get("next_shard", len(entry.get("shards", ()))))
+        split = old.splits.get(spec.split)  # a split new to the dataset: named as packed
+        count = split.names_count if split is not None and split.names_count else spec.num_shards
+        index = following.get(spec.split, split.next_number if split is not None else 0)
         while (file := container.shard_name(old.name, spec.split, index, count)) in taken:
             index += 1  # never a name an index lists or OUT holds
         following[spec.split] = index + 1
         shards.append(ShardSpec(spec.split, index, count, file, spec.items))
     digest = hashlib.sha256(json.dumps(
-        [plan.digest, old.raw.get("plan_digest"), generation, options.grow, sorted(touched),
+        [plan.digest, old.plan_digest, generation, options.grow, sorted(touched),
          [s.file for s in shards]]).encode()).hexdigest()  # fmt: skip
     return replace(plan, shards=tuple(shards), digest=digest)
 
 
-def _document(
+def _grown(
     old: Index,
     dataset: Dataset,
     plan: Plan,
@@ -735,57 +727,51 @@ def _document(
     fresh: dict[str, Entry],
     contents: dict[str, Entry],
     touched: frozenset[str],
-) -> tuple[dict, dict[str, Entry]]:
-    """The grown index document, and the contents entries of the shards it keeps (`fresh`:
-    those of the new shards)."""
-    doc = copy.deepcopy(old.raw)
+) -> tuple[Index, dict[str, Entry]]:
+    """The grown index (its skips, copies and statistics still the old ones: _told), and the
+    contents entries of the shards it keeps (`fresh`: those of the new shards)."""
     by_file = {r.file: r for r in results}
-    classes = list(dataset.classes)
-    generation = old.raw.get("generation", 0) + 1
+    generation = old.generation + 1
+    shards = {name: list(split.shards) for name, split in old.splits.items()}
+    named = {name: split.names_count for name, split in old.splits.items()}  # as grow_plan
+    following = {name: split.next_shard for name, split in old.splits.items()}
     for spec in plan.shards:
-        entry = doc["splits"].setdefault(spec.split, {"shards": [], "name_count": spec.num_shards})
-        result = by_file[spec.file]
-        entry["shards"].append({"file": result.file, "num_records": result.num_records,
-                                "num_bytes": result.num_bytes, "sha256": result.sha256,
-                                "generation": generation})  # fmt: skip
-        entry["next_shard"] = spec.index + 1
-    kept = {}
-    for name, entry in list(doc["splits"].items()):
-        entry["shards"] = [s for s in entry["shards"] if s["file"] not in touched]
-        entry.setdefault("name_count", len(entry["shards"]))
-        counts = [0] * len(classes)
-        for shard in entry["shards"]:
-            found = fresh.get(shard["file"]) or contents[shard["file"]]
-            kept.update({} if shard["file"] in fresh else {shard["file"]: found})
+        shards.setdefault(spec.split, []).append(shard_info(by_file[spec.file], generation))
+        named.setdefault(spec.split, spec.num_shards)
+        following[spec.split] = spec.index + 1
+    kept, splits, classes = {}, {}, dataset.classes
+    for name, listed in shards.items():
+        listed = [s for s in listed if s.file not in touched]
+        per_class = [0] * len(classes)
+        for shard in listed:
+            found = fresh.get(shard.file) or contents[shard.file]
+            kept.update({} if shard.file in fresh else {shard.file: found})
             for label, n in enumerate(found["label_counts"][: len(classes)]):
-                counts[label] += n
-        entry["class_counts"] = counts
-        entry["num_records"] = sum(s["num_records"] for s in entry["shards"])
-        if not entry["shards"]:
-            del doc["splits"][name]
-    skipped = [{"key": k, "reason": r} for result in results for k, r in result.skipped]
-    doc.update(
-        classes=classes,
-        features=dataset.schema.to_json(),
-        plan_digest=plan.digest,
-        generation=generation,
-        retired=sorted(touched),  # removed once this index is in place
-        skipped=[*doc.get("skipped", []), *skipped][:MAX_NAMED_SKIPPED],
-        num_skipped=doc.get("num_skipped", 0) + len(skipped),
-    )
-    if results and uniform_size(results) != doc.get("image_size"):
-        doc["image_size"] = None  # the new records' size is not the dataset's one size
-    return _json(doc), kept
+                per_class[label] += n
+        if listed:
+            splits[name] = SplitInfo(
+                num_records=sum(s.num_records for s in listed), class_counts=tuple(per_class),
+                shards=tuple(listed), name_count=named[name], next_shard=following.get(name),
+            )  # fmt: skip
+    # the new records' size is not the dataset's one size
+    size = {"image_size": None} if results and uniform_size(results) != old.image_size else {}
+    grown = replace(
+        old, splits=splits, schema=dataset.schema, plan_digest=plan.digest,
+        generation=generation, retired=tuple(sorted(touched)),  # removed once this is in place
+        **size, image_size_told=old.image_size_told or bool(size),
+    )  # fmt: skip
+    return grown, kept
 
 
 def _failures(
-    splits: dict[str, dict], shards: dict[str, Entry], loose: tuple[Skip, ...], dataset: Dataset
-) -> list[dict]:
+    splits: dict[str, SplitInfo], shards: dict[str, Entry], loose: tuple[Skip, ...],
+    dataset: Dataset,
+) -> list[dict]:  # fmt: skip
     """failures.jsonl's rows for the grown dataset: every URL skip its shards (`splits`:
-    index.json's, `shards`: their entries) and the scan note, and the loose ones."""
-    noted = [(name, key, why) for name, split in splits.items() for shard in split["shards"]
-             for key, why in zip(shards[shard["file"]]["skipped"],
-                                 shards[shard["file"]]["reasons"], strict=True)]  # fmt: skip
+    the index's, `shards`: their entries) and the scan note, and the loose ones."""
+    noted = [(name, key, why) for name, split in splits.items() for shard in split.shards
+             for key, why in zip(shards[shard.file]["skipped"],
+                                 shards[shard.file]["reasons"], strict=True)]  # fmt: skip
     skipped = [*((None, key, why) for key, why in dataset.skipped), *noted, *loose]
     return url_failures(skipped, rows_of(dataset))
 
@@ -797,12 +783,6 @@ def _asked_again(again: frozenset[str], fresh: dict[str, Entry]) -> tuple[str, .
     packed = sum(key in again for entry in fresh.values() for key in entry["keys"])
     return (f"{len(again):,} URLs that had failed for a reason a retry may mend (HTTP 5xx or "
             f"429, a timeout, a reset) asked again: {packed:,} packed",)  # fmt: skip
-
-
-def _history(old: Index) -> list:
-    """The runs the old index recorded ([] where it holds none)."""
-    history = old.raw.get("history")
-    return history if isinstance(history, list) else []
 
 
 def _now() -> str:
@@ -839,7 +819,7 @@ def _nothing(
     index.json now tells new copies or skips)."""
     records = sum(s.num_records for s in old.splits.values())
     shards = sum(len(s.shards) for s in old.splits.values())
-    return PackResult(root, old, records, old.raw.get("num_skipped", 0),
+    return PackResult(root, old, records, old.num_skipped,
                              time.perf_counter() - start, shards, shards, 0,
                              _said(change, mode, copies),
                              {**change.summary(mode, 0), "nothing": True,

@@ -1,13 +1,15 @@
 """OUT/README.md: a Hugging Face dataset card (YAML front matter with dataset_info and configs,
-then a short summary) written from the index document. A README.md that is not ours (no
+then a short summary) written from the index. A README.md that is not ours (no
 MARKER) is the user's and is never replaced unasked (outdir.prepare refuses)."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 
 from shardpack.hffeatures import card_form, hf_feature
+from shardpack.index import Index, ShardInfo
 from shardpack.layout import CARD_NAME
 from shardpack.schema import Feature
 from shardpack.storage import Storage
@@ -29,25 +31,24 @@ def is_ours(out: Storage) -> bool:
     return MARKER.encode() in head
 
 
-def card(document: dict) -> bytes:
-    """The dataset card of an index document."""
-    name = document["name"]
+def card(index: Index) -> bytes:
+    """The dataset card of an index."""
     lines = ["---", MARKER, "dataset_info:", "  features:"]
-    for feature, spec in document["features"].items():
+    for feature, spec in index.schema.items():
         lines += _feature(feature, spec)
     lines.append("  splits:")
     total = 0
-    for split, entry in document["splits"].items():
-        size = sum(s["num_bytes"] for s in entry["shards"])
+    for split, entry in index.splits.items():
+        size = sum(s.num_bytes for s in entry.shards)
         total += size
         lines += [f"  - name: {_q(split)}", f"    num_bytes: {size}",
-                  f"    num_examples: {entry['num_records']}"]  # fmt: skip
+                  f"    num_examples: {entry.num_records}"]  # fmt: skip
     lines += [f"  download_size: {total}", f"  dataset_size: {total}", "configs:",
               "- config_name: default", "  data_files:"]  # fmt: skip
-    for split, entry in document["splits"].items():
+    for split, entry in index.splits.items():
         lines += [f"  - split: {_q(split)}", "    path:"]
-        lines += [f"    - {_q(file)}" for file in data_files(entry["shards"])]
-    lines += ["---", "", f"# {name}", "", summary(document), ""]
+        lines += [f"    - {_q(file)}" for file in data_files(entry.shards)]
+    lines += ["---", "", f"# {index.name}", "", summary(index), ""]
     return "\n".join(lines).encode("utf-8", "backslashreplace")
 
 
@@ -68,9 +69,9 @@ def _escape(found: re.Match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"  # none is past U+FFFF
 
 
-def _feature(name: str, spec: dict) -> list[str]:
+def _feature(name: str, feature: Feature) -> list[str]:
     """A feature of the schema as the Hub's features list writes it."""
-    form = card_form(hf_feature(name, Feature.from_json(spec)))
+    form = card_form(hf_feature(name, feature))
     return [f"  - name: {_q(name)}", *_yaml(form, "    ")]
 
 
@@ -86,23 +87,23 @@ def _yaml(mapping: dict, indent: str) -> list[str]:
     return lines
 
 
-def data_files(shards: list[dict]) -> list[str]:
+def data_files(shards: Sequence[ShardInfo]) -> list[str]:
     """A split's shards as data_files: one pattern for the numbered names, else each name."""
-    patterns = {re.sub(r"-\d+-of-\d+(?=(\.parquet)?$)", "-*", s["file"]) for s in shards}
-    return sorted(patterns) if len(patterns) == 1 else [s["file"] for s in shards]
+    patterns = {re.sub(r"-\d+-of-\d+(?=(\.parquet)?$)", "-*", s.file) for s in shards}
+    return sorted(patterns) if len(patterns) == 1 else [s.file for s in shards]
 
 
-def summary(document: dict) -> str:
+def summary(index: Index) -> str:
     """Where the shards came from, their counts, and the duplicates found."""
-    counts = ", ".join(f"{split} {entry['num_records']:,}"
-                       for split, entry in document["splits"].items())  # fmt: skip
+    counts = ", ".join(f"{split} {entry.num_records:,}"
+                       for split, entry in index.splits.items())  # fmt: skip
     said = [
-        f"Packed by shardpack from a {document['source']} source into "
-        f"{document['container']} shards (encoding {document['encoding']}): "
-        f"{counts} images, {len(document['classes'])} classes; "
-        f"{document['num_skipped']:,} skipped (listed in index.json)."
+        f"Packed by shardpack from a {index.source} source into "
+        f"{index.container_name} shards (encoding {index.encoding}): "
+        f"{counts} images, {len(index.classes)} classes; "
+        f"{index.num_skipped:,} skipped (listed in index.json)."
     ]
-    duplicates = document.get("duplicates")
+    duplicates = index.duplicates
     if duplicates:
         copies, groups = duplicates["copies"], duplicates["groups"]
         near = f"Near duplicates (perceptual hashes within {duplicates.get('near_distance')} bits)"

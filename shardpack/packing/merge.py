@@ -5,17 +5,20 @@ DALI index files, the dataset card, croissant.json)."""
 from __future__ import annotations
 
 import heapq
+import json
+from dataclasses import replace
 
 from shardpack.errors import shortened
 from shardpack.index import (
-    FORMAT,
     MAX_NAMED_SKIPPED,
     MAX_SKIPPED_TEXT,
-    VERSION,
     Index,
-    index_from_document,
+    PackStats,
+    ShardInfo,
+    Skipped,
+    SplitInfo,
 )
-from shardpack.layout import CARD_NAME, CROISSANT_NAME, METADATA_NAMES
+from shardpack.layout import CARD_NAME, CROISSANT_NAME, INDEX_NAME, METADATA_NAMES
 from shardpack.options import PackOptions
 from shardpack.packing.croissant import croissant
 from shardpack.packing.daliindex import write_index_files
@@ -28,8 +31,8 @@ from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
 
 
-def uniform_size(results: list[ShardResult]) -> list[int] | None:
-    """[height, width] when every record written has that size (center-crop and pad promise
+def uniform_size(results: list[ShardResult]) -> tuple[int, int] | None:
+    """(height, width) when every record written has that size (center-crop and pad promise
     it), else None: tf_dataset then knows the images stack without image_size. From what
     facts noted of each record; a shard whose notes do not count its records leaves it unknown."""
     sizes: set[tuple[int, int]] = set()
@@ -38,105 +41,109 @@ def uniform_size(results: list[ShardResult]) -> list[int] | None:
         if noted is None:
             return None
         sizes |= noted
-    return list(next(iter(sizes))) if len(sizes) == 1 else None
+    return next(iter(sizes)) if len(sizes) == 1 else None
 
 
-def named_skipped(every: list[tuple[str, str]]) -> list[dict[str, str]]:
+def named_skipped(every: list[tuple[str, str]]) -> tuple[Skipped, ...]:
     """index.json's `skipped`: the first MAX_NAMED_SKIPPED of every (key, reason), shortened."""
-    return [
-        {"key": shortened(key, MAX_SKIPPED_TEXT), "reason": shortened(reason, MAX_SKIPPED_TEXT)}
+    return tuple(
+        Skipped(shortened(key, MAX_SKIPPED_TEXT), shortened(reason, MAX_SKIPPED_TEXT))
         for key, reason in heapq.nsmallest(MAX_NAMED_SKIPPED, every)
-    ]
+    )
+
+
+def shard_info(result: ShardResult, generation: int) -> ShardInfo:
+    """The index's entry of the shard a worker wrote in the run numbered `generation`."""
+    return ShardInfo(file=result.file, num_records=result.num_records,
+                     num_bytes=result.num_bytes, sha256=result.sha256,
+                     generation=generation)  # fmt: skip
 
 
 def build_index(
     *,
+    out: Storage,
     name: str,
     dataset: Dataset,
     options: PackOptions,
     plan: Plan,
     results: list[ShardResult],
-    stats: dict[str, object],
-) -> dict:
-    """Merge the workers' results into the index.json document (shards in plan order)."""
+    stats: PackStats,
+) -> Index:
+    """Merge the workers' results into the index of a fresh pack in `out` (shards in plan
+    order)."""
     by_file = {r.file: r for r in results}
-    splits: dict[str, dict] = {}
+    shards: dict[str, list[ShardInfo]] = {}
+    counts: dict[str, list[int]] = {}
+    name_count: dict[str, int] = {}  # the count in the split's names, kept as it grows
     for spec in plan.shards:
         result = by_file[spec.file]
-        split = splits.setdefault(
-            spec.split,
-            # name_count: the count in the split's shard names, kept as they grow (grow.py)
-            {
-                "num_records": 0,
-                "class_counts": [0] * len(dataset.classes),
-                "shards": [],
-                "name_count": spec.num_shards,
-            },
+        shards.setdefault(spec.split, []).append(shard_info(result, generation=0))
+        split = counts.setdefault(spec.split, [0] * len(dataset.classes))
+        counts[spec.split] = [a + b for a, b in zip(split, result.label_counts, strict=False)]
+        name_count.setdefault(spec.split, spec.num_shards)
+    splits = {
+        split: SplitInfo(
+            num_records=sum(s.num_records for s in listed),
+            class_counts=tuple(counts[split]),
+            shards=tuple(listed),
+            name_count=name_count[split],
         )
-        split["num_records"] += result.num_records
-        split["class_counts"] = [
-            a + b for a, b in zip(split["class_counts"], result.label_counts, strict=False)
-        ]
-        split["shards"].append(
-            {
-                "file": result.file,
-                "num_records": result.num_records,
-                "num_bytes": result.num_bytes,
-                "sha256": result.sha256,
-                "generation": 0,  # the run that wrote it: grown datasets' later ones count up
-            }
-        )
+        for split, listed in shards.items()
+    }
     # what the scan passed over with a reason, and what the workers refused: the first ones
     every = [*dataset.skipped, *(s for r in results for s in r.skipped)]
-    skipped = named_skipped(every)
-    doc = {
-        "format": FORMAT,
-        "version": VERSION,
-        "name": name,
-        "source": dataset.kind,
-        "classes": list(dataset.classes),  # the label's, as in version 1; also in `features`
-        "features": dataset.schema.to_json(),
-        "encoding": options.encode,
-        "compression": options.compression,
-        "container": options.format,
-        "seed": options.seed if options.shuffle else None,
-        "options": options.output_fields(),  # what --append and --update pack new items with
-        "generation": 0,
-        "history": [],
-        "plan_digest": plan.digest,
-        "splits": splits,
-        "skipped": skipped,
-        "num_skipped": len(every),  # `skipped` names the first MAX_NAMED_SKIPPED
-        "ignored": dataset.ignored,
-        "ignored_files": list(dataset.ignored_files),  # the first ones, of `ignored` in all
-        "warnings": [*dataset.warnings, *plan.warnings],
-        "stats": stats,
-        "image_size": uniform_size(results),
-    }
-    return doc
+    return Index(
+        out=out.root,
+        storage=out,
+        name=name,
+        source=dataset.kind,
+        schema=dataset.schema,
+        encoding=options.encode,
+        compression=options.compression,
+        container_name=options.format,
+        seed=options.seed if options.shuffle else None,
+        # what --append and --update pack new items with
+        options=json_value(options.output_fields()),
+        plan_digest=plan.digest,
+        splits=splits,
+        skipped=named_skipped(every),
+        num_skipped=len(every),  # `skipped` names the first MAX_NAMED_SKIPPED
+        ignored=dataset.ignored,
+        ignored_files=tuple(dataset.ignored_files),  # the first ones, of `ignored` in all
+        warnings=(*dataset.warnings, *plan.warnings),
+        stats=stats,
+        image_size=uniform_size(results),
+    )
+
+
+def json_value(value: object) -> object:
+    """A value as JSON gives it back (tuples as lists): what the index holds as read."""
+    return json.loads(json.dumps(value))
 
 
 def write_outputs(
-    out: Storage, document: dict, results: list[ShardResult], index_files: bool, tfds: bool = True
-) -> Index:
-    """Write what goes beside the shards of `document` (TFDS metadata unless not `tfds`, the
+    out: Storage, index: Index, results: list[ShardResult], index_files: bool, tfds: bool = True
+) -> None:
+    """Write what goes beside the shards of `index` (TFDS metadata unless not `tfds`, the
     container's split files, the index files of the shards in `results`, the Hub card,
-    croissant.json);
-    index.json not yet."""
-    index = index_from_document(out, document)
+    croissant.json); index.json not yet."""
     if index.tfds_readable and tfds:
-        write_tfds_metadata(out, document, index.container.tfds_file_format)
+        write_tfds_metadata(out, index, index.container.tfds_file_format)
     else:  # an earlier run's metadata would point TFDS at shards it cannot read
         out.remove(METADATA_NAMES)
-    for split, entry in document["splits"].items():  # the container's files beside them
-        shards = [(s["file"], s["num_records"]) for s in entry["shards"]]
+    for split, entry in index.splits.items():  # the container's files beside them
+        shards = [(s.file, s.num_records) for s in entry.shards]
         for file, listing in index.container.split_files(index.name, split, shards).items():
             out.put(file, json_bytes(listing))
     if index_files:
         offsets = {r.file: r.offsets for r in results}  # only these shards' files: new ones
-        written = {split: {**entry, "shards": [s for s in entry["shards"] if s["file"] in offsets]}
-                   for split, entry in document["splits"].items()}  # fmt: skip
-        write_index_files(out, {**document, "splits": written}, offsets)
-    out.put(CARD_NAME, card(document))  # the Hub's dataset card
-    out.put(CROISSANT_NAME, croissant(document, index.container))
-    return index
+        written = {split: replace(entry, shards=tuple(s for s in entry.shards if s.file in offsets))
+                   for split, entry in index.splits.items()}  # fmt: skip
+        write_index_files(out, replace(index, splits=written), offsets)
+    out.put(CARD_NAME, card(index))  # the Hub's dataset card
+    out.put(CROISSANT_NAME, croissant(index))
+
+
+def commit_index(out: Storage, index: Index) -> None:
+    """Write index.json: from now on readers see `index`."""
+    out.put(INDEX_NAME, json_bytes(index.to_json()))

@@ -14,10 +14,11 @@ import numpy as np
 
 from shardpack.packing.tfdsmeta import BOX_NAMES, is_box
 from shardpack.schema import Feature, Schema
+from shardpack.sources import shapes
 
 # The last name part of a feature holding an instance-id map: one PNG per image (COCO's source
-# writes it), 0 background, i the i-th object of the box list.
-MASK = "mask"
+# writes it, sources/shapes.py), 0 background, i the i-th object of the box list.
+MASK = shapes.MASK
 # The last name part of the class feature beside a group's boxes (TFDS's COCO and VOC).
 LABEL = "label"
 # COCO's box sizes, by area in pixels of the stored image: small below 32^2, medium below 96^2.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
@@ -79,10 +79,9 @@ def read_state(out: Storage) -> OutState:
     beside: frozenset[str] = frozenset()
     if has_index:
         index = _old_index(out)
-        digest = index.raw.get("plan_digest") if index is not None else None
-        digests.append(digest if isinstance(digest, str) else None)
+        digests.append(index.plan_digest if index is not None else None)
         if index is not None:  # load_index checked its shape
-            listed |= {s["file"] for s in _index_shards(index.raw)}
+            listed |= {s.file for s in index.shards}
             beside = split_file_names(index.container, index.name, index.splits)
     # a record vouches for a shard file in OUT: a planted flood of them is not fetched whole
     held = sum(1 for name in names if is_shard_name(name))
@@ -269,11 +268,6 @@ def _old_index(out: Storage) -> Index | None:
         return load_index(out)
     except (IndexFormatError, OSError):
         return None
-
-
-def _index_shards(document: dict) -> Iterator[dict]:
-    for split in document["splits"].values():
-        yield from split["shards"]
 
 
 def _read_journal(out: Storage, most: int) -> tuple[object, tuple[ShardResult, ...]]:

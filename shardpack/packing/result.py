@@ -27,15 +27,15 @@ class PackResult:
 
     def to_json(self) -> dict:
         """The run's summary as a JSON-ready dict (what `pack --json` prints)."""
-        doc = self.index.raw
+        index = self.index
         return {
             "out": self.out,
             "name": self.index.name,
             "records": self.num_records,
             "skipped": self.num_skipped,
-            "ignored": doc["ignored"],
-            "ignored_files": doc["ignored_files"][:20],
-            "warnings": [*doc["warnings"], *self.notes],
+            "ignored": index.ignored,
+            "ignored_files": list(index.ignored_files[:20]),
+            "warnings": [*index.warnings, *self.notes],
             "splits": {
                 name: {
                     "num_records": split.num_records,
@@ -44,33 +44,36 @@ class PackResult:
                 }
                 for name, split in self.index.splits.items()
             },
-            **(self._run_stats() if self.grow else {k: doc["stats"][k] for k in _RUN_STATS}),
-            "lossless": doc["stats"].get("lossless", 0),
+            **(self._run_stats() if self.grow else self._pack_stats()),
+            "lossless": index.stats.lossless or 0,
             "shards_kept": self.num_reused,
             "new_records": self.new_records,
             "container": self.index.container_name,
             "compression": self.index.compression,
             "tfds_metadata": self.index.tfds_readable,
-            "skipped_items": doc["skipped"][:20],
-            "duplicates": {**doc["duplicates"], "listed": doc["duplicates"]["listed"][:20]},
+            "skipped_items": [s.to_json() for s in index.skipped[:20]],
+            "duplicates": {**index.duplicates, "listed": index.duplicates["listed"][:20]},
             "num_classes": len(self.index.classes),
             "classes": list(self.index.classes[:SUMMARY_CLASSES]),
             "features": {name: feature_type(f) for name, f in self.index.schema.extras.items()},
             "grow": self.grow,
-            "url_failures": doc["stats"].get("url_failures", {}),
-            "boxes_dropped": _boxes_dropped(doc.get("summaries", {})),
+            "url_failures": index.stats.url_failures or {},
+            "boxes_dropped": _boxes_dropped(index.summaries or {}),
         }
 
     def _run_stats(self) -> dict:
         """A grow's time, rate and workers: this run's (its new items'), not the dataset's
         first pack's; a grow that wrote nothing has no rate and ran no worker."""
         wrote = self.new_records and self.seconds
-        workers = self.index.raw["stats"]["workers"] if wrote else 0
+        workers = self.index.stats.workers if wrote else 0
         rate = round(self.new_records / self.seconds, 1) if wrote else None
         return {"seconds": round(self.seconds, 3), "images_per_second": rate, "workers": workers}
 
-
-_RUN_STATS = ("seconds", "images_per_second", "workers")
+    def _pack_stats(self) -> dict:
+        """A fresh pack's time, rate and workers, as its index keeps them."""
+        stats = self.index.stats
+        return {"seconds": stats.seconds, "images_per_second": stats.images_per_second,
+                "workers": stats.workers}  # fmt: skip
 
 
 def _boxes_dropped(summaries: dict) -> dict[str, int]:

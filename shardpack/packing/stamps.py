@@ -78,10 +78,10 @@ def held(shards: Iterable[dict], mtimes: dict[str, int | None]) -> dict[str, int
             if mtimes.get(key) is not None}  # fmt: skip
 
 
-def save(out: Storage, index_doc: dict, mtimes: dict[str, int | None]) -> None:
+def save(out: Storage, index: Index, mtimes: dict[str, int | None]) -> None:
     """Write the stamps of the dataset whose index.json just landed (the mtimes not None)."""
     mtimes = {key: mtime for key, mtime in mtimes.items() if mtime is not None}
-    doc = {"format": FORMAT, "plan_digest": index_doc.get("plan_digest"), "mtimes": mtimes}
+    doc = {"format": FORMAT, "plan_digest": index.plan_digest, "mtimes": mtimes}
     out.put(STAMPS_NAME, json.dumps(doc, separators=(",", ":")).encode())
 
 
@@ -103,6 +103,6 @@ def load(out: Storage, index: Index) -> dict[str, int]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         return {}
     mtimes = doc.get("mtimes")
-    if doc.get("plan_digest") != index.raw.get("plan_digest") or not isinstance(mtimes, dict):
+    if doc.get("plan_digest") != index.plan_digest or not isinstance(mtimes, dict):
         return {}
     return mtimes if all(type(m) is int for m in mtimes.values()) else {}

@@ -11,6 +11,7 @@ become an `Image` feature; `raw` and `webp` records are declared as plain string
 
 from __future__ import annotations
 
+from shardpack.index import Index, SplitInfo
 from shardpack.schema import Feature, Schema
 from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
@@ -110,18 +111,18 @@ def _group(names: tuple[str, ...], schema: Schema) -> dict:
     })  # fmt: skip
 
 
-def _features(index: dict) -> dict:
-    schema = Schema.from_json(index["features"])
+def _features(index: Index) -> dict:
+    schema = index.schema
     groups = object_groups(schema)
     grouped = {name for names in groups.values() for name in names}
     features = {n: _declared(n, f) for n, f in schema.extras.items() if n not in grouped}
     features.update({group: _group(names, schema) for group, names in groups.items()})
-    if index["encoding"] in ("raw", "webp"):
+    if index.encoding in ("raw", "webp"):
         features["image"] = _tensor("bytes")
-        if index["encoding"] == "raw":
+        if index.encoding == "raw":
             features.update({k: _tensor("int64") for k in ("height", "width", "channels")})
     else:
-        size = index.get("image_size") or (-1, -1)  # one size for all: TFDS batches them as is
+        size = index.image_size or (-1, -1)  # one size for all: TFDS batches them as is
         features["image"] = {
             "pythonClassName": f"{_CLASS}.image_feature.Image",
             "image": {"shape": {"dimensions": [*map(str, size), "3"]}, "dtype": "uint8"},
@@ -132,31 +133,31 @@ def _features(index: dict) -> dict:
     }
 
 
-def _template(split: dict) -> str:
+def _template(split: SplitInfo) -> str:
     """TFDS's template of a split's shard names: with the count in them, which a grown split
     keeps at the one it was first packed with (packing/grow.py) as fixed text."""
-    count = split.get("name_count", len(split["shards"]))
-    if count == len(split["shards"]):
+    count = split.names_count
+    if count == len(split.shards):
         return TEMPLATE
     return TEMPLATE.replace("{SHARD_X_OF_Y}", f"{{SHARD_INDEX}}-of-{count:05d}")
 
 
-def write_tfds_metadata(out: Storage, index: dict, file_format: str) -> list[str]:
-    """Write the TFDS metadata files for a finished index document; return their names.
+def write_tfds_metadata(out: Storage, index: Index, file_format: str) -> list[str]:
+    """Write the TFDS metadata files for a finished index; return their names.
 
     `file_format` is TFDS's name for the shards' format (the container's tfds_file_format)."""
     splits = [
         {
             "name": name,
-            "numBytes": str(sum(s["num_bytes"] for s in split["shards"])),
-            "shardLengths": [str(s["num_records"]) for s in split["shards"]],
+            "numBytes": str(sum(s.num_bytes for s in split.shards)),
+            "shardLengths": [str(s.num_records) for s in split.shards],
             "filepathTemplate": _template(split),
         }
-        for name, split in index["splits"].items()
+        for name, split in index.splits.items()
     ]
     info = {
-        "name": index["name"],
-        "description": f"Packed by shardpack from a {index['source']} source.",
+        "name": index.name,
+        "description": f"Packed by shardpack from a {index.source} source.",
         "fileFormat": file_format,
         "version": "1.0.0",
         "splits": splits,
@@ -164,7 +165,7 @@ def write_tfds_metadata(out: Storage, index: dict, file_format: str) -> list[str
     out.put("dataset_info.json", json_bytes(info))
     out.put("features.json", json_bytes(_features(index)))
     written = ["dataset_info.json", "features.json"]
-    for feature, declared in Schema.from_json(index["features"]).class_features.items():
+    for feature, declared in index.schema.class_features.items():
         names = declared.classes or ()
         text = "".join(f"{name}\n" for name in names)
         written.append(f"{feature.replace('/', '-')}.labels.txt")  # as TFDS names it

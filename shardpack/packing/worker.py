@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import time
@@ -10,7 +11,8 @@ from contextlib import suppress
 import numpy as np
 
 from shardpack import images
-from shardpack.containers import CONTAINERS
+from shardpack.containers import CONTAINERS, ShardWriter
+from shardpack.containers.example import encodes_to
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.packing import boxes, stamps
@@ -97,13 +99,20 @@ def write_shard(
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
     facts = ShardFacts(stamps.taken(source, src, spec.items), objects_of(schema))  # before any read
-    moved = boxes.box_features(schema, boxes.declared_boxes(options))
+    moved = boxes.moved_features(schema, boxes.declared_boxes(options))
     try:
         container = CONTAINERS[options.format]
+        raw = container.raw_examples  # a stored Example can be written as it is
         limit = images.max_file_bytes(options.max_pixels)
         with (
             src.reading(source.item_files(spec.items), limit) as src,
-            container.writer(spec.file, options.compression, storage=out, schema=schema) as writer,
+            container.writer(
+                spec.file,
+                options.compression,
+                storage=out,
+                schema=schema,
+                naming=options.wds_naming,
+            ) as writer,
         ):
             for done, item in enumerate(spec.items, 1):
                 try:
@@ -111,14 +120,17 @@ def write_shard(
                     features, where, orientation = _features(item, loaded, options)
                     kept = features["image"] is loaded  # stored as it came
                     taken = boxes.moves(orientation, kept, where, source.name) if moved else ()
-                    fields, dropped = _fields(item, schema, moved, taken)
+                    size = features["height"], features["width"]
+                    fields, dropped = _fields(item, schema, moved, taken, size)
                     features.update(fields)
                 except ImageError as e:
                     if options.on_error == "fail":
                         raise
                     skipped.append((e.key, e.reason))
                 else:
-                    writer.write(features)
+                    if options.wds_naming == "img2dataset":
+                        features.update(_original(loaded))
+                    _write(writer, features, source.stored(item, cache) if raw else None)
                     _count(counts, item.label)
                     lossless += _made_lossless(loaded, features["format"], options)
                     facts.add(done - 1, loaded, features, orientation)
@@ -143,6 +155,15 @@ def write_shard(
         facts.content(),
         facts.tally(),
     )
+
+
+def _write(writer: ShardWriter, features: dict[str, object], stored: bytes | None) -> None:
+    """Write the record; the Example it was loaded from as it is, when that is its very bytes
+    (a repack's passthrough: not encoded again, nor its image copied to compare)."""
+    if stored is not None and encodes_to(features, stored):
+        writer.write_raw(stored)
+    else:
+        writer.write(features)
 
 
 def _features(
@@ -172,6 +193,17 @@ def _features(
     return features, where, orientation
 
 
+def _original(loaded: bytes | np.ndarray) -> dict[str, object]:
+    """What img2dataset's .json says of the image as it came: its stored size (as
+    cv2.imdecode's IMREAD_UNCHANGED sees it, no EXIF turn) and the sha256 of its bytes."""
+    if not isinstance(loaded, bytes):
+        return {"original_width": loaded.shape[1], "original_height": loaded.shape[0],
+                "sha256": hashlib.sha256(loaded.tobytes()).hexdigest()}  # fmt: skip
+    info = images.probe(loaded)  # a few us: the header was checked already
+    return {"original_width": info.width, "original_height": info.height,
+            "sha256": hashlib.sha256(loaded).hexdigest()}  # fmt: skip
+
+
 def _made_lossless(loaded: bytes | np.ndarray, fmt: str, options: PackOptions) -> bool:
     """Whether --encode keep re-encoded an image file as PNG because TensorFlow cannot decode
     it as it is (a CMYK JPEG, a GIF, ...)."""
@@ -183,15 +215,19 @@ def _fields(
     schema: Schema,
     moved: tuple[str, ...],
     where: tuple[boxes.Move, ...],
+    size: tuple[int, int],
 ) -> tuple[dict[str, object], dict[str, int]]:
-    """The item's label and other fields, its boxes (`moved`) taken where its pixels went
-    (boxes.follow), encoded as the schema declares them; and the boxes dropped, by reason."""
+    """The item's label and other fields, its geometry (`moved`) taken where its pixels went
+    to the stored `size` (boxes.follow), encoded as the schema declares them; and the boxes
+    dropped, by reason."""
     values = dict(item.fields)
     if item.label is not None:
         values[LABEL] = item.label
     dropped: dict[str, int] = {}
-    if where:  # most records: no box, or nothing moved them (a passthrough is ~20 us a record)
-        values, dropped = boxes.follow(item.key, values, schema, moved, where)
+    # most records hold no geometry (a passthrough is ~20 us a record); boxes are clipped and
+    # a mask drawn whatever the moves
+    if moved:
+        values, dropped = boxes.follow(item.key, values, schema, moved, where, size)
     return {name: example_value(schema[name], value) for name, value in values.items()}, dropped
 
 

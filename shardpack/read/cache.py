@@ -43,7 +43,8 @@ class ShardCache:
         if local_file(folder) is None:
             raise ShardpackError(f"cache_dir must be a local folder, got: {os.fspath(folder)!r}")
         self.index, self.limit, self.ahead = index, limit, ahead
-        digest = hashlib.sha256(json.dumps([index.out, index.raw], sort_keys=True).encode())
+        document = index.to_json()
+        digest = hashlib.sha256(json.dumps([index.out, document], sort_keys=True).encode())
         root = storage_at(local_file(folder))
         root.make_root()
         # a link planted in its place is refused (OutputError), never written through
@@ -51,7 +52,7 @@ class ShardCache:
         self.folder = self.storage.path()
         self._shards = {s.file: s for split in index.splits.values() for s in split.shards}
         self._remove_stale()
-        self.storage.put("index.json", json.dumps(index.raw).encode())
+        self.storage.put("index.json", json.dumps(document).encode())
         self._pool: ThreadPoolExecutor | None = None
         self._fetching: dict[str, Future] = {}
         self._in_use: set[str] = set()

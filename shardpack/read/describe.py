@@ -33,8 +33,6 @@ def describe(
     index = load_index(out, storage_options)
     present = {e.name for e in index.storage.listdir() if not e.is_dir}  # one listing, not a
     splits = {}  # request a shard on an object store
-    generations = {s["file"]: s.get("generation") for e in index.raw["splits"].values()
-                   for s in e["shards"]}  # fmt: skip
     for name, split in index.splits.items():
         samples = []
         records = iter_examples(index.storage, name)
@@ -57,17 +55,16 @@ def describe(
                     "num_records": s.num_records,
                     "num_bytes": s.num_bytes,
                     "missing": s.file not in present,
-                    "generation": g if is_count(g := generations[s.file], 0) else 0,
+                    "generation": s.generation,
                 }
                 for s in split.shards
             ],
             "samples": samples,
         }
-    raw = index.raw
     return {
         "out": index.out,
         "name": index.name,
-        "source": raw.get("source"),
+        "source": index.source,
         "encoding": index.encoding,
         "compression": index.compression,
         "container": index.container_name,
@@ -75,14 +72,15 @@ def describe(
         "num_classes": len(index.classes),
         "features": index.schema.to_json(),
         "splits": splits,
-        "skipped": raw.get("skipped", []),  # the first ones; num_skipped counts them all
-        "num_skipped": raw.get("num_skipped", len(raw.get("skipped", []))),
-        "ignored": raw.get("ignored", 0),
-        "stats": raw.get("stats", {}),
-        "duplicates": raw.get("duplicates"),  # None in an index from before
-        "summaries": _named(raw.get("summaries"), objects_of(index.schema)),
-        "generation": g if is_count(g := raw.get("generation"), 0) else 0,
-        "history": history if isinstance(history := raw.get("history"), list) else [],
+        # the first ones; num_skipped counts them all
+        "skipped": [s.to_json() for s in index.skipped],
+        "num_skipped": index.num_skipped,
+        "ignored": index.ignored,
+        "stats": index.stats.to_json(),
+        "duplicates": index.duplicates,  # None in an index from before
+        "summaries": _named(index.summaries, objects_of(index.schema)),
+        "generation": index.generation,
+        "history": [run.to_json() for run in index.history],
     }
 
 

@@ -64,7 +64,7 @@ def epoch_order(
     ends = np.cumsum([sum(counts[k] for k in g) for g in groups])
     which = np.searchsorted(ends, positions, side="right")
     out = np.empty_like(positions)
-    for b in np.unique(which):
+    for b in np.flatnonzero(np.bincount(which)):  # not np.unique: it imports numpy.ma (~0.1 s)
         records = np.concatenate([np.arange(starts[k], starts[k + 1]) for k in groups[b]])
         drawn = records[np.random.default_rng([seed, epoch, int(b)]).permutation(len(records))]
         mine = which == b

@@ -24,7 +24,7 @@ from shardpack.errors import (
     printable,
     shortened,
 )
-from shardpack.index import Index, load_index
+from shardpack.index import Index, Skipped, load_index
 from shardpack.layout import REPORT_NAME
 from shardpack.packing import facts
 from shardpack.packing.duplicates import record_name
@@ -110,20 +110,18 @@ def _require_matplotlib() -> None:
 
 def render(index: Index, progress: Callable[[int, int], None] | None = None) -> str:
     """The whole HTML page of an index's data card; `progress` as write_report's."""
-    raw = index.raw
-    summaries = raw.get("summaries") if isinstance(raw.get("summaries"), dict) else {}
-    duplicates = raw.get("duplicates") if isinstance(raw.get("duplicates"), dict) else {}
+    summaries, duplicates = index.summaries or {}, index.duplicates or {}
     wanted = _wanted_keys(duplicates)
     sheets, found = _thumbnails(index, wanted, progress)
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(index.name)}: data card"
         f"</title><style>{_STYLE}</style></head><body><h1>{_e(index.name)}</h1>",
-        f"<p>{_e(raw.get('source'))} source, encoding {_e(index.encoding)}, "
+        f"<p>{_e(index.source)} source, encoding {_e(index.encoding)}, "
         f"{_e(index.container_name)} shards, {len(index.classes)} classes.</p>",
         _splits_section(index),
         _images_section(summaries),
         _objects_section(index, summaries),
-        _skipped_section(raw.get("skipped"), summaries),
+        _skipped_section(index.skipped, summaries),
         _duplicates_section(duplicates, found),
         _shards_section(index),
         _sheets_section(index, sheets),
@@ -310,19 +308,13 @@ def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
     )
 
 
-def _skipped_section(skipped: object, summaries: dict) -> str:
-    items = skipped if isinstance(skipped, list) else []
+def _skipped_section(items: tuple[Skipped, ...], summaries: dict) -> str:
     kinds: dict[str, int] = {}
     for item in items:
-        if isinstance(item, dict) and isinstance(item.get("reason"), str):
-            kind = reason_kind(item["reason"])
-            kinds[kind] = kinds.get(kind, 0) + 1
+        kind = reason_kind(item.reason)
+        kinds[kind] = kinds.get(kind, 0) + 1
     rows = [f"<tr>{_td(kind)}{_td(n, f'skipped:{kind}')}</tr>" for kind, n in sorted(kinds.items())]
-    named = [
-        f"<tr>{_td(item.get('key'))}{_td(item.get('reason'))}</tr>"
-        for item in items[:SHOWN_SKIPPED]
-        if isinstance(item, dict)
-    ]
+    named = [f"<tr>{_td(item.key)}{_td(item.reason)}</tr>" for item in items[:SHOWN_SKIPPED]]
     return (
         f"<section id='skipped'><h2>Skipped images: <span data-value='skipped'>{len(items):,}"
         "</span></h2>"

@@ -371,7 +371,7 @@ def _check_stackable(index: Index, batch_size, decode: bool, image_size, lists: 
     tell, and is read as before."""
     if not decode or image_size is not None or batch_size in (None, 1) or lists == "padded":
         return
-    if index.image_size is None and "image_size" in index.raw:
+    if index.image_size is None and index.image_size_told:
         raise ShardpackError(
             f"{index.out}: the images differ in size, so batch_size={batch_size} cannot stack "
             "them; pass image_size=(height, width) to resize them (or lists='padded' to pad them)"

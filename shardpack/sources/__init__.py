@@ -2,9 +2,9 @@
 ones, one module each, are folder (SRC/<class>/...), splittree (SRC/<split>/<class>/...),
 manifest (a CSV/TSV/JSONL/Parquet table, read by the tables package), cifar (CIFAR batches,
 python pickles walked by safepickle), hf (Hugging Face Parquet datasets), tfdsdir (TFDS prepared
-directories), tars (WebDataset tars), yolo (YOLO's images/ and labels/), voc (Pascal VOC) and
-repack (shardpack's own output); objects holds what the object sources share.
-`register_source` adds one.
+directories), tars (WebDataset tars), coco (COCO instances JSONs), yolo (YOLO's images/ and
+labels/), voc (Pascal VOC) and repack (shardpack's own output); objects holds what the object
+sources share. `register_source` adds one.
 
 A source provides: its `name` (a --source choice when `choosable`), the `kinds` its scan gives
 (Dataset.kind, written to index.json), `described` (what SRC is, for messages), the PackOptions
@@ -30,6 +30,7 @@ from shardpack.errors import Option, SourceError
 from shardpack.options import PackOptions, check_choice
 from shardpack.sources import (
     cifar,
+    coco,
     folder,
     hf,
     manifest,
@@ -65,7 +66,7 @@ __all__ = [
 
 # The built-in sources, the folder catch-all first: recognition tries the last registered
 # first (our own output holds TFDS metadata too: repack before tfdsdir).
-for _module in (folder, splittree, manifest, cifar, hf, tfdsdir, tars, yolo, voc, repack):
+for _module in (folder, splittree, manifest, cifar, hf, tfdsdir, tars, coco, yolo, voc, repack):
     register_source(_module.SOURCE)
 
 

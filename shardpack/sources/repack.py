@@ -7,15 +7,29 @@ index's schema) and keeps what an item needs: its shard, its record's number in 
 label and other features. A worker opens the shards its items lie in (a few at once; a gzip
 shard decompressed once, by its container) and reads each record at random; the image bytes go
 on as they are stored (raw pixels as pixels).
+
+Where the container's records are Example bytes (`raw_examples`), each is parsed once in the
+scan and once in a worker by the canonical decoder, the image borrowed, not copied; and a
+record the worker would write unchanged is written as it is read (`stored`), not encoded again.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from shardpack.containers import Container, ShardReader, checked
+from shardpack.containers.example import decode
 from shardpack.errors import ImageError, IndexFormatError, Option, RecordError, SourceError
-from shardpack.index import FORMAT, Index, load_index, record_fault
+from shardpack.index import (
+    FORMAT,
+    STORED_FORMATS,
+    Index,
+    ShardInfo,
+    load_index,
+    record_fault,
+)
 from shardpack.layout import INDEX_NAME
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
@@ -28,6 +42,11 @@ if TYPE_CHECKING:
     import numpy as np
 
 KIND = "shardpack"
+_FORMATS = {f.encode() for f in STORED_FORMATS}  # what a record's `format` may name
+IMAGE = "image"
+BORROWED = (IMAGE,)  # decoded as views of the record: the scan needs its length, load copies it
+LOADED = (IMAGE, "key", "format")  # what load reads of a record (the scan checked it whole)
+STORED = "shardpack-stored"  # the worker's cache: (key, Example bytes) of the record last loaded
 KEEP_SHARDS = 8  # shards a worker keeps open (a shuffled shard draws from all of them)
 SNIFF_BYTES = 4096  # where json.dumps puts index.json's "format", its first key
 
@@ -62,6 +81,9 @@ class ShardpackSource(Source):
         self, item: Item, root: Storage, options: PackOptions, cache: dict
     ) -> bytes | np.ndarray:
         return load(item, root, cache)
+
+    def stored(self, item: Item, cache: dict) -> bytes | None:
+        return stored(item, cache)
 
     def item_files(self, items: Iterable[Item]) -> Iterator[tuple[str, int]]:
         return iter(())  # records are read from their shards at random, by load
@@ -110,6 +132,7 @@ def scan_shards(index: Index, warnings: tuple[str, ...] = ()) -> Dataset:
         RecordError: a shard's framing is broken (names the shard and the position).
     """
     schema = index.schema
+    checks = _checks(schema)
     unit = index.container.position_unit
     splits: dict[str, tuple[Item, ...]] = {}
     skipped: list[tuple[str, str]] = []
@@ -118,9 +141,10 @@ def scan_shards(index: Index, warnings: tuple[str, ...] = ()) -> Dataset:
         for shard in info.shards:
             count = 0
             for count, (position, example) in enumerate(_records(index, shard), 1):
-                fault = _fault(example, schema)
+                size = _unlend(example)
+                fault = None if _fits(example, checks) else _fault(example, schema)
                 if fault is None:
-                    items.append(_item(example, schema, shard.file, count - 1))
+                    items.append(_item(example, schema, shard.file, count - 1, size))
                 else:
                     skipped.append((f"{shard.file}:{count - 1}",
                                     f"{shard.file} {unit} {position}: {fault}"))  # fmt: skip
@@ -133,7 +157,17 @@ def scan_shards(index: Index, warnings: tuple[str, ...] = ()) -> Dataset:
     return Dataset(KIND, index.storage, schema, splits, skipped=tuple(skipped), warnings=warnings)
 
 
-def _item(example: dict[str, list], schema: Schema, file: str, number: int) -> Item:
+def _unlend(example: dict[str, list] | RecordError) -> int:
+    """The size of a decoded record's image, its borrowed bytes dropped for empty ones (the
+    scan needs their length only; the schema check, their kind and count)."""
+    images = example.get(IMAGE) if isinstance(example, dict) else None
+    if not images:
+        return 0
+    example[IMAGE] = [b"" if isinstance(v, memoryview) else v for v in images]
+    return len(images[0])
+
+
+def _item(example: dict[str, list], schema: Schema, file: str, number: int, size: int) -> Item:
     """A record as an item: its key, label and features as they are stored."""
     fields = {
         name: _values(feature, example[name])
@@ -144,7 +178,7 @@ def _item(example: dict[str, list], schema: Schema, file: str, number: int) -> I
     value = None if label is None else example[LABEL]
     if value is not None:
         value = tuple(value) if label.is_list else value[0]
-    return Item(_text(example["key"][0]), value, file, len(example["image"][0]), number, fields)
+    return Item(_text(example["key"][0]), value, file, size, number, fields)
 
 
 def _values(feature: Feature, values: list) -> FieldValue:
@@ -155,8 +189,41 @@ def _values(feature: Feature, values: list) -> FieldValue:
 
 
 def _records(index: Index, shard) -> Iterator[tuple[int, object]]:
-    return index.container.iter_records(index.storage, shard.file, index.compression,
-                                        max_bytes=shard.num_bytes)  # fmt: skip
+    """(position, decoded record or the RecordError saying why not) of each record of a shard,
+    the images borrowed where the records are Example bytes."""
+    container = index.container
+    if not container.raw_examples:
+        return container.iter_records(index.storage, shard.file, index.compression,
+                                      max_bytes=shard.num_bytes)  # fmt: skip
+    path, unit = index.storage.path(shard.file), container.position_unit
+    raw = container.iter_raw(index.storage, shard.file, index.compression,
+                             max_bytes=shard.num_bytes)  # fmt: skip
+    return ((position, data if isinstance(data, RecordError) else
+             decode(data, path, position, unit, BORROWED)) for position, data in raw)  # fmt: skip
+
+
+def _checks(schema: Schema) -> tuple[tuple[str, type, bool, int | None, int | None], ...]:
+    """What record_fault asks of each feature, gathered once a scan: (name, its values' type,
+    one value only, row length, class count)."""
+    types = {"int64": int, "float32": float, "bytes": bytes}
+    return tuple((name, types[f.dtype], not f.is_list, f.row,
+                  None if f.classes is None else len(f.classes))
+                 for name, f in schema.items())  # fmt: skip
+
+
+def _fits(example: dict[str, list] | RecordError, checks: tuple) -> bool:
+    """Whether record_fault finds nothing wrong with the record, at a few lookups a feature
+    (a third of a scan's time went to asking it); when not, record_fault says what."""
+    if not isinstance(example, dict) or len(example) != len(checks):
+        return False
+    for name, kind, scalar, row, classes in checks:
+        values = example.get(name)
+        if values is None or (scalar and len(values) != 1) or (row and len(values) % row):
+            return False
+        for value in values:
+            if type(value) is not kind or (classes is not None and not 0 <= value < classes):
+                return False
+    return example["format"][0] in _FORMATS
 
 
 def _fault(example, schema) -> str | None:
@@ -170,6 +237,10 @@ def _text(key: bytes) -> str:
     return key.decode("utf-8", "surrogateescape")
 
 
+def _bytes(key: str) -> bytes:
+    return key.encode("utf-8", "surrogateescape")
+
+
 # ---- in the workers --------------------------------------------------------------------------
 
 
@@ -181,17 +252,28 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
     """
     kept = cache.get(KIND)
     where = f"{item.path} record {item.position}"
+    cache.pop(STORED, None)
     try:
         if kept is None:
             kept = cache[KIND] = _open_shards(root)
-        example = kept.get(item.path)[item.position]
+        reader = kept.get(item.path)
+        if reader.raw_examples:
+            data = reader.raw(item.position)
+            where_in = (reader.path, reader.position(item.position), reader.unit)
+            example = checked(decode(data, *where_in, BORROWED, LOADED))
+            if example.get("format") == [b"raw"]:  # its shape too
+                example = checked(decode(data, *where_in, BORROWED))
+        else:
+            data, example = None, reader[item.position]
     except (SourceError, RecordError, OSError, IndexError, KeyError) as e:
         raise ImageError(item.key, f"{where}: cannot read it ({e})") from None
-    if _text(example["key"][0]) != item.key:
+    if example.get("key", [])[:1] != [_bytes(item.key)] or not example.get(IMAGE):
         raise ImageError(item.key, f"{where}: holds another record since the scan; convert "
                                    "it again")  # fmt: skip
     image = bytes(example["image"][0])
-    if example["format"][0] != b"raw":
+    if data is not None:
+        cache[STORED] = (item.key, data)
+    if example.get("format", [])[:1] != [b"raw"]:
         return image
     import numpy as np
 
@@ -203,16 +285,50 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
                                    f"{shape}") from None  # fmt: skip
 
 
+def stored(item: Item, cache: dict) -> bytes | None:
+    """The Example bytes `load` last read, when they were item's and its container keeps them."""
+    kept = cache.get(STORED)
+    return kept[1] if kept is not None and kept[0] == item.key else None
+
+
+class _Shard:
+    """One open shard of SRC: its container's reader, and whether it gives Example bytes."""
+
+    def __init__(self, reader: ShardReader, container: Container) -> None:
+        self.reader, self.path = reader, getattr(reader, "path", "")
+        self.raw_examples, self.unit = container.raw_examples, container.position_unit
+        self.raw, self.position = getattr(reader, "raw", None), reader.position
+
+    def __getitem__(self, i: int) -> dict[str, list]:
+        return self.reader[i]
+
+    def close(self) -> None:
+        self.reader.close()
+
+
 def _open_shards(root: Storage) -> OpenFiles:
     """The source's shards, each opened through its container on first use."""
     index = _index(root.child(""))  # a Storage: a worker's root may be Storage.reading's proxy
-    sizes = {s.file: s.num_bytes for info in index.splits.values() for s in info.shards}
-    return OpenFiles(
-        lambda file: index.container.open(
-            index.storage, file, index.compression, max_bytes=sizes[file]
-        ),
-        KEEP_SHARDS,
-    )
+    shards = {s.file: s for info in index.splits.values() for s in info.shards}
+    return OpenFiles(lambda file: _open(index, shards[file]), KEEP_SHARDS)
+
+
+# Each record's position in a source shard, by the shard's path and sha256, found once a worker
+# process (a TFRecord reader hops from header to header to find them): each shard a worker
+# writes draws from every source shard, and would otherwise find them again. 8 bytes a record.
+_POSITIONS: dict[tuple[str, str], array] = {}
+
+
+def _open(index: Index, shard: ShardInfo) -> _Shard:
+    """One source shard opened for random reads, its records' positions kept for the next."""
+    known = (index.storage.path(shard.file), shard.sha256)
+    positions = _POSITIONS.get(known)
+    container = index.container
+    reader = container.open(index.storage, shard.file, index.compression, positions,
+                            max_bytes=shard.num_bytes)  # fmt: skip
+    if positions is None:
+        _POSITIONS[known] = array("q", map(reader.position, range(len(reader))))
+    return _Shard(reader, container)
 
 
 SOURCE = ShardpackSource()

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import email.utils
 import functools
+import heapq
 import http.client
+import itertools
 import random
 import socket
 import ssl
@@ -37,10 +39,10 @@ _DRAIN = 1 << 16  # the most of an error page read to keep its connection; past 
 BACKOFF_S = 0.5  # the first retry's wait; each next one doubles it (img2dataset: none)
 MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait
 # URLs a worker fetches ahead of its reads, per thread, and the most bytes of fetched bodies it
-# holds unread: at 2 x threads, each Retry-After: 1 at the head stalled the fetching too (6,000
-# URLs, 10% transient failures: 214 images/s; 462 at 8 x, 478 at 32 x; `python -m
-# benchmarks.urls --urls 6000 --flaky 0.1 -- --per-host 64`).
-AHEAD_PER_THREAD = 8
+# holds unread: a read waiting out a Retry-After at the head stops the fetching once the window
+# is fetched, so it must hold more than a second's fetches (`python -m benchmarks.urls --urls
+# 1000 --flaky 0.1 --fetch-only 16`, benchmarks/README.md).
+AHEAD_PER_THREAD = 32
 HELD_BYTES = 256 << 20
 
 
@@ -77,24 +79,35 @@ class Fetcher:
             UrlFailed: a permanent failure, or a transient one on each of 1 + retries tries.
             FileTooLarge: the body is over `limit` (from Content-Length, or while read).
         """
-        attempt = 1
+        tries = 1
         while True:
             try:
-                return self._follow(url, limit)
+                return self.once(url, limit)
             except UrlFailed as e:
-                if self._closed.is_set():
-                    raise UrlFailed("stopped: the fetching was closed") from None
-                if not e.transient or attempt > self.policy.retries:
-                    raise UrlFailed(_tried(str(e), attempt)) from None
-                if e.wait is not None and e.wait > MOST_WAIT_S:
-                    raise UrlFailed(f"{e}: Retry-After {e.wait:g} s is over {MOST_WAIT_S:g} s"
-                                    ) from None  # fmt: skip
-                backoff = BACKOFF_S * 2 ** (attempt - 1) * random.uniform(0.75, 1.25)
-                self._closed.wait(max(backoff, e.wait or 0))  # (a close ends the wait)
-                attempt += 1
+                self._closed.wait(self.retry_in(e, tries))  # (a close ends the wait)
+                tries += 1
 
-    def _follow(self, url: str, limit: int) -> bytes:
-        """One try at `url`, following up to max_redirects redirects."""
+    def retry_in(self, failed: UrlFailed, tries: int) -> float:
+        """The seconds to wait before the next try of a URL whose `tries`-th try failed so:
+        the backoff, or the Retry-After the server asked for if longer.
+
+        Raises:
+            UrlFailed: the failure, final (permanent, the retries spent, or a Retry-After over
+                MOST_WAIT_S), its reason saying how many tries it took.
+        """
+        if self._closed.is_set():
+            raise UrlFailed("stopped: the fetching was closed") from None
+        if not failed.transient or tries > self.policy.retries:
+            raise UrlFailed(_tried(str(failed), tries)) from None
+        if failed.wait is not None and failed.wait > MOST_WAIT_S:
+            raise UrlFailed(f"{failed}: Retry-After {failed.wait:g} s is over {MOST_WAIT_S:g} s"
+                            ) from None  # fmt: skip
+        backoff = BACKOFF_S * 2 ** (tries - 1) * random.uniform(0.75, 1.25)
+        return max(backoff, failed.wait or 0)
+
+    def once(self, url: str, limit: int) -> bytes:
+        """One try at `url`, following up to max_redirects redirects; raises as get does,
+        whether or not a retry could help (retry_in says)."""
         for _ in range(self.policy.max_redirects + 1):
             scheme, host, port, target = _parts(url)
             status, headers, body = self._request(scheme, host, port, target, limit)
@@ -343,7 +356,9 @@ class Prefetch:
     """A worker's URLs fetched ahead, in the order it will read them, `threads` at a time; a
     read of anything but the next URL fetches it then and there. Up to AHEAD_PER_THREAD x
     threads URLs (and HELD_BYTES of fetched bodies) run ahead of the reads: a URL waiting out a
-    Retry-After holds up the reads, not the fetching."""
+    Retry-After holds up the reads, not the fetching. A URL waiting for its retry holds no
+    thread either: the retry is handed back to the pool when it is due (a thread asleep through
+    each 1 s Retry-After left fewer fetching the rest)."""
 
     def __init__(self, fetcher: Fetcher, urls: Iterator[str], limit: int) -> None:
         self.fetcher, self.limit = fetcher, limit
@@ -353,6 +368,11 @@ class Prefetch:
         self._held = 0  # bytes fetched and not yet read
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(fetcher.policy.threads, "shardpack-fetch")
+        self._due: list[tuple[float, int, str, Future, int]] = []  # retries: a heap by time
+        self._count = itertools.count()  # ties in the heap: first come, first retried
+        self._wake = threading.Condition(self._lock)
+        self._stopped = False
+        self._timer: threading.Thread | None = None  # started by the first retry
         try:
             self._fill()
         except BaseException:  # Ctrl-C while the first requests start: they end now too
@@ -364,13 +384,57 @@ class Prefetch:
             url = next(self._urls, None)
             if url is None:
                 return
-            self._ahead.append((url, self._pool.submit(self._get, url)))
+            future: Future = Future()
+            self._ahead.append((url, future))
+            self._pool.submit(self._try, url, future, 1)
 
-    def _get(self, url: str) -> bytes:
-        data = self.fetcher.get(url, self.limit)
-        with self._lock:
-            self._held += len(data)
-        return data
+    def _try(self, url: str, future: Future, tries: int) -> None:
+        """One try of `url` on a pool thread: its body or its final failure into `future`, or
+        its next try put off until due."""
+        if tries == 1 and not future.set_running_or_notify_cancel():
+            return  # passed over before its turn
+        try:
+            data = self.fetcher.once(url, self.limit)
+        except UrlFailed as e:
+            try:
+                wait = self.fetcher.retry_in(e, tries)
+            except UrlFailed as final:
+                future.set_exception(final)
+            else:
+                self._later(time.monotonic() + wait, url, future, tries + 1)
+        except BaseException as e:  # FileTooLarge, and whatever else: the reader's to raise
+            future.set_exception(e)
+        else:
+            with self._lock:
+                self._held += len(data)
+            future.set_result(data)
+
+    def _later(self, due: float, url: str, future: Future, tries: int) -> None:
+        with self._wake:
+            if self._stopped:
+                future.set_exception(UrlFailed("stopped before its retry"))
+                return
+            heapq.heappush(self._due, (due, next(self._count), url, future, tries))
+            if self._timer is None:
+                self._timer = threading.Thread(
+                    target=self._retries, name="shardpack-retry", daemon=True
+                )
+                self._timer.start()
+            self._wake.notify()
+
+    def _retries(self) -> None:
+        """The timer thread: each retry handed to the pool when due, until stopped."""
+        with self._wake:
+            while not self._stopped:
+                if not self._due:
+                    self._wake.wait()
+                    continue
+                wait = self._due[0][0] - time.monotonic()
+                if wait > 0:
+                    self._wake.wait(wait)
+                    continue
+                _, _, url, future, tries = heapq.heappop(self._due)
+                self._pool.submit(self._try, url, future, tries)
 
     def _forget(self, future: Future) -> None:
         """A fetched body leaves the bytes held: read, or passed over."""
@@ -397,10 +461,19 @@ class Prefetch:
 
     def close(self) -> None:
         """Stop fetching: at a shard's end every thread is idle and joined (a process that
-        forks later forks no thread); after a failure, requests running end by their timeouts."""
+        forks later forks no thread); after a failure, requests running end by their timeouts
+        and retries not yet due are dropped."""
         done = not self._ahead
         for _, future in self._ahead:
             future.cancel()
         self._ahead.clear()
+        with self._wake:
+            self._stopped = True
+            dropped, self._due = self._due, []
+            self._wake.notify()
+        for _, _, _, future, _ in dropped:
+            future.set_exception(UrlFailed("stopped before its retry"))
+        if self._timer is not None:
+            self._timer.join()
         self._pool.shutdown(wait=done, cancel_futures=True)
         self.fetcher.close()

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from shardpack.containers import CONTAINERS, get_container, is_shard_name
+from shardpack.containers.example import encode_example
 from shardpack.errors import OutputError, RecordError
 from tests.helpers import READ_ARRAY_RECORD, READ_WEBDATASET, at, image, needs, run_json
 
@@ -101,6 +102,37 @@ def test_round_trip_sequential_and_random(tmp_path, name):
             for i in reversed(range(len(expected))):
                 assert reader[i] == expected[i]
     assert container.check(*at(path)) == (result.num_records, result.num_bytes, result.sha256)
+
+
+RAW = [name for name in NAMES if get_container(name).raw_examples]
+
+
+def test_the_example_containers_give_and_take_raw_records():
+    assert RAW == ["array_record", "tfrecord"]  # webdataset and parquet: decoded records only
+
+
+@pytest.mark.parametrize("name", RAW)
+def test_raw_records_are_the_example_bytes_and_write_back_as_they_are(tmp_path, name):
+    container = get_container(name)
+    path, result = _write(container, tmp_path / "a")
+    raw = list(container.iter_raw(*at(path)))
+    assert [position for position, _ in raw] == list(result.offsets)
+    assert [encode_example(r) for r in _records()] == [bytes(data) for _, data in raw]
+    with container.open(*at(path)) as reader:
+        assert [bytes(reader.raw(i)) for i in range(len(reader))] == [bytes(d) for _, d in raw]
+        copy = tmp_path / "b" / os.path.basename(path)
+        copy.parent.mkdir()
+        with container.writer(copy) as writer:
+            for i in range(len(reader)):
+                writer.write_raw(reader.raw(i))  # a view into the read, for TFRecord
+    assert copy.read_bytes() == Path(path).read_bytes()
+    assert writer.result == result
+
+
+@pytest.mark.parametrize("name", sorted(set(NAMES) - set(RAW)))
+def test_a_container_of_decoded_records_refuses_raw_ones(tmp_path, name):
+    with pytest.raises(NotImplementedError, match="not Example bytes"):
+        get_container(name).iter_raw(*at(tmp_path / "any"))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -385,6 +417,11 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
         ([("000000.jpg", b"")], "archive ends inside a sample"),
         ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000001.json", b"{}")], "is not <key>"),
         ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000000.cls", b"1")], "is not <key>"),
+        (
+            [("000000.jpg", b"x"), ("000000.txt", b"a"), ("000000.json", b'{"format":"jpeg"}')],
+            "not img2dataset's",
+        ),
+        ([("000000.jpg", b"x"), ("000000.txt", b"a"), ("000000.cls", b"1")], "is not <key>"),
         ([("000000.txt", b"x"), ("000000.cls", b"1"), ("000000.json", b"{}")], "no image"),
         ([("000000.jpg", b"x"), ("000000.cls", b"one"), ("000000.json", b"{}")], "decimal"),
         ([("000000.jpg", b"x"), ("000000.cls", b"1"), ("000000.json", b"[")], "not JSON"),

@@ -10,6 +10,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
+from shardpack.containers import tfrecord
 from shardpack.containers.example import decode_example, encode_example
 from shardpack.containers.tfrecord import TFRecordWriter, frame, iter_records, masked_crc
 from shardpack.errors import RecordError
@@ -486,3 +487,33 @@ def test_every_flipped_byte_of_a_gzip_file_is_caught_or_harmless(tmp_path):
             continue
         assert records == payloads, position  # undetected damage must at least be harmless
     assert escaped == []
+
+
+# ---- iter_views ----------------------------------------------------------------------------
+
+
+def _outcome(records) -> list:
+    """What a reader gave: (offset, bytes or the fault's message), then the error it raised."""
+    out: list = []
+    try:
+        for offset, data in records:
+            out.append((offset, str(data) if isinstance(data, RecordError) else bytes(data)))
+    except RecordError as e:
+        out.append(str(e))
+    return out
+
+
+@pytest.mark.parametrize("chunk", [7, 100, 4 << 20])  # every record straddles, some, none
+def test_iter_views_reads_as_iter_records_does(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(tfrecord, "_CHUNK", chunk)
+    path = tmp_path / "a.tfrecord"
+    whole = b"".join(frame(p) for p in PAYLOADS)
+    flipped = bytearray(whole)
+    flipped[len(frame(PAYLOADS[0])) + 20] ^= 1  # in the data of the second record
+    bent_header = bytearray(whole)
+    bent_header[len(frame(PAYLOADS[0])) + 1] ^= 1  # in the length of the second record
+    for content in (whole, bytes(flipped), bytes(bent_header), whole[:-3], whole[:-1000]):
+        path.write_bytes(content)
+        expected = _outcome(iter_records(*at(path), data_faults=True))
+        assert _outcome(tfrecord.iter_views(*at(path))) == expected
+    assert isinstance(expected[-1], str)  # the file cut short raised

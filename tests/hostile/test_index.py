@@ -140,6 +140,9 @@ WRONG_TYPES = [
     {"seed": "7"},
     {"stats": [1, 2]},
     {"plan_digest": 12},
+    {"history": [5]},
+    {"stats": {"seconds": "1"}},
+    {"retired": {"a": 1}},
 ]
 
 
@@ -210,8 +213,9 @@ def _shard_out(tmp_path: Path, records: list[dict], extra: dict) -> Path:
 
 
 def test_preview_marks_a_tile_whose_image_does_not_decode_and_skips_a_nan_box(tmp_path):
-    """Both records pass verify: a box of NaN and infinities, and image bytes that are no image.
-    preview writes the sheet: the NaN box undrawn, the bad image's tile crossed in red."""
+    """A box of NaN and infinities (a fault verify names: no pack writes one) and image bytes
+    that are no image (verify without --decode passes them): preview writes the sheet all the
+    same, the NaN box undrawn, the bad image's tile crossed in red."""
     import cv2
     import numpy as np
 
@@ -232,7 +236,8 @@ def test_preview_marks_a_tile_whose_image_does_not_decode_and_skips_a_nan_box(tm
         },
     ]
     out = _shard_out(tmp_path, records, {"boxes": Feature("float32", (-1, 4))})
-    assert run_cli("verify", str(out)).returncode == 0
+    checked = run_cli("verify", str(out))
+    assert checked.returncode == 1 and "record 'nan.png': feature 'boxes' row 0" in checked.stderr
     sheet_path = tmp_path / "sheet.png"
     done = run_cli("preview", str(out), "--out", str(sheet_path))
     assert done.returncode == 0, done.stderr[-2000:]

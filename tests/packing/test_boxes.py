@@ -81,16 +81,30 @@ def _oracle(upright: np.ndarray, boxes: dict, mode: str, **options) -> tuple[lis
     import albumentations as A  # scipy and pydantic: imported by the tests that use it
 
     height, width = upright.shape[:2]
+    steps = oracle_steps(height, width, mode, **options)
+    rows = [[b[1] / width, b[0] / height, b[3] / width, b[2] / height] for b in boxes.values()]
+    params = A.BboxParams(format="albumentations", label_fields=["names"], clip=True,
+                          min_area=1e-3)  # fmt: skip
+    done = A.Compose(steps, bbox_params=params)(image=upright, bboxes=rows, names=list(boxes))
+    size = done["image"].shape[:2]
+    return list(zip(done["names"], np.asarray(done["bboxes"]).tolist(), strict=True)), size
+
+
+def oracle_steps(height: int, width: int, mode: str, target: tuple = TARGET, **options) -> list:
+    """albumentations' steps for the transform of an upright image of this size, its sizes
+    taken from Pillow's ImageOps.cover and contain (img2dataset's meanings), not from us."""
+    import albumentations as A  # scipy and pydantic: imported by the tests that use it
+
     im = Image.new("RGB", (width, height))
     if "max_side" in options:
         longest = options["max_side"]  # a shrink only
         steps = [A.LongestMaxSize(max_size=longest)] if max(height, width) > longest else [A.NoOp()]
     else:
-        cover, contain = ImageOps.cover(im, TARGET).size, ImageOps.contain(im, TARGET).size
+        cover, contain = ImageOps.cover(im, target).size, ImageOps.contain(im, target).size
         if not options.get("upscale", True):  # no image enlarged
             cover, contain = (min(cover[0], width), min(cover[1], height)), (
                 min(contain[0], width), min(contain[1], height))  # fmt: skip
-        w, h = TARGET
+        w, h = target
         size = {"stretch": (w, h), "keep-ratio": cover, "center-crop": cover,
                 "keep-ratio-largest": contain, "pad": contain}[mode]  # fmt: skip
         steps = [A.Resize(size[1], size[0])]
@@ -98,12 +112,7 @@ def _oracle(upright: np.ndarray, boxes: dict, mode: str, **options) -> tuple[lis
             steps.append(A.CenterCrop(min(h, size[1]), min(w, size[0])))
         if mode == "pad":
             steps.append(A.PadIfNeeded(h, w, position="center", border_mode=cv2.BORDER_CONSTANT))
-    rows = [[b[1] / width, b[0] / height, b[3] / width, b[2] / height] for b in boxes.values()]
-    params = A.BboxParams(format="albumentations", label_fields=["names"], clip=True,
-                          min_area=1e-3)  # fmt: skip
-    done = A.Compose(steps, bbox_params=params)(image=upright, bboxes=rows, names=list(boxes))
-    size = done["image"].shape[:2]
-    return list(zip(done["names"], np.asarray(done["bboxes"]).tolist(), strict=True)), size
+    return steps
 
 
 def _check(record: dict, expected: list, size: tuple) -> None:
@@ -198,7 +207,30 @@ def test_a_transform_that_would_leave_geometry_behind_is_refused(tmp_path: Path)
     _pack(src, tmp_path / "kept")  # no transform: nothing to move, nothing refused
     (record,) = iter_examples(tmp_path / "kept")
     np.testing.assert_allclose(record["keypoints"], [[0.5, 0.8]])
-    np.testing.assert_allclose(record["boxes"], _columns()["boxes"], atol=1e-6)  # as given
+    np.testing.assert_allclose(record["boxes"], np.clip(_columns()["boxes"], 0, 1), atol=1e-6)
+
+
+def test_without_a_transform_boxes_are_clipped_to_the_image_and_verify_passes(tmp_path: Path):
+    """Nothing moves the image, and still a box reaching past its edge is stored as what it
+    covers of it, one wholly outside is dropped and counted, and rows that are no normalised
+    box skip their record: what verify (and TFDS's BBoxFeature) would refuse is never packed."""
+    from shardpack.read.verify import verify
+
+    past, outside, inside = [-0.2, 0.5, 0.4, 1.3], [1.1, 0.0, 1.4, 0.5], [0.1, 0.1, 0.6, 0.6]
+    rows = [("a.png", _png(_photo()), {"objects/bbox": [past, outside, inside],
+                                       "objects/label": [1, 2, 3]}),
+            ("b.png", _png(_photo()), {"objects/bbox": [[30.0, 5.0, 80.0, 60.0]],
+                                       "objects/label": [1]})]  # fmt: skip
+    src = _manifest(tmp_path / "src", rows)
+    result = _pack(src, tmp_path / "out")
+    (record,) = iter_examples(tmp_path / "out")
+    np.testing.assert_allclose(record["objects/bbox"], [[0, 0.5, 0.4, 1], inside], atol=1e-6)
+    assert record["objects/label"].tolist() == [1, 3]
+    summary = result.to_json()
+    assert summary["boxes_dropped"] == {"outside the image": 1}
+    (skipped,) = summary["skipped_items"]
+    assert skipped["key"] == "b.png" and "is not a normalised" in skipped["reason"]
+    assert verify(tmp_path / "out").ok
 
 
 def test_a_dropped_box_takes_its_objects_row_with_it(tmp_path: Path):

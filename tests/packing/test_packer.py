@@ -468,7 +468,7 @@ def test_default_workers_follow_the_work_and_the_cores_free():
 
 def test_default_run_of_a_small_folder_stays_in_process(tree: Path, tmp_path: Path):
     result = pack(tree, tmp_path / "out", PackOptions())
-    assert result.index.raw["stats"]["workers"] == 1
+    assert result.index.stats.workers == 1
 
 
 def test_cpu_watch_counts_other_processes_not_this_one():

@@ -103,3 +103,16 @@ def test_a_bad_seed_is_one_clear_error(bad):
         ShardpackError, match=f"seed must be an integer of at least 0, got: {bad!r}"
     ):
         check_seed("seed", bad)
+
+
+def test_an_epoch_order_loads_no_more_of_numpy():
+    """Each DataLoader worker draws its epoch's order when it starts: numpy.ma, which
+    np.unique imports, cost ~0.1-1 s of the first batch after a resume."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from shardpack.read.order import epoch_order; "
+        "epoch_order([3, 4, 5], range(12), 0, 1, 2); print('numpy.ma' in sys.modules)"
+    )
+    assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "False"

@@ -13,7 +13,7 @@ def test_the_card_counts_objects_per_class_per_image_and_by_box_size(objects_out
     """The objects section alone (the card's charts cost seconds; the card is test_duplicates')."""
     index = load_index(objects_out)
     marked = _Marked()
-    marked.feed(_objects_section(index, index.raw["summaries"]))
+    marked.feed(_objects_section(index, index.summaries))
     values = {name: text for (split, name), text in marked.values.items() if split == "train"}
     assert (values["objects"], values["without"]) == ("4", "1")
     # objects per image 2, 2 and 0 (the image without objects)

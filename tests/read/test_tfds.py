@@ -54,8 +54,6 @@ def test_cifar100_coarse_labels_have_names(tmp_path: Path):
 
 
 def test_gzip_shards_get_no_tfds_metadata_because_tfds_cannot_read_them(tmp_path: Path):
-    import json
-
     from shardpack.packing.tfdsmeta import write_tfds_metadata
 
     src = make_tree(tmp_path / "src", {"a": 2, "b": 1})
@@ -64,7 +62,7 @@ def test_gzip_shards_get_no_tfds_metadata_because_tfds_cannot_read_them(tmp_path
     assert not (out / "dataset_info.json").exists() and not (out / "features.json").exists()
     assert result.to_json()["tfds_metadata"] is False
     # Why: written anyway, the metadata makes TFDS read GZIP bytes as plain TFRecords.
-    write_tfds_metadata(storage_at(out), json.loads((out / "index.json").read_text()), "tfrecord")
+    write_tfds_metadata(storage_at(out), result.index, "tfrecord")
     builder = tfds.builder_from_directory(str(out))
     with pytest.raises(Exception, match=r"corrupted record|DataLoss|TFRecord"):
         list(builder.as_dataset(split="train"))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from shardpack.read.verify import verify
@@ -180,18 +182,20 @@ def test_verify_and_report_show_progress_as_pack_does(
 
 
 def test_objects_that_disagree_are_faults_naming_record_shard_and_feature(objects_out, tmp_path):
-    """A box outside the image, a per-object list out of step with the boxes, a mask of another
-    size than its image, a mask cut short (each packed as given: no transform moves or checks
-    them), and with --decode a mask id past the objects."""
+    """A box outside the image (pack clips boxes: planted in the shard, its frame's CRC and the
+    index's digest made to agree), a per-object list out of step with the boxes, a mask of
+    another size than its image, a mask cut short, and with --decode a mask id past the
+    objects."""
     assert verify(objects_out, decode=True).ok  # the good ones
     a, b, c = (dict(row) for row in OBJECT_ROWS)
-    a["boxes"] = [[0.1, 0.1, 0.6, 0.5], [0.5, 0.5, 1.25, 0.95]]
+    a["boxes"] = [[0.1, 0.1, 0.6, 0.5], [0.5, 0.5, 0.875, 0.95]]
     b["is_crowd"] = [0]
     c["mask"] = object_mask(20, 30, [])
     d = {**OBJECT_ROWS[0], "mask": object_mask(40, 60, [(0, 0, 2, 2), (2, 2, 4, 4), (4, 4, 6, 6)])}
     e = {**OBJECT_ROWS[2], "mask": b"\x89PNG\r\n\x1a\n cut short"}
     out = pack_objects(tmp_path, [a, b, c, d, e])
     shard = json.loads((out / "index.json").read_text())["splits"]["train"]["shards"][0]["file"]
+    _plant(out, shard, np.float32(0.875).tobytes(), np.float32(1.25).tobytes())
     faults = [str(f) for f in verify(out).faults]
     assert len(faults) == 4 and all(f.startswith(f"{shard} at byte ") for f in faults)
     assert "record 'objects.parquet:0': feature 'objects/bbox' row 1 [0.5, 0.5, 1.25, 0.95]" \
@@ -203,3 +207,24 @@ def test_objects_that_disagree_are_faults_naming_record_shard_and_feature(object
     assert len(decoded) == 5 and decoded[4] == faults[3]
     decoded = decoded[3]
     assert "'objects.parquet:3': feature 'mask' holds instance id 3, past the 2 objects" in decoded
+
+
+def _plant(out: Path, shard: str, old: bytes, new: bytes) -> None:
+    """Write `new` over the first `old` in a TFRecord shard, with its record's CRC and the
+    index's size and sha256 made to agree: a record no pack writes, framed as one."""
+    from shardpack.containers.tfrecord import FOOTER, HEADER, masked_crc
+
+    path = out / shard
+    data = bytearray(path.read_bytes())
+    at = data.index(old)
+    data[at : at + len(new)] = new
+    start = 0
+    while not start + HEADER.size <= at < start + HEADER.size + HEADER.unpack_from(data, start)[0]:
+        start += HEADER.size + HEADER.unpack_from(data, start)[0] + FOOTER.size
+    begin, length = start + HEADER.size, HEADER.unpack_from(data, start)[0]
+    FOOTER.pack_into(data, begin + length, masked_crc(bytes(data[begin : begin + length])))
+    path.write_bytes(data)
+    doc = json.loads((out / "index.json").read_text())
+    (entry,) = [s for s in doc["splits"]["train"]["shards"] if s["file"] == shard]
+    entry["sha256"] = hashlib.sha256(data).hexdigest()
+    (out / "index.json").write_text(json.dumps(doc, indent=2))

@@ -22,11 +22,13 @@ _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
 RECORDED = {
     "images.py": {"--max-pixels"},  # OVER_MAX_PIXELS, a skip reason
     "packing/worker.py": {"--min-side", "--max-aspect", "--max-area"},  # skip reasons
-    "packing/boxes.py": {"--resize", "--max-side"},  # a row's skip reason
+    "packing/boxes.py": {"--box-columns"},  # a row's skip reason
+    "packing/masks.py": {"--resize", "--max-side"},  # a record's skip reason
     "packing/duplicates.py": {"--dedup"},  # warnings and summary lines
     "packing/grow.py": {"--update"},  # warnings
     "sources/source.py": {"--max-pixels"},  # a skip reason
     "sources/classlist.py": {"--classes"},  # a skip reason
+    "sources/coco.py": {"--max-pixels"},  # an image's skip reason
     "sources/manifest.py": {"--classes"},  # a row's skip reason
     "sources/tars.py": {"--classes"},  # a sample's skip reason
     "sources/hf.py": {"--root", "--no-shuffle"},  # a row's skip reason, a warning

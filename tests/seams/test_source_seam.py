@@ -108,6 +108,7 @@ def test_a_registered_source_is_a_source_choice_with_the_generic_refusals(seeded
         "hf",
         "tfds",
         "webdataset",
+        "coco",
         "yolo",
         "voc",
         "shardpack",

@@ -21,7 +21,7 @@ import pytest
 
 from shardpack import PackOptions, SourceError, iter_examples, pack
 from shardpack.sources import scan
-from shardpack.storage.fetch import Fetcher, UrlFailed
+from shardpack.storage.fetch import Fetcher, Prefetch, UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge
 from shardpack.storage.urlpolicy import FetchPolicy, opted_out, refusal, status_of
 from tests import helpers
@@ -258,6 +258,22 @@ def test_many_requests_are_in_flight_while_a_server_takes_its_time(tmp_path):
     assert sum(slow.hits.values()) == 100  # one request an image: none at scan
 
 
+def test_a_url_waiting_for_its_retry_holds_no_fetching_thread():
+    """Two threads, two URLs asked to come back in a second first: the ten after them are
+    fetched meanwhile, not after (a thread asleep through Retry-After left none to fetch)."""
+    with serving(latency=0.02) as site:
+        paths = ["/429/0.png", "/429/1.png", *(f"/img/{i}.png" for i in range(10))]
+        policy = FetchPolicy(allow_private=True, threads=2, per_host=2)
+        ahead = Prefetch(Fetcher(policy), iter(site.url(p) for p in paths), 10**6)
+        try:
+            assert all(ahead.read(site.url(p), 10**6) for p in paths)
+        finally:
+            ahead.close()
+    retried = min(site.times[p][1] for p in paths[:2])
+    assert max(site.times[p][0] for p in paths[2:]) < retried
+    assert not [t for t in threading.enumerate() if t.name.startswith("shardpack-")]  # joined
+
+
 def test_copies_behind_urls_are_confirmed_without_fetching_them_again(tmp_path):
     """Exact copies found in the shards are confirmed by the digest the worker took of the
     bytes it fetched: no URL is fetched twice (before, each copy was fetched again to confirm
@@ -266,11 +282,11 @@ def test_copies_behind_urls_are_confirmed_without_fetching_them_again(tmp_path):
     urls = [f"/twin/{i}.png" for i in range(40)]
     with serving() as site:
         result = _pack_urls(tmp_path, site, urls)
-    assert result.index.raw["duplicates"]["groups"] == 20
+    assert result.index.duplicates["groups"] == 20
     assert sorted(site.hits.values()) == [1] * 40
     with serving() as site:
         result = _pack_urls(tmp_path, site, urls, out="deduped", dedup="exact")
-    assert result.num_records == 20 and result.index.raw["duplicates"]["removed"] == 20
+    assert result.num_records == 20 and result.index.duplicates["removed"] == 20
     assert sum(site.hits.values()) == 40 + 20
 
 
@@ -282,7 +298,7 @@ def test_records_keep_the_plans_order_whatever_arrives_first(tmp_path):
         for threads, workers in ((1, 1), (16, 2)):  # in-process, then forked workers
             result = _pack_urls(tmp_path, jittery, paths, f"out{threads}", workers=workers,
                                 url_threads=threads, shards=2)  # fmt: skip
-            assert result.index.raw["stats"]["workers"] == workers
+            assert result.index.stats.workers == workers
     assert jittery.most > 1 and jittery.finished != jittery.started  # answered out of order
     one, many = helpers.shard_files(tmp_path / "out1"), helpers.shard_files(tmp_path / "out16")
     assert len(one) == 2 and one == many

@@ -1,0 +1,124 @@
+"""Masks follow the pixels: a record's instance-id map drawn from its objects' outlines
+(sources/shapes.py: COCO polygons and RLE, decoded here, in the worker) or read from a PNG, taken
+through its image's moves (EXIF turn, then images.Geometry's resize, crop and pad:
+nearest-neighbour, the pixels' own arithmetic), renumbered after the objects a transform
+dropped, and stored as one lossless PNG (8-bit, 16-bit past 255 objects).
+
+In the map 0 is background and i the i-th object of the record's objects/* lists. Where objects
+overlap, the one drawn last holds the pixel: crowd regions first, then the others in their
+order, so that a crowd never hides a single object.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardpack import images
+from shardpack.errors import ImageError
+from shardpack.sources import shapes
+
+Move = images.Geometry | images.Turn
+# The most objects one map numbers: a 16-bit PNG's values.
+MAX_OBJECTS = 65535
+
+
+def drawn(
+    key: str,
+    value: bytes,
+    where: tuple[Move, ...],
+    size: tuple[int, int],
+    kept: np.ndarray | None = None,
+) -> bytes:
+    """A record's `mask` value as stored: its map taken through `where` to the stored image's
+    `size` (height, width), the objects `kept` False (boxes.follow's drops) cleared and the rest
+    renumbered, as a PNG. A PNG given with nothing to do is kept as it is.
+
+    Raises:
+        ImageError: the value is neither a shapes blob nor a PNG id map, an RLE does not decode
+            to its size, or the annotations' image size is not the image's (the outlines would
+            land on other pixels).
+    """
+    outlines = shapes.decode(value)
+    if outlines is None and not where and (kept is None or kept.all()):
+        return value
+    ids = _read_png(key, value) if outlines is None else draw(key, *outlines)
+    for move in where:
+        if isinstance(move, images.Turn):
+            ids = move.move_pixels(ids)
+        else:
+            _check_shape(key, ids.shape, move.source or ids.shape)
+            ids = images.fit(ids, move, (0, 0, 0), nearest=True)
+    if ids.shape != size:  # no geometry: the map of a JSON's size given to another image
+        _check_shape(key, ids.shape, size)
+        ids = images.resize(ids, size, nearest=True)
+    count = int(ids.max(initial=0)) if outlines is None else len(outlines[1])
+    if kept is not None and not kept.all():
+        ids, count = _renumbered(ids, kept)
+    return encode(ids, count)
+
+
+def draw(key: str, size: tuple[int, int], outlines: list, crowd: list[int]) -> np.ndarray:
+    """The uint16 instance-id map of one image's outlines (shapes.check's forms)."""
+    if len(outlines) > MAX_OBJECTS:
+        raise ImageError(key, f"{len(outlines)} objects, more than a mask PNG numbers "
+                              f"({MAX_OBJECTS})")  # fmt: skip
+    height, width = size
+    ids = np.zeros((height, width), np.uint16)
+    order = sorted(range(len(outlines)), key=lambda i: not crowd[i])  # crowds first: stable
+    for i in order:
+        outline = outlines[i]
+        if isinstance(outline, dict):
+            ids[rle_mask(key, outline, height, width)] = i + 1
+            continue
+        for polygon in outline:  # several: the object's parts, their union (as pycocotools)
+            images.fill_polygon(ids, np.asarray(polygon, np.float64).reshape(-1, 2), i + 1)
+    return ids
+
+
+def rle_mask(key: str, rle: dict, height: int, width: int) -> np.ndarray:
+    """A COCO RLE (counts a list, or COCO's compressed string) as a height x width bool array;
+    shapes.check made sure they cover the image, this checks again (a blob is data)."""
+    counts = rle["counts"]
+    if isinstance(counts, str):
+        counts = shapes.rle_counts(counts)
+    total = sum(counts)
+    if total != height * width or min(counts, default=0) < 0:
+        raise ImageError(key, f"an RLE's counts cover {total} pixels, not the image's "
+                              f"{width}x{height}")  # fmt: skip
+    flat = np.repeat(np.arange(len(counts)) % 2 == 1, counts)
+    return flat.reshape(width, height).T  # COCO runs down the columns
+
+
+def encode(ids: np.ndarray, count: int) -> bytes:
+    """The map as a PNG: 8-bit for up to 255 objects, else 16-bit."""
+    depth = np.uint8 if count <= 255 else np.uint16
+    return images.encode_labels(ids.astype(depth))
+
+
+def _renumbered(ids: np.ndarray, kept: np.ndarray) -> tuple[np.ndarray, int]:
+    """The map with the objects not kept cleared and the rest numbered in order."""
+    table = np.zeros(len(kept) + 1, np.uint16)
+    table[1:][kept] = np.arange(1, int(kept.sum()) + 1)
+    return table[np.minimum(ids, len(kept))], int(kept.sum())
+
+
+def _read_png(key: str, value: bytes) -> np.ndarray:
+    """A stored id map (a repack's): a one-channel 8- or 16-bit PNG."""
+    if images.sniff(value) != "png":
+        raise ImageError(key, "its 'mask' is not a PNG id map nor shapes to draw; drop the "
+                              "feature or pack without --resize/--max-side")  # fmt: skip
+    try:
+        ids = images.decode_labels(value)
+    except images.BadImage as e:
+        raise ImageError(key, f"its 'mask': {e}") from None
+    return ids.astype(np.uint16)
+
+
+def _check_shape(key: str, shape: tuple, size: tuple) -> None:
+    """Raise ImageError when a map of `shape` cannot be of an image of `size` (another aspect,
+    beyond a pixel's rounding): the annotations' image size is not the image's."""
+    (a, b), (c, d) = shape[:2], size
+    if abs(a * d - b * c) > max(a, b, c, d):
+        raise ImageError(key, f"its annotations are of a {b}x{a} image (as the image is "
+                              f"stored or displayed), but the image is {d}x{c}: fix the width "
+                              "and height in the JSON, or the image")  # fmt: skip

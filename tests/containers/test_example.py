@@ -1,0 +1,97 @@
+"""The tf.train.Example codec: the canonical decoder reads what the general one reads, borrows
+and leaves out what it is told, and encodes_to compares without encoding."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from shardpack.containers import example
+from shardpack.containers.example import decode_example, encode_example, encodes_to
+
+FEATURES = {
+    "image": bytes(range(256)) * 40,  # lengths past one varint byte, at every level
+    "label": 3,
+    "neg": -(2**63),
+    "max": 2**63 - 1,
+    "ints": [1, -1, 300, 2**40],
+    "f": 0.25,
+    "floats": [1.0, -0.5],
+    "names": [b"a", b"", b"bc" * 100],
+    "text": "é",
+    "empty": [],
+    "é_name": 7,
+}
+
+
+def _field(number: int, wire: int, payload: bytes | int) -> bytes:
+    """One protobuf field, built by hand: a layout encode_example never writes."""
+    key = example._varint(number << 3 | wire)
+    if wire == 0:
+        return key + example._varint(payload)
+    return key + (payload if wire == 5 else example._varint(len(payload)) + payload)
+
+
+def _entry(name: bytes, feature: bytes) -> bytes:
+    return _field(1, 2, _field(1, 2, name) + _field(2, 2, feature))
+
+
+# Well-formed Examples in other layouts (TensorFlow's parser reads each): unpacked ints, a
+# float as one fixed32, a repeated name (the last wins), an unknown field, an empty Feature,
+# the value before the name.
+OTHER_LAYOUTS = [
+    _field(1, 2, _entry(b"n", _field(3, 2, _field(1, 0, 5) + _field(1, 0, 2**64 - 3)))),
+    _field(1, 2, _entry(b"f", _field(2, 2, _field(1, 5, struct.pack("<f", 1.5))))),
+    _field(1, 2, _entry(b"a", _field(3, 2, b"")) + _entry(b"a", _field(1, 2, _field(1, 2, b"x")))),
+    _field(1, 2, _entry(b"a", _field(3, 2, b""))) + _field(9, 0, 1),
+    _field(1, 2, _entry(b"a", b"")),
+    _field(1, 2, _field(1, 2, _field(2, 2, _field(3, 2, b"")) + _field(1, 2, b"v"))),
+]
+
+
+def test_the_canonical_decoder_reads_encode_examples_layout_alone():
+    data = encode_example(FEATURES)
+    assert example._decode_canonical(data) == example._decode_general(data)
+    assert decode_example(data)["names"] == [b"a", b"", b"bc" * 100]
+    for other in OTHER_LAYOUTS:
+        assert example._decode_canonical(other) is None
+        assert decode_example(other) == example._decode_general(other)
+    unsorted = _field(1, 2, _entry(b"z", _field(3, 2, b"")) + _entry(b"a", _field(3, 2, b"")))
+    assert example._decode_canonical(unsorted) == example._decode_general(unsorted)
+
+
+@pytest.mark.parametrize("cut", [1, 2, 5, 40, -1, -3])
+def test_a_cut_or_bent_example_is_refused_alike(cut):
+    data = encode_example(FEATURES)
+    for bad in (data[:cut], data[:cut] + b"\x0a" + data[cut:]):
+        try:
+            expected = example._decode_general(bad)
+        except ValueError:
+            with pytest.raises(ValueError):
+                decode_example(bad)
+        else:
+            assert decode_example(bad) == expected
+
+
+def test_borrowed_values_are_views_and_only_leaves_out_the_rest():
+    data = bytearray(encode_example(FEATURES))
+    for given in (data, memoryview(data)):
+        decoded = decode_example(given, borrow=("image",), only=("image", "label"))
+        assert set(decoded) == {"image", "label"}
+        assert isinstance(decoded["image"][0], memoryview)
+        assert bytes(decoded["image"][0]) == FEATURES["image"]
+        assert decoded["label"] == [3]
+        assert decode_example(given) == decode_example(bytes(data))
+
+
+def test_encodes_to_is_encode_example_equal():
+    data = encode_example(FEATURES)
+    changed = bytearray(data)
+    changed[len(data) // 2] ^= 1  # a byte of the image
+    for given in (data, memoryview(b"xx" + data)[2:]):
+        assert encodes_to(FEATURES, given)
+        assert not encodes_to(FEATURES, bytes(changed))
+        assert not encodes_to({**FEATURES, "label": 4}, given)
+        assert not encodes_to({**FEATURES, "more": 1}, given)
+        assert not encodes_to(FEATURES, bytes(given) + b"\x00")

@@ -1,0 +1,130 @@
+"""The WebDataset container's img2dataset naming (--wds-naming img2dataset): samples that code
+written for img2dataset's output reads unchanged, and that shardpack reads back as written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from shardpack import PackOptions, ShardpackError, iter_examples, pack
+from shardpack.containers import checked, get_container
+from tests import helpers
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
+    """A manifest of 4 JPEGs (one 20x30, the rest 24x32) with captions and a score, packed
+    with img2dataset's naming, re-encoded to 16x16; and each file's row, by its path."""
+    root = tmp_path_factory.mktemp("img2ds")
+    rows = {}
+    for i in range(4):
+        size = (20, 30) if i == 0 else (24, 32)
+        path = helpers.write_image(root / f"{i}.jpg", helpers.image(i, *size))
+        rows[str(path)] = {"url": str(path), "caption": f"photo {i}", "score": i / 2,
+                           "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                           "size": size}  # fmt: skip
+    src = helpers.write_csv(
+        root / "list.csv", [{k: r[k] for k in ("url", "caption", "score")} for r in rows.values()]
+    )
+    options = PackOptions(path_column="url", format="webdataset", wds_naming="img2dataset",
+                          workers=1, encode="jpeg", resize=(16, 16))  # fmt: skip
+    pack(src, root / "out", options)
+    return root / "out", rows
+
+
+def _extensions(shard: Path) -> list[str]:
+    with tarfile.open(shard) as tar:
+        return [name.rsplit(".", 1)[1] for name in tar.getnames()]
+
+
+def test_samples_are_named_as_img2dataset_names_them(packed):
+    out, rows = packed
+    (shard,) = out.glob("*.tar")
+    assert _extensions(shard) == ["jpg", "txt", "json"] * 4
+    # and shardpack reads back the records written, img2dataset's fields aside
+    records = {r["key"]: r for r in iter_examples(out)}
+    assert records.keys() == rows.keys()
+    for path, record in records.items():
+        assert record["caption"] == rows[path]["caption"]
+        assert (record["height"], record["width"]) == (16, 16)
+        assert not {"url", "status", "sha256", "original_width"} & record.keys()
+
+
+@pytest.mark.heavy  # webdataset imports torch
+def test_webdataset_reads_it_as_img2dataset_docs_show(packed):
+    helpers.needs("webdataset")
+    import webdataset as wds
+
+    out, rows = packed
+    (shard,) = out.glob("*.tar")
+    dataset = wds.WebDataset(str(shard), shardshuffle=False).decode("pil")
+    seen = []
+    for image, text, meta in dataset.to_tuple("jpg", "txt", "json"):
+        row = rows[meta["url"]]
+        seen.append(meta["url"])
+        assert image.size == (16, 16) and text == row["caption"] == meta["caption"]
+        assert (meta["original_height"], meta["original_width"]) == row["size"]
+        assert (meta["height"], meta["width"], meta["status"]) == (16, 16, "success")
+        assert meta["sha256"] == row["sha256"]  # of the bytes as they came, as img2dataset's
+        assert meta["error_message"] is None and meta["score"] == row["score"]
+    assert sorted(seen) == sorted(rows)
+    keys = [s["__key__"] for s in wds.WebDataset(str(shard), shardshuffle=False)]
+    assert [m["key"] for (m,) in dataset.to_tuple("json")] == keys  # json's key is the sample's
+
+
+def test_an_append_keeps_the_datasets_naming(tmp_path):
+    paths = [helpers.write_image(tmp_path / f"{i}.jpg", helpers.image(i)) for i in range(3)]
+    rows = [{"url": str(p), "caption": f"photo {i}"} for i, p in enumerate(paths)]
+    src = helpers.write_csv(tmp_path / "list.csv", rows[:2])
+    given = {"path_column": "url", "format": "webdataset", "workers": 1}
+    pack(src, tmp_path / "out", PackOptions(**given, wds_naming="img2dataset"))
+    helpers.write_csv(tmp_path / "list.csv", rows)
+    grown = pack(src, tmp_path / "out", PackOptions(**given, grow="append"))  # no naming said
+    assert grown.new_records == 1
+    shards = sorted((tmp_path / "out").glob("*.tar"))
+    assert len(shards) == 2  # the new item in a new shard, named as the dataset's are
+    assert all(_extensions(shard)[:3] == ["jpg", "txt", "json"] for shard in shards)
+    assert {r["key"] for r in iter_examples(tmp_path / "out")} == {str(p) for p in paths}
+
+
+def test_an_index_from_before_the_naming_grows_with_shardpacks(tmp_path):
+    paths = [helpers.write_image(tmp_path / f"{i}.jpg", helpers.image(i)) for i in range(3)]
+    rows = [{"url": str(p), "caption": f"photo {i}"} for i, p in enumerate(paths)]
+    src = helpers.write_csv(tmp_path / "list.csv", rows[:2])
+    given = {"path_column": "url", "format": "webdataset", "workers": 1}
+    pack(src, tmp_path / "out", PackOptions(**given))
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    del index["options"]["wds_naming"]  # as an index written before --wds-naming
+    (tmp_path / "out" / "index.json").write_text(json.dumps(index))
+    helpers.write_csv(tmp_path / "list.csv", rows)
+    assert pack(src, tmp_path / "out", PackOptions(**given, grow="append")).new_records == 1
+    shards = sorted((tmp_path / "out").glob("*.tar"))
+    assert [_extensions(shard) for shard in shards] == [["jpg", "json"] * 2, ["jpg", "json"]]
+
+
+def test_shardpacks_naming_keeps_features_named_as_img2dataset_fields(tmp_path):
+    """A url and a status column of a dataset packed with shardpack's naming stay features:
+    only a .json whose key is its sample's is img2dataset's."""
+    data = helpers.write_image(tmp_path / "a.jpg", helpers.image(0)).read_bytes()
+    record = {"image": data, "height": 24, "width": 32, "channels": 3, "format": b"jpeg",
+              "key": b"a.jpg", "url": b"http://example.com/a.jpg", "status": b"ok"}  # fmt: skip
+    container = get_container("webdataset")
+    with container.writer(tmp_path / "d-train-000000.tar") as writer:
+        writer.write(record)
+    (read,) = [checked(e) for _, e in container.iter_records(*helpers.at(writer.path))]
+    assert read["key"] == [b"a.jpg"] and read["url"] == [b"http://example.com/a.jpg"]
+    assert read["status"] == [b"ok"]
+
+
+def test_img2dataset_naming_refuses_a_column_its_json_takes_and_other_formats(tmp_path):
+    path = helpers.write_image(tmp_path / "a.jpg", helpers.image(0))
+    src = helpers.write_csv(tmp_path / "l.csv", [{"url": str(path), "status": "ok"}])
+    options = PackOptions(path_column="url", format="webdataset", wds_naming="img2dataset")
+    with pytest.raises(ShardpackError, match=r"'status'.*rename that column"):
+        pack(src, tmp_path / "out", options)
+    with pytest.raises(ShardpackError, match=r"format=.tfrecord. has none: drop wds_naming="):
+        PackOptions(wds_naming="img2dataset")

@@ -1,0 +1,112 @@
+"""Masks (packing/masks.py, images.fill_polygon, Turn.move_pixels, sources/shapes.py): outlines
+drawn as pycocotools draws them, COCO's compressed RLE read as pycocotools writes it, maps
+turned as Pillow turns pixels, renumbered after dropped objects, 16-bit past 255 objects."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image
+
+from shardpack import images
+from shardpack.errors import ImageError
+from shardpack.packing import masks
+from shardpack.sources import shapes
+from tests.packing.test_boxes import STORED
+
+
+def _ids(png: bytes) -> np.ndarray:
+    return cv2.imdecode(np.frombuffer(png, np.uint8), cv2.IMREAD_UNCHANGED)
+
+
+def test_polygons_are_drawn_as_pycocotools_draws_them():
+    from pycocotools import mask as coco_mask
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):  # star-shaped polygons of 3-12 points at float coordinates
+        n = int(rng.integers(3, 13))
+        angles = np.sort(rng.uniform(0, 2 * np.pi, n))
+        radius = rng.uniform(3, 25, n)
+        centre = rng.uniform(5, 55, 2)
+        polygon = np.column_stack([centre[0] + radius * np.cos(angles),
+                                   centre[1] + radius * np.sin(angles)])  # fmt: skip
+        ours = np.zeros((50, 60), np.uint8)
+        images.fill_polygon(ours, polygon, 1)
+        rle = coco_mask.frPyObjects([polygon.reshape(-1).tolist()], 50, 60)
+        theirs = coco_mask.decode(rle)[..., 0]
+        differ = np.argwhere(ours != theirs)
+        # every pixel that differs has a neighbour where both agree on its value: one pixel
+        for y, x in differ:
+            window = theirs[max(y - 1, 0) : y + 2, max(x - 1, 0) : x + 2]
+            assert (window == ours[y, x]).any(), (y, x)
+        assert len(differ) <= max(3, theirs.sum() // 10)
+
+
+def test_a_comb_of_many_spans_a_row_is_drawn_as_pycocotools_draws_it():
+    from pycocotools import mask as coco_mask
+
+    teeth = [
+        (x, y)
+        for i in range(12)
+        for x, y in (
+            (4 * i + 1.3, 2.2),
+            (4 * i + 3.1, 2.2),
+            (4 * i + 3.1, 30.6),
+            (4 * i + 4.2, 30.6),
+        )
+    ]
+    polygon = np.array([*teeth, (49.5, 37.4), (0.7, 37.4)])  # 12 teeth on a bar: 12 spans a row
+    ours = np.zeros((40, 52), np.uint8)
+    images.fill_polygon(ours, polygon, 1)
+    theirs = coco_mask.decode(coco_mask.frPyObjects([polygon.reshape(-1).tolist()], 40, 52))
+    np.testing.assert_array_equal(ours, theirs[..., 0])
+
+
+def test_compressed_rle_is_read_as_pycocotools_writes_it():
+    from pycocotools import mask as coco_mask
+
+    rng = np.random.default_rng(1)
+    mask = np.zeros((70, 50), np.uint8)
+    for _ in range(6):
+        y, x = rng.integers(0, 60), rng.integers(0, 40)
+        mask[y : y + rng.integers(1, 30), x : x + rng.integers(1, 30)] ^= 1
+    text = coco_mask.encode(np.asfortranarray(mask))["counts"].decode()
+    rle = shapes.check({"size": [70, 50], "counts": text}, 70, 50)
+    np.testing.assert_array_equal(masks.rle_mask("k", rle, 70, 50), mask.astype(bool))
+
+
+@pytest.mark.parametrize("orientation", sorted(STORED))
+def test_a_map_turns_as_its_pixels_and_points_do(orientation: int):
+    upright = np.zeros((6, 10), np.uint8)
+    upright[1, 7] = 1  # one marked pixel, centre (x 7.5, y 1.5)
+    stored = np.asarray(Image.fromarray(upright).transpose(STORED[orientation][0]))
+    turn = images.Turn(orientation)
+    np.testing.assert_array_equal(turn.move_pixels(upright), stored)
+    np.testing.assert_array_equal(images.Turn(orientation, upright=True).move_pixels(stored),
+                                  upright)  # fmt: skip
+    (y, x), height, width = np.argwhere(stored)[0], *stored.shape
+    np.testing.assert_allclose(turn.move_points([[1.5 / 6, 7.5 / 10]]),
+                               [[(y + 0.5) / height, (x + 0.5) / width]])  # fmt: skip
+
+
+def test_dropped_objects_leave_the_map_and_the_rest_are_renumbered():
+    outlines = [[[0, 0, 4, 0, 4, 4, 0, 4]], [[5, 0, 9, 0, 9, 4, 5, 4]], [[0, 5, 4, 5, 4, 9, 0, 9]]]
+    blob = shapes.encode(10, 10, [shapes.check(o, 10, 10) for o in outlines], [0, 0, 0])
+    ids = _ids(masks.drawn("k", blob, (), (10, 10), np.array([True, False, True])))
+    assert ids[2, 2] == 1 and ids[2, 7] == 0 and ids[7, 2] == 2
+
+
+def test_past_255_objects_the_map_is_16_bit():
+    outlines = [[[x, y, x + 1, y, x + 1, y + 1, x, y + 1]] for y in range(20) for x in range(15)]
+    checked = [shapes.check(o, 20, 15) for o in outlines]
+    png = masks.drawn("k", shapes.encode(20, 15, checked, [0] * 300), (), (20, 15))
+    ids = _ids(png)
+    assert ids.dtype == np.uint16 and ids.max() == 300 and ids[19, 14] == 300
+    where = images.Geometry((40, 30), (40, 30), (20, 15))  # twice the size, the same ids
+    assert _ids(masks.drawn("k", png, (where,), (40, 30)))[39, 29] == 300
+
+
+def test_a_mask_that_is_no_map_is_refused_by_name():
+    with pytest.raises(ImageError, match="its 'mask' is not a PNG id map"):
+        masks.drawn("k", b"not a map", (images.Turn(6),), (4, 4))

@@ -1,0 +1,363 @@
+"""The COCO source (sources/coco.py) and its objects through every transform: a small COCO set
+built on disk (polygons of several parts, a crowd RLE as COCO compresses it, an uncompressed
+RLE with a hole, keypoints, an image without objects, a box partly outside its image, an
+EXIF-rotated JPEG) is packed under every --resize-mode and --max-side; the boxes and keypoints
+are checked against albumentations and the masks against pycocotools' decoding taken through
+albumentations' nearest-neighbour transforms, within one pixel.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image
+
+from shardpack.errors import ShardpackError, SourceError
+from shardpack.options import PackOptions
+from shardpack.packing.packer import pack
+from shardpack.read.stream import iter_examples
+from shardpack.sources import coco as coco_source
+from shardpack.sources import scan
+from tests.packing.test_boxes import MODES, STORED, oracle_steps
+
+TARGET = (48, 36)  # not square: width and height cannot be swapped unseen
+CATEGORIES = [  # ids not contiguous, not in order
+    {"id": 7, "name": "dog"},
+    {"id": 1, "name": "person", "keypoints": ["nose", "left_hand", "right_hand"],
+     "skeleton": [[1, 2], [1, 3]]},
+    {"id": 3, "name": "car"},
+]  # fmt: skip
+CLASSES = ["person", "car", "dog"]  # in id order
+
+
+def _rle(mask: np.ndarray) -> dict:
+    """COCO's compressed RLE of a bool mask, made by pycocotools."""
+    from pycocotools import mask as coco_mask
+
+    rle = coco_mask.encode(np.asfortranarray(mask.astype(np.uint8)))
+    return {"size": list(rle["size"]), "counts": rle["counts"].decode()}
+
+
+def _counts(mask: np.ndarray) -> list[int]:
+    """The uncompressed RLE counts of a bool mask (column-major runs, starting with 0s)."""
+    flat = mask.T.reshape(-1).astype(np.int8)
+    edges = np.flatnonzero(np.diff(flat)) + 1
+    runs = np.diff(np.concatenate([[0], edges, [flat.size]])).tolist()
+    return runs if flat[0] == 0 else [0, *runs]
+
+
+def _photo(height: int, width: int) -> np.ndarray:
+    rng = np.random.default_rng(height * width)
+    return rng.integers(0, 255, (height, width, 3), np.uint8)
+
+
+def _jpeg_turned(upright: np.ndarray, orientation: int) -> bytes:
+    """A JPEG stored turned, with the EXIF orientation that shows `upright`."""
+    stored = Image.fromarray(upright[..., ::-1]).transpose(STORED[orientation][0])
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    stored.save(buffer, "JPEG", quality=90, exif=exif)
+    return buffer.getvalue()
+
+
+def _coco(root: Path) -> dict:
+    """SRC: annotations/instances_val2017.json, images in val2017/; the JSON's doc back."""
+    images = root / "val2017"
+    images.mkdir(parents=True)
+    (root / "annotations").mkdir()
+    cv2.imwrite(str(images / "a.png"), _photo(80, 120))
+    cv2.imwrite(str(images / "empty.png"), _photo(48, 64))
+    (images / "turned.jpg").write_bytes(_jpeg_turned(_photo(90, 60), 6))  # shown 60x90
+    crowd = np.zeros((90, 60), bool)
+    crowd[50:85, 5:40] = True
+    donut = np.zeros((90, 60), bool)
+    donut[10:40, 20:55] = True
+    donut[18:30, 30:45] = False  # its hole
+    annotations = [
+        # two parts (an occluded car), one of them over the other's edge
+        {"id": 11, "image_id": 1, "category_id": 3, "bbox": [10, 10, 50, 30], "iscrowd": 0,
+         "area": 1000.0, "segmentation": [[10, 10, 40, 10, 40, 40, 10, 40],
+                                          [35, 15, 60, 15, 60, 30, 35, 30]]},
+        {"id": 12, "image_id": 1, "category_id": 1, "bbox": [70, 20, 30, 50], "iscrowd": 0,
+         "area": 1200.0, "segmentation": [[70, 20, 100, 20, 85, 70]],
+         "keypoints": [85, 25, 2, 72, 60, 1, 0, 0, 0], "num_keypoints": 2},
+        # a dog reaching past the right edge (120): its box and polygon too
+        {"id": 13, "image_id": 1, "category_id": 7, "bbox": [100, 50, 40, 25], "iscrowd": 0,
+         "area": 500.0, "segmentation": [[100, 50, 140, 50, 140, 75, 100, 75]]},
+        {"id": 21, "image_id": 3, "category_id": 1, "bbox": [5, 50, 35, 35], "iscrowd": 1,
+         "area": float(crowd.sum()), "segmentation": _rle(crowd)},
+        {"id": 22, "image_id": 3, "category_id": 3, "bbox": [20, 10, 35, 30], "iscrowd": 0,
+         "area": float(donut.sum()),
+         "segmentation": {"size": [90, 60], "counts": _counts(donut)}},
+        {"id": 23, "image_id": 3, "category_id": 1, "bbox": [2, 2, 20, 30], "iscrowd": 0,
+         "area": 300.0, "segmentation": [[2, 2, 22, 2, 22, 32, 2, 32]],
+         "keypoints": [12, 5, 2, 4, 30, 2, 20, 30, 2]},
+    ]  # fmt: skip
+    doc = {
+        "info": {"year": 2017},  # unknown keys are fine
+        "images": [
+            {"id": 1, "file_name": "a.png", "width": 120, "height": 80},
+            {"id": 2, "file_name": "empty.png", "width": 64, "height": 48},
+            {"id": 3, "file_name": "turned.jpg", "width": 60, "height": 90},
+        ],
+        "annotations": annotations,
+        "categories": CATEGORIES,
+    }
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(doc))
+    return doc
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("coco")
+    return root, _coco(root)
+
+
+def _pack(src: Path, out: Path, **options):
+    return pack(src, out, PackOptions(workers=1, shards=1, shuffle=False, **options))
+
+
+def _upright(doc: dict, image: dict) -> dict:
+    """The oracle's view of one image as displayed: per object its box (albumentations'
+    normalised xyxy), keypoints in pixels and mask (pycocotools' decoding)."""
+    from pycocotools import mask as coco_mask
+
+    height, width = image["height"], image["width"]
+    objects = []
+    for a in doc["annotations"]:
+        if a["image_id"] != image["id"]:
+            continue
+        segmentation = a["segmentation"]
+        if isinstance(segmentation, list):
+            rle = coco_mask.merge(coco_mask.frPyObjects(segmentation, height, width))
+        elif isinstance(segmentation["counts"], list):
+            rle = coco_mask.frPyObjects(segmentation, height, width)
+        else:
+            rle = {"size": segmentation["size"], "counts": segmentation["counts"].encode()}
+        x, y, w, h = a["bbox"]
+        box = [max(x, 0) / width, max(y, 0) / height, min(x + w, width) / width,
+               min(y + h, height) / height]  # fmt: skip
+        points = np.asarray(a.get("keypoints", [0] * 9), float).reshape(-1, 3)
+        objects.append({"id": a["id"], "box": box, "points": points, "crowd": a["iscrowd"],
+                        "mask": coco_mask.decode(rle).astype(np.uint8)})  # fmt: skip
+    return {"height": height, "width": width, "objects": objects}
+
+
+def _expected(view: dict, steps: list) -> tuple[dict, tuple]:
+    """albumentations' transform of one image's objects: id -> (box in pixels, keypoints in
+    pixels, visible after, mask), boxes of no area left dropped; and the image's size."""
+    import albumentations as A  # scipy and pydantic: imported by the tests that use it
+
+    objects = view["objects"]
+    points = np.concatenate([o["points"][:, :2] for o in objects]) if objects else np.zeros((0, 2))
+    compose = A.Compose(
+        steps,
+        bbox_params=A.BboxParams(
+            format="albumentations", label_fields=["ids"], clip=True, min_area=1e-3
+        ),
+        keypoint_params=A.KeypointParams(format="xy", remove_invisible=False),
+    )
+    image = np.zeros((view["height"], view["width"], 3), np.uint8)
+    done = compose(image=image, bboxes=[o["box"] for o in objects], ids=[o["id"] for o in objects],
+                   keypoints=points, masks=[o["mask"] for o in objects])  # fmt: skip
+    height, width = done["image"].shape[:2]
+    moved = np.asarray(done["keypoints"]).reshape(-1, 3, 2)
+    expected = {}
+    for ident, box in zip(done["ids"], np.asarray(done["bboxes"]).tolist(), strict=True):
+        n = next(i for i, o in enumerate(objects) if o["id"] == ident)
+        xy = moved[n]
+        inside = (xy[:, 0] >= 0) & (xy[:, 0] < width) & (xy[:, 1] >= 0) & (xy[:, 1] < height)
+        visible = inside & (objects[n]["points"][:, 2] > 0)
+        pixels = np.array([box[1] * height, box[0] * width, box[3] * height, box[2] * width])
+        expected[ident] = (pixels, xy, visible, np.asarray(done["masks"][n]) > 0)
+    return expected, (height, width)
+
+
+def _check(record: dict, view: dict, steps: list) -> None:
+    """The record's objects are the oracle's: the same objects kept, boxes and keypoints within
+    one pixel, and each pixel of its instance-id map the oracle's within one pixel."""
+    expected, size = _expected(view, steps)
+    height, width = record["height"], record["width"]
+    assert (height, width) == size
+    assert record["objects/id"].tolist() == list(expected)  # the same objects, in order
+    got = record["objects/bbox"].reshape(-1, 4) * [height, width, height, width]
+    points = record["objects/keypoints"].reshape(-1, 3, 3)
+    oracle_map = np.zeros(size, np.int64)
+    crowd = dict(zip(record["objects/id"].tolist(), record["objects/is_crowd"].tolist(),
+                     strict=True))  # fmt: skip
+    order = sorted(range(len(expected)), key=lambda i: not crowd[list(expected)[i]])
+    for n, (ident, (box, xy, visible, _)) in enumerate(expected.items()):
+        np.testing.assert_allclose(got[n], box, atol=1.0, err_msg=str(ident))
+        np.testing.assert_array_equal(points[n, :, 2] > 0, visible, err_msg=str(ident))
+        mine = points[n, :, :2] * [width, height]
+        np.testing.assert_allclose(mine[visible], xy[visible], atol=1.0, err_msg=str(ident))
+        assert (points[n][~visible] == 0).all()  # COCO's "not labelled"
+    for n in order:
+        oracle_map[expected[list(expected)[n]][3]] = n + 1
+    ids = cv2.imdecode(np.frombuffer(record["mask"], np.uint8), cv2.IMREAD_UNCHANGED)
+    assert ids.shape == size and ids.dtype == np.uint8
+    near = np.zeros((*size, 9), np.int64)  # the oracle's values within one pixel of each pixel
+    padded = np.pad(oracle_map, 1, constant_values=-1)
+    for k, (dy, dx) in enumerate(np.ndindex(3, 3)):
+        near[..., k] = padded[dy : dy + size[0], dx : dx + size[1]]
+    assert (near == ids[..., None]).any(axis=-1).all()
+    for n in range(len(expected)):  # and no object lost: each covers its oracle's pixels
+        theirs = (oracle_map == n + 1).sum()
+        assert abs(int((ids == n + 1).sum()) - theirs) <= max(2, theirs // 4), n
+
+
+CASES = [
+    *({"resize": TARGET, "resize_mode": mode} for mode in MODES),
+    {"resize": TARGET, "resize_mode": "center-crop", "upscale": False},
+    {"max_side": 40},
+]
+
+
+@pytest.mark.parametrize("options", CASES, ids=lambda o: "-".join(map(str, o.values())))
+def test_objects_follow_the_pixels_in_every_mode(coco, tmp_path: Path, options: dict):
+    src, doc = coco
+    result = _pack(src, tmp_path / "out", encode="png", **options)
+    records = {r["image/id"]: r for r in iter_examples(tmp_path / "out", split="val")}
+    assert len(records) == 3
+    mode = options.get("resize_mode", "stretch")
+    dropped = 0
+    for image in doc["images"]:
+        view = _upright(doc, image)
+        steps = oracle_steps(image["height"], image["width"], mode,
+                             **{"target": TARGET, **options})  # fmt: skip
+        _check(records[image["id"]], view, steps)
+        dropped += len(view["objects"]) - len(records[image["id"]]["objects/id"])
+    assert result.to_json()["boxes_dropped"] == ({"cropped away": dropped} if dropped else {})
+
+
+def test_a_rotated_jpeg_kept_as_it_is_gets_its_objects_on_the_stored_pixels(coco, tmp_path):
+    import albumentations as A  # scipy and pydantic: imported by the tests that use it
+
+    src, doc = coco
+    _pack(src, tmp_path / "out")  # --encode keep: the JPEG's bytes, read unturned
+    records = {r["image/id"]: r for r in iter_examples(tmp_path / "out", split="val")}
+    turned = records[3]
+    assert (turned["height"], turned["width"]) == (60, 90)  # as stored
+    steps = [getattr(A, name)(p=1) for name in STORED[6][1]]
+    _check(turned, _upright(doc, doc["images"][2]), steps)
+    _check(records[1], _upright(doc, doc["images"][0]), [A.NoOp()])
+    np.testing.assert_allclose(
+        records[1]["objects/bbox"][2], [50 / 80, 100 / 120, 75 / 80, 1], atol=1e-6
+    )  # the dog's box clipped at the image's right edge
+
+
+def test_the_layout_is_recognised_and_read_as_tfds_names_it(coco):
+    src, _ = coco
+    dataset = scan(src)  # no --source: recognised by its annotations/ folder
+    assert dataset.kind == "coco" and set(dataset.splits) == {"val"}
+    schema = dataset.schema
+    assert schema["objects/label"].classes == tuple(CLASSES)
+    assert schema["objects/keypoints"].shape == (-1, 9) and schema["mask"].dtype == "bytes"
+    items = {item.fields["image/id"]: item for item in dataset.splits["val"]}
+    assert items[2].fields["objects/bbox"] == ()  # the image without objects is kept
+    first = items[1].fields
+    assert first["objects/label"] == (1, 0, 2) and first["objects/id"] == (11, 12, 13)
+    assert first["objects/area"] == (1000, 1200, 500)
+    assert items[3].fields["objects/is_crowd"] == (1, 0, 0)
+    np.testing.assert_allclose(first["objects/keypoints"][1],
+                               [85 / 120, 25 / 80, 2, 72 / 120, 60 / 80, 1, 0, 0, 0])  # fmt: skip
+
+
+def _broken(tmp_path: Path, change) -> Path:
+    root = tmp_path / "src"
+    doc = _coco(root)
+    change(doc)
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(doc))
+    return root
+
+
+def _second(doc: dict, **changes) -> None:
+    doc["annotations"][1].update(changes)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda d: _second(d, bbox=[1, 2, 3]), "annotation 12: bbox [1, 2, 3] is not [x, y"),
+        (lambda d: _second(d, category_id=99), "annotation 12: category_id 99 is not among"),
+        (lambda d: _second(d, segmentation={"size": [5, 5], "counts": "0"}),
+         "RLE of size [5, 5], not the image's [80, 120]"),
+        (lambda d: _second(d, keypoints=[1, 2]), "keypoints is not a list of (x, y, v)"),
+        (lambda d: _second(d, segmentation={"size": [80, 120], "counts": "0a"}),
+         "RLE string is cut short"),
+        (lambda d: _second(d, segmentation={"size": [80, 120], "counts": [5, 3]}),
+         "RLE counts cover 8 pixels, not 120x80"),
+    ],
+    ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover"],
+)  # fmt: skip
+def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, change, reason):
+    src = _broken(tmp_path, change)
+    dataset = scan(src)
+    (skipped,) = dataset.skipped
+    assert skipped[0] == "val2017/a.png" and reason in skipped[1], skipped
+    assert len(dataset.splits["val"]) == 2
+    with pytest.raises(SourceError, match=r"val2017/a\.png: annotation 12"):
+        scan(src, PackOptions(on_error="fail"))
+
+
+def test_what_it_does_not_understand_is_said_in_one_line(tmp_path: Path, monkeypatch):
+    src = _broken(tmp_path, lambda d: d["annotations"].append(
+        {"id": 99, "image_id": 42, "category_id": 1, "bbox": [0, 0, 1, 1]}))  # fmt: skip
+    assert "1 annotation(s) name an image id the JSON does not list" in scan(src).warnings[0]
+    path = src / "annotations" / "instances_val2017.json"
+    path.write_text(path.read_text()[:-40])  # cut short
+    with pytest.raises(SourceError, match=r"instances_val2017\.json: line 1 column \d+: .*cut"):
+        scan(src)
+    path.write_text(json.dumps({"images": [{"id": 1, "file_name": "../etc/passwd",
+                                            "width": 1, "height": 1}]}))  # fmt: skip
+    with pytest.raises(SourceError, match=r"images\[0\]\.file_name '\.\./etc/passwd' is not"):
+        scan(src)
+    with pytest.raises(ShardpackError, match=r"no annotations/instances_<split>\.json found"):
+        scan(src / "val2017", PackOptions(source="coco"))
+    path.write_text("[" * 100_000 + "]" * 100_000)  # deeper than Python's parser goes
+    with pytest.raises(SourceError, match=r"instances_val2017\.json: not COCO JSON"):
+        scan(src)
+    monkeypatch.setattr(coco_source, "MAX_JSON_BYTES", 1000)  # the cap, without writing a GiB
+    with pytest.raises(SourceError, match=r"instances_val2017\.json: over 1,000 bytes"):
+        scan(src)
+
+
+def test_annotations_of_an_image_of_another_shape_skip_it(tmp_path: Path):
+    def swap(doc):  # the JSON says 80x120 of an image 120x80
+        doc["images"][0].update(width=80, height=120)
+
+    src = _broken(tmp_path, swap)
+    result = _pack(src, tmp_path / "out")
+    reasons = {s["key"]: s["reason"] for s in result.to_json()["skipped_items"]}
+    assert "annotations are of a 80x120 image" in reasons["val2017/a.png"]
+    assert "the image is 120x80" in reasons["val2017/a.png"]
+
+
+def test_each_split_finds_its_images_where_detectron2_and_tfds_keep_them(tmp_path: Path):
+    def one(name: str, category: str) -> dict:
+        return {"images": [{"id": 1, "file_name": name, "width": 8, "height": 6}],
+                "categories": [{"id": len(category), "name": category}]}  # fmt: skip
+
+    (tmp_path / "annotations").mkdir()
+    for folder, name in (("images/train", "t.png"), ("val2017", "v.png"), ("test", "x.png")):
+        (tmp_path / folder).mkdir(parents=True)
+        cv2.imwrite(str(tmp_path / folder / name), _photo(6, 8))
+    files = {
+        "instances_train.json": one("t.png", "cat"),  # images/<split>/
+        "person_keypoints_train.json": one("t.png", "person"),  # the instances win
+        "person_keypoints_val.json": one("v.png", "person"),  # <split>2017/: COCO's
+        "instances_test2017.json": one("x.png", "cat"),
+    }  # <split without its year>/
+    for name, doc in files.items():
+        (tmp_path / "annotations" / name).write_text(json.dumps(doc))
+    dataset = scan(tmp_path)
+    keys = {split: [item.key for item in items] for split, items in dataset.splits.items()}
+    assert keys == {"train": ["images/train/t.png"], "val": ["val2017/v.png"],
+                    "test": ["test/x.png"]}  # fmt: skip
+    assert dataset.schema["objects/label"].classes == ("cat", "person")
