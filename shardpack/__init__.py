@@ -34,6 +34,7 @@ _EXPORTS = {
         (
             "ShardpackError",
             "SourceError",
+            "OptionError",
             "UnsafePickleError",
             "ImageError",
             "OutputError",
@@ -52,10 +53,11 @@ _EXPORTS = {
 # the names of _EXPORTS, spelled out so that linters and type checkers read them
 __all__ = [
     "ClusterError", "FileAccessError", "ImageError", "Index", "IndexFormatError",
-    "MissingPackageError", "OutputError", "PackOptions", "PackResult", "RecordError", "Records",
-    "ShardpackError", "SourceError", "StorageError", "UnsafePickleError", "VerifyReport",
-    "WorkerDiedError", "describe", "iter_examples", "load_index", "make_preview", "make_sample",
-    "pack", "read_record", "tf_dataset", "verify", "write_index_files", "write_report",
+    "MissingPackageError", "OptionError", "OutputError", "PackOptions", "PackResult",
+    "RecordError", "Records", "ShardpackError", "SourceError", "StorageError", "UnsafePickleError",
+    "VerifyReport", "WorkerDiedError", "describe", "iter_examples", "load_index", "make_preview",
+    "make_sample", "pack", "read_record", "tf_dataset", "verify", "write_index_files",
+    "write_report",
 ]  # fmt: skip
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
@@ -65,6 +67,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
         ImageError,
         IndexFormatError,
         MissingPackageError,
+        OptionError,
         OutputError,
         RecordError,
         ShardpackError,

@@ -23,7 +23,7 @@ import typer
 from shardpack import __version__
 from shardpack.console import Bar, plural, print_inspect, print_json, print_pack_summary
 from shardpack.containers import CONTAINERS
-from shardpack.errors import FileAccessError, OutputError, ShardpackError, printable
+from shardpack.errors import FileAccessError, ShardpackError, printable
 from shardpack.options import (
     BACKEND_ALIASES,
     BACKENDS,
@@ -92,7 +92,7 @@ def _user_errors():
     try:
         yield
     except ShardpackError as e:
-        _error(str(e))
+        _error(as_flags(e))  # the options it names as flags
         raise typer.Exit(2) from None
     except BrokenPipeError:
         raise  # the reader of our output went away (`| head`): not a file of the user's
@@ -151,16 +151,12 @@ def _run_pack(
     as_json: bool,
     storage_options: dict | None = None,
 ) -> None:
-    # numpy and the workers: not for --help
-    from shardpack.packing.outdir import PlanChanged
-    from shardpack.packing.packer import pack
+    from shardpack.packing.packer import pack  # numpy and the workers: not for --help
 
     bar = Bar(progress)
     try:
         result = pack(src, out, options, progress=bar, storage_options=storage_options,
                       scan_progress=bar.scanned)  # fmt: skip
-    except PlanChanged as e:  # phrased for Python callers: name the flags
-        raise OutputError(as_flags(str(e))) from None
     except KeyboardInterrupt:
         _stopped("interrupted", 130, bar)
     except _Terminated:
@@ -244,8 +240,7 @@ def _parameter(name: str, hint: object, default: object, info: object) -> inspec
 
 
 def _pack_options(given: dict[str, object]) -> PackOptions:
-    """PackOptions of the flags given (each parsed as FLAGS says); its errors, phrased for
-    Python callers, name the flags."""
+    """PackOptions of the flags given (each parsed as FLAGS says)."""
     grow = [value for value, _ in FLAGS["grow"].switches if given.pop(value)]
     if len(grow) > 1:
         raise ShardpackError("--append and --update exclude each other; pass one")
@@ -258,10 +253,7 @@ def _pack_options(given: dict[str, object]) -> PackOptions:
             chosen[option] = value
         elif value is not None:  # "" given is parsed (and refused), not taken for left out
             chosen[option] = parse(value)
-    try:
-        return PackOptions(**chosen)
-    except ShardpackError as e:
-        raise ShardpackError(as_flags(str(e))) from None
+    return PackOptions(**chosen)
 
 
 def _pack(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
 
 def printable(text: str) -> str:
@@ -30,8 +32,49 @@ def install_hint(extra: str) -> str:
             f"'shardpack[{extra}]' once published)")  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Option:
+    """A pack option (a PackOptions field) that a message names, with the value it says, if
+    any: str() says it as a Python caller writes it, `on_error='skip'`, or `compression=`
+    without one; the CLI says it as its flag, `--on-error skip` (options.as_flags)."""
+
+    name: str
+    value: object = ...  # ...: the option alone, no value
+
+    def __str__(self) -> str:
+        return f"{self.name}=" + (
+            "" if self.value is ... else said_value(repr(self.value), self.value)
+        )
+
+
+def said_value(text: str, value: object) -> str:
+    """A value's `text` for a message: escaped, and a collection's cut short (a path whole)."""
+    return shortened(printable(text)) if isinstance(value, tuple | list) else printable(text)
+
+
 class ShardpackError(Exception):
-    """Base class: the CLI prints the message on one line and exits with code 2."""
+    """Base class: the CLI prints the message on one line and exits with code 2.
+
+    A message that names pack options is given in parts, text and Option, so that the option
+    names travel as data (`options`) and each face says them its own way: str() as Python
+    keywords, the CLI as flags. `raise SourceError(path, ": pass ", Option("root"), " DIR")`
+    """
+
+    def __str__(self) -> str:
+        return self.said(str)
+
+    def said(self, say: Callable[[Option], str]) -> str:
+        """The message with each option it names said by `say`."""
+        return "".join(say(part) if isinstance(part, Option) else str(part) for part in self.args)
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The PackOptions fields the message names, in its order."""
+        return tuple(part.name for part in self.args if isinstance(part, Option))
+
+
+class OptionError(ShardpackError, ValueError):
+    """A pack option, or a combination of them, is refused; `options` names them."""
 
 
 class SourceError(ShardpackError):
@@ -45,13 +88,14 @@ class UnsafePickleError(SourceError):
 class ImageError(ShardpackError):
     """One image cannot be stored: empty, not an image, truncated or too large."""
 
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"{key}: {reason}")
+    def __init__(self, key: str, *reason: str | Option) -> None:
+        super().__init__(f"{key}: ", *reason)
         self.key = key
-        self.reason = reason
+        self.reason_parts = reason  # text and the options it names (Option)
+        self.reason = "".join(map(str, reason))  # as recorded in the index
 
     def __reduce__(self):  # keep both fields when the error crosses a process boundary
-        return (type(self), (self.key, self.reason))
+        return (type(self), (self.key, *self.reason_parts))
 
 
 # What a user can do about a failed file operation, by errno; any other errno gets _OS_FIX.
@@ -102,7 +146,9 @@ class OutputError(ShardpackError):
         """A one-line error for a failed write of a pack run, naming the path and what to do."""
         return cls(
             f"{path}: cannot write ({error.strerror or error}); {os_error_fix(error)}, then "
-            "rerun with --resume to keep the shards already finished"
+            "rerun with ",
+            Option("resume", True),
+            " to keep the shards already finished",
         )
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from shardpack.containers import CONTAINERS, Container
-from shardpack.errors import FileAccessError, IndexFormatError, is_count, shortened
+from shardpack.errors import FileAccessError, IndexFormatError, Option, is_count, shortened
 from shardpack.layout import INDEX_NAME
 from shardpack.options import ENCODINGS
 from shardpack.schema import V1_DTYPES, Schema, check_values
@@ -308,7 +308,9 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
         raise IndexFormatError(
             f"{path}: not found; is {storage.root} a shardpack output? (pack writes index.json "
             "last: a run still going has none yet, and one that was stopped has none: rerun it "
-            "with --resume)"
+            "with ",
+            Option("resume", True),
+            ")",
         ) from None
     except NotADirectoryError:
         raise _a_file(root) from None

@@ -9,11 +9,11 @@ import os
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 
 from shardpack.containers import CONTAINERS
-from shardpack.errors import ShardpackError
+from shardpack.errors import Option, OptionError, ShardpackError, said_value
 from shardpack.storage.locations import absolute
 
 ENCODINGS = ("keep", "jpeg", "png", "webp", "raw")
@@ -73,20 +73,31 @@ def _check_container(
         if not others:
             known = (c for each in CONTAINERS.values() for c in each.compressions)
             check_choice("compression", compression, tuple(dict.fromkeys(known)))
-        formats = " or ".join(f"format={name!r}" for name in others)
-        raise ShardpackError(f"compression={compression!r} is for {formats} only; "
-                             "drop compression=")  # fmt: skip
+        formats = _either(Option("format", name) for name in others)
+        raise OptionError(Option("compression", compression), " is for ", *formats,
+                          " only; drop ", Option("compression"))  # fmt: skip
     if encode == "raw" and not container.raw_pixels:
-        raise ShardpackError(f"encode='raw' stores pixels that format={fmt!r}'s readers do not "
-                             "decode as images; pass encode='png' (lossless) instead")  # fmt: skip
+        raise OptionError(Option("encode", "raw"), " stores pixels that ", Option("format", fmt),
+                          "'s readers do not decode as images; pass ", Option("encode", "png"),
+                          " (lossless) instead")  # fmt: skip
     if index_files and not container.index_files:
-        kinds = " or ".join(f"format={name!r}" for name, c in CONTAINERS.items() if c.index_files)
-        raise ShardpackError(f"index_files=True writes DALI's index files, for {kinds}; "
-                             f"format={fmt!r} needs none: drop index_files=True")  # fmt: skip
+        kinds = _either(Option("format", name) for name, c in CONTAINERS.items() if c.index_files)
+        raise OptionError(Option("index_files", True), " writes DALI's index files, for ", *kinds,
+                          "; ", Option("format", fmt), " needs none: drop ",
+                          Option("index_files", True))  # fmt: skip
     if naming not in container.namings:
-        kinds = " or ".join(f"format={n!r}" for n, c in CONTAINERS.items() if naming in c.namings)
-        raise ShardpackError(f"wds_naming={naming!r} names the members of {kinds}'s samples; "
-                             f"format={fmt!r} has none: drop wds_naming=")  # fmt: skip
+        kinds = _either(Option("format", n) for n, c in CONTAINERS.items() if naming in c.namings)
+        raise OptionError(Option("wds_naming", naming), " names the members of ", *kinds,
+                          "'s samples; ", Option("format", fmt), " has none: drop ",
+                          Option("wds_naming"))  # fmt: skip
+
+
+def _either(options: Iterable[Option]) -> list[str | Option]:
+    """Options as message parts joined by "or"."""
+    parts: list[str | Option] = []
+    for option in options:
+        parts += [" or ", option] if parts else [option]
+    return parts
 
 
 def _check_types(options: PackOptions) -> None:
@@ -142,7 +153,7 @@ def _hints() -> dict[str, object]:
 def check_choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
     """Refuse a value not among those allowed, naming the option and every choice."""
     if value not in allowed:
-        raise ShardpackError(f"{option}= must be one of {', '.join(allowed)}, got: {value!r}")
+        raise OptionError(Option(option), f" must be one of {', '.join(allowed)}, got: {value!r}")
 
 
 def _check_transform(options: PackOptions) -> None:
@@ -151,23 +162,24 @@ def _check_transform(options: PackOptions) -> None:
     check_choice("resize_mode", mode, RESIZE_MODES + tuple(RESIZE_ALIASES))
     object.__setattr__(options, "resize_mode", mode)
     if options.resize is None and (mode != "stretch" or not options.upscale):
-        said = "upscale=False" if mode == "stretch" else f"resize_mode={mode!r}"
-        raise ShardpackError(f"{said} needs resize=")
+        said = Option("upscale", False) if mode == "stretch" else Option("resize_mode", mode)
+        raise OptionError(said, " needs ", Option("resize"))
     if len(options.pad_color) != 3 or not all(0 <= c <= 255 for c in options.pad_color):
-        raise ShardpackError(f"pad_color= must be R,G,B of 0-255, got: {options.pad_color!r}")
+        raise OptionError(Option("pad_color"), " must be R,G,B of 0-255, got: "
+                          f"{options.pad_color!r}")  # fmt: skip
     for option in ("min_side", "max_area"):
         _positive(option, getattr(options, option))
     if not 0 <= options.min_visibility <= 1:
         raise ShardpackError(f"min_visibility= is a share of a box's area, between 0 and 1, "
                              f"got: {options.min_visibility!r}")  # fmt: skip
     if options.max_aspect is not None and not options.max_aspect >= 1:
-        raise ShardpackError(f"max_aspect= must be a ratio of at least 1, got: "
-                             f"{options.max_aspect!r}")  # fmt: skip
+        raise OptionError(Option("max_aspect"), " must be a ratio of at least 1, got: "
+                          f"{options.max_aspect!r}")  # fmt: skip
 
 
 def _positive(option: str, value: int | None) -> None:
     if value is not None and value < 1:
-        raise ShardpackError(f"{option}= must be a positive integer, got: {value!r}")
+        raise OptionError(Option(option), f" must be a positive integer, got: {value!r}")
 
 
 @dataclass(frozen=True)
@@ -295,42 +307,51 @@ class PackOptions:
         check_choice("grow", self.grow, GROW)
         check_choice("wds_naming", self.wds_naming, WDS_NAMINGS)
         if self.grow != "none" and self.overwrite:
-            raise ShardpackError(
-                f"grow={self.grow!r} (--{self.grow}) keeps the dataset in OUT; drop overwrite="
-            )
+            raise OptionError(Option("grow", self.grow), " keeps the dataset in OUT; drop ",
+                              Option("overwrite"))  # fmt: skip
         if not 0 <= self.near_distance <= 64:
-            raise ShardpackError(f"near_distance= must be between 0 and 64 bits, got: "
-                                 f"{self.near_distance!r}")  # fmt: skip
+            raise OptionError(Option("near_distance"), " must be between 0 and 64 bits, got: "
+                              f"{self.near_distance!r}")  # fmt: skip
         if self.retries < 0:
-            raise ShardpackError(f"retries= must be 0 or more, got: {self.retries!r}")
+            raise OptionError(Option("retries"), f" must be 0 or more, got: {self.retries!r}")
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels", "url_threads",
                        "per_host"):  # fmt: skip
             _positive(option, getattr(self, option))
         if self.seed < 0:
-            raise ShardpackError(f"seed= must be a non-negative integer, got: {self.seed!r}")
+            raise OptionError(
+                Option("seed"), f" must be a non-negative integer, got: {self.seed!r}"
+            )
         if not 1 <= self.quality <= 100:
-            raise ShardpackError(f"quality= must be between 1 and 100, got: {self.quality!r}")
+            raise OptionError(Option("quality"), " must be between 1 and 100, got: "
+                              f"{self.quality!r}")  # fmt: skip
         if self.resize is not None:
             if len(self.resize) != 2 or min(self.resize) < 1:
-                raise ShardpackError(f"resize= must be (width, height), got: {self.resize!r}")
+                raise OptionError(
+                    Option("resize"), f" must be (width, height), got: {self.resize!r}"
+                )
             if self.max_side is not None:
-                raise ShardpackError("resize= and max_side= exclude each other; pass one")
+                raise OptionError(Option("resize"), " and ", Option("max_side"),
+                                  " exclude each other; pass one")  # fmt: skip
             if self.resize[0] * self.resize[1] > self.max_pixels:
-                raise ShardpackError(
-                    f"resize={self.resize[0]}x{self.resize[1]} is over max_pixels="
-                    f"{self.max_pixels}; pass a smaller size or raise max_pixels="
+                raise OptionError(
+                    Option("resize", self.resize),
+                    " is over ",
+                    Option("max_pixels", self.max_pixels),
+                    "; pass a smaller size or raise ",
+                    Option("max_pixels"),
                 )
         if self.scheduler is not None and self.backend != "dask":
-            raise ShardpackError("scheduler= needs backend='dask'")
+            raise OptionError(Option("scheduler"), " needs ", Option("backend", "dask"))
         if self.index_files and self.compression != "none":
-            raise ShardpackError("index_files=True needs uncompressed shards; drop compression=")
+            raise OptionError(Option("index_files", True), " needs uncompressed shards; drop ",
+                              Option("compression"))  # fmt: skip
         _check_container(
             self.format, self.compression, self.index_files, self.encode, self.wds_naming
         )
         for split in (*self.split_names, *(name for name, _ in self.split or ())):
             if not _SPLIT.match(split):
-                raise ShardpackError(
-                    f"split names must start with a letter or digit and hold only letters, "
+                raise OptionError(
+                    "split names must start with a letter or digit and hold only letters, "
                     f"digits, '_' and '.', got: {split!r}"
                 )
         if self.split is not None:
@@ -338,10 +359,8 @@ class PackOptions:
         for entry in self.box_columns or ():
             box_column(entry)
         if self.name is not None and not _NAME.match(self.name):
-            raise ShardpackError(
-                f"name= must start with a letter or digit and hold only letters, digits, '_' "
-                f"and '.', got: {self.name!r}"
-            )
+            raise OptionError(Option("name"), " must start with a letter or digit and hold only "
+                              f"letters, digits, '_' and '.', got: {self.name!r}")  # fmt: skip
 
     def output_fields(self) -> dict[str, object]:
         """The options that decide the output bytes, as JSON-ready values."""
@@ -357,7 +376,8 @@ def parse_size(text: str) -> int:
     """Parse '128MiB', '64M', '1G' or '1048576' into bytes."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*", text, re.IGNORECASE)
     if not match:
-        raise ShardpackError(f"--shard-size must look like 128MiB, 64M or 1000000, got: {text!r}")
+        raise OptionError(Option("shard_size"), " must look like 128MiB, 64M or 1000000, got: "
+                          f"{text!r}")  # fmt: skip
     number, unit = float(match.group(1)), match.group(2).upper()
     return int(number * 1024 ** " KMGT".index(unit or " "))
 
@@ -366,7 +386,7 @@ def parse_resize(text: str) -> tuple[int, int]:
     """Parse 'WIDTHxHEIGHT' into (width, height)."""
     match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
     if not match or min(int(match.group(1)), int(match.group(2))) < 1:
-        raise ShardpackError(f"--resize must be WIDTHxHEIGHT such as 224x224, got: {text!r}")
+        raise OptionError(Option("resize"), f" must be WIDTHxHEIGHT such as 224x224, got: {text!r}")
     return int(match.group(1)), int(match.group(2))
 
 
@@ -380,19 +400,22 @@ def parse_color(text: str) -> tuple[int, int, int]:
     parts = text.split(",")
     if len(parts) == 3 and all(p.strip().isdigit() and int(p) <= 255 for p in parts):
         return tuple(int(p) for p in parts)  # type: ignore[return-value]
-    raise ShardpackError(f"--pad-color must be white, black, gray, #RRGGBB or R,G,B, got: {text!r}")
+    raise OptionError(Option("pad_color"), " must be white, black, gray, #RRGGBB or R,G,B, got: "
+                      f"{text!r}")  # fmt: skip
 
 
 def check_fractions(split: tuple[tuple[str, float], ...]) -> None:
     """--split: distinct names, fractions in (0, 1] that add up to 1."""
     names = [name for name, _ in split]
     if len(set(names)) != len(names) or not names:
-        raise ShardpackError(f"--split must name each split once, got: {', '.join(names)!r}")
+        raise OptionError(Option("split"), f" must name each split once, got: "
+                          f"{', '.join(names)!r}")  # fmt: skip
     if any(not 0 < fraction <= 1 for _, fraction in split):
-        raise ShardpackError("--split fractions must be above 0 and at most 1, such as train=0.9")
+        raise OptionError(Option("split"), " fractions must be above 0 and at most 1, such as "
+                          "train=0.9")  # fmt: skip
     if abs(sum(fraction for _, fraction in split) - 1) > 1e-6:
         total = sum(fraction for _, fraction in split)
-        raise ShardpackError(f"--split fractions must add up to 1, got {total:g}")
+        raise OptionError(Option("split"), f" fractions must add up to 1, got {total:g}")
 
 
 def parse_split(text: str) -> tuple[tuple[str, float], ...]:
@@ -405,19 +428,18 @@ def parse_split(text: str) -> tuple[tuple[str, float], ...]:
         except ValueError:
             sep = ""
         if not sep:
-            raise ShardpackError(
-                f"--split must look like train=0.9,validation=0.1, got: {text!r}"
-            ) from None
+            raise OptionError(Option("split"), " must look like train=0.9,validation=0.1, got: "
+                              f"{text!r}") from None  # fmt: skip
     split = tuple(pairs)
     check_fractions(split)
     return split
 
 
-def parse_names(flag_said: str, text: str) -> tuple[str, ...]:
-    """A,b,c as names (each checked by PackOptions); none at all is refused."""
+def parse_names(option: str, text: str) -> tuple[str, ...]:
+    """A,b,c as names (each checked by PackOptions) of `option`; none at all is refused."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     if not names:
-        raise ShardpackError(f"{flag_said} names no split, got: {text!r}; pass a,b,c")
+        raise OptionError(Option(option), f" names no split, got: {text!r}; pass a,b,c")
     return names
 
 
@@ -426,9 +448,9 @@ def box_column(entry: str) -> tuple[str, str]:
     name, _, fmt = entry.rpartition(":") if ":" in entry else (entry, "", "yxyx")
     if not name.strip() or fmt not in BOX_FORMATS:
         pixels = " (boxes in pixels are not read yet: normalise them)" if "pixel" in fmt else ""
-        raise ShardpackError(f"box_columns= entries are NAME or NAME:FORMAT with FORMAT one of "
-                             f"{', '.join(BOX_FORMATS)}, normalised{pixels}, got: "
-                             f"{entry!r}")  # fmt: skip
+        raise OptionError(Option("box_columns"), " entries are NAME or NAME:FORMAT with FORMAT "
+                          f"one of {', '.join(BOX_FORMATS)}, normalised{pixels}, got: "
+                          f"{entry!r}")  # fmt: skip
     return name.strip(), fmt
 
 
@@ -436,7 +458,8 @@ def parse_box_columns(text: str) -> tuple[str, ...]:
     """'bbox,det:xywh' as ("bbox", "det:xywh"), each checked by PackOptions."""
     entries = tuple(entry.strip() for entry in text.split(",") if entry.strip())
     if not entries:
-        raise ShardpackError(f"--box-columns names no column, got: {text!r}; pass NAME[:FORMAT]")
+        raise OptionError(Option("box_columns"), f" names no column, got: {text!r}; pass "
+                          "NAME[:FORMAT]")  # fmt: skip
     return entries
 
 
@@ -454,6 +477,7 @@ class Flag:
     max: int | None = None
     # value -> its help, for a field said by one switch a value ("grow": --append, --update)
     switches: tuple[tuple[str, str], ...] = ()
+    show: Callable[[object], str] | None = None  # a value as the flag's text, where not str()
 
 
 # Every option's flag, written once: the CLI's declarations, its messages (as_flags) and
@@ -489,7 +513,13 @@ FLAGS: dict[str, Flag] = {
     ),
     "quality": Flag("--quality", "JPEG/WebP quality.", "Q", min=1, max=100),
     "max_side": Flag("--max-side", "Shrink so the longer side is at most N pixels.", "N", min=1),
-    "resize": Flag("--resize", "Resize every image to W x H pixels.", "WxH", parse_resize),
+    "resize": Flag(
+        "--resize",
+        "Resize every image to W x H pixels.",
+        "WxH",
+        parse_resize,
+        show=lambda size: "x".join(map(str, size)),
+    ),
     "resize_mode": Flag(
         "--resize-mode",
         "How --resize meets the aspect: stretch, center-crop, "
@@ -547,13 +577,14 @@ FLAGS: dict[str, Flag] = {
         "--splits",
         "Folder names that make SRC a split tree (default: train, val, ...).",
         "NAMES",
-        functools.partial(parse_names, "--splits"),
+        functools.partial(parse_names, "split_names"),
     ),
     "split": Flag(
         "--split",
         "Split a one-split source: train=0.9,validation=0.1 (seeded, stratified).",
         "NAME=FRACTION,...",
         parse_split,
+        show=lambda split: ",".join(f"{name}={fraction:g}" for name, fraction in split),
     ),
     "path_column": Flag(
         "--path-column",
@@ -622,26 +653,31 @@ def flag(option: str) -> str:
     return FLAGS[option].flag.split("/")[0]
 
 
-# A parameter in a PackOptions message, with its value if any: encode='gif', resize=(1, 2),
-# upscale=False, or `drop compression=`.
-_PARAMETER = re.compile(r"\b([a-z][a-z_]*)=('[^']*'|\([^)]*\)|True\b|False\b|[^\s,;:]*)")
+def as_flags(error: ShardpackError) -> str:
+    """An error's message as the CLI says it: each option it names (Option) as its flag,
+    encode='gif' as --encode gif, upscale=False as --no-upscale, index_files=True as
+    --index-files, grow='update' as --update."""
+    return error.said(said_as_flag)
 
 
-def as_flags(message: str) -> str:
-    """A PackOptions message, phrased for Python callers, as the CLI says it: encode='gif' as
-    --encode gif, upscale=False as --no-upscale, index_files=True as --index-files,
-    grow='update' as --update."""
-    names = {field.name for field in fields(PackOptions)}
+def said_as_flag(option: Option) -> str:
+    """One option of a message, with its value if it has one, as the CLI's flag."""
+    spec, value = FLAGS[option.name], option.value
+    if isinstance(value, str) and value in dict(spec.switches):
+        return f"--{value}"
+    if value is ... and spec.switches:  # grow: --append or --update
+        return " or ".join(f"--{each}" for each, _ in spec.switches)
+    said = flag(option.name)
+    if value is ... or value is True:
+        return said
+    if value is False:  # a switch pair's negative; a lone switch left out
+        return "--no-" + said[2:] if "/" in spec.flag else f"no {said}"
+    text = spec.show(value) if spec.show else _as_text(value)
+    return f"{said} {said_value(text, value)}"
 
-    def rewrite(match: re.Match) -> str:
-        name, value = match[1], match[2].strip("'")
-        if name not in names:
-            return match[0]
-        if name == "grow" and value in GROW[1:]:
-            return f"--{value}"
-        said = flag(name)
-        if value == "False":
-            return "--no-" + said[2:]
-        return said if value in ("", "True") else f"{said} {value}"
 
-    return _PARAMETER.sub(rewrite, message)
+def _as_text(value: object) -> str:
+    """A value as a flag's text says it: a tuple of names as a,b,c."""
+    if isinstance(value, tuple | list):
+        return ",".join(map(_as_text, value))
+    return str(value)

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from shardpack.errors import ShardpackError
-from shardpack.options import DEFAULT_SHARD_SIZE, PackOptions, parse_resize, parse_size
+from shardpack.errors import OptionError, ShardpackError
+from shardpack.options import DEFAULT_SHARD_SIZE, PackOptions, as_flags, parse_resize, parse_size
 from tests.helpers import make_tree
 
 
@@ -50,11 +50,14 @@ def test_options_are_frozen():
     ],
 )
 def test_invalid_values_raise_with_the_value_in_the_message(field, value, option):
-    with pytest.raises(ShardpackError) as caught:
+    with pytest.raises(OptionError) as caught:
         PackOptions(**{field: value})
+    assert caught.value.options == (field,)  # the parameter as data, for each face to say
     message = str(caught.value)  # the parameter as Python says it, not the CLI's flag
     assert f"{field}=" in message and option not in message
     assert repr(value) in message
+    said = as_flags(caught.value)  # as the CLI says it
+    assert option in said and f"{field}=" not in said and repr(value) in said
 
 
 def test_an_unknown_source_is_refused_by_the_scan_with_the_choices(tmp_path):
@@ -129,9 +132,9 @@ def test_parse_size(text, expected):
 
 @pytest.mark.parametrize("text", ["", "abc", "-1", "1e3", "12X", "1,000", "MiB", "64Mi", "1 2M"])
 def test_parse_size_refuses_with_the_value_in_the_message(text):
-    with pytest.raises(ShardpackError, match="--shard-size") as caught:
+    with pytest.raises(ShardpackError, match="shard_size=") as caught:
         parse_size(text)
-    assert repr(text) in str(caught.value)
+    assert repr(text) in str(caught.value) and "--shard-size" in as_flags(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -144,13 +147,13 @@ def test_parse_resize_gives_width_then_height(text, expected):
 
 @pytest.mark.parametrize("text", ["", "224", "224x", "x224", "224*224", "axb", "1x2x3", "-1x5"])
 def test_parse_resize_refuses_with_the_value_in_the_message(text):
-    with pytest.raises(ShardpackError, match="--resize") as caught:
+    with pytest.raises(ShardpackError, match="resize=") as caught:
         parse_resize(text)
-    assert repr(text) in str(caught.value)
+    assert repr(text) in str(caught.value) and "--resize" in as_flags(caught.value)
 
 
 def test_parsed_zero_values_are_refused_by_the_options():
-    with pytest.raises(ShardpackError, match="--resize"):  # parse_resize's own: the CLI's
+    with pytest.raises(ShardpackError, match="resize= must be WIDTHxHEIGHT"):  # parse_resize's
         PackOptions(resize=parse_resize("0x10"))
     with pytest.raises(ShardpackError, match="shard_size="):
         PackOptions(shard_size=parse_size("0"))
@@ -159,8 +162,35 @@ def test_parsed_zero_values_are_refused_by_the_options():
 def test_negative_seed_and_oversized_resize_are_refused():
     with pytest.raises(ShardpackError, match="seed= must be a non-negative integer, got: -1"):
         PackOptions(seed=-1)
-    with pytest.raises(ShardpackError, match="resize=100000x100000 is over max_pixels="):
+    with pytest.raises(ShardpackError, match=r"resize=\(100000, 100000\) is over ") as caught:
         PackOptions(resize=(100_000, 100_000))
+    assert caught.value.options == ("resize", "max_pixels", "max_pixels")
+    assert as_flags(caught.value) == (
+        "--resize 100000x100000 is over --max-pixels 178956970; pass a smaller size or raise "
+        "--max-pixels"
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "python", "cli"),
+    [
+        ({"resize_mode": "pad"}, "resize_mode='pad' needs resize=", "--resize-mode pad needs"),
+        ({"upscale": False}, "upscale=False needs resize=", "--no-upscale needs --resize"),
+        ({"grow": "update", "overwrite": True}, "grow='update' keeps", "--update keeps"),
+        ({"index_files": True, "format": "parquet"}, "drop index_files=True", "drop --index-files"),
+        (
+            {"compression": "gzip", "format": "parquet"},
+            "is for format='tfrecord'",
+            "--format tfrecord",
+        ),
+    ],
+)
+def test_each_face_says_the_options_of_a_refusal_its_own_way(given, python, cli):
+    """The Python API says keywords, the CLI flags, from the names the error carries."""
+    with pytest.raises(OptionError) as caught:
+        PackOptions(**given)
+    assert python in str(caught.value) and cli in as_flags(caught.value)
+    assert "--" not in str(caught.value) and "=" not in as_flags(caught.value)
 
 
 @pytest.mark.parametrize(

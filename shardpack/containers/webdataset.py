@@ -44,7 +44,7 @@ from shardpack.containers import (
     open_hashing,
     open_shard,
 )
-from shardpack.errors import RecordError, ShardpackError
+from shardpack.errors import Option, RecordError, ShardpackError
 from shardpack.storage import HashingBlob, Sink
 
 if TYPE_CHECKING:
@@ -382,8 +382,9 @@ class WebDataset(Container):
         taken = sorted(set(features) & set(IMG2DATASET_FIELDS)) if naming == IMG2DATASET else []
         if taken:
             raise ShardpackError(
-                f"--wds-naming {IMG2DATASET}: img2dataset's .json keeps "
-                f"{', '.join(map(repr, taken))} for its own fields; rename that column"
+                Option("wds_naming", IMG2DATASET),
+                f": img2dataset's .json keeps {', '.join(map(repr, taken))} for its own fields; "
+                "rename that column",
             )
 
     def iter_records(

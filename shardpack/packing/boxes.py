@@ -22,7 +22,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from shardpack import images
-from shardpack.errors import ImageError, ShardpackError
+from shardpack.errors import ImageError, Option, ShardpackError
 from shardpack.options import PackOptions, box_column
 from shardpack.packing import masks
 from shardpack.packing.objects import is_mask
@@ -76,16 +76,14 @@ def _is_points(name: str, feature: Feature) -> bool:
     return name in POINT_NAMES and feature.dtype == "float32" and (feature.row or 1) % 3 == 0
 
 
-def transforms(options: PackOptions) -> str | None:
-    """The options that change an image's geometry (resize, crop, pad, scaled decode), as the
-    flags read; None if every image keeps its geometry."""
+def transforms(options: PackOptions) -> tuple[str | Option, ...] | None:
+    """The options that change an image's geometry (resize, crop, pad, scaled decode), as a
+    message's parts; None if every image keeps its geometry."""
     if options.max_side is not None:
-        return f"--max-side {options.max_side}"
+        return (Option("max_side", options.max_side),)
     if options.resize is not None:
-        width, height = options.resize
-        return f"--resize {width}x{height} --resize-mode {options.resize_mode}" + (
-            "" if options.upscale else " --no-upscale"
-        )
+        size = (Option("resize", options.resize), " ", Option("resize_mode", options.resize_mode))
+        return size + (() if options.upscale else (" ", Option("upscale", False)))
     return None
 
 
@@ -99,13 +97,15 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
     if said is None or not left:
         return
     raise ShardpackError(
-        f"{said} changes the images' geometry but not feature {left[0]!r} "
+        *said,
+        f" changes the images' geometry but not feature {left[0]!r} "
         f"({schema[left[0]].dtype} {list(schema[left[0]].shape)}), which would then point at "
         "other pixels; shardpack moves boxes (float32 rows of 4, normalised [ymin, xmin, "
-        "ymax, xmax], named bbox, boxes, bboxes or objects/bbox, or declared with "
-        "--box-columns), keypoints (float32 rows of normalised (x, y, v), named keypoints or "
+        "ymax, xmax], named bbox, boxes, bboxes or objects/bbox, or declared with ",
+        Option("box_columns"),
+        "), keypoints (float32 rows of normalised (x, y, v), named keypoints or "
         "objects/keypoints) and an instance-id map (bytes, named mask): rename, declare or "
-        "drop that column, or pack without resizing"
+        "drop that column, or pack without resizing",
     )
 
 

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from shardpack.errors import ShardpackError, install_hint
+from shardpack.errors import Option, ShardpackError, install_hint
 from shardpack.storage import Storage, storage_at
 
 # A scheduler's address as shardpack reaches it: HOST:PORT, plain TCP ([::1]:8786 for IPv6).
@@ -32,7 +32,8 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise ClusterError(f"--backend dask needs the dask extra: {install_hint('dask')}") from None
+        raise ClusterError(Option("backend", "dask"), " needs the dask extra: ",
+                           install_hint("dask")) from None  # fmt: skip
     if scheduler is None:
         # Loopback only: a Dask scheduler has no authentication, and runs what it is sent.
         cluster = LocalCluster(
@@ -50,8 +51,8 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
     address = _ADDRESS.match(scheduler)
     if address is None or not 1 <= int(address["port"]) <= 65535:
         # ucx:// and tls:// need settings shardpack does not pass; they failed in distributed
-        raise ClusterError(f"--scheduler {scheduler}: not an address shardpack can reach; give "
-                           "it as HOST:PORT or tcp://HOST:PORT") from None  # fmt: skip
+        raise ClusterError(Option("scheduler", scheduler), ": not an address shardpack can "
+                           "reach; give it as HOST:PORT or tcp://HOST:PORT") from None  # fmt: skip
     try:
         # A port nobody listens on is known at once; Dask would retry it for its whole timeout.
         host = address["ip6"] or address["host"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardpack.errors import OutputError
+from shardpack.errors import Option, OutputError
 from shardpack.index import Index
 from shardpack.layout import CONTENTS_NAME
 from shardpack.packing.facts import table
@@ -140,35 +140,35 @@ def load_contents(out: Storage, index: Index) -> Contents:
             the index counts), not JSON, or disagrees with the index.
     """
     path = out.path(CONTENTS_NAME)
-    fix = "repack with --overwrite to write it anew"
+    fix = ("repack with ", Option("overwrite", True), " to write it anew")
     shards = [s for split in index.splits.values() for s in split.shards]
     items = sum(s.num_records for s in shards) + index.num_skipped
     limit = VALUES_PER_ITEM * items + VALUES_PER_SHARD * (len(shards) + 1)
     try:
         with out.open(CONTENTS_NAME) as blob:
             if blob.size > MAX_CONTENTS_BYTES:
-                raise OutputError(f"{path}: over {MAX_CONTENTS_BYTES:,} bytes; {fix}")
+                raise OutputError(f"{path}: over {MAX_CONTENTS_BYTES:,} bytes; ", *fix)
             text = blob.pread(blob.size, 0)
         if (found := values(text, limit)) > limit:  # each value a Python object: refused unread
             raise OutputError(f"{path}: {found:,} values, over the {limit:,} that the "
-                              f"index's {items:,} items and {len(shards):,} shards allow; "
-                              f"{fix}")  # fmt: skip
+                              f"index's {items:,} items and {len(shards):,} shards allow; ",
+                              *fix)  # fmt: skip
         doc = json.loads(text)
     except FileNotFoundError:
         raise OutputError(f"{path}: not found (OUT was packed by an older shardpack, which "
-                          f"kept no list of its items); {fix}") from None  # fmt: skip
+                          f"kept no list of its items); ", *fix) from None  # fmt: skip
     except (OSError, ValueError, RecursionError) as e:
-        raise OutputError(f"{path}: unreadable ({e}); {fix}") from None
+        raise OutputError(f"{path}: unreadable ({e}); ", *fix) from None
     listed = doc.get("shards") if isinstance(doc, dict) else None
     loose = doc.get("loose", []) if isinstance(doc, dict) else None
     if not isinstance(listed, dict) or doc.get("format") != FORMAT or not _skips(loose):
-        raise OutputError(f"{path}: not a contents file shardpack wrote; {fix}")
+        raise OutputError(f"{path}: not a contents file shardpack wrote; ", *fix)
     found = {}
     for shard in shards:
         entry = listed.get(shard.file)
         if not _agrees(entry, shard.num_records):
             raise OutputError(f"{path}: does not agree with index.json about "
-                              f"{shard.file}; {fix}")  # fmt: skip
+                              f"{shard.file}; ", *fix)  # fmt: skip
         found[shard.file] = _filled(entry)
     return Contents(found, tuple(map(tuple, loose)))
 

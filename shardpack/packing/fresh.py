@@ -171,7 +171,7 @@ def _scan_and_plan(
         dataset = scan(src_root, options, storage_options)
         if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
             key, reason = dataset.skipped[0]
-            raise ImageError(key, f"{reason}; fix it, or {SKIP_HINT}")
+            raise ImageError(key, f"{reason}; fix it, or ", *SKIP_HINT)
         groups = None
         if options.dedup != "none":
             dataset, groups = duplicates.dedup(dataset, options, options.workers or machine_cores())

@@ -22,6 +22,7 @@ from itertools import count, repeat
 from shardpack.containers import CONTAINERS, is_shard_name
 from shardpack.errors import (
     IndexFormatError,
+    Option,
     OutputError,
     ShardpackError,
     printable,
@@ -29,7 +30,7 @@ from shardpack.errors import (
 )
 from shardpack.index import Index, Run, SplitInfo, load_index
 from shardpack.layout import INDEX_FILES_DIR, INDEX_NAME, index_file_name
-from shardpack.options import PackOptions, flag
+from shardpack.options import PackOptions
 from shardpack.packing import duplicates, gaps, stamps
 from shardpack.packing.contents import (
     Contents,
@@ -71,6 +72,9 @@ _TUPLES = ("resize", "pad_color", "split_names", "box_columns")
 # Options added since indexes kept their options, with what an index without them was packed
 # with: such an index grows as it was packed.
 _ADDED = {"box_columns": None, "wds_naming": "shardpack", "min_visibility": 0.0}
+
+# The way out of an OUT a grow cannot take, as a message's parts.
+_REPACK = ("repack with ", Option("overwrite", True))
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,7 @@ class GrowPack:
         """A grow needs the dataset it grows: OUT is there (before the lock, made in it)."""
         if self.out.kind() is None:
             raise OutputError(f"{self.out.root}: no such folder, no dataset to grow; pack it "
-                              "without --append or --update first")  # fmt: skip
+                              "without ", Option("grow"), " first")  # fmt: skip
         return False
 
     def plan(self) -> Planned | PackResult:
@@ -298,12 +302,12 @@ def _old_index(out: Storage) -> Index:
     try:
         index = load_index(out)
     except IndexFormatError as e:
-        raise OutputError(f"{out.root}: no dataset to grow here ({e}); pack it without "
-                          "--append or --update first") from None  # fmt: skip
+        raise OutputError(f"{out.root}: no dataset to grow here (", *e.args, "); pack it "
+                          "without ", Option("grow"), " first") from None  # fmt: skip
     files = [s.file for split in index.splits.values() for s in split.shards]
     if len(set(files)) != len(files):
-        raise OutputError(f"{out.path(INDEX_NAME)}: lists a shard twice, as no pack writes it; "
-                          "repack with --overwrite")  # fmt: skip
+        raise OutputError(f"{out.path(INDEX_NAME)}: lists a shard twice, as no pack writes it; ",
+                          *_REPACK)  # fmt: skip
     return index
 
 
@@ -321,8 +325,8 @@ def _checked_names(out: Storage, old: Index) -> tuple[frozenset[str], OutState]:
     missing = sorted(listed - state.names)
     if missing:
         raise OutputError(f"{where}: lists {printable(missing[0])}, which is not in OUT "
-                          f"({len(missing):,} listed shards missing); put it back, or repack "
-                          "with --overwrite")  # fmt: skip
+                          f"({len(missing):,} listed shards missing); put it back, or ",
+                          *_REPACK)  # fmt: skip
     return listed, state
 
 
@@ -332,8 +336,8 @@ def _refuse_strays(out: Storage, names: Iterable[str], held: frozenset[str]) -> 
     strays = sorted(set(names) & held)
     if strays:
         raise OutputError(f"{out.path(strays[0])}: is there, but no index lists it, and the "
-                          "grow would write that name; move it away (then grow again), or "
-                          "repack with --overwrite")  # fmt: skip
+                          "grow would write that name; move it away (then grow again), or ",
+                          *_REPACK)  # fmt: skip
 
 
 def _unlisted(state: OutState, listed: Iterable[str]) -> frozenset[str]:
@@ -364,23 +368,26 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
     if not isinstance(kept, dict) or set(kept) != set(ours):
         raise OutputError(
             f"{old.storage.path(INDEX_NAME)}: keeps no options to grow the "
-            "dataset with (an older shardpack's); repack it with --overwrite"
+            "dataset with (an older shardpack's); ",
+            *_REPACK,
         )
     defaults = json_value(PackOptions().output_fields())
     kept = {**kept, "name": old.name}  # None in it: the name SRC gave
     ours["name"] = given.name or old.name
     differ = [k for k in ours if k not in _RUN_OPTIONS and ours[k] not in (defaults[k], kept[k])]
     if differ:
-        said = "; ".join(f"{flag(k)} {_shown(ours[k])} (the dataset's: {_shown(kept[k])})"
-                         for k in differ)  # fmt: skip
-        raise OutputError(f"{old.out}: the dataset was packed with other options: {said}; drop "
-                          "them: --append and --update take the dataset's own")  # fmt: skip
+        said: list[str | Option] = []
+        for k in differ:
+            said += [Option(k, ours[k]), f" (the dataset's: {_shown(kept[k])}); "]
+        raise OutputError(f"{old.out}: the dataset was packed with other options: ", *said,
+                          "drop them: ", Option("grow", given.grow), " takes the dataset's "
+                          "own")  # fmt: skip
     classes = given.classes
     if classes is not None and tuple(classes[: len(old.classes)]) != old.classes:
         gone = [c for c in old.classes if c not in classes]
         what = (f"it lacks {_shown(gone[:5])}" if gone else "it orders the dataset's classes "
                 "otherwise")  # fmt: skip
-        raise OutputError(f"{old.out}: --classes must begin with the dataset's "
+        raise OutputError(f"{old.out}: ", Option("classes"), " must begin with the dataset's "
                           f"{len(old.classes)} classes in their order, then add new ones at "
                           f"the end; {what}")  # fmt: skip
     taken = {k: kept[k] for k in kept if k not in _RUN_OPTIONS}
@@ -394,7 +401,7 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
     except (TypeError, ValueError, ShardpackError) as e:
         where = old.storage.path(INDEX_NAME)
         raise OutputError(f"{where}: its options are not ones shardpack wrote "
-                          f"({printable(str(e))}); repack with --overwrite") from None  # fmt: skip
+                          f"({printable(str(e))}); ", *_REPACK) from None  # fmt: skip
 
 
 def _shown(value: object) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from shardpack.containers import Container, is_shard_name
-from shardpack.errors import IndexFormatError, OutputError, printable, shortened
+from shardpack.errors import IndexFormatError, Option, OutputError, printable, shortened
 from shardpack.index import Index, load_index
 from shardpack.layout import (
     CARD_NAME,
@@ -111,6 +111,9 @@ def split_file_names(container: Container, name: str, splits: Iterable[str]) -> 
     return frozenset(file for split in splits for file in container.split_files(name, split, []))
 
 
+_OVERWRITE = Option("overwrite", True)  # the way past what OUT holds
+
+
 def prepare(
     out: Storage,
     plan: Plan,
@@ -141,14 +144,12 @@ def prepare(
     state = read_state(out)
     if state.ours and set(state.digests) != {plan.digest} and not overwrite:
         if state.has_index and state.digests[0] is None:  # broken, or not ours at all
-            raise OutputError(
-                f"{out.path(INDEX_NAME)}: not an index shardpack can read; pass --overwrite to "
-                "replace it, or choose another output folder"
-            )
-        raise PlanChanged(
-            f"{out.root}: {_what_changed(state.journal_head, record)}; pass overwrite=True to "
-            "start over, or choose another output folder"
-        )
+            raise OutputError(f"{out.path(INDEX_NAME)}: not an index shardpack can read; pass ",
+                              _OVERWRITE, " to replace it, or choose another output "
+                              "folder")  # fmt: skip
+        raise PlanChanged(f"{out.root}: ", *_what_changed(state.journal_head, record),
+                          "; pass ", _OVERWRITE, " to start over, or choose another output "
+                          "folder")  # fmt: skip
     planned = {spec.file for spec in plan.shards}
     written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME,
                                   STAMPS_NAME, CROISSANT_NAME,
@@ -161,7 +162,7 @@ def prepare(
                           "it out of OUT, or choose another output folder")  # fmt: skip
     if state.ours and not overwrite and CARD_NAME in state.names and not is_ours(out):
         raise OutputError(f"{out.path(CARD_NAME)}: exists and was not written by shardpack; "
-                          "move it out of OUT, or pass --overwrite to replace it")  # fmt: skip
+                          "move it out of OUT, or pass ", _OVERWRITE, " to replace it")  # fmt: skip
     if not state.ours and not overwrite:
         clash = sorted(state.names & written)
         if INDEX_FILES_DIR in state.folders:  # index files of these shards are replaced too
@@ -169,10 +170,9 @@ def prepare(
             clash += sorted(f"{INDEX_FILES_DIR}/{n}" for n in idx & {f"{f}.idx" for f in planned})
         if clash:
             such = "1 such file" if len(clash) == 1 else f"{len(clash)} such files"
-            raise OutputError(
-                f"{out.path(clash[0])}: exists and was not written by shardpack ({such}); choose "
-                "an empty folder, or pass --overwrite to replace what is there"
-            )
+            raise OutputError(f"{out.path(clash[0])}: exists and was not written by shardpack "
+                              f"({such}); choose an empty folder, or pass ", _OVERWRITE,
+                              " to replace what is there")  # fmt: skip
     # Only shards of this very plan are kept, whatever --overwrite says.
     same_plan = resume and state.journal_digest == plan.digest
     reused = _reusable(out, state.finished, planned) if same_plan else []
@@ -226,35 +226,35 @@ def plan_record(plan: Plan, options: PackOptions) -> dict[str, object]:
 
 
 class PlanChanged(OutputError):
-    """OUT holds a run of another plan (a refused resume or a rerun): its message names options
-    as Python does (encode='png'), and the CLI turns them into flags."""
+    """OUT holds a run of another plan (a refused resume or a rerun)."""
 
 
-def _what_changed(head: dict | None, now: dict) -> str:
+def _what_changed(head: dict | None, now: dict) -> list[str | Option]:
     """Why a run into an earlier run's OUT is refused, from the journal's first line (read
     as untrusted: only the options there are now are compared, and values are shown cut
     short): the options that differ, else the shard counts, else the source."""
     then = head.get("options") if head is not None else None
     if not isinstance(then, dict):  # a journal of an older version, or none (an index only)
-        return "was packed with other options or from a changed source"
+        return ["was packed with other options or from a changed source"]
     changed = [key for key, value in now["options"].items() if key in then and then[key] != value]
     if changed:
-        said = "; ".join(f"{key}={_as_python(now['options'][key])} "
-                         f"(the journal's: {_as_python(then[key])})"
-                         for key in changed)  # fmt: skip
-        return f"was packed with other options ({said})"
+        said: list[str | Option] = ["was packed with other options ("]
+        for key in changed:
+            was = shortened(printable(repr(_as_python(then[key]))))
+            said += [Option(key, _as_python(now["options"][key])), f" (the journal's: {was}); "]
+        said[-1] = said[-1].removesuffix("; ") + ")"
+        return said
     if head.get("shards") != now["shards"]:
-        return (f"was planned into other shard counts (then {_shown(head.get('shards'))}, now "
-                f"{_shown(now['shards'])}: without shards= the count follows workers= and the "
-                "source's size); resume with that run's workers= or shards=")  # fmt: skip
-    return "was packed from a changed source (other files, or other sizes)"
+        return [f"was planned into other shard counts (then {_shown(head.get('shards'))}, now "
+                f"{_shown(now['shards'])}: without ", Option("shards"), " the count follows ",
+                Option("workers"), " and the source's size); resume with that run's ",
+                Option("workers"), " or ", Option("shards")]  # fmt: skip
+    return ["was packed from a changed source (other files, or other sizes)"]
 
 
-def _as_python(value: object) -> str:
-    """An option's value from a journal as Python writes it (a list as the tuple it was),
-    escaped, at most 40 characters: the CLI turns `name=value` into its flag (as_flags)."""
-    value = tuple(value) if isinstance(value, list) else value
-    return shortened(printable(repr(value)))
+def _as_python(value: object) -> object:
+    """An option's value from a journal as Python gives it (a list as the tuple it was)."""
+    return tuple(_as_python(v) for v in value) if isinstance(value, list) else value
 
 
 def _shown(value: object) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 
-from shardpack.errors import ImageError, WorkerDiedError
+from shardpack.errors import ImageError, Option, WorkerDiedError
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.options import PackOptions
 from shardpack.packing.cluster import check_shared_storage, dask_client
@@ -67,18 +67,21 @@ def write_shards(
         in_flight = _tidy_after_failure(out, todo, {r.file for r in results})
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             fix = (
-                "raise --max-pixels if you trust the image"
+                ("raise ", Option("max_pixels"), " if you trust the image")
                 if OVER_MAX_PIXELS in e.reason
-                else "repair or remove the file"
+                else ("repair or remove the file",)
             )
             raise ImageError(
-                e.key, f"{e.reason} (in {dataset.root.path()}); {fix}, or {SKIP_HINT}"
+                e.key, *e.reason_parts, f" (in {dataset.root.path()}); ", *fix, ", or ", *SKIP_HINT
             ) from None
         if type(e).__name__ == "BrokenProcessPool":  # concurrent.futures's; imported lazily
             raise WorkerDiedError(
                 f"{out.root}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
-                "(killed, perhaps by the out-of-memory killer: try fewer --workers); "
-                "rerun with --resume to keep the shards already finished"
+                "(killed, perhaps by the out-of-memory killer: try fewer ",
+                Option("workers"),
+                "); rerun with ",
+                Option("resume", True),
+                " to keep the shards already finished",
             ) from None
         raise
     finally:
@@ -190,7 +193,7 @@ def _run(
 
 
 # The way past a bad item that --on-error fail stopped at.
-SKIP_HINT = "pass --on-error skip to leave it out"
+SKIP_HINT = ("pass ", Option("on_error", "skip"), " to leave it out")
 
 
 class _ProgressPoller:

@@ -14,7 +14,7 @@ import numpy as np
 
 from shardpack import images
 from shardpack.containers import CONTAINERS, checked, open_shard
-from shardpack.errors import RecordError, ShardpackError, install_hint, is_count
+from shardpack.errors import Option, RecordError, ShardpackError, install_hint, is_count
 from shardpack.images import BadImage
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.options import DEFAULT_MAX_PIXELS
@@ -331,8 +331,9 @@ def _check_tf_readable(index: Index) -> None:
         readable = [name for name, c in CONTAINERS.items() if c.tf_readable]
         raise ShardpackError(
             f"{index.out}: tf_dataset reads {' or '.join(readable)} shards; these are "
-            f"{index.container.name} (read them with iter_examples or Records, or pack with "
-            f"--format {readable[0]})"
+            f"{index.container.name} (read them with iter_examples or Records, or pack with ",
+            Option("format", readable[0]),
+            ")",
         )
 
 

@@ -26,7 +26,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator, Mapping
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 from shardpack.options import PackOptions, check_choice
 from shardpack.sources import (
     cifar,
@@ -158,7 +158,7 @@ def _recognise(root: Storage, options: PackOptions) -> tuple[Source, object]:
         source = registry[options.source]
         found = source.recognise(root, options)
         if found is None:
-            raise SourceError(f"{root.path()}: is not {source.described}; drop --source")
+            raise SourceError(f"{root.path()}: is not {source.described}; drop ", Option("source"))
         return source, found
     for source in reversed(registry.values()):  # the last is the folder: it takes any SRC
         found = source.recognise(root, options)
@@ -170,15 +170,15 @@ def _recognise(root: Storage, options: PackOptions) -> tuple[Source, object]:
 def _refuse_unused(root: Storage, options: PackOptions, source: Source) -> None:
     """An option only other sources read is refused, not ignored: --splits names split
     folders, --path-column and --root a manifest's images."""
-    meant: dict[str, tuple[str, str]] = {}  # field -> (flag, what the first taking it reads)
+    meant: dict[str, str] = {}  # field -> what the first source taking it reads
     for other in registered_sources().values():
-        for name, flag in other.own_options:
-            meant.setdefault(name, (flag, other.described))
+        for name in other.own_options:
+            meant.setdefault(name, other.described)
     defaults = {f.name: f.default for f in dataclasses.fields(PackOptions)}
-    for name, (flag, what) in meant.items():
-        if name not in dict(source.own_options) and getattr(options, name) != defaults[name]:
-            raise SourceError(f"{root.path()}: {flag} is for {what}, and SRC is "
-                              f"{source.described}; drop {flag}")  # fmt: skip
+    for name, what in meant.items():
+        if name not in source.own_options and getattr(options, name) != defaults[name]:
+            raise SourceError(f"{root.path()}: ", Option(name), f" is for {what}, and SRC is "
+                              f"{source.described}; drop ", Option(name))  # fmt: skip
 
 
 def source_root(

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
 from shardpack.sources.classlist import check_class_name
@@ -75,7 +75,8 @@ class CifarSource(Source):
     ) -> Dataset:
         root, layout = found
         if options.classes is not None:
-            raise SourceError(f"{root.path()}: CIFAR brings its own class list; drop --classes")
+            raise SourceError(f"{root.path()}: CIFAR brings its own class list; drop ",
+                              Option("classes"))  # fmt: skip
         return scan_cifar(root, layout)
 
     def load(self, item: Item, root: Storage, options: PackOptions, cache: dict) -> np.ndarray:

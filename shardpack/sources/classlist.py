@@ -8,7 +8,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 
-from shardpack.errors import ShardpackError, SourceError, printable
+from shardpack.errors import Option, ShardpackError, SourceError, printable
 from shardpack.sources.source import NO_FIELDS, Item
 
 # A --classes file holds one name a line; no real class list is anywhere near this large.
@@ -25,13 +25,14 @@ _LIST_FILES = (".txt", ".names", ".lst", ".csv")
 _BAD_NAME_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 
 
-def check_class_name(name: str, where: str) -> None:
+def check_class_name(name: str, where: str | Option) -> None:
     """Refuse a class name (a folder's, a manifest's, from --classes or a CIFAR meta file at
     `where`) that is not one line of printable text."""
     if any(unicodedata.category(c) in _BAD_NAME_CATEGORIES for c in name):
         raise SourceError(
-            f"{where}: the class name '{printable(name)}' holds a control character or a line "
-            "break, but class names are written one per line: rename it"
+            where,
+            f": the class name '{printable(name)}' holds a control character or a line "
+            "break, but class names are written one per line: rename it",
         )
 
 
@@ -67,12 +68,12 @@ def parse_classes(text: str) -> tuple[str, ...]:
                              "as a,b,c")  # fmt: skip
     else:
         names = [class_name(name) for name in text.split(",")]
-        where = "--classes"
+        where = Option("classes")
     names = [name for name in names if name]
     for name in names:
         check_class_name(name, where)
     if not names:
-        raise ShardpackError(f"{where}: names no class; pass a,b,c or a file with one a line")
+        raise ShardpackError(where, ": names no class; pass a,b,c or a file with one a line")
     check_class_count(len(names), where, "its names")
     repeated = sorted(n for n, times in Counter(names).items() if times > 1)  # not n**2
     if repeated:
@@ -123,6 +124,7 @@ def labelled(
                 continue
             reason = f"class {name!r} is not in --classes"
             if on_error == "fail":
-                raise SourceError(f"{key}: {reason}; add it to the list, or pass --on-error skip")
+                raise SourceError(f"{key}: {reason}; add it to the list, or pass ",
+                                  Option("on_error", "skip"))  # fmt: skip
             skipped.append((key, reason))
     return items, skipped

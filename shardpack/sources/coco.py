@@ -26,7 +26,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 
-from shardpack.errors import SourceError, printable
+from shardpack.errors import Option, SourceError, printable
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
 from shardpack.sources import shapes
@@ -80,7 +80,8 @@ class CocoSource(Source):
     ) -> Dataset:  # fmt: skip
         root, files = found
         if options.classes is not None:
-            raise SourceError(f"{root.path()}: COCO brings its own categories; drop --classes")
+            raise SourceError(f"{root.path()}: COCO brings its own categories; drop ",
+                              Option("classes"))  # fmt: skip
         return scan_coco(root, files, options)
 
 
@@ -311,7 +312,7 @@ class _Split:
 
     def _skip(self, key: str, reason: str) -> None:
         if self.options.on_error == "fail":
-            raise SourceError(f"{key}: {reason} (--on-error fail)")
+            raise SourceError(f"{key}: {reason} (", Option("on_error", "fail"), ")")
         self.skipped.append((key, reason))
 
     def _images(self, entries: list) -> dict[int, tuple[str, int, int]]:

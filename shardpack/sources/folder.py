@@ -6,7 +6,7 @@ import operator
 import os
 from collections.abc import Iterable, Mapping
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import cifar
@@ -90,13 +90,14 @@ class FolderSource(Source):
     name = "folder"
     kinds = ("folder",)
     described = "class folders"
-    own_options = (("split_names", "--splits"),)
+    own_options = ("split_names",)
 
     def recognise(self, root: Storage, options: PackOptions) -> Storage:
         folder_only(root, options, self.name)
         if options.source == self.name and options.split_names != SPLIT_NAMES:
-            raise SourceError(f"{root.path()}: --splits names split folders, and --source folder "
-                              "takes every folder as a class; drop one of them")  # fmt: skip
+            raise SourceError(f"{root.path()}: ", Option("split_names"), " names split folders, "
+                              "and ", Option("source", "folder"), " takes every folder as a "
+                              "class; drop one of them")  # fmt: skip
         return root
 
     def scan(
@@ -115,7 +116,7 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
     if found and not items:
         raise left_out_by_classes(src.path(), len(found), found_classes)
     if not items:
-        raise SourceError(f"{src.path()}: no images found; {_nothing_found(src)}")
+        raise SourceError(f"{src.path()}: no images found; ", *_nothing_found(src))
     return passed.dataset("folder", src, Schema.build(classes), {"train": items}, left_out,
                           empty_class_warnings(src.path(), empty, classes))  # fmt: skip
 
@@ -143,15 +144,19 @@ def _refuse_split_like(
         return
     raise SourceError(
         f"{src.path()}: its folders {few(folders)} each hold the same folders ({few(shared)}), "
-        f"as a split tree's split folders hold classes; pass --splits {','.join(folders)} to "
-        "take them as splits, or --source folder to take them as classes"
+        "as a split tree's split folders hold classes; pass ",
+        Option("split_names", tuple(folders)),
+        " to take them as splits, or ",
+        Option("source", "folder"),
+        " to take them as classes",
     )
 
 
 def left_out_by_classes(where: str, images: int, found: Iterable[str]) -> SourceError:
     """The error of a scan that found images, every one in a class that --classes leaves out."""
-    return SourceError(f"{where}: none of its {images:,} images is in a class of --classes; "
-                       f"its class folders are {few(found)}: name those")  # fmt: skip
+    return SourceError(f"{where}: none of its {images:,} images is in a class of ",
+                       Option("classes"), f"; its class folders are {few(found)}: name "
+                       "those")  # fmt: skip
 
 
 def few(names: Iterable[str]) -> str:
@@ -269,25 +274,26 @@ def empty_class_warnings(top: str, empty: list[str], classes: tuple[str, ...]) -
     ]
 
 
-def _nothing_found(src: Storage) -> str:
-    """What SRC holds instead of class folders with images, and what to pass instead."""
+def _nothing_found(src: Storage) -> tuple[str | Option, ...]:
+    """What SRC holds instead of class folders with images, and what to pass instead (as the
+    parts of a message)."""
     entries = folder_entries(src)
     for name, is_dir in entries:
         if is_dir and cifar.cifar_layout(src.child(name)) is not None:
-            return f"{src.path(name)} holds CIFAR batches: pass that folder as SRC"
+            return (f"{src.path(name)} holds CIFAR batches: pass that folder as SRC",)
     names = {name for name, is_dir in entries if not is_dir}
     for batches, meta in cifar.LAYOUTS.values():
         batch = min(names & batches.keys(), default=None)
         if batch is not None and meta in names:  # only --source folder leads here
-            return "it holds CIFAR batches: pass --source cifar"
+            return ("it holds CIFAR batches: pass ", Option("source", "cifar"))
         if batch is not None:
             return (
                 f"it holds {batch} but not {meta}, which names CIFAR's classes: extract the "
-                "whole archive"
+                "whole archive",
             )
     archives = [name for name, _ in entries if name.endswith(_ARCHIVES)]
     if archives:
-        return f"it holds {archives[0]}: extract it, then pass the folder it makes"
+        return (f"it holds {archives[0]}: extract it, then pass the folder it makes",)
     loose = sum(1 for name, is_dir in entries if not is_dir and _is_image_name(name))
     if loose:
         root = src.path()
@@ -297,8 +303,8 @@ def _nothing_found(src: Storage) -> str:
         if above is not None and _only_entry(above, name):  # else it packs its others too
             way += f", or pass {parent} to pack {name} as one class"
         return (f"its {loose} images lie in SRC itself, but each class needs its own folder "
-                f"(SRC/<class>/<image>): {way}")  # fmt: skip
-    return f"expected SRC/<class>/<image> with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}"
+                f"(SRC/<class>/<image>): {way}",)  # fmt: skip
+    return (f"expected SRC/<class>/<image> with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}",)
 
 
 def _only_entry(folder: Storage, name: str) -> bool:

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from shardpack.errors import ImageError, SourceError, printable
+from shardpack.errors import ImageError, Option, SourceError, printable
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources.hflayout import SUFFIX, data_files, hub_named
@@ -67,7 +67,7 @@ class HfSource(Source):
     name = "hf"
     kinds = (KIND,)
     described = "a Hugging Face Parquet dataset"
-    own_options = (("root", "--root"),)  # the folder rows' image paths are under
+    own_options = ("root",)  # the folder rows' image paths are under
 
     def recognise(
         self, root: Storage, options: PackOptions
@@ -106,10 +106,10 @@ class HfSource(Source):
         root, files = found
         if options.classes is not None:
             raise SourceError(f"{root.path()}: a Hugging Face dataset brings its class names "
-                              "(ClassLabel); drop --classes")  # fmt: skip
+                              "(ClassLabel); drop ", Option("classes"))  # fmt: skip
         if options.root is not None and storage_at(options.root, storage_options).kind() != "dir":
-            raise SourceError(f"--root {options.root}: not a folder; pass the folder the rows' "
-                              "image paths are relative to")  # fmt: skip
+            raise SourceError(Option("root", options.root), ": not a folder; pass the folder "
+                              "the rows' image paths are relative to")  # fmt: skip
         if files is None:  # a Parquet file: the items' paths are under its folder
             folder, _, name = root.root.rstrip("/").rpartition("/")
             root, files = storage_at(folder or "/", storage_options), {"train": [name]}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature
 from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.tables.cells import INT64, MAX_TEXT_CHARS
@@ -46,8 +46,9 @@ def columns_of(schema, path: str, required: bool) -> Columns | None:
             return None
         raise SourceError(
             f"{path}: has no image column (a column of the datasets Image type, "
-            "struct<bytes, path>); if it names image files, drop --source and pack it as a "
-            "manifest"
+            "struct<bytes, path>); if it names image files, drop ",
+            Option("source"),
+            " and pack it as a manifest",
         )
     classes, multi, features, ragged = None, False, {}, set()
     derived = []

@@ -27,7 +27,7 @@ import posixpath
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions, box_column
 from shardpack.schema import Feature, Schema
 from shardpack.sources.classlist import check_class_count, check_class_name
@@ -67,10 +67,8 @@ class ManifestSource(Source):
     described = "a manifest table"
     choosable = False
     own_options = (
-        ("path_column", "--path-column"), ("root", "--root"), ("retries", "--retries"),
-        ("allow_private_urls", "--allow-private-urls"), ("ignore_opt_out", "--ignore-opt-out"),
-        ("user_agent", "--user-agent"), ("url_threads", "--url-threads"),
-        ("per_host", "--per-host"), ("box_columns", "--box-columns"),
+        "path_column", "root", "retries", "allow_private_urls", "ignore_opt_out", "user_agent",
+        "url_threads", "per_host", "box_columns",
     )  # fmt: skip
 
     def recognise(
@@ -379,13 +377,15 @@ def _box_columns(table: Manifest, declared: tuple[str, ...] | None) -> dict[str,
     for name in boxes:
         feature = table.columns.get(name)
         if feature is None:
-            raise SourceError(f"{table.path}: --box-columns names {name!r}, which is none of its "
-                              f"columns ({few(table.columns)}); name one of those")  # fmt: skip
+            raise SourceError(f"{table.path}: ", Option("box_columns"), f" names {name!r}, which "
+                              f"is none of its columns ({few(table.columns)}); name one of "
+                              "those")  # fmt: skip
         if feature.dtype != "float32" or not feature.is_list or feature.row not in (None, 4):
             why = " (pixels? normalise them by the image size)" if feature.dtype == "int64" else ""
-            raise SourceError(f"{table.path}: --box-columns column {name!r} holds "
+            raise SourceError(f"{table.path}: ", Option("box_columns"), f" column {name!r} holds "
                               f"{feature.dtype} {list(feature.shape)}{why}, not normalised "
-                              "boxes (numbers, 4 a box); drop it from --box-columns")  # fmt: skip
+                              "boxes (numbers, 4 a box); drop it from ",
+                              Option("box_columns"))  # fmt: skip
     return boxes
 
 
@@ -413,7 +413,8 @@ def _check_root(root: str | None) -> None:
     if root is None or (what := missing_root(root)) is None:
         return
     raise SourceError(
-        f"--root {root}: {what}; pass the folder the manifest's image paths are relative to"
+        Option("root", root),
+        f": {what}; pass the folder the manifest's image paths are relative to",
     )
 
 
@@ -423,7 +424,7 @@ def _classes(
     """The class list: None unlabeled; --classes as given; else names sorted, or "0".."max"."""
     if info is None:
         if pinned is not None:
-            raise SourceError(f"{path}: has no label column for --classes to name")
+            raise SourceError(f"{path}: has no label column for ", Option("classes"), " to name")
         return None
     if pinned is not None:
         return pinned

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
 from shardpack.sources.folder import IMAGE_EXTENSIONS
@@ -39,10 +39,12 @@ def object_schema(classes: tuple[str, ...], extra: Mapping[str, Feature] | None 
 
 
 def refuse_classes(root: Storage, options: PackOptions, source: str, where: str) -> None:
-    """--classes pins image classes; an object source's classes are its annotations'."""
+    """--classes pins image classes; an object source's (named `source`) classes are its
+    annotations'."""
     if options.classes is not None:
-        raise SourceError(f"{root.path()}: --classes pins the classes of images, and {source} "
-                          f"takes its object classes from {where}; drop --classes")  # fmt: skip
+        raise SourceError(f"{root.path()}: ", Option("classes"), " pins the classes of images, "
+                          "and ", Option("source", source), " takes its object classes from "
+                          f"{where}; drop ", Option("classes"))  # fmt: skip
 
 
 def image_files(root: Storage, folder: str) -> Iterator[Entry]:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from shardpack.containers import Container, ShardReader, checked
-from shardpack.errors import ImageError, IndexFormatError, RecordError, SourceError
+from shardpack.errors import ImageError, IndexFormatError, Option, RecordError, SourceError
 from shardpack.index import (
     FORMAT,
     STORED_FORMATS,
@@ -72,7 +72,7 @@ class ShardpackSource(Source):
     ) -> Dataset:
         if options.classes is not None:
             raise SourceError(f"{found.path()}: a shardpack output brings its class list; "
-                              "drop --classes")  # fmt: skip
+                              "drop ", Option("classes"))  # fmt: skip
         index = _index(found)
         return scan_shards(index, _rereads(index) if options.shuffle else ())
 
@@ -107,8 +107,8 @@ def _index(root: Storage) -> Index:
     try:
         index = load_index(root)
     except IndexFormatError as e:
-        raise SourceError(f"{e} (--source shardpack reads the output folder of a shardpack "
-                          "pack run)") from None  # fmt: skip
+        raise SourceError(*e.args, " (", Option("source", "shardpack"), " reads the output "
+                          "folder of a shardpack pack run)") from None  # fmt: skip
     return index
 
 

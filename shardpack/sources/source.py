@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
-from shardpack.errors import ImageError, SourceError
+from shardpack.errors import ImageError, Option, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.storage import Storage
@@ -128,8 +128,9 @@ class Source(abc.ABC):
     kinds: ClassVar[tuple[str, ...]]  # the Dataset.kind values its scan gives
     described: ClassVar[str]  # what SRC is, for messages: "a manifest"
     choosable: ClassVar[bool] = True
-    # (PackOptions field, its flag) that only some sources read: given to another, refused
-    own_options: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # PackOptions fields that only some sources read (each's flag is options.FLAGS'): given
+    # to a source that reads none of them, refused
+    own_options: ClassVar[tuple[str, ...]] = ()
     record_cost: ClassVar[RecordCost | None] = None  # None: items are files, costed by bytes
 
     @abc.abstractmethod
@@ -244,4 +245,5 @@ def read_image_file(item: Item, src: Storage, options: PackOptions) -> bytes:
 def folder_only(root: Storage, options: PackOptions, name: str) -> None:
     """--source `name` on a file (a manifest) is refused: that source reads folders."""
     if options.source == name and root.kind() != "dir":
-        raise SourceError(f"{root.path()}: --source {name} takes a folder; drop --source")
+        raise SourceError(f"{root.path()}: ", Option("source", name), " takes a folder; drop ",
+                          Option("source"))  # fmt: skip

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 
 if TYPE_CHECKING:  # planning data only: the names are needed for type hints
     from shardpack.sources.source import Dataset
@@ -63,7 +63,10 @@ def split_dataset(
     if len(dataset.splits) != 1:
         raise SourceError(
             f"{src}: already has splits {', '.join(sorted(dataset.splits))} (split folders, or "
-            "a manifest's split column); --split cuts a one-split source: drop --split"
+            "a manifest's split column); ",
+            Option("split"),
+            " cuts a one-split source: drop ",
+            Option("split"),
         )
     (items,) = dataset.splits.values()
     positions = stratified_split([item.label for item in items], [f for _, f in split], seed)
@@ -71,8 +74,9 @@ def split_dataset(
     for (name, fraction), chosen in zip(split, positions, strict=True):
         if not chosen:
             raise SourceError(
-                f"{dataset.root.path()}: --split {name}={fraction:g} of {len(items)} items gives "
-                f"{name} no item; raise its fraction or drop it"
+                f"{dataset.root.path()}: ",
+                Option("split", ((name, fraction),)),
+                f" of {len(items)} items gives {name} no item; raise its fraction or drop it",
             )
         splits[name] = tuple(items[i] for i in chosen)
     return dataclasses.replace(dataset, splits=splits)

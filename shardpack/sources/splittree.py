@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources.classlist import class_list, labelled
@@ -42,21 +42,25 @@ def is_split_tree(root: Storage, split_names: tuple[str, ...], named: bool = Fal
         return True
     if named and not splits:
         holds = f"its folders are {few(folders)}" if folders else "it holds no folder"
-        raise SourceError(f"{root.path()}: --splits names none of its folders ({holds}); pass "
-                          "the names of its split folders, or drop --splits")  # fmt: skip
+        raise SourceError(f"{root.path()}: ", Option("split_names"), f" names none of its "
+                          f"folders ({holds}); pass the names of its split folders, or drop ",
+                          Option("split_names"))  # fmt: skip
     others = [name for name in folders if name not in split_names]
     if splits and len(splits) >= len(others):
         raise SourceError(
             f"{root.path()}: holds split folders ({few(splits)}) and others ({few(others)}): "
-            "move the others out of SRC (a split tree holds split folders only), or pass "
-            "--source folder to take every folder as a class"
+            "move the others out of SRC (a split tree holds split folders only), or pass ",
+            Option("source", "folder"),
+            " to take every folder as a class",
         )
     lowered = {name.lower() for name in split_names}
     if folders and all(name.lower() in lowered for name in folders):
         raise SourceError(
-            f"{root.path()}: its folders {few(folders)} are split names but for case; pass "
-            f"--splits {','.join(folders)} to take them as splits, or --source folder to take "
-            "them as classes"
+            f"{root.path()}: its folders {few(folders)} are split names but for case; pass ",
+            Option("split_names", tuple(folders)),
+            " to take them as splits, or ",
+            Option("source", "folder"),
+            " to take them as classes",
         )
     return False
 
@@ -103,7 +107,7 @@ class SplitTreeSource(Source):
     kinds = ("split-tree",)
     described = "split folders"
     choosable = False
-    own_options = (("split_names", "--splits"),)
+    own_options = ("split_names",)
 
     def recognise(self, root: Storage, options: PackOptions) -> Storage | None:
         named = options.split_names != SPLIT_NAMES  # --splits given

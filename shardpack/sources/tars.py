@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
-from shardpack.errors import ImageError, SourceError
+from shardpack.errors import ImageError, Option, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema
 from shardpack.sources.classlist import MAX_CLASSES
@@ -415,7 +415,8 @@ def _dataset(root: Storage, samples: list[_Sample], options: PackOptions) -> Dat
     present = {ext for s in good for ext in s.data}
     label = next((ext for ext in LABEL_EXTENSIONS if ext in present), None)
     if label is None and options.classes is not None:
-        raise SourceError(f"{root.path()}: no sample has a .cls member for --classes to name")
+        raise SourceError(f"{root.path()}: no sample has a .cls member for ", Option("classes"),
+                          " to name")  # fmt: skip
     taken = {*BUILTIN_NAMES, LABEL}
     members = {ext: _free(ext, taken, "member/") for ext in sorted(present - {label, JSON})}
     parsed = [_json(s) if JSON in present else {} for s in good]

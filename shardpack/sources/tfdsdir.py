@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from shardpack.containers import CONTAINERS
-from shardpack.errors import ImageError, RecordError, SourceError
+from shardpack.errors import ImageError, Option, RecordError, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema, check_values
 from shardpack.sources.classlist import MAX_CLASSES, check_class_count, check_class_name
@@ -60,7 +60,8 @@ class TfdsSource(Source):
         self, found: Storage, options: PackOptions, storage_options: Mapping[str, object] | None
     ) -> Dataset:
         if options.classes is not None:
-            raise SourceError(f"{found.path()}: TFDS brings its own class list; drop --classes")
+            raise SourceError(f"{found.path()}: TFDS brings its own class list; drop ",
+                              Option("classes"))  # fmt: skip
         return scan_tfds(found)
 
     def load(self, item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:

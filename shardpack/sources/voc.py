@@ -125,7 +125,7 @@ def scan_voc(root: Storage, years: list[str], options: PackOptions) -> Dataset:
     Raises:
         SourceError: a folder or split list cannot be read, or no image is found.
     """
-    refuse_classes(root, options, "--source voc", "the annotations' <name>s")
+    refuse_classes(root, options, "voc", "the annotations' <name>s")
     tally = _Tally()
     found: dict[str, list[tuple[str, int, dict | None]]] = {}  # split -> (image, size, objects)
     skipped: list[tuple[str, str]] = []

@@ -104,7 +104,7 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
         SourceError: data.yaml cannot be read or names no folder under SRC, a folder cannot be
             listed, or no image is found.
     """
-    refuse_classes(root, options, "--source yolo", "data.yaml's names")
+    refuse_classes(root, options, "yolo", "data.yaml's names")
     doc = _read_yaml(root, yaml) if yaml is not None else {}
     where = root.path(yaml) if yaml is not None else root.path()
     names = _names(doc, where)

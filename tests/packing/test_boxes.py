@@ -221,8 +221,8 @@ def test_an_exif_rotated_jpeg_reencoded_keeps_its_boxes_on_the_displayed_object(
 def test_a_transform_that_would_leave_geometry_behind_is_refused(tmp_path: Path):
     src = _manifest(tmp_path / "src", [("a.png", _png(_photo()), {
         **_columns(), "keypoints": [[0.5, 0.8]]})])  # fmt: skip
-    with pytest.raises(ShardpackError, match=r"--resize 200x200 --resize-mode center-crop .*"
-                                             r"'keypoints'"):  # fmt: skip
+    with pytest.raises(ShardpackError, match=r"resize=\(200, 200\) resize_mode='center-crop' "
+                                             r".*'keypoints'"):  # fmt: skip
         _pack(src, tmp_path / "out", resize=(200, 200), resize_mode="center-crop")
     assert not (tmp_path / "out" / "index.json").exists()
     _pack(src, tmp_path / "kept")  # no transform: nothing to move, nothing refused

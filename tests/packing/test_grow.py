@@ -162,7 +162,7 @@ def test_a_differing_option_or_class_list_is_refused_naming_it(tmp_path: Path):
     _add(src, "cat", 2, seed=50)
     before = _files(out)
     done = run_cli("pack", str(src), str(out), "--append", "--encode", "jpeg", "--no-progress")
-    one_line_error(done, "--encode", '"jpeg"', '"png"')
+    one_line_error(done, '--encode jpeg (the dataset\'s: "png"); drop them: --append takes')
     done = run_cli("pack", str(src), str(out), "--append", "--classes", "dog,cat", "--no-progress")
     one_line_error(done, "--classes", "begin with the dataset's 2 classes")
     assert _files(out) == before

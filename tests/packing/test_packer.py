@@ -280,7 +280,7 @@ def test_an_index_json_of_yours_is_named_not_taken_for_a_dataset(tmp_path: Path)
     with pytest.raises(OutputError) as caught:
         pack(src, tmp_path / "out", PackOptions(workers=1))
     assert str(caught.value) == (
-        f"{tmp_path}/out/index.json: not an index shardpack can read; pass --overwrite to "
+        f"{tmp_path}/out/index.json: not an index shardpack can read; pass overwrite=True to "
         "replace it, or choose another output folder"
     )
     assert (tmp_path / "out" / "index.json").read_text() == "my own notes"
@@ -399,7 +399,7 @@ def test_max_pixels_applies_to_every_format_with_a_size_in_its_header(tmp_path: 
     assert set(reasons) == {f"a/big{ext}" for ext in (".jpg", ".png", ".bmp", ".webp")}
     assert all("60x40 pixels is over --max-pixels 100" in r for r in reasons.values())
     assert result.num_records == 1 and tf_records(out)[0]["format"] == b"png"  # BMP -> PNG
-    with pytest.raises(ImageError, match=r"; raise --max-pixels if you trust the image, or pass"):
+    with pytest.raises(ImageError, match=r"; raise max_pixels= if you trust the image, or pass o"):
         pack(src, tmp_path / "fail", PackOptions(workers=1, max_pixels=100, on_error="fail"))
 
 

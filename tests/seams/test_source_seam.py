@@ -115,9 +115,9 @@ def test_a_registered_source_is_a_source_choice_with_the_generic_refusals(seeded
         "seeds",
     )
     assert sources.scan(src, PackOptions(source="seeds")).kind == "seeds"
-    with pytest.raises(SourceError, match="is not seeded images; drop --source"):
+    with pytest.raises(SourceError, match="is not seeded images; drop source="):
         sources.scan(tmp_path, PackOptions(source="seeds"))
-    with pytest.raises(SourceError, match="--path-column is for a manifest table, and SRC is se"):
+    with pytest.raises(SourceError, match="path_column= is for a manifest table, and SRC is se"):
         sources.scan(src, PackOptions(path_column="file"))
     with pytest.raises(ValueError, match="registered already"):
         register_source(SeededSource())

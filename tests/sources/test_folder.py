@@ -404,7 +404,7 @@ def test_source_cifar_on_a_folder_tree_is_source_error(tmp_path):
 
 def test_source_folder_on_a_cifar_folder_is_a_clean_error(tmp_path):
     src = helpers.make_cifar10_python(tmp_path / "cifar", per_batch=2, batches=1)
-    with pytest.raises(SourceError, match="no images found; it holds CIFAR batches: pass --so"):
+    with pytest.raises(SourceError, match="no images found; it holds CIFAR batches: pass source="):
         scan(src, PackOptions(source="folder"))
     (src / "batches.meta").unlink()  # half an archive: auto finds no CIFAR, and says why
     with pytest.raises(SourceError, match=r"holds data_batch_1 but not batches\.meta, which names"):
@@ -857,8 +857,8 @@ def test_folders_holding_the_same_class_folders_are_refused_as_a_split_tree(tmp_
     src = helpers.make_tree(tmp_path / "src" / "tr", {"cat": 2, "dog": 2}).parent
     helpers.make_tree(src / "te", {"cat": 1, "dog": 1})
     with pytest.raises(SourceError, match=r"its folders 'te', 'tr' each hold the same folders "
-                       r"\('cat', 'dog'\), as a split tree's .* pass --splits te,tr to take them "
-                       "as splits, or --source folder"):  # fmt: skip
+                       r"\('cat', 'dog'\), as a split tree's .* pass split_names=\('te', 'tr'\) to "
+                       "take them as splits, or source='folder'"):  # fmt: skip
         scan(src)
     assert set(scan(src, PackOptions(split_names=("te", "tr"))).splits) == {"te", "tr"}
     assert scan(src, PackOptions(source="folder")).classes == ("te", "tr")

@@ -163,7 +163,7 @@ def test_a_root_that_is_not_a_folder_is_one_line_naming_it(tmp_path: Path):
         f"error: --root {tmp_path / 'mm'}: no such folder; pass the folder the manifest's "
         "image paths are relative to"
     ]
-    with pytest.raises(SourceError, match=r"--root .*m\.csv: is not a folder"):
+    with pytest.raises(SourceError, match=r"root='.*m\.csv': is not a folder"):
         pack(manifest, tmp_path / "out", PackOptions(root=str(manifest)))
     assert not (tmp_path / "out").exists()
 
@@ -419,7 +419,7 @@ def test_box_columns_that_are_not_boxes_are_refused_in_one_line(tmp_path: Path):
         PackOptions(box_columns=("px:xywh-pixels",))
     (tmp_path / "tree" / "cat").mkdir(parents=True)
     (tmp_path / "tree" / "cat" / "a.png").write_bytes(b"")
-    with pytest.raises(SourceError, match="--box-columns is for a manifest table"):
+    with pytest.raises(SourceError, match="box_columns= is for a manifest table"):
         scan(tmp_path / "tree", PackOptions(box_columns=("bbox",)))
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from shardpack.errors import ShardpackError, SourceError
-from shardpack.options import PackOptions, parse_split
+from shardpack.options import PackOptions, as_flags, parse_split
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from shardpack.sources import scan
@@ -60,9 +60,10 @@ def test_split_folders_beside_other_folders_are_refused_not_taken_for_classes(tm
         scan(src)
     assert str(caught.value) == (
         f"{src}: holds split folders ('train', 'validation') and others ('__MACOSX'): move the "
-        "others out of SRC (a split tree holds split folders only), or pass --source folder "
+        "others out of SRC (a split tree holds split folders only), or pass source='folder' "
         "to take every folder as a class"
     )
+    assert "or pass --source folder to take" in as_flags(caught.value)  # as the CLI says it
     dataset = scan(src, PackOptions(source="folder"))  # the way out it names
     assert dataset.kind == "folder" and dataset.classes == ("__MACOSX", "train", "validation")
 
@@ -79,14 +80,14 @@ def test_split_folders_but_for_case_or_a_splits_typo_are_refused(tmp_path: Path)
     with pytest.raises(SourceError, match=r"its folders 'Train', 'Val' are split names but for"):
         scan(src)
     assert scan(src, PackOptions(split_names=("Train", "Val"))).kind == "split-tree"
-    with pytest.raises(SourceError, match=r"--splits names none of its folders \(its folders are"):
+    with pytest.raises(SourceError, match=r"split_names= names none of its folders \(its folder"):
         scan(src, PackOptions(split_names=("trian", "val")))
     flat = tmp_path / "flat"
     flat.mkdir()
     (flat / "a.jpg").write_bytes(b"")
     with pytest.raises(SourceError, match=r"\(it holds no folder\)"):
         scan(flat, PackOptions(split_names=("train",)))
-    with pytest.raises(SourceError, match="--splits names split folders, and --source folder"):
+    with pytest.raises(SourceError, match="split_names= names split folders, and source='folder"):
         scan(src, PackOptions(split_names=("Train",), source="folder"))
 
 
@@ -171,7 +172,7 @@ def test_classes_that_leave_out_every_image_say_which_classes_there_are(tmp_path
     if layout == "split tree":
         src = _split_tree(tmp_path / "tree")  # 9 images of cat, dog and eel
     images = 4 if layout == "folder" else 9
-    words = f"none of its {images} images is in a class of --classes; its class folders are "
+    words = f"none of its {images} images is in a class of classes=; its class folders are "
     with pytest.raises(SourceError, match=words + "'cat', 'dog', 'eel': name those"):
         pack(src, tmp_path / "out", PackOptions(workers=1, classes=("cats",)))
 
@@ -180,7 +181,7 @@ def test_classes_are_refused_for_cifar(tmp_path: Path):
     from tests.helpers import make_cifar10_python
 
     src = make_cifar10_python(tmp_path / "c", per_batch=2, batches=1)
-    with pytest.raises(SourceError, match="drop --classes"):
+    with pytest.raises(SourceError, match="drop classes="):
         scan(src, PackOptions(classes=("a",)))
 
 
@@ -262,6 +263,8 @@ def test_an_option_the_source_takes_no_notice_of_is_refused(tmp_path: Path):
                                        "SRC is class folders; drop --path-column"),
         (src, {"root": str(tmp_path)}, "--root is for a manifest"),
     ]  # fmt: skip
-    for given, options, said in refused:
-        with pytest.raises(SourceError, match=re.escape(said)):
+    for given, options, said in refused:  # the names as data: the CLI says its flags
+        with pytest.raises(SourceError) as caught:
             scan(given, PackOptions(**options))
+        assert said in as_flags(caught.value)
+        assert caught.value.options == (*options, *options)

@@ -126,7 +126,7 @@ def test_a_voc_year_folder_of_other_classes_and_no_split_lists(tmp_path: Path):
     assert "Annotations/b.xml: is not well-formed XML" in reasons["JPEGImages/b.jpg"]
     assert "root element is <box>, not <annotation>" in reasons["JPEGImages/c.jpg"]
     assert "d.xml object 0 (ant): <bndbox/xmax> is 'twenty'" in reasons["JPEGImages/d.jpg"]
-    with pytest.raises(SourceError, match="drop --classes"):
+    with pytest.raises(SourceError, match="drop classes="):
         scan(tmp_path, PackOptions(classes=("ant",)))
     with pytest.raises(SourceError, match="holds no Annotations/ folder beside JPEGImages/"):
         scan(tmp_path / "JPEGImages", PackOptions(source="voc"))

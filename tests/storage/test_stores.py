@@ -196,7 +196,7 @@ def test_a_journal_that_cannot_be_written_is_one_line_with_the_way_on(tmp_path):
     result = ShardResult("train", 0, "d-train.tfrecord-00000-of-00001", 1, 10, "0" * 64, (1,),
                          (), 0.1, ())  # fmt: skip
     journal = Journal(storage_at(tmp_path / "gone"), "digest", {}, [])  # its folder does not exist
-    with pytest.raises(OutputError, match=r"\.shardpack\.journal: cannot write .*--resume"):
+    with pytest.raises(OutputError, match=r"\.shardpack\.journal: cannot write .*resume=True"):
         journal.add(result)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 from shardpack.schema import BUILTIN_NAMES, LABEL
 from shardpack.sources.spelling import near
 from shardpack.sources.tables.chunks import Chunk, check_names
@@ -30,19 +30,22 @@ class Layout:
             if path_column not in names:
                 raise SourceError(
                     f"{manifest}: has no column {path_column!r} (columns: {found}); pass the "
-                    "column that names each image as --path-column"
+                    "column that names each image as ",
+                    Option("path_column"),
                 )
         else:
             candidates = [n for n in PATH_COLUMNS if n in names]
             meant = _meant_path(names) if not candidates else None
             if meant is not None:
                 raise SourceError(f"{manifest}: no image column: did you mean {meant!r}? "
-                                  f"(columns: {found}); pass --path-column {meant}")  # fmt: skip
+                                  f"(columns: {found}); pass ",
+                                  Option("path_column", meant))  # fmt: skip
             if len(candidates) != 1:
                 which = "no image column" if not candidates else "several image columns"
                 raise SourceError(
                     f"{manifest}: {which} (columns: {found}); name the column of image paths "
-                    f"one of {', '.join(PATH_COLUMNS)}, or pass it as --path-column"
+                    f"one of {', '.join(PATH_COLUMNS)}, or pass it as ",
+                    Option("path_column"),
                 )
             path_column = candidates[0]
         extras = tuple(sorted(n for n in names if n not in (path_column, LABEL, SPLIT)))

@@ -572,7 +572,7 @@ def test_lines_that_are_not_json_objects_are_bad_rows_naming_their_line(tmp_path
 def test_a_column_a_typo_away_from_label_or_split_or_the_image_is_named(tmp_path):
     rows = [{"filepath": "a.jpg", "lable": "cat"}]
     with pytest.raises(SourceError, match=r"no image column: did you mean 'filepath'\? .*"
-                       "pass --path-column filepath"):  # fmt: skip
+                       "pass path_column='filepath'"):  # fmt: skip
         read_manifest(write_csv(tmp_path / "a.csv", rows))
     rows = [{"path": "a.jpg", "lable": "cat", "splt": "train"}]
     table = read_manifest(write_jsonl(tmp_path / "b.jsonl", rows))
