@@ -170,8 +170,8 @@ def _check_transform(options: PackOptions) -> None:
     for option in ("min_side", "max_area"):
         _positive(option, getattr(options, option))
     if not 0 <= options.min_visibility <= 1:
-        raise ShardpackError(f"min_visibility= is a share of a box's area, between 0 and 1, "
-                             f"got: {options.min_visibility!r}")  # fmt: skip
+        raise OptionError(Option("min_visibility"), " is a share of a box's area, between 0 "
+                          f"and 1, got: {options.min_visibility!r}")  # fmt: skip
     if options.max_aspect is not None and not options.max_aspect >= 1:
         raise OptionError(Option("max_aspect"), " must be a ratio of at least 1, got: "
                           f"{options.max_aspect!r}")  # fmt: skip
