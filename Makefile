@@ -11,7 +11,7 @@ TESTLIGHT := $(VENV)/.installed-test-light
 # The data card's test opens it in a real browser: Debian's chromium (headless), from apt.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test demo test test-fast bench bench-long peers peers-img2dataset lint clean
+.PHONY: install install-test demo test test-fast test-long bench bench-long peers peers-img2dataset lint clean
 
 install: $(RUNTIME)
 
@@ -52,6 +52,11 @@ test: $(TESTDEPS)
 # cluster, the S3 server, signals); those are skipped, with the reason.
 test-fast: $(TESTLIGHT)
 	SHARDPACK_TEST_TIER=fast $(PYTEST)
+
+# Everything `make test` runs and the tests marked long: a fault already shown for one container,
+# store or signal, shown again for the others (real kills, each a pack of its own: seconds each).
+test-long: $(TESTDEPS)
+	SHARDPACK_TEST_TIER=long $(PYTEST)
 
 # img2dataset, for benchmarks.urls' side-by-side run, in a venv of its own: its pins (pyarrow,
 # albumentations, fire, ...) conflict with ours. By name from the package index, as pip finds it.

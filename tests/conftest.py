@@ -19,7 +19,8 @@ from tests.helpers import (  # noqa: E402
 )
 from tests.s3server import s3, s3_server  # noqa: E402, F401
 
-FAST = os.environ.get("SHARDPACK_TEST_TIER") == "fast"  # set by `make test-fast`
+TIER = os.environ.get("SHARDPACK_TEST_TIER", "")  # `make test-fast`: fast; `make test-long`: long
+FAST = TIER == "fast"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,16 +31,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In the fast tier, skip tests marked heavy or slow (and those on the S3 server), saying
-    why."""
-    if not FAST:
+    """Skip, saying why, the tests a tier leaves out: `make test` those marked long (the same
+    fault shown again on another container or store), `make test-fast` those marked heavy or
+    slow too (and those on the S3 server); `make test-long` runs them all."""
+    if TIER == "long":
         return
+    long = pytest.mark.skip(reason="shows again what another test shows: run `make test-long`")
     heavy = pytest.mark.skip(reason="needs TensorFlow, TFDS, torch or DALI: run `make test`")
     slow = pytest.mark.skip(
         reason="starts a server, a cluster or a browser, or stops processes: run `make test`"
     )
     for item in items:
-        if item.get_closest_marker("heavy"):
+        if item.get_closest_marker("long"):
+            item.add_marker(long)
+        elif not FAST:
+            continue
+        elif item.get_closest_marker("heavy"):
             item.add_marker(heavy)
         elif item.get_closest_marker("slow") or "s3_server" in getattr(item, "fixturenames", ()):
             item.add_marker(slow)

@@ -339,6 +339,7 @@ def test_a_planted_s3_lock_naming_this_host_and_an_impossible_pid_is_one_line(sr
     _one_line_error(run, "another shardpack run", ".shardpack.lock")
 
 
+@pytest.mark.long  # make test shows a killed upload leaving nothing (tests/storage/test_remote.py)
 def test_array_record_into_s3_killed_leaves_no_spool_file(slow_src, s3, tmp_path):
     """Each ArrayRecord shard is spooled to a local file the library writes by path, then
     uploaded: a SIGKILLed run (the OOM killer, a lost node) must leave none of them behind."""

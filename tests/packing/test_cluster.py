@@ -156,6 +156,7 @@ def test_workers_that_do_not_share_out_are_refused(job, tmp_path: Path):
     assert not (out / "index.json").exists()
 
 
+@pytest.mark.long  # make test shows a cluster without the client's disk refused
 def test_workers_without_the_clients_disk_pack_s3_to_s3(job, s3, tmp_path_factory):
     """SRC and OUT in a bucket: workers that see none of the client's files read the source
     and write the shards through the store, byte-identical to the local run."""

@@ -25,10 +25,9 @@ from tests.helpers import gone, image, shard_files, wait_for, worker_pids, write
 pytestmark = pytest.mark.slow  # real signals and kills, each a pack of its own
 JOB = ["--encode", "png", "--shards", "12", "--workers", "2", "--no-progress"]
 # The runs stopped mid-write: a shard written through a stream (TFRecord; WebDataset and
-# Parquet write the same way) and one a library writes by path (ArrayRecord). What each
-# container's writer leaves when it fails is the conformance suite's, every container
-# (tests/containers/test_conformance.py).
-STOPPED = ("array_record", "tfrecord")
+# Parquet write the same way) and, in `make test-long`, one a library writes by path
+# (ArrayRecord). What each container's writer leaves when it fails is the conformance suite's,
+# every container (tests/containers/test_conformance.py).
 
 
 @pytest.fixture(scope="module")
@@ -90,10 +89,13 @@ def _same_output(a: Path, b: Path) -> bool:
 
 
 # SIGTERM takes the parent's same path as Ctrl-C to another exit code: one container shows it.
+# `make test` shows TFRecord's Ctrl-C; the others are `make test-long`'s.
 @pytest.mark.parametrize(
     ("fmt", "sig", "code"),
-    [(fmt, signal.SIGINT, 130) for fmt in STOPPED] + [("tfrecord", signal.SIGTERM, 143)],
-)
+    [pytest.param("array_record", signal.SIGINT, 130, marks=pytest.mark.long),
+     ("tfrecord", signal.SIGINT, 130),
+     pytest.param("tfrecord", signal.SIGTERM, 143, marks=pytest.mark.long)],
+)  # fmt: skip
 def test_signal_stops_cleanly_and_resume_completes(src, clean_as, tmp_path, sig, code, fmt):
     out = tmp_path / "out"
     run = _start(src, out, "--format", fmt)
@@ -136,8 +138,10 @@ def _writing_a_shard(pid: int) -> bool:
 # on it (the CLI's handler, inherited) printed its traceback under the one line.
 @pytest.mark.parametrize(
     ("fmt", "sig"),
-    [(fmt, signal.SIGKILL) for fmt in STOPPED] + [("tfrecord", signal.SIGTERM)],
-)
+    [pytest.param("array_record", signal.SIGKILL, marks=pytest.mark.long),
+     ("tfrecord", signal.SIGKILL),
+     pytest.param("tfrecord", signal.SIGTERM, marks=pytest.mark.long)],
+)  # fmt: skip
 def test_worker_killed_mid_shard(src, clean_as, tmp_path, fmt, sig):
     out = tmp_path / "out"
     run = _start(src, out, "--format", fmt)
@@ -297,7 +301,7 @@ def test_concurrent_runs_one_wins_intact(src, tmp_path):
     assert _cli("verify", str(out)).returncode == 0
 
 
-@pytest.mark.parametrize("fmt", STOPPED)
+@pytest.mark.parametrize("fmt", [pytest.param("array_record", marks=pytest.mark.long), "tfrecord"])
 def test_disk_full_keeps_finished_shards_and_resume_completes(src, clean_as, tmp_path, fmt):
     """A real tmpfs too small for the output, in a mount namespace of the test's own."""
     if shutil.which("unshare") is None or os.geteuid() != 0:

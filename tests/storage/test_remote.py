@@ -273,6 +273,7 @@ def test_sigint_mid_upload_leaves_nothing_partial_and_resume_completes(
     same_output(out, big_local)
 
 
+@pytest.mark.long  # the Ctrl-C of an upload is make test's
 def test_worker_killed_mid_upload_leaves_nothing_partial_and_resume_completes(
     big_src, big_local, s3: Bucket
 ):
