@@ -20,6 +20,7 @@ import cv2
 import pytest
 
 from shardpack import PackOptions, SourceError, iter_examples, pack
+from shardpack.options import as_flags
 from shardpack.sources import scan
 from shardpack.storage.fetch import Fetcher, Prefetch, UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge
@@ -409,8 +410,9 @@ def test_a_folder_of_parquet_and_jsonl_lists_is_one_list_and_columns_that_differ
 
 def test_url_flags_given_to_another_source_are_refused(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"a": 1})
-    with pytest.raises(SourceError, match="--retries is for a manifest table"):
+    with pytest.raises(SourceError, match="retries= is for a manifest table") as refused:
         scan(src, PackOptions(retries=5))
+    assert as_flags(refused.value).startswith(f"{src}: --retries is for a manifest table")
 
 
 def _certificate(folder: Path) -> tuple[Path, Path]:
