@@ -95,21 +95,25 @@ def scheduler():
             proc.wait(timeout=30)
 
 
-def test_separate_scheduler_and_workers_match_local(job, scheduler: str, tmp_path: Path):
-    """Every container, on one cluster: the Dask backend writes the local backend's bytes."""
+# The default container in `make test`; every other one, on the same cluster, in test-long.
+@pytest.mark.parametrize("fmt", [
+    fmt if fmt == PackOptions().format else pytest.param(fmt, marks=pytest.mark.long)
+    for fmt in sorted(CONTAINERS)
+])  # fmt: skip
+def test_separate_scheduler_and_workers_match_local(job, scheduler: str, tmp_path: Path, fmt):
+    """Each container, on one cluster: the Dask backend writes the local backend's bytes."""
     src, local, options = job
-    for fmt in sorted(CONTAINERS):
-        reference = local if fmt == options.format else tmp_path / f"local-{fmt}"
-        if fmt != options.format:
-            pack(src, reference, replace(options, format=fmt))
-        out = tmp_path / fmt
-        result = subprocess.run(
-            [sys.executable, "-m", "shardpack", "pack", str(src), str(out), "--encode", "jpeg",
-             "--shards", "6", "--workers", "2", "--backend", "dask", "--scheduler", scheduler,
-             "--format", fmt, "--no-progress"], capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        _same(out, reference)
+    reference = local if fmt == options.format else tmp_path / f"local-{fmt}"
+    if fmt != options.format:
+        pack(src, reference, replace(options, format=fmt))
+    out = tmp_path / fmt
+    result = subprocess.run(
+        [sys.executable, "-m", "shardpack", "pack", str(src), str(out), "--encode", "jpeg",
+         "--shards", "6", "--workers", "2", "--backend", "dask", "--scheduler", scheduler,
+         "--format", fmt, "--no-progress"], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    _same(out, reference)
 
 
 @contextmanager

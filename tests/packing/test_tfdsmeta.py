@@ -72,6 +72,7 @@ def test_objects_are_one_sequence_of_a_dict_of_their_lists():
 
 
 @pytest.mark.heavy
+@pytest.mark.long  # TFDS building a dataset: the next test reads our objects group, at less cost
 def test_tfds_reads_objects_as_bbox_features_and_class_names(tmp_path: Path):
     helpers.needs("tensorflow_datasets", "tensorflow")
     helpers.run_json(BUILD, str(tmp_path / "tfds"))

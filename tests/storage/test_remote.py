@@ -316,6 +316,7 @@ def test_a_second_run_is_refused_while_the_first_holds_the_lock(src, local, s3: 
     same_output(out, local)
 
 
+@pytest.mark.long  # a dead run's lock on this host: tests/hostile/test_out.py plants one
 def test_a_killed_run_leaves_uploads_that_resume_aborts(big_src, big_local, s3: Bucket):
     """SIGKILL of the run (the OOM killer): no cleanup runs, its workers die with it, their
     uploads stay open and so does the lock object. The next run on this host sees the lock's
