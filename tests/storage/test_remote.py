@@ -75,7 +75,7 @@ def local(src: Path) -> Path:
 @pytest.fixture(scope="module")
 def big_src(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("big") / "src"
-    for i in range(BIG_SHARDS * 90):
+    for i in range(BIG_SHARDS * 60):  # 11.8 MB a shard: uploaded in parts (5 MiB each)
         write_image(root / f"c{i % 4}" / f"{i:04d}.jpg", image(i, height=256, width=256))
     return root
 
