@@ -64,13 +64,18 @@ ALL = [b for d in DOCUMENTS for b in blocks(d)]
 
 
 def _slow(document: Path) -> list[pytest.MarkDecorator]:
-    """A document whose shell lines start the S3 server is a slow one: every block of it."""
-    return [pytest.mark.slow] if "-m moto.server" in document.read_text() else []
+    """A document's sh and python blocks run processes (a `shardpack` a line): slow ones,
+    for `make test`. One whose shell lines start the S3 server shows what
+    tests/storage/test_remote.py shows: `make test-long`'s."""
+    return [pytest.mark.slow] + ([pytest.mark.long] if "-m moto.server" in document.read_text()
+                                 else [])  # fmt: skip
 
 
 def _param(block: Block):
     marks = [pytest.mark.heavy] if HEAVY.search(block.code) else []
-    return pytest.param(block, id=block.id, marks=marks + _slow(block.document))
+    if block.language in ("sh", "python"):
+        marks += _slow(block.document)
+    return pytest.param(block, id=block.id, marks=marks)
 
 
 def test_every_block_says_how_it_is_checked():
