@@ -266,6 +266,7 @@ def test_demo(tmp_path: Path):
     assert runner.invoke(app, ["verify", str(tmp_path / "d" / "shards")]).exit_code == 0
 
 
+@pytest.mark.slow  # a benchmark run: seconds
 def test_the_benchmark_harness_runs_from_the_checkout(src: Path, tmp_path: Path):
     """`shardpack bench` could not work from an installed package: the harness stays behind
     `make bench` / `python -m benchmarks.run`, and the CLI no longer offers it."""
@@ -567,6 +568,7 @@ def _one_line_naming(stderr: str, path: str, fix: str) -> None:
     assert lines[0].startswith("error: ") and path in lines[0] and fix in lines[0], stderr
 
 
+@pytest.mark.slow  # a mount namespace and a CLI process for each command: seconds
 def test_read_only_file_system(src: Path, tmp_path: Path):
     """A real read-only mount (a tmpfs of the test's own mount namespace)."""
     if shutil.which("unshare") is None or os.geteuid() != 0:
