@@ -30,10 +30,27 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# The test files that take longest, run first: `make test` hands files to its workers in
+# collection order, and one of these taken last would run alone while the other cores idle.
+LONGEST_FIRST = (
+    "tests/test_torch.py", "tests/read/test_stream.py", "tests/docs/test_docs.py",
+    "tests/storage/test_remote.py", "tests/packing/test_reliability.py",
+    "tests/packing/test_cluster.py", "tests/hostile/test_out.py", "tests/cli/test_cli.py",
+    "tests/hostile/test_src.py",
+)  # fmt: skip
+
+
+def _first(item: pytest.Item) -> int:
+    path = item.nodeid.split("::")[0]
+    return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip, saying why, the tests a tier leaves out: `make test` those marked long (the same
+    """Run the longest files first (a stable sort: each file's tests keep their order), and
+    skip, saying why, the tests a tier leaves out: `make test` those marked long (the same
     fault shown again on another container or store), `make test-fast` those marked heavy or
     slow too (and those on the S3 server); `make test-long` runs them all."""
+    items.sort(key=_first)
     if TIER == "long":
         return
     long = pytest.mark.skip(reason="shows again what another test shows: run `make test-long`")

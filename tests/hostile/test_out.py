@@ -331,7 +331,7 @@ def test_a_planted_s3_journal_flood_is_listed_once_and_its_records_left_unread(s
     assert all(s3.read(f"{folder}/{key}") != b'{"file": "x"}\n' for key in s3.keys(folder))
 
 
-@pytest.mark.parametrize("pid", [2**70, -1])
+@pytest.mark.parametrize("pid", [pytest.param(2**70, marks=pytest.mark.long), -1])
 def test_a_planted_s3_lock_naming_this_host_and_an_impossible_pid_is_one_line(src, s3, pid):
     lock = {"pid": pid, "host": socket.gethostname(), "token": "x", "started": "t"}
     s3.write("out/.shardpack.lock", json.dumps(lock).encode())

@@ -85,7 +85,9 @@ print("\\n".join(loader))
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("shards", [4, 1])
+# One shard a reader or fewer in make test; more shards than readers in test-long (the
+# torch dataset's grid shows that case too: tests/test_torch.py).
+@pytest.mark.parametrize("shards", [pytest.param(4, marks=pytest.mark.long), 1])
 def test_torch_dataloader_with_two_workers_reads_each_record_once(thousand, shards):
     helpers.heavy_import("torch")
     # A process of its own: torch and TensorFlow loaded together in the test process would
@@ -159,7 +161,9 @@ def test_tf_dataset_says_nothing_of_autograph(thousand):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("shards", [4, 1])
+# One shard a reader or fewer in make test; more shards than readers in test-long (the
+# torch dataset's grid shows that case too: tests/test_torch.py).
+@pytest.mark.parametrize("shards", [pytest.param(4, marks=pytest.mark.long), 1])
 def test_tf_dataset_shares_hold_each_record_once(thousand, shards):
     import tensorflow as tf
 
