@@ -190,6 +190,7 @@ def _sha(data: bytes) -> str:
 
 
 @pytest.mark.heavy
+@pytest.mark.long  # Grain and TFDS read it in make test (tests/containers/test_formats.py)
 def test_array_record_is_read_by_array_record_and_grain(tmp_path):
     needs("grain")
     container = get_container("array_record")

@@ -236,7 +236,9 @@ def _same(a: Path, b: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+# Ctrl-C in make test; SIGKILL, which leaves the same journal to the rerun, in test-long.
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGKILL, marks=pytest.mark.long),
+                                 signal.SIGINT])  # fmt: skip
 def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_path, sig):
     src = _grow_src(tmp_path)
     clean, out = tmp_path / "clean", tmp_path / "out"

@@ -461,6 +461,7 @@ def test_own_output_with_a_miscounted_shard_is_one_line(packed, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a folder on Dask is make test's (tests/packing/test_cluster.py)
 def test_every_source_packs_alike_on_a_dask_cluster(hf_folder, packed, tmp_path):
     pytest.importorskip("distributed")
     helpers.needs("webdataset")
