@@ -19,7 +19,7 @@ import numpy as np
 from shardpack.errors import Option, OutputError
 from shardpack.index import Index
 from shardpack.layout import CONTENTS_NAME
-from shardpack.packing.facts import table
+from shardpack.packing.facts import facts_of
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Item
 from shardpack.storage import Storage
@@ -71,7 +71,7 @@ def entries(plan: Plan, results: list[ShardResult]) -> dict[str, Entry]:
     found: dict[str, Entry] = {}
     for spec in plan.shards:
         result = by_file[spec.file]
-        rows = table(result.content, len(spec.items))
+        rows = facts_of(result.content, len(spec.items))
         written = [i for i in range(len(spec.items)) if rows["size"][i] > 0]
         reasons = dict(result.skipped)
         # planned but skipped (a bad image): not new to the next --append either

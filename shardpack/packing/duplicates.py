@@ -19,7 +19,7 @@ from shardpack.errors import ImageError, printable
 from shardpack.images import BadImage, max_file_bytes
 from shardpack.options import PackOptions
 from shardpack.packing import near
-from shardpack.packing.facts import content_digest, content_key, table
+from shardpack.packing.facts import content_digest, content_key, facts_of
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Dataset, Item
 
@@ -135,8 +135,8 @@ def found_in_shards(plan: Plan, results: list[ShardResult]) -> list[Group]:
     """The groups of exact copies among the records the workers wrote: those alike in size
     and digest (the workers digested every byte; nothing is read again here)."""
     by_file = {r.file: r for r in results}
-    tables = [table(by_file[spec.file].content, len(spec.items)) for spec in plan.shards]
-    rows = np.concatenate(tables) if tables else table(b"", 0)
+    tables = [facts_of(by_file[spec.file].content, len(spec.items)) for spec in plan.shards]
+    rows = np.concatenate(tables) if tables else facts_of(b"", 0)
     halves = np.ascontiguousarray(rows["digest"]).view("<u8").reshape(-1, 2)
     sets = candidates(rows["size"], halves[:, 0], halves[:, 1])
     entries = _PlanEntries(plan)

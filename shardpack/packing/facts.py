@@ -70,8 +70,8 @@ class ShardFacts:
     def __init__(
         self, stamps: list[tuple[int, int] | None], objects: Objects | None = None
     ) -> None:
-        """`stamps`: each item's (size, mtime) as stamps.taken gave it before its file was read;
-        `objects`: the schema's object features (objects_of), counted as each record is."""
+        """`stamps`: each item's (size, mtime) as stamps.take_stamps gave it before its file was
+        read; `objects`: the schema's object features (objects_of), counted as each record is."""
         self.table = np.zeros(len(stamps), FACT_DTYPE)
         self.stamps = stamps
         self.objects = objects
@@ -133,7 +133,7 @@ def record_sizes(content: bytes, num_records: int) -> set[tuple[int, int]] | Non
     return set(zip(rows["height"].tolist(), rows["width"].tolist(), strict=True))
 
 
-def table(content: bytes, count: int) -> np.ndarray:
+def facts_of(content: bytes, count: int) -> np.ndarray:
     """A ShardResult's content as its table of `count` rows; all zeros (nothing noted) where
     the bytes do not hold exactly that many rows (a journal of another version)."""
     if len(content) != count * FACT_DTYPE.itemsize:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from shardpack.index import Index, SplitInfo
 
 
-def moves(index: Index) -> dict[str, str]:
+def gap_moves(index: Index) -> dict[str, str]:
     """Old name -> free name: each split's shards numbered past its count, in order, into the
     free names below it, in order ({} where the numbering has no gap)."""
     found = {}
@@ -36,7 +36,7 @@ def _names(index: Index, split: str, entry: SplitInfo) -> list[str]:
             for i in range(len(entry.shards))]  # fmt: skip
 
 
-def closed(index: Index, moved: dict[str, str]) -> Index:
+def close_gaps(index: Index, moved: dict[str, str]) -> Index:
     """The index with the `moved` shards under their new names, each split's shards in
     numbering order, and the old names to remove once it is in place (`retired`)."""
     splits = dict(index.splits)

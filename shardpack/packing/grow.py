@@ -44,7 +44,7 @@ from shardpack.packing.contents import (
 )
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
-from shardpack.packing.facts import table
+from shardpack.packing.facts import facts_of
 from shardpack.packing.merge import (
     commit_index,
     json_value,
@@ -195,7 +195,7 @@ class GrowPack:
         """A grow with no shard to write: what it read again, and new copies or skips, told."""
         out, old, contents, loose = self.out, self.old, self.contents, self.loose
         if self.known != self.loaded:  # files read again, their bytes unchanged: read no more
-            stamps.save(out, old, stamps.held(contents.values(), self.known))
+            stamps.save(out, old, stamps.mtimes_to_save(contents.values(), self.known))
         copies = self.copies
         if copies is None and loose != self.held.loose:  # a skipped item gone from SRC
             update = options.grow == "update"
@@ -234,7 +234,7 @@ class GrowPack:
         failures = _failures(index.splits, now, loose, dataset)
         stats = replace(old.stats, **stats, url_failures=counts(failures) if failures else None)
         index = replace(index, **told, history=(*old.history, run)[-MAX_HISTORY:], stats=stats)
-        moved = gaps.moves(index)  # the gaps the update leaves
+        moved = gaps.gap_moves(index)  # the gaps the update leaves
         # what a stop leaves there
         index = replace(index, retired=tuple(sorted({*index.retired, *moved.values()})))
         write_outputs(out, index, results, options.index_files, tfds=not moved)
@@ -245,7 +245,7 @@ class GrowPack:
             write_contents(out, now, loose)
             _remove_retired(out, index)
         self.known.update(stamps.written(plan, results))  # the planned items' own, or none
-        stamps.save(out, index, stamps.held(now.values(), self.known))
+        stamps.save(out, index, stamps.mtimes_to_save(now.values(), self.known))
         index = close_gaps(out, index, now, loose)
         return PackResult(
             out=out.root, index=index,
@@ -264,7 +264,7 @@ def close_gaps(
     """Close the gaps in the numbering of `index`, which is in place (gaps.py), with the DALI
     index files of the shards moved; `contents`: the entries of its shards, `loose`: its skips
     with no shard (contents.py). Returns the index in place after."""
-    moved = gaps.moves(index)
+    moved = gaps.gap_moves(index)
     if not moved:
         return index
     listed = {s.file for split in index.splits.values() for s in split.shards}
@@ -275,7 +275,7 @@ def close_gaps(
         out.link_or_copy(name, to)
         if f"{name}.idx" in held:
             idx.link_or_copy(f"{name}.idx", f"{to}.idx")
-    closed = gaps.closed(index, moved)
+    closed = gaps.close_gaps(index, moved)
     renamed = {moved.get(file, file): entry for file, entry in contents.items()}
     write_contents(out, {**contents, **renamed}, loose)  # agrees with both indexes
     write_outputs(out, closed, [], False)  # TFDS metadata now
@@ -454,7 +454,7 @@ def _compare(
                     relabelled.add(item.key)
             elif item.key not in tried:
                 new.setdefault(name, []).append(item)
-    now = stamps.taken(dataset.source, dataset.root, (item for _, item in present))
+    now = stamps.take_stamps(dataset.source, dataset.root, (item for _, item in present))
     # (split, item, stamp) of the files whose stamp differs; an image URL has none, and is
     # taken as unchanged unless its label or fields are: no held URL is fetched again
     unsure = [(name, item, stamp)
@@ -470,7 +470,7 @@ def _compare(
         if key[:2] != (contents[file]["crc"][i], size) or item.key in relabelled:
             changed.setdefault(name, []).append(item)
             touched.add(file)
-        elif (mtime := stamps.kept(stamp, key[1])) is not None:
+        elif (mtime := stamps.mtime_to_keep(stamp, key[1])) is not None:
             known[item.key] = mtime
     vanished = len(held) - len(present)  # keys are unique: each held one is present once
     gone = set()
@@ -541,7 +541,7 @@ def written_keys(plan: Plan, results: list[ShardResult]) -> dict[str, duplicates
     by_file = {r.file: r for r in results}
     found = {}
     for spec in plan.shards:
-        rows = table(by_file[spec.file].content, len(spec.items))
+        rows = facts_of(by_file[spec.file].content, len(spec.items))
         for item, row in zip(spec.items, rows.tolist(), strict=True):
             crc, size, digest = row[:3]
             if size:  # (0: skipped)
@@ -663,7 +663,7 @@ def _retell(
     same plan: the stamps still hold)."""
     index = replace(old, **told)
     write_contents(out, with_copies(contents, copies.groups, frozenset()), loose)
-    write_outputs(out, index, [], False, tfds=not gaps.moves(index))
+    write_outputs(out, index, [], False, tfds=not gaps.gap_moves(index))
     commit_index(out, index)
 
 

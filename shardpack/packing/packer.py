@@ -18,7 +18,7 @@ from shardpack.packing.plan import ShardResult
 from shardpack.packing.result import PackResult
 from shardpack.packing.writing import Planned, ProgressCallback, write_shards
 from shardpack.sources import keeping, source_root
-from shardpack.sources.scanned import ScanCallback, reporting
+from shardpack.sources.scanprogress import ScanCallback, reporting
 from shardpack.storage import Storage, storage_at
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from shardpack.index import Index
 from shardpack.layout import STAMPS_NAME
 from shardpack.packing.contents import values
-from shardpack.packing.facts import table
+from shardpack.packing.facts import facts_of
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Item, Source
 from shardpack.storage import Storage
@@ -42,7 +42,7 @@ Stamp = tuple[int, int] | None  # (size, mtime_ns); None: none taken, the bytes 
 RACY_NS = 2_000_000_000
 
 
-def taken(source: Source, root: Storage, items: Iterable[Item]) -> list[Stamp]:
+def take_stamps(source: Source, root: Storage, items: Iterable[Item]) -> list[Stamp]:
     """The stamp of each item's file (under root, read by source) now (None for one that has
     none, see above)."""
     whole = type(source).load is Source.load  # the file's bytes are the item's
@@ -54,7 +54,7 @@ def taken(source: Source, root: Storage, items: Iterable[Item]) -> list[Stamp]:
     return found
 
 
-def kept(stamp: Stamp, size: int) -> int | None:
+def mtime_to_keep(stamp: Stamp, size: int) -> int | None:
     """The mtime kept for an item whose content key's size is `size`: the stamp's, where the
     stamp's size is that (else the file changed as it was read: none)."""
     return stamp[1] if stamp is not None and stamp[0] == size else None
@@ -66,13 +66,13 @@ def written(plan: Plan, results: list[ShardResult]) -> dict[str, int | None]:
     by_file = {r.file: r for r in results}
     found = {}
     for spec in plan.shards:
-        rows = table(by_file[spec.file].content, len(spec.items))
+        rows = facts_of(by_file[spec.file].content, len(spec.items))
         for item, size, mtime in zip(spec.items, rows["size"], rows["mtime"], strict=True):
             found[item.key] = int(mtime) if size and mtime else None
     return found
 
 
-def held(shards: Iterable[dict], mtimes: dict[str, int | None]) -> dict[str, int]:
+def mtimes_to_save(shards: Iterable[dict], mtimes: dict[str, int | None]) -> dict[str, int]:
     """The mtimes of the items these contents.json entries hold (those that have one)."""
     return {key: mtimes[key] for entry in shards for key in entry["keys"]
             if mtimes.get(key) is not None}  # fmt: skip

@@ -9,7 +9,7 @@ from collections import Counter
 
 import numpy as np
 
-from shardpack.packing.facts import FACT_DTYPE, table
+from shardpack.packing.facts import FACT_DTYPE, facts_of
 from shardpack.packing.plan import Plan, ShardResult
 
 # Bins of the histograms: few enough for the index, enough for a chart.
@@ -29,7 +29,7 @@ def split_summaries(
     counts: dict[str, Counter] = {}
     for spec in plan.shards:
         result = by_file[spec.file]
-        tables.setdefault(spec.split, []).append(table(result.content, len(spec.items)))
+        tables.setdefault(spec.split, []).append(facts_of(result.content, len(spec.items)))
         tally = counts.setdefault(spec.split, Counter())
         for what, value, n in result.tally:
             tally[_TALLIED.get(what, what), value] += n
@@ -67,7 +67,7 @@ def _summaries(
         counts.setdefault(split, Counter())["skipped", "duplicate"] += n
     summaries = {}
     for split in sorted(counts):
-        rows = np.concatenate(tables.get(split) or [table(b"", 0)])
+        rows = np.concatenate(tables.get(split) or [facts_of(b"", 0)])
         rows = rows[rows["size"] > 0]
         summary = _numbers(rows)
         for (what, value), n in sorted(counts[split].items()):

@@ -98,7 +98,8 @@ def write_shard(
     lossless = 0
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
-    facts = ShardFacts(stamps.taken(source, src, spec.items), objects_of(schema))  # before any read
+    # the stamps before any read
+    facts = ShardFacts(stamps.take_stamps(source, src, spec.items), objects_of(schema))
     moved = boxes.moved_features(schema, boxes.declared_boxes(options))
     try:
         container = CONTAINERS[options.format]

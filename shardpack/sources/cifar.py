@@ -10,7 +10,7 @@ from shardpack.errors import Option, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
 from shardpack.sources.classlist import check_class_name
-from shardpack.sources.scanned import listed
+from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import NO_FIELDS, Dataset, Item, RecordCost, Source, folder_only
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.srcfiles import RefusedFile

@@ -31,7 +31,7 @@ from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
 from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_name
-from shardpack.sources.scanned import listed
+from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.storage import Storage
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile

@@ -11,7 +11,7 @@ from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import cifar
 from shardpack.sources.classlist import check_class_name, class_list, labelled
-from shardpack.sources.scanned import listed
+from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.storage import Folder, Storage
 

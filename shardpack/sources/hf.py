@@ -23,8 +23,8 @@ from shardpack.errors import ImageError, Option, SourceError, printable
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources.hflayout import SUFFIX, data_files, hub_named
-from shardpack.sources.pieces import OpenFiles
-from shardpack.sources.scanned import listed
+from shardpack.sources.openfiles import OpenFiles
+from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, read_image_file
 from shardpack.sources.tables.chunks import open_table
 from shardpack.sources.tables.parquet_reader import (

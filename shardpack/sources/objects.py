@@ -16,7 +16,7 @@ from shardpack.errors import Option, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
 from shardpack.sources.folder import IMAGE_EXTENSIONS
-from shardpack.sources.scanned import listed
+from shardpack.sources.scanprogress import listed
 from shardpack.storage import Entry, Storage
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 

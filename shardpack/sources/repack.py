@@ -32,8 +32,8 @@ from shardpack.index import (
 from shardpack.layout import INDEX_NAME
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
-from shardpack.sources.pieces import OpenFiles
-from shardpack.sources.scanned import listed
+from shardpack.sources.openfiles import OpenFiles
+from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, FieldValue, Item, Source
 from shardpack.storage import Storage
 

@@ -23,8 +23,8 @@ from shardpack.errors import ImageError, Option, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema
 from shardpack.sources.classlist import MAX_CLASSES
-from shardpack.sources.pieces import kept_open
-from shardpack.sources.scanned import listed
+from shardpack.sources.openfiles import kept_open
+from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source
 from shardpack.storage import Blob, Storage, storage_at
 

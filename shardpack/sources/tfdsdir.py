@@ -17,8 +17,8 @@ from shardpack.errors import ImageError, Option, RecordError, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema, check_values
 from shardpack.sources.classlist import MAX_CLASSES, check_class_count, check_class_name
-from shardpack.sources.pieces import kept_open, read_json, read_metadata
-from shardpack.sources.scanned import listed
+from shardpack.sources.openfiles import kept_open, read_json, read_metadata
+from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.storage import Storage
 

@@ -35,7 +35,7 @@ from shardpack.sources.objects import (
     read_annotation,
     refuse_classes,
 )
-from shardpack.sources.pieces import read_metadata
+from shardpack.sources.openfiles import read_metadata
 from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.storage import Entry, Storage
 

@@ -475,7 +475,7 @@ def test_without_a_terminal_the_scan_reports_files_listed(tmp_path: Path):
     small and the child lowers the report's step and the line's delay and interval."""
     src = make_tree(tmp_path / "src", {f"c{i}": 12 for i in range(5)})
     code = (
-        "import sys; import shardpack.console as c, shardpack.sources.scanned as s; "
+        "import sys; import shardpack.console as c, shardpack.sources.scanprogress as s; "
         "s.EVERY = 10; c._BAR_DELAY_S = 0; c._LINE_EVERY_S = 0; "
         "from shardpack.cli import main; sys.argv = ['shardpack'] + sys.argv[1:]; main()"
     )

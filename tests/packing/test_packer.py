@@ -613,9 +613,9 @@ def test_packed_items_give_back_the_items_they_were_made_from():
 def test_the_scan_reports_to_a_callback_given_only(tmp_path: Path, monkeypatch):
     """pack(scan_progress=...) hears the running count of files listed, a manifest's rows too;
     without it nothing is printed."""
-    from shardpack.sources import scanned
+    from shardpack.sources import scanprogress
 
-    monkeypatch.setattr(scanned, "EVERY", 10)
+    monkeypatch.setattr(scanprogress, "EVERY", 10)
     src = make_tree(tmp_path / "src", {"a": 15, "b": 15})
     heard: list[int] = []
     pack(src, tmp_path / "out", PackOptions(workers=1), scan_progress=heard.append)

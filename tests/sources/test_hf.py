@@ -485,9 +485,9 @@ def test_each_source_reports_its_scan(hf_folder, packed, tmp_path, monkeypatch):
     """pack(scan_progress=...) hears the running count of rows, records or samples found, as
     it does for files and manifest rows."""
     helpers.needs("webdataset")
-    from shardpack.sources import scanned
+    from shardpack.sources import scanprogress
 
-    monkeypatch.setattr(scanned, "EVERY", 1)
+    monkeypatch.setattr(scanprogress, "EVERY", 1)
     sources = {"hf": hf_folder, "shardpack": packed, "tfds": packed,
                "webdataset": helpers.write_tars(tmp_path / "tars"),
                "cifar": helpers.make_cifar10_python(tmp_path / "cifar", per_batch=4)}  # fmt: skip

@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 from shardpack.errors import SourceError
 from shardpack.schema import LABEL, Feature
-from shardpack.sources.scanned import listed
+from shardpack.sources.scanprogress import listed
 from shardpack.sources.tables.cells import CSV_FLOAT, CSV_INT
 from shardpack.sources.tables.chunks import Chunk, open_table
 from shardpack.sources.tables.columns import Layout, column_names
