@@ -16,6 +16,9 @@ DTYPES = ("int64", "float32", "bytes")
 # Written by the worker for every record from the image itself; no source may use these names.
 BUILTIN_NAMES = ("image", "height", "width", "channels", "format", "key")
 LABEL = "label"
+# A [-1, 4] float feature under one of these names holds boxes, [ymin, xmin, ymax, xmax]
+# normalised as TFDS stores them: declared as TFDS bounding boxes and moved with the pixels.
+BOX_NAMES = ("boxes", "bbox", "bboxes", "objects/bbox")
 # The longest row of a (-1, k) feature: boxes are 4, keypoints tens; a row of millions is no
 # row (a (-1,) list holds it), and numpy refuses a k near 2**63 with a traceback.
 MAX_ROW = 1 << 20

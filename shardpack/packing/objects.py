@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardpack.packing.tfdsmeta import BOX_NAMES, is_box
-from shardpack.schema import Feature, Schema
+from shardpack.packing.tfdsmeta import is_box
+from shardpack.schema import BOX_NAMES, Feature, Schema
 from shardpack.sources import shapes
 
 # The last name part of a feature holding an instance-id map: one PNG per image (COCO's source

@@ -12,16 +12,12 @@ become an `Image` feature; `raw` and `webp` records are declared as plain string
 from __future__ import annotations
 
 from shardpack.index import Index, SplitInfo
-from shardpack.schema import Feature, Schema
+from shardpack.schema import BOX_NAMES, Feature, Schema
 from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
 
 TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
 _CLASS = "tensorflow_datasets.core.features"
-
-
-# A [-1, 4] float feature under one of these names is declared as TFDS bounding boxes.
-BOX_NAMES = ("boxes", "bbox", "bboxes", "objects/bbox")
 
 
 def is_box(name: str, feature: Feature) -> bool:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import Option, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions, box_column
-from shardpack.schema import Feature, Schema
+from shardpack.schema import BOX_NAMES, Feature, Schema
 from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.folder import few, folder_entries
 from shardpack.sources.source import NO_FIELDS, Dataset, Item, RowFields, Source
@@ -204,8 +204,21 @@ def scan_manifest(
         schema,
         {split: tuple(items) for split, items in splits.items()},
         skipped=tuple(skipped),  # the first is what --on-error fail names
-        warnings=tuple(w for _, table in tables for w in table.warnings),
+        warnings=(
+            *(w for _, table in tables for w in table.warnings),
+            *_boxes_taken_by_name(columns, boxes),
+        ),
     )
+
+
+def _boxes_taken_by_name(columns: Mapping[str, Feature], declared: Mapping[str, str]) -> list[str]:
+    """A warning for each column of rows of 4 that its name alone makes boxes (BOX_NAMES):
+    [ymin, xmin, ymax, xmax] normalised is assumed, and another order would be moved wrongly."""
+    return [f"column {name!r} is taken as boxes [ymin, xmin, ymax, xmax] normalised to the "
+            "image (TFDS's order) by its name, and moved with the pixels; if it holds another "
+            f"order, declare it: --box-columns {name}:xyxy (or xywh, cxcywh)"
+            for name in BOX_NAMES
+            if name in columns and name not in declared and columns[name].row == 4]  # fmt: skip
 
 
 def _items(

@@ -29,7 +29,7 @@ RECORDED = {
     "sources/source.py": {"--max-pixels"},  # a skip reason
     "sources/classlist.py": {"--classes"},  # a skip reason
     "sources/coco.py": {"--max-pixels"},  # an image's skip reason
-    "sources/manifest.py": {"--classes"},  # a row's skip reason
+    "sources/manifest.py": {"--classes", "--box-columns"},  # a row's skip reason, a warning
     "sources/tars.py": {"--classes"},  # a sample's skip reason
     "sources/hf.py": {"--root", "--no-shuffle"},  # a row's skip reason, a warning
     "sources/repack.py": {"--no-shuffle"},  # a warning

@@ -408,6 +408,18 @@ def test_each_box_format_is_stored_as_yxyx(tmp_path: Path, fmt: str):
     assert "column 'box' holds 3 numbers, not boxes of 4" in dataset.skipped[0][1]
 
 
+def test_boxes_taken_by_their_name_alone_are_said_and_a_declared_column_is_not(tmp_path: Path):
+    """A column named bbox is moved as [ymin, xmin, ymax, xmax] normalised: a warning says so,
+    and how to declare another order; declared with --box-columns, nothing is assumed."""
+    (tmp_path / "a.png").write_bytes(b"")
+    src = write_jsonl(tmp_path / "m.jsonl", [{"path": "a.png", "bbox": [[0.1, 0.2, 0.3, 0.4]],
+                                              "tags": [[1, 2, 3, 4]]}])  # fmt: skip
+    (warning,) = scan(src, PackOptions()).warnings
+    assert warning.startswith("column 'bbox' is taken as boxes [ymin, xmin, ymax, xmax]")
+    assert "--box-columns bbox:xyxy" in warning
+    assert scan(src, PackOptions(box_columns=("bbox:yxyx",))).warnings == ()
+
+
 def test_box_columns_that_are_not_boxes_are_refused_in_one_line(tmp_path: Path):
     (tmp_path / "a.png").write_bytes(b"")
     src = write_jsonl(tmp_path / "m.jsonl", [{"path": "a.png", "px": [[1, 2, 30, 40]]}])
