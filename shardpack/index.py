@@ -7,7 +7,6 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from functools import cached_property
 
 from shardpack.containers import CONTAINERS, Container
 from shardpack.errors import FileAccessError, IndexFormatError, Option, is_count, shortened
@@ -197,11 +196,6 @@ class Index:
     def shards(self) -> tuple[ShardInfo, ...]:
         """Every split's shards, split by split."""
         return tuple(s for split in self.splits.values() for s in split.shards)
-
-    @cached_property
-    def raw(self) -> dict:
-        """The index.json document (to_json's), made once: read it, never change it."""
-        return self.to_json()
 
     def to_json(self) -> dict:
         """The index.json document, its keys in the order pack writes them (a document an

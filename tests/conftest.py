@@ -1,6 +1,5 @@
 """Fixtures that several test modules share, and the fast tier's skip of heavy and slow tests."""
 
-import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +11,7 @@ pytest.register_assert_rewrite("tests.helpers", "tests.s3server")
 
 from tests.helpers import (  # noqa: E402
     OBJECT_ROWS,
+    TIER,
     check_indexes_round_trip,
     make_tree,
     pack_objects,
@@ -19,7 +19,6 @@ from tests.helpers import (  # noqa: E402
 )
 from tests.s3server import s3, s3_server  # noqa: E402, F401
 
-TIER = os.environ.get("SHARDPACK_TEST_TIER", "")  # `make test-fast`: fast; `make test-long`: long
 FAST = TIER == "fast"
 
 

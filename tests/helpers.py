@@ -416,6 +416,8 @@ def run_kept(code: str, *args: str, cwd: Path | None = None, timeout: float = 30
     return reply["stdout"]
 
 
+# The tier the Makefile runs: "fast" (`make test-fast`), "long" (`make test-long`), or "".
+TIER = os.environ.get("SHARDPACK_TEST_TIER", "")
 # What the fast tier (`make test-fast`) leaves to `make test` even where it is installed: the
 # packages conftest's `heavy` marker means (a test that asks needs() for one is heavy).
 HEAVY_MODULES = frozenset({"tensorflow", "tensorflow_datasets", "torch", "nvidia", "wids"})
@@ -430,7 +432,7 @@ def needs(*modules: str) -> None:
 
     for module in modules:
         top = module.split(".")[0]
-        if top in HEAVY_MODULES and os.environ.get("SHARDPACK_TEST_TIER") == "fast":
+        if top in HEAVY_MODULES and TIER == "fast":
             pytest.skip(f"needs {module}: run `make test`", allow_module_level=True)
         if importlib.util.find_spec(top) is None:
             pytest.skip(f"needs {module}", allow_module_level=True)
