@@ -1,4 +1,6 @@
-"""PackOptions: every choice a pack run makes, validated once, travelling as one value."""
+"""PackOptions: every choice a pack run makes, travelling as one value. The values every source
+reads are validated here; those of a source's own options (Source.own_options), by that source
+(Source.check_options), when a scan has found it."""
 
 from __future__ import annotations
 
@@ -168,7 +170,7 @@ def _check_transform(options: PackOptions) -> None:
         raise OptionError(Option("pad_color"), " must be R,G,B of 0-255, got: "
                           f"{options.pad_color!r}")  # fmt: skip
     for option in ("min_side", "max_area"):
-        _positive(option, getattr(options, option))
+        check_positive(option, getattr(options, option))
     if not 0 <= options.min_visibility <= 1:
         raise OptionError(Option("min_visibility"), " is a share of a box's area, between 0 "
                           f"and 1, got: {options.min_visibility!r}")  # fmt: skip
@@ -177,7 +179,8 @@ def _check_transform(options: PackOptions) -> None:
                           f"{options.max_aspect!r}")  # fmt: skip
 
 
-def _positive(option: str, value: int | None) -> None:
+def check_positive(option: str, value: int | None) -> None:
+    """Refuse a value under 1 of `option` (None, for an option left out, passes)."""
     if value is not None and value < 1:
         raise OptionError(Option(option), f" must be a positive integer, got: {value!r}")
 
@@ -312,11 +315,8 @@ class PackOptions:
         if not 0 <= self.near_distance <= 64:
             raise OptionError(Option("near_distance"), " must be between 0 and 64 bits, got: "
                               f"{self.near_distance!r}")  # fmt: skip
-        if self.retries < 0:
-            raise OptionError(Option("retries"), f" must be 0 or more, got: {self.retries!r}")
-        for option in ("shards", "shard_size", "workers", "max_side", "max_pixels", "url_threads",
-                       "per_host"):  # fmt: skip
-            _positive(option, getattr(self, option))
+        for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
+            check_positive(option, getattr(self, option))
         if self.seed < 0:
             raise OptionError(
                 Option("seed"), f" must be a non-negative integer, got: {self.seed!r}"
@@ -348,16 +348,9 @@ class PackOptions:
         _check_container(
             self.format, self.compression, self.index_files, self.encode, self.wds_naming
         )
-        for split in (*self.split_names, *(name for name, _ in self.split or ())):
-            if not _SPLIT.match(split):
-                raise OptionError(
-                    "split names must start with a letter or digit and hold only letters, "
-                    f"digits, '_' and '.', got: {split!r}"
-                )
         if self.split is not None:
+            check_split_names("split", tuple(name for name, _ in self.split))
             check_fractions(self.split)
-        for entry in self.box_columns or ():
-            box_column(entry)
         if self.name is not None and not _NAME.match(self.name):
             raise OptionError(Option("name"), " must start with a letter or digit and hold only "
                               f"letters, digits, '_' and '.', got: {self.name!r}")  # fmt: skip
@@ -404,6 +397,15 @@ def parse_color(text: str) -> tuple[int, int, int]:
                       f"{text!r}")  # fmt: skip
 
 
+def check_split_names(option: str, names: tuple[str, ...]) -> None:
+    """Refuse a split name that shard file names cannot hold (--split's, a source's)."""
+    for name in names:
+        if not _SPLIT.match(name):
+            raise OptionError("split names must start with a letter or digit and hold only "
+                              f"letters, digits, '_' and '.', got: {name!r} in ",
+                              Option(option))  # fmt: skip
+
+
 def check_fractions(split: tuple[tuple[str, float], ...]) -> None:
     """--split: distinct names, fractions in (0, 1] that add up to 1."""
     names = [name for name, _ in split]
@@ -436,7 +438,8 @@ def parse_split(text: str) -> tuple[tuple[str, float], ...]:
 
 
 def parse_names(option: str, text: str) -> tuple[str, ...]:
-    """A,b,c as names (each checked by PackOptions) of `option`; none at all is refused."""
+    """A,b,c as names of `option` (each checked by the source that reads them,
+    Source.check_options); none at all is refused."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     if not names:
         raise OptionError(Option(option), f" names no split, got: {text!r}; pass a,b,c")
@@ -455,7 +458,8 @@ def box_column(entry: str) -> tuple[str, str]:
 
 
 def parse_box_columns(text: str) -> tuple[str, ...]:
-    """'bbox,det:xywh' as ("bbox", "det:xywh"), each checked by PackOptions."""
+    """'bbox,det:xywh' as ("bbox", "det:xywh"), each checked by the manifest source
+    (box_column)."""
     entries = tuple(entry.strip() for entry in text.split(",") if entry.strip())
     if not entries:
         raise OptionError(Option("box_columns"), f" names no column, got: {text!r}; pass "

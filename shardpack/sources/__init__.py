@@ -9,10 +9,11 @@ sources share. `register_source` adds one.
 A source provides: its `name` (a --source choice when `choosable`), the `kinds` its scan gives
 (Dataset.kind, written to index.json), `described` (what SRC is, for messages), the PackOptions
 fields only it reads (`own_options`, with their flags: another source refuses them when given),
-`recognise` (does SRC hold it?), `scan` (SRC -> Dataset with the feature schema), `load` (one
-item's image file bytes or RGB pixels; runs in the workers), `item_files` (the files `load`
-reads, for read-ahead), `default_name`, `record_cost` (what an item costs, for the planner's cost
-model) and `keeping` (a context the whole pack runs in). Nothing outside this package names a
+`check_options` (refuses a bad value of one of them), `recognise` (does SRC hold it?), `scan`
+(SRC -> Dataset with the feature schema), `load` (one item's image file bytes or RGB pixels;
+runs in the workers), `item_files` (the files `load` reads, for read-ahead), `default_name`,
+`record_cost` (what an item costs, for the planner's cost model) and `keeping` (a context the
+whole pack runs in). Nothing outside this package names a
 source: the packer and the planner ask the dataset's source (Dataset.source, found in the
 registry by its kind), and the workers are handed it.
 """
@@ -108,6 +109,7 @@ def scan(
     root = source_root(src, storage_options)
     source, found = _recognise(root, options)
     _refuse_unused(root, options, source)
+    source.check_options(options)
     dataset = source.scan(found, options, storage_options)
     dataset = dataclasses.replace(dataset, warnings=dataset.warnings + _typos(dataset))
     if options.split is None:

@@ -129,7 +129,7 @@ class Source(abc.ABC):
     described: ClassVar[str]  # what SRC is, for messages: "a manifest"
     choosable: ClassVar[bool] = True
     # PackOptions fields that only some sources read (each's flag is options.FLAGS'): given
-    # to a source that reads none of them, refused
+    # to a source that reads none of them, refused; their values checked by check_options
     own_options: ClassVar[tuple[str, ...]] = ()
     record_cost: ClassVar[RecordCost | None] = None  # None: items are files, costed by bytes
 
@@ -137,6 +137,12 @@ class Source(abc.ABC):
     def recognise(self, root: Storage, options: PackOptions) -> object | None:
         """What `scan` takes when SRC holds this source (`root` rooted at SRC), else None. With
         --source naming this source, raise SourceError saying what is missing instead."""
+
+    def check_options(self, options: PackOptions) -> None:
+        """Refuse a bad value of one of `own_options` (OptionError naming it), as
+        PackOptions refuses those every source reads: called once a scan has recognised this
+        source, before its `scan`."""
+        return None  # any value: most sources own no option
 
     @abc.abstractmethod
     def scan(
