@@ -253,3 +253,10 @@ def folder_only(root: Storage, options: PackOptions, name: str) -> None:
     if options.source == name and root.kind() != "dir":
         raise SourceError(f"{root.path()}: ", Option("source", name), " takes a folder; drop ",
                           Option("source"))  # fmt: skip
+
+
+def refuse_unfound(source: Source, root: Storage, options: PackOptions, lacking: str) -> None:
+    """With --source naming `source`, a SRC its `recognise` does not find it in is refused,
+    saying what SRC lacks: `lacking` ("holds no X; pass the folder that holds them")."""
+    if options.source == source.name:
+        raise SourceError(f"{root.path()}: {lacking}")

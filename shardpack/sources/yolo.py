@@ -36,7 +36,7 @@ from shardpack.sources.objects import (
     refuse_classes,
 )
 from shardpack.sources.openfiles import read_metadata
-from shardpack.sources.source import Dataset, Item, Source, folder_only
+from shardpack.sources.source import Dataset, Item, Source, folder_only, refuse_unfound
 from shardpack.storage import Entry, Storage
 
 KIND = "yolo"
@@ -66,10 +66,9 @@ class YoloSource(Source):
         yaml = next((name for name in YAML_FILES if entries.get(name) is False), None)
         if yaml is not None or _layout(root, entries) is not None:
             return _Found(root, yaml)
-        if options.source == self.name:
-            raise SourceError(f"{root.path()}: holds no data.yaml, and no images/ folder beside "
-                              "a labels/ folder (nor <split>/images beside <split>/labels); pass "
-                              "the folder that holds them")  # fmt: skip
+        refuse_unfound(self, root, options, "holds no data.yaml, and no images/ folder beside a "
+                       "labels/ folder (nor <split>/images beside <split>/labels); pass the "
+                       "folder that holds them")  # fmt: skip
         return None
 
     def scan(
