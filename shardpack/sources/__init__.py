@@ -13,9 +13,9 @@ fields only it reads (`own_options`, with their flags: another source refuses th
 (SRC -> Dataset with the feature schema), `load` (one item's image file bytes or RGB pixels;
 runs in the workers), `item_files` (the files `load` reads, for read-ahead), `default_name`,
 `record_cost` (what an item costs, for the planner's cost model) and `keeping` (a context the
-whole pack runs in). Nothing outside this package names a
-source: the packer and the planner ask the dataset's source (Dataset.source, found in the
-registry by its kind), and the workers are handed it.
+whole pack runs in). Nothing outside this package names a source: the packer and the planner ask
+the dataset's source (Dataset.source, found in the registry by its kind), and the workers are
+handed it.
 """
 
 from __future__ import annotations

@@ -136,7 +136,8 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def recognise(self, root: Storage, options: PackOptions) -> object | None:
         """What `scan` takes when SRC holds this source (`root` rooted at SRC), else None. With
-        --source naming this source, raise SourceError saying what is missing instead."""
+        --source naming this source, raise SourceError saying what is missing instead
+        (refuse_unfound)."""
 
     def check_options(self, options: PackOptions) -> None:
         """Refuse a bad value of one of `own_options` (OptionError naming it), as
