@@ -4,6 +4,7 @@ values itself."""
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 import shardpack
+from shardpack import options as options_module
 from shardpack import sources
 from shardpack.errors import Option, OptionError, SourceError
 from shardpack.options import PackOptions
@@ -191,3 +193,24 @@ def test_a_source_s_own_option_is_checked_by_the_source_with_no_edit_elsewhere(
     table = tmp_path / "list.csv"  # a manifest's path_column is a column's name, as before
     table.write_text("file,label\nsrc/cat/img_000.jpg,cat\n")
     assert sources.scan(table, PackOptions(path_column="file")).kind == "manifest"
+
+
+SELVES = ("self", "options")  # what PackOptions' checks call the options they check
+
+
+def test_packoptions_checks_no_option_a_source_owns():
+    """What a source owns (own_options) its check_options checks: no check of PackOptions
+    (__post_init__, its _check_ helpers) reads one, by attribute or by name."""
+    owned = {name for each in sources.registered_sources().values() for name in each.own_options}
+    tree = ast.parse(Path(options_module.__file__).read_text())
+    checks = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+              and (node.name == "__post_init__" or node.name.startswith("_check"))]  # fmt: skip
+    read = set()
+    for node in (inner for check in checks for inner in ast.walk(check)):
+        if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) in SELVES:
+            read.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            read.add(node.value)  # getattr(self, "retries"), Option("retries")
+    assert {"seed", "quality", "max_side", "min_side"} <= read  # the walk finds the checks
+    assert {"path_column", "retries", "split_names", "box_columns"} <= owned
+    assert not read & owned, f"check these in their sources' check_options: {read & owned}"
