@@ -250,7 +250,7 @@ def _objects(
     boxes: list[float] = []
     labels: list[int] = []
     polygons: list[list] = []
-    kinds: set[str] = set()
+    rows: Counter[str] = Counter()  # its objects by kind: tallied once the file is read whole
     for number, line in enumerate(lines, 1):
         values = line.split()
         if not values:
@@ -270,8 +270,7 @@ def _objects(
                                 "data.yaml's names")  # fmt: skip
         coords = numbers[1:]
         if kpt is not None and len(coords) == 4 + kpt:
-            kinds.add("keypoints")
-            tally.rows["keypoints"] += 1
+            rows["keypoints"] += 1
             coords = coords[:4]
         if len(coords) == 4:
             cx, cy, w, h = coords
@@ -292,11 +291,11 @@ def _objects(
             pose = f", or class cx cy w h and {kpt} keypoint values" if kpt else ""
             raise BadAnnotation(f"{at}: {len(values)} values; a row is class cx cy w h, or "
                                 f"class x1 y1 x2 y2 x3 y3 ... (a polygon){pose}")  # fmt: skip
-        kinds.add(kind)
-        tally.rows[kind] += 1
+        rows[kind] += 1
         boxes.extend(box)
         labels.append(int(label))
-    tally.files.update(kinds)
+    tally.rows.update(rows)
+    tally.files.update(rows.keys())
     return {BOX: tuple(boxes), LABEL: tuple(labels)}, polygons
 
 

@@ -258,6 +258,7 @@ def test_the_ultralytics_split_folders_without_data_yaml_number_the_classes(tmp_
     dataset = scan(tmp_path)
     assert dataset.kind == "yolo" and set(dataset.splits) == {"train", "valid"}
     assert dataset.schema["objects/label"].classes == ("0", "1", "2", "3")
+    assert "mask" not in dataset.schema.extras  # boxes only: no map to draw
     (item,) = dataset.splits["train"]
     assert item.fields["objects/label"] == (3, 0)
     np.testing.assert_allclose(item.fields["objects/bbox"][:4], [0.4, 0.4, 0.6, 0.6])
@@ -269,8 +270,10 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
     src = tmp_path / "src"
     write(src / "data.yaml", "train: ../train/images\nnames: [a, b]\n")  # Roboflow's ../
+    many = " ".join(["0.1 0.1 0.9 0.1 0.5 0.9"] * 3334)  # 10,002 points: over the cap
     labels = {"ok": "1 0.5 0.5 0.2 0.2", "class": "0 0.5 0.5 0.2 0.2\n2 0.5 0.5 0.1 0.1",
-              "short": "0 0.5 0.5 0.2", "text": "a 0.5 0.5 0.2 0.2"}  # fmt: skip
+              "short": "0 0.5 0.5 0.2", "text": "a 0.5 0.5 0.2 0.2",
+              "huge": f"0 0.1 0.1 0.3 0.1 0.2 0.3\n1 {many}"}  # fmt: skip
     for name, text in labels.items():
         write(src / f"train/images/{name}.png", png)
         write(src / f"train/labels/{name}.txt", text)
@@ -281,6 +284,10 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     assert reasons["train/images/class.png"].startswith(wrong)
     assert "line 1: 4 values; a row is class cx cy w h" in reasons["train/images/short.png"]
     assert "is not numbers" in reasons["train/images/text.png"]
+    assert reasons["train/images/huge.png"] == ("train/labels/huge.txt line 2: holds a polygon "
+                                                "of 10,002 points, over the 10,000 shardpack "
+                                                "draws")  # fmt: skip
+    assert "mask" not in dataset.schema.extras  # the only polygon's image was skipped
     with pytest.raises(ImageError, match=r"class\.png: train/labels/class\.txt line 2"):
         pack(src, tmp_path / "out", PackOptions(workers=1, on_error="fail"))
 
