@@ -1,10 +1,10 @@
 """Masks follow the pixels: a record's instance-id map drawn from its objects' outlines
 (sources/shapes.py: COCO polygons and RLE, decoded here, in the worker; YOLO's polygons, in
 fractions of the image's sides, drawn at the size of the image as displayed, as COCO's are
-drawn at the JSON's size) or read from a PNG, taken
-through its image's moves (EXIF turn, then images.Geometry's resize, crop and pad:
-nearest-neighbour, the pixels' own arithmetic), renumbered after the objects a transform
-dropped, and stored as one lossless PNG (8-bit, 16-bit past 255 objects).
+drawn at the JSON's size) or read from a PNG, taken through its image's moves (EXIF turn, then
+images.Geometry's resize, crop and pad: nearest-neighbour, the pixels' own arithmetic),
+renumbered after the objects a transform dropped, and stored as one lossless PNG (8-bit,
+16-bit past 255 objects).
 
 In the map 0 is background and i the i-th object of the record's objects/* lists. Where objects
 overlap, the one drawn last holds the pixel: crowd regions first, then the others in their

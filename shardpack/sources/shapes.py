@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -108,10 +109,10 @@ def encode(height: int, width: int, outlines: list, crowd: list[int]) -> bytes:
     return _encode([height, width], outlines, crowd)
 
 
-def encode_normalised(outlines: list[list[np.ndarray]]) -> bytes:
+def encode_normalised(outlines: list[Sequence[np.ndarray]]) -> bytes:
     """One record's blob of polygons only, (x, y) rows as fractions of the image's width and
-    height (check's form, of an image of size 1 x 1); no crowds. An object of no polygon ([])
-    gets no pixel."""
+    height (check's form, of an image of size 1 x 1); no crowds. An object of no polygon (an
+    empty list or tuple) gets no pixel."""
     return _encode(None, outlines, [0] * len(outlines))
 
 

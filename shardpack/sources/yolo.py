@@ -123,7 +123,8 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
     kpt = _keypoint_values(doc, where)
     tally = _Tally()
     splits: dict[str, list[Item]] = {}
-    outlines: dict[str, list[list]] = {}  # split -> each item's objects' polygons, in step
+    # split -> each item's objects' polygons (None: it has none), in step with its items
+    outlines: dict[str, list[list | None]] = {}
     skipped: list[tuple[str, str]] = []
     seen: dict[str, str] = {}  # image -> its split: one image is one record
     read: set[str] = set()  # the label files of the images found
@@ -138,7 +139,7 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
             read.add(label_file)
             try:
                 data = read_annotation(root, label_file)
-                fields, polygons = ({BOX: (), LABEL: ()}, []) if data is None else _objects(
+                fields, polygons = ({BOX: (), LABEL: ()}, None) if data is None else _objects(
                     data, label_file, len(names), kpt, tally)  # fmt: skip
             except BadAnnotation as e:
                 skipped.append((entry.name, str(e)))
@@ -157,11 +158,8 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
         folders = few(f for fs in places.values() for f in fs)
         raise SourceError(f"{where}: no image found in {folders}{first}")
     masked = tally.rows["polygons"] > 0
-    if masked:  # the polygons travel to the workers, which draw them (shapes, masks)
-        splits = {split: [item._replace(fields={**item.fields,
-                                                MASK: shapes.encode_normalised(polygons)})
-                          for item, polygons in zip(items, outlines[split], strict=True)]
-                  for split, items in splits.items()}  # fmt: skip
+    if masked:
+        splits = {split: _with_masks(items, outlines[split]) for split, items in splits.items()}
     return Dataset(
         KIND,
         root,
@@ -175,6 +173,14 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
             *negatives(tally.empty, tally.unannotated, "Ultralytics", "a label file"),
         ),
     )
+
+
+def _with_masks(items: list[Item], outlines: list[list | None]) -> list[Item]:
+    """The items with their objects' polygons (None: an item of none) as a `mask` blob, which
+    the workers draw (shapes.encode_normalised, masks.drawn)."""
+    return [item._replace(fields={**item.fields, MASK: shapes.encode_normalised(
+                [()] * len(item.fields[LABEL]) if polygons is None else polygons)})
+            for item, polygons in zip(items, outlines, strict=True)]  # fmt: skip
 
 
 # What a labelling tool leaves beside the label files (LabelImg's list of class names).
@@ -235,10 +241,11 @@ class _Tally:
 
 def _objects(
     data: bytes, name: str, classes: int, kpt: int | None, tally: _Tally
-) -> tuple[dict[str, tuple], list[list]]:
+) -> tuple[dict[str, tuple], list | None]:
     """objects/bbox (flat rows of 4) and objects/label of one label file's rows, and each
-    object's polygons (shapes.check's: one of normalised (x, y) rows, or none for a box);
-    `classes`: how many data.yaml names (0: none, any class number taken).
+    object's polygons (shapes.check's: one of normalised (x, y) rows, or () for a box; None
+    where no row is a polygon); `classes`: how many data.yaml names (0: none, any class number
+    taken).
 
     Raises:
         BadAnnotation: a row that is not YOLO's (naming its file and line).
@@ -249,8 +256,10 @@ def _objects(
         raise BadAnnotation(f"{name}: is not UTF-8 text; is it a YOLO label file?") from None
     boxes: list[float] = []
     labels: list[int] = []
-    polygons: list[list] = []
-    rows: Counter[str] = Counter()  # its objects by kind: tallied once the file is read whole
+    # each object's polygons from the first polygon row on (before it, a box's () each): a
+    # boxes-only file makes no list
+    polygons: list | None = None
+    posed = 0  # pose rows; each kind is tallied once the file is read whole
     for number, line in enumerate(lines, 1):
         values = line.split()
         if not values:
@@ -270,32 +279,35 @@ def _objects(
                                 "data.yaml's names")  # fmt: skip
         coords = numbers[1:]
         if kpt is not None and len(coords) == 4 + kpt:
-            rows["keypoints"] += 1
+            posed += 1
             coords = coords[:4]
         if len(coords) == 4:
             cx, cy, w, h = coords
             if w < 0 or h < 0:
                 raise BadAnnotation(f"{at}: width {values[3]} or height {values[4]} is negative")
             box = (cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2)
-            polygons.append([])
-            kind = "boxes"
+            if polygons is not None:
+                polygons.append(())
         elif len(coords) >= 6 and len(coords) % 2 == 0:
             xs, ys = coords[0::2], coords[1::2]
             box = (min(ys), min(xs), max(ys), max(xs))
             try:  # in fractions of the image's sides: checked as pixels of an image of 1 x 1
-                polygons.append(shapes.check([coords], 1, 1))
+                polygon = shapes.check([coords], 1, 1)
             except ValueError as e:
                 raise BadAnnotation(f"{at}: {e}") from None
-            kind = "polygons"
+            polygons = [()] * len(labels) if polygons is None else polygons
+            polygons.append(polygon)
         else:
             pose = f", or class cx cy w h and {kpt} keypoint values" if kpt else ""
             raise BadAnnotation(f"{at}: {len(values)} values; a row is class cx cy w h, or "
                                 f"class x1 y1 x2 y2 x3 y3 ... (a polygon){pose}")  # fmt: skip
-        rows[kind] += 1
         boxes.extend(box)
         labels.append(int(label))
-    tally.rows.update(rows)
-    tally.files.update(rows.keys())
+    drawn = 0 if polygons is None else len(polygons) - polygons.count(())
+    for kind, count in (("boxes", len(labels) - drawn), ("polygons", drawn), ("keypoints", posed)):
+        if count:
+            tally.rows[kind] += count
+            tally.files[kind] += 1
     return {BOX: tuple(boxes), LABEL: tuple(labels)}, polygons
 
 
