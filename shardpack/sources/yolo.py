@@ -123,8 +123,8 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
     kpt = _keypoint_values(doc, where)
     tally = _Tally()
     splits: dict[str, list[Item]] = {}
-    # split -> each item's objects' polygons (None: it has none), in step with its items
-    outlines: dict[str, list[list | None]] = {}
+    # split -> each item's polygons as a mask blob (None: it has none), in step with its items
+    outlines: dict[str, list[bytes | None]] = {}
     skipped: list[tuple[str, str]] = []
     seen: dict[str, str] = {}  # image -> its split: one image is one record
     read: set[str] = set()  # the label files of the images found
@@ -148,7 +148,8 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
             tally.empty += not fields[LABEL] and data is not None
             splits.setdefault(split, []).append(Item(entry.name, None, entry.name, entry.size,
                                                      fields=fields))  # fmt: skip
-            outlines.setdefault(split, []).append(polygons)
+            outlines.setdefault(split, []).append(
+                None if polygons is None else shapes.encode_normalised(polygons))  # fmt: skip
     if not names:  # no data.yaml: the classes are the numbers the label files use
         most = max((max(i.fields[LABEL], default=-1) for s in splits.values() for i in s),
                    default=-1)  # fmt: skip
@@ -175,12 +176,12 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
     )
 
 
-def _with_masks(items: list[Item], outlines: list[list | None]) -> list[Item]:
-    """The items with their objects' polygons (None: an item of none) as a `mask` blob, which
-    the workers draw (shapes.encode_normalised, masks.drawn)."""
+def _with_masks(items: list[Item], blobs: list[bytes | None]) -> list[Item]:
+    """The items with their polygons' blobs (None: an item of no polygon, whose objects get
+    no pixel) as `mask`, which the workers draw (shapes.encode_normalised, masks.drawn)."""
     return [item._replace(fields={**item.fields, MASK: shapes.encode_normalised(
-                [()] * len(item.fields[LABEL]) if polygons is None else polygons)})
-            for item, polygons in zip(items, outlines, strict=True)]  # fmt: skip
+                [()] * len(item.fields[LABEL])) if blob is None else blob})
+            for item, blob in zip(items, blobs, strict=True)]  # fmt: skip
 
 
 # What a labelling tool leaves beside the label files (LabelImg's list of class names).
