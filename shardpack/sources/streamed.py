@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
@@ -34,19 +34,18 @@ from shardpack.sources.manifest import (
 from shardpack.sources.source import Dataset, Item, Source
 from shardpack.sources.tables.columns import Layout
 from shardpack.sources.tables.files import manifest_file, row_unit
-from shardpack.sources.tables.kinds import infer
-from shardpack.sources.tables.ranges import (
-    STREAMED_SUFFIXES,
-    FileRows,
-    Surveyed,
-    range_chunks,
-    survey_file,
-)
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.imageroot import ImageRoot
 from shardpack.storage.locations import absolute
 from shardpack.storage.srcfiles import RefusedFile
 from shardpack.storage.urlpolicy import FetchPolicy
+
+if TYPE_CHECKING:
+    from shardpack.sources.tables.ranges import FileRows, Surveyed
+
+# The formats a list streams from: a row count without reading rows (Parquet's footer), or
+# lines counted in blocks (JSONL). CSV's quoted cells may hold newlines: it is read whole.
+STREAMED_SUFFIXES = (".parquet", ".jsonl")
 
 # An item of a bad row reads from this path followed by the row's reason: its read is refused
 # with that reason (a NUL is in no file name or URL a row may give).
@@ -96,6 +95,8 @@ def _scan(
         SourceError: a file cannot be read, its columns differ from the first file's, or a
             column of numbers lacks a value.
     """
+    from shardpack.sources.tables.ranges import survey_file  # numpy: not for pack --help
+
     surveys = [survey_file(table) for _, table in manifests]
     first = surveys[0]
     layout = Layout.of(first.file.path, first.names, options.path_column)
@@ -131,6 +132,8 @@ def _scan(
 def _columns(surveyed: Surveyed, layout: Layout) -> dict[str, Feature]:
     """The extra columns' types from the survey; a column of numbers missing a value refused
     (a scalar feature holds one in every record, as read_manifest refuses it)."""
+    from shardpack.sources.tables.kinds import infer  # numpy: not for pack --help
+
     columns = {name: infer(surveyed.counts[name], False) for name in layout.extras}
     path = surveyed.file.path
     for name, feature in columns.items():
@@ -182,6 +185,7 @@ class StreamedRows:
         """The items of rows first to first + count of file `number`, a bad row's an item
         refused at its read (BAD_ROW), in file order; and each item's line (Parquet: row)."""
         from shardpack.sources.tables.convert import convert_rows  # numpy: workers only
+        from shardpack.sources.tables.ranges import range_chunks  # numpy: workers only
         from shardpack.sources.tables.reader import Manifest  # numpy: workers only
 
         file, table = self.files[number], self.tables[number]

@@ -25,6 +25,7 @@ from shardpack.sources.tables.jsonl_reader import jsonl_chunks
 from shardpack.sources.tables.kinds import survey
 from shardpack.sources.tables.parquet_reader import (
     _REWRITE,
+    _arrow_number,
     open_parquet,
     out_of_memory,
     parquet_chunks,
@@ -32,10 +33,6 @@ from shardpack.sources.tables.parquet_reader import (
     written_slices,
 )
 from shardpack.storage import Storage
-
-# The formats a list streams from: a row count without reading rows (Parquet's footer), or
-# lines counted in blocks (JSONL). CSV's quoted cells may hold newlines: it is read whole.
-STREAMED_SUFFIXES = (".parquet", ".jsonl")
 
 
 @dataclass(frozen=True)
@@ -207,6 +204,5 @@ def _parquet_range(file: FileRows, f: BinaryIO, group: int, first: int, count: i
 
 
 def _numbers(parquet) -> Iterator[str]:
-    from shardpack.sources.tables.parquet_reader import _arrow_number  # the same test
-
+    """The columns the file's schema types as numbers (as parquet_chunks marks them)."""
     return (field.name for field in parquet.schema_arrow if _arrow_number(field.type))
