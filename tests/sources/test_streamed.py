@@ -195,3 +195,39 @@ def test_growing_a_streamed_pack_and_a_window_over_one_file_are_refused_in_one_l
     with pytest.raises(OutputError):
         pack(lists, copy, _options(shuffle=False, grow="update"))
     assert len(scan(lists, _options()).splits["train"]) == 17  # the global shuffle holds items
+
+
+def test_a_parquet_list_is_typed_by_its_footer_or_surveyed_as_a_list_read_whole(
+    tmp_path, monkeypatch
+):
+    """Text, number and boolean columns take their types from the footer, no row read;
+    a list column (boxes) or a number column with a null is surveyed. Either way a streamed
+    list's schema is the one the same list read whole gets."""
+    from shardpack.sources.tables import ranges
+
+    scalars, lists = tmp_path / "scalars", tmp_path / "lists"
+    for folder in (scalars, lists):
+        folder.mkdir()
+    urls = [f"http://images.example/{i}.png" for i in range(6)]
+    for part in (0, 1):
+        rows = slice(3 * part, 3 * part + 3)
+        table = pa.table({"url": urls[rows], "caption": ["a", None, "c"], "likes": [1, 2, 3],
+                          "score": pa.array([0.5, 1.5, 2.0], pa.float64()),
+                          "nsfw": [True, False, True]})  # fmt: skip
+        pq.write_table(table, scalars / f"part-{part}.parquet", row_group_size=2)
+        boxes = [[[0.1, 0.1, 0.5, 0.5]], [], [[0.2, 0.2, 0.3, 0.4]]]
+        pq.write_table(table.append_column("bbox", pa.array(boxes)),
+                       lists / f"part-{part}.parquet")  # fmt: skip
+
+    def unread(*args):
+        raise AssertionError("a row was read")
+
+    for folder in (scalars, lists):
+        held = scan(folder, _options()).schema
+        with monkeypatch.context() as patched:
+            if folder is scalars:
+                patched.setattr(ranges, "parquet_chunks", unread)
+            streamed = scan(folder, _options(shuffle=False))
+        assert isinstance(streamed.splits["train"], StreamedRows)
+        assert streamed.schema == held, folder.name
+    assert held["bbox"].shape == (-1, 4)

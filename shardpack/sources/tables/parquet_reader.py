@@ -29,15 +29,7 @@ def parquet_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
     try:
         parquet = open_parquet(path, f)
         names = parquet.schema_arrow.names
-        check_names(path, names)
-        for field in parquet.schema.to_arrow_schema():  # the types as written, not as read
-            if not _arrow_supported(field.type):
-                raise SourceError(
-                    f"{path}: column {field.name!r} is of Parquet type {field.type}; shardpack "
-                    "reads numbers, booleans, strings and (nested) lists of them: convert it "
-                    "or drop the column"
-                )
-        numbers = frozenset(f.name for f in parquet.schema_arrow if _arrow_number(f.type))
+        numbers = check_schema(path, parquet)
         row = 0
         for table in held_groups(parquet, path, None, _REWRITE):
             for batch in written_slices(parquet, table, chunks.CHUNK_ROWS):
@@ -54,6 +46,20 @@ def parquet_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
         raise out_of_memory(path) from None
     except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
         raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+
+
+def check_schema(path: str, parquet) -> frozenset[str]:
+    """Refuse a Parquet file's repeated or empty column names and types shardpack does not
+    read; the columns it types as numbers."""
+    check_names(path, parquet.schema_arrow.names)
+    for field in parquet.schema.to_arrow_schema():  # the types as written, not as read
+        if not _arrow_supported(field.type):
+            raise SourceError(
+                f"{path}: column {field.name!r} is of Parquet type {field.type}; shardpack "
+                "reads numbers, booleans, strings and (nested) lists of them: convert it "
+                "or drop the column"
+            )
+    return frozenset(f.name for f in parquet.schema_arrow if _arrow_number(f.type))
 
 
 def out_of_memory(path: str) -> SourceError:

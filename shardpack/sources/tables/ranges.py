@@ -22,10 +22,11 @@ from shardpack.sources.scanprogress import listed
 from shardpack.sources.tables import chunks
 from shardpack.sources.tables.chunks import Chunk, open_table
 from shardpack.sources.tables.jsonl_reader import jsonl_chunks
-from shardpack.sources.tables.kinds import survey
+from shardpack.sources.tables.kinds import BOOL, FLOAT, INT, TEXT, Kind, survey
 from shardpack.sources.tables.parquet_reader import (
     _REWRITE,
     _arrow_number,
+    check_schema,
     open_parquet,
     out_of_memory,
     parquet_chunks,
@@ -70,6 +71,10 @@ def survey_file(table: Storage) -> Surveyed:
         size = f.seek(0, io.SEEK_END)
         f.seek(0)
         if path.lower().endswith(".parquet"):
+            typed = _schema_typed(path, f, size)
+            if typed is not None:
+                return typed
+            f.seek(0)
             return _survey(path, size, parquet_chunks(path, f), _group_marks(path, f))
         marks: list[tuple[int, int, int]] = []
         return _survey(path, size, _jsonl_blocks(path, f, marks), marks)
@@ -106,6 +111,57 @@ def _survey(path: str, size: int, found: Iterator[Chunk], marks: list) -> Survey
         raise SourceError(f"{path}: holds no rows; add one row per image")
     file = FileRows(path, size, rows, tuple(marks))
     return Surveyed(file, list(names), counts, numbers, first_missing)
+
+
+def _schema_typed(path: str, f: BinaryIO, size: int) -> Surveyed | None:
+    """A Parquet file typed by its footer alone, no row read, where that types it as a
+    survey would: every column text, a number or a boolean as written (a list column, an
+    unsigned 64-bit one, a column of nulls, or a number column with a null or without null
+    counts in its statistics: None, surveyed instead). Each column's kinds are counted as
+    all of its type, the nulls as missing."""
+    import pyarrow as pa
+
+    try:
+        parquet = open_parquet(path, f)
+        numbers = check_schema(path, parquet)
+        meta = parquet.metadata
+        counts: dict[str, Counter] = {}
+        for j, field in enumerate(parquet.schema.to_arrow_schema()):
+            kind = _scalar_kind(field.type, pa)
+            nulls = [_nulls(meta.row_group(g).column(j)) for g in range(meta.num_row_groups)]
+            if kind is None or None in nulls or (kind is not TEXT and sum(nulls)):
+                return None
+            counted = Counter({kind: meta.num_rows - sum(nulls), None: sum(nulls)})
+            counts[field.name] = +counted  # no zero counts: they would name a kind
+    except SourceError:
+        raise
+    except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
+        raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+    if not meta.num_rows:
+        raise SourceError(f"{path}: holds no rows; add one row per image")
+    listed(meta.num_rows)
+    file = FileRows(path, size, meta.num_rows, tuple(_group_marks(path, f)))
+    return Surveyed(file, list(counts), counts, numbers, {})
+
+
+def _scalar_kind(t, pa) -> Kind | None:
+    """The kind every value of a Parquet column of this type has (its nulls aside); None
+    where values of the type differ in kind (lists) or may be out of range (uint64)."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return TEXT
+    if pa.types.is_boolean(t):
+        return BOOL
+    if pa.types.is_integer(t) and not pa.types.is_uint64(t):
+        return INT
+    if pa.types.is_floating(t):
+        return FLOAT  # a float64 beyond float32's range is a bad row when converted
+    return None
+
+
+def _nulls(column) -> int | None:
+    """A column chunk's null count from its statistics; None where it has none."""
+    stats = column.statistics
+    return stats.null_count if stats is not None and stats.has_null_count else None
 
 
 def _group_marks(path: str, f: BinaryIO) -> list[tuple[int, int, int]]:
