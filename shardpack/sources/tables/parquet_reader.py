@@ -4,6 +4,7 @@ and Hugging Face datasets); manifests as chunks. pyarrow is imported when a file
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import BinaryIO
 
 from shardpack.errors import SourceError, install_hint
@@ -26,7 +27,7 @@ _REWRITE = "pyarrow: a smaller row_group_size"  # how to write smaller row group
 
 
 def parquet_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
-    try:
+    with parquet_errors(path):
         parquet = open_parquet(path, f)
         names = parquet.schema_arrow.names
         numbers = check_schema(path, parquet)
@@ -40,6 +41,13 @@ def parquet_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
         import pyarrow as pa
 
         pa.default_memory_pool().release_unused()
+
+
+@contextmanager
+def parquet_errors(path: str) -> Iterator[None]:
+    """pyarrow's errors reading the Parquet file `path` as one SourceError naming it."""
+    try:
+        yield
     except SourceError:
         raise
     except MemoryError:

@@ -25,11 +25,10 @@ from shardpack.sources.tables.jsonl_reader import jsonl_chunks
 from shardpack.sources.tables.kinds import BOOL, FLOAT, INT, TEXT, Kind, survey
 from shardpack.sources.tables.parquet_reader import (
     _REWRITE,
-    _arrow_number,
     check_schema,
     open_parquet,
-    out_of_memory,
     parquet_chunks,
+    parquet_errors,
     read_group,
     written_slices,
 )
@@ -121,7 +120,7 @@ def _schema_typed(path: str, f: BinaryIO, size: int) -> Surveyed | None:
     all of its type, the nulls as missing."""
     import pyarrow as pa
 
-    try:
+    with parquet_errors(path):
         parquet = open_parquet(path, f)
         numbers = check_schema(path, parquet)
         meta = parquet.metadata
@@ -133,10 +132,6 @@ def _schema_typed(path: str, f: BinaryIO, size: int) -> Surveyed | None:
                 return None
             counted = Counter({kind: meta.num_rows - sum(nulls), None: sum(nulls)})
             counts[field.name] = +counted  # no zero counts: they would name a kind
-    except SourceError:
-        raise
-    except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
-        raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
     if not meta.num_rows:
         raise SourceError(f"{path}: holds no rows; add one row per image")
     listed(meta.num_rows)
@@ -236,10 +231,10 @@ def _parquet_range(file: FileRows, f: BinaryIO, group: int, first: int, count: i
     """The Parquet rows first to first + count, read a row group at a time from `group`
     (each bounded as a whole file's are)."""
     path = file.path
-    try:
+    with parquet_errors(path):
         parquet = open_parquet(path, f)
         names = parquet.schema_arrow.names
-        numbers = frozenset(_numbers(parquet))
+        numbers = check_schema(path, parquet)
         row, end = file.marks[group][0], first + count
         while row < end and group < parquet.num_row_groups:
             table, _ = read_group(parquet, path, group, None, _REWRITE)
@@ -251,14 +246,3 @@ def _parquet_range(file: FileRows, f: BinaryIO, group: int, first: int, count: i
                 start += batch.num_rows
             row += parquet.metadata.row_group(group).num_rows
             group += 1
-    except SourceError:
-        raise
-    except MemoryError:
-        raise out_of_memory(path) from None
-    except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
-        raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
-
-
-def _numbers(parquet) -> Iterator[str]:
-    """The columns the file's schema types as numbers (as parquet_chunks marks them)."""
-    return (field.name for field in parquet.schema_arrow if _arrow_number(field.type))
