@@ -68,11 +68,22 @@ def listed(tmp_path_factory):
         yield site, root / "lists", keys, root / "none-1", done.stdout
 
 
-_JOB = ("--path-column", "url", "--allow-private-urls", "--shards", "6", "--retries", "0")
+_JOB = (
+    "--path-column",
+    "url",
+    "--allow-private-urls",
+    "--shards",
+    "6",
+    "--retries",
+    "0",
+    "--url-threads",
+    "4",
+)
 
 
 def _options(**given) -> PackOptions:
-    return PackOptions(path_column="url", allow_private_urls=True, shards=6, retries=0, **given)
+    return PackOptions(path_column="url", allow_private_urls=True, shards=6, retries=0,
+                       url_threads=4, **given)  # fmt: skip
 
 
 def _keys(out: Path) -> list[str]:
@@ -190,6 +201,8 @@ def test_growing_a_streamed_pack_and_a_window_over_one_file_are_refused_in_one_l
     alone = helpers.run_cli("pack", str(lists / "part-0.parquet"), str(tmp_path / "one"),
                             *_JOB, "--shuffle-window")  # fmt: skip
     helpers.one_line_error(alone, "--shuffle-window streams a folder or pattern")
+    held = helpers.run_cli("pack", str(lists / "part-0.parquet"), str(tmp_path / "one"), *_JOB)
+    assert "order: global shuffle, seed 0" in held.stdout  # a file alone is held, shuffled
     with pytest.raises(OptionError, match=r"shuffle_window"):
         PackOptions(shuffle=False, shuffle_window=True)
     with pytest.raises(OutputError):
