@@ -107,6 +107,8 @@ class FreshPack:
             warnings=(*index.warnings, *duplicates.warnings(found)),
             summaries=json_value(split_summaries(plan, results, removed)),
         )
+        if streamed:  # the ranges are read no more
+            streamed_rows(dataset).release()
         write_outputs(out, index, results, options.index_files)
         if not streamed:  # a streamed list's keys are not held: it keeps no list to grow from
             write_contents(out, with_copies(entries(plan, results), groups, frozenset()))

@@ -181,6 +181,12 @@ class StreamedRows:
         for number, file in enumerate(self.files):
             yield from RowRange(self, number, 0, file.rows)
 
+    def release(self) -> None:
+        """Let go of the Parquet row group this process holds for the next range."""
+        from shardpack.sources.tables.ranges import forget_groups  # numpy: workers only
+
+        forget_groups()
+
     def read(self, number: int, first: int, count: int) -> tuple[list[Item], list[int]]:
         """The items of rows first to first + count of file `number`, a bad row's an item
         refused at its read (BAD_ROW), in file order; and each item's line (Parquet: row)."""

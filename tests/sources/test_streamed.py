@@ -244,3 +244,22 @@ def test_a_parquet_list_is_typed_by_its_footer_or_surveyed_as_a_list_read_whole(
         assert isinstance(streamed.splits["train"], StreamedRows)
         assert streamed.schema == held, folder.name
     assert held["bbox"].shape == (-1, 4)
+
+
+def test_the_ranges_of_one_row_group_read_it_once_in_a_process(tmp_path, monkeypatch):
+    """pyarrow writes up to 1M rows a row group and a shard takes 1,024: each range read its
+    whole row group again (1.3 s for 1M URLs and captions, a thousand times a group)."""
+    from shardpack.sources.tables import ranges
+
+    folder = tmp_path / "lists"
+    folder.mkdir()
+    urls = [f"http://images.example/{i}.png" for i in range(12)]
+    pq.write_table(pa.table({"url": urls, "caption": list("abcdefghijkl")}),
+                   folder / "part-0.parquet", row_group_size=12)  # fmt: skip
+    read, real = [], ranges.read_group
+    monkeypatch.setattr(ranges, "read_group", lambda *args: read.append(args[2]) or real(*args))
+    dataset, _, _, plan = _scan_and_plan(storage_at(str(folder)), _options(shuffle=False), None)
+    assert len(plan.shards) == 6  # --shards 6: two rows each, all in row group 0
+    assert [item.key for spec in plan.shards for item in spec.items] == urls
+    assert read == [0]
+    dataset.splits["train"].release()

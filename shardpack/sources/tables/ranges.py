@@ -237,7 +237,7 @@ def _parquet_range(file: FileRows, f: BinaryIO, group: int, first: int, count: i
         numbers = check_schema(path, parquet)
         row, end = file.marks[group][0], first + count
         while row < end and group < parquet.num_row_groups:
-            table, _ = read_group(parquet, path, group, None, _REWRITE)
+            table = _held_group(parquet, file, group)
             start = max(first, row)
             table = table.slice(start - row, min(end, row + table.num_rows) - start)
             for batch in written_slices(parquet, table, chunks.CHUNK_ROWS):
@@ -246,3 +246,24 @@ def _parquet_range(file: FileRows, f: BinaryIO, group: int, first: int, count: i
                 start += batch.num_rows
             row += parquet.metadata.row_group(group).num_rows
             group += 1
+
+
+# The row group a process read last: (file, size, group) and its table. A row group holds many
+# shards' ranges (pyarrow writes up to 1M rows a group, a shard takes 1,024), and reading it is
+# most of a range's cost (1M URLs and captions: ~1.3 s), so a worker that takes the next range
+# of the same group reads it once; one group at a time, bounded by MAX_ROW_GROUP_BYTES.
+_held: list = [None, None]
+
+
+def _held_group(parquet, file: FileRows, group: int):
+    """Row group `group` of the file, read once for consecutive ranges in it."""
+    key = (file.path, file.size, group)
+    if _held[0] != key:
+        _held[:] = [None, None]  # the last one goes before the next is read
+        _held[:] = [key, read_group(parquet, file.path, group, None, _REWRITE)[0]]
+    return _held[1]
+
+
+def forget_groups() -> None:
+    """Let go of the row group held (once no more range is to be read here)."""
+    _held[:] = [None, None]
