@@ -42,6 +42,9 @@ WDS_NAMINGS = ("shardpack", "img2dataset")
 # Pascal's corners x first, COCO's corner and size, YOLO's centre and size.
 BOX_FORMATS = ("yxyx", "xyxy", "xywh", "cxcywh")
 DEFAULT_SHARD_SIZE = 128 * 2**20
+# The shuffles a pack may use (index.json's `shuffle`): every item in one seeded permutation;
+# a list streamed file range by file range, ranges and the rows in each shard permuted; none.
+SHUFFLES = ("global", "window", "none")
 # Pillow's decompression-bomb limit: the most pixels an image may claim before it is refused.
 DEFAULT_MAX_PIXELS = 178_956_970
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
@@ -215,6 +218,8 @@ class PackOptions:
         near_distance: --dedup near's Hamming distance (NEAR_DISTANCE here).
         seed: shuffle seed.
         shuffle: False keeps the sorted source order.
+        shuffle_window: shuffle a list of many manifest files streamed, without holding it
+            (see docs/architecture.md); pack refuses it for other sources.
         max_pixels: refuse images that claim more pixels than this (decompression bombs).
         overwrite: replace an existing, different shardpack output in OUT.
         resume: keep the shards an interrupted run of the same plan finished.
@@ -269,6 +274,7 @@ class PackOptions:
     compression: str = "none"
     seed: int = 0
     shuffle: bool = True
+    shuffle_window: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
     overwrite: bool = False
     resume: bool = False
@@ -340,6 +346,9 @@ class PackOptions:
                     "; pass a smaller size or raise ",
                     Option("max_pixels"),
                 )
+        if self.shuffle_window and not self.shuffle:
+            raise OptionError(Option("shuffle_window"), " shuffles; drop ",
+                              Option("shuffle", False), " or it")  # fmt: skip
         if self.scheduler is not None and self.backend != "dask":
             raise OptionError(Option("scheduler"), " needs ", Option("backend", "dask"))
         if self.index_files and self.compression != "none":
@@ -360,9 +369,16 @@ class PackOptions:
         fields = asdict(self)
         if not self.shuffle:
             fields["seed"] = None  # no shuffle: the seed changes nothing
-        # only --dedup near reads the distance: other runs' plans stay as they were without it
+        # only --dedup near reads the distance, and a window shuffle is asked for: other runs'
+        # plans stay as they were without them
         near = ("near_distance",) if self.dedup == "near" else ()
-        return {key: fields[key] for key in (*_OUTPUT_FIELDS, *near)}
+        window = ("shuffle_window",) if self.shuffle_window else ()
+        return {key: fields[key] for key in (*_OUTPUT_FIELDS, *near, *window)}
+
+    @property
+    def shuffle_kind(self) -> str:
+        """The shuffle asked for: one of SHUFFLES."""
+        return "none" if not self.shuffle else "window" if self.shuffle_window else "global"
 
 
 def parse_size(text: str) -> int:
@@ -554,6 +570,11 @@ FLAGS: dict[str, Flag] = {
     "format": Flag("--format", "Shard container:"),
     "seed": Flag("--seed", "Shuffle seed.", "N"),
     "shuffle": Flag("--shuffle/--no-shuffle", "Shuffle before sharding."),
+    "shuffle_window": Flag(
+        "--shuffle-window",
+        "Shuffle a list of many Parquet/JSONL files without holding it: the files' row ranges "
+        "in a seeded order, the rows within each shard.",
+    ),
     "max_pixels": Flag(
         "--max-pixels", "Refuse images claiming more pixels (decompression bombs).", "N", min=1
     ),

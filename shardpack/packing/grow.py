@@ -29,7 +29,7 @@ from shardpack.errors import (
     shortened,
 )
 from shardpack.index import Index, Run, SplitInfo, load_index
-from shardpack.layout import INDEX_FILES_DIR, INDEX_NAME, index_file_name
+from shardpack.layout import CONTENTS_NAME, INDEX_FILES_DIR, INDEX_NAME, index_file_name
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates, gaps, stamps
 from shardpack.packing.contents import (
@@ -137,6 +137,7 @@ class GrowPack:
         has none to write."""
         out = self.out
         old = self.old = _old_index(out)
+        _refuse_streamed(out, old)
         _remove_retired(out, old)
         self.listed, state = _checked_names(out, old)
         options = dataset_options(old, self.given)
@@ -407,6 +408,16 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
 def _shown(value: object) -> str:
     """A value for a message: JSON, escaped, cut short."""
     return shortened(printable(json.dumps(value)))
+
+
+def _refuse_streamed(out: Storage, old: Index) -> None:
+    """A streamed list's pack (no global shuffle, and no contents.json: its keys were never
+    held) cannot grow yet: refused in one line before anything is read."""
+    if old.shuffle in ("window", "none") and not out.lexists(CONTENTS_NAME):
+        raise OutputError(f"{out.root}: holds a list packed streamed ({old.shuffle} shuffle), "
+                          "which keeps no list of its items to grow from; pack the new files "
+                          "into another folder, or repack all with ",
+                          Option("overwrite", True))  # fmt: skip
 
 
 def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Dataset:

@@ -141,6 +141,8 @@ def write_shard(
                 progress.update(done)
     finally:
         progress.close()
+        if (forget := getattr(spec.items, "forget", None)) is not None:
+            forget()  # a streamed range's rows, read here (in-process: the parent's)
     written = writer.result
     return ShardResult(
         spec.split,

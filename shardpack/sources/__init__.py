@@ -57,6 +57,7 @@ from shardpack.sources.source import (
     sources_described,
 )
 from shardpack.sources.spelling import near
+from shardpack.sources.streamed import scan_streamed
 from shardpack.storage import Storage, storage_at
 
 __all__ = [
@@ -110,7 +111,9 @@ def scan(
     source, found = _recognise(root, options)
     _refuse_unused(root, options, source)
     source.check_options(options)
-    dataset = source.scan(found, options, storage_options)
+    dataset = scan_streamed(root, source, found, options, storage_options)
+    if dataset is None:
+        dataset = source.scan(found, options, storage_options)
     dataset = dataclasses.replace(dataset, warnings=dataset.warnings + _typos(dataset))
     if options.split is None:
         return dataset
