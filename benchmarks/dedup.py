@@ -80,7 +80,7 @@ def exact_cost(src: str, out: str, paths: list[str], repeat: int) -> dict:
     features = {"width": 1, "height": 1, "format": "jpeg", "channels": 3}
     rows = []
     for _ in range(repeat):
-        notes, adds, keys = facts.ShardFacts([None] * len(paths)), [], []
+        notes, adds, keys = facts.ShardFacts(len(paths)), [], []
         for position, path in enumerate(paths):
             with open(path, "rb") as f:
                 data = f.read()  # in the cache as in the worker, which has just read it

@@ -67,24 +67,27 @@ def content_digest(loaded: bytes | np.ndarray) -> bytes:
 class ShardFacts:
     """A shard's notes, filled one written record at a time (~1 us a record)."""
 
-    def __init__(
-        self, stamps: list[tuple[int, int] | None], objects: Objects | None = None
-    ) -> None:
-        """`stamps`: each item's (size, mtime) as stamps.take_stamps gave it before its file was
-        read; `objects`: the schema's object features (objects_of), counted as each record is."""
-        self.table = np.zeros(len(stamps), FACT_DTYPE)
-        self.stamps = stamps
+    def __init__(self, count: int, objects: Objects | None = None) -> None:
+        """`count`: the shard's items; `objects`: the schema's object features (objects_of),
+        counted as each record is."""
+        self.table = np.zeros(count, FACT_DTYPE)
         self.objects = objects
         self.counts: Counter[tuple[str, str]] = Counter()
         self._names = 0  # distinct text class names tallied
 
     def add(
-        self, position: int, loaded: bytes | np.ndarray, features: dict, orientation: int | None
+        self,
+        position: int,
+        loaded: bytes | np.ndarray,
+        features: dict,
+        orientation: int | None,
+        stamp: tuple[int, int] | None = None,
     ) -> None:
         """Note the record of the shard's `position`-th item; `orientation`: the EXIF one its
-        header probe read (images.ImageInfo: a JPEG's; None for others, not counted)."""
+        header probe read (images.ImageInfo: a JPEG's; None for others, not counted); `stamp`:
+        its file's (size, mtime) as its read saw them (stamps.py; None: none)."""
         crc, size = content_key(loaded)
-        stamp = self.stamps[position]  # of another size: the file changed as it was read
+        # of another size: the file changed as it was read
         mtime = stamp[1] if stamp is not None and stamp[0] == size else 0
         self.table[position] = (crc, size, content_digest(loaded), features["width"],
                                 features["height"], mtime)  # fmt: skip
