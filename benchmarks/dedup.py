@@ -15,10 +15,12 @@ its median per image is the row, with its share of the --dedup none pack's media
 them, one core's full decode of the same photos (what the re-encoding pack pays per image).
 
 Copies (issue 35): `--copies N` small JPEGs that are each one of ten images against N distinct
-ones, each packed by a whole `shardpack pack --workers 2` process, alternated (A B A B); the row
-is each one's median CPU time (user + system, the workers included: the machine is shared, so
-not the wall) and their ratio (target TARGET_COPIES). `--against DIR` pairs every pack with the
-same pack by the shardpack checked out at DIR (before/after); `--only copies` runs this row alone.
+ones, each packed by a whole `shardpack pack --encode keep` process at the default worker count,
+alternated (A B A B), with --dedup none and exact; the row is each one's median CPU time (user +
+system, the workers included: the machine is shared) and wall, their ratios (target
+TARGET_COPIES) and the paired CPU difference per image (what copies cost). `--against DIR`
+pairs every pack with the same pack by the shardpack checked out at DIR (before/after);
+`--only copies` runs this row alone.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ WORKERS = 2
 TARGET_COPIES = 1.2
 COPIES = 30_000
 ORIGINALS = 10
+DEDUP_MODES = ("none", "exact")  # the copies row's: found while packing, dropped before the plan
 
 
 def _timed(spent: dict, module: object, name: str) -> None:
@@ -173,54 +176,69 @@ def copies_trees(cache: str, count: int) -> tuple[str, str]:
     return trees[0], trees[1]
 
 
-def _pack_cpu(src: str, out: str, code: str | None) -> float:
-    """CPU seconds (user + system) of one whole `shardpack pack` process and its workers, run
-    with the shardpack at `code` (None: this one)."""
+def _pack_cpu(src: str, out: str, code: str | None, dedup: str) -> tuple[float, float]:
+    """CPU seconds (user + system) and wall seconds of one whole `shardpack pack --encode keep`
+    process and its workers at the default worker count, run with the shardpack at `code`
+    (None: this one)."""
     code = code or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": code}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # else each run compiles the package anew
     shutil.rmtree(out, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
     # run in `code`: `python -m` puts the working folder first on the path
-    subprocess.run([sys.executable, "-m", "shardpack", "pack", src, out, "--workers",
-                    str(WORKERS), "--no-progress"], env=env, cwd=code, check=True,
+    subprocess.run([sys.executable, "-m", "shardpack", "pack", src, out, "--encode", "keep",
+                    "--dedup", dedup, "--no-progress"], env=env, cwd=code, check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
+    wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
 
 
 def copies_cost(cache: str, count: int, repeat: int, against: str | None) -> dict:
-    """Median CPU seconds of packing the copies tree and the distinct one, alternated, with
-    this shardpack and (`against`) the one at that folder."""
+    """Median CPU and wall seconds of packing the copies tree and the distinct one, alternated
+    (A B A B), with --dedup none and exact, with this shardpack and (`against`) the one at that
+    folder; and the paired differences per image."""
     copies, distinct = copies_trees(cache, count)
     out = os.path.join(cache, "runs", "copies")
     codes = {"this": None, **({"against": os.path.abspath(against)} if against else {})}
-    cpu: dict[tuple[str, str], list[float]] = defaultdict(list)
+    runs: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
     for _ in range(repeat):
         for name, code in codes.items():
-            for kind, src in (("copies", copies), ("distinct", distinct)):
-                cpu[name, kind].append(_pack_cpu(src, out, code))
+            for dedup in DEDUP_MODES:
+                for kind, src in (("copies", copies), ("distinct", distinct)):
+                    runs[name, dedup, kind].append(_pack_cpu(src, out, code, dedup))
     shutil.rmtree(out, ignore_errors=True)
     row: dict = {"images": count, "repeat": repeat}
     for name in codes:
-        c, d = (statistics.median(cpu[name, kind]) for kind in ("copies", "distinct"))
-        runs = {kind: cpu[name, kind] for kind in ("copies", "distinct")}
-        row[name] = {"copies_cpu_s": c, "distinct_cpu_s": d, "ratio": c / d, "runs": runs}
+        for dedup in DEDUP_MODES:
+            c, d = runs[name, dedup, "copies"], runs[name, dedup, "distinct"]
+            cpu = [statistics.median(r[0] for r in runs_) for runs_ in (c, d)]
+            wall = [statistics.median(r[1] for r in runs_) for runs_ in (c, d)]
+            paired = statistics.median(a[0] - b[0] for a, b in zip(c, d, strict=True))
+            row[f"{name} {dedup}"] = {
+                "copies_cpu_s": cpu[0], "distinct_cpu_s": cpu[1], "cpu_ratio": cpu[0] / cpu[1],
+                "copies_wall_s": wall[0], "distinct_wall_s": wall[1],
+                "wall_ratio": wall[0] / wall[1], "paired_cpu_us_per_image": paired / count * 1e6,
+                "runs": {"copies": c, "distinct": d},
+            }  # fmt: skip
     return row
 
 
 def copies_report(row: dict) -> list[str]:
     said = [f"copies of {ORIGINALS} images against distinct files, {row['images']:,} small "
-            f"JPEGs each, `pack --workers {WORKERS}` whole processes, median CPU of "
-            f"{row['repeat']} A B runs:", "",
-            "| shardpack | copies CPU s | distinct CPU s | copies / distinct | mean of pairs' "
-            "copies - distinct, s |", "|---|---:|---:|---:|---:|"]  # fmt: skip
-    for name in ("this", "against"):
-        if name in row:
-            r, runs = row[name], row[name]["runs"]
-            paired = statistics.mean(c - d for c, d in zip(*runs.values(), strict=True))
-            said.append(f"| {name} | {r['copies_cpu_s']:.2f} | {r['distinct_cpu_s']:.2f} | "
-                        f"{r['ratio']:.2f}x (target {TARGET_COPIES}x) | "
-                        f"{paired:+.2f} |")  # fmt: skip
+            "JPEGs each, `pack --encode keep` whole processes at the default worker count, "
+            f"medians of {row['repeat']} A B runs (CPU: user + system, workers included):", "",
+            "| shardpack | --dedup | copies CPU s | distinct CPU s | CPU copies / distinct | "
+            "wall copies / distinct | copies cost, µs/image (paired CPU) |",
+            "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for key, r in row.items():
+        if isinstance(r, dict):
+            name, dedup = key.split()
+            said.append(f"| {name} | {dedup} | {r['copies_cpu_s']:.2f} | "
+                        f"{r['distinct_cpu_s']:.2f} | {r['cpu_ratio']:.2f}x (target "
+                        f"{TARGET_COPIES}x) | {r['wall_ratio']:.2f}x | "
+                        f"{r['paired_cpu_us_per_image']:+.1f} |")  # fmt: skip
     return said
 
 
