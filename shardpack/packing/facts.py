@@ -73,6 +73,8 @@ class ShardFacts:
         self.table = np.zeros(count, FACT_DTYPE)
         self.objects = objects
         self.counts: Counter[tuple[str, str]] = Counter()
+        # (format, channels, orientation) -> records: one count a record, spelled out by tally
+        self.looks: Counter[tuple[str, int, int | None]] = Counter()
         self._names = 0  # distinct text class names tallied
 
     def add(
@@ -91,10 +93,7 @@ class ShardFacts:
         mtime = stamp[1] if stamp is not None and stamp[0] == size else 0
         self.table[position] = (crc, size, content_digest(loaded), features["width"],
                                 features["height"], mtime)  # fmt: skip
-        self.counts["format", features["format"]] += 1
-        self.counts["channels", str(features["channels"])] += 1
-        if orientation is not None:
-            self.counts["orientation", str(orientation)] += 1
+        self.looks[features["format"], features["channels"], orientation] += 1
         if self.objects is not None:
             self._add_objects(features)
 
@@ -120,8 +119,15 @@ class ShardFacts:
         return self.table.tobytes()
 
     def tally(self) -> tuple[tuple[str, str, int], ...]:
-        """(what, value, count) of each format, channel count and orientation seen."""
-        return tuple(sorted((what, value, n) for (what, value), n in self.counts.items()))
+        """(what, value, count) of each format, channel count and orientation seen (and of
+        each object tally)."""
+        counts = self.counts.copy()
+        for (fmt, channels, orientation), n in self.looks.items():
+            counts["format", fmt] += n
+            counts["channels", str(channels)] += n
+            if orientation is not None:
+                counts["orientation", str(orientation)] += n
+        return tuple(sorted((what, value, n) for (what, value), n in counts.items()))
 
 
 def record_sizes(content: bytes, num_records: int) -> set[tuple[int, int]] | None:
