@@ -21,6 +21,10 @@ system, the workers included: the machine is shared) and wall, their ratios (tar
 TARGET_COPIES) and the paired CPU difference per image (what copies cost). `--against DIR`
 pairs every pack with the same pack by the shardpack checked out at DIR (before/after);
 `--only copies` runs this row alone.
+
+Stamps (issue 35 item 2): one core's loops over 2,000 of the distinct files, a stat before
+each read (as the workers took stamps before) against the read's own fstat, alternated; µs of
+CPU per image (`--only stamps`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ import numpy as np
 
 from benchmarks.workloads import ensure, image_files
 from shardpack import PackOptions, images, pack
-from shardpack.packing import duplicates, facts
+from shardpack.packing import duplicates, facts, stamps
+from shardpack.sources import scan, source_root
+from shardpack.sources.source import read_image_file, read_stamped_image
 
 # issue 27: exact detection costs at most 2% of the passthrough pack.
 TARGET_EXACT = 0.02
@@ -50,6 +56,7 @@ WORKERS = 2
 TARGET_COPIES = 1.2
 COPIES = 30_000
 ORIGINALS = 10
+STAMPED_FILES, STAMP_LOOPS = 2000, 40  # the stamps row: the files of a loop, and its loops
 DEDUP_MODES = ("none", "exact")  # the copies row's: found while packing, dropped before the plan
 
 
@@ -116,6 +123,36 @@ def exact_cost(src: str, out: str, paths: list[str], repeat: int) -> dict:
         "share": (key + group) / cpu,
         "facts_share": (add + group) / cpu,
     }
+
+
+def stamps_cost(src: str, count: int, loops: int) -> dict:
+    """One core: a worker's stamp as a stat before each read (stamps.take_stamps, as workers
+    took them before issue 35) against the read's own fstat (read_stamped_image), alternated
+    loops over the first `count` files of `src`; µs of CPU per image."""
+    dataset = scan(source_root(src), PackOptions(), None)
+    items = [item for split in sorted(dataset.splits) for item in dataset.splits[split]][:count]
+    root, options, source = dataset.root, PackOptions(), dataset.source
+    stat_first, own = [], []
+    for _ in range(loops):
+        start = time.process_time()
+        stamps.take_stamps(source, root, items)
+        for item in items:
+            read_image_file(item, root, options)
+        stat_first.append(time.process_time() - start)
+        start = time.process_time()
+        for item in items:
+            read_stamped_image(item, root, options)
+        own.append(time.process_time() - start)
+    per_image = 1e6 / len(items)
+    return {
+        "images": len(items),
+        "loops": loops,
+        "stat_then_read_us": statistics.median(stat_first) * per_image,
+        "read_stamped_us": statistics.median(own) * per_image,
+        "saved_us_paired_median": statistics.median(
+            a - b for a, b in zip(stat_first, own, strict=True)) * per_image,
+        "saved_us_min": (min(stat_first) - min(own)) * per_image,
+    }  # fmt: skip
 
 
 def dedup_cost(src: str, out: str, count: int, encode: str, repeat: int) -> dict:
@@ -274,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--copies", type=int, default=COPIES, help="files in each copies tree")
     parser.add_argument("--against", help="another shardpack checkout to pair the copies row with")
-    parser.add_argument("--only", choices=("copies", "exact"), help="run this row alone")
+    parser.add_argument("--only", choices=("copies", "exact", "stamps"),
+                        help="run this row alone")  # fmt: skip
     parser.add_argument(
         "--cache", default=os.path.join(os.path.dirname(__file__), "..", "bench-out")
     )
@@ -294,6 +332,14 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out, ignore_errors=True)
         said.append(report(found["exact"], found.get("dedup", []), found.get("full_decode_us"),
                            len(paths), argv))  # fmt: skip
+    if args.only in (None, "stamps"):
+        distinct = copies_trees(cache, args.copies)[1]
+        found["stamps"] = row = stamps_cost(distinct, STAMPED_FILES, STAMP_LOOPS)
+        said.append(f"stamps, one core, {row['images']:,} small files, {row['loops']} "
+                    f"alternated loops: stat then read {row['stat_then_read_us']:.1f} µs/image, "
+                    f"the read's own fstat {row['read_stamped_us']:.1f}; saved "
+                    f"{row['saved_us_paired_median']:.1f} µs (paired median), "
+                    f"{row['saved_us_min']:.1f} (minimums)")  # fmt: skip
     if args.only in (None, "copies"):
         found["copies"] = copies_cost(cache, args.copies, args.repeat, args.against)
         said.append("\n".join(copies_report(found["copies"])))
