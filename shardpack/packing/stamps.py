@@ -1,5 +1,6 @@
 """An item's stamp: the size and modification time (ns) of its image file just before a worker
-read it (the worker takes it and notes it in its facts table). OUT/.shardpack.stamps keeps each
+read it: its read's own fstat, before the first byte (Storage.read_stamped; the worker notes it
+in its facts table). OUT/.shardpack.stamps keeps each
 packed item's mtime (its size is the content key's, in contents.json), so that `pack --append`
 and `--update` take a file whose size and mtime are unchanged as unchanged without reading it
 (rsync's quick check: a rewrite that keeps both goes unseen).
