@@ -21,6 +21,7 @@ from shardpack.packing.objects import objects_of
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, Source
+from shardpack.sources.source import read_stamped_image
 from shardpack.storage import Storage
 from shardpack.storage.atomic import create_temp, open_regular
 
@@ -98,8 +99,9 @@ def write_shard(
     lossless = 0
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
-    # the stamps before any read
-    facts = ShardFacts(stamps.take_stamps(source, src, spec.items), objects_of(schema))
+    facts = ShardFacts(len(spec.items), objects_of(schema))
+    # each stamp from its file's read (no stat of its own), kept if the file was settled by now
+    stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
     moved = boxes.moved_features(schema, boxes.declared_boxes(options))
     try:
         container = CONTAINERS[options.format]
@@ -117,7 +119,10 @@ def write_shard(
         ):
             for done, item in enumerate(spec.items, 1):
                 try:
-                    loaded = source.load(item, src, options, cache)
+                    if stamping and item.position is None:
+                        loaded, stamp = read_stamped_image(item, src, options)
+                    else:
+                        loaded, stamp = source.load(item, src, options, cache), None
                     features, where, orientation = _features(item, loaded, options)
                     kept = features["image"] is loaded  # stored as it came
                     taken = boxes.moves(orientation, kept, where, source.name) if moved else ()
@@ -135,7 +140,8 @@ def write_shard(
                     _write(writer, features, source.stored(item, cache) if raw else None)
                     _count(counts, item.label)
                     lossless += _made_lossless(loaded, features["format"], options)
-                    facts.add(done - 1, loaded, features, orientation)
+                    facts.add(done - 1, loaded, features, orientation,
+                              stamps.settled(stamp, settled))  # fmt: skip
                     if dropped:
                         facts.counts.update({(boxes.DROPPED, r): n for r, n in dropped.items()})
                 progress.update(done)

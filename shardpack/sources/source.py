@@ -234,10 +234,19 @@ def read_image_file(item: Item, src: Storage, options: PackOptions) -> bytes:
     Raises:
         ImageError: the file is missing, unreadable, not a regular file, too large or empty.
     """
+    return read_stamped_image(item, src, options)[0]
+
+
+def read_stamped_image(
+    item: Item, src: Storage, options: PackOptions
+) -> tuple[bytes, tuple[int, int] | None]:
+    """read_image_file's bytes, with the file's stamp as the read saw it before its first
+    byte (Storage.read_stamped: the worker's stamp without a stat of its own; None where the
+    store has none)."""
     from shardpack.images import max_file_bytes  # numpy: not for pack --help
 
     try:
-        data = src.read(item.path, max_file_bytes(options.max_pixels))
+        data, stamp = src.read_stamped(item.path, max_file_bytes(options.max_pixels))
     except FileTooLarge as e:
         raise ImageError(item.key, f"{e}, the most an image of --max-pixels can take") from None
     except RefusedFile as e:
@@ -246,7 +255,7 @@ def read_image_file(item: Item, src: Storage, options: PackOptions) -> bytes:
         raise ImageError(item.key, f"cannot read ({e.strerror or e})") from None
     if not data:
         raise ImageError(item.key, "empty file")
-    return data
+    return data, stamp
 
 
 def folder_only(root: Storage, options: PackOptions, name: str) -> None:
