@@ -142,7 +142,7 @@ def scan_held(index: Index, warnings: tuple[str, ...] = ()) -> Dataset | None:
     shards are read then. What it says is checked by the workers, record by record."""
     schema = index.schema
     label = schema.get(LABEL)
-    if set(schema.extras) - {LABEL} or (label is not None and (label.is_list or not label.classes)):
+    if not _plain(schema):
         return None
     from shardpack.contentsfile import DIGESTED, load_contents  # numpy: not for --help
 
@@ -170,6 +170,15 @@ def scan_held(index: Index, warnings: tuple[str, ...] = ()) -> Dataset | None:
             listed(shard.num_records)
         splits[split] = tuple(items)
     return Dataset(KIND, index.storage, schema, splits, warnings=warnings)
+
+
+def _plain(schema: Schema) -> bool:
+    """Whether a record holds no feature but one class (or none) beside the built-ins: what
+    contents.json's "meta" gives back (any other, a digest of them)."""
+    label = schema.get(LABEL)
+    return not set(schema.extras) - {LABEL} and (
+        label is None or (not label.is_list and bool(label.classes))
+    )
 
 
 def _only_ints(values: list) -> bool:
@@ -326,7 +335,7 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
     images = example.get(IMAGE)
     if images and type(images[0]) is not bytes:  # a container's reader may lend a view
         example[IMAGE] = [bytes(v) for v in images]
-    fault = _unlike(example, item, kept.schema, kept.checks)
+    fault = _unlike(example, item, kept)
     if fault is not None:
         raise ImageError(item.key, f"{where}: {fault}")
     image = example[IMAGE][0]
@@ -344,16 +353,21 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
                                    f"{shape}") from None  # fmt: skip
 
 
-def _unlike(example: dict[str, list], item: Item, schema: Schema, checks: tuple) -> str | None:
+def _unlike(example: dict[str, list], item: Item, kept: _Opened) -> str | None:
     """What makes a record read in a worker unfit to pack again, or not the item the scan
     listed at its place (from the shard itself, or from contents.json, which may lie): None
     when it fits and is that item."""
-    if not _fits(example, checks):
+    schema = kept.schema
+    if not _fits(example, kept.checks):
         return _fault(example, schema)
     if example["key"][0] != _bytes(item.key):
         return (f"holds key {_text(example['key'][0])!r}, not {item.key!r} as the scan found; "
                 f"the shard or its {CONTENTS_NAME} changed since: run shardpack verify on "
                 "it")  # fmt: skip
+    if kept.plain and not item.fields:  # one class at most: no Item to build (a tenth of load)
+        label = example[LABEL][0] if LABEL in example else None
+        if label == item.label:
+            return None
     found = _item(example, schema, item.path, item.position, item.size)
     if (found.label, dict(found.fields)) != (item.label, dict(item.fields)):
         return (f"holds label {found.label!r} and features {dict(found.fields)!r}, not "
@@ -389,6 +403,7 @@ class _Opened(NamedTuple):
     files: OpenFiles[_Shard]
     schema: Schema
     checks: tuple
+    plain: bool  # no features but one class a record (a label list or other feature: False)
 
 
 def _open_shards(root: Storage) -> _Opened:
@@ -396,7 +411,7 @@ def _open_shards(root: Storage) -> _Opened:
     index = _index(root.child(""))  # a Storage: a worker's root may be Storage.reading's proxy
     shards = {s.file: s for info in index.splits.values() for s in info.shards}
     files = OpenFiles(lambda file: _open(index, shards[file]), KEEP_SHARDS)
-    return _Opened(files, index.schema, _checks(index.schema))
+    return _Opened(files, index.schema, _checks(index.schema), _plain(index.schema))
 
 
 # Each record's position in a source shard, by the shard's path and sha256, found once a worker
