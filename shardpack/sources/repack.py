@@ -369,11 +369,17 @@ def _unlike(example: dict[str, list], item: Item, kept: _Opened) -> str | None:
         if label == item.label:
             return None
     found = _item(example, schema, item.path, item.position, item.size)
-    if (found.label, dict(found.fields)) != (item.label, dict(item.fields)):
-        return (f"holds label {found.label!r} and features {dict(found.fields)!r}, not "
-                f"{item.label!r} and {dict(item.fields)!r} as the scan found; the shard or its "
-                f"{CONTENTS_NAME} changed since: run shardpack verify on it")  # fmt: skip
-    return None
+    if (found.label, dict(found.fields)) == (item.label, dict(item.fields)):
+        return None
+    held, listed_ = _said(found), _said(item)
+    return (f"holds {held}, not {listed_} as the scan found; the shard or its {CONTENTS_NAME} "
+            "changed since: run shardpack verify on it")  # fmt: skip
+
+
+def _said(item: Item) -> str:
+    """An item's label, and its features where it has any, for a message."""
+    fields = dict(item.fields)
+    return f"label {item.label!r}" + (f" and features {fields!r}" if fields else "")
 
 
 def stored(item: Item, cache: dict) -> bytes | None:
