@@ -144,7 +144,7 @@ def scan_held(index: Index, warnings: tuple[str, ...] = ()) -> Dataset | None:
     label = schema.get(LABEL)
     if not _plain(schema):
         return None
-    from shardpack.contentsfile import DIGESTED, load_contents  # numpy: not for --help
+    from shardpack.contentsfile import load_contents  # numpy: not for --help
 
     try:
         held = load_contents(index.storage, index).shards
@@ -159,7 +159,7 @@ def scan_held(index: Index, warnings: tuple[str, ...] = ()) -> Dataset | None:
             metas, sizes = entry["meta"], entry["size"]
             if shard.num_records and (
                 not _only_ints(metas)
-                or not low <= min(metas) <= max(metas) <= min(high, DIGESTED - 1)
+                or not low <= min(metas) <= max(metas) <= high  # a digest (2**62 up): not plain
                 or sum(sizes) > shard.num_bytes  # planted sizes would skew the plan
             ):
                 return None

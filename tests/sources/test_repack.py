@@ -142,6 +142,12 @@ def test_the_scan_from_contents_lists_what_reading_every_shard_finds(packed, tmp
     doc["shards"] = {f"x{file}": entry for file, entry in doc["shards"].items()}
     (bare / "contents.json").write_text(json.dumps(doc))
     assert repack.scan_held(load_index(storage_at(str(bare)))) is None
+    # a class out of range, or sizes past the shard's bytes (they steer the plan): read them
+    for field, value in (("meta", 3), ("meta", 1 << 62), ("size", 1 << 40)):
+        doc = json.loads((packed / "contents.json").read_text())
+        next(iter(doc["shards"].values()))[field][0] = value
+        (bare / "contents.json").write_text(json.dumps(doc))
+        assert repack.scan_held(load_index(storage_at(str(bare)))) is None, field
     options = PackOptions(workers=1, shuffle=False)
     shardpack.pack(packed, tmp_path / "a", options)
     shardpack.pack(bare, tmp_path / "b", options)
