@@ -185,6 +185,16 @@ def _bytes_feature_prefix(length: int) -> bytes:
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    if pos + 2 < len(buf):  # up to 3 bytes (lengths under 2 MiB: an image's) without the loop
+        low = buf[pos]
+        if low < 0x80:
+            return low, pos + 1
+        middle = buf[pos + 1]
+        if middle < 0x80:
+            return (low & 0x7F) | middle << 7, pos + 2
+        high = buf[pos + 2]
+        if high < 0x80:
+            return (low & 0x7F) | (middle & 0x7F) << 7 | high << 14, pos + 3
     result = shift = 0
     while True:
         if pos >= len(buf):
