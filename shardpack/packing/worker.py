@@ -86,12 +86,9 @@ def write_shard(
         schema: the dataset's features: how to encode each of an item's fields.
         source: the dataset's source (Dataset.source), which loads an item's image.
 
-    Returns:
-        The shard's record count, size, sha256, label histogram, skipped items and what
-        facts noted of each record.
-
-    Raises:
-        ImageError: an item is bad and options.on_error is "fail"; no file is left behind.
+    Returns the shard's record count, size, sha256, label histogram, skipped items and what
+    facts noted of each record. Raises ImageError where an item is bad and options.on_error is
+    "fail"; no file is left behind.
     """
     start = time.perf_counter()
     counts = [0] * len(schema.classes)
@@ -119,17 +116,13 @@ def write_shard(
         ):
             for done, item in enumerate(spec.items, 1):
                 try:
-                    if stamping and item.position is None:
-                        loaded, stamp = read_stamped_image(item, src, options)
-                    else:
-                        loaded, stamp = source.load(item, src, options, cache), None
-                    features, where, orientation = _features(item, loaded, options)
-                    kept = features["image"] is loaded  # stored as it came
-                    taken = boxes.moves(orientation, kept, where, source.name) if moved else ()
-                    size = features["height"], features["width"]
-                    fields, dropped = _fields(item, schema, moved, taken, size,
-                                              options.min_visibility)  # fmt: skip
-                    features.update(fields)
+                    loaded, stamp = (
+                        read_stamped_image(item, src, options)
+                        if stamping and item.position is None
+                        else (source.load(item, src, options, cache), None)
+                    )
+                    features, orientation, dropped = _record(item, loaded, options, schema,
+                                                             source, moved)  # fmt: skip
                 except ImageError as e:
                     if options.on_error == "fail":
                         raise
@@ -151,20 +144,29 @@ def write_shard(
             forget()  # a streamed range's rows, read here (in-process: the parent's)
     written = writer.result
     return ShardResult(
-        spec.split,
-        spec.index,
-        spec.file,
-        written.num_records,
-        written.num_bytes,
-        written.sha256,
-        tuple(counts),
-        tuple(skipped),
-        time.perf_counter() - start,
-        written.offsets,
-        lossless,
-        facts.content(),
-        facts.tally(),
-    )
+        spec.split, spec.index, spec.file, written.num_records, written.num_bytes,
+        written.sha256, tuple(counts), tuple(skipped), time.perf_counter() - start,
+        written.offsets, lossless, facts.content(), facts.tally(),
+    )  # fmt: skip
+
+
+def _record(
+    item: Item,
+    loaded: bytes | np.ndarray,
+    options: PackOptions,
+    schema: Schema,
+    source: Source,
+    moved: tuple[str, ...],
+) -> tuple[dict[str, object], int, dict[str, int]]:
+    """One loaded item's features (its image checked, transformed and encoded; its fields, the
+    boxes moved with the pixels), its EXIF orientation, and the objects dropped by reason."""
+    features, where, orientation = _features(item, loaded, options)
+    kept = features["image"] is loaded  # stored as it came
+    taken = boxes.moves(orientation, kept, where, source.name) if moved else ()
+    size = features["height"], features["width"]
+    fields, dropped = _fields(item, schema, moved, taken, size, options.min_visibility)
+    features.update(fields)
+    return features, orientation, dropped
 
 
 def _write(writer: ShardWriter, features: dict[str, object], stored: bytes | None) -> None:
