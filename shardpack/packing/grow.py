@@ -430,10 +430,27 @@ def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Da
     old_features = {k: v for k, v in old.schema.to_json().items() if k != "label"}
     features = {k: v for k, v in dataset.schema.to_json().items() if k != "label"}
     if features != old_features:
-        raise OutputError(f"{src.path()}: its features ({_shown(sorted(features))}) differ from "
-                          f"the dataset's ({_shown(sorted(old_features))}); pack it into a new "
-                          "output folder")  # fmt: skip
+        raise OutputError(f"{src.path()}: {_feature_change(features, old_features)}: the "
+                          "dataset's shards cannot take its records; pack it into a new output "
+                          "folder")  # fmt: skip
     return dataset
+
+
+def _feature_change(features: dict, old: dict) -> str:
+    """What SRC's features change of the dataset's: those it adds, lacks or types otherwise."""
+    added = sorted(features.keys() - old.keys())
+    lacked = sorted(old.keys() - features.keys())
+    retyped = sorted(k for k in features.keys() & old.keys() if features[k] != old[k])
+    said = [
+        f"{what} {_shown(names)}"
+        for what, names in (
+            ("it adds", added),
+            ("it lacks", lacked),
+            ("it types otherwise", retyped),
+        )
+        if names
+    ]
+    return "; ".join(said)
 
 
 def _compare(

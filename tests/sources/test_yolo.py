@@ -23,6 +23,7 @@ from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from shardpack.sources import scan
 from shardpack.sources.yolo import label_path
+from tests.helpers import run_cli
 from tests.packing.test_boxes import (
     BOXES,
     COLOURS,
@@ -330,3 +331,19 @@ def test_a_split_listed_in_a_txt_file_stays_inside_src(tmp_path: Path):
     assert "line 4: cannot read the image" in reasons["images/b.png"]
     with pytest.raises(SourceError, match=r"holds no data\.yaml, and no images/ folder beside"):
         scan(src / "lists", PackOptions(source="yolo"))
+
+
+def test_a_grow_that_brings_the_first_polygon_is_refused_naming_the_mask_it_adds(tmp_path: Path):
+    png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
+    src, out = tmp_path / "src", tmp_path / "out"
+    write(src / "train/images/a.png", png)
+    write(src / "train/labels/a.txt", "0 0.5 0.5 0.2 0.2")
+    pack(str(src), str(out), PackOptions(workers=1))
+    held = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    write(src / "train/images/b.png", png)
+    write(src / "train/labels/b.txt", "0 0.1 0.1 0.5 0.1 0.5 0.5 0.1 0.5")  # a polygon
+    result = run_cli("pack", str(src), str(out), "--append", "--no-progress")
+    assert result.returncode == 2, result.stderr
+    assert 'it adds ["mask"]' in result.stderr and "new output folder" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == held
