@@ -191,15 +191,15 @@ def parse_record(
             not decode; names the shard and the record's position.
     """
     example = checked(example)  # what the container could not decode
-    unit = index.container.position_unit
     if fault := record_fault(example, index.schema):
-        raise RecordError(path, position, fault, unit)
+        raise RecordError(path, position, fault, index.container.position_unit)
     record = to_python(example, index.schema)
     if decode:
         try:
             record["image"] = decode_pixels(record, max_pixels)
         except BadImage as e:
-            raise RecordError(path, position, f"image does not decode: {e}", unit) from None
+            raise RecordError(path, position, f"image does not decode: {e}",
+                              index.container.position_unit) from None  # fmt: skip
     return record
 
 
