@@ -307,6 +307,13 @@ def _decode_general(data: bytes) -> dict[str, list]:
     return out
 
 
+# Small map entries seen before, by their bytes: a pack's labels, sizes and formats repeat
+# record after record, and a dict lookup costs a fraction of parsing them again.
+_KEPT_ENTRY = 64  # the longest entry kept (a text value of ~50 bytes)
+_KEPT_ENTRIES = 4096  # entries kept before all are forgotten (unique keys fill it)
+_ENTRIES: dict[bytes, tuple[str, tuple]] = {}
+
+
 def _decode_canonical(
     data: bytes, borrow: Collection[str] = (), only: Collection[str] | None = None
 ) -> dict[str, list] | None:
@@ -316,6 +323,7 @@ def _decode_canonical(
     speed); None for any other layout or a fault, which the general decoder then reads or
     refuses alike."""
     buf, view = data, memoryview(data)
+    cache = _ENTRIES if type(data) is bytes else None  # a view's slices are no dict keys
     try:
         end = len(buf)
         if end < 2 or buf[0] != 0x0A:
@@ -331,8 +339,19 @@ def _decode_canonical(
             size = buf[pos + 1]
             size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
             entry_end = pos + size
+            if entry_end > end:
+                return None
+            entry = buf[pos:entry_end] if size <= _KEPT_ENTRY and cache is not None else None
+            if entry is not None and (kept := cache.get(entry)) is not None:
+                name, values = kept
+                if only is None or name in only:
+                    if name in out:
+                        return None
+                    out[name] = list(values)
+                pos = entry_end
+                continue
             size = buf[pos + 1]
-            if entry_end > end or buf[pos] != 0x0A or size >= 0x80:
+            if buf[pos] != 0x0A or size >= 0x80:
                 return None
             pos += 2
             name = str(buf[pos : pos + size], "utf-8")
@@ -394,6 +413,10 @@ def _decode_canonical(
             if pos != entry_end:
                 return None
             out[name] = values
+            if entry is not None and name not in borrow:  # a borrowed view holds its record
+                if len(cache) >= _KEPT_ENTRIES:
+                    cache.clear()
+                cache[entry] = (name, tuple(values))
         return out
     except (IndexError, ValueError, struct.error):  # UnicodeDecodeError is a ValueError
         return None
