@@ -194,7 +194,6 @@ def scan_shards(index: Index, warnings: tuple[str, ...] = ()) -> Dataset:
         RecordError: a shard's framing is broken (names the shard and the position).
     """
     schema = index.schema
-    checks = _checks(schema)
     unit = index.container.position_unit
     splits: dict[str, tuple[Item, ...]] = {}
     skipped: list[tuple[str, str]] = []
@@ -204,7 +203,7 @@ def scan_shards(index: Index, warnings: tuple[str, ...] = ()) -> Dataset:
             count = 0
             for count, (position, example) in enumerate(_records(index, shard), 1):
                 size = _unlend(example)
-                fault = None if _fits(example, checks) else _fault(example, schema)
+                fault = None if _fits(example, schema) else _fault(example, schema)
                 if fault is None:
                     items.append(_item(example, schema, shard.file, count - 1, size))
                 else:
@@ -266,28 +265,11 @@ def _records(index: Index, shard) -> Iterator[tuple[int, object]]:
              decode(data, path, position, unit, BORROWED)) for position, data in raw)  # fmt: skip
 
 
-def _checks(schema: Schema) -> tuple[tuple[str, type, bool, int | None, int | None], ...]:
-    """What record_fault asks of each feature, gathered once a scan: (name, its values' type,
-    one value only, row length, class count)."""
-    types = {"int64": int, "float32": float, "bytes": bytes}
-    return tuple((name, types[f.dtype], not f.is_list, f.row,
-                  None if f.classes is None else len(f.classes))
-                 for name, f in schema.items())  # fmt: skip
-
-
-def _fits(example: dict[str, list] | RecordError, checks: tuple) -> bool:
+def _fits(example: dict[str, list] | RecordError, schema: Schema) -> bool:
     """Whether record_fault finds nothing wrong with the record, at a few lookups a feature
-    (a third of a scan's time went to asking it); when not, record_fault says what."""
-    if not isinstance(example, dict) or len(example) != len(checks):
-        return False
-    for name, kind, scalar, row, classes in checks:
-        values = example.get(name)
-        if values is None or (scalar and len(values) != 1) or (row and len(values) % row):
-            return False
-        for value in values:
-            if type(value) is not kind or (classes is not None and not 0 <= value < classes):
-                return False
-    return example["format"][0] in _FORMATS
+    (Schema.fits; a third of a scan's time went to asking record_fault); when not, record_fault
+    says what."""
+    return isinstance(example, dict) and schema.fits(example) and example["format"][0] in _FORMATS
 
 
 def _fault(example, schema) -> str | None:
@@ -358,7 +340,7 @@ def _unlike(example: dict[str, list], item: Item, kept: _Opened) -> str | None:
     listed at its place (from the shard itself, or from contents.json, which may lie): None
     when it fits and is that item."""
     schema = kept.schema
-    if not _fits(example, kept.checks):
+    if not _fits(example, kept.schema):
         return _fault(example, schema)
     if example["key"][0] != _bytes(item.key):
         return (f"holds key {_text(example['key'][0])!r}, not {item.key!r} as the scan found; "
@@ -408,7 +390,6 @@ class _Opened(NamedTuple):
 
     files: OpenFiles[_Shard]
     schema: Schema
-    checks: tuple
     plain: bool  # no features but one class a record (a label list or other feature: False)
 
 
@@ -417,7 +398,7 @@ def _open_shards(root: Storage) -> _Opened:
     index = _index(root.child(""))  # a Storage: a worker's root may be Storage.reading's proxy
     shards = {s.file: s for info in index.splits.values() for s in info.shards}
     files = OpenFiles(lambda file: _open(index, shards[file]), KEEP_SHARDS)
-    return _Opened(files, index.schema, _checks(index.schema), _plain(index.schema))
+    return _Opened(files, index.schema, _plain(index.schema))
 
 
 # Each record's position in a source shard, by the shard's path and sha256, found once a worker

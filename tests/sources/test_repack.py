@@ -107,13 +107,12 @@ def test_the_scans_quick_check_agrees_with_record_fault(packed):
     from shardpack.index import load_index, record_fault
 
     index = load_index(storage_at(str(packed)))
-    checks = repack._checks(index.schema)
     good = example.decode_example(_records(packed)[0])
     bent = [good, {k: v for k, v in good.items() if k != "width"}, {**good, "more": [1]},
             {**good, "width": [1.5]}, {**good, "height": [1, 2]}, {**good, "label": [99]},
             {**good, "label": [-1]}, {**good, "format": [b"tiff"]}, {**good, "key": [3]},
             RecordError("x", 0, "broken")]  # fmt: skip
-    fits = [repack._fits(record, checks) for record in bent]
+    fits = [repack._fits(record, index.schema) for record in bent]
     assert fits == [isinstance(r, dict) and record_fault(r, index.schema) is None for r in bent]
     assert fits == [True] + [False] * (len(bent) - 1)
 
