@@ -369,50 +369,10 @@ def _decode_canonical(
             size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
             if pos + size != entry_end:
                 return None
-            values: list = []
-            if kind == 0x0A:  # bytes_list: a field 1 (0x0A, size, bytes) a value
-                lend = name in borrow
-                while pos < entry_end:
-                    size = buf[pos + 1]
-                    if buf[pos] != 0x0A:
-                        return None
-                    size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-                    if pos + size > entry_end:
-                        return None
-                    values.append(view[pos : pos + size] if lend else bytes(buf[pos : pos + size]))
-                    pos += size
-            elif kind == 0x1A:  # int64_list: one packed field 1 (0x0A, size, varints)
-                if pos < entry_end:
-                    if buf[pos] != 0x0A:
-                        return None
-                    size = buf[pos + 1]
-                    size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-                    if pos + size != entry_end:
-                        return None
-                    while pos < entry_end:
-                        value = buf[pos]
-                        if value < 0x80:
-                            pos += 1
-                        else:
-                            value, pos = _read_varint(buf, pos)
-                            if value >= 1 << 63:
-                                value -= 1 << 64
-                        values.append(value)
-            elif kind == 0x12:  # float_list: one packed field 1 (0x0A, size, float32s)
-                if pos < entry_end:
-                    if buf[pos] != 0x0A:
-                        return None
-                    size = buf[pos + 1]
-                    size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-                    if pos + size != entry_end or size % 4:
-                        return None
-                    values = list(struct.unpack_from(f"<{size // 4}f", buf, pos))
-                    pos += size
-            else:
+            values = _canonical_values(buf, view, pos, entry_end, kind, name in borrow)
+            if values is None:
                 return None
-            if pos != entry_end:
-                return None
-            out[name] = values
+            out[name], pos = values, entry_end
             if entry is not None and name not in borrow:  # a borrowed view holds its record
                 if len(cache) >= _KEPT_ENTRIES:
                     cache.clear()
@@ -420,6 +380,54 @@ def _decode_canonical(
         return out
     except (IndexError, ValueError, struct.error):  # UnicodeDecodeError is a ValueError
         return None
+
+
+def _canonical_values(
+    buf: bytes, view: memoryview, pos: int, entry_end: int, kind: int, lend: bool
+) -> list | None:
+    """_decode_canonical's one Feature list of `kind` from `pos` to `entry_end` (bytes lent as
+    views of the record where `lend`); None for another layout or a fault."""
+    values: list = []
+    if kind == 0x0A:  # bytes_list: a field 1 (0x0A, size, bytes) a value
+        while pos < entry_end:
+            size = buf[pos + 1]
+            if buf[pos] != 0x0A:
+                return None
+            size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
+            if pos + size > entry_end:
+                return None
+            values.append(view[pos : pos + size] if lend else bytes(buf[pos : pos + size]))
+            pos += size
+    elif kind == 0x1A:  # int64_list: one packed field 1 (0x0A, size, varints)
+        if pos < entry_end:
+            if buf[pos] != 0x0A:
+                return None
+            size = buf[pos + 1]
+            size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
+            if pos + size != entry_end:
+                return None
+            while pos < entry_end:
+                value = buf[pos]
+                if value < 0x80:
+                    pos += 1
+                else:
+                    value, pos = _read_varint(buf, pos)
+                    if value >= 1 << 63:
+                        value -= 1 << 64
+                values.append(value)
+    elif kind == 0x12:  # float_list: one packed field 1 (0x0A, size, float32s)
+        if pos < entry_end:
+            if buf[pos] != 0x0A:
+                return None
+            size = buf[pos + 1]
+            size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
+            if pos + size != entry_end or size % 4:
+                return None
+            values = list(struct.unpack_from(f"<{size // 4}f", buf, pos))
+            pos += size
+    else:
+        return None
+    return values if pos == entry_end else None
 
 
 def decode(
