@@ -146,7 +146,7 @@ def write_shard(
     return ShardResult(
         spec.split, spec.index, spec.file, written.num_records, written.num_bytes,
         written.sha256, tuple(counts), tuple(skipped), time.perf_counter() - start,
-        written.offsets, lossless, facts.content(), facts.tally(),
+        written.offsets if options.index_files else (), lossless, facts.content(), facts.tally(),
     )  # fmt: skip
 
 
