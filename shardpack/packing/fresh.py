@@ -14,8 +14,7 @@ from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, SourceError, printable
 from shardpack.index import PackStats
 from shardpack.options import PackOptions
-from shardpack.packing import duplicates, stamps
-from shardpack.packing.contents import entries, with_copies, write_contents
+from shardpack.packing import duplicates
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.merge import build_index, commit_index, json_value, write_outputs
 from shardpack.packing.outdir import plan_record, prepare, split_file_names
@@ -28,6 +27,7 @@ from shardpack.packing.plan import (
     work_seconds,
 )
 from shardpack.packing.result import PackResult
+from shardpack.packing.spool import EntrySpool
 from shardpack.packing.stats import split_summaries
 from shardpack.packing.urlfailures import counts, rows_of, url_failures, write_failures
 from shardpack.packing.writing import SKIP_HINT, Planned, no_gc
@@ -67,10 +67,21 @@ class FreshPack:
         self.in_process = out.in_process or self.src.in_process  # memory:// is ours alone
         if self.in_process:
             workers, options = 1, replace(options, backend="local")
+        self.spool = EntrySpool(plan)
         return Planned(dataset, plan, options, record, reused, workers)
+
+    def landed(self, result: ShardResult) -> None:
+        """A shard of this run landed: its contents entry and stamps, rendered and spooled."""
+        self.spool.add(result)
 
     def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         """The index of what the workers wrote, with what goes beside it; index.json last."""
+        try:
+            return self._merge(planned, results)
+        finally:
+            self.spool.close()
+
+    def _merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         out, dataset, plan, options = self.out, planned.dataset, planned.plan, planned.options
         num_records = sum(r.num_records for r in results)
         if num_records == 0:  # a dataset of nothing is no success, and leaves no dataset
@@ -105,10 +116,10 @@ class FreshPack:
             summaries=json_value(split_summaries(plan, results, removed)),
         )
         write_outputs(out, index, results, options.index_files)
-        write_contents(out, with_copies(entries(plan, results), groups, frozenset()))
+        self.spool.write_contents(out, results, groups)
         write_failures(out, failures)
         commit_index(out, index)  # the run is complete
-        stamps.save(out, index, stamps.written(plan, results))
+        self.spool.write_stamps(out, index, results)
         notes = _fewer_workers(self.options.workers, stats.workers, to_write, self.in_process)
         return PackResult(
             out=out.root, index=index, num_records=num_records,

@@ -32,6 +32,9 @@ class Steps(Protocol):
         """Under the lock: scan SRC and plan the shards; a PackResult when none is to be
         written (a grow with nothing new)."""
 
+    def landed(self, result: ShardResult) -> None:
+        """A shard of this run landed (journaled): note what the merge needs of it."""
+
     def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         """Merge the shards written into the index and commit it (index.json last)."""
 
@@ -82,7 +85,7 @@ def pack(
         if isinstance(planned, PackResult):
             return planned
         refuse_unmoved(planned.dataset.schema, planned.options)
-        results = write_shards(planned, out, progress)
+        results = write_shards(planned, out, progress, steps.landed)
         return steps.merge(planned, results)
 
 

@@ -6,6 +6,7 @@ import hashlib
 import os
 import struct
 import time
+from array import array
 from contextlib import suppress
 
 import numpy as np
@@ -152,7 +153,7 @@ def write_shard(
         tuple(counts),
         tuple(skipped),
         time.perf_counter() - start,
-        written.offsets,
+        array("Q", written.offsets),  # 8 bytes an offset to the parent, not a Python int each
         lossless,
         facts.content(),
         facts.tally(),

@@ -42,11 +42,14 @@ _POLL_S = 0.2
 
 
 def write_shards(
-    planned: Planned, out: Storage, progress: ProgressCallback | None
+    planned: Planned,
+    out: Storage,
+    progress: ProgressCallback | None,
+    landed: Callable[[ShardResult], None] | None = None,
 ) -> list[ShardResult]:
-    """Write every shard not reused, journal each as it lands; on any failure (a bad image, a
-    signal, a dead worker) remove the partial files and say which shards were in flight.
-    The planned `record` (plan_record's) heads the journal."""
+    """Write every shard not reused, journal each as it lands (then hand it to `landed`); on
+    any failure (a bad image, a signal, a dead worker) remove the partial files and say which
+    shards were in flight. The planned `record` (plan_record's) heads the journal."""
     plan, reused, dataset = planned.plan, planned.reused, planned.dataset
     journal = Journal(out, plan.digest, planned.record, reused)
     done = {r.file for r in reused}
@@ -61,6 +64,8 @@ def write_shards(
             poller.finished(sum(sizes[f] for f in done))
             for result in finished:
                 journal.add(result)
+                if landed is not None:
+                    landed(result)
                 results.append(result)
                 poller.finished(sizes[result.file], result.file)
     except BaseException as e:
