@@ -39,6 +39,10 @@ _UNCOUNTED = bytes(set(range(256)) - set(b'",[{'))
 _QUOTE = ord('"')
 _CHUNK = 16 << 20
 
+# Records a shard's entry is rendered at a time (spool.py): what it costs is bounded by this,
+# not by the shard's size.
+RENDER_CHUNK = 4096
+
 # One shard's: "keys", "crc", "size", "width", "height", "meta", "copy" (one per record),
 # "label_counts", "tally" ([what, value, count]), "skipped" and "reasons" (one per item skipped)
 Entry = dict[str, list]
@@ -74,17 +78,43 @@ def entries(plan: Plan, results: list[ShardResult]) -> dict[str, Entry]:
 
 def shard_entry(spec: ShardSpec, result: ShardResult) -> Entry:
     """The entry of the shard `spec` planned and `result` says was written (no "copy" yet)."""
+    return {name: _listed(value) for name, value in _columns(spec, result).items()}
+
+
+def rendered_shard(spec: ShardSpec, result: ShardResult) -> bytes:
+    """rendered(shard_entry(spec, result)), a field and RENDER_CHUNK records at a time: a
+    shard's numbers are never all Python ints at once."""
+    fields = _columns(spec, result).items()
+    return b"{%s}" % b",".join(b'"%s":%s' % (name.encode(), _rendered_column(value))
+                               for name, value in fields)  # fmt: skip
+
+
+def _rendered_column(value: list | np.ndarray) -> bytes:
+    """A field as rendered() writes it, RENDER_CHUNK values at a time."""
+    if len(value) <= RENDER_CHUNK:
+        return rendered(_listed(value))
+    chunks = range(0, len(value), RENDER_CHUNK)
+    return b"[%s]" % b",".join(rendered(_listed(value[i : i + RENDER_CHUNK]))[1:-1] for i in chunks)
+
+
+def _listed(value: list | np.ndarray) -> list:
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def _columns(spec: ShardSpec, result: ShardResult) -> dict[str, list | np.ndarray]:
+    """shard_entry's fields, its records' numbers as the facts table's columns."""
     rows = facts_of(result.content, len(spec.items))
-    written = [i for i in range(len(spec.items)) if rows["size"][i] > 0]
+    written = np.flatnonzero(rows["size"] > 0)
     reasons = dict(result.skipped)
     # planned but skipped (a bad image): not new to the next --append either
-    skipped = [spec.items[i].key for i in range(len(spec.items)) if rows["size"][i] == 0]
+    skipped = [spec.items[i].key for i in np.flatnonzero(rows["size"] == 0).tolist()]
+    rows, written = rows[written], written.tolist()
     return {
         "keys": [spec.items[i].key for i in written],
-        "crc": [int(rows["crc"][i]) for i in written],
-        "size": [int(rows["size"][i]) for i in written],
-        "width": [int(rows["width"][i]) for i in written],
-        "height": [int(rows["height"][i]) for i in written],
+        "crc": rows["crc"],
+        "size": rows["size"],
+        "width": rows["width"],
+        "height": rows["height"],
         "meta": [meta(spec.items[i]) for i in written],
         "label_counts": list(result.label_counts),
         "tally": [list(t) for t in result.tally],
@@ -110,9 +140,9 @@ def with_copies(
             for file, entry in shards.items()}  # fmt: skip
 
 
-def rendered(entry: Entry) -> bytes:
-    """An entry as contents.json holds it (write_contents' JSON, byte for byte)."""
-    return _utf8(json.dumps(entry, ensure_ascii=False, separators=(",", ":")))
+def rendered(value: object) -> bytes:
+    """An entry (or one of its values) as contents.json holds it."""
+    return _utf8(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def with_copy(entry: bytes, copies: list[int]) -> bytes:

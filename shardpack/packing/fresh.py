@@ -15,6 +15,7 @@ from shardpack.errors import ImageError, SourceError, printable
 from shardpack.index import PackStats
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates
+from shardpack.packing.contents import copy_numbers
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.merge import build_index, commit_index, json_value, write_outputs
 from shardpack.packing.outdir import plan_record, prepare, split_file_names
@@ -104,19 +105,22 @@ class FreshPack:
             out=out, name=self.name, dataset=dataset, options=options, plan=plan,
             results=results, stats=stats,
         )  # fmt: skip
-        groups = self.groups
+        groups, self.groups = self.groups, None  # held here alone: freed once numbered
         removed = {} if groups is None else duplicates.removed(groups)
+        # one at a time, the summaries first: each makes its own arrays of every record
+        summaries = json_value(split_summaries(plan, results, removed))
         if groups is None:
             groups = duplicates.found_in_shards(plan, results)
         found = duplicates.summary(groups, sum(removed.values()), options)
+        numbers, groups = copy_numbers(groups), None  # a key each, not a tuple each
         index = replace(
             index,
             duplicates=json_value(found),
             warnings=(*index.warnings, *duplicates.warnings(found)),
-            summaries=json_value(split_summaries(plan, results, removed)),
+            summaries=summaries,
         )
         write_outputs(out, index, results, options.index_files)
-        self.spool.write_contents(out, results, groups)
+        self.spool.write_contents(out, results, numbers)
         write_failures(out, failures)
         commit_index(out, index)  # the run is complete
         self.spool.write_stamps(out, index, results)

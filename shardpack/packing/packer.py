@@ -68,8 +68,8 @@ def pack(
             on_error="fail") a bad image; in every case
             no index.json is written and no partial shard is left under a final name.
 
-    On glibc, the calling process keeps glibc's malloc set to reuse freed memory afterwards
-    (see packing.writing: up to 64 MiB held for reuse).
+    On glibc, a run whose one worker is the calling process keeps glibc's malloc set to reuse
+    freed memory afterwards (see packing.writing: up to 64 MiB held for reuse).
     """
     _check_arguments(options, progress, storage_options, scan_progress)
     options = options or PackOptions()

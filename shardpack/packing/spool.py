@@ -26,7 +26,7 @@ class EntrySpool:
     def add(self, result: ShardResult) -> None:
         """Render and keep what the merge writes of the shard `result` says was written."""
         spec = self._specs[result.file]
-        entry = contents.rendered(contents.shard_entry(spec, result))
+        entry = contents.rendered_shard(spec, result)
         part = stamps.rendered(spec, result)
         self._file.seek(0, 2)
         self._spans[result.file] = (self._file.tell(), len(entry), len(part))
@@ -42,10 +42,12 @@ class EntrySpool:
         data = self._file.read(entry + part)
         return data[:entry], data[entry:]
 
-    def write_contents(self, out: Storage, results: list[ShardResult], groups: list) -> None:
-        """Write contents.json of every planned shard, each record's copy numbered by `groups`
-        (duplicates' groups of exact copies)."""
-        by_file, number = {r.file: r for r in results}, contents.copy_numbers(groups)
+    def write_contents(
+        self, out: Storage, results: list[ShardResult], number: dict[str, int]
+    ) -> None:
+        """Write contents.json of every planned shard, each record's copy numbered as `number`
+        says (contents.copy_numbers of the groups of exact copies)."""
+        by_file = {r.file: r for r in results}
 
         def shards():
             for spec in self._specs.values():

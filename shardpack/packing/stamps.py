@@ -22,9 +22,11 @@ import json
 import time
 from collections.abc import Iterable, Iterator
 
+import numpy as np
+
 from shardpack.index import Index
 from shardpack.layout import STAMPS_NAME
-from shardpack.packing.contents import values
+from shardpack.packing.contents import RENDER_CHUNK, values
 from shardpack.packing.facts import facts_of
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.sources import Item, Source
@@ -83,9 +85,17 @@ def mtimes_to_save(shards: Iterable[dict], mtimes: dict[str, int | None]) -> dic
 
 
 def rendered(spec: ShardSpec, result: ShardResult) -> bytes:
-    """The shard's part of the stamps file: its items' `"key":mtime` (those that have one)."""
-    mtimes = {key: mtime for key, mtime in noted(spec, result) if mtime is not None}
-    return json.dumps(mtimes, separators=(",", ":")).encode()[1:-1]
+    """The shard's part of the stamps file: its items' `"key":mtime` (those that have one), a
+    contents.RENDER_CHUNK of them at a time."""
+    rows = facts_of(result.content, len(spec.items))
+    stamped = np.flatnonzero((rows["size"] > 0) & (rows["mtime"] != 0))
+    parts = []
+    for start in range(0, len(stamped), RENDER_CHUNK):
+        at = stamped[start : start + RENDER_CHUNK]
+        mtimes = dict(zip([spec.items[i].key for i in at.tolist()], rows["mtime"][at].tolist(),
+                          strict=True))  # fmt: skip
+        parts.append(json.dumps(mtimes, separators=(",", ":")).encode()[1:-1])
+    return b",".join(parts)
 
 
 def save(out: Storage, index: Index, mtimes: dict[str, int | None]) -> None:

@@ -177,14 +177,16 @@ def _run(
     """
     args = (options, dataset.root, out, dataset.schema, dataset.source)
     if options.backend == "local":
-        _keep_freed_memory()  # in this process, and so in the workers it forks
         with _gc_frozen():
             if workers == 1 or len(specs) <= 1:
+                _keep_freed_memory()  # this process decodes the images
                 yield from (write_shard(spec, *args) for spec in specs)
             else:
                 from shardpack.packing.forkpool import run_local  # imports joblib
 
-                yield from run_local(specs, args, min(workers, len(specs)))
+                # in the workers alone: the packing process's own peak comes at the merge,
+                # whose freed arrays glibc then gives back
+                yield from run_local(specs, args, min(workers, len(specs)), _keep_freed_memory)
         return
     from joblib import Parallel, delayed, parallel_config
 
