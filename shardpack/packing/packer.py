@@ -69,7 +69,8 @@ def pack(
             no index.json is written and no partial shard is left under a final name.
 
     On glibc, a run whose one worker is the calling process keeps glibc's malloc set to reuse
-    freed memory afterwards (see packing.writing: up to 64 MiB held for reuse).
+    freed memory afterwards (see packing.writing: up to 64 MiB held for reuse); a run that
+    forks workers leaves it set to glibc's first thresholds, which give freed memory back.
     """
     _check_arguments(options, progress, storage_options, scan_progress)
     options = options or PackOptions()
