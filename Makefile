@@ -103,6 +103,7 @@ bench-long: $(TESTDEPS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.manifest_scale --scan
 	$(BIN)/python -m benchmarks.manifest_scale --urls --rows 1000000,10000000 --formats jsonl,parquet
+	$(BIN)/python -m benchmarks.manifest_scale --urls --stream --rows 1000000,10000000 --formats jsonl,parquet
 	$(BIN)/python -m benchmarks.grow --files 1000000 --new 1000
 	$(BIN)/python -m benchmarks.urls --img2dataset -- --per-host 128
 

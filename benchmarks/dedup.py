@@ -15,10 +15,16 @@ its median per image is the row, with its share of the --dedup none pack's media
 them, one core's full decode of the same photos (what the re-encoding pack pays per image).
 
 Copies (issue 35): `--copies N` small JPEGs that are each one of ten images against N distinct
-ones, each packed by a whole `shardpack pack --workers 2` process, alternated (A B A B); the row
-is each one's median CPU time (user + system, the workers included: the machine is shared, so
-not the wall) and their ratio (target TARGET_COPIES). `--against DIR` pairs every pack with the
-same pack by the shardpack checked out at DIR (before/after); `--only copies` runs this row alone.
+ones, each packed by a whole `shardpack pack --encode keep` process at the default worker count,
+alternated (A B A B), with --dedup none and exact; the row is each one's median CPU time (user +
+system, the workers included: the machine is shared) and wall, their ratios (target
+TARGET_COPIES) and the paired CPU difference per image (what copies cost). `--against DIR`
+pairs every pack with the same pack by the shardpack checked out at DIR (before/after);
+`--only copies` runs this row alone.
+
+Stamps (issue 35 item 2): one core's loops over 2,000 of the distinct files, a stat before
+each read (as the workers took stamps before) against the read's own fstat, alternated; µs of
+CPU per image (`--only stamps`).
 """
 
 from __future__ import annotations
@@ -39,7 +45,9 @@ import numpy as np
 
 from benchmarks.workloads import ensure, image_files
 from shardpack import PackOptions, images, pack
-from shardpack.packing import duplicates, facts
+from shardpack.packing import duplicates, facts, stamps
+from shardpack.sources import scan, source_root
+from shardpack.sources.source import read_image_file, read_stamped_image
 
 # issue 27: exact detection costs at most 2% of the passthrough pack.
 TARGET_EXACT = 0.02
@@ -48,6 +56,8 @@ WORKERS = 2
 TARGET_COPIES = 1.2
 COPIES = 30_000
 ORIGINALS = 10
+STAMPED_FILES, STAMP_LOOPS = 2000, 40  # the stamps row: the files of a loop, and its loops
+DEDUP_MODES = ("none", "exact")  # the copies row's: found while packing, dropped before the plan
 
 
 def _timed(spent: dict, module: object, name: str) -> None:
@@ -80,7 +90,7 @@ def exact_cost(src: str, out: str, paths: list[str], repeat: int) -> dict:
     features = {"width": 1, "height": 1, "format": "jpeg", "channels": 3}
     rows = []
     for _ in range(repeat):
-        notes, adds, keys = facts.ShardFacts([None] * len(paths)), [], []
+        notes, adds, keys = facts.ShardFacts(len(paths)), [], []
         for position, path in enumerate(paths):
             with open(path, "rb") as f:
                 data = f.read()  # in the cache as in the worker, which has just read it
@@ -113,6 +123,36 @@ def exact_cost(src: str, out: str, paths: list[str], repeat: int) -> dict:
         "share": (key + group) / cpu,
         "facts_share": (add + group) / cpu,
     }
+
+
+def stamps_cost(src: str, count: int, loops: int) -> dict:
+    """One core: a worker's stamp as a stat before each read (stamps.take_stamps, as workers
+    took them before issue 35) against the read's own fstat (read_stamped_image), alternated
+    loops over the first `count` files of `src`; µs of CPU per image."""
+    dataset = scan(source_root(src), PackOptions(), None)
+    items = [item for split in sorted(dataset.splits) for item in dataset.splits[split]][:count]
+    root, options, source = dataset.root, PackOptions(), dataset.source
+    stat_first, own = [], []
+    for _ in range(loops):
+        start = time.process_time()
+        stamps.take_stamps(source, root, items)
+        for item in items:
+            read_image_file(item, root, options)
+        stat_first.append(time.process_time() - start)
+        start = time.process_time()
+        for item in items:
+            read_stamped_image(item, root, options)
+        own.append(time.process_time() - start)
+    per_image = 1e6 / len(items)
+    return {
+        "images": len(items),
+        "loops": loops,
+        "stat_then_read_us": statistics.median(stat_first) * per_image,
+        "read_stamped_us": statistics.median(own) * per_image,
+        "saved_us_paired_median": statistics.median(
+            a - b for a, b in zip(stat_first, own, strict=True)) * per_image,
+        "saved_us_min": (min(stat_first) - min(own)) * per_image,
+    }  # fmt: skip
 
 
 def dedup_cost(src: str, out: str, count: int, encode: str, repeat: int) -> dict:
@@ -173,54 +213,69 @@ def copies_trees(cache: str, count: int) -> tuple[str, str]:
     return trees[0], trees[1]
 
 
-def _pack_cpu(src: str, out: str, code: str | None) -> float:
-    """CPU seconds (user + system) of one whole `shardpack pack` process and its workers, run
-    with the shardpack at `code` (None: this one)."""
+def _pack_cpu(src: str, out: str, code: str | None, dedup: str) -> tuple[float, float]:
+    """CPU seconds (user + system) and wall seconds of one whole `shardpack pack --encode keep`
+    process and its workers at the default worker count, run with the shardpack at `code`
+    (None: this one)."""
     code = code or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": code}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # else each run compiles the package anew
     shutil.rmtree(out, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
     # run in `code`: `python -m` puts the working folder first on the path
-    subprocess.run([sys.executable, "-m", "shardpack", "pack", src, out, "--workers",
-                    str(WORKERS), "--no-progress"], env=env, cwd=code, check=True,
+    subprocess.run([sys.executable, "-m", "shardpack", "pack", src, out, "--encode", "keep",
+                    "--dedup", dedup, "--no-progress"], env=env, cwd=code, check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
+    wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
 
 
 def copies_cost(cache: str, count: int, repeat: int, against: str | None) -> dict:
-    """Median CPU seconds of packing the copies tree and the distinct one, alternated, with
-    this shardpack and (`against`) the one at that folder."""
+    """Median CPU and wall seconds of packing the copies tree and the distinct one, alternated
+    (A B A B), with --dedup none and exact, with this shardpack and (`against`) the one at that
+    folder; and the paired differences per image."""
     copies, distinct = copies_trees(cache, count)
     out = os.path.join(cache, "runs", "copies")
     codes = {"this": None, **({"against": os.path.abspath(against)} if against else {})}
-    cpu: dict[tuple[str, str], list[float]] = defaultdict(list)
+    runs: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
     for _ in range(repeat):
         for name, code in codes.items():
-            for kind, src in (("copies", copies), ("distinct", distinct)):
-                cpu[name, kind].append(_pack_cpu(src, out, code))
+            for dedup in DEDUP_MODES:
+                for kind, src in (("copies", copies), ("distinct", distinct)):
+                    runs[name, dedup, kind].append(_pack_cpu(src, out, code, dedup))
     shutil.rmtree(out, ignore_errors=True)
     row: dict = {"images": count, "repeat": repeat}
     for name in codes:
-        c, d = (statistics.median(cpu[name, kind]) for kind in ("copies", "distinct"))
-        runs = {kind: cpu[name, kind] for kind in ("copies", "distinct")}
-        row[name] = {"copies_cpu_s": c, "distinct_cpu_s": d, "ratio": c / d, "runs": runs}
+        for dedup in DEDUP_MODES:
+            c, d = runs[name, dedup, "copies"], runs[name, dedup, "distinct"]
+            cpu = [statistics.median(r[0] for r in runs_) for runs_ in (c, d)]
+            wall = [statistics.median(r[1] for r in runs_) for runs_ in (c, d)]
+            paired = statistics.median(a[0] - b[0] for a, b in zip(c, d, strict=True))
+            row[f"{name} {dedup}"] = {
+                "copies_cpu_s": cpu[0], "distinct_cpu_s": cpu[1], "cpu_ratio": cpu[0] / cpu[1],
+                "copies_wall_s": wall[0], "distinct_wall_s": wall[1],
+                "wall_ratio": wall[0] / wall[1], "paired_cpu_us_per_image": paired / count * 1e6,
+                "runs": {"copies": c, "distinct": d},
+            }  # fmt: skip
     return row
 
 
 def copies_report(row: dict) -> list[str]:
     said = [f"copies of {ORIGINALS} images against distinct files, {row['images']:,} small "
-            f"JPEGs each, `pack --workers {WORKERS}` whole processes, median CPU of "
-            f"{row['repeat']} A B runs:", "",
-            "| shardpack | copies CPU s | distinct CPU s | copies / distinct | mean of pairs' "
-            "copies - distinct, s |", "|---|---:|---:|---:|---:|"]  # fmt: skip
-    for name in ("this", "against"):
-        if name in row:
-            r, runs = row[name], row[name]["runs"]
-            paired = statistics.mean(c - d for c, d in zip(*runs.values(), strict=True))
-            said.append(f"| {name} | {r['copies_cpu_s']:.2f} | {r['distinct_cpu_s']:.2f} | "
-                        f"{r['ratio']:.2f}x (target {TARGET_COPIES}x) | "
-                        f"{paired:+.2f} |")  # fmt: skip
+            "JPEGs each, `pack --encode keep` whole processes at the default worker count, "
+            f"medians of {row['repeat']} A B runs (CPU: user + system, workers included):", "",
+            "| shardpack | --dedup | copies CPU s | distinct CPU s | CPU copies / distinct | "
+            "wall copies / distinct | copies cost, µs/image (paired CPU) |",
+            "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for key, r in row.items():
+        if isinstance(r, dict):
+            name, dedup = key.split()
+            said.append(f"| {name} | {dedup} | {r['copies_cpu_s']:.2f} | "
+                        f"{r['distinct_cpu_s']:.2f} | {r['cpu_ratio']:.2f}x (target "
+                        f"{TARGET_COPIES}x) | {r['wall_ratio']:.2f}x | "
+                        f"{r['paired_cpu_us_per_image']:+.1f} |")  # fmt: skip
     return said
 
 
@@ -256,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--copies", type=int, default=COPIES, help="files in each copies tree")
     parser.add_argument("--against", help="another shardpack checkout to pair the copies row with")
-    parser.add_argument("--only", choices=("copies", "exact"), help="run this row alone")
+    parser.add_argument("--only", choices=("copies", "exact", "stamps"),
+                        help="run this row alone")  # fmt: skip
     parser.add_argument(
         "--cache", default=os.path.join(os.path.dirname(__file__), "..", "bench-out")
     )
@@ -276,6 +332,14 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out, ignore_errors=True)
         said.append(report(found["exact"], found.get("dedup", []), found.get("full_decode_us"),
                            len(paths), argv))  # fmt: skip
+    if args.only in (None, "stamps"):
+        distinct = copies_trees(cache, args.copies)[1]
+        found["stamps"] = row = stamps_cost(distinct, STAMPED_FILES, STAMP_LOOPS)
+        said.append(f"stamps, one core, {row['images']:,} small files, {row['loops']} "
+                    f"alternated loops: stat then read {row['stat_then_read_us']:.1f} µs/image, "
+                    f"the read's own fstat {row['read_stamped_us']:.1f}; saved "
+                    f"{row['saved_us_paired_median']:.1f} µs (paired median), "
+                    f"{row['saved_us_min']:.1f} (minimums)")  # fmt: skip
     if args.only in (None, "copies"):
         found["copies"] = copies_cost(cache, args.copies, args.repeat, args.against)
         said.append("\n".join(copies_report(found["copies"])))

@@ -17,14 +17,17 @@ With --scan it measures the whole scan and plan instead (`shardpack.sources.scan
 `million` workload (hard links of real photos, made under bench-out/workloads/ if missing), so
 that every row's image is stat'ed like a real one; `held` is what the Dataset keeps after the
 scan (freed memory handed back to the kernel first), `peak` the scan and plan's peak over the
-same baseline.
+same baseline (the process's peak reset there: VmHWM, through /proc/self/clear_refs).
 
 With --scan or --urls it also gives the bytes a row of the items packed for the forked workers
 (`packing/forkpool.py`), which the parent adds to that peak while the shards are written.
 
 With --urls it scans and plans a URL list instead (two columns, `url` and `caption`, as LAION's
 and CC12M's: an http(s) URL a row, which the scan takes no request for), so nothing on disk but
-the table; it also prints the bytes a row (peak over rows) and the peak projected to 100M rows.
+the table; it also prints the bytes a row (peak over rows) and the peak projected to 100M
+rows. With --stream as well, the list is written as files of PART_ROWS rows in a folder and
+packed with --no-shuffle, so that the scan streams it (sources/streamed.py): each file's rows
+counted and its columns typed, no row held; the plan is ranges of rows.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ print(json.dumps({"rows": len(manifest.rows), "bad": len(manifest.bad), "seconds
 
 _SCAN_CHILD = """
 import ctypes, gc, json, resource, sys, time
-fmt, path, warm, root, column = sys.argv[1:6]
+fmt, path, warm, root, column, streamed = sys.argv[1:7]
 from shardpack.options import PackOptions
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.fresh import default_name
@@ -74,8 +77,18 @@ from shardpack.packing.writing import no_gc
 from shardpack.packing.plan import make_plan
 from shardpack.sources import scan, source_root
 
-options = PackOptions(root=root or None, path_column=column or None)
+options = PackOptions(root=root or None, path_column=column or None, shuffle=not streamed)
 scan(warm, options)  # imports and first touches, as in _CHILD
+
+def reset_peak():
+    # the peak from here on: the imports' and the warm scan's transients are not the scan's
+    # (Linux: 5 in clear_refs resets VmHWM)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+def peak_rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) * 1024
 
 def rss():
     gc.collect()
@@ -84,20 +97,26 @@ def rss():
         return int(f.read().split()[1]) * resource.getpagesize()
 
 base = rss()
+reset_peak()
 with no_gc():  # as pack() scans and plans
     start = time.perf_counter()
     dataset = scan(path, options)
     scanned = time.perf_counter()
-    plan = make_plan(dataset, default_name(dataset, source_root(path)), options, machine_cores())
+    if streamed:
+        from shardpack.packing.rangeplan import make_range_plan
+        plan = make_range_plan(dataset, "urls", options)
+    else:
+        plan = make_plan(dataset, default_name(dataset, source_root(path)), options,
+                         machine_cores())
     planned = time.perf_counter()
 del plan
 held = rss() - base
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+peak = peak_rss() - base
 # What the parent adds while the forked workers write: the items packed for them (measured
 # after the peak: a split's items in chunks, as a shard's are)
 from shardpack.packing.forkpool import _PackedItems
-packed = sum(len(chunk) for items in dataset.splits.values()
-             for chunk in _PackedItems(items)._chunks)
+packed = 0 if streamed else sum(len(chunk) for items in dataset.splits.values()
+                                for chunk in _PackedItems(items)._chunks)
 print(json.dumps({"rows": dataset.num_items, "bad": len(dataset.skipped),
                   "seconds": planned - start, "scan_s": scanned - start,
                   "plan_s": planned - scanned, "held": held, "peak": peak, "packed": packed}))
@@ -156,22 +175,34 @@ def write_table(path: str, fmt: str, rows: int, image=_image, row=None) -> None:
     os.replace(tmp, path)
 
 
-def measure(fmt: str, rows: int, cache: str, whole_scan: bool = False, urls: bool = False) -> dict:
-    """Read (or, with `whole_scan`, scan and plan; with `urls`, scan and plan a URL list) one
-    cached table in a fresh process; rows/s and memory in MB."""
+# The rows of each file a streamed list is written as (--stream): LAION's and DataComp's
+# parts hold about this many, so that a longer list is more files, as theirs are.
+PART_ROWS = 100_000
+
+
+def measure(
+    fmt: str, rows: int, cache: str, whole_scan: bool = False, urls: bool = False,
+    stream: bool = False,
+) -> dict:  # fmt: skip
+    """Read (or, with `whole_scan`, scan and plan; with `urls`, scan and plan a URL list; with
+    `stream` too, as a folder of files of PART_ROWS rows, streamed) one cached table in a fresh
+    process; rows/s and memory in MB."""
     folder = os.path.join(cache, "manifests")
     os.makedirs(folder, exist_ok=True)
     prefix, image, argv, row, root = "table", _image, [_CHILD], None, []
     if urls:
         whole_scan = True
-        prefix, argv, row, root = "urls", [_SCAN_CHILD], _url_row, ["", "url"]
+        prefix, argv, row, root = "urls", [_SCAN_CHILD], _url_row, ["", "url", ""]
     elif whole_scan:
         from benchmarks import workloads
 
         million = workloads.ensure("million", cache).path
-        prefix, image, argv, root = "scan", _million_image, [_SCAN_CHILD], [million, ""]
+        prefix, image, argv, root = "scan", _million_image, [_SCAN_CHILD], [million, "", ""]
     path = os.path.join(folder, f"{prefix}-{rows}.{fmt}")
     warm = os.path.join(folder, f"{prefix}-10.{fmt}")
+    if stream:
+        path, warm = (_parts(folder, fmt, n, row) for n in (rows, 10))
+        root[-1] = "stream"
     for name, n in ((path, rows), (warm, 10)):
         if not os.path.exists(name):
             write_table(name, fmt, n, image, row)
@@ -185,7 +216,7 @@ def measure(fmt: str, rows: int, cache: str, whole_scan: bool = False, urls: boo
         "format": fmt,
         "what": "scan + plan" if whole_scan else "read",
         "rows": got["rows"],
-        "file_mb": round(os.path.getsize(path) / mb, 1),
+        "file_mb": round(_bytes(path) / mb, 1),
         "rows_per_s": round(got["rows"] / got["seconds"]),
         "seconds": round(got["seconds"], 2),
         **({"scan_s": round(got["scan_s"], 2), "plan_s": round(got["plan_s"], 2)}
@@ -196,6 +227,26 @@ def measure(fmt: str, rows: int, cache: str, whole_scan: bool = False, urls: boo
         "peak_bytes_per_row": round(got["peak"] / got["rows"]),
         **({"packed_bytes_per_row": round(got["packed"] / got["rows"])} if whole_scan else {}),
     }  # fmt: skip
+
+
+def _bytes(path: str) -> int:
+    """A table's bytes: a file's, or a folder of parts' summed."""
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(path, name)) for name in os.listdir(path))
+
+
+def _parts(folder: str, fmt: str, rows: int, row) -> str:
+    """A folder of files of PART_ROWS rows (the last fewer), `rows` in all (made if missing),
+    for --stream."""
+    parts = os.path.join(folder, f"urls-{rows}-{fmt}-files")
+    if not os.path.exists(parts):
+        os.makedirs(parts + ".part")
+        for i, lo in enumerate(range(0, rows, PART_ROWS)):
+            write_table(os.path.join(parts + ".part", f"part-{i:05d}.{fmt}"), fmt,
+                        min(PART_ROWS, rows - lo), row=lambda j, lo=lo: row(lo + j))  # fmt: skip
+        os.replace(parts + ".part", parts)
+    return parts
 
 
 def _slope(results: list[dict]) -> str:
@@ -223,13 +274,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--scan", action="store_true", help="the whole scan + plan, not the read")
     parser.add_argument("--urls", action="store_true", help="scan + plan a URL list (url, caption)")
+    parser.add_argument("--stream", action="store_true",
+                        help="with --urls: the list as a folder of files, streamed")  # fmt: skip
     args = parser.parse_args(argv)
     results = []
     print("| format | rows | file MB | rows/s | s | held MB | peak MB | peak/held | peak B/row |")
     print("|---|---|---|---|---|---|---|---|---|")
     for rows in (int(n) for n in args.rows.split(",")):
         for fmt in args.formats.split(","):
-            r = measure(fmt, rows, args.cache, args.scan, args.urls)
+            r = measure(fmt, rows, args.cache, args.scan, args.urls, args.stream)
             results.append(r)
             print(f"| {fmt} | {r['rows']:,} | {r['file_mb']} | {r['rows_per_s']:,} | "
                   f"{r['seconds']} | {r['held_mb']} | {r['peak_mb']} | {r['peak_over_held']} | "

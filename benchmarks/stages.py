@@ -75,7 +75,7 @@ def profile_case(name: str, encode: str, count: int, cache: str, use_tf: bool) -
     tmp = tempfile.mkdtemp(prefix="stages-", dir=cache)
     out = open(os.path.join(tmp, "out.tfrecord"), "wb", buffering=1 << 20)  # noqa: SIM115
     sha = hashlib.sha256()
-    notes = ShardFacts([None])
+    notes = ShardFacts(1)
     tf, tf_writer = None, None
     if use_tf:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -2,6 +2,7 @@
 from memory (the ceiling), and how soon a resume at 90% of an epoch gives its first batch.
 
     python -m benchmarks.torch_read [--workloads photos,small-jpeg] [--limit N] [--json FILE]
+                                    [--formats tfrecord,array_record]
 
 Each workload is packed (cached under bench-out/torch/) as TFRecord and as ArrayRecord; the
 loop is a DataLoader with 2 workers and batches of 64 (kept as lists: photos differ in size).
@@ -143,6 +144,7 @@ def peers(name: str, cache: str, limit: int) -> dict[str, list[float]] | str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="photos,small-jpeg")
+    parser.add_argument("--formats", default=",".join(FORMATS), help="containers to read")
     parser.add_argument("--limit", type=int, default=1 << 62, help="images per measurement")
     parser.add_argument("--cache", default="bench-out")
     parser.add_argument("--json", dest="json_path")
@@ -150,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # imported before timing: its start is not reading speed
 
     rows = [measure(name, fmt, args.cache, args.limit)
-            for name in args.workloads.split(",") for fmt in FORMATS]  # fmt: skip
+            for name in args.workloads.split(",")
+            for fmt in args.formats.split(",")]  # fmt: skip
     print(f"\n## PyTorch loop (torch {torch.__version__}, {os.cpu_count()} cores, "
           f"{WORKERS} DataLoader workers, batch {BATCH})\n")  # fmt: skip
     print("| workload | format | images | ShardDataset images/s | ceiling images/s | of ceiling "
@@ -176,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         for unit, key, better in (("images/s", "shard_dataset_images_per_s", max),
                                      ("CPU us an image", "cpu_us_per_image", min)):  # fmt: skip
             ours = {r["format"]: r[key] for r in mine}
-            cells = f"| {name} | {unit} | {ours['tfrecord']:,.0f} | {ours['array_record']:,.0f}"
+            cells = f"| {name} | {unit} | " + " | ".join(
+                f"{ours[f]:,.0f}" if f in ours else "not read" for f in FORMATS
+            )
             if isinstance(theirs, str):
                 print(f"{cells} | {theirs} | | | |")
                 continue

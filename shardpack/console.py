@@ -130,6 +130,15 @@ def _human_bytes(size: float) -> str:
     return f"{size:.1f} TiB"
 
 
+def _order(shuffle: str, seed: int | None) -> str:
+    """Which shuffle a pack used (index.json's `shuffle`), in words."""
+    if shuffle == "none":
+        return "none, as listed (no shuffle)"
+    if shuffle == "window":
+        return f"window shuffle, seed {seed} (ranges of the list's files, rows within a shard)"
+    return f"global shuffle, seed {seed}"
+
+
 def print_pack_summary(summary: dict, resumed: bool) -> None:
     total = sum(s["num_bytes"] for s in summary["splits"].values())
     shards = sum(s["num_shards"] for s in summary["splits"].values())
@@ -161,6 +170,8 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         typer.echo(f"{head}: {kept}, wrote {plural(summary['new_records'], 'image')} at {rate}")
     else:
         typer.echo(f"{head}: {rate}")
+    if not grow and summary.get("shuffle"):
+        typer.echo(f"order: {_order(summary['shuffle'], summary['seed'])}")
     width = max(map(len, summary["splits"]), default=0)
     for name, split in summary["splits"].items():
         typer.echo(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from shardpack.containers import CONTAINERS, Container
 from shardpack.errors import FileAccessError, IndexFormatError, Option, is_count, shortened
 from shardpack.layout import INDEX_NAME
-from shardpack.options import ENCODINGS
+from shardpack.options import ENCODINGS, SHUFFLES
 from shardpack.schema import V1_DTYPES, Schema, check_values
 from shardpack.storage import Storage, storage_at
 
@@ -158,6 +158,7 @@ class Index:
     version: int = VERSION  # the version read; to_json writes VERSION
     source: str | None = None  # the source's kind (None: an index before it)
     seed: int | None = None  # the shuffle's seed; None: not shuffled
+    shuffle: str | None = None  # options.SHUFFLES: the shuffle used; None: an index before it
     options: dict | None = None  # PackOptions.output_fields() as JSON: what a grow packs with
     generation: int = 0  # the latest run: 0 the first pack, each grow one more
     history: tuple[Run, ...] = ()  # the last MAX_HISTORY grows
@@ -205,6 +206,7 @@ class Index:
         doc.update(classes=list(self.classes), features=self.schema.to_json(),
                    encoding=self.encoding, compression=self.compression,
                    container=self.container_name, seed=self.seed)  # fmt: skip
+        doc.update(_some(shuffle=self.shuffle))
         doc.update(_some(options=self.options))
         doc.update(generation=self.generation, history=[r.to_json() for r in self.history])
         doc.update(_some(plan_digest=self.plan_digest))
@@ -382,6 +384,7 @@ def _from_json(storage: Storage, doc: object) -> Index:
         version=doc["version"],
         source=doc.get("source"),
         seed=doc.get("seed"),
+        shuffle=doc.get("shuffle"),
         options=doc.get("options"),
         generation=doc.get("generation", 0),
         history=tuple(Run(**run) for run in doc.get("history", [])),
@@ -501,6 +504,8 @@ def _check_optional(doc: dict, bad) -> None:
     _expect(doc, {key: kind for key, kind in _OPTIONAL.items() if key in doc}, bad)
     if doc.get("seed") is not None and not isinstance(doc["seed"], int):
         raise bad(f"'seed' must be an integer or null, got {type(doc['seed']).__name__}")
+    if "shuffle" in doc and doc["shuffle"] not in SHUFFLES:
+        raise bad(f"'shuffle' must be one of {', '.join(SHUFFLES)}, got {doc['shuffle']!r}")
     for key in ("ignored_files", "warnings"):
         if not all(isinstance(v, str) for v in doc.get(key, [])):
             raise bad(f"{key!r} must be a list of strings")
@@ -531,6 +536,8 @@ def record_fault(example: dict[str, list], schema: Schema) -> str | None:
     must name a stored format; a feature the schema does not declare is refused. Every
     disagreement is named, joined by "; ".
     """
+    if schema.fits(example) and example["format"][0] in _FORMAT_BYTES:
+        return None
     reasons = [
         f"feature {name!r} missing" if name not in example else check_values(name, f, example[name])
         for name, f in schema.items()

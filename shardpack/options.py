@@ -1,4 +1,6 @@
-"""PackOptions: every choice a pack run makes, validated once, travelling as one value."""
+"""PackOptions: every choice a pack run makes, travelling as one value. The values every source
+reads are validated here; those of a source's own options (Source.own_options), by that source
+(Source.check_options), when a scan has found it."""
 
 from __future__ import annotations
 
@@ -40,6 +42,9 @@ WDS_NAMINGS = ("shardpack", "img2dataset")
 # Pascal's corners x first, COCO's corner and size, YOLO's centre and size.
 BOX_FORMATS = ("yxyx", "xyxy", "xywh", "cxcywh")
 DEFAULT_SHARD_SIZE = 128 * 2**20
+# The shuffles a pack may use (index.json's `shuffle`): every item in one seeded permutation;
+# a list streamed file range by file range, ranges and the rows in each shard permuted; none.
+SHUFFLES = ("global", "window", "none")
 # Pillow's decompression-bomb limit: the most pixels an image may claim before it is refused.
 DEFAULT_MAX_PIXELS = 178_956_970
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
@@ -168,7 +173,7 @@ def _check_transform(options: PackOptions) -> None:
         raise OptionError(Option("pad_color"), " must be R,G,B of 0-255, got: "
                           f"{options.pad_color!r}")  # fmt: skip
     for option in ("min_side", "max_area"):
-        _positive(option, getattr(options, option))
+        check_positive(option, getattr(options, option))
     if not 0 <= options.min_visibility <= 1:
         raise OptionError(Option("min_visibility"), " is a share of a box's area, between 0 "
                           f"and 1, got: {options.min_visibility!r}")  # fmt: skip
@@ -177,7 +182,8 @@ def _check_transform(options: PackOptions) -> None:
                           f"{options.max_aspect!r}")  # fmt: skip
 
 
-def _positive(option: str, value: int | None) -> None:
+def check_positive(option: str, value: int | None) -> None:
+    """Refuse a value under 1 of `option` (None, for an option left out, passes)."""
     if value is not None and value < 1:
         raise OptionError(Option(option), f" must be a positive integer, got: {value!r}")
 
@@ -212,6 +218,8 @@ class PackOptions:
         near_distance: --dedup near's Hamming distance (NEAR_DISTANCE here).
         seed: shuffle seed.
         shuffle: False keeps the sorted source order.
+        shuffle_window: shuffle a list of many manifest files streamed, without holding it
+            (see docs/architecture.md); pack refuses it for other sources.
         max_pixels: refuse images that claim more pixels than this (decompression bombs).
         overwrite: replace an existing, different shardpack output in OUT.
         resume: keep the shards an interrupted run of the same plan finished.
@@ -266,6 +274,7 @@ class PackOptions:
     compression: str = "none"
     seed: int = 0
     shuffle: bool = True
+    shuffle_window: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
     overwrite: bool = False
     resume: bool = False
@@ -312,11 +321,8 @@ class PackOptions:
         if not 0 <= self.near_distance <= 64:
             raise OptionError(Option("near_distance"), " must be between 0 and 64 bits, got: "
                               f"{self.near_distance!r}")  # fmt: skip
-        if self.retries < 0:
-            raise OptionError(Option("retries"), f" must be 0 or more, got: {self.retries!r}")
-        for option in ("shards", "shard_size", "workers", "max_side", "max_pixels", "url_threads",
-                       "per_host"):  # fmt: skip
-            _positive(option, getattr(self, option))
+        for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
+            check_positive(option, getattr(self, option))
         if self.seed < 0:
             raise OptionError(
                 Option("seed"), f" must be a non-negative integer, got: {self.seed!r}"
@@ -340,6 +346,9 @@ class PackOptions:
                     "; pass a smaller size or raise ",
                     Option("max_pixels"),
                 )
+        if self.shuffle_window and not self.shuffle:
+            raise OptionError(Option("shuffle_window"), " shuffles; drop ",
+                              Option("shuffle", False), " or it")  # fmt: skip
         if self.scheduler is not None and self.backend != "dask":
             raise OptionError(Option("scheduler"), " needs ", Option("backend", "dask"))
         if self.index_files and self.compression != "none":
@@ -348,16 +357,9 @@ class PackOptions:
         _check_container(
             self.format, self.compression, self.index_files, self.encode, self.wds_naming
         )
-        for split in (*self.split_names, *(name for name, _ in self.split or ())):
-            if not _SPLIT.match(split):
-                raise OptionError(
-                    "split names must start with a letter or digit and hold only letters, "
-                    f"digits, '_' and '.', got: {split!r}"
-                )
         if self.split is not None:
+            check_split_names("split", tuple(name for name, _ in self.split))
             check_fractions(self.split)
-        for entry in self.box_columns or ():
-            box_column(entry)
         if self.name is not None and not _NAME.match(self.name):
             raise OptionError(Option("name"), " must start with a letter or digit and hold only "
                               f"letters, digits, '_' and '.', got: {self.name!r}")  # fmt: skip
@@ -367,9 +369,16 @@ class PackOptions:
         fields = asdict(self)
         if not self.shuffle:
             fields["seed"] = None  # no shuffle: the seed changes nothing
-        # only --dedup near reads the distance: other runs' plans stay as they were without it
+        # only --dedup near reads the distance, and a window shuffle is asked for: other runs'
+        # plans stay as they were without them
         near = ("near_distance",) if self.dedup == "near" else ()
-        return {key: fields[key] for key in (*_OUTPUT_FIELDS, *near)}
+        window = ("shuffle_window",) if self.shuffle_window else ()
+        return {key: fields[key] for key in (*_OUTPUT_FIELDS, *near, *window)}
+
+    @property
+    def shuffle_kind(self) -> str:
+        """The shuffle asked for: one of SHUFFLES."""
+        return "none" if not self.shuffle else "window" if self.shuffle_window else "global"
 
 
 def parse_size(text: str) -> int:
@@ -404,6 +413,15 @@ def parse_color(text: str) -> tuple[int, int, int]:
                       f"{text!r}")  # fmt: skip
 
 
+def check_split_names(option: str, names: tuple[str, ...]) -> None:
+    """Refuse a split name that shard file names cannot hold (--split's, a source's)."""
+    for name in names:
+        if not _SPLIT.match(name):
+            raise OptionError("split names must start with a letter or digit and hold only "
+                              f"letters, digits, '_' and '.', got: {name!r} in ",
+                              Option(option))  # fmt: skip
+
+
 def check_fractions(split: tuple[tuple[str, float], ...]) -> None:
     """--split: distinct names, fractions in (0, 1] that add up to 1."""
     names = [name for name, _ in split]
@@ -436,7 +454,8 @@ def parse_split(text: str) -> tuple[tuple[str, float], ...]:
 
 
 def parse_names(option: str, text: str) -> tuple[str, ...]:
-    """A,b,c as names (each checked by PackOptions) of `option`; none at all is refused."""
+    """A,b,c as names of `option` (each checked by the source that reads them,
+    Source.check_options); none at all is refused."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     if not names:
         raise OptionError(Option(option), f" names no split, got: {text!r}; pass a,b,c")
@@ -455,7 +474,8 @@ def box_column(entry: str) -> tuple[str, str]:
 
 
 def parse_box_columns(text: str) -> tuple[str, ...]:
-    """'bbox,det:xywh' as ("bbox", "det:xywh"), each checked by PackOptions."""
+    """'bbox,det:xywh' as ("bbox", "det:xywh"), each checked by the manifest source
+    (box_column)."""
     entries = tuple(entry.strip() for entry in text.split(",") if entry.strip())
     if not entries:
         raise OptionError(Option("box_columns"), f" names no column, got: {text!r}; pass "
@@ -550,6 +570,11 @@ FLAGS: dict[str, Flag] = {
     "format": Flag("--format", "Shard container:"),
     "seed": Flag("--seed", "Shuffle seed.", "N"),
     "shuffle": Flag("--shuffle/--no-shuffle", "Shuffle before sharding."),
+    "shuffle_window": Flag(
+        "--shuffle-window",
+        "Shuffle a list of many Parquet/JSONL files without holding it: the files' row ranges "
+        "in a seeded order, the rows within each shard.",
+    ),
     "max_pixels": Flag(
         "--max-pixels", "Refuse images claiming more pixels (decompression bombs).", "N", min=1
     ),

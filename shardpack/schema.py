@@ -9,8 +9,10 @@ UTF-8, marked `text` so readers give `str`); shape () is a scalar, (-1,) a varia
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
+from operator import itemgetter
 
 DTYPES = ("int64", "float32", "bytes")
 # Written by the worker for every record from the image itself; no source may use these names.
@@ -24,6 +26,7 @@ BOX_NAMES = ("boxes", "bbox", "bboxes", "objects/bbox")
 MAX_ROW = 1 << 20
 # A version-1 index names each feature's kind alone; these are the dtypes they mean.
 V1_DTYPES = {"bytes": "bytes", "int64": "int64", "float": "float32"}
+_KINDS = {"int64": int, "float32": float, "bytes": bytes}  # each dtype's decoded values
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,13 @@ class Schema(Mapping[str, Feature]):
         if len(set(names)) != len(names):
             raise ValueError(f"feature names repeat: {names!r}")
         object.__setattr__(self, "_by_name", dict(self.features))
+        # What each record is checked against and decoded by, gathered once: readers ask it
+        # of every record (benchmarks/torch_read.py).
+        checks = tuple((name, _KINDS[f.dtype], not f.is_list,
+                        None if f.classes is None else len(f.classes))
+                       for name, f in self.features)  # fmt: skip
+        object.__setattr__(self, "_checks", checks)
+        object.__setattr__(self, "decoders", {name: _decoder(f) for name, f in self.features})
 
     def __getitem__(self, name: str) -> Feature:
         return self._by_name[name]  # type: ignore[attr-defined]
@@ -129,6 +139,24 @@ class Schema(Mapping[str, Feature]):
 
     def __len__(self) -> int:
         return len(self.features)
+
+    def fits(self, example: dict[str, list]) -> bool:
+        """Whether a decoded Example holds exactly this schema's features, each as check_values
+        asks: record_fault's quick yes, a few lookups a feature; it says why when not."""
+        if len(example) != len(self._checks):  # type: ignore[attr-defined]
+            return False
+        for name, kind, scalar, classes in self._checks:  # type: ignore[attr-defined]
+            values = example.get(name)
+            if values is None:
+                return False
+            if scalar:  # most features: one value
+                if len(values) != 1 or type(values[0]) is not kind:
+                    return False
+                if classes is not None and not 0 <= values[0] < classes:
+                    return False
+            elif check_values(name, self[name], values) is not None:
+                return False
+        return True
 
     @classmethod
     def build(
@@ -223,9 +251,6 @@ def example_value(feature: Feature, value: object) -> object:
     return np.asarray(value, dtype=feature.dtype).reshape(-1)
 
 
-_KINDS = {"int64": int, "float32": float, "bytes": bytes}
-
-
 def check_values(name: str, feature: Feature, values: list) -> str | None:
     """What is wrong with one record's decoded `values` for `feature`, or None if they fit."""
     kind = _KINDS[feature.dtype]
@@ -240,6 +265,17 @@ def check_values(name: str, feature: Feature, values: list) -> str | None:
             if not 0 <= v < len(feature.classes):
                 return f"{name} {v} outside the {len(feature.classes)} classes"
     return None
+
+
+def _first_text(values: list[bytes]) -> str:
+    return values[0].decode("utf-8", "surrogateescape")
+
+
+def _decoder(feature: Feature) -> Callable[[list], object]:
+    """decode_value for one feature, as one call: a scalar's first value taken in C."""
+    if feature.is_list:
+        return partial(decode_value, feature)
+    return _first_text if feature.text else itemgetter(0)
 
 
 def decode_value(feature: Feature, values: list) -> object:

@@ -99,6 +99,7 @@ def test_load_index_accepts_a_valid_document(tmp_path):
     assert index.num_skipped == 1  # an index without num_skipped: the ones it names
     assert (index.stats.seconds, index.generation, index.history) == (1.0, 0, ())
     assert not index.image_size_told  # an index from before image_size cannot tell
+    assert index.shuffle is None  # nor one from before shuffle which shuffle ran
 
 
 def test_a_version_1_index_is_written_back_as_version_2_and_reads_alike(tmp_path):
@@ -221,6 +222,8 @@ def _mutated(path: str, value: object) -> dict:
         ("retired", ["a", 3], "'retired' must be a list of strings"),
         ("stats", {"workers": "2"}, "'stats' must hold numbers"),
         ("stats", {"url_failures": {"404": -1}}, "'stats' must hold numbers"),
+        ("shuffle", "sorted", "'shuffle' must be one of global, window, none, got 'sorted'"),
+        ("shuffle", None, "'shuffle' must be one of global, window, none, got None"),
     ],
 )
 def test_wrong_types_are_refused(tmp_path, path, value, match):
@@ -346,6 +349,7 @@ def test_build_index_merges_results_in_plan_order_and_loads_back(tmp_path):
     ).to_json()
     assert document["plan_digest"] == plan.digest
     assert document["seed"] == 7
+    assert document["shuffle"] == "global"  # which shuffle ran (an index before it has none)
     assert document["classes"] == ["cats", "dogs"]
     assert document["skipped"] == [{"key": bad.key, "reason": "truncated JPEG"}]
     train = document["splits"]["train"]

@@ -76,3 +76,31 @@ def test_version_1_features_become_a_schema():
     schema = Schema.from_v1(v1, ["apple"], ["fruit"])
     assert schema["coarse_label"] == Feature("int64", classes=("fruit",))
     assert schema.classes == ("apple",)
+
+
+def test_fits_says_yes_only_where_check_values_finds_nothing():
+    """fits is record_fault's quick yes: wrong on any record, a fault would pass unnamed."""
+    from shardpack.index import record_fault
+    from shardpack.read.stream import to_python
+
+    schema = Schema.build(("a", "b"), {"boxes": Feature("float32", (-1, 4)),
+                                       "tags": Feature("int64", (-1,), classes=("x", "y")),
+                                       "note": Feature("bytes", text=True)})  # fmt: skip
+    good = {"image": [b"\xff\xd8"], "height": [2], "width": [3], "channels": [3],
+            "format": [b"jpeg"], "key": [b"k"], "label": [1], "boxes": [0.0, 0.1, 0.5, 0.5],
+            "tags": [0, 1], "note": [b"\xc3\xa9"]}  # fmt: skip
+    bent = [good, {**good, "boxes": []}, {**good, "tags": []},
+            {k: v for k, v in good.items() if k != "width"}, {**good, "more": [1]},
+            {**good, "width": [1.5]}, {**good, "height": [1, 2]}, {**good, "height": []},
+            {**good, "label": [2]}, {**good, "label": [-1]}, {**good, "label": [True]},
+            {**good, "format": [b"tiff"]}, {**good, "key": [3]}, {**good, "boxes": [0.0] * 3},
+            {**good, "boxes": [0, 0, 1, 1]}, {**good, "tags": [2]}, {**good, "tags": [0, 1.0]},
+            {**good, "note": ["é"]}]  # fmt: skip
+    fits = [schema.fits(record) for record in bent]
+    tiff = bent.index({**good, "format": [b"tiff"]})  # of the schema's shape: record_fault's
+    assert fits == [i < 3 or i == tiff for i in range(len(bent))]
+    assert [record_fault(r, schema) is None for r in bent] == [True] * 3 + [False] * (len(bent) - 3)
+    record = to_python(good, schema)
+    assert (record["label"], record["note"], record["key"], record["tags"].tolist()) == (
+        1, "é", "k", [0, 1])  # fmt: skip
+    assert record["boxes"].shape == (1, 4) and record["image"] == b"\xff\xd8"

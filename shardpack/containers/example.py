@@ -185,6 +185,16 @@ def _bytes_feature_prefix(length: int) -> bytes:
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    if pos + 2 < len(buf):  # up to 3 bytes (lengths under 2 MiB: an image's) without the loop
+        low = buf[pos]
+        if low < 0x80:
+            return low, pos + 1
+        middle = buf[pos + 1]
+        if middle < 0x80:
+            return (low & 0x7F) | middle << 7, pos + 2
+        high = buf[pos + 2]
+        if high < 0x80:
+            return (low & 0x7F) | (middle & 0x7F) << 7 | high << 14, pos + 3
     result = shift = 0
     while True:
         if pos >= len(buf):
@@ -297,6 +307,13 @@ def _decode_general(data: bytes) -> dict[str, list]:
     return out
 
 
+# Small map entries seen before, by their bytes: a pack's labels, sizes and formats repeat
+# record after record, and a dict lookup costs a fraction of parsing them again.
+_KEPT_ENTRY = 64  # the longest entry kept (a text value of ~50 bytes)
+_KEPT_ENTRIES = 4096  # entries kept before all are forgotten (unique keys fill it)
+_ENTRIES: dict[bytes, tuple[str, tuple]] = {}
+
+
 def _decode_canonical(
     data: bytes, borrow: Collection[str] = (), only: Collection[str] | None = None
 ) -> dict[str, list] | None:
@@ -306,6 +323,7 @@ def _decode_canonical(
     speed); None for any other layout or a fault, which the general decoder then reads or
     refuses alike."""
     buf, view = data, memoryview(data)
+    cache = _ENTRIES if type(data) is bytes else None  # a view's slices are no dict keys
     try:
         end = len(buf)
         if end < 2 or buf[0] != 0x0A:
@@ -321,8 +339,19 @@ def _decode_canonical(
             size = buf[pos + 1]
             size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
             entry_end = pos + size
+            if entry_end > end:
+                return None
+            entry = buf[pos:entry_end] if size <= _KEPT_ENTRY and cache is not None else None
+            if entry is not None and (kept := cache.get(entry)) is not None:
+                name, values = kept
+                if only is None or name in only:
+                    if name in out:
+                        return None
+                    out[name] = list(values)
+                pos = entry_end
+                continue
             size = buf[pos + 1]
-            if entry_end > end or buf[pos] != 0x0A or size >= 0x80:
+            if buf[pos] != 0x0A or size >= 0x80:
                 return None
             pos += 2
             name = str(buf[pos : pos + size], "utf-8")
@@ -340,53 +369,65 @@ def _decode_canonical(
             size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
             if pos + size != entry_end:
                 return None
-            values: list = []
-            if kind == 0x0A:  # bytes_list: a field 1 (0x0A, size, bytes) a value
-                lend = name in borrow
-                while pos < entry_end:
-                    size = buf[pos + 1]
-                    if buf[pos] != 0x0A:
-                        return None
-                    size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-                    if pos + size > entry_end:
-                        return None
-                    values.append(view[pos : pos + size] if lend else bytes(buf[pos : pos + size]))
-                    pos += size
-            elif kind == 0x1A:  # int64_list: one packed field 1 (0x0A, size, varints)
-                if pos < entry_end:
-                    if buf[pos] != 0x0A:
-                        return None
-                    size = buf[pos + 1]
-                    size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-                    if pos + size != entry_end:
-                        return None
-                    while pos < entry_end:
-                        value = buf[pos]
-                        if value < 0x80:
-                            pos += 1
-                        else:
-                            value, pos = _read_varint(buf, pos)
-                            if value >= 1 << 63:
-                                value -= 1 << 64
-                        values.append(value)
-            elif kind == 0x12:  # float_list: one packed field 1 (0x0A, size, float32s)
-                if pos < entry_end:
-                    if buf[pos] != 0x0A:
-                        return None
-                    size = buf[pos + 1]
-                    size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-                    if pos + size != entry_end or size % 4:
-                        return None
-                    values = list(struct.unpack_from(f"<{size // 4}f", buf, pos))
-                    pos += size
-            else:
+            values = _canonical_values(buf, view, pos, entry_end, kind, name in borrow)
+            if values is None:
                 return None
-            if pos != entry_end:
-                return None
-            out[name] = values
+            out[name], pos = values, entry_end
+            if entry is not None and name not in borrow:  # a borrowed view holds its record
+                if len(cache) >= _KEPT_ENTRIES:
+                    cache.clear()
+                cache[entry] = (name, tuple(values))
         return out
     except (IndexError, ValueError, struct.error):  # UnicodeDecodeError is a ValueError
         return None
+
+
+def _canonical_values(
+    buf: bytes, view: memoryview, pos: int, entry_end: int, kind: int, lend: bool
+) -> list | None:
+    """_decode_canonical's one Feature list of `kind` from `pos` to `entry_end` (bytes lent as
+    views of the record where `lend`); None for another layout or a fault."""
+    values: list = []
+    if kind == 0x0A:  # bytes_list: a field 1 (0x0A, size, bytes) a value
+        while pos < entry_end:
+            size = buf[pos + 1]
+            if buf[pos] != 0x0A:
+                return None
+            size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
+            if pos + size > entry_end:
+                return None
+            values.append(view[pos : pos + size] if lend else bytes(buf[pos : pos + size]))
+            pos += size
+    elif kind == 0x1A:  # int64_list: one packed field 1 (0x0A, size, varints)
+        if pos < entry_end:
+            if buf[pos] != 0x0A:
+                return None
+            size = buf[pos + 1]
+            size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
+            if pos + size != entry_end:
+                return None
+            while pos < entry_end:
+                value = buf[pos]
+                if value < 0x80:
+                    pos += 1
+                else:
+                    value, pos = _read_varint(buf, pos)
+                    if value >= 1 << 63:
+                        value -= 1 << 64
+                values.append(value)
+    elif kind == 0x12:  # float_list: one packed field 1 (0x0A, size, float32s)
+        if pos < entry_end:
+            if buf[pos] != 0x0A:
+                return None
+            size = buf[pos + 1]
+            size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
+            if pos + size != entry_end or size % 4:
+                return None
+            values = list(struct.unpack_from(f"<{size // 4}f", buf, pos))
+            pos += size
+    else:
+        return None
+    return values if pos == entry_end else None
 
 
 def decode(

@@ -228,9 +228,10 @@ def drop_reasons(groups: list[Group], same: dict[Member, int]) -> dict[tuple[str
     (`same`: find_groups's numbers of the exact groups)."""
     dropped = {}
     for kept, *copies in groups:
-        exact = same.get(kept, -1)
-        dropped.update({copy[:2]: f"{'' if same.get(copy) == exact else 'near '}duplicate of "
-                                  f"{record_name(*kept[:2])}" for copy in copies})  # fmt: skip
+        exact, name = same.get(kept, -1), record_name(*kept[:2])
+        near_, exact_ = f"near duplicate of {name}", f"duplicate of {name}"  # one a group
+        dropped.update({copy[:2]: exact_ if same.get(copy) == exact else near_
+                        for copy in copies})  # fmt: skip
     return dropped
 
 

@@ -67,31 +67,33 @@ def content_digest(loaded: bytes | np.ndarray) -> bytes:
 class ShardFacts:
     """A shard's notes, filled one written record at a time (~1 us a record)."""
 
-    def __init__(
-        self, stamps: list[tuple[int, int] | None], objects: Objects | None = None
-    ) -> None:
-        """`stamps`: each item's (size, mtime) as stamps.take_stamps gave it before its file was
-        read; `objects`: the schema's object features (objects_of), counted as each record is."""
-        self.table = np.zeros(len(stamps), FACT_DTYPE)
-        self.stamps = stamps
+    def __init__(self, count: int, objects: Objects | None = None) -> None:
+        """`count`: the shard's items; `objects`: the schema's object features (objects_of),
+        counted as each record is."""
+        self.table = np.zeros(count, FACT_DTYPE)
         self.objects = objects
         self.counts: Counter[tuple[str, str]] = Counter()
+        # (format, channels, orientation) -> records: one count a record, spelled out by tally
+        self.looks: Counter[tuple[str, int, int | None]] = Counter()
         self._names = 0  # distinct text class names tallied
 
     def add(
-        self, position: int, loaded: bytes | np.ndarray, features: dict, orientation: int | None
+        self,
+        position: int,
+        loaded: bytes | np.ndarray,
+        features: dict,
+        orientation: int | None,
+        stamp: tuple[int, int] | None = None,
     ) -> None:
         """Note the record of the shard's `position`-th item; `orientation`: the EXIF one its
-        header probe read (images.ImageInfo: a JPEG's; None for others, not counted)."""
+        header probe read (images.ImageInfo: a JPEG's; None for others, not counted); `stamp`:
+        its file's (size, mtime) as its read saw them (stamps.py; None: none)."""
         crc, size = content_key(loaded)
-        stamp = self.stamps[position]  # of another size: the file changed as it was read
+        # of another size: the file changed as it was read
         mtime = stamp[1] if stamp is not None and stamp[0] == size else 0
         self.table[position] = (crc, size, content_digest(loaded), features["width"],
                                 features["height"], mtime)  # fmt: skip
-        self.counts["format", features["format"]] += 1
-        self.counts["channels", str(features["channels"])] += 1
-        if orientation is not None:
-            self.counts["orientation", str(orientation)] += 1
+        self.looks[features["format"], features["channels"], orientation] += 1
         if self.objects is not None:
             self._add_objects(features)
 
@@ -117,8 +119,15 @@ class ShardFacts:
         return self.table.tobytes()
 
     def tally(self) -> tuple[tuple[str, str, int], ...]:
-        """(what, value, count) of each format, channel count and orientation seen."""
-        return tuple(sorted((what, value, n) for (what, value), n in self.counts.items()))
+        """(what, value, count) of each format, channel count and orientation seen (and of
+        each object tally)."""
+        counts = self.counts.copy()
+        for (fmt, channels, orientation), n in self.looks.items():
+            counts["format", fmt] += n
+            counts["channels", str(channels)] += n
+            if orientation is not None:
+                counts["orientation", str(orientation)] += n
+        return tuple(sorted((what, value, n) for (what, value), n in counts.items()))
 
 
 def record_sizes(content: bytes, num_records: int) -> set[tuple[int, int]] | None:

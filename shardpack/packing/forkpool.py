@@ -48,7 +48,9 @@ def run_local(
     global _forked
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # a forked worker must not write the parent's buffered text again
-    _forked = [replace(spec, items=_PackedItems(spec.items)) for spec in specs]
+    # (a streamed list's range is read by its worker: nothing of it to pack)
+    _forked = [replace(spec, items=_PackedItems(spec.items)) if isinstance(spec.items, tuple)
+               else spec for spec in specs]  # fmt: skip
     # The rest goes pickled (a few hundred bytes): a storage made in this process must not
     # be used in another (an s3fs filesystem holds an event loop: "not fork-safe").
     tasks = (delayed(_write_forked)(i, *args) for i in range(len(specs)))

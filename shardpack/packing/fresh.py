@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import NoReturn
 
 from shardpack.containers import CONTAINERS
-from shardpack.errors import ImageError, SourceError, printable
+from shardpack.errors import ImageError, Option, OptionError, SourceError, printable
 from shardpack.index import PackStats
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates
@@ -27,6 +27,7 @@ from shardpack.packing.plan import (
     make_plan,
     work_seconds,
 )
+from shardpack.packing.rangeplan import failure_rows, make_range_plan, streamed_rows
 from shardpack.packing.result import PackResult
 from shardpack.packing.spool import EntrySpool
 from shardpack.packing.stats import split_summaries
@@ -68,19 +69,22 @@ class FreshPack:
         self.in_process = out.in_process or self.src.in_process  # memory:// is ours alone
         if self.in_process:
             workers, options = 1, replace(options, backend="local")
-        self.spool = EntrySpool(plan)
+        # a streamed list's items are ranges, not held: no contents.json nor stamps
+        self.spool = EntrySpool(plan) if streamed_rows(dataset) is None else None
         return Planned(dataset, plan, options, record, reused, workers)
 
     def landed(self, result: ShardResult) -> None:
         """A shard of this run landed: its contents entry and stamps, rendered and spooled."""
-        self.spool.add(result)
+        if self.spool is not None:
+            self.spool.add(result)
 
     def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         """The index of what the workers wrote, with what goes beside it; index.json last."""
         try:
             return self._merge(planned, results)
         finally:
-            self.spool.close()
+            if self.spool is not None:
+                self.spool.close()
 
     def _merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         out, dataset, plan, options = self.out, planned.dataset, planned.plan, planned.options
@@ -90,9 +94,11 @@ class FreshPack:
         seconds = time.perf_counter() - self.start
         new_records = num_records - sum(r.num_records for r in planned.reused)
         to_write = len(plan.shards) - len(planned.reused)
+        streamed = streamed_rows(dataset) is not None
+        listed = failure_rows(plan, results) if streamed else rows_of(dataset)
         failures = url_failures([*((None, *s) for s in dataset.skipped),
                                  *((r.split, *s) for r in results for s in r.skipped)],
-                                rows_of(dataset))  # fmt: skip
+                                listed)  # fmt: skip
         stats = PackStats(
             seconds=round(seconds, 3),
             images_per_second=round(new_records / seconds, 1) if seconds else None,
@@ -119,11 +125,15 @@ class FreshPack:
             warnings=(*index.warnings, *duplicates.warnings(found)),
             summaries=summaries,
         )
+        if streamed:  # the ranges are read no more
+            streamed_rows(dataset).release()
         write_outputs(out, index, results, options.index_files)
-        self.spool.write_contents(out, results, numbers)
+        if not streamed:  # a streamed list's keys are not held: it keeps no list to grow from
+            self.spool.write_contents(out, results, numbers)
         write_failures(out, failures)
         commit_index(out, index)  # the run is complete
-        self.spool.write_stamps(out, index, results)
+        if not streamed:
+            self.spool.write_stamps(out, index, results)
         notes = _fewer_workers(self.options.workers, stats.workers, to_write, self.in_process)
         return PackResult(
             out=out.root, index=index, num_records=num_records,
@@ -166,12 +176,11 @@ def choose_workers(
         return options.workers
     if options.backend != "local":
         return cores  # a Dask LocalCluster of this machine's cores, as before; no model for it
-    items = tuple(item for spec in plan.shards for item in spec.items)
-    work, serial, shards = (
-        work_seconds(items, options, plan.cost),
-        SERIAL_SHARE[options.encode],
-        len(plan.shards),
-    )
+    if plan.cost is not None:  # records of one cost: their count tells (a range unread)
+        work = sum(len(spec.items) for spec in plan.shards) * plan.cost.seconds[options.encode]
+    else:
+        work = work_seconds(tuple(i for spec in plan.shards for i in spec.items), options)
+    serial, shards = SERIAL_SHARE[options.encode], len(plan.shards)
     if best_workers(work, cores, shards, serial) == 1:
         return 1  # no need to look at the load
     return best_workers(work, cores, shards, serial, busy=max(0.0, others_busy()))
@@ -191,6 +200,14 @@ def _scan_and_plan(
         if options.dedup != "none":
             dataset, groups = duplicates.dedup(dataset, options, options.workers or machine_cores())
         name = options.name or default_name(dataset, src_root)
+        if streamed_rows(dataset) is not None:
+            return dataset, groups, name, make_range_plan(dataset, name, options)
+        if options.shuffle_window:
+            raise OptionError(f"{src_root.path()}: ", Option("shuffle_window"), " streams a "
+                              "folder or pattern of Parquet or JSONL lists with no label or "
+                              "split column (and no ", Option("split"), " or ", Option("dedup"),
+                              "); this SRC is read whole: drop ",
+                              Option("shuffle_window"))  # fmt: skip
         return dataset, groups, name, make_plan(dataset, name, options,
                                                 options.workers or machine_cores())  # fmt: skip
 

@@ -29,7 +29,7 @@ from shardpack.errors import (
     shortened,
 )
 from shardpack.index import Index, Run, SplitInfo, load_index
-from shardpack.layout import INDEX_FILES_DIR, INDEX_NAME, index_file_name
+from shardpack.layout import CONTENTS_NAME, INDEX_FILES_DIR, INDEX_NAME, index_file_name
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates, gaps, stamps
 from shardpack.packing.contents import (
@@ -137,6 +137,7 @@ class GrowPack:
         has none to write."""
         out = self.out
         old = self.old = _old_index(out)
+        _refuse_streamed(out, old)
         _remove_retired(out, old)
         self.listed, state = _checked_names(out, old)
         options = dataset_options(old, self.given)
@@ -413,6 +414,16 @@ def _shown(value: object) -> str:
     return shortened(printable(json.dumps(value)))
 
 
+def _refuse_streamed(out: Storage, old: Index) -> None:
+    """A streamed list's pack (no global shuffle, and no contents.json: its keys were never
+    held) cannot grow yet: refused in one line before anything is read."""
+    if old.shuffle in ("window", "none") and not out.lexists(CONTENTS_NAME):
+        raise OutputError(f"{out.root}: holds a list packed streamed ({old.shuffle} shuffle), "
+                          "which keeps no list of its items to grow from; pack the new files "
+                          "into another folder, or repack all with ",
+                          Option("overwrite", True))  # fmt: skip
+
+
 def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Dataset:
     """SRC's items labelled by the dataset's classes, new classes numbered after them."""
     dataset = scan(src, replace(options, classes=options.classes or None), storage_options)
@@ -423,10 +434,27 @@ def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Da
     old_features = {k: v for k, v in old.schema.to_json().items() if k != "label"}
     features = {k: v for k, v in dataset.schema.to_json().items() if k != "label"}
     if features != old_features:
-        raise OutputError(f"{src.path()}: its features ({_shown(sorted(features))}) differ from "
-                          f"the dataset's ({_shown(sorted(old_features))}); pack it into a new "
-                          "output folder")  # fmt: skip
+        raise OutputError(f"{src.path()}: {_feature_change(features, old_features)}: the "
+                          "dataset's shards cannot take its records; pack it into a new output "
+                          "folder")  # fmt: skip
     return dataset
+
+
+def _feature_change(features: dict, old: dict) -> str:
+    """What SRC's features change of the dataset's: those it adds, lacks or types otherwise."""
+    added = sorted(features.keys() - old.keys())
+    lacked = sorted(old.keys() - features.keys())
+    retyped = sorted(k for k in features.keys() & old.keys() if features[k] != old[k])
+    said = [
+        f"{what} {_shown(names)}"
+        for what, names in (
+            ("it adds", added),
+            ("it lacks", lacked),
+            ("it types otherwise", retyped),
+        )
+        if names
+    ]
+    return "; ".join(said)
 
 
 def _compare(

@@ -1,8 +1,10 @@
 """Masks follow the pixels: a record's instance-id map drawn from its objects' outlines
-(sources/shapes.py: COCO polygons and RLE, decoded here, in the worker) or read from a PNG, taken
-through its image's moves (EXIF turn, then images.Geometry's resize, crop and pad:
-nearest-neighbour, the pixels' own arithmetic), renumbered after the objects a transform
-dropped, and stored as one lossless PNG (8-bit, 16-bit past 255 objects).
+(sources/shapes.py: COCO polygons and RLE, decoded here, in the worker; YOLO's polygons, in
+fractions of the image's sides, drawn at the size of the image as displayed, as COCO's are
+drawn at the JSON's size) or read from a PNG, taken through its image's moves (EXIF turn, then
+images.Geometry's resize, crop and pad: nearest-neighbour, the pixels' own arithmetic),
+renumbered after the objects a transform dropped, and stored as one lossless PNG (8-bit,
+16-bit past 255 objects).
 
 In the map 0 is background and i the i-th object of the record's objects/* lists. Where objects
 overlap, the one drawn last holds the pixel: crowd regions first, then the others in their
@@ -41,6 +43,8 @@ def drawn(
     outlines = shapes.decode(value)
     if outlines is None and not where and (kept is None or kept.all()):
         return value
+    if outlines is not None and outlines[0] is None:  # fractions of the image's sides
+        outlines = _in_pixels(outlines, shown_size(where, size))
     ids = _read_png(key, value) if outlines is None else draw(key, *outlines)
     for move in where:
         if isinstance(move, images.Turn):
@@ -55,6 +59,29 @@ def drawn(
     if kept is not None and not kept.all():
         ids, count = _renumbered(ids, kept)
     return encode(ids, count)
+
+
+# EXIF orientations that turn an image a quarter: its stored sides are the displayed ones swapped.
+_QUARTER_TURNS = frozenset({5, 6, 7, 8})
+
+
+def shown_size(where: tuple[Move, ...], size: tuple[int, int]) -> tuple[int, int]:
+    """(height, width) of the image the moves `where` start from (as its annotations see it:
+    displayed), given the `size` they end at: each Geometry's upright source, a quarter turn's
+    sides swapped."""
+    for move in reversed(where):
+        if isinstance(move, images.Turn):
+            size = (size[1], size[0]) if move.orientation in _QUARTER_TURNS else size
+        else:  # a geometry that does not say its source: drawn at its resize (the same map)
+            size = move.source or move.scaled
+    return size
+
+
+def _in_pixels(outlines: tuple, size: tuple[int, int]) -> tuple:
+    """A normalised blob's (size, outlines, crowd) in pixels of an image of `size`."""
+    _, polygons, crowd = outlines
+    scale = np.array([size[1], size[0]], np.float64)  # (x, y) rows: width, then height
+    return size, [[p * scale for p in outline] for outline in polygons], crowd
 
 
 def draw(key: str, size: tuple[int, int], outlines: list, crowd: list[int]) -> np.ndarray:

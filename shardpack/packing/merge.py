@@ -102,6 +102,7 @@ def build_index(
         compression=options.compression,
         container_name=options.format,
         seed=options.seed if options.shuffle else None,
+        shuffle=plan.shuffle,
         # what --append and --update pack new items with
         options=json_value(options.output_fields()),
         plan_digest=plan.digest,

@@ -88,6 +88,7 @@ class Plan:
     digest: str
     warnings: tuple[str, ...] = ()  # for the user, one line each: shards that hold very few
     cost: RecordCost | None = None  # what an item costs (the source's); None: image files
+    shuffle: str = "global"  # options.SHUFFLES: how the items were ordered
 
 
 def shard_bounds(num_items: int, num_shards: int) -> list[tuple[int, int]]:
@@ -276,7 +277,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
                 )
             )
     digest = _digest(dataset, shards, orders, options)
-    return Plan(tuple(shards), digest, tuple(warnings), cost)
+    return Plan(tuple(shards), digest, tuple(warnings), cost, options.shuffle_kind)
 
 
 # Items hashed at once: a bounded transient (a few columns of this many values).

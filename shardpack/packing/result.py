@@ -57,6 +57,8 @@ class PackResult:
             "classes": list(self.index.classes[:SUMMARY_CLASSES]),
             "features": {name: feature_type(f) for name, f in self.index.schema.extras.items()},
             "grow": self.grow,
+            "shuffle": index.shuffle,
+            "seed": index.seed,
             "url_failures": index.stats.url_failures or {},
             "boxes_dropped": _boxes_dropped(index.summaries or {}),
         }

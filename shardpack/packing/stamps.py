@@ -1,5 +1,6 @@
 """An item's stamp: the size and modification time (ns) of its image file just before a worker
-read it (the worker takes it and notes it in its facts table). OUT/.shardpack.stamps keeps each
+read it: its read's own fstat, before the first byte (Storage.read_stamped; the worker notes it
+in its facts table). OUT/.shardpack.stamps keeps each
 packed item's mtime (its size is the content key's, in contents.json), so that `pack --append`
 and `--update` take a file whose size and mtime are unchanged as unchanged without reading it
 (rsync's quick check: a rewrite that keeps both goes unseen).
@@ -47,13 +48,25 @@ RACY_NS = 2_000_000_000
 def take_stamps(source: Source, root: Storage, items: Iterable[Item]) -> list[Stamp]:
     """The stamp of each item's file (under root, read by source) now (None for one that has
     none, see above)."""
-    whole = type(source).load is Source.load  # the file's bytes are the item's
-    stamp, oldest = root.stamp, time.time_ns() - RACY_NS
-    found: list[Stamp] = []
-    for item in items:
-        now = stamp(item.path) if whole and item.position is None else None
-        found.append(now if now is not None and now[1] < oldest else None)
-    return found
+    whole, stamp, oldest = loads_whole_files(source), root.stamp, settled_before()
+    return [settled(stamp(item.path), oldest) if whole and item.position is None else None
+            for item in items]  # fmt: skip
+
+
+def loads_whole_files(source: Source) -> bool:
+    """Whether the source's items are their files' bytes (the default loader): those whose
+    position is None get stamps."""
+    return type(source).load is Source.load
+
+
+def settled_before() -> int:
+    """The mtime (ns) a file's stamp taken from now on must be older than to be kept."""
+    return time.time_ns() - RACY_NS
+
+
+def settled(stamp: Stamp, oldest: int) -> Stamp:
+    """The stamp, where its file was modified before `oldest` (settled_before); else None."""
+    return stamp if stamp is not None and stamp[1] < oldest else None
 
 
 def mtime_to_keep(stamp: Stamp, size: int) -> int | None:

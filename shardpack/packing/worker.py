@@ -22,6 +22,7 @@ from shardpack.packing.objects import objects_of
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, Source
+from shardpack.sources.source import read_stamped_image
 from shardpack.storage import Storage
 from shardpack.storage.atomic import create_temp, open_regular
 
@@ -86,12 +87,9 @@ def write_shard(
         schema: the dataset's features: how to encode each of an item's fields.
         source: the dataset's source (Dataset.source), which loads an item's image.
 
-    Returns:
-        The shard's record count, size, sha256, label histogram, skipped items and what
-        facts noted of each record.
-
-    Raises:
-        ImageError: an item is bad and options.on_error is "fail"; no file is left behind.
+    Returns the shard's record count, size, sha256, label histogram, skipped items and what
+    facts noted of each record. Raises ImageError where an item is bad and options.on_error is
+    "fail"; no file is left behind.
     """
     start = time.perf_counter()
     counts = [0] * len(schema.classes)
@@ -99,8 +97,9 @@ def write_shard(
     lossless = 0
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
-    # the stamps before any read
-    facts = ShardFacts(stamps.take_stamps(source, src, spec.items), objects_of(schema))
+    facts = ShardFacts(len(spec.items), objects_of(schema))
+    # each stamp from its file's read (no stat of its own), kept if the file was settled by now
+    stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
     moved = boxes.moved_features(schema, boxes.declared_boxes(options))
     try:
         container = CONTAINERS[options.format]
@@ -118,14 +117,13 @@ def write_shard(
         ):
             for done, item in enumerate(spec.items, 1):
                 try:
-                    loaded = source.load(item, src, options, cache)
-                    features, where, orientation = _features(item, loaded, options)
-                    kept = features["image"] is loaded  # stored as it came
-                    taken = boxes.moves(orientation, kept, where, source.name) if moved else ()
-                    size = features["height"], features["width"]
-                    fields, dropped = _fields(item, schema, moved, taken, size,
-                                              options.min_visibility)  # fmt: skip
-                    features.update(fields)
+                    loaded, stamp = (
+                        read_stamped_image(item, src, options)
+                        if stamping and item.position is None
+                        else (source.load(item, src, options, cache), None)
+                    )
+                    features, orientation, dropped = _record(item, loaded, options, schema,
+                                                             source, moved)  # fmt: skip
                 except ImageError as e:
                     if options.on_error == "fail":
                         raise
@@ -136,28 +134,40 @@ def write_shard(
                     _write(writer, features, source.stored(item, cache) if raw else None)
                     _count(counts, item.label)
                     lossless += _made_lossless(loaded, features["format"], options)
-                    facts.add(done - 1, loaded, features, orientation)
+                    facts.add(done - 1, loaded, features, orientation,
+                              stamps.settled(stamp, settled))  # fmt: skip
                     if dropped:
                         facts.counts.update({(boxes.DROPPED, r): n for r, n in dropped.items()})
                 progress.update(done)
     finally:
         progress.close()
+        if (forget := getattr(spec.items, "forget", None)) is not None:
+            forget()  # a streamed range's rows, read here (in-process: the parent's)
     written = writer.result
     return ShardResult(
-        spec.split,
-        spec.index,
-        spec.file,
-        written.num_records,
-        written.num_bytes,
-        written.sha256,
-        tuple(counts),
-        tuple(skipped),
-        time.perf_counter() - start,
-        array("Q", written.offsets),  # 8 bytes an offset to the parent, not a Python int each
-        lossless,
-        facts.content(),
-        facts.tally(),
-    )
+        spec.split, spec.index, spec.file, written.num_records, written.num_bytes,
+        written.sha256, tuple(counts), tuple(skipped), time.perf_counter() - start,
+        array("Q", written.offsets), lossless, facts.content(), facts.tally(),
+    )  # fmt: skip
+
+
+def _record(
+    item: Item,
+    loaded: bytes | np.ndarray,
+    options: PackOptions,
+    schema: Schema,
+    source: Source,
+    moved: tuple[str, ...],
+) -> tuple[dict[str, object], int, dict[str, int]]:
+    """One loaded item's features (its image checked, transformed and encoded; its fields, the
+    boxes moved with the pixels), its EXIF orientation, and the objects dropped by reason."""
+    features, where, orientation = _features(item, loaded, options)
+    kept = features["image"] is loaded  # stored as it came
+    taken = boxes.moves(orientation, kept, where, source.name) if moved else ()
+    size = features["height"], features["width"]
+    fields, dropped = _fields(item, schema, moved, taken, size, options.min_visibility)
+    features.update(fields)
+    return features, orientation, dropped
 
 
 def _write(writer: ShardWriter, features: dict[str, object], stored: bytes | None) -> None:

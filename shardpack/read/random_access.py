@@ -60,6 +60,7 @@ class Records:
             raise IndexFormatError(f"{self.index.out}: split {split!r} claims {self._ends[-1]} "
                                    "records; this is not an index shardpack wrote")  # fmt: skip
         self._readers: dict[int, ShardReader] = {}
+        self._paths: dict[int, str] = {}  # each opened shard's path, for its records' errors
         # not __del__: a finalizer also runs at exit before modules are torn down (os.close)
         weakref.finalize(self, _close_readers, self._readers)
 
@@ -76,8 +77,7 @@ class Records:
         k = bisect.bisect_right(self._ends, i)
         local = i - (self._ends[k - 1] if k else 0)
         reader = self._reader(k)
-        path = self.index.shard_path(self._shards[k])
-        return parse_record(self.index, path, reader.position(local), reader[local],
+        return parse_record(self.index, self._paths[k], reader.position(local), reader[local],
                             self.decode, self.max_pixels)  # fmt: skip
 
     def _reader(self, k: int) -> ShardReader:
@@ -95,7 +95,7 @@ class Records:
                 reader.close()
                 raise RecordError(path, 0, f"holds {len(reader)} records, the index says "
                                            f"{shard.num_records}")  # fmt: skip
-            self._readers[k] = reader
+            self._readers[k], self._paths[k] = reader, path
         return self._readers[k]
 
     def release(self, k: int) -> None:

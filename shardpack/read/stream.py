@@ -19,7 +19,7 @@ from shardpack.images import BadImage
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.read.order import segments, share
-from shardpack.schema import Schema, decode_value
+from shardpack.schema import Schema
 
 # Records held for iter_examples' shuffle: enough to mix neighbours from different shards.
 SHUFFLE_BUFFER = 1024
@@ -34,7 +34,8 @@ def to_python(example: dict[str, list], schema: Schema) -> dict[str, object]:
     """A decoded Example that record_fault passed, as the schema declares it: scalars as int,
     float or str (text), lists as numpy arrays of their dtype and shape (boxes as n x 4), text
     lists as lists of str."""
-    return {name: decode_value(schema[name], values) for name, values in example.items()}
+    decoders = schema.decoders
+    return {name: decoders[name](values) for name, values in example.items()}
 
 
 def decode_pixels(features: dict, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
@@ -190,15 +191,15 @@ def parse_record(
             not decode; names the shard and the record's position.
     """
     example = checked(example)  # what the container could not decode
-    unit = index.container.position_unit
     if fault := record_fault(example, index.schema):
-        raise RecordError(path, position, fault, unit)
+        raise RecordError(path, position, fault, index.container.position_unit)
     record = to_python(example, index.schema)
     if decode:
         try:
             record["image"] = decode_pixels(record, max_pixels)
         except BadImage as e:
-            raise RecordError(path, position, f"image does not decode: {e}", unit) from None
+            raise RecordError(path, position, f"image does not decode: {e}",
+                              index.container.position_unit) from None  # fmt: skip
     return record
 
 

@@ -9,12 +9,13 @@ sources share. `register_source` adds one.
 A source provides: its `name` (a --source choice when `choosable`), the `kinds` its scan gives
 (Dataset.kind, written to index.json), `described` (what SRC is, for messages), the PackOptions
 fields only it reads (`own_options`, with their flags: another source refuses them when given),
-`recognise` (does SRC hold it?), `scan` (SRC -> Dataset with the feature schema), `load` (one
-item's image file bytes or RGB pixels; runs in the workers), `item_files` (the files `load`
-reads, for read-ahead), `default_name`, `record_cost` (what an item costs, for the planner's cost
-model) and `keeping` (a context the whole pack runs in). Nothing outside this package names a
-source: the packer and the planner ask the dataset's source (Dataset.source, found in the
-registry by its kind), and the workers are handed it.
+`check_options` (refuses a bad value of one of them), `recognise` (does SRC hold it?), `scan`
+(SRC -> Dataset with the feature schema), `load` (one item's image file bytes or RGB pixels;
+runs in the workers), `item_files` (the files `load` reads, for read-ahead), `default_name`,
+`record_cost` (what an item costs, for the planner's cost model) and `keeping` (a context the
+whole pack runs in). Nothing outside this package names a source: the packer and the planner ask
+the dataset's source (Dataset.source, found in the registry by its kind), and the workers are
+handed it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from shardpack.sources.source import (
     sources_described,
 )
 from shardpack.sources.spelling import near
+from shardpack.sources.streamed import scan_streamed
 from shardpack.storage import Storage, storage_at
 
 __all__ = [
@@ -108,7 +110,10 @@ def scan(
     root = source_root(src, storage_options)
     source, found = _recognise(root, options)
     _refuse_unused(root, options, source)
-    dataset = source.scan(found, options, storage_options)
+    source.check_options(options)
+    dataset = scan_streamed(root, source, found, options, storage_options)
+    if dataset is None:
+        dataset = source.scan(found, options, storage_options)
     dataset = dataclasses.replace(dataset, warnings=dataset.warnings + _typos(dataset))
     if options.split is None:
         return dataset

@@ -32,7 +32,7 @@ from shardpack.schema import Feature, Schema
 from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_name
 from shardpack.sources.scanprogress import listed
-from shardpack.sources.source import Dataset, Item, Source, folder_only
+from shardpack.sources.source import Dataset, Item, Source, folder_only, refuse_unfound
 from shardpack.storage import Storage
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
@@ -68,10 +68,9 @@ class CocoSource(Source):
         found = coco_files(root) if root.kind() == "dir" else {}
         if found:
             return root, found
-        if options.source == self.name:
-            raise SourceError(f"{root.path()}: no annotations/instances_<split>.json found; pass "
-                              "the folder that holds annotations/ and the image folders "
-                              "(train2017/, val2017/ or images/<split>/)")  # fmt: skip
+        refuse_unfound(self, root, options, "no annotations/instances_<split>.json found; pass "
+                       "the folder that holds annotations/ and the image folders (train2017/, "
+                       "val2017/ or images/<split>/)")  # fmt: skip
         return None
 
     def scan(

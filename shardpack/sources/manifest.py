@@ -27,8 +27,8 @@ import posixpath
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from shardpack.errors import Option, SourceError
-from shardpack.options import SPLIT_NAMES, PackOptions, box_column
+from shardpack.errors import Option, OptionError, SourceError
+from shardpack.options import SPLIT_NAMES, PackOptions, box_column, check_positive
 from shardpack.schema import BOX_NAMES, Feature, Schema
 from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.folder import few, folder_entries
@@ -88,6 +88,16 @@ class ManifestSource(Source):
 
     def takes_path(self, where: str) -> bool:
         return _is_glob(where)
+
+    def check_options(self, options: PackOptions) -> None:
+        """--retries of 0 or more, --url-threads and --per-host of 1 or more, and each
+        --box-columns entry NAME or NAME:FORMAT."""
+        if options.retries < 0:
+            raise OptionError(Option("retries"), f" must be 0 or more, got: {options.retries!r}")
+        for option in ("url_threads", "per_host"):
+            check_positive(option, getattr(options, option))
+        for entry in options.box_columns or ():
+            box_column(entry)
 
     def scan(
         self,

@@ -33,7 +33,7 @@ class BadAnnotation(Exception):
 
 def object_schema(classes: tuple[str, ...], extra: Mapping[str, Feature] | None = None) -> Schema:
     """The schema of an object dataset: no `label`, objects/bbox and objects/label over
-    `classes`, then `extra` (further per-object lists, named objects/...)."""
+    `classes`, then `extra` (further per-object lists, named objects/..., or YOLO's `mask`)."""
     features = {BOX: Feature("float32", (-1, 4)), LABEL: Feature("int64", (-1,), classes=classes)}
     return Schema.build(None, {**features, **(extra or {})})
 

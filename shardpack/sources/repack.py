@@ -2,25 +2,37 @@
 index.json), packed again into another container, shard count or encoding, with their schema,
 classes, keys and splits.
 
-The scan reads every shard through its container (framing checked, each record against the
-index's schema) and keeps what an item needs: its shard, its record's number in it, its key,
-label and other features. A worker opens the shards its items lie in (a few at once; a gzip
-shard decompressed once, by its container) and reads each record at random; the image bytes go
-on as they are stored (raw pixels as pixels).
+The scan keeps what an item needs: its shard, its record's number in it, its key, label and
+other features. It takes them from the pack's contents.json, reading no shard, where that file
+agrees with the index and its records carry no more than a class (`scan_held`); else it reads
+every shard through its container (framing checked, each record against the index's schema:
+`scan_shards`). Either way a worker checks each record it reads whole: framing, the schema,
+and that its key, label and features are the item's; a record that fails is skipped (or
+fails the run) in one line naming its shard and record number.
 
-Where the container's records are Example bytes (`raw_examples`), each is parsed once in the
-scan and once in a worker by the canonical decoder, the image borrowed, not copied; and a
-record the worker would write unchanged is written as it is read (`stored`), not encoded again.
+A worker opens the shards its items lie in (a few at once; a gzip shard decompressed once, by
+its container, and its record count checked against the index) and reads each record at
+random; the image bytes go on as they are stored (raw pixels as pixels). Where the
+container's records are Example bytes (`raw_examples`), each is parsed once in the worker (and
+once more in the scan where that reads the shards); a record the worker would write unchanged
+is written as it is read (`stored`), not encoded again.
 """
 
 from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.containers import Container, ShardReader, checked
-from shardpack.errors import ImageError, IndexFormatError, Option, RecordError, SourceError
+from shardpack.errors import (
+    ImageError,
+    IndexFormatError,
+    Option,
+    OutputError,
+    RecordError,
+    SourceError,
+)
 from shardpack.index import (
     FORMAT,
     STORED_FORMATS,
@@ -29,12 +41,12 @@ from shardpack.index import (
     load_index,
     record_fault,
 )
-from shardpack.layout import INDEX_NAME
+from shardpack.layout import CONTENTS_NAME, INDEX_NAME
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources.openfiles import OpenFiles
 from shardpack.sources.scanprogress import listed
-from shardpack.sources.source import Dataset, FieldValue, Item, Source
+from shardpack.sources.source import NO_FIELDS, Dataset, FieldValue, Item, Source
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:
@@ -43,8 +55,7 @@ if TYPE_CHECKING:
 KIND = "shardpack"
 _FORMATS = {f.encode() for f in STORED_FORMATS}  # what a record's `format` may name
 IMAGE = "image"
-BORROWED = (IMAGE,)  # decoded as views of the record: the scan needs its length, load copies it
-LOADED = (IMAGE, "key", "format")  # what load reads of a record (the scan checked it whole)
+BORROWED = (IMAGE,)  # decoded as views of the record: the scan needs its length only
 STORED = "shardpack-stored"  # the worker's cache: (key, Example bytes) of the record last loaded
 KEEP_SHARDS = 8  # shards a worker keeps open (a shuffled shard draws from all of them)
 SNIFF_BYTES = 4096  # where json.dumps puts index.json's "format", its first key
@@ -74,7 +85,8 @@ class ShardpackSource(Source):
             raise SourceError(f"{found.path()}: a shardpack output brings its class list; "
                               "drop ", Option("classes"))  # fmt: skip
         index = _index(found)
-        return scan_shards(index, _rereads(index) if options.shuffle else ())
+        warnings = _rereads(index) if options.shuffle else ()
+        return scan_held(index, warnings) or scan_shards(index, warnings)
 
     def load(
         self, item: Item, root: Storage, options: PackOptions, cache: dict
@@ -123,6 +135,57 @@ def _rereads(index: Index) -> tuple[str, ...]:
             "(shuffle when reading instead)",)  # fmt: skip
 
 
+def scan_held(index: Index, warnings: tuple[str, ...] = ()) -> Dataset | None:
+    """Every record of every split as an item, from contents.json: no shard read. None where
+    that file cannot say (missing, disagreeing with the index, an older pack's without labels,
+    a schema with features beyond one class a record, whose values it holds as a digest): the
+    shards are read then. What it says is checked by the workers, record by record."""
+    schema = index.schema
+    label = schema.get(LABEL)
+    if not _plain(schema):
+        return None
+    from shardpack.contentsfile import load_contents  # numpy: not for --help
+
+    try:
+        held = load_contents(index.storage, index).shards
+    except OutputError:
+        return None
+    low, high = (0, 0) if label is None else (1, len(label.classes))  # "meta": class + 1
+    splits: dict[str, tuple[Item, ...]] = {}
+    for split, info in index.splits.items():
+        items: list[Item] = []
+        for shard in info.shards:
+            entry = held[shard.file]
+            metas, sizes = entry["meta"], entry["size"]
+            if shard.num_records and (
+                not _only_ints(metas)
+                or not low <= min(metas) <= max(metas) <= high  # a digest (2**62 up): not plain
+                or sum(sizes) > shard.num_bytes  # planted sizes would skew the plan
+            ):
+                return None
+            classes = (None,) if label is None else (None, *range(high))
+            rows = zip(entry["keys"], metas, sizes, strict=True)
+            items.extend(Item(key, classes[meta], shard.file, size, number, NO_FIELDS)
+                         for number, (key, meta, size) in enumerate(rows))  # fmt: skip
+            listed(shard.num_records)
+        splits[split] = tuple(items)
+    return Dataset(KIND, index.storage, schema, splits, warnings=warnings)
+
+
+def _plain(schema: Schema) -> bool:
+    """Whether a record holds no feature but one class (or none) beside the built-ins: what
+    contents.json's "meta" gives back (any other, a digest of them)."""
+    label = schema.get(LABEL)
+    return not set(schema.extras) - {LABEL} and (
+        label is None or (not label.is_list and bool(label.classes))
+    )
+
+
+def _only_ints(values: list) -> bool:
+    """Whether every value is an int (an older pack's entry holds None: no "meta" written)."""
+    return set(map(type, values)) <= {int}
+
+
 def scan_shards(index: Index, warnings: tuple[str, ...] = ()) -> Dataset:
     """Every record of every split as an item; a record unlike the index's schema is skipped.
 
@@ -131,7 +194,6 @@ def scan_shards(index: Index, warnings: tuple[str, ...] = ()) -> Dataset:
         RecordError: a shard's framing is broken (names the shard and the position).
     """
     schema = index.schema
-    checks = _checks(schema)
     unit = index.container.position_unit
     splits: dict[str, tuple[Item, ...]] = {}
     skipped: list[tuple[str, str]] = []
@@ -141,7 +203,7 @@ def scan_shards(index: Index, warnings: tuple[str, ...] = ()) -> Dataset:
             count = 0
             for count, (position, example) in enumerate(_records(index, shard), 1):
                 size = _unlend(example)
-                fault = None if _fits(example, checks) else _fault(example, schema)
+                fault = None if _fits(example, schema) else _fault(example, schema)
                 if fault is None:
                     items.append(_item(example, schema, shard.file, count - 1, size))
                 else:
@@ -203,28 +265,11 @@ def _records(index: Index, shard) -> Iterator[tuple[int, object]]:
              decode(data, path, position, unit, BORROWED)) for position, data in raw)  # fmt: skip
 
 
-def _checks(schema: Schema) -> tuple[tuple[str, type, bool, int | None, int | None], ...]:
-    """What record_fault asks of each feature, gathered once a scan: (name, its values' type,
-    one value only, row length, class count)."""
-    types = {"int64": int, "float32": float, "bytes": bytes}
-    return tuple((name, types[f.dtype], not f.is_list, f.row,
-                  None if f.classes is None else len(f.classes))
-                 for name, f in schema.items())  # fmt: skip
-
-
-def _fits(example: dict[str, list] | RecordError, checks: tuple) -> bool:
+def _fits(example: dict[str, list] | RecordError, schema: Schema) -> bool:
     """Whether record_fault finds nothing wrong with the record, at a few lookups a feature
-    (a third of a scan's time went to asking it); when not, record_fault says what."""
-    if not isinstance(example, dict) or len(example) != len(checks):
-        return False
-    for name, kind, scalar, row, classes in checks:
-        values = example.get(name)
-        if values is None or (scalar and len(values) != 1) or (row and len(values) % row):
-            return False
-        for value in values:
-            if type(value) is not kind or (classes is not None and not 0 <= value < classes):
-                return False
-    return example["format"][0] in _FORMATS
+    (Schema.fits; a third of a scan's time went to asking record_fault); when not, record_fault
+    says what."""
+    return isinstance(example, dict) and schema.fits(example) and example["format"][0] in _FORMATS
 
 
 def _fault(example, schema) -> str | None:
@@ -249,7 +294,8 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
     """Record item.position of shard item.path: its image bytes, or raw pixels as an array.
 
     Raises:
-        ImageError: the record cannot be read, or is not the one the scan found there.
+        ImageError: the record cannot be read, is unlike the index's schema, or is not the one
+            the scan listed there (names the shard and the record's number).
     """
     kept = cache.get(KIND)
     where = f"{item.path} record {item.position}"
@@ -257,23 +303,24 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
     try:
         if kept is None:
             kept = cache[KIND] = _open_shards(root)
-        reader = kept.get(item.path)
+        reader = kept.files.get(item.path)
         if reader.raw_examples:
             from shardpack.containers.example import decode  # numpy: not for --help
 
             data = reader.raw(item.position)
             where_in = (reader.path, reader.position(item.position), reader.unit)
-            example = checked(decode(data, *where_in, BORROWED, LOADED))
-            if example.get("format") == [b"raw"]:  # its shape too
-                example = checked(decode(data, *where_in, BORROWED))
+            example = checked(decode(data, *where_in))  # whole: the scan may have read none
         else:
             data, example = None, reader[item.position]
     except (SourceError, RecordError, OSError, IndexError, KeyError) as e:
         raise ImageError(item.key, f"{where}: cannot read it ({e})") from None
-    if example.get("key", [])[:1] != [_bytes(item.key)] or not example.get(IMAGE):
-        raise ImageError(item.key, f"{where}: holds another record since the scan; convert "
-                                   "it again")  # fmt: skip
-    image = bytes(example["image"][0])
+    images = example.get(IMAGE)
+    if images and type(images[0]) is not bytes:  # a container's reader may lend a view
+        example[IMAGE] = [bytes(v) for v in images]
+    fault = _unlike(example, item, kept)
+    if fault is not None:
+        raise ImageError(item.key, f"{where}: {fault}")
+    image = example[IMAGE][0]
     if data is not None:
         cache[STORED] = (item.key, data)
     if example.get("format", [])[:1] != [b"raw"]:
@@ -286,6 +333,35 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
     except ValueError:
         raise ImageError(item.key, f"{where}: raw image of {len(image)} bytes, fields say "
                                    f"{shape}") from None  # fmt: skip
+
+
+def _unlike(example: dict[str, list], item: Item, kept: _Opened) -> str | None:
+    """What makes a record read in a worker unfit to pack again, or not the item the scan
+    listed at its place (from the shard itself, or from contents.json, which may lie): None
+    when it fits and is that item."""
+    schema = kept.schema
+    if not _fits(example, kept.schema):
+        return _fault(example, schema)
+    if example["key"][0] != _bytes(item.key):
+        return (f"holds key {_text(example['key'][0])!r}, not {item.key!r} as the scan found; "
+                f"the shard or its {CONTENTS_NAME} changed since: run shardpack verify on "
+                "it")  # fmt: skip
+    if kept.plain and not item.fields:  # one class at most: no Item to build (a tenth of load)
+        label = example[LABEL][0] if LABEL in example else None
+        if label == item.label:
+            return None
+    found = _item(example, schema, item.path, item.position, item.size)
+    if (found.label, dict(found.fields)) == (item.label, dict(item.fields)):
+        return None
+    held, listed_ = _said(found), _said(item)
+    return (f"holds {held}, not {listed_} as the scan found; the shard or its {CONTENTS_NAME} "
+            "changed since: run shardpack verify on it")  # fmt: skip
+
+
+def _said(item: Item) -> str:
+    """An item's label, and its features where it has any, for a message."""
+    fields = dict(item.fields)
+    return f"label {item.label!r}" + (f" and features {fields!r}" if fields else "")
 
 
 def stored(item: Item, cache: dict) -> bytes | None:
@@ -309,11 +385,20 @@ class _Shard:
         self.reader.close()
 
 
-def _open_shards(root: Storage) -> OpenFiles:
+class _Opened(NamedTuple):
+    """A worker's view of SRC: its shards, each opened on first use, and what a record must be."""
+
+    files: OpenFiles[_Shard]
+    schema: Schema
+    plain: bool  # no features but one class a record (a label list or other feature: False)
+
+
+def _open_shards(root: Storage) -> _Opened:
     """The source's shards, each opened through its container on first use."""
     index = _index(root.child(""))  # a Storage: a worker's root may be Storage.reading's proxy
     shards = {s.file: s for info in index.splits.values() for s in info.shards}
-    return OpenFiles(lambda file: _open(index, shards[file]), KEEP_SHARDS)
+    files = OpenFiles(lambda file: _open(index, shards[file]), KEEP_SHARDS)
+    return _Opened(files, index.schema, _plain(index.schema))
 
 
 # Each record's position in a source shard, by the shard's path and sha256, found once a worker
@@ -331,6 +416,11 @@ def _open(index: Index, shard: ShardInfo) -> _Shard:
                             max_bytes=shard.num_bytes)  # fmt: skip
     if positions is None:
         _POSITIONS[known] = array("q", map(reader.position, range(len(reader))))
+    count = len(reader)
+    if count != shard.num_records:  # the scan may not have counted them
+        reader.close()
+        raise SourceError(f"{index.shard_path(shard)}: holds {count} records, the index says "
+                          f"{shard.num_records}; run shardpack verify on {index.out}")  # fmt: skip
     return _Shard(reader, container)
 
 

@@ -5,13 +5,16 @@ PNG once the image's geometry is known. The parent never draws pixels.
 
 A blob is MAGIC, a JSON head (the size, each object's crowd flag and RLE or polygon lengths),
 then every polygon's (x, y) pairs as little-endian float32: a fraction of the JSON text's
-size, made without formatting a float.
+size, made without formatting a float. A blob of size null (encode_normalised: YOLO's
+polygons) holds polygons as fractions of the image's width and height, drawn at the size the
+worker decodes, so that the scan reads no image for its size.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -103,6 +106,18 @@ def rle_counts(text: str) -> list[int]:
 def encode(height: int, width: int, outlines: list, crowd: list[int]) -> bytes:
     """One record's blob: its size, and each object's checked segmentation (check's forms)
     with its crowd flag."""
+    return _encode([height, width], outlines, crowd)
+
+
+def encode_normalised(outlines: list[Sequence[np.ndarray]]) -> bytes:
+    """One record's blob of polygons only, (x, y) rows as fractions of the image's width and
+    height (check's form, of an image of size 1 x 1); no crowds. An object of no polygon (an
+    empty list or tuple) gets no pixel."""
+    return _encode(None, outlines, [0] * len(outlines))
+
+
+def _encode(size: list[int] | None, outlines: list, crowd: list[int]) -> bytes:
+    """A blob of `size` ([height, width], None: the polygons are fractions of it)."""
     objects, coordinates = [], []
     for outline in outlines:
         if isinstance(outline, dict):
@@ -110,14 +125,15 @@ def encode(height: int, width: int, outlines: list, crowd: list[int]) -> bytes:
         else:
             objects.append([len(p) for p in outline])
             coordinates += outline
-    head = json.dumps({"size": [height, width], "crowd": crowd, "objects": objects},
+    head = json.dumps({"size": size, "crowd": crowd, "objects": objects},
                       separators=(",", ":")).encode()  # fmt: skip
     return b"".join([MAGIC, _HEAD.pack(len(head)), head, *(p.tobytes() for p in coordinates)])
 
 
-def decode(blob: bytes) -> tuple[tuple[int, int], list, list[int]] | None:
+def decode(blob: bytes) -> tuple[tuple[int, int] | None, list, list[int]] | None:
     """(size, outlines, crowd flags) of a blob encode made, each outline an RLE dict or a
-    list of (n, 2) float32 polygons; None for other bytes (a PNG)."""
+    list of (n, 2) float32 polygons; size None: polygons in fractions of the image's sides
+    (encode_normalised's); None for other bytes (a PNG)."""
     import numpy as np  # here: `pack --help` imports the sources, not numpy
 
     if not blob.startswith(MAGIC):
@@ -126,7 +142,7 @@ def decode(blob: bytes) -> tuple[tuple[int, int], list, list[int]] | None:
     (length,) = _HEAD.unpack_from(blob, len(MAGIC))
     doc = json.loads(blob[at : at + length])
     points = np.frombuffer(blob, "<f4", offset=at + length).reshape(-1, 2)
-    size, outlines, used = tuple(doc["size"]), [], 0
+    size, outlines, used = doc["size"] and tuple(doc["size"]), [], 0
     for entry in doc["objects"]:
         if isinstance(entry, dict):
             outlines.append({"size": list(size), "counts": entry["counts"]})

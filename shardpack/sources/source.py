@@ -129,14 +129,21 @@ class Source(abc.ABC):
     described: ClassVar[str]  # what SRC is, for messages: "a manifest"
     choosable: ClassVar[bool] = True
     # PackOptions fields that only some sources read (each's flag is options.FLAGS'): given
-    # to a source that reads none of them, refused
+    # to a source that reads none of them, refused; their values checked by check_options
     own_options: ClassVar[tuple[str, ...]] = ()
     record_cost: ClassVar[RecordCost | None] = None  # None: items are files, costed by bytes
 
     @abc.abstractmethod
     def recognise(self, root: Storage, options: PackOptions) -> object | None:
         """What `scan` takes when SRC holds this source (`root` rooted at SRC), else None. With
-        --source naming this source, raise SourceError saying what is missing instead."""
+        --source naming this source, raise SourceError saying what is missing instead
+        (refuse_unfound)."""
+
+    def check_options(self, options: PackOptions) -> None:
+        """Refuse a bad value of one of `own_options` (OptionError naming it), as
+        PackOptions refuses those every source reads: called once a scan has recognised this
+        source, before its `scan`."""
+        return None  # any value: most sources own no option
 
     @abc.abstractmethod
     def scan(
@@ -227,10 +234,19 @@ def read_image_file(item: Item, src: Storage, options: PackOptions) -> bytes:
     Raises:
         ImageError: the file is missing, unreadable, not a regular file, too large or empty.
     """
+    return read_stamped_image(item, src, options)[0]
+
+
+def read_stamped_image(
+    item: Item, src: Storage, options: PackOptions
+) -> tuple[bytes, tuple[int, int] | None]:
+    """read_image_file's bytes, with the file's stamp as the read saw it before its first
+    byte (Storage.read_stamped: the worker's stamp without a stat of its own; None where the
+    store has none)."""
     from shardpack.images import max_file_bytes  # numpy: not for pack --help
 
     try:
-        data = src.read(item.path, max_file_bytes(options.max_pixels))
+        data, stamp = src.read_stamped(item.path, max_file_bytes(options.max_pixels))
     except FileTooLarge as e:
         raise ImageError(item.key, f"{e}, the most an image of --max-pixels can take") from None
     except RefusedFile as e:
@@ -239,7 +255,7 @@ def read_image_file(item: Item, src: Storage, options: PackOptions) -> bytes:
         raise ImageError(item.key, f"cannot read ({e.strerror or e})") from None
     if not data:
         raise ImageError(item.key, "empty file")
-    return data
+    return data, stamp
 
 
 def folder_only(root: Storage, options: PackOptions, name: str) -> None:
@@ -247,3 +263,10 @@ def folder_only(root: Storage, options: PackOptions, name: str) -> None:
     if options.source == name and root.kind() != "dir":
         raise SourceError(f"{root.path()}: ", Option("source", name), " takes a folder; drop ",
                           Option("source"))  # fmt: skip
+
+
+def refuse_unfound(source: Source, root: Storage, options: PackOptions, lacking: str) -> None:
+    """With --source naming `source`, a SRC its `recognise` does not find it in is refused,
+    saying what SRC lacks: `lacking` ("holds no X; pass the folder that holds them")."""
+    if options.source == source.name:
+        raise SourceError(f"{root.path()}: {lacking}")

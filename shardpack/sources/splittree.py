@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from shardpack.errors import Option, SourceError
-from shardpack.options import SPLIT_NAMES, PackOptions
+from shardpack.options import SPLIT_NAMES, PackOptions, check_split_names
 from shardpack.schema import Schema
 from shardpack.sources.classlist import class_list, labelled
 from shardpack.sources.folder import (
@@ -108,6 +108,10 @@ class SplitTreeSource(Source):
     described = "split folders"
     choosable = False
     own_options = ("split_names",)
+
+    def check_options(self, options: PackOptions) -> None:
+        """--splits' names, which go into shard file names."""
+        check_split_names("split_names", options.split_names)
 
     def recognise(self, root: Storage, options: PackOptions) -> Storage | None:
         named = options.split_names != SPLIT_NAMES  # --splits given

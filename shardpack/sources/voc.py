@@ -35,7 +35,7 @@ from shardpack.sources.objects import (
     refuse_classes,
 )
 from shardpack.sources.openfiles import read_metadata
-from shardpack.sources.source import Dataset, Item, Source, folder_only
+from shardpack.sources.source import Dataset, Item, Source, folder_only, refuse_unfound
 from shardpack.storage import Storage
 
 KIND = "voc"
@@ -64,10 +64,9 @@ class VocSource(Source):
         years = voc_folders(root) if root.kind() == "dir" else []
         if years:
             return _Found(root, years)
-        if options.source == self.name:
-            raise SourceError(f"{root.path()}: holds no Annotations/ folder beside JPEGImages/ "
-                              "(nor VOCdevkit/VOC20xx/ holding them); pass the folder that "
-                              "holds them")  # fmt: skip
+        refuse_unfound(self, root, options, "holds no Annotations/ folder beside JPEGImages/ (nor "
+                       "VOCdevkit/VOC20xx/ holding them); pass the folder that holds "
+                       "them")  # fmt: skip
         return None
 
     def scan(

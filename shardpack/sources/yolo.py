@@ -4,9 +4,13 @@
 
 A label file's rows are `class cx cy w h`, normalised to the image as displayed; they become
 objects/bbox rows [cy - h/2, cx - w/2, cy + h/2, cx + w/2] and objects/label. A row of YOLO's
-segmentation format (`class x1 y1 x2 y2 ...`, three points or more) is packed as its polygon's
-bounding box, and a pose row (`kpt_shape` in data.yaml) as its box: the warnings count them,
-since neither polygons nor keypoints are packed yet. An image's label file is found as
+segmentation format (`class x1 y1 x2 y2 ...`, three points or more) is an object whose box is
+its polygon's bounding box (as Ultralytics' segments2boxes) and whose polygon is drawn into the
+record's instance-id `mask` (as COCO's are: sources/shapes.py, packing/masks.py), in the worker,
+at the size of the image as decoded: the scan reads no image. A dataset with a polygon anywhere
+gets `mask` on every record; an object of a box row there has no pixel in it (a warning counts
+them). A pose row (`kpt_shape` in data.yaml) is packed as its box: a warning counts them, since
+keypoints are not packed yet. An image's label file is found as
 Ultralytics finds it: the last `/images/` of its path replaced by `/labels/`, the extension by
 `.txt`. A label file with no rows is an image without objects (a negative), and so is an image
 without a label file (Ultralytics trains on it as one); both are kept and counted.
@@ -23,6 +27,8 @@ from typing import NamedTuple
 
 from shardpack.errors import SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
+from shardpack.schema import Feature
+from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_count, check_class_name
 from shardpack.sources.folder import few, folder_entries
 from shardpack.sources.objects import (
@@ -36,10 +42,11 @@ from shardpack.sources.objects import (
     refuse_classes,
 )
 from shardpack.sources.openfiles import read_metadata
-from shardpack.sources.source import Dataset, Item, Source, folder_only
+from shardpack.sources.source import Dataset, Item, Source, folder_only, refuse_unfound
 from shardpack.storage import Entry, Storage
 
 KIND = "yolo"
+MASK = shapes.MASK
 YAML_FILES = ("data.yaml", "data.yml")
 # data.yaml's keys that name a split's images (a folder, a .txt list of images, or a list of
 # either), as Ultralytics reads them.
@@ -66,10 +73,9 @@ class YoloSource(Source):
         yaml = next((name for name in YAML_FILES if entries.get(name) is False), None)
         if yaml is not None or _layout(root, entries) is not None:
             return _Found(root, yaml)
-        if options.source == self.name:
-            raise SourceError(f"{root.path()}: holds no data.yaml, and no images/ folder beside "
-                              "a labels/ folder (nor <split>/images beside <split>/labels); pass "
-                              "the folder that holds them")  # fmt: skip
+        refuse_unfound(self, root, options, "holds no data.yaml, and no images/ folder beside a "
+                       "labels/ folder (nor <split>/images beside <split>/labels); pass the "
+                       "folder that holds them")  # fmt: skip
         return None
 
     def scan(
@@ -116,6 +122,8 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
     kpt = _keypoint_values(doc, where)
     tally = _Tally()
     splits: dict[str, list[Item]] = {}
+    # split -> each item's polygons as a mask blob (None: it has none), in step with its items
+    outlines: dict[str, list[bytes | None]] = {}
     skipped: list[tuple[str, str]] = []
     seen: dict[str, str] = {}  # image -> its split: one image is one record
     read: set[str] = set()  # the label files of the images found
@@ -130,17 +138,17 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
             read.add(label_file)
             try:
                 data = read_annotation(root, label_file)
-                fields = None if data is None else _objects(data, label_file, len(names), kpt,
-                                                            tally)  # fmt: skip
+                fields, polygons = ({BOX: (), LABEL: ()}, None) if data is None else _objects(
+                    data, label_file, len(names), kpt, tally)  # fmt: skip
             except BadAnnotation as e:
                 skipped.append((entry.name, str(e)))
                 continue
-            if fields is None:
-                tally.unannotated += 1
-                fields = {BOX: (), LABEL: ()}
+            tally.unannotated += data is None
             tally.empty += not fields[LABEL] and data is not None
             splits.setdefault(split, []).append(Item(entry.name, None, entry.name, entry.size,
                                                      fields=fields))  # fmt: skip
+            outlines.setdefault(split, []).append(
+                None if polygons is None else shapes.encode_normalised(polygons))  # fmt: skip
     if not names:  # no data.yaml: the classes are the numbers the label files use
         most = max((max(i.fields[LABEL], default=-1) for s in splits.values() for i in s),
                    default=-1)  # fmt: skip
@@ -149,10 +157,13 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
         first = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
         folders = few(f for fs in places.values() for f in fs)
         raise SourceError(f"{where}: no image found in {folders}{first}")
+    masked = tally.rows["polygons"] > 0
+    if masked:
+        splits = {split: _with_masks(items, outlines[split]) for split, items in splits.items()}
     return Dataset(
         KIND,
         root,
-        object_schema(names),
+        object_schema(names, {MASK: Feature("bytes")} if masked else None),
         {split: tuple(items) for split, items in splits.items()},
         skipped=tuple(skipped),
         warnings=(
@@ -162,6 +173,14 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
             *negatives(tally.empty, tally.unannotated, "Ultralytics", "a label file"),
         ),
     )
+
+
+def _with_masks(items: list[Item], blobs: list[bytes | None]) -> list[Item]:
+    """The items with their polygons' blobs (None: an item of no polygon, whose objects get
+    no pixel) as `mask`, which the workers draw (shapes.encode_normalised, masks.drawn)."""
+    return [item._replace(fields={**item.fields, MASK: shapes.encode_normalised(
+                [()] * len(item.fields[LABEL])) if blob is None else blob})
+            for item, blob in zip(items, blobs, strict=True)]  # fmt: skip
 
 
 # What a labelling tool leaves beside the label files (LabelImg's list of class names).
@@ -199,20 +218,20 @@ def label_path(image: str) -> str:
 
 
 class _Tally:
-    """What the label files held beyond boxes, and the images without objects."""
+    """The kinds of rows the label files held, and the images without objects."""
 
     def __init__(self) -> None:
         self.empty = self.unannotated = 0
-        self.rows: Counter[str] = Counter()  # polygons, keypoints -> objects
-        self.files: Counter[str] = Counter()  # polygons, keypoints -> label files
+        self.rows: Counter[str] = Counter()  # boxes, polygons, keypoints -> objects
+        self.files: Counter[str] = Counter()  # boxes, polygons, keypoints -> label files
 
     def warnings(self) -> list[str]:
         said = []
-        if self.rows["polygons"]:
-            said.append(f"{self.rows['polygons']:,} objects in {self.files['polygons']:,} label "
-                        "files are polygons (YOLO's segmentation format): each is packed as its "
-                        "bounding box in objects/bbox; the polygons are not packed as masks "
-                        "yet")  # fmt: skip
+        if self.rows["polygons"] and self.rows["boxes"]:
+            said.append(f"{self.rows['boxes']:,} objects in {self.files['boxes']:,} label files "
+                        f"are boxes without a polygon, beside {self.rows['polygons']:,} "
+                        "polygons (YOLO's segmentation format): their boxes are packed, and "
+                        f"no pixel of {MASK} is theirs")  # fmt: skip
         if self.rows["keypoints"]:
             said.append(f"{self.rows['keypoints']:,} objects in {self.files['keypoints']:,} "
                         "label files have keypoints (data.yaml's kpt_shape): their boxes are "
@@ -222,9 +241,11 @@ class _Tally:
 
 def _objects(
     data: bytes, name: str, classes: int, kpt: int | None, tally: _Tally
-) -> dict[str, tuple]:
-    """objects/bbox (flat rows of 4) and objects/label of one label file's rows; `classes`:
-    how many data.yaml names (0: none, any class number taken).
+) -> tuple[dict[str, tuple], list | None]:
+    """objects/bbox (flat rows of 4) and objects/label of one label file's rows, and each
+    object's polygons (shapes.check's: one of normalised (x, y) rows, or () for a box; None
+    where no row is a polygon); `classes`: how many data.yaml names (0: none, any class number
+    taken).
 
     Raises:
         BadAnnotation: a row that is not YOLO's (naming its file and line).
@@ -235,7 +256,10 @@ def _objects(
         raise BadAnnotation(f"{name}: is not UTF-8 text; is it a YOLO label file?") from None
     boxes: list[float] = []
     labels: list[int] = []
-    kinds: set[str] = set()
+    # each object's polygons from the first polygon row on (before it, a box's () each): a
+    # boxes-only file makes no list
+    polygons: list | None = None
+    posed = 0  # pose rows; each kind is tallied once the file is read whole
     for number, line in enumerate(lines, 1):
         values = line.split()
         if not values:
@@ -255,27 +279,36 @@ def _objects(
                                 "data.yaml's names")  # fmt: skip
         coords = numbers[1:]
         if kpt is not None and len(coords) == 4 + kpt:
-            kinds.add("keypoints")
-            tally.rows["keypoints"] += 1
+            posed += 1
             coords = coords[:4]
         if len(coords) == 4:
             cx, cy, w, h = coords
             if w < 0 or h < 0:
                 raise BadAnnotation(f"{at}: width {values[3]} or height {values[4]} is negative")
             box = (cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2)
+            if polygons is not None:
+                polygons.append(())
         elif len(coords) >= 6 and len(coords) % 2 == 0:
             xs, ys = coords[0::2], coords[1::2]
             box = (min(ys), min(xs), max(ys), max(xs))
-            kinds.add("polygons")
-            tally.rows["polygons"] += 1
+            try:  # in fractions of the image's sides: checked as pixels of an image of 1 x 1
+                polygon = shapes.check([coords], 1, 1)
+            except ValueError as e:
+                raise BadAnnotation(f"{at}: {e}") from None
+            polygons = [()] * len(labels) if polygons is None else polygons
+            polygons.append(polygon)
         else:
             pose = f", or class cx cy w h and {kpt} keypoint values" if kpt else ""
             raise BadAnnotation(f"{at}: {len(values)} values; a row is class cx cy w h, or "
                                 f"class x1 y1 x2 y2 x3 y3 ... (a polygon){pose}")  # fmt: skip
         boxes.extend(box)
         labels.append(int(label))
-    tally.files.update(kinds)
-    return {BOX: tuple(boxes), LABEL: tuple(labels)}
+    drawn = 0 if polygons is None else len(polygons) - polygons.count(())
+    for kind, count in (("boxes", len(labels) - drawn), ("polygons", drawn), ("keypoints", posed)):
+        if count:
+            tally.rows[kind] += count
+            tally.files[kind] += 1
+    return {BOX: tuple(boxes), LABEL: tuple(labels)}, polygons
 
 
 # A value of data.yaml as messages show it: a few items, a few levels (an alias can make a

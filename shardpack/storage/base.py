@@ -221,6 +221,12 @@ class Storage:
         unread). On a local disk, links are followed, but only to a regular file."""
         raise NotImplementedError
 
+    def read_stamped(self, name: str, limit: int) -> tuple[bytes, tuple[int, int] | None]:
+        """read(), with the file's stamp as the read itself saw it before its first byte
+        (stamp()'s (size, mtime in ns), from the opened file: no second look); None where the
+        store has none."""
+        return self.read(name, limit), None
+
     @contextmanager
     def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
         """This storage, to read `files` (name, and the size its listing gave; each at most

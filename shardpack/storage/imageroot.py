@@ -236,6 +236,9 @@ class _Ahead:
             return self.ahead.read(url, limit)
         return self.images.read(name, limit)
 
+    def read_stamped(self, name: str, limit: int) -> tuple[bytes, None]:
+        return self.read(name, limit), None  # through the Prefetch, as ImageRoot's (no stamp)
+
     def __getattr__(self, attribute: str):
         return getattr(self.images, attribute)
 

@@ -24,7 +24,7 @@ from shardpack.storage.atomic import (
     write_atomic,
 )
 from shardpack.storage.base import Blob, Entry, Folder, JournalWriter, Sink, Storage
-from shardpack.storage.srcfiles import not_regular, read_regular
+from shardpack.storage.srcfiles import not_regular, read_regular, read_regular_stat
 
 
 class LocalStorage(Storage):
@@ -148,6 +148,10 @@ class LocalStorage(Storage):
 
     def read(self, name: str, limit: int) -> bytes:
         return read_regular(self.path(name), limit)
+
+    def read_stamped(self, name: str, limit: int) -> tuple[bytes, tuple[int, int] | None]:
+        data, st = read_regular_stat(self.path(name), limit)
+        return data, (st.st_size, st.st_mtime_ns)
 
     def open(self, name: str) -> Blob:
         return _FileBlob(self.path(name))

@@ -436,6 +436,9 @@ class _ReadAhead:
             raise FileTooLarge(f"over the limit of {limit} bytes")
         return data
 
+    def read_stamped(self, name: str, limit: int) -> tuple[bytes, None]:
+        return self.read(name, limit), None  # ahead, as the store's (an object has no stamp)
+
     def close(self) -> None:
         self._stop.set()
         while self._thread.is_alive():  # unblock a put on a full queue

@@ -51,6 +51,12 @@ def read_regular(path: str, limit: int) -> bytes:
         RefusedFile: not a regular file, or over the limit (also if it grows past it).
         OSError: it cannot be opened or read.
     """
+    return read_regular_stat(path, limit)[0]
+
+
+def read_regular_stat(path: str, limit: int) -> tuple[bytes, os.stat_result]:
+    """read_regular, with the fstat of what was opened, taken before its first byte was read
+    (a stamp of the bytes read, without a stat of its own)."""
     fd = os.open(path, _OPEN_FLAGS)
     try:
         st = os.fstat(fd)  # of what was opened: a name swapped after the scan is caught here
@@ -77,4 +83,4 @@ def read_regular(path: str, limit: int) -> bytes:
         os.close(fd)
     if total > limit:
         raise FileTooLarge(f"grew past the limit of {limit} bytes while being read")
-    return chunks[0] if len(chunks) <= 2 else b"".join(chunks)
+    return chunks[0] if len(chunks) <= 2 else b"".join(chunks), st

@@ -95,3 +95,23 @@ def test_encodes_to_is_encode_example_equal():
         assert not encodes_to({**FEATURES, "label": 4}, given)
         assert not encodes_to({**FEATURES, "more": 1}, given)
         assert not encodes_to(FEATURES, bytes(given) + b"\x00")
+
+
+def test_kept_entries_read_as_parsed_ones_and_hold_no_record():
+    """Small entries are kept by their bytes (labels, sizes, formats repeat): a kept one gives
+    a list of its own, a repeated name still goes to the general decoder, no borrowed view is
+    kept (it would hold its whole record), and unique entries do not grow the store past its
+    bound."""
+    data = encode_example({"key": b"k1", "label": 3, "size": [1, 2]})
+    first = decode_example(data)
+    first["label"].append(4)
+    assert decode_example(data) == {"key": [b"k1"], "label": [3], "size": [1, 2]}
+    label = _entry(b"label", _field(3, 2, _field(1, 2, b"\x03")))
+    twice = _field(1, 2, label + label)  # the same entry bytes twice: the last wins
+    assert decode_example(twice) == example._decode_general(twice) == {"label": [3]}
+    decode_example(encode_example({"key": b"held", "image": b"\x00" * 10}), borrow=("key",))
+    assert not any(isinstance(v, memoryview) for _, values in example._ENTRIES.values()
+                   for v in values)  # fmt: skip
+    for i in range(example._KEPT_ENTRIES + 10):
+        assert decode_example(encode_example({"key": b"%d" % i}))["key"] == [b"%d" % i]
+    assert len(example._ENTRIES) <= example._KEPT_ENTRIES

@@ -517,3 +517,30 @@ def test_iter_views_reads_as_iter_records_does(tmp_path, monkeypatch, chunk):
         expected = _outcome(iter_records(*at(path), data_faults=True))
         assert _outcome(tfrecord.iter_views(*at(path))) == expected
     assert isinstance(expected[-1], str)  # the file cut short raised
+
+
+@pytest.mark.parametrize("one_read", [0, 1 << 20])  # header, data and footer apart; at once
+def test_a_record_read_by_its_offset_is_checked_alike_in_one_read_or_three(
+    tmp_path, monkeypatch, one_read
+):
+    monkeypatch.setattr(tfrecord, "_ONE_READ", one_read)
+    path = tmp_path / "a.tfrecord"
+    whole = b"".join(frame(p) for p in PAYLOADS)
+    path.write_bytes(whole)
+    offsets = [offset for offset, _ in iter_records(*at(path))]
+    flipped = bytearray(whole)
+    flipped[offsets[1] + 20] ^= 1  # in the data of the second record
+    moved = [0, offsets[1] + 3, *offsets[2:]]  # an index whose second record starts elsewhere
+    last = len(PAYLOADS) - 1
+    for content, listed, record, fault in (
+        (bytes(flipped), offsets, 1, "data CRC mismatch"),
+        (whole, moved, 1, "the index file is stale"),
+        (whole[:-3], offsets, last, "the index file is stale"),  # its footer cut short
+    ):
+        path.write_bytes(content)
+        reader = tfrecord.TFRecord().open(*at(path), offsets=listed)
+        with reader, pytest.raises(RecordError, match=fault):
+            reader.raw(record)
+    path.write_bytes(whole)
+    with tfrecord.TFRecord().open(*at(path), offsets=offsets) as reader:
+        assert [reader.raw(i) for i in range(len(reader))] == PAYLOADS

@@ -94,27 +94,43 @@ def _oracle(
 
 def oracle_steps(height: int, width: int, mode: str, target: tuple = TARGET, **options) -> list:
     """albumentations' steps for the transform of an upright image of this size, its sizes
-    taken from Pillow's ImageOps.cover and contain (img2dataset's meanings), not from us."""
+    taken from Pillow (oracle_sizes), not from us."""
     import albumentations as A  # scipy and pydantic: imported by the tests that use it
 
-    im = Image.new("RGB", (width, height))
     if "max_side" in options:
         longest = options["max_side"]  # a shrink only
-        steps = [A.LongestMaxSize(max_size=longest)] if max(height, width) > longest else [A.NoOp()]
-    else:
-        cover, contain = ImageOps.cover(im, target).size, ImageOps.contain(im, target).size
-        if not options.get("upscale", True):  # no image enlarged
-            cover, contain = (min(cover[0], width), min(cover[1], height)), (
-                min(contain[0], width), min(contain[1], height))  # fmt: skip
-        w, h = target
-        size = {"stretch": (w, h), "keep-ratio": cover, "center-crop": cover,
-                "keep-ratio-largest": contain, "pad": contain}[mode]  # fmt: skip
-        steps = [A.Resize(size[1], size[0])]
-        if mode == "center-crop":
-            steps.append(A.CenterCrop(min(h, size[1]), min(w, size[0])))
-        if mode == "pad":
-            steps.append(A.PadIfNeeded(h, w, position="center", border_mode=cv2.BORDER_CONSTANT))
+        return [A.LongestMaxSize(max_size=longest)] if max(height, width) > longest else [A.NoOp()]
+    size, (w, h) = oracle_sizes(height, width, mode, target, **options)
+    steps = [A.Resize(size[1], size[0])]
+    if mode == "center-crop":
+        steps.append(A.CenterCrop(min(h, size[1]), min(w, size[0])))
+    if mode == "pad":
+        steps.append(A.PadIfNeeded(h, w, position="center", border_mode=cv2.BORDER_CONSTANT))
     return steps
+
+
+def oracle_sizes(
+    height: int, width: int, mode: str, target: tuple = TARGET, **options
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(width, height) an upright image of this size is resized to, and the (width, height)
+    that center-crop cuts its middle to or pad centres it on (target; for other modes the
+    resized size), taken from Pillow's ImageOps.cover and contain (img2dataset's meanings) and
+    ImageOps.contain for --max-side (a shrink only), not from us."""
+    im = Image.new("RGB", (width, height))
+    if "max_side" in options:
+        longest = options["max_side"]
+        size = ImageOps.contain(im, (longest, longest)).size if max(height, width) > longest else (
+            width, height)  # fmt: skip
+        return size, size
+    sizes = {"stretch": target, "cover": ImageOps.cover(im, target).size,
+             "contain": ImageOps.contain(im, target).size}  # fmt: skip
+    if not options.get("upscale", True):  # no image enlarged
+        sizes = {k: (min(w, width), min(h, height)) for k, (w, h) in sizes.items()}
+    size = sizes[{"keep-ratio": "cover", "center-crop": "cover", "keep-ratio-largest": "contain",
+                  "pad": "contain"}.get(mode, mode)]  # fmt: skip
+    canvas = {"center-crop": (min(target[0], size[0]), min(target[1], size[1])),
+              "pad": target}.get(mode, size)  # fmt: skip
+    return size, canvas
 
 
 def _check(record: dict, expected: list, size: tuple) -> None:

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
+import time
 from pathlib import Path
 
 import cv2
 import pytest
 
 from shardpack import PackOptions, pack
-from tests.helpers import image, pack_objects, write_image
+from shardpack.packing.facts import facts_of
+from shardpack.packing.fresh import FreshPack
+from shardpack.packing.worker import write_shard
+from shardpack.sources import source_root
+from shardpack.storage import storage_at
+from tests.helpers import image, make_tree, pack_objects, write_image
 
 
 def _app1(body: bytes) -> bytes:
@@ -67,3 +74,31 @@ def test_objects_are_counted_by_class_size_and_image_and_a_grow_keeps_the_counts
         "object_classes": {"0": 2, "1": 1, "2": 1},  # class ids: inspect names them
         "box_sizes": {"small": 2, "medium": 1, "large": 1},
     }
+
+
+def test_a_stamp_is_its_reads_own_and_no_image_is_stat_again(tmp_path: Path, monkeypatch):
+    """Each record's stamp (size, mtime) is what its read's fstat saw, with no stat of the
+    image's path of its own: the mtimes noted are the files', and no image path is stat'ed."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    when = time.time_ns() - 3600 * 10**9  # settled: stamps.RACY_NS
+    for path in src.rglob("*.jpg"):
+        os.utime(path, ns=(when, when))
+    steps = FreshPack(source_root(str(src)), storage_at(str(tmp_path / "out")),
+                      PackOptions(shards=1), None)  # fmt: skip
+    steps.open()
+    planned = steps.plan()
+    dataset, (spec,) = planned.dataset, planned.plan.shards
+    stat, looked = os.stat, []
+
+    def counted(path, *args, **kwargs):
+        looked.append(os.fspath(path))
+        return stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counted)
+    result = write_shard(spec, planned.options, dataset.root, steps.out, dataset.schema,
+                         dataset.source)  # fmt: skip
+    monkeypatch.undo()
+    assert not [p for p in looked if p.endswith(".jpg")]
+    rows = facts_of(result.content, len(spec.items))
+    assert rows["mtime"].tolist() == [when] * len(spec.items)
+    assert rows["size"].tolist() == [(src / item.path).stat().st_size for item in spec.items]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from shardpack import contentsfile
 from shardpack.index import load_index
 from shardpack.options import PackOptions
 from shardpack.packing import contents, stamps
@@ -332,7 +333,7 @@ def _counted(value: object) -> int:
 def test_the_value_count_passes_over_what_strings_hold(monkeypatch):
     """contents.values is exact past its quick count: keys holding quotes, escapes, commas and
     brackets (file names may) count nothing, across the chunks it reads."""
-    monkeypatch.setattr(contents, "_CHUNK", 5)
+    monkeypatch.setattr(contentsfile, "_CHUNK", 5)
     doc = {'a,"[{\\': [1, '\\\\"', {"x": [], "y{": ["\\", ",", '"']}], "é,\n": {}}
     for ascii_only in (True, False):
         text = json.dumps(doc, ensure_ascii=ascii_only).encode()

@@ -110,3 +110,24 @@ def test_past_255_objects_the_map_is_16_bit():
 def test_a_mask_that_is_no_map_is_refused_by_name():
     with pytest.raises(ImageError, match="its 'mask' is not a PNG id map"):
         masks.drawn("k", b"not a map", (images.Turn(6),), (4, 4))
+
+
+@pytest.mark.parametrize("upright", [False, True], ids=["displayed-to-stored", "stored-to-upright"])
+def test_a_normalised_polygon_is_drawn_at_the_size_its_moves_start_from(upright: bool):
+    """YOLO's polygons (fractions of the image's sides) give the map a polygon in pixels of the
+    image the moves start from gives: a quarter turn's sides swapped, a geometry's source."""
+    polygon = np.array([[0.113, 0.217], [0.709, 0.131], [0.887, 0.809], [0.291, 0.613]], "<f4")
+    start = (60, 90)  # the image the annotations describe, (height, width)
+    turned = start[::-1]
+    where = images.geometry(*turned, None, (40, 30), "center-crop")
+    moves = (images.Turn(6, upright=upright), where)
+    in_pixels = shapes.encode(*start, [[(polygon * [start[1], start[0]]).astype("<f4")]], [0])
+    expected = _ids(masks.drawn("k", in_pixels, moves, (30, 40)))
+    assert masks.shown_size(moves, (30, 40)) == start
+    assert expected.any()
+    mine = _ids(masks.drawn("k", shapes.encode_normalised([[polygon]]), moves, (30, 40)))
+    np.testing.assert_array_equal(mine, expected)
+    alone = _ids(masks.drawn("k", shapes.encode_normalised([[polygon], []]), moves[:1], turned))
+    np.testing.assert_array_equal(alone, images.Turn(6, upright).move_pixels(
+        _ids(masks.drawn("k", in_pixels, (), start))))  # fmt: skip
+    assert alone.max() == 1  # the second object, of no polygon, has no pixel

@@ -19,7 +19,7 @@ LAYERS = (
     ("errors", "crc", "schema", "layout", "hffeatures"),
     ("storage",),
     ("containers",),
-    ("index", "options", "images"),
+    ("index", "contentsfile", "options", "images"),
     ("sources",),
     ("packing",),
     ("read",),

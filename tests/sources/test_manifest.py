@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardpack.errors import ShardpackError, SourceError
-from shardpack.options import PackOptions
+from shardpack.errors import OptionError, SourceError
+from shardpack.options import PackOptions, as_flags
 from shardpack.packing.packer import pack
 from shardpack.read.random_access import read_record
 from shardpack.read.stream import iter_examples, tf_dataset
@@ -427,12 +427,34 @@ def test_box_columns_that_are_not_boxes_are_refused_in_one_line(tmp_path: Path):
         scan(src, PackOptions(box_columns=("det",)))
     with pytest.raises(SourceError, match=r"column 'px' holds int64 \[-1, 4\] \(pixels\?"):
         scan(src, PackOptions(box_columns=("px",)))
-    with pytest.raises(ShardpackError, match="boxes in pixels are not read yet"):
-        PackOptions(box_columns=("px:xywh-pixels",))
+    with pytest.raises(OptionError, match="boxes in pixels are not read yet") as caught:
+        scan(src, PackOptions(box_columns=("px:xywh-pixels",)))  # the manifest's check
+    assert caught.value.options == ("box_columns",)
     (tmp_path / "tree" / "cat").mkdir(parents=True)
     (tmp_path / "tree" / "cat" / "a.png").write_bytes(b"")
     with pytest.raises(SourceError, match="box_columns= is for a manifest table"):
         scan(tmp_path / "tree", PackOptions(box_columns=("bbox",)))
+
+
+@pytest.mark.parametrize(
+    ("given", "python", "cli"),
+    [
+        ({"retries": -1}, "retries= must be 0 or more, got: -1", "--retries must be 0"),
+        ({"url_threads": 0}, "url_threads= must be a positive integer, got: 0", "--url-threads"),
+        ({"per_host": 0}, "per_host= must be a positive integer, got: 0", "--per-host must"),
+        ({"box_columns": ("det:wxyz",)}, "box_columns= entries are NAME or NAME:FORMAT",
+         "--box-columns entries are"),
+    ],
+)  # fmt: skip
+def test_the_manifest_checks_the_values_of_its_own_options(tmp_path: Path, given, python, cli):
+    """Its own options' values are the manifest source's to refuse (Source.check_options), by
+    name, when a scan finds a manifest; PackOptions checks only those every source reads."""
+    src = write_jsonl(tmp_path / "m.jsonl", [{"path": "a.png", "det": [[0.1, 0.2, 0.3, 0.4]]}])
+    options = PackOptions(**given)
+    with pytest.raises(OptionError) as caught:
+        scan(src, options)
+    assert caught.value.options == tuple(given)
+    assert python in str(caught.value) and cli in as_flags(caught.value)
 
 
 def test_a_url_list_s_items_hold_little_beyond_their_strings_and_pickle_whole(tmp_path: Path):

@@ -1,10 +1,12 @@
 """Our own shards packed again: a record that would be written unchanged passes through,
-parsed once in the scan and once in the worker, never encoded again."""
+parsed once in the worker, never encoded again; the scan takes the items from contents.json,
+which the worker checks record by record."""
 
 from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,8 @@ import shardpack
 from shardpack import PackOptions
 from shardpack.containers import example, tfrecord
 from shardpack.containers.tfrecord import TFRecordWriter
+from shardpack.errors import ImageError, SourceError
+from shardpack.index import load_index
 from shardpack.sources import repack
 from shardpack.storage import storage_at
 from tests.helpers import make_tree
@@ -59,9 +63,9 @@ def test_a_repack_passes_records_through_parsing_each_once(packed, tmp_path, mon
     monkeypatch.setattr(example, "_example_parts", counted("encode", example._example_parts))
     out = tmp_path / fmt
     shardpack.pack(packed, out, PackOptions(workers=1, format=fmt, shuffle=False))
-    # once in the scan, once in the worker; each record checked against the one it would be
-    # (encode_example's pieces, not joined), then written as it was read
-    assert calls == {"canonical": 2 * COUNT, "general": 0, "encode": COUNT}
+    # once, in the worker (the scan reads contents.json); each record checked against the one
+    # it would be (encode_example's pieces, not joined), then written as it was read
+    assert calls == {"canonical": COUNT, "general": 0, "encode": COUNT}
     assert sorted(_read(out, fmt)) == sorted(_records(packed))
     assert shardpack.verify(out).ok
 
@@ -103,12 +107,90 @@ def test_the_scans_quick_check_agrees_with_record_fault(packed):
     from shardpack.index import load_index, record_fault
 
     index = load_index(storage_at(str(packed)))
-    checks = repack._checks(index.schema)
     good = example.decode_example(_records(packed)[0])
     bent = [good, {k: v for k, v in good.items() if k != "width"}, {**good, "more": [1]},
             {**good, "width": [1.5]}, {**good, "height": [1, 2]}, {**good, "label": [99]},
             {**good, "label": [-1]}, {**good, "format": [b"tiff"]}, {**good, "key": [3]},
             RecordError("x", 0, "broken")]  # fmt: skip
-    fits = [repack._fits(record, checks) for record in bent]
+    fits = [repack._fits(record, index.schema) for record in bent]
     assert fits == [isinstance(r, dict) and record_fault(r, index.schema) is None for r in bent]
     assert fits == [True] + [False] * (len(bent) - 1)
+
+
+# ---- the scan from contents.json, checked by the workers ---------------------------------------
+
+
+def _copy(packed: Path, dest: Path) -> Path:
+    shutil.copytree(packed, dest)
+    return dest
+
+
+def _skips(result) -> dict[str, str]:
+    return {s.key: s.reason for s in result.index.skipped}
+
+
+def test_the_scan_from_contents_lists_what_reading_every_shard_finds(packed, tmp_path):
+    index = load_index(storage_at(str(packed)))
+    held = repack.scan_held(index)
+    assert held is not None and held.splits == repack.scan_shards(index).splits
+    # without contents.json (an older pack), or with one for other shards, the shards are read
+    bare = _copy(packed, tmp_path / "bare")
+    (bare / "contents.json").unlink()
+    assert repack.scan_held(load_index(storage_at(str(bare)))) is None
+    doc = json.loads((packed / "contents.json").read_text())
+    doc["shards"] = {f"x{file}": entry for file, entry in doc["shards"].items()}
+    (bare / "contents.json").write_text(json.dumps(doc))
+    assert repack.scan_held(load_index(storage_at(str(bare)))) is None
+    # a class out of range, or sizes past the shard's bytes (they steer the plan): read them
+    for field, value in (("meta", 3), ("meta", 1 << 62), ("size", 1 << 40)):
+        doc = json.loads((packed / "contents.json").read_text())
+        next(iter(doc["shards"].values()))[field][0] = value
+        (bare / "contents.json").write_text(json.dumps(doc))
+        assert repack.scan_held(load_index(storage_at(str(bare)))) is None, field
+    options = PackOptions(workers=1, shuffle=False)
+    shardpack.pack(packed, tmp_path / "a", options)
+    shardpack.pack(bare, tmp_path / "b", options)
+    assert _shards(tmp_path / "a") == _shards(tmp_path / "b")
+
+
+def test_a_contents_json_that_lies_about_a_record_is_caught_in_the_worker(packed, tmp_path):
+    """A label or key contents.json gives that its record does not hold is never written: the
+    worker names the shard and record, and skips it (or fails the run in one line)."""
+    lying = _copy(packed, tmp_path / "lying")
+    doc = json.loads((lying / "contents.json").read_text())
+    file, entry = next(iter(doc["shards"].items()))
+    entry["meta"][0] = 3 - entry["meta"][0]  # class a (meta 1) <-> b (meta 2)
+    entry["keys"][1] = entry["keys"][2]
+    (lying / "contents.json").write_text(json.dumps(doc))
+    result = shardpack.pack(lying, tmp_path / "out", PackOptions(workers=1, shuffle=False))
+    skips = _skips(result)
+    assert result.num_records == COUNT - 2 and len(skips) == 2
+    label = skips.pop(doc["shards"][file]["keys"][0])
+    assert label.startswith(f"{file} record 0: holds label ") and "as the scan found" in label
+    (key,) = skips.values()
+    assert key.startswith(f"{file} record 1: holds key ") and "contents.json" in key
+    truth = {r["key"]: r["label"] for r in shardpack.iter_examples(packed)}
+    assert all(truth[r["key"]] == r["label"] for r in shardpack.iter_examples(tmp_path / "out"))
+    with pytest.raises(ImageError, match=f"{file} record 0: holds label "):
+        shardpack.pack(lying, tmp_path / "fail", PackOptions(workers=1, on_error="fail"))
+
+
+def test_a_corrupt_record_is_named_with_its_shard_and_number_in_the_worker(packed, tmp_path):
+    bad = _copy(packed, tmp_path / "bad")
+    file = next(iter(_shards(packed)))
+    offsets = [offset for offset, _ in tfrecord.iter_records(storage_at(str(packed)), file)]
+    blob = bytearray((bad / file).read_bytes())
+    blob[offsets[2] + 40] ^= 0xFF  # inside record 2's data: its CRC no longer holds
+    (bad / file).write_bytes(bytes(blob))
+    result = shardpack.pack(bad, tmp_path / "out", PackOptions(workers=1, shuffle=False))
+    (reason,) = _skips(result).values()
+    assert result.num_records == COUNT - 1
+    assert reason.startswith(f"{file} record 2: cannot read it (") and "CRC mismatch" in reason
+    # a shard cut short while index.json and contents.json still count its records (a copy
+    # at another path: a process keeps the record positions it found by path and sha256)
+    cut = _copy(packed, tmp_path / "cut")
+    (cut / file).write_bytes((packed / file).read_bytes()[: offsets[-1]])
+    held = len(offsets)  # every record of the only shard is refused: no image packed
+    said = f"{file} record \\d+: cannot read it .*{file}: holds {held - 1} records, the index says"
+    with pytest.raises(SourceError, match=f"{said} {held}"):
+        shardpack.pack(cut, tmp_path / "out-cut", PackOptions(workers=1, shuffle=False))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shardpack.errors import ShardpackError, SourceError
+from shardpack.errors import OptionError, ShardpackError, SourceError
 from shardpack.options import PackOptions, as_flags, parse_split
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
@@ -249,6 +249,17 @@ def test_split_of_a_source_with_splits_or_too_few_items_is_refused(tmp_path: Pat
 def test_bad_split_option_is_one_clear_error(text, match):
     with pytest.raises(ShardpackError, match=match):
         PackOptions(split=parse_split(text))
+
+
+def test_split_folder_names_shard_names_cannot_hold_are_refused_by_the_split_tree(tmp_path):
+    """--splits' names are the split tree's to check (Source.check_options): a '-' would
+    split a shard's file name in the wrong place."""
+    src = make_tree(tmp_path / "src" / "tr-ain", {"cat": 1}).parent
+    with pytest.raises(OptionError) as caught:
+        scan(src, PackOptions(split_names=("tr-ain",)))
+    assert caught.value.options == ("split_names",)
+    assert str(caught.value).endswith("got: 'tr-ain' in split_names=")
+    assert as_flags(caught.value).endswith("got: 'tr-ain' in --splits")
 
 
 def test_an_option_the_source_takes_no_notice_of_is_refused(tmp_path: Path):

@@ -1,7 +1,9 @@
 """The Pascal VOC source (sources/voc.py): VOCdevkit/VOC20xx, ImageSets/Main split lists,
 annotation XMLs as objects/bbox (VOC's 1-based pixels), objects/label (VOC's 20 classes, or
 those found), objects/is_difficult, objects/is_truncated and objects/pose; hostile XML refused
-by name; packed with a resize, each box is its object's own pixels in the packed image.
+by name. Packed under every --resize-mode, --no-upscale, --max-side and as it is (an
+EXIF-turned JPEG kept), each box is its object's own pixels in the packed image, with its own
+flags and pose.
 """
 
 from __future__ import annotations
@@ -15,13 +17,17 @@ import pytest
 from shardpack.errors import ImageError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
-from shardpack.read.stream import iter_examples
 from shardpack.sources import scan
 from shardpack.sources.voc import VOC_CLASSES
-from tests.packing.test_boxes import BOXES, TALL, TALL_BOXES, TARGET, _photo
-from tests.sources.test_yolo import check_boxes, turned_jpeg, write
+from tests.packing.test_boxes import BOXES, TALL, TALL_BOXES, _photo
+from tests.sources.test_yolo import CASES, check_boxes, packed, turned_jpeg, write
 
 CLASS_OF = {"red": "car", "green": "dog", "blue": "person"}
+# The annotated photos' objects: (class, box, difficult, truncated, pose); the turned one's
+# boxes are of the photo as displayed.
+WIDE = [(CLASS_OF[c], box, 0, int(c == "blue"), "Unspecified") for c, box in BOXES.items()]
+TURNED = [("car", TALL_BOXES["red"], 1, 0, "Rear"), ("dog", TALL_BOXES["green"], 0, 0, "Frontal"),
+          ("person", TALL_BOXES["blue"], 0, 1, "Left")]  # fmt: skip
 # An entity that would expand a billion times: refused before it is parsed.
 BOMB = """<?xml version="1.0"?>
 <!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>
@@ -54,11 +60,8 @@ def voc(tmp_path_factory) -> Path:
     describes it as displayed, one without objects, one without an XML and an entity bomb."""
     src = tmp_path_factory.mktemp("voc")
     year = src / "VOCdevkit/VOC2007"
-    wide = [(CLASS_OF[c], box, 0, int(c == "blue"), "Unspecified") for c, box in BOXES.items()]
-    turned = [("car", TALL_BOXES["red"], 1, 0, "Rear"), ("dog", TALL_BOXES["green"], 0, 0,
-              "Frontal"), ("person", TALL_BOXES["blue"], 0, 1, "Left")]  # fmt: skip
-    files = {"wide": (_jpeg(_photo()), voc_xml(200, 400, wide, segmented=1)),
-             "turned": (turned_jpeg(_photo(420, 260, TALL)), voc_xml(420, 260, turned)),
+    files = {"wide": (_jpeg(_photo()), voc_xml(200, 400, WIDE, segmented=1)),
+             "turned": (turned_jpeg(_photo(420, 260, TALL)), voc_xml(420, 260, TURNED)),
              "empty": (_jpeg(_photo(objects={})), voc_xml(200, 400, [])),
              "unannotated": (_jpeg(_photo(60, 80, {})), None),
              "bomb": (_jpeg(_photo()), BOMB)}  # fmt: skip
@@ -74,25 +77,33 @@ def voc(tmp_path_factory) -> Path:
     return src
 
 
-def test_voc_boxes_and_flags_follow_the_pixels(voc: Path, tmp_path: Path):
-    options = PackOptions(workers=1, shards=1, shuffle=False, encode="png", resize=TARGET,
-                          resize_mode="center-crop")  # fmt: skip
-    result = pack(voc, tmp_path / "out", options).to_json()
-    records = {r["key"].split("/")[-1]: r for split in ("train", "val")
-               for r in iter_examples(tmp_path / "out", split, decode=True)}  # fmt: skip
+@pytest.fixture(scope="module", params=CASES, ids=lambda o: "-".join(map(str, o.values())))
+def voc_packed(voc: Path, tmp_path_factory, request) -> tuple[dict, dict, dict]:
+    """The VOC set packed once per case: (options, summary, records by file name)."""
+    result, records = packed(voc, tmp_path_factory.mktemp("out"), request.param)
+    return request.param, result, {key.split("/")[-1]: r for key, r in records.items()}
+
+
+def test_voc_boxes_and_flags_follow_the_pixels(voc_packed):
+    options, result, records = voc_packed
     assert set(records) == {"wide.jpg", "turned.jpg", "empty.jpg", "unannotated.jpg"}
     assert records["wide.jpg"]["key"] == "VOCdevkit/VOC2007/JPEGImages/wide.jpg"
     colours = {name: colour for colour, name in CLASS_OF.items()}
     names = [colours.get(name, name) for name in VOC_CLASSES]  # VOC's 20: TFDS's numbers
-    for key in ("wide.jpg", "turned.jpg"):
-        check_boxes(records[key], names)
-    turned = records["turned.jpg"]  # its car and person were cut away, with their rows
-    assert [VOC_CLASSES[i] for i in turned["objects/label"]] == ["dog"]
-    assert turned["objects/pose"] == ["Frontal"]
-    assert turned["objects/is_difficult"].tolist() == [0] == turned["objects/is_truncated"].tolist()
-    wide = records["wide.jpg"]
-    assert wide["objects/is_truncated"].tolist() == [0, 0, 1]  # red, green, blue: all kept
-    assert result["boxes_dropped"] == {"cropped away": 2}
+    kept = 0
+    for key, objects in (("wide.jpg", WIDE), ("turned.jpg", TURNED)):
+        record = records[key]
+        check_boxes(record, names)
+        rows = list(zip([VOC_CLASSES[i] for i in record["objects/label"]],
+                        record["objects/is_difficult"].tolist(),
+                        record["objects/is_truncated"].tolist(), record["objects/pose"],
+                        strict=True))  # fmt: skip
+        classes = {row[0] for row in rows}  # each kept object's row its own, in order
+        assert rows == [(c, d, t, p) for c, _, d, t, p in objects if c in classes]
+        kept += len(rows)
+    dropped = len(WIDE) + len(TURNED) - kept
+    assert result["boxes_dropped"] == ({"cropped away": dropped} if dropped else {})
+    assert dropped == (2 if options.get("resize_mode") == "center-crop" else 0)
     for key in ("empty.jpg", "unannotated.jpg"):
         assert records[key]["objects/bbox"].shape == (0, 4) and records[key]["objects/pose"] == []
     (bomb,) = result["skipped_items"]
@@ -102,6 +113,9 @@ def test_voc_boxes_and_flags_follow_the_pixels(voc: Path, tmp_path: Path):
     assert "1 image with no object in an annotation XML kept as negatives" in warnings
     assert "1 image without an annotation XML kept with no objects" in warnings
     assert "<part> (6)" in warnings and "1 image is segmented" in warnings
+
+
+def test_a_hostile_xml_stops_a_run_that_fails_on_errors(voc: Path, tmp_path: Path):
     with pytest.raises(ImageError, match=r"bomb\.jpg: .*bomb\.xml: declares a DOCTYPE"):
         pack(voc, tmp_path / "fail", PackOptions(workers=1, on_error="fail"))
 

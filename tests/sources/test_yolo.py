@@ -1,6 +1,9 @@
 """The YOLO source (sources/yolo.py): Ultralytics' layouts and data.yaml, label rows (boxes and
-segmentation polygons) as objects/bbox and objects/label, images without objects kept and
-counted; packed with a resize, each box is its object's own pixels in the packed image.
+segmentation polygons) as objects/bbox and objects/label, polygons as the instance-id `mask`,
+images without objects kept and counted. Packed under every --resize-mode, --no-upscale,
+--max-side and as it is (an EXIF-turned JPEG kept), each box is its object's own pixels in the
+packed image and the mask is pycocotools' drawing of the polygons taken where Pillow takes the
+pixels, within one pixel.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from numpy.lib.stride_tricks import sliding_window_view
 from PIL import Image
 
 from shardpack.errors import ImageError, SourceError
@@ -19,9 +23,28 @@ from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from shardpack.sources import scan
 from shardpack.sources.yolo import label_path
-from tests.packing.test_boxes import BOXES, COLOURS, TALL, TALL_BOXES, TARGET, _photo
+from tests.helpers import run_cli
+from tests.packing.test_boxes import (
+    BOXES,
+    COLOURS,
+    MODES,
+    TALL,
+    TALL_BOXES,
+    TARGET,
+    _photo,
+    oracle_sizes,
+)
 
 NAMES = ["red", "green", "blue"]
+# Every geometry a pack gives an image: each --resize-mode, one without enlarging (a pad to
+# more than either photo: they keep their size, on a border), --max-side (libjpeg's scaled
+# decode of the turned JPEG), and none (--encode keep: the turned JPEG stored as it is).
+CASES = [
+    *({"resize": TARGET, "resize_mode": mode} for mode in MODES),
+    {"resize": (480, 480), "resize_mode": "pad", "upscale": False},
+    {"max_side": 150},
+    {"encode": "keep"},
+]
 
 
 def _row(name: str, box: tuple, height: int, width: int) -> str:
@@ -32,13 +55,36 @@ def _row(name: str, box: tuple, height: int, width: int) -> str:
     return f"{NAMES.index(name)} " + " ".join(f"{v:.6f}" for v in values)
 
 
-def _polygon(name: str, box: tuple, height: int, width: int) -> str:
-    """A segmentation row: a diamond touching each side of the box (its bounding box)."""
+def diamond(box: tuple) -> list[tuple[float, float]]:
+    """(x, y) pixel points of a diamond touching each side of the box (its bounding box)."""
     ymin, xmin, ymax, xmax = box
     ym, xm = (ymin + ymax) / 2, (xmin + xmax) / 2
-    points = [(xmin, ym), (xm, ymin), (xmax, ym), (xm, ymax)]
+    return [(xmin, ym), (xm, ymin), (xmax, ym), (xm, ymax)]
+
+
+def notched(box: tuple) -> list[tuple[float, float]]:
+    """A U filling the box but for a notch from the middle of its top (not convex)."""
+    ymin, xmin, ymax, xmax = box
+    x1, x2, ym = xmin + (xmax - xmin) / 3, xmax - (xmax - xmin) / 3, (ymin + ymax) / 2
+    return [(xmin, ymin), (x1, ymin), (x1, ym), (x2, ym), (x2, ymin), (xmax, ymin), (xmax, ymax),
+            (xmin, ymax)]  # fmt: skip
+
+
+def _polygon(name: str, points: list, height: int, width: int) -> str:
+    """A segmentation row (class x1 y1 x2 y2 ..., normalised) of (x, y) pixel points."""
     return f"{NAMES.index(name)} " + " ".join(f"{x / width:.6f} {y / height:.6f}"
                                              for x, y in points)  # fmt: skip
+
+
+# The labelled images as displayed: (height, width, each object's polygon by colour); the wide
+# photo's label file mixes box rows (red, blue) with a polygon; the turned photo's blue reaches
+# past the top.
+SHAPES = {
+    "images/train/wide.png": (200, 400, {"green": diamond(BOXES["green"])}),
+    "images/train/turned.jpg": (420, 260, {"red": notched(TALL_BOXES["red"]),
+                                           "green": diamond(TALL_BOXES["green"]),
+                                           "blue": diamond(TALL_BOXES["blue"])}),
+}  # fmt: skip
 
 
 def pixel_boxes(record: dict) -> dict[str, np.ndarray]:
@@ -91,12 +137,16 @@ def yolo(tmp_path_factory) -> Path:
     names = "names:\n  0: red\n  1: green\n  2: blue\n"
     write(src / "data.yaml", f"path: ../datasets/shapes\n{splits}{names}")
     write(src / "images/train/wide.png", cv2.imencode(".png", _photo())[1].tobytes())
-    rows = [_row("red", BOXES["red"], 200, 400), _polygon("green", BOXES["green"], 200, 400),
+    green = SHAPES["images/train/wide.png"][2]["green"]
+    rows = [_row("red", BOXES["red"], 200, 400), _polygon("green", green, 200, 400),
             _row("blue", BOXES["blue"], 200, 400)]  # fmt: skip
     write(src / "labels/train/wide.txt", "\n".join(rows) + "\n")
     write(src / "images/train/turned.jpg", turned_jpeg(_photo(420, 260, TALL)))
-    rows = [_row(name, box, 420, 260) for name, box in TALL_BOXES.items()]
-    write(src / "labels/train/turned.txt", "\n".join(rows))
+    shapes = SHAPES["images/train/turned.jpg"][2]
+    write(
+        src / "labels/train/turned.txt",
+        "\n".join(_polygon(name, points, 420, 260) for name, points in shapes.items()),
+    )
     write(src / "images/val/empty.png", cv2.imencode(".png", _photo(objects={}))[1].tobytes())
     write(src / "labels/val/empty.txt", "")
     write(src / "images/val/unlabelled.png", cv2.imencode(".png", _photo(60, 80, {}))[1])
@@ -105,33 +155,97 @@ def yolo(tmp_path_factory) -> Path:
     return src
 
 
-@pytest.mark.parametrize("mode", ["center-crop", "pad"])
-def test_yolo_boxes_follow_the_pixels(yolo: Path, tmp_path: Path, mode: str):
-    options = PackOptions(workers=1, shards=1, shuffle=False, encode="png", resize=TARGET,
-                          resize_mode=mode)  # fmt: skip
-    result = pack(yolo, tmp_path / "out", options).to_json()
-    records = {r["key"]: r for split in ("train", "val")
-               for r in iter_examples(tmp_path / "out", split, decode=True)}  # fmt: skip
+def packed(src: Path, out: Path, options: dict) -> tuple[dict, dict[str, dict]]:
+    """SRC packed with `options` (PNG unless said): the summary, and the records by key."""
+    options = {"encode": "png", **options}
+    result = pack(src, out, PackOptions(workers=1, shards=1, shuffle=False, **options))
+    index = result.to_json()
+    return index, {r["key"]: r for split in index["splits"]
+                   for r in iter_examples(out, split, decode=True)}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda o: "-".join(map(str, o.values())))
+def yolo_packed(yolo: Path, tmp_path_factory, request) -> tuple[dict, dict, dict]:
+    """The YOLO set packed once per case: (options, summary, records by key)."""
+    return request.param, *packed(yolo, tmp_path_factory.mktemp("out"), request.param)
+
+
+def test_yolo_boxes_follow_the_pixels(yolo_packed):
+    options, result, records = yolo_packed
     assert set(records) == {"images/train/wide.png", "images/train/turned.jpg",
                             "images/val/empty.png", "images/val/unlabelled.png"}  # fmt: skip
     assert result["splits"]["train"]["num_records"] == 2
     kept = 0
-    for key in ("images/train/wide.png", "images/train/turned.jpg"):
+    for key in SHAPES:
         check_boxes(records[key], NAMES)
         kept += len(records[key]["objects/label"])
     dropped = len(BOXES) + len(TALL_BOXES) - kept
     assert result["boxes_dropped"] == ({"cropped away": dropped} if dropped else {})
-    assert dropped == {"center-crop": 2, "pad": 0}[mode]
+    assert dropped == (2 if options.get("resize_mode") == "center-crop" else 0)
     for key in ("images/val/empty.png", "images/val/unlabelled.png"):
         assert (
             records[key]["objects/bbox"].shape == (0, 4) and len(records[key]["objects/label"]) == 0
         )
+        assert not cv2.imdecode(np.frombuffer(records[key]["mask"], np.uint8), -1).any()
     warnings = "\n".join(result["warnings"])
-    assert "1 objects in 1 label files are polygons" in warnings
+    assert ("2 objects in 1 label files are boxes without a polygon, beside 4 polygons (YOLO's "
+            "segmentation format): their boxes are packed, and no pixel of mask is theirs") in (
+        warnings)  # fmt: skip
     assert "1 image with no object in a label file kept as negatives" in warnings
     assert "1 image without a label file kept with no objects" in warnings
     assert "test: 'images/test' is no folder or list file under" in warnings
     assert "1 label file matches no image found (the first: labels/val/unlabeled.txt)" in warnings
+
+
+def test_yolo_polygons_are_masks_that_follow_the_pixels(yolo_packed):
+    options, _, records = yolo_packed
+    for key, (height, width, shapes) in SHAPES.items():
+        record = records[key]
+        names = [NAMES[label] for label in record["objects/label"]]
+        oracle = np.zeros(record["image"].shape[:2], np.int64)
+        for n, name in enumerate(names):  # the kept objects, numbered in their order
+            if name in shapes:  # a box row's object has no pixel
+                drawn = coco_drawn(shapes[name], height, width)
+                if options.get("encode") == "keep" and key.endswith(".jpg"):
+                    drawn = np.rot90(drawn, 1)  # stored as turned_jpeg stores the photo
+                oracle[moved(drawn, options) > 0] = n + 1
+        check_mask(record["mask"], oracle, len(names))
+
+
+def coco_drawn(points: list, height: int, width: int) -> np.ndarray:
+    """pycocotools' drawing of a polygon of (x, y) pixel points, at the image's size."""
+    from pycocotools import mask as coco_mask
+
+    rle = coco_mask.frPyObjects([np.ravel(points).tolist()], height, width)
+    return coco_mask.decode(rle)[..., 0]
+
+
+def moved(pixels: np.ndarray, options: dict) -> np.ndarray:
+    """A mask of an upright image where `options` take its pixels: resized nearest-neighbour by
+    Pillow to the size oracle_sizes gives, its middle cut out or centred on a border (the odd
+    pixel to the far side, as albumentations' CenterCrop and PadIfNeeded place them)."""
+    if "resize" not in options and "max_side" not in options:
+        return pixels
+    mode = options.get("resize_mode", "stretch")
+    size, canvas = oracle_sizes(*pixels.shape, mode, options.get("resize", TARGET), **options)
+    image = Image.fromarray(pixels).resize(size, Image.Resampling.NEAREST)
+    left, top = ((s - c) // 2 if s >= c else -((c - s) // 2)
+                 for s, c in zip(size, canvas, strict=True))  # fmt: skip
+    return np.asarray(image.crop((left, top, left + canvas[0], top + canvas[1])))  # pads with 0
+
+
+def check_mask(png: bytes, oracle: np.ndarray, objects: int) -> None:
+    """The instance-id PNG is the oracle's map within one pixel: each pixel's id is the
+    oracle's at it or a neighbour, and each of the `objects` covers about as many pixels (none
+    where the oracle has none)."""
+    ids = cv2.imdecode(np.frombuffer(png, np.uint8), cv2.IMREAD_UNCHANGED)
+    assert ids.shape == oracle.shape and ids.dtype == np.uint8
+    near = sliding_window_view(np.pad(oracle, 1, constant_values=-1), (3, 3))
+    assert (near == ids[..., None, None]).any(axis=(-2, -1)).all()
+    assert ids.max() <= objects
+    for n in range(1, objects + 1):
+        theirs, mine = int((oracle == n).sum()), int((ids == n).sum())
+        assert abs(mine - theirs) <= (max(2, theirs // 4) if theirs else 0), (n, mine, theirs)
 
 
 def test_the_ultralytics_split_folders_without_data_yaml_number_the_classes(tmp_path: Path):
@@ -145,6 +259,7 @@ def test_the_ultralytics_split_folders_without_data_yaml_number_the_classes(tmp_
     dataset = scan(tmp_path)
     assert dataset.kind == "yolo" and set(dataset.splits) == {"train", "valid"}
     assert dataset.schema["objects/label"].classes == ("0", "1", "2", "3")
+    assert "mask" not in dataset.schema.extras  # boxes only: no map to draw
     (item,) = dataset.splits["train"]
     assert item.fields["objects/label"] == (3, 0)
     np.testing.assert_allclose(item.fields["objects/bbox"][:4], [0.4, 0.4, 0.6, 0.6])
@@ -156,8 +271,10 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
     src = tmp_path / "src"
     write(src / "data.yaml", "train: ../train/images\nnames: [a, b]\n")  # Roboflow's ../
+    many = " ".join(["0.1 0.1 0.9 0.1 0.5 0.9"] * 3334)  # 10,002 points: over the cap
     labels = {"ok": "1 0.5 0.5 0.2 0.2", "class": "0 0.5 0.5 0.2 0.2\n2 0.5 0.5 0.1 0.1",
-              "short": "0 0.5 0.5 0.2", "text": "a 0.5 0.5 0.2 0.2"}  # fmt: skip
+              "short": "0 0.5 0.5 0.2", "text": "a 0.5 0.5 0.2 0.2",
+              "huge": f"0 0.1 0.1 0.3 0.1 0.2 0.3\n1 {many}"}  # fmt: skip
     for name, text in labels.items():
         write(src / f"train/images/{name}.png", png)
         write(src / f"train/labels/{name}.txt", text)
@@ -168,6 +285,10 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     assert reasons["train/images/class.png"].startswith(wrong)
     assert "line 1: 4 values; a row is class cx cy w h" in reasons["train/images/short.png"]
     assert "is not numbers" in reasons["train/images/text.png"]
+    assert reasons["train/images/huge.png"] == ("train/labels/huge.txt line 2: holds a polygon "
+                                                "of 10,002 points, over the 10,000 shardpack "
+                                                "draws")  # fmt: skip
+    assert "mask" not in dataset.schema.extras  # the only polygon's image was skipped
     with pytest.raises(ImageError, match=r"class\.png: train/labels/class\.txt line 2"):
         pack(src, tmp_path / "out", PackOptions(workers=1, on_error="fail"))
 
@@ -210,3 +331,19 @@ def test_a_split_listed_in_a_txt_file_stays_inside_src(tmp_path: Path):
     assert "line 4: cannot read the image" in reasons["images/b.png"]
     with pytest.raises(SourceError, match=r"holds no data\.yaml, and no images/ folder beside"):
         scan(src / "lists", PackOptions(source="yolo"))
+
+
+def test_a_grow_that_brings_the_first_polygon_is_refused_naming_the_mask_it_adds(tmp_path: Path):
+    png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
+    src, out = tmp_path / "src", tmp_path / "out"
+    write(src / "train/images/a.png", png)
+    write(src / "train/labels/a.txt", "0 0.5 0.5 0.2 0.2")
+    pack(str(src), str(out), PackOptions(workers=1))
+    held = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    write(src / "train/images/b.png", png)
+    write(src / "train/labels/b.txt", "0 0.1 0.1 0.5 0.1 0.5 0.5 0.1 0.5")  # a polygon
+    result = run_cli("pack", str(src), str(out), "--append", "--no-progress")
+    assert result.returncode == 2, result.stderr
+    assert 'it adds ["mask"]' in result.stderr and "new output folder" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == held

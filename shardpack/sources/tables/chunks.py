@@ -88,8 +88,9 @@ def text_lines(path: str, f: BinaryIO) -> Iterator[str]:
     return itertools.chain.from_iterable(text_blocks(path, f))
 
 
-def text_blocks(path: str, f: BinaryIO) -> Iterator[list[str]]:
-    n = 0  # lines before this block
+def text_blocks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[list[str]]:
+    """The file's lines (from `first_line` lines in: a streamed range's), a block at a time."""
+    n = first_line  # lines before this block
     while block := f.read(READ_BYTES):
         if not block.endswith(b"\n"):
             block += f.readline(MAX_LINE_BYTES + 1)  # the rest of the last line, bounded

@@ -12,10 +12,11 @@ from shardpack.sources.tables.cells import HugeInt
 from shardpack.sources.tables.chunks import Chunk, text_blocks
 
 
-def jsonl_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
+def jsonl_chunks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[Chunk]:
+    """The file's records as chunks; `f` may start `first_line` lines in (a streamed range)."""
     lines, records, problems = [], [], []
-    n = 0
-    for block in text_blocks(path, f):
+    n = first_line
+    for block in text_blocks(path, f, first_line):
         for text in block:
             n += 1
             body = text.strip(_JSON_SPACE)

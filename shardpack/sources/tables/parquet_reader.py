@@ -4,6 +4,7 @@ and Hugging Face datasets); manifests as chunks. pyarrow is imported when a file
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import BinaryIO
 
 from shardpack.errors import SourceError, install_hint
@@ -26,18 +27,10 @@ _REWRITE = "pyarrow: a smaller row_group_size"  # how to write smaller row group
 
 
 def parquet_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
-    try:
+    with parquet_errors(path):
         parquet = open_parquet(path, f)
         names = parquet.schema_arrow.names
-        check_names(path, names)
-        for field in parquet.schema.to_arrow_schema():  # the types as written, not as read
-            if not _arrow_supported(field.type):
-                raise SourceError(
-                    f"{path}: column {field.name!r} is of Parquet type {field.type}; shardpack "
-                    "reads numbers, booleans, strings and (nested) lists of them: convert it "
-                    "or drop the column"
-                )
-        numbers = frozenset(f.name for f in parquet.schema_arrow if _arrow_number(f.type))
+        numbers = check_schema(path, parquet)
         row = 0
         for table in held_groups(parquet, path, None, _REWRITE):
             for batch in written_slices(parquet, table, chunks.CHUNK_ROWS):
@@ -48,12 +41,33 @@ def parquet_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
         import pyarrow as pa
 
         pa.default_memory_pool().release_unused()
+
+
+@contextmanager
+def parquet_errors(path: str) -> Iterator[None]:
+    """pyarrow's errors reading the Parquet file `path` as one SourceError naming it."""
+    try:
+        yield
     except SourceError:
         raise
     except MemoryError:
         raise out_of_memory(path) from None
     except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
         raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+
+
+def check_schema(path: str, parquet) -> frozenset[str]:
+    """Refuse a Parquet file's repeated or empty column names and types shardpack does not
+    read; the columns it types as numbers."""
+    check_names(path, parquet.schema_arrow.names)
+    for field in parquet.schema.to_arrow_schema():  # the types as written, not as read
+        if not _arrow_supported(field.type):
+            raise SourceError(
+                f"{path}: column {field.name!r} is of Parquet type {field.type}; shardpack "
+                "reads numbers, booleans, strings and (nested) lists of them: convert it "
+                "or drop the column"
+            )
+    return frozenset(f.name for f in parquet.schema_arrow if _arrow_number(f.type))
 
 
 def out_of_memory(path: str) -> SourceError:

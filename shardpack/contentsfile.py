@@ -1,0 +1,169 @@
+"""contents.json read back: which items each shard of a pack holds (keys, content keys, a
+digest of label and fields, sizes, counts) and which it skipped, as `pack --append`/`--update`
+(packing/contents.py, which writes it) and `--source shardpack` (sources/repack.py) read it.
+
+Read as untrusted: bounded in bytes and in values (as index.json is: each a Python object),
+and every field checked against the index it must agree with.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardpack.errors import Option, OutputError
+from shardpack.index import Index
+from shardpack.layout import CONTENTS_NAME
+from shardpack.storage import Storage
+
+FORMAT = "shardpack-contents"
+# A million records' keys and content keys fit many times over.
+MAX_CONTENTS_BYTES = 1 << 30
+# The JSON values (numbers, strings, lists, objects: each a Python object once parsed) a file
+# may hold per record and skipped item it describes, and per shard: what a pack writes is
+# under half of each; past them it is planted, and refused unread.
+VALUES_PER_ITEM = 16
+VALUES_PER_SHARD = 256
+
+# What values() keeps of a planted file (quotes and what it counts), and reads at a time.
+_UNCOUNTED = bytes(set(range(256)) - set(b'",[{'))
+_QUOTE = ord('"')
+_CHUNK = 16 << 20
+
+# One shard's: "keys", "crc", "size", "width", "height", "meta", "copy" (one per record),
+# "label_counts", "tally" ([what, value, count]), "skipped" and "reasons" (one per item skipped)
+Entry = dict[str, list]
+Skip = tuple[str, str, str]  # (split, key, reason)
+
+
+@dataclass(frozen=True)
+class Contents:
+    """What OUT holds: each listed shard's entry, and the items skipped with no shard to note
+    them (`loose`: the shard that tried them was rewritten, or came out empty)."""
+
+    shards: dict[str, Entry]
+    loose: tuple[Skip, ...] = ()
+
+
+# A record's "meta" from here up is a digest of its label and fields; under it, its class + 1
+# (0: unlabelled) for an item of one class and no fields (packing.contents.meta).
+DIGESTED = 1 << 62
+
+
+def values(text: bytes, limit: int) -> int:
+    """How many JSON values `text` holds at least: its `,`, `[` and `{` outside strings (exact
+    only once the quick count, strings included, passes `limit`). Past it, the escapes go
+    and every byte but quotes and those three, and what is left is read a chunk at a time: a
+    byte is in a string after an odd count of quotes (a regex substitution over a planted
+    file took 4x its size in small objects)."""
+    rough = text.count(b",") + text.count(b"[") + text.count(b"{")
+    if rough <= limit:
+        return rough
+    plain = text.replace(b"\\\\", b"").replace(b'\\"', b"")  # no quote inside a string now
+    kept = plain.translate(None, _UNCOUNTED)
+    found, quotes = 0, 0  # quotes before the chunk
+    for start in range(0, len(kept), _CHUNK):
+        chunk = np.frombuffer(kept, np.uint8, min(_CHUNK, len(kept) - start), start)
+        quote = chunk == _QUOTE
+        inside = (np.cumsum(quote, dtype=np.uint8) + quotes) & 1  # mod 256 keeps the parity
+        found += int(np.count_nonzero(~quote & (inside == 0)))
+        quotes = (quotes + int(np.count_nonzero(quote))) & 1
+    return found
+
+
+def load_contents(out: Storage, index: Index) -> Contents:
+    """The entry of every shard `index` lists, checked against it, and the loose skips.
+
+    Raises:
+        OutputError: contents.json is missing, too large (in bytes or in values for the items
+            the index counts), not JSON, or disagrees with the index.
+    """
+    path = out.path(CONTENTS_NAME)
+    fix = ("repack with ", Option("overwrite", True), " to write it anew")
+    shards = [s for split in index.splits.values() for s in split.shards]
+    items = sum(s.num_records for s in shards) + index.num_skipped
+    limit = VALUES_PER_ITEM * items + VALUES_PER_SHARD * (len(shards) + 1)
+    try:
+        with out.open(CONTENTS_NAME) as blob:
+            if blob.size > MAX_CONTENTS_BYTES:
+                raise OutputError(f"{path}: over {MAX_CONTENTS_BYTES:,} bytes; ", *fix)
+            text = blob.pread(blob.size, 0)
+        if (found := values(text, limit)) > limit:  # each value a Python object: refused unread
+            raise OutputError(f"{path}: {found:,} values, over the {limit:,} that the "
+                              f"index's {items:,} items and {len(shards):,} shards allow; ",
+                              *fix)  # fmt: skip
+        doc = json.loads(text)
+    except FileNotFoundError:
+        raise OutputError(f"{path}: not found (OUT was packed by an older shardpack, which "
+                          f"kept no list of its items); ", *fix) from None  # fmt: skip
+    except (OSError, ValueError, RecursionError) as e:
+        raise OutputError(f"{path}: unreadable ({e}); ", *fix) from None
+    listed = doc.get("shards") if isinstance(doc, dict) else None
+    loose = doc.get("loose", []) if isinstance(doc, dict) else None
+    if not isinstance(listed, dict) or doc.get("format") != FORMAT or not _skips(loose):
+        raise OutputError(f"{path}: not a contents file shardpack wrote; ", *fix)
+    found = {}
+    for shard in shards:
+        entry = listed.get(shard.file)
+        if not _agrees(entry, shard.num_records):
+            raise OutputError(f"{path}: does not agree with index.json about "
+                              f"{shard.file}; ", *fix)  # fmt: skip
+        found[shard.file] = _filled(entry)
+    return Contents(found, tuple(map(tuple, loose)))
+
+
+def _skips(loose: object) -> bool:
+    """Whether `loose` is a list of [split, key, reason] strings."""
+    return isinstance(loose, list) and all(
+        isinstance(s, list) and len(s) == 3 and all(isinstance(v, str) for v in s) for s in loose
+    )
+
+
+def _filled(entry: Entry) -> Entry:
+    """An entry with the fields an older shardpack did not write: no sizes, digests, tallies or
+    reasons noted (its items' labels and fields are then taken as unchanged)."""
+    n = len(entry["keys"])
+    older = {"width": [0] * n, "height": [0] * n, "meta": [None] * n, "copy": [0] * n,
+             "tally": [], "reasons": ["skipped"] * len(entry["skipped"])}  # fmt: skip
+    return {**entry, **{k: v for k, v in older.items() if k not in entry}}  # entry's order kept
+
+
+def _agrees(entry: object, records: int) -> bool:
+    """Whether a shard's entry holds `records` keys, content keys, sizes and digests, integer
+    class counts, and a reason for each item skipped."""
+    if not isinstance(entry, dict):
+        return False
+    fields = ("keys", "crc", "size", "label_counts", "skipped")
+    keys, crc, size, counts, skipped = (entry.get(k) for k in fields)
+    more = {k: entry[k] for k in ("width", "height", "meta", "copy") if k in entry}
+    tally, reasons = entry.get("tally", []), entry.get("reasons", ["skipped"] * len(skipped or ()))
+    return (
+        all(isinstance(v, list) for v in (keys, crc, size, counts, skipped, tally, reasons))
+        and all(isinstance(v, list) and len(v) == records for v in more.values())
+        and len(keys) == len(crc) == len(size) == records
+        and len(reasons) == len(skipped)
+        and all(_only(v, str) for v in (keys, skipped, reasons))
+        and all(
+            _only(v, int) and min(v, default=0) >= 0 for v in (crc, size, counts, *more.values())
+        )
+        and all(_tallied(t) for t in tally)
+    )
+
+
+def _only(values_: list, kind: type) -> bool:
+    """Whether every value is of exactly `kind` (a bool is no int): map and set run in C, a
+    tenth of a test per value over a million records."""
+    return set(map(type, values_)) <= {kind}
+
+
+def _tallied(row: object) -> bool:
+    """Whether a tally row is [what, value, count]."""
+    return (
+        isinstance(row, list)
+        and len(row) == 3
+        and isinstance(row[0], str)
+        and isinstance(row[1], str)
+        and type(row[2]) is int
+    )

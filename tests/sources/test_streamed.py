@@ -1,0 +1,265 @@
+"""A list of many Parquet/JSONL files packed with --no-shuffle or --shuffle-window streams: the
+scan counts rows and types columns, holding none; each shard is a range of one file that its
+worker reads and converts; every row lands once, in the same bytes at any worker count."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardpack import PackOptions, iter_examples, pack
+from shardpack.errors import ImageError, OptionError, OutputError, SourceError
+from shardpack.packing.fresh import _scan_and_plan
+from shardpack.packing.worker import write_shard
+from shardpack.sources import scan
+from shardpack.sources.streamed import RowRange, StreamedRows
+from shardpack.storage import storage_at
+from tests import helpers
+from tests.storage.test_fetch import serving
+
+# Three files of six rows: Parquet in row groups of 4 (a range crosses a group), then JSONL
+# with a bad line (not JSON), a blank line (no row) and a URL the server has lost (404).
+GONE = 16
+
+
+def _paths() -> list[list[str]]:
+    return [[f"/img/{i}.png" for i in range(start, start + 6)] for start in (0, 6, 12)]
+
+
+def _write_list(folder: Path, url) -> list[str]:
+    """The list's files in `folder`; the key (URL, or the bad line's name) of each row."""
+    folder.mkdir()
+    files = _paths()
+    keys = []
+    for number, paths in enumerate(files[:2]):
+        urls = [url(p) for p in paths]
+        table = pa.table({"url": urls, "caption": [f"photo {p}" for p in paths]})
+        pq.write_table(table, folder / f"part-{number}.parquet", row_group_size=4)
+        keys += urls
+    lines = []
+    for i, path in enumerate(files[2]):
+        path = f"/gone/{GONE}.png" if i == GONE - 12 else path
+        if i == 2:
+            lines.append("{not json\n")
+            keys.append("part-2.jsonl line 3")
+        lines.append(json.dumps({"url": url(path), "caption": f"photo {path}"}) + "\n")
+        keys.append(url(path))
+        if i == 4:
+            lines.append("\n")
+    (folder / "part-2.jsonl").write_text("".join(lines[:-1]))  # the last row's line
+    keys.pop()  # (the resume test's file grows by it)
+    return keys
+
+
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory):
+    """(the site, the list's folder, its rows' keys in order, OUT of a --no-shuffle pack on
+    one worker)."""
+    root = tmp_path_factory.mktemp("streamed")
+    with serving() as site:
+        keys = _write_list(root / "lists", site.url)
+        done = helpers.run_cli("pack", str(root / "lists"), str(root / "none-1"), *_JOB,
+                               "--no-shuffle", "--workers", "1")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        yield site, root / "lists", keys, root / "none-1", done.stdout
+
+
+_JOB = (
+    "--path-column",
+    "url",
+    "--allow-private-urls",
+    "--shards",
+    "6",
+    "--retries",
+    "0",
+    "--url-threads",
+    "4",
+)
+
+
+def _options(**given) -> PackOptions:
+    return PackOptions(path_column="url", allow_private_urls=True, shards=6, retries=0,
+                       url_threads=4, **given)  # fmt: skip
+
+
+def _keys(out: Path) -> list[str]:
+    return [example["key"] for example in iter_examples(out)]
+
+
+def test_no_shuffle_streams_every_row_once_in_the_lists_order(listed):
+    site, _, keys, out, stdout = listed
+    good = [k for k in keys if "/img/" in k]
+    assert _keys(out) == good  # the files' order, and each row's within its file
+    index = json.loads((out / "index.json").read_text())
+    assert index["shuffle"] == "none" and index["seed"] is None
+    assert "order: none, as listed" in stdout
+    assert [s["num_records"] for s in index["splits"]["train"]["shards"]] == [3, 3, 3, 3, 2, 2]
+    assert not (out / "contents.json").exists()  # no list of every key is held
+    bad = {s["key"]: s["reason"] for s in index["skipped"]}["part-2.jsonl line 3"]
+    assert bad.startswith("not valid JSON")  # its file and line, as a file read whole says it
+    failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert [(f["url"], f["file"], f["row"], f["status"]) for f in failures] == [
+        (site.url(f"/gone/{GONE}.png"), "part-2.jsonl", 6, 404)  # its line, as an editor counts
+    ]
+
+
+def test_a_window_shuffle_mixes_ranges_and_rows_and_is_the_same_at_any_worker_count(
+    listed, tmp_path
+):
+    _, lists, keys, _, _ = listed
+    outs = [tmp_path / f"window-{n}" for n in (1, 2)]
+    for out, workers in zip(outs, (1, 2), strict=True):
+        result = pack(lists, out, _options(shuffle_window=True, workers=workers, seed=3))
+        assert result.index.shuffle == "window" and result.index.seed == 3
+    assert helpers.shard_files(outs[0]) == helpers.shard_files(outs[1])
+    got = _keys(outs[0])
+    good = [k for k in keys if "/img/" in k]
+    assert sorted(got) == sorted(good) and got != good  # every row once, not in order
+    sizes = [s.num_records for s in result.index.shards]
+    shards = [frozenset(got[sum(sizes[:i]) : sum(sizes[: i + 1])]) for i in range(len(sizes))]
+    ranges = [frozenset(good[i : i + 3]) for i in (0, 3, 6, 9)] + [
+        frozenset(good[12:14]), frozenset(good[14:16])]  # fmt: skip
+    assert sorted(shards, key=sorted) == sorted(ranges, key=sorted) and shards != ranges
+
+
+def test_worker_counts_write_the_same_bytes_without_a_shuffle(listed, tmp_path):
+    _, lists, _, one, _ = listed
+    pack(lists, tmp_path / "none-2", _options(shuffle=False, workers=2))
+    assert helpers.shard_files(tmp_path / "none-2") == helpers.shard_files(one)
+
+
+def test_the_scan_holds_counts_and_the_plan_ranges(listed):
+    _, lists, _, _, _ = listed
+    options = _options(shuffle=False)
+    dataset, _, _, plan = _scan_and_plan(storage_at(str(lists)), options, None)
+    rows = dataset.splits["train"]
+    assert isinstance(rows, StreamedRows) and len(rows) == 18
+    assert [file.rows for file in rows.files] == [6, 6, 6]  # the bad line is a row, blank not
+    assert [(s.items.number, s.items.first, len(s.items)) for s in plan.shards] == [
+        (0, 0, 3), (0, 3, 3), (1, 0, 3), (1, 3, 3), (2, 0, 3), (2, 3, 3),
+    ]  # fmt: skip
+    assert all(isinstance(s.items, RowRange) and s.items._items is None for s in plan.shards)
+    assert plan.shuffle == "none"
+    again = _scan_and_plan(storage_at(str(lists)), options, None)[3]
+    assert again.digest == plan.digest
+
+
+def test_a_bad_row_stops_a_fail_run_naming_its_file_and_line(listed, tmp_path):
+    _, lists, _, _, _ = listed
+    with pytest.raises(ImageError, match=r"part-2\.jsonl line 3: not valid JSON"):
+        pack(lists, tmp_path / "out", _options(shuffle=False, on_error="fail", workers=1))
+
+
+def test_resume_keeps_the_finished_ranges_and_a_changed_file_changes_the_plan(listed, tmp_path):
+    """Stopped by a bad row in its fifth shard (--on-error fail), a rerun with --resume keeps
+    the shards written and asks the server for the URLs of the last two alone; a file changed
+    since the scan is refused by its worker, and its new size and rows make another plan."""
+    site, lists, _, clean, _ = listed
+    out = tmp_path / "out"
+    stopped = helpers.run_cli("pack", str(lists), str(out), *_JOB, "--no-shuffle",
+                              "--workers", "1", "--on-error", "fail")  # fmt: skip
+    helpers.one_line_error(stopped, "part-2.jsonl line 3")
+    site.hits.clear()
+    resumed = helpers.run_cli("pack", str(lists), str(out), *_JOB, "--no-shuffle",
+                              "--workers", "1", "--resume")  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    unfinished = ["/gone/16.png", *(f"/img/{i}.png" for i in range(12, 16))]
+    assert sorted(site.hits.elements()) == unfinished  # shards 4 and 5 alone, each URL once
+    assert helpers.shard_files(out) == helpers.shard_files(clean)
+    assert (out / "failures.jsonl").read_bytes() == (clean / "failures.jsonl").read_bytes()
+    grown = tmp_path / "grown"
+    grown.mkdir()
+    for part in lists.iterdir():
+        (grown / part.name).write_bytes(part.read_bytes())
+    options = _options(shuffle=False)
+    dataset, _, _, plan = _scan_and_plan(storage_at(str(grown)), options, None)
+    with (grown / "part-2.jsonl").open("a") as f:
+        f.write(json.dumps({"url": site.url("/img/17.png"), "caption": "late"}) + "\n")
+    args = (options, dataset.root, storage_at(str(tmp_path / "w")), dataset.schema,
+            dataset.source)  # fmt: skip
+    (tmp_path / "w").mkdir()
+    with pytest.raises(SourceError, match=r"part-2\.jsonl: changed since the scan"):
+        write_shard(plan.shards[-1], *args)
+    assert _scan_and_plan(storage_at(str(grown)), options, None)[3].digest != plan.digest
+
+
+def test_growing_a_streamed_pack_and_a_window_over_one_file_are_refused_in_one_line(
+    listed, tmp_path
+):
+    _, lists, _, out, _ = listed
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for part in out.iterdir():
+        if part.is_file():
+            (copy / part.name).write_bytes(part.read_bytes())
+    grown = helpers.run_cli("pack", str(lists), str(copy), *_JOB, "--no-shuffle", "--append")
+    helpers.one_line_error(grown, "packed streamed", "--overwrite")
+    alone = helpers.run_cli("pack", str(lists / "part-0.parquet"), str(tmp_path / "one"),
+                            *_JOB, "--shuffle-window")  # fmt: skip
+    helpers.one_line_error(alone, "--shuffle-window streams a folder or pattern")
+    held = helpers.run_cli("pack", str(lists / "part-0.parquet"), str(tmp_path / "one"), *_JOB)
+    assert "order: global shuffle, seed 0" in held.stdout  # a file alone is held, shuffled
+    with pytest.raises(OptionError, match=r"shuffle_window"):
+        PackOptions(shuffle=False, shuffle_window=True)
+    with pytest.raises(OutputError):
+        pack(lists, copy, _options(shuffle=False, grow="update"))
+    assert len(scan(lists, _options()).splits["train"]) == 17  # the global shuffle holds items
+
+
+def test_a_parquet_list_is_typed_by_its_footer_or_surveyed_as_a_list_read_whole(
+    tmp_path, monkeypatch
+):
+    """Text, number and boolean columns take their types from the footer, no row read;
+    a list column (boxes) or a number column with a null is surveyed. Either way a streamed
+    list's schema is the one the same list read whole gets."""
+    from shardpack.sources.tables import ranges
+
+    scalars, lists = tmp_path / "scalars", tmp_path / "lists"
+    for folder in (scalars, lists):
+        folder.mkdir()
+    urls = [f"http://images.example/{i}.png" for i in range(6)]
+    for part in (0, 1):
+        rows = slice(3 * part, 3 * part + 3)
+        table = pa.table({"url": urls[rows], "caption": ["a", None, "c"], "likes": [1, 2, 3],
+                          "score": pa.array([0.5, 1.5, 2.0], pa.float64()),
+                          "nsfw": [True, False, True]})  # fmt: skip
+        pq.write_table(table, scalars / f"part-{part}.parquet", row_group_size=2)
+        boxes = [[[0.1, 0.1, 0.5, 0.5]], [], [[0.2, 0.2, 0.3, 0.4]]]
+        pq.write_table(table.append_column("bbox", pa.array(boxes)),
+                       lists / f"part-{part}.parquet")  # fmt: skip
+
+    def unread(*args):
+        raise AssertionError("a row was read")
+
+    for folder in (scalars, lists):
+        held = scan(folder, _options()).schema
+        with monkeypatch.context() as patched:
+            if folder is scalars:
+                patched.setattr(ranges, "parquet_chunks", unread)
+            streamed = scan(folder, _options(shuffle=False))
+        assert isinstance(streamed.splits["train"], StreamedRows)
+        assert streamed.schema == held, folder.name
+    assert held["bbox"].shape == (-1, 4)
+
+
+def test_the_ranges_of_one_row_group_read_it_once_in_a_process(tmp_path, monkeypatch):
+    """pyarrow writes up to 1M rows a row group and a shard takes 1,024: each range read its
+    whole row group again (1.3 s for 1M URLs and captions, a thousand times a group)."""
+    from shardpack.sources.tables import ranges
+
+    folder = tmp_path / "lists"
+    folder.mkdir()
+    urls = [f"http://images.example/{i}.png" for i in range(12)]
+    pq.write_table(pa.table({"url": urls, "caption": list("abcdefghijkl")}),
+                   folder / "part-0.parquet", row_group_size=12)  # fmt: skip
+    read, real = [], ranges.read_group
+    monkeypatch.setattr(ranges, "read_group", lambda *args: read.append(args[2]) or real(*args))
+    dataset, _, _, plan = _scan_and_plan(storage_at(str(folder)), _options(shuffle=False), None)
+    assert len(plan.shards) == 6  # --shards 6: two rows each, all in row group 0
+    assert [item.key for spec in plan.shards for item in spec.items] == urls
+    assert read == [0]
+    dataset.splits["train"].release()
