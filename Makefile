@@ -91,6 +91,7 @@ bench: $(TESTDEPS) $(PEERS)
 	$(BIN)/python -m benchmarks.convert
 	$(BIN)/python -m benchmarks.hub_parquet photos-6000
 	$(BIN)/python -m benchmarks.dedup
+	$(BIN)/python -m benchmarks.listing --pack
 	$(BIN)/python -m benchmarks.near_distance
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the

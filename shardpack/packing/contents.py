@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Iterator
+
+import numpy as np
 
 from shardpack.contentsfile import (
     DIGESTED,
@@ -26,7 +29,7 @@ from shardpack.contentsfile import (
 )
 from shardpack.layout import CONTENTS_NAME
 from shardpack.packing.facts import facts_of
-from shardpack.packing.plan import Plan, ShardResult
+from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.sources import Item
 from shardpack.storage import Storage
 
@@ -34,6 +37,10 @@ from shardpack.storage import Storage
 __all__ = ["FORMAT", "MAX_CONTENTS_BYTES", "VALUES_PER_ITEM", "VALUES_PER_SHARD", "Contents",
            "Entry", "Skip", "entries", "load_contents", "meta", "values", "with_copies",
            "write_contents"]  # fmt: skip
+
+# Records a shard's entry is rendered at a time (spool.py): what it costs is bounded by this,
+# not by the shard's size.
+RENDER_CHUNK = 4096
 
 
 def meta(item: Item) -> int:
@@ -51,27 +58,59 @@ def meta(item: Item) -> int:
 def entries(plan: Plan, results: list[ShardResult]) -> dict[str, Entry]:
     """Each written shard's entry: the keys and content keys of its records, in order."""
     by_file = {r.file: r for r in results}
-    found: dict[str, Entry] = {}
-    for spec in plan.shards:
-        result = by_file[spec.file]
-        rows = facts_of(result.content, len(spec.items))
-        written = [i for i in range(len(spec.items)) if rows["size"][i] > 0]
-        reasons = dict(result.skipped)
-        # planned but skipped (a bad image): not new to the next --append either
-        skipped = [spec.items[i].key for i in range(len(spec.items)) if rows["size"][i] == 0]
-        found[spec.file] = {
-            "keys": [spec.items[i].key for i in written],
-            "crc": [int(rows["crc"][i]) for i in written],
-            "size": [int(rows["size"][i]) for i in written],
-            "width": [int(rows["width"][i]) for i in written],
-            "height": [int(rows["height"][i]) for i in written],
-            "meta": [meta(spec.items[i]) for i in written],
-            "label_counts": list(result.label_counts),
-            "tally": [list(t) for t in result.tally],
-            "skipped": skipped,
-            "reasons": [reasons.get(key, "skipped") for key in skipped],
-        }
-    return found
+    return {spec.file: shard_entry(spec, by_file[spec.file]) for spec in plan.shards}
+
+
+def shard_entry(spec: ShardSpec, result: ShardResult) -> Entry:
+    """The entry of the shard `spec` planned and `result` says was written (no "copy" yet)."""
+    return {name: _listed(value) for name, value in _columns(spec, result).items()}
+
+
+def rendered_shard(spec: ShardSpec, result: ShardResult) -> bytes:
+    """rendered(shard_entry(spec, result)), a field and RENDER_CHUNK records at a time: a
+    shard's numbers are never all Python ints at once."""
+    fields = _columns(spec, result).items()
+    return b"{%s}" % b",".join(b'"%s":%s' % (name.encode(), _rendered_column(value))
+                               for name, value in fields)  # fmt: skip
+
+
+def _rendered_column(value: list | np.ndarray) -> bytes:
+    """A field as rendered() writes it, RENDER_CHUNK values at a time."""
+    if len(value) <= RENDER_CHUNK:
+        return rendered(_listed(value))
+    chunks = range(0, len(value), RENDER_CHUNK)
+    return b"[%s]" % b",".join(rendered(_listed(value[i : i + RENDER_CHUNK]))[1:-1] for i in chunks)
+
+
+def _listed(value: list | np.ndarray) -> list:
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def _columns(spec: ShardSpec, result: ShardResult) -> dict[str, list | np.ndarray]:
+    """shard_entry's fields, its records' numbers as the facts table's columns."""
+    rows = facts_of(result.content, len(spec.items))
+    written = np.flatnonzero(rows["size"] > 0)
+    reasons = dict(result.skipped)
+    # planned but skipped (a bad image): not new to the next --append either
+    skipped = [spec.items[i].key for i in np.flatnonzero(rows["size"] == 0).tolist()]
+    rows, written = rows[written], written.tolist()
+    return {
+        "keys": [spec.items[i].key for i in written],
+        "crc": rows["crc"],
+        "size": rows["size"],
+        "width": rows["width"],
+        "height": rows["height"],
+        "meta": [meta(spec.items[i]) for i in written],
+        "label_counts": list(result.label_counts),
+        "tally": [list(t) for t in result.tally],
+        "skipped": skipped,
+        "reasons": [reasons.get(key, "skipped") for key in skipped],
+    }
+
+
+def copy_numbers(groups: list[list[tuple]]) -> dict[str, int]:
+    """key -> the number its exact copies share (the groups' order, from 1), for those in one."""
+    return {member[1]: i for i, group in enumerate(groups, 1) for member in group}
 
 
 def with_copies(
@@ -80,15 +119,44 @@ def with_copies(
     """The entries with each record's "copy": a number its exact copies (confirmed by digest)
     share, 0 for none known, so that the next grow reads one of them for all; those of the
     `unknown` shards (rewritten: their old records' bytes are not the items' now) all 0."""
-    number = {member[1]: i for i, group in enumerate(groups, 1) for member in group}
+    number = copy_numbers(groups)
     return {file: {**entry, "copy": [0 if file in unknown else number.get(key, 0)
                                      for key in entry["keys"]]}
             for file, entry in shards.items()}  # fmt: skip
 
 
+def rendered(value: object) -> bytes:
+    """An entry (or one of its values) as contents.json holds it."""
+    return _utf8(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def with_copy(entry: bytes, copies: list[int]) -> bytes:
+    """A rendered entry without "copy", with it (last, where with_copies puts it)."""
+    return b'%s,"copy":%s}' % (entry[:-1], json.dumps(copies, separators=(",", ":")).encode())
+
+
 def write_contents(out: Storage, shards: dict[str, Entry], loose: tuple[Skip, ...] = ()) -> None:
     """Write contents.json for the shards an index is about to list."""
-    doc = {"format": FORMAT, "shards": shards, "loose": [list(s) for s in loose]}
-    # compact: json's C encoder (an indent takes its Python one, ~5x slower on a million keys)
-    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
-    out.put(CONTENTS_NAME, text.encode("utf-8", "backslashreplace"))
+    write_rendered(out, ((file, rendered(entry)) for file, entry in shards.items()), loose)
+
+
+def write_rendered(
+    out: Storage, shards: Iterable[tuple[str, bytes]], loose: tuple[Skip, ...] = ()
+) -> None:
+    """Write contents.json from each shard's rendered entry, a shard at a time: compact, as
+    json's C encoder writes (an indent takes its Python one, ~5x slower on a million keys)."""
+
+    def parts() -> Iterator[bytes]:
+        yield b'{"format":%s,"shards":{' % _utf8(json.dumps(FORMAT))
+        for i, (file, entry) in enumerate(shards):
+            yield b"%s%s:%s" % (b"," if i else b"", _utf8(json.dumps(file, ensure_ascii=False)),
+                                entry)  # fmt: skip
+        loose_ = json.dumps([list(s) for s in loose], ensure_ascii=False, separators=(",", ":"))
+        yield b'},"loose":%s}' % _utf8(loose_)
+
+    out.put_parts(CONTENTS_NAME, parts())
+
+
+def _utf8(text: str) -> bytes:
+    """JSON text as the file holds it: a name that is not UTF-8 (lone surrogates) escaped."""
+    return text.encode("utf-8", "backslashreplace")

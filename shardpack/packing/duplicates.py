@@ -136,9 +136,11 @@ def found_in_shards(plan: Plan, results: list[ShardResult]) -> list[Group]:
     and digest (the workers digested every byte; nothing is read again here)."""
     by_file = {r.file: r for r in results}
     tables = [facts_of(by_file[spec.file].content, len(spec.items)) for spec in plan.shards]
-    rows = np.concatenate(tables) if tables else facts_of(b"", 0)
-    halves = np.ascontiguousarray(rows["digest"]).view("<u8").reshape(-1, 2)
-    sets = candidates(rows["size"], halves[:, 0], halves[:, 1])
+    tables = tables or [facts_of(b"", 0)]
+    # the two columns alone: a copy of every row would be twice the bytes, at the pack's peak
+    size = np.concatenate([table["size"] for table in tables])
+    halves = np.concatenate([table["digest"] for table in tables]).view("<u8").reshape(-1, 2)
+    sets = candidates(size, halves[:, 0], halves[:, 1])
     entries = _PlanEntries(plan)
     return _ordered([entries.members(positions) for positions in sets])
 

@@ -37,8 +37,11 @@ PACKED_CHUNK = 1024
 _forked: list[ShardSpec] | None = None
 
 
-def run_local(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[ShardResult]:
-    """Yield write_shard(spec, *args) of each spec as it finishes, on `workers` forked workers.
+def run_local(
+    specs: list[ShardSpec], args: tuple, workers: int, prepare: Callable[[], None] | None = None
+) -> Iterator[ShardResult]:
+    """Yield write_shard(spec, *args) of each spec as it finishes, on `workers` forked workers,
+    each calling `prepare` first.
 
     Closing the generator early (an error, Ctrl-C) kills every worker before it returns.
     """
@@ -53,7 +56,7 @@ def run_local(specs: list[ShardSpec], args: tuple, workers: int) -> Iterator[Sha
     tasks = (delayed(_write_forked)(i, *args) for i in range(len(specs)))
     parallel = Parallel(
         n_jobs=workers,
-        backend=ForkBackend(),
+        backend=ForkBackend(prepare),
         return_as="generator_unordered",
         pre_dispatch="all",  # every task queued here, none from the pool's result thread
     )
@@ -78,8 +81,9 @@ class ForkBackend(ParallelBackendBase):
     uses_threads = False
     supports_sharedmem = False
 
-    def __init__(self) -> None:
+    def __init__(self, prepare: Callable[[], None] | None = None) -> None:
         super().__init__()
+        self._prepare = prepare  # what each worker calls as it starts
         self._pool: ProcessPoolExecutor | None = None
         self._others: set[multiprocessing.process.BaseProcess] = set()  # children from before
 
@@ -94,8 +98,8 @@ class ForkBackend(ParallelBackendBase):
         self._pool = ProcessPoolExecutor(
             self.effective_n_jobs(n_jobs),
             mp_context=multiprocessing.get_context("fork"),
-            initializer=_tie_to_parent,
-            initargs=(os.getpid(),),
+            initializer=_start_worker,
+            initargs=(os.getpid(), self._prepare),
         )
         return self.effective_n_jobs(n_jobs)
 
@@ -150,6 +154,13 @@ class _PackedItems:
 def _write_forked(i: int, *args) -> ShardResult:
     """In a forked worker: write shard i of the run that forked it."""
     return write_shard(_forked[i], *args)
+
+
+def _start_worker(parent: int, prepare: Callable[[], None] | None) -> None:
+    """In each forked worker, first: _tie_to_parent, then `prepare`."""
+    _tie_to_parent(parent)
+    if prepare is not None:
+        prepare()
 
 
 def _tie_to_parent(parent: int) -> None:

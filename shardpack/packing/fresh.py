@@ -14,8 +14,8 @@ from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, Option, OptionError, SourceError, printable
 from shardpack.index import PackStats
 from shardpack.options import PackOptions
-from shardpack.packing import duplicates, stamps
-from shardpack.packing.contents import entries, with_copies, write_contents
+from shardpack.packing import duplicates
+from shardpack.packing.contents import copy_numbers
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.merge import build_index, commit_index, json_value, write_outputs
 from shardpack.packing.outdir import plan_record, prepare, split_file_names
@@ -29,6 +29,7 @@ from shardpack.packing.plan import (
 )
 from shardpack.packing.rangeplan import failure_rows, make_range_plan, streamed_rows
 from shardpack.packing.result import PackResult
+from shardpack.packing.spool import EntrySpool
 from shardpack.packing.stats import split_summaries
 from shardpack.packing.urlfailures import counts, rows_of, url_failures, write_failures
 from shardpack.packing.writing import SKIP_HINT, Planned, no_gc
@@ -68,10 +69,24 @@ class FreshPack:
         self.in_process = out.in_process or self.src.in_process  # memory:// is ours alone
         if self.in_process:
             workers, options = 1, replace(options, backend="local")
+        # a streamed list's items are ranges, not held: no contents.json nor stamps
+        self.spool = EntrySpool(plan) if streamed_rows(dataset) is None else None
         return Planned(dataset, plan, options, record, reused, workers)
+
+    def landed(self, result: ShardResult) -> None:
+        """A shard of this run landed: its contents entry and stamps, rendered and spooled."""
+        if self.spool is not None:
+            self.spool.add(result)
 
     def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         """The index of what the workers wrote, with what goes beside it; index.json last."""
+        try:
+            return self._merge(planned, results)
+        finally:
+            if self.spool is not None:
+                self.spool.close()
+
+    def _merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         out, dataset, plan, options = self.out, planned.dataset, planned.plan, planned.options
         num_records = sum(r.num_records for r in results)
         if num_records == 0:  # a dataset of nothing is no success, and leaves no dataset
@@ -96,26 +111,29 @@ class FreshPack:
             out=out, name=self.name, dataset=dataset, options=options, plan=plan,
             results=results, stats=stats,
         )  # fmt: skip
-        groups = self.groups
+        groups, self.groups = self.groups, None  # held here alone: freed once numbered
         removed = {} if groups is None else duplicates.removed(groups)
+        # one at a time, the summaries first: each makes its own arrays of every record
+        summaries = json_value(split_summaries(plan, results, removed))
         if groups is None:
             groups = duplicates.found_in_shards(plan, results)
         found = duplicates.summary(groups, sum(removed.values()), options)
+        numbers, groups = copy_numbers(groups), None  # a key each, not a tuple each
         index = replace(
             index,
             duplicates=json_value(found),
             warnings=(*index.warnings, *duplicates.warnings(found)),
-            summaries=json_value(split_summaries(plan, results, removed)),
+            summaries=summaries,
         )
         if streamed:  # the ranges are read no more
             streamed_rows(dataset).release()
         write_outputs(out, index, results, options.index_files)
         if not streamed:  # a streamed list's keys are not held: it keeps no list to grow from
-            write_contents(out, with_copies(entries(plan, results), groups, frozenset()))
+            self.spool.write_contents(out, results, numbers)
         write_failures(out, failures)
         commit_index(out, index)  # the run is complete
         if not streamed:
-            stamps.save(out, index, stamps.written(plan, results))
+            self.spool.write_stamps(out, index, results)
         notes = _fewer_workers(self.options.workers, stats.workers, to_write, self.in_process)
         return PackResult(
             out=out.root, index=index, num_records=num_records,

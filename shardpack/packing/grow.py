@@ -210,6 +210,10 @@ class GrowPack:
         old = close_gaps(out, old, contents, loose)
         return _nothing(out.root, old, change, copies, options.grow, self.start, retold)
 
+    def landed(self, result: ShardResult) -> None:
+        """A new shard landed: nothing to note yet (the merge joins the new shards' entries
+        with the held ones')."""
+
     def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         """The grown index: the new shards added, the rewritten ones retired, copies, skips and
         statistics recounted; index.json, then the gaps closed."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
@@ -387,11 +388,14 @@ class Journal:
 def _line(entry: dict) -> bytes:
     """One journal line. Results go in as their own __dict__: json writes their tuples as
     lists itself, where dataclasses.asdict would copy every offset first."""
-    return json.dumps(entry, default=_base64).encode("ascii")  # any name, as \u escapes
+    return json.dumps(entry, default=_plain).encode("ascii")  # any name, as \u escapes
 
 
-def _base64(value: object) -> str:
-    """A result's bytes (its content) as json writes them: base64 text."""
+def _plain(value: object) -> str | list[int]:
+    """A result's bytes (its content) as json writes them, base64 text; its offsets' array
+    as a list."""
+    if isinstance(value, array):
+        return value.tolist()
     if not isinstance(value, bytes):
         raise TypeError(f"not JSON: {type(value).__name__}")
     return base64.b64encode(value).decode("ascii")

@@ -32,6 +32,9 @@ class Steps(Protocol):
         """Under the lock: scan SRC and plan the shards; a PackResult when none is to be
         written (a grow with nothing new)."""
 
+    def landed(self, result: ShardResult) -> None:
+        """A shard of this run landed (journaled): note what the merge needs of it."""
+
     def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         """Merge the shards written into the index and commit it (index.json last)."""
 
@@ -65,8 +68,9 @@ def pack(
             on_error="fail") a bad image; in every case
             no index.json is written and no partial shard is left under a final name.
 
-    On glibc, the calling process keeps glibc's malloc set to reuse freed memory afterwards
-    (see packing.writing: up to 64 MiB held for reuse).
+    On glibc, a run whose one worker is the calling process keeps glibc's malloc set to reuse
+    freed memory afterwards (see packing.writing: up to 64 MiB held for reuse); a run that
+    forks workers leaves it set to glibc's first thresholds, which give freed memory back.
     """
     _check_arguments(options, progress, storage_options, scan_progress)
     options = options or PackOptions()
@@ -82,7 +86,7 @@ def pack(
         if isinstance(planned, PackResult):
             return planned
         refuse_unmoved(planned.dataset.schema, planned.options)
-        results = write_shards(planned, out, progress)
+        results = write_shards(planned, out, progress, steps.landed)
         return steps.merge(planned, results)
 
 

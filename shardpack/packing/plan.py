@@ -72,7 +72,9 @@ class ShardResult:
     label_counts: tuple[int, ...]
     skipped: tuple[tuple[str, str], ...]
     seconds: float
-    offsets: tuple[int, ...] = ()  # each record's byte offset; () in a journal from before
+    # each record's byte offset (from a worker, an array of them: a Python int each would cost
+    # the packing process 36 bytes a record); () in a journal from before
+    offsets: Sequence[int] = ()
     lossless: int = 0  # images --encode keep re-encoded as PNG: TensorFlow cannot decode them
     content: bytes = b""  # facts.FACT_DTYPE rows, one per item in plan order
     tally: tuple[tuple[str, str, int], ...] = ()  # facts.ShardFacts.tally

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+
+import numpy as np
 
 from shardpack.index import Index
 from shardpack.layout import STAMPS_NAME
-from shardpack.packing.contents import values
+from shardpack.packing.contents import RENDER_CHUNK, values
 from shardpack.packing.facts import facts_of
-from shardpack.packing.plan import Plan, ShardResult
+from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.sources import Item, Source
 from shardpack.storage import Storage
 
@@ -77,12 +79,16 @@ def written(plan: Plan, results: list[ShardResult]) -> dict[str, int | None]:
     """key -> mtime of each planned item, as its worker noted it (None: no stamp, or not
     written)."""
     by_file = {r.file: r for r in results}
-    found = {}
-    for spec in plan.shards:
-        rows = facts_of(by_file[spec.file].content, len(spec.items))
-        for item, size, mtime in zip(spec.items, rows["size"], rows["mtime"], strict=True):
-            found[item.key] = int(mtime) if size and mtime else None
-    return found
+    return {key: mtime for spec in plan.shards for key, mtime in noted(spec, by_file[spec.file])}
+
+
+def noted(spec: ShardSpec, result: ShardResult) -> Iterator[tuple[str, int | None]]:
+    """(key, mtime) of each item of the shard, as its worker noted it (None: no stamp, or not
+    written)."""
+    rows = facts_of(result.content, len(spec.items))
+    for item, size, mtime in zip(spec.items, rows["size"].tolist(), rows["mtime"].tolist(),
+                                 strict=True):  # fmt: skip
+        yield item.key, mtime if size and mtime else None
 
 
 def mtimes_to_save(shards: Iterable[dict], mtimes: dict[str, int | None]) -> dict[str, int]:
@@ -91,11 +97,42 @@ def mtimes_to_save(shards: Iterable[dict], mtimes: dict[str, int | None]) -> dic
             if mtimes.get(key) is not None}  # fmt: skip
 
 
+def rendered(spec: ShardSpec, result: ShardResult) -> bytes:
+    """The shard's part of the stamps file: its items' `"key":mtime` (those that have one), a
+    contents.RENDER_CHUNK of them at a time."""
+    rows = facts_of(result.content, len(spec.items))
+    stamped = np.flatnonzero((rows["size"] > 0) & (rows["mtime"] != 0))
+    parts = []
+    for start in range(0, len(stamped), RENDER_CHUNK):
+        at = stamped[start : start + RENDER_CHUNK]
+        mtimes = dict(zip([spec.items[i].key for i in at.tolist()], rows["mtime"][at].tolist(),
+                          strict=True))  # fmt: skip
+        parts.append(json.dumps(mtimes, separators=(",", ":")).encode()[1:-1])
+    return b",".join(parts)
+
+
 def save(out: Storage, index: Index, mtimes: dict[str, int | None]) -> None:
     """Write the stamps of the dataset whose index.json just landed (the mtimes not None)."""
     mtimes = {key: mtime for key, mtime in mtimes.items() if mtime is not None}
-    doc = {"format": FORMAT, "plan_digest": index.plan_digest, "mtimes": mtimes}
-    out.put(STAMPS_NAME, json.dumps(doc, separators=(",", ":")).encode())
+    save_rendered(out, index, [json.dumps(mtimes, separators=(",", ":")).encode()[1:-1]])
+
+
+def save_rendered(out: Storage, index: Index, shards: Iterable[bytes]) -> None:
+    """save() from each shard's rendered part, a shard at a time."""
+
+    def parts() -> Iterator[bytes]:
+        yield b'{"format":%s,"plan_digest":%s,"mtimes":{' % (
+            json.dumps(FORMAT).encode(),
+            json.dumps(index.plan_digest).encode(),
+        )
+        first = True
+        for part in shards:
+            if part:
+                yield part if first else b"," + part
+                first = False
+        yield b"}}"
+
+    out.put_parts(STAMPS_NAME, parts())
 
 
 def load(out: Storage, index: Index) -> dict[str, int]:

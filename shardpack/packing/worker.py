@@ -6,6 +6,7 @@ import hashlib
 import os
 import struct
 import time
+from array import array
 from contextlib import suppress
 
 import numpy as np
@@ -146,7 +147,8 @@ def write_shard(
     return ShardResult(
         spec.split, spec.index, spec.file, written.num_records, written.num_bytes,
         written.sha256, tuple(counts), tuple(skipped), time.perf_counter() - start,
-        written.offsets if options.index_files else (), lossless, facts.content(), facts.tally(),
+        array("Q", written.offsets if options.index_files else ()), lossless, facts.content(),
+        facts.tally(),
     )  # fmt: skip
 
 

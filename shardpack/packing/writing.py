@@ -42,11 +42,14 @@ _POLL_S = 0.2
 
 
 def write_shards(
-    planned: Planned, out: Storage, progress: ProgressCallback | None
+    planned: Planned,
+    out: Storage,
+    progress: ProgressCallback | None,
+    landed: Callable[[ShardResult], None] | None = None,
 ) -> list[ShardResult]:
-    """Write every shard not reused, journal each as it lands; on any failure (a bad image, a
-    signal, a dead worker) remove the partial files and say which shards were in flight.
-    The planned `record` (plan_record's) heads the journal."""
+    """Write every shard not reused, journal each as it lands (then hand it to `landed`); on
+    any failure (a bad image, a signal, a dead worker) remove the partial files and say which
+    shards were in flight. The planned `record` (plan_record's) heads the journal."""
     plan, reused, dataset = planned.plan, planned.reused, planned.dataset
     journal = Journal(out, plan.digest, planned.record, reused)
     done = {r.file for r in reused}
@@ -61,6 +64,8 @@ def write_shards(
             poller.finished(sum(sizes[f] for f in done))
             for result in finished:
                 journal.add(result)
+                if landed is not None:
+                    landed(result)
                 results.append(result)
                 poller.finished(sizes[result.file], result.file)
     except BaseException as e:
@@ -142,6 +147,11 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 
 _KEEP = ((_M_TRIM_THRESHOLD, 64 * 2**20), (_M_MMAP_THRESHOLD, 32 * 2**20))
+# And for a packing process that forks workers: glibc's first thresholds, held there. glibc
+# raises its threshold to each mmapped block freed, so that a result's buffers of megabytes
+# then come from the heap and stay in it: 200,000 files, the packing process's peak 128 -> 122
+# MB (distinct), 143 -> 136 (copies) (`python -m benchmarks.listing --pack`).
+_GIVE_BACK = ((_M_TRIM_THRESHOLD, 256 * 2**10), (_M_MMAP_THRESHOLD, 128 * 2**10))
 
 
 def _keep_freed_memory() -> None:
@@ -150,16 +160,20 @@ def _keep_freed_memory() -> None:
     By default each image's decode and encode buffers are fresh pages, page-faulted in one by
     one: a large share of re-encoding's system time (benchmarks/README.md). The price: the
     process keeps up to 64 MiB of freed memory for reuse, and setting the thresholds turns off
-    glibc's own adjusting of them, for the rest of the process. Elsewhere (no glibc) nothing
-    is done.
+    glibc's own adjusting of them, for the rest of the process.
     """
+    _mallopt(_KEEP)
+
+
+def _mallopt(settings: tuple[tuple[int, int], ...]) -> None:
+    """Set these of glibc's malloc options; elsewhere (no glibc) nothing is done."""
     import ctypes
 
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError, TypeError):
         return
-    for option, value in _KEEP:
+    for option, value in settings:
         mallopt(option, value)
 
 
@@ -172,14 +186,16 @@ def _run(
     """
     args = (options, dataset.root, out, dataset.schema, dataset.source)
     if options.backend == "local":
-        _keep_freed_memory()  # in this process, and so in the workers it forks
         with _gc_frozen():
             if workers == 1 or len(specs) <= 1:
+                _keep_freed_memory()  # this process decodes the images
                 yield from (write_shard(spec, *args) for spec in specs)
             else:
                 from shardpack.packing.forkpool import run_local  # imports joblib
 
-                yield from run_local(specs, args, min(workers, len(specs)))
+                # in the workers alone: the packing process gives back what it frees
+                _mallopt(_GIVE_BACK)
+                yield from run_local(specs, args, min(workers, len(specs)), _keep_freed_memory)
         return
     from joblib import Parallel, delayed, parallel_config
 

@@ -263,6 +263,11 @@ class Storage:
         """Write a whole small file; it appears (or replaces the old one) only complete."""
         raise NotImplementedError
 
+    def put_parts(self, name: str, parts: Iterable[bytes]) -> None:
+        """put() of a file made a part at a time: a store that can take them as they come (a
+        disk) never holds the whole; here, they are joined."""
+        self.put(name, b"".join(parts))
+
     def make_folder(self, name: str) -> Storage:
         """The folder `name` made if missing (a store has none to make), as a Storage rooted
         there; a link or a file in its place is refused (OutputError), never written through."""

@@ -174,6 +174,16 @@ class LocalStorage(Storage):
     def put(self, name: str, data: bytes) -> None:
         write_atomic(self.path(name), data)
 
+    def put_parts(self, name: str, parts: Iterable[bytes]) -> None:
+        sink = self.create(name)
+        try:
+            for part in parts:
+                sink.write(part)
+            sink.commit()
+        except BaseException:
+            sink.discard()
+            raise
+
     def remove(self, names: Iterable[str]) -> None:
         remove_files(self.path(n) for n in names)
 
