@@ -87,14 +87,13 @@ def write_shard(
         schema: the dataset's features: how to encode each of an item's fields.
         source: the dataset's source (Dataset.source), which loads an item's image.
 
-    Returns the shard's record count, size, sha256, label histogram, skipped items and what
-    facts noted of each record. Raises ImageError where an item is bad and options.on_error is
-    "fail"; no file is left behind.
+    Returns the shard's record count, size, sha256, label histogram, skipped items, what facts
+    noted of each record, and each record's offset where DALI index files are asked (the
+    parent holds every result until the merge). Raises ImageError where an item is bad and
+    options.on_error is "fail"; no file is left behind.
     """
-    start = time.perf_counter()
-    counts = [0] * len(schema.classes)
+    start, counts, lossless = time.perf_counter(), [0] * len(schema.classes), 0
     skipped: list[tuple[str, str]] = []
-    lossless = 0
     cache: dict = {}  # what the source's loader keeps between items
     progress = _Progress(out, spec.file)
     facts = ShardFacts(len(spec.items), objects_of(schema))
