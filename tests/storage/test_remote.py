@@ -370,8 +370,8 @@ def test_what_the_store_client_raises_is_one_line(src, local, s3: Bucket):
         (["pack", str(src), out + "2", "--storage-option", "bogus_opt=1"], None,
          "a --storage-option is not one the filesystem takes"),
     ]  # fmt: skip
-    for args, env, said in cases:
-        run = _process(*args, env=env)
+    for args, env, said in cases:  # in this process where the environment is the test's
+        run = _cli(*args) if env is None else _process(*args, env=env)
         assert run.returncode == 2, (args, run.stderr)
         assert said in _one_line(run.stderr), (args, run.stderr)
 
