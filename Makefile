@@ -93,6 +93,7 @@ bench: $(TESTDEPS) $(PEERS)
 	$(BIN)/python -m benchmarks.dedup
 	$(BIN)/python -m benchmarks.listing --pack
 	$(BIN)/python -m benchmarks.near_distance
+	$(BIN)/python -m benchmarks.peer_writers photos-6000
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the
 # listing-scale run (1,000,000 files), the manifest scan at 100k and 1M rows (CSV, JSONL,
