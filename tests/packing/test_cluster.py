@@ -149,6 +149,8 @@ def _workers_without_disk(hidden: Path, nworkers: int = 1) -> Iterator[str]:
         scheduler.wait(timeout=30)
 
 
+# make test: hostile/test_out's worker with a disk of its own is refused, its probe removed
+@pytest.mark.long
 def test_workers_that_do_not_share_out_are_refused(job, tmp_path: Path):
     src, _, options = job
     out = tmp_path / "private"

@@ -251,6 +251,8 @@ def test_resume_redoes_a_damaged_shard(src, clean, tmp_path):
     assert _same_output(out, clean)
 
 
+# make test: a held run refuses the next (concurrent runs); a killed run's lock frees (resumes)
+@pytest.mark.long
 def test_second_run_into_the_same_out_is_refused(src, tmp_path):
     import fcntl
 

@@ -297,6 +297,8 @@ def test_worker_killed_mid_upload_leaves_nothing_partial_and_resume_completes(
     same_output(out, big_local)
 
 
+# make test's planted S3 locks (hostile/test_out) and a held local run show the refusal
+@pytest.mark.long
 def test_a_second_run_is_refused_while_the_first_holds_the_lock(src, local, s3: Bucket):
     out = s3.url("packed/flowers")
     first = _start("pack", str(src), out, *JOB)
