@@ -418,9 +418,10 @@ def _refuse_streamed(out: Storage, old: Index) -> None:
     """A streamed list's pack (no global shuffle, and no contents.json: its keys were never
     held) cannot grow yet: refused in one line before anything is read."""
     if old.shuffle in ("window", "none") and not out.lexists(CONTENTS_NAME):
-        raise OutputError(f"{out.root}: holds a list packed streamed ({old.shuffle} shuffle), "
-                          "which keeps no list of its items to grow from; pack the new files "
-                          "into another folder, or repack all with ",
+        how = "in a window shuffle" if old.shuffle == "window" else "in their order"
+        raise OutputError(f"{out.root}: holds a list packed streamed ({how}: its rows were "
+                          "never held, so it keeps no list of its items to grow from); pack the "
+                          "new rows into another folder, or pack the whole list again with ",
                           Option("overwrite", True))  # fmt: skip
 
 
