@@ -398,7 +398,7 @@ def _canonical_values(
                 return None
             values.append(view[pos : pos + size] if lend else bytes(buf[pos : pos + size]))
             pos += size
-    elif kind == 0x1A:  # int64_list: one packed field 1 (0x0A, size, varints)
+    elif kind == 0x1A or kind == 0x12:  # int64_list, float_list: one packed field 1 (0x0A, size)
         if pos < entry_end:
             if buf[pos] != 0x0A:
                 return None
@@ -406,7 +406,12 @@ def _canonical_values(
             size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
             if pos + size != entry_end:
                 return None
-            while pos < entry_end:
+            if kind == 0x12:  # float32s
+                if size % 4:
+                    return None
+                values = list(struct.unpack_from(f"<{size // 4}f", buf, pos))
+                pos += size
+            while pos < entry_end:  # varints
                 value = buf[pos]
                 if value < 0x80:
                     pos += 1
@@ -415,16 +420,6 @@ def _canonical_values(
                     if value >= 1 << 63:
                         value -= 1 << 64
                 values.append(value)
-    elif kind == 0x12:  # float_list: one packed field 1 (0x0A, size, float32s)
-        if pos < entry_end:
-            if buf[pos] != 0x0A:
-                return None
-            size = buf[pos + 1]
-            size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-            if pos + size != entry_end or size % 4:
-                return None
-            values = list(struct.unpack_from(f"<{size // 4}f", buf, pos))
-            pos += size
     else:
         return None
     return values if pos == entry_end else None
