@@ -86,14 +86,19 @@ _SIZE, _CHECKSUM = slice(124, 136), slice(148, 156)
 _FIXED = (slice(100, 124), slice(136, 148), slice(156, _BLOCK))  # mode..gid, mtime, type..end
 
 
+# The template's byte sum with its checksum field as spaces and no name or size: a header's
+# checksum is that plus its name's and its size field's bytes (no sum of 512 bytes a member).
+_BASE_SUM = sum(_TEMPLATE) - sum(_TEMPLATE[_CHECKSUM]) + 8 * 32 - sum(_TEMPLATE[_SIZE])
+
+
 def _header(name: str, size: int) -> bytes:
     """_ustar(name, size), built from the template."""
     block = bytearray(_TEMPLATE)
     raw = name.encode("ascii")
     block[: len(raw)] = raw
-    block[_SIZE] = b"%011o\0" % size
-    block[_CHECKSUM] = b" " * 8  # the checksum counts its own field as spaces
-    block[_CHECKSUM] = b"%06o\0 " % sum(block)
+    field = b"%011o\0" % size
+    block[_SIZE] = field
+    block[_CHECKSUM] = b"%06o\0 " % (_BASE_SUM + sum(raw) + sum(field))
     return bytes(block)
 
 
@@ -109,7 +114,8 @@ def _parse_header(block: bytes, fault, offset: int) -> tuple[str, int]:
         raise fault(offset, "not a tar header shardpack writes (type, mode, owner or time)")
     if not _OCTAL_SIZE.fullmatch(block[_SIZE]) or not _OCTAL_CHECKSUM.fullmatch(block[_CHECKSUM]):
         raise fault(offset, "bad tar header (size or checksum field)")
-    if int(block[_CHECKSUM][:6], 8) != sum(block) - sum(block[_CHECKSUM]) + 8 * 32:
+    # the fixed fields are the template's (above): only the name and size add to its sum
+    if int(block[_CHECKSUM][:6], 8) != _BASE_SUM + sum(block[:100]) + sum(block[_SIZE]):
         raise fault(offset, "bad tar header (bad checksum)")
     name = block[:100].rstrip(b"\0")
     if b"\0" in name or not name.isascii():

@@ -489,3 +489,16 @@ def test_dali_reads_the_tars(tmp_path):
     assert result["epoch"] == len(expected)
     assert result["labels"][: len(expected)] == [r["label"] for r in expected]
     assert result["shapes"][0] == [expected[0]["height"], expected[0]["width"], 3]
+
+
+@pytest.mark.parametrize("at_byte", [3, 130])  # a byte of the name; a digit of the size
+def test_a_header_whose_checksum_does_not_add_up_is_refused(tmp_path, at_byte):
+    """A header is ours but for one byte of its name or size, its checksum not mended."""
+    from shardpack.containers.webdataset import _header
+
+    block = bytearray(_header("000000.jpg", 1))
+    block[at_byte] = ord("1") if at_byte >= 124 else ord("9")
+    path = tmp_path / "x.tar"
+    path.write_bytes(bytes(block) + b"\0" * 512 * 3)
+    with pytest.raises(RecordError, match=r"bad tar header \(bad checksum\)"):
+        get_container("webdataset").check(*at(path))
