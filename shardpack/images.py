@@ -597,9 +597,22 @@ def resize(pixels: np.ndarray, size: tuple[int, int], nearest: bool = False) -> 
     cv2 = _opencv()
     how = cv2.INTER_NEAREST_EXACT if nearest else cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
     try:
+        if how == cv2.INTER_AREA and pixels.dtype == np.uint8 and _in_floats(pixels.shape, size):
+            averaged = cv2.resize(np.float32(pixels), (width, height), interpolation=how)
+            return cv2.convertScaleAbs(averaged)  # rounded and saturated as OpenCV's own
         return cv2.resize(pixels, (width, height), interpolation=how)
     except cv2.error as e:
         raise BadImage(f"cannot resize to {width}x{height} ({_cv2_reason(e)})") from None
+
+
+def _in_floats(shape: tuple[int, ...], size: tuple[int, int]) -> bool:
+    """Whether OpenCV's area averaging of 8-bit pixels from `shape` to `size` is its float
+    one: a shrink of both sides by a fraction (a whole factor on both is summed in integers).
+    Given float32 pixels it runs the same sums ~15% faster (byte for byte the same, once
+    rounded), more than the conversion costs (benchmarks/README.md)."""
+    (height, width), (to_h, to_w) = shape[:2], size
+    shrink = to_h <= height and to_w <= width
+    return shrink and (height % to_h != 0 or width % to_w != 0)
 
 
 def interleave(planes: np.ndarray) -> np.ndarray:
