@@ -61,6 +61,12 @@ def serve(latency: float, flaky: float) -> tuple[_Server, dict]:
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def setup(self) -> None:
+            super().setup()
+            # headers and body are two writes: Nagle would hold the body until the client's
+            # delayed ACK of the headers, 40 ms a response more than `latency`
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def do_GET(self) -> None:
             with lock:
                 first = self.path not in seen
