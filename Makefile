@@ -84,7 +84,10 @@ $(PEERS): pyproject.toml
 	.venv-peers/bin/python -m pip install --quiet mosaicml-streaming litdata .
 	touch $@
 
-bench: $(TESTDEPS) $(PEERS)
+# The last row is shardpack beside img2dataset on 2,000 URLs at 50 and 200 ms a response,
+# passthrough and center-cropped to 256 px (#36's bar: 8 whole runs, about 1.5 min on 2 cores
+# at load 6; img2dataset's are most of it).
+bench: $(TESTDEPS) $(PEERS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.read_speed
 	$(BIN)/python -m benchmarks.torch_read
@@ -96,12 +99,12 @@ bench: $(TESTDEPS) $(PEERS)
 	$(BIN)/python -m benchmarks.listing --pack
 	$(BIN)/python -m benchmarks.near_distance
 	$(BIN)/python -m benchmarks.peer_writers photos-6000
+	$(BIN)/python -m benchmarks.urls --img2dataset -- --per-host 128
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the
 # listing-scale run (1,000,000 files), the manifest scan at 100k and 1M rows (CSV, JSONL,
-# Parquet), --append of 1,000 files to 1,000,000 records, and shardpack beside img2dataset on 2,000
-# URLs (8 whole runs, 4-5 min on 2 shared cores; img2dataset's are most of it): too long for
-# `make bench`.
+# Parquet) and --append of 1,000 files to 1,000,000 records: too long for `make bench`. The
+# side-by-side with img2dataset on 2,000 URLs runs here too, as in `make bench`.
 bench-long: $(TESTDEPS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.manifest_scale --scan

@@ -519,6 +519,23 @@ def test_resize_shrink_averages():
     assert resize(pixels, (1, 1))[0, 0, 0] == 100
 
 
+@pytest.mark.parametrize(
+    ("shape", "size"),
+    [((375, 375, 3), (256, 256)), ((375, 500, 3), (256, 341)), ((300, 400, 4), (97, 131)),
+     ((61, 59), (40, 17)), ((375, 500, 3), (375, 333))],
+)  # fmt: skip
+def test_a_fractional_shrink_is_opencv_s_own_area_averaging_byte_for_byte(shape, size):
+    """resize sums a fractional shrink in floats (faster): its bytes are still those of
+    cv2.resize's INTER_AREA on the 8-bit pixels, views (a cut window) and grey included."""
+    rng = np.random.default_rng(len(shape) + size[1])
+    noise = rng.integers(0, 256, (shape[0], shape[1] + 7, *shape[2:]), dtype=np.uint8)
+    for pixels in (noise, cv2.GaussianBlur(noise, (5, 5), 0)):
+        window = pixels[:, 3 : 3 + shape[1]]  # a view, as center-crop resizes it
+        expected = cv2.resize(window, size[::-1], interpolation=cv2.INTER_AREA)
+        got = resize(window, size)
+        assert got.dtype == np.uint8 and np.array_equal(got, expected)
+
+
 # ---- encode --------------------------------------------------------------------------------
 
 

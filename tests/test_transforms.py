@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from shardpack.cli import app
 from shardpack.errors import ShardpackError
-from shardpack.images import BadImage, decode, geometry, reduce_factor
+from shardpack.images import BadImage, decode, fit, geometry, reduce_factor
 from shardpack.options import PackOptions, parse_color
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
@@ -197,6 +197,29 @@ def test_a_photo_decodes_at_half_size_for_a_128_target(mode, factor):
     where = geometry(375, 500, None, (128, 128), mode)
     assert reduce_factor(375, 500, where.scaled) == factor
     assert reduce_factor(1500, 2000, where.scaled) == 8  # and 1/8 where it serves
+
+
+def test_a_center_crop_resizes_only_its_window_and_a_box_lands_where_its_pixels_go():
+    """500x375 to 256x256: the 375x375 middle alone is resized (the columns cut off are never
+    averaged), and a box lands where its object's pixels go. A white block's width and centre
+    in each row and column (area averaging keeps both) are the moved box's to 0.02 px: the
+    mapping of a whole resize to 341x256 and a cut at column 42 is up to 0.3 px away."""
+    where = geometry(375, 500, None, (256, 256), "center-crop")
+    assert where.window == (0, 62, 375, 375)  # 125 columns cut: 62 on the left, 63 right
+    pixels = np.zeros((375, 500, 3), np.uint8)
+    pixels[100:221, 140:331] = 255
+    got = fit(pixels, where, (0, 0, 0))[..., 0].astype(np.float64) / 255
+    assert got.shape == (256, 256)
+    ymin, xmin, ymax, xmax = where.move_boxes([[100 / 375, 140 / 500, 221 / 375, 331 / 500]])[
+        0] * 256  # fmt: skip
+    for block, (low, high), (across_low, across_high) in (
+        (got, (xmin, xmax), (ymin, ymax)),  # rows: the block's width and centre across
+        (got.T, (ymin, ymax), (xmin, xmax)),  # columns: its height and centre down
+    ):
+        inside = block[int(across_low) + 2 : int(across_high) - 2]
+        np.testing.assert_allclose(inside.sum(axis=1), high - low, atol=0.02)
+        centres = (inside * (np.arange(256) + 0.5)).sum(axis=1) / inside.sum(axis=1)
+        np.testing.assert_allclose(centres, (low + high) / 2, atol=0.02)
 
 
 def test_img2dataset_names_and_bad_values():
