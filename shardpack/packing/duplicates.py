@@ -20,6 +20,7 @@ from shardpack.images import BadImage, max_file_bytes
 from shardpack.options import PackOptions
 from shardpack.packing import near
 from shardpack.packing.facts import content_digest, content_key, facts_of
+from shardpack.packing.packeditems import picked
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Dataset, Item
 
@@ -161,13 +162,18 @@ class _PlanEntries:
     def members(self, positions: np.ndarray) -> Group:
         """The members at these positions, their shards found in one search (not one each:
         a group may hold most of a dataset)."""
-        shards = np.searchsorted(self.starts, positions, side="right") - 1
-        found = []
-        for shard, at in zip(shards.tolist(), (positions - self.starts[shards]).tolist(),
-                             strict=True):  # fmt: skip
-            spec = self.shards[shard]
-            item = spec.items[at]
-            found.append((spec.split, item.key, item.label))
+        ascending = np.argsort(positions, kind="stable")  # each packed chunk unpacked once
+        ordered = positions[ascending]
+        shards = np.searchsorted(self.starts, ordered, side="right") - 1
+        at = (ordered - self.starts[shards]).tolist()
+        found: Group = [None] * len(positions)  # type: ignore[list-item]
+        cuts = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True]).tolist()
+        for start, end in itertools.pairwise(cuts):  # the positions in one shard
+            spec = self.shards[int(shards[start])]
+            for i, (key, label) in zip(ascending[start:end].tolist(),
+                                       picked(spec.items, at[start:end], "key", "label"),
+                                       strict=True):  # fmt: skip
+                found[i] = (spec.split, key, label)
         return found
 
 

@@ -10,6 +10,7 @@ import tempfile
 from shardpack.index import Index
 from shardpack.packing import contents, stamps
 from shardpack.packing.facts import facts_of
+from shardpack.packing.packeditems import columns
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.storage import Storage
 
@@ -53,11 +54,8 @@ class EntrySpool:
             for spec in self._specs.values():
                 result = by_file[spec.file]
                 sizes = facts_of(result.content, len(spec.items))["size"].tolist()
-                copies = [
-                    number.get(item.key, 0)
-                    for item, size in zip(spec.items, sizes, strict=True)
-                    if size
-                ]
+                (keys,) = columns(spec.items, "key")
+                copies = [number.get(key, 0) for key, size in zip(keys, sizes, strict=True) if size]
                 yield spec.file, contents.with_copy(self._parts(spec, result)[0], copies)
 
         contents.write_rendered(out, shards())
