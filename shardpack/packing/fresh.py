@@ -122,7 +122,10 @@ class FreshPack:
         if groups is None:
             groups = duplicates.found_in_shards(plan, results)
         found = duplicates.summary(groups, sum(removed.values()), options)
-        numbers, groups = copy_numbers(groups), None  # a key each, not a tuple each
+        # by plan position where found in the shards (a number each), else a key each
+        found_here = isinstance(groups, duplicates.PlanCopies)
+        numbers = groups.numbers() if found_here else copy_numbers(groups)
+        groups = None
         index = replace(
             index,
             duplicates=json_value(found),

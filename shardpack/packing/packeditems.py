@@ -66,18 +66,23 @@ def columns(items: Sequence[Item], *names: str) -> tuple[list, ...]:
     return found
 
 
-def picked(items: Sequence[Item], positions: Sequence[int], *names: str) -> list[tuple]:
+def picked(items: Sequence[Item], positions: Sequence[int], *names: str) -> tuple[list, ...]:
     """These fields of the items at `positions` (ascending: each chunk is unpacked once), a
-    tuple each."""
+    list each."""
     at = [Item._fields.index(name) for name in names]
+    found: tuple[list, ...] = tuple([] for _ in names)
     if not isinstance(items, PackedItems):
-        return [tuple(items[p][i] for i in at) for p in positions]
-    found, chunk, unpacked = [], -1, ()
+        for p in positions:
+            for values, i in zip(found, at, strict=True):
+                values.append(items[p][i])
+        return found
+    chunk, unpacked = -1, ()
     for p in positions:
         if p // PACKED_CHUNK != chunk:
             chunk = p // PACKED_CHUNK
             unpacked = pickle.loads(items._chunks[chunk])
-        found.append(tuple(unpacked[i][p % PACKED_CHUNK] for i in at))
+        for values, i in zip(found, at, strict=True):
+            values.append(unpacked[i][p % PACKED_CHUNK])
     return found
 
 
