@@ -142,7 +142,9 @@ def found_in_shards(plan: Plan, results: list[ShardResult]) -> PlanCopies:
     # the two columns alone: a copy of every row would be twice the bytes, at the pack's peak
     size = np.concatenate([table["size"] for table in tables])
     halves = np.concatenate([table["digest"] for table in tables]).view("<u8").reshape(-1, 2)
-    return PlanCopies.of(plan, candidates(size, halves[:, 0], halves[:, 1]))
+    sets = candidates(size, halves[:, 0], halves[:, 1])
+    del size, halves, tables  # freed before the groups are ordered
+    return PlanCopies.of(plan, sets)
 
 
 class PlanCopies:
@@ -167,12 +169,12 @@ class PlanCopies:
         group = np.repeat(np.arange(len(sets)), sizes)
         positions = np.concatenate(sets) if sets else np.zeros(0, np.intp)
         ascending = np.argsort(positions, kind="stable")  # each packed chunk unpacked once
-        shards, keys, labels = _PlanEntries(plan).columns(positions[ascending])
+        shards, keys, labels = _PlanEntries(plan).columns(positions[ascending], sortable=True)
         conflicted = _conflicted(group[ascending], labels, len(sets))
         labels = []
         rank = np.empty(len(positions), np.intp)  # by position in `positions`
         rank[ascending] = _ranks(plan, shards, keys)
-        keys = []
+        keys = None
         by_group = np.lexsort((rank, group))  # each group's copies in that order
         firsts = np.cumsum(sizes) - sizes
         groups = np.argsort(rank[by_group[firsts]], kind="stable")  # by their kept copies
@@ -247,13 +249,14 @@ def _conflicted(group: np.ndarray, labels: list, count: int) -> np.ndarray:
     return conflicted
 
 
-def _ranks(plan: Plan, shards: np.ndarray, keys: list[str]) -> np.ndarray:
+def _ranks(plan: Plan, shards: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Each copy's place in the order _kept_first gives (`shards`: each key's shard in the
-    plan): by split, then key; the keys sorted in C, with no tuple a copy."""
+    plan; `keys` sortable, as _PlanEntries.columns gives them): by split, then key, sorted in C
+    with no tuple a copy."""
     splits = [spec.split for spec in plan.shards]
     order = sorted(set(splits), key=lambda split: _kept_first((split, "")))
     split_of = np.array([order.index(split) for split in splits], np.intp)[shards]
-    by_key = np.argsort(np.array(keys, object), kind="stable")
+    by_key = np.argsort(keys, kind="stable")
     ranked = by_key[np.argsort(split_of[by_key], kind="stable")]
     rank = np.empty(len(keys), np.intp)
     rank[ranked] = np.arange(len(keys))
@@ -273,20 +276,52 @@ class _PlanEntries:
         spec = self.shards[shard]
         return spec.split, spec.items[position - int(self.starts[shard])]
 
-    def columns(self, positions: np.ndarray) -> tuple[np.ndarray, list[str], list]:
+    def columns(
+        self, positions: np.ndarray, sortable: bool = False
+    ) -> tuple[np.ndarray, list | np.ndarray, list]:
         """The shard, key and label of the items at these positions (ascending): an array and
-        two lists."""
+        two lists; `sortable`: the keys as one array that sorts as they do (_sortable)."""
         shards = np.searchsorted(self.starts, positions, side="right") - 1
-        keys: list[str] = []
+        runs: list = []  # the keys of each run of positions in one shard
         labels: list = []
         cuts = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True]).tolist()
         for start, end in itertools.pairwise(cuts if len(positions) else ()):  # a shard's
             shard = int(shards[start])
-            at = (positions[start:end] - self.starts[shard]).tolist()
-            some_keys, some_labels = picked(self.shards[shard].items, at, "key", "label")
-            keys += some_keys
-            labels += some_labels
+            for first in range(start, end, _READ_AT_ONCE):  # a few strings at a time
+                last = min(end, first + _READ_AT_ONCE)
+                at = (positions[first:last] - self.starts[shard]).tolist()
+                some_keys, some_labels = picked(self.shards[shard].items, at, "key", "label")
+                runs.append(_sortable(some_keys) if sortable else some_keys)
+                labels += some_labels
+        if not sortable:
+            return shards, list(itertools.chain.from_iterable(runs)), labels
+        keys = np.concatenate(runs) if runs else np.zeros(0, "S1")
+        wide = (
+            len(keys)
+            and keys.dtype != object
+            and (keys.itemsize > _WIDEST + np.char.str_len(keys).mean())
+        )
+        if keys.dtype == object or wide:
+            keys = np.array(self.columns(positions)[1], object)  # the strings themselves
         return shards, keys, labels
+
+
+# Keys read at once by _PlanEntries.columns: made sortable, they are a byte a character.
+_READ_AT_ONCE = 4096
+# A key array's width (its longest key's bytes) may pass the mean by this much before the
+# strings themselves take less (a str is 49 bytes and its text, beside a pointer of 8).
+_WIDEST = 57
+
+
+def _sortable(keys: list[str]) -> np.ndarray:
+    """The keys as fixed-width UTF-8 bytes (lone surrogates passed as such), which numpy sorts
+    in C as Python sorts the keys (UTF-8 keeps the code points' order), at a byte a character
+    where a str takes 49 more; an object array of them where a key holds a NUL (numpy's bytes
+    lose their trailing NULs)."""
+    encoded = [key.encode("utf-8", "surrogatepass") for key in keys]
+    if b"\x00" in b"".join(encoded):
+        return np.array(keys, object)
+    return np.array(encoded, f"S{max([1, *map(len, encoded)])}")
 
 
 def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset, list[Group]]:

@@ -466,14 +466,33 @@ def test_the_report_finds_the_copies_an_earlier_index_names(many: tuple, tmp_pat
     assert "(not in the shards)" not in section.split("</section>")[0]
 
 
-def test_copies_by_plan_position_are_the_groups_of_their_members(tmp_path: Path) -> None:
+# Keys whose order the sort by their UTF-8 bytes must keep (lone surrogates: a name that is
+# not UTF-8), and keys it cannot take: keys alike but for trailing NULs (numpy's bytes drop
+# them), a key so long that fixed-width bytes would cost more than the strings.
+_ODD_KEYS = {
+    "plain": (),
+    "unicode": ("é", "z", "\U0001f600", "\uffff", "\udcff", "\ud7ff", "\ue000"),
+    "nul": (),
+    "wide": ("x" * 500,),
+}
+
+
+def _odd_key(split: str, i: int, odd: str) -> str:
+    if odd == "nul":
+        return f"{split}/k{i % 7}" + "\x00" * (i // 7)
+    extra = _ODD_KEYS[odd][i % 9] if i % 9 < len(_ODD_KEYS[odd]) else ""
+    return f"{split}/c{i % 3}/{i:04d}{extra}.jpg"
+
+
+@pytest.mark.parametrize("odd", _ODD_KEYS)
+def test_copies_by_plan_position_are_the_groups_of_their_members(tmp_path: Path, odd) -> None:
     # The packing process held each copy found in the shards as a (split, key, label) tuple
     # (200,000 copies of ten images: ~27 MB); by plan position it holds 8 bytes a copy, and
     # must say what the tuples said: the order, the summary and the copy numbers.
     rng = random.Random(0)
     splits = {}
     for split, count in (("train", 300), ("val", 40), ("test", 60)):
-        keys = [f"{split}/c{i % 3}/{i:04d}.jpg" for i in range(count)]
+        keys = [_odd_key(split, i, odd) for i in range(count)]
         rng.shuffle(keys)  # a listing need not be in key order (a manifest's rows)
         splits[split] = tuple(Item(key, i % 3 if i % 7 else None, key, 100)
                               for i, key in enumerate(keys))  # fmt: skip
