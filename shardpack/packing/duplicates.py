@@ -218,9 +218,10 @@ class PlanCopies:
         cuts = [(int(self.starts[g]), int(min(self.starts[g] + most, self.starts[g + 1])))
                 for g in groups]  # fmt: skip
         flat = np.concatenate([self.positions[a:b] for a, b in cuts] or [np.zeros(0, np.intp)])
-        shards, keys, _ = _PlanEntries(self.plan).columns(np.sort(flat))
+        ascending = np.sort(flat)
+        shards, keys, _ = _PlanEntries(self.plan).columns(ascending)
         splits = [self.plan.shards[shard].split for shard in shards.tolist()]
-        name = dict(zip(np.sort(flat).tolist(), map(record_name, splits, keys), strict=True))
+        name = dict(zip(ascending.tolist(), map(record_name, splits, keys), strict=True))
         named = [name[p] for p in flat.tolist()]
         ends = np.cumsum([b - a for a, b in cuts]).tolist()
         return [named[end - (b - a) : end] for (a, b), end in zip(cuts, ends, strict=True)]
