@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import NamedTuple
@@ -162,9 +162,10 @@ class PlanCopies:
         self._shard_starts = np.cumsum([0, *(len(spec.items) for spec in plan.shards)])
 
     @classmethod
-    def of(cls, plan: Plan, sets: list[np.ndarray]) -> PlanCopies:
+    def of(cls, plan: Plan, sets: Iterable[np.ndarray]) -> PlanCopies:
         """The groups of these sets of plan positions, each its kept copy first (evaluation
         splits first, then by split and key: _kept_first), in the order of those."""
+        sets = list(sets)
         sizes = np.array([len(s) for s in sets], np.intp)
         group = np.repeat(np.arange(len(sets)), sizes)
         positions = np.concatenate(sets) if sets else np.zeros(0, np.intp)
