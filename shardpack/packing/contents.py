@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from shardpack.contentsfile import (
 )
 from shardpack.layout import CONTENTS_NAME
 from shardpack.packing.facts import facts_of
+from shardpack.packing.packeditems import columns
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.sources import Item
 from shardpack.storage import Storage
@@ -48,10 +49,14 @@ def meta(item: Item) -> int:
     a relabelled row with the same image bytes is a changed item. An item of one class and no
     fields (a folder tree's: a million a grow) is its label + 1, unlabelled 0; others a
     digest, from 2**62 up."""
-    label = item.label
-    if not item.fields and (label is None or type(label) is int):
+    return meta_of(item.label, item.fields)
+
+
+def meta_of(label: object, fields: Mapping[str, object]) -> int:
+    """meta() of an item of this label and these fields."""
+    if not fields and (label is None or type(label) is int):
         return 0 if label is None else label + 1
-    digest = hashlib.blake2b(repr((label, sorted(item.fields.items()))).encode(), digest_size=8)
+    digest = hashlib.blake2b(repr((label, sorted(fields.items()))).encode(), digest_size=8)
     return DIGESTED | (int.from_bytes(digest.digest(), "little") >> 2)
 
 
@@ -91,16 +96,17 @@ def _columns(spec: ShardSpec, result: ShardResult) -> dict[str, list | np.ndarra
     rows = facts_of(result.content, len(spec.items))
     written = np.flatnonzero(rows["size"] > 0)
     reasons = dict(result.skipped)
+    keys, labels, fields = columns(spec.items, "key", "label", "fields")
     # planned but skipped (a bad image): not new to the next --append either
-    skipped = [spec.items[i].key for i in np.flatnonzero(rows["size"] == 0).tolist()]
+    skipped = [keys[i] for i in np.flatnonzero(rows["size"] == 0).tolist()]
     rows, written = rows[written], written.tolist()
     return {
-        "keys": [spec.items[i].key for i in written],
+        "keys": [keys[i] for i in written],
         "crc": rows["crc"],
         "size": rows["size"],
         "width": rows["width"],
         "height": rows["height"],
-        "meta": [meta(spec.items[i]) for i in written],
+        "meta": [meta_of(labels[i], fields[i]) for i in written],
         "label_counts": list(result.label_counts),
         "tally": [list(t) for t in result.tally],
         "skipped": skipped,

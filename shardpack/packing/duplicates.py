@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import NamedTuple
@@ -20,6 +20,7 @@ from shardpack.images import BadImage, max_file_bytes
 from shardpack.options import PackOptions
 from shardpack.packing import near
 from shardpack.packing.facts import content_digest, content_key, facts_of
+from shardpack.packing.packeditems import picked
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.sources import Dataset, Item
 
@@ -131,9 +132,10 @@ def confirm(
     return _ordered(groups)
 
 
-def found_in_shards(plan: Plan, results: list[ShardResult]) -> list[Group]:
+def found_in_shards(plan: Plan, results: list[ShardResult]) -> PlanCopies:
     """The groups of exact copies among the records the workers wrote: those alike in size
-    and digest (the workers digested every byte; nothing is read again here)."""
+    and digest (the workers digested every byte; nothing is read again here), by plan
+    position."""
     by_file = {r.file: r for r in results}
     tables = [facts_of(by_file[spec.file].content, len(spec.items)) for spec in plan.shards]
     tables = tables or [facts_of(b"", 0)]
@@ -141,8 +143,126 @@ def found_in_shards(plan: Plan, results: list[ShardResult]) -> list[Group]:
     size = np.concatenate([table["size"] for table in tables])
     halves = np.concatenate([table["digest"] for table in tables]).view("<u8").reshape(-1, 2)
     sets = candidates(size, halves[:, 0], halves[:, 1])
-    entries = _PlanEntries(plan)
-    return _ordered([entries.members(positions) for positions in sets])
+    del size, halves, tables  # freed before the groups are ordered
+    return PlanCopies.of(plan, sets)
+
+
+class PlanCopies:
+    """Groups of exact copies among a plan's records, as plan positions (its shards' items in
+    order), in the order _ordered gives: 8 bytes a copy where a Group's member takes a tuple
+    and its key (200,000 copies of ten images: ~27 MB at the pack's peak). The few names the
+    summary lists are read from the plan's items when asked."""
+
+    def __init__(self, plan: Plan, positions: np.ndarray, starts: np.ndarray,
+                 conflicted: np.ndarray) -> None:  # fmt: skip
+        self.plan = plan
+        self.positions = positions  # every copy, a group after another, its kept copy first
+        self.starts = starts  # each group's first in `positions`, then len(positions)
+        self.conflicted = conflicted  # each group's: its copies carry more than one label
+        self._shard_starts = np.cumsum([0, *(len(spec.items) for spec in plan.shards)])
+
+    @classmethod
+    def of(cls, plan: Plan, sets: Iterable[np.ndarray]) -> PlanCopies:
+        """The groups of these sets of plan positions, each its kept copy first (evaluation
+        splits first, then by split and key: _kept_first), in the order of those."""
+        sets = list(sets)
+        sizes = np.array([len(s) for s in sets], np.intp)
+        group = np.repeat(np.arange(len(sets)), sizes)
+        positions = np.concatenate(sets) if sets else np.zeros(0, np.intp)
+        ascending = np.argsort(positions, kind="stable")  # each packed chunk unpacked once
+        shards, keys, labels = _PlanEntries(plan).columns(positions[ascending], sortable=True)
+        conflicted = _conflicted(group[ascending], labels, len(sets))
+        labels = []
+        rank = np.empty(len(positions), np.intp)  # by position in `positions`
+        rank[ascending] = _ranks(plan, shards, keys)
+        keys = None
+        by_group = np.lexsort((rank, group))  # each group's copies in that order
+        firsts = np.cumsum(sizes) - sizes
+        groups = np.argsort(rank[by_group[firsts]], kind="stable")  # by their kept copies
+        positions = positions[by_group]
+        positions = np.concatenate([positions[f : f + n] for f, n in
+                                    zip(firsts[groups].tolist(), sizes[groups].tolist(),
+                                        strict=True)] or [positions])  # fmt: skip
+        return cls(plan, positions, np.r_[0, np.cumsum(sizes[groups])], conflicted[groups])
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    @property
+    def images(self) -> int:
+        return len(self.positions)
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.starts)
+
+    def across(self) -> Counter[tuple[str, str]]:
+        """(split, other split) -> the images of the split whose group is also in the other."""
+        splits = sorted({spec.split for spec in self.plan.shards})
+        if len(splits) < 2:
+            return Counter()
+        of_shard = np.array([splits.index(spec.split) for spec in self.plan.shards], np.intp)
+        shard = np.searchsorted(self._shard_starts, self.positions, side="right") - 1
+        counts = np.zeros((len(self), len(splits)), np.int64)  # a row a group
+        np.add.at(counts, (np.repeat(np.arange(len(self)), self.sizes()), of_shard[shard]), 1)
+        across: Counter[tuple[str, str]] = Counter()
+        for (a, split), (b, other) in itertools.permutations(enumerate(splits), 2):
+            if n := int(counts[counts[:, b] > 0, a].sum()):
+                across[split, other] = n
+        return across
+
+    def conflicts(self) -> list[int]:
+        """The groups whose copies carry more than one label (_Groups.conflicts)."""
+        return np.flatnonzero(self.conflicted).tolist()
+
+    def names(self, groups: Sequence[int], most: int) -> list[list[str]]:
+        """The record_name of the first `most` copies of each of these groups."""
+        cuts = [(int(self.starts[g]), int(min(self.starts[g] + most, self.starts[g + 1])))
+                for g in groups]  # fmt: skip
+        flat = np.concatenate([self.positions[a:b] for a, b in cuts] or [np.zeros(0, np.intp)])
+        ascending = np.sort(flat)
+        shards, keys, _ = _PlanEntries(self.plan).columns(ascending)
+        splits = [self.plan.shards[shard].split for shard in shards.tolist()]
+        name = dict(zip(ascending.tolist(), map(record_name, splits, keys), strict=True))
+        named = [name[p] for p in flat.tolist()]
+        ends = np.cumsum([b - a for a, b in cuts]).tolist()
+        return [named[end - (b - a) : end] for (a, b), end in zip(cuts, ends, strict=True)]
+
+    def numbers(self) -> np.ndarray:
+        """Each plan position's copy number: its group's place in the order (from 1), 0 where
+        it is in none (contents.copy_numbers, by position)."""
+        number = np.zeros(int(self._shard_starts[-1]), np.int64)
+        number[self.positions] = np.repeat(np.arange(1, len(self) + 1), self.sizes())
+        return number
+
+
+def _conflicted(group: np.ndarray, labels: list, count: int) -> np.ndarray:
+    """Whether each of `count` groups has copies of more than one label (`group`: each
+    label's), as _Groups.conflicts tells: the labels numbered in order met, no tuple a copy."""
+    number: dict[object, int] = {}
+    ids = np.fromiter((number.setdefault(label, len(number)) for label in labels), np.intp,
+                      len(labels))  # fmt: skip
+    order = np.argsort(group, kind="stable")
+    starts = np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])
+    conflicted = np.zeros(count, bool)
+    if len(order):
+        ids = ids[order]
+        differ = np.minimum.reduceat(ids, starts) != np.maximum.reduceat(ids, starts)
+        conflicted[group[order][starts]] = differ
+    return conflicted
+
+
+def _ranks(plan: Plan, shards: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Each copy's place in the order _kept_first gives (`shards`: each key's shard in the
+    plan; `keys` sortable, as _PlanEntries.columns gives them): by split, then key, sorted in C
+    with no tuple a copy."""
+    splits = [spec.split for spec in plan.shards]
+    order = sorted(set(splits), key=lambda split: _kept_first((split, "")))
+    split_of = np.array([order.index(split) for split in splits], np.intp)[shards]
+    by_key = np.argsort(keys, kind="stable")
+    ranked = by_key[np.argsort(split_of[by_key], kind="stable")]
+    rank = np.empty(len(keys), np.intp)
+    rank[ranked] = np.arange(len(keys))
+    return rank
 
 
 class _PlanEntries:
@@ -158,17 +278,52 @@ class _PlanEntries:
         spec = self.shards[shard]
         return spec.split, spec.items[position - int(self.starts[shard])]
 
-    def members(self, positions: np.ndarray) -> Group:
-        """The members at these positions, their shards found in one search (not one each:
-        a group may hold most of a dataset)."""
+    def columns(
+        self, positions: np.ndarray, sortable: bool = False
+    ) -> tuple[np.ndarray, list | np.ndarray, list]:
+        """The shard, key and label of the items at these positions (ascending): an array and
+        two lists; `sortable`: the keys as one array that sorts as they do (_sortable)."""
         shards = np.searchsorted(self.starts, positions, side="right") - 1
-        found = []
-        for shard, at in zip(shards.tolist(), (positions - self.starts[shards]).tolist(),
-                             strict=True):  # fmt: skip
-            spec = self.shards[shard]
-            item = spec.items[at]
-            found.append((spec.split, item.key, item.label))
-        return found
+        runs: list = []  # the keys of each run of positions in one shard
+        labels: list = []
+        cuts = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True]).tolist()
+        for start, end in itertools.pairwise(cuts if len(positions) else ()):  # a shard's
+            shard = int(shards[start])
+            for first in range(start, end, _READ_AT_ONCE):  # a few strings at a time
+                last = min(end, first + _READ_AT_ONCE)
+                at = (positions[first:last] - self.starts[shard]).tolist()
+                some_keys, some_labels = picked(self.shards[shard].items, at, "key", "label")
+                runs.append(_sortable(some_keys) if sortable else some_keys)
+                labels += some_labels
+        if not sortable:
+            return shards, list(itertools.chain.from_iterable(runs)), labels
+        keys = np.concatenate(runs) if runs else np.zeros(0, "S1")
+        wide = (
+            len(keys)
+            and keys.dtype != object
+            and (keys.itemsize > _WIDEST + np.char.str_len(keys).mean())
+        )
+        if keys.dtype == object or wide:
+            keys = np.array(self.columns(positions)[1], object)  # the strings themselves
+        return shards, keys, labels
+
+
+# Keys read at once by _PlanEntries.columns: made sortable, they are a byte a character.
+_READ_AT_ONCE = 4096
+# A key array's width (its longest key's bytes) may pass the mean by this much before the
+# strings themselves take less (a str is 49 bytes and its text, beside a pointer of 8).
+_WIDEST = 57
+
+
+def _sortable(keys: list[str]) -> np.ndarray:
+    """The keys as fixed-width UTF-8 bytes (lone surrogates passed as such), which numpy sorts
+    in C as Python sorts the keys (UTF-8 keeps the code points' order), at a byte a character
+    where a str takes 49 more; an object array of them where a key holds a NUL (numpy's bytes
+    lose their trailing NULs)."""
+    encoded = [key.encode("utf-8", "surrogatepass") for key in keys]
+    if b"\x00" in b"".join(encoded):
+        return np.array(keys, object)
+    return np.array(encoded, f"S{max([1, *map(len, encoded)])}")
 
 
 def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset, list[Group]]:
@@ -306,43 +461,56 @@ def removed(groups: list[Group]) -> dict[str, int]:
     return dict(Counter(member[0] for group in groups for member in group[1:]))
 
 
-def _conflicts(groups: list[Group]) -> list[Group]:
-    """The groups whose copies carry more than one label: the same image filed under two
-    classes (a wrong label somewhere, or a label --dedup would silently pick)."""
-    return [g for g in groups if len({member[2] for member in g}) > 1]
+class _Groups:
+    """Groups held as lists of members, read as summary() reads a PlanCopies."""
+
+    def __init__(self, groups: list[Group]) -> None:
+        self.groups = groups
+        self.images = sum(map(len, groups))
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def across(self) -> Counter[tuple[str, str]]:
+        """(split, other split) -> the images of the split whose group is also in the other."""
+        across: Counter[tuple[str, str]] = Counter()
+        for group in self.groups:
+            per_split = Counter(member[0] for member in group)
+            for split, other in itertools.permutations(per_split, 2):
+                across[split, other] += per_split[split]
+        return across
+
+    def conflicts(self) -> list[int]:
+        """The groups whose copies carry more than one label: the same image filed under two
+        classes (a wrong label somewhere, or a label --dedup would silently pick)."""
+        return [i for i, g in enumerate(self.groups) if len({member[2] for member in g}) > 1]
+
+    def names(self, groups: Sequence[int], most: int) -> list[list[str]]:
+        """The record_name of the first `most` copies of each of these groups."""
+        return [[record_name(*member[:2]) for member in self.groups[g][:most]] for g in groups]
 
 
-def summary(groups: list[Group], removed: int, options: PackOptions) -> dict:
+def summary(groups: list[Group] | PlanCopies, removed: int, options: PackOptions) -> dict:
     """index.json's `duplicates`: totals, the images of each split also in another, the
     groups that carry more than one label, and the first MAX_LISTED_GROUPS groups by
     record_name (each its first MAX_LISTED_KEYS)."""
-    across: Counter[tuple[str, str]] = Counter()
-    for group in groups:
-        per_split = Counter(member[0] for member in group)
-        for split, other in itertools.permutations(per_split, 2):
-            across[split, other] += per_split[split]
-    images = sum(map(len, groups))
-    conflicts = _conflicts(groups)
+    found = groups if isinstance(groups, PlanCopies) else _Groups(groups)
+    conflicts = found.conflicts()
     return {
         "method": "near" if options.dedup == "near" else "exact",
         **({"near_distance": options.near_distance} if options.dedup == "near" else {}),
-        "groups": len(groups),
-        "images": images,
-        "copies": images - len(groups),
+        "groups": len(found),
+        "images": found.images,
+        "copies": found.images - len(found),
         "removed": removed,
         "across_splits": [
             {"split": split, "also_in": other, "images": n}
-            for (split, other), n in sorted(across.items())
+            for (split, other), n in sorted(found.across().items())
         ],
         "label_conflicts": len(conflicts),
-        "listed": _names(groups[:MAX_LISTED_GROUPS]),
-        "conflicts_listed": _names(conflicts[:MAX_LISTED_CONFLICTS]),
+        "listed": found.names(range(min(len(found), MAX_LISTED_GROUPS)), MAX_LISTED_KEYS),
+        "conflicts_listed": found.names(conflicts[:MAX_LISTED_CONFLICTS], MAX_LISTED_KEYS),
     }
-
-
-def _names(groups: list[Group]) -> list[list[str]]:
-    """Each group as the record_name of its first MAX_LISTED_KEYS copies."""
-    return [[record_name(*member[:2]) for member in group[:MAX_LISTED_KEYS]] for group in groups]
 
 
 def warnings(doc: dict) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pickle
 import signal
 import sys
 import warnings
@@ -23,14 +22,13 @@ from dataclasses import replace
 from joblib import Parallel, delayed
 from joblib.parallel import ParallelBackendBase
 
+# PackedItems as _PackedItems, PACKED_CHUNK: the names tests and benchmarks import from here
+from shardpack.packing.packeditems import PACKED_CHUNK  # noqa: F401
+from shardpack.packing.packeditems import PackedItems as _PackedItems
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.packing.worker import write_shard
-from shardpack.sources import Item
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-# Items a packed chunk holds: what a worker unpacks at once.
-PACKED_CHUNK = 1024
 
 # The shards of the run, their items packed, set before the pool forks: the workers inherit
 # them, so a task pickles its shard's number and not its items.
@@ -123,32 +121,6 @@ class ForkBackend(ParallelBackendBase):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-
-
-class _PackedItems:
-    """A shard's items as bytes, for a forked worker: iterates and counts like the tuple it was
-    made from, unpacking PACKED_CHUNK items at a time.
-
-    A worker reading the inherited Item objects themselves would write their reference counts,
-    copying into itself every page of the listing it touched (scattered by the shuffle: nearly
-    all of them). Bytes are only read; a worker holds one chunk at a time. The price is the
-    parent's: packing, a column per field in C, before the workers start, and the packed bytes
-    (~35 bytes an item: ~35 MB for a million) for the run.
-    """
-
-    def __init__(self, items: tuple[Item, ...]) -> None:
-        self._count = len(items)
-        self._chunks = tuple(
-            pickle.dumps(tuple(zip(*items[start : start + PACKED_CHUNK], strict=True)), 5)
-            for start in range(0, len(items), PACKED_CHUNK)
-        )
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __iter__(self) -> Iterator[Item]:
-        for chunk in self._chunks:
-            yield from map(Item._make, zip(*pickle.loads(chunk), strict=True))
 
 
 def _write_forked(i: int, *args) -> ShardResult:

@@ -19,6 +19,7 @@ from shardpack.packing.contents import copy_numbers
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.merge import build_index, commit_index, json_value, write_outputs
 from shardpack.packing.outdir import plan_record, prepare, split_file_names
+from shardpack.packing.packeditems import packed_plan
 from shardpack.packing.plan import (
     SERIAL_SHARE,
     Plan,
@@ -70,7 +71,10 @@ class FreshPack:
         if self.in_process:
             workers, options = 1, replace(options, backend="local")
         # a streamed list's items are ranges, not held: no contents.json nor stamps
-        self.spool = EntrySpool(plan) if streamed_rows(dataset) is None else None
+        self.spool = None
+        if streamed_rows(dataset) is None:
+            plan, dataset = packed_plan(plan, dataset)  # from here the items are bytes
+            self.spool = EntrySpool(plan)
         return Planned(dataset, plan, options, record, reused, workers)
 
     def landed(self, result: ShardResult) -> None:
@@ -118,7 +122,10 @@ class FreshPack:
         if groups is None:
             groups = duplicates.found_in_shards(plan, results)
         found = duplicates.summary(groups, sum(removed.values()), options)
-        numbers, groups = copy_numbers(groups), None  # a key each, not a tuple each
+        # by plan position where found in the shards (a number each), else a key each
+        found_here = isinstance(groups, duplicates.PlanCopies)
+        numbers = groups.numbers() if found_here else copy_numbers(groups)
+        groups = None
         index = replace(
             index,
             duplicates=json_value(found),

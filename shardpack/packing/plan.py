@@ -276,6 +276,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
                     items=tuple(objects[order[start:end]].tolist()),
                 )
             )
+        objects = None  # not held while the plan is digested
     digest = _digest(dataset, shards, orders, options)
     return Plan(tuple(shards), digest, tuple(warnings), cost, options.shuffle_kind)
 
@@ -307,7 +308,10 @@ def _digest(
     })  # fmt: skip
     for split in sorted(dataset.splits):
         items = dataset.splits[split]
-        _feed_bytes(digest, b"o" + orders[split].astype("<i8").tobytes())
+        order = np.ascontiguousarray(orders[split], "<i8")  # uncopied where it is int64 already
+        digest.update((1 + order.nbytes).to_bytes(8, "little"))  # _feed_bytes of b"o" + it
+        digest.update(b"o")
+        digest.update(order)
         for start in range(0, len(items), DIGEST_BATCH):
             _items(digest, items[start : start + DIGEST_BATCH])
     return digest.hexdigest()

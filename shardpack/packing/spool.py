@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import tempfile
 
+import numpy as np
+
 from shardpack.index import Index
 from shardpack.packing import contents, stamps
 from shardpack.packing.facts import facts_of
+from shardpack.packing.packeditems import columns
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.storage import Storage
 
@@ -43,21 +46,25 @@ class EntrySpool:
         return data[:entry], data[entry:]
 
     def write_contents(
-        self, out: Storage, results: list[ShardResult], number: dict[str, int]
+        self, out: Storage, results: list[ShardResult], number: dict[str, int] | np.ndarray
     ) -> None:
         """Write contents.json of every planned shard, each record's copy numbered as `number`
-        says (contents.copy_numbers of the groups of exact copies)."""
+        says: by key (contents.copy_numbers of the groups of exact copies), or by plan
+        position (duplicates.PlanCopies.numbers)."""
         by_file = {r.file: r for r in results}
 
         def shards():
+            start = 0
             for spec in self._specs.values():
                 result = by_file[spec.file]
-                sizes = facts_of(result.content, len(spec.items))["size"].tolist()
-                copies = [
-                    number.get(item.key, 0)
-                    for item, size in zip(spec.items, sizes, strict=True)
-                    if size
-                ]
+                sizes = facts_of(result.content, len(spec.items))["size"]
+                if isinstance(number, np.ndarray):
+                    copies = number[start : start + len(spec.items)][sizes > 0].tolist()
+                else:
+                    (keys,) = columns(spec.items, "key")
+                    written = zip(keys, sizes.tolist(), strict=True)
+                    copies = [number.get(key, 0) for key, size in written if size]
+                start += len(spec.items)
                 yield spec.file, contents.with_copy(self._parts(spec, result)[0], copies)
 
         contents.write_rendered(out, shards())

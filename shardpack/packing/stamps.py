@@ -29,6 +29,7 @@ from shardpack.index import Index
 from shardpack.layout import STAMPS_NAME
 from shardpack.packing.contents import RENDER_CHUNK, values
 from shardpack.packing.facts import facts_of
+from shardpack.packing.packeditems import columns
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.sources import Item, Source
 from shardpack.storage import Storage
@@ -102,10 +103,11 @@ def rendered(spec: ShardSpec, result: ShardResult) -> bytes:
     contents.RENDER_CHUNK of them at a time."""
     rows = facts_of(result.content, len(spec.items))
     stamped = np.flatnonzero((rows["size"] > 0) & (rows["mtime"] != 0))
+    (keys,) = columns(spec.items, "key") if len(stamped) else ((),)
     parts = []
     for start in range(0, len(stamped), RENDER_CHUNK):
         at = stamped[start : start + RENDER_CHUNK]
-        mtimes = dict(zip([spec.items[i].key for i in at.tolist()], rows["mtime"][at].tolist(),
+        mtimes = dict(zip([keys[i] for i in at.tolist()], rows["mtime"][at].tolist(),
                           strict=True))  # fmt: skip
         parts.append(json.dumps(mtimes, separators=(",", ":")).encode()[1:-1])
     return b",".join(parts)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 import os
 from collections.abc import Iterable, Mapping
 
@@ -10,7 +9,7 @@ from shardpack.errors import Option, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import cifar
-from shardpack.sources.classlist import check_class_name, class_list, labelled
+from shardpack.sources.classlist import Listing, check_class_name, class_list, labelled
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.storage import Folder, Storage
@@ -125,9 +124,7 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
 _MOST_SPLITS = 5
 
 
-def _refuse_split_like(
-    src: Storage, folders: tuple[str, ...], found: list[tuple[str, str, int]]
-) -> None:
+def _refuse_split_like(src: Storage, folders: tuple[str, ...], found: Listing) -> None:
     """Refuse first-level folders that are a split tree by another name (tr/cat, te/cat): a
     few, none with an image of its own, all holding the same two or more folders. Taken for
     classes, every image would be labelled by its split."""
@@ -167,15 +164,15 @@ def few(names: Iterable[str]) -> str:
 
 def list_class_folders(
     src: Storage, passed: Passed, base: str = ""
-) -> tuple[tuple[str, ...], list[tuple[str, str, int]], list[str]]:
+) -> tuple[tuple[str, ...], Listing, list[str]]:
     """The class folders of SRC/base and their images, sorted by key; what is not an image
     goes to `passed`. The store's walk claims every class folder before walking any: a link
     from one class into another (or back to SRC) must not list the other class's images under
     the wrong label.
 
     Returns:
-        (class names, [(class name, key, size)] with keys relative to SRC, the names of the
-        class folders that hold no image).
+        (class names, the (class name, key, size) of each image with keys relative to SRC,
+        the names of the class folders that hold no image).
     """
     walk = src.walk_folders(base)
     top = next(walk)
@@ -192,7 +189,7 @@ def list_class_folders(
     for name in loose:
         if not _hidden(name):
             passed.ignore(prefix + name)
-    found: list[tuple[str, str, int | None]] = []
+    found = Listing()
     # class -> whether it holds an image; None where it cannot be listed (skipped with why,
     # not warned about as empty)
     holding: dict[str, bool | None] = dict.fromkeys(classes, False)
@@ -211,18 +208,13 @@ def list_class_folders(
         folder.folders[:] = [name for name in folder.folders if not _hidden(name)]
         if _list_images(folder, label, prefix, passed, found) and holding[label] is False:
             holding[label] = True
-    found.sort(key=operator.itemgetter(1))
+    found.sort()
     empty = [name for name, holds in holding.items() if holds is False]
-    return classes, _fill_sizes(src, found), empty
+    _fill_sizes(src, found)
+    return classes, found, empty
 
 
-def _list_images(
-    folder: Folder,
-    label: str,
-    prefix: str,
-    passed: Passed,
-    found: list[tuple[str, str, int | None]],
-) -> int:
+def _list_images(folder: Folder, label: str, prefix: str, passed: Passed, found: Listing) -> int:
     """Add (label, key, size or None) of each image of `folder` to `found`; what is not an
     image goes to `passed`. Return how many images. Per file this is the listing's hot loop."""
     at = f"{prefix}{folder.name}/"
@@ -243,10 +235,12 @@ def _list_images(
         else:
             ignored.append(name)
     sizes = folder.sizes
+    found.names += [label] * len(images)
+    found.keys += [at + name for name in images]
     if sizes:
-        found.extend([(label, at + name, sizes.get(name)) for name in images])
+        found.sizes += [sizes.get(name) for name in images]
     else:  # a disk's plain files: sized afterwards (_fill_sizes)
-        found.extend([(label, at + name, None) for name in images])
+        found.sizes += [None] * len(images)
     listed(len(images) + len(ignored))
     for name in sorted(ignored):
         passed.ignore(at + name)
@@ -317,26 +311,21 @@ def _only_entry(folder: Storage, name: str) -> bool:
     return all(entry == name or entry.startswith(".") or not is_dir for entry, is_dir in entries)
 
 
-def _fill_sizes(
-    src: Storage, found: list[tuple[str, str, int | None]]
-) -> list[tuple[str, str, int]]:
-    """`found` with a size for each file the walk left without: its own for the first
+def _fill_sizes(src: Storage, found: Listing) -> None:
+    """Give a size to each file of `found` the walk left without: its own for the first
     SIZED_FILES files and every SIZE_STRIDE-th after them, the mean of those for the rest."""
-    sample = [*range(min(SIZED_FILES, len(found))), *range(SIZED_FILES, len(found), SIZE_STRIDE)]
-    sizes = []
+    keys, sizes = found.keys, found.sizes
+    sample = [*range(min(SIZED_FILES, len(keys))), *range(SIZED_FILES, len(keys), SIZE_STRIDE)]
     for i in sample:
-        label, key, size = found[i]
-        if size is None:
+        if sizes[i] is None:
             try:  # the walk saw a regular file
-                size = src.size(key)
+                sizes[i] = src.size(keys[i])
             except OSError:  # gone since: the worker's skip will say so
-                size = 0
-            found[i] = (label, key, size)
-        sizes.append(size)
-    if len(sample) == len(found):
-        return found  # every file has its own size
-    mean = round(sum(sizes) / len(sizes))
-    return [(label, key, mean if size is None else size) for label, key, size in found]
+                sizes[i] = 0
+    if len(sample) == len(keys):
+        return  # every file has its own size
+    mean = round(sum(sizes[i] for i in sample) / len(sample))
+    sizes[:] = [mean if size is None else size for size in sizes]
 
 
 def instead_of_file(path: str) -> str:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
+import random
 import re
 import shutil
 import subprocess
@@ -11,15 +13,21 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import cv2
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from shardpack import PackOptions
 from shardpack.cli import app
+from shardpack.packing import duplicates
+from shardpack.packing.contents import copy_numbers
 from shardpack.packing.fresh import FreshPack
+from shardpack.packing.packeditems import packed_plan
+from shardpack.packing.plan import make_plan
 from shardpack.packing.worker import write_shard
 from shardpack.read.stream import iter_examples
-from shardpack.sources import source_root
+from shardpack.schema import Schema
+from shardpack.sources import Dataset, Item, source_root
 from shardpack.storage import storage_at
 from tests.helpers import image, shard_files, write_image
 
@@ -456,3 +464,59 @@ def test_the_report_finds_the_copies_an_earlier_index_names(many: tuple, tmp_pat
     section = (out / "report.html").read_text().split("id='duplicates'")[1]
     assert "test/test/dog/copy_b.jpg" in section
     assert "(not in the shards)" not in section.split("</section>")[0]
+
+
+# Keys whose order the sort by their UTF-8 bytes must keep (lone surrogates: a name that is
+# not UTF-8), and keys it cannot take: keys alike but for trailing NULs (numpy's bytes drop
+# them), a key so long that fixed-width bytes would cost more than the strings.
+_ODD_KEYS = {
+    "plain": (),
+    "unicode": ("é", "z", "\U0001f600", "\uffff", "\udcff", "\ud7ff", "\ue000"),
+    "nul": (),
+    "wide": ("x" * 500,),
+}
+
+
+def _odd_key(split: str, i: int, odd: str) -> str:
+    if odd == "nul":
+        return f"{split}/k{i % 7}" + "\x00" * (i // 7)
+    extra = _ODD_KEYS[odd][i % 9] if i % 9 < len(_ODD_KEYS[odd]) else ""
+    return f"{split}/c{i % 3}/{i:04d}{extra}.jpg"
+
+
+@pytest.mark.parametrize("odd", _ODD_KEYS)
+def test_copies_by_plan_position_are_the_groups_of_their_members(tmp_path: Path, odd) -> None:
+    # The packing process held each copy found in the shards as a (split, key, label) tuple
+    # (200,000 copies of ten images: ~27 MB); by plan position it holds 8 bytes a copy, and
+    # must say what the tuples said: the order, the summary and the copy numbers.
+    rng = random.Random(0)
+    splits = {}
+    for split, count in (("train", 300), ("val", 40), ("test", 60)):
+        keys = [_odd_key(split, i, odd) for i in range(count)]
+        rng.shuffle(keys)  # a listing need not be in key order (a manifest's rows)
+        splits[split] = tuple(Item(key, i % 3 if i % 7 else None, key, 100)
+                              for i, key in enumerate(keys))  # fmt: skip
+    dataset = Dataset("folder", storage_at(tmp_path), Schema.build(("a", "b", "c")), splits)
+    options = PackOptions(shards=5)
+    plan = make_plan(dataset, "d", options, 2)
+    entries = [(spec.split, item) for spec in plan.shards for item in spec.items]
+    chosen = rng.sample(range(len(entries)), 250)
+    cuts = sorted(rng.sample(range(1, 125), 60))
+    sets = [np.array(chosen[a:b]) for a, b in itertools.pairwise([0, *cuts, 125])]
+    sets += [np.array(chosen[125 + 2 * i : 127 + 2 * i]) for i in range(60)]  # pairs
+    found = duplicates.PlanCopies.of(packed_plan(plan, dataset)[0], sets)
+    members = [[(entries[p][0], entries[p][1].key, entries[p][1].label) for p in s.tolist()]
+               for s in sets]  # fmt: skip
+    expected = duplicates._ordered(members)
+    held = [[(entries[p][0], entries[p][1].key, entries[p][1].label)
+             for p in found.positions[a:b].tolist()]
+            for a, b in itertools.pairwise(found.starts.tolist())]  # fmt: skip
+    assert held == expected
+    summary = duplicates.summary(found, 0, options)
+    assert summary == duplicates.summary(expected, 0, options)
+    assert summary["label_conflicts"] and summary["across_splits"]  # what the test can tell
+    number = copy_numbers(expected)
+    assert found.numbers().tolist() == [number.get(item.key, 0) for _, item in entries]
+    assert duplicates.summary(duplicates.PlanCopies.of(plan, []), 0, options) == (
+        duplicates.summary([], 0, options)
+    )
