@@ -305,19 +305,23 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
             kept = cache[KIND] = _open_shards(root)
         reader = kept.files.get(item.path)
         if reader.raw_examples:
-            from shardpack.containers.example import decode  # numpy: not for --help
+            from shardpack.containers.example import decode, decode_known  # numpy: not for --help
 
-            data = reader.raw(item.position)
-            where_in = (reader.path, reader.position(item.position), reader.unit)
-            example = checked(decode(data, *where_in))  # whole: the scan may have read none
+            record, start, stop = data = reader.framed(item.position)  # the Example: [start:stop]
+            known = _known(item, kept)
+            example = None if known is None else decode_known(record, known, start, stop)
+            matched = example is not None  # the item's key and class, found byte for byte
+            if not matched:  # whole: the scan may have read none
+                where_in = (reader.path, reader.position(item.position), reader.unit)
+                example = checked(decode(_unframed(data), *where_in))
         else:
-            data, example = None, reader[item.position]
+            data, example, matched = None, reader[item.position], False
     except (SourceError, RecordError, OSError, IndexError, KeyError) as e:
         raise ImageError(item.key, f"{where}: cannot read it ({e})") from None
     images = example.get(IMAGE)
     if images and type(images[0]) is not bytes:  # a container's reader may lend a view
         example[IMAGE] = [bytes(v) for v in images]
-    fault = _unlike(example, item, kept)
+    fault = None if matched and _fits(example, kept.schema) else _unlike(example, item, kept)
     if fault is not None:
         raise ImageError(item.key, f"{where}: {fault}")
     image = example[IMAGE][0]
@@ -358,6 +362,19 @@ def _unlike(example: dict[str, list], item: Item, kept: _Opened) -> str | None:
             "changed since: run shardpack verify on it")  # fmt: skip
 
 
+def _known(item: Item, kept: _Opened) -> dict[str, int | bytes] | None:
+    """What a record of a schema with no feature but one class (or none) must hold to be the
+    item (its key and class), for decode_known to find byte for byte: no parse of them, nor
+    comparison after (a tenth of a repack's worker time went to both); None for another
+    schema, which _unlike checks whole."""
+    if not kept.plain or item.fields:
+        return None
+    label = item.label
+    if label is None:
+        return None if kept.labelled else {"key": _bytes(item.key)}
+    return {"key": _bytes(item.key), LABEL: label} if type(label) is int else None
+
+
 def _said(item: Item) -> str:
     """An item's label, and its features where it has any, for a message."""
     fields = dict(item.fields)
@@ -365,9 +382,16 @@ def _said(item: Item) -> str:
 
 
 def stored(item: Item, cache: dict) -> bytes | None:
-    """The Example bytes `load` last read, when they were item's and its container keeps them."""
+    """The Example bytes `load` last read, when they were item's and its container keeps them
+    (cut out of their framing here: only a container that takes them asks)."""
     kept = cache.get(STORED)
-    return kept[1] if kept is not None and kept[0] == item.key else None
+    return _unframed(kept[1]) if kept is not None and kept[0] == item.key else None
+
+
+def _unframed(framed: tuple[bytes, int, int]) -> bytes:
+    """The Example bytes of a record as _Shard.framed gives it."""
+    data, start, stop = framed
+    return data if (start, stop) == (0, len(data)) else data[start:stop]
 
 
 class _Shard:
@@ -377,6 +401,13 @@ class _Shard:
         self.reader, self.path = reader, getattr(reader, "path", "")
         self.raw_examples, self.unit = container.raw_examples, container.position_unit
         self.raw, self.position = getattr(reader, "raw", None), reader.position
+        self.framed = getattr(reader, "framed", None) or self._whole
+
+    def _whole(self, i: int) -> tuple[bytes, int, int]:
+        """Record i's Example bytes as framed gives them, from a reader that has no framing to
+        give (ArrayRecord's)."""
+        data = self.raw(i)
+        return data, 0, len(data)
 
     def __getitem__(self, i: int) -> dict[str, list]:
         return self.reader[i]
@@ -391,6 +422,7 @@ class _Opened(NamedTuple):
     files: OpenFiles[_Shard]
     schema: Schema
     plain: bool  # no features but one class a record (a label list or other feature: False)
+    labelled: bool  # a record holds a class
 
 
 def _open_shards(root: Storage) -> _Opened:
@@ -398,7 +430,7 @@ def _open_shards(root: Storage) -> _Opened:
     index = _index(root.child(""))  # a Storage: a worker's root may be Storage.reading's proxy
     shards = {s.file: s for info in index.splits.values() for s in info.shards}
     files = OpenFiles(lambda file: _open(index, shards[file]), KEEP_SHARDS)
-    return _Opened(files, index.schema, _plain(index.schema))
+    return _Opened(files, index.schema, _plain(index.schema), index.schema.get(LABEL) is not None)
 
 
 # Each record's position in a source shard, by the shard's path and sha256, found once a worker
