@@ -268,7 +268,11 @@ def _decode_list(kind: int, payload: memoryview) -> list:
 
 
 def decode_example(
-    data: bytes, borrow: Collection[str] = (), only: Collection[str] | None = None
+    data: bytes,
+    borrow: Collection[str] = (),
+    only: Collection[str] | None = None,
+    start: int = 0,
+    stop: int | None = None,
 ) -> dict[str, list]:
     """Parse Example bytes into name -> list of bytes, int or float.
 
@@ -278,40 +282,16 @@ def decode_example(
             of copies (what needs only an image's length, or passes the bytes on once).
         only: the features wanted (the others may be left out, their values not read, where
             the layout is encode_example's); None: all.
+        start, stop: where the Example lies in `data` (a record read with its framing: its
+            bytes are not copied out to be parsed); None: to its end.
 
     Raises:
         ValueError: the bytes are not a well-formed Example.
     """
-    fast = _decode_canonical(data, borrow, only)
-    return _decode_general(data) if fast is None else fast
-
-
-def decode_known(
-    data: bytes, known: Mapping[str, int | bytes], start: int = 0, stop: int | None = None
-) -> dict[str, list] | None:
-    """decode_example of the Example in data[start:stop], in encode_example's layout, that
-    holds each feature of `known` with exactly that one value: those entries are found by
-    comparing their bytes with what encode_example writes for them, not parsed, and nothing
-    is copied but the values given back (a repack's records, read framed: key and class checked
-    a record at a time). None where the layout is another or a known feature is not there
-    byte for byte: decode_example then says what the record holds.
-
-    Args:
-        data: bytes holding the Example (a TFRecord record with its framing, say).
-        known: name -> the one int or bytes value the record must hold.
-        start, stop: where the Example lies in `data` (None: to its end).
-    """
-    if type(data) is not bytes:  # bytes.startswith finds the entries: no view's slices
-        return None
-    expected = [(name, _entry_bytes(name, value), value) for name, value in sorted(known.items())]
-    return _decode_canonical(data, known=expected, start=start, stop=stop)
-
-
-def _entry_bytes(name: str, value: int | bytes) -> bytes:
-    """The map entry encode_example writes for a feature of one int or bytes value."""
-    if type(value) is bytes:
-        return _bytes_entry_head(name, len(value)) + value
-    return _scalar_entry(name, value)
+    fast = _decode_canonical(data, borrow, only, start, stop)
+    if fast is not None:
+        return fast
+    return _decode_general(data if (start, stop) == (0, None) else data[start:stop])
 
 
 def _decode_general(data: bytes) -> dict[str, list]:
@@ -346,7 +326,6 @@ def _decode_canonical(
     data: bytes,
     borrow: Collection[str] = (),
     only: Collection[str] | None = None,
-    known: Sequence[tuple[str, bytes, int | bytes]] = (),
     start: int = 0,
     stop: int | None = None,
 ) -> dict[str, list] | None:
@@ -354,13 +333,9 @@ def _decode_canonical(
     then a Feature, each number list packed. One flat loop, one-byte varints read inline (a
     pack's records are parsed in the scan and in the workers: ~3x the general decoder's
     speed); None for any other layout or a fault, which the general decoder then reads or
-    refuses alike; None too where an entry of `known` ((name, its bytes, its value), in name
-    order: decode_known's) is not found where its name falls, byte for byte. The Example is
-    data[start:stop] (None: to the end)."""
+    refuses alike. The Example is data[start:stop] (None: to the end)."""
     buf, view = data, memoryview(data)
     cache = _ENTRIES if type(data) is bytes else None  # a view's slices are no dict keys
-    expected = iter(known)
-    ahead = next(expected, None)
     try:
         end = len(buf) if stop is None else stop
         if end - start < 2 or buf[start] != 0x0A:
@@ -371,13 +346,6 @@ def _decode_canonical(
             return None
         out: dict[str, list] = {}
         while pos < end:
-            if ahead is not None and buf.startswith(ahead[1], pos, end):  # no parse
-                name = ahead[0]
-                if name in out:
-                    return None
-                out[name], pos = [ahead[2]], pos + len(ahead[1])
-                ahead = next(expected, None)
-                continue
             # a map entry of Features (0x0A, size), holding its key (0x0A, size, name) first
             if buf[pos] != 0x0A:
                 return None
@@ -422,7 +390,7 @@ def _decode_canonical(
                 if len(cache) >= _KEPT_ENTRIES:
                     cache.clear()
                 cache[entry] = (name, tuple(values))
-        return out if ahead is None else None
+        return out
     except (IndexError, ValueError, struct.error):  # UnicodeDecodeError is a ValueError
         return None
 
@@ -472,11 +440,12 @@ def _canonical_values(
 
 def decode(
     data: bytes, path: str, position: int, unit: str = "byte", borrow: Collection[str] = (),
-    only: Collection[str] | None = None,
+    only: Collection[str] | None = None, start: int = 0, stop: int | None = None,
 ) -> dict[str, list] | RecordError:  # fmt: skip
-    """Example bytes as name -> list of values (`borrow` and `only` as decode_example takes
-    them), or the RecordError saying they are not an Example (naming the file and position)."""
+    """Example bytes as name -> list of values (`borrow`, `only`, `start` and `stop` as
+    decode_example takes them), or the RecordError saying they are not an Example (naming the
+    file and position)."""
     try:
-        return decode_example(data, borrow, only)
+        return decode_example(data, borrow, only, start, stop)
     except ValueError as e:
         return RecordError(path, position, f"not a tf.train.Example ({e})", unit)

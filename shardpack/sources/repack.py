@@ -305,23 +305,21 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
             kept = cache[KIND] = _open_shards(root)
         reader = kept.files.get(item.path)
         if reader.raw_examples:
-            from shardpack.containers.example import decode, decode_known  # numpy: not for --help
+            from shardpack.containers.example import decode  # numpy: not for --help
 
-            record, start, stop = data = reader.framed(item.position)  # the Example: [start:stop]
-            known = _known(item, kept)
-            example = None if known is None else decode_known(record, known, start, stop)
-            matched = example is not None  # the item's key and class, found byte for byte
-            if not matched:  # whole: the scan may have read none
-                where_in = (reader.path, reader.position(item.position), reader.unit)
-                example = checked(decode(_unframed(data), *where_in))
+            # parsed whole (the scan may have read none), where it was read: the Example is
+            # record[start:stop], not copied out of its framing
+            record, start, stop = data = reader.framed(item.position)
+            where_in = (reader.path, reader.position(item.position), reader.unit)
+            example = checked(decode(record, *where_in, start=start, stop=stop))
         else:
-            data, example, matched = None, reader[item.position], False
+            data, example = None, reader[item.position]
     except (SourceError, RecordError, OSError, IndexError, KeyError) as e:
         raise ImageError(item.key, f"{where}: cannot read it ({e})") from None
     images = example.get(IMAGE)
     if images and type(images[0]) is not bytes:  # a container's reader may lend a view
         example[IMAGE] = [bytes(v) for v in images]
-    fault = None if matched and _fits(example, kept.schema) else _unlike(example, item, kept)
+    fault = _unlike(example, item, kept)
     if fault is not None:
         raise ImageError(item.key, f"{where}: {fault}")
     image = example[IMAGE][0]
@@ -360,19 +358,6 @@ def _unlike(example: dict[str, list], item: Item, kept: _Opened) -> str | None:
     held, listed_ = _said(found), _said(item)
     return (f"holds {held}, not {listed_} as the scan found; the shard or its {CONTENTS_NAME} "
             "changed since: run shardpack verify on it")  # fmt: skip
-
-
-def _known(item: Item, kept: _Opened) -> dict[str, int | bytes] | None:
-    """What a record of a schema with no feature but one class (or none) must hold to be the
-    item (its key and class), for decode_known to find byte for byte: no parse of them, nor
-    comparison after (a tenth of a repack's worker time went to both); None for another
-    schema, which _unlike checks whole."""
-    if not kept.plain or item.fields:
-        return None
-    label = item.label
-    if label is None:
-        return None if kept.labelled else {"key": _bytes(item.key)}
-    return {"key": _bytes(item.key), LABEL: label} if type(label) is int else None
 
 
 def _said(item: Item) -> str:
@@ -422,7 +407,6 @@ class _Opened(NamedTuple):
     files: OpenFiles[_Shard]
     schema: Schema
     plain: bool  # no features but one class a record (a label list or other feature: False)
-    labelled: bool  # a record holds a class
 
 
 def _open_shards(root: Storage) -> _Opened:
@@ -430,7 +414,7 @@ def _open_shards(root: Storage) -> _Opened:
     index = _index(root.child(""))  # a Storage: a worker's root may be Storage.reading's proxy
     shards = {s.file: s for info in index.splits.values() for s in info.shards}
     files = OpenFiles(lambda file: _open(index, shards[file]), KEEP_SHARDS)
-    return _Opened(files, index.schema, _plain(index.schema), index.schema.get(LABEL) is not None)
+    return _Opened(files, index.schema, _plain(index.schema))
 
 
 # Each record's position in a source shard, by the shard's path and sha256, found once a worker
