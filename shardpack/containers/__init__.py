@@ -168,8 +168,8 @@ class HashingFile:
     CHUNK bytes at a time: both release the GIL, so the worker goes on decoding and encoding
     meanwhile, and on a core that would otherwise idle (fewer workers than cores) a shard's
     bytes cost it nothing (benchmarks/README.md, "Eighth pass"). One chunk is in the thread's
-    hands while the next is gathered: what is held grows by a chunk, or by a record where one
-    is larger. A sink's error (a full disk) is raised by the next write, or by finish; either
+    hands while the next is gathered: what is held grows by a chunk (twice that while the
+    thread joins its pieces into one), or by a record where one is larger. A sink's error (a full disk) is raised by the next write, or by finish; either
     way the thread has ended by then.
     """
 
@@ -233,9 +233,13 @@ class HashingFile:
         while (chunk := self._chunks.get()) is not None:
             if self._error is None and not self._discarded:
                 try:
-                    for piece in chunk:
-                        self.sha256.update(piece)
-                        self.sink.write(piece)
+                    # one piece: hashing and writing let go of the GIL for all of it at once,
+                    # not for each record's pieces (the worker waited on this thread, which
+                    # waited on the worker's GIL, dozens of times a chunk)
+                    data = chunk[0] if len(chunk) == 1 else b"".join(chunk)
+                    chunk = None  # the pieces go as the joined copy is hashed and written
+                    self.sha256.update(data)
+                    self.sink.write(data)
                 except BaseException as e:  # raised again in the worker's thread
                     self._error = e
             self._free.release()
