@@ -1,14 +1,16 @@
 """Converting shardpack's own output against packing from the folder and the I/O ceiling.
 
     python -m benchmarks.convert [WORKLOAD] [--cache bench-out] [--repeat 3] [--workers N]
+                                 [--shards 8]
 
-The workload's JPEG folder is packed once into TFRecords (untimed). Then, each a whole
-`shardpack pack` process (start-up included), the cases alternate within each repeat (A B C,
-then C B A, as the machine is shared): the folder packed into TFRecord and into ArrayRecord,
-and the TFRecords converted into TFRecord, ArrayRecord and WebDataset (--source shardpack:
-each record read at random from its shard, the image bytes passed through; into an Example
-container, the record itself). Each row gives the medians of wall time and of CPU time (user +
-system of the process and its workers) and the CPU per image. The I/O ceiling is
+The workload's JPEG folder is packed once into TFRecords (untimed), every pack in `--shards`
+shards (8: issue 33's figures). Then, each a whole `shardpack pack` process (start-up
+included), the cases alternate within each repeat (A B C, then C B A, as the machine is
+shared): the folder packed into TFRecord, ArrayRecord and WebDataset, and the TFRecords
+converted into TFRecord, ArrayRecord and WebDataset (--source shardpack: each record read at
+random from its shard, the image bytes passed through; into an Example container, the record
+itself). Each row gives the medians of wall time and of CPU time (user + system of the process
+and its workers) and the CPU per image. The I/O ceiling is
 `benchmarks.ceiling --encode keep --write`: one process reading, hashing and writing the same
 bytes into one file, fsynced, the least any conversion must do.
 """
@@ -46,21 +48,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", default="bench-out")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--shards", type=int, default=8, help="shards of every pack")
     args = parser.parse_args(argv)
     work = ensure(args.workload, args.cache)
     base = os.path.join(os.path.abspath(args.cache), "convert")
     pack = [sys.executable, "-m", "shardpack", "pack"]
-    workers = ["--workers", str(args.workers)] if args.workers else []
+    flags = ["--shards", str(args.shards), *(["--workers", str(args.workers)] if args.workers
+                                              else [])]  # fmt: skip
     tfrecords = os.path.join(base, "tfrecord")
     shutil.rmtree(tfrecords, ignore_errors=True)
-    subprocess.run([*pack, work.path, tfrecords, *workers], check=True, capture_output=True)
+    subprocess.run([*pack, work.path, tfrecords, *flags], check=True, capture_output=True)
     cases = {
         f"{src} -> {fmt}": [*pack, path, os.path.join(base, "out"), "--format", fmt,
-                            "--no-progress", *workers]
-        for src, path, formats in (("folder", work.path, ("tfrecord", "array_record")),
-                                   ("tfrecord", tfrecords,
-                                    ("tfrecord", "array_record", "webdataset")))
-        for fmt in formats
+                            "--no-progress", *flags]
+        for src, path in (("folder", work.path), ("tfrecord", tfrecords))
+        for fmt in ("tfrecord", "array_record", "webdataset")
     }  # fmt: skip
     cases["I/O ceiling"] = [sys.executable, "-m", "benchmarks.ceiling", work.path, "--encode",
                             "keep", "--write", os.path.join(base, "out")]  # fmt: skip
@@ -70,8 +72,8 @@ def main(argv: list[str] | None = None) -> None:
         for name in list(cases)[:: 1 if repeat % 2 == 0 else -1]:
             runs[name].append(_run(cases[name], os.path.join(base, "out")))
     load = (load + os.getloadavg()[0]) / 2
-    print(f"{work.name}: {work.num_images} images, {work.input_bytes / 2**20:.1f} MiB; "
-          f"load average ~{load:.1f} on {os.cpu_count()} cores")  # fmt: skip
+    print(f"{work.name}: {work.num_images} images, {work.input_bytes / 2**20:.1f} MiB, "
+          f"{args.shards} shards; load average ~{load:.1f} on {os.cpu_count()} cores")  # fmt: skip
     rows = {}
     for name, times in runs.items():
         wall = statistics.median(w for w, _ in times)
@@ -80,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
                       "cpu_us_per_image": round(cpu / work.num_images * 1e6)}  # fmt: skip
         print(f"  {name:26s} {wall:6.2f} s  {work.num_images / wall:7.0f} images/s  "
               f"CPU {cpu:6.2f} s  {rows[name]['cpu_us_per_image']:5d} us/image")  # fmt: skip
-    print(json.dumps({"workload": work.name, "load": round(load, 2), "rows": rows}))
+    found = {"workload": work.name, "shards": args.shards, "load": round(load, 2), "rows": rows}
+    print(json.dumps(found))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import itertools
 import os
 import queue
 import re
@@ -168,9 +169,10 @@ class HashingFile:
     CHUNK bytes at a time: both release the GIL, so the worker goes on decoding and encoding
     meanwhile, and on a core that would otherwise idle (fewer workers than cores) a shard's
     bytes cost it nothing (benchmarks/README.md, "Eighth pass"). One chunk is in the thread's
-    hands while the next is gathered: what is held grows by a chunk, or by a record where one
-    is larger. A sink's error (a full disk) is raised by the next write, or by finish; either
-    way the thread has ended by then.
+    hands while the next is gathered: what is held grows by a chunk (twice that while the
+    thread joins its pieces into one), or by a record where one is larger (not joined). A
+    sink's error (a full disk) is raised by the next write, or by finish; either way the thread
+    has ended by then.
     """
 
     CHUNK = 1 << 20
@@ -229,11 +231,23 @@ class HashingFile:
             self._chunks.put(None)
             self._thread.join()
 
+    def _joined(self, chunk: list[bytes]) -> Iterator[bytes]:
+        """A chunk's pieces, each run of pieces under CHUNK joined into one: hashing and writing
+        then let go of the GIL once for all of it, not for each record's pieces (the worker
+        waited on this thread, which waited on the worker for the GIL, dozens of times a
+        chunk). A record past CHUNK comes alone, not copied."""
+        for small, run in itertools.groupby(chunk, lambda piece: len(piece) <= self.CHUNK):
+            pieces = list(run)
+            if small and len(pieces) > 1:
+                yield b"".join(pieces)
+            else:
+                yield from pieces
+
     def _drain(self) -> None:
         while (chunk := self._chunks.get()) is not None:
             if self._error is None and not self._discarded:
                 try:
-                    for piece in chunk:
+                    for piece in self._joined(chunk):
                         self.sha256.update(piece)
                         self.sink.write(piece)
                 except BaseException as e:  # raised again in the worker's thread

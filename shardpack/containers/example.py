@@ -268,7 +268,11 @@ def _decode_list(kind: int, payload: memoryview) -> list:
 
 
 def decode_example(
-    data: bytes, borrow: Collection[str] = (), only: Collection[str] | None = None
+    data: bytes,
+    borrow: Collection[str] = (),
+    only: Collection[str] | None = None,
+    start: int = 0,
+    stop: int | None = None,
 ) -> dict[str, list]:
     """Parse Example bytes into name -> list of bytes, int or float.
 
@@ -278,12 +282,16 @@ def decode_example(
             of copies (what needs only an image's length, or passes the bytes on once).
         only: the features wanted (the others may be left out, their values not read, where
             the layout is encode_example's); None: all.
+        start, stop: where the Example lies in `data` (a record read with its framing: its
+            bytes are not copied out to be parsed); None: to its end.
 
     Raises:
         ValueError: the bytes are not a well-formed Example.
     """
-    fast = _decode_canonical(data, borrow, only)
-    return _decode_general(data) if fast is None else fast
+    fast = _decode_canonical(data, borrow, only, start, stop)
+    if fast is not None:
+        return fast
+    return _decode_general(data if (start, stop) == (0, None) else data[start:stop])
 
 
 def _decode_general(data: bytes) -> dict[str, list]:
@@ -315,20 +323,25 @@ _ENTRIES: dict[bytes, tuple[str, tuple]] = {}
 
 
 def _decode_canonical(
-    data: bytes, borrow: Collection[str] = (), only: Collection[str] | None = None
+    data: bytes,
+    borrow: Collection[str] = (),
+    only: Collection[str] | None = None,
+    start: int = 0,
+    stop: int | None = None,
 ) -> dict[str, list] | None:
     """decode_example of the layout encode_example (and TensorFlow) writes: each entry a name
     then a Feature, each number list packed. One flat loop, one-byte varints read inline (a
     pack's records are parsed in the scan and in the workers: ~3x the general decoder's
     speed); None for any other layout or a fault, which the general decoder then reads or
-    refuses alike."""
+    refuses alike. The Example is data[start:stop] (None: to the end)."""
     buf, view = data, memoryview(data)
     cache = _ENTRIES if type(data) is bytes else None  # a view's slices are no dict keys
     try:
-        end = len(buf)
-        if end < 2 or buf[0] != 0x0A:
+        end = len(buf) if stop is None else stop
+        if end - start < 2 or buf[start] != 0x0A:
             return None
-        size, pos = (buf[1], 2) if buf[1] < 0x80 else _read_varint(buf, 1)
+        size = buf[start + 1]
+        size, pos = (size, start + 2) if size < 0x80 else _read_varint(buf, start + 1)
         if pos + size != end:
             return None
         out: dict[str, list] = {}
@@ -427,11 +440,12 @@ def _canonical_values(
 
 def decode(
     data: bytes, path: str, position: int, unit: str = "byte", borrow: Collection[str] = (),
-    only: Collection[str] | None = None,
+    only: Collection[str] | None = None, start: int = 0, stop: int | None = None,
 ) -> dict[str, list] | RecordError:  # fmt: skip
-    """Example bytes as name -> list of values (`borrow` and `only` as decode_example takes
-    them), or the RecordError saying they are not an Example (naming the file and position)."""
+    """Example bytes as name -> list of values (`borrow`, `only`, `start` and `stop` as
+    decode_example takes them), or the RecordError saying they are not an Example (naming the
+    file and position)."""
     try:
-        return decode_example(data, borrow, only)
+        return decode_example(data, borrow, only, start, stop)
     except ValueError as e:
         return RecordError(path, position, f"not a tf.train.Example ({e})", unit)

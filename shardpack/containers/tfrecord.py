@@ -326,9 +326,15 @@ class _Reader(ShardReader):
         return checked(decode(self.raw(i), self.path, self.offsets[i]))
 
     def raw(self, i: int) -> bytes:
-        # A small record in one read, its data sliced out; a large one's header, data and
-        # footer read apart (a remote blob's read-ahead serves the three), so that its data
-        # comes as bytes of its own, not a slice of the record copied out again.
+        framed, start, end = self.framed(i)
+        return framed if (start, end) == (0, len(framed)) else framed[start:end]
+
+    def framed(self, i: int) -> tuple[bytes, int, int]:
+        """Record i as read, both CRCs checked: (bytes, where its data starts, where it ends)
+        in them. A small record comes in one read, with its framing (a caller that needs a
+        part of its data copies that part alone); a large one's header, data and footer are
+        read apart (a remote blob's read-ahead serves the three), so that its data comes as
+        bytes of its own, not a slice of the record copied out again."""
         offset, end = self.offsets[i], self.offsets[i + 1]
         head, span = HEADER.size, end - offset
         framed = self.blob.pread(span, offset) if span <= _ONE_READ else None
@@ -342,12 +348,15 @@ class _Reader(ShardReader):
         if framed is None:
             data = self.blob.pread(length, offset + head)
             footer = self.blob.pread(FOOTER.size, offset + head + length)
-        else:
-            data, footer = framed[head : head + length], framed[head + length :]
-        if len(data) != length or len(footer) != FOOTER.size:
+            if len(data) != length or len(footer) != FOOTER.size:
+                raise self._stale(offset)
+            check_data(data, footer, self.path, offset)
+            return data, 0, length
+        if len(framed) != span:
             raise self._stale(offset)
-        check_data(data, footer, self.path, offset)
-        return data
+        check_data(memoryview(framed)[head : head + length], framed[head + length :], self.path,
+                   offset)  # fmt: skip
+        return framed, head, head + length
 
     def position(self, i: int) -> int:
         return self.offsets[i]

@@ -14,8 +14,10 @@ A worker opens the shards its items lie in (a few at once; a gzip shard decompre
 its container, and its record count checked against the index) and reads each record at
 random; the image bytes go on as they are stored (raw pixels as pixels). Where the
 container's records are Example bytes (`raw_examples`), each is parsed once in the worker (and
-once more in the scan where that reads the shards); a record the worker would write unchanged
-is written as it is read (`stored`), not encoded again.
+once more in the scan where that reads the shards), where it was read (TFRecord's framing
+around it). Into an Example container the record is encoded from its features, which gives
+its very bytes back where nothing changed: that costs less than keeping the bytes read and
+comparing them with it (benchmarks/README.md, issue 33 item 5's third round).
 """
 
 from __future__ import annotations
@@ -56,7 +58,6 @@ KIND = "shardpack"
 _FORMATS = {f.encode() for f in STORED_FORMATS}  # what a record's `format` may name
 IMAGE = "image"
 BORROWED = (IMAGE,)  # decoded as views of the record: the scan needs its length only
-STORED = "shardpack-stored"  # the worker's cache: (key, Example bytes) of the record last loaded
 KEEP_SHARDS = 8  # shards a worker keeps open (a shuffled shard draws from all of them)
 SNIFF_BYTES = 4096  # where json.dumps puts index.json's "format", its first key
 
@@ -92,9 +93,6 @@ class ShardpackSource(Source):
         self, item: Item, root: Storage, options: PackOptions, cache: dict
     ) -> bytes | np.ndarray:
         return load(item, root, cache)
-
-    def stored(self, item: Item, cache: dict) -> bytes | None:
-        return stored(item, cache)
 
     def item_files(self, items: Iterable[Item]) -> Iterator[tuple[str, int]]:
         return iter(())  # records are read from their shards at random, by load
@@ -299,7 +297,6 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
     """
     kept = cache.get(KIND)
     where = f"{item.path} record {item.position}"
-    cache.pop(STORED, None)
     try:
         if kept is None:
             kept = cache[KIND] = _open_shards(root)
@@ -307,11 +304,13 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
         if reader.raw_examples:
             from shardpack.containers.example import decode  # numpy: not for --help
 
-            data = reader.raw(item.position)
+            # parsed whole (the scan may have read none), where it was read: the Example is
+            # record[start:stop], not copied out of its framing
+            record, start, stop = reader.framed(item.position)
             where_in = (reader.path, reader.position(item.position), reader.unit)
-            example = checked(decode(data, *where_in))  # whole: the scan may have read none
+            example = checked(decode(record, *where_in, start=start, stop=stop))
         else:
-            data, example = None, reader[item.position]
+            example = reader[item.position]
     except (SourceError, RecordError, OSError, IndexError, KeyError) as e:
         raise ImageError(item.key, f"{where}: cannot read it ({e})") from None
     images = example.get(IMAGE)
@@ -321,8 +320,6 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
     if fault is not None:
         raise ImageError(item.key, f"{where}: {fault}")
     image = example[IMAGE][0]
-    if data is not None:
-        cache[STORED] = (item.key, data)
     if example.get("format", [])[:1] != [b"raw"]:
         return image
     import numpy as np
@@ -364,12 +361,6 @@ def _said(item: Item) -> str:
     return f"label {item.label!r}" + (f" and features {fields!r}" if fields else "")
 
 
-def stored(item: Item, cache: dict) -> bytes | None:
-    """The Example bytes `load` last read, when they were item's and its container keeps them."""
-    kept = cache.get(STORED)
-    return kept[1] if kept is not None and kept[0] == item.key else None
-
-
 class _Shard:
     """One open shard of SRC: its container's reader, and whether it gives Example bytes."""
 
@@ -377,6 +368,13 @@ class _Shard:
         self.reader, self.path = reader, getattr(reader, "path", "")
         self.raw_examples, self.unit = container.raw_examples, container.position_unit
         self.raw, self.position = getattr(reader, "raw", None), reader.position
+        self.framed = getattr(reader, "framed", None) or self._whole
+
+    def _whole(self, i: int) -> tuple[bytes, int, int]:
+        """Record i's Example bytes as framed gives them, from a reader that has no framing to
+        give (ArrayRecord's)."""
+        data = self.raw(i)
+        return data, 0, len(data)
 
     def __getitem__(self, i: int) -> dict[str, list]:
         return self.reader[i]

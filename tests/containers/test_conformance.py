@@ -322,6 +322,32 @@ def test_a_shard_s_bytes_are_hashed_and_written_in_order_off_the_worker_s_thread
     assert not quiet._thread.is_alive()
 
 
+def test_a_chunk_of_small_pieces_is_written_as_one_and_a_large_record_alone():
+    """The thread joins a chunk's pieces (each a release of the GIL less), a record past a
+    chunk apart, written as it is, not copied; the bytes and their sha256 are the same."""
+    from shardpack.containers import HashingFile
+
+    class Counting(_FullSink):
+        def write(self, data) -> int:
+            self.sizes.append(len(data))
+            return super().write(data)
+
+    chunk = HashingFile.CHUNK
+    pieces = [b"h" * 512, b"i" * 40_000, b"p" * 300] * 100 + [b"L" * (2 * chunk), b"t" * 9]
+    sink = Counting()
+    sink.sizes = []
+    hashing = HashingFile(sink)
+    for piece in pieces:
+        hashing.write(piece)
+    size, sha256 = hashing.finish()
+    whole = b"".join(pieces)
+    assert sink.getvalue() == whole and size == len(whole)
+    assert sha256 == hashlib.sha256(whole).hexdigest()
+    assert sink.sizes[0] >= chunk  # small pieces: one write a chunk
+    assert 2 * chunk in sink.sizes  # the large record, alone
+    assert len(sink.sizes) < len(pieces) / 50
+
+
 @pytest.mark.parametrize(("name", "compression"), [("tfrecord", "gzip"), ("webdataset", "none")])
 def test_a_failing_shard_keeps_its_own_error_and_leaves_no_thread(tmp_path, name, compression):
     """The shard's block fails (a bad image with --on-error fail, Ctrl-C) after its sink has

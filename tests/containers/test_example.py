@@ -115,3 +115,19 @@ def test_kept_entries_read_as_parsed_ones_and_hold_no_record():
     for i in range(example._KEPT_ENTRIES + 10):
         assert decode_example(encode_example({"key": b"%d" % i}))["key"] == [b"%d" % i]
     assert len(example._ENTRIES) <= example._KEPT_ENTRIES
+
+
+@pytest.mark.parametrize("cut", [0, 1, 5, -1])
+def test_an_example_inside_its_framing_reads_as_cut_out(cut):
+    """A record read with its framing is parsed where it lies (start, stop), in
+    encode_example's layout or another; a bent one inside its frame is refused alike."""
+    for data in (encode_example(FEATURES), *OTHER_LAYOUTS):
+        inside = data[: len(data) + cut] if cut < 0 else data[cut:]
+        framed = b"\x0a" * 12 + inside + b"\x0a" * 4  # framing bytes that look like tags
+        try:
+            expected = decode_example(inside)
+        except ValueError:
+            with pytest.raises(ValueError):
+                decode_example(framed, start=12, stop=12 + len(inside))
+        else:
+            assert decode_example(framed, start=12, stop=12 + len(inside)) == expected

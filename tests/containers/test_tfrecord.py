@@ -544,3 +544,7 @@ def test_a_record_read_by_its_offset_is_checked_alike_in_one_read_or_three(
     path.write_bytes(whole)
     with tfrecord.TFRecord().open(*at(path), offsets=offsets) as reader:
         assert [reader.raw(i) for i in range(len(reader))] == PAYLOADS
+        for i, payload in enumerate(PAYLOADS):  # the data where it was read: in its framing
+            data, start, stop = reader.framed(i)
+            assert data[start:stop] == payload
+            assert data == (frame(payload) if one_read else payload)
