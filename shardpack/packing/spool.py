@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import tempfile
 
+import numpy as np
+
 from shardpack.index import Index
 from shardpack.packing import contents, stamps
 from shardpack.packing.facts import facts_of
@@ -21,26 +23,30 @@ class EntrySpool:
     def __init__(self, plan: Plan) -> None:
         self._specs = {spec.file: spec for spec in plan.shards}
         self._file = tempfile.TemporaryFile()  # noqa: SIM115  closed by close(); unlinked now
-        self._spans: dict[str, tuple[int, int, int]] = {}  # file -> (offset, entry, stamps)
+        # file -> (offset, entry, stamps, written): the lengths of its parts, kept in that order
+        self._spans: dict[str, tuple[int, int, int, int]] = {}
 
     def add(self, result: ShardResult) -> None:
-        """Render and keep what the merge writes of the shard `result` says was written."""
+        """Render and keep what the merge writes of the shard `result` says was written, and
+        which of its items were (the result's facts are not kept: factspill.py)."""
         spec = self._specs[result.file]
         entry = contents.rendered_shard(spec, result)
         part = stamps.rendered(spec, result)
+        written = np.packbits(facts_of(result.content, len(spec.items))["size"] > 0).tobytes()
         self._file.seek(0, 2)
-        self._spans[result.file] = (self._file.tell(), len(entry), len(part))
-        self._file.write(entry + part)
+        self._spans[result.file] = (self._file.tell(), len(entry), len(part), len(written))
+        self._file.write(entry + part + written)
 
-    def _parts(self, spec: ShardSpec, result: ShardResult) -> tuple[bytes, bytes]:
-        """The shard's rendered entry and stamps part: kept, or (a shard an earlier run wrote,
-        --resume) rendered now."""
+    def _parts(self, spec: ShardSpec, result: ShardResult) -> tuple[bytes, bytes, np.ndarray]:
+        """The shard's rendered entry, its stamps part and whether each item was written: kept,
+        or (a shard an earlier run wrote, --resume) rendered now."""
         if spec.file not in self._spans:
             self.add(result)
-        offset, entry, part = self._spans[spec.file]
+        offset, entry, part, written = self._spans[spec.file]
         self._file.seek(offset)
-        data = self._file.read(entry + part)
-        return data[:entry], data[entry:]
+        data = self._file.read(entry + part + written)
+        mask = np.unpackbits(np.frombuffer(data[entry + part :], np.uint8), count=len(spec.items))
+        return data[:entry], data[entry : entry + part], mask.astype(bool)
 
     def write_contents(
         self, out: Storage, results: list[ShardResult], number: dict[str, int]
@@ -51,14 +57,13 @@ class EntrySpool:
 
         def shards():
             for spec in self._specs.values():
-                result = by_file[spec.file]
-                sizes = facts_of(result.content, len(spec.items))["size"].tolist()
+                entry, _, written = self._parts(spec, by_file[spec.file])
                 copies = [
                     number.get(item.key, 0)
-                    for item, size in zip(spec.items, sizes, strict=True)
-                    if size
+                    for item, kept in zip(spec.items, written.tolist(), strict=True)
+                    if kept
                 ]
-                yield spec.file, contents.with_copy(self._parts(spec, result)[0], copies)
+                yield spec.file, contents.with_copy(entry, copies)
 
         contents.write_rendered(out, shards())
 
