@@ -23,13 +23,16 @@ from shardpack.packing.facts import facts_of, record_sizes
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.storage import Storage
 
-# A bucket of content keys holds about this many records (32 bytes each; finding the copies
-# in it sorts them, at ~5x that): one bucket up to a million records, 128 for 100M.
-BUCKET_ROWS = 1 << 20
-# At most 2**MAX_BITS buckets, a file open each (over 256M records they grow instead).
+# A bucket of content keys holds at most about this many records (32 bytes each; finding the
+# copies in it sorts them, ~100 bytes a record at the merge's peak: 1M records in one bucket
+# peaked ~100 MB over the rest of the pack, `python -m benchmarks.manifest_scale --pack`).
+BUCKET_ROWS = 1 << 18
+# At most 2**MAX_BITS buckets, a file open each: 256 hold 67M records as above; beyond, each
+# bucket grows (100M: ~390,000 records a bucket).
 MAX_BITS = 8
-# The summaries read a split's rows back this many at a time (16 bytes each).
-CHUNK_ROWS = 1 << 20
+# The summaries read a split's rows back this many at a time (16 bytes each; a chunk's
+# histogram2d makes ~60 bytes a row: 1M rows a chunk peaked ~70 MB over the pack's rest).
+CHUNK_ROWS = 1 << 16
 # A written record's content key: its size, its digest's halves and its place in the plan.
 _KEYED = np.dtype([("size", "<u8"), ("high", "<u8"), ("low", "<u8"), ("position", "<i8")])
 

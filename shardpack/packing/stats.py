@@ -120,9 +120,10 @@ _COLUMNS = {
         rows["width"].astype(np.float64) / np.maximum(rows["height"].astype(np.float64), 1)
     ),
 }
-# A median is found in one np.median where a split holds at most this many records (32 MiB a
-# column); over it, histogram passes narrow it down to this many first (select()).
-SELECT_ROWS = 1 << 22
+# A median is found in one np.median where a split holds at most this many records (2 MiB a
+# column, ~3 copies at once); over it, histogram passes narrow it down to this many first
+# (select()), each a read of the split's rows.
+SELECT_ROWS = 1 << 18
 SELECT_BINS = 1024
 
 
