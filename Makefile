@@ -99,7 +99,8 @@ bench: $(TESTDEPS) $(PEERS)
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the
 # listing-scale run (1,000,000 files), the manifest scan at 100k and 1M rows (CSV, JSONL,
-# Parquet), --append of 1,000 files to 1,000,000 records, and shardpack beside img2dataset on 2,000
+# Parquet), a whole streamed pack of 100k and 1M tiny JPEGs (~5 min, and ~4 GB of files made
+# once), --append of 1,000 files to 1,000,000 records, and shardpack beside img2dataset on 2,000
 # URLs (8 whole runs, 4-5 min on 2 shared cores; img2dataset's are most of it): too long for
 # `make bench`.
 bench-long: $(TESTDEPS) $(PEERS_IMG2DATASET)
@@ -107,6 +108,7 @@ bench-long: $(TESTDEPS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.manifest_scale --scan
 	$(BIN)/python -m benchmarks.manifest_scale --urls --rows 1000000,10000000 --formats jsonl,parquet
 	$(BIN)/python -m benchmarks.manifest_scale --urls --stream --rows 1000000,10000000 --formats jsonl,parquet
+	$(BIN)/python -m benchmarks.manifest_scale --pack --rows 100000,1000000 --formats jsonl
 	$(BIN)/python -m benchmarks.grow --files 1000000 --new 1000
 	$(BIN)/python -m benchmarks.urls --img2dataset -- --per-host 128
 
