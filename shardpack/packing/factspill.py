@@ -77,6 +77,8 @@ class FactSpill:
     def _spill_keys(self, rows: np.ndarray, start: int) -> None:
         """Each written record's content key, to the file of its digest's bucket."""
         written = np.flatnonzero(rows["size"] > 0)
+        if not len(written):  # every item skipped: nothing to key
+            return
         halves = rows["digest"][written].view("<u8").reshape(-1, 2)
         keyed = np.empty(len(written), _KEYED)
         keyed["size"], keyed["high"], keyed["low"] = rows["size"][written], *halves.T

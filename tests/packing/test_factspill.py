@@ -24,7 +24,8 @@ from tests import helpers
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory) -> Path:
     """A split tree of 3 classes whose images recur: in other classes, in the test split, and
-    as a streamed JSONL list of their paths (a few named twice)."""
+    as a streamed JSONL list of their paths (`list`; `skips`: and a shard's worth of rows
+    whose images are gone)."""
     root = tmp_path_factory.mktemp("copies")
     tree = root / "tree"
     for i in range(24):
@@ -40,6 +41,9 @@ def copies(tmp_path_factory) -> Path:
     rows = [{"path": path, "caption": f"row {n}"} for n, path in enumerate(paths)]
     for part in range(2):
         helpers.write_jsonl(listed / f"part-{part}.jsonl", rows)
+    shutil.copytree(listed, root / "skips")  # and a file of rows whose images are gone
+    gone = [{"path": str(root / f"gone-{i}.png"), "caption": "lost"} for i in range(3)]
+    helpers.write_jsonl(root / "skips" / "part-2.jsonl", gone)
     return root
 
 
@@ -65,7 +69,7 @@ def _digests(out: Path) -> dict[str, str]:
     ("src", "options"),
     [
         ("tree", PackOptions(shards=3, workers=2)),
-        ("list", PackOptions(shuffle=False, shards=5, workers=2, resize=(16, 16))),
+        ("skips", PackOptions(shuffle=False, shards=5, workers=2, resize=(16, 16))),
     ],
     ids=["split-tree", "streamed-list"],
 )
