@@ -17,6 +17,7 @@ from typing import IO
 
 import numpy as np
 
+from shardpack.errors import OutputError
 from shardpack.packing import stats
 from shardpack.packing.duplicates import candidates
 from shardpack.packing.facts import facts_of, record_sizes
@@ -70,7 +71,7 @@ class FactSpill:
             noted = record_sizes(result.content, result.num_records)
             self._sizes = None if noted is None else self._sizes | noted
             self._sizes = None if self._sizes is not None and len(self._sizes) > 1 else self._sizes
-        self._file(self._rows, spec.split).write(stats.summed(rows).tobytes())
+        self._write(self._rows, spec.split, stats.summed(rows).tobytes())
         if self._bits >= 0:
             self._spill_keys(rows, start)
 
@@ -84,21 +85,29 @@ class FactSpill:
         keyed["size"], keyed["high"], keyed["low"] = rows["size"][written], *halves.T
         keyed["position"] = start + written
         if not self._bits:
-            self._file(self._keys, 0).write(keyed.tobytes())
+            self._write(self._keys, 0, keyed.tobytes())
             return
         bucket = keyed["high"] >> np.uint64(64 - self._bits)
         order = np.argsort(bucket, kind="stable")
         keyed, bucket = keyed[order], bucket[order]
         cuts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True]).tolist()
         for first, end in itertools.pairwise(cuts):
-            self._file(self._keys, int(bucket[first])).write(keyed[first:end].tobytes())
+            self._write(self._keys, int(bucket[first]), keyed[first:end].tobytes())
 
-    def _file(self, files: dict, name: object) -> IO[bytes]:
-        if name not in files:  # unnamed, and gone with the process whatever happens
-            files[name] = tempfile.TemporaryFile(  # noqa: SIM115  closed by close()
-                prefix=".shardpack.spill.", dir=self._folder
-            )
-        return files[name]
+    def _write(self, files: dict[object, IO[bytes]], name: object, data: bytes) -> None:
+        """Append to the temporary file `name` of `files` (made on first use: unnamed, and
+        gone with the process whatever happens); a full disk is a one-line error."""
+        try:
+            if name not in files:
+                files[name] = tempfile.TemporaryFile(  # noqa: SIM115  closed by close()
+                    prefix=".shardpack.spill.", dir=self._folder
+                )
+            files[name].write(data)
+        except OSError as e:
+            where = self._folder or tempfile.gettempdir()
+            raise OutputError.writing(
+                f"{where} (a temporary file of each record's facts)", e
+            ) from None
 
     def image_size(self) -> tuple[int, int] | None:
         """(height, width) when every record written has that size (merge.uniform_size)."""
