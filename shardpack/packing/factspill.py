@@ -114,7 +114,8 @@ class FactSpill:
         return next(iter(self._sizes)) if self._sizes and len(self._sizes) == 1 else None
 
     def summaries(self, dropped: dict[str, int]) -> dict[str, dict]:
-        """index.json's `summaries` (stats.split_summaries), from the spilled rows."""
+        """index.json's `summaries`: one per split, of the records written (read back from the
+        spill) and the items skipped (`dropped`: each split's copies --dedup exact left out)."""
         tables = {split: _chunks(file) for split, file in self._rows.items()}
         return stats.summaries(tables, self._counts, dropped)
 

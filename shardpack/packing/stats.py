@@ -1,6 +1,8 @@
 """Per-split summaries of what the workers noted (facts.py) for index.json: sizes, bytes and
 aspect ratios as min/median/max and histograms, formats, channels, EXIF orientations and skip
-reasons as counts. Compact: a few hundred numbers a split, whatever its size."""
+reasons as counts. Compact: a few hundred numbers a split, whatever its size; and made from
+its records' rows a chunk at a time (held, or spilled to a file: factspill.py), the same
+numbers as from every row at once, with no array of every record."""
 
 from __future__ import annotations
 
@@ -11,8 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shardpack.packing.facts import FACT_DTYPE, facts_of
-from shardpack.packing.plan import Plan, ShardResult
+from shardpack.packing.facts import FACT_DTYPE
 
 # Bins of the histograms: few enough for the index, enough for a chart.
 BINS = 20
@@ -27,28 +28,12 @@ SUMMED = np.dtype([("size", "<u8"), ("width", "<u4"), ("height", "<u4")])
 Rows = Callable[[], Iterator[np.ndarray]]
 
 
-def split_summaries(
-    plan: Plan, results: list[ShardResult], dropped: dict[str, int]
-) -> dict[str, dict]:
-    """index.json's `summaries`: one per split, of the records written and the items skipped
-    (`dropped`: each split's copies --dedup exact left out)."""
-    by_file = {r.file: r for r in results}
-    tables: dict[str, list[np.ndarray]] = {}
-    counts: dict[str, Counter] = {}
-    for spec in plan.shards:
-        result = by_file[spec.file]
-        table = summed(facts_of(result.content, len(spec.items)))
-        tables.setdefault(spec.split, []).append(table)
-        add_tally(counts.setdefault(spec.split, Counter()), result.tally,
-                  (reason for _, reason in result.skipped))  # fmt: skip
-    return summaries({split: held(t) for split, t in tables.items()}, counts, dropped)
-
-
 def entry_summaries(
     shards: dict[str, list[dict]], skipped: dict[str, list[str]], dropped: dict[str, int]
 ) -> dict[str, dict]:
-    """split_summaries of a grown dataset, from the contents.json entries of each split's
-    shards (contents.py), each split's skip reasons with no shard to note them, and `dropped`."""
+    """index.json's `summaries` of a grown dataset (a fresh pack's: factspill.py), from the
+    contents.json entries of each split's shards (contents.py), each split's skip reasons with
+    no shard to note them, and `dropped`: each split's copies --dedup exact left out."""
     tables: dict[str, list[np.ndarray]] = {}
     counts: dict[str, Counter] = {}
     for split, entries in shards.items():
