@@ -103,13 +103,15 @@ bench: $(TESTDEPS) $(PEERS) $(PEERS_IMG2DATASET)
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the
 # listing-scale run (1,000,000 files), the manifest scan at 100k and 1M rows (CSV, JSONL,
-# Parquet) and --append of 1,000 files to 1,000,000 records: too long for `make bench`. The
+# Parquet), a whole streamed pack of 100k and 1M tiny JPEGs (~5 min, and ~4 GB of files made
+# once) and --append of 1,000 files to 1,000,000 records: too long for `make bench`. The
 # side-by-side with img2dataset on 2,000 URLs runs here too, as in `make bench`.
 bench-long: $(TESTDEPS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.manifest_scale --scan
 	$(BIN)/python -m benchmarks.manifest_scale --urls --rows 1000000,10000000 --formats jsonl,parquet
 	$(BIN)/python -m benchmarks.manifest_scale --urls --stream --rows 1000000,10000000 --formats jsonl,parquet
+	$(BIN)/python -m benchmarks.manifest_scale --pack --rows 100000,1000000 --formats jsonl
 	$(BIN)/python -m benchmarks.grow --files 1000000 --new 1000
 	$(BIN)/python -m benchmarks.urls --img2dataset -- --per-host 128
 

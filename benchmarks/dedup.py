@@ -5,9 +5,10 @@
 
 Exact detection: one core's loop of content_key with content_digest, and ShardFacts.add (the
 worker's content key and digest, and all it notes of each record) over each photo's bytes just
-read (medians per image), and duplicates.found_in_shards (the parent's grouping) timed inside a
-one-worker, in-process passthrough pack; their share of that pack's CPU time is the row (target
-TARGET_EXACT).
+read (medians per image), and the parent's part (factspill.FactSpill.add, which spills each
+landed shard's content keys, and its copy_sets with duplicates.found_in_shards, which group
+them) timed inside a one-worker, in-process passthrough pack; their share of that pack's CPU
+time is the row (target TARGET_EXACT).
 
 --dedup: 2 workers pack with --dedup none, exact and near, alternated within each repeat, and
 the pre-pass (duplicates.dedup: all --dedup adds, before the plan) is timed inside each pack;
@@ -46,6 +47,7 @@ import numpy as np
 from benchmarks.workloads import ensure, image_files
 from shardpack import PackOptions, images, pack
 from shardpack.packing import duplicates, facts, stamps
+from shardpack.packing.factspill import FactSpill
 from shardpack.sources import scan, source_root
 from shardpack.sources.source import read_image_file, read_stamped_image
 
@@ -104,14 +106,17 @@ def exact_cost(src: str, out: str, paths: list[str], repeat: int) -> dict:
         # medians: a call of a few µs that the scheduler preempts would count milliseconds
         key, add = statistics.median(keys) * len(paths), statistics.median(adds) * len(paths)
         spent: dict[str, float] = defaultdict(float)
-        saved = duplicates.found_in_shards
-        _timed(spent, duplicates, "found_in_shards")
+        parts = ((duplicates, "found_in_shards"), (FactSpill, "add"), (FactSpill, "copy_sets"))
+        saved = [getattr(owner, name) for owner, name in parts]
+        for owner, name in parts:
+            _timed(spent, owner, name)
         cpu = time.process_time()
         try:
             wall = _pack(src, out, workers=1)
         finally:
-            duplicates.found_in_shards = saved
-        rows.append((wall, time.process_time() - cpu, key, add, spent["found_in_shards"]))
+            for (owner, name), function in zip(parts, saved, strict=True):
+                setattr(owner, name, function)
+        rows.append((wall, time.process_time() - cpu, key, add, sum(spent.values())))
     wall, cpu, key, add, group = (statistics.median(r[i] for r in rows) for i in range(5))
     count = len(paths)
     return {

@@ -28,6 +28,14 @@ the table; it also prints the bytes a row (peak over rows) and the peak projecte
 rows. With --stream as well, the list is written as files of PART_ROWS rows in a folder and
 packed with --no-shuffle, so that the scan streams it (sources/streamed.py): each file's rows
 counted and its columns typed, no row held; the plan is ranges of rows.
+
+With --pack it packs a whole streamed list instead (--no-shuffle, 2 workers, as files of
+PART_ROWS rows of `path` and `caption`), each row a distinct tiny JPEG on this disk (one small
+image with the row's number in a JPEG comment: ~0.4 kB; made under the cache once), and gives
+the packing process's own peak (VmHWM, the forked workers' not counted) over its memory after a
+first pack of 10 rows: what the scan, the plan, the results kept until the merge and the merge
+itself hold. The JPEGs take a file each: 1M rows are 1M files (~4 GB of disk, a few minutes to
+make once).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
+import io
 import json
 import os
 import subprocess
@@ -123,6 +132,34 @@ print(json.dumps({"rows": dataset.num_items, "bad": len(dataset.skipped),
 """
 
 
+_PACK_CHILD = """
+import json, resource, sys, time
+path, warm, out = sys.argv[1:4]
+from shardpack import PackOptions, pack
+
+options = PackOptions(shuffle=False, workers=2)
+pack(warm, out + "-warm", options)  # imports and first touches, as in _CHILD
+
+def peak_rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) * 1024
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+base = rss()
+with open("/proc/self/clear_refs", "w") as f:  # the peak from here on (as _SCAN_CHILD)
+    f.write("5")
+start = time.perf_counter()
+result = pack(path, out, options)
+seconds = time.perf_counter() - start
+print(json.dumps({"rows": result.num_records + result.num_skipped, "seconds": seconds,
+                  "held": rss() - base, "peak": peak_rss() - base, "total": peak_rss(),
+                  "records": result.num_records}))
+"""
+
+
 def _image(i: int) -> str:
     return f"images/{i // 1000:04d}/{i:08d}.jpg"
 
@@ -138,6 +175,44 @@ def _url_row(i: int) -> dict:
         "url": f"https://img{i % 1000}.example.com/photos/{i // 1000:06d}/{i:09d}.jpg",
         "caption": f"photo number {i} of a {CLASSES[i * 7 % 10]} outdoors",
     }
+
+
+# The tiny JPEGs of --pack: folders of this many, each renamed into place when complete.
+TINY_FOLDER = 10_000
+
+
+def _tiny_path(images: str, i: int) -> str:
+    return os.path.join(images, f"{i // TINY_FOLDER:05d}", f"{i:08d}.jpg")
+
+
+def _tiny_images(cache: str, rows: int) -> str:
+    """The folder of --pack's JPEGs, the first `rows` of them made if missing: one 16x16 JPEG
+    with the file's number in a comment segment, so that no two are alike (no copies)."""
+    import numpy as np
+    from PIL import Image
+
+    images = os.path.join(os.path.abspath(cache), "manifests", "tiny-jpegs")
+    pixels = np.random.default_rng(0).integers(0, 256, (16, 16, 3), np.uint8)
+    with io.BytesIO() as f:
+        Image.fromarray(pixels).save(f, "JPEG", quality=75)
+        jpeg = f.getvalue()
+    for start in range(0, rows, TINY_FOLDER):
+        folder = os.path.dirname(_tiny_path(images, start))
+        if os.path.exists(folder):
+            continue
+        os.makedirs(folder + ".part", exist_ok=True)
+        for i in range(start, start + TINY_FOLDER):
+            text = b"row %d" % i
+            data = jpeg[:2] + b"\xff\xfe" + (len(text) + 2).to_bytes(2, "big") + text + jpeg[2:]
+            with open(os.path.join(folder + ".part", os.path.basename(_tiny_path(images, i))),
+                      "wb") as f:  # fmt: skip
+                f.write(data)
+        os.replace(folder + ".part", folder)
+    return images
+
+
+def _tiny_row(i: int, images: str) -> dict:
+    return {"path": _tiny_path(images, i), "caption": f"photo number {i}"}
 
 
 def _row(i: int, image=_image) -> dict:
@@ -182,14 +257,17 @@ PART_ROWS = 100_000
 
 def measure(
     fmt: str, rows: int, cache: str, whole_scan: bool = False, urls: bool = False,
-    stream: bool = False,
+    stream: bool = False, whole_pack: bool = False,
 ) -> dict:  # fmt: skip
     """Read (or, with `whole_scan`, scan and plan; with `urls`, scan and plan a URL list; with
-    `stream` too, as a folder of files of PART_ROWS rows, streamed) one cached table in a fresh
-    process; rows/s and memory in MB."""
+    `stream` too, as a folder of files of PART_ROWS rows, streamed; with `whole_pack`, pack a
+    streamed list of tiny JPEGs) one cached table in a fresh process; rows/s and memory in
+    MB."""
     folder = os.path.join(cache, "manifests")
     os.makedirs(folder, exist_ok=True)
     prefix, image, argv, row, root = "table", _image, [_CHILD], None, []
+    if whole_pack:
+        return _measure_pack(fmt, rows, cache)
     if urls:
         whole_scan = True
         prefix, argv, row, root = "urls", [_SCAN_CHILD], _url_row, ["", "url", ""]
@@ -229,6 +307,33 @@ def measure(
     }  # fmt: skip
 
 
+def _measure_pack(fmt: str, rows: int, cache: str) -> dict:
+    """measure()'s whole pack of a streamed list of `rows` tiny JPEGs, into a temporary OUT."""
+    import shutil
+    import tempfile
+
+    folder = os.path.join(cache, "manifests")
+    row = functools.partial(_tiny_row, images=_tiny_images(cache, rows))
+    path, warm = (_parts(folder, fmt, n, row, "jpegs") for n in (rows, 10))
+    with tempfile.TemporaryDirectory(dir=cache) as scratch:
+        out = os.path.join(scratch, "out")
+        run = subprocess.run([sys.executable, "-c", _PACK_CHILD, path, warm, out],
+                             capture_output=True, text=True)  # fmt: skip
+        shutil.rmtree(scratch, ignore_errors=True)  # the shards: ~0.5 kB a row
+    if run.returncode != 0:
+        raise SystemExit(f"{path}: the packing process failed:\n{run.stderr[-2000:]}")
+    got = json.loads(run.stdout)
+    mb = 2**20
+    return {
+        "format": fmt, "what": "pack", "rows": got["rows"], "records": got["records"],
+        "file_mb": round(_bytes(path) / mb, 1), "rows_per_s": round(got["rows"] / got["seconds"]),
+        "seconds": round(got["seconds"], 2), "held_mb": round(got["held"] / mb, 1),
+        "peak_mb": round(got["peak"] / mb, 1), "peak_over_held": None,
+        "peak_bytes_per_row": round(got["peak"] / got["rows"]),
+        "process_peak_mb": round(got["total"] / mb, 1),
+    }  # fmt: skip
+
+
 def _bytes(path: str) -> int:
     """A table's bytes: a file's, or a folder of parts' summed."""
     if not os.path.isdir(path):
@@ -236,10 +341,10 @@ def _bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(path, name)) for name in os.listdir(path))
 
 
-def _parts(folder: str, fmt: str, rows: int, row) -> str:
+def _parts(folder: str, fmt: str, rows: int, row, prefix: str = "urls") -> str:
     """A folder of files of PART_ROWS rows (the last fewer), `rows` in all (made if missing),
-    for --stream."""
-    parts = os.path.join(folder, f"urls-{rows}-{fmt}-files")
+    for --stream and --pack."""
+    parts = os.path.join(folder, f"{prefix}-{rows}-{fmt}-files")
     if not os.path.exists(parts):
         os.makedirs(parts + ".part")
         for i, lo in enumerate(range(0, rows, PART_ROWS)):
@@ -276,17 +381,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--urls", action="store_true", help="scan + plan a URL list (url, caption)")
     parser.add_argument("--stream", action="store_true",
                         help="with --urls: the list as a folder of files, streamed")  # fmt: skip
+    parser.add_argument("--pack", action="store_true",
+                        help="pack a streamed list of tiny JPEGs: the parent's peak")  # fmt: skip
     args = parser.parse_args(argv)
     results = []
     print("| format | rows | file MB | rows/s | s | held MB | peak MB | peak/held | peak B/row |")
     print("|---|---|---|---|---|---|---|---|---|")
     for rows in (int(n) for n in args.rows.split(",")):
         for fmt in args.formats.split(","):
-            r = measure(fmt, rows, args.cache, args.scan, args.urls, args.stream)
+            r = measure(fmt, rows, args.cache, args.scan, args.urls, args.stream, args.pack)
             results.append(r)
             print(f"| {fmt} | {r['rows']:,} | {r['file_mb']} | {r['rows_per_s']:,} | "
                   f"{r['seconds']} | {r['held_mb']} | {r['peak_mb']} | {r['peak_over_held']} | "
                   f"{r['peak_bytes_per_row']:,} |", flush=True)  # fmt: skip
+            if args.pack:
+                print(f"|  | {r['records']:,} packed; the process's own peak "
+                      f"{r['process_peak_mb']} MB |", flush=True)  # fmt: skip
     for fmt in args.formats.split(","):
         print(_slope([r for r in results if r["format"] == fmt]))
     if args.json:

@@ -19,9 +19,9 @@ from shardpack.errors import ImageError, printable
 from shardpack.images import BadImage, max_file_bytes
 from shardpack.options import PackOptions
 from shardpack.packing import near
-from shardpack.packing.facts import content_digest, content_key, facts_of
+from shardpack.packing.facts import content_digest, content_key
 from shardpack.packing.packeditems import picked
-from shardpack.packing.plan import Plan, ShardResult
+from shardpack.packing.plan import Plan
 from shardpack.sources import Dataset, Item
 
 # Splits a model is judged on: their copy of an image is the one --dedup keeps.
@@ -132,18 +132,11 @@ def confirm(
     return _ordered(groups)
 
 
-def found_in_shards(plan: Plan, results: list[ShardResult]) -> PlanCopies:
-    """The groups of exact copies among the records the workers wrote: those alike in size
-    and digest (the workers digested every byte; nothing is read again here), by plan
-    position."""
-    by_file = {r.file: r for r in results}
-    tables = [facts_of(by_file[spec.file].content, len(spec.items)) for spec in plan.shards]
-    tables = tables or [facts_of(b"", 0)]
-    # the two columns alone: a copy of every row would be twice the bytes, at the pack's peak
-    size = np.concatenate([table["size"] for table in tables])
-    halves = np.concatenate([table["digest"] for table in tables]).view("<u8").reshape(-1, 2)
-    sets = candidates(size, halves[:, 0], halves[:, 1])
-    del size, halves, tables  # freed before the groups are ordered
+def found_in_shards(plan: Plan, sets: Iterable[np.ndarray]) -> PlanCopies:
+    """The groups of exact copies among the records the workers wrote, from `sets`: the plan
+    positions of the records alike in size and digest (the workers digested every byte;
+    factspill.FactSpill.copy_sets finds them, a bucket of digests at a time; nothing is read
+    again here), by plan position."""
     return PlanCopies.of(plan, sets)
 
 

@@ -17,6 +17,7 @@ from shardpack.options import PackOptions
 from shardpack.packing import duplicates
 from shardpack.packing.contents import copy_numbers
 from shardpack.packing.cpuload import CpuWatch, machine_cores
+from shardpack.packing.factspill import FactSpill
 from shardpack.packing.merge import build_index, commit_index, json_value, write_outputs
 from shardpack.packing.outdir import plan_record, prepare, split_file_names
 from shardpack.packing.packeditems import packed_plan
@@ -31,7 +32,6 @@ from shardpack.packing.plan import (
 from shardpack.packing.rangeplan import failure_rows, make_range_plan, streamed_rows
 from shardpack.packing.result import PackResult
 from shardpack.packing.spool import EntrySpool
-from shardpack.packing.stats import split_summaries
 from shardpack.packing.urlfailures import counts, rows_of, url_failures, write_failures
 from shardpack.packing.writing import SKIP_HINT, Planned, no_gc
 from shardpack.sources import Dataset, scan
@@ -75,23 +75,32 @@ class FreshPack:
         if streamed_rows(dataset) is None:
             plan, dataset = packed_plan(plan, dataset)  # from here the items are bytes
             self.spool = EntrySpool(plan)
+        self.facts = FactSpill(plan, out, copies=self.groups is None)
         return Planned(dataset, plan, options, record, reused, workers)
 
-    def landed(self, result: ShardResult) -> None:
-        """A shard of this run landed: its contents entry and stamps, rendered and spooled."""
+    def landed(self, result: ShardResult) -> ShardResult:
+        """A shard of this run landed: its contents entry and stamps, rendered and spooled, its
+        facts folded and spilled; returns it without them."""
         if self.spool is not None:
             self.spool.add(result)
+        return self.facts.add(result)
 
     def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         """The index of what the workers wrote, with what goes beside it; index.json last."""
         try:
             return self._merge(planned, results)
         finally:
+            self.facts.close()
             if self.spool is not None:
                 self.spool.close()
 
     def _merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         out, dataset, plan, options = self.out, planned.dataset, planned.plan, planned.options
+        if self.spool is not None:  # the shards an earlier run wrote (--resume): rendered now
+            for result in planned.reused:
+                self.spool.add(result)
+        # those too folded: no result holds its records' facts from here
+        results = [self.facts.add(result) for result in results]
         num_records = sum(r.num_records for r in results)
         if num_records == 0:  # a dataset of nothing is no success, and leaves no dataset
             _leave_nothing(out, plan, dataset, results)
@@ -117,10 +126,9 @@ class FreshPack:
         )  # fmt: skip
         groups, self.groups = self.groups, None  # held here alone: freed once numbered
         removed = {} if groups is None else duplicates.removed(groups)
-        # one at a time, the summaries first: each makes its own arrays of every record
-        summaries = json_value(split_summaries(plan, results, removed))
+        summaries = json_value(self.facts.summaries(removed))
         if groups is None:
-            groups = duplicates.found_in_shards(plan, results)
+            groups = duplicates.found_in_shards(plan, self.facts.copy_sets())
         found = duplicates.summary(groups, sum(removed.values()), options)
         # by plan position where found in the shards (a number each), else a key each
         found_here = isinstance(groups, duplicates.PlanCopies)
@@ -131,6 +139,7 @@ class FreshPack:
             duplicates=json_value(found),
             warnings=(*index.warnings, *duplicates.warnings(found)),
             summaries=summaries,
+            image_size=self.facts.image_size(),  # the results hold no facts to tell it
         )
         if streamed:  # the ranges are read no more
             streamed_rows(dataset).release()

@@ -210,9 +210,10 @@ class GrowPack:
         old = close_gaps(out, old, contents, loose)
         return _nothing(out.root, old, change, copies, options.grow, self.start, retold)
 
-    def landed(self, result: ShardResult) -> None:
+    def landed(self, result: ShardResult) -> ShardResult:
         """A new shard landed: nothing to note yet (the merge joins the new shards' entries
-        with the held ones')."""
+        with the held ones'), so it is kept whole."""
+        return result
 
     def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         """The grown index: the new shards added, the rewritten ones retired, copies, skips and

@@ -32,8 +32,9 @@ class Steps(Protocol):
         """Under the lock: scan SRC and plan the shards; a PackResult when none is to be
         written (a grow with nothing new)."""
 
-    def landed(self, result: ShardResult) -> None:
-        """A shard of this run landed (journaled): note what the merge needs of it."""
+    def landed(self, result: ShardResult) -> ShardResult:
+        """A shard of this run landed (journaled): note what the merge needs of it, and return
+        what of it the pipeline keeps until the merge."""
 
     def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         """Merge the shards written into the index and commit it (index.json last)."""

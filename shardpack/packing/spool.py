@@ -24,26 +24,30 @@ class EntrySpool:
     def __init__(self, plan: Plan) -> None:
         self._specs = {spec.file: spec for spec in plan.shards}
         self._file = tempfile.TemporaryFile()  # noqa: SIM115  closed by close(); unlinked now
-        self._spans: dict[str, tuple[int, int, int]] = {}  # file -> (offset, entry, stamps)
+        # file -> (offset, entry, stamps, written): the lengths of its parts, kept in that order
+        self._spans: dict[str, tuple[int, int, int, int]] = {}
 
     def add(self, result: ShardResult) -> None:
-        """Render and keep what the merge writes of the shard `result` says was written."""
+        """Render and keep what the merge writes of the shard `result` says was written, and
+        which of its items were (the result's facts are not kept: factspill.py)."""
         spec = self._specs[result.file]
         entry = contents.rendered_shard(spec, result)
         part = stamps.rendered(spec, result)
+        written = np.packbits(facts_of(result.content, len(spec.items))["size"] > 0).tobytes()
         self._file.seek(0, 2)
-        self._spans[result.file] = (self._file.tell(), len(entry), len(part))
-        self._file.write(entry + part)
+        self._spans[result.file] = (self._file.tell(), len(entry), len(part), len(written))
+        self._file.write(entry + part + written)
 
-    def _parts(self, spec: ShardSpec, result: ShardResult) -> tuple[bytes, bytes]:
-        """The shard's rendered entry and stamps part: kept, or (a shard an earlier run wrote,
-        --resume) rendered now."""
+    def _parts(self, spec: ShardSpec, result: ShardResult) -> tuple[bytes, bytes, np.ndarray]:
+        """The shard's rendered entry, its stamps part and whether each item was written: kept,
+        or (a shard an earlier run wrote, --resume) rendered now."""
         if spec.file not in self._spans:
             self.add(result)
-        offset, entry, part = self._spans[spec.file]
+        offset, entry, part, written = self._spans[spec.file]
         self._file.seek(offset)
-        data = self._file.read(entry + part)
-        return data[:entry], data[entry:]
+        data = self._file.read(entry + part + written)
+        mask = np.unpackbits(np.frombuffer(data[entry + part :], np.uint8), count=len(spec.items))
+        return data[:entry], data[entry : entry + part], mask.astype(bool)
 
     def write_contents(
         self, out: Storage, results: list[ShardResult], number: dict[str, int] | np.ndarray
@@ -56,16 +60,15 @@ class EntrySpool:
         def shards():
             start = 0
             for spec in self._specs.values():
-                result = by_file[spec.file]
-                sizes = facts_of(result.content, len(spec.items))["size"]
+                entry, _, written = self._parts(spec, by_file[spec.file])
                 if isinstance(number, np.ndarray):
-                    copies = number[start : start + len(spec.items)][sizes > 0].tolist()
+                    copies = number[start : start + len(spec.items)][written].tolist()
                 else:
                     (keys,) = columns(spec.items, "key")
-                    written = zip(keys, sizes.tolist(), strict=True)
-                    copies = [number.get(key, 0) for key, size in written if size]
+                    kept = zip(keys, written.tolist(), strict=True)
+                    copies = [number.get(key, 0) for key, was in kept if was]
                 start += len(spec.items)
-                yield spec.file, contents.with_copy(self._parts(spec, result)[0], copies)
+                yield spec.file, contents.with_copy(entry, copies)
 
         contents.write_rendered(out, shards())
 

@@ -1,48 +1,39 @@
 """Per-split summaries of what the workers noted (facts.py) for index.json: sizes, bytes and
 aspect ratios as min/median/max and histograms, formats, channels, EXIF orientations and skip
-reasons as counts. Compact: a few hundred numbers a split, whatever its size."""
+reasons as counts. Compact: a few hundred numbers a split, whatever its size; and made from
+its records' rows a chunk at a time (held, or spilled to a file: factspill.py), the same
+numbers as from every row at once, with no array of every record."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 
-from shardpack.packing.facts import FACT_DTYPE, facts_of
-from shardpack.packing.plan import Plan, ShardResult
+from shardpack.packing.facts import FACT_DTYPE
 
 # Bins of the histograms: few enough for the index, enough for a chart.
 BINS = 20
 SIZE_BINS = 16  # a side of the width x height histogram
 # What a tally's names become in a summary.
 _TALLIED = {"format": "formats", "channels": "channels", "orientation": "orientations"}
-_SUMMED = np.dtype([("size", "<u8"), ("width", "<u4"), ("height", "<u4")])
+SUMMED = np.dtype([("size", "<u8"), ("width", "<u4"), ("height", "<u4")])
 
 
-def split_summaries(
-    plan: Plan, results: list[ShardResult], dropped: dict[str, int]
-) -> dict[str, dict]:
-    """index.json's `summaries`: one per split, of the records written and the items skipped
-    (`dropped`: each split's copies --dedup exact left out)."""
-    by_file = {r.file: r for r in results}
-    tables: dict[str, list[np.ndarray]] = {}
-    counts: dict[str, Counter] = {}
-    for spec in plan.shards:
-        result = by_file[spec.file]
-        tables.setdefault(spec.split, []).append(facts_of(result.content, len(spec.items)))
-        tally = counts.setdefault(spec.split, Counter())
-        for what, value, n in result.tally:
-            tally[_TALLIED.get(what, what), value] += n
-        tally.update(("skipped", reason_kind(reason)) for _, reason in result.skipped)
-    return _summaries(tables, counts, dropped)
+# A split's written records' rows (SUMMED), a chunk at a time, anew at each call: held
+# tables, or a file the packing process spilled them to (factspill.py).
+Rows = Callable[[], Iterator[np.ndarray]]
 
 
 def entry_summaries(
     shards: dict[str, list[dict]], skipped: dict[str, list[str]], dropped: dict[str, int]
 ) -> dict[str, dict]:
-    """split_summaries of a grown dataset, from the contents.json entries of each split's
-    shards (contents.py), each split's skip reasons with no shard to note them, and `dropped`."""
+    """index.json's `summaries` of a grown dataset (a fresh pack's: factspill.py), from the
+    contents.json entries of each split's shards (contents.py), each split's skip reasons with
+    no shard to note them, and `dropped`: each split's copies --dedup exact left out."""
     tables: dict[str, list[np.ndarray]] = {}
     counts: dict[str, Counter] = {}
     for split, entries in shards.items():
@@ -51,37 +42,47 @@ def entry_summaries(
             rows = np.zeros(len(entry["keys"]), FACT_DTYPE)
             for field in ("size", "width", "height"):
                 rows[field] = entry[field]
-            tables.setdefault(split, []).append(rows)
-            for what, value, n in entry["tally"]:
-                tally[_TALLIED.get(what, what), value] += n
-            tally.update(("skipped", reason_kind(reason)) for reason in entry["reasons"])
+            tables.setdefault(split, []).append(summed(rows))
+            add_tally(tally, entry["tally"], entry["reasons"])
     for split, reasons in skipped.items():
         counts.setdefault(split, Counter()).update(("skipped", reason_kind(r)) for r in reasons)
-    return _summaries(tables, counts, dropped)
+    return summaries({split: held(t) for split, t in tables.items()}, counts, dropped)
 
 
-def _summaries(
-    tables: dict[str, list[np.ndarray]], counts: dict[str, Counter], dropped: dict[str, int]
+def add_tally(counts: Counter, tally: Iterable, reasons: Iterable[str]) -> None:
+    """Add a shard's tally (facts.ShardFacts.tally) and its skip reasons to its split's
+    counts."""
+    for what, value, n in tally:
+        counts[_TALLIED.get(what, what), value] += n
+    counts.update(("skipped", reason_kind(reason)) for reason in reasons)
+
+
+def held(tables: list[np.ndarray]) -> Rows:
+    """Rows of tables held in memory, one chunk each."""
+    return lambda: iter(tables)
+
+
+def summaries(
+    tables: dict[str, Rows], counts: dict[str, Counter], dropped: dict[str, int]
 ) -> dict[str, dict]:
-    """Each split's summary of its records' facts and its tallies, with `dropped` duplicates."""
+    """Each split's summary of its records' rows and its tallies, with `dropped` duplicates."""
     for split, n in dropped.items():
         counts.setdefault(split, Counter())["skipped", "duplicate"] += n
     summaries = {}
     for split in sorted(counts):
-        rows = np.concatenate([_summed(t) for t in tables.get(split) or [facts_of(b"", 0)]])
-        summary = _numbers(rows)
+        summary = _numbers(tables.get(split, held([])))
         for (what, value), n in sorted(counts[split].items()):
             summary.setdefault(what, {})[value] = n
         summaries[split] = summary
     return summaries
 
 
-def _summed(table: np.ndarray) -> np.ndarray:
+def summed(table: np.ndarray) -> np.ndarray:
     """The written records' rows of a facts table, the columns a summary reads alone (16 bytes
-    a record, not 44: a split's are concatenated at the pack's peak of memory)."""
+    a record, not 44: what a split's summary reads, or the packing process spills)."""
     written = table["size"] > 0
-    rows = np.empty(int(np.count_nonzero(written)), _SUMMED)
-    for name in _SUMMED.names:
+    rows = np.empty(int(np.count_nonzero(written)), SUMMED)
+    for name in SUMMED.names:
         rows[name] = table[name][written]
     return rows
 
@@ -94,23 +95,46 @@ def reason_kind(reason: str) -> str:
     return re.sub(r"\d+", "N", re.split(r"[:(]", reason, maxsplit=1)[0]).strip() or "other"
 
 
-def _numbers(rows: np.ndarray) -> dict[str, object]:
-    """min/median/max and histograms of the written records' sizes, bytes and aspect ratios."""
-    if not len(rows):
+# The columns of a summary, each from a chunk of rows, as float64 (sizes and bytes spread
+# over decades; an aspect ratio is a fraction).
+_COLUMNS = {
+    "width": lambda rows: rows["width"].astype(np.float64),
+    "height": lambda rows: rows["height"].astype(np.float64),
+    "bytes": lambda rows: rows["size"].astype(np.float64),
+    "aspect": lambda rows: (
+        rows["width"].astype(np.float64) / np.maximum(rows["height"].astype(np.float64), 1)
+    ),
+}
+# A median is found in one np.median where a split holds at most this many records (2 MiB a
+# column, ~3 copies at once); over it, histogram passes narrow it down to this many first
+# (select()), each a read of the split's rows.
+SELECT_ROWS = 1 << 18
+SELECT_BINS = 1024
+
+
+def _numbers(rows: Rows) -> dict[str, object]:
+    """min/median/max and histograms of the written records' sizes, bytes and aspect ratios,
+    a chunk of rows at a time: the same numbers as of all of them at once."""
+    count = sum(len(chunk) for chunk in rows())
+    if not count:
         return {"records": 0}
-    width, height = rows["width"].astype(np.float64), rows["height"].astype(np.float64)
-    size = rows["size"].astype(np.float64)
-    aspect = width / np.maximum(height, 1)
-    x_edges, y_edges = _edges(width, SIZE_BINS), _edges(height, SIZE_BINS)
-    sizes, _, _ = np.histogram2d(width, height, (x_edges, y_edges))
+
+    def column(name: str) -> Rows:
+        return lambda: (_COLUMNS[name](chunk) for chunk in rows() if len(chunk))
+
+    bounds = {name: _bounds(column(name)) for name in _COLUMNS}
+    x_edges = _edges(*bounds["width"], SIZE_BINS)
+    y_edges = _edges(*bounds["height"], SIZE_BINS)
+    sizes = sum(np.histogram2d(_COLUMNS["width"](chunk), _COLUMNS["height"](chunk),
+                               (x_edges, y_edges))[0] for chunk in rows())  # fmt: skip
     return {
-        "records": len(rows),
-        "width": _spread(width),
-        "height": _spread(height),
-        "bytes": _spread(size),
-        "aspect": _spread(aspect),
-        "bytes_histogram": _histogram(size),
-        "aspect_histogram": _histogram(aspect),
+        "records": count,
+        **{
+            name: _spread(column(name), count, *bounds[name])
+            for name in ("width", "height", "bytes", "aspect")
+        },
+        "bytes_histogram": _histogram(column("bytes"), *bounds["bytes"]),
+        "aspect_histogram": _histogram(column("aspect"), *bounds["aspect"]),
         "size_histogram": {
             "width_edges": _rounded(x_edges),
             "height_edges": _rounded(y_edges),
@@ -119,23 +143,84 @@ def _numbers(rows: np.ndarray) -> dict[str, object]:
     }
 
 
-def _spread(values: np.ndarray) -> dict[str, float]:
-    return {
-        "min": _plain(values.min()),
-        "median": _plain(np.median(values)),
-        "max": _plain(values.max()),
-    }
+def _bounds(values: Rows) -> tuple[float, float]:
+    """The least and the greatest of the values, chunk by chunk."""
+    lows, highs = zip(*((v.min(), v.max()) for v in values()), strict=True)
+    return float(min(lows)), float(max(highs))
 
 
-def _histogram(values: np.ndarray) -> dict[str, list]:
-    counts, edges = np.histogram(values, _edges(values, BINS))
+def _spread(values: Rows, count: int, low: float, high: float) -> dict[str, float]:
+    return {"min": _plain(low), "median": _plain(median(values, count, low, high)),
+            "max": _plain(high)}  # fmt: skip
+
+
+def median(values: Rows, count: int, low: float, high: float) -> float:
+    """np.median of the `count` values `values` yields, all in [low, high]: of them all at
+    once where they fit SELECT_ROWS, else of its one or two middle values (select())."""
+    if count <= SELECT_ROWS:
+        return float(np.median(np.concatenate(list(values()))))
+    middle = [select(values, k, count, low, high) for k in sorted({(count - 1) // 2, count // 2})]
+    return float(np.median(np.array(middle)))  # np.median's mean of the two, as it takes it
+
+
+def select(values: Rows, k: int, count: int, low: float, high: float) -> float:
+    """The k-th least (from 0) of the `count` values `values` yields, all in [low, high], as
+    np.partition finds it, without holding them all: a histogram pass finds the bin that holds
+    it and the next pass reads only there, until the values left fit SELECT_ROWS."""
+    within = _Range(low, high, closed=True)
+    while count > SELECT_ROWS:
+        edges = np.linspace(within.low, within.high, SELECT_BINS + 1)
+        counts = np.zeros(SELECT_BINS, np.int64)
+        for v in values():
+            place = np.searchsorted(edges, within.of(v), side="right") - 1
+            counts += np.bincount(np.clip(place, 0, SELECT_BINS - 1), minlength=SELECT_BINS)
+        b = int(np.searchsorted(np.cumsum(counts), k, side="right"))
+        if counts[b] < count:  # the bin: [edges[b], edges[b + 1]), the last one to the end
+            last = b == SELECT_BINS - 1
+            k, count = k - int(counts[:b].sum()), int(counts[b])
+            within = _Range(edges[b], within.high if last else edges[b + 1], within.closed and last)
+            continue
+        # every value in one bin (a span of a few floats): narrow to the values' own bounds
+        least, most = _bounds(_part(values, within))
+        if least == most:
+            return least
+        if (least, most, True) != (within.low, within.high, within.closed):
+            within = _Range(least, most, closed=True)
+            continue
+        lowest = sum(int(np.count_nonzero(v == least)) for v in values())
+        if k < lowest:
+            return least
+        k, count = k - lowest, count - lowest
+        within = _Range(float(np.nextafter(least, np.inf)), most, closed=True)
+    held_ = np.concatenate([within.of(v) for v in values()])
+    return float(np.partition(held_, k)[k])
+
+
+def _part(values: Rows, within: _Range) -> Rows:
+    """The values inside `within`, the chunks left empty left out."""
+    return lambda: (part for part in map(within.of, values()) if len(part))
+
+
+class _Range(NamedTuple):
+    """The values select() still looks at: [low, high], or [low, high) where not closed."""
+
+    low: float
+    high: float
+    closed: bool
+
+    def of(self, v: np.ndarray) -> np.ndarray:
+        return v[(v >= self.low) & ((v <= self.high) if self.closed else (v < self.high))]
+
+
+def _histogram(values: Rows, low: float, high: float) -> dict[str, list]:
+    edges = _edges(low, high, BINS)
+    counts = sum(np.histogram(v, edges)[0] for v in values())
     return {"edges": _rounded(edges), "counts": counts.tolist()}
 
 
-def _edges(values: np.ndarray, bins: int) -> np.ndarray:
+def _edges(low: float, high: float, bins: int) -> np.ndarray:
     """Geometric bin edges from the least value to the largest (sizes spread over decades);
     one bin around a single value."""
-    low, high = float(values.min()), float(values.max())
     if high <= low:
         return np.array([low - 0.5, high + 0.5])
     if low <= 0:

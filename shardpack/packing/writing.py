@@ -45,11 +45,12 @@ def write_shards(
     planned: Planned,
     out: Storage,
     progress: ProgressCallback | None,
-    landed: Callable[[ShardResult], None] | None = None,
+    landed: Callable[[ShardResult], ShardResult] | None = None,
 ) -> list[ShardResult]:
-    """Write every shard not reused, journal each as it lands (then hand it to `landed`); on
-    any failure (a bad image, a signal, a dead worker) remove the partial files and say which
-    shards were in flight. The planned `record` (plan_record's) heads the journal."""
+    """Write every shard not reused, journal each as it lands (then hand it to `landed`, which
+    returns what of it to keep: the results returned are those); on any failure (a bad image, a
+    signal, a dead worker) remove the partial files and say which shards were in flight. The
+    planned `record` (plan_record's) heads the journal."""
     plan, reused, dataset = planned.plan, planned.reused, planned.dataset
     journal = Journal(out, plan.digest, planned.record, reused)
     done = {r.file for r in reused}
@@ -65,7 +66,7 @@ def write_shards(
             for result in finished:
                 journal.add(result)
                 if landed is not None:
-                    landed(result)
+                    result = landed(result)
                 results.append(result)
                 poller.finished(sizes[result.file], result.file)
     except BaseException as e:
