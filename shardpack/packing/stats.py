@@ -122,9 +122,19 @@ def _numbers(rows: np.ndarray) -> dict[str, object]:
 def _spread(values: np.ndarray) -> dict[str, float]:
     return {
         "min": _plain(values.min()),
-        "median": _plain(np.median(values)),
+        "median": _plain(_median(values)),
         "max": _plain(values.max()),
     }
+
+
+def _median(values: np.ndarray) -> float:
+    """np.median of values holding no NaN (sizes and their ratios), without np.median's NaN
+    check: that imports numpy.ma, ~15 ms of every pack's merge (python -X importtime)."""
+    half = len(values) // 2
+    if len(values) % 2:
+        return float(np.partition(values, half)[half])
+    low, high = np.partition(values, (half - 1, half))[half - 1 : half + 1]
+    return float((low + high) / 2)
 
 
 def _histogram(values: np.ndarray) -> dict[str, list]:
