@@ -33,7 +33,7 @@ from shardpack.containers import (
     open_hashing,
     open_shard,
 )
-from shardpack.containers.example import decode, encode_example, example_parts
+from shardpack.containers.example import decode, example_parts
 from shardpack.crc import crc32c as _crc32c
 from shardpack.errors import RecordError
 from shardpack.storage import Blob, HashingBlob, Sink
