@@ -19,8 +19,8 @@ __all__ = ["main"]
 def main() -> None:
     """The command (cli.main, which ends in SystemExit), then Python's exit, which runs what
     is registered to run at exit and flushes stdout, without the cyclic collector walking
-    every object left (numpy's, typer's, a pack's plan) on the way out: ~70 of a pack's ~100 ms
-    of exit (`python -m benchmarks.run`'s photos). Objects are still freed one by one."""
+    every object left (numpy's, typer's, a pack's plan) on the way out: most of the time a
+    process took to end once its last line was printed. Objects are still freed one by one."""
     try:
         cli.main()
     finally:

@@ -209,8 +209,8 @@ _CHOICES = {
 _MORE_HELP = {"format": " " + "; ".join(f"{n} ({CONTAINERS.readers(n)})" for n in CONTAINERS) + "."}
 _PARSE = {"classes": parse_classes}
 _OPTION_FIELDS = {field.name: field for field in fields(PackOptions)}
-# PackOptions' annotations evaluated once: typing.get_type_hints evaluates them all on each call
-# (~0.5 ms each, once per option, on every start)
+# PackOptions' annotations evaluated once: typing.get_type_hints evaluates them all on each call,
+# and once an option was most of this module's own import time (python -X importtime)
 _OPTION_TYPES = typing.get_type_hints(PackOptions)
 _WORKERS = Annotated[
     Optional[int],

@@ -129,7 +129,7 @@ def _spread(values: np.ndarray) -> dict[str, float]:
 
 def _median(values: np.ndarray) -> float:
     """np.median of values holding no NaN (sizes and their ratios), without np.median's NaN
-    check: that imports numpy.ma, ~15 ms of every pack's merge (python -X importtime)."""
+    check: that imports numpy.ma in every pack's merge (python -X importtime of a pack)."""
     half = len(values) // 2
     if len(values) % 2:
         return float(np.partition(values, half)[half])
