@@ -209,6 +209,9 @@ _CHOICES = {
 _MORE_HELP = {"format": " " + "; ".join(f"{n} ({CONTAINERS.readers(n)})" for n in CONTAINERS) + "."}
 _PARSE = {"classes": parse_classes}
 _OPTION_FIELDS = {field.name: field for field in fields(PackOptions)}
+# PackOptions' annotations evaluated once: typing.get_type_hints evaluates them all on each call,
+# and once an option was most of this module's own import time (python -X importtime)
+_OPTION_TYPES = typing.get_type_hints(PackOptions)
 _WORKERS = Annotated[
     Optional[int],
     typer.Option(FLAGS["workers"].flag, metavar="N", min=1, help=FLAGS["workers"].help),
@@ -222,7 +225,7 @@ def _declared(option: str) -> list[inspect.Parameter]:
     if spec.switches:  # one switch a value: --append, --update
         return [_parameter(value, bool, False, typer.Option(f"--{value}", help=text))
                 for value, text in spec.switches]  # fmt: skip
-    hint, default = typing.get_type_hints(PackOptions)[option], field.default
+    hint, default = _OPTION_TYPES[option], field.default
     limits = {key: getattr(spec, key) for key in ("min", "max") if getattr(spec, key) is not None}
     if option in _CHOICES:
         hint = _choices(option.title().replace("_", ""), _CHOICES[option])

@@ -179,6 +179,8 @@ class HashingFile:
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
+        # a chunk in one call where the sink takes several byte strings (a file: one writev)
+        self._write_parts = getattr(sink, "write_parts", None) or self._write_each
         self.sha256 = hashlib.sha256()
         self.size = 0
         self._pending: list[bytes] = []  # written, not yet handed over: under CHUNK bytes
@@ -243,13 +245,18 @@ class HashingFile:
             else:
                 yield from pieces
 
+    def _write_each(self, chunk: list[bytes]) -> None:
+        for piece in chunk:
+            self.sink.write(piece)
+
     def _drain(self) -> None:
         while (chunk := self._chunks.get()) is not None:
             if self._error is None and not self._discarded:
                 try:
-                    for piece in self._joined(chunk):
+                    pieces = list(self._joined(chunk))
+                    for piece in pieces:
                         self.sha256.update(piece)
-                        self.sink.write(piece)
+                    self._write_parts(pieces)
                 except BaseException as e:  # raised again in the worker's thread
                     self._error = e
             self._free.release()

@@ -184,6 +184,12 @@ def _bytes_feature_prefix(length: int) -> bytes:
     return _TAG[1] + _varint(len(head) + length) + head
 
 
+def example_parts(features: Mapping[str, FeatureValue]) -> list[bytes]:
+    """encode_example's bytes as pieces in order, for a writer that frames and writes them
+    without joining them (each image one of them, not copied)."""
+    return _example_parts(features)
+
+
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     if pos + 2 < len(buf):  # up to 3 bytes (lengths under 2 MiB: an image's) without the loop
         low = buf[pos]

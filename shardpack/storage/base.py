@@ -105,6 +105,11 @@ class Sink:
     def write(self, data: bytes) -> int:
         raise NotImplementedError
 
+    def write_parts(self, parts: list[bytes]) -> None:
+        """Write these byte strings one after another (a disk's sink: one syscall, no copy)."""
+        for part in parts:
+            self.write(part)
+
     def commit(self) -> None:
         """Make the bytes durable and final under the name asked for."""
         raise NotImplementedError

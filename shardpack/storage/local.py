@@ -277,6 +277,10 @@ class _FileBlob(Blob):
             self.fd = -1
 
 
+# The most buffers one writev takes (IOV_MAX on Linux and macOS).
+_IOV_MAX = 1024
+
+
 class FileSink(Sink):
     """A hidden temporary file beside the final name, fsynced and renamed on commit."""
 
@@ -287,6 +291,21 @@ class FileSink(Sink):
 
     def write(self, data: bytes) -> int:
         return self._file.write(data)
+
+    def write_parts(self, parts: list[bytes]) -> None:
+        # os.writev: the parts go to the kernel as they are, not copied into the buffer first,
+        # and the GIL is released for the whole syscall (a shard's bytes thread, HashingFile)
+        self._file.flush()
+        if not hasattr(os, "writev"):  # Windows
+            super().write_parts(parts)
+            return
+        for start in range(0, len(parts), _IOV_MAX):
+            batch = parts[start : start + _IOV_MAX]
+            done, total = os.writev(self.fd, batch), sum(map(len, batch))
+            if done < total:  # a short write (a disk filling up): the rest one write at a time
+                rest = memoryview(b"".join(batch))[done:]
+                while rest:
+                    rest = rest[os.write(self.fd, rest) :]
 
     def flush(self) -> None:
         """Hand what is buffered to the file (for a reader of it by name)."""

@@ -548,3 +548,24 @@ def test_a_record_read_by_its_offset_is_checked_alike_in_one_read_or_three(
             data, start, stop = reader.framed(i)
             assert data[start:stop] == payload
             assert data == (frame(payload) if one_read else payload)
+
+
+@pytest.mark.parametrize(
+    "image_size", [0, 100, 4095, 4096, 300_000], ids=["empty", "small", "under", "at", "large"]
+)
+def test_a_record_written_in_pieces_is_the_record_framed_whole(tmp_path, image_size):
+    """The writer frames an Example's pieces without joining them (its image alone where large,
+    the small parts joined around it): the shard holds exactly frame(encode_example(...)) of
+    each record, whatever the image's size and wherever its entry falls among the keys."""
+    image = bytes(range(256)) * (image_size // 256) + bytes(image_size % 256)
+    records = [
+        {"image": image, "height": 3, "width": 4, "key": b"a/b.jpg", "label": 2},
+        {"a_first": image, "z_last": image, "label": 1},  # two large entries, first and last
+        {"zz": image},
+    ]
+    path = tmp_path / "s.tfrecord"
+    with tfrecord.TFRecord().writer(str(path)) as writer:
+        for record in records:
+            writer.write(record)
+    assert path.read_bytes() == b"".join(frame(encode_example(r)) for r in records)
+    assert writer.result.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
