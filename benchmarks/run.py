@@ -33,6 +33,7 @@ DEFAULT_ENCODE = {
     "small-jpeg-5k": "raw",
     "photos": "jpeg",
     "photos-600": "keep",
+    "photos-6000": "keep",
     "photos-large": "jpeg",
     "sample": "keep",
     "demo": "keep",
