@@ -13,8 +13,8 @@ listed in CONTAINERS (or added at run time with `register_container`). It provid
   the record count, byte count, sha256 and each record's position);
 - `iter_records(...)`: the sequential reader, checking its framing (what verify and
   iter_examples use); `open(...)`: the random-access reader (what Records uses);
-- where records are Example bytes (`raw_examples`): `iter_raw(...)`, `ShardReader.raw(i)` and
-  `ShardWriter.write_raw(data)`, the raw records a repack passes through undecoded;
+- where records are Example bytes (`raw_examples`): `iter_raw(...)` and `ShardReader.raw(i)`,
+  the raw records a repack reads undecoded;
 - optional: `position_unit` and `framing` (for messages and verify's summary), `media_type`
   and `tabular` (for croissant.json),
   `split_files` (files beside a split's shards), `require` (a missing package), and
@@ -121,14 +121,6 @@ class ShardWriter:
         except OSError as e:
             raise OutputError.writing(self.sink.name, e) from None
 
-    def write_raw(self, data: bytes) -> None:
-        """Append one record given as its serialized tf.train.Example, written as it is (a
-        container whose `raw_examples` is True; what a repack passes through)."""
-        try:
-            self.offsets.append(self._append_raw(data))
-        except OSError as e:
-            raise OutputError.writing(self.sink.name, e) from None
-
     def __exit__(self, exc_type, exc, tb) -> None:
         sink = self.sink
         try:
@@ -156,10 +148,6 @@ class ShardWriter:
     def _close(self, failed: bool) -> tuple[int, str]:
         """Finish the bytes (the container's trailer unless failed); return (size, sha256)."""
         raise NotImplementedError
-
-    def _append_raw(self, data: bytes) -> int:
-        """Write one record's Example bytes as they are; return its position."""
-        raise NotImplementedError(f"{type(self).__name__} takes features, not Example bytes")
 
 
 class HashingFile:
@@ -316,7 +304,7 @@ class Container:
     tabular = False
     raw_pixels = True  # it may hold --encode raw's pixels (its readers know them from `format`)
     # Its records are serialized tf.train.Example bytes: iter_raw and ShardReader.raw give
-    # them undecoded and its writers' write_raw takes them, so a repack passes them through.
+    # them undecoded, and a repack reads them so.
     raw_examples = False
     # What shard_name gives, for any count, with groups `name` and `split`.
     shard_pattern: re.Pattern[str] = re.compile("(?!)")

@@ -78,10 +78,7 @@ class _Writer(ShardWriter):
         self._writer = _module().ArrayRecordWriter(_fd_path(sink.fd), self.options)
 
     def _append(self, features: Features) -> int:
-        return self._append_raw(encode_example(features))
-
-    def _append_raw(self, data: bytes) -> int:
-        self._writer.write(data if type(data) is bytes else bytes(data))  # the library's type
+        self._writer.write(encode_example(features))
         if not self._writer.ok():
             raise OSError(f"the ArrayRecord writer failed after record {len(self.offsets)}")
         return len(self.offsets)  # ArrayRecord reads by record number

@@ -135,19 +135,6 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
     return b"".join(_example_parts(features))
 
 
-def encodes_to(features: Mapping[str, FeatureValue], data: bytes) -> bool:
-    """Whether encode_example(features) is `data`, compared piece by piece without joining
-    the pieces (a record passed through is not encoded, its image not copied, to check it)."""
-    if not isinstance(data, (bytes, bytearray)):  # a view: memoryview's == goes byte by byte
-        data = bytes(data)
-    pos = 0
-    for part in _example_parts(features):
-        if not data.startswith(part, pos):
-            return False
-        pos += len(part)
-    return pos == len(data)
-
-
 def _example_parts(features: Mapping[str, FeatureValue]) -> list[bytes]:
     """encode_example's bytes as pieces in order: the image one of them, not copied."""
     parts: list[bytes] = []

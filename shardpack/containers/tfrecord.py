@@ -324,7 +324,7 @@ def iter_views(
 
 
 class _Writer(TFRecordWriter):
-    """TFRecordWriter, fed features instead of record bytes (or, by write_raw, Example bytes)."""
+    """TFRecordWriter, fed features instead of record bytes."""
 
     def _append(self, features: Features) -> int:
         # The Example's pieces framed and written as they are: its image is neither joined
@@ -343,9 +343,6 @@ class _Writer(TFRecordWriter):
         offset = self._position
         self._position += len(header) + size + FOOTER.size
         return offset
-
-    def _append_raw(self, data: bytes) -> int:
-        return super()._append(data)
 
 
 class _Reader(ShardReader):

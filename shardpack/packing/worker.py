@@ -12,8 +12,7 @@ from contextlib import suppress
 import numpy as np
 
 from shardpack import images
-from shardpack.containers import CONTAINERS, ShardWriter
-from shardpack.containers.example import encodes_to
+from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.packing import boxes, stamps
@@ -102,7 +101,6 @@ def write_shard(
     moved = boxes.moved_features(schema, boxes.declared_boxes(options))
     try:
         container = CONTAINERS[options.format]
-        raw = container.raw_examples  # a stored Example can be written as it is
         limit = images.max_file_bytes(options.max_pixels)
         with (
             src.reading(source.item_files(spec.items), limit) as src,
@@ -130,7 +128,7 @@ def write_shard(
                 else:
                     if options.wds_naming == "img2dataset":
                         features.update(_original(loaded))
-                    _write(writer, features, source.stored(item, cache) if raw else None)
+                    writer.write(features)
                     _count(counts, item.label)
                     lossless += _made_lossless(loaded, features["format"], options)
                     facts.add(done - 1, loaded, features, orientation,
@@ -168,15 +166,6 @@ def _record(
     fields, dropped = _fields(item, schema, moved, taken, size, options.min_visibility)
     features.update(fields)
     return features, orientation, dropped
-
-
-def _write(writer: ShardWriter, features: dict[str, object], stored: bytes | None) -> None:
-    """Write the record; the Example it was loaded from as it is, when that is its very bytes
-    (a repack's passthrough: not encoded again, nor its image copied to compare)."""
-    if stored is not None and encodes_to(features, stored):
-        writer.write_raw(stored)
-    else:
-        writer.write(features)
 
 
 def _features(

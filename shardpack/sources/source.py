@@ -158,12 +158,6 @@ class Source(abc.ABC):
         pixels as an H x W x 3 uint8 array; `cache` is the worker's, kept across its items."""
         return read_image_file(item, root, options)
 
-    def stored(self, item: Item, cache: dict) -> bytes | None:
-        """The serialized tf.train.Example the item was just loaded from, where the source's
-        items are such records (our own shards): the worker writes it as it is when it would
-        write those very bytes. None: the worker builds the record."""
-        return None
-
     def item_files(self, items: Iterable[Item]) -> Iterator[tuple[str, int]]:
         """The files (path, size) `load` reads for these items, one each, in order (for
         read-ahead). Lazy: a list would hold every path of the shard in the worker."""
