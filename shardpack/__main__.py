@@ -6,6 +6,12 @@ is the window in which pack measures how busy other processes keep the cores
 """
 
 import gc
+import os
+
+# numpy's OpenBLAS starts a thread for each other core at import, and they spin waiting for
+# work: ~0.1 s of CPU a run. A pack's matrix products are small and its workers already take
+# the cores. A value the user set wins; only the command sets it, not `import shardpack`.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from shardpack.packing import cpuload
 
