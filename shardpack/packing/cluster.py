@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -53,6 +52,8 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
         # ucx:// and tls:// need settings shardpack does not pass; they failed in distributed
         raise ClusterError(Option("scheduler", scheduler), ": not an address shardpack can "
                            "reach; give it as HOST:PORT or tcp://HOST:PORT") from None  # fmt: skip
+    import socket  # here: only a --scheduler run probes the network
+
     try:
         # A port nobody listens on is known at once; Dask would retry it for its whole timeout.
         host = address["ip6"] or address["host"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -388,6 +387,9 @@ def content_keys(
 ) -> list[ContentKey]:
     """The ContentKey of each entry's item, read on `threads` threads (reads, CRC32C, XXH3
     and OpenCV leave the interpreter's lock); (0, 0, None) for one the loader refuses."""
+    # here: concurrent.futures brings logging; only a pack that confirms copies hashes on threads
+    from concurrent.futures import ThreadPoolExecutor
+
     chunks = [entries[i : i + HASH_CHUNK] for i in range(0, len(entries), HASH_CHUNK)]
     with ThreadPoolExecutor(max(1, threads)) as pool:
         return list(itertools.chain.from_iterable(

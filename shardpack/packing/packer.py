@@ -13,7 +13,6 @@ from shardpack.errors import OutputError
 from shardpack.options import PackOptions
 from shardpack.packing.boxes import refuse_unmoved
 from shardpack.packing.fresh import FreshPack
-from shardpack.packing.grow import GrowPack
 from shardpack.packing.plan import ShardResult
 from shardpack.packing.result import PackResult
 from shardpack.packing.writing import Planned, ProgressCallback, write_shards
@@ -78,8 +77,13 @@ def pack(
     src_root = source_root(src, storage_options)  # refused before OUT is created if missing
     out = storage_at(out, storage_options)
     refuse_out_inside_src(src_root, out)
-    grows = options.grow != "none"  # --append, --update: into the dataset OUT holds
-    steps: Steps = (GrowPack if grows else FreshPack)(src_root, out, options, storage_options)
+    steps: Steps
+    if options.grow != "none":  # --append, --update: into the dataset OUT holds
+        from shardpack.packing.grow import GrowPack  # here: a fresh pack never reads it
+
+        steps = GrowPack(src_root, out, options, storage_options)
+    else:
+        steps = FreshPack(src_root, out, options, storage_options)
     created = steps.open()
     with out.lock(created), keeping():  # what sources load once a run
         with reporting(scan_progress):

@@ -14,10 +14,9 @@ sorted. The XML is hostile: read bounded, and one with a DOCTYPE (entities) refu
 from __future__ import annotations
 
 import posixpath
-import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
@@ -37,6 +36,9 @@ from shardpack.sources.objects import (
 from shardpack.sources.openfiles import read_metadata
 from shardpack.sources.source import Dataset, Item, Source, folder_only, refuse_unfound
 from shardpack.storage import Storage
+
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
 
 KIND = "voc"
 # TFDS's voc builder's ClassLabel names, in its order.
@@ -225,6 +227,8 @@ def _objects(data: bytes, name: str, tally: _Tally) -> dict[str, tuple]:
     if b"<!doctype" in head or b"<!entity" in data.lower():
         raise BadAnnotation(f"{name}: declares a DOCTYPE or entities, which no VOC annotation "
                             "holds (and which could expand unbounded); remove them")  # fmt: skip
+    import xml.etree.ElementTree as ET  # here: every folder pack imports the VOC source
+
     try:
         top = ET.fromstring(data)
     except ET.ParseError as e:

@@ -12,7 +12,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import stat
 from collections.abc import Iterable
 from contextlib import suppress
@@ -31,7 +30,7 @@ def create_temp(path: str, kind: str = "partial") -> tuple[int, str]:
     The name holds a random token and is created with O_EXCL, so nothing planted is reused.
     """
     head, tail = os.path.split(path)
-    tmp = os.path.join(head, f".{tail}.{secrets.token_hex(_TOKEN_BYTES)}.{kind}")
+    tmp = os.path.join(head, f".{tail}.{os.urandom(_TOKEN_BYTES).hex()}.{kind}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     return os.open(tmp, flags, 0o644), tmp
 

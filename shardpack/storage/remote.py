@@ -18,7 +18,6 @@ import json
 import os
 import queue
 import re
-import socket
 import tempfile
 import threading
 import time
@@ -588,6 +587,8 @@ def _locked(storage: RemoteStorage) -> Iterator[None]:
     A lock left by a run on this host whose process is gone (killed) is taken over: the store
     cannot see a process die, this host can.
     """
+    import socket  # here: a local pack imports this module but never locks a store
+
     key = storage._key(LOCK_NAME)
     token = uuid.uuid4().hex
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -650,6 +651,8 @@ def _owner(storage: RemoteStorage, key: str) -> dict | None:
 
 def _dead_here(owner: dict | None) -> bool:
     """Whether the lock's run was on this host and its process is gone."""
+    import socket  # here: a local pack imports this module but never locks a store
+
     if owner is None or owner["host"] != socket.gethostname():
         return False
     pid = owner["pid"]

@@ -258,6 +258,34 @@ def test_help_and_import_stay_free_of_tensorflow():
     assert "tensorflow" not in imports.stderr and "cv2" not in imports.stderr
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in Linux's /proc")
+def test_the_command_starts_numpy_with_one_blas_thread_unless_the_user_set_it():
+    """OpenBLAS's idle threads spun ~0.1 s of CPU in every run; the user's own setting wins.
+    The CLI's imports are frozen out of the collector's walks, which stays on."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    code = ("import gc, os, shardpack.__main__, numpy\nthreads = os.listdir('/proc/self/task')\n"
+            "print(len(threads), gc.isenabled(), gc.get_freeze_count() > 0)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.stdout.strip() == "1 True True", out.stderr
+    code = "import os, shardpack.__main__; print(os.environ['OPENBLAS_NUM_THREADS'])"
+    env["OPENBLAS_NUM_THREADS"] = "3"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.stdout.strip() == "3", out.stderr
+
+
+def test_a_folder_pack_imports_nothing_only_other_runs_read(tmp_path: Path):
+    """Start-up: the network, VOC's XML, the copies' thread pool and grow stay unimported."""
+    src = make_tree(tmp_path / "src", {"a": 2})
+    code = ("import runpy, sys\nnames = sys.argv.pop().split()\ntry:\n"
+            "    runpy.run_module('shardpack', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "print(sorted(m for m in names if m in sys.modules))")  # fmt: skip
+    unread = "socket xml.etree.ElementTree concurrent.futures logging shardpack.packing.grow"
+    argv = ["pack", str(src), str(tmp_path / "out"), "--workers", "1", unread]
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1:] == ["[]"], out.stdout + out.stderr
+
+
 def test_demo(tmp_path: Path):
     result = runner.invoke(app, ["demo", str(tmp_path / "d"), "--per-class", "6", "--workers", "2",
                                  "--no-progress"])  # fmt: skip
@@ -377,8 +405,8 @@ def test_help_loads_no_heavy_module():
 
 
 def test_pack_imports_only_what_it_uses(tmp_path: Path):
-    """A pack on forked workers imports no importlib.metadata (the crc32c package's __init__
-    asks it its version: 25-50 ms of every command), and one in a single worker no joblib."""
+    """A pack imports no importlib.metadata (the crc32c package's __init__ asks it its
+    version: 25-50 ms of every command), nor joblib, whose import was ~50 ms of a pool's start."""
     src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
     env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
     argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out"), "--shards", "2", "--workers", "2"]
@@ -386,7 +414,7 @@ def test_pack_imports_only_what_it_uses(tmp_path: Path):
     assert run.returncode == 0, run.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
     assert "shardpack.packing.forkpool" in imported  # the run did fork its workers
-    assert not imported & {"importlib.metadata", "tensorflow"}
+    assert not imported & {"joblib", "importlib.metadata", "tensorflow"}
     argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out1"), "--shards", "2", "--workers", "1"]
     run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
