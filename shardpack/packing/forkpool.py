@@ -1,10 +1,10 @@
-"""The shard tasks on this machine: the standard library's ProcessPoolExecutor (fork context)
-over workers forked from this process.
+"""The shard tasks on this machine: joblib.Parallel over workers forked from this process.
 
 The parent has imported the worker code and made the plan before it forks, so a worker is up
 in milliseconds and reads its shard's items from memory it inherited; a task is the shard's
-number. A killed worker breaks the pool and fails the run at once, never a hang. Imported only
-by a run with more than one worker; it does not import joblib (~50 ms of every such run).
+number. The pool is the standard library's ProcessPoolExecutor (fork context) behind a joblib
+backend: a killed worker breaks the pool and fails the run at once, never a hang. Imported
+only by a run with more than one worker: it imports joblib.
 """
 
 from __future__ import annotations
@@ -13,10 +13,14 @@ import multiprocessing
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import suppress
 from dataclasses import replace
+
+from joblib import Parallel, delayed
+from joblib.parallel import ParallelBackendBase
 
 # PackedItems as _PackedItems, PACKED_CHUNK: the names tests and benchmarks import from here
 from shardpack.packing.packeditems import PACKED_CHUNK  # noqa: F401
@@ -37,8 +41,7 @@ def run_local(
     """Yield write_shard(spec, *args) of each spec as it finishes, on `workers` forked workers,
     each calling `prepare` first.
 
-    A worker's error, or closing the generator early (Ctrl-C), kills every worker and reaps
-    it before this returns: none can write a file after the caller cleans up.
+    Closing the generator early (an error, Ctrl-C) kills every worker before it returns.
     """
     global _forked
     for stream in (sys.stdout, sys.stderr):
@@ -46,27 +49,78 @@ def run_local(
     # (a streamed list's range is read by its worker: nothing of it to pack)
     _forked = [replace(spec, items=_PackedItems(spec.items)) if isinstance(spec.items, tuple)
                else spec for spec in specs]  # fmt: skip
-    others = set(multiprocessing.active_children())  # children from before: not ours to kill
-    pool = ProcessPoolExecutor(
-        max(1, workers),
-        mp_context=multiprocessing.get_context("fork"),
-        initializer=_start_worker,
-        initargs=(os.getpid(), prepare),
+    # The rest goes pickled (a few hundred bytes): a storage made in this process must not
+    # be used in another (an s3fs filesystem holds an event loop: "not fork-safe").
+    tasks = (delayed(_write_forked)(i, *args) for i in range(len(specs)))
+    parallel = Parallel(
+        n_jobs=workers,
+        backend=ForkBackend(prepare),
+        return_as="generator_unordered",
+        pre_dispatch="all",  # every task queued here, none from the pool's result thread
     )
-    finished = False
     try:
-        # The rest goes pickled (a few hundred bytes): a storage made in this process must not
-        # be used in another (an s3fs filesystem holds an event loop: "not fork-safe").
-        tasks = [pool.submit(_write_forked, i, *args) for i in range(len(specs))]
-        for task in as_completed(tasks):
-            yield task.result()
-        finished = True
+        results = parallel(tasks)
+        try:
+            for result in results:  # noqa: UP028  a close must reach `results` under the filter
+                yield result
+        finally:
+            with warnings.catch_warnings():  # joblib warns of the tasks a close cancels: meant
+                warnings.simplefilter("ignore")
+                results.close()
     finally:
-        if not finished:  # the pool's shutdown would wait for the tasks running: kill them
-            for worker in set(multiprocessing.active_children()) - others:
-                worker.kill()
-        pool.shutdown(wait=True, cancel_futures=True)
         _forked = None
+
+
+class ForkBackend(ParallelBackendBase):
+    """A joblib backend over a pool of workers forked from this process, each tied to it
+    (_tie_to_parent); aborting kills them."""
+
+    supports_retrieve_callback = True  # what return_as="generator_unordered" needs
+    uses_threads = False
+    supports_sharedmem = False
+
+    def __init__(self, prepare: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        self._prepare = prepare  # what each worker calls as it starts
+        self._pool: ProcessPoolExecutor | None = None
+        self._others: set[multiprocessing.process.BaseProcess] = set()  # children from before
+
+    def effective_n_jobs(self, n_jobs: int) -> int:
+        return max(1, n_jobs)
+
+    def configure(self, n_jobs: int = 1, parallel: Parallel | None = None, **_: object) -> int:
+        """Start the pool (its workers fork at the first task); joblib's other settings
+        (memmapping, temporary folders) are for its own pools and do not apply."""
+        self.parallel = parallel
+        self._others = set(multiprocessing.active_children())
+        self._pool = ProcessPoolExecutor(
+            self.effective_n_jobs(n_jobs),
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_start_worker,
+            initargs=(os.getpid(), self._prepare),
+        )
+        return self.effective_n_jobs(n_jobs)
+
+    def submit(self, func: Callable, callback: Callable | None = None) -> Future:
+        future = self._pool.submit(func)
+        if callback is not None:
+            future.add_done_callback(callback)
+        return future
+
+    def retrieve_result_callback(self, future: Future) -> object:
+        return future.result()
+
+    def abort_everything(self, ensure_ready: bool = True) -> None:
+        """Kill the workers (the pool's shutdown would wait for their tasks), and reap them
+        before the caller removes partial files: none can reappear."""
+        for worker in set(multiprocessing.active_children()) - self._others:
+            worker.kill()
+        self.terminate()
+
+    def terminate(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
 
 def _write_forked(i: int, *args) -> ShardResult:

@@ -29,10 +29,9 @@ ITEM_S = {"keep": 50e-6, "raw": 90e-6, "jpeg": 60e-6, "png": 100e-6, "webp": 120
 BYTE_S = {"keep": 2.8e-9, "raw": 30e-9, "jpeg": 33e-9, "png": 105e-9, "webp": 150e-9}
 # --check decode decodes every passed-through image: about a JPEG decode per byte.
 DECODE_BYTE_S = 16e-9
-# A pool of forked workers (packing/forkpool.py): importing the standard library's executor,
-# starting the pool and shutting it down; forking and reaping each worker. From paired `make
-# bench` runs at 2 workers against 1 (benchmarks/README.md), when the pool also imported joblib
-# (~0.05 s): kept until those runs measure it again.
+# A pool of forked workers (packing/forkpool.py): importing joblib and the standard library's
+# executor, starting the pool and shutting it down; forking and reaping each worker. From
+# paired `make bench` runs at 2 workers against 1 (benchmarks/README.md).
 POOL_START_S = 0.1
 WORKER_START_S = 0.02
 # The share of each encoding's work that more workers do not divide: passthrough is copying

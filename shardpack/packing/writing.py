@@ -192,7 +192,7 @@ def _run(
                 _keep_freed_memory()  # this process decodes the images
                 yield from (write_shard(spec, *args) for spec in specs)
             else:
-                from shardpack.packing.forkpool import run_local  # here: a pool forks workers
+                from shardpack.packing.forkpool import run_local  # imports joblib
 
                 # in the workers alone: the packing process gives back what it frees
                 _mallopt(_GIVE_BACK)
