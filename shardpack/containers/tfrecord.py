@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 _MASK_DELTA = 0xA282EAD8
 HEADER = struct.Struct("<QI")  # uint64 length, uint32 masked CRC of the length
 FOOTER = struct.Struct("<I")  # uint32 masked CRC of the data
+_FRAMING = HEADER.size + FOOTER.size  # the bytes a record's framing adds to its data
 # Large enough that a shard costs few write syscalls, small enough to stay invisible in RSS.
 _WRITE_BUFFER = 1 << 20
 # What iter_views reads at a time: records of a few hundred KB rarely straddle two reads.
@@ -379,6 +380,18 @@ class _Reader(ShardReader):
         offset, end = self.offsets[i], self.offsets[i + 1]
         head, span = HEADER.size, end - offset
         framed = self.blob.pread(span, offset) if span <= _ONE_READ else None
+        if framed is not None and len(framed) == span >= _FRAMING:
+            # the checks below, inline, for a record that passes them (~2 us of a repack's
+            # record); one that fails any goes the long way, which says what is wrong
+            length, length_crc = HEADER.unpack_from(framed)
+            stop = head + length
+            view = memoryview(framed)
+            if (
+                stop + FOOTER.size == span
+                and _masked(_crc32c(view[:8])) == length_crc
+                and _masked(_crc32c(view[head:stop])) == FOOTER.unpack_from(framed, stop)[0]
+            ):
+                return framed, head, stop
         try:
             header = self.blob.pread(head, offset) if framed is None else framed[:head]
             length = record_length(header, self.path, offset, span)

@@ -23,7 +23,7 @@ comparing them with it (benchmarks/README.md, issue 33 item 5's third round).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.containers import Container, ShardReader, checked
@@ -296,29 +296,26 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
             the scan listed there (names the shard and the record's number).
     """
     kept = cache.get(KIND)
-    where = f"{item.path} record {item.position}"
     try:
         if kept is None:
             kept = cache[KIND] = _open_shards(root)
         reader = kept.files.get(item.path)
         if reader.raw_examples:
-            from shardpack.containers.example import decode  # numpy: not for --help
-
             # parsed whole (the scan may have read none), where it was read: the Example is
             # record[start:stop], not copied out of its framing
             record, start, stop = reader.framed(item.position)
-            where_in = (reader.path, reader.position(item.position), reader.unit)
-            example = checked(decode(record, *where_in, start=start, stop=stop))
+            at = (reader.path, reader.position(item.position), reader.unit)
+            example = checked(kept.decode(record, *at, (), None, start, stop))
         else:
             example = reader[item.position]
     except (SourceError, RecordError, OSError, IndexError, KeyError) as e:
-        raise ImageError(item.key, f"{where}: cannot read it ({e})") from None
+        raise ImageError(item.key, f"{_where(item)}: cannot read it ({e})") from None
     images = example.get(IMAGE)
     if images and type(images[0]) is not bytes:  # a container's reader may lend a view
         example[IMAGE] = [bytes(v) for v in images]
     fault = _unlike(example, item, kept)
     if fault is not None:
-        raise ImageError(item.key, f"{where}: {fault}")
+        raise ImageError(item.key, f"{_where(item)}: {fault}")
     image = example[IMAGE][0]
     if example.get("format", [])[:1] != [b"raw"]:
         return image
@@ -328,8 +325,13 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
     try:
         return np.frombuffer(image, np.uint8).reshape(shape)
     except ValueError:
-        raise ImageError(item.key, f"{where}: raw image of {len(image)} bytes, fields say "
+        raise ImageError(item.key, f"{_where(item)}: raw image of {len(image)} bytes, fields say "
                                    f"{shape}") from None  # fmt: skip
+
+
+def _where(item: Item) -> str:
+    """Where an item's record is, for a message."""
+    return f"{item.path} record {item.position}"
 
 
 def _unlike(example: dict[str, list], item: Item, kept: _Opened) -> str | None:
@@ -389,14 +391,17 @@ class _Opened(NamedTuple):
     files: OpenFiles[_Shard]
     schema: Schema
     plain: bool  # no features but one class a record (a label list or other feature: False)
+    decode: Callable  # example.decode, imported once a worker (not by each load)
 
 
 def _open_shards(root: Storage) -> _Opened:
     """The source's shards, each opened through its container on first use."""
     index = _index(root.child(""))  # a Storage: a worker's root may be Storage.reading's proxy
     shards = {s.file: s for info in index.splits.values() for s in info.shards}
+    from shardpack.containers.example import decode  # numpy: not for --help, which lists us
+
     files = OpenFiles(lambda file: _open(index, shards[file]), KEEP_SHARDS)
-    return _Opened(files, index.schema, _plain(index.schema))
+    return _Opened(files, index.schema, _plain(index.schema), decode)
 
 
 # Each record's position in a source shard, by the shard's path and sha256, found once a worker

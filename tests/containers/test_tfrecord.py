@@ -550,6 +550,26 @@ def test_a_record_read_by_its_offset_is_checked_alike_in_one_read_or_three(
             assert data == (frame(payload) if one_read else payload)
 
 
+@pytest.mark.parametrize("one_read", [0, 1 << 20])  # header, data and footer apart; at once
+@pytest.mark.parametrize("flip", [8, 11])  # the first and last byte of the length's CRC
+def test_a_record_whose_length_crc_fails_is_refused_when_read_by_its_offset(
+    tmp_path, monkeypatch, one_read, flip
+):
+    """Its length and data as written, only the length's CRC wrong: no read of it passes (the
+    one-read path checks the framing inline for a record that passes)."""
+    monkeypatch.setattr(tfrecord, "_ONE_READ", one_read)
+    path = tmp_path / "a.tfrecord"
+    whole = bytearray(b"".join(frame(p) for p in PAYLOADS))
+    path.write_bytes(whole)
+    offsets = [offset for offset, _ in iter_records(*at(path))]
+    whole[offsets[1] + flip] ^= 1
+    path.write_bytes(whole)
+    with tfrecord.TFRecord().open(*at(path), offsets=offsets) as reader:
+        assert reader.raw(0) == PAYLOADS[0]
+        with pytest.raises(RecordError, match="the index file is stale"):
+            reader.framed(1)
+
+
 @pytest.mark.parametrize(
     "image_size", [0, 100, 4095, 4096, 300_000], ids=["empty", "small", "under", "at", "large"]
 )
