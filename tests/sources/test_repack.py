@@ -194,3 +194,26 @@ def test_a_corrupt_record_is_named_with_its_shard_and_number_in_the_worker(packe
     said = f"{file} record \\d+: cannot read it .*{file}: holds {held - 1} records, the index says"
     with pytest.raises(SourceError, match=f"{said} {held}"):
         shardpack.pack(cut, tmp_path / "out-cut", PackOptions(workers=1, shuffle=False))
+
+
+def test_a_raw_record_whose_sizes_disagree_with_its_pixels_is_named_and_skipped(tmp_path):
+    """A raw-pixels record whose height x width x channels is not its byte count (rewritten by
+    another writer, its framing and CRCs whole) is a one-line skip naming the shard, the record
+    and both sizes; its pixels are never reshaped to another image."""
+    raw = tmp_path / "raw"
+    tree = make_tree(tmp_path / "src", {"a": 2, "b": 1})
+    shardpack.pack(tree, raw, PackOptions(workers=1, encode="raw", shuffle=False))
+    (file,) = _shards(raw)
+    records = [example._decode_general(d) for d in _records(raw)]
+    height, width, channels = (records[1][name][0] for name in ("height", "width", "channels"))
+    records[1]["height"] = [height + 1]  # one more row than the pixels hold
+    with TFRecordWriter(raw / file) as writer:
+        for record in records:
+            parts = [_entry(name, values) for name, values in sorted(record.items())]
+            writer.write(b"\x0a" + example._varint(sum(map(len, parts))) + b"".join(parts))
+    result = shardpack.pack(raw, tmp_path / "out", PackOptions(workers=1, shuffle=False))
+    (reason,) = _skips(result).values()
+    size = height * width * channels
+    assert reason == (f"{file} record 1: raw image of {size} bytes, fields say "
+                      f"({height + 1}, {width}, {channels})")  # fmt: skip
+    assert result.num_records == len(records) - 1
