@@ -67,10 +67,10 @@ class FactSpill:
     def _fold(self, spec: ShardSpec, start: int, result: ShardResult) -> None:
         rows = facts_of(result.content, len(spec.items))
         stats.add_tally(self._counts[spec.split], result.tally, (r for _, r in result.skipped))
-        if self._sizes is not None:
+        if self._sizes is not None:  # None once two sizes (or an unknown one) are met
             noted = record_sizes(result.content, result.num_records)
-            self._sizes = None if noted is None else self._sizes | noted
-            self._sizes = None if self._sizes is not None and len(self._sizes) > 1 else self._sizes
+            sizes = None if noted is None else self._sizes | noted
+            self._sizes = sizes if sizes is not None and len(sizes) <= 1 else None
         self._write(self._rows, spec.split, stats.summed(rows).tobytes())
         if self._bits >= 0:
             self._spill_keys(rows, start)

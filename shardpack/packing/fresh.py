@@ -96,11 +96,9 @@ class FreshPack:
 
     def _merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         out, dataset, plan, options = self.out, planned.dataset, planned.plan, planned.options
-        if self.spool is not None:  # the shards an earlier run wrote (--resume): rendered now
-            for result in planned.reused:
-                self.spool.add(result)
-        # those too folded: no result holds its records' facts from here
-        results = [self.facts.add(result) for result in results]
+        # the shards that did not land here (an earlier run's, --resume) spooled and folded as
+        # those that did (once each): no result holds its records' facts from here
+        results = [self.landed(result) for result in results]
         num_records = sum(r.num_records for r in results)
         if num_records == 0:  # a dataset of nothing is no success, and leaves no dataset
             _leave_nothing(out, plan, dataset, results)
@@ -145,11 +143,11 @@ class FreshPack:
             streamed_rows(dataset).release()
         write_outputs(out, index, results, options.index_files)
         if not streamed:  # a streamed list's keys are not held: it keeps no list to grow from
-            self.spool.write_contents(out, results, numbers)
+            self.spool.write_contents(out, numbers)
         write_failures(out, failures)
         commit_index(out, index)  # the run is complete
         if not streamed:
-            self.spool.write_stamps(out, index, results)
+            self.spool.write_stamps(out, index)
         notes = _fewer_workers(self.options.workers, stats.workers, to_write, self.in_process)
         return PackResult(
             out=out.root, index=index, num_records=num_records,

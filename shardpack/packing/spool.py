@@ -29,7 +29,9 @@ class EntrySpool:
 
     def add(self, result: ShardResult) -> None:
         """Render and keep what the merge writes of the shard `result` says was written, and
-        which of its items were (the result's facts are not kept: factspill.py)."""
+        which of its items were (the result's facts are not kept: factspill.py); once a shard."""
+        if result.file in self._spans:
+            return
         spec = self._specs[result.file]
         entry = contents.rendered_shard(spec, result)
         part = stamps.rendered(spec, result)
@@ -38,29 +40,24 @@ class EntrySpool:
         self._spans[result.file] = (self._file.tell(), len(entry), len(part), len(written))
         self._file.write(entry + part + written)
 
-    def _parts(self, spec: ShardSpec, result: ShardResult) -> tuple[bytes, bytes, np.ndarray]:
-        """The shard's rendered entry, its stamps part and whether each item was written: kept,
-        or (a shard an earlier run wrote, --resume) rendered now."""
-        if spec.file not in self._spans:
-            self.add(result)
+    def _parts(self, spec: ShardSpec) -> tuple[bytes, bytes, np.ndarray]:
+        """The shard's rendered entry, its stamps part and whether each item was written, as
+        add() kept them (every shard is added before the merge: fresh.FreshPack)."""
         offset, entry, part, written = self._spans[spec.file]
         self._file.seek(offset)
         data = self._file.read(entry + part + written)
         mask = np.unpackbits(np.frombuffer(data[entry + part :], np.uint8), count=len(spec.items))
         return data[:entry], data[entry : entry + part], mask.astype(bool)
 
-    def write_contents(
-        self, out: Storage, results: list[ShardResult], number: dict[str, int] | np.ndarray
-    ) -> None:
+    def write_contents(self, out: Storage, number: dict[str, int] | np.ndarray) -> None:
         """Write contents.json of every planned shard, each record's copy numbered as `number`
         says: by key (contents.copy_numbers of the groups of exact copies), or by plan
         position (duplicates.PlanCopies.numbers)."""
-        by_file = {r.file: r for r in results}
 
         def shards():
             start = 0
             for spec in self._specs.values():
-                entry, _, written = self._parts(spec, by_file[spec.file])
+                entry, _, written = self._parts(spec)
                 if isinstance(number, np.ndarray):
                     copies = number[start : start + len(spec.items)][written].tolist()
                 else:
@@ -72,10 +69,9 @@ class EntrySpool:
 
         contents.write_rendered(out, shards())
 
-    def write_stamps(self, out: Storage, index: Index, results: list[ShardResult]) -> None:
+    def write_stamps(self, out: Storage, index: Index) -> None:
         """Write the stamps of the dataset whose index.json just landed."""
-        by_file = {r.file: r for r in results}
-        parts = (self._parts(spec, by_file[spec.file])[1] for spec in self._specs.values())
+        parts = (self._parts(spec)[1] for spec in self._specs.values())
         stamps.save_rendered(out, index, parts)
 
     def close(self) -> None:
