@@ -56,8 +56,10 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 def serve(latency: float, flaky: float) -> tuple[_Server, dict]:
-    """The server, and its counters (most in flight)."""
-    body, seen, state = _photo(), set(), {"active": 0, "most": 0}
+    """The server, and its counters: the most requests in flight, and when (perf_counter) the
+    last URL's first request came and the last request of a URL asked before (a retry)."""
+    body, seen = _photo(), set()
+    state = {"active": 0, "most": 0, "last_first": 0.0, "last_retry": 0.0}
     lock = threading.Lock()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -73,6 +75,7 @@ def serve(latency: float, flaky: float) -> tuple[_Server, dict]:
             with lock:
                 first = self.path not in seen
                 seen.add(self.path)
+                state["last_first" if first else "last_retry"] = time.perf_counter()
                 state["active"] += 1
                 state["most"] = max(state["most"], state["active"])
             try:
@@ -154,7 +157,15 @@ def run(urls: int, latency: float, flaky: float, workers: int, extra: list[str],
     return {"packer": "img2dataset" if peer else "shardpack", "urls": urls,
             "latency_s": latency, "flaky": flaky, "workers": workers, "packed": packed,
             "seconds": round(seconds, 2), "images_per_s": round(packed / seconds, 1),
-            "cpu_s": round(cpu, 2), "most_in_flight": state["most"]}  # fmt: skip
+            "cpu_s": round(cpu, 2), "most_in_flight": state["most"],
+            **_arrivals(state, start)}  # fmt: skip
+
+
+def _arrivals(state: dict, start: float) -> dict:
+    """When, in seconds from the run's start, the last first request and the last retry came
+    (no retry: none)."""
+    times = {"last_first_s": state["last_first"], "last_retry_s": state["last_retry"]}
+    return {key: round(at - start, 2) for key, at in times.items() if at}
 
 
 def _children_cpu() -> float:
