@@ -100,6 +100,7 @@ bench: $(TESTDEPS) $(PEERS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.near_distance
 	$(BIN)/python -m benchmarks.peer_writers photos-6000
 	$(BIN)/python -m benchmarks.urls --img2dataset -- --per-host 128
+	$(BIN)/python -m benchmarks.urls --retry-run -- --per-host 128
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the
 # listing-scale run (1,000,000 files), the manifest scan at 100k and 1M rows (CSV, JSONL,

@@ -4,6 +4,7 @@
     .venv/bin/python -m benchmarks.urls --urls 400 --latency 0.05 --flaky 0.1 --workers 2
     .venv/bin/python -m benchmarks.urls --img2dataset -- --per-host 128   # side by side
     .venv/bin/python -m benchmarks.urls --img2dataset --pairs 3 -- --per-host 128  # medians
+    .venv/bin/python -m benchmarks.urls --retry-run -- --per-host 128    # clean, then flaky
 
 A threaded HTTP server on 127.0.0.1 answers every URL with a 500x375 JPEG (its own bytes: a
 comment names the URL) after `--latency` seconds; with `--flaky F`, a fraction F of the URLs
@@ -17,6 +18,12 @@ With `--img2dataset`, each latency runs shardpack and img2dataset (from its own 
 list, passthrough and with a 256 px center-crop re-encode, both writing WebDataset tars, and
 prints each one's images/s and the ratio. img2dataset runs as the issue measured it: 2
 processes x 64 threads, its retries set to shardpack's 2.
+
+With `--retry-run` (at the first `--latency`), shardpack packs 2,000 URLs passthrough, the
+same cropped to 256 px and 6,000 passthrough, each clean and then with `--flaky 0.1`, and
+prints the flaky run's time over the clean one's, and when its last first request and its last
+retry reached the server: a URL told at its first request to come back in a second is packed
+no sooner, so the last first request plus that second is the floor of the flaky run.
 """
 
 from __future__ import annotations
@@ -233,6 +240,38 @@ def side_by_side(urls: int, latency: float, workers: int, extra: list[str], peer
                   f"of CPU {statistics.median(cpu):.2f}x", flush=True)  # fmt: skip
 
 
+# The issue's retry run: 10% of the URLs failing their first request, each list clean then
+# flaky; the long list is where Retry-After's one second is a small part of a clean run.
+RETRY_RUN = (("passthrough", 2000, []),
+             ("center-crop 256", 2000, ["--resize", "256x256", "--resize-mode", "center-crop"]),
+             ("passthrough", 6000, []))  # fmt: skip
+
+
+def retry_run(latency: float, workers: int, extra: list[str], pairs: int = 1) -> None:
+    """Each of RETRY_RUN's lists packed clean then with 10% transient failures, `pairs` times in
+    turn: a line each, the flaky run's time over the clean one's a pair, over several pairs the
+    median, and where the flaky run's last first request and last retry came."""
+    for mode, urls, flags in RETRY_RUN:
+        ratios, gaps = [], []
+        for _ in range(pairs):
+            clean = run(urls, latency, 0.0, workers, flags + extra)
+            flaky = run(urls, latency, 0.1, workers, flags + extra)
+            for figures in (clean, flaky):
+                print(json.dumps({"mode": mode, **figures}), flush=True)
+            ratios.append(flaky["seconds"] / clean["seconds"])
+            gaps.append(flaky["last_retry_s"] - flaky["last_first_s"])
+            print(f"# retry run, {mode}, {urls:,} URLs, {latency * 1000:g} ms: clean "
+                  f"{clean['seconds']} s, 10% failing first {flaky['seconds']} s "
+                  f"({flaky['packed']:,} packed): {ratios[-1]:.2f}x; its last first request "
+                  f"at {flaky['last_first_s']} s, last retry at {flaky['last_retry_s']} s",
+                  flush=True)  # fmt: skip
+        if pairs > 1:
+            print(f"# retry run, {mode}, {urls:,} URLs, median of {pairs} pairs: "
+                  f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}); "
+                  f"last retry after the last first request {statistics.median(gaps):.2f} s",
+                  flush=True)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--urls", type=int, default=2000)
@@ -244,13 +283,19 @@ def main(argv: list[str] | None = None) -> None:
                         help="one worker's Prefetch alone, in-process, at THREADS")  # fmt: skip
     parser.add_argument("--img2dataset", nargs="?", const=IMG2DATASET, metavar="PATH",
                         help=f"side by side with img2dataset [{IMG2DATASET}]")  # fmt: skip
-    parser.add_argument("--pairs", type=int, default=1,
-                        help="with --img2dataset: runs of each in turn (A B A B), the median"
+    parser.add_argument("--retry-run", action="store_true",
+                        help="clean then 10%% failing first: passthrough, crop, a long list"
                         )  # fmt: skip
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="with --img2dataset or --retry-run: runs of each in turn (A B A B), "
+                        "the median")  # fmt: skip
     parser.add_argument("flags", nargs="*", help="more pack flags, after --")
     args = parser.parse_args(argv)
     extra = ["--resize", args.resize, "--resize-mode", "center-crop"] if args.resize else []
     extra += args.flags
+    if args.retry_run:
+        latency = float(args.latency.split(",")[0])
+        return retry_run(latency, args.workers, args.flags, args.pairs)
     for latency in map(float, args.latency.split(",")):
         if args.fetch_only:
             print(json.dumps(fetch_only(args.urls, latency, args.flaky, args.fetch_only)))
