@@ -187,9 +187,11 @@ def _img2dataset_successes(out: str) -> int:
     return sum(json.load(open(os.path.join(out, name)))["successes"] for name in names)
 
 
-def fetch_only(urls: int, latency: float, flaky: float, threads: int) -> dict:
+def fetch_only(urls: int, latency: float, flaky: float, threads: int, read_ms: float = 0.0) -> dict:
     """One worker's fetching alone: a Prefetch of `threads` over `urls` URLs read in order, in
-    this process (the server's threads too), no packing: where a retry's wait goes."""
+    this process (the server's threads too), no packing: where a retry's wait goes. Each read
+    is followed by `read_ms` of sleep: a writer's work that, as OpenCV's, leaves the GIL free
+    (a 256 px crop's ~2.5 ms); `waited_s` is the time the reads waited for their bytes."""
     from shardpack.storage.fetch import Fetcher, Prefetch  # the code under test, in-process
     from shardpack.storage.urlpolicy import FetchPolicy
 
@@ -200,14 +202,21 @@ def fetch_only(urls: int, latency: float, flaky: float, threads: int) -> dict:
     start = time.perf_counter()
     ahead = Prefetch(Fetcher(policy), iter(listed), 1 << 20)
     try:
-        got = sum(bool(ahead.read(url, 1 << 20)) for url in listed)
+        got, waited = 0, 0.0
+        for url in listed:
+            before = time.perf_counter()
+            got += bool(ahead.read(url, 1 << 20))
+            waited += time.perf_counter() - before
+            time.sleep(read_ms / 1000)
     finally:
         ahead.close()
     seconds = time.perf_counter() - start
     server.shutdown()
     server.server_close()
     return {"fetch_only": urls, "latency_s": latency, "flaky": flaky, "threads": threads,
-            "got": got, "seconds": round(seconds, 2), "most_in_flight": state["most"]}  # fmt: skip
+            "got": got, "seconds": round(seconds, 2), "most_in_flight": state["most"],
+            "read_ms": read_ms, "waited_s": round(waited, 2),
+            **_arrivals(state, start)}  # fmt: skip
 
 
 def side_by_side(urls: int, latency: float, workers: int, extra: list[str], peer: str,
@@ -281,6 +290,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resize", help="WxH: re-encode, center-cropped (else passthrough)")
     parser.add_argument("--fetch-only", type=int, metavar="THREADS",
                         help="one worker's Prefetch alone, in-process, at THREADS")  # fmt: skip
+    parser.add_argument("--read-ms", type=float, default=0.0,
+                        help="with --fetch-only: ms of sleep after each read (a writer's work)"
+                        )  # fmt: skip
     parser.add_argument("--img2dataset", nargs="?", const=IMG2DATASET, metavar="PATH",
                         help=f"side by side with img2dataset [{IMG2DATASET}]")  # fmt: skip
     parser.add_argument("--retry-run", action="store_true",
@@ -298,7 +310,8 @@ def main(argv: list[str] | None = None) -> None:
         return retry_run(latency, args.workers, args.flags, args.pairs)
     for latency in map(float, args.latency.split(",")):
         if args.fetch_only:
-            print(json.dumps(fetch_only(args.urls, latency, args.flaky, args.fetch_only)))
+            alone = fetch_only(args.urls, latency, args.flaky, args.fetch_only, args.read_ms)
+            print(json.dumps(alone), flush=True)
         elif args.img2dataset:
             if not os.path.exists(args.img2dataset):
                 raise SystemExit(f"{args.img2dataset}: not there; run `make peers-img2dataset`")
