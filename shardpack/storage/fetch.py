@@ -385,22 +385,22 @@ class Prefetch:
             raise
 
     def _fill(self) -> None:
+        new: list[tuple[str, Future]] = []
         while len(self._ahead) < self._window and self._held < HELD_BYTES:
             url = next(self._urls, None)
             if url is None:
-                return
-            future: Future = Future()
-            self._ahead.append((url, future))
-            with self._lock:
-                self._queue(url, future, 1)
-
-    def _queue(self, url: str, future: Future, tries: int) -> None:
-        """Under the lock: queue a try of `url` (a retry ahead of every first try) and a pool
-        task to run one."""
-        heapq.heappush(self._queued, (tries == 1, next(self._count), url, future, tries))
-        self._pool.submit(self._next)
+                break
+            new.append((url, Future()))
+            self._ahead.append(new[-1])
+        with self._lock:  # once for them all: the pool's threads take it for each try
+            for url, future in new:
+                heapq.heappush(self._queued, (True, next(self._count), url, future, 1))
+        for _ in new:
+            self._pool.submit(self._next)
 
     def _next(self) -> None:
+        """A pool task: the most urgent try queued (retries before first tries, each in the
+        order it came), not the one this task was submitted for."""
         with self._lock:
             if not self._queued:  # dropped by close
                 return
@@ -453,7 +453,8 @@ class Prefetch:
                     self._wake.wait(wait)
                     continue
                 _, _, url, future, tries = heapq.heappop(self._due)
-                self._queue(url, future, tries)
+                heapq.heappush(self._queued, (False, next(self._count), url, future, tries))
+                self._pool.submit(self._next)
 
     def _forget(self, future: Future) -> None:
         """A fetched body leaves the bytes held: read, or passed over."""
