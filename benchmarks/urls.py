@@ -5,6 +5,7 @@
     .venv/bin/python -m benchmarks.urls --img2dataset -- --per-host 128   # side by side
     .venv/bin/python -m benchmarks.urls --img2dataset --pairs 3 -- --per-host 128  # medians
     .venv/bin/python -m benchmarks.urls --retry-run -- --per-host 128    # clean, then flaky
+    .venv/bin/python -m benchmarks.urls --retry-run --long 6000 --pairs 3 -- --per-host 128
 
 A threaded HTTP server on 127.0.0.1 answers every URL with a 500x375 JPEG (its own bytes: a
 comment names the URL) after `--latency` seconds; with `--flaky F`, a fraction F of the URLs
@@ -19,11 +20,12 @@ list, passthrough and with a 256 px center-crop re-encode, both writing WebDatas
 prints each one's images/s and the ratio. img2dataset runs as the issue measured it: 2
 processes x 64 threads, its retries set to shardpack's 2.
 
-With `--retry-run` (at the first `--latency`), shardpack packs 2,000 URLs passthrough, the
-same cropped to 256 px and 6,000 passthrough, each clean and then with `--flaky 0.1`, and
-prints the flaky run's time over the clean one's, and when its last first request and its last
-retry reached the server: a URL told at its first request to come back in a second is packed
-no sooner, so the last first request plus that second is the floor of the flaky run.
+With `--retry-run` (at the first `--latency`), shardpack packs 2,000 URLs passthrough and the
+same cropped to 256 px (with `--long N`, N URLs passthrough too), each clean and then with
+`--flaky 0.1`, and prints the flaky run's time over the clean one's, and when its last first
+request and its last retry reached the server: a URL told at its first request to come back in
+a second is packed no sooner, so the last first request plus that second is the floor of the
+flaky run.
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ def serve(latency: float, flaky: float) -> tuple[_Server, dict]:
 
 
 IMG2DATASET = os.path.join(".venv-img2dataset", "bin", "img2dataset")
+_CROP = ["--resize", "256x256", "--resize-mode", "center-crop"]  # the issue's 256 px crop
 
 
 def run(urls: int, latency: float, flaky: float, workers: int, extra: list[str],
@@ -227,7 +230,7 @@ def side_by_side(urls: int, latency: float, workers: int, extra: list[str], peer
         "passthrough": (["--format", "webdataset"],
                         ["--resize_mode", "no", "--skip_reencode", "True"]),
         "center-crop 256": (
-            ["--format", "webdataset", "--resize", "256x256", "--resize-mode", "center-crop"],
+            ["--format", "webdataset", *_CROP],
             ["--image_size", "256", "--resize_mode", "center_crop"],
         ),
     }  # fmt: skip
@@ -250,17 +253,17 @@ def side_by_side(urls: int, latency: float, workers: int, extra: list[str], peer
 
 
 # The issue's retry run: 10% of the URLs failing their first request, each list clean then
-# flaky; the long list is where Retry-After's one second is a small part of a clean run.
-RETRY_RUN = (("passthrough", 2000, []),
-             ("center-crop 256", 2000, ["--resize", "256x256", "--resize-mode", "center-crop"]),
-             ("passthrough", 6000, []))  # fmt: skip
+# flaky (with --long, a passthrough list where Retry-After's second is a small part of a run).
+RETRY_RUN = (("passthrough", 2000, []), ("center-crop 256", 2000, _CROP))
 
 
-def retry_run(latency: float, workers: int, extra: list[str], pairs: int = 1) -> None:
-    """Each of RETRY_RUN's lists packed clean then with 10% transient failures, `pairs` times in
-    turn: a line each, the flaky run's time over the clean one's a pair, over several pairs the
-    median, and where the flaky run's last first request and last retry came."""
-    for mode, urls, flags in RETRY_RUN:
+def retry_run(latency: float, workers: int, extra: list[str], pairs: int = 1, long: int = 0
+              ) -> None:  # fmt: skip
+    """Each of RETRY_RUN's lists (and `long` URLs passthrough) packed clean then with 10%
+    transient failures, `pairs` times in turn: a line each, the flaky run's time over the clean
+    one's a pair, over several pairs the median, and where the flaky run's last first request
+    and last retry came."""
+    for mode, urls, flags in RETRY_RUN + ((("passthrough", long, []),) if long else ()):
         ratios, gaps = [], []
         for _ in range(pairs):
             clean = run(urls, latency, 0.0, workers, flags + extra)
@@ -298,6 +301,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--retry-run", action="store_true",
                         help="clean then 10%% failing first: passthrough, crop, a long list"
                         )  # fmt: skip
+    parser.add_argument("--long", type=int, default=0, metavar="URLS",
+                        help="with --retry-run: a passthrough list of URLS too")  # fmt: skip
     parser.add_argument("--pairs", type=int, default=1,
                         help="with --img2dataset or --retry-run: runs of each in turn (A B A B), "
                         "the median")  # fmt: skip
@@ -307,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
     extra += args.flags
     if args.retry_run:
         latency = float(args.latency.split(",")[0])
-        return retry_run(latency, args.workers, args.flags, args.pairs)
+        return retry_run(latency, args.workers, args.flags, args.pairs, args.long)
     for latency in map(float, args.latency.split(",")):
         if args.fetch_only:
             alone = fetch_only(args.urls, latency, args.flaky, args.fetch_only, args.read_ms)
