@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--img2dataset", nargs="?", const=IMG2DATASET, metavar="PATH",
                         help=f"side by side with img2dataset [{IMG2DATASET}]")  # fmt: skip
     parser.add_argument("--retry-run", action="store_true",
-                        help="clean then 10%% failing first: passthrough, crop, a long list"
+                        help="2,000 URLs clean then 10%% failing first, passthrough and cropped"
                         )  # fmt: skip
     parser.add_argument("--long", type=int, default=0, metavar="URLS",
                         help="with --retry-run: a passthrough list of URLS too")  # fmt: skip
