@@ -100,12 +100,14 @@ bench: $(TESTDEPS) $(PEERS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.near_distance
 	$(BIN)/python -m benchmarks.peer_writers photos-6000
 	$(BIN)/python -m benchmarks.urls --img2dataset -- --per-host 128
+	$(BIN)/python -m benchmarks.urls --retry-run -- --per-host 128
 
 # The scaling run (photos-large to PNG, >= 60 s of one core's work, every worker count), the
 # listing-scale run (1,000,000 files), the manifest scan at 100k and 1M rows (CSV, JSONL,
 # Parquet), a whole streamed pack of 100k and 1M tiny JPEGs (~5 min, and ~4 GB of files made
 # once) and --append of 1,000 files to 1,000,000 records: too long for `make bench`. The
-# side-by-side with img2dataset on 2,000 URLs runs here too, as in `make bench`.
+# side-by-side with img2dataset on 2,000 URLs runs here too, as in `make bench`, and the retry
+# run with a 6,000-URL list besides (a list of 6 shards: Retry-After's second paid a shard).
 bench-long: $(TESTDEPS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.run --plan long --repeat 1 --no-extras $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.manifest_scale --scan
@@ -114,6 +116,7 @@ bench-long: $(TESTDEPS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.manifest_scale --pack --rows 100000,1000000 --formats jsonl
 	$(BIN)/python -m benchmarks.grow --files 1000000 --new 1000
 	$(BIN)/python -m benchmarks.urls --img2dataset -- --per-host 128
+	$(BIN)/python -m benchmarks.urls --retry-run --long 6000 -- --per-host 128
 
 lint: $(TESTLIGHT)
 	$(BIN)/ruff check shardpack tests benchmarks

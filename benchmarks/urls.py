@@ -4,6 +4,8 @@
     .venv/bin/python -m benchmarks.urls --urls 400 --latency 0.05 --flaky 0.1 --workers 2
     .venv/bin/python -m benchmarks.urls --img2dataset -- --per-host 128   # side by side
     .venv/bin/python -m benchmarks.urls --img2dataset --pairs 3 -- --per-host 128  # medians
+    .venv/bin/python -m benchmarks.urls --retry-run -- --per-host 128    # clean, then flaky
+    .venv/bin/python -m benchmarks.urls --retry-run --long 6000 --pairs 3 -- --per-host 128
 
 A threaded HTTP server on 127.0.0.1 answers every URL with a 500x375 JPEG (its own bytes: a
 comment names the URL) after `--latency` seconds; with `--flaky F`, a fraction F of the URLs
@@ -17,6 +19,13 @@ With `--img2dataset`, each latency runs shardpack and img2dataset (from its own 
 list, passthrough and with a 256 px center-crop re-encode, both writing WebDataset tars, and
 prints each one's images/s and the ratio. img2dataset runs as the issue measured it: 2
 processes x 64 threads, its retries set to shardpack's 2.
+
+With `--retry-run` (at the first `--latency`), shardpack packs 2,000 URLs passthrough and the
+same cropped to 256 px (with `--long N`, N URLs passthrough too), each clean and then with
+`--flaky 0.1`, and prints the flaky run's time over the clean one's, and when its last first
+request and its last retry reached the server: a URL told at its first request to come back in
+a second is packed no sooner, so the last first request plus that second is the floor of the
+flaky run.
 """
 
 from __future__ import annotations
@@ -56,8 +65,10 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 def serve(latency: float, flaky: float) -> tuple[_Server, dict]:
-    """The server, and its counters (most in flight)."""
-    body, seen, state = _photo(), set(), {"active": 0, "most": 0}
+    """The server, and its counters: the most requests in flight, and when (perf_counter) the
+    last URL's first request came and the last request of a URL asked before (a retry)."""
+    body, seen = _photo(), set()
+    state = {"active": 0, "most": 0, "last_first": 0.0, "last_retry": 0.0}
     lock = threading.Lock()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -73,6 +84,7 @@ def serve(latency: float, flaky: float) -> tuple[_Server, dict]:
             with lock:
                 first = self.path not in seen
                 seen.add(self.path)
+                state["last_first" if first else "last_retry"] = time.perf_counter()
                 state["active"] += 1
                 state["most"] = max(state["most"], state["active"])
             try:
@@ -117,6 +129,7 @@ def serve(latency: float, flaky: float) -> tuple[_Server, dict]:
 
 
 IMG2DATASET = os.path.join(".venv-img2dataset", "bin", "img2dataset")
+_CROP = ["--resize", "256x256", "--resize-mode", "center-crop"]  # the issue's 256 px crop
 
 
 def run(urls: int, latency: float, flaky: float, workers: int, extra: list[str],
@@ -154,7 +167,15 @@ def run(urls: int, latency: float, flaky: float, workers: int, extra: list[str],
     return {"packer": "img2dataset" if peer else "shardpack", "urls": urls,
             "latency_s": latency, "flaky": flaky, "workers": workers, "packed": packed,
             "seconds": round(seconds, 2), "images_per_s": round(packed / seconds, 1),
-            "cpu_s": round(cpu, 2), "most_in_flight": state["most"]}  # fmt: skip
+            "cpu_s": round(cpu, 2), "most_in_flight": state["most"],
+            **_arrivals(state, start)}  # fmt: skip
+
+
+def _arrivals(state: dict, start: float) -> dict:
+    """When, in seconds from the run's start, the last first request and the last retry came
+    (no retry: none)."""
+    times = {"last_first_s": state["last_first"], "last_retry_s": state["last_retry"]}
+    return {key: round(at - start, 2) for key, at in times.items() if at}
 
 
 def _children_cpu() -> float:
@@ -169,9 +190,11 @@ def _img2dataset_successes(out: str) -> int:
     return sum(json.load(open(os.path.join(out, name)))["successes"] for name in names)
 
 
-def fetch_only(urls: int, latency: float, flaky: float, threads: int) -> dict:
+def fetch_only(urls: int, latency: float, flaky: float, threads: int, read_ms: float = 0.0) -> dict:
     """One worker's fetching alone: a Prefetch of `threads` over `urls` URLs read in order, in
-    this process (the server's threads too), no packing: where a retry's wait goes."""
+    this process (the server's threads too), no packing: where a retry's wait goes. Each read
+    is followed by `read_ms` of sleep: a writer's work that, as OpenCV's, leaves the GIL free
+    (a 256 px crop's ~2.5 ms); `waited_s` is the time the reads waited for their bytes."""
     from shardpack.storage.fetch import Fetcher, Prefetch  # the code under test, in-process
     from shardpack.storage.urlpolicy import FetchPolicy
 
@@ -182,14 +205,21 @@ def fetch_only(urls: int, latency: float, flaky: float, threads: int) -> dict:
     start = time.perf_counter()
     ahead = Prefetch(Fetcher(policy), iter(listed), 1 << 20)
     try:
-        got = sum(bool(ahead.read(url, 1 << 20)) for url in listed)
+        got, waited = 0, 0.0
+        for url in listed:
+            before = time.perf_counter()
+            got += bool(ahead.read(url, 1 << 20))
+            waited += time.perf_counter() - before
+            time.sleep(read_ms / 1000)
     finally:
         ahead.close()
     seconds = time.perf_counter() - start
     server.shutdown()
     server.server_close()
     return {"fetch_only": urls, "latency_s": latency, "flaky": flaky, "threads": threads,
-            "got": got, "seconds": round(seconds, 2), "most_in_flight": state["most"]}  # fmt: skip
+            "got": got, "seconds": round(seconds, 2), "most_in_flight": state["most"],
+            "read_ms": read_ms, "waited_s": round(waited, 2),
+            **_arrivals(state, start)}  # fmt: skip
 
 
 def side_by_side(urls: int, latency: float, workers: int, extra: list[str], peer: str,
@@ -200,7 +230,7 @@ def side_by_side(urls: int, latency: float, workers: int, extra: list[str], peer
         "passthrough": (["--format", "webdataset"],
                         ["--resize_mode", "no", "--skip_reencode", "True"]),
         "center-crop 256": (
-            ["--format", "webdataset", "--resize", "256x256", "--resize-mode", "center-crop"],
+            ["--format", "webdataset", *_CROP],
             ["--image_size", "256", "--resize_mode", "center_crop"],
         ),
     }  # fmt: skip
@@ -222,6 +252,38 @@ def side_by_side(urls: int, latency: float, workers: int, extra: list[str], peer
                   f"of CPU {statistics.median(cpu):.2f}x", flush=True)  # fmt: skip
 
 
+# The issue's retry run: 10% of the URLs failing their first request, each list clean then
+# flaky (with --long, a passthrough list where Retry-After's second is a small part of a run).
+RETRY_RUN = (("passthrough", 2000, []), ("center-crop 256", 2000, _CROP))
+
+
+def retry_run(latency: float, workers: int, extra: list[str], pairs: int = 1, long: int = 0
+              ) -> None:  # fmt: skip
+    """Each of RETRY_RUN's lists (and `long` URLs passthrough) packed clean then with 10%
+    transient failures, `pairs` times in turn: a line each, the flaky run's time over the clean
+    one's a pair, over several pairs the median, and where the flaky run's last first request
+    and last retry came."""
+    for mode, urls, flags in RETRY_RUN + ((("passthrough", long, []),) if long else ()):
+        ratios, gaps = [], []
+        for _ in range(pairs):
+            clean = run(urls, latency, 0.0, workers, flags + extra)
+            flaky = run(urls, latency, 0.1, workers, flags + extra)
+            for figures in (clean, flaky):
+                print(json.dumps({"mode": mode, **figures}), flush=True)
+            ratios.append(flaky["seconds"] / clean["seconds"])
+            gaps.append(flaky["last_retry_s"] - flaky["last_first_s"])
+            print(f"# retry run, {mode}, {urls:,} URLs, {latency * 1000:g} ms: clean "
+                  f"{clean['seconds']} s, 10% failing first {flaky['seconds']} s "
+                  f"({flaky['packed']:,} packed): {ratios[-1]:.2f}x; its last first request "
+                  f"at {flaky['last_first_s']} s, last retry at {flaky['last_retry_s']} s",
+                  flush=True)  # fmt: skip
+        if pairs > 1:
+            print(f"# retry run, {mode}, {urls:,} URLs, median of {pairs} pairs: "
+                  f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}); "
+                  f"last retry after the last first request {statistics.median(gaps):.2f} s",
+                  flush=True)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--urls", type=int, default=2000)
@@ -231,18 +293,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resize", help="WxH: re-encode, center-cropped (else passthrough)")
     parser.add_argument("--fetch-only", type=int, metavar="THREADS",
                         help="one worker's Prefetch alone, in-process, at THREADS")  # fmt: skip
+    parser.add_argument("--read-ms", type=float, default=0.0,
+                        help="with --fetch-only: ms of sleep after each read (a writer's work)"
+                        )  # fmt: skip
     parser.add_argument("--img2dataset", nargs="?", const=IMG2DATASET, metavar="PATH",
                         help=f"side by side with img2dataset [{IMG2DATASET}]")  # fmt: skip
-    parser.add_argument("--pairs", type=int, default=1,
-                        help="with --img2dataset: runs of each in turn (A B A B), the median"
+    parser.add_argument("--retry-run", action="store_true",
+                        help="2,000 URLs clean then 10%% failing first, passthrough and cropped"
                         )  # fmt: skip
+    parser.add_argument("--long", type=int, default=0, metavar="URLS",
+                        help="with --retry-run: a passthrough list of URLS too")  # fmt: skip
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="with --img2dataset or --retry-run: runs of each in turn (A B A B), "
+                        "the median")  # fmt: skip
     parser.add_argument("flags", nargs="*", help="more pack flags, after --")
     args = parser.parse_args(argv)
     extra = ["--resize", args.resize, "--resize-mode", "center-crop"] if args.resize else []
     extra += args.flags
+    if args.retry_run:
+        latency = float(args.latency.split(",")[0])
+        return retry_run(latency, args.workers, args.flags, args.pairs, args.long)
     for latency in map(float, args.latency.split(",")):
         if args.fetch_only:
-            print(json.dumps(fetch_only(args.urls, latency, args.flaky, args.fetch_only)))
+            alone = fetch_only(args.urls, latency, args.flaky, args.fetch_only, args.read_ms)
+            print(json.dumps(alone), flush=True)
         elif args.img2dataset:
             if not os.path.exists(args.img2dataset):
                 raise SystemExit(f"{args.img2dataset}: not there; run `make peers-img2dataset`")

@@ -358,7 +358,9 @@ class Prefetch:
     threads URLs (and HELD_BYTES of fetched bodies) run ahead of the reads: a URL waiting out a
     Retry-After holds up the reads, not the fetching. A URL waiting for its retry holds no
     thread either: the retry is handed back to the pool when it is due (a thread asleep through
-    each 1 s Retry-After left fewer fetching the rest)."""
+    each 1 s Retry-After left fewer fetching the rest), and the next free thread takes it before
+    any first try still queued (behind them, a read waited on it until the window's first tries
+    had all started)."""
 
     def __init__(self, fetcher: Fetcher, urls: Iterator[str], limit: int) -> None:
         self.fetcher, self.limit = fetcher, limit
@@ -369,7 +371,10 @@ class Prefetch:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(fetcher.policy.threads, "shardpack-fetch")
         self._due: list[tuple[float, int, str, Future, int]] = []  # retries: a heap by time
-        self._count = itertools.count()  # ties in the heap: first come, first retried
+        # tries to run, retries (0) before first tries (1), each in the order it came: a pool
+        # task runs the first of them when a thread is free, not the try it was submitted for
+        self._queued: list[tuple[int, int, str, Future, int]] = []
+        self._count = itertools.count()  # ties in the heaps: first come, first tried
         self._wake = threading.Condition(self._lock)
         self._stopped = False
         self._timer: threading.Thread | None = None  # started by the first retry
@@ -380,13 +385,27 @@ class Prefetch:
             raise
 
     def _fill(self) -> None:
+        new: list[tuple[str, Future]] = []
         while len(self._ahead) < self._window and self._held < HELD_BYTES:
             url = next(self._urls, None)
             if url is None:
+                break
+            new.append((url, Future()))
+            self._ahead.append(new[-1])
+        with self._lock:  # once for them all: the pool's threads take it for each try
+            for url, future in new:
+                heapq.heappush(self._queued, (True, next(self._count), url, future, 1))
+        for _ in new:
+            self._pool.submit(self._next)
+
+    def _next(self) -> None:
+        """A pool task: the most urgent try queued (retries before first tries, each in the
+        order it came), not the one this task was submitted for."""
+        with self._lock:
+            if not self._queued:  # dropped by close
                 return
-            future: Future = Future()
-            self._ahead.append((url, future))
-            self._pool.submit(self._try, url, future, 1)
+            _, _, url, future, tries = heapq.heappop(self._queued)
+        self._try(url, future, tries)
 
     def _try(self, url: str, future: Future, tries: int) -> None:
         """One try of `url` on a pool thread: its body or its final failure into `future`, or
@@ -434,7 +453,8 @@ class Prefetch:
                     self._wake.wait(wait)
                     continue
                 _, _, url, future, tries = heapq.heappop(self._due)
-                self._pool.submit(self._try, url, future, tries)
+                heapq.heappush(self._queued, (False, next(self._count), url, future, tries))
+                self._pool.submit(self._next)
 
     def _forget(self, future: Future) -> None:
         """A fetched body leaves the bytes held: read, or passed over."""
@@ -469,9 +489,10 @@ class Prefetch:
         self._ahead.clear()
         with self._wake:
             self._stopped = True
-            dropped, self._due = self._due, []
+            dropped = [f for *_, f, tries in (*self._due, *self._queued) if tries > 1]
+            self._due, self._queued = [], []
             self._wake.notify()
-        for _, _, _, future, _ in dropped:
+        for future in dropped:
             future.set_exception(UrlFailed("stopped before its retry"))
         if self._timer is not None:
             self._timer.join()

@@ -22,6 +22,7 @@ import pytest
 from shardpack import PackOptions, SourceError, iter_examples, pack
 from shardpack.options import as_flags
 from shardpack.sources import scan
+from shardpack.storage import fetch
 from shardpack.storage.fetch import Fetcher, Prefetch, UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge
 from shardpack.storage.urlpolicy import FetchPolicy, opted_out, refusal, status_of
@@ -273,6 +274,23 @@ def test_a_url_waiting_for_its_retry_holds_no_fetching_thread():
     retried = min(site.times[p][1] for p in paths[:2])
     assert max(site.times[p][0] for p in paths[2:]) < retried
     assert not [t for t in threading.enumerate() if t.name.startswith("shardpack-")]  # joined
+
+
+def test_a_retry_due_goes_before_the_first_tries_still_queued(monkeypatch):
+    """One thread, a 503 first and 30 URLs answered in 20 ms each behind it: the 503's retry,
+    due after a 20-40 ms backoff, is the next request once due, not the 31st (it waited in the
+    pool's queue behind every first try, and a read in plan order waited on it)."""
+    monkeypatch.setattr(fetch, "BACKOFF_S", 0.03)
+    with serving(latency=0.02) as site:
+        paths = ["/503/0.png", *(f"/img/{i}.png" for i in range(1, 31))]
+        policy = FetchPolicy(allow_private=True, threads=1, per_host=1)
+        ahead = Prefetch(Fetcher(policy), iter(site.url(p) for p in paths), 10**6)
+        try:
+            assert ahead.read(site.url(paths[0]), 10**6)
+        finally:
+            ahead.close()
+    retried = site.started.index(paths[0], 1)
+    assert retried <= 10, site.started[:retried]  # 1-2 first tries end while it is due
 
 
 def test_copies_behind_urls_are_confirmed_without_fetching_them_again(tmp_path):
