@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 
 from shardpack.errors import OutputError, os_error_fix, printable
@@ -279,6 +280,24 @@ class _FileBlob(Blob):
 
 # The most buffers one writev takes (IOV_MAX on Linux and macOS).
 _IOV_MAX = 1024
+# A sink hands the disk what it has written each time this much more is written: the kernel
+# would start only after 30 s or at a tenth of memory dirty, so a shard's whole write waited
+# in the fsync of its commit, a core idle meanwhile (benchmarks/README.md, "Fifth round").
+_WRITE_BACK_BYTES = 4 << 20
+_SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start writing the range out, wait for none of it
+
+
+@functools.cache
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """Linux's sync_file_range (Python's os has none); None elsewhere."""
+    import ctypes
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    return call
 
 
 class FileSink(Sink):
@@ -288,6 +307,7 @@ class FileSink(Sink):
         self.final = path
         self.fd, self.name = create_temp(path)
         self._file = open(self.fd, "wb", buffering=1 << 20, closefd=False)  # noqa: SIM115
+        self._handed = 0  # the bytes before this offset are on their way to the disk
 
     def write(self, data: bytes) -> int:
         return self._file.write(data)
@@ -306,6 +326,15 @@ class FileSink(Sink):
                 rest = memoryview(b"".join(batch))[done:]
                 while rest:
                     rest = rest[os.write(self.fd, rest) :]
+        self._write_back()
+
+    def _write_back(self) -> None:
+        """Start the disk writing what was written since the last call, once that is at least
+        _WRITE_BACK_BYTES: commit's fsync then waits for the last few MiB alone."""
+        end = os.lseek(self.fd, 0, os.SEEK_CUR)
+        if end - self._handed >= _WRITE_BACK_BYTES and (call := _sync_file_range()) is not None:
+            call(self.fd, self._handed, end - self._handed, _SYNC_FILE_RANGE_WRITE)
+            self._handed = end
 
     def flush(self) -> None:
         """Hand what is buffered to the file (for a reader of it by name)."""
