@@ -147,6 +147,26 @@ class LocalStorage(Storage):
     def size(self, name: str) -> int:
         return os.stat(self.path(name)).st_size
 
+    def sizes(self, names: Iterable[str]) -> list[int | None]:
+        # each asked of its folder's open fd: the kernel walks one name, not the whole path
+        # (a listing's 10,000 stats: a third less time, benchmarks/README.md "Fifth round")
+        found: list[int | None] = []
+        folders: dict[str, int | None] = {}
+        try:
+            for name in names:
+                head, _, tail = name.rpartition("/")
+                if (fd := folders.get(head, -1)) == -1:
+                    fd = folders[head] = _open_folder(self.path(head))
+                try:
+                    found.append(None if fd is None else os.stat(tail, dir_fd=fd).st_size)
+                except OSError:
+                    found.append(None)
+        finally:
+            for fd in folders.values():
+                if fd is not None:
+                    os.close(fd)
+        return found
+
     def read(self, name: str, limit: int) -> bytes:
         return read_regular(self.path(name), limit)
 
@@ -219,6 +239,15 @@ class LocalStorage(Storage):
 
     def progress_folder(self) -> str | None:
         return self.root
+
+
+def _open_folder(path: str) -> int | None:
+    """An fd of the folder at `path` (links followed, as a listing's walk does) to ask names
+    in; None where it cannot be opened."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
 
 
 def _folder_id(st: os.stat_result) -> tuple[int, int]:
