@@ -153,17 +153,21 @@ class ShardWriter:
 class HashingFile:
     """A write-only view of a sink that keeps a running sha256 and size of what it writes.
 
-    The hashing and the writing happen on a thread of their own, a list of pieces of at least
-    CHUNK bytes at a time: both release the GIL, so the worker goes on decoding and encoding
-    meanwhile, and on a core that would otherwise idle (fewer workers than cores) a shard's
-    bytes cost it nothing (benchmarks/README.md, "Eighth pass"). One chunk is in the thread's
-    hands while the next is gathered: what is held grows by a chunk (twice that while the
-    thread joins its pieces into one), or by a record where one is larger (not joined). A
-    sink's error (a full disk) is raised by the next write, or by finish; either way the thread
-    has ended by then.
+    Where the process has a core to spare (`threaded`), the hashing and the writing happen on
+    a thread of their own, a list of pieces of at least CHUNK bytes at a time: both release
+    the GIL, so the worker goes on decoding and encoding meanwhile, and a shard's bytes cost
+    it nothing (benchmarks/README.md, "Eighth pass"). One chunk is in the thread's hands while
+    the next is gathered: what is held grows by a chunk (twice that while the thread joins its
+    pieces into one), or by a record where one is larger (not joined). Where every core has a
+    worker, the thread would only hand the GIL back and forth with it, and each chunk is
+    hashed and written in the worker's own thread as it fills ("Fifth round"). A sink's error
+    (a full disk) is raised by the next write, or by finish; either way the thread has ended
+    by then.
     """
 
     CHUNK = 1 << 20
+    # Set by the write step for the process (packing.writing): whether it has a core to spare.
+    threaded = True
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
@@ -173,12 +177,14 @@ class HashingFile:
         self.size = 0
         self._pending: list[bytes] = []  # written, not yet handed over: under CHUNK bytes
         self._pending_size = 0
-        self._chunks: queue.SimpleQueue[list[bytes] | None] = queue.SimpleQueue()  # None: end
-        self._free = threading.Semaphore(1)  # taken by a chunk until the thread has written it
         self._error: BaseException | None = None
         self._discarded = False
-        self._thread = threading.Thread(target=self._drain, name="shard-bytes", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if self.threaded:
+            self._chunks: queue.SimpleQueue[list[bytes] | None] = queue.SimpleQueue()  # None: end
+            self._free = threading.Semaphore(1)  # taken by a chunk until the thread wrote it
+            self._thread = threading.Thread(target=self._drain, name="shard-bytes", daemon=True)
+            self._thread.start()
 
     def write(self, data: bytes) -> int:
         if self._discarded:
@@ -212,14 +218,27 @@ class HashingFile:
         self._stop()
 
     def _hand_over(self) -> None:
+        chunk, self._pending, self._pending_size = self._pending, [], 0
+        if self._thread is None:  # a sink takes a list as it is: no join, no copy
+            self._take(chunk)
+            return
         self._free.acquire()
-        self._chunks.put(self._pending)
-        self._pending, self._pending_size = [], 0
+        self._chunks.put(chunk)
 
     def _stop(self) -> None:
-        if self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             self._chunks.put(None)
             self._thread.join()
+
+    def _take(self, pieces: list[bytes]) -> None:
+        """Hash and write these pieces, unless a piece before failed or the shard is dropped."""
+        if self._error is None and not self._discarded:
+            try:
+                for piece in pieces:
+                    self.sha256.update(piece)
+                self._write_parts(pieces)
+            except BaseException as e:  # raised again by the worker's next write or finish
+                self._error = e
 
     def _joined(self, chunk: list[bytes]) -> Iterator[bytes]:
         """A chunk's pieces, each run of pieces under CHUNK joined into one: hashing and writing
@@ -240,13 +259,7 @@ class HashingFile:
     def _drain(self) -> None:
         while (chunk := self._chunks.get()) is not None:
             if self._error is None and not self._discarded:
-                try:
-                    pieces = list(self._joined(chunk))
-                    for piece in pieces:
-                        self.sha256.update(piece)
-                    self._write_parts(pieces)
-                except BaseException as e:  # raised again in the worker's thread
-                    self._error = e
+                self._take(list(self._joined(chunk)))
             self._free.release()
 
 

@@ -9,11 +9,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
+from functools import partial
 
+from shardpack.containers import HashingFile
 from shardpack.errors import ImageError, Option, WorkerDiedError
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.options import PackOptions
 from shardpack.packing.cluster import check_shared_storage, dask_client
+from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.outdir import Journal
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.packing.worker import read_progress, write_shard
@@ -166,6 +169,13 @@ def _keep_freed_memory() -> None:
     _mallopt(_KEEP)
 
 
+def _prepare_worker(spare_core: bool) -> None:
+    """In each forked worker, first: keep freed memory, and hash and write a shard's bytes on
+    a thread of their own only where the workers leave a core to spare."""
+    _keep_freed_memory()
+    HashingFile.threaded = spare_core
+
+
 def _mallopt(settings: tuple[tuple[int, int], ...]) -> None:
     """Set these of glibc's malloc options; elsewhere (no glibc) nothing is done."""
     import ctypes
@@ -196,7 +206,9 @@ def _run(
 
                 # in the workers alone: the packing process gives back what it frees
                 _mallopt(_GIVE_BACK)
-                yield from run_local(specs, args, min(workers, len(specs)), _keep_freed_memory)
+                workers = min(workers, len(specs))
+                prepare = partial(_prepare_worker, spare_core=workers < machine_cores())
+                yield from run_local(specs, args, workers, prepare)
         return
     from joblib import Parallel, delayed, parallel_config
 

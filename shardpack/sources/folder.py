@@ -316,12 +316,9 @@ def _fill_sizes(src: Storage, found: Listing) -> None:
     SIZED_FILES files and every SIZE_STRIDE-th after them, the mean of those for the rest."""
     keys, sizes = found.keys, found.sizes
     sample = [*range(min(SIZED_FILES, len(keys))), *range(SIZED_FILES, len(keys), SIZE_STRIDE)]
-    for i in sample:
-        if sizes[i] is None:
-            try:  # the walk saw a regular file
-                sizes[i] = src.size(keys[i])
-            except OSError:  # gone since: the worker's skip will say so
-                sizes[i] = 0
+    unsized = [i for i in sample if sizes[i] is None]  # the walk saw a regular file
+    for i, size in zip(unsized, src.sizes(keys[i] for i in unsized), strict=True):
+        sizes[i] = 0 if size is None else size  # None: gone since, the worker's skip says so
     if len(sample) == len(keys):
         return  # every file has its own size
     mean = round(sum(sizes[i] for i in sample) / len(sample))

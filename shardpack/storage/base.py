@@ -204,6 +204,17 @@ class Storage:
         """The bytes of one file of SRC, asked of the file itself (0 where it does not say)."""
         raise NotImplementedError
 
+    def sizes(self, names: Iterable[str]) -> list[int | None]:
+        """size() of each of these files, in order; None for one that cannot be asked (gone
+        since it was listed)."""
+        found: list[int | None] = []
+        for name in names:
+            try:
+                found.append(self.size(name))
+            except OSError:
+                found.append(None)
+        return found
+
     def lexists(self, name: str = "") -> bool:
         """Whether anything is at `name`: on a disk a link counts unfollowed (kind() follows
         it), so that reading it refuses it by name rather than as a missing file."""

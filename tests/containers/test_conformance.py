@@ -324,6 +324,31 @@ def test_a_shard_s_bytes_are_hashed_and_written_in_order_off_the_worker_s_thread
     assert not quiet._thread.is_alive()
 
 
+def test_where_no_core_is_spare_a_shard_s_bytes_are_hashed_and_written_inline(monkeypatch):
+    """Not threaded (every core has a worker): no thread, each chunk's pieces hashed and
+    written as they are when it fills; the same bytes and sha256, a sink's error at the next
+    write, and a discarded shard takes no more bytes and no error."""
+    from shardpack.containers import HashingFile
+
+    monkeypatch.setattr(HashingFile, "threaded", False)
+    pieces = [np.random.default_rng(i).bytes(1 + 50_000 * (i % 7)) for i in range(200)]
+    assert _written_whole(_FullSink(), pieces)._thread is None
+
+    hashing = HashingFile(_FullSink(room=3 * HashingFile.CHUNK))
+    written = 0
+    with pytest.raises(OSError, match="No space left"):
+        for piece in pieces:
+            hashing.write(piece)
+            written += len(piece)
+    assert written < 5 * HashingFile.CHUNK  # the write after the chunk that failed
+
+    quiet = HashingFile(_FullSink(room=0))
+    quiet.write(bytes(HashingFile.CHUNK))
+    quiet.discard()
+    quiet.write(b"a trailer on the way out")
+    quiet.finish()
+
+
 def test_a_chunk_of_small_pieces_is_written_as_one_and_a_large_record_alone():
     """The thread joins a chunk's pieces (each a release of the GIL less), a record past a
     chunk apart, written as it is, not copied; the bytes and their sha256 are the same."""

@@ -336,3 +336,22 @@ def test_a_disk_walk_follows_links_once_and_lists_what_it_cannot_read_unread(tmp
     assert (
         next(storage_at(src).walk_folders("missing")).error.strerror == "No such file or directory"
     )
+
+
+def test_sizes_are_each_file_s_own_in_order_and_none_for_one_gone(tmp_path, url):
+    """Storage.sizes (a listing's many sizes at once: on a disk each asked of its folder's fd)
+    gives what size() gives, in the order asked, on a disk and a store alike; a file or folder
+    gone since the listing is None, and a link to a file is the file's size."""
+    src = tmp_path / "src"
+    files = {"a/x.jpg": b"xx", "a/b/y.jpg": b"y", "top.jpg": b"tttt", "d/e.jpg": b"eee"}
+    for name, data in files.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(data)
+        MEMORY.pipe_file(f"{url}/src/{name}", data)
+    asked = ["d/e.jpg", "a/x.jpg", "gone.jpg", "top.jpg", "a/b/y.jpg", "no/such.jpg", "a/x.jpg"]
+    expected = [3, 2, None, 4, 1, None, 2]
+    disk, store = storage_at(src), storage_at(f"{url}/src")
+    assert disk.sizes(asked) == store.sizes(iter(asked)) == expected
+    assert [disk.size(n) for n in asked if n in files] == [s for s in expected if s is not None]
+    (src / "a" / "link.jpg").symlink_to(src / "top.jpg")
+    assert disk.sizes(["a/link.jpg"]) == [4]
