@@ -27,6 +27,7 @@ import time
 
 from benchmarks import workloads
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS_PYTHON = os.path.join(".venv-peers", "bin", "python")
 CHUNK_BYTES = 64 << 20  # litData's and MDS's default chunk size
 
@@ -84,7 +85,9 @@ def _timed(kind: str, src: str, out: str) -> tuple[float, float]:
         os.makedirs(out)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(_command(kind, src, out), capture_output=True, text=True)
+    # this tree's shardpack, not whichever the venv's editable install points at
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(_command(kind, src, out), capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
