@@ -366,51 +366,57 @@ def _decode_canonical(
                 entry_end, entry = pos + size, None
                 if entry_end > end:
                     return None
-            size = buf[pos + 1]
-            if buf[pos] != 0x0A or size >= 0x80:
-                return None
-            pos += 2
-            name = str(buf[pos : pos + size], "utf-8")
-            if only is not None and name not in only:
-                pos = entry_end
+            found = _read_entry(buf, pos, entry_end, only, borrow)
+            if found is None or found[0] in out:
+                return None  # (a repeated name: the general decoder's)
+            name, values = found
+            pos = entry_end
+            if values is None:  # left out by `only`
                 continue
-            pos += size
-            # then its Feature (0x12, size), holding one list (kind, size)
-            if pos + 1 >= entry_end or buf[pos] != 0x12 or name in out:
-                return None  # (an empty Feature, a repeated name: the general decoder's)
-            size = buf[pos + 1]
-            size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-            if pos + size != entry_end:  # the Feature fills its entry, as the list its Feature
-                return None
-            kind = buf[pos]
-            size = buf[pos + 1]
-            size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-            if pos + size != entry_end:
-                return None
-            # a bytes_list's first value read here: most hold one (an image, a key)
-            if kind == 0x0A and pos < entry_end and buf[pos] == 0x0A:
-                size = buf[pos + 1]
-                size, at = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-                if at + size == entry_end:
-                    if name in borrow:
-                        out[name] = [memoryview(buf)[at:entry_end]]
-                        pos = entry_end
-                        continue
-                    values = [buf[at:entry_end] if type(buf) is bytes else
-                              bytes(buf[at:entry_end])]  # fmt: skip
-                    out[name], pos = values, entry_end
-                    if entry is not None:
-                        _keep(cache, entry, name, values)
-                    continue
-            values = _canonical_values(buf, memoryview(buf), pos, entry_end, kind, name in borrow)
-            if values is None:
-                return None
-            out[name], pos = values, entry_end
+            out[name] = values
             if entry is not None and name not in borrow:  # a borrowed view holds its record
                 _keep(cache, entry, name, values)
         return out
     except (IndexError, ValueError, struct.error):  # UnicodeDecodeError is a ValueError
         return None
+
+
+def _read_entry(
+    buf: bytes, pos: int, entry_end: int, only: Collection[str] | None, borrow: Collection[str]
+) -> tuple[str, list | None] | None:
+    """_decode_canonical's map entry from its key field at `pos` to `entry_end`: its name and
+    values (None: left out by `only`); None for another layout or a fault."""
+    size = buf[pos + 1]
+    if buf[pos] != 0x0A or size >= 0x80:
+        return None
+    pos += 2
+    name = str(buf[pos : pos + size], "utf-8")
+    if only is not None and name not in only:
+        return name, None
+    pos += size
+    # then its Feature (0x12, size), holding one list (kind, size), each filling its parent
+    if pos + 1 >= entry_end or buf[pos] != 0x12:
+        return None  # (an empty Feature: the general decoder's)
+    size = buf[pos + 1]
+    size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
+    if pos + size != entry_end:
+        return None
+    kind = buf[pos]
+    size = buf[pos + 1]
+    size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
+    if pos + size != entry_end:
+        return None
+    lend = name in borrow
+    # a bytes_list's first value read here: most hold one (an image, a key)
+    if kind == 0x0A and pos < entry_end and buf[pos] == 0x0A:
+        size = buf[pos + 1]
+        size, at = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
+        if at + size == entry_end:
+            if lend:
+                return name, [memoryview(buf)[at:entry_end]]
+            return name, [buf[at:entry_end] if type(buf) is bytes else bytes(buf[at:entry_end])]
+    values = _canonical_values(buf, memoryview(buf), pos, entry_end, kind, lend)
+    return None if values is None else (name, values)
 
 
 def _keep(cache: dict[bytes, tuple[str, tuple]], entry: bytes, name: str, values: list) -> None:
