@@ -323,11 +323,11 @@ def _decode_canonical(
     stop: int | None = None,
 ) -> dict[str, list] | None:
     """decode_example of the layout encode_example (and TensorFlow) writes: each entry a name
-    then a Feature, each number list packed. One flat loop, one-byte varints read inline (a
-    pack's records are parsed in the scan and in the workers: ~3x the general decoder's
-    speed); None for any other layout or a fault, which the general decoder then reads or
-    refuses alike. The Example is data[start:stop] (None: to the end)."""
-    buf, view = data, memoryview(data)
+    then a Feature, each number list packed. One flat loop, one-byte varints read inline and a
+    kept entry found by its bytes (a pack's records are parsed in the scan and in the workers:
+    ~3x the general decoder's speed); None for any other layout or a fault, which the general
+    decoder then reads or refuses alike. The Example is data[start:stop] (None: to the end)."""
+    buf = data
     cache = _ENTRIES if type(data) is bytes else None  # a view's slices are no dict keys
     try:
         end = len(buf) if stop is None else stop
@@ -340,52 +340,90 @@ def _decode_canonical(
         out: dict[str, list] = {}
         while pos < end:
             # a map entry of Features (0x0A, size), holding its key (0x0A, size, name) first
+            size = buf[pos + 1]
             if buf[pos] != 0x0A:
                 return None
-            size = buf[pos + 1]
-            size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-            entry_end = pos + size
-            if entry_end > end:
-                return None
-            entry = buf[pos:entry_end] if size <= _KEPT_ENTRY and cache is not None else None
-            if entry is not None and (kept := cache.get(entry)) is not None:
-                name, values = kept
-                if only is None or name in only:
-                    if name in out:
-                        return None
-                    out[name] = list(values)
-                pos = entry_end
+            if size < 0x80:
+                pos += 2
+                entry_end = pos + size
+                if entry_end > end:
+                    return None
+                if size <= _KEPT_ENTRY and cache is not None:
+                    entry = buf[pos:entry_end]
+                    kept = cache.get(entry)
+                    if kept is not None:
+                        name = kept[0]
+                        if only is None or name in only:
+                            if name in out:
+                                return None
+                            out[name] = list(kept[1])
+                        pos = entry_end
+                        continue
+                else:
+                    entry = None
+            else:
+                size, pos = _read_varint(buf, pos + 1)
+                entry_end, entry = pos + size, None
+                if entry_end > end:
+                    return None
+            found = _read_entry(buf, pos, entry_end, only, borrow)
+            if found is None or found[0] in out:
+                return None  # (a repeated name: the general decoder's)
+            name, values = found
+            pos = entry_end
+            if values is None:  # left out by `only`
                 continue
-            size = buf[pos + 1]
-            if buf[pos] != 0x0A or size >= 0x80:
-                return None
-            pos += 2
-            name = str(buf[pos : pos + size], "utf-8")
-            if only is not None and name not in only:
-                pos = entry_end
-                continue
-            pos += size
-            # then its Feature (0x12, size), holding one list (kind, size)
-            if pos + 1 >= entry_end or buf[pos] != 0x12 or name in out:
-                return None  # (an empty Feature, a repeated name: the general decoder's)
-            size = buf[pos + 1]
-            size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-            kind = buf[pos]
-            size = buf[pos + 1]
-            size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
-            if pos + size != entry_end:
-                return None
-            values = _canonical_values(buf, view, pos, entry_end, kind, name in borrow)
-            if values is None:
-                return None
-            out[name], pos = values, entry_end
+            out[name] = values
             if entry is not None and name not in borrow:  # a borrowed view holds its record
-                if len(cache) >= _KEPT_ENTRIES:
-                    cache.clear()
-                cache[entry] = (name, tuple(values))
+                _keep(cache, entry, name, values)
         return out
     except (IndexError, ValueError, struct.error):  # UnicodeDecodeError is a ValueError
         return None
+
+
+def _read_entry(
+    buf: bytes, pos: int, entry_end: int, only: Collection[str] | None, borrow: Collection[str]
+) -> tuple[str, list | None] | None:
+    """_decode_canonical's map entry from its key field at `pos` to `entry_end`: its name and
+    values (None: left out by `only`); None for another layout or a fault."""
+    size = buf[pos + 1]
+    if buf[pos] != 0x0A or size >= 0x80:
+        return None
+    pos += 2
+    name = str(buf[pos : pos + size], "utf-8")
+    if only is not None and name not in only:
+        return name, None
+    pos += size
+    # then its Feature (0x12, size), holding one list (kind, size), each filling its parent
+    if pos + 1 >= entry_end or buf[pos] != 0x12:
+        return None  # (an empty Feature: the general decoder's)
+    size = buf[pos + 1]
+    size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
+    if pos + size != entry_end:
+        return None
+    kind = buf[pos]
+    size = buf[pos + 1]
+    size, pos = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
+    if pos + size != entry_end:
+        return None
+    lend = name in borrow
+    # a bytes_list's first value read here: most hold one (an image, a key)
+    if kind == 0x0A and pos < entry_end and buf[pos] == 0x0A:
+        size = buf[pos + 1]
+        size, at = (size, pos + 2) if size < 0x80 else _read_varint(buf, pos + 1)
+        if at + size == entry_end:
+            if lend:
+                return name, [memoryview(buf)[at:entry_end]]
+            return name, [buf[at:entry_end] if type(buf) is bytes else bytes(buf[at:entry_end])]
+    values = _canonical_values(buf, memoryview(buf), pos, entry_end, kind, lend)
+    return None if values is None else (name, values)
+
+
+def _keep(cache: dict[bytes, tuple[str, tuple]], entry: bytes, name: str, values: list) -> None:
+    """Keep a small entry's parse by its bytes (all are forgotten once the store is full)."""
+    if len(cache) >= _KEPT_ENTRIES:
+        cache.clear()
+    cache[entry] = (name, tuple(values))
 
 
 def _canonical_values(

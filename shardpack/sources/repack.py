@@ -317,7 +317,7 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
     if fault is not None:
         raise ImageError(item.key, f"{_where(item)}: {fault}")
     image = example[IMAGE][0]
-    if example.get("format", [])[:1] != [b"raw"]:
+    if example["format"][0] != b"raw":  # _unlike found one format value
         return image
     import numpy as np
 
