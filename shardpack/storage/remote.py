@@ -206,7 +206,9 @@ class RemoteStorage(Storage):
         return data
 
     @contextmanager
-    def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
+    def reading(
+        self, files: Iterable[tuple[str, int]], limit: int, key: object = None, then=None
+    ) -> Iterator[Storage]:
         if self.scheme in _HTTP:  # fsspec's ranges over HTTP read a whole body: read() streams
             yield self
             return
