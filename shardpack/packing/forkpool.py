@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import suppress
 from dataclasses import replace
@@ -34,6 +34,7 @@ from shardpack.packing.packeditems import PACKED_CHUNK  # noqa: F401
 from shardpack.packing.packeditems import PackedItems as _PackedItems
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.packing.worker import write_shard
+from shardpack.storage.base import Files
 from shardpack.storage.imageroot import close_started
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ def _take() -> int:
     return i
 
 
-def _reserve(source: Source) -> tuple[str, Iterable[tuple[str, int]]] | None:
+def _reserve(source: Source) -> tuple[str, Files] | None:
     """Reserve the lowest free shard for this worker's next task: its file name and its items'
     files (None: none is free, or its items are a streamed range, read where it is written)."""
     global _reserved

@@ -7,7 +7,6 @@ import os
 import struct
 import time
 from array import array
-from collections.abc import Callable, Iterable
 from contextlib import suppress
 
 import numpy as np
@@ -25,6 +24,7 @@ from shardpack.sources import Item, Source
 from shardpack.sources.source import read_stamped_image
 from shardpack.storage import Storage
 from shardpack.storage.atomic import create_temp, open_regular
+from shardpack.storage.base import NextFiles
 
 # How often a worker reports its count for the parent's progress bar: often enough for a live
 # bar, rare enough to cost nothing (one 8-byte pwrite).
@@ -76,7 +76,7 @@ def write_shard(
     out: Storage,
     schema: Schema,
     source: Source,
-    then: Callable[[], tuple[str, Iterable[tuple[str, int]]] | None] | None = None,
+    then: NextFiles | None = None,
 ) -> ShardResult:
     """Write one shard file from its items; it appears under its final name only when complete.
 

@@ -11,6 +11,11 @@ from typing import NamedTuple
 
 from shardpack.storage.atomic import HASH_CHUNK
 
+# What a reading reads (each file's name, and the size its listing gave), and what it may ask
+# for the files its process reads next: their key, and them (None: none)
+Files = Iterable[tuple[str, int]]
+NextFiles = Callable[[], tuple[object, Files] | None]
+
 # Bytes a copy reads at once: a few requests a shard on a store, little memory.
 COPY_CHUNK = 8 << 20
 
@@ -234,11 +239,7 @@ class Storage:
 
     @contextmanager
     def reading(
-        self,
-        files: Iterable[tuple[str, int]],
-        limit: int,
-        key: object = None,
-        then: Callable[[], tuple[object, Iterable[tuple[str, int]]] | None] | None = None,
+        self, files: Files, limit: int, key: object = None, then: NextFiles | None = None
     ) -> Iterator[Storage]:
         """This storage, to read `files` (name, and the size its listing gave; each at most
         `limit` bytes) in this order. Where each request waits on the network (an object

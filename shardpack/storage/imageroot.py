@@ -10,12 +10,12 @@ import os
 import posixpath
 import stat
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from shardpack.storage import storage_at  # the package picks the store a path names
-from shardpack.storage.base import Blob, Entry, Storage
+from shardpack.storage.base import Blob, Entry, Files, NextFiles, Storage
 from shardpack.storage.locations import is_url, joined, normal
 from shardpack.storage.srcfiles import not_regular
 from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
@@ -161,11 +161,7 @@ class ImageRoot(Storage):
 
     @contextmanager
     def reading(
-        self,
-        files: Iterable[tuple[str, int]],
-        limit: int,
-        key: object = None,
-        then: Callable[[], tuple[object, Iterable[tuple[str, int]]] | None] | None = None,
+        self, files: Files, limit: int, key: object = None, then: NextFiles | None = None
     ) -> Iterator[Storage]:
         """Itself, reading the http(s) URLs among `files` ahead, many at a time (Prefetch).
         Once each of their first tries has started, `then()` names the next files to read
@@ -194,7 +190,7 @@ class ImageRoot(Storage):
                 self.fetcher().close()
                 self._fetcher = None  # its connections are closed
 
-    def _prefetch(self, files: Iterable[tuple[str, int]], limit: int, *window) -> Prefetch | None:
+    def _prefetch(self, files: Files, limit: int, *window) -> Prefetch | None:
         """A Prefetch of the http(s) URLs among `files` (None: there are none)."""
         urls = (url for name, _ in files if (url := self.web_url(name)) is not None)
         first = next(urls, None)
@@ -204,7 +200,7 @@ class ImageRoot(Storage):
 
         return Prefetch(self.fetcher(), itertools.chain((first,), urls), limit, *window)
 
-    def _start(self, then: Callable, ahead: Prefetch) -> None:
+    def _start(self, then: NextFiles, ahead: Prefetch) -> None:
         """Start fetching the files `then` names next, in what `ahead` leaves of its window."""
         global _started
         if (following := then()) is not None:
