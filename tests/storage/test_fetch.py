@@ -57,6 +57,7 @@ class Site:
         self.held: frozenset[str] = frozenset()  # paths answered only once `gate` is set
         self.gate = threading.Event()
         self.down: set[str] = set()  # paths answered 503 for now
+        self.retry_after = 1  # what a first request of /429/N.png is told
         handler = type("Handler", (_Handler,), {"site": self})
         self.server = _Server(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
@@ -75,10 +76,10 @@ def _png(n: int) -> bytes:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     """/img/N.png: image N. The first request of /503/N.png is a 503, of /429/N.png a 429 with
-    Retry-After: 1, of /reset/N.png a reset connection; then image N. /429long.png asks to be
-    retried in a day. /redirect/N.png: a 302 to
-    /img/N.png. /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every
-    agent; noai for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
+    Retry-After: 1 (Site.retry_after), of /reset/N.png a reset connection; then image N.
+    /429long.png asks to be retried in a day. /redirect/N.png: a 302 to /img/N.png.
+    /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every agent; noai
+    for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
     itself), /meta.png (a redirect to the metadata address), /huge.png (Content-Length 100 GB),
     /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
     /drip.png (a byte every 50 ms). /twin/N.png: image N // 2. A path in `Site.held` is
@@ -134,7 +135,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if (first and kind == "503") or path == "/always503.png":
             return self._send(503, b"busy")
         if first and kind == "429":
-            return self._send(429, b"slow down", {"Retry-After": "1"})
+            return self._send(429, b"slow down", {"Retry-After": str(self.site.retry_after)})
         if path == "/429long.png":
             return self._send(429, b"come back tomorrow", {"Retry-After": "86400"})
         if kind == "redirect":
@@ -521,12 +522,13 @@ def test_a_url_lists_image_root_pickles_for_a_cluster_and_fetches_there(tmp_path
 
 
 def test_a_worker_fetches_its_next_shard_while_the_last_waits_for_its_retries(tmp_path):
-    """Four shards of ten URLs, each asked at its first request to come back in a second, on
-    two forked workers: every first request reaches the server before any retry (a worker
-    took its next shard only once its last had its retries: 20 first requests, then retries),
-    and the shards are the bytes a sequential run writes."""
+    """Four shards of ten URLs, each asked at its first request to come back in 3 s, on two
+    forked workers: every first request reaches the server before any retry (a worker took its
+    next shard only once its last had its retries: 20 first requests, then retries), and the
+    shards are the bytes a sequential run writes."""
     paths = [f"/429/{i:02}.png" for i in range(40)]
     with serving(latency=0.01) as site:
+        site.retry_after = 3  # a margin for a loaded machine's slow worker
         result = _pack_urls(tmp_path, site, paths, workers=2, shards=4, url_threads=16)
         assert result.num_records == 40 and result.index.stats.workers == 2
         assert sorted(site.started[:40]) == paths, site.started[:40]  # no retry among them
