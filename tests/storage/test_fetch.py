@@ -586,7 +586,7 @@ def test_a_reading_stopped_closes_the_next_shards_fetching_too(tmp_path, stop):
         ):
             assert ahead.read(urls[0], 10**6) == _png(0)
             helpers.wait_for(lambda: all(site.hits[path] for path in following), 10)
-            assert imageroot._started is not None
+            helpers.wait_for(lambda: imageroot._started is not None, 10)  # (set after its start)
             raise stop
         assert imageroot._started is None
         for thread in threading.enumerate():
