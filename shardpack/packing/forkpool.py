@@ -33,7 +33,7 @@ from joblib.parallel import ParallelBackendBase
 from shardpack.packing.packeditems import PACKED_CHUNK  # noqa: F401
 from shardpack.packing.packeditems import PackedItems as _PackedItems
 from shardpack.packing.plan import ShardResult, ShardSpec
-from shardpack.packing.worker import write_shard
+from shardpack.packing.worker import next_files, write_shard
 from shardpack.storage.base import Files
 from shardpack.storage.imageroot import close_started
 
@@ -171,16 +171,16 @@ def _take() -> int:
 
 
 def _reserve(source: Source) -> tuple[str, Files] | None:
-    """Reserve the lowest free shard for this worker's next task: its file name and its items'
-    files (None: none is free, or its items are a streamed range, read where it is written)."""
+    """Reserve the lowest free shard for this worker's next task: worker.next_files of it
+    (None: none is free, or it is not read ahead)."""
     global _reserved
     with _states.get_lock():
         i = _lowest_free.value
-        if i == len(_states) or getattr(_forked[i].items, "forget", None) is not None:
+        if i == len(_states) or (following := next_files(_forked[i], source)) is None:
             return None
         _lowest_free.value += 1
         _states.get_obj()[i], _reserved = os.getpid(), i
-    return _forked[i].file, source.item_files(_forked[i].items)
+    return following
 
 
 def _start_worker(parent: int, prepare: Callable[[], None] | None) -> None:

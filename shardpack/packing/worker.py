@@ -24,7 +24,7 @@ from shardpack.sources import Item, Source
 from shardpack.sources.source import read_stamped_image
 from shardpack.storage import Storage
 from shardpack.storage.atomic import create_temp, open_regular
-from shardpack.storage.base import NextFiles
+from shardpack.storage.base import Files, NextFiles
 
 # How often a worker reports its count for the parent's progress bar: often enough for a live
 # bar, rare enough to cost nothing (one 8-byte pwrite).
@@ -149,6 +149,14 @@ def write_shard(
         array("Q", written.offsets if options.index_files else ()), lossless, facts.content(),
         facts.tally(),
     )  # fmt: skip
+
+
+def next_files(spec: ShardSpec, source: Source) -> tuple[str, Files] | None:
+    """What a reading is told of the next shard its process writes (NextFiles): its file name
+    and its items' files; None for a streamed range (its rows are read where it is written)."""
+    if getattr(spec.items, "forget", None) is not None:
+        return None
+    return spec.file, source.item_files(spec.items)
 
 
 def _record(

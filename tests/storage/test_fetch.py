@@ -521,19 +521,24 @@ def test_a_url_lists_image_root_pickles_for_a_cluster_and_fetches_there(tmp_path
     assert site.hits["/img/7.png"] == 2
 
 
-def test_a_worker_fetches_its_next_shard_while_the_last_waits_for_its_retries(tmp_path):
-    """Four shards of ten URLs, each asked at its first request to come back in 3 s, on two
-    forked workers: every first request reaches the server before any retry (a worker took its
-    next shard only once its last had its retries: 20 first requests, then retries), and the
-    shards are the bytes a sequential run writes."""
-    paths = [f"/429/{i:02}.png" for i in range(40)]
+@pytest.mark.parametrize(("workers", "shards"), [(2, 4), (1, 2)])
+def test_a_worker_fetches_its_next_shard_while_the_last_waits_for_its_retries(
+    tmp_path, workers, shards
+):
+    """Shards of ten URLs, each asked at its first request to come back in 3 s, on two forked
+    workers (a shard each, and the next) or in-process (two shards): every first request
+    reaches the server before any retry (a worker took its next shard only once its last had
+    its retries: ten first requests a worker, then retries), and the shards are the bytes a
+    sequential run writes."""
+    paths = [f"/429/{i:02}.png" for i in range(10 * shards)]
     with serving(latency=0.01) as site:
         site.retry_after = 3  # a margin for a loaded machine's slow worker
-        result = _pack_urls(tmp_path, site, paths, workers=2, shards=4, url_threads=16)
-        assert result.num_records == 40 and result.index.stats.workers == 2
-        assert sorted(site.started[:40]) == paths, site.started[:40]  # no retry among them
+        result = _pack_urls(tmp_path, site, paths, workers=workers, shards=shards,
+                            url_threads=16)  # fmt: skip
+        assert result.num_records == len(paths) and result.index.stats.workers == workers
+        assert sorted(site.started[: len(paths)]) == paths, site.started  # no retry among them
         assert min(site.hits.values()) == 2  # (a shard taken from a busy worker: 3)
-        _pack_urls(tmp_path, site, paths, out="sequential", shards=4)  # answered at once now
+        _pack_urls(tmp_path, site, paths, out="sequential", shards=shards)  # no 429 now
     assert helpers.shard_files(tmp_path / "out") == helpers.shard_files(tmp_path / "sequential")
 
 
