@@ -5,6 +5,7 @@ run tidied."""
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -161,7 +162,7 @@ def _in_turn(specs: list[ShardSpec], args: tuple) -> Iterator[ShardResult]:
     reading told of the next (fetched during its retries); a stop between shards ends that."""
     source = args[-1]
     try:
-        for spec, following in zip(specs, [*specs[1:], None], strict=True):
+        for spec, following in itertools.pairwise([*specs, None]):
             then = None if following is None else lambda f=following: next_files(f, source)
             yield write_shard(spec, *args, then=then)
     finally:
