@@ -1,15 +1,21 @@
 """The shard tasks on this machine: joblib.Parallel over workers forked from this process.
 
 The parent has imported the worker code and made the plan before it forks, so a worker is up
-in milliseconds and reads its shard's items from memory it inherited; a task is the shard's
-number. The pool is the standard library's ProcessPoolExecutor (fork context) behind a joblib
-backend: a killed worker breaks the pool and fails the run at once, never a hang. Imported
-only by a run with more than one worker: it imports joblib.
+in milliseconds and reads its shard's items from memory it inherited. A task is "write one
+shard", taken under a lock shared by the workers (as many tasks as shards: each is written
+once): the one this worker reserved, else the lowest free, else the lowest another reserved. A
+worker reserves the next free shard once every first try of the URLs of its current one has
+started, and fetches it while the current one waits for its retries. The pool is the
+standard library's ProcessPoolExecutor (fork context) behind a joblib backend: a killed worker
+breaks the pool and fails the run at once, never a hang. Imported only by a run with more than
+one worker: it imports joblib.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.sharedctypes
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -18,6 +24,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import suppress
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from joblib import Parallel, delayed
 from joblib.parallel import ParallelBackendBase
@@ -26,13 +33,25 @@ from joblib.parallel import ParallelBackendBase
 from shardpack.packing.packeditems import PACKED_CHUNK  # noqa: F401
 from shardpack.packing.packeditems import PackedItems as _PackedItems
 from shardpack.packing.plan import ShardResult, ShardSpec
-from shardpack.packing.worker import write_shard
+from shardpack.packing.worker import next_files, write_shard
+from shardpack.storage.base import Files
+from shardpack.storage.imageroot import close_started
+
+if TYPE_CHECKING:
+    from shardpack.sources import Source
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 # The shards of the run, their items packed, set before the pool forks: the workers inherit
-# them, so a task pickles its shard's number and not its items.
+# them, so a task pickles no items.
 _forked: list[ShardSpec] | None = None
+# Each shard's state, shared by the workers (made before the fork): TAKEN, FREE, or the pid of
+# the worker that reserved it; and the lowest shard never taken nor reserved (all above free).
+TAKEN, FREE = -1, 0
+_states: multiprocessing.sharedctypes.SynchronizedArray | None = None
+_lowest_free: multiprocessing.sharedctypes.Synchronized | None = None
+# In a worker: the shard it reserved last
+_reserved: int | None = None
 
 
 def run_local(
@@ -43,15 +62,18 @@ def run_local(
 
     Closing the generator early (an error, Ctrl-C) kills every worker before it returns.
     """
-    global _forked
+    global _forked, _states, _lowest_free
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # a forked worker must not write the parent's buffered text again
     # (a streamed list's range is read by its worker: nothing of it to pack)
     _forked = [replace(spec, items=_PackedItems(spec.items)) if isinstance(spec.items, tuple)
                else spec for spec in specs]  # fmt: skip
+    forking = multiprocessing.get_context("fork")
+    _states = forking.Array("q", len(specs))  # all FREE
+    _lowest_free = forking.Value("q", 0, lock=False)  # (under _states' lock)
     # The rest goes pickled (a few hundred bytes): a storage made in this process must not
     # be used in another (an s3fs filesystem holds an event loop: "not fork-safe").
-    tasks = (delayed(_write_forked)(i, *args) for i in range(len(specs)))
+    tasks = (delayed(_write_forked)(*args) for _ in specs)
     parallel = Parallel(
         n_jobs=workers,
         backend=ForkBackend(prepare),
@@ -68,7 +90,7 @@ def run_local(
                 warnings.simplefilter("ignore")
                 results.close()
     finally:
-        _forked = None
+        _forked = _states = _lowest_free = None
 
 
 class ForkBackend(ParallelBackendBase):
@@ -123,14 +145,49 @@ class ForkBackend(ParallelBackendBase):
             self._pool = None
 
 
-def _write_forked(i: int, *args) -> ShardResult:
-    """In a forked worker: write shard i of the run that forked it."""
-    return write_shard(_forked[i], *args)
+def _write_forked(*args) -> ShardResult:
+    """In a forked worker: write a shard of the run that forked it (_take), letting its
+    reading reserve the next (_reserve)."""
+    source = args[-1]
+    return write_shard(_forked[_take()], *args, then=lambda: _reserve(source))
+
+
+def _take() -> int:
+    """The shard this task writes, marked TAKEN: the one this worker reserved if no other took
+    it, else the lowest free, else the lowest reserved by another worker (as many tasks as
+    shards: one is left for each)."""
+    global _reserved
+    with _states.get_lock():
+        states, held, _reserved = _states.get_obj(), _reserved, None
+        if held is not None and states[held] == os.getpid():
+            i = held
+        elif _lowest_free.value < len(states):
+            i = _lowest_free.value
+            _lowest_free.value += 1
+        else:
+            i = next(i for i, state in enumerate(states) if state > 0)
+        states[i] = TAKEN
+    return i
+
+
+def _reserve(source: Source) -> tuple[str, Files] | None:
+    """Reserve the lowest free shard for this worker's next task: worker.next_files of it
+    (None: none is free, or it is not read ahead)."""
+    global _reserved
+    with _states.get_lock():
+        i = _lowest_free.value
+        if i == len(_states) or (following := next_files(_forked[i], source)) is None:
+            return None
+        _lowest_free.value += 1
+        _states.get_obj()[i], _reserved = os.getpid(), i
+    return following
 
 
 def _start_worker(parent: int, prepare: Callable[[], None] | None) -> None:
     """In each forked worker, first: _tie_to_parent, then `prepare`."""
     _tie_to_parent(parent)
+    # a reserved shard's fetching ends with the worker (the pool's shutdown), not after it
+    multiprocessing.util.Finalize(None, close_started, exitpriority=0)
     if prepare is not None:
         prepare()
 

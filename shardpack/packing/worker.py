@@ -24,6 +24,7 @@ from shardpack.sources import Item, Source
 from shardpack.sources.source import read_stamped_image
 from shardpack.storage import Storage
 from shardpack.storage.atomic import create_temp, open_regular
+from shardpack.storage.base import Files, NextFiles
 
 # How often a worker reports its count for the parent's progress bar: often enough for a live
 # bar, rare enough to cost nothing (one 8-byte pwrite).
@@ -75,6 +76,7 @@ def write_shard(
     out: Storage,
     schema: Schema,
     source: Source,
+    then: NextFiles | None = None,
 ) -> ShardResult:
     """Write one shard file from its items; it appears under its final name only when complete.
 
@@ -85,11 +87,12 @@ def write_shard(
         out: where the shard goes (a local folder or an object store prefix).
         schema: the dataset's features: how to encode each of an item's fields.
         source: the dataset's source (Dataset.source), which loads an item's image.
+        then: the next shard this process writes, as src.reading may ask for it (or None).
 
     Returns the shard's record count, size, sha256, label histogram, skipped items, what facts
-    noted of each record, and each record's offset where DALI index files are asked (the
-    parent holds every result until the merge). Raises ImageError where an item is bad and
-    options.on_error is "fail"; no file is left behind.
+    noted of each record, and each record's offset where DALI index files are asked (held by
+    the parent until the merge). Raises ImageError where an item is bad and options.on_error
+    is "fail"; no file is left behind.
     """
     start, counts, lossless = time.perf_counter(), [0] * len(schema.classes), 0
     skipped: list[tuple[str, str]] = []
@@ -100,10 +103,9 @@ def write_shard(
     stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
     moved = boxes.moved_features(schema, boxes.declared_boxes(options))
     try:
-        container = CONTAINERS[options.format]
-        limit = images.max_file_bytes(options.max_pixels)
+        container, limit = CONTAINERS[options.format], images.max_file_bytes(options.max_pixels)
         with (
-            src.reading(source.item_files(spec.items), limit) as src,
+            src.reading(source.item_files(spec.items), limit, spec.file, then) as src,
             container.writer(
                 spec.file,
                 options.compression,
@@ -147,6 +149,14 @@ def write_shard(
         array("Q", written.offsets if options.index_files else ()), lossless, facts.content(),
         facts.tally(),
     )  # fmt: skip
+
+
+def next_files(spec: ShardSpec, source: Source) -> tuple[str, Files] | None:
+    """What a reading is told of the next shard its process writes (NextFiles): its file name
+    and its items' files; None for a streamed range (its rows are read where it is written)."""
+    if getattr(spec.items, "forget", None) is not None:
+        return None
+    return spec.file, source.item_files(spec.items)
 
 
 def _record(

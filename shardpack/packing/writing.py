@@ -5,6 +5,7 @@ run tidied."""
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -19,10 +20,11 @@ from shardpack.packing.cluster import check_shared_storage, dask_client
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.outdir import Journal
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
-from shardpack.packing.worker import read_progress, write_shard
+from shardpack.packing.worker import next_files, read_progress, write_shard
 from shardpack.sources import Dataset
 from shardpack.storage import Storage, is_store_failure
 from shardpack.storage.atomic import temp_files
+from shardpack.storage.imageroot import close_started
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,18 @@ _KEEP = ((_M_TRIM_THRESHOLD, 64 * 2**20), (_M_MMAP_THRESHOLD, 32 * 2**20))
 _GIVE_BACK = ((_M_TRIM_THRESHOLD, 256 * 2**10), (_M_MMAP_THRESHOLD, 128 * 2**10))
 
 
+def _in_turn(specs: list[ShardSpec], args: tuple) -> Iterator[ShardResult]:
+    """Yield write_shard(spec, *args) of each spec in turn, in this process, each shard's
+    reading told of the next (fetched during its retries); a stop between shards ends that."""
+    source = args[-1]
+    try:
+        for spec, following in itertools.pairwise([*specs, None]):
+            then = None if following is None else lambda f=following: next_files(f, source)
+            yield write_shard(spec, *args, then=then)
+    finally:
+        close_started()
+
+
 def _keep_freed_memory() -> None:
     """Have glibc's malloc keep freed memory for the next image instead of handing it back.
 
@@ -200,7 +214,7 @@ def _run(
         with _gc_frozen():
             if workers == 1 or len(specs) <= 1:
                 _keep_freed_memory()  # this process decodes the images
-                yield from (write_shard(spec, *args) for spec in specs)
+                yield from _in_turn(specs, args)
             else:
                 from shardpack.packing.forkpool import run_local  # imports joblib
 

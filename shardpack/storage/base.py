@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import NamedTuple
 
 from shardpack.storage.atomic import HASH_CHUNK
+
+# What a reading reads (each file's name, and the size its listing gave), and what it may ask
+# for the files its process reads next: their key, and them (None: none)
+Files = Iterable[tuple[str, int]]
+NextFiles = Callable[[], tuple[object, Files] | None]
 
 # Bytes a copy reads at once: a few requests a shard on a store, little memory.
 COPY_CHUNK = 8 << 20
@@ -244,11 +249,16 @@ class Storage:
         return self.read(name, limit), None
 
     @contextmanager
-    def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
+    def reading(
+        self, files: Files, limit: int, key: object = None, then: NextFiles | None = None
+    ) -> Iterator[Storage]:
         """This storage, to read `files` (name, and the size its listing gave; each at most
         `limit` bytes) in this order. Where each request waits on the network (an object
         store), the next files are fetched ahead, several at once, while the caller works on
-        the current one; one listed over `limit` is refused (FileTooLarge) unfetched."""
+        the current one; one listed over `limit` is refused (FileTooLarge) unfetched. A store
+        whose reads wait for retries (a URL list's) may call `then()` near the end for the
+        next files of this process (a key, and them) and start fetching them: a reading with
+        that `key` takes them over. Others ignore both."""
         yield self
 
     def open(self, name: str) -> Blob:

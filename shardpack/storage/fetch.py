@@ -26,7 +26,7 @@ import time
 import urllib.parse
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 
@@ -360,14 +360,25 @@ class Prefetch:
     thread either: the retry is handed back to the pool when it is due (a thread asleep through
     each 1 s Retry-After left fewer fetching the rest), and the next free thread takes it before
     any first try still queued (behind them, a read waited on it until the window's first tries
-    had all started)."""
+    had all started). A Prefetch started for the next shard (`leaves`) fetches within what
+    this one leaves of the window and bytes until `adopt` makes it the one read."""
 
-    def __init__(self, fetcher: Fetcher, urls: Iterator[str], limit: int) -> None:
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        urls: Iterator[str],
+        limit: int,
+        window: tuple[int, int] | None = None,
+    ) -> None:
         self.fetcher, self.limit = fetcher, limit
         self._urls = urls
         self._ahead: deque[tuple[str, Future]] = deque()
-        self._window = AHEAD_PER_THREAD * fetcher.policy.threads
+        # the most URLs ahead and bytes held: all of them, or what the shard read now leaves
+        self._window, self._most_held = window or (self._full(), HELD_BYTES)
         self._held = 0  # bytes fetched and not yet read
+        self._firsts = 0  # first tries queued, not yet started
+        self._exhausted = False  # every URL has been queued once
+        self._then: Callable[[], None] | None = None  # called once every first try started
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(fetcher.policy.threads, "shardpack-fetch")
         self._due: list[tuple[float, int, str, Future, int]] = []  # retries: a heap by time
@@ -384,19 +395,46 @@ class Prefetch:
             self.close()
             raise
 
+    def _full(self) -> int:
+        return AHEAD_PER_THREAD * self.fetcher.policy.threads
+
     def _fill(self) -> None:
         new: list[tuple[str, Future]] = []
-        while len(self._ahead) < self._window and self._held < HELD_BYTES:
+        while len(self._ahead) < self._window and self._held < self._most_held:
             url = next(self._urls, None)
             if url is None:
+                self._exhausted = True
                 break
             new.append((url, Future()))
             self._ahead.append(new[-1])
         with self._lock:  # once for them all: the pool's threads take it for each try
             for url, future in new:
                 heapq.heappush(self._queued, (True, next(self._count), url, future, 1))
+            self._firsts += len(new)
+            self._started_all()
         for _ in new:
             self._pool.submit(self._next)
+
+    def adopt(self, then: Callable[[], None] | None) -> None:
+        """Make this the Prefetch read now: the whole window and bytes, and `then` called once
+        (under the lock, on the reader's thread or a fetching one) when every URL's first try
+        has started: the rest are in flight or retries, and the next shard can start."""
+        self._window, self._most_held = self._full(), HELD_BYTES
+        with self._lock:
+            self._then = then
+        self._fill()
+
+    def leaves(self) -> tuple[int, int]:
+        """(URLs, bytes) of the window this one leaves to the next shard's Prefetch (a
+        thread's worth at least); read under the lock, as `then` is called."""
+        threads = self.fetcher.policy.threads
+        return max(threads, self._window - len(self._ahead)), max(0, HELD_BYTES - self._held)
+
+    def _started_all(self) -> None:
+        """Under the lock: call `then` once every URL's first try has started."""
+        if self._then is not None and self._exhausted and not self._firsts and not self._stopped:
+            then, self._then = self._then, None
+            then()
 
     def _next(self) -> None:
         """A pool task: the most urgent try queued (retries before first tries, each in the
@@ -405,6 +443,9 @@ class Prefetch:
             if not self._queued:  # dropped by close
                 return
             _, _, url, future, tries = heapq.heappop(self._queued)
+            if tries == 1:
+                self._firsts -= 1
+                self._started_all()
         self._try(url, future, tries)
 
     def _try(self, url: str, future: Future, tries: int) -> None:
@@ -479,10 +520,11 @@ class Prefetch:
             raise FileTooLarge(f"over the limit of {limit} bytes")
         return data
 
-    def close(self) -> None:
+    def close(self, fetcher: bool = True) -> None:
         """Stop fetching: at a shard's end every thread is idle and joined (a process that
         forks later forks no thread); after a failure, requests running end by their timeouts
-        and retries not yet due are dropped."""
+        and retries not yet due are dropped. The Fetcher is closed too unless `fetcher` is
+        False (the next shard's Prefetch fetches with it)."""
         done = not self._ahead
         for _, future in self._ahead:
             future.cancel()
@@ -497,4 +539,5 @@ class Prefetch:
         if self._timer is not None:
             self._timer.join()
         self._pool.shutdown(wait=done, cancel_futures=True)
-        self.fetcher.close()
+        if fetcher:
+            self.fetcher.close()

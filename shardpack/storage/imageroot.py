@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from shardpack.storage import storage_at  # the package picks the store a path names
-from shardpack.storage.base import Blob, Entry, Storage
+from shardpack.storage.base import Blob, Entry, Files, NextFiles, Storage
 from shardpack.storage.locations import is_url, joined, normal
 from shardpack.storage.srcfiles import not_regular
 from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 # What the planner takes an http(s) URL's image to weigh, unfetched: a guess at a web photo's
 # size (img2dataset's 10,000 a shard would be ~1 GB of originals); 1,024 make a 128MiB shard.
 URL_BYTES = 128 << 10
+
+# This process's next shard, fetching while its last one waits for retries: (the key its
+# reading names it by, its Prefetch), started by the last reading's `then`.
+_started: tuple[object, Prefetch] | None = None
 
 
 class ImageUnusable(Exception):
@@ -156,25 +160,66 @@ class ImageRoot(Storage):
         return storage.read(name, limit)
 
     @contextmanager
-    def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
-        """Itself, reading the http(s) URLs among `files` ahead, many at a time (Prefetch)."""
+    def reading(
+        self, files: Files, limit: int, key: object = None, then: NextFiles | None = None
+    ) -> Iterator[Storage]:
+        """Itself, reading the http(s) URLs among `files` ahead, many at a time (Prefetch).
+        Once each of their first tries has started, `then()` names the next files to read
+        (their key, and them) and their fetching starts, with the same connections; the
+        reading whose `key` is theirs takes it over (any other closes it)."""
+        global _started
+        taken, _started = _started, None
+        if taken is not None:
+            self._fetcher = taken[1].fetcher  # its connections, kept
+            if taken[0] != key:  # the next files were another reading's after all
+                taken[1].close(fetcher=False)
+        ahead = taken[1] if taken is not None and taken[0] == key else self._prefetch(files, limit)
+        if ahead is None:
+            yield self
+            return
+        ahead.adopt(None if then is None else lambda: self._start(then, ahead))
+        ended = False
+        try:
+            yield _Ahead(self, ahead)
+            ended = True
+        finally:
+            ahead.close(fetcher=False)  # (waits out a `then` running: none runs after)
+            if not ended:
+                close_started()  # an error or Ctrl-C: the next files' fetching ends too
+            if _started is None:
+                self.fetcher().close()
+                self._fetcher = None  # its connections are closed
+
+    def _prefetch(self, files: Files, limit: int, *window) -> Prefetch | None:
+        """A Prefetch of the http(s) URLs among `files` (None: there are none)."""
         urls = (url for name, _ in files if (url := self.web_url(name)) is not None)
         first = next(urls, None)
         if first is None:
-            yield self
-            return
+            return None
         from shardpack.storage.fetch import Prefetch  # the network stack: workers only
 
-        ahead = Prefetch(self.fetcher(), itertools.chain((first,), urls), limit)
-        try:
-            yield _Ahead(self, ahead)
-        finally:
-            ahead.close()
-            self._fetcher = None  # its connections are closed
+        return Prefetch(self.fetcher(), itertools.chain((first,), urls), limit, *window)
+
+    def _start(self, then: NextFiles, ahead: Prefetch) -> None:
+        """Start fetching the files `then` names next, in what `ahead` leaves of its window."""
+        global _started
+        if (following := then()) is not None:
+            key, files = following
+            started = self._prefetch(files, ahead.limit, ahead.leaves())
+            _started = None if started is None else (key, started)
 
     def open(self, name: str) -> Blob:
         storage, name = self.where(name)
         return storage.open(name)
+
+
+def close_started() -> None:
+    """Close the next files' Prefetch, if one was started, and its connections (a worker
+    ending)."""
+    global _started
+    taken, _started = _started, None
+    if taken is not None:
+        taken[1].close()
 
 
 class UrlRows:

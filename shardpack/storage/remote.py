@@ -32,8 +32,10 @@ from shardpack.storage.base import (
     EXTRAS,
     Blob,
     Entry,
+    Files,
     Folder,
     JournalWriter,
+    NextFiles,
     Sink,
     Storage,
 )
@@ -206,7 +208,9 @@ class RemoteStorage(Storage):
         return data
 
     @contextmanager
-    def reading(self, files: Iterable[tuple[str, int]], limit: int) -> Iterator[Storage]:
+    def reading(
+        self, files: Files, limit: int, key: object = None, then: NextFiles | None = None
+    ) -> Iterator[Storage]:
         if self.scheme in _HTTP:  # fsspec's ranges over HTTP read a whole body: read() streams
             yield self
             return

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import socket
 import struct
 import threading
@@ -56,6 +57,7 @@ class Site:
         self.held: frozenset[str] = frozenset()  # paths answered only once `gate` is set
         self.gate = threading.Event()
         self.down: set[str] = set()  # paths answered 503 for now
+        self.retry_after = 1  # what a first request of /429/N.png is told
         handler = type("Handler", (_Handler,), {"site": self})
         self.server = _Server(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
@@ -74,10 +76,10 @@ def _png(n: int) -> bytes:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     """/img/N.png: image N. The first request of /503/N.png is a 503, of /429/N.png a 429 with
-    Retry-After: 1, of /reset/N.png a reset connection; then image N. /429long.png asks to be
-    retried in a day. /redirect/N.png: a 302 to
-    /img/N.png. /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every
-    agent; noai for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
+    Retry-After: 1 (Site.retry_after), of /reset/N.png a reset connection; then image N.
+    /429long.png asks to be retried in a day. /redirect/N.png: a 302 to /img/N.png.
+    /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every agent; noai
+    for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
     itself), /meta.png (a redirect to the metadata address), /huge.png (Content-Length 100 GB),
     /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
     /drip.png (a byte every 50 ms). /twin/N.png: image N // 2. A path in `Site.held` is
@@ -133,7 +135,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if (first and kind == "503") or path == "/always503.png":
             return self._send(503, b"busy")
         if first and kind == "429":
-            return self._send(429, b"slow down", {"Retry-After": "1"})
+            return self._send(429, b"slow down", {"Retry-After": str(self.site.retry_after)})
         if path == "/429long.png":
             return self._send(429, b"come back tomorrow", {"Retry-After": "86400"})
         if kind == "redirect":
@@ -517,3 +519,85 @@ def test_a_url_lists_image_root_pickles_for_a_cluster_and_fetches_there(tmp_path
     with there.reading(iter([(url, 1)]), 10_000) as ahead:
         assert ahead.read(url, 10_000) == _png(7)
     assert site.hits["/img/7.png"] == 2
+
+
+@pytest.mark.parametrize(("workers", "shards"), [(2, 4), (1, 2)])
+def test_a_worker_fetches_its_next_shard_while_the_last_waits_for_its_retries(
+    tmp_path, workers, shards
+):
+    """Shards of ten URLs, each asked at its first request to come back in 3 s, on two forked
+    workers (a shard each, and the next) or in-process (two shards): every first request
+    reaches the server before any retry (a worker took its next shard only once its last had
+    its retries: ten first requests a worker, then retries), and the shards are the bytes a
+    sequential run writes."""
+    paths = [f"/429/{i:02}.png" for i in range(10 * shards)]
+    with serving(latency=0.01) as site:
+        site.retry_after = 3  # a margin for a loaded machine's slow worker
+        result = _pack_urls(tmp_path, site, paths, workers=workers, shards=shards,
+                            url_threads=16)  # fmt: skip
+        assert result.num_records == len(paths) and result.index.stats.workers == workers
+        assert sorted(site.started[: len(paths)]) == paths, site.started  # no retry among them
+        assert min(site.hits.values()) == 2  # (a shard taken from a busy worker: 3)
+        _pack_urls(tmp_path, site, paths, out="sequential", shards=shards)  # no 429 now
+    assert helpers.shard_files(tmp_path / "out") == helpers.shard_files(tmp_path / "sequential")
+
+
+def test_a_shard_reserved_by_a_busy_worker_is_taken_by_the_other_and_written_once(tmp_path):
+    """Four shards on two workers, the first held up by one URL: its worker reserves the
+    third shard and fetches it, the other writes the second, the fourth, and takes the third
+    (its URLs fetched twice, the first bytes dropped) rather than leave its task idle. Every
+    shard is written once, the bytes a sequential run writes."""
+    paths = [f"/img/{i:02}.png" for i in range(40)]
+    with serving(latency=0.01) as site:
+        site.held = frozenset({paths[0]})
+        # (before, the gate opened 20 s on: nothing is reserved, so nothing fetched twice)
+        threading.Thread(target=_open_at, args=(site, 50, 20), daemon=True).start()
+        result = _pack_urls(tmp_path, site, paths, workers=2, shards=4, url_threads=16,
+                            shuffle=False)  # fmt: skip
+        site.gate.set()
+        twice = [path for path in paths if site.hits[path] == 2]
+        assert len(twice) == 10 and sum(site.hits.values()) == 50, site.hits
+        _pack_urls(tmp_path, site, paths, out="sequential", shards=4, shuffle=False)
+    assert result.num_records == 40 and len(result.index.splits["train"].shards) == 4
+    assert helpers.shard_files(tmp_path / "out") == helpers.shard_files(tmp_path / "sequential")
+
+
+def _open_at(site: Site, hits: int, timeout: float) -> None:
+    """Set the site's gate once it has had `hits` requests, or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while sum(site.hits.values()) < hits and time.monotonic() < deadline:
+        time.sleep(0.01)
+    site.gate.set()
+
+
+@pytest.mark.parametrize("stop", [ValueError, KeyboardInterrupt])
+def test_a_reading_stopped_closes_the_next_shards_fetching_too(tmp_path, stop):
+    """A shard stopped (an error, Ctrl-C) while the next one's requests are in flight: no
+    thread and no socket of either is left."""
+    from shardpack.storage import imageroot
+
+    first = [f"/img/{i}.png" for i in range(10)]
+    following = [f"/img/{i}.png" for i in range(10, 20)]
+    with serving(latency=0.01) as site:
+        site.held = frozenset(following)  # in flight until the end
+        urls = [site.url(path) for path in first + following]
+        options = PackOptions(path_column="url", allow_private_urls=True)
+        root = scan(_manifest(tmp_path, urls), options).root
+        fds = len(os.listdir("/proc/self/fd"))
+        files = [(url, 1) for url in urls]
+        with (
+            pytest.raises(stop),
+            root.reading(files[:10], 10**6, "first", lambda: ("next", files[10:])) as ahead,
+        ):
+            assert ahead.read(urls[0], 10**6) == _png(0)
+            helpers.wait_for(lambda: all(site.hits[path] for path in following), 10)
+            helpers.wait_for(lambda: imageroot._started is not None, 10)  # (set after its start)
+            raise stop
+        assert imageroot._started is None
+        for thread in threading.enumerate():
+            if thread.name.startswith("shardpack-"):
+                thread.join(10)
+        assert not [t for t in threading.enumerate() if t.name.startswith("shardpack-")]
+        site.gate.set()
+        helpers.wait_for(lambda: site.connections == 0, 10)
+        assert len(os.listdir("/proc/self/fd")) <= fds
