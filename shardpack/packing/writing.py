@@ -62,6 +62,7 @@ def write_shards(
     todo = [spec for spec in plan.shards if spec.file not in done]
     sizes = {spec.file: len(spec.items) for spec in plan.shards}
     results = list(reused)
+    journaled = set(done)  # what the journal vouches for, or may: kept whatever stops the run
     try:
         with (
             _ProgressPoller(out, sum(sizes.values()), progress, {s.file for s in todo}) as poller,
@@ -69,13 +70,16 @@ def write_shards(
         ):
             poller.finished(sum(sizes[f] for f in done))
             for result in finished:
+                # kept from here on: a stop (Ctrl-C) inside add, its line already written,
+                # must not remove the file it vouches for; a line not written costs a rewrite
+                journaled.add(result.file)
                 journal.add(result)
                 if landed is not None:
                     result = landed(result)
                 results.append(result)
                 poller.finished(sizes[result.file], result.file)
     except BaseException as e:
-        in_flight = _tidy_after_failure(out, todo, {r.file for r in results})
+        in_flight = _tidy_after_failure(out, todo, journaled)
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             fix = (
                 ("raise ", Option("max_pixels"), " if you trust the image")
