@@ -26,6 +26,7 @@ from shardpack.layout import (
     FAILURES_NAME,
     INDEX_FILES_DIR,
     INDEX_NAME,
+    LOCK_NAME,
     METADATA_NAMES,
     STAMPS_NAME,
 )
@@ -85,7 +86,9 @@ def read_state(out: Storage) -> OutState:
             listed |= {s.file for s in index.shards}
             beside = split_file_names(index.container, index.name, index.splits)
     # a record vouches for a shard file in OUT: a planted flood of them is not fetched whole
-    held = sum(1 for name in names if is_shard_name(name))
+    # (the lock this run holds is no shard, and a fresh OUT holds it alone: matching its name
+    # would import every container's module)
+    held = sum(1 for name in names - {LOCK_NAME} if is_shard_name(name))
     header, finished = _read_journal(out, 2 * held + _JOURNAL_SLACK)
     journal_digest = None
     if header is not None:

@@ -274,13 +274,16 @@ def test_the_command_starts_numpy_with_one_blas_thread_unless_the_user_set_it():
 
 
 def test_a_folder_pack_imports_nothing_only_other_runs_read(tmp_path: Path):
-    """Start-up: the network, VOC's XML, the copies' thread pool and grow stay unimported."""
+    """Start-up: the network, VOC's XML, the copies' thread pool, grow and the containers not
+    asked for stay unimported."""
     src = make_tree(tmp_path / "src", {"a": 2})
     code = ("import runpy, sys\nnames = sys.argv.pop().split()\ntry:\n"
             "    runpy.run_module('shardpack', run_name='__main__')\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
             "print(sorted(m for m in names if m in sys.modules))")  # fmt: skip
-    unread = "socket xml.etree.ElementTree concurrent.futures logging shardpack.packing.grow"
+    unread = ("socket xml.etree.ElementTree concurrent.futures logging shardpack.packing.grow "
+              "shardpack.containers.array_record shardpack.containers.webdataset "
+              "shardpack.containers.parquet")  # fmt: skip
     argv = ["pack", str(src), str(tmp_path / "out"), "--workers", "1", unread]
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-1:] == ["[]"], out.stdout + out.stderr
