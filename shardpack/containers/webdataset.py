@@ -97,10 +97,21 @@ def _header(name: str, size: int) -> bytes:
     """_ustar(name, size): the template's fixed fields joined with these (cheaper than filling
     a copy of the template in)."""
     raw = name.encode("ascii")
+    return _named_header(raw, sum(raw), size)
+
+
+def _named_header(raw: bytes, raw_sum: int, size: int) -> bytes:
+    """_header of a name given as its bytes and their sum (a sample's members share their
+    key's, summed once a sample)."""
     field = b"%011o\0" % size
-    checksum = b"%06o\0 " % (_BASE_SUM + sum(raw) + sum(field))
+    checksum = b"%06o\0 " % (_BASE_SUM + raw_sum + sum(field))
     return b"".join((raw, _NAME_FIELD[len(raw) :], _MODE_TO_GID, field, _MTIME, checksum,
                      _TYPE_TO_END))  # fmt: skip
+
+
+# Each member's ".ext" after a sample's key, as bytes and their sum.
+_SUFFIXES = {ext: (b"." + ext.encode(), sum(b"." + ext.encode()))
+             for ext in (*_EXTENSIONS.values(), "cls", TEXT, "json")}  # fmt: skip
 
 
 _OCTAL_SIZE = re.compile(rb"[0-7]{11}\0")
@@ -139,8 +150,7 @@ def _json(rest: dict[str, object]) -> bytes:
     return ("".join(_C_JSON(rest, 0)) if _C_JSON else _JSON.encode(rest)).encode()
 
 
-def _padding(size: int) -> bytes:
-    return b"\0" * (-size % _BLOCK)
+_PADDINGS = [b"\0" * n for n in range(_BLOCK)]  # a member of n bytes ends in _PADDINGS[-n % 512]
 
 
 def _json_value(value: object) -> object:
@@ -167,9 +177,9 @@ def _npy(features: Features) -> bytes:
 def sample_members(
     key: str, features: Features, naming: str = "shardpack"
 ) -> list[tuple[str, bytes]]:
-    """The (member name, bytes) of one sample, in the order they are written: the image, the
-    label as .cls when it is one class index (else it stays in the JSON), with img2dataset's
-    naming the caption as .txt, then the .json."""
+    """The (extension, bytes) of one sample's members (`<key>.<extension>`), in the order they
+    are written: the image, the label as .cls when it is one class index (else it stays in the
+    JSON), with img2dataset's naming the caption as .txt, then the .json."""
     fmt = features[FORMAT]
     fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
     image = _npy(features) if fmt == "raw" else bytes(features[IMAGE])
@@ -180,14 +190,14 @@ def sample_members(
         for k, v in features.items()
         if k != IMAGE and (k != LABEL or not cls)
     }
-    members = [(f"{key}.{_EXTENSIONS[fmt]}", image)]
+    members = [(_EXTENSIONS[fmt], image)]
     if cls:
-        members.append((f"{key}.cls", str(label).encode()))
+        members.append(("cls", str(label).encode()))
     if naming == IMG2DATASET:
         rest = _img2dataset_json(key, rest)
         if CAPTION in rest:
-            members.append((f"{key}.{TEXT}", str(rest[CAPTION]).encode()))
-    return [*members, (f"{key}.json", _json(rest))]
+            members.append((TEXT, str(rest[CAPTION]).encode()))
+    return [*members, ("json", _json(rest))]
 
 
 def _img2dataset_json(key: str, rest: dict[str, object]) -> dict[str, object]:
@@ -218,17 +228,23 @@ class _Writer(ShardWriter):
         self._stem = _key_stem(self.name)
 
     def _append(self, features: Features) -> int:
-        offset = self._out.size
+        out, offset = self._out, self._out.size
         key = f"{self._stem}_{len(self.offsets):06d}"
-        (name, image), *small = sample_members(key, features, self.naming)
-        self._out.write(_header(name, len(image)))
-        self._out.write(image)
+        raw = key.encode("ascii")  # the stem and number are ASCII: a member's name summed once
+        raw_sum = sum(raw)
+        (ext, image), *small = sample_members(key, features, self.naming)
+        suffix, suffix_sum = _SUFFIXES[ext]
+        out.write(_named_header(raw + suffix, raw_sum + suffix_sum, len(image)))
+        out.write(image)
         # the small members, with the image's padding, in one piece: a write each costs more
         # than joining them, here and in the thread that hashes and writes them
-        parts = [_padding(len(image))]
-        for name, data in small:
-            parts += (_header(name, len(data)), data, _padding(len(data)))
-        self._out.write(b"".join(parts))
+        parts = [_PADDINGS[-len(image) % _BLOCK]]
+        for ext, data in small:
+            suffix, suffix_sum = _SUFFIXES[ext]
+            size = len(data)
+            parts += (_named_header(raw + suffix, raw_sum + suffix_sum, size), data,
+                      _PADDINGS[-size % _BLOCK])  # fmt: skip
+        out.write(b"".join(parts))
         return offset
 
     def _close(self, failed: bool) -> tuple[int, str]:

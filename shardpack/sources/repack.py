@@ -304,8 +304,11 @@ def load(item: Item, root: Storage, cache: dict) -> bytes | np.ndarray:
             # parsed whole (the scan may have read none), where it was read: the Example is
             # record[start:stop], not copied out of its framing
             record, start, stop = reader.framed(item.position)
-            at = (reader.path, reader.position(item.position), reader.unit)
-            example = checked(kept.decode(record, *at, (), None, start, stop))
+            try:
+                example = kept.parse(record, (), None, start, stop)
+            except ValueError:  # said as decode says it, with where the record is
+                at = (reader.path, reader.position(item.position), reader.unit)
+                example = checked(kept.decode(record, *at, (), None, start, stop))
         else:
             example = reader[item.position]
     except (SourceError, RecordError, OSError, IndexError, KeyError) as e:
@@ -391,17 +394,18 @@ class _Opened(NamedTuple):
     files: OpenFiles[_Shard]
     schema: Schema
     plain: bool  # no features but one class a record (a label list or other feature: False)
-    decode: Callable  # example.decode, imported once a worker (not by each load)
+    parse: Callable  # example.decode_example, imported once a worker (not by each load)
+    decode: Callable  # example.decode: a record parse refuses, in one line naming it
 
 
 def _open_shards(root: Storage) -> _Opened:
     """The source's shards, each opened through its container on first use."""
     index = _index(root.child(""))  # a Storage: a worker's root may be Storage.reading's proxy
     shards = {s.file: s for info in index.splits.values() for s in info.shards}
-    from shardpack.containers.example import decode  # numpy: not for --help, which lists us
+    from shardpack.containers.example import decode, decode_example  # numpy: not for --help
 
     files = OpenFiles(lambda file: _open(index, shards[file]), KEEP_SHARDS)
-    return _Opened(files, index.schema, _plain(index.schema), decode)
+    return _Opened(files, index.schema, _plain(index.schema), decode_example, decode)
 
 
 # Each record's position in a source shard, by the shard's path and sha256, found once a worker

@@ -196,6 +196,22 @@ def test_a_corrupt_record_is_named_with_its_shard_and_number_in_the_worker(packe
         shardpack.pack(cut, tmp_path / "out-cut", PackOptions(workers=1, shuffle=False))
 
 
+def test_a_record_that_is_no_example_is_named_with_its_place_in_the_worker(packed, tmp_path):
+    """Framing and CRCs that hold around bytes no Example parses as: skipped in one line naming
+    the shard, the record's number and its byte offset (the worker asks the offset only then)."""
+    bad = _copy(packed, tmp_path / "bad")
+    file = next(iter(_shards(packed)))
+    records = [bytes(data) for _, data in tfrecord.iter_records(storage_at(str(packed)), file)]
+    records[1] = b"\x0a\x05bytes of no Example"
+    (bad / file).write_bytes(b"".join(map(tfrecord.frame, records)))
+    result = shardpack.pack(bad, tmp_path / "out", PackOptions(workers=1, shuffle=False))
+    (reason,) = _skips(result).values()
+    assert result.num_records == COUNT - 1
+    offset = len(tfrecord.frame(records[0]))
+    assert reason.startswith(f"{file} record 1: cannot read it ({bad / file} at byte {offset}: "
+                             "not a tf.train.Example (")  # fmt: skip
+
+
 def test_a_raw_record_whose_sizes_disagree_with_its_pixels_is_named_and_skipped(tmp_path):
     """A raw-pixels record whose height x width x channels is not its byte count (rewritten by
     another writer, its framing and CRCs whole) is a one-line skip naming the shard, the record
