@@ -299,9 +299,12 @@ if container == "tfrecord":
     read = list(examples(records, tf.train.Example))
 elif container == "array_record":
     import grain, importlib.util
-    # TensorFlow's Example where it is installed: the tfrecord package's copy of its protos
-    # cannot share a process with it (the fast tier, without TensorFlow, has that copy only)
-    if importlib.util.find_spec("tensorflow"):
+    # TensorFlow's Example where `make test` loads TensorFlow: the tfrecord package's copy of
+    # its protos cannot share a process with it. The fast tier never loads TensorFlow, even
+    # where `make test` installed it (its import is ~10 s of CPU a reading process there), and
+    # uses that copy
+    if (importlib.util.find_spec("tensorflow")
+            and os.environ.get("SHARDPACK_TEST_TIER") != "fast"):
         from tensorflow.core.example.example_pb2 import Example
     else:
         from tfrecord.example_pb2 import Example
