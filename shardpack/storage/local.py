@@ -149,22 +149,26 @@ class LocalStorage(Storage):
 
     def sizes(self, names: Iterable[str]) -> list[int | None]:
         # each asked of its folder's open fd: the kernel walks one name, not the whole path
-        # (a listing's 10,000 stats: a third less time, benchmarks/README.md "Fifth round")
+        # (a listing's 10,000 stats: a third less time, benchmarks/README.md "Fifth round").
+        # One folder's fd open at a time (a listing's names come folder by folder): a tree of
+        # thousands of class folders must not take as many fds
         found: list[int | None] = []
-        folders: dict[str, int | None] = {}
+        folder, fd = None, None
         try:
             for name in names:
                 head, _, tail = name.rpartition("/")
-                if (fd := folders.get(head, -1)) == -1:
-                    fd = folders[head] = _open_folder(self.path(head))
-                try:
-                    found.append(None if fd is None else os.stat(tail, dir_fd=fd).st_size)
+                if head != folder:
+                    if fd is not None:
+                        os.close(fd)
+                    folder, fd = head, _open_folder(self.path(head))
+                try:  # a folder not opened: its file asked by its whole path, as size() does
+                    st = os.stat(self.path(name)) if fd is None else os.stat(tail, dir_fd=fd)
+                    found.append(st.st_size)
                 except OSError:
                     found.append(None)
         finally:
-            for fd in folders.values():
-                if fd is not None:
-                    os.close(fd)
+            if fd is not None:
+                os.close(fd)
         return found
 
     def read(self, name: str, limit: int) -> bytes:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import json
 import os
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -355,3 +357,23 @@ def test_sizes_are_each_file_s_own_in_order_and_none_for_one_gone(tmp_path, url)
     assert [disk.size(n) for n in asked if n in files] == [s for s in expected if s is not None]
     (src / "a" / "link.jpg").symlink_to(src / "top.jpg")
     assert disk.sizes(["a/link.jpg"]) == [4]
+
+
+def test_sizes_over_more_folders_than_fds_allowed_are_each_file_s_own(tmp_path):
+    """A listing of thousands of class folders (ImageNet's 1,000 under a soft limit of 1,024
+    fds is common) asks its sizes with one folder's fd open at a time: here 300 folders under a
+    limit of 64 fds, every size right, none taken for a file gone."""
+    src = tmp_path / "src"
+    names = [f"c{i:03d}/x.jpg" for i in range(300)]
+    for i, name in enumerate(names):
+        (src / name).parent.mkdir(parents=True)
+        (src / name).write_bytes(b"x" * (i + 1))
+    code = (
+        "import json, resource, sys\n"
+        "from shardpack.storage import storage_at\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
+        "print(json.dumps(storage_at(sys.argv[1]).sizes(json.loads(sys.argv[2]))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(src), json.dumps(names)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert json.loads(done.stdout) == list(range(1, 301))
