@@ -29,23 +29,59 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# The test files that take longest, run first: `make test` hands files to its workers in
-# collection order, and one of these taken last would run alone while the other cores idle.
+# The test files that load TensorFlow (tf.data, TFDS's builders) into the test process: `make
+# test` runs them all on one worker (pytest_xdist_make_scheduler below), so that one process
+# pays its import (~10 s of CPU on 2 slow cores), not every worker. A file missing here costs
+# time, not a result.
+IN_PROCESS_TENSORFLOW = frozenset({
+    "tests/containers/test_formats.py", "tests/containers/test_tfrecord.py",
+    "tests/packing/test_features.py", "tests/packing/test_grow.py",
+    "tests/packing/test_packer.py", "tests/read/test_on_stores.py", "tests/read/test_stream.py",
+    "tests/read/test_tfds.py", "tests/sources/test_hf.py", "tests/sources/test_manifest.py",
+    "tests/sources/test_splittree.py", "tests/test_images.py", "tests/test_transforms.py",
+})  # fmt: skip
+# The test files that take longest, run first after those (`--no-loadscope-reorder`: a worker
+# takes the next file in collection order): one of these taken last would run alone while the
+# other cores idle.
 LONGEST_FIRST = (
-    "tests/test_torch.py", "tests/read/test_stream.py", "tests/docs/test_docs.py",
+    "tests/test_torch.py", "tests/docs/test_docs.py",
     "tests/storage/test_remote.py", "tests/packing/test_reliability.py",
     "tests/packing/test_cluster.py", "tests/hostile/test_out.py", "tests/cli/test_cli.py",
     "tests/hostile/test_src.py",
 )  # fmt: skip
 
 
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def _unit(path: str) -> str:
+    """What one worker runs together: a file, or every file that loads TensorFlow (not in the
+    fast tier, which skips their TensorFlow tests)."""
+    return "tensorflow" if path in IN_PROCESS_TENSORFLOW and not FAST else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadfile`, but with the files that load TensorFlow as one unit."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid.split("::")[0])
+
+    return ByFile(config, log)
+
+
 def _first(item: pytest.Item) -> int:
-    path = item.nodeid.split("::")[0]
+    path = _file(item)
+    if _unit(path) == "tensorflow":
+        return -1
     return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the longest files first (a stable sort: each file's tests keep their order), and
+    """Run the files that load TensorFlow, then the longest, first (a stable sort: each file's
+    tests keep their order), each file's tests on one worker, and
     skip, saying why, the tests a tier leaves out: `make test` those marked long (the same
     fault shown again on another container or store), `make test-fast` those marked heavy or
     slow too (and those on the S3 server); `make test-long` runs them all."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import inspect
@@ -341,30 +342,49 @@ def our_examples(out: Path) -> dict[str, dict[str, list]]:
             for split in index["splits"] for r in iter_examples(out, split)}  # fmt: skip
 
 
-# The reading Python's loop: each request line is a snippet and its argv; what the snippet
-# prints comes back as one reply line. Anything written to fd 1 below Python goes to stderr.
+# The reading Python's loop: it answers one request a connection on the Unix socket argv[1] +
+# ".sock" (a snippet and its argv) with one reply line holding what the snippet printed;
+# anything written to fd 1 below Python goes to stderr. It ends within a second of the process
+# it watches (argv[2]: the test run's first process), and removes its files.
 _SERVE = """
-import contextlib, io, json, os, sys, traceback
-replies = os.fdopen(os.dup(1), "w")
+import contextlib, io, json, os, socket, sys, traceback
 os.dup2(2, 1)
 home = os.getcwd()
-for line in sys.stdin:
-    request = json.loads(line)
-    sys.argv = ["-c", *request["args"]]
-    os.chdir(request["cwd"] or home)
-    os.environ.clear()
-    os.environ.update(request["env"])
-    printed = io.StringIO()
+files = sys.argv[1]
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(files + ".sock")
+with open(files + ".pid", "w") as pid:
+    pid.write(str(os.getpid()))
+listener.listen(16)
+listener.settimeout(1)
+watched = int(sys.argv[2])
+while True:
     try:
-        with contextlib.redirect_stdout(printed):
-            exec(compile(request["code"], "<run_json>", "exec"), {"__name__": "__main__"})
-        reply = {"stdout": printed.getvalue()}
-    except BaseException:
-        reply = {"error": traceback.format_exc()}
-    replies.write(json.dumps(reply) + "\\n")
-    replies.flush()
+        connection, _ = listener.accept()
+    except TimeoutError:
+        try:
+            os.kill(watched, 0)
+        except ProcessLookupError:
+            break
+        continue
+    with connection, connection.makefile("rw") as stream:
+        request = json.loads(stream.readline())
+        sys.argv = ["-c", *request["args"]]
+        os.chdir(request["cwd"] or home)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed):
+                exec(compile(request["code"], "<run_json>", "exec"), {"__name__": "__main__"})
+            reply = {"stdout": printed.getvalue()}
+        except BaseException:
+            reply = {"error": traceback.format_exc()}
+        stream.write(json.dumps(reply) + "\\n")
+for suffix in (".sock", ".pid", ".err", ".lock"):
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(files + suffix)
 """
-_reader: list = []  # this test process's reading Python and its stderr file, once started
 
 
 def die_with_parent() -> None:
@@ -381,39 +401,94 @@ def run_json(code: str, *args: str) -> object:
     return json.loads(run_kept(code, *args).strip().splitlines()[-1])
 
 
-def run_kept(code: str, *args: str, cwd: Path | None = None, timeout: float = 300) -> str:
-    """Run `code` as `python -c code args` would, in cwd with this process's environment, but
-    in this test process's reading Python, kept running so that TensorFlow, TFDS and torch load
-    once, not once a snippet; return what it printed. Each runs in globals of its own; none may
-    leave state behind that the next could see. A snippet's exception, exit or timeout fails
-    the test."""
-    import select
+_readers: list[subprocess.Popen] = []  # the reading Pythons this process started
+
+
+def _reader_files() -> str:
+    """The reading Python's files, less their suffix: one reader for the whole test run, its
+    pytest-xdist workers included (they share its run id)."""
     import tempfile
 
-    if not _reader or _reader[0].poll() is not None:
-        errors = tempfile.TemporaryFile()  # noqa: SIM115 (kept open with the reader)
-        _reader[:] = [subprocess.Popen([sys.executable, "-c", _SERVE], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=errors, text=True,
-                                       preexec_fn=die_with_parent), errors]  # fmt: skip
-    reader, errors = _reader
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")[:16]  # a socket's path
+    return os.path.join(tempfile.gettempdir(), f"shardpack-tests-reader-{run}")  # < 108 bytes
+
+
+def _connect_reader():
+    """A connection to the test run's reading Python, started here if none answers (under a
+    lock: the workers of a run start one between them)."""
+    import fcntl
+
+    files = _reader_files()
+    with open(files + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if connection := _connected(files + ".sock"):
+            return connection
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(files + ".sock")  # a reader that ended
+        watched = os.getppid() if "PYTEST_XDIST_WORKER" in os.environ else os.getpid()
+        with open(files + ".err", "ab") as errors:
+            reader = subprocess.Popen([sys.executable, "-c", _SERVE, files, str(watched)],
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=errors)  # fmt: skip
+        _readers.append(reader)
+        for _ in range(6000):  # at most 60 s for an interpreter to start and bind
+            if reader.poll() is not None:
+                raise AssertionError("the reading Python ended: " + _reader_errors())
+            if connection := _connected(files + ".sock"):
+                return connection
+            time.sleep(0.01)
+        reader.kill()
+        raise AssertionError("the reading Python did not start in 60 s")
+
+
+def _connected(path: str):
+    """A socket connected to the Unix socket at `path`, or None where nothing listens there."""
+    import socket
+
+    connection = socket.socket(socket.AF_UNIX)
+    try:
+        connection.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError):
+        connection.close()
+        return None
+    return connection
+
+
+def _reader_errors() -> str:
+    """The last of what the run's reading Pythons wrote to stderr."""
+    with open(_reader_files() + ".err", "rb") as errors:
+        errors.seek(0, os.SEEK_END)
+        errors.seek(max(0, errors.tell() - 3000))
+        return errors.read().decode(errors="replace")
+
+
+def run_kept(code: str, *args: str, cwd: Path | None = None, timeout: float = 300) -> str:
+    """Run `code` as `python -c code args` would, in cwd with this process's environment, but
+    in the test run's reading Python, kept running (one for all of pytest-xdist's workers, a
+    snippet at a time) so that TensorFlow, TFDS and torch load once in a run, not once a
+    snippet or a worker; return what it printed. Each runs in globals of its own; none may
+    leave state behind that the next could see. A snippet's exception, exit or timeout fails
+    the test (a timeout ends the reader; the next snippet starts another)."""
+    import signal
+
     request = {
         "code": code,
         "args": list(args),
         "cwd": os.fspath(cwd) if cwd else None,
         "env": dict(os.environ),
     }
-    reader.stdin.write(json.dumps(request) + "\n")
-    reader.stdin.flush()
-    if not select.select([reader.stdout], [], [], timeout)[0]:
-        reader.kill()
-        reader.wait()
-        raise AssertionError(f"a read-back took more than {timeout} s")
-    line = reader.stdout.readline()
+    with _connect_reader() as connection, connection.makefile("rw") as stream:
+        connection.settimeout(timeout)  # each wait for the reply: its turn and its run
+        stream.write(json.dumps(request) + "\n")
+        stream.flush()
+        try:
+            line = stream.readline()
+        except TimeoutError:
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(Path(_reader_files() + ".pid").read_text()), signal.SIGKILL)
+            raise AssertionError(f"a read-back took more than {timeout} s") from None
     if not line:  # it died: say what it said
-        reader.wait()
-        errors.seek(0)
-        raise AssertionError(f"the reading Python ended ({reader.returncode}): "
-                             + errors.read()[-3000:].decode(errors="replace"))  # fmt: skip
+        raise AssertionError("the reading Python ended: " + _reader_errors())
     reply = json.loads(line)
     assert "error" not in reply, reply.get("error", "")[-3000:]
     return reply["stdout"]
