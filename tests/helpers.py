@@ -303,11 +303,18 @@ elif container == "array_record":
     # TensorFlow's Example where `make test` loads TensorFlow: the tfrecord package's copy of
     # its protos cannot share a process with it. The fast tier never loads TensorFlow, even
     # where `make test` installed it (its import is ~10 s of CPU a reading process there), and
-    # uses that copy
+    # uses that copy, loading the package without the torch wrapper its __init__ tries (torch
+    # is ~4 s of CPU, and nothing here reads through it)
     if (importlib.util.find_spec("tensorflow")
             and os.environ.get("SHARDPACK_TEST_TIER") != "fast"):
         from tensorflow.core.example.example_pb2 import Example
     else:
+        if "tfrecord" not in sys.modules and "torch" not in sys.modules:
+            sys.modules["torch"] = None  # an ImportError the package expects
+            try:
+                import tfrecord
+            finally:
+                del sys.modules["torch"]
         from tfrecord.example_pb2 import Example
     source = grain.sources.ArrayRecordDataSource(files)
     read = list(examples((source[i] for i in range(len(source))), Example))
