@@ -165,11 +165,31 @@ def iter_examples(
     records = (
         parse_record(index, index.shard_path(info), position, example, decode, max_pixels)
         for info, first, end in runs
-        for position, example in itertools.islice(_shard_records(index, info), first, end)
+        for position, example in _run(index, info, first, end)
     )
     if shuffle:
         records = _buffer_shuffle(records, rng)
     yield from records
+
+
+def _run(index: Index, info: ShardInfo, first: int, end: int) -> Iterator[tuple[int, object]]:
+    """(position, example) of records first..end of one shard. A shard that ends before `end`
+    is refused, not read as fewer records: a TFRecord cut at a record's end frames well, and
+    a reader short of its share would leave the other ranks waiting."""
+    held = 0
+    for held, (position, example) in enumerate(
+        itertools.islice(_shard_records(index, info), end), 1
+    ):
+        if held > first:
+            yield position, example
+    if held < end:
+        raise count_fault(index.shard_path(info), held, info.num_records)
+
+
+def count_fault(path: str, held: int, said: int) -> RecordError:
+    """A shard holding another number of records than the index says."""
+    return RecordError(path, 0, f"holds {held} records, the index says {said} (cut short or "
+                                "replaced: restore it from a copy or pack again)")  # fmt: skip
 
 
 def _shard_records(index: Index, info: ShardInfo) -> Iterator[tuple[int, object]]:

@@ -310,6 +310,21 @@ def test_iter_examples_checks_crc(packed: Path, tmp_path: Path):
         list(iter_examples(out))
 
 
+def test_a_tfrecord_cut_at_a_record_s_end_is_refused_not_read_short(packed: Path, tmp_path: Path):
+    import shutil
+
+    out = Path(shutil.copytree(packed, tmp_path / "copy"))
+    shard = sorted(out.glob("*.tfrecord-00001-*"))[0]
+    data = shard.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    shard.write_bytes(data[: 8 + 4 + length + 4])  # its first record whole, the rest gone
+    said = f"{shard.name} at byte 0: holds 1 records, the index says 3"
+    with pytest.raises(RecordError, match=said):
+        list(iter_examples(out))
+    with pytest.raises(RecordError, match=said):  # a reader whose share ends in that shard
+        list(iter_examples(out, shard=(0, 2)))
+
+
 def test_unknown_split(packed: Path):
     with pytest.raises(IndexFormatError, match="no split 'test'"):
         list(iter_examples(packed, "test"))
