@@ -18,6 +18,7 @@ record numbers while they are drawn, and the shards' open readers; no record buf
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 
@@ -298,11 +299,13 @@ class Mix(_Epochs):
 
     def __init__(self, sources: Sequence[tuple[ShardDataset, float]], seed: int = 0,
                  end: str = "first") -> None:  # fmt: skip
-        if not sources or not all(
-            isinstance(s, ShardDataset) and isinstance(w, int | float) and w > 0 for s, w in sources
-        ):
+        bad = [w for s, w in sources
+               if not (isinstance(s, ShardDataset) and isinstance(w, int | float) and w > 0
+                       and math.isfinite(w))]  # fmt: skip
+        if not sources or bad:
             raise ShardpackError(
-                "mix takes [(dataset, weight), ...]: ShardDatasets or packs' OUT, weights > 0"
+                "mix takes [(dataset, weight), ...]: ShardDatasets or packs' OUT, weights "
+                f"finite and > 0, got: {(bad[0] if bad else sources)!r}"
             )
         if end not in MIX_ENDS:
             raise ShardpackError(f"end must be one of {', '.join(MIX_ENDS)}, got: {end!r}")

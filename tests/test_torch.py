@@ -230,6 +230,7 @@ def test_a_stateful_dataloader_resumes_with_exactly_the_rest(packs):
 
 _MIX = """
 import json, sys, collections
+from shardpack import ShardpackError
 from shardpack.torch import ShardDataset, mix
 a, b = sys.argv[1:]
 
@@ -248,7 +249,13 @@ again = [r["key"] for r in mixed("first")]
 resumed = mixed("first")
 resumed.load_state_dict(first.state_dict(consumed=5))
 rest = [r["key"] for r in resumed]
-print(json.dumps({"first": keys, "again": again, "rest": rest,
+refused = []
+for weight in (float("inf"), float("nan"), 0):  # refused when mixed, not at the first draw
+    try:
+        refused.append(repr(len(mix([(a, weight), (b, 1.0)], decode=False))))
+    except ShardpackError as e:
+        refused.append(str(e))
+print(json.dumps({"first": keys, "again": again, "rest": rest, "refused": refused,
                   "all": sources(mixed("all")), "epoch1": [r["key"] for r in mixed("first", 1)]}))
 """
 
@@ -263,6 +270,8 @@ def test_mixing_two_packs_is_deterministic_resumable_and_ends_by_its_rule(shared
     assert from_a == 40 or len(keys) - from_a == 30  # it ended when one source ran out
     assert len(set(keys)) == len(keys)
     assert sorted(got["all"]) == ["a"] * 40 + ["b"] * 30  # every record once
+    for said, weight in zip(got["refused"], ("inf", "nan", "0"), strict=True):
+        assert said.startswith("mix takes [(dataset, weight), ...]") and f"got: {weight}" in said
 
 
 _DDP = """
