@@ -290,6 +290,18 @@ def test_mlcroissant_loads_every_split_with_the_same_values(features_pack: Path)
     assert [(c["index"], c["name"]) for c in classes] == [(0, "cat"), (1, "dog")]
 
 
+def test_a_feature_named_with_a_space_keeps_croissant_json_loadable(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    rows = [
+        {"path": str(p), "sun hours": i, "50%": "x"}
+        for i, p in enumerate(sorted(src.rglob("*.jpg")))
+    ]
+    out = tmp_path / "out"
+    pack(write_jsonl(tmp_path / "rows.jsonl", rows), out, PackOptions(format="parquet", workers=1))
+    read = _croissant_records(out, "train")  # mlcroissant refused an @id with whitespace
+    assert sorted((r["sun%20hours"], r["50%25"]) for r in read) == [(0, b"x"), (1, b"x")]
+
+
 def test_croissant_lists_every_shard_with_its_sha256(folder_pack: Path):
     document = json.loads((folder_pack / "croissant.json").read_text())
     index = json.loads((folder_pack / "index.json").read_text())
