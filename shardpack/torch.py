@@ -238,9 +238,10 @@ class ShardDataset(_Epochs):
 
     def read(self, item) -> object:
         records = self._open()
-        if self._cache is not None:
-            self._cache.ensure(self._files[self._shard(item)])
-        record = records[int(item)]
+        if self._cache is None:
+            record = records[int(item)]
+        else:
+            record = self._cache.read(self._files[self._shard(item)], lambda: records[int(item)])
         if self.decode:
             pixels = record["image"]  # raw pixels are the record's read-only bytes: copied
             image = torch.from_numpy(pixels if pixels.flags.writeable else pixels.copy())
