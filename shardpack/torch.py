@@ -30,6 +30,7 @@ from shardpack import images
 from shardpack.errors import ShardpackError, is_count
 from shardpack.index import load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.packing.daliindex import random_access_index
 from shardpack.read.cache import ShardCache
 from shardpack.read.objects import decode_mask, pixel_boxes
 from shardpack.read.order import MIX_ENDS, check_seed, epoch_order, mix_choices, share, worker_part
@@ -210,7 +211,7 @@ class ShardDataset(_Epochs):
         self.rank, self.decode, self.layout, self.transform = rank, decode, layout, transform
         self.max_pixels = max_pixels
         self.cache_dir, self.cache_limit = cache_dir, cache_limit
-        index = load_index(out, storage_options)
+        index = random_access_index(out, storage_options=storage_options)  # GZIP: OUT named
         shards = index.split(split).shards
         self.counts = [s.num_records for s in shards]
         self._files = [s.file for s in shards]
