@@ -13,6 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from threading import Lock
 from typing import TypeVar
 
+from shardpack.containers import open_shard
 from shardpack.errors import RecordError, ShardpackError, is_count
 from shardpack.index import Index, ShardInfo
 from shardpack.storage import storage_at
@@ -127,7 +128,7 @@ class ShardCache:
             return
         sink = self.storage.create(info.file)
         try:
-            with self.index.storage.open(info.file) as blob:
+            with open_shard(self.index.storage, info.file) as blob:  # gone: one line
                 if blob.size != info.num_bytes:
                     raise ShardpackError(
                         f"{blob.name}: {blob.size} bytes, the index says {info.num_bytes}; "

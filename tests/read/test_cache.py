@@ -4,12 +4,13 @@ written where a planted link points."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from shardpack.errors import ShardpackError
+from shardpack.errors import RecordError, ShardpackError
 from shardpack.index import load_index
 from shardpack.read.cache import STALE_SECONDS, ShardCache
 from shardpack.read.random_access import Records
@@ -57,6 +58,15 @@ def test_a_shard_another_reader_removes_before_it_opens_is_fetched_again(pack, t
         assert mine.read(first, reading)["key"] == source[0]["key"]
     assert made_room == [True]
     records.close()
+
+
+def test_a_shard_missing_from_the_pack_is_one_line_naming_it(pack, tmp_path):
+    out = Path(shutil.copytree(pack, tmp_path / "out"))
+    gone = _shards(out)[1]
+    (out / gone).unlink()
+    cache = ShardCache(load_index(out), tmp_path / "cache")
+    with pytest.raises(RecordError, match=f"{out / gone} at byte 0: cannot open"):  # not OSError
+        cache.ensure(gone)
 
 
 def test_a_killed_readers_leftovers_go_and_a_fetch_under_way_stays(pack, tmp_path):
