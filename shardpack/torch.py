@@ -65,6 +65,10 @@ class _Epochs(IterableDataset):
         """One item of the sequence, read and decoded."""
         raise NotImplementedError
 
+    def total(self) -> int:
+        """The records an epoch's order is drawn over (every rank's together)."""
+        raise NotImplementedError
+
     def read_all(self, items: np.ndarray) -> Iterator[object]:
         """The items, read in turn (a subclass may fetch ahead)."""
         return map(self.read, items)
@@ -106,7 +110,7 @@ class _Epochs(IterableDataset):
         if not is_count(taken, 0):
             raise ShardpackError(f"consumed must be an integer of at least 0, got: {consumed!r}")
         state = {"epoch": self.epoch, "consumed": self._start, "seed": self.seed,
-                 "world_size": self.world_size}  # fmt: skip
+                 "world_size": self.world_size, "records": self.total()}  # fmt: skip
         worker = get_worker_info()
         if worker is None or consumed is not None:
             return {**state, "consumed": self._start + taken}
@@ -135,6 +139,12 @@ class _Epochs(IterableDataset):
                     f"{getattr(self, name)}: its order differs, so the rest of the epoch "
                     f"cannot be found; build the dataset with {name}={state[name]}"
                 )
+        if state.get("records", self.total()) != self.total():  # a state from before has none
+            raise ShardpackError(
+                f"the state was taken over {state['records']!r} records, this dataset reads "
+                f"{self.total()} (the pack grew, or is another): the rest of epoch "
+                f"{state['epoch']} cannot be found; go on with set_epoch({state['epoch'] + 1})"
+            )
         part = _worker_part_state(state)
         self.set_epoch(state["epoch"])
         self._start, self._part = state["consumed"], part
@@ -227,10 +237,13 @@ class ShardDataset(_Epochs):
         return max(len(self._positions()) - self._start, 0)
 
     def _positions(self) -> range:
-        return share(sum(self.counts), self.rank, self.world_size, self.drop_remainder)
+        return share(self.total(), self.rank, self.world_size, self.drop_remainder)
+
+    def total(self) -> int:
+        return sum(self.counts)
 
     def sequence(self) -> np.ndarray:
-        total = sum(self.counts)
+        total = self.total()
         positions = self._positions()
         positions = np.arange(positions.start, positions.stop, dtype=np.int64)
         if not self.shuffle:
@@ -340,6 +353,9 @@ class Mix(_Epochs):
     def read(self, item) -> object:
         return self.sources[int(item[0])].read(item[1])
 
+    def total(self) -> int:
+        return sum(source.total() for source in self.sources)
+
 
 def mix(
     sources: Sequence[tuple[ShardDataset | str | os.PathLike, float]], seed: int = 0,
@@ -394,12 +410,13 @@ def _from_loader(state: dict, batch_size: int) -> dict:
     first = workers[0]
     if not all(is_count(w.get("worker_taken"), 0) for w in workers) or not is_count(since, 0):
         raise ShardpackError(f"not a state_dict of a shardpack dataset: {first!r}")
-    keys = ("epoch", "consumed", "seed", "world_size")
+    keys = ("epoch", "consumed", "seed", "world_size", "records")
     if any(tuple(w.get(k) for k in keys) != tuple(first.get(k) for k in keys) for w in workers):
         raise ShardpackError("a StatefulDataLoader's workers disagree on the epoch: "
                              "not a state of one loader over one shardpack dataset")  # fmt: skip
     consumed = first.get("consumed", 0) + sum(w["worker_taken"] for w in workers)
-    return {k: first.get(k) for k in keys} | {"consumed": consumed + since * batch_size}
+    state = {k: first[k] for k in keys if k in first}  # "records": not in a state from before
+    return state | {"consumed": consumed + since * batch_size}
 
 
 def _worker_part_state(state: dict) -> tuple[int, int, int] | None:

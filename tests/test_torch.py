@@ -129,7 +129,7 @@ _RESUME = """
 import json, sys, torch
 from shardpack.errors import ShardpackError
 from shardpack.torch import ShardDataset
-out = sys.argv[1]
+out, grown = sys.argv[1:]
 B = 3
 
 def dataset(rank):
@@ -155,23 +155,30 @@ for rank, stop, before, after in ((0, 0, 0, 2), (1, 1, 2, 3), (1, 4, 0, 0), (0, 
     resumed.load_state_dict(json.loads(json.dumps(state)))
     rest = [k for batch in loader(resumed, after) for k in batch["key"]]
     got.append([whole, taken, rest, state, len(resumed)])
-other = ShardDataset(out, world_size=3, rank=0, seed=7)
-try:
-    other.load_state_dict(state)
-except ShardpackError as e:
-    got.append(str(e))
+for other in (ShardDataset(out, world_size=3, rank=0, seed=7),
+              ShardDataset(grown, batch_size=B, seed=7, rank=0, world_size=2)):
+    try:
+        other.load_state_dict(state)
+    except ShardpackError as e:
+        got.append(str(e))
 print(json.dumps(got))
 """
 
 
-def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs):
-    got = run_json(_RESUME, str(packs[3]))
+def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs, shared_pack):
+    grown = shared_pack({"a": 13, "b": 13}, shards=3, workers=1)  # one record more
+    got = run_json(_RESUME, str(packs[3]), str(grown))
+    grew = got.pop()  # before, read as the rest: another order's records, some twice
     refused = got.pop()
     for whole, taken, rest, state, length in got:
         assert taken + rest == whole and len(rest) == length
         assert state["epoch"] == 2 and state["consumed"] == len(taken)
     assert {len(taken) for _, taken, _, _, _ in got} >= {0, 3, 6}  # several stopping points
     assert refused.startswith("the state was taken with world_size=2, this dataset has 3")
+    assert grew == (
+        "the state was taken over 25 records, this dataset reads 26 (the pack grew, "
+        "or is another): the rest of epoch 2 cannot be found; go on with set_epoch(3)"
+    )
 
 
 _STATEFUL = """
