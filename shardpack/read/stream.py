@@ -317,10 +317,11 @@ def tf_dataset(
     index = load_index(out, storage_options)
     _check_tf_readable(index)  # before TensorFlow's import
     _check_stackable(index, batch_size, decode, image_size, lists)
-    tf = _tensorflow()
     if input_context is not None:
         shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
     mine = _share_of(index, split, *_checked_shard(shard), drop_remainder)
+    _check_local_shards(index, mine)
+    tf = _tensorflow()
     ordered = deterministic or seed is not None or not shuffle
     ds = _tf_records(tf, index, mine, shuffle, seed, num_parallel_reads, ordered)
     ds = ds.repeat(epochs)  # after the shuffles, so that each epoch is a whole permutation
@@ -399,6 +400,21 @@ def _check_stackable(index: Index, batch_size, decode: bool, image_size, lists: 
         )
 
 
+def _check_local_shards(index: Index, mine: _Share) -> None:
+    """Open each local shard of the share as our readers do (TensorFlow follows links and waits
+    on FIFOs) and refuse one of another size than the index's: a TFRecord cut at a record's end
+    frames well, and tf.data would read it short, failing at the epoch's end or, repeated,
+    never (DDP ranks then wait on the one short of its share)."""
+    if index.storage.tf_path() is None:
+        return
+    for info, _, _ in mine.runs:
+        with open_shard(index.storage, info.file) as blob:
+            if blob.size != info.num_bytes:
+                raise RecordError(index.shard_path(info), 0, f"{blob.size} bytes, the index says "
+                                  f"{info.num_bytes} (cut short or replaced: restore it from a "
+                                  "copy or pack again)")  # fmt: skip
+
+
 def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_reads, ordered):
     """One epoch of this reader's serialized records: its runs of shards shuffled and interleaved,
     records mixed through a buffer; or, without shuffle, in the order pack wrote them."""
@@ -406,9 +422,6 @@ def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_re
     # streams the shard names through the index's storage.
     local = index.storage.tf_path() is not None
     paths = [index.storage.tf_path(info.file) if local else info.file for info, _, _ in mine.runs]
-    if local:  # TensorFlow follows links and waits on FIFOs: open each as our readers do first
-        for info, _, _ in mine.runs:
-            open_shard(index.storage, info.file).close()
     container, compression = index.container, index.compression
 
     # tf.data ops only: AutoGraph has nothing to convert, and would warn at every call that it
