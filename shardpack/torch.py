@@ -18,6 +18,7 @@ record numbers while they are drawn, and the shards' open readers; no record buf
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 
@@ -29,6 +30,7 @@ from shardpack import images
 from shardpack.errors import ShardpackError, is_count
 from shardpack.index import load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.packing.daliindex import random_access_index
 from shardpack.read.cache import ShardCache
 from shardpack.read.objects import decode_mask, pixel_boxes
 from shardpack.read.order import MIX_ENDS, check_seed, epoch_order, mix_choices, share, worker_part
@@ -61,6 +63,10 @@ class _Epochs(IterableDataset):
 
     def read(self, item) -> object:
         """One item of the sequence, read and decoded."""
+        raise NotImplementedError
+
+    def total(self) -> int:
+        """The records an epoch's order is drawn over (every rank's together)."""
         raise NotImplementedError
 
     def read_all(self, items: np.ndarray) -> Iterator[object]:
@@ -104,7 +110,7 @@ class _Epochs(IterableDataset):
         if not is_count(taken, 0):
             raise ShardpackError(f"consumed must be an integer of at least 0, got: {consumed!r}")
         state = {"epoch": self.epoch, "consumed": self._start, "seed": self.seed,
-                 "world_size": self.world_size}  # fmt: skip
+                 "world_size": self.world_size, "records": self.total()}  # fmt: skip
         worker = get_worker_info()
         if worker is None or consumed is not None:
             return {**state, "consumed": self._start + taken}
@@ -133,6 +139,12 @@ class _Epochs(IterableDataset):
                     f"{getattr(self, name)}: its order differs, so the rest of the epoch "
                     f"cannot be found; build the dataset with {name}={state[name]}"
                 )
+        if state.get("records", self.total()) != self.total():  # a state from before has none
+            raise ShardpackError(
+                f"the state was taken over {state['records']!r} records, this dataset reads "
+                f"{self.total()} (the pack grew, or is another): the rest of epoch "
+                f"{state['epoch']} cannot be found; go on with set_epoch({state['epoch'] + 1})"
+            )
         part = _worker_part_state(state)
         self.set_epoch(state["epoch"])
         self._start, self._part = state["consumed"], part
@@ -209,7 +221,7 @@ class ShardDataset(_Epochs):
         self.rank, self.decode, self.layout, self.transform = rank, decode, layout, transform
         self.max_pixels = max_pixels
         self.cache_dir, self.cache_limit = cache_dir, cache_limit
-        index = load_index(out, storage_options)
+        index = random_access_index(out, storage_options=storage_options)  # GZIP: OUT named
         shards = index.split(split).shards
         self.counts = [s.num_records for s in shards]
         self._files = [s.file for s in shards]
@@ -225,10 +237,13 @@ class ShardDataset(_Epochs):
         return max(len(self._positions()) - self._start, 0)
 
     def _positions(self) -> range:
-        return share(sum(self.counts), self.rank, self.world_size, self.drop_remainder)
+        return share(self.total(), self.rank, self.world_size, self.drop_remainder)
+
+    def total(self) -> int:
+        return sum(self.counts)
 
     def sequence(self) -> np.ndarray:
-        total = sum(self.counts)
+        total = self.total()
         positions = self._positions()
         positions = np.arange(positions.start, positions.stop, dtype=np.int64)
         if not self.shuffle:
@@ -237,9 +252,10 @@ class ShardDataset(_Epochs):
 
     def read(self, item) -> object:
         records = self._open()
-        if self._cache is not None:
-            self._cache.ensure(self._files[self._shard(item)])
-        record = records[int(item)]
+        if self._cache is None:
+            record = records[int(item)]
+        else:
+            record = self._cache.read(self._files[self._shard(item)], lambda: records[int(item)])
         if self.decode:
             pixels = record["image"]  # raw pixels are the record's read-only bytes: copied
             image = torch.from_numpy(pixels if pixels.flags.writeable else pixels.copy())
@@ -298,11 +314,13 @@ class Mix(_Epochs):
 
     def __init__(self, sources: Sequence[tuple[ShardDataset, float]], seed: int = 0,
                  end: str = "first") -> None:  # fmt: skip
-        if not sources or not all(
-            isinstance(s, ShardDataset) and isinstance(w, int | float) and w > 0 for s, w in sources
-        ):
+        bad = [w for s, w in sources
+               if not (isinstance(s, ShardDataset) and isinstance(w, int | float) and w > 0
+                       and math.isfinite(w))]  # fmt: skip
+        if not sources or bad:
             raise ShardpackError(
-                "mix takes [(dataset, weight), ...]: ShardDatasets or packs' OUT, weights > 0"
+                "mix takes [(dataset, weight), ...]: ShardDatasets or packs' OUT, weights "
+                f"finite and > 0, got: {(bad[0] if bad else sources)!r}"
             )
         if end not in MIX_ENDS:
             raise ShardpackError(f"end must be one of {', '.join(MIX_ENDS)}, got: {end!r}")
@@ -334,6 +352,9 @@ class Mix(_Epochs):
 
     def read(self, item) -> object:
         return self.sources[int(item[0])].read(item[1])
+
+    def total(self) -> int:
+        return sum(source.total() for source in self.sources)
 
 
 def mix(
@@ -389,12 +410,13 @@ def _from_loader(state: dict, batch_size: int) -> dict:
     first = workers[0]
     if not all(is_count(w.get("worker_taken"), 0) for w in workers) or not is_count(since, 0):
         raise ShardpackError(f"not a state_dict of a shardpack dataset: {first!r}")
-    keys = ("epoch", "consumed", "seed", "world_size")
+    keys = ("epoch", "consumed", "seed", "world_size", "records")
     if any(tuple(w.get(k) for k in keys) != tuple(first.get(k) for k in keys) for w in workers):
         raise ShardpackError("a StatefulDataLoader's workers disagree on the epoch: "
                              "not a state of one loader over one shardpack dataset")  # fmt: skip
     consumed = first.get("consumed", 0) + sum(w["worker_taken"] for w in workers)
-    return {k: first.get(k) for k in keys} | {"consumed": consumed + since * batch_size}
+    state = {k: first[k] for k in keys if k in first}  # "records": not in a state from before
+    return state | {"consumed": consumed + since * batch_size}
 
 
 def _worker_part_state(state: dict) -> tuple[int, int, int] | None:

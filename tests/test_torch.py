@@ -83,10 +83,11 @@ for bad in ({"layout": "xyz"}, {"seed": -1}, {"batch_size": 0}, {"rank": 2, "wor
         ShardDataset(out, **bad)
     except ShardpackError as e:
         errors.append(str(e))
-try:
-    ShardDataset(gzipped)
-except ShardpackError as e:
-    errors.append(str(e))
+for cache in ({}, {"cache_dir": gzipped + "-cache"}):
+    try:
+        ShardDataset(gzipped, **cache)
+    except ShardpackError as e:
+        errors.append(str(e))
 print(json.dumps({
     "seed0": [keys(0, seed=0), keys(1, seed=0)], "again": [keys(0, seed=0), keys(1, seed=0)],
     "seed1": keys(0, seed=1), "plain": keys(5, shuffle=False), "block1": keys(0, shuffle_block=1),
@@ -119,14 +120,16 @@ def test_epochs_differ_and_repeat_with_the_seed(packs, shared_pack):
         "batch_size must be a positive integer, got: 0",
         "rank must be 0 <= rank < world_size, got: rank=2, world_size=2",
     ]
-    assert "GZIP shards cannot be read at random offsets" in got["errors"][4]
+    for said in got["errors"][4:]:  # with a cache, the pack named, not its copy, and none made
+        assert said.startswith(f"{gzipped}: GZIP shards cannot be read at random offsets")
+    assert len(got["errors"]) == 6 and not Path(f"{gzipped}-cache").exists()
 
 
 _RESUME = """
 import json, sys, torch
 from shardpack.errors import ShardpackError
 from shardpack.torch import ShardDataset
-out = sys.argv[1]
+out, grown = sys.argv[1:]
 B = 3
 
 def dataset(rank):
@@ -152,23 +155,30 @@ for rank, stop, before, after in ((0, 0, 0, 2), (1, 1, 2, 3), (1, 4, 0, 0), (0, 
     resumed.load_state_dict(json.loads(json.dumps(state)))
     rest = [k for batch in loader(resumed, after) for k in batch["key"]]
     got.append([whole, taken, rest, state, len(resumed)])
-other = ShardDataset(out, world_size=3, rank=0, seed=7)
-try:
-    other.load_state_dict(state)
-except ShardpackError as e:
-    got.append(str(e))
+for other in (ShardDataset(out, world_size=3, rank=0, seed=7),
+              ShardDataset(grown, batch_size=B, seed=7, rank=0, world_size=2)):
+    try:
+        other.load_state_dict(state)
+    except ShardpackError as e:
+        got.append(str(e))
 print(json.dumps(got))
 """
 
 
-def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs):
-    got = run_json(_RESUME, str(packs[3]))
+def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs, shared_pack):
+    grown = shared_pack({"a": 13, "b": 13}, shards=3, workers=1)  # one record more
+    got = run_json(_RESUME, str(packs[3]), str(grown))
+    grew = got.pop()  # before, read as the rest: another order's records, some twice
     refused = got.pop()
     for whole, taken, rest, state, length in got:
         assert taken + rest == whole and len(rest) == length
         assert state["epoch"] == 2 and state["consumed"] == len(taken)
     assert {len(taken) for _, taken, _, _, _ in got} >= {0, 3, 6}  # several stopping points
     assert refused.startswith("the state was taken with world_size=2, this dataset has 3")
+    assert grew == (
+        "the state was taken over 25 records, this dataset reads 26 (the pack grew, "
+        "or is another): the rest of epoch 2 cannot be found; go on with set_epoch(3)"
+    )
 
 
 _STATEFUL = """
@@ -230,6 +240,7 @@ def test_a_stateful_dataloader_resumes_with_exactly_the_rest(packs):
 
 _MIX = """
 import json, sys, collections
+from shardpack import ShardpackError
 from shardpack.torch import ShardDataset, mix
 a, b = sys.argv[1:]
 
@@ -248,7 +259,13 @@ again = [r["key"] for r in mixed("first")]
 resumed = mixed("first")
 resumed.load_state_dict(first.state_dict(consumed=5))
 rest = [r["key"] for r in resumed]
-print(json.dumps({"first": keys, "again": again, "rest": rest,
+refused = []
+for weight in (float("inf"), float("nan"), 0):  # refused when mixed, not at the first draw
+    try:
+        refused.append(repr(len(mix([(a, weight), (b, 1.0)], decode=False))))
+    except ShardpackError as e:
+        refused.append(str(e))
+print(json.dumps({"first": keys, "again": again, "rest": rest, "refused": refused,
                   "all": sources(mixed("all")), "epoch1": [r["key"] for r in mixed("first", 1)]}))
 """
 
@@ -263,6 +280,8 @@ def test_mixing_two_packs_is_deterministic_resumable_and_ends_by_its_rule(shared
     assert from_a == 40 or len(keys) - from_a == 30  # it ended when one source ran out
     assert len(set(keys)) == len(keys)
     assert sorted(got["all"]) == ["a"] * 40 + ["b"] * 30  # every record once
+    for said, weight in zip(got["refused"], ("inf", "nan", "0"), strict=True):
+        assert said.startswith("mix takes [(dataset, weight), ...]") and f"got: {weight}" in said
 
 
 _DDP = """

@@ -15,6 +15,8 @@ and the classes only (docs/know-your-data.md).
 from __future__ import annotations
 
 import json
+import re
+from urllib.parse import quote
 
 from shardpack.containers import Container
 from shardpack.hffeatures import IMAGE
@@ -110,7 +112,7 @@ def _split_records(split: str, files: str, schema: Schema) -> dict:
     for name, feature in schema.items():
         field: dict = {
             "@type": "cr:Field",
-            "@id": f"{split}/{name}",
+            "@id": f"{split}/{_id(name)}",
             "name": name,
             "dataType": "sc:ImageObject" if name == IMAGE else _DATA_TYPES[feature.dtype],
             "source": {"fileSet": {"@id": files}, "extract": {"column": name}},
@@ -122,15 +124,21 @@ def _split_records(split: str, files: str, schema: Schema) -> dict:
         if feature.classes is not None:
             field["description"] = f"class indices into the RecordSet classes-{name}"
             if not feature.is_list:  # mlcroissant joins a single value, not a list
-                field["references"] = {"field": {"@id": f"classes-{name}/index"}}
+                field["references"] = {"field": {"@id": f"classes-{_id(name)}/index"}}
         fields.append(field)
     return {"@type": "cr:RecordSet", "@id": split, "name": split,
             "key": {"@id": f"{split}/key"}, "field": fields}  # fmt: skip
 
 
+def _id(name: str) -> str:
+    """A feature's name as a piece of an @id: whitespace (which mlcroissant refuses in an @id)
+    and '%' percent-encoded, so that two names never meet in one @id."""
+    return re.sub(r"[%\s]", lambda m: quote(m.group()), name)
+
+
 def _classes(name: str, feature: Feature) -> dict:
     """A class-label feature's names, inline: (index, name) records."""
-    ids = f"classes-{name}"
+    ids = f"classes-{_id(name)}"
     return {
         "@type": "cr:RecordSet",
         "@id": ids,

@@ -32,20 +32,20 @@ def is_ours(out: Storage) -> bool:
 
 
 def card(index: Index) -> bytes:
-    """The dataset card of an index."""
+    """The dataset card of an index. A split without records (every image of it skipped) is
+    left out: `datasets` refuses to load a dataset one of whose splits holds no data."""
+    listed = {split: entry for split, entry in index.splits.items() if entry.num_records}
     lines = ["---", MARKER, "dataset_info:", "  features:"]
     for feature, spec in index.schema.items():
         lines += _feature(feature, spec)
     lines.append("  splits:")
-    total = 0
-    for split, entry in index.splits.items():
-        size = sum(s.num_bytes for s in entry.shards)
-        total += size
-        lines += [f"  - name: {_q(split)}", f"    num_bytes: {size}",
+    for split, entry in listed.items():
+        lines += [f"  - name: {_q(split)}", f"    num_bytes: {_bytes(entry.shards)}",
                   f"    num_examples: {entry.num_records}"]  # fmt: skip
+    total = sum(_bytes(entry.shards) for entry in index.splits.values())
     lines += [f"  download_size: {total}", f"  dataset_size: {total}", "configs:",
               "- config_name: default", "  data_files:"]  # fmt: skip
-    for split, entry in index.splits.items():
+    for split, entry in listed.items():
         lines += [f"  - split: {_q(split)}", "    path:"]
         lines += [f"    - {_q(file)}" for file in data_files(entry.shards)]
     lines += ["---", "", f"# {index.name}", "", summary(index), ""]
@@ -87,6 +87,10 @@ def _yaml(mapping: dict, indent: str) -> list[str]:
         else:
             lines.append(f"{head} {value if isinstance(value, int) else _q(value)}")
     return lines
+
+
+def _bytes(shards: Sequence[ShardInfo]) -> int:
+    return sum(s.num_bytes for s in shards)
 
 
 def data_files(shards: Sequence[ShardInfo]) -> list[str]:

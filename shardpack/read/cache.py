@@ -8,11 +8,13 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from threading import Lock
+from typing import TypeVar
 
-from shardpack.errors import ShardpackError, is_count
+from shardpack.containers import open_shard
+from shardpack.errors import RecordError, ShardpackError, is_count
 from shardpack.index import Index, ShardInfo
 from shardpack.storage import storage_at
 from shardpack.storage.atomic import remove_files, temp_files
@@ -25,6 +27,11 @@ AHEAD = 2
 # A half-written shard untouched this long is a killed reader's: another reader's fetch under
 # way writes every chunk (CHUNK_BYTES) and is left alone.
 STALE_SECONDS = 600
+# Fetches of one shard that readers sharing the folder may remove before it opens: each of
+# them keeps to its own limit, and removes what it does not read itself.
+OPEN_TRIES = 4
+
+T = TypeVar("T")
 
 
 class ShardCache:
@@ -70,6 +77,21 @@ class ShardCache:
             future.result()
         self._fetch(self._shards[file])  # unless there (another reader may have removed it)
 
+    def read(self, file: str, reading: Callable[[], T]) -> T:
+        """`reading()`, which opens shard `file` in the cache (and keeps it open), once the
+        shard is there (ensure). Another reader of the folder (a DataLoader worker, a rank) may
+        remove it for room between its fetch and its open: a shard found gone when `reading`
+        fails is fetched again, up to OPEN_TRIES times; one that is there fails as it is."""
+        for _ in range(OPEN_TRIES - 1):
+            self.ensure(file)
+            try:
+                return reading()
+            except RecordError:
+                if self._present(self._shards[file]):  # there, so damaged: not for a fetch
+                    raise
+        self.ensure(file)
+        return reading()
+
     def done(self, file: str) -> None:
         """Shard `file` is no longer read here: it may be removed for room."""
         with self._lock:
@@ -106,7 +128,7 @@ class ShardCache:
             return
         sink = self.storage.create(info.file)
         try:
-            with self.index.storage.open(info.file) as blob:
+            with open_shard(self.index.storage, info.file) as blob:  # gone: one line
                 if blob.size != info.num_bytes:
                     raise ShardpackError(
                         f"{blob.name}: {blob.size} bytes, the index says {info.num_bytes}; "

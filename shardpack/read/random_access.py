@@ -11,12 +11,12 @@ import sys
 import weakref
 
 from shardpack.containers import ShardReader, open_shard
-from shardpack.errors import IndexFormatError, RecordError
+from shardpack.errors import IndexFormatError
 from shardpack.index import Index, ShardInfo
 from shardpack.layout import index_file_name
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.packing.daliindex import random_access_index
-from shardpack.read.stream import parse_record
+from shardpack.read.stream import count_fault, parse_record
 from shardpack.storage import Storage
 
 # An index file line is two decimal numbers of at most 20 digits: a longer line is not ours.
@@ -93,8 +93,7 @@ class Records:
                                                offsets, max_bytes=shard.num_bytes)  # fmt: skip
             if len(reader) != shard.num_records:
                 reader.close()
-                raise RecordError(path, 0, f"holds {len(reader)} records, the index says "
-                                           f"{shard.num_records}")  # fmt: skip
+                raise count_fault(path, len(reader), shard.num_records)
             self._readers[k], self._paths[k] = reader, path
         return self._readers[k]
 

@@ -165,11 +165,31 @@ def iter_examples(
     records = (
         parse_record(index, index.shard_path(info), position, example, decode, max_pixels)
         for info, first, end in runs
-        for position, example in itertools.islice(_shard_records(index, info), first, end)
+        for position, example in _run(index, info, first, end)
     )
     if shuffle:
         records = _buffer_shuffle(records, rng)
     yield from records
+
+
+def _run(index: Index, info: ShardInfo, first: int, end: int) -> Iterator[tuple[int, object]]:
+    """(position, example) of records first..end of one shard. A shard that ends before `end`
+    is refused, not read as fewer records: a TFRecord cut at a record's end frames well, and
+    a reader short of its share would leave the other ranks waiting."""
+    held = 0
+    for held, (position, example) in enumerate(
+        itertools.islice(_shard_records(index, info), end), 1
+    ):
+        if held > first:
+            yield position, example
+    if held < end:
+        raise count_fault(index.shard_path(info), held, info.num_records)
+
+
+def count_fault(path: str, held: int, said: int) -> RecordError:
+    """A shard holding another number of records than the index says."""
+    return RecordError(path, 0, f"holds {held} records, the index says {said} (cut short or "
+                                "replaced: restore it from a copy or pack again)")  # fmt: skip
 
 
 def _shard_records(index: Index, info: ShardInfo) -> Iterator[tuple[int, object]]:
@@ -297,10 +317,11 @@ def tf_dataset(
     index = load_index(out, storage_options)
     _check_tf_readable(index)  # before TensorFlow's import
     _check_stackable(index, batch_size, decode, image_size, lists)
-    tf = _tensorflow()
     if input_context is not None:
         shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
     mine = _share_of(index, split, *_checked_shard(shard), drop_remainder)
+    _check_local_shards(index, mine)
+    tf = _tensorflow()
     ordered = deterministic or seed is not None or not shuffle
     ds = _tf_records(tf, index, mine, shuffle, seed, num_parallel_reads, ordered)
     ds = ds.repeat(epochs)  # after the shuffles, so that each epoch is a whole permutation
@@ -379,6 +400,21 @@ def _check_stackable(index: Index, batch_size, decode: bool, image_size, lists: 
         )
 
 
+def _check_local_shards(index: Index, mine: _Share) -> None:
+    """Open each local shard of the share as our readers do (TensorFlow follows links and waits
+    on FIFOs) and refuse one of another size than the index's: a TFRecord cut at a record's end
+    frames well, and tf.data would read it short, failing at the epoch's end or, repeated,
+    never (DDP ranks then wait on the one short of its share)."""
+    if index.storage.tf_path() is None:
+        return
+    for info, _, _ in mine.runs:
+        with open_shard(index.storage, info.file) as blob:
+            if blob.size != info.num_bytes:
+                raise RecordError(index.shard_path(info), 0, f"{blob.size} bytes, the index says "
+                                  f"{info.num_bytes} (cut short or replaced: restore it from a "
+                                  "copy or pack again)")  # fmt: skip
+
+
 def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_reads, ordered):
     """One epoch of this reader's serialized records: its runs of shards shuffled and interleaved,
     records mixed through a buffer; or, without shuffle, in the order pack wrote them."""
@@ -386,9 +422,6 @@ def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_re
     # streams the shard names through the index's storage.
     local = index.storage.tf_path() is not None
     paths = [index.storage.tf_path(info.file) if local else info.file for info, _, _ in mine.runs]
-    if local:  # TensorFlow follows links and waits on FIFOs: open each as our readers do first
-        for info, _, _ in mine.runs:
-            open_shard(index.storage, info.file).close()
     container, compression = index.container, index.compression
 
     # tf.data ops only: AutoGraph has nothing to convert, and would warn at every call that it

@@ -98,6 +98,21 @@ def test_datasets_loads_image_and_class_label_features_and_the_same_records(
             _same(row, ours[row["key"]])
 
 
+def test_a_split_whose_every_image_was_skipped_leaves_the_others_loadable(tmp_path: Path):
+    src = tmp_path / "src"
+    make_tree(src / "train", {"cat": 2})
+    (src / "test" / "cat").mkdir(parents=True)
+    (src / "test" / "cat" / "bad.jpg").write_bytes(b"not an image")
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(format="parquet", workers=1))
+    assert {s: e.num_records for s, e in shardpack.load_index(out).splits.items()} == {
+        "train": 2,
+        "test": 0,
+    }
+    loaded = datasets.load_dataset(str(out))  # an empty split listed: '"test" ... no data!'
+    assert {split: len(rows) for split, rows in loaded.items()} == {"train": 2}
+
+
 def test_a_single_label_is_a_class_label_and_images_decode(folder_pack: Path):
     loaded = datasets.load_dataset("parquet", data_dir=str(folder_pack))
     assert loaded["train"].features["label"] == datasets.ClassLabel(names=["cat", "dog", "emu"])
@@ -288,6 +303,18 @@ def test_mlcroissant_loads_every_split_with_the_same_values(features_pack: Path)
             )
     classes = _croissant_records(features_pack, "classes-label")
     assert [(c["index"], c["name"]) for c in classes] == [(0, "cat"), (1, "dog")]
+
+
+def test_a_feature_named_with_a_space_keeps_croissant_json_loadable(tmp_path: Path):
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    rows = [
+        {"path": str(p), "sun hours": i, "50%": "x"}
+        for i, p in enumerate(sorted(src.rglob("*.jpg")))
+    ]
+    out = tmp_path / "out"
+    pack(write_jsonl(tmp_path / "rows.jsonl", rows), out, PackOptions(format="parquet", workers=1))
+    read = _croissant_records(out, "train")  # mlcroissant refused an @id with whitespace
+    assert sorted((r["sun%20hours"], r["50%25"]) for r in read) == [(0, b"x"), (1, b"x")]
 
 
 def test_croissant_lists_every_shard_with_its_sha256(folder_pack: Path):

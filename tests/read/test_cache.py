@@ -4,14 +4,16 @@ written where a planted link points."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from shardpack.errors import ShardpackError
+from shardpack.errors import RecordError, ShardpackError
 from shardpack.index import load_index
 from shardpack.read.cache import STALE_SECONDS, ShardCache
+from shardpack.read.random_access import Records
 
 
 @pytest.fixture
@@ -35,6 +37,36 @@ def test_shards_are_copied_whole_and_the_oldest_go_beyond_the_limit(pack, tmp_pa
     assert sum((folder / f).exists() for f in files) == 1  # room for one: the others went
     assert load_index(folder).name == load_index(pack).name  # it reads as a pack
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_shard_another_reader_removes_before_it_opens_is_fetched_again(pack, tmp_path):
+    first, second = _shards(pack)[:2]
+    mine = ShardCache(load_index(pack), tmp_path / "cache")
+    other = ShardCache(load_index(pack), tmp_path / "cache", limit=1)  # a DataLoader worker's
+    records = Records(mine.folder)
+    made_room = []
+
+    def reading():
+        if not made_room:  # between this reader's fetch and its open, the other makes room
+            other.ensure(second)
+            other.done(second)
+            made_room.append(not (Path(mine.folder) / first).exists())
+        return records[0]
+
+    # before: "<first> at byte 0: cannot open (No such file or directory)" mid-epoch
+    with Records(pack) as source:
+        assert mine.read(first, reading)["key"] == source[0]["key"]
+    assert made_room == [True]
+    records.close()
+
+
+def test_a_shard_missing_from_the_pack_is_one_line_naming_it(pack, tmp_path):
+    out = Path(shutil.copytree(pack, tmp_path / "out"))
+    gone = _shards(out)[1]
+    (out / gone).unlink()
+    cache = ShardCache(load_index(out), tmp_path / "cache")
+    with pytest.raises(RecordError, match=f"{out / gone} at byte 0: cannot open"):  # not OSError
+        cache.ensure(gone)
 
 
 def test_a_killed_readers_leftovers_go_and_a_fetch_under_way_stays(pack, tmp_path):

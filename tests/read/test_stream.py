@@ -310,6 +310,25 @@ def test_iter_examples_checks_crc(packed: Path, tmp_path: Path):
         list(iter_examples(out))
 
 
+def test_a_tfrecord_cut_at_a_record_s_end_is_refused_not_read_short(packed: Path, tmp_path: Path):
+    import shutil
+
+    out = Path(shutil.copytree(packed, tmp_path / "copy"))
+    shard = sorted(out.glob("*.tfrecord-00001-*"))[0]
+    data = shard.read_bytes()
+    kept = 8 + 4 + int.from_bytes(data[:8], "little") + 4  # its first record whole
+    shard.write_bytes(data[:kept])
+    said = f"{shard.name} at byte 0: holds 1 records, the index says 3"
+    with pytest.raises(RecordError, match=said):
+        list(iter_examples(out))
+    with pytest.raises(RecordError, match=said):  # a reader whose share ends in that shard
+        list(iter_examples(out, shard=(0, 2)))
+    # tf.data read it short: TensorFlow's error after an epoch, or with epochs=None none
+    said = rf"{shard.name} at byte 0: {kept} bytes, the index says {len(data)} \(cut short"
+    with pytest.raises(RecordError, match=said):
+        tf_dataset(out, epochs=None)  # refused before TensorFlow loads
+
+
 def test_unknown_split(packed: Path):
     with pytest.raises(IndexFormatError, match="no split 'test'"):
         list(iter_examples(packed, "test"))
