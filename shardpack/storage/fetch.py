@@ -201,6 +201,8 @@ class Fetcher:
                 raise UrlFailed(f"timed out: the answer took over {self.policy.total_timeout:g} s",
                                 True)  # fmt: skip
             parts.append(chunk)
+        if response.length:  # closed short of its Content-Length: read1 returns what came
+            raise http.client.IncompleteRead(b"", response.length)
         if not response.isclosed():  # read1 leaves a body read to its length open: the
             response.read()  # connection could not send the next request
         return b"".join(parts)

@@ -27,7 +27,7 @@ from shardpack.sources import scan
 from shardpack.storage import fetch
 from shardpack.storage.fetch import Fetcher, Prefetch, UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge
-from shardpack.storage.urlpolicy import FetchPolicy, opted_out, refusal, status_of
+from shardpack.storage.urlpolicy import FetchPolicy, is_transient, opted_out, refusal, status_of
 from tests import helpers
 
 # A loopback HTTP server answering with injected latency: the slow tier's, as the S3 server is.
@@ -77,7 +77,8 @@ def _png(n: int) -> bytes:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     """/img/N.png: image N. The first request of /503/N.png is a 503, of /429/N.png a 429 with
-    Retry-After: 1 (Site.retry_after), of /reset/N.png a reset connection; then image N.
+    Retry-After: 1 (Site.retry_after), of /reset/N.png a reset connection, of /cut/N.png half
+    the Content-Length it states, the connection then closed; then image N.
     /429long.png asks to be retried in a day. /redirect/N.png: a 302 to /img/N.png.
     /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every agent; noai
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
@@ -131,6 +132,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if first and kind == "reset":
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
+            self.close_connection = True
+            return
+        if first and kind == "cut":
+            body = _png(number)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
             self.close_connection = True
             return
         if (first and kind == "503") or path == "/always503.png":
@@ -358,6 +367,17 @@ def test_a_body_over_the_cap_or_dripping_past_the_deadline_is_cut_off(site):
     with pytest.raises(UrlFailed, match="timed out"):
         fetcher.get(site.url("/drip.png"), 1000)
     assert time.monotonic() - start < 1.5
+
+
+def test_a_body_cut_short_of_its_content_length_is_a_cut_connection_and_retried(site):
+    """A server that closes before the bytes its Content-Length states: the half body was
+    taken whole (a truncated PNG, a permanent skip that --update never asks again)."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=1))
+    assert fetcher.get(site.url("/cut/1.png"), 10_000) == _png(1)
+    assert site.hits["/cut/1.png"] == 2
+    with pytest.raises(UrlFailed, match=r"^connection cut: answer incomplete$") as cut:
+        Fetcher(FetchPolicy(allow_private=True, retries=0)).get(site.url("/cut/2.png"), 10_000)
+    assert is_transient(str(cut.value))  # pack --update asks it again
 
 
 def test_opt_out_headers_are_read_as_img2dataset_reads_them(site):
