@@ -305,7 +305,8 @@ def _parts(url: str) -> tuple[str, str, int, str]:
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
-    if any(c in target for c in " \r\n\t"):
+    if not (target.isascii() and target.isprintable()) or " " in target:
+        # as a browser sends what a page wrote: UTF-8 bytes %-escaped (http.client sends ASCII)
         target = urllib.parse.quote(target, safe="/?&=%:;@!$'()*+,~-._")
     return scheme, parts.hostname, port or (443 if scheme == "https" else 80), target
 

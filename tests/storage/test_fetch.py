@@ -380,6 +380,18 @@ def test_a_body_cut_short_of_its_content_length_is_a_cut_connection_and_retried(
     assert is_transient(str(cut.value))  # pack --update asks it again
 
 
+def test_a_url_of_characters_past_ascii_is_sent_percent_encoded_as_a_browser_does(site):
+    """Web lists (LAION's) hold URLs as written on the page, with accents and spaces: each
+    such character goes as its UTF-8 bytes, %-escaped (a raw é was 'bad answer:
+    UnicodeEncodeError', a control character 'bad answer: InvalidURL'); escapes already there
+    are kept."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0))
+    assert fetcher.get(site.url("/img/8.café.png?q=crème"), 10_000) == _png(8)
+    assert fetcher.get(site.url("/img/9.a%20b\x01.png"), 10_000) == _png(9)
+    assert site.hits["/img/8.caf%C3%A9.png?q=cr%C3%A8me"] == 1
+    assert site.hits["/img/9.a%20b%01.png"] == 1
+
+
 def test_opt_out_headers_are_read_as_img2dataset_reads_them(site):
     assert opted_out(["noindex, nofollow"]) == "noindex"
     assert opted_out(["shardpack: noimageai"]) == "noimageai"
