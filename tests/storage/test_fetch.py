@@ -402,6 +402,21 @@ def test_opt_out_headers_are_read_as_img2dataset_reads_them(site):
     assert status_of("HTTP Not Found (HTTP 404)") == 404 and status_of("timed out") is None
 
 
+def test_a_bad_row_of_a_url_list_is_a_failure_at_its_own_line(tmp_path, site):
+    """A URL listed twice is a bad row at the second line: failures.jsonl named the first
+    line (whose URL was packed, or failed for its own reason) and counted it as the kind
+    'urls.csv line N'."""
+    result = _pack_urls(tmp_path, site, ["/img/0.png", "/gone/1.png", "/img/0.png", "/gone/1.png"])
+    rows = [json.loads(line) for line in (tmp_path / "out/failures.jsonl").read_text().splitlines()]
+    assert [(row["url"][-10:], row["file"], row["row"], row["error"]) for row in rows] == [
+        ("gone/1.png", "urls.csv", 3, "HTTP Not Found"),
+        ("/img/0.png", "urls.csv", 4, "bad row"),
+        ("gone/1.png", "urls.csv", 5, "bad row"),
+    ]
+    assert rows[1]["reason"] == "urls.csv line 4: the same image as line 2"
+    assert result.index.stats.url_failures == {"bad row": 2, "HTTP Not Found": 1}
+
+
 def test_a_folder_or_a_pattern_of_url_lists_is_one_manifest(tmp_path, site):
     """A folder of CSV files (img2dataset's --url_list folder) was refused as class folders
     without classes; each file is now part of one manifest, and so are the files a pattern
