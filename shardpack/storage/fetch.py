@@ -132,10 +132,12 @@ class Fetcher:
             try:
                 try:
                     response = self._send(conn, target)
-                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                except (http.client.BadStatusLine, ConnectionResetError, BrokenPipeError):
                     if not reused:
                         raise
-                    conn.close()  # the server closed a kept connection: a fresh one, once
+                    # the server closed a kept connection, or left bytes past an answer's
+                    # length in it (no status line: RemoteDisconnected is one): a fresh one, once
+                    conn.close()
                     conn, reused = self._connection(key, fresh=True)
                     response = self._send(conn, target)
                 if response.status == 200:

@@ -78,7 +78,8 @@ def _png(n: int) -> bytes:
 class _Handler(http.server.BaseHTTPRequestHandler):
     """/img/N.png: image N. The first request of /503/N.png is a 503, of /429/N.png a 429 with
     Retry-After: 1 (Site.retry_after), of /reset/N.png a reset connection, of /cut/N.png half
-    the Content-Length it states, the connection then closed; then image N.
+    the Content-Length it states, the connection then closed; then image N. /long/N.png:
+    image N, and bytes past its Content-Length on the connection kept. /garbled.png: no HTTP.
     /429long.png asks to be retried in a day. /redirect/N.png: a 302 to /img/N.png.
     /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every agent; noai
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
@@ -142,6 +143,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body[: len(body) // 2])
             self.close_connection = True
             return
+        if path == "/garbled.png":
+            self.wfile.write(b"not HTTP at all\r\n\r\n")
+            self.close_connection = True
+            return None
+        if kind == "long":
+            self._send(200, _png(number))
+            time.sleep(0.05)  # after the answer was read: in the connection's next answer
+            self.wfile.write(b"<!-- a footer past the length -->")
+            return None
         if (first and kind == "503") or path == "/always503.png":
             return self._send(503, b"busy")
         if first and kind == "429":
@@ -378,6 +388,18 @@ def test_a_body_cut_short_of_its_content_length_is_a_cut_connection_and_retried(
     with pytest.raises(UrlFailed, match=r"^connection cut: answer incomplete$") as cut:
         Fetcher(FetchPolicy(allow_private=True, retries=0)).get(site.url("/cut/2.png"), 10_000)
     assert is_transient(str(cut.value))  # pack --update asks it again
+
+
+def test_bytes_past_an_answers_length_fail_no_other_url_on_its_connection(site):
+    """A server that sends more than its Content-Length leaves them in the kept connection:
+    the next URL's answer began with them, a 'bad answer: BadStatusLine' for an image that
+    was there. A kept connection that gives no status line is tried once on a fresh one, as one
+    the server closed is."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, threads=1, per_host=1))
+    assert fetcher.get(site.url("/long/1.png"), 10_000) == _png(1)
+    assert fetcher.get(site.url("/img/2.png"), 10_000) == _png(2)
+    with pytest.raises(UrlFailed, match="bad answer: BadStatusLine"):
+        fetcher.get(site.url("/garbled.png"), 10_000)  # a fresh connection's: the server's own
 
 
 def test_a_url_of_characters_past_ascii_is_sent_percent_encoded_as_a_browser_does(site):
