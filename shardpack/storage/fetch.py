@@ -333,7 +333,7 @@ def _phrase(status: int) -> str:
 def _retry_after(headers: http.client.HTTPMessage) -> float | None:
     """Retry-After's seconds (a number, or an HTTP date), else None."""
     value = (headers.get("Retry-After") or "").strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # '²' is a digit to isdigit, not to float
         return float(value)
     with suppress(TypeError, ValueError, IndexError, OverflowError):
         return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())

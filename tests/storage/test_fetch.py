@@ -80,6 +80,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     Retry-After: 1 (Site.retry_after), of /reset/N.png a reset connection, of /cut/N.png half
     the Content-Length it states, the connection then closed; then image N. /long/N.png:
     image N, and bytes past its Content-Length on the connection kept. /garbled.png: no HTTP.
+    /503odd.png: a 503 whose Retry-After is a digit of latin-1 past ASCII (a superscript 2).
     /429long.png asks to be retried in a day. /redirect/N.png: a 302 to /img/N.png.
     /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every agent; noai
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
@@ -143,6 +144,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body[: len(body) // 2])
             self.close_connection = True
             return
+        if path == "/503odd.png":
+            return self._send(503, b"busy", {"Retry-After": "\xb2"})
         if path == "/garbled.png":
             self.wfile.write(b"not HTTP at all\r\n\r\n")
             self.close_connection = True
@@ -400,6 +403,14 @@ def test_bytes_past_an_answers_length_fail_no_other_url_on_its_connection(site):
     assert fetcher.get(site.url("/img/2.png"), 10_000) == _png(2)
     with pytest.raises(UrlFailed, match="bad answer: BadStatusLine"):
         fetcher.get(site.url("/garbled.png"), 10_000)  # a fresh connection's: the server's own
+
+
+def test_a_retry_after_of_digits_past_ascii_is_no_number_and_no_traceback(site):
+    """'²' is a digit to str.isdigit, not to float(): the ValueError stopped the whole pack
+    with a traceback. A Retry-After that is no number is not waited for."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=1))
+    with pytest.raises(UrlFailed, match=r"^HTTP Service Unavailable \(HTTP 503, after 2 tries\)$"):
+        fetcher.get(site.url("/503odd.png"), 10_000)
 
 
 def test_a_url_of_characters_past_ascii_is_sent_percent_encoded_as_a_browser_does(site):
