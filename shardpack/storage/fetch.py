@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 
+from shardpack.storage.failures import said
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, opted_out, refusal
 
@@ -112,7 +113,10 @@ class Fetcher:
             scheme, host, port, target = _parts(url)
             status, headers, body = self._request(scheme, host, port, target, limit)
             if status in _REDIRECTS and headers.get("Location"):
-                url = urllib.parse.urljoin(url, headers["Location"])
+                try:
+                    url = urllib.parse.urljoin(url, headers["Location"])
+                except ValueError as e:  # an unclosed IPv6 bracket, a bad address in one
+                    raise UrlFailed(f"bad redirect: {said(e, 200)}") from None  # the server's text
                 continue
             if status == 200:
                 return body

@@ -81,6 +81,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     the Content-Length it states, the connection then closed; then image N. /long/N.png:
     image N, and bytes past its Content-Length on the connection kept. /garbled.png: no HTTP.
     /503odd.png: a 503 whose Retry-After is a digit of latin-1 past ASCII (a superscript 2).
+    /badredirect.png: a 302 to a URL urllib cannot parse.
     /429long.png asks to be retried in a day. /redirect/N.png: a 302 to /img/N.png.
     /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every agent; noai
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
@@ -144,6 +145,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body[: len(body) // 2])
             self.close_connection = True
             return
+        if path == "/badredirect.png":
+            return self._send(302, b"", {"Location": "http://[::1/x.png"})
         if path == "/503odd.png":
             return self._send(503, b"busy", {"Retry-After": "\xb2"})
         if path == "/garbled.png":
@@ -411,6 +414,14 @@ def test_a_retry_after_of_digits_past_ascii_is_no_number_and_no_traceback(site):
     fetcher = Fetcher(FetchPolicy(allow_private=True, retries=1))
     with pytest.raises(UrlFailed, match=r"^HTTP Service Unavailable \(HTTP 503, after 2 tries\)$"):
         fetcher.get(site.url("/503odd.png"), 10_000)
+
+
+def test_a_redirect_to_a_url_that_does_not_parse_is_a_failure_not_a_traceback(site):
+    """urljoin raised the ValueError of an unclosed IPv6 bracket out of the worker."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True))
+    with pytest.raises(UrlFailed, match=r"^bad redirect: Invalid IPv6 URL$"):
+        fetcher.get(site.url("/badredirect.png"), 10_000)
+    assert site.hits["/badredirect.png"] == 1  # permanent: not asked again
 
 
 def test_a_url_of_characters_past_ascii_is_sent_percent_encoded_as_a_browser_does(site):
