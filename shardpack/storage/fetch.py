@@ -308,6 +308,9 @@ def _parts(url: str) -> tuple[str, str, int, str]:
         raise UrlFailed(f"refused scheme: {scheme or 'none'}:// is not http(s)")
     if not parts.hostname:
         raise UrlFailed("bad URL: no host")
+    if not parts.hostname.isprintable() or " " in parts.hostname:  # http.client's refusal
+        raise UrlFailed(f"bad URL: the host {parts.hostname!r} holds a space or a control "
+                        "character")  # fmt: skip
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query

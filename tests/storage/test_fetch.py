@@ -424,6 +424,15 @@ def test_a_redirect_to_a_url_that_does_not_parse_is_a_failure_not_a_traceback(si
     assert site.hits["/badredirect.png"] == 1  # permanent: not asked again
 
 
+def test_a_host_holding_a_space_or_a_control_character_is_a_bad_url(site):
+    """http.client refuses such a host as it makes the connection: its InvalidURL left the
+    worker as a traceback and stopped the pack."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True))
+    for url in ("http://exa mple.invalid/a.png", "http://a\x01b.invalid/a.png"):
+        with pytest.raises(UrlFailed, match=r"^bad URL: the host '.*' holds a space or a "):
+            fetcher.get(url, 10_000)
+
+
 def test_a_url_of_characters_past_ascii_is_sent_percent_encoded_as_a_browser_does(site):
     """Web lists (LAION's) hold URLs as written on the page, with accents and spaces: each
     such character goes as its UTF-8 bytes, %-escaped (a raw é was 'bad answer:
