@@ -21,7 +21,7 @@ from pathlib import Path
 import cv2
 import pytest
 
-from shardpack import PackOptions, SourceError, iter_examples, pack
+from shardpack import PackOptions, SourceError, StorageError, iter_examples, pack
 from shardpack.options import as_flags
 from shardpack.sources import scan
 from shardpack.storage import fetch
@@ -443,6 +443,16 @@ def test_a_url_of_characters_past_ascii_is_sent_percent_encoded_as_a_browser_doe
     assert fetcher.get(site.url("/img/9.a%20b\x01.png"), 10_000) == _png(9)
     assert site.hits["/img/8.caf%C3%A9.png?q=cr%C3%A8me"] == 1
     assert site.hits["/img/9.a%20b%01.png"] == 1
+
+
+def test_a_timeout_past_what_a_socket_takes_is_refused_in_one_line():
+    """--storage-option read_timeout=1e400 (infinity) or 1e300 passed, and each socket's
+    settimeout raised an OverflowError out of the worker: a traceback."""
+    for key in ("read_timeout", "connect_timeout", "total_timeout"):
+        for value in (1e400, 1e300, 86_401):
+            with pytest.raises(StorageError, match=rf"^--storage-option {key}=.*at most 86400"):
+                FetchPolicy.of(PackOptions(), {key: value})
+    assert FetchPolicy.of(PackOptions(), {"read_timeout": 86_400}).read_timeout == 86_400
 
 
 def test_opt_out_headers_are_read_as_img2dataset_reads_them(site):
