@@ -17,6 +17,7 @@ import email.utils
 import functools
 import heapq
 import http.client
+import io
 import itertools
 import random
 import socket
@@ -188,24 +189,21 @@ class Fetcher:
         conn.request("GET", target, headers={"User-Agent": self.policy.user_agent,
                                              "Accept": "image/*, */*;q=0.5",
                                              "Accept-Encoding": "identity"})  # fmt: skip
+        conn.response_class = functools.partial(_Answer, policy=self.policy)
         return conn.getresponse()
 
     def _body(self, response: http.client.HTTPResponse, limit: int) -> bytes:
         """The body, refused as soon as it is known to be over `limit` (Content-Length, or
-        bytes read) or to take over total_timeout; read a chunk at a time as it arrives."""
+        bytes read); read a chunk at a time as it arrives (within total_timeout: _Answer)."""
         over = f"over the limit of {limit} bytes"
         length = response.getheader("Content-Length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
             raise FileTooLarge(f"{over} (Content-Length: {int(length)})")
-        deadline = time.monotonic() + self.policy.total_timeout
         parts, got = [], 0
         while chunk := response.read1(_CHUNK):
             got += len(chunk)
             if got > limit:
                 raise FileTooLarge(over)
-            if time.monotonic() > deadline:
-                raise UrlFailed(f"timed out: the answer took over {self.policy.total_timeout:g} s",
-                                True)  # fmt: skip
             parts.append(chunk)
         if response.length:  # closed short of its Content-Length: read1 returns what came
             raise http.client.IncompleteRead(b"", response.length)
@@ -288,6 +286,45 @@ class Fetcher:
         for sock in cut:  # a recv blocked in another thread returns now
             with suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+
+class _Answer(http.client.HTTPResponse):
+    """An answer read within the policy's total_timeout from now, status line and headers too:
+    a server that drips them (or 100 Continue after 100 Continue) is cut off, not waited for
+    a read_timeout a byte."""
+
+    def __init__(self, sock: socket.socket, *args, policy: FetchPolicy, **kwargs) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self.fp.close()  # its buffered reader of the socket: ours reads it under the deadline
+        self.fp = io.BufferedReader(_Timed(sock, policy))
+
+
+class _Timed(io.RawIOBase):
+    """A socket's reads, each waiting at most read_timeout and what is left of total_timeout."""
+
+    def __init__(self, sock: socket.socket, policy: FetchPolicy) -> None:
+        self._sock, self._raw, self._policy = sock, sock.makefile("rb", buffering=0), policy
+        self._deadline = time.monotonic() + policy.total_timeout
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int | None:
+        left = self._deadline - time.monotonic()
+        if left > 0:
+            self._sock.settimeout(min(self._policy.read_timeout, left))
+            try:
+                return self._raw.readinto(buffer)
+            except TimeoutError:
+                if left >= self._policy.read_timeout:
+                    raise  # read_timeout's, not the deadline's
+        raise UrlFailed(f"timed out: the answer took over {self._policy.total_timeout:g} s", True)
+
+    def close(self) -> None:
+        self._raw.close()
+        with suppress(OSError):  # the connection's next request is sent under read_timeout
+            self._sock.settimeout(self._policy.read_timeout)
+        super().close()
 
 
 @functools.cache

@@ -81,7 +81,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     the Content-Length it states, the connection then closed; then image N. /long/N.png:
     image N, and bytes past its Content-Length on the connection kept. /garbled.png: no HTTP.
     /503odd.png: a 503 whose Retry-After is a digit of latin-1 past ASCII (a superscript 2).
-    /badredirect.png: a 302 to a URL urllib cannot parse.
+    /badredirect.png: a 302 to a URL urllib cannot parse. /dripheaders.png: a status line, then a
+    header's byte every 50 ms (2 s); /continues.png: a 100 Continue every 50 ms (2 s).
     /429long.png asks to be retried in a day. /redirect/N.png: a 302 to /img/N.png.
     /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every agent; noai
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
@@ -145,6 +146,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body[: len(body) // 2])
             self.close_connection = True
             return
+        if path in ("/dripheaders.png", "/continues.png"):
+            drip = b"X" if path == "/dripheaders.png" else b"HTTP/1.1 100 Continue\r\n\r\n"
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n" if drip == b"X" else b"")
+            for _ in range(40):
+                self.wfile.write(drip)
+                self.wfile.flush()
+                time.sleep(0.05)
+            self.close_connection = True
+            return None
         if path == "/badredirect.png":
             return self._send(302, b"", {"Location": "http://[::1/x.png"})
         if path == "/503odd.png":
@@ -453,6 +463,16 @@ def test_a_timeout_past_what_a_socket_takes_is_refused_in_one_line():
             with pytest.raises(StorageError, match=rf"^--storage-option {key}=.*at most 86400"):
                 FetchPolicy.of(PackOptions(), {key: value})
     assert FetchPolicy.of(PackOptions(), {"read_timeout": 86_400}).read_timeout == 86_400
+
+
+def test_an_answer_dripping_its_status_or_headers_is_cut_off_at_the_total_timeout(site):
+    """total_timeout bounded the body only: a server sending a header's byte, or a 100
+    Continue, every 50 ms held the fetch for as long as it went on (forever, for a hostile
+    one: the pack never ended), each read within read_timeout."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, total_timeout=0.3))
+    for path in ("/dripheaders.png", "/continues.png"):
+        with pytest.raises(UrlFailed, match=r"^timed out: the answer took over 0\.3 s$"):
+            fetcher.get(site.url(path), 10_000)
 
 
 def test_opt_out_headers_are_read_as_img2dataset_reads_them(site):
