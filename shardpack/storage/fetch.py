@@ -291,12 +291,18 @@ class Fetcher:
 class _Answer(http.client.HTTPResponse):
     """An answer read within the policy's total_timeout from now, status line and headers too:
     a server that drips them (or 100 Continue after 100 Continue) is cut off, not waited for
-    a read_timeout a byte."""
+    a read_timeout a byte. Interim answers (103 Early Hints) are skipped as 100 Continue is."""
 
     def __init__(self, sock: socket.socket, *args, policy: FetchPolicy, **kwargs) -> None:
         super().__init__(sock, *args, **kwargs)
         self.fp.close()  # its buffered reader of the socket: ours reads it under the deadline
         self.fp = io.BufferedReader(_Timed(sock, policy))
+
+    def _read_status(self) -> tuple[str, int, str]:
+        # http.client skips 100 alone: a 103 taken as the answer left the real one in the kept
+        # connection, for the next URL to get as its own
+        version, status, reason = super()._read_status()
+        return version, http.client.CONTINUE if 100 <= status < 200 else status, reason
 
 
 class _Timed(io.RawIOBase):

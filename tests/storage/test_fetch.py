@@ -82,7 +82,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     image N, and bytes past its Content-Length on the connection kept. /garbled.png: no HTTP.
     /503odd.png: a 503 whose Retry-After is a digit of latin-1 past ASCII (a superscript 2).
     /badredirect.png: a 302 to a URL urllib cannot parse. /dripheaders.png: a status line, then a
-    header's byte every 50 ms (2 s); /continues.png: a 100 Continue every 50 ms (2 s).
+    header's byte every 50 ms (2 s); /continues.png: a 100 Continue every 50 ms (2 s);
+    /hints/N.png: a 103 Early Hints, then 50 ms later image N.
     /429long.png asks to be retried in a day. /redirect/N.png: a 302 to /img/N.png.
     /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every agent; noai
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
@@ -146,6 +147,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body[: len(body) // 2])
             self.close_connection = True
             return
+        if kind == "hints":
+            self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+            self.wfile.flush()
+            time.sleep(0.05)  # the final answer comes when ready
+            return self._send(200, _png(number))
         if path in ("/dripheaders.png", "/continues.png"):
             drip = b"X" if path == "/dripheaders.png" else b"HTTP/1.1 100 Continue\r\n\r\n"
             self.wfile.write(b"HTTP/1.1 200 OK\r\n" if drip == b"X" else b"")
@@ -441,6 +447,16 @@ def test_a_host_holding_a_space_or_a_control_character_is_a_bad_url(site):
     for url in ("http://exa mple.invalid/a.png", "http://a\x01b.invalid/a.png"):
         with pytest.raises(UrlFailed, match=r"^bad URL: the host '.*' holds a space or a "):
             fetcher.get(url, 10_000)
+
+
+def test_an_interim_answer_is_skipped_and_no_url_gets_another_ones_image(site):
+    """A 103 Early Hints before the answer was taken as the answer (a failure), and the answer
+    that followed it was left in the kept connection: the next URL on it got this one's image,
+    and each after it the one before's (labels and captions off by one from the pixels)."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, threads=1, per_host=1))
+    assert fetcher.get(site.url("/hints/1.png"), 10_000) == _png(1)
+    assert fetcher.get(site.url("/img/2.png"), 10_000) == _png(2)
+    assert site.connections == 1  # the connection was kept
 
 
 def test_a_url_of_characters_past_ascii_is_sent_percent_encoded_as_a_browser_does(site):
