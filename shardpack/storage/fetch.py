@@ -20,6 +20,7 @@ import http.client
 import io
 import itertools
 import random
+import select
 import socket
 import ssl
 import threading
@@ -223,15 +224,18 @@ class Fetcher:
         self, key: tuple[str, str, int], fresh: bool = False
     ) -> tuple[http.client.HTTPConnection, bool]:
         """A kept connection to the host (and whether it is one), else a new one."""
-        if not fresh:
+        while not fresh:
             with self._lock:
                 idle = self._idle.get(key)
-                if idle:
-                    conn = idle.pop()
-                    del self._kept[conn]
-                    if not idle:
-                        del self._idle[key]
-                    return conn, True
+                if not idle:
+                    break
+                conn = idle.pop()
+                del self._kept[conn]
+                if not idle:
+                    del self._idle[key]
+            if not _unasked(conn):
+                return conn, True
+            conn.close()
         scheme, host, port = key
         if scheme == "https":
             conn = http.client.HTTPSConnection(host, port, context=_tls())
@@ -331,6 +335,18 @@ class _Timed(io.RawIOBase):
         with suppress(OSError):  # the connection's next request is sent under read_timeout
             self._sock.settimeout(self._policy.read_timeout)
         super().close()
+
+
+def _unasked(conn: http.client.HTTPConnection) -> bool:
+    """Whether an idle connection has something to read, which no request of ours asked for:
+    the server closed it, or said so first (a 408), or sent bytes past an answer. Sent on,
+    the next request would take them as its answer."""
+    sock = conn.sock
+    if sock is None or (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+        return True
+    ready = select.poll()
+    ready.register(sock, select.POLLIN)
+    return bool(ready.poll(0))
 
 
 @functools.cache

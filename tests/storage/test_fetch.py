@@ -83,7 +83,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     /503odd.png: a 503 whose Retry-After is a digit of latin-1 past ASCII (a superscript 2).
     /badredirect.png: a 302 to a URL urllib cannot parse. /dripheaders.png: a status line, then a
     header's byte every 50 ms (2 s); /continues.png: a 100 Continue every 50 ms (2 s);
-    /hints/N.png: a 103 Early Hints, then 50 ms later image N.
+    /hints/N.png: a 103 Early Hints, then 50 ms later image N. /idle408/N.png: image N, then
+    50 ms later a 408 on the idle connection, closed (as servers time out a kept one).
     /429long.png asks to be retried in a day. /redirect/N.png: a 302 to /img/N.png.
     /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every agent; noai
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
@@ -147,6 +148,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body[: len(body) // 2])
             self.close_connection = True
             return
+        if kind == "idle408":
+            self._send(200, _png(number))
+            time.sleep(0.05)
+            self.wfile.write(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n"
+                             b"Connection: close\r\n\r\n")  # fmt: skip
+            self.close_connection = True
+            return None
         if kind == "hints":
             self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
             self.wfile.flush()
@@ -457,6 +465,16 @@ def test_an_interim_answer_is_skipped_and_no_url_gets_another_ones_image(site):
     assert fetcher.get(site.url("/hints/1.png"), 10_000) == _png(1)
     assert fetcher.get(site.url("/img/2.png"), 10_000) == _png(2)
     assert site.connections == 1  # the connection was kept
+
+
+def test_a_kept_connection_the_server_answered_unasked_is_not_reused(site):
+    """A server timing out an idle kept connection may say so (408) before it closes it: the
+    next URL sent on it took that 408 as its own answer, a permanent failure."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, threads=1, per_host=1))
+    assert fetcher.get(site.url("/idle408/1.png"), 10_000) == _png(1)
+    while "/idle408/1.png" not in site.finished:  # its 408 sent
+        time.sleep(0.01)
+    assert fetcher.get(site.url("/img/2.png"), 10_000) == _png(2)
 
 
 def test_a_url_of_characters_past_ascii_is_sent_percent_encoded_as_a_browser_does(site):
