@@ -69,7 +69,9 @@ class Fetcher:
         # every idle connection, oldest first: a list of a million hosts keeps the last few
         # (2 x threads), not a socket for each host it met (the file descriptors run out)
         self._kept: OrderedDict[http.client.HTTPConnection, tuple[str, str, int]] = OrderedDict()
-        self._hosts: dict[str, threading.Semaphore] = {}
+        # each host asked now: its cap, and the requests holding or awaiting a turn (a worker
+        # keeps its Fetcher through the shards it takes: one kept a host would grow by each)
+        self._hosts: dict[str, tuple[threading.Semaphore, int]] = {}
         # every socket connected, so that close() can cut the requests in flight: a stopped
         # run (Ctrl-C) exits at once, not when a stalled server's read timeout ends
         self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
@@ -216,9 +218,17 @@ class Fetcher:
     def _host(self, host: str) -> Iterator[None]:
         """A turn among the per_host requests in flight to `host`."""
         with self._lock:
-            gate = self._hosts.setdefault(host, threading.Semaphore(self.policy.per_host))
-        with gate:
-            yield
+            gate, users = self._hosts.get(host) or (threading.Semaphore(self.policy.per_host), 0)
+            self._hosts[host] = gate, users + 1
+        try:
+            with gate:
+                yield
+        finally:
+            with self._lock:
+                if users := self._hosts[host][1] - 1:
+                    self._hosts[host] = gate, users
+                else:
+                    del self._hosts[host]
 
     def _connection(
         self, key: tuple[str, str, int], fresh: bool = False

@@ -670,6 +670,21 @@ def test_connections_kept_are_capped_whatever_the_hosts(site):
     helpers.wait_for(lambda: site.connections == 0, timeout=5)
 
 
+def test_a_worker_keeps_nothing_of_each_host_it_is_done_with():
+    """The per-host cap's semaphore was kept for every host a worker ever asked (1.3 kB each):
+    a worker's Fetcher lives through every shard it takes in turn, so a LAION-sized list of
+    millions of hosts grew it by gigabytes. 300 hosts (refused addresses: no request)."""
+
+    def semaphores() -> int:
+        return sum(isinstance(o, threading.Semaphore) for o in gc.get_objects())
+
+    fetcher, before = Fetcher(FetchPolicy()), semaphores()
+    for n in range(300):
+        with pytest.raises(UrlFailed, match="refused address"):
+            fetcher.get(f"http://10.0.{n >> 8}.{n & 255}/a.png", 1000)
+    assert semaphores() == before
+
+
 def test_a_url_lists_image_root_pickles_for_a_cluster_and_fetches_there(tmp_path, site):
     """Dask pickles the dataset's root to its workers: the fetch policy goes with it, the
     threads, locks and connections of a Fetcher already used here do not."""
