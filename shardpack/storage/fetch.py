@@ -118,7 +118,7 @@ class Fetcher:
             status, headers, body = self._request(scheme, host, port, target, limit)
             if status in _REDIRECTS and headers.get("Location"):
                 try:
-                    url = urllib.parse.urljoin(url, headers["Location"])
+                    url = urllib.parse.urljoin(url, _utf8(headers["Location"]))
                 except ValueError as e:  # an unclosed IPv6 bracket, a bad address in one
                     raise UrlFailed(f"bad redirect: {said(e, 200)}") from None  # the server's text
                 continue
@@ -387,6 +387,14 @@ def _parts(url: str) -> tuple[str, str, int, str]:
         # as a browser sends what a page wrote: UTF-8 bytes %-escaped (http.client sends ASCII)
         target = urllib.parse.quote(target, safe="/?&=%:;@!$'()*+,~-._")
     return scheme, parts.hostname, port or (443 if scheme == "https" else 80), target
+
+
+def _utf8(value: str) -> str:
+    """A header's value as UTF-8, as browsers read a Location (http.client reads latin-1: a
+    raw é became 'Ã©', another path), where its bytes are UTF-8."""
+    with suppress(UnicodeError):
+        return value.encode("latin-1").decode("utf-8")
+    return value
 
 
 def _tried(reason: str, tries: int) -> str:

@@ -84,7 +84,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     /badredirect.png: a 302 to a URL urllib cannot parse. /dripheaders.png: a status line, then a
     header's byte every 50 ms (2 s); /continues.png: a 100 Continue every 50 ms (2 s);
     /hints/N.png: a 103 Early Hints, then 50 ms later image N. /idle408/N.png: image N, then
-    50 ms later a 408 on the idle connection, closed (as servers time out a kept one).
+    50 ms later a 408 on the idle connection, closed (as servers time out a kept one);
+    /utf8redirect/N.png: a 302 to /img/N.café.png, its Location's é sent as UTF-8 bytes.
     /429long.png asks to be retried in a day. /redirect/N.png: a 302 to /img/N.png.
     /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every agent; noai
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
@@ -148,6 +149,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body[: len(body) // 2])
             self.close_connection = True
             return
+        if kind == "utf8redirect":  # headers go as latin-1: these are é's two UTF-8 bytes
+            where = f"/img/{number}.café.png".encode().decode("latin-1")
+            return self._send(302, b"", {"Location": where})
         if kind == "idle408":
             self._send(200, _png(number))
             time.sleep(0.05)
@@ -486,6 +490,9 @@ def test_a_url_of_characters_past_ascii_is_sent_percent_encoded_as_a_browser_doe
     assert fetcher.get(site.url("/img/8.café.png?q=crème"), 10_000) == _png(8)
     assert fetcher.get(site.url("/img/9.a%20b\x01.png"), 10_000) == _png(9)
     assert site.hits["/img/8.caf%C3%A9.png?q=cr%C3%A8me"] == 1
+    # a redirect's Location in UTF-8 bytes, as a browser reads it (http.client reads latin-1)
+    assert fetcher.get(site.url("/utf8redirect/8.png"), 10_000) == _png(8)
+    assert site.hits["/img/8.caf%C3%A9.png"] == 1
     assert site.hits["/img/9.a%20b%01.png"] == 1
 
 
