@@ -40,7 +40,7 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 1 << 16  # bytes a read takes at most: a body over the cap is refused within a chunk
 _DRAIN = 1 << 16  # the most of an error page read to keep its connection; past it, closed
 BACKOFF_S = 0.5  # the first retry's wait; each next one doubles it (img2dataset: none)
-MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait
+MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait; the most backoff
 # URLs a worker fetches ahead of its reads, per thread, and the most bytes of fetched bodies it
 # holds unread: a read waiting out a Retry-After at the head stops the fetching once the window
 # is fetched, so it must hold more than a second's fetches (`python -m benchmarks.urls --urls
@@ -107,8 +107,10 @@ class Fetcher:
         if failed.wait is not None and failed.wait > MOST_WAIT_S:
             raise UrlFailed(f"{failed}: Retry-After {failed.wait:g} s is over {MOST_WAIT_S:g} s"
                             ) from None  # fmt: skip
-        backoff = BACKOFF_S * 2 ** (tries - 1) * random.uniform(0.75, 1.25)
-        return max(backoff, failed.wait or 0)
+        # doubling up to the longest Retry-After waited for (the exponent bounded: a float
+        # overflows past 2**1023)
+        backoff = BACKOFF_S * 2 ** min(tries - 1, 16) * random.uniform(0.75, 1.25)
+        return max(min(backoff, MOST_WAIT_S), failed.wait or 0)
 
     def once(self, url: str, limit: int) -> bytes:
         """One try at `url`, following up to max_redirects redirects; raises as get does,

@@ -316,6 +316,16 @@ def test_many_requests_are_in_flight_while_a_server_takes_its_time(tmp_path):
     assert sum(slow.hits.values()) == 100  # one request an image: none at scan
 
 
+def test_the_backoff_between_tries_waits_no_longer_than_a_retry_after_may():
+    """The backoff doubled without end: --retries 20 waited 3 days before its last try of an
+    always-503 URL, --retries 30 over 8 years (the pack did not end)."""
+    fetcher = Fetcher(FetchPolicy(retries=40))
+    busy = UrlFailed("HTTP Service Unavailable (HTTP 503)", True)
+    waits = [fetcher.retry_in(busy, tries) for tries in range(1, 41)]
+    assert 0.375 <= waits[0] <= 0.625 and waits[-1] <= fetch.MOST_WAIT_S
+    assert max(waits) > fetch.MOST_WAIT_S / 2  # doubling still, up to the cap
+
+
 def test_a_url_waiting_for_its_retry_holds_no_fetching_thread():
     """Two threads, two URLs asked to come back in a second first: the ten after them are
     fetched meanwhile, not after (a thread asleep through Retry-After left none to fetch)."""
