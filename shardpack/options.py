@@ -360,10 +360,6 @@ class PackOptions:
         if self.split is not None:
             check_split_names("split", tuple(name for name, _ in self.split))
             check_fractions(self.split)
-        ua = self.user_agent
-        if ua is not None and not (ua.isascii() and ua.isprintable()):  # an HTTP header's
-            raise OptionError(Option("user_agent"), " must be printable ASCII (it is sent as an "
-                              f"HTTP header), got: {ua!r}")  # fmt: skip
         if self.name is not None and not _NAME.match(self.name):
             raise OptionError(Option("name"), " must start with a letter or digit and hold only "
                               f"letters, digits, '_' and '.', got: {self.name!r}")  # fmt: skip
