@@ -693,13 +693,14 @@ def test_a_worker_keeps_nothing_of_each_host_it_is_done_with():
     millions of hosts grew it by gigabytes. 300 hosts (refused addresses: no request)."""
 
     def semaphores() -> int:
+        gc.collect()  # an earlier test's thread pool (each holds one) goes now, not midway
         return sum(isinstance(o, threading.Semaphore) for o in gc.get_objects())
 
     fetcher, before = Fetcher(FetchPolicy()), semaphores()
     for n in range(300):
         with pytest.raises(UrlFailed, match="refused address"):
             fetcher.get(f"http://10.0.{n >> 8}.{n & 255}/a.png", 1000)
-    assert semaphores() == before
+    assert semaphores() <= before
 
 
 def test_a_url_lists_image_root_pickles_for_a_cluster_and_fetches_there(tmp_path, site):
