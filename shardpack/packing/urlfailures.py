@@ -14,6 +14,7 @@ from shardpack.layout import FAILURES_NAME
 from shardpack.packing.contents import Contents
 from shardpack.packing.stats import reason_kind
 from shardpack.sources import Dataset
+from shardpack.sources.tables.files import named_line
 from shardpack.storage import Storage
 from shardpack.storage.urlpolicy import is_transient, is_web_url, status_of
 
@@ -27,15 +28,18 @@ def url_failures(
     """One row per skipped item whose key is an http(s) URL, of (split or None, key, reason)
     triples: url, the manifest file and line (or Parquet row) that lists it (None: not known),
     split, the HTTP status (None: no answer, or not an HTTP failure), the error's kind (what the
-    index's statistics count it by) and the whole reason."""
+    index's statistics count it by; "bad row" for a row the scan refused) and the whole
+    reason."""
     failed = [(split, key, reason) for split, key, reason in skipped if is_web_url(key)]
     rows = rows_of(key for _, key, _ in failed) if rows_of is not None and failed else {}
-    found = [
-        {"url": key, "file": rows.get(key, (None,))[0], "row": rows.get(key, (None, None))[1],
-         "split": split, "status": status_of(reason), "error": reason_kind(reason),
-         "reason": reason}
-        for split, key, reason in failed
-    ]  # fmt: skip
+    found = []
+    for split, key, reason in failed:
+        # a bad row names its own line: its URL's good row, if any, is another line
+        bad = named_line(reason)
+        file, row = bad or rows.get(key, (None, None))
+        found.append({"url": key, "file": file, "row": row, "split": split,
+                      "status": status_of(reason), "reason": reason,
+                      "error": "bad row" if bad else reason_kind(reason)})  # fmt: skip
     return sorted(found, key=_listed)  # in the list's order, whichever shard finished first
 
 

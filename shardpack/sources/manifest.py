@@ -90,12 +90,17 @@ class ManifestSource(Source):
         return _is_glob(where)
 
     def check_options(self, options: PackOptions) -> None:
-        """--retries of 0 or more, --url-threads and --per-host of 1 or more, and each
-        --box-columns entry NAME or NAME:FORMAT."""
+        """--retries of 0 or more, --url-threads and --per-host of 1 or more, --user-agent
+        printable ASCII, and each --box-columns entry NAME or NAME:FORMAT."""
         if options.retries < 0:
             raise OptionError(Option("retries"), f" must be 0 or more, got: {options.retries!r}")
         for option in ("url_threads", "per_host"):
             check_positive(option, getattr(options, option))
+        agent = options.user_agent
+        if agent is not None and not (agent.isascii() and agent.isprintable()):
+            # an HTTP header: past ASCII or with a line break, every URL failed as 'bad answer'
+            raise OptionError(Option("user_agent"), " must be printable ASCII (it is sent as an "
+                              f"HTTP header), got: {agent!r}")  # fmt: skip
         for entry in options.box_columns or ():
             box_column(entry)
 

@@ -17,8 +17,10 @@ import email.utils
 import functools
 import heapq
 import http.client
+import io
 import itertools
 import random
+import select
 import socket
 import ssl
 import threading
@@ -30,6 +32,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 
+from shardpack.storage.failures import said
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, opted_out, refusal
 
@@ -37,7 +40,7 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 1 << 16  # bytes a read takes at most: a body over the cap is refused within a chunk
 _DRAIN = 1 << 16  # the most of an error page read to keep its connection; past it, closed
 BACKOFF_S = 0.5  # the first retry's wait; each next one doubles it (img2dataset: none)
-MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait
+MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait; the most backoff
 # URLs a worker fetches ahead of its reads, per thread, and the most bytes of fetched bodies it
 # holds unread: a read waiting out a Retry-After at the head stops the fetching once the window
 # is fetched, so it must hold more than a second's fetches (`python -m benchmarks.urls --urls
@@ -66,7 +69,9 @@ class Fetcher:
         # every idle connection, oldest first: a list of a million hosts keeps the last few
         # (2 x threads), not a socket for each host it met (the file descriptors run out)
         self._kept: OrderedDict[http.client.HTTPConnection, tuple[str, str, int]] = OrderedDict()
-        self._hosts: dict[str, threading.Semaphore] = {}
+        # each host asked now: its cap, and the requests holding or awaiting a turn (a worker
+        # keeps its Fetcher through the shards it takes: one kept a host would grow by each)
+        self._hosts: dict[str, tuple[threading.Semaphore, int]] = {}
         # every socket connected, so that close() can cut the requests in flight: a stopped
         # run (Ctrl-C) exits at once, not when a stalled server's read timeout ends
         self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
@@ -102,8 +107,10 @@ class Fetcher:
         if failed.wait is not None and failed.wait > MOST_WAIT_S:
             raise UrlFailed(f"{failed}: Retry-After {failed.wait:g} s is over {MOST_WAIT_S:g} s"
                             ) from None  # fmt: skip
-        backoff = BACKOFF_S * 2 ** (tries - 1) * random.uniform(0.75, 1.25)
-        return max(backoff, failed.wait or 0)
+        # doubling up to the longest Retry-After waited for (the exponent bounded: a float
+        # overflows past 2**1023)
+        backoff = BACKOFF_S * 2 ** min(tries - 1, 16) * random.uniform(0.75, 1.25)
+        return max(min(backoff, MOST_WAIT_S), failed.wait or 0)
 
     def once(self, url: str, limit: int) -> bytes:
         """One try at `url`, following up to max_redirects redirects; raises as get does,
@@ -112,7 +119,10 @@ class Fetcher:
             scheme, host, port, target = _parts(url)
             status, headers, body = self._request(scheme, host, port, target, limit)
             if status in _REDIRECTS and headers.get("Location"):
-                url = urllib.parse.urljoin(url, headers["Location"])
+                try:
+                    url = urllib.parse.urljoin(url, _utf8(headers["Location"]))
+                except ValueError as e:  # an unclosed IPv6 bracket, a bad address in one
+                    raise UrlFailed(f"bad redirect: {said(e, 200)}") from None  # the server's text
                 continue
             if status == 200:
                 return body
@@ -132,10 +142,12 @@ class Fetcher:
             try:
                 try:
                     response = self._send(conn, target)
-                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                except (http.client.BadStatusLine, ConnectionResetError, BrokenPipeError):
                     if not reused:
                         raise
-                    conn.close()  # the server closed a kept connection: a fresh one, once
+                    # the server closed a kept connection, or left bytes past an answer's
+                    # length in it (no status line: RemoteDisconnected is one): a fresh one, once
+                    conn.close()
                     conn, reused = self._connection(key, fresh=True)
                     response = self._send(conn, target)
                 if response.status == 200:
@@ -182,25 +194,24 @@ class Fetcher:
         conn.request("GET", target, headers={"User-Agent": self.policy.user_agent,
                                              "Accept": "image/*, */*;q=0.5",
                                              "Accept-Encoding": "identity"})  # fmt: skip
+        conn.response_class = functools.partial(_Answer, policy=self.policy)
         return conn.getresponse()
 
     def _body(self, response: http.client.HTTPResponse, limit: int) -> bytes:
         """The body, refused as soon as it is known to be over `limit` (Content-Length, or
-        bytes read) or to take over total_timeout; read a chunk at a time as it arrives."""
+        bytes read); read a chunk at a time as it arrives (within total_timeout: _Answer)."""
         over = f"over the limit of {limit} bytes"
         length = response.getheader("Content-Length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
             raise FileTooLarge(f"{over} (Content-Length: {int(length)})")
-        deadline = time.monotonic() + self.policy.total_timeout
         parts, got = [], 0
         while chunk := response.read1(_CHUNK):
             got += len(chunk)
             if got > limit:
                 raise FileTooLarge(over)
-            if time.monotonic() > deadline:
-                raise UrlFailed(f"timed out: the answer took over {self.policy.total_timeout:g} s",
-                                True)  # fmt: skip
             parts.append(chunk)
+        if response.length:  # closed short of its Content-Length: read1 returns what came
+            raise http.client.IncompleteRead(b"", response.length)
         if not response.isclosed():  # read1 leaves a body read to its length open: the
             response.read()  # connection could not send the next request
         return b"".join(parts)
@@ -209,23 +220,34 @@ class Fetcher:
     def _host(self, host: str) -> Iterator[None]:
         """A turn among the per_host requests in flight to `host`."""
         with self._lock:
-            gate = self._hosts.setdefault(host, threading.Semaphore(self.policy.per_host))
-        with gate:
-            yield
+            gate, users = self._hosts.get(host) or (threading.Semaphore(self.policy.per_host), 0)
+            self._hosts[host] = gate, users + 1
+        try:
+            with gate:
+                yield
+        finally:
+            with self._lock:
+                if users := self._hosts[host][1] - 1:
+                    self._hosts[host] = gate, users
+                else:
+                    del self._hosts[host]
 
     def _connection(
         self, key: tuple[str, str, int], fresh: bool = False
     ) -> tuple[http.client.HTTPConnection, bool]:
         """A kept connection to the host (and whether it is one), else a new one."""
-        if not fresh:
+        while not fresh:
             with self._lock:
                 idle = self._idle.get(key)
-                if idle:
-                    conn = idle.pop()
-                    del self._kept[conn]
-                    if not idle:
-                        del self._idle[key]
-                    return conn, True
+                if not idle:
+                    break
+                conn = idle.pop()
+                del self._kept[conn]
+                if not idle:
+                    del self._idle[key]
+            if not _unasked(conn):
+                return conn, True
+            conn.close()
         scheme, host, port = key
         if scheme == "https":
             conn = http.client.HTTPSConnection(host, port, context=_tls())
@@ -282,6 +304,63 @@ class Fetcher:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
+class _Answer(http.client.HTTPResponse):
+    """An answer read within the policy's total_timeout from now, status line and headers too:
+    a server that drips them (or 100 Continue after 100 Continue) is cut off, not waited for
+    a read_timeout a byte. Interim answers (103 Early Hints) are skipped as 100 Continue is."""
+
+    def __init__(self, sock: socket.socket, *args, policy: FetchPolicy, **kwargs) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self.fp.close()  # its buffered reader of the socket: ours reads it under the deadline
+        self.fp = io.BufferedReader(_Timed(sock, policy))
+
+    def _read_status(self) -> tuple[str, int, str]:
+        # http.client skips 100 alone: a 103 taken as the answer left the real one in the kept
+        # connection, for the next URL to get as its own
+        version, status, reason = super()._read_status()
+        return version, http.client.CONTINUE if 100 <= status < 200 else status, reason
+
+
+class _Timed(io.RawIOBase):
+    """A socket's reads, each waiting at most read_timeout and what is left of total_timeout."""
+
+    def __init__(self, sock: socket.socket, policy: FetchPolicy) -> None:
+        self._sock, self._raw, self._policy = sock, sock.makefile("rb", buffering=0), policy
+        self._deadline = time.monotonic() + policy.total_timeout
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int | None:
+        left = self._deadline - time.monotonic()
+        if left > 0:
+            self._sock.settimeout(min(self._policy.read_timeout, left))
+            try:
+                return self._raw.readinto(buffer)
+            except TimeoutError:
+                if left >= self._policy.read_timeout:
+                    raise  # read_timeout's, not the deadline's
+        raise UrlFailed(f"timed out: the answer took over {self._policy.total_timeout:g} s", True)
+
+    def close(self) -> None:
+        self._raw.close()
+        with suppress(OSError):  # the connection's next request is sent under read_timeout
+            self._sock.settimeout(self._policy.read_timeout)
+        super().close()
+
+
+def _unasked(conn: http.client.HTTPConnection) -> bool:
+    """Whether an idle connection has something to read, which no request of ours asked for:
+    the server closed it, or said so first (a 408), or sent bytes past an answer. Sent on,
+    the next request would take them as its answer."""
+    sock = conn.sock
+    if sock is None or (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+        return True
+    ready = select.poll()
+    ready.register(sock, select.POLLIN)
+    return bool(ready.poll(0))
+
+
 @functools.cache
 def _tls() -> ssl.SSLContext:
     """The process's TLS settings (certificates verified): made once, 70 ms (the CA store)."""
@@ -300,12 +379,24 @@ def _parts(url: str) -> tuple[str, str, int, str]:
         raise UrlFailed(f"refused scheme: {scheme or 'none'}:// is not http(s)")
     if not parts.hostname:
         raise UrlFailed("bad URL: no host")
+    if not parts.hostname.isprintable() or " " in parts.hostname:  # http.client's refusal
+        raise UrlFailed(f"bad URL: the host {parts.hostname!r} holds a space or a control "
+                        "character")  # fmt: skip
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
-    if any(c in target for c in " \r\n\t"):
+    if not (target.isascii() and target.isprintable()) or " " in target:
+        # as a browser sends what a page wrote: UTF-8 bytes %-escaped (http.client sends ASCII)
         target = urllib.parse.quote(target, safe="/?&=%:;@!$'()*+,~-._")
     return scheme, parts.hostname, port or (443 if scheme == "https" else 80), target
+
+
+def _utf8(value: str) -> str:
+    """A header's value as UTF-8, as browsers read a Location (http.client reads latin-1: a
+    raw é became 'Ã©', another path), where its bytes are UTF-8."""
+    with suppress(UnicodeError):
+        return value.encode("latin-1").decode("utf-8")
+    return value
 
 
 def _tried(reason: str, tries: int) -> str:
@@ -328,7 +419,7 @@ def _phrase(status: int) -> str:
 def _retry_after(headers: http.client.HTTPMessage) -> float | None:
     """Retry-After's seconds (a number, or an HTTP date), else None."""
     value = (headers.get("Retry-After") or "").strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # '²' is a digit to isdigit, not to float
         return float(value)
     with suppress(TypeError, ValueError, IndexError, OverflowError):
         return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())

@@ -28,6 +28,9 @@ NEVER = ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128")
 # Seconds to accept a connection, between two reads, and for one whole answer (a slow drip);
 # --storage-option connect_timeout=S / read_timeout=S / total_timeout=S change them.
 TIMEOUTS = {"connect_timeout": 10.0, "read_timeout": 30.0, "total_timeout": 120.0}
+# the longest one may be: a socket's timeout overflows past ~292 years, and an answer waited for
+# over a day is no answer
+MOST_TIMEOUT_S = 86_400
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,13 @@ class FetchPolicy:
 
 def _seconds(key: str, value: object) -> float:
     """A timeout given as --storage-option KEY=SECONDS."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise StorageError(f"--storage-option {key}={value!r}: give a number of seconds above 0")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= MOST_TIMEOUT_S
+    ):
+        raise StorageError(f"--storage-option {key}={value!r}: give a number of seconds above 0, "
+                           f"at most {MOST_TIMEOUT_S}")  # fmt: skip
     return float(value)
 
 

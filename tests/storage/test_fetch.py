@@ -21,13 +21,13 @@ from pathlib import Path
 import cv2
 import pytest
 
-from shardpack import PackOptions, SourceError, iter_examples, pack
+from shardpack import PackOptions, SourceError, StorageError, iter_examples, pack
 from shardpack.options import as_flags
 from shardpack.sources import scan
 from shardpack.storage import fetch
 from shardpack.storage.fetch import Fetcher, Prefetch, UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge
-from shardpack.storage.urlpolicy import FetchPolicy, opted_out, refusal, status_of
+from shardpack.storage.urlpolicy import FetchPolicy, is_transient, opted_out, refusal, status_of
 from tests import helpers
 
 # A loopback HTTP server answering with injected latency: the slow tier's, as the S3 server is.
@@ -77,7 +77,15 @@ def _png(n: int) -> bytes:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     """/img/N.png: image N. The first request of /503/N.png is a 503, of /429/N.png a 429 with
-    Retry-After: 1 (Site.retry_after), of /reset/N.png a reset connection; then image N.
+    Retry-After: 1 (Site.retry_after), of /reset/N.png a reset connection, of /cut/N.png half
+    the Content-Length it states, the connection then closed; then image N. /long/N.png:
+    image N, and bytes past its Content-Length on the connection kept. /garbled.png: no HTTP.
+    /503odd.png: a 503 whose Retry-After is a digit of latin-1 past ASCII (a superscript 2).
+    /badredirect.png: a 302 to a URL urllib cannot parse. /dripheaders.png: a status line, then a
+    header's byte every 50 ms (2 s); /continues.png: a 100 Continue every 50 ms (2 s);
+    /hints/N.png: a 103 Early Hints, then 50 ms later image N. /idle408/N.png: image N, then
+    50 ms later a 408 on the idle connection, closed (as servers time out a kept one);
+    /utf8redirect/N.png: a 302 to /img/N.café.png, its Location's é sent as UTF-8 bytes.
     /429long.png asks to be retried in a day. /redirect/N.png: a 302 to /img/N.png.
     /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every agent; noai
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
@@ -133,6 +141,51 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.connection.close()
             self.close_connection = True
             return
+        if first and kind == "cut":
+            body = _png(number)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.close_connection = True
+            return
+        if kind == "utf8redirect":  # headers go as latin-1: these are é's two UTF-8 bytes
+            where = f"/img/{number}.café.png".encode().decode("latin-1")
+            return self._send(302, b"", {"Location": where})
+        if kind == "idle408":
+            self._send(200, _png(number))
+            time.sleep(0.05)
+            self.wfile.write(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n"
+                             b"Connection: close\r\n\r\n")  # fmt: skip
+            self.close_connection = True
+            return None
+        if kind == "hints":
+            self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+            self.wfile.flush()
+            time.sleep(0.05)  # the final answer comes when ready
+            return self._send(200, _png(number))
+        if path in ("/dripheaders.png", "/continues.png"):
+            drip = b"X" if path == "/dripheaders.png" else b"HTTP/1.1 100 Continue\r\n\r\n"
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n" if drip == b"X" else b"")
+            for _ in range(40):
+                self.wfile.write(drip)
+                self.wfile.flush()
+                time.sleep(0.05)
+            self.close_connection = True
+            return None
+        if path == "/badredirect.png":
+            return self._send(302, b"", {"Location": "http://[::1/x.png"})
+        if path == "/503odd.png":
+            return self._send(503, b"busy", {"Retry-After": "\xb2"})
+        if path == "/garbled.png":
+            self.wfile.write(b"not HTTP at all\r\n\r\n")
+            self.close_connection = True
+            return None
+        if kind == "long":
+            self._send(200, _png(number))
+            time.sleep(0.05)  # after the answer was read: in the connection's next answer
+            self.wfile.write(b"<!-- a footer past the length -->")
+            return None
         if (first and kind == "503") or path == "/always503.png":
             return self._send(503, b"busy")
         if first and kind == "429":
@@ -263,6 +316,16 @@ def test_many_requests_are_in_flight_while_a_server_takes_its_time(tmp_path):
     assert sum(slow.hits.values()) == 100  # one request an image: none at scan
 
 
+def test_the_backoff_between_tries_waits_no_longer_than_a_retry_after_may():
+    """The backoff doubled without end: --retries 20 waited 3 days before its last try of an
+    always-503 URL, --retries 30 over 8 years (the pack did not end)."""
+    fetcher = Fetcher(FetchPolicy(retries=40))
+    busy = UrlFailed("HTTP Service Unavailable (HTTP 503)", True)
+    waits = [fetcher.retry_in(busy, tries) for tries in range(1, 41)]
+    assert 0.375 <= waits[0] <= 0.625 and waits[-1] <= fetch.MOST_WAIT_S
+    assert max(waits) > fetch.MOST_WAIT_S / 2  # doubling still, up to the cap
+
+
 def test_a_url_waiting_for_its_retry_holds_no_fetching_thread():
     """Two threads, two URLs asked to come back in a second first: the ten after them are
     fetched meanwhile, not after (a thread asleep through Retry-After left none to fetch)."""
@@ -360,6 +423,109 @@ def test_a_body_over_the_cap_or_dripping_past_the_deadline_is_cut_off(site):
     assert time.monotonic() - start < 1.5
 
 
+def test_a_body_cut_short_of_its_content_length_is_a_cut_connection_and_retried(site):
+    """A server that closes before the bytes its Content-Length states: the half body was
+    taken whole (a truncated PNG, a permanent skip that --update never asks again)."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=1))
+    assert fetcher.get(site.url("/cut/1.png"), 10_000) == _png(1)
+    assert site.hits["/cut/1.png"] == 2
+    with pytest.raises(UrlFailed, match=r"^connection cut: answer incomplete$") as cut:
+        Fetcher(FetchPolicy(allow_private=True, retries=0)).get(site.url("/cut/2.png"), 10_000)
+    assert is_transient(str(cut.value))  # pack --update asks it again
+
+
+def test_bytes_past_an_answers_length_fail_no_other_url_on_its_connection(site):
+    """A server that sends more than its Content-Length leaves them in the kept connection:
+    the next URL's answer began with them, a 'bad answer: BadStatusLine' for an image that
+    was there. A kept connection that gives no status line is tried once on a fresh one, as one
+    the server closed is."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, threads=1, per_host=1))
+    assert fetcher.get(site.url("/long/1.png"), 10_000) == _png(1)
+    assert fetcher.get(site.url("/img/2.png"), 10_000) == _png(2)
+    with pytest.raises(UrlFailed, match="bad answer: BadStatusLine"):
+        fetcher.get(site.url("/garbled.png"), 10_000)  # a fresh connection's: the server's own
+
+
+def test_a_retry_after_of_digits_past_ascii_is_no_number_and_no_traceback(site):
+    """'²' is a digit to str.isdigit, not to float(): the ValueError stopped the whole pack
+    with a traceback. A Retry-After that is no number is not waited for."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=1))
+    with pytest.raises(UrlFailed, match=r"^HTTP Service Unavailable \(HTTP 503, after 2 tries\)$"):
+        fetcher.get(site.url("/503odd.png"), 10_000)
+
+
+def test_a_redirect_to_a_url_that_does_not_parse_is_a_failure_not_a_traceback(site):
+    """urljoin raised the ValueError of an unclosed IPv6 bracket out of the worker."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True))
+    with pytest.raises(UrlFailed, match=r"^bad redirect: Invalid IPv6 URL$"):
+        fetcher.get(site.url("/badredirect.png"), 10_000)
+    assert site.hits["/badredirect.png"] == 1  # permanent: not asked again
+
+
+def test_a_host_holding_a_space_or_a_control_character_is_a_bad_url(site):
+    """http.client refuses such a host as it makes the connection: its InvalidURL left the
+    worker as a traceback and stopped the pack."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True))
+    for url in ("http://exa mple.invalid/a.png", "http://a\x01b.invalid/a.png"):
+        with pytest.raises(UrlFailed, match=r"^bad URL: the host '.*' holds a space or a "):
+            fetcher.get(url, 10_000)
+
+
+def test_an_interim_answer_is_skipped_and_no_url_gets_another_ones_image(site):
+    """A 103 Early Hints before the answer was taken as the answer (a failure), and the answer
+    that followed it was left in the kept connection: the next URL on it got this one's image,
+    and each after it the one before's (labels and captions off by one from the pixels)."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, threads=1, per_host=1))
+    assert fetcher.get(site.url("/hints/1.png"), 10_000) == _png(1)
+    assert fetcher.get(site.url("/img/2.png"), 10_000) == _png(2)
+    assert site.connections == 1  # the connection was kept
+
+
+def test_a_kept_connection_the_server_answered_unasked_is_not_reused(site):
+    """A server timing out an idle kept connection may say so (408) before it closes it: the
+    next URL sent on it took that 408 as its own answer, a permanent failure."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, threads=1, per_host=1))
+    assert fetcher.get(site.url("/idle408/1.png"), 10_000) == _png(1)
+    while "/idle408/1.png" not in site.finished:  # its 408 sent
+        time.sleep(0.01)
+    assert fetcher.get(site.url("/img/2.png"), 10_000) == _png(2)
+
+
+def test_a_url_of_characters_past_ascii_is_sent_percent_encoded_as_a_browser_does(site):
+    """Web lists (LAION's) hold URLs as written on the page, with accents and spaces: each
+    such character goes as its UTF-8 bytes, %-escaped (a raw é was 'bad answer:
+    UnicodeEncodeError', a control character 'bad answer: InvalidURL'); escapes already there
+    are kept."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0))
+    assert fetcher.get(site.url("/img/8.café.png?q=crème"), 10_000) == _png(8)
+    assert fetcher.get(site.url("/img/9.a%20b\x01.png"), 10_000) == _png(9)
+    assert site.hits["/img/8.caf%C3%A9.png?q=cr%C3%A8me"] == 1
+    # a redirect's Location in UTF-8 bytes, as a browser reads it (http.client reads latin-1)
+    assert fetcher.get(site.url("/utf8redirect/8.png"), 10_000) == _png(8)
+    assert site.hits["/img/8.caf%C3%A9.png"] == 1
+    assert site.hits["/img/9.a%20b%01.png"] == 1
+
+
+def test_a_timeout_past_what_a_socket_takes_is_refused_in_one_line():
+    """--storage-option read_timeout=1e400 (infinity) or 1e300 passed, and each socket's
+    settimeout raised an OverflowError out of the worker: a traceback."""
+    for key in ("read_timeout", "connect_timeout", "total_timeout"):
+        for value in (1e400, 1e300, 86_401):
+            with pytest.raises(StorageError, match=rf"^--storage-option {key}=.*at most 86400"):
+                FetchPolicy.of(PackOptions(), {key: value})
+    assert FetchPolicy.of(PackOptions(), {"read_timeout": 86_400}).read_timeout == 86_400
+
+
+def test_an_answer_dripping_its_status_or_headers_is_cut_off_at_the_total_timeout(site):
+    """total_timeout bounded the body only: a server sending a header's byte, or a 100
+    Continue, every 50 ms held the fetch for as long as it went on (forever, for a hostile
+    one: the pack never ended), each read within read_timeout."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, total_timeout=0.3))
+    for path in ("/dripheaders.png", "/continues.png"):
+        with pytest.raises(UrlFailed, match=r"^timed out: the answer took over 0\.3 s$"):
+            fetcher.get(site.url(path), 10_000)
+
+
 def test_opt_out_headers_are_read_as_img2dataset_reads_them(site):
     assert opted_out(["noindex, nofollow"]) == "noindex"
     assert opted_out(["shardpack: noimageai"]) == "noimageai"
@@ -368,6 +534,21 @@ def test_opt_out_headers_are_read_as_img2dataset_reads_them(site):
     ignoring = Fetcher(FetchPolicy(allow_private=True, opt_out=False))
     assert ignoring.get(site.url("/noai/1.png"), 10_000) == _png(1)
     assert status_of("HTTP Not Found (HTTP 404)") == 404 and status_of("timed out") is None
+
+
+def test_a_bad_row_of_a_url_list_is_a_failure_at_its_own_line(tmp_path, site):
+    """A URL listed twice is a bad row at the second line: failures.jsonl named the first
+    line (whose URL was packed, or failed for its own reason) and counted it as the kind
+    'urls.csv line N'."""
+    result = _pack_urls(tmp_path, site, ["/img/0.png", "/gone/1.png", "/img/0.png", "/gone/1.png"])
+    rows = [json.loads(line) for line in (tmp_path / "out/failures.jsonl").read_text().splitlines()]
+    assert [(row["url"][-10:], row["file"], row["row"], row["error"]) for row in rows] == [
+        ("gone/1.png", "urls.csv", 3, "HTTP Not Found"),
+        ("/img/0.png", "urls.csv", 4, "bad row"),
+        ("gone/1.png", "urls.csv", 5, "bad row"),
+    ]
+    assert rows[1]["reason"] == "urls.csv line 4: the same image as line 2"
+    assert result.index.stats.url_failures == {"bad row": 2, "HTTP Not Found": 1}
 
 
 def test_a_folder_or_a_pattern_of_url_lists_is_one_manifest(tmp_path, site):
@@ -504,6 +685,22 @@ def test_connections_kept_are_capped_whatever_the_hosts(site):
     helpers.wait_for(lambda: site.connections <= 2, timeout=5)
     fetcher.close()
     helpers.wait_for(lambda: site.connections == 0, timeout=5)
+
+
+def test_a_worker_keeps_nothing_of_each_host_it_is_done_with():
+    """The per-host cap's semaphore was kept for every host a worker ever asked (1.3 kB each):
+    a worker's Fetcher lives through every shard it takes in turn, so a LAION-sized list of
+    millions of hosts grew it by gigabytes. 300 hosts (refused addresses: no request)."""
+
+    def semaphores() -> int:
+        gc.collect()  # an earlier test's thread pool (each holds one) goes now, not midway
+        return sum(isinstance(o, threading.Semaphore) for o in gc.get_objects())
+
+    fetcher, before = Fetcher(FetchPolicy()), semaphores()
+    for n in range(300):
+        with pytest.raises(UrlFailed, match="refused address"):
+            fetcher.get(f"http://10.0.{n >> 8}.{n & 255}/a.png", 1000)
+    assert semaphores() <= before
 
 
 def test_a_url_lists_image_root_pickles_for_a_cluster_and_fetches_there(tmp_path, site):

@@ -66,11 +66,13 @@ class Layout:
 
 def _meant_path(names: list[str]) -> str | None:
     """The column that probably names each image, where none has a name of PATH_COLUMNS: one a
-    typo away from them, or the one naming a path or a file (`filepath`, `image_path`)."""
+    typo away from them, or the one naming a path, a file or a URL (`filepath`, `image_path`,
+    LAION's `URL`)."""
     for name in names:
         if near(name, PATH_COLUMNS):
             return name
-    holding = [n for n in names if any(word in n.lower() for word in ("path", "file", "image"))]
+    words = ("path", "file", "image", "url")
+    holding = [n for n in names if any(word in n.lower() for word in words)]
     return holding[0] if len(holding) == 1 else None
 
 

@@ -6,6 +6,7 @@ No numpy here: recognising SRC and `pack --help` stay light.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 from shardpack.errors import SourceError
@@ -20,6 +21,16 @@ def line_name(path: str, line: int) -> str:
     show them; a Parquet file's row: "shots.parquet row 0", counted from 0 as pandas and pyarrow
     index rows."""
     return f"{os.path.basename(path)} {row_unit(path)} {line}"
+
+
+# how line_name's words begin a bad row's reason: "labels.csv line 7: why"
+_NAMED_LINE = re.compile(r"([^:/]+) (?:line|row) (\d+): ")
+
+
+def named_line(reason: str) -> tuple[str, int] | None:
+    """The (file name, line or row) a bad row's reason begins by naming (line_name), else None."""
+    found = _NAMED_LINE.match(reason)
+    return (found[1], int(found[2])) if found else None
 
 
 def row_unit(path: str) -> str:

@@ -585,6 +585,14 @@ def test_a_column_a_typo_away_from_label_or_split_or_the_image_is_named(tmp_path
     )
 
 
+def test_a_url_lists_url_column_is_named_as_the_image_column(tmp_path):
+    """LAION's columns (URL, TEXT), img2dataset's url_col: the error named no column."""
+    rows = [{"URL": "http://example.com/a.jpg", "TEXT": "a cat"}]
+    with pytest.raises(SourceError, match=r"no image column: did you mean 'URL'\? .*"
+                       "pass path_column='URL'"):  # fmt: skip
+        read_manifest(write_csv(tmp_path / "laion.csv", rows))
+
+
 def test_a_csv_number_column_made_text_by_a_few_cells_is_named(tmp_path):
     rows = [{"path": f"{i}.jpg", "score": "n/a" if i in (3, 5) else str(i / 2),
              "caption": f"photo {i}"} for i in range(8)]  # fmt: skip
