@@ -153,6 +153,11 @@ def _number(value: object) -> bool:
     return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
 
 
+def _unit(value: float) -> float:
+    """A coordinate clipped to the image: [0, 1]."""
+    return min(max(value, 0.0), 1.0)
+
+
 def _count(value: object) -> bool:
     return type(value) is int
 
@@ -372,8 +377,9 @@ class _Split:
             if not _count(annotation.get("id")):
                 raise _BadAnnotation(annotation, "its id is not an integer")
             x, y, w, h = bbox  # clipped to the image, as detectron2 clips them: [0, 1] stored
-            boxes.append((min(max(y / height, 0.0), 1.0), min(max(x / width, 0.0), 1.0),
-                          min((y + h) / height, 1.0), min((x + w) / width, 1.0)))  # fmt: skip
+            # (each end: a box wholly left of the image is one of no area, dropped as outside)
+            boxes.append((_unit(y / height), _unit(x / width), _unit((y + h) / height),
+                          _unit((x + w) / width)))  # fmt: skip
             labels.append(self.label_of[category])
             crowd.append(1 if annotation.get("iscrowd") else 0)
             given = annotation.get("area", w * h)

@@ -361,3 +361,17 @@ def test_each_split_finds_its_images_where_detectron2_and_tfds_keep_them(tmp_pat
     assert keys == {"train": ["images/train/t.png"], "val": ["val2017/v.png"],
                     "test": ["test/x.png"]}  # fmt: skip
     assert dataset.schema["objects/label"].classes == ("cat", "person")
+
+
+def test_a_box_wholly_outside_its_image_is_dropped_past_every_edge(tmp_path: Path):
+    """A box left of or above its image is dropped as one right of or below it is (outside
+    the image), not taken for a box that is not normalised, which skipped its image."""
+
+    def outside(doc):
+        for n, bbox in enumerate(([-30, 5, 10, 10], [5, -40, 10, 10], [70, 5, 10, 10])):
+            doc["annotations"].append({"id": 90 + n, "image_id": 2, "category_id": 3,
+                                       "bbox": bbox})  # fmt: skip
+
+    result = _pack(_broken(tmp_path, outside), tmp_path / "out").to_json()
+    assert result["skipped_items"] == []
+    assert result["boxes_dropped"] == {"outside the image": 3}
