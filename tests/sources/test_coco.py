@@ -293,8 +293,11 @@ def _second(doc: dict, **changes) -> None:
          "RLE string is cut short"),
         (lambda d: _second(d, segmentation={"size": [80, 120], "counts": [5, 3]}),
          "RLE counts cover 8 pixels, not 120x80"),
+        # one count of 100,000 characters: quadratic to read (a second), refused at 64 bits
+        (lambda d: _second(d, segmentation={"size": [80, 120], "counts": "o" * 100_000 + "0"}),
+         "RLE string holds a count past any image's pixels"),
     ],
-    ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover"],
+    ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover", "rle-long"],
 )  # fmt: skip
 def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, change, reason):
     src = _broken(tmp_path, change)
