@@ -223,8 +223,7 @@ def _objects(data: bytes, name: str, tally: _Tally) -> dict[str, tuple]:
     Raises:
         BadAnnotation: the XML is refused, malformed, or misses what a box needs.
     """
-    head = data[:4096].lower()
-    if b"<!doctype" in head or b"<!entity" in data.lower():
+    if _declares_doctype(data):
         raise BadAnnotation(f"{name}: declares a DOCTYPE or entities, which no VOC annotation "
                             "holds (and which could expand unbounded); remove them")  # fmt: skip
     import xml.etree.ElementTree as ET  # here: every folder pack imports the VOC source
@@ -262,6 +261,33 @@ def _objects(data: bytes, name: str, tally: _Tally) -> dict[str, tuple]:
         tally.unknown.update(tag for tag in tags if tag not in _OBJECT_TAGS)
     return {BOX: tuple(boxes), LABEL: tuple(labels), DIFFICULT: tuple(difficult),
             TRUNCATED: tuple(truncated), POSE: tuple(poses)}  # fmt: skip
+
+
+class _Prolog(Exception):
+    """The prolog's parse reached a DOCTYPE (args[0] True) or the root element (False)."""
+
+
+def _declares_doctype(data: bytes) -> bool:
+    """Whether an XML declares a DOCTYPE (the only place for entities) before its root element,
+    in whatever encoding it is written (UTF-16 too) and after however long a prolog: only the
+    prolog is parsed. Malformed XML: False (the parse that follows says what is wrong)."""
+    from xml.parsers import expat
+
+    def stop(found: bool):
+        def handler(*_: object) -> None:
+            raise _Prolog(found)
+
+        return handler
+
+    parser = expat.ParserCreate()
+    parser.StartDoctypeDeclHandler, parser.StartElementHandler = stop(True), stop(False)
+    try:
+        parser.Parse(data, True)
+    except _Prolog as reached:
+        return reached.args[0]
+    except expat.ExpatError:
+        pass
+    return False
 
 
 def _children(element: ET.Element | None) -> dict[str, str | None]:
