@@ -27,7 +27,7 @@ from shardpack.options import PackOptions, box_column
 from shardpack.packing import masks
 from shardpack.packing.objects import is_mask
 from shardpack.packing.tfdsmeta import is_box
-from shardpack.schema import Feature, Schema
+from shardpack.schema import BOX_REACH, Feature, Schema
 
 # The last part of a feature's name that says it holds geometry of the image: a transform must
 # move it or the run is refused. Boxes under tfdsmeta.BOX_NAMES (float32 rows of 4) are moved.
@@ -191,17 +191,10 @@ def _moved_points(value: object, where: tuple[Move, ...], row: int) -> np.ndarra
     return out.reshape(-1, row).astype(np.float32)
 
 
-# How far past the image a normalised box may reach (a box partly outside it): a whole image
-# on each side. Beyond that, or with a min over its max, the rows are not normalised
-# [ymin, xmin, ymax, xmax] (COCO's pixel [x, y, width, height], say), and moving them as such
-# would store nonsense.
-_REACH = (-1.0, 2.0)
-
-
 def _check_rows(key: str, name: str, rows: np.ndarray) -> None:
     """Raise ImageError (the record skipped, or the run stopped) for box rows that cannot be
     normalised [ymin, xmin, ymax, xmax]."""
-    wrong = ((rows < _REACH[0]) | (rows > _REACH[1])).any(axis=1)
+    wrong = ((rows < BOX_REACH[0]) | (rows > BOX_REACH[1])).any(axis=1)
     wrong |= (rows[:, 0] > rows[:, 2]) | (rows[:, 1] > rows[:, 3])
     if wrong.any():
         row = int(np.argmax(wrong))

@@ -274,7 +274,9 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     many = " ".join(["0.1 0.1 0.9 0.1 0.5 0.9"] * 3334)  # 10,002 points: over the cap
     labels = {"ok": "1 0.5 0.5 0.2 0.2", "class": "0 0.5 0.5 0.2 0.2\n2 0.5 0.5 0.1 0.1",
               "short": "0 0.5 0.5 0.2", "text": "a 0.5 0.5 0.2 0.2",
-              "huge": f"0 0.1 0.1 0.3 0.1 0.2 0.3\n1 {many}"}  # fmt: skip
+              "huge": f"0 0.1 0.1 0.3 0.1 0.2 0.3\n1 {many}",
+              "pixels": "0 320 240 50 50",  # in pixels: refused naming the line, not moved
+              "far": "1 0.1 0.1 2.5 0.1 2.5 0.9 0.1 0.9"}  # fmt: skip
     for name, text in labels.items():
         write(src / f"train/images/{name}.png", png)
         write(src / f"train/labels/{name}.txt", text)
@@ -288,6 +290,11 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     assert reasons["train/images/huge.png"] == ("train/labels/huge.txt line 2: holds a polygon "
                                                 "of 10,002 points, over the 10,000 shardpack "
                                                 "draws")  # fmt: skip
+    assert reasons["train/images/pixels.png"].startswith(
+        "train/labels/pixels.txt line 1: its box reaches 215, more than the image's side past "
+        "its edge; a row's numbers are fractions of the image's width and height (0 to 1)"
+    )
+    assert "far.txt line 1: its box reaches 2.5, more than" in reasons["train/images/far.png"]
     assert "mask" not in dataset.schema.extras  # the only polygon's image was skipped
     with pytest.raises(ImageError, match=r"class\.png: train/labels/class\.txt line 2"):
         pack(src, tmp_path / "out", PackOptions(workers=1, on_error="fail"))
