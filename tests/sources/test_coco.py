@@ -378,3 +378,13 @@ def test_a_box_wholly_outside_its_image_is_dropped_past_every_edge(tmp_path: Pat
     result = _pack(_broken(tmp_path, outside), tmp_path / "out").to_json()
     assert result["skipped_items"] == []
     assert result["boxes_dropped"] == {"outside the image": 3}
+
+
+def test_a_keypoint_outside_its_image_is_not_labelled_even_where_nothing_moves(tmp_path: Path):
+    """A keypoint past the image's edge becomes COCO's "not labelled" (0, 0, 0) as packed, as
+    it does under a transform; it was stored normalised past 1."""
+    src = _broken(tmp_path, lambda d: _second(d, keypoints=[500, 25, 2, 72, 60, 1, 0, 0, 0]))
+    _pack(src, tmp_path / "out")
+    (record,) = [r for r in iter_examples(tmp_path / "out", split="val") if r["image/id"] == 1]
+    np.testing.assert_allclose(record["objects/keypoints"][1],
+                               [0, 0, 0, 72 / 120, 60 / 80, 1, 0, 0, 0])  # fmt: skip
