@@ -33,6 +33,7 @@ from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_name
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only, refuse_unfound
+from shardpack.sources.tables.cells import INT64
 from shardpack.storage import Storage
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
@@ -159,7 +160,8 @@ def _unit(value: float) -> float:
 
 
 def _count(value: object) -> bool:
-    return type(value) is int
+    """An integer int64 holds (ids and areas are stored as int64)."""
+    return type(value) is int and INT64[0] <= value <= INT64[1]
 
 
 class _Categories:
@@ -331,7 +333,7 @@ class _Split:
             if not ok:
                 raise SourceError(
                     f"{self.json_path}: images[{n}] is not {{id, file_name, width, "
-                    "height} (integers, a name, sizes above 0); fix the JSON"
+                    "height} (64-bit integers, a name, sizes above 0); fix the JSON"
                 )
             name = image["file_name"]
             parts = name.split("/")
@@ -375,7 +377,7 @@ class _Split:
                 raise _BadAnnotation(annotation, f"category_id {_shown(category)} is not among "
                                                  "the categories")  # fmt: skip
             if not _count(annotation.get("id")):
-                raise _BadAnnotation(annotation, "its id is not an integer")
+                raise _BadAnnotation(annotation, "its id is not a 64-bit integer")
             x, y, w, h = bbox  # clipped to the image, as detectron2 clips them: [0, 1] stored
             # (each end: a box wholly left of the image is one of no area, dropped as outside)
             boxes.append((_unit(y / height), _unit(x / width), _unit((y + h) / height),
@@ -383,7 +385,11 @@ class _Split:
             labels.append(self.label_of[category])
             crowd.append(1 if annotation.get("iscrowd") else 0)
             given = annotation.get("area", w * h)
-            area.append(round(given) if _number(given) else round(w * h))
+            pixels = given if _number(given) else w * h  # its box's where it has none
+            if not (math.isfinite(pixels) and _count(round(pixels))):
+                raise _BadAnnotation(annotation, f"area {_shown(pixels)} is past any image's "
+                                                 "pixels")  # fmt: skip
+            area.append(round(pixels))
             ids.append(annotation["id"])
             if self.points:
                 points.append(self._keypoints(annotation, height, width))

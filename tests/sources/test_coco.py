@@ -296,8 +296,12 @@ def _second(doc: dict, **changes) -> None:
         # one count of 100,000 characters: quadratic to read (a second), refused at 64 bits
         (lambda d: _second(d, segmentation={"size": [80, 120], "counts": "o" * 100_000 + "0"}),
          "RLE string holds a count past any image's pixels"),
+        # numbers past int64, where objects/area and objects/id are stored: a worker's traceback
+        (lambda d: _second(d, area=1e300), "annotation 12: area 1e+300 is past any image's"),
+        (lambda d: _second(d, area=None, bbox=[0, 0, 1e200, 1e200]), "area inf is past any"),
     ],
-    ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover", "rle-long"],
+    ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover", "rle-long",
+         "area-huge", "area-box"],
 )  # fmt: skip
 def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, change, reason):
     src = _broken(tmp_path, change)
@@ -388,3 +392,13 @@ def test_a_keypoint_outside_its_image_is_not_labelled_even_where_nothing_moves(t
     (record,) = [r for r in iter_examples(tmp_path / "out", split="val") if r["image/id"] == 1]
     np.testing.assert_allclose(record["objects/keypoints"][1],
                                [0, 0, 0, 72 / 120, 60 / 80, 1, 0, 0, 0])  # fmt: skip
+
+
+def test_ids_past_int64_are_said_in_one_line_not_a_workers_traceback(tmp_path: Path):
+    src = _broken(tmp_path, lambda d: _second(d, id=2**64))
+    (skipped,) = scan(src).skipped
+    assert skipped[0] == "val2017/a.png"
+    assert f"annotation {2**64}: its id is not a 64-bit integer" in skipped[1]
+    src = _broken(tmp_path / "image", lambda d: d["images"][0].update(id=2**63))
+    with pytest.raises(SourceError, match=r"images\[0\] is not \{id, .*64-bit integers"):
+        scan(src)
