@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from shardpack.errors import SourceError
+from shardpack.errors import SourceError, printable
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import BOX_REACH, Feature
 from shardpack.sources import shapes
@@ -369,6 +369,11 @@ def _names(doc: dict, where: str) -> tuple[str, ...]:
     names = tuple(str(n).strip() for n in names)
     for name in names:
         check_class_name(name, where)
+    counts = Counter(names)  # one name of two classes: TFDS's ClassLabel refuses it
+    twice = next((name for name, count in counts.items() if count > 1), None)
+    if "" in counts or twice is not None:
+        said = "an empty name" if "" in counts else f"'{printable(twice)}' twice"
+        raise SourceError(f"{where}: names holds {said}; give each class a name of its own")
     if count is not None and count != len(names):
         raise SourceError(
             f"{where}: nc is {_shown(count)} but names has {len(names)} names; fix one"

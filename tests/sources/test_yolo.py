@@ -314,6 +314,10 @@ ALIASES = "b0: &b0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
     ("names: [a]\ntrain: images/elsewhere\n", "train: 'images/elsewhere' is no folder"),
     (f"names: [a]\n{ALIASES}train: *b29\n", r"train: \[\[\[\.\.\.\], \[\.\.\.\], "),
     (f"names: [a]\n{ALIASES}nc: *b29\n", r"nc \[\[\[\.\.\.\]"),
+    # one name of two classes (TFDS's ClassLabel refuses it), and a name of spaces
+    ("names: [cat, dog, cat]\n", "names holds 'cat' twice; give each class a name of its own"),
+    ("names: {0: a, 2: '1'}\n", "names holds '1' twice"),  # 1 is named by its number
+    ("names: [cat, ' ']\n", "names holds an empty name"),
 ])  # fmt: skip
 def test_a_bad_data_yaml_is_one_line_naming_it(tmp_path: Path, text: str, words: str):
     write(tmp_path / "images/a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
