@@ -196,7 +196,7 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
             typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
     if dropped := summary.get("boxes_dropped"):
         said = ", ".join(f"{printable(reason)} {n:,}" for reason, n in dropped.items())
-        typer.echo(f"boxes dropped (nothing of them left in the image): {said}")
+        typer.echo(f"boxes dropped: {said}")  # the reasons say why: not all are "nothing left"
     if failures := summary.get("url_failures"):
         said = ", ".join(f"{printable(kind)} {n:,}" for kind, n in failures.items())
         typer.echo(f"image URLs skipped: {said} (each in {summary['out']}/failures.jsonl)")
