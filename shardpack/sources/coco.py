@@ -28,12 +28,11 @@ from collections.abc import Mapping
 
 from shardpack.errors import Option, SourceError, printable
 from shardpack.options import PackOptions
-from shardpack.schema import Feature, Schema
+from shardpack.schema import INT64, Feature, Schema
 from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_name
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only, refuse_unfound
-from shardpack.sources.tables.cells import INT64
 from shardpack.storage import Storage
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
