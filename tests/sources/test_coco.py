@@ -402,3 +402,19 @@ def test_ids_past_int64_are_said_in_one_line_not_a_workers_traceback(tmp_path: P
     src = _broken(tmp_path / "image", lambda d: d["images"][0].update(id=2**63))
     with pytest.raises(SourceError, match=r"images\[0\] is not \{id, .*64-bit integers"):
         scan(src)
+
+
+def test_the_pack_summary_names_the_objects_classes(coco, tmp_path: Path):
+    """The images hold no label, the objects do: the summary said 'no classes: unlabeled',
+    which README.md says is a source read otherwise than meant."""
+    from typer.testing import CliRunner
+
+    from shardpack.cli import app
+
+    src, _ = coco
+    done = CliRunner().invoke(app, ["pack", str(src), str(tmp_path / "out"), "--workers", "1"])
+    assert done.exit_code == 0, done.output
+    assert "\nno image classes; 3 object classes (objects/label): person, car, dog\n" in (
+        done.output)  # fmt: skip
+    assert _pack(src, tmp_path / "again").to_json()["object_classes"] == {
+        "feature": "objects/label", "num_classes": 3, "classes": CLASSES}  # fmt: skip
