@@ -418,3 +418,15 @@ def test_the_pack_summary_names_the_objects_classes(coco, tmp_path: Path):
         done.output)  # fmt: skip
     assert _pack(src, tmp_path / "again").to_json()["object_classes"] == {
         "feature": "objects/label", "num_classes": 3, "classes": CLASSES}  # fmt: skip
+
+
+def test_a_src_inside_a_coco_folder_is_told_to_pass_the_folder(coco):
+    """The JSON itself, or a split's image folder, as SRC: the error named class folders alone."""
+    src, _ = coco
+    for inside in ("annotations/instances_val2017.json", "val2017"):
+        with pytest.raises(SourceError) as caught:
+            scan(src / inside)
+        assert str(caught.value).endswith(
+            f"it lies inside a COCO folder (annotations/instances_"
+            f"<split>.json beside the images), {src}: pass that"
+        )

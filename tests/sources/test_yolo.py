@@ -358,3 +358,9 @@ def test_a_grow_that_brings_the_first_polygon_is_refused_naming_the_mask_it_adds
     assert 'it adds ["mask"]' in result.stderr and "new output folder" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == held
+
+
+def test_a_src_inside_a_yolo_dataset_is_told_to_pass_it(yolo: Path):
+    for inside in ("data.yaml", "images"):
+        with pytest.raises(SourceError, match=f"it lies inside a YOLO dataset .*, {yolo}: pass"):
+            scan(yolo / inside)
