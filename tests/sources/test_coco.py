@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import cv2
@@ -430,3 +431,11 @@ def test_a_src_inside_a_coco_folder_is_told_to_pass_the_folder(coco):
             f"it lies inside a COCO folder (annotations/instances_"
             f"<split>.json beside the images), {src}: pass that"
         )
+
+
+def test_inspect_shows_a_mask_as_its_size_not_its_bytes_as_text(coco, tmp_path: Path):
+    from shardpack.read.describe import describe
+
+    _pack(coco[0], tmp_path / "out")
+    (sample,) = describe(tmp_path / "out", num_records=1)["splits"]["val"]["samples"]
+    assert re.fullmatch(r"<[\d,]+ bytes>", sample["mask"]), sample["mask"][:20]
