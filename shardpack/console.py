@@ -196,7 +196,7 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
             typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
     if dropped := summary.get("boxes_dropped"):
         said = ", ".join(f"{printable(reason)} {n:,}" for reason, n in dropped.items())
-        typer.echo(f"boxes dropped (nothing of them left in the image): {said}")
+        typer.echo(f"boxes dropped: {said}")  # the reasons say why: not all are "nothing left"
     if failures := summary.get("url_failures"):
         said = ", ".join(f"{printable(kind)} {n:,}" for kind, n in failures.items())
         typer.echo(f"image URLs skipped: {said} (each in {summary['out']}/failures.jsonl)")
@@ -211,10 +211,14 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
 def _print_classes_and_features(summary: dict) -> None:
     """The class list (the first few) and every feature beyond the image's: a changed class list
     or a lost label column shows in the summary."""
-    count, shown = summary["num_classes"], summary["classes"][:_SHOWN_CLASSES]
-    if count:
-        more = ", ..." if count > len(shown) else ""
-        typer.echo(f"{plural(count, 'class', 'classes')}: {', '.join(map(printable, shown))}{more}")
+    objects = summary.get("object_classes")
+    if summary["num_classes"]:
+        typer.echo(_classes_line(summary["num_classes"], summary["classes"], "class", "classes"))
+    elif objects:  # COCO, YOLO, VOC: the images hold no label, their objects do
+        of = f"({printable(objects['feature'])})"
+        said = _classes_line(objects["num_classes"], objects["classes"], f"object class {of}",
+                             f"object classes {of}")  # fmt: skip
+        typer.echo(f"no image classes; {said}")
     else:
         typer.echo("no classes: unlabeled")
     features = [f"{printable(name)} ({kind})" for name, kind in summary["features"].items()]
@@ -222,6 +226,13 @@ def _print_classes_and_features(summary: dict) -> None:
 
 
 _SHOWN_CLASSES = 8  # of a summary's class list: one line on a terminal
+
+
+def _classes_line(count: int, names: list, one: str, many: str) -> str:
+    """'3 classes: a, b, c', the first few names (_SHOWN_CLASSES) of `count`."""
+    shown = names[:_SHOWN_CLASSES]
+    more = ", ..." if count > len(shown) else ""
+    return f"{plural(count, one, many)}: {', '.join(map(printable, shown))}{more}"
 
 
 def print_inspect(summary: dict) -> None:

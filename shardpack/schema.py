@@ -21,6 +21,14 @@ LABEL = "label"
 # A [-1, 4] float feature under one of these names holds boxes, [ymin, xmin, ymax, xmax]
 # normalised as TFDS stores them: declared as TFDS bounding boxes and moved with the pixels.
 BOX_NAMES = ("boxes", "bbox", "bboxes", "objects/bbox")
+# How far past the image a normalised box may reach (a box partly outside it): a whole image
+# on each side. Beyond that, or with a min over its max, the rows are not normalised
+# [ymin, xmin, ymax, xmax] (COCO's pixel [x, y, width, height], YOLO rows in pixels, say), and
+# moving them as such would store nonsense.
+BOX_REACH = (-1.0, 2.0)
+# What an int64 feature holds (a value past it is refused where it is read, not left to numpy's
+# OverflowError in a worker).
+INT64 = (-(2**63), 2**63 - 1)
 # The longest row of a (-1, k) feature: boxes are 4, keypoints tens; a row of millions is no
 # row (a (-1,) list holds it), and numpy refuses a k near 2**63 with a traceback.
 MAX_ROW = 1 << 20

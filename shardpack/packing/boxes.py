@@ -9,9 +9,9 @@ remains; albumentations at its defaults would keep it as a line of no area) and 
 reason.
 
 Keypoints (objects/keypoints, float32 rows of (x, y, v) per keypoint, x and y normalised, as
-COCO orders them) move as points with the boxes' arithmetic; one that leaves the image becomes
-(0, 0, 0), COCO's "not labelled". A record's `mask` (packing/masks.py) is drawn, moved and
-renumbered after the objects dropped.
+COCO orders them) move as points with the boxes' arithmetic; one that leaves the image, or lies
+outside it where nothing moves, becomes (0, 0, 0), COCO's "not labelled". A record's `mask`
+(packing/masks.py) is drawn, moved and renumbered after the objects dropped.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from shardpack.options import PackOptions, box_column
 from shardpack.packing import masks
 from shardpack.packing.objects import is_mask
 from shardpack.packing.tfdsmeta import is_box
-from shardpack.schema import Feature, Schema
+from shardpack.schema import BOX_REACH, Feature, Schema
 
 # The last part of a feature's name that says it holds geometry of the image: a transform must
 # move it or the run is refused. Boxes under tfdsmeta.BOX_NAMES (float32 rows of 4) are moved.
@@ -152,9 +152,10 @@ def follow(
     """
     dropped: Counter[str] = Counter()
     masked = [name for name in moved if name in fields and is_mask(name, schema[name])]
+    pointed = [name for name in moved if name in fields and _is_points(name, schema[name])]
     boxed = [name for name in moved if name in fields and name not in masked
-             and not _is_points(name, schema[name])]  # fmt: skip
-    if not where and not masked and not boxed:
+             and name not in pointed]  # fmt: skip
+    if not where and not masked and not boxed and not pointed:
         return fields, dropped
     fields = dict(fields)
     kept: dict[str, np.ndarray] = {}  # group -> the rows its boxes kept
@@ -169,9 +170,8 @@ def follow(
         kept[name.rpartition("/")[0]] = reasons == ""
         if len(boxes) != len(fields[name]):
             _drop_siblings(key, fields, schema, name, reasons == "", len(rows))
-    for name in moved:
-        if name in fields and where and _is_points(name, schema[name]):
-            fields[name] = _moved_points(fields[name], where, schema[name].row or 3)
+    for name in pointed:  # where nothing moves them too: one outside the image is unlabelled
+        fields[name] = _moved_points(fields[name], where, schema[name].row or 3)
     for name in masked:
         group = name.rpartition("/")[0] or OBJECTS
         fields[name] = masks.drawn(key, fields[name], where, size, kept.get(group))
@@ -191,17 +191,10 @@ def _moved_points(value: object, where: tuple[Move, ...], row: int) -> np.ndarra
     return out.reshape(-1, row).astype(np.float32)
 
 
-# How far past the image a normalised box may reach (a box partly outside it): a whole image
-# on each side. Beyond that, or with a min over its max, the rows are not normalised
-# [ymin, xmin, ymax, xmax] (COCO's pixel [x, y, width, height], say), and moving them as such
-# would store nonsense.
-_REACH = (-1.0, 2.0)
-
-
 def _check_rows(key: str, name: str, rows: np.ndarray) -> None:
     """Raise ImageError (the record skipped, or the run stopped) for box rows that cannot be
     normalised [ymin, xmin, ymax, xmax]."""
-    wrong = ((rows < _REACH[0]) | (rows > _REACH[1])).any(axis=1)
+    wrong = ((rows < BOX_REACH[0]) | (rows > BOX_REACH[1])).any(axis=1)
     wrong |= (rows[:, 0] > rows[:, 2]) | (rows[:, 1] > rows[:, 3])
     if wrong.any():
         row = int(np.argmax(wrong))

@@ -22,6 +22,11 @@ from shardpack.sources import shapes
 Move = images.Geometry | images.Turn
 # The most objects one map numbers: a 16-bit PNG's values.
 MAX_OBJECTS = 65535
+# The most polygon points one map draws, all its objects' together: drawing costs rows x points
+# (a 10,000-point zigzag 0.2 s at 480 rows), and shapes.MAX_POLYGON_POINTS bounds one polygon,
+# not how many an object or an image has. COCO's busiest images hold thousands; as many as a
+# YOLO label file of 4 MiB holds.
+MAX_POINTS = 250_000
 
 
 def drawn(
@@ -89,6 +94,10 @@ def draw(key: str, size: tuple[int, int], outlines: list, crowd: list[int]) -> n
     if len(outlines) > MAX_OBJECTS:
         raise ImageError(key, f"{len(outlines)} objects, more than a mask PNG numbers "
                               f"({MAX_OBJECTS})")  # fmt: skip
+    points = sum(len(p) for outline in outlines if not isinstance(outline, dict) for p in outline)
+    if points > MAX_POINTS:
+        raise ImageError(key, f"its objects' polygons hold {points:,} points, more than shardpack "
+                              f"draws in one image ({MAX_POINTS:,}); simplify them")  # fmt: skip
     height, width = size
     ids = np.zeros((height, width), np.uint16)
     order = sorted(range(len(outlines)), key=lambda i: not crowd[i])  # crowds first: stable

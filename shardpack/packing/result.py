@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from shardpack.index import Index
 from shardpack.packing.boxes import DROPPED
-from shardpack.schema import Feature
+from shardpack.schema import Feature, Schema
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class PackResult:
             "num_classes": len(self.index.classes),
             "classes": list(self.index.classes[:SUMMARY_CLASSES]),
             "features": {name: feature_type(f) for name, f in self.index.schema.extras.items()},
+            "object_classes": _object_classes(self.index.schema),
             "grow": self.grow,
             "shuffle": index.shuffle,
             "seed": index.seed,
@@ -98,3 +99,16 @@ def feature_type(feature: Feature) -> str:
     if not feature.shape:
         return kind
     return f"{kind} list of {feature.row}" if feature.row else f"{kind} list"
+
+
+def _object_classes(schema: Schema) -> dict | None:
+    """An object dataset's classes (its boxes' class feature's, objects/label), as num_classes
+    and classes give the images': {feature, num_classes, classes (the first few)}; None for a
+    dataset without."""
+    from shardpack.packing.objects import objects_of  # numpy: not for `pack --help`
+
+    found = objects_of(schema)
+    if found is None or not found.classes:
+        return None
+    return {"feature": found.label, "num_classes": len(found.classes),
+            "classes": list(found.classes[:SUMMARY_CLASSES])}  # fmt: skip

@@ -163,11 +163,15 @@ def _num(value: object) -> str:
 
 
 def _json_value(value: object) -> object:
-    """A record value as JSON holds it: arrays as (nested) lists, bytes as text."""
+    """A record value as JSON holds it: arrays as (nested) lists, bytes as text, or as their
+    count where they are no text (a mask's PNG: its bytes decoded were noise on a terminal)."""
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"<{len(value):,} bytes>"
     if isinstance(value, list):
         return [_json_value(v) for v in value]
     return value

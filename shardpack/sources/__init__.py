@@ -27,7 +27,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator, Mapping
 
-from shardpack.errors import Option, SourceError
+from shardpack.errors import Option, ShardpackError, SourceError
 from shardpack.options import PackOptions, check_choice
 from shardpack.sources import (
     cifar,
@@ -112,8 +112,13 @@ def scan(
     _refuse_unused(root, options, source)
     source.check_options(options)
     dataset = scan_streamed(root, source, found, options, storage_options)
-    if dataset is None:
-        dataset = source.scan(found, options, storage_options)
+    try:
+        dataset = dataset or source.scan(found, options, storage_options)
+    except SourceError as e:  # the folders' layouts take any SRC: one a level off finds nothing
+        above = _object_dataset_above(root) if source in _ANY_FOLDER else None
+        if above is None or options.source != "auto":
+            raise
+        raise SourceError(*e.args, f"; {above}") from None
     dataset = dataclasses.replace(dataset, warnings=dataset.warnings + _typos(dataset))
     if options.split is None:
         return dataset
@@ -152,6 +157,28 @@ def _typos(dataset: Dataset) -> tuple[str, ...]:
                             f"from class {meant!r} ({m:,} images): if it is a typo, give its "
                             f"images the class {meant!r}")  # fmt: skip
     return tuple(warnings)
+
+
+# The sources that take any folder (the last tried), and those whose datasets hold files and
+# folders a user may pass as SRC by mistake: a COCO JSON or annotations/, YOLO's data.yaml or
+# images/, VOC's JPEGImages/.
+_ANY_FOLDER = (folder.SOURCE, splittree.SOURCE)
+_OBJECTS = (coco.SOURCE, yolo.SOURCE, voc.SOURCE)
+
+
+def _object_dataset_above(root: Storage) -> str | None:
+    """'it lies inside a COCO folder (...), D: pass that' where the folder D one or two levels
+    above SRC is an object dataset (_OBJECTS); None where neither is."""
+    above = root.parent()
+    for _ in range(2):
+        if above is None:
+            return None
+        for source in _OBJECTS:
+            with contextlib.suppress(ShardpackError, OSError):
+                if source.recognise(above, PackOptions()) is not None:
+                    return f"it lies inside {source.described}, {above.path()}: pass that"
+        above = above.parent()
+    return None
 
 
 def _recognise(root: Storage, options: PackOptions) -> tuple[Source, object]:
@@ -208,5 +235,6 @@ def source_root(
     if kind is None and not named:
         raise SourceError(f"{where}: no such folder; pass the folder that holds your images")
     if kind != "dir" and not manifest.is_manifest_name(where) and not named:
-        raise SourceError(f"{where}: is a file, not a folder; {folder.instead_of_file(where)}")
+        instead = _object_dataset_above(root) or folder.instead_of_file(where)
+        raise SourceError(f"{where}: is a file, not a folder; {instead}")
     return root

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 from shardpack.errors import Option, SourceError, printable
 from shardpack.options import PackOptions
-from shardpack.schema import Feature, Schema
+from shardpack.schema import INT64, Feature, Schema
 from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_name
 from shardpack.sources.scanprogress import listed
@@ -153,8 +153,14 @@ def _number(value: object) -> bool:
     return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
 
 
+def _unit(value: float) -> float:
+    """A coordinate clipped to the image: [0, 1]."""
+    return min(max(value, 0.0), 1.0)
+
+
 def _count(value: object) -> bool:
-    return type(value) is int
+    """An integer int64 holds (ids and areas are stored as int64)."""
+    return type(value) is int and INT64[0] <= value <= INT64[1]
 
 
 class _Categories:
@@ -326,7 +332,7 @@ class _Split:
             if not ok:
                 raise SourceError(
                     f"{self.json_path}: images[{n}] is not {{id, file_name, width, "
-                    "height} (integers, a name, sizes above 0); fix the JSON"
+                    "height} (64-bit integers, a name, sizes above 0); fix the JSON"
                 )
             name = image["file_name"]
             parts = name.split("/")
@@ -370,14 +376,19 @@ class _Split:
                 raise _BadAnnotation(annotation, f"category_id {_shown(category)} is not among "
                                                  "the categories")  # fmt: skip
             if not _count(annotation.get("id")):
-                raise _BadAnnotation(annotation, "its id is not an integer")
+                raise _BadAnnotation(annotation, "its id is not a 64-bit integer")
             x, y, w, h = bbox  # clipped to the image, as detectron2 clips them: [0, 1] stored
-            boxes.append((min(max(y / height, 0.0), 1.0), min(max(x / width, 0.0), 1.0),
-                          min((y + h) / height, 1.0), min((x + w) / width, 1.0)))  # fmt: skip
+            # (each end: a box wholly left of the image is one of no area, dropped as outside)
+            boxes.append((_unit(y / height), _unit(x / width), _unit((y + h) / height),
+                          _unit((x + w) / width)))  # fmt: skip
             labels.append(self.label_of[category])
             crowd.append(1 if annotation.get("iscrowd") else 0)
             given = annotation.get("area", w * h)
-            area.append(round(given) if _number(given) else round(w * h))
+            pixels = given if _number(given) else w * h  # its box's where it has none
+            if not (math.isfinite(pixels) and _count(round(pixels))):
+                raise _BadAnnotation(annotation, f"area {_shown(pixels)} is past any image's "
+                                                 "pixels")  # fmt: skip
+            area.append(round(pixels))
             ids.append(annotation["id"])
             if self.points:
                 points.append(self._keypoints(annotation, height, width))

@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass
 
 from shardpack.errors import Option, SourceError
-from shardpack.schema import BUILTIN_NAMES, LABEL, Feature
+from shardpack.schema import BUILTIN_NAMES, INT64, LABEL, Feature
 from shardpack.sources.classlist import check_class_count, check_class_name
-from shardpack.sources.tables.cells import INT64, MAX_TEXT_CHARS
+from shardpack.sources.tables.cells import MAX_TEXT_CHARS
 
 MAX_METADATA_BYTES = 16 << 20  # the `huggingface` schema metadata: features and a card's info
 _LISTS = ("Sequence", "List", "LargeList")

@@ -31,6 +31,10 @@ _MOST = 1e9
 # The most points of one polygon: COCO's outlines have tens to a few hundred; drawing costs
 # rows x points (images.fill_polygon), so a hostile one of millions would hold a worker.
 MAX_POLYGON_POINTS = 10_000
+# The most bits of one count of a compressed RLE: pycocotools reads a count into 64 bits (13
+# characters of 5); past it no count is an image's, and a hostile run of continuation
+# characters would build an ever longer integer (quadratic time).
+_COUNT_BITS = 64
 
 
 def check(segmentation: object, height: int, width: int) -> dict | list[np.ndarray]:
@@ -82,7 +86,7 @@ def rle_counts(text: str) -> list[int]:
     before).
 
     Raises:
-        ValueError: the string ends inside a count.
+        ValueError: the string ends inside a count, or holds one of over 64 bits.
     """
     counts: list[int] = []
     at, data = 0, text.encode("ascii")
@@ -95,6 +99,8 @@ def rle_counts(text: str) -> list[int]:
             value |= (c & 0x1F) << shift
             more = bool(c & 0x20)
             at, shift = at + 1, shift + 5
+            if more and shift >= _COUNT_BITS:
+                raise ValueError("RLE string holds a count past any image's pixels")
             if not more and c & 0x10:
                 value |= -1 << shift
         if len(counts) > 2:

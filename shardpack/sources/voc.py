@@ -14,6 +14,7 @@ sorted. The XML is hostile: read bounded, and one with a DOCTYPE (entities) refu
 from __future__ import annotations
 
 import posixpath
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
@@ -223,16 +224,19 @@ def _objects(data: bytes, name: str, tally: _Tally) -> dict[str, tuple]:
     Raises:
         BadAnnotation: the XML is refused, malformed, or misses what a box needs.
     """
-    head = data[:4096].lower()
-    if b"<!doctype" in head or b"<!entity" in data.lower():
-        raise BadAnnotation(f"{name}: declares a DOCTYPE or entities, which no VOC annotation "
-                            "holds (and which could expand unbounded); remove them")  # fmt: skip
     import xml.etree.ElementTree as ET  # here: every folder pack imports the VOC source
 
+    text = _decoded(data, name)
     try:
-        top = ET.fromstring(data)
+        if _declares_doctype(text):
+            raise BadAnnotation(f"{name}: declares a DOCTYPE or entities, which no VOC "
+                                "annotation holds (and which could expand unbounded); remove "
+                                "them")  # fmt: skip
+        top = ET.fromstring(text)
     except ET.ParseError as e:
         raise BadAnnotation(f"{name}: is not well-formed XML ({e}); fix or remove it") from None
+    except ValueError as e:  # expat's: an encoding it names that is no codec of one byte
+        raise BadAnnotation(f"{name}: cannot be read ({e}); save it as UTF-8") from None
     if top.tag != "annotation":
         raise BadAnnotation(f"{name}: its root element is <{top.tag}>, not <annotation>; is it "
                             "a VOC annotation?")  # fmt: skip
@@ -262,6 +266,55 @@ def _objects(data: bytes, name: str, tally: _Tally) -> dict[str, tuple]:
         tally.unknown.update(tag for tag in tags if tag not in _OBJECT_TAGS)
     return {BOX: tuple(boxes), LABEL: tuple(labels), DIFFICULT: tuple(difficult),
             TRUNCATED: tuple(truncated), POSE: tuple(poses)}  # fmt: skip
+
+
+# The encoding an XML declaration names (in its first bytes, ASCII's), and those expat reads
+# itself; Python's codecs read the others (GBK, Shift-JIS: expat refuses multi-byte ones).
+_DECLARED = re.compile(
+    rb"(?:\xef\xbb\xbf)?<\?xml[^>]{0,200}?encoding\s*=\s*[\"']([\w.:-]{1,40})[\"']"
+)
+_EXPAT_READS = frozenset({"utf-8", "utf8", "us-ascii", "ascii", "iso-8859-1", "latin-1"})
+
+
+def _decoded(data: bytes, name: str) -> bytes | str:
+    """An XML as expat reads it: its bytes, or text decoded from the encoding its declaration
+    names where expat would not read that encoding itself (a str's declaration is ignored)."""
+    match = _DECLARED.match(data)
+    encoding = match.group(1).decode().lower() if match else "utf-8"
+    if encoding in _EXPAT_READS or encoding.startswith("utf-16"):
+        return data
+    try:
+        return data.decode(encoding)
+    except (LookupError, UnicodeDecodeError) as e:
+        raise BadAnnotation(f"{name}: cannot be read in the encoding it declares, {encoding} "
+                            f"({e}); save it as UTF-8") from None  # fmt: skip
+
+
+class _Prolog(Exception):
+    """The prolog's parse reached a DOCTYPE (args[0] True) or the root element (False)."""
+
+
+def _declares_doctype(data: bytes | str) -> bool:
+    """Whether an XML declares a DOCTYPE (the only place for entities) before its root element,
+    in whatever encoding it is written (UTF-16 too) and after however long a prolog: only the
+    prolog is parsed. Malformed XML: False (the parse that follows says what is wrong)."""
+    from xml.parsers import expat
+
+    def stop(found: bool):
+        def handler(*_: object) -> None:
+            raise _Prolog(found)
+
+        return handler
+
+    parser = expat.ParserCreate()
+    parser.StartDoctypeDeclHandler, parser.StartElementHandler = stop(True), stop(False)
+    try:
+        parser.Parse(data, True)
+    except _Prolog as reached:
+        return reached.args[0]
+    except expat.ExpatError:
+        pass
+    return False
 
 
 def _children(element: ET.Element | None) -> dict[str, str | None]:

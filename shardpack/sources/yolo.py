@@ -25,9 +25,9 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from shardpack.errors import SourceError
+from shardpack.errors import SourceError, printable
 from shardpack.options import SPLIT_NAMES, PackOptions
-from shardpack.schema import Feature
+from shardpack.schema import BOX_REACH, Feature
 from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_count, check_class_name
 from shardpack.sources.folder import few, folder_entries
@@ -301,6 +301,11 @@ def _objects(
             pose = f", or class cx cy w h and {kpt} keypoint values" if kpt else ""
             raise BadAnnotation(f"{at}: {len(values)} values; a row is class cx cy w h, or "
                                 f"class x1 y1 x2 y2 x3 y3 ... (a polygon){pose}")  # fmt: skip
+        past = [v for v in box if not BOX_REACH[0] <= v <= BOX_REACH[1]]
+        if past:  # one of no area inside, a little way out, is dropped when packed
+            raise BadAnnotation(f"{at}: its box reaches {past[0]:g}, more than the image's side "
+                                "past its edge; a row's numbers are fractions of the image's "
+                                "width and height (0 to 1), not pixels")  # fmt: skip
         boxes.extend(box)
         labels.append(int(label))
     drawn = 0 if polygons is None else len(polygons) - polygons.count(())
@@ -364,6 +369,11 @@ def _names(doc: dict, where: str) -> tuple[str, ...]:
     names = tuple(str(n).strip() for n in names)
     for name in names:
         check_class_name(name, where)
+    counts = Counter(names)  # one name of two classes: TFDS's ClassLabel refuses it
+    twice = next((name for name, count in counts.items() if count > 1), None)
+    if "" in counts or twice is not None:
+        said = "an empty name" if "" in counts else f"'{printable(twice)}' twice"
+        raise SourceError(f"{where}: names holds {said}; give each class a name of its own")
     if count is not None and count != len(names):
         raise SourceError(
             f"{where}: nc is {_shown(count)} but names has {len(names)} names; fix one"

@@ -363,7 +363,10 @@ def test_the_cli_says_what_it_dropped_and_refuses_in_one_line(tmp_path: Path):
             "center-crop"]  # fmt: skip
     done = CliRunner().invoke(app, [*args[:2], str(tmp_path / "out"), *args[2:]])
     assert done.exit_code == 0, done.output
-    assert "boxes dropped (nothing of them left in the image): cropped away 1" in done.output
+    assert "\nboxes dropped: cropped away 1\n" in done.output  # as docs/sources.md shows it
+    some = CliRunner().invoke(app, [*args[:2], str(tmp_path / "some"), *args[2:],
+                                    "--min-visibility", "0.99"])  # fmt: skip
+    assert "\nboxes dropped: cropped away 1, mostly cropped away 1\n" in some.output
     inspected = CliRunner().invoke(app, ["inspect", str(tmp_path / "out")])
     assert "boxes_dropped: cropped away 1" in inspected.output
     write_jsonl(src, [{"path": "a.png", **_columns(), "keypoints": [[0.5, 0.8]]}])

@@ -107,6 +107,16 @@ def test_past_255_objects_the_map_is_16_bit():
     assert _ids(masks.drawn("k", png, (where,), (40, 30)))[39, 29] == 300
 
 
+def test_an_image_of_more_polygon_points_than_it_draws_is_refused_by_name():
+    """Polygons under the cap one by one, over it together (drawing costs rows x points: a
+    hostile JSON held a worker for minutes an image), are refused before any is drawn."""
+    polygon = [np.tile(np.array([[0, 0], [9, 0], [9, 9]], "<f4"), (3000, 1))]  # 9,000 points
+    outlines = [polygon] * 28  # 252,000 points
+    blob = shapes.encode(10, 10, outlines, [0] * len(outlines))
+    with pytest.raises(ImageError, match=r"k: its objects' polygons hold 252,000 points, more"):
+        masks.drawn("k", blob, (), (10, 10))
+
+
 def test_a_mask_that_is_no_map_is_refused_by_name():
     with pytest.raises(ImageError, match="its 'mask' is not a PNG id map"):
         masks.drawn("k", b"not a map", (images.Turn(6),), (4, 4))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import cv2
@@ -293,8 +294,15 @@ def _second(doc: dict, **changes) -> None:
          "RLE string is cut short"),
         (lambda d: _second(d, segmentation={"size": [80, 120], "counts": [5, 3]}),
          "RLE counts cover 8 pixels, not 120x80"),
+        # one count of 100,000 characters: quadratic to read (a second), refused at 64 bits
+        (lambda d: _second(d, segmentation={"size": [80, 120], "counts": "o" * 100_000 + "0"}),
+         "RLE string holds a count past any image's pixels"),
+        # numbers past int64, where objects/area and objects/id are stored: a worker's traceback
+        (lambda d: _second(d, area=1e300), "annotation 12: area 1e+300 is past any image's"),
+        (lambda d: _second(d, area=None, bbox=[0, 0, 1e200, 1e200]), "area inf is past any"),
     ],
-    ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover"],
+    ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover", "rle-long",
+         "area-huge", "area-box"],
 )  # fmt: skip
 def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, change, reason):
     src = _broken(tmp_path, change)
@@ -361,3 +369,73 @@ def test_each_split_finds_its_images_where_detectron2_and_tfds_keep_them(tmp_pat
     assert keys == {"train": ["images/train/t.png"], "val": ["val2017/v.png"],
                     "test": ["test/x.png"]}  # fmt: skip
     assert dataset.schema["objects/label"].classes == ("cat", "person")
+
+
+def test_a_box_wholly_outside_its_image_is_dropped_past_every_edge(tmp_path: Path):
+    """A box left of or above its image is dropped as one right of or below it is (outside
+    the image), not taken for a box that is not normalised, which skipped its image."""
+
+    def outside(doc):
+        for n, bbox in enumerate(([-30, 5, 10, 10], [5, -40, 10, 10], [70, 5, 10, 10])):
+            doc["annotations"].append({"id": 90 + n, "image_id": 2, "category_id": 3,
+                                       "bbox": bbox})  # fmt: skip
+
+    result = _pack(_broken(tmp_path, outside), tmp_path / "out").to_json()
+    assert result["skipped_items"] == []
+    assert result["boxes_dropped"] == {"outside the image": 3}
+
+
+def test_a_keypoint_outside_its_image_is_not_labelled_even_where_nothing_moves(tmp_path: Path):
+    """A keypoint past the image's edge becomes COCO's "not labelled" (0, 0, 0) as packed, as
+    it does under a transform; it was stored normalised past 1."""
+    src = _broken(tmp_path, lambda d: _second(d, keypoints=[500, 25, 2, 72, 60, 1, 0, 0, 0]))
+    _pack(src, tmp_path / "out")
+    (record,) = [r for r in iter_examples(tmp_path / "out", split="val") if r["image/id"] == 1]
+    np.testing.assert_allclose(record["objects/keypoints"][1],
+                               [0, 0, 0, 72 / 120, 60 / 80, 1, 0, 0, 0])  # fmt: skip
+
+
+def test_ids_past_int64_are_said_in_one_line_not_a_workers_traceback(tmp_path: Path):
+    src = _broken(tmp_path, lambda d: _second(d, id=2**64))
+    (skipped,) = scan(src).skipped
+    assert skipped[0] == "val2017/a.png"
+    assert f"annotation {2**64}: its id is not a 64-bit integer" in skipped[1]
+    src = _broken(tmp_path / "image", lambda d: d["images"][0].update(id=2**63))
+    with pytest.raises(SourceError, match=r"images\[0\] is not \{id, .*64-bit integers"):
+        scan(src)
+
+
+def test_the_pack_summary_names_the_objects_classes(coco, tmp_path: Path):
+    """The images hold no label, the objects do: the summary said 'no classes: unlabeled',
+    which README.md says is a source read otherwise than meant."""
+    from typer.testing import CliRunner
+
+    from shardpack.cli import app
+
+    src, _ = coco
+    done = CliRunner().invoke(app, ["pack", str(src), str(tmp_path / "out"), "--workers", "1"])
+    assert done.exit_code == 0, done.output
+    assert "\nno image classes; 3 object classes (objects/label): person, car, dog\n" in (
+        done.output)  # fmt: skip
+    assert _pack(src, tmp_path / "again").to_json()["object_classes"] == {
+        "feature": "objects/label", "num_classes": 3, "classes": CLASSES}  # fmt: skip
+
+
+def test_a_src_inside_a_coco_folder_is_told_to_pass_the_folder(coco):
+    """The JSON itself, or a split's image folder, as SRC: the error named class folders alone."""
+    src, _ = coco
+    for inside in ("annotations/instances_val2017.json", "val2017"):
+        with pytest.raises(SourceError) as caught:
+            scan(src / inside)
+        assert str(caught.value).endswith(
+            f"it lies inside a COCO folder (annotations/instances_"
+            f"<split>.json beside the images), {src}: pass that"
+        )
+
+
+def test_inspect_shows_a_mask_as_its_size_not_its_bytes_as_text(coco, tmp_path: Path):
+    from shardpack.read.describe import describe
+
+    _pack(coco[0], tmp_path / "out")
+    (sample,) = describe(tmp_path / "out", num_records=1)["splits"]["val"]["samples"]
+    assert re.fullmatch(r"<[\d,]+ bytes>", sample["mask"]), sample["mask"][:20]

@@ -144,3 +144,42 @@ def test_a_voc_year_folder_of_other_classes_and_no_split_lists(tmp_path: Path):
         scan(tmp_path, PackOptions(classes=("ant",)))
     with pytest.raises(SourceError, match="holds no Annotations/ folder beside JPEGImages/"):
         scan(tmp_path / "JPEGImages", PackOptions(source="voc"))
+
+
+def test_a_doctype_is_refused_in_any_encoding_and_after_any_prolog(tmp_path: Path):
+    """A DOCTYPE in UTF-16, or after 5,000 bytes of comment, is refused unparsed as one in the
+    first bytes of UTF-8 is: both were parsed, their entities expanded."""
+    xml = voc_xml(20, 40, [("&e;", (0, 0, 10, 20), 0, 0, "Left")])
+    doctype = '<!DOCTYPE annotation [<!ENTITY e "dog">]>'
+    xmls = {"wide": ('<?xml version="1.0" encoding="UTF-16"?>' + doctype + xml).encode("utf-16"),
+            "late": f"<!--{'x' * 5000}-->{doctype}{xml}",
+            "plain": ('<?xml version="1.0" encoding="UTF-16"?>' + xml.replace(
+                "&e;", "dog")).encode("utf-16")}  # fmt: skip
+    for name, data in xmls.items():
+        write(tmp_path / f"JPEGImages/{name}.jpg", _jpeg(_photo(20, 40, {})))
+        write(tmp_path / f"Annotations/{name}.xml", data)
+    dataset = scan(tmp_path)
+    reasons = dict(dataset.skipped)
+    for name in ("wide", "late"):
+        assert f"Annotations/{name}.xml: declares a DOCTYPE" in reasons[f"JPEGImages/{name}.jpg"]
+    (item,) = dataset.splits["train"]  # UTF-16 without one is read
+    assert item.key == "JPEGImages/plain.jpg" and item.fields["objects/label"] == (11,)
+
+
+def test_an_xml_in_a_multi_byte_encoding_is_read_or_skipped_not_a_traceback(tmp_path: Path):
+    """GBK (Chinese labelling tools write it) is read with Python's codecs, which expat lacks;
+    an encoding neither reads skips its image: both were a ValueError's traceback."""
+    xml = voc_xml(20, 40, [("狗", (0, 0, 10, 20), 0, 0, "Left")])
+    xmls = {
+        "gbk": ('<?xml version="1.0" encoding="GBK"?>' + xml).encode("gbk"),
+        "wide": ('<?xml version="1.0" encoding="utf-16-be"?>' + xml).encode("utf-16-be"),
+    }
+    for name, data in xmls.items():
+        write(tmp_path / f"JPEGImages/{name}.jpg", _jpeg(_photo(20, 40, {})))
+        write(tmp_path / f"Annotations/{name}.xml", data)
+    dataset = scan(tmp_path)
+    (item,) = dataset.splits["train"]
+    assert item.key == "JPEGImages/gbk.jpg" and dataset.schema["objects/label"].classes == ("狗",)
+    assert dict(dataset.skipped)["JPEGImages/wide.jpg"] == (
+        "Annotations/wide.xml: cannot be read (multi-byte encodings are not supported); save "
+        "it as UTF-8")  # fmt: skip

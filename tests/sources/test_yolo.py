@@ -274,7 +274,9 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     many = " ".join(["0.1 0.1 0.9 0.1 0.5 0.9"] * 3334)  # 10,002 points: over the cap
     labels = {"ok": "1 0.5 0.5 0.2 0.2", "class": "0 0.5 0.5 0.2 0.2\n2 0.5 0.5 0.1 0.1",
               "short": "0 0.5 0.5 0.2", "text": "a 0.5 0.5 0.2 0.2",
-              "huge": f"0 0.1 0.1 0.3 0.1 0.2 0.3\n1 {many}"}  # fmt: skip
+              "huge": f"0 0.1 0.1 0.3 0.1 0.2 0.3\n1 {many}",
+              "pixels": "0 320 240 50 50",  # in pixels: refused naming the line, not moved
+              "far": "1 0.1 0.1 2.5 0.1 2.5 0.9 0.1 0.9"}  # fmt: skip
     for name, text in labels.items():
         write(src / f"train/images/{name}.png", png)
         write(src / f"train/labels/{name}.txt", text)
@@ -288,6 +290,11 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     assert reasons["train/images/huge.png"] == ("train/labels/huge.txt line 2: holds a polygon "
                                                 "of 10,002 points, over the 10,000 shardpack "
                                                 "draws")  # fmt: skip
+    assert reasons["train/images/pixels.png"].startswith(
+        "train/labels/pixels.txt line 1: its box reaches 215, more than the image's side past "
+        "its edge; a row's numbers are fractions of the image's width and height (0 to 1)"
+    )
+    assert "far.txt line 1: its box reaches 2.5, more than" in reasons["train/images/far.png"]
     assert "mask" not in dataset.schema.extras  # the only polygon's image was skipped
     with pytest.raises(ImageError, match=r"class\.png: train/labels/class\.txt line 2"):
         pack(src, tmp_path / "out", PackOptions(workers=1, on_error="fail"))
@@ -307,6 +314,10 @@ ALIASES = "b0: &b0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
     ("names: [a]\ntrain: images/elsewhere\n", "train: 'images/elsewhere' is no folder"),
     (f"names: [a]\n{ALIASES}train: *b29\n", r"train: \[\[\[\.\.\.\], \[\.\.\.\], "),
     (f"names: [a]\n{ALIASES}nc: *b29\n", r"nc \[\[\[\.\.\.\]"),
+    # one name of two classes (TFDS's ClassLabel refuses it), and a name of spaces
+    ("names: [cat, dog, cat]\n", "names holds 'cat' twice; give each class a name of its own"),
+    ("names: {0: a, 2: '1'}\n", "names holds '1' twice"),  # 1 is named by its number
+    ("names: [cat, ' ']\n", "names holds an empty name"),
 ])  # fmt: skip
 def test_a_bad_data_yaml_is_one_line_naming_it(tmp_path: Path, text: str, words: str):
     write(tmp_path / "images/a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
@@ -347,3 +358,9 @@ def test_a_grow_that_brings_the_first_polygon_is_refused_naming_the_mask_it_adds
     assert 'it adds ["mask"]' in result.stderr and "new output folder" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == held
+
+
+def test_a_src_inside_a_yolo_dataset_is_told_to_pass_it(yolo: Path):
+    for inside in ("data.yaml", "images"):
+        with pytest.raises(SourceError, match=f"it lies inside a YOLO dataset .*, {yolo}: pass"):
+            scan(yolo / inside)

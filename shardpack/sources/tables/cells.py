@@ -11,7 +11,6 @@ import numpy as np
 # A text value longer than this (a path, a caption, a class name) is a bad row. It equals the
 # csv module's own field limit, so a CSV cell beyond it stops the read as a malformed file.
 MAX_TEXT_CHARS = 131_072
-INT64 = (-(2**63), 2**63 - 1)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # JSON's number grammar: the rule a CSV cell is typed by, so that CSV and JSONL agree.
 CSV_INT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")

@@ -14,12 +14,11 @@ from typing import NamedTuple
 import numpy as np
 
 from shardpack.errors import shortened
-from shardpack.schema import LABEL, Feature
+from shardpack.schema import INT64, LABEL, Feature
 from shardpack.sources.classlist import class_name
 from shardpack.sources.tables.cells import (
     CSV_BOOLS,
     CSV_INT,
-    INT64,
     INTS,
     MAX_TEXT_CHARS,
     NUMBERS,

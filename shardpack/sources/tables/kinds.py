@@ -8,14 +8,13 @@ import functools
 from collections import Counter
 from collections.abc import Sequence
 
-from shardpack.schema import MAX_ROW, Feature
+from shardpack.schema import INT64, MAX_ROW, Feature
 from shardpack.sources.tables.cells import (
     CSV_BOOLS,
     CSV_FLOAT,
     CSV_INT,
     FLOAT32_MAX,
     FLOATS_OR_EMPTY,
-    INT64,
     INTS_OR_EMPTY,
     MAX_TEXT_CHARS,
     HugeInt,
