@@ -1,5 +1,6 @@
 """Fixtures that several test modules share, and the fast tier's skip of heavy and slow tests."""
 
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,9 @@ from tests.helpers import (  # noqa: E402
 from tests.s3server import s3, s3_server  # noqa: E402, F401
 
 FAST = TIER == "fast"
+# albumentations (the boxes' oracle) asks the package index for a newer version of itself as it
+# is imported, unless told not to: no test reaches past loopback
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 
 def pytest_configure(config: pytest.Config) -> None:

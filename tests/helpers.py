@@ -170,7 +170,7 @@ def jpeg(seed: int) -> bytes:
 
 def write_tars(folder: Path, count: int = 12) -> Path:
     """Tars as webdataset's ShardWriter writes them: jpg, cls, txt, json and a mask."""
-    import webdataset as wds
+    wds = without_torch("webdataset")
 
     folder.mkdir(parents=True, exist_ok=True)
     with wds.ShardWriter(str(folder / "shards-%03d.tar"), maxcount=5, verbose=0) as writer:
@@ -270,6 +270,24 @@ print(json.dumps({"decoded": decoded, "stored": stored, "by_index": by_index[::-
 """
 
 
+def without_torch(module: str):
+    """`import module`, but without the torch integration its __init__ tries where torch is
+    installed (albumentations' ToTensorV2, webdataset's DataLoader, the tfrecord package's
+    dataset): torch is ~4 s of CPU a process, and no test transforms or writes through them.
+    Where torch or the module is loaded already, a plain import. (Iterating a WebDataset
+    imports torch all the same: it asks torch for the DataLoader worker it runs in.)"""
+    import importlib
+    import sys
+
+    if module in sys.modules or "torch" in sys.modules:
+        return importlib.import_module(module)
+    sys.modules["torch"] = None  # the ImportError those __init__s expect
+    try:
+        return importlib.import_module(module)
+    finally:
+        del sys.modules["torch"]
+
+
 def flat(value: object) -> list:
     """A feature's values as one flat JSON list; text and bytes as the hex of their bytes."""
     if isinstance(value, (bytes, str)):
@@ -288,6 +306,7 @@ READ_EXAMPLES = f"""
 import json, os, sys, warnings
 warnings.simplefilter("ignore")
 container, files = sys.argv[1], sys.argv[2:]
+{inspect.getsource(without_torch)}
 {inspect.getsource(flat)}
 def examples(records, example):
     for data in records:
@@ -303,19 +322,12 @@ elif container == "array_record":
     # TensorFlow's Example where `make test` loads TensorFlow: the tfrecord package's copy of
     # its protos cannot share a process with it. The fast tier never loads TensorFlow, even
     # where `make test` installed it (its import is ~10 s of CPU a reading process there), and
-    # uses that copy, loading the package without the torch wrapper its __init__ tries (torch
-    # is ~4 s of CPU, and nothing here reads through it)
+    # uses that copy
     if (importlib.util.find_spec("tensorflow")
             and os.environ.get("SHARDPACK_TEST_TIER") != "fast"):
         from tensorflow.core.example.example_pb2 import Example
     else:
-        if "tfrecord" not in sys.modules and "torch" not in sys.modules:
-            sys.modules["torch"] = None  # an ImportError the package expects
-            try:
-                import tfrecord
-            finally:
-                del sys.modules["torch"]
-        from tfrecord.example_pb2 import Example
+        Example = without_torch("tfrecord").example_pb2.Example
     source = grain.sources.ArrayRecordDataSource(files)
     read = list(examples((source[i] for i in range(len(source))), Example))
 else:
