@@ -116,14 +116,31 @@ def refusal(address: str, allow_private: bool) -> str | None:
     import ipaddress  # here: only a worker connecting needs it
 
     ip = ipaddress.ip_address(address.partition("%")[0])  # an IPv6 zone is no part of it
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if ip.version == 6:  # one that carries an IPv4 address to it is judged by that address
+        ip = ip.ipv4_mapped or ip.sixtofour or _translated(ip) or ip
     never = map(ipaddress.ip_network, NEVER)
     if any(ip in net for net in never if net.version == ip.version):
         return f"refused address: {ip} is link-local or a cloud metadata address"
     if not allow_private and not ip.is_global:
         return (f"refused address: {ip} is private, loopback or reserved; "
                 "--allow-private-urls fetches it")  # fmt: skip
+    return None
+
+
+# IPv6 prefixes whose last 32 bits are an IPv4 address a network takes the packet to: NAT64's
+# well-known and local-use prefixes (RFC 6052, 8215) and the old IPv4-compatible form (::/96,
+# but for :: and ::1)
+EMBEDDING = ("64:ff9b::/96", "64:ff9b:1::/48", "::/96")
+
+
+def _translated(ip):
+    """The IPv4 address in an IPv6 address of EMBEDDING, else None."""
+    import ipaddress
+
+    if ip.is_loopback or ip.is_unspecified:
+        return None
+    if any(ip in ipaddress.ip_network(prefix) for prefix in EMBEDDING):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return None
 
 

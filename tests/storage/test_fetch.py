@@ -407,6 +407,16 @@ def test_loopback_needs_the_flag_and_link_local_is_never_fetched(site):
     assert allowed.get(site.url("/img/0.png"), 10_000) == _png(0)
     for address in ("169.254.169.254", "fe80::1%eth0", "fd00:ec2::254", "::ffff:169.254.1.1"):
         assert "link-local or a cloud metadata" in refusal(address, allow_private=True)
+    # the metadata address carried in IPv6: 6to4, NAT64's two prefixes, IPv4-compatible
+    for address in ("2002:a9fe:a9fe::1", "64:ff9b::a9fe:a9fe", "64:ff9b:1::a9fe:a9fe",
+                    "::169.254.169.254"):  # fmt: skip
+        assert refusal(address, allow_private=True) == (
+            "refused address: 169.254.169.254 is link-local or a cloud metadata address"
+        )
+    for address in ("64:ff9b::7f00:1", "2002:a00:1::1", "::10.0.0.1"):  # loopback, private
+        assert "is private" in refusal(address, allow_private=False)
+    assert refusal("64:ff9b::808:808", allow_private=False) is None  # 8.8.8.8 through NAT64
+    assert refusal("::1", allow_private=True) is None
     with pytest.raises(UrlFailed, match=r"^DNS failure: no-such-host\.invalid: [^()]*$"):
         Fetcher(FetchPolicy()).get("http://no-such-host.invalid/a.png", 1000)  # not retried
     assert refusal("8.8.8.8", allow_private=False) is None
