@@ -61,6 +61,7 @@ def describe(
             ],
             "samples": samples,
         }
+    objects = objects_of(index.schema)
     return {
         "out": index.out,
         "name": index.name,
@@ -70,6 +71,8 @@ def describe(
         "container": index.container_name,
         "tfds_metadata": index.tfds_readable,
         "num_classes": len(index.classes),
+        # COCO, YOLO, VOC: the images hold no label, their objects' class feature does
+        "num_object_classes": len(objects.classes or ()) if objects is not None else 0,
         "features": index.schema.to_json(),
         "splits": splits,
         # the first ones; num_skipped counts them all
@@ -78,7 +81,7 @@ def describe(
         "ignored": index.ignored,
         "stats": index.stats.to_json(),
         "duplicates": index.duplicates,  # None in an index from before
-        "summaries": _named(index.summaries, objects_of(index.schema)),
+        "summaries": _named(index.summaries, objects),
         "generation": index.generation,
         "history": [run.to_json() for run in index.history],
     }

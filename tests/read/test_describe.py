@@ -13,6 +13,8 @@ def test_inspect_says_the_objects_in_one_line_with_class_names(objects_out: Path
     assert summary["object_classes"] == {"cat": 2, "dog": 1, "eel": 1}
     done = run_cli("inspect", str(objects_out))
     assert done.returncode == 0, done.stderr
+    # its header said "0 classes", which the README reads as a misread source
+    assert done.stdout.splitlines()[0].endswith(" shards, no image classes, 3 object classes)")
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("  objects:")]
     assert line == ("  objects: 4 in 3 images (1 without), 1.333 per image, at most 2; cat 2, "
                     "dog 1, eel 1; boxes small 2, medium 1, large 1")  # fmt: skip
