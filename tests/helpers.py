@@ -170,7 +170,8 @@ def jpeg(seed: int) -> bytes:
 
 def write_tars(folder: Path, count: int = 12) -> Path:
     """Tars as webdataset's ShardWriter writes them: jpg, cls, txt, json and a mask."""
-    wds = without_torch("webdataset")
+    with torch_held_out():
+        import webdataset as wds
 
     folder.mkdir(parents=True, exist_ok=True)
     with wds.ShardWriter(str(folder / "shards-%03d.tar"), maxcount=5, verbose=0) as writer:
@@ -270,20 +271,21 @@ print(json.dumps({"decoded": decoded, "stored": stored, "by_index": by_index[::-
 """
 
 
-def without_torch(module: str):
-    """`import module`, but without the torch integration its __init__ tries where torch is
-    installed (albumentations' ToTensorV2, webdataset's DataLoader, the tfrecord package's
-    dataset): torch is ~4 s of CPU a process, and no test transforms or writes through them.
-    Where torch or the module is loaded already, a plain import. (Iterating a WebDataset
-    imports torch all the same: it asks torch for the DataLoader worker it runs in.)"""
-    import importlib
+@contextlib.contextmanager
+def torch_held_out():
+    """torch kept from loading in the block, where it is installed and not loaded yet: the
+    torch integration that albumentations, webdataset and the tfrecord package try (ToTensorV2
+    and the tfrecord dataset as they are imported; a WebDataset asks torch which DataLoader
+    worker it runs in as it is iterated) costs ~4 s of CPU a process, and no test transforms,
+    writes or reads through it. Each tries torch and goes on without it (an ImportError)."""
     import sys
 
-    if module in sys.modules or "torch" in sys.modules:
-        return importlib.import_module(module)
-    sys.modules["torch"] = None  # the ImportError those __init__s expect
+    if "torch" in sys.modules:
+        yield
+        return
+    sys.modules["torch"] = None  # `import torch` raises ModuleNotFoundError
     try:
-        return importlib.import_module(module)
+        yield
     finally:
         del sys.modules["torch"]
 
@@ -303,10 +305,10 @@ def flat(value: object) -> list:
 # TFRecords by tf.data, ArrayRecords by Grain (records parsed by the protobuf classes of the
 # `tfrecord` package: no TensorFlow), tars by webdataset (the image, .cls and .json).
 READ_EXAMPLES = f"""
-import json, os, sys, warnings
+import contextlib, json, os, sys, warnings
 warnings.simplefilter("ignore")
 container, files = sys.argv[1], sys.argv[2:]
-{inspect.getsource(without_torch)}
+{inspect.getsource(torch_held_out)}
 {inspect.getsource(flat)}
 def examples(records, example):
     for data in records:
@@ -327,13 +329,16 @@ elif container == "array_record":
             and os.environ.get("SHARDPACK_TEST_TIER") != "fast"):
         from tensorflow.core.example.example_pb2 import Example
     else:
-        Example = without_torch("tfrecord").example_pb2.Example
+        with torch_held_out():
+            from tfrecord.example_pb2 import Example
     source = grain.sources.ArrayRecordDataSource(files)
     read = list(examples((source[i] for i in range(len(source))), Example))
 else:
-    import webdataset as wds
     read = []
-    for sample in wds.WebDataset(files, shardshuffle=False, empty_check=False):
+    with torch_held_out():
+        import webdataset as wds
+        samples = list(wds.WebDataset(files, shardshuffle=False, empty_check=False))
+    for sample in samples:
         record = {{name: flat(v) for name, v in json.loads(sample["json"]).items()}}
         record["image"] = flat(next(sample[e] for e in ("jpg", "png", "webp") if e in sample))
         if "cls" in sample:

@@ -24,7 +24,7 @@ from shardpack.errors import ShardpackError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
-from tests.helpers import without_torch, write_jsonl
+from tests.helpers import torch_held_out, write_jsonl
 
 # The issue's photo: 400x200, a red object at x 300-380 (which a centre crop to a square cuts
 # away), a green one in the middle, a blue one reaching past the top edge (its box too).
@@ -80,7 +80,8 @@ def _oracle(
     taken from Pillow's ImageOps.cover and contain (img2dataset's meanings), not from us.
     Boxes of no visible area are dropped (min_area above 0: albumentations keeps zero-area
     boxes at its default), and those under its min_visibility."""
-    A = without_torch("albumentations")  # scipy and pydantic: imported by the tests using it
+    with torch_held_out():  # scipy and pydantic: imported by the tests that use it
+        import albumentations as A
 
     height, width = upright.shape[:2]
     steps = oracle_steps(height, width, mode, **options)
@@ -95,7 +96,8 @@ def _oracle(
 def oracle_steps(height: int, width: int, mode: str, target: tuple = TARGET, **options) -> list:
     """albumentations' steps for the transform of an upright image of this size, its sizes
     taken from Pillow (oracle_sizes), not from us."""
-    A = without_torch("albumentations")  # scipy and pydantic: imported by the tests using it
+    with torch_held_out():  # scipy and pydantic: imported by the tests that use it
+        import albumentations as A
 
     if "max_side" in options:
         longest = options["max_side"]  # a shrink only
@@ -310,7 +312,8 @@ STORED = {
 def test_a_rotated_jpeg_kept_as_it_is_gets_its_boxes_on_the_stored_pixels(
     tmp_path: Path, orientation: int
 ):
-    A = without_torch("albumentations")  # scipy and pydantic: imported by the tests using it
+    with torch_held_out():  # scipy and pydantic: imported by the tests that use it
+        import albumentations as A
 
     upright = _photo(420, 260, TALL)
     turn, names = STORED[orientation]

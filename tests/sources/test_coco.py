@@ -24,7 +24,7 @@ from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from shardpack.sources import coco as coco_source
 from shardpack.sources import scan
-from tests.helpers import without_torch
+from tests.helpers import torch_held_out
 from tests.packing.test_boxes import MODES, STORED, oracle_steps
 
 TARGET = (48, 36)  # not square: width and height cannot be swapped unseen
@@ -154,7 +154,8 @@ def _upright(doc: dict, image: dict) -> dict:
 def _expected(view: dict, steps: list) -> tuple[dict, tuple]:
     """albumentations' transform of one image's objects: id -> (box in pixels, keypoints in
     pixels, visible after, mask), boxes of no area left dropped; and the image's size."""
-    A = without_torch("albumentations")  # scipy and pydantic: imported by the tests using it
+    with torch_held_out():  # scipy and pydantic: imported by the tests that use it
+        import albumentations as A
 
     objects = view["objects"]
     points = np.concatenate([o["points"][:, :2] for o in objects]) if objects else np.zeros((0, 2))
@@ -239,7 +240,8 @@ def test_objects_follow_the_pixels_in_every_mode(coco, tmp_path: Path, options: 
 
 
 def test_a_rotated_jpeg_kept_as_it_is_gets_its_objects_on_the_stored_pixels(coco, tmp_path):
-    A = without_torch("albumentations")  # scipy and pydantic: imported by the tests using it
+    with torch_held_out():  # scipy and pydantic: imported by the tests that use it
+        import albumentations as A
 
     src, doc = coco
     _pack(src, tmp_path / "out")  # --encode keep: the JPEG's bytes, read unturned

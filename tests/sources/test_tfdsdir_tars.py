@@ -186,9 +186,11 @@ def wds_dir(tmp_path_factory) -> Path:
 
 def _wds_read(urls: str) -> dict[str, dict]:
     """What webdataset itself yields, by key."""
-    import webdataset as wds
+    with helpers.torch_held_out():  # tried as it loads, and for a DataLoader worker as it reads
+        import webdataset as wds
 
-    return {s["__key__"]: s for s in wds.WebDataset(urls, shardshuffle=False, empty_check=False)}
+        samples = wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        return {s["__key__"]: s for s in samples}
 
 
 def _check_as_webdataset_reads(out: Path, urls: str) -> int:
