@@ -18,3 +18,18 @@ def test_inspect_says_the_objects_in_one_line_with_class_names(objects_out: Path
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("  objects:")]
     assert line == ("  objects: 4 in 3 images (1 without), 1.333 per image, at most 2; cat 2, "
                     "dog 1, eel 1; boxes small 2, medium 1, large 1")  # fmt: skip
+
+
+def test_a_grown_dataset_s_history_counts_its_shards_in_words():
+    """inspect's history said "1 shards rewritten"."""
+    from shardpack.read.describe import history_lines
+
+    run = {"generation": 2, "when": "2026-12-02T19:40:14Z", "mode": "update", "added": 0,
+           "changed": 0, "removed": 1, "shards_rewritten": 1}  # fmt: skip
+    said = history_lines([run, {**run, "generation": 3, "shards_rewritten": 2}])
+    assert said == [
+        "generation 2 (2026-12-02T19:40:14Z): update, added 0, changed 0, removed 1, "
+        "1 shard rewritten",
+        "generation 3 (2026-12-02T19:40:14Z): update, added 0, changed 0, removed 1, "
+        "2 shards rewritten",
+    ]
