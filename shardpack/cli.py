@@ -43,8 +43,6 @@ from shardpack.storage import parse_options, store_failure
 from shardpack.storage.locations import local_file
 
 app = typer.Typer(
-    help="Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset) in parallel, "
-    "and read them back.",
     add_completion=False,
     pretty_exceptions_enable=False,
     # Plain help: rich's formatter costs ~0.1 s of imports on every start, and shows flags as
@@ -68,8 +66,8 @@ def _root(
         bool, typer.Option("--version", is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    """Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset) in parallel, and read
-    them back."""
+    """Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset, Hugging Face
+    Parquet) in parallel, and read them back."""
     if version:
         typer.echo(f"shardpack {__version__}")
         raise typer.Exit

@@ -368,6 +368,14 @@ def test_version():
     assert result.returncode == 0 and result.stdout.strip() == f"shardpack {__version__}"
 
 
+def test_the_help_names_every_container():
+    """`shardpack --help` says what it packs into: every container --format takes."""
+    from shardpack.containers import CONTAINERS
+
+    flat = "".join(_run("--help").stdout.split()).lower()
+    assert [name for name in CONTAINERS if name.replace("_", "") not in flat] == []
+
+
 @pytest.mark.parametrize(
     "command", ["pack", "verify", "inspect", "preview", "index-files", "demo", "report"]
 )
