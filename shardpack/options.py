@@ -31,6 +31,8 @@ RESIZE_ALIASES = {
     "keep_ratio": "keep-ratio", "keep_ratio_largest": "keep-ratio-largest",
 }  # fmt: skip
 _COLORS = {"white": (255, 255, 255), "black": (0, 0, 0), "gray": (128, 128, 128)}
+# What --pad-color takes, as its help and its error say it.
+_COLOR_FORMS = f"{', '.join(_COLORS)}, #RRGGBB or R,G,B"
 DEFAULT_FORMAT = "tfrecord"  # the shard container (shardpack.containers) when none is named
 DEDUP = ("none", "exact", "near")
 # --append adds new items in new shards; --update also rewrites the shards of changed ones.
@@ -400,7 +402,7 @@ def parse_resize(text: str) -> tuple[int, int]:
 
 
 def parse_color(text: str) -> tuple[int, int, int]:
-    """Parse 'white', 'black', 'gray', '#RRGGBB' or 'R,G,B' into (r, g, b)."""
+    """Parse a colour name (white, black, gray), '#RRGGBB' or 'R,G,B' into (r, g, b)."""
     text = text.strip().lower()
     if text in _COLORS:
         return _COLORS[text]
@@ -409,8 +411,7 @@ def parse_color(text: str) -> tuple[int, int, int]:
     parts = text.split(",")
     if len(parts) == 3 and all(p.strip().isdigit() and int(p) <= 255 for p in parts):
         return tuple(int(p) for p in parts)  # type: ignore[return-value]
-    raise OptionError(Option("pad_color"), " must be white, black, gray, #RRGGBB or R,G,B, got: "
-                      f"{text!r}")  # fmt: skip
+    raise OptionError(Option("pad_color"), f" must be {_COLOR_FORMS}, got: {text!r}")
 
 
 def check_split_names(option: str, names: tuple[str, ...]) -> None:
@@ -549,7 +550,7 @@ FLAGS: dict[str, Flag] = {
     ),
     "pad_color": Flag(
         "--pad-color",
-        "pad's border: white, black, #RRGGBB or R,G,B.",
+        f"pad's border: {_COLOR_FORMS}.",
         "COLOR",
         parse_color,
         shown="white",

@@ -250,3 +250,13 @@ def test_pack_describe_and_preview_refuse_arguments_of_the_wrong_kind(tmp_path):
         describe(tmp_path, num_records=-1)
     with pytest.raises(ValueError, match=r"n must be a positive integer .*got: 0"):
         make_preview(tmp_path, tmp_path / "p.png", n=0)
+
+
+def test_pad_color_s_help_names_every_colour_it_takes():
+    """--help said "white, black, #RRGGBB or R,G,B" while gray was taken too."""
+    from shardpack.options import FLAGS, parse_color
+
+    for name in ("white", "black", "gray"):
+        assert parse_color(name) and name in FLAGS["pad_color"].help
+    with pytest.raises(OptionError, match="must be white, black, gray, #RRGGBB or R,G,B, got"):
+        parse_color("purple")
