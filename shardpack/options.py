@@ -698,6 +698,8 @@ def said_as_flag(option: Option) -> str:
         return said
     if value is False:  # a switch pair's negative; a lone switch left out
         return "--no-" + said[2:] if "/" in spec.flag else f"no {said}"
+    if value is None:  # an option left out: --resize, --split, --max-side, ...
+        return f"no {said}"
     text = spec.show(value) if spec.show else _as_text(value)
     return f"{said} {said_value(text, value)}"
 

@@ -235,6 +235,18 @@ def test_bad_input_is_one_line_exit_2(src: Path, tmp_path: Path, args: list[str]
     assert "Traceback" not in result.stderr
 
 
+def test_options_left_out_this_time_are_named_in_one_line(src: Path, tmp_path: Path):
+    """Packing again without the --split and --resize OUT was packed with ended in a traceback
+    (a left-out option's value, None, shown as a split or a size)."""
+    out = tmp_path / "out"
+    first = _run("pack", str(src), str(out), "--split", "train=0.5,test=0.5", "--resize", "8x8")
+    assert first.returncode == 0, first.stderr
+    result = _run("pack", str(src), str(out), "--no-progress")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "no --resize (the journal's: (8, 8))" in result.stderr
+    assert "no --split (the journal's: (('train', 0.5), ('test', 0.5)))" in result.stderr
+
+
 def test_on_error_fail_names_the_file(src: Path, tmp_path: Path):
     (src / "a" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0garbage")
     result = _run("pack", str(src), str(tmp_path / "out"), "--on-error", "fail", "--workers", "2")
