@@ -247,6 +247,22 @@ def test_options_left_out_this_time_are_named_in_one_line(src: Path, tmp_path: P
     assert "no --split (the journal's: (('train', 0.5), ('test', 0.5)))" in result.stderr
 
 
+def test_an_empty_src_or_out_is_refused_not_taken_for_the_current_folder(
+    src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """`shardpack pack SRC "$OUT"` with OUT unset packed into the current folder, among what it
+    held; an empty SRC packed the current folder."""
+    here = make_tree(tmp_path / "here", {"a": 2, "b": 1})
+    monkeypatch.chdir(here)
+    for args, said in [((str(src), ""), "OUT is an empty string"),
+                       (("", str(tmp_path / "out")), "SRC is an empty string")]:  # fmt: skip
+        result = _run("pack", *args, "--no-progress")
+        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+        assert said in result.stderr and "'.' for the current folder" in result.stderr
+    assert sorted(p.name for p in here.iterdir()) == ["a", "b"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_on_error_fail_names_the_file(src: Path, tmp_path: Path):
     (src / "a" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0garbage")
     result = _run("pack", str(src), str(tmp_path / "out"), "--on-error", "fail", "--workers", "2")
