@@ -110,6 +110,7 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
     found_classes, found, empty = list_class_folders(src, passed)
     if options.source != "folder":  # --source folder: every folder is a class, as asked
         _refuse_split_like(src, found_classes, found)
+        _refuse_one_class_of_folders(src, found_classes, found)
     classes = class_list(found_classes, options.classes)
     items, left_out = labelled(found, classes, options.on_error)
     if found and not items:
@@ -146,6 +147,29 @@ def _refuse_split_like(src: Storage, folders: tuple[str, ...], found: Listing) -
         " to take them as splits, or ",
         Option("source", "folder"),
         " to take them as classes",
+    )
+
+
+def _refuse_one_class_of_folders(src: Storage, folders: tuple[str, ...], found: Listing) -> None:
+    """Refuse one class folder whose images all lie in two or more folders of its own: SRC is
+    most likely the folder above the dataset (~/data for ~/data/flowers), and every image
+    would get that one label."""
+    if len(folders) != 1:
+        return
+    inner = set()
+    for _, key, _ in found:
+        parts = key.split("/", 2)
+        if len(parts) == 2:
+            return  # an image in the class folder itself: a class
+        inner.add(parts[1])
+    if len(inner) < 2:
+        return
+    raise SourceError(
+        f"{src.path()}: its one folder {folders[0]!r} holds no image of its own, only folders "
+        f"({few(inner)}), as a dataset's folder holds its classes; pass {src.path(folders[0])} "
+        "as SRC to take those as the classes, or ",
+        Option("source", "folder"),
+        f" to pack every image as the one class {folders[0]!r}",
     )
 
 
