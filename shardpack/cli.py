@@ -400,6 +400,9 @@ def report(
         Optional[str],
         typer.Option("--out", metavar="FILE", help="HTML file.  [default: OUT/report.html]"),
     ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the file at --out if there is one.")
+    ] = False,
     storage_option: _STORAGE_OPTIONS = None,
     no_progress: _NO_PROGRESS = False,
 ) -> None:
@@ -412,7 +415,8 @@ def report(
         from shardpack.read.report import write_report  # numpy: not for --help
 
         with _closing(Bar(not no_progress, "reading")) as bar:
-            path = write_report(out, dest, _out_options(out, storage_option), progress=bar)
+            path = write_report(out, dest, _out_options(out, storage_option), progress=bar,
+                                overwrite=overwrite)  # fmt: skip
     typer.echo(f"wrote {path}")
 
 
