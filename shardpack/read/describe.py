@@ -143,7 +143,7 @@ def summary_lines(summary: object) -> list[str]:
 def _objects_line(summary: dict) -> str:
     """One line of a split's objects: how many, in how many images, per image, per class
     (the most common first) and by COCO's box size."""
-    count, without = summary[facts.OBJECTS][facts.OBJECTS], summary[facts.OBJECTS][facts.WITHOUT]
+    count, without = facts.object_counts(summary)
     per_image = {int(k): n for k, n in summary[facts.PER_IMAGE].items()}
     images = sum(per_image.values())
     classes = sorted(summary.get(facts.CLASSES, {}).items(), key=lambda kv: -kv[1])

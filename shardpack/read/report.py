@@ -291,7 +291,7 @@ def _objects_section(index: Index, summaries: dict) -> str:
 def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
     """One split's objects: how many, images without, objects per image (quantiles and the
     counts), objects per class (named), COCO's box sizes."""
-    count, without = summary[facts.OBJECTS][facts.OBJECTS], summary[facts.OBJECTS][facts.WITHOUT]
+    count, without = facts.object_counts(summary)
     per_image = sorted((int(k), int(n)) for k, n in summary[facts.PER_IMAGE].items())
     values = np.repeat([k for k, _ in per_image], [n for _, n in per_image])
     quantiles = [("min", values.min()), ("median", np.median(values)),

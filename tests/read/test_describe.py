@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shardpack.read.describe import describe
-from tests.helpers import run_cli
+from tests.helpers import OBJECT_ROWS, pack_objects, run_cli
 
 
 def test_inspect_says_the_objects_in_one_line_with_class_names(objects_out: Path):
@@ -33,3 +33,12 @@ def test_a_grown_dataset_s_history_counts_its_shards_in_words():
         "generation 3 (2026-12-02T19:40:14Z): update, added 0, changed 0, removed 1, "
         "2 shards rewritten",
     ]
+
+
+def test_objects_are_said_where_every_image_holds_some(tmp_path: Path):
+    """A split with no image without objects has no such count in its summary: its objects
+    line was left out whole (a COCO set whose every image is annotated)."""
+    out = pack_objects(tmp_path, OBJECT_ROWS[:2])
+    done = run_cli("inspect", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "  objects: 4 in 2 images (0 without), 2 per image, at most 2; " in done.stdout

@@ -8,7 +8,7 @@ from shardpack.index import load_index
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.report import _objects_section
-from tests.helpers import make_tree, one_line_error, run_cli
+from tests.helpers import OBJECT_ROWS, make_tree, one_line_error, pack_objects, run_cli
 from tests.packing.test_duplicates import _Marked
 
 
@@ -26,6 +26,15 @@ def test_the_card_counts_objects_per_class_per_image_and_by_box_size(objects_out
     assert [values[f"class:{c}"] for c in ("cat", "dog", "eel")] == ["2", "1", "1"]
     # a.png's two boxes are 20 x 24 and 16 x 27 pixels; b.png's 100 x 120 and 50 x 60
     assert [values[f"size:{s}"] for s in ("small", "medium", "large")] == ["2", "1", "1"]
+
+
+def test_the_card_counts_objects_where_every_image_holds_some(tmp_path: Path):
+    """Such a split's summary counts no image without objects: its section was left out."""
+    index = load_index(pack_objects(tmp_path, OBJECT_ROWS[:2]))
+    marked = _Marked()
+    marked.feed(_objects_section(index, index.summaries))
+    values = {name: text for (split, name), text in marked.values.items() if split == "train"}
+    assert (values["objects"], values["without"]) == ("4", "0")
 
 
 def test_a_file_at_out_is_kept_and_the_report_refused(tmp_path: Path):
