@@ -42,3 +42,4 @@ def test_objects_are_said_where_every_image_holds_some(tmp_path: Path):
     done = run_cli("inspect", str(out))
     assert done.returncode == 0, done.stderr
     assert "  objects: 4 in 2 images (0 without), 2 per image, at most 2; " in done.stdout
+    assert "  classes:" not in done.stdout  # its images hold no class: no empty heading
