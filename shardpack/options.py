@@ -363,8 +363,11 @@ class PackOptions:
             check_split_names("split", tuple(name for name, _ in self.split))
             check_fractions(self.split)
         if self.name is not None and not _NAME.match(self.name):
+            safe = safe_name(self.name)  # the name made so, where anything is left
+            such = ("; pass ", Option("name", safe)) if safe else ()
             raise OptionError(Option("name"), " must start with a letter or digit and hold only "
-                              f"letters, digits, '_' and '.', got: {self.name!r}")  # fmt: skip
+                              f"letters, digits, '_' and '.', got: {self.name!r}",
+                              *such)  # fmt: skip
 
     def output_fields(self) -> dict[str, object]:
         """The options that decide the output bytes, as JSON-ready values."""
@@ -399,6 +402,13 @@ def parse_resize(text: str) -> tuple[int, int]:
     if not match or min(int(match.group(1)), int(match.group(2))) < 1:
         raise OptionError(Option("resize"), f" must be WIDTHxHEIGHT such as 224x224, got: {text!r}")
     return int(match.group(1)), int(match.group(2))
+
+
+def safe_name(text: str) -> str:
+    """A name as shard file names take it: each run of other characters than ASCII letters,
+    digits, '_' and '.' as one '_', such runs at either end dropped ('hf-style': 'hf_style');
+    '' where nothing is left."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", text).strip("_.")
 
 
 def parse_color(text: str) -> tuple[int, int, int]:
