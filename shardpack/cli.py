@@ -307,8 +307,9 @@ def verify(
 ) -> None:
     """Check every shard against the index.
 
-    Re-reads every shard: record CRCs, counts, sizes and sha256 (and with --decode, every
-    image). Exit code 1 when a fault is found.
+    Re-reads every shard: its framing (TFRecord CRCs, tar headers, Parquet page checksums),
+    record counts, sizes and sha256 (and with --decode, every image). Exit code 1 when a
+    fault is found.
     """
     with _user_errors():
         from shardpack.read.verify import verify as run_verify  # numpy: not for --help

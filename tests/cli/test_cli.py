@@ -404,6 +404,15 @@ def test_the_help_names_every_container():
     assert [name for name in CONTAINERS if name.replace("_", "") not in flat] == []
 
 
+def test_verify_s_help_names_the_check_of_every_container():
+    """verify's help said "record CRCs" of every shard: tars and Parquet files have none."""
+    from shardpack.containers import CONTAINERS
+
+    flat = " ".join(_run("verify", "--help").stdout.split())
+    assert "record CRCs" not in flat
+    assert [c.name for c in CONTAINERS.values() if c.framing not in flat] == []
+
+
 @pytest.mark.parametrize(
     "command", ["pack", "verify", "inspect", "preview", "index-files", "demo", "report"]
 )
