@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from shardpack.errors import Option, SourceError
@@ -116,7 +117,7 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
     if found and not items:
         raise left_out_by_classes(src.path(), len(found), found_classes)
     if not items:
-        raise SourceError(f"{src.path()}: no images found; ", *_nothing_found(src))
+        raise SourceError(f"{src.path()}: no images found; ", *_nothing_found(src, passed))
     return passed.dataset("folder", src, Schema.build(classes), {"train": items}, left_out,
                           empty_class_warnings(src.path(), empty, classes))  # fmt: skip
 
@@ -292,9 +293,9 @@ def empty_class_warnings(top: str, empty: list[str], classes: tuple[str, ...]) -
     ]
 
 
-def _nothing_found(src: Storage) -> tuple[str | Option, ...]:
+def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
     """What SRC holds instead of class folders with images, and what to pass instead (as the
-    parts of a message)."""
+    parts of a message); `passed`: the files the scan found that are no image."""
     entries = folder_entries(src)
     for name, is_dir in entries:
         if is_dir and cifar.cifar_layout(src.child(name)) is not None:
@@ -322,7 +323,15 @@ def _nothing_found(src: Storage) -> tuple[str | Option, ...]:
             way += f", or pass {parent} to pack {name} as one class"
         return (f"its {loose} images lie in SRC itself, but each class needs its own folder "
                 f"(SRC/<class>/<image>): {way}",)  # fmt: skip
-    return (f"expected SRC/<class>/<image> with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}",)
+    expected = f"expected SRC/<class>/<image> with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}"
+    if passed.ignored:  # files of another kind (HEIC photos, say): name their kinds
+        kinds = Counter(os.path.splitext(name)[1].lower() or "no extension"
+                        for name in passed.ignored_files)  # fmt: skip
+        said = ", ".join(f"{kind} {n:,}" for kind, n in kinds.most_common(3))
+        files = "file" if passed.ignored == 1 else "files"
+        return (f"{expected}; its {passed.ignored:,} {files} have none of those ({said}): convert "
+                "the images to one of those formats",)  # fmt: skip
+    return (expected,)
 
 
 def _only_entry(folder: Storage, name: str) -> bool:

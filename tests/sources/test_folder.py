@@ -885,3 +885,16 @@ def test_the_folder_above_a_dataset_is_refused_not_packed_as_one_class(tmp_path)
     helpers.make_tree(tmp_path / "one" / "cat", {"indoor": 1, "outdoor": 1})
     helpers.write_image(tmp_path / "one" / "cat" / "own.jpg", helpers.image(0))
     assert scan(tmp_path / "one").classes == ("cat",)
+
+
+def test_a_tree_of_other_files_names_their_kinds(tmp_path):
+    """A folder of iPhone photos (.HEIC) said only which extensions it expected."""
+    for name in ("a/IMG_1.HEIC", "a/IMG_2.heic", "b/IMG_3.HEIC", "b/notes.txt"):
+        (tmp_path / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / name).write_bytes(b"x")
+    with pytest.raises(SourceError) as caught:
+        scan(tmp_path / "src")
+    assert str(caught.value).endswith(
+        ".tiff, .webp; its 4 files have none of those (.heic 3, .txt 1): convert the images to "
+        "one of those formats"
+    )
