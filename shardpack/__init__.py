@@ -1,5 +1,5 @@
-"""shardpack: pack image datasets into shards (TFRecord, ArrayRecord, WebDataset) in parallel,
-and read them back.
+"""shardpack: pack image datasets into shards (TFRecord, ArrayRecord, WebDataset, Hugging Face
+Parquet) in parallel, and read them back.
 
 `import shardpack` stays light: the public names load their modules on first use, and
 TensorFlow is imported only inside `tf_dataset`.

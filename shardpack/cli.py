@@ -43,8 +43,6 @@ from shardpack.storage import parse_options, store_failure
 from shardpack.storage.locations import local_file
 
 app = typer.Typer(
-    help="Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset) in parallel, "
-    "and read them back.",
     add_completion=False,
     pretty_exceptions_enable=False,
     # Plain help: rich's formatter costs ~0.1 s of imports on every start, and shows flags as
@@ -68,8 +66,8 @@ def _root(
         bool, typer.Option("--version", is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    """Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset) in parallel, and read
-    them back."""
+    """Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset, Hugging Face
+    Parquet) in parallel, and read them back."""
     if version:
         typer.echo(f"shardpack {__version__}")
         raise typer.Exit
@@ -309,8 +307,9 @@ def verify(
 ) -> None:
     """Check every shard against the index.
 
-    Re-reads every shard: record CRCs, counts, sizes and sha256 (and with --decode, every
-    image). Exit code 1 when a fault is found.
+    Re-reads every shard: its framing (TFRecord CRCs, tar headers, Parquet page checksums),
+    record counts, sizes and sha256 (and with --decode, every image). Exit code 1 when a
+    fault is found.
     """
     with _user_errors():
         from shardpack.read.verify import verify as run_verify  # numpy: not for --help
@@ -402,6 +401,9 @@ def report(
         Optional[str],
         typer.Option("--out", metavar="FILE", help="HTML file.  [default: OUT/report.html]"),
     ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the file at --out if there is one.")
+    ] = False,
     storage_option: _STORAGE_OPTIONS = None,
     no_progress: _NO_PROGRESS = False,
 ) -> None:
@@ -414,7 +416,8 @@ def report(
         from shardpack.read.report import write_report  # numpy: not for --help
 
         with _closing(Bar(not no_progress, "reading")) as bar:
-            path = write_report(out, dest, _out_options(out, storage_option), progress=bar)
+            path = write_report(out, dest, _out_options(out, storage_option), progress=bar,
+                                overwrite=overwrite)  # fmt: skip
     typer.echo(f"wrote {path}")
 
 

@@ -267,7 +267,8 @@ def print_inspect(summary: dict) -> None:
         if len(split["shards"]) > 8:
             typer.echo(f"  ... {plural(len(split['shards']) - 8, 'more shard')}")
         most = max(split["class_counts"].values(), default=0) or 1
-        typer.echo("  classes:")
+        if split["class_counts"]:  # none for an unlabeled or objects-only dataset: no heading
+            typer.echo("  classes:")
         for cls, count in list(split["class_counts"].items())[:20]:
             bar = "#" * round(30 * count / most)
             typer.echo(f"    {printable(cls)[:20]:<20} {count:>8}  {bar}")

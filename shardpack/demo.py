@@ -72,7 +72,8 @@ def make_sample(
         The folder, ready to pass to pack.
 
     Raises:
-        OutputError: dest is a file, or holds something that is not an earlier sample's image.
+        OutputError: dest (or a path above it) is a file, or dest holds something that is not
+            an earlier sample's image.
     """
     dest = os.path.abspath(os.fspath(dest))
     old = _sample_files(dest)  # refuse before drawing anything
@@ -124,8 +125,9 @@ def _sample_files(dest: str) -> list[str] | None:
         entries = list(os.scandir(dest))
     except FileNotFoundError:
         return None
-    except NotADirectoryError:
-        raise OutputError(f"{dest}: is a file; the demo needs a folder for its sample") from None
+    except NotADirectoryError:  # dest, or a folder above it, is a file: name that one
+        raise OutputError(f"{_file_in_the_way(dest)}: is a file; the demo needs a folder there: "
+                          "move the file, or choose another folder") from None  # fmt: skip
     if not entries:
         return None
     found = []
@@ -137,6 +139,14 @@ def _sample_files(dest: str) -> list[str] | None:
                 raise _not_ours(item.path, dest)
             found.append(os.path.join(entry.name, item.name))
     return found
+
+
+def _file_in_the_way(dest: str) -> str:
+    """The path that makes dest no folder: dest, or the nearest path above it that exists."""
+    path = dest
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
 
 
 def _not_ours(path: str, dest: str) -> OutputError:

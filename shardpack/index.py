@@ -245,7 +245,7 @@ class Index:
         if name not in self.splits:
             raise IndexFormatError(
                 f"{self.storage.path(INDEX_NAME)}: no split {name!r}; "
-                f"it has {', '.join(sorted(self.splits))}"
+                f"it has {', '.join(sorted(self.splits))}: name one of those"
             )
         return self.splits[name]
 

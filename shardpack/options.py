@@ -31,6 +31,8 @@ RESIZE_ALIASES = {
     "keep_ratio": "keep-ratio", "keep_ratio_largest": "keep-ratio-largest",
 }  # fmt: skip
 _COLORS = {"white": (255, 255, 255), "black": (0, 0, 0), "gray": (128, 128, 128)}
+# What --pad-color takes, as its help and its error say it.
+_COLOR_FORMS = f"{', '.join(_COLORS)}, #RRGGBB or R,G,B"
 DEFAULT_FORMAT = "tfrecord"  # the shard container (shardpack.containers) when none is named
 DEDUP = ("none", "exact", "near")
 # --append adds new items in new shards; --update also rewrites the shards of changed ones.
@@ -361,8 +363,11 @@ class PackOptions:
             check_split_names("split", tuple(name for name, _ in self.split))
             check_fractions(self.split)
         if self.name is not None and not _NAME.match(self.name):
+            safe = safe_name(self.name)  # the name made so, where anything is left
+            such = ("; pass ", Option("name", safe)) if safe else ()
             raise OptionError(Option("name"), " must start with a letter or digit and hold only "
-                              f"letters, digits, '_' and '.', got: {self.name!r}")  # fmt: skip
+                              f"letters, digits, '_' and '.', got: {self.name!r}",
+                              *such)  # fmt: skip
 
     def output_fields(self) -> dict[str, object]:
         """The options that decide the output bytes, as JSON-ready values."""
@@ -399,8 +404,15 @@ def parse_resize(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+def safe_name(text: str) -> str:
+    """A name as shard file names take it: each run of other characters than ASCII letters,
+    digits, '_' and '.' as one '_', such runs at either end dropped ('hf-style': 'hf_style');
+    '' where nothing is left."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", text).strip("_.")
+
+
 def parse_color(text: str) -> tuple[int, int, int]:
-    """Parse 'white', 'black', 'gray', '#RRGGBB' or 'R,G,B' into (r, g, b)."""
+    """Parse a colour name (white, black, gray), '#RRGGBB' or 'R,G,B' into (r, g, b)."""
     text = text.strip().lower()
     if text in _COLORS:
         return _COLORS[text]
@@ -409,8 +421,7 @@ def parse_color(text: str) -> tuple[int, int, int]:
     parts = text.split(",")
     if len(parts) == 3 and all(p.strip().isdigit() and int(p) <= 255 for p in parts):
         return tuple(int(p) for p in parts)  # type: ignore[return-value]
-    raise OptionError(Option("pad_color"), " must be white, black, gray, #RRGGBB or R,G,B, got: "
-                      f"{text!r}")  # fmt: skip
+    raise OptionError(Option("pad_color"), f" must be {_COLOR_FORMS}, got: {text!r}")
 
 
 def check_split_names(option: str, names: tuple[str, ...]) -> None:
@@ -549,7 +560,7 @@ FLAGS: dict[str, Flag] = {
     ),
     "pad_color": Flag(
         "--pad-color",
-        "pad's border: white, black, #RRGGBB or R,G,B.",
+        f"pad's border: {_COLOR_FORMS}.",
         "COLOR",
         parse_color,
         shown="white",
@@ -697,6 +708,8 @@ def said_as_flag(option: Option) -> str:
         return said
     if value is False:  # a switch pair's negative; a lone switch left out
         return "--no-" + said[2:] if "/" in spec.flag else f"no {said}"
+    if value is None:  # an option left out: --resize, --split, --max-side, ...
+        return f"no {said}"
     text = spec.show(value) if spec.show else _as_text(value)
     return f"{said} {said_value(text, value)}"
 

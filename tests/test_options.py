@@ -52,7 +52,8 @@ def test_options_are_frozen():
 def test_invalid_values_raise_with_the_value_in_the_message(field, value, option):
     with pytest.raises(OptionError) as caught:
         PackOptions(**{field: value})
-    assert caught.value.options == (field,)  # the parameter as data, for each face to say
+    # the parameter as data, for each face to say (a bad --name twice: and the one to pass)
+    assert set(caught.value.options) == {field}
     message = str(caught.value)  # the parameter as Python says it, not the CLI's flag
     assert f"{field}=" in message and option not in message
     assert repr(value) in message
@@ -250,3 +251,24 @@ def test_pack_describe_and_preview_refuse_arguments_of_the_wrong_kind(tmp_path):
         describe(tmp_path, num_records=-1)
     with pytest.raises(ValueError, match=r"n must be a positive integer .*got: 0"):
         make_preview(tmp_path, tmp_path / "p.png", n=0)
+
+
+def test_pad_color_s_help_names_every_colour_it_takes():
+    """--help said "white, black, #RRGGBB or R,G,B" while gray was taken too."""
+    from shardpack.options import FLAGS, parse_color
+
+    for name in ("white", "black", "gray"):
+        assert parse_color(name) and name in FLAGS["pad_color"].help
+    with pytest.raises(OptionError, match="must be white, black, gray, #RRGGBB or R,G,B, got"):
+        parse_color("purple")
+
+
+def test_a_name_shard_files_cannot_hold_is_refused_with_one_they_can():
+    """`--name my-data` was refused without the name to pass (SRC my-data packs as my_data)."""
+    with pytest.raises(OptionError) as caught:
+        PackOptions(name="my-data")
+    assert str(caught.value).endswith("got: 'my-data'; pass name='my_data'")
+    assert as_flags(caught.value).endswith("got: 'my-data'; pass --name my_data")
+    with pytest.raises(OptionError) as caught:
+        PackOptions(name="---")  # nothing left to suggest
+    assert str(caught.value).endswith("got: '---'")

@@ -148,3 +148,11 @@ def facts_of(content: bytes, count: int) -> np.ndarray:
     if len(content) != count * FACT_DTYPE.itemsize:
         return np.zeros(count, FACT_DTYPE)
     return np.frombuffer(content, FACT_DTYPE)
+
+
+def object_counts(summary: dict) -> tuple[object, object]:
+    """(objects, images without objects) of a split's summary, as read from an index: the
+    second is counted only where there is one, so a split whose every image holds objects has
+    no such key (read as untrusted: KeyError where the first is missing)."""
+    counted = summary[OBJECTS]
+    return counted[OBJECTS], counted.get(WITHOUT, 0)

@@ -4,7 +4,6 @@ same job: --resume, --overwrite), then merge what the workers wrote into a new i
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -13,7 +12,7 @@ from typing import NoReturn
 from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, Option, OptionError, SourceError, printable
 from shardpack.index import PackStats
-from shardpack.options import PackOptions
+from shardpack.options import PackOptions, safe_name
 from shardpack.packing import duplicates
 from shardpack.packing.contents import copy_numbers
 from shardpack.packing.cpuload import CpuWatch, machine_cores
@@ -168,8 +167,7 @@ def default_name(dataset: Dataset, src: Storage) -> str:
         base = os.path.basename(dataset.root.path())
     else:  # a manifest file
         base = os.path.splitext(os.path.basename(src.path()))[0]
-    name = re.sub(r"[^A-Za-z0-9_.]+", "_", base).strip("_.")
-    return name or "dataset"
+    return safe_name(base) or "dataset"
 
 
 def choose_workers(

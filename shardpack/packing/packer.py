@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from shardpack.errors import OutputError
+from shardpack.errors import OutputError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.boxes import refuse_unmoved
 from shardpack.packing.fresh import FreshPack
@@ -47,7 +47,7 @@ def pack(
     storage_options: dict | None = None,
     scan_progress: ScanCallback | None = None,
 ) -> PackResult:
-    """Pack SRC into shards (options.format: TFRecord, ArrayRecord or WebDataset) and an
+    """Pack SRC into shards (options.format: TFRecord, ArrayRecord, WebDataset or Parquet) and an
     index.json in OUT.
 
     Args:
@@ -73,6 +73,7 @@ def pack(
     forks workers leaves it set to glibc's first thresholds, which give freed memory back.
     """
     _check_arguments(options, progress, storage_options, scan_progress)
+    refuse_empty(src, out)
     options = options or PackOptions()
     src_root = source_root(src, storage_options)  # refused before OUT is created if missing
     out = storage_at(out, storage_options)
@@ -110,6 +111,15 @@ def _check_arguments(
     if storage_options is not None and not isinstance(storage_options, dict):
         raise TypeError(f"storage_options must be a dict of filesystem options; got: "
                         f"{storage_options!r}")  # fmt: skip
+
+
+def refuse_empty(src: str | os.PathLike, out: str | os.PathLike) -> None:
+    """An empty SRC or OUT (a shell variable left unset: `"$OUT"`) is a mistake, not the
+    current folder, which would get the shards among whatever it holds: refuse it."""
+    for name, given, error in (("SRC", src, SourceError), ("OUT", out, OutputError)):
+        if isinstance(given, str) and not given.strip():
+            raise error(f"{name} is an empty string ({given!r}); pass a folder or URL, or "
+                        "'.' for the current folder")  # fmt: skip
 
 
 def refuse_out_inside_src(src: Storage, out: Storage) -> None:

@@ -106,7 +106,7 @@ SIZE_NAMES = tuple(name for name, _ in SIZES)
 
 # What inspect prints of each run in a grown dataset's history.
 _RUN = "generation {generation} ({when}): {mode}, added {added:,}, changed {changed:,}, " \
-    "removed {removed:,}, {shards_rewritten:,} shards rewritten"  # fmt: skip
+    "removed {removed:,}, {shards_rewritten:,} {shards} rewritten"  # fmt: skip
 
 
 def history_lines(history: list) -> list[str]:
@@ -115,7 +115,8 @@ def history_lines(history: list) -> list[str]:
     said = []
     for run in history[-10:]:
         with suppress(KeyError, TypeError, ValueError, AttributeError, IndexError):
-            said.append(printable(_RUN.format(**run)))
+            shards = "shard" if run["shards_rewritten"] == 1 else "shards"
+            said.append(printable(_RUN.format(**{**run, "shards": shards})))
     return said
 
 
@@ -142,7 +143,7 @@ def summary_lines(summary: object) -> list[str]:
 def _objects_line(summary: dict) -> str:
     """One line of a split's objects: how many, in how many images, per image, per class
     (the most common first) and by COCO's box size."""
-    count, without = summary[facts.OBJECTS][facts.OBJECTS], summary[facts.OBJECTS][facts.WITHOUT]
+    count, without = facts.object_counts(summary)
     per_image = {int(k): n for k, n in summary[facts.PER_IMAGE].items()}
     images = sum(per_image.values())
     classes = sorted(summary.get(facts.CLASSES, {}).items(), key=lambda kv: -kv[1])

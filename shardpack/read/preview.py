@@ -64,7 +64,7 @@ def make_preview(
                           "--out (and copy it to the store after)")  # fmt: skip
     fmt = _sheet_format(dest)
     if not overwrite and os.path.lexists(dest):  # before reading a record
-        raise _exists(dest)
+        raise exists_error(dest)
     index = load_index(out, storage_options)
     rng = random.Random(seed)
     chosen: list[dict] = []
@@ -90,7 +90,7 @@ def make_preview(
     try:
         write_atomic(dest, images.encode(sheet, fmt, quality=90), new=not overwrite)
     except FileExistsError:  # made while the records were read
-        raise _exists(dest) from None
+        raise exists_error(dest) from None
     except OSError as e:
         raise OutputError(
             f"{dest}: cannot write the preview ({e.strerror or e}); {os_error_fix(e)}"
@@ -98,7 +98,8 @@ def make_preview(
     return dest
 
 
-def _exists(dest: str) -> OutputError:
+def exists_error(dest: str) -> OutputError:
+    """The error of a --out FILE already there (preview's, report's): kept, and the run refused."""
     return OutputError(f"{dest}: exists; pass --overwrite to replace it, or another --out")
 
 

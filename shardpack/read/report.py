@@ -30,6 +30,7 @@ from shardpack.packing import facts
 from shardpack.packing.duplicates import record_name
 from shardpack.packing.objects import SIZES, objects_of
 from shardpack.packing.stats import reason_kind
+from shardpack.read.preview import exists_error
 from shardpack.read.stream import decode_pixels, iter_examples
 from shardpack.storage.atomic import write_atomic
 from shardpack.storage.locations import local_file
@@ -60,6 +61,7 @@ def write_report(
     dest: str | os.PathLike | None = None,
     storage_options: dict | None = None,
     progress: Callable[[int, int], None] | None = None,
+    overwrite: bool = False,
 ) -> str:
     """Write the data card of OUT: splits and class balance, image sizes, aspect ratios, bytes,
     formats, objects (per class, per image, box sizes), skipped images, duplicates and leaks
@@ -67,29 +69,34 @@ def write_report(
 
     Args:
         out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
-        dest: the HTML file to write (replaced if there); None: OUT/report.html.
+        dest: the HTML file to write; None: OUT/report.html (the report's own, replaced).
         storage_options: options for OUT's fsspec filesystem, when it is a URL.
         progress: called as records are read for thumbnails with (records read, records to
             read).
+        overwrite: replace a file already at dest (else it is refused, and kept).
 
     Returns:
         The path or URL written.
 
     Raises:
         MissingPackageError: matplotlib is not installed.
-        OutputError: dest is a URL, or cannot be written.
+        OutputError: dest is a URL, exists (without overwrite), or cannot be written.
     """
     _require_matplotlib()
     index = load_index(out, storage_options)
     if dest is not None and local_file(dest) is None:
         raise OutputError(f"{dest}: report writes a local file; pass a local path for --out")
+    if dest is not None and not overwrite and os.path.lexists(dest):  # before reading a record
+        raise exists_error(os.fspath(dest))
     page = render(index, progress).encode("utf-8")
     where = index.storage.path(REPORT_NAME) if dest is None else os.fspath(dest)
     try:
         if dest is None:
             index.storage.put(REPORT_NAME, page)
         else:
-            write_atomic(where, page)
+            write_atomic(where, page, new=not overwrite)
+    except FileExistsError:  # made while the records were read
+        raise exists_error(where) from None
     except OSError as e:
         raise OutputError(f"{where}: cannot write the report ({e.strerror or e}); "
                           f"{os_error_fix(e)}") from None  # fmt: skip
@@ -284,7 +291,7 @@ def _objects_section(index: Index, summaries: dict) -> str:
 def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
     """One split's objects: how many, images without, objects per image (quantiles and the
     counts), objects per class (named), COCO's box sizes."""
-    count, without = summary[facts.OBJECTS][facts.OBJECTS], summary[facts.OBJECTS][facts.WITHOUT]
+    count, without = facts.object_counts(summary)
     per_image = sorted((int(k), int(n)) for k, n in summary[facts.PER_IMAGE].items())
     values = np.repeat([k for k, _ in per_image], [n for _, n in per_image])
     quantiles = [("min", values.min()), ("median", np.median(values)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from shardpack.errors import Option, SourceError
@@ -110,12 +111,13 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
     found_classes, found, empty = list_class_folders(src, passed)
     if options.source != "folder":  # --source folder: every folder is a class, as asked
         _refuse_split_like(src, found_classes, found)
+        _refuse_one_class_of_folders(src, found_classes, found)
     classes = class_list(found_classes, options.classes)
     items, left_out = labelled(found, classes, options.on_error)
     if found and not items:
         raise left_out_by_classes(src.path(), len(found), found_classes)
     if not items:
-        raise SourceError(f"{src.path()}: no images found; ", *_nothing_found(src))
+        raise SourceError(f"{src.path()}: no images found; ", *_nothing_found(src, passed))
     return passed.dataset("folder", src, Schema.build(classes), {"train": items}, left_out,
                           empty_class_warnings(src.path(), empty, classes))  # fmt: skip
 
@@ -146,6 +148,29 @@ def _refuse_split_like(src: Storage, folders: tuple[str, ...], found: Listing) -
         " to take them as splits, or ",
         Option("source", "folder"),
         " to take them as classes",
+    )
+
+
+def _refuse_one_class_of_folders(src: Storage, folders: tuple[str, ...], found: Listing) -> None:
+    """Refuse one class folder whose images all lie in two or more folders of its own: SRC is
+    most likely the folder above the dataset (~/data for ~/data/flowers), and every image
+    would get that one label."""
+    if len(folders) != 1:
+        return
+    inner = set()
+    for _, key, _ in found:
+        parts = key.split("/", 2)
+        if len(parts) == 2:
+            return  # an image in the class folder itself: a class
+        inner.add(parts[1])
+    if len(inner) < 2:
+        return
+    raise SourceError(
+        f"{src.path()}: its one folder {folders[0]!r} holds no image of its own, only folders "
+        f"({few(inner)}), as a dataset's folder holds its classes; pass {src.path(folders[0])} "
+        "as SRC to take those as the classes, or ",
+        Option("source", "folder"),
+        f" to pack every image as the one class {folders[0]!r}",
     )
 
 
@@ -268,9 +293,9 @@ def empty_class_warnings(top: str, empty: list[str], classes: tuple[str, ...]) -
     ]
 
 
-def _nothing_found(src: Storage) -> tuple[str | Option, ...]:
+def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
     """What SRC holds instead of class folders with images, and what to pass instead (as the
-    parts of a message)."""
+    parts of a message); `passed`: the files the scan found that are no image."""
     entries = folder_entries(src)
     for name, is_dir in entries:
         if is_dir and cifar.cifar_layout(src.child(name)) is not None:
@@ -298,7 +323,15 @@ def _nothing_found(src: Storage) -> tuple[str | Option, ...]:
             way += f", or pass {parent} to pack {name} as one class"
         return (f"its {loose} images lie in SRC itself, but each class needs its own folder "
                 f"(SRC/<class>/<image>): {way}",)  # fmt: skip
-    return (f"expected SRC/<class>/<image> with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}",)
+    expected = f"expected SRC/<class>/<image> with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}"
+    if passed.ignored:  # files of another kind (HEIC photos, say): name their kinds
+        kinds = Counter(os.path.splitext(name)[1].lower() or "no extension"
+                        for name in passed.ignored_files)  # fmt: skip
+        said = ", ".join(f"{kind} {n:,}" for kind, n in kinds.most_common(3))
+        files = "file" if passed.ignored == 1 else "files"
+        return (f"{expected}; its {passed.ignored:,} {files} have none of those ({said}): convert "
+                "the images to one of those formats",)  # fmt: skip
+    return (expected,)
 
 
 def _only_entry(folder: Storage, name: str) -> bool:

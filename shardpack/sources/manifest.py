@@ -21,6 +21,7 @@ sftp://, ...) is refused by name.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fnmatch
 import os
 import posixpath
@@ -209,7 +210,8 @@ def scan_manifest(
         skipped += [(key, reason) for _, key, reason in sorted(bad)]  # in manifest order
     if not splits:
         first_bad = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
-        raise SourceError(f"{first.path}: no row names a usable image{first_bad}")
+        raise SourceError(f"{first.path}: no row names a usable image{first_bad}",
+                          *_elsewhere(skipped, options.root, base))  # fmt: skip
     columns = {name: BOXES if name in boxes else f for name, f in first.columns.items()}
     schema = Schema.build(classes, columns, multi_label=bool(label and label.multi))
     images.rows = rows.done()
@@ -433,6 +435,17 @@ def yxyx(name: str, value: object, fmt: str) -> np.ndarray:
     corners = {"yxyx": (a, b, c, d), "xyxy": (b, a, d, c), "xywh": (b, a, b + d, a + c),
                "cxcywh": (b - d / 2, a - c / 2, b + d / 2, a + c / 2)}[fmt]  # fmt: skip
     return np.stack(corners, axis=1).astype(np.float32)
+
+
+def _elsewhere(skipped: list[tuple[str, str]], root: str | None, base: str) -> tuple:
+    """The end of "no row names a usable image" where every row's image is missing under the
+    manifest's folder: most likely the manifest was moved away from its images, or lists them
+    relative to another folder, which --root names."""
+    missing = os.strerror(errno.ENOENT)
+    if root is not None or not skipped or not all(r.endswith(missing) for _, r in skipped):
+        return ()
+    return ("; its paths were read under ", base, ": if they are relative to another folder, "
+            "pass ", Option("root"), " with that folder")  # fmt: skip
 
 
 def _check_root(root: str | None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import posixpath
 import re
 import tarfile
 from collections import Counter
@@ -438,8 +439,22 @@ def _dataset(root: Storage, samples: list[_Sample], options: PackOptions) -> Dat
         ((offset, size),) = sample.members.values()
         items.append(Item(key, number, sample.path, size, offset, fields))
     classes = options.classes or tuple(str(i) for i in range(top + 1)) if label else None
+    if not present:  # images alone: maybe a tar of a folder tree, not WebDataset shards
+        warnings += _folders_not_classes(good)
     return Dataset(TarSource.name, root, Schema.build(classes, features), {"train": tuple(items)},
                    skipped=tuple(skipped), warnings=(*repeated, *warnings))  # fmt: skip
+
+
+def _folders_not_classes(samples: list[_Sample]) -> list[str]:
+    """A warning where samples of images alone (no label, no other member) lie in two or more
+    folders: a tar of class folders packs unlabeled, its folders taken for no class."""
+    folders = sorted({posixpath.dirname(s.key) for s in samples} - {""})
+    if len(folders) < 2:
+        return []
+    shown = ", ".join(f"{f}/" for f in folders[:3]) + (", ..." if len(folders) > 3 else "")
+    return [f"no sample has a label (.cls); its images lie in {len(folders):,} folders ({shown}): "
+            "if the folders are classes, extract the tar (tar xf) and pack the folder they are "
+            "in, whose class folders give the labels"]  # fmt: skip
 
 
 def _keys(samples: list[_Sample]) -> tuple[dict[int, str], list[str]]:

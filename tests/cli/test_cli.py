@@ -235,6 +235,34 @@ def test_bad_input_is_one_line_exit_2(src: Path, tmp_path: Path, args: list[str]
     assert "Traceback" not in result.stderr
 
 
+def test_options_left_out_this_time_are_named_in_one_line(src: Path, tmp_path: Path):
+    """Packing again without the --split and --resize OUT was packed with ended in a traceback
+    (a left-out option's value, None, shown as a split or a size)."""
+    out = tmp_path / "out"
+    first = _run("pack", str(src), str(out), "--split", "train=0.5,test=0.5", "--resize", "8x8")
+    assert first.returncode == 0, first.stderr
+    result = _run("pack", str(src), str(out), "--no-progress")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "no --resize (the journal's: (8, 8))" in result.stderr
+    assert "no --split (the journal's: (('train', 0.5), ('test', 0.5)))" in result.stderr
+
+
+def test_an_empty_src_or_out_is_refused_not_taken_for_the_current_folder(
+    src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """`shardpack pack SRC "$OUT"` with OUT unset packed into the current folder, among what it
+    held; an empty SRC packed the current folder."""
+    here = make_tree(tmp_path / "here", {"a": 2, "b": 1})
+    monkeypatch.chdir(here)
+    for args, said in [((str(src), ""), "OUT is an empty string"),
+                       (("", str(tmp_path / "out")), "SRC is an empty string")]:  # fmt: skip
+        result = _run("pack", *args, "--no-progress")
+        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+        assert said in result.stderr and "'.' for the current folder" in result.stderr
+    assert sorted(p.name for p in here.iterdir()) == ["a", "b"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_on_error_fail_names_the_file(src: Path, tmp_path: Path):
     (src / "a" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0garbage")
     result = _run("pack", str(src), str(tmp_path / "out"), "--on-error", "fail", "--workers", "2")
@@ -366,6 +394,23 @@ def test_version():
 
     result = _run("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"shardpack {__version__}"
+
+
+def test_the_help_names_every_container():
+    """`shardpack --help` says what it packs into: every container --format takes."""
+    from shardpack.containers import CONTAINERS
+
+    flat = "".join(_run("--help").stdout.split()).lower()
+    assert [name for name in CONTAINERS if name.replace("_", "") not in flat] == []
+
+
+def test_verify_s_help_names_the_check_of_every_container():
+    """verify's help said "record CRCs" of every shard: tars and Parquet files have none."""
+    from shardpack.containers import CONTAINERS
+
+    flat = " ".join(_run("verify", "--help").stdout.split())
+    assert "record CRCs" not in flat
+    assert [c.name for c in CONTAINERS.values() if c.framing not in flat] == []
 
 
 @pytest.mark.parametrize(

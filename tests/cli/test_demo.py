@@ -125,3 +125,13 @@ def test_a_link_at_the_demo_s_folders_is_refused_not_written_through(tmp_path: P
     result = runner.invoke(app, ["demo", str(tmp_path / "d"), "--per-class", "2", "--no-progress"])
     assert result.exit_code == 2 and "is a link; the demo writes into" in result.output
     assert list(elsewhere.iterdir()) == [] and (tmp_path / "d" / planted).is_symlink()
+
+
+def test_an_out_that_is_a_file_is_named_itself(tmp_path: Path):
+    """`shardpack demo FILE` names FILE, not FILE/sample (which is no file: it cannot be)."""
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine")
+    result = runner.invoke(app, ["demo", str(mine), "--per-class", "1", "--no-progress"])
+    assert result.exit_code == 2
+    assert f"error: {mine}: is a file; the demo needs a folder there" in result.output
+    assert mine.read_text() == "mine" and sorted(tmp_path.iterdir()) == [mine]

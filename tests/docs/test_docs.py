@@ -23,10 +23,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import (
+    image,
     make_cifar10_python,
     make_tree,
     run_kept,
     write_csv,
+    write_image,
     write_jsonl,
     write_parquet,
 )
@@ -86,7 +88,9 @@ def test_every_block_says_how_it_is_checked():
 def _workspace(root: Path, demo: bool) -> Path:
     """The files the examples name, under root (HOME is root/home); with demo, `demo-out`."""
     data = root / "home" / "data"
-    make_tree(data / "flowers", {"daisy": 4, "rose": 3})
+    flowers = make_tree(data / "flowers", {"daisy": 4, "rose": 3})
+    for n, photo in enumerate(sorted(flowers.rglob("*.jpg"))):  # of different sizes, as photos are
+        write_image(photo, image(n, height=24 + 2 * n, width=32 - n))
     make_cifar10_python(data / "cifar-10-batches-py", per_batch=10)
     pets = make_tree(data / "pets", {"cat": 3, "dog": 3})
     rows = [{"path": str(p.relative_to(pets)), "label": p.parent.name, "breed": p.parent.name}
@@ -230,3 +234,28 @@ def test_the_readme_is_an_entrance():
     sections = text.split("\n## ")
     assert sections[1].startswith("Quick start\n")
     assert len(sections[1].strip().splitlines()[1:]) <= 15
+
+
+def test_the_readme_s_summary_is_what_pack_prints(tmp_path: Path):
+    """The summary under "Check what you packed" is pack's, line for line, numbers and the
+    index's folder aside: it had lost the `order:` line."""
+    from typer.testing import CliRunner
+
+    from shardpack.cli import app
+    from shardpack.demo import make_sample
+
+    text = (ROOT / "README.md").read_text()
+    command = next(line for line in text.splitlines() if line.startswith("shardpack pack demo-out"))
+    shown = "packed " + text.split("```text\npacked ", 1)[1].split("```")[0]
+    make_sample(tmp_path / "demo-out" / "sample", per_class=10)
+    args = [str(tmp_path / a) if "/" in a else a for a in shlex.split(command)[1:]]  # SRC, OUT
+    result = CliRunner().invoke(app, [*args, "--no-progress"])
+    assert result.exit_code == 0, result.output
+
+    def shape(summary: str) -> list[str]:
+        lines = [re.sub(r"^index: .*/", "index: /", " ".join(line.split()))
+                 for line in summary.strip().splitlines()]  # fmt: skip
+        sizes = [re.sub(r"[\d.]+ (B|KiB|MiB|GiB)\b", "SIZE", line) for line in lines]
+        return [re.sub(r"\d[\d,.]*", "#", line) for line in sizes]
+
+    assert shape(result.output) == shape(shown)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shardpack.read.describe import describe
-from tests.helpers import run_cli
+from tests.helpers import OBJECT_ROWS, pack_objects, run_cli
 
 
 def test_inspect_says_the_objects_in_one_line_with_class_names(objects_out: Path):
@@ -18,3 +18,28 @@ def test_inspect_says_the_objects_in_one_line_with_class_names(objects_out: Path
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("  objects:")]
     assert line == ("  objects: 4 in 3 images (1 without), 1.333 per image, at most 2; cat 2, "
                     "dog 1, eel 1; boxes small 2, medium 1, large 1")  # fmt: skip
+
+
+def test_a_grown_dataset_s_history_counts_its_shards_in_words():
+    """inspect's history said "1 shards rewritten"."""
+    from shardpack.read.describe import history_lines
+
+    run = {"generation": 2, "when": "2026-12-02T19:40:14Z", "mode": "update", "added": 0,
+           "changed": 0, "removed": 1, "shards_rewritten": 1}  # fmt: skip
+    said = history_lines([run, {**run, "generation": 3, "shards_rewritten": 2}])
+    assert said == [
+        "generation 2 (2026-12-02T19:40:14Z): update, added 0, changed 0, removed 1, "
+        "1 shard rewritten",
+        "generation 3 (2026-12-02T19:40:14Z): update, added 0, changed 0, removed 1, "
+        "2 shards rewritten",
+    ]
+
+
+def test_objects_are_said_where_every_image_holds_some(tmp_path: Path):
+    """A split with no image without objects has no such count in its summary: its objects
+    line was left out whole (a COCO set whose every image is annotated)."""
+    out = pack_objects(tmp_path, OBJECT_ROWS[:2])
+    done = run_cli("inspect", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "  objects: 4 in 2 images (0 without), 2 per image, at most 2; " in done.stdout
+    assert "  classes:" not in done.stdout  # its images hold no class: no empty heading

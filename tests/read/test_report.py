@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from shardpack.index import load_index
+from shardpack.options import PackOptions
+from shardpack.packing.packer import pack
 from shardpack.read.report import _objects_section
+from tests.helpers import OBJECT_ROWS, make_tree, one_line_error, pack_objects, run_cli
 from tests.packing.test_duplicates import _Marked
 
 
@@ -23,3 +26,23 @@ def test_the_card_counts_objects_per_class_per_image_and_by_box_size(objects_out
     assert [values[f"class:{c}"] for c in ("cat", "dog", "eel")] == ["2", "1", "1"]
     # a.png's two boxes are 20 x 24 and 16 x 27 pixels; b.png's 100 x 120 and 50 x 60
     assert [values[f"size:{s}"] for s in ("small", "medium", "large")] == ["2", "1", "1"]
+
+
+def test_the_card_counts_objects_where_every_image_holds_some(tmp_path: Path):
+    """Such a split's summary counts no image without objects: its section was left out."""
+    index = load_index(pack_objects(tmp_path, OBJECT_ROWS[:2]))
+    marked = _Marked()
+    marked.feed(_objects_section(index, index.summaries))
+    values = {name: text for (split, name), text in marked.values.items() if split == "train"}
+    assert (values["objects"], values["without"]) == ("4", "0")
+
+
+def test_a_file_at_out_is_kept_and_the_report_refused(tmp_path: Path):
+    """`report OUT --out OUT/index.json` wrote the card over the dataset's index (any file at
+    --out was replaced); it is kept now, as preview keeps one, unless --overwrite."""
+    out = tmp_path / "out"
+    pack(make_tree(tmp_path / "src", {"a": 2, "b": 1}), out, PackOptions(workers=1))
+    index = (out / "index.json").read_bytes()
+    done = run_cli("report", str(out), "--out", str(out / "index.json"), "--no-progress")
+    one_line_error(done, f"{out / 'index.json'}: exists; pass --overwrite to replace it")
+    assert (out / "index.json").read_bytes() == index and not (out / "report.html").exists()

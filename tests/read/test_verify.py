@@ -177,7 +177,7 @@ def test_verify_and_report_show_progress_as_pack_does(
     verb = "verifying" if command == "verify" else "reading"
     lines = [line for line in done.stderr.splitlines() if line.startswith(f"{verb}:")]
     assert lines and lines[-1].startswith(f"{verb}: 12/12 images"), done.stderr
-    quiet = run_cli(*args, "--no-progress")
+    quiet = run_cli(*args, "--no-progress", *(["--overwrite"] if command == "report" else []))
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 

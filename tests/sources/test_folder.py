@@ -866,3 +866,35 @@ def test_folders_holding_the_same_class_folders_are_refused_as_a_split_tree(tmp_
     helpers.make_tree(tmp_path / "tiny" / "n01", {"images": 1})
     helpers.make_tree(tmp_path / "tiny" / "n02", {"images": 1})
     assert scan(tmp_path / "tiny").classes == ("n01", "n02")
+
+
+def test_the_folder_above_a_dataset_is_refused_not_packed_as_one_class(tmp_path):
+    """~/data holding only flowers/daisy, flowers/rose packed every photo as class 'flowers'."""
+    flowers = helpers.make_tree(tmp_path / "data" / "flowers", {"daisy": 2, "rose": 1})
+    with pytest.raises(SourceError) as caught:
+        scan(tmp_path / "data")
+    assert str(caught.value) == (
+        f"{tmp_path / 'data'}: its one folder 'flowers' holds no image of its own, only folders "
+        f"('daisy', 'rose'), as a dataset's folder holds its classes; pass {flowers} as SRC to "
+        "take those as the classes, or source='folder' to pack every image as the one class "
+        "'flowers'"
+    )
+    assert scan(tmp_path / "data", PackOptions(source="folder")).classes == ("flowers",)
+    assert scan(flowers).classes == ("daisy", "rose")
+    # one class folder holding an image of its own beside its folders: one class, as laid out
+    helpers.make_tree(tmp_path / "one" / "cat", {"indoor": 1, "outdoor": 1})
+    helpers.write_image(tmp_path / "one" / "cat" / "own.jpg", helpers.image(0))
+    assert scan(tmp_path / "one").classes == ("cat",)
+
+
+def test_a_tree_of_other_files_names_their_kinds(tmp_path):
+    """A folder of iPhone photos (.HEIC) said only which extensions it expected."""
+    for name in ("a/IMG_1.HEIC", "a/IMG_2.heic", "b/IMG_3.HEIC", "b/notes.txt"):
+        (tmp_path / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / name).write_bytes(b"x")
+    with pytest.raises(SourceError) as caught:
+        scan(tmp_path / "src")
+    assert str(caught.value).endswith(
+        ".tiff, .webp; its 4 files have none of those (.heic 3, .txt 1): convert the images to "
+        "one of those formats"
+    )

@@ -484,3 +484,23 @@ def test_a_url_list_s_items_hold_little_beyond_their_strings_and_pickle_whole(tm
     back = pickle.loads(pickle.dumps(items, 5))
     assert back == items and back[7].fields == {"caption": "photo 7"}
     assert len(back[7].fields) == 1 and "caption" in back[7].fields and "url" not in back[7].fields
+
+
+def test_a_manifest_away_from_its_images_is_told_to_pass_root(tmp_path):
+    """A labels.csv copied out of the folder its relative paths are under: every row's image
+    missing, and the error ended on the first missing file, with no word of --root."""
+    pets = make_tree(tmp_path / "pets", {"cat": 2, "dog": 1})
+    rows = [{"path": str(p.relative_to(pets)), "label": p.parent.name}
+            for p in sorted(pets.rglob("*.jpg"))]  # fmt: skip
+    (tmp_path / "elsewhere").mkdir()
+    moved = write_csv(tmp_path / "elsewhere" / "labels.csv", rows)
+    with pytest.raises(SourceError) as caught:
+        scan(moved)
+    said = as_flags(caught.value)
+    assert said.startswith(f"{moved}: no row names a usable image; the first: cat/img_000.jpg")
+    assert said.endswith(f"; its paths were read under {moved.parent}: if they are relative "
+                         "to another folder, pass --root with that folder")  # fmt: skip
+    assert scan(moved, PackOptions(root=str(pets))).classes == ("cat", "dog")
+    with pytest.raises(SourceError) as caught:  # some rows bad, not every one missing: no hint
+        scan(write_csv(tmp_path / "elsewhere" / "mixed.csv", [*rows, {"path": "", "label": "x"}]))
+    assert "--root" not in as_flags(caught.value)

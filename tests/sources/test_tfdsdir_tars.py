@@ -341,3 +341,20 @@ def test_tars_on_s3_pack_as_from_disk(wds_dir, s3: Bucket, tmp_path):
     assert helpers.shard_files(tmp_path / "folder") == helpers.shard_files(local)
     pack(f"{url}/shards-{{000..002}}.tar", tmp_path / "pattern", options)
     assert helpers.shard_files(tmp_path / "pattern") == helpers.shard_files(local)
+
+
+def test_a_tar_of_class_folders_is_warned_of_as_unlabeled(tmp_path):
+    """`tar cf flowers.tar flowers` packed as unlabeled WebDataset samples without a word."""
+    helpers.make_tree(tmp_path / "flowers", {"daisy": 2, "rose": 1})
+    with tarfile.open(tmp_path / "flowers.tar", "w") as tar:
+        tar.add(tmp_path / "flowers", arcname="flowers")
+    dataset = scan(tmp_path / "flowers.tar")
+    assert not dataset.classes  # unlabeled, as webdataset reads it
+    assert dataset.warnings == (
+        "no sample has a label (.cls); its images lie in 2 folders (flowers/daisy/, "
+        "flowers/rose/): if the folders are classes, extract the tar (tar xf) and pack the "
+        "folder they are in, whose class folders give the labels",
+    )
+    with tarfile.open(tmp_path / "one.tar", "w") as tar:  # one folder: nothing to warn of
+        tar.add(tmp_path / "flowers" / "daisy", arcname="daisy")
+    assert scan(tmp_path / "one.tar").warnings == ()
