@@ -139,7 +139,8 @@ def prepare(
     then fails leaves no dataset that is half the old one, and no old shard that nothing lists.
 
     Returns:
-        ShardResults of finished shards of this very plan whose sha256 matches, with resume.
+        ShardResults of finished shards of this very plan whose sha256 matches, with resume
+        or when OUT's index is this plan's (the same job again).
 
     Raises:
         OutputError: OUT holds a different dataset or files of the user's under names pack
@@ -177,10 +178,14 @@ def prepare(
             raise OutputError(f"{out.path(clash[0])}: exists and was not written by shardpack "
                               f"({such}); choose an empty folder, or pass ", _OVERWRITE,
                               " to replace what is there")  # fmt: skip
-    # Only shards of this very plan are kept, whatever --overwrite says.
-    same_plan = resume and state.journal_digest == plan.digest
+    # Only shards of this very plan are kept, whatever --overwrite says: with resume, or when
+    # OUT holds this plan's dataset (the same job again), whose index then stands until the
+    # new one lands if every shard is kept (a stop leaves the dataset the user had)
+    again = state.has_index and state.digests[0] == plan.digest and not overwrite
+    same_plan = (resume or again) and state.journal_digest == plan.digest
     reused = _reusable(out, state.finished, planned) if same_plan else []
-    if state.has_index:  # with it go the split files that list its shards, TFDS's, its card
+    whole = again and {r.file for r in reused} == planned
+    if state.has_index and not whole:  # with it go the split files, TFDS's, its card
         card = [CARD_NAME] if CARD_NAME in state.names and is_ours(out) else []
         out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card, CONTENTS_NAME,
                     STAMPS_NAME, CROISSANT_NAME,

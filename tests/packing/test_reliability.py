@@ -241,6 +241,19 @@ def test_a_journal_that_lies_about_its_options_is_shown_cut_short(src, tmp_path)
     assert "(the journal's: ('\\n" in message and "\n" not in message and len(message) < 400
 
 
+def test_the_same_job_again_stopped_leaves_the_dataset_whole(src, clean, tmp_path):
+    # The same command again over its finished dataset keeps its intact shards and its index
+    # until the new one lands: it removed the index as it started, then, stopped, every
+    # shard it had not yet written again, leaving the journal alone in OUT
+    out = Path(shutil.copytree(clean, tmp_path / "out"))
+    run = _start(src, out)
+    wait_for(lambda: run.poll() is not None or not (out / "index.json").exists())
+    run.send_signal(signal.SIGTERM)  # (a run that ended ignores it)
+    stderr = run.communicate(timeout=60)[1]
+    assert _same_output(out, clean), stderr
+    assert run.returncode == 0 and not _leftovers(out), stderr
+
+
 def test_resume_redoes_a_damaged_shard(src, clean, tmp_path):
     out = Path(shutil.copytree(clean, tmp_path / "out"))
     victim = sorted(out.glob("*.tfrecord-00003-*"))[0]
