@@ -53,7 +53,15 @@ from shardpack.packing.merge import (
     uniform_size,
     write_outputs,
 )
-from shardpack.packing.outdir import OutState, plan_record, prepare_growth, read_state
+from shardpack.packing.outdir import (
+    OUTPUTS,
+    OutState,
+    plan_record,
+    prepare_growth,
+    read_state,
+    refuse_folders,
+    split_file_names,
+)
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan
 from shardpack.packing.result import PackResult
 from shardpack.packing.stats import entry_summaries
@@ -323,10 +331,11 @@ def _checked_names(out: Storage, old: Index) -> tuple[frozenset[str], OutState]:
 
     Raises:
         OutputError: the index contradicts OUT: it lists a shard that is not there, or holds a
-            shard count that no pack writes.
+            shard count that no pack writes; or a folder is where the grow writes a file.
     """
     where = out.path(INDEX_NAME)
     state = read_state(out)
+    refuse_folders(out, state, OUTPUTS | split_file_names(old.container, old.name, old.splits))
     listed = frozenset(s.file for split in old.splits.values() for s in split.shards)
     missing = sorted(listed - state.names)
     if missing:

@@ -116,6 +116,18 @@ def split_file_names(container: Container, name: str, splits: Iterable[str]) -> 
 
 
 _OVERWRITE = Option("overwrite", True)  # the way past what OUT holds
+# What every pack and grow writes beside its shards (and the split files its container lists).
+OUTPUTS = frozenset({INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME, STAMPS_NAME,
+                     CROISSANT_NAME, FAILURES_NAME})  # fmt: skip
+
+
+def refuse_folders(out: Storage, state: OutState, written: Iterable[str]) -> None:
+    """A folder under a name the run writes would stop that write at the end of the run, its
+    shards written: refused before anything in OUT is touched."""
+    blocked = sorted(state.folders & set(written))
+    if blocked:
+        raise OutputError(f"{out.path(blocked[0])}: is a folder where pack writes a file; move "
+                          "it out of OUT, or choose another output folder")  # fmt: skip
 
 
 def prepare(
@@ -156,15 +168,8 @@ def prepare(
                           "; pass ", _OVERWRITE, " to start over, or choose another output "
                           "folder")  # fmt: skip
     planned = {spec.file for spec in plan.shards}
-    written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME,
-                                  STAMPS_NAME, CROISSANT_NAME,
-                                  FAILURES_NAME}  # fmt: skip
-    # a folder under a name pack writes stops the write that would replace it, at the end of
-    # the run: refused before anything in OUT is touched
-    blocked = sorted(state.folders & written)
-    if blocked:
-        raise OutputError(f"{out.path(blocked[0])}: is a folder where pack writes a file; move "
-                          "it out of OUT, or choose another output folder")  # fmt: skip
+    written = planned | beside | OUTPUTS
+    refuse_folders(out, state, written)
     if state.ours and not overwrite and CARD_NAME in state.names and not is_ours(out):
         raise OutputError(f"{out.path(CARD_NAME)}: exists and was not written by shardpack; "
                           "move it out of OUT, or pass ", _OVERWRITE, " to replace it")  # fmt: skip

@@ -290,6 +290,23 @@ def test_a_planted_index_is_refused_in_one_line(tmp_path: Path, planted: dict):
     one_line_error(run_cli("pack", str(src), str(out), "--append", "--no-progress"), str(out))
 
 
+@pytest.mark.parametrize("name", ["croissant.json", "features.json"])
+def test_a_folder_under_a_name_a_grow_writes_is_refused_before_a_shard(tmp_path: Path, name):
+    # the append wrote its shard, then failed naming its temporary file ('.croissant.json.<hex>
+    # .partial: Is a directory; it is a folder: pass a file'), as a fresh pack refuses it first
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    (out / name).unlink()
+    (out / name).mkdir()
+    before = sorted(p.name for p in out.iterdir())
+    _add(src, "cat", 1, seed=9)
+    said = one_line_error(run_cli("pack", str(src), str(out), "--append", "--no-progress"),
+                          f"{out / name}: is a folder where pack writes a file")  # fmt: skip
+    assert ".partial" not in said
+    assert sorted(p.name for p in out.iterdir()) == before  # no shard, no journal written
+
+
 def _mtimes(out: Path) -> dict[str, int]:
     """key -> the file's mtime OUT keeps (its stamp), of every record that has one."""
     return json.loads((out / ".shardpack.stamps").read_text())["mtimes"]
