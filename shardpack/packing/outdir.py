@@ -246,7 +246,12 @@ class PlanChanged(OutputError):
 def _what_changed(head: dict | None, now: dict) -> list[str | Option]:
     """Why a run into an earlier run's OUT is refused, from the journal's first line (read
     as untrusted: only the options there are now are compared, and values are shown cut
-    short): the options that differ, else the shard counts, else the source."""
+    short): a grow's run, else the options that differ, else the shard counts, else the
+    source."""
+    grow = head.get("grow") if head is not None else None
+    if grow in ("append", "update"):  # its options are the grow's, not a fresh pack's
+        return ["holds a dataset grown by ", Option("grow", grow), " since it was packed; grow "
+                "it with ", Option("grow", "append"), " or ", Option("grow", "update")]  # fmt: skip
     then = head.get("options") if head is not None else None
     if not isinstance(then, dict):  # a journal of an older version, or none (an index only)
         return ["was packed with other options or from a changed source"]

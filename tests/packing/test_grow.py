@@ -307,6 +307,20 @@ def test_a_folder_under_a_name_a_grow_writes_is_refused_before_a_shard(tmp_path:
     assert sorted(p.name for p in out.iterdir()) == before  # no shard, no journal written
 
 
+def test_the_first_pack_again_into_a_grown_dataset_is_told_it_grew(tmp_path: Path):
+    # refused with the grow's journal read as a fresh pack's options: 'was packed with other
+    # options (--shards 1 (the journal's: None); --classes None (the journal's: ('cat',)))'
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    out = tmp_path / "out"
+    first = ("pack", str(src), str(out), "--shards", "1", "--workers", "1", "--no-progress")
+    assert run_cli(*first).returncode == 0
+    _add(src, "cat", 1, seed=9)
+    assert run_cli("pack", str(src), str(out), "--append", "--no-progress").returncode == 0
+    told = f"{out}: holds a dataset grown by --append since it was packed; grow it with "
+    said = one_line_error(run_cli(*first), told + "--append or --update; pass --overwrite")
+    assert "journal" not in said
+
+
 def _mtimes(out: Path) -> dict[str, int]:
     """key -> the file's mtime OUT keeps (its stamp), of every record that has one."""
     return json.loads((out / ".shardpack.stamps").read_text())["mtimes"]
