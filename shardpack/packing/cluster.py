@@ -5,6 +5,7 @@ Nothing here imports `distributed` until a dask run is asked for (it is the `das
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import uuid
@@ -43,6 +44,9 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
             # finds taken): a free port, on loopback
             dashboard_address="127.0.0.1:0",
             host="127.0.0.1",
+            # a stopped run cancels the tasks in flight, and each worker logged that as a
+            # warning under the one line that says why the run stopped
+            silence_logs=logging.ERROR,
         )
         with cluster, Client(cluster) as client:
             yield client

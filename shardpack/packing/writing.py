@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import itertools
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -235,8 +236,16 @@ def _run(
     with dask_client(options.scheduler, workers) as client:
         if specs:
             check_shared_storage(client, dataset.root, out, specs[0].items[0].path)
-        with parallel_config(backend="dask"):
+        with parallel_config(backend="dask"), warnings.catch_warnings():
+            # a stopped run closes this generator with tasks in flight, and joblib warned of
+            # them ('4 tasks which were still being processed ... have been cancelled') under
+            # the one line that says why the run stopped
+            warnings.filterwarnings("ignore", _CANCELLED, UserWarning, "joblib")
             yield from Parallel(n_jobs=-1, return_as="generator_unordered")(tasks)
+
+
+# What joblib warns as a stop closes its generator of results (joblib/parallel.py).
+_CANCELLED = r".*(tasks which were still being processed|successfully executed +but not used)"
 
 
 # The way past a bad item that --on-error fail stopped at.
