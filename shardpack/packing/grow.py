@@ -29,7 +29,13 @@ from shardpack.errors import (
     shortened,
 )
 from shardpack.index import Index, Run, SplitInfo, load_index
-from shardpack.layout import CONTENTS_NAME, INDEX_FILES_DIR, INDEX_NAME, index_file_name
+from shardpack.layout import (
+    CARD_NAME,
+    CONTENTS_NAME,
+    INDEX_FILES_DIR,
+    INDEX_NAME,
+    index_file_name,
+)
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates, gaps, stamps
 from shardpack.packing.contents import (
@@ -45,6 +51,7 @@ from shardpack.packing.contents import (
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
 from shardpack.packing.facts import facts_of
+from shardpack.packing.hubcard import is_ours
 from shardpack.packing.merge import (
     commit_index,
     json_value,
@@ -331,11 +338,16 @@ def _checked_names(out: Storage, old: Index) -> tuple[frozenset[str], OutState]:
 
     Raises:
         OutputError: the index contradicts OUT: it lists a shard that is not there, or holds a
-            shard count that no pack writes; or a folder is where the grow writes a file.
+            shard count that no pack writes; or a folder, or a README.md of the user's, is
+            where the grow writes a file.
     """
     where = out.path(INDEX_NAME)
     state = read_state(out)
     refuse_folders(out, state, OUTPUTS | split_file_names(old.container, old.name, old.splits))
+    if CARD_NAME in state.names and not is_ours(out):  # the user's own card: never replaced
+        raise OutputError(f"{out.path(CARD_NAME)}: exists and was not written by shardpack, "
+                          "and the grow would replace it; move it out of OUT, then grow "
+                          "again")  # fmt: skip
     listed = frozenset(s.file for split in old.splits.values() for s in split.shards)
     missing = sorted(listed - state.names)
     if missing:

@@ -307,6 +307,19 @@ def test_a_folder_under_a_name_a_grow_writes_is_refused_before_a_shard(tmp_path:
     assert sorted(p.name for p in out.iterdir()) == before  # no shard, no journal written
 
 
+def test_a_readme_of_the_users_in_out_is_never_replaced_by_a_grow(tmp_path: Path):
+    # a fresh pack refuses it; an --append replaced it with its card, the user's text gone
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    (out / "README.md").write_text("# Cats\nOur own description of the dataset.\n")
+    _add(src, "cat", 1, seed=9)
+    one_line_error(run_cli("pack", str(src), str(out), "--append", "--no-progress"),
+                   f"{out / 'README.md'}: exists and was not written by shardpack")  # fmt: skip
+    assert (out / "README.md").read_text() == "# Cats\nOur own description of the dataset.\n"
+    assert load_index(out).generation == 0
+
+
 def test_the_first_pack_again_into_a_grown_dataset_is_told_it_grew(tmp_path: Path):
     # refused with the grow's journal read as a fresh pack's options: 'was packed with other
     # options (--shards 1 (the journal's: None); --classes None (the journal's: ('cat',)))'
