@@ -5,7 +5,6 @@ Nothing here imports `distributed` until a dask run is asked for (it is the `das
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import uuid
@@ -35,6 +34,8 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
         raise ClusterError(Option("backend", "dask"), " needs the dask extra: ",
                            install_hint("dask")) from None  # fmt: skip
     if scheduler is None:
+        import logging  # here: a local pack imports this module, and no logging
+
         # Loopback only: a Dask scheduler has no authentication, and runs what it is sent.
         cluster = LocalCluster(
             n_workers=workers,
