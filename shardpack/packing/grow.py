@@ -178,7 +178,7 @@ class GrowPack:
         reused = prepare_growth(out, plan, set(self.listed))
         workers = 1 if out.in_process or self.src.in_process else (
             self.given.workers or machine_cores())  # fmt: skip
-        return Planned(dataset, plan, options, record, reused, workers)
+        return Planned(dataset, plan, options, record, reused, workers, journal_first=True)
 
     def _compare(self, options: PackOptions) -> tuple[Dataset, Change]:
         """SRC scanned and compared with what OUT holds, its copies against the held ones."""

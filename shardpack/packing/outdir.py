@@ -137,7 +137,7 @@ def prepare(
     resume: bool,
     beside: frozenset[str],
     record: dict[str, object],
-) -> list:
+) -> tuple[list[ShardResult], bool]:
     """Make OUT ready for `plan`, touching only files shardpack wrote or will write.
 
     OUT is shardpack's when it holds an index.json or a journal; then the shard files they
@@ -152,7 +152,8 @@ def prepare(
 
     Returns:
         ShardResults of finished shards of this very plan whose sha256 matches, with resume
-        or when OUT's index is this plan's (the same job again).
+        or when OUT's index is this plan's (the same job again); and whether OUT held an
+        index or a journal.
 
     Raises:
         OutputError: OUT holds a different dataset or files of the user's under names pack
@@ -203,7 +204,7 @@ def prepare(
         idx = out.child(INDEX_FILES_DIR)
         idx.remove_partial({f"{f}.idx" for f in rewritten})
         idx.remove(f"{f}.idx" for f in rewritten - kept)
-    return reused
+    return reused, state.ours
 
 
 def prepare_growth(out: Storage, plan: Plan, listed: set[str]) -> list[ShardResult]:
@@ -383,14 +384,20 @@ class Journal:
     """Completion records: the plan digest and its plan_record (for a refused --resume to say
     what changed since), then one line per finished shard.
 
-    Nothing is written until the first shard of this run lands, so a run that fails before
-    that leaves the old journal as it was (the storage says how: a file appended to, or one
-    object per line).
+    Nothing is written until the first shard of this run lands (or begin), so a run that
+    fails before that leaves the old journal as it was (the storage says how: a file appended
+    to, or one object per line).
     """
 
     def __init__(self, out: Storage, digest: str, record: dict, reused: list[ShardResult]) -> None:
         head = [{"plan_digest": digest, **record}, *map(vars, reused)]
         self._writer = out.journal([_line(entry) for entry in head])
+
+    def begin(self) -> None:
+        """Write the head now: into an OUT that holds no journal, before a shard can land (a
+        kill between a shard's rename and its line would leave a shard no journal vouches
+        for, which the next run refuses as the user's file)."""
+        self._writer.begin()
 
     def add(self, result: ShardResult) -> None:
         """Record a finished shard durably (its file was committed before)."""

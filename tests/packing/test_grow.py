@@ -269,6 +269,34 @@ def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_
     shutil.rmtree(clean)
 
 
+@pytest.mark.slow
+def test_an_append_killed_as_its_first_shard_lands_reruns(tmp_path):
+    # Held, the parent cannot journal the shard a worker renames into place; killed then, it
+    # left that shard beside the old journal, and the rerun refused it as a stray: 'is there,
+    # but no index lists it, and the grow would write that name; move it away'
+    src = _grow_src(tmp_path)
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    for where in (clean, out):
+        assert run_cli("pack", str(src), str(where), *JOB).returncode == 0
+    listed = {p.name for p in out.glob("src-train.*")}
+    _grow_more(src)
+    assert run_cli("pack", str(src), str(clean), "--append", *JOB).returncode == 0
+    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
+                            "--append", *JOB], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    wait_for(lambda: len(worker_pids(run.pid)) == 2)
+    workers = worker_pids(run.pid)
+    run.send_signal(signal.SIGSTOP)
+    try:  # a new shard at its final name
+        wait_for(lambda: {p.name for p in out.glob("src-train.*")} - listed)
+    finally:
+        run.kill()
+        run.wait(timeout=30)
+    wait_for(lambda: gone(workers))
+    rerun = run_cli("pack", str(src), str(out), "--append", *JOB)
+    assert rerun.returncode == 0, rerun.stderr
+    _same(out, clean)
+
+
 @pytest.mark.parametrize(
     "planted",
     [{"generation": "x"}, {"options": {"encode": 5}}, {"splits": {"train": {"name_count": -1}}}],
