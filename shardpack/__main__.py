@@ -20,7 +20,10 @@ cpuload.note_start()
 # The collector held off while the CLI imports, and what they made frozen: ~35 collections
 # (~6 ms) found next to nothing, as the modules and classes live for the whole run.
 gc.disable()
-from shardpack import cli  # noqa: E402  (after the sample: the start-up is its window)
+try:
+    from shardpack import cli  # after the sample: the start-up is its window
+except KeyboardInterrupt:  # Ctrl-C as the command starts, nothing touched: as cli.main's
+    raise SystemExit(130) from None
 
 gc.freeze()
 gc.enable()

@@ -161,7 +161,8 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         else:
             typer.echo(f"{grow['mode']}: wrote {plural(summary['new_records'], 'image')} in "
                        f"{summary['seconds']:.2f} s at {rate}; the dataset: {dataset}")  # fmt: skip
-    elif resumed:  # the rate is the new work's: kept shards cost nothing this time
+    elif resumed or summary["shards_kept"]:  # the rate is the new work's: kept shards cost
+        # nothing this time (kept without --resume: the same job again over its dataset)
         kept = (
             f"kept {summary['shards_kept']:,} of {plural(shards, 'shard')} from an earlier run"
             if summary["shards_kept"]  # else a fresh folder, or another plan's: say so

@@ -32,6 +32,9 @@ FORMAT = "shardpack-index"
 VERSION = 2
 READABLE_VERSIONS = (1, 2)
 LEGACY_CONTAINER = "tfrecord"  # what an index without `container` (written before it) holds
+# The most records a split's shards may claim in all: far past any dataset, and within what a
+# reader's counts hold (a range of 10**30 positions is an OverflowError, not a count).
+MAX_SPLIT_RECORDS = 1 << 48
 # A shard name is a plain file name inside OUT: no folders, no climbing out, nothing hidden.
 SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 # What a record's `format` may say: the encodings pack stores ("keep" stores one of these).
@@ -430,6 +433,8 @@ def _split(name: str, entry: object, path: str, bad) -> SplitInfo:
             )
         shards.append(ShardInfo(shard["file"], shard["num_records"], shard["num_bytes"],
                                 shard["sha256"], shard.get("generation", 0)))  # fmt: skip
+    if sum(s.num_records for s in shards) > MAX_SPLIT_RECORDS:
+        raise bad(f"the shards of split {name!r} claim more than {MAX_SPLIT_RECORDS:,} records")
     counts = entry.get("class_counts", [])
     if not isinstance(counts, list) or not all(
         isinstance(c, int) and not isinstance(c, bool) for c in counts

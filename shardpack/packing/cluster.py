@@ -34,6 +34,8 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
         raise ClusterError(Option("backend", "dask"), " needs the dask extra: ",
                            install_hint("dask")) from None  # fmt: skip
     if scheduler is None:
+        import logging  # here: a local pack imports this module, and no logging
+
         # Loopback only: a Dask scheduler has no authentication, and runs what it is sent.
         cluster = LocalCluster(
             n_workers=workers,
@@ -43,6 +45,9 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
             # finds taken): a free port, on loopback
             dashboard_address="127.0.0.1:0",
             host="127.0.0.1",
+            # a stopped run cancels the tasks in flight, and each worker logged that as a
+            # warning under the one line that says why the run stopped
+            silence_logs=logging.ERROR,
         )
         with cluster, Client(cluster) as client:
             yield client

@@ -64,7 +64,7 @@ class FreshPack:
         splits = {spec.split for spec in plan.shards}
         beside = split_file_names(CONTAINERS[options.format], self.name, splits)
         record = plan_record(plan, replace(options, name=self.name))  # the name SRC gave
-        reused = prepare(out, plan, options.overwrite, options.resume, beside, record)
+        reused, ours = prepare(out, plan, options.overwrite, options.resume, beside, record)
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
         self.in_process = out.in_process or self.src.in_process  # memory:// is ours alone
         if self.in_process:
@@ -75,7 +75,7 @@ class FreshPack:
             plan, dataset = packed_plan(plan, dataset)  # from here the items are bytes
             self.spool = EntrySpool(plan)
         self.facts = FactSpill(plan, out, copies=self.groups is None)
-        return Planned(dataset, plan, options, record, reused, workers)
+        return Planned(dataset, plan, options, record, reused, workers, journal_first=not ours)
 
     def landed(self, result: ShardResult) -> ShardResult:
         """A shard of this run landed: its contents entry and stamps, rendered and spooled, its

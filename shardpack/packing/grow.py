@@ -29,7 +29,13 @@ from shardpack.errors import (
     shortened,
 )
 from shardpack.index import Index, Run, SplitInfo, load_index
-from shardpack.layout import CONTENTS_NAME, INDEX_FILES_DIR, INDEX_NAME, index_file_name
+from shardpack.layout import (
+    CARD_NAME,
+    CONTENTS_NAME,
+    INDEX_FILES_DIR,
+    INDEX_NAME,
+    index_file_name,
+)
 from shardpack.options import PackOptions
 from shardpack.packing import duplicates, gaps, stamps
 from shardpack.packing.contents import (
@@ -45,6 +51,7 @@ from shardpack.packing.contents import (
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
 from shardpack.packing.facts import facts_of
+from shardpack.packing.hubcard import is_ours
 from shardpack.packing.merge import (
     commit_index,
     json_value,
@@ -53,7 +60,15 @@ from shardpack.packing.merge import (
     uniform_size,
     write_outputs,
 )
-from shardpack.packing.outdir import OutState, plan_record, prepare_growth, read_state
+from shardpack.packing.outdir import (
+    OUTPUTS,
+    OutState,
+    plan_record,
+    prepare_growth,
+    read_state,
+    refuse_folders,
+    split_file_names,
+)
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan
 from shardpack.packing.result import PackResult
 from shardpack.packing.stats import entry_summaries
@@ -163,7 +178,7 @@ class GrowPack:
         reused = prepare_growth(out, plan, set(self.listed))
         workers = 1 if out.in_process or self.src.in_process else (
             self.given.workers or machine_cores())  # fmt: skip
-        return Planned(dataset, plan, options, record, reused, workers)
+        return Planned(dataset, plan, options, record, reused, workers, journal_first=True)
 
     def _compare(self, options: PackOptions) -> tuple[Dataset, Change]:
         """SRC scanned and compared with what OUT holds, its copies against the held ones."""
@@ -323,10 +338,16 @@ def _checked_names(out: Storage, old: Index) -> tuple[frozenset[str], OutState]:
 
     Raises:
         OutputError: the index contradicts OUT: it lists a shard that is not there, or holds a
-            shard count that no pack writes.
+            shard count that no pack writes; or a folder, or a README.md of the user's, is
+            where the grow writes a file.
     """
     where = out.path(INDEX_NAME)
     state = read_state(out)
+    refuse_folders(out, state, OUTPUTS | split_file_names(old.container, old.name, old.splits))
+    if CARD_NAME in state.names and not is_ours(out):  # the user's own card: never replaced
+        raise OutputError(f"{out.path(CARD_NAME)}: exists and was not written by shardpack, "
+                          "and the grow would replace it; move it out of OUT, then grow "
+                          "again")  # fmt: skip
     listed = frozenset(s.file for split in old.splits.values() for s in split.shards)
     missing = sorted(listed - state.names)
     if missing:

@@ -116,6 +116,18 @@ def split_file_names(container: Container, name: str, splits: Iterable[str]) -> 
 
 
 _OVERWRITE = Option("overwrite", True)  # the way past what OUT holds
+# What every pack and grow writes beside its shards (and the split files its container lists).
+OUTPUTS = frozenset({INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME, STAMPS_NAME,
+                     CROISSANT_NAME, FAILURES_NAME})  # fmt: skip
+
+
+def refuse_folders(out: Storage, state: OutState, written: Iterable[str]) -> None:
+    """A folder under a name the run writes would stop that write at the end of the run, its
+    shards written: refused before anything in OUT is touched."""
+    blocked = sorted(state.folders & set(written))
+    if blocked:
+        raise OutputError(f"{out.path(blocked[0])}: is a folder where pack writes a file; move "
+                          "it out of OUT, or choose another output folder")  # fmt: skip
 
 
 def prepare(
@@ -125,7 +137,7 @@ def prepare(
     resume: bool,
     beside: frozenset[str],
     record: dict[str, object],
-) -> list:
+) -> tuple[list[ShardResult], bool]:
     """Make OUT ready for `plan`, touching only files shardpack wrote or will write.
 
     OUT is shardpack's when it holds an index.json or a journal; then the shard files they
@@ -139,7 +151,9 @@ def prepare(
     then fails leaves no dataset that is half the old one, and no old shard that nothing lists.
 
     Returns:
-        ShardResults of finished shards of this very plan whose sha256 matches, with resume.
+        ShardResults of finished shards of this very plan whose sha256 matches, with resume
+        or when OUT's index is this plan's (the same job again); and whether OUT held an
+        index or a journal.
 
     Raises:
         OutputError: OUT holds a different dataset or files of the user's under names pack
@@ -155,15 +169,8 @@ def prepare(
                           "; pass ", _OVERWRITE, " to start over, or choose another output "
                           "folder")  # fmt: skip
     planned = {spec.file for spec in plan.shards}
-    written = planned | beside | {INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME,
-                                  STAMPS_NAME, CROISSANT_NAME,
-                                  FAILURES_NAME}  # fmt: skip
-    # a folder under a name pack writes stops the write that would replace it, at the end of
-    # the run: refused before anything in OUT is touched
-    blocked = sorted(state.folders & written)
-    if blocked:
-        raise OutputError(f"{out.path(blocked[0])}: is a folder where pack writes a file; move "
-                          "it out of OUT, or choose another output folder")  # fmt: skip
+    written = planned | beside | OUTPUTS
+    refuse_folders(out, state, written)
     if state.ours and not overwrite and CARD_NAME in state.names and not is_ours(out):
         raise OutputError(f"{out.path(CARD_NAME)}: exists and was not written by shardpack; "
                           "move it out of OUT, or pass ", _OVERWRITE, " to replace it")  # fmt: skip
@@ -177,10 +184,14 @@ def prepare(
             raise OutputError(f"{out.path(clash[0])}: exists and was not written by shardpack "
                               f"({such}); choose an empty folder, or pass ", _OVERWRITE,
                               " to replace what is there")  # fmt: skip
-    # Only shards of this very plan are kept, whatever --overwrite says.
-    same_plan = resume and state.journal_digest == plan.digest
+    # Only shards of this very plan are kept, whatever --overwrite says: with resume, or when
+    # OUT holds this plan's dataset (the same job again), whose index then stands until the
+    # new one lands if every shard is kept (a stop leaves the dataset the user had)
+    again = state.has_index and state.digests[0] == plan.digest and not overwrite
+    same_plan = (resume or again) and state.journal_digest == plan.digest
     reused = _reusable(out, state.finished, planned) if same_plan else []
-    if state.has_index:  # with it go the split files that list its shards, TFDS's, its card
+    whole = again and {r.file for r in reused} == planned
+    if state.has_index and not whole:  # with it go the split files, TFDS's, its card
         card = [CARD_NAME] if CARD_NAME in state.names and is_ours(out) else []
         out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card, CONTENTS_NAME,
                     STAMPS_NAME, CROISSANT_NAME,
@@ -193,7 +204,7 @@ def prepare(
         idx = out.child(INDEX_FILES_DIR)
         idx.remove_partial({f"{f}.idx" for f in rewritten})
         idx.remove(f"{f}.idx" for f in rewritten - kept)
-    return reused
+    return reused, state.ours
 
 
 def prepare_growth(out: Storage, plan: Plan, listed: set[str]) -> list[ShardResult]:
@@ -236,7 +247,12 @@ class PlanChanged(OutputError):
 def _what_changed(head: dict | None, now: dict) -> list[str | Option]:
     """Why a run into an earlier run's OUT is refused, from the journal's first line (read
     as untrusted: only the options there are now are compared, and values are shown cut
-    short): the options that differ, else the shard counts, else the source."""
+    short): a grow's run, else the options that differ, else the shard counts, else the
+    source."""
+    grow = head.get("grow") if head is not None else None
+    if grow in ("append", "update"):  # its options are the grow's, not a fresh pack's
+        return ["holds a dataset grown by ", Option("grow", grow), " since it was packed; grow "
+                "it with ", Option("grow", "append"), " or ", Option("grow", "update")]  # fmt: skip
     then = head.get("options") if head is not None else None
     if not isinstance(then, dict):  # a journal of an older version, or none (an index only)
         return ["was packed with other options or from a changed source"]
@@ -368,14 +384,20 @@ class Journal:
     """Completion records: the plan digest and its plan_record (for a refused --resume to say
     what changed since), then one line per finished shard.
 
-    Nothing is written until the first shard of this run lands, so a run that fails before
-    that leaves the old journal as it was (the storage says how: a file appended to, or one
-    object per line).
+    Nothing is written until the first shard of this run lands (or begin), so a run that
+    fails before that leaves the old journal as it was (the storage says how: a file appended
+    to, or one object per line).
     """
 
     def __init__(self, out: Storage, digest: str, record: dict, reused: list[ShardResult]) -> None:
         head = [{"plan_digest": digest, **record}, *map(vars, reused)]
         self._writer = out.journal([_line(entry) for entry in head])
+
+    def begin(self) -> None:
+        """Write the head now: into an OUT that holds no journal, before a shard can land (a
+        kill between a shard's rename and its line would leave a shard no journal vouches
+        for, which the next run refuses as the user's file)."""
+        self._writer.begin()
 
     def add(self, result: ShardResult) -> None:
         """Record a finished shard durably (its file was committed before)."""

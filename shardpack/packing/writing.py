@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import itertools
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ class Planned:
     record: dict[str, object]  # plan_record's: heads the journal
     reused: list[ShardResult]  # shards an earlier run of this plan finished (--resume)
     workers: int
+    # the journal's head lands before any shard: OUT holds no journal, or one no run of this
+    # plan wrote (a grow's strays, a fresh pack's shards, are told by the journal alone)
+    journal_first: bool = False
 
 
 ProgressCallback = Callable[[int, int], None]
@@ -64,6 +68,8 @@ def write_shards(
     results = list(reused)
     journaled = set(done)  # what the journal vouches for, or may: kept whatever stops the run
     try:
+        if planned.journal_first:
+            journal.begin()
         with (
             _ProgressPoller(out, sum(sizes.values()), progress, {s.file for s in todo}) as poller,
             closing(_run(todo, planned.options, dataset, out, planned.workers)) as finished,
@@ -79,7 +85,9 @@ def write_shards(
                 results.append(result)
                 poller.finished(sizes[result.file], result.file)
     except BaseException as e:
-        in_flight = _tidy_after_failure(out, todo, journaled)
+        # a journal this run began, of no shard: gone, OUT as it was found
+        begun = planned.journal_first and not journaled
+        in_flight = _tidy_after_failure(out, todo, journaled, begun)
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             fix = (
                 ("raise ", Option("max_pixels"), " if you trust the image")
@@ -105,17 +113,21 @@ def write_shards(
     return results
 
 
-def _tidy_after_failure(out: Storage, todo: list[ShardSpec], recorded: set[str]) -> list[str]:
+def _tidy_after_failure(
+    out: Storage, todo: list[ShardSpec], recorded: set[str], begun: bool
+) -> list[str]:
     """After a failed run: remove what a killed worker left (workers remove their own partial
     files; these have random names, or are multipart uploads left open) and any shard finished
     but not journaled (its result never reached us), so that OUT holds only what the journal
-    vouches for. Returns the shards that had partial files. Best effort: a disk or store that
-    fails here too (gone down) must not bury why the run stopped; --resume removes the rest.
-    Any other exception is a bug of ours, and shows."""
+    vouches for; and the journal, where this run `begun` it and journaled nothing. Returns the
+    shards that had partial files. Best effort: a disk or store that fails here too (gone
+    down) must not bury why the run stopped; --resume removes the rest. Any other exception
+    is a bug of ours, and shows."""
     in_flight: list[str] = []
     for tidy in (
         lambda: in_flight.extend(out.remove_partial({s.file for s in todo})),
         lambda: out.remove(s.file for s in todo if s.file not in recorded),
+        lambda: out.remove_journal() if begun else None,
     ):
         try:
             tidy()
@@ -235,8 +247,16 @@ def _run(
     with dask_client(options.scheduler, workers) as client:
         if specs:
             check_shared_storage(client, dataset.root, out, specs[0].items[0].path)
-        with parallel_config(backend="dask"):
+        with parallel_config(backend="dask"), warnings.catch_warnings():
+            # a stopped run closes this generator with tasks in flight, and joblib warned of
+            # them ('4 tasks which were still being processed ... have been cancelled') under
+            # the one line that says why the run stopped
+            warnings.filterwarnings("ignore", _CANCELLED, UserWarning, "joblib")
             yield from Parallel(n_jobs=-1, return_as="generator_unordered")(tasks)
+
+
+# What joblib warns as a stop closes its generator of results (joblib/parallel.py).
+_CANCELLED = r".*(tasks which were still being processed|successfully executed +but not used)"
 
 
 # The way past a bad item that --on-error fail stopped at.

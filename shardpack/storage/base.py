@@ -132,6 +132,10 @@ class JournalWriter:
     def add(self, line: bytes) -> None:
         raise NotImplementedError
 
+    def begin(self) -> None:
+        """Replace the old journal with the head now, before the first line."""
+        raise NotImplementedError
+
     def close(self) -> None:
         raise NotImplementedError
 

@@ -406,12 +406,19 @@ class _FileJournal(JournalWriter):
 
     def add(self, line: bytes) -> None:
         if self._file is None:
-            data = b"".join(h + b"\n" for h in [*self.head, line])
-            self._file = open(replace_with(self.name, data), "ab")  # noqa: SIM115 (close())
+            self._replace([*self.head, line])
             return
         self._file.write(line + b"\n")
         self._file.flush()
         os.fsync(self._file.fileno())
+
+    def begin(self) -> None:
+        if self._file is None:
+            self._replace(self.head)
+
+    def _replace(self, lines: list[bytes]) -> None:
+        data = b"".join(h + b"\n" for h in lines)
+        self._file = open(replace_with(self.name, data), "ab")  # noqa: SIM115 (close())
 
     def close(self) -> None:
         if self._file is not None:

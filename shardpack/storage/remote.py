@@ -558,26 +558,30 @@ class _SpoolSink(Sink):
 class _ObjectJournal(JournalWriter):
     """The journal as objects: a head (the plan digest) and one object per finished shard.
 
-    Nothing changes until the first line is added; then the old records go, the head and the
-    records kept from before are written, and each new line is its own object (no appends: an
-    object store has none). A crash in between loses kept records, never invents one: resume
-    then rewrites those shards.
+    Nothing changes until the first line is added (or begin); then the old records go, the head
+    and the records kept from before are written, and each new line is its own object (no
+    appends: an object store has none). A crash in between loses kept records, never invents
+    one: resume then rewrites those shards.
     """
 
     def __init__(self, storage: RemoteStorage, head: list[bytes]) -> None:
-        self.storage, self.head, self.count = storage, head, 0
+        self.storage, self.head, self.count, self.begun = storage, head, 0, False
         self.name = storage.path(JOURNAL_FOLDER)
 
     def _put(self, line: bytes) -> None:
         self.count += 1
         self.storage.put(f"{JOURNAL_FOLDER}/{self.count:08d}.json", line + b"\n")
 
-    def add(self, line: bytes) -> None:
-        if self.count == 0:
+    def begin(self) -> None:
+        if not self.begun:
+            self.begun = True
             self.storage.remove_journal()
             self.storage.put(f"{JOURNAL_FOLDER}/{JOURNAL_HEAD}", self.head[0] + b"\n")
             for kept in self.head[1:]:
                 self._put(kept)
+
+    def add(self, line: bytes) -> None:
+        self.begin()
         self._put(line)
 
     def close(self) -> None:

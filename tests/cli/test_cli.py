@@ -69,6 +69,32 @@ def test_json_outputs(src: Path, tmp_path: Path):
     assert described["splits"]["train"]["class_counts"] == {"a": 4, "b": 3}
 
 
+# A real SIGINT, sent by the CLI's own process as it imports typer (the first import it makes
+# that `import shardpack` does not): Ctrl-C in the command's first 0.3 s.
+_CTRL_C_AT_START = """
+import os, runpy, signal, sys
+
+class Finder:
+    def find_spec(self, name, path=None, target=None):
+        if name == "typer":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+
+sys.meta_path.insert(0, Finder())
+sys.argv = ["shardpack", "--help"]
+runpy.run_module("shardpack", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_ctrl_c_as_the_command_starts_ends_quietly():
+    # Python's traceback of the import it stopped ('from shardpack import cli' ... 'import
+    # typer' ... KeyboardInterrupt), where Ctrl-C later ends in exit 130 and no traceback
+    done = subprocess.run([sys.executable, "-c", _CTRL_C_AT_START], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 130 and done.stderr == "", done.stderr[-2000:]
+    assert done.stdout == ""
+
+
 def test_pack_summary_shows_the_classes_splits_and_features(tmp_path: Path):
     src = make_tree(tmp_path / "src", {f"class{i:02d}": 1 for i in range(10)})
     rows = [

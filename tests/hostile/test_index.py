@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from shardpack.errors import IndexFormatError
-from shardpack.index import MAX_INDEX_CONTAINERS, MAX_NAMED_SKIPPED, load_index
+from shardpack.index import (
+    MAX_INDEX_CONTAINERS,
+    MAX_NAMED_SKIPPED,
+    MAX_SPLIT_RECORDS,
+    load_index,
+)
 from shardpack.read.stream import iter_examples
 from shardpack.schema import MAX_ROW
 from tests.helpers import PEAK_KIB, make_tree, one_line_error, run_cli, write_csv
@@ -164,6 +169,21 @@ def test_a_feature_shape_past_the_bound_is_refused_by_name_on_load(packed, tmp_p
     for command in ("verify", "inspect"):
         one_line_error(run_cli(command, str(out)), str(out / "index.json"), "feature 'boxes'")
     with pytest.raises(IndexFormatError, match="feature 'boxes'"):
+        list(iter_examples(out, "train"))
+
+
+@pytest.mark.parametrize("count", [10**30, MAX_SPLIT_RECORDS + 1])
+def test_shards_claiming_more_records_than_readers_count_are_refused_on_load(
+    packed, tmp_path, count
+):
+    # inspect and iter_examples ended in OverflowError's traceback (a share of 10**30 positions)
+    raw = json.loads((packed / "index.json").read_text())
+    split = raw["splits"]["train"]
+    shards = [{**split["shards"][0], "num_records": count}, *split["shards"][1:]]
+    out = _planted(packed, tmp_path, splits={"train": {**split, "shards": shards}})
+    for command in ("verify", "inspect"):
+        one_line_error(run_cli(command, str(out)), str(out / "index.json"), "claim more than")
+    with pytest.raises(IndexFormatError, match="split 'train' claim more than"):
         list(iter_examples(out, "train"))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from shardpack.containers import CONTAINERS
 from shardpack.options import PackOptions
 from shardpack.packing.cluster import ClusterError
 from shardpack.packing.packer import pack
-from tests.helpers import make_tree, same_output, shard_files
+from tests.helpers import image, make_tree, same_output, shard_files, wait_for, write_image
 
 pytest.importorskip("distributed")
 pytestmark = pytest.mark.slow  # a Dask cluster of its own processes
@@ -66,6 +67,26 @@ def test_local_cluster_matches_local(job, tmp_path: Path, capfd):
     assert seen[-1] == 60
     assert not list(out.glob(".probe-*"))
     assert "8787" not in capfd.readouterr().err
+
+
+def test_a_stopped_local_cluster_run_says_one_line(tmp_path: Path):
+    """Stopped mid-run, the workers' logs of the tasks cancelled ('distributed.worker.
+    state_machine - WARNING - Async instruction for <Task cancelled ...> ended with
+    CancelledError', one a task in flight) came under the line saying why the run stopped."""
+    for i in range(240):
+        write_image(tmp_path / "src" / f"c{i % 2}" / f"{i:04d}.jpg", image(i, 240, 320))
+    out = tmp_path / "out"
+    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(tmp_path / "src"),
+                            str(out), "--backend", "dask", "--workers", "2", "--shards", "12",
+                            "--encode", "png", "--no-progress"], stderr=subprocess.PIPE,
+                           text=True)  # fmt: skip
+    journal = out / ".shardpack.journal"
+    wait_for(lambda: run.poll() is not None or journal.exists())
+    run.send_signal(signal.SIGTERM)  # shards in flight: the first of 12 just landed
+    stderr = run.communicate(timeout=120)[1]
+    assert run.returncode == 143, stderr
+    said = "terminated: no index written; rerun with --resume to continue"
+    assert stderr.strip().splitlines() == [said], stderr
 
 
 def _free_port() -> int:

@@ -269,6 +269,34 @@ def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_
     shutil.rmtree(clean)
 
 
+@pytest.mark.slow
+def test_an_append_killed_as_its_first_shard_lands_reruns(tmp_path):
+    # Held, the parent cannot journal the shard a worker renames into place; killed then, it
+    # left that shard beside the old journal, and the rerun refused it as a stray: 'is there,
+    # but no index lists it, and the grow would write that name; move it away'
+    src = _grow_src(tmp_path)
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    for where in (clean, out):
+        assert run_cli("pack", str(src), str(where), *JOB).returncode == 0
+    listed = {p.name for p in out.glob("src-train.*")}
+    _grow_more(src)
+    assert run_cli("pack", str(src), str(clean), "--append", *JOB).returncode == 0
+    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
+                            "--append", *JOB], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    wait_for(lambda: len(worker_pids(run.pid)) == 2)
+    workers = worker_pids(run.pid)
+    run.send_signal(signal.SIGSTOP)
+    try:  # a new shard at its final name
+        wait_for(lambda: {p.name for p in out.glob("src-train.*")} - listed)
+    finally:
+        run.kill()
+        run.wait(timeout=30)
+    wait_for(lambda: gone(workers))
+    rerun = run_cli("pack", str(src), str(out), "--append", *JOB)
+    assert rerun.returncode == 0, rerun.stderr
+    _same(out, clean)
+
+
 @pytest.mark.parametrize(
     "planted",
     [{"generation": "x"}, {"options": {"encode": 5}}, {"splits": {"train": {"name_count": -1}}}],
@@ -288,6 +316,50 @@ def test_a_planted_index_is_refused_in_one_line(tmp_path: Path, planted: dict):
     (out / "index.json").write_text(json.dumps(doc))
     _add(src, "cat", 1, seed=9)
     one_line_error(run_cli("pack", str(src), str(out), "--append", "--no-progress"), str(out))
+
+
+@pytest.mark.parametrize("name", ["croissant.json", "features.json"])
+def test_a_folder_under_a_name_a_grow_writes_is_refused_before_a_shard(tmp_path: Path, name):
+    # the append wrote its shard, then failed naming its temporary file ('.croissant.json.<hex>
+    # .partial: Is a directory; it is a folder: pass a file'), as a fresh pack refuses it first
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    (out / name).unlink()
+    (out / name).mkdir()
+    before = sorted(p.name for p in out.iterdir())
+    _add(src, "cat", 1, seed=9)
+    said = one_line_error(run_cli("pack", str(src), str(out), "--append", "--no-progress"),
+                          f"{out / name}: is a folder where pack writes a file")  # fmt: skip
+    assert ".partial" not in said
+    assert sorted(p.name for p in out.iterdir()) == before  # no shard, no journal written
+
+
+def test_a_readme_of_the_users_in_out_is_never_replaced_by_a_grow(tmp_path: Path):
+    # a fresh pack refuses it; an --append replaced it with its card, the user's text gone
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    (out / "README.md").write_text("# Cats\nOur own description of the dataset.\n")
+    _add(src, "cat", 1, seed=9)
+    one_line_error(run_cli("pack", str(src), str(out), "--append", "--no-progress"),
+                   f"{out / 'README.md'}: exists and was not written by shardpack")  # fmt: skip
+    assert (out / "README.md").read_text() == "# Cats\nOur own description of the dataset.\n"
+    assert load_index(out).generation == 0
+
+
+def test_the_first_pack_again_into_a_grown_dataset_is_told_it_grew(tmp_path: Path):
+    # refused with the grow's journal read as a fresh pack's options: 'was packed with other
+    # options (--shards 1 (the journal's: None); --classes None (the journal's: ('cat',)))'
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    out = tmp_path / "out"
+    first = ("pack", str(src), str(out), "--shards", "1", "--workers", "1", "--no-progress")
+    assert run_cli(*first).returncode == 0
+    _add(src, "cat", 1, seed=9)
+    assert run_cli("pack", str(src), str(out), "--append", "--no-progress").returncode == 0
+    told = f"{out}: holds a dataset grown by --append since it was packed; grow it with "
+    said = one_line_error(run_cli(*first), told + "--append or --update; pass --overwrite")
+    assert "journal" not in said
 
 
 def _mtimes(out: Path) -> dict[str, int]:

@@ -176,6 +176,26 @@ def test_workers_die_with_a_killed_parent_and_resume_completes(src, clean, tmp_p
     assert _same_output(out, clean)
 
 
+def test_a_parent_killed_as_its_first_shard_lands_is_resumed(src, clean, tmp_path):
+    # Held, the parent cannot journal the shard a worker renames into place; killed then, it
+    # left that shard and no journal, and every rerun (--resume too) was refused: 'exists and
+    # was not written by shardpack ...; choose an empty folder, or pass --overwrite'
+    out = tmp_path / "out"
+    run = _start(src, out)
+    wait_for(lambda: len(worker_pids(run.pid)) == 2)
+    workers = worker_pids(run.pid)
+    run.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: any(out.glob("src-train.tfrecord-*")))  # a shard at its final name
+    finally:
+        run.kill()
+        run.wait(timeout=30)
+    wait_for(lambda: gone(workers), timeout=10)
+    resumed = _cli("pack", str(src), str(out), *JOB, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert _same_output(out, clean)
+
+
 def test_file_size_limit_is_one_line_and_keeps_finished_shards(src, clean, tmp_path):
     out = tmp_path / "out"
     largest = max(len(b) for b in shard_files(clean).values())
@@ -239,6 +259,19 @@ def test_a_journal_that_lies_about_its_options_is_shown_cut_short(src, tmp_path)
     message = str(refused.value)
     assert "encode='keep' (the journal's: {'a': None})" in message and "nonsense" not in message
     assert "(the journal's: ('\\n" in message and "\n" not in message and len(message) < 400
+
+
+def test_the_same_job_again_stopped_leaves_the_dataset_whole(src, clean, tmp_path):
+    # The same command again over its finished dataset keeps its intact shards and its index
+    # until the new one lands: it removed the index as it started, then, stopped, every
+    # shard it had not yet written again, leaving the journal alone in OUT
+    out = Path(shutil.copytree(clean, tmp_path / "out"))
+    run = _start(src, out)
+    wait_for(lambda: run.poll() is not None or not (out / "index.json").exists())
+    run.send_signal(signal.SIGTERM)  # (a run that ended ignores it)
+    stderr = run.communicate(timeout=60)[1]
+    assert _same_output(out, clean), stderr
+    assert run.returncode == 0 and not _leftovers(out), stderr
 
 
 def test_resume_redoes_a_damaged_shard(src, clean, tmp_path):
