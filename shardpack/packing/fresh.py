@@ -13,7 +13,7 @@ from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, Option, OptionError, SourceError, printable
 from shardpack.index import PackStats
 from shardpack.options import PackOptions, safe_name
-from shardpack.packing import duplicates
+from shardpack.packing import duplicates, stamps
 from shardpack.packing.contents import copy_numbers
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.factspill import FactSpill
@@ -64,7 +64,13 @@ class FreshPack:
         splits = {spec.split for spec in plan.shards}
         beside = split_file_names(CONTAINERS[options.format], self.name, splits)
         record = plan_record(plan, replace(options, name=self.name))  # the name SRC gave
-        reused, ours = prepare(out, plan, options.overwrite, options.resume, beside, record)
+        specs = {spec.file: spec for spec in plan.shards}
+
+        def unchanged(result: ShardResult) -> bool:
+            return stamps.unchanged(result, specs[result.file], dataset.source, dataset.root)
+
+        reused, ours = prepare(out, plan, options.overwrite, options.resume, beside, record,
+                               unchanged)  # fmt: skip
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
         self.in_process = out.in_process or self.src.in_process  # memory:// is ours alone
         if self.in_process:

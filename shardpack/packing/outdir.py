@@ -12,7 +12,7 @@ import base64
 import binascii
 import json
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
@@ -137,6 +137,7 @@ def prepare(
     resume: bool,
     beside: frozenset[str],
     record: dict[str, object],
+    unchanged: Callable[[ShardResult], bool],
 ) -> tuple[list[ShardResult], bool]:
     """Make OUT ready for `plan`, touching only files shardpack wrote or will write.
 
@@ -145,6 +146,8 @@ def prepare(
     file under a name pack is about to write (a shard, `beside`, the index or the TFDS
     metadata) is the user's, and is replaced only with overwrite. `record` is the plan's
     plan_record: a refused resume says what differs from the one the journal kept.
+    `unchanged` tells whether a finished shard's files are as its worker read them: the same
+    job run again (no resume) keeps only those.
 
     An earlier dataset (a different plan, with overwrite) goes before a shard of this one is
     written: its index first, then its TFDS metadata and the shards only it listed. A run that
@@ -190,6 +193,8 @@ def prepare(
     again = state.has_index and state.digests[0] == plan.digest and not overwrite
     same_plan = (resume or again) and state.journal_digest == plan.digest
     reused = _reusable(out, state.finished, planned) if same_plan else []
+    if again and not resume:  # a file edited since (even to the same size) is packed again
+        reused = [result for result in reused if unchanged(result)]
     whole = again and {r.file for r in reused} == planned
     if state.has_index and not whole:  # with it go the split files, TFDS's, its card
         card = [CARD_NAME] if CARD_NAME in state.names and is_ours(out) else []

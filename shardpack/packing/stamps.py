@@ -60,6 +60,19 @@ def loads_whole_files(source: Source) -> bool:
     return type(source).load is Source.load
 
 
+def unchanged(result: ShardResult, spec: ShardSpec, source: Source, root: Storage) -> bool:
+    """Whether every item of a finished shard is a file whose size and mtime now are those its
+    worker noted as it read it (the shard's facts table): a shard that the same job run again
+    keeps holds the bytes its files hold now. An item without a stamp (a record inside a file,
+    an object in a store, a file modified as it was read) or not held (a streamed range's) is
+    not known unchanged: its shard is written again."""
+    if not isinstance(spec.items, tuple):
+        return False
+    facts, now = facts_of(result.content, len(spec.items)), take_stamps(source, root, spec.items)
+    noted = zip(now, facts["size"].tolist(), facts["mtime"].tolist(), strict=True)
+    return all(stamp is not None and stamp == (size, mtime) for stamp, size, mtime in noted)
+
+
 def settled_before() -> int:
     """The mtime (ns) a file's stamp taken from now on must be older than to be kept."""
     return time.time_ns() - RACY_NS

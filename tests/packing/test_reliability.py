@@ -14,12 +14,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from shardpack.errors import OutputError
 from shardpack.layout import LOCK_NAME
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
+from shardpack.read.stream import iter_examples
 from tests.helpers import gone, image, shard_files, wait_for, worker_pids, write_image
 
 pytestmark = pytest.mark.slow  # real signals and kills, each a pack of its own
@@ -33,8 +35,10 @@ JOB = ["--encode", "png", "--shards", "12", "--workers", "2", "--no-progress"]
 @pytest.fixture(scope="module")
 def src(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("reliability") / "src"
+    settled = time.time() - 60  # a user's photos: older than a stamp's racy window
     for i in range(480):
-        write_image(root / f"c{i % 4}" / f"{i:04d}.jpg", image(i, height=240, width=320))
+        write_image(path := root / f"c{i % 4}" / f"{i:04d}.jpg", image(i, height=240, width=320))
+        os.utime(path, (settled, settled))
     return root
 
 
@@ -272,6 +276,29 @@ def test_the_same_job_again_stopped_leaves_the_dataset_whole(src, clean, tmp_pat
     stderr = run.communicate(timeout=60)[1]
     assert _same_output(out, clean), stderr
     assert run.returncode == 0 and not _leftovers(out), stderr
+
+
+def test_the_same_job_again_packs_a_file_edited_to_the_same_size_again(tmp_path):
+    # A plain rerun keeps a finished shard only while its files' sizes and mtimes are those its
+    # worker read: an image rewritten in place at the same size (the plan, which holds sizes,
+    # unchanged) was kept as it was packed, the new pixels never read
+    src, out = tmp_path / "src", tmp_path / "out"
+    old, new = (np.full((24, 24, 3), value, np.uint8) for value in (40, 200))
+    write_image(src / "a" / "x.png", old)
+    write_image(src / "b" / "y.png", old)
+    edited = tmp_path / "edited.png"
+    write_image(edited, new)
+    assert edited.stat().st_size == (src / "a" / "x.png").stat().st_size
+    for path in (src / "a" / "x.png", src / "b" / "y.png"):
+        os.utime(path, (time.time() - 60,) * 2)
+    options = PackOptions(encode="keep", shards=2, workers=1)
+    pack(src, out, options)
+    (src / "a" / "x.png").write_bytes(edited.read_bytes())
+    os.utime(src / "a" / "x.png", (time.time() - 30,) * 2)
+    result = pack(src, out, options)
+    assert result.num_reused == 1  # y.png's shard
+    images = {r["key"]: r["image"] for r in iter_examples(out, "train", decode=False)}
+    assert images["a/x.png"] == edited.read_bytes()
 
 
 def test_resume_redoes_a_damaged_shard(src, clean, tmp_path):
