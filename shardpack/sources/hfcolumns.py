@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from shardpack.errors import Option, SourceError
 from shardpack.schema import BUILTIN_NAMES, INT64, LABEL, Feature
-from shardpack.sources.classlist import check_class_count, check_class_name
+from shardpack.sources.classlist import check_class_names
 from shardpack.sources.tables.cells import MAX_TEXT_CHARS
 
 MAX_METADATA_BYTES = 16 << 20  # the `huggingface` schema metadata: features and a card's info
@@ -147,9 +147,7 @@ def _class_names(spec: object, where: str) -> tuple[tuple[str, ...], bool] | Non
     names = spec.get("names")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise SourceError(f"{where}: a ClassLabel without a list of names; save it with datasets")
-    check_class_count(len(names), where, "its ClassLabel names")
-    for name in names:
-        check_class_name(name, where)
+    check_class_names(tuple(names), where, "its ClassLabel names")
     return tuple(names), multi
 
 

@@ -231,6 +231,23 @@ def test_cifar_class_names_that_are_not_one_line_are_refused(tmp_path):
     assert str(src / "batches.meta.txt") in str(caught.value)
 
 
+def test_cifar_class_names_naming_a_class_twice_are_refused(tmp_path):
+    """Packed as classes airplane, ..., airplane: two labels under one name (datasets'
+    ClassLabel refuses them), in the binary meta file and in the python one."""
+    src = helpers.make_cifar10_binary(tmp_path / "bin", per_batch=4, batches=1)
+    names = list(helpers.CIFAR10_CLASSES)
+    names[9] = names[0]
+    (src / "batches.meta.txt").write_text("\n".join(names) + "\n")
+    with pytest.raises(SourceError, match=f"two classes are named '{names[0]}'") as caught:
+        scan(src)
+    assert str(src / "batches.meta.txt") in str(caught.value)
+    src = helpers.make_cifar10_python(tmp_path / "py", per_batch=4, batches=1)
+    meta = {b"label_names": [name.encode() for name in names], b"num_vis": 3072}
+    (src / "batches.meta").write_bytes(pickle.dumps(meta, protocol=2))
+    with pytest.raises(SourceError, match=f"batches.meta: two classes are named '{names[0]}'"):
+        scan(src)
+
+
 def test_symlink_loop_terminates_and_lists_each_image_once(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"cats": 2, "dogs": 1})
     (src / "cats" / "sub").symlink_to(src / "cats", target_is_directory=True)
