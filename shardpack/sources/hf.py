@@ -90,11 +90,17 @@ class HfSource(Source):
         else:
             return None
         try:
-            columns = _columns(first, required)
+            parquet = _open(first)
         except SourceError:
             if required or (files is not None and hub_named(files) and not _has_pyarrow()):
                 raise  # the Hub's own layout: no other source reads it, whatever is missing
             return None  # not ours to refuse: a manifest or a stray file (--source hf says why)
+        from shardpack.sources.hfcolumns import columns_of  # numpy: not for pack --help
+
+        try:  # a file with an image column is ours: what is wrong with it is said, not passed on
+            columns = columns_of(parquet.schema_arrow, first.path(), required)
+        finally:
+            parquet.close(force=True)
         return None if columns is None else (root, files)
 
     def scan(

@@ -28,7 +28,8 @@ CLASSES = ["cat", "dog"]
 
 
 def write_hf(path: Path, labels: list[int], paths: list[str | None] | None = None,
-             images: list[bytes | None] | None = None) -> Path:  # fmt: skip
+             images: list[bytes | None] | None = None,
+             names: list[str] = CLASSES) -> Path:  # fmt: skip
     """A Parquet file as `datasets` writes one: an Image column (struct<bytes, path>) and a
     ClassLabel `label`, its features in the schema's huggingface metadata."""
     images = images if images is not None else [jpeg(i) for i in range(len(labels))]
@@ -36,7 +37,7 @@ def write_hf(path: Path, labels: list[int], paths: list[str | None] | None = Non
     image = pa.StructArray.from_arrays(
         [pa.array(images, pa.binary()), pa.array(paths, pa.string())], ["bytes", "path"]
     )
-    features = {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": CLASSES}}
+    features = {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": names}}
     table = pa.table({"image": image, "label": pa.array(labels, pa.int64())})
     table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features":
                                                                        features}})})  # fmt: skip
@@ -323,3 +324,23 @@ def test_row_groups_each_under_the_limit_stay_under_a_gib_decoded_together(tmp_p
     _refused(run, "captions.parquet: row groups 0 to 1 decode to 1.1 GiB (over the 1 GiB limit "
              "for one file, held in memory whole)")  # fmt: skip
     assert run.peak_mib < 1024, run.peak_mib
+
+
+# ---- round 8: a ClassLabel naming one class twice ----------------------------------------------
+
+
+def test_a_classlabel_naming_a_class_twice_is_refused_as_datasets_refuses_it(tmp_path):
+    """`datasets` refuses the file ('Some label names are duplicated'); it was packed as classes
+    cat, dog, cat. Without --source hf, the refusal of a Hub folder's bad ClassLabel was passed
+    over (the class folders then said 'no images found', the file as SRC was read as a
+    manifest): a file with an image column is a Hugging Face file, and is told what is wrong."""
+    src = tmp_path / "src"
+    file = write_hf(
+        src / "data/train-00000-of-00001.parquet", [0, 1, 2], names=["cat", "dog", "cat"]
+    )
+    for where, source in ((src, "hf"), (src, "auto"), (file, "auto")):
+        refused(where, f"{file}, column 'label': two classes are named 'cat'", source=source)
+    write_hf(file, [0, 1], names=["cat", "dog\x1c"])
+    refused(
+        src, "column 'label': the class name 'dog\\x1c' holds a control character", source="auto"
+    )
