@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.json
 import pyarrow.parquet as pq
 import pytest
 
@@ -564,6 +565,26 @@ def test_lines_that_are_not_json_objects_are_bad_rows_naming_their_line(tmp_path
         (4, "t.jsonl line 4: not valid JSON"),
     ]
     assert "nested too deeply" in manifest.bad[2].reason
+
+
+def test_a_jsonl_line_holding_a_key_twice_is_a_bad_row_as_pyarrow_refuses_it(tmp_path):
+    """json.loads keeps the last of two `label`s (so a row read 'dog' where pyarrow's reader,
+    and datasets' with it, refuse the line: 'Column(/label) was specified twice')."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"path": "a.jpg", "label": "cat", "label": "dog"}\n'
+                    '{"path": "b.jpg", "label": "cat", "x": {"n": 1, "n": 2}}\n'
+                    '{"path": "c.jpg", "label": "dog", "n": 1}\n'
+                    '{"path": "d.jpg", "label": "cat", "big": 1%s, "path": "e.jpg"}\n'
+                    % ("0" * 30), "utf-8")  # fmt: skip
+    with pytest.raises(pa.ArrowInvalid, match="specified twice"):
+        pa.json.read_json(path)  # the reference
+    manifest = read_manifest(path)
+    assert [row.path for row in manifest.rows] == ["c.jpg"]
+    assert [(bad.line, bad.reason.split(" twice")[0]) for bad in manifest.bad] == [
+        (1, "t.jsonl line 1: holds the key 'label'"),
+        (2, "t.jsonl line 2: holds the key 'n'"),
+        (4, "t.jsonl line 4: holds the key 'path'"),  # read again for its huge integer
+    ]
 
 
 # ---- near misses: warned of by name ----------------------------------------------------------
