@@ -119,7 +119,7 @@ def scan(
         if above is None or options.source != "auto":
             raise
         raise SourceError(*e.args, f"; {above}") from None
-    dataset = dataclasses.replace(dataset, warnings=dataset.warnings + _typos(dataset))
+    dataset = dataclasses.replace(dataset, warnings=dataset.warnings + _near_misses(dataset))
     if options.split is None:
         return dataset
     return split_dataset(dataset, options.split, options.seed, root.path())
@@ -131,18 +131,24 @@ TYPO_IMAGES = 5
 TYPO_RATIO = 4
 
 
-def _typos(dataset: Dataset) -> tuple[str, ...]:
-    """A warning for each class of a handful of images named a typo away from a larger class."""
+def _near_misses(dataset: Dataset) -> tuple[str, ...]:
+    """Warnings for classes that are probably another's name misspelt: a typo away, or the
+    same but for case in splits of their own."""
     classes = dataset.classes
     if len(classes) < 2:
         return ()
-    labels = Counter()
-    for items in dataset.splits.values():
-        labels.update(map(operator.itemgetter(1), items))  # Item.label, counted in C
-    counts = Counter()
-    for label, n in labels.items():
-        for index in label if isinstance(label, tuple) else () if label is None else (label,):
-            counts[index] += n
+    per_split: dict[str, Counter[int]] = {}  # split -> class index -> images
+    for split, items in dataset.splits.items():
+        labels = Counter(map(operator.itemgetter(1), items))  # Item.label, counted in C
+        counts = per_split[split] = Counter()
+        for label, n in labels.items():
+            for index in label if isinstance(label, tuple) else () if label is None else (label,):
+                counts[index] += n
+    return _typos(classes, sum(per_split.values(), Counter())) + _cased_apart(classes, per_split)
+
+
+def _typos(classes: tuple[str, ...], counts: Counter[int]) -> tuple[str, ...]:
+    """A warning for each class of a handful of images named a typo away from a larger class."""
     warnings = []
     for index, name in enumerate(classes):
         n = counts[index]
@@ -156,6 +162,31 @@ def _typos(dataset: Dataset) -> tuple[str, ...]:
             warnings.append(f"class {name!r} ({n} image{'s' * (n != 1)}) is named a typo away "
                             f"from class {meant!r} ({m:,} images): if it is a typo, give its "
                             f"images the class {meant!r}")  # fmt: skip
+    return tuple(warnings)
+
+
+def _cased_apart(classes: tuple[str, ...], per_split: dict[str, Counter[int]]) -> tuple[str, ...]:
+    """A warning for class names alike but for case where no split holds two of them
+    (train/Cat, val/cat): one class spelt two ways, most likely, whose images each split labels
+    apart, so that no label of the one split is ever seen in the other. Names alike but for
+    case in one split are left alone: they are two classes there (EMNIST's `A` and `a`)."""
+    spellings: dict[str, list[int]] = {}
+    for index, name in enumerate(classes):
+        spellings.setdefault(name.casefold(), []).append(index)
+    warnings = []
+    for indices in spellings.values():
+        if len(indices) < 2:
+            continue
+        held = {split: [i for i in indices if counts[i]] for split, counts in per_split.items()}
+        held = {split: found for split, found in held.items() if found}
+        if len(held) < 2 or any(len(found) > 1 for found in held.values()):
+            continue
+        names = " and ".join(repr(classes[i]) for i in indices)
+        where = "; ".join(f"{split}: {classes[found[0]]!r}" for split, found in held.items())
+        warnings.append(f"classes {names} differ only in case, and no split holds two of them "
+                        f"({where}): packed as {len(indices)} classes, each split's images "
+                        "under a label the other splits never have; if they are one class, "
+                        "give them one name")  # fmt: skip
     return tuple(warnings)
 
 

@@ -91,6 +91,23 @@ def test_split_folders_but_for_case_or_a_splits_typo_are_refused(tmp_path: Path)
         scan(src, PackOptions(split_names=("Train",), source="folder"))
 
 
+def test_class_folders_alike_but_for_case_in_splits_of_their_own_are_named(tmp_path: Path):
+    """train/Cat and val/cat were packed as classes Cat and cat without a word: every val cat
+    under a label no train image has. Alike but for case in one split, they are two classes
+    (EMNIST's A and a): nothing is said."""
+    src = tmp_path / "src"
+    make_tree(src / "train", {"Cat": 8, "dog": 8, "A": 2, "a": 2})
+    make_tree(src / "val", {"cat": 4, "dog": 4, "A": 1, "a": 1}, seed=10)
+    dataset = scan(src)
+    assert dataset.classes == ("A", "Cat", "a", "cat", "dog")
+    assert dataset.warnings == (
+        "classes 'Cat' and 'cat' differ only in case, and no split holds two of them (train: "
+        "'Cat'; val: 'cat'): packed as 2 classes, each split's images under a label the other "
+        "splits never have; if they are one class, give them one name",
+    )
+    assert scan(src / "train").warnings == ()  # one split
+
+
 def test_splits_option_names_other_split_folders(tmp_path: Path):
     src = tmp_path / "src"
     make_tree(src / "fold1", {"a": 2})
