@@ -366,7 +366,7 @@ def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> It
                           f"follows is lost (samples found past it: {info.lost}; WebDataset's "
                           "reader stops there too); rewrite the tar")  # fmt: skip
             break
-        if info.isdir() or _META.match(info.name) or info.name.startswith("__"):
+        if info.isdir() or _META.match(info.name):  # `__key__`, `__x__/...`: not `__0001.jpg`
             continue
         match = _KEY_EXT.match(info.name)
         if match is None:

@@ -251,6 +251,33 @@ def test_tars_class_names_from_classes(wds_dir, tmp_path):
     assert all("not one of the 1 classes" in why for _, why in dataset.skipped)
 
 
+def test_tars_keys_starting_with_two_underscores_are_samples_as_webdataset_reads_them(tmp_path):
+    """webdataset skips only metadata members (`__x__`, `__x__/...`): `__0001.jpg` and
+    `__key__.jpg` are samples. Both were left out without a word (no skip, no count)."""
+    helpers.needs("webdataset")
+    src = tmp_path / "a.tar"
+    with tarfile.open(src, "w") as tar:
+        for name, data in [("__0001.jpg", helpers.jpeg(1)), ("__0001.cls", b"1"),
+                           ("__key__.jpg", helpers.jpeg(2)), ("__key__.cls", b"0"),
+                           ("__meta__", b"{}"), ("__meta__/x.jpg", helpers.jpeg(3)),
+                           ("0002.jpg", helpers.jpeg(4)), ("0002.cls", b"1")]:  # fmt: skip
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    dataset = scan(src)
+    assert [item.key for item in dataset.splits["train"]] == [
+        "a.tar:__0001", "a.tar:__key__", "a.tar:0002",
+    ]  # fmt: skip
+    assert dataset.skipped == ()
+    out = tmp_path / "out"
+    assert pack(src, out, OPTIONS).num_records == 3
+    samples = _wds_read(str(src))
+    assert sorted(samples) == ["0002", "__0001", "__key__"]
+    for record in iter_examples(out, "train"):
+        sample = samples[record["key"].split(":", 1)[1]]
+        assert (record["image"], record["label"]) == (sample["jpg"], int(sample["cls"]))
+
+
 def _hostile_tar(path: Path) -> Path:
     """A tar with a good sample, one holding a link, one a device, one an over-long caption,
     one a label that would make a trillion classes."""
