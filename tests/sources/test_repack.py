@@ -117,6 +117,18 @@ def test_the_scans_quick_check_agrees_with_record_fault(packed):
     assert fits == [True] + [False] * (len(bent) - 1)
 
 
+def test_an_index_naming_a_class_twice_is_refused_as_every_source_refuses_it(packed, tmp_path):
+    """An index.json whose classes were edited to a, a was packed again as classes a, a: two
+    labels under one name, which every other source refuses (datasets' ClassLabel too)."""
+    edited = _copy(packed, tmp_path / "edited")
+    doc = json.loads((edited / "index.json").read_text())
+    doc["classes"] = doc["features"]["label"]["classes"] = ["a", "a"]
+    (edited / "index.json").write_text(json.dumps(doc))
+    said = r"index\.json, feature 'label': two classes are named 'a'; give each class a name"
+    with pytest.raises(SourceError, match=said):
+        shardpack.pack(edited, tmp_path / "out", PackOptions(workers=1))
+
+
 # ---- the scan from contents.json, checked by the workers ---------------------------------------
 
 
