@@ -120,9 +120,25 @@ def scan(
             raise
         raise SourceError(*e.args, f"; {above}") from None
     dataset = dataclasses.replace(dataset, warnings=dataset.warnings + _near_misses(dataset))
-    if options.split is None:
-        return dataset
-    return split_dataset(dataset, options.split, options.seed, root.path())
+    if options.split is not None:
+        dataset = split_dataset(dataset, options.split, options.seed, root.path())
+    _refuse_cased_splits(dataset, root)
+    return dataset
+
+
+def _refuse_cased_splits(dataset: Dataset, root: Storage) -> None:
+    """Refuse splits alike but for case (a split column's `Train` beside `train`): their shard
+    files (`name-Train.tfrecord-...`, `name-train.tfrecord-...`) are one file on a disk that
+    ignores case (macOS's and Windows' by default, exFAT), where one split's shards would
+    replace the other's under both names."""
+    seen: dict[str, str] = {}
+    for split in sorted(dataset.splits):
+        other = seen.setdefault(split.casefold(), split)
+        if other != split:
+            raise SourceError(f"{root.path()}: splits {other!r} and {split!r} differ only in "
+                              "case, and their shard files would be one file on a disk that "
+                              "ignores case (macOS, Windows, exFAT): give them one "
+                              "name")  # fmt: skip
 
 
 # A class of at most this many images whose name is a typo away from a class with at least

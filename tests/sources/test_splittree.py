@@ -108,6 +108,24 @@ def test_class_folders_alike_but_for_case_in_splits_of_their_own_are_named(tmp_p
     assert scan(src / "train").warnings == ()  # one split
 
 
+def test_splits_alike_but_for_case_are_refused_before_their_shards_are_one_file(tmp_path: Path):
+    """A split column's Train beside train (or --splits naming both folders) packed two
+    splits whose shard files, name-Train.tfrecord-... and name-train.tfrecord-..., are one
+    file on a disk that ignores case: one split's records read back under both names."""
+    src = tmp_path / "src"
+    make_tree(src / "train", {"a": 2, "b": 1})
+    make_tree(src / "Train", {"a": 1}, seed=10)
+    said = "splits 'Train' and 'train' differ only in case"
+    with pytest.raises(SourceError, match=said):
+        scan(src, PackOptions(split_names=("train", "Train")))
+    rows = "".join(f"{split}/a/img_000.jpg,a,{split}\n" for split in ("train", "Train"))
+    (src / "labels.csv").write_text("path,label,split\n" + rows)
+    with pytest.raises(SourceError, match=said):
+        scan(src / "labels.csv")
+    (src / "labels.csv").write_text("path,label,split\n" + rows.replace(",Train", ",test"))
+    assert sorted(scan(src / "labels.csv").splits) == ["test", "train"]
+
+
 def test_splits_option_names_other_split_folders(tmp_path: Path):
     src = tmp_path / "src"
     make_tree(src / "fold1", {"a": 2})
