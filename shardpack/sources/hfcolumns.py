@@ -110,7 +110,8 @@ def _hf_features(schema, path: str) -> dict[str, object]:
         doc = json.loads(raw)
     except ValueError as e:
         raise SourceError(f"{path}: its huggingface metadata is not JSON ({e})") from None
-    features = doc.get("info", {}).get("features") if isinstance(doc, dict) else None
+    info = doc.get("info") if isinstance(doc, dict) else None
+    features = info.get("features") if isinstance(info, dict) else None
     return features if isinstance(features, dict) else {}
 
 

@@ -344,3 +344,17 @@ def test_a_classlabel_naming_a_class_twice_is_refused_as_datasets_refuses_it(tmp
     refused(
         src, "column 'label': the class name 'dog\\x1c' holds a control character", source="auto"
     )
+
+
+def test_huggingface_metadata_whose_info_is_no_object_is_read_as_none(tmp_path):
+    """{"info": []} ended pack in a traceback (AttributeError: 'list' object has no attribute
+    'get'); metadata of another shape is read as no features, as a document that is no object
+    already was: the image column is still found by its type."""
+    file = write_hf(tmp_path / "data/train-00000-of-00001.parquet", [0, 1])
+    table = pq.read_table(file)
+    for info in ([], "x", None, 3):
+        meta = {"huggingface": json.dumps({"info": info})}
+        pq.write_table(table.replace_schema_metadata(meta), file)
+        for source in ("hf", "auto"):
+            dataset = scan(tmp_path, PackOptions(source=source))
+            assert dataset.kind == "hf" and len(dataset.splits["train"]) == 2
