@@ -160,7 +160,8 @@ def _near_misses(dataset: Dataset) -> tuple[str, ...]:
         for label, n in labels.items():
             for index in label if isinstance(label, tuple) else () if label is None else (label,):
                 counts[index] += n
-    return _typos(classes, sum(per_split.values(), Counter())) + _cased_apart(classes, per_split)
+    counts = sum(per_split.values(), Counter())
+    return _typos(classes, counts) + _cased_apart(classes, per_split) + _missing(classes, counts)
 
 
 def _typos(classes: tuple[str, ...], counts: Counter[int]) -> tuple[str, ...]:
@@ -179,6 +180,23 @@ def _typos(classes: tuple[str, ...], counts: Counter[int]) -> tuple[str, ...]:
                             f"from class {meant!r} ({m:,} images): if it is a typo, give its "
                             f"images the class {meant!r}")  # fmt: skip
     return tuple(warnings)
+
+
+# How pandas and spreadsheets spell a missing value (pandas' default na_values): a label column
+# made text with astype(str) holds 'nan' where a row had no label.
+_MISSING = frozenset({"nan", "none", "null", "na", "n/a", "<na>", "#n/a", "nat"})
+
+
+def _missing(classes: tuple[str, ...], counts: Counter[int]) -> tuple[str, ...]:
+    """A warning for each class named as pandas spells a missing value ('nan', 'None', 'N/A'):
+    most likely the images of rows without a label, all under one made-up class."""
+    return tuple(
+        f"class {name!r} ({counts[index]:,} image{'s' * (counts[index] != 1)}) is named as "
+        "pandas writes a missing value: if those images have no label, leave their label "
+        "empty (a row without one is skipped, named)"
+        for index, name in enumerate(classes)
+        if name.casefold() in _MISSING and counts[index]
+    )
 
 
 def _cased_apart(classes: tuple[str, ...], per_split: dict[str, Counter[int]]) -> tuple[str, ...]:

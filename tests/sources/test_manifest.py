@@ -270,6 +270,24 @@ def test_a_csv_label_column_of_numbers_made_names_by_one_cell_warns(tmp_path: Pa
     assert _index(tmp_path / "out2")["warnings"] == []
 
 
+def test_a_class_named_as_pandas_writes_a_missing_value_is_named(tmp_path: Path):
+    """A label column made text by astype(str) holds 'nan' where a row had none: its images
+    were packed as one class 'nan' without a word (pandas and datasets read it as missing)."""
+    src = make_tree(tmp_path / "src", {"a": 4})
+    rows = [{"path": f"a/img_00{i}.jpg", "label": label}
+            for i, label in enumerate(["cat", "nan", "dog", "nan"])]  # fmt: skip
+    dataset = scan(write_csv(src / "labels.csv", rows))
+    assert dataset.classes == ("cat", "dog", "nan")
+    assert dataset.warnings == (
+        "class 'nan' (2 images) is named as pandas writes a missing value: if those images "
+        "have no label, leave their label empty (a row without one is skipped, named)",
+    )
+    rows[1]["label"] = rows[3]["label"] = ""  # left empty: two bad rows, named
+    dataset = scan(write_csv(src / "labels.csv", rows))
+    assert dataset.classes == ("cat", "dog") and len(dataset.skipped) == 2
+    assert dataset.warnings == ()
+
+
 def test_a_label_name_with_a_line_break_is_refused_as_a_folder_s_is(tmp_path: Path):
     """Class names are written one a line (TFDS's label.labels.txt): a manifest label holding a
     line break shifted every class after it there, and TFDS read the wrong names."""
