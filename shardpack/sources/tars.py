@@ -82,7 +82,10 @@ class TarSource(Source):
             return parent, None, _expand(base, where)
         if kind == "dir":
             entries = root.listdir()
-            tars = [e.name for e in entries if not e.is_dir and e.name.endswith(".tar")]
+            # hidden files skipped, as by every folder source: macOS leaves `._x.tar` (no tar)
+            # beside each tar it copies to a disk of another kind
+            tars = [e.name for e in entries if not e.is_dir and e.name.endswith(".tar")
+                    and not e.name.startswith(".")]  # fmt: skip
             # beside folders, tars are the source's only when asked: a class folder may hold one
             if tars and (options.source == self.name or not any(e.is_dir for e in entries)):
                 return None, root, tars

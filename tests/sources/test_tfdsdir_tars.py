@@ -278,6 +278,18 @@ def test_tars_keys_starting_with_two_underscores_are_samples_as_webdataset_reads
         assert (record["image"], record["label"]) == (sample["jpg"], int(sample["cls"]))
 
 
+def test_a_folder_of_tars_skips_hidden_files_as_every_folder_source_does(wds_dir, tmp_path):
+    """macOS copies leave an AppleDouble `._shards-000.tar` beside each tar on a disk of
+    another kind: the whole folder was refused ('._shards-000.tar: is not a tar file')."""
+    src = Path(shutil.copytree(wds_dir, tmp_path / "tars"))
+    (src / "._shards-000.tar").write_bytes(
+        b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X" + bytes(4000)
+    )
+    dataset = scan(src)
+    assert dataset.kind == "webdataset" and len(dataset.splits["train"]) == 12
+    assert not any("._" in item.key for item in dataset.splits["train"])
+
+
 def _hostile_tar(path: Path) -> Path:
     """A tar with a good sample, one holding a link, one a device, one an over-long caption,
     one a label that would make a trillion classes."""
