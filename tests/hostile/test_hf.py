@@ -103,6 +103,26 @@ def test_card_patterns_match_the_files_datasets_resolves(tmp_path):
         assert sorted(ours) == sorted(theirs), pattern
 
 
+def test_without_a_card_hidden_files_are_left_out_as_datasets_leaves_them(tmp_path):
+    """macOS leaves an AppleDouble `._x.parquet` beside each file it copies to a disk of
+    another kind: `data/._train-00000-of-00001.parquet` was refused as split '._train', and a
+    `._x.parquet` in SRC read as a (broken) Parquet file; datasets leaves both out."""
+    data_files_module = pytest.importorskip("datasets.data_files")
+    for layout in (["data/train-00000-of-00001.parquet", "data/test-00000-of-00001.parquet"],
+                   ["x.parquet"], ["train/x.parquet"]):  # fmt: skip
+        src = tmp_path / layout[0].replace("/", "_")
+        for name in layout:
+            write_hf(src / name, [0, 1])
+            ghost = (src / name).with_name(f"._{(src / name).name}")
+            ghost.write_bytes(b"\x00\x05\x16\x07Mac OS X" + bytes(100))
+        patterns = data_files_module.get_data_patterns(str(src))
+        theirs = data_files_module.DataFilesDict.from_patterns(patterns, str(src))
+        theirs = {str(s): sorted(Path(p).relative_to(src).as_posix() for p in files)
+                  for s, files in theirs.items()}  # fmt: skip
+        assert data_files(storage_at(src), required=True) == theirs, layout
+        assert len(scan(src).splits) == len(theirs)
+
+
 def test_a_card_glob_packs_the_rows_load_dataset_reads(tmp_path):
     datasets = pytest.importorskip("datasets")
     src = card(tmp_path / "src", "data/*.parquet")
