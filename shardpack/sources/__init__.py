@@ -148,8 +148,9 @@ TYPO_RATIO = 4
 
 
 def _near_misses(dataset: Dataset) -> tuple[str, ...]:
-    """Warnings for classes that are probably another's name misspelt: a typo away, or the
-    same but for case in splits of their own."""
+    """Warnings for class names that probably say what was not meant: a typo away from
+    another's, the same but for case in splits of their own, a missing value as pandas spells
+    it, numbers sorted as text."""
     classes = dataset.classes
     if len(classes) < 2:
         return ()
@@ -161,7 +162,24 @@ def _near_misses(dataset: Dataset) -> tuple[str, ...]:
             for index in label if isinstance(label, tuple) else () if label is None else (label,):
                 counts[index] += n
     counts = sum(per_split.values(), Counter())
-    return _typos(classes, counts) + _cased_apart(classes, per_split) + _missing(classes, counts)
+    return (_typos(classes, counts) + _cased_apart(classes, per_split)
+            + _missing(classes, counts) + _numbers_as_text(classes))  # fmt: skip
+
+
+def _numbers_as_text(classes: tuple[str, ...]) -> tuple[str, ...]:
+    """A warning where every class name is a number but the class list holds them out of
+    numeric order (sorted as text, as torchvision's ImageFolder sorts folders: '10' before
+    '2'): a label is then not the number its class is named by."""
+    if not all(name.isdecimal() and name.isascii() for name in classes):
+        return ()
+    numeric = sorted(classes, key=lambda name: (int(name), name))
+    moved = next((a for a, b in zip(classes, numeric, strict=True) if a != b), None)
+    if moved is None:
+        return ()
+    given = ",".join(numeric) if len(numeric) <= 12 else "a file of them one a line (sort -n)"
+    return (f"class names are numbers, sorted as text as torchvision's ImageFolder sorts "
+            f"them: class '{moved}' is label {classes.index(moved)}; to number them in numeric "
+            f"order, pass --classes {given}",)  # fmt: skip
 
 
 def _typos(classes: tuple[str, ...], counts: Counter[int]) -> tuple[str, ...]:

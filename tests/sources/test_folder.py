@@ -870,6 +870,21 @@ def test_a_class_of_a_few_images_named_a_typo_away_from_another_is_named(tmp_pat
     )  # owl is as far from cat and dog as names go
 
 
+def test_class_folders_named_by_numbers_sorted_as_text_are_named(tmp_path):
+    """Folders 1, 2, 3, 10 (ages, counts, digits) were numbered 1, 10, 2, 3 without a word, as
+    torchvision's ImageFolder numbers them: the images of folder 10 under label 1."""
+    src = helpers.make_tree(tmp_path / "src", {"1": 1, "2": 1, "3": 1, "10": 1})
+    dataset = scan(src)
+    assert dataset.classes == ("1", "10", "2", "3")
+    assert dataset.warnings == (
+        "class names are numbers, sorted as text as torchvision's ImageFolder sorts them: class "
+        "'10' is label 1; to number them in numeric order, pass --classes 1,2,3,10",
+    )
+    assert scan(src, PackOptions(classes=("1", "2", "3", "10"))).warnings == ()
+    # sorted alike as text and as numbers (one digit, or zero-padded): nothing to say
+    assert scan(helpers.make_tree(tmp_path / "pad", {"08": 1, "09": 1, "10": 1})).warnings == ()
+
+
 def test_folders_holding_the_same_class_folders_are_refused_as_a_split_tree(tmp_path):
     src = helpers.make_tree(tmp_path / "src" / "tr", {"cat": 2, "dog": 2}).parent
     helpers.make_tree(src / "te", {"cat": 1, "dog": 1})
