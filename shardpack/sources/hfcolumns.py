@@ -60,6 +60,8 @@ def columns_of(schema, path: str, required: bool) -> Columns | None:
             continue
         spec = specs.get(field.name)
         labels = _class_names(spec, f"{path}, column {field.name!r}")
+        if labels is not None:
+            _check_class_column(field, labels[1], path)
         if field.name == LABEL and labels is not None:
             classes, multi = labels
             continue
@@ -82,6 +84,20 @@ def columns_of(schema, path: str, required: bool) -> Columns | None:
             ragged.add(field.name)
     return Columns(images[0], classes, multi, features, left_out=tuple(images[1:]),
                    ragged=frozenset(ragged), derived=tuple(derived))  # fmt: skip
+
+
+def _check_class_column(field, multi: bool, path: str) -> None:
+    """Refuse a ClassLabel column (a list of them, where `multi`) whose Arrow type holds
+    anything but integers: a float 1.0 (pandas' type for an integer column with a gap) would
+    index the class list, and a string would be compared with its bounds."""
+    import pyarrow as pa
+
+    feature, _ = _feature(field.type)
+    if feature is None or feature.dtype != "int64" or feature.shape != ((-1,) if multi else ()):
+        t = field.type.value_type if pa.types.is_dictionary(field.type) else field.type  # as read
+        raise SourceError(f"{path}: column {field.name!r} is a ClassLabel"
+                          f"{' list' if multi else ''} of Arrow type {t}, not of integers; "
+                          "cast it (datasets: cast_column)")  # fmt: skip
 
 
 def _derived(field) -> bool:

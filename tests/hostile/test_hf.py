@@ -378,3 +378,17 @@ def test_huggingface_metadata_whose_info_is_no_object_is_read_as_none(tmp_path):
         for source in ("hf", "auto"):
             dataset = scan(tmp_path, PackOptions(source=source))
             assert dataset.kind == "hf" and len(dataset.splits["train"]) == 2
+
+
+def test_a_classlabel_column_of_floats_or_text_is_refused_by_name(tmp_path):
+    """A ClassLabel `label` stored as doubles (pandas' type for integers with a gap) ended the
+    pack in a worker's traceback (TypeError: list indices must be integers or slices, not
+    float); as strings it said 'not a readable Parquet file'."""
+    file = write_hf(tmp_path / "x.parquet", [0, 1])
+    table = pq.read_table(file)
+    for values, arrow in (([0.0, 1.0], "double"), (["cat", "dog"], "string")):
+        column = table.schema.get_field_index("label")
+        pq.write_table(table.set_column(column, "label", pa.array(values)), file)
+        done = run_cli("pack", str(file), str(tmp_path / "out"), "--workers", "1")
+        one_line_error(done, f"{file}: column 'label' is a ClassLabel of Arrow type {arrow}, "
+                       "not of integers; cast it")  # fmt: skip
