@@ -35,6 +35,11 @@ def jsonl_chunks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[Chunk]
             if "\\u" in body and _lone_surrogate(record):
                 problems.append((n, _LONE_SURROGATE))
                 continue
+            # each key ends in '":' as writers write them: a line holding more of those than
+            # its object has keys may hold a key twice (or nest, or quote), and is read again
+            if body.count('":') != len(record) and (twice := _twice(body)) is not None:
+                problems.append((n, twice))
+                continue
             lines.append(n)
             records.append(record)
             if len(records) == chunks.CHUNK_ROWS:
@@ -60,9 +65,6 @@ def _json_line(text: str) -> dict | str:
     """A line decoded as one JSON object, or why it is not one."""
     try:
         record = _JSON.decode(text)
-    except _Twice as e:
-        return (f"holds the key {shortened(printable(e.args[0]))!r} twice in one object, which "
-                "pyarrow and datasets refuse (json keeps the last): keep one")  # fmt: skip
     except (ValueError, RecursionError) as e:
         why = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
         return f'not valid JSON ({why}); a line is one object like {{"file_name": "a.jpg"}}'
@@ -87,8 +89,7 @@ class _Twice(ValueError):
 
 
 def _object(pairs: list[tuple[str, object]]) -> dict:
-    """A JSON object's pairs as a dict; refused where a key comes twice, which json would take
-    the last of, pandas too, and pyarrow's reader (so datasets') refuses: the row is ambiguous."""
+    """A JSON object's pairs as a dict; refused where a key comes twice."""
     record = dict(pairs)
     if len(record) != len(pairs):
         seen: set[str] = set()
@@ -96,9 +97,22 @@ def _object(pairs: list[tuple[str, object]]) -> dict:
     return record
 
 
-_JSON = json.JSONDecoder(parse_int=_json_int, object_pairs_hook=_object)
+def _twice(body: str) -> str | None:
+    """Why a line is a bad row for an object holding a key twice (json keeps the last, pandas
+    too; pyarrow's reader, so datasets', refuses the line: it is ambiguous), or None."""
+    try:
+        _PAIRS(body, 0)
+    except _Twice as e:
+        return (f"holds the key {shortened(printable(e.args[0]))!r} twice in one object, which "
+                "pyarrow and datasets refuse (json keeps the last): keep one")  # fmt: skip
+    except (StopIteration, ValueError, RecursionError):
+        pass  # read already, otherwise: an integer of thousands of digits
+    return None
+
+
+_JSON = json.JSONDecoder(parse_int=_json_int)
 # Integers parsed in C: Python refuses a literal of over 4,300 digits (so none takes long),
-# and then _json_line reads the line again with _JSON, which marks it a HugeInt. A hook of
-# pairs, not the C scanner's own dict, to see a key twice: ~0.2 us a row.
-_SCAN = json.JSONDecoder(object_pairs_hook=_object).scan_once
+# and then _json_line reads the line again with _JSON, which marks it a HugeInt.
+_SCAN = json.JSONDecoder().scan_once
+_PAIRS = json.JSONDecoder(object_pairs_hook=_object).scan_once  # each object's pairs, checked
 _JSON_SPACE = " \t\n\r"  # the whitespace JSON allows around a value
