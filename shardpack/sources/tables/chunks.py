@@ -94,6 +94,10 @@ def text_blocks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[list[st
     while block := f.read(READ_BYTES):
         if not block.endswith(b"\n"):
             block += f.readline(MAX_LINE_BYTES + 1)  # the rest of the last line, bounded
+        if not n and b"\n" not in block and b"\r" in block.rstrip(b"\r"):  # the first block
+            raise SourceError(f"{path}: its lines end in a carriage return alone (as "
+                              "Excel for Mac once saved CSV); save it with Unix (LF) or "
+                              "Windows (CRLF) line ends")  # fmt: skip
         parts = block.split(b"\n")
         # Every part but the last ended in "\n", which counts towards the line's bytes.
         if max(map(len, parts)) >= MAX_LINE_BYTES:

@@ -552,6 +552,20 @@ def test_non_utf8_bytes_name_their_line(tmp_path, chunking):
         read_manifest(path)
 
 
+@pytest.mark.parametrize("rows", [2, 100_000])  # a small file; one past the 1 MiB of a line
+def test_a_csv_whose_lines_end_in_a_carriage_return_alone_says_so(tmp_path, rows):
+    """Excel for Mac once saved CSV so (pandas reads it): a small one said 'new-line character
+    seen in unquoted field - do you need to open the file in universal-newline mode?', a large
+    one 'longer than 1048576 bytes ... is this really a manifest?'."""
+    path = tmp_path / "mac.csv"
+    path.write_bytes(b"path,label\r" + b"a.jpg,cat\r" * rows)
+    said = r"mac\.csv: its lines end in a carriage return alone \(as Excel for Mac once saved"
+    with pytest.raises(SourceError, match=said):
+        read_manifest(path)
+    path.write_bytes(b'path,caption\na.jpg,"one\rtwo"\r\n')  # a CR inside a cell: a row
+    assert [row.path for row in read_manifest(path).rows] == ["a.jpg"]
+
+
 def test_lines_that_are_not_json_objects_are_bad_rows_naming_their_line(tmp_path):
     path = tmp_path / "t.jsonl"
     nested = '{"path": "c.jpg", "x": ' + "[" * 200_000 + "]" * 200_000 + "}"
