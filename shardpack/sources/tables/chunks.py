@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import io
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import BinaryIO, NamedTuple
 
 from shardpack.errors import SourceError
@@ -126,6 +126,15 @@ def text_blocks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[list[st
             lines.append(last)
         n += len(lines)
         yield lines
+
+
+def no_rows(path: str, problems: Iterable[tuple[int, str]]) -> SourceError:
+    """The error of a manifest file that holds no row: empty, or not one of its lines a row
+    (`problems`: each such line and why), when the first of those is what to fix."""
+    first = next(iter(problems), None)
+    if first is None:
+        return SourceError(f"{path}: holds no rows; add one row per image")
+    return SourceError(f"{path}: no line of it is a row; the first, line {first[0]}: {first[1]}")
 
 
 def check_names(path: str, names: list[str]) -> None:

@@ -415,6 +415,8 @@ def _parquet_bytes(table: pa.Table) -> bytes:
         ("t.xlsx", b"PK", r"t\.xlsx: is a file of unknown kind; pass a folder of images, or a"),
         ("t.csv", b"", r"t\.csv: is empty; the first line must name the columns"),
         ("t.csv", b"path,label\n", r"t\.csv: holds no rows"),
+        # every line bad: it said 'holds no rows; add one row per image', of a file of rows
+        ("t.jsonl", b'{"path": "a.jpg",}\n' * 2, r"t\.jsonl: no line of it is a row; the first"),
         ("t.csv", b"path,label,path\na,b,c\n", r"\['path', 'label', 'path'\] include an empty or"),
         ("t.jsonl", b'{"path": "a.jpg", "": 1}\n', r"include an empty or repeated name"),
         ("t.parquet", b"PAR1 not really", r"t\.parquet: not a readable Parquet file"),
