@@ -392,3 +392,20 @@ def test_a_classlabel_column_of_floats_or_text_is_refused_by_name(tmp_path):
         done = run_cli("pack", str(file), str(tmp_path / "out"), "--workers", "1")
         one_line_error(done, f"{file}: column 'label' is a ClassLabel of Arrow type {arrow}, "
                        "not of integers; cast it")  # fmt: skip
+
+
+def test_a_hub_cache_snapshot_of_links_says_how_to_pack_it_with_or_without_source_hf(tmp_path):
+    """A Hub cache's snapshot (snapshot_download's folder) holds links into blobs/: without
+    --source hf the refusal was passed over and the class folders said 'no images found;
+    expected SRC/<class>/<image>'. Links are not followed (a manifest's are not either); both
+    ways say so, and how to copy the folder with them resolved."""
+    blob = write_hf(tmp_path / "cache/blobs/0123abcd", [0, 1])
+    src = tmp_path / "cache/snapshots/main"
+    (src / "data").mkdir(parents=True)
+    (src / "data/train-00000-of-00001.parquet").symlink_to("../../../blobs/0123abcd")
+    for source in ("hf", "auto"):
+        refused(src, "train-00000-of-00001.parquet: is a symbolic link", "cp -rL",
+                source=source)  # fmt: skip
+    (src / "data/train-00000-of-00001.parquet").unlink()
+    (src / "data/train-00000-of-00001.parquet").write_bytes(blob.read_bytes())  # as cp -rL
+    assert len(scan(src).splits["train"]) == 2

@@ -42,7 +42,8 @@ def open_table(table: Storage) -> BinaryIO:
         if e.errno == errno.ELOOP:
             raise SourceError(
                 f"{path}: is a symbolic link; shardpack does not follow links it did not make: "
-                "pass the file it points to"
+                "pass the file it points to, or a copy of its folder with the links resolved "
+                "(cp -rL: a Hugging Face cache's snapshots are links into its blobs)"
             ) from None
         if e.errno == errno.EINVAL:
             raise SourceError(f"{path}: is not a regular file; pass a manifest file") from None
