@@ -10,6 +10,7 @@ position is its image's data offset, so a worker reads that member's bytes alone
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -19,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
-from shardpack.errors import ImageError, Option, SourceError
+from shardpack.errors import ImageError, Option, SourceError, os_error_fix
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema
 from shardpack.sources.classlist import MAX_CLASSES
@@ -247,7 +248,8 @@ def _read_tar(root: Storage, name: str, limit: int, kept: list[int]) -> list[_Sa
     try:
         blob = root.open(name)
     except OSError as e:
-        raise SourceError(f"{path}: cannot open ({e.strerror or e}); {_PASS}") from None
+        fix = os_error_fix(e) if e.errno == errno.ELOOP else _PASS  # a link: not followed
+        raise SourceError(f"{path}: cannot open ({e.strerror or e}); {fix}") from None
     with blob:
         samples = list(_group(_members(blob, path), name, name or os.path.basename(path)))
         for sample in samples:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardpack.errors import SourceError
+from shardpack.errors import RecordError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.describe import describe
@@ -288,6 +288,22 @@ def test_a_folder_of_tars_skips_hidden_files_as_every_folder_source_does(wds_dir
     dataset = scan(src)
     assert dataset.kind == "webdataset" and len(dataset.splits["train"]) == 12
     assert not any("._" in item.key for item in dataset.splits["train"])
+
+
+def test_a_tar_or_a_tfds_shard_that_is_a_link_says_it_is_not_followed(wds_dir, tmp_path):
+    """Both said only 'cannot open (Too many levels of symbolic links)' of a single link."""
+    (tmp_path / "link.tar").symlink_to(wds_dir / "shards-000.tar")
+    with pytest.raises(SourceError, match=r"link\.tar: cannot open \(.*\); it is a symbolic link, "
+                       "which shardpack does not follow: pass the real path"):  # fmt: skip
+        scan(tmp_path / "link.tar")
+    src = tmp_path / "tfds"  # a TFRecord pack is a TFDS prepared directory
+    pack(helpers.make_tree(tmp_path / "src", {"a": 2}), src, OPTIONS)
+    shard = next(src.glob("*.tfrecord-*"))
+    shard.rename(tmp_path / shard.name)
+    shard.symlink_to(tmp_path / shard.name)
+    with pytest.raises(RecordError, match=f"{shard.name} at byte 0: cannot open .*; it is a "
+                       "symbolic link, which shardpack does not follow"):  # fmt: skip
+        scan(src, PackOptions(source="tfds"))
 
 
 def _hostile_tar(path: Path) -> Path:
