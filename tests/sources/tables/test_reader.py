@@ -583,6 +583,21 @@ def test_lines_that_are_not_json_objects_are_bad_rows_naming_their_line(tmp_path
     assert "nested too deeply" in manifest.bad[2].reason
 
 
+def test_a_float_label_says_it_is_a_float_not_that_other_labels_are_names(tmp_path):
+    """pandas writes an integer label column with a gap as doubles: every row said 'label 0.0
+    is not a class name, as the column's other labels', of a column holding no name."""
+    table = pa.table({"path": ["a.jpg", "b.jpg", "c.jpg"], "label": [0.0, None, 2.0]})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    m = read_manifest(path)
+    assert m.rows == [] and [bad.line for bad in m.bad] == [0, 1, 2]
+    assert m.bad[0].reason == (
+        "t.parquet row 0: label 0.0 is a float, but a label is an integer (a class number) or "
+        "text (a class name): write it as one (pandas makes integers with a gap floats: "
+        "astype('Int64'))"
+    )
+
+
 def test_a_jsonl_line_holding_a_key_twice_is_a_bad_row_as_pyarrow_refuses_it(tmp_path):
     """json.loads keeps the last of two `label`s (so a row read 'dog' where pyarrow's reader,
     and datasets' with it, refuse the line: 'Column(/label) was specified twice')."""
