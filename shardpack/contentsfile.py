@@ -138,7 +138,8 @@ def _agrees(entry: object, records: int) -> bool:
     fields = ("keys", "crc", "size", "label_counts", "skipped")
     keys, crc, size, counts, skipped = (entry.get(k) for k in fields)
     more = {k: entry[k] for k in ("width", "height", "meta", "copy") if k in entry}
-    tally, reasons = entry.get("tally", []), entry.get("reasons", ["skipped"] * len(skipped or ()))
+    noted = ["skipped"] * len(skipped) if isinstance(skipped, list) else None  # no reasons kept
+    tally, reasons = entry.get("tally", []), entry.get("reasons", noted)
     return (
         all(isinstance(v, list) for v in (keys, crc, size, counts, skipped, tally, reasons))
         and all(isinstance(v, list) and len(v) == records for v in more.values())

@@ -42,7 +42,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
-from shardpack.errors import FileAccessError, OutputError, RecordError
+from shardpack.errors import FileAccessError, OutputError, RecordError, os_error_fix
 from shardpack.schema import Schema
 from shardpack.storage import Blob, HashingBlob, Sink, Storage, storage_at
 
@@ -442,8 +442,9 @@ def open_shard(storage: Storage, name: str) -> Blob:
         return storage.open(name)
     except PermissionError as e:
         raise FileAccessError.from_os_error(e, storage.path(name)) from None
-    except OSError as e:
-        raise RecordError(storage.path(name), 0, f"cannot open ({e.strerror or e})") from None
+    except OSError as e:  # a link: ELOOP, whose strerror says "too many levels of" them
+        raise RecordError(storage.path(name), 0, f"cannot open ({e.strerror or e}); "
+                          f"{os_error_fix(e)}") from None  # fmt: skip
 
 
 def open_hashing(storage: Storage, name: str, digest) -> Blob:

@@ -71,8 +71,10 @@ def group_of(name: str) -> str:
 
 
 def is_mask(name: str, feature: Feature) -> bool:
-    """Whether a feature is an instance-id map: one bytes value (a PNG) named ...MASK."""
-    return name.rpartition("/")[2] == MASK and feature.dtype == "bytes" and not feature.is_list
+    """Whether a feature is an instance-id map: one bytes value (a PNG) named ...MASK; a text
+    one (a manifest's column of mask file paths) is not."""
+    return (name.rpartition("/")[2] == MASK and feature.dtype == "bytes" and not feature.text
+            and not feature.is_list)  # fmt: skip
 
 
 def size_name(area: float) -> str:

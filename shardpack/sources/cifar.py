@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from shardpack.errors import Option, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
-from shardpack.sources.classlist import check_class_name
+from shardpack.sources.classlist import check_class_names
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import NO_FIELDS, Dataset, Item, RecordCost, Source, folder_only
 from shardpack.storage import Storage, storage_at
@@ -175,8 +175,7 @@ def _read_names(root: Storage, file: str) -> tuple[str, ...]:
     path = root.path(file)
     text = _text(_read_file(root, file, MAX_NAMES_BYTES, "a CIFAR class-names file"), path)
     names = tuple(line.strip() for line in text.split("\n") if line.strip())
-    for name in names:
-        check_class_name(name, path)
+    check_class_names(names, path, "its lines")
     return names
 
 
@@ -253,8 +252,7 @@ def _names(meta: dict, key: str, path: str) -> tuple[str, ...]:
     if not isinstance(values, list) or not all(isinstance(v, (bytes, str)) for v in values):
         raise SourceError(f"{path}: '{key}' is not a list of names; is it a CIFAR meta file?")
     names = tuple(_text(v, path) for v in values)
-    for name in names:
-        check_class_name(name, path)
+    check_class_names(names, path, f"its '{key}'")
     return names
 
 

@@ -61,6 +61,21 @@ def check_class_name(name: str, where: str | Option) -> None:
         )
 
 
+def check_class_names(names: tuple[str, ...], where: str, what: str) -> None:
+    """Refuse the class list a source brings (`what` at `where`: a CIFAR meta file's names, a
+    ClassLabel's, TFDS's label.labels.txt) that makes over MAX_CLASSES classes, holds a name
+    that is not one line of printable text, or names one class twice: datasets' ClassLabel
+    refuses such a list, and the name would no longer say which label it is."""
+    check_class_count(len(names), where, what)
+    for name in names:
+        check_class_name(name, where)
+    counts = Counter(names)  # not n**2
+    twice = next((name for name, count in counts.items() if count > 1), None)
+    if twice is not None:
+        raise SourceError(f"{where}: two classes are named '{printable(twice)}'; give each "
+                          "class a name of its own")  # fmt: skip
+
+
 def class_name(text: str) -> str:
     """A class name as the dataset keeps it: NFC (macOS names files in NFD, so "café" can come
     in two spellings), without surrounding spaces (a CSV cell ", cat")."""

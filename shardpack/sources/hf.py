@@ -90,11 +90,17 @@ class HfSource(Source):
         else:
             return None
         try:
-            columns = _columns(first, required)
+            parquet = _open(first)
         except SourceError:
-            if required or (files is not None and hub_named(files) and not _has_pyarrow()):
-                raise  # the Hub's own layout: no other source reads it, whatever is missing
+            if required or (files is not None and hub_named(files)):
+                raise  # the Hub's own layout: no other source reads it, whatever is wrong
             return None  # not ours to refuse: a manifest or a stray file (--source hf says why)
+        from shardpack.sources.hfcolumns import columns_of  # numpy: not for pack --help
+
+        try:  # a file with an image column is ours: what is wrong with it is said, not passed on
+            columns = columns_of(parquet.schema_arrow, first.path(), required)
+        finally:
+            parquet.close(force=True)
         return None if columns is None else (root, files)
 
     def scan(
@@ -120,14 +126,6 @@ class HfSource(Source):
 
     def item_files(self, items: Iterable[Item]) -> Iterator[tuple[str, int]]:
         return iter(())  # a row group's images are read together, by load
-
-
-def _has_pyarrow() -> bool:
-    try:
-        import pyarrow.parquet  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _open(file: Storage):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from shardpack.errors import Option, SourceError
 from shardpack.schema import BUILTIN_NAMES, INT64, LABEL, Feature
-from shardpack.sources.classlist import check_class_count, check_class_name
+from shardpack.sources.classlist import check_class_names
 from shardpack.sources.tables.cells import MAX_TEXT_CHARS
 
 MAX_METADATA_BYTES = 16 << 20  # the `huggingface` schema metadata: features and a card's info
@@ -60,6 +60,8 @@ def columns_of(schema, path: str, required: bool) -> Columns | None:
             continue
         spec = specs.get(field.name)
         labels = _class_names(spec, f"{path}, column {field.name!r}")
+        if labels is not None:
+            _check_class_column(field, labels[1], path)
         if field.name == LABEL and labels is not None:
             classes, multi = labels
             continue
@@ -82,6 +84,20 @@ def columns_of(schema, path: str, required: bool) -> Columns | None:
             ragged.add(field.name)
     return Columns(images[0], classes, multi, features, left_out=tuple(images[1:]),
                    ragged=frozenset(ragged), derived=tuple(derived))  # fmt: skip
+
+
+def _check_class_column(field, multi: bool, path: str) -> None:
+    """Refuse a ClassLabel column (a list of them, where `multi`) whose Arrow type holds
+    anything but integers: a float 1.0 (pandas' type for an integer column with a gap) would
+    index the class list, and a string would be compared with its bounds."""
+    import pyarrow as pa
+
+    feature, _ = _feature(field.type)
+    if feature is None or feature.dtype != "int64" or feature.shape != ((-1,) if multi else ()):
+        t = field.type.value_type if pa.types.is_dictionary(field.type) else field.type  # as read
+        raise SourceError(f"{path}: column {field.name!r} is a ClassLabel"
+                          f"{' list' if multi else ''} of Arrow type {t}, not of integers; "
+                          "cast it (datasets: cast_column)")  # fmt: skip
 
 
 def _derived(field) -> bool:
@@ -110,7 +126,8 @@ def _hf_features(schema, path: str) -> dict[str, object]:
         doc = json.loads(raw)
     except ValueError as e:
         raise SourceError(f"{path}: its huggingface metadata is not JSON ({e})") from None
-    features = doc.get("info", {}).get("features") if isinstance(doc, dict) else None
+    info = doc.get("info") if isinstance(doc, dict) else None
+    features = info.get("features") if isinstance(info, dict) else None
     return features if isinstance(features, dict) else {}
 
 
@@ -147,9 +164,7 @@ def _class_names(spec: object, where: str) -> tuple[tuple[str, ...], bool] | Non
     names = spec.get("names")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise SourceError(f"{where}: a ClassLabel without a list of names; save it with datasets")
-    check_class_count(len(names), where, "its ClassLabel names")
-    for name in names:
-        check_class_name(name, where)
+    check_class_names(tuple(names), where, "its ClassLabel names")
     return tuple(names), multi
 
 

@@ -93,7 +93,9 @@ def _parquet_files(root: Storage, folder: str) -> list[str]:
     except OSError:
         return []
     prefix = f"{folder}/" if folder else ""
-    return [f"{prefix}{e.name}" for e in entries if not e.is_dir and e.name.endswith(SUFFIX)]
+    # hidden files left out, as datasets leaves them (macOS's ._x.parquet is no Parquet)
+    return [f"{prefix}{e.name}" for e in entries if not e.is_dir and e.name.endswith(SUFFIX)
+            and not e.name.startswith(".")]  # fmt: skip
 
 
 def _split_folders(root: Storage) -> dict[str, list[str]]:

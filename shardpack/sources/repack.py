@@ -46,6 +46,7 @@ from shardpack.index import (
 from shardpack.layout import CONTENTS_NAME, INDEX_NAME
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
+from shardpack.sources.classlist import check_class_names
 from shardpack.sources.openfiles import OpenFiles
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import NO_FIELDS, Dataset, FieldValue, Item, Source
@@ -119,6 +120,9 @@ def _index(root: Storage) -> Index:
     except IndexFormatError as e:
         raise SourceError(*e.args, " (", Option("source", "shardpack"), " reads the output "
                           "folder of a shardpack pack run)") from None  # fmt: skip
+    for name, feature in index.schema.class_features.items():  # as any source's class list
+        check_class_names(feature.classes, f"{root.path(INDEX_NAME)}, feature {name!r}",
+                          "its classes")  # fmt: skip
     return index
 
 

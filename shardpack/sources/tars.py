@@ -10,6 +10,7 @@ position is its image's data offset, so a worker reads that member's bytes alone
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -20,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
-from shardpack.errors import ImageError, Option, SourceError
+from shardpack.errors import ImageError, Option, SourceError, os_error_fix
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema
 from shardpack.sources.classlist import MAX_CLASSES
@@ -83,7 +84,10 @@ class TarSource(Source):
             return parent, None, _expand(base, where)
         if kind == "dir":
             entries = root.listdir()
-            tars = [e.name for e in entries if not e.is_dir and e.name.endswith(".tar")]
+            # hidden files skipped, as by every folder source: macOS leaves `._x.tar` (no tar)
+            # beside each tar it copies to a disk of another kind
+            tars = [e.name for e in entries if not e.is_dir and e.name.endswith(".tar")
+                    and not e.name.startswith(".")]  # fmt: skip
             # beside folders, tars are the source's only when asked: a class folder may hold one
             if tars and (options.source == self.name or not any(e.is_dir for e in entries)):
                 return None, root, tars
@@ -245,7 +249,8 @@ def _read_tar(root: Storage, name: str, limit: int, kept: list[int]) -> list[_Sa
     try:
         blob = root.open(name)
     except OSError as e:
-        raise SourceError(f"{path}: cannot open ({e.strerror or e}); {_PASS}") from None
+        fix = os_error_fix(e) if e.errno == errno.ELOOP else _PASS  # a link: not followed
+        raise SourceError(f"{path}: cannot open ({e.strerror or e}); {fix}") from None
     with blob:
         samples = list(_group(_members(blob, path), name, name or os.path.basename(path)))
         for sample in samples:
@@ -367,7 +372,7 @@ def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> It
                           f"follows is lost (samples found past it: {info.lost}; WebDataset's "
                           "reader stops there too); rewrite the tar")  # fmt: skip
             break
-        if info.isdir() or _META.match(info.name) or info.name.startswith("__"):
+        if info.isdir() or _META.match(info.name):  # `__key__`, `__x__/...`: not `__0001.jpg`
             continue
         match = _KEY_EXT.match(info.name)
         if match is None:

@@ -16,7 +16,7 @@ from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, Option, RecordError, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema, check_values
-from shardpack.sources.classlist import MAX_CLASSES, check_class_count, check_class_name
+from shardpack.sources.classlist import MAX_CLASSES, check_class_names
 from shardpack.sources.openfiles import kept_open, read_json, read_metadata
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
@@ -151,7 +151,7 @@ def _shards(root: Storage, info: dict, fmt: str) -> Iterator[tuple[str, list]]:
             if not _SAFE_NAME.match(shard) or root.kind(shard) != "file":
                 raise SourceError(f"{root.path(shard)}: missing, but {INFO} lists it (split "
                                   f"{name!r}); copy every shard of the dataset, or prepare it "
-                                  "again with tfds")  # fmt: skip
+                                  "again with tfds") from None  # fmt: skip
             shards[shard] = None if counts is None else counts[i]
         yield name, list(shards.items())
 
@@ -322,11 +322,17 @@ def _class_names(name: str, spec: dict, root: Storage) -> tuple[str, ...]:
     """A ClassLabel's names: its labels file where TFDS wrote one, else "0".."n-1"."""
     file = f"{name.replace('/', '-')}.labels.txt"
     if root.kind(file) == "file":
-        text = read_metadata(root, file, "a TFDS class-names file").decode("utf-8", "replace")
-        names = tuple(line.strip() for line in text.splitlines() if line.strip())
-        check_class_count(len(names), root.path(file), "its lines")
-        for one in names:
-            check_class_name(one, root.path(file))
+        data = read_metadata(root, file, "a TFDS class-names file")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SourceError(f"{root.path(file)}: is not UTF-8 text; prepare the dataset "
+                              "again with tfds") from None  # fmt: skip
+        # one name a line as TFDS reads it (text mode, split at "\n"): splitlines() would also
+        # split at U+2028 and \x1c, and every name after one would name the next label
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        names = tuple(line.strip() for line in lines if line.strip())
+        check_class_names(names, root.path(file), "its lines")
         return names
     count = int(spec.get("classLabel", {}).get("numClasses", 0))
     if count > MAX_CLASSES:

@@ -28,7 +28,8 @@ CLASSES = ["cat", "dog"]
 
 
 def write_hf(path: Path, labels: list[int], paths: list[str | None] | None = None,
-             images: list[bytes | None] | None = None) -> Path:  # fmt: skip
+             images: list[bytes | None] | None = None,
+             names: list[str] = CLASSES) -> Path:  # fmt: skip
     """A Parquet file as `datasets` writes one: an Image column (struct<bytes, path>) and a
     ClassLabel `label`, its features in the schema's huggingface metadata."""
     images = images if images is not None else [jpeg(i) for i in range(len(labels))]
@@ -36,7 +37,7 @@ def write_hf(path: Path, labels: list[int], paths: list[str | None] | None = Non
     image = pa.StructArray.from_arrays(
         [pa.array(images, pa.binary()), pa.array(paths, pa.string())], ["bytes", "path"]
     )
-    features = {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": CLASSES}}
+    features = {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": names}}
     table = pa.table({"image": image, "label": pa.array(labels, pa.int64())})
     table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features":
                                                                        features}})})  # fmt: skip
@@ -100,6 +101,26 @@ def test_card_patterns_match_the_files_datasets_resolves(tmp_path):
         ours = (data_files(storage_at(src), required=True) or {}).get("train", [])
         theirs = [Path(p).relative_to(src).as_posix() for p in resolve_pattern(pattern, str(src))]
         assert sorted(ours) == sorted(theirs), pattern
+
+
+def test_without_a_card_hidden_files_are_left_out_as_datasets_leaves_them(tmp_path):
+    """macOS leaves an AppleDouble `._x.parquet` beside each file it copies to a disk of
+    another kind: `data/._train-00000-of-00001.parquet` was refused as split '._train', and a
+    `._x.parquet` in SRC read as a (broken) Parquet file; datasets leaves both out."""
+    data_files_module = pytest.importorskip("datasets.data_files")
+    for layout in (["data/train-00000-of-00001.parquet", "data/test-00000-of-00001.parquet"],
+                   ["x.parquet"], ["train/x.parquet"]):  # fmt: skip
+        src = tmp_path / layout[0].replace("/", "_")
+        for name in layout:
+            write_hf(src / name, [0, 1])
+            ghost = (src / name).with_name(f"._{(src / name).name}")
+            ghost.write_bytes(b"\x00\x05\x16\x07Mac OS X" + bytes(100))
+        patterns = data_files_module.get_data_patterns(str(src))
+        theirs = data_files_module.DataFilesDict.from_patterns(patterns, str(src))
+        theirs = {str(s): sorted(Path(p).relative_to(src).as_posix() for p in files)
+                  for s, files in theirs.items()}  # fmt: skip
+        assert data_files(storage_at(src), required=True) == theirs, layout
+        assert len(scan(src).splits) == len(theirs)
 
 
 def test_a_card_glob_packs_the_rows_load_dataset_reads(tmp_path):
@@ -323,3 +344,68 @@ def test_row_groups_each_under_the_limit_stay_under_a_gib_decoded_together(tmp_p
     _refused(run, "captions.parquet: row groups 0 to 1 decode to 1.1 GiB (over the 1 GiB limit "
              "for one file, held in memory whole)")  # fmt: skip
     assert run.peak_mib < 1024, run.peak_mib
+
+
+# ---- round 8: a ClassLabel naming one class twice ----------------------------------------------
+
+
+def test_a_classlabel_naming_a_class_twice_is_refused_as_datasets_refuses_it(tmp_path):
+    """`datasets` refuses the file ('Some label names are duplicated'); it was packed as classes
+    cat, dog, cat. Without --source hf, the refusal of a Hub folder's bad ClassLabel was passed
+    over (the class folders then said 'no images found', the file as SRC was read as a
+    manifest): a file with an image column is a Hugging Face file, and is told what is wrong."""
+    src = tmp_path / "src"
+    file = write_hf(
+        src / "data/train-00000-of-00001.parquet", [0, 1, 2], names=["cat", "dog", "cat"]
+    )
+    for where, source in ((src, "hf"), (src, "auto"), (file, "auto")):
+        refused(where, f"{file}, column 'label': two classes are named 'cat'", source=source)
+    write_hf(file, [0, 1], names=["cat", "dog\x1c"])
+    refused(
+        src, "column 'label': the class name 'dog\\x1c' holds a control character", source="auto"
+    )
+
+
+def test_huggingface_metadata_whose_info_is_no_object_is_read_as_none(tmp_path):
+    """{"info": []} ended pack in a traceback (AttributeError: 'list' object has no attribute
+    'get'); metadata of another shape is read as no features, as a document that is no object
+    already was: the image column is still found by its type."""
+    file = write_hf(tmp_path / "data/train-00000-of-00001.parquet", [0, 1])
+    table = pq.read_table(file)
+    for info in ([], "x", None, 3):
+        meta = {"huggingface": json.dumps({"info": info})}
+        pq.write_table(table.replace_schema_metadata(meta), file)
+        for source in ("hf", "auto"):
+            dataset = scan(tmp_path, PackOptions(source=source))
+            assert dataset.kind == "hf" and len(dataset.splits["train"]) == 2
+
+
+def test_a_classlabel_column_of_floats_or_text_is_refused_by_name(tmp_path):
+    """A ClassLabel `label` stored as doubles (pandas' type for integers with a gap) ended the
+    pack in a worker's traceback (TypeError: list indices must be integers or slices, not
+    float); as strings it said 'not a readable Parquet file'."""
+    file = write_hf(tmp_path / "x.parquet", [0, 1])
+    table = pq.read_table(file)
+    for values, arrow in (([0.0, 1.0], "double"), (["cat", "dog"], "string")):
+        column = table.schema.get_field_index("label")
+        pq.write_table(table.set_column(column, "label", pa.array(values)), file)
+        done = run_cli("pack", str(file), str(tmp_path / "out"), "--workers", "1")
+        one_line_error(done, f"{file}: column 'label' is a ClassLabel of Arrow type {arrow}, "
+                       "not of integers; cast it")  # fmt: skip
+
+
+def test_a_hub_cache_snapshot_of_links_says_how_to_pack_it_with_or_without_source_hf(tmp_path):
+    """A Hub cache's snapshot (snapshot_download's folder) holds links into blobs/: without
+    --source hf the refusal was passed over and the class folders said 'no images found;
+    expected SRC/<class>/<image>'. Links are not followed (a manifest's are not either); both
+    ways say so, and how to copy the folder with them resolved."""
+    blob = write_hf(tmp_path / "cache/blobs/0123abcd", [0, 1])
+    src = tmp_path / "cache/snapshots/main"
+    (src / "data").mkdir(parents=True)
+    (src / "data/train-00000-of-00001.parquet").symlink_to("../../../blobs/0123abcd")
+    for source in ("hf", "auto"):
+        refused(src, "train-00000-of-00001.parquet: is a symbolic link", "cp -rL",
+                source=source)  # fmt: skip
+    (src / "data/train-00000-of-00001.parquet").unlink()
+    (src / "data/train-00000-of-00001.parquet").write_bytes(blob.read_bytes())  # as cp -rL
+    assert len(scan(src).splits["train"]) == 2

@@ -127,3 +127,25 @@ def test_the_prepared_directory_itself_packs(prepared, tmp_path):
     """The copy these tests edit packs as it is: each refusal above is the edit's."""
     result = shardpack.pack(prepared, tmp_path / "out", PackOptions(workers=1, source="tfds"))
     assert result.num_records == 9
+
+
+# ---- round 8: label.labels.txt read as TFDS reads it -------------------------------------------
+
+
+@pytest.mark.parametrize("text, words", [
+    # TFDS splits at "\n" alone: 'a\u2028x' is one name (builder_from_directory's names), which
+    # splitlines() made two, packed as classes a, x, b, c: every label from 1 on named the one
+    # before it
+    ("a\u2028x\nb\n", "the class name 'a\\u2028x' holds a control character or a line break"),
+    ("a\x1cx\nb\n", "the class name 'a\\x1cx' holds a control character"),
+    # one name of two classes: packed as classes a, b, a (datasets' ClassLabel refuses them)
+    ("a\nb\na\n", "two classes are named 'a'; give each class a name of its own"),
+    # bytes that are not UTF-8: packed as 'b\ufffd' (TFDS falls back to numbers)
+    (b"a\nb\xff\n", "label.labels.txt: is not UTF-8 text"),
+])  # fmt: skip
+def test_a_labels_file_is_read_a_line_a_name_as_tfds_reads_it(prepared, text, words):
+    labels = prepared / "label.labels.txt"
+    labels.write_bytes(text if isinstance(text, bytes) else text.encode())
+    _refused(prepared, "label.labels.txt: ", words)
+    labels.write_bytes(b"a\r\nb\r\n")  # Windows line ends: two names, as TFDS reads them
+    assert scan(prepared, PackOptions(source="tfds")).classes == ("a", "b")

@@ -231,6 +231,23 @@ def test_cifar_class_names_that_are_not_one_line_are_refused(tmp_path):
     assert str(src / "batches.meta.txt") in str(caught.value)
 
 
+def test_cifar_class_names_naming_a_class_twice_are_refused(tmp_path):
+    """Packed as classes airplane, ..., airplane: two labels under one name (datasets'
+    ClassLabel refuses them), in the binary meta file and in the python one."""
+    src = helpers.make_cifar10_binary(tmp_path / "bin", per_batch=4, batches=1)
+    names = list(helpers.CIFAR10_CLASSES)
+    names[9] = names[0]
+    (src / "batches.meta.txt").write_text("\n".join(names) + "\n")
+    with pytest.raises(SourceError, match=f"two classes are named '{names[0]}'") as caught:
+        scan(src)
+    assert str(src / "batches.meta.txt") in str(caught.value)
+    src = helpers.make_cifar10_python(tmp_path / "py", per_batch=4, batches=1)
+    meta = {b"label_names": [name.encode() for name in names], b"num_vis": 3072}
+    (src / "batches.meta").write_bytes(pickle.dumps(meta, protocol=2))
+    with pytest.raises(SourceError, match=f"batches.meta: two classes are named '{names[0]}'"):
+        scan(src)
+
+
 def test_symlink_loop_terminates_and_lists_each_image_once(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"cats": 2, "dogs": 1})
     (src / "cats" / "sub").symlink_to(src / "cats", target_is_directory=True)
@@ -851,6 +868,21 @@ def test_a_class_of_a_few_images_named_a_typo_away_from_another_is_named(tmp_pat
         "class 'dgo' (2 images) is named a typo away from class 'dog' (8 images): if it is a "
         "typo, give its images the class 'dog'",
     )  # owl is as far from cat and dog as names go
+
+
+def test_class_folders_named_by_numbers_sorted_as_text_are_named(tmp_path):
+    """Folders 1, 2, 3, 10 (ages, counts, digits) were numbered 1, 10, 2, 3 without a word, as
+    torchvision's ImageFolder numbers them: the images of folder 10 under label 1."""
+    src = helpers.make_tree(tmp_path / "src", {"1": 1, "2": 1, "3": 1, "10": 1})
+    dataset = scan(src)
+    assert dataset.classes == ("1", "10", "2", "3")
+    assert dataset.warnings == (
+        "class names are numbers, sorted as text as torchvision's ImageFolder sorts them: class "
+        "'10' is label 1; to number them in numeric order, pass --classes 1,2,3,10",
+    )
+    assert scan(src, PackOptions(classes=("1", "2", "3", "10"))).warnings == ()
+    # sorted alike as text and as numbers (one digit, or zero-padded): nothing to say
+    assert scan(helpers.make_tree(tmp_path / "pad", {"08": 1, "09": 1, "10": 1})).warnings == ()
 
 
 def test_folders_holding_the_same_class_folders_are_refused_as_a_split_tree(tmp_path):

@@ -270,6 +270,38 @@ def test_a_csv_label_column_of_numbers_made_names_by_one_cell_warns(tmp_path: Pa
     assert _index(tmp_path / "out2")["warnings"] == []
 
 
+def test_a_class_named_as_pandas_writes_a_missing_value_is_named(tmp_path: Path):
+    """A label column made text by astype(str) holds 'nan' where a row had none: its images
+    were packed as one class 'nan' without a word (pandas and datasets read it as missing)."""
+    src = make_tree(tmp_path / "src", {"a": 4})
+    rows = [{"path": f"a/img_00{i}.jpg", "label": label}
+            for i, label in enumerate(["cat", "nan", "dog", "nan"])]  # fmt: skip
+    dataset = scan(write_csv(src / "labels.csv", rows))
+    assert dataset.classes == ("cat", "dog", "nan")
+    assert dataset.warnings == (
+        "class 'nan' (2 images) is named as pandas writes a missing value: if those images "
+        "have no label, leave their label empty (a row without one is skipped, named)",
+    )
+    rows[1]["label"] = rows[3]["label"] = ""  # left empty: two bad rows, named
+    dataset = scan(write_csv(src / "labels.csv", rows))
+    assert dataset.classes == ("cat", "dog") and len(dataset.skipped) == 2
+    assert dataset.warnings == ()
+
+
+def test_a_mask_column_of_file_paths_is_text_not_an_instance_map(tmp_path: Path):
+    """path,mask (a segmentation list: each image's mask file) ended pack in a worker's
+    traceback (TypeError: startswith first arg must be str ..., not bytes): a text feature named
+    mask was taken for an instance-id PNG and decoded."""
+    src = make_tree(tmp_path / "src", {"a": 2})
+    rows = [{"path": f"a/img_00{i}.jpg", "mask": f"masks/{i}.png"} for i in range(2)]
+    result = pack(write_csv(src / "seg.csv", rows), tmp_path / "out", PackOptions(workers=1))
+    assert result.num_records == 2 and result.num_skipped == 0
+    assert sorted(r["mask"] for r in iter_examples(tmp_path / "out")) == [
+        "masks/0.png", "masks/1.png",
+    ]  # fmt: skip
+    assert verify(tmp_path / "out", decode=True).ok
+
+
 def test_a_label_name_with_a_line_break_is_refused_as_a_folder_s_is(tmp_path: Path):
     """Class names are written one a line (TFDS's label.labels.txt): a manifest label holding a
     line break shifted every class after it there, and TFDS read the wrong names."""

@@ -19,7 +19,7 @@ from shardpack.errors import ImageError, SourceError
 from shardpack.index import load_index
 from shardpack.sources import repack
 from shardpack.storage import storage_at
-from tests.helpers import make_tree
+from tests.helpers import make_tree, one_line_error, run_cli
 
 COUNT = 7
 
@@ -117,6 +117,18 @@ def test_the_scans_quick_check_agrees_with_record_fault(packed):
     assert fits == [True] + [False] * (len(bent) - 1)
 
 
+def test_an_index_naming_a_class_twice_is_refused_as_every_source_refuses_it(packed, tmp_path):
+    """An index.json whose classes were edited to a, a was packed again as classes a, a: two
+    labels under one name, which every other source refuses (datasets' ClassLabel too)."""
+    edited = _copy(packed, tmp_path / "edited")
+    doc = json.loads((edited / "index.json").read_text())
+    doc["classes"] = doc["features"]["label"]["classes"] = ["a", "a"]
+    (edited / "index.json").write_text(json.dumps(doc))
+    said = r"index\.json, feature 'label': two classes are named 'a'; give each class a name"
+    with pytest.raises(SourceError, match=said):
+        shardpack.pack(edited, tmp_path / "out", PackOptions(workers=1))
+
+
 # ---- the scan from contents.json, checked by the workers ---------------------------------------
 
 
@@ -151,6 +163,26 @@ def test_the_scan_from_contents_lists_what_reading_every_shard_finds(packed, tmp
     shardpack.pack(packed, tmp_path / "a", options)
     shardpack.pack(bare, tmp_path / "b", options)
     assert _shards(tmp_path / "a") == _shards(tmp_path / "b")
+
+
+@pytest.mark.parametrize("value", [True, -1, 1.5, "x", None])
+def test_a_contents_json_whose_skipped_list_is_no_list_sends_the_scan_to_the_shards(
+    packed, tmp_path, value
+):
+    """A `skipped` of true (or -1, 1.5) ended the repack, and --append into that OUT, in a
+    traceback (TypeError: object of type 'bool' has no len()): a shard entry of the wrong shape
+    is one contents.json does not vouch for, as any other is."""
+    bare = _copy(packed, tmp_path / "bare")
+    doc = json.loads((packed / "contents.json").read_text())
+    entry = next(iter(doc["shards"].values()))
+    entry["skipped"] = value
+    entry.pop("reasons", None)  # as an older pack wrote it: the reasons counted from `skipped`
+    (bare / "contents.json").write_text(json.dumps(doc))
+    assert repack.scan_held(load_index(storage_at(str(bare)))) is None
+    assert shardpack.pack(bare, tmp_path / "out", PackOptions(workers=1)).num_records == COUNT
+    more = make_tree(tmp_path / "more", {"a": 1})
+    done = run_cli("pack", str(more), str(bare), "--append", "--workers", "1")
+    one_line_error(done, "contents.json: does not agree with index.json")
 
 
 def test_a_contents_json_that_lies_about_a_record_is_caught_in_the_worker(packed, tmp_path):

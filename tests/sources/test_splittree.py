@@ -91,6 +91,41 @@ def test_split_folders_but_for_case_or_a_splits_typo_are_refused(tmp_path: Path)
         scan(src, PackOptions(split_names=("Train",), source="folder"))
 
 
+def test_class_folders_alike_but_for_case_in_splits_of_their_own_are_named(tmp_path: Path):
+    """train/Cat and val/cat were packed as classes Cat and cat without a word: every val cat
+    under a label no train image has. Alike but for case in one split, they are two classes
+    (EMNIST's A and a): nothing is said."""
+    src = tmp_path / "src"
+    make_tree(src / "train", {"Cat": 8, "dog": 8, "A": 2, "a": 2})
+    make_tree(src / "val", {"cat": 4, "dog": 4, "A": 1, "a": 1}, seed=10)
+    dataset = scan(src)
+    assert dataset.classes == ("A", "Cat", "a", "cat", "dog")
+    assert dataset.warnings == (
+        "classes 'Cat' and 'cat' differ only in case, and no split holds two of them (train: "
+        "'Cat'; val: 'cat'): packed as 2 classes, each split's images under a label the other "
+        "splits never have; if they are one class, give them one name",
+    )
+    assert scan(src / "train").warnings == ()  # one split
+
+
+def test_splits_alike_but_for_case_are_refused_before_their_shards_are_one_file(tmp_path: Path):
+    """A split column's Train beside train (or --splits naming both folders) packed two
+    splits whose shard files, name-Train.tfrecord-... and name-train.tfrecord-..., are one
+    file on a disk that ignores case: one split's records read back under both names."""
+    src = tmp_path / "src"
+    make_tree(src / "train", {"a": 2, "b": 1})
+    make_tree(src / "Train", {"a": 1}, seed=10)
+    said = "splits 'Train' and 'train' differ only in case"
+    with pytest.raises(SourceError, match=said):
+        scan(src, PackOptions(split_names=("train", "Train")))
+    rows = "".join(f"{split}/a/img_000.jpg,a,{split}\n" for split in ("train", "Train"))
+    (src / "labels.csv").write_text("path,label,split\n" + rows)
+    with pytest.raises(SourceError, match=said):
+        scan(src / "labels.csv")
+    (src / "labels.csv").write_text("path,label,split\n" + rows.replace(",Train", ",test"))
+    assert sorted(scan(src / "labels.csv").splits) == ["test", "train"]
+
+
 def test_splits_option_names_other_split_folders(tmp_path: Path):
     src = tmp_path / "src"
     make_tree(src / "fold1", {"a": 2})

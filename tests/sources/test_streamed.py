@@ -107,6 +107,17 @@ def test_no_shuffle_streams_every_row_once_in_the_lists_order(listed):
     ]
 
 
+def test_a_list_file_of_no_row_names_its_first_bad_line(tmp_path):
+    """Every line bad (a trailing comma in each object): it said 'holds no rows; add one row
+    per image', as of an empty file."""
+    (tmp_path / "lists").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / "lists" / f"{name}.jsonl").write_text('{"url": "http://x/a.jpg",}\n' * 3)
+    with pytest.raises(SourceError, match=r"a\.jsonl: no line of it is a row; the first, line 1: "
+                       "not valid JSON"):  # fmt: skip
+        scan(tmp_path / "lists", _options())
+
+
 def test_a_window_shuffle_mixes_ranges_and_rows_and_is_the_same_at_any_worker_count(
     listed, tmp_path
 ):

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardpack.errors import SourceError
+from shardpack.errors import RecordError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.describe import describe
@@ -249,6 +249,61 @@ def test_tars_class_names_from_classes(wds_dir, tmp_path):
     dataset = scan(wds_dir, replace(options, classes=("w",)))
     assert len(dataset.splits["train"]) == 3  # labels 0 of 0..3
     assert all("not one of the 1 classes" in why for _, why in dataset.skipped)
+
+
+def test_tars_keys_starting_with_two_underscores_are_samples_as_webdataset_reads_them(tmp_path):
+    """webdataset skips only metadata members (`__x__`, `__x__/...`): `__0001.jpg` and
+    `__key__.jpg` are samples. Both were left out without a word (no skip, no count)."""
+    helpers.needs("webdataset")
+    src = tmp_path / "a.tar"
+    with tarfile.open(src, "w") as tar:
+        for name, data in [("__0001.jpg", helpers.jpeg(1)), ("__0001.cls", b"1"),
+                           ("__key__.jpg", helpers.jpeg(2)), ("__key__.cls", b"0"),
+                           ("__meta__", b"{}"), ("__meta__/x.jpg", helpers.jpeg(3)),
+                           ("0002.jpg", helpers.jpeg(4)), ("0002.cls", b"1")]:  # fmt: skip
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    dataset = scan(src)
+    assert [item.key for item in dataset.splits["train"]] == [
+        "a.tar:__0001", "a.tar:__key__", "a.tar:0002",
+    ]  # fmt: skip
+    assert dataset.skipped == ()
+    out = tmp_path / "out"
+    assert pack(src, out, OPTIONS).num_records == 3
+    samples = _wds_read(str(src))
+    assert sorted(samples) == ["0002", "__0001", "__key__"]
+    for record in iter_examples(out, "train"):
+        sample = samples[record["key"].split(":", 1)[1]]
+        assert (record["image"], record["label"]) == (sample["jpg"], int(sample["cls"]))
+
+
+def test_a_folder_of_tars_skips_hidden_files_as_every_folder_source_does(wds_dir, tmp_path):
+    """macOS copies leave an AppleDouble `._shards-000.tar` beside each tar on a disk of
+    another kind: the whole folder was refused ('._shards-000.tar: is not a tar file')."""
+    src = Path(shutil.copytree(wds_dir, tmp_path / "tars"))
+    (src / "._shards-000.tar").write_bytes(
+        b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X" + bytes(4000)
+    )
+    dataset = scan(src)
+    assert dataset.kind == "webdataset" and len(dataset.splits["train"]) == 12
+    assert not any("._" in item.key for item in dataset.splits["train"])
+
+
+def test_a_tar_or_a_tfds_shard_that_is_a_link_says_it_is_not_followed(wds_dir, tmp_path):
+    """Both said only 'cannot open (Too many levels of symbolic links)' of a single link."""
+    (tmp_path / "link.tar").symlink_to(wds_dir / "shards-000.tar")
+    with pytest.raises(SourceError, match=r"link\.tar: cannot open \(.*\); it is a symbolic link, "
+                       "which shardpack does not follow: pass the real path"):  # fmt: skip
+        scan(tmp_path / "link.tar")
+    src = tmp_path / "tfds"  # a TFRecord pack is a TFDS prepared directory
+    pack(helpers.make_tree(tmp_path / "src", {"a": 2}), src, OPTIONS)
+    shard = next(src.glob("*.tfrecord-*"))
+    shard.rename(tmp_path / shard.name)
+    shard.symlink_to(tmp_path / shard.name)
+    with pytest.raises(RecordError, match=f"{shard.name} at byte 0: cannot open .*; it is a "
+                       "symbolic link, which shardpack does not follow"):  # fmt: skip
+        scan(src, PackOptions(source="tfds"))
 
 
 def _hostile_tar(path: Path) -> Path:

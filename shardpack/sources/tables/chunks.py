@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import io
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import BinaryIO, NamedTuple
 
 from shardpack.errors import SourceError
@@ -42,7 +42,8 @@ def open_table(table: Storage) -> BinaryIO:
         if e.errno == errno.ELOOP:
             raise SourceError(
                 f"{path}: is a symbolic link; shardpack does not follow links it did not make: "
-                "pass the file it points to"
+                "pass the file it points to, or a copy of its folder with the links resolved "
+                "(cp -rL: a Hugging Face cache's snapshots are links into its blobs)"
             ) from None
         if e.errno == errno.EINVAL:
             raise SourceError(f"{path}: is not a regular file; pass a manifest file") from None
@@ -94,6 +95,10 @@ def text_blocks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[list[st
     while block := f.read(READ_BYTES):
         if not block.endswith(b"\n"):
             block += f.readline(MAX_LINE_BYTES + 1)  # the rest of the last line, bounded
+        if not n and b"\n" not in block and b"\r" in block.rstrip(b"\r"):  # the first block
+            raise SourceError(f"{path}: its lines end in a carriage return alone (as "
+                              "Excel for Mac once saved CSV); save it with Unix (LF) or "
+                              "Windows (CRLF) line ends")  # fmt: skip
         parts = block.split(b"\n")
         # Every part but the last ended in "\n", which counts towards the line's bytes.
         if max(map(len, parts)) >= MAX_LINE_BYTES:
@@ -122,6 +127,15 @@ def text_blocks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[list[st
             lines.append(last)
         n += len(lines)
         yield lines
+
+
+def no_rows(path: str, problems: Iterable[tuple[int, str]]) -> SourceError:
+    """The error of a manifest file that holds no row: empty, or not one of its lines a row
+    (`problems`: each such line and why), when the first of those is what to fix."""
+    first = next(iter(problems), None)
+    if first is None:
+        return SourceError(f"{path}: holds no rows; add one row per image")
+    return SourceError(f"{path}: no line of it is a row; the first, line {first[0]}: {first[1]}")
 
 
 def check_names(path: str, names: list[str]) -> None:

@@ -8,7 +8,7 @@ import os
 from shardpack.errors import Option, SourceError
 from shardpack.schema import BUILTIN_NAMES, LABEL
 from shardpack.sources.spelling import near
-from shardpack.sources.tables.chunks import Chunk, check_names
+from shardpack.sources.tables.chunks import Chunk, check_names, no_rows
 
 PATH_COLUMNS = ("path", "image", "file", "file_name", "filename")
 SPLIT = "split"
@@ -83,5 +83,5 @@ def column_names(chunks: list[Chunk], path: str) -> list[str]:
         if chunk.lines:
             names.update(dict.fromkeys(chunk.columns))
     if not names:
-        raise SourceError(f"{path}: holds no rows; add one row per image")
+        raise no_rows(path, (problem for chunk in chunks for problem in chunk.problems))
     return list(names)

@@ -29,7 +29,7 @@ from shardpack.sources.tables.cells import (
 from shardpack.sources.tables.chunks import Chunk
 from shardpack.sources.tables.columns import SPLIT, Layout
 from shardpack.sources.tables.files import line_name, row_unit
-from shardpack.sources.tables.kinds import INT, TEXT, LabelInfo, fits, kind_of
+from shardpack.sources.tables.kinds import FLOAT, INT, TEXT, LabelInfo, fits, kind_of
 from shardpack.storage.locations import joined, normal, relative_to
 
 _F32 = struct.Struct("<f")
@@ -290,6 +290,10 @@ def _one_label(value, label: LabelInfo, csv_text: bool):
         if not (name := class_name(value)):  # in CSV a cell spelled like a number is a name
             raise _Bad("no label in column 'label'")
         return name
+    if kind is FLOAT:  # pandas' type for a column of integers with a gap
+        raise _Bad(f"label {describe(value)} is a float, but a label is an integer (a class "
+                   "number) or text (a class name): write it as one (pandas makes integers with "
+                   "a gap floats: astype('Int64'))")  # fmt: skip
     want = "an integer" if integers else "a class name"
     raise _Bad(f"label {describe(value)} is not {want}, as the column's other labels")
 

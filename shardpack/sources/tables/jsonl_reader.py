@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from shardpack.errors import printable, shortened
 from shardpack.sources.tables import chunks
 from shardpack.sources.tables.cells import HugeInt
 from shardpack.sources.tables.chunks import Chunk, text_blocks
@@ -33,6 +34,11 @@ def jsonl_chunks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[Chunk]
                     continue
             if "\\u" in body and _lone_surrogate(record):
                 problems.append((n, _LONE_SURROGATE))
+                continue
+            # each key ends in '":' as writers write them: a line holding more of those than
+            # its object has keys may hold a key twice (or nest, or quote), and is read again
+            if body.count('":') != len(record) and (twice := _twice(body)) is not None:
+                problems.append((n, twice))
                 continue
             lines.append(n)
             records.append(record)
@@ -78,8 +84,35 @@ def _json_int(text: str) -> int:
     return int(text) if len(text) <= 20 else HugeInt(0)
 
 
+class _Twice(ValueError):
+    """A JSON object holding a key twice (the key)."""
+
+
+def _object(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object's pairs as a dict; refused where a key comes twice."""
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen: set[str] = set()
+        raise _Twice(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return record
+
+
+def _twice(body: str) -> str | None:
+    """Why a line is a bad row for an object holding a key twice (json keeps the last, pandas
+    too; pyarrow's reader, so datasets', refuses the line: it is ambiguous), or None."""
+    try:
+        _PAIRS(body, 0)
+    except _Twice as e:
+        return (f"holds the key {shortened(printable(e.args[0]))!r} twice in one object, which "
+                "pyarrow and datasets refuse (json keeps the last): keep one")  # fmt: skip
+    except (StopIteration, ValueError, RecursionError):
+        pass  # read already, otherwise: an integer of thousands of digits
+    return None
+
+
 _JSON = json.JSONDecoder(parse_int=_json_int)
 # Integers parsed in C: Python refuses a literal of over 4,300 digits (so none takes long),
 # and then _json_line reads the line again with _JSON, which marks it a HugeInt.
 _SCAN = json.JSONDecoder().scan_once
+_PAIRS = json.JSONDecoder(object_pairs_hook=_object).scan_once  # each object's pairs, checked
 _JSON_SPACE = " \t\n\r"  # the whitespace JSON allows around a value

@@ -86,9 +86,10 @@ def _survey(path: str, size: int, found: Iterator[Chunk], marks: list) -> Survey
     counts: dict[str, Counter] = {}
     first_missing: dict[str, int] = {}
     numbers: frozenset[str] = frozenset()
-    rows = 0
+    rows, problems = 0, []  # the first line that is no row, for a file of no row
     for chunk in found:
         numbers |= chunk.numbers
+        problems = problems or chunk.problems[:1]
         for name in chunk.columns:
             if name not in names and chunk.lines:
                 names[name] = None
@@ -107,7 +108,7 @@ def _survey(path: str, size: int, found: Iterator[Chunk], marks: list) -> Survey
         rows += len(chunk.lines) + len(chunk.problems)
         listed(len(chunk.lines))
     if not names:
-        raise SourceError(f"{path}: holds no rows; add one row per image")
+        raise chunks.no_rows(path, problems)
     file = FileRows(path, size, rows, tuple(marks))
     return Surveyed(file, list(names), counts, numbers, first_missing)
 

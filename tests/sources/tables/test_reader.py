@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.json
 import pyarrow.parquet as pq
 import pytest
 
@@ -414,6 +415,8 @@ def _parquet_bytes(table: pa.Table) -> bytes:
         ("t.xlsx", b"PK", r"t\.xlsx: is a file of unknown kind; pass a folder of images, or a"),
         ("t.csv", b"", r"t\.csv: is empty; the first line must name the columns"),
         ("t.csv", b"path,label\n", r"t\.csv: holds no rows"),
+        # every line bad: it said 'holds no rows; add one row per image', of a file of rows
+        ("t.jsonl", b'{"path": "a.jpg",}\n' * 2, r"t\.jsonl: no line of it is a row; the first"),
         ("t.csv", b"path,label,path\na,b,c\n", r"\['path', 'label', 'path'\] include an empty or"),
         ("t.jsonl", b'{"path": "a.jpg", "": 1}\n', r"include an empty or repeated name"),
         ("t.parquet", b"PAR1 not really", r"t\.parquet: not a readable Parquet file"),
@@ -551,6 +554,20 @@ def test_non_utf8_bytes_name_their_line(tmp_path, chunking):
         read_manifest(path)
 
 
+@pytest.mark.parametrize("rows", [2, 100_000])  # a small file; one past the 1 MiB of a line
+def test_a_csv_whose_lines_end_in_a_carriage_return_alone_says_so(tmp_path, rows):
+    """Excel for Mac once saved CSV so (pandas reads it): a small one said 'new-line character
+    seen in unquoted field - do you need to open the file in universal-newline mode?', a large
+    one 'longer than 1048576 bytes ... is this really a manifest?'."""
+    path = tmp_path / "mac.csv"
+    path.write_bytes(b"path,label\r" + b"a.jpg,cat\r" * rows)
+    said = r"mac\.csv: its lines end in a carriage return alone \(as Excel for Mac once saved"
+    with pytest.raises(SourceError, match=said):
+        read_manifest(path)
+    path.write_bytes(b'path,caption\na.jpg,"one\rtwo"\r\n')  # a CR inside a cell: a row
+    assert [row.path for row in read_manifest(path).rows] == ["a.jpg"]
+
+
 def test_lines_that_are_not_json_objects_are_bad_rows_naming_their_line(tmp_path):
     path = tmp_path / "t.jsonl"
     nested = '{"path": "c.jpg", "x": ' + "[" * 200_000 + "]" * 200_000 + "}"
@@ -564,6 +581,41 @@ def test_lines_that_are_not_json_objects_are_bad_rows_naming_their_line(tmp_path
         (4, "t.jsonl line 4: not valid JSON"),
     ]
     assert "nested too deeply" in manifest.bad[2].reason
+
+
+def test_a_float_label_says_it_is_a_float_not_that_other_labels_are_names(tmp_path):
+    """pandas writes an integer label column with a gap as doubles: every row said 'label 0.0
+    is not a class name, as the column's other labels', of a column holding no name."""
+    table = pa.table({"path": ["a.jpg", "b.jpg", "c.jpg"], "label": [0.0, None, 2.0]})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    m = read_manifest(path)
+    assert m.rows == [] and [bad.line for bad in m.bad] == [0, 1, 2]
+    assert m.bad[0].reason == (
+        "t.parquet row 0: label 0.0 is a float, but a label is an integer (a class number) or "
+        "text (a class name): write it as one (pandas makes integers with a gap floats: "
+        "astype('Int64'))"
+    )
+
+
+def test_a_jsonl_line_holding_a_key_twice_is_a_bad_row_as_pyarrow_refuses_it(tmp_path):
+    """json.loads keeps the last of two `label`s (so a row read 'dog' where pyarrow's reader,
+    and datasets' with it, refuse the line: 'Column(/label) was specified twice')."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"path": "a.jpg", "label": "cat", "label": "dog"}\n'
+                    '{"path": "b.jpg", "label": "cat", "x": {"n": 1, "n": 2}}\n'
+                    '{"path": "c.jpg", "label": "dog", "n": 1}\n'
+                    '{"path": "d.jpg", "label": "cat", "big": 1%s, "path": "e.jpg"}\n'
+                    % ("0" * 30), "utf-8")  # fmt: skip
+    with pytest.raises(pa.ArrowInvalid, match="specified twice"):
+        pa.json.read_json(path)  # the reference
+    manifest = read_manifest(path)
+    assert [row.path for row in manifest.rows] == ["c.jpg"]
+    assert [(bad.line, bad.reason.split(" twice")[0]) for bad in manifest.bad] == [
+        (1, "t.jsonl line 1: holds the key 'label'"),
+        (2, "t.jsonl line 2: holds the key 'n'"),
+        (4, "t.jsonl line 4: holds the key 'path'"),  # read again for its huge integer
+    ]
 
 
 # ---- near misses: warned of by name ----------------------------------------------------------
