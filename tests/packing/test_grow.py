@@ -285,6 +285,9 @@ def test_an_append_killed_as_its_first_shard_lands_reruns(tmp_path):
                             "--append", *JOB], stderr=subprocess.PIPE, text=True)  # fmt: skip
     wait_for(lambda: len(worker_pids(run.pid)) == 2)
     workers = worker_pids(run.pid)
+    # a worker writing a shard (forked, a worker may still wait for its task from the parent)
+    wait_for(lambda: any(out.glob(".src-train.*.partial"))
+             or {p.name for p in out.glob("src-train.*")} - listed)  # fmt: skip
     run.send_signal(signal.SIGSTOP)
     try:  # a new shard at its final name
         wait_for(lambda: {p.name for p in out.glob("src-train.*")} - listed)

@@ -188,6 +188,9 @@ def test_a_parent_killed_as_its_first_shard_lands_is_resumed(src, clean, tmp_pat
     run = _start(src, out)
     wait_for(lambda: len(worker_pids(run.pid)) == 2)
     workers = worker_pids(run.pid)
+    # a worker writing a shard (forked, a worker may still wait for its task from the parent)
+    wait_for(lambda: any(out.glob(".src-train.tfrecord-*.partial"))
+             or any(out.glob("src-train.tfrecord-*")))  # fmt: skip
     run.send_signal(signal.SIGSTOP)
     try:
         wait_for(lambda: any(out.glob("src-train.tfrecord-*")))  # a shard at its final name
