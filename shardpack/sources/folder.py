@@ -10,7 +10,13 @@ from shardpack.errors import Option, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import cifar
-from shardpack.sources.classlist import Listing, check_class_name, class_list, labelled
+from shardpack.sources.classlist import (
+    Listing,
+    check_class_name,
+    class_list,
+    labelled,
+    spaced_apart,
+)
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.storage import Folder, Storage
@@ -118,8 +124,11 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
         raise left_out_by_classes(src.path(), len(found), found_classes)
     if not items:
         raise SourceError(f"{src.path()}: no images found; ", *_nothing_found(src, passed))
+    warnings = empty_class_warnings(src.path(), empty, classes)
+    if options.classes is None:
+        warnings += spaced_apart(found_classes, src.path())
     return passed.dataset("folder", src, Schema.build(classes), {"train": items}, left_out,
-                          empty_class_warnings(src.path(), empty, classes))  # fmt: skip
+                          warnings)  # fmt: skip
 
 
 # Split folders number a few (train, val, test); a tree of more first-level folders is classes.

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from shardpack.errors import Option, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions, check_split_names
 from shardpack.schema import Schema
-from shardpack.sources.classlist import class_list, labelled
+from shardpack.sources.classlist import class_list, labelled, spaced_apart
 from shardpack.sources.folder import (
     IMAGE_EXTENSIONS,
     Passed,
@@ -79,17 +79,17 @@ def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:
         if not name.startswith(".") and not is_dir:
             passed.ignore(name)
     listings = {split: list_class_folders(root, passed, split) for split in _folders(root)}
-    classes = class_list((c for names, _, _ in listings.values() for c in names), options.classes)
+    found_classes = [c for names, _, _ in listings.values() for c in names]
+    classes = class_list(found_classes, options.classes)
     splits: dict[str, tuple[Item, ...]] = {}
     left_out: list[tuple[str, str]] = []
-    warnings: list[str] = []
+    warnings = spaced_apart(found_classes, root.path()) if options.classes is None else []
     for split, (_, found, empty) in listings.items():
         splits[split], skipped = labelled(found, classes, options.on_error)
         left_out += skipped
         warnings += empty_class_warnings(root.path(split), empty, classes)
     images = sum(len(found) for _, found, _ in listings.values())
     if images and not any(splits.values()):
-        found_classes = (c for names, _, _ in listings.values() for c in names)
         raise left_out_by_classes(root.path(), images, found_classes)
     if not any(splits.values()):
         raise SourceError(

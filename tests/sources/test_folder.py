@@ -135,6 +135,19 @@ def test_nested_subfolders_belong_to_their_top_class(tmp_path):
     ]
 
 
+def test_class_folders_apart_by_spaces_are_one_class_named_in_a_warning(tmp_path):
+    # 'cat ' beside 'cat' were one class without a word (a class name is taken stripped)
+    src = helpers.make_tree(tmp_path / "src", {"cat ": 1, "cat": 1, "dog": 1})
+    dataset = scan(src)
+    assert dataset.classes == ("cat", "dog")
+    assert sorted(i.label for i in dataset.splits["train"]) == [0, 0, 1]
+    assert dataset.warnings == (
+        f"{src}: folders 'cat' and 'cat ' are one class 'cat' (a class name is taken without "
+        "the spaces around it); rename one if they are two classes",
+    )
+    assert scan(src, PackOptions(classes=("cat", "dog"))).warnings == ()  # the user's list
+
+
 def test_empty_class_folder_is_still_a_class_and_named_in_a_warning(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"b": 1})
     (src / "a").mkdir()

@@ -108,6 +108,19 @@ def test_class_folders_alike_but_for_case_in_splits_of_their_own_are_named(tmp_p
     assert scan(src / "train").warnings == ()  # one split
 
 
+def test_class_folders_apart_by_spaces_across_splits_are_one_class_named(tmp_path: Path):
+    src = tmp_path / "src"
+    make_tree(src / "train", {"cat ": 2, "dog": 2})
+    make_tree(src / "val", {"cat": 1, "dog": 1}, seed=10)
+    dataset = scan(src)
+    assert dataset.classes == ("cat", "dog")
+    assert [i.label for i in dataset.splits["val"]].count(0) == 1
+    assert dataset.warnings == (
+        f"{src}: folders 'cat' and 'cat ' are one class 'cat' (a class name is taken without "
+        "the spaces around it); rename one if they are two classes",
+    )
+
+
 def test_splits_alike_but_for_case_are_refused_before_their_shards_are_one_file(tmp_path: Path):
     """A split column's Train beside train (or --splits naming both folders) packed two
     splits whose shard files, name-Train.tfrecord-... and name-train.tfrecord-..., are one
