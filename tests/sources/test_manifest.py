@@ -518,6 +518,18 @@ def test_a_url_list_s_items_hold_little_beyond_their_strings_and_pickle_whole(tm
     assert len(back[7].fields) == 1 and "caption" in back[7].fields and "url" not in back[7].fields
 
 
+def test_a_url_spaced_in_its_cell_is_the_url_and_a_spaced_file_name_stays(tmp_path: Path):
+    """A URL cell written ', https://...' (or with a sheet's trailing space) was read as a
+    local path under SRC's folder, every such image 'missing'; a file name keeps its spaces."""
+    (tmp_path / " spaced.jpg").write_bytes(b"")
+    rows = [{"url": " https://img.example.com/a.jpg"}, {"url": "http://img.example.com/b.jpg\t"},
+            {"url": " spaced.jpg"}]  # fmt: skip
+    manifest = write_jsonl(tmp_path / "urls.jsonl", rows)
+    items = scan(str(manifest), PackOptions(path_column="url")).splits["train"]
+    assert [i.path for i in items] == ["https://img.example.com/a.jpg",
+                                       "http://img.example.com/b.jpg", " spaced.jpg"]  # fmt: skip
+
+
 def test_a_manifest_away_from_its_images_is_told_to_pass_root(tmp_path):
     """A labels.csv copied out of the folder its relative paths are under: every row's image
     missing, and the error ended on the first missing file, with no word of --root."""

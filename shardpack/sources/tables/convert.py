@@ -30,7 +30,7 @@ from shardpack.sources.tables.chunks import Chunk
 from shardpack.sources.tables.columns import SPLIT, Layout
 from shardpack.sources.tables.files import line_name, row_unit
 from shardpack.sources.tables.kinds import FLOAT, INT, TEXT, LabelInfo, fits, kind_of
-from shardpack.storage.locations import joined, normal, relative_to
+from shardpack.storage.locations import is_url, joined, normal, relative_to
 
 _F32 = struct.Struct("<f")
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9_]+\Z")  # shard file names are {name}-{split}.tfrecord-...
@@ -177,6 +177,8 @@ def _image_paths(values: Sequence, column: str) -> tuple[list[str], dict[int, st
     joined = joined_cells(values) if usable else None
     if joined is not None and "\0" not in joined:
         lined = f"\n{joined}\n"
+        if _SPACED.search(lined):  # a cell spaced at either end: a URL there is stripped
+            return _each(values, functools.partial(_image_path, column=column))
         if not any(part in lined for part in _NOT_NORMAL):
             return list(values), {}  # each as os.path.normpath gives it already
         return list(map(normal, values)), {}
@@ -200,6 +202,8 @@ def _file_key(path: str, root: str) -> str:
 # What os.path.normpath changes in a path (each path between newlines): a path holding none of
 # these is its own normal form.
 _NOT_NORMAL = ("//", "/./", "/../", "\n./", "\n../", "/\n", "/.\n", "/..\n", "\n.\n", "\n..\n")
+# A cell (between newlines) that starts or ends with white space.
+_SPACED = re.compile(r"\n[^\S\n]|[^\S\n]\n")
 
 
 def _column_values(
@@ -251,6 +255,10 @@ def _image_path(value, column: str) -> str:
         raise _Bad(f"the image path in column {column!r} is {describe(value)}, not text")
     if len(value) > MAX_TEXT_CHARS or "\0" in value:
         raise _Bad(f"the image path in column {column!r} is not a usable file name")
+    # a URL spaced in its cell (", https://...", a sheet's stray space) is the URL, as a
+    # browser or an HTTP client takes it; a file name keeps its spaces
+    if value[:1].isspace() or value[-1:].isspace():
+        value = stripped if is_url(stripped := value.strip()) else value
     return normal(value)
 
 
