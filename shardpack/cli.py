@@ -423,8 +423,11 @@ def report(
 
 @app.command(cls=_Command)
 def demo(
-    out: Annotated[
-        Path, typer.Argument(metavar="OUT", help="Folder for the sample images and shards.")
+    out_given: Annotated[
+        str,
+        typer.Argument(
+            metavar="OUT", show_default=False, help="Folder for the sample images and shards."
+        ),
     ],
     per_class: Annotated[int, typer.Option(metavar="N", min=1, help="Images per class.")] = 200,
     workers: _WORKERS = None,
@@ -442,7 +445,10 @@ def demo(
     with _user_errors():
         # numpy, OpenCV: not for --help
         from shardpack.demo import SAMPLE_NAME, SHAPES, earlier_demo, make_sample, refuse_links
+        from shardpack.packing.packer import refuse_empty
 
+        refuse_empty(out_given, "OUT")  # "" would be the current folder
+        out = Path(out_given)
         shards = out / "shards"
         refuse_links(out / SAMPLE_NAME, shards)
         sample = make_sample(out / SAMPLE_NAME, per_class=per_class)

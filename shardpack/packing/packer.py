@@ -73,7 +73,8 @@ def pack(
     forks workers leaves it set to glibc's first thresholds, which give freed memory back.
     """
     _check_arguments(options, progress, storage_options, scan_progress)
-    refuse_empty(src, out)
+    refuse_empty(src, "SRC")
+    refuse_empty(out, "OUT")
     options = options or PackOptions()
     src_root = source_root(src, storage_options)  # refused before OUT is created if missing
     out = storage_at(out, storage_options)
@@ -113,13 +114,13 @@ def _check_arguments(
                         f"{storage_options!r}")  # fmt: skip
 
 
-def refuse_empty(src: str | os.PathLike, out: str | os.PathLike) -> None:
-    """An empty SRC or OUT (a shell variable left unset: `"$OUT"`) is a mistake, not the
-    current folder, which would get the shards among whatever it holds: refuse it."""
-    for name, given, error in (("SRC", src, SourceError), ("OUT", out, OutputError)):
-        if isinstance(given, str) and not given.strip():
-            raise error(f"{name} is an empty string ({given!r}); pass a folder or URL, or "
-                        "'.' for the current folder")  # fmt: skip
+def refuse_empty(given: str | os.PathLike, name: str) -> None:
+    """An empty SRC or OUT (`name`; a shell variable left unset: `"$OUT"`) is a mistake, not
+    the current folder, which would get the shards among whatever it holds: refuse it."""
+    if isinstance(given, str) and not given.strip():
+        error = SourceError if name == "SRC" else OutputError
+        raise error(f"{name} is an empty string ({given!r}); pass a folder or URL, or '.' for "
+                    "the current folder")  # fmt: skip
 
 
 def refuse_out_inside_src(src: Storage, out: Storage) -> None:

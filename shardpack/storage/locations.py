@@ -19,6 +19,13 @@ def is_url(text: str | os.PathLike) -> bool:
     return isinstance(text, str) and URL.match(text) is not None
 
 
+def unspaced_url(text: str) -> str:
+    """A manifest cell's location: a URL with spaces around it (`, https://...`) as the URL,
+    as an HTTP client takes it; anything else as it is (a file name may hold such spaces)."""
+    stripped = text.strip()
+    return stripped if stripped != text and is_url(stripped) else text
+
+
 def is_relative(path: str) -> bool:
     """Whether a path (as a manifest row writes it) is relative to a root folder: neither a URL
     nor an absolute path."""

@@ -135,3 +135,13 @@ def test_an_out_that_is_a_file_is_named_itself(tmp_path: Path):
     assert result.exit_code == 2
     assert f"error: {mine}: is a file; the demo needs a folder there" in result.output
     assert mine.read_text() == "mine" and sorted(tmp_path.iterdir()) == [mine]
+
+
+def test_an_empty_out_is_refused_not_taken_for_the_current_folder(tmp_path: Path, monkeypatch):
+    """`shardpack demo "$OUT"` with OUT unset drew the sample and packed it in the current
+    folder (typer made '' the path '.'), as pack did before it refused an empty OUT."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["demo", "", "--per-class", "1", "--no-progress"])
+    assert result.exit_code == 2
+    assert "error: OUT is an empty string (''); pass a folder or URL, or '.'" in result.output
+    assert list(tmp_path.iterdir()) == []

@@ -30,7 +30,7 @@ from shardpack.sources.tables.chunks import Chunk
 from shardpack.sources.tables.columns import SPLIT, Layout
 from shardpack.sources.tables.files import line_name, row_unit
 from shardpack.sources.tables.kinds import FLOAT, INT, TEXT, LabelInfo, fits, kind_of
-from shardpack.storage.locations import is_url, joined, normal, relative_to
+from shardpack.storage.locations import joined, normal, relative_to, unspaced_url
 
 _F32 = struct.Struct("<f")
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9_]+\Z")  # shard file names are {name}-{split}.tfrecord-...
@@ -255,11 +255,7 @@ def _image_path(value, column: str) -> str:
         raise _Bad(f"the image path in column {column!r} is {describe(value)}, not text")
     if len(value) > MAX_TEXT_CHARS or "\0" in value:
         raise _Bad(f"the image path in column {column!r} is not a usable file name")
-    # a URL spaced in its cell (", https://...", a sheet's stray space) is the URL, as a
-    # browser or an HTTP client takes it; a file name keeps its spaces
-    if value[:1].isspace() or value[-1:].isspace():
-        value = stripped if is_url(stripped := value.strip()) else value
-    return normal(value)
+    return normal(unspaced_url(value))
 
 
 def _split(value) -> str:
