@@ -15,6 +15,7 @@ from contextlib import suppress
 import numpy as np
 
 from shardpack import images
+from shardpack.containers import is_shard_name
 from shardpack.errors import (
     MissingPackageError,
     OutputError,
@@ -29,9 +30,11 @@ from shardpack.layout import REPORT_NAME
 from shardpack.packing import facts
 from shardpack.packing.duplicates import record_name
 from shardpack.packing.objects import SIZES, objects_of
+from shardpack.packing.outdir import OUTPUTS
 from shardpack.packing.stats import reason_kind
 from shardpack.read.preview import exists_error
 from shardpack.read.stream import decode_pixels, iter_examples
+from shardpack.storage import storage_at
 from shardpack.storage.atomic import write_atomic
 from shardpack.storage.locations import local_file
 
@@ -87,6 +90,9 @@ def write_report(
     index = load_index(out, storage_options)
     if dest is not None and local_file(dest) is None:
         raise OutputError(f"{dest}: report writes a local file; pass a local path for --out")
+    if dest is not None and (own := _dataset_file(os.fspath(dest), index)) is not None:
+        raise OutputError(f"{os.fspath(dest)}: is the dataset's {printable(own)}; pass another "
+                          f"--out (without one the card is {REPORT_NAME} in OUT)")  # fmt: skip
     if dest is not None and not overwrite and os.path.lexists(dest):  # before reading a record
         raise exists_error(os.fspath(dest))
     page = render(index, progress).encode("utf-8")
@@ -102,6 +108,16 @@ def write_report(
         raise OutputError(f"{where}: cannot write the report ({e.strerror or e}); "
                           f"{os_error_fix(e)}") from None  # fmt: skip
     return where
+
+
+def _dataset_file(dest: str, index: Index) -> str | None:
+    """The name of the file of OUT's own that `dest` is (its index, a shard, the Hub card...:
+    never replaced by a report, even with --overwrite), by whatever path; else None."""
+    folder = storage_at(os.path.dirname(os.path.abspath(dest)))
+    if not (folder.holds(index.storage) and index.storage.holds(folder)):
+        return None
+    name = os.path.basename(dest)
+    return name if name in OUTPUTS or is_shard_name(name) else None
 
 
 def _require_matplotlib() -> None:
