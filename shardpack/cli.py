@@ -21,9 +21,9 @@ from typing import Annotated, NoReturn, Optional
 import typer
 
 from shardpack import __version__
-from shardpack.console import Bar, plural, print_inspect, print_json, print_pack_summary
+from shardpack.console import Bar, print_inspect, print_json, print_pack_summary
 from shardpack.containers import CONTAINERS
-from shardpack.errors import FileAccessError, ShardpackError, printable
+from shardpack.errors import FileAccessError, ShardpackError, plural, printable
 from shardpack.options import (
     BACKEND_ALIASES,
     BACKENDS,

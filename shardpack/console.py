@@ -10,7 +10,7 @@ from typing import TextIO
 
 import typer
 
-from shardpack.errors import printable, shortened
+from shardpack.errors import plural, printable, shortened
 from shardpack.index import MAX_NAMED_SKIPPED
 
 # A bar appears only for runs that last longer than this: short runs just print the summary.
@@ -28,11 +28,6 @@ def _own_stderr() -> TextIO:
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
         return sys.stderr
     return os.fdopen(fd, "w", buffering=1, encoding="utf-8", errors="replace")
-
-
-def plural(count: int, noun: str, many: str | None = None) -> str:
-    """'1 shard', '2 shards', '1,000 images'."""
-    return f"{count:,} {noun if count == 1 else many or noun + 's'}"
 
 
 class Bar:

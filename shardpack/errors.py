@@ -21,6 +21,11 @@ def shortened(text: str, most: int = 40) -> str:
     return text if len(text) <= most else text[: most - 3] + "..."
 
 
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """'1 shard', '2 shards', '1,000 images'."""
+    return f"{count:,} {noun if count == 1 else many or noun + 's'}"
+
+
 def is_count(value: object, least: int = 1) -> bool:
     """Whether `value` is an int (a bool is none) of at least `least`: what a count takes."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= least

@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Sequence
 
+from shardpack.errors import plural
 from shardpack.hffeatures import card_form, hf_feature
 from shardpack.index import Index, ShardInfo
 from shardpack.layout import CARD_NAME
@@ -114,9 +115,10 @@ def summary(index: Index) -> str:
         copies, groups = duplicates["copies"], duplicates["groups"]
         near = f"Near duplicates (perceptual hashes within {duplicates.get('near_distance')} bits)"
         said.append(f"{near if duplicates.get('method') == 'near' else 'Exact duplicates'}: "
-                    f"{copies:,} copies of {groups:,} images "
+                    f"{plural(copies, 'copy', 'copies')} of {plural(groups, 'image')} "
                     f"({duplicates['removed']:,} removed).")  # fmt: skip
-        said += [f"{a['images']:,} images of {a['split']} are also in {a['also_in']}."
+        said += [f"{plural(a['images'], 'image')} of {a['split']} "
+                 f"{'is' if a['images'] == 1 else 'are'} also in {a['also_in']}."
                  for a in duplicates["across_splits"]]  # fmt: skip
         if conflicts := duplicates.get("label_conflicts"):
             which = "group of copies is" if conflicts == 1 else "groups of copies are"

@@ -15,6 +15,7 @@ from contextlib import suppress
 import numpy as np
 
 from shardpack import images
+from shardpack.containers import is_shard_name
 from shardpack.errors import (
     MissingPackageError,
     OutputError,
@@ -29,9 +30,11 @@ from shardpack.layout import REPORT_NAME
 from shardpack.packing import facts
 from shardpack.packing.duplicates import record_name
 from shardpack.packing.objects import SIZES, objects_of
+from shardpack.packing.outdir import OUTPUTS
 from shardpack.packing.stats import reason_kind
 from shardpack.read.preview import exists_error
 from shardpack.read.stream import decode_pixels, iter_examples
+from shardpack.storage import storage_at
 from shardpack.storage.atomic import write_atomic
 from shardpack.storage.locations import local_file
 
@@ -53,7 +56,8 @@ _STYLE = """body{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;
 text-align:right}th{background:#f4f4f4}td:first-child{text-align:left}
 .group,.sheet{display:flex;flex-wrap:wrap;gap:6px;align-items:flex-end;margin:.5em 0}
-figure{margin:0;font-size:11px;text-align:center}svg{max-width:100%;height:auto}"""
+figure{margin:0;font-size:11px;text-align:center;max-width:200px}svg{max-width:100%;height:auto}
+td,figcaption,h3{overflow-wrap:anywhere}"""
 
 
 def write_report(
@@ -86,6 +90,9 @@ def write_report(
     index = load_index(out, storage_options)
     if dest is not None and local_file(dest) is None:
         raise OutputError(f"{dest}: report writes a local file; pass a local path for --out")
+    if dest is not None and (own := _dataset_file(os.fspath(dest), index)) is not None:
+        raise OutputError(f"{os.fspath(dest)}: is the dataset's {printable(own)}; pass another "
+                          f"--out (without one the card is {REPORT_NAME} in OUT)")  # fmt: skip
     if dest is not None and not overwrite and os.path.lexists(dest):  # before reading a record
         raise exists_error(os.fspath(dest))
     page = render(index, progress).encode("utf-8")
@@ -101,6 +108,16 @@ def write_report(
         raise OutputError(f"{where}: cannot write the report ({e.strerror or e}); "
                           f"{os_error_fix(e)}") from None  # fmt: skip
     return where
+
+
+def _dataset_file(dest: str, index: Index) -> str | None:
+    """The name of the file of OUT's own that `dest` is (its index, a shard, the Hub card...:
+    never replaced by a report, even with --overwrite), by whatever path; else None."""
+    folder = storage_at(os.path.dirname(os.path.abspath(dest)))
+    if not (folder.holds(index.storage) and index.storage.holds(folder)):
+        return None
+    name = os.path.basename(dest)
+    return name if name in OUTPUTS or is_shard_name(name) else None
 
 
 def _require_matplotlib() -> None:
@@ -138,6 +155,13 @@ def render(index: Index, progress: Callable[[int, int], None] | None = None) -> 
 
 
 def _e(value: object) -> str:
+    """Text as the page shows it: as inspect prints it (a control or format character such as
+    a right-to-left override escaped, never turning the text after it), then HTML-escaped."""
+    return html.escape(printable(str(value)))
+
+
+def _attr(value: object) -> str:
+    """A name as a data- attribute holds it, whole and exact, for readers of the page."""
     return html.escape(str(value))
 
 
@@ -160,7 +184,7 @@ def _number(value: object) -> object:
 def _td(value: object, name: str = "") -> str:
     """A table cell; `name` marks a number a reader (and the test) can find: data-value."""
     shown = _number(value)
-    mark = f" data-value='{_e(name)}'" if name else ""
+    mark = f" data-value='{_attr(name)}'" if name else ""
     return f"<td{mark}>{_e(shown)}</td>"
 
 
@@ -193,7 +217,7 @@ def _splits_section(index: Index) -> str:
     rows = []
     for name, split in index.splits.items():
         size = sum(s.num_bytes for s in split.shards)
-        rows.append(f"<tr data-split='{_e(name)}'>{_td(name)}{_td(split.num_records, 'records')}"
+        rows.append(f"<tr data-split='{_attr(name)}'>{_td(name)}{_td(split.num_records, 'records')}"
                     f"{_td(len(split.shards), 'shards')}{_td(size, 'bytes')}</tr>")  # fmt: skip
     classes = index.classes[:SHOWN_CLASSES]
     balance = []
@@ -202,7 +226,7 @@ def _splits_section(index: Index) -> str:
             _td(split.class_counts[i] if i < len(split.class_counts) else 0, f"class:{name}")
             for name, split in index.splits.items()
         )
-        balance.append(f"<tr data-class='{_e(cls)}'>{_td(cls)}{cells}</tr>")
+        balance.append(f"<tr data-class='{_attr(cls)}'>{_td(cls)}{cells}</tr>")
     chart = ""
     if classes:
         fig, ax = _figure()
@@ -266,7 +290,7 @@ def _split_images(name: str, summary: dict) -> str:
         if isinstance(summary.get(what), dict)
     ]
     return (
-        f"<div data-split='{_e(name)}'><h3>{_e(name)}: {summary['records']:,} images</h3>"
+        f"<div data-split='{_attr(name)}'><h3>{_e(name)}: {summary['records']:,} images</h3>"
         + _table(("", "min", "median", "max"), rows)
         + _svg(fig)
         + _table(("", "counts"), counts)
@@ -305,7 +329,7 @@ def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
     size_rows = [f"<tr>{_td(k)}{_td(sizes.get(k, 0), f'size:{k}')}</tr>" for k, _ in SIZES]
     class_rows = [f"<tr>{_td(c)}{_td(n, f'class:{c}')}</tr>" for c, n in by_class]
     return (
-        f"<div data-split='{_e(name)}'><h3>{_e(name)}: <span data-value='objects'>{count:,}"
+        f"<div data-split='{_attr(name)}'><h3>{_e(name)}: <span data-value='objects'>{count:,}"
         f"</span> objects, <span data-value='without'>{without:,}</span> images without</h3>"
         + _table(("", *(q for q, _ in quantiles)), [f"<tr>{_td('objects per image')}{spread}</tr>"])
         + _table(("objects in an image", "images"), histogram)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import itertools
 import json
@@ -299,6 +300,54 @@ def test_report_in_a_real_browser(src: Path, tmp_path: Path) -> None:
     assert (pixels < 200).any(axis=2).mean() > 0.02  # charts and thumbnails, not a blank page
 
 
+# Run in the page by _laid_out: where each class's count cell and each thumbnail's caption
+# ends, in CSS pixels, and the text a reader sees of the class balance table.
+_MEASURE = """<script>
+const right = (e) => Math.round(e.getBoundingClientRect().right);
+const cells = [...document.querySelectorAll("td[data-value^='class:']")].map(right);
+const captions = [...document.querySelectorAll("figcaption")].map(right);
+const names = [...document.querySelectorAll("tr[data-class] td:first-child")].map(
+  (e) => e.textContent);
+const out = document.createElement("pre");
+out.id = "measured";
+out.textContent = JSON.stringify({width: innerWidth, cells, captions, names});
+document.body.append(out);
+</script>"""
+
+
+def _laid_out(page: Path, tmp_path: Path) -> dict:
+    """What headless Chromium measures of the page laid out 1200 pixels wide (_MEASURE)."""
+    measured = tmp_path / "measured.html"
+    measured.write_text(page.read_text("utf-8").replace("</body>", _MEASURE + "</body>"))
+    dom, _ = _browser(measured, tmp_path)
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    return json.loads(html.unescape(found[1]))
+
+
+@pytest.mark.slow  # a browser's start-up: seconds
+def test_the_report_shows_hostile_class_names_as_the_terminal_does(tmp_path: Path) -> None:
+    """A 200-character class name widened the class balance table past the page, so that no
+    class's counts could be seen without scrolling sideways (and each of its thumbnails took
+    a line of its own); a class `\u202eevil` (a right-to-left override) was shown as `live`,
+    and turned the rest of each record name after it backwards (`gnp.0_gmi`). Long names
+    wrap; control and format characters are shown escaped, as inspect prints them."""
+    pytest.importorskip("matplotlib")
+    long, override = "x" * 200, "\u202eevil"
+    src = tmp_path / "src"
+    for i, cls in enumerate(("cat", long, override)):
+        for split in ("train", "test"):
+            write_image(src / split / cls / f"img_{i}.png", image(i + (split == "test") * 9))
+    out = tmp_path / "out"
+    _pack(src, out)
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    seen = _laid_out(out / "report.html", tmp_path)
+    assert len(seen["cells"]) == 6 and len(seen["captions"]) == 6
+    assert max(seen["cells"] + seen["captions"]) <= seen["width"], seen
+    assert sorted(seen["names"]) == sorted(["cat", long, "\\u202eevil"])
+
+
 def test_hub_dataset_card(src: Path, tmp_path: Path) -> None:
     yaml = pytest.importorskip("yaml")
     out = tmp_path / "out"
@@ -318,6 +367,22 @@ def test_hub_dataset_card(src: Path, tmp_path: Path) -> None:
         assert matched == {s["file"] for s in entry["shards"]}
     assert "2 images of test are also in train." in text
     _pack(src, out, "--shards", "2", "--format", "webdataset", "--resume")  # ours: rewritten
+
+
+def test_the_hub_card_counts_one_copy_in_the_singular(tmp_path: Path) -> None:
+    """One image of train copied into test: the card said '1 copies of 1 images' and '1
+    images of train are also in test', where pack's summary says 'image ... is'."""
+    src = tmp_path / "src"
+    write_image(src / "train" / "cat" / "a.png", image(0))
+    write_image(src / "train" / "cat" / "b.png", image(1))
+    (src / "test" / "cat").mkdir(parents=True)
+    shutil.copyfile(src / "train" / "cat" / "a.png", src / "test" / "cat" / "a.png")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["pack", str(src), str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    text = (out / "README.md").read_text("utf-8")
+    assert "Exact duplicates: 1 copy of 1 image (0 removed).\n" in text
+    assert "1 image of test is also in train.\n1 image of train is also in test." in text
 
 
 @pytest.mark.parametrize("ours", [False, True])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from shardpack.index import load_index
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
@@ -44,5 +46,24 @@ def test_a_file_at_out_is_kept_and_the_report_refused(tmp_path: Path):
     pack(make_tree(tmp_path / "src", {"a": 2, "b": 1}), out, PackOptions(workers=1))
     index = (out / "index.json").read_bytes()
     done = run_cli("report", str(out), "--out", str(out / "index.json"), "--no-progress")
-    one_line_error(done, f"{out / 'index.json'}: exists; pass --overwrite to replace it")
+    one_line_error(done, f"{out / 'index.json'}: is the dataset's index.json; pass another --out")
     assert (out / "index.json").read_bytes() == index and not (out / "report.html").exists()
+
+
+@pytest.mark.parametrize("name", ["index.json", "croissant.json", "README.md", "shard"])
+def test_a_file_of_the_dataset_is_never_the_report(tmp_path: Path, name: str):
+    """`report OUT --out OUT/index.json` said 'exists; pass --overwrite to replace it', and
+    with --overwrite wrote the card over the index (or a shard, the Hub card): the dataset
+    was lost. A file of OUT's own is refused with or without --overwrite, and kept."""
+    out = tmp_path / "out"
+    pack(make_tree(tmp_path / "src", {"a": 2, "b": 1}), out, PackOptions(workers=1))
+    if name == "shard":
+        (name,) = [p.name for p in out.glob("*.tfrecord*")]
+    before = (out / name).read_bytes()
+    alias = tmp_path / "alias"
+    alias.symlink_to(out)  # the same folder by another path
+    for dest in (out / name, alias / name):
+        for extra in ([], ["--overwrite"]):
+            done = run_cli("report", str(out), "--out", str(dest), "--no-progress", *extra)
+            one_line_error(done, f"{dest}: is the dataset's {name}; pass another --out")
+    assert (out / name).read_bytes() == before and not (out / "report.html").exists()
