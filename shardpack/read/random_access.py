@@ -162,6 +162,9 @@ def _read_index_file(
                          f"{size}-byte shard")  # fmt: skip
         spans.append((offset, framed))
         expected = offset + framed
+    if len(spans) < shard.num_records:  # cut short: the shard would be blamed for its count
+        raise bad(len(spans) + 1, f"missing: {len(spans)} lines for the shard's "
+                                  f"{shard.num_records} records")  # fmt: skip
     return spans
 
 
