@@ -263,6 +263,7 @@ class _Tar:
     def __init__(self, blob: Blob) -> None:
         self.blob, self.path, self.size = blob, blob.name, blob.size
         self.stem = _key_stem(self.path)
+        self.split = self.stem.rpartition("-")[0]  # a key's shard index may be an old one
 
     def fault(self, offset: int, reason: str) -> RecordError:
         return RecordError(self.path, offset, reason)
@@ -289,10 +290,11 @@ class _Tar:
         """(the sample at `offset`, the shard's `number`th, and the next sample's offset); None
         at the end-of-archive.
 
-        A sample is the members from its image to its .json (four at most); its key must be
-        the one the writer gave that record of a shard of this name (or, packed before keys
-        named their shard, its number alone): another shard's file put in this one's place,
-        of another split or of this one, is refused, not read as this shard's records."""
+        A sample is the members from its image to its .json (four at most); its key must name
+        this shard's split and the record's number, as the writer keyed it (the shard's index
+        in it may be one an --update's renumbering moved it from; packed before keys named
+        their shard, the number alone): a tar of another split put in this one's place is
+        refused, not read as this split's records."""
         members: list[tuple[str, str, bytes]] = []
         position = offset
         while not members or (members[-1][1] != "json" and _may_go_on(members)):
@@ -303,8 +305,9 @@ class _Tar:
                 return None
             members.append(found[:3])
             position = found[3]
-        key = members[0][0]
-        if key not in (expected := f"{self.stem}_{number:06d}", f"{number:06d}"):
+        stem, _, counted = members[0][0].rpartition("_")
+        if counted != f"{number:06d}" or (stem and stem.rpartition("-")[0] != self.split):
+            key, expected = members[0][0], f"{self.stem}_{number:06d}"
             moved = self.fault(offset, f"sample {key!r} is not this shard's record {number} "
                                        f"({expected!r}): another shard's file put in its "
                                        "place; restore it from a copy or pack again")  # fmt: skip
