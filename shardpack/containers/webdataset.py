@@ -22,6 +22,7 @@ names).
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import re
@@ -261,6 +262,8 @@ class _Tar:
 
     def __init__(self, blob: Blob) -> None:
         self.blob, self.path, self.size = blob, blob.name, blob.size
+        self.stem = _key_stem(self.path)
+        self.split = self.stem.rpartition("-")[0]  # a key's shard index may be an old one
 
     def fault(self, offset: int, reason: str) -> RecordError:
         return RecordError(self.path, offset, reason)
@@ -283,10 +286,15 @@ class _Tar:
         data = self.blob.pread(size, start)
         return match["key"], match["ext"], data, start + size + (-size % _BLOCK)
 
-    def sample(self, offset: int) -> tuple[Example | RecordError, int] | None:
-        """(the sample at `offset`, the next sample's offset); None at the end-of-archive.
+    def sample(self, offset: int, number: int) -> tuple[Example | RecordError, int] | None:
+        """(the sample at `offset`, the shard's `number`th, and the next sample's offset); None
+        at the end-of-archive.
 
-        A sample is the members from its image to its .json (four at most)."""
+        A sample is the members from its image to its .json (four at most); its key must name
+        this shard's split and the record's number, as the writer keyed it (the shard's index
+        in it may be one an --update's renumbering moved it from; packed before keys named
+        their shard, the number alone): a tar of another split put in this one's place is
+        refused, not read as this split's records."""
         members: list[tuple[str, str, bytes]] = []
         position = offset
         while not members or (members[-1][1] != "json" and _may_go_on(members)):
@@ -297,6 +305,13 @@ class _Tar:
                 return None
             members.append(found[:3])
             position = found[3]
+        stem, _, counted = members[0][0].rpartition("_")
+        if counted != f"{number:06d}" or (stem and stem.rpartition("-")[0] != self.split):
+            key, expected = members[0][0], f"{self.stem}_{number:06d}"
+            moved = self.fault(offset, f"sample {key!r} is not this shard's record {number} "
+                                       f"({expected!r}): another shard's file put in its "
+                                       "place; restore it from a copy or pack again")  # fmt: skip
+            return moved, position
         try:
             return _decode(members, self.path, offset), position
         except RecordError as e:  # the tar's framing held: the next sample can be read
@@ -390,7 +405,7 @@ class _Reader(ShardReader):
         return len(self.offsets)
 
     def __getitem__(self, i: int) -> Example:
-        found = self.tar.sample(self.offsets[i])
+        found = self.tar.sample(self.offsets[i], i)
         if found is None:
             raise self.tar.fault(self.offsets[i], "no sample starts here (stale offsets)")
         return checked(found[0])
@@ -405,7 +420,9 @@ class _Reader(ShardReader):
 def _samples(tar: _Tar) -> Iterator[tuple[int, Example | RecordError]]:
     """Every sample in order, then a check of the end-of-archive marker."""
     offset = 0
-    while (found := tar.sample(offset)) is not None:
+    for number in itertools.count():
+        if (found := tar.sample(offset, number)) is None:
+            break
         yield offset, found[0]
         offset = found[1]
     tar.check_end(offset)

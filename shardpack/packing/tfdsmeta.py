@@ -150,6 +150,7 @@ def write_tfds_metadata(out: Storage, index: Index, file_format: str) -> list[st
             "filepathTemplate": _template(split),
         }
         for name, split in index.splits.items()
+        if split.num_records  # TFDS refuses every split with one holding no data in it
     ]
     info = {
         "name": index.name,

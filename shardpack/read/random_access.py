@@ -87,7 +87,7 @@ class Records:
             storage, path = self.index.storage, self.index.shard_path(shard)
             offsets = None
             if self.index.container.index_files:
-                spans = _read_index_file(storage, shard, self.index.container.min_span)
+                spans = read_index_file(storage, shard, self.index.container.min_span)
                 offsets = None if spans is None else [offset for offset, _ in spans]
             reader = self.index.container.open(storage, shard.file, self.index.compression,
                                                offsets, max_bytes=shard.num_bytes)  # fmt: skip
@@ -122,7 +122,7 @@ def _close_readers(readers: dict[int, ShardReader]) -> None:
     readers.clear()
 
 
-def _read_index_file(
+def read_index_file(
     storage: Storage, shard: ShardInfo, min_span: int
 ) -> list[tuple[int, int]] | None:
     """The spans of a shard's index file, each line checked: two numbers that tile the shard;
@@ -162,6 +162,9 @@ def _read_index_file(
                          f"{size}-byte shard")  # fmt: skip
         spans.append((offset, framed))
         expected = offset + framed
+    if len(spans) < shard.num_records:  # cut short: the shard would be blamed for its count
+        raise bad(len(spans) + 1, f"missing: {len(spans)} lines for the shard's "
+                                  f"{shard.num_records} records")  # fmt: skip
     return spans
 
 

@@ -175,18 +175,22 @@ def iter_examples(
 def _run(index: Index, info: ShardInfo, first: int, end: int) -> Iterator[tuple[int, object]]:
     """(position, example) of records first..end of one shard. A shard that ends before `end`
     is refused, not read as fewer records: a TFRecord cut at a record's end frames well, and
-    a reader short of its share would leave the other ranks waiting."""
+    a reader short of its share would leave the other ranks waiting. A run to the shard's end
+    reads on past its last record, so that a shard holding more (another shard put in its
+    place, bytes appended, a tar's end cut or changed) is refused as Records and verify
+    refuse it, not read as if whole."""
+    records = _shard_records(index, info)
     held = 0
-    for held, (position, example) in enumerate(
-        itertools.islice(_shard_records(index, info), end), 1
-    ):
+    for held, (position, example) in enumerate(itertools.islice(records, end), 1):
         if held > first:
             yield position, example
     if held < end:
         raise count_fault(index.shard_path(info), held, info.num_records)
+    if end == info.num_records and next(records, None) is not None:
+        raise count_fault(index.shard_path(info), f"more than {held}", info.num_records)
 
 
-def count_fault(path: str, held: int, said: int) -> RecordError:
+def count_fault(path: str, held: int | str, said: int) -> RecordError:
     """A shard holding another number of records than the index says."""
     return RecordError(path, 0, f"holds {held} records, the index says {said} (cut short or "
                                 "replaced: restore it from a copy or pack again)")  # fmt: skip

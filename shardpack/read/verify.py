@@ -9,12 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardpack.containers import is_shard_name
-from shardpack.errors import FileAccessError, RecordError
+from shardpack.errors import FileAccessError, IndexFormatError, RecordError
 from shardpack.index import Index, ShardInfo, load_index, record_fault
+from shardpack.layout import index_file_name
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.packing.objects import Objects, objects_of
 from shardpack.packing.outdir import growing
 from shardpack.read.objects import decode_mask, mask_size
+from shardpack.read.random_access import read_index_file
 from shardpack.read.stream import decode_pixels, to_python
 
 # Faults listed per shard; the rest are counted. A damaged shard's first faults say what is
@@ -106,7 +108,10 @@ def verify(
         for shard in split.shards:
             listed.add(shard.file)
             shards += 1
+            before = len(faults)
             count = _check_shard(index, shard, decode, max_pixels, faults, counter)
+            if len(faults) == before and (fault := _index_file_fault(index, shard)):
+                faults.append(fault)
             records += count
             split_records += count
         if split_records != split.num_records and not any(
@@ -200,6 +205,23 @@ def _check_shard(
         faults.append(Fault(shard.file, None, f"{count} records read, index says "
                                               f"{shard.num_records}"))  # fmt: skip
     return count
+
+
+def _index_file_fault(index: Index, shard: ShardInfo) -> Fault | None:
+    """A whole shard's DALI index file, where it has one, against the shard's framing: Records
+    and DALI seek by its offsets, so a stale one is refused there or reads the wrong bytes."""
+    if not index.container.index_files or index.compression != "none":
+        return None
+    name = index_file_name(shard.file)
+    try:
+        spans = read_index_file(index.storage, shard, index.container.min_span)
+    except IndexFormatError as e:
+        return Fault(name, None, str(e).removeprefix(f"{index.storage.path(name)}: "))
+    framing = index.container.record_spans(index.storage, shard.file)
+    if spans is not None and spans != list(framing):
+        fix = "rewrite it with write_index_files (shardpack index-files)"
+        return Fault(name, None, f"its offsets and sizes are not the shard's (stale); {fix}")
+    return None
 
 
 def _check_record(

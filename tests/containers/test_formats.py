@@ -199,6 +199,41 @@ def test_webdataset_keys_are_unique_in_the_dataset_and_the_same_on_every_pack(tm
     assert keys[:2] == ["test-000000_000000", "test-000000_000001"]
 
 
+def test_a_tar_of_another_split_put_in_a_shard_s_place_is_refused_by_its_keys(tmp_path):
+    import tarfile
+
+    src = tmp_path / "src"
+    for split in ("train", "test"):
+        make_tree(src / split, {"a": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(format="webdataset", shards=1, workers=1))
+    train, test = out / "src-train-000000.tar", out / "src-test-000000.tar"
+    train.write_bytes(test.read_bytes())  # as many records: the index's counts hold
+    with tarfile.open(train) as tar:  # what webdataset and wids give as __key__
+        assert tar.getnames()[0] == "test-000000_000000.jpg"
+    said = f"{train.name} at byte 0: sample 'test-000000_000000' is not this shard's record 0"
+    with pytest.raises(ShardpackError, match=said):  # read as train's records before
+        list(iter_examples(out, "train"))
+    with pytest.raises(ShardpackError, match=said):
+        Records(out, "train")[0]
+
+
+def test_a_tar_an_update_renumbered_keeps_its_keys_and_reads(tmp_path):
+    import tarfile
+
+    src = make_tree(tmp_path / "src", {"a": 6})
+    out = tmp_path / "out"
+    options = PackOptions(format="webdataset", shards=3, workers=1, shuffle=False)
+    pack(src, out, options)
+    for name in ("img_000.jpg", "img_001.jpg"):  # shard 0's: shard 2 moves into its name
+        (src / "a" / name).unlink()
+    pack(src, out, replace(options, shards=None, grow="update"))
+    with tarfile.open(out / "src-train-000000.tar") as tar:
+        assert tar.getnames()[0] == "train-000002_000000.jpg"
+    records = Records(out, "train")
+    assert len(list(iter_examples(out))) == len([records[i] for i in range(len(records))]) == 4
+
+
 def test_a_split_name_too_long_for_a_tar_member_name_keys_by_shard_index(tmp_path):
     import tarfile
 

@@ -175,3 +175,19 @@ def test_a_stale_index_file_is_caught_not_trusted(packed: Path, tmp_path: Path):
     idx.write_text("".join(f"{line}\n" for line in swapped))
     with pytest.raises(ShardpackError, match="the index file is stale"):
         read_record(out, "train", 1)
+
+
+def test_an_index_file_cut_short_is_named_not_the_shard_it_indexes(packed: Path, tmp_path: Path):
+    import shutil
+
+    out = Path(shutil.copytree(packed, tmp_path / "copy"))
+    idx = sorted((out / "idx").glob("*.idx"))[0]
+    lines = idx.read_text().splitlines(keepends=True)
+    assert len(lines) == 4 and len(list(iter_examples(out))) == 11  # the shards are whole
+    idx.write_text("".join(lines[:2]))
+    said = rf"{idx.name}: line 3: missing: 2 lines for the shard's 4 records; rewrite it"
+    with pytest.raises(IndexFormatError, match=said):
+        read_record(out, "train", 0)
+    idx.write_text("")
+    with pytest.raises(IndexFormatError, match=rf"{idx.name}: line 1: missing: 0 lines"):
+        read_record(out, "train", 0)

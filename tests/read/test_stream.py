@@ -329,6 +329,48 @@ def test_a_tfrecord_cut_at_a_record_s_end_is_refused_not_read_short(packed: Path
         tf_dataset(out, epochs=None)  # refused before TensorFlow loads
 
 
+def test_a_tfrecord_holding_more_than_the_index_says_is_refused_not_read_as_whole(
+    packed: Path, tmp_path: Path
+):
+    import shutil
+
+    import tensorflow as tf
+
+    out = Path(shutil.copytree(packed, tmp_path / "copy"))
+    first, second, _ = sorted(out.glob("*.tfrecord-*"))
+    data = first.read_bytes()
+    first.write_bytes(data + second.read_bytes())  # another shard's records put after its own
+    assert sum(1 for _ in tf.data.TFRecordDataset(str(first))) == 6  # TensorFlow reads 6
+    said = f"{first.name} at byte 0: holds more than 3 records, the index says 3"
+    with pytest.raises(RecordError, match=said):
+        list(iter_examples(out))
+    first.write_bytes(data + b"junk" * 8)  # bytes after its last record
+    with pytest.raises(tf.errors.DataLossError):
+        list(tf.data.TFRecordDataset(str(first)))
+    with pytest.raises(RecordError, match=f"{first.name} at byte {len(data)}: length CRC"):
+        list(iter_examples(out))
+    assert len(list(iter_examples(out, shard=(1, 2)))) == 5  # a share ending before it: unread
+
+
+def test_a_tar_whose_end_is_cut_is_refused_by_every_reader(tmp_path: Path):
+    import tarfile
+
+    from shardpack.read.random_access import Records
+
+    out = helpers.packed_tree(tmp_path, {"a": 2, "b": 1}, format="webdataset", shards=1)
+    (tar,) = out.glob("*.tar")
+    with tarfile.open(tar) as archive:
+        last = archive.getmembers()[-1]
+    end = -(-(last.offset_data + last.size) // 512) * 512  # where the end-of-archive begins
+    tar.write_bytes(tar.read_bytes()[: end + 100])  # tarfile and webdataset read it as whole
+    said = f"{tar.name} at byte {end}: file ends inside a tar header"
+    records = Records(out, "train")
+    with pytest.raises(RecordError, match=said):
+        records[len(records) - 1]
+    with pytest.raises(RecordError, match=said):
+        list(iter_examples(out))
+
+
 def test_unknown_split(packed: Path):
     with pytest.raises(IndexFormatError, match="no split 'test'"):
         list(iter_examples(packed, "test"))

@@ -66,3 +66,20 @@ def test_gzip_shards_get_no_tfds_metadata_because_tfds_cannot_read_them(tmp_path
     builder = tfds.builder_from_directory(str(out))
     with pytest.raises(Exception, match=r"corrupted record|DataLoss|TFRecord"):
         list(builder.as_dataset(split="train"))
+
+
+@pytest.mark.parametrize("container", ["tfrecord", "array_record"])
+def test_a_split_left_with_no_records_leaves_the_others_readable(tmp_path: Path, container):
+    src = tmp_path / "src"
+    make_tree(src / "train", {"a": 2, "b": 1})
+    (src / "test" / "a").mkdir(parents=True)
+    (src / "test" / "a" / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\nbroken")  # skipped
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(format=container, workers=1))
+    builder = tfds.builder_from_directory(str(out))
+    # TFDS refused the whole dataset: "Instruction [] corresponds to no data!" (TFRecord),
+    # "Paths sequence can not be of 0 length" (ArrayRecord)
+    if container == "tfrecord":
+        assert {k: len(list(v)) for k, v in builder.as_dataset().items()} == {"train": 3}
+    else:
+        assert {k: len(v) for k, v in builder.as_data_source().items()} == {"train": 3}

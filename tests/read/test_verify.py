@@ -228,3 +228,20 @@ def _plant(out: Path, shard: str, old: bytes, new: bytes) -> None:
     (entry,) = [s for s in doc["splits"]["train"]["shards"] if s["file"] == shard]
     entry["sha256"] = hashlib.sha256(data).hexdigest()
     (out / "index.json").write_text(json.dumps(doc, indent=2))
+
+
+def test_a_stale_or_cut_index_file_is_a_fault_naming_it(shared_pack, tmp_path: Path):
+    import shutil
+
+    packed = shared_pack({"a": 6, "b": 6}, shards=3, workers=1, index_files=True)
+    out = Path(shutil.copytree(packed, tmp_path / "copy"))
+    assert verify(out).ok
+    first, second, _ = sorted((out / "idx").glob("*.idx"))
+    lines = first.read_text().splitlines(keepends=True)
+    first.write_text("".join(lines[:2]))  # Records refuses it; DALI would read 2 records
+    (fault,) = verify(out).faults
+    assert str(fault) == (f"idx/{first.name}: line 3: missing: 2 lines for the shard's 4 records; "
+                          "rewrite it with write_index_files (shardpack index-files)")  # fmt: skip
+    shutil.copy(second, first)  # another shard's, of as many lines: it reads the wrong bytes
+    (fault,) = verify(out).faults
+    assert str(fault).startswith(f"idx/{first.name}: its offsets and sizes are not the shard's")
