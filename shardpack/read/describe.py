@@ -129,7 +129,7 @@ def summary_lines(summary: object) -> list[str]:
         said.append(
             f"  images: {_num(width['median'])}x{_num(height['median'])} median (from "
             f"{_num(width['min'])}x{_num(height['min'])} to {_num(width['max'])}x"
-            f"{_num(height['max'])}), {_num(size['median'])} bytes median"
+            f"{_num(height['max'])}), {_num(size['median'])} source bytes median"
         )
     with suppress(KeyError, TypeError, ValueError, AttributeError):
         said.append(_objects_line(summary))

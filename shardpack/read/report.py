@@ -260,10 +260,14 @@ def _images_section(summaries: dict) -> str:
     return "".join(parts) + "</section>"
 
 
+# What a summary's column is called on the page, where its key says less.
+_SHOWN = {"bytes": "source bytes"}
+
+
 def _split_images(name: str, summary: dict) -> str:
     """One split's sizes (width x height histogram), aspect ratios, bytes, formats, modes."""
-    rows = [
-        f"<tr>{_td(what)}{_td(summary[what]['min'], f'{what}:min')}"
+    rows = [  # bytes: the image as its source held it (a file's), before any re-encoding
+        f"<tr>{_td(_SHOWN.get(what, what))}{_td(summary[what]['min'], f'{what}:min')}"
         f"{_td(summary[what]['median'], f'{what}:median')}"
         f"{_td(summary[what]['max'], f'{what}:max')}</tr>"
         for what in ("width", "height", "aspect", "bytes")
@@ -279,7 +283,7 @@ def _split_images(name: str, summary: dict) -> str:
     fig.colorbar(mesh, ax=sizes)
     sizes.set(xlabel="width (px)", ylabel="height (px)", title="image sizes")
     for ax, what, label in ((aspect, "aspect_histogram", "aspect ratio (w/h)"),
-                            (size, "bytes_histogram", "bytes per image")):  # fmt: skip
+                            (size, "bytes_histogram", "source bytes per image")):  # fmt: skip
         edges, heights = summary[what]["edges"], summary[what]["counts"]
         ax.stairs(heights, edges, fill=True)
         ax.set(xlabel=label, ylabel="images")
