@@ -163,6 +163,8 @@ def _num(value: object) -> str:
     """A number from the index, shown with thousands separators; anything else refused."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(value)
+    if isinstance(value, float) and 1000 <= abs(value) < 1e15:  # a median of bytes: 10,410
+        return f"{round(value):,}"
     return f"{value:,}" if isinstance(value, int) else f"{value:,.4g}"
 
 

@@ -43,3 +43,16 @@ def test_objects_are_said_where_every_image_holds_some(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert "  objects: 4 in 2 images (0 without), 2 per image, at most 2; " in done.stdout
     assert "  classes:" not in done.stdout  # its images hold no class: no empty heading
+
+
+def test_a_summary_s_figures_read_as_numbers_with_their_unit():
+    """A median of bytes is a float in the index: inspect printed '1.041e+04 bytes median' (and
+    called a source file's bytes those of the record, re-encoded or not)."""
+    from shardpack.read.describe import summary_lines
+
+    figures = {"min": 96, "median": 96.0, "max": 96}
+    summary = {"width": figures, "height": figures,
+               "bytes": {"min": 9000, "median": 10409.5, "max": 12001}}  # fmt: skip
+    assert summary_lines(summary) == [
+        "  images: 96x96 median (from 96x96 to 96x96), 10,410 source bytes median"
+    ]
