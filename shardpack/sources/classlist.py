@@ -129,23 +129,6 @@ def class_list(found: Iterable[str], pinned: tuple[str, ...] | None) -> tuple[st
     return classes
 
 
-def spaced_apart(found: Iterable[str], where: str) -> list[str]:
-    """A warning for each class whose folders' names differ by the spaces around them ('cat '
-    beside 'cat'): class_name makes them one class, which a folder named by mistake means, but
-    should not go unsaid. Names alike but for Unicode normalisation (macOS's NFD) are one name
-    and said nothing of."""
-    spellings: dict[str, set[str]] = {}
-    for name in set(found):
-        spellings.setdefault(class_name(name), set()).add(unicodedata.normalize("NFC", name))
-    return [
-        f"{where}: folders {' and '.join(repr(printable(n)) for n in sorted(names))} are one "
-        f"class '{printable(name)}' (a class name is taken without the spaces around it); "
-        "rename one if they are two classes"
-        for name, names in sorted(spellings.items())
-        if len(names) > 1
-    ]
-
-
 def check_class_count(count: int, where: str, what: str) -> None:
     """Refuse a dataset of more than MAX_CLASSES classes; `what` says what made them."""
     if count > MAX_CLASSES:

@@ -10,13 +10,8 @@ from shardpack.errors import Option, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import cifar
-from shardpack.sources.classlist import (
-    Listing,
-    check_class_name,
-    class_list,
-    labelled,
-    spaced_apart,
-)
+from shardpack.sources.classlist import Listing, check_class_name, class_list, labelled
+from shardpack.sources.nearmisses import spaced_apart
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.storage import Folder, Storage

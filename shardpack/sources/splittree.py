@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from shardpack.errors import Option, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions, check_split_names
 from shardpack.schema import Schema
-from shardpack.sources.classlist import class_list, labelled, spaced_apart
+from shardpack.sources.classlist import class_list, labelled
 from shardpack.sources.folder import (
     IMAGE_EXTENSIONS,
     Passed,
@@ -17,6 +17,7 @@ from shardpack.sources.folder import (
     left_out_by_classes,
     list_class_folders,
 )
+from shardpack.sources.nearmisses import spaced_apart
 from shardpack.sources.source import Dataset, Item, Source
 from shardpack.storage import Storage
 

@@ -26,7 +26,7 @@ RECORDED = {
     "packing/masks.py": {"--resize", "--max-side"},  # a record's skip reason
     "packing/duplicates.py": {"--dedup"},  # warnings and summary lines
     "packing/grow.py": {"--update"},  # warnings
-    "sources/__init__.py": {"--classes"},  # a warning
+    "sources/nearmisses.py": {"--classes"},  # a warning
     "sources/source.py": {"--max-pixels"},  # a skip reason
     "sources/classlist.py": {"--classes"},  # a skip reason
     "sources/coco.py": {"--max-pixels"},  # an image's skip reason
