@@ -288,8 +288,7 @@ def _split_images(name: str, summary: dict) -> str:
         edges, heights = summary[what]["edges"], summary[what]["counts"]
         ax.stairs(heights, edges, fill=label != "stored", label=label)
     aspect.set(xlabel="aspect ratio (w/h)", ylabel="images")
-    # geometric bins, and stored bytes may be a fraction of the source's: a log axis shows both
-    size.set(xlabel="bytes per image", ylabel="images", xscale="log")
+    size.set(xlabel="bytes per image", ylabel="images")
     size.legend()
     counts = [
         f"<tr>{_td(what)}<td>{_e(', '.join(f'{k}: {n:,}' for k, n in summary[what].items()))}"
