@@ -23,7 +23,7 @@ FORMAT = "shardpack-contents"
 MAX_CONTENTS_BYTES = 1 << 30
 # The JSON values (numbers, strings, lists, objects: each a Python object once parsed) a file
 # may hold per record and skipped item it describes, and per shard: what a pack writes is
-# under half of each; past them it is planted, and refused unread.
+# half of each at most (8 a record); past them it is planted, and refused unread.
 VALUES_PER_ITEM = 16
 VALUES_PER_SHARD = 256
 
@@ -32,7 +32,8 @@ _UNCOUNTED = bytes(set(range(256)) - set(b'",[{'))
 _QUOTE = ord('"')
 _CHUNK = 16 << 20
 
-# One shard's: "keys", "crc", "size", "width", "height", "meta", "copy" (one per record),
+# One shard's: "keys", "crc", "size", "width", "height", "stored" (the image's bytes as the
+# record holds it; 0: not noted, by a version before it), "meta", "copy" (one per record),
 # "label_counts", "tally" ([what, value, count]), "skipped" and "reasons" (one per item skipped)
 Entry = dict[str, list]
 Skip = tuple[str, str, str]  # (split, key, reason)
@@ -122,11 +123,13 @@ def _skips(loose: object) -> bool:
 
 
 def _filled(entry: Entry) -> Entry:
-    """An entry with the fields an older shardpack did not write: no sizes, digests, tallies or
-    reasons noted (its items' labels and fields are then taken as unchanged)."""
+    """An entry with the fields an older shardpack did not write: no sizes, stored sizes,
+    digests, tallies or reasons noted (its items' labels and fields are then taken as
+    unchanged)."""
     n = len(entry["keys"])
-    older = {"width": [0] * n, "height": [0] * n, "meta": [None] * n, "copy": [0] * n,
-             "tally": [], "reasons": ["skipped"] * len(entry["skipped"])}  # fmt: skip
+    older = {"width": [0] * n, "height": [0] * n, "stored": [0] * n, "meta": [None] * n,
+             "copy": [0] * n, "tally": [],
+             "reasons": ["skipped"] * len(entry["skipped"])}  # fmt: skip
     return {**entry, **{k: v for k, v in older.items() if k not in entry}}  # entry's order kept
 
 
@@ -137,7 +140,7 @@ def _agrees(entry: object, records: int) -> bool:
         return False
     fields = ("keys", "crc", "size", "label_counts", "skipped")
     keys, crc, size, counts, skipped = (entry.get(k) for k in fields)
-    more = {k: entry[k] for k in ("width", "height", "meta", "copy") if k in entry}
+    more = {k: entry[k] for k in ("width", "height", "stored", "meta", "copy") if k in entry}
     noted = ["skipped"] * len(skipped) if isinstance(skipped, list) else None  # no reasons kept
     tally, reasons = entry.get("tally", []), entry.get("reasons", noted)
     return (

@@ -106,6 +106,7 @@ def _columns(spec: ShardSpec, result: ShardResult) -> dict[str, list | np.ndarra
         "size": rows["size"],
         "width": rows["width"],
         "height": rows["height"],
+        "stored": rows["stored"],
         "meta": [meta_of(labels[i], fields[i]) for i in written],
         "label_counts": list(result.label_counts),
         "tally": [list(t) for t in result.tally],

@@ -1,9 +1,10 @@
 """What a worker notes of each record it writes, compactly: a content key (CRC32C and size of
 the bytes the source gave; of three stripes of a JPEG or PNG), the digest of all those bytes
-that confirms a copy, the written width and height and the image file's mtime (stamps.py) in
-one packed table, and per shard counts of formats, channels and EXIF orientations, and of a
-dataset of objects (packing/objects.py): objects, images without, objects per image, objects
-per class (ids for class features, names for text) and box sizes as COCO defines them."""
+that confirms a copy, the written width and height, the image file's mtime (stamps.py) and the
+size of the image as stored (after any resize or re-encoding) in one packed table, and per
+shard counts of formats, channels and EXIF orientations, and of a dataset of objects
+(packing/objects.py): objects, images without, objects per image, objects per class (ids for
+class features, names for text) and box sizes as COCO defines them."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from shardpack.crc import crc32c
 from shardpack.packing.objects import Objects, size_name
 
 # One row per item of the shard, in the plan's order; size 0: the item was not written;
-# mtime 0: its file has no stamp; digest: content_digest's 16 bytes.
+# mtime 0: its file has no stamp; digest: content_digest's 16 bytes; stored: the bytes of the
+# record's image (0: not noted, a row of the version before it).
 FACT_DTYPE = np.dtype([("crc", "<u4"), ("size", "<u8"), ("digest", "V16"), ("width", "<u4"),
-                       ("height", "<u4"), ("mtime", "<i8")])  # fmt: skip
+                       ("height", "<u4"), ("mtime", "<i8"), ("stored", "<u8")])  # fmt: skip
+# The rows of the version before "stored", which a journal it left still holds (a resume).
+_BEFORE_STORED = np.dtype([(name, FACT_DTYPE[name]) for name in FACT_DTYPE.names[:-1]])
 
 
 # A compressed file's key reads its first, middle and last STRIPE bytes: a whole photo's CRC32C
@@ -92,7 +96,7 @@ class ShardFacts:
         # of another size: the file changed as it was read
         mtime = stamp[1] if stamp is not None and stamp[0] == size else 0
         self.table[position] = (crc, size, content_digest(loaded), features["width"],
-                                features["height"], mtime)  # fmt: skip
+                                features["height"], mtime, len(features["image"]))  # fmt: skip
         self.looks[features["format"], features["channels"], orientation] += 1
         if self.objects is not None:
             self._add_objects(features)
@@ -130,12 +134,9 @@ class ShardFacts:
         return tuple(sorted((what, value, n) for (what, value), n in counts.items()))
 
 
-def record_sizes(content: bytes, num_records: int) -> set[tuple[int, int]] | None:
-    """The distinct (height, width)s of a shard's written records, from its content; None when
-    the content does not note exactly num_records written records."""
-    if len(content) % FACT_DTYPE.itemsize:
-        return None
-    rows = np.frombuffer(content, FACT_DTYPE)
+def record_sizes(rows: np.ndarray, num_records: int) -> set[tuple[int, int]] | None:
+    """The distinct (height, width)s of a shard's written records, from its table (facts_of);
+    None when the table does not note exactly num_records written records."""
     rows = rows[rows["size"] > 0]  # size 0: an item not written
     if len(rows) != num_records:
         return None
@@ -143,11 +144,17 @@ def record_sizes(content: bytes, num_records: int) -> set[tuple[int, int]] | Non
 
 
 def facts_of(content: bytes, count: int) -> np.ndarray:
-    """A ShardResult's content as its table of `count` rows; all zeros (nothing noted) where
-    the bytes do not hold exactly that many rows (a journal of another version)."""
-    if len(content) != count * FACT_DTYPE.itemsize:
-        return np.zeros(count, FACT_DTYPE)
-    return np.frombuffer(content, FACT_DTYPE)
+    """A ShardResult's content as its table of `count` rows: a table of the version before
+    "stored" with that column 0 (not noted); all zeros (nothing noted) where the bytes hold
+    neither (a journal of another version)."""
+    if len(content) == count * FACT_DTYPE.itemsize:
+        return np.frombuffer(content, FACT_DTYPE)
+    table = np.zeros(count, FACT_DTYPE)
+    if count and len(content) == count * _BEFORE_STORED.itemsize:
+        older = np.frombuffer(content, _BEFORE_STORED)
+        for name in _BEFORE_STORED.names:
+            table[name] = older[name]
+    return table
 
 
 def object_counts(summary: dict) -> tuple[object, object]:

@@ -1,10 +1,10 @@
 """A fresh pack's per-record facts (facts.py), folded or spilled as each shard lands, so that
 the packing process holds none of them a record until the merge: the tallies, skip reasons
-and whether every image has one size are running totals; each written record's size, width
-and height go to its split's temporary file, which the summaries read back a chunk at a time
-(stats.py); its size, digest and place in the plan go to the temporary file of its digest's
-bucket, and each bucket is read alone to find the exact copies in it (copies share a digest,
-so a bucket holds every copy of its images)."""
+and whether every image has one size are running totals; each written record's size, width,
+height and stored size go to its split's temporary file, which the summaries read back a chunk
+at a time (stats.py); its size, digest and place in the plan go to the temporary file of its
+digest's bucket, and each bucket is read alone to find the exact copies in it (copies share a
+digest, so a bucket holds every copy of its images)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ BUCKET_ROWS = 1 << 18
 # At most 2**MAX_BITS buckets, a file open each: 256 hold 67M records as above; beyond, each
 # bucket grows (100M: ~390,000 records a bucket).
 MAX_BITS = 8
-# The summaries read a split's rows back this many at a time (16 bytes each; a chunk's
+# The summaries read a split's rows back this many at a time (24 bytes each; a chunk's
 # histogram2d makes ~60 bytes a row: 1M rows a chunk peaked ~70 MB over the pack's rest).
 CHUNK_ROWS = 1 << 16
 # A written record's content key: its size, its digest's halves and its place in the plan.
@@ -68,7 +68,7 @@ class FactSpill:
         rows = facts_of(result.content, len(spec.items))
         stats.add_tally(self._counts[spec.split], result.tally, (r for _, r in result.skipped))
         if self._sizes is not None:  # None once two sizes (or an unknown one) are met
-            noted = record_sizes(result.content, result.num_records)
+            noted = record_sizes(rows, result.num_records)
             sizes = None if noted is None else self._sizes | noted
             self._sizes = sizes if sizes is not None and len(sizes) <= 1 else None
         self._write(self._rows, spec.split, stats.summed(rows).tobytes())

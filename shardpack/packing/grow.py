@@ -809,7 +809,7 @@ def _grown(
                 shards=tuple(listed), name_count=named[name], next_shard=following.get(name),
             )  # fmt: skip
     # the new records' size is not the dataset's one size
-    size = {"image_size": None} if results and uniform_size(results) != old.image_size else {}
+    size = {"image_size": None} if results and uniform_size(plan, results) != old.image_size else {}
     grown = replace(
         old, splits=splits, schema=dataset.schema, plan_digest=plan.digest,
         generation=generation, retired=tuple(sorted(touched)),  # removed once this is in place

@@ -22,7 +22,7 @@ from shardpack.layout import CARD_NAME, CROISSANT_NAME, INDEX_NAME, METADATA_NAM
 from shardpack.options import PackOptions
 from shardpack.packing.croissant import croissant
 from shardpack.packing.daliindex import write_index_files
-from shardpack.packing.facts import record_sizes
+from shardpack.packing.facts import facts_of, record_sizes
 from shardpack.packing.hubcard import card
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.packing.tfdsmeta import write_tfds_metadata
@@ -31,13 +31,14 @@ from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
 
 
-def uniform_size(results: list[ShardResult]) -> tuple[int, int] | None:
+def uniform_size(plan: Plan, results: list[ShardResult]) -> tuple[int, int] | None:
     """(height, width) when every record written has that size (center-crop and pad promise
     it), else None: tf_dataset then knows the images stack without image_size. From what
     facts noted of each record; a shard whose notes do not count its records leaves it unknown."""
+    items = {spec.file: len(spec.items) for spec in plan.shards}
     sizes: set[tuple[int, int]] = set()
     for r in results:
-        noted = record_sizes(r.content, r.num_records)
+        noted = record_sizes(facts_of(r.content, items[r.file]), r.num_records)
         if noted is None:
             return None
         sizes |= noted
@@ -113,7 +114,7 @@ def build_index(
         ignored_files=tuple(dataset.ignored_files),  # the first ones, of `ignored` in all
         warnings=(*dataset.warnings, *plan.warnings),
         stats=stats,
-        image_size=uniform_size(results),
+        image_size=uniform_size(plan, results),
     )
 
 

@@ -1,8 +1,9 @@
-"""Per-split summaries of what the workers noted (facts.py) for index.json: sizes, bytes and
-aspect ratios as min/median/max and histograms, formats, channels, EXIF orientations and skip
-reasons as counts. Compact: a few hundred numbers a split, whatever its size; and made from
-its records' rows a chunk at a time (held, or spilled to a file: factspill.py), the same
-numbers as from every row at once, with no array of every record."""
+"""Per-split summaries of what the workers noted (facts.py) for index.json: sizes, bytes (the
+source's and the stored image's, each with its total) and aspect ratios as min/median/max and
+histograms, formats, channels, EXIF orientations and skip reasons as counts. Compact: a few
+hundred numbers a split, whatever its size; and made from its records' rows a chunk at a time
+(held, or spilled to a file: factspill.py), the same numbers as from every row at once, with no
+array of every record."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ BINS = 20
 SIZE_BINS = 16  # a side of the width x height histogram
 # What a tally's names become in a summary.
 _TALLIED = {"format": "formats", "channels": "channels", "orientation": "orientations"}
-SUMMED = np.dtype([("size", "<u8"), ("width", "<u4"), ("height", "<u4")])
+SUMMED = np.dtype([("size", "<u8"), ("width", "<u4"), ("height", "<u4"), ("stored", "<u8")])
 
 
 # A split's written records' rows (SUMMED), a chunk at a time, anew at each call: held
@@ -40,7 +41,7 @@ def entry_summaries(
         tally = counts.setdefault(split, Counter())
         for entry in entries:
             rows = np.zeros(len(entry["keys"]), FACT_DTYPE)
-            for field in ("size", "width", "height"):
+            for field in SUMMED.names:
                 rows[field] = entry[field]
             tables.setdefault(split, []).append(summed(rows))
             add_tally(tally, entry["tally"], entry["reasons"])
@@ -78,8 +79,8 @@ def summaries(
 
 
 def summed(table: np.ndarray) -> np.ndarray:
-    """The written records' rows of a facts table, the columns a summary reads alone (16 bytes
-    a record, not 44: what a split's summary reads, or the packing process spills)."""
+    """The written records' rows of a facts table, the columns a summary reads alone (24 bytes
+    a record, not 52: what a split's summary reads, or the packing process spills)."""
     written = table["size"] > 0
     rows = np.empty(int(np.count_nonzero(written)), SUMMED)
     for name in SUMMED.names:
@@ -101,10 +102,15 @@ _COLUMNS = {
     "width": lambda rows: rows["width"].astype(np.float64),
     "height": lambda rows: rows["height"].astype(np.float64),
     "bytes": lambda rows: rows["size"].astype(np.float64),
+    "stored_bytes": lambda rows: rows["stored"].astype(np.float64),
     "aspect": lambda rows: (
         rows["width"].astype(np.float64) / np.maximum(rows["height"].astype(np.float64), 1)
     ),
 }
+# The columns of bytes a summary also totals (what a split's images take), and their fields.
+_TOTALS = {"bytes": "size", "stored_bytes": "stored"}
+# What inspect and the card say of stored bytes a summary leaves out.
+STORED_UNKNOWN = "unknown (packed before shardpack noted it)"
 # A median is found in one np.median where a split holds at most this many records (2 MiB a
 # column, ~3 copies at once); over it, histogram passes narrow it down to this many first
 # (select()), each a read of the split's rows.
@@ -114,7 +120,9 @@ SELECT_BINS = 1024
 
 def _numbers(rows: Rows) -> dict[str, object]:
     """min/median/max and histograms of the written records' sizes, bytes and aspect ratios,
-    a chunk of rows at a time: the same numbers as of all of them at once."""
+    a chunk of rows at a time: the same numbers as of all of them at once. Stored bytes are
+    left out where a record's were not noted (0: packed by the version before them), rather
+    than summed over some of the records."""
     count = sum(len(chunk) for chunk in rows())
     if not count:
         return {"records": 0}
@@ -127,13 +135,15 @@ def _numbers(rows: Rows) -> dict[str, object]:
     y_edges = _edges(*bounds["height"], SIZE_BINS)
     sizes = sum(np.histogram2d(_COLUMNS["width"](chunk), _COLUMNS["height"](chunk),
                                (x_edges, y_edges))[0] for chunk in rows())  # fmt: skip
+    known = [name for name in _TOTALS if name != "stored_bytes" or bounds[name][0] > 0]
+    spreads = {name: _spread(column(name), count, *bounds[name])
+               for name in ("width", "height", "aspect", *known)}  # fmt: skip
+    for name in known:
+        spreads[name]["total"] = _total(rows, _TOTALS[name])
     return {
         "records": count,
-        **{
-            name: _spread(column(name), count, *bounds[name])
-            for name in ("width", "height", "bytes", "aspect")
-        },
-        "bytes_histogram": _histogram(column("bytes"), *bounds["bytes"]),
+        **spreads,
+        **{f"{name}_histogram": _histogram(column(name), *bounds[name]) for name in known},
         "aspect_histogram": _histogram(column("aspect"), *bounds["aspect"]),
         "size_histogram": {
             "width_edges": _rounded(x_edges),
@@ -141,6 +151,11 @@ def _numbers(rows: Rows) -> dict[str, object]:
             "counts": sizes.astype(np.int64).tolist(),  # [width bin][height bin]
         },
     }
+
+
+def _total(rows: Rows, field: str) -> int:
+    """The sum of a column of whole numbers (bytes), exact: a chunk at a time, as ints."""
+    return sum(int(chunk[field].sum(dtype=np.uint64)) for chunk in rows())
 
 
 def _bounds(values: Rows) -> tuple[float, float]:

@@ -12,6 +12,7 @@ from shardpack.errors import is_count, printable
 from shardpack.index import load_index
 from shardpack.packing import facts
 from shardpack.packing.objects import SIZES, objects_of
+from shardpack.packing.stats import STORED_UNKNOWN
 from shardpack.read.stream import iter_examples
 
 
@@ -125,12 +126,14 @@ def summary_lines(summary: object) -> list[str]:
     not as pack writes it prints nothing."""
     said = []
     with suppress(KeyError, TypeError, ValueError, AttributeError):
-        width, height, size = summary["width"], summary["height"], summary["bytes"]
+        width, height = summary["width"], summary["height"]
         said.append(
             f"  images: {_num(width['median'])}x{_num(height['median'])} median (from "
             f"{_num(width['min'])}x{_num(height['min'])} to {_num(width['max'])}x"
-            f"{_num(height['max'])}), {_num(size['median'])} source bytes median"
+            f"{_num(height['max'])})"
         )
+    with suppress(KeyError, TypeError, ValueError, AttributeError):
+        said.append(_bytes_line(summary))
     with suppress(KeyError, TypeError, ValueError, AttributeError):
         said.append(_objects_line(summary))
     for what in ("formats", "channels", "orientations", "skipped", "boxes_dropped"):
@@ -138,6 +141,21 @@ def summary_lines(summary: object) -> list[str]:
             counts = ", ".join(f"{printable(str(k))} {_num(n)}" for k, n in summary[what].items())
             said.append(f"  {what}: {counts}")
     return said
+
+
+def _bytes_line(summary: dict) -> str:
+    """One line of a split's bytes per image, median and in all: its source's (before any
+    resize or re-encoding) and as stored (the records'); stored unknown where records were
+    packed before shardpack noted it (an index from before, or a dataset grown since)."""
+    stored = summary.get("stored_bytes")
+    return (f"  bytes per image: source {_bytes_said(summary['bytes'])}; stored "
+            f"{STORED_UNKNOWN if stored is None else _bytes_said(stored)}")  # fmt: skip
+
+
+def _bytes_said(figures: dict) -> str:
+    """A median of bytes, and their total where the summary has one (none before totals)."""
+    total = figures.get("total")
+    return f"{_num(figures['median'])} median" + (f", {_num(total)} in all" if total else "")
 
 
 def _objects_line(summary: dict) -> str:

@@ -31,7 +31,7 @@ from shardpack.packing import facts
 from shardpack.packing.duplicates import record_name
 from shardpack.packing.objects import SIZES, objects_of
 from shardpack.packing.outdir import OUTPUTS
-from shardpack.packing.stats import reason_kind
+from shardpack.packing.stats import STORED_UNKNOWN, reason_kind
 from shardpack.read.preview import exists_error
 from shardpack.read.stream import decode_pixels, iter_examples
 from shardpack.storage import storage_at
@@ -261,17 +261,17 @@ def _images_section(summaries: dict) -> str:
 
 
 # What a summary's column is called on the page, where its key says less.
-_SHOWN = {"bytes": "source bytes"}
+_SHOWN = {"bytes": "source bytes", "stored_bytes": "stored bytes"}
 
 
 def _split_images(name: str, summary: dict) -> str:
-    """One split's sizes (width x height histogram), aspect ratios, bytes, formats, modes."""
-    rows = [  # bytes: the image as its source held it (a file's), before any re-encoding
-        f"<tr>{_td(_SHOWN.get(what, what))}{_td(summary[what]['min'], f'{what}:min')}"
-        f"{_td(summary[what]['median'], f'{what}:median')}"
-        f"{_td(summary[what]['max'], f'{what}:max')}</tr>"
-        for what in ("width", "height", "aspect", "bytes")
-    ]
+    """One split's sizes (width x height histogram), aspect ratios, bytes (the source's and
+    as stored, each with its total), formats, modes."""
+    rows = [_spread_row(summary, what) for what in ("width", "height", "aspect", "bytes")]
+    stored = "stored_bytes" in summary  # not where some records were packed before it was noted
+    rows.append(_spread_row(summary, "stored_bytes") if stored else
+                f"<tr>{_td(_SHOWN['stored_bytes'])}<td colspan='4' data-value='stored_bytes'>"
+                f"{_e(STORED_UNKNOWN)}</td></tr>")  # fmt: skip
     import matplotlib.pyplot as plt
 
     plt.rcParams["svg.fonttype"] = "none"
@@ -282,11 +282,14 @@ def _split_images(name: str, summary: dict) -> str:
                             np.ma.masked_equal(counts, 0), cmap="viridis")  # fmt: skip
     fig.colorbar(mesh, ax=sizes)
     sizes.set(xlabel="width (px)", ylabel="height (px)", title="image sizes")
-    for ax, what, label in ((aspect, "aspect_histogram", "aspect ratio (w/h)"),
-                            (size, "bytes_histogram", "source bytes per image")):  # fmt: skip
+    drawn = [(aspect, "aspect_histogram", None), (size, "bytes_histogram", "source")]
+    drawn += [(size, "stored_bytes_histogram", "stored")] if stored else []
+    for ax, what, label in drawn:
         edges, heights = summary[what]["edges"], summary[what]["counts"]
-        ax.stairs(heights, edges, fill=True)
-        ax.set(xlabel=label, ylabel="images")
+        ax.stairs(heights, edges, fill=label != "stored", label=label)
+    aspect.set(xlabel="aspect ratio (w/h)", ylabel="images")
+    size.set(xlabel="bytes per image", ylabel="images")
+    size.legend()
     counts = [
         f"<tr>{_td(what)}<td>{_e(', '.join(f'{k}: {n:,}' for k, n in summary[what].items()))}"
         "</td></tr>"
@@ -295,11 +298,20 @@ def _split_images(name: str, summary: dict) -> str:
     ]
     return (
         f"<div data-split='{_attr(name)}'><h3>{_e(name)}: {summary['records']:,} images</h3>"
-        + _table(("", "min", "median", "max"), rows)
+        + _table(("", "min", "median", "max", "total"), rows)
         + _svg(fig)
         + _table(("", "counts"), counts)
         + "</div>"
     )
+
+
+def _spread_row(summary: dict, what: str) -> str:
+    """A row of a summary's figures: min, median, max, and the total of bytes."""
+    figures = summary[what]
+    total = _td(figures["total"], f"{what}:total") if "total" in figures else "<td></td>"
+    return (f"<tr>{_td(_SHOWN.get(what, what))}{_td(figures['min'], f'{what}:min')}"
+            f"{_td(figures['median'], f'{what}:median')}{_td(figures['max'], f'{what}:max')}"
+            f"{total}</tr>")  # fmt: skip
 
 
 def _objects_section(index: Index, summaries: dict) -> str:

@@ -183,7 +183,13 @@ def test_split_summaries_match_the_records(src: Path, tmp_path: Path) -> None:
         summary = index["summaries"][split]
         sizes = sorted(len(r["image"]) for r in records)  # --encode keep: the source's bytes
         assert summary["records"] == len(records)
-        assert summary["bytes"] == {"min": sizes[0], "median": _median(sizes), "max": sizes[-1]}
+        assert summary["bytes"] == {
+            "min": sizes[0],
+            "median": _median(sizes),
+            "max": sizes[-1],
+            "total": sum(sizes),
+        }
+        assert summary["stored_bytes"] == summary["bytes"]  # passed through as they came
         assert summary["width"]["median"] == 56 and summary["height"]["max"] == 40
         formats = {}
         for r in records:
@@ -514,21 +520,32 @@ def test_the_report_says_what_it_shows(many: tuple) -> None:
         median = marked.values[split, "bytes:median"]
         assert re.fullmatch(r"\d{1,3}(,\d{3})+(\.5)?", median), median
         assert float(median.replace(",", "")) == index["summaries"][split]["bytes"]["median"]
+        for what in ("bytes", "stored_bytes"):
+            total = marked.values[split, f"{what}:total"].replace(",", "")
+            assert int(total) == index["summaries"][split][what]["total"]
 
 
 def test_the_report_finds_the_copies_an_earlier_index_names(many: tuple, tmp_path: Path) -> None:
     """An index from before names every copy <split>/<key> (test/test/dog/copy_b.jpg): its
-    report still draws each."""
+    report still draws each; it noted no stored bytes nor totals: the card says them unknown."""
     pytest.importorskip("matplotlib")
     out = Path(shutil.copytree(many[0], tmp_path / "out"))
     index = json.loads((out / "index.json").read_text())
     listed = index["duplicates"]["listed"]
     index["duplicates"]["listed"] = [[f"{n.split('/')[0]}/{n}" for n in g] for g in listed]
+    for summary in index["summaries"].values():
+        del summary["stored_bytes"], summary["stored_bytes_histogram"], summary["bytes"]["total"]
     (out / "index.json").write_text(json.dumps(index))
     assert runner.invoke(app, ["report", str(out)]).exit_code == 0
-    section = (out / "report.html").read_text().split("id='duplicates'")[1]
+    page = (out / "report.html").read_text()
+    section = page.split("id='duplicates'")[1]
     assert "test/test/dog/copy_b.jpg" in section
     assert "(not in the shards)" not in section.split("</section>")[0]
+    marked = _Marked()
+    marked.feed(page)
+    for split in ("train", "test"):
+        assert marked.values[split, "stored_bytes"].startswith("unknown")
+        assert marked.values[split, "bytes:median"]  # the rest of the split's images drawn
 
 
 # Keys whose order the sort by their UTF-8 bytes must keep (lone surrogates: a name that is

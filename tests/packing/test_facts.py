@@ -6,18 +6,21 @@ import json
 import os
 import struct
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
+import numpy as np
 import pytest
 
 from shardpack import PackOptions, pack
-from shardpack.packing.facts import facts_of
+from shardpack.packing.facts import FACT_DTYPE, facts_of
 from shardpack.packing.fresh import FreshPack
 from shardpack.packing.worker import write_shard
+from shardpack.read.stream import iter_examples
 from shardpack.sources import source_root
 from shardpack.storage import storage_at
-from tests.helpers import image, make_tree, pack_objects, write_image
+from tests.helpers import image, make_tree, pack_objects, run_cli, write_image
 
 
 def _app1(body: bytes) -> bytes:
@@ -102,3 +105,66 @@ def test_a_stamp_is_its_reads_own_and_no_image_is_stat_again(tmp_path: Path, mon
     rows = facts_of(result.content, len(spec.items))
     assert rows["mtime"].tolist() == [when] * len(spec.items)
     assert rows["size"].tolist() == [(src / item.path).stat().st_size for item in spec.items]
+
+
+def _sizes(values: list[int]) -> dict[str, float]:
+    """min, median (numpy's) and max of byte counts, and their total, as a summary holds them."""
+    ordered, middle = sorted(values), len(values) // 2
+    median = ordered[middle] if len(values) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return {"min": ordered[0], "median": median, "max": ordered[-1], "total": sum(values)}
+
+
+def test_stored_bytes_are_the_records_image_payloads_and_source_bytes_the_files(tmp_path):
+    """A re-encoded and resized pack: each split's stored bytes are those of the images read
+    back from its shards, its source bytes those of the files it came from (the summary held
+    the source's alone, and inspect showed no figure of what the records take per image)."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 4})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, encode="jpeg", max_side=16, quality=50))
+    summary = json.loads((out / "index.json").read_text())["summaries"]["train"]
+    records = list(iter_examples(out, "train"))
+    stored = [len(r["image"]) for r in records]
+    files = [(src / r["key"]).stat().st_size for r in records]
+    assert summary["stored_bytes"] == _sizes(stored)
+    assert summary["bytes"] == _sizes(files)
+    assert all(a != b for a, b in zip(stored, files, strict=True))  # not the source's again
+    assert sum(summary["stored_bytes_histogram"]["counts"]) == len(records)
+    said = run_cli("inspect", str(out)).stdout
+    assert (
+        f"  bytes per image: source {_sizes(files)['median']:,} median, {sum(files):,} in "
+        f"all; stored {_sizes(stored)['median']:,} median, {sum(stored):,} in all"
+    ) in said
+
+
+def test_a_journal_of_the_version_before_stored_bytes_is_merged_with_them_unknown(tmp_path):
+    """A resume from a journal written before the facts noted stored bytes: its rows (44
+    bytes, no "stored") are read for what they hold, every record is listed, and the stored
+    bytes are left unknown, never summed over some records or read as another column."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    steps = FreshPack(source_root(str(src)), storage_at(str(tmp_path / "out")),
+                      PackOptions(shards=2, workers=1, encode="png"), None)  # fmt: skip
+    steps.open()
+    planned = steps.plan()
+    dataset, results = planned.dataset, []
+    for spec in planned.plan.shards:
+        result = write_shard(spec, planned.options, dataset.root, steps.out, dataset.schema,
+                             dataset.source)  # fmt: skip
+        rows = facts_of(result.content, len(spec.items))
+        before = [(n, FACT_DTYPE[n]) for n in FACT_DTYPE.names if n != "stored"]
+        old = np.empty(len(rows), before)
+        for name, _ in before:
+            old[name] = rows[name]
+        read = facts_of(old.tobytes(), len(spec.items))
+        assert read["stored"].tolist() == [0] * len(spec.items)
+        assert read[[n for n, _ in before]].tolist() == rows[[n for n, _ in before]].tolist()
+        results.append(replace(result, content=old.tobytes()))
+    steps.merge(planned, results)
+    out = tmp_path / "out"
+    summary = json.loads((out / "index.json").read_text())["summaries"]["train"]
+    assert summary["records"] == 6 and "stored_bytes" not in summary
+    assert summary["bytes"]["total"] == sum(p.stat().st_size for p in src.rglob("*.jpg"))
+    entries = json.loads((out / "contents.json").read_text())["shards"].values()
+    assert sorted(k for e in entries for k in e["keys"]) == sorted(
+        r["key"] for r in iter_examples(out)
+    )
+    assert "stored unknown" in run_cli("inspect", str(out)).stdout

@@ -585,3 +585,34 @@ def test_an_append_moves_declared_box_columns_and_an_index_from_before_them_grow
     write_jsonl(src / "m.jsonl", rows)
     pack(src / "m.jsonl", out, PackOptions(grow="append", workers=1))
     assert sum(1 for _ in iter_examples(out)) == 3
+
+
+def test_a_grow_over_contents_without_stored_bytes_says_them_unknown(tmp_path: Path):
+    """A dataset packed before the facts noted stored bytes (its contents.json entries without
+    "stored", its summaries without "stored_bytes" or totals) grows; the split holding its old
+    records says their stored bytes unknown, never a sum of the new records' alone, and the new
+    records' are kept for when every record has them."""
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, encode="png"))
+    contents = json.loads((out / "contents.json").read_text())
+    for entry in contents["shards"].values():
+        del entry["stored"]
+    (out / "contents.json").write_text(json.dumps(contents, separators=(",", ":")))
+    index = json.loads((out / "index.json").read_text())
+    for summary in index["summaries"].values():
+        for what in ("stored_bytes", "stored_bytes_histogram"):
+            del summary[what]
+        del summary["bytes"]["total"]
+    (out / "index.json").write_text(json.dumps(index))
+    assert "stored unknown" in run_cli("inspect", str(out)).stdout
+    _add(src, "dog", 2, seed=300)
+    pack(src, out, PackOptions(grow="append", workers=1))
+    summary = json.loads((out / "index.json").read_text())["summaries"]["train"]
+    assert summary["records"] == 6 and "stored_bytes" not in summary
+    assert summary["bytes"]["total"] == sum(p.stat().st_size for p in src.rglob("*.jpg"))
+    assert "stored unknown" in run_cli("inspect", str(out)).stdout
+    entries = json.loads((out / "contents.json").read_text())["shards"]
+    stored = {k: n for e in entries.values() for k, n in zip(e["keys"], e["stored"], strict=True)}
+    assert stored == {r["key"]: len(r["image"]) if r["key"].startswith("dog/new_") else 0
+                      for r in iter_examples(out)}  # fmt: skip

@@ -53,6 +53,14 @@ def test_a_summary_s_figures_read_as_numbers_with_their_unit():
     figures = {"min": 96, "median": 96.0, "max": 96}
     summary = {"width": figures, "height": figures,
                "bytes": {"min": 9000, "median": 10409.5, "max": 12001}}  # fmt: skip
-    assert summary_lines(summary) == [
-        "  images: 96x96 median (from 96x96 to 96x96), 10,410 source bytes median"
+    assert summary_lines(summary) == [  # an index from before stored bytes and totals
+        "  images: 96x96 median (from 96x96 to 96x96)",
+        "  bytes per image: source 10,410 median; stored unknown (packed before shardpack "
+        "noted it)",
     ]
+    summary["bytes"]["total"] = 1234567
+    summary["stored_bytes"] = {"min": 900, "median": 1000.5, "max": 1200, "total": 120060}
+    assert summary_lines(summary)[1] == (
+        "  bytes per image: source 10,410 median, 1,234,567 in all; stored 1,000 median, "
+        "120,060 in all"
+    )
