@@ -49,7 +49,7 @@ _TIFF_TYPES = {3: "H", 4: "I"}  # SHORT, LONG
 # decoding with the orientation applied swaps their width and height.
 _ORIENTATION = 0x0112
 _EXIF_NAME = b"Exif\x00\x00"
-_QUARTER_TURNS = frozenset({5, 6, 7, 8})
+QUARTER_TURNS = frozenset({5, 6, 7, 8})
 # What libjpeg prints when the compressed data is damaged; OpenCV decodes such a file anyway,
 # grey or smeared where the damage is, so these make the image bad.
 _CORRUPT = ("Corrupt JPEG data", "Premature end of JPEG file")
@@ -343,7 +343,7 @@ def jpeg_upright_size(data: bytes, info: ImageInfo) -> tuple[int, int]:
     is planned from this size, not the header's. The orientation is the one probe read in
     `info` (of `data`).
     """
-    if info.orientation in _QUARTER_TURNS:
+    if info.orientation in QUARTER_TURNS:
         return info.width, info.height
     return info.height, info.width
 

@@ -31,6 +31,7 @@ from shardpack.options import PackOptions
 from shardpack.schema import INT64, Feature, Schema
 from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_name
+from shardpack.sources.objects import ANNOTATED_SIZE
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only, refuse_unfound
 from shardpack.storage import Storage
@@ -396,7 +397,7 @@ class _Split:
                 outlines.append(self._outline(annotation, height, width))
         fields: dict[str, object] = {
             IMAGE_ID: ident, BBOX: tuple(boxes), LABEL: tuple(labels), CROWD: tuple(crowd),
-            AREA: tuple(area), ID: tuple(ids),
+            AREA: tuple(area), ID: tuple(ids), ANNOTATED_SIZE: (height, width),
         }  # fmt: skip
         if self.points:
             fields[KEYPOINTS] = tuple(points)

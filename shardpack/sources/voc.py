@@ -25,6 +25,7 @@ from shardpack.schema import Feature
 from shardpack.sources.classlist import check_class_name
 from shardpack.sources.folder import folder_entries
 from shardpack.sources.objects import (
+    ANNOTATED_SIZE,
     BOX,
     LABEL,
     BadAnnotation,
@@ -265,7 +266,8 @@ def _objects(data: bytes, name: str, tally: _Tally) -> dict[str, tuple]:
         poses.append((tags.get("pose") or "Unspecified").strip())
         tally.unknown.update(tag for tag in tags if tag not in _OBJECT_TAGS)
     return {BOX: tuple(boxes), LABEL: tuple(labels), DIFFICULT: tuple(difficult),
-            TRUNCATED: tuple(truncated), POSE: tuple(poses)}  # fmt: skip
+            TRUNCATED: tuple(truncated), POSE: tuple(poses),
+            ANNOTATED_SIZE: (height, width)}  # fmt: skip
 
 
 # The encoding an XML declaration names (in its first bytes, ASCII's), and those expat reads

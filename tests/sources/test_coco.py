@@ -350,6 +350,28 @@ def test_annotations_of_an_image_of_another_shape_skip_it(tmp_path: Path):
     assert "the image is 120x80" in reasons["val2017/a.png"]
 
 
+@pytest.mark.parametrize("encode", ["keep", "png"])
+def test_boxes_of_a_turned_jpeg_annotated_as_stored_skip_it_naming_the_turn(tmp_path, encode):
+    """The JSON gives the EXIF-turned JPEG its stored 90x60, not its displayed 60x90: its boxes
+    were normalised by the wrong sides and landed elsewhere, kept or turned upright, where no
+    mask compared the sizes. Now the record is skipped, the turn and both fixes named."""
+
+    def as_stored(doc):
+        doc["images"][2].update(width=90, height=60)
+        for annotation in doc["annotations"]:
+            annotation.pop("segmentation")  # boxes alone
+
+    result = _pack(_broken(tmp_path, as_stored), tmp_path / "out", encode=encode).to_json()
+    (skipped,) = result["skipped_items"]
+    assert skipped["key"] == "val2017/turned.jpg"
+    assert skipped["reason"].startswith("its annotations are of a 90x60 image, but the image is "
+                                        "60x90 as displayed: its EXIF orientation 6 turns the "
+                                        "90x60 it stores a quarter")  # fmt: skip
+    assert "remove the orientation tag" in skipped["reason"]
+    assert "swap the width and height" in skipped["reason"]
+    assert {r["image/id"] for r in iter_examples(tmp_path / "out", split="val")} == {1, 2}
+
+
 def test_each_split_finds_its_images_where_detectron2_and_tfds_keep_them(tmp_path: Path):
     def one(name: str, category: str) -> dict:
         return {"images": [{"id": 1, "file_name": name, "width": 8, "height": 6}],
