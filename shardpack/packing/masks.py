@@ -147,23 +147,29 @@ def _read_png(key: str, value: bytes) -> np.ndarray:
 
 
 def check_size(
-    key: str, annotated: tuple, size: tuple[int, int], orientation: int | None = None
+    key: str,
+    annotated: tuple,
+    size: tuple[int, int],
+    orientation: int | None = None,
+    file: str | None = None,
 ) -> None:
     """Raise ImageError when annotations of an image of `annotated` (height, width; a map's
     shape) cannot be of an image of `size` (another aspect, beyond a pixel's rounding): they
     would land on other pixels. `orientation`: the image's EXIF orientation, where `size` is
     the image as displayed; a quarter turn that explains the difference is named with both
-    fixes."""
+    fixes. `file`: the annotation file that gives the size, named in the reason."""
     (a, b), (c, d) = annotated[:2], size
     if abs(a * d - b * c) <= max(a, b, c, d):
         return
     given, shown, stored = f"{b:.0f}x{a:.0f}", f"{d}x{c}", f"{c}x{d}"  # VOC's may be floats
+    theirs = f"its annotations in {file}" if file else "its annotations"
+    where = file or "its annotation (COCO's JSON, VOC's <size>)"
     if orientation in images.QUARTER_TURNS and abs(a * c - b * d) <= max(a, b, c, d):
-        raise ImageError(key, f"its annotations are of a {given} image, but the image is {shown} "
-                              f"as displayed: its EXIF orientation {orientation} turns the "
-                              f"{stored} it stores a quarter. Annotations of the stored pixels: "
-                              "remove the orientation tag from the image; of the image as "
-                              "displayed: swap the width and height in its annotation")  # fmt: skip
-    raise ImageError(key, f"its annotations are of a {given} image (as the image is stored or "
+        raise ImageError(key, f"{theirs} are of a {given} image, but the image is {shown} as "
+                              f"displayed: its EXIF orientation {orientation} turns the {stored} "
+                              "it stores a quarter. Annotations of the stored pixels: remove "
+                              "the orientation tag from the image; of the image as displayed: "
+                              f"swap the width and height in {where}")  # fmt: skip
+    raise ImageError(key, f"{theirs} are of a {given} image (as the image is stored or "
                           f"displayed), but the image is {shown}: fix the width and height in "
-                          "its annotation (COCO's JSON, VOC's <size>), or the image")  # fmt: skip
+                          f"{where}, or the image")  # fmt: skip

@@ -239,8 +239,9 @@ def _fields(
     against the image as displayed (`orientation`: its EXIF one), not written."""
     values = dict(item.fields)
     if ANNOTATED_SIZE in values and ANNOTATED_SIZE not in schema:
-        masks.check_size(item.key, values.pop(ANNOTATED_SIZE), masks.shown_size(where, size),
-                         orientation)  # fmt: skip
+        height, width, file = values.pop(ANNOTATED_SIZE)
+        masks.check_size(item.key, (height, width), masks.shown_size(where, size), orientation,
+                         file)  # fmt: skip
     if item.label is not None:
         values[LABEL] = item.label
     dropped: dict[str, int] = {}

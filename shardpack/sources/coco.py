@@ -397,7 +397,7 @@ class _Split:
                 outlines.append(self._outline(annotation, height, width))
         fields: dict[str, object] = {
             IMAGE_ID: ident, BBOX: tuple(boxes), LABEL: tuple(labels), CROWD: tuple(crowd),
-            AREA: tuple(area), ID: tuple(ids), ANNOTATED_SIZE: (height, width),
+            AREA: tuple(area), ID: tuple(ids), ANNOTATED_SIZE: (height, width, self.json_path),
         }  # fmt: skip
         if self.points:
             fields[KEYPOINTS] = tuple(points)

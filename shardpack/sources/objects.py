@@ -23,10 +23,11 @@ from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
 BOX = "objects/bbox"
 LABEL = "objects/label"
-# The item field holding the (height, width) its annotations give the image as displayed (COCO's
-# JSON, VOC's <size>), which their pixel coordinates were normalised by: the worker refuses the
-# record when the image has another shape (an EXIF turn the annotating tool did not apply) and
-# writes no feature of it (a feature of that name, a manifest's column, is one).
+# The item field holding (height, width, file): the size its annotations give the image as
+# displayed (COCO's JSON, VOC's <size>), which their pixel coordinates were normalised by, and
+# the file that gives it. The worker refuses the record when the image has another shape (an
+# EXIF turn the annotating tool did not apply) and writes no feature of it (a feature of that
+# name, a manifest's column, is one).
 ANNOTATED_SIZE = "<annotated size>"
 # A label file or an annotation XML holds a line or an element per object: kilobytes (a
 # segmentation polygon of thousands of points, tens of them). Past this it is no annotation.

@@ -267,7 +267,7 @@ def _objects(data: bytes, name: str, tally: _Tally) -> dict[str, tuple]:
         tally.unknown.update(tag for tag in tags if tag not in _OBJECT_TAGS)
     return {BOX: tuple(boxes), LABEL: tuple(labels), DIFFICULT: tuple(difficult),
             TRUNCATED: tuple(truncated), POSE: tuple(poses),
-            ANNOTATED_SIZE: (height, width)}  # fmt: skip
+            ANNOTATED_SIZE: (height, width, name)}  # fmt: skip
 
 
 # The encoding an XML declaration names (in its first bytes, ASCII's), and those expat reads

@@ -346,7 +346,7 @@ def test_annotations_of_an_image_of_another_shape_skip_it(tmp_path: Path):
     src = _broken(tmp_path, swap)
     result = _pack(src, tmp_path / "out")
     reasons = {s["key"]: s["reason"] for s in result.to_json()["skipped_items"]}
-    assert "annotations are of a 80x120 image" in reasons["val2017/a.png"]
+    assert "instances_val2017.json are of a 80x120 image" in reasons["val2017/a.png"]
     assert "the image is 120x80" in reasons["val2017/a.png"]
 
 
@@ -364,11 +364,13 @@ def test_boxes_of_a_turned_jpeg_annotated_as_stored_skip_it_naming_the_turn(tmp_
     result = _pack(_broken(tmp_path, as_stored), tmp_path / "out", encode=encode).to_json()
     (skipped,) = result["skipped_items"]
     assert skipped["key"] == "val2017/turned.jpg"
-    assert skipped["reason"].startswith("its annotations are of a 90x60 image, but the image is "
-                                        "60x90 as displayed: its EXIF orientation 6 turns the "
-                                        "90x60 it stores a quarter")  # fmt: skip
-    assert "remove the orientation tag" in skipped["reason"]
-    assert "swap the width and height" in skipped["reason"]
+    json_path = tmp_path / "src/annotations/instances_val2017.json"
+    assert skipped["reason"] == (
+        f"its annotations in {json_path} are of a 90x60 image, but the image is 60x90 as "
+        "displayed: its EXIF orientation 6 turns the 90x60 it stores a quarter. Annotations of "
+        "the stored pixels: remove the orientation tag from the image; of the image as "
+        f"displayed: swap the width and height in {json_path}"
+    )
     assert {r["image/id"] for r in iter_examples(tmp_path / "out", split="val")} == {1, 2}
 
 

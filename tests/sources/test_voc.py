@@ -113,8 +113,9 @@ def test_voc_boxes_and_flags_follow_the_pixels(voc_packed):
         bomb["reason"])  # fmt: skip
     # its boxes were normalised by the stored sides and landed elsewhere, kept or turned
     assert stored["key"].endswith("stored.jpg") and stored["reason"].startswith(
-        "its annotations are of a 420x260 image, but the image is 260x420 as displayed: its "
-        "EXIF orientation 6 turns the 420x260 it stores a quarter")  # fmt: skip
+        "its annotations in VOCdevkit/VOC2007/Annotations/stored.xml are of a 420x260 image, "
+        "but the image is 260x420 as displayed: its EXIF orientation 6 turns the 420x260 it "
+        "stores a quarter")  # fmt: skip
     warnings = "\n".join(result["warnings"])
     assert "1 image with no object in an annotation XML kept as negatives" in warnings
     assert "1 image without an annotation XML kept with no objects" in warnings
