@@ -11,10 +11,10 @@ normalised; segmentations (polygons, RLE) travel to the workers as sources/shape
 `mask` and are drawn there into one instance-id PNG per image (packing/masks.py).
 
 An annotation shardpack cannot use (a bbox that is not 4 finite numbers, a category not
-listed, a segmentation or keypoints list of the wrong shape) skips its image with the reason
-(or stops the scan with --on-error fail): packing the image without the object would make a
-false negative of it. Annotations naming an image the JSON does not list are counted in a
-warning; unknown keys are ignored.
+listed, a segmentation or keypoints list of the wrong shape, an iscrowd not 0 or 1, an id an
+earlier annotation has) skips its image with the reason (or stops the scan with --on-error
+fail): packing the image without the object would make a false negative of it. Annotations
+naming an image the JSON does not list are counted in a warning; unknown keys are ignored.
 """
 
 from __future__ import annotations
@@ -291,6 +291,8 @@ class _Split:
     def items(self, doc: dict) -> tuple[Item, ...]:
         images = self._images(doc["images"])
         objects: dict[int, list[dict]] = {ident: [] for ident in images}
+        first: dict[int, int] = {}  # annotation id -> the first annotation's number with it
+        repeated: dict[int, str] = {}  # image id -> why (an annotation id used before)
         for n, annotation in enumerate(doc.get("annotations", [])):
             ident = annotation.get("image_id") if isinstance(annotation, dict) else None
             ident = ident if _count(ident) else repr(ident)[:40]  # hashable, for the message
@@ -301,6 +303,11 @@ class _Split:
                 self.first_orphan = self.first_orphan or f"annotations[{n}] -> image {ident!r}"
                 continue
             objects[ident].append(annotation)
+            own = annotation.get("id")
+            if _count(own) and first.setdefault(own, n) != n and ident not in repeated:
+                repeated[ident] = (f"annotation {own}: annotations[{n}] has the id of "
+                                   f"annotations[{first[own]}], which pycocotools keeps one of; "
+                                   "give each annotation its own id")  # fmt: skip
         items = []
         for ident, (name, height, width) in images.items():
             key = posixpath.join(self.folder, name)
@@ -308,6 +315,9 @@ class _Split:
                 self._skip(key, f"listed in {self.json_path} but not in {self.folder}/")
                 continue
             self.used += 1
+            if ident in repeated:
+                self._skip(key, f"{repeated[ident]} (in {self.json_path})")
+                continue
             try:
                 fields = self._fields(ident, height, width, objects[ident])
             except _BadAnnotation as e:
@@ -383,7 +393,10 @@ class _Split:
             boxes.append((_unit(y / height), _unit(x / width), _unit((y + h) / height),
                           _unit((x + w) / width)))  # fmt: skip
             labels.append(self.label_of[category])
-            crowd.append(1 if annotation.get("iscrowd") else 0)
+            flag = annotation.get("iscrowd") or 0  # absent or null: 0
+            if flag not in (0, 1):  # a text "0" was true, a crowd
+                raise _BadAnnotation(annotation, f"iscrowd {_shown(flag)} is not 0 or 1")
+            crowd.append(int(flag))
             given = annotation.get("area", w * h)
             pixels = given if _number(given) else w * h  # its box's where it has none
             if not (math.isfinite(pixels) and _count(round(pixels))):

@@ -303,9 +303,11 @@ def _second(doc: dict, **changes) -> None:
         # numbers past int64, where objects/area and objects/id are stored: a worker's traceback
         (lambda d: _second(d, area=1e300), "annotation 12: area 1e+300 is past any image's"),
         (lambda d: _second(d, area=None, bbox=[0, 0, 1e200, 1e200]), "area inf is past any"),
+        # a text "0" was taken for true: a crowd, whose pixels any object hides
+        (lambda d: _second(d, iscrowd="0"), "annotation 12: iscrowd '0' is not 0 or 1"),
     ],
     ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover", "rle-long",
-         "area-huge", "area-box"],
+         "area-huge", "area-box", "iscrowd-text"],
 )  # fmt: skip
 def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, change, reason):
     src = _broken(tmp_path, change)
@@ -315,6 +317,18 @@ def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, c
     assert len(dataset.splits["val"]) == 2
     with pytest.raises(SourceError, match=r"val2017/a\.png: annotation 12"):
         scan(src, PackOptions(on_error="fail"))
+
+
+def test_an_annotation_id_used_twice_skips_the_image_of_the_second(tmp_path: Path):
+    """pycocotools keeps one annotation of an id (the last) and evaluates it twice: both were
+    packed, objects/id repeating. The image of the second is skipped, both named."""
+    src = _broken(tmp_path, lambda d: d["annotations"][4].update(id=12))  # image 3's
+    dataset = scan(src)
+    (skipped,) = dataset.skipped
+    assert skipped[0] == "val2017/turned.jpg" and skipped[1].startswith(
+        "annotation 12: annotations[4] has the id of annotations[1], which pycocotools keeps "
+        "one of; give each annotation its own id (in ")  # fmt: skip
+    assert [i.fields["image/id"] for i in dataset.splits["val"]] == [1, 2]
 
 
 def test_what_it_does_not_understand_is_said_in_one_line(tmp_path: Path, monkeypatch):
