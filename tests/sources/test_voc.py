@@ -133,12 +133,18 @@ def test_a_voc_year_folder_of_other_classes_and_no_split_lists(tmp_path: Path):
     objects = [("zebra", (0, 0, 10, 20), 0, 0, "Left"), ("ant", (5, 10, 20, 40), 1, 0, "x")]
     xmls = {"a": voc_xml(20, 40, objects), "b": "<annotation><size>", "c": "<box/>",
             "d": voc_xml(20, 40, [("ant", (0, 0, 10, 20), 0, 0, "Left")]).replace(
-                "<xmax>20</xmax>", "<xmax>twenty</xmax>")}  # fmt: skip
+                "<xmax>20</xmax>", "<xmax>twenty</xmax>"),
+            # far past the image: refused by the worker as no normalised box, the XML unnamed
+            "e": voc_xml(20, 40, [("ant", (0, 0, 10, 200), 0, 0, "Left")])}  # fmt: skip
     for name, xml in xmls.items():
         write(tmp_path / f"JPEGImages/{name}.jpg", _jpeg(_photo(20, 40, {})))
         write(tmp_path / f"Annotations/{name}.xml", xml)
+    write(tmp_path / "Annotations/lost.xml", voc_xml(20, 40, objects))  # its image: none
     dataset = scan(tmp_path)
     assert dataset.kind == "voc" and dataset.schema["objects/label"].classes == ("ant", "zebra")
+    assert dataset.warnings[0] == ("1 annotation XML matches no image in JPEGImages/ (the "
+                                   "first: Annotations/lost.xml): not packed; add the image, or "
+                                   "remove the XML")  # fmt: skip
     (item,) = dataset.splits["train"]
     assert item.fields["objects/label"] == (1, 0) and item.fields["objects/is_difficult"] == (0, 1)
     np.testing.assert_allclose(item.fields["objects/bbox"],
@@ -147,6 +153,9 @@ def test_a_voc_year_folder_of_other_classes_and_no_split_lists(tmp_path: Path):
     assert "Annotations/b.xml: is not well-formed XML" in reasons["JPEGImages/b.jpg"]
     assert "root element is <box>, not <annotation>" in reasons["JPEGImages/c.jpg"]
     assert "d.xml object 0 (ant): <bndbox/xmax> is 'twenty'" in reasons["JPEGImages/d.jpg"]
+    assert reasons["JPEGImages/e.jpg"] == (
+        "Annotations/e.xml object 0 (ant): its bndbox reaches 5 of the image's side, more than "
+        "a side past its edge (<size> 40x20); fix the box or the size")  # fmt: skip
     with pytest.raises(SourceError, match="drop classes="):
         scan(tmp_path, PackOptions(classes=("ant",)))
     with pytest.raises(SourceError, match="holds no Annotations/ folder beside JPEGImages/"):
