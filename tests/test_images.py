@@ -488,6 +488,16 @@ def test_jpeg_upright_size_is_the_size_opencv_decodes(segments):
     assert decode(data, orient=False).shape[:2] == (48, 64)  # the header's, whatever the tag
 
 
+@pytest.mark.parametrize("where", ["before", "after"])  # the eXIf chunk before IDAT, or after
+def test_a_png_orientation_is_probed_where_opencv_applies_it(where: str):
+    plain = _encode(".png", _photo())  # 48 high, 64 wide
+    tiff = _exif(6)[10:]  # the segment's TIFF block: what an eXIf chunk holds
+    at = plain.index(b"IDAT") - 4 if where == "before" else plain.index(b"IEND") - 4
+    data = plain[:at] + _chunk(b"eXIf", tiff) + plain[at:]
+    assert decode(data).shape == (64, 48, 3)  # OpenCV turns it
+    assert probe(data).orientation == 6 and probe(plain).orientation is None
+
+
 # ---- size arithmetic -----------------------------------------------------------------------
 
 

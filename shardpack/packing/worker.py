@@ -185,7 +185,7 @@ def _features(
 ) -> tuple[dict[str, object], images.Geometry | None, int | None]:
     """Build one record's image features from what the source loaded (an image file's bytes,
     or RGB pixels), with the geometry its pixels went through (None: as loaded, upright) and
-    the EXIF orientation the header probe read (a JPEG's alone, for the facts: None for
+    the EXIF orientation the header probe read (a JPEG's or a PNG's, for the facts: None for
     others), or raise ImageError naming the item and the reason."""
     orientation = None
     if isinstance(loaded, bytes):
