@@ -397,9 +397,12 @@ class _Split:
             if flag not in (0, 1):  # a text "0" was true, a crowd
                 raise _BadAnnotation(annotation, f"iscrowd {_shown(flag)} is not 0 or 1")
             crowd.append(int(flag))
-            given = annotation.get("area", w * h)
-            pixels = given if _number(given) else w * h  # its box's where it has none
-            if not (math.isfinite(pixels) and _count(round(pixels))):
+            given = annotation.get("area")
+            pixels = w * h if given is None else given  # its box's where it has none
+            if not _number(pixels) or pixels < 0:  # NaN, a text: was its box's, unsaid
+                raise _BadAnnotation(annotation, f"area {_shown(pixels)} is not a number of "
+                                                 "pixels")  # fmt: skip
+            if not _count(round(pixels)):
                 raise _BadAnnotation(annotation, f"area {_shown(pixels)} is past any image's "
                                                  "pixels")  # fmt: skip
             area.append(round(pixels))
