@@ -161,7 +161,7 @@ def check_size(
     (a, b), (c, d) = annotated[:2], size
     if abs(a * d - b * c) <= max(a, b, c, d):
         return
-    given, shown, stored = f"{b:.0f}x{a:.0f}", f"{d}x{c}", f"{c}x{d}"  # VOC's may be floats
+    given, shown, stored = f"{b:.10g}x{a:.10g}", f"{d}x{c}", f"{c}x{d}"  # VOC's are floats
     theirs = f"its annotations in {file}" if file else "its annotations"
     where = file or "its annotation (COCO's JSON, VOC's <size>)"
     if orientation in images.QUARTER_TURNS and abs(a * c - b * d) <= max(a, b, c, d):

@@ -238,7 +238,8 @@ def scan_coco(root: Storage, files: dict[str, str], options: PackOptions) -> Dat
             continue
         sizes = {e.name: e.size for e in root.walk(folder)}
         listed(len(sizes))
-        scanned = _Split(json_path, folder, sizes, label_of, points, masked, options)
+        scanned = _Split((json_path, files[split]), folder, sizes, label_of, points, masked,
+                         options)  # fmt: skip
         splits[names[split]] = scanned.items(doc)
         skipped += scanned.skipped
         ignored += len(sizes) - scanned.used
@@ -278,10 +279,11 @@ def _has_segmentation(doc: dict) -> bool:
 class _Split:
     """One JSON's images as items: what was packed, skipped and left over."""
 
-    def __init__(self, json_path: str, folder: str, sizes: dict[str, int],
+    def __init__(self, json: tuple[str, str], folder: str, sizes: dict[str, int],
                  label_of: dict[int, int], points: int, masked: bool,
                  options: PackOptions) -> None:  # fmt: skip
-        self.json_path, self.folder, self.sizes = json_path, folder, sizes
+        # the JSON as messages name it, and under SRC (what a record keeps: not where SRC is)
+        (self.json_path, self.json_name), self.folder, self.sizes = json, folder, sizes
         self.label_of, self.points, self.masked, self.options = label_of, points, masked, options
         self.skipped: list[tuple[str, str]] = []
         self.used = self.orphans = 0
@@ -413,7 +415,7 @@ class _Split:
                 outlines.append(self._outline(annotation, height, width))
         fields: dict[str, object] = {
             IMAGE_ID: ident, BBOX: tuple(boxes), LABEL: tuple(labels), CROWD: tuple(crowd),
-            AREA: tuple(area), ID: tuple(ids), ANNOTATED_SIZE: (height, width, self.json_path),
+            AREA: tuple(area), ID: tuple(ids), ANNOTATED_SIZE: (height, width, self.json_name),
         }  # fmt: skip
         if self.points:
             fields[KEYPOINTS] = tuple(points)

@@ -381,7 +381,7 @@ def test_boxes_of_a_turned_jpeg_annotated_as_stored_skip_it_naming_the_turn(tmp_
     result = _pack(_broken(tmp_path, as_stored), tmp_path / "out", encode=encode).to_json()
     (skipped,) = result["skipped_items"]
     assert skipped["key"] == "val2017/turned.jpg"
-    json_path = tmp_path / "src/annotations/instances_val2017.json"
+    json_path = "annotations/instances_val2017.json"  # under SRC, as the key: not where SRC is
     assert skipped["reason"] == (
         f"its annotations in {json_path} are of a 90x60 image, but the image is 60x90 as "
         "displayed: its EXIF orientation 6 turns the 90x60 it stores a quarter. Annotations of "
