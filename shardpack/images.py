@@ -49,7 +49,7 @@ _TIFF_TYPES = {3: "H", 4: "I"}  # SHORT, LONG
 # decoding with the orientation applied swaps their width and height.
 _ORIENTATION = 0x0112
 _EXIF_NAME = b"Exif\x00\x00"
-_QUARTER_TURNS = frozenset({5, 6, 7, 8})
+QUARTER_TURNS = frozenset({5, 6, 7, 8})
 # What libjpeg prints when the compressed data is damaged; OpenCV decodes such a file anyway,
 # grey or smeared where the damage is, so these make the image bad.
 _CORRUPT = ("Corrupt JPEG data", "Premature end of JPEG file")
@@ -84,7 +84,8 @@ class ImageInfo:
     width: int
     channels: int
     tf_readable: bool = True
-    orientation: int | None = None  # the EXIF orientation of a JPEG (1: none); others: None
+    # the EXIF orientation of a JPEG (1: none) or of a PNG's eXIf chunk; other images: None
+    orientation: int | None = None
 
 
 def max_file_bytes(max_pixels: int) -> int:
@@ -233,7 +234,7 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
 
 
 def _probe_png(data: bytes) -> ImageInfo:
-    pos, size, info, transparent = 8, len(data), None, False
+    pos, size, info, transparent, orientation = 8, len(data), None, False, None
     while pos + 12 <= size:
         (length,) = struct.unpack_from(">I", data, pos)
         kind = data[pos + 4 : pos + 8]
@@ -250,12 +251,14 @@ def _probe_png(data: bytes) -> ImageInfo:
             info = (height, width, color)
         elif kind == b"tRNS":
             transparent = True
+        elif kind == b"eXIf" and orientation is None:  # OpenCV applies it, before IDAT or after
+            orientation = _exif_orientation(data[pos + 8 : end - 4])
         elif kind == b"IEND":
             if info is None:
                 raise BadImage("corrupt PNG: no IHDR chunk")
             height, width, color = info
             channels = _PNG_CHANNELS[color] + (1 if transparent and color in (0, 2, 3) else 0)
-            return ImageInfo("png", height, width, channels)
+            return ImageInfo("png", height, width, channels, orientation=orientation)
         pos = end
     raise BadImage("truncated PNG (no IEND chunk)")
 
@@ -343,7 +346,7 @@ def jpeg_upright_size(data: bytes, info: ImageInfo) -> tuple[int, int]:
     is planned from this size, not the header's. The orientation is the one probe read in
     `info` (of `data`).
     """
-    if info.orientation in _QUARTER_TURNS:
+    if info.orientation in QUARTER_TURNS:
         return info.width, info.height
     return info.height, info.width
 
@@ -360,7 +363,7 @@ _STORED_AXES = {1: ((0, False), (1, False)), 2: ((0, False), (1, True)),
 @dataclass(frozen=True)
 class Turn:
     """An image's EXIF orientation as a move between its stored pixels (as every reader decodes
-    a JPEG kept as it is) and the image as displayed (as decode gives it to be re-encoded):
+    a JPEG or PNG kept as it is) and the image as displayed (as decode gives it to be re-encoded):
     from the displayed image onto the stored one, or back (`upright`)."""
 
     orientation: int
@@ -395,15 +398,15 @@ class Turn:
 
 
 def stored_turn(orientation: int | None) -> Turn | None:
-    """The Turn (displayed onto stored) of a JPEG whose EXIF orientation (as probe read it; None
-    for an image that is no JPEG) is other than upright; None for any other."""
+    """The Turn (displayed onto stored) of an image whose EXIF orientation (as probe read it, a
+    JPEG's or a PNG's; None for others) is other than upright; None for any other."""
     return Turn(orientation) if orientation in _STORED_AXES and orientation != 1 else None
 
 
 def _exif_orientation(tiff: bytes) -> int:
     """The Orientation tag in the first IFD of an EXIF block, or 1 if it holds none. Read
-    where OpenCV 5 reads it: probe passes it the first APP1 segment named "Exif" (XMP is APP1
-    too) before the image data."""
+    where OpenCV 5 reads it: probe passes it a JPEG's first APP1 segment named "Exif" (XMP is
+    APP1 too) before the image data, or a PNG's first eXIf chunk."""
     order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
     if order is None:
         return 1

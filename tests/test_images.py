@@ -391,6 +391,42 @@ def test_decode_gives_uint8_three_channels(data):
     assert pixels.dtype == np.uint8
 
 
+# 16-bit samples where their high byte (v >> 8) and a rounding (v / 257) part, and the ends.
+SAMPLES16 = np.array([[0, 127, 128, 255, 256, 383, 384, 32767, 32768, 65280, 65407, 65535]],
+                     np.uint16)  # fmt: skip
+
+
+def _pillow_rgb(data: bytes) -> np.ndarray:
+    import io
+
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+def test_16_bit_samples_become_their_high_byte_as_pillow_reads_16_bit_colour():
+    """The rule docs/packing.md states: v >> 8 (not v / 257 rounded), in every channel order;
+    Pillow reads a 16-bit colour PNG so, and clamps a 16-bit grey one (mode I;16) at 255."""
+    high = (SAMPLES16 >> 8).astype(np.uint8)
+    colour = _encode(".png", np.dstack([SAMPLES16] * 3))
+    grey = _encode(".png", SAMPLES16)
+    for data in (colour, grey):
+        for order in ("bgr", "rgb"):
+            np.testing.assert_array_equal(decode(data, order=order), np.dstack([high] * 3))
+        np.testing.assert_array_equal(decode(data, order="gray"), high)
+    np.testing.assert_array_equal(_pillow_rgb(colour), np.dstack([high] * 3))
+    np.testing.assert_array_equal(_pillow_rgb(grey)[..., 0], np.minimum(SAMPLES16, 255))
+
+
+@pytest.mark.heavy
+def test_16_bit_samples_become_their_high_byte_as_tensorflow_decodes_them():
+    """What a record kept 16-bit (--encode keep) gives a TensorFlow reader is what a re-encode
+    stores."""
+    for data in (_encode(".png", np.dstack([SAMPLES16] * 3)), _encode(".png", SAMPLES16)):
+        tf_pixels = _tf().io.decode_image(data, channels=3, expand_animations=False).numpy()
+        np.testing.assert_array_equal(tf_pixels, decode(data, order="rgb"))
+
+
 @pytest.mark.parametrize(
     ("reduce", "shape"), [(1, (48, 64)), (2, (24, 32)), (4, (12, 16)), (8, (6, 8))]
 )
@@ -450,6 +486,16 @@ def test_jpeg_upright_size_is_the_size_opencv_decodes(segments):
     data = _with_segments(_jpeg(), *segments)
     assert jpeg_upright_size(data, probe(data)) == decode(data).shape[:2]
     assert decode(data, orient=False).shape[:2] == (48, 64)  # the header's, whatever the tag
+
+
+@pytest.mark.parametrize("where", ["before", "after"])  # the eXIf chunk before IDAT, or after
+def test_a_png_orientation_is_probed_where_opencv_applies_it(where: str):
+    plain = _encode(".png", _photo())  # 48 high, 64 wide
+    tiff = _exif(6)[10:]  # the segment's TIFF block: what an eXIf chunk holds
+    at = plain.index(b"IDAT") - 4 if where == "before" else plain.index(b"IEND") - 4
+    data = plain[:at] + _chunk(b"eXIf", tiff) + plain[at:]
+    assert decode(data).shape == (64, 48, 3)  # OpenCV turns it
+    assert probe(data).orientation == 6 and probe(plain).orientation is None
 
 
 # ---- size arithmetic -----------------------------------------------------------------------

@@ -114,7 +114,7 @@ def moves(
 ) -> tuple[Move, ...]:
     """What took a record's image from what its boxes describe to what readers decode: the
     geometry `where` its pixels went through (None: none), after the EXIF turn of a JPEG
-    (images.Turn; `orientation`: the one the header probe read, None for no JPEG) where the
+    (images.Turn; `orientation`: the one the header probe read, None for none) where the
     boxes and the pixels stored see it differently. `kept`: the bytes
     were stored as they are (decoded unturned), else re-encoded from decode (turned upright);
     `source`: the source's name (UNTURNED_SOURCES's boxes describe the image unturned)."""

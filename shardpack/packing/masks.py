@@ -55,19 +55,15 @@ def drawn(
         if isinstance(move, images.Turn):
             ids = move.move_pixels(ids)
         else:
-            _check_shape(key, ids.shape, move.source or ids.shape)
+            check_size(key, ids.shape, move.source or ids.shape)
             ids = images.fit(ids, move, (0, 0, 0), nearest=True)
     if ids.shape != size:  # no geometry: the map of a JSON's size given to another image
-        _check_shape(key, ids.shape, size)
+        check_size(key, ids.shape, size)
         ids = images.resize(ids, size, nearest=True)
     count = int(ids.max(initial=0)) if outlines is None else len(outlines[1])
     if kept is not None and not kept.all():
         ids, count = _renumbered(ids, kept)
     return encode(ids, count)
-
-
-# EXIF orientations that turn an image a quarter: its stored sides are the displayed ones swapped.
-_QUARTER_TURNS = frozenset({5, 6, 7, 8})
 
 
 def shown_size(where: tuple[Move, ...], size: tuple[int, int]) -> tuple[int, int]:
@@ -76,7 +72,7 @@ def shown_size(where: tuple[Move, ...], size: tuple[int, int]) -> tuple[int, int
     sides swapped."""
     for move in reversed(where):
         if isinstance(move, images.Turn):
-            size = (size[1], size[0]) if move.orientation in _QUARTER_TURNS else size
+            size = (size[1], size[0]) if move.orientation in images.QUARTER_TURNS else size
         else:  # a geometry that does not say its source: drawn at its resize (the same map)
             size = move.source or move.scaled
     return size
@@ -150,11 +146,30 @@ def _read_png(key: str, value: bytes) -> np.ndarray:
     return ids.astype(np.uint16)
 
 
-def _check_shape(key: str, shape: tuple, size: tuple) -> None:
-    """Raise ImageError when a map of `shape` cannot be of an image of `size` (another aspect,
-    beyond a pixel's rounding): the annotations' image size is not the image's."""
-    (a, b), (c, d) = shape[:2], size
-    if abs(a * d - b * c) > max(a, b, c, d):
-        raise ImageError(key, f"its annotations are of a {b}x{a} image (as the image is "
-                              f"stored or displayed), but the image is {d}x{c}: fix the width "
-                              "and height in the JSON, or the image")  # fmt: skip
+def check_size(
+    key: str,
+    annotated: tuple,
+    size: tuple[int, int],
+    orientation: int | None = None,
+    file: str | None = None,
+) -> None:
+    """Raise ImageError when annotations of an image of `annotated` (height, width; a map's
+    shape) cannot be of an image of `size` (another aspect, beyond a pixel's rounding): they
+    would land on other pixels. `orientation`: the image's EXIF orientation, where `size` is
+    the image as displayed; a quarter turn that explains the difference is named with both
+    fixes. `file`: the annotation file that gives the size, named in the reason."""
+    (a, b), (c, d) = annotated[:2], size
+    if abs(a * d - b * c) <= max(a, b, c, d):
+        return
+    given, shown, stored = f"{b:.10g}x{a:.10g}", f"{d}x{c}", f"{c}x{d}"  # VOC's are floats
+    theirs = f"its annotations in {file}" if file else "its annotations"
+    where = file or "its annotation (COCO's JSON, VOC's <size>)"
+    if orientation in images.QUARTER_TURNS and abs(a * c - b * d) <= max(a, b, c, d):
+        raise ImageError(key, f"{theirs} are of a {given} image, but the image is {shown} as "
+                              f"displayed: its EXIF orientation {orientation} turns the {stored} "
+                              "it stores a quarter. Annotations of the stored pixels: remove "
+                              "the orientation tag from the image; of the image as displayed: "
+                              f"swap the width and height in {where}")  # fmt: skip
+    raise ImageError(key, f"{theirs} are of a {given} image (as the image is stored or "
+                          f"displayed), but the image is {shown}: fix the width and height in "
+                          f"{where}, or the image")  # fmt: skip

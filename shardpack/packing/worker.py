@@ -15,12 +15,13 @@ from shardpack import images
 from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
-from shardpack.packing import boxes, stamps
+from shardpack.packing import boxes, masks, stamps
 from shardpack.packing.facts import ShardFacts
 from shardpack.packing.objects import objects_of
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, Source
+from shardpack.sources.objects import ANNOTATED_SIZE
 from shardpack.sources.source import read_stamped_image
 from shardpack.storage import Storage
 from shardpack.storage.atomic import create_temp, open_regular
@@ -173,7 +174,8 @@ def _record(
     kept = features["image"] is loaded  # stored as it came
     taken = boxes.moves(orientation, kept, where, source.name) if moved else ()
     size = features["height"], features["width"]
-    fields, dropped = _fields(item, schema, moved, taken, size, options.min_visibility)
+    fields, dropped = _fields(item, schema, moved, taken, size, options.min_visibility,
+                              orientation)  # fmt: skip
     features.update(fields)
     return features, orientation, dropped
 
@@ -183,7 +185,7 @@ def _features(
 ) -> tuple[dict[str, object], images.Geometry | None, int | None]:
     """Build one record's image features from what the source loaded (an image file's bytes,
     or RGB pixels), with the geometry its pixels went through (None: as loaded, upright) and
-    the EXIF orientation the header probe read (a JPEG's alone, for the facts: None for
+    the EXIF orientation the header probe read (a JPEG's or a PNG's, for the facts: None for
     others), or raise ImageError naming the item and the reason."""
     orientation = None
     if isinstance(loaded, bytes):
@@ -229,11 +231,17 @@ def _fields(
     where: tuple[boxes.Move, ...],
     size: tuple[int, int],
     min_visibility: float,
+    orientation: int | None = None,
 ) -> tuple[dict[str, object], dict[str, int]]:
     """The item's label and other fields, its geometry (`moved`) taken where its pixels went
     to the stored `size` (boxes.follow, boxes under `min_visibility` dropped), encoded as the
-    schema declares them; and the boxes dropped, by reason."""
+    schema declares them; and the boxes dropped, by reason. An ANNOTATED_SIZE field is checked
+    against the image as displayed (`orientation`: its EXIF one), not written."""
     values = dict(item.fields)
+    if ANNOTATED_SIZE in values and ANNOTATED_SIZE not in schema:
+        height, width, file = values.pop(ANNOTATED_SIZE)
+        masks.check_size(item.key, (height, width), masks.shown_size(where, size), orientation,
+                         file)  # fmt: skip
     if item.label is not None:
         values[LABEL] = item.label
     dropped: dict[str, int] = {}

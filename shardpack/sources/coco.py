@@ -11,10 +11,10 @@ normalised; segmentations (polygons, RLE) travel to the workers as sources/shape
 `mask` and are drawn there into one instance-id PNG per image (packing/masks.py).
 
 An annotation shardpack cannot use (a bbox that is not 4 finite numbers, a category not
-listed, a segmentation or keypoints list of the wrong shape) skips its image with the reason
-(or stops the scan with --on-error fail): packing the image without the object would make a
-false negative of it. Annotations naming an image the JSON does not list are counted in a
-warning; unknown keys are ignored.
+listed, a segmentation or keypoints list of the wrong shape, an iscrowd not 0 or 1, an id an
+earlier annotation has) skips its image with the reason (or stops the scan with --on-error
+fail): packing the image without the object would make a false negative of it. Annotations
+naming an image the JSON does not list are counted in a warning; unknown keys are ignored.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from shardpack.options import PackOptions
 from shardpack.schema import INT64, Feature, Schema
 from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_name
+from shardpack.sources.objects import ANNOTATED_SIZE
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only, refuse_unfound
 from shardpack.storage import Storage
@@ -237,7 +238,8 @@ def scan_coco(root: Storage, files: dict[str, str], options: PackOptions) -> Dat
             continue
         sizes = {e.name: e.size for e in root.walk(folder)}
         listed(len(sizes))
-        scanned = _Split(json_path, folder, sizes, label_of, points, masked, options)
+        scanned = _Split((json_path, files[split]), folder, sizes, label_of, points, masked,
+                         options)  # fmt: skip
         splits[names[split]] = scanned.items(doc)
         skipped += scanned.skipped
         ignored += len(sizes) - scanned.used
@@ -277,10 +279,11 @@ def _has_segmentation(doc: dict) -> bool:
 class _Split:
     """One JSON's images as items: what was packed, skipped and left over."""
 
-    def __init__(self, json_path: str, folder: str, sizes: dict[str, int],
+    def __init__(self, json: tuple[str, str], folder: str, sizes: dict[str, int],
                  label_of: dict[int, int], points: int, masked: bool,
                  options: PackOptions) -> None:  # fmt: skip
-        self.json_path, self.folder, self.sizes = json_path, folder, sizes
+        # the JSON as messages name it, and under SRC (what a record keeps: not where SRC is)
+        (self.json_path, self.json_name), self.folder, self.sizes = json, folder, sizes
         self.label_of, self.points, self.masked, self.options = label_of, points, masked, options
         self.skipped: list[tuple[str, str]] = []
         self.used = self.orphans = 0
@@ -290,6 +293,8 @@ class _Split:
     def items(self, doc: dict) -> tuple[Item, ...]:
         images = self._images(doc["images"])
         objects: dict[int, list[dict]] = {ident: [] for ident in images}
+        first: dict[int, int] = {}  # annotation id -> the first annotation's number with it
+        repeated: dict[int, str] = {}  # image id -> why (an annotation id used before)
         for n, annotation in enumerate(doc.get("annotations", [])):
             ident = annotation.get("image_id") if isinstance(annotation, dict) else None
             ident = ident if _count(ident) else repr(ident)[:40]  # hashable, for the message
@@ -300,6 +305,11 @@ class _Split:
                 self.first_orphan = self.first_orphan or f"annotations[{n}] -> image {ident!r}"
                 continue
             objects[ident].append(annotation)
+            own = annotation.get("id")
+            if _count(own) and first.setdefault(own, n) != n and ident not in repeated:
+                repeated[ident] = (f"annotation {own}: annotations[{n}] has the id of "
+                                   f"annotations[{first[own]}], which pycocotools keeps one of; "
+                                   "give each annotation its own id")  # fmt: skip
         items = []
         for ident, (name, height, width) in images.items():
             key = posixpath.join(self.folder, name)
@@ -307,6 +317,9 @@ class _Split:
                 self._skip(key, f"listed in {self.json_path} but not in {self.folder}/")
                 continue
             self.used += 1
+            if ident in repeated:
+                self._skip(key, f"{repeated[ident]} (in {self.json_path})")
+                continue
             try:
                 fields = self._fields(ident, height, width, objects[ident])
             except _BadAnnotation as e:
@@ -382,10 +395,16 @@ class _Split:
             boxes.append((_unit(y / height), _unit(x / width), _unit((y + h) / height),
                           _unit((x + w) / width)))  # fmt: skip
             labels.append(self.label_of[category])
-            crowd.append(1 if annotation.get("iscrowd") else 0)
-            given = annotation.get("area", w * h)
-            pixels = given if _number(given) else w * h  # its box's where it has none
-            if not (math.isfinite(pixels) and _count(round(pixels))):
+            flag = annotation.get("iscrowd") or 0  # absent or null: 0
+            if flag not in (0, 1):  # a text "0" was true, a crowd
+                raise _BadAnnotation(annotation, f"iscrowd {_shown(flag)} is not 0 or 1")
+            crowd.append(int(flag))
+            given = annotation.get("area")
+            pixels = w * h if given is None else given  # its box's where it has none
+            if not _number(pixels) or pixels < 0:  # NaN, a text: was its box's, unsaid
+                raise _BadAnnotation(annotation, f"area {_shown(pixels)} is not a number of "
+                                                 "pixels")  # fmt: skip
+            if not _count(round(pixels)):
                 raise _BadAnnotation(annotation, f"area {_shown(pixels)} is past any image's "
                                                  "pixels")  # fmt: skip
             area.append(round(pixels))
@@ -396,7 +415,7 @@ class _Split:
                 outlines.append(self._outline(annotation, height, width))
         fields: dict[str, object] = {
             IMAGE_ID: ident, BBOX: tuple(boxes), LABEL: tuple(labels), CROWD: tuple(crowd),
-            AREA: tuple(area), ID: tuple(ids),
+            AREA: tuple(area), ID: tuple(ids), ANNOTATED_SIZE: (height, width, self.json_name),
         }  # fmt: skip
         if self.points:
             fields[KEYPOINTS] = tuple(points)

@@ -1,6 +1,7 @@
-"""What the object-detection sources (yolo, voc) share: the `objects/...` features, the listing
-of an images folder, a small annotation file read as hostile input, and the warnings that count
-images without objects.
+"""What the object-detection sources (yolo, voc; coco's size check) share: the `objects/...`
+features, the size of the image an item's annotations describe, the listing of an images
+folder, a small annotation file read as hostile input, and the warnings that count images
+without objects.
 
 An object dataset's records hold no `label`: each holds `objects/bbox` (float32 rows of
 normalised [ymin, xmin, ymax, xmax], of the image as displayed) and `objects/label` (a class
@@ -22,6 +23,12 @@ from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
 BOX = "objects/bbox"
 LABEL = "objects/label"
+# The item field holding (height, width, file): the size its annotations give the image as
+# displayed (COCO's JSON, VOC's <size>), which their pixel coordinates were normalised by, and
+# the file that gives it. The worker refuses the record when the image has another shape (an
+# EXIF turn the annotating tool did not apply) and writes no feature of it (a feature of that
+# name, a manifest's column, is one).
+ANNOTATED_SIZE = "<annotated size>"
 # A label file or an annotation XML holds a line or an element per object: kilobytes (a
 # segmentation polygon of thousands of points, tens of them). Past this it is no annotation.
 MAX_ANNOTATION_BYTES = 4 << 20

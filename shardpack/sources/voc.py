@@ -8,7 +8,9 @@ of the image: it is stored as [(ymin - 1) / height, (xmin - 1) / width, ymax / h
 xmax / width] with the XML's `size` (detectron2's reading; TFDS's voc builder divides xmin and
 ymin as they are, a pixel to the right and below). The classes are VOC's 20 in TFDS's order
 when every object is of one of them (labels then agree with TFDS's voc), else the names found,
-sorted. The XML is hostile: read bounded, and one with a DOCTYPE (entities) refused unparsed.
+sorted. The XML is hostile: read bounded, and one with a DOCTYPE (entities) refused unparsed;
+a box reaching past schema.BOX_REACH skips its image naming the object. Annotation XMLs of no
+image are counted in a warning.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import SourceError
 from shardpack.options import PackOptions
-from shardpack.schema import Feature
+from shardpack.schema import BOX_REACH, Feature
 from shardpack.sources.classlist import check_class_name
 from shardpack.sources.folder import folder_entries
 from shardpack.sources.objects import (
+    ANNOTATED_SIZE,
     BOX,
     LABEL,
     BadAnnotation,
@@ -107,9 +110,16 @@ class _Tally:
     def __init__(self) -> None:
         self.empty = self.unannotated = self.segmented = 0
         self.unknown: Counter[str] = Counter()  # an <object>'s other children, by tag
+        self.imageless: list[str] = []  # annotation XMLs of no image, listed in no split
 
     def warnings(self) -> list[str]:
         said = []
+        if self.imageless:
+            count = len(self.imageless)
+            match = "XML matches" if count == 1 else "XMLs match"
+            said.append(f"{count:,} annotation {match} no image in JPEGImages/ (the first: "
+                        f"{self.imageless[0]}): not packed; add the image, or remove the "
+                        "XML")  # fmt: skip
         if self.unknown:
             tags = ", ".join(f"<{tag}> ({n:,})" for tag, n in sorted(self.unknown.items()))
             said.append(f"objects' elements not packed: {tags}")
@@ -135,7 +145,12 @@ def scan_voc(root: Storage, years: list[str], options: PackOptions) -> Dataset:
         prefix = f"{year}/" if year else ""
         images = {posixpath.splitext(posixpath.basename(e.name))[0]: e
                   for e in reversed(list(image_files(root, f"{prefix}JPEGImages")))}  # fmt: skip
-        for split, ids in _split_ids(root, prefix, images).items():
+        splits = _split_ids(root, prefix, images)
+        listed_ids = {image_id for ids in splits.values() for image_id in ids}  # skipped if lost
+        tally.imageless += [f"{prefix}Annotations/{name}" for name, is_dir in folder_entries(
+            root, f"{prefix}Annotations") if not is_dir and name.endswith(".xml")
+            and name[:-4] not in images and name[:-4] not in listed_ids]  # fmt: skip
+        for split, ids in splits.items():
             for image_id in ids:
                 entry = images.get(image_id)
                 xml = f"{prefix}Annotations/{image_id}.xml"
@@ -258,14 +273,21 @@ def _objects(data: bytes, name: str, tally: _Tally) -> dict[str, tuple]:
         xmax, ymax = _number(box, "bndbox/", "xmax", at), _number(box, "bndbox/", "ymax", at)
         if xmin > xmax or ymin > ymax:
             raise BadAnnotation(f"{at}: its bndbox has a min over its max; fix it")
-        boxes += [(ymin - 1) / height, (xmin - 1) / width, ymax / height, xmax / width]
+        box = [(ymin - 1) / height, (xmin - 1) / width, ymax / height, xmax / width]
+        past = next((v for v in box if not BOX_REACH[0] <= v <= BOX_REACH[1]), None)
+        if past is not None:  # one of no area inside, a little way out, is dropped when packed
+            raise BadAnnotation(f"{at}: its bndbox reaches {past:g} of the image's side, more "
+                                f"than a side past its edge (<size> {width:g}x{height:g}); fix "
+                                "the box or the size")  # fmt: skip
+        boxes += box
         labels.append(label)
         difficult.append(_flag(tags, "difficult", at))
         truncated.append(_flag(tags, "truncated", at))
         poses.append((tags.get("pose") or "Unspecified").strip())
         tally.unknown.update(tag for tag in tags if tag not in _OBJECT_TAGS)
     return {BOX: tuple(boxes), LABEL: tuple(labels), DIFFICULT: tuple(difficult),
-            TRUNCATED: tuple(truncated), POSE: tuple(poses)}  # fmt: skip
+            TRUNCATED: tuple(truncated), POSE: tuple(poses),
+            ANNOTATED_SIZE: (height, width, name)}  # fmt: skip
 
 
 # The encoding an XML declaration names (in its first bytes, ASCII's), and those expat reads

@@ -308,10 +308,15 @@ STORED = {
 }
 
 
-@pytest.mark.parametrize("orientation", sorted(STORED))
-def test_a_rotated_jpeg_kept_as_it_is_gets_its_boxes_on_the_stored_pixels(
-    tmp_path: Path, orientation: int
+@pytest.mark.parametrize(
+    ("fmt", "orientation"),
+    [*(("JPEG", o) for o in sorted(STORED)), ("PNG", 5), ("PNG", 6)],
+)  # fmt: skip
+def test_a_rotated_image_kept_as_it_is_gets_its_boxes_on_the_stored_pixels(
+    tmp_path: Path, fmt: str, orientation: int
 ):
+    """A PNG's eXIf orientation too: OpenCV applies it, TensorFlow does not; the boxes of a
+    kept PNG stayed where the image as displayed has its objects."""
     with torch_held_out():  # scipy and pydantic: imported by the tests that use it
         import albumentations as A
 
@@ -322,10 +327,11 @@ def test_a_rotated_jpeg_kept_as_it_is_gets_its_boxes_on_the_stored_pixels(
     exif = Image.Exif()
     exif[0x0112] = orientation
     buffer = io.BytesIO()
-    stored.save(buffer, "JPEG", quality=95, exif=exif)
+    stored.save(buffer, fmt, quality=95, exif=exif)
     shown = ImageOps.exif_transpose(Image.open(io.BytesIO(buffer.getvalue())))
     assert shown.size == (260, 420)  # the test's own turn is right: Pillow shows it upright
-    src = _manifest(tmp_path / "src", [("a.jpg", buffer.getvalue(), _columns(420, 260, TALL))])
+    name = f"a.{fmt.lower()}"
+    src = _manifest(tmp_path / "src", [(name, buffer.getvalue(), _columns(420, 260, TALL))])
     _pack(src, tmp_path / "out")  # --encode keep: the bytes as they are
     (record,) = iter_examples(tmp_path / "out", decode=True)  # as TensorFlow: not turned
     rows = [[b[1] / 260, b[0] / 420, b[3] / 260, b[2] / 420] for b in TALL.values()]

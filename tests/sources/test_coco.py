@@ -302,10 +302,15 @@ def _second(doc: dict, **changes) -> None:
          "RLE string holds a count past any image's pixels"),
         # numbers past int64, where objects/area and objects/id are stored: a worker's traceback
         (lambda d: _second(d, area=1e300), "annotation 12: area 1e+300 is past any image's"),
-        (lambda d: _second(d, area=None, bbox=[0, 0, 1e200, 1e200]), "area inf is past any"),
+        (lambda d: _second(d, area=None, bbox=[0, 0, 1e200, 1e200]), "area inf is not a"),
+        # NaN (Python's json reads it), a text: the box's area was stored in its place
+        (lambda d: _second(d, area=float("nan")), "annotation 12: area nan is not a number of"),
+        (lambda d: _second(d, area="1200"), "annotation 12: area '1200' is not a number of"),
+        # a text "0" was taken for true: a crowd, whose pixels any object hides
+        (lambda d: _second(d, iscrowd="0"), "annotation 12: iscrowd '0' is not 0 or 1"),
     ],
     ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover", "rle-long",
-         "area-huge", "area-box"],
+         "area-huge", "area-box", "area-nan", "area-text", "iscrowd-text"],
 )  # fmt: skip
 def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, change, reason):
     src = _broken(tmp_path, change)
@@ -315,6 +320,18 @@ def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, c
     assert len(dataset.splits["val"]) == 2
     with pytest.raises(SourceError, match=r"val2017/a\.png: annotation 12"):
         scan(src, PackOptions(on_error="fail"))
+
+
+def test_an_annotation_id_used_twice_skips_the_image_of_the_second(tmp_path: Path):
+    """pycocotools keeps one annotation of an id (the last) and evaluates it twice: both were
+    packed, objects/id repeating. The image of the second is skipped, both named."""
+    src = _broken(tmp_path, lambda d: d["annotations"][4].update(id=12))  # image 3's
+    dataset = scan(src)
+    (skipped,) = dataset.skipped
+    assert skipped[0] == "val2017/turned.jpg" and skipped[1].startswith(
+        "annotation 12: annotations[4] has the id of annotations[1], which pycocotools keeps "
+        "one of; give each annotation its own id (in ")  # fmt: skip
+    assert [i.fields["image/id"] for i in dataset.splits["val"]] == [1, 2]
 
 
 def test_what_it_does_not_understand_is_said_in_one_line(tmp_path: Path, monkeypatch):
@@ -346,8 +363,32 @@ def test_annotations_of_an_image_of_another_shape_skip_it(tmp_path: Path):
     src = _broken(tmp_path, swap)
     result = _pack(src, tmp_path / "out")
     reasons = {s["key"]: s["reason"] for s in result.to_json()["skipped_items"]}
-    assert "annotations are of a 80x120 image" in reasons["val2017/a.png"]
+    assert "instances_val2017.json are of a 80x120 image" in reasons["val2017/a.png"]
     assert "the image is 120x80" in reasons["val2017/a.png"]
+
+
+@pytest.mark.parametrize("encode", ["keep", "png"])
+def test_boxes_of_a_turned_jpeg_annotated_as_stored_skip_it_naming_the_turn(tmp_path, encode):
+    """The JSON gives the EXIF-turned JPEG its stored 90x60, not its displayed 60x90: its boxes
+    were normalised by the wrong sides and landed elsewhere, kept or turned upright, where no
+    mask compared the sizes. Now the record is skipped, the turn and both fixes named."""
+
+    def as_stored(doc):
+        doc["images"][2].update(width=90, height=60)
+        for annotation in doc["annotations"]:
+            annotation.pop("segmentation")  # boxes alone
+
+    result = _pack(_broken(tmp_path, as_stored), tmp_path / "out", encode=encode).to_json()
+    (skipped,) = result["skipped_items"]
+    assert skipped["key"] == "val2017/turned.jpg"
+    json_path = "annotations/instances_val2017.json"  # under SRC, as the key: not where SRC is
+    assert skipped["reason"] == (
+        f"its annotations in {json_path} are of a 90x60 image, but the image is 60x90 as "
+        "displayed: its EXIF orientation 6 turns the 90x60 it stores a quarter. Annotations of "
+        "the stored pixels: remove the orientation tag from the image; of the image as "
+        f"displayed: swap the width and height in {json_path}"
+    )
+    assert {r["image/id"] for r in iter_examples(tmp_path / "out", split="val")} == {1, 2}
 
 
 def test_each_split_finds_its_images_where_detectron2_and_tfds_keep_them(tmp_path: Path):

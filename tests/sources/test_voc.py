@@ -57,11 +57,13 @@ def _jpeg(pixels: np.ndarray) -> bytes:
 @pytest.fixture(scope="module")
 def voc(tmp_path_factory) -> Path:
     """VOCdevkit/VOC2007: a wide photo (blue past the top), an EXIF-turned one whose annotation
-    describes it as displayed, one without objects, one without an XML and an entity bomb."""
+    describes it as displayed, one whose annotation gives it its stored size (LabelImg's, which
+    ignores EXIF), one without objects, one without an XML and an entity bomb."""
     src = tmp_path_factory.mktemp("voc")
     year = src / "VOCdevkit/VOC2007"
     files = {"wide": (_jpeg(_photo()), voc_xml(200, 400, WIDE, segmented=1)),
              "turned": (turned_jpeg(_photo(420, 260, TALL)), voc_xml(420, 260, TURNED)),
+             "stored": (turned_jpeg(_photo(420, 260, TALL)), voc_xml(260, 420, TURNED)),
              "empty": (_jpeg(_photo(objects={})), voc_xml(200, 400, [])),
              "unannotated": (_jpeg(_photo(60, 80, {})), None),
              "bomb": (_jpeg(_photo()), BOMB)}  # fmt: skip
@@ -70,7 +72,7 @@ def voc(tmp_path_factory) -> Path:
         if xml is not None:
             write(year / f"Annotations/{name}.xml", xml)
     main = year / "ImageSets/Main"
-    write(main / "train.txt", "wide\nturned\nbomb\n")
+    write(main / "train.txt", "wide\nturned\nstored\nbomb\n")
     write(main / "val.txt", "empty\nunannotated\n")
     write(main / "trainval.txt", "wide\nturned\nbomb\nempty\nunannotated\n")  # train and val
     write(main / "car_train.txt", "wide  1\nturned -1\n")  # a class's list: not a split
@@ -106,13 +108,18 @@ def test_voc_boxes_and_flags_follow_the_pixels(voc_packed):
     assert dropped == (2 if options.get("resize_mode") == "center-crop" else 0)
     for key in ("empty.jpg", "unannotated.jpg"):
         assert records[key]["objects/bbox"].shape == (0, 4) and records[key]["objects/pose"] == []
-    (bomb,) = result["skipped_items"]
+    bomb, stored = result["skipped_items"]
     assert bomb["key"].endswith("bomb.jpg") and "Annotations/bomb.xml: declares a DOCTYPE" in (
         bomb["reason"])  # fmt: skip
+    # its boxes were normalised by the stored sides and landed elsewhere, kept or turned
+    assert stored["key"].endswith("stored.jpg") and stored["reason"].startswith(
+        "its annotations in VOCdevkit/VOC2007/Annotations/stored.xml are of a 420x260 image, "
+        "but the image is 260x420 as displayed: its EXIF orientation 6 turns the 420x260 it "
+        "stores a quarter")  # fmt: skip
     warnings = "\n".join(result["warnings"])
     assert "1 image with no object in an annotation XML kept as negatives" in warnings
     assert "1 image without an annotation XML kept with no objects" in warnings
-    assert "<part> (6)" in warnings and "1 image is segmented" in warnings
+    assert "<part> (9)" in warnings and "1 image is segmented" in warnings
 
 
 def test_a_hostile_xml_stops_a_run_that_fails_on_errors(voc: Path, tmp_path: Path):
@@ -126,12 +133,18 @@ def test_a_voc_year_folder_of_other_classes_and_no_split_lists(tmp_path: Path):
     objects = [("zebra", (0, 0, 10, 20), 0, 0, "Left"), ("ant", (5, 10, 20, 40), 1, 0, "x")]
     xmls = {"a": voc_xml(20, 40, objects), "b": "<annotation><size>", "c": "<box/>",
             "d": voc_xml(20, 40, [("ant", (0, 0, 10, 20), 0, 0, "Left")]).replace(
-                "<xmax>20</xmax>", "<xmax>twenty</xmax>")}  # fmt: skip
+                "<xmax>20</xmax>", "<xmax>twenty</xmax>"),
+            # far past the image: refused by the worker as no normalised box, the XML unnamed
+            "e": voc_xml(20, 40, [("ant", (0, 0, 10, 200), 0, 0, "Left")])}  # fmt: skip
     for name, xml in xmls.items():
         write(tmp_path / f"JPEGImages/{name}.jpg", _jpeg(_photo(20, 40, {})))
         write(tmp_path / f"Annotations/{name}.xml", xml)
+    write(tmp_path / "Annotations/lost.xml", voc_xml(20, 40, objects))  # its image: none
     dataset = scan(tmp_path)
     assert dataset.kind == "voc" and dataset.schema["objects/label"].classes == ("ant", "zebra")
+    assert dataset.warnings[0] == ("1 annotation XML matches no image in JPEGImages/ (the "
+                                   "first: Annotations/lost.xml): not packed; add the image, or "
+                                   "remove the XML")  # fmt: skip
     (item,) = dataset.splits["train"]
     assert item.fields["objects/label"] == (1, 0) and item.fields["objects/is_difficult"] == (0, 1)
     np.testing.assert_allclose(item.fields["objects/bbox"],
@@ -140,6 +153,9 @@ def test_a_voc_year_folder_of_other_classes_and_no_split_lists(tmp_path: Path):
     assert "Annotations/b.xml: is not well-formed XML" in reasons["JPEGImages/b.jpg"]
     assert "root element is <box>, not <annotation>" in reasons["JPEGImages/c.jpg"]
     assert "d.xml object 0 (ant): <bndbox/xmax> is 'twenty'" in reasons["JPEGImages/d.jpg"]
+    assert reasons["JPEGImages/e.jpg"] == (
+        "Annotations/e.xml object 0 (ant): its bndbox reaches 5 of the image's side, more than "
+        "a side past its edge (<size> 40x20); fix the box or the size")  # fmt: skip
     with pytest.raises(SourceError, match="drop classes="):
         scan(tmp_path, PackOptions(classes=("ant",)))
     with pytest.raises(SourceError, match="holds no Annotations/ folder beside JPEGImages/"):
