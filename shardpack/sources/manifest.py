@@ -15,7 +15,8 @@ through storages made with the same options; an object's size comes from a listi
 folder. An http(s) URL takes no request at scan (its size is imageroot.URL_BYTES, a guess
 for the planner): the workers fetch each shard's URLs many at a time (storage.fetch), in the
 plan's order. A URL of a scheme but http(s), file://, local:// and object stores' (ftp://,
-sftp://, ...) is refused by name.
+sftp://, ...) is refused by name. A URL list (a file any of whose rows names an http(s) URL;
+streamed, a shard's range) is a stranger's: its rows naming anything else are refused unread.
 """
 
 from __future__ import annotations
@@ -255,8 +256,8 @@ def _items(
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
     at = {name: i for i, name in enumerate(table.columns)}  # every row's fields share it
     boxes_at = [(at[name], name, fmt) for name, fmt in (boxes or {}).items()]
-    sizes = ImageSizes(images)
     rows = table.rows
+    sizes = ImageSizes(images, urls_only=images.lists_urls(row.path for row in rows))
     try:
         for number, row in enumerate(rows):
             rows[number] = None  # the Row goes as its Item comes: both are not held at once
