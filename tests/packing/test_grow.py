@@ -17,6 +17,7 @@ import pytest
 from PIL import Image
 
 from shardpack.containers import CONTAINERS
+from shardpack.errors import OutputError
 from shardpack.index import load_index
 from shardpack.options import PackOptions
 from shardpack.packing import gaps
@@ -585,3 +586,32 @@ def test_an_append_moves_declared_box_columns_and_an_index_from_before_them_grow
     write_jsonl(src / "m.jsonl", rows)
     pack(src / "m.jsonl", out, PackOptions(grow="append", workers=1))
     assert sum(1 for _ in iter_examples(out)) == 3
+
+
+def test_class_counts_that_are_not_the_shards_are_refused_not_carried_on(tmp_path: Path):
+    """An index whose class counts disagree with its shards' (index.json's own, or
+    contents.json's beside consistent ones) was grown with them added to: a lie carried on
+    into every next index. Refused now in one line naming the file."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    _add(src, "cat", 1, seed=9)
+    index, contents = (json.loads((out / name).read_text()) for name in ("index.json",
+                                                                          "contents.json"))
+    entry = next(iter(contents["shards"].values()))
+    assert index["splits"]["train"]["class_counts"] == entry["label_counts"] == [3, 2]
+    lies = [("index.json", "class_counts", [30, 2]), ("index.json", "num_records", 50),
+            ("contents.json", "label_counts", [5, 5])]  # fmt: skip
+    for name, key, lie in lies:
+        lied = tmp_path / f"lied-{key}"
+        shutil.copytree(out, lied)
+        doc = index if name == "index.json" else contents
+        told = doc["splits"]["train"] if name == "index.json" else entry
+        was, told[key] = told[key], lie
+        (lied / name).write_text(json.dumps(doc))
+        told[key] = was
+        said = "does not agree with index.json" if name == "contents.json" else "counts other"
+        with pytest.raises(OutputError, match=f"^{lied / name}: .*{said}"):
+            pack(src, lied, PackOptions(workers=1, grow="append"))
+    grown = pack(src, out, PackOptions(workers=1, grow="append"))
+    assert grown.index.splits["train"].class_counts == (4, 2)
