@@ -596,8 +596,9 @@ def test_class_counts_that_are_not_the_shards_are_refused_not_carried_on(tmp_pat
     out = tmp_path / "out"
     pack(src, out, PackOptions(workers=1))
     _add(src, "cat", 1, seed=9)
-    index, contents = (json.loads((out / name).read_text()) for name in ("index.json",
-                                                                          "contents.json"))
+    index, contents = (
+        json.loads((out / name).read_text()) for name in ("index.json", "contents.json")
+    )
     entry = next(iter(contents["shards"].values()))
     assert index["splits"]["train"]["class_counts"] == entry["label_counts"] == [3, 2]
     lies = [("index.json", "class_counts", [30, 2]), ("index.json", "num_records", 50),

@@ -211,8 +211,11 @@ def test_hf_split_folders_parquet_file_and_path_rows(tmp_path, monkeypatch):
     _check_like_load_dataset_splits(configs, ("train", "validation"))
     (configs / "small" / "train").mkdir(parents=True)
     _hf_dataset(8).to_parquet(configs / "small" / "train" / "0000.parquet")
-    with pytest.raises(SourceError, match=r"holds configs 'plain', 'small' in folders of their "
-                       r"own .* pass one config's folder as SRC \(.*/configs/plain\)$"):
+    with pytest.raises(
+        SourceError,
+        match=r"holds configs 'plain', 'small' in folders of their "
+        r"own .* pass one config's folder as SRC \(.*/configs/plain\)$",
+    ):
         scan(configs)
     # One file as SRC; a row holding only a path reads the file beside it; one climbing out
     # of SRC's folder is skipped.

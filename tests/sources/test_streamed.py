@@ -290,5 +290,7 @@ def test_a_streamed_url_list_reads_http_urls_only(tmp_path):
     rows = scan(folder, _options(shuffle=False)).splits["train"]
     items = list(RowRange(rows, 1, 0, 4))
     assert items[0].path == paths[0]
-    assert [i.path for i in items[1:]] == [f"{BAD_ROW}part-1.parquet row {row}: image {path}: "
-                                           f"{NOT_WEB}" for row, path in enumerate(paths[1:], 1)]
+    assert [i.path for i in items[1:]] == [
+        f"{BAD_ROW}part-1.parquet row {row}: image {path}: {NOT_WEB}"
+        for row, path in enumerate(paths[1:], 1)
+    ]
