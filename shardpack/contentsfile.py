@@ -15,8 +15,8 @@ import numpy as np
 
 from shardpack.errors import Option, OutputError
 from shardpack.index import Index
-from shardpack.schema import LABEL
 from shardpack.layout import CONTENTS_NAME, INDEX_NAME
+from shardpack.schema import LABEL
 from shardpack.storage import Storage
 
 FORMAT = "shardpack-contents"

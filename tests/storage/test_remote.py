@@ -353,7 +353,7 @@ def test_a_lock_from_another_host_is_honoured_until_removed(src, local, s3: Buck
     same_output(out, local)
 
 
-def test_two_runs_taking_a_dead_runs_lock_over_at_once_are_not_both_let_in(s3: Bucket, monkeypatch):
+def test_a_dead_runs_lock_taken_over_by_two_runs_at_once_lets_one_in(s3: Bucket, monkeypatch):
     """Two runs on this host find a dead run's lock; one takes it over between the other's
     look at it and its own takeover. That removed the first's lock and created its own: both
     ran. Now the takeover replaces only the lock it looked at (If-Match): the second is
@@ -377,9 +377,9 @@ def test_two_runs_taking_a_dead_runs_lock_over_at_once_are_not_both_let_in(s3: B
         return owner
 
     monkeypatch.setattr(remote, "_owner", raced)
-    with pytest.raises(OutputError, match="another shardpack run .* is writing here"):
-        with storage_at(s3.url("out")).lock():
-            pass
+    second = storage_at(s3.url("out")).lock()
+    with pytest.raises(OutputError, match=r"another shardpack run \(pid \d+ on .*\) is writing"):
+        second.__enter__()
     held = json.loads(s3.read("out/.shardpack.lock"))
     assert held["pid"] == os.getpid() and held["token"] != "dead"
     first.__exit__(None, None, None)
