@@ -37,6 +37,9 @@ MAX_FILES = 100_000  # Parquet files of one dataset: the Hub's largest hold a fe
 MAX_CARD_VALUES = 100_000
 # Distinct wildcard patterns of a card, each matched against every Parquet file found.
 MAX_GLOBS = 1_000
+# Folders of SRC looked into for a config's layout ({config}/{split}/...): a folder of more is
+# a folder dataset's classes (each a listing, a request on a store), not the Hub's configs.
+MAX_CONFIGS = 32
 # Folders below a pattern's fixed part that a `**` reaches (and that are walked to find out).
 MAX_DEPTH = 64
 _MAGIC = re.compile(r"[*?\[]")  # what makes a pattern a glob (fsspec's has_magic)
@@ -120,19 +123,22 @@ def _sharded(root: Storage, names: list[str]) -> dict[str, list[str]]:
 
 def _config_folders(root: Storage) -> dict[str, dict[str, list[str]]]:
     """config -> split -> its files (relative to root) of each folder of root laid out as the
-    Hub lays out a config: split folders of Parquet files, or files named as _sharded's."""
+    Hub lays out a config: split folders of Parquet files, or files named as _sharded's;
+    none where root holds over MAX_CONFIGS folders."""
     try:
-        entries = root.listdir("")
+        folders = sorted(e.name for e in root.listdir("") if e.is_dir and e.name[:1] != ".")
     except OSError:
         return {}
+    if len(folders) > MAX_CONFIGS:
+        return {}
     found = {}
-    for entry in sorted(entries, key=lambda e: e.name):
-        if entry.is_dir and not entry.name.startswith((".", "__")):
-            config = root.child(entry.name)
+    for name in folders:
+        if not name.startswith("__"):
+            config = root.child(name)
             splits = _sharded(config, _parquet_files(config, "")) or _split_folders(config)
             if splits:
-                found[entry.name] = {split: [f"{entry.name}/{name}" for name in names]
-                                     for split, names in splits.items()}  # fmt: skip
+                found[name] = {split: [f"{name}/{file}" for file in files]
+                               for split, files in splits.items()}  # fmt: skip
     return found
 
 
