@@ -659,22 +659,24 @@ def _take_over(storage: RemoteStorage, key: str, tag: str | None, mine: bytes) -
     """Put this run's lock in place of a dead run's, and whether it is in place. On S3, only if
     the object is still the one read (PutObject If-Match on its ETag): of two runs taking one
     lock over, one does. Elsewhere (no conditional replace) it is removed and left to the
-    create, which two runs at the same instant may both pass (docs/scaling.md)."""
-    if tag is None:
-        with suppress(FileNotFoundError):
-            storage.fs.rm_file(key)
-        return False
-    bucket, name, _ = storage.fs.split_path(key)
-    try:
-        with _naming(storage.path(LOCK_NAME)):
-            storage.fs.call_s3("put_object", Bucket=bucket, Key=name, Body=mine, IfMatch=tag)
-    except FileNotFoundError:  # removed since: the create takes it
-        return False
-    except OSError as e:
-        if e.errno != errno.EINVAL:  # s3fs's 412 Precondition Failed: replaced since
-            raise
-        return False
-    return True
+    create, which two runs at the same instant may both pass (docs/scaling.md), as on an S3
+    store that does not implement If-Match."""
+    if tag is not None:
+        bucket, name, _ = storage.fs.split_path(key)
+        try:
+            with _naming(storage.path(LOCK_NAME)):
+                storage.fs.call_s3("put_object", Bucket=bucket, Key=name, Body=mine, IfMatch=tag)
+            return True
+        except FileNotFoundError:  # removed since: the create takes it
+            return False
+        except OSError as e:
+            if e.errno == errno.EINVAL:  # s3fs's 412 Precondition Failed: replaced since
+                return False
+            if e.errno != errno.ENOSYS:  # 501 Not Implemented: the store has no If-Match
+                raise
+    with suppress(FileNotFoundError):
+        storage.fs.rm_file(key)
+    return False
 
 
 def _release(storage: RemoteStorage, key: str, token: str) -> None:
