@@ -559,35 +559,6 @@ def test_an_index_listing_a_shard_twice_is_refused_in_one_line(tmp_path: Path):
     one_line_error(run_cli("pack", str(src), str(out), "--update", "--no-progress"), "twice")
 
 
-def test_an_append_moves_declared_box_columns_and_an_index_from_before_them_grows(tmp_path):
-    """--box-columns is the dataset's: an append takes it from index.json and moves the new
-    rows' boxes alike; an index written before the option existed grows as packed."""
-    from tests.packing.test_boxes import BOXES, _photo, _png
-
-    src = tmp_path / "src"
-    src.mkdir()
-    xywh = [[x0 / 400, y0 / 200, (x1 - x0) / 400, (y1 - y0) / 200]
-            for y0, x0, y1, x1 in BOXES.values()]  # fmt: skip
-    for name in "abc":
-        (src / f"{name}.png").write_bytes(_png(_photo()))
-    rows = [{"path": f"{name}.png", "det": xywh} for name in "abc"]
-    write_jsonl(src / "m.jsonl", rows[:1])
-    out = tmp_path / "out"
-    options = {"resize": (200, 200), "resize_mode": "center-crop", "workers": 1}
-    pack(src / "m.jsonl", out, PackOptions(box_columns=("det:xywh",), **options))
-    write_jsonl(src / "m.jsonl", rows[:2])
-    pack(src / "m.jsonl", out, PackOptions(grow="append", workers=1))
-    records = {r["key"]: r for r in iter_examples(out)}
-    assert len(records["a.png"]["det"]) == 2  # red cropped away
-    np.testing.assert_array_equal(records["b.png"]["det"], records["a.png"]["det"])
-    index = json.loads((out / "index.json").read_text())
-    del index["options"]["box_columns"]  # as an index written before --box-columns
-    (out / "index.json").write_text(json.dumps(index))
-    write_jsonl(src / "m.jsonl", rows)
-    pack(src / "m.jsonl", out, PackOptions(grow="append", workers=1))
-    assert sum(1 for _ in iter_examples(out)) == 3
-
-
 def test_class_counts_that_are_not_the_shards_are_refused_not_carried_on(tmp_path: Path):
     """An index whose class counts disagree with its shards' (index.json's own, or
     contents.json's beside consistent ones) was grown with them added to: a lie carried on
@@ -616,3 +587,32 @@ def test_class_counts_that_are_not_the_shards_are_refused_not_carried_on(tmp_pat
             pack(src, lied, PackOptions(workers=1, grow="append"))
     grown = pack(src, out, PackOptions(workers=1, grow="append"))
     assert grown.index.splits["train"].class_counts == (4, 2)
+
+
+def test_an_append_moves_declared_box_columns_and_an_index_from_before_them_grows(tmp_path):
+    """--box-columns is the dataset's: an append takes it from index.json and moves the new
+    rows' boxes alike; an index written before the option existed grows as packed."""
+    from tests.packing.test_boxes import BOXES, _photo, _png
+
+    src = tmp_path / "src"
+    src.mkdir()
+    xywh = [[x0 / 400, y0 / 200, (x1 - x0) / 400, (y1 - y0) / 200]
+            for y0, x0, y1, x1 in BOXES.values()]  # fmt: skip
+    for name in "abc":
+        (src / f"{name}.png").write_bytes(_png(_photo()))
+    rows = [{"path": f"{name}.png", "det": xywh} for name in "abc"]
+    write_jsonl(src / "m.jsonl", rows[:1])
+    out = tmp_path / "out"
+    options = {"resize": (200, 200), "resize_mode": "center-crop", "workers": 1}
+    pack(src / "m.jsonl", out, PackOptions(box_columns=("det:xywh",), **options))
+    write_jsonl(src / "m.jsonl", rows[:2])
+    pack(src / "m.jsonl", out, PackOptions(grow="append", workers=1))
+    records = {r["key"]: r for r in iter_examples(out)}
+    assert len(records["a.png"]["det"]) == 2  # red cropped away
+    np.testing.assert_array_equal(records["b.png"]["det"], records["a.png"]["det"])
+    index = json.loads((out / "index.json").read_text())
+    del index["options"]["box_columns"]  # as an index written before --box-columns
+    (out / "index.json").write_text(json.dumps(index))
+    write_jsonl(src / "m.jsonl", rows)
+    pack(src / "m.jsonl", out, PackOptions(grow="append", workers=1))
+    assert sum(1 for _ in iter_examples(out)) == 3
