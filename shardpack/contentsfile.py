@@ -151,8 +151,8 @@ def _filled(entry: Entry) -> Entry:
 
 def _agrees(entry: object, records: int, one_label: bool) -> bool:
     """Whether a shard's entry holds `records` keys, content keys, sizes and digests, class
-    counts of at most `records` each (all of them together, with `one_label`), and a reason
-    for each item skipped."""
+    counts (of at most `records` together, with `one_label`: a multi-label record counts each
+    label it lists, one listed twice twice), and a reason for each item skipped."""
     if not isinstance(entry, dict):
         return False
     fields = ("keys", "crc", "size", "label_counts", "skipped")
@@ -170,7 +170,7 @@ def _agrees(entry: object, records: int, one_label: bool) -> bool:
             _only(v, int) and min(v, default=0) >= 0 for v in (crc, size, counts, *more.values())
         )
         and all(_tallied(t) for t in tally)
-        and (sum(counts) if one_label else max(counts, default=0)) <= records
+        and (not one_label or sum(counts) <= records)
     )
 
 
