@@ -251,8 +251,9 @@ def _items(
 ) -> Iterator[tuple[Item, str | None, int]]:
     """(item, the row's split, its line) of each usable row, the table's rows consumed (each
     freed as its item is made); a row that is not goes to `bad` (where any row names an
-    http(s) URL, each naming anything else: the table is a URL list); `seen`: the paths of the manifest's files read before, to refuse one listed in two; `boxes`:
-    the box columns' formats (_box_columns), their values taken to yxyx rows."""
+    http(s) URL, each naming anything else: the table is a URL list); `seen`: the paths of
+    the manifest's files read before, to refuse one listed in two; `boxes`: the box columns'
+    formats (_box_columns), their values taken to yxyx rows."""
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
     at = {name: i for i, name in enumerate(table.columns)}  # every row's fields share it
     boxes_at = [(at[name], name, fmt) for name, fmt in (boxes or {}).items()]

@@ -589,7 +589,6 @@ def test_class_counts_that_are_not_the_shards_are_refused_not_carried_on(tmp_pat
     assert grown.index.splits["train"].class_counts == (4, 2)
 
 
-
 def test_a_multi_label_dataset_listing_a_label_twice_grows_with_its_counts(tmp_path: Path):
     """A record counts each label its list names, one named twice twice: its shard's count of
     that class is over its records, and that is no lie."""
@@ -601,6 +600,7 @@ def test_a_multi_label_dataset_listing_a_label_twice_grows_with_its_counts(tmp_p
     write_jsonl(src / "m.jsonl", rows)
     grown = pack(src / "m.jsonl", tmp_path / "out", PackOptions(workers=1, grow="append"))
     assert grown.index.splits["train"].class_counts == (6, 3)
+
 
 def test_an_append_moves_declared_box_columns_and_an_index_from_before_them_grows(tmp_path):
     """--box-columns is the dataset's: an append takes it from index.json and moves the new
