@@ -15,7 +15,8 @@ import numpy as np
 
 from shardpack.errors import Option, OutputError
 from shardpack.index import Index
-from shardpack.layout import CONTENTS_NAME
+from shardpack.layout import CONTENTS_NAME, INDEX_NAME
+from shardpack.schema import LABEL
 from shardpack.storage import Storage
 
 FORMAT = "shardpack-contents"
@@ -106,13 +107,31 @@ def load_contents(out: Storage, index: Index) -> Contents:
     if not isinstance(listed, dict) or doc.get("format") != FORMAT or not _skips(loose):
         raise OutputError(f"{path}: not a contents file shardpack wrote; ", *fix)
     found = {}
+    label = index.schema.get(LABEL)
+    one_label = label is not None and label.shape == ()  # each record counts one class at most
     for shard in shards:
         entry = listed.get(shard.file)
-        if not _agrees(entry, shard.num_records):
+        if not _agrees(entry, shard.num_records, one_label):
             raise OutputError(f"{path}: does not agree with index.json about "
                               f"{shard.file}; ", *fix)  # fmt: skip
         found[shard.file] = _filled(entry)
+    _counted(out, index, found, fix)
     return Contents(found, tuple(map(tuple, loose)))
+
+
+def _counted(out: Storage, index: Index, found: dict[str, Entry], fix: tuple) -> None:
+    """Refuse an index whose splits' record or class counts are not its shards' (a grow would
+    carry them on into the next index)."""
+    for name, split in index.splits.items():
+        counts = [0] * max(len(index.classes), len(split.class_counts))
+        for shard in split.shards:
+            for label, n in enumerate(found[shard.file]["label_counts"][: len(counts)]):
+                counts[label] += n
+        told = [*split.class_counts, *[0] * (len(counts) - len(split.class_counts))]
+        if told != counts or split.num_records != sum(s.num_records for s in split.shards):
+            raise OutputError(f"{out.path(INDEX_NAME)}: split {name!r} counts other records or "
+                              "classes than its shards hold (as contents.json lists them); ",
+                              *fix)  # fmt: skip
 
 
 def _skips(loose: object) -> bool:
@@ -133,9 +152,10 @@ def _filled(entry: Entry) -> Entry:
     return {**entry, **{k: v for k, v in older.items() if k not in entry}}  # entry's order kept
 
 
-def _agrees(entry: object, records: int) -> bool:
-    """Whether a shard's entry holds `records` keys, content keys, sizes and digests, integer
-    class counts, and a reason for each item skipped."""
+def _agrees(entry: object, records: int, one_label: bool) -> bool:
+    """Whether a shard's entry holds `records` keys, content keys, sizes and digests, class
+    counts (of at most `records` together, with `one_label`: a multi-label record counts each
+    label it lists, one listed twice twice), and a reason for each item skipped."""
     if not isinstance(entry, dict):
         return False
     fields = ("keys", "crc", "size", "label_counts", "skipped")
@@ -153,6 +173,7 @@ def _agrees(entry: object, records: int) -> bool:
             _only(v, int) and min(v, default=0) >= 0 for v in (crc, size, counts, *more.values())
         )
         and all(_tallied(t) for t in tally)
+        and (not one_label or sum(counts) <= records)
     )
 
 

@@ -54,6 +54,11 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 SPLIT_NAMES = ("train", "training", "validation", "valid", "val", "test", "testing", "dev", "eval")
 # A split name goes into shard file names: no '-' (it separates name and split there).
 _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
+# The most characters a dataset's and a split's name may have: OUT's longest file name holding
+# both (a shard's progress file, `.{name}-{split}.array_record-00000-of-00001.{16 hex}.progress`,
+# 56 more) stays within the 255 bytes a file name has on common file systems.
+MAX_NAME_CHARS = 128
+MAX_SPLIT_CHARS = 64
 
 # The default --near-distance, from `python -m benchmarks.near_distance` (300 benchmark photos):
 # a 0.7x, quality-60 copy hashes at most 4 bits away (median 0), quality 60 alone at most 2;
@@ -362,6 +367,10 @@ class PackOptions:
         if self.split is not None:
             check_split_names("split", tuple(name for name, _ in self.split))
             check_fractions(self.split)
+        if self.name is not None and len(self.name) > MAX_NAME_CHARS:
+            raise OptionError(Option("name"), f" must be at most {MAX_NAME_CHARS} characters "
+                              f"(shard file names hold it), got {len(self.name):,}; pass ",
+                              Option("name", self.name[:MAX_NAME_CHARS]))  # fmt: skip
         if self.name is not None and not _NAME.match(self.name):
             safe = safe_name(self.name)  # the name made so, where anything is left
             such = ("; pass ", Option("name", safe)) if safe else ()
@@ -431,6 +440,16 @@ def check_split_names(option: str, names: tuple[str, ...]) -> None:
             raise OptionError("split names must start with a letter or digit and hold only "
                               f"letters, digits, '_' and '.', got: {name!r} in ",
                               Option(option))  # fmt: skip
+        if (long := too_long_split(name)) is not None:
+            raise OptionError(long, " in ", Option(option))
+
+
+def too_long_split(name: str) -> str | None:
+    """Why a split name is too long for shard file names (over MAX_SPLIT_CHARS), else None."""
+    if len(name) <= MAX_SPLIT_CHARS:
+        return None
+    return (f"split {name[:24]!r}... is {len(name):,} characters, over the {MAX_SPLIT_CHARS} "
+            "a split's shard file names hold; give it a shorter name")  # fmt: skip
 
 
 def check_fractions(split: tuple[tuple[str, float], ...]) -> None:

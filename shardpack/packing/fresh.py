@@ -12,7 +12,7 @@ from typing import NoReturn
 from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, Option, OptionError, SourceError, printable
 from shardpack.index import PackStats
-from shardpack.options import PackOptions, safe_name
+from shardpack.options import MAX_NAME_CHARS, PackOptions, safe_name
 from shardpack.packing import duplicates, stamps
 from shardpack.packing.contents import copy_numbers
 from shardpack.packing.cpuload import CpuWatch, machine_cores
@@ -165,15 +165,15 @@ class FreshPack:
 def default_name(dataset: Dataset, src: Storage) -> str:
     """The source's own name for it (cifar10), a manifest file's name without its extension
     (two tables in one folder are two datasets), else SRC's folder name (a URL's last segment);
-    made safe for file names."""
+    made safe for file names, and cut to MAX_NAME_CHARS."""
     named = dataset.source.default_name(dataset)
     if named is not None:
-        return named
+        return named[:MAX_NAME_CHARS]
     if src.kind() == "dir":
         base = os.path.basename(dataset.root.path())
     else:  # a manifest file
         base = os.path.splitext(os.path.basename(src.path()))[0]
-    return safe_name(base) or "dataset"
+    return safe_name(base)[:MAX_NAME_CHARS] or "dataset"
 
 
 def choose_workers(

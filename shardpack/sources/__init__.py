@@ -26,7 +26,7 @@ import os
 from collections.abc import Iterator, Mapping
 
 from shardpack.errors import Option, ShardpackError, SourceError
-from shardpack.options import PackOptions, check_choice
+from shardpack.options import PackOptions, check_choice, too_long_split
 from shardpack.sources import (
     cifar,
     coco,
@@ -120,17 +120,20 @@ def scan(
     dataset = dataclasses.replace(dataset, warnings=dataset.warnings + near_misses(dataset))
     if options.split is not None:
         dataset = split_dataset(dataset, options.split, options.seed, root.path())
-    _refuse_cased_splits(dataset, root)
+    _refuse_unwritable_splits(dataset, root)
     return dataset
 
 
-def _refuse_cased_splits(dataset: Dataset, root: Storage) -> None:
-    """Refuse splits alike but for case (a split column's `Train` beside `train`): their shard
-    files (`name-Train.tfrecord-...`, `name-train.tfrecord-...`) are one file on a disk that
-    ignores case (macOS's and Windows' by default, exFAT), where one split's shards would
-    replace the other's under both names."""
+def _refuse_unwritable_splits(dataset: Dataset, root: Storage) -> None:
+    """Refuse, before any is written, a split name too long for its shard files' names
+    (options.too_long_split), and splits alike but for case (a split column's `Train` beside
+    `train`): their shard files (`name-Train.tfrecord-...`, `name-train.tfrecord-...`) are one
+    file on a disk that ignores case (macOS's and Windows' by default, exFAT), where one
+    split's shards would replace the other's under both names."""
     seen: dict[str, str] = {}
     for split in sorted(dataset.splits):
+        if (long := too_long_split(split)) is not None:
+            raise SourceError(f"{root.path()}: {long}")
         other = seen.setdefault(split.casefold(), split)
         if other != split:
             raise SourceError(f"{root.path()}: splits {other!r} and {split!r} differ only in "

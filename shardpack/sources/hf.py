@@ -80,8 +80,8 @@ class HfSource(Source):
                 if required:
                     raise SourceError(
                         f"{root.path()}: no Parquet files found; expected "
-                        "data/{split}-00000-of-00001.parquet, {split}/*.parquet or README.md "
-                        "configs naming them"
+                        "data/{split}-00000-of-00001.parquet, {split}/*.parquet, "
+                        "{config}/{split}/*.parquet or README.md configs naming them"
                     )
                 return None
             first = root.child(next(iter(files.values()))[0])

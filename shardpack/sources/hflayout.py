@@ -1,8 +1,11 @@
 """Where a Hugging Face dataset's Parquet files are, and the split of each, as the `datasets`
 library assigns them (datasets/data_files.py): a README.md's YAML `configs` first; else
 data/{split}-NNNNN-of-NNNNN*.parquet; else folders named for a split (train/, validation/,
-test/ and their synonyms); else file names starting with one; else every file is `train`.
-Files are looked for in SRC and SRC/data only, so that telling SRC apart costs a few listings.
+test/ and their synonyms); else one folder of a config laid out as the Hub lays out each
+({config}/{split}/*.parquet, {config}/{split}-NNNNN-of-NNNNN.parquet), where `datasets`
+would mix several configs' files into one split (several: refused, naming them); else file
+names starting with a split's word; else every file is `train`. Files are looked for in SRC,
+SRC/data and a config folder's split folders, so that telling SRC apart costs a few listings.
 
 No pyarrow here: recognising SRC and `pack --help` stay light.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 import re
 
 from shardpack.errors import SourceError, printable
+from shardpack.sources.folder import few
 from shardpack.storage import Storage
 
 # datasets' SPLIT_KEYWORDS: the split a folder or file name beginning with each word holds.
@@ -33,6 +37,9 @@ MAX_FILES = 100_000  # Parquet files of one dataset: the Hub's largest hold a fe
 MAX_CARD_VALUES = 100_000
 # Distinct wildcard patterns of a card, each matched against every Parquet file found.
 MAX_GLOBS = 1_000
+# Folders of SRC looked into for a config's layout ({config}/{split}/...): a folder of more is
+# a folder dataset's classes (each a listing, a request on a store), not the Hub's configs.
+MAX_CONFIGS = 32
 # Folders below a pattern's fixed part that a `**` reaches (and that are walked to find out).
 MAX_DEPTH = 64
 _MAGIC = re.compile(r"[*?\[]")  # what makes a pattern a glob (fsspec's has_magic)
@@ -54,16 +61,22 @@ def data_files(root: Storage, required: bool) -> dict[str, list[str]] | None:
     if configured is not None:  # configs naming no Parquet file: an ImageFolder's card
         return configured or None
     files = _parquet_files(root, "") + _parquet_files(root, "data")
-    sharded: dict[str, list[str]] = {}
-    for name in files:
-        match = _SHARDED.fullmatch(name.rpartition("/")[2])
-        if name.startswith("data/") and match:
-            sharded.setdefault(_checked_split(root, match["split"]), []).append(name)
+    sharded = _sharded(root, [name for name in files if name.startswith("data/")])
     if sharded:
         return _ordered(sharded)
     by_folder = _split_folders(root)
     if by_folder:
         return _ordered(by_folder)
+    configs = _config_folders(root)
+    if len(configs) > 1:
+        raise SourceError(
+            f"{root.path()}: holds configs {few(configs)} in folders of their own "
+            "({config}/{split}/*.parquet, as the Hub lays out a dataset's configs) and no "
+            "README.md configs naming the default; pass one config's folder as SRC "
+            f"({root.path(next(iter(configs)))})"
+        )
+    if configs:
+        return _ordered(*configs.values())
     by_name = {}
     for name in files:
         split = _keyword_split(name.rpartition("/")[2], file=True)
@@ -96,6 +109,37 @@ def _parquet_files(root: Storage, folder: str) -> list[str]:
     # hidden files left out, as datasets leaves them (macOS's ._x.parquet is no Parquet)
     return [f"{prefix}{e.name}" for e in entries if not e.is_dir and e.name.endswith(SUFFIX)
             and not e.name.startswith(".")]  # fmt: skip
+
+
+def _sharded(root: Storage, names: list[str]) -> dict[str, list[str]]:
+    """split -> those of these files named as the Hub names a split's ({split}-NNNNN-of-NNNNN)."""
+    sharded: dict[str, list[str]] = {}
+    for name in names:
+        match = _SHARDED.fullmatch(name.rpartition("/")[2])
+        if match:
+            sharded.setdefault(_checked_split(root, match["split"]), []).append(name)
+    return sharded
+
+
+def _config_folders(root: Storage) -> dict[str, dict[str, list[str]]]:
+    """config -> split -> its files (relative to root) of each folder of root laid out as the
+    Hub lays out a config: split folders of Parquet files, or files named as _sharded's;
+    none where root holds over MAX_CONFIGS folders."""
+    try:
+        folders = sorted(e.name for e in root.listdir("") if e.is_dir and e.name[:1] != ".")
+    except OSError:
+        return {}
+    if len(folders) > MAX_CONFIGS:
+        return {}
+    found = {}
+    for name in folders:
+        if not name.startswith("__"):
+            config = root.child(name)
+            splits = _sharded(config, _parquet_files(config, "")) or _split_folders(config)
+            if splits:
+                found[name] = {split: [f"{name}/{file}" for file in files]
+                               for split, files in splits.items()}  # fmt: skip
+    return found
 
 
 def _split_folders(root: Storage) -> dict[str, list[str]]:

@@ -15,7 +15,8 @@ through storages made with the same options; an object's size comes from a listi
 folder. An http(s) URL takes no request at scan (its size is imageroot.URL_BYTES, a guess
 for the planner): the workers fetch each shard's URLs many at a time (storage.fetch), in the
 plan's order. A URL of a scheme but http(s), file://, local:// and object stores' (ftp://,
-sftp://, ...) is refused by name.
+sftp://, ...) is refused by name. A URL list (a file any of whose rows names an http(s) URL;
+streamed, a shard's range) is a stranger's: its rows naming anything else are refused unread.
 """
 
 from __future__ import annotations
@@ -249,14 +250,15 @@ def _items(
     boxes: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[Item, str | None, int]]:
     """(item, the row's split, its line) of each usable row, the table's rows consumed (each
-    freed as its item is made); a row that is not goes to `bad`;
-    `seen`: the paths of the manifest's files read before, to refuse one listed in two; `boxes`:
-    the box columns' formats (_box_columns), their values taken to yxyx rows."""
+    freed as its item is made); a row that is not goes to `bad` (where any row names an
+    http(s) URL, each naming anything else: the table is a URL list); `seen`: the paths of
+    the manifest's files read before, to refuse one listed in two; `boxes`: the box columns'
+    formats (_box_columns), their values taken to yxyx rows."""
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
     at = {name: i for i, name in enumerate(table.columns)}  # every row's fields share it
     boxes_at = [(at[name], name, fmt) for name, fmt in (boxes or {}).items()]
-    sizes = ImageSizes(images)
     rows = table.rows
+    sizes = ImageSizes(images, urls_only=images.lists_urls(row.path for row in rows))
     try:
         for number, row in enumerate(rows):
             rows[number] = None  # the Row goes as its Item comes: both are not held at once

@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 # size (img2dataset's 10,000 a shard would be ~1 GB of originals); 1,024 make a 128MiB shard.
 URL_BYTES = 128 << 10
 
+# Why a URL list's row naming anything but an http(s) URL is refused: a list of strangers'
+# URLs must not reach this machine's files or the user's object stores.
+NOT_WEB = ("not an http(s) URL in a URL list (a list naming http(s) URLs is fetched over "
+           "http(s) only); give its http(s) URL, or list local and object-store images in a "
+           "manifest of their own")  # fmt: skip
+
 # This process's next shard, fetching while its last one waits for retries: (the key its
 # reading names it by, its Prefetch), started by the last reading's `then`.
 _started: tuple[object, Prefetch] | None = None
@@ -113,6 +119,10 @@ class ImageRoot(Storage):
             return None
         url = joined(self.root, name)
         return url if is_web_url(url) else None
+
+    def lists_urls(self, paths: Iterable[str]) -> bool:
+        """Whether rows naming these image paths are a URL list: one of them an http(s) URL."""
+        return any(self.web_url(path) is not None for path in paths)
 
     def fetcher(self) -> Fetcher:
         """This process's Fetcher of image URLs."""
@@ -291,10 +301,10 @@ class _Ahead:
 class ImageSizes:
     """Each image's size at scan: a file on a disk stat'ed (links followed, but only to a
     regular file); an object's from the listing of its folder (a request a folder, not one an
-    image)."""
+    image); with `urls_only` (a URL list), any path but an http(s) URL refused (NOT_WEB)."""
 
-    def __init__(self, images: ImageRoot) -> None:
-        self.images = images
+    def __init__(self, images: ImageRoot, urls_only: bool = False) -> None:
+        self.images, self.urls_only = images, urls_only
         root = images.base.local_path()
         self.root_fd = _open_root(root) if root is not None else None
         self.listings: dict[tuple[str, str], dict[str, Entry] | str] = {}
@@ -302,7 +312,7 @@ class ImageSizes:
     def of(self, path: str) -> int:
         if self.images.web_url(path) is not None:
             return URL_BYTES  # no request a row: the worker's read bounds it
-        if (why := refused_scheme(path)) is not None:
+        if (why := refused_scheme(path) or (NOT_WEB if self.urls_only else None)) is not None:
             raise ImageUnusable(f"image {path}: {why}")
         storage, name = self.images.where(path)
         if (root := storage.local_path()) is not None:

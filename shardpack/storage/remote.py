@@ -4,9 +4,10 @@
   at the end (S3 multipart, GCS resumable): nothing is under the final name before commit, and
   a failed shard aborts its upload. Filesystems without such uploads get an unnamed local
   spool file uploaded whole at commit; so does a file a library writes by path (ArrayRecord).
-- The lock is an object created only if absent (S3 If-None-Match: *). Where a filesystem has no
-  conditional create, fsspec checks then writes: two runs started at the same instant could
-  both pass (docs/scaling.md says so).
+- The lock is an object created only if absent (S3 If-None-Match: *), and a dead run's taken
+  over only if unchanged (S3 If-Match: its ETag). Where a filesystem has no conditional
+  create or replace, fsspec checks then writes: two runs started (or taking a dead run's lock
+  over) at the same instant could both pass (docs/scaling.md says so).
 - The journal is one small object per finished shard, under OUT/.shardpack.journal.d/.
 - A killed worker cannot abort its upload: the parent, and every later run, aborts the open
   multipart uploads under OUT for the names it writes (remove_partial).
@@ -14,6 +15,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import queue
@@ -609,11 +611,12 @@ def _locked(storage: RemoteStorage) -> Iterator[None]:
                 storage.fs.pipe_file(key, mine, mode="create")
             break
         except FileExistsError:  # s3fs: 412 Precondition Failed
+            tag = _tag(storage, key)  # before what it says: a lock replaced since has another
             owner = _owner(storage, key)
             if attempt == 1 and _dead_here(owner):
-                with suppress(FileNotFoundError):
-                    storage.fs.rm_file(key)
-                continue
+                if _take_over(storage, key, tag, mine):
+                    break
+                continue  # another run took it over first, or it is gone: create it, or refuse
             held = "unknown" if owner is None else (
                 f"pid {owner['pid']} on {owner['host']}, since {owner['started']}")  # fmt: skip
             raise OutputError(
@@ -637,6 +640,43 @@ def _locked(storage: RemoteStorage) -> Iterator[None]:
                     f"its lock could not be removed ({said(e, 200)}); remove it, or a later run "
                     "on this host takes it over"
                 ) from None
+
+
+def _tag(storage: RemoteStorage, key: str) -> str | None:
+    """The lock object's ETag, where the store replaces an object only if unchanged (S3's
+    If-Match); None elsewhere, or when it is gone."""
+    if not hasattr(storage.fs, "call_s3"):
+        return None
+    bucket, name, _ = storage.fs.split_path(key)
+    try:
+        with _naming(storage.path(LOCK_NAME)):
+            return storage.fs.call_s3("head_object", Bucket=bucket, Key=name).get("ETag")
+    except FileNotFoundError:
+        return None
+
+
+def _take_over(storage: RemoteStorage, key: str, tag: str | None, mine: bytes) -> bool:
+    """Put this run's lock in place of a dead run's, and whether it is in place. On S3, only if
+    the object is still the one read (PutObject If-Match on its ETag): of two runs taking one
+    lock over, one does. Elsewhere (no conditional replace) it is removed and left to the
+    create, which two runs at the same instant may both pass (docs/scaling.md), as on an S3
+    store that does not implement If-Match."""
+    if tag is not None:
+        bucket, name, _ = storage.fs.split_path(key)
+        try:
+            with _naming(storage.path(LOCK_NAME)):
+                storage.fs.call_s3("put_object", Bucket=bucket, Key=name, Body=mine, IfMatch=tag)
+            return True
+        except FileNotFoundError:  # removed since: the create takes it
+            return False
+        except OSError as e:
+            if e.errno == errno.EINVAL:  # s3fs's 412 Precondition Failed: replaced since
+                return False
+            if e.errno != errno.ENOSYS:  # 501 Not Implemented: the store has no If-Match
+                raise
+    with suppress(FileNotFoundError):
+        storage.fs.rm_file(key)
+    return False
 
 
 def _release(storage: RemoteStorage, key: str, token: str) -> None:

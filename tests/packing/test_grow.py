@@ -17,6 +17,7 @@ import pytest
 from PIL import Image
 
 from shardpack.containers import CONTAINERS
+from shardpack.errors import OutputError
 from shardpack.index import load_index
 from shardpack.options import PackOptions
 from shardpack.packing import gaps
@@ -556,6 +557,49 @@ def test_an_index_listing_a_shard_twice_is_refused_in_one_line(tmp_path: Path):
     (out / "index.json").write_text(json.dumps(doc))
     (src / "cat" / "img_000.jpg").unlink()
     one_line_error(run_cli("pack", str(src), str(out), "--update", "--no-progress"), "twice")
+
+
+def test_class_counts_that_are_not_the_shards_are_refused_not_carried_on(tmp_path: Path):
+    """An index whose class counts disagree with its shards' (index.json's own, or
+    contents.json's beside consistent ones) was grown with them added to: a lie carried on
+    into every next index. Refused now in one line naming the file."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    _add(src, "cat", 1, seed=9)
+    index, contents = (
+        json.loads((out / name).read_text()) for name in ("index.json", "contents.json")
+    )
+    entry = next(iter(contents["shards"].values()))
+    assert index["splits"]["train"]["class_counts"] == entry["label_counts"] == [3, 2]
+    lies = [("index.json", "class_counts", [30, 2]), ("index.json", "num_records", 50),
+            ("contents.json", "label_counts", [5, 5])]  # fmt: skip
+    for name, key, lie in lies:
+        lied = tmp_path / f"lied-{key}"
+        shutil.copytree(out, lied)
+        doc = index if name == "index.json" else contents
+        told = doc["splits"]["train"] if name == "index.json" else entry
+        was, told[key] = told[key], lie
+        (lied / name).write_text(json.dumps(doc))
+        told[key] = was
+        said = "does not agree with index.json" if name == "contents.json" else "counts other"
+        with pytest.raises(OutputError, match=f"^{lied / name}: .*{said}"):
+            pack(src, lied, PackOptions(workers=1, grow="append"))
+    grown = pack(src, out, PackOptions(workers=1, grow="append"))
+    assert grown.index.splits["train"].class_counts == (4, 2)
+
+
+def test_a_multi_label_dataset_listing_a_label_twice_grows_with_its_counts(tmp_path: Path):
+    """A record counts each label its list names, one named twice twice: its shard's count of
+    that class is over its records, and that is no lie."""
+    src = make_tree(tmp_path / "src", {"a": 3})
+    images = sorted(src.rglob("*.jpg"))
+    rows = [{"path": str(p.relative_to(src)), "label": ["x", "x", "y"]} for p in images]
+    write_jsonl(src / "m.jsonl", rows[:2])
+    pack(src / "m.jsonl", tmp_path / "out", PackOptions(workers=1))
+    write_jsonl(src / "m.jsonl", rows)
+    grown = pack(src / "m.jsonl", tmp_path / "out", PackOptions(workers=1, grow="append"))
+    assert grown.index.splits["train"].class_counts == (6, 3)
 
 
 def test_an_append_moves_declared_box_columns_and_an_index_from_before_them_grows(tmp_path):

@@ -11,8 +11,8 @@ import cv2
 import numpy as np
 import pytest
 
-from shardpack.errors import ImageError, OutputError, SourceError
-from shardpack.options import PackOptions
+from shardpack.errors import ImageError, OptionError, OutputError, SourceError
+from shardpack.options import MAX_NAME_CHARS, PackOptions
 from shardpack.packing.packer import pack
 from tests.helpers import (
     image as make_image,
@@ -625,3 +625,14 @@ def test_the_scan_reports_to_a_callback_given_only(tmp_path: Path, monkeypatch):
     heard.clear()
     pack(tmp_path / "m.csv", tmp_path / "out2", PackOptions(workers=1), scan_progress=heard.append)
     assert heard == [15], heard
+
+
+def test_a_name_too_long_for_shard_file_names_is_cut_or_refused_before_a_shard(tmp_path):
+    """SRC's folder of 240 characters gave the dataset its name, and the run failed at its
+    first shard's file ('File name too long'); a --name as long likewise. The name SRC gives
+    is cut to MAX_NAME_CHARS; a longer --name is refused, with one to pass."""
+    src = make_tree(tmp_path / ("n" * 240), {"cat": 2})
+    result = pack(src, tmp_path / "out", PackOptions(workers=1))
+    assert result.index.name == "n" * MAX_NAME_CHARS and result.num_records == 2
+    with pytest.raises(OptionError, match=f"at most {MAX_NAME_CHARS} characters .* got 300; "):
+        PackOptions(name="n" * 300)

@@ -202,6 +202,21 @@ def test_hf_split_folders_parquet_file_and_path_rows(tmp_path, monkeypatch):
         (folder / split).mkdir(parents=True)
         _hf_dataset(8, seed).to_parquet(folder / split / "part-0.parquet")
     _check_like_load_dataset_splits(folder, ("train", "validation"))
+    # A config's folder above them (the Hub's {config}/{split}/...), which was not found:
+    # read as `datasets` reads it; a second config's beside it, which `datasets` would mix
+    # into the same splits, refused naming both and the fix.
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    folder.rename(configs / "plain")
+    _check_like_load_dataset_splits(configs, ("train", "validation"))
+    (configs / "small" / "train").mkdir(parents=True)
+    _hf_dataset(8).to_parquet(configs / "small" / "train" / "0000.parquet")
+    with pytest.raises(
+        SourceError,
+        match=r"holds configs 'plain', 'small' in folders of their "
+        r"own .* pass one config's folder as SRC \(.*/configs/plain\)$",
+    ):
+        scan(configs)
     # One file as SRC; a row holding only a path reads the file beside it; one climbing out
     # of SRC's folder is skipped.
     (tmp_path / "one").mkdir()

@@ -22,6 +22,7 @@ from shardpack.read.random_access import read_record
 from shardpack.read.stream import iter_examples, tf_dataset
 from shardpack.read.verify import verify
 from shardpack.sources import scan
+from shardpack.storage.imageroot import NOT_WEB
 from tests.helpers import (
     heavy_import,
     make_tree,
@@ -522,12 +523,34 @@ def test_a_url_spaced_in_its_cell_is_the_url_and_a_spaced_file_name_stays(tmp_pa
     """A URL cell written ', https://...' (or with a sheet's trailing space) was read as a
     local path under SRC's folder, every such image 'missing'; a file name keeps its spaces."""
     (tmp_path / " spaced.jpg").write_bytes(b"")
-    rows = [{"url": " https://img.example.com/a.jpg"}, {"url": "http://img.example.com/b.jpg\t"},
-            {"url": " spaced.jpg"}]  # fmt: skip
+    rows = [{"url": " https://img.example.com/a.jpg"}, {"url": "http://img.example.com/b.jpg\t"}]
     manifest = write_jsonl(tmp_path / "urls.jsonl", rows)
     items = scan(str(manifest), PackOptions(path_column="url")).splits["train"]
     assert [i.path for i in items] == ["https://img.example.com/a.jpg",
-                                       "http://img.example.com/b.jpg", " spaced.jpg"]  # fmt: skip
+                                       "http://img.example.com/b.jpg"]  # fmt: skip
+    files = write_jsonl(tmp_path / "files.jsonl", [{"url": " spaced.jpg"}])
+    assert [i.path for i in scan(str(files), PackOptions(path_column="url")).splits["train"]] == [
+        " spaced.jpg"
+    ]
+
+
+def test_a_url_list_reads_http_urls_only_and_a_table_of_paths_reads_its_own(tmp_path: Path):
+    """A URL list's row naming a file (file://, an absolute or relative path) or an object
+    store was read from there: a stranger's list reached this machine's files. Each is a bad
+    row now, naming its line, and nothing of it is read; a table of paths reads them as ever."""
+    pets = make_tree(tmp_path / "pets", {"cat": 2})
+    one, two = sorted(pets.rglob("*.jpg"))
+    local = [f"file://{one}", str(two), "cat/" + one.name, "memory://bucket/a.jpg",
+             "s3://bucket/b.jpg"]  # fmt: skip
+    rows = [{"url": "https://img.example.com/a.jpg"}, *({"url": path} for path in local)]
+    listed = scan(str(write_csv(pets / "urls.csv", rows)), PackOptions(path_column="url"))
+    assert [item.path for item in listed.splits["train"]] == ["https://img.example.com/a.jpg"]
+    reasons = [reason for _, reason in listed.skipped]
+    assert reasons == [f"urls.csv line {line}: image {path}: {NOT_WEB}"
+                       for line, path in enumerate(local, 3)]  # fmt: skip
+    own = scan(str(write_csv(pets / "own.csv", [{"url": p} for p in local[:3]])),
+               PackOptions(path_column="url"))  # fmt: skip
+    assert len(own.splits["train"]) == 3 and not own.skipped
 
 
 def test_a_manifest_away_from_its_images_is_told_to_pass_root(tmp_path):

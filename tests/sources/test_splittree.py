@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from shardpack.errors import OptionError, ShardpackError, SourceError
-from shardpack.options import PackOptions, as_flags, parse_split
+from shardpack.options import MAX_SPLIT_CHARS, PackOptions, as_flags, parse_split
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from shardpack.sources import scan
@@ -137,6 +137,21 @@ def test_splits_alike_but_for_case_are_refused_before_their_shards_are_one_file(
         scan(src / "labels.csv")
     (src / "labels.csv").write_text("path,label,split\n" + rows.replace(",Train", ",test"))
     assert sorted(scan(src / "labels.csv").splits) == ["test", "train"]
+
+
+def test_a_split_name_too_long_for_its_shard_files_is_refused_at_the_scan(tmp_path: Path):
+    """A split column's 300-character name failed at write time, on its first shard's file
+    ('File name too long'), after the scan and plan: refused now, naming it and the limit."""
+    src = make_tree(tmp_path / "src", {"a": 2})
+    long = "s" * 300
+    (src / "labels.csv").write_text(f"path,label,split\na/img_000.jpg,a,{long}\n")
+    said = f"split 'ssssssssssssssssssssssss'... is 300 characters, over the {MAX_SPLIT_CHARS} "
+    with pytest.raises(SourceError, match=f"^{src / 'labels.csv'}: {said}"):
+        scan(src / "labels.csv")
+    with pytest.raises(OptionError, match=said):
+        PackOptions(split=((long, 1.0),))
+    longest = "s" * MAX_SPLIT_CHARS
+    assert list(scan(src, PackOptions(split=((longest, 1.0),))).splits) == [longest]
 
 
 def test_splits_option_names_other_split_folders(tmp_path: Path):

@@ -16,8 +16,9 @@ from shardpack.errors import ImageError, OptionError, OutputError, SourceError
 from shardpack.packing.fresh import _scan_and_plan
 from shardpack.packing.worker import write_shard
 from shardpack.sources import scan
-from shardpack.sources.streamed import RowRange, StreamedRows
+from shardpack.sources.streamed import BAD_ROW, RowRange, StreamedRows
 from shardpack.storage import storage_at
+from shardpack.storage.imageroot import NOT_WEB
 from tests import helpers
 from tests.storage.test_fetch import serving
 
@@ -274,3 +275,22 @@ def test_the_ranges_of_one_row_group_read_it_once_in_a_process(tmp_path, monkeyp
     assert [item.key for spec in plan.shards for item in spec.items] == urls
     assert read == [0]
     dataset.splits["train"].release()
+
+
+def test_a_streamed_url_list_reads_http_urls_only(tmp_path):
+    """As a list read whole: a row naming a local file or an object store in a range of URLs
+    is a bad row (refused at its read, naming its row), never read."""
+    image = tmp_path / "private.jpg"
+    image.write_bytes(helpers.jpeg(0))
+    folder = tmp_path / "lists"
+    folder.mkdir()
+    paths = ["http://images.example/0.png", f"file://{image}", str(image), "s3://bucket/a.png"]
+    for part in (0, 1):
+        pq.write_table(pa.table({"url": paths}), folder / f"part-{part}.parquet")
+    rows = scan(folder, _options(shuffle=False)).splits["train"]
+    items = list(RowRange(rows, 1, 0, 4))
+    assert items[0].path == paths[0]
+    assert [i.path for i in items[1:]] == [
+        f"{BAD_ROW}part-1.parquet row {row}: image {path}: {NOT_WEB}"
+        for row, path in enumerate(paths[1:], 1)
+    ]

@@ -89,7 +89,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     /429long.png asks to be retried in a day. /redirect/N.png: a 302 to /img/N.png.
     /noai/N.png and /otherbot/N.png: image N with an X-Robots-Tag (noai for every agent; noai
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
-    itself), /meta.png (a redirect to the metadata address), /huge.png (Content-Length 100 GB),
+    itself), /meta.png (a redirect to the metadata address), /tofile.png and /tos3.png (to
+    file:///etc/hostname and s3://bucket/a.png), /huge.png (Content-Length 100 GB),
     /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
     /drip.png (a byte every 50 ms). /twin/N.png: image N // 2. A path in `Site.held` is
     answered once `Site.gate` is set; one in `Site.down`, 503."""
@@ -196,6 +197,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._send(302, b"", {"Location": f"/img/{name}"})
         if path in ("/loop.png", "/meta.png"):
             where = "/loop.png" if path == "/loop.png" else "http://169.254.169.254/latest/"
+            return self._send(302, b"", {"Location": where})
+        if path in ("/tofile.png", "/tos3.png"):
+            where = "file:///etc/hostname" if path == "/tofile.png" else "s3://bucket/a.png"
             return self._send(302, b"", {"Location": where})
         if path in ("/404.png", "/403.png") or kind == "gone":
             return self._send(404 if kind == "gone" else int(path[1:4]), b"no")
@@ -470,6 +474,17 @@ def test_a_redirect_to_a_url_that_does_not_parse_is_a_failure_not_a_traceback(si
     with pytest.raises(UrlFailed, match=r"^bad redirect: Invalid IPv6 URL$"):
         fetcher.get(site.url("/badredirect.png"), 10_000)
     assert site.hits["/badredirect.png"] == 1  # permanent: not asked again
+
+
+def test_a_redirect_to_a_file_or_an_object_store_is_refused_and_nothing_read(site):
+    """A stranger's server sending a fetch on to this machine's files or an object store: the
+    scheme is refused before anything is opened (loopback and private addresses reached by a
+    redirect are refused on the address connected: /meta.png in the test above)."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True))
+    for path, scheme in (("/tofile.png", "file"), ("/tos3.png", "s3")):
+        with pytest.raises(UrlFailed, match=rf"^refused scheme: {scheme}:// is not http\(s\)$"):
+            fetcher.get(site.url(path), 10_000)
+        assert site.hits[path] == 1  # permanent: not asked again
 
 
 def test_a_host_holding_a_space_or_a_control_character_is_a_bad_url(site):

@@ -353,6 +353,39 @@ def test_a_lock_from_another_host_is_honoured_until_removed(src, local, s3: Buck
     same_output(out, local)
 
 
+def test_a_dead_runs_lock_taken_over_by_two_runs_at_once_lets_one_in(s3: Bucket, monkeypatch):
+    """Two runs on this host find a dead run's lock; one takes it over between the other's
+    look at it and its own takeover. That removed the first's lock and created its own: both
+    ran. Now the takeover replaces only the lock it looked at (If-Match): the second is
+    refused, and the first's lock stays."""
+    import socket
+
+    from shardpack.errors import OutputError
+    from shardpack.storage import remote, storage_at
+
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    dead = {"pid": gone.pid, "host": socket.gethostname(), "token": "dead", "started": "t"}
+    s3.write("out/.shardpack.lock", json.dumps(dead).encode())
+    first, looked = storage_at(s3.url("out")).lock(), remote._owner
+
+    def raced(storage, key):
+        owner = looked(storage, key)
+        if owner == dead:  # (once: the other run looks with the real one)
+            monkeypatch.setattr(remote, "_owner", looked)
+            first.__enter__()  # the other run takes it over now
+        return owner
+
+    monkeypatch.setattr(remote, "_owner", raced)
+    second = storage_at(s3.url("out")).lock()
+    with pytest.raises(OutputError, match=r"another shardpack run \(pid \d+ on .*\) is writing"):
+        second.__enter__()
+    held = json.loads(s3.read("out/.shardpack.lock"))
+    assert held["pid"] == os.getpid() and held["token"] != "dead"
+    first.__exit__(None, None, None)
+    assert s3.keys("out") == []  # released by the run that held it
+
+
 def test_what_the_store_client_raises_is_one_line(src, local, s3: Bucket):
     """An unreachable endpoint, a malformed bucket name and an option the client does not take
     come out of botocore/s3fs as their own exceptions, not OSErrors: each is still one line,
