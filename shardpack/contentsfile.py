@@ -34,8 +34,9 @@ _QUOTE = ord('"')
 _CHUNK = 16 << 20
 
 # One shard's: "keys", "crc", "size", "width", "height", "stored" (the image's bytes as the
-# record holds it; 0: not noted, by a version before it), "meta", "copy" (one per record),
-# "label_counts", "tally" ([what, value, count]), "skipped" and "reasons" (one per item skipped)
+# record holds it; each of these three 0: not noted, by a version before it), "meta", "copy"
+# (one per record), "label_counts", "tally" ([what, value, count]), "skipped" and "reasons"
+# (one per item skipped)
 Entry = dict[str, list]
 Skip = tuple[str, str, str]  # (split, key, reason)
 
@@ -143,8 +144,9 @@ def _skips(loose: object) -> bool:
 
 def _filled(entry: Entry) -> Entry:
     """An entry with the fields an older shardpack did not write: no sizes, stored sizes,
-    digests, tallies or reasons noted (its items' labels and fields are then taken as
-    unchanged)."""
+    digests, copies, tallies or reasons noted (its items' labels and fields are then taken as
+    unchanged). Each 0, None or empty tally means "not noted", never a value: summaries leave
+    such figures out (packing/stats.py), and a copy 0 (none known) is confirmed by its bytes."""
     n = len(entry["keys"])
     older = {"width": [0] * n, "height": [0] * n, "stored": [0] * n, "meta": [None] * n,
              "copy": [0] * n, "tally": [],

@@ -6,7 +6,8 @@ and `--update` take a file whose size and mtime are unchanged as unchanged witho
 (rsync's quick check: a rewrite that keeps both goes unseen).
 
 Only an item that is a whole file on this machine's disk, read whole by the default loader (a
-folder tree's image, a manifest's local image), gets one. A record inside a file (a table's
+folder tree's image, a manifest's local image), gets one, and only where its mtime is not 0
+(settled()). A record inside a file (a table's
 row, a CIFAR batch's, a tar member, a shard's) or an object in a store gets none: its bytes are
 read and keyed as the workers key them.
 
@@ -79,8 +80,10 @@ def settled_before() -> int:
 
 
 def settled(stamp: Stamp, oldest: int) -> Stamp:
-    """The stamp, where its file was modified before `oldest` (settled_before); else None."""
-    return stamp if stamp is not None and stamp[1] < oldest else None
+    """The stamp, where its file was modified before `oldest` (settled_before); else None. An
+    mtime of 0 (the epoch: files a reproducible archive unpacked) is none: 0 is what a facts
+    table notes for a record without a stamp, and a file's 0 then agreed with it."""
+    return stamp if stamp is not None and stamp[1] != 0 and stamp[1] < oldest else None
 
 
 def mtime_to_keep(stamp: Stamp, size: int) -> int | None:

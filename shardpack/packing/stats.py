@@ -21,6 +21,8 @@ BINS = 20
 SIZE_BINS = 16  # a side of the width x height histogram
 # What a tally's names become in a summary.
 _TALLIED = {"format": "formats", "channels": "channels", "orientation": "orientations"}
+# What a grow counts the records of under each, where an older shardpack noted no tally.
+UNTALLIED = "(not noted)"
 SUMMED = np.dtype([("size", "<u8"), ("width", "<u4"), ("height", "<u4"), ("stored", "<u8")])
 
 
@@ -44,10 +46,17 @@ def entry_summaries(
             for field in SUMMED.names:
                 rows[field] = entry[field]
             tables.setdefault(split, []).append(summed(rows))
-            add_tally(tally, entry["tally"], entry["reasons"])
+            add_tally(tally, _tally_of(entry), entry["reasons"])
     for split, reasons in skipped.items():
         counts.setdefault(split, Counter()).update(("skipped", reason_kind(r)) for r in reasons)
     return summaries({split: held(t) for split, t in tables.items()}, counts, dropped)
+
+
+def _tally_of(entry: dict) -> list:
+    """An entry's tally; an older shardpack's entry holds none: its records counted UNTALLIED
+    under each name (never the split's counts of its other records alone)."""
+    n = len(entry["keys"])
+    return entry["tally"] or [(what, UNTALLIED, n) for what in _TALLIED if n]
 
 
 def add_tally(counts: Counter, tally: Iterable, reasons: Iterable[str]) -> None:
@@ -109,8 +118,11 @@ _COLUMNS = {
 }
 # The columns of bytes a summary also totals (what a split's images take), and their fields.
 _TOTALS = {"bytes": "size", "stored_bytes": "stored"}
-# What inspect and the card say of stored bytes a summary leaves out.
-STORED_UNKNOWN = "unknown (packed before shardpack noted it)"
+# A summary's figures in the order index.json lists them: spreads, then histograms.
+_SPREADS = ("width", "height", "aspect", "bytes", "stored_bytes")
+_HISTOGRAMS = ("bytes", "stored_bytes", "aspect")
+# What inspect and the card say of a figure a summary leaves out (_numbers).
+NOT_NOTED = "unknown (packed before shardpack noted it)"
 # A median is found in one np.median where a split holds at most this many records (2 MiB a
 # column, ~3 copies at once); over it, histogram passes narrow it down to this many first
 # (select()), each a read of the split's rows.
@@ -120,9 +132,10 @@ SELECT_BINS = 1024
 
 def _numbers(rows: Rows) -> dict[str, object]:
     """min/median/max and histograms of the written records' sizes, bytes and aspect ratios,
-    a chunk of rows at a time: the same numbers as of all of them at once. Stored bytes are
-    left out where a record's were not noted (0: packed by the version before them), rather
-    than summed over some of the records."""
+    a chunk of rows at a time: the same numbers as of all of them at once. A column whose least
+    value is 0 holds a record an older shardpack did not note it of (a written image has sides
+    and bytes): it is left out, with what is drawn from it (aspect ratios and the size grid from
+    width and height), rather than figured over zeros or over some of the records."""
     count = sum(len(chunk) for chunk in rows())
     if not count:
         return {"records": 0}
@@ -131,26 +144,27 @@ def _numbers(rows: Rows) -> dict[str, object]:
         return lambda: (_COLUMNS[name](chunk) for chunk in rows() if len(chunk))
 
     bounds = {name: _bounds(column(name)) for name in _COLUMNS}
-    x_edges = _edges(*bounds["width"], SIZE_BINS)
-    y_edges = _edges(*bounds["height"], SIZE_BINS)
-    sizes = sum(np.histogram2d(_COLUMNS["width"](chunk), _COLUMNS["height"](chunk),
-                               (x_edges, y_edges))[0] for chunk in rows())  # fmt: skip
-    known = [name for name in _TOTALS if name != "stored_bytes" or bounds[name][0] > 0]
-    spreads = {name: _spread(column(name), count, *bounds[name])
-               for name in ("width", "height", "aspect", *known)}  # fmt: skip
-    for name in known:
-        spreads[name]["total"] = _total(rows, _TOTALS[name])
-    return {
-        "records": count,
-        **spreads,
-        **{f"{name}_histogram": _histogram(column(name), *bounds[name]) for name in known},
-        "aspect_histogram": _histogram(column("aspect"), *bounds["aspect"]),
-        "size_histogram": {
+    known = {name for name, (low, _) in bounds.items() if low > 0}
+    if not {"width", "height"} <= known:  # aspect ratios and the grid need both sides
+        known -= {"width", "height", "aspect"}
+    summary: dict[str, object] = {"records": count}
+    for name in (n for n in _SPREADS if n in known):
+        spread = summary[name] = _spread(column(name), count, *bounds[name])
+        if name in _TOTALS:
+            spread["total"] = _total(rows, _TOTALS[name])
+    for name in (n for n in _HISTOGRAMS if n in known):
+        summary[f"{name}_histogram"] = _histogram(column(name), *bounds[name])
+    if "width" in known:
+        x_edges = _edges(*bounds["width"], SIZE_BINS)
+        y_edges = _edges(*bounds["height"], SIZE_BINS)
+        sizes = sum(np.histogram2d(_COLUMNS["width"](chunk), _COLUMNS["height"](chunk),
+                                   (x_edges, y_edges))[0] for chunk in rows())  # fmt: skip
+        summary["size_histogram"] = {
             "width_edges": _rounded(x_edges),
             "height_edges": _rounded(y_edges),
             "counts": sizes.astype(np.int64).tolist(),  # [width bin][height bin]
-        },
-    }
+        }
+    return summary
 
 
 def _total(rows: Rows, field: str) -> int:

@@ -12,7 +12,7 @@ from shardpack.errors import is_count, printable
 from shardpack.index import load_index
 from shardpack.packing import facts
 from shardpack.packing.objects import SIZES, objects_of
-from shardpack.packing.stats import STORED_UNKNOWN
+from shardpack.packing.stats import NOT_NOTED
 from shardpack.read.stream import iter_examples
 
 
@@ -126,12 +126,7 @@ def summary_lines(summary: object) -> list[str]:
     not as pack writes it prints nothing."""
     said = []
     with suppress(KeyError, TypeError, ValueError, AttributeError):
-        width, height = summary["width"], summary["height"]
-        said.append(
-            f"  images: {_num(width['median'])}x{_num(height['median'])} median (from "
-            f"{_num(width['min'])}x{_num(height['min'])} to {_num(width['max'])}x"
-            f"{_num(height['max'])})"
-        )
+        said.append(_sizes_line(summary))
     with suppress(KeyError, TypeError, ValueError, AttributeError):
         said.append(_bytes_line(summary))
     with suppress(KeyError, TypeError, ValueError, AttributeError):
@@ -143,13 +138,24 @@ def summary_lines(summary: object) -> list[str]:
     return said
 
 
+def _sizes_line(summary: dict) -> str:
+    """One line of a split's image sizes: median, least and greatest; unknown where records
+    were packed before shardpack noted them (a dataset grown since)."""
+    if "width" not in summary and summary["records"]:
+        return f"  images: {NOT_NOTED}"
+    width, height = summary["width"], summary["height"]
+    return (f"  images: {_num(width['median'])}x{_num(height['median'])} median (from "
+            f"{_num(width['min'])}x{_num(height['min'])} to {_num(width['max'])}x"
+            f"{_num(height['max'])})")  # fmt: skip
+
+
 def _bytes_line(summary: dict) -> str:
     """One line of a split's bytes per image, median and in all: its source's (before any
     resize or re-encoding) and as stored (the records'); stored unknown where records were
     packed before shardpack noted it (an index from before, or a dataset grown since)."""
     stored = summary.get("stored_bytes")
     return (f"  bytes per image: source {_bytes_said(summary['bytes'])}; stored "
-            f"{STORED_UNKNOWN if stored is None else _bytes_said(stored)}")  # fmt: skip
+            f"{NOT_NOTED if stored is None else _bytes_said(stored)}")  # fmt: skip
 
 
 def _bytes_said(figures: dict) -> str:

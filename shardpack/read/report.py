@@ -31,7 +31,7 @@ from shardpack.packing import facts
 from shardpack.packing.duplicates import record_name
 from shardpack.packing.objects import SIZES, objects_of
 from shardpack.packing.outdir import OUTPUTS
-from shardpack.packing.stats import STORED_UNKNOWN, reason_kind
+from shardpack.packing.stats import NOT_NOTED, reason_kind
 from shardpack.read.preview import exists_error
 from shardpack.read.stream import decode_pixels, iter_examples
 from shardpack.storage import storage_at
@@ -266,27 +266,29 @@ _SHOWN = {"bytes": "source bytes", "stored_bytes": "stored bytes"}
 
 def _split_images(name: str, summary: dict) -> str:
     """One split's sizes (width x height histogram), aspect ratios, bytes (the source's and
-    as stored, each with its total), formats, modes."""
-    rows = [_spread_row(summary, what) for what in ("width", "height", "aspect", "bytes")]
-    stored = "stored_bytes" in summary  # not where some records were packed before it was noted
-    rows.append(_spread_row(summary, "stored_bytes") if stored else
-                f"<tr>{_td(_SHOWN['stored_bytes'])}<td colspan='4' data-value='stored_bytes'>"
-                f"{_e(STORED_UNKNOWN)}</td></tr>")  # fmt: skip
+    as stored, each with its total), formats, modes; a figure the summary leaves out (records
+    packed before shardpack noted it) is said unknown, its chart left empty."""
+    rows = [
+        _spread_row(summary, what) if what in summary or what == "bytes" else _unknown_row(what)
+        for what in ("width", "height", "aspect", "bytes", "stored_bytes")
+    ]
     import matplotlib.pyplot as plt
 
     plt.rcParams["svg.fonttype"] = "none"
     fig, (sizes, aspect, size) = plt.subplots(1, 3, figsize=(11, 3.2))
-    grid = summary["size_histogram"]
-    counts = np.array(grid["counts"], np.float64).T  # rows: height bins
-    mesh = sizes.pcolormesh(grid["width_edges"], grid["height_edges"],
-                            np.ma.masked_equal(counts, 0), cmap="viridis")  # fmt: skip
-    fig.colorbar(mesh, ax=sizes)
+    if "size_histogram" in summary:
+        grid = summary["size_histogram"]
+        counts = np.array(grid["counts"], np.float64).T  # rows: height bins
+        mesh = sizes.pcolormesh(grid["width_edges"], grid["height_edges"],
+                                np.ma.masked_equal(counts, 0), cmap="viridis")  # fmt: skip
+        fig.colorbar(mesh, ax=sizes)
     sizes.set(xlabel="width (px)", ylabel="height (px)", title="image sizes")
-    drawn = [(aspect, "aspect_histogram", None), (size, "bytes_histogram", "source")]
-    drawn += [(size, "stored_bytes_histogram", "stored")] if stored else []
+    drawn = [(aspect, "aspect_histogram", None), (size, "bytes_histogram", "source"),
+             (size, "stored_bytes_histogram", "stored")]  # fmt: skip
     for ax, what, label in drawn:
-        edges, heights = summary[what]["edges"], summary[what]["counts"]
-        ax.stairs(heights, edges, fill=label != "stored", label=label)
+        if what in summary:
+            edges, heights = summary[what]["edges"], summary[what]["counts"]
+            ax.stairs(heights, edges, fill=label != "stored", label=label)
     aspect.set(xlabel="aspect ratio (w/h)", ylabel="images")
     size.set(xlabel="bytes per image", ylabel="images")
     size.legend()
@@ -303,6 +305,12 @@ def _split_images(name: str, summary: dict) -> str:
         + _table(("", "counts"), counts)
         + "</div>"
     )
+
+
+def _unknown_row(what: str) -> str:
+    """A row of figures the summary leaves out: records packed before shardpack noted them."""
+    return (f"<tr>{_td(_SHOWN.get(what, what))}<td colspan='4' data-value='{what}'>"
+            f"{_e(NOT_NOTED)}</td></tr>")  # fmt: skip
 
 
 def _spread_row(summary: dict, what: str) -> str:

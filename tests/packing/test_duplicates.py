@@ -527,7 +527,9 @@ def test_the_report_says_what_it_shows(many: tuple) -> None:
 
 def test_the_report_finds_the_copies_an_earlier_index_names(many: tuple, tmp_path: Path) -> None:
     """An index from before names every copy <split>/<key> (test/test/dog/copy_b.jpg): its
-    report still draws each; it noted no stored bytes nor totals: the card says them unknown."""
+    report still draws each; it noted no stored bytes nor totals: the card says them unknown.
+    Its test split as a grow over the first contents.json leaves it (no sizes, aspect ratios
+    nor size grid: test_grow) is still drawn, those figures said unknown."""
     pytest.importorskip("matplotlib")
     out = Path(shutil.copytree(many[0], tmp_path / "out"))
     index = json.loads((out / "index.json").read_text())
@@ -535,6 +537,8 @@ def test_the_report_finds_the_copies_an_earlier_index_names(many: tuple, tmp_pat
     index["duplicates"]["listed"] = [[f"{n.split('/')[0]}/{n}" for n in g] for g in listed]
     for summary in index["summaries"].values():
         del summary["stored_bytes"], summary["stored_bytes_histogram"], summary["bytes"]["total"]
+    for what in ("width", "height", "aspect", "aspect_histogram", "size_histogram"):
+        del index["summaries"]["test"][what]
     (out / "index.json").write_text(json.dumps(index))
     assert runner.invoke(app, ["report", str(out)]).exit_code == 0
     page = (out / "report.html").read_text()
@@ -546,6 +550,9 @@ def test_the_report_finds_the_copies_an_earlier_index_names(many: tuple, tmp_pat
     for split in ("train", "test"):
         assert marked.values[split, "stored_bytes"].startswith("unknown")
         assert marked.values[split, "bytes:median"]  # the rest of the split's images drawn
+    for what in ("width", "height", "aspect"):
+        assert marked.values["test", what].startswith("unknown")
+        assert marked.values["train", f"{what}:median"]
 
 
 # Keys whose order the sort by their UTF-8 bytes must keep (lone surrogates: a name that is

@@ -631,6 +631,22 @@ def test_an_append_moves_declared_box_columns_and_an_index_from_before_them_grow
     assert sum(1 for _ in iter_examples(out)) == 3
 
 
+def _as_packed_before(out: Path, fields: tuple[str, ...]) -> None:
+    """OUT as an older shardpack left it: its contents.json entries without `fields` (that
+    version did not write them), its summaries without stored bytes nor totals."""
+    contents = json.loads((out / "contents.json").read_text())
+    for entry in contents["shards"].values():
+        for field in fields:
+            del entry[field]
+    (out / "contents.json").write_text(json.dumps(contents, separators=(",", ":")))
+    index = json.loads((out / "index.json").read_text())
+    for summary in index["summaries"].values():
+        for what in ("stored_bytes", "stored_bytes_histogram"):
+            del summary[what]
+        del summary["bytes"]["total"]
+    (out / "index.json").write_text(json.dumps(index))
+
+
 def test_a_grow_over_contents_without_stored_bytes_says_them_unknown(tmp_path: Path):
     """A dataset packed before the facts noted stored bytes (its contents.json entries without
     "stored", its summaries without "stored_bytes" or totals) grows; the split holding its old
@@ -639,16 +655,7 @@ def test_a_grow_over_contents_without_stored_bytes_says_them_unknown(tmp_path: P
     src = make_tree(tmp_path / "src", {"cat": 2, "dog": 2})
     out = tmp_path / "out"
     pack(src, out, PackOptions(workers=1, encode="png"))
-    contents = json.loads((out / "contents.json").read_text())
-    for entry in contents["shards"].values():
-        del entry["stored"]
-    (out / "contents.json").write_text(json.dumps(contents, separators=(",", ":")))
-    index = json.loads((out / "index.json").read_text())
-    for summary in index["summaries"].values():
-        for what in ("stored_bytes", "stored_bytes_histogram"):
-            del summary[what]
-        del summary["bytes"]["total"]
-    (out / "index.json").write_text(json.dumps(index))
+    _as_packed_before(out, ("stored",))
     assert "stored unknown" in run_cli("inspect", str(out)).stdout
     _add(src, "dog", 2, seed=300)
     pack(src, out, PackOptions(grow="append", workers=1))
@@ -660,3 +667,40 @@ def test_a_grow_over_contents_without_stored_bytes_says_them_unknown(tmp_path: P
     stored = {k: n for e in entries.values() for k, n in zip(e["keys"], e["stored"], strict=True)}
     assert stored == {r["key"]: len(r["image"]) if r["key"].startswith("dog/new_") else 0
                       for r in iter_examples(out)}  # fmt: skip
+
+
+# What the first contents.json lacked: an entry held keys, crc, size, label_counts and skipped.
+_FIRST_LACKED = ("width", "height", "stored", "meta", "copy", "tally", "reasons")
+
+
+def test_a_grow_over_the_first_contents_leaves_out_what_it_did_not_note(tmp_path: Path):
+    """A dataset whose contents.json the first shardpack to write one wrote (no sides, digests,
+    copies, tallies nor reasons, no loose skips) grows: its split's sizes and aspect ratios are
+    unknown, never figures over the zeros its old records read as; its formats and channels
+    count those records as not noted; and the copies are those a fresh pack of SRC finds (old
+    records alike in size and CRC are confirmed by their bytes, not taken as copies)."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 2}, ext=".png")
+    shutil.copy(src / "cat" / "img_000.png", src / "dog" / "copy.png")
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    _as_packed_before(out, _FIRST_LACKED)
+    contents = json.loads((out / "contents.json").read_text())
+    del contents["loose"]
+    (out / "contents.json").write_text(json.dumps(contents, separators=(",", ":")))
+    _add(src, "dog", 2, seed=300)
+    shutil.copy(src / "cat" / "img_001.png", src / "dog" / "new_copy.png")
+    pack(src, out, PackOptions(grow="append", workers=1))
+    index = json.loads((out / "index.json").read_text())
+    summary = index["summaries"]["train"]
+    assert summary["records"] == 9 and summary["bytes"]["min"] > 0
+    sizes = {"width", "height", "aspect", "aspect_histogram", "size_histogram", "stored_bytes"}
+    assert not sizes & summary.keys()
+    assert summary["formats"] == {"jpeg": 2, "png": 1, "(not noted)": 6}
+    assert summary["channels"] == {"3": 3, "(not noted)": 6}
+    said = run_cli("inspect", str(out)).stdout
+    assert "images: unknown (packed before shardpack noted it)" in said
+    assert "formats: (not noted) 6, jpeg 2, png 1" in said
+    fresh = tmp_path / "fresh"
+    pack(src, fresh, PackOptions(workers=1))
+    assert index["duplicates"] == json.loads((fresh / "index.json").read_text())["duplicates"]
+    assert index["duplicates"]["groups"] == 2

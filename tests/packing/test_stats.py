@@ -25,3 +25,24 @@ def test_a_summary_s_medians_are_numpy_s_of_odd_and_even_counts(count):
     for name, values in wanted.items():
         median = float(np.median(values.astype(np.float64)))
         assert summary[name]["median"] == pytest.approx(median, abs=1e-4), name
+
+
+def test_what_some_records_of_a_split_did_not_note_is_left_out_or_counted_not_noted():
+    """A split of an older shardpack's entry (sides 0, no tally: contentsfile._filled) and a
+    noted one: no width, height, aspect ratio nor size grid (they were figures over zeros, a
+    median of 0 where most records were old), the bytes of all; formats, channels and
+    orientations count the old records as not noted. A split of noted records keeps them."""
+    old = {"keys": ["a", "b", "c"], "size": [10, 20, 30], "width": [0] * 3, "height": [0] * 3,
+           "stored": [0] * 3, "tally": [], "reasons": []}  # fmt: skip
+    new = {"keys": ["d"], "size": [40], "width": [8], "height": [4], "stored": [5],
+           "tally": [["channels", "3", 1], ["format", "png", 1]], "reasons": []}  # fmt: skip
+    summaries = entry_summaries({"train": [old, new], "test": [new]}, {}, {})
+    train, test = summaries["train"], summaries["test"]
+    assert train["records"] == 4 and train["bytes"]["total"] == 100
+    sizes = {"width", "height", "aspect", "aspect_histogram", "size_histogram", "stored_bytes"}
+    assert not sizes & train.keys()
+    assert train["formats"] == {"(not noted)": 3, "png": 1}
+    assert train["channels"] == {"(not noted)": 3, "3": 1}
+    assert train["orientations"] == {"(not noted)": 3}
+    assert sizes <= test.keys() and test["width"]["min"] == 8 and test["aspect"]["max"] == 2
+    assert test["formats"] == {"png": 1} and "orientations" not in test
