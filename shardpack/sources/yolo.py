@@ -10,7 +10,8 @@ record's instance-id `mask` (as COCO's are: sources/shapes.py, packing/masks.py)
 at the size of the image as decoded: the scan reads no image. A dataset with a polygon anywhere
 gets `mask` on every record; an object of a box row there has no pixel in it (a warning counts
 them). A pose row (`kpt_shape` in data.yaml) is packed as its box: a warning counts them, since
-keypoints are not packed yet. An image's label file is found as
+keypoints are not packed yet. A row repeated in its file is left out (as Ultralytics
+drops duplicate labels), and a warning counts them. An image's label file is found as
 Ultralytics finds it: the last `/images/` of its path replaced by `/labels/`, the extension by
 `.txt`. A label file with no rows is an image without objects (a negative), and so is an image
 without a label file (Ultralytics trains on it as one); both are kept and counted.
@@ -222,6 +223,7 @@ class _Tally:
 
     def __init__(self) -> None:
         self.empty = self.unannotated = 0
+        self.repeated = 0  # rows equal to an earlier row of their file, left out
         self.rows: Counter[str] = Counter()  # boxes, polygons, keypoints -> objects
         self.files: Counter[str] = Counter()  # boxes, polygons, keypoints -> label files
 
@@ -236,6 +238,10 @@ class _Tally:
             said.append(f"{self.rows['keypoints']:,} objects in {self.files['keypoints']:,} "
                         "label files have keypoints (data.yaml's kpt_shape): their boxes are "
                         "packed, the keypoints not yet")  # fmt: skip
+        if self.repeated:
+            said.append(f"{self.repeated:,} label rows repeat an earlier row of their file "
+                        "(the same class and numbers): left out, each object packed once, as "
+                        "Ultralytics does")  # fmt: skip
         return said
 
 
@@ -260,6 +266,7 @@ def _objects(
     # boxes-only file makes no list
     polygons: list | None = None
     posed = 0  # pose rows; each kind is tallied once the file is read whole
+    seen: set[tuple[float, ...]] = set()  # rows read: one repeated is left out, as Ultralytics
     for number, line in enumerate(lines, 1):
         values = line.split()
         if not values:
@@ -273,6 +280,10 @@ def _objects(
         label = numbers[0]
         if not all(map(math.isfinite, numbers)):
             raise BadAnnotation(f"{at}: holds a value that is not a finite number")
+        if tuple(numbers) in seen:  # the same object twice: kept once (the first was checked)
+            tally.repeated += 1
+            continue
+        seen.add(tuple(numbers))
         if not label.is_integer() or not 0 <= label < (classes or MAX_CLASSES):
             names = f"one of data.yaml's {classes} classes" if classes else "a class number"
             raise BadAnnotation(f"{at}: class {values[0]} is not {names}; fix the row or "

@@ -267,6 +267,21 @@ def test_the_ultralytics_split_folders_without_data_yaml_number_the_classes(tmp_
     assert label_path("images/x/images/b.jpeg") == "images/x/labels/b.txt"  # the last images/
 
 
+def test_a_label_row_repeated_in_its_file_is_one_object_with_a_warning(tmp_path: Path):
+    png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
+    rows = {"a": "0 0.5 0.5 0.2 0.2\n1 0.3 0.3 0.1 0.1\n0 0.50 0.5 0.2 0.2\n",  # the 1st again
+            "b": "0 0.5 0.5 0.2 0.2\n0 0.5 0.5 0.2 0.3"}  # fmt: skip
+    for name, text in rows.items():
+        write(tmp_path / f"train/images/{name}.png", png)
+        write(tmp_path / f"train/labels/{name}.txt", text)
+    dataset = scan(tmp_path)
+    a, b = sorted(dataset.splits["train"], key=lambda item: item.key)
+    assert a.fields["objects/label"] == (0, 1) and len(a.fields["objects/bbox"]) == 8
+    assert b.fields["objects/label"] == (0, 0)  # a row alike but for one number: two objects
+    assert any(w.startswith("1 label rows repeat an earlier row of their file")
+               for w in dataset.warnings)  # fmt: skip
+
+
 def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
     src = tmp_path / "src"
