@@ -697,9 +697,10 @@ def encode_labels(labels: np.ndarray) -> bytes:
 
 
 def decode_labels(data: bytes) -> np.ndarray:
-    """A one-channel 8- or 16-bit PNG label map as it is stored (no colour conversion)."""
+    """A one-channel 8- or 16-bit PNG label map (a mask of class or instance ids) as it is
+    stored (no colour conversion)."""
     cv2 = _opencv()
     labels = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     if labels is None or labels.ndim != 2:
-        raise BadImage("not a one-channel PNG label map")
+        raise BadImage("not a one-channel PNG of ids")
     return labels

@@ -43,9 +43,4 @@ def decode_mask(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray
     if size is None:
         return None
     images.check_pixels(*size, max_pixels)
-    import cv2  # here: OpenCV loads only when a mask is decoded (verify without it stays light)
-
-    ids = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
-    if ids is None or ids.ndim != 2:
-        raise images.BadImage("not a single-channel PNG of instance ids")
-    return ids
+    return images.decode_labels(data)  # OpenCV loads only when a mask is decoded
