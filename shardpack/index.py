@@ -379,7 +379,10 @@ def _from_json(storage: Storage, doc: object) -> Index:
         schema=_schema(doc, bad),
         encoding=doc["encoding"],
         compression=doc["compression"],
-        splits={name: _split(name, entry, path, bad) for name, entry in doc["splits"].items()},
+        splits={
+            name: _split(name, entry, path, bad, CONTAINERS[container], doc["compression"])
+            for name, entry in doc["splits"].items()
+        },
         container_name=container,
         storage=storage,
         image_size=tuple(size) if size is not None else None,
@@ -410,8 +413,11 @@ def _report(value: object) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _split(name: str, entry: object, path: str, bad) -> SplitInfo:
-    """One split of the document, checked."""
+def _split(
+    name: str, entry: object, path: str, bad, container: Container, compression: str
+) -> SplitInfo:
+    """One split of the document, checked: no shard claims more records than its bytes hold
+    (a reader sizes its work by the counts before it reads a byte)."""
     if not isinstance(entry, dict):
         raise bad(f"split {name!r} is not an object")
     _expect(entry, {"num_records": int, "shards": list}, bad)
@@ -430,6 +436,12 @@ def _split(name: str, entry: object, path: str, bad) -> SplitInfo:
             raise IndexFormatError(
                 f"{path}: refused shard name {shard['file']!r}: shard names must be plain "
                 "file names inside the output folder"
+            )
+        if shard["num_records"] > (most := container.most_records(shard["num_bytes"], compression)):
+            raise bad(
+                f"shard {shard['file']!r} of split {name!r} claims {shard['num_records']:,} "
+                f"records in {shard['num_bytes']:,} bytes, more than {container.name} bytes "
+                f"can hold ({most:,} at most)"
             )
         shards.append(ShardInfo(shard["file"], shard["num_records"], shard["num_bytes"],
                                 shard["sha256"], shard.get("generation", 0)))  # fmt: skip

@@ -307,6 +307,9 @@ class Container:
     # lines, and no record's span is under min_span bytes (its framing).
     index_files = False
     min_span = 0
+    # The fewest bytes a record takes in a shard shardpack writes (uncompressed): a shard of n
+    # bytes holds at most n / this, so an index claiming more lies (most_records).
+    min_record_bytes = 1
     tf_readable = False  # tf_dataset reads these shards: make_tf_data gives their records
     # TFDS's `fileFormat` for these shards, where TFDS has a file adapter that reads them.
     tfds_file_format: str | None = None
@@ -324,6 +327,11 @@ class Container:
 
     shard_template = ""  # str.format'ed with name, split, index and n (the shard count)
     namings: tuple[str, ...] = ("shardpack",)  # the --wds-naming values its writer takes
+
+    def most_records(self, num_bytes: int, compression: str = "none") -> int:
+        """The most records a shard of `num_bytes` bytes can hold (a compression that can
+        shrink records, more)."""
+        return num_bytes // self.min_record_bytes
 
     def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
         """The file name of shard `index` of `num_shards` of a split."""

@@ -209,6 +209,7 @@ class ArrayRecord(Container):
     name = "array_record"
     position_unit = "record"
     framing = "framing"  # the library checks no record's bytes (a flipped byte reads fine)
+    min_record_bytes = 40  # a chunk a record (group_size:1), each with a 40-byte chunk header
     tfds_file_format = "array_record"
     media_type = "application/x-array_record"
     shard_template = "{name}-{split}.array_record-{index:05d}-of-{n:05d}"

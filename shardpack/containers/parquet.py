@@ -389,6 +389,8 @@ class Parquet(Container):
     name = "parquet"
     position_unit = "record"
     framing = "page checksums"
+    # each record's image bytes, stored PLAIN (no compression, no dictionary): a 4-byte length
+    min_record_bytes = 4
     media_type = "application/x-parquet"
     tabular = True
     raw_pixels = False  # datasets' Image() decodes image files, not bare pixels

@@ -489,6 +489,12 @@ class TFRecord(Container):
     name = "tfrecord"
     index_files = True
     min_span = HEADER.size + FOOTER.size
+    min_record_bytes = min_span  # an empty record: its framing alone
+
+    def most_records(self, num_bytes: int, compression: str = "none") -> int:
+        grown = num_bytes * _MAX_INFLATION if compression == "gzip" else num_bytes
+        return grown // self.min_record_bytes
+
     tf_readable = True
     compressions = ("none", "gzip")
     tfds_file_format = "tfrecord"

@@ -433,6 +433,7 @@ class WebDataset(Container):
 
     name = "webdataset"
     framing = "tar headers"
+    min_record_bytes = _BLOCK  # a sample is one member at least, each a 512-byte header
     media_type = "application/x-tar"
     writer_class = _Writer
     shard_template = "{name}-{split}-{index:06d}.tar"

@@ -16,6 +16,7 @@ from typing import TypeVar
 from shardpack.containers import open_shard
 from shardpack.errors import RecordError, ShardpackError, is_count
 from shardpack.index import Index, ShardInfo
+from shardpack.read.stream import size_fault
 from shardpack.storage import storage_at
 from shardpack.storage.atomic import remove_files, temp_files
 from shardpack.storage.locations import local_file
@@ -130,10 +131,7 @@ class ShardCache:
         try:
             with open_shard(self.index.storage, info.file) as blob:  # gone: one line
                 if blob.size != info.num_bytes:
-                    raise ShardpackError(
-                        f"{blob.name}: {blob.size} bytes, the index says {info.num_bytes}; "
-                        "the pack changed or is damaged: run shardpack verify"
-                    )
+                    raise size_fault(blob.name, blob.size, info.num_bytes)
                 for offset in range(0, blob.size, CHUNK_BYTES):
                     sink.write(blob.pread(min(CHUNK_BYTES, blob.size - offset), offset))
             sink.commit()

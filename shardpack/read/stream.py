@@ -196,6 +196,27 @@ def count_fault(path: str, held: int | str, said: int) -> RecordError:
                                 "replaced: restore it from a copy or pack again)")  # fmt: skip
 
 
+def size_fault(path: str, size: int | None, said: int) -> RecordError:
+    """A shard file of another size than the index says (None: not there)."""
+    held = "missing" if size is None else f"{size} bytes"
+    return RecordError(path, 0, f"{held}, the index says {said} bytes (cut short or replaced: "
+                                "restore it from a copy or pack again)")  # fmt: skip
+
+
+def check_sizes(index: Index, shards: list[ShardInfo] | tuple[ShardInfo, ...]) -> None:
+    """Refuse a shard missing or of another size than the index says, from one listing of
+    OUT: for a reader that sizes its work by the shards' record counts before it reads one
+    (index.py bounds each count by the bytes the index gives; this holds them to the files).
+
+    Raises:
+        RecordError: naming the shard.
+    """
+    sizes = {e.name: e.size for e in index.storage.listdir() if not e.is_dir}
+    for info in shards:
+        if sizes.get(info.file) != info.num_bytes:
+            raise size_fault(index.shard_path(info), sizes.get(info.file), info.num_bytes)
+
+
 def _shard_records(index: Index, info: ShardInfo) -> Iterator[tuple[int, object]]:
     """(position, example) of every record of one shard, as its container reads them."""
     return index.container.iter_records(
@@ -414,9 +435,7 @@ def _check_local_shards(index: Index, mine: _Share) -> None:
     for info, _, _ in mine.runs:
         with open_shard(index.storage, info.file) as blob:
             if blob.size != info.num_bytes:
-                raise RecordError(index.shard_path(info), 0, f"{blob.size} bytes, the index says "
-                                  f"{info.num_bytes} (cut short or replaced: restore it from a "
-                                  "copy or pack again)")  # fmt: skip
+                raise size_fault(index.shard_path(info), blob.size, info.num_bytes)
 
 
 def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_reads, ordered):

@@ -5,6 +5,7 @@ and string of a planted index is checked or escaped (one line, exit 2; never a t
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -179,12 +180,34 @@ def test_shards_claiming_more_records_than_readers_count_are_refused_on_load(
     # inspect and iter_examples ended in OverflowError's traceback (a share of 10**30 positions)
     raw = json.loads((packed / "index.json").read_text())
     split = raw["splits"]["train"]
-    shards = [{**split["shards"][0], "num_records": count}, *split["shards"][1:]]
+    shards = [{**split["shards"][0], "num_records": count, "num_bytes": count * 16},
+              *split["shards"][1:]]  # fmt: skip
     out = _planted(packed, tmp_path, splits={"train": {**split, "shards": shards}})
     for command in ("verify", "inspect"):
         one_line_error(run_cli(command, str(out)), str(out / "index.json"), "claim more than")
     with pytest.raises(IndexFormatError, match="split 'train' claim more than"):
         list(iter_examples(out, "train"))
+
+
+@pytest.mark.parametrize("container", ["tfrecord", "webdataset"])
+def test_a_shard_claiming_more_records_than_its_bytes_hold_is_refused_on_load(
+    shared_pack, tmp_path, container
+):
+    """ShardDataset took 8 bytes a record claimed (a MemoryError for 10**12 of them)."""
+    from shardpack.containers import CONTAINERS
+
+    packed = shared_pack({"a": 2, "b": 1}, format=container, workers=1)
+    out = Path(shutil.copytree(packed, tmp_path / "out"))
+    raw = json.loads((out / "index.json").read_text())
+    shard = raw["splits"]["train"]["shards"][0]
+    most = CONTAINERS[container].most_records(shard["num_bytes"])
+    assert shard["num_records"] <= most  # what pack writes passes
+    shard["num_records"] = most + 1
+    (out / "index.json").write_text(json.dumps(raw))
+    said = f"shard {shard['file']!r} of split 'train' claims {most + 1:,} records in"
+    one_line_error(run_cli("inspect", str(out)), str(out / "index.json"), said)
+    with pytest.raises(IndexFormatError, match=re.escape(said)):
+        load_index(out)
 
 
 def test_inspect_prints_every_string_from_a_planted_index_escaped(packed, tmp_path):

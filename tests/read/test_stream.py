@@ -324,7 +324,7 @@ def test_a_tfrecord_cut_at_a_record_s_end_is_refused_not_read_short(packed: Path
     with pytest.raises(RecordError, match=said):  # a reader whose share ends in that shard
         list(iter_examples(out, shard=(0, 2)))
     # tf.data read it short: TensorFlow's error after an epoch, or with epochs=None none
-    said = rf"{shard.name} at byte 0: {kept} bytes, the index says {len(data)} \(cut short"
+    said = rf"{shard.name} at byte 0: {kept} bytes, the index says {len(data)} bytes \(cut"
     with pytest.raises(RecordError, match=said):
         tf_dataset(out, epochs=None)  # refused before TensorFlow loads
 
