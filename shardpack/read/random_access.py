@@ -123,10 +123,10 @@ def _close_readers(readers: dict[int, ShardReader]) -> None:
 
 
 def read_index_file(
-    storage: Storage, shard: ShardInfo, min_span: int
+    storage: Storage, shard: ShardInfo, min_span: int, size: int | None = None
 ) -> list[tuple[int, int]] | None:
-    """The spans of a shard's index file, each line checked: two numbers that tile the shard;
-    None when it has none."""
+    """The spans of a shard's index file, each line checked: two numbers that tile the shard
+    of `size` bytes (None: the shard is opened for it); None when it has none."""
     path = storage.path(index_file_name(shard.file))
 
     def bad(n: int, why: str) -> IndexFormatError:
@@ -139,8 +139,9 @@ def read_index_file(
         return None
     except OSError as e:
         raise IndexFormatError(f"{path}: cannot open ({e.strerror or e})") from None
-    with open_shard(storage, shard.file) as opened:
-        size = opened.size
+    if size is None:
+        with open_shard(storage, shard.file) as opened:
+            size = opened.size
     # one line too many is enough to refuse it; no more lines than the shard has room for
     lines = min(shard.num_records, size // max(min_span, 1)) + 1
     with blob:

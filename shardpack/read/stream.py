@@ -337,6 +337,8 @@ def tf_dataset(
             not (index, count), `lists` is neither "ragged" nor "padded", epochs,
             batch_size or image_size is not a positive count or (height, width), or batches
             would stack decoded images the index says differ in size (pass image_size).
+        tf.errors.DataLossError: while iterating, a local record fails its CRC; TensorFlow
+            names no file (docs/reading.md): `shardpack verify OUT` names the shard.
     """
     _check_tf_args(batch_size, epochs, image_size, lists)
     index = load_index(out, storage_options)
