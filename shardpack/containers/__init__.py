@@ -363,7 +363,7 @@ class Container:
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
         """Yield (position, example) for every record, checking the container's framing.
 
@@ -377,8 +377,9 @@ class Container:
             compression: as written.
             digest: a hashlib object fed every byte of the file as it is read, even when a
                 record is bad.
-            max_bytes: the most bytes a reader that must copy the shard first copies (the
-                index's num_bytes); None: no bound.
+            num_bytes: the shard's size as the index says: a file of another size is refused
+                unread (cut short, grown, another shard in its place: open_shard), and a
+                reader that must copy the shard first copies no more; None: not checked.
 
         Raises:
             RecordError: the framing is broken; names the file and the position.
@@ -387,7 +388,7 @@ class Container:
 
     def iter_raw(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> Iterator[tuple[int, bytes | RecordError]]:  # fmt: skip
         """iter_records without the decoding: each record's serialized tf.train.Example (a
         container whose `raw_examples` is True), framing checked as iter_records checks it."""
@@ -395,7 +396,7 @@ class Container:
 
     def open(
         self, storage: Storage, name: str, compression: str = "none", offsets=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> ShardReader:  # fmt: skip
         """A ShardReader over one shard; `offsets` (from the writer) saves finding them."""
         raise NotImplementedError
@@ -439,25 +440,38 @@ class Container:
         return Checked(count, digest.size, digest.sha256.hexdigest())
 
 
-def open_shard(storage: Storage, name: str) -> Blob:
-    """storage.open(name) for a reader; on a local disk a link or special file is refused.
+def open_shard(storage: Storage, name: str, num_bytes: int | None = None) -> Blob:
+    """storage.open(name) for a reader; on a local disk a link or special file is refused,
+    and with `num_bytes` (the index's), a file of another size: the size comes with the open,
+    so a shard swapped with another of its split costs nothing to catch where sizes differ.
 
     Raises:
         FileAccessError: permission denied (how the machine is set up, not a damaged shard).
-        RecordError: it cannot be opened; names the file.
+        RecordError: it cannot be opened, or is of another size; names the file.
     """
     try:
-        return storage.open(name)
+        blob = storage.open(name)
     except PermissionError as e:
         raise FileAccessError.from_os_error(e, storage.path(name)) from None
     except OSError as e:  # a link: ELOOP, whose strerror says "too many levels of" them
         raise RecordError(storage.path(name), 0, f"cannot open ({e.strerror or e}); "
                           f"{os_error_fix(e)}") from None  # fmt: skip
+    if num_bytes is not None and blob.size != num_bytes:
+        blob.close()
+        raise size_fault(blob.name, blob.size, num_bytes)
+    return blob
 
 
-def open_hashing(storage: Storage, name: str, digest) -> Blob:
+def size_fault(path: str, size: int | None, said: int) -> RecordError:
+    """A shard file of another size than the index says (None: not there)."""
+    held = "missing" if size is None else f"{size} bytes"
+    return RecordError(path, 0, f"{held}, the index says {said} bytes (cut short or replaced: "
+                                "restore it from a copy or pack again)")  # fmt: skip
+
+
+def open_hashing(storage: Storage, name: str, digest, num_bytes: int | None = None) -> Blob:
     """open_shard, through a HashingBlob when there is a digest to feed."""
-    blob = open_shard(storage, name)
+    blob = open_shard(storage, name, num_bytes)
     return blob if digest is None else HashingBlob(blob, digest)
 
 

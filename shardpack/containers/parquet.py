@@ -410,9 +410,9 @@ class Parquet(Container):
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
-        blob = open_hashing(storage, name, digest)
+        blob = open_hashing(storage, name, digest, num_bytes)
         try:
             shard = _Shard(blob)
             for g, start in enumerate(shard.starts[:-1]):
@@ -424,6 +424,6 @@ class Parquet(Container):
 
     def open(
         self, storage: Storage, name: str, compression: str = "none", offsets=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> ShardReader:  # fmt: skip
-        return _Reader(open_shard(storage, name))
+        return _Reader(open_shard(storage, name, num_bytes))

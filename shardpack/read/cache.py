@@ -16,7 +16,6 @@ from typing import TypeVar
 from shardpack.containers import open_shard
 from shardpack.errors import RecordError, ShardpackError, is_count
 from shardpack.index import Index, ShardInfo
-from shardpack.read.stream import size_fault
 from shardpack.storage import storage_at
 from shardpack.storage.atomic import remove_files, temp_files
 from shardpack.storage.locations import local_file
@@ -129,9 +128,9 @@ class ShardCache:
             return
         sink = self.storage.create(info.file)
         try:
-            with open_shard(self.index.storage, info.file) as blob:  # gone: one line
-                if blob.size != info.num_bytes:
-                    raise size_fault(blob.name, blob.size, info.num_bytes)
+            with open_shard(
+                self.index.storage, info.file, info.num_bytes
+            ) as blob:  # gone: one line
                 for offset in range(0, blob.size, CHUNK_BYTES):
                     sink.write(blob.pread(min(CHUNK_BYTES, blob.size - offset), offset))
             sink.commit()

@@ -90,7 +90,7 @@ class Records:
                 spans = read_index_file(storage, shard, self.index.container.min_span)
                 offsets = None if spans is None else [offset for offset, _ in spans]
             reader = self.index.container.open(storage, shard.file, self.index.compression,
-                                               offsets, max_bytes=shard.num_bytes)  # fmt: skip
+                                               offsets, num_bytes=shard.num_bytes)  # fmt: skip
             if len(reader) != shard.num_records:
                 reader.close()
                 raise count_fault(path, len(reader), shard.num_records)

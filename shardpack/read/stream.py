@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardpack import images
-from shardpack.containers import CONTAINERS, checked, open_shard
+from shardpack.containers import CONTAINERS, checked, open_shard, size_fault
 from shardpack.errors import Option, RecordError, ShardpackError, install_hint, is_count
 from shardpack.images import BadImage
 from shardpack.index import Index, ShardInfo, load_index, record_fault
@@ -196,13 +196,6 @@ def count_fault(path: str, held: int | str, said: int) -> RecordError:
                                 "replaced: restore it from a copy or pack again)")  # fmt: skip
 
 
-def size_fault(path: str, size: int | None, said: int) -> RecordError:
-    """A shard file of another size than the index says (None: not there)."""
-    held = "missing" if size is None else f"{size} bytes"
-    return RecordError(path, 0, f"{held}, the index says {said} bytes (cut short or replaced: "
-                                "restore it from a copy or pack again)")  # fmt: skip
-
-
 def check_sizes(index: Index, shards: list[ShardInfo] | tuple[ShardInfo, ...]) -> None:
     """Refuse a shard missing or of another size than the index says, from one listing of
     OUT: for a reader that sizes its work by the shards' record counts before it reads one
@@ -220,7 +213,7 @@ def check_sizes(index: Index, shards: list[ShardInfo] | tuple[ShardInfo, ...]) -
 def _shard_records(index: Index, info: ShardInfo) -> Iterator[tuple[int, object]]:
     """(position, example) of every record of one shard, as its container reads them."""
     return index.container.iter_records(
-        index.storage, info.file, index.compression, max_bytes=info.num_bytes
+        index.storage, info.file, index.compression, num_bytes=info.num_bytes
     )
 
 
@@ -435,9 +428,7 @@ def _check_local_shards(index: Index, mine: _Share) -> None:
     if index.storage.tf_path() is None:
         return
     for info, _, _ in mine.runs:
-        with open_shard(index.storage, info.file) as blob:
-            if blob.size != info.num_bytes:
-                raise size_fault(index.shard_path(info), blob.size, info.num_bytes)
+        open_shard(index.storage, info.file, info.num_bytes).close()
 
 
 def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_reads, ordered):

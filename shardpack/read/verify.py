@@ -184,7 +184,7 @@ def _check_shard(
     listed, unlisted = len(faults) + MAX_SHARD_FAULTS, 0
     try:
         records = index.container.iter_records(
-            index.storage, shard.file, index.compression, digest=digest, max_bytes=shard.num_bytes
+            index.storage, shard.file, index.compression, digest=digest, num_bytes=size
         )
         for position, example in records:
             index_file.saw(count, position)
