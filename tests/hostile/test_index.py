@@ -173,9 +173,12 @@ def test_a_feature_shape_past_the_bound_is_refused_by_name_on_load(packed, tmp_p
         list(iter_examples(out, "train"))
 
 
-@pytest.mark.parametrize("count", [10**30, MAX_SPLIT_RECORDS + 1])
+@pytest.mark.parametrize(("count", "said"), [
+    (10**30, "'num_records' must be an integer >= 0, got 1000000000000000000000000000000, over"),
+    (MAX_SPLIT_RECORDS + 1, "the shards of split 'train' claim more than"),
+])  # fmt: skip
 def test_shards_claiming_more_records_than_readers_count_are_refused_on_load(
-    packed, tmp_path, count
+    packed, tmp_path, count, said
 ):
     # inspect and iter_examples ended in OverflowError's traceback (a share of 10**30 positions)
     raw = json.loads((packed / "index.json").read_text())
@@ -184,9 +187,31 @@ def test_shards_claiming_more_records_than_readers_count_are_refused_on_load(
               *split["shards"][1:]]  # fmt: skip
     out = _planted(packed, tmp_path, splits={"train": {**split, "shards": shards}})
     for command in ("verify", "inspect"):
-        one_line_error(run_cli(command, str(out)), str(out / "index.json"), "claim more than")
-    with pytest.raises(IndexFormatError, match="split 'train' claim more than"):
+        one_line_error(run_cli(command, str(out)), str(out / "index.json"), said)
+    with pytest.raises(IndexFormatError, match=said):
         list(iter_examples(out, "train"))
+
+
+@pytest.mark.parametrize("plant", ["class_counts", "num_bytes", "listed twice"])
+def test_counts_past_the_bound_and_a_shard_listed_twice_are_refused_on_load(
+    packed, tmp_path, plant
+):
+    """report ended in an OverflowError's traceback for a count of 10**30 (and took a class
+    count of -1); a shard listed twice, in one split or two, was read twice by every reader."""
+    split = json.loads((packed / "index.json").read_text())["splits"]["train"]
+    first = split["shards"][0]
+    if plant == "class_counts":
+        split["class_counts"] = [10**30, -1]
+        said = "'class_counts' of split 'train' must be a list of integers from 0 to"
+    elif plant == "num_bytes":
+        first["num_bytes"] = 10**30
+        said = "'num_bytes' must be an integer >= 0, got 1000000000000000000000000000000, over"
+    else:
+        split["shards"].append(first)
+        said = f"shard {first['file']!r} is listed 2 times"
+    out = _planted(packed, tmp_path, splits={"train": split})
+    done = run_cli("report", str(out), "--out", str(tmp_path / "report.html"))
+    one_line_error(done, str(out / "index.json"), said)
 
 
 @pytest.mark.parametrize("container", ["tfrecord", "webdataset"])
