@@ -15,6 +15,8 @@ listed in CONTAINERS (or added at run time with `register_container`). It provid
   iter_examples use); `open(...)`: the random-access reader (what Records uses);
 - where records are Example bytes (`raw_examples`): `iter_raw(...)` and `ShardReader.raw(i)`,
   the raw records a repack reads undecoded;
+- `min_record_bytes` (or `most_records`): the fewest bytes a record takes, so that an index
+  claiming more records than a shard's bytes hold is refused on load (index.py);
 - optional: `position_unit` and `framing` (for messages and verify's summary), `media_type`
   and `tabular` (for croissant.json),
   `split_files` (files beside a split's shards), `require` (a missing package), and
@@ -23,7 +25,8 @@ listed in CONTAINERS (or added at run time with `register_container`). It provid
 
 Readers take a shard as (storage, name): a file in a local folder or an object under a URL,
 read through Storage.open at offsets, streamed (a remote object is never fetched whole before
-its first record).
+its first record), opened through open_shard with the size the index says (`num_bytes`), which
+refuses a file of another.
 
 Records cross the seam as features: name -> value when written (what `encode_example` takes),
 name -> list of values when read (what `decode_example` returns), whatever the bytes on disk.
