@@ -279,7 +279,9 @@ def _bookkeeping_faults(index: Index) -> list[Fault]:
 def _numbered(index: Index, split: str, file: str) -> tuple[int, int | None] | None:
     """A shard's number and the count in its name, as the container names it (None: a name
     without one), from the numbers in `file`; None: not a name the container gives."""
-    numbers = [int(digits) for digits in re.findall(r"\d+", file)]
+    # the last three: every template ends in its numbers, and a planted name of thousands
+    # of them would cost their square in names tried (and one of 5,000 digits, int's refusal)
+    numbers = [int(digits) for digits in re.findall(r"\d+", file)[-3:] if len(digits) <= 20]
     name = index.container.shard_name
     for k in numbers:
         for n in numbers:
