@@ -279,3 +279,13 @@ def test_bookkeeping_that_disagrees_with_the_shards_is_a_fault_naming_the_field(
         "would write over a listed shard; set it to 3",
         "index.json: 'generation' is 0, but a shard is of generation 2: set it to 2",
     ]
+
+
+def test_a_planted_shard_name_of_a_huge_number_is_a_fault_not_a_crash(out: Path):
+    """A name's numbers are what verify holds `next_shard` to: one of 5,000 digits was int()'s
+    ValueError, and thousands of numbers their square in names tried."""
+    doc = json.loads((out / "index.json").read_text())
+    doc["splits"]["train"]["shards"][0]["file"] = name = "x" + "9" * 5000 + "-1" * 2000
+    (out / "index.json").write_text(json.dumps(doc))
+    faults = verify(out).faults
+    assert faults[0].file == name and "cannot open" in faults[0].reason
