@@ -384,3 +384,12 @@ def test_a_parquet_column_of_rows_past_the_bound_is_bad_rows_not_a_shape(tmp_pat
     assert raw["features"]["emb"]["shape"] == [-1, 4] and raw["num_skipped"] == 2
     assert all(f"over {MAX_ROW:,}" in s["reason"] for s in raw["skipped"])
     assert run_cli("verify", str(out)).returncode == 0
+
+
+def test_an_index_of_no_splits_is_reported_without_warnings_and_named_as_empty(packed, tmp_path):
+    """report warned twice of a legend of nothing; preview said 'it has : name one of those'."""
+    out = _planted(packed, tmp_path, splits={})
+    done = run_cli("report", str(out), "--out", str(tmp_path / "report.html"), "--no-progress")
+    assert done.returncode == 0 and "legend" not in done.stderr, done.stderr
+    done = run_cli("preview", str(out), "--out", str(tmp_path / "grid.png"))
+    one_line_error(done, "no split 'train'; it has none (nothing packed)")
