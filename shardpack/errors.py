@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,13 +58,32 @@ def said_value(text: str, value: object) -> str:
     return shortened(printable(text)) if isinstance(value, tuple | list) else printable(text)
 
 
+def _rebuilt(cls: type, text: object) -> str | None:
+    """The one-line message of a `cls` error out of the text a PyTorch DataLoader rebuilds it
+    from when a worker raised it: `cls(text)`, text "Caught <cls> in DataLoader worker process
+    N.\nOriginal Traceback ...", whose last line names the type and says the message. None:
+    `text` is no such text."""
+    if not isinstance(text, str) or not text.startswith(f"Caught {cls.__name__} "):
+        return None
+    said = f"{cls.__module__}.{cls.__qualname__}: "
+    lines = [line for line in text.splitlines() if line.startswith(said)]
+    return lines[-1].removeprefix(said) if lines else None
+
+
 class ShardpackError(Exception):
     """Base class: the CLI prints the message on one line and exits with code 2.
 
     A message that names pack options is given in parts, text and Option, so that the option
     names travel as data (`options`) and each face says them its own way: str() as Python
     keywords, the CLI as flags. `raise SourceError(path, ": pass ", Option("root"), " DIR")`
+
+    Every subclass can be made from its message alone, as a DataLoader's worker errors are
+    (`type(error)(text)`): the user then sees our type and our line, not torch's RuntimeError.
     """
+
+    def __init__(self, *parts: object) -> None:
+        line = _rebuilt(type(self), parts[0]) if len(parts) == 1 else None
+        super().__init__(*(parts if line is None else (line,)))
 
     def __str__(self) -> str:
         return self.said(str)
@@ -94,6 +114,9 @@ class ImageError(ShardpackError):
     """One image cannot be stored: empty, not an image, truncated or too large."""
 
     def __init__(self, key: str, *reason: str | Option) -> None:
+        if not reason and (line := _rebuilt(type(self), key)) is not None:  # a worker's
+            key, _, said = line.partition(": ")
+            reason = (said,)
         super().__init__(f"{key}: ", *reason)
         self.key = key
         self.reason_parts = reason  # text and the options it names (Option)
@@ -127,7 +150,9 @@ def os_error_fix(error: OSError) -> str:
 class FileAccessError(ShardpackError):
     """A file or folder cannot be read or written: permissions, a read-only or full disk."""
 
-    def __init__(self, path: str | None, message: str) -> None:
+    def __init__(self, path: str | None, message: str | None = None) -> None:
+        if message is None:  # the message alone (a DataLoader worker's error rebuilt)
+            path, message = None, _rebuilt(type(self), path) or path
         super().__init__(message)
         self.path = path
 
@@ -173,14 +198,27 @@ class IndexFormatError(ShardpackError):
     """index.json is missing, malformed, of an unknown version, or points outside OUT."""
 
 
+# A RecordError's message, in its parts: the path, what its offset counts, the offset, why.
+_RECORD_ERROR = re.compile(
+    r"(?P<path>.+?) at (?P<unit>byte|record) (?P<offset>\d+): (?P<reason>.*)"
+)
+
+
 class RecordError(ShardpackError):
     """A shard file is damaged: bad framing or CRC, cut short, or a record that does not decode.
 
     `offset` is a byte offset, or a record number where `unit` is "record" (ArrayRecord).
     """
 
-    def __init__(self, path: str, offset: int, reason: str, unit: str = "byte") -> None:
-        super().__init__(f"{path} at {unit} {offset}: {reason}")
+    def __init__(
+        self, path: str, offset: int | None = None, reason: str | None = None, unit: str = "byte"
+    ) -> None:
+        if offset is None:  # the message alone (a DataLoader worker's error rebuilt): its parts
+            line = _rebuilt(type(self), path) or path
+            if said := _RECORD_ERROR.fullmatch(line):
+                path, unit, reason = said["path"], said["unit"], said["reason"]
+                offset = int(said["offset"])
+        super().__init__(line if offset is None else f"{path} at {unit} {offset}: {reason}")
         self.path = path
         self.offset = offset
         self.reason = reason

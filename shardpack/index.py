@@ -3,6 +3,7 @@ validated (everything read is hostile) and written back (packing/merge.py builds
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -35,6 +36,9 @@ LEGACY_CONTAINER = "tfrecord"  # what an index without `container` (written befo
 # The most records a split's shards may claim in all: far past any dataset, and within what a
 # reader's counts hold (a range of 10**30 positions is an OverflowError, not a count).
 MAX_SPLIT_RECORDS = 1 << 48
+# The largest count or size index.json may give: exact as a float (what charts and numpy take;
+# 10**30 was an OverflowError's traceback in report), and far past any real one.
+MAX_COUNT = 1 << 53
 # A shard name is a plain file name inside OUT: no folders, no climbing out, nothing hidden.
 SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 # What a record's `format` may say: the encodings pack stores ("keep" stores one of these).
@@ -246,9 +250,10 @@ class Index:
     def split(self, name: str) -> SplitInfo:
         """The named split, or an error that lists the splits there are."""
         if name not in self.splits:
+            some = f"it has {', '.join(sorted(self.splits))}: name one of those"
             raise IndexFormatError(
                 f"{self.storage.path(INDEX_NAME)}: no split {name!r}; "
-                f"it has {', '.join(sorted(self.splits))}: name one of those"
+                f"{some if self.splits else 'it has none (nothing packed)'}"
             )
         return self.splits[name]
 
@@ -369,17 +374,22 @@ def _from_json(storage: Storage, doc: object) -> Index:
     size = doc.get("image_size")  # indexes before it: None, as for sizes that vary
     if size is not None and not (
         isinstance(size, list) and len(size) == 2
-        and all(type(n) is int and n > 0 for n in size)
+        and all(type(n) is int and 0 < n <= MAX_COUNT for n in size)
     ):  # fmt: skip
         raise bad("'image_size' must be [height, width] or null")
     skipped = tuple(Skipped(s["key"], s["reason"]) for s in doc.get("skipped", []))
+    splits = {name: _split(name, entry, path, bad, CONTAINERS[container], doc["compression"])
+              for name, entry in doc["splits"].items()}  # fmt: skip
+    files = collections.Counter(s.file for split in splits.values() for s in split.shards)
+    if twice := [file for file, n in files.items() if n > 1]:  # its records read twice
+        raise bad(f"shard {twice[0]!r} is listed {files[twice[0]]} times")
     return Index(
         out=storage.root,
         name=doc["name"],
         schema=_schema(doc, bad),
         encoding=doc["encoding"],
         compression=doc["compression"],
-        splits={name: _split(name, entry, path, bad) for name, entry in doc["splits"].items()},
+        splits=splits,
         container_name=container,
         storage=storage,
         image_size=tuple(size) if size is not None else None,
@@ -410,8 +420,11 @@ def _report(value: object) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _split(name: str, entry: object, path: str, bad) -> SplitInfo:
-    """One split of the document, checked."""
+def _split(
+    name: str, entry: object, path: str, bad, container: Container, compression: str
+) -> SplitInfo:
+    """One split of the document, checked: no shard claims more records than its bytes hold
+    (a reader sizes its work by the counts before it reads a byte)."""
     if not isinstance(entry, dict):
         raise bad(f"split {name!r} is not an object")
     _expect(entry, {"num_records": int, "shards": list}, bad)
@@ -431,15 +444,20 @@ def _split(name: str, entry: object, path: str, bad) -> SplitInfo:
                 f"{path}: refused shard name {shard['file']!r}: shard names must be plain "
                 "file names inside the output folder"
             )
+        if shard["num_records"] > (most := container.most_records(shard["num_bytes"], compression)):
+            raise bad(
+                f"shard {shard['file']!r} of split {name!r} claims {shard['num_records']:,} "
+                f"records in {shard['num_bytes']:,} bytes, more than {container.name} bytes "
+                f"can hold ({most:,} at most)"
+            )
         shards.append(ShardInfo(shard["file"], shard["num_records"], shard["num_bytes"],
                                 shard["sha256"], shard.get("generation", 0)))  # fmt: skip
     if sum(s.num_records for s in shards) > MAX_SPLIT_RECORDS:
         raise bad(f"the shards of split {name!r} claim more than {MAX_SPLIT_RECORDS:,} records")
     counts = entry.get("class_counts", [])
-    if not isinstance(counts, list) or not all(
-        isinstance(c, int) and not isinstance(c, bool) for c in counts
-    ):
-        raise bad(f"'class_counts' of split {name!r} must be a list of integers")
+    if not isinstance(counts, list) or not all(map(_is_count, counts)):
+        raise bad(f"'class_counts' of split {name!r} must be a list of integers from 0 to "
+                  f"{MAX_COUNT:,}")  # fmt: skip
     return SplitInfo(
         num_records=entry["num_records"], class_counts=tuple(counts), shards=tuple(shards),
         name_count=entry.get("name_count"), next_shard=entry.get("next_shard"),
@@ -454,9 +472,9 @@ def _stats(doc: dict, bad) -> PackStats:
     if not (
         all(v is None or (isinstance(v, int | float) and not isinstance(v, bool))
             for v in numbers.values())
-        and all(v is None or is_count(v, 0) for v in counts.values())
+        and all(v is None or _is_count(v) for v in counts.values())
         and (failures is None or (isinstance(failures, dict)
-                                  and all(is_count(n, 0) for n in failures.values())))
+                                  and all(_is_count(n) for n in failures.values())))
     ):  # fmt: skip
         raise bad("'stats' must hold numbers (seconds, images_per_second), counts (workers, "
                   "lossless) and url_failures {reason: count}")  # fmt: skip
@@ -483,12 +501,18 @@ def _schema(doc: dict, bad) -> Schema:
     return schema
 
 
+def _is_count(value: object) -> bool:
+    """Whether `value` is a count index.json may give: an int from 0 to MAX_COUNT."""
+    return is_count(value, 0) and value <= MAX_COUNT
+
+
 def _expect(doc: dict, types: dict[str, type], bad) -> None:
     """Each key of `types` is in `doc` with a value of its type (an int: a count, >= 0)."""
     for key, kind in types.items():
         value = doc.get(key)
-        if kind is int and not is_count(value, 0):
-            raise bad(f"{key!r} must be an integer >= 0, got {shortened(repr(value))}")
+        if kind is int and not _is_count(value):
+            over = f", over {MAX_COUNT:,}" if is_count(value, 0) else ""
+            raise bad(f"{key!r} must be an integer >= 0, got {shortened(repr(value))}{over}")
         if not isinstance(value, kind):
             raise bad(f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
 
@@ -526,7 +550,7 @@ def _check_optional(doc: dict, bad) -> None:
             not isinstance(run, dict)
             or set(run) != set(_RUN_FIELDS)
             or not all(
-                isinstance(run[k], str) if k in ("when", "mode") else is_count(run[k], 0)
+                isinstance(run[k], str) if k in ("when", "mode") else _is_count(run[k])
                 for k in _RUN_FIELDS
             )
         ):

@@ -35,6 +35,7 @@ from shardpack.read.cache import ShardCache
 from shardpack.read.objects import decode_mask, pixel_boxes
 from shardpack.read.order import MIX_ENDS, check_seed, epoch_order, mix_choices, share, worker_part
 from shardpack.read.random_access import Records
+from shardpack.read.stream import check_sizes
 
 # Shards whose records are permuted together: more mixes more, each costs an open shard.
 SHUFFLE_BLOCK = 4
@@ -223,6 +224,7 @@ class ShardDataset(_Epochs):
         self.cache_dir, self.cache_limit = cache_dir, cache_limit
         index = random_access_index(out, storage_options=storage_options)  # GZIP: OUT named
         shards = index.split(split).shards
+        check_sizes(index, shards)  # before 8 bytes a record are taken for what they claim
         self.counts = [s.num_records for s in shards]
         self._files = [s.file for s in shards]
         self._ends = np.cumsum(self.counts)

@@ -399,6 +399,41 @@ def test_a_pack_in_object_storage_reads_through_a_bounded_cache_kept_for_a_resta
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "small"]  # nothing else
 
 
+_BROKEN = """
+import json, sys, torch
+from shardpack.torch import ShardDataset
+got = []
+for out, workers in zip(sys.argv[1:], (1, 0)):
+    try:
+        ds = ShardDataset(out, decode=False, shuffle=False)
+        list(torch.utils.data.DataLoader(ds, num_workers=workers))
+    except Exception as e:
+        got.append([type(e).__name__, str(e), getattr(e, "offset", None)])
+print(json.dumps(got))
+"""
+
+
+def test_a_damaged_shard_is_our_one_line_error_from_a_dataloader_worker(shared_pack, tmp_path):
+    """A worker's RecordError came back as torch's RuntimeError, a traceback for its message;
+    a shard claiming 10**12 records in as many bytes, as a MemoryError (8 bytes a record)."""
+    import shutil
+
+    packed = shared_pack({"a": 13, "b": 12}, shards=3, workers=1)
+    damaged, liar = (Path(shutil.copytree(packed, tmp_path / n)) for n in ("damaged", "liar"))
+    shard = sorted(damaged.glob("*.tfrecord-*"))[1]
+    data = bytearray(shard.read_bytes())
+    data[40] ^= 0xFF  # inside the first record's bytes: its data CRC fails
+    shard.write_bytes(bytes(data))
+    index = json.loads((liar / "index.json").read_text())
+    index["splits"]["train"]["shards"][0].update(num_records=10**12, num_bytes=10**13 * 2)
+    (liar / "index.json").write_text(json.dumps(index))
+    (worker, big) = run_json(_BROKEN, str(damaged), str(liar))
+    assert worker == ["RecordError", f"{shard} at byte 0: data CRC mismatch (corrupt record)", 0]
+    first = index["splits"]["train"]["shards"][0]["file"]
+    assert big[0] == "RecordError" and big[1].startswith(f"{liar / first} at byte 0: ")
+    assert f"the index says {10**13 * 2} bytes" in big[1]
+
+
 _OBJECTS = """
 import json, sys, torch
 from torch.utils.data import DataLoader

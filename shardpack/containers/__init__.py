@@ -15,6 +15,8 @@ listed in CONTAINERS (or added at run time with `register_container`). It provid
   iter_examples use); `open(...)`: the random-access reader (what Records uses);
 - where records are Example bytes (`raw_examples`): `iter_raw(...)` and `ShardReader.raw(i)`,
   the raw records a repack reads undecoded;
+- `min_record_bytes` (or `most_records`): the fewest bytes a record takes, so that an index
+  claiming more records than a shard's bytes hold is refused on load (index.py);
 - optional: `position_unit` and `framing` (for messages and verify's summary), `media_type`
   and `tabular` (for croissant.json),
   `split_files` (files beside a split's shards), `require` (a missing package), and
@@ -23,7 +25,8 @@ listed in CONTAINERS (or added at run time with `register_container`). It provid
 
 Readers take a shard as (storage, name): a file in a local folder or an object under a URL,
 read through Storage.open at offsets, streamed (a remote object is never fetched whole before
-its first record).
+its first record), opened through open_shard with the size the index says (`num_bytes`), which
+refuses a file of another.
 
 Records cross the seam as features: name -> value when written (what `encode_example` takes),
 name -> list of values when read (what `decode_example` returns), whatever the bytes on disk.
@@ -307,6 +310,9 @@ class Container:
     # lines, and no record's span is under min_span bytes (its framing).
     index_files = False
     min_span = 0
+    # The fewest bytes a record takes in a shard shardpack writes (uncompressed): a shard of n
+    # bytes holds at most n / this, so an index claiming more lies (most_records).
+    min_record_bytes = 1
     tf_readable = False  # tf_dataset reads these shards: make_tf_data gives their records
     # TFDS's `fileFormat` for these shards, where TFDS has a file adapter that reads them.
     tfds_file_format: str | None = None
@@ -324,6 +330,11 @@ class Container:
 
     shard_template = ""  # str.format'ed with name, split, index and n (the shard count)
     namings: tuple[str, ...] = ("shardpack",)  # the --wds-naming values its writer takes
+
+    def most_records(self, num_bytes: int, compression: str = "none") -> int:
+        """The most records a shard of `num_bytes` bytes can hold (a compression that can
+        shrink records, more)."""
+        return num_bytes // self.min_record_bytes
 
     def shard_name(self, name: str, split: str, index: int, num_shards: int) -> str:
         """The file name of shard `index` of `num_shards` of a split."""
@@ -355,7 +366,7 @@ class Container:
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
         """Yield (position, example) for every record, checking the container's framing.
 
@@ -369,8 +380,9 @@ class Container:
             compression: as written.
             digest: a hashlib object fed every byte of the file as it is read, even when a
                 record is bad.
-            max_bytes: the most bytes a reader that must copy the shard first copies (the
-                index's num_bytes); None: no bound.
+            num_bytes: the shard's size as the index says: a file of another size is refused
+                unread (cut short, grown, another shard in its place: open_shard), and a
+                reader that must copy the shard first copies no more; None: not checked.
 
         Raises:
             RecordError: the framing is broken; names the file and the position.
@@ -379,7 +391,7 @@ class Container:
 
     def iter_raw(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> Iterator[tuple[int, bytes | RecordError]]:  # fmt: skip
         """iter_records without the decoding: each record's serialized tf.train.Example (a
         container whose `raw_examples` is True), framing checked as iter_records checks it."""
@@ -387,7 +399,7 @@ class Container:
 
     def open(
         self, storage: Storage, name: str, compression: str = "none", offsets=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> ShardReader:  # fmt: skip
         """A ShardReader over one shard; `offsets` (from the writer) saves finding them."""
         raise NotImplementedError
@@ -431,25 +443,38 @@ class Container:
         return Checked(count, digest.size, digest.sha256.hexdigest())
 
 
-def open_shard(storage: Storage, name: str) -> Blob:
-    """storage.open(name) for a reader; on a local disk a link or special file is refused.
+def open_shard(storage: Storage, name: str, num_bytes: int | None = None) -> Blob:
+    """storage.open(name) for a reader; on a local disk a link or special file is refused,
+    and with `num_bytes` (the index's), a file of another size: the size comes with the open,
+    so a shard swapped with another of its split costs nothing to catch where sizes differ.
 
     Raises:
         FileAccessError: permission denied (how the machine is set up, not a damaged shard).
-        RecordError: it cannot be opened; names the file.
+        RecordError: it cannot be opened, or is of another size; names the file.
     """
     try:
-        return storage.open(name)
+        blob = storage.open(name)
     except PermissionError as e:
         raise FileAccessError.from_os_error(e, storage.path(name)) from None
     except OSError as e:  # a link: ELOOP, whose strerror says "too many levels of" them
         raise RecordError(storage.path(name), 0, f"cannot open ({e.strerror or e}); "
                           f"{os_error_fix(e)}") from None  # fmt: skip
+    if num_bytes is not None and blob.size != num_bytes:
+        blob.close()
+        raise size_fault(blob.name, blob.size, num_bytes)
+    return blob
 
 
-def open_hashing(storage: Storage, name: str, digest) -> Blob:
+def size_fault(path: str, size: int | None, said: int) -> RecordError:
+    """A shard file of another size than the index says (None: not there)."""
+    held = "missing" if size is None else f"{size} bytes"
+    return RecordError(path, 0, f"{held}, the index says {said} bytes (cut short or replaced: "
+                                "restore it from a copy or pack again)")  # fmt: skip
+
+
+def open_hashing(storage: Storage, name: str, digest, num_bytes: int | None = None) -> Blob:
     """open_shard, through a HashingBlob when there is a digest to feed."""
-    blob = open_shard(storage, name)
+    blob = open_shard(storage, name, num_bytes)
     return blob if digest is None else HashingBlob(blob, digest)
 
 

@@ -102,12 +102,12 @@ class _Reader(ShardReader):
     """An ArrayRecordReader over a shard's blob: a local file opened without following a link,
     or a local copy of a remote object (see the module's docstring)."""
 
-    def __init__(self, blob: Blob, options: str, max_bytes: int | None = None, digest=None) -> None:
+    def __init__(self, blob: Blob, options: str, num_bytes: int | None = None, digest=None) -> None:
         self.path, self.copy = blob.name, None
         self.blob = blob if digest is None else HashingBlob(blob, digest)
         try:
             # A local file's blob has an fd the library can open by /proc/self/fd/N.
-            fd = blob.fileno() if hasattr(blob, "fileno") else self._copy(max_bytes)
+            fd = blob.fileno() if hasattr(blob, "fileno") else self._copy(num_bytes)
             self.reader = _module().ArrayRecordReader(_fd_path(fd), options)
         except Exception as e:  # a damaged footer or index
             self._release()
@@ -124,18 +124,15 @@ class _Reader(ShardReader):
             raise RecordError(self.path, 0, "not a readable ArrayRecord file", unit="record")
         self.count = self.reader.num_records()
 
-    def _copy(self, max_bytes: int | None) -> int:
+    def _copy(self, num_bytes: int | None) -> int:
         """Copy the blob to an unnamed temporary file (through the blob: a digest is fed as it
-        goes); refuse one over max_bytes before copying, or if it grows past it."""
-        if max_bytes is not None and self.blob.size > max_bytes:
-            raise RecordError(self.path, 0, f"{self.blob.size} bytes, over the index's "
-                              f"{max_bytes}: not copied to read", unit="record")  # fmt: skip
+        goes); refuse one that grows past num_bytes (open_shard held its size to it)."""
         self.copy = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
         copied = 0
         while chunk := self.blob.pread(_COPY_CHUNK, copied):
             copied += len(chunk)
-            if max_bytes is not None and copied > max_bytes:
-                raise RecordError(self.path, max_bytes, "grew past the index's size while "
+            if num_bytes is not None and copied > num_bytes:
+                raise RecordError(self.path, num_bytes, "grew past the index's size while "
                                   "copied", unit="record")  # fmt: skip
             self.copy.write(chunk)
         self.copy.flush()
@@ -209,6 +206,7 @@ class ArrayRecord(Container):
     name = "array_record"
     position_unit = "record"
     framing = "framing"  # the library checks no record's bytes (a flipped byte reads fine)
+    min_record_bytes = 40  # a chunk a record (group_size:1), each with a 40-byte chunk header
     tfds_file_format = "array_record"
     media_type = "application/x-array_record"
     shard_template = "{name}-{split}.array_record-{index:05d}-of-{n:05d}"
@@ -233,17 +231,17 @@ class ArrayRecord(Container):
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
         path = storage.path(name)
-        for i, data in self.iter_raw(storage, name, compression, digest, max_bytes):
+        for i, data in self.iter_raw(storage, name, compression, digest, num_bytes):
             yield i, decode(data, path, i, "record")
 
     def iter_raw(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> Iterator[tuple[int, bytes | RecordError]]:  # fmt: skip
-        with _Reader(open_shard(storage, name), "", max_bytes, digest) as reader:
+        with _Reader(open_shard(storage, name, num_bytes), "", num_bytes, digest) as reader:
             try:
                 for start in range(0, reader.count, _BATCH):
                     yield from enumerate(reader.read(start, min(start + _BATCH, reader.count)),
@@ -254,6 +252,6 @@ class ArrayRecord(Container):
 
     def open(
         self, storage: Storage, name: str, compression: str = "none", offsets=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> ShardReader:  # fmt: skip
-        return _Reader(open_shard(storage, name), _RANDOM_ACCESS, max_bytes)
+        return _Reader(open_shard(storage, name, num_bytes), _RANDOM_ACCESS, num_bytes)

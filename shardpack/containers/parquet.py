@@ -389,6 +389,8 @@ class Parquet(Container):
     name = "parquet"
     position_unit = "record"
     framing = "page checksums"
+    # each record's image bytes, stored PLAIN (no compression, no dictionary): a 4-byte length
+    min_record_bytes = 4
     media_type = "application/x-parquet"
     tabular = True
     raw_pixels = False  # datasets' Image() decodes image files, not bare pixels
@@ -408,9 +410,9 @@ class Parquet(Container):
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
-        blob = open_hashing(storage, name, digest)
+        blob = open_hashing(storage, name, digest, num_bytes)
         try:
             shard = _Shard(blob)
             for g, start in enumerate(shard.starts[:-1]):
@@ -422,6 +424,6 @@ class Parquet(Container):
 
     def open(
         self, storage: Storage, name: str, compression: str = "none", offsets=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> ShardReader:  # fmt: skip
-        return _Reader(open_shard(storage, name))
+        return _Reader(open_shard(storage, name, num_bytes))

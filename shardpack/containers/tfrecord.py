@@ -184,6 +184,7 @@ def iter_records(
     digest=None,
     max_record_bytes: int = MAX_RECORD_BYTES,
     data_faults: bool = False,
+    num_bytes: int | None = None,
 ) -> Iterator[tuple[int, bytes | RecordError]]:
     """Yield (offset, data) for every record of a TFRecord file, checking both CRCs.
 
@@ -204,13 +205,14 @@ def iter_records(
         data_faults: yield a record whose data fails its CRC as (offset, RecordError) and read
             on (its length passed a CRC of its own, so the next record's start is known),
             rather than raise; what verify wants, to name every damaged record.
+        num_bytes: the file's size as the index says; a file of another is refused unread.
 
     Raises:
-        RecordError: a CRC does not match, a length is past the cap, or the file is cut
-            short; names path and offset.
+        RecordError: a CRC does not match, a length is past the cap, the file is cut short
+            or of another size than num_bytes; names path and offset.
         FileAccessError: permission denied.
     """
-    blob = open_hashing(storage, name, digest)
+    blob = open_hashing(storage, name, digest, num_bytes)
     path = blob.name
     buffered = io.BufferedReader(_BlobStream(blob), _WRITE_BUFFER)
     f = gzip.GzipFile(fileobj=buffered, mode="rb") if compression == "gzip" else buffered
@@ -294,12 +296,13 @@ def _records(
 
 
 def iter_views(
-    storage: Storage, name: str, max_record_bytes: int = MAX_RECORD_BYTES
-) -> Iterator[tuple[int, memoryview | RecordError]]:
+    storage: Storage, name: str, max_record_bytes: int = MAX_RECORD_BYTES,
+    num_bytes: int | None = None,
+) -> Iterator[tuple[int, memoryview | RecordError]]:  # fmt: skip
     """iter_records(check_crc=True, data_faults=True) of an uncompressed file, each record's
     data a view into a chunk of the file read _CHUNK bytes at a time: no copy and no read call
     a record (what a scan of every record of our own shards costs most in)."""
-    with open_shard(storage, name) as blob:
+    with open_shard(storage, name, num_bytes) as blob:
         path, size = blob.name, blob.size
         limit, framing = min(max_record_bytes, size), HEADER.size + FOOTER.size
         chunk, view, base, offset = b"", memoryview(b""), 0, 0
@@ -426,22 +429,19 @@ class _Reader(ShardReader):
 class _Copy(Blob):
     """A gzip shard's decompressed stream in an unnamed temporary file, read at offsets."""
 
-    def __init__(self, blob: Blob, max_bytes: int | None) -> None:
+    def __init__(self, blob: Blob) -> None:
         self.name, self.file = blob.name, tempfile.TemporaryFile()  # noqa: SIM115 (close())
         try:
-            self.size = self._inflate(blob, max_bytes)
+            self.size = self._inflate(blob)
         except BaseException:
             self.file.close()
             raise
 
-    def _inflate(self, blob: Blob, max_bytes: int | None) -> int:
-        """Decompress the blob into the file (closing it); refuse a shard over max_bytes, or
-        one that inflates past what deflate can."""
+    def _inflate(self, blob: Blob) -> int:
+        """Decompress the blob into the file (closing it); refuse one that inflates past what
+        deflate can (its size was held to the index's by open_shard)."""
         buffered = io.BufferedReader(_BlobStream(blob), _WRITE_BUFFER)
         with buffered, gzip.GzipFile(fileobj=buffered, mode="rb") as f:
-            if max_bytes is not None and blob.size > max_bytes:
-                raise RecordError(self.name, 0, f"{blob.size} bytes, over the index's "
-                                  f"{max_bytes}: not decompressed to read")  # fmt: skip
             limit, size = _MAX_INFLATION * blob.size, 0
             while chunk := _read_exactly(f, _WRITE_BUFFER, self.name, size):
                 size += len(chunk)
@@ -489,6 +489,12 @@ class TFRecord(Container):
     name = "tfrecord"
     index_files = True
     min_span = HEADER.size + FOOTER.size
+    min_record_bytes = min_span  # an empty record: its framing alone
+
+    def most_records(self, num_bytes: int, compression: str = "none") -> int:
+        grown = num_bytes * _MAX_INFLATION if compression == "gzip" else num_bytes
+        return grown // self.min_record_bytes
+
     tf_readable = True
     compressions = ("none", "gzip")
     tfds_file_format = "tfrecord"
@@ -501,26 +507,27 @@ class TFRecord(Container):
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
         path = storage.path(name)
-        for offset, data in self.iter_raw(storage, name, compression, digest, max_bytes):
+        for offset, data in self.iter_raw(storage, name, compression, digest, num_bytes):
             yield offset, data if isinstance(data, RecordError) else decode(data, path, offset)
 
     def iter_raw(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> Iterator[tuple[int, bytes | RecordError]]:  # fmt: skip
         if compression == "none" and digest is None:
-            return iter_views(storage, name)
-        return iter_records(storage, name, compression, digest=digest, data_faults=True)
+            return iter_views(storage, name, num_bytes=num_bytes)
+        return iter_records(storage, name, compression, digest=digest, data_faults=True,
+                            num_bytes=num_bytes)  # fmt: skip
 
     def open(
         self, storage: Storage, name: str, compression: str = "none", offsets=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> ShardReader:  # fmt: skip
-        blob = open_shard(storage, name)
-        return _Reader(blob if compression == "none" else _Copy(blob, max_bytes), offsets)
+        blob = open_shard(storage, name, num_bytes)
+        return _Reader(blob if compression == "none" else _Copy(blob), offsets)
 
     def record_spans(self, storage: Storage, name: str) -> Iterator[tuple[int, int]]:
         return record_spans(storage, name)

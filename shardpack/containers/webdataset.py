@@ -391,8 +391,10 @@ def _pixels(data: bytes, path: str, offset: int) -> bytes:
 
 
 class _Reader(ShardReader):
-    def __init__(self, storage: Storage, name: str, offsets: Sequence[int] | None) -> None:
-        self.tar = _Tar(open_shard(storage, name))
+    def __init__(
+        self, storage: Storage, name: str, offsets: Sequence[int] | None, num_bytes: int | None
+    ) -> None:
+        self.tar = _Tar(open_shard(storage, name, num_bytes))
         try:
             if offsets is None:
                 offsets = [offset for offset, _ in _samples(self.tar)]
@@ -433,6 +435,7 @@ class WebDataset(Container):
 
     name = "webdataset"
     framing = "tar headers"
+    min_record_bytes = _BLOCK  # a sample is one member at least, each a 512-byte header
     media_type = "application/x-tar"
     writer_class = _Writer
     shard_template = "{name}-{split}-{index:06d}.tar"
@@ -452,9 +455,9 @@ class WebDataset(Container):
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> Iterator[tuple[int, Example | RecordError]]:  # fmt: skip
-        tar = _Tar(open_hashing(storage, name, digest))
+        tar = _Tar(open_hashing(storage, name, digest, num_bytes))
         try:
             yield from _samples(tar)
         finally:
@@ -464,9 +467,9 @@ class WebDataset(Container):
 
     def open(
         self, storage: Storage, name: str, compression: str = "none", offsets=None,
-        max_bytes: int | None = None,
+        num_bytes: int | None = None,
     ) -> ShardReader:  # fmt: skip
-        return _Reader(storage, name, offsets)
+        return _Reader(storage, name, offsets, num_bytes)
 
     def split_files(
         self, name: str, split: str, shards: list[tuple[str, int]]

@@ -318,18 +318,14 @@ def _remove_retired(out: Storage, index: Index) -> None:
 
 
 def _old_index(out: Storage) -> Index:
-    """OUT's index, or an error saying a grow needs a packed dataset there (or one that lists
-    a shard twice, which no pack writes: its gaps could not be closed)."""
+    """OUT's index, or an error saying a grow needs a packed dataset there (load_index
+    refuses one that lists a shard twice, which no pack writes: its gaps could not be
+    closed)."""
     try:
-        index = load_index(out)
+        return load_index(out)
     except IndexFormatError as e:
         raise OutputError(f"{out.root}: no dataset to grow here (", *e.args, "); pack it "
                           "without ", Option("grow"), " first") from None  # fmt: skip
-    files = [s.file for split in index.splits.values() for s in split.shards]
-    if len(set(files)) != len(files):
-        raise OutputError(f"{out.path(INDEX_NAME)}: lists a shard twice, as no pack writes it; ",
-                          *_REPACK)  # fmt: skip
-    return index
 
 
 def _checked_names(out: Storage, old: Index) -> tuple[frozenset[str], OutState]:

@@ -128,12 +128,9 @@ class ShardCache:
             return
         sink = self.storage.create(info.file)
         try:
-            with open_shard(self.index.storage, info.file) as blob:  # gone: one line
-                if blob.size != info.num_bytes:
-                    raise ShardpackError(
-                        f"{blob.name}: {blob.size} bytes, the index says {info.num_bytes}; "
-                        "the pack changed or is damaged: run shardpack verify"
-                    )
+            with open_shard(
+                self.index.storage, info.file, info.num_bytes
+            ) as blob:  # gone: one line
                 for offset in range(0, blob.size, CHUNK_BYTES):
                     sink.write(blob.pread(min(CHUNK_BYTES, blob.size - offset), offset))
             sink.commit()

@@ -10,7 +10,7 @@ import os
 import sys
 import weakref
 
-from shardpack.containers import ShardReader, open_shard
+from shardpack.containers import ShardReader
 from shardpack.errors import IndexFormatError
 from shardpack.index import Index, ShardInfo
 from shardpack.layout import index_file_name
@@ -87,10 +87,12 @@ class Records:
             storage, path = self.index.storage, self.index.shard_path(shard)
             offsets = None
             if self.index.container.index_files:
-                spans = read_index_file(storage, shard, self.index.container.min_span)
+                spans = read_index_file(
+                    storage, shard, self.index.container.min_span, shard.num_bytes
+                )  # the size the open below holds it to
                 offsets = None if spans is None else [offset for offset, _ in spans]
             reader = self.index.container.open(storage, shard.file, self.index.compression,
-                                               offsets, max_bytes=shard.num_bytes)  # fmt: skip
+                                               offsets, num_bytes=shard.num_bytes)  # fmt: skip
             if len(reader) != shard.num_records:
                 reader.close()
                 raise count_fault(path, len(reader), shard.num_records)
@@ -123,10 +125,10 @@ def _close_readers(readers: dict[int, ShardReader]) -> None:
 
 
 def read_index_file(
-    storage: Storage, shard: ShardInfo, min_span: int
+    storage: Storage, shard: ShardInfo, min_span: int, size: int
 ) -> list[tuple[int, int]] | None:
-    """The spans of a shard's index file, each line checked: two numbers that tile the shard;
-    None when it has none."""
+    """The spans of a shard's index file, each line checked: two numbers that tile the shard
+    of `size` bytes; None when it has none."""
     path = storage.path(index_file_name(shard.file))
 
     def bad(n: int, why: str) -> IndexFormatError:
@@ -139,8 +141,6 @@ def read_index_file(
         return None
     except OSError as e:
         raise IndexFormatError(f"{path}: cannot open ({e.strerror or e})") from None
-    with open_shard(storage, shard.file) as opened:
-        size = opened.size
     # one line too many is enough to refuse it; no more lines than the shard has room for
     lines = min(shard.num_records, size // max(min_span, 1)) + 1
     with blob:

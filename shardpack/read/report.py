@@ -238,7 +238,8 @@ def _splits_section(index: Index) -> str:
         ax.set_xticks(np.arange(len(classes)) + 0.4 - width / 2, [_drawn(c) for c in classes],
                       rotation=60, ha="right")  # fmt: skip
         ax.set_ylabel("images")
-        ax.legend()
+        if index.splits:  # matplotlib warns of a legend of nothing
+            ax.legend()
         chart = _svg(fig)
     return (
         "<section id='splits'><h2>Splits</h2>"
@@ -442,7 +443,8 @@ def _shards_section(index: Index) -> str:
         start += len(sizes)
     ax.set(xlabel="shard", ylabel="bytes")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend()
+    if index.splits:
+        ax.legend()
     return "<section id='shards'><h2>Shard sizes</h2>" + _svg(fig) + "</section>"
 
 

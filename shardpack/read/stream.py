@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardpack import images
-from shardpack.containers import CONTAINERS, checked, open_shard
+from shardpack.containers import CONTAINERS, checked, open_shard, size_fault
 from shardpack.errors import Option, RecordError, ShardpackError, install_hint, is_count
 from shardpack.images import BadImage
 from shardpack.index import Index, ShardInfo, load_index, record_fault
@@ -196,10 +196,24 @@ def count_fault(path: str, held: int | str, said: int) -> RecordError:
                                 "replaced: restore it from a copy or pack again)")  # fmt: skip
 
 
+def check_sizes(index: Index, shards: list[ShardInfo] | tuple[ShardInfo, ...]) -> None:
+    """Refuse a shard missing or of another size than the index says, from one listing of
+    OUT: for a reader that sizes its work by the shards' record counts before it reads one
+    (index.py bounds each count by the bytes the index gives; this holds them to the files).
+
+    Raises:
+        RecordError: naming the shard.
+    """
+    sizes = {e.name: e.size for e in index.storage.listdir() if not e.is_dir}
+    for info in shards:
+        if sizes.get(info.file) != info.num_bytes:
+            raise size_fault(index.shard_path(info), sizes.get(info.file), info.num_bytes)
+
+
 def _shard_records(index: Index, info: ShardInfo) -> Iterator[tuple[int, object]]:
     """(position, example) of every record of one shard, as its container reads them."""
     return index.container.iter_records(
-        index.storage, info.file, index.compression, max_bytes=info.num_bytes
+        index.storage, info.file, index.compression, num_bytes=info.num_bytes
     )
 
 
@@ -316,6 +330,8 @@ def tf_dataset(
             not (index, count), `lists` is neither "ragged" nor "padded", epochs,
             batch_size or image_size is not a positive count or (height, width), or batches
             would stack decoded images the index says differ in size (pass image_size).
+        tf.errors.DataLossError: while iterating, a local record fails its CRC; TensorFlow
+            names no file (docs/reading.md): `shardpack verify OUT` names the shard.
     """
     _check_tf_args(batch_size, epochs, image_size, lists)
     index = load_index(out, storage_options)
@@ -412,11 +428,7 @@ def _check_local_shards(index: Index, mine: _Share) -> None:
     if index.storage.tf_path() is None:
         return
     for info, _, _ in mine.runs:
-        with open_shard(index.storage, info.file) as blob:
-            if blob.size != info.num_bytes:
-                raise RecordError(index.shard_path(info), 0, f"{blob.size} bytes, the index says "
-                                  f"{info.num_bytes} (cut short or replaced: restore it from a "
-                                  "copy or pack again)")  # fmt: skip
+        open_shard(index.storage, info.file, info.num_bytes).close()
 
 
 def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_reads, ordered):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -108,10 +109,7 @@ def verify(
         for shard in split.shards:
             listed.add(shard.file)
             shards += 1
-            before = len(faults)
             count = _check_shard(index, shard, decode, max_pixels, faults, counter)
-            if len(faults) == before and (fault := _index_file_fault(index, shard)):
-                faults.append(fault)
             records += count
             split_records += count
         if split_records != split.num_records and not any(
@@ -126,6 +124,7 @@ def verify(
                 )
             )
 
+    faults += _bookkeeping_faults(index)
     grown = growing(index.storage)  # a grow's new shards are in no index until its own lands
     for entry in index.storage.listdir():
         if is_shard_name(entry.name, index.name) and entry.name not in listed and not grown:
@@ -173,19 +172,22 @@ def _check_shard(
             errno.ELOOP, errno.EINVAL) else f"cannot open ({e.strerror or e})"  # fmt: skip
         faults.append(Fault(shard.file, None, reason))
         return 0
+    before = len(faults)
     if size != shard.num_bytes:
         faults.append(Fault(shard.file, None, f"{size} bytes, index says {shard.num_bytes}"))
         if size > shard.num_bytes:  # what is past the index's size is not ours to read
             return 0
+    index_file = _IndexFile(index, shard, size)
     digest = hashlib.sha256()  # fed by the same read that checks the records: one pass
     count = 0
     unit = index.container.position_unit
     listed, unlisted = len(faults) + MAX_SHARD_FAULTS, 0
     try:
         records = index.container.iter_records(
-            index.storage, shard.file, index.compression, digest=digest, max_bytes=shard.num_bytes
+            index.storage, shard.file, index.compression, digest=digest, num_bytes=size
         )
         for position, example in records:
+            index_file.saw(count, position)
             if isinstance(example, RecordError):  # its framing held: on to the next record
                 faults.append(Fault(shard.file, example.offset, example.reason, example.unit))
             elif reason := _check_record(example, index, decode, max_pixels):
@@ -204,23 +206,87 @@ def _check_shard(
     if count != shard.num_records:
         faults.append(Fault(shard.file, None, f"{count} records read, index says "
                                               f"{shard.num_records}"))  # fmt: skip
+    if len(faults) == before and (fault := index_file.fault(count)):
+        faults.append(fault)
     return count
 
 
-def _index_file_fault(index: Index, shard: ShardInfo) -> Fault | None:
-    """A whole shard's DALI index file, where it has one, against the shard's framing: Records
-    and DALI seek by its offsets, so a stale one is refused there or reads the wrong bytes."""
-    if not index.container.index_files or index.compression != "none":
+class _IndexFile:
+    """A whole shard's DALI index file, where it has one, against the record positions that
+    verify's one read of the shard finds: Records and DALI seek by its offsets, so a stale
+    one is refused there or reads the wrong bytes."""
+
+    def __init__(self, index: Index, shard: ShardInfo, size: int) -> None:
+        self.name, self.size = index_file_name(shard.file), size
+        self.spans: list[tuple[int, int]] | None = None
+        self.unreadable: Fault | None = None
+        self.stale = False
+        if not index.container.index_files or index.compression != "none":
+            return
+        try:
+            self.spans = read_index_file(index.storage, shard, index.container.min_span, size)
+        except IndexFormatError as e:
+            said = str(e).removeprefix(f"{index.storage.path(self.name)}: ")
+            self.unreadable = Fault(self.name, None, said)
+
+    def saw(self, n: int, position: int) -> None:
+        """Record n of the shard starts at `position`."""
+        if self.spans is not None and (n >= len(self.spans) or self.spans[n][0] != position):
+            self.stale = True
+
+    def fault(self, count: int) -> Fault | None:
+        """What is wrong with the index file, once the shard's `count` records are read."""
+        if self.unreadable is not None or self.spans is None:
+            return self.unreadable
+        last = self.spans[-1] if self.spans else (0, 0)
+        if self.stale or len(self.spans) != count or (count and sum(last) != self.size):
+            fix = "rewrite it with write_index_files (shardpack index-files)"
+            return Fault(
+                self.name, None, f"its offsets and sizes are not the shard's (stale); {fix}"
+            )
         return None
-    name = index_file_name(shard.file)
-    try:
-        spans = read_index_file(index.storage, shard, index.container.min_span)
-    except IndexFormatError as e:
-        return Fault(name, None, str(e).removeprefix(f"{index.storage.path(name)}: "))
-    framing = index.container.record_spans(index.storage, shard.file)
-    if spans is not None and spans != list(framing):
-        fix = "rewrite it with write_index_files (shardpack index-files)"
-        return Fault(name, None, f"its offsets and sizes are not the shard's (stale); {fix}")
+
+
+def _bookkeeping_faults(index: Index) -> list[Fault]:
+    """index.json's bookkeeping against its shards' names and generations: the count in a
+    split's names (`name_count`), the number a grow gives its next shard (`next_shard`, past
+    every one listed, or a grow writes a new shard under a listed name) and the latest
+    run (`generation`, none of a shard past it). A grow trusts them."""
+    faults = []
+    for split_name, split in index.splits.items():
+        named = {s.file: found for s in split.shards
+                 if (found := _numbered(index, split_name, s.file))}  # fmt: skip
+        counts = {n for _, n in named.values() if n is not None}
+        wrong = [(file, n) for file, (_, n) in named.items() if n not in (None, split.names_count)]
+        if wrong:
+            fix = f"set it to {wrong[0][1]}" if len(counts) == 1 else "pack again"
+            faults.append(Fault("index.json", None, f"'name_count' of split {split_name!r} is "
+                                f"{split.names_count}, but {wrong[0][0]} is named with "
+                                f"{wrong[0][1]}: {fix}"))  # fmt: skip
+        last = max(named, key=lambda file: named[file][0], default=None)
+        if last is not None and split.next_number <= named[last][0]:
+            faults.append(Fault("index.json", None, f"'next_shard' of split {split_name!r} is "
+                                f"{split.next_number}, but {last} is numbered {named[last][0]}: "
+                                "a grow would write over a listed shard; set it to "
+                                f"{named[last][0] + 1}"))  # fmt: skip
+    latest = max((s.generation for s in index.shards), default=0)
+    if latest > index.generation:
+        faults.append(Fault("index.json", None, f"'generation' is {index.generation}, but a "
+                            f"shard is of generation {latest}: set it to {latest}"))  # fmt: skip
+    return faults
+
+
+def _numbered(index: Index, split: str, file: str) -> tuple[int, int | None] | None:
+    """A shard's number and the count in its name, as the container names it (None: a name
+    without one), from the numbers in `file`; None: not a name the container gives."""
+    # the last three: every template ends in its numbers, and a planted name of thousands
+    # of them would cost their square in names tried (and one of 5,000 digits, int's refusal)
+    numbers = [int(digits) for digits in re.findall(r"\d+", file)[-3:] if len(digits) <= 20]
+    name = index.container.shard_name
+    for k in numbers:
+        for n in numbers:
+            if name(index.name, split, k, n) == file:
+                return k, n if name(index.name, split, k, n + 1) != file else None
     return None
 
 

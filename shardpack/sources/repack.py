@@ -257,12 +257,12 @@ def _records(index: Index, shard) -> Iterator[tuple[int, object]]:
     container = index.container
     if not container.raw_examples:
         return container.iter_records(index.storage, shard.file, index.compression,
-                                      max_bytes=shard.num_bytes)  # fmt: skip
+                                      num_bytes=shard.num_bytes)  # fmt: skip
     from shardpack.containers.example import decode  # numpy: not for --help, which lists us
 
     path, unit = index.storage.path(shard.file), container.position_unit
     raw = container.iter_raw(index.storage, shard.file, index.compression,
-                             max_bytes=shard.num_bytes)  # fmt: skip
+                             num_bytes=shard.num_bytes)  # fmt: skip
     return ((position, data if isinstance(data, RecordError) else
              decode(data, path, position, unit, BORROWED)) for position, data in raw)  # fmt: skip
 
@@ -424,7 +424,7 @@ def _open(index: Index, shard: ShardInfo) -> _Shard:
     positions = _POSITIONS.get(known)
     container = index.container
     reader = container.open(index.storage, shard.file, index.compression, positions,
-                            max_bytes=shard.num_bytes)  # fmt: skip
+                            num_bytes=shard.num_bytes)  # fmt: skip
     if positions is None:
         _POSITIONS[known] = array("q", map(reader.position, range(len(reader))))
     count = len(reader)

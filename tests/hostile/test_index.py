@@ -5,6 +5,7 @@ and string of a planted index is checked or escaped (one line, exit 2; never a t
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -172,19 +173,66 @@ def test_a_feature_shape_past_the_bound_is_refused_by_name_on_load(packed, tmp_p
         list(iter_examples(out, "train"))
 
 
-@pytest.mark.parametrize("count", [10**30, MAX_SPLIT_RECORDS + 1])
+@pytest.mark.parametrize(("count", "said"), [
+    (10**30, "'num_records' must be an integer >= 0, got 1000000000000000000000000000000, over"),
+    (MAX_SPLIT_RECORDS + 1, "the shards of split 'train' claim more than"),
+])  # fmt: skip
 def test_shards_claiming_more_records_than_readers_count_are_refused_on_load(
-    packed, tmp_path, count
+    packed, tmp_path, count, said
 ):
     # inspect and iter_examples ended in OverflowError's traceback (a share of 10**30 positions)
     raw = json.loads((packed / "index.json").read_text())
     split = raw["splits"]["train"]
-    shards = [{**split["shards"][0], "num_records": count}, *split["shards"][1:]]
+    shards = [{**split["shards"][0], "num_records": count, "num_bytes": count * 16},
+              *split["shards"][1:]]  # fmt: skip
     out = _planted(packed, tmp_path, splits={"train": {**split, "shards": shards}})
     for command in ("verify", "inspect"):
-        one_line_error(run_cli(command, str(out)), str(out / "index.json"), "claim more than")
-    with pytest.raises(IndexFormatError, match="split 'train' claim more than"):
+        one_line_error(run_cli(command, str(out)), str(out / "index.json"), said)
+    with pytest.raises(IndexFormatError, match=said):
         list(iter_examples(out, "train"))
+
+
+@pytest.mark.parametrize("plant", ["class_counts", "num_bytes", "listed twice"])
+def test_counts_past_the_bound_and_a_shard_listed_twice_are_refused_on_load(
+    packed, tmp_path, plant
+):
+    """report ended in an OverflowError's traceback for a count of 10**30 (and took a class
+    count of -1); a shard listed twice, in one split or two, was read twice by every reader."""
+    split = json.loads((packed / "index.json").read_text())["splits"]["train"]
+    first = split["shards"][0]
+    if plant == "class_counts":
+        split["class_counts"] = [10**30, -1]
+        said = "'class_counts' of split 'train' must be a list of integers from 0 to"
+    elif plant == "num_bytes":
+        first["num_bytes"] = 10**30
+        said = "'num_bytes' must be an integer >= 0, got 1000000000000000000000000000000, over"
+    else:
+        split["shards"].append(first)
+        said = f"shard {first['file']!r} is listed 2 times"
+    out = _planted(packed, tmp_path, splits={"train": split})
+    done = run_cli("report", str(out), "--out", str(tmp_path / "report.html"))
+    one_line_error(done, str(out / "index.json"), said)
+
+
+@pytest.mark.parametrize("container", ["tfrecord", "webdataset"])
+def test_a_shard_claiming_more_records_than_its_bytes_hold_is_refused_on_load(
+    shared_pack, tmp_path, container
+):
+    """ShardDataset took 8 bytes a record claimed (a MemoryError for 10**12 of them)."""
+    from shardpack.containers import CONTAINERS
+
+    packed = shared_pack({"a": 2, "b": 1}, format=container, workers=1)
+    out = Path(shutil.copytree(packed, tmp_path / "out"))
+    raw = json.loads((out / "index.json").read_text())
+    shard = raw["splits"]["train"]["shards"][0]
+    most = CONTAINERS[container].most_records(shard["num_bytes"])
+    assert shard["num_records"] <= most  # what pack writes passes
+    shard["num_records"] = most + 1
+    (out / "index.json").write_text(json.dumps(raw))
+    said = f"shard {shard['file']!r} of split 'train' claims {most + 1:,} records in"
+    one_line_error(run_cli("inspect", str(out)), str(out / "index.json"), said)
+    with pytest.raises(IndexFormatError, match=re.escape(said)):
+        load_index(out)
 
 
 def test_inspect_prints_every_string_from_a_planted_index_escaped(packed, tmp_path):
@@ -336,3 +384,12 @@ def test_a_parquet_column_of_rows_past_the_bound_is_bad_rows_not_a_shape(tmp_pat
     assert raw["features"]["emb"]["shape"] == [-1, 4] and raw["num_skipped"] == 2
     assert all(f"over {MAX_ROW:,}" in s["reason"] for s in raw["skipped"])
     assert run_cli("verify", str(out)).returncode == 0
+
+
+def test_an_index_of_no_splits_is_reported_without_warnings_and_named_as_empty(packed, tmp_path):
+    """report warned twice of a legend of nothing; preview said 'it has : name one of those'."""
+    out = _planted(packed, tmp_path, splits={})
+    done = run_cli("report", str(out), "--out", str(tmp_path / "report.html"), "--no-progress")
+    assert done.returncode == 0 and "legend" not in done.stderr, done.stderr
+    done = run_cli("preview", str(out), "--out", str(tmp_path / "grid.png"))
+    one_line_error(done, "no split 'train'; it has none (nothing packed)")

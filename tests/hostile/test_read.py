@@ -324,3 +324,31 @@ def test_verify_stops_at_a_shard_larger_than_the_index_says(tmp_path: Path):
     faults = shardpack.verify(out).faults
     assert time.monotonic() - started < 10
     assert [f.reason for f in faults] == [f"{32 << 30} bytes, index says {len(shard)}"]
+
+
+# Not ArrayRecord (a file in whole 64 KiB blocks) nor tar (10 KiB): tiny shards of as many
+# records are of one size, and only sha256 (verify) tells them apart.
+@pytest.mark.parametrize("container", ["tfrecord", "parquet"])
+def test_two_shards_of_a_split_swapped_are_refused_by_every_reader(
+    shared_pack, tmp_path: Path, container: str
+):
+    """Of as many records, they read silently in the wrong places (only verify's sha256 saw
+    it); their sizes differ, which opening a shard tells for nothing."""
+    import shutil
+
+    packed = shared_pack({"a": 4, "b": 4}, workers=1, shards=2, format=container)
+    out = Path(shutil.copytree(packed, tmp_path / "out"))
+    first, second = (s["file"] for s in json.loads((out / "index.json").read_text())["splits"][
+        "train"]["shards"])  # fmt: skip
+    one, two = (out / first).read_bytes(), (out / second).read_bytes()
+    assert len(one) != len(two)
+    (out / first).write_bytes(two)
+    (out / second).write_bytes(one)
+    said = f"{out / first} at byte 0: {len(two)} bytes, the index says {len(one)} bytes"
+    for read in (
+        lambda: list(shardpack.iter_examples(out)),
+        lambda: shardpack.read_record(out, "train", 0),
+        lambda: shardpack.describe(out),
+    ):
+        with pytest.raises(RecordError, match=re.escape(said)):
+            read()

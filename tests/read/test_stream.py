@@ -318,15 +318,18 @@ def test_a_tfrecord_cut_at_a_record_s_end_is_refused_not_read_short(packed: Path
     data = shard.read_bytes()
     kept = 8 + 4 + int.from_bytes(data[:8], "little") + 4  # its first record whole
     shard.write_bytes(data[:kept])
+    # tf.data read it short: TensorFlow's error after an epoch, or with epochs=None none
+    said = rf"{shard.name} at byte 0: {kept} bytes, the index says {len(data)} bytes \(cut"
+    with pytest.raises(RecordError, match=said):
+        tf_dataset(out, epochs=None)  # refused before TensorFlow loads
+    with pytest.raises(RecordError, match=said):
+        list(iter_examples(out))
+    helpers.vouch_size(out, shard.name)  # an index that lies about its size too
     said = f"{shard.name} at byte 0: holds 1 records, the index says 3"
     with pytest.raises(RecordError, match=said):
         list(iter_examples(out))
     with pytest.raises(RecordError, match=said):  # a reader whose share ends in that shard
         list(iter_examples(out, shard=(0, 2)))
-    # tf.data read it short: TensorFlow's error after an epoch, or with epochs=None none
-    said = rf"{shard.name} at byte 0: {kept} bytes, the index says {len(data)} \(cut short"
-    with pytest.raises(RecordError, match=said):
-        tf_dataset(out, epochs=None)  # refused before TensorFlow loads
 
 
 def test_a_tfrecord_holding_more_than_the_index_says_is_refused_not_read_as_whole(
@@ -341,10 +344,12 @@ def test_a_tfrecord_holding_more_than_the_index_says_is_refused_not_read_as_whol
     data = first.read_bytes()
     first.write_bytes(data + second.read_bytes())  # another shard's records put after its own
     assert sum(1 for _ in tf.data.TFRecordDataset(str(first))) == 6  # TensorFlow reads 6
+    helpers.vouch_size(out, first.name)  # its size refuses it at once: past that, its count
     said = f"{first.name} at byte 0: holds more than 3 records, the index says 3"
     with pytest.raises(RecordError, match=said):
         list(iter_examples(out))
     first.write_bytes(data + b"junk" * 8)  # bytes after its last record
+    helpers.vouch_size(out, first.name)
     with pytest.raises(tf.errors.DataLossError):
         list(tf.data.TFRecordDataset(str(first)))
     with pytest.raises(RecordError, match=f"{first.name} at byte {len(data)}: length CRC"):
@@ -363,6 +368,7 @@ def test_a_tar_whose_end_is_cut_is_refused_by_every_reader(tmp_path: Path):
         last = archive.getmembers()[-1]
     end = -(-(last.offset_data + last.size) // 512) * 512  # where the end-of-archive begins
     tar.write_bytes(tar.read_bytes()[: end + 100])  # tarfile and webdataset read it as whole
+    helpers.vouch_size(out, tar.name)  # its size refuses it at once: past that, its end
     said = f"{tar.name} at byte {end}: file ends inside a tar header"
     records = Records(out, "train")
     with pytest.raises(RecordError, match=said):

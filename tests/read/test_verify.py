@@ -245,3 +245,47 @@ def test_a_stale_or_cut_index_file_is_a_fault_naming_it(shared_pack, tmp_path: P
     shutil.copy(second, first)  # another shard's, of as many lines: it reads the wrong bytes
     (fault,) = verify(out).faults
     assert str(fault).startswith(f"idx/{first.name}: its offsets and sizes are not the shard's")
+
+
+def test_verify_reads_a_shard_with_an_index_file_once(shared_pack, tmp_path: Path, monkeypatch):
+    """The index file was checked by hopping the shard's record headers again (record_spans),
+    after opening it once more for its size: 4 opens a shard, 2 of them reads."""
+    import shutil
+
+    from shardpack.storage.local import LocalStorage
+
+    packed = shared_pack({"a": 6, "b": 6}, shards=3, workers=1, index_files=True)
+    out = Path(shutil.copytree(packed, tmp_path / "copy"))
+    opened = []
+    real = LocalStorage.open
+    monkeypatch.setattr(LocalStorage, "open", lambda self, name: opened.append(name) or
+                        real(self, name))  # fmt: skip
+    assert verify(out).ok
+    shards = [s.name for s in sorted(out.glob("*.tfrecord-*"))]
+    assert sorted(n for n in opened if n in shards) == sorted(shards * 2)  # its size, its read
+
+
+def test_bookkeeping_that_disagrees_with_the_shards_is_a_fault_naming_the_field(out: Path):
+    """A planted name_count, next_shard or generation verified OK, and a grow trusts them."""
+    doc = json.loads((out / "index.json").read_text())
+    split = doc["splits"]["train"]
+    first, _, last = (s["file"] for s in split["shards"])
+    split.update(name_count=5, next_shard=2)
+    split["shards"][0]["generation"] = 2
+    (out / "index.json").write_text(json.dumps(doc))
+    assert [str(f) for f in verify(out).faults] == [
+        f"index.json: 'name_count' of split 'train' is 5, but {first} is named with 3: set it to 3",
+        f"index.json: 'next_shard' of split 'train' is 2, but {last} is numbered 2: a grow "
+        "would write over a listed shard; set it to 3",
+        "index.json: 'generation' is 0, but a shard is of generation 2: set it to 2",
+    ]
+
+
+def test_a_planted_shard_name_of_a_huge_number_is_a_fault_not_a_crash(out: Path):
+    """A name's numbers are what verify holds `next_shard` to: one of 5,000 digits was int()'s
+    ValueError, and thousands of numbers their square in names tried."""
+    doc = json.loads((out / "index.json").read_text())
+    doc["splits"]["train"]["shards"][0]["file"] = name = "x" + "9" * 5000 + "-1" * 2000
+    (out / "index.json").write_text(json.dumps(doc))
+    faults = verify(out).faults
+    assert faults[0].file == name and "cannot open" in faults[0].reason

@@ -84,14 +84,14 @@ class Toy(Container):
     shard_pattern = re.compile(containers.NAME_SPLIT + r"\.toy-\d{5,}-of-\d{5,}")
     writer_class = _ToyWriter
 
-    def iter_records(self, storage, name, compression="none", digest=None, max_bytes=None):
+    def iter_records(self, storage, name, compression="none", digest=None, num_bytes=None):
         with containers.open_hashing(storage, name, digest) as blob:
             for offset, data in _spans(blob):
                 yield offset, decode(data, blob.name, offset)
             if digest is not None:
                 blob.finish()
 
-    def open(self, storage, name, compression="none", offsets=None, max_bytes=None):
+    def open(self, storage, name, compression="none", offsets=None, num_bytes=None):
         return _ToyReader(containers.open_shard(storage, name))
 
 

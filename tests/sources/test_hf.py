@@ -457,11 +457,11 @@ def test_own_gzip_output_repacks_its_records(tmp_path, monkeypatch):
     # Bounded: a shard over the index's size, or inflating past what deflate can, is refused.
     shard = json.loads((gzipped / "index.json").read_text())["splits"]["train"]["shards"][0]
     container, at = get_container("tfrecord"), storage_at(gzipped)
-    with pytest.raises(RecordError, match=f"{shard['file']}.*: .* over the index's 100: not"):
-        container.open(at, shard["file"], "gzip", max_bytes=100)
+    with pytest.raises(RecordError, match=f"{shard['file']}.*: .* the index says 100 bytes"):
+        container.open(at, shard["file"], "gzip", num_bytes=100)
     monkeypatch.setattr(tfrecord, "_MAX_INFLATION", 1)
     with pytest.raises(RecordError, match=f"{shard['file']}.*: inflates past what gzip can"):
-        container.open(at, shard["file"], "gzip", max_bytes=shard["num_bytes"])
+        container.open(at, shard["file"], "gzip", num_bytes=shard["num_bytes"])
 
 
 def test_own_output_with_a_miscounted_shard_is_one_line(packed, tmp_path):

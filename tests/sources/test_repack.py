@@ -19,7 +19,7 @@ from shardpack.errors import ImageError, SourceError
 from shardpack.index import load_index
 from shardpack.sources import repack
 from shardpack.storage import storage_at
-from tests.helpers import make_tree, one_line_error, run_cli
+from tests.helpers import make_tree, one_line_error, run_cli, vouch_size
 
 COUNT = 7
 
@@ -222,6 +222,7 @@ def test_a_corrupt_record_is_named_with_its_shard_and_number_in_the_worker(packe
     # at another path: a process keeps the record positions it found by path and sha256)
     cut = _copy(packed, tmp_path / "cut")
     (cut / file).write_bytes((packed / file).read_bytes()[: offsets[-1]])
+    vouch_size(cut, file)  # its size refuses it at once: past that, its count
     held = len(offsets)  # every record of the only shard is refused: no image packed
     said = f"{file} record \\d+: cannot read it .*{file}: holds {held - 1} records, the index says"
     with pytest.raises(SourceError, match=f"{said} {held}"):
@@ -236,6 +237,7 @@ def test_a_record_that_is_no_example_is_named_with_its_place_in_the_worker(packe
     records = [bytes(data) for _, data in tfrecord.iter_records(storage_at(str(packed)), file)]
     records[1] = b"\x0a\x05bytes of no Example"
     (bad / file).write_bytes(b"".join(map(tfrecord.frame, records)))
+    vouch_size(bad, file)
     result = shardpack.pack(bad, tmp_path / "out", PackOptions(workers=1, shuffle=False))
     (reason,) = _skips(result).values()
     assert result.num_records == COUNT - 1
