@@ -786,6 +786,10 @@ def test_a_run_that_packs_nothing_says_so_and_fails(tmp_path: Path):
     assert line.startswith(f"error: no image was packed from {src}, 2 items skipped (the first, "
                            "a/x.jpg: ")  # fmt: skip
     assert not (tmp_path / "out").exists()  # it made OUT, and leaves none
+    listed = tmp_path / "list.csv"  # a manifest: named itself, not the folder it lies in
+    listed.write_text("path,label\nsrc/a/x.jpg,a\nsrc/a/y.png,a\n")
+    run = _run("pack", str(listed), str(tmp_path / "out"), "--no-progress")
+    assert run.stderr.startswith(f"error: no image was packed from {listed}, 2 items"), run.stderr
 
 
 @pytest.mark.slow
