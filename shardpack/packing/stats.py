@@ -98,18 +98,21 @@ def summed(table: np.ndarray) -> np.ndarray:
 
 
 # Where an annotation file's reason points (YOLO's `labels/a.txt line 2: `, VOC's
-# `Annotations/a.xml object 0 (dog): `), and a file's path (a word with a slash) within one.
+# `Annotations/a.xml object 0 (dog): `), a file's path (a word with a slash) and a value
+# quoted as repr() quotes it ('x', not data.yaml's) within one.
 _PLACE = re.compile(r"^\S*/\S* (?:line \d+|object \d+(?: \([^)]*\))?): ")
 _PATH = re.compile(r"(?<!\S)[^\s<>]*/[^\s<>]*")
+_QUOTED = re.compile(r"(?<!\w)'[^']*'(?!\w)")
 
 
 def reason_kind(reason: str) -> str:
     """A skip reason without what names one file: 'corrupt JPEG: ...' -> 'corrupt JPEG';
-    'labels/a.txt line 2: class 7 is not ...' -> 'class N is not ...'; a path -> 'FILE'."""
+    'labels/a.txt line 2: class 7 is not ...' -> 'class N is not ...'; a path -> 'FILE', a
+    quoted value -> '...'."""
     for kind in ("duplicate", "near duplicate"):  # what follows names the copy kept
         if reason.startswith(f"{kind} of "):
             return kind
-    head = re.split(r"[:(]", _PLACE.sub("", reason, count=1), maxsplit=1)[0]
+    head = re.split(r"[:(]", _QUOTED.sub("'...'", _PLACE.sub("", reason, count=1)), maxsplit=1)[0]
     return re.sub(r"\d+", "N", _PATH.sub("FILE", head)).strip() or "other"
 
 

@@ -67,9 +67,12 @@ def test_a_reason_kind_does_not_name_the_file_or_the_line_it_came_from():
             for name in ("2008_000001", "b")
         }
         assert len(kinds) == 1 and "Annotations" not in kinds.pop()
-    bad = [f"VOC2012/Annotations/{n}.xml object {i} ({c}): <bndbox/xmax> is missing, not a "
-           "number; fix it" for n, i, c in (("a", 0, "dog"), ("b", 3, "cat"))]  # fmt: skip
-    assert {reason_kind(r) for r in bad} == {"<bndbox/xmax> is missing, not a number; fix it"}
+    bad = [
+        f"VOC2012/Annotations/{n}.xml object {i} ({c}): <bndbox/xmax> is {v!r}, not a "
+        "number; fix it"
+        for n, i, c, v in (("a", 0, "dog", "x"), ("b", 3, "cat", "1:5"))
+    ]
+    assert {reason_kind(r) for r in bad} == {"<bndbox/xmax> is '...', not a number; fix it"}
     lines = [f"labels/{s}/{n}.txt line {i}: class 7 is not one of data.yaml's 3 classes"
              for s, n, i in (("train", "a", 2), ("val", "b", 40))]  # fmt: skip
     assert {reason_kind(r) for r in lines} == {"class N is not one of data.yaml's N classes"}
