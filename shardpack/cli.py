@@ -343,7 +343,8 @@ def inspect(
 ) -> None:
     """Summarize a pack output.
 
-    Splits, shards, sizes, the class histogram and a few records.
+    Splits, shards, sizes, the class histogram, each split's statistics (image sizes, source
+    and stored bytes per image, formats, objects, skips), the copies found and a few records.
     """
     with _user_errors():
         from shardpack.read.describe import describe  # numpy: not for --help
