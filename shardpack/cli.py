@@ -343,7 +343,8 @@ def inspect(
 ) -> None:
     """Summarize a pack output.
 
-    Splits, shards, sizes, the class histogram and a few records.
+    Splits, shards, sizes, the class histogram, each split's statistics (image sizes, source
+    and stored bytes per image, formats, objects, skips), the copies found and a few records.
     """
     with _user_errors():
         from shardpack.read.describe import describe  # numpy: not for --help
@@ -366,7 +367,12 @@ def index_files(out: _OUT, storage_option: _STORAGE_OPTIONS = None) -> None:
 @app.command(cls=_Command)
 def preview(
     out: _OUT,
-    split: Annotated[str, typer.Option(metavar="NAME", help="Split to draw from.")] = "train",
+    split: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="NAME", help="Split to draw from.  [default: train, else the first by name]"
+        ),
+    ] = None,
     n: Annotated[int, typer.Option("--n", metavar="N", min=1, help="Records to show.")] = 64,
     dest: Annotated[
         str,  # not a Path, which would make s3://b/x.png s3:/b/x.png before preview refuses it

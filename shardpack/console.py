@@ -282,7 +282,7 @@ def print_inspect(summary: dict) -> None:
               f"({missing[0]}{', ...' if len(missing) > 1 else ''}); shardpack verify checks "
               "every shard", file=sys.stderr)  # fmt: skip
     if summary["num_skipped"]:
-        typer.echo(f"\nskipped {plural(summary['num_skipped'], 'file')} at pack time")
+        typer.echo(f"\nskipped {plural(summary['num_skipped'], 'item')} at pack time")
     _print_duplicates_and_ignored(summary["duplicates"], summary["ignored"])
 
 

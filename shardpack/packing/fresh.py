@@ -106,7 +106,7 @@ class FreshPack:
         results = [self.landed(result) for result in results]
         num_records = sum(r.num_records for r in results)
         if num_records == 0:  # a dataset of nothing is no success, and leaves no dataset
-            _leave_nothing(out, plan, dataset, results)
+            _leave_nothing(out, plan, dataset, results, self.src)
         seconds = time.perf_counter() - self.start
         new_records = num_records - sum(r.num_records for r in planned.reused)
         to_write = len(plan.shards) - len(planned.reused)
@@ -230,14 +230,17 @@ def _scan_and_plan(
                                                 options.workers or machine_cores())  # fmt: skip
 
 
-def _leave_nothing(out: Storage, plan: Plan, dataset: Dataset, results: list) -> NoReturn:
-    """Remove the empty shards and the journal of a run that packed nothing, then say why."""
+def _leave_nothing(
+    out: Storage, plan: Plan, dataset: Dataset, results: list, src: Storage
+) -> NoReturn:
+    """Remove the empty shards and the journal of a run that packed nothing, then say why,
+    naming SRC as given (a manifest, not the folder its paths are read from)."""
     out.remove(spec.file for spec in plan.shards)
     out.remove_journal()
     skipped = [*dataset.skipped, *(s for r in results for s in r.skipped)]
     key, reason = min(skipped, default=("", ""))
     first = f" (the first, {printable(key)}: {printable(reason)})" if skipped else ""
-    raise SourceError(f"no image was packed from {dataset.root.path()}, {len(skipped):,} "
+    raise SourceError(f"no image was packed from {src.path()}, {len(skipped):,} "
                       f"item{'s' if len(skipped) != 1 else ''} skipped{first}; fix or remove "
                       "them")  # fmt: skip
 

@@ -265,7 +265,9 @@ def _what_changed(head: dict | None, now: dict) -> list[str | Option]:
     if changed:
         said: list[str | Option] = ["was packed with other options ("]
         for key in changed:
-            was = shortened(printable(repr(_as_python(then[key]))))
+            was = (
+                "unset" if then[key] is None else shortened(printable(repr(_as_python(then[key]))))
+            )
             said += [Option(key, _as_python(now["options"][key])), f" (the journal's: {was}); "]
         said[-1] = said[-1].removesuffix("; ") + ")"
         return said

@@ -97,12 +97,23 @@ def summed(table: np.ndarray) -> np.ndarray:
     return rows
 
 
+# Where an annotation file's reason points (YOLO's `labels/a.txt line 2: `, VOC's
+# `Annotations/a.xml object 0 (dog): `), a file's path (a word with a slash) and a value
+# quoted as repr() quotes it ('x', not data.yaml's) within one.
+_PLACE = re.compile(r"^\S*/\S* (?:line \d+|object \d+(?: \([^)]*\))?): ")
+_PATH = re.compile(r"(?<!\S)[^\s<>]*/[^\s<>]*")
+_QUOTED = re.compile(r"(?<!\w)'[^']*'(?!\w)")
+
+
 def reason_kind(reason: str) -> str:
-    """A skip reason without what names one file: 'corrupt JPEG: ...' -> 'corrupt JPEG'."""
+    """A skip reason without what names one file: 'corrupt JPEG: ...' -> 'corrupt JPEG';
+    'labels/a.txt line 2: class 7 is not ...' -> 'class N is not ...'; a path -> 'FILE', a
+    quoted value -> '...'."""
     for kind in ("duplicate", "near duplicate"):  # what follows names the copy kept
         if reason.startswith(f"{kind} of "):
             return kind
-    return re.sub(r"\d+", "N", re.split(r"[:(]", reason, maxsplit=1)[0]).strip() or "other"
+    head = re.split(r"[:(]", _QUOTED.sub("'...'", _PLACE.sub("", reason, count=1)), maxsplit=1)[0]
+    return re.sub(r"\d+", "N", _PATH.sub("FILE", head)).strip() or "other"
 
 
 # The columns of a summary, each from a chunk of rows, as float64 (sizes and bytes spread

@@ -134,7 +134,7 @@ def summary_lines(summary: object) -> list[str]:
     for what in ("formats", "channels", "orientations", "skipped", "boxes_dropped"):
         with suppress(KeyError, TypeError, ValueError, AttributeError):
             counts = ", ".join(f"{printable(str(k))} {_num(n)}" for k, n in summary[what].items())
-            said.append(f"  {what}: {counts}")
+            said.append(f"  {what.replace('_', ' ')}: {counts}")  # as pack says it
     return said
 
 

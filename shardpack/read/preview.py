@@ -31,7 +31,7 @@ FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".webp": "webp"}
 
 
 def make_preview(
-    out: str | os.PathLike, dest: str | os.PathLike, split: str = "train", n: int = 64,
+    out: str | os.PathLike, dest: str | os.PathLike, split: str | None = None, n: int = 64,
     seed: int = 0, storage_options: dict | None = None, overwrite: bool = False,
 ) -> str:  # fmt: skip
     """Draw n random records of a split in a grid, each captioned with its class name(s); where
@@ -43,7 +43,8 @@ def make_preview(
     Args:
         out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
         dest: the image to write; its extension (.png, .jpg, .jpeg, .webp) picks the format.
-        split: the split to draw from.
+        split: the split to draw from; None: `train`, or the first by name where there is none
+            (a COCO set of `val` alone).
         n: how many records to show.
         seed: which random records.
         storage_options: options for OUT's fsspec filesystem, when it is a URL.
@@ -66,6 +67,8 @@ def make_preview(
     if not overwrite and os.path.lexists(dest):  # before reading a record
         raise exists_error(dest)
     index = load_index(out, storage_options)
+    if split is None:
+        split = "train" if "train" in index.splits else min(index.splits, default="train")
     rng = random.Random(seed)
     chosen: list[dict] = []
     for seen, record in enumerate(iter_examples(index.storage, split)):

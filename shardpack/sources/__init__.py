@@ -151,16 +151,19 @@ _OBJECTS = (coco.SOURCE, yolo.SOURCE, voc.SOURCE)
 
 def _object_dataset_above(root: Storage) -> str | None:
     """'it lies inside a COCO folder (...), D: pass that' where the folder D one or two levels
-    above SRC is an object dataset (_OBJECTS); None where neither is."""
-    above = root.parent()
+    above SRC is an object dataset (_OBJECTS) and SRC lies in one of its parts (not in a
+    dataset beside it, as ~/data/flowers beside ~/data/VOCdevkit); None where neither is."""
+    step, above = root, root.parent()
     for _ in range(2):
         if above is None:
             return None
+        name = os.path.basename(step.path().rstrip("/"))
         for source in _OBJECTS:
             with contextlib.suppress(ShardpackError, OSError):
-                if source.recognise(above, PackOptions()) is not None:
+                found = source.recognise(above, PackOptions())
+                if found is not None and source.holds(found, name):
                     return f"it lies inside {source.described}, {above.path()}: pass that"
-        above = above.parent()
+        step, above = above, above.parent()
     return None
 
 

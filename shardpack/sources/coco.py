@@ -74,6 +74,12 @@ class CocoSource(Source):
                        "val2017/ or images/<split>/)")  # fmt: skip
         return None
 
+    def holds(self, found: tuple[Storage, dict], name: str) -> bool:
+        """annotations/ and each split's image folder (images/ for images/<split>/)."""
+        root, files = found
+        folders = (_image_folder(root, split) for split in files)
+        return name == FOLDER or any(f is not None and f.split("/")[0] == name for f in folders)
+
     def scan(
         self, found: tuple[Storage, dict], options: PackOptions,
         storage_options: Mapping[str, object] | None,

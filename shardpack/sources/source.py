@@ -139,6 +139,12 @@ class Source(abc.ABC):
         --source naming this source, raise SourceError saying what is missing instead
         (refuse_unfound)."""
 
+    def holds(self, found: object, name: str) -> bool:
+        """Whether the entry `name` of the folder `recognise` found this source in is a part
+        of the dataset (not a dataset of its own beside it), for the error of a SRC one level
+        inside it; by default every entry is."""
+        return True
+
     def check_options(self, options: PackOptions) -> None:
         """Refuse a bad value of one of `own_options` (OptionError naming it), as
         PackOptions refuses those every source reads: called once a scan has recognised this

@@ -75,6 +75,10 @@ class VocSource(Source):
                        "them")  # fmt: skip
         return None
 
+    def holds(self, found: _Found, name: str) -> bool:
+        """A year folder's every entry; above one, its VOCdevkit/ or VOC20xx/ folder."""
+        return any(year == "" or year.split("/")[0] == name for year in found.years)
+
     def scan(
         self, found: _Found, options: PackOptions, storage_options: Mapping[str, object] | None
     ) -> Dataset:

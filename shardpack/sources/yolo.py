@@ -79,6 +79,10 @@ class YoloSource(Source):
                        "folder that holds them")  # fmt: skip
         return None
 
+    def holds(self, found: _Found, name: str) -> bool:
+        """images/, labels/, data.yaml and Roboflow's <split>/ folders."""
+        return name in ("images", "labels", found.yaml) or name in SPLIT_NAMES
+
     def scan(
         self, found: _Found, options: PackOptions, storage_options: Mapping[str, object] | None
     ) -> Dataset:

@@ -271,6 +271,10 @@ def test_options_left_out_this_time_are_named_in_one_line(src: Path, tmp_path: P
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     assert "no --resize (the journal's: (8, 8))" in result.stderr
     assert "no --split (the journal's: (('train', 0.5), ('test', 0.5)))" in result.stderr
+    again = _run("pack", str(src), str(tmp_path / "plain"), "--no-progress")
+    assert again.returncode == 0, again.stderr
+    added = _run("pack", str(src), str(tmp_path / "plain"), "--split", "a=0.5,b=0.5")
+    assert "--split a=0.5,b=0.5 (the journal's: unset)" in added.stderr  # not Python's None
 
 
 def test_an_empty_src_or_out_is_refused_not_taken_for_the_current_folder(
@@ -786,6 +790,10 @@ def test_a_run_that_packs_nothing_says_so_and_fails(tmp_path: Path):
     assert line.startswith(f"error: no image was packed from {src}, 2 items skipped (the first, "
                            "a/x.jpg: ")  # fmt: skip
     assert not (tmp_path / "out").exists()  # it made OUT, and leaves none
+    listed = tmp_path / "list.csv"  # a manifest: named itself, not the folder it lies in
+    listed.write_text("path,label\nsrc/a/x.jpg,a\nsrc/a/y.png,a\n")
+    run = _run("pack", str(listed), str(tmp_path / "out"), "--no-progress")
+    assert run.stderr.startswith(f"error: no image was packed from {listed}, 2 items"), run.stderr
 
 
 @pytest.mark.slow

@@ -57,7 +57,7 @@ def test_pack_names_the_first_skipped_items_and_counts_them_all(tmp_path: Path):
     raw = json.loads((out / "index.json").read_text())
     assert (len(raw["skipped"]), raw["num_skipped"]) == (MAX_NAMED_SKIPPED, MAX_NAMED_SKIPPED + 5)
     done = run_cli("inspect", str(out))
-    assert done.returncode == 0 and f"skipped {MAX_NAMED_SKIPPED + 5:,} files" in done.stdout
+    assert done.returncode == 0 and f"skipped {MAX_NAMED_SKIPPED + 5:,} items" in done.stdout
 
 
 def test_the_reader_counts_lists_and_objects_not_brackets_inside_strings(tmp_path: Path):

@@ -377,7 +377,7 @@ def test_the_cli_says_what_it_dropped_and_refuses_in_one_line(tmp_path: Path):
                                     "--min-visibility", "0.99"])  # fmt: skip
     assert "\nboxes dropped: cropped away 1, mostly cropped away 1\n" in some.output
     inspected = CliRunner().invoke(app, ["inspect", str(tmp_path / "out")])
-    assert "boxes_dropped: cropped away 1" in inspected.output
+    assert "\n  boxes dropped: cropped away 1\n" in inspected.output  # as pack says it
     write_jsonl(src, [{"path": "a.png", **_columns(), "keypoints": [[0.5, 0.8]]}])
     refused = CliRunner().invoke(app, [*args[:2], str(tmp_path / "again"), *args[2:]])
     assert refused.exit_code == 2 and "Traceback" not in refused.output

@@ -207,6 +207,7 @@ def test_split_summaries_match_the_records(src: Path, tmp_path: Path) -> None:
     text = runner.invoke(app, ["inspect", str(out)]).output
     assert "images: 56x40 median" in text and "skipped: duplicate 4" in text
     assert "2 images of test are also in train" in text
+    assert "\nskipped 4 items at pack time\n" in text  # items, as pack says: not all are files
 
     summary = _pack(bad, tmp_path / "out2")
     assert summary["skipped"] == 1

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardpack.packing.stats import entry_summaries
+from shardpack.errors import ImageError
+from shardpack.packing.masks import check_size
+from shardpack.packing.stats import entry_summaries, reason_kind
 
 
 @pytest.mark.parametrize("count", [1, 2, 5, 6, 1001])
@@ -46,3 +48,32 @@ def test_what_some_records_of_a_split_did_not_note_is_left_out_or_counted_not_no
     assert train["orientations"] == {"(not noted)": 3}
     assert sizes <= test.keys() and test["width"]["min"] == 8 and test["aspect"]["max"] == 2
     assert test["formats"] == {"png": 1} and "orientations" not in test
+
+
+def _size_reason(file: str, annotated: tuple, orientation: int | None) -> str:
+    """The reason check_size gives an image of 30x40 as displayed, its annotations in `file`."""
+    with pytest.raises(ImageError) as caught:
+        check_size("img.jpg", annotated, (40, 30), orientation, file)
+    return caught.value.reason
+
+
+def test_a_reason_kind_does_not_name_the_file_or_the_line_it_came_from():
+    """Reasons that name an annotation file (VOC's XML, YOLO's label file, the annotated size)
+    are counted under one kind whatever the file, so a summary stays a few counts; the kind
+    says what is wrong, not where."""
+    for orientation, annotated in ((6, (30, 40)), (None, (50, 50))):
+        kinds = {
+            reason_kind(_size_reason(f"VOC2012/Annotations/{name}.xml", annotated, orientation))
+            for name in ("2008_000001", "b")
+        }
+        assert len(kinds) == 1 and "Annotations" not in kinds.pop()
+    bad = [
+        f"VOC2012/Annotations/{n}.xml object {i} ({c}): <bndbox/xmax> is {v!r}, not a "
+        "number; fix it"
+        for n, i, c, v in (("a", 0, "dog", "x"), ("b", 3, "cat", "1:5"))
+    ]
+    assert {reason_kind(r) for r in bad} == {"<bndbox/xmax> is '...', not a number; fix it"}
+    lines = [f"labels/{s}/{n}.txt line {i}: class 7 is not one of data.yaml's 3 classes"
+             for s, n, i in (("train", "a", 2), ("val", "b", 40))]  # fmt: skip
+    assert {reason_kind(r) for r in lines} == {"class N is not one of data.yaml's N classes"}
+    assert reason_kind("corrupt JPEG: premature end") == "corrupt JPEG"

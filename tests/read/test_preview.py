@@ -39,6 +39,18 @@ def test_the_extension_picks_the_format(out: Path, tmp_path: Path, ext: str):
     assert sheet.shape[1] == 3 * CELL  # 5 records: a 3 x 2 grid
 
 
+def test_a_dataset_without_train_is_drawn_from_its_first_split(tmp_path: Path):
+    """A COCO set of `val` alone (a split tree here): no --split needed, and one naming no
+    split says which there are."""
+    out = packed_tree(tmp_path, {"val/a": 2, "val/b": 1, "test/a": 1}, workers=1)
+    result = _preview(str(out), "--out", str(tmp_path / "sheet.png"))
+    assert result.returncode == 0, result.stderr
+    sheet = cv2.imread(str(tmp_path / "sheet.png"), cv2.IMREAD_COLOR)
+    assert sheet.shape[1] == 1 * CELL  # test's one record, the first split by name
+    result = _preview(str(out), "--out", str(tmp_path / "v.png"), "--split", "train")
+    assert result.returncode == 2 and "no split 'train'; it has test, val" in result.stderr
+
+
 @pytest.mark.parametrize("name, said", [("sheet.gif", ".gif"), ("sheet", "without extension")])
 def test_another_extension_is_refused_in_one_line(out: Path, tmp_path: Path, name, said):
     result = _preview(str(out), "--out", str(tmp_path / name))

@@ -477,6 +477,24 @@ def test_a_src_inside_a_coco_folder_is_told_to_pass_the_folder(coco):
         )
 
 
+def test_a_src_beside_a_coco_folder_s_parts_is_not_told_to_pass_it(coco, tmp_path: Path):
+    """A folder of images beside annotations/ and the split folders is a dataset of its own."""
+    src, _ = coco
+    root = tmp_path / "data"
+    (root / "annotations").mkdir(parents=True)
+    (root / "annotations/instances_val2017.json").write_bytes(
+        (src / "annotations/instances_val2017.json").read_bytes()
+    )
+    for folder in ("val2017", "other"):
+        (root / folder).mkdir()
+        (root / folder / "x.jpg").write_bytes(next((src / "val2017").iterdir()).read_bytes())
+    with pytest.raises(SourceError, match=f"it lies inside a COCO folder .*, {root}: pass that$"):
+        scan(root / "val2017")
+    with pytest.raises(SourceError) as caught:
+        scan(root / "other")
+    assert "COCO" not in str(caught.value)
+
+
 def test_inspect_shows_a_mask_as_its_size_not_its_bytes_as_text(coco, tmp_path: Path):
     from shardpack.read.describe import describe
 

@@ -199,3 +199,20 @@ def test_an_xml_in_a_multi_byte_encoding_is_read_or_skipped_not_a_traceback(tmp_
     assert dict(dataset.skipped)["JPEGImages/wide.jpg"] == (
         "Annotations/wide.xml: cannot be read (multi-byte encodings are not supported); save "
         "it as UTF-8")  # fmt: skip
+
+
+def test_a_src_inside_a_voc_folder_is_told_to_pass_it_and_one_beside_it_is_not(tmp_path: Path):
+    """JPEGImages/ of a year folder: pass the year. A dataset beside ~/data/VOCdevkit (a flat
+    folder, a class folder of ~/data/flowers) lies in ~/data, not inside the VOC set: its
+    error said to pass ~/data, the VOC set."""
+    year = tmp_path / "VOCdevkit/VOC2012"
+    write(year / "Annotations/a.xml", voc_xml(20, 40, []))
+    write(year / "JPEGImages/a.jpg", _jpeg(_photo(20, 40, {})))
+    for beside in ("flat/x.jpg", "flowers/daisy/x.jpg"):
+        write(tmp_path / beside, _jpeg(_photo(20, 40, {})))
+    with pytest.raises(SourceError, match=f"it lies inside a Pascal VOC .*, {year}: pass that$"):
+        scan(year / "JPEGImages")
+    for src in ("flat", "flowers/daisy"):
+        with pytest.raises(SourceError) as caught:
+            scan(tmp_path / src)
+        assert "lies inside" not in str(caught.value) and "VOC" not in str(caught.value)
