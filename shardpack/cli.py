@@ -79,19 +79,24 @@ def _root(
 def _error(message: str) -> None:
     """One line on stderr: a name from SRC or OUT in it (a control character, a line break)
     is escaped, never sent to the terminal as it is."""
-    typer.echo(f"{typer.style('error:', fg='red', bold=True)} {printable(message)}", err=True)
+    # red on a terminal (click drops the colour elsewhere) unless NO_COLOR is set (no-color.org)
+    label = "error:" if os.environ.get("NO_COLOR") else typer.style("error:", fg="red", bold=True)
+    typer.echo(f"{label} {printable(message)}", err=True)
 
 
 @contextmanager
 def _user_errors():
     """The error boundary of every command: a ShardpackError, an OSError from any file
     operation, or what an object store's client raised, ends in one line on stderr naming the
-    path and the fix, and exit code 2."""
+    path and the fix, and exit code 2; Ctrl-C, in one line and exit code 130."""
     try:
         yield
     except ShardpackError as e:
         _error(as_flags(e))  # the options it names as flags
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:  # pack's own line says what it left (_stopped): others stop here
+        print("interrupted", file=sys.stderr)
+        raise typer.Exit(130) from None
     except BrokenPipeError:
         raise  # the reader of our output went away (`| head`): not a file of the user's
     except OSError as e:
@@ -445,9 +450,9 @@ def demo(
     with _user_errors():
         # numpy, OpenCV: not for --help
         from shardpack.demo import SAMPLE_NAME, SHAPES, earlier_demo, make_sample, refuse_links
-        from shardpack.packing.packer import refuse_empty
+        from shardpack.packing.packer import refuse_shell_slips
 
-        refuse_empty(out_given, "OUT")  # "" would be the current folder
+        refuse_shell_slips(out_given, "OUT")  # "" would be the current folder, "~" a folder
         out = Path(out_given)
         shards = out / "shards"
         refuse_links(out / SAMPLE_NAME, shards)
@@ -482,9 +487,11 @@ def main() -> None:
         if type(sys.stdout).__name__ == "PacifyFlushWrapper":
             sys.exit(141)
         raise
-    except (KeyboardInterrupt, typer.Abort):
+    except (KeyboardInterrupt, typer.Abort):  # outside a command's boundary (_user_errors)
+        print("interrupted", file=sys.stderr)
         sys.exit(130)
     except _Terminated:
+        print("terminated", file=sys.stderr)
         sys.exit(143)
     except Exception as e:
         # Usage errors come from click (vendored inside newer typer): they carry these two.
