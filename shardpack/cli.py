@@ -467,6 +467,16 @@ def demo(
         typer.echo(f"next: {prog} verify {shards}  |  {prog} inspect {shards}")
 
 
+def _dash_path(error: Exception) -> str:
+    """What to write instead where an unknown one-letter option (shardpack has none) is a path
+    that starts with '-' (`pack SRC -weird`, click read it as -w -e ...)."""
+    name = getattr(error, "option_name", None) or ""
+    if not name.startswith("-") or name.startswith("--"):
+        return ""
+    given = next((a for a in sys.argv[1:] if a.startswith(name) and a[1:2] != "-"), name)
+    return f"; for a path that starts with '-', write './{given}' (or put '--' before the paths)"
+
+
 def main() -> None:
     """Console entry point: usage errors and interrupts end in one line, never a traceback.
 
@@ -499,6 +509,6 @@ def main() -> None:
             raise
         ctx = getattr(e, "ctx", None)
         hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
-        print(f"error: {e.format_message()}{hint}", file=sys.stderr)
+        print(f"error: {e.format_message()}{_dash_path(e)}{hint}", file=sys.stderr)
         sys.exit(e.exit_code)
     sys.exit(code or 0)

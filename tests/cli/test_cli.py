@@ -228,6 +228,11 @@ def test_verify_exit_code_on_fault(src: Path, tmp_path: Path):
         (["pack", "{tmp}/empty", "{tmp}/out"], "no images found"),
         (["pack", "{src}", "{tmp}/afile"], "is a file"),
         (["pack", "{src}", "{tmp}/out", "--frobnicate"], "No such option"),
+        (
+            ["pack", "{src}", "-weird"],
+            "No such option: -w; for a path that starts with '-', write "
+            "'./-weird' (or put '--' before the paths)",
+        ),
         (["pack", "{src}", "{tmp}/out", "--encode", "gif"], "gif"),
         (["pack", "{src}", "{tmp}/out", "--resize", "big"], "WIDTHxHEIGHT"),
         (["pack", "{src}", "{tmp}/out", "--resize", "0x0"], "got: '0x0'"),
