@@ -467,6 +467,22 @@ def demo(
         typer.echo(f"next: {prog} verify {shards}  |  {prog} inspect {shards}")
 
 
+def _usage_said(error: Exception) -> str:
+    """click's message, with what a number flag takes in words: `--workers two` is "not a whole
+    number of 1 or more", where click says "not a valid int range"."""
+    said = error.format_message()
+    kind = getattr(getattr(error, "param", None), "type", None)
+    name = str(getattr(kind, "name", ""))
+    if not name.startswith(("int", "float")) or f" is not a valid {name}." not in said:
+        return said
+    low, high = getattr(kind, "min", None), getattr(kind, "max", None)
+    bounds = (f" from {low} to {high}" if low is not None and high is not None
+              else f" of {low} or more" if low is not None
+              else f" of {high} or less" if high is not None else "")  # fmt: skip
+    what = "a whole number" if name.startswith("int") else "a number"
+    return said.replace(f" is not a valid {name}.", f" is not {what}{bounds}")
+
+
 def _dash_path(error: Exception) -> str:
     """What to write instead where an unknown one-letter option (shardpack has none) is a path
     that starts with '-' (`pack SRC -weird`, click read it as -w -e ...)."""
@@ -509,6 +525,6 @@ def main() -> None:
             raise
         ctx = getattr(e, "ctx", None)
         hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
-        print(f"error: {e.format_message()}{_dash_path(e)}{hint}", file=sys.stderr)
+        print(f"error: {_usage_said(e)}{_dash_path(e)}{hint}", file=sys.stderr)
         sys.exit(e.exit_code)
     sys.exit(code or 0)

@@ -234,6 +234,13 @@ def test_verify_exit_code_on_fault(src: Path, tmp_path: Path):
             "'./-weird' (or put '--' before the paths)",
         ),
         (["pack", "{src}", "{tmp}/out", "--encode", "gif"], "gif"),
+        # what a number flag takes, where click said "'two' is not a valid int range"
+        (["pack", "{src}", "{tmp}/out", "--workers", "two"], "'two' is not a whole number of 1 or"),
+        (["pack", "{src}", "{tmp}/out", "--quality", "x"], "'x' is not a whole number from 1 to"),
+        (
+            ["pack", "{src}", "{tmp}/out", "--min-visibility", "x"],
+            "'x' is not a number (see:",
+        ),
         (["pack", "{src}", "{tmp}/out", "--resize", "big"], "WIDTHxHEIGHT"),
         (["pack", "{src}", "{tmp}/out", "--resize", "0x0"], "got: '0x0'"),
         (["verify", "{tmp}/empty"], "index.json: not found"),
