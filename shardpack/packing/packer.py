@@ -135,7 +135,6 @@ def refuse_out_inside_src(src: Storage, out: Storage) -> None:
     paths compared; object stores: the URLs' prefixes)."""
     if not src.holds(out):
         return
-    raise OutputError(
-        f"{out.root}: is inside SRC {src.path()}, where it would be scanned as data; choose an "
-        "output folder outside SRC"
-    )
+    where = "is SRC itself" if out.holds(src) else f"is inside SRC {src.path()}"
+    raise OutputError(f"{out.root}: {where}, where it would be scanned as data; choose an output "
+                      "folder outside SRC")  # fmt: skip
