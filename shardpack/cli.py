@@ -501,12 +501,19 @@ def main() -> None:
     """
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        code = app(standalone_mode=False)
-        sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen below
-    except BrokenPipeError:
-        # Python flushes stdout again at exit: point it at /dev/null so that is silent too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _main()
+    except BrokenPipeError:  # of stdout, or of stderr saying why it stops (`2>&1 | head`)
+        # Python flushes both again at exit: point them at /dev/null so that is silent too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            os.dup2(devnull, stream.fileno())
         sys.exit(141)
+
+
+def _main() -> NoReturn:
+    try:
+        code = app(standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen by main
     except SystemExit:
         # typer meets a closed pipe inside a command with exit(1), verify's fault code, after
         # wrapping stdout to keep the exit quiet: that wrapper is how it can be told apart.
@@ -520,7 +527,8 @@ def main() -> None:
         print("terminated", file=sys.stderr)
         sys.exit(143)
     except Exception as e:
-        # Usage errors come from click (vendored inside newer typer): they carry these two.
+        # Usage errors come from click (vendored inside newer typer): they carry these two;
+        # anything else (a BrokenPipeError: main's) goes on.
         if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):
             raise
         ctx = getattr(e, "ctx", None)

@@ -196,6 +196,17 @@ def test_a_closed_output_pipe_is_exit_141_and_silent(src: Path, tmp_path: Path):
         assert (run.returncode, stderr) == (141, b""), stderr
 
 
+def test_a_closed_pipe_of_both_streams_is_exit_141(tmp_path: Path):
+    """`shardpack pack SRC OUT --workers two 2>&1 | head -0`: the usage error's line met the
+    closed pipe in main's handler, and Python's traceback (to nowhere) ended it in exit 1."""
+    read, write = os.pipe()
+    os.close(read)
+    args = ["pack", str(tmp_path), str(tmp_path / "out"), "--workers", "two"]
+    run = subprocess.run([*SHARDPACK, *args], stdout=write, stderr=write, timeout=60)
+    os.close(write)
+    assert run.returncode == 141
+
+
 def test_the_summary_lines_up_long_split_names(tmp_path: Path):
     make_tree(tmp_path / "src" / "train", {"a": 2, "b": 1})
     make_tree(tmp_path / "src" / "validation", {"a": 1, "b": 1})
