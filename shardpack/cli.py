@@ -511,6 +511,7 @@ def main() -> None:
 
 
 def _main() -> NoReturn:
+    """The app, its exit code, and one line for a usage error or a stop from outside."""
     try:
         code = app(standalone_mode=False)
         sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen by main
