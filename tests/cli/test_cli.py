@@ -69,9 +69,10 @@ def test_json_outputs(src: Path, tmp_path: Path):
     assert described["splits"]["train"]["class_counts"] == {"a": 4, "b": 3}
 
 
-# A real SIGINT, sent by the CLI's own process as it first imports `module`: Ctrl-C at a known
-# point of a command, with no wait. typer is the first import the command makes that `import
-# shardpack` does not (Ctrl-C in its first 0.3 s); a command's library module, inside the command.
+# A real SIGINT (or `signal`), sent by the CLI's own process as it first imports `module`:
+# Ctrl-C at a known point of a command, with no wait. typer is the first import the command
+# makes that `import shardpack` does not (Ctrl-C in its first 0.3 s); a command's library
+# module, inside the command.
 _CTRL_C_AT_IMPORT = """
 import os, runpy, signal, sys
 
@@ -79,7 +80,7 @@ class Finder:
     def find_spec(self, name, path=None, target=None):
         if name == {module!r}:
             sys.meta_path.remove(self)
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.{signal})
 
 sys.meta_path.insert(0, Finder())
 sys.argv = {argv!r}
@@ -87,8 +88,10 @@ runpy.run_module("shardpack", run_name="__main__", alter_sys=True)
 """
 
 
-def _ctrl_c_at_import(module: str, *args: str) -> subprocess.CompletedProcess:
-    script = _CTRL_C_AT_IMPORT.format(module=module, argv=["shardpack", *args])
+def _ctrl_c_at_import(
+    module: str, *args: str, signal: str = "SIGINT"
+) -> subprocess.CompletedProcess:
+    script = _CTRL_C_AT_IMPORT.format(module=module, argv=["shardpack", *args], signal=signal)
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60)  # fmt: skip
 
@@ -101,10 +104,13 @@ def test_ctrl_c_as_the_command_starts_ends_quietly():
     assert done.stdout == ""
 
 
-def test_ctrl_c_in_a_command_says_so_in_one_line(tmp_path: Path):
+def test_ctrl_c_or_sigterm_in_a_command_says_so_in_one_line(tmp_path: Path):
     # verify ended in exit 130 with nothing said (typer's own exit), where pack says its line
     done = _ctrl_c_at_import("shardpack.read.verify", "verify", str(tmp_path))
     assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")
+    # SIGTERM too: exit 143 in one line, where it said nothing either
+    done = _ctrl_c_at_import("shardpack.read.verify", "verify", str(tmp_path), signal="SIGTERM")
+    assert (done.returncode, done.stderr, done.stdout) == (143, "terminated\n", "")
 
 
 def test_pack_summary_shows_the_classes_splits_and_features(tmp_path: Path):
