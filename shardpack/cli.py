@@ -79,19 +79,24 @@ def _root(
 def _error(message: str) -> None:
     """One line on stderr: a name from SRC or OUT in it (a control character, a line break)
     is escaped, never sent to the terminal as it is."""
-    typer.echo(f"{typer.style('error:', fg='red', bold=True)} {printable(message)}", err=True)
+    # red on a terminal (click drops the colour elsewhere) unless NO_COLOR is set (no-color.org)
+    label = "error:" if os.environ.get("NO_COLOR") else typer.style("error:", fg="red", bold=True)
+    typer.echo(f"{label} {printable(message)}", err=True)
 
 
 @contextmanager
 def _user_errors():
     """The error boundary of every command: a ShardpackError, an OSError from any file
     operation, or what an object store's client raised, ends in one line on stderr naming the
-    path and the fix, and exit code 2."""
+    path and the fix, and exit code 2; Ctrl-C, in one line and exit code 130."""
     try:
         yield
     except ShardpackError as e:
         _error(as_flags(e))  # the options it names as flags
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:  # pack's own line says what it left (_stopped): others stop here
+        print("interrupted", file=sys.stderr)
+        raise typer.Exit(130) from None
     except BrokenPipeError:
         raise  # the reader of our output went away (`| head`): not a file of the user's
     except OSError as e:
@@ -451,9 +456,9 @@ def demo(
     with _user_errors():
         # numpy, OpenCV: not for --help
         from shardpack.demo import SAMPLE_NAME, SHAPES, earlier_demo, make_sample, refuse_links
-        from shardpack.packing.packer import refuse_empty
+        from shardpack.packing.packer import refuse_shell_slips
 
-        refuse_empty(out_given, "OUT")  # "" would be the current folder
+        refuse_shell_slips(out_given, "OUT")  # "" would be the current folder, "~" a folder
         out = Path(out_given)
         shards = out / "shards"
         refuse_links(out / SAMPLE_NAME, shards)
@@ -468,6 +473,32 @@ def demo(
         typer.echo(f"next: {prog} verify {shards}  |  {prog} inspect {shards}")
 
 
+def _usage_said(error: Exception) -> str:
+    """click's message, with what a number flag takes in words: `--workers two` is "not a whole
+    number of 1 or more", where click says "not a valid int range"."""
+    said = error.format_message()
+    kind = getattr(getattr(error, "param", None), "type", None)
+    name = str(getattr(kind, "name", ""))
+    if not name.startswith(("int", "float")) or f" is not a valid {name}." not in said:
+        return said
+    low, high = getattr(kind, "min", None), getattr(kind, "max", None)
+    bounds = (f" from {low} to {high}" if low is not None and high is not None
+              else f" of {low} or more" if low is not None
+              else f" of {high} or less" if high is not None else "")  # fmt: skip
+    what = "a whole number" if name.startswith("int") else "a number"
+    return said.replace(f" is not a valid {name}.", f" is not {what}{bounds}")
+
+
+def _dash_path(error: Exception) -> str:
+    """What to write instead where an unknown one-letter option (shardpack has none) is a path
+    that starts with '-' (`pack SRC -weird`, click read it as -w -e ...)."""
+    name = getattr(error, "option_name", None) or ""
+    if not name.startswith("-") or name.startswith("--"):
+        return ""
+    given = next((a for a in sys.argv[1:] if a.startswith(name) and a[1:2] != "-"), name)
+    return f"; for a path that starts with '-', write './{given}' (or put '--' before the paths)"
+
+
 def main() -> None:
     """Console entry point: usage errors and interrupts end in one line, never a traceback.
 
@@ -476,28 +507,39 @@ def main() -> None:
     """
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        code = app(standalone_mode=False)
-        sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen below
-    except BrokenPipeError:
-        # Python flushes stdout again at exit: point it at /dev/null so that is silent too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _main()
+    except BrokenPipeError:  # of stdout, or of stderr saying why it stops (`2>&1 | head`)
+        # Python flushes both again at exit: point them at /dev/null so that is silent too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            os.dup2(devnull, stream.fileno())
         sys.exit(141)
+
+
+def _main() -> NoReturn:
+    """The app, its exit code, and one line for a usage error or a stop from outside."""
+    try:
+        code = app(standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen by main
     except SystemExit:
         # typer meets a closed pipe inside a command with exit(1), verify's fault code, after
         # wrapping stdout to keep the exit quiet: that wrapper is how it can be told apart.
         if type(sys.stdout).__name__ == "PacifyFlushWrapper":
             sys.exit(141)
         raise
-    except (KeyboardInterrupt, typer.Abort):
+    except (KeyboardInterrupt, typer.Abort):  # outside a command's boundary (_user_errors)
+        print("interrupted", file=sys.stderr)
         sys.exit(130)
     except _Terminated:
+        print("terminated", file=sys.stderr)
         sys.exit(143)
     except Exception as e:
-        # Usage errors come from click (vendored inside newer typer): they carry these two.
+        # Usage errors come from click (vendored inside newer typer): they carry these two;
+        # anything else (a BrokenPipeError: main's) goes on.
         if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):
             raise
         ctx = getattr(e, "ctx", None)
         hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
-        print(f"error: {e.format_message()}{hint}", file=sys.stderr)
+        print(f"error: {_usage_said(e)}{_dash_path(e)}{hint}", file=sys.stderr)
         sys.exit(e.exit_code)
     sys.exit(code or 0)

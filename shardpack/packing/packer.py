@@ -73,8 +73,8 @@ def pack(
     forks workers leaves it set to glibc's first thresholds, which give freed memory back.
     """
     _check_arguments(options, progress, storage_options, scan_progress)
-    refuse_empty(src, "SRC")
-    refuse_empty(out, "OUT")
+    refuse_shell_slips(src, "SRC")
+    refuse_shell_slips(out, "OUT")
     options = options or PackOptions()
     src_root = source_root(src, storage_options)  # refused before OUT is created if missing
     out = storage_at(out, storage_options)
@@ -114,13 +114,20 @@ def _check_arguments(
                         f"{storage_options!r}")  # fmt: skip
 
 
-def refuse_empty(given: str | os.PathLike, name: str) -> None:
-    """An empty SRC or OUT (`name`; a shell variable left unset: `"$OUT"`) is a mistake, not
-    the current folder, which would get the shards among whatever it holds: refuse it."""
-    if isinstance(given, str) and not given.strip():
-        error = SourceError if name == "SRC" else OutputError
+def refuse_shell_slips(given: str | os.PathLike, name: str) -> None:
+    """What a shell left as it was, refused before anything is touched: an empty SRC or OUT
+    (`name`; a variable left unset: `"$OUT"`) would be the current folder, which would get the
+    shards among whatever it holds; a quoted `~/data` would be a folder named `~` here."""
+    if not isinstance(given, str):
+        return
+    error = SourceError if name == "SRC" else OutputError
+    if not given.strip():
         raise error(f"{name} is an empty string ({given!r}); pass a folder or URL, or '.' for "
                     "the current folder")  # fmt: skip
+    if given.startswith("~") and os.path.expanduser(given) != given:
+        raise error(f"{name} {given!r} starts with '~', which only a shell expands (was it "
+                    f"quoted?); pass {os.path.expanduser(given)!r}, or './{given}' for a folder "
+                    "named so here")  # fmt: skip
 
 
 def refuse_out_inside_src(src: Storage, out: Storage) -> None:
@@ -128,7 +135,6 @@ def refuse_out_inside_src(src: Storage, out: Storage) -> None:
     paths compared; object stores: the URLs' prefixes)."""
     if not src.holds(out):
         return
-    raise OutputError(
-        f"{out.root}: is inside SRC {src.path()}, where it would be scanned as data; choose an "
-        "output folder outside SRC"
-    )
+    where = "is SRC itself" if out.holds(src) else f"is inside SRC {src.path()}"
+    raise OutputError(f"{out.root}: {where}, where it would be scanned as data; choose an output "
+                      "folder outside SRC")  # fmt: skip

@@ -69,30 +69,48 @@ def test_json_outputs(src: Path, tmp_path: Path):
     assert described["splits"]["train"]["class_counts"] == {"a": 4, "b": 3}
 
 
-# A real SIGINT, sent by the CLI's own process as it imports typer (the first import it makes
-# that `import shardpack` does not): Ctrl-C in the command's first 0.3 s.
-_CTRL_C_AT_START = """
+# A real SIGINT (or `signal`), sent by the CLI's own process as it first imports `module`:
+# Ctrl-C at a known point of a command, with no wait. typer is the first import the command
+# makes that `import shardpack` does not (Ctrl-C in its first 0.3 s); a command's library
+# module, inside the command.
+_CTRL_C_AT_IMPORT = """
 import os, runpy, signal, sys
 
 class Finder:
     def find_spec(self, name, path=None, target=None):
-        if name == "typer":
+        if name == {module!r}:
             sys.meta_path.remove(self)
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.{signal})
 
 sys.meta_path.insert(0, Finder())
-sys.argv = ["shardpack", "--help"]
+sys.argv = {argv!r}
 runpy.run_module("shardpack", run_name="__main__", alter_sys=True)
 """
+
+
+def _ctrl_c_at_import(
+    module: str, *args: str, signal: str = "SIGINT"
+) -> subprocess.CompletedProcess:
+    script = _CTRL_C_AT_IMPORT.format(module=module, argv=["shardpack", *args], signal=signal)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
 
 
 def test_ctrl_c_as_the_command_starts_ends_quietly():
     # Python's traceback of the import it stopped ('from shardpack import cli' ... 'import
     # typer' ... KeyboardInterrupt), where Ctrl-C later ends in exit 130 and no traceback
-    done = subprocess.run([sys.executable, "-c", _CTRL_C_AT_START], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = _ctrl_c_at_import("typer", "--help")
     assert done.returncode == 130 and done.stderr == "", done.stderr[-2000:]
     assert done.stdout == ""
+
+
+def test_ctrl_c_or_sigterm_in_a_command_says_so_in_one_line(tmp_path: Path):
+    # verify ended in exit 130 with nothing said (typer's own exit), where pack says its line
+    done = _ctrl_c_at_import("shardpack.read.verify", "verify", str(tmp_path))
+    assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")
+    # SIGTERM too: exit 143 in one line, where it said nothing either
+    done = _ctrl_c_at_import("shardpack.read.verify", "verify", str(tmp_path), signal="SIGTERM")
+    assert (done.returncode, done.stderr, done.stdout) == (143, "terminated\n", "")
 
 
 def test_pack_summary_shows_the_classes_splits_and_features(tmp_path: Path):
@@ -184,6 +202,17 @@ def test_a_closed_output_pipe_is_exit_141_and_silent(src: Path, tmp_path: Path):
         assert (run.returncode, stderr) == (141, b""), stderr
 
 
+def test_a_closed_pipe_of_both_streams_is_exit_141(tmp_path: Path):
+    """`shardpack pack SRC OUT --workers two 2>&1 | head -0`: the usage error's line met the
+    closed pipe in main's handler, and Python's traceback (to nowhere) ended it in exit 1."""
+    read, write = os.pipe()
+    os.close(read)
+    args = ["pack", str(tmp_path), str(tmp_path / "out"), "--workers", "two"]
+    run = subprocess.run([*SHARDPACK, *args], stdout=write, stderr=write, timeout=60)
+    os.close(write)
+    assert run.returncode == 141
+
+
 def test_the_summary_lines_up_long_split_names(tmp_path: Path):
     make_tree(tmp_path / "src" / "train", {"a": 2, "b": 1})
     make_tree(tmp_path / "src" / "validation", {"a": 1, "b": 1})
@@ -216,7 +245,19 @@ def test_verify_exit_code_on_fault(src: Path, tmp_path: Path):
         (["pack", "{tmp}/empty", "{tmp}/out"], "no images found"),
         (["pack", "{src}", "{tmp}/afile"], "is a file"),
         (["pack", "{src}", "{tmp}/out", "--frobnicate"], "No such option"),
+        (
+            ["pack", "{src}", "-weird"],
+            "No such option: -w; for a path that starts with '-', write "
+            "'./-weird' (or put '--' before the paths)",
+        ),
         (["pack", "{src}", "{tmp}/out", "--encode", "gif"], "gif"),
+        # what a number flag takes, where click said "'two' is not a valid int range"
+        (["pack", "{src}", "{tmp}/out", "--workers", "two"], "'two' is not a whole number of 1 or"),
+        (["pack", "{src}", "{tmp}/out", "--quality", "x"], "'x' is not a whole number from 1 to"),
+        (
+            ["pack", "{src}", "{tmp}/out", "--min-visibility", "x"],
+            "'x' is not a number (see:",
+        ),
         (["pack", "{src}", "{tmp}/out", "--resize", "big"], "WIDTHxHEIGHT"),
         (["pack", "{src}", "{tmp}/out", "--resize", "0x0"], "got: '0x0'"),
         (["verify", "{tmp}/empty"], "index.json: not found"),
@@ -291,6 +332,46 @@ def test_an_empty_src_or_out_is_refused_not_taken_for_the_current_folder(
         assert said in result.stderr and "'.' for the current folder" in result.stderr
     assert sorted(p.name for p in here.iterdir()) == ["a", "b"]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_quoted_tilde_is_refused_not_made_a_folder_named_so(
+    src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """`shardpack pack SRC "~/out"` (quoted: the shell left the `~`) packed into a new folder
+    named `~` in the current one."""
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    for args, said in [((str(src), "~/out"), "OUT '~/out' starts with '~'"),
+                       (("~/src", "out"), "SRC '~/src' starts with '~'")]:  # fmt: skip
+        result = run_cli("pack", *args, "--no-progress", env={"HOME": str(home)})
+        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+        assert said in result.stderr and f"pass '{home}/" in result.stderr, result.stderr
+    assert not (tmp_path / "~").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("no_color, coloured", [("", True), ("1", False)])
+def test_no_color_turns_the_colour_of_errors_off_in_a_terminal(
+    tmp_path: Path, no_color: str, coloured: bool
+):
+    import pty
+
+    main, terminal = pty.openpty()
+    env = {**os.environ, "NO_COLOR": no_color}
+    done = subprocess.run([*SHARDPACK, "verify", str(tmp_path)], stdin=subprocess.DEVNULL,
+                          stdout=terminal, stderr=terminal, env=env, timeout=60)  # fmt: skip
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # EIO: all read, the terminal's other end closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(main)
+    assert done.returncode == 2 and b"index.json: not found" in shown, shown
+    assert (b"\x1b[" in shown) == coloured, shown
 
 
 def test_on_error_fail_names_the_file(src: Path, tmp_path: Path):
