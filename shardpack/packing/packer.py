@@ -19,6 +19,7 @@ from shardpack.packing.writing import Planned, ProgressCallback, write_shards
 from shardpack.sources import keeping, source_root
 from shardpack.sources.scanprogress import ScanCallback, reporting
 from shardpack.storage import Storage, storage_at
+from shardpack.storage.locations import shell_slip
 
 
 class Steps(Protocol):
@@ -115,19 +116,12 @@ def _check_arguments(
 
 
 def refuse_shell_slips(given: str | os.PathLike, name: str) -> None:
-    """What a shell left as it was, refused before anything is touched: an empty SRC or OUT
-    (`name`; a variable left unset: `"$OUT"`) would be the current folder, which would get the
-    shards among whatever it holds; a quoted `~/data` would be a folder named `~` here."""
-    if not isinstance(given, str):
-        return
-    error = SourceError if name == "SRC" else OutputError
-    if not given.strip():
-        raise error(f"{name} is an empty string ({given!r}); pass a folder or URL, or '.' for "
-                    "the current folder")  # fmt: skip
-    if given.startswith("~") and os.path.expanduser(given) != given:
-        raise error(f"{name} {given!r} starts with '~', which only a shell expands (was it "
-                    f"quoted?); pass {os.path.expanduser(given)!r}, or './{given}' for a folder "
-                    "named so here")  # fmt: skip
+    """What a shell left as it was (locations.shell_slip) as SRC or OUT (`name`), refused before
+    anything is touched: an empty one would get the shards among whatever the current folder
+    holds."""
+    why = shell_slip(given, name, "a folder or URL, or '.' for the current folder")
+    if why is not None:
+        raise (SourceError if name == "SRC" else OutputError)(why)
 
 
 def refuse_out_inside_src(src: Storage, out: Storage) -> None:

@@ -17,7 +17,7 @@ from shardpack.read.objects import decode_mask
 from shardpack.read.stream import decode_pixels, iter_examples
 from shardpack.schema import Schema
 from shardpack.storage.atomic import write_atomic
-from shardpack.storage.locations import local_file
+from shardpack.storage.locations import local_file, shell_slip
 
 CELL = 128  # pixels per thumbnail side
 _CAPTION = 22  # pixels of caption strip under each thumbnail
@@ -60,6 +60,8 @@ def make_preview(
     if not is_count(n):
         raise ValueError(f"n must be a positive integer (records to show), got: {n!r}")
     dest = os.fspath(dest)
+    if (why := shell_slip(dest, "--out", "an image file name")) is not None:
+        raise OutputError(why)
     if local_file(dest) is None:
         raise OutputError(f"{dest}: preview writes a local image file; pass a local path for "
                           "--out (and copy it to the store after)")  # fmt: skip

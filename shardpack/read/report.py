@@ -36,7 +36,7 @@ from shardpack.read.preview import exists_error
 from shardpack.read.stream import decode_pixels, iter_examples
 from shardpack.storage import storage_at
 from shardpack.storage.atomic import write_atomic
-from shardpack.storage.locations import local_file
+from shardpack.storage.locations import local_file, shell_slip
 
 THUMB = 96  # pixels, the longer side of a thumbnail
 PER_CLASS = 8  # thumbnails of each class in its contact sheet
@@ -87,6 +87,8 @@ def write_report(
         OutputError: dest is a URL, exists (without overwrite), or cannot be written.
     """
     _require_matplotlib()
+    if why := shell_slip(dest, "--out", "an HTML file name, or none for OUT/report.html"):
+        raise OutputError(why)
     index = load_index(out, storage_options)
     if dest is not None and local_file(dest) is None:
         raise OutputError(f"{dest}: report writes a local file; pass a local path for --out")

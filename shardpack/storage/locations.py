@@ -14,6 +14,22 @@ URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
 LOCAL_SCHEMES = ("file", "local")
 
 
+def shell_slip(given: object, name: str, instead: str) -> str | None:
+    """Why `given` (the location `name`: SRC, OUT, --out) is text a shell left as it was, or
+    None: an empty one (a variable left unset: `"$OUT"`) would be the current folder, and a
+    quoted `~/data` a file or folder named `~` here. `instead`: what to pass for an empty one."""
+    if not isinstance(given, str):
+        return None
+    if not given.strip():
+        return f"{name} is an empty string ({given!r}); pass {instead}"
+    if given.startswith("~") and os.path.expanduser(given) != given:
+        return (
+            f"{name} {given!r} starts with '~', which only a shell expands (was it quoted?); "
+            f"pass {os.path.expanduser(given)!r}, or './{given}' for one named so here"
+        )
+    return None
+
+
 def is_url(text: str | os.PathLike) -> bool:
     """Whether SRC or OUT names a URL (scheme://...) rather than a local path."""
     return isinstance(text, str) and URL.match(text) is not None

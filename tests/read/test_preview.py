@@ -68,6 +68,25 @@ def test_a_missing_folder_for_the_sheet_is_named(out: Path, tmp_path: Path):
     assert f"folder {dest.parent} does not exist" in line and "--resume" not in line
 
 
+def test_an_out_a_shell_left_as_it_was_is_refused_for_preview_and_report(
+    out: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """--out '' was refused as 'a file without extension' (preview) or 'cannot write' (report),
+    naming no flag; a quoted '~/x.png' was a file under a folder named '~' here."""
+    from shardpack.errors import OutputError
+    from shardpack.read.preview import make_preview
+    from shardpack.read.report import write_report
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "~").mkdir()  # where a quoted ~ would have written
+    for write in (make_preview, write_report):
+        with pytest.raises(OutputError, match=r"^--out is an empty string \(''\); pass an "):
+            write(out, "")
+        with pytest.raises(OutputError, match=r"^--out '~/x' starts with '~', which only a "):
+            write(out, "~/x")
+    assert not any((tmp_path / "~").iterdir())
+
+
 def test_a_file_at_the_sheet_name_is_kept_unless_overwrite(out: Path, tmp_path: Path):
     """A photo of the user's named like the sheet is refused in one line and kept (a link too,
     never written through); --overwrite replaces it."""
