@@ -8,10 +8,11 @@ import json
 import re
 from collections.abc import Sequence
 
-from shardpack.errors import plural
+from shardpack.errors import classes_said, plural
 from shardpack.hffeatures import card_form, hf_feature
 from shardpack.index import Index, ShardInfo
 from shardpack.layout import CARD_NAME
+from shardpack.packing.objects import num_object_classes
 from shardpack.schema import Feature
 from shardpack.storage import Storage
 
@@ -107,7 +108,7 @@ def summary(index: Index) -> str:
     said = [
         f"Packed by shardpack from a {index.source} source into "
         f"{index.container_name} shards (encoding {index.encoding}): "
-        f"{counts} images, {len(index.classes)} classes; "
+        f"{counts} images, {classes_said(len(index.classes), num_object_classes(index.schema))}; "
         f"{index.num_skipped:,} skipped (listed in index.json)."
     ]
     duplicates = index.duplicates

@@ -451,7 +451,8 @@ def test_ids_past_int64_are_said_in_one_line_not_a_workers_traceback(tmp_path: P
 
 def test_the_pack_summary_names_the_objects_classes(coco, tmp_path: Path):
     """The images hold no label, the objects do: the summary said 'no classes: unlabeled',
-    which README.md says is a source read otherwise than meant."""
+    which README.md says is a source read otherwise than meant; the card and croissant.json
+    as the summary."""
     from typer.testing import CliRunner
 
     from shardpack.cli import app
@@ -461,6 +462,9 @@ def test_the_pack_summary_names_the_objects_classes(coco, tmp_path: Path):
     assert done.exit_code == 0, done.output
     assert "\nno image classes; 3 object classes (objects/label): person, car, dog\n" in (
         done.output)  # fmt: skip
+    said = "val 3 images, no image classes, 3 object classes; 0 skipped"
+    assert said in (tmp_path / "out" / "README.md").read_text()  # the card said "0 classes"
+    assert said in json.loads((tmp_path / "out" / "croissant.json").read_text())["description"]
     assert _pack(src, tmp_path / "again").to_json()["object_classes"] == {
         "feature": "objects/label", "num_classes": 3, "classes": CLASSES}  # fmt: skip
 
