@@ -469,6 +469,28 @@ def test_the_pack_summary_names_the_objects_classes(coco, tmp_path: Path):
         "feature": "objects/label", "num_classes": 3, "classes": CLASSES}  # fmt: skip
 
 
+def test_a_parquet_pack_loads_in_datasets_and_mlcroissant_its_geometry_described(coco, tmp_path):
+    """The objects as `datasets` (through the card) and mlcroissant read them; croissant.json's
+    box, keypoint and mask fields said nothing of what their numbers are."""
+    datasets = pytest.importorskip("datasets")
+    mlc = pytest.importorskip("mlcroissant")
+    out = tmp_path / "out"
+    _pack(coco[0], out, format="parquet")
+    ours = {r["key"]: r for r in iter_examples(out, "val")}
+    (val,) = datasets.load_dataset(str(out)).values()
+    assert val.features["objects/label"].feature.names == CLASSES
+    assert {r["key"]: r["objects/label"] for r in val} == {
+        k: r["objects/label"].tolist() for k, r in ours.items()}  # fmt: skip
+    read = list(mlc.Dataset(str(out / "croissant.json")).records("val"))
+    assert {r["val/key"].decode(): np.asarray(r["val/objects/bbox"]).tolist() for r in read} == {
+        k: r["objects/bbox"].tolist() for k, r in ours.items()}  # fmt: skip
+    fields = json.loads((out / "croissant.json").read_text())["recordSet"][0]["field"]
+    said = {f["name"]: f.get("description", "") for f in fields}
+    assert "[ymin, xmin, ymax, xmax], normalised" in said["objects/bbox"]
+    assert "(x, y, visibility) triples" in said["objects/keypoints"]
+    assert "instance ids" in said["mask"]
+
+
 def test_a_src_inside_a_coco_folder_is_told_to_pass_the_folder(coco):
     """The JSON itself, or a split's image folder, as SRC: the error named class folders alone."""
     src, _ = coco
