@@ -477,7 +477,7 @@ def test_a_parquet_pack_loads_in_datasets_and_mlcroissant_its_geometry_described
     out = tmp_path / "out"
     _pack(coco[0], out, format="parquet")
     ours = {r["key"]: r for r in iter_examples(out, "val")}
-    (val,) = datasets.load_dataset(str(out)).values()
+    (val,) = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "cache")).values()
     assert val.features["objects/label"].feature.names == CLASSES
     assert {r["key"]: r["objects/label"] for r in val} == {
         k: r["objects/label"].tolist() for k, r in ours.items()}  # fmt: skip
