@@ -10,7 +10,7 @@ from typing import TextIO
 
 import typer
 
-from shardpack.errors import plural, printable, shortened
+from shardpack.errors import classes_said, plural, printable, shortened
 from shardpack.index import MAX_NAMED_SKIPPED
 
 # A bar appears only for runs that last longer than this: short runs just print the summary.
@@ -231,22 +231,15 @@ def _classes_line(count: int, names: list, one: str, many: str) -> str:
     return f"{plural(count, one, many)}: {', '.join(map(printable, shown))}{more}"
 
 
-def _classes_said(summary: dict) -> str:
-    """inspect's header's classes: the images', else their objects' (COCO, YOLO, VOC)."""
-    images, objects = summary["num_classes"], summary.get("num_object_classes", 0)
-    if images or not objects:
-        return plural(images, "class", "classes")
-    return f"no image classes, {plural(objects, 'object class', 'object classes')}"
-
-
 def print_inspect(summary: dict) -> None:
     """inspect's report: splits, shards, the class histogram, sample records, what is missing."""
     from shardpack.read.describe import history_lines, summary_lines  # numpy: not for --help
 
+    classes = classes_said(summary["num_classes"], summary.get("num_object_classes", 0))
     typer.echo(
         f"{printable(summary['name'])}  ({printable(str(summary['source']))}, encoding "
         f"{printable(summary['encoding'])}, compression {summary['compression']}, "
-        f"{summary['container']} shards, {_classes_said(summary)})"
+        f"{summary['container']} shards, {classes})"
     )
     for line in history_lines(summary["history"]):  # a grown dataset's runs
         typer.echo(line)

@@ -27,6 +27,14 @@ def plural(count: int, noun: str, many: str | None = None) -> str:
     return f"{count:,} {noun if count == 1 else many or noun + 's'}"
 
 
+def classes_said(images: int, objects: int) -> str:
+    """A dataset's classes in a few words: the images' ('2 classes'), else, where the images hold
+    none, their objects' (COCO, YOLO, VOC: 'no image classes, 3 object classes')."""
+    if images or not objects:
+        return plural(images, "class", "classes")
+    return f"no image classes, {plural(objects, 'object class', 'object classes')}"
+
+
 def is_count(value: object, least: int = 1) -> bool:
     """Whether `value` is an int (a bool is none) of at least `least`: what a count takes."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= least

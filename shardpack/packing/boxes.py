@@ -59,17 +59,31 @@ def box_features(schema: Schema, declared: Iterable[str] = ()) -> tuple[str, ...
         name in declared and feature.dtype == "float32" and feature.row == 4))  # fmt: skip
 
 
-def declared_boxes(options: PackOptions) -> tuple[str, ...]:
-    """The columns --box-columns declares boxes."""
-    return tuple(box_column(entry)[0] for entry in options.box_columns or ())
+def declared_boxes(entries: Iterable[str] | None) -> tuple[str, ...]:
+    """The columns --box-columns `entries` (PackOptions.box_columns, or an index's) declare
+    boxes."""
+    return tuple(box_column(entry)[0] for entry in entries or ())
 
 
 def moved_features(schema: Schema, declared: Iterable[str] = ()) -> tuple[str, ...]:
     """Every feature moved with the pixels: boxes (box_features), keypoints and the
     instance-id `mask`."""
+    return tuple(geometry(schema, declared))
+
+
+def geometry(schema: Schema, declared: Iterable[str] = ()) -> dict[str, str]:
+    """What each feature moved with the pixels holds: "boxes", "keypoints" or "mask", in the
+    schema's order."""
     boxed = set(box_features(schema, declared))
-    return tuple(name for name, feature in schema.extras.items() if name in boxed
-                 or _is_points(name, feature) or is_mask(name, feature))  # fmt: skip
+    kinds = {}
+    for name, feature in schema.extras.items():
+        if name in boxed:
+            kinds[name] = "boxes"
+        elif _is_points(name, feature):
+            kinds[name] = "keypoints"
+        elif is_mask(name, feature):
+            kinds[name] = "mask"
+    return kinds
 
 
 def _is_points(name: str, feature: Feature) -> bool:
@@ -91,7 +105,7 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
     """Refuse (ShardpackError) a geometric transform on a dataset holding geometry it would not
     move: any feature named like geometry of another type or name than moved_features's."""
     said = transforms(options)
-    moved = moved_features(schema, declared_boxes(options))
+    moved = moved_features(schema, declared_boxes(options.box_columns))
     left = [name for name in schema.extras
             if name.rsplit("/", 1)[-1] in GEOMETRY_WORDS and name not in moved]  # fmt: skip
     if said is None or not left:

@@ -7,7 +7,8 @@ and encodingFormat; each class-label feature's names are a RecordSet of their ow
 {feature}`: index, name) with the names inline. Where the container is tabular (Parquet, which
 mlcroissant reads), each split is also a FileSet of its shards and a RecordSet whose fields
 extract every feature: the image (ImageObject, the `bytes` of its struct), a single class label
-(Integer, referencing its classes), text, numbers, lists (`repeated`). TFRecord, ArrayRecord and
+(Integer, referencing its classes), text, numbers, lists (`repeated`); boxes, keypoints and
+instance masks say in their description what their numbers are. TFRecord, ArrayRecord and
 tar samples are no format a Croissant reader extracts fields from, so theirs describe the files
 and the classes only (docs/know-your-data.md).
 """
@@ -21,6 +22,7 @@ from urllib.parse import quote
 from shardpack.containers import Container
 from shardpack.hffeatures import IMAGE
 from shardpack.index import Index, ShardInfo
+from shardpack.packing.boxes import declared_boxes, geometry
 from shardpack.packing.hubcard import data_files, summary
 from shardpack.schema import Feature, Schema
 
@@ -65,11 +67,22 @@ CONTEXT = {
 }
 CONFORMS_TO = "http://mlcommons.org/croissant/1.0"
 _DATA_TYPES = {"int64": "sc:Integer", "float32": "sc:Float", "bytes": "sc:Text"}
+# What a feature that moves with the pixels holds (boxes.geometry's kinds), as its field's
+# description. Not Croissant's cr:BoundingBox: mlcroissant parses a field of that type as one
+# box, and refuses a record's list of them.
+_GEOMETRY = {
+    "boxes": "a box per object: [ymin, xmin, ymax, xmax], normalised by the image's height "
+    "and width",
+    "keypoints": "keypoints per object: (x, y, visibility) triples, x and y normalised by the "
+    "image's width and height; (0, 0, 0) where not labelled",
+    "mask": "a PNG of instance ids: 0 the background, i the i-th object of the record",
+}
 
 
 def croissant(index: Index) -> bytes:
     """croissant.json of an index."""
     schema, container = index.schema, index.container
+    moved = geometry(schema, declared_boxes((index.options or {}).get("box_columns")))
     distribution: list[dict] = []
     record_sets: list[dict] = []
     for split, entry in index.splits.items():
@@ -81,7 +94,7 @@ def croissant(index: Index) -> bytes:
                 "encodingFormat": container.media_type,
                 "includes": data_files(entry.shards),
             })  # fmt: skip
-            record_sets.append(_split_records(split, files, schema))
+            record_sets.append(_split_records(split, files, schema, moved))
     record_sets += [_classes(name, feature) for name, feature in schema.class_features.items()]
     doc = {
         "@context": CONTEXT,
@@ -106,8 +119,9 @@ def _file_object(shard: ShardInfo, container: Container) -> dict:
     }
 
 
-def _split_records(split: str, files: str, schema: Schema) -> dict:
-    """A split's RecordSet: a field per feature, extracted from its FileSet's columns."""
+def _split_records(split: str, files: str, schema: Schema, moved: dict[str, str]) -> dict:
+    """A split's RecordSet: a field per feature, extracted from its FileSet's columns; boxes,
+    keypoints and masks (`moved`: boxes.geometry's) described as what they hold."""
     fields = []
     for name, feature in schema.items():
         field: dict = {
@@ -121,6 +135,8 @@ def _split_records(split: str, files: str, schema: Schema) -> dict:
             field["source"]["transform"] = {"jsonPath": "bytes"}
         if feature.is_list:
             field["repeated"] = True
+        if name in moved:
+            field["description"] = _GEOMETRY[moved[name]]
         if feature.classes is not None:
             field["description"] = f"class indices into the RecordSet classes-{name}"
             if not feature.is_list:  # mlcroissant joins a single value, not a list

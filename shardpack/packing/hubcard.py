@@ -1,6 +1,7 @@
-"""OUT/README.md: a Hugging Face dataset card (YAML front matter with dataset_info and configs,
-then a short summary) written from the index. A README.md that is not ours (no
-MARKER) is the user's and is never replaced unasked (outdir.prepare refuses)."""
+"""OUT/README.md: a Hugging Face dataset card (YAML front matter with dataset_info, features
+for a Parquet pack alone, and configs, then a short summary) written from the index. A
+README.md that is not ours (no MARKER) is the user's and is never replaced unasked
+(outdir.prepare refuses)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import json
 import re
 from collections.abc import Sequence
 
-from shardpack.errors import plural
+from shardpack.errors import classes_said, plural
 from shardpack.hffeatures import card_form, hf_feature
 from shardpack.index import Index, ShardInfo
 from shardpack.layout import CARD_NAME
+from shardpack.packing.objects import num_object_classes
 from shardpack.schema import Feature
 from shardpack.storage import Storage
 
@@ -34,11 +36,15 @@ def is_ours(out: Storage) -> bool:
 
 def card(index: Index) -> bytes:
     """The dataset card of an index. A split without records (every image of it skipped) is
-    left out: `datasets` refuses to load a dataset one of whose splits holds no data."""
+    left out: `datasets` refuses to load a dataset one of whose splits holds no data. The
+    features are declared only where they are the files' columns (Parquet): `datasets` casts
+    what it loads to them, and a tar's samples (columns jpg, cls, json) cast so are all None."""
     listed = {split: entry for split, entry in index.splits.items() if entry.num_records}
-    lines = ["---", MARKER, "dataset_info:", "  features:"]
-    for feature, spec in index.schema.items():
-        lines += _feature(feature, spec)
+    lines = ["---", MARKER, "dataset_info:"]
+    if index.container.tabular:
+        lines.append("  features:")
+        for feature, spec in index.schema.items():
+            lines += _feature(feature, spec)
     lines.append("  splits:")
     for split, entry in listed.items():
         lines += [f"  - name: {_q(split)}", f"    num_bytes: {_bytes(entry.shards)}",
@@ -107,7 +113,7 @@ def summary(index: Index) -> str:
     said = [
         f"Packed by shardpack from a {index.source} source into "
         f"{index.container_name} shards (encoding {index.encoding}): "
-        f"{counts} images, {len(index.classes)} classes; "
+        f"{counts} images, {classes_said(len(index.classes), num_object_classes(index.schema))}; "
         f"{index.num_skipped:,} skipped (listed in index.json)."
     ]
     duplicates = index.duplicates

@@ -65,6 +65,12 @@ def objects_of(schema: Schema) -> Objects | None:
     return Objects(boxes, label, classes, (boxes, *rows), mask)
 
 
+def num_object_classes(schema: Schema) -> int:
+    """How many classes a schema's objects have (objects/label's); 0 for none or text labels."""
+    objects = objects_of(schema)
+    return len(objects.classes or ()) if objects is not None else 0
+
+
 def group_of(name: str) -> str:
     """The group a feature belongs to: its name up to the last '/' ('' for none)."""
     return name.rpartition("/")[0]

@@ -102,7 +102,7 @@ def write_shard(
     facts = ShardFacts(len(spec.items), objects_of(schema))
     # each stamp from its file's read (no stat of its own), kept if the file was settled by now
     stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
-    moved = boxes.moved_features(schema, boxes.declared_boxes(options))
+    moved = boxes.moved_features(schema, boxes.declared_boxes(options.box_columns))
     try:
         container, limit = CONTAINERS[options.format], images.max_file_bytes(options.max_pixels)
         with (

@@ -11,7 +11,7 @@ import numpy as np
 from shardpack.errors import is_count, printable
 from shardpack.index import load_index
 from shardpack.packing import facts
-from shardpack.packing.objects import SIZES, objects_of
+from shardpack.packing.objects import SIZES, num_object_classes, objects_of
 from shardpack.packing.stats import NOT_NOTED
 from shardpack.read.stream import iter_examples
 
@@ -73,7 +73,7 @@ def describe(
         "tfds_metadata": index.tfds_readable,
         "num_classes": len(index.classes),
         # COCO, YOLO, VOC: the images hold no label, their objects' class feature does
-        "num_object_classes": len(objects.classes or ()) if objects is not None else 0,
+        "num_object_classes": num_object_classes(index.schema),
         "features": index.schema.to_json(),
         "splits": splits,
         # the first ones; num_skipped counts them all

@@ -54,6 +54,19 @@ def test_samples_are_named_as_img2dataset_names_them(packed):
         assert not {"url", "status", "sha256", "original_width"} & record.keys()
 
 
+def test_datasets_loads_the_card_s_splits_as_its_webdataset_loader_reads_tars(packed, tmp_path):
+    """The card declared the records' features (image, key, ...), which are no columns of a
+    tar's samples: `datasets` cast each sample to them and gave rows of None."""
+    datasets = pytest.importorskip("datasets")
+    out, rows = packed
+    # its own cache: datasets keys one by the card, and another run's pack has the same card
+    (train,) = datasets.load_dataset(str(out), cache_dir=str(tmp_path)).values()
+    assert len(train) == len(rows)
+    for row in train:
+        assert row["jpg"].size == (16, 16)
+        assert row["txt"] == rows[row["json"]["url"]]["caption"]
+
+
 @pytest.mark.heavy  # webdataset imports torch
 def test_webdataset_reads_it_as_img2dataset_docs_show(packed):
     helpers.needs("webdataset")

@@ -56,7 +56,8 @@ def packed(tmp_path_factory) -> tuple[Path, list[str]]:
         rows.append({"image": f"{i}.jpg", "label": name, **{c: f"{c}{i}" for c in COLUMNS}})
     (root / "labels.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     out = root.parent / "out"
-    result = runner.invoke(app, ["pack", str(root / "labels.jsonl"), str(out), "--no-progress"])
+    result = runner.invoke(app, ["pack", str(root / "labels.jsonl"), str(out), "--no-progress",
+                                 "--format", "parquet"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert json.loads((out / "index.json").read_text())["classes"] == sorted(classes)
     return out, sorted(classes)
@@ -64,7 +65,8 @@ def packed(tmp_path_factory) -> tuple[Path, list[str]]:
 
 def test_the_card_header_parses_back_to_every_name(packed: tuple[Path, list[str]]) -> None:
     """PyYAML (as the Hub) refused the header with a column `note\\x7fx` or a class
-    `cat\\ufffe`; every name is quoted or escaped so that it parses back to itself."""
+    `cat\\ufffe`; every name is quoted or escaped so that it parses back to itself, and
+    croissant.json and `datasets` (through the card) give each name back."""
     yaml = pytest.importorskip("yaml")
     out, classes = packed
     front = yaml.safe_load((out / "README.md").read_text("utf-8").split("---\n")[1])
@@ -77,6 +79,13 @@ def test_the_card_header_parses_back_to_every_name(packed: tuple[Path, list[str]
     assert {p.name for pattern in files for p in out.glob(pattern)} == {
         s["file"] for s in json.loads((out / "index.json").read_text())["splits"]["train"]["shards"]
     }
+    (listed,) = [r["data"] for r in json.loads((out / "croissant.json").read_text())["recordSet"]
+                 if r["@id"] == "classes-label"]  # fmt: skip
+    assert [r["classes-label/name"] for r in listed] == classes
+    datasets = pytest.importorskip("datasets")
+    loaded = datasets.load_dataset(str(out))["train"]  # the card's features, as the Hub reads
+    assert loaded.features["label"].names == classes
+    assert sorted(loaded["label"]) == list(range(len(classes)))  # a row per class
 
 
 def test_the_report_draws_every_name_quickly(packed: tuple[Path, list[str]], tmp_path) -> None:

@@ -451,7 +451,8 @@ def test_ids_past_int64_are_said_in_one_line_not_a_workers_traceback(tmp_path: P
 
 def test_the_pack_summary_names_the_objects_classes(coco, tmp_path: Path):
     """The images hold no label, the objects do: the summary said 'no classes: unlabeled',
-    which README.md says is a source read otherwise than meant."""
+    which README.md says is a source read otherwise than meant; the card and croissant.json
+    as the summary."""
     from typer.testing import CliRunner
 
     from shardpack.cli import app
@@ -461,8 +462,33 @@ def test_the_pack_summary_names_the_objects_classes(coco, tmp_path: Path):
     assert done.exit_code == 0, done.output
     assert "\nno image classes; 3 object classes (objects/label): person, car, dog\n" in (
         done.output)  # fmt: skip
+    said = "val 3 images, no image classes, 3 object classes; 0 skipped"
+    assert said in (tmp_path / "out" / "README.md").read_text()  # the card said "0 classes"
+    assert said in json.loads((tmp_path / "out" / "croissant.json").read_text())["description"]
     assert _pack(src, tmp_path / "again").to_json()["object_classes"] == {
         "feature": "objects/label", "num_classes": 3, "classes": CLASSES}  # fmt: skip
+
+
+def test_a_parquet_pack_loads_in_datasets_and_mlcroissant_its_geometry_described(coco, tmp_path):
+    """The objects as `datasets` (through the card) and mlcroissant read them; croissant.json's
+    box, keypoint and mask fields said nothing of what their numbers are."""
+    datasets = pytest.importorskip("datasets")
+    mlc = pytest.importorskip("mlcroissant")
+    out = tmp_path / "out"
+    _pack(coco[0], out, format="parquet")
+    ours = {r["key"]: r for r in iter_examples(out, "val")}
+    (val,) = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "cache")).values()
+    assert val.features["objects/label"].feature.names == CLASSES
+    assert {r["key"]: r["objects/label"] for r in val} == {
+        k: r["objects/label"].tolist() for k, r in ours.items()}  # fmt: skip
+    read = list(mlc.Dataset(str(out / "croissant.json")).records("val"))
+    assert {r["val/key"].decode(): np.asarray(r["val/objects/bbox"]).tolist() for r in read} == {
+        k: r["objects/bbox"].tolist() for k, r in ours.items()}  # fmt: skip
+    fields = json.loads((out / "croissant.json").read_text())["recordSet"][0]["field"]
+    said = {f["name"]: f.get("description", "") for f in fields}
+    assert "[ymin, xmin, ymax, xmax], normalised" in said["objects/bbox"]
+    assert "(x, y, visibility) triples" in said["objects/keypoints"]
+    assert "instance ids" in said["mask"]
 
 
 def test_a_src_inside_a_coco_folder_is_told_to_pass_the_folder(coco):
