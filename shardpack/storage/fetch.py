@@ -30,7 +30,7 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 
 from shardpack.storage.failures import said
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
@@ -39,6 +39,10 @@ from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, opted_out, ref
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 1 << 16  # bytes a read takes at most: a body over the cap is refused within a chunk
 _DRAIN = 1 << 16  # the most of an error page read to keep its connection; past it, closed
+# A body past this many bytes reads on only in the worker's one turn for a large body: bodies
+# in flight hold at most threads x LARGE_BODY + one limit, not a limit a thread (1.5 GB at the
+# default --max-pixels); few images on the web are larger.
+LARGE_BODY = 8 << 20
 BACKOFF_S = 0.5  # the first retry's wait; each next one doubles it (img2dataset: none)
 MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait; the most backoff
 # URLs a worker fetches ahead of its reads, per thread, and the most bytes of fetched bodies it
@@ -76,6 +80,7 @@ class Fetcher:
         # run (Ctrl-C) exits at once, not when a stalled server's read timeout ends
         self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
         self._closed = threading.Event()
+        self._large = threading.Lock()  # the turn of the one body read past LARGE_BODY bytes
 
     def get(self, url: str, limit: int) -> bytes:
         """The body of `url`, at most `limit` bytes.
@@ -205,11 +210,15 @@ class Fetcher:
         if length is not None and length.strip().isdigit() and int(length) > limit:
             raise FileTooLarge(f"{over} (Content-Length: {int(length)})")
         parts, got = [], 0
-        while chunk := response.read1(_CHUNK):
-            got += len(chunk)
-            if got > limit:
-                raise FileTooLarge(over)
-            parts.append(chunk)
+        with ExitStack() as turn:
+            while chunk := response.read1(_CHUNK):
+                if got <= LARGE_BODY < got + len(chunk):
+                    # the holder ends within total_timeout (or at close): a wait is bounded
+                    turn.enter_context(self._large)
+                got += len(chunk)
+                if got > limit:
+                    raise FileTooLarge(over)
+                parts.append(chunk)
         if response.length:  # closed short of its Content-Length: read1 returns what came
             raise http.client.IncompleteRead(b"", response.length)
         if not response.isclosed():  # read1 leaves a body read to its length open: the

@@ -5,6 +5,7 @@ records keep whatever arrives first."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import http.server
 import json
@@ -13,6 +14,7 @@ import socket
 import struct
 import threading
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,7 +94,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     itself), /meta.png (a redirect to the metadata address), /tofile.png and /tos3.png (to
     file:///etc/hostname and s3://bucket/a.png), /huge.png (Content-Length 100 GB),
     /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
-    /drip.png (a byte every 50 ms). /twin/N.png: image N // 2. A path in `Site.held` is
+    /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
+    hangs up). /twin/N.png: image N // 2. A path in `Site.held` is
     answered once `Site.gate` is set; one in `Site.down`, 503."""
 
     protocol_version = "HTTP/1.1"  # connections kept
@@ -220,6 +223,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(bytes(1000 if path == "/stream.png" else 1))
                 self.wfile.flush()
                 time.sleep(0 if path == "/stream.png" else 0.05)
+            return None
+        if path == "/endless.png":  # no Content-Length, and a body that never ends
+            self.send_response(200)
+            self.end_headers()
+            self.close_connection = True
+            with contextlib.suppress(OSError):  # until the client hangs up
+                while True:
+                    self.wfile.write(bytes(1 << 16))
             return None
         if kind == "twin":  # /twin/N.png: image N // 2, the same bytes as its twin's
             return self._send(200, _png(number // 2))
@@ -435,6 +446,34 @@ def test_a_body_over_the_cap_or_dripping_past_the_deadline_is_cut_off(site):
     with pytest.raises(UrlFailed, match="timed out"):
         fetcher.get(site.url("/drip.png"), 1000)
     assert time.monotonic() - start < 1.5
+
+
+def test_endless_bodies_read_at_once_hold_one_limit_not_one_a_thread(site, monkeypatch):
+    """Each of 128 threads read a body up to the limit (1.5 GB at the default --max-pixels):
+    endless bodies from a hostile list held 128 x 1.5 GB. Past LARGE_BODY bytes, one body at a
+    time reads on."""
+    monkeypatch.setattr(fetch, "LARGE_BODY", 1 << 20)
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, threads=4, per_host=4))
+    limit, failed = 8 << 20, []
+
+    def get() -> None:
+        try:
+            fetcher.get(site.url("/endless.png"), limit)
+        except FileTooLarge as e:
+            failed.append(str(e))
+
+    tracemalloc.start()
+    try:
+        threads = [threading.Thread(target=get) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert failed == [f"over the limit of {limit} bytes"] * 4
+    assert peak < 3 * (1 << 20) + limit + (2 << 20), peak  # it was 4 x limit
 
 
 def test_a_body_cut_short_of_its_content_length_is_a_cut_connection_and_retried(site):
