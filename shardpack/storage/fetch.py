@@ -453,14 +453,14 @@ def _failure(e: BaseException) -> UrlFailed:
 
 
 class Prefetch:
-    """A worker's URLs fetched ahead, in the order it will read them, `threads` at a time; a
-    read of anything but the next URL fetches it then and there. Up to AHEAD_PER_THREAD x
-    threads URLs (and HELD_BYTES of fetched bodies) run ahead of the reads: a URL waiting out a
-    Retry-After holds up the reads, not the fetching. A URL waiting for its retry holds no
-    thread either: the retry is handed back to the pool when it is due (a thread asleep through
-    each 1 s Retry-After left fewer fetching the rest), and the next free thread takes it before
-    any first try still queued (behind them, a read waited on it until the window's first tries
-    had all started). A Prefetch started for the next shard (`leaves`) fetches within what
+    """A worker's URLs fetched ahead, in the order it will read them, `threads` at a time; a read of
+    anything but the next URL fetches it then and there. Up to AHEAD_PER_THREAD x threads URLs (and
+    HELD_BYTES of fetched bodies: past them a first try waits for reads) run ahead of the reads: a
+    URL waiting out a Retry-After holds up the reads, not the fetching. A URL waiting for its retry
+    holds no thread either: the retry is handed back to the pool when it is due (a thread asleep
+    through each 1 s Retry-After left fewer fetching the rest), and the next free thread takes it
+    before any first try still queued (behind them, a read waited on it until the window's first
+    tries had all started). A Prefetch started for the next shard (`leaves`) fetches within what
     this one leaves of the window and bytes until `adopt` makes it the one read."""
 
     def __init__(
@@ -477,6 +477,7 @@ class Prefetch:
         self._window, self._most_held = window or (self._full(), HELD_BYTES)
         self._held = 0  # bytes fetched and not yet read
         self._firsts = 0  # first tries queued, not yet started
+        self._parked = 0  # pool tasks that left their first try queued, the bytes held at most
         self._exhausted = False  # every URL has been queued once
         self._then: Callable[[], None] | None = None  # called once every first try started
         self._lock = threading.Lock()
@@ -522,6 +523,7 @@ class Prefetch:
         self._window, self._most_held = self._full(), HELD_BYTES
         with self._lock:
             self._then = then
+            self._unpark()
         self._fill()
 
     def leaves(self) -> tuple[int, int]:
@@ -541,6 +543,11 @@ class Prefetch:
         order it came), not the one this task was submitted for."""
         with self._lock:
             if not self._queued:  # dropped by close
+                return
+            if self._queued[0][0] and self._held >= self._most_held:
+                # a first try waits for reads (none is of a URL ahead of the next read: those
+                # started first); bodies fetched meanwhile were held whatever their bytes
+                self._parked += 1
                 return
             _, _, url, future, tries = heapq.heappop(self._queued)
             if tries == 1:
@@ -602,6 +609,15 @@ class Prefetch:
         if not future.cancelled() and future.exception() is None:
             with self._lock:
                 self._held -= len(future.result())
+                self._unpark()
+
+    def _unpark(self) -> None:
+        """Under the lock: the first tries left waiting handed back to the pool, once the bytes
+        held are under the most."""
+        if self._parked and self._held < self._most_held and not self._stopped:
+            for _ in range(self._parked):
+                self._pool.submit(self._next)
+            self._parked = 0
 
     def read(self, url: str, limit: int) -> bytes:
         if limit > self.limit or all(ahead != url for ahead, _ in self._ahead):

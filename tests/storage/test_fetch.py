@@ -357,6 +357,30 @@ def test_a_url_waiting_for_its_retry_holds_no_fetching_thread():
     assert not [t for t in threading.enumerate() if t.name.startswith("shardpack-")]  # joined
 
 
+def test_bodies_fetched_while_a_read_waits_stop_at_the_bytes_held(monkeypatch, site):
+    """HELD_BYTES stopped only new URLs joining the window: with the next read's server
+    stalled, every URL already in it (4,096 at the defaults) was fetched and held, each up to
+    the byte cap. First tries wait for reads once the bodies held reach it."""
+    size = len(_png(1))
+    monkeypatch.setattr(fetch, "HELD_BYTES", 3 * size)
+    site.held = frozenset({"/img/0.png"})
+    paths = [f"/img/{i}.png" for i in range(30)]
+    policy = FetchPolicy(allow_private=True, threads=2, per_host=2)
+    ahead = Prefetch(Fetcher(policy), iter(site.url(p) for p in paths), 10**6)
+    try:
+        futures = [future for _, future in ahead._ahead][1:]
+        for _ in range(500):  # each URL but the stalled one fetched, or waiting for a read
+            if sum(f.done() for f in futures) + getattr(ahead, "_parked", 0) == len(futures):
+                break
+            time.sleep(0.01)
+        assert ahead._held <= 5 * size, ahead._held  # the most, and a try a thread past it
+        site.gate.set()
+        assert [ahead.read(site.url(p), 10**6) for p in paths] == [_png(i) for i in range(30)]
+    finally:
+        ahead.close()
+    assert [site.hits[p] for p in paths] == [1] * 30
+
+
 def test_a_retry_due_goes_before_the_first_tries_still_queued(monkeypatch):
     """One thread, a 503 first and 30 URLs answered in 20 ms each behind it: the 503's retry,
     due after a 20-40 ms backoff, is the next request once due, not the 31st (it waited in the
