@@ -39,10 +39,12 @@ from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, opted_out, ref
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 1 << 16  # bytes a read takes at most: a body over the cap is refused within a chunk
 _DRAIN = 1 << 16  # the most of an error page read to keep its connection; past it, closed
-# A body past this many bytes reads on only in the worker's one turn for a large body: bodies
-# in flight hold at most threads x LARGE_BODY + one limit, not a limit a thread (1.5 GB at the
-# default --max-pixels); few images on the web are larger.
+# A body past LARGE_BODY bytes reads on only in one of the worker's LARGE_TURNS: bodies in
+# flight hold at most threads x LARGE_BODY + LARGE_TURNS limits, not a limit a thread (1.5 GB at
+# the default --max-pixels). Few images on the web are larger; a few turns keep a list of large
+# photos from reading them one at a time (a wait for a turn counts in total_timeout).
 LARGE_BODY = 8 << 20
+LARGE_TURNS = 4
 BACKOFF_S = 0.5  # the first retry's wait; each next one doubles it (img2dataset: none)
 MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait; the most backoff
 # URLs a worker fetches ahead of its reads, per thread, and the most bytes of fetched bodies it
@@ -80,7 +82,7 @@ class Fetcher:
         # run (Ctrl-C) exits at once, not when a stalled server's read timeout ends
         self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
         self._closed = threading.Event()
-        self._large = threading.Lock()  # the turn of the one body read past LARGE_BODY bytes
+        self._large = threading.Semaphore(LARGE_TURNS)  # turns of bodies past LARGE_BODY bytes
 
     def get(self, url: str, limit: int) -> bytes:
         """The body of `url`, at most `limit` bytes.

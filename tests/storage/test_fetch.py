@@ -474,9 +474,10 @@ def test_a_body_over_the_cap_or_dripping_past_the_deadline_is_cut_off(site):
 
 def test_endless_bodies_read_at_once_hold_one_limit_not_one_a_thread(site, monkeypatch):
     """Each of 128 threads read a body up to the limit (1.5 GB at the default --max-pixels):
-    endless bodies from a hostile list held 128 x 1.5 GB. Past LARGE_BODY bytes, one body at a
-    time reads on."""
+    endless bodies from a hostile list held 128 x 1.5 GB. Past LARGE_BODY bytes, LARGE_TURNS
+    bodies at a time read on."""
     monkeypatch.setattr(fetch, "LARGE_BODY", 1 << 20)
+    monkeypatch.setattr(fetch, "LARGE_TURNS", 1)
     fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, threads=4, per_host=4))
     limit, failed = 8 << 20, []
 
