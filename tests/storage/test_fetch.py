@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import gzip
 import http.server
 import json
 import os
@@ -73,6 +74,9 @@ class Site:
         self.server.server_close()
 
 
+GZIP_BOMB = gzip.compress(bytes(1 << 20))
+
+
 def _png(n: int) -> bytes:
     return cv2.imencode(".png", helpers.image(n))[1].tobytes()
 
@@ -82,7 +86,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     Retry-After: 1 (Site.retry_after), of /reset/N.png a reset connection, of /cut/N.png half
     the Content-Length it states, the connection then closed; then image N. /long/N.png:
     image N, and bytes past its Content-Length on the connection kept. /garbled.png: no HTTP.
-    /503odd.png: a 503 whose Retry-After is a digit of latin-1 past ASCII (a superscript 2).
+    /503odd.png: a 503 whose Retry-After is a digit of latin-1 past ASCII (a superscript 2);
+    /503past.png and /503minus.png: a 503 to retry after a date past, or -5 s. /badchunk.png:
+    a chunk size that is no number. /gzipbomb.png: GZIP_BOMB as Content-Encoding: gzip.
     /badredirect.png: a 302 to a URL urllib cannot parse. /dripheaders.png: a status line, then a
     header's byte every 50 ms (2 s); /continues.png: a 100 Continue every 50 ms (2 s);
     /hints/N.png: a 103 Early Hints, then 50 ms later image N. /idle408/N.png: image N, then
@@ -181,6 +187,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._send(302, b"", {"Location": "http://[::1/x.png"})
         if path == "/503odd.png":
             return self._send(503, b"busy", {"Retry-After": "\xb2"})
+        if path in ("/503past.png", "/503minus.png"):
+            when = "Wed, 21 Oct 2015 07:28:00 GMT" if path == "/503past.png" else "-5"
+            return self._send(503, b"busy", {"Retry-After": when})
+        if path == "/badchunk.png":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nab\r\n")
+            self.close_connection = True
+            return None
+        if path == "/gzipbomb.png":  # 1 MB of zeros in 1 KB, sent whatever was asked
+            return self._send(200, GZIP_BOMB, {"Content-Encoding": "gzip"})
         if path == "/garbled.png":
             self.wfile.write(b"not HTTP at all\r\n\r\n")
             self.close_connection = True
@@ -530,6 +545,22 @@ def test_a_retry_after_of_digits_past_ascii_is_no_number_and_no_traceback(site):
     fetcher = Fetcher(FetchPolicy(allow_private=True, retries=1))
     with pytest.raises(UrlFailed, match=r"^HTTP Service Unavailable \(HTTP 503, after 2 tries\)$"):
         fetcher.get(site.url("/503odd.png"), 10_000)
+
+
+def test_bad_framing_a_past_retry_after_and_a_gzip_bomb_fail_their_url_alone(site, monkeypatch):
+    """A hostile server's framing and asks: each a failure of its URL, tried as often as
+    --retries says (a Retry-After in the past or below 0 is the backoff's), or bytes taken as
+    sent (asked for identity, a body is never decompressed: a bomb stays 1 KB, not an image)."""
+    monkeypatch.setattr(fetch, "BACKOFF_S", 0.01)
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=1))
+    with pytest.raises(UrlFailed, match=r"^connection cut: answer incomplete \(after 2 tries\)$"):
+        fetcher.get(site.url("/badchunk.png"), 10_000)
+    for path in ("/503past.png", "/503minus.png"):
+        with pytest.raises(UrlFailed, match=r"^HTTP Service Unavailable \(HTTP 503, after 2 "):
+            fetcher.get(site.url(path), 10_000)
+        assert site.hits[path] == 2
+    assert fetcher.get(site.url("/gzipbomb.png"), 10_000) == GZIP_BOMB
+    assert fetcher.get(site.url("/img/1.png"), 10_000) == _png(1)  # the run goes on
 
 
 def test_a_redirect_to_a_url_that_does_not_parse_is_a_failure_not_a_traceback(site):
