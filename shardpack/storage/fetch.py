@@ -30,7 +30,7 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 
 from shardpack.storage.failures import said
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
@@ -39,6 +39,12 @@ from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, opted_out, ref
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 1 << 16  # bytes a read takes at most: a body over the cap is refused within a chunk
 _DRAIN = 1 << 16  # the most of an error page read to keep its connection; past it, closed
+# A body past LARGE_BODY bytes reads on only in one of the worker's LARGE_TURNS: bodies in
+# flight hold at most threads x LARGE_BODY + LARGE_TURNS limits, not a limit a thread (1.5 GB at
+# the default --max-pixels). Few images on the web are larger; a few turns keep a list of large
+# photos from reading them one at a time (a wait for a turn counts in total_timeout).
+LARGE_BODY = 8 << 20
+LARGE_TURNS = 4
 BACKOFF_S = 0.5  # the first retry's wait; each next one doubles it (img2dataset: none)
 MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait; the most backoff
 # URLs a worker fetches ahead of its reads, per thread, and the most bytes of fetched bodies it
@@ -76,6 +82,7 @@ class Fetcher:
         # run (Ctrl-C) exits at once, not when a stalled server's read timeout ends
         self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
         self._closed = threading.Event()
+        self._large = threading.Semaphore(LARGE_TURNS)  # turns of bodies past LARGE_BODY bytes
 
     def get(self, url: str, limit: int) -> bytes:
         """The body of `url`, at most `limit` bytes.
@@ -205,11 +212,15 @@ class Fetcher:
         if length is not None and length.strip().isdigit() and int(length) > limit:
             raise FileTooLarge(f"{over} (Content-Length: {int(length)})")
         parts, got = [], 0
-        while chunk := response.read1(_CHUNK):
-            got += len(chunk)
-            if got > limit:
-                raise FileTooLarge(over)
-            parts.append(chunk)
+        with ExitStack() as turn:
+            while chunk := response.read1(_CHUNK):
+                if got <= LARGE_BODY < got + len(chunk):
+                    # the holder ends within total_timeout (or at close): a wait is bounded
+                    turn.enter_context(self._large)
+                got += len(chunk)
+                if got > limit:
+                    raise FileTooLarge(over)
+                parts.append(chunk)
         if response.length:  # closed short of its Content-Length: read1 returns what came
             raise http.client.IncompleteRead(b"", response.length)
         if not response.isclosed():  # read1 leaves a body read to its length open: the
@@ -444,14 +455,14 @@ def _failure(e: BaseException) -> UrlFailed:
 
 
 class Prefetch:
-    """A worker's URLs fetched ahead, in the order it will read them, `threads` at a time; a
-    read of anything but the next URL fetches it then and there. Up to AHEAD_PER_THREAD x
-    threads URLs (and HELD_BYTES of fetched bodies) run ahead of the reads: a URL waiting out a
-    Retry-After holds up the reads, not the fetching. A URL waiting for its retry holds no
-    thread either: the retry is handed back to the pool when it is due (a thread asleep through
-    each 1 s Retry-After left fewer fetching the rest), and the next free thread takes it before
-    any first try still queued (behind them, a read waited on it until the window's first tries
-    had all started). A Prefetch started for the next shard (`leaves`) fetches within what
+    """A worker's URLs fetched ahead, in the order it will read them, `threads` at a time; a read of
+    anything but the next URL fetches it then and there. Up to AHEAD_PER_THREAD x threads URLs (and
+    HELD_BYTES of fetched bodies: past them a first try waits for reads) run ahead of the reads: a
+    URL waiting out a Retry-After holds up the reads, not the fetching. A URL waiting for its retry
+    holds no thread either: the retry is handed back to the pool when it is due (a thread asleep
+    through each 1 s Retry-After left fewer fetching the rest), and the next free thread takes it
+    before any first try still queued (behind them, a read waited on it until the window's first
+    tries had all started). A Prefetch started for the next shard (`leaves`) fetches within what
     this one leaves of the window and bytes until `adopt` makes it the one read."""
 
     def __init__(
@@ -468,6 +479,7 @@ class Prefetch:
         self._window, self._most_held = window or (self._full(), HELD_BYTES)
         self._held = 0  # bytes fetched and not yet read
         self._firsts = 0  # first tries queued, not yet started
+        self._parked = 0  # pool tasks that left their first try queued, the bytes held at most
         self._exhausted = False  # every URL has been queued once
         self._then: Callable[[], None] | None = None  # called once every first try started
         self._lock = threading.Lock()
@@ -513,6 +525,7 @@ class Prefetch:
         self._window, self._most_held = self._full(), HELD_BYTES
         with self._lock:
             self._then = then
+            self._unpark()
         self._fill()
 
     def leaves(self) -> tuple[int, int]:
@@ -532,6 +545,11 @@ class Prefetch:
         order it came), not the one this task was submitted for."""
         with self._lock:
             if not self._queued:  # dropped by close
+                return
+            if self._queued[0][0] and self._held >= self._most_held:
+                # a first try waits for reads (none is of a URL ahead of the next read: those
+                # started first); bodies fetched meanwhile were held whatever their bytes
+                self._parked += 1
                 return
             _, _, url, future, tries = heapq.heappop(self._queued)
             if tries == 1:
@@ -593,6 +611,15 @@ class Prefetch:
         if not future.cancelled() and future.exception() is None:
             with self._lock:
                 self._held -= len(future.result())
+                self._unpark()
+
+    def _unpark(self) -> None:
+        """Under the lock: the first tries left waiting handed back to the pool, once the bytes
+        held are under the most."""
+        if self._parked and self._held < self._most_held and not self._stopped:
+            for _ in range(self._parked):
+                self._pool.submit(self._next)
+            self._parked = 0
 
     def read(self, url: str, limit: int) -> bytes:
         if limit > self.limit or all(ahead != url for ahead, _ in self._ahead):

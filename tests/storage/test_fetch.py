@@ -5,7 +5,9 @@ records keep whatever arrives first."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import gzip
 import http.server
 import json
 import os
@@ -13,6 +15,7 @@ import socket
 import struct
 import threading
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,6 +74,9 @@ class Site:
         self.server.server_close()
 
 
+GZIP_BOMB = gzip.compress(bytes(1 << 20))
+
+
 def _png(n: int) -> bytes:
     return cv2.imencode(".png", helpers.image(n))[1].tobytes()
 
@@ -80,7 +86,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     Retry-After: 1 (Site.retry_after), of /reset/N.png a reset connection, of /cut/N.png half
     the Content-Length it states, the connection then closed; then image N. /long/N.png:
     image N, and bytes past its Content-Length on the connection kept. /garbled.png: no HTTP.
-    /503odd.png: a 503 whose Retry-After is a digit of latin-1 past ASCII (a superscript 2).
+    /503odd.png: a 503 whose Retry-After is a digit of latin-1 past ASCII (a superscript 2);
+    /503past.png and /503minus.png: a 503 to retry after a date past, or -5 s. /badchunk.png:
+    a chunk size that is no number. /gzipbomb.png: GZIP_BOMB as Content-Encoding: gzip.
     /badredirect.png: a 302 to a URL urllib cannot parse. /dripheaders.png: a status line, then a
     header's byte every 50 ms (2 s); /continues.png: a 100 Continue every 50 ms (2 s);
     /hints/N.png: a 103 Early Hints, then 50 ms later image N. /idle408/N.png: image N, then
@@ -92,7 +100,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     itself), /meta.png (a redirect to the metadata address), /tofile.png and /tos3.png (to
     file:///etc/hostname and s3://bucket/a.png), /huge.png (Content-Length 100 GB),
     /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
-    /drip.png (a byte every 50 ms). /twin/N.png: image N // 2. A path in `Site.held` is
+    /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
+    hangs up). /twin/N.png: image N // 2. A path in `Site.held` is
     answered once `Site.gate` is set; one in `Site.down`, 503."""
 
     protocol_version = "HTTP/1.1"  # connections kept
@@ -178,6 +187,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._send(302, b"", {"Location": "http://[::1/x.png"})
         if path == "/503odd.png":
             return self._send(503, b"busy", {"Retry-After": "\xb2"})
+        if path in ("/503past.png", "/503minus.png"):
+            when = "Wed, 21 Oct 2015 07:28:00 GMT" if path == "/503past.png" else "-5"
+            return self._send(503, b"busy", {"Retry-After": when})
+        if path == "/badchunk.png":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nab\r\n")
+            self.close_connection = True
+            return None
+        if path == "/gzipbomb.png":  # 1 MB of zeros in 1 KB, sent whatever was asked
+            return self._send(200, GZIP_BOMB, {"Content-Encoding": "gzip"})
         if path == "/garbled.png":
             self.wfile.write(b"not HTTP at all\r\n\r\n")
             self.close_connection = True
@@ -220,6 +238,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(bytes(1000 if path == "/stream.png" else 1))
                 self.wfile.flush()
                 time.sleep(0 if path == "/stream.png" else 0.05)
+            return None
+        if path == "/endless.png":  # no Content-Length, and a body that never ends
+            self.send_response(200)
+            self.end_headers()
+            self.close_connection = True
+            with contextlib.suppress(OSError):  # until the client hangs up
+                while True:
+                    self.wfile.write(bytes(1 << 16))
             return None
         if kind == "twin":  # /twin/N.png: image N // 2, the same bytes as its twin's
             return self._send(200, _png(number // 2))
@@ -346,6 +372,30 @@ def test_a_url_waiting_for_its_retry_holds_no_fetching_thread():
     assert not [t for t in threading.enumerate() if t.name.startswith("shardpack-")]  # joined
 
 
+def test_bodies_fetched_while_a_read_waits_stop_at_the_bytes_held(monkeypatch, site):
+    """HELD_BYTES stopped only new URLs joining the window: with the next read's server
+    stalled, every URL already in it (4,096 at the defaults) was fetched and held, each up to
+    the byte cap. First tries wait for reads once the bodies held reach it."""
+    size = len(_png(1))
+    monkeypatch.setattr(fetch, "HELD_BYTES", 3 * size)
+    site.held = frozenset({"/img/0.png"})
+    paths = [f"/img/{i}.png" for i in range(30)]
+    policy = FetchPolicy(allow_private=True, threads=2, per_host=2)
+    ahead = Prefetch(Fetcher(policy), iter(site.url(p) for p in paths), 10**6)
+    try:
+        futures = [future for _, future in ahead._ahead][1:]
+        for _ in range(500):  # each URL but the stalled one fetched, or waiting for a read
+            if sum(f.done() for f in futures) + getattr(ahead, "_parked", 0) == len(futures):
+                break
+            time.sleep(0.01)
+        assert ahead._held <= 5 * size, ahead._held  # the most, and a try a thread past it
+        site.gate.set()
+        assert [ahead.read(site.url(p), 10**6) for p in paths] == [_png(i) for i in range(30)]
+    finally:
+        ahead.close()
+    assert [site.hits[p] for p in paths] == [1] * 30
+
+
 def test_a_retry_due_goes_before_the_first_tries_still_queued(monkeypatch):
     """One thread, a 503 first and 30 URLs answered in 20 ms each behind it: the 503's retry,
     due after a 20-40 ms backoff, is the next request once due, not the 31st (it waited in the
@@ -437,6 +487,35 @@ def test_a_body_over_the_cap_or_dripping_past_the_deadline_is_cut_off(site):
     assert time.monotonic() - start < 1.5
 
 
+def test_endless_bodies_read_at_once_hold_one_limit_not_one_a_thread(site, monkeypatch):
+    """Each of 128 threads read a body up to the limit (1.5 GB at the default --max-pixels):
+    endless bodies from a hostile list held 128 x 1.5 GB. Past LARGE_BODY bytes, LARGE_TURNS
+    bodies at a time read on."""
+    monkeypatch.setattr(fetch, "LARGE_BODY", 1 << 20)
+    monkeypatch.setattr(fetch, "LARGE_TURNS", 1)
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, threads=4, per_host=4))
+    limit, failed = 8 << 20, []
+
+    def get() -> None:
+        try:
+            fetcher.get(site.url("/endless.png"), limit)
+        except FileTooLarge as e:
+            failed.append(str(e))
+
+    tracemalloc.start()
+    try:
+        threads = [threading.Thread(target=get) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert failed == [f"over the limit of {limit} bytes"] * 4
+    assert peak < 3 * (1 << 20) + limit + (2 << 20), peak  # it was 4 x limit
+
+
 def test_a_body_cut_short_of_its_content_length_is_a_cut_connection_and_retried(site):
     """A server that closes before the bytes its Content-Length states: the half body was
     taken whole (a truncated PNG, a permanent skip that --update never asks again)."""
@@ -466,6 +545,22 @@ def test_a_retry_after_of_digits_past_ascii_is_no_number_and_no_traceback(site):
     fetcher = Fetcher(FetchPolicy(allow_private=True, retries=1))
     with pytest.raises(UrlFailed, match=r"^HTTP Service Unavailable \(HTTP 503, after 2 tries\)$"):
         fetcher.get(site.url("/503odd.png"), 10_000)
+
+
+def test_bad_framing_a_past_retry_after_and_a_gzip_bomb_fail_their_url_alone(site, monkeypatch):
+    """A hostile server's framing and asks: each a failure of its URL, tried as often as
+    --retries says (a Retry-After in the past or below 0 is the backoff's), or bytes taken as
+    sent (asked for identity, a body is never decompressed: a bomb stays 1 KB, not an image)."""
+    monkeypatch.setattr(fetch, "BACKOFF_S", 0.01)
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=1))
+    with pytest.raises(UrlFailed, match=r"^connection cut: answer incomplete \(after 2 tries\)$"):
+        fetcher.get(site.url("/badchunk.png"), 10_000)
+    for path in ("/503past.png", "/503minus.png"):
+        with pytest.raises(UrlFailed, match=r"^HTTP Service Unavailable \(HTTP 503, after 2 "):
+            fetcher.get(site.url(path), 10_000)
+        assert site.hits[path] == 2
+    assert fetcher.get(site.url("/gzipbomb.png"), 10_000) == GZIP_BOMB
+    assert fetcher.get(site.url("/img/1.png"), 10_000) == _png(1)  # the run goes on
 
 
 def test_a_redirect_to_a_url_that_does_not_parse_is_a_failure_not_a_traceback(site):
