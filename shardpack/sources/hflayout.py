@@ -5,7 +5,8 @@ test/ and their synonyms); else one folder of a config laid out as the Hub lays 
 ({config}/{split}/*.parquet, {config}/{split}-NNNNN-of-NNNNN.parquet), where `datasets`
 would mix several configs' files into one split (several: refused, naming them); else file
 names starting with a split's word; else every file is `train`. Files are looked for in SRC,
-SRC/data and a config folder's split folders, so that telling SRC apart costs a few listings.
+SRC/data and a config folder's split folders, so that telling SRC apart costs a few listings
+(of names only: an image dataset's class folders are listed here before its scan).
 
 No pyarrow here: recognising SRC and `pack --help` stay light.
 """
@@ -102,7 +103,7 @@ def _parquet_files(root: Storage, folder: str) -> list[str]:
     if folder and root.kind(folder) != "dir":
         return []
     try:
-        entries = root.listdir(folder)
+        entries = root.listdir(folder, sizes=False)
     except OSError:
         return []
     prefix = f"{folder}/" if folder else ""
@@ -126,7 +127,8 @@ def _config_folders(root: Storage) -> dict[str, dict[str, list[str]]]:
     Hub lays out a config: split folders of Parquet files, or files named as _sharded's;
     none where root holds over MAX_CONFIGS folders."""
     try:
-        folders = sorted(e.name for e in root.listdir("") if e.is_dir and e.name[:1] != ".")
+        listed = root.listdir("", sizes=False)
+        folders = sorted(e.name for e in listed if e.is_dir and e.name[:1] != ".")
     except OSError:
         return {}
     if len(folders) > MAX_CONFIGS:
@@ -135,11 +137,21 @@ def _config_folders(root: Storage) -> dict[str, dict[str, list[str]]]:
     for name in folders:
         if not name.startswith("__"):
             config = root.child(name)
+            if not _may_hold_parquet(config):  # an image dataset's class folder: listed once
+                continue
             splits = _sharded(config, _parquet_files(config, "")) or _split_folders(config)
             if splits:
                 found[name] = {split: [f"{name}/{file}" for file in files]
                                for split, files in splits.items()}  # fmt: skip
     return found
+
+
+def _may_hold_parquet(folder: Storage) -> bool:
+    """Whether a folder holds a Parquet file or a folder (of split folders, or a split's)."""
+    try:
+        return any(e.is_dir or e.name.endswith(SUFFIX) for e in folder.listdir("", sizes=False))
+    except OSError:
+        return False
 
 
 def _split_folders(root: Storage) -> dict[str, list[str]]:
@@ -149,7 +161,7 @@ def _split_folders(root: Storage) -> dict[str, list[str]]:
         if base and root.kind(base) != "dir":
             continue
         try:
-            entries = root.listdir(base)
+            entries = root.listdir(base, sizes=False)
         except OSError:
             continue
         for entry in entries:
@@ -384,7 +396,7 @@ def _walk(root: Storage, folder: str, depth: int, path: str) -> list[str]:
     while folders:
         below, level = folders.pop()
         try:
-            entries = root.listdir(below)
+            entries = root.listdir(below, sizes=False)
         except OSError:
             continue
         for entry in entries:

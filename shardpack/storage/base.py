@@ -185,9 +185,11 @@ class Storage:
         """'file', 'dir', or None when nothing is there (links followed on a local disk)."""
         raise NotImplementedError
 
-    def listdir(self, name: str = "") -> list[Entry]:
+    def listdir(self, name: str = "", sizes: bool = True) -> list[Entry]:
         """The entries of a folder, sorted by name, as they are: a link is neither a folder nor
-        a file to follow (is_dir False, size 0)."""
+        a file to follow (is_dir False, size 0). Without `sizes` a file's size may be 0: on a
+        disk a size is a stat a file, and a source recognising SRC lists folders it never
+        reads (an image dataset's class folders)."""
         raise NotImplementedError
 
     def walk(self, name: str = "") -> Iterator[Entry]:

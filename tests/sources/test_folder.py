@@ -269,6 +269,52 @@ def test_symlink_loop_terminates_and_lists_each_image_once(tmp_path):
     assert _keys(dataset) == ["cats/img_000.jpg", "cats/img_001.jpg", "dogs/img_000.jpg"]
 
 
+class _CountedListing:
+    """os.scandir's iterator, counting the stats its entries are asked for."""
+
+    def __init__(self, listing, stats: list[str]) -> None:
+        self._listing, self._stats = listing, stats
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._listing.close()
+
+    def __iter__(self):
+        for entry in self._listing:
+            yield _CountedEntry(entry, self._stats)
+
+
+class _CountedEntry:
+    def __init__(self, entry: os.DirEntry, stats: list[str]) -> None:
+        self._entry, self._stats = entry, stats
+
+    def __getattr__(self, name: str):
+        return getattr(self._entry, name)
+
+    def stat(self, **kwargs):
+        self._stats.append(self._entry.path)
+        return self._entry.stat(**kwargs)
+
+
+def test_a_class_folder_scan_lists_each_folder_twice_at_most_and_stats_no_image_twice(
+    tmp_path, monkeypatch
+):
+    """Telling SRC apart from a Hugging Face dataset laid out in config folders lists each class
+    folder once by names (no stat a file) before the scan lists it: that check listed each
+    twice with a stat of every image, 0.1 s of a 6,000-photo pack's 0.3 s start."""
+    src = helpers.make_tree(tmp_path / "src", {"cats": 5, "dogs": 4, "owls": 3})
+    listed, stats, real = [], [], os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path=".": (
+        listed.append(os.fspath(path)), _CountedListing(real(path), stats))[1])  # fmt: skip
+    dataset = scan(src)
+    assert len(dataset.splits["train"]) == 12
+    for cls in ("cats", "dogs", "owls"):
+        assert listed.count(str(src / cls)) <= 2, listed
+    assert [path for path in stats if path.endswith(".jpg")] == []
+
+
 @pytest.mark.parametrize("target", ["..", "../dogs"], ids=["link-to-src", "link-to-sibling"])
 def test_symlink_into_another_class_does_not_steal_its_images(tmp_path, target):
     # Regression: the walk of "cats" followed the link before "dogs" was walked, so the dog
