@@ -85,14 +85,17 @@ def _whole_pack(src: str, out: str, code: str | None) -> dict:
     """One whole `shardpack pack` process (the shardpack at `code`; None: this one): its wall
     seconds and what it said of its memory and CPU."""
     code = code or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    src, out = os.path.abspath(src), os.path.abspath(out)  # the process runs in `code`
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
     # run in `code`: `python -c` puts the working folder first on the path
     done = subprocess.run([sys.executable, "-c", _WHOLE, "pack", src, out, "--workers",
                            str(PACK_WORKERS), "--no-progress"], env={**os.environ,
-                          "PYTHONPATH": code}, cwd=code, check=True, stdout=subprocess.DEVNULL,
+                          "PYTHONPATH": code}, cwd=code, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)  # fmt: skip
     wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"pack {src} by {code} failed: {done.stderr.strip()[-2000:]}")
     return {"wall_s": wall, **json.loads(done.stderr.strip().splitlines()[-1])}
 
 
