@@ -183,6 +183,10 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         made = plural(summary["lossless"], "image")
         typer.echo(f"re-encoded {made} TensorFlow cannot decode (CMYK JPEG, GIF, ...) as "
                    "PNG, losslessly")  # fmt: skip
+    if turned := summary["turned_by_datasets"]:
+        typer.echo(f"{plural(turned, 'image')} kept with an EXIF orientation: datasets decodes "
+                   "each turned upright, its objects stay on the stored pixels (for datasets, "
+                   "pack with --encode png or jpeg)")  # fmt: skip
     if summary["skipped"]:
         listed = (
             "all" if summary["skipped"] <= MAX_NAMED_SKIPPED else f"the first {MAX_NAMED_SKIPPED:,}"
