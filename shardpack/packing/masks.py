@@ -50,7 +50,14 @@ def drawn(
         return value
     if outlines is not None and outlines[0] is None:  # fractions of the image's sides
         outlines = _in_pixels(outlines, shown_size(where, size))
-    ids = _read_png(key, value) if outlines is None else draw(key, *outlines)
+    if outlines is None:
+        ids = _read_png(key, value)
+        if all(isinstance(move, images.Turn) or move.source for move in where):
+            turn = next((move for move in where if isinstance(move, images.Turn)), None)
+            check_size(key, ids.shape, shown_size(where, size), turn and turn.orientation,
+                       stored_map=True)  # fmt: skip
+    else:
+        ids = draw(key, *outlines)
     for move in where:
         if isinstance(move, images.Turn):
             ids = move.move_pixels(ids)
@@ -152,24 +159,31 @@ def check_size(
     size: tuple[int, int],
     orientation: int | None = None,
     file: str | None = None,
+    stored_map: bool = False,
 ) -> None:
     """Raise ImageError when annotations of an image of `annotated` (height, width; a map's
     shape) cannot be of an image of `size` (another aspect, beyond a pixel's rounding): they
     would land on other pixels. `orientation`: the image's EXIF orientation, where `size` is
     the image as displayed; a quarter turn that explains the difference is named with both
-    fixes. `file`: the annotation file that gives the size, named in the reason."""
+    fixes. `file`: the annotation file that gives the size, named in the reason; `stored_map`:
+    the annotations are the record's stored `mask` PNG (a repack's, a table's), named instead."""
     (a, b), (c, d) = annotated[:2], size
     if abs(a * d - b * c) <= max(a, b, c, d):
         return
     given, shown, stored = f"{b:.10g}x{a:.10g}", f"{d}x{c}", f"{c}x{d}"  # VOC's are floats
-    theirs = f"its annotations in {file}" if file else "its annotations"
-    where = file or "its annotation (COCO's JSON, VOC's <size>)"
+    if stored_map:
+        theirs, are = "its 'mask'", "is a map"
+        turned, fix = f"draw the 'mask' at {shown}", f"draw the 'mask' at {shown}, or fix the image"
+    else:
+        theirs = f"its annotations in {file}" if file else "its annotations"
+        where = file or "its annotation (COCO's JSON, VOC's <size>)"
+        are, turned = "are", f"swap the width and height in {where}"
+        fix = f"fix the width and height in {where}, or the image"
     if orientation in images.QUARTER_TURNS and abs(a * c - b * d) <= max(a, b, c, d):
-        raise ImageError(key, f"{theirs} are of a {given} image, but the image is {shown} as "
+        raise ImageError(key, f"{theirs} {are} of a {given} image, but the image is {shown} as "
                               f"displayed: its EXIF orientation {orientation} turns the {stored} "
                               "it stores a quarter. Annotations of the stored pixels: remove "
                               "the orientation tag from the image; of the image as displayed: "
-                              f"swap the width and height in {where}")  # fmt: skip
-    raise ImageError(key, f"{theirs} are of a {given} image (as the image is stored or "
-                          f"displayed), but the image is {shown}: fix the width and height in "
-                          f"{where}, or the image")  # fmt: skip
+                              f"{turned}")  # fmt: skip
+    raise ImageError(key, f"{theirs} {are} of a {given} image (as the image is stored or "
+                          f"displayed), but the image is {shown}: {fix}")  # fmt: skip

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from shardpack.index import Index
-from shardpack.packing.boxes import DROPPED
+from shardpack.packing.boxes import DROPPED, moved_features
 from shardpack.schema import Feature, Schema
 
 
@@ -46,6 +46,7 @@ class PackResult:
             },
             **(self._run_stats() if self.grow else self._pack_stats()),
             "lossless": index.stats.lossless or 0,
+            "turned_by_datasets": _turned_by_datasets(index),
             "shards_kept": self.num_reused,
             "new_records": self.new_records,
             "container": self.index.container_name,
@@ -85,6 +86,17 @@ def _boxes_dropped(summaries: dict) -> dict[str, int]:
     for summary in summaries.values():
         dropped.update(summary.get(DROPPED, {}))
     return dict(sorted(dropped.items()))
+
+
+def _turned_by_datasets(index: Index) -> int:
+    """The images a Parquet pack of objects kept with an EXIF orientation: `datasets` decodes
+    them turned upright, while their boxes, keypoints and masks describe the stored pixels."""
+    if index.container_name != "parquet" or index.encoding != "keep":
+        return 0
+    if not moved_features(index.schema):
+        return 0
+    summaries = (index.summaries or {}).values()
+    return sum(n for s in summaries for o, n in s.get("orientations", {}).items() if o != "1")
 
 
 # The summary names the first this many classes: enough to see a list changed, bounded for

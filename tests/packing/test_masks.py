@@ -122,6 +122,19 @@ def test_a_mask_that_is_no_map_is_refused_by_name():
         masks.drawn("k", b"not a map", (images.Turn(6),), (4, 4))
 
 
+def test_a_stored_map_of_another_shape_than_its_image_is_named_not_an_annotation_file():
+    """A repack's or a table's `mask` PNG (no COCO JSON, no VOC <size>) of the stored pixels of
+    a kept JPEG whose EXIF turns it a quarter, or of another shape: the reason names the mask."""
+    png = masks.encode(np.zeros((4, 6), np.uint16), 0)  # 6 wide, 4 high: the stored pixels
+    turned = r"k: its 'mask' is a map of a 6x4 image, but the image is 4x6 as displayed: its EXIF"
+    with pytest.raises(ImageError, match=turned) as refused:
+        masks.drawn("k", png, (images.Turn(6),), (4, 6))
+    assert "COCO" not in str(refused.value) and "draw the 'mask' at 4x6" in str(refused.value)
+    other = r"its 'mask' is a map of a 6x4 image .* but the image is 9x9: draw the 'mask' at 9x9"
+    with pytest.raises(ImageError, match=other):
+        masks.drawn("k", png, (images.Geometry((18, 18), (18, 18), (9, 9)),), (18, 18))
+
+
 @pytest.mark.parametrize("upright", [False, True], ids=["displayed-to-stored", "stored-to-upright"])
 def test_a_normalised_polygon_is_drawn_at_the_size_its_moves_start_from(upright: bool):
     """YOLO's polygons (fractions of the image's sides) give the map a polygon in pixels of the

@@ -462,6 +462,7 @@ def test_the_pack_summary_names_the_objects_classes(coco, tmp_path: Path):
     assert done.exit_code == 0, done.output
     assert "\nno image classes; 3 object classes (objects/label): person, car, dog\n" in (
         done.output)  # fmt: skip
+    assert "EXIF" not in done.output  # TFRecords: every reader decodes the stored pixels
     said = "val 3 images, no image classes, 3 object classes; 0 skipped"
     assert said in (tmp_path / "out" / "README.md").read_text()  # the card said "0 classes"
     assert said in json.loads((tmp_path / "out" / "croissant.json").read_text())["description"]
@@ -471,16 +472,29 @@ def test_the_pack_summary_names_the_objects_classes(coco, tmp_path: Path):
 
 def test_a_parquet_pack_loads_in_datasets_and_mlcroissant_its_geometry_described(coco, tmp_path):
     """The objects as `datasets` (through the card) and mlcroissant read them; croissant.json's
-    box, keypoint and mask fields said nothing of what their numbers are."""
+    box, keypoint and mask fields said nothing of what their numbers are. `datasets` alone
+    turns the kept EXIF-turned JPEG upright, its mask staying on the stored pixels: pack says
+    so, where it said nothing."""
+    from typer.testing import CliRunner
+
+    from shardpack.cli import app
+
     datasets = pytest.importorskip("datasets")
     mlc = pytest.importorskip("mlcroissant")
     out = tmp_path / "out"
-    _pack(coco[0], out, format="parquet")
+    args = ["--format", "parquet", "--workers", "1", "--shards", "1", "--no-shuffle"]
+    done = CliRunner().invoke(app, ["pack", str(coco[0]), str(out), *args])
+    assert done.exit_code == 0, done.output
+    assert "\n1 image kept with an EXIF orientation: datasets decodes each turned upright, its " \
+        "objects stay on the stored pixels (for datasets, pack with --encode png or jpeg)\n" in (
+            done.output)  # fmt: skip
     ours = {r["key"]: r for r in iter_examples(out, "val")}
     (val,) = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "cache")).values()
     assert val.features["objects/label"].feature.names == CLASSES
     assert {r["key"]: r["objects/label"] for r in val} == {
         k: r["objects/label"].tolist() for k, r in ours.items()}  # fmt: skip
+    turned = next(r for r in val if r["key"] == "val2017/turned.jpg")
+    assert turned["image"].size == Image.open(io.BytesIO(turned["mask"])).size[::-1]
     read = list(mlc.Dataset(str(out / "croissant.json")).records("val"))
     assert {r["val/key"].decode(): np.asarray(r["val/objects/bbox"]).tolist() for r in read} == {
         k: r["objects/bbox"].tolist() for k, r in ours.items()}  # fmt: skip
