@@ -12,7 +12,6 @@ import typer
 
 from shardpack.errors import classes_said, plural, printable, shortened
 from shardpack.index import MAX_NAMED_SKIPPED
-from shardpack.options import flag
 
 # A bar appears only for runs that last longer than this: short runs just print the summary.
 _BAR_DELAY_S = 1.0
@@ -184,10 +183,9 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         made = plural(summary["lossless"], "image")
         typer.echo(f"re-encoded {made} TensorFlow cannot decode (CMYK JPEG, GIF, ...) as "
                    "PNG, losslessly")  # fmt: skip
-    if turned := summary["turned_by_datasets"]:
-        typer.echo(f"{plural(turned, 'image')} kept with an EXIF orientation: datasets decodes "
-                   "each turned upright, its objects stay on the stored pixels (for datasets, "
-                   f"pack with {flag('encode')} png or jpeg)")  # fmt: skip
+    if turned := summary["turned_upright"]:
+        typer.echo(f"re-encoded {plural(turned, 'image')} with an EXIF orientation upright, "
+                   "its objects with it: datasets shows images upright")  # fmt: skip
     if summary["skipped"]:
         listed = (
             "all" if summary["skipped"] <= MAX_NAMED_SKIPPED else f"the first {MAX_NAMED_SKIPPED:,}"

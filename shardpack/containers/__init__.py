@@ -322,6 +322,11 @@ class Container:
     media_type = "application/octet-stream"
     tabular = False
     raw_pixels = True  # it may hold --encode raw's pixels (its readers know them from `format`)
+    # Its readers show an image file turned by its EXIF orientation (datasets' Image() does;
+    # TensorFlow's and the others' decoders show the pixels stored): an image whose geometry
+    # is stored with it is written upright, not kept turned (its boxes would describe other
+    # pixels than its readers show).
+    shows_upright = False
     # Its records are serialized tf.train.Example bytes: iter_raw and ShardReader.raw give
     # them undecoded, and a repack reads them so.
     raw_examples = False

@@ -394,6 +394,7 @@ class Parquet(Container):
     media_type = "application/x-parquet"
     tabular = True
     raw_pixels = False  # datasets' Image() decodes image files, not bare pixels
+    shows_upright = True  # datasets' Image() applies the EXIF orientation (exif_transpose)
     shard_template = "{name}-{split}-{index:05d}-of-{n:05d}.parquet"
     shard_pattern = re.compile(NAME_SPLIT + r"-\d{5,}-of-\d{5,}\.parquet")
     writer_class = _Writer

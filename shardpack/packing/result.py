@@ -46,7 +46,7 @@ class PackResult:
             },
             **(self._run_stats() if self.grow else self._pack_stats()),
             "lossless": index.stats.lossless or 0,
-            "turned_by_datasets": _turned_by_datasets(index),
+            "turned_upright": _turned_upright(index),
             "shards_kept": self.num_reused,
             "new_records": self.new_records,
             "container": self.index.container_name,
@@ -88,15 +88,17 @@ def _boxes_dropped(summaries: dict) -> dict[str, int]:
     return dict(sorted(dropped.items()))
 
 
-def _turned_by_datasets(index: Index) -> int:
-    """The images a Parquet pack of objects kept with an EXIF orientation: `datasets` decodes
-    them turned upright, while their boxes, keypoints and masks describe the stored pixels."""
-    if index.container_name != "parquet" or index.encoding != "keep":
+def _turned_upright(index: Index) -> int:
+    """The images an --encode keep pack stored re-encoded upright instead of kept as they came:
+    those with an EXIF turn, in a container whose readers show them turned (datasets), where
+    their boxes, keypoints or masks are stored beside them (worker.write_shard's `upright`)."""
+    if not index.container.shows_upright or index.encoding != "keep":
         return 0
     if not moved_features(index.schema):
         return 0
+    turns = {str(o) for o in range(2, 9)}
     summaries = (index.summaries or {}).values()
-    return sum(n for s in summaries for o, n in s.get("orientations", {}).items() if o != "1")
+    return sum(n for s in summaries for o, n in s.get("orientations", {}).items() if o in turns)
 
 
 # The summary names the first this many classes: enough to see a list changed, bounded for

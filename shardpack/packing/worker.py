@@ -102,9 +102,9 @@ def write_shard(
     facts = ShardFacts(len(spec.items), objects_of(schema))
     # each stamp from its file's read (no stat of its own), kept if the file was settled by now
     stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
-    moved = boxes.moved_features(schema, boxes.declared_boxes(options.box_columns))
+    moved, upright = _geometry_features(schema, options)
+    container, limit = CONTAINERS[options.format], images.max_file_bytes(options.max_pixels)
     try:
-        container, limit = CONTAINERS[options.format], images.max_file_bytes(options.max_pixels)
         with (
             src.reading(source.item_files(spec.items), limit, spec.file, then) as src,
             container.writer(
@@ -123,7 +123,7 @@ def write_shard(
                         else (source.load(item, src, options, cache), None)
                     )
                     features, orientation, dropped = _record(item, loaded, options, schema,
-                                                             source, moved)  # fmt: skip
+                                                             source, moved, upright)  # fmt: skip
                 except ImageError as e:
                     if options.on_error == "fail":
                         raise
@@ -152,6 +152,14 @@ def write_shard(
     )  # fmt: skip
 
 
+def _geometry_features(schema: Schema, options: PackOptions) -> tuple[tuple[str, ...], bool]:
+    """The features that describe a record's geometry (moved with its pixels), and whether an
+    image with an EXIF turn is stored upright, not kept: where its container's readers show it
+    turned upright (datasets) and its geometry is stored beside it."""
+    moved = boxes.moved_features(schema, boxes.declared_boxes(options.box_columns))
+    return moved, CONTAINERS[options.format].shows_upright and bool(moved)
+
+
 def next_files(spec: ShardSpec, source: Source) -> tuple[str, Files] | None:
     """What a reading is told of the next shard its process writes (NextFiles): its file name
     and its items' files; None for a streamed range (its rows are read where it is written)."""
@@ -167,10 +175,12 @@ def _record(
     schema: Schema,
     source: Source,
     moved: tuple[str, ...],
+    upright: bool,
 ) -> tuple[dict[str, object], int, dict[str, int]]:
     """One loaded item's features (its image checked, transformed and encoded; its fields, the
-    boxes moved with the pixels), its EXIF orientation, and the objects dropped by reason."""
-    features, where, orientation = _features(item, loaded, options)
+    boxes moved with the pixels), its EXIF orientation, and the objects dropped by reason;
+    `upright`: an image file with an EXIF turn is stored turned upright, never kept."""
+    features, where, orientation = _features(item, loaded, options, upright)
     kept = features["image"] is loaded  # stored as it came
     taken = boxes.moves(orientation, kept, where, source.name) if moved else ()
     size = features["height"], features["width"]
@@ -181,7 +191,7 @@ def _record(
 
 
 def _features(
-    item: Item, loaded: bytes | np.ndarray, options: PackOptions
+    item: Item, loaded: bytes | np.ndarray, options: PackOptions, upright: bool
 ) -> tuple[dict[str, object], images.Geometry | None, int | None]:
     """Build one record's image features from what the source loaded (an image file's bytes,
     or RGB pixels), with the geometry its pixels went through (None: as loaded, upright) and
@@ -190,7 +200,7 @@ def _features(
     orientation = None
     if isinstance(loaded, bytes):
         image, fmt, (height, width, channels), where, orientation = _from_bytes(
-            item, loaded, options
+            item, loaded, options, upright
         )
     else:
         _filter(item, *loaded.shape[:2], options)
@@ -260,11 +270,12 @@ def _count(counts: list[int], label: int | tuple[int, ...] | None) -> None:
 
 
 def _from_bytes(
-    item: Item, data: bytes, options: PackOptions
+    item: Item, data: bytes, options: PackOptions, upright: bool
 ) -> tuple[bytes, str, tuple, images.Geometry | None, int | None]:
     """The record's image, format and (height, width, channels) from an image file's bytes,
     the geometry its pixels went through (None: kept as they are), and the EXIF orientation
-    its header probe read (None: not a JPEG)."""
+    its header probe read (None: not a JPEG); `upright`: an image with an EXIF turn is
+    re-encoded upright even where --encode keep would keep it."""
     try:
         info = images.probe(data)  # sniffs the format, then reads the header
         if info is None:
@@ -273,7 +284,8 @@ def _from_bytes(
         images.check_pixels(info.height, info.width, options.max_pixels)
         _filter(item, info.height, info.width, options)
         where = _geometry(info.height, info.width, options)
-        passthrough = options.encode == "keep" and info.tf_readable and where is None
+        passthrough = (options.encode == "keep" and info.tf_readable and where is None
+                       and not (upright and images.stored_turn(info.orientation)))  # fmt: skip
         if passthrough:
             if options.check == "decode":  # every pixel decoded, the bytes kept as they are
                 _check_decode(data, info, options.max_pixels)

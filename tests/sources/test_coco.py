@@ -473,8 +473,8 @@ def test_the_pack_summary_names_the_objects_classes(coco, tmp_path: Path):
 def test_a_parquet_pack_loads_in_datasets_and_mlcroissant_its_geometry_described(coco, tmp_path):
     """The objects as `datasets` (through the card) and mlcroissant read them; croissant.json's
     box, keypoint and mask fields said nothing of what their numbers are. `datasets` alone
-    turns the kept EXIF-turned JPEG upright, its mask staying on the stored pixels: pack says
-    so, where it said nothing."""
+    turns an EXIF-turned JPEG upright as it decodes it: --encode keep stores that one upright,
+    its mask and boxes with it (kept, its mask stayed on the stored pixels)."""
     from typer.testing import CliRunner
 
     from shardpack.cli import app
@@ -485,16 +485,21 @@ def test_a_parquet_pack_loads_in_datasets_and_mlcroissant_its_geometry_described
     args = ["--format", "parquet", "--workers", "1", "--shards", "1", "--no-shuffle"]
     done = CliRunner().invoke(app, ["pack", str(coco[0]), str(out), *args])
     assert done.exit_code == 0, done.output
-    assert "\n1 image kept with an EXIF orientation: datasets decodes each turned upright, its " \
-        "objects stay on the stored pixels (for datasets, pack with --encode png or jpeg)\n" in (
-            done.output)  # fmt: skip
+    assert (
+        "\nre-encoded 1 image with an EXIF orientation upright, its objects with it: "
+        "datasets shows images upright\n" in done.output
+    )
     ours = {r["key"]: r for r in iter_examples(out, "val")}
+    with torch_held_out():  # scipy and pydantic: imported by the tests that use it
+        import albumentations as A
+    _check(ours["val2017/turned.jpg"], _upright(coco[1], coco[1]["images"][2]), [A.NoOp()])
     (val,) = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "cache")).values()
     assert val.features["objects/label"].feature.names == CLASSES
     assert {r["key"]: r["objects/label"] for r in val} == {
         k: r["objects/label"].tolist() for k, r in ours.items()}  # fmt: skip
     turned = next(r for r in val if r["key"] == "val2017/turned.jpg")
-    assert turned["image"].size == Image.open(io.BytesIO(turned["mask"])).size[::-1]
+    assert turned["image"].size == Image.open(io.BytesIO(turned["mask"])).size == (60, 90)
+    assert (turned["width"], turned["height"]) == (60, 90)  # upright, as datasets shows it
     read = list(mlc.Dataset(str(out / "croissant.json")).records("val"))
     assert {r["val/key"].decode(): np.asarray(r["val/objects/bbox"]).tolist() for r in read} == {
         k: r["objects/bbox"].tolist() for k, r in ours.items()}  # fmt: skip
