@@ -315,6 +315,10 @@ def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
                 "whole archive",
             )
     archives = [name for name, _ in entries if name.endswith(_ARCHIVES)]
+    if archives and archives[0].endswith(".tar"):  # or a WebDataset's shards
+        return (f"it holds {archives[0]}: for WebDataset shards pass ",
+                Option("source", "webdataset"), "; for an archive of images, extract it, then "
+                "pass the folder it makes")  # fmt: skip
     if archives:
         return (f"it holds {archives[0]}: extract it, then pass the folder it makes",)
     loose = sum(1 for name, is_dir in entries if not is_dir and _is_image_name(name))

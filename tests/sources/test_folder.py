@@ -443,6 +443,15 @@ def test_an_archive_as_src_says_to_extract_it(tmp_path):
         scan(tmp_path)
 
 
+def test_a_folder_of_tars_as_class_folders_names_the_webdataset_source(tmp_path):
+    """--source folder on WebDataset shards said to extract them, not to read them as shards."""
+    helpers.write_tars(tmp_path / "shards", count=4)
+    with pytest.raises(SourceError) as caught:
+        scan(tmp_path / "shards", PackOptions(source="folder"))
+    assert ": for WebDataset shards pass source='webdataset'; for an archive of images, " \
+        "extract it, then pass the folder it makes" in str(caught.value)  # fmt: skip
+
+
 def test_a_flat_folder_of_images_says_what_to_do(tmp_path):
     src = tmp_path / "photos"
     for i in range(3):
