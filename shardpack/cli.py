@@ -21,6 +21,7 @@ from typing import Annotated, NoReturn, Optional
 import typer
 
 from shardpack import __version__
+from shardpack.collector import long_lived
 from shardpack.console import Bar, print_inspect, print_json, print_pack_summary
 from shardpack.containers import CONTAINERS
 from shardpack.errors import FileAccessError, ShardpackError, plural, printable
@@ -154,7 +155,8 @@ def _run_pack(
     as_json: bool,
     storage_options: dict | None = None,
 ) -> None:
-    from shardpack.packing.packer import pack  # numpy and the workers: not for --help
+    with long_lived():  # numpy, the packer and the workers' code: not for --help
+        from shardpack.packing.packer import pack
 
     bar = Bar(progress)
     try:
@@ -278,7 +280,8 @@ def _pack(
     OUT/index.json last.
     """
     with _user_errors():
-        options = _pack_options(given)
+        with long_lived():  # the check imports the container's module, and numpy
+            options = _pack_options(given)
         _run_pack(src, out, options, not no_progress, as_json, parse_options(storage_option or ()))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
+from shardpack.collector import no_gc
 from shardpack.errors import OutputError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.boxes import refuse_unmoved
@@ -89,7 +90,9 @@ def pack(
         steps = FreshPack(src_root, out, options, storage_options)
     created = steps.open()
     with out.lock(created), keeping():  # what sources load once a run
-        with reporting(scan_progress):
+        # the listing and the plan: millions of objects and no cycles, the Items freed (packed)
+        # before the collector is back
+        with no_gc(), reporting(scan_progress):
             planned = steps.plan()
         if isinstance(planned, PackResult):
             return planned

@@ -13,6 +13,7 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from functools import partial
 
+from shardpack.collector import long_lived
 from shardpack.containers import HashingFile
 from shardpack.errors import ImageError, Option, WorkerDiedError
 from shardpack.images import OVER_MAX_PIXELS
@@ -138,19 +139,6 @@ def _tidy_after_failure(
 
 
 @contextmanager
-def no_gc() -> Iterator[None]:
-    """Hold the cyclic garbage collector off: a listing makes millions of objects and no
-    cycles, and each full collection walks them all (`python -m benchmarks.listing`)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-@contextmanager
 def _gc_frozen() -> Iterator[None]:
     """Move every object made so far (the listing, the plan, the modules) out of the cyclic
     collector's reach while the shards are written. A forked worker then shares those pages
@@ -232,7 +220,8 @@ def _run(
                 _keep_freed_memory()  # this process decodes the images
                 yield from _in_turn(specs, args)
             else:
-                from shardpack.packing.forkpool import run_local  # imports joblib
+                with long_lived():  # joblib: not for a run of one worker
+                    from shardpack.packing.forkpool import run_local
 
                 # in the workers alone: the packing process gives back what it frees
                 _mallopt(_GIVE_BACK)
