@@ -955,3 +955,15 @@ def test_a_storage_option_for_a_local_out_warns_that_it_is_not_used(tmp_path: Pa
     assert run.returncode == 0, run.stderr
     assert run.stderr == (f"warning: --storage-option is for a URL (s3://...), and {out} is a "
                           "local path: it is not used\n")  # fmt: skip
+
+
+def test_the_options_annotations_are_evaluated_once_a_process():
+    """The CLI's declarations and PackOptions' type check read one evaluation of them (typing
+    evaluates every annotation on each call: ~1 ms of a pack's start)."""
+    code = ("import sys, typing\ncalls = []\nhints = typing.get_type_hints\n"
+            "typing.get_type_hints = lambda obj, *a, **k: calls.append(obj) or hints(obj, *a, "
+            "**k)\n"
+            "import shardpack.cli\nfrom shardpack.options import PackOptions\n"
+            "PackOptions(workers=2)\nprint(calls.count(PackOptions))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "1", out.stdout + out.stderr
