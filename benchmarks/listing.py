@@ -53,8 +53,8 @@ runpy.run_module("shardpack", run_name="__main__")
 
 def measure(src: str, encode: str) -> dict:
     """Scan `src` and plan it as `shardpack pack` would, timing each step."""
-    from shardpack.collector import no_gc
     from shardpack.options import PackOptions
+    from shardpack.packing.collector import no_gc
     from shardpack.packing.cpuload import machine_cores
     from shardpack.packing.fresh import default_name
     from shardpack.packing.plan import make_plan

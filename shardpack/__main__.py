@@ -13,8 +13,8 @@ import os
 # the cores. A value the user set wins; only the command sets it, not `import shardpack`.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from shardpack.collector import long_lived
 from shardpack.packing import cpuload
+from shardpack.packing.collector import long_lived
 
 cpuload.note_start()
 

@@ -20,7 +20,6 @@ from typing import Annotated, NoReturn, Optional
 import typer
 
 from shardpack import __version__
-from shardpack.collector import long_lived
 from shardpack.console import Bar, print_inspect, print_json, print_pack_summary
 from shardpack.containers import CONTAINERS
 from shardpack.errors import FileAccessError, ShardpackError, plural, printable
@@ -37,6 +36,7 @@ from shardpack.options import (
     as_flags,
     option_types,
 )
+from shardpack.packing.collector import long_lived
 from shardpack.packing.daliindex import write_index_files
 from shardpack.sources import source_choices, sources_described
 from shardpack.sources.classlist import parse_classes
@@ -155,8 +155,8 @@ def _run_pack(
     as_json: bool,
     storage_options: dict | None = None,
 ) -> None:
-    with long_lived():  # numpy, the packer and the workers' code: not for --help
-        from shardpack.packing.packer import pack
+    with long_lived():
+        from shardpack.packing.packer import pack  # numpy, the workers' code: not for --help
 
     bar = Bar(progress)
     try:

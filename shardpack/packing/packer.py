@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from shardpack.collector import no_gc
 from shardpack.errors import OutputError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.boxes import refuse_unmoved
+from shardpack.packing.collector import no_gc
 from shardpack.packing.fresh import FreshPack
 from shardpack.packing.plan import ShardResult
 from shardpack.packing.result import PackResult

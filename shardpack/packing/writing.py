@@ -13,12 +13,12 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from functools import partial
 
-from shardpack.collector import long_lived
 from shardpack.containers import HashingFile
 from shardpack.errors import ImageError, Option, WorkerDiedError
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.options import PackOptions
 from shardpack.packing.cluster import check_shared_storage, dask_client
+from shardpack.packing.collector import long_lived
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.outdir import Journal
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
@@ -220,8 +220,8 @@ def _run(
                 _keep_freed_memory()  # this process decodes the images
                 yield from _in_turn(specs, args)
             else:
-                with long_lived():  # joblib: not for a run of one worker
-                    from shardpack.packing.forkpool import run_local
+                with long_lived():
+                    from shardpack.packing.forkpool import run_local  # joblib: not for 1 worker
 
                 # in the workers alone: the packing process gives back what it frees
                 _mallopt(_GIVE_BACK)
