@@ -54,10 +54,10 @@ runpy.run_module("shardpack", run_name="__main__")
 def measure(src: str, encode: str) -> dict:
     """Scan `src` and plan it as `shardpack pack` would, timing each step."""
     from shardpack.options import PackOptions
+    from shardpack.packing.collector import no_gc
     from shardpack.packing.cpuload import machine_cores
     from shardpack.packing.fresh import default_name
     from shardpack.packing.plan import make_plan
-    from shardpack.packing.writing import no_gc
     from shardpack.sources import scan, source_root
 
     options = PackOptions(encode=encode)

@@ -82,7 +82,7 @@ fmt, path, warm, root, column, streamed = sys.argv[1:7]
 from shardpack.options import PackOptions
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.fresh import default_name
-from shardpack.packing.writing import no_gc
+from shardpack.packing.collector import no_gc
 from shardpack.packing.plan import make_plan
 from shardpack.sources import scan, source_root
 

@@ -10,7 +10,6 @@ import shlex
 import shutil
 import signal
 import sys
-import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields
@@ -35,7 +34,9 @@ from shardpack.options import (
     WDS_NAMINGS,
     PackOptions,
     as_flags,
+    option_types,
 )
+from shardpack.packing.collector import long_lived
 from shardpack.packing.daliindex import write_index_files
 from shardpack.sources import source_choices, sources_described
 from shardpack.sources.classlist import parse_classes
@@ -154,7 +155,8 @@ def _run_pack(
     as_json: bool,
     storage_options: dict | None = None,
 ) -> None:
-    from shardpack.packing.packer import pack  # numpy and the workers: not for --help
+    with long_lived():
+        from shardpack.packing.packer import pack  # numpy, the workers' code: not for --help
 
     bar = Bar(progress)
     try:
@@ -212,9 +214,6 @@ _CHOICES = {
 _MORE_HELP = {"format": " " + "; ".join(f"{n} ({CONTAINERS.readers(n)})" for n in CONTAINERS) + "."}
 _PARSE = {"classes": parse_classes}
 _OPTION_FIELDS = {field.name: field for field in fields(PackOptions)}
-# PackOptions' annotations evaluated once: typing.get_type_hints evaluates them all on each call,
-# and once an option was most of this module's own import time (python -X importtime)
-_OPTION_TYPES = typing.get_type_hints(PackOptions)
 _WORKERS = Annotated[
     Optional[int],
     typer.Option(FLAGS["workers"].flag, metavar="N", min=1, help=FLAGS["workers"].help),
@@ -228,7 +227,7 @@ def _declared(option: str) -> list[inspect.Parameter]:
     if spec.switches:  # one switch a value: --append, --update
         return [_parameter(value, bool, False, typer.Option(f"--{value}", help=text))
                 for value, text in spec.switches]  # fmt: skip
-    hint, default = _OPTION_TYPES[option], field.default
+    hint, default = option_types()[option], field.default
     limits = {key: getattr(spec, key) for key in ("min", "max") if getattr(spec, key) is not None}
     if option in _CHOICES:
         hint = _choices(option.title().replace("_", ""), _CHOICES[option])
@@ -278,7 +277,8 @@ def _pack(
     OUT/index.json last.
     """
     with _user_errors():
-        options = _pack_options(given)
+        with long_lived():  # the check imports the container's module, and numpy
+            options = _pack_options(given)
         _run_pack(src, out, options, not no_progress, as_json, parse_options(storage_option or ()))
 
 

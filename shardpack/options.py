@@ -121,7 +121,7 @@ def _check_types(options: PackOptions) -> None:
     path object for a str."""
     for field in fields(options):
         value = getattr(options, field.name)
-        hint = _hints()[field.name]
+        hint = option_types()[field.name]
         conformed = _conform(value, hint)
         if conformed is _WRONG:
             said = hint.__name__ if isinstance(hint, type) else hint  # "int", "int | None"
@@ -158,7 +158,9 @@ def _conform(value: object, hint: object) -> object:
 
 
 @functools.cache
-def _hints() -> dict[str, object]:
+def option_types() -> dict[str, object]:
+    """Each PackOptions field's type, its annotation evaluated once a process (typing's
+    get_type_hints evaluates them all on each call)."""
     return typing.get_type_hints(PackOptions)
 
 

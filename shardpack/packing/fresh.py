@@ -32,7 +32,7 @@ from shardpack.packing.rangeplan import failure_rows, make_range_plan, streamed_
 from shardpack.packing.result import PackResult
 from shardpack.packing.spool import EntrySpool
 from shardpack.packing.urlfailures import counts, rows_of, url_failures, write_failures
-from shardpack.packing.writing import SKIP_HINT, Planned, no_gc
+from shardpack.packing.writing import SKIP_HINT, Planned
 from shardpack.sources import Dataset, scan
 from shardpack.storage import Storage
 
@@ -209,25 +209,24 @@ def _scan_and_plan(
 ) -> tuple[Dataset, list | None, str, Plan]:
     """List SRC, drop copies under --dedup, and plan the shards: the dataset, the copies found
     (None: to be found in what the workers write), the dataset's name and the plan."""
-    with no_gc():
-        dataset = scan(src_root, options, storage_options)
-        if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
-            key, reason = dataset.skipped[0]
-            raise ImageError(key, f"{reason}; fix it, or ", *SKIP_HINT)
-        groups = None
-        if options.dedup != "none":
-            dataset, groups = duplicates.dedup(dataset, options, options.workers or machine_cores())
-        name = options.name or default_name(dataset, src_root)
-        if streamed_rows(dataset) is not None:
-            return dataset, groups, name, make_range_plan(dataset, name, options)
-        if options.shuffle_window:
-            raise OptionError(f"{src_root.path()}: ", Option("shuffle_window"), " streams a "
-                              "folder or pattern of Parquet or JSONL lists with no label or "
-                              "split column (and no ", Option("split"), " or ", Option("dedup"),
-                              "); this SRC is read whole: drop ",
-                              Option("shuffle_window"))  # fmt: skip
-        return dataset, groups, name, make_plan(dataset, name, options,
-                                                options.workers or machine_cores())  # fmt: skip
+    dataset = scan(src_root, options, storage_options)
+    if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
+        key, reason = dataset.skipped[0]
+        raise ImageError(key, f"{reason}; fix it, or ", *SKIP_HINT)
+    groups = None
+    if options.dedup != "none":
+        dataset, groups = duplicates.dedup(dataset, options, options.workers or machine_cores())
+    name = options.name or default_name(dataset, src_root)
+    if streamed_rows(dataset) is not None:
+        return dataset, groups, name, make_range_plan(dataset, name, options)
+    if options.shuffle_window:
+        raise OptionError(f"{src_root.path()}: ", Option("shuffle_window"), " streams a "
+                          "folder or pattern of Parquet or JSONL lists with no label or "
+                          "split column (and no ", Option("split"), " or ", Option("dedup"),
+                          "); this SRC is read whole: drop ",
+                          Option("shuffle_window"))  # fmt: skip
+    return dataset, groups, name, make_plan(dataset, name, options,
+                                            options.workers or machine_cores())  # fmt: skip
 
 
 def _leave_nothing(

@@ -73,7 +73,7 @@ from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan
 from shardpack.packing.result import PackResult
 from shardpack.packing.stats import entry_summaries
 from shardpack.packing.urlfailures import counts, retried, rows_of, url_failures, write_failures
-from shardpack.packing.writing import Planned, no_gc
+from shardpack.packing.writing import Planned
 from shardpack.sources import Dataset, Item, scan
 from shardpack.storage import Storage
 from shardpack.storage.urlpolicy import is_web_url
@@ -157,8 +157,7 @@ class GrowPack:
         self.listed, state = _checked_names(out, old)
         options = dataset_options(old, self.given)
         CONTAINERS[options.format].require()
-        with no_gc():  # millions of objects and no cycles, as pack's scan
-            dataset, change = self._compare(options)
+        dataset, change = self._compare(options)
         options = replace(options, classes=dataset.classes or None)
         update = options.grow == "update"
         touched = self.touched = change.touched if update else frozenset()

@@ -12,6 +12,7 @@ from typing import Protocol
 from shardpack.errors import OutputError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.boxes import refuse_unmoved
+from shardpack.packing.collector import no_gc
 from shardpack.packing.fresh import FreshPack
 from shardpack.packing.plan import ShardResult
 from shardpack.packing.result import PackResult
@@ -89,7 +90,9 @@ def pack(
         steps = FreshPack(src_root, out, options, storage_options)
     created = steps.open()
     with out.lock(created), keeping():  # what sources load once a run
-        with reporting(scan_progress):
+        # the listing and the plan: millions of objects and no cycles, the Items freed (packed)
+        # before the collector is back
+        with no_gc(), reporting(scan_progress):
             planned = steps.plan()
         if isinstance(planned, PackResult):
             return planned

@@ -18,6 +18,7 @@ from shardpack.errors import ImageError, Option, WorkerDiedError
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.options import PackOptions
 from shardpack.packing.cluster import check_shared_storage, dask_client
+from shardpack.packing.collector import long_lived
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.outdir import Journal
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
@@ -138,19 +139,6 @@ def _tidy_after_failure(
 
 
 @contextmanager
-def no_gc() -> Iterator[None]:
-    """Hold the cyclic garbage collector off: a listing makes millions of objects and no
-    cycles, and each full collection walks them all (`python -m benchmarks.listing`)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-@contextmanager
 def _gc_frozen() -> Iterator[None]:
     """Move every object made so far (the listing, the plan, the modules) out of the cyclic
     collector's reach while the shards are written. A forked worker then shares those pages
@@ -232,7 +220,8 @@ def _run(
                 _keep_freed_memory()  # this process decodes the images
                 yield from _in_turn(specs, args)
             else:
-                from shardpack.packing.forkpool import run_local  # imports joblib
+                with long_lived():
+                    from shardpack.packing.forkpool import run_local  # joblib: not for 1 worker
 
                 # in the workers alone: the packing process gives back what it frees
                 _mallopt(_GIVE_BACK)

@@ -149,7 +149,7 @@ def _config_folders(root: Storage) -> dict[str, dict[str, list[str]]]:
 def _may_hold_parquet(folder: Storage) -> bool:
     """Whether a folder holds a Parquet file or a folder (of split folders, or a split's)."""
     try:
-        return any(e.is_dir or e.name.endswith(SUFFIX) for e in folder.listdir("", sizes=False))
+        return any(is_dir or name.endswith(SUFFIX) for name, is_dir in folder.entry_names())
     except OSError:
         return False
 

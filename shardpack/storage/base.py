@@ -192,6 +192,13 @@ class Storage:
         reads (an image dataset's class folders)."""
         raise NotImplementedError
 
+    def entry_names(self, name: str = "") -> Iterator[tuple[str, bool]]:
+        """(name, is a folder) of each entry of a folder, in the store's own order, as
+        listdir tells them: for a question any one entry may answer, without listdir's order,
+        sizes and Entry each (on a disk, half the cost of listing an image dataset's class
+        folder)."""
+        return ((e.name, e.is_dir) for e in self.listdir(name, sizes=False))
+
     def walk(self, name: str = "") -> Iterator[Entry]:
         """Every file below a folder, names relative to it, in sorted order."""
         raise NotImplementedError

@@ -106,6 +106,11 @@ class LocalStorage(Storage):
             entries.append(Entry(e.name, is_dir, size))
         return entries
 
+    def entry_names(self, name: str = "") -> Iterator[tuple[str, bool]]:
+        with os.scandir(self.path(name)) as listing:
+            for e in listing:
+                yield e.name, e.is_dir(follow_symlinks=False)
+
     def walk(self, name: str = "") -> Iterator[Entry]:
         for entry in self.listdir(name):
             if entry.is_dir:

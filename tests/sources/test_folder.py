@@ -17,6 +17,7 @@ from shardpack.options import PackOptions
 from shardpack.sources import Item, scan
 from shardpack.sources.cifar import CIFAR_PIXELS, load_cifar_pickle, read_cifar_pixels
 from shardpack.sources.folder import MAX_NAMED_IGNORED
+from shardpack.storage.local import LocalStorage
 from tests import helpers
 
 
@@ -313,6 +314,18 @@ def test_a_class_folder_scan_lists_each_folder_twice_at_most_and_stats_no_image_
     for cls in ("cats", "dogs", "owls"):
         assert listed.count(str(src / cls)) <= 2, listed
     assert [path for path in stats if path.endswith(".jpg")] == []
+
+
+def test_recognising_class_folders_sorts_no_listing_of_one(tmp_path, monkeypatch):
+    """Telling class folders apart from a Hub dataset's config folders asks each for its
+    entries' names in the disk's order (any Parquet file or folder decides): no sorted
+    listing of Entries, half the cost of a 750-photo folder. The scan's walk lists it after."""
+    src = helpers.make_tree(tmp_path / "src", {"cats": 5, "dogs": 4})
+    listed, real = [], LocalStorage.listdir
+    monkeypatch.setattr(LocalStorage, "listdir", lambda self, name="", sizes=True: (
+        listed.append(self.path(name)), real(self, name, sizes))[1])  # fmt: skip
+    assert len(scan(src).splits["train"]) == 9
+    assert [path for path in listed if path.endswith(("cats", "dogs"))] == []
 
 
 @pytest.mark.parametrize("target", ["..", "../dogs"], ids=["link-to-src", "link-to-sibling"])

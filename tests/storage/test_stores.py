@@ -359,6 +359,23 @@ def test_sizes_are_each_file_s_own_in_order_and_none_for_one_gone(tmp_path, url)
     assert disk.sizes(["a/link.jpg"]) == [4]
 
 
+def test_entry_names_are_listdir_s_names_and_folders_in_any_order(tmp_path, url):
+    """Storage.entry_names (a question any entry may answer) tells what listdir tells of each
+    entry, on a disk and a store alike; a link on a disk is no folder, as in listdir."""
+    src = tmp_path / "src"
+    for name in ("a/x.jpg", "b.parquet", "c/d/e.jpg"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(b"x")
+        MEMORY.pipe_file(f"{url}/src/{name}", b"x")
+    (src / "link").symlink_to(src / "a")
+    expected = [("a", True), ("b.parquet", False), ("c", True)]
+    disk, store = storage_at(src), storage_at(f"{url}/src")
+    assert sorted(disk.entry_names()) == [*expected, ("link", False)]
+    assert sorted(disk.entry_names()) == [(e.name, e.is_dir) for e in disk.listdir(sizes=False)]
+    assert sorted(store.entry_names()) == expected
+    assert sorted(disk.entry_names("c")) == sorted(store.entry_names("c")) == [("d", True)]
+
+
 def test_sizes_over_more_folders_than_fds_allowed_are_each_file_s_own(tmp_path):
     """A listing of thousands of class folders (ImageNet's 1,000 under a soft limit of 1,024
     fds is common) asks its sizes with one folder's fd open at a time: here 300 folders under a
