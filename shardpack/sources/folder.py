@@ -14,6 +14,7 @@ from shardpack.sources.classlist import Listing, check_class_name, class_list, l
 from shardpack.sources.nearmisses import spaced_apart
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
+from shardpack.sources.tars import TarSource
 from shardpack.storage import Folder, Storage
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
@@ -317,7 +318,7 @@ def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
     archives = [name for name, _ in entries if name.endswith(_ARCHIVES)]
     if archives and archives[0].endswith(".tar"):  # or a WebDataset's shards
         return (f"it holds {archives[0]}: for WebDataset shards pass ",
-                Option("source", "webdataset"), "; for an archive of images, extract it, then "
+                Option("source", TarSource.name), "; for an archive of images, extract it, then "
                 "pass the folder it makes")  # fmt: skip
     if archives:
         return (f"it holds {archives[0]}: extract it, then pass the folder it makes",)
