@@ -14,6 +14,7 @@ import tempfile
 import threading
 import zlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -75,9 +76,12 @@ class BadImage(ValueError):
     """The bytes are not a usable image; the message says why in a few words."""
 
 
-@dataclass(frozen=True)
-class ImageInfo:
-    """What a header says: format, size and channels, and whether TensorFlow decodes it as is."""
+class ImageInfo(NamedTuple):
+    """What a header says: format, size and channels, and whether TensorFlow decodes it as is.
+
+    A named tuple, not a frozen dataclass: every record's probe makes one, and a frozen
+    dataclass's __init__ sets each field through object.__setattr__ (~1 us of a 4 us probe).
+    """
 
     format: str
     height: int

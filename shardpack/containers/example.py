@@ -33,6 +33,10 @@ _SMALL_VARINTS = [bytes((i,)) for i in range(128)]
 def _varint(value: int) -> bytes:
     if 0 <= value < 128:
         return _SMALL_VARINTS[value]
+    if 0 < value < 1 << 21:  # 2 or 3 bytes (lengths under 2 MiB: an image's) without the loop
+        if value < 1 << 14:
+            return bytes((value & 0x7F | 0x80, value >> 7))
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
     value &= 0xFFFFFFFFFFFFFFFF  # int64 negatives are ten-byte two's complement varints
     out = bytearray()
     while value > 0x7F:

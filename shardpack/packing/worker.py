@@ -118,7 +118,7 @@ def write_shard(
             for done, item in enumerate(spec.items, 1):
                 try:
                     loaded, stamp = (
-                        read_stamped_image(item, src, options)
+                        read_stamped_image(item, src, limit)
                         if stamping and item.position is None
                         else (source.load(item, src, options, cache), None)
                     )
@@ -280,7 +280,7 @@ def _from_bytes(
         info = images.probe(data)  # sniffs the format, then reads the header
         if info is None:
             raise ImageError(item.key, "not an image (unknown format)")
-        fmt, order = info.format, _order(options)
+        fmt = info.format
         images.check_pixels(info.height, info.width, options.max_pixels)
         _filter(item, info.height, info.width, options)
         where = _geometry(info.height, info.width, options)
@@ -302,6 +302,7 @@ def _from_bytes(
             where = None
         # what TensorFlow decodes is kept as it is; what it cannot becomes PNG, losslessly
         keep_format = fmt if fmt in ("jpeg", "png") and info.tf_readable else "png"
+        order = _order(options)
         pixels = images.decode(data, reduce, order, options.max_pixels)
         return (*_reencode(pixels, options, keep_format, where, order), info.orientation)
     except images.BadImage as e:
