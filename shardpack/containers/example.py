@@ -142,23 +142,15 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
 def _example_parts(features: Mapping[str, FeatureValue]) -> list[bytes]:
     """encode_example's bytes as pieces in order: the image one of them, not copied."""
     parts: list[bytes] = []
-    size = 0
-    for name in sorted(features):
-        value = features[name]
+    for name, value in sorted(features.items()):  # names differ: values are never compared
         kind = type(value)
         if (kind is int and -(2**63) <= value < 2**63) or (kind is str and len(value) <= 64):
-            entry = _scalar_entry(name, value)
-            parts.append(entry)
-            size += len(entry)
+            parts.append(_scalar_entry(name, value))
         elif kind is bytes:  # the image and the key of every record
-            head = _bytes_entry_head(name, len(value))
-            parts += (head, value)
-            size += len(head) + len(value)
+            parts += (_bytes_entry_head(name, len(value)), value)
         else:
-            entry_parts, entry_size = _entry(name, *_feature(value))
-            parts += entry_parts
-            size += entry_size
-    return [_TAG[1], _varint(size), *parts]
+            parts += _entry(name, *_feature(value))[0]
+    return [_TAG[1], _varint(sum(map(len, parts))), *parts]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -75,19 +75,15 @@ _APART = 4096
 
 
 def _pieces(parts: list[bytes]) -> list[bytes]:
-    """An Example's parts as runs to write: a first and a last run of small parts joined
-    (either may be empty), large parts alone between them."""
+    """An Example's parts as pieces to write: each large part alone, each run of small parts
+    before, between and after them joined into one (a run may be empty)."""
     pieces: list[bytes] = []
-    small: list[bytes] = []
-    for part in parts:
-        if len(part) < _APART:
-            small.append(part)
-            continue
-        if small or not pieces:
-            pieces.append(b"".join(small))
-            small = []
-        pieces.append(part)
-    pieces.append(b"".join(small))
+    start = 0  # of the run of small parts
+    for i, part in enumerate(parts):
+        if len(part) >= _APART:
+            pieces += (b"".join(parts[start:i]), part)
+            start = i + 1
+    pieces.append(b"".join(parts[start:]))
     return pieces
 
 
@@ -334,10 +330,10 @@ class _Writer(TFRecordWriter):
         # into the Example nor the Example into the record (two copies of every image), and
         # its CRC runs over the pieces.
         pieces = _pieces(example_parts(features))
-        size = crc = 0
+        crc = 0
         for piece in pieces:
-            size += len(piece)
             crc = _crc32c(piece, crc)
+        size = sum(map(len, pieces))
         header = _header(size)
         pieces[0] = header + pieces[0]
         pieces[-1] += FOOTER.pack(_masked(crc))

@@ -265,8 +265,11 @@ def _fields(
 
 def _count(counts: list[int], label: int | tuple[int, ...] | None) -> None:
     """Add one record's label (each of them, for multi-label) to the class histogram."""
-    for one in label if isinstance(label, tuple) else () if label is None else (label,):
-        counts[one] += 1
+    if isinstance(label, int):
+        counts[label] += 1
+    elif label is not None:
+        for one in label:
+            counts[one] += 1
 
 
 def _from_bytes(
