@@ -144,7 +144,8 @@ def _example_parts(features: Mapping[str, FeatureValue]) -> list[bytes]:
     parts: list[bytes] = []
     for name, value in sorted(features.items()):  # names differ: values are never compared
         kind = type(value)
-        if (kind is int and -(2**63) <= value < 2**63) or (kind is str and len(value) <= 64):
+        # (an int past 64 bits: _scalar_entry raises what _entry would, uncached)
+        if kind is int or (kind is str and len(value) <= 64):
             parts.append(_scalar_entry(name, value))
         elif kind is bytes:  # the image and the key of every record
             parts += (_bytes_entry_head(name, len(value)), value)

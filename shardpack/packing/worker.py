@@ -133,7 +133,7 @@ def write_shard(
                         features.update(_original(loaded))
                     writer.write(features)
                     _count(counts, item.label)
-                    lossless += _made_lossless(loaded, features["format"], options)
+                    lossless += _made_lossless(loaded, features, options)
                     facts.add(done - 1, loaded, features, orientation,
                               stamps.settled(stamp, settled))  # fmt: skip
                     if dropped:
@@ -228,10 +228,15 @@ def _original(loaded: bytes | np.ndarray) -> dict[str, object]:
             "sha256": hashlib.sha256(loaded).hexdigest()}  # fmt: skip
 
 
-def _made_lossless(loaded: bytes | np.ndarray, fmt: str, options: PackOptions) -> bool:
+def _made_lossless(loaded: bytes | np.ndarray, features: dict, options: PackOptions) -> bool:
     """Whether --encode keep re-encoded an image file as PNG because TensorFlow cannot decode
-    it as it is (a CMYK JPEG, a GIF, ...)."""
-    return options.encode == "keep" and isinstance(loaded, bytes) and fmt != images.sniff(loaded)
+    it as it is (a CMYK JPEG, a GIF, ...); an image kept as it came is in its own format."""
+    return (
+        options.encode == "keep"
+        and features["image"] is not loaded
+        and isinstance(loaded, bytes)
+        and features["format"] != images.sniff(loaded)
+    )
 
 
 def _fields(
