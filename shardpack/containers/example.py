@@ -142,7 +142,8 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
 def _example_parts(features: Mapping[str, FeatureValue]) -> list[bytes]:
     """encode_example's bytes as pieces in order: the image one of them, not copied."""
     parts: list[bytes] = []
-    for name, value in sorted(features.items()):  # names differ: values are never compared
+    for name in sorted(features):
+        value = features[name]
         kind = type(value)
         # (an int past 64 bits: _scalar_entry raises what _entry would, uncached)
         if kind is int or (kind is str and len(value) <= 64):

@@ -75,15 +75,19 @@ _APART = 4096
 
 
 def _pieces(parts: list[bytes]) -> list[bytes]:
-    """An Example's parts as pieces to write: each large part alone, each run of small parts
-    before, between and after them joined into one (a run may be empty)."""
+    """An Example's parts as runs to write: a first and a last run of small parts joined
+    (either may be empty), large parts alone between them."""
     pieces: list[bytes] = []
-    start = 0  # of the run of small parts
-    for i, part in enumerate(parts):
-        if len(part) >= _APART:
-            pieces += (b"".join(parts[start:i]), part)
-            start = i + 1
-    pieces.append(b"".join(parts[start:]))
+    small: list[bytes] = []
+    for part in parts:
+        if len(part) < _APART:
+            small.append(part)
+            continue
+        if small or not pieces:
+            pieces.append(b"".join(small))
+            small = []
+        pieces.append(part)
+    pieces.append(b"".join(small))
     return pieces
 
 
