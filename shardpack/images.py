@@ -82,7 +82,8 @@ class ImageInfo(NamedTuple):
     """What a header says: format, size and channels, and whether TensorFlow decodes it as is.
 
     A named tuple, not a frozen dataclass: every record's probe makes one, and a frozen
-    dataclass's __init__ sets each field through object.__setattr__ (~1 us of a 4 us probe).
+    dataclass's __init__ sets each field through object.__setattr__ (benchmarks/README.md,
+    "Measurements behind the code").
     """
 
     format: str

@@ -270,11 +270,11 @@ def _fields(
 
 def _count(counts: list[int], label: int | tuple[int, ...] | None) -> None:
     """Add one record's label (each of them, for multi-label) to the class histogram."""
-    if isinstance(label, int):
-        counts[label] += 1
-    elif label is not None:
+    if isinstance(label, tuple):
         for one in label:
             counts[one] += 1
+    elif label is not None:
+        counts[label] += 1
 
 
 def _from_bytes(
