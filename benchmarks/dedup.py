@@ -49,7 +49,7 @@ from shardpack import PackOptions, images, pack
 from shardpack.packing import duplicates, facts, stamps
 from shardpack.packing.factspill import FactSpill
 from shardpack.sources import scan, source_root
-from shardpack.sources.source import read_image_file, read_stamped_image
+from shardpack.sources.source import read_stamped_image
 
 # issue 27: exact detection costs at most 2% of the passthrough pack.
 TARGET_EXACT = 0.02
@@ -136,17 +136,18 @@ def stamps_cost(src: str, count: int, loops: int) -> dict:
     loops over the first `count` files of `src`; µs of CPU per image."""
     dataset = scan(source_root(src), PackOptions(), None)
     items = [item for split in sorted(dataset.splits) for item in dataset.splits[split]][:count]
-    root, options, source = dataset.root, PackOptions(), dataset.source
+    root, source = dataset.root, dataset.source
+    limit = images.max_file_bytes(PackOptions().max_pixels)
     stat_first, own = [], []
     for _ in range(loops):
         start = time.process_time()
         stamps.take_stamps(source, root, items)
         for item in items:
-            read_image_file(item, root, options)
+            read_stamped_image(item, root, limit)
         stat_first.append(time.process_time() - start)
         start = time.process_time()
         for item in items:
-            read_stamped_image(item, root, options)
+            read_stamped_image(item, root, limit)
         own.append(time.process_time() - start)
     per_image = 1e6 / len(items)
     return {

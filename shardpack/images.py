@@ -14,6 +14,7 @@ import tempfile
 import threading
 import zlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,6 +23,8 @@ from shardpack.options import DEFAULT_MAX_PIXELS
 # JPEG frame types TensorFlow's decoder reads: baseline, extended and progressive Huffman.
 _TF_JPEG_FRAMES = frozenset({0xC0, 0xC1, 0xC2})
 _ALL_JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+# What comes after 0xFF with no length behind it: a fill byte (0xFF), TEM, RST0-7, SOI, EOI.
+_NO_LENGTH = frozenset({0xFF, 0x01, *range(0xD0, 0xDA)})
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Bytes at the end of a JPEG searched first for its end marker (cameras may pad after it).
 _EOI_TAIL = 4096
@@ -75,9 +78,13 @@ class BadImage(ValueError):
     """The bytes are not a usable image; the message says why in a few words."""
 
 
-@dataclass(frozen=True)
-class ImageInfo:
-    """What a header says: format, size and channels, and whether TensorFlow decodes it as is."""
+class ImageInfo(NamedTuple):
+    """What a header says: format, size and channels, and whether TensorFlow decodes it as is.
+
+    A named tuple, not a frozen dataclass: every record's probe makes one, and a frozen
+    dataclass's __init__ sets each field through object.__setattr__ (benchmarks/README.md,
+    "Measurements behind the code").
+    """
 
     format: str
     height: int
@@ -199,14 +206,11 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
         ff, marker, length = _SEGMENT(data, pos)
         if ff != 0xFF:
             raise BadImage(f"corrupt JPEG: no marker at byte {pos}")
-        if marker == 0xFF:  # fill byte before a marker
-            pos += 1
+        if marker in _NO_LENGTH:  # rare: one set test, not four, for each segment walked
+            if marker == 0xD9:
+                raise BadImage("corrupt JPEG: ends before any image data")
+            pos += 1 if marker == 0xFF else 2  # a fill byte before a marker, or a marker alone
             continue
-        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
-            pos += 2
-            continue
-        if marker == 0xD9:
-            raise BadImage("corrupt JPEG: ends before any image data")
         end = pos + 2 + length
         if length < 2 or end > size:
             raise BadImage("truncated JPEG (header cut short)")

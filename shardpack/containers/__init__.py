@@ -190,17 +190,22 @@ class HashingFile:
             self._thread.start()
 
     def write(self, data: bytes) -> int:
+        self.writelines((data,))
+        return len(data)
+
+    def writelines(self, pieces: Sequence[bytes]) -> None:
+        """Write each of `pieces` in turn: a record's in one call, not one a piece."""
         if self._discarded:
-            return len(data)
+            return
         if self._error is not None:
             self._stop()
             raise self._error
-        self._pending.append(data)
-        self._pending_size += len(data)
-        self.size += len(data)
+        size = sum(map(len, pieces))
+        self._pending += pieces
+        self._pending_size += size
+        self.size += size
         if self._pending_size >= self.CHUNK:
             self._hand_over()
-        return len(data)
 
     def flush(self) -> None:
         """Nothing to do: finish hands over what is left, and the sink commits it."""

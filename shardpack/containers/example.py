@@ -33,6 +33,10 @@ _SMALL_VARINTS = [bytes((i,)) for i in range(128)]
 def _varint(value: int) -> bytes:
     if 0 <= value < 128:
         return _SMALL_VARINTS[value]
+    if 0 < value < 1 << 21:  # 2 or 3 bytes (lengths under 2 MiB: an image's) without the loop
+        if value < 1 << 14:
+            return bytes((value & 0x7F | 0x80, value >> 7))
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
     value &= 0xFFFFFFFFFFFFFFFF  # int64 negatives are ten-byte two's complement varints
     out = bytearray()
     while value > 0x7F:
@@ -138,23 +142,17 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
 def _example_parts(features: Mapping[str, FeatureValue]) -> list[bytes]:
     """encode_example's bytes as pieces in order: the image one of them, not copied."""
     parts: list[bytes] = []
-    size = 0
     for name in sorted(features):
         value = features[name]
         kind = type(value)
-        if (kind is int and -(2**63) <= value < 2**63) or (kind is str and len(value) <= 64):
-            entry = _scalar_entry(name, value)
-            parts.append(entry)
-            size += len(entry)
+        # (an int past 64 bits: _scalar_entry raises what _entry would, uncached)
+        if kind is int or (kind is str and len(value) <= 64):
+            parts.append(_scalar_entry(name, value))
         elif kind is bytes:  # the image and the key of every record
-            head = _bytes_entry_head(name, len(value))
-            parts += (head, value)
-            size += len(head) + len(value)
+            parts += (_bytes_entry_head(name, len(value)), value)
         else:
-            entry_parts, entry_size = _entry(name, *_feature(value))
-            parts += entry_parts
-            size += entry_size
-    return [_TAG[1], _varint(size), *parts]
+            parts += _entry(name, *_feature(value))[0]
+    return [_TAG[1], _varint(sum(map(len, parts))), *parts]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -142,8 +142,7 @@ class TFRecordWriter(ShardWriter):
         if len(data) < _APART:  # one write: each is a list append and a sha256 update
             self._out.write(b"".join((header, data, footer)))
         else:  # three: a large record is not copied to frame it
-            for piece in (header, data, footer):
-                self._out.write(piece)
+            self._out.writelines((header, data, footer))
         offset = self._position
         self._position += len(header) + len(data) + len(footer)
         return offset
@@ -335,15 +334,14 @@ class _Writer(TFRecordWriter):
         # into the Example nor the Example into the record (two copies of every image), and
         # its CRC runs over the pieces.
         pieces = _pieces(example_parts(features))
-        size = crc = 0
+        crc = 0
         for piece in pieces:
-            size += len(piece)
             crc = _crc32c(piece, crc)
+        size = sum(map(len, pieces))
         header = _header(size)
         pieces[0] = header + pieces[0]
         pieces[-1] += FOOTER.pack(_masked(crc))
-        for piece in pieces:
-            self._out.write(piece)
+        self._out.writelines(pieces)
         offset = self._position
         self._position += len(header) + size + FOOTER.size
         return offset

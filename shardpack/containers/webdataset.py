@@ -235,8 +235,7 @@ class _Writer(ShardWriter):
         raw_sum = sum(raw)
         (ext, image), *small = sample_members(key, features, self.naming)
         suffix, suffix_sum = _SUFFIXES[ext]
-        out.write(_named_header(raw + suffix, raw_sum + suffix_sum, len(image)))
-        out.write(image)
+        head = _named_header(raw + suffix, raw_sum + suffix_sum, len(image))
         # the small members, with the image's padding, in one piece: a write each costs more
         # than joining them, here and in the thread that hashes and writes them
         parts = [_PADDINGS[-len(image) % _BLOCK]]
@@ -245,7 +244,7 @@ class _Writer(ShardWriter):
             size = len(data)
             parts += (_named_header(raw + suffix, raw_sum + suffix_sum, size), data,
                       _PADDINGS[-size % _BLOCK])  # fmt: skip
-        out.write(b"".join(parts))
+        out.writelines((head, image, b"".join(parts)))
         return offset
 
     def _close(self, failed: bool) -> tuple[int, str]:

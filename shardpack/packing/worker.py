@@ -118,7 +118,7 @@ def write_shard(
             for done, item in enumerate(spec.items, 1):
                 try:
                     loaded, stamp = (
-                        read_stamped_image(item, src, options)
+                        read_stamped_image(item, src, limit)
                         if stamping and item.position is None
                         else (source.load(item, src, options, cache), None)
                     )
@@ -133,7 +133,7 @@ def write_shard(
                         features.update(_original(loaded))
                     writer.write(features)
                     _count(counts, item.label)
-                    lossless += _made_lossless(loaded, features["format"], options)
+                    lossless += _made_lossless(loaded, features, options)
                     facts.add(done - 1, loaded, features, orientation,
                               stamps.settled(stamp, settled))  # fmt: skip
                     if dropped:
@@ -228,10 +228,15 @@ def _original(loaded: bytes | np.ndarray) -> dict[str, object]:
             "sha256": hashlib.sha256(loaded).hexdigest()}  # fmt: skip
 
 
-def _made_lossless(loaded: bytes | np.ndarray, fmt: str, options: PackOptions) -> bool:
+def _made_lossless(loaded: bytes | np.ndarray, features: dict, options: PackOptions) -> bool:
     """Whether --encode keep re-encoded an image file as PNG because TensorFlow cannot decode
-    it as it is (a CMYK JPEG, a GIF, ...)."""
-    return options.encode == "keep" and isinstance(loaded, bytes) and fmt != images.sniff(loaded)
+    it as it is (a CMYK JPEG, a GIF, ...); an image kept as it came is in its own format."""
+    return (
+        options.encode == "keep"
+        and features["image"] is not loaded
+        and isinstance(loaded, bytes)
+        and features["format"] != images.sniff(loaded)
+    )
 
 
 def _fields(
@@ -265,8 +270,11 @@ def _fields(
 
 def _count(counts: list[int], label: int | tuple[int, ...] | None) -> None:
     """Add one record's label (each of them, for multi-label) to the class histogram."""
-    for one in label if isinstance(label, tuple) else () if label is None else (label,):
-        counts[one] += 1
+    if isinstance(label, tuple):
+        for one in label:
+            counts[one] += 1
+    elif label is not None:
+        counts[label] += 1
 
 
 def _from_bytes(
@@ -280,7 +288,7 @@ def _from_bytes(
         info = images.probe(data)  # sniffs the format, then reads the header
         if info is None:
             raise ImageError(item.key, "not an image (unknown format)")
-        fmt, order = info.format, _order(options)
+        fmt = info.format
         images.check_pixels(info.height, info.width, options.max_pixels)
         _filter(item, info.height, info.width, options)
         where = _geometry(info.height, info.width, options)
@@ -302,6 +310,7 @@ def _from_bytes(
             where = None
         # what TensorFlow decodes is kept as it is; what it cannot becomes PNG, losslessly
         keep_format = fmt if fmt in ("jpeg", "png") and info.tf_readable else "png"
+        order = _order(options)
         pixels = images.decode(data, reduce, order, options.max_pixels)
         return (*_reencode(pixels, options, keep_format, where, order), info.orientation)
     except images.BadImage as e:

@@ -234,19 +234,20 @@ def read_image_file(item: Item, src: Storage, options: PackOptions) -> bytes:
     Raises:
         ImageError: the file is missing, unreadable, not a regular file, too large or empty.
     """
-    return read_stamped_image(item, src, options)[0]
+    from shardpack.images import max_file_bytes  # numpy: not for pack --help
+
+    return read_stamped_image(item, src, max_file_bytes(options.max_pixels))[0]
 
 
 def read_stamped_image(
-    item: Item, src: Storage, options: PackOptions
+    item: Item, src: Storage, limit: int
 ) -> tuple[bytes, tuple[int, int] | None]:
-    """read_image_file's bytes, with the file's stamp as the read saw it before its first
+    """read_image_file's bytes, at most `limit` (images.max_file_bytes of --max-pixels: a
+    worker's, reckoned once a shard), with the file's stamp as the read saw it before its first
     byte (Storage.read_stamped: the worker's stamp without a stat of its own; None where the
     store has none)."""
-    from shardpack.images import max_file_bytes  # numpy: not for pack --help
-
     try:
-        data, stamp = src.read_stamped(item.path, max_file_bytes(options.max_pixels))
+        data, stamp = src.read_stamped(item.path, limit)
     except FileTooLarge as e:
         raise ImageError(item.key, f"{e}, the most an image of --max-pixels can take") from None
     except RefusedFile as e:
