@@ -103,13 +103,13 @@ def _parquet_files(root: Storage, folder: str) -> list[str]:
     if folder and root.kind(folder) != "dir":
         return []
     try:
-        entries = root.listdir(folder, sizes=False)
+        entries = sorted(root.entry_names(folder))
     except OSError:
         return []
     prefix = f"{folder}/" if folder else ""
     # hidden files left out, as datasets leaves them (macOS's ._x.parquet is no Parquet)
-    return [f"{prefix}{e.name}" for e in entries if not e.is_dir and e.name.endswith(SUFFIX)
-            and not e.name.startswith(".")]  # fmt: skip
+    return [f"{prefix}{name}" for name, is_dir in entries if not is_dir
+            and name.endswith(SUFFIX) and not name.startswith(".")]  # fmt: skip
 
 
 def _sharded(root: Storage, names: list[str]) -> dict[str, list[str]]:
@@ -127,8 +127,7 @@ def _config_folders(root: Storage) -> dict[str, dict[str, list[str]]]:
     Hub lays out a config: split folders of Parquet files, or files named as _sharded's;
     none where root holds over MAX_CONFIGS folders."""
     try:
-        listed = root.listdir("", sizes=False)
-        folders = sorted(e.name for e in listed if e.is_dir and e.name[:1] != ".")
+        folders = sorted(name for name, is_dir in root.entry_names() if is_dir and name[:1] != ".")
     except OSError:
         return {}
     if len(folders) > MAX_CONFIGS:
@@ -161,13 +160,13 @@ def _split_folders(root: Storage) -> dict[str, list[str]]:
         if base and root.kind(base) != "dir":
             continue
         try:
-            entries = root.listdir(base, sizes=False)
+            entries = sorted(root.entry_names(base))
         except OSError:
             continue
-        for entry in entries:
-            split = _keyword_split(entry.name, file=False) if entry.is_dir else None
+        for name, is_dir in entries:
+            split = _keyword_split(name, file=False) if is_dir else None
             if split is not None:
-                folder = f"{base}/{entry.name}" if base else entry.name
+                folder = f"{base}/{name}" if base else name
                 found.setdefault(split, []).extend(_parquet_files(root, folder))
     return {split: sorted(files) for split, files in found.items() if files}
 
@@ -396,13 +395,13 @@ def _walk(root: Storage, folder: str, depth: int, path: str) -> list[str]:
     while folders:
         below, level = folders.pop()
         try:
-            entries = root.listdir(below, sizes=False)
+            entries = sorted(root.entry_names(below))
         except OSError:
             continue
-        for entry in entries:
-            name = f"{below}/{entry.name}" if below else entry.name
-            if not entry.is_dir:
-                names += [name] if entry.name.endswith(SUFFIX) else []
+        for entry, is_dir in entries:
+            name = f"{below}/{entry}" if below else entry
+            if not is_dir:
+                names += [name] if entry.endswith(SUFFIX) else []
             elif level < depth:
                 folders.append((name, level + 1))
             elif depth == MAX_DEPTH:

@@ -185,19 +185,17 @@ class Storage:
         """'file', 'dir', or None when nothing is there (links followed on a local disk)."""
         raise NotImplementedError
 
-    def listdir(self, name: str = "", sizes: bool = True) -> list[Entry]:
+    def listdir(self, name: str = "") -> list[Entry]:
         """The entries of a folder, sorted by name, as they are: a link is neither a folder nor
-        a file to follow (is_dir False, size 0). Without `sizes` a file's size may be 0: on a
-        disk a size is a stat a file, and a source recognising SRC lists folders it never
-        reads (an image dataset's class folders)."""
+        a file to follow (is_dir False, size 0)."""
         raise NotImplementedError
 
     def entry_names(self, name: str = "") -> Iterator[tuple[str, bool]]:
         """(name, is a folder) of each entry of a folder, in the store's own order, as
-        listdir tells them: for a question any one entry may answer, without listdir's order,
-        sizes and Entry each (on a disk, half the cost of listing an image dataset's class
-        folder)."""
-        return ((e.name, e.is_dir) for e in self.listdir(name, sizes=False))
+        listdir tells them, without its order, sizes and Entry each: on a disk a size is a stat
+        a file, and a source recognising SRC lists folders it never reads (an image dataset's
+        class folders; half the cost of listing one)."""
+        return ((e.name, e.is_dir) for e in self.listdir(name))
 
     def walk(self, name: str = "") -> Iterator[Entry]:
         """Every file below a folder, names relative to it, in sorted order."""

@@ -97,12 +97,11 @@ class LocalStorage(Storage):
             return "dir"
         return "file" if os.path.exists(path) else None
 
-    def listdir(self, name: str = "", sizes: bool = True) -> list[Entry]:
+    def listdir(self, name: str = "") -> list[Entry]:
         entries = []
         for e in sorted(os.scandir(self.path(name)), key=lambda e: e.name):
             is_dir = e.is_dir(follow_symlinks=False)
-            stated = sizes and e.is_file(follow_symlinks=False)
-            size = e.stat(follow_symlinks=False).st_size if stated else 0
+            size = e.stat(follow_symlinks=False).st_size if e.is_file(follow_symlinks=False) else 0
             entries.append(Entry(e.name, is_dir, size))
         return entries
 

@@ -126,8 +126,8 @@ class RemoteStorage(Storage):
             return None
         return "dir" if info["type"] == "directory" else "file"
 
-    def listdir(self, name: str = "", sizes: bool = True) -> list[Entry]:
-        key = self._key(name)  # a listing gives the sizes whether asked or not
+    def listdir(self, name: str = "") -> list[Entry]:
+        key = self._key(name)
         with _naming(self.path(name)):
             listed = self.fs.ls(key, detail=True, refresh=True)
         entries = [_entry(info, key) for info in listed]

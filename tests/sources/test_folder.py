@@ -322,8 +322,8 @@ def test_recognising_class_folders_sorts_no_listing_of_one(tmp_path, monkeypatch
     listing of Entries, half the cost of a 750-photo folder. The scan's walk lists it after."""
     src = helpers.make_tree(tmp_path / "src", {"cats": 5, "dogs": 4})
     listed, real = [], LocalStorage.listdir
-    monkeypatch.setattr(LocalStorage, "listdir", lambda self, name="", sizes=True: (
-        listed.append(self.path(name)), real(self, name, sizes))[1])  # fmt: skip
+    monkeypatch.setattr(LocalStorage, "listdir", lambda self, name="": (
+        listed.append(self.path(name)), real(self, name))[1])  # fmt: skip
     assert len(scan(src).splits["train"]) == 9
     assert [path for path in listed if path.endswith(("cats", "dogs"))] == []
 

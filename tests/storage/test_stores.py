@@ -371,7 +371,7 @@ def test_entry_names_are_listdir_s_names_and_folders_in_any_order(tmp_path, url)
     expected = [("a", True), ("b.parquet", False), ("c", True)]
     disk, store = storage_at(src), storage_at(f"{url}/src")
     assert sorted(disk.entry_names()) == [*expected, ("link", False)]
-    assert sorted(disk.entry_names()) == [(e.name, e.is_dir) for e in disk.listdir(sizes=False)]
+    assert sorted(disk.entry_names()) == [(e.name, e.is_dir) for e in disk.listdir()]
     assert sorted(store.entry_names()) == expected
     assert sorted(disk.entry_names("c")) == sorted(store.entry_names("c")) == [("d", True)]
 
