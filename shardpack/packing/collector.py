@@ -1,6 +1,7 @@
 """Where the cyclic garbage collector is held off: a packing process's start (imports, the
 listing, the plan) makes many objects and no cycles, so each collection there walks them and
-frees nothing. Used by the command (`__main__`, the CLI's pack) and by the pipeline."""
+frees nothing; and while the shards are written, what was made before is frozen out of its
+reach. Used by the command (`__main__`, the CLI's pack) and by the pipeline."""
 
 from __future__ import annotations
 
@@ -30,3 +31,16 @@ def long_lived() -> Iterator[None]:
     with no_gc():
         yield
         gc.freeze()
+
+
+@contextmanager
+def frozen() -> Iterator[None]:
+    """Move every object made so far (the listing, the plan, the modules) out of the cyclic
+    collector's reach while the shards are written. A forked worker then shares those pages
+    with the parent instead of copying them: a full collection in a worker writes into every
+    object it walks (50,000 small JPEGs, 2 workers: ~0.08 s a collection)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -4,12 +4,11 @@ run tidied."""
 
 from __future__ import annotations
 
-import gc
 import itertools
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from dataclasses import dataclass
 from functools import partial
 
@@ -18,7 +17,7 @@ from shardpack.errors import ImageError, Option, WorkerDiedError
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.options import PackOptions
 from shardpack.packing.cluster import check_shared_storage, dask_client
-from shardpack.packing.collector import long_lived
+from shardpack.packing.collector import frozen, long_lived
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.outdir import Journal
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
@@ -138,19 +137,6 @@ def _tidy_after_failure(
     return in_flight
 
 
-@contextmanager
-def _gc_frozen() -> Iterator[None]:
-    """Move every object made so far (the listing, the plan, the modules) out of the cyclic
-    collector's reach while the shards are written. A forked worker then shares those pages
-    with the parent instead of copying them: a full collection in a worker writes into every
-    object it walks (50,000 small JPEGs, 2 workers: ~0.08 s a collection)."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 # glibc's malloc options (malloc.h) and the values set: its largest mmap threshold, and a trim
 # threshold twice that, as glibc's own dynamic thresholds would pair them.
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -215,7 +201,7 @@ def _run(
     """
     args = (options, dataset.root, out, dataset.schema, dataset.source)
     if options.backend == "local":
-        with _gc_frozen():
+        with frozen():
             if workers == 1 or len(specs) <= 1:
                 _keep_freed_memory()  # this process decodes the images
                 yield from _in_turn(specs, args)
