@@ -23,6 +23,7 @@ import numpy as np
 
 from shardpack import images
 from shardpack.errors import ImageError, Option, ShardpackError
+from shardpack.index import Index
 from shardpack.options import PackOptions, box_column
 from shardpack.packing import masks
 from shardpack.packing.objects import is_mask
@@ -69,6 +70,11 @@ def moved_features(schema: Schema, declared: Iterable[str] = ()) -> tuple[str, .
     """Every feature moved with the pixels: boxes (box_features), keypoints and the
     instance-id `mask`."""
     return tuple(geometry(schema, declared))
+
+
+def index_geometry(index: Index) -> dict[str, str]:
+    """geometry() of an index's records: its schema, with the boxes its --box-columns declared."""
+    return geometry(index.schema, declared_boxes((index.options or {}).get("box_columns")))
 
 
 def geometry(schema: Schema, declared: Iterable[str] = ()) -> dict[str, str]:

@@ -22,7 +22,7 @@ from urllib.parse import quote
 from shardpack.containers import Container
 from shardpack.hffeatures import IMAGE
 from shardpack.index import Index, ShardInfo
-from shardpack.packing.boxes import declared_boxes, geometry
+from shardpack.packing.boxes import index_geometry
 from shardpack.packing.hubcard import data_files, summary
 from shardpack.schema import Feature, Schema
 
@@ -82,7 +82,7 @@ _GEOMETRY = {
 def croissant(index: Index) -> bytes:
     """croissant.json of an index."""
     schema, container = index.schema, index.container
-    moved = geometry(schema, declared_boxes((index.options or {}).get("box_columns")))
+    moved = index_geometry(index)
     distribution: list[dict] = []
     record_sets: list[dict] = []
     for split, entry in index.splits.items():

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from shardpack.index import Index
-from shardpack.packing.boxes import DROPPED, moved_features
+from shardpack.packing.boxes import DROPPED, index_geometry
 from shardpack.schema import Feature, Schema
 
 
@@ -94,7 +94,7 @@ def _turned_upright(index: Index) -> int:
     their boxes, keypoints or masks are stored beside them (worker.write_shard's `upright`)."""
     if not index.container.shows_upright or index.encoding != "keep":
         return 0
-    if not moved_features(index.schema):
+    if not index_geometry(index):
         return 0
     turns = {str(o) for o in range(2, 9)}
     summaries = (index.summaries or {}).values()

@@ -423,6 +423,21 @@ def test_box_columns_declare_other_columns_and_formats_of_boxes(tmp_path: Path):
     np.testing.assert_allclose(plain["det"], xywh, atol=1e-6)  # not declared: as given
 
 
+def test_a_parquet_pack_turns_upright_an_exif_turned_image_of_declared_boxes(tmp_path: Path):
+    """Boxes of a --box-columns column move with an EXIF-turned image stored upright in Parquet
+    (datasets shows it upright), and pack counts it as it counts built-in boxes' (it said 0)."""
+    from tests.packing.test_boxes import _manifest, _photo
+    from tests.sources.test_coco import _jpeg_turned
+
+    turned = _jpeg_turned(_photo(), 6)  # shown 400x200, stored 200x400
+    src = _manifest(tmp_path / "src", [("a.jpg", turned, {"det": [[0.1, 0.2, 0.3, 0.4]]})])
+    options = PackOptions(box_columns=("det:xywh",), format="parquet", workers=1)
+    result = pack(src, tmp_path / "out", options)
+    (record,) = iter_examples(tmp_path / "out")
+    assert (record["height"], record["width"]) == (200, 400)  # upright, as datasets shows it
+    assert result.to_json()["turned_upright"] == 1
+
+
 # One box, ymin 0.2, xmin 0.1, ymax 0.6, xmax 0.4, in each format.
 FORMATS = {"yxyx": [0.2, 0.1, 0.6, 0.4], "xyxy": [0.1, 0.2, 0.4, 0.6],
            "xywh": [0.1, 0.2, 0.3, 0.4], "cxcywh": [0.25, 0.4, 0.3, 0.4]}  # fmt: skip
