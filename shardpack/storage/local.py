@@ -379,7 +379,9 @@ _IOV_MAX = 1024
 # A sink hands the disk what it has written each time this much more is written: the kernel
 # would start only after 30 s or at a tenth of memory dirty, so a shard's whole write waited
 # in the fsync of its commit, a core idle meanwhile (benchmarks/README.md, "Fifth round").
-_WRITE_BACK_BYTES = 4 << 20
+# Each hand-over costs the writer the kernel's start of that writeback (on a VM, a trap to
+# the host each time): so, few and large ("Eleventh round").
+_WRITE_BACK_BYTES = 16 << 20
 _SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start writing the range out, wait for none of it
 
 
