@@ -8,6 +8,7 @@ import struct
 import time
 from array import array
 from contextlib import suppress
+from typing import NamedTuple
 
 import numpy as np
 
@@ -102,7 +103,7 @@ def write_shard(
     facts = ShardFacts(len(spec.items), objects_of(schema))
     # each stamp from its file's read (no stat of its own), kept if the file was settled by now
     stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
-    moved, upright = _geometry_features(schema, options)
+    shard = _shard_looks(schema, options)
     container, limit = CONTAINERS[options.format], images.max_file_bytes(options.max_pixels)
     try:
         with (
@@ -123,7 +124,7 @@ def write_shard(
                         else (source.load(item, src, options, cache), None)
                     )
                     features, orientation, dropped = _record(item, loaded, options, schema,
-                                                             source, moved, upright)  # fmt: skip
+                                                             source, shard)  # fmt: skip
                 except ImageError as e:
                     if options.on_error == "fail":
                         raise
@@ -152,12 +153,25 @@ def write_shard(
     )  # fmt: skip
 
 
-def _geometry_features(schema: Schema, options: PackOptions) -> tuple[tuple[str, ...], bool]:
-    """The features that describe a record's geometry (moved with its pixels), and whether an
-    image with an EXIF turn is stored upright, not kept: where its container's readers show it
-    turned upright (datasets) and its geometry is stored beside it."""
+class _Looks(NamedTuple):
+    """What a shard's schema and options decide for every record's image, decided once."""
+
+    moved: tuple[str, ...]  # the features that describe a record's geometry (moved with it)
+    upright: bool  # an image with an EXIF turn is stored upright, not kept
+    filtered: bool  # an image's size may have it skipped (_filter)
+    resized: bool  # an image's size may be changed (_geometry)
+
+
+def _shard_looks(schema: Schema, options: PackOptions) -> _Looks:
+    """The shard's _Looks: an image with an EXIF turn is stored upright where its container's
+    readers show it turned upright (datasets) and its geometry is stored beside it."""
     moved = boxes.moved_features(schema, boxes.declared_boxes(options.box_columns))
-    return moved, CONTAINERS[options.format].shows_upright and bool(moved)
+    return _Looks(
+        moved,
+        CONTAINERS[options.format].shows_upright and bool(moved),
+        (options.min_side, options.max_aspect, options.max_area) != (None, None, None),
+        (options.max_side, options.resize) != (None, None),
+    )
 
 
 def next_files(spec: ShardSpec, source: Source) -> tuple[str, Files] | None:
@@ -174,24 +188,22 @@ def _record(
     options: PackOptions,
     schema: Schema,
     source: Source,
-    moved: tuple[str, ...],
-    upright: bool,
+    looks: _Looks,
 ) -> tuple[dict[str, object], int, dict[str, int]]:
     """One loaded item's features (its image checked, transformed and encoded; its fields, the
-    boxes moved with the pixels), its EXIF orientation, and the objects dropped by reason;
-    `upright`: an image file with an EXIF turn is stored turned upright, never kept."""
-    features, where, orientation = _features(item, loaded, options, upright)
+    boxes moved with the pixels), its EXIF orientation, and the objects dropped by reason."""
+    features, where, orientation = _features(item, loaded, options, looks)
     kept = features["image"] is loaded  # stored as it came
-    taken = boxes.moves(orientation, kept, where, source.name) if moved else ()
+    taken = boxes.moves(orientation, kept, where, source.name) if looks.moved else ()
     size = features["height"], features["width"]
-    fields, dropped = _fields(item, schema, moved, taken, size, options.min_visibility,
+    fields, dropped = _fields(item, schema, looks.moved, taken, size, options.min_visibility,
                               orientation)  # fmt: skip
     features.update(fields)
     return features, orientation, dropped
 
 
 def _features(
-    item: Item, loaded: bytes | np.ndarray, options: PackOptions, upright: bool
+    item: Item, loaded: bytes | np.ndarray, options: PackOptions, looks: _Looks
 ) -> tuple[dict[str, object], images.Geometry | None, int | None]:
     """Build one record's image features from what the source loaded (an image file's bytes,
     or RGB pixels), with the geometry its pixels went through (None: as loaded, upright) and
@@ -200,10 +212,11 @@ def _features(
     orientation = None
     if isinstance(loaded, bytes):
         image, fmt, (height, width, channels), where, orientation = _from_bytes(
-            item, loaded, options, upright
+            item, loaded, options, looks
         )
     else:
-        _filter(item, *loaded.shape[:2], options)
+        if looks.filtered:
+            _filter(item, *loaded.shape[:2], options)
         image, fmt, (height, width, channels), where = _reencode(loaded, options, "png",
                                                                   order="rgb")  # fmt: skip
     features = {
@@ -278,11 +291,11 @@ def _count(counts: list[int], label: int | tuple[int, ...] | None) -> None:
 
 
 def _from_bytes(
-    item: Item, data: bytes, options: PackOptions, upright: bool
+    item: Item, data: bytes, options: PackOptions, looks: _Looks
 ) -> tuple[bytes, str, tuple, images.Geometry | None, int | None]:
     """The record's image, format and (height, width, channels) from an image file's bytes,
     the geometry its pixels went through (None: kept as they are), and the EXIF orientation
-    its header probe read (None: not a JPEG); `upright`: an image with an EXIF turn is
+    its header probe read (None: not a JPEG); `looks.upright`: an image with an EXIF turn is
     re-encoded upright even where --encode keep would keep it."""
     try:
         info = images.probe(data)  # sniffs the format, then reads the header
@@ -290,11 +303,11 @@ def _from_bytes(
             raise ImageError(item.key, "not an image (unknown format)")
         fmt = info.format
         images.check_pixels(info.height, info.width, options.max_pixels)
-        _filter(item, info.height, info.width, options)
-        where = _geometry(info.height, info.width, options)
-        passthrough = (options.encode == "keep" and info.tf_readable and where is None
-                       and not (upright and images.stored_turn(info.orientation)))  # fmt: skip
-        if passthrough:
+        if looks.filtered:
+            _filter(item, info.height, info.width, options)
+        where = _geometry(info.height, info.width, options) if looks.resized else None
+        turned = looks.upright and images.stored_turn(info.orientation)
+        if options.encode == "keep" and info.tf_readable and where is None and not turned:
             if options.check == "decode":  # every pixel decoded, the bytes kept as they are
                 _check_decode(data, info, options.max_pixels)
             return data, fmt, (info.height, info.width, info.channels), None, info.orientation

@@ -40,24 +40,27 @@ def not_regular(mode: int) -> str | None:
     return f"not a regular file ({kind})"
 
 
-def read_regular(path: str, limit: int) -> bytes:
+def read_regular(path: str, limit: int, dir_fd: int | None = None) -> bytes:
     """Read a whole regular file of at most `limit` bytes.
 
     Args:
         path: the file; links are followed, but only to a regular file.
         limit: the most bytes the caller will take; a larger file is refused unread.
+        dir_fd: an open folder that a relative `path` names a file in (as os.open takes it).
 
     Raises:
         RefusedFile: not a regular file, or over the limit (also if it grows past it).
         OSError: it cannot be opened or read.
     """
-    return read_regular_stat(path, limit)[0]
+    return read_regular_stat(path, limit, dir_fd)[0]
 
 
-def read_regular_stat(path: str, limit: int) -> tuple[bytes, os.stat_result]:
+def read_regular_stat(
+    path: str, limit: int, dir_fd: int | None = None
+) -> tuple[bytes, os.stat_result]:
     """read_regular, with the fstat of what was opened, taken before its first byte was read
     (a stamp of the bytes read, without a stat of its own)."""
-    fd = os.open(path, _OPEN_FLAGS)
+    fd = os.open(path, _OPEN_FLAGS, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)  # of what was opened: a name swapped after the scan is caught here
         reason = not_regular(st.st_mode)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from shardpack.storage import storage_at
+import os
+
+import pytest
+
+from shardpack.storage import local, storage_at
+from shardpack.storage.srcfiles import RefusedFile
 
 
 def test_a_sink_writes_parts_in_order_between_buffered_writes(tmp_path):
@@ -15,3 +20,57 @@ def test_a_sink_writes_parts_in_order_between_buffered_writes(tmp_path):
     sink.write(b"tail")
     sink.commit()
     assert (tmp_path / "s.bin").read_bytes() == b"head" + b"".join(parts) + b"tail"
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _refusal(storage, name: str, limit: int) -> tuple[type, str]:
+    with pytest.raises(RefusedFile) as refused:
+        storage.read(name, limit)
+    return type(refused.value), str(refused.value)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts this process's fds")
+def test_a_reading_opens_each_file_in_its_folders_fd_and_refuses_as_a_read_does(tmp_path):
+    """LocalStorage.reading reads each file relative to its folder's fd, held from its first
+    file to the reading's end (one a folder: the kernel walks one name a file); it reads and
+    stamps what read_stamped does, and refuses a FIFO, a folder and a file over the limit with
+    the same words."""
+    for folder in ("a", "b/c"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "x.jpg").write_bytes(folder.encode() * 10)
+    (tmp_path / "top.jpg").write_bytes(b"top")
+    os.mkfifo(tmp_path / "a" / "pipe.jpg")
+    (tmp_path / "a" / "dir.jpg").mkdir()
+    src = storage_at(str(tmp_path))
+    names = ["a/x.jpg", "b/c/x.jpg", "top.jpg", "a/x.jpg"]
+    before = _open_fds()
+    with src.reading(iter([]), 100) as reading:
+        assert [reading.read_stamped(n, 100) for n in names] == [
+            src.read_stamped(n, 100) for n in names
+        ]
+        assert _open_fds() == before + 3  # a, b/c and the root: one fd each, kept
+        for name, limit in (("a/pipe.jpg", 100), ("a/dir.jpg", 100), ("b/c/x.jpg", 5)):
+            assert _refusal(reading, name, limit) == _refusal(src, name, limit)
+        with pytest.raises(FileNotFoundError):
+            reading.read("gone/x.jpg", 100)  # a folder not there: its file's whole path says
+    assert _open_fds() == before
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts this process's fds")
+def test_a_reading_of_more_folders_than_it_holds_reads_the_rest_by_whole_path(tmp_path):
+    """Past _HELD_FOLDERS folders a reading holds no more fds (a tree of thousands of class
+    folders), and still reads every file."""
+    count = local._HELD_FOLDERS + 5
+    for i in range(count):
+        (tmp_path / f"{i}").mkdir()
+        (tmp_path / f"{i}" / "x.jpg").write_bytes(b"%d" % i)
+    before = _open_fds()
+    with storage_at(str(tmp_path)).reading(iter([]), 100) as reading:
+        assert [reading.read(f"{i}/x.jpg", 100) for i in range(count)] == [
+            b"%d" % i for i in range(count)
+        ]
+        assert _open_fds() == before + local._HELD_FOLDERS
+    assert _open_fds() == before
