@@ -215,7 +215,7 @@ class GrowPack:
         if copies is None and loose != self.held.loose:  # a skipped item gone from SRC
             update = options.grow == "update"
             copies = _copies(dataset, contents, change, options, update)
-        told = copies and _told(old.splits, dataset, contents, loose, copies, options)
+        told = copies and _told(old, dataset, contents, loose, copies, options)
         retold = bool(told) and (told != {k: getattr(old, k) for k in told} or
                                  loose != self.held.loose)  # fmt: skip
         if retold:  # new copies or skips to report
@@ -249,7 +249,7 @@ class GrowPack:
         index, kept = _grown(old, dataset, plan, results, fresh, contents, touched)
         numbered = with_copies({**contents, **fresh}, copies.groups, touched)
         now = {file: numbered[file] for file in {**kept, **fresh}}  # the new index's shards
-        told = _told(index.splits, dataset, {**kept, **fresh}, loose, copies, options)
+        told = _told(index, dataset, {**kept, **fresh}, loose, copies, options)
         run = Run(generation=self.generation, when=_now(), **summary)
         failures = _failures(index.splits, now, loose, dataset)
         stats = replace(old.stats, **stats, url_failures=counts(failures) if failures else None)
@@ -674,18 +674,18 @@ def _without_empty(
 
 
 def _told(
-    splits: dict[str, SplitInfo],
+    index: Index,
     dataset: Dataset,
     shards: dict[str, Entry],
     loose: tuple[Skip, ...],
     copies: Copies,
     options: PackOptions,
 ) -> dict[str, object]:
-    """The Index fields that say what the grown dataset's skips, copies and statistics are, as a
-    fresh pack of SRC says it: `splits` (the index's) and `shards` (their contents.json
-    entries)."""
+    """The Index fields that say what the grown dataset's skips, copies, statistics and label
+    conflicts are, as a fresh pack of SRC says it: `index` (the grown one, its skips, copies
+    and warnings still the held ones) and `shards` (its shards' contents.json entries)."""
     by_split = {name: [shards[s.file] for s in split.shards]
-                for name, split in splits.items()}  # fmt: skip
+                for name, split in index.splits.items()}  # fmt: skip
     noted = [pair for entries_ in by_split.values() for entry in entries_
              for pair in zip(entry["skipped"], entry["reasons"], strict=True)]  # fmt: skip
     every = [*dataset.skipped, *((key, why) for (_, key), why in copies.dropped.items()), *noted,
@@ -693,11 +693,13 @@ def _told(
     reasons: dict[str, list[str]] = {}
     for split, _, why in loose:
         reasons.setdefault(split, []).append(why)
+    found = json_value(copies.summary(options))
     return {
         "skipped": named_skipped(every),
         "num_skipped": len(every),
-        "duplicates": json_value(copies.summary(options)),
+        "duplicates": found,
         "summaries": json_value(entry_summaries(by_split, reasons, copies.per_split())),
+        "warnings": duplicates.rewarned(index.warnings, found),
     }
 
 

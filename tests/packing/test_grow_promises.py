@@ -61,6 +61,7 @@ def _told(out: Path) -> dict:
         "num_skipped": doc["num_skipped"],
         "duplicates": doc["duplicates"],
         "summaries": doc["summaries"],
+        "warnings": doc["warnings"],  # a label conflict's among them
     }
 
 
@@ -76,7 +77,8 @@ def test_a_grown_pack_tells_and_skips_copies_as_a_fresh_pack_of_the_final_tree(
     tmp_path: Path, dedup: str
 ):
     """Issue 33, items 1-3: new copies among the new items, new copies of held ones in their
-    split and new leaks, through an --append and then an --update."""
+    split and new leaks, through an --append and then an --update; a label conflict warned of
+    as it comes and no more once it is gone."""
     src, out = _split_tree(tmp_path), tmp_path / "out"
     pack(src, out, PackOptions(workers=1, dedup=dedup))
     write_image(src / "train" / "eel" / "new_000.jpg", image(900))  # new, and a new class
@@ -87,6 +89,7 @@ def test_a_grown_pack_tells_and_skips_copies_as_a_fresh_pack_of_the_final_tree(
     assert _told(out) == _fresh(src, tmp_path, dedup=dedup)
     _copy(src, "train/cat/img_002.jpg", "test/cat/new_002.jpg")  # a held train image leaks
     (src / "train" / "dog" / "img_002.jpg").unlink()  # a removal: statistics subtract it
+    (src / "train" / "cat" / "zz_001.jpg").unlink()  # the label conflict gone, and its warning
     pack(src, out, PackOptions(grow="update", workers=1))
     assert _told(out) == _fresh(src, tmp_path, dedup=dedup)
     doc = json.loads((out / "index.json").read_text())
