@@ -25,6 +25,7 @@ from shardpack.errors import (
     Option,
     OutputError,
     ShardpackError,
+    is_count,
     printable,
     shortened,
 )
@@ -197,7 +198,7 @@ class GrowPack:
         # (not each new item read here, then again by its worker: a URL fetched twice)
         self.later = options.dedup == "none" and any(change.new.values())
         if not self.later and (change.new or change.changed or change.vanished or
-                               dataset.skipped):  # fmt: skip
+                               dataset.skipped or _dropped_copies(old)):  # fmt: skip
             update = options.grow == "update"
             self.copies = _copies(dataset, self.contents, change, options, update)
             dataset, change = _without(dataset, change, self.copies, self.contents, update)
@@ -637,6 +638,14 @@ def _keep_splits(dataset: Dataset, old: Index, held: Contents) -> Dataset:
         for item in items:
             splits.setdefault(split_of.get(item.key, name), []).append(item)
     return replace(dataset, splits={name: tuple(items) for name, items in splits.items()})
+
+
+def _dropped_copies(old: Index) -> bool:
+    """Whether the dataset's --dedup skipped copies: they are in no shard, so one gone from SRC
+    is no held item that vanished; its copies are found again to say so (as they are anyway
+    while it is there: it is a new item each grow)."""
+    removed = (old.duplicates or {}).get("removed")
+    return is_count(removed)
 
 
 def _loose(

@@ -111,6 +111,9 @@ def test_a_deduplicated_pack_grown_with_nothing_new_adds_nothing(tmp_path: Path)
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
     keys = sorted(r["key"] for r in iter_examples(out, "train"))
     assert "train/cat/img_001.jpg" not in keys and len(keys) == 6
+    (src / "train" / "cat" / "img_001.jpg").unlink()  # the copy skipped, gone from SRC
+    result = pack(src, out, PackOptions(grow="update", workers=1))
+    assert result.grow["nothing"] and _told(out) == _fresh(src, tmp_path, dedup="exact")
 
 
 def test_an_appended_copy_of_a_held_image_is_told_and_dedup_skips_it(tmp_path: Path):
