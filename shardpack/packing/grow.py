@@ -192,13 +192,18 @@ class GrowPack:
         options = replace(options, classes=dataset.classes or None)
         if options.split is not None:  # a held item keeps its split; new ones are cut
             dataset = _keep_splits(dataset, old, self.held)
+        # a skipped item gone from SRC goes from what OUT tells (no shard is rewritten for it)
+        present = {item.key for items in dataset.splits.values() for item in items}
+        gone = frozenset(key for key, _ in self.held.skips() if key not in present)
+        self.held = self.held.without_skips(gone)
+        self.contents = self.held.shards
         change = _compare(dataset, self.held, self.known, options)
         self.copies = None  # SRC as packed: the copies, skips and statistics told stand
         # no --dedup: the copies among new items are found in merge, by their workers' keys
         # (not each new item read here, then again by its worker: a URL fetched twice)
         self.later = options.dedup == "none" and any(change.new.values())
         if not self.later and (change.new or change.changed or change.vanished or
-                               dataset.skipped or _dropped_copies(old)):  # fmt: skip
+                               dataset.skipped or gone or _dropped_copies(old)):  # fmt: skip
             update = options.grow == "update"
             self.copies = _copies(dataset, self.contents, change, options, update)
             dataset, change = _without(dataset, change, self.copies, self.contents, update)

@@ -159,6 +159,20 @@ def test_a_skip_survives_its_shards_rewrite_and_no_grow_writes_an_empty_shard(tm
     assert _told(out) == _fresh(src, tmp_path)
 
 
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_a_skipped_item_gone_from_src_is_no_longer_told(tmp_path: Path, mode: str):
+    """A skip a shard noted (as a fresh pack notes it) goes with its item, its shard kept."""
+    src, out = make_tree(tmp_path / "src", {"cat": 3, "dog": 3}), tmp_path / "out"
+    _corrupt(src / "cat" / "bad.jpg")
+    pack(src, out, PackOptions(workers=1, shards=2))
+    before = set(shard_files(out))
+    (src / "cat" / "bad.jpg").unlink()
+    result = pack(src, out, PackOptions(grow=mode, workers=1))
+    assert result.grow["retold"] and set(shard_files(out)) == before
+    assert _told(out) == _fresh(src, tmp_path, shards=2)
+    assert pack(src, out, PackOptions(grow=mode, workers=1)).grow["nothing"]
+
+
 def test_a_grows_summary_speaks_of_what_this_run_did(tmp_path: Path):
     """Issue 33, item 13: the count and rate of the new items; a no-op reprints no time."""
     src, out = make_tree(tmp_path / "src", {"cat": 20}), tmp_path / "out"
