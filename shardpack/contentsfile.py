@@ -9,7 +9,8 @@ and every field checked against the index it must agree with.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,6 +49,24 @@ class Contents:
 
     shards: dict[str, Entry]
     loose: tuple[Skip, ...] = ()
+
+    def skips(self) -> Iterator[tuple[str, str]]:
+        """(key, reason) of every skip OUT holds: its shards' and the loose ones."""
+        for entry in self.shards.values():
+            yield from zip(entry["skipped"], entry["reasons"], strict=True)
+        yield from ((key, why) for _, key, why in self.loose)
+
+    def without_skips(self, keys: frozenset[str]) -> Contents:
+        """What OUT holds without the skips of `keys` (its shards' and the loose ones)."""
+        if not keys:
+            return self
+        shards = {}
+        for file, entry in self.shards.items():
+            kept = [(k, why) for k, why in zip(entry["skipped"], entry["reasons"], strict=True)
+                    if k not in keys]  # fmt: skip
+            shards[file] = {**entry, "skipped": [k for k, _ in kept],
+                            "reasons": [why for _, why in kept]}  # fmt: skip
+        return replace(self, shards=shards, loose=tuple(s for s in self.loose if s[1] not in keys))
 
 
 # A record's "meta" from here up is a digest of its label and fields; under it, its class + 1

@@ -415,10 +415,10 @@ class Container:
         raise NotImplementedError
 
     def split_files(
-        self, name: str, split: str, shards: list[tuple[str, int]]
+        self, name: str, split: str, shards: list[tuple[str, int, int]]
     ) -> dict[str, object]:
         """Files a split needs beside its shards, {file name: JSON document}; given the
-        split's (shard file, record count) in order."""
+        split's (shard file, record count, bytes) in order."""
         return {}
 
     def record_spans(self, storage: Storage, name: str) -> Iterator[tuple[int, int]]:

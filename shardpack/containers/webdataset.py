@@ -7,8 +7,8 @@ decimal text, where it is one class index) and `.json` (every other feature: the
 height, width, channels, format and any extra feature). Members are USTAR headers with mtime
 0, uid and gid 0, no owner names and mode 0644, so equal records give equal bytes. Positions
 are byte offsets of each sample's first header. Beside the shards, each split gets the shard
-index JSON of webdataset's `wids` (`{name}-{split}.shardindex.json`: `shardlist` with `url`
-and `nsamples`).
+index JSON of webdataset's `wids` (`{name}-{split}.shardindex.json`: `shardlist` with `url`,
+`nsamples` and `filesize`).
 
 With `wds_naming="img2dataset"`, samples are named as img2dataset's webdataset writer names
 them, so code written for its output reads them unchanged: the image, the `caption` feature as
@@ -471,9 +471,11 @@ class WebDataset(Container):
         return _Reader(storage, name, offsets, num_bytes)
 
     def split_files(
-        self, name: str, split: str, shards: list[tuple[str, int]]
+        self, name: str, split: str, shards: list[tuple[str, int, int]]
     ) -> dict[str, object]:
-        shardlist = [{"url": file, "nsamples": count} for file, count in shards]
+        # filesize as wids' own index writer gives it (its `widsindex info` sums it)
+        shardlist = [{"url": file, "nsamples": count, "filesize": size}
+                     for file, count, size in shards]  # fmt: skip
         document = {
             "__kind__": "wids-shard-index-v1",
             "wids_version": 1,

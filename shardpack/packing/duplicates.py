@@ -33,6 +33,7 @@ HASH_CHUNK = 256
 
 # The groups of copies that carry more than one label index.json names (the count has all).
 MAX_LISTED_CONFLICTS = 20
+_CONFLICT = "label conflict: "  # how a warning of copies filed under two labels begins
 
 
 class ContentKey(NamedTuple):
@@ -514,10 +515,16 @@ def warnings(doc: dict) -> list[str]:
     if not count:
         return []
     example = " and ".join(printable(name) for name in listed[0][:2])
-    return [f"label conflict: {count:,} {'group' if count == 1 else 'groups'} of copies "
+    return [f"{_CONFLICT}{count:,} {'group' if count == 1 else 'groups'} of copies "
             f"{'is' if count == 1 else 'are'} filed under more than one class (e.g. "
             f"{example}); fix the labels: --dedup keeps the first copy's "
             "(index.json's duplicates.conflicts_listed names them)"]  # fmt: skip
+
+
+def rewarned(held: tuple[str, ...], doc: dict) -> tuple[str, ...]:
+    """A grown index's warnings: the held index's, its label conflicts' told anew from the
+    grown dataset's summary() (gone with the conflicts, as a fresh pack would not warn)."""
+    return (*(w for w in held if not w.startswith(_CONFLICT)), *warnings(doc))
 
 
 def lines(doc: object) -> list[str]:

@@ -25,6 +25,7 @@ from shardpack.errors import (
     Option,
     OutputError,
     ShardpackError,
+    is_count,
     printable,
     shortened,
 )
@@ -191,13 +192,18 @@ class GrowPack:
         options = replace(options, classes=dataset.classes or None)
         if options.split is not None:  # a held item keeps its split; new ones are cut
             dataset = _keep_splits(dataset, old, self.held)
+        # a skipped item gone from SRC goes from what OUT tells (no shard is rewritten for it)
+        present = {item.key for items in dataset.splits.values() for item in items}
+        gone = frozenset(key for key, _ in self.held.skips() if key not in present)
+        self.held = self.held.without_skips(gone)
+        self.contents = self.held.shards
         change = _compare(dataset, self.held, self.known, options)
         self.copies = None  # SRC as packed: the copies, skips and statistics told stand
         # no --dedup: the copies among new items are found in merge, by their workers' keys
         # (not each new item read here, then again by its worker: a URL fetched twice)
         self.later = options.dedup == "none" and any(change.new.values())
         if not self.later and (change.new or change.changed or change.vanished or
-                               dataset.skipped):  # fmt: skip
+                               dataset.skipped or gone or _dropped_copies(old)):  # fmt: skip
             update = options.grow == "update"
             self.copies = _copies(dataset, self.contents, change, options, update)
             dataset, change = _without(dataset, change, self.copies, self.contents, update)
@@ -215,7 +221,7 @@ class GrowPack:
         if copies is None and loose != self.held.loose:  # a skipped item gone from SRC
             update = options.grow == "update"
             copies = _copies(dataset, contents, change, options, update)
-        told = copies and _told(old.splits, dataset, contents, loose, copies, options)
+        told = copies and _told(old, dataset, contents, loose, copies, options)
         retold = bool(told) and (told != {k: getattr(old, k) for k in told} or
                                  loose != self.held.loose)  # fmt: skip
         if retold:  # new copies or skips to report
@@ -249,7 +255,7 @@ class GrowPack:
         index, kept = _grown(old, dataset, plan, results, fresh, contents, touched)
         numbered = with_copies({**contents, **fresh}, copies.groups, touched)
         now = {file: numbered[file] for file in {**kept, **fresh}}  # the new index's shards
-        told = _told(index.splits, dataset, {**kept, **fresh}, loose, copies, options)
+        told = _told(index, dataset, {**kept, **fresh}, loose, copies, options)
         run = Run(generation=self.generation, when=_now(), **summary)
         failures = _failures(index.splits, now, loose, dataset)
         stats = replace(old.stats, **stats, url_failures=counts(failures) if failures else None)
@@ -639,6 +645,14 @@ def _keep_splits(dataset: Dataset, old: Index, held: Contents) -> Dataset:
     return replace(dataset, splits={name: tuple(items) for name, items in splits.items()})
 
 
+def _dropped_copies(old: Index) -> bool:
+    """Whether the dataset's --dedup skipped copies: they are in no shard, so one gone from SRC
+    is no held item that vanished; its copies are found again to say so (as they are anyway
+    while it is there: it is a new item each grow)."""
+    removed = (old.duplicates or {}).get("removed")
+    return is_count(removed)
+
+
 def _loose(
     dataset: Dataset, old: Index, held: Contents, touched: frozenset[str]
 ) -> tuple[Skip, ...]:
@@ -674,18 +688,18 @@ def _without_empty(
 
 
 def _told(
-    splits: dict[str, SplitInfo],
+    index: Index,
     dataset: Dataset,
     shards: dict[str, Entry],
     loose: tuple[Skip, ...],
     copies: Copies,
     options: PackOptions,
 ) -> dict[str, object]:
-    """The Index fields that say what the grown dataset's skips, copies and statistics are, as a
-    fresh pack of SRC says it: `splits` (the index's) and `shards` (their contents.json
-    entries)."""
+    """The Index fields that say what the grown dataset's skips, copies, statistics and label
+    conflicts are, as a fresh pack of SRC says it: `index` (the grown one, its skips, copies
+    and warnings still the held ones) and `shards` (its shards' contents.json entries)."""
     by_split = {name: [shards[s.file] for s in split.shards]
-                for name, split in splits.items()}  # fmt: skip
+                for name, split in index.splits.items()}  # fmt: skip
     noted = [pair for entries_ in by_split.values() for entry in entries_
              for pair in zip(entry["skipped"], entry["reasons"], strict=True)]  # fmt: skip
     every = [*dataset.skipped, *((key, why) for (_, key), why in copies.dropped.items()), *noted,
@@ -693,11 +707,13 @@ def _told(
     reasons: dict[str, list[str]] = {}
     for split, _, why in loose:
         reasons.setdefault(split, []).append(why)
+    found = json_value(copies.summary(options))
     return {
         "skipped": named_skipped(every),
         "num_skipped": len(every),
-        "duplicates": json_value(copies.summary(options)),
+        "duplicates": found,
         "summaries": json_value(entry_summaries(by_split, reasons, copies.per_split())),
+        "warnings": duplicates.rewarned(index.warnings, found),
     }
 
 

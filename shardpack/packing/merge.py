@@ -134,7 +134,7 @@ def write_outputs(
     else:  # an earlier run's metadata would point TFDS at shards it cannot read
         out.remove(METADATA_NAMES)
     for split, entry in index.splits.items():  # the container's files beside them
-        shards = [(s.file, s.num_records) for s in entry.shards]
+        shards = [(s.file, s.num_records, s.num_bytes) for s in entry.shards]
         for file, listing in index.container.split_files(index.name, split, shards).items():
             out.put(file, json_bytes(listing))
     if index_files:

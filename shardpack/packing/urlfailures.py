@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
+from collections.abc import Callable, Iterable
 
 from shardpack.layout import FAILURES_NAME
 from shardpack.packing.contents import Contents
@@ -73,20 +72,5 @@ def retried(held: Contents) -> tuple[Contents, frozenset[str]]:
     """What OUT holds without the skips of the URLs whose failure a retry may mend (HTTP 5xx,
     429, a timeout, a reset), and those URLs: a grow without their skips finds them new, and
     fetches them again."""
-    again = frozenset(key for key, why in _skips(held) if is_web_url(key) and is_transient(why))
-    if not again:
-        return held, again
-    shards = {}
-    for file, entry in held.shards.items():
-        kept = [(k, why) for k, why in zip(entry["skipped"], entry["reasons"], strict=True)
-                if k not in again]  # fmt: skip
-        shards[file] = {**entry, "skipped": [k for k, _ in kept], "reasons": [w for _, w in kept]}
-    loose = tuple(skip for skip in held.loose if skip[1] not in again)
-    return replace(held, shards=shards, loose=loose), again
-
-
-def _skips(held: Contents) -> Iterator[tuple[str, str]]:
-    """(key, reason) of every skip OUT holds: its shards' and the loose ones."""
-    for entry in held.shards.values():
-        yield from zip(entry["skipped"], entry["reasons"], strict=True)
-    yield from ((key, why) for _, key, why in held.loose)
+    again = frozenset(key for key, why in held.skips() if is_web_url(key) and is_transient(why))
+    return held.without_skips(again), again

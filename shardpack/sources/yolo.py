@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from shardpack.errors import SourceError, printable
+from shardpack.errors import SourceError, install_hint, printable
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import BOX_REACH, Feature
 from shardpack.sources import shapes
@@ -346,8 +346,9 @@ def _read_yaml(root: Storage, name: str) -> dict:
     try:
         import yaml  # PyYAML: read by this source only
     except ImportError:
-        raise SourceError(f"{root.path(name)}: reading data.yaml needs PyYAML; pip install "
-                          "'shardpack[yolo]'") from None  # fmt: skip
+        raise SourceError(
+            f"{root.path(name)}: reading data.yaml needs PyYAML; " + install_hint("yolo")
+        ) from None
     data = read_metadata(root, name, "YOLO's data.yaml")
     try:
         doc = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))

@@ -205,7 +205,7 @@ def test_webdataset_is_read_by_webdataset_and_wids(tmp_path):
     shards = [_write(container, tmp_path, records[k::2], k) for k in range(2)]
     expected = records[0::2] + records[1::2]
     (file, document), *more = container.split_files(
-        "ds", "train", [(os.path.basename(p), r.num_records) for p, r in shards]
+        "ds", "train", [(os.path.basename(p), r.num_records, r.num_bytes) for p, r in shards]
     ).items()
     assert not more and file == "ds-train.shardindex.json"
     (tmp_path / file).write_text(json.dumps(document))

@@ -171,12 +171,19 @@ def test_webdataset_and_wids_read_webdataset_output(packed, tmp_path):
 READ_KEYS = """
 import json, sys, warnings
 warnings.simplefilter("ignore")
+import contextlib, io, os
 import webdataset as wds
 import wids
+from wids import wids_index
 streamed = [s["__key__"] for s in wds.WebDataset(sys.argv[2:], shardshuffle=False)]
 dataset = wids.ShardListDataset(sys.argv[1], cache_dir=sys.argv[1] + ".cache")
+info = io.StringIO()  # what `widsindex info` prints of the split list
+with contextlib.redirect_stdout(info), open(sys.argv[1]) as listed:
+    wids_index.print_long_info(json.load(listed), sys.argv[1])
+trains = sum(os.path.getsize(p) for p in sys.argv[2:] if "-train-" in p)
 print(json.dumps({"streamed": streamed, "by_index": [dataset[i]["__key__"]
-                                                     for i in range(len(dataset))]}))
+                                                     for i in range(len(dataset))],
+                  "info": info.getvalue(), "size": wids_index.format_with_suffix(trains)}))
 """
 
 
@@ -197,6 +204,7 @@ def test_webdataset_keys_are_unique_in_the_dataset_and_the_same_on_every_pack(tm
     assert read["by_index"] == [k for k in keys if k.startswith("train-")]
     assert len(set(keys)) == len(keys) == 14 and all("." not in key for key in keys)
     assert keys[:2] == ["test-000000_000000", "test-000000_000001"]
+    assert f"total size: {read['size']}\n" in read["info"]  # wids' own `widsindex info`
 
 
 def test_a_tar_of_another_split_put_in_a_shard_s_place_is_refused_by_its_keys(tmp_path):

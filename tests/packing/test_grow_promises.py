@@ -61,6 +61,7 @@ def _told(out: Path) -> dict:
         "num_skipped": doc["num_skipped"],
         "duplicates": doc["duplicates"],
         "summaries": doc["summaries"],
+        "warnings": doc["warnings"],  # a label conflict's among them
     }
 
 
@@ -76,7 +77,8 @@ def test_a_grown_pack_tells_and_skips_copies_as_a_fresh_pack_of_the_final_tree(
     tmp_path: Path, dedup: str
 ):
     """Issue 33, items 1-3: new copies among the new items, new copies of held ones in their
-    split and new leaks, through an --append and then an --update."""
+    split and new leaks, through an --append and then an --update; a label conflict warned of
+    as it comes and no more once it is gone."""
     src, out = _split_tree(tmp_path), tmp_path / "out"
     pack(src, out, PackOptions(workers=1, dedup=dedup))
     write_image(src / "train" / "eel" / "new_000.jpg", image(900))  # new, and a new class
@@ -87,6 +89,7 @@ def test_a_grown_pack_tells_and_skips_copies_as_a_fresh_pack_of_the_final_tree(
     assert _told(out) == _fresh(src, tmp_path, dedup=dedup)
     _copy(src, "train/cat/img_002.jpg", "test/cat/new_002.jpg")  # a held train image leaks
     (src / "train" / "dog" / "img_002.jpg").unlink()  # a removal: statistics subtract it
+    (src / "train" / "cat" / "zz_001.jpg").unlink()  # the label conflict gone, and its warning
     pack(src, out, PackOptions(grow="update", workers=1))
     assert _told(out) == _fresh(src, tmp_path, dedup=dedup)
     doc = json.loads((out / "index.json").read_text())
@@ -108,6 +111,9 @@ def test_a_deduplicated_pack_grown_with_nothing_new_adds_nothing(tmp_path: Path)
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
     keys = sorted(r["key"] for r in iter_examples(out, "train"))
     assert "train/cat/img_001.jpg" not in keys and len(keys) == 6
+    (src / "train" / "cat" / "img_001.jpg").unlink()  # the copy skipped, gone from SRC
+    result = pack(src, out, PackOptions(grow="update", workers=1))
+    assert result.grow["nothing"] and _told(out) == _fresh(src, tmp_path, dedup="exact")
 
 
 def test_an_appended_copy_of_a_held_image_is_told_and_dedup_skips_it(tmp_path: Path):
@@ -151,6 +157,20 @@ def test_a_skip_survives_its_shards_rewrite_and_no_grow_writes_an_empty_shard(tm
     (src / "cat" / "bad.jpg").unlink()  # a skip with no shard, gone: no longer told
     assert pack(src, out, PackOptions(grow="append", workers=1)).grow["retold"]
     assert _told(out) == _fresh(src, tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_a_skipped_item_gone_from_src_is_no_longer_told(tmp_path: Path, mode: str):
+    """A skip a shard noted (as a fresh pack notes it) goes with its item, its shard kept."""
+    src, out = make_tree(tmp_path / "src", {"cat": 3, "dog": 3}), tmp_path / "out"
+    _corrupt(src / "cat" / "bad.jpg")
+    pack(src, out, PackOptions(workers=1, shards=2))
+    before = set(shard_files(out))
+    (src / "cat" / "bad.jpg").unlink()
+    result = pack(src, out, PackOptions(grow=mode, workers=1))
+    assert result.grow["retold"] and set(shard_files(out)) == before
+    assert _told(out) == _fresh(src, tmp_path, shards=2)
+    assert pack(src, out, PackOptions(grow=mode, workers=1)).grow["nothing"]
 
 
 def test_a_grows_summary_speaks_of_what_this_run_did(tmp_path: Path):

@@ -9,6 +9,7 @@ pixels, within one pixel.
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 
 import cv2
@@ -341,6 +342,18 @@ def test_a_bad_data_yaml_is_one_line_naming_it(tmp_path: Path, text: str, words:
     with pytest.raises(SourceError, match="data.yaml: .*" + words) as caught:
         scan(tmp_path)
     assert "\n" not in str(caught.value)
+
+
+def test_without_pyyaml_data_yaml_is_one_line_giving_the_checkout_s_install(
+    tmp_path: Path, monkeypatch
+):
+    """As every missing extra: `pip install '.[yolo]'` (the package is not published yet)."""
+    write(tmp_path / "images/a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
+    write(tmp_path / "labels/a.txt", "")
+    write(tmp_path / "data.yaml", "names: [a]\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)  # what import finds when it is missing
+    with pytest.raises(SourceError, match=r"data\.yaml: .*needs PyYAML.*pip install '\.\[yolo\]'"):
+        scan(tmp_path)
 
 
 def test_a_split_listed_in_a_txt_file_stays_inside_src(tmp_path: Path):
