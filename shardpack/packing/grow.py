@@ -26,6 +26,7 @@ from shardpack.errors import (
     OutputError,
     ShardpackError,
     is_count,
+    plural,
     printable,
     shortened,
 )
@@ -847,8 +848,8 @@ def _asked_again(again: frozenset[str], fresh: dict[str, Entry]) -> tuple[str, .
     if not again:
         return ()
     packed = sum(key in again for entry in fresh.values() for key in entry["keys"])
-    return (f"{len(again):,} URLs that had failed for a reason a retry may mend (HTTP 5xx or "
-            f"429, a timeout, a reset) asked again: {packed:,} packed",)  # fmt: skip
+    return (f"{plural(len(again), 'URL')} that had failed for a reason a retry may mend (HTTP "
+            f"5xx or 429, a timeout, a reset) asked again: {packed:,} packed",)  # fmt: skip
 
 
 def _now() -> str:

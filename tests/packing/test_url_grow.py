@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from shardpack import iter_examples
+from shardpack.packing.grow import _asked_again
 from tests import helpers
 from tests.packing.test_reliability import _finished_shards
 from tests.storage.test_fetch import Site, serving
@@ -146,3 +147,11 @@ def test_update_fetches_again_only_the_urls_that_failed_for_a_reason_a_retry_may
         assert grown.returncode == 0, grown.stderr
         assert sorted(other.hits.elements()) == ["/gone/21.png", "/img/20.png"]
     assert [row["url"] for row in _failed(out)][-1] == more[1]
+
+
+def test_the_line_of_urls_asked_again_counts_one_url_as_one():
+    fresh = {"train-00000.tfrecord": {"keys": ["http://127.0.0.1/a.jpg", "b"]}}
+    (one,) = _asked_again(frozenset({"http://127.0.0.1/a.jpg"}), fresh)
+    (two,) = _asked_again(frozenset({"http://127.0.0.1/a.jpg", "c"}), fresh)
+    assert one.startswith("1 URL that had failed") and one.endswith("asked again: 1 packed")
+    assert two.startswith("2 URLs that had failed")
