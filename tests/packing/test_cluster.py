@@ -21,9 +21,17 @@ from shardpack.containers import CONTAINERS
 from shardpack.options import PackOptions
 from shardpack.packing.cluster import ClusterError
 from shardpack.packing.packer import pack
-from tests.helpers import image, make_tree, same_output, shard_files, wait_for, write_image
+from tests.helpers import (
+    image,
+    make_tree,
+    needs,
+    same_output,
+    shard_files,
+    wait_for,
+    write_image,
+)
 
-pytest.importorskip("distributed")
+needs("distributed")  # imported by the tests: not at collection, on every worker
 pytestmark = pytest.mark.slow  # a Dask cluster of its own processes
 DASK = str(Path(sys.executable).with_name("dask"))
 
