@@ -25,6 +25,7 @@ from tests.helpers import (
     image,
     make_tree,
     needs,
+    run_cli,
     same_output,
     shard_files,
     wait_for,
@@ -246,9 +247,8 @@ def test_a_worker_killed_mid_shard_is_retried_and_output_is_intact(scheduler, tm
 )
 def test_a_malformed_scheduler_address_is_one_line(address, tmp_path: Path):
     src = make_tree(tmp_path / "src", {"a": 2})
-    run = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src), str(tmp_path / "o"),
-                          "--backend", "dask", "--scheduler", address, "--no-progress"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = run_cli("pack", str(src), str(tmp_path / "o"), "--backend", "dask", "--scheduler",
+                  address, "--no-progress")  # fmt: skip
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     (line,) = run.stderr.splitlines()
     assert f"--scheduler {address}: not an address" in line and "HOST:PORT" in line
