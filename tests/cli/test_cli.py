@@ -607,9 +607,8 @@ def test_backend_loky_packs_as_local(tmp_path: Path):
     docs = []
     for backend in ("loky", "local"):
         out = tmp_path / backend
-        argv = [*SHARDPACK, "pack", str(src), str(out), "--shards", "2", "--workers", "2",
-                "--backend", backend, "--no-progress"]  # fmt: skip
-        run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        run = _run("pack", str(src), str(out), "--shards", "2", "--workers", "2", "--backend",
+                   backend, "--no-progress")  # fmt: skip
         assert run.returncode == 0, run.stderr[-2000:]
         doc = json.loads((out / "index.json").read_text())
         assert doc.pop("stats")["workers"] == 2
@@ -711,9 +710,8 @@ def test_a_refused_resume_names_the_flags(tmp_path: Path):
 
 def test_fewer_workers_or_shards_than_asked_say_why(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
-    argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out"), "--workers", "64", "--shards",
-            "1000000", "--no-progress"]  # fmt: skip
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    run = _run("pack", str(src), str(tmp_path / "out"), "--workers", "64", "--shards", "1000000",
+               "--no-progress")  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stderr.splitlines() == [
         "warning: split train: 6 shards, not the 1,000,000 asked: a shard holds one image at least",
