@@ -48,10 +48,9 @@ IN_PROCESS_TENSORFLOW = frozenset({
 # takes the next file in collection order): one of these taken last would run alone while the
 # other cores idle.
 LONGEST_FIRST = (
-    "tests/test_torch.py", "tests/docs/test_docs.py",
-    "tests/storage/test_remote.py", "tests/packing/test_reliability.py",
-    "tests/packing/test_cluster.py", "tests/hostile/test_out.py", "tests/cli/test_cli.py",
-    "tests/hostile/test_src.py",
+    "tests/test_torch.py", "tests/storage/test_remote.py", "tests/packing/test_reliability.py",
+    "tests/cli/test_cli.py", "tests/docs/test_docs.py", "tests/hostile/test_out.py",
+    "tests/hostile/test_src.py", "tests/packing/test_cluster.py",
 )  # fmt: skip
 
 

@@ -548,6 +548,28 @@ def heavy_import(module: str):
     return importlib.import_module(module)
 
 
+class _Lazy:
+    """A module that is imported when one of its attributes is first read."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str):
+        import importlib
+
+        if attribute.startswith("_"):  # what pytest asks of a test file's globals as it collects
+            raise AttributeError(attribute)
+        return getattr(importlib.import_module(self._name), attribute)
+
+
+def lazy_import(module: str):
+    """pytest.importorskip at a test file's top, as needs() skips, but the module is imported
+    when a test first uses it: every pytest-xdist worker collects every file, and only the
+    worker that runs the file should pay for a slow import (`datasets` takes ~2 s)."""
+    needs(module)
+    return _Lazy(module)
+
+
 def wait_for(condition, timeout: float = 60) -> None:
     """Poll condition() every 10 ms until it holds; fail the test after timeout seconds."""
     deadline = time.monotonic() + timeout

@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -606,9 +607,8 @@ def test_backend_loky_packs_as_local(tmp_path: Path):
     docs = []
     for backend in ("loky", "local"):
         out = tmp_path / backend
-        argv = [*SHARDPACK, "pack", str(src), str(out), "--shards", "2", "--workers", "2",
-                "--backend", backend, "--no-progress"]  # fmt: skip
-        run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        run = _run("pack", str(src), str(out), "--shards", "2", "--workers", "2", "--backend",
+                   backend, "--no-progress")  # fmt: skip
         assert run.returncode == 0, run.stderr[-2000:]
         doc = json.loads((out / "index.json").read_text())
         assert doc.pop("stats")["workers"] == 2
@@ -710,9 +710,8 @@ def test_a_refused_resume_names_the_flags(tmp_path: Path):
 
 def test_fewer_workers_or_shards_than_asked_say_why(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
-    argv = [*SHARDPACK, "pack", str(src), str(tmp_path / "out"), "--workers", "64", "--shards",
-            "1000000", "--no-progress"]  # fmt: skip
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    run = _run("pack", str(src), str(tmp_path / "out"), "--workers", "64", "--shards", "1000000",
+               "--no-progress")  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stderr.splitlines() == [
         "warning: split train: 6 shards, not the 1,000,000 asked: a shard holds one image at least",
@@ -777,40 +776,88 @@ def _one_line_naming(stderr: str, path: str, fix: str) -> None:
     assert lines[0].startswith("error: ") and path in lines[0] and fix in lines[0], stderr
 
 
-@pytest.mark.slow  # a mount namespace and a CLI process for each command: seconds
+# unshare(2)'s flag for a mount namespace of the caller's own (sched.h)
+_CLONE_NEWNS = 0x00020000
+
+
+def _read_only_mount(ro: Path, src: Path) -> None:
+    """In a child: a mount namespace of its own, where `ro` is a tmpfs holding src packed as
+    ro/packed and an empty ro/out, then remounted read-only (OSError where not allowed)."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+    for command in (["mount", "--make-rprivate", "/"], ["mount", "-t", "tmpfs", "none", str(ro)]):
+        if subprocess.run(command, capture_output=True).returncode != 0:
+            raise OSError(f"{shlex.join(command)} failed")
+    packed = runner.invoke(app, ["pack", str(src), str(ro / "packed"), "--workers", "1"])
+    assert packed.exit_code == 0, packed.output
+    (ro / "out").mkdir()
+    if subprocess.run(["mount", "-o", "remount,ro", str(ro)], capture_output=True).returncode:
+        raise OSError(f"cannot remount {ro} read-only")
+
+
+@pytest.mark.slow  # a mount namespace: root, and a tmpfs mounted
 def test_read_only_file_system(src: Path, tmp_path: Path):
-    """A real read-only mount (a tmpfs of the test's own mount namespace)."""
-    if shutil.which("unshare") is None or os.geteuid() != 0:
-        pytest.skip("needs root and unshare(1) to mount a tmpfs")
-    ro, logs = tmp_path / "ro", tmp_path / "logs"
+    """A real read-only mount (a tmpfs of the test's own mount namespace, in a forked child)."""
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("needs root and mount(8) to mount a tmpfs")
+    ro = tmp_path / "ro"
     ro.mkdir()
-    logs.mkdir()
-    cli = " ".join(shlex.quote(a) for a in SHARDPACK)
-    runs = "\n".join(
-        f"{cli} {' '.join(shlex.quote(a.format(src=src, ro=ro)) for a in args)} "
-        f"> {logs}/{k}.out 2> {logs}/{k}.err; echo $? > {logs}/{k}.rc"
-        for k, args in enumerate(
-            [*COMMANDS_ON.values(), ["verify", "{ro}/packed"], ["inspect", "{ro}/packed"]]
-        )
-    )
-    script = f"""
-        mount -t tmpfs none {ro} || exit 77
-        {cli} pack {src} {ro}/packed --workers 1 --no-progress > /dev/null || exit 3
-        mkdir {ro}/out && mount -o remount,ro {ro} || exit 77
-        {runs}
-    """
-    run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
-    if run.returncode == 77:
-        pytest.skip("this machine does not allow mounting a tmpfs")
-    assert run.returncode == 0, run.stderr
-    for k, what in enumerate(COMMANDS_ON):
-        rc = (logs / f"{k}.rc").read_text().strip()
-        assert rc == "2", (what, rc, (logs / f"{k}.err").read_text())
-        _one_line_naming((logs / f"{k}.err").read_text(), str(ro), "writable file system")
-    reading = len(COMMANDS_ON)
-    for k in (reading, reading + 1):  # verify and inspect only read: they work on it
-        assert (logs / f"{k}.rc").read_text().strip() == "0", (logs / f"{k}.err").read_text()
+    reads = [["verify", "{ro}/packed"], ["inspect", "{ro}/packed"]]
+    commands = [[a.format(src=src, ro=ro) for a in args]
+                for args in [*COMMANDS_ON.values(), *reads]]  # fmt: skip
+    ran = _in_a_child(lambda: _read_only_mount(ro, src), commands,
+                      "this machine does not allow mounting a tmpfs")  # fmt: skip
+    for what, (code, _, stderr) in zip(COMMANDS_ON, ran[: len(COMMANDS_ON)], strict=True):
+        assert code == 2, (what, code, stderr)
+        _one_line_naming(stderr, str(ro), "writable file system")
+    for code, output, _ in ran[len(COMMANDS_ON) :]:  # verify and inspect only read: they work on it
+        assert code == 0, output
+
+
+def _in_a_child(
+    prepare: Callable[[], None], commands: list[list[str]], refused: str
+) -> list[tuple[int, str, str]]:
+    """Run CLI commands in a forked child, once prepare() has changed that child alone (dropped
+    a capability, taken a mount namespace): each one's exit code, output and stderr (a
+    traceback in the output where one escaped). Skips saying `refused` where prepare raises
+    OSError: this machine does not allow it."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: prepare, run the commands, report, and leave at once
+        report: object = "the child ended without a report"
+        try:
+            os.close(read)
+            try:
+                prepare()
+            except OSError as e:
+                report = {"refused": str(e)}
+                raise
+            report = []
+            for args in commands:
+                result = runner.invoke(app, args)
+                output = result.output
+                if result.exception is not None and not isinstance(result.exception, SystemExit):
+                    output += "".join(traceback.format_exception(result.exception))
+                report.append([result.exit_code, output, result.stderr])
+        except BaseException:
+            if not isinstance(report, dict):
+                report = traceback.format_exc()
+        finally:
+            os.write(write, json.dumps(report).encode())
+            os._exit(0)
+    os.close(write)
+    data = b""
+    while chunk := os.read(read, 1 << 16):
+        data += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    report = json.loads(data)
+    if isinstance(report, dict):
+        pytest.skip(f"{refused} ({report['refused']})")
+    assert isinstance(report, list), report
+    return [tuple(r) for r in report]
 
 
 def _without_permission(args: list[str]) -> tuple[int, str]:
@@ -819,31 +866,8 @@ def _without_permission(args: list[str]) -> tuple[int, str]:
     is refused to it as to any user, while the checkout stays reachable wherever it lies."""
     if os.geteuid() != 0:
         pytest.skip("needs root, whose file-permission override the child drops")
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: drop the override, run the command, report, and leave at once
-        code, output = -1, ""
-        try:
-            os.close(read)
-            drop_permission_override()
-            result = runner.invoke(app, args)
-            code, output = result.exit_code, result.output
-            if result.exception is not None and not isinstance(result.exception, SystemExit):
-                output += "".join(traceback.format_exception(result.exception))
-        except OSError:
-            code = -2  # not allowed to drop capabilities here
-        finally:
-            os.write(write, json.dumps([code, output]).encode())
-            os._exit(0)
-    os.close(write)
-    data = b""
-    while chunk := os.read(read, 1 << 16):
-        data += chunk
-    os.close(read)
-    os.waitpid(pid, 0)
-    code, output = json.loads(data)
-    if code == -2:
-        pytest.skip("this machine does not allow dropping capabilities")
+    refused = "this machine does not allow dropping capabilities"
+    ((code, output, _),) = _in_a_child(drop_permission_override, [args], refused)
     return code, output
 
 

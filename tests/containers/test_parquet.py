@@ -20,10 +20,10 @@ from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.describe import describe
 from shardpack.read.stream import iter_examples
-from tests.helpers import at, make_tree, shard_files, write_jsonl
+from tests.helpers import at, lazy_import, make_tree, shard_files, write_jsonl
 from tests.packing.test_features import _rows
 
-datasets = pytest.importorskip("datasets")
+datasets = lazy_import("datasets")
 SPLITS = (("train", 0.6), ("test", 0.4))
 
 

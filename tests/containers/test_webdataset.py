@@ -70,23 +70,25 @@ def test_datasets_loads_the_card_s_splits_as_its_webdataset_loader_reads_tars(pa
 @pytest.mark.heavy  # webdataset imports torch
 def test_webdataset_reads_it_as_img2dataset_docs_show(packed):
     helpers.needs("webdataset")
-    import webdataset as wds
+    # torch held out, as write_tars holds it: reading tars needs none of its ~2 s of import
+    with helpers.torch_held_out():
+        import webdataset as wds
 
-    out, rows = packed
-    (shard,) = out.glob("*.tar")
-    dataset = wds.WebDataset(str(shard), shardshuffle=False).decode("pil")
-    seen = []
-    for image, text, meta in dataset.to_tuple("jpg", "txt", "json"):
-        row = rows[meta["url"]]
-        seen.append(meta["url"])
-        assert image.size == (16, 16) and text == row["caption"] == meta["caption"]
-        assert (meta["original_height"], meta["original_width"]) == row["size"]
-        assert (meta["height"], meta["width"], meta["status"]) == (16, 16, "success")
-        assert meta["sha256"] == row["sha256"]  # of the bytes as they came, as img2dataset's
-        assert meta["error_message"] is None and meta["score"] == row["score"]
-    assert sorted(seen) == sorted(rows)
-    keys = [s["__key__"] for s in wds.WebDataset(str(shard), shardshuffle=False)]
-    assert [m["key"] for (m,) in dataset.to_tuple("json")] == keys  # json's key is the sample's
+        out, rows = packed
+        (shard,) = out.glob("*.tar")
+        dataset = wds.WebDataset(str(shard), shardshuffle=False).decode("pil")
+        seen = []
+        for image, text, meta in dataset.to_tuple("jpg", "txt", "json"):
+            row = rows[meta["url"]]
+            seen.append(meta["url"])
+            assert image.size == (16, 16) and text == row["caption"] == meta["caption"]
+            assert (meta["original_height"], meta["original_width"]) == row["size"]
+            assert (meta["height"], meta["width"], meta["status"]) == (16, 16, "success")
+            assert meta["sha256"] == row["sha256"]  # of the bytes as they came, as img2dataset's
+            assert meta["error_message"] is None and meta["score"] == row["score"]
+        assert sorted(seen) == sorted(rows)
+        keys = [s["__key__"] for s in wds.WebDataset(str(shard), shardshuffle=False)]
+        assert [m["key"] for (m,) in dataset.to_tuple("json")] == keys  # json's key is the sample's
 
 
 def test_an_append_keeps_the_datasets_naming(tmp_path):

@@ -21,9 +21,18 @@ from shardpack.containers import CONTAINERS
 from shardpack.options import PackOptions
 from shardpack.packing.cluster import ClusterError
 from shardpack.packing.packer import pack
-from tests.helpers import image, make_tree, same_output, shard_files, wait_for, write_image
+from tests.helpers import (
+    image,
+    make_tree,
+    needs,
+    run_cli,
+    same_output,
+    shard_files,
+    wait_for,
+    write_image,
+)
 
-pytest.importorskip("distributed")
+needs("distributed")  # imported by the tests: not at collection, on every worker
 pytestmark = pytest.mark.slow  # a Dask cluster of its own processes
 DASK = str(Path(sys.executable).with_name("dask"))
 
@@ -238,9 +247,8 @@ def test_a_worker_killed_mid_shard_is_retried_and_output_is_intact(scheduler, tm
 )
 def test_a_malformed_scheduler_address_is_one_line(address, tmp_path: Path):
     src = make_tree(tmp_path / "src", {"a": 2})
-    run = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src), str(tmp_path / "o"),
-                          "--backend", "dask", "--scheduler", address, "--no-progress"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = run_cli("pack", str(src), str(tmp_path / "o"), "--backend", "dask", "--scheduler",
+                  address, "--no-progress")  # fmt: skip
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     (line,) = run.stderr.splitlines()
     assert f"--scheduler {address}: not an address" in line and "HOST:PORT" in line

@@ -22,7 +22,15 @@ from shardpack.layout import LOCK_NAME
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
-from tests.helpers import gone, image, shard_files, wait_for, worker_pids, write_image
+from tests.helpers import (
+    gone,
+    image,
+    run_cli,
+    shard_files,
+    wait_for,
+    worker_pids,
+    write_image,
+)
 
 pytestmark = pytest.mark.slow  # real signals and kills, each a pack of its own
 JOB = ["--encode", "png", "--shards", "12", "--workers", "2", "--no-progress"]
@@ -63,9 +71,10 @@ def clean(clean_as) -> Path:
     return clean_as("tfrecord")
 
 
-def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
-                          text=True, timeout=300, **kw)  # fmt: skip
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """A run that is not the one stopped (the reference, a resume, a second run): in this
+    process (helpers.run_cli), without an interpreter's start; those stopped are _start's."""
+    return run_cli(*args)
 
 
 def _start(src: Path, out: Path, *extra: str) -> subprocess.Popen:

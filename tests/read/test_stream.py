@@ -89,13 +89,10 @@ print("\\n".join(loader))
 # torch dataset's grid shows that case too: tests/test_torch.py).
 @pytest.mark.parametrize("shards", [pytest.param(4, marks=pytest.mark.long), 1])
 def test_torch_dataloader_with_two_workers_reads_each_record_once(thousand, shards):
-    helpers.heavy_import("torch")
-    # A process of its own: torch and TensorFlow loaded together in the test process would
-    # cost seconds and memory for nothing.
-    done = subprocess.run([sys.executable, "-c", _README_DATASET, str(thousand[shards])],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    keys = done.stdout.split()
+    helpers.needs("torch")
+    # In the kept reading Python, where torch loads once a run: torch and TensorFlow loaded
+    # together in the test process would cost seconds and memory for nothing.
+    keys = helpers.run_kept(_README_DATASET, str(thousand[shards])).split()
     assert len(keys) == 1000 and len(set(keys)) == 1000
 
 

@@ -14,7 +14,7 @@ from tests import helpers
 from tests.helpers import make_cifar100_python, make_tree
 
 pytestmark = pytest.mark.heavy
-tfds = helpers.heavy_import("tensorflow_datasets")
+tfds = helpers.lazy_import("tensorflow_datasets")
 
 
 @pytest.mark.parametrize("encode", ["keep", "jpeg", "png"])

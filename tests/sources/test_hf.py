@@ -35,7 +35,7 @@ from tests.helpers import (
     write_parquet,
 )
 
-datasets = pytest.importorskip("datasets")
+datasets = helpers.lazy_import("datasets")
 
 FORMATS = ("tfrecord", "array_record", "webdataset")
 CLASSES = ["cat", "dog", "eel"]

@@ -420,15 +420,15 @@ def _parquet_bytes(table: pa.Table) -> bytes:
         ("t.csv", b"path,label,path\na,b,c\n", r"\['path', 'label', 'path'\] include an empty or"),
         ("t.jsonl", b'{"path": "a.jpg", "": 1}\n', r"include an empty or repeated name"),
         ("t.parquet", b"PAR1 not really", r"t\.parquet: not a readable Parquet file"),
-        (
+        (  # written as the test runs: pyarrow imports pandas to write it (1 s, every worker)
             "t.parquet",
-            _parquet_bytes(pa.table({"path": ["a"], "blob": [b"\x00"]})),
+            lambda: _parquet_bytes(pa.table({"path": ["a"], "blob": [b"\x00"]})),
             r"column 'blob' is of Parquet type binary; shardpack reads numbers",
         ),
     ],
 )
 def test_unreadable_manifests_raise_one_line_naming_the_problem(tmp_path, name, content, message):
-    (tmp_path / name).write_bytes(content)
+    (tmp_path / name).write_bytes(content() if callable(content) else content)
     with pytest.raises(SourceError, match=message) as caught:
         read_manifest(tmp_path / name)
     assert "\n" not in str(caught.value)
