@@ -20,9 +20,11 @@ MAX_CLASSES = 1_000_000
 # Names that are a class list file's, not a class's: a typo in one is a missing file.
 _LIST_FILES = (".txt", ".names", ".lst", ".csv")
 # Characters that would split a class name over lines of TFDS's label.labels.txt or garble a
-# terminal: control characters and line or paragraph separators. (Bytes that are not UTF-8 are
-# kept: label.labels.txt holds the name's own bytes.)
+# terminal: control characters and line or paragraph separators.
 _BAD_NAME_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+# A lone surrogate: a name that is not UTF-8 text (a folder named in another encoding, a JSON
+# "\ud800"). TFDS reads label.labels.txt as UTF-8 and, failing, names the classes 0, 1, ...
+_NOT_UTF8 = "Cs"
 
 
 class Listing:
@@ -52,12 +54,19 @@ class Listing:
 
 def check_class_name(name: str, where: str | Option) -> None:
     """Refuse a class name (a folder's, a manifest's, from --classes or a CIFAR meta file at
-    `where`) that is not one line of printable text."""
-    if any(unicodedata.category(c) in _BAD_NAME_CATEGORIES for c in name):
+    `where`) that is not one line of printable UTF-8 text."""
+    categories = {unicodedata.category(c) for c in name}
+    if categories & _BAD_NAME_CATEGORIES:
         raise SourceError(
             where,
             f": the class name '{printable(name)}' holds a control character or a line "
             "break, but class names are written one per line: rename it",
+        )
+    if _NOT_UTF8 in categories:
+        raise SourceError(
+            where,
+            f": the class name '{printable(name)}' is not UTF-8 text, which TFDS and the "
+            "Hub read class names as: rename it in UTF-8",
         )
 
 
