@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 
 from shardpack.errors import Option, ShardpackError, SourceError, printable
 from shardpack.sources.source import NO_FIELDS, Item
+from shardpack.storage.atomic import NOT_A_NAME
 
 # A --classes file holds one name a line; no real class list is anywhere near this large.
 MAX_CLASSES_FILE = 64 * 2**20
@@ -20,11 +21,9 @@ MAX_CLASSES = 1_000_000
 # Names that are a class list file's, not a class's: a typo in one is a missing file.
 _LIST_FILES = (".txt", ".names", ".lst", ".csv")
 # Characters that would split a class name over lines of TFDS's label.labels.txt or garble a
-# terminal: control characters and line or paragraph separators.
+# terminal: control characters and line or paragraph separators. (Bytes that are not UTF-8 are
+# kept: label.labels.txt holds the name's own bytes.)
 _BAD_NAME_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
-# A lone surrogate: a name that is not UTF-8 text (a folder named in another encoding, a JSON
-# "\ud800"). TFDS reads label.labels.txt as UTF-8 and, failing, names the classes 0, 1, ...
-_NOT_UTF8 = "Cs"
 
 
 class Listing:
@@ -54,20 +53,16 @@ class Listing:
 
 def check_class_name(name: str, where: str | Option) -> None:
     """Refuse a class name (a folder's, a manifest's, from --classes or a CIFAR meta file at
-    `where`) that is not one line of printable UTF-8 text."""
-    categories = {unicodedata.category(c) for c in name}
-    if categories & _BAD_NAME_CATEGORIES:
+    `where`) that is not one line of printable text."""
+    if any(unicodedata.category(c) in _BAD_NAME_CATEGORIES for c in name):
         raise SourceError(
             where,
             f": the class name '{printable(name)}' holds a control character or a line "
             "break, but class names are written one per line: rename it",
         )
-    if _NOT_UTF8 in categories:
-        raise SourceError(
-            where,
-            f": the class name '{printable(name)}' is not UTF-8 text, which TFDS and the "
-            "Hub read class names as: rename it in UTF-8",
-        )
+    if NOT_A_NAME.search(name):  # a JSON "\ud800": no text, nothing could write it out
+        raise SourceError(where, f": the class name '{printable(name)}' holds a lone "
+                          "surrogate, which is no text: rename it")  # fmt: skip
 
 
 def check_class_names(names: tuple[str, ...], where: str, what: str) -> None:

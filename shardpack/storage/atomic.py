@@ -23,7 +23,7 @@ TEMP_NAME = re.compile(r"^\.(?P<final>.+)\.[0-9a-f]{16}\.(?P<kind>partial|progre
 # Lone surrogates no file name decodes to (Python's surrogateescape gives U+DC80 to U+DCFF):
 # a JSON source's "\ud800". No text, so no reader could write them out again (index.py's
 # _NO_NAME refuses them in an index.json).
-_NO_NAME = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+NOT_A_NAME = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 # Opening a file someone else may have put there: no link followed, no wait on a FIFO.
 _HOSTILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -158,7 +158,7 @@ def json_bytes(document: object) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
-        return _NO_NAME.sub("\ufffd", text).encode("utf-8", "backslashreplace")
+        return NOT_A_NAME.sub("\ufffd", text).encode("utf-8", "backslashreplace")
 
 
 def hash_fd(fd: int, digest) -> int:
