@@ -180,6 +180,12 @@ class OutputError(ShardpackError):
     """OUT cannot be written: it is a file, holds other data, is locked, or the disk is full."""
 
     @classmethod
+    def folder_at(cls, path: str) -> OutputError:
+        """A folder under a name a run writes, refused before the run writes anything."""
+        return cls(f"{path}: is a folder where pack writes a file; move it out of OUT, or "
+                   "choose another output folder")  # fmt: skip
+
+    @classmethod
     def writing(cls, path: str, error: OSError) -> OutputError:
         """A one-line error for a failed write of a pack run, naming the path and what to do."""
         return cls(

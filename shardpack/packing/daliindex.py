@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from shardpack.containers import CONTAINERS, Container
-from shardpack.errors import IndexFormatError
+from shardpack.errors import IndexFormatError, OutputError
 from shardpack.index import Index, ShardInfo, load_index
 from shardpack.layout import INDEX_FILES_DIR, index_file_name
 from shardpack.storage import Storage, storage_at
@@ -42,6 +42,18 @@ def _spans_from_offsets(
     return spans
 
 
+def refuse_index_file_folders(out: Storage, shards: Iterable[str]) -> None:
+    """A folder at a shard's index file would stop its write, at the end of a pack: refused
+    before anything is written."""
+    if out.kind(INDEX_FILES_DIR) != "dir":
+        return
+    folders = {e.name for e in out.child(INDEX_FILES_DIR).listdir() if e.is_dir}
+    blocked = sorted(name for name in map(index_file_name, shards)
+                     if name.removeprefix(f"{INDEX_FILES_DIR}/") in folders)  # fmt: skip
+    if blocked:
+        raise OutputError.folder_at(out.path(blocked[0]))
+
+
 def write_index_files(
     out: str | os.PathLike | Storage,
     index: Index | None = None,
@@ -71,13 +83,14 @@ def write_index_files(
                                f"these are {index.container.name}, which need none")  # fmt: skip
     storage = index.storage
     storage.make_folder(INDEX_FILES_DIR)  # a link planted there is refused, not written through
+    shards = [shard for split in index.splits.values() for shard in split.shards]
+    refuse_index_file_folders(storage, (shard.file for shard in shards))
     written = []
-    for split in index.splits.values():
-        for shard in split.shards:
-            spans = _spans_from_offsets((offsets or {}).get(shard.file, ()), shard, index.container)
-            if spans is None:
-                spans = index.container.record_spans(storage, shard.file)
-            lines = "".join(f"{o} {n}\n" for o, n in spans)
-            storage.put(index_file_name(shard.file), lines.encode())
-            written.append(storage.path(index_file_name(shard.file)))
+    for shard in shards:
+        spans = _spans_from_offsets((offsets or {}).get(shard.file, ()), shard, index.container)
+        if spans is None:
+            spans = index.container.record_spans(storage, shard.file)
+        lines = "".join(f"{o} {n}\n" for o, n in spans)
+        storage.put(index_file_name(shard.file), lines.encode())
+        written.append(storage.path(index_file_name(shard.file)))
     return written

@@ -16,6 +16,7 @@ from shardpack.options import MAX_NAME_CHARS, PackOptions, safe_name
 from shardpack.packing import duplicates, stamps
 from shardpack.packing.contents import copy_numbers
 from shardpack.packing.cpuload import CpuWatch, machine_cores
+from shardpack.packing.daliindex import refuse_index_file_folders
 from shardpack.packing.factspill import FactSpill
 from shardpack.packing.merge import build_index, commit_index, json_value, write_outputs
 from shardpack.packing.outdir import plan_record, prepare, split_file_names
@@ -69,6 +70,8 @@ class FreshPack:
         def unchanged(result: ShardResult) -> bool:
             return stamps.unchanged(result, specs[result.file], dataset.source, dataset.root)
 
+        if options.index_files:
+            refuse_index_file_folders(out, specs)
         reused, ours = prepare(out, plan, options.overwrite, options.resume, beside, record,
                                unchanged)  # fmt: skip
         workers = choose_workers(plan, options, machine_cores(), watch.others_busy)

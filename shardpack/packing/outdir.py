@@ -126,8 +126,7 @@ def refuse_folders(out: Storage, state: OutState, written: Iterable[str]) -> Non
     shards written: refused before anything in OUT is touched."""
     blocked = sorted(state.folders & set(written))
     if blocked:
-        raise OutputError(f"{out.path(blocked[0])}: is a folder where pack writes a file; move "
-                          "it out of OUT, or choose another output folder")  # fmt: skip
+        raise OutputError.folder_at(out.path(blocked[0]))
 
 
 def prepare(

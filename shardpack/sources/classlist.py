@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 
 from shardpack.errors import Option, ShardpackError, SourceError, printable
 from shardpack.sources.source import NO_FIELDS, Item
+from shardpack.storage.atomic import NOT_A_NAME
 
 # A --classes file holds one name a line; no real class list is anywhere near this large.
 MAX_CLASSES_FILE = 64 * 2**20
@@ -59,6 +60,9 @@ def check_class_name(name: str, where: str | Option) -> None:
             f": the class name '{printable(name)}' holds a control character or a line "
             "break, but class names are written one per line: rename it",
         )
+    if NOT_A_NAME.search(name):  # a JSON "\ud800": no text, nothing could write it out
+        raise SourceError(where, f": the class name '{printable(name)}' holds a lone "
+                          "surrogate, which is no text: rename it")  # fmt: skip
 
 
 def check_class_names(names: tuple[str, ...], where: str, what: str) -> None:

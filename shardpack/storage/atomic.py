@@ -20,6 +20,10 @@ HASH_CHUNK = 1 << 20  # bytes read at a time to hash a file
 _TOKEN_BYTES = 8  # 16 hex digits: a name no one can plant in advance
 # The one definition of our temporary names: `.NAME.<token>.partial|progress`.
 TEMP_NAME = re.compile(r"^\.(?P<final>.+)\.[0-9a-f]{16}\.(?P<kind>partial|progress)$")
+# Lone surrogates no file name decodes to (Python's surrogateescape gives U+DC80 to U+DCFF):
+# a JSON source's "\ud800". No text, so no reader could write them out again (index.py's
+# _NO_NAME refuses them in an index.json).
+NOT_A_NAME = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 # Opening a file someone else may have put there: no link followed, no wait on a FIFO.
 _HOSTILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -147,10 +151,14 @@ def json_bytes(document: object) -> bytes:
     """A JSON document as readable UTF-8, the way every JSON file shardpack writes reads.
 
     A file name that is not UTF-8 (kept by Python as lone surrogates) is written as a JSON
-    \\u escape, which reads back to the same name.
+    \\u escape, which reads back to the same name; a lone surrogate that is no file name's, as
+    U+FFFD.
     """
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    return text.encode("utf-8", "backslashreplace")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return NOT_A_NAME.sub("\ufffd", text).encode("utf-8", "backslashreplace")
 
 
 def hash_fd(fd: int, digest) -> int:

@@ -115,6 +115,18 @@ def test_a_classes_file_with_a_control_character_is_refused(tmp_path: Path):
     one_line_error(done, str(names), "control character or a line break")
 
 
+def test_a_coco_category_named_by_a_lone_surrogate_is_one_line(tmp_path: Path):
+    # "\ud800" is valid JSON but no text: it ended the plan in a UnicodeEncodeError.
+    src = make_tree(tmp_path / "src", {"train": 1})
+    (src / "annotations").mkdir()
+    coco = {"images": [{"id": 1, "file_name": "img_000.jpg", "width": 32, "height": 24}],
+            "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 4, 4]}],
+            "categories": [{"id": 1, "name": "\ud800"}]}  # fmt: skip
+    (src / "annotations" / "instances_train.json").write_text(json.dumps(coco))
+    done = _pack(src, tmp_path / "out")
+    one_line_error(done, "instances_train.json", "'\\ud800'", "lone surrogate")
+
+
 def test_class_folders_cafe_in_nfc_and_nfd_are_one_class(tmp_path: Path):
     import unicodedata
 

@@ -255,6 +255,31 @@ def test_inspect_prints_every_string_from_a_planted_index_escaped(packed, tmp_pa
     assert "png\\x1b]0;pwned\\x07" in shown and "split train\\x1b]0;title\\x07" in shown
 
 
+@pytest.mark.parametrize("text", ["\ud800", "a\udfff", "\\\udc00"])
+def test_a_lone_surrogate_no_file_name_holds_is_refused_on_load(packed, tmp_path, text):
+    """Valid JSON, no text: report, inspect --json and --append ended in a UnicodeEncodeError
+    writing it out. A pair (an emoji) and a file name's undecodable byte (\udcff) still load."""
+    out = _planted(packed, tmp_path, name=text, warnings=["\U0001f600 \udcff"])
+    for command in ("report", "inspect --json", "verify"):
+        one_line_error(run_cli(*command.split(), str(out)), str(out / "index.json"),
+                       "lone surrogate")  # fmt: skip
+    (out / "index.json").write_text(json.dumps({**json.loads((out / "index.json").read_text()),
+                                                "name": "out"}))  # fmt: skip
+    assert load_index(out).warnings == ("\U0001f600 \udcff",)
+
+
+def test_a_coco_file_name_that_is_no_name_is_skipped_into_an_index_its_readers_take(tmp_path):
+    src = make_tree(tmp_path / "src", {"train": 1})
+    (src / "annotations").mkdir()
+    images = [{"id": 1, "file_name": "img_000.jpg", "width": 32, "height": 24},
+              {"id": 2, "file_name": "\ud800.jpg", "width": 32, "height": 24}]  # fmt: skip
+    coco = {"images": images, "annotations": [], "categories": [{"id": 1, "name": "x"}]}
+    (src / "annotations" / "instances_train.json").write_text(json.dumps(coco))
+    done = run_cli("pack", str(src), str(tmp_path / "out"), "--workers", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [s.key for s in load_index(tmp_path / "out").skipped] == ["train/\ufffd.jpg"]
+
+
 def _shard_out(tmp_path: Path, records: list[dict], extra: dict) -> Path:
     """OUT of one TFRecord shard holding `records` (Example features), with a version-2 index
     of classes a, b and the `extra` features that vouches for them."""

@@ -520,6 +520,24 @@ def test_a_folder_under_a_name_pack_writes_is_refused_before_the_index_goes(src,
     assert verify(out).ok
 
 
+@pytest.mark.parametrize("command", ["index-files", "pack"])
+def test_a_folder_at_a_dali_index_file_is_refused_by_its_name_before_any_write(
+    src, tmp_path, command
+):
+    """index-files named its temporary file and said "pass a file"; pack --overwrite
+    --index-files stopped at its end, the dataset it was to replace gone."""
+    out = tmp_path / "out"
+    first = ("pack", str(src), str(out), "--workers", "1", "--index-files", "--shards", "2")
+    assert _cli(*first).returncode == 0
+    idx = out / "idx" / f"{SHARDS[0]}.idx"
+    idx.unlink()
+    idx.mkdir()
+    again = (*first, "--seed", "1", "--overwrite", "--no-progress")  # another dataset, replaced
+    done = run_cli("index-files", str(out)) if command == "index-files" else run_cli(*again)
+    _one_line_error(done, f"{idx}: is a folder where pack writes a file")
+    assert [fault.file for fault in verify(out).faults] == [f"idx/{SHARDS[0]}.idx"]
+
+
 _READ_STATE = f"""
 import json, sys
 from shardpack.packing.outdir import read_state
