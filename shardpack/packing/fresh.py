@@ -248,8 +248,9 @@ def _leave_nothing(
 
 
 def _fewer_workers(asked: int | None, ran: int, to_write: int, in_process: bool) -> tuple[str, ...]:
-    """A line saying why the run used fewer workers than --workers asked, if it did."""
-    if asked is None or ran >= asked:
+    """A line saying why the run used fewer workers than --workers asked, if it did (a run
+    with no shard left to write, a resume of a finished one, says nothing of workers)."""
+    if asked is None or ran >= asked or to_write == 0:
         return ()
     why = (
         "memory:// storage is this process's own"
