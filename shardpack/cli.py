@@ -22,7 +22,7 @@ import typer
 from shardpack import __version__
 from shardpack.console import Bar, print_inspect, print_json, print_pack_summary
 from shardpack.containers import CONTAINERS
-from shardpack.errors import FileAccessError, ShardpackError, plural, printable
+from shardpack.errors import FileAccessError, RecordError, ShardpackError, plural, printable
 from shardpack.options import (
     BACKEND_ALIASES,
     BACKENDS,
@@ -92,6 +92,11 @@ def _user_errors():
     path and the fix, and exit code 2; Ctrl-C, in one line and exit code 130."""
     try:
         yield
+    except RecordError as e:  # a damaged shard: how to find the others, and the mend
+        folder = e.path.rpartition("/")[0] or "."
+        _error(f"{e}; `{_command_name()} verify {shlex.quote(folder)}` lists every damaged "
+               "shard: restore them from a copy or pack again")  # fmt: skip
+        raise typer.Exit(2) from None
     except ShardpackError as e:
         _error(as_flags(e))  # the options it names as flags
         raise typer.Exit(2) from None

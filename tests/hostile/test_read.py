@@ -106,7 +106,9 @@ def test_the_cli_says_one_line_for_a_lying_record(tmp_path: Path, command: str):
     args = [command, str(out)] + (
         ["--out", str(tmp_path / "p.png")] if command == "preview" else []
     )
-    _one_line_error(_cli(*args), SHARD, "label 12 outside the 2 classes")
+    _one_line_error(_cli(*args), SHARD, "label 12 outside the 2 classes",
+                    f"verify {out}` lists every damaged shard: restore them from a copy or "
+                    "pack again")  # fmt: skip
 
 
 def test_verify_cli_reports_an_int64_key_as_a_fault(tmp_path: Path):
