@@ -417,8 +417,10 @@ class _Reader(ShardReader):
         return self.offsets[i]
 
     def _stale(self, offset: int) -> RecordError:
-        return RecordError(self.path, offset, "no record starts here: the index file is stale; "
-                                              "rewrite it with write_index_files")  # fmt: skip
+        return RecordError(self.path, offset, "no record starts here: the shard is damaged or "
+                                              "its index file is stale; verify tells which: "
+                                              "restore the shard, or rewrite the index with "
+                                              "write_index_files")  # fmt: skip
 
     def close(self) -> None:
         self.blob.close()

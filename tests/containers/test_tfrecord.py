@@ -534,8 +534,8 @@ def test_a_record_read_by_its_offset_is_checked_alike_in_one_read_or_three(
     last = len(PAYLOADS) - 1
     for content, listed, record, fault in (
         (bytes(flipped), offsets, 1, "data CRC mismatch"),
-        (whole, moved, 1, "the index file is stale"),
-        (whole[:-3], offsets, last, "the index file is stale"),  # its footer cut short
+        (whole, moved, 1, "damaged or its index file is stale"),
+        (whole[:-3], offsets, last, "damaged or its index file is stale"),  # its footer cut short
     ):
         path.write_bytes(content)
         reader = tfrecord.TFRecord().open(*at(path), offsets=listed)
@@ -566,7 +566,7 @@ def test_a_record_whose_length_crc_fails_is_refused_when_read_by_its_offset(
     path.write_bytes(whole)
     with tfrecord.TFRecord().open(*at(path), offsets=offsets) as reader:
         assert reader.raw(0) == PAYLOADS[0]
-        with pytest.raises(RecordError, match="the index file is stale"):
+        with pytest.raises(RecordError, match="damaged or its index file is stale"):
             reader.framed(1)
 
 
