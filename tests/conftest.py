@@ -2,6 +2,7 @@
 
 import os
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -152,3 +153,17 @@ def indexes_round_trip(request: pytest.FixtureRequest):
     yield
     if root is not None:
         check_indexes_round_trip(root)
+
+
+# What the fast tier's machine need not have (`make test-fast` installs the light extras only)
+HEAVY_MODULES = ("tensorflow", "tensorflow_datasets", "torch", "nvidia.dali")
+
+
+@pytest.fixture(autouse=True)
+def fast_tier_stays_light():
+    """In `make test-fast`: a test that imports TensorFlow, TFDS, torch or DALI without the heavy
+    mark fails, named, here (it would fail on a machine with the light extras only)."""
+    before = {name for name in HEAVY_MODULES if name in sys.modules}
+    yield
+    if FAST and (met := [n for n in HEAVY_MODULES if n in sys.modules and n not in before]):
+        pytest.fail(f"the fast tier imported {', '.join(met)}: mark the test heavy")
