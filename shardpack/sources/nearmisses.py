@@ -1,6 +1,7 @@
 """Class names that probably say what was not meant, named in warnings (never refused): a
 typo away from a larger class's, alike but for case in splits of their own, a missing value as
-pandas spells it, numbers sorted as text, and folders apart by the spaces around their names."""
+pandas spells it, numbers sorted as text, folders apart by the spaces around their names, and
+names in another encoding than UTF-8."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def near_misses(dataset: Dataset) -> tuple[str, ...]:
     it, numbers sorted as text."""
     classes = dataset.classes
     if len(classes) < 2:
-        return ()
+        return _not_utf8(classes)
     per_split: dict[str, Counter[int]] = {}  # split -> class index -> images
     for split, items in dataset.splits.items():
         labels = Counter(map(operator.itemgetter(1), items))  # Item.label, counted in C
@@ -36,7 +37,26 @@ def near_misses(dataset: Dataset) -> tuple[str, ...]:
                 counts[index] += n
     counts = sum(per_split.values(), Counter())
     return (_typos(classes, counts) + _cased_apart(classes, per_split)
-            + _missing(classes, counts) + _numbers_as_text(classes))  # fmt: skip
+            + _missing(classes, counts) + _numbers_as_text(classes)
+            + _not_utf8(classes))  # fmt: skip
+
+
+def _not_utf8(classes: tuple[str, ...]) -> tuple[str, ...]:
+    """A warning where class names hold bytes that are not UTF-8 (a folder named in Latin-1 or
+    cp1252, as old archives unpack): their bytes are kept, but TFDS reads label.labels.txt as
+    UTF-8 and, failing, numbers the classes without a word."""
+    named = [shown for name in classes if (shown := _bytes_shown(name)) != name]
+    if not named:
+        return ()
+    return (f"{len(named):,} class name{'s' if len(named) > 1 else ''} not UTF-8 (e.g. "
+            f"'{printable(named[0])}'): kept as their bytes, which TFDS cannot read as names "
+            "(it numbers the classes instead); rename them in UTF-8",)  # fmt: skip
+
+
+def _bytes_shown(name: str) -> str:
+    """A name with the bytes os.fsdecode could not decode (kept as surrogates) shown as \\xNN,
+    as the disk holds them."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _numbers_as_text(classes: tuple[str, ...]) -> tuple[str, ...]:

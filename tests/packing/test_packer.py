@@ -421,6 +421,10 @@ def test_file_and_class_names_that_are_not_utf8(tmp_path: Path):
     (record,) = tf_records(out)
     assert record["key"] == b"caf\xe9/\xff.jpg"  # the key holds the name's own bytes
     assert (out / "label.labels.txt").read_bytes() == b"caf\xe9\n"
+    assert index["warnings"] == [  # which TFDS cannot read as a name: said
+        "1 class name not UTF-8 (e.g. 'caf\\xe9'): kept as their bytes, which TFDS cannot read "
+        "as names (it numbers the classes instead); rename them in UTF-8"
+    ]
 
 
 def test_out_inside_src_is_refused(tree: Path):
