@@ -11,10 +11,17 @@ from dataclasses import dataclass
 
 def printable(text: str) -> str:
     """`text` with control characters, undecodable bytes and other unprintables escaped
-    (a class folder named with a newline must not break a line of the summary)."""
+    (a class folder named with a newline must not break a line of the summary); a byte of a
+    name that os.fsdecode could not decode (kept as a surrogate) as the byte it is, \\xNN."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(c: str) -> str:
+    if "\udc80" <= c <= "\udcff":  # surrogateescape's undecodable byte
+        return f"\\x{ord(c) - 0xDC00:02x}"
+    return ascii(c)[1:-1]
 
 
 def shortened(text: str, most: int = 40) -> str:

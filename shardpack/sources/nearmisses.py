@@ -43,9 +43,10 @@ def near_misses(dataset: Dataset) -> tuple[str, ...]:
 
 def _not_utf8(classes: tuple[str, ...]) -> tuple[str, ...]:
     """A warning where class names hold bytes that are not UTF-8 (a folder named in Latin-1 or
-    cp1252, as old archives unpack): their bytes are kept, but TFDS reads label.labels.txt as
-    UTF-8 and, failing, numbers the classes without a word."""
-    named = [shown for name in classes if (shown := _bytes_shown(name)) != name]
+    cp1252, as old archives unpack; os.fsdecode keeps such bytes as surrogates): their bytes
+    are kept, but TFDS reads label.labels.txt as UTF-8 and, failing, numbers the classes
+    without a word."""
+    named = [name for name in classes if not _is_text(name)]
     if not named:
         return ()
     return (f"{len(named):,} class name{'s' if len(named) > 1 else ''} not UTF-8 (e.g. "
@@ -53,10 +54,12 @@ def _not_utf8(classes: tuple[str, ...]) -> tuple[str, ...]:
             "(it numbers the classes instead); rename them in UTF-8",)  # fmt: skip
 
 
-def _bytes_shown(name: str) -> str:
-    """A name with the bytes os.fsdecode could not decode (kept as surrogates) shown as \\xNN,
-    as the disk holds them."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+def _is_text(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _numbers_as_text(classes: tuple[str, ...]) -> tuple[str, ...]:
