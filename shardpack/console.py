@@ -163,7 +163,9 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
             if summary["shards_kept"]  # else a fresh folder, or another plan's: say so
             else "found no finished shard of this job to keep, packed from the start"
         )
-        typer.echo(f"{head}: {kept}, wrote {plural(summary['new_records'], 'image')} at {rate}")
+        wrote = (f"wrote {plural(summary['new_records'], 'image')} at {rate}"
+                 if summary["shards_kept"] < shards else "nothing left to write")  # fmt: skip
+        typer.echo(f"{head}: {kept}, {wrote}")
     else:
         typer.echo(f"{head}: {rate}")
     if not grow and summary.get("shuffle"):

@@ -753,7 +753,8 @@ def test_resume_says_what_it_kept_and_rates_the_new_work(tmp_path: Path):
     assert summary["images_per_second"] == 0  # kept shards are no work done
     # nothing left to write: no word of workers that did not run
     idle = runner.invoke(app, [*job[:6], "2", "--no-progress", "--resume"])
-    assert idle.exit_code == 0 and "kept 4 of 4 shards" in idle.output, idle.output
+    assert idle.exit_code == 0, idle.output
+    assert "kept 4 of 4 shards from an earlier run, nothing left to write\n" in idle.output
     assert "workers asked ran" not in idle.output, idle.output
     # A fresh folder (a typo in OUT, say): nothing is kept, and the line says so.
     fresh = runner.invoke(app, [*job[:2], str(tmp_path / "fresh"), *job[3:], "--resume"])
