@@ -38,13 +38,14 @@ demo: $(RUNTIME)
 	$(BIN)/shardpack demo demo-out
 	$(BIN)/shardpack verify demo-out/shards
 
-# The tests on every core and one more (pytest-xdist), a file to a worker (tests/conftest.py
+# The tests on every core and two more (pytest-xdist), a file to a worker (tests/conftest.py
 # keeps the files that load TensorFlow on one), in the order conftest sorts them: a file's
-# module fixtures are made once, and its tests share them. The extra worker fills the time the
-# others wait on servers, timers and child processes (2 cores: make test 2:50 against 3:07 with 2).
+# module fixtures are made once, and its tests share them. The extra workers fill the time the
+# others wait on servers, timers and child processes (2 cores: make test 2:50 against 3:07 with
+# 2 workers; 2:42 and 2:55 with 4 against 2:50 and 3:02 with 3, paired in a slow hour).
 # TEST_WORKERS=0 runs them in this one process. They start hundreds of interpreters: let those
 # reuse compiled bytecode even where the shell says not to.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_WORKERS) \
 	--dist loadfile --no-loadscope-reorder
 
