@@ -194,8 +194,7 @@ class GrowPack:
         if options.split is not None:  # a held item keeps its split; new ones are cut
             dataset = _keep_splits(dataset, old, self.held)
         # a skipped item gone from SRC goes from what OUT tells (no shard is rewritten for it)
-        present = {item.key for items in dataset.splits.values() for item in items}
-        gone = frozenset(key for key, _ in self.held.skips() if key not in present)
+        gone = _gone(frozenset(key for key, _ in self.held.skips()), dataset)
         self.held = self.held.without_skips(gone)
         self.contents = self.held.shards
         change = _compare(dataset, self.held, self.known, options)
@@ -644,6 +643,16 @@ def _keep_splits(dataset: Dataset, old: Index, held: Contents) -> Dataset:
         for item in items:
             splits.setdefault(split_of.get(item.key, name), []).append(item)
     return replace(dataset, splits={name: tuple(items) for name, items in splits.items()})
+
+
+def _gone(keys: frozenset[str], dataset: Dataset) -> frozenset[str]:
+    """Those of `keys` (a held dataset's skips, usually few) that SRC no longer holds: no set
+    of every item's key made for them, and no pass over the items where there are none."""
+    if not keys:
+        return keys
+    present = {item.key for items in dataset.splits.values() for item in items
+               if item.key in keys}  # fmt: skip
+    return keys - present
 
 
 def _dropped_copies(old: Index) -> bool:
