@@ -293,6 +293,19 @@ def startup(cache: str, repeat: int = 5) -> dict:
     }
 
 
+# What the design card fixes a pack's process to import (the CLI's, the plan's and the pool's
+# libraries), timed alone: the part of a pack's start-up no code of ours can remove.
+FIXED_IMPORTS = "import typer, numpy, numpy.random, joblib"
+
+
+def fixed_imports(repeat: int = 5) -> dict:
+    """A fresh Python importing FIXED_IMPORTS, whole processes: the median wall."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}  # as the CLI sets it
+    argv = [sys.executable, "-c", FIXED_IMPORTS]
+    walls = [run_measured(argv, REPO, env).wall_s for _ in range(repeat)]
+    return {"imports": FIXED_IMPORTS, "wall_s": round(statistics.median(walls), 3)}
+
+
 def listing(cache: str) -> dict:
     """Scan and plan of the million-file tree in a fresh process (benchmarks/listing.py)."""
     workload = workloads.ensure(LISTING_WORKLOAD, cache, _log)
@@ -396,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     memory = _memory(results)
     if memory:
         results["extras"]["memory"] = memory
+    if any(c["kind"] == "io-ceiling" for case in results["cases"] for c in case["contenders"]):
+        _log("== the imports the design fixes, alone")
+        results["extras"]["fixed_imports"] = fixed_imports()
     if not args.no_extras:
         _log("== start-up")
         results["extras"]["startup"] = startup(cache)

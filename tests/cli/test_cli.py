@@ -482,6 +482,27 @@ def test_the_benchmark_harness_runs_from_the_checkout(src: Path, tmp_path: Path)
     assert (tmp_path / "bench.png").stat().st_size > 0
 
 
+@pytest.mark.long  # a benchmark run and five fresh Pythons importing numpy: seconds
+def test_the_io_ceiling_row_says_what_the_fixed_imports_take(src: Path, tmp_path: Path):
+    """The passthrough-against-the-I/O-ceiling row gives, beside the ratio, what a fresh Python
+    importing the libraries the design fixes (typer, numpy, joblib) takes of shardpack's wall:
+    the part of its start-up the ceiling's loop does not pay and no code of ours can remove."""
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", str(src), "--encode", "keep", "--contenders",
+         "shardpack,io-ceiling", "--workers", "2", "--repeat", "1", "--json", str(out),
+         "--no-extras", "--cache", str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    fixed = json.loads(out.read_text())["extras"]["fixed_imports"]
+    assert fixed["imports"] == "import typer, numpy, numpy.random, joblib"
+    assert 0 < fixed["wall_s"] < 60
+    (row,) = [line for line in out.with_suffix(".md").read_text().splitlines()
+              if "passthrough against the I/O ceiling" in line]  # fmt: skip
+    assert f"importing typer, numpy and joblib alone (the design's): {fixed['wall_s']:.2f} s" in row
+
+
 def test_the_benchmark_harness_passes_format_to_shardpack(src: Path, tmp_path: Path):
     out = tmp_path / "bench.json"
     result = subprocess.run(
