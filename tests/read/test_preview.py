@@ -186,3 +186,14 @@ def test_a_label_list_out_of_step_with_the_boxes_draws_them_unnamed(tmp_path: Pa
     sheet = cv2.imread(make_preview(out, tmp_path / "sheet.png"), cv2.IMREAD_COLOR)
     strip = sheet[9:17, 14:34]
     assert _colour_at(sheet, BOX_COLOR)[50, 13:65].all() and (strip.max(axis=2) < 100).sum() == 0
+
+
+def test_an_accented_class_name_is_drawn_without_its_accents(tmp_path: Path):
+    """Crème Brûlée's sheet is Creme Brulee's, not one captioned Cr?me Br?l?e (OpenCV's
+    font draws ASCII alone)."""
+    sheets = []
+    for name in ("Crème Brûlée", "Creme Brulee"):
+        out = packed_tree(tmp_path / name, {name: 1}, workers=1)
+        assert _preview(str(out), "--out", str(out / "grid.png")).returncode == 0
+        sheets.append(cv2.imread(str(out / "grid.png")))
+    assert np.array_equal(*sheets)
