@@ -262,7 +262,8 @@ class GrowPack:
         told = _told(index, dataset, {**kept, **fresh}, loose, copies, options)
         run = Run(generation=self.generation, when=_now(), **summary)
         failures = _failures(index.splits, now, loose, dataset)
-        stats = replace(old.stats, **stats, url_failures=counts(failures) if failures else None)
+        stats = replace(old.stats, **stats, url_failures=counts(failures) if failures else None,
+                        lossless=_lossless(now.values()))  # fmt: skip
         index = replace(index, **told, history=(*old.history, run)[-MAX_HISTORY:], stats=stats)
         moved = gaps.gap_moves(index)  # the gaps the update leaves
         # what a stop leaves there
@@ -286,6 +287,13 @@ class GrowPack:
                                         *_asked_again(self.again, fresh)),
             grow=summary,
         )  # fmt: skip
+
+
+def _lossless(shards: Iterable[Entry]) -> int | None:
+    """The images --encode keep made PNG in these shards (None: a shard from before they were
+    noted in contents.json)."""
+    noted = [entry.get("lossless") for entry in shards]
+    return None if None in noted else sum(n for (n,) in noted)
 
 
 def close_gaps(
