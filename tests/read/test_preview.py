@@ -39,6 +39,13 @@ def test_the_extension_picks_the_format(out: Path, tmp_path: Path, ext: str):
     assert sheet.shape[1] == 3 * CELL  # 5 records: a 3 x 2 grid
 
 
+@pytest.mark.parametrize("flag", ["--n", "-n"])
+def test_the_count_of_records_is_taken_as_n_or_as_the_short_flag(out, tmp_path, flag):
+    result = _preview(str(out), flag, "2", "--out", str(tmp_path / "sheet.png"))
+    assert result.returncode == 0, result.stderr
+    assert cv2.imread(str(tmp_path / "sheet.png")).shape[1] == 2 * CELL  # 2 records: 2 x 1
+
+
 def test_a_dataset_without_train_is_drawn_from_its_first_split(tmp_path: Path):
     """A COCO set of `val` alone (a split tree here): no --split needed, and one naming no
     split says which there are."""
