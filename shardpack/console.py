@@ -291,7 +291,8 @@ def _print_duplicates_and_ignored(duplicates: dict, ignored: int, named: Sequenc
     for line in lines(duplicates):
         typer.echo(line)
     if ignored:
-        what = plural(ignored, "file that is not an image", "files that are not images")
+        # not "not images": a JPEG without an extension, or one a COCO JSON does not list, is one
+        what = plural(ignored, "file not taken for an image", "files not taken for images")
         more = ", ..." if ignored > 5 else ""
         shown = f": {', '.join(map(printable, named[:5]))}{more}" if named else ""
         typer.echo(f"ignored {what}{shown}")
