@@ -48,8 +48,8 @@ def _is_image_name(name: str) -> bool:
 
 # The extensions without their dot, for the walk's inline test (no function call per file).
 _SUFFIXES = frozenset(ext[1:] for ext in IMAGE_EXTENSIONS)
-# The skip reason of an image beside the class folders, not in one.
-_NO_CLASS = "in no class folder (SRC/<class>/<image>): move it into its class's folder"
+# The skip reason of an image beside the class folders, not in one (of SRC, or of a split).
+_NO_CLASS = "in no class folder ({}): move it into its class's folder"
 
 
 class Passed:
@@ -222,7 +222,8 @@ def list_class_folders(
         if _hidden(name):
             continue
         if _is_image_name(name):  # an image with no class: named with why, not "not an image"
-            passed.skipped.append((prefix + name, _NO_CLASS))
+            where = "SRC/<split>/<class>/<image>" if base else "SRC/<class>/<image>"
+            passed.skipped.append((prefix + name, _NO_CLASS.format(where)))
         else:
             passed.ignore(prefix + name)
     found = Listing()
