@@ -383,7 +383,7 @@ def preview(
             metavar="NAME", help="Split to draw from.  [default: train, else the first by name]"
         ),
     ] = None,
-    n: Annotated[int, typer.Option("--n", metavar="N", min=1, help="Records to show.")] = 64,
+    n: Annotated[int, typer.Option("--n", "-n", metavar="N", min=1, help="Records to show.")] = 64,
     dest: Annotated[
         str,  # not a Path, which would make s3://b/x.png s3:/b/x.png before preview refuses it
         typer.Option(

@@ -149,7 +149,7 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         dataset = (f"{plural(summary['records'], 'image')} in {plural(shards, 'shard')} "
                    f"({_human_bytes(total)})")  # fmt: skip
         if grow.get("nothing"):
-            what = ("no shard written; index.json now tells the copies and skips SRC holds"
+            what = ("no shard written; index.json now tells SRC's copies, skips and other files"
                     if grow.get("retold") else f"{summary['out']} is unchanged")  # fmt: skip
             typer.echo(f"nothing to {'add' if grow['mode'] == 'append' else 'update'}: "
                        f"{what}, {dataset}")  # fmt: skip
@@ -291,7 +291,8 @@ def _print_duplicates_and_ignored(duplicates: dict, ignored: int, named: Sequenc
     for line in lines(duplicates):
         typer.echo(line)
     if ignored:
-        what = plural(ignored, "file that is not an image", "files that are not images")
+        # not "not images": a JPEG without an extension, or one a COCO JSON does not list, is one
+        what = plural(ignored, "file not taken for an image", "files not taken for images")
         more = ", ..." if ignored > 5 else ""
         shown = f": {', '.join(map(printable, named[:5]))}{more}" if named else ""
         typer.echo(f"ignored {what}{shown}")

@@ -36,7 +36,8 @@ _CHUNK = 16 << 20
 
 # One shard's: "keys", "crc", "size", "width", "height", "stored" (the image's bytes as the
 # record holds it; each of these three 0: not noted, by a version before it), "meta", "copy"
-# (one per record), "label_counts", "tally" ([what, value, count]), "skipped" and "reasons"
+# (one per record), "label_counts", "tally" ([what, value, count]), "lossless" ([the images
+# --encode keep made PNG]; absent: not noted, by a version before it), "skipped" and "reasons"
 # (one per item skipped)
 Entry = dict[str, list]
 Skip = tuple[str, str, str]  # (split, key, reason)
@@ -184,14 +185,18 @@ def _agrees(entry: object, records: int, one_label: bool) -> bool:
     more = {k: entry[k] for k in ("width", "height", "stored", "meta", "copy") if k in entry}
     noted = ["skipped"] * len(skipped) if isinstance(skipped, list) else None  # no reasons kept
     tally, reasons = entry.get("tally", []), entry.get("reasons", noted)
+    lossless = entry.get("lossless", [0])
     return (
         all(isinstance(v, list) for v in (keys, crc, size, counts, skipped, tally, reasons))
+        and isinstance(lossless, list)
+        and len(lossless) == 1
         and all(isinstance(v, list) and len(v) == records for v in more.values())
         and len(keys) == len(crc) == len(size) == records
         and len(reasons) == len(skipped)
         and all(_only(v, str) for v in (keys, skipped, reasons))
         and all(
-            _only(v, int) and min(v, default=0) >= 0 for v in (crc, size, counts, *more.values())
+            _only(v, int) and min(v, default=0) >= 0
+            for v in (crc, size, counts, lossless, *more.values())
         )
         and all(_tallied(t) for t in tally)
         and (not one_label or sum(counts) <= records)

@@ -1,5 +1,6 @@
 """contents.json: which items each shard holds (their keys, content keys, a digest of their
-label and fields, the written sizes and per-class and per-format counts) and which it skipped
+label and fields, the written sizes, per-class and per-format counts and the images made PNG
+losslessly) and which it skipped
 with the reason, so that `pack --append` and `--update` know what OUT has without reading a
 shard, and recount its statistics, skips and copies as a fresh pack would.
 
@@ -110,6 +111,7 @@ def _columns(spec: ShardSpec, result: ShardResult) -> dict[str, list | np.ndarra
         "meta": [meta_of(labels[i], fields[i]) for i in written],
         "label_counts": list(result.label_counts),
         "tally": [list(t) for t in result.tally],
+        "lossless": [result.lossless],
         "skipped": skipped,
         "reasons": [reasons.get(key, "skipped") for key in skipped],
     }

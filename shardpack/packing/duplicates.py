@@ -20,7 +20,7 @@ from shardpack.options import PackOptions
 from shardpack.packing import near
 from shardpack.packing.facts import content_digest, content_key
 from shardpack.packing.packeditems import picked
-from shardpack.packing.plan import Plan
+from shardpack.packing.plan import CUT_WARNING, Plan
 from shardpack.sources import Dataset, Item
 
 # Splits a model is judged on: their copy of an image is the one --dedup keeps.
@@ -34,6 +34,7 @@ HASH_CHUNK = 256
 # The groups of copies that carry more than one label index.json names (the count has all).
 MAX_LISTED_CONFLICTS = 20
 _CONFLICT = "label conflict: "  # how a warning of copies filed under two labels begins
+_CROWDED = "--dedup near: "  # how crowded_warning begins
 
 
 class ContentKey(NamedTuple):
@@ -365,7 +366,7 @@ def crowded_warning(crowded: int) -> tuple[str, ...]:
     """What a run says of the images --dedup near found in crowded buckets (none: nothing)."""
     if not crowded:
         return ()
-    return (f"--dedup near: {crowded:,} images have hashes alike in most bits (flat, blank or "
+    return (f"{_CROWDED}{crowded:,} images have hashes alike in most bits (flat, blank or "
             f"synthetic images?); each was compared with {near.MAX_BUCKET} of them alone, so "
             "near copies among them may be kept",)  # fmt: skip
 
@@ -521,10 +522,13 @@ def warnings(doc: dict) -> list[str]:
             "(index.json's duplicates.conflicts_listed names them)"]  # fmt: skip
 
 
-def rewarned(held: tuple[str, ...], doc: dict) -> tuple[str, ...]:
-    """A grown index's warnings: the held index's, its label conflicts' told anew from the
-    grown dataset's summary() (gone with the conflicts, as a fresh pack would not warn)."""
-    return (*(w for w in held if not w.startswith(_CONFLICT)), *warnings(doc))
+def rewarned(held: tuple[str, ...], doc: dict, scanned: tuple[str, ...]) -> tuple[str, ...]:
+    """A grown index's warnings, as a fresh pack of SRC tells them: the grow's scan's
+    (`scanned`: a class folder filled since is no more said to be empty), the held ones of
+    the run's own (its shard cut, crowded near buckets), and its label conflicts told anew
+    from the grown dataset's summary() (gone with the conflicts)."""
+    kept = (w for w in held if w.startswith((_CROWDED, CUT_WARNING)))
+    return (*scanned, *kept, *warnings(doc))
 
 
 def lines(doc: object) -> list[str]:

@@ -218,7 +218,11 @@ class GrowPack:
         if self.known != self.loaded:  # files read again, their bytes unchanged: read no more
             stamps.save(out, old, stamps.mtimes_to_save(contents.values(), self.known))
         copies = self.copies
-        if copies is None and loose != self.held.loose:  # a skipped item gone from SRC
+        warned = duplicates.rewarned(old.warnings, old.duplicates or {}, dataset.warnings)
+        rescanned = warned != old.warnings or any(
+            v != getattr(old, k) for k, v in _listed(dataset).items())  # fmt: skip
+        # a skipped item gone from SRC, or what the scan says of SRC's other files changed
+        if copies is None and (loose != self.held.loose or rescanned):
             update = options.grow == "update"
             copies = _copies(dataset, contents, change, options, update)
         told = copies and _told(old, dataset, contents, loose, copies, options)
@@ -258,7 +262,8 @@ class GrowPack:
         told = _told(index, dataset, {**kept, **fresh}, loose, copies, options)
         run = Run(generation=self.generation, when=_now(), **summary)
         failures = _failures(index.splits, now, loose, dataset)
-        stats = replace(old.stats, **stats, url_failures=counts(failures) if failures else None)
+        stats = replace(old.stats, **stats, url_failures=counts(failures) if failures else None,
+                        lossless=_lossless(now.values()))  # fmt: skip
         index = replace(index, **told, history=(*old.history, run)[-MAX_HISTORY:], stats=stats)
         moved = gaps.gap_moves(index)  # the gaps the update leaves
         # what a stop leaves there
@@ -282,6 +287,13 @@ class GrowPack:
                                         *_asked_again(self.again, fresh)),
             grow=summary,
         )  # fmt: skip
+
+
+def _lossless(shards: Iterable[Entry]) -> int | None:
+    """The images --encode keep made PNG in these shards (None: a shard from before they were
+    noted in contents.json)."""
+    noted = [entry.get("lossless") for entry in shards]
+    return None if None in noted else sum(n for (n,) in noted)
 
 
 def close_gaps(
@@ -723,8 +735,15 @@ def _told(
         "num_skipped": len(every),
         "duplicates": found,
         "summaries": json_value(entry_summaries(by_split, reasons, copies.per_split())),
-        "warnings": duplicates.rewarned(index.warnings, found),
+        "warnings": duplicates.rewarned(index.warnings, found, dataset.warnings),
+        **_listed(dataset),
     }
+
+
+def _listed(dataset: Dataset) -> dict[str, object]:
+    """The Index fields of the files SRC holds that are no image, as the grow's scan found
+    them (a fresh pack's: not the held ones)."""
+    return {"ignored": dataset.ignored, "ignored_files": tuple(dataset.ignored_files)}
 
 
 def _retell(
@@ -892,7 +911,7 @@ def _nothing(
     retold: bool,
 ) -> PackResult:
     """The result of a grow that found nothing to write: no shard touched (`retold`: its
-    index.json now tells new copies or skips)."""
+    index.json now tells new copies, skips, files that are no image or warnings)."""
     records = sum(s.num_records for s in old.splits.values())
     shards = sum(len(s.shards) for s in old.splits.values())
     return PackResult(root, old, records, old.num_skipped,

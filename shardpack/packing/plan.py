@@ -45,6 +45,8 @@ GAIN_MARGIN = 0.1
 # A shard holding fewer images than this is mostly per-file overhead for its readers (an open,
 # a shuffle-buffer refill); a shard size that leaves so few earns a warning.
 FEW_ITEMS_PER_SHARD = 8
+# How a warning of the shard cut begins (`split train: ...`): a grow keeps the held ones.
+CUT_WARNING = "split "
 
 
 @dataclass(frozen=True)
@@ -259,13 +261,14 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
         count = num_shards_for(items, options, workers, balance.get(split), cost)
         if options.shards is None and count > 1 and len(items) < FEW_ITEMS_PER_SHARD * count:
             warnings.append(
-                f"split {split}: a shard size of {options.shard_size:,} bytes leaves about "
+                f"{CUT_WARNING}{split}: a shard size of {options.shard_size:,} bytes leaves about "
                 f"{len(items) / count:.1f} images per shard ({count} shards for {len(items)} "
                 "images); choose a larger shard size or a shard count"
             )
         if options.shards is not None and count < options.shards:
-            warnings.append(f"split {split}: {count:,} shards, not the {options.shards:,} asked: "
-                            f"a shard holds one image at least")  # fmt: skip
+            warnings.append(f"{CUT_WARNING}{split}: {count:,} shards, not the "
+                            f"{options.shards:,} asked: a shard holds one image at "
+                            "least")  # fmt: skip
         for index, (start, end) in enumerate(shard_bounds(len(items), count)):
             shards.append(
                 ShardSpec(

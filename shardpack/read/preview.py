@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import unicodedata
 
 import cv2
 import numpy as np
@@ -89,7 +90,7 @@ def make_preview(
         y, x = (k // cols) * (CELL + _CAPTION), (k % cols) * CELL
         sheet[y : y + thumb.shape[0], x : x + thumb.shape[1]] = thumb
         caption = mark + _caption(index.classes, record.get("label"))
-        caption = caption.encode("ascii", "replace").decode()[:18]
+        caption = _drawable(caption)[:18]
         cv2.putText(sheet, caption, (x + 3, y + CELL + 15), cv2.FONT_HERSHEY_SIMPLEX, 0.4,
                     (0, 0, 0), 1, cv2.LINE_AA)  # fmt: skip
     try:
@@ -157,7 +158,7 @@ def _draw_boxes(thumb: np.ndarray, boxes: np.ndarray, names: list[str]) -> None:
     for (x, y), name in zip((c[0] for c in corners), names, strict=True):  # over every box
         if not name:
             continue
-        name = name.encode("ascii", "replace").decode()[:12]
+        name = _drawable(name)[:12]
         (w, h), base = cv2.getTextSize(name, cv2.FONT_HERSHEY_SIMPLEX, _NAME_SCALE, 1)
         cv2.rectangle(thumb, (x, y), (x + w + 1, y + h + base), BOX_COLOR, cv2.FILLED)
         cv2.putText(thumb, name, (x + 1, y + h), cv2.FONT_HERSHEY_SIMPLEX, _NAME_SCALE,
@@ -173,6 +174,13 @@ def _draw_mask(thumb: np.ndarray, ids: np.ndarray) -> None:
         shape = (ids == i).astype(np.uint8)
         contours, _ = cv2.findContours(shape, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
         cv2.drawContours(thumb, contours, -1, MASK_COLOR, 1)
+
+
+def _drawable(text: str) -> str:
+    """Text in the ASCII that OpenCV's font draws: accents dropped from their letters
+    (`Crème Brûlée` as `Creme Brulee`, not `Cr?me Br?l?e`), any other character a '?'."""
+    bare = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    return bare.encode("ascii", "replace").decode()
 
 
 def _caption(classes: tuple[str, ...], label: object) -> str:

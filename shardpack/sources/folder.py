@@ -48,6 +48,8 @@ def _is_image_name(name: str) -> bool:
 
 # The extensions without their dot, for the walk's inline test (no function call per file).
 _SUFFIXES = frozenset(ext[1:] for ext in IMAGE_EXTENSIONS)
+# The skip reason of an image beside the class folders, not in one (of SRC, or of a split).
+_NO_CLASS = "in no class folder ({}): move it into its class's folder"
 
 
 class Passed:
@@ -217,7 +219,12 @@ def list_class_folders(
     prefix = f"{base}/" if base else ""
     loose = sorted([*top.files, *(name for name, _ in top.others)])
     for name in loose:
-        if not _hidden(name):
+        if _hidden(name):
+            continue
+        if _is_image_name(name):  # an image with no class: named with why, not "not an image"
+            where = "SRC/<split>/<class>/<image>" if base else "SRC/<class>/<image>"
+            passed.skipped.append((prefix + name, _NO_CLASS.format(where)))
+        else:
             passed.ignore(prefix + name)
     found = Listing()
     # class -> whether it holds an image; None where it cannot be listed (skipped with why,

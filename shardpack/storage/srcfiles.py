@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import stat
 
+from shardpack.errors import printable
+
 # O_NONBLOCK: opening a FIFO with no writer returns at once instead of hanging; O_NOCTTY: a
 # terminal device named like an image never becomes our controlling terminal.
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -60,7 +62,15 @@ def read_regular_stat(
 ) -> tuple[bytes, os.stat_result]:
     """read_regular, with the fstat of what was opened, taken before its first byte was read
     (a stamp of the bytes read, without a stat of its own)."""
-    fd = os.open(path, _OPEN_FLAGS, dir_fd=dir_fd)
+    try:
+        fd = os.open(path, _OPEN_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        target = _link_target(path, dir_fd)
+        if target is None:
+            raise
+        # said so: "No such file" of a name the user sees listed reads as a riddle
+        raise RefusedFile(f"a link to a missing file ({printable(target)}): restore the file or "
+                          "remove the link") from None  # fmt: skip
     try:
         st = os.fstat(fd)  # of what was opened: a name swapped after the scan is caught here
         reason = not_regular(st.st_mode)
@@ -87,3 +97,11 @@ def read_regular_stat(
     if total > limit:
         raise FileTooLarge(f"grew past the limit of {limit} bytes while being read")
     return chunks[0] if len(chunks) <= 2 else b"".join(chunks), st
+
+
+def _link_target(path: str, dir_fd: int | None) -> str | None:
+    """Where the link `path` points, or None if it is no link."""
+    try:
+        return os.readlink(path, dir_fd=dir_fd)
+    except OSError:
+        return None

@@ -158,7 +158,7 @@ def test_pack_summary_names_what_it_skipped_and_ignored_and_warns_of_empty_class
     assert "skipped 2 items" in run.stdout
     assert "b/pipe.png: not a regular file (a FIFO)" in run.stdout
     assert "a/broken.jpg: not an image" in run.stdout
-    assert "ignored 1 file that is not an image: a/notes.txt" in run.stdout
+    assert "ignored 1 file not taken for an image: a/notes.txt" in run.stdout
     assert f"warning: class 'c' ({src / 'c'}) holds no images" in run.stderr
 
 

@@ -574,9 +574,10 @@ def test_class_counts_that_are_not_the_shards_are_refused_not_carried_on(tmp_pat
     entry = next(iter(contents["shards"].values()))
     assert index["splits"]["train"]["class_counts"] == entry["label_counts"] == [3, 2]
     lies = [("index.json", "class_counts", [30, 2]), ("index.json", "num_records", 50),
-            ("contents.json", "label_counts", [5, 5])]  # fmt: skip
-    for name, key, lie in lies:
-        lied = tmp_path / f"lied-{key}"
+            ("contents.json", "label_counts", [5, 5]), ("contents.json", "lossless", ["2"]),
+            ("contents.json", "lossless", [-1])]  # fmt: skip
+    for i, (name, key, lie) in enumerate(lies):
+        lied = tmp_path / f"lied-{i}"
         shutil.copytree(out, lied)
         doc = index if name == "index.json" else contents
         told = doc["splits"]["train"] if name == "index.json" else entry
@@ -671,7 +672,7 @@ def test_a_grow_over_contents_without_stored_bytes_says_them_unknown(tmp_path: P
 
 
 # What the first contents.json lacked: an entry held keys, crc, size, label_counts and skipped.
-_FIRST_LACKED = ("width", "height", "stored", "meta", "copy", "tally", "reasons")
+_FIRST_LACKED = ("width", "height", "stored", "meta", "copy", "tally", "lossless", "reasons")
 
 
 def test_a_grow_over_the_first_contents_leaves_out_what_it_did_not_note(tmp_path: Path):
@@ -698,6 +699,7 @@ def test_a_grow_over_the_first_contents_leaves_out_what_it_did_not_note(tmp_path
     assert not sizes & summary.keys()
     assert summary["formats"] == {"jpeg": 2, "png": 1, "(not noted)": 6}
     assert summary["channels"] == {"3": 3, "(not noted)": 6}
+    assert "lossless" not in index["stats"]  # not a count of the new records alone
     said = run_cli("inspect", str(out)).stdout
     assert "images: unknown (packed before shardpack noted it)" in said
     assert "formats: (not noted) 6, jpeg 2, png 1" in said

@@ -62,6 +62,8 @@ def _told(out: Path) -> dict:
         "duplicates": doc["duplicates"],
         "summaries": doc["summaries"],
         "warnings": doc["warnings"],  # a label conflict's among them
+        "ignored": (doc["ignored"], doc["ignored_files"]),
+        "lossless": doc["stats"]["lossless"],  # images made PNG: pack's "re-encoded N images"
     }
 
 
@@ -98,6 +100,34 @@ def test_a_grown_pack_tells_and_skips_copies_as_a_fresh_pack_of_the_final_tree(
         summary = doc["summaries"][name]
         assert summary["records"] == split["num_records"] == sum(summary["formats"].values())
         assert f"formats: jpeg {split['num_records']}\n" in inspected, inspected
+
+
+def test_a_grown_pack_tells_srcs_other_files_empty_classes_and_pngs_made_as_a_fresh_pack(
+    tmp_path: Path,
+):
+    """A class folder empty when packed and filled since is no more warned of, the files that
+    are no image are SRC's now, whether the grow writes a shard or not, and the BMPs made PNG
+    are counted over the grown dataset's shards."""
+    src, out = make_tree(tmp_path / "src", {"cat": 2, "dog": 2}), tmp_path / "out"
+    (src / "eel").mkdir()
+    write_image(src / "dog" / "scan.bmp", image(600))
+    pack(src, out, PackOptions(workers=1))
+    assert "class 'eel'" in json.loads((out / "index.json").read_text())["warnings"][0]
+    write_image(src / "eel" / "new_000.bmp", image(700))  # the empty class filled
+    (src / "cat" / "notes.txt").write_text("mine")
+    for mode in ("append", "update"):  # the second writes nothing
+        pack(src, out, PackOptions(grow=mode, workers=1))
+        assert _told(out) == _fresh(src, tmp_path)
+    assert _told(out)["lossless"] == 2
+    (src / "dog" / "Thumbs.db").write_bytes(b"\xd0\xcf")  # no image: nothing to write
+    (src / "eel" / "new_000.bmp").rename(src / "cat" / "new_000.bmp")
+    (src / "dog" / "scan.bmp").unlink()
+    (src / "cat" / "notes.txt").unlink()
+    result = pack(src, out, PackOptions(grow="update", workers=1))
+    assert not result.grow.get("nothing") and _told(out) == _fresh(src, tmp_path)
+    (src / "dog" / "desktop.ini").write_text("[x]")
+    result = pack(src, out, PackOptions(grow="update", workers=1))
+    assert result.grow["nothing"] and _told(out) == _fresh(src, tmp_path)
 
 
 def test_a_deduplicated_pack_grown_with_nothing_new_adds_nothing(tmp_path: Path):

@@ -39,6 +39,13 @@ def test_the_extension_picks_the_format(out: Path, tmp_path: Path, ext: str):
     assert sheet.shape[1] == 3 * CELL  # 5 records: a 3 x 2 grid
 
 
+@pytest.mark.parametrize("flag", ["--n", "-n"])
+def test_the_count_of_records_is_taken_as_n_or_as_the_short_flag(out, tmp_path, flag):
+    result = _preview(str(out), flag, "2", "--out", str(tmp_path / "sheet.png"))
+    assert result.returncode == 0, result.stderr
+    assert cv2.imread(str(tmp_path / "sheet.png")).shape[1] == 2 * CELL  # 2 records: 2 x 1
+
+
 def test_a_dataset_without_train_is_drawn_from_its_first_split(tmp_path: Path):
     """A COCO set of `val` alone (a split tree here): no --split needed, and one naming no
     split says which there are."""
@@ -186,3 +193,14 @@ def test_a_label_list_out_of_step_with_the_boxes_draws_them_unnamed(tmp_path: Pa
     sheet = cv2.imread(make_preview(out, tmp_path / "sheet.png"), cv2.IMREAD_COLOR)
     strip = sheet[9:17, 14:34]
     assert _colour_at(sheet, BOX_COLOR)[50, 13:65].all() and (strip.max(axis=2) < 100).sum() == 0
+
+
+def test_an_accented_class_name_is_drawn_without_its_accents(tmp_path: Path):
+    """Crème Brûlée's sheet is Creme Brulee's, not one captioned Cr?me Br?l?e (OpenCV's
+    font draws ASCII alone)."""
+    sheets = []
+    for name in ("Crème Brûlée", "Creme Brulee"):
+        out = packed_tree(tmp_path / name, {name: 1}, workers=1)
+        assert _preview(str(out), "--out", str(out / "grid.png")).returncode == 0
+        sheets.append(cv2.imread(str(out / "grid.png")))
+    assert np.array_equal(*sheets)

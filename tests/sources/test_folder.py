@@ -93,15 +93,17 @@ def test_ignored_files_are_counted_exactly_and_the_first_ones_named(tmp_path):
     )
 
 
-def test_files_directly_in_src_are_ignored(tmp_path):
+def test_files_directly_in_src_are_ignored_and_images_there_skipped_with_why(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"cats": 1})
     _touch_image(src / "loose.jpg")
     (src / "README.md").write_text("hi")
     dataset = scan(src)
     assert _keys(dataset) == ["cats/img_000.jpg"]
     assert dataset.classes == ("cats",)
-    assert dataset.ignored == 2
-    assert dataset.ignored_files == ("README.md", "loose.jpg")
+    assert dataset.ignored == 1  # an image is not counted as a file that is not one
+    assert dataset.ignored_files == ("README.md",)
+    [(key, why)] = dataset.skipped
+    assert key == "loose.jpg" and why.startswith("in no class folder") and "move it" in why
 
 
 def test_unicode_and_spaces_in_names(tmp_path):

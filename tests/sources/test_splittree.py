@@ -52,6 +52,17 @@ def test_split_tree_packs_splits_with_one_class_list(tmp_path: Path):
                     "validation/eel/img_000.jpg"]  # fmt: skip
 
 
+def test_an_image_in_a_split_folder_beside_its_classes_is_skipped_with_why(tmp_path: Path):
+    src = _split_tree(tmp_path / "src")
+    (src / "train" / "loose.jpg").write_bytes((src / "train" / "eel" / "img_000.jpg").read_bytes())
+    dataset = scan(src)
+    assert dict(dataset.skipped) == {
+        "train/loose.jpg": "in no class folder (SRC/<split>/<class>/<image>): move it into its "
+        "class's folder"
+    }
+    assert dataset.ignored == 0
+
+
 def test_split_folders_beside_other_folders_are_refused_not_taken_for_classes(tmp_path: Path):
     """Taken for a class tree (as they once were), every image was labelled by its split."""
     src = _split_tree(tmp_path / "src")

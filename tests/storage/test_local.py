@@ -44,7 +44,10 @@ def test_a_reading_opens_each_file_in_its_folders_fd_and_refuses_as_a_read_does(
     (tmp_path / "top.jpg").write_bytes(b"top")
     os.mkfifo(tmp_path / "a" / "pipe.jpg")
     (tmp_path / "a" / "dir.jpg").mkdir()
+    (tmp_path / "a" / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")  # dangling
     src = storage_at(str(tmp_path))
+    said = f"a link to a missing file ({tmp_path}/nowhere.jpg): restore the file or remove"
+    assert _refusal(src, "a/gone.jpg", 100)[1].startswith(said)
     names = ["a/x.jpg", "b/c/x.jpg", "top.jpg", "a/x.jpg"]
     before = _open_fds()
     with src.reading(iter([]), 100) as reading:
@@ -52,7 +55,8 @@ def test_a_reading_opens_each_file_in_its_folders_fd_and_refuses_as_a_read_does(
             src.read_stamped(n, 100) for n in names
         ]
         assert _open_fds() == before + 3  # a, b/c and the root: one fd each, kept
-        for name, limit in (("a/pipe.jpg", 100), ("a/dir.jpg", 100), ("b/c/x.jpg", 5)):
+        refused = (("a/pipe.jpg", 100), ("a/dir.jpg", 100), ("b/c/x.jpg", 5), ("a/gone.jpg", 9))
+        for name, limit in refused:
             assert _refusal(reading, name, limit) == _refusal(src, name, limit)
         with pytest.raises(FileNotFoundError):
             reading.read("gone/x.jpg", 100)  # a folder not there: its file's whole path says
