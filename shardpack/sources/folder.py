@@ -38,8 +38,15 @@ SIZED_FILES = 10_000
 SIZE_STRIDE = 100
 
 
-def _hidden(name: str) -> bool:
-    return name.startswith(".")
+# What macOS's zip puts beside what it packed (its files' resource forks, `._<name>`): the
+# metadata of an archive, never a class or a split of the dataset.
+_ARCHIVE_METADATA = "__MACOSX"
+
+
+def hidden(name: str) -> bool:
+    """Whether a name in SRC is no part of the dataset: a dot name (.DS_Store, .git) or
+    macOS's __MACOSX folder; passed over unnamed, as a file manager hides them."""
+    return name.startswith(".") or name == _ARCHIVE_METADATA
 
 
 def _is_image_name(name: str) -> bool:
@@ -212,14 +219,14 @@ def list_class_folders(
         e = top.error
         raise SourceError(f"{src.path(base)}: cannot list ({e.strerror or e}); check its "
                           "permissions")  # fmt: skip
-    top.folders[:] = [name for name in top.folders if not _hidden(name)]
+    top.folders[:] = [name for name in top.folders if not hidden(name)]
     classes = tuple(top.folders)
     for name in classes:
         check_class_name(name, src.path(base))
     prefix = f"{base}/" if base else ""
     loose = sorted([*top.files, *(name for name, _ in top.others)])
     for name in loose:
-        if _hidden(name):
+        if hidden(name):
             continue
         if _is_image_name(name):  # an image with no class: named with why, not "not an image"
             where = "SRC/<split>/<class>/<image>" if base else "SRC/<class>/<image>"
@@ -242,7 +249,7 @@ def list_class_folders(
             if label == folder.name:
                 holding[label] = None
             continue
-        folder.folders[:] = [name for name in folder.folders if not _hidden(name)]
+        folder.folders[:] = [name for name in folder.folders if not hidden(name)]
         if _list_images(folder, label, prefix, passed, found) and holding[label] is False:
             holding[label] = True
     found.sort()
@@ -265,7 +272,7 @@ def _list_images(folder: Folder, label: str, prefix: str, passed: Passed, found:
         else:
             ignored.append(name)
     for name, why in folder.others:  # FIFOs, devices: one named as an image is skipped, why
-        if _hidden(name):
+        if hidden(name):
             continue
         if _is_image_name(name):
             passed.skipped.append((at + name, why))
@@ -357,7 +364,7 @@ def _only_entry(folder: Storage, name: str) -> bool:
         entries = folder_entries(folder)
     except SourceError:
         return False
-    return all(entry == name or entry.startswith(".") or not is_dir for entry, is_dir in entries)
+    return all(entry == name or hidden(entry) or not is_dir for entry, is_dir in entries)
 
 
 def _fill_sizes(src: Storage, found: Listing) -> None:

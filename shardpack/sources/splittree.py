@@ -14,6 +14,7 @@ from shardpack.sources.folder import (
     empty_class_warnings,
     few,
     folder_entries,
+    hidden,
     left_out_by_classes,
     list_class_folders,
 )
@@ -24,7 +25,7 @@ from shardpack.storage import Storage
 
 def _folders(root: Storage) -> list[str]:
     """The first-level folders of SRC that are not hidden."""
-    return [name for name, is_dir in folder_entries(root) if is_dir and not name.startswith(".")]
+    return [name for name, is_dir in folder_entries(root) if is_dir and not hidden(name)]
 
 
 def is_split_tree(root: Storage, split_names: tuple[str, ...], named: bool = False) -> bool:
@@ -77,7 +78,7 @@ def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:
     """
     passed = Passed()
     for name, is_dir in folder_entries(root):
-        if not name.startswith(".") and not is_dir:
+        if not hidden(name) and not is_dir:
             passed.ignore(name)
     listings = {split: list_class_folders(root, passed, split) for split in _folders(root)}
     found_classes = [c for names, _, _ in listings.values() for c in names]

@@ -164,6 +164,21 @@ def test_empty_class_folder_is_still_a_class_and_named_in_a_warning(tmp_path):
     assert scan(helpers.make_tree(tmp_path / "full", {"a": 1})).warnings == ()
 
 
+def test_the_macos_zip_folder_is_no_class(tmp_path):
+    """A zip made on a Mac, unpacked, holds __MACOSX/ (each file's resource fork, `._<name>`)
+    beside the class folders: taken for a class it took label 0 (every label one up) with a
+    warning that it held no images. It is passed over as hidden folders are, at every level."""
+    src = helpers.make_tree(tmp_path / "src", {"cat": 2, "dog": 1})
+    for folder in (src / "__MACOSX" / "cat", src / "dog" / "__MACOSX"):
+        folder.mkdir(parents=True)
+        (folder / "._img_000.jpg").write_bytes(b"\0\5\22\7 AppleDouble")
+    dataset = scan(src)
+    assert dataset.classes == ("cat", "dog") and dataset.warnings == ()
+    assert [i.key for i in dataset.splits["train"]] == [
+        "cat/img_000.jpg", "cat/img_001.jpg", "dog/img_000.jpg"]  # fmt: skip
+    assert dataset.ignored == 0
+
+
 def test_special_files_named_like_images_are_skipped_with_their_reason(tmp_path):
     src = helpers.make_tree(tmp_path / "src", {"a": 1})
     os.mkfifo(src / "a" / "pipe.jpg")

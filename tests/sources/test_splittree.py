@@ -66,17 +66,29 @@ def test_an_image_in_a_split_folder_beside_its_classes_is_skipped_with_why(tmp_p
 def test_split_folders_beside_other_folders_are_refused_not_taken_for_classes(tmp_path: Path):
     """Taken for a class tree (as they once were), every image was labelled by its split."""
     src = _split_tree(tmp_path / "src")
-    make_tree(src / "__MACOSX", {"x": 1}, seed=20)
+    make_tree(src / "extras", {"x": 1}, seed=20)
     with pytest.raises(SourceError) as caught:
         scan(src)
     assert str(caught.value) == (
-        f"{src}: holds split folders ('train', 'validation') and others ('__MACOSX'): move the "
+        f"{src}: holds split folders ('train', 'validation') and others ('extras'): move the "
         "others out of SRC (a split tree holds split folders only), or pass source='folder' "
         "to take every folder as a class"
     )
     assert "or pass --source folder to take" in as_flags(caught.value)  # as the CLI says it
     dataset = scan(src, PackOptions(source="folder"))  # the way out it names
-    assert dataset.kind == "folder" and dataset.classes == ("__MACOSX", "train", "validation")
+    assert dataset.kind == "folder" and dataset.classes == ("extras", "train", "validation")
+
+
+def test_the_macos_zip_folder_beside_the_splits_is_no_split_nor_class(tmp_path: Path):
+    """A zip made on a Mac, unpacked, holds __MACOSX/ (resource forks, `._<name>`) beside the
+    split folders: the tree is still a split tree, and __MACOSX/train/ no class of it."""
+    src = _split_tree(tmp_path / "src")
+    (src / "__MACOSX" / "train" / "cat").mkdir(parents=True)
+    (src / "__MACOSX" / "train" / "cat" / "._a.jpg").write_bytes(b"\0\5\22\7")
+    dataset = scan(src)
+    assert dataset.kind == "split-tree" and set(dataset.splits) == {"train", "validation"}
+    assert "__MACOSX" not in dataset.classes and dataset.warnings == scan(_split_tree(
+        tmp_path / "plain")).warnings  # fmt: skip
 
 
 def test_a_class_named_like_a_split_among_more_classes_is_a_class(tmp_path: Path):
