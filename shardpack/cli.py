@@ -37,7 +37,6 @@ from shardpack.options import (
     option_types,
 )
 from shardpack.packing.collector import long_lived
-from shardpack.packing.daliindex import write_index_files
 from shardpack.sources import source_choices, sources_described
 from shardpack.sources.classlist import parse_classes
 from shardpack.storage import parse_options, store_failure
@@ -369,6 +368,8 @@ def index_files(out: _OUT, storage_option: _STORAGE_OPTIONS = None) -> None:
 
     One tfrecord2idx file per shard, in OUT/idx/.
     """
+    from shardpack.packing.daliindex import write_index_files  # this command's alone
+
     with _user_errors():
         written = write_index_files(out, storage_options=_out_options(out, storage_option))
     typer.echo(f"wrote {plural(len(written), 'index file')} in {os.path.join(out, 'idx')}")

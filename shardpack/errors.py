@@ -219,10 +219,9 @@ class IndexFormatError(ShardpackError):
     """index.json is missing, malformed, of an unknown version, or points outside OUT."""
 
 
-# A RecordError's message, in its parts: the path, what its offset counts, the offset, why.
-_RECORD_ERROR = re.compile(
-    r"(?P<path>.+?) at (?P<unit>byte|record) (?P<offset>\d+): (?P<reason>.*)"
-)
+# A RecordError's message, in its parts: the path, what its offset counts, the offset, why (a
+# pattern re compiles when a message is first rebuilt: most runs never do).
+_RECORD_ERROR = r"(?P<path>.+?) at (?P<unit>byte|record) (?P<offset>\d+): (?P<reason>.*)"
 
 
 class RecordError(ShardpackError):
@@ -236,7 +235,7 @@ class RecordError(ShardpackError):
     ) -> None:
         if offset is None:  # the message alone (a DataLoader worker's error rebuilt): its parts
             line = _rebuilt(type(self), path) or path
-            if said := _RECORD_ERROR.fullmatch(line):
+            if said := re.fullmatch(_RECORD_ERROR, line):
                 path, unit, reason = said["path"], said["unit"], said["reason"]
                 offset = int(said["offset"])
         super().__init__(line if offset is None else f"{path} at {unit} {offset}: {reason}")

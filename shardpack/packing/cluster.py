@@ -34,7 +34,7 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
         raise ClusterError(Option("backend", "dask"), " needs the dask extra: ",
                            install_hint("dask")) from None  # fmt: skip
     if scheduler is None:
-        import logging  # here: a local pack imports this module, and no logging
+        import logging  # here: `shardpack.ClusterError` imports this module, and no logging
 
         # Loopback only: a Dask scheduler has no authentication, and runs what it is sent.
         cluster = LocalCluster(

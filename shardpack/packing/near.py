@@ -4,6 +4,7 @@ of hashes within a Hamming distance through bit bands, never pairwise."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -19,12 +20,18 @@ MAX_SORTS = 256
 # hash): flat, blank or synthetic images share most bits, and a bucket of n compared in full
 # costs n^2 (6,000 hashes free in 16 bits alone: 9 s of CPU; with this bound 0.1 s).
 MAX_BUCKET = 64
-# The orthonormal DCT-II's 8 lowest-frequency rows for 32 samples (cv2.dct's scaling).
-_DCT = np.sqrt(2 / _HASH_SIDE) * np.cos(
-    np.pi * np.outer(np.arange(8), 2 * np.arange(_HASH_SIDE) + 1) / (2 * _HASH_SIDE)
-)
-_DCT[0] /= np.sqrt(2)
 _LUMA = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R BT.601, as OpenCV's RGB2GRAY
+
+
+@functools.cache
+def _dct() -> np.ndarray:
+    """The orthonormal DCT-II's 8 lowest-frequency rows for 32 samples (cv2.dct's scaling):
+    made on first use, as only a pack that hashes for near duplicates needs it."""
+    dct = np.sqrt(2 / _HASH_SIDE) * np.cos(
+        np.pi * np.outer(np.arange(8), 2 * np.arange(_HASH_SIDE) + 1) / (2 * _HASH_SIDE)
+    )
+    dct[0] /= np.sqrt(2)
+    return dct
 
 
 def phash(gray: np.ndarray) -> int:
@@ -32,7 +39,8 @@ def phash(gray: np.ndarray) -> int:
     thumbnail (area-averaged), each bit set where a coefficient is over the median of the 63
     beside DC."""
     small = images.resize(gray, (_HASH_SIDE, _HASH_SIDE)).astype(np.float32)
-    low = (_DCT @ small @ _DCT.T).ravel()
+    dct = _dct()
+    low = (dct @ small @ dct.T).ravel()
     return int(np.packbits(low > np.median(low[1:])).view(">u8")[0])
 
 

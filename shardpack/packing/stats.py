@@ -99,10 +99,11 @@ def summed(table: np.ndarray) -> np.ndarray:
 
 # Where an annotation file's reason points (YOLO's `labels/a.txt line 2: `, VOC's
 # `Annotations/a.xml object 0 (dog): `), a file's path (a word with a slash) and a value
-# quoted as repr() quotes it ('x', not data.yaml's) within one.
-_PLACE = re.compile(r"^\S*/\S* (?:line \d+|object \d+(?: \([^)]*\))?): ")
-_PATH = re.compile(r"(?<!\S)[^\s<>]*/[^\s<>]*")
-_QUOTED = re.compile(r"(?<!\w)'[^']*'(?!\w)")
+# quoted as repr() quotes it ('x', not data.yaml's) within one. Patterns, compiled by re at
+# the first skip: a pack that skips nothing never needs them.
+_PLACE = r"^\S*/\S* (?:line \d+|object \d+(?: \([^)]*\))?): "
+_PATH = r"(?<!\S)[^\s<>]*/[^\s<>]*"
+_QUOTED = r"(?<!\w)'[^']*'(?!\w)"
 
 
 def reason_kind(reason: str) -> str:
@@ -112,8 +113,9 @@ def reason_kind(reason: str) -> str:
     for kind in ("duplicate", "near duplicate"):  # what follows names the copy kept
         if reason.startswith(f"{kind} of "):
             return kind
-    head = re.split(r"[:(]", _QUOTED.sub("'...'", _PLACE.sub("", reason, count=1)), maxsplit=1)[0]
-    return re.sub(r"\d+", "N", _PATH.sub("FILE", head)).strip() or "other"
+    kept = re.sub(_QUOTED, "'...'", re.sub(_PLACE, "", reason, count=1))
+    head = re.split(r"[:(]", kept, maxsplit=1)[0]
+    return re.sub(r"\d+", "N", re.sub(_PATH, "FILE", head)).strip() or "other"
 
 
 # The columns of a summary, each from a chunk of rows, as float64 (sizes and bytes spread

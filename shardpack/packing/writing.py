@@ -16,7 +16,6 @@ from shardpack.containers import HashingFile
 from shardpack.errors import ImageError, Option, WorkerDiedError
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.options import PackOptions
-from shardpack.packing.cluster import check_shared_storage, dask_client
 from shardpack.packing.collector import frozen, long_lived
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.outdir import Journal
@@ -216,6 +215,8 @@ def _run(
                 yield from run_local(specs, args, workers, prepare)
         return
     from joblib import Parallel, delayed, parallel_config
+
+    from shardpack.packing.cluster import check_shared_storage, dask_client  # a dask run's alone
 
     tasks = (delayed(write_shard)(spec, *args) for spec in specs)
 

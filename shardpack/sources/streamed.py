@@ -32,7 +32,6 @@ from shardpack.sources.manifest import (
     _items,
 )
 from shardpack.sources.source import Dataset, Item, Source
-from shardpack.sources.tables.columns import Layout
 from shardpack.sources.tables.files import manifest_file, row_unit
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.imageroot import ImageRoot
@@ -41,6 +40,7 @@ from shardpack.storage.srcfiles import RefusedFile
 from shardpack.storage.urlpolicy import FetchPolicy
 
 if TYPE_CHECKING:
+    from shardpack.sources.tables.columns import Layout
     from shardpack.sources.tables.ranges import FileRows, Surveyed
 
 # The formats a list streams from: a row count without reading rows (Parquet's footer), or
@@ -95,6 +95,7 @@ def _scan(
         SourceError: a file cannot be read, its columns differ from the first file's, or a
             column of numbers lacks a value.
     """
+    from shardpack.sources.tables.columns import Layout  # a streamed list's alone
     from shardpack.sources.tables.ranges import survey_file  # numpy: not for pack --help
 
     surveys = [survey_file(table) for _, table in manifests]

@@ -35,7 +35,6 @@ from shardpack.storage.base import (
 from shardpack.storage.failures import is_store_failure, store_failure
 from shardpack.storage.local import LocalStorage
 from shardpack.storage.locations import LOCAL_SCHEMES, URL, is_url
-from shardpack.storage.remote import RemoteStorage
 
 __all__ = [
     "Blob", "Entry", "Folder", "HashingBlob", "JournalWriter", "Sink", "Storage", "StorageError",
@@ -76,5 +75,6 @@ def storage_at(location: str | os.PathLike, options: Mapping[str, object] | None
     match = URL.match(text)
     if match is None or match["scheme"].lower() in LOCAL_SCHEMES:
         return LocalStorage(text[match.end() :] if match else text)
+    from shardpack.storage.remote import RemoteStorage  # a URL's alone: fsspec's stores
 
     return RemoteStorage.at(text, match["scheme"].lower(), dict(options or {}))

@@ -17,7 +17,7 @@ from benchmarks.workloads import _noise_tile, scene
 from shardpack import PackOptions
 from shardpack.cli import app
 from shardpack.packing.facts import STRIPE, content_key
-from shardpack.packing.near import _DCT as near_dct
+from shardpack.packing.near import _dct as near_dct
 from shardpack.packing.near import close_hashes, image_hash, star_groups
 from shardpack.packing.stats import reason_kind
 from shardpack.read.stream import iter_examples
@@ -264,7 +264,7 @@ def test_dedup_near_says_when_images_crowd_the_index(tmp_path: Path) -> None:
         low = np.zeros(64)
         low[fixed[:24]], low[fixed[24:]] = rng.uniform(20, 30, 24), -rng.uniform(20, 30, 24)
         low[1:16] = rng.choice([-1, 1], 15) * rng.uniform(4, 6, 15)
-        pixels = near_dct.T @ low.reshape(8, 8) @ near_dct + 128
+        pixels = near_dct().T @ low.reshape(8, 8) @ near_dct() + 128
         path = tmp_path / "src" / "a" / f"{i:03d}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(cv2.imencode(".png", np.round(pixels).astype(np.uint8))[1].tobytes())
