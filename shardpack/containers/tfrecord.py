@@ -35,7 +35,7 @@ from shardpack.containers import (
 )
 
 # encode_example: benchmarks.stages times it as this module's
-from shardpack.containers.example import decode, encode_example, example_parts  # noqa: F401
+from shardpack.containers.example import APART, decode, encode_example, example_parts  # noqa: F401
 from shardpack.crc import crc32c as _crc32c
 from shardpack.errors import RecordError
 from shardpack.storage import Blob, HashingBlob, Sink
@@ -68,27 +68,6 @@ def masked_crc(data: bytes) -> int:
 
 def _masked(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-
-
-# A piece of a record at least this large is written apart; smaller ones are joined.
-_APART = 4096
-
-
-def _pieces(parts: list[bytes]) -> list[bytes]:
-    """An Example's parts as runs to write: a first and a last run of small parts joined
-    (either may be empty), large parts alone between them."""
-    pieces: list[bytes] = []
-    small: list[bytes] = []
-    for part in parts:
-        if len(part) < _APART:
-            small.append(part)
-            continue
-        if small or not pieces:
-            pieces.append(b"".join(small))
-            small = []
-        pieces.append(part)
-    pieces.append(b"".join(small))
-    return pieces
 
 
 def frame_parts(data: bytes) -> tuple[bytes, bytes]:
@@ -139,7 +118,7 @@ class TFRecordWriter(ShardWriter):
 
     def _append(self, data: bytes) -> int:
         header, footer = frame_parts(data)
-        if len(data) < _APART:  # one write: each is a list append and a sha256 update
+        if len(data) < APART:  # one write: each is a list append and a sha256 update
             self._out.write(b"".join((header, data, footer)))
         else:  # three: a large record is not copied to frame it
             self._out.writelines((header, data, footer))
@@ -333,7 +312,7 @@ class _Writer(TFRecordWriter):
         # The Example's pieces framed and written as they are: its image is neither joined
         # into the Example nor the Example into the record (two copies of every image), and
         # its CRC runs over the pieces.
-        pieces = _pieces(example_parts(features))
+        pieces = example_parts(features)
         crc = 0
         for piece in pieces:
             crc = _crc32c(piece, crc)
