@@ -79,7 +79,7 @@ def frame_parts(data: bytes) -> tuple[bytes, bytes]:
 def _header(length: int) -> bytes:
     """A record's length and its CRC: kept, since records of raw pixels repeat their length."""
     packed = struct.pack("<Q", length)
-    return packed + struct.pack("<I", masked_crc(packed))
+    return packed + FOOTER.pack(_masked(_crc32c(packed)))
 
 
 def frame(data: bytes) -> bytes:

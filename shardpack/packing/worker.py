@@ -105,6 +105,7 @@ def write_shard(
     stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
     shard = _shard_looks(schema, options)
     container, limit = CONTAINERS[options.format], images.max_file_bytes(options.max_pixels)
+    img2dataset = options.wds_naming == "img2dataset"
     try:
         with (
             src.reading(source.item_files(spec.items), limit, spec.file, then) as src,
@@ -130,11 +131,12 @@ def write_shard(
                         raise
                     skipped.append((e.key, e.reason))
                 else:
-                    if options.wds_naming == "img2dataset":
+                    if img2dataset:
                         features.update(_original(loaded))
                     writer.write(features)
                     _count(counts, item.label)
-                    lossless += _made_lossless(loaded, features, options)
+                    if features["image"] is not loaded:  # not kept as it came
+                        lossless += _made_lossless(loaded, features, options)
                     facts.add(done - 1, loaded, features, orientation,
                               stamps.settled(stamp, settled))  # fmt: skip
                     if dropped:
@@ -242,11 +244,10 @@ def _original(loaded: bytes | np.ndarray) -> dict[str, object]:
 
 
 def _made_lossless(loaded: bytes | np.ndarray, features: dict, options: PackOptions) -> bool:
-    """Whether --encode keep re-encoded an image file as PNG because TensorFlow cannot decode
-    it as it is (a CMYK JPEG, a GIF, ...); an image kept as it came is in its own format."""
+    """Whether --encode keep re-encoded an image file (not kept as it came: an image kept is in
+    its own format) as PNG because TensorFlow cannot decode it as it is (a CMYK JPEG, a GIF)."""
     return (
         options.encode == "keep"
-        and features["image"] is not loaded
         and isinstance(loaded, bytes)
         and features["format"] != images.sniff(loaded)
     )

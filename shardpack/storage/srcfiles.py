@@ -63,14 +63,13 @@ def read_regular_stat(
     fd = os.open(path, _OPEN_FLAGS, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)  # of what was opened: a name swapped after the scan is caught here
-        reason = not_regular(st.st_mode)
-        if reason is not None:
-            raise RefusedFile(reason)
+        if not stat.S_ISREG(st.st_mode):
+            raise RefusedFile(not_regular(st.st_mode))
         if st.st_size > limit:
             raise FileTooLarge(f"{st.st_size} bytes, over the limit of {limit}")
         # O_NONBLOCK means nothing to a regular file on a local disk; a filesystem that
         # honours it (some network or FUSE ones) says so with EAGAIN, and is read blocking.
-        first = min(st.st_size, limit) + 1  # one read for the whole file, as fstat sees it
+        first = st.st_size + 1  # one read for the whole file, as fstat sees it
         try:
             chunks = [os.read(fd, first)]
         except BlockingIOError:
