@@ -207,8 +207,11 @@ _READ = frozenset(0xFF00 | m for m in (*_ALL_JPEG_FRAMES, 0xE1, 0xDA))
 
 def _probe_jpeg(data: bytes) -> ImageInfo:
     pos, frame, size, orientation = 2, None, len(data), None
-    while pos + 4 <= size:
-        head, length = _SEGMENT(data, pos)
+    while True:
+        try:
+            head, length = _SEGMENT(data, pos)
+        except struct.error:  # under 4 bytes left: the loop's test, paid once, not a segment
+            break
         if head not in _WITH_LENGTH:  # rare
             if head >> 8 != 0xFF:
                 raise BadImage(f"corrupt JPEG: no marker at byte {pos}")

@@ -31,9 +31,9 @@ _SMALL_VARINTS = [bytes((i,)) for i in range(128)]
 
 
 def _varint(value: int) -> bytes:
-    if 0 <= value < 128:
-        return _SMALL_VARINTS[value]
-    if 0 < value < 1 << 21:  # 2 or 3 bytes (lengths under 2 MiB: an image's) without the loop
+    if 0 <= value < 1 << 21:  # 1 to 3 bytes (lengths under 2 MiB: an image's) without the loop
+        if value < 128:
+            return _SMALL_VARINTS[value]
         if value < 1 << 14:
             return bytes((value & 0x7F | 0x80, value >> 7))
         return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
