@@ -103,7 +103,8 @@ class ShardFacts:
         # of another size: the file changed as it was read
         mtime = stamp[1] if stamp is not None and stamp[0] == size else 0
         _ROW.pack_into(self._rows, position * _ROW.size, crc, size, content_digest(loaded),
-                       features["width"], features["height"], mtime, len(features["image"]))
+                       features["width"], features["height"], mtime,
+                       len(features["image"]))  # fmt: skip
         self.looks[features["format"], features["channels"], orientation] += 1
         if self.objects is not None:
             self._add_objects(features)

@@ -105,7 +105,6 @@ def write_shard(
     stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
     shard = _shard_looks(schema, options)
     container, limit = CONTAINERS[options.format], images.max_file_bytes(options.max_pixels)
-    img2dataset = options.wds_naming == "img2dataset"
     try:
         with (
             src.reading(source.item_files(spec.items), limit, spec.file, then) as src,
@@ -131,12 +130,11 @@ def write_shard(
                         raise
                     skipped.append((e.key, e.reason))
                 else:
-                    if img2dataset:
+                    if shard.original:
                         features.update(_original(loaded))
                     writer.write(features)
                     _count(counts, item.label)
-                    if features["image"] is not loaded:  # not kept as it came
-                        lossless += _made_lossless(loaded, features, options)
+                    lossless += _made_lossless(loaded, features, options)
                     facts.add(done - 1, loaded, features, orientation,
                               stamps.settled(stamp, settled))  # fmt: skip
                     if dropped:
@@ -162,6 +160,7 @@ class _Looks(NamedTuple):
     upright: bool  # an image with an EXIF turn is stored upright, not kept
     filtered: bool  # an image's size may have it skipped (_filter)
     resized: bool  # an image's size may be changed (_geometry)
+    original: bool  # the image as it came is described beside it (_original: img2dataset's)
 
 
 def _shard_looks(schema: Schema, options: PackOptions) -> _Looks:
@@ -173,6 +172,7 @@ def _shard_looks(schema: Schema, options: PackOptions) -> _Looks:
         CONTAINERS[options.format].shows_upright and bool(moved),
         (options.min_side, options.max_aspect, options.max_area) != (None, None, None),
         (options.max_side, options.resize) != (None, None),
+        options.wds_naming == "img2dataset",
     )
 
 
@@ -244,10 +244,11 @@ def _original(loaded: bytes | np.ndarray) -> dict[str, object]:
 
 
 def _made_lossless(loaded: bytes | np.ndarray, features: dict, options: PackOptions) -> bool:
-    """Whether --encode keep re-encoded an image file (not kept as it came: an image kept is in
-    its own format) as PNG because TensorFlow cannot decode it as it is (a CMYK JPEG, a GIF)."""
+    """Whether --encode keep re-encoded an image file as PNG because TensorFlow cannot decode
+    it as it is (a CMYK JPEG, a GIF, ...); an image kept as it came is in its own format."""
     return (
         options.encode == "keep"
+        and features["image"] is not loaded
         and isinstance(loaded, bytes)
         and features["format"] != images.sniff(loaded)
     )
