@@ -195,25 +195,37 @@ def _printable(name: bytes) -> str:
     return "".join(chr(b) if 32 < b < 127 and b != 92 else f"\\x{b:02x}" for b in name)
 
 
-# A JPEG segment's head: 0xFF, the marker, and (for most markers) the segment's length. One
-# unpack for all three: a small JPEG has ~9 segments, and the probe is 10% of its cost.
-_SEGMENT = struct.Struct(">BBH").unpack_from
+# A JPEG segment's head: 0xFF and the marker (as one number), and for most markers the segment's
+# length. One unpack for all three: a small JPEG has ~9 segments, and the probe is 10% of its cost.
+_SEGMENT = struct.Struct(">HH").unpack_from
+# The heads of segments with a length, and of those among them the probe reads (a frame, EXIF,
+# the scan's start): a photo's other segments (tables, its JFIF header: ~7 of its ~9) are
+# stepped over after two set tests, not five tests.
+_WITH_LENGTH = frozenset(0xFF00 | m for m in range(256) if m not in _NO_LENGTH)
+_READ = frozenset(0xFF00 | m for m in (*_ALL_JPEG_FRAMES, 0xE1, 0xDA))
 
 
 def _probe_jpeg(data: bytes) -> ImageInfo:
     pos, frame, size, orientation = 2, None, len(data), None
-    while pos + 4 <= size:
-        ff, marker, length = _SEGMENT(data, pos)
-        if ff != 0xFF:
-            raise BadImage(f"corrupt JPEG: no marker at byte {pos}")
-        if marker in _NO_LENGTH:  # rare: one set test, not four, for each segment walked
-            if marker == 0xD9:
+    while True:
+        try:
+            head, length = _SEGMENT(data, pos)
+        except struct.error:  # under 4 bytes left: the loop's test, paid once, not a segment
+            break
+        if head not in _WITH_LENGTH:  # rare
+            if head >> 8 != 0xFF:
+                raise BadImage(f"corrupt JPEG: no marker at byte {pos}")
+            if head == 0xFFD9:
                 raise BadImage("corrupt JPEG: ends before any image data")
-            pos += 1 if marker == 0xFF else 2  # a fill byte before a marker, or a marker alone
+            pos += 1 if head == 0xFFFF else 2  # a fill byte before a marker, or a marker alone
             continue
         end = pos + 2 + length
         if length < 2 or end > size:
             raise BadImage("truncated JPEG (header cut short)")
+        if head not in _READ:
+            pos = end
+            continue
+        marker = head & 0xFF
         if marker in _ALL_JPEG_FRAMES:
             if length < 8:
                 raise BadImage("corrupt JPEG: short frame header")

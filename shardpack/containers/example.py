@@ -31,9 +31,9 @@ _SMALL_VARINTS = [bytes((i,)) for i in range(128)]
 
 
 def _varint(value: int) -> bytes:
-    if 0 <= value < 128:
-        return _SMALL_VARINTS[value]
-    if 0 < value < 1 << 21:  # 2 or 3 bytes (lengths under 2 MiB: an image's) without the loop
+    if 0 <= value < 1 << 21:  # 1 to 3 bytes (lengths under 2 MiB: an image's) without the loop
+        if value < 128:
+            return _SMALL_VARINTS[value]
         if value < 1 << 14:
             return bytes((value & 0x7F | 0x80, value >> 7))
         return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
@@ -139,28 +139,47 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
     return b"".join(_example_parts(features))
 
 
+# A part of an Example at least this large (an image) is handed on alone, not joined.
+APART = 4096
+
+
 def _example_parts(features: Mapping[str, FeatureValue]) -> list[bytes]:
-    """encode_example's bytes as pieces in order: the image one of them, not copied."""
-    parts: list[bytes] = []
+    """encode_example's bytes as runs in order: a first and a last run of small parts joined
+    (either may be empty), each part of at least APART bytes alone between them, not copied."""
+    runs: list[bytes] = []
+    small: list[bytes] = []
     for name in sorted(features):
         value = features[name]
         kind = type(value)
         # (an int past 64 bits: _scalar_entry raises what _entry would, uncached)
         if kind is int or (kind is str and len(value) <= 64):
-            parts.append(_scalar_entry(name, value))
-        elif kind is bytes:  # the image and the key of every record
-            parts += (_bytes_entry_head(name, len(value)), value)
+            small.append(_scalar_entry(name, value))
+            continue
+        if kind is bytes:  # the image and the key of every record
+            small.append(_bytes_entry_head(name, len(value)))
+            parts: Sequence[bytes] = (value,)
         else:
-            parts += _entry(name, *_feature(value))[0]
-    return [_TAG[1], _varint(sum(map(len, parts))), *parts]
+            parts = _entry(name, *_feature(value))[0]
+        for part in parts:
+            if len(part) < APART:
+                small.append(part)
+            else:
+                runs += (b"".join(small), part)
+                small = []
+    runs.append(b"".join(small))
+    runs[0] = _TAG[1] + _varint(sum(map(len, runs))) + runs[0]
+    return runs
 
 
 @functools.lru_cache(maxsize=4096)
 def _bytes_entry_head(name: str, length: int) -> bytes:
     """A map entry holding one bytes value of `length` bytes, all but the value; kept, since
-    raw images and keys repeat their lengths."""
-    prefix = _bytes_feature_prefix(length)
-    return b"".join(_entry(name, [prefix], len(prefix) + length)[0])
+    raw images and keys repeat their lengths. Built at once, not through _entry: a photo's
+    length is seldom seen twice."""
+    key, prefix = _name_field(name), _bytes_feature_prefix(length)
+    feature = _varint(len(prefix) + length)
+    entry = _varint(len(key) + 1 + len(feature) + len(prefix) + length)
+    return b"".join((_TAG[1], entry, key, _TAG[2], feature, prefix))
 
 
 def _bytes_feature_prefix(length: int) -> bytes:
@@ -170,8 +189,8 @@ def _bytes_feature_prefix(length: int) -> bytes:
 
 
 def example_parts(features: Mapping[str, FeatureValue]) -> list[bytes]:
-    """encode_example's bytes as pieces in order, for a writer that frames and writes them
-    without joining them (each image one of them, not copied)."""
+    """encode_example's bytes as runs in order, for a writer that frames and writes them
+    without joining them: small parts joined, each of at least APART bytes (an image) alone."""
     return _example_parts(features)
 
 

@@ -35,7 +35,7 @@ from shardpack.containers import (
 )
 
 # encode_example: benchmarks.stages times it as this module's
-from shardpack.containers.example import decode, encode_example, example_parts  # noqa: F401
+from shardpack.containers.example import APART, decode, encode_example, example_parts  # noqa: F401
 from shardpack.crc import crc32c as _crc32c
 from shardpack.errors import RecordError
 from shardpack.storage import Blob, HashingBlob, Sink
@@ -70,27 +70,6 @@ def _masked(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-# A piece of a record at least this large is written apart; smaller ones are joined.
-_APART = 4096
-
-
-def _pieces(parts: list[bytes]) -> list[bytes]:
-    """An Example's parts as runs to write: a first and a last run of small parts joined
-    (either may be empty), large parts alone between them."""
-    pieces: list[bytes] = []
-    small: list[bytes] = []
-    for part in parts:
-        if len(part) < _APART:
-            small.append(part)
-            continue
-        if small or not pieces:
-            pieces.append(b"".join(small))
-            small = []
-        pieces.append(part)
-    pieces.append(b"".join(small))
-    return pieces
-
-
 def frame_parts(data: bytes) -> tuple[bytes, bytes]:
     """The 12-byte header and 4-byte footer that frame `data` as one TFRecord."""
     return _header(len(data)), FOOTER.pack(masked_crc(data))
@@ -100,7 +79,7 @@ def frame_parts(data: bytes) -> tuple[bytes, bytes]:
 def _header(length: int) -> bytes:
     """A record's length and its CRC: kept, since records of raw pixels repeat their length."""
     packed = struct.pack("<Q", length)
-    return packed + struct.pack("<I", masked_crc(packed))
+    return packed + FOOTER.pack(_masked(_crc32c(packed)))
 
 
 def frame(data: bytes) -> bytes:
@@ -139,7 +118,7 @@ class TFRecordWriter(ShardWriter):
 
     def _append(self, data: bytes) -> int:
         header, footer = frame_parts(data)
-        if len(data) < _APART:  # one write: each is a list append and a sha256 update
+        if len(data) < APART:  # one write: each is a list append and a sha256 update
             self._out.write(b"".join((header, data, footer)))
         else:  # three: a large record is not copied to frame it
             self._out.writelines((header, data, footer))
@@ -333,7 +312,7 @@ class _Writer(TFRecordWriter):
         # The Example's pieces framed and written as they are: its image is neither joined
         # into the Example nor the Example into the record (two copies of every image), and
         # its CRC runs over the pieces.
-        pieces = _pieces(example_parts(features))
+        pieces = example_parts(features)
         crc = 0
         for piece in pieces:
             crc = _crc32c(piece, crc)

@@ -130,7 +130,7 @@ def write_shard(
                         raise
                     skipped.append((e.key, e.reason))
                 else:
-                    if options.wds_naming == "img2dataset":
+                    if shard.original:
                         features.update(_original(loaded))
                     writer.write(features)
                     _count(counts, item.label)
@@ -160,6 +160,7 @@ class _Looks(NamedTuple):
     upright: bool  # an image with an EXIF turn is stored upright, not kept
     filtered: bool  # an image's size may have it skipped (_filter)
     resized: bool  # an image's size may be changed (_geometry)
+    original: bool  # the image as it came is described beside it (_original: img2dataset's)
 
 
 def _shard_looks(schema: Schema, options: PackOptions) -> _Looks:
@@ -171,6 +172,7 @@ def _shard_looks(schema: Schema, options: PackOptions) -> _Looks:
         CONTAINERS[options.format].shows_upright and bool(moved),
         (options.min_side, options.max_aspect, options.max_area) != (None, None, None),
         (options.max_side, options.resize) != (None, None),
+        options.wds_naming == "img2dataset",
     )
 
 

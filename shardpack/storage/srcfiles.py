@@ -73,30 +73,38 @@ def read_regular_stat(
                           "remove the link") from None  # fmt: skip
     try:
         st = os.fstat(fd)  # of what was opened: a name swapped after the scan is caught here
-        reason = not_regular(st.st_mode)
-        if reason is not None:
-            raise RefusedFile(reason)
+        if not stat.S_ISREG(st.st_mode):
+            raise RefusedFile(not_regular(st.st_mode))
         if st.st_size > limit:
             raise FileTooLarge(f"{st.st_size} bytes, over the limit of {limit}")
         # O_NONBLOCK means nothing to a regular file on a local disk; a filesystem that
         # honours it (some network or FUSE ones) says so with EAGAIN, and is read blocking.
-        first = min(st.st_size, limit) + 1  # one read for the whole file, as fstat sees it
+        first = st.st_size + 1  # one read for the whole file, as fstat sees it
         try:
-            chunks = [os.read(fd, first)]
+            data = os.read(fd, first)
         except BlockingIOError:
             os.set_blocking(fd, True)
-            chunks = [os.read(fd, first)]
-        total = len(chunks[0])
+            data = os.read(fd, first)
         # A short read of exactly the size fstat saw is the end of the file: no read of 0
         # bytes to confirm it (one syscall of the five a small image cost).
-        while chunks[-1] and total <= limit and total != st.st_size:
-            chunks.append(os.read(fd, min(_CHUNK, limit + 1 - total)))
-            total += len(chunks[-1])
+        if len(data) != st.st_size:
+            data = _read_on(fd, data, limit, st.st_size)
     finally:
         os.close(fd)
+    return data, st
+
+
+def _read_on(fd: int, first: bytes, limit: int, size: int) -> bytes:
+    """The whole file, whose `first` read was not the `size` bytes fstat saw (it grew or shrank
+    as it was read, or its filesystem returns less than asked): read on to its end, never past
+    `limit`."""
+    chunks, total = [first], len(first)
+    while chunks[-1] and total <= limit and total != size:
+        chunks.append(os.read(fd, min(_CHUNK, limit + 1 - total)))
+        total += len(chunks[-1])
     if total > limit:
         raise FileTooLarge(f"grew past the limit of {limit} bytes while being read")
-    return chunks[0] if len(chunks) <= 2 else b"".join(chunks), st
+    return b"".join(chunks)
 
 
 def _link_target(path: str, dir_fd: int | None) -> str | None:

@@ -50,6 +50,29 @@ OTHER_LAYOUTS = [
 ]
 
 
+@pytest.mark.parametrize("size", [0, 127, 128, 16_383, 16_384, 2**21 - 1, 2**21])
+def test_an_images_entry_is_built_as_every_other_bytes_entry(size):
+    """A bytes value's entry head, built at once for its length, is the one _entry builds:
+    at every varint width of the lengths it holds."""
+    prefix = example._bytes_feature_prefix(size)
+    head = b"".join(example._entry("image", [prefix], len(prefix) + size)[0])
+    assert example._bytes_entry_head.__wrapped__("image", size) == head
+
+
+def test_a_records_runs_hold_the_image_alone_and_the_small_parts_joined():
+    """example_parts hands a writer one run of small parts before the image, the image itself
+    (not copied) and one run after: a passed-through photo's record is three pieces."""
+    image = bytes(50_000)
+    features = {"image": image, "height": 3, "width": 4, "key": b"a/b.jpg", "label": 2}
+    runs = example.example_parts(features)
+    assert len(runs) == 3 and runs[1] is image
+    assert b"".join(runs) == encode_example(features)
+    names = {"a_first": image, "z_last": bytes(9_000), "m": [b"x" * 5_000, b"y"], "n": 1}
+    runs = example.example_parts(names)
+    assert [len(r) >= example.APART for r in runs] == [False, True, False, True, False, True, False]
+    assert b"".join(runs) == encode_example(names)
+
+
 def test_the_canonical_decoder_reads_encode_examples_layout_alone():
     data = encode_example(FEATURES)
     assert example._decode_canonical(data) == example._decode_general(data)

@@ -195,6 +195,16 @@ def test_a_file_that_grows_past_the_limit_is_not_read_past_it(tmp_path):
     assert read_regular(str(path), 1000) == b"x" * 1000
 
 
+def test_a_filesystem_that_reads_less_than_asked_gives_the_whole_file(tmp_path, monkeypatch):
+    """A network or FUSE filesystem may return less than a read asks: the file is read on
+    until all of fstat's bytes are in, and every read is kept (of two, the first alone was)."""
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(bytes(range(256)) * 40)
+    read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, size: read(fd, min(size, 6000)))
+    assert read_regular(str(path), 2**20) == path.read_bytes()
+
+
 def test_links_to_regular_images_are_followed(tmp_path):
     # A symlink farm (links into a store of real images) is a common way to lay out a dataset.
     store = helpers.make_tree(tmp_path / "store", {"all": 3})

@@ -168,3 +168,19 @@ def test_a_journal_of_the_version_before_stored_bytes_is_merged_with_them_unknow
         r["key"] for r in iter_examples(out)
     )
     assert "stored unknown" in run_cli("inspect", str(out)).stdout
+
+
+def test_a_noted_row_reads_back_as_its_columns_and_an_item_not_written_as_zeros():
+    """Each record's row is packed into the shard's table in the place of its item: read back
+    as FACT_DTYPE's columns, at each column's extremes, and the items not written all zeros."""
+    from shardpack.packing.facts import ShardFacts, content_digest, content_key
+
+    facts = ShardFacts(3)
+    loaded = b"\xff\xd8" + bytes(range(256)) * 64  # past three stripes: the key of a JPEG's
+    features = {"image": bytes(5), "width": 2**32 - 1, "height": 1, "format": "jpeg",
+                "channels": 3}  # fmt: skip
+    facts.add(1, loaded, features, 6, (len(loaded), -(2**63)))
+    rows = facts_of(facts.content(), 3)
+    crc, size = content_key(loaded)
+    assert rows[1].tolist() == (crc, size, content_digest(loaded), 2**32 - 1, 1, -(2**63), 5)
+    assert rows[[0, 2]].tobytes() == bytes(2 * FACT_DTYPE.itemsize)
