@@ -53,8 +53,8 @@ LONGEST_FIRST = (
     "tests/storage/test_remote.py", "tests/packing/test_reliability.py",
     "tests/storage/test_fetch.py", "tests/hostile/test_src.py", "tests/hostile/test_out.py",
     "tests/cli/test_cli.py", "tests/test_torch.py", "tests/docs/test_docs.py",
-    "tests/sources/test_tfdsdir_tars.py", "tests/packing/test_duplicates.py",
-    "tests/packing/test_cluster.py",
+    "tests/sources/test_tfdsdir_tars.py", "tests/read/test_random_access.py",
+    "tests/packing/test_duplicates.py", "tests/packing/test_cluster.py",
 )  # fmt: skip
 
 
