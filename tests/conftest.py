@@ -45,13 +45,16 @@ IN_PROCESS_TENSORFLOW = frozenset({
     "tests/read/test_tfds.py", "tests/sources/test_hf.py", "tests/sources/test_manifest.py",
     "tests/sources/test_splittree.py", "tests/test_images.py", "tests/test_transforms.py",
 })  # fmt: skip
-# The test files that take longest, run first after those (`--no-loadscope-reorder`: a worker
-# takes the next file in collection order): one of these taken last would run alone while the
-# other cores idle.
+# The test files that take longest (wall time on `make test`'s workers, waits included: a file
+# waiting on retries or a server ties up its worker as one that computes does), longest first,
+# run first after those (`--no-loadscope-reorder`: a worker takes the next file in collection
+# order): one of these taken last would run alone while the other cores idle.
 LONGEST_FIRST = (
-    "tests/test_torch.py", "tests/storage/test_remote.py", "tests/packing/test_reliability.py",
-    "tests/cli/test_cli.py", "tests/docs/test_docs.py", "tests/hostile/test_out.py",
-    "tests/hostile/test_src.py", "tests/packing/test_cluster.py",
+    "tests/storage/test_remote.py", "tests/packing/test_reliability.py",
+    "tests/storage/test_fetch.py", "tests/hostile/test_src.py", "tests/hostile/test_out.py",
+    "tests/cli/test_cli.py", "tests/test_torch.py", "tests/docs/test_docs.py",
+    "tests/sources/test_tfdsdir_tars.py", "tests/read/test_random_access.py",
+    "tests/packing/test_duplicates.py", "tests/packing/test_cluster.py",
 )  # fmt: skip
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import csv
+import functools
 import hashlib
 import inspect
 import io
@@ -110,6 +112,13 @@ def make_cifar100_python(root: Path, n_train: int = 30, n_test: int = 10) -> Pat
             b"coarse_label_names": [c.encode() for c in coarse]}  # fmt: skip
     (root / "meta").write_bytes(pickle.dumps(meta, protocol=2))
     return root
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A module's source parsed, once a process: the seam tests each walk the whole package's
+    trees, and none changes one."""
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def shard_files(out: Path) -> dict[str, bytes]:

@@ -1,7 +1,10 @@
-"""Random access and the contact sheet: DALI index files, read_record, the tfrecord package."""
+"""Random access and the contact sheet: DALI index files, read_record, Records at exit, the
+tfrecord package."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -191,3 +194,15 @@ def test_an_index_file_cut_short_is_named_not_the_shard_it_indexes(packed: Path,
     idx.write_text("")
     with pytest.raises(IndexFormatError, match=rf"{idx.name}: line 1: missing: 0 lines"):
         read_record(out, "train", 0)
+
+
+@pytest.mark.heavy
+def test_records_left_open_end_quietly_at_exit_with_tensorflow(shared_pack):
+    """Before: 'Exception ignored in: <function Records.__del__>' at exit over WebDataset shards:
+    the Records outlived the os module's teardown, and closing its files needed os.close."""
+    out = shared_pack({"a": 3, "b": 3}, workers=1, format="webdataset")
+    code = "import sys, tensorflow, shardpack; records = shardpack.Records(sys.argv[1]); records[0]"
+    run = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Exception ignored" not in run.stderr and "Traceback" not in run.stderr, run.stderr

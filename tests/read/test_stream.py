@@ -203,18 +203,6 @@ def test_tf_dataset_refuses_a_bad_batch_or_image_size_by_name(packed: Path, give
         tf_dataset(packed, **given)
 
 
-@pytest.mark.heavy
-def test_records_left_open_end_quietly_at_exit_with_tensorflow(shared_pack):
-    """Before: 'Exception ignored in: <function Records.__del__>' at exit over WebDataset shards:
-    the Records outlived the os module's teardown, and closing its files needed os.close."""
-    out = shared_pack({"a": 3, "b": 3}, workers=1, format="webdataset")
-    code = "import sys, tensorflow, shardpack; records = shardpack.Records(sys.argv[1]); records[0]"
-    run = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert "Exception ignored" not in run.stderr and "Traceback" not in run.stderr, run.stderr
-
-
 @pytest.fixture(scope="module")
 def mixed_sizes(tmp_path_factory) -> Path:
     """A pack of 24x32 images and one 40x40: the index knows the sizes vary."""

@@ -18,7 +18,7 @@ from shardpack.containers import CONTAINERS, Container, register_container
 from shardpack.containers.example import decode, encode_example
 from shardpack.errors import RecordError
 from shardpack.read.describe import describe
-from tests.helpers import make_tree
+from tests.helpers import make_tree, parsed
 
 PACKAGE = Path(shardpack.__file__).parent
 _LENGTH = struct.Struct("<I")  # each record: uint32 length, then the Example's bytes
@@ -186,7 +186,7 @@ def test_no_module_outside_containers_names_a_container():
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.parent.name == "containers":
             continue
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         allowed = {
             node.value.lineno
             for node in ast.walk(tree)

@@ -7,13 +7,14 @@ import ast
 from pathlib import Path
 
 import shardpack
+from tests.helpers import parsed
 
 LONGEST = 80
 PACKAGE = Path(shardpack.__file__).parent
 
 
 def _lengths(path: Path) -> list[tuple[str, int]]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     return [(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}",
              node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]  # fmt: skip

@@ -10,6 +10,7 @@ import functools
 from pathlib import Path
 
 import shardpack
+from tests.helpers import parsed
 
 PACKAGE = Path(shardpack.__file__).parent
 
@@ -86,7 +87,7 @@ def _imports(module: str) -> list[tuple[str, int, bool]]:
             inner = local or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
             visit(child, inner)
 
-    visit(ast.parse(MODULES[module].read_text()), False)
+    visit(parsed(MODULES[module]), False)
     return found
 
 

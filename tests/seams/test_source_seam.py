@@ -20,7 +20,7 @@ from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import NO_FIELDS, Dataset, Item, RecordCost, Source, register_source, source
 from shardpack.storage import Storage
-from tests.helpers import make_tree, one_line_error, run_cli
+from tests.helpers import make_tree, one_line_error, parsed, run_cli
 
 SEEDS = "seeds.txt"  # one "<class> <seed>" line per image; each image is drawn from its seed
 SIDE = 8
@@ -202,7 +202,7 @@ def test_packoptions_checks_no_option_a_source_owns():
     """What a source owns (own_options) its check_options checks: no check of PackOptions
     (__post_init__, its _check_ helpers) reads one, by attribute or by name."""
     owned = {name for each in sources.registered_sources().values() for name in each.own_options}
-    tree = ast.parse(Path(options_module.__file__).read_text())
+    tree = parsed(Path(options_module.__file__))
     checks = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
               and (node.name == "__post_init__" or node.name.startswith("_check"))]  # fmt: skip
     read = set()

@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 import shardpack
+from tests.helpers import parsed
 
 PACKAGE = Path(shardpack.__file__).parent
 # What only storage/ may call: whether a store is a disk (local_path) or a location a URL.
@@ -16,7 +17,7 @@ INSPECTING = {"local_path", "is_url"}
 
 def _calls(path: Path) -> int:
     count = 0
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)

@@ -23,7 +23,7 @@ from shardpack.layout import LOCK_NAME
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.storage import parse_options, storage_at
-from tests.helpers import make_tree, shard_files
+from tests.helpers import make_tree, parsed, shard_files
 
 MEMORY = fsspec.filesystem("memory")
 
@@ -244,7 +244,7 @@ def test_the_storage_seam_holds():
     leaks = []
     for module in sorted(Path(shardpack.__file__).parent.rglob("*.py")):
         outside = module.parent.name != "storage"
-        for node in ast.walk(ast.parse(module.read_text())):
+        for node in ast.walk(parsed(module)):
             where = f"{module.name}:{getattr(node, 'lineno', 0)}"
             if outside and isinstance(node, ast.ImportFrom) and (node.module in stores or (
                     node.module == "shardpack.storage"
