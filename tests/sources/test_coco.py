@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 from pathlib import Path
 
 import cv2
@@ -413,6 +414,25 @@ def test_each_split_finds_its_images_where_detectron2_and_tfds_keep_them(tmp_pat
     assert keys == {"train": ["images/train/t.png"], "val": ["val2017/v.png"],
                     "test": ["test/x.png"]}  # fmt: skip
     assert dataset.schema["objects/label"].classes == ("cat", "person")
+
+
+def test_roboflow_s_export_is_a_coco_folder_its_json_beside_each_split_s_images(coco, tmp_path):
+    root, doc = coco
+    src = tmp_path / "export"  # Roboflow's COCO export: <split>/_annotations.coco.json
+    for split in ("train", "valid"):
+        shutil.copytree(root / "val2017", src / split)
+        (src / split / "_annotations.coco.json").write_text(json.dumps(doc))
+    (src / "README.roboflow.txt").write_text("exported")
+    result = _pack(src, tmp_path / "out")
+    assert (result.index.ignored, result.num_skipped) == (0, 0)  # the JSON is no image left out
+    theirs = {r["key"]: r for r in iter_examples(_pack(root, tmp_path / "ref").out, "val")}
+    for split in ("train", "valid"):
+        ours = {r["key"]: r for r in iter_examples(tmp_path / "out", split)}
+        assert sorted(ours) == sorted(k.replace("val2017/", f"{split}/") for k in theirs)
+        for key, record in ours.items():
+            same = theirs[key.replace(f"{split}/", "val2017/")]
+            np.testing.assert_array_equal(record["objects/bbox"], same["objects/bbox"])
+            assert record["mask"] == same["mask"]
 
 
 def test_a_box_wholly_outside_its_image_is_dropped_past_every_edge(tmp_path: Path):
