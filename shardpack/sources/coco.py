@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 from shardpack.errors import Option, SourceError, printable
 from shardpack.options import PackOptions
-from shardpack.schema import INT64, Feature, Schema
+from shardpack.schema import BOX_REACH, INT64, Feature, Schema
 from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_name
 from shardpack.sources.objects import ANNOTATED_SIZE
@@ -167,9 +167,10 @@ def _number(value: object) -> bool:
     return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
 
 
-def _unit(value: float) -> float:
-    """A coordinate clipped to the image: [0, 1]."""
-    return min(max(value, 0.0), 1.0)
+def _reach(value: float) -> float:
+    """A coordinate held within BOX_REACH: the worker clips it to the image, and tells a box
+    outside the image from one of no area by what is past its edges."""
+    return min(max(value, BOX_REACH[0]), BOX_REACH[1])
 
 
 def _count(value: object) -> bool:
@@ -404,10 +405,9 @@ class _Split:
                                                  "the categories")  # fmt: skip
             if not _count(annotation.get("id")):
                 raise _BadAnnotation(annotation, "its id is not a 64-bit integer")
-            x, y, w, h = bbox  # clipped to the image, as detectron2 clips them: [0, 1] stored
-            # (each end: a box wholly left of the image is one of no area, dropped as outside)
-            boxes.append((_unit(y / height), _unit(x / width), _unit((y + h) / height),
-                          _unit((x + w) / width)))  # fmt: skip
+            x, y, w, h = bbox  # the worker clips it to the image, as detectron2 clips them
+            boxes.append((_reach(y / height), _reach(x / width), _reach((y + h) / height),
+                          _reach((x + w) / width)))  # fmt: skip
             labels.append(self.label_of[category])
             flag = annotation.get("iscrowd") or 0  # absent or null: 0
             if flag not in (0, 1):  # a text "0" was true, a crowd
