@@ -34,8 +34,9 @@ from shardpack.schema import BOX_REACH, Feature, Schema
 # move it or the run is refused. Boxes under tfdsmeta.BOX_NAMES (float32 rows of 4) are moved.
 GEOMETRY_WORDS = frozenset({"bbox", "bboxes", "boxes", "keypoints", "mask", "masks",
                             "segmentation", "polygons"})  # fmt: skip
-# Why a box was dropped, as the summary counts it: no visible area in the image it came with,
-# or none left once the image was cropped.
+# Why a box was dropped, as the summary counts it: no width or height to begin with (COCO's
+# [x, y, 0, h]), no visible area in the image it came with, or none left once it was cropped.
+NO_AREA = "no area"
 OUTSIDE = "outside the image"
 CROPPED = "cropped away"
 HIDDEN = "mostly cropped away"  # under min_visibility
@@ -229,9 +230,9 @@ def _moved(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The boxes clipped to the image, moved through `where` and clipped to the canvas (a box
     reaching past the image stops at its edge, not in a pad border), and each one's reason to
-    be dropped ("" to keep): no visible area, none to begin with (OUTSIDE) or the crop's
-    (CROPPED), or less of its area left than `min_visibility` (HIDDEN; as albumentations
-    measures it: the share of the moved box that the canvas holds)."""
+    be dropped ("" to keep): no area of its own (NO_AREA), none in the image (OUTSIDE) or
+    none the crop left (CROPPED), or less of its area left than `min_visibility` (HIDDEN; as
+    albumentations measures it: the share of the moved box that the canvas holds)."""
     inside = moved = np.clip(rows, 0.0, 1.0)
     seen = np.ones(len(rows))
     for move in where:
@@ -239,7 +240,8 @@ def _moved(
         moved = np.clip(whole, 0.0, 1.0)
         seen *= _area(moved) / np.maximum(_area(whole), np.finfo(np.float64).tiny)
     kept = np.where(seen >= min_visibility, "", HIDDEN)
-    reasons = np.where(_has_area(moved), kept, np.where(_has_area(inside), CROPPED, OUTSIDE))
+    lost = np.where(_has_area(inside), CROPPED, np.where(_has_area(rows), OUTSIDE, NO_AREA))
+    reasons = np.where(_has_area(moved), kept, lost)
     return moved, reasons
 
 

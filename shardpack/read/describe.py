@@ -144,9 +144,10 @@ def _sizes_line(summary: dict) -> str:
     if "width" not in summary and summary["records"]:
         return f"  images: {NOT_NOTED}"
     width, height = summary["width"], summary["height"]
-    return (f"  images: {_num(width['median'])}x{_num(height['median'])} median (from "
-            f"{_num(width['min'])}x{_num(height['min'])} to {_num(width['max'])}x"
-            f"{_num(height['max'])})")  # fmt: skip
+    # least and greatest side by side, not as sizes: the widest image need not be the tallest
+    return (f"  images: {_num(width['median'])}x{_num(height['median'])} median; widths "
+            f"{_num(width['min'])} to {_num(width['max'])}, heights {_num(height['min'])} to "
+            f"{_num(height['max'])}")  # fmt: skip
 
 
 def _bytes_line(summary: dict) -> str:

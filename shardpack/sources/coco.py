@@ -1,5 +1,6 @@
 """The COCO source: instances JSONs (annotations/instances_<split>.json) beside their image
-folders, as detectron2 and TFDS lay COCO out, read into objects/* features.
+folders, as detectron2 and TFDS lay COCO out, or in them (<split>/_annotations.coco.json,
+Roboflow's export), read into objects/* features.
 
 Boxes (COCO's pixel [x, y, width, height]) become objects/bbox, normalised [ymin, xmin, ymax,
 xmax] by the JSON's width and height of the image (as displayed, EXIF orientation applied) and
@@ -28,7 +29,7 @@ from collections.abc import Mapping
 
 from shardpack.errors import Option, SourceError, printable
 from shardpack.options import PackOptions
-from shardpack.schema import INT64, Feature, Schema
+from shardpack.schema import BOX_REACH, INT64, Feature, Schema
 from shardpack.sources import shapes
 from shardpack.sources.classlist import MAX_CLASSES, check_class_name
 from shardpack.sources.objects import ANNOTATED_SIZE
@@ -45,6 +46,9 @@ MAX_JSON_BYTES = 1 << 30
 # no instances file names the split).
 FOLDER = "annotations"
 _JSON_NAME = re.compile(r"(instances|person_keypoints)_(?P<split>[A-Za-z0-9_.-]+)\.json")
+# Roboflow's COCO export: each split's folder (of these names) holds its images and this JSON.
+_EXPORT_JSON = "_annotations.coco.json"
+_EXPORT_SPLITS = ("train", "valid", "test")
 # The year COCO's split names carry (train2017): dropped from the split's name when no other
 # JSON gives the same name without it.
 _YEAR = re.compile(r"(?<=[a-z])(19|20)\d\d$")
@@ -58,7 +62,8 @@ MAX_KEYPOINTS = 1024
 
 
 class CocoSource(Source):
-    """A folder holding annotations/instances_<split>.json and the images of each split."""
+    """A folder holding annotations/instances_<split>.json and the images of each split, or
+    Roboflow's <split>/_annotations.coco.json beside them."""
 
     name = "coco"
     kinds = ("coco",)
@@ -69,9 +74,10 @@ class CocoSource(Source):
         found = coco_files(root) if root.kind() == "dir" else {}
         if found:
             return root, found
-        refuse_unfound(self, root, options, "no annotations/instances_<split>.json found; pass "
-                       "the folder that holds annotations/ and the image folders (train2017/, "
-                       "val2017/ or images/<split>/)")  # fmt: skip
+        refuse_unfound(self, root, options, "no annotations/instances_<split>.json (or "
+                       f"<split>/{_EXPORT_JSON}, Roboflow's export) found; pass the folder "
+                       "that holds annotations/ and the image folders (train2017/, val2017/ or "
+                       "images/<split>/)")  # fmt: skip
         return None
 
     def holds(self, found: tuple[Storage, dict], name: str) -> bool:
@@ -95,7 +101,8 @@ def coco_files(root: Storage) -> dict[str, str]:
     """split -> the JSON (path under root) holding its annotations; {} when none is there."""
     found: dict[str, tuple[str, str]] = {}  # split -> (kind of file, path)
     if root.kind(FOLDER) != "dir":
-        return {}
+        exports = (posixpath.join(split, _EXPORT_JSON) for split in _EXPORT_SPLITS)
+        return {posixpath.dirname(p): p for p in exports if root.kind(p) == "file"}
     for entry in root.listdir(FOLDER):
         match = _JSON_NAME.fullmatch(entry.name)
         if match is None or entry.is_dir:
@@ -160,9 +167,10 @@ def _number(value: object) -> bool:
     return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
 
 
-def _unit(value: float) -> float:
-    """A coordinate clipped to the image: [0, 1]."""
-    return min(max(value, 0.0), 1.0)
+def _reach(value: float) -> float:
+    """A coordinate held within BOX_REACH: the worker clips it to the image, and tells a box
+    outside the image from one of no area by what is past its edges."""
+    return min(max(value, BOX_REACH[0]), BOX_REACH[1])
 
 
 def _count(value: object) -> bool:
@@ -243,6 +251,7 @@ def scan_coco(root: Storage, files: dict[str, str], options: PackOptions) -> Dat
                             f"{split}/, images/{split}/): packed without it")  # fmt: skip
             continue
         sizes = {e.name: e.size for e in root.walk(folder)}
+        sizes.pop(posixpath.relpath(files[split], folder), None)  # a JSON among the images
         listed(len(sizes))
         scanned = _Split((json_path, files[split]), folder, sizes, label_of, points, masked,
                          options)  # fmt: skip
@@ -396,10 +405,9 @@ class _Split:
                                                  "the categories")  # fmt: skip
             if not _count(annotation.get("id")):
                 raise _BadAnnotation(annotation, "its id is not a 64-bit integer")
-            x, y, w, h = bbox  # clipped to the image, as detectron2 clips them: [0, 1] stored
-            # (each end: a box wholly left of the image is one of no area, dropped as outside)
-            boxes.append((_unit(y / height), _unit(x / width), _unit((y + h) / height),
-                          _unit((x + w) / width)))  # fmt: skip
+            x, y, w, h = bbox  # the worker clips it to the image, as detectron2 clips them
+            boxes.append((_reach(y / height), _reach(x / width), _reach((y + h) / height),
+                          _reach((x + w) / width)))  # fmt: skip
             labels.append(self.label_of[category])
             flag = annotation.get("iscrowd") or 0  # absent or null: 0
             if flag not in (0, 1):  # a text "0" was true, a crowd

@@ -52,6 +52,8 @@ VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "
 # ImageSets/Main's split lists; trainval (train and val together) is a split only where
 # neither train nor val is listed.
 SPLIT_LISTS = ("train", "val", "test")
+# Roboflow's VOC export: each split's folder (of these names) holds its images beside their XMLs.
+EXPORT_SPLITS = ("train", "valid", "test")
 DIFFICULT, TRUNCATED, POSE = "objects/is_difficult", "objects/is_truncated", "objects/pose"
 # An <object>'s children packed; others (part, actions, point, occluded) are counted and named.
 _OBJECT_TAGS = frozenset({"name", "pose", "truncated", "difficult", "bndbox"})
@@ -70,9 +72,12 @@ class VocSource(Source):
         years = voc_folders(root) if root.kind() == "dir" else []
         if years:
             return _Found(root, years)
+        exported = export_splits(root) if root.kind() == "dir" else []
+        if exported:
+            return _Found(root, exported, exported=True)
         refuse_unfound(self, root, options, "holds no Annotations/ folder beside JPEGImages/ (nor "
-                       "VOCdevkit/VOC20xx/ holding them); pass the folder that holds "
-                       "them")  # fmt: skip
+                       "VOCdevkit/VOC20xx/ holding them, nor train/, valid/, test/ of images "
+                       "beside their XMLs); pass the folder that holds them")  # fmt: skip
         return None
 
     def holds(self, found: _Found, name: str) -> bool:
@@ -82,12 +87,13 @@ class VocSource(Source):
     def scan(
         self, found: _Found, options: PackOptions, storage_options: Mapping[str, object] | None
     ) -> Dataset:
-        return scan_voc(found.root, found.years, options)
+        return scan_voc(found.root, found.years, options, found.exported)
 
 
 class _Found(NamedTuple):
     root: Storage
     years: list[str]  # the folders holding Annotations/ beside JPEGImages/ ("": SRC itself)
+    exported: bool = False  # years are Roboflow's split folders, images beside their XMLs
 
 
 def _is_year(root: Storage, folder: str) -> bool:
@@ -108,6 +114,18 @@ def voc_folders(root: Storage) -> list[str]:
             and _is_year(root, name)]  # fmt: skip
 
 
+def export_splits(root: Storage) -> list[str]:
+    """Roboflow's VOC export: its split folders (EXPORT_SPLITS) that hold an XML."""
+    return [
+        split
+        for split in EXPORT_SPLITS
+        if root.kind(split) == "dir"
+        and any(
+            not is_dir and name.endswith(".xml") for name, is_dir in folder_entries(root, split)
+        )
+    ]
+
+
 class _Tally:
     """What the annotations held that is not packed, and the images without objects."""
 
@@ -121,7 +139,7 @@ class _Tally:
         if self.imageless:
             count = len(self.imageless)
             match = "XML matches" if count == 1 else "XMLs match"
-            said.append(f"{count:,} annotation {match} no image in JPEGImages/ (the first: "
+            said.append(f"{count:,} annotation {match} no image (the first: "
                         f"{self.imageless[0]}): not packed; add the image, or remove the "
                         "XML")  # fmt: skip
         if self.unknown:
@@ -135,8 +153,11 @@ class _Tally:
         return said
 
 
-def scan_voc(root: Storage, years: list[str], options: PackOptions) -> Dataset:
-    """List the images of each VOC year folder with their annotations' objects.
+def scan_voc(
+    root: Storage, years: list[str], options: PackOptions, exported: bool = False
+) -> Dataset:
+    """List the images of each VOC year folder with their annotations' objects; `exported`:
+    the folders are Roboflow's splits, each holding its images beside their XMLs.
 
     Raises:
         SourceError: a folder or split list cannot be read, or no image is found.
@@ -147,17 +168,19 @@ def scan_voc(root: Storage, years: list[str], options: PackOptions) -> Dataset:
     skipped: list[tuple[str, str]] = []
     for year in years:
         prefix = f"{year}/" if year else ""
+        pictures, notes = (year, year) if exported else (f"{prefix}JPEGImages",
+                                                         f"{prefix}Annotations")  # fmt: skip
         images = {posixpath.splitext(posixpath.basename(e.name))[0]: e
-                  for e in reversed(list(image_files(root, f"{prefix}JPEGImages")))}  # fmt: skip
-        splits = _split_ids(root, prefix, images)
+                  for e in reversed(list(image_files(root, pictures)))}  # fmt: skip
+        splits = {year: sorted(images)} if exported else _split_ids(root, prefix, images)
         listed_ids = {image_id for ids in splits.values() for image_id in ids}  # skipped if lost
-        tally.imageless += [f"{prefix}Annotations/{name}" for name, is_dir in folder_entries(
-            root, f"{prefix}Annotations") if not is_dir and name.endswith(".xml")
-            and name[:-4] not in images and name[:-4] not in listed_ids]  # fmt: skip
+        tally.imageless += [f"{notes}/{name}" for name, is_dir in folder_entries(root, notes)
+                            if not is_dir and name.endswith(".xml") and name[:-4] not in images
+                            and name[:-4] not in listed_ids]  # fmt: skip
         for split, ids in splits.items():
             for image_id in ids:
                 entry = images.get(image_id)
-                xml = f"{prefix}Annotations/{image_id}.xml"
+                xml = f"{notes}/{image_id}.xml"
                 if entry is None:
                     skipped.append((f"{prefix}JPEGImages/{image_id}.jpg", "no such image in "
                                     f"JPEGImages/ (listed in split {split}); remove it from "

@@ -54,10 +54,18 @@ def test_a_summary_s_figures_read_as_numbers_with_their_unit():
     summary = {"width": figures, "height": figures,
                "bytes": {"min": 9000, "median": 10409.5, "max": 12001}}  # fmt: skip
     assert summary_lines(summary) == [  # an index from before stored bytes and totals
-        "  images: 96x96 median (from 96x96 to 96x96)",
+        "  images: 96x96 median; widths 96 to 96, heights 96 to 96",
         "  bytes per image: source 10,410 median; stored unknown (packed before shardpack "
         "noted it)",
     ]
+    summary["width"], summary["height"] = (
+        {"min": 2, "median": 40, "max": 12000},
+        {"min": 1, "median": 44, "max": 60},
+    )  # a 12,000x40 image and a 40x60 one
+    # said "from 2x1 to 12,000x60", a size no image has
+    assert (
+        summary_lines(summary)[0] == "  images: 40x44 median; widths 2 to 12,000, heights 1 to 60"
+    )
     summary["bytes"]["total"] = 1234567
     summary["stored_bytes"] = {"min": 900, "median": 1000.5, "max": 1200, "total": 120060}
     assert summary_lines(summary)[1] == (

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 from pathlib import Path
 
 import cv2
@@ -346,7 +347,8 @@ def test_what_it_does_not_understand_is_said_in_one_line(tmp_path: Path, monkeyp
                                             "width": 1, "height": 1}]}))  # fmt: skip
     with pytest.raises(SourceError, match=r"images\[0\]\.file_name '\.\./etc/passwd' is not"):
         scan(src)
-    with pytest.raises(ShardpackError, match=r"no annotations/instances_<split>\.json found"):
+    unfound = r"no annotations/instances_<split>\.json \(or <split>/_annotations\.coco\.json"
+    with pytest.raises(ShardpackError, match=unfound):
         scan(src / "val2017", PackOptions(source="coco"))
     path.write_text("[" * 100_000 + "]" * 100_000)  # deeper than Python's parser goes
     with pytest.raises(SourceError, match=r"instances_val2017\.json: not COCO JSON"):
@@ -415,18 +417,39 @@ def test_each_split_finds_its_images_where_detectron2_and_tfds_keep_them(tmp_pat
     assert dataset.schema["objects/label"].classes == ("cat", "person")
 
 
+def test_roboflow_s_export_is_a_coco_folder_its_json_beside_each_split_s_images(coco, tmp_path):
+    root, doc = coco
+    src = tmp_path / "export"  # Roboflow's COCO export: <split>/_annotations.coco.json
+    for split in ("train", "valid"):
+        shutil.copytree(root / "val2017", src / split)
+        (src / split / "_annotations.coco.json").write_text(json.dumps(doc))
+    (src / "README.roboflow.txt").write_text("exported")
+    result = _pack(src, tmp_path / "out")
+    assert (result.index.ignored, result.num_skipped) == (0, 0)  # the JSON is no image left out
+    theirs = {r["key"]: r for r in iter_examples(_pack(root, tmp_path / "ref").out, "val")}
+    for split in ("train", "valid"):
+        ours = {r["key"]: r for r in iter_examples(tmp_path / "out", split)}
+        assert sorted(ours) == sorted(k.replace("val2017/", f"{split}/") for k in theirs)
+        for key, record in ours.items():
+            same = theirs[key.replace(f"{split}/", "val2017/")]
+            np.testing.assert_array_equal(record["objects/bbox"], same["objects/bbox"])
+            assert record["mask"] == same["mask"]
+
+
 def test_a_box_wholly_outside_its_image_is_dropped_past_every_edge(tmp_path: Path):
     """A box left of or above its image is dropped as one right of or below it is (outside
-    the image), not taken for a box that is not normalised, which skipped its image."""
+    the image), not taken for a box that is not normalised, which skipped its image; a box of
+    no width inside it is dropped as of no area (it was counted as outside the image)."""
 
     def outside(doc):
-        for n, bbox in enumerate(([-30, 5, 10, 10], [5, -40, 10, 10], [70, 5, 10, 10])):
+        boxes = ([-30, 5, 10, 10], [5, -40, 10, 10], [70, 5, 10, 10], [5, 5, 0, 10])
+        for n, bbox in enumerate(boxes):
             doc["annotations"].append({"id": 90 + n, "image_id": 2, "category_id": 3,
                                        "bbox": bbox})  # fmt: skip
 
     result = _pack(_broken(tmp_path, outside), tmp_path / "out").to_json()
     assert result["skipped_items"] == []
-    assert result["boxes_dropped"] == {"outside the image": 3}
+    assert result["boxes_dropped"] == {"outside the image": 3, "no area": 1}
 
 
 def test_a_keypoint_outside_its_image_is_not_labelled_even_where_nothing_moves(tmp_path: Path):

@@ -127,6 +127,25 @@ def test_a_hostile_xml_stops_a_run_that_fails_on_errors(voc: Path, tmp_path: Pat
         pack(voc, tmp_path / "fail", PackOptions(workers=1, on_error="fail"))
 
 
+def test_roboflow_s_export_is_a_voc_dataset_each_split_s_images_beside_their_xmls(tmp_path):
+    """train/, valid/, test/ of images beside their XMLs (Roboflow's VOC export): each folder
+    a split. It was not recognised: 'no images found; expected SRC/<split>/<class>/<image>'."""
+    objects = [("zebra", (0, 0, 10, 20), 0, 0, "Left"), ("ant", (5, 10, 20, 40), 1, 0, "x")]
+    for split, name in (("train", "a_jpg.rf.1"), ("valid", "b_jpg.rf.2")):
+        write(tmp_path / f"{split}/{name}.jpg", _jpeg(_photo(20, 40, {})))
+        write(tmp_path / f"{split}/{name}.xml", voc_xml(20, 40, objects))
+    write(tmp_path / "valid/lost.xml", voc_xml(20, 40, objects))  # its image: none
+    write(tmp_path / "README.roboflow.txt", "exported")
+    dataset = scan(tmp_path)
+    assert dataset.kind == "voc" and dataset.warnings[0].startswith(
+        "1 annotation XML matches no image (the first: valid/lost.xml)")  # fmt: skip
+    keys = {split: [item.key for item in items] for split, items in dataset.splits.items()}
+    assert keys == {"train": ["train/a_jpg.rf.1.jpg"], "valid": ["valid/b_jpg.rf.2.jpg"]}
+    for (item,) in dataset.splits.values():
+        np.testing.assert_allclose(item.fields["objects/bbox"],
+                                   [0, 0, 0.5, 0.5, 0.25, 0.25, 1, 1])  # fmt: skip
+
+
 def test_a_voc_year_folder_of_other_classes_and_no_split_lists(tmp_path: Path):
     """SRC the year folder itself, classes not VOC's (sorted as found), no ImageSets: every
     image in split train; a box's conversion from 1-based pixels, and bad XML by name."""
@@ -142,7 +161,7 @@ def test_a_voc_year_folder_of_other_classes_and_no_split_lists(tmp_path: Path):
     write(tmp_path / "Annotations/lost.xml", voc_xml(20, 40, objects))  # its image: none
     dataset = scan(tmp_path)
     assert dataset.kind == "voc" and dataset.schema["objects/label"].classes == ("ant", "zebra")
-    assert dataset.warnings[0] == ("1 annotation XML matches no image in JPEGImages/ (the "
+    assert dataset.warnings[0] == ("1 annotation XML matches no image (the "
                                    "first: Annotations/lost.xml): not packed; add the image, or "
                                    "remove the XML")  # fmt: skip
     (item,) = dataset.splits["train"]
