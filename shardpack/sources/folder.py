@@ -6,7 +6,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from shardpack.errors import Option, SourceError
+from shardpack.errors import Option, SourceError, plural
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import cifar
@@ -57,6 +57,7 @@ def _is_image_name(name: str) -> bool:
 _SUFFIXES = frozenset(ext[1:] for ext in IMAGE_EXTENSIONS)
 # The skip reason of an image beside the class folders, not in one (of SRC, or of a split).
 _NO_CLASS = "in no class folder ({}): move it into its class's folder"
+_SPLIT_LAYOUT = "SRC/<split>/<class>/<image>"
 
 
 class Passed:
@@ -229,7 +230,7 @@ def list_class_folders(
         if hidden(name):
             continue
         if _is_image_name(name):  # an image with no class: named with why, not "not an image"
-            where = "SRC/<split>/<class>/<image>" if base else "SRC/<class>/<image>"
+            where = _SPLIT_LAYOUT if base else "SRC/<class>/<image>"
             passed.skipped.append((prefix + name, _NO_CLASS.format(where)))
         else:
             passed.ignore(prefix + name)
@@ -355,6 +356,18 @@ def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
         return (f"{expected}; its {passed.ignored:,} {files} have none of those ({said}): convert "
                 "the images to one of those formats",)  # fmt: skip
     return (expected,)
+
+
+def in_split_folders(passed: Passed) -> tuple[str, ...]:
+    """Why a split tree without an image in a class folder found none, where its images lie
+    in the split folders themselves (skipped, _NO_CLASS): a message's tail; () otherwise."""
+    loose = [key for key, why in passed.skipped if why == _NO_CLASS.format(_SPLIT_LAYOUT)]
+    if not loose:
+        return ()
+    folders = ", ".join(sorted({key.split("/", 1)[0] + "/" for key in loose}))
+    return (f"its {plural(len(loose), 'image')} lie in its split folders ({folders}) themselves, "
+            f"but each class needs its own folder ({_SPLIT_LAYOUT}): move them into class "
+            "folders",)  # fmt: skip
 
 
 def _only_entry(folder: Storage, name: str) -> bool:

@@ -15,6 +15,7 @@ from shardpack.sources.folder import (
     few,
     folder_entries,
     hidden,
+    in_split_folders,
     left_out_by_classes,
     list_class_folders,
 )
@@ -94,10 +95,9 @@ def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:
     if images and not any(splits.values()):
         raise left_out_by_classes(root.path(), images, found_classes)
     if not any(splits.values()):
-        raise SourceError(
-            f"{root.path()}: no images found; expected SRC/<split>/<class>/<image> with extensions "
-            f"{', '.join(sorted(IMAGE_EXTENSIONS))}"
-        )
+        raise SourceError(f"{root.path()}: no images found; ", *(in_split_folders(passed) or (
+            "expected SRC/<split>/<class>/<image> with extensions "
+            f"{', '.join(sorted(IMAGE_EXTENSIONS))}",)))  # fmt: skip
     splits = {split: items for split, items in splits.items() if items}
     return passed.dataset("split-tree", root, Schema.build(classes), splits, left_out, warnings)
 

@@ -63,6 +63,31 @@ def test_an_image_in_a_split_folder_beside_its_classes_is_skipped_with_why(tmp_p
     assert dataset.ignored == 0
 
 
+def test_split_folders_of_images_alone_say_where_the_images_lie(tmp_path: Path):
+    """Images straight in train/ and valid/ (no class folders) ended in a bare 'no images
+    found' about folders full of images; as for images in SRC itself, it now says where they
+    lie and what to do."""
+    src = tmp_path / "src"
+    for split, count in (("train", 2), ("valid", 1)):
+        make_tree(src / split, {"x": count}, seed=len(split))
+        for image in (src / split / "x").iterdir():
+            image.rename(src / split / image.name)
+        (src / split / "x").rmdir()
+    with pytest.raises(SourceError) as caught:
+        scan(src)
+    assert str(caught.value) == (
+        f"{src}: no images found; its 3 images lie in its split folders (train/, valid/) "
+        "themselves, but each class needs its own folder (SRC/<split>/<class>/<image>): move "
+        "them into class folders"
+    )
+    (src / "valid" / "img_000.jpg").unlink()
+    (src / "train" / "notes.txt").write_text("no images here")
+    for image in (src / "train").glob("*.jpg"):
+        image.unlink()
+    with pytest.raises(SourceError, match="no images found; expected SRC/<split>/<class>/"):
+        scan(src)
+
+
 def test_split_folders_beside_other_folders_are_refused_not_taken_for_classes(tmp_path: Path):
     """Taken for a class tree (as they once were), every image was labelled by its split."""
     src = _split_tree(tmp_path / "src")
