@@ -149,6 +149,27 @@ def test_update_fetches_again_only_the_urls_that_failed_for_a_reason_a_retry_may
     assert [row["url"] for row in _failed(out)][-1] == more[1]
 
 
+def test_a_grow_fetches_a_packed_copy_again_only_to_confirm_a_new_one(tmp_path):
+    """Held exact copies behind URLs are known copies: a grow that asks a failed URL again
+    fetches none of them (each grow fetched one URL of each group again), and a new copy has
+    one of them fetched once, to confirm it by digest (docs/sources.md)."""
+    with serving() as site:
+        paths = [*(f"/twin/{i}.png" for i in range(4)), "/img/9.png"]
+        src, out = _list(tmp_path, site, paths), tmp_path / "out"
+        site.down.add("/img/9.png")
+        assert helpers.run_cli("pack", str(src), str(out), *JOB, "--retries", "0").returncode == 0
+        site.down, site.hits = set(), Counter()
+        assert helpers.run_cli("pack", str(src), str(out), *JOB, "--update").returncode == 0
+        assert list(site.hits) == ["/img/9.png"], site.hits
+        site.hits.clear()
+        helpers.write_csv(src, [*_rows(src), {"url": site.url("/img/0.png"), "caption": "new"}])
+        assert helpers.run_cli("pack", str(src), str(out), *JOB, "--append").returncode == 0
+        assert sorted(site.hits) in (["/img/0.png", f"/twin/{i}.png"] for i in (0, 1)), site.hits
+        assert sum(site.hits.values()) == 2
+    doc = json.loads((out / "index.json").read_text())
+    assert (doc["duplicates"]["groups"], doc["duplicates"]["copies"]) == (2, 3)
+
+
 def test_the_line_of_urls_asked_again_counts_one_url_as_one():
     fresh = {"train-00000.tfrecord": {"keys": ["http://127.0.0.1/a.jpg", "b"]}}
     (one,) = _asked_again(frozenset({"http://127.0.0.1/a.jpg"}), fresh)
