@@ -104,16 +104,21 @@ def confirm(
     or more, each its kept copy first, in the order of those. One read-ahead serves every set:
     many pairs of image URLs are fetched many at a time, not a pair at a time. `known`: per
     entry, a number it shares with the entries already known to hold its bytes (0: none): one
-    of those is read for all (a grow's held copies, contents.py)."""
+    of those is read for all (a grow's held copies, contents.py), none where a set holds
+    nothing else."""
     load, cache, limit = dataset.source.load, {}, max_file_bytes(options.max_pixels)
     every = []  # per set: the entry digested -> the entries it stands for
+    groups: list[Group] = []
     for positions in sets:
         alike: dict[int, list[int]] = defaultdict(list)
         first: dict[int, int] = {}  # known number -> the entry read for it
         for p in map(int, positions):
             number = known[p] if known is not None else 0
             alike[first.setdefault(number, p) if number else p].append(p)
-        every.append(alike)
+        if len(alike) == 1:  # known copies alone: nothing to confirm (no held URL fetched)
+            groups.append([_member(entries[q]) for q in next(iter(alike.values()))])
+        else:
+            every.append(alike)
     found = {p: digests[p] for alike in every for p in alike} if digests else {}
     unread = [p for alike in every for p in alike if found.get(p) is None]
     with dataset.root.reading(dataset.source.item_files(entries[p][1] for p in unread),
@@ -123,7 +128,6 @@ def confirm(
                 found[p] = content_digest(load(entries[p][1], src, options, cache))
             except ImageError:  # gone or changed since: not a copy we can vouch for
                 found[p] = None
-    groups: list[Group] = []
     for alike in every:
         by_digest: dict[bytes, Group] = defaultdict(list)
         for p, stands_for in alike.items():

@@ -251,6 +251,8 @@ class GrowPack:
             copies = _copies(dataset, contents, change, options, options.grow == "update",
                              written_keys(plan, results))  # fmt: skip
         summary = change.summary(options.grow, len(touched))
+        mended = _packed_again(self.again, fresh)
+        summary["added"] -= len(self.again) - mended  # failing again: listed already, not added
         seconds = time.perf_counter() - self.start
         reused = planned.reused
         written = sum(r.num_records for r in results) - sum(r.num_records for r in reused)
@@ -284,7 +286,7 @@ class GrowPack:
             num_skipped=index.num_skipped, seconds=time.perf_counter() - self.start,
             num_reused=len(reused), num_shards=sum(len(s.shards) for s in index.splits.values()),
             new_records=written, notes=(*_said(change, options.grow, copies),
-                                        *_asked_again(self.again, fresh)),
+                                        *_asked_again(self.again, mended)),
             grow=summary,
         )  # fmt: skip
 
@@ -871,11 +873,15 @@ def _failures(
     return url_failures(skipped, rows_of(dataset))
 
 
-def _asked_again(again: frozenset[str], fresh: dict[str, Entry]) -> tuple[str, ...]:
+def _packed_again(again: frozenset[str], fresh: dict[str, Entry]) -> int:
+    """How many of the failed URLs --update asked again the new shards hold."""
+    return sum(key in again for entry in fresh.values() for key in entry["keys"]) if again else 0
+
+
+def _asked_again(again: frozenset[str], packed: int) -> tuple[str, ...]:
     """A line saying how many failed URLs --update asked again, and how many it packed."""
     if not again:
         return ()
-    packed = sum(key in again for entry in fresh.values() for key in entry["keys"])
     return (f"{plural(len(again), 'URL')} that had failed for a reason a retry may mend (HTTP "
             f"5xx or 429, a timeout, a reset) asked again: {packed:,} packed",)  # fmt: skip
 

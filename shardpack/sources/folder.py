@@ -407,6 +407,13 @@ def instead_of_file(path: str) -> str:
             f"it is an image: pass the folder above its class folder, {os.path.dirname(parent)} "
             f"(SRC/<class>/<image>, here with {os.path.basename(parent)} as the class)"
         )
+    if name.endswith(".txt"):  # img2dataset's default --input_format: one URL a line
+        stem = name[: -len(".txt")]
+        return (
+            f"if it lists image URLs one a line, make it a manifest with an image column: "
+            f"(echo path; cat {name}) > {stem}.tsv, then pack {stem}.tsv; else pass a folder "
+            f"of class folders (SRC/<class>/<image>) or of CIFAR batches"
+        )
     return "pass a folder of class folders (SRC/<class>/<image>) or of CIFAR batches"
 
 

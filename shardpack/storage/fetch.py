@@ -7,8 +7,9 @@ in flight to it. Every address connected to (after DNS, after each redirect) is 
 byte is sent: link-local and cloud metadata addresses never, private and loopback ones only
 when allowed. Transient failures (a reset or refused connection, a timeout, 5xx, 429) are
 retried with backoff, honouring Retry-After; permanent ones (404, 403, DNS, over the byte cap,
-an opt-out header) fail at once. A failure's message starts with what `reason_kind` counts it
-by and ends, for an HTTP status, with `(HTTP <status>)`, which `status_of` reads back.
+an opt-out header) fail at once. A body sent gzip'ed or deflated is decoded under the same cap.
+A failure's message starts with what `reason_kind` counts it by and ends, for an HTTP status,
+with `(HTTP <status>)`, which `status_of` reads back.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import threading
 import time
 import urllib.parse
 import weakref
+import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,6 +40,8 @@ from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, opted_out, ref
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 1 << 16  # bytes a read takes at most: a body over the cap is refused within a chunk
+# Content-Encoding -> zlib's wbits: gzip's header, or zlib's (deflate as RFC 9110 means it)
+_ZLIB_WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}  # 16 + MAX_WBITS; MAX_WBITS
 _DRAIN = 1 << 16  # the most of an error page read to keep its connection; past it, closed
 # A body past LARGE_BODY bytes reads on only in one of the worker's LARGE_TURNS: bodies in
 # flight hold at most threads x LARGE_BODY + LARGE_TURNS limits, not a limit a thread (1.5 GB at
@@ -211,15 +215,16 @@ class Fetcher:
         length = response.getheader("Content-Length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
             raise FileTooLarge(f"{over} (Content-Length: {int(length)})")
+        coding = (response.getheader("Content-Encoding") or "identity").strip().lower()
         parts, got = [], 0
         with ExitStack() as turn:
-            while chunk := response.read1(_CHUNK):
+            for chunk in _decoded(response, coding, limit):
                 if got <= LARGE_BODY < got + len(chunk):
                     # the holder ends within total_timeout (or at close): a wait is bounded
                     turn.enter_context(self._large)
                 got += len(chunk)
                 if got > limit:
-                    raise FileTooLarge(over)
+                    raise FileTooLarge(over if coding == "identity" else f"{over} ({coding})")
                 parts.append(chunk)
         if response.length:  # closed short of its Content-Length: read1 returns what came
             raise http.client.IncompleteRead(b"", response.length)
@@ -425,6 +430,38 @@ def _phrase(status: int) -> str:
         return http.HTTPStatus(status).phrase
     except ValueError:
         return "status"
+
+
+def _decoded(response: http.client.HTTPResponse, coding: str, limit: int) -> Iterator[bytes]:
+    """The body's chunks as the server meant them: servers that compress every answer send
+    gzip even when asked for identity, and browsers undo it. Decoded a chunk at a time, so the
+    caller's byte cap and turns for large bodies hold for what a small body inflates to.
+
+    Raises:
+        UrlFailed: an encoding other than gzip or deflate, or a stream that does not decode.
+        FileTooLarge: more than `limit` bytes sent (decoding to less).
+    """
+    if coding == "identity":
+        yield from iter(functools.partial(response.read1, _CHUNK), b"")
+        return
+    if coding not in _ZLIB_WBITS:
+        raise UrlFailed(f"not an image: its body came in Content-Encoding {said(coding, 40)!r}, "
+                        "which shardpack does not decode (gzip and deflate only)")  # fmt: skip
+    inflate, sent = zlib.decompressobj(_ZLIB_WBITS[coding]), 0
+    try:
+        while data := response.read1(_CHUNK):
+            sent += len(data)
+            if sent > limit:  # bytes that inflate to little are bound too
+                raise FileTooLarge(f"over the limit of {limit} bytes (sent, {coding})")
+            if inflate.eof:  # past the stream's end: never held
+                raise UrlFailed(f"not an image: its body has bytes past its {coding} stream")
+            while out := inflate.decompress(data, _CHUNK):
+                yield out
+                data = inflate.unconsumed_tail
+    except zlib.error as e:
+        raise UrlFailed(f"not an image: its body does not decode as {coding} ({e})") from None
+    if not inflate.eof and not response.length:  # (a body cut short is the caller's to say)
+        raise UrlFailed(f"not an image: its body's {coding} stream ends early")
 
 
 def _retry_after(headers: http.client.HTTPMessage) -> float | None:

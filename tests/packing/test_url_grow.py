@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from shardpack import iter_examples
-from shardpack.packing.grow import _asked_again
+from shardpack.packing.grow import _asked_again, _packed_again
 from tests import helpers
 from tests.packing.test_reliability import _finished_shards
 from tests.storage.test_fetch import Site, serving
@@ -43,6 +43,10 @@ def _shards(out: Path) -> dict[str, list[str]]:
     doc = json.loads((out / "contents.json").read_text())
     return {file: ["/" + key.split("/", 3)[3] for key in (*entry["keys"], *entry["skipped"])]
             for file, entry in doc["shards"].items()}  # fmt: skip
+
+
+def _history(out: Path) -> list[dict]:
+    return json.loads((out / "index.json").read_text())["history"]
 
 
 def _index(out: Path) -> dict:
@@ -126,6 +130,9 @@ def test_update_fetches_again_only_the_urls_that_failed_for_a_reason_a_retry_may
         assert again.returncode == 0, again.stderr
         assert list(site.hits.elements()) == ["/img/9.png"]
         assert _stamps(out) == grown_to and _failed(out) == failed  # (no shard of no record)
+        # a URL asked again and failing again is no addition (each such --update said 1)
+        assert [run["added"] for run in _history(out)] == [2, 0]
+        assert "update: added 0, changed 0" in again.stdout
     after = _stamps(out)
     assert {name: after[name] for name in before} == before  # finished shards untouched
     assert len(after) == len(before) + 1
@@ -149,9 +156,31 @@ def test_update_fetches_again_only_the_urls_that_failed_for_a_reason_a_retry_may
     assert [row["url"] for row in _failed(out)][-1] == more[1]
 
 
+def test_a_grow_fetches_a_packed_copy_again_only_to_confirm_a_new_one(tmp_path):
+    """Held exact copies behind URLs are known copies: a grow that asks a failed URL again
+    fetches none of them (each grow fetched one URL of each group again), and a new copy has
+    one of them fetched once, to confirm it by digest (docs/sources.md)."""
+    with serving() as site:
+        paths = [*(f"/twin/{i}.png" for i in range(4)), "/img/9.png"]
+        src, out = _list(tmp_path, site, paths), tmp_path / "out"
+        site.down.add("/img/9.png")
+        assert helpers.run_cli("pack", str(src), str(out), *JOB, "--retries", "0").returncode == 0
+        site.down, site.hits = set(), Counter()
+        assert helpers.run_cli("pack", str(src), str(out), *JOB, "--update").returncode == 0
+        assert list(site.hits) == ["/img/9.png"], site.hits
+        site.hits.clear()
+        helpers.write_csv(src, [*_rows(src), {"url": site.url("/img/0.png"), "caption": "new"}])
+        assert helpers.run_cli("pack", str(src), str(out), *JOB, "--append").returncode == 0
+        assert sorted(site.hits) in (["/img/0.png", f"/twin/{i}.png"] for i in (0, 1)), site.hits
+        assert sum(site.hits.values()) == 2
+    doc = json.loads((out / "index.json").read_text())
+    assert (doc["duplicates"]["groups"], doc["duplicates"]["copies"]) == (2, 3)
+
+
 def test_the_line_of_urls_asked_again_counts_one_url_as_one():
     fresh = {"train-00000.tfrecord": {"keys": ["http://127.0.0.1/a.jpg", "b"]}}
-    (one,) = _asked_again(frozenset({"http://127.0.0.1/a.jpg"}), fresh)
-    (two,) = _asked_again(frozenset({"http://127.0.0.1/a.jpg", "c"}), fresh)
+    (one,) = _asked_again(once := frozenset({"http://127.0.0.1/a.jpg"}), _packed_again(once, fresh))
+    (two,) = _asked_again(twice := frozenset({"http://127.0.0.1/a.jpg", "c"}), 1)
+    assert (_packed_again(twice, fresh), _packed_again(frozenset(), fresh)) == (1, 0)
     assert one.startswith("1 URL that had failed") and one.endswith("asked again: 1 packed")
     assert two.startswith("2 URLs that had failed")

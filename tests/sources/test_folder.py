@@ -473,6 +473,19 @@ def test_an_archive_as_src_says_to_extract_it(tmp_path):
         scan(tmp_path)
 
 
+def test_a_txt_list_of_urls_as_src_says_how_to_make_it_a_manifest(tmp_path):
+    """img2dataset's default input, one URL a line, was told to pass a folder of class folders."""
+    urls = ["http://127.0.0.1:9/a.jpg?w=1,2", "https://example.org/b c.png"]
+    (tmp_path / "urls.txt").write_text("".join(f"{url}\n" for url in urls))
+    with pytest.raises(SourceError) as caught:
+        scan(tmp_path / "urls.txt")
+    advice = "(echo path; cat urls.txt) > urls.tsv"
+    assert advice in str(caught.value)
+    subprocess.run(["sh", "-c", advice], cwd=tmp_path, check=True)  # the advice works
+    items = scan(tmp_path / "urls.tsv").splits["train"]
+    assert sorted(item.path for item in items) == sorted(urls)
+
+
 def test_a_folder_of_tars_as_class_folders_names_the_webdataset_source(tmp_path):
     """--source folder on WebDataset shards said to extract them, not to read them as shards."""
     helpers.write_tars(tmp_path / "shards", count=4)

@@ -16,6 +16,7 @@ import struct
 import threading
 import time
 import tracemalloc
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,7 +89,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     image N, and bytes past its Content-Length on the connection kept. /garbled.png: no HTTP.
     /503odd.png: a 503 whose Retry-After is a digit of latin-1 past ASCII (a superscript 2);
     /503past.png and /503minus.png: a 503 to retry after a date past, or -5 s. /badchunk.png:
-    a chunk size that is no number. /gzipbomb.png: GZIP_BOMB as Content-Encoding: gzip.
+    a chunk size that is no number. /gzipbomb.png: GZIP_BOMB as Content-Encoding: gzip;
+    /gzip/N.png, /deflate/N.png: image N so encoded, whatever was asked (as some servers do);
+    /brotli.png: Content-Encoding: br, /gzipcut.png: half of a gzip'ed image (its length right).
     /badredirect.png: a 302 to a URL urllib cannot parse. /dripheaders.png: a status line, then a
     header's byte every 50 ms (2 s); /continues.png: a 100 Continue every 50 ms (2 s);
     /hints/N.png: a 103 Early Hints, then 50 ms later image N. /idle408/N.png: image N, then
@@ -196,6 +199,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return None
         if path == "/gzipbomb.png":  # 1 MB of zeros in 1 KB, sent whatever was asked
             return self._send(200, GZIP_BOMB, {"Content-Encoding": "gzip"})
+        if path in ("/brotli.png", "/gzipcut.png"):
+            body = gzip.compress(_png(1))
+            body, coding = (b"\x0b\x01\x80", "br") if path == "/brotli.png" else (body[:50], "gzip")
+            return self._send(200, body, {"Content-Encoding": coding})
+        if kind in ("gzip", "deflate"):
+            body = (gzip.compress if kind == "gzip" else zlib.compress)(_png(number))
+            return self._send(200, body, {"Content-Encoding": kind})
         if path == "/garbled.png":
             self.wfile.write(b"not HTTP at all\r\n\r\n")
             self.close_connection = True
@@ -295,7 +305,7 @@ def _manifest(tmp_path: Path, urls: list[str], name: str = "urls.csv") -> Path:
 
 def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
     good = ["/img/0.png", "/503/1.png", "/429/2.png", "/reset/3.png", "/redirect/4.png",
-            "/otherbot/5.png"]  # fmt: skip
+            "/otherbot/5.png", "/gzip/7.png", "/deflate/8.png"]  # fmt: skip
     bad = {
         "/404.png": ("HTTP Not Found", 404, 1),
         "/403.png": ("HTTP Forbidden", 403, 1),
@@ -306,6 +316,7 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
         "/meta.png": ("refused address", None, 1),
         "/huge.png": ("over the limit of N bytes", None, 1),
         "/html.png": ("not an image", None, 1),
+        "/gzipbomb.png": ("not an image", None, 1),  # 1 MB of zeros, under the cap
     }
     src = _manifest(tmp_path, [site.url(p) for p in [*good, *bad]])
     out = tmp_path / "out"
@@ -329,11 +340,12 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
     assert second - first >= 0.95  # Retry-After: 1 honoured
     assert index["stats"]["url_failures"] == Counter(error for error, _, _ in bad.values())
     # transient ones took one retry each, permanent ones none
-    assert [site.hits[p] for p in good] == [1, 2, 2, 2, 1, 1]
+    assert [site.hits[p] for p in good] == [1, 2, 2, 2, 1, 1, 1, 1]
     assert site.hits["/img/4.png"] == 1  # the redirect's target
     assert all(agent.startswith("shardpack ") for agent in site.agents), site.agents
-    captions = sorted(record["caption"] for record in iter_examples(out))
-    assert captions == [f"photo {i}" for i in range(len(good))]
+    images = {record["caption"]: record["image"] for record in iter_examples(out)}
+    assert sorted(images) == [f"photo {i}" for i in range(len(good))]
+    assert (images["photo 6"], images["photo 7"]) == (_png(7), _png(8))  # gzip'ed, deflated
 
 
 def test_many_requests_are_in_flight_while_a_server_takes_its_time(tmp_path):
@@ -549,8 +561,8 @@ def test_a_retry_after_of_digits_past_ascii_is_no_number_and_no_traceback(site):
 
 def test_bad_framing_a_past_retry_after_and_a_gzip_bomb_fail_their_url_alone(site, monkeypatch):
     """A hostile server's framing and asks: each a failure of its URL, tried as often as
-    --retries says (a Retry-After in the past or below 0 is the backoff's), or bytes taken as
-    sent (asked for identity, a body is never decompressed: a bomb stays 1 KB, not an image)."""
+    --retries says (a Retry-After in the past or below 0 is the backoff's), or a gzip bomb's
+    bytes inflated only as far as the byte cap (then what it inflates to: not an image)."""
     monkeypatch.setattr(fetch, "BACKOFF_S", 0.01)
     fetcher = Fetcher(FetchPolicy(allow_private=True, retries=1))
     with pytest.raises(UrlFailed, match=r"^connection cut: answer incomplete \(after 2 tries\)$"):
@@ -559,7 +571,13 @@ def test_bad_framing_a_past_retry_after_and_a_gzip_bomb_fail_their_url_alone(sit
         with pytest.raises(UrlFailed, match=r"^HTTP Service Unavailable \(HTTP 503, after 2 "):
             fetcher.get(site.url(path), 10_000)
         assert site.hits[path] == 2
-    assert fetcher.get(site.url("/gzipbomb.png"), 10_000) == GZIP_BOMB
+    with pytest.raises(FileTooLarge, match=r"^over the limit of 10000 bytes \(gzip\)$"):
+        fetcher.get(site.url("/gzipbomb.png"), 10_000)
+    assert fetcher.get(site.url("/gzipbomb.png"), 2 << 20) == bytes(1 << 20)
+    with pytest.raises(UrlFailed, match=r"^not an image: its body came in Content-Encoding 'br'"):
+        fetcher.get(site.url("/brotli.png"), 10_000)
+    with pytest.raises(UrlFailed, match=r"^not an image: its body's gzip stream ends early$"):
+        fetcher.get(site.url("/gzipcut.png"), 10_000)
     assert fetcher.get(site.url("/img/1.png"), 10_000) == _png(1)  # the run goes on
 
 
