@@ -233,7 +233,13 @@ def test_an_append_grows_a_pack_the_card_loads_whole(tmp_path: Path):
     pack(src, out, PackOptions(format="parquet", workers=1, shards=2))
     make_tree(tmp_path / "more", {"dog": 2}, seed=50)
     (tmp_path / "more" / "dog").rename(src / "eel")  # a class the append adds at the end
+    described = json.loads((out / "croissant.json").read_text())
+    license_ = "https://creativecommons.org/licenses/by/4.0/"
+    (out / "croissant.json").write_text(json.dumps(described | {"license": license_}))
     pack(src, out, PackOptions(format="parquet", workers=1, grow="append"))
+    described = json.loads((out / "croissant.json").read_text())
+    assert described["license"] == license_  # added as docs ask before publishing: kept
+    assert len(described["distribution"]) == 3 + 1  # the new shard, and the split's FileSet
     assert sorted(p.name for p in out.glob("*.parquet")) == [
         "src-train-00000-of-00002.parquet", "src-train-00001-of-00002.parquet",
         "src-train-00002-of-00002.parquet",
