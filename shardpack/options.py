@@ -442,8 +442,17 @@ def check_split_names(option: str, names: tuple[str, ...]) -> None:
             raise OptionError("split names must start with a letter or digit and hold only "
                               f"letters, digits, '_' and '.', got: {name!r} in ",
                               Option(option))  # fmt: skip
-        if (long := too_long_split(name)) is not None:
-            raise OptionError(long, " in ", Option(option))
+        if (why := too_long_split(name) or reserved_split(name)) is not None:
+            raise OptionError(why, " in ", Option(option))
+
+
+def reserved_split(name: str) -> str | None:
+    """Why a split name is one its readers reserve, else None: `all` (in any case) is every
+    split together to datasets, whose load_dataset refuses a split of that name, and to TFDS."""
+    if name.casefold() != "all":
+        return None
+    return (f"split {name!r} is the name datasets and TFDS give every split together "
+            "(load_dataset refuses a split so named); give it another name")  # fmt: skip
 
 
 def too_long_split(name: str) -> str | None:
