@@ -52,8 +52,9 @@ DEFAULT_MAX_PIXELS = 178_956_970
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 # First-level folders of SRC that make it a split tree (SRC/<split>/<class>/...).
 SPLIT_NAMES = ("train", "training", "validation", "valid", "val", "test", "testing", "dev", "eval")
-# A split name goes into shard file names: no '-' (it separates name and split there).
-_SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
+# A split name goes into shard file names: no '-' (it separates name and split there); its
+# dots as datasets takes them ('\w+(\.\w+)*': none at the end, none twice in a row).
+_SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 # The most characters a dataset's and a split's name may have: OUT's longest file name holding
 # both (a shard's progress file, `.{name}-{split}.array_record-00000-of-00001.{16 hex}.progress`,
 # 56 more) stays within the 255 bytes a file name has on common file systems.
@@ -440,10 +441,20 @@ def check_split_names(option: str, names: tuple[str, ...]) -> None:
     for name in names:
         if not _SPLIT.match(name):
             raise OptionError("split names must start with a letter or digit and hold only "
-                              f"letters, digits, '_' and '.', got: {name!r} in ",
+                              "letters, digits, '_' and '.' (not at the end nor twice in a "
+                              f"row), got: {name!r} in ",
                               Option(option))  # fmt: skip
-        if (long := too_long_split(name)) is not None:
-            raise OptionError(long, " in ", Option(option))
+        if (why := too_long_split(name) or reserved_split(name)) is not None:
+            raise OptionError(why, " in ", Option(option))
+
+
+def reserved_split(name: str) -> str | None:
+    """Why a split name is one its readers reserve, else None: `all` (in any case) is every
+    split together to datasets, whose load_dataset refuses a split of that name, and to TFDS."""
+    if name.casefold() != "all":
+        return None
+    return (f"split {name!r} is the name datasets and TFDS give every split together "
+            "(load_dataset refuses a split so named); give it another name")  # fmt: skip
 
 
 def too_long_split(name: str) -> str | None:

@@ -2,15 +2,16 @@
 written from the index document beside the Hub card.
 
 Every pack gets the dataset's name, the card's summary as its description (no license: pack
-takes none to give), and in `distribution` each shard as a FileObject with its sha256, size
-and encodingFormat; each class-label feature's names are a RecordSet of their own (`classes-
-{feature}`: index, name) with the names inline. Where the container is tabular (Parquet, which
-mlcroissant reads), each split is also a FileSet of its shards and a RecordSet whose fields
-extract every feature: the image (ImageObject, the `bytes` of its struct), a single class label
-(Integer, referencing its classes), text, numbers, lists (`repeated`); boxes, keypoints and
-instance masks say in their description what their numbers are. TFRecord, ArrayRecord and
-tar samples are no format a Croissant reader extracts fields from, so theirs describe the files
-and the classes only (docs/know-your-data.md).
+takes none to give; one the user added, like any top-level key pack does not write, is kept
+when a grow rewrites the file), and in `distribution` each shard as a FileObject with its
+sha256, size and encodingFormat; each class-label feature's names are a RecordSet of their own
+(`classes-{feature}`: index, name) with the names inline. Where the container is tabular
+(Parquet, which mlcroissant reads), each split is also a FileSet of its shards and a RecordSet
+whose fields extract every feature: the image (ImageObject, the `bytes` of its struct), a
+single class label (Integer, referencing its classes), text, numbers, lists (`repeated`);
+boxes, keypoints and instance masks say in their description what their numbers are. TFRecord,
+ArrayRecord and tar samples are no format a Croissant reader extracts fields from, so theirs
+describe the files and the classes only (docs/know-your-data.md).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from urllib.parse import quote
 
 from shardpack.containers import Container
 from shardpack.hffeatures import IMAGE
-from shardpack.index import Index, ShardInfo
+from shardpack.index import MAX_INDEX_BYTES, Index, ShardInfo
+from shardpack.layout import CROISSANT_NAME
 from shardpack.packing.boxes import index_geometry
 from shardpack.packing.hubcard import data_files, summary
 from shardpack.schema import Feature, Schema
+from shardpack.storage import Storage
 
 # Croissant 1.0's @context, as its spec and mlcroissant write it.
 CONTEXT = {
@@ -66,6 +69,8 @@ CONTEXT = {
     "transform": "cr:transform",
 }
 CONFORMS_TO = "http://mlcommons.org/croissant/1.0"
+# The top-level keys pack writes; any other in OUT's croissant.json is the user's, kept.
+_OURS = ("@context", "@type", "conformsTo", "name", "description", "distribution", "recordSet")
 _DATA_TYPES = {"int64": "sc:Integer", "float32": "sc:Float", "bytes": "sc:Text"}
 # What a feature that moves with the pixels holds (boxes.geometry's kinds), as its field's
 # description. Not Croissant's cr:BoundingBox: mlcroissant parses a field of that type as one
@@ -79,8 +84,22 @@ _GEOMETRY = {
 }
 
 
-def croissant(index: Index) -> bytes:
-    """croissant.json of an index."""
+def users_keys(out: Storage) -> dict:
+    """The top-level keys of OUT's croissant.json that pack does not write: what the user added
+    before publishing (a license, citeAs, a version...), for the rewrite to keep. Nothing where
+    there is no file, it is larger than an index may be or no JSON object; no link followed."""
+    try:
+        with out.open(CROISSANT_NAME) as blob:
+            if blob.size > MAX_INDEX_BYTES:
+                return {}
+            doc = json.loads(blob.pread(blob.size, 0))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return {k: v for k, v in doc.items() if k not in _OURS} if isinstance(doc, dict) else {}
+
+
+def croissant(index: Index, kept: dict | None = None) -> bytes:
+    """croissant.json of an index, with the user's own top-level keys `kept` (users_keys)."""
     schema, container = index.schema, index.container
     moved = index_geometry(index)
     distribution: list[dict] = []
@@ -104,6 +123,7 @@ def croissant(index: Index) -> bytes:
         "description": summary(index),
     }
     doc |= {"distribution": distribution, "recordSet": record_sets}
+    doc |= kept or {}
     return json.dumps(doc, indent=1, ensure_ascii=False).encode("utf-8", "backslashreplace")
 
 

@@ -20,7 +20,7 @@ from shardpack.index import (
 )
 from shardpack.layout import CARD_NAME, CROISSANT_NAME, INDEX_NAME, METADATA_NAMES
 from shardpack.options import PackOptions
-from shardpack.packing.croissant import croissant
+from shardpack.packing.croissant import croissant, users_keys
 from shardpack.packing.daliindex import write_index_files
 from shardpack.packing.facts import facts_of, record_sizes
 from shardpack.packing.hubcard import card
@@ -143,7 +143,7 @@ def write_outputs(
                    for split, entry in index.splits.items()}  # fmt: skip
         write_index_files(out, replace(index, splits=written), offsets)
     out.put(CARD_NAME, card(index))  # the Hub's dataset card
-    out.put(CROISSANT_NAME, croissant(index))
+    out.put(CROISSANT_NAME, croissant(index, users_keys(out)))  # the user's license kept
 
 
 def commit_index(out: Storage, index: Index) -> None:

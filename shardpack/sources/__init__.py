@@ -26,7 +26,7 @@ import os
 from collections.abc import Iterator, Mapping
 
 from shardpack.errors import Option, ShardpackError, SourceError
-from shardpack.options import PackOptions, check_choice, too_long_split
+from shardpack.options import PackOptions, check_choice, reserved_split, too_long_split
 from shardpack.sources import (
     cifar,
     coco,
@@ -126,14 +126,15 @@ def scan(
 
 def _refuse_unwritable_splits(dataset: Dataset, root: Storage) -> None:
     """Refuse, before any is written, a split name too long for its shard files' names
-    (options.too_long_split), and splits alike but for case (a split column's `Train` beside
-    `train`): their shard files (`name-Train.tfrecord-...`, `name-train.tfrecord-...`) are one
-    file on a disk that ignores case (macOS's and Windows' by default, exFAT), where one
-    split's shards would replace the other's under both names."""
+    (options.too_long_split) or one its readers reserve (options.reserved_split), and splits
+    alike but for case (a split column's `Train` beside `train`): their shard files
+    (`name-Train.tfrecord-...`, `name-train.tfrecord-...`) are one file on a disk that ignores
+    case (macOS's and Windows' by default, exFAT), where one split's shards would replace the
+    other's under both names."""
     seen: dict[str, str] = {}
     for split in sorted(dataset.splits):
-        if (long := too_long_split(split)) is not None:
-            raise SourceError(f"{root.path()}: {long}")
+        if (why := too_long_split(split) or reserved_split(split)) is not None:
+            raise SourceError(f"{root.path()}: {why}")
         other = seen.setdefault(split.casefold(), split)
         if other != split:
             raise SourceError(f"{root.path()}: splits {other!r} and {split!r} differ only in "

@@ -169,8 +169,10 @@ def scan_hf(folder: Storage, files: dict[str, list[str]], shuffle: bool = False)
     skipped: list[tuple[str, str]] = []
     for split, names in files.items():
         for name in names:
-            features, ragged = _scan_file(folder, name, columns, (features, ragged),
-                                          splits.setdefault(split, []), skipped)  # fmt: skip
+            items = splits.setdefault(split, [])
+            columns, features, ragged = _scan_file(
+                folder, name, columns, (features, ragged), items, skipped
+            )
     if not any(splits.values()):
         first_bad = f"; the first: {skipped[0][1]}" if skipped else ""
         raise SourceError(f"{folder.path()}: no row holds a usable image{first_bad}")
@@ -201,17 +203,19 @@ def _scan_file(
     typed: tuple[dict[str, Feature], frozenset[str]],
     items: list[Item],
     skipped: list[tuple[str, str]],
-) -> tuple[dict[str, Feature], frozenset[str]]:
-    """Add one file's rows to `items` (bad ones to `skipped`); return the features as settled."""
+) -> tuple[Columns, dict[str, Feature], frozenset[str]]:
+    """Add one file's rows to `items` (bad ones to `skipped`); return the columns (a class list
+    grown by this file's) and the features as settled."""
     # numpy: not for pack --help
-    from shardpack.sources.hfcolumns import BadValue, columns_of, convert, label_of, settle
+    from shardpack.sources.hfcolumns import BadValue, columns_of, convert, joined, label_of, settle
 
     features, ragged = typed
     path = folder.path(name)
     stamp = _stamp(folder, name) << ROW_BITS  # before the read: a rewrite during it is seen
     parquet = _open(folder.child(name))
     try:
-        if columns_of(parquet.schema_arrow, path, required=True) != columns:
+        columns = joined(columns, columns_of(parquet.schema_arrow, path, required=True))
+        if columns is None:
             raise SourceError(f"{path}: its columns differ from the first file's; pack the "
                               "files with unlike columns apart")  # fmt: skip
         wanted = [n for n in parquet.schema_arrow.names if n != columns.image
@@ -246,7 +250,7 @@ def _scan_file(
         raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
     finally:
         parquet.close(force=True)
-    return features, ragged
+    return columns, features, ragged
 
 
 def _stamp(folder: Storage, name: str) -> int:

@@ -9,7 +9,7 @@ pyarrow is imported by the callers (hf.py) only when a file is read.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shardpack.errors import Option, SourceError
 from shardpack.schema import BUILTIN_NAMES, INT64, LABEL, Feature
@@ -84,6 +84,18 @@ def columns_of(schema, path: str, required: bool) -> Columns | None:
             ragged.add(field.name)
     return Columns(images[0], classes, multi, features, left_out=tuple(images[1:]),
                    ragged=frozenset(ragged), derived=tuple(derived))  # fmt: skip
+
+
+def joined(columns: Columns, other: Columns) -> Columns | None:
+    """The columns of two files of one dataset, where they differ at most in `label`'s class
+    list and one list begins with the other (classes added at the end, as a grown pack's later
+    files name them, its card naming them all): the longer list; else None."""
+    if replace(other, classes=columns.classes) != columns:
+        return None
+    if columns.classes is None or other.classes is None:
+        return columns if columns.classes == other.classes else None
+    short, long = sorted((columns.classes, other.classes), key=len)
+    return replace(columns, classes=long) if long[: len(short)] == short else None
 
 
 def _check_class_column(field, multi: bool, path: str) -> None:

@@ -232,9 +232,14 @@ def test_an_append_grows_a_pack_the_card_loads_whole(tmp_path: Path):
     out = tmp_path / "out"
     pack(src, out, PackOptions(format="parquet", workers=1, shards=2))
     make_tree(tmp_path / "more", {"dog": 2}, seed=50)
-    for image in (tmp_path / "more" / "dog").iterdir():
-        image.rename(src / "dog" / f"new_{image.name}")
+    (tmp_path / "more" / "dog").rename(src / "eel")  # a class the append adds at the end
+    described = json.loads((out / "croissant.json").read_text())
+    license_ = "https://creativecommons.org/licenses/by/4.0/"
+    (out / "croissant.json").write_text(json.dumps(described | {"license": license_}))
     pack(src, out, PackOptions(format="parquet", workers=1, grow="append"))
+    described = json.loads((out / "croissant.json").read_text())
+    assert described["license"] == license_  # added as docs ask before publishing: kept
+    assert len(described["distribution"]) == 3 + 1  # the new shard, and the split's FileSet
     assert sorted(p.name for p in out.glob("*.parquet")) == [
         "src-train-00000-of-00002.parquet", "src-train-00001-of-00002.parquet",
         "src-train-00002-of-00002.parquet",
@@ -242,6 +247,11 @@ def test_an_append_grows_a_pack_the_card_loads_whole(tmp_path: Path):
     loaded = datasets.load_dataset(str(out))["train"]
     assert sorted(loaded["key"]) == sorted(r["key"] for r in iter_examples(out))
     assert len(loaded) == 8
+    assert loaded.features["label"].names == ["cat", "dog", "eel"]
+    # as a Hub dataset, its older files naming fewer classes: the same labels
+    again = pack(out, tmp_path / "again", PackOptions(source="hf", workers=1))
+    assert again.index.classes == ("cat", "dog", "eel")
+    assert list(again.index.splits["train"].class_counts) == [3, 3, 2]
 
 
 @pytest.mark.parametrize(

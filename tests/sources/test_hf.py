@@ -292,6 +292,12 @@ def test_hf_bad_layouts_are_one_line(hf_folder, tmp_path, monkeypatch):
     (card / "README.md").unlink()
     _hf_dataset(6).remove_columns("caption").to_parquet(card / "data/test-00000-of-00001.parquet")
     refused(card, "test-00000-of-00001.parquet: its columns differ from the first file's")
+    # classes in another order (not added at the end, as a grown pack's): other labels
+    reordered = datasets.ClassLabel(names=CLASSES[::-1])
+    _hf_dataset(6).cast_column("label", reordered).to_parquet(
+        card / "data/test-00000-of-00001.parquet"
+    )
+    refused(card, "test-00000-of-00001.parquet: its columns differ from the first file's")
     from shardpack.sources import classlist
 
     with monkeypatch.context() as patched:

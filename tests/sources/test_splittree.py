@@ -187,6 +187,24 @@ def test_splits_alike_but_for_case_are_refused_before_their_shards_are_one_file(
     assert sorted(scan(src / "labels.csv").splits) == ["test", "train"]
 
 
+def test_split_names_datasets_refuses_are_refused_at_the_scan(tmp_path: Path):
+    """datasets.load_dataset(OUT) refused a Parquet pack with a split `all` (its keyword for
+    every split together, in any case; TFDS reads split='all' as every split), and one whose
+    card names a split `v1.` or `a..b`."""
+    src = make_tree(tmp_path / "src", {"a": 2})
+    (src / "labels.csv").write_text("path,label,split\na/img_000.jpg,a,All\n")
+    said = "split 'All' is the name datasets and TFDS give every split together"
+    with pytest.raises(SourceError, match=f"^{src / 'labels.csv'}: {said}"):
+        scan(src / "labels.csv")
+    with pytest.raises(OptionError, match="split 'all' is the name"):
+        PackOptions(split=(("train", 0.5), ("all", 0.5)))
+    # nor does datasets read a split name ending in '.' or with '..' (its '\w+(\.\w+)*')
+    for name in ("v1.", "a..b"):
+        with pytest.raises(OptionError, match=re.escape(f"nor twice in a row), got: '{name}'")):
+            PackOptions(split=(("train", 0.5), (name, 0.5)))
+    assert PackOptions(split=(("train", 0.5), ("v1.0_b", 0.5))).split[1][0] == "v1.0_b"
+
+
 def test_a_split_name_too_long_for_its_shard_files_is_refused_at_the_scan(tmp_path: Path):
     """A split column's 300-character name failed at write time, on its first shard's file
     ('File name too long'), after the scan and plan: refused now, naming it and the limit."""
