@@ -369,6 +369,24 @@ def test_annotations_of_an_image_of_another_shape_skip_it(tmp_path: Path):
     assert "the image is 120x80" in reasons["val2017/a.png"]
 
 
+@pytest.mark.parametrize(("width", "height"), [(121, 80), (119, 80), (121, 81), (119, 79)])
+def test_a_json_size_a_pixel_off_skips_its_image(tmp_path: Path, width: int, height: int):
+    """A JSON 121 wide of a 120-wide image is no resize (its aspect was within the tolerance a
+    resized copy's rounding needs, so its boxes were normalised by the wrong side and packed):
+    the image is skipped naming the JSON and the fix; a resized copy (twice the size) packs."""
+    src = _broken(tmp_path, lambda d: d["images"][0].update(width=width, height=height))
+    result = _pack(src, tmp_path / "out").to_json()
+    reasons = {s["key"]: s["reason"] for s in result["skipped_items"]}
+    assert reasons == {"val2017/a.png": (
+        f"its annotations in annotations/instances_val2017.json are of a {width}x{height} image "
+        "(as the image is stored or displayed), but the image is 120x80: fix the width and "
+        "height in annotations/instances_val2017.json, or the image")}  # fmt: skip
+    with pytest.raises(ShardpackError, match=r"val2017/a\.png: its annotations in "):
+        _pack(src, tmp_path / "fail", on_error="fail")
+    twice = _broken(tmp_path / "twice", lambda d: d["images"][0].update(width=240, height=160))
+    assert not _pack(twice, tmp_path / "out2").to_json()["skipped_items"]
+
+
 @pytest.mark.parametrize("encode", ["keep", "png"])
 def test_boxes_of_a_turned_jpeg_annotated_as_stored_skip_it_naming_the_turn(tmp_path, encode):
     """The JSON gives the EXIF-turned JPEG its stored 90x60, not its displayed 60x90: its boxes
