@@ -165,10 +165,11 @@ def check_size(
     shape) cannot be of an image of `size`: they would land on other pixels. They can be of the
     same size, or of a resized copy (the same aspect within the rounding of its sides, which
     normalised coordinates follow); a size within a pixel of theirs on each side is no resize
-    but a wrong size (a JSON 121 wide of a 120-wide image). `orientation`: the image's EXIF orientation, where `size` is
-    the image as displayed; a quarter turn that explains the difference is named with both
-    fixes. `file`: the annotation file that gives the size, named in the reason; `stored_map`:
-    the annotations are the record's stored `mask` PNG (a repack's, a table's), named instead."""
+    but a wrong size (a JSON 121 wide of a 120-wide image). `orientation`: the image's EXIF
+    orientation, where `size` is the image as displayed; a quarter turn that explains the
+    difference is named with both fixes. `file`: the annotation file that gives the size, named
+    in the reason; `stored_map`: the annotations are the record's stored `mask` PNG (a
+    repack's, a table's), named instead."""
     (a, b), (c, d) = annotated[:2], size
     resized = abs(a - c) > 1 or abs(b - d) > 1
     if (a, b) == (c, d) or (resized and abs(a * d - b * c) <= max(a, b, c, d)):
