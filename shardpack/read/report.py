@@ -29,7 +29,7 @@ from shardpack.index import Index, Skipped, load_index
 from shardpack.layout import REPORT_NAME
 from shardpack.packing import facts
 from shardpack.packing.boxes import DROPPED
-from shardpack.packing.duplicates import record_name
+from shardpack.packing.duplicates import LABELLED_DIFFERENTLY, record_name
 from shardpack.packing.objects import SIZES, objects_of
 from shardpack.packing.outdir import OUTPUTS
 from shardpack.packing.stats import NOT_NOTED, reason_kind
@@ -421,7 +421,7 @@ def _duplicates_section(duplicates: dict, found: dict[str, str]) -> str:
     named = duplicates.get("conflicts_listed")
     named = [g for g in (named if isinstance(named, list) else []) if isinstance(g, list)]
     if conflicts:
-        parts.append("<h3>Label conflicts: the same image filed under more than one class</h3>")
+        parts.append(f"<h3>Label conflicts: the same image {LABELLED_DIFFERENTLY}</h3>")
         parts.append(_table(("copies",), (f"<tr>{_td(', '.join(map(str, g)))}</tr>"
                                           for g in named)))  # fmt: skip
     listed = duplicates.get("listed")

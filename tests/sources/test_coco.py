@@ -435,6 +435,47 @@ def test_each_split_finds_its_images_where_detectron2_and_tfds_keep_them(tmp_pat
     assert dataset.schema["objects/label"].classes == ("cat", "person")
 
 
+def _copies(doc: dict, root: Path) -> None:
+    """a.png copied twice: copy.png annotated otherwise (one box of another class), same.png as
+    a.png is but for the ids (its own image and annotation ids); empty.png copied unannotated."""
+    for name, source in (("copy.png", "a.png"), ("same.png", "a.png"), ("none.png", "empty.png")):
+        shutil.copyfile(root / "val2017" / source, root / "val2017" / name)
+    doc["images"] += [{"id": 4, "file_name": "copy.png", "width": 120, "height": 80},
+                      {"id": 5, "file_name": "same.png", "width": 120, "height": 80},
+                      {"id": 6, "file_name": "none.png", "width": 64, "height": 48}]  # fmt: skip
+    doc["annotations"] += [{**a, "id": a["id"] + 100, "image_id": 5} for a in doc["annotations"]
+                           if a["image_id"] == 1]  # fmt: skip
+    doc["annotations"].append({"id": 41, "image_id": 4, "category_id": 7, "bbox": [10, 10, 50, 30],
+                               "iscrowd": 0, "area": 1500.0})  # fmt: skip
+
+
+def test_dedup_tells_a_copy_whose_annotations_differ_from_the_kept_one(tmp_path: Path):
+    """--dedup exact skipped copy.png as a 'duplicate of' a.png with no word that its boxes
+    and classes were not a.png's: its labels were lost unsaid. Now the group is a label
+    conflict, warned naming both files, and the skip reason says the labels differ; a copy
+    annotated alike (ids aside) is no conflict."""
+    root = tmp_path / "src"
+    doc = _coco(root)
+    _copies(doc, root)
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(doc))
+    result = _pack(root, tmp_path / "out", dedup="exact").to_json()
+    reasons = {s["key"]: s["reason"] for s in result["skipped_items"]}
+    kept = "val/val2017/a.png"
+    assert reasons == {
+        "val2017/copy.png": f"duplicate of {kept}, whose labels differ: this copy's are not packed",
+        "val2017/same.png": f"duplicate of {kept}",
+        "val2017/none.png": "duplicate of val/val2017/empty.png",
+    }
+    dup = result["duplicates"]
+    assert (dup["groups"], dup["label_conflicts"]) == (2, 1)
+    assert dup["conflicts_listed"] == [[kept, "val/val2017/copy.png", "val/val2017/same.png"]]
+    (warning,) = [w for w in result["warnings"] if w.startswith("label conflict")]
+    assert f"e.g. {kept} and val/val2017/copy.png" in warning
+    assert "labelled differently" in warning
+    plain = _pack(root, tmp_path / "plain").to_json()["duplicates"]  # the copies the workers saw
+    assert (plain["label_conflicts"], plain["conflicts_listed"]) == (1, dup["conflicts_listed"])
+
+
 def test_roboflow_s_export_is_a_coco_folder_its_json_beside_each_split_s_images(coco, tmp_path):
     root, doc = coco
     src = tmp_path / "export"  # Roboflow's COCO export: <split>/_annotations.coco.json
