@@ -476,6 +476,40 @@ def test_dedup_tells_a_copy_whose_annotations_differ_from_the_kept_one(tmp_path:
     assert (plain["label_conflicts"], plain["conflicts_listed"]) == (1, dup["conflicts_listed"])
 
 
+@pytest.mark.parametrize(("grow", "form"), [("append", "tfrecord"), ("update", "parquet")])
+def test_a_grow_adds_a_new_category_at_the_end_of_the_classes(tmp_path: Path, grow, form):
+    """A category added to the JSON (id 2, between person's 1 and car's 3, so that a fresh
+    pack would number it 1) made --append refuse: 'it types otherwise objects/label'. As a
+    folder's new class, it now gets the next number; the held records keep theirs. A Parquet
+    pack so grown reads back (--source hf) with every class, as one grown by a folder does."""
+    from shardpack.read.verify import verify
+
+    root = tmp_path / "src"
+    doc = _coco(root)
+    _pack(root, tmp_path / "out", format=form)
+    shutil.copyfile(root / "val2017" / "a.png", root / "val2017" / "new.png")
+    doc["categories"] = [*doc["categories"], {"id": 2, "name": "bird"}]  # CATEGORIES kept
+    doc["images"].append({"id": 9, "file_name": "new.png", "width": 120, "height": 80})
+    doc["annotations"] += [
+        {"id": 91, "image_id": 9, "category_id": 2, "bbox": [1, 1, 20, 20]},
+        {"id": 92, "image_id": 9, "category_id": 3, "bbox": [5, 5, 9, 9]},
+    ]
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(doc))
+    result = _pack(root, tmp_path / "out", format=form, grow=grow).to_json()
+    assert result["object_classes"]["classes"] == [*CLASSES, "bird"]
+    labels = {r["image/id"]: r["objects/label"].tolist()
+              for r in iter_examples(tmp_path / "out", split="val")}  # fmt: skip
+    assert labels == {1: [1, 0, 2], 2: [], 3: [0, 1, 0], 9: [3, 1]}
+    assert verify(tmp_path / "out").ok
+    again = _pack(root, tmp_path / "out", format=form, grow="update").to_json()  # as they were
+    assert again["new_records"] == 0 and again["records"] == 4, again
+    if form == "parquet":
+        read = _pack(tmp_path / "out", tmp_path / "again", source="hf").to_json()
+        assert read["object_classes"]["classes"] == [*CLASSES, "bird"]
+        assert labels == {r["image/id"]: r["objects/label"].tolist()
+                          for r in iter_examples(tmp_path / "again", split="val")}  # fmt: skip
+
+
 def test_roboflow_s_export_is_a_coco_folder_its_json_beside_each_split_s_images(coco, tmp_path):
     root, doc = coco
     src = tmp_path / "export"  # Roboflow's COCO export: <split>/_annotations.coco.json
