@@ -97,7 +97,8 @@ def pack(
         if isinstance(planned, PackResult):
             return planned
         refuse_unmoved(planned.dataset.schema, planned.options)
-        refuse_boxless(planned.dataset.schema, planned.options, src_root.path())
+        if options.grow == "none":  # a grow takes the dataset's own, which an older pack kept
+            refuse_boxless(planned.dataset.schema, planned.options, src_root.path())
         results = write_shards(planned, out, progress, steps.landed)
         return steps.merge(planned, results)
 
