@@ -245,7 +245,8 @@ class PackOptions:
             normalised; yxyx when none is said), moved with the pixels (--box-columns); None:
             the columns recognised by name (bbox, boxes, bboxes, objects/bbox) only.
         min_visibility: drop a box left with less than this share of its area in the image a
-            crop made (0: kept while any part remains; albumentations' min_visibility).
+            crop made (0: kept while any part remains; albumentations' min_visibility);
+            above 0, refused for records holding no boxes.
         resize_mode: how `resize` meets the image's aspect (RESIZE_MODES, or img2dataset's
             names in RESIZE_ALIASES): stretch, center-crop, pad, keep-ratio, keep-ratio-largest.
         pad_color: (r, g, b) of the border `pad` adds.

@@ -130,6 +130,19 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
     )
 
 
+def refuse_boxless(schema: Schema, options: PackOptions, src: str) -> None:
+    """Refuse (ShardpackError) --min-visibility on a dataset (of SRC `src`) whose records hold
+    no boxes: it would drop nothing, and say nothing."""
+    if not options.min_visibility or box_features(schema, declared_boxes(options.box_columns)):
+        return
+    raise ShardpackError(
+        f"{src}: ", Option("min_visibility", options.min_visibility), " drops boxes a crop "
+        "leaves mostly cut away, and its records hold none (float32 rows of 4 named bbox, "
+        "boxes, bboxes or objects/bbox, or declared with ", Option("box_columns"), "); drop ",
+        Option("min_visibility"),
+    )  # fmt: skip
+
+
 def moves(
     orientation: int | None, kept: bool, where: images.Geometry | None, source: str
 ) -> tuple[Move, ...]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -18,10 +18,12 @@ from shardpack.errors import ImageError, printable
 from shardpack.images import BadImage, max_file_bytes
 from shardpack.options import PackOptions
 from shardpack.packing import near
+from shardpack.packing.contents import meta_of
 from shardpack.packing.facts import content_digest, content_key
 from shardpack.packing.packeditems import picked
 from shardpack.packing.plan import CUT_WARNING, Plan
 from shardpack.sources import Dataset, Item
+from shardpack.sources.objects import ANNOTATED_SIZE
 
 # Splits a model is judged on: their copy of an image is the one --dedup keeps.
 EVAL_SPLITS = frozenset({"test", "testing", "validation", "valid", "val", "eval", "dev"})
@@ -33,7 +35,11 @@ HASH_CHUNK = 256
 
 # The groups of copies that carry more than one label index.json names (the count has all).
 MAX_LISTED_CONFLICTS = 20
-_CONFLICT = "label conflict: "  # how a warning of copies filed under two labels begins
+_CONFLICT = "label conflict: "  # how a warning of copies labelled differently begins
+# What a label conflict's copies are, as the warning, inspect, the card and the report say it.
+LABELLED_DIFFERENTLY = "labelled differently"
+# What the skip reason of a copy --dedup leaves out adds where its labels are not the kept one's.
+_OTHERWISE = ", whose labels differ: this copy's are not packed"
 _CROWDED = "--dedup near: "  # how crowded_warning begins
 
 
@@ -49,7 +55,7 @@ class ContentKey(NamedTuple):
 
 
 Entry = tuple[str, Item]  # (split, item)
-Member = tuple[str, str, object]  # (split, key, label) of a copy
+Member = tuple[str, str, object]  # (split, key, labelling) of a copy
 Group = list[Member]  # each copy, the one kept first
 
 
@@ -65,9 +71,19 @@ def record_name(split: str, key: str) -> str:
     return key if key.startswith(f"{split}/") else f"{split}/{key}"
 
 
+def labelling(label: object, fields: Mapping[str, object]) -> object:
+    """What a record says of its image beside its bytes, as one hashable value: its label,
+    and its fields (boxes, masks, captions, ...) but those that name the record or its objects
+    (an `id`: COCO's image/id and objects/id, which every copy has its own of) and its
+    annotated size (never written). Copies of two labellings are a label conflict."""
+    said = {name: value for name, value in fields.items()
+            if name != ANNOTATED_SIZE and name.rsplit("/", 1)[-1] != "id"}  # fmt: skip
+    return meta_of(label, said) if said else label
+
+
 def _member(entry: Entry) -> Member:
     split, item = entry
-    return split, item.key, item.label
+    return split, item.key, labelling(item.label, item.fields)
 
 
 def candidates(size: np.ndarray, *keys: np.ndarray) -> list[np.ndarray]:
@@ -234,8 +250,9 @@ class PlanCopies:
 
 
 def _conflicted(group: np.ndarray, labels: list, count: int) -> np.ndarray:
-    """Whether each of `count` groups has copies of more than one label (`group`: each
-    label's), as _Groups.conflicts tells: the labels numbered in order met, no tuple a copy."""
+    """Whether each of `count` groups has copies of more than one labelling (`group`: each
+    labelling's), as _Groups.conflicts tells: the labellings numbered in order met, no tuple a
+    copy."""
     number: dict[object, int] = {}
     ids = np.fromiter((number.setdefault(label, len(number)) for label in labels), np.intp,
                       len(labels))  # fmt: skip
@@ -279,8 +296,8 @@ class _PlanEntries:
     def columns(
         self, positions: np.ndarray, sortable: bool = False
     ) -> tuple[np.ndarray, list | np.ndarray, list]:
-        """The shard, key and label of the items at these positions (ascending): an array and
-        two lists; `sortable`: the keys as one array that sorts as they do (_sortable)."""
+        """The shard, key and labelling of the items at these positions (ascending): an array
+        and two lists; `sortable`: the keys as one array that sorts as they do (_sortable)."""
         shards = np.searchsorted(self.starts, positions, side="right") - 1
         runs: list = []  # the keys of each run of positions in one shard
         labels: list = []
@@ -290,9 +307,10 @@ class _PlanEntries:
             for first in range(start, end, _READ_AT_ONCE):  # a few strings at a time
                 last = min(end, first + _READ_AT_ONCE)
                 at = (positions[first:last] - self.starts[shard]).tolist()
-                some_keys, some_labels = picked(self.shards[shard].items, at, "key", "label")
+                some_keys, some_labels, some_fields = picked(self.shards[shard].items, at, "key",
+                                                             "label", "fields")  # fmt: skip
                 runs.append(_sortable(some_keys) if sortable else some_keys)
-                labels += some_labels
+                labels += map(labelling, some_labels, some_fields)
         if not sortable:
             return shards, list(itertools.chain.from_iterable(runs)), labels
         keys = np.concatenate(runs) if runs else np.zeros(0, "S1")
@@ -378,13 +396,15 @@ def crowded_warning(crowded: int) -> tuple[str, ...]:
 def drop_reasons(groups: list[Group], same: dict[Member, int]) -> dict[tuple[str, str], str]:
     """(split, key) -> skip reason of each copy but the first of each group: `duplicate of
     <record_name>`, `near duplicate of` where only the perceptual hashes tell them alike
-    (`same`: find_groups's numbers of the exact groups)."""
+    (`same`: find_groups's numbers of the exact groups); a copy labelled otherwise than the
+    kept one says so (its labels are not packed)."""
     dropped = {}
     for kept, *copies in groups:
         exact, name = same.get(kept, -1), record_name(*kept[:2])
         near_, exact_ = f"near duplicate of {name}", f"duplicate of {name}"  # one a group
-        dropped.update({copy[:2]: exact_ if same.get(copy) == exact else near_
-                        for copy in copies})  # fmt: skip
+        for copy in copies:
+            reason = exact_ if same.get(copy) == exact else near_
+            dropped[copy[:2]] = reason + _OTHERWISE * (copy[2] != kept[2])
     return dropped
 
 
@@ -482,8 +502,8 @@ class _Groups:
         return across
 
     def conflicts(self) -> list[int]:
-        """The groups whose copies carry more than one label: the same image filed under two
-        classes (a wrong label somewhere, or a label --dedup would silently pick)."""
+        """The groups whose copies carry more than one labelling: the same image filed under
+        two classes or annotated otherwise (a wrong label somewhere, which --dedup picks)."""
         return [i for i, g in enumerate(self.groups) if len({member[2] for member in g}) > 1]
 
     def names(self, groups: Sequence[int], most: int) -> list[list[str]]:
@@ -515,15 +535,16 @@ def summary(groups: list[Group] | PlanCopies, removed: int, options: PackOptions
 
 
 def warnings(doc: dict) -> list[str]:
-    """The warnings of a summary() for the pack's: the copies filed under two labels."""
+    """The warnings of a summary() for the pack's: the copies labelled differently."""
     count, listed = doc.get("label_conflicts"), doc.get("conflicts_listed") or [[]]
     if not count:
         return []
     example = " and ".join(printable(name) for name in listed[0][:2])
     return [f"{_CONFLICT}{count:,} {'group' if count == 1 else 'groups'} of copies "
-            f"{'is' if count == 1 else 'are'} filed under more than one class (e.g. "
-            f"{example}); fix the labels: --dedup keeps the first copy's "
-            "(index.json's duplicates.conflicts_listed names them)"]  # fmt: skip
+            f"{'is' if count == 1 else 'are'} {LABELLED_DIFFERENTLY}: another class, or other "
+            f"boxes, masks or fields (e.g. {example}); fix the labels: "
+            "--dedup keeps the first copy's and skips the others' (index.json's "
+            "duplicates.conflicts_listed names them)"]  # fmt: skip
 
 
 def rewarned(held: tuple[str, ...], doc: dict, scanned: tuple[str, ...]) -> tuple[str, ...]:
@@ -552,7 +573,7 @@ def lines(doc: object) -> list[str]:
                  f"{printable(a['also_in'])}" for a in doc["across_splits"]]  # fmt: skip
         if conflicts := doc.get("label_conflicts"):
             said.append(f"  {conflicts:,} {'group' if conflicts == 1 else 'groups'} of copies "
-                        "filed under more than one class (label conflicts)")  # fmt: skip
+                        f"{LABELLED_DIFFERENTLY} (label conflicts)")  # fmt: skip
     except (KeyError, TypeError, ValueError):
         return []
     return said if groups else []

@@ -6,7 +6,8 @@ fifth shard of a split first packed into four): no name depends on the shard cou
 moment, so nothing is renamed as a split grows, and TFDS reads the split through one template
 whose count is that fixed text. `--update` writes the shards that held a changed or vanished
 item anew under new names and removes the old files only after the new index.json landed,
-then closes the gaps that leaves in the numbering (gaps.py).
+then closes the gaps that leaves in the numbering (gaps.py). Class numbers never change
+meaning: a class SRC adds, of `label` or of an object feature (objects/label), goes at the end.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from shardpack.packing.result import PackResult
 from shardpack.packing.stats import entry_summaries
 from shardpack.packing.urlfailures import counts, retried, rows_of, url_failures, write_failures
 from shardpack.packing.writing import Planned
+from shardpack.schema import LABEL, Schema
 from shardpack.sources import Dataset, Item, scan
 from shardpack.storage import Storage
 from shardpack.storage.urlpolicy import is_web_url
@@ -469,13 +471,51 @@ def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Da
     grown = (*old.classes, *(c for c in found if c not in old.classes))
     if options.classes is None and found != grown and old.classes:
         dataset = scan(src, replace(options, classes=grown), storage_options)
+    dataset = _held_numbers(dataset, old)
     old_features = {k: v for k, v in old.schema.to_json().items() if k != "label"}
     features = {k: v for k, v in dataset.schema.to_json().items() if k != "label"}
+    for name, held in old_features.items():  # classes added at the end (_held_numbers) fit
+        classes = features.get(name, {}).get("classes")
+        if "classes" in held and classes and classes[: len(held["classes"])] == held["classes"]:
+            features[name] = {**features[name], "classes": held["classes"]}
     if features != old_features:
         raise OutputError(f"{src.path()}: {_feature_change(features, old_features)}: the "
                           "dataset's shards cannot take its records; pack it into a new output "
                           "folder")  # fmt: skip
     return dataset
+
+
+def _held_numbers(dataset: Dataset, old: Index) -> Dataset:
+    """SRC's other class features (objects/label: a COCO JSON's categories, data.yaml's names)
+    numbered as the dataset numbers them, the classes SRC adds after them, as a folder's new
+    class is: each item's values renumbered from SRC's order, which a category inserted by id
+    or a class sorted in by name would change."""
+    features, renumber = [], {}
+    for name, feature in dataset.schema.features:
+        held = old.schema.get(name)
+        if (name != LABEL and feature.classes is not None and held is not None
+                and held.classes is not None and feature.classes != held.classes):  # fmt: skip
+            grown = (*held.classes, *(c for c in feature.classes if c not in held.classes))
+            renumber[name] = [grown.index(c) for c in feature.classes]
+            feature = replace(feature, classes=grown)
+        features.append((name, feature))
+    if not renumber:
+        return dataset
+    splits = {split: tuple(_renumbered(item, renumber) for item in items)
+              for split, items in dataset.splits.items()}  # fmt: skip
+    return replace(dataset, schema=Schema(tuple(features)), splits=splits)
+
+
+def _renumbered(item: Item, renumber: dict[str, list[int]]) -> Item:
+    """The item with each class feature in `renumber` given its new numbers (new = list[old])."""
+    fields = dict(item.fields)
+    for name, numbers in renumber.items():
+        value = fields.get(name)
+        if isinstance(value, int):
+            fields[name] = numbers[value]
+        elif value is not None:
+            fields[name] = tuple(numbers[v] for v in value)
+    return item._replace(fields=fields)
 
 
 def _feature_change(features: dict, old: dict) -> str:

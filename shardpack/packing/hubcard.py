@@ -13,6 +13,7 @@ from shardpack.errors import classes_said, plural
 from shardpack.hffeatures import card_form, hf_feature
 from shardpack.index import Index, ShardInfo
 from shardpack.layout import CARD_NAME
+from shardpack.packing.duplicates import LABELLED_DIFFERENTLY
 from shardpack.packing.objects import num_object_classes
 from shardpack.schema import Feature
 from shardpack.storage import Storage
@@ -128,6 +129,6 @@ def summary(index: Index) -> str:
                  for a in duplicates["across_splits"]]  # fmt: skip
         if conflicts := duplicates.get("label_conflicts"):
             which = "group of copies is" if conflicts == 1 else "groups of copies are"
-            said.append(f"{conflicts:,} {which} filed under more than one class (label "
+            said.append(f"{conflicts:,} {which} {LABELLED_DIFFERENTLY} (label "
                         "conflicts, named in index.json).")  # fmt: skip
     return "\n".join(said)

@@ -162,13 +162,17 @@ def check_size(
     stored_map: bool = False,
 ) -> None:
     """Raise ImageError when annotations of an image of `annotated` (height, width; a map's
-    shape) cannot be of an image of `size` (another aspect, beyond a pixel's rounding): they
-    would land on other pixels. `orientation`: the image's EXIF orientation, where `size` is
-    the image as displayed; a quarter turn that explains the difference is named with both
-    fixes. `file`: the annotation file that gives the size, named in the reason; `stored_map`:
-    the annotations are the record's stored `mask` PNG (a repack's, a table's), named instead."""
+    shape) cannot be of an image of `size`: they would land on other pixels. They can be of the
+    same size, or of a resized copy (the same aspect within the rounding of its sides, which
+    normalised coordinates follow); a size within a pixel of theirs on each side is no resize
+    but a wrong size (a JSON 121 wide of a 120-wide image). `orientation`: the image's EXIF
+    orientation, where `size` is the image as displayed; a quarter turn that explains the
+    difference is named with both fixes. `file`: the annotation file that gives the size, named
+    in the reason; `stored_map`: the annotations are the record's stored `mask` PNG (a
+    repack's, a table's), named instead."""
     (a, b), (c, d) = annotated[:2], size
-    if abs(a * d - b * c) <= max(a, b, c, d):
+    resized = abs(a - c) > 1 or abs(b - d) > 1
+    if (a, b) == (c, d) or (resized and abs(a * d - b * c) <= max(a, b, c, d)):
         return
     given, shown, stored = f"{b:.10g}x{a:.10g}", f"{d}x{c}", f"{c}x{d}"  # VOC's are floats
     if stored_map:

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from shardpack.errors import OutputError, SourceError
 from shardpack.options import PackOptions
-from shardpack.packing.boxes import refuse_unmoved
+from shardpack.packing.boxes import refuse_boxless, refuse_unmoved
 from shardpack.packing.collector import no_gc
 from shardpack.packing.fresh import FreshPack
 from shardpack.packing.plan import ShardResult
@@ -97,6 +97,8 @@ def pack(
         if isinstance(planned, PackResult):
             return planned
         refuse_unmoved(planned.dataset.schema, planned.options)
+        if options.grow == "none":  # a grow takes the dataset's own, which an older pack kept
+            refuse_boxless(planned.dataset.schema, planned.options, src_root.path())
         results = write_shards(planned, out, progress, steps.landed)
         return steps.merge(planned, results)
 

@@ -28,7 +28,8 @@ from shardpack.errors import (
 from shardpack.index import Index, Skipped, load_index
 from shardpack.layout import REPORT_NAME
 from shardpack.packing import facts
-from shardpack.packing.duplicates import record_name
+from shardpack.packing.boxes import DROPPED
+from shardpack.packing.duplicates import LABELLED_DIFFERENTLY, record_name
 from shardpack.packing.objects import SIZES, objects_of
 from shardpack.packing.outdir import OUTPUTS
 from shardpack.packing.stats import NOT_NOTED, reason_kind
@@ -68,8 +69,9 @@ def write_report(
     overwrite: bool = False,
 ) -> str:
     """Write the data card of OUT: splits and class balance, image sizes, aspect ratios, bytes,
-    formats, objects (per class, per image, box sizes), skipped images, duplicates and leaks
-    across splits (with thumbnails), shard sizes, and a contact sheet per class.
+    formats, objects (per class, per image, box sizes, boxes dropped), skipped images,
+    duplicates and leaks across splits (with thumbnails), shard sizes, and a contact sheet per
+    class.
 
     Args:
         out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
@@ -326,7 +328,8 @@ def _spread_row(summary: dict, what: str) -> str:
 
 
 def _objects_section(index: Index, summaries: dict) -> str:
-    """Each split's objects (packing/facts.py's tallies): per class, per image, box sizes."""
+    """Each split's objects (packing/facts.py's tallies): per class, per image, box sizes,
+    boxes dropped."""
     objects = objects_of(index.schema)
     if objects is None:
         return ""
@@ -341,7 +344,7 @@ def _objects_section(index: Index, summaries: dict) -> str:
 
 def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
     """One split's objects: how many, images without, objects per image (quantiles and the
-    counts), objects per class (named), COCO's box sizes."""
+    counts), objects per class (named), COCO's box sizes, the boxes dropped by reason."""
     count, without = facts.object_counts(summary)
     per_image = sorted((int(k), int(n)) for k, n in summary[facts.PER_IMAGE].items())
     values = np.repeat([k for k, _ in per_image], [n for _, n in per_image])
@@ -355,13 +358,17 @@ def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
     spread = "".join(_td(float(v), f"per_image:{q}") for q, v in quantiles)
     size_rows = [f"<tr>{_td(k)}{_td(sizes.get(k, 0), f'size:{k}')}</tr>" for k, _ in SIZES]
     class_rows = [f"<tr>{_td(c)}{_td(n, f'class:{c}')}</tr>" for c, n in by_class]
+    dropped = {str(k): int(n) for k, n in summary.get(DROPPED, {}).items()}
+    dropped_rows = [f"<tr>{_td(k)}{_td(n, f'dropped:{k}')}</tr>" for k, n in dropped.items()]
     return (
         f"<div data-split='{_attr(name)}'><h3>{_e(name)}: <span data-value='objects'>{count:,}"
-        f"</span> objects, <span data-value='without'>{without:,}</span> images without</h3>"
+        f"</span> objects, <span data-value='without'>{without:,}</span> images without, "
+        f"<span data-value='dropped'>{sum(dropped.values()):,}</span> boxes dropped</h3>"
         + _table(("", *(q for q, _ in quantiles)), [f"<tr>{_td('objects per image')}{spread}</tr>"])
         + _table(("objects in an image", "images"), histogram)
         + _table(("box size (COCO)", "boxes"), size_rows)
         + _table(("class", "objects"), class_rows)
+        + (_table(("box dropped (pack's reason)", "boxes"), dropped_rows) if dropped else "")
         + "</div>"
     )
 
@@ -414,7 +421,7 @@ def _duplicates_section(duplicates: dict, found: dict[str, str]) -> str:
     named = duplicates.get("conflicts_listed")
     named = [g for g in (named if isinstance(named, list) else []) if isinstance(g, list)]
     if conflicts:
-        parts.append("<h3>Label conflicts: the same image filed under more than one class</h3>")
+        parts.append(f"<h3>Label conflicts: the same image {LABELLED_DIFFERENTLY}</h3>")
         parts.append(_table(("copies",), (f"<tr>{_td(', '.join(map(str, g)))}</tr>"
                                           for g in named)))  # fmt: skip
     listed = duplicates.get("listed")

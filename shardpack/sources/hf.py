@@ -17,6 +17,7 @@ import hashlib
 import itertools
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from shardpack.errors import ImageError, Option, SourceError, printable
@@ -218,6 +219,8 @@ def _scan_file(
         if columns is None:
             raise SourceError(f"{path}: its columns differ from the first file's; pack the "
                               "files with unlike columns apart")  # fmt: skip
+        features = {n: replace(f, classes=columns.features[n].classes)  # as grown by joined
+                    for n, f in features.items()}  # fmt: skip
         wanted = [n for n in parquet.schema_arrow.names if n != columns.image
                   and n not in columns.left_out and n not in columns.derived]  # fmt: skip
         row = 0

@@ -87,15 +87,33 @@ def columns_of(schema, path: str, required: bool) -> Columns | None:
 
 
 def joined(columns: Columns, other: Columns) -> Columns | None:
-    """The columns of two files of one dataset, where they differ at most in `label`'s class
-    list and one list begins with the other (classes added at the end, as a grown pack's later
-    files name them, its card naming them all): the longer list; else None."""
-    if replace(other, classes=columns.classes) != columns:
+    """The columns of two files of one dataset, where they differ at most in class lists
+    (`label`'s, or another ClassLabel column's such as objects/label), of each one list
+    beginning with the other (classes added at the end, as a grown pack's later files name
+    them, its card naming them all): the longer lists; else None."""
+    if _unclassed(columns) != _unclassed(other):
         return None
-    if columns.classes is None or other.classes is None:
-        return columns if columns.classes == other.classes else None
-    short, long = sorted((columns.classes, other.classes), key=len)
-    return replace(columns, classes=long) if long[: len(short)] == short else None
+    lists = {name: _longer(f.classes, other.features[name].classes)
+             for name, f in columns.features.items() if f.classes is not None}  # fmt: skip
+    classes = None if columns.classes is None else _longer(columns.classes, other.classes)
+    if None in lists.values() or (classes is None and columns.classes is not None):
+        return None
+    features = {name: replace(f, classes=lists[name]) if name in lists else f
+                for name, f in columns.features.items()}  # fmt: skip
+    return replace(columns, classes=classes, features=features)
+
+
+def _unclassed(columns: Columns) -> Columns:
+    """The columns with each class list emptied: what two files must agree on besides them."""
+    features = {name: f if f.classes is None else replace(f, classes=())
+                for name, f in columns.features.items()}  # fmt: skip
+    return replace(columns, classes=None if columns.classes is None else (), features=features)
+
+
+def _longer(ours: tuple[str, ...], theirs: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The longer of two class lists where one begins with the other; else None."""
+    short, long = sorted((ours, theirs or ()), key=len)
+    return long if long[: len(short)] == short else None
 
 
 def _check_class_column(field, multi: bool, path: str) -> None:

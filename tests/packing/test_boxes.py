@@ -383,6 +383,18 @@ def test_the_cli_says_what_it_dropped_and_refuses_in_one_line(tmp_path: Path):
     assert refused.exit_code == 2 and "Traceback" not in refused.output
     (line,) = refused.output.strip().splitlines()
     assert "feature 'keypoints'" in line and "--resize 200x200" in line
+    # --min-visibility on records holding no boxes did nothing, and said nothing
+    write_jsonl(src, [{"path": "a.png", "caption": "a photo"}])
+    boxless = CliRunner().invoke(app, [*args[:2], str(tmp_path / "boxless"), *args[2:],
+                                       "--min-visibility", "0.5"])  # fmt: skip
+    assert boxless.exit_code == 2 and "Traceback" not in boxless.output
+    (line,) = boxless.output.strip().splitlines()
+    assert line == (
+        f"error: {src}: --min-visibility 0.5 drops boxes a crop leaves mostly cut away, and "
+        "its records hold none (float32 rows of 4 named bbox, boxes, bboxes or objects/bbox, "
+        "or declared with --box-columns); drop --min-visibility"
+    )
+    assert not (tmp_path / "boxless" / "index.json").exists()
 
 
 @pytest.mark.parametrize("mode", MODES)

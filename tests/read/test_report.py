@@ -10,7 +10,14 @@ from shardpack.index import load_index
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.report import _objects_section
-from tests.helpers import OBJECT_ROWS, make_tree, one_line_error, pack_objects, run_cli
+from tests.helpers import (
+    OBJECT_ROWS,
+    make_tree,
+    object_mask,
+    one_line_error,
+    pack_objects,
+    run_cli,
+)
 from tests.packing.test_duplicates import _Marked
 
 
@@ -37,6 +44,21 @@ def test_the_card_counts_objects_where_every_image_holds_some(tmp_path: Path):
     marked.feed(_objects_section(index, index.summaries))
     values = {name: text for (split, name), text in marked.values.items() if split == "train"}
     assert (values["objects"], values["without"]) == ("4", "0")
+
+
+def test_the_card_counts_the_boxes_dropped_by_reason(tmp_path: Path):
+    """Boxes outside the image and of no area were dropped when packed, counted in the pack
+    summary and inspect, and the card said nothing of them."""
+    row = {**OBJECT_ROWS[0], "boxes": [[0.1, 0.1, 0.6, 0.5], [1.2, 1.2, 1.5, 1.5],
+                                       [0.2, 0.2, 0.2, 0.6], [1.1, 0.0, 1.4, 0.5]],
+           "labels": [0, 1, 2, 0], "is_crowd": [0, 0, 0, 0],
+           "mask": object_mask(40, 60, [(4, 6, 24, 30)])}  # fmt: skip
+    index = load_index(pack_objects(tmp_path, [row]))
+    marked = _Marked()
+    marked.feed(_objects_section(index, index.summaries))
+    values = {name: text for (split, name), text in marked.values.items() if split == "train"}
+    assert (values["objects"], values["dropped"]) == ("1", "3")
+    assert (values["dropped:outside the image"], values["dropped:no area"]) == ("2", "1")
 
 
 def test_a_file_at_out_is_kept_and_the_report_refused(tmp_path: Path):

@@ -369,6 +369,24 @@ def test_annotations_of_an_image_of_another_shape_skip_it(tmp_path: Path):
     assert "the image is 120x80" in reasons["val2017/a.png"]
 
 
+@pytest.mark.parametrize(("width", "height"), [(121, 80), (119, 80), (121, 81), (119, 79)])
+def test_a_json_size_a_pixel_off_skips_its_image(tmp_path: Path, width: int, height: int):
+    """A JSON 121 wide of a 120-wide image is no resize (its aspect was within the tolerance a
+    resized copy's rounding needs, so its boxes were normalised by the wrong side and packed):
+    the image is skipped naming the JSON and the fix; a resized copy (twice the size) packs."""
+    src = _broken(tmp_path, lambda d: d["images"][0].update(width=width, height=height))
+    result = _pack(src, tmp_path / "out").to_json()
+    reasons = {s["key"]: s["reason"] for s in result["skipped_items"]}
+    assert reasons == {"val2017/a.png": (
+        f"its annotations in annotations/instances_val2017.json are of a {width}x{height} image "
+        "(as the image is stored or displayed), but the image is 120x80: fix the width and "
+        "height in annotations/instances_val2017.json, or the image")}  # fmt: skip
+    with pytest.raises(ShardpackError, match=r"val2017/a\.png: its annotations in "):
+        _pack(src, tmp_path / "fail", on_error="fail")
+    twice = _broken(tmp_path / "twice", lambda d: d["images"][0].update(width=240, height=160))
+    assert not _pack(twice, tmp_path / "out2").to_json()["skipped_items"]
+
+
 @pytest.mark.parametrize("encode", ["keep", "png"])
 def test_boxes_of_a_turned_jpeg_annotated_as_stored_skip_it_naming_the_turn(tmp_path, encode):
     """The JSON gives the EXIF-turned JPEG its stored 90x60, not its displayed 60x90: its boxes
@@ -415,6 +433,81 @@ def test_each_split_finds_its_images_where_detectron2_and_tfds_keep_them(tmp_pat
     assert keys == {"train": ["images/train/t.png"], "val": ["val2017/v.png"],
                     "test": ["test/x.png"]}  # fmt: skip
     assert dataset.schema["objects/label"].classes == ("cat", "person")
+
+
+def _copies(doc: dict, root: Path) -> None:
+    """a.png copied twice: copy.png annotated otherwise (one box of another class), same.png as
+    a.png is but for the ids (its own image and annotation ids); empty.png copied unannotated."""
+    for name, source in (("copy.png", "a.png"), ("same.png", "a.png"), ("none.png", "empty.png")):
+        shutil.copyfile(root / "val2017" / source, root / "val2017" / name)
+    doc["images"] += [{"id": 4, "file_name": "copy.png", "width": 120, "height": 80},
+                      {"id": 5, "file_name": "same.png", "width": 120, "height": 80},
+                      {"id": 6, "file_name": "none.png", "width": 64, "height": 48}]  # fmt: skip
+    doc["annotations"] += [{**a, "id": a["id"] + 100, "image_id": 5} for a in doc["annotations"]
+                           if a["image_id"] == 1]  # fmt: skip
+    doc["annotations"].append({"id": 41, "image_id": 4, "category_id": 7, "bbox": [10, 10, 50, 30],
+                               "iscrowd": 0, "area": 1500.0})  # fmt: skip
+
+
+def test_dedup_tells_a_copy_whose_annotations_differ_from_the_kept_one(tmp_path: Path):
+    """--dedup exact skipped copy.png as a 'duplicate of' a.png with no word that its boxes
+    and classes were not a.png's: its labels were lost unsaid. Now the group is a label
+    conflict, warned naming both files, and the skip reason says the labels differ; a copy
+    annotated alike (ids aside) is no conflict."""
+    root = tmp_path / "src"
+    doc = _coco(root)
+    _copies(doc, root)
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(doc))
+    result = _pack(root, tmp_path / "out", dedup="exact").to_json()
+    reasons = {s["key"]: s["reason"] for s in result["skipped_items"]}
+    kept = "val/val2017/a.png"
+    assert reasons == {
+        "val2017/copy.png": f"duplicate of {kept}, whose labels differ: this copy's are not packed",
+        "val2017/same.png": f"duplicate of {kept}",
+        "val2017/none.png": "duplicate of val/val2017/empty.png",
+    }
+    dup = result["duplicates"]
+    assert (dup["groups"], dup["label_conflicts"]) == (2, 1)
+    assert dup["conflicts_listed"] == [[kept, "val/val2017/copy.png", "val/val2017/same.png"]]
+    (warning,) = [w for w in result["warnings"] if w.startswith("label conflict")]
+    assert f"e.g. {kept} and val/val2017/copy.png" in warning
+    assert "labelled differently" in warning
+    plain = _pack(root, tmp_path / "plain").to_json()["duplicates"]  # the copies the workers saw
+    assert (plain["label_conflicts"], plain["conflicts_listed"]) == (1, dup["conflicts_listed"])
+
+
+@pytest.mark.parametrize(("grow", "form"), [("append", "tfrecord"), ("update", "parquet")])
+def test_a_grow_adds_a_new_category_at_the_end_of_the_classes(tmp_path: Path, grow, form):
+    """A category added to the JSON (id 2, between person's 1 and car's 3, so that a fresh
+    pack would number it 1) made --append refuse: 'it types otherwise objects/label'. As a
+    folder's new class, it now gets the next number; the held records keep theirs. A Parquet
+    pack so grown reads back (--source hf) with every class, as one grown by a folder does."""
+    from shardpack.read.verify import verify
+
+    root = tmp_path / "src"
+    doc = _coco(root)
+    _pack(root, tmp_path / "out", format=form)
+    shutil.copyfile(root / "val2017" / "a.png", root / "val2017" / "new.png")
+    doc["categories"] = [*doc["categories"], {"id": 2, "name": "bird"}]  # CATEGORIES kept
+    doc["images"].append({"id": 9, "file_name": "new.png", "width": 120, "height": 80})
+    doc["annotations"] += [
+        {"id": 91, "image_id": 9, "category_id": 2, "bbox": [1, 1, 20, 20]},
+        {"id": 92, "image_id": 9, "category_id": 3, "bbox": [5, 5, 9, 9]},
+    ]
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(doc))
+    result = _pack(root, tmp_path / "out", format=form, grow=grow).to_json()
+    assert result["object_classes"]["classes"] == [*CLASSES, "bird"]
+    labels = {r["image/id"]: r["objects/label"].tolist()
+              for r in iter_examples(tmp_path / "out", split="val")}  # fmt: skip
+    assert labels == {1: [1, 0, 2], 2: [], 3: [0, 1, 0], 9: [3, 1]}
+    assert verify(tmp_path / "out").ok
+    again = _pack(root, tmp_path / "out", format=form, grow="update").to_json()  # as they were
+    assert again["new_records"] == 0 and again["records"] == 4, again
+    if form == "parquet":
+        read = _pack(tmp_path / "out", tmp_path / "again", source="hf").to_json()
+        assert read["object_classes"]["classes"] == [*CLASSES, "bird"]
+        assert labels == {r["image/id"]: r["objects/label"].tolist()
+                          for r in iter_examples(tmp_path / "again", split="val")}  # fmt: skip
 
 
 def test_roboflow_s_export_is_a_coco_folder_its_json_beside_each_split_s_images(coco, tmp_path):
