@@ -292,6 +292,12 @@ class ShardReader:
         """Record i's position, as iter_records gives it (for error messages)."""
         return i
 
+    def original(self, i: int) -> dict[str, object]:
+        """What record i's writer was told of its image as fetched beyond the schema's
+        features, where the container keeps it (img2dataset's `original_width`,
+        `original_height` and `sha256`: a grow keeping the record writes them again)."""
+        return {}
+
     def close(self) -> None:
         """Release the open file."""
 

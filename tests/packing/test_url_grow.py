@@ -9,13 +9,14 @@ import json
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from shardpack import iter_examples
+from shardpack import PackOptions, iter_examples, pack, verify
 from shardpack.packing.grow import _asked_again, _packed_again
 from tests import helpers
 from tests.packing.test_reliability import _finished_shards
@@ -184,3 +185,54 @@ def test_the_line_of_urls_asked_again_counts_one_url_as_one():
     assert (_packed_again(twice, fresh), _packed_again(frozenset(), fresh)) == (1, 0)
     assert one.startswith("1 URL that had failed") and one.endswith("asked again: 1 packed")
     assert two.startswith("2 URLs that had failed")
+
+
+def _records(out: Path) -> dict[str, dict]:
+    return {r["key"]: r for r in iter_examples(out)}
+
+
+def _originals(out: Path) -> dict[str, dict]:
+    """img2dataset's .json of each sample, by its URL."""
+    found = {}
+    for tar in sorted(out.glob("*.tar")):
+        with tarfile.open(tar) as f:
+            for member in f.getmembers():
+                if member.name.endswith(".json"):
+                    doc = json.loads(f.extractfile(member).read())
+                    found[doc["url"]] = {k: doc[k] for k in ("original_width", "sha256")}
+    return found
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "webdataset", "parquet", "array_record"])
+def test_update_keeps_each_held_image_from_its_shard_and_fetches_only_new_urls(tmp_path, fmt):
+    """A caption edited, a URL changed and a row removed, while every packed URL now 404s:
+    --update takes each held image from the shard that held it, with its row's caption now,
+    and fetches the changed URL alone (it fetched every URL of the shards it rewrote, and
+    dropped those that failed)."""
+    naming = {"wds_naming": "img2dataset"} if fmt == "webdataset" else {}
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True, "shards": 2,
+             "format": fmt, "retries": 0, **naming}  # fmt: skip
+    with serving() as site:
+        src, out = _list(tmp_path, site, [f"/img/{i}.png" for i in range(8)]), tmp_path / "out"
+        pack(src, out, PackOptions(**given))
+        before = _records(out)
+        rows = _rows(src)
+        rows[3]["caption"] = "edited"
+        rows[5]["url"] = site.url("/img/15.png")
+        del rows[6]
+        helpers.write_csv(src, rows)
+        site.gone = {f"/img/{i}.png" for i in range(8)}
+        site.hits.clear()
+        result = pack(src, out, PackOptions(**given, grow="update"))
+        assert list(site.hits.elements()) == ["/img/15.png"]
+    after = _records(out)
+    assert sorted(after) == sorted(row["url"] for row in rows)
+    for row in rows[:5] + rows[6:]:
+        assert after[row["url"]]["image"] == before[row["url"]]["image"]
+        assert after[row["url"]]["caption"] == row["caption"]
+    assert after[rows[3]["url"]]["caption"] == "edited"
+    assert result.grow["changed"] == 1 and result.grow["removed"] == 2
+    assert not (out / "failures.jsonl").exists() or not _failed(out)
+    if naming:  # img2dataset's fields of the image as fetched, written again
+        assert all(v["original_width"] == 32 for v in _originals(out).values())
+    assert verify(out).ok

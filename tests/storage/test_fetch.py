@@ -62,6 +62,7 @@ class Site:
         self.held: frozenset[str] = frozenset()  # paths answered only once `gate` is set
         self.gate = threading.Event()
         self.down: set[str] = set()  # paths answered 503 for now
+        self.gone: set[str] = set()  # paths answered 404 for now
         self.retry_after = 1  # what a first request of /429/N.png is told
         handler = type("Handler", (_Handler,), {"site": self})
         self.server = _Server(("127.0.0.1", 0), handler)
@@ -105,7 +106,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
     hangs up). /twin/N.png: image N // 2. A path in `Site.held` is
-    answered once `Site.gate` is set; one in `Site.down`, 503."""
+    answered once `Site.gate` is set; one in `Site.down`, 503; one in `Site.gone`, 404."""
 
     protocol_version = "HTTP/1.1"  # connections kept
     site: Site
@@ -149,6 +150,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         number = int(name.split(".")[0]) if name[:1].isdigit() else 0
         if path in self.site.down:
             return self._send(503, b"down for now")
+        if path in self.site.gone:
+            return self._send(404, b"gone")
         if first and kind == "reset":
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
