@@ -586,10 +586,11 @@ def _copies(
             elif (found := held.get(item.key)) is not None:
                 file, i, size, _ = found
                 entry = contents[file]
-                keys.append(
-                    read.get(item.key) or duplicates.ContentKey(entry["crc"][i], size, None)
-                )
-                known.append(0 if item.key in changed else entry["copy"][i])
+                anew = read.get(item.key)
+                keys.append(anew or duplicates.ContentKey(entry["crc"][i], size, None))
+                # its held copies stand unless its bytes were read and changed (an image URL's
+                # row changed in its values alone keeps them)
+                known.append(0 if anew and item.key in changed else entry["copy"][i])
             else:
                 continue  # skipped when packed: not in the dataset
             members.append((split, item))

@@ -159,8 +159,9 @@ def test_update_fetches_again_only_the_urls_that_failed_for_a_reason_a_retry_may
 
 def test_a_grow_fetches_a_packed_copy_again_only_to_confirm_a_new_one(tmp_path):
     """Held exact copies behind URLs are known copies: a grow that asks a failed URL again
-    fetches none of them (each grow fetched one URL of each group again), and a new copy has
-    one of them fetched once, to confirm it by digest (docs/sources.md)."""
+    fetches none of them (each grow fetched one URL of each group again), a new copy has
+    one of them fetched once, to confirm it by digest (docs/sources.md), and a copy whose
+    caption changed is still one, fetched by no one (it and its copy were fetched)."""
     with serving() as site:
         paths = [*(f"/twin/{i}.png" for i in range(4)), "/img/9.png"]
         src, out = _list(tmp_path, site, paths), tmp_path / "out"
@@ -174,6 +175,12 @@ def test_a_grow_fetches_a_packed_copy_again_only_to_confirm_a_new_one(tmp_path):
         assert helpers.run_cli("pack", str(src), str(out), *JOB, "--append").returncode == 0
         assert sorted(site.hits) in (["/img/0.png", f"/twin/{i}.png"] for i in (0, 1)), site.hits
         assert sum(site.hits.values()) == 2
+        site.hits.clear()  # a copy's caption edited: its bytes, and so its copies, stand
+        rows = _rows(src)
+        rows[2]["caption"] = "edited"
+        helpers.write_csv(src, rows)
+        assert helpers.run_cli("pack", str(src), str(out), *JOB, "--update").returncode == 0
+        assert not site.hits, site.hits
     doc = json.loads((out / "index.json").read_text())
     assert (doc["duplicates"]["groups"], doc["duplicates"]["copies"]) == (2, 3)
 
@@ -203,7 +210,11 @@ def _originals(out: Path) -> dict[str, dict]:
     return found
 
 
-@pytest.mark.parametrize("fmt", ["tfrecord", "webdataset", "parquet", "array_record"])
+# make test: the default container, and webdataset's img2dataset naming (fields beyond the
+# schema); the other containers read their records alike, in make test-long
+@pytest.mark.parametrize("fmt", ["tfrecord", "webdataset",
+                                 *(pytest.param(f, marks=pytest.mark.long)
+                                   for f in ("parquet", "array_record"))])  # fmt: skip
 def test_update_keeps_each_held_image_from_its_shard_and_fetches_only_new_urls(tmp_path, fmt):
     """A caption edited, a URL changed and a row removed, while every packed URL now 404s:
     --update takes each held image from the shard that held it, with its row's caption now,
@@ -236,3 +247,26 @@ def test_update_keeps_each_held_image_from_its_shard_and_fetches_only_new_urls(t
     if naming:  # img2dataset's fields of the image as fetched, written again
         assert all(v["original_width"] == 32 for v in _originals(out).values())
     assert verify(out).ok
+
+
+def test_update_fetches_a_row_whose_boxes_must_follow_the_pixels_as_fetched(tmp_path):
+    """Boxes resized with their image: a row whose boxes changed needs the image as fetched
+    to move them, so --update fetches that URL alone; its shard's other records are kept."""
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True, "shards": 2,
+             "resize": (16, 16), "resize_mode": "center-crop"}  # fmt: skip
+    with serving() as site:
+        rows = [{"url": site.url(f"/img/{i}.png"), "bbox": [[0.1, 0.1, 0.5, 0.5]]}
+                for i in range(4)]  # fmt: skip
+        src, out = helpers.write_jsonl(tmp_path / "urls.jsonl", rows), tmp_path / "out"
+        pack(src, out, PackOptions(**given))
+        before = _records(out)
+        rows[1]["bbox"] = [[0.2, 0.2, 0.6, 0.6]]
+        helpers.write_jsonl(src, rows)
+        fresh = pack(src, tmp_path / "fresh", PackOptions(**given))
+        site.hits.clear()
+        pack(src, out, PackOptions(**given, grow="update"))
+        assert list(site.hits) == ["/img/1.png"]
+    after, made = _records(out), {r["key"]: r for r in iter_examples(fresh.out)}
+    assert all(after[row["url"]]["image"] == before[row["url"]]["image"] for row in rows)
+    for row in rows:  # the boxes as a fresh pack moves them with the pixels
+        assert after[row["url"]]["bbox"].tolist() == made[row["url"]]["bbox"].tolist()
