@@ -538,7 +538,8 @@ def _compare(
     # URL has no stamp and names its image, taken as unchanged: no held URL is fetched again
     unsure = [(name, item, stamp)
               for (name, item), stamp, was in zip(present, now, recorded, strict=True)
-              if not is_web_url(item.path) and (stamp != was or item.key in relabelled)]  # fmt: skip
+              if not is_web_url(item.path)
+              and (stamp != was or item.key in relabelled)]  # fmt: skip
     keys = content_keys([(name, item) for name, item, _ in unsure], dataset, options,
                         options.workers or machine_cores())  # fmt: skip
     for (name, item, stamp), key in zip(unsure, keys, strict=True):

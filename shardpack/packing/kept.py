@@ -71,9 +71,7 @@ def kept_records(
 class KeptReader:
     """A worker's reads of kept records from OUT's held shards, a few open at once."""
 
-    def __init__(
-        self, out: Storage, options: PackOptions, schema: Schema, original: bool
-    ) -> None:
+    def __init__(self, out: Storage, options: PackOptions, schema: Schema, original: bool) -> None:
         """`original`: the records hold what their writer was told of the image as fetched
         (ShardReader.original), written again."""
         container = CONTAINERS[options.format]

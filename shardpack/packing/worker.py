@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shardpack import images
-from shardpack.containers import CONTAINERS
+from shardpack.containers import CONTAINERS, ShardWriter
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.packing import boxes, masks, stamps
@@ -106,14 +106,13 @@ def write_shard(
     # each stamp from its file's read (no stat of its own), kept if the file was settled by now
     stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
     shard = _shard_looks(schema, options)
-    container, limit = CONTAINERS[options.format], images.max_file_bytes(options.max_pixels)
+    limit = images.max_file_bytes(options.max_pixels)
     kept = spec.kept or {}  # a grow's records taken from OUT's shards, not fetched again
     held = KeptReader(out, options, schema, shard.original) if kept else None
     try:
         with (
             src.reading(source.item_files(_from_source(spec)), limit, spec.file, then) as src,
-            container.writer(spec.file, options.compression, storage=out, schema=schema,
-                             naming=options.wds_naming) as writer,  # fmt: skip
+            _writer(spec, options, out, schema) as writer,
         ):
             for done, item in enumerate(spec.items, 1):
                 where = kept.get(item.key)
@@ -153,6 +152,14 @@ def write_shard(
         array("Q", written.offsets if options.index_files else ()), lossless, facts.content(),
         facts.tally(),
     )  # fmt: skip
+
+
+def _writer(spec: ShardSpec, options: PackOptions, out: Storage, schema: Schema) -> ShardWriter:
+    """The shard's writer: its container's, in OUT (the file appears under its name as it
+    closes)."""
+    return CONTAINERS[options.format].writer(
+        spec.file, options.compression, storage=out, schema=schema, naming=options.wds_naming
+    )
 
 
 class _Looks(NamedTuple):
