@@ -13,8 +13,8 @@ bytes writes, but where the dataset moves geometry with the pixels (boxes, keypo
 and the row's values changed: the new values must follow the pixels of the image as fetched,
 so such a row is fetched again. Its facts are the held ones (content key, written size); its
 EXIF orientation and whether --encode keep made it PNG are counted where its stored bytes are
-the bytes fetched (or, for the second, no resize ran: a PNG of other bytes was made so),
-unknown (not counted) otherwise.
+the bytes fetched (or, for the second, where the options neither resize nor turn an image:
+a PNG of other bytes was made so), unknown (not counted) otherwise.
 """
 
 from __future__ import annotations
@@ -106,18 +106,18 @@ class KeptReader:
         return {**features, **original}
 
     def note(
-        self, facts: ShardFacts, position: int, features: dict, kept: Kept, resized: bool
+        self, facts: ShardFacts, position: int, features: dict, kept: Kept, reshaped: bool
     ) -> bool:
         """Note a kept record in its shard's facts, with its held content key (its digest
         unknown: zeros; a grow reads none of a held record's); whether --encode keep made its
-        image PNG (`resized`: the options may resize an image, so a PNG of other bytes may
-        have been a PNG fetched)."""
+        image PNG (`reshaped`: the options may resize an image or turn it upright, so a PNG
+        of other bytes may have been a PNG fetched)."""
         image, orientation, made_png = features["image"], None, False
         if content_key(image) == (kept.crc, kept.size):  # stored as it came
             info = images.probe(image)
             orientation = None if info is None else info.orientation
         else:
-            made_png = self.encode == "keep" and not resized and features["format"] == "png"
+            made_png = self.encode == "keep" and not reshaped and features["format"] == "png"
         facts.note(position, (kept.crc, kept.size, bytes(16)), features, orientation)
         return made_png
 

@@ -131,7 +131,7 @@ def write_shard(
                     writer.write(features)
                     _count(counts, item.label)
                     if where is not None:
-                        lossless += held.note(facts, done - 1, features, where, shard.resized)
+                        lossless += held.note(facts, done - 1, features, where, shard.reshapes)
                     else:
                         lossless += _made_lossless(loaded, features, options)
                         facts.add(done - 1, loaded, features, orientation,
@@ -170,6 +170,11 @@ class _Looks(NamedTuple):
     filtered: bool  # an image's size may have it skipped (_filter)
     resized: bool  # an image's size may be changed (_geometry)
     original: bool  # the image as it came is described beside it (_original: img2dataset's)
+
+    @property
+    def reshapes(self) -> bool:
+        """Whether a readable image may be re-encoded all the same: resized or turned."""
+        return self.resized or self.upright
 
 
 def _shard_looks(schema: Schema, options: PackOptions) -> _Looks:
