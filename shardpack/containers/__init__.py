@@ -21,7 +21,9 @@ listed in CONTAINERS (or added at run time with `register_container`). It provid
   and `tabular` (for croissant.json),
   `split_files` (files beside a split's shards), `require` (a missing package), and
   `tfds_file_format`, `tf_readable` + `make_tf_data`, `index_files` + `record_spans` +
-  `min_span`, for TFDS, tf.data and DALI index files where those can read the shards.
+  `min_span`, for TFDS, tf.data and DALI index files where those can read the shards;
+  `ShardReader.original(i)`, what a record holds beyond the schema's features (img2dataset's
+  fields of the image as fetched), for a grow that keeps the record.
 
 Readers take a shard as (storage, name): a file in a local folder or an object under a URL,
 read through Storage.open at offsets, streamed (a remote object is never fetched whole before
@@ -291,6 +293,12 @@ class ShardReader:
     def position(self, i: int) -> int:
         """Record i's position, as iter_records gives it (for error messages)."""
         return i
+
+    def original(self, i: int) -> dict[str, object]:
+        """What record i's writer was told of its image as fetched beyond the schema's
+        features, where the container keeps it (img2dataset's `original_width`,
+        `original_height` and `sha256`: a grow keeping the record writes them again)."""
+        return {}
 
     def close(self) -> None:
         """Release the open file."""

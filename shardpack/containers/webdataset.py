@@ -64,6 +64,8 @@ IMG2DATASET = "img2dataset"  # the --wds-naming value
 # gives the original size and the sha256 of the bytes fetched, the writer the rest.
 IMG2DATASET_FIELDS = ("url", "status", "error_message", "original_width", "original_height",
                       "sha256")  # fmt: skip
+# Those the worker gives: what the .json says of the image as fetched.
+_ORIGINAL = IMG2DATASET_FIELDS[3:]
 # A .json holding both, and the sample's own key as `key`, is an img2dataset-named sample's
 # (shardpack's `key` is the source key: a path or URL).
 _MARKS = frozenset({"url", "status"})
@@ -285,7 +287,9 @@ class _Tar:
         data = self.blob.pread(size, start)
         return match["key"], match["ext"], data, start + size + (-size % _BLOCK)
 
-    def sample(self, offset: int, number: int) -> tuple[Example | RecordError, int] | None:
+    def sample(
+        self, offset: int, number: int, original: dict | None = None
+    ) -> tuple[Example | RecordError, int] | None:
         """(the sample at `offset`, the shard's `number`th, and the next sample's offset); None
         at the end-of-archive.
 
@@ -293,7 +297,8 @@ class _Tar:
         this shard's split and the record's number, as the writer keyed it (the shard's index
         in it may be one an --update's renumbering moved it from; packed before keys named
         their shard, the number alone): a tar of another split put in this one's place is
-        refused, not read as this split's records."""
+        refused, not read as this split's records. `original` takes what an img2dataset-named
+        sample's .json says of the image as fetched (ShardReader.original)."""
         members: list[tuple[str, str, bytes]] = []
         position = offset
         while not members or (members[-1][1] != "json" and _may_go_on(members)):
@@ -312,7 +317,7 @@ class _Tar:
                                        "place; restore it from a copy or pack again")  # fmt: skip
             return moved, position
         try:
-            return _decode(members, self.path, offset), position
+            return _decode(members, self.path, offset, original), position
         except RecordError as e:  # the tar's framing held: the next sample can be read
             return e, position
 
@@ -338,8 +343,11 @@ def _may_go_on(members: list[tuple[str, str, bytes]]) -> bool:
     return any(allowed[: len(between)] == between for allowed in _BETWEEN)
 
 
-def _decode(members: list[tuple[str, str, bytes]], path: str, offset: int) -> Example:
-    """One sample's members as name -> list of values, the shape decode_example returns."""
+def _decode(
+    members: list[tuple[str, str, bytes]], path: str, offset: int, original: dict | None = None
+) -> Example:
+    """One sample's members as name -> list of values, the shape decode_example returns (and,
+    into `original`, img2dataset's fields of the image as fetched)."""
 
     def bad(reason: str) -> RecordError:
         return RecordError(path, offset, reason)
@@ -363,7 +371,9 @@ def _decode(members: list[tuple[str, str, bytes]], path: str, offset: int) -> Ex
     if rest.keys() >= _MARKS and rest.get("key") == key:  # img2dataset's: as written
         rest["key"] = rest.pop("url")
         for name in IMG2DATASET_FIELDS[1:]:
-            rest.pop(name, None)
+            value = rest.pop(name, None)
+            if original is not None and name in _ORIGINAL:
+                original[name] = value
     elif TEXT in between:
         raise bad(f"{key}.txt beside a .json that is not img2dataset's (no url and status)")
     example: Example = {k: _listed(v) for k, v in rest.items()}
@@ -413,6 +423,11 @@ class _Reader(ShardReader):
 
     def position(self, i: int) -> int:
         return self.offsets[i]
+
+    def original(self, i: int) -> dict[str, object]:
+        found: dict[str, object] = {}
+        self.tar.sample(self.offsets[i], i, found)
+        return found
 
     def close(self) -> None:
         self.tar.close()

@@ -73,6 +73,12 @@ def moved_features(schema: Schema, declared: Iterable[str] = ()) -> tuple[str, .
     return tuple(geometry(schema, declared))
 
 
+def packed_moved(schema: Schema, options: PackOptions) -> tuple[str, ...]:
+    """moved_features of a dataset packed with these options (the boxes its --box-columns
+    declared among them)."""
+    return moved_features(schema, declared_boxes(options.box_columns))
+
+
 def index_geometry(index: Index) -> dict[str, str]:
     """geometry() of an index's records: its schema, with the boxes its --box-columns declared."""
     return geometry(index.schema, declared_boxes((index.options or {}).get("box_columns")))
@@ -112,7 +118,7 @@ def refuse_unmoved(schema: Schema, options: PackOptions) -> None:
     """Refuse (ShardpackError) a geometric transform on a dataset holding geometry it would not
     move: any feature named like geometry of another type or name than moved_features's."""
     said = transforms(options)
-    moved = moved_features(schema, declared_boxes(options.box_columns))
+    moved = packed_moved(schema, options)
     left = [name for name in schema.extras
             if name.rsplit("/", 1)[-1] in GEOMETRY_WORDS and name not in moved]  # fmt: skip
     if said is None or not left:

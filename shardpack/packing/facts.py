@@ -102,9 +102,20 @@ class ShardFacts:
         crc, size = content_key(loaded)
         # of another size: the file changed as it was read
         mtime = stamp[1] if stamp is not None and stamp[0] == size else 0
-        _ROW.pack_into(self._rows, position * _ROW.size, crc, size, content_digest(loaded),
-                       features["width"], features["height"], mtime,
-                       len(features["image"]))  # fmt: skip
+        self.note(position, (crc, size, content_digest(loaded)), features, orientation, mtime)
+
+    def note(
+        self,
+        position: int,
+        key: tuple[int, int, bytes],
+        features: dict,
+        orientation: int | None,
+        mtime: int = 0,
+    ) -> None:
+        """Note a record whose content key and digest (`key`) are known: add's row, a grow's
+        kept record's (kept.py) as well."""
+        _ROW.pack_into(self._rows, position * _ROW.size, *key, features["width"],
+                       features["height"], mtime, len(features["image"]))  # fmt: skip
         self.looks[features["format"], features["channels"], orientation] += 1
         if self.objects is not None:
             self._add_objects(features)

@@ -32,7 +32,14 @@ from shardpack.packing.plan import (
 from shardpack.packing.rangeplan import failure_rows, make_range_plan, streamed_rows
 from shardpack.packing.result import PackResult
 from shardpack.packing.spool import EntrySpool
-from shardpack.packing.urlfailures import counts, rows_of, url_failures, write_failures
+from shardpack.packing.urlfailures import (
+    RowsOf,
+    counts,
+    first_listed,
+    rows_of,
+    url_failures,
+    write_failures,
+)
 from shardpack.packing.writing import SKIP_HINT, Planned
 from shardpack.sources import Dataset, scan
 from shardpack.storage import Storage
@@ -108,13 +115,13 @@ class FreshPack:
         # those that did (once each): no result holds its records' facts from here
         results = [self.landed(result) for result in results]
         num_records = sum(r.num_records for r in results)
+        streamed = streamed_rows(dataset) is not None
+        listed = failure_rows(plan, results) if streamed else rows_of(dataset)
         if num_records == 0:  # a dataset of nothing is no success, and leaves no dataset
-            _leave_nothing(out, plan, dataset, results, self.src)
+            _leave_nothing(out, plan, dataset, results, self.src, listed)
         seconds = time.perf_counter() - self.start
         new_records = num_records - sum(r.num_records for r in planned.reused)
         to_write = len(plan.shards) - len(planned.reused)
-        streamed = streamed_rows(dataset) is not None
-        listed = failure_rows(plan, results) if streamed else rows_of(dataset)
         failures = url_failures([*((None, *s) for s in dataset.skipped),
                                  *((r.split, *s) for r in results for s in r.skipped)],
                                 listed)  # fmt: skip
@@ -233,14 +240,16 @@ def _scan_and_plan(
 
 
 def _leave_nothing(
-    out: Storage, plan: Plan, dataset: Dataset, results: list, src: Storage
-) -> NoReturn:
+    out: Storage, plan: Plan, dataset: Dataset, results: list, src: Storage,
+    listed: RowsOf | None,
+) -> NoReturn:  # fmt: skip
     """Remove the empty shards and the journal of a run that packed nothing, then say why,
-    naming SRC as given (a manifest, not the folder its paths are read from)."""
+    naming SRC as given (a manifest, not the folder its paths are read from) and the skip
+    listed first (`listed`: where each URL is listed, url_failures's)."""
     out.remove(spec.file for spec in plan.shards)
     out.remove_journal()
     skipped = [*dataset.skipped, *(s for r in results for s in r.skipped)]
-    key, reason = min(skipped, default=("", ""))
+    key, reason = first_listed(skipped, listed) if skipped else ("", "")
     first = f" (the first, {printable(key)}: {printable(reason)})" if skipped else ""
     raise SourceError(f"no image was packed from {src.path()}, {len(skipped):,} "
                       f"item{'s' if len(skipped) != 1 else ''} skipped{first}; fix or remove "

@@ -16,9 +16,9 @@ import hashlib
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from itertools import count, repeat
+from itertools import chain, count, repeat
 
 from shardpack.containers import CONTAINERS, is_shard_name
 from shardpack.errors import (
@@ -40,7 +40,7 @@ from shardpack.layout import (
     index_file_name,
 )
 from shardpack.options import PackOptions
-from shardpack.packing import duplicates, gaps, stamps
+from shardpack.packing import boxes, duplicates, gaps, stamps
 from shardpack.packing.contents import (
     Contents,
     Entry,
@@ -55,6 +55,7 @@ from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
 from shardpack.packing.facts import facts_of
 from shardpack.packing.hubcard import is_ours
+from shardpack.packing.kept import Kept, kept_records
 from shardpack.packing.merge import (
     commit_index,
     json_value,
@@ -173,7 +174,10 @@ class GrowPack:
         if not any(todo.values()) and not touched:  # (gaps a stop left are closed still)
             return self._nothing_to_write(dataset, change, options)
         self.generation = old.generation + 1
-        plan = grow_plan(dataset, todo, old, options, self.generation, touched, self.listed)
+        changed = frozenset(item.key for items in change.changed.values() for item in items)
+        kept = kept_records(chain.from_iterable(todo.values()), change.held, self.contents,
+                            changed, bool(boxes.packed_moved(dataset.schema, options)))  # fmt: skip
+        plan = grow_plan(dataset, todo, old, options, self.generation, touched, self.listed, kept)
         if state.journal_digest != plan.digest:  # (a stopped run of this plan wrote its own)
             _refuse_strays(out, (spec.file for spec in plan.shards), _unlisted(state, self.listed))
         record = {**plan_record(plan, options), "grow": options.grow,
@@ -554,6 +558,8 @@ def _compare(
     present: list[tuple[str, Item]] = []
     recorded = []  # the stamp of each present item's file, if unchanged: (size, mtime)
     relabelled = set()  # keys of the held items whose label or fields differ
+    changed: dict[str, list[Item]] = {}
+    touched = set()
     for name, items in dataset.splits.items():
         for item in items:
             found = held.get(item.key)
@@ -562,19 +568,20 @@ def _compare(
                 recorded.append((found[2], known.get(item.key)))
                 if found[3] is not None and found[3] != meta(item):
                     relabelled.add(item.key)
+                    if is_web_url(item.path):  # its image unchanged: changed, unread
+                        changed.setdefault(name, []).append(item)
+                        touched.add(found[0])
             elif item.key not in tried:
                 new.setdefault(name, []).append(item)
     now = stamps.take_stamps(dataset.source, dataset.root, (item for _, item in present))
-    # (split, item, stamp) of the files whose stamp differs; an image URL has none, and is
-    # taken as unchanged unless its label or fields are: no held URL is fetched again
+    # (split, item, stamp) of the files whose stamp differs or whose row's values do; an image
+    # URL has no stamp and names its image, taken as unchanged: no held URL is fetched again
     unsure = [(name, item, stamp)
               for (name, item), stamp, was in zip(present, now, recorded, strict=True)
-              if (stamp != was and not is_web_url(item.path))
-              or item.key in relabelled]  # fmt: skip
+              if not is_web_url(item.path)
+              and (stamp != was or item.key in relabelled)]  # fmt: skip
     keys = content_keys([(name, item) for name, item, _ in unsure], dataset, options,
                         options.workers or machine_cores())  # fmt: skip
-    changed: dict[str, list[Item]] = {}
-    touched = set()
     for (name, item, stamp), key in zip(unsure, keys, strict=True):
         file, i, size, _ = held[item.key]
         if key[:2] != (contents[file]["crc"][i], size) or item.key in relabelled:
@@ -620,10 +627,11 @@ def _copies(
             elif (found := held.get(item.key)) is not None:
                 file, i, size, _ = found
                 entry = contents[file]
-                keys.append(
-                    read.get(item.key) or duplicates.ContentKey(entry["crc"][i], size, None)
-                )
-                known.append(0 if item.key in changed else entry["copy"][i])
+                anew = read.get(item.key)
+                keys.append(anew or duplicates.ContentKey(entry["crc"][i], size, None))
+                # its held copies stand unless its bytes were read and changed (an image URL's
+                # row changed in its values alone keeps them)
+                known.append(0 if anew and item.key in changed else entry["copy"][i])
             else:
                 continue  # skipped when packed: not in the dataset
             members.append((split, item))
@@ -832,11 +840,12 @@ def grow_plan(
     generation: int,
     touched: frozenset[str],
     taken: frozenset[str] = frozenset(),
+    kept: Mapping[str, Kept] | None = None,
 ) -> Plan:
     """The new shards: each split's items shuffled with the generation's seed, cut by the
     dataset's shard size (never by the worker count: any machine plans alike), numbered after
     the split's last shard, past any `taken` name, and named with the count the split was
-    first packed with."""
+    first packed with; each with the `kept` records among its items (kept.py)."""
     sub = replace(dataset, splits={s: tuple(items) for s, items in todo.items() if items})
     seed = grow_seed(options.seed, generation) if options.shuffle else options.seed
     plan = make_plan(sub, old.name, replace(options, seed=seed, shards=None), 1)
@@ -849,7 +858,8 @@ def grow_plan(
         while (file := container.shard_name(old.name, spec.split, index, count)) in taken:
             index += 1  # never a name an index lists or OUT holds
         following[spec.split] = index + 1
-        shards.append(ShardSpec(spec.split, index, count, file, spec.items))
+        ours = {item.key: kept[item.key] for item in spec.items if item.key in kept} if kept else {}
+        shards.append(ShardSpec(spec.split, index, count, file, spec.items, ours or None))
     digest = hashlib.sha256(json.dumps(
         [plan.digest, old.plan_digest, generation, options.grow, sorted(touched),
          [s.file for s in shards]]).encode()).hexdigest()  # fmt: skip

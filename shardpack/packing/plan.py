@@ -8,14 +8,18 @@ import itertools
 import json
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shardpack.containers import CONTAINERS
 from shardpack.options import PackOptions
 from shardpack.sources import Dataset, Item, RecordCost
+
+if TYPE_CHECKING:
+    from shardpack.packing.kept import Kept
 
 # Raw pixels take roughly this many times a compressed photo's file size (JPEG at q75-95 is
 # 8-12x smaller than its pixels); used only to choose a default shard count.
@@ -59,6 +63,8 @@ class ShardSpec:
     file: str
     # on a forked worker, the same items packed (forkpool._PackedItems): iterated and counted only
     items: tuple[Item, ...]
+    # a grow's: key -> where in OUT each item's record is taken from (kept.py), not its source
+    kept: Mapping[str, Kept] | None = None
 
 
 @dataclass(frozen=True)

@@ -30,21 +30,43 @@ def url_failures(
     index's statistics count it by; "bad row" for a row the scan refused) and the whole
     reason."""
     failed = [(split, key, reason) for split, key, reason in skipped if is_web_url(key)]
-    rows = rows_of(key for _, key, _ in failed) if rows_of is not None and failed else {}
+    rows = _rows(failed, rows_of)
     found = []
     for split, key, reason in failed:
-        # a bad row names its own line: its URL's good row, if any, is another line
-        bad = named_line(reason)
-        file, row = bad or rows.get(key, (None, None))
+        bad, (file, row) = _where(key, reason, rows)
         found.append({"url": key, "file": file, "row": row, "split": split,
                       "status": status_of(reason), "reason": reason,
                       "error": "bad row" if bad else reason_kind(reason)})  # fmt: skip
-    return sorted(found, key=_listed)  # in the list's order, whichever shard finished first
+    # in the list's order, whichever shard finished first
+    return sorted(found, key=lambda f: _listed(f["file"], f["row"], f["url"]))
 
 
-def _listed(row: dict) -> tuple:
-    """Where a failure's URL is listed, those of no known row last (by URL)."""
-    return (row["row"] is None, row["file"] or "", row["row"] or 0, row["url"])
+def first_listed(skipped: list[tuple[str, str]], rows_of: RowsOf | None) -> tuple[str, str]:
+    """Of (key, reason) skips (at least one), the one a list names first, as failures.jsonl
+    orders them: by the manifest file and line that lists it, then (no line known: not a URL
+    list's) by key."""
+    rows = _rows([(None, key, reason) for key, reason in skipped if is_web_url(key)], rows_of)
+    return min(skipped, key=lambda skip: _listed(*_where(*skip, rows)[1], skip[0]))
+
+
+def _rows(failed: list[tuple], rows_of: RowsOf | None) -> dict[str, tuple[str, int]]:
+    """Where the scan listed each of the (split, URL, reason) failures' URLs, where known."""
+    return rows_of(key for _, key, _ in failed) if rows_of is not None and failed else {}
+
+
+def _where(
+    key: str, reason: str, rows: dict[str, tuple[str, int]]
+) -> tuple[bool, tuple[str | None, int | None]]:
+    """Whether a skip is a bad row, and the manifest file and line (or row) that lists it: a
+    bad row names its own (its URL's good row, if any, is another line), else where the scan
+    listed its URL ((None, None): not known)."""
+    bad = named_line(reason)
+    return bad is not None, bad or rows.get(key, (None, None))
+
+
+def _listed(file: str | None, row: int | None, key: str) -> tuple:
+    """Where a skip is listed, those of no known row last (by key)."""
+    return (row is None, file or "", row or 0, key)
 
 
 def rows_of(dataset: Dataset) -> RowsOf | None:

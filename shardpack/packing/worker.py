@@ -7,17 +7,19 @@ import os
 import struct
 import time
 from array import array
+from collections.abc import Iterable
 from contextlib import suppress
 from typing import NamedTuple
 
 import numpy as np
 
 from shardpack import images
-from shardpack.containers import CONTAINERS
+from shardpack.containers import CONTAINERS, ShardWriter
 from shardpack.errors import ImageError
 from shardpack.options import PackOptions
 from shardpack.packing import boxes, masks, stamps
 from shardpack.packing.facts import ShardFacts
+from shardpack.packing.kept import Kept, KeptReader
 from shardpack.packing.objects import objects_of
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
@@ -104,44 +106,43 @@ def write_shard(
     # each stamp from its file's read (no stat of its own), kept if the file was settled by now
     stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
     shard = _shard_looks(schema, options)
-    container, limit = CONTAINERS[options.format], images.max_file_bytes(options.max_pixels)
+    limit = images.max_file_bytes(options.max_pixels)
+    kept = spec.kept or {}  # a grow's records taken from OUT's shards, not fetched again
+    held = KeptReader(out, options, schema, shard.original) if kept else None
     try:
         with (
-            src.reading(source.item_files(spec.items), limit, spec.file, then) as src,
-            container.writer(
-                spec.file,
-                options.compression,
-                storage=out,
-                schema=schema,
-                naming=options.wds_naming,
-            ) as writer,
+            src.reading(source.item_files(_from_source(spec)), limit, spec.file, then) as src,
+            _writer(spec, options, out, schema) as writer,
         ):
             for done, item in enumerate(spec.items, 1):
+                where = kept.get(item.key)
                 try:
-                    loaded, stamp = (
-                        read_stamped_image(item, src, limit)
-                        if stamping and item.position is None
-                        else (source.load(item, src, options, cache), None)
-                    )
-                    features, orientation, dropped = _record(item, loaded, options, schema,
-                                                             source, shard)  # fmt: skip
+                    if where is not None:
+                        features, dropped = _kept_record(item, where, held, schema, shard, options)
+                    else:
+                        loaded, stamp = _load(item, src, limit, stamping, source, options, cache)
+                        features, orientation, dropped = _record(item, loaded, options, schema,
+                                                                 source, shard)  # fmt: skip
                 except ImageError as e:
                     if options.on_error == "fail":
                         raise
                     skipped.append((e.key, e.reason))
                 else:
-                    if shard.original:
-                        features.update(_original(loaded))
                     writer.write(features)
                     _count(counts, item.label)
-                    lossless += _made_lossless(loaded, features, options)
-                    facts.add(done - 1, loaded, features, orientation,
-                              stamps.settled(stamp, settled))  # fmt: skip
+                    if where is not None:
+                        lossless += held.note(facts, done - 1, features, where, shard.reshapes)
+                    else:
+                        lossless += _made_lossless(loaded, features, options)
+                        facts.add(done - 1, loaded, features, orientation,
+                                  stamps.settled(stamp, settled))  # fmt: skip
                     if dropped:
                         facts.counts.update({(boxes.DROPPED, r): n for r, n in dropped.items()})
                 progress.update(done)
     finally:
         progress.close()
+        if held is not None:
+            held.close()
         if (forget := getattr(spec.items, "forget", None)) is not None:
             forget()  # a streamed range's rows, read here (in-process: the parent's)
     written = writer.result
@@ -153,6 +154,14 @@ def write_shard(
     )  # fmt: skip
 
 
+def _writer(spec: ShardSpec, options: PackOptions, out: Storage, schema: Schema) -> ShardWriter:
+    """The shard's writer: its container's, in OUT (the file appears under its name as it
+    closes)."""
+    return CONTAINERS[options.format].writer(
+        spec.file, options.compression, storage=out, schema=schema, naming=options.wds_naming
+    )
+
+
 class _Looks(NamedTuple):
     """What a shard's schema and options decide for every record's image, decided once."""
 
@@ -162,11 +171,16 @@ class _Looks(NamedTuple):
     resized: bool  # an image's size may be changed (_geometry)
     original: bool  # the image as it came is described beside it (_original: img2dataset's)
 
+    @property
+    def reshapes(self) -> bool:
+        """Whether a readable image may be re-encoded all the same: resized or turned."""
+        return self.resized or self.upright
+
 
 def _shard_looks(schema: Schema, options: PackOptions) -> _Looks:
     """The shard's _Looks: an image with an EXIF turn is stored upright where its container's
     readers show it turned upright (datasets) and its geometry is stored beside it."""
-    moved = boxes.moved_features(schema, boxes.declared_boxes(options.box_columns))
+    moved = boxes.packed_moved(schema, options)
     return _Looks(
         moved,
         CONTAINERS[options.format].shows_upright and bool(moved),
@@ -178,10 +192,43 @@ def _shard_looks(schema: Schema, options: PackOptions) -> _Looks:
 
 def next_files(spec: ShardSpec, source: Source) -> tuple[str, Files] | None:
     """What a reading is told of the next shard its process writes (NextFiles): its file name
-    and its items' files; None for a streamed range (its rows are read where it is written)."""
+    and the files of the items it reads from SRC; None for a streamed range (its rows are read
+    where it is written)."""
     if getattr(spec.items, "forget", None) is not None:
         return None
-    return spec.file, source.item_files(spec.items)
+    return spec.file, source.item_files(_from_source(spec))
+
+
+def _from_source(spec: ShardSpec) -> Iterable[Item]:
+    """The items of a shard read from SRC: all but those a grow keeps from OUT's shards."""
+    if not spec.kept:
+        return spec.items
+    return [item for item in spec.items if item.key not in spec.kept]
+
+
+def _load(
+    item: Item, src: Storage, limit: int, stamping: bool, source: Source, options: PackOptions,
+    cache: dict,
+) -> tuple[bytes | np.ndarray, tuple[int, int] | None]:  # fmt: skip
+    """An item's image as its source gives it, and its file's stamp where its read takes one
+    (`stamping`: stamps.loads_whole_files)."""
+    if stamping and item.position is None:
+        return read_stamped_image(item, src, limit)
+    return source.load(item, src, options, cache), None
+
+
+def _kept_record(
+    item: Item, where: Kept, held: KeptReader, schema: Schema, looks: _Looks,
+    options: PackOptions,
+) -> tuple[dict[str, object], dict[str, int]]:  # fmt: skip
+    """A record a grow keeps (kept.py): its image as OUT holds it, with the item's label and
+    fields now; where the dataset moves geometry with the pixels, its values as held (the
+    parent keeps no such record whose values changed). No object is dropped."""
+    features = held.record(item, where)
+    if not looks.moved:
+        size = features["height"], features["width"]
+        features.update(_fields(item, schema, (), (), size, options.min_visibility)[0])
+    return features, {}
 
 
 def _record(
@@ -201,6 +248,8 @@ def _record(
     fields, dropped = _fields(item, schema, looks.moved, taken, size, options.min_visibility,
                               orientation)  # fmt: skip
     features.update(fields)
+    if looks.original:
+        features.update(_original(loaded))
     return features, orientation, dropped
 
 

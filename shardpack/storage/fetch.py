@@ -57,6 +57,11 @@ MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait; t
 # 1000 --flaky 0.1 --fetch-only 16`, benchmarks/README.md).
 AHEAD_PER_THREAD = 32
 HELD_BYTES = 256 << 20
+# How a body of text begins, after white space and a byte-order mark: markup (HTML, XML, SVG)
+# or JSON. No image format shardpack reads begins so (images.sniff's signatures), whatever
+# Content-Type the server sent: such a 200 is a page, said so with what the server called it.
+_TEXT_STARTS = (b"<", b"{", b"[")
+_WHITE, _BOM, _PAGE_HEAD = b" \t\r\n\f", b"\xef\xbb\xbf", 1024
 
 
 class UrlFailed(RefusedFile):
@@ -136,6 +141,8 @@ class Fetcher:
                     raise UrlFailed(f"bad redirect: {said(e, 200)}") from None  # the server's text
                 continue
             if status == 200:
+                if (page := _page(body, headers)) is not None:
+                    raise UrlFailed(page)
                 return body
             phrase = _phrase(status)
             if status == 429 or status >= 500:
@@ -423,6 +430,17 @@ def _tried(reason: str, tries: int) -> str:
     if reason.endswith(")"):
         return f"{reason[:-1]}, after {tries} tries)"
     return f"{reason} (after {tries} tries)"
+
+
+def _page(body: bytes, headers: http.client.HTTPMessage) -> str | None:
+    """Why a 200's body is a page of text (markup or JSON: a web page, a login wall, an error
+    message), not an image, naming what the server said it was; None for any other body."""
+    head = body[:_PAGE_HEAD].lstrip(_WHITE).removeprefix(_BOM).lstrip(_WHITE)
+    if not head.startswith(_TEXT_STARTS):
+        return None
+    kind = headers.get("Content-Type")
+    what = f"{said(kind, 80)!r}" if kind else "text with no Content-Type"
+    return f"not an image: the server sent {what} (a web page or a message, not the image)"
 
 
 def _phrase(status: int) -> str:

@@ -9,13 +9,14 @@ import json
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from shardpack import iter_examples
+from shardpack import PackOptions, iter_examples, pack, verify
 from shardpack.packing.grow import _asked_again, _packed_again
 from tests import helpers
 from tests.packing.test_reliability import _finished_shards
@@ -158,8 +159,9 @@ def test_update_fetches_again_only_the_urls_that_failed_for_a_reason_a_retry_may
 
 def test_a_grow_fetches_a_packed_copy_again_only_to_confirm_a_new_one(tmp_path):
     """Held exact copies behind URLs are known copies: a grow that asks a failed URL again
-    fetches none of them (each grow fetched one URL of each group again), and a new copy has
-    one of them fetched once, to confirm it by digest (docs/sources.md)."""
+    fetches none of them (each grow fetched one URL of each group again), a new copy has
+    one of them fetched once, to confirm it by digest (docs/sources.md), and a copy whose
+    caption changed is still one, fetched by no one (it and its copy were fetched)."""
     with serving() as site:
         paths = [*(f"/twin/{i}.png" for i in range(4)), "/img/9.png"]
         src, out = _list(tmp_path, site, paths), tmp_path / "out"
@@ -173,6 +175,12 @@ def test_a_grow_fetches_a_packed_copy_again_only_to_confirm_a_new_one(tmp_path):
         assert helpers.run_cli("pack", str(src), str(out), *JOB, "--append").returncode == 0
         assert sorted(site.hits) in (["/img/0.png", f"/twin/{i}.png"] for i in (0, 1)), site.hits
         assert sum(site.hits.values()) == 2
+        site.hits.clear()  # a copy's caption edited: its bytes, and so its copies, stand
+        rows = _rows(src)
+        rows[2]["caption"] = "edited"
+        helpers.write_csv(src, rows)
+        assert helpers.run_cli("pack", str(src), str(out), *JOB, "--update").returncode == 0
+        assert not site.hits, site.hits
     doc = json.loads((out / "index.json").read_text())
     assert (doc["duplicates"]["groups"], doc["duplicates"]["copies"]) == (2, 3)
 
@@ -184,3 +192,81 @@ def test_the_line_of_urls_asked_again_counts_one_url_as_one():
     assert (_packed_again(twice, fresh), _packed_again(frozenset(), fresh)) == (1, 0)
     assert one.startswith("1 URL that had failed") and one.endswith("asked again: 1 packed")
     assert two.startswith("2 URLs that had failed")
+
+
+def _records(out: Path) -> dict[str, dict]:
+    return {r["key"]: r for r in iter_examples(out)}
+
+
+def _originals(out: Path) -> dict[str, dict]:
+    """img2dataset's .json of each sample, by its URL."""
+    found = {}
+    for tar in sorted(out.glob("*.tar")):
+        with tarfile.open(tar) as f:
+            for member in f.getmembers():
+                if member.name.endswith(".json"):
+                    doc = json.loads(f.extractfile(member).read())
+                    found[doc["url"]] = {k: doc[k] for k in ("original_width", "sha256")}
+    return found
+
+
+# make test: the default container, and webdataset's img2dataset naming (fields beyond the
+# schema); the other containers read their records alike, in make test-long
+@pytest.mark.parametrize("fmt", ["tfrecord", "webdataset",
+                                 *(pytest.param(f, marks=pytest.mark.long)
+                                   for f in ("parquet", "array_record"))])  # fmt: skip
+def test_update_keeps_each_held_image_from_its_shard_and_fetches_only_new_urls(tmp_path, fmt):
+    """A caption edited, a URL changed and a row removed, while every packed URL now 404s:
+    --update takes each held image from the shard that held it, with its row's caption now,
+    and fetches the changed URL alone (it fetched every URL of the shards it rewrote, and
+    dropped those that failed)."""
+    naming = {"wds_naming": "img2dataset"} if fmt == "webdataset" else {}
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True, "shards": 2,
+             "format": fmt, "retries": 0, **naming}  # fmt: skip
+    with serving() as site:
+        src, out = _list(tmp_path, site, [f"/img/{i}.png" for i in range(8)]), tmp_path / "out"
+        pack(src, out, PackOptions(**given))
+        before = _records(out)
+        rows = _rows(src)
+        rows[3]["caption"] = "edited"
+        rows[5]["url"] = site.url("/img/15.png")
+        del rows[6]
+        helpers.write_csv(src, rows)
+        site.gone = {f"/img/{i}.png" for i in range(8)}
+        site.hits.clear()
+        result = pack(src, out, PackOptions(**given, grow="update"))
+        assert list(site.hits.elements()) == ["/img/15.png"]
+    after = _records(out)
+    assert sorted(after) == sorted(row["url"] for row in rows)
+    for row in rows[:5] + rows[6:]:
+        assert after[row["url"]]["image"] == before[row["url"]]["image"]
+        assert after[row["url"]]["caption"] == row["caption"]
+    assert after[rows[3]["url"]]["caption"] == "edited"
+    assert result.grow["changed"] == 1 and result.grow["removed"] == 2
+    assert not (out / "failures.jsonl").exists() or not _failed(out)
+    if naming:  # img2dataset's fields of the image as fetched, written again
+        assert all(v["original_width"] == 32 for v in _originals(out).values())
+    assert verify(out).ok
+
+
+def test_update_fetches_a_row_whose_boxes_must_follow_the_pixels_as_fetched(tmp_path):
+    """Boxes resized with their image: a row whose boxes changed needs the image as fetched
+    to move them, so --update fetches that URL alone; its shard's other records are kept."""
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True, "shards": 2,
+             "resize": (16, 16), "resize_mode": "center-crop"}  # fmt: skip
+    with serving() as site:
+        rows = [{"url": site.url(f"/img/{i}.png"), "bbox": [[0.1, 0.1, 0.5, 0.5]]}
+                for i in range(4)]  # fmt: skip
+        src, out = helpers.write_jsonl(tmp_path / "urls.jsonl", rows), tmp_path / "out"
+        pack(src, out, PackOptions(**given))
+        before = _records(out)
+        rows[1]["bbox"] = [[0.2, 0.2, 0.6, 0.6]]
+        helpers.write_jsonl(src, rows)
+        fresh = pack(src, tmp_path / "fresh", PackOptions(**given))
+        site.hits.clear()
+        pack(src, out, PackOptions(**given, grow="update"))
+        assert list(site.hits) == ["/img/1.png"]
+    after, made = _records(out), {r["key"]: r for r in iter_examples(fresh.out)}
+    assert all(after[row["url"]]["image"] == before[row["url"]]["image"] for row in rows)
+    for row in rows:  # the boxes as a fresh pack moves them with the pixels
+        assert after[row["url"]]["bbox"].tolist() == made[row["url"]]["bbox"].tolist()

@@ -62,6 +62,7 @@ class Site:
         self.held: frozenset[str] = frozenset()  # paths answered only once `gate` is set
         self.gate = threading.Event()
         self.down: set[str] = set()  # paths answered 503 for now
+        self.gone: set[str] = set()  # paths answered 404 for now
         self.retry_after = 1  # what a first request of /429/N.png is told
         handler = type("Handler", (_Handler,), {"site": self})
         self.server = _Server(("127.0.0.1", 0), handler)
@@ -105,7 +106,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
     hangs up). /twin/N.png: image N // 2. A path in `Site.held` is
-    answered once `Site.gate` is set; one in `Site.down`, 503."""
+    answered once `Site.gate` is set; one in `Site.down`, 503; one in `Site.gone`, 404."""
 
     protocol_version = "HTTP/1.1"  # connections kept
     site: Site
@@ -149,6 +150,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         number = int(name.split(".")[0]) if name[:1].isdigit() else 0
         if path in self.site.down:
             return self._send(503, b"down for now")
+        if path in self.site.gone:
+            return self._send(404, b"gone")
         if first and kind == "reset":
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
@@ -238,7 +241,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return None
         if path == "/html.png":
-            return self._send(200, b"<html><body>moved</body></html>")
+            page = b"\n  <!DOCTYPE html><html><body>moved</body></html>"
+            return self._send(200, page, {"Content-Type": "text/html; charset=utf-8"})
         if path in ("/stream.png", "/drip.png"):
             self.send_response(200)
             self.send_header("Connection", "close")
@@ -335,6 +339,8 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
         assert (row["file"], row["row"]) == ("urls.csv", line), row  # the header is line 1
         assert site.hits[path] == hits, (path, site.hits)
     assert "after 3 tries" in failed["always503.png"]["reason"]
+    page = "not an image: the server sent 'text/html; charset=utf-8' (a web page or a message, "
+    assert failed["html.png"]["reason"] == page + "not the image)"
     assert "Retry-After 86400 s is over 60 s" in failed["429long.png"]["reason"]
     first, second = site.times["/429/2.png"]
     assert second - first >= 0.95  # Retry-After: 1 honoured
@@ -687,6 +693,15 @@ def test_a_bad_row_of_a_url_list_is_a_failure_at_its_own_line(tmp_path, site):
     ]
     assert rows[1]["reason"] == "urls.csv line 4: the same image as line 2"
     assert result.index.stats.url_failures == {"bad row": 2, "HTTP Not Found": 1}
+
+
+def test_a_list_of_which_nothing_was_packed_names_its_first_failure_in_its_order(tmp_path, site):
+    """The first failure named is the list's first (as failures.jsonl lists them), not the
+    first URL in text order: a person reads the list from its top."""
+    with pytest.raises(SourceError) as refused:
+        _pack_urls(tmp_path, site, ["/gone/9.png", "/gone/1.png", "/404.png"])
+    assert "(the first, http://127.0.0.1:" in str(refused.value)
+    assert "/gone/9.png: HTTP Not Found" in str(refused.value), refused.value
 
 
 def test_a_folder_or_a_pattern_of_url_lists_is_one_manifest(tmp_path, site):
