@@ -30,7 +30,8 @@ from shardpack.layout import (
     METADATA_NAMES,
     STAMPS_NAME,
 )
-from shardpack.packing.hubcard import is_ours
+from shardpack.packing.croissant import users_keys
+from shardpack.packing.hubcard import users_card
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.storage import Storage
 
@@ -119,6 +120,18 @@ _OVERWRITE = Option("overwrite", True)  # the way past what OUT holds
 # What every pack and grow writes beside its shards (and the split files its container lists).
 OUTPUTS = frozenset({INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME, STAMPS_NAME,
                      CROISSANT_NAME, FAILURES_NAME})  # fmt: skip
+# Those of OUTPUTS a run writes into, keeping what the user wrote there (a license, prose),
+# never replaces: no clash with the user's files, and kept while a new dataset is packed.
+KEPT_IN = frozenset({CARD_NAME, CROISSANT_NAME})
+
+
+def check_kept(out: Storage, state: OutState) -> None:
+    """Refuse, before anything is written, a file of KEPT_IN whose user's part the run would
+    lose: a card or a croissant.json it cannot read as such."""
+    if CARD_NAME in state.names:
+        users_card(out)
+    if CROISSANT_NAME in state.names:
+        users_keys(out)
 
 
 def refuse_folders(out: Storage, state: OutState, written: Iterable[str]) -> None:
@@ -173,11 +186,9 @@ def prepare(
     planned = {spec.file for spec in plan.shards}
     written = planned | beside | OUTPUTS
     refuse_folders(out, state, written)
-    if state.ours and not overwrite and CARD_NAME in state.names and not is_ours(out):
-        raise OutputError(f"{out.path(CARD_NAME)}: exists and was not written by shardpack; "
-                          "move it out of OUT, or pass ", _OVERWRITE, " to replace it")  # fmt: skip
+    check_kept(out, state)
     if not state.ours and not overwrite:
-        clash = sorted(state.names & written)
+        clash = sorted(state.names & (written - KEPT_IN))
         if INDEX_FILES_DIR in state.folders:  # index files of these shards are replaced too
             idx = {e.name for e in out.child(INDEX_FILES_DIR).listdir()}
             clash += sorted(f"{INDEX_FILES_DIR}/{n}" for n in idx & {f"{f}.idx" for f in planned})
@@ -195,10 +206,8 @@ def prepare(
     if again and not resume:  # a file edited since (even to the same size) is packed again
         reused = [result for result in reused if unchanged(result)]
     whole = again and {r.file for r in reused} == planned
-    if state.has_index and not whole:  # with it go the split files, TFDS's, its card
-        card = [CARD_NAME] if CARD_NAME in state.names and is_ours(out) else []
-        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card, CONTENTS_NAME,
-                    STAMPS_NAME, CROISSANT_NAME,
+    if state.has_index and not whole:  # with it go the split files, TFDS's (not KEPT_IN)
+        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, CONTENTS_NAME, STAMPS_NAME,
                     FAILURES_NAME])  # fmt: skip
     out.remove(state.listed - planned)
     rewritten = planned | state.listed
@@ -323,7 +332,8 @@ def _shard_result(entry: object) -> ShardResult | None:
     """A journal line as a ShardResult, or None when it is not one this version wrote."""
     if not isinstance(entry, dict) or set(entry) != _RESULT_FIELDS:
         return None
-    ints = ("index", "num_records", "num_bytes")
+    counted = ("arrow_bytes",) if entry["arrow_bytes"] is not None else ()  # None: no table
+    ints = ("index", "num_records", "num_bytes", *counted)
     good = (
         all(type(entry[k]) is int and entry[k] >= 0 for k in ints)
         and all(isinstance(entry[k], str) for k in ("split", "file", "sha256"))
