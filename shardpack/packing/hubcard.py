@@ -103,7 +103,7 @@ def _users_header(header: str, path: str) -> tuple[str, bool]:
     if not all(owned):  # a key of the user's: the header read as the Hub reads it
         owned = [key in OWNED_KEYS for key in _keys(header, blocks, path)]
     kept = [line for block, own in zip(blocks, owned, strict=True) if not own for line in block]
-    return "\n".join(kept + comments).strip("\n"), ours
+    return "\n".join(kept + comments).strip("\r\n"), ours
 
 
 def _key(block: list[str]) -> str:
@@ -131,24 +131,24 @@ def _users_text(body: str, path: str, ours: bool) -> tuple[str, str]:
     earlier version's) is all pack's, a card without MARKER or marks all the user's."""
     begins, ends = body.count(_BEGIN_START), body.count(END)
     if begins == ends == 0:
-        return ("", "") if ours else (body.strip("\n"), "")
+        return ("", "") if ours else (body.strip("\r\n"), "")
     start = body.find(_BEGIN_START)
     if begins != 1 or ends != 1 or body.find(END) < start:
         raise OutputError(f"{path}: does not hold one '{_BEGIN_START} ...' line and after it "
                           f"one '{END}' line; put them back around the part shardpack writes, "
                           "or remove both, then run again")  # fmt: skip
     stop = body.find(END) + len(END)
-    return body[:start].strip("\n"), body[stop:].strip("\n")
+    return body[:start].strip("\r\n"), body[stop:].strip("\r\n")
 
 
 def card(index: Index, kept: UsersCard = UsersCard()) -> bytes:
     """The dataset card of an index, with what the user wrote in it `kept` (users_card). A
-    split without records (every image of it skipped) is
-    left out: `datasets` refuses to load a dataset one of whose splits holds no data. The
-    features are declared only where they are the files' columns (Parquet): `datasets` casts
-    what it loads to them, and a tar's samples (columns jpg, cls, json) cast so are all None."""
+    split without records (every image of it skipped) is left out: `datasets` refuses to load
+    a dataset one of whose splits holds no data. The features are declared only where they are
+    the files' columns (Parquet): `datasets` casts what it loads to them, and a tar's samples
+    (columns jpg, cls, json) cast so are all None."""
     listed = {split: entry for split, entry in index.splits.items() if entry.num_records}
-    lines = ["---", MARKER, *([kept.header] if kept.header else []), "dataset_info:"]
+    lines = ["dataset_info:"]
     if index.container.tabular:
         lines.append("  features:")
         for feature, spec in index.schema.items():
@@ -169,9 +169,20 @@ def card(index: Index, kept: UsersCard = UsersCard()) -> bytes:
     for split, entry in listed.items():
         lines += [f"  - split: {_q(split)}", "    path:"]
         lines += [f"    - {_q(file)}" for file in data_files(entry.shards)]
-    ours = [BEGIN, f"# {index.name}", "", summary(index), END]
-    lines += ["---", *([kept.before, ""] if kept.before else []), *ours,
-              *(["", kept.after] if kept.after else []), ""]  # fmt: skip
+    return _card(kept, lines, [f"# {index.name}", "", summary(index)])
+
+
+def users_part(kept: UsersCard) -> bytes:
+    """A card of what the user wrote alone (its marks kept, nothing between them): what stands
+    while the dataset the card described is replaced."""
+    return _card(kept, [], [])
+
+
+def _card(kept: UsersCard, header: list[str], text: list[str]) -> bytes:
+    """The card of pack's `header` lines and `text` lines, what the user wrote around them."""
+    lines = ["---", MARKER, *([kept.header] if kept.header else []), *header, "---",
+             *([kept.before, ""] if kept.before else []), BEGIN, *text, END,
+             *(["", kept.after] if kept.after else []), ""]  # fmt: skip
     return "\n".join(lines).encode("utf-8", "backslashreplace")
 
 

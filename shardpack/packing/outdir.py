@@ -31,9 +31,10 @@ from shardpack.layout import (
     STAMPS_NAME,
 )
 from shardpack.packing.croissant import users_keys
-from shardpack.packing.hubcard import users_card
+from shardpack.packing.hubcard import UsersCard, users_card, users_part
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.storage import Storage
+from shardpack.storage.atomic import json_bytes
 
 if TYPE_CHECKING:
     from shardpack.options import PackOptions
@@ -134,6 +135,21 @@ def check_kept(out: Storage, state: OutState) -> None:
         users_keys(out)
 
 
+def cut_to_users(out: Storage) -> None:
+    """Cut each file of KEPT_IN to what the user wrote in it (removed where that is nothing):
+    the dataset it described is going."""
+    kept = users_card(out)
+    if kept == UsersCard():
+        out.remove([CARD_NAME])
+    else:
+        out.put(CARD_NAME, users_part(kept))
+    keys = users_keys(out)
+    if keys:
+        out.put(CROISSANT_NAME, json_bytes(keys))
+    else:
+        out.remove([CROISSANT_NAME])
+
+
 def refuse_folders(out: Storage, state: OutState, written: Iterable[str]) -> None:
     """A folder under a name the run writes would stop that write at the end of the run, its
     shards written: refused before anything in OUT is touched."""
@@ -156,14 +172,16 @@ def prepare(
     OUT is shardpack's when it holds an index.json or a journal; then the shard files they
     list, and the split files (split_file_names) its index implies, are ours. Otherwise any
     file under a name pack is about to write (a shard, `beside`, the index or the TFDS
-    metadata) is the user's, and is replaced only with overwrite. `record` is the plan's
+    metadata) is the user's, and is replaced only with overwrite; README.md and croissant.json
+    (KEPT_IN) are never replaced: written into, the user's part kept. `record` is the plan's
     plan_record: a refused resume says what differs from the one the journal kept.
     `unchanged` tells whether a finished shard's files are as its worker read them: the same
     job run again (no resume) keeps only those.
 
     An earlier dataset (a different plan, with overwrite) goes before a shard of this one is
-    written: its index first, then its TFDS metadata and the shards only it listed. A run that
-    then fails leaves no dataset that is half the old one, and no old shard that nothing lists.
+    written: its index first, then its TFDS metadata and the shards only it listed, its card
+    and croissant.json cut to what the user wrote in them (cut_to_users). A run that then
+    fails leaves no dataset that is half the old one, and no old shard that nothing lists.
 
     Returns:
         ShardResults of finished shards of this very plan whose sha256 matches, with resume
@@ -206,9 +224,10 @@ def prepare(
     if again and not resume:  # a file edited since (even to the same size) is packed again
         reused = [result for result in reused if unchanged(result)]
     whole = again and {r.file for r in reused} == planned
-    if state.has_index and not whole:  # with it go the split files, TFDS's (not KEPT_IN)
+    if state.has_index and not whole:  # with it go the split files, TFDS's, its descriptions
         out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, CONTENTS_NAME, STAMPS_NAME,
                     FAILURES_NAME])  # fmt: skip
+        cut_to_users(out)
     out.remove(state.listed - planned)
     rewritten = planned | state.listed
     out.remove_partial(rewritten | written)

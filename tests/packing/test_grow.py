@@ -350,7 +350,7 @@ def test_a_readme_of_the_users_in_out_is_kept_by_a_grow(tmp_path: Path):
     text = (out / "README.md").read_text()
     assert text.startswith("---\n# written by shardpack pack")
     assert "\n---\n# Cats\nOur own description of the dataset.\n\n<!-- shardpack: begin" in text
-    assert "num_examples: 3" in text
+    assert "train 3 images" in text
 
 
 @pytest.mark.parametrize(

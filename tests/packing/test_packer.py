@@ -295,7 +295,8 @@ def test_an_index_json_of_yours_is_named_not_taken_for_a_dataset(tmp_path: Path)
 def test_a_failed_overwrite_leaves_nothing_of_the_old_dataset(tmp_path: Path):
     """--overwrite replaces the earlier dataset as the run starts, index first: a run that
     then fails leaves neither its index and TFDS metadata (TFDS read the old dataset from
-    them) nor its shards that no index or journal lists any more (they stayed for good)."""
+    them) nor its shards that no index or journal lists any more (they stayed for good), nor
+    its card and croissant.json but for what the user wrote in them."""
     first = make_tree(tmp_path / "first", {"a": 3})
     second = make_tree(tmp_path / "second", {"b": 4}, seed=50)
     (second / "b" / "img_000.jpg").write_bytes(b"not a jpeg")
@@ -305,8 +306,21 @@ def test_a_failed_overwrite_leaves_nothing_of_the_old_dataset(tmp_path: Path):
     with pytest.raises(ImageError):
         pack(second, out, PackOptions(workers=1, shards=1, overwrite=True, on_error="fail"))
     assert sorted(p.name for p in out.iterdir()) == [".shardpack.journal", "my-notes.txt"]
+    pack(first, out, PackOptions(workers=1, shards=3, overwrite=True))
+    card = (out / "README.md").read_text().replace("---\n", "---\nlicense: mit\n", 1)
+    (out / "README.md").write_text(card + "Our words.\n")  # a license and text of the user's
+    (out / "croissant.json").write_text('{"name": "first", "license": "mit"}')
+    with pytest.raises(ImageError):
+        pack(second, out, PackOptions(workers=1, shards=1, overwrite=True, on_error="fail"))
+    assert json.loads((out / "croissant.json").read_text()) == {"license": "mit"}
+    card = (out / "README.md").read_text()
+    assert "license: mit\n---\n" in card and card.endswith("\n\nOur words.\n")
+    assert "\ndataset_info:" not in card and "first" not in card
     pack(second, out, PackOptions(workers=1, shards=1, overwrite=True, resume=True))
     assert _index(out)["name"] == "second" and len(_index(out)["splits"]["train"]["shards"]) == 1
+    assert json.loads((out / "croissant.json").read_text())["license"] == "mit"
+    card = (out / "README.md").read_text()
+    assert "license: mit\ndataset_info:" in card and card.endswith("-->\n\nOur words.\n")
 
 
 @pytest.mark.parametrize("workers", [1, 2])
