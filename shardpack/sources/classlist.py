@@ -68,8 +68,8 @@ def check_class_name(name: str, where: str | Option) -> None:
     if _NOT_UTF8.search(name):  # bytes os.fsdecode kept as surrogates: a Latin-1 folder name
         raise SourceError(where, f": the class name '{printable(name)}' is not UTF-8, and the "
                           "dataset card, croissant.json and TFDS hold names as UTF-8 text; "
-                          "rename it in UTF-8 (convmv -f latin1 -t utf8 -r --notest "
-                          "FOLDER renames a tree)")  # fmt: skip
+                          "rename it in UTF-8 (convmv -f latin1 -t utf8 -r FOLDER lists the "
+                          "renames of a tree)")  # fmt: skip
 
 
 def check_class_names(names: tuple[str, ...], where: str, what: str) -> None:
