@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shardpack.packing.hubcard import _UNSAFE, BEGIN, END, MARKER, users_card
+from shardpack.packing.hubcard import _UNSAFE, BEGIN, END, MARKER, UsersCard, users_card
 from shardpack.storage import storage_at
 
 # YAML 1.1's printable characters (what PyYAML, and so the Hub, reads), less the line breaks a
@@ -34,3 +34,11 @@ def test_the_users_keys_are_kept_as_written_and_pack_s_own_dropped(tmp_path: Pat
     kept = users_card(storage_at(tmp_path))
     assert kept.header == users.rstrip("\r\n")
     assert (kept.before, kept.after) == ("mine", "also mine")
+
+
+def test_a_card_of_an_earlier_shardpack_is_all_its_own(tmp_path: Path):
+    """Its marker line, and no marks around its summary: nothing of it is the user's."""
+    old = "# written by shardpack pack, which rewrites it at each run"
+    text = f"---\n{old}\ndataset_info:\n  download_size: 1\n---\n\n# cats\n\nPacked by shardpack.\n"
+    (tmp_path / "README.md").write_text(text)
+    assert users_card(storage_at(tmp_path)) == UsersCard()
