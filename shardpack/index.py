@@ -61,11 +61,15 @@ class ShardInfo:
     num_bytes: int
     sha256: str
     generation: int = 0  # the run that wrote it: 0 the first pack, each grow one more
+    # its records' bytes as Arrow holds them (a Parquet shard's, `datasets`' num_bytes); None:
+    # not a table, or written before shardpack counted them
+    arrow_bytes: int | None = None
 
     def to_json(self) -> dict:
         """The shard as index.json lists it."""
+        arrow = {} if self.arrow_bytes is None else {"arrow_bytes": self.arrow_bytes}
         return {"file": self.file, "num_records": self.num_records, "num_bytes": self.num_bytes,
-                "sha256": self.sha256, "generation": self.generation}  # fmt: skip
+                "sha256": self.sha256, "generation": self.generation, **arrow}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -445,7 +449,7 @@ def _split(
         if not isinstance(shard, dict):
             raise bad(f"a shard of split {name!r} is not an object")
         _expect(shard, {"file": str, "num_records": int, "num_bytes": int, "sha256": str}, bad)
-        _expect(shard, {"generation": int} if "generation" in shard else {}, bad)
+        _expect(shard, {k: int for k in ("generation", "arrow_bytes") if k in shard}, bad)
         if min(shard["num_records"], shard["num_bytes"]) < 0:
             raise bad(f"a shard of split {name!r} has a negative count")
         if not SAFE_FILE.fullmatch(shard["file"]):
@@ -460,7 +464,8 @@ def _split(
                 f"can hold ({most:,} at most)"
             )
         shards.append(ShardInfo(shard["file"], shard["num_records"], shard["num_bytes"],
-                                shard["sha256"], shard.get("generation", 0)))  # fmt: skip
+                                shard["sha256"], shard.get("generation", 0),
+                                shard.get("arrow_bytes")))  # fmt: skip
     if sum(s.num_records for s in shards) > MAX_SPLIT_RECORDS:
         raise bad(f"the shards of split {name!r} claim more than {MAX_SPLIT_RECORDS:,} records")
     counts = entry.get("class_counts", [])

@@ -68,6 +68,8 @@ class WriteResult(NamedTuple):
     num_bytes: int
     sha256: str
     offsets: tuple[int, ...]  # each record's position: a byte offset, or its number (ArrayRecord)
+    # the records as Arrow holds them in memory, `datasets`' num_bytes; None: not a table
+    arrow_bytes: int | None = None
 
 
 class Checked(NamedTuple):
@@ -109,6 +111,7 @@ class ShardWriter:
         self.sink: Sink | None = None  # made on entering the block
         self.offsets: list[int] = []
         self.result: WriteResult | None = None
+        self.arrow_bytes: int | None = None  # a tabular container's writer counts them
 
     def __enter__(self) -> ShardWriter:
         self.sink = self.storage.create(self.name, by_path=self.by_path)
@@ -140,7 +143,8 @@ class ShardWriter:
         except BaseException:
             sink.discard()
             raise
-        self.result = WriteResult(len(self.offsets), size, sha256, tuple(self.offsets))
+        self.result = WriteResult(len(self.offsets), size, sha256, tuple(self.offsets),
+                                  self.arrow_bytes)  # fmt: skip
 
     def _open(self, sink: Sink) -> None:
         """Start writing into the new `sink`."""

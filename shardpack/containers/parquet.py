@@ -170,7 +170,7 @@ class _Writer(ShardWriter):
         self._file = _Out(self._out)
         self._writer = None  # made with the first record, or at close for an empty shard
         self._columns: dict[str, list] = {}
-        self._rows = self._bytes = 0
+        self._rows = self._bytes = self.arrow_bytes = 0
 
     def _start(self, features: Features | None) -> None:
         """Open pyarrow's writer with the columns of the schema (or of the first record)."""
@@ -210,6 +210,7 @@ class _Writer(ShardWriter):
             return
         table = self._pa.Table.from_pydict(self._columns, schema=self._arrow)
         self._writer.write_table(table, row_group_size=self._rows)
+        self.arrow_bytes += table.nbytes
         self._columns = {name: [] for name in self._columns}
         self._rows = self._bytes = 0
 

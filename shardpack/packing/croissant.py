@@ -3,15 +3,16 @@ written from the index document beside the Hub card.
 
 Every pack gets the dataset's name, the card's summary as its description (no license: pack
 takes none to give; one the user added, like any top-level key pack does not write, is kept
-when a grow rewrites the file), and in `distribution` each shard as a FileObject with its
+when a run rewrites the file), and in `distribution` each shard as a FileObject with its
 sha256, size and encodingFormat; each class-label feature's names are a RecordSet of their own
 (`classes-{feature}`: index, name) with the names inline. Where the container is tabular
 (Parquet, which mlcroissant reads), each split is also a FileSet of its shards and a RecordSet
-whose fields extract every feature: the image (ImageObject, the `bytes` of its struct), a
-single class label (Integer, referencing its classes), text, numbers, lists (`repeated`);
-boxes, keypoints and instance masks say in their description what their numbers are. TFRecord,
-ArrayRecord and tar samples are no format a Croissant reader extracts fields from, so theirs
-describe the files and the classes only (docs/know-your-data.md).
+whose fields extract every feature: the image (ImageObject, the `bytes` of its struct), an
+instance mask (ImageObject: a PNG), a single class label (Integer, referencing its classes),
+text, numbers, lists (`repeated`); boxes, keypoints and instance masks say in their
+description what their values are. TFRecord, ArrayRecord and tar samples are no format a
+Croissant reader extracts fields from, so theirs describe the files and the classes only
+(docs/know-your-data.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import re
 from urllib.parse import quote
 
 from shardpack.containers import Container
+from shardpack.errors import OutputError
 from shardpack.hffeatures import IMAGE
 from shardpack.index import MAX_INDEX_BYTES, Index, ShardInfo
 from shardpack.layout import CROISSANT_NAME
@@ -87,15 +89,28 @@ _GEOMETRY = {
 def users_keys(out: Storage) -> dict:
     """The top-level keys of OUT's croissant.json that pack does not write: what the user added
     before publishing (a license, citeAs, a version...), for the rewrite to keep. Nothing where
-    there is no file, it is larger than an index may be or no JSON object; no link followed."""
+    there is no file; no link followed, a bounded read.
+
+    Raises:
+        OutputError: the file cannot be read, is larger than an index may be, or is no JSON
+            object: what it holds would be lost.
+    """
+    path = out.path(CROISSANT_NAME)
     try:
         with out.open(CROISSANT_NAME) as blob:
-            if blob.size > MAX_INDEX_BYTES:
-                return {}
-            doc = json.loads(blob.pread(blob.size, 0))
-    except (OSError, ValueError, RecursionError):
+            doc = json.loads(blob.pread(blob.size, 0)) if blob.size <= MAX_INDEX_BYTES else None
+    except FileNotFoundError:
         return {}
-    return {k: v for k, v in doc.items() if k not in _OURS} if isinstance(doc, dict) else {}
+    except OSError as e:
+        raise OutputError(f"{path}: cannot be read ({e.strerror or e}); move it out of OUT, "
+                          "then run again") from None  # fmt: skip
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict):
+        raise OutputError(f"{path}: is no JSON object of at most {MAX_INDEX_BYTES:,} bytes, "
+                          "whose keys shardpack would keep; fix it, or move it out of OUT, then "
+                          "run again")  # fmt: skip
+    return {k: v for k, v in doc.items() if k not in _OURS}
 
 
 def croissant(index: Index, kept: dict | None = None) -> bytes:
@@ -148,7 +163,7 @@ def _split_records(split: str, files: str, schema: Schema, moved: dict[str, str]
             "@type": "cr:Field",
             "@id": f"{split}/{_id(name)}",
             "name": name,
-            "dataType": "sc:ImageObject" if name == IMAGE else _DATA_TYPES[feature.dtype],
+            "dataType": _data_type(name, feature, moved),
             "source": {"fileSet": {"@id": files}, "extract": {"column": name}},
         }
         if name == IMAGE:  # the {bytes, path} struct of `datasets`' Image()
@@ -164,6 +179,14 @@ def _split_records(split: str, files: str, schema: Schema, moved: dict[str, str]
         fields.append(field)
     return {"@type": "cr:RecordSet", "@id": split, "name": split,
             "key": {"@id": f"{split}/key"}, "field": fields}  # fmt: skip
+
+
+def _data_type(name: str, feature: Feature, moved: dict[str, str]) -> str:
+    """A field's dataType: an ImageObject for the image and a mask (a PNG, which mlcroissant
+    opens as a PIL image), else its values' type."""
+    if name == IMAGE or moved.get(name) == "mask":
+        return "sc:ImageObject"
+    return _DATA_TYPES[feature.dtype]
 
 
 def _id(name: str) -> str:

@@ -33,7 +33,6 @@ from shardpack.errors import (
 )
 from shardpack.index import Index, Run, SplitInfo, load_index
 from shardpack.layout import (
-    CARD_NAME,
     CONTENTS_NAME,
     INDEX_FILES_DIR,
     INDEX_NAME,
@@ -54,7 +53,6 @@ from shardpack.packing.contents import (
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.duplicates import content_keys
 from shardpack.packing.facts import facts_of
-from shardpack.packing.hubcard import is_ours
 from shardpack.packing.kept import Kept, kept_records
 from shardpack.packing.merge import (
     commit_index,
@@ -67,6 +65,7 @@ from shardpack.packing.merge import (
 from shardpack.packing.outdir import (
     OUTPUTS,
     OutState,
+    check_kept,
     plan_record,
     prepare_growth,
     read_state,
@@ -365,10 +364,7 @@ def _checked_names(out: Storage, old: Index) -> tuple[frozenset[str], OutState]:
     where = out.path(INDEX_NAME)
     state = read_state(out)
     refuse_folders(out, state, OUTPUTS | split_file_names(old.container, old.name, old.splits))
-    if CARD_NAME in state.names and not is_ours(out):  # the user's own card: never replaced
-        raise OutputError(f"{out.path(CARD_NAME)}: exists and was not written by shardpack, "
-                          "and the grow would replace it; move it out of OUT, then grow "
-                          "again")  # fmt: skip
+    check_kept(out, state)
     listed = frozenset(s.file for split in old.splits.values() for s in split.shards)
     missing = sorted(listed - state.names)
     if missing:

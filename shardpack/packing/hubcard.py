@@ -1,15 +1,20 @@
 """OUT/README.md: a Hugging Face dataset card (YAML front matter with dataset_info, features
-for a Parquet pack alone, and configs, then a short summary) written from the index. A
-README.md that is not ours (no MARKER) is the user's and is never replaced unasked
-(outdir.prepare refuses)."""
+for a Parquet pack alone, and configs, then a short summary between two marks) written from
+the index. What the user added is kept when a run rewrites it, as `datasets`' push_to_hub keeps
+a card: the header's other top-level keys (a license, tags, pretty_name...) as they are written,
+comments included, and the Markdown outside the marks; OWNED_KEYS and the marked part are
+rewritten. A card whose header does not parse, or whose marks are broken, is refused in one
+line before anything is written."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from shardpack.errors import classes_said, plural
+from shardpack.cardheader import MAX_CARD_BYTES, load_header, opens_header, split_card
+from shardpack.errors import OutputError, classes_said, plural
 from shardpack.hffeatures import card_form, hf_feature
 from shardpack.index import Index, ShardInfo
 from shardpack.layout import CARD_NAME
@@ -18,45 +23,166 @@ from shardpack.packing.objects import num_object_classes
 from shardpack.schema import Feature
 from shardpack.storage import Storage
 
-# The card's second line (a YAML comment) says it is shardpack's to rewrite; what is read of a
-# README.md to find it.
-MARKER = "# written by shardpack pack, which rewrites it at each run"
-_MARKER_BYTES = 4096
+# The header's top-level keys pack writes (as push_to_hub does): any other is the user's.
+OWNED_KEYS = ("dataset_info", "configs")
+# The header's first line, a YAML comment (an earlier card's, found by its start, is dropped).
+_MARKER_START = "# written by shardpack pack"
+MARKER = f"{_MARKER_START}, which rewrites dataset_info, configs and the marked part below"
+# The Markdown pack writes lies between these (HTML comments: the Hub shows neither).
+BEGIN = "<!-- shardpack: begin (rewritten at each run; write your own text outside) -->"
+END = "<!-- shardpack: end -->"
+_BEGIN_START = "<!-- shardpack: begin"
+# A top-level line that goes on with the key above it: a sequence item ("- x"), indented.
+_GOES_ON = re.compile(r"(-([ \t]|$)|[ \t]|$)")
+_OWNED_LINE = re.compile(rf"({'|'.join(OWNED_KEYS)})[ \t]*:(\s|$)")
 
 
-def is_ours(out: Storage) -> bool:
-    """Whether OUT's README.md is a card pack wrote (its first bytes hold MARKER); no link
-    followed, a bounded read."""
+@dataclass(frozen=True)
+class UsersCard:
+    """What a user wrote in OUT's README.md: the header's lines other than ours, and the
+    Markdown before and after the marked part."""
+
+    header: str = ""
+    before: str = ""
+    after: str = ""
+
+
+def users_card(out: Storage) -> UsersCard:
+    """The user's part of OUT's README.md (nothing where there is none); no link followed, a
+    bounded read.
+
+    Raises:
+        OutputError: the card cannot be read, is not UTF-8, its header does not parse (or
+            PyYAML, needed to read a header holding keys of the user's, is missing), or its
+            marks are not one BEGIN before one END.
+    """
+    path = out.path(CARD_NAME)
+    fix = "; fix it, or move it out of OUT, then run again"
     try:
         with out.open(CARD_NAME) as blob:
-            head = blob.pread(min(blob.size, _MARKER_BYTES), 0)
-    except OSError:
-        return False
-    return MARKER.encode() in head
+            if blob.size > MAX_CARD_BYTES:
+                raise OutputError(f"{path}: over {MAX_CARD_BYTES:,} bytes, more than a "
+                                  f"dataset card holds{fix}")  # fmt: skip
+            text = blob.pread(blob.size, 0).decode("utf-8")
+    except FileNotFoundError:
+        return UsersCard()
+    except OSError as e:
+        raise OutputError(f"{path}: cannot be read as the dataset card ({e.strerror or e}); "
+                          "move it out of OUT, then run again") from None  # fmt: skip
+    except UnicodeDecodeError as e:
+        raise OutputError(f"{path}: is not UTF-8 text (byte {e.start:,}); save it as UTF-8, "
+                          "or move it out of OUT, then run again") from None  # fmt: skip
+    header, body = split_card(text)
+    if header is None and opens_header(text):
+        raise OutputError(f"{path}: its YAML header has no closing '---' line{fix}")
+    header, ours = _users_header(header or "", path)
+    before, after = _users_text(body, path, ours)
+    return UsersCard(header, before, after)
 
 
-def card(index: Index) -> bytes:
-    """The dataset card of an index. A split without records (every image of it skipped) is
-    left out: `datasets` refuses to load a dataset one of whose splits holds no data. The
-    features are declared only where they are the files' columns (Parquet): `datasets` casts
-    what it loads to them, and a tar's samples (columns jpg, cls, json) cast so are all None."""
+def _users_header(header: str, path: str) -> tuple[str, bool]:
+    """The header's lines that are not pack's (each top-level key with the lines that go on
+    with it, comments kept), and whether it holds MARKER. Each key's lines must parse alone to
+    that one key, and together as the whole header does: then keeping them as written keeps
+    exactly the user's keys."""
+    blocks: list[list[str]] = []
+    comments: list[str] = []  # comments and blank lines, kept with the key that follows
+    ours = False
+    for line in header.split("\n"):
+        if line.startswith(_MARKER_START):
+            ours = True
+        elif line.startswith("#") or not line.strip():
+            comments.append(line)
+        elif _GOES_ON.match(line) and blocks:
+            blocks[-1] += [*comments, line]
+            comments = []
+        else:
+            blocks.append([*comments, line])
+            comments = []
+    owned = [bool(_OWNED_LINE.match(_key(block))) for block in blocks]
+    if not all(owned):  # a key of the user's: the header read as the Hub reads it
+        owned = [key in OWNED_KEYS for key in _keys(header, blocks, path)]
+    kept = [line for block, own in zip(blocks, owned, strict=True) if not own for line in block]
+    return "\n".join(kept + comments).strip("\r\n"), ours
+
+
+def _key(block: list[str]) -> str:
+    """A block's key line (after the comments that lead it)."""
+    return next(line for line in block if not line.startswith("#") and line.strip())
+
+
+def _keys(header: str, blocks: list[list[str]], path: str) -> list[object]:
+    """Each block's key, refusing a header that does not parse to a mapping whose keys are
+    the blocks' keys, each block parsed alone."""
+    whole = load_header(header, path, OutputError)
+    keys = []
+    for block in blocks:
+        alone = load_header("\n".join(block), path, OutputError)
+        keys += list(alone) if isinstance(alone, dict) else [None]
+    if not isinstance(whole, dict) or keys != list(whole):
+        raise OutputError(f"{path}: its YAML header is not one top-level key a line, each "
+                          "written once; write it so (as huggingface_hub's DatasetCard saves "
+                          "it), or move it out of OUT, then run again")  # fmt: skip
+    return keys
+
+
+def _users_text(body: str, path: str, ours: bool) -> tuple[str, str]:
+    """The Markdown before and after the marked part; a card of pack's without marks (an
+    earlier version's) is all pack's, a card without MARKER or marks all the user's."""
+    begins, ends = body.count(_BEGIN_START), body.count(END)
+    if begins == ends == 0:
+        return ("", "") if ours else (body.strip("\r\n"), "")
+    start = body.find(_BEGIN_START)
+    if begins != 1 or ends != 1 or body.find(END) < start:
+        raise OutputError(f"{path}: does not hold one '{_BEGIN_START} ...' line and after it "
+                          f"one '{END}' line; put them back around the part shardpack writes, "
+                          "or remove both, then run again")  # fmt: skip
+    stop = body.find(END) + len(END)
+    return body[:start].strip("\r\n"), body[stop:].strip("\r\n")
+
+
+def card(index: Index, kept: UsersCard = UsersCard()) -> bytes:
+    """The dataset card of an index, with what the user wrote in it `kept` (users_card). A
+    split without records (every image of it skipped) is left out: `datasets` refuses to load
+    a dataset one of whose splits holds no data. The features are declared only where they are
+    the files' columns (Parquet): `datasets` casts what it loads to them, and a tar's samples
+    (columns jpg, cls, json) cast so are all None."""
     listed = {split: entry for split, entry in index.splits.items() if entry.num_records}
-    lines = ["---", MARKER, "dataset_info:"]
+    lines = ["dataset_info:"]
     if index.container.tabular:
         lines.append("  features:")
         for feature, spec in index.schema.items():
             lines += _feature(feature, spec)
-    lines.append("  splits:")
-    for split, entry in listed.items():
-        lines += [f"  - name: {_q(split)}", f"    num_bytes: {_bytes(entry.shards)}",
-                  f"    num_examples: {entry.num_records}"]  # fmt: skip
-    total = sum(_bytes(entry.shards) for entry in index.splits.values())
-    lines += [f"  download_size: {total}", f"  dataset_size: {total}", "configs:",
-              "- config_name: default", "  data_files:"]  # fmt: skip
+    # As push_to_hub writes them: a split's num_bytes and dataset_size count the records as
+    # Arrow holds them in memory, download_size the files. `datasets` takes no split without
+    # num_bytes, so where a shard's Arrow bytes are unknown (no table, an older pack's) the
+    # splits are not listed: the files' bytes would be read as the records'.
+    arrow = {split: [s.arrow_bytes for s in entry.shards] for split, entry in listed.items()}
+    if all(None not in sizes for sizes in arrow.values()):
+        lines.append("  splits:")
+        for split, entry in listed.items():
+            lines += [f"  - name: {_q(split)}", f"    num_bytes: {sum(arrow[split])}",
+                      f"    num_examples: {entry.num_records}"]  # fmt: skip
+        lines.append(f"  dataset_size: {sum(map(sum, arrow.values()))}")
+    total = sum(s.num_bytes for entry in index.splits.values() for s in entry.shards)
+    lines += [f"  download_size: {total}", "configs:", "- config_name: default", "  data_files:"]
     for split, entry in listed.items():
         lines += [f"  - split: {_q(split)}", "    path:"]
         lines += [f"    - {_q(file)}" for file in data_files(entry.shards)]
-    lines += ["---", "", f"# {index.name}", "", summary(index), ""]
+    return _card(kept, lines, [f"# {index.name}", "", summary(index)])
+
+
+def users_part(kept: UsersCard) -> bytes:
+    """A card of what the user wrote alone (its marks kept, nothing between them): what stands
+    while the dataset the card described is replaced."""
+    return _card(kept, [], [])
+
+
+def _card(kept: UsersCard, header: list[str], text: list[str]) -> bytes:
+    """The card of pack's `header` lines and `text` lines, what the user wrote around them."""
+    lines = ["---", MARKER, *([kept.header] if kept.header else []), *header, "---",
+             *([kept.before, ""] if kept.before else []), BEGIN, *text, END,
+             *(["", kept.after] if kept.after else []), ""]  # fmt: skip
     return "\n".join(lines).encode("utf-8", "backslashreplace")
 
 
@@ -95,10 +221,6 @@ def _yaml(mapping: dict, indent: str) -> list[str]:
         else:
             lines.append(f"{head} {value if isinstance(value, int) else _q(value)}")
     return lines
-
-
-def _bytes(shards: Sequence[ShardInfo]) -> int:
-    return sum(s.num_bytes for s in shards)
 
 
 def data_files(shards: Sequence[ShardInfo]) -> list[str]:

@@ -23,7 +23,7 @@ from shardpack.options import PackOptions
 from shardpack.packing.croissant import croissant, users_keys
 from shardpack.packing.daliindex import write_index_files
 from shardpack.packing.facts import facts_of, record_sizes
-from shardpack.packing.hubcard import card
+from shardpack.packing.hubcard import card, users_card
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.packing.tfdsmeta import write_tfds_metadata
 from shardpack.sources import Dataset
@@ -57,7 +57,7 @@ def shard_info(result: ShardResult, generation: int) -> ShardInfo:
     """The index's entry of the shard a worker wrote in the run numbered `generation`."""
     return ShardInfo(file=result.file, num_records=result.num_records,
                      num_bytes=result.num_bytes, sha256=result.sha256,
-                     generation=generation)  # fmt: skip
+                     generation=generation, arrow_bytes=result.arrow_bytes)  # fmt: skip
 
 
 def build_index(
@@ -142,7 +142,7 @@ def write_outputs(
         written = {split: replace(entry, shards=tuple(s for s in entry.shards if s.file in offsets))
                    for split, entry in index.splits.items()}  # fmt: skip
         write_index_files(out, replace(index, splits=written), offsets)
-    out.put(CARD_NAME, card(index))  # the Hub's dataset card
+    out.put(CARD_NAME, card(index, users_card(out)))  # the Hub's; the user's part kept
     out.put(CROISSANT_NAME, croissant(index, users_keys(out)))  # the user's license kept
 
 

@@ -30,9 +30,11 @@ from shardpack.layout import (
     METADATA_NAMES,
     STAMPS_NAME,
 )
-from shardpack.packing.hubcard import is_ours
+from shardpack.packing.croissant import users_keys
+from shardpack.packing.hubcard import UsersCard, users_card, users_part
 from shardpack.packing.plan import Plan, ShardResult
 from shardpack.storage import Storage
+from shardpack.storage.atomic import json_bytes
 
 if TYPE_CHECKING:
     from shardpack.options import PackOptions
@@ -119,6 +121,33 @@ _OVERWRITE = Option("overwrite", True)  # the way past what OUT holds
 # What every pack and grow writes beside its shards (and the split files its container lists).
 OUTPUTS = frozenset({INDEX_NAME, *METADATA_NAMES, CARD_NAME, CONTENTS_NAME, STAMPS_NAME,
                      CROISSANT_NAME, FAILURES_NAME})  # fmt: skip
+# Those of OUTPUTS a run writes into, keeping what the user wrote there (a license, prose),
+# never replaces: no clash with the user's files, and kept while a new dataset is packed.
+KEPT_IN = frozenset({CARD_NAME, CROISSANT_NAME})
+
+
+def check_kept(out: Storage, state: OutState) -> None:
+    """Refuse, before anything is written, a file of KEPT_IN whose user's part the run would
+    lose: a card or a croissant.json it cannot read as such."""
+    if CARD_NAME in state.names:
+        users_card(out)
+    if CROISSANT_NAME in state.names:
+        users_keys(out)
+
+
+def cut_to_users(out: Storage) -> None:
+    """Cut each file of KEPT_IN to what the user wrote in it (removed where that is nothing):
+    the dataset it described is going."""
+    kept = users_card(out)
+    if kept == UsersCard():
+        out.remove([CARD_NAME])
+    else:
+        out.put(CARD_NAME, users_part(kept))
+    keys = users_keys(out)
+    if keys:
+        out.put(CROISSANT_NAME, json_bytes(keys))
+    else:
+        out.remove([CROISSANT_NAME])
 
 
 def refuse_folders(out: Storage, state: OutState, written: Iterable[str]) -> None:
@@ -143,14 +172,16 @@ def prepare(
     OUT is shardpack's when it holds an index.json or a journal; then the shard files they
     list, and the split files (split_file_names) its index implies, are ours. Otherwise any
     file under a name pack is about to write (a shard, `beside`, the index or the TFDS
-    metadata) is the user's, and is replaced only with overwrite. `record` is the plan's
+    metadata) is the user's, and is replaced only with overwrite; README.md and croissant.json
+    (KEPT_IN) are never replaced: written into, the user's part kept. `record` is the plan's
     plan_record: a refused resume says what differs from the one the journal kept.
     `unchanged` tells whether a finished shard's files are as its worker read them: the same
     job run again (no resume) keeps only those.
 
     An earlier dataset (a different plan, with overwrite) goes before a shard of this one is
-    written: its index first, then its TFDS metadata and the shards only it listed. A run that
-    then fails leaves no dataset that is half the old one, and no old shard that nothing lists.
+    written: its index first, then its TFDS metadata and the shards only it listed, its card
+    and croissant.json cut to what the user wrote in them (cut_to_users). A run that then
+    fails leaves no dataset that is half the old one, and no old shard that nothing lists.
 
     Returns:
         ShardResults of finished shards of this very plan whose sha256 matches, with resume
@@ -173,11 +204,9 @@ def prepare(
     planned = {spec.file for spec in plan.shards}
     written = planned | beside | OUTPUTS
     refuse_folders(out, state, written)
-    if state.ours and not overwrite and CARD_NAME in state.names and not is_ours(out):
-        raise OutputError(f"{out.path(CARD_NAME)}: exists and was not written by shardpack; "
-                          "move it out of OUT, or pass ", _OVERWRITE, " to replace it")  # fmt: skip
+    check_kept(out, state)
     if not state.ours and not overwrite:
-        clash = sorted(state.names & written)
+        clash = sorted(state.names & (written - KEPT_IN))
         if INDEX_FILES_DIR in state.folders:  # index files of these shards are replaced too
             idx = {e.name for e in out.child(INDEX_FILES_DIR).listdir()}
             clash += sorted(f"{INDEX_FILES_DIR}/{n}" for n in idx & {f"{f}.idx" for f in planned})
@@ -195,11 +224,10 @@ def prepare(
     if again and not resume:  # a file edited since (even to the same size) is packed again
         reused = [result for result in reused if unchanged(result)]
     whole = again and {r.file for r in reused} == planned
-    if state.has_index and not whole:  # with it go the split files, TFDS's, its card
-        card = [CARD_NAME] if CARD_NAME in state.names and is_ours(out) else []
-        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, *card, CONTENTS_NAME,
-                    STAMPS_NAME, CROISSANT_NAME,
+    if state.has_index and not whole:  # with it go the split files, TFDS's, its descriptions
+        out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, CONTENTS_NAME, STAMPS_NAME,
                     FAILURES_NAME])  # fmt: skip
+        cut_to_users(out)
     out.remove(state.listed - planned)
     rewritten = planned | state.listed
     out.remove_partial(rewritten | written)
@@ -323,7 +351,8 @@ def _shard_result(entry: object) -> ShardResult | None:
     """A journal line as a ShardResult, or None when it is not one this version wrote."""
     if not isinstance(entry, dict) or set(entry) != _RESULT_FIELDS:
         return None
-    ints = ("index", "num_records", "num_bytes")
+    counted = ("arrow_bytes",) if entry["arrow_bytes"] is not None else ()  # None: no table
+    ints = ("index", "num_records", "num_bytes", *counted)
     good = (
         all(type(entry[k]) is int and entry[k] >= 0 for k in ints)
         and all(isinstance(entry[k], str) for k in ("split", "file", "sha256"))

@@ -86,6 +86,7 @@ class ShardResult:
     lossless: int = 0  # images --encode keep re-encoded as PNG: TensorFlow cannot decode them
     content: bytes = b""  # facts.FACT_DTYPE rows, one per item in plan order
     tally: tuple[tuple[str, str, int], ...] = ()  # facts.ShardFacts.tally
+    arrow_bytes: int | None = None  # WriteResult.arrow_bytes
 
 
 @dataclass(frozen=True)

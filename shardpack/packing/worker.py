@@ -150,7 +150,7 @@ def write_shard(
         spec.split, spec.index, spec.file, written.num_records, written.num_bytes,
         written.sha256, tuple(counts), tuple(skipped), time.perf_counter() - start,
         array("Q", written.offsets if options.index_files else ()), lossless, facts.content(),
-        facts.tally(),
+        facts.tally(), written.arrow_bytes,
     )  # fmt: skip
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -21,9 +22,10 @@ MAX_CLASSES = 1_000_000
 # Names that are a class list file's, not a class's: a typo in one is a missing file.
 _LIST_FILES = (".txt", ".names", ".lst", ".csv")
 # Characters that would split a class name over lines of TFDS's label.labels.txt or garble a
-# terminal: control characters and line or paragraph separators. (Bytes that are not UTF-8 are
-# kept: label.labels.txt holds the name's own bytes.)
+# terminal: control characters and line or paragraph separators.
 _BAD_NAME_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+# What os.fsdecode makes of each byte that is not UTF-8 (surrogateescape's U+DC80 to U+DCFF).
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
 class Listing:
@@ -63,6 +65,11 @@ def check_class_name(name: str, where: str | Option) -> None:
     if NOT_A_NAME.search(name):  # a JSON "\ud800": no text, nothing could write it out
         raise SourceError(where, f": the class name '{printable(name)}' holds a lone "
                           "surrogate, which is no text: rename it")  # fmt: skip
+    if _NOT_UTF8.search(name):  # bytes os.fsdecode kept as surrogates: a Latin-1 folder name
+        raise SourceError(where, f": the class name '{printable(name)}' is not UTF-8, and the "
+                          "dataset card, croissant.json and TFDS hold names as UTF-8 text; "
+                          "rename it in UTF-8 (convmv -f latin1 -t utf8 -r FOLDER lists the "
+                          "renames of a tree)")  # fmt: skip
 
 
 def check_class_names(names: tuple[str, ...], where: str, what: str) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from shardpack.cardheader import MAX_CARD_BYTES, load_header, split_card
 from shardpack.errors import SourceError, printable
 from shardpack.sources.folder import few
 from shardpack.storage import Storage
@@ -31,7 +32,6 @@ _SHARDED = re.compile(r"(?P<split>[^/]+?)-[0-9]{5}-of-[0-9]{5}[^/]*\.parquet")
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9_]+\Z")  # shard file names are {name}-{split}.{...}
 SUFFIX = ".parquet"
 README = "README.md"
-MAX_README_BYTES = 1 << 20  # a dataset card; its YAML header is a few KB
 MAX_FILES = 100_000  # Parquet files of one dataset: the Hub's largest hold a few thousand
 # A card's configs, each YAML alias counted at every use: a 41 KB card of aliases expands to
 # millions of patterns. The Hub's cards hold a few dozen values.
@@ -202,24 +202,13 @@ def _configured(root: Storage) -> dict[str, list[str]] | None:
         return None
     path = root.path(README)
     try:
-        text = root.read(README, MAX_README_BYTES).decode("utf-8", "replace")
+        text = root.read(README, MAX_CARD_BYTES).decode("utf-8", "replace")
     except OSError as e:
         raise SourceError(f"{path}: cannot read ({e}); remove it or fix its permissions") from None
-    if not text.startswith("---"):
+    header, _ = split_card(text)
+    if header is None:
         return None
-    header = text[3:].partition("\n---")[0]
-    try:
-        import yaml  # PyYAML comes with `datasets`, the one writer of these cards
-    except ImportError:
-        raise SourceError(f"{path}: reading its configs needs PyYAML: pip install pyyaml") from None
-    try:
-        card = yaml.safe_load(header)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)  # its line in the header: the file's, as "---"
-        where = f" on line {mark.line + 1}" if mark is not None else ""  # starts both
-        why = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SourceError(f"{path}: its YAML header does not parse ({why}{where}); fix "
-                          "it") from None  # fmt: skip
+    card = load_header(header, path, SourceError)
     configs = card.get("configs") if isinstance(card, dict) else None
     if not configs:
         return None

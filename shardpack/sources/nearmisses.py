@@ -1,7 +1,7 @@
 """Class names that probably say what was not meant, named in warnings (never refused): a
 typo away from a larger class's, alike but for case in splits of their own, a missing value as
-pandas spells it, numbers sorted as text, folders apart by the spaces around their names, and
-names in another encoding than UTF-8."""
+pandas spells it, numbers sorted as text, and folders apart by the spaces around their names
+(a name that is not UTF-8 is refused: classlist.check_class_name)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def near_misses(dataset: Dataset) -> tuple[str, ...]:
     it, numbers sorted as text."""
     classes = dataset.classes
     if len(classes) < 2:
-        return _not_utf8(classes)
+        return ()
     per_split: dict[str, Counter[int]] = {}  # split -> class index -> images
     for split, items in dataset.splits.items():
         labels = Counter(map(operator.itemgetter(1), items))  # Item.label, counted in C
@@ -37,29 +37,7 @@ def near_misses(dataset: Dataset) -> tuple[str, ...]:
                 counts[index] += n
     counts = sum(per_split.values(), Counter())
     return (_typos(classes, counts) + _cased_apart(classes, per_split)
-            + _missing(classes, counts) + _numbers_as_text(classes)
-            + _not_utf8(classes))  # fmt: skip
-
-
-def _not_utf8(classes: tuple[str, ...]) -> tuple[str, ...]:
-    """A warning where class names hold bytes that are not UTF-8 (a folder named in Latin-1 or
-    cp1252, as old archives unpack; os.fsdecode keeps such bytes as surrogates): their bytes
-    are kept, but TFDS reads label.labels.txt as UTF-8 and, failing, numbers the classes
-    without a word."""
-    named = [name for name in classes if not _is_text(name)]
-    if not named:
-        return ()
-    return (f"{len(named):,} class name{'s' if len(named) > 1 else ''} not UTF-8 (e.g. "
-            f"'{printable(named[0])}'): kept as their bytes, which TFDS cannot read as names "
-            "(it numbers the classes instead); rename them in UTF-8",)  # fmt: skip
-
-
-def _is_text(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+            + _missing(classes, counts) + _numbers_as_text(classes))  # fmt: skip
 
 
 def _numbers_as_text(classes: tuple[str, ...]) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from tests.helpers import at, lazy_import, make_tree, shard_files, write_jsonl
 from tests.packing.test_features import _rows
 
 datasets = lazy_import("datasets")
+hub = lazy_import("huggingface_hub")
 SPLITS = (("train", 0.6), ("test", 0.4))
 
 
@@ -90,7 +91,17 @@ def test_datasets_loads_image_and_class_label_features_and_the_same_records(
     assert features["caption"] == datasets.Value("string")
     assert features["score"] == datasets.Value("float32")
     assert features["tags"] == datasets.Sequence(datasets.Value("int64"))
+    info = hub.DatasetCard.load(features_pack / "README.md").data.dataset_info
+    files = sum(p.stat().st_size for p in features_pack.glob("*.parquet"))
+    assert info["download_size"] == files  # the files, as push_to_hub's download_size
+    # the records as Arrow holds them, as `datasets` counts num_bytes (not the files' bytes):
+    # but for a validity bitmap's rounding, a byte at most a shard and column
+    slack = len(features) * len(list(features_pack.glob("*.parquet")))
+    arrow = sum(table.data.nbytes for table in loaded.values())
+    assert abs(info["dataset_size"] - arrow) <= slack
     for split, table in loaded.items():
+        (said,) = [s["num_bytes"] for s in info["splits"] if s["name"] == split]
+        assert abs(said - table.data.nbytes) <= slack
         ours = _ours(features_pack, split)
         rows = table.cast_column("image", datasets.Image(decode=False))
         assert len(rows) == len(ours) > 0
@@ -236,9 +247,20 @@ def test_an_append_grows_a_pack_the_card_loads_whole(tmp_path: Path):
     described = json.loads((out / "croissant.json").read_text())
     license_ = "https://creativecommons.org/licenses/by/4.0/"
     (out / "croissant.json").write_text(json.dumps(described | {"license": license_}))
+    card = hub.DatasetCard.load(out / "README.md")  # the card edited as the Hub's client edits it
+    card.data.license, card.data.pretty_name, card.data.tags = "cc-by-4.0", "Pets", ["pets"]
+    card.text = f"Photos of our pets.\n{card.text}\nCite us.\n"
+    card.save(out / "README.md")
     pack(src, out, PackOptions(format="parquet", workers=1, grow="append"))
     described = json.loads((out / "croissant.json").read_text())
     assert described["license"] == license_  # added as docs ask before publishing: kept
+    card = hub.DatasetCard.load(out / "README.md")  # the grown card: the user's keys and text kept
+    assert (card.data.license, card.data.pretty_name, card.data.tags) == ("cc-by-4.0", "Pets",
+                                                                          ["pets"])  # fmt: skip
+    assert card.text.startswith("Photos of our pets.\n") and card.text.endswith("\nCite us.\n")
+    assert card.text.count("Packed by shardpack") == 1 and "train 8 images" in card.text
+    (split,) = card.data.dataset_info["splits"]
+    assert split["num_examples"] == 8
     assert len(described["distribution"]) == 3 + 1  # the new shard, and the split's FileSet
     assert sorted(p.name for p in out.glob("*.parquet")) == [
         "src-train-00000-of-00002.parquet", "src-train-00001-of-00002.parquet",

@@ -6,6 +6,7 @@ through the CLI: one line and exit 2, or a skip with its reason, never a traceba
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +126,16 @@ def test_a_coco_category_named_by_a_lone_surrogate_is_one_line(tmp_path: Path):
     (src / "annotations" / "instances_train.json").write_text(json.dumps(coco))
     done = _pack(src, tmp_path / "out")
     one_line_error(done, "instances_train.json", "'\\ud800'", "lone surrogate")
+
+
+def test_a_class_folder_named_in_latin1_is_refused_naming_it(tmp_path: Path):
+    # its name went as lone surrogates (\udce9) into the card, croissant.json and datasets'
+    # ClassLabel, which the Hub's YAML and JSON readers take as no text
+    src = make_tree(tmp_path / "src", {"cat": 1})
+    os.rename(src / "cat", os.fsdecode(bytes(src) + b"/caf\xe9"))
+    done = _pack(src, tmp_path / "out", "--format", "parquet")
+    one_line_error(done, str(src), "'caf\\xe9' is not UTF-8", "rename it in UTF-8")
+    assert not (tmp_path / "out").exists()
 
 
 def test_class_folders_cafe_in_nfc_and_nfd_are_one_class(tmp_path: Path):

@@ -364,10 +364,11 @@ def test_hub_dataset_card(src: Path, tmp_path: Path) -> None:
     index = json.loads((out / "index.json").read_text())
     info = front["dataset_info"]
     assert "features" not in info  # a tar's columns are its samples' (jpg, cls, json)
-    splits = {s["name"]: s for s in info["splits"]}
+    # no Arrow bytes to give as num_bytes, which `datasets` needs beside num_examples
+    assert "splits" not in info and "dataset_size" not in info
+    shards = [s for entry in index["splits"].values() for s in entry["shards"]]
+    assert info["download_size"] == sum(s["num_bytes"] for s in shards)
     for split, entry in index["splits"].items():
-        assert splits[split]["num_examples"] == entry["num_records"]
-        assert splits[split]["num_bytes"] == sum(s["num_bytes"] for s in entry["shards"])
         (files,) = [c["path"] for c in front["configs"][0]["data_files"] if c["split"] == split]
         matched = {p.name for pattern in files for p in out.glob(pattern)}
         assert matched == {s["file"] for s in entry["shards"]}
@@ -392,18 +393,18 @@ def test_the_hub_card_counts_one_copy_in_the_singular(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("ours", [False, True])
-def test_a_users_readme_is_never_replaced_unasked(src: Path, tmp_path: Path, ours: bool) -> None:
+def test_a_users_readme_is_kept_with_the_card_added(src: Path, tmp_path: Path, ours: bool):
     out = tmp_path / "out"
     if ours:  # an output of ours, where the user then wrote a README.md of their own
         _pack(src, out)
     out.mkdir(exist_ok=True)
-    (out / "README.md").write_text("# my notes\n")
-    result = runner.invoke(app, ["pack", str(src), str(out), "--no-progress"])
-    assert result.exit_code == 2, result.output
-    assert "README.md: exists and was not written by shardpack" in result.output
-    assert (out / "README.md").read_text() == "# my notes\n"
-    _pack(src, out, "--overwrite")
-    assert "dataset_info:" in (out / "README.md").read_text()
+    (out / "README.md").write_text("---\nlicense: mit  # ours\n---\n# my notes\n")
+    for args in ((), ("--overwrite",)):
+        _pack(src, out, *args)
+        text = (out / "README.md").read_text()
+        assert "\nlicense: mit  # ours\ndataset_info:\n" in text
+        assert "\n---\n# my notes\n\n<!-- shardpack: begin" in text
+        assert text.count("# my notes") == text.count("<!-- shardpack: begin") == 1
 
 
 def test_a_journals_facts_are_read_as_untrusted(src: Path, tmp_path: Path) -> None:

@@ -339,16 +339,40 @@ def test_a_folder_under_a_name_a_grow_writes_is_refused_before_a_shard(tmp_path:
     assert sorted(p.name for p in out.iterdir()) == before  # no shard, no journal written
 
 
-def test_a_readme_of_the_users_in_out_is_never_replaced_by_a_grow(tmp_path: Path):
-    # a fresh pack refuses it; an --append replaced it with its card, the user's text gone
+def test_a_readme_of_the_users_in_out_is_kept_by_a_grow(tmp_path: Path):
+    # an --append replaced it with its card (the user's text gone); then it refused it
     src = make_tree(tmp_path / "src", {"cat": 2})
     out = tmp_path / "out"
     pack(src, out, PackOptions(workers=1))
     (out / "README.md").write_text("# Cats\nOur own description of the dataset.\n")
     _add(src, "cat", 1, seed=9)
-    one_line_error(run_cli("pack", str(src), str(out), "--append", "--no-progress"),
-                   f"{out / 'README.md'}: exists and was not written by shardpack")  # fmt: skip
-    assert (out / "README.md").read_text() == "# Cats\nOur own description of the dataset.\n"
+    pack(src, out, PackOptions(workers=1, grow="append"))
+    text = (out / "README.md").read_text()
+    assert text.startswith("---\n# written by shardpack pack")
+    assert "\n---\n# Cats\nOur own description of the dataset.\n\n<!-- shardpack: begin" in text
+    assert "train 3 images" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        ("README.md", "---\nlicense: mit\ntags: [a\n---\nprose\n", "YAML header does not parse"),
+        ("README.md", "---\nlicense: mit\nprose\n", "no closing '---' line"),
+        ("README.md", "---\nlicense: mit\n---\n<!-- shardpack: end -->\n", "one '<!-- shardpack"),
+        ("README.md", "---\nlicense: mit\nlicense: gpl\n---\n", "each written once"),
+        ("croissant.json", "{license: mit}", "is no JSON object"),
+    ],
+)  # fmt: skip
+def test_a_card_whose_users_part_cannot_be_kept_is_refused_untouched(tmp_path, name, text, said):
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1))
+    (out / name).write_text(text)
+    _add(src, "cat", 1, seed=9)
+    for args in (["--append"], ["--overwrite"]):  # a grow, and a fresh pack over it
+        one_line_error(run_cli("pack", str(src), str(out), *args, "--no-progress"),
+                       f"{out / name}: ", said)  # fmt: skip
+        assert (out / name).read_text() == text
     assert load_index(out).generation == 0
 
 

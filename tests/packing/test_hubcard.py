@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from shardpack.packing.hubcard import _UNSAFE
+from pathlib import Path
+
+from shardpack.packing.hubcard import _UNSAFE, BEGIN, END, MARKER, UsersCard, users_card
+from shardpack.storage import storage_at
 
 # YAML 1.1's printable characters (what PyYAML, and so the Hub, reads), less the line breaks a
 # double-quoted scalar folds (NEL is outside these ranges already).
@@ -18,3 +21,24 @@ def test_the_card_escapes_exactly_what_yaml_cannot_print():
         if 0 <= code <= 0x10FFFF:
             printable = any(low <= code <= high for low, high in _PRINTABLE)
             assert bool(_UNSAFE.match(chr(code))) is not printable, hex(code)
+
+
+def test_the_users_keys_are_kept_as_written_and_pack_s_own_dropped(tmp_path: Path):
+    """Comments, a list at the key's own indent, a quoted key of pack's, CRLF line ends; the
+    text around the marks."""
+    users = ('# our card\r\nlicense: mit  # see LICENSE\r\ntags:\r\n- pets\r\n-   "cats"\r\n'
+             "pretty_name: >\r\n  Pets\r\n")  # fmt: skip
+    ours = '"dataset_info":\r\n  splits: []\r\nconfigs:\r\n- config_name: x\r\n'
+    body = f"mine\r\n{BEGIN}\r\n# old summary\r\n{END}\r\n\r\nalso mine\r\n"
+    (tmp_path / "README.md").write_bytes(f"---\r\n{MARKER}\r\n{users}{ours}---\r\n{body}".encode())
+    kept = users_card(storage_at(tmp_path))
+    assert kept.header == users.rstrip("\r\n")
+    assert (kept.before, kept.after) == ("mine", "also mine")
+
+
+def test_a_card_of_an_earlier_shardpack_is_all_its_own(tmp_path: Path):
+    """Its marker line, and no marks around its summary: nothing of it is the user's."""
+    old = "# written by shardpack pack, which rewrites it at each run"
+    text = f"---\n{old}\ndataset_info:\n  download_size: 1\n---\n\n# cats\n\nPacked by shardpack.\n"
+    (tmp_path / "README.md").write_text(text)
+    assert users_card(storage_at(tmp_path)) == UsersCard()

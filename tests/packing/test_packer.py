@@ -295,7 +295,8 @@ def test_an_index_json_of_yours_is_named_not_taken_for_a_dataset(tmp_path: Path)
 def test_a_failed_overwrite_leaves_nothing_of_the_old_dataset(tmp_path: Path):
     """--overwrite replaces the earlier dataset as the run starts, index first: a run that
     then fails leaves neither its index and TFDS metadata (TFDS read the old dataset from
-    them) nor its shards that no index or journal lists any more (they stayed for good)."""
+    them) nor its shards that no index or journal lists any more (they stayed for good), nor
+    its card and croissant.json but for what the user wrote in them."""
     first = make_tree(tmp_path / "first", {"a": 3})
     second = make_tree(tmp_path / "second", {"b": 4}, seed=50)
     (second / "b" / "img_000.jpg").write_bytes(b"not a jpeg")
@@ -305,8 +306,21 @@ def test_a_failed_overwrite_leaves_nothing_of_the_old_dataset(tmp_path: Path):
     with pytest.raises(ImageError):
         pack(second, out, PackOptions(workers=1, shards=1, overwrite=True, on_error="fail"))
     assert sorted(p.name for p in out.iterdir()) == [".shardpack.journal", "my-notes.txt"]
+    pack(first, out, PackOptions(workers=1, shards=3, overwrite=True))
+    card = (out / "README.md").read_text().replace("---\n", "---\nlicense: mit\n", 1)
+    (out / "README.md").write_text(card + "Our words.\n")  # a license and text of the user's
+    (out / "croissant.json").write_text('{"name": "first", "license": "mit"}')
+    with pytest.raises(ImageError):
+        pack(second, out, PackOptions(workers=1, shards=1, overwrite=True, on_error="fail"))
+    assert json.loads((out / "croissant.json").read_text()) == {"license": "mit"}
+    card = (out / "README.md").read_text()
+    assert "license: mit\n---\n" in card and card.endswith("\n\nOur words.\n")
+    assert "\ndataset_info:" not in card and "first" not in card
     pack(second, out, PackOptions(workers=1, shards=1, overwrite=True, resume=True))
     assert _index(out)["name"] == "second" and len(_index(out)["splits"]["train"]["shards"]) == 1
+    assert json.loads((out / "croissant.json").read_text())["license"] == "mit"
+    card = (out / "README.md").read_text()
+    assert "license: mit\ndataset_info:" in card and card.endswith("-->\n\nOur words.\n")
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -405,26 +419,18 @@ def test_max_pixels_applies_to_every_format_with_a_size_in_its_header(tmp_path: 
 
 
 @pytest.mark.heavy
-def test_file_and_class_names_that_are_not_utf8(tmp_path: Path):
+def test_file_names_that_are_not_utf8_keep_their_bytes(tmp_path: Path):
     import os
 
-    src = tmp_path / "src"
-    cls = Path(os.fsdecode(bytes(src) + b"/caf\xe9"))  # Latin-1 bytes: not UTF-8
-    write_image(Path(os.fsdecode(bytes(cls) + b"/\xff.jpg")), make_image(1))
+    cls = tmp_path / "src" / "cafe"
+    write_image(Path(os.fsdecode(bytes(cls) + b"/\xff.jpg")), make_image(1))  # Latin-1 bytes
     (Path(os.fsdecode(bytes(cls) + b"/\xfe.jpg"))).write_bytes(b"")  # skipped: its name in JSON
     out = tmp_path / "out"
-    result = pack(src, out, PackOptions(workers=1))
+    result = pack(tmp_path / "src", out, PackOptions(workers=1))
     assert result.num_records == 1 and result.num_skipped == 1
-    index = _index(out)
-    assert os.fsencode(index["classes"][0]) == b"caf\xe9"
-    assert os.fsencode(index["skipped"][0]["key"]) == b"caf\xe9/\xfe.jpg"
+    assert os.fsencode(_index(out)["skipped"][0]["key"]) == b"cafe/\xfe.jpg"
     (record,) = tf_records(out)
-    assert record["key"] == b"caf\xe9/\xff.jpg"  # the key holds the name's own bytes
-    assert (out / "label.labels.txt").read_bytes() == b"caf\xe9\n"
-    assert index["warnings"] == [  # which TFDS cannot read as a name: said
-        "1 class name not UTF-8 (e.g. 'caf\\xe9'): kept as their bytes, which TFDS cannot read "
-        "as names (it numbers the classes instead); rename them in UTF-8"
-    ]
+    assert record["key"] == b"cafe/\xff.jpg"  # the key holds the name's own bytes
 
 
 def test_out_inside_src_is_refused(tree: Path):

@@ -619,6 +619,9 @@ def test_a_parquet_pack_loads_in_datasets_and_mlcroissant_its_geometry_described
     read = list(mlc.Dataset(str(out / "croissant.json")).records("val"))
     assert {r["val/key"].decode(): np.asarray(r["val/objects/bbox"]).tolist() for r in read} == {
         k: r["objects/bbox"].tolist() for k, r in ours.items()}  # fmt: skip
+    for record in read:  # the mask a PNG (sc:ImageObject), not text: its pixels, the ids
+        want = np.asarray(Image.open(io.BytesIO(ours[record["val/key"].decode()]["mask"])))
+        assert np.array_equal(np.asarray(record["val/mask"]), want)
     fields = json.loads((out / "croissant.json").read_text())["recordSet"][0]["field"]
     said = {f["name"]: f.get("description", "") for f in fields}
     assert "[ymin, xmin, ymax, xmax], normalised" in said["objects/bbox"]

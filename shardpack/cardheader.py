@@ -1,0 +1,47 @@
+"""A Hugging Face dataset card's YAML front matter: where it is (as huggingface_hub's RepoCard
+finds it) and what it holds (PyYAML's safe loader, as the Hub reads it), in one line naming
+the file where it does not parse. Read by the HF source (its configs) and by the card pack
+writes (the user's own keys, kept)."""
+
+from __future__ import annotations
+
+import re
+
+from shardpack.errors import ShardpackError
+
+MAX_CARD_BYTES = 1 << 20  # a dataset card; its YAML header is a few KB
+# huggingface_hub's REGEX_YAML_BLOCK (repocard.py): "---", the header, a line "---".
+_FRONT_MATTER = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
+
+
+def split_card(text: str) -> tuple[str | None, str]:
+    """(the YAML header, the Markdown after it) of a card's text; (None, text) when it has no
+    header."""
+    found = _FRONT_MATTER.search(text)
+    if found is None:
+        return None, text
+    return found.group(2), text[found.end() :]
+
+
+def opens_header(text: str) -> bool:
+    """Whether the text begins as a header does ("---" on its first line), closed or not."""
+    return text.lstrip().startswith("---")
+
+
+def load_header(header: str, path: str, error: type[ShardpackError]) -> object:
+    """The header's YAML as PyYAML's safe loader reads it.
+
+    Raises:
+        `error`: PyYAML is missing, or the header does not parse (its line in the file).
+    """
+    try:
+        import yaml  # PyYAML comes with `datasets` and huggingface_hub, the cards' writers
+    except ImportError:
+        raise error(f"{path}: reading its YAML header needs PyYAML: pip install pyyaml") from None
+    try:
+        return yaml.safe_load(header)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)  # its line in the header: the file's, as "---"
+        where = f" on line {mark.line + 2}" if mark is not None else ""  # is the first
+        why = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise error(f"{path}: its YAML header does not parse ({why}{where}); fix it") from None
