@@ -57,6 +57,7 @@ class _Epochs(IterableDataset):
         # a DataLoader worker resumed from its own state: (worker, workers, records of its
         # part already yielded), set by load_state_dict in that worker
         self._part: tuple[int, int, int] | None = None
+        self._resuming = False  # a state loaded, and no iteration of this process begun since
 
     def sequence(self) -> np.ndarray:
         """This rank's items of the current epoch, in the order the DataLoader yields them."""
@@ -76,8 +77,12 @@ class _Epochs(IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch `epoch` (call it before each epoch, on every rank): its order follows
-        from (seed, epoch) alone; a resume point loaded before is forgotten."""
-        self.epoch = check_seed("epoch", epoch)
+        from (seed, epoch) alone. A resume point loaded before is kept by set_epoch of its own
+        epoch (a loop that calls set_epoch before each epoch resumes), forgotten by another's."""
+        epoch = check_seed("epoch", epoch)
+        if self._resuming and epoch == self.epoch:
+            return
+        self.epoch, self._resuming = epoch, False
         self._start = self._taken = 0
         self._part = None
 
@@ -87,6 +92,7 @@ class _Epochs(IterableDataset):
     def __iter__(self):
         worker = get_worker_info()
         self._taken = 0  # an iteration in this process counts afresh
+        self._resuming = False
         items = self.sequence()[self._start :]
         if worker is not None:
             items = worker_part(items, worker.id, worker.num_workers, self.batch_size)
@@ -121,7 +127,8 @@ class _Epochs(IterableDataset):
 
     def load_state_dict(self, state: dict) -> None:
         """Resume where a state was taken: the next iteration yields the rest of that epoch
-        (with any DataLoader worker count, in the same order), then set_epoch goes on.
+        (with any DataLoader worker count, in the same order; set_epoch of that epoch keeps
+        it), then set_epoch of the next goes on.
 
         Args:
             state: what state_dict returned, or a torchdata StatefulDataLoader's state_dict
@@ -147,8 +154,9 @@ class _Epochs(IterableDataset):
                 f"{state['epoch']} cannot be found; go on with set_epoch({state['epoch'] + 1})"
             )
         part = _worker_part_state(state)
+        self._resuming = False
         self.set_epoch(state["epoch"])
-        self._start, self._part = state["consumed"], part
+        self._start, self._part, self._resuming = state["consumed"], part, True
 
 
 class ShardDataset(_Epochs):

@@ -139,8 +139,11 @@ def loader(ds, workers):
     return torch.utils.data.DataLoader(ds, batch_size=B, num_workers=workers)
 
 got = []
-# (rank, batches taken, DataLoader workers before, workers after the resume)
-for rank, stop, before, after in ((0, 0, 0, 2), (1, 1, 2, 3), (1, 4, 0, 0), (0, 2, 3, 0)):
+# (rank, batches taken, DataLoader workers before, workers after the resume, whether the loop
+# calls set_epoch of the state's epoch after loading it, as a loop that calls it before each
+# epoch does)
+for rank, stop, before, after, again in ((0, 0, 0, 2, False), (1, 1, 2, 3, True),
+                                         (1, 4, 0, 0, False), (0, 2, 3, 0, True)):
     whole = dataset(rank)
     whole.set_epoch(2)
     whole = [r["key"] for r in whole]
@@ -153,8 +156,12 @@ for rank, stop, before, after in ((0, 0, 0, 2), (1, 1, 2, 3), (1, 4, 0, 0), (0, 
     del batches
     resumed = dataset(rank)
     resumed.load_state_dict(json.loads(json.dumps(state)))
+    if again:
+        resumed.set_epoch(2)
     rest = [k for batch in loader(resumed, after) for k in batch["key"]]
-    got.append([whole, taken, rest, state, len(resumed)])
+    length = len(resumed)
+    resumed.set_epoch(3)  # the next epoch: whole
+    got.append([whole, taken, rest, state, length, len(resumed)])
 for other in (ShardDataset(out, world_size=3, rank=0, seed=7),
               ShardDataset(grown, batch_size=B, seed=7, rank=0, world_size=2)):
     try:
@@ -170,10 +177,10 @@ def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs, shared_pa
     got = run_json(_RESUME, str(packs[3]), str(grown))
     grew = got.pop()  # before, read as the rest: another order's records, some twice
     refused = got.pop()
-    for whole, taken, rest, state, length in got:
-        assert taken + rest == whole and len(rest) == length
+    for whole, taken, rest, state, length, next_length in got:
+        assert taken + rest == whole and len(rest) == length and next_length == len(whole)
         assert state["epoch"] == 2 and state["consumed"] == len(taken)
-    assert {len(taken) for _, taken, _, _, _ in got} >= {0, 3, 6}  # several stopping points
+    assert {len(taken) for _, taken, *_ in got} >= {0, 3, 6}  # several stopping points
     assert refused.startswith("the state was taken with world_size=2, this dataset has 3")
     assert grew == (
         "the state was taken over 25 records, this dataset reads 26 (the pack grew, "
