@@ -58,6 +58,7 @@ class _Epochs(IterableDataset):
         # part already yielded), set by load_state_dict in that worker
         self._part: tuple[int, int, int] | None = None
         self._resuming = False  # a state loaded, and no iteration of this process begun since
+        self._worker_ran = False  # this copy began an iteration in a DataLoader worker
 
     def sequence(self) -> np.ndarray:
         """This rank's items of the current epoch, in the order the DataLoader yields them."""
@@ -70,6 +71,10 @@ class _Epochs(IterableDataset):
     def total(self) -> int:
         """The records an epoch's order is drawn over (every rank's together)."""
         raise NotImplementedError
+
+    def reorders(self) -> bool:
+        """Whether the sequence differs from epoch to epoch."""
+        return True
 
     def read_all(self, items: np.ndarray) -> Iterator[object]:
         """The items, read in turn (a subclass may fetch ahead)."""
@@ -95,6 +100,14 @@ class _Epochs(IterableDataset):
         self._resuming = False
         items = self.sequence()[self._start :]
         if worker is not None:
+            if self._worker_ran and (self.reorders() or self._start or self._part):
+                raise ShardpackError(
+                    "a DataLoader with persistent_workers=True began another epoch: its workers "
+                    "hold the dataset as they copied it (set_epoch and load_state_dict do not "
+                    "reach them) and would read that order again; build the DataLoader with "
+                    "persistent_workers=False"
+                )
+            self._worker_ran = True
             items = worker_part(items, worker.id, worker.num_workers, self.batch_size)
             items = items[self._part[2] :] if self._part else items
         for record in self.read_all(items):
@@ -165,7 +178,8 @@ class ShardDataset(_Epochs):
     See this module's docstring for the order, the shares and the memory. Under DDP, build it
     after init_process_group (rank and world size come from torch.distributed), give the
     DataLoader the same batch_size, call set_epoch(e) before each epoch (DataLoader workers
-    must not be persistent: each epoch's workers copy the dataset as set_epoch left it).
+    must not be persistent: each epoch's workers copy the dataset as set_epoch left it, and a
+    persistent one refuses a second epoch whose order would differ).
 
     Args:
         out: the output folder or URL of a pack run (compression "none": records are read at
@@ -251,6 +265,9 @@ class ShardDataset(_Epochs):
 
     def total(self) -> int:
         return sum(self.counts)
+
+    def reorders(self) -> bool:
+        return self.shuffle
 
     def sequence(self) -> np.ndarray:
         total = self.total()

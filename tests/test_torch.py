@@ -88,7 +88,18 @@ for cache in ({}, {"cache_dir": gzipped + "-cache"}):
         ShardDataset(gzipped, **cache)
     except ShardpackError as e:
         errors.append(str(e))
+persistent = []  # set_epoch cannot reach a persistent worker: refused, but where the order
+for shuffle in (True, False):  # is the same every epoch
+    ds = ShardDataset(out, decode=False, shuffle=shuffle)
+    loader = torch.utils.data.DataLoader(ds, num_workers=1, persistent_workers=True)
+    try:
+        for epoch in (0, 1):
+            ds.set_epoch(epoch)
+            persistent.append(len(list(loader)))
+    except ShardpackError as e:
+        persistent.append(str(e))
 print(json.dumps({
+    "persistent": persistent,
     "seed0": [keys(0, seed=0), keys(1, seed=0)], "again": [keys(0, seed=0), keys(1, seed=0)],
     "seed1": keys(0, seed=1), "plain": keys(5, shuffle=False), "block1": keys(0, shuffle_block=1),
     "hwc": [list(hwc["image"].shape), str(hwc["image"].dtype)],
@@ -123,6 +134,10 @@ def test_epochs_differ_and_repeat_with_the_seed(packs, shared_pack):
     for said in got["errors"][4:]:  # with a cache, the pack named, not its copy, and none made
         assert said.startswith(f"{gzipped}: GZIP shards cannot be read at random offsets")
     assert len(got["errors"]) == 6 and not Path(f"{gzipped}-cache").exists()
+    first, refused, *plain = got["persistent"]  # shuffled, then in the written order
+    assert first == 25 and plain == [25, 25]
+    assert refused.startswith("a DataLoader with persistent_workers=True began another epoch")
+    assert refused.endswith("build the DataLoader with persistent_workers=False")
 
 
 _RESUME = """
