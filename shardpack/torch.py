@@ -76,6 +76,10 @@ class _Epochs(IterableDataset):
         """Whether the sequence differs from epoch to epoch."""
         return True
 
+    def epoch_length(self, epoch: int) -> int:
+        """The length of this rank's sequence in epoch `epoch`, without drawing its order."""
+        raise NotImplementedError
+
     def read_all(self, items: np.ndarray) -> Iterator[object]:
         """The items, read in turn (a subclass may fetch ahead)."""
         return map(self.read, items)
@@ -141,7 +145,9 @@ class _Epochs(IterableDataset):
     def load_state_dict(self, state: dict) -> None:
         """Resume where a state was taken: the next iteration yields the rest of that epoch
         (with any DataLoader worker count, in the same order; set_epoch of that epoch keeps
-        it), then set_epoch of the next goes on.
+        it), then set_epoch of the next goes on. The state of an epoch read to its end,
+        loaded once a later epoch is set (a StatefulDataLoader without workers loads it when
+        its next iteration begins, after the loop's set_epoch), leaves that later epoch be.
 
         Args:
             state: what state_dict returned, or a torchdata StatefulDataLoader's state_dict
@@ -167,6 +173,8 @@ class _Epochs(IterableDataset):
                 f"{state['epoch']} cannot be found; go on with set_epoch({state['epoch'] + 1})"
             )
         part = _worker_part_state(state)
+        if state["epoch"] < self.epoch and state["consumed"] >= self.epoch_length(state["epoch"]):
+            return  # that epoch was read to its end and a later one is set: none of it is left
         self._resuming = False
         self.set_epoch(state["epoch"])
         self._start, self._part, self._resuming = state["consumed"], part, True
@@ -268,6 +276,9 @@ class ShardDataset(_Epochs):
 
     def reorders(self) -> bool:
         return self.shuffle
+
+    def epoch_length(self, epoch: int) -> int:
+        return len(self._positions())
 
     def sequence(self) -> np.ndarray:
         total = self.total()
@@ -382,6 +393,10 @@ class Mix(_Epochs):
 
     def total(self) -> int:
         return sum(source.total() for source in self.sources)
+
+    def epoch_length(self, epoch: int) -> int:
+        lengths = [source.epoch_length(epoch) for source in self.sources]
+        return len(mix_choices(self.weights, lengths, self.seed, epoch, self.end))
 
 
 def mix(

@@ -237,6 +237,17 @@ for before, after, stop, every, how in ((0, 0, 2, 1, "loader"), (2, 2, 3, 1, "lo
         again = DataLoader(resumed, batch_size=B, num_workers=after)
     got.append([taken, [k for batch in again for k in batch["key"]]])
     workers = state.get("_snapshot", {}).get("_worker_snapshots") or workers
+# a checkpoint at the epoch's end, the loader's iteration over; the loop goes on with epoch 3
+after_end = []
+for count in (0, 2):
+    loader = StatefulDataLoader(dataset(), batch_size=B, num_workers=count)
+    assert len([k for batch in loader for k in batch["key"]]) == len(whole)
+    state = json.loads(json.dumps(loader.state_dict()))
+    resumed = dataset()
+    again = StatefulDataLoader(resumed, batch_size=B, num_workers=count)
+    again.load_state_dict(state)
+    resumed.set_epoch(3)
+    after_end.append([k for batch in again for k in batch["key"]])
 errors = []
 for bad in (workers["worker_0"]["dataset_state"],  # one worker's, outside its worker
             {"_snapshot": {"_worker_snapshots": {"worker_0": {"dataset_state": None}}}}):
@@ -244,7 +255,10 @@ for bad in (workers["worker_0"]["dataset_state"],  # one worker's, outside its w
         dataset().load_state_dict(bad)
     except ShardpackError as e:
         errors.append(str(e))
-print(json.dumps({"whole": whole, "got": got, "errors": errors}))
+epoch3 = dataset()
+epoch3.set_epoch(3)
+print(json.dumps({"whole": whole, "got": got, "errors": errors, "after_end": after_end,
+                  "epoch3": [r["key"] for r in epoch3]}))
 """
 
 
@@ -256,6 +270,7 @@ def test_a_stateful_dataloader_resumes_with_exactly_the_rest(packs):
     for taken, rest in runs:
         assert taken + rest == whole
     assert [len(taken) for taken, _ in runs] == [6, 9, 6, 3]
+    assert got["after_end"] == [got["epoch3"]] * 2 and got["epoch3"] != whole
     assert errors[0].startswith("a DataLoader worker's state, loaded outside that worker")
     assert errors[1].startswith("a StatefulDataLoader's state without its workers' dataset")
 
@@ -281,6 +296,8 @@ again = [r["key"] for r in mixed("first")]
 resumed = mixed("first")
 resumed.load_state_dict(first.state_dict(consumed=5))
 rest = [r["key"] for r in resumed]
+later = mixed("first", 1)  # the state of an epoch read to its end, loaded after a later one is
+later.load_state_dict(first.state_dict())  # set: that later epoch is read whole
 refused = []
 for weight in (float("inf"), float("nan"), 0):  # refused when mixed, not at the first draw
     try:
@@ -288,6 +305,7 @@ for weight in (float("inf"), float("nan"), 0):  # refused when mixed, not at the
     except ShardpackError as e:
         refused.append(str(e))
 print(json.dumps({"first": keys, "again": again, "rest": rest, "refused": refused,
+                  "later": [r["key"] for r in later],
                   "all": sources(mixed("all")), "epoch1": [r["key"] for r in mixed("first", 1)]}))
 """
 
@@ -298,6 +316,7 @@ def test_mixing_two_packs_is_deterministic_resumable_and_ends_by_its_rule(shared
     got = run_json(_MIX, str(a), str(b))
     keys = got["first"]
     assert keys == got["again"] and keys[5:] == got["rest"] and keys != got["epoch1"]
+    assert got["later"] == got["epoch1"]
     from_a = sum(k.startswith("a/") for k in keys)
     assert from_a == 40 or len(keys) - from_a == 30  # it ended when one source ran out
     assert len(set(keys)) == len(keys)
