@@ -96,7 +96,7 @@ class _Epochs(IterableDataset):
         self._part = None
 
     def __len__(self) -> int:
-        return max(len(self.sequence()) - self._start, 0)
+        return max(self.epoch_length(self.epoch) - self._start, 0)
 
     def __iter__(self):
         worker = get_worker_info()
@@ -264,9 +264,6 @@ class ShardDataset(_Epochs):
         self._open()  # refuses GZIP shards and a bad cache now, not in a worker
         if decode:  # loaded once here, not by each DataLoader worker of each epoch (~0.1-1 s)
             images._opencv()
-
-    def __len__(self) -> int:  # without drawing the epoch's order
-        return max(len(self._positions()) - self._start, 0)
 
     def _positions(self) -> range:
         return share(self.total(), self.rank, self.world_size, self.drop_remainder)
