@@ -184,7 +184,8 @@ class ShardDataset(_Epochs):
     """An IterableDataset over one split of a pack, for training on one or many GPUs.
 
     See this module's docstring for the order, the shares and the memory. Under DDP, build it
-    after init_process_group (rank and world size come from torch.distributed), give the
+    after init_process_group (rank and world size come from torch.distributed; one built
+    before refuses to read once the group has more than one rank), give the
     DataLoader the same batch_size, call set_epoch(e) before each epoch (DataLoader workers
     must not be persistent: each epoch's workers copy the dataset as set_epoch left it, and a
     persistent one refuses a second epoch whose order would differ).
@@ -238,6 +239,8 @@ class ShardDataset(_Epochs):
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
     ) -> None:
+        # a world of one by default, before init_process_group: sequence() checks it still is
+        self._alone = rank is None and world_size is None and not _distributed()
         rank, world_size = _rank_and_world(rank, world_size)
         super().__init__(seed, batch_size, world_size)
         if not is_count(shuffle_block):
@@ -278,6 +281,12 @@ class ShardDataset(_Epochs):
         return len(self._positions())
 
     def sequence(self) -> np.ndarray:
+        if self._alone and _distributed() and torch.distributed.get_world_size() != 1:
+            raise ShardpackError(
+                "this ShardDataset was built before init_process_group, as a world of one: "
+                "every rank would read every record; build it after init_process_group (or "
+                "pass rank= and world_size=)"
+            )
         total = self.total()
         positions = self._positions()
         positions = np.arange(positions.start, positions.stop, dtype=np.int64)
@@ -479,9 +488,8 @@ def _worker_part_state(state: dict) -> tuple[int, int, int] | None:
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """The rank and world size given, else torch.distributed's when initialised, else 0 and 1."""
-    dist = torch.distributed
-    if rank is None and world_size is None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
+    if rank is None and world_size is None and _distributed():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
     rank = 0 if rank is None else rank
     world_size = 1 if world_size is None else world_size
     if not (is_count(world_size) and is_count(rank, 0) and rank < world_size):
@@ -489,6 +497,11 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
             f"rank must be 0 <= rank < world_size, got: rank={rank!r}, world_size={world_size!r}"
         )
     return rank, world_size
+
+
+def _distributed() -> bool:
+    """Whether this process is in a torch.distributed group."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def collate_objects(

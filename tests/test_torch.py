@@ -327,12 +327,18 @@ def test_mixing_two_packs_is_deterministic_resumable_and_ends_by_its_rule(shared
 
 _DDP = """
 import json, multiprocessing, socket, sys, torch, torch.distributed as dist
+from shardpack.errors import ShardpackError
 from shardpack.torch import ShardDataset
 out, report = sys.argv[1:]
 
 def rank(r, port):
     torch.set_num_threads(1)
+    early = ShardDataset(out, decode=False)  # before the group: a world of one
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=r, world_size=2)
+    try:  # it would read every record on every rank: refused
+        next(iter(early))
+    except ShardpackError as e:
+        early = str(e)
     ds = ShardDataset(out, batch_size=2)  # rank and world size from torch.distributed
     counts = {}
     for epoch in (0, 1):
@@ -343,7 +349,8 @@ def rank(r, port):
         counts[epoch] = everyone
     if r == 0:
         with open(report, "w") as f:
-            json.dump({"rank": ds.rank, "world": ds.world_size, "epochs": counts}, f)
+            json.dump({"rank": ds.rank, "world": ds.world_size, "epochs": counts,
+                       "early": early if isinstance(early, str) else None}, f)
     dist.destroy_process_group()
 
 with socket.socket() as s:
@@ -368,6 +375,8 @@ def test_two_ranks_on_gloo_read_equal_disjoint_shares(packs, tmp_path):
     assert run_json(_DDP, str(packs[3]), str(report)) == [0, 0]
     got = json.loads(report.read_text())
     assert (got["rank"], got["world"]) == (0, 2)
+    assert got["early"] is not None
+    assert got["early"].startswith("this ShardDataset was built before init_process_group")
     everything = sorted(r["key"] for r in iter_examples(packs[3]))
     for zero, one in got["epochs"].values():
         assert len(zero) == len(one) == 13  # 25 records: the first one read twice
