@@ -57,6 +57,8 @@ class _Epochs(IterableDataset):
         # a DataLoader worker resumed from its own state: (worker, workers, records of its
         # part already yielded), set by load_state_dict in that worker
         self._part: tuple[int, int, int] | None = None
+        self._resuming = False  # a state loaded, and no iteration of this process begun since
+        self._worker_ran = False  # this copy began an iteration in a DataLoader worker
 
     def sequence(self) -> np.ndarray:
         """This rank's items of the current epoch, in the order the DataLoader yields them."""
@@ -70,25 +72,46 @@ class _Epochs(IterableDataset):
         """The records an epoch's order is drawn over (every rank's together)."""
         raise NotImplementedError
 
+    def reorders(self) -> bool:
+        """Whether the sequence differs from epoch to epoch."""
+        return True
+
+    def epoch_length(self, epoch: int) -> int:
+        """The length of this rank's sequence in epoch `epoch`, without drawing its order."""
+        raise NotImplementedError
+
     def read_all(self, items: np.ndarray) -> Iterator[object]:
         """The items, read in turn (a subclass may fetch ahead)."""
         return map(self.read, items)
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch `epoch` (call it before each epoch, on every rank): its order follows
-        from (seed, epoch) alone; a resume point loaded before is forgotten."""
-        self.epoch = check_seed("epoch", epoch)
+        from (seed, epoch) alone. A resume point loaded before is kept by set_epoch of its own
+        epoch (a loop that calls set_epoch before each epoch resumes), forgotten by another's."""
+        epoch = check_seed("epoch", epoch)
+        if self._resuming and epoch == self.epoch:
+            return
+        self.epoch, self._resuming = epoch, False
         self._start = self._taken = 0
         self._part = None
 
     def __len__(self) -> int:
-        return max(len(self.sequence()) - self._start, 0)
+        return max(self.epoch_length(self.epoch) - self._start, 0)
 
     def __iter__(self):
         worker = get_worker_info()
         self._taken = 0  # an iteration in this process counts afresh
+        self._resuming = False
         items = self.sequence()[self._start :]
         if worker is not None:
+            if self._worker_ran and (self.reorders() or self._start or self._part):
+                raise ShardpackError(
+                    "a DataLoader with persistent_workers=True began another epoch: its workers "
+                    "hold the dataset as they copied it (set_epoch and load_state_dict do not "
+                    "reach them) and would read that order again; build the DataLoader with "
+                    "persistent_workers=False"
+                )
+            self._worker_ran = True
             items = worker_part(items, worker.id, worker.num_workers, self.batch_size)
             items = items[self._part[2] :] if self._part else items
         for record in self.read_all(items):
@@ -121,7 +144,10 @@ class _Epochs(IterableDataset):
 
     def load_state_dict(self, state: dict) -> None:
         """Resume where a state was taken: the next iteration yields the rest of that epoch
-        (with any DataLoader worker count, in the same order), then set_epoch goes on.
+        (with any DataLoader worker count, in the same order; set_epoch of that epoch keeps
+        it), then set_epoch of the next goes on. The state of an epoch read to its end,
+        loaded once a later epoch is set (a StatefulDataLoader without workers loads it when
+        its next iteration begins, after the loop's set_epoch), leaves that later epoch be.
 
         Args:
             state: what state_dict returned, or a torchdata StatefulDataLoader's state_dict
@@ -147,17 +173,22 @@ class _Epochs(IterableDataset):
                 f"{state['epoch']} cannot be found; go on with set_epoch({state['epoch'] + 1})"
             )
         part = _worker_part_state(state)
+        if state["epoch"] < self.epoch and state["consumed"] >= self.epoch_length(state["epoch"]):
+            return  # that epoch was read to its end and a later one is set: none of it is left
+        self._resuming = False
         self.set_epoch(state["epoch"])
-        self._start, self._part = state["consumed"], part
+        self._start, self._part, self._resuming = state["consumed"], part, True
 
 
 class ShardDataset(_Epochs):
     """An IterableDataset over one split of a pack, for training on one or many GPUs.
 
     See this module's docstring for the order, the shares and the memory. Under DDP, build it
-    after init_process_group (rank and world size come from torch.distributed), give the
+    after init_process_group (rank and world size come from torch.distributed; one built
+    before refuses to read once the group has more than one rank), give the
     DataLoader the same batch_size, call set_epoch(e) before each epoch (DataLoader workers
-    must not be persistent: each epoch's workers copy the dataset as set_epoch left it).
+    must not be persistent: each epoch's workers copy the dataset as set_epoch left it, and a
+    persistent one refuses a second epoch whose order would differ).
 
     Args:
         out: the output folder or URL of a pack run (compression "none": records are read at
@@ -208,6 +239,8 @@ class ShardDataset(_Epochs):
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
     ) -> None:
+        # a world of one by default, before init_process_group: sequence() checks it still is
+        self._alone = rank is None and world_size is None and not _distributed()
         rank, world_size = _rank_and_world(rank, world_size)
         super().__init__(seed, batch_size, world_size)
         if not is_count(shuffle_block):
@@ -235,16 +268,25 @@ class ShardDataset(_Epochs):
         if decode:  # loaded once here, not by each DataLoader worker of each epoch (~0.1-1 s)
             images._opencv()
 
-    def __len__(self) -> int:  # without drawing the epoch's order
-        return max(len(self._positions()) - self._start, 0)
-
     def _positions(self) -> range:
         return share(self.total(), self.rank, self.world_size, self.drop_remainder)
 
     def total(self) -> int:
         return sum(self.counts)
 
+    def reorders(self) -> bool:
+        return self.shuffle
+
+    def epoch_length(self, epoch: int) -> int:
+        return len(self._positions())
+
     def sequence(self) -> np.ndarray:
+        if self._alone and _distributed() and torch.distributed.get_world_size() != 1:
+            raise ShardpackError(
+                "this ShardDataset was built before init_process_group, as a world of one: "
+                "every rank would read every record; build it after init_process_group (or "
+                "pass rank= and world_size=)"
+            )
         total = self.total()
         positions = self._positions()
         positions = np.arange(positions.start, positions.stop, dtype=np.int64)
@@ -358,6 +400,10 @@ class Mix(_Epochs):
     def total(self) -> int:
         return sum(source.total() for source in self.sources)
 
+    def epoch_length(self, epoch: int) -> int:
+        lengths = [source.epoch_length(epoch) for source in self.sources]
+        return len(mix_choices(self.weights, lengths, self.seed, epoch, self.end))
+
 
 def mix(
     sources: Sequence[tuple[ShardDataset | str | os.PathLike, float]], seed: int = 0,
@@ -442,9 +488,8 @@ def _worker_part_state(state: dict) -> tuple[int, int, int] | None:
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """The rank and world size given, else torch.distributed's when initialised, else 0 and 1."""
-    dist = torch.distributed
-    if rank is None and world_size is None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
+    if rank is None and world_size is None and _distributed():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
     rank = 0 if rank is None else rank
     world_size = 1 if world_size is None else world_size
     if not (is_count(world_size) and is_count(rank, 0) and rank < world_size):
@@ -452,6 +497,11 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
             f"rank must be 0 <= rank < world_size, got: rank={rank!r}, world_size={world_size!r}"
         )
     return rank, world_size
+
+
+def _distributed() -> bool:
+    """Whether this process is in a torch.distributed group."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def collate_objects(

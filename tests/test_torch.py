@@ -88,7 +88,18 @@ for cache in ({}, {"cache_dir": gzipped + "-cache"}):
         ShardDataset(gzipped, **cache)
     except ShardpackError as e:
         errors.append(str(e))
+persistent = []  # set_epoch cannot reach a persistent worker: refused, but where the order
+for shuffle in (True, False):  # is the same every epoch
+    ds = ShardDataset(out, decode=False, shuffle=shuffle)
+    loader = torch.utils.data.DataLoader(ds, num_workers=1, persistent_workers=True)
+    try:
+        for epoch in (0, 1):
+            ds.set_epoch(epoch)
+            persistent.append(len(list(loader)))
+    except ShardpackError as e:
+        persistent.append(str(e))
 print(json.dumps({
+    "persistent": persistent,
     "seed0": [keys(0, seed=0), keys(1, seed=0)], "again": [keys(0, seed=0), keys(1, seed=0)],
     "seed1": keys(0, seed=1), "plain": keys(5, shuffle=False), "block1": keys(0, shuffle_block=1),
     "hwc": [list(hwc["image"].shape), str(hwc["image"].dtype)],
@@ -123,6 +134,10 @@ def test_epochs_differ_and_repeat_with_the_seed(packs, shared_pack):
     for said in got["errors"][4:]:  # with a cache, the pack named, not its copy, and none made
         assert said.startswith(f"{gzipped}: GZIP shards cannot be read at random offsets")
     assert len(got["errors"]) == 6 and not Path(f"{gzipped}-cache").exists()
+    first, refused, *plain = got["persistent"]  # shuffled, then in the written order
+    assert first == 25 and plain == [25, 25]
+    assert refused.startswith("a DataLoader with persistent_workers=True began another epoch")
+    assert refused.endswith("build the DataLoader with persistent_workers=False")
 
 
 _RESUME = """
@@ -139,8 +154,11 @@ def loader(ds, workers):
     return torch.utils.data.DataLoader(ds, batch_size=B, num_workers=workers)
 
 got = []
-# (rank, batches taken, DataLoader workers before, workers after the resume)
-for rank, stop, before, after in ((0, 0, 0, 2), (1, 1, 2, 3), (1, 4, 0, 0), (0, 2, 3, 0)):
+# (rank, batches taken, DataLoader workers before, workers after the resume, whether the loop
+# calls set_epoch of the state's epoch after loading it, as a loop that calls it before each
+# epoch does)
+for rank, stop, before, after, again in ((0, 0, 0, 2, False), (1, 1, 2, 3, True),
+                                         (1, 4, 0, 0, False), (0, 2, 3, 0, True)):
     whole = dataset(rank)
     whole.set_epoch(2)
     whole = [r["key"] for r in whole]
@@ -153,8 +171,12 @@ for rank, stop, before, after in ((0, 0, 0, 2), (1, 1, 2, 3), (1, 4, 0, 0), (0, 
     del batches
     resumed = dataset(rank)
     resumed.load_state_dict(json.loads(json.dumps(state)))
+    if again:
+        resumed.set_epoch(2)
     rest = [k for batch in loader(resumed, after) for k in batch["key"]]
-    got.append([whole, taken, rest, state, len(resumed)])
+    length = len(resumed)
+    resumed.set_epoch(3)  # the next epoch: whole
+    got.append([whole, taken, rest, state, length, len(resumed)])
 for other in (ShardDataset(out, world_size=3, rank=0, seed=7),
               ShardDataset(grown, batch_size=B, seed=7, rank=0, world_size=2)):
     try:
@@ -170,10 +192,10 @@ def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs, shared_pa
     got = run_json(_RESUME, str(packs[3]), str(grown))
     grew = got.pop()  # before, read as the rest: another order's records, some twice
     refused = got.pop()
-    for whole, taken, rest, state, length in got:
-        assert taken + rest == whole and len(rest) == length
+    for whole, taken, rest, state, length, next_length in got:
+        assert taken + rest == whole and len(rest) == length and next_length == len(whole)
         assert state["epoch"] == 2 and state["consumed"] == len(taken)
-    assert {len(taken) for _, taken, _, _, _ in got} >= {0, 3, 6}  # several stopping points
+    assert {len(taken) for _, taken, *_ in got} >= {0, 3, 6}  # several stopping points
     assert refused.startswith("the state was taken with world_size=2, this dataset has 3")
     assert grew == (
         "the state was taken over 25 records, this dataset reads 26 (the pack grew, "
@@ -215,6 +237,17 @@ for before, after, stop, every, how in ((0, 0, 2, 1, "loader"), (2, 2, 3, 1, "lo
         again = DataLoader(resumed, batch_size=B, num_workers=after)
     got.append([taken, [k for batch in again for k in batch["key"]]])
     workers = state.get("_snapshot", {}).get("_worker_snapshots") or workers
+# a checkpoint at the epoch's end, the loader's iteration over; the loop goes on with epoch 3
+after_end = []
+for count in (0, 2):
+    loader = StatefulDataLoader(dataset(), batch_size=B, num_workers=count)
+    assert len([k for batch in loader for k in batch["key"]]) == len(whole)
+    state = json.loads(json.dumps(loader.state_dict()))
+    resumed = dataset()
+    again = StatefulDataLoader(resumed, batch_size=B, num_workers=count)
+    again.load_state_dict(state)
+    resumed.set_epoch(3)
+    after_end.append([k for batch in again for k in batch["key"]])
 errors = []
 for bad in (workers["worker_0"]["dataset_state"],  # one worker's, outside its worker
             {"_snapshot": {"_worker_snapshots": {"worker_0": {"dataset_state": None}}}}):
@@ -222,7 +255,10 @@ for bad in (workers["worker_0"]["dataset_state"],  # one worker's, outside its w
         dataset().load_state_dict(bad)
     except ShardpackError as e:
         errors.append(str(e))
-print(json.dumps({"whole": whole, "got": got, "errors": errors}))
+epoch3 = dataset()
+epoch3.set_epoch(3)
+print(json.dumps({"whole": whole, "got": got, "errors": errors, "after_end": after_end,
+                  "epoch3": [r["key"] for r in epoch3]}))
 """
 
 
@@ -234,6 +270,7 @@ def test_a_stateful_dataloader_resumes_with_exactly_the_rest(packs):
     for taken, rest in runs:
         assert taken + rest == whole
     assert [len(taken) for taken, _ in runs] == [6, 9, 6, 3]
+    assert got["after_end"] == [got["epoch3"]] * 2 and got["epoch3"] != whole
     assert errors[0].startswith("a DataLoader worker's state, loaded outside that worker")
     assert errors[1].startswith("a StatefulDataLoader's state without its workers' dataset")
 
@@ -259,6 +296,8 @@ again = [r["key"] for r in mixed("first")]
 resumed = mixed("first")
 resumed.load_state_dict(first.state_dict(consumed=5))
 rest = [r["key"] for r in resumed]
+later = mixed("first", 1)  # the state of an epoch read to its end, loaded after a later one is
+later.load_state_dict(first.state_dict())  # set: that later epoch is read whole
 refused = []
 for weight in (float("inf"), float("nan"), 0):  # refused when mixed, not at the first draw
     try:
@@ -266,6 +305,7 @@ for weight in (float("inf"), float("nan"), 0):  # refused when mixed, not at the
     except ShardpackError as e:
         refused.append(str(e))
 print(json.dumps({"first": keys, "again": again, "rest": rest, "refused": refused,
+                  "later": [r["key"] for r in later],
                   "all": sources(mixed("all")), "epoch1": [r["key"] for r in mixed("first", 1)]}))
 """
 
@@ -276,6 +316,7 @@ def test_mixing_two_packs_is_deterministic_resumable_and_ends_by_its_rule(shared
     got = run_json(_MIX, str(a), str(b))
     keys = got["first"]
     assert keys == got["again"] and keys[5:] == got["rest"] and keys != got["epoch1"]
+    assert got["later"] == got["epoch1"]
     from_a = sum(k.startswith("a/") for k in keys)
     assert from_a == 40 or len(keys) - from_a == 30  # it ended when one source ran out
     assert len(set(keys)) == len(keys)
@@ -286,12 +327,18 @@ def test_mixing_two_packs_is_deterministic_resumable_and_ends_by_its_rule(shared
 
 _DDP = """
 import json, multiprocessing, socket, sys, torch, torch.distributed as dist
+from shardpack.errors import ShardpackError
 from shardpack.torch import ShardDataset
 out, report = sys.argv[1:]
 
 def rank(r, port):
     torch.set_num_threads(1)
+    early = ShardDataset(out, decode=False)  # before the group: a world of one
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=r, world_size=2)
+    try:  # it would read every record on every rank: refused
+        next(iter(early))
+    except ShardpackError as e:
+        early = str(e)
     ds = ShardDataset(out, batch_size=2)  # rank and world size from torch.distributed
     counts = {}
     for epoch in (0, 1):
@@ -302,7 +349,8 @@ def rank(r, port):
         counts[epoch] = everyone
     if r == 0:
         with open(report, "w") as f:
-            json.dump({"rank": ds.rank, "world": ds.world_size, "epochs": counts}, f)
+            json.dump({"rank": ds.rank, "world": ds.world_size, "epochs": counts,
+                       "early": early if isinstance(early, str) else None}, f)
     dist.destroy_process_group()
 
 with socket.socket() as s:
@@ -327,6 +375,8 @@ def test_two_ranks_on_gloo_read_equal_disjoint_shares(packs, tmp_path):
     assert run_json(_DDP, str(packs[3]), str(report)) == [0, 0]
     got = json.loads(report.read_text())
     assert (got["rank"], got["world"]) == (0, 2)
+    assert got["early"] is not None
+    assert got["early"].startswith("this ShardDataset was built before init_process_group")
     everything = sorted(r["key"] for r in iter_examples(packs[3]))
     for zero, one in got["epochs"].values():
         assert len(zero) == len(one) == 13  # 25 records: the first one read twice
