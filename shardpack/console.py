@@ -149,8 +149,9 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         dataset = (f"{plural(summary['records'], 'image')} in {plural(shards, 'shard')} "
                    f"({_human_bytes(total)})")  # fmt: skip
         if grow.get("nothing"):
-            what = ("no shard written; index.json now tells SRC's copies, skips and other files"
-                    if grow.get("retold") else f"{summary['out']} is unchanged")  # fmt: skip
+            what = ("no shard written; index.json now tells SRC's classes, copies, skips and "
+                    "other files" if grow.get("retold")
+                    else f"{summary['out']} is unchanged")  # fmt: skip
             typer.echo(f"nothing to {'add' if grow['mode'] == 'append' else 'update'}: "
                        f"{what}, {dataset}")  # fmt: skip
         else:

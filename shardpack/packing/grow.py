@@ -214,7 +214,9 @@ class GrowPack:
         self, dataset: Dataset, change: Change, options: PackOptions
     ) -> PackResult:
         """A grow with no shard to write: what it read again, and new copies or skips, told."""
-        out, old, contents, loose = self.out, self.old, self.contents, self.loose
+        out, contents, loose = self.out, self.contents, self.loose
+        old = _with_classes(self.old, dataset)
+        classed = old is not self.old  # new empty class folders: classes, as a fresh pack's
         if self.known != self.loaded:  # files read again, their bytes unchanged: read no more
             stamps.save(out, old, stamps.mtimes_to_save(contents.values(), self.known))
         copies = self.copies
@@ -222,12 +224,12 @@ class GrowPack:
         rescanned = warned != old.warnings or any(
             v != getattr(old, k) for k, v in _listed(dataset).items())  # fmt: skip
         # a skipped item gone from SRC, or what the scan says of SRC's other files changed
-        if copies is None and (loose != self.held.loose or rescanned):
+        if copies is None and (loose != self.held.loose or rescanned or classed):
             update = options.grow == "update"
             copies = _copies(dataset, contents, change, options, update)
         told = copies and _told(old, dataset, contents, loose, copies, options)
         retold = bool(told) and (told != {k: getattr(old, k) for k in told} or
-                                 loose != self.held.loose)  # fmt: skip
+                                 loose != self.held.loose or classed)  # fmt: skip
         if retold:  # new copies or skips to report
             _retell(out, old, told, contents, loose, copies)
             old = load_index(out)
@@ -289,6 +291,18 @@ class GrowPack:
                                         *_asked_again(self.again, mended)),
             grow=summary,
         )  # fmt: skip
+
+
+def _with_classes(old: Index, dataset: Dataset) -> Index:
+    """`old` with the classes SRC adds at the end (a grow with no shard to write finds them
+    only as empty class folders), each split counting none of them; `old` itself if none."""
+    classes = dataset.classes
+    if classes == old.classes:
+        return old
+    splits = {name: replace(split, class_counts=(*split.class_counts,
+                                                 *[0] * (len(classes) - len(split.class_counts))))
+              for name, split in old.splits.items()}  # fmt: skip
+    return replace(old, schema=dataset.schema, splits=splits)
 
 
 def _lossless(shards: Iterable[Entry]) -> int | None:
@@ -917,7 +931,8 @@ def _nothing(
     retold: bool,
 ) -> PackResult:
     """The result of a grow that found nothing to write: no shard touched (`retold`: its
-    index.json now tells new copies, skips, files that are no image or warnings)."""
+    index.json now tells new (empty) classes, copies, skips, files that are no image or
+    warnings)."""
     records = sum(s.num_records for s in old.splits.values())
     shards = sum(len(s.shards) for s in old.splits.values())
     return PackResult(root, old, records, old.num_skipped,
