@@ -255,7 +255,7 @@ def print_inspect(summary: dict) -> None:
             f"{plural(split['num_shards'], 'shard')}, {_human_bytes(split['num_bytes'])}"
         )
         for shard in split["shards"][:8]:
-            typer.echo(f"  {shard['file']}  {shard['num_records']:>8} records  "
+            typer.echo(f"  {shard['file']}  {plural(shard['num_records'], 'record'):>16}  "
                        f"{_human_bytes(shard['num_bytes']):>10}"
                        f"{'  gen ' + str(shard['generation']) if shard['generation'] else ''}"
                        f"{'  MISSING' if shard['missing'] else ''}")  # fmt: skip

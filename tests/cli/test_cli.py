@@ -59,6 +59,13 @@ def test_pack_verify_inspect(src: Path, tmp_path: Path):
     assert "split train: 7 records in 2 shards" in result.output and "encoding png" in result.output
 
 
+def test_inspect_counts_a_shard_of_one_record_in_the_singular(src: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    runner.invoke(app, ["pack", str(src), str(out), "--shards", "7", "--workers", "1"])
+    shown = runner.invoke(app, ["inspect", str(out)]).output
+    assert re.search(r"tfrecord-00000-of-00007 +1 record  ", shown) and "1 records" not in shown
+
+
 def test_json_outputs(src: Path, tmp_path: Path):
     out = tmp_path / "out"
     result = runner.invoke(app, ["pack", str(src), str(out), "--json", "--workers", "1"])
