@@ -90,6 +90,9 @@ def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:
     for split, (_, found, empty) in listings.items():
         splits[split], skipped = labelled(found, classes, options.on_error)
         left_out += skipped
+        if not found:  # a split folder left empty (its images not copied in): no split at all
+            warnings.append(f"split folder {split!r} ({root.path(split)}) holds no image in a "
+                            f"class folder: the pack has no split {split!r}")  # fmt: skip
         warnings += empty_class_warnings(root.path(split), empty, classes)
     images = sum(len(found) for _, found, _ in listings.values())
     if images and not any(splits.values()):
