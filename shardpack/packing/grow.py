@@ -76,7 +76,7 @@ from shardpack.packing.result import PackResult
 from shardpack.packing.stats import entry_summaries
 from shardpack.packing.urlfailures import counts, retried, rows_of, url_failures, write_failures
 from shardpack.packing.writing import Planned
-from shardpack.sources import Dataset, Item, scan
+from shardpack.sources import Dataset, Item, scan, source_of
 from shardpack.storage import Storage
 from shardpack.storage.urlpolicy import is_web_url
 
@@ -106,10 +106,12 @@ class Change:
     held: dict[str, tuple[str, int, int, int | None]]  # key -> (shard, position, size, meta)
 
     def summary(self, mode: str, rewritten: int) -> dict[str, object]:
-        """The run's counts, as the history and the summary give them."""
+        """The run's counts, as the history and the summary give them: --append changes and
+        removes nothing (what it leaves as packed is a note of its own, _said)."""
         added = sum(map(len, self.new.values()))
-        changed = sum(map(len, self.changed.values()))
-        return {"mode": mode, "added": added, "changed": changed, "removed": self.vanished,
+        changed = sum(map(len, self.changed.values())) if mode == "update" else 0
+        return {"mode": mode, "added": added, "changed": changed,
+                "removed": self.vanished if mode == "update" else 0,
                 "shards_rewritten": rewritten}  # fmt: skip
 
 
@@ -479,6 +481,7 @@ def _refuse_streamed(out: Storage, old: Index) -> None:
 def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Dataset:
     """SRC's items labelled by the dataset's classes, new classes numbered after them."""
     dataset = scan(src, replace(options, classes=options.classes or None), storage_options)
+    _refuse_other_source(src, old, dataset)
     found = dataset.classes
     grown = (*old.classes, *(c for c in found if c not in old.classes))
     if options.classes is None and found != grown and old.classes:
@@ -490,6 +493,20 @@ def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Da
                           "dataset's shards cannot take its records; pack it into a new output "
                           "folder")  # fmt: skip
     return dataset
+
+
+def _refuse_other_source(src: Storage, old: Index, dataset: Dataset) -> None:
+    """Refuse a SRC of another source than the dataset's (a split tree for class folders):
+    most likely another dataset, whose every item would be new and every held one vanished."""
+    if old.source is None or old.source in dataset.source.kinds:  # (None: an older index)
+        return
+    try:
+        packed = source_of(old.source).described
+    except ValueError:  # a source not registered in this process
+        packed = repr(old.source)
+    raise OutputError(f"{src.path()}: holds {dataset.source.described}, and {old.out} was "
+                      f"packed from {packed}; pass the SRC it was packed from, or pack this one "
+                      "into another output folder")  # fmt: skip
 
 
 def _feature_change(features: dict, old: dict) -> str:
