@@ -604,3 +604,8 @@ def test_a_manifest_away_from_its_images_is_told_to_pass_root(tmp_path):
     with pytest.raises(SourceError) as caught:  # some rows bad, not every one missing: no hint
         scan(write_csv(tmp_path / "elsewhere" / "mixed.csv", [*rows, {"path": "", "label": "x"}]))
     assert "--root" not in as_flags(caught.value)
+    windows = [{**row, "path": row["path"].replace("/", "\\")} for row in rows]  # cat\img_000.jpg
+    with pytest.raises(SourceError) as caught:  # beside its images, written on Windows
+        scan(write_csv(pets / "windows.csv", windows))
+    assert as_flags(caught.value).endswith("; its paths are written with '\\' between folders, "
+                                           "as on Windows: write them with '/'")  # fmt: skip
