@@ -330,9 +330,8 @@ def tf_dataset(
             not (index, count), `lists` is neither "ragged" nor "padded", epochs,
             batch_size or image_size is not a positive count or (height, width), or batches
             would stack decoded images the index says differ in size (pass image_size).
-        tf.errors.InvalidArgumentError: while iterating, a local shard cannot be read whole
-            (a record fails its CRC): the error names the shard and `shardpack verify OUT`,
-            which names the record (docs/reading.md).
+        tf.errors.InvalidArgumentError: while iterating, a local record fails its CRC; it
+            names the shard and `shardpack verify OUT`, which names the record (reading.md).
     """
     _check_tf_args(batch_size, epochs, image_size, lists)
     index = load_index(out, storage_options)
