@@ -383,9 +383,11 @@ def split_manifests(root: Storage) -> list[tuple[str, Storage]] | None:
         return None
     others = [name for name in folders if name not in found]
     if others:
+        holds = "folder {} holds a metadata file" if len(found) == 1 else (
+            "folders {} hold a metadata file each")  # fmt: skip
         raise SourceError(
-            f"{root.path()}: its split folders {few(found)} hold a metadata file each and "
-            f"{few(others)} none; give each split folder its own metadata file (Hugging Face "
+            f"{root.path()}: its split {holds.format(few(found))} and {few(others)} none; "
+            "give each split folder its own metadata file (Hugging Face "
             "ImageFolder), or move the others out of SRC"
         )
     return sorted(found.items())

@@ -410,7 +410,8 @@ def test_split_folders_with_and_without_metadata_or_rows_in_and_out_of_them_are_
     make_tree(src / "test", {"cat": 1}, ".png")
     write_jsonl(src / "train" / "metadata.jsonl",
                 [{"file_name": "cat/img_000.png", "label": "cat"}])  # fmt: skip
-    with pytest.raises(SourceError, match="'train' hold a metadata file each and 'test' none"):
+    said = "its split folder 'train' holds a metadata file and 'test' none"
+    with pytest.raises(SourceError, match=said):
         pack(src, tmp_path / "out", PackOptions(workers=1))
     (src / "train" / "metadata.jsonl").unlink()
     write_jsonl(src / "metadata.jsonl", [{"file_name": "train/cat/img_000.png", "label": "cat"},
