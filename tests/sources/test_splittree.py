@@ -375,8 +375,9 @@ def test_split_of_a_source_with_splits_or_too_few_items_is_refused(tmp_path: Pat
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        ("train=0.9,val=0.2", "add up to 1"),
-        ("train=0.9", "add up to 1"),
+        ("train=0.9,val=0.2", "add up to 1, got 1.1; lower one of them"),
+        ("train=0.9", "add up to 1, got 0.9; add a split of the rest, such as test=0.1"),
+        ("train=0.7,test=0.2", "got 0.9; add a split of the rest, such as validation=0.1"),
         ("train", "must look like"),
         ("train=x", "must look like"),
         ("train=0.5,train=0.5", "each split once"),
