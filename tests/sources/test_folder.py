@@ -1041,3 +1041,13 @@ def test_a_tree_of_other_files_names_their_kinds(tmp_path):
         ".tiff, .webp; its 4 files have none of those (.heic 3, .txt 1): convert the images to "
         "one of those formats"
     )
+    (tmp_path / "tree" / "train" / "cat").mkdir(parents=True)  # a split tree's: said alike
+    (tmp_path / "tree" / "test").mkdir()
+    (tmp_path / "tree" / "train" / "cat" / "IMG_4.HEIC").write_bytes(b"x")
+    with pytest.raises(SourceError) as caught:
+        scan(tmp_path / "tree")
+    assert str(caught.value).endswith(
+        "expected SRC/<split>/<class>/<image> with extensions .bmp, .gif, .jpeg, .jpg, .png, "
+        ".tif, .tiff, .webp; its 1 file has none of those (.heic 1): convert the images to one "
+        "of those formats"
+    )
