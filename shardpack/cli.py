@@ -69,9 +69,9 @@ def _root(
     """Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset, Hugging Face
     Parquet) in parallel, and read them back.
 
-    Exit codes, every command: 0 done; 1 verify found a fault; 2 a usage error or input
-    refused (one line on stderr naming the file and the fix); 130 Ctrl-C; 143 SIGTERM; 141
-    the reader of stdout went away (`| head`).
+    Exit codes, every command: 0 done; 1 verify found a fault; 2 a usage error, input refused
+    or a run that failed (a worker killed, a full disk), in one line on stderr naming the file
+    and the fix; 130 Ctrl-C; 143 SIGTERM; 141 the reader of stdout went away (`| head`).
     """
     if version:
         typer.echo(f"shardpack {__version__}")
