@@ -156,6 +156,14 @@ def _refuse_split_like(src: Storage, folders: tuple[str, ...], found: Listing) -
     shared = set.intersection(*inner.values())
     if len(shared) < 2 or any(len(names) > 2 * len(shared) for names in inner.values()):
         return
+    if shared <= set(SPLIT_NAMES):  # cat/train/, cat/test/: classes holding splits
+        raise SourceError(
+            f"{src.path()}: its folders {few(folders)} each hold split folders ({few(shared)}), "
+            f"but a split tree holds its classes in its splits ({_SPLIT_LAYOUT}): move "
+            f"{folders[0]}/{min(shared)}/ to {min(shared)}/{folders[0]}/ and so on, or pass ",
+            Option("source", "folder"),
+            " to take every folder as a class, its splits' images together",
+        )
     raise SourceError(
         f"{src.path()}: its folders {few(folders)} each hold the same folders ({few(shared)}), "
         "as a split tree's split folders hold classes; pass ",
