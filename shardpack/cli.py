@@ -67,7 +67,12 @@ def _root(
     ] = False,
 ) -> None:
     """Pack image datasets into shards (TFRecord, ArrayRecord, WebDataset, Hugging Face
-    Parquet) in parallel, and read them back."""
+    Parquet) in parallel, and read them back.
+
+    Exit codes, every command: 0 done; 1 verify found a fault; 2 a usage error, input refused
+    or a run that failed (a worker killed, a full disk), in one line on stderr naming the file
+    and the fix; 130 Ctrl-C; 143 SIGTERM; 141 the reader of stdout went away (`| head`).
+    """
     if version:
         typer.echo(f"shardpack {__version__}")
         raise typer.Exit
@@ -506,11 +511,8 @@ def _dash_path(error: Exception) -> str:
 
 
 def main() -> None:
-    """Console entry point: usage errors and interrupts end in one line, never a traceback.
-
-    Exit codes: 0 done, 1 verify found faults, 2 bad input, 130 Ctrl-C, 143 SIGTERM, 141 the
-    reader of stdout went away (`| head`), as for a process that SIGPIPE stopped.
-    """
+    """Console entry point: usage errors and interrupts end in one line, never a traceback;
+    the exit codes are those `shardpack --help` names (141 as for a process SIGPIPE stopped)."""
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         _main()

@@ -149,8 +149,9 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         dataset = (f"{plural(summary['records'], 'image')} in {plural(shards, 'shard')} "
                    f"({_human_bytes(total)})")  # fmt: skip
         if grow.get("nothing"):
-            what = ("no shard written; index.json now tells SRC's copies, skips and other files"
-                    if grow.get("retold") else f"{summary['out']} is unchanged")  # fmt: skip
+            what = ("no shard written; index.json now tells SRC's classes, copies, skips and "
+                    "other files" if grow.get("retold")
+                    else f"{summary['out']} is unchanged")  # fmt: skip
             typer.echo(f"nothing to {'add' if grow['mode'] == 'append' else 'update'}: "
                        f"{what}, {dataset}")  # fmt: skip
         else:
@@ -254,7 +255,7 @@ def print_inspect(summary: dict) -> None:
             f"{plural(split['num_shards'], 'shard')}, {_human_bytes(split['num_bytes'])}"
         )
         for shard in split["shards"][:8]:
-            typer.echo(f"  {shard['file']}  {shard['num_records']:>8} records  "
+            typer.echo(f"  {shard['file']}  {plural(shard['num_records'], 'record'):>16}  "
                        f"{_human_bytes(shard['num_bytes']):>10}"
                        f"{'  gen ' + str(shard['generation']) if shard['generation'] else ''}"
                        f"{'  MISSING' if shard['missing'] else ''}")  # fmt: skip

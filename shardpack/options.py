@@ -477,7 +477,10 @@ def check_fractions(split: tuple[tuple[str, float], ...]) -> None:
                           "train=0.9")  # fmt: skip
     if abs(sum(fraction for _, fraction in split) - 1) > 1e-6:
         total = sum(fraction for _, fraction in split)
-        raise OptionError(Option("split"), f" fractions must add up to 1, got {total:g}")
+        other = next(n for n in ("test", "validation", "holdout") if n not in names)
+        fix = (f"add a split of the rest, such as {other}={round(1 - total, 6):g}" if total < 1
+               else "lower one of them")  # fmt: skip
+        raise OptionError(Option("split"), f" fractions must add up to 1, got {total:g}; {fix}")
 
 
 def parse_split(text: str) -> tuple[tuple[str, float], ...]:

@@ -78,7 +78,7 @@ from shardpack.packing.stats import entry_summaries
 from shardpack.packing.urlfailures import counts, retried, rows_of, url_failures, write_failures
 from shardpack.packing.writing import Planned
 from shardpack.schema import LABEL, Schema
-from shardpack.sources import Dataset, Item, scan
+from shardpack.sources import Dataset, Item, scan, source_of
 from shardpack.storage import Storage
 from shardpack.storage.urlpolicy import is_web_url
 
@@ -108,10 +108,12 @@ class Change:
     held: dict[str, tuple[str, int, int, int | None]]  # key -> (shard, position, size, meta)
 
     def summary(self, mode: str, rewritten: int) -> dict[str, object]:
-        """The run's counts, as the history and the summary give them."""
+        """The run's counts, as the history and the summary give them: --append changes and
+        removes nothing (what it leaves as packed is a note of its own, _said)."""
         added = sum(map(len, self.new.values()))
-        changed = sum(map(len, self.changed.values()))
-        return {"mode": mode, "added": added, "changed": changed, "removed": self.vanished,
+        changed = sum(map(len, self.changed.values())) if mode == "update" else 0
+        return {"mode": mode, "added": added, "changed": changed,
+                "removed": self.vanished if mode == "update" else 0,
                 "shards_rewritten": rewritten}  # fmt: skip
 
 
@@ -219,7 +221,9 @@ class GrowPack:
         self, dataset: Dataset, change: Change, options: PackOptions
     ) -> PackResult:
         """A grow with no shard to write: what it read again, and new copies or skips, told."""
-        out, old, contents, loose = self.out, self.old, self.contents, self.loose
+        out, contents, loose = self.out, self.contents, self.loose
+        old = _with_classes(self.old, dataset)
+        classed = old is not self.old  # new empty class folders: classes, as a fresh pack's
         if self.known != self.loaded:  # files read again, their bytes unchanged: read no more
             stamps.save(out, old, stamps.mtimes_to_save(contents.values(), self.known))
         copies = self.copies
@@ -227,12 +231,12 @@ class GrowPack:
         rescanned = warned != old.warnings or any(
             v != getattr(old, k) for k, v in _listed(dataset).items())  # fmt: skip
         # a skipped item gone from SRC, or what the scan says of SRC's other files changed
-        if copies is None and (loose != self.held.loose or rescanned):
+        if copies is None and (loose != self.held.loose or rescanned or classed):
             update = options.grow == "update"
             copies = _copies(dataset, contents, change, options, update)
         told = copies and _told(old, dataset, contents, loose, copies, options)
         retold = bool(told) and (told != {k: getattr(old, k) for k in told} or
-                                 loose != self.held.loose)  # fmt: skip
+                                 loose != self.held.loose or classed)  # fmt: skip
         if retold:  # new copies or skips to report
             _retell(out, old, told, contents, loose, copies)
             old = load_index(out)
@@ -294,6 +298,18 @@ class GrowPack:
                                         *_asked_again(self.again, mended)),
             grow=summary,
         )  # fmt: skip
+
+
+def _with_classes(old: Index, dataset: Dataset) -> Index:
+    """`old` with the classes SRC adds at the end (a grow with no shard to write finds them
+    only as empty class folders), each split counting none of them; `old` itself if none."""
+    classes = dataset.classes
+    if classes == old.classes:
+        return old
+    splits = {name: replace(split, class_counts=(*split.class_counts,
+                                                 *[0] * (len(classes) - len(split.class_counts))))
+              for name, split in old.splits.items()}  # fmt: skip
+    return replace(old, schema=dataset.schema, splits=splits)
 
 
 def _lossless(shards: Iterable[Entry]) -> int | None:
@@ -467,6 +483,7 @@ def _refuse_streamed(out: Storage, old: Index) -> None:
 def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Dataset:
     """SRC's items labelled by the dataset's classes, new classes numbered after them."""
     dataset = scan(src, replace(options, classes=options.classes or None), storage_options)
+    _refuse_other_source(src, old, dataset)
     found = dataset.classes
     grown = (*old.classes, *(c for c in found if c not in old.classes))
     if options.classes is None and found != grown and old.classes:
@@ -516,6 +533,20 @@ def _renumbered(item: Item, renumber: dict[str, list[int]]) -> Item:
         elif value is not None:
             fields[name] = tuple(numbers[v] for v in value)
     return item._replace(fields=fields)
+
+
+def _refuse_other_source(src: Storage, old: Index, dataset: Dataset) -> None:
+    """Refuse a SRC of another source than the dataset's (a split tree for class folders):
+    most likely another dataset, whose every item would be new and every held one vanished."""
+    if old.source is None or old.source in dataset.source.kinds:  # (None: an older index)
+        return
+    try:
+        packed = source_of(old.source).described
+    except ValueError:  # a source not registered in this process
+        packed = repr(old.source)
+    raise OutputError(f"{src.path()}: holds {dataset.source.described}, and {old.out} was "
+                      f"packed from {packed}; pass the SRC it was packed from, or pack this one "
+                      "into another output folder")  # fmt: skip
 
 
 def _feature_change(features: dict, old: dict) -> str:
@@ -963,7 +994,8 @@ def _nothing(
     retold: bool,
 ) -> PackResult:
     """The result of a grow that found nothing to write: no shard touched (`retold`: its
-    index.json now tells new copies, skips, files that are no image or warnings)."""
+    index.json now tells new (empty) classes, copies, skips, files that are no image or
+    warnings)."""
     records = sum(s.num_records for s in old.splits.values())
     shards = sum(len(s.shards) for s in old.splits.values())
     return PackResult(root, old, records, old.num_skipped,

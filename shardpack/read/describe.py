@@ -23,7 +23,8 @@ def describe(
 
     Args:
         out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
-        num_records: how many records of each split to show (image bytes left out).
+        num_records: how many records of each split to show (image bytes left out); none
+            of a split with a shard missing.
         storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
 
     Returns:
@@ -36,7 +37,9 @@ def describe(
     splits = {}  # request a shard on an object store
     for name, split in index.splits.items():
         samples = []
-        records = iter_examples(index.storage, name)
+        # a split a shard of which is gone shows no records: its shards are said MISSING
+        whole = all(s.file in present for s in split.shards)
+        records = iter_examples(index.storage, name) if whole else iter(())
         for record in itertools.islice(records, num_records):
             record["image_bytes"] = len(record.pop("image"))
             label = record.get("label")

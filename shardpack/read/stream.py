@@ -330,8 +330,8 @@ def tf_dataset(
             not (index, count), `lists` is neither "ragged" nor "padded", epochs,
             batch_size or image_size is not a positive count or (height, width), or batches
             would stack decoded images the index says differ in size (pass image_size).
-        tf.errors.DataLossError: while iterating, a local record fails its CRC; TensorFlow
-            names no file (docs/reading.md): `shardpack verify OUT` names the shard.
+        tf.errors.InvalidArgumentError: while iterating, a local record fails its CRC; it
+            names the shard and `shardpack verify OUT`, which names the record (reading.md).
     """
     _check_tf_args(batch_size, epochs, image_size, lists)
     index = load_index(out, storage_options)
@@ -444,11 +444,12 @@ def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_re
     # cannot convert the generator a store's shards are streamed through (make_tf_data)
     @tf.autograph.experimental.do_not_convert
     def read(path, first, end):
-        return (
+        records = (
             container.make_tf_data(tf, index.storage, path, compression)
             .skip(first)
             .take(end - first)
         )
+        return _whole_or_named(tf, records, path, end - first, index.out) if local else records
 
     files = tf.data.Dataset.from_tensor_slices((
         tf.constant(paths, tf.string),
@@ -465,6 +466,25 @@ def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_re
         deterministic=ordered,
     )
     return ds.shuffle(TF_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+
+
+def _whole_or_named(tf, records, path, count, out: str):
+    """A local shard's `count` records, or after those it could read an error naming the shard:
+    TensorFlow's own (DataLossError, "corrupted record at N") names no file. Its error is passed
+    over, which ends the shard there; the zip asks for the element after the records only when
+    they fall short of `count`, so a whole shard costs no Python and no function call a record
+    (the map returning its argument is passed through)."""
+    said = (": TensorFlow could not read its records whole (a record is damaged, or the file "
+            f"changed since it was packed); `shardpack verify {out}` names the damaged record: "
+            "restore the shard from a copy or pack again")  # fmt: skip
+
+    def fail(name):
+        check = tf.debugging.Assert(False, [tf.strings.join([name, said])])
+        with tf.control_dependencies([check]):
+            return tf.identity(name)
+
+    ended = records.ignore_errors().concatenate(tf.data.Dataset.from_tensors(path).map(fail))
+    return tf.data.Dataset.zip((tf.data.Dataset.range(count), ended)).map(lambda _, r: r)
 
 
 def _tf_spec(tf, schema: Schema) -> dict:

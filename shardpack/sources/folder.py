@@ -156,6 +156,14 @@ def _refuse_split_like(src: Storage, folders: tuple[str, ...], found: Listing) -
     shared = set.intersection(*inner.values())
     if len(shared) < 2 or any(len(names) > 2 * len(shared) for names in inner.values()):
         return
+    if shared <= set(SPLIT_NAMES):  # cat/train/, cat/test/: classes holding splits
+        raise SourceError(
+            f"{src.path()}: its folders {few(folders)} each hold split folders ({few(shared)}), "
+            f"but a split tree holds its classes in its splits ({_SPLIT_LAYOUT}): move "
+            f"{folders[0]}/{min(shared)}/ to {min(shared)}/{folders[0]}/ and so on, or pass ",
+            Option("source", "folder"),
+            " to take every folder as a class, its splits' images together",
+        )
     raise SourceError(
         f"{src.path()}: its folders {few(folders)} each hold the same folders ({few(shared)}), "
         "as a split tree's split folders hold classes; pass ",
@@ -347,15 +355,23 @@ def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
             way += f", or pass {parent} to pack {name} as one class"
         return (f"its {loose} images lie in SRC itself, but each class needs its own folder "
                 f"(SRC/<class>/<image>): {way}",)  # fmt: skip
-    expected = f"expected SRC/<class>/<image> with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}"
-    if passed.ignored:  # files of another kind (HEIC photos, say): name their kinds
-        kinds = Counter(os.path.splitext(name)[1].lower() or "no extension"
-                        for name in passed.ignored_files)  # fmt: skip
-        said = ", ".join(f"{kind} {n:,}" for kind, n in kinds.most_common(3))
-        files = "file" if passed.ignored == 1 else "files"
-        return (f"{expected}; its {passed.ignored:,} {files} have none of those ({said}): convert "
-                "the images to one of those formats",)  # fmt: skip
-    return (expected,)
+    return (expected_layout(passed),)
+
+
+def expected_layout(passed: Passed, splits: bool = False) -> str:
+    """The layout (of a split tree's, `splits`) and extensions a scan that found no image
+    expected, and the kinds of the files it passed over instead (HEIC photos, say) with the
+    way on: a message's tail."""
+    layout = _SPLIT_LAYOUT if splits else "SRC/<class>/<image>"
+    expected = f"expected {layout} with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}"
+    if not passed.ignored:
+        return expected
+    kinds = Counter(os.path.splitext(name)[1].lower() or "no extension"
+                    for name in passed.ignored_files)  # fmt: skip
+    said = ", ".join(f"{kind} {n:,}" for kind, n in kinds.most_common(3))
+    have = "has" if passed.ignored == 1 else "have"
+    return (f"{expected}; its {plural(passed.ignored, 'file')} {have} none of those ({said}): "
+            "convert the images to one of those formats")  # fmt: skip
 
 
 def in_split_folders(passed: Passed) -> tuple[str, ...]:

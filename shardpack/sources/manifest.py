@@ -383,9 +383,11 @@ def split_manifests(root: Storage) -> list[tuple[str, Storage]] | None:
         return None
     others = [name for name in folders if name not in found]
     if others:
+        holds = "folder {} holds a metadata file" if len(found) == 1 else (
+            "folders {} hold a metadata file each")  # fmt: skip
         raise SourceError(
-            f"{root.path()}: its split folders {few(found)} hold a metadata file each and "
-            f"{few(others)} none; give each split folder its own metadata file (Hugging Face "
+            f"{root.path()}: its split {holds.format(few(found))} and {few(others)} none; "
+            "give each split folder its own metadata file (Hugging Face "
             "ImageFolder), or move the others out of SRC"
         )
     return sorted(found.items())
@@ -441,10 +443,15 @@ def yxyx(name: str, value: object, fmt: str) -> np.ndarray:
 
 def _elsewhere(skipped: list[tuple[str, str]], root: str | None, base: str) -> tuple:
     """The end of "no row names a usable image" where every row's image is missing under the
-    manifest's folder: most likely the manifest was moved away from its images, or lists them
-    relative to another folder, which --root names."""
+    manifest's folder: most likely the manifest lists them with Windows' separator, was moved
+    away from its images, or lists them relative to another folder, which --root names."""
     missing = os.strerror(errno.ENOENT)
-    if root is not None or not skipped or not all(r.endswith(missing) for _, r in skipped):
+    if not skipped or not all(r.endswith(missing) for _, r in skipped):
+        return ()
+    if any("\\" in key for key, _ in skipped):  # a list written on Windows: imgs\a.jpg
+        return ("; its paths are written with '\\' between folders, as on Windows: write them "
+                "with '/'",)  # fmt: skip
+    if root is not None:
         return ()
     return ("; its paths were read under ", base, ": if they are relative to another folder, "
             "pass ", Option("root"), " with that folder")  # fmt: skip

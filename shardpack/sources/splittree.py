@@ -9,9 +9,9 @@ from shardpack.options import SPLIT_NAMES, PackOptions, check_split_names
 from shardpack.schema import Schema
 from shardpack.sources.classlist import class_list, labelled
 from shardpack.sources.folder import (
-    IMAGE_EXTENSIONS,
     Passed,
     empty_class_warnings,
+    expected_layout,
     few,
     folder_entries,
     hidden,
@@ -90,14 +90,16 @@ def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:
     for split, (_, found, empty) in listings.items():
         splits[split], skipped = labelled(found, classes, options.on_error)
         left_out += skipped
+        if not found:  # a split folder left empty (its images not copied in): no split at all
+            warnings.append(f"split folder {split!r} ({root.path(split)}) holds no image in a "
+                            f"class folder: the pack has no split {split!r}")  # fmt: skip
         warnings += empty_class_warnings(root.path(split), empty, classes)
     images = sum(len(found) for _, found, _ in listings.values())
     if images and not any(splits.values()):
         raise left_out_by_classes(root.path(), images, found_classes)
     if not any(splits.values()):
         raise SourceError(f"{root.path()}: no images found; ", *(in_split_folders(passed) or (
-            "expected SRC/<split>/<class>/<image> with extensions "
-            f"{', '.join(sorted(IMAGE_EXTENSIONS))}",)))  # fmt: skip
+            expected_layout(passed, splits=True),)))  # fmt: skip
     splits = {split: items for split, items in splits.items() if items}
     return passed.dataset("split-tree", root, Schema.build(classes), splits, left_out, warnings)
 

@@ -59,6 +59,13 @@ def test_pack_verify_inspect(src: Path, tmp_path: Path):
     assert "split train: 7 records in 2 shards" in result.output and "encoding png" in result.output
 
 
+def test_inspect_counts_a_shard_of_one_record_in_the_singular(src: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    runner.invoke(app, ["pack", str(src), str(out), "--shards", "7", "--workers", "1"])
+    shown = runner.invoke(app, ["inspect", str(out)]).output
+    assert re.search(r"tfrecord-00000-of-00007 +1 record  ", shown) and "1 records" not in shown
+
+
 def test_json_outputs(src: Path, tmp_path: Path):
     out = tmp_path / "out"
     result = runner.invoke(app, ["pack", str(src), str(out), "--json", "--workers", "1"])
@@ -271,6 +278,11 @@ def test_verify_exit_code_on_fault(src: Path, tmp_path: Path):
         (["pack", "{tmp}/labels.csv", "{tmp}/out"], "labels.csv: no such file; check the manifest"),
         (["verify", "{tmp}/afile"], "afile: is a file, not a pack output; pass the folder that"),
         (["inspect", "{tmp}/afile"], "afile: is a file, not a pack output; pass the folder that"),
+        # every command that reads OUT refuses a folder that is none with the same code
+        (["report", "{tmp}/missing"], "missing: no such folder; pass the OUT of a pack run"),
+        (["preview", "{tmp}/missing"], "missing: no such folder; pass the OUT of a pack run"),
+        (["index-files", "{tmp}/empty"], "index.json: not found"),
+        (["report", "{tmp}/empty", "--frobnicate"], "No such option"),
         # PackOptions says `resize_mode='pad'` to Python callers; the CLI names its flags
         (
             ["pack", "{src}", "{tmp}/out", "--resize-mode", "pad"],
@@ -549,6 +561,16 @@ def test_version():
 
     result = _run("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"shardpack {__version__}"
+
+
+def test_the_help_says_what_each_exit_code_means():
+    """README's exit codes, where a user of the command line looks: 2 is a usage error and
+    refused input alike (click's usage code), 1 verify's fault."""
+    flat = " ".join(_run("--help").stdout.split())
+    assert "Exit codes, every command: 0 done; 1 verify found a fault; 2 a usage error, input " \
+        "refused or a run that failed" in flat, flat  # fmt: skip
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    assert "exit code 2, as does a usage error" in readme and "1: `verify` found a fault" in readme
 
 
 def test_the_help_names_every_container():

@@ -73,9 +73,11 @@ def test_append_adds_a_class_at_the_end_and_leaves_every_shard(tmp_path: Path):
     before = shard_files(out)
     _add(src, "ant", 3, seed=100)  # sorts first: it must still get the next number
     _add(src, "dog", 2, seed=200)
+    (src / "cat" / "img_000.jpg").unlink()  # left as packed, and said so: not "removed 1"
     result = pack(src, out, PackOptions(grow="append", workers=1))
     assert result.grow == {"mode": "append", "added": 5, "changed": 0, "removed": 0,
                            "shards_rewritten": 0}  # fmt: skip
+    assert result.notes[0].startswith("0 changed and 1 vanished items left as packed")
     after = shard_files(out)
     assert {k: after[k] for k in before} == before  # byte for byte, under their names
     new = sorted(set(after) - set(before))
@@ -166,6 +168,9 @@ def test_a_differing_option_or_class_list_is_refused_naming_it(tmp_path: Path):
     one_line_error(done, '--encode jpeg (the dataset\'s: "png"); drop them: --append takes')
     done = run_cli("pack", str(src), str(out), "--append", "--classes", "dog,cat", "--no-progress")
     one_line_error(done, "--classes", "begin with the dataset's 2 classes")
+    tree = make_tree(tmp_path / "tree" / "train", {"cat": 1}).parent  # another dataset
+    done = run_cli("pack", str(tree), str(out), "--append", "--no-progress")
+    one_line_error(done, f"{tree}: holds split folders, and {out} was packed from class folders")
     assert _files(out) == before
     nowhere = tmp_path / "nowhere"
     one_line_error(run_cli("pack", str(src), str(nowhere), "--append"), "no dataset to grow")

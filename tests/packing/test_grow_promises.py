@@ -55,6 +55,7 @@ def _told(out: Path) -> dict:
     """What index.json says of the records, skips, copies and statistics, and the keys read."""
     doc = json.loads((out / "index.json").read_text())
     return {
+        "classes": doc["classes"],
         "keys": {s: sorted(r["key"] for r in iter_examples(out, s)) for s in doc["splits"]},
         "class_counts": {name: split["class_counts"] for name, split in doc["splits"].items()},
         "skipped": sorted((s["key"], s["reason"]) for s in doc["skipped"]),
@@ -128,6 +129,11 @@ def test_a_grown_pack_tells_srcs_other_files_empty_classes_and_pngs_made_as_a_fr
     (src / "dog" / "desktop.ini").write_text("[x]")
     result = pack(src, out, PackOptions(grow="update", workers=1))
     assert result.grow["nothing"] and _told(out) == _fresh(src, tmp_path)
+    (src / "fox").mkdir()  # a new class with no image yet: a class, as a fresh pack lists it
+    grown = run_cli("pack", str(src), str(out), "--append", "--no-progress")
+    assert "4 classes: cat, dog, eel, fox" in grown.stdout, grown.stdout
+    assert _told(out) == _fresh(src, tmp_path)
+    assert (out / "label.labels.txt").read_text().split() == ["cat", "dog", "eel", "fox"]
 
 
 def test_a_deduplicated_pack_grown_with_nothing_new_adds_nothing(tmp_path: Path):

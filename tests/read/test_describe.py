@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shardpack.read.describe import describe
-from tests.helpers import OBJECT_ROWS, pack_objects, run_cli
+from tests.helpers import OBJECT_ROWS, pack_objects, packed_tree, run_cli
 
 
 def test_inspect_says_the_objects_in_one_line_with_class_names(objects_out: Path):
@@ -18,6 +18,17 @@ def test_inspect_says_the_objects_in_one_line_with_class_names(objects_out: Path
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("  objects:")]
     assert line == ("  objects: 4 in 3 images (1 without), 1.333 per image, at most 2; cat 2, "
                     "dog 1, eel 1; boxes small 2, medium 1, large 1")  # fmt: skip
+
+
+def test_inspect_of_a_dataset_missing_a_shard_says_so_and_shows_the_rest(tmp_path: Path):
+    """It ended in one error line, the shard's "cannot open", before it could say MISSING."""
+    out = packed_tree(tmp_path, {"a": 2, "b": 2}, shards=2)
+    gone = sorted(out.glob("*.tfrecord-*"))[0]
+    gone.unlink()
+    done = run_cli("inspect", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"{gone.name}" in done.stdout and "MISSING" in done.stdout
+    assert done.stderr.startswith(f"warning: 1 shard the index lists not in OUT ({gone.name})")
 
 
 def test_a_grown_dataset_s_history_counts_its_shards_in_words():

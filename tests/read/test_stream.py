@@ -359,6 +359,27 @@ def test_tensorflow_reads_such_a_tfrecord_whole_or_fails_without_a_name(
         list(tf.data.TFRecordDataset(str(first)))
 
 
+@pytest.mark.heavy
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_tf_dataset_names_a_local_shard_with_a_damaged_record(
+    packed: Path, tmp_path: Path, shuffle: bool
+):
+    """TensorFlow's DataLossError ("corrupted record at 12") names no file: tf_dataset's names
+    the shard and the command that names the record."""
+    import shutil
+
+    import tensorflow as tf
+
+    out = Path(shutil.copytree(packed, tmp_path / "copy"))
+    damaged = sorted(out.glob("*.tfrecord-*"))[1]
+    data = bytearray(damaged.read_bytes())
+    data[40] ^= 0xFF  # in the first record's bytes: its size stays, its CRC fails
+    damaged.write_bytes(data)
+    said = f"{re.escape(str(damaged))}: TensorFlow could not read .* `shardpack verify {out}`"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=said):
+        list(tf_dataset(out, shuffle=shuffle, decode=False))
+
+
 def test_a_tar_whose_end_is_cut_is_refused_by_every_reader(tmp_path: Path):
     import tarfile
 

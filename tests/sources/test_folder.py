@@ -1005,6 +1005,17 @@ def test_folders_holding_the_same_class_folders_are_refused_as_a_split_tree(tmp_
         scan(src)
     assert set(scan(src, PackOptions(split_names=("te", "tr"))).splits) == {"te", "tr"}
     assert scan(src, PackOptions(source="folder")).classes == ("te", "tr")
+    # classes holding split folders (cat/train/): not to be taken as splits named cat and dog
+    inverted = helpers.make_tree(tmp_path / "inv" / "cat", {"train": 1, "test": 1}).parent
+    helpers.make_tree(inverted / "dog", {"train": 1, "test": 1})
+    with pytest.raises(SourceError) as caught:
+        scan(inverted)
+    assert str(caught.value) == (
+        f"{inverted}: its folders 'cat', 'dog' each hold split folders ('test', 'train'), but a "
+        "split tree holds its classes in its splits (SRC/<split>/<class>/<image>): move "
+        "cat/test/ to test/cat/ and so on, or pass source='folder' to take every folder as a "
+        "class, its splits' images together"
+    )
     # one shared folder (Tiny ImageNet's <class>/images/) is a class tree
     helpers.make_tree(tmp_path / "tiny" / "n01", {"images": 1})
     helpers.make_tree(tmp_path / "tiny" / "n02", {"images": 1})
@@ -1040,4 +1051,14 @@ def test_a_tree_of_other_files_names_their_kinds(tmp_path):
     assert str(caught.value).endswith(
         ".tiff, .webp; its 4 files have none of those (.heic 3, .txt 1): convert the images to "
         "one of those formats"
+    )
+    (tmp_path / "tree" / "train" / "cat").mkdir(parents=True)  # a split tree's: said alike
+    (tmp_path / "tree" / "test").mkdir()
+    (tmp_path / "tree" / "train" / "cat" / "IMG_4.HEIC").write_bytes(b"x")
+    with pytest.raises(SourceError) as caught:
+        scan(tmp_path / "tree")
+    assert str(caught.value).endswith(
+        "expected SRC/<split>/<class>/<image> with extensions .bmp, .gif, .jpeg, .jpg, .png, "
+        ".tif, .tiff, .webp; its 1 file has none of those (.heic 1): convert the images to one "
+        "of those formats"
     )

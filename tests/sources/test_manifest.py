@@ -27,6 +27,7 @@ from tests.helpers import (
     heavy_import,
     make_tree,
     needs,
+    one_line_error,
     run_cli,
     run_json,
     write_csv,
@@ -103,6 +104,23 @@ def test_an_unusable_manifest_is_one_line(tmp_path: Path, header: list[str], wor
     done = _cli("pack", str(manifest), str(tmp_path / "out"))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert all(w in done.stderr for w in words), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "fix"),
+    [
+        ("m.csv", "path;label", "separated by ';', and a CSV file's by ','; save it with commas"),
+        ("m.csv", "path\tlabel", "separated by '\\t', and a CSV file's by ','; rename it .tsv"),
+        ("m.tsv", "path,label", "separated by ',', and a TSV file's by '\\t'; rename it .csv"),
+    ],
+)
+def test_a_table_of_another_separator_is_named_so(tmp_path: Path, name: str, line: str, fix):
+    """A spreadsheet's ';' CSV was read as one column named 'path;label' and told to pass it as
+    --path-column; now the separator is said, and what to do."""
+    manifest = tmp_path / name
+    manifest.write_text(f"{line}\ncat/img_000.jpg{line[4]}cat\n")
+    done = _cli("pack", str(manifest), str(tmp_path / "out"))
+    one_line_error(done, f"{manifest}: its first line {line!r} is one column: its cells are {fix}")
 
 
 def test_an_optional_number_column_stops_the_run_before_anything_is_written(tmp_path: Path):
@@ -392,7 +410,8 @@ def test_split_folders_with_and_without_metadata_or_rows_in_and_out_of_them_are_
     make_tree(src / "test", {"cat": 1}, ".png")
     write_jsonl(src / "train" / "metadata.jsonl",
                 [{"file_name": "cat/img_000.png", "label": "cat"}])  # fmt: skip
-    with pytest.raises(SourceError, match="'train' hold a metadata file each and 'test' none"):
+    said = "its split folder 'train' holds a metadata file and 'test' none"
+    with pytest.raises(SourceError, match=said):
         pack(src, tmp_path / "out", PackOptions(workers=1))
     (src / "train" / "metadata.jsonl").unlink()
     write_jsonl(src / "metadata.jsonl", [{"file_name": "train/cat/img_000.png", "label": "cat"},
@@ -586,3 +605,8 @@ def test_a_manifest_away_from_its_images_is_told_to_pass_root(tmp_path):
     with pytest.raises(SourceError) as caught:  # some rows bad, not every one missing: no hint
         scan(write_csv(tmp_path / "elsewhere" / "mixed.csv", [*rows, {"path": "", "label": "x"}]))
     assert "--root" not in as_flags(caught.value)
+    windows = [{**row, "path": row["path"].replace("/", "\\")} for row in rows]  # cat\img_000.jpg
+    with pytest.raises(SourceError) as caught:  # beside its images, written on Windows
+        scan(write_csv(pets / "windows.csv", windows))
+    assert as_flags(caught.value).endswith("; its paths are written with '\\' between folders, "
+                                           "as on Windows: write them with '/'")  # fmt: skip

@@ -63,6 +63,15 @@ def test_an_image_in_a_split_folder_beside_its_classes_is_skipped_with_why(tmp_p
     assert dataset.ignored == 0
 
 
+def test_an_empty_split_folder_is_warned_of_as_no_split(tmp_path: Path):
+    src = _split_tree(tmp_path / "src")
+    (src / "test" / "cat").mkdir(parents=True)  # its images never copied in
+    dataset = scan(src)
+    assert sorted(dataset.splits) == ["train", "validation"]
+    assert dataset.warnings[0] == (f"split folder 'test' ({src / 'test'}) holds no image in a "
+                                   "class folder: the pack has no split 'test'")  # fmt: skip
+
+
 def test_split_folders_of_images_alone_say_where_the_images_lie(tmp_path: Path):
     """Images straight in train/ and valid/ (no class folders) ended in a bare 'no images
     found' about folders full of images; as for images in SRC itself, it now says where they
@@ -366,8 +375,9 @@ def test_split_of_a_source_with_splits_or_too_few_items_is_refused(tmp_path: Pat
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        ("train=0.9,val=0.2", "add up to 1"),
-        ("train=0.9", "add up to 1"),
+        ("train=0.9,val=0.2", "add up to 1, got 1.1; lower one of them"),
+        ("train=0.9", "add up to 1, got 0.9; add a split of the rest, such as test=0.1"),
+        ("train=0.7,test=0.2", "got 0.9; add a split of the rest, such as validation=0.1"),
         ("train", "must look like"),
         ("train=x", "must look like"),
         ("train=0.5,train=0.5", "each split once"),

@@ -20,6 +20,7 @@ def csv_chunks(path: str, f: BinaryIO, delimiter: str) -> Iterator[Chunk]:
     header = next(records, None)
     if header is None:
         raise SourceError(f"{path}: is empty; the first line must name the columns")
+    _check_separator(path, header, delimiter)
     check_names(path, header)
     end = reader.line_num
     while batch := list(itertools.islice(records, chunks.CHUNK_ROWS)):
@@ -28,6 +29,25 @@ def csv_chunks(path: str, f: BinaryIO, delimiter: str) -> Iterator[Chunk]:
             yield _csv_chunk(header, list(range(before + 1, end + 1)), batch, [])
         else:  # blank lines, quoted newlines or rows of another width among them
             yield _csv_uneven(header, before, batch)
+
+
+# What a table saved elsewhere separates its cells with (a spreadsheet in a locale whose decimal
+# point is a comma writes ';'), and how to make it one shardpack reads.
+_OTHER_SEPARATORS = {",": "rename it .csv", "\t": "rename it .tsv", ";": None, "|": None}
+
+
+def _check_separator(path: str, header: list[str], delimiter: str) -> None:
+    """Refuse a header read as one column that another separator splits into several: every
+    row would be one cell, and the column names one name holding them all."""
+    if len(header) != 1:
+        return
+    kind, between = ("TSV", "tabs") if delimiter == "\t" else ("CSV", "commas")
+    for other, fix in _OTHER_SEPARATORS.items():
+        if other != delimiter and other in header[0]:
+            fix = fix or f"save it with {between} between cells"
+            raise SourceError(f"{path}: its first line {header[0]!r} is one column: its cells "
+                              f"are separated by {other!r}, and a {kind} file's by "
+                              f"{delimiter!r}; {fix}")  # fmt: skip
 
 
 def _noting_end(lines: Iterator[str], ended: list[bool]) -> Iterator[str]:
