@@ -117,19 +117,21 @@ def test_a_record_with_the_wrong_feature_types_is_a_fault(out: Path):
     assert any(f.offset == 0 and "'label'" in f.reason for f in faults)
 
 
-def test_inspect_and_preview_of_a_missing_shard_are_one_line(out: Path, tmp_path: Path):
+def test_inspect_and_preview_of_a_missing_shard_say_so_in_one_line(out: Path, tmp_path: Path):
     _shard(out, 0).unlink()
-    for args in (["inspect", str(out)], ["preview", str(out), "--out", str(tmp_path / "p.png")]):
-        run = run_cli(*args)
-        assert run.returncode == 2 and "cannot open" in run.stderr
+    run = run_cli("preview", str(out), "--out", str(tmp_path / "p.png"))
+    assert run.returncode == 2 and "cannot open" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    # inspect shows the listing (and no records of the split missing a shard), and marks
+    # what is not there, with or without records asked for
+    for records in ("3", "0"):
+        run = run_cli("inspect", str(out), "--records", records)
+        assert run.returncode == 0 and f"{_shard(out, 0).name}  " in run.stdout
+        assert [line for line in run.stdout.splitlines() if line.endswith("MISSING")] == [
+            line for line in run.stdout.splitlines() if _shard(out, 0).name in line
+        ]
+        assert run.stderr.startswith("warning: 1 shard the index lists not in OUT (")
         assert len(run.stderr.strip().splitlines()) == 1
-    # Without records to read, inspect shows the listing, and marks what is not there.
-    run = run_cli("inspect", str(out), "--records", "0")
-    assert run.returncode == 0 and f"{_shard(out, 0).name}  " in run.stdout
-    assert [line for line in run.stdout.splitlines() if line.endswith("MISSING")] == [
-        line for line in run.stdout.splitlines() if _shard(out, 0).name in line
-    ]
-    assert run.stderr.startswith("warning: 1 shard the index lists not in OUT (")
     run = run_cli("preview", str(out), "--out", "/nonexistent/dir/p.png")
     assert run.returncode == 2 and "Traceback" not in run.stderr
 
