@@ -18,6 +18,7 @@ record numbers while they are drawn, and the shards' open readers; no record buf
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -80,6 +81,11 @@ class _Epochs(IterableDataset):
         """The length of this rank's sequence in epoch `epoch`, without drawing its order."""
         raise NotImplementedError
 
+    def version(self) -> int:
+        """A number that changes when the records an epoch's order is drawn over do (a grown or
+        updated pack, another one of as many records): a state taken over others is refused."""
+        raise NotImplementedError
+
     def read_all(self, items: np.ndarray) -> Iterator[object]:
         """The items, read in turn (a subclass may fetch ahead)."""
         return map(self.read, items)
@@ -134,7 +140,8 @@ class _Epochs(IterableDataset):
         if not is_count(taken, 0):
             raise ShardpackError(f"consumed must be an integer of at least 0, got: {consumed!r}")
         state = {"epoch": self.epoch, "consumed": self._start, "seed": self.seed,
-                 "world_size": self.world_size, "records": self.total()}  # fmt: skip
+                 "world_size": self.world_size, "records": self.total(),
+                 "version": self.version()}  # fmt: skip
         worker = get_worker_info()
         if worker is None or consumed is not None:
             return {**state, "consumed": self._start + taken}
@@ -171,6 +178,12 @@ class _Epochs(IterableDataset):
                 f"the state was taken over {state['records']!r} records, this dataset reads "
                 f"{self.total()} (the pack grew, or is another): the rest of epoch "
                 f"{state['epoch']} cannot be found; go on with set_epoch({state['epoch'] + 1})"
+            )
+        if state.get("version", self.version()) != self.version():  # (none before versions)
+            raise ShardpackError(
+                "the state was taken over other shards than this dataset reads (the pack was "
+                f"grown or updated since, or is another): the rest of epoch {state['epoch']} "
+                f"cannot be found; go on with set_epoch({state['epoch'] + 1})"
             )
         part = _worker_part_state(state)
         if state["epoch"] < self.epoch and state["consumed"] >= self.epoch_length(state["epoch"]):
@@ -260,6 +273,7 @@ class ShardDataset(_Epochs):
         check_sizes(index, shards)  # before 8 bytes a record are taken for what they claim
         self.counts = [s.num_records for s in shards]
         self._files = [s.file for s in shards]
+        self._version = _version(f"{s.file} {s.sha256}" for s in shards)
         self._ends = np.cumsum(self.counts)
         self._records: Records | None = None
         self._cache: ShardCache | None = None
@@ -273,6 +287,9 @@ class ShardDataset(_Epochs):
 
     def total(self) -> int:
         return sum(self.counts)
+
+    def version(self) -> int:
+        return self._version
 
     def reorders(self) -> bool:
         return self.shuffle
@@ -400,6 +417,9 @@ class Mix(_Epochs):
     def total(self) -> int:
         return sum(source.total() for source in self.sources)
 
+    def version(self) -> int:
+        return _version(str(source.version()) for source in self.sources)
+
     def epoch_length(self, epoch: int) -> int:
         lengths = [source.epoch_length(epoch) for source in self.sources]
         return len(mix_choices(self.weights, lengths, self.seed, epoch, self.end))
@@ -458,13 +478,20 @@ def _from_loader(state: dict, batch_size: int) -> dict:
     first = workers[0]
     if not all(is_count(w.get("worker_taken"), 0) for w in workers) or not is_count(since, 0):
         raise ShardpackError(f"not a state_dict of a shardpack dataset: {first!r}")
-    keys = ("epoch", "consumed", "seed", "world_size", "records")
+    keys = ("epoch", "consumed", "seed", "world_size", "records", "version")
     if any(tuple(w.get(k) for k in keys) != tuple(first.get(k) for k in keys) for w in workers):
         raise ShardpackError("a StatefulDataLoader's workers disagree on the epoch: "
                              "not a state of one loader over one shardpack dataset")  # fmt: skip
     consumed = first.get("consumed", 0) + sum(w["worker_taken"] for w in workers)
-    state = {k: first[k] for k in keys if k in first}  # "records": not in a state from before
+    # "records", "version": not in a state from before them
+    state = {k: first[k] for k in keys if k in first}
     return state | {"consumed": consumed + since * batch_size}
+
+
+def _version(parts: Iterator[str]) -> int:
+    """A 48-bit number of these texts in this order (exact in JSON, where a state may be kept)."""
+    digest = hashlib.blake2b("\n".join(parts).encode("utf-8", "surrogateescape"), digest_size=6)
+    return int.from_bytes(digest.digest(), "big")
 
 
 def _worker_part_state(state: dict) -> tuple[int, int, int] | None:

@@ -144,7 +144,7 @@ _RESUME = """
 import json, sys, torch
 from shardpack.errors import ShardpackError
 from shardpack.torch import ShardDataset
-out, grown = sys.argv[1:]
+out, grown = sys.argv[1:3]
 B = 3
 
 def dataset(rank):
@@ -178,7 +178,8 @@ for rank, stop, before, after, again in ((0, 0, 0, 2, False), (1, 1, 2, 3, True)
     resumed.set_epoch(3)  # the next epoch: whole
     got.append([whole, taken, rest, state, length, len(resumed)])
 for other in (ShardDataset(out, world_size=3, rank=0, seed=7),
-              ShardDataset(grown, batch_size=B, seed=7, rank=0, world_size=2)):
+              ShardDataset(grown, batch_size=B, seed=7, rank=0, world_size=2),
+              ShardDataset(sys.argv[3], batch_size=B, seed=7, rank=0, world_size=2)):
     try:
         other.load_state_dict(state)
     except ShardpackError as e:
@@ -189,8 +190,10 @@ print(json.dumps(got))
 
 def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs, shared_pack):
     grown = shared_pack({"a": 13, "b": 13}, shards=3, workers=1)  # one record more
-    got = run_json(_RESUME, str(packs[3]), str(grown))
-    grew = got.pop()  # before, read as the rest: another order's records, some twice
+    other = shared_pack({"a": 13, "b": 12}, shards=3, workers=1, seed=1)  # as many, shuffled
+    got = run_json(_RESUME, str(packs[3]), str(grown), str(other))
+    changed = got.pop()  # before, read as the rest: other records, some twice, some never
+    grew = got.pop()
     refused = got.pop()
     for whole, taken, rest, state, length, next_length in got:
         assert taken + rest == whole and len(rest) == length and next_length == len(whole)
@@ -200,6 +203,11 @@ def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs, shared_pa
     assert grew == (
         "the state was taken over 25 records, this dataset reads 26 (the pack grew, "
         "or is another): the rest of epoch 2 cannot be found; go on with set_epoch(3)"
+    )
+    assert changed == (
+        "the state was taken over other shards than this dataset reads (the pack was grown or "
+        "updated since, or is another): the rest of epoch 2 cannot be found; go on with "
+        "set_epoch(3)"
     )
 
 
