@@ -297,6 +297,10 @@ def _print_duplicates_and_ignored(duplicates: dict, ignored: int, named: Sequenc
         more = ", ..." if ignored > 5 else ""
         shown = f": {', '.join(map(printable, named[:5]))}{more}" if named else ""
         typer.echo(f"ignored {what}{shown}")
+        from shardpack.sources.folder import unread_photos  # the CLI imported it: no cost
+
+        if hint := unread_photos(named):
+            typer.echo(f"  {hint}")
 
 
 # What a sample record's line names on its own; any other feature is shown as name=value.

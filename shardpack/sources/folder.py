@@ -19,6 +19,11 @@ from shardpack.storage import Folder, Storage
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 _ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")  # what a dataset is downloaded as
+# Photos of formats no reader of shardpack's decodes (OpenCV's builds leave them out): a
+# phone's HEIC, AVIF, JPEG XL and cameras' raw files, by extension.
+UNREAD_PHOTOS = {".heic": "HEIC", ".heif": "HEIF", ".avif": "AVIF", ".jxl": "JPEG XL",
+                 ".dng": "DNG", ".cr2": "Canon raw", ".nef": "Nikon raw",
+                 ".arw": "Sony raw"}  # fmt: skip
 
 
 # ---- class folders ---------------------------------------------------------------------------
@@ -372,6 +377,20 @@ def expected_layout(passed: Passed, splits: bool = False) -> str:
     have = "has" if passed.ignored == 1 else "have"
     return (f"{expected}; its {plural(passed.ignored, 'file')} {have} none of those ({said}): "
             "convert the images to one of those formats")  # fmt: skip
+
+
+def unread_photos(names: Iterable[str]) -> str | None:
+    """What to do of the photos among these ignored files that shardpack cannot read (a
+    phone's HEIC, say): a line's tail; None where there are none."""
+    kinds = Counter(UNREAD_PHOTOS.get(os.path.splitext(name)[1].lower()) for name in names)
+    kinds.pop(None, None)
+    if not kinds:
+        return None
+    said = ", ".join(f"{n:,} {kind}" for kind, n in kinds.most_common())
+    return (
+        f"{said} among them: photos of a format shardpack does not read; convert them to "
+        "JPEG or PNG in SRC to pack them (e.g. heif-convert, ImageMagick's magick)"
+    )
 
 
 def in_split_folders(passed: Passed) -> tuple[str, ...]:

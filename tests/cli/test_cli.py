@@ -165,7 +165,18 @@ def test_pack_summary_names_what_it_skipped_and_ignored_and_warns_of_empty_class
     assert "skipped 2 items" in run.stdout
     assert "b/pipe.png: not a regular file (a FIFO)" in run.stdout
     assert "a/broken.jpg: not an image" in run.stdout
-    assert "ignored 1 file not taken for an image: a/notes.txt" in run.stdout
+    assert "ignored 1 file not taken for an image: a/notes.txt\n" in run.stdout
+    # a phone's photos are told what to become
+    for name in ("IMG_0001.HEIC", "IMG_0002.heic", "shot.avif"):
+        (src / "b" / name).write_bytes(b"\0\0\0\x18ftypheic")
+    run = _run("pack", str(src), str(tmp_path / "out"), "--workers", "1", "--no-progress",
+               "--overwrite")  # fmt: skip
+    assert (
+        "ignored 4 files not taken for images: a/notes.txt, b/IMG_0001.HEIC, b/IMG_0002.heic, "
+        "b/shot.avif\n  2 HEIC, 1 AVIF among them: photos of a format shardpack does not read; "
+        "convert them to JPEG or PNG in SRC to pack them (e.g. heif-convert, ImageMagick's "
+        "magick)\n"
+    ) in run.stdout, run.stdout
     assert f"warning: class 'c' ({src / 'c'}) holds no images" in run.stderr
 
 
