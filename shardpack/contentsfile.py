@@ -41,6 +41,9 @@ _CHUNK = 16 << 20
 # (one per item skipped)
 Entry = dict[str, list]
 Skip = tuple[str, str, str]  # (split, key, reason)
+# A copy --dedup left out: (split, key, crc, size, meta, copy), its content key and the number
+# it shares with its kept copy (as a record's "copy"), so that a grow needs not read it again.
+Dropped = tuple[str, str, int, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Contents:
 
     shards: dict[str, Entry]
     loose: tuple[Skip, ...] = ()
+    dropped: tuple[Dropped, ...] = ()  # none noted: an older shardpack's (read again)
 
     def skips(self) -> Iterator[tuple[str, str]]:
         """(key, reason) of every skip OUT holds: its shards' and the loose ones."""
@@ -125,7 +129,9 @@ def load_contents(out: Storage, index: Index) -> Contents:
         raise OutputError(f"{path}: unreadable ({e}); ", *fix) from None
     listed = doc.get("shards") if isinstance(doc, dict) else None
     loose = doc.get("loose", []) if isinstance(doc, dict) else None
-    if not isinstance(listed, dict) or doc.get("format") != FORMAT or not _skips(loose):
+    dropped = doc.get("dropped", []) if isinstance(doc, dict) else None
+    if (not isinstance(listed, dict) or doc.get("format") != FORMAT or not _skips(loose)
+            or not _dropped(dropped)):  # fmt: skip
         raise OutputError(f"{path}: not a contents file shardpack wrote; ", *fix)
     found = {}
     label = index.schema.get(LABEL)
@@ -137,7 +143,7 @@ def load_contents(out: Storage, index: Index) -> Contents:
                               f"{shard.file}; ", *fix)  # fmt: skip
         found[shard.file] = _filled(entry)
     _counted(out, index, found, fix)
-    return Contents(found, tuple(map(tuple, loose)))
+    return Contents(found, tuple(map(tuple, loose)), tuple(map(tuple, dropped)))
 
 
 def _counted(out: Storage, index: Index, found: dict[str, Entry], fix: tuple) -> None:
@@ -160,6 +166,16 @@ def _skips(loose: object) -> bool:
     return isinstance(loose, list) and all(
         isinstance(s, list) and len(s) == 3 and all(isinstance(v, str) for v in s) for s in loose
     )
+
+
+def _dropped(dropped: object) -> bool:
+    """Whether `dropped` is a list of [split, key, crc, size, meta, copy]: two strings, then
+    integers, none negative."""
+    return isinstance(dropped, list) and all(
+        isinstance(d, list) and len(d) == 6 and _only(d[:2], str) and _only(d[2:], int)
+        and min(d[2:]) >= 0
+        for d in dropped
+    )  # fmt: skip
 
 
 def _filled(entry: Entry) -> Entry:

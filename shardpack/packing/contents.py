@@ -23,6 +23,7 @@ from shardpack.contentsfile import (
     VALUES_PER_ITEM,
     VALUES_PER_SHARD,
     Contents,
+    Dropped,
     Entry,
     Skip,
     load_contents,
@@ -37,7 +38,7 @@ from shardpack.storage import Storage
 
 # What a grow reads of OUT is read by shardpack.contentsfile, and named here too.
 __all__ = ["FORMAT", "MAX_CONTENTS_BYTES", "VALUES_PER_ITEM", "VALUES_PER_SHARD", "Contents",
-           "Entry", "Skip", "entries", "load_contents", "meta", "values", "with_copies",
+           "Dropped", "Entry", "Skip", "dropped_copies", "entries", "load_contents", "meta", "values", "with_copies",
            "write_contents"]  # fmt: skip
 
 # Records a shard's entry is rendered at a time (spool.py): what it costs is bounded by this,
@@ -134,6 +135,15 @@ def with_copies(
             for file, entry in shards.items()}  # fmt: skip
 
 
+def dropped_copies(
+    copies: Iterable[tuple[str, Item, int, int]], number: Mapping[str, int]
+) -> tuple[Dropped, ...]:
+    """contents.json's `dropped` of the copies --dedup left out, each (split, item, crc, size):
+    with its item's meta and the `number` its exact copies share (copy_numbers), by key."""
+    return tuple((split, item.key, crc, size, meta(item), number.get(item.key, 0))
+                 for split, item, crc, size in copies)  # fmt: skip
+
+
 def rendered(value: object) -> bytes:
     """An entry (or one of its values) as contents.json holds it."""
     return _utf8(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
@@ -144,14 +154,19 @@ def with_copy(entry: bytes, copies: list[int]) -> bytes:
     return b'%s,"copy":%s}' % (entry[:-1], json.dumps(copies, separators=(",", ":")).encode())
 
 
-def write_contents(out: Storage, shards: dict[str, Entry], loose: tuple[Skip, ...] = ()) -> None:
+def write_contents(
+    out: Storage, shards: dict[str, Entry], loose: tuple[Skip, ...] = (),
+    dropped: tuple[Dropped, ...] = (),
+) -> None:  # fmt: skip
     """Write contents.json for the shards an index is about to list."""
-    write_rendered(out, ((file, rendered(entry)) for file, entry in shards.items()), loose)
+    write_rendered(out, ((file, rendered(entry)) for file, entry in shards.items()), loose,
+                   dropped)  # fmt: skip
 
 
 def write_rendered(
-    out: Storage, shards: Iterable[tuple[str, bytes]], loose: tuple[Skip, ...] = ()
-) -> None:
+    out: Storage, shards: Iterable[tuple[str, bytes]], loose: tuple[Skip, ...] = (),
+    dropped: tuple[Dropped, ...] = (),
+) -> None:  # fmt: skip
     """Write contents.json from each shard's rendered entry, a shard at a time: compact, as
     json's C encoder writes (an indent takes its Python one, ~5x slower on a million keys)."""
 
@@ -161,7 +176,9 @@ def write_rendered(
             yield b"%s%s:%s" % (b"," if i else b"", _utf8(json.dumps(file, ensure_ascii=False)),
                                 entry)  # fmt: skip
         loose_ = json.dumps([list(s) for s in loose], ensure_ascii=False, separators=(",", ":"))
-        yield b'},"loose":%s}' % _utf8(loose_)
+        dropped_ = json.dumps([list(d) for d in dropped], ensure_ascii=False,
+                              separators=(",", ":"))  # fmt: skip
+        yield b'},"loose":%s,"dropped":%s}' % (_utf8(loose_), _utf8(dropped_))
 
     out.put_parts(CONTENTS_NAME, parts())
 

@@ -342,12 +342,15 @@ def _sortable(keys: list[str]) -> np.ndarray:
     return np.array(encoded, f"S{max([1, *map(len, encoded)])}")
 
 
-def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset, list[Group]]:
+def dedup(
+    dataset: Dataset, options: PackOptions, threads: int
+) -> tuple[Dataset, list[Group], list[tuple[str, Item, int, int]]]:
     """--dedup exact|near: every item read and keyed on `threads` threads (reads, CRC32C and
     OpenCV leave the interpreter's lock), the copies confirmed, and all but the kept copy of
     each group moved from the splits to the skipped, `duplicate of <record_name>` (`near
     duplicate of` where only the perceptual hashes tell them alike); a warning where a near
-    bucket was crowded."""
+    bucket was crowded. Returns the dataset, the groups and each copy left out with its
+    content key: (split, item, crc, size), for a grow to know it unread (contents.json)."""
     entries = [(s, item) for s in sorted(dataset.splits) for item in dataset.splits[s]]
     keys = content_keys(entries, dataset, options, threads)
     groups, same, crowded = find_groups(entries, keys, dataset, options)
@@ -360,7 +363,9 @@ def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset
     skipped = tuple((key, reason) for (_, key), reason in sorted(dropped.items()))
     dataset = replace(dataset, splits=splits, skipped=dataset.skipped + skipped,
                       warnings=warnings)  # fmt: skip
-    return dataset, groups
+    left_out = [(split, item, key.crc, key.size) for (split, item), key in zip(entries, keys,
+                strict=True) if (split, item.key) in dropped]  # fmt: skip
+    return dataset, groups, left_out
 
 
 def find_groups(

@@ -14,7 +14,7 @@ from shardpack.errors import ImageError, Option, OptionError, SourceError, print
 from shardpack.index import PackStats
 from shardpack.options import MAX_NAME_CHARS, PackOptions, safe_name
 from shardpack.packing import duplicates, stamps
-from shardpack.packing.contents import copy_numbers
+from shardpack.packing.contents import copy_numbers, dropped_copies
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.daliindex import refuse_index_file_folders
 from shardpack.packing.factspill import FactSpill
@@ -65,9 +65,8 @@ class FreshPack:
         this plan finished."""
         watch = CpuWatch()  # the scan and plan are the window that measures others' load
         options, out = self.options, self.out
-        dataset, self.groups, self.name, plan = _scan_and_plan(
-            self.src, options, self.storage_options
-        )
+        dataset, found, self.name, plan = _scan_and_plan(self.src, options, self.storage_options)
+        self.groups, self.dropped = found or (None, [])
         CONTAINERS[options.format].check_naming(options.wds_naming, list(dataset.schema))
         splits = {spec.split for spec in plan.shards}
         beside = split_file_names(CONTAINERS[options.format], self.name, splits)
@@ -158,7 +157,8 @@ class FreshPack:
             streamed_rows(dataset).release()
         write_outputs(out, index, results, options.index_files)
         if not streamed:  # a streamed list's keys are not held: it keeps no list to grow from
-            self.spool.write_contents(out, numbers)
+            dropped = dropped_copies(self.dropped, numbers) if self.dropped else ()
+            self.spool.write_contents(out, numbers, dropped)
         write_failures(out, failures)
         commit_index(out, index)  # the run is complete
         if not streamed:
@@ -216,16 +216,18 @@ def choose_workers(
 
 def _scan_and_plan(
     src_root: Storage, options: PackOptions, storage_options: dict | None
-) -> tuple[Dataset, list | None, str, Plan]:
+) -> tuple[Dataset, tuple[list, list] | None, str, Plan]:
     """List SRC, drop copies under --dedup, and plan the shards: the dataset, the copies found
-    (None: to be found in what the workers write), the dataset's name and the plan."""
+    and those left out (duplicates.dedup; None: to be found in what the workers write), the
+    dataset's name and the plan."""
     dataset = scan(src_root, options, storage_options)
     if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
         key, reason = dataset.skipped[0]
         raise ImageError(key, f"{reason}; fix it, or ", *SKIP_HINT)
     groups = None
     if options.dedup != "none":
-        dataset, groups = duplicates.dedup(dataset, options, options.workers or machine_cores())
+        dataset, *found = duplicates.dedup(dataset, options, options.workers or machine_cores())
+        groups = tuple(found)
     name = options.name or default_name(dataset, src_root)
     if streamed_rows(dataset) is not None:
         return dataset, groups, name, make_range_plan(dataset, name, options)

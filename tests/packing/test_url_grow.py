@@ -185,6 +185,43 @@ def test_a_grow_fetches_a_packed_copy_again_only_to_confirm_a_new_one(tmp_path):
     assert (doc["duplicates"]["groups"], doc["duplicates"]["copies"]) == (2, 3)
 
 
+def _told(out: Path) -> dict:
+    """What an index says of copies and skips, and each split's records and statistics."""
+    doc = json.loads((out / "index.json").read_text())
+    splits = {name: split["num_records"] for name, split in doc["splits"].items()}
+    return {k: doc[k] for k in ("duplicates", "num_skipped", "skipped", "summaries")} | splits
+
+
+def test_a_grow_fetches_no_copy_dedup_left_out_until_its_kept_image_leaves(tmp_path):
+    """--dedup exact's copies left out are known from contents.json: an --update that changes
+    nothing fetches nothing (each grow fetched every copy left out and an image each
+    matched), a new row fetches that row alone, and a kept image whose row goes has its copy
+    fetched and packed; each grow tells copies and skips as a fresh pack of its list does."""
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True, "shards": 2,
+             "dedup": "exact"}  # fmt: skip
+    with serving() as site:
+        src = _list(tmp_path, site, [*(f"/twin/{i}.png" for i in range(4)), "/img/9.png"])
+        out, fresh = tmp_path / "out", tmp_path / "fresh"
+        pack(src, out, PackOptions(**given))
+        site.hits.clear()
+        assert pack(src, out, PackOptions(**given, grow="update")).grow["nothing"]
+        assert not site.hits, site.hits
+        helpers.write_csv(src, [*_rows(src), {"url": site.url("/img/10.png"), "caption": "new"}])
+        pack(src, out, PackOptions(**given, grow="append"))
+        assert list(site.hits) == ["/img/10.png"], site.hits  # keyed, then packed: as fresh
+        pack(src, fresh, PackOptions(**given))
+        assert _told(out) == _told(fresh)
+        rows = _rows(src)
+        helpers.write_csv(src, rows[1:])  # /twin/0.png, kept of its group, leaves
+        site.hits.clear()
+        pack(src, out, PackOptions(**given, grow="update"))
+        assert list(site.hits) == ["/twin/1.png"], site.hits
+        pack(src, fresh, PackOptions(**given, overwrite=True))
+    assert _told(out) == _told(fresh)
+    assert site.url("/twin/1.png") in _records(out)
+    assert verify(out).ok
+
+
 def test_the_line_of_urls_asked_again_counts_one_url_as_one():
     fresh = {"train-00000.tfrecord": {"keys": ["http://127.0.0.1/a.jpg", "b"]}}
     (one,) = _asked_again(once := frozenset({"http://127.0.0.1/a.jpg"}), _packed_again(once, fresh))
