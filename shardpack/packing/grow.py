@@ -444,17 +444,22 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
     kept = old.options
     if isinstance(kept, dict):
         kept = {**_ADDED, **kept}
-    ours = json_value(given.output_fields())
-    if not isinstance(kept, dict) or set(kept) != set(ours):
+    # (--near-distance and --shuffle-window are kept where used: a grow given neither takes
+    # the dataset's)
+    ours = json_value(given.output_fields(every=True))
+    if not isinstance(kept, dict) or not set(PackOptions().output_fields()) <= set(kept) <= set(
+        ours
+    ):
         raise OutputError(
             f"{old.storage.path(INDEX_NAME)}: keeps no options to grow the "
             "dataset with (an older shardpack's); ",
             *_REPACK,
         )
-    defaults = json_value(PackOptions().output_fields())
+    defaults = json_value(PackOptions().output_fields(every=True))
     kept = {**kept, "name": old.name}  # None in it: the name SRC gave
     ours["name"] = given.name or old.name
-    differ = [k for k in ours if k not in _RUN_OPTIONS and ours[k] not in (defaults[k], kept[k])]
+    differ = [k for k in ours if k not in _RUN_OPTIONS
+              and ours[k] not in (defaults[k], kept.get(k, ours[k]))]  # fmt: skip
     if differ:
         said: list[str | Option] = []
         for k in differ:

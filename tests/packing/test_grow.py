@@ -181,6 +181,18 @@ def test_a_differing_option_or_class_list_is_refused_naming_it(tmp_path: Path):
     assert json.loads((out / "index.json").read_text())["classes"] == ["cat", "dog", "eel"]
 
 
+def test_a_near_deduplicated_dataset_grows_with_its_distance(tmp_path: Path):
+    """--near-distance is kept with --dedup near alone: a grow given neither, or the dataset's,
+    takes the dataset's (it was refused as an older shardpack's index, or failed with a
+    traceback); another distance is refused naming it."""
+    src, out = make_tree(tmp_path / "src", {"cat": 2}), tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, dedup="near", near_distance=6))
+    for given in ({}, {"dedup": "near"}, {"dedup": "near", "near_distance": 6}):
+        assert pack(src, out, PackOptions(workers=1, grow="update", **given)).grow["nothing"]
+    with pytest.raises(OutputError, match="the dataset's: 6"):
+        pack(src, out, PackOptions(workers=1, grow="append", dedup="near", near_distance=2))
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_each_container_reads_the_grown_dataset_whole(tmp_path: Path, fmt: str):
     src = make_tree(tmp_path / "src", {"cat": 4, "dog": 4})
