@@ -1,8 +1,9 @@
 """contents.json: which items each shard holds (their keys, content keys, a digest of their
 label and fields, the written sizes, per-class and per-format counts and the images made PNG
 losslessly) and which it skipped
-with the reason, so that `pack --append` and `--update` know what OUT has without reading a
-shard, and recount its statistics, skips and copies as a fresh pack would.
+with the reason, and the copies --dedup left out with their content keys, so that `pack
+--append` and `--update` know what OUT has without reading a shard (nor fetching a copy left
+out again), and recount its statistics, skips and copies as a fresh pack would.
 
 Written by every pack beside index.json (before it); read back, as untrusted, by
 shardpack.contentsfile (a lower layer: `--source shardpack` reads it too).
@@ -38,8 +39,8 @@ from shardpack.storage import Storage
 
 # What a grow reads of OUT is read by shardpack.contentsfile, and named here too.
 __all__ = ["FORMAT", "MAX_CONTENTS_BYTES", "VALUES_PER_ITEM", "VALUES_PER_SHARD", "Contents",
-           "Dropped", "Entry", "Skip", "dropped_copies", "entries", "load_contents", "meta", "values", "with_copies",
-           "write_contents"]  # fmt: skip
+           "Dropped", "Entry", "Skip", "dropped_copies", "entries", "load_contents", "meta",
+           "values", "with_copies", "write_contents"]  # fmt: skip
 
 # Records a shard's entry is rendered at a time (spool.py): what it costs is bounded by this,
 # not by the shard's size.

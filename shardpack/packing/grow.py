@@ -682,11 +682,12 @@ def _copies(
     update: bool, written: dict[str, duplicates.ContentKey] | None = None,
 ) -> Copies:  # fmt: skip
     """The copies among the items the grown dataset will hold, as a fresh pack of SRC finds
-    them: the held items keyed by contents.json (or as _compare read them), the new ones read
-    now; --dedup near compares the held items unread by their bytes alone. With --dedup, each
-    group keeps its copy as a fresh pack would (the evaluation split's), save that --append,
-    which never rewrites a shard, keeps the held copy of a group that has one. `written`: the
-    new items' keys as their workers took them (then one they skipped is no member)."""
+    them: the held items keyed by contents.json (or as _compare read them), as are the copies
+    left out it found unchanged (Change.left), the new ones read now; --dedup near compares
+    the held items unread by their bytes alone. With --dedup, each group keeps its copy as a
+    fresh pack would (the evaluation split's), save that --append, which never rewrites a
+    shard, keeps the held copy of a group that has one. `written`: the new items' keys as
+    their workers took them (then one they skipped is no member)."""
     held, read = change.held, change.read
     new = {item.key for items in change.new.values() for item in items}
     changed = {item.key for items in change.changed.values() for item in items}
@@ -726,8 +727,8 @@ def _copies(
     if options.dedup == "none":
         return Copies(groups, {})
     # (split, key) of the copies --append must keep: held ones
-    fixed = set() if update else {(s, item.key) for s, item in members
-                                  if item.key not in new and item.key not in change.left}  # fmt: skip
+    ours = new | set(change.left)  # not in a shard
+    fixed = set() if update else {(s, item.key) for s, item in members if item.key not in ours}
     yielded = 0
     if fixed:
         yielded = sum(g[0][:2] not in fixed and any(m[:2] in fixed for m in g) for g in groups)

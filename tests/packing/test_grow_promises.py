@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from shardpack import contentsfile
-from shardpack.index import load_index
 from shardpack.errors import OutputError
+from shardpack.index import load_index
 from shardpack.options import PackOptions
 from shardpack.packing import contents, stamps
 from shardpack.packing.packer import pack
@@ -157,7 +157,7 @@ def test_a_deduplicated_pack_grown_with_nothing_new_adds_nothing(tmp_path: Path)
     assert doc["dropped"] == []  # and noted no more
     doc["dropped"] = [["train", "cat/x.jpg", -1, 10, 0, 0]]
     (out / "contents.json").write_text(json.dumps(doc))
-    with pytest.raises(OutputError, match="contents.json: not a contents file shardpack wrote"):
+    with pytest.raises(OutputError, match=r"contents\.json: not a contents file shardpack wrote"):
         pack(src, out, PackOptions(grow="update", workers=1))
 
 
