@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -46,6 +47,15 @@ Skip = tuple[str, str, str]  # (split, key, reason)
 Dropped = tuple[str, str, int, int, int, int]
 
 
+class Noted(NamedTuple):
+    """What contents.json notes of the copies --dedup found: those it left out, and the
+    perceptual hash of each image of a group that has one (--dedup near), so that a grow reads
+    neither them nor their held copies again to find them."""
+
+    dropped: tuple[Dropped, ...] = ()
+    near: tuple[tuple[str, int], ...] = ()  # (key, hash)
+
+
 @dataclass(frozen=True)
 class Contents:
     """What OUT holds: each listed shard's entry, and the items skipped with no shard to note
@@ -53,7 +63,7 @@ class Contents:
 
     shards: dict[str, Entry]
     loose: tuple[Skip, ...] = ()
-    dropped: tuple[Dropped, ...] = ()  # none noted: an older shardpack's (read again)
+    noted: Noted = field(default_factory=Noted)  # none: an older shardpack's (read again)
 
     def skips(self) -> Iterator[tuple[str, str]]:
         """(key, reason) of every skip OUT holds: its shards' and the loose ones."""
@@ -130,8 +140,9 @@ def load_contents(out: Storage, index: Index) -> Contents:
     listed = doc.get("shards") if isinstance(doc, dict) else None
     loose = doc.get("loose", []) if isinstance(doc, dict) else None
     dropped = doc.get("dropped", []) if isinstance(doc, dict) else None
+    near = doc.get("near", []) if isinstance(doc, dict) else None
     if (not isinstance(listed, dict) or doc.get("format") != FORMAT or not _skips(loose)
-            or not _dropped(dropped)):  # fmt: skip
+            or not _dropped(dropped) or not _hashes(near)):  # fmt: skip
         raise OutputError(f"{path}: not a contents file shardpack wrote; ", *fix)
     found = {}
     label = index.schema.get(LABEL)
@@ -143,7 +154,8 @@ def load_contents(out: Storage, index: Index) -> Contents:
                               f"{shard.file}; ", *fix)  # fmt: skip
         found[shard.file] = _filled(entry)
     _counted(out, index, found, fix)
-    return Contents(found, tuple(map(tuple, loose)), tuple(map(tuple, dropped)))
+    noted = Noted(tuple(map(tuple, dropped)), tuple(map(tuple, near)))
+    return Contents(found, tuple(map(tuple, loose)), noted)
 
 
 def _counted(out: Storage, index: Index, found: dict[str, Entry], fix: tuple) -> None:
@@ -175,6 +187,15 @@ def _dropped(dropped: object) -> bool:
         isinstance(d, list) and len(d) == 6 and _only(d[:2], str) and _only(d[2:], int)
         and min(d[2:]) >= 0
         for d in dropped
+    )  # fmt: skip
+
+
+def _hashes(near: object) -> bool:
+    """Whether `near` is a list of [key, perceptual hash] (64 bits)."""
+    return isinstance(near, list) and all(
+        isinstance(n, list) and len(n) == 2 and type(n[0]) is str and type(n[1]) is int
+        and 0 <= n[1] < 1 << 64
+        for n in near
     )  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from shardpack.contentsfile import (
     Contents,
     Dropped,
     Entry,
+    Noted,
     Skip,
     load_contents,
     values,
@@ -39,8 +40,8 @@ from shardpack.storage import Storage
 
 # What a grow reads of OUT is read by shardpack.contentsfile, and named here too.
 __all__ = ["FORMAT", "MAX_CONTENTS_BYTES", "VALUES_PER_ITEM", "VALUES_PER_SHARD", "Contents",
-           "Dropped", "Entry", "Skip", "dropped_copies", "entries", "load_contents", "meta",
-           "values", "with_copies", "write_contents"]  # fmt: skip
+           "Dropped", "Entry", "Noted", "Skip", "dropped_copies", "entries", "load_contents",
+           "meta", "values", "with_copies", "write_contents"]  # fmt: skip
 
 # Records a shard's entry is rendered at a time (spool.py): what it costs is bounded by this,
 # not by the shard's size.
@@ -156,17 +157,16 @@ def with_copy(entry: bytes, copies: list[int]) -> bytes:
 
 
 def write_contents(
-    out: Storage, shards: dict[str, Entry], loose: tuple[Skip, ...] = (),
-    dropped: tuple[Dropped, ...] = (),
-) -> None:  # fmt: skip
+    out: Storage, shards: dict[str, Entry], loose: tuple[Skip, ...] = (), noted: Noted = Noted()
+) -> None:
     """Write contents.json for the shards an index is about to list."""
     write_rendered(out, ((file, rendered(entry)) for file, entry in shards.items()), loose,
-                   dropped)  # fmt: skip
+                   noted)  # fmt: skip
 
 
 def write_rendered(
     out: Storage, shards: Iterable[tuple[str, bytes]], loose: tuple[Skip, ...] = (),
-    dropped: tuple[Dropped, ...] = (),
+    noted: Noted = Noted(),
 ) -> None:  # fmt: skip
     """Write contents.json from each shard's rendered entry, a shard at a time: compact, as
     json's C encoder writes (an indent takes its Python one, ~5x slower on a million keys)."""
@@ -177,9 +177,10 @@ def write_rendered(
             yield b"%s%s:%s" % (b"," if i else b"", _utf8(json.dumps(file, ensure_ascii=False)),
                                 entry)  # fmt: skip
         loose_ = json.dumps([list(s) for s in loose], ensure_ascii=False, separators=(",", ":"))
-        dropped_ = json.dumps([list(d) for d in dropped], ensure_ascii=False,
-                              separators=(",", ":"))  # fmt: skip
-        yield b'},"loose":%s,"dropped":%s}' % (_utf8(loose_), _utf8(dropped_))
+        dropped, near = (json.dumps([list(n) for n in rows], ensure_ascii=False,
+                                    separators=(",", ":")) for rows in noted)  # fmt: skip
+        yield b'},"loose":%s,"dropped":%s,"near":%s}' % (_utf8(loose_), _utf8(dropped),
+                                                         _utf8(near))  # fmt: skip
 
     out.put_parts(CONTENTS_NAME, parts())
 

@@ -18,7 +18,7 @@ from shardpack.errors import ImageError, printable
 from shardpack.images import BadImage, max_file_bytes
 from shardpack.options import PackOptions
 from shardpack.packing import near
-from shardpack.packing.contents import Dropped, copy_numbers, dropped_copies, meta_of
+from shardpack.packing.contents import Noted, copy_numbers, dropped_copies, meta_of
 from shardpack.packing.facts import content_digest, content_key
 from shardpack.packing.packeditems import picked
 from shardpack.packing.plan import CUT_WARNING, Plan
@@ -344,13 +344,13 @@ def _sortable(keys: list[str]) -> np.ndarray:
 
 def dedup(
     dataset: Dataset, options: PackOptions, threads: int
-) -> tuple[Dataset, list[Group], tuple[Dropped, ...]]:
+) -> tuple[Dataset, list[Group], Noted]:
     """--dedup exact|near: every item read and keyed on `threads` threads (reads, CRC32C and
     OpenCV leave the interpreter's lock), the copies confirmed, and all but the kept copy of
     each group moved from the splits to the skipped, `duplicate of <record_name>` (`near
     duplicate of` where only the perceptual hashes tell them alike); a warning where a near
-    bucket was crowded. Returns the dataset, the groups and the copies left out as
-    contents.json notes them (for a grow to know them unread)."""
+    bucket was crowded. Returns the dataset, the groups and what contents.json notes of them
+    (noted)."""
     entries = [(s, item) for s in sorted(dataset.splits) for item in dataset.splits[s]]
     keys = content_keys(entries, dataset, options, threads)
     groups, same, crowded = find_groups(entries, keys, dataset, options)
@@ -363,9 +363,25 @@ def dedup(
     skipped = tuple((key, reason) for (_, key), reason in sorted(dropped.items()))
     dataset = replace(dataset, splits=splits, skipped=dataset.skipped + skipped,
                       warnings=warnings)  # fmt: skip
-    left_out = ((split, item, key.crc, key.size) for (split, item), key in zip(entries, keys,
-                strict=True) if (split, item.key) in dropped)  # fmt: skip
-    return dataset, groups, dropped_copies(left_out, copy_numbers(groups))
+    return dataset, groups, noted(entries, keys, groups, dropped)
+
+
+def noted(
+    entries: list[Entry], keys: list[ContentKey], groups: list[Group],
+    dropped: Mapping[tuple[str, str], str],
+) -> Noted:  # fmt: skip
+    """What contents.json notes of these groups among `entries` (keyed by `keys`), the copies
+    `dropped` left out: each of those with its content key, and each member's perceptual hash,
+    for a grow to find them again unread."""
+    grouped = {member[1] for group in groups for member in group}
+    left_out, near = [], []
+    for (split, item), key in zip(entries, keys, strict=True):
+        if item.key in grouped:
+            if (split, item.key) in dropped:
+                left_out.append((split, item, key.crc, key.size))
+            if key.near is not None:
+                near.append((item.key, key.near))
+    return Noted(dropped_copies(left_out, copy_numbers(groups)), tuple(near))
 
 
 def find_groups(

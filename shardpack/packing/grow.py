@@ -17,7 +17,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import chain, count, repeat
 
 from shardpack.containers import CONTAINERS, is_shard_name
@@ -44,9 +44,8 @@ from shardpack.packing.contents import (
     Contents,
     Dropped,
     Entry,
+    Noted,
     Skip,
-    copy_numbers,
-    dropped_copies,
     entries,
     load_contents,
     meta,
@@ -110,6 +109,7 @@ class Change:
     read: dict[str, duplicates.ContentKey]  # the content keys of the held items read
     held: dict[str, tuple[str, int, int, int | None]]  # key -> (shard, position, size, meta)
     left: dict[str, Dropped]  # key -> the copy --dedup left out, its URL's row unchanged
+    near: dict[str, int]  # key -> the perceptual hash noted (contents.Noted)
 
     def summary(self, mode: str, rewritten: int) -> dict[str, object]:
         """The run's counts, as the history and the summary give them: --append changes and
@@ -129,11 +129,7 @@ class Copies:
     dropped: dict[tuple[str, str], str]  # (split, key) -> reason: the copies --dedup leaves out
     yielded: int = 0  # new items --append skipped where a fresh pack keeps them: a held copy
     crowded: int = 0  # images --dedup near found in crowded buckets (duplicates.find_groups)
-    keyed: tuple[tuple[str, Item, int, int], ...] = ()  # each dropped: (split, item, crc, size)
-
-    def noted(self) -> tuple[Dropped, ...]:
-        """contents.json's `dropped`: the copies left out, for the next grow to know unread."""
-        return dropped_copies(self.keyed, copy_numbers(self.groups)) if self.keyed else ()
+    noted: Noted = field(default_factory=Noted)  # what contents.json notes, for the next grow
 
     def summary(self, options: PackOptions) -> dict:
         """index.json's `duplicates`."""
@@ -227,9 +223,9 @@ class GrowPack:
         self.change = change
         return dataset, change
 
-    def _noted(self, copies: Copies | None) -> tuple[Dropped, ...]:
-        """The copies left out as contents.json notes them: as found now, else as held."""
-        return self.held.dropped if copies is None else copies.noted()
+    def _noted(self, copies: Copies | None) -> Noted:
+        """What contents.json notes of the copies: as found now, else as held."""
+        return self.held.noted if copies is None else copies.noted
 
     def _nothing_to_write(
         self, dataset: Dataset, change: Change, options: PackOptions
@@ -255,7 +251,7 @@ class GrowPack:
         if retold:  # new copies or skips to report
             _retell(out, old, told, contents, loose, copies, noted)
             old = load_index(out)
-        elif noted != self.held.dropped:  # an older pack's copies noted: read no more
+        elif noted != self.held.noted:  # an older pack's copies noted: read no more
             write_contents(out, with_copies(contents, copies.groups, frozenset()), loose, noted)
         old = close_gaps(out, old, contents, loose, noted)
         return _nothing(out.root, old, change, copies, options.grow, self.start, retold)
@@ -297,7 +293,7 @@ class GrowPack:
         # what a stop leaves there
         index = replace(index, retired=tuple(sorted({*index.retired, *moved.values()})))
         write_outputs(out, index, results, options.index_files, tfds=not moved)
-        noted = copies.noted()
+        noted = copies.noted
         write_contents(out, numbered, loose, noted)  # agrees with the old index and the new
         commit_index(out, index)  # the grown dataset is there from now on
         write_failures(out, failures)  # after: a stop before leaves the old, a superset
@@ -339,12 +335,12 @@ def _lossless(shards: Iterable[Entry]) -> int | None:
 
 def close_gaps(
     out: Storage, index: Index, contents: dict[str, Entry], loose: tuple[Skip, ...],
-    dropped: tuple[Dropped, ...] = (),
+    noted: Noted = Noted(),
 ) -> Index:  # fmt: skip
     """Close the gaps in the numbering of `index`, which is in place (gaps.py), with the DALI
     index files of the shards moved; `contents`: the entries of its shards, `loose`: its skips
-    with no shard, `dropped`: the copies --dedup left out (contents.py). Returns the index in
-    place after."""
+    with no shard, `noted`: what it notes of --dedup's copies (contents.py). Returns the index
+    in place after."""
     moved = gaps.gap_moves(index)
     if not moved:
         return index
@@ -358,11 +354,11 @@ def close_gaps(
             idx.link_or_copy(f"{name}.idx", f"{to}.idx")
     closed = gaps.close_gaps(index, moved)
     renamed = {moved.get(file, file): entry for file, entry in contents.items()}
-    write_contents(out, {**contents, **renamed}, loose, dropped)  # agrees with both indexes
+    write_contents(out, {**contents, **renamed}, loose, noted)  # agrees with both indexes
     write_outputs(out, closed, [], False)  # TFDS metadata now
     commit_index(out, closed)
     write_contents(out, {s.file: renamed[s.file] for split in closed.splits.values()
-                         for s in split.shards}, loose, dropped)  # fmt: skip
+                         for s in split.shards}, loose, noted)  # fmt: skip
     _remove_retired(out, closed)
     return closed
 
@@ -601,7 +597,7 @@ def _compare(
     (the next run reads them no more). An item changes when its bytes, label or fields do. A
     copy --dedup left out whose URL's row is unchanged is no new item: it is `left`, unread."""
     contents = held_.shards
-    dropped = {row[1]: row for row in held_.dropped}
+    dropped = {row[1]: row for row in held_.noted.dropped}
     left = {}
     held = {}  # key -> (shard, position, content size, meta); keys are unique across the splits
     tried = {key for _, key, _ in held_.loose}  # skipped when packed: not new, nor a rewrite
@@ -654,7 +650,8 @@ def _compare(
         seen = {item.key for _, item in present}
         gone = {file for key, (file, *_) in held.items() if key not in seen}
     read = {item.key: key for (_, item, _), key in zip(unsure, keys, strict=True)}
-    return Change(new, changed, vanished, frozenset(touched | gone), read, held, left)
+    near = dict(held_.noted.near)
+    return Change(new, changed, vanished, frozenset(touched | gone), read, held, left, near)
 
 
 def _unchanged_copy(row: Dropped | None, split: str, item: Item) -> bool:
@@ -705,13 +702,14 @@ def _copies(
                 keys.append(None)
                 known.append(0)
             elif (row := change.left.get(item.key)) is not None:  # known with its copies
-                keys.append(duplicates.ContentKey(row[2], row[3], None))
+                keys.append(duplicates.ContentKey(row[2], row[3], change.near.get(item.key)))
                 known.append(row[5])
             elif (found := held.get(item.key)) is not None:
                 file, i, size, _ = found
                 entry = contents[file]
                 anew = read.get(item.key)
-                keys.append(anew or duplicates.ContentKey(entry["crc"][i], size, None))
+                keys.append(anew or duplicates.ContentKey(entry["crc"][i], size,
+                                                          change.near.get(item.key)))  # fmt: skip
                 # its held copies stand unless its bytes were read and changed (an image URL's
                 # row changed in its values alone keeps them)
                 known.append(0 if anew and item.key in changed else entry["copy"][i])
@@ -735,10 +733,8 @@ def _copies(
         groups = [_held_first(group, fixed) for group in groups]
         groups.sort(key=lambda group: duplicates._kept_first(group[0]))
     dropped = {m: r for m, r in duplicates.drop_reasons(groups, same).items() if m not in fixed}
-    keyed = tuple((split, item, key.crc, key.size)
-                  for (split, item), key in zip(members, keys, strict=True)
-                  if (split, item.key) in dropped)  # fmt: skip
-    return Copies(groups, dropped, yielded, crowded, keyed)
+    noted = duplicates.noted(members, keys, groups, dropped)
+    return Copies(groups, dropped, yielded, crowded, noted)
 
 
 def written_keys(plan: Plan, results: list[ShardResult]) -> dict[str, duplicates.ContentKey]:
@@ -783,7 +779,7 @@ def _without(
 def _keep_splits(dataset: Dataset, old: Index, held: Contents) -> Dataset:
     """The dataset --split cut anew with each held item (packed or skipped) in its split."""
     split_of = {key: split for split, key, _ in held.loose}
-    split_of.update((key, split) for split, key, *_ in held.dropped)
+    split_of.update((key, split) for split, key, *_ in held.noted.dropped)
     for name, split in old.splits.items():
         for shard in split.shards:
             entry = held.shards[shard.file]
@@ -891,7 +887,7 @@ def _retell(
     contents: dict[str, Entry],
     loose: tuple[Skip, ...],
     copies: Copies,
-    noted: tuple[Dropped, ...],
+    noted: Noted,
 ) -> None:
     """Write the index of a grow that wrote no shard but has new copies or skips to report (the
     same plan: the stamps still hold)."""

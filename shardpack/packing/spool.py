@@ -51,11 +51,11 @@ class EntrySpool:
 
     def write_contents(
         self, out: Storage, number: dict[str, int] | np.ndarray,
-        dropped: tuple[contents.Dropped, ...] = (),
+        noted: contents.Noted = contents.Noted(),
     ) -> None:  # fmt: skip
         """Write contents.json of every planned shard, each record's copy numbered as `number`
         says: by key (contents.copy_numbers of the groups of exact copies), or by plan
-        position (duplicates.PlanCopies.numbers); and the copies --dedup left out."""
+        position (duplicates.PlanCopies.numbers); and what it notes of --dedup's copies."""
 
         def shards():
             start = 0
@@ -70,7 +70,7 @@ class EntrySpool:
                 start += len(spec.items)
                 yield spec.file, contents.with_copy(entry, copies)
 
-        contents.write_rendered(out, shards(), dropped=dropped)
+        contents.write_rendered(out, shards(), noted=noted)
 
     def write_stamps(self, out: Storage, index: Index) -> None:
         """Write the stamps of the dataset whose index.json just landed."""

@@ -233,6 +233,27 @@ def test_a_grow_fetches_no_copy_dedup_left_out_until_its_kept_image_leaves(tmp_p
     assert verify(out).ok
 
 
+def test_a_grow_keeps_the_near_copies_dedup_near_left_out_unfetched(tmp_path):
+    """--dedup near's copies left out and the held images they are near copies of are known by
+    their noted hashes: an --update that changes nothing fetches nothing, and keeps them left
+    out (one that fetched them found the held image unhashed, and packed them)."""
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True, "shards": 2,
+             "dedup": "near"}  # fmt: skip
+    with serving() as site:
+        src = _list(tmp_path, site, ["/img/0.png", "/jpeg/0.png", "/img/1.png", "/twin/2.png",
+                                     "/twin/3.png"])  # fmt: skip
+        out, fresh = tmp_path / "out", tmp_path / "fresh"
+        pack(src, out, PackOptions(**given))
+        site.hits.clear()
+        assert pack(src, out, PackOptions(**given, grow="update")).grow["nothing"]
+        assert not site.hits, site.hits
+        pack(src, fresh, PackOptions(**given))
+    told = _told(out)
+    assert told == _told(fresh) and told["duplicates"]["removed"] == 3  # twin/2, 3: of img/1
+    near = [s["key"] for s in told["skipped"] if s["reason"].startswith("near duplicate of")]
+    assert near == [site.url("/jpeg/0.png")]
+
+
 def test_the_line_of_urls_asked_again_counts_one_url_as_one():
     fresh = {"train-00000.tfrecord": {"keys": ["http://127.0.0.1/a.jpg", "b"]}}
     (one,) = _asked_again(once := frozenset({"http://127.0.0.1/a.jpg"}), _packed_again(once, fresh))
