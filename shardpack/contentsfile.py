@@ -26,7 +26,8 @@ FORMAT = "shardpack-contents"
 MAX_CONTENTS_BYTES = 1 << 30
 # The JSON values (numbers, strings, lists, objects: each a Python object once parsed) a file
 # may hold per record and skipped item it describes, and per shard: what a pack writes is
-# half of each at most (8 a record); past them it is planted, and refused unread.
+# well under each (8 a record, 11 one of a --dedup near group, 10 a copy --dedup left out);
+# past them it is planted, and refused unread.
 VALUES_PER_ITEM = 16
 VALUES_PER_SHARD = 256
 
