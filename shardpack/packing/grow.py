@@ -219,7 +219,7 @@ class GrowPack:
             update = options.grow == "update"
             self.copies = _copies(dataset, self.contents, change, options, update)
             dataset, change = _without(dataset, change, self.copies, self.contents, update)
-            change = _kept_now(dataset, change)
+            change = _kept_now(dataset, change, self.copies)
         self.change = change
         return dataset, change
 
@@ -660,11 +660,10 @@ def _unchanged_copy(row: Dropped | None, split: str, item: Item) -> bool:
     return row is not None and row[0] == split and is_web_url(item.path) and row[4] == meta(item)
 
 
-def _kept_now(dataset: Dataset, change: Change) -> Change:
+def _kept_now(dataset: Dataset, change: Change, copies: Copies) -> Change:
     """The change with the copies left out that --dedup keeps now (their kept copy gone or
-    changed) as new items, fetched as a fresh pack fetches them (`dataset`: without the
-    copies left out)."""
-    back = change.left.keys() & {item.key for items in dataset.splits.values() for item in items}
+    changed) as new items, fetched as a fresh pack fetches them."""
+    back = set(change.left) - {key for _, key in copies.dropped}
     if not back:
         return change
     new = {name: list(items) for name, items in change.new.items()}
