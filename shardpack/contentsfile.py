@@ -26,7 +26,7 @@ FORMAT = "shardpack-contents"
 MAX_CONTENTS_BYTES = 1 << 30
 # The JSON values (numbers, strings, lists, objects: each a Python object once parsed) a file
 # may hold per record and skipped item it describes, and per shard: what a pack writes is
-# well under each (8 a record, 11 one of a --dedup near group, 10 a copy --dedup left out);
+# well under each (8 a record, 11 one of a --dedup near group, 11 a copy --dedup left out);
 # past them it is planted, and refused unread.
 VALUES_PER_ITEM = 16
 VALUES_PER_SHARD = 256
@@ -43,9 +43,10 @@ _CHUNK = 16 << 20
 # (one per item skipped)
 Entry = dict[str, list]
 Skip = tuple[str, str, str]  # (split, key, reason)
-# A copy --dedup left out: (split, key, crc, size, meta, copy), its content key and the number
-# it shares with its kept copy (as a record's "copy"), so that a grow needs not read it again.
-Dropped = tuple[str, str, int, int, int, int]
+# A copy --dedup left out: (split, key, crc, size, meta, copy, mtime), its content key, the
+# number it shares with its kept copy (as a record's "copy") and its file's mtime as stamps.py
+# keeps a record's (0: none), so that a grow needs not read it again.
+Dropped = tuple[str, str, int, int, int, int, int]
 
 
 class Noted(NamedTuple):
@@ -182,10 +183,10 @@ def _skips(loose: object) -> bool:
 
 
 def _dropped(dropped: object) -> bool:
-    """Whether `dropped` is a list of [split, key, crc, size, meta, copy]: two strings, then
-    integers, none negative."""
+    """Whether `dropped` is a list of [split, key, crc, size, meta, copy, mtime]: two strings,
+    then integers, none negative."""
     return isinstance(dropped, list) and all(
-        isinstance(d, list) and len(d) == 6 and _only(d[:2], str) and _only(d[2:], int)
+        isinstance(d, list) and len(d) == 7 and _only(d[:2], str) and _only(d[2:], int)
         and min(d[2:]) >= 0
         for d in dropped
     )  # fmt: skip

@@ -138,12 +138,12 @@ def with_copies(
 
 
 def dropped_copies(
-    copies: Iterable[tuple[str, Item, int, int]], number: Mapping[str, int]
+    copies: Iterable[tuple[str, Item, int, int, int]], number: Mapping[str, int]
 ) -> tuple[Dropped, ...]:
-    """contents.json's `dropped` of the copies --dedup left out, each (split, item, crc, size):
-    with its item's meta and the `number` its exact copies share (copy_numbers), by key."""
-    return tuple((split, item.key, crc, size, meta(item), number.get(item.key, 0))
-                 for split, item, crc, size in copies)  # fmt: skip
+    """contents.json's `dropped` of the copies --dedup left out, each (split, item, crc, size,
+    mtime): with its item's meta and the `number` its exact copies share (copy_numbers)."""
+    return tuple((split, item.key, crc, size, meta(item), number.get(item.key, 0), mtime)
+                 for split, item, crc, size, mtime in copies)  # fmt: skip
 
 
 def rendered(value: object) -> bytes:

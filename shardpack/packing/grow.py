@@ -624,7 +624,7 @@ def _compare(
                         touched.add(found[0])
             elif item.key in tried:
                 continue
-            elif _unchanged_copy(dropped.get(item.key), name, item):
+            elif _unchanged_copy(dropped.get(item.key), name, item, dataset):
                 left[item.key] = dropped[item.key]
             else:
                 new.setdefault(name, []).append(item)
@@ -654,10 +654,16 @@ def _compare(
     return Change(new, changed, vanished, frozenset(touched | gone), read, held, left, near)
 
 
-def _unchanged_copy(row: Dropped | None, split: str, item: Item) -> bool:
-    """Whether a copy --dedup left out (`row`, None: none) is this item as it was: an image URL
-    (it names its image, taken as unchanged) in its split, its label and fields the same."""
-    return row is not None and row[0] == split and is_web_url(item.path) and row[4] == meta(item)
+def _unchanged_copy(row: Dropped | None, split: str, item: Item, dataset: Dataset) -> bool:
+    """Whether a copy --dedup left out (`row`, None: none) is this item as it was: in its
+    split, its label and fields the same, and an image URL (it names its image, taken as
+    unchanged) or a file of the size and mtime noted (stamps.py)."""
+    if row is None or row[0] != split or row[4] != meta(item):
+        return False
+    if is_web_url(item.path):
+        return True
+    (stamp,) = stamps.take_stamps(dataset.source, dataset.root, (item,))
+    return row[6] != 0 and stamp == (row[3], row[6])
 
 
 def _kept_now(dataset: Dataset, change: Change, copies: Copies) -> Change:
@@ -717,9 +723,12 @@ def _copies(
             members.append((split, item))
     unread = [i for i, key in enumerate(keys) if key is None]
     threads = options.workers or machine_cores()
+    marks: list[stamps.Stamp] = [(row[3], row[6]) if (row := change.left.get(item.key)) and
+                                 row[6] else None for _, item in members]  # fmt: skip
+    now = stamps.take_stamps(dataset.source, dataset.root, (members[i][1] for i in unread))
     read = duplicates.content_keys([members[i] for i in unread], dataset, options, threads)
-    for i, key in zip(unread, read, strict=True):
-        keys[i] = key
+    for i, key, mark in zip(unread, read, now, strict=True):
+        keys[i], marks[i] = key, mark
     groups, same, crowded = duplicates.find_groups(members, keys, dataset, options, known)
     if options.dedup == "none":
         return Copies(groups, {})
@@ -732,7 +741,7 @@ def _copies(
         groups = [_held_first(group, fixed) for group in groups]
         groups.sort(key=lambda group: duplicates._kept_first(group[0]))
     dropped = {m: r for m, r in duplicates.drop_reasons(groups, same).items() if m not in fixed}
-    noted = duplicates.noted(members, keys, groups, dropped)
+    noted = duplicates.noted(members, keys, groups, dropped, marks)
     return Copies(groups, dropped, yielded, crowded, noted)
 
 

@@ -454,6 +454,24 @@ def test_a_held_file_of_its_recorded_size_and_mtime_is_not_read_nor_a_shard(tmp_
     assert run_cli("verify", str(out)).returncode == 0
 
 
+def test_a_copy_dedup_left_out_of_its_noted_size_and_mtime_is_not_read(tmp_path: Path):
+    """A folder's copy --dedup exact left out is known by its stamp, as a held file is: a grow
+    reads it no more while its size and mtime are the ones noted (each grow read it), and
+    reads it once its mtime changed."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 2})
+    copy = src / "dog" / "copy.jpg"
+    shutil.copy(src / "cat" / "img_000.jpg", copy)
+    _aged(src)
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, dedup="exact"))
+    _rewrite_keeping_stamp(copy)  # a read would find it no copy, nor an image
+    assert pack(src, out, PackOptions(grow="update", workers=1)).grow["nothing"]
+    os.utime(copy, ns=(time.time_ns() - 60 * 10**9,) * 2)
+    assert pack(src, out, PackOptions(grow="update", workers=1)).grow["added"] == 1
+    skipped = json.loads((out / "index.json").read_text())["skipped"]
+    assert [s["reason"].startswith("duplicate of") for s in skipped] == [False]
+
+
 def test_records_inside_files_are_compared_by_their_bytes(tmp_path: Path):
     src = make_cifar10_binary(tmp_path / "cifar", per_batch=6, batches=1)
     out = tmp_path / "out"

@@ -155,7 +155,7 @@ def test_a_deduplicated_pack_grown_with_nothing_new_adds_nothing(tmp_path: Path)
     assert result.grow["nothing"] and _told(out) == _fresh(src, tmp_path, dedup="exact")
     doc = json.loads((out / "contents.json").read_text())
     assert doc["dropped"] == []  # and noted no more
-    doc["dropped"] = [["train", "cat/x.jpg", -1, 10, 0, 0]]
+    doc["dropped"] = [["train", "cat/x.jpg", -1, 10, 0, 0, 0]]
     (out / "contents.json").write_text(json.dumps(doc))
     with pytest.raises(OutputError, match=r"contents\.json: not a contents file shardpack wrote"):
         pack(src, out, PackOptions(grow="update", workers=1))
