@@ -223,20 +223,20 @@ def _scan_and_plan(
     if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
         key, reason = dataset.skipped[0]
         raise ImageError(key, f"{reason}; fix it, or ", *SKIP_HINT)
-    groups = None
+    found = None
     if options.dedup != "none":
-        dataset, *found = duplicates.dedup(dataset, options, options.workers or machine_cores())
-        groups = tuple(found)
+        dataset, *copies = duplicates.dedup(dataset, options, options.workers or machine_cores())
+        found = tuple(copies)
     name = options.name or default_name(dataset, src_root)
     if streamed_rows(dataset) is not None:
-        return dataset, groups, name, make_range_plan(dataset, name, options)
+        return dataset, found, name, make_range_plan(dataset, name, options)
     if options.shuffle_window:
         raise OptionError(f"{src_root.path()}: ", Option("shuffle_window"), " streams a "
                           "folder or pattern of Parquet or JSONL lists with no label or "
                           "split column (and no ", Option("split"), " or ", Option("dedup"),
                           "); this SRC is read whole: drop ",
                           Option("shuffle_window"))  # fmt: skip
-    return dataset, groups, name, make_plan(dataset, name, options,
+    return dataset, found, name, make_plan(dataset, name, options,
                                             options.workers or machine_cores())  # fmt: skip
 
 
