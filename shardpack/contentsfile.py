@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,7 +26,8 @@ FORMAT = "shardpack-contents"
 MAX_CONTENTS_BYTES = 1 << 30
 # The JSON values (numbers, strings, lists, objects: each a Python object once parsed) a file
 # may hold per record and skipped item it describes, and per shard: what a pack writes is
-# half of each at most (8 a record); past them it is planted, and refused unread.
+# well under each (8 a record, 11 one of a --dedup near group, 11 a copy --dedup left out);
+# past them it is planted, and refused unread.
 VALUES_PER_ITEM = 16
 VALUES_PER_SHARD = 256
 
@@ -41,6 +43,19 @@ _CHUNK = 16 << 20
 # (one per item skipped)
 Entry = dict[str, list]
 Skip = tuple[str, str, str]  # (split, key, reason)
+# A copy --dedup left out: (split, key, crc, size, meta, copy, mtime), its content key, the
+# number it shares with its kept copy (as a record's "copy") and its file's mtime as stamps.py
+# keeps a record's (0: none), so that a grow needs not read it again.
+Dropped = tuple[str, str, int, int, int, int, int]
+
+
+class Noted(NamedTuple):
+    """What contents.json notes of the copies --dedup found: those it left out, and the
+    perceptual hash of each image of a group that has one (--dedup near), so that a grow reads
+    neither them nor their held copies again to find them."""
+
+    dropped: tuple[Dropped, ...] = ()
+    near: tuple[tuple[str, int], ...] = ()  # (key, hash)
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,7 @@ class Contents:
 
     shards: dict[str, Entry]
     loose: tuple[Skip, ...] = ()
+    noted: Noted = field(default_factory=Noted)  # none: an older shardpack's (read again)
 
     def skips(self) -> Iterator[tuple[str, str]]:
         """(key, reason) of every skip OUT holds: its shards' and the loose ones."""
@@ -125,7 +141,10 @@ def load_contents(out: Storage, index: Index) -> Contents:
         raise OutputError(f"{path}: unreadable ({e}); ", *fix) from None
     listed = doc.get("shards") if isinstance(doc, dict) else None
     loose = doc.get("loose", []) if isinstance(doc, dict) else None
-    if not isinstance(listed, dict) or doc.get("format") != FORMAT or not _skips(loose):
+    dropped = doc.get("dropped", []) if isinstance(doc, dict) else None
+    near = doc.get("near", []) if isinstance(doc, dict) else None
+    if (not isinstance(listed, dict) or doc.get("format") != FORMAT or not _skips(loose)
+            or not _dropped(dropped) or not _hashes(near)):  # fmt: skip
         raise OutputError(f"{path}: not a contents file shardpack wrote; ", *fix)
     found = {}
     label = index.schema.get(LABEL)
@@ -137,7 +156,8 @@ def load_contents(out: Storage, index: Index) -> Contents:
                               f"{shard.file}; ", *fix)  # fmt: skip
         found[shard.file] = _filled(entry)
     _counted(out, index, found, fix)
-    return Contents(found, tuple(map(tuple, loose)))
+    noted = Noted(tuple(map(tuple, dropped)), tuple(map(tuple, near)))
+    return Contents(found, tuple(map(tuple, loose)), noted)
 
 
 def _counted(out: Storage, index: Index, found: dict[str, Entry], fix: tuple) -> None:
@@ -160,6 +180,25 @@ def _skips(loose: object) -> bool:
     return isinstance(loose, list) and all(
         isinstance(s, list) and len(s) == 3 and all(isinstance(v, str) for v in s) for s in loose
     )
+
+
+def _dropped(dropped: object) -> bool:
+    """Whether `dropped` is a list of [split, key, crc, size, meta, copy, mtime]: two strings,
+    then integers, none negative."""
+    return isinstance(dropped, list) and all(
+        isinstance(d, list) and len(d) == 7 and _only(d[:2], str) and _only(d[2:], int)
+        and min(d[2:]) >= 0
+        for d in dropped
+    )  # fmt: skip
+
+
+def _hashes(near: object) -> bool:
+    """Whether `near` is a list of [key, perceptual hash] (64 bits)."""
+    return isinstance(near, list) and all(
+        isinstance(n, list) and len(n) == 2 and type(n[0]) is str and type(n[1]) is int
+        and 0 <= n[1] < 1 << 64
+        for n in near
+    )  # fmt: skip
 
 
 def _filled(entry: Entry) -> Entry:

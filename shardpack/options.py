@@ -382,15 +382,16 @@ class PackOptions:
                               f"letters, digits, '_' and '.', got: {self.name!r}",
                               *such)  # fmt: skip
 
-    def output_fields(self) -> dict[str, object]:
-        """The options that decide the output bytes, as JSON-ready values."""
+    def output_fields(self, every: bool = False) -> dict[str, object]:
+        """The options that decide the output bytes, as JSON-ready values (`every`: also those
+        a run that does not use them leaves out)."""
         fields = asdict(self)
         if not self.shuffle:
             fields["seed"] = None  # no shuffle: the seed changes nothing
         # only --dedup near reads the distance, and a window shuffle is asked for: other runs'
         # plans stay as they were without them
-        near = ("near_distance",) if self.dedup == "near" else ()
-        window = ("shuffle_window",) if self.shuffle_window else ()
+        near = ("near_distance",) if self.dedup == "near" or every else ()
+        window = ("shuffle_window",) if self.shuffle_window or every else ()
         return {key: fields[key] for key in (*_OUTPUT_FIELDS, *near, *window)}
 
     @property

@@ -1,8 +1,9 @@
 """contents.json: which items each shard holds (their keys, content keys, a digest of their
 label and fields, the written sizes, per-class and per-format counts and the images made PNG
 losslessly) and which it skipped
-with the reason, so that `pack --append` and `--update` know what OUT has without reading a
-shard, and recount its statistics, skips and copies as a fresh pack would.
+with the reason, and the copies --dedup left out with their content keys, so that `pack
+--append` and `--update` know what OUT has without reading a shard (nor fetching a copy left
+out again), and recount its statistics, skips and copies as a fresh pack would.
 
 Written by every pack beside index.json (before it); read back, as untrusted, by
 shardpack.contentsfile (a lower layer: `--source shardpack` reads it too).
@@ -23,7 +24,9 @@ from shardpack.contentsfile import (
     VALUES_PER_ITEM,
     VALUES_PER_SHARD,
     Contents,
+    Dropped,
     Entry,
+    Noted,
     Skip,
     load_contents,
     values,
@@ -37,8 +40,8 @@ from shardpack.storage import Storage
 
 # What a grow reads of OUT is read by shardpack.contentsfile, and named here too.
 __all__ = ["FORMAT", "MAX_CONTENTS_BYTES", "VALUES_PER_ITEM", "VALUES_PER_SHARD", "Contents",
-           "Entry", "Skip", "entries", "load_contents", "meta", "values", "with_copies",
-           "write_contents"]  # fmt: skip
+           "Dropped", "Entry", "Noted", "Skip", "dropped_copies", "entries", "load_contents",
+           "meta", "values", "with_copies", "write_contents"]  # fmt: skip
 
 # Records a shard's entry is rendered at a time (spool.py): what it costs is bounded by this,
 # not by the shard's size.
@@ -134,6 +137,15 @@ def with_copies(
             for file, entry in shards.items()}  # fmt: skip
 
 
+def dropped_copies(
+    copies: Iterable[tuple[str, Item, int, int, int]], number: Mapping[str, int]
+) -> tuple[Dropped, ...]:
+    """contents.json's `dropped` of the copies --dedup left out, each (split, item, crc, size,
+    mtime): with its item's meta and the `number` its exact copies share (copy_numbers)."""
+    return tuple((split, item.key, crc, size, meta(item), number.get(item.key, 0), mtime)
+                 for split, item, crc, size, mtime in copies)  # fmt: skip
+
+
 def rendered(value: object) -> bytes:
     """An entry (or one of its values) as contents.json holds it."""
     return _utf8(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
@@ -144,14 +156,18 @@ def with_copy(entry: bytes, copies: list[int]) -> bytes:
     return b'%s,"copy":%s}' % (entry[:-1], json.dumps(copies, separators=(",", ":")).encode())
 
 
-def write_contents(out: Storage, shards: dict[str, Entry], loose: tuple[Skip, ...] = ()) -> None:
+def write_contents(
+    out: Storage, shards: dict[str, Entry], loose: tuple[Skip, ...] = (), noted: Noted = Noted()
+) -> None:
     """Write contents.json for the shards an index is about to list."""
-    write_rendered(out, ((file, rendered(entry)) for file, entry in shards.items()), loose)
+    write_rendered(out, ((file, rendered(entry)) for file, entry in shards.items()), loose,
+                   noted)  # fmt: skip
 
 
 def write_rendered(
-    out: Storage, shards: Iterable[tuple[str, bytes]], loose: tuple[Skip, ...] = ()
-) -> None:
+    out: Storage, shards: Iterable[tuple[str, bytes]], loose: tuple[Skip, ...] = (),
+    noted: Noted = Noted(),
+) -> None:  # fmt: skip
     """Write contents.json from each shard's rendered entry, a shard at a time: compact, as
     json's C encoder writes (an indent takes its Python one, ~5x slower on a million keys)."""
 
@@ -161,7 +177,10 @@ def write_rendered(
             yield b"%s%s:%s" % (b"," if i else b"", _utf8(json.dumps(file, ensure_ascii=False)),
                                 entry)  # fmt: skip
         loose_ = json.dumps([list(s) for s in loose], ensure_ascii=False, separators=(",", ":"))
-        yield b'},"loose":%s}' % _utf8(loose_)
+        dropped, near = (json.dumps([list(n) for n in rows], ensure_ascii=False,
+                                    separators=(",", ":")) for rows in noted)  # fmt: skip
+        yield b'},"loose":%s,"dropped":%s,"near":%s}' % (_utf8(loose_), _utf8(dropped),
+                                                         _utf8(near))  # fmt: skip
 
     out.put_parts(CONTENTS_NAME, parts())
 

@@ -17,8 +17,8 @@ import numpy as np
 from shardpack.errors import ImageError, printable
 from shardpack.images import BadImage, max_file_bytes
 from shardpack.options import PackOptions
-from shardpack.packing import near
-from shardpack.packing.contents import meta_of
+from shardpack.packing import near, stamps
+from shardpack.packing.contents import Noted, copy_numbers, dropped_copies, meta_of
 from shardpack.packing.facts import content_digest, content_key
 from shardpack.packing.packeditems import picked
 from shardpack.packing.plan import CUT_WARNING, Plan
@@ -342,13 +342,18 @@ def _sortable(keys: list[str]) -> np.ndarray:
     return np.array(encoded, f"S{max([1, *map(len, encoded)])}")
 
 
-def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset, list[Group]]:
+def dedup(
+    dataset: Dataset, options: PackOptions, threads: int
+) -> tuple[Dataset, list[Group], Noted]:
     """--dedup exact|near: every item read and keyed on `threads` threads (reads, CRC32C and
     OpenCV leave the interpreter's lock), the copies confirmed, and all but the kept copy of
     each group moved from the splits to the skipped, `duplicate of <record_name>` (`near
     duplicate of` where only the perceptual hashes tell them alike); a warning where a near
-    bucket was crowded."""
+    bucket was crowded. Returns the dataset, the groups and what contents.json notes of them
+    (noted)."""
     entries = [(s, item) for s in sorted(dataset.splits) for item in dataset.splits[s]]
+    # before the reads (a file changed since is read again): a stat each, a read's fraction
+    marks = stamps.take_stamps(dataset.source, dataset.root, (item for _, item in entries))
     keys = content_keys(entries, dataset, options, threads)
     groups, same, crowded = find_groups(entries, keys, dataset, options)
     warnings = (*dataset.warnings, *crowded_warning(crowded))
@@ -360,7 +365,27 @@ def dedup(dataset: Dataset, options: PackOptions, threads: int) -> tuple[Dataset
     skipped = tuple((key, reason) for (_, key), reason in sorted(dropped.items()))
     dataset = replace(dataset, splits=splits, skipped=dataset.skipped + skipped,
                       warnings=warnings)  # fmt: skip
-    return dataset, groups
+    return dataset, groups, noted(entries, keys, groups, dropped, marks)
+
+
+def noted(
+    entries: list[Entry], keys: list[ContentKey], groups: list[Group],
+    dropped: Mapping[tuple[str, str], str], marks: Sequence[stamps.Stamp],
+) -> Noted:  # fmt: skip
+    """What contents.json notes of these groups among `entries` (keyed by `keys`, stamped as
+    `marks` say before they were read), the copies `dropped` left out: each of those with its
+    content key and mtime, and each member's perceptual hash, for a grow to find them again
+    unread."""
+    grouped = {member[1] for group in groups for member in group}
+    left_out, near = [], []
+    for (split, item), key, mark in zip(entries, keys, marks, strict=True):
+        if item.key in grouped:
+            if (split, item.key) in dropped:
+                mtime = stamps.mtime_to_keep(mark, key.size) or 0
+                left_out.append((split, item, key.crc, key.size, mtime))
+            if key.near is not None:
+                near.append((item.key, key.near))
+    return Noted(dropped_copies(left_out, copy_numbers(groups)), tuple(near))
 
 
 def find_groups(

@@ -14,7 +14,7 @@ from shardpack.errors import ImageError, Option, OptionError, SourceError, print
 from shardpack.index import PackStats
 from shardpack.options import MAX_NAME_CHARS, PackOptions, safe_name
 from shardpack.packing import duplicates, stamps
-from shardpack.packing.contents import copy_numbers
+from shardpack.packing.contents import Noted, copy_numbers
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.daliindex import refuse_index_file_folders
 from shardpack.packing.factspill import FactSpill
@@ -65,9 +65,8 @@ class FreshPack:
         this plan finished."""
         watch = CpuWatch()  # the scan and plan are the window that measures others' load
         options, out = self.options, self.out
-        dataset, self.groups, self.name, plan = _scan_and_plan(
-            self.src, options, self.storage_options
-        )
+        dataset, found, self.name, plan = _scan_and_plan(self.src, options, self.storage_options)
+        self.groups, self.noted = found or (None, Noted())
         CONTAINERS[options.format].check_naming(options.wds_naming, list(dataset.schema))
         splits = {spec.split for spec in plan.shards}
         beside = split_file_names(CONTAINERS[options.format], self.name, splits)
@@ -158,7 +157,7 @@ class FreshPack:
             streamed_rows(dataset).release()
         write_outputs(out, index, results, options.index_files)
         if not streamed:  # a streamed list's keys are not held: it keeps no list to grow from
-            self.spool.write_contents(out, numbers)
+            self.spool.write_contents(out, numbers, self.noted)
         write_failures(out, failures)
         commit_index(out, index)  # the run is complete
         if not streamed:
@@ -216,26 +215,28 @@ def choose_workers(
 
 def _scan_and_plan(
     src_root: Storage, options: PackOptions, storage_options: dict | None
-) -> tuple[Dataset, list | None, str, Plan]:
+) -> tuple[Dataset, tuple[list, Noted] | None, str, Plan]:
     """List SRC, drop copies under --dedup, and plan the shards: the dataset, the copies found
-    (None: to be found in what the workers write), the dataset's name and the plan."""
+    and what contents.json notes of them (duplicates.dedup; None: to be found in what the
+    workers write), the dataset's name and the plan."""
     dataset = scan(src_root, options, storage_options)
     if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
         key, reason = dataset.skipped[0]
         raise ImageError(key, f"{reason}; fix it, or ", *SKIP_HINT)
-    groups = None
+    found = None
     if options.dedup != "none":
-        dataset, groups = duplicates.dedup(dataset, options, options.workers or machine_cores())
+        dataset, *copies = duplicates.dedup(dataset, options, options.workers or machine_cores())
+        found = tuple(copies)
     name = options.name or default_name(dataset, src_root)
     if streamed_rows(dataset) is not None:
-        return dataset, groups, name, make_range_plan(dataset, name, options)
+        return dataset, found, name, make_range_plan(dataset, name, options)
     if options.shuffle_window:
         raise OptionError(f"{src_root.path()}: ", Option("shuffle_window"), " streams a "
                           "folder or pattern of Parquet or JSONL lists with no label or "
                           "split column (and no ", Option("split"), " or ", Option("dedup"),
                           "); this SRC is read whole: drop ",
                           Option("shuffle_window"))  # fmt: skip
-    return dataset, groups, name, make_plan(dataset, name, options,
+    return dataset, found, name, make_plan(dataset, name, options,
                                             options.workers or machine_cores())  # fmt: skip
 
 

@@ -17,7 +17,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import chain, count, repeat
 
 from shardpack.containers import CONTAINERS, is_shard_name
@@ -42,7 +42,9 @@ from shardpack.options import PackOptions
 from shardpack.packing import boxes, duplicates, gaps, stamps
 from shardpack.packing.contents import (
     Contents,
+    Dropped,
     Entry,
+    Noted,
     Skip,
     entries,
     load_contents,
@@ -106,6 +108,8 @@ class Change:
     touched: frozenset[str]  # shards holding a changed or vanished item
     read: dict[str, duplicates.ContentKey]  # the content keys of the held items read
     held: dict[str, tuple[str, int, int, int | None]]  # key -> (shard, position, size, meta)
+    left: dict[str, Dropped]  # key -> the copy --dedup left out, its URL's row unchanged
+    near: dict[str, int]  # key -> the perceptual hash noted (contents.Noted)
 
     def summary(self, mode: str, rewritten: int) -> dict[str, object]:
         """The run's counts, as the history and the summary give them: --append changes and
@@ -125,6 +129,7 @@ class Copies:
     dropped: dict[tuple[str, str], str]  # (split, key) -> reason: the copies --dedup leaves out
     yielded: int = 0  # new items --append skipped where a fresh pack keeps them: a held copy
     crowded: int = 0  # images --dedup near found in crowded buckets (duplicates.find_groups)
+    noted: Noted = field(default_factory=Noted)  # what contents.json notes, for the next grow
 
     def summary(self, options: PackOptions) -> dict:
         """index.json's `duplicates`."""
@@ -209,13 +214,18 @@ class GrowPack:
         # no --dedup: the copies among new items are found in merge, by their workers' keys
         # (not each new item read here, then again by its worker: a URL fetched twice)
         self.later = options.dedup == "none" and any(change.new.values())
-        if not self.later and (change.new or change.changed or change.vanished or
+        if not self.later and (change.new or change.changed or change.vanished or change.left or
                                dataset.skipped or gone or _dropped_copies(old)):  # fmt: skip
             update = options.grow == "update"
             self.copies = _copies(dataset, self.contents, change, options, update)
             dataset, change = _without(dataset, change, self.copies, self.contents, update)
+            change = _kept_now(dataset, change, self.copies)
         self.change = change
         return dataset, change
+
+    def _noted(self, copies: Copies | None) -> Noted:
+        """What contents.json notes of the copies: as found now, else as held."""
+        return self.held.noted if copies is None else copies.noted
 
     def _nothing_to_write(
         self, dataset: Dataset, change: Change, options: PackOptions
@@ -237,10 +247,13 @@ class GrowPack:
         told = copies and _told(old, dataset, contents, loose, copies, options)
         retold = bool(told) and (told != {k: getattr(old, k) for k in told} or
                                  loose != self.held.loose or classed)  # fmt: skip
+        noted = self._noted(copies)
         if retold:  # new copies or skips to report
-            _retell(out, old, told, contents, loose, copies)
+            _retell(out, old, told, contents, loose, copies, noted)
             old = load_index(out)
-        old = close_gaps(out, old, contents, loose)
+        elif noted != self.held.noted:  # an older pack's copies noted: read no more
+            write_contents(out, with_copies(contents, copies.groups, frozenset()), loose, noted)
+        old = close_gaps(out, old, contents, loose, noted)
         return _nothing(out.root, old, change, copies, options.grow, self.start, retold)
 
     def landed(self, result: ShardResult) -> ShardResult:
@@ -280,15 +293,16 @@ class GrowPack:
         # what a stop leaves there
         index = replace(index, retired=tuple(sorted({*index.retired, *moved.values()})))
         write_outputs(out, index, results, options.index_files, tfds=not moved)
-        write_contents(out, numbered, loose)  # agrees with the old index and the new
+        noted = copies.noted
+        write_contents(out, numbered, loose, noted)  # agrees with the old index and the new
         commit_index(out, index)  # the grown dataset is there from now on
         write_failures(out, failures)  # after: a stop before leaves the old, a superset
         if touched:  # the next grow removes what a stop here leaves (index.retired)
-            write_contents(out, now, loose)
+            write_contents(out, now, loose, noted)
             _remove_retired(out, index)
         self.known.update(stamps.written(plan, results))  # the planned items' own, or none
         stamps.save(out, index, stamps.mtimes_to_save(now.values(), self.known))
-        index = close_gaps(out, index, now, loose)
+        index = close_gaps(out, index, now, loose, noted)
         return PackResult(
             out=out.root, index=index,
             num_records=sum(s.num_records for s in index.splits.values()),
@@ -320,11 +334,13 @@ def _lossless(shards: Iterable[Entry]) -> int | None:
 
 
 def close_gaps(
-    out: Storage, index: Index, contents: dict[str, Entry], loose: tuple[Skip, ...]
-) -> Index:
+    out: Storage, index: Index, contents: dict[str, Entry], loose: tuple[Skip, ...],
+    noted: Noted = Noted(),
+) -> Index:  # fmt: skip
     """Close the gaps in the numbering of `index`, which is in place (gaps.py), with the DALI
     index files of the shards moved; `contents`: the entries of its shards, `loose`: its skips
-    with no shard (contents.py). Returns the index in place after."""
+    with no shard, `noted`: what it notes of --dedup's copies (contents.py). Returns the index
+    in place after."""
     moved = gaps.gap_moves(index)
     if not moved:
         return index
@@ -338,11 +354,11 @@ def close_gaps(
             idx.link_or_copy(f"{name}.idx", f"{to}.idx")
     closed = gaps.close_gaps(index, moved)
     renamed = {moved.get(file, file): entry for file, entry in contents.items()}
-    write_contents(out, {**contents, **renamed}, loose)  # agrees with both indexes
+    write_contents(out, {**contents, **renamed}, loose, noted)  # agrees with both indexes
     write_outputs(out, closed, [], False)  # TFDS metadata now
     commit_index(out, closed)
     write_contents(out, {s.file: renamed[s.file] for split in closed.splits.values()
-                         for s in split.shards}, loose)  # fmt: skip
+                         for s in split.shards}, loose, noted)  # fmt: skip
     _remove_retired(out, closed)
     return closed
 
@@ -424,17 +440,22 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
     kept = old.options
     if isinstance(kept, dict):
         kept = {**_ADDED, **kept}
-    ours = json_value(given.output_fields())
-    if not isinstance(kept, dict) or set(kept) != set(ours):
+    # (--near-distance and --shuffle-window are kept where used: a grow given neither takes
+    # the dataset's)
+    ours = json_value(given.output_fields(every=True))
+    if not isinstance(kept, dict) or not set(PackOptions().output_fields()) <= set(kept) <= set(
+        ours
+    ):
         raise OutputError(
             f"{old.storage.path(INDEX_NAME)}: keeps no options to grow the "
             "dataset with (an older shardpack's); ",
             *_REPACK,
         )
-    defaults = json_value(PackOptions().output_fields())
+    defaults = json_value(PackOptions().output_fields(every=True))
     kept = {**kept, "name": old.name}  # None in it: the name SRC gave
     ours["name"] = given.name or old.name
-    differ = [k for k in ours if k not in _RUN_OPTIONS and ours[k] not in (defaults[k], kept[k])]
+    differ = [k for k in ours if k not in _RUN_OPTIONS
+              and ours[k] not in (defaults[k], kept.get(k, ours[k]))]  # fmt: skip
     if differ:
         said: list[str | Option] = []
         for k in differ:
@@ -573,8 +594,11 @@ def _compare(
     file has its content key's size and the mtime `known` (stamps.py) and whose label and
     fields are the packed ones is unchanged, unread; the others are read and keyed as workers
     key them, and where the bytes are the packed ones their file's new mtime goes into `known`
-    (the next run reads them no more). An item changes when its bytes, label or fields do."""
+    (the next run reads them no more). An item changes when its bytes, label or fields do. A
+    copy --dedup left out whose URL's row is unchanged is no new item: it is `left`, unread."""
     contents = held_.shards
+    dropped = {row[1]: row for row in held_.noted.dropped}
+    left = {}
     held = {}  # key -> (shard, position, content size, meta); keys are unique across the splits
     tried = {key for _, key, _ in held_.loose}  # skipped when packed: not new, nor a rewrite
     for file, entry in contents.items():
@@ -598,7 +622,11 @@ def _compare(
                     if is_web_url(item.path):  # its image unchanged: changed, unread
                         changed.setdefault(name, []).append(item)
                         touched.add(found[0])
-            elif item.key not in tried:
+            elif item.key in tried:
+                continue
+            elif _unchanged_copy(dropped.get(item.key), name, item, dataset):
+                left[item.key] = dropped[item.key]
+            else:
                 new.setdefault(name, []).append(item)
     now = stamps.take_stamps(dataset.source, dataset.root, (item for _, item in present))
     # (split, item, stamp) of the files whose stamp differs or whose row's values do; an image
@@ -622,7 +650,33 @@ def _compare(
         seen = {item.key for _, item in present}
         gone = {file for key, (file, *_) in held.items() if key not in seen}
     read = {item.key: key for (_, item, _), key in zip(unsure, keys, strict=True)}
-    return Change(new, changed, vanished, frozenset(touched | gone), read, held)
+    near = dict(held_.noted.near)
+    return Change(new, changed, vanished, frozenset(touched | gone), read, held, left, near)
+
+
+def _unchanged_copy(row: Dropped | None, split: str, item: Item, dataset: Dataset) -> bool:
+    """Whether a copy --dedup left out (`row`, None: none) is this item as it was: in its
+    split, its label and fields the same, and an image URL (it names its image, taken as
+    unchanged) or a file of the size and mtime noted (stamps.py)."""
+    if row is None or row[0] != split or row[4] != meta(item):
+        return False
+    if is_web_url(item.path):
+        return True
+    (stamp,) = stamps.take_stamps(dataset.source, dataset.root, (item,))
+    return row[6] != 0 and stamp == (row[3], row[6])
+
+
+def _kept_now(dataset: Dataset, change: Change, copies: Copies) -> Change:
+    """The change with the copies left out that --dedup keeps now (their kept copy gone or
+    changed) as new items, fetched as a fresh pack fetches them."""
+    back = set(change.left) - {key for _, key in copies.dropped}
+    if not back:
+        return change
+    new = {name: list(items) for name, items in change.new.items()}
+    for name, items in dataset.splits.items():
+        new.setdefault(name, []).extend(item for item in items if item.key in back)
+    return replace(change, new={name: items for name, items in new.items() if items},
+                   left={k: v for k, v in change.left.items() if k not in back})  # fmt: skip
 
 
 def _copies(
@@ -630,11 +684,12 @@ def _copies(
     update: bool, written: dict[str, duplicates.ContentKey] | None = None,
 ) -> Copies:  # fmt: skip
     """The copies among the items the grown dataset will hold, as a fresh pack of SRC finds
-    them: the held items keyed by contents.json (or as _compare read them), the new ones read
-    now; --dedup near compares the held items unread by their bytes alone. With --dedup, each
-    group keeps its copy as a fresh pack would (the evaluation split's), save that --append,
-    which never rewrites a shard, keeps the held copy of a group that has one. `written`: the
-    new items' keys as their workers took them (then one they skipped is no member)."""
+    them: the held items keyed by contents.json (or as _compare read them), as are the copies
+    left out it found unchanged (Change.left), the new ones read now; --dedup near compares
+    the held items unread by their bytes alone. With --dedup, each group keeps its copy as a
+    fresh pack would (the evaluation split's), save that --append, which never rewrites a
+    shard, keeps the held copy of a group that has one. `written`: the new items' keys as
+    their workers took them (then one they skipped is no member)."""
     held, read = change.held, change.read
     new = {item.key for items in change.new.values() for item in items}
     changed = {item.key for items in change.changed.values() for item in items}
@@ -651,11 +706,15 @@ def _copies(
             elif item.key in new:
                 keys.append(None)
                 known.append(0)
+            elif (row := change.left.get(item.key)) is not None:  # known with its copies
+                keys.append(duplicates.ContentKey(row[2], row[3], change.near.get(item.key)))
+                known.append(row[5])
             elif (found := held.get(item.key)) is not None:
                 file, i, size, _ = found
                 entry = contents[file]
                 anew = read.get(item.key)
-                keys.append(anew or duplicates.ContentKey(entry["crc"][i], size, None))
+                keys.append(anew or duplicates.ContentKey(entry["crc"][i], size,
+                                                          change.near.get(item.key)))  # fmt: skip
                 # its held copies stand unless its bytes were read and changed (an image URL's
                 # row changed in its values alone keeps them)
                 known.append(0 if anew and item.key in changed else entry["copy"][i])
@@ -664,21 +723,26 @@ def _copies(
             members.append((split, item))
     unread = [i for i, key in enumerate(keys) if key is None]
     threads = options.workers or machine_cores()
+    marks: list[stamps.Stamp] = [(row[3], row[6]) if (row := change.left.get(item.key)) and
+                                 row[6] else None for _, item in members]  # fmt: skip
+    now = stamps.take_stamps(dataset.source, dataset.root, (members[i][1] for i in unread))
     read = duplicates.content_keys([members[i] for i in unread], dataset, options, threads)
-    for i, key in zip(unread, read, strict=True):
-        keys[i] = key
+    for i, key, mark in zip(unread, read, now, strict=True):
+        keys[i], marks[i] = key, mark
     groups, same, crowded = duplicates.find_groups(members, keys, dataset, options, known)
     if options.dedup == "none":
         return Copies(groups, {})
     # (split, key) of the copies --append must keep: held ones
-    fixed = set() if update else {(s, item.key) for s, item in members if item.key not in new}
+    ours = new | set(change.left)  # not in a shard
+    fixed = set() if update else {(s, item.key) for s, item in members if item.key not in ours}
     yielded = 0
     if fixed:
         yielded = sum(g[0][:2] not in fixed and any(m[:2] in fixed for m in g) for g in groups)
         groups = [_held_first(group, fixed) for group in groups]
         groups.sort(key=lambda group: duplicates._kept_first(group[0]))
-    dropped = duplicates.drop_reasons(groups, same)
-    return Copies(groups, {m: r for m, r in dropped.items() if m not in fixed}, yielded, crowded)
+    dropped = {m: r for m, r in duplicates.drop_reasons(groups, same).items() if m not in fixed}
+    noted = duplicates.noted(members, keys, groups, dropped, marks)
+    return Copies(groups, dropped, yielded, crowded, noted)
 
 
 def written_keys(plan: Plan, results: list[ShardResult]) -> dict[str, duplicates.ContentKey]:
@@ -723,6 +787,7 @@ def _without(
 def _keep_splits(dataset: Dataset, old: Index, held: Contents) -> Dataset:
     """The dataset --split cut anew with each held item (packed or skipped) in its split."""
     split_of = {key: split for split, key, _ in held.loose}
+    split_of.update((key, split) for split, key, *_ in held.noted.dropped)
     for name, split in old.splits.items():
         for shard in split.shards:
             entry = held.shards[shard.file]
@@ -746,8 +811,8 @@ def _gone(keys: frozenset[str], dataset: Dataset) -> frozenset[str]:
 
 def _dropped_copies(old: Index) -> bool:
     """Whether the dataset's --dedup skipped copies: they are in no shard, so one gone from SRC
-    is no held item that vanished; its copies are found again to say so (as they are anyway
-    while it is there: it is a new item each grow)."""
+    is no held item that vanished; its copies are found again to say so (a copy contents.json
+    notes, its row unchanged, from what it noted: unread)."""
     removed = (old.duplicates or {}).get("removed")
     return is_count(removed)
 
@@ -830,11 +895,12 @@ def _retell(
     contents: dict[str, Entry],
     loose: tuple[Skip, ...],
     copies: Copies,
+    noted: Noted,
 ) -> None:
     """Write the index of a grow that wrote no shard but has new copies or skips to report (the
     same plan: the stamps still hold)."""
     index = replace(old, **told)
-    write_contents(out, with_copies(contents, copies.groups, frozenset()), loose)
+    write_contents(out, with_copies(contents, copies.groups, frozenset()), loose, noted)
     write_outputs(out, index, [], False, tfds=not gaps.gap_moves(index))
     commit_index(out, index)
 

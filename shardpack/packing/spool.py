@@ -49,10 +49,13 @@ class EntrySpool:
         mask = np.unpackbits(np.frombuffer(data[entry + part :], np.uint8), count=len(spec.items))
         return data[:entry], data[entry : entry + part], mask.astype(bool)
 
-    def write_contents(self, out: Storage, number: dict[str, int] | np.ndarray) -> None:
+    def write_contents(
+        self, out: Storage, number: dict[str, int] | np.ndarray,
+        noted: contents.Noted = contents.Noted(),
+    ) -> None:  # fmt: skip
         """Write contents.json of every planned shard, each record's copy numbered as `number`
         says: by key (contents.copy_numbers of the groups of exact copies), or by plan
-        position (duplicates.PlanCopies.numbers)."""
+        position (duplicates.PlanCopies.numbers); and what it notes of --dedup's copies."""
 
         def shards():
             start = 0
@@ -67,7 +70,7 @@ class EntrySpool:
                 start += len(spec.items)
                 yield spec.file, contents.with_copy(entry, copies)
 
-        contents.write_rendered(out, shards())
+        contents.write_rendered(out, shards(), noted=noted)
 
     def write_stamps(self, out: Storage, index: Index) -> None:
         """Write the stamps of the dataset whose index.json just landed."""

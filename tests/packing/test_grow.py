@@ -181,6 +181,18 @@ def test_a_differing_option_or_class_list_is_refused_naming_it(tmp_path: Path):
     assert json.loads((out / "index.json").read_text())["classes"] == ["cat", "dog", "eel"]
 
 
+def test_a_near_deduplicated_dataset_grows_with_its_distance(tmp_path: Path):
+    """--near-distance is kept with --dedup near alone: a grow given neither, or the dataset's,
+    takes the dataset's (it was refused as an older shardpack's index, or failed with a
+    traceback); another distance is refused naming it."""
+    src, out = make_tree(tmp_path / "src", {"cat": 2}), tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, dedup="near", near_distance=6))
+    for given in ({}, {"dedup": "near"}, {"dedup": "near", "near_distance": 6}):
+        assert pack(src, out, PackOptions(workers=1, grow="update", **given)).grow["nothing"]
+    with pytest.raises(OutputError, match="the dataset's: 6"):
+        pack(src, out, PackOptions(workers=1, grow="append", dedup="near", near_distance=2))
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_each_container_reads_the_grown_dataset_whole(tmp_path: Path, fmt: str):
     src = make_tree(tmp_path / "src", {"cat": 4, "dog": 4})
@@ -440,6 +452,24 @@ def test_a_held_file_of_its_recorded_size_and_mtime_is_not_read_nor_a_shard(tmp_
     result = pack(src, out, PackOptions(grow="update", workers=1))  # ... a new mtime is not
     assert (result.grow["changed"], result.grow["shards_rewritten"]) == (1, 1)
     assert run_cli("verify", str(out)).returncode == 0
+
+
+def test_a_copy_dedup_left_out_of_its_noted_size_and_mtime_is_not_read(tmp_path: Path):
+    """A folder's copy --dedup exact left out is known by its stamp, as a held file is: a grow
+    reads it no more while its size and mtime are the ones noted (each grow read it), and
+    reads it once its mtime changed."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 2})
+    copy = src / "dog" / "copy.jpg"
+    shutil.copy(src / "cat" / "img_000.jpg", copy)
+    _aged(src)
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, dedup="exact"))
+    _rewrite_keeping_stamp(copy)  # a read would find it no copy, nor an image
+    assert pack(src, out, PackOptions(grow="update", workers=1)).grow["nothing"]
+    os.utime(copy, ns=(time.time_ns() - 60 * 10**9,) * 2)
+    assert pack(src, out, PackOptions(grow="update", workers=1)).grow["added"] == 1
+    skipped = json.loads((out / "index.json").read_text())["skipped"]
+    assert [s["reason"].startswith("duplicate of") for s in skipped] == [False]
 
 
 def test_records_inside_files_are_compared_by_their_bytes(tmp_path: Path):

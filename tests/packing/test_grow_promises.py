@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from shardpack import contentsfile
+from shardpack.errors import OutputError
 from shardpack.index import load_index
 from shardpack.options import PackOptions
 from shardpack.packing import contents, stamps
@@ -140,6 +141,8 @@ def test_a_deduplicated_pack_grown_with_nothing_new_adds_nothing(tmp_path: Path)
     """Issue 33, item 1: copies --dedup exact skipped stay skipped."""
     src, out = _split_tree(tmp_path), tmp_path / "out"
     pack(src, out, PackOptions(workers=1, dedup="exact"))
+    noted = json.loads((out / "contents.json").read_text())["dropped"]
+    assert [row[:2] for row in noted] == [["train", "train/cat/img_001.jpg"]]
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     for mode in ("append", "update"):
         result = pack(src, out, PackOptions(grow=mode, workers=1))
@@ -150,6 +153,12 @@ def test_a_deduplicated_pack_grown_with_nothing_new_adds_nothing(tmp_path: Path)
     (src / "train" / "cat" / "img_001.jpg").unlink()  # the copy skipped, gone from SRC
     result = pack(src, out, PackOptions(grow="update", workers=1))
     assert result.grow["nothing"] and _told(out) == _fresh(src, tmp_path, dedup="exact")
+    doc = json.loads((out / "contents.json").read_text())
+    assert doc["dropped"] == []  # and noted no more
+    doc["dropped"] = [["train", "cat/x.jpg", -1, 10, 0, 0, 0]]
+    (out / "contents.json").write_text(json.dumps(doc))
+    with pytest.raises(OutputError, match=r"contents\.json: not a contents file shardpack wrote"):
+        pack(src, out, PackOptions(grow="update", workers=1))
 
 
 def test_an_appended_copy_of_a_held_image_is_told_and_dedup_skips_it(tmp_path: Path):

@@ -185,6 +185,75 @@ def test_a_grow_fetches_a_packed_copy_again_only_to_confirm_a_new_one(tmp_path):
     assert (doc["duplicates"]["groups"], doc["duplicates"]["copies"]) == (2, 3)
 
 
+def _told(out: Path) -> dict:
+    """What an index says of copies and skips, and each split's records and statistics."""
+    doc = json.loads((out / "index.json").read_text())
+    splits = {name: split["num_records"] for name, split in doc["splits"].items()}
+    return {k: doc[k] for k in ("duplicates", "num_skipped", "skipped", "summaries")} | splits
+
+
+def test_a_grow_fetches_no_copy_dedup_left_out_until_its_kept_image_leaves(tmp_path):
+    """--dedup exact's copies left out are known from contents.json: an --update that changes
+    nothing fetches nothing (each grow fetched every copy left out and an image each
+    matched; an older contents.json without them, once), a new row fetches that row alone,
+    and a kept image whose row goes has its copy fetched and packed; each grow tells copies
+    and skips as a fresh pack of its list does."""
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True, "shards": 2,
+             "dedup": "exact"}  # fmt: skip
+    with serving() as site:
+        src = _list(tmp_path, site, [*(f"/twin/{i}.png" for i in range(4)), "/img/9.png"])
+        out, fresh = tmp_path / "out", tmp_path / "fresh"
+        pack(src, out, PackOptions(**given))
+        doc = json.loads((out / "contents.json").read_text())
+        del doc["dropped"]  # as an older shardpack wrote it: its grow fetches them, once
+        (out / "contents.json").write_text(json.dumps(doc))
+        site.hits.clear()
+        for fetched in ({f"/twin/{i}.png" for i in range(4)}, set()):
+            assert pack(src, out, PackOptions(**given, grow="update")).grow["nothing"]
+            assert set(site.hits) == fetched, site.hits
+            site.hits.clear()
+        added = [{"url": site.url(f"/img/{i}.png"), "caption": "new"} for i in (10, 0)]
+        helpers.write_csv(src, [*_rows(src), *added])
+        pack(src, out, PackOptions(**given, grow="update"))  # (--append keeps the held copy)
+        # a new row keyed, then packed (as a fresh pack); /img/0.png a copy of /twin/0.png and
+        # /twin/1.png: one of those fetched to confirm it
+        twins = [path for path in site.hits.elements() if path.startswith("/twin/")]
+        assert twins in (["/twin/0.png"], ["/twin/1.png"]), site.hits
+        assert set(site.hits) - set(twins) == {"/img/0.png", "/img/10.png"}, site.hits
+        pack(src, fresh, PackOptions(**given))
+        assert _told(out) == _told(fresh)
+        rows = _rows(src)
+        helpers.write_csv(src, rows[1:-1])  # /img/0.png, kept of its group, and /twin/0.png go
+        site.hits.clear()
+        pack(src, out, PackOptions(**given, grow="update"))
+        assert list(site.hits) == ["/twin/1.png"], site.hits
+        pack(src, fresh, PackOptions(**given, overwrite=True))
+    assert _told(out) == _told(fresh)
+    assert site.url("/twin/1.png") in _records(out)
+    assert verify(out).ok
+
+
+def test_a_grow_keeps_the_near_copies_dedup_near_left_out_unfetched(tmp_path):
+    """--dedup near's copies left out and the held images they are near copies of are known by
+    their noted hashes: an --update that changes nothing fetches nothing, and keeps them left
+    out (one that fetched them found the held image unhashed, and packed them)."""
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True, "shards": 2,
+             "dedup": "near"}  # fmt: skip
+    with serving() as site:
+        src = _list(tmp_path, site, ["/img/0.png", "/jpeg/0.png", "/img/1.png", "/twin/2.png",
+                                     "/twin/3.png"])  # fmt: skip
+        out, fresh = tmp_path / "out", tmp_path / "fresh"
+        pack(src, out, PackOptions(**given))
+        site.hits.clear()
+        assert pack(src, out, PackOptions(**given, grow="update")).grow["nothing"]
+        assert not site.hits, site.hits
+        pack(src, fresh, PackOptions(**given))
+    told = _told(out)
+    assert told == _told(fresh) and told["duplicates"]["removed"] == 3  # twin/2, 3: of img/1
+    near = [s["key"] for s in told["skipped"] if s["reason"].startswith("near duplicate of")]
+    assert near == [site.url("/jpeg/0.png")]
+
+
 def test_the_line_of_urls_asked_again_counts_one_url_as_one():
     fresh = {"train-00000.tfrecord": {"keys": ["http://127.0.0.1/a.jpg", "b"]}}
     (one,) = _asked_again(once := frozenset({"http://127.0.0.1/a.jpg"}), _packed_again(once, fresh))

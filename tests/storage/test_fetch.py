@@ -105,7 +105,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     file:///etc/hostname and s3://bucket/a.png), /huge.png (Content-Length 100 GB),
     /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
-    hangs up). /twin/N.png: image N // 2. A path in `Site.held` is
+    hangs up). /twin/N.png: image N // 2; /jpeg/N.png: image N as a JPEG. A path in `Site.held` is
     answered once `Site.gate` is set; one in `Site.down`, 503; one in `Site.gone`, 404."""
 
     protocol_version = "HTTP/1.1"  # connections kept
@@ -263,6 +263,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return None
         if kind == "twin":  # /twin/N.png: image N // 2, the same bytes as its twin's
             return self._send(200, _png(number // 2))
+        if kind == "jpeg":  # /jpeg/N.png: image N as a JPEG, a near copy of /img/N.png
+            return self._send(200, cv2.imencode(".jpg", helpers.image(number))[1].tobytes())
         tags = {"noai": "noai", "otherbot": "otherbot: noai, noimageai"}
         headers = {"X-Robots-Tag": tags[kind]} if kind in tags else {}
         return self._send(200, _png(number), headers)
