@@ -55,6 +55,7 @@ LONGEST_FIRST = (
     "tests/cli/test_cli.py", "tests/test_torch.py", "tests/docs/test_docs.py",
     "tests/sources/test_tfdsdir_tars.py", "tests/read/test_random_access.py",
     "tests/packing/test_duplicates.py", "tests/packing/test_cluster.py",
+    "tests/packing/test_grow_faults.py",
 )  # fmt: skip
 
 

@@ -128,6 +128,22 @@ def shard_files(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if is_shard_name(p.name)}
 
 
+def same_grown(a: Path, b: Path) -> None:
+    """Assert two outputs hold the same dataset: shards, index (but its timings) and
+    contents.json, byte for byte."""
+
+    def index(out: Path) -> dict:
+        doc = json.loads((out / "index.json").read_text())
+        doc.pop("stats")
+        for run in doc["history"]:
+            run.pop("when")
+        return doc
+
+    assert shard_files(a) == shard_files(b)
+    assert index(a) == index(b)
+    assert (a / "contents.json").read_bytes() == (b / "contents.json").read_bytes()
+
+
 def tf_records(out: Path, split: str = "train") -> list[dict]:
     """Read a split with real TensorFlow: TFRecordDataset + parse_single_example + decode_image."""
     import json

@@ -6,9 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,7 +22,6 @@ from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from shardpack.storage.local import LocalStorage
 from tests.helpers import (
-    gone,
     heavy_import,
     image,
     make_cifar10_binary,
@@ -33,9 +29,8 @@ from tests.helpers import (
     object_hashes,
     one_line_error,
     run_cli,
+    same_grown,
     shard_files,
-    wait_for,
-    worker_pids,
     write_image,
     write_jsonl,
 )
@@ -222,100 +217,6 @@ def test_each_container_reads_the_grown_dataset_whole(tmp_path: Path, fmt: str):
         tfds = heavy_import("tensorflow_datasets")
         source = tfds.builder_from_directory(str(out)).as_data_source()["train"]
         assert sorted(int(source[i]["label"]) for i in range(len(source))) == labels
-
-
-# Enough new shards that a kill lands mid-run: PNG of these is ~200 KiB, 2 to a shard.
-JOB = ["--encode", "png", "--shard-size", "400KiB", "--workers", "2", "--no-progress"]
-
-
-def _grow_src(root: Path) -> Path:
-    src = root / "src"
-    for i in range(8):
-        write_image(src / f"c{i % 2}" / f"old_{i:03d}.jpg", image(i, height=240, width=320))
-    return src
-
-
-def _grow_more(src: Path) -> None:
-    for i in range(160):
-        write_image(src / f"c{i % 3}" / f"new_{i:03d}.jpg", image(1000 + i, height=240, width=320))
-
-
-def _same(a: Path, b: Path) -> None:
-    def index(out: Path) -> dict:
-        doc = json.loads((out / "index.json").read_text())
-        doc.pop("stats")
-        for run in doc["history"]:
-            run.pop("when")
-        return doc
-
-    assert shard_files(a) == shard_files(b)
-    assert index(a) == index(b)
-    assert (a / "contents.json").read_bytes() == (b / "contents.json").read_bytes()
-
-
-@pytest.mark.slow
-# Ctrl-C in make test; SIGKILL, which leaves the same journal to the rerun, in test-long.
-@pytest.mark.parametrize("sig", [pytest.param(signal.SIGKILL, marks=pytest.mark.long),
-                                 signal.SIGINT])  # fmt: skip
-def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_path, sig):
-    src = _grow_src(tmp_path)
-    clean, out = tmp_path / "clean", tmp_path / "out"
-    for where in (clean, out):
-        assert run_cli("pack", str(src), str(where), *JOB).returncode == 0
-    old_index = (out / "index.json").read_bytes()
-    _grow_more(src)
-    assert run_cli("pack", str(src), str(clean), "--append", *JOB).returncode == 0
-    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
-                            "--append", *JOB], stderr=subprocess.PIPE, text=True)  # fmt: skip
-    journal = out / ".shardpack.journal"
-
-    def written() -> bool:  # the append's journal holds a finished shard
-        lines = journal.read_bytes().splitlines() if journal.exists() else []
-        return len(lines) >= 2 and b'"grow": "append"' in lines[0]
-
-    wait_for(written)
-    workers = worker_pids(run.pid)
-    run.send_signal(sig)
-    run.wait(timeout=30)
-    wait_for(lambda: gone(workers))
-    assert (out / "index.json").read_bytes() == old_index  # the old dataset, whole
-    assert run_cli("verify", str(out)).returncode == 0
-    assert len(list(iter_examples(out))) == 8
-    rerun = run_cli("pack", str(src), str(out), "--append", *JOB)
-    assert rerun.returncode == 0, rerun.stderr
-    _same(out, clean)
-    shutil.rmtree(clean)
-
-
-@pytest.mark.slow
-def test_an_append_killed_as_its_first_shard_lands_reruns(tmp_path):
-    # Held, the parent cannot journal the shard a worker renames into place; killed then, it
-    # left that shard beside the old journal, and the rerun refused it as a stray: 'is there,
-    # but no index lists it, and the grow would write that name; move it away'
-    src = _grow_src(tmp_path)
-    clean, out = tmp_path / "clean", tmp_path / "out"
-    for where in (clean, out):
-        assert run_cli("pack", str(src), str(where), *JOB).returncode == 0
-    listed = {p.name for p in out.glob("src-train.*")}
-    _grow_more(src)
-    assert run_cli("pack", str(src), str(clean), "--append", *JOB).returncode == 0
-    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
-                            "--append", *JOB], stderr=subprocess.PIPE, text=True)  # fmt: skip
-    wait_for(lambda: len(worker_pids(run.pid)) == 2)
-    workers = worker_pids(run.pid)
-    # a worker writing a shard (forked, a worker may still wait for its task from the parent)
-    wait_for(lambda: any(out.glob(".src-train.*.partial"))
-             or {p.name for p in out.glob("src-train.*")} - listed)  # fmt: skip
-    run.send_signal(signal.SIGSTOP)
-    try:  # a new shard at its final name
-        wait_for(lambda: {p.name for p in out.glob("src-train.*")} - listed)
-    finally:
-        run.kill()
-        run.wait(timeout=30)
-    wait_for(lambda: gone(workers))
-    rerun = run_cli("pack", str(src), str(out), "--append", *JOB)
-    assert rerun.returncode == 0, rerun.stderr
-    _same(out, clean)
 
 
 @pytest.mark.parametrize(
@@ -519,7 +420,7 @@ def test_a_stop_between_an_updates_two_indexes_leaves_a_whole_dataset(tmp_path, 
     assert len(list(iter_examples(out))) == 11
     rerun = pack(src, out, PackOptions(grow="update", workers=1, index_files=True))
     assert rerun.grow["nothing"]
-    _same(out, clean)
+    same_grown(out, clean)
     assert sorted(p.name for p in (out / "idx").iterdir()) == sorted(
         f"{f}.idx" for f in shard_files(out)
     )
