@@ -121,11 +121,11 @@ def parse_classes(text: str) -> tuple[str, ...]:
         names = [class_name(name) for name in text.split(",")]
         where = Option("classes")
     names = [name for name in names if name]
-    for name in names:
-        check_class_name(name, where)
     if not names:
         raise ShardpackError(where, ": names no class; pass a,b,c or a file with one a line")
-    check_class_count(len(names), where, "its names")
+    check_class_count(len(names), where, "its names")  # before a name's characters are read
+    for name in names:
+        check_class_name(name, where)
     repeated = sorted(n for n, times in Counter(names).items() if times > 1)  # not n**2
     if repeated:
         raise ShardpackError(f"{where}: class {repeated[0]!r} is listed twice; list each once")
