@@ -506,7 +506,7 @@ def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Da
     dataset = scan(src, replace(options, classes=options.classes or None), storage_options)
     _refuse_other_source(src, old, dataset)
     found = dataset.classes
-    grown = (*old.classes, *(c for c in found if c not in old.classes))
+    grown = _at_the_end(old.classes, found)
     if options.classes is None and found != grown and old.classes:
         dataset = scan(src, replace(options, classes=grown), storage_options)
     dataset = _held_numbers(dataset, old)
@@ -523,6 +523,12 @@ def _scan(src: Storage, options: PackOptions, old: Index, storage_options) -> Da
     return dataset
 
 
+def _at_the_end(held: tuple[str, ...], found: Iterable[str]) -> tuple[str, ...]:
+    """The held classes, then those found that they lack, in the order found: a class keeps
+    its number as the dataset grows."""
+    return (*held, *(c for c in found if c not in held))
+
+
 def _held_numbers(dataset: Dataset, old: Index) -> Dataset:
     """SRC's other class features (objects/label: a COCO JSON's categories, data.yaml's names)
     numbered as the dataset numbers them, the classes SRC adds after them, as a folder's new
@@ -533,7 +539,7 @@ def _held_numbers(dataset: Dataset, old: Index) -> Dataset:
         held = old.schema.get(name)
         if (name != LABEL and feature.classes is not None and held is not None
                 and held.classes is not None and feature.classes != held.classes):  # fmt: skip
-            grown = (*held.classes, *(c for c in feature.classes if c not in held.classes))
+            grown = _at_the_end(held.classes, feature.classes)
             renumber[name] = [grown.index(c) for c in feature.classes]
             feature = replace(feature, classes=grown)
         features.append((name, feature))
