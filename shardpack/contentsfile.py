@@ -26,7 +26,7 @@ FORMAT = "shardpack-contents"
 MAX_CONTENTS_BYTES = 1 << 30
 # The JSON values (numbers, strings, lists, objects: each a Python object once parsed) a file
 # may hold per record and skipped item it describes, and per shard: what a pack writes is
-# well under each (8 a record, 11 one of a --dedup near group, 11 a copy --dedup left out);
+# well under each (8 a record, 11 one of a --dedup near dataset, 11 a copy --dedup left out);
 # past them it is planted, and refused unread.
 VALUES_PER_ITEM = 16
 VALUES_PER_SHARD = 256
@@ -51,8 +51,8 @@ Dropped = tuple[str, str, int, int, int, int, int]
 
 class Noted(NamedTuple):
     """What contents.json notes of the copies --dedup found: those it left out, and the
-    perceptual hash of each image of a group that has one (--dedup near), so that a grow reads
-    neither them nor their held copies again to find them."""
+    perceptual hash of each image (--dedup near), so that a grow reads neither them nor the
+    held images again to find copies among them."""
 
     dropped: tuple[Dropped, ...] = ()
     near: tuple[tuple[str, int], ...] = ()  # (key, hash)

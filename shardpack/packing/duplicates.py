@@ -373,18 +373,17 @@ def noted(
     dropped: Mapping[tuple[str, str], str], marks: Sequence[stamps.Stamp],
 ) -> Noted:  # fmt: skip
     """What contents.json notes of these groups among `entries` (keyed by `keys`, stamped as
-    `marks` say before they were read), the copies `dropped` left out: each of those with its
-    content key and mtime, and each member's perceptual hash, for a grow to find them again
-    unread."""
-    grouped = {member[1] for group in groups for member in group}
+    `marks` say before they were read): the copies `dropped` left out, each with its content
+    key and mtime, for a grow to find them again unread; and with --dedup near, every image's
+    perceptual hash, grouped or not, so that a grow finds a new near copy of any held image
+    without reading it again."""
     left_out, near = [], []
     for (split, item), key, mark in zip(entries, keys, marks, strict=True):
-        if item.key in grouped:
-            if (split, item.key) in dropped:
-                mtime = stamps.mtime_to_keep(mark, key.size) or 0
-                left_out.append((split, item, key.crc, key.size, mtime))
-            if key.near is not None:
-                near.append((item.key, key.near))
+        if (split, item.key) in dropped:
+            mtime = stamps.mtime_to_keep(mark, key.size) or 0
+            left_out.append((split, item, key.crc, key.size, mtime))
+        if key.near is not None:
+            near.append((item.key, key.near))
     return Noted(dropped_copies(left_out, copy_numbers(groups)), tuple(near))
 
 

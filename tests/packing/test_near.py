@@ -5,6 +5,7 @@ groups a million hashes without comparing pairs."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -150,6 +151,27 @@ def test_near_distance_is_part_of_the_plan(src: Path, tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--near-distance" in result.output
     # only --dedup near reads the distance: other plans' digests are as they were without it
     assert "near_distance" not in PackOptions(dedup="exact", near_distance=9).output_fields()
+
+
+def test_a_grow_finds_a_new_near_copy_of_a_held_image_in_no_group(
+    src: Path, tmp_path: Path
+) -> None:
+    """contents.json notes every image's perceptual hash, not only those of a group: a copy
+    appended of a photo that had none is found (it was packed, its hash unknown to the grow)."""
+    own = tmp_path / "src"
+    for path in src.rglob("photo_*.jpg"):
+        (own / path.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+        (own / path.relative_to(src)).write_bytes(path.read_bytes())
+        os.utime(own / path.relative_to(src), (time.time() - 3600,) * 2)  # settled: not read again
+    out = tmp_path / "out"
+    assert _pack(own, out, "--dedup", "near")["duplicates"]["groups"] == 0
+    photo = cv2.imread(str(own / "train" / "a" / "photo_4.jpg"))
+    _jpeg(own / "train" / "a" / "photo_4_small.jpg",
+          cv2.resize(photo, (280, 210), interpolation=cv2.INTER_AREA), 60)  # fmt: skip
+    grown = _pack(own, out, "--append", "--dedup", "near")
+    assert (grown["grow"]["added"], grown["duplicates"]["removed"]) == (0, 1)
+    assert _reasons(out)["photo_4_small.jpg"].endswith("train/a/photo_4.jpg")
+    assert "photo_4_small.jpg" not in _files(out)["train"]
 
 
 def test_pixels_hash_as_their_encoded_file_does() -> None:
