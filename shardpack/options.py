@@ -74,6 +74,8 @@ _OUTPUT_FIELDS = (
     "path_column", "root", "format", "dedup", "box_columns", "wds_naming", "min_visibility",
     "resize_mode", "pad_color", "upscale", "min_side", "max_aspect", "max_area",
 )  # fmt: skip
+# Options that change the bytes written where given (None: as before they were options).
+_GIVEN_FIELDS = ("label_column", "path_suffix")
 
 
 def _check_container(
@@ -239,6 +241,9 @@ class PackOptions:
         split: (name, fraction) pairs to split a one-split source into (--split), seeded by
             `seed`, stratified by label.
         path_column: a manifest's column of image paths (--path-column); None finds it.
+        label_column: a manifest's column of labels (--label-column); None: `label`, if any.
+        path_suffix: written after every image path of a manifest (--path-suffix): ".jpg" for
+            a column of ids of the files `<id>.jpg`; None: the paths name the files.
         root: the folder a manifest's relative image paths are under (--root); None: the
             manifest's folder.
         box_columns: a manifest's columns of boxes, each "NAME" or "NAME:FORMAT" (BOX_FORMATS,
@@ -294,6 +299,8 @@ class PackOptions:
     split_names: tuple[str, ...] = SPLIT_NAMES
     split: tuple[tuple[str, float], ...] | None = None
     path_column: str | None = None
+    label_column: str | None = None
+    path_suffix: str | None = None
     root: str | None = None
     format: str = DEFAULT_FORMAT
     resize_mode: str = "stretch"
@@ -392,7 +399,9 @@ class PackOptions:
         # plans stay as they were without them
         near = ("near_distance",) if self.dedup == "near" or every else ()
         window = ("shuffle_window",) if self.shuffle_window or every else ()
-        return {key: fields[key] for key in (*_OUTPUT_FIELDS, *near, *window)}
+        # likewise a manifest's label column and path suffix where given
+        given = tuple(k for k in _GIVEN_FIELDS if fields[k] is not None or every)
+        return {key: fields[key] for key in (*_OUTPUT_FIELDS, *near, *window, *given)}
 
     @property
     def shuffle_kind(self) -> str:
@@ -663,6 +672,17 @@ FLAGS: dict[str, Flag] = {
         "--path-column",
         "A manifest's column of image paths.  [default: path, image, file, file_name or filename]",
         "NAME",
+    ),
+    "label_column": Flag(
+        "--label-column",
+        "A manifest's column of labels (class names or numbers).  [default: label]",
+        "NAME",
+    ),
+    "path_suffix": Flag(
+        "--path-suffix",
+        "Written after each image path of a manifest: .jpg where a column of ids names "
+        "<id>.jpg files.",
+        "TEXT",
     ),
     "root": Flag(
         "--root",

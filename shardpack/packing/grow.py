@@ -92,7 +92,8 @@ _RUN_OPTIONS = frozenset({"shards", "classes"})
 _TUPLES = ("resize", "pad_color", "split_names", "box_columns")
 # Options added since indexes kept their options, with what an index without them was packed
 # with: such an index grows as it was packed.
-_ADDED = {"box_columns": None, "wds_naming": "shardpack", "min_visibility": 0.0}
+_ADDED = {"box_columns": None, "wds_naming": "shardpack", "min_visibility": 0.0,
+          "label_column": None, "path_suffix": None}  # fmt: skip
 
 # The way out of an OUT a grow cannot take, as a message's parts.
 _REPACK = ("repack with ", Option("overwrite", True))

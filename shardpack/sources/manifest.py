@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 
 KIND = "manifest"
 DEFAULT_SPLIT = "train"
+# The longest --path-suffix: an extension, or a name's end and one (`_mask.png`).
+MAX_SUFFIX_CHARS = 64
 
 
 def is_manifest_name(path: str) -> bool:
@@ -69,8 +71,8 @@ class ManifestSource(Source):
     described = "a manifest table"
     choosable = False
     own_options = (
-        "path_column", "root", "retries", "allow_private_urls", "ignore_opt_out", "user_agent",
-        "url_threads", "per_host", "box_columns",
+        "path_column", "label_column", "path_suffix", "root", "retries", "allow_private_urls",
+        "ignore_opt_out", "user_agent", "url_threads", "per_host", "box_columns",
     )  # fmt: skip
 
     def recognise(
@@ -93,7 +95,8 @@ class ManifestSource(Source):
 
     def check_options(self, options: PackOptions) -> None:
         """--retries of 0 or more, --url-threads and --per-host of 1 or more, --user-agent
-        printable ASCII, and each --box-columns entry NAME or NAME:FORMAT."""
+        printable ASCII, each --box-columns entry NAME or NAME:FORMAT, a --label-column other
+        than the --path-column, and a --path-suffix that names no folder."""
         if options.retries < 0:
             raise OptionError(Option("retries"), f" must be 0 or more, got: {options.retries!r}")
         for option in ("url_threads", "per_host"):
@@ -105,6 +108,15 @@ class ManifestSource(Source):
                               f"HTTP header), got: {agent!r}")  # fmt: skip
         for entry in options.box_columns or ():
             box_column(entry)
+        if options.label_column is not None and options.label_column == options.path_column:
+            raise OptionError(Option("label_column", options.label_column), " names the column "
+                              "of image paths; pass the column of labels")  # fmt: skip
+        suffix = options.path_suffix
+        if suffix is not None and (not suffix or len(suffix) > MAX_SUFFIX_CHARS
+                                   or any(c in suffix for c in "/\\\0")):  # fmt: skip
+            raise OptionError(Option("path_suffix"), " is what follows each path in the file "
+                              f"names (.jpg), up to {MAX_SUFFIX_CHARS} characters and no '/', "
+                              f"got: {suffix!r}")  # fmt: skip
 
     def scan(
         self,
@@ -176,6 +188,8 @@ def scan_manifest(
 
     _check_root(options.root)
     tables = [(split, read_manifest(manifest, path_column=options.path_column, root=options.root,
+                                    label_column=options.label_column,
+                                    path_suffix=options.path_suffix,
                                     storage_options=storage_options,
                                     classes_pinned=options.classes is not None))
               for split, manifest in manifests]  # fmt: skip
@@ -212,7 +226,7 @@ def scan_manifest(
     if not splits:
         first_bad = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
         raise SourceError(f"{first.path}: no row names a usable image{first_bad}",
-                          *_elsewhere(skipped, options.root, base))  # fmt: skip
+                          *_elsewhere(skipped, options, base))  # fmt: skip
     columns = {name: BOXES if name in boxes else f for name, f in first.columns.items()}
     schema = Schema.build(classes, columns, multi_label=bool(label and label.multi))
     images.rows = rows.done()
@@ -441,20 +455,52 @@ def yxyx(name: str, value: object, fmt: str) -> np.ndarray:
     return np.stack(corners, axis=1).astype(np.float32)
 
 
-def _elsewhere(skipped: list[tuple[str, str]], root: str | None, base: str) -> tuple:
+def _elsewhere(skipped: list[tuple[str, str]], options: PackOptions, base: str) -> tuple:
     """The end of "no row names a usable image" where every row's image is missing under the
-    manifest's folder: most likely the manifest lists them with Windows' separator, was moved
-    away from its images, or lists them relative to another folder, which --root names."""
+    manifest's folder: most likely the manifest lists them with Windows' separator, names them
+    without their extension (a column of ids: --path-suffix) or relative to a folder inside
+    (--root), was moved away from its images, or lists them relative to another folder."""
     missing = os.strerror(errno.ENOENT)
     if not skipped or not all(r.endswith(missing) for _, r in skipped):
         return ()
     if any("\\" in key for key, _ in skipped):  # a list written on Windows: imgs\a.jpg
         return ("; its paths are written with '\\' between folders, as on Windows: write them "
                 "with '/'",)  # fmt: skip
-    if root is not None:
+    if (found := _found_near(skipped[0][0], options.path_suffix, base)) is not None:
+        return found
+    if options.root is not None:
         return ()
     return ("; its paths were read under ", base, ": if they are relative to another folder, "
             "pass ", Option("root"), " with that folder")  # fmt: skip
+
+
+# Where a row's missing image is looked for, to say how to name it: the extensions tried after
+# its path, and the most folders inside the manifest's tried as --root.
+_TRIED_SUFFIXES = (".jpg", ".png", ".jpeg", ".JPG", ".PNG", ".JPEG", ".webp", ".bmp", ".tif",
+                   ".tiff", ".gif")  # fmt: skip
+_TRIED_FOLDERS = 16
+
+
+def _found_near(key: str, suffix: str | None, base: str) -> tuple | None:
+    """How to name the first row's missing image where a file is found for it with an image
+    extension after its path (--path-suffix) or in a folder inside `base` (--root), or both;
+    None where none is, or `base` is not on this disk."""
+    if not is_relative(key) or is_web_url(base):
+        return None
+    stem = key[: -len(suffix)] if suffix and key.endswith(suffix) else key
+    root = storage_at(base)
+    inside = [name for name, is_dir in folder_entries(root) if is_dir][:_TRIED_FOLDERS]
+    for folder in ("", *inside):
+        for ending in ("", *_TRIED_SUFFIXES):
+            name = posixpath.join(folder, stem + ending) if folder else stem + ending
+            if (folder, ending) != ("", suffix or "") and root.lexists(name):
+                told: list = [f"; {stem + (suffix or '')} is no file there, but {name} is: pass "]
+                if folder:
+                    told += [Option("root", posixpath.join(base, folder)), " "]
+                if ending != (suffix or ""):
+                    told.append(Option("path_suffix", ending))
+                return tuple(told)
+    return None
 
 
 def _check_root(root: str | None) -> None:
@@ -479,12 +525,12 @@ def _classes(
     if pinned is not None:
         return pinned
     if info.kind == "names":
-        check_class_count(len(info.values), f"{path}, column 'label'", "its names")
+        check_class_count(len(info.values), f"{path}, column {info.column!r}", "its names")
         for name in info.values:  # as a folder's: one line each in TFDS's label.labels.txt
-            check_class_name(name, f"{path}, column 'label'")
+            check_class_name(name, f"{path}, column {info.column!r}")
         return tuple(info.values)
     top = max(info.values, default=-1)
-    check_class_count(top + 1, f"{path}, column 'label'", f"integer labels up to {top:,}")
+    check_class_count(top + 1, f"{path}, column {info.column!r}", f"integer labels up to {top:,}")
     return tuple(str(i) for i in range(top + 1))
 
 

@@ -100,14 +100,15 @@ def _scan(
 
     surveys = [survey_file(table) for _, table in manifests]
     first = surveys[0]
-    layout = Layout.of(first.file.path, first.names, options.path_column)
-    if layout.labelled or layout.has_split:
+    given = (options.path_column, options.label_column, options.path_suffix)
+    layout = Layout.of(first.file.path, first.names, *given)
+    if layout.label is not None or layout.has_split:
         return None
     columns = _columns(first, layout)
     for surveyed in surveys[1:]:
-        other = Layout.of(surveyed.file.path, surveyed.names, options.path_column)
-        if (other.path, other.labelled, other.has_split, _columns(surveyed, other)) != (
-            layout.path, False, False, columns,
+        other = Layout.of(surveyed.file.path, surveyed.names, *given)
+        if (other.path, other.label, other.has_split, _columns(surveyed, other)) != (
+            layout.path, None, False, columns,
         ):  # fmt: skip
             raise SourceError(f"{surveyed.file.path}: its columns differ from "
                               f"{first.file.path}'s; give every file of the list the same "

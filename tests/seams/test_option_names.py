@@ -36,6 +36,7 @@ RECORDED = {
     "sources/hf.py": {"--root", "--no-shuffle"},  # a row's skip reason, a warning
     "sources/repack.py": {"--no-shuffle"},  # a warning
     "sources/tables/reader.py": {"--classes"},  # a warning
+    "sources/tables/columns.py": {"--label-column"},  # a warning
     "storage/urlpolicy.py": {"--allow-private-urls"},  # a URL's reason in the failures file
     "read/preview.py": {"--overwrite"},  # preview's own --overwrite, not pack's
 }

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardpack.errors import OptionError, SourceError
+from shardpack.errors import OptionError, OutputError, SourceError
 from shardpack.options import PackOptions, as_flags
 from shardpack.packing.packer import pack
 from shardpack.read.random_access import read_record
@@ -610,3 +610,67 @@ def test_a_manifest_away_from_its_images_is_told_to_pass_root(tmp_path):
         scan(write_csv(pets / "windows.csv", windows))
     assert as_flags(caught.value).endswith("; its paths are written with '\\' between folders, "
                                            "as on Windows: write them with '/'")  # fmt: skip
+
+
+def test_a_table_of_ids_and_breeds_packs_with_its_columns_named(tmp_path):
+    """Kaggle's layout: train.csv of `id,breed` beside train/<id>.jpg. Packed unlabeled (a
+    text feature `breed`) with no word, and every row missing with no word of how to name its
+    files; now the label column is named (--label-column) and the files (--path-suffix,
+    --root), and the error and the warning say which."""
+    photos = make_tree(tmp_path / "pets" / "train", {"a": 2, "b": 2})
+    rows = []
+    for i, path in enumerate(sorted(photos.rglob("*.jpg"))):
+        path.rename(photos / f"id{i}.jpg")  # the ids' files, in one folder
+        rows.append({"id": f"id{i}", "breed": ("collie", "pug")[i % 2]})
+    table = write_csv(tmp_path / "pets" / "train.csv", rows)
+    with pytest.raises(SourceError) as caught:
+        scan(table, PackOptions(path_column="id"))
+    assert as_flags(caught.value).endswith(
+        "; id0 is no file there, but train/id0.jpg is: pass --root "
+        f"{tmp_path / 'pets' / 'train'} --path-suffix .jpg"
+    )
+    with pytest.raises(SourceError) as caught:  # its folder given, not the extension
+        scan(table, PackOptions(path_column="id", root=str(photos)))
+    assert as_flags(caught.value).endswith("; id0 is no file there, but id0.jpg is: pass "
+                                           "--path-suffix .jpg")  # fmt: skip
+    named = PackOptions(path_column="id", root=str(photos), path_suffix=".jpg")
+    unlabeled = scan(table, named)
+    assert not unlabeled.classes and "breed" in unlabeled.schema
+    assert any("pass --label-column breed" in w for w in unlabeled.warnings)
+    out = tmp_path / "out"
+    summary = pack(table, out, PackOptions(**{**named.__dict__, "label_column": "breed"}))
+    assert summary.index.classes == ("collie", "pug")
+    got = {r["key"]: r["label"] for r in iter_examples(out, "train")}
+    assert got == {f"id{i}.jpg": i % 2 for i in range(4)}
+    # a grow takes the dataset's own: the same columns named
+    write_csv(table, [*rows, {"id": "id0", "breed": "pug"}][1:])  # id0 relabelled
+    grown = pack(table, out, PackOptions(grow="update", workers=1))
+    assert grown.grow["changed"] == 1
+    assert {r["key"]: r["label"] for r in iter_examples(out, "train")}["id0.jpg"] == 1
+    with pytest.raises(OutputError, match=r"label_column='id' \(the dataset's: \"breed\"\)"):
+        pack(table, out, PackOptions(grow="append", label_column="id"))
+
+
+def test_a_label_column_named_is_the_label_and_is_checked(tmp_path):
+    """--label-column's column holds the labels (its messages name it); one missing is
+    refused with the name a typo away, and a `label` column beside it or the path column named
+    as labels is refused."""
+    table = write_csv(tmp_path / "t.csv", [{"path": "a.jpg", "kind": ""}])
+    with pytest.raises(SourceError) as caught:
+        scan(table, PackOptions(label_column="knd"))
+    assert as_flags(caught.value).endswith("(columns: path, kind); pass the column that labels "
+                                           "each image as --label-column kind")  # fmt: skip
+    beside = write_csv(tmp_path / "b.csv", [{"path": "a.jpg", "kind": "x", "label": "y"}])
+    one_line_error(
+        _cli("pack", str(beside), str(tmp_path / "o"), "--label-column", "kind"),
+        "has a column 'label' beside 'kind', the labels by --label-column kind",
+    )
+    with pytest.raises(OptionError, match="names the column of image paths"):
+        scan(table, PackOptions(label_column="path", path_column="path"))
+    make_tree(tmp_path / "img", {"x": 1})
+    rows = [{"path": "x/img_000.jpg", "kind": ""}]
+    with pytest.raises(SourceError, match="no label in column 'kind'"):
+        scan(
+            write_csv(tmp_path / "img" / "t.csv", rows),
+            PackOptions(label_column="kind", on_error="fail"),
+        )

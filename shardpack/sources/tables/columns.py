@@ -1,4 +1,5 @@
-"""Which column is what: the image path, `label`, `split`, and the extra features."""
+"""Which column is what: the image path, the label (`label`, or --label-column's), `split`, and
+the extra features."""
 
 from __future__ import annotations
 
@@ -12,20 +13,29 @@ from shardpack.sources.tables.chunks import Chunk, check_names, no_rows
 
 PATH_COLUMNS = ("path", "image", "file", "file_name", "filename")
 SPLIT = "split"
+# Names a table's column of labels often has (Kaggle's, pandas users'): a manifest with no
+# label column but one of these is told of --label-column rather than packed unlabeled.
+LABEL_LIKE = ("class", "category", "target", "labels", "class_name", "classname", "label_name",
+              "breed", "species", "diagnosis", "y")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
     path: str
-    labelled: bool
+    label: str | None  # the column of labels; None: an unlabeled dataset
     has_split: bool
     extras: tuple[str, ...]  # sorted
     warnings: tuple[str, ...] = ()  # a `label` or `split` column missing, one named nearly so
+    suffix: str = ""  # --path-suffix: written after each image path
 
     @classmethod
-    def of(cls, manifest: str, names: list[str], path_column: str | None) -> Layout:
+    def of(
+        cls, manifest: str, names: list[str], path_column: str | None,
+        label_column: str | None = None, path_suffix: str | None = None,
+    ) -> Layout:  # fmt: skip
         check_names(manifest, names)  # JSONL's keys: CSV and Parquet headers are checked first
         found = ", ".join(names) or "none"
+        label = _label_column(manifest, names, label_column, found)
         if path_column is not None:
             if path_column not in names:
                 raise SourceError(
@@ -48,7 +58,11 @@ class Layout:
                     Option("path_column"),
                 )
             path_column = candidates[0]
-        extras = tuple(sorted(n for n in names if n not in (path_column, LABEL, SPLIT)))
+        if label == path_column:
+            raise SourceError(f"{manifest}: column {label!r} is both the image paths and the "
+                              "labels; pass the column of labels as ",
+                              Option("label_column"))  # fmt: skip
+        extras = tuple(sorted(n for n in names if n not in (path_column, label, SPLIT)))
         for name in extras:
             if name in BUILTIN_NAMES:
                 raise SourceError(
@@ -59,9 +73,42 @@ class Layout:
             f"{os.path.basename(manifest)}: no {column!r} column: did you mean {meant!r}? "
             f"(taken as a feature; rename it {column!r} to {what})"
             for column, what in ((LABEL, "label the images"), (SPLIT, "split them"))
-            if column not in names and (meant := near(column, extras))
+            if column not in names
+            and (meant := near(column, extras))
+            and (column != LABEL or label is None)
         )
-        return cls(path_column, LABEL in names, SPLIT in names, extras, warnings)
+        if label is None and not warnings:
+            warnings = _label_like(manifest, extras)
+        return cls(path_column, label, SPLIT in names, extras, warnings, path_suffix or "")
+
+
+def _label_column(
+    manifest: str, names: list[str], label_column: str | None, found: str
+) -> str | None:
+    """The column of labels: --label-column's (which must be there, and no other named
+    `label` beside it), else `label` where there is one."""
+    if label_column is None:
+        return LABEL if LABEL in names else None
+    if label_column not in names:
+        meant = near(label_column, names)
+        said = Option("label_column", meant) if meant else Option("label_column")
+        raise SourceError(f"{manifest}: has no column {label_column!r} (columns: {found}); pass "
+                          "the column that labels each image as ", said)  # fmt: skip
+    if label_column != LABEL and LABEL in names:
+        raise SourceError(f"{manifest}: has a column 'label' beside {label_column!r}, the "
+                          "labels by ", Option("label_column", label_column), "; rename or "
+                          "drop the column 'label'")  # fmt: skip
+    return label_column
+
+
+def _label_like(manifest: str, extras: tuple[str, ...]) -> tuple[str, ...]:
+    """A warning where an unlabeled manifest has a column named as labels often are."""
+    like = [name for name in extras if name.lower() in LABEL_LIKE]
+    if len(like) != 1:
+        return ()
+    return (f"{os.path.basename(manifest)}: no 'label' column, so the images are packed "
+            f"unlabeled and {like[0]!r} as a feature; if {like[0]!r} labels them, pass "
+            f"--label-column {like[0]}",)  # fmt: skip
 
 
 def _meant_path(names: list[str]) -> str | None:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shardpack.errors import shortened
-from shardpack.schema import INT64, LABEL, Feature
+from shardpack.schema import INT64, Feature
 from shardpack.sources.classlist import class_name
 from shardpack.sources.tables.cells import (
     CSV_BOOLS,
@@ -90,12 +90,13 @@ def convert_rows(
             continue
         raw = chunk.columns
         missing = [None] * n  # a column no record of this chunk has (JSONL)
-        paths, failed = _image_paths(raw.get(layout.path, missing), layout.path)
+        paths, failed = _image_paths(_suffixed(raw.get(layout.path, missing), layout.suffix),
+                                     layout.path)  # fmt: skip
         failures = [failed]
         values = [None] * n
         if label is not None:
             one = functools.partial(_label, label=label, csv_text=csv_text, interned=interned)
-            values, failed = _each(raw.get(LABEL, missing), one, cached=not label.multi)
+            values, failed = _each(raw.get(label.column, missing), one, cached=not label.multi)
             failures.append(failed)
         splits = [None] * n
         if layout.has_split:
@@ -183,6 +184,14 @@ def _image_paths(values: Sequence, column: str) -> tuple[list[str], dict[int, st
             return list(values), {}  # each as os.path.normpath gives it already
         return list(map(normal, values)), {}
     return _each(values, functools.partial(_image_path, column=column))
+
+
+def _suffixed(values: Sequence, suffix: str) -> Sequence:
+    """Each path cell with --path-suffix written after it (an empty or missing one as it is,
+    refused as no path)."""
+    if not suffix:
+        return values
+    return [v + suffix if isinstance(v, str) and v else v for v in values]
 
 
 def _file_keys(paths: list, root: str) -> list:
@@ -273,7 +282,7 @@ def _label(value, label: LabelInfo, csv_text: bool, interned: dict[str, str]):
     if value is None or value == "":
         if label.multi:
             return ()
-        raise _Bad("no label in column 'label'")
+        raise _Bad(f"no label in column {label.column!r}")
     if label.multi:
         if type(value) is not list:
             raise _Bad(f"label {describe(value)} is not a list, as the column's other labels")
@@ -284,7 +293,7 @@ def _label(value, label: LabelInfo, csv_text: bool, interned: dict[str, str]):
 def _one_label(value, label: LabelInfo, csv_text: bool):
     kind = kind_of(value, csv_text)
     if kind is not None and kind.bad:
-        raise _Bad(f"column 'label' holds {kind.why}")
+        raise _Bad(f"column {label.column!r} holds {kind.why}")
     integers = label.kind == "integers"
     if integers and kind is INT:
         if int(value) < 0:
@@ -292,7 +301,7 @@ def _one_label(value, label: LabelInfo, csv_text: bool):
         return int(value)
     if not integers and (kind is TEXT or (csv_text and kind is not None)):
         if not (name := class_name(value)):  # in CSV a cell spelled like a number is a name
-            raise _Bad("no label in column 'label'")
+            raise _Bad(f"no label in column {label.column!r}")
         return name
     if kind is FLOAT:  # pandas' type for a column of integers with a gap
         raise _Bad(f"label {describe(value)} is a float, but a label is an integer (a class "

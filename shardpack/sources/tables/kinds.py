@@ -8,7 +8,7 @@ import functools
 from collections import Counter
 from collections.abc import Sequence
 
-from shardpack.schema import INT64, MAX_ROW, Feature
+from shardpack.schema import INT64, LABEL, MAX_ROW, Feature
 from shardpack.sources.tables.cells import (
     CSV_BOOLS,
     CSV_FLOAT,
@@ -78,11 +78,12 @@ def _bad(why: str) -> Kind:
 
 @dataclasses.dataclass(frozen=True)
 class LabelInfo:
-    """What the `label` column holds, for mapping labels to class indices."""
+    """What the column of labels holds, for mapping labels to class indices."""
 
     kind: str  # "names" (class names as text) or "integers"
     multi: bool  # each row holds a list of labels (possibly empty)
     values: tuple  # sorted distinct labels over the good rows: str names or int values
+    column: str = LABEL  # its name: `label`, or --label-column's
 
 
 def survey(chunks: list[Chunk], names: tuple[str, ...], csv_text: bool) -> dict[str, Counter]:

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import BinaryIO
 
 from shardpack.errors import SourceError
-from shardpack.schema import LABEL, Feature
+from shardpack.schema import Feature
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.tables.cells import CSV_FLOAT, CSV_INT
 from shardpack.sources.tables.chunks import Chunk, open_table
@@ -49,6 +49,8 @@ def read_manifest(
     *,
     path_column: str | None = None,
     root: str | os.PathLike | None = None,
+    label_column: str | None = None,
+    path_suffix: str | None = None,
     storage_options: Mapping[str, object] | None = None,
     classes_pinned: bool = False,
 ) -> Manifest:
@@ -60,6 +62,8 @@ def read_manifest(
         path_column: the column naming each image; None finds the one of PATH_COLUMNS present.
         root: the folder (a path or URL) relative image paths are under; None: the
             manifest's folder.
+        label_column: the column of labels; None: `label`, where there is one.
+        path_suffix: written after each image path (".jpg" for a column of file ids).
         storage_options: options for the filesystem of a URL `src`.
         classes_pinned: whether --classes gives the class list (a warning then says so).
 
@@ -84,13 +88,16 @@ def read_manifest(
         for chunk in _chunks(path, suffix, f):
             chunks.append(chunk)
             listed(len(chunk.lines))
-    layout = Layout.of(path, column_names(chunks, path), path_column)
-    typed = (*layout.extras, LABEL) if layout.labelled else layout.extras
+    layout = Layout.of(path, column_names(chunks, path), path_column, label_column, path_suffix)
+    typed = (*layout.extras, layout.label) if layout.label is not None else layout.extras
     counts = survey(chunks, typed, csv_text)
     columns = {n: infer(counts[n], csv_text) for n in layout.extras}
     _check_filled(path, chunks, columns, counts)
     as_text = _numbers_as_text(path, chunks, columns) if csv_text else ()  # convert frees chunks
-    label = infer_label(counts[LABEL], csv_text) if layout.labelled else None
+    label = None
+    if layout.label is not None:
+        inferred = infer_label(counts[layout.label], csv_text)
+        label = dataclasses.replace(inferred, column=layout.label)
     base = os.path.dirname(path) if root is None else os.fspath(root)  # a URL's too
     base = absolute(base)
     rows, bad, label_values = convert_rows(chunks, path, base, layout, columns, label, csv_text)
