@@ -105,8 +105,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     file:///etc/hostname and s3://bucket/a.png), /huge.png (Content-Length 100 GB),
     /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
-    hangs up). /twin/N.png: image N // 2; /jpeg/N.png: image N as a JPEG. A path in `Site.held` is
-    answered once `Site.gate` is set; one in `Site.down`, 503; one in `Site.gone`, 404."""
+    hangs up). /twin/N.png: image N // 2; /jpeg/N.png: image N as a JPEG; /changing/N.png: image
+    N, then image N + 1 to every later request. A path in `Site.held` is answered once
+    `Site.gate` is set; one in `Site.down`, 503; one in `Site.gone`, 404."""
 
     protocol_version = "HTTP/1.1"  # connections kept
     site: Site
@@ -261,6 +262,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 while True:
                     self.wfile.write(bytes(1 << 16))
             return None
+        if kind == "changing":  # another image the second time (a CDN's other variant)
+            return self._send(200, _png(number if first else number + 1))
         if kind == "twin":  # /twin/N.png: image N // 2, the same bytes as its twin's
             return self._send(200, _png(number // 2))
         if kind == "jpeg":  # /jpeg/N.png: image N as a JPEG, a near copy of /img/N.png
@@ -436,8 +439,9 @@ def test_a_retry_due_goes_before_the_first_tries_still_queued(monkeypatch):
 def test_copies_behind_urls_are_confirmed_without_fetching_them_again(tmp_path):
     """Exact copies found in the shards are confirmed by the digest the worker took of the
     bytes it fetched: no URL is fetched twice (before, each copy was fetched again to confirm
-    it). With --dedup exact, the pre-pass fetches each URL and the workers the kept ones:
-    confirming its candidates fetches none again (before, 40 more)."""
+    it). With --dedup exact, the pre-pass fetches each URL, and the workers read the kept ones
+    from what it kept: confirming its candidates fetches none again (before, 40 more), and
+    packing them none either (before, 20 more)."""
     urls = [f"/twin/{i}.png" for i in range(40)]
     with serving() as site:
         result = _pack_urls(tmp_path, site, urls)
@@ -446,7 +450,48 @@ def test_copies_behind_urls_are_confirmed_without_fetching_them_again(tmp_path):
     with serving() as site:
         result = _pack_urls(tmp_path, site, urls, out="deduped", dedup="exact")
     assert result.num_records == 20 and result.index.duplicates["removed"] == 20
-    assert sum(site.hits.values()) == 40 + 20
+    assert sorted(site.hits.values()) == [1] * 40
+
+
+def _images(out: Path) -> dict[str, bytes]:
+    return {record["key"]: record["image"] for record in iter_examples(out)}
+
+
+@pytest.mark.parametrize("dedup", ["exact", "near"])
+def test_dedup_fetches_each_url_once_and_packs_a_plain_packs_records_but_the_copies(
+    tmp_path, dedup
+):
+    """--dedup's pass keeps what it fetched (and why a fetch failed) for the workers: each
+    URL is asked once in the whole pack (before, each one kept was asked again by its
+    worker, the 404 too), and the records are a plain pack's but the copies it left out
+    (with near: /jpeg/9.png as well, a near copy of /img/9.png), with the same skip reasons.
+    Nothing is left of what it kept."""
+    paths = [*(f"/twin/{i}.png" for i in range(8)), "/img/8.png", "/img/9.png", "/jpeg/9.png",
+             "/404.png", "/503/10.png"]  # fmt: skip
+    with serving() as site:
+        plain = _pack_urls(tmp_path, site, paths, out="plain", shards=2, workers=2)
+        site.hits.clear()
+        deduped = _pack_urls(tmp_path, site, paths, out="deduped", shards=2, workers=2,
+                             dedup=dedup)  # fmt: skip
+    assert site.hits == Counter({**dict.fromkeys(paths, 1), "/503/10.png": 2}), site.hits
+    left_out = {s.key for s in deduped.index.skipped if "duplicate of" in s.reason}
+    assert len(left_out) == 4 + (dedup == "near")
+    kept = _images(tmp_path / "deduped")
+    assert kept == {k: v for k, v in _images(tmp_path / "plain").items() if k not in left_out}
+    assert {s for s in deduped.index.skipped if s.key not in left_out} == set(plain.index.skipped)
+    assert not list((tmp_path / "deduped").glob(".shardpack.fetched-*"))
+
+
+def test_a_server_answering_another_image_the_second_time_changes_nothing_packed(tmp_path):
+    """/changing/0.png is image 0 when --dedup exact keys it, a copy of /img/0.png, which it
+    keeps (its key sorts first); then image 1. What is packed is the image keyed (before,
+    its worker fetched it again and packed image 1: image 0 was packed nowhere)."""
+    with serving() as site:
+        result = _pack_urls(tmp_path, site, ["/changing/0.png", "/img/0.png"], dedup="exact")
+    assert result.index.skipped[0].key == site.url("/img/0.png")
+    assert result.index.skipped[0].reason.startswith("duplicate of ")
+    assert _images(tmp_path / "out") == {site.url("/changing/0.png"): _png(0)}
+    assert site.hits["/changing/0.png"] == 1
 
 
 def test_records_keep_the_plans_order_whatever_arrives_first(tmp_path):
