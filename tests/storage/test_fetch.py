@@ -27,6 +27,7 @@ import pytest
 
 from shardpack import PackOptions, SourceError, StorageError, iter_examples, pack
 from shardpack.options import as_flags
+from shardpack.packing import duplicates
 from shardpack.sources import scan
 from shardpack.storage import fetch
 from shardpack.storage.fetch import Fetcher, Prefetch, UrlFailed
@@ -480,6 +481,19 @@ def test_dedup_fetches_each_url_once_and_packs_a_plain_packs_records_but_the_cop
     assert kept == {k: v for k, v in _images(tmp_path / "plain").items() if k not in left_out}
     assert {s for s in deduped.index.skipped if s.key not in left_out} == set(plain.index.skipped)
     assert not list((tmp_path / "deduped").glob(".shardpack.fetched-*"))
+
+
+def test_the_dedup_pass_threads_fetch_every_url_whatever_chunk_ends_first(tmp_path, monkeypatch):
+    """The --dedup pass reads its chunks on threads that share one Fetcher: the first reading
+    to end closed it, cutting the other thread's requests ("stopped: the fetching was
+    closed"), and those URLs were keyed as unreadable (a copy among them unfound), now
+    skipped; the last reading closes it."""
+    monkeypatch.setattr(duplicates, "HASH_CHUNK", 4)
+    paths = [f"/img/{i}.png" for i in range(40)]
+    with serving(latency=0.01, jitter=True) as site:
+        result = _pack_urls(tmp_path, site, paths, workers=2, shards=1, dedup="exact")
+    assert result.num_records == 40, result.index.skipped[:3]
+    assert sorted(site.hits.values()) == [1] * 40
 
 
 def test_a_server_answering_another_image_the_second_time_changes_nothing_packed(tmp_path):
