@@ -21,12 +21,10 @@ import threading
 from contextlib import suppress
 
 from shardpack.errors import OutputError
+from shardpack.layout import FETCHED_PREFIX
 from shardpack.storage.atomic import create_temp, remove_files
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
-# The spool folder's name begins so (beside the journal in OUT, or in the system's temporary
-# folder): a random tail follows.
-SPOOL_PREFIX = ".shardpack.fetched-"
 _BODY, _LARGE, _REFUSED = b"body", b"large", b"refused"
 _MOST_REASON = 4096  # bytes of a failure's reason kept (fetch's reasons are a line)
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -72,7 +70,7 @@ class UrlSpool:
         try:
             with _MAKING:
                 if self.folder is None:
-                    self.folder = tempfile.mkdtemp(prefix=SPOOL_PREFIX, dir=self.parent)
+                    self.folder = tempfile.mkdtemp(prefix=FETCHED_PREFIX, dir=self.parent)
             fd, tmp = create_temp(self._path(url))
             try:
                 with os.fdopen(fd, "wb") as f:

@@ -26,6 +26,7 @@ import cv2
 import pytest
 
 from shardpack import PackOptions, SourceError, StorageError, iter_examples, pack
+from shardpack.layout import FETCHED_PREFIX
 from shardpack.options import as_flags
 from shardpack.packing import duplicates
 from shardpack.sources import scan
@@ -480,7 +481,7 @@ def test_dedup_fetches_each_url_once_and_packs_a_plain_packs_records_but_the_cop
     kept = _images(tmp_path / "deduped")
     assert kept == {k: v for k, v in _images(tmp_path / "plain").items() if k not in left_out}
     assert {s for s in deduped.index.skipped if s.key not in left_out} == set(plain.index.skipped)
-    assert not list((tmp_path / "deduped").glob(".shardpack.fetched-*"))
+    assert not list((tmp_path / "deduped").glob(f"{FETCHED_PREFIX}*"))
 
 
 def test_the_dedup_pass_threads_fetch_every_url_whatever_chunk_ends_first(tmp_path, monkeypatch):

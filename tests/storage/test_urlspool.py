@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from shardpack import PackOptions, pack
+from shardpack.layout import FETCHED_PREFIX
 from shardpack.storage.fetch import UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
-from shardpack.storage.urlspool import SPOOL_PREFIX, UrlSpool
+from shardpack.storage.urlspool import UrlSpool
 from tests import helpers
 from tests.storage.test_fetch import _manifest, serving
 
@@ -38,7 +39,7 @@ def test_a_spool_gives_back_what_it_kept_and_why_a_fetch_failed(tmp_path):
     spool.put(URL, b"\x89PNG body")
     assert spool.holds(URL) and spool.read(URL, 100) == b"\x89PNG body"
     folder = Path(spool.folder)
-    assert folder.parent == tmp_path and folder.name.startswith(SPOOL_PREFIX)
+    assert folder.parent == tmp_path and folder.name.startswith(FETCHED_PREFIX)
     assert oct(folder.stat().st_mode & 0o777) == "0o700"  # the run's alone
     with pytest.raises(FileTooLarge, match="over the limit of 4 bytes"):
         spool.read(URL, 4)  # as the fetch refuses a body over its limit
@@ -104,7 +105,7 @@ def test_a_failed_pack_leaves_no_spool_and_asked_its_url_once(tmp_path):
                                "--on-error", "fail", "--no-progress")  # fmt: skip
     assert done.returncode == 2 and "HTTP Not Found" in done.stderr, done.stderr
     assert site.hits["/404.png"] == 1, site.hits
-    assert not list(out.glob(f"{SPOOL_PREFIX}*"))
+    assert not list(out.glob(f"{FETCHED_PREFIX}*"))
 
 
 @pytest.mark.slow  # a loopback server, as tests/storage/test_fetch's
@@ -116,7 +117,7 @@ def test_an_object_store_outs_spool_is_in_the_temporary_folder_and_goes(tmp_path
     seen = []
 
     def spools(*_) -> None:  # the progress callback: called while the shards are written
-        seen.extend((tmp_path / "tmp").glob(f"{SPOOL_PREFIX}*"))
+        seen.extend((tmp_path / "tmp").glob(f"{FETCHED_PREFIX}*"))
 
     with serving() as site:
         src = _manifest(tmp_path, [site.url(path) for path in PATHS])
@@ -141,7 +142,7 @@ def test_ctrl_c_mid_pack_leaves_no_spool(tmp_path):
                                stderr=subprocess.PIPE, text=True)  # fmt: skip
         try:
             # the URLs before the held one are read and kept
-            helpers.wait_for(lambda: len(list(out.glob(f"{SPOOL_PREFIX}*/*"))) >= 5)
+            helpers.wait_for(lambda: len(list(out.glob(f"{FETCHED_PREFIX}*/*"))) >= 5)
             run.send_signal(signal.SIGINT)
             time.sleep(0.2)  # the signal lands while the pass waits
             site.gate.set()
@@ -150,4 +151,4 @@ def test_ctrl_c_mid_pack_leaves_no_spool(tmp_path):
             run.kill()
             site.gate.set()
     assert run.returncode == 130, stderr
-    assert not list(out.glob(f"{SPOOL_PREFIX}*")) and not (out / "index.json").exists()
+    assert not list(out.glob(f"{FETCHED_PREFIX}*")) and not (out / "index.json").exists()
