@@ -484,6 +484,23 @@ def test_dedup_fetches_each_url_once_and_packs_a_plain_packs_records_but_the_cop
     assert not list((tmp_path / "deduped").glob(f"{FETCHED_PREFIX}*"))
 
 
+def test_a_grow_with_dedup_fetches_each_new_url_once(tmp_path):
+    """--append of a --dedup pack keys its new URLs, and its workers pack them from what that
+    kept (before, /img/10.png was asked twice); /img/0.png is a copy left out, and one held
+    image of its group is fetched to confirm it (docs/sources.md)."""
+    given = {"path_column": "url", "allow_private_urls": True, "workers": 1, "dedup": "exact"}
+    with serving() as site:
+        urls = [site.url(f"/twin/{i}.png") for i in range(4)]
+        src, out = _manifest(tmp_path, urls), tmp_path / "out"
+        pack(src, out, PackOptions(**given))
+        site.hits.clear()
+        _manifest(tmp_path, [*urls, site.url("/img/10.png"), site.url("/img/0.png")])
+        grown = pack(src, out, PackOptions(**given, grow="append"))
+    assert grown.num_records == 3
+    assert site.hits["/img/10.png"] == site.hits["/img/0.png"] == 1, site.hits
+    assert not list(out.glob(f"{FETCHED_PREFIX}*"))
+
+
 def test_the_dedup_pass_threads_fetch_every_url_whatever_chunk_ends_first(tmp_path, monkeypatch):
     """The --dedup pass reads its chunks on threads that share one Fetcher: the first reading
     to end closed it, cutting the other thread's requests ("stopped: the fetching was
