@@ -1,7 +1,8 @@
 """Where a manifest's images are read from: `ImageRoot`, a Storage over the root folder of a
 manifest's relative paths that reads an absolute path or URL through a storage made for its
-folder, and an http(s) URL through the workers' fetcher; each image's size at scan
-(`ImageSizes`); where the scan listed each URL (`UrlRows`, for failures.jsonl)."""
+folder, and an http(s) URL through the workers' fetcher (or from what --dedup fetched, kept
+in a UrlSpool); each image's size at scan (`ImageSizes`); where the scan listed each URL
+(`UrlRows`, for failures.jsonl)."""
 
 from __future__ import annotations
 
