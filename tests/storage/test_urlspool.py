@@ -144,7 +144,7 @@ def test_ctrl_c_mid_pack_leaves_no_spool(tmp_path):
             # the URLs before the held one are read and kept
             helpers.wait_for(lambda: len(list(out.glob(f"{FETCHED_PREFIX}*/*"))) >= 5)
             run.send_signal(signal.SIGINT)
-            time.sleep(0.2)  # the signal lands while the pass waits
+            time.sleep(0.5)  # the signal lands while the pass waits
             site.gate.set()
             stderr = run.communicate(timeout=30)[1]
         finally:
