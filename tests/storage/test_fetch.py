@@ -459,23 +459,23 @@ def _images(out: Path) -> dict[str, bytes]:
     return {record["key"]: record["image"] for record in iter_examples(out)}
 
 
-@pytest.mark.parametrize("dedup", ["exact", "near"])
+@pytest.mark.parametrize(("dedup", "workers"), [("exact", 2), ("near", 1)])
 def test_dedup_fetches_each_url_once_and_packs_a_plain_packs_records_but_the_copies(
-    tmp_path, dedup
+    tmp_path, dedup, workers
 ):
-    """--dedup's pass keeps what it fetched (and why a fetch failed) for the workers: each
-    URL is asked once in the whole pack (before, each one kept was asked again by its
-    worker, the 404 too), and the records are a plain pack's but the copies it left out
-    (with near: /jpeg/9.png as well, a near copy of /img/9.png), with the same skip reasons.
-    Nothing is left of what it kept."""
+    """--dedup's pass keeps what it fetched (and why a fetch failed) for the workers (forked,
+    or the packing process): each URL is asked once in the whole pack (before, each one kept
+    was asked again by its worker, the 404 too), and the records are a plain pack's but the
+    copies it left out (with near: /jpeg/9.png as well, a near copy of /img/9.png), with the
+    same skip reasons. Nothing is left of what it kept."""
     paths = [*(f"/twin/{i}.png" for i in range(8)), "/img/8.png", "/img/9.png", "/jpeg/9.png",
-             "/404.png", "/503/10.png"]  # fmt: skip
+             "/404.png"]  # fmt: skip
     with serving() as site:
-        plain = _pack_urls(tmp_path, site, paths, out="plain", shards=2, workers=2)
+        plain = _pack_urls(tmp_path, site, paths, out="plain", shards=2, workers=workers)
         site.hits.clear()
-        deduped = _pack_urls(tmp_path, site, paths, out="deduped", shards=2, workers=2,
+        deduped = _pack_urls(tmp_path, site, paths, out="deduped", shards=2, workers=workers,
                              dedup=dedup)  # fmt: skip
-    assert site.hits == Counter({**dict.fromkeys(paths, 1), "/503/10.png": 2}), site.hits
+    assert sorted(site.hits.elements()) == sorted(paths), site.hits
     left_out = {s.key for s in deduped.index.skipped if "duplicate of" in s.reason}
     assert len(left_out) == 4 + (dedup == "near")
     kept = _images(tmp_path / "deduped")
