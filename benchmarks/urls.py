@@ -6,10 +6,13 @@
     .venv/bin/python -m benchmarks.urls --img2dataset --pairs 3 -- --per-host 128  # medians
     .venv/bin/python -m benchmarks.urls --retry-run -- --per-host 128    # clean, then flaky
     .venv/bin/python -m benchmarks.urls --retry-run --long 6000 --pairs 3 -- --per-host 128
+    .venv/bin/python -m benchmarks.urls --urls 1000 --latency 0.05 --copies 0.2 -- --dedup exact
 
 A threaded HTTP server on 127.0.0.1 answers every URL with a 500x375 JPEG (its own bytes: a
 comment names the URL) after `--latency` seconds; with `--flaky F`, a fraction F of the URLs
-fail their first request (a 503, a 429 with Retry-After: 1, or a reset connection, in turn).
+fail their first request (a 503, a 429 with Retry-After: 1, or a reset connection, in turn);
+with `--copies F`, a fraction F of the URLs (every 1/F-th) answer the bytes of the URL before
+them, exact copies for `--dedup`. Each run counts the requests the server answered.
 Each run packs the list with the CLI (`--allow-private-urls`, passthrough unless `--resize`;
 more flags after `--`) and prints its images/s end to end, the server's most requests in
 flight, and how many were packed. One server is one host: `--per-host` caps what is in flight.
@@ -64,11 +67,12 @@ class _Server(http.server.ThreadingHTTPServer):
         pass  # the resets this benchmark makes on purpose
 
 
-def serve(latency: float, flaky: float) -> tuple[_Server, dict]:
-    """The server, and its counters: the most requests in flight, and when (perf_counter) the
-    last URL's first request came and the last request of a URL asked before (a retry)."""
+def serve(latency: float, flaky: float, copies: float = 0.0) -> tuple[_Server, dict]:
+    """The server, and its counters: the requests, the most in flight, and when (perf_counter)
+    the last URL's first request came and the last request of a URL asked before (a retry)."""
     body, seen = _photo(), set()
-    state = {"active": 0, "most": 0, "last_first": 0.0, "last_retry": 0.0}
+    state = {"requests": 0, "active": 0, "most": 0, "last_first": 0.0, "last_retry": 0.0}
+    every = round(1 / copies) if copies else 0  # /{i}.jpg is /{i - 1}.jpg's copy
     lock = threading.Lock()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -85,6 +89,7 @@ def serve(latency: float, flaky: float) -> tuple[_Server, dict]:
                 first = self.path not in seen
                 seen.add(self.path)
                 state["last_first" if first else "last_retry"] = time.perf_counter()
+                state["requests"] += 1
                 state["active"] += 1
                 state["most"] = max(state["most"], state["active"])
             try:
@@ -107,8 +112,10 @@ def serve(latency: float, flaky: float) -> tuple[_Server, dict]:
                 status, headers = (503, {}) if kind == 1 else (429, {"Retry-After": "1"})
                 self._send(status, b"later", headers)
                 return
-            # a comment segment naming the URL: each image its own bytes (no exact copies)
-            named = self.path.encode()
+            # a comment segment naming the URL: each image its own bytes (but the copies)
+            number = int(self.path.strip("/").split(".")[0])
+            copy = every and number % every == every - 1
+            named = (f"/{number - 1}.jpg" if copy else self.path).encode()
             unique = body[:2] + b"\xff\xfe" + struct.pack(">H", len(named) + 2) + named + body[2:]
             self._send(200, unique, {"Content-Type": "image/jpeg"})
 
@@ -133,10 +140,10 @@ _CROP = ["--resize", "256x256", "--resize-mode", "center-crop"]  # the issue's 2
 
 
 def run(urls: int, latency: float, flaky: float, workers: int, extra: list[str],
-        peer: str | None = None) -> dict:  # fmt: skip
+        peer: str | None = None, copies: float = 0.0) -> dict:  # fmt: skip
     """One pack of `urls` URLs from a fresh server, by shardpack or by `peer` (img2dataset,
     with `extra` its flags): its figures."""
-    server, state = serve(latency, flaky)
+    server, state = serve(latency, flaky, copies)
     port = server.server_address[1]
     with tempfile.TemporaryDirectory(prefix="shardpack-urls-") as folder:
         src, out = os.path.join(folder, "urls.csv"), os.path.join(folder, "out")
@@ -167,8 +174,8 @@ def run(urls: int, latency: float, flaky: float, workers: int, extra: list[str],
     return {"packer": "img2dataset" if peer else "shardpack", "urls": urls,
             "latency_s": latency, "flaky": flaky, "workers": workers, "packed": packed,
             "seconds": round(seconds, 2), "images_per_s": round(packed / seconds, 1),
-            "cpu_s": round(cpu, 2), "most_in_flight": state["most"],
-            **_arrivals(state, start)}  # fmt: skip
+            "cpu_s": round(cpu, 2), "requests": state["requests"],
+            "most_in_flight": state["most"], **_arrivals(state, start)}  # fmt: skip
 
 
 def _arrivals(state: dict, start: float) -> dict:
@@ -289,6 +296,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--urls", type=int, default=2000)
     parser.add_argument("--latency", default="0.05,0.2", help="seconds a response, comma list")
     parser.add_argument("--flaky", type=float, default=0.0, help="fraction failing at first")
+    parser.add_argument("--copies", type=float, default=0.0,
+                        help="fraction answering the bytes of the URL before them")  # fmt: skip
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--resize", help="WxH: re-encode, center-cropped (else passthrough)")
     parser.add_argument("--fetch-only", type=int, metavar="THREADS",
@@ -323,7 +332,8 @@ def main(argv: list[str] | None = None) -> None:
             side_by_side(args.urls, latency, args.workers, args.flags, args.img2dataset,
                          args.pairs)  # fmt: skip
         else:
-            print(json.dumps(run(args.urls, latency, args.flaky, args.workers, extra)), flush=True)
+            figures = run(args.urls, latency, args.flaky, args.workers, extra, copies=args.copies)
+            print(json.dumps(figures), flush=True)
 
 
 if __name__ == "__main__":

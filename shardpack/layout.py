@@ -31,6 +31,10 @@ LOCK_NAME = ".shardpack.lock"
 JOURNAL_NAME = ".shardpack.journal"
 JOURNAL_FOLDER = JOURNAL_NAME + ".d"
 JOURNAL_HEAD = "head.json"
+# A run's image URLs fetched by --dedup, kept for its workers until it ends: a hidden folder
+# of this name and a random tail (storage/urlspool; in the system's temporary folder for OUT
+# on an object store).
+FETCHED_PREFIX = ".shardpack.fetched-"
 
 
 def index_file_name(shard: str) -> str:

@@ -48,7 +48,7 @@ class FactSpill:
         self._specs = {spec.file: (spec, at) for spec, at in zip(plan.shards, starts, strict=False)}
         bits = math.ceil(math.log2(max(1, starts[-1] / BUCKET_ROWS)))
         self._bits = min(MAX_BITS, bits) if copies else -1  # -1: no key is kept
-        self._folder = out.progress_folder()
+        self._folder = out.scratch_folder()
         self._rows: dict[str, IO[bytes]] = {}  # split -> its written records' SUMMED rows
         self._keys: dict[int, IO[bytes]] = {}  # bucket -> its records' _KEYED rows
         self._counts = {spec.split: Counter() for spec in plan.shards}
@@ -104,9 +104,8 @@ class FactSpill:
                 )
             files[name].write(data)
         except OSError as e:
-            where = self._folder or tempfile.gettempdir()
             raise OutputError.writing(
-                f"{where} (a temporary file of each record's facts)", e
+                f"{self._folder} (a temporary file of each record's facts)", e
             ) from None
 
     def image_size(self) -> tuple[int, int] | None:

@@ -43,6 +43,7 @@ from shardpack.packing.urlfailures import (
 from shardpack.packing.writing import SKIP_HINT, Planned
 from shardpack.sources import Dataset, scan
 from shardpack.storage import Storage
+from shardpack.storage.urlspool import UrlSpool
 
 
 class FreshPack:
@@ -53,6 +54,7 @@ class FreshPack:
     ) -> None:
         self.src, self.out, self.options, self.storage_options = src, out, options, storage_options
         self.start = time.perf_counter()  # scan, plan, workers' start, writing, merge
+        self.fetched = UrlSpool(out.scratch_folder())  # what --dedup fetched, for the workers
 
     def open(self) -> bool:
         """Before the lock: a missing package refused before OUT is made; OUT made. Returns
@@ -65,7 +67,8 @@ class FreshPack:
         this plan finished."""
         watch = CpuWatch()  # the scan and plan are the window that measures others' load
         options, out = self.options, self.out
-        dataset, found, self.name, plan = _scan_and_plan(self.src, options, self.storage_options)
+        dataset, found, self.name, plan = _scan_and_plan(self.src, options, self.storage_options,
+                                                         self.fetched)  # fmt: skip
         self.groups, self.noted = found or (None, Noted())
         CONTAINERS[options.format].check_naming(options.wds_naming, list(dataset.schema))
         splits = {spec.split for spec in plan.shards}
@@ -98,6 +101,10 @@ class FreshPack:
         if self.spool is not None:
             self.spool.add(result)
         return self.facts.add(result)
+
+    def close(self) -> None:
+        """The run ended: the URLs --dedup fetched are removed from the disk."""
+        self.fetched.remove()
 
     def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         """The index of what the workers wrote, with what goes beside it; index.json last."""
@@ -214,17 +221,19 @@ def choose_workers(
 
 
 def _scan_and_plan(
-    src_root: Storage, options: PackOptions, storage_options: dict | None
+    src_root: Storage, options: PackOptions, storage_options: dict | None, fetched: UrlSpool
 ) -> tuple[Dataset, tuple[list, Noted] | None, str, Plan]:
     """List SRC, drop copies under --dedup, and plan the shards: the dataset, the copies found
     and what contents.json notes of them (duplicates.dedup; None: to be found in what the
-    workers write), the dataset's name and the plan."""
+    workers write), the dataset's name and the plan. What --dedup fetches is kept in
+    `fetched`, whence the workers read it."""
     dataset = scan(src_root, options, storage_options)
     if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
         key, reason = dataset.skipped[0]
         raise ImageError(key, f"{reason}; fix it, or ", *SKIP_HINT)
     found = None
     if options.dedup != "none":
+        dataset.root.keep_fetched(fetched)  # each URL fetched once: the bytes keyed are packed
         dataset, *copies = duplicates.dedup(dataset, options, options.workers or machine_cores())
         found = tuple(copies)
     name = options.name or default_name(dataset, src_root)

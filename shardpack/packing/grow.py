@@ -83,6 +83,7 @@ from shardpack.schema import LABEL, Schema
 from shardpack.sources import Dataset, Item, scan, source_of
 from shardpack.storage import Storage
 from shardpack.storage.urlpolicy import is_web_url
+from shardpack.storage.urlspool import UrlSpool
 
 # index.json's `history` keeps the last this many runs.
 MAX_HISTORY = 100
@@ -150,6 +151,11 @@ class GrowPack:
     ) -> None:
         self.src, self.out, self.given, self.storage_options = src, out, given, storage_options
         self.start = time.perf_counter()
+        self.fetched = UrlSpool(out.scratch_folder())  # what --dedup fetched, for the workers
+
+    def close(self) -> None:
+        """The run ended: the URLs --dedup fetched are removed from the disk."""
+        self.fetched.remove()
 
     def open(self) -> bool:
         """A grow needs the dataset it grows: OUT is there (before the lock, made in it)."""
@@ -203,6 +209,8 @@ class GrowPack:
             self.held, self.again = retried(self.held)
         self.contents, self.known = self.held.shards, dict(self.loaded)
         dataset = _scan(self.src, options, old, self.storage_options)
+        if options.dedup != "none":  # a new URL keyed is packed from the bytes keyed
+            dataset.root.keep_fetched(self.fetched)
         options = replace(options, classes=dataset.classes or None)
         if options.split is not None:  # a held item keeps its split; new ones are cut
             dataset = _keep_splits(dataset, old, self.held)

@@ -7,6 +7,7 @@ only; the sequence, the lock, the sources' once-a-run context and the write step
 from __future__ import annotations
 
 import os
+from contextlib import closing
 from typing import Protocol
 
 from shardpack.errors import OutputError, SourceError
@@ -39,6 +40,10 @@ class Steps(Protocol):
 
     def merge(self, planned: Planned, results: list[ShardResult]) -> PackResult:
         """Merge the shards written into the index and commit it (index.json last)."""
+
+    def close(self) -> None:
+        """The run ended, however it ended (done, failed, stopped): remove what was kept for
+        it alone (the URLs --dedup fetched, kept for the workers)."""
 
 
 def pack(
@@ -89,7 +94,7 @@ def pack(
     else:
         steps = FreshPack(src_root, out, options, storage_options)
     created = steps.open()
-    with out.lock(created), keeping():  # what sources load once a run
+    with out.lock(created), keeping(), closing(steps):  # what sources load once a run
         # the listing and the plan: millions of objects and no cycles, the Items freed (packed)
         # before the collector is back
         with no_gc(), reporting(scan_progress):

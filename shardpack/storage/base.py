@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.storage.atomic import HASH_CHUNK
+
+if TYPE_CHECKING:
+    from shardpack.storage.urlspool import UrlSpool
 
 # What a reading reads (each file's name, and the size its listing gave), and what it may ask
 # for the files its process reads next: their key, and them (None: none)
@@ -272,6 +276,13 @@ class Storage:
         that `key` takes them over. Others ignore both."""
         yield self
 
+    def keep_fetched(self, spool: UrlSpool | None) -> None:
+        """From now on, keep in `spool` what this storage fetches over the network (an image
+        URL's body, or why it gave none) and read what `spool` holds from it, never asking the
+        network again (None: no more); a store that fetches nothing (a disk, an object store)
+        ignores it."""
+        return None
+
     def open(self, name: str) -> Blob:
         """A file of OUT to read at offsets, streamed: nothing is fetched before it is asked
         for. No link is followed and nothing but a regular file is opened (OSError)."""
@@ -352,6 +363,12 @@ class Storage:
     def remove_journal(self) -> None:
         """Remove the journal (a run that packed nothing leaves no plan to resume)."""
         raise NotImplementedError
+
+    def scratch_folder(self) -> str:
+        """A folder on this machine's disk for what a run of OUT keeps for itself until it ends
+        (spilled facts, URLs fetched once): OUT's own on a disk, else the system's temporary
+        folder."""
+        return tempfile.gettempdir()
 
     def progress_folder(self) -> str | None:
         """A local folder where workers may leave progress files the parent can read, or

@@ -1,7 +1,8 @@
 """Where a manifest's images are read from: `ImageRoot`, a Storage over the root folder of a
 manifest's relative paths that reads an absolute path or URL through a storage made for its
-folder, and an http(s) URL through the workers' fetcher; each image's size at scan
-(`ImageSizes`); where the scan listed each URL (`UrlRows`, for failures.jsonl)."""
+folder, and an http(s) URL through the workers' fetcher (or from what --dedup fetched, kept
+in a UrlSpool); each image's size at scan (`ImageSizes`); where the scan listed each URL
+(`UrlRows`, for failures.jsonl)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,23 @@ import itertools
 import os
 import posixpath
 import stat
+import threading
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from shardpack.storage import storage_at  # the package picks the store a path names
 from shardpack.storage.base import Blob, Entry, Files, NextFiles, Storage
 from shardpack.storage.locations import is_url, joined, normal
-from shardpack.storage.srcfiles import not_regular
+from shardpack.storage.srcfiles import RefusedFile, not_regular
 from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
 
 if TYPE_CHECKING:
     import numpy as np
 
     from shardpack.storage.fetch import Fetcher, Prefetch
+    from shardpack.storage.urlspool import UrlSpool
 
 # What the planner takes an http(s) URL's image to weigh, unfetched: a guess at a web photo's
 # size (img2dataset's 10,000 a shard would be ~1 GB of originals); 1,024 make a 128MiB shard.
@@ -38,6 +41,9 @@ NOT_WEB = ("not an http(s) URL in a URL list (a list naming http(s) URLs is fetc
 # This process's next shard, fetching while its last one waits for retries: (the key its
 # reading names it by, its Prefetch), started by the last reading's `then`.
 _started: tuple[object, Prefetch] | None = None
+# Readings of a root share its Fetcher (the --dedup pass reads on threads): the last to end
+# closes it, not the first (its close cut the others' requests, failed as "stopped").
+_SHARING = threading.Lock()
 
 
 class ImageUnusable(Exception):
@@ -89,10 +95,13 @@ class ImageRoot(Storage):
         self._web = is_web_url(base.root)  # relative paths are URLs too
         self._elsewhere: dict[str, Storage] = {}  # folder -> its storage
         self._fetcher: Fetcher | None = None  # made where first needed: threads, locks
+        self._readings = 0  # readings under way, which share the Fetcher
         self.rows: UrlRows | None = None  # the scan's: where each URL was listed
+        self.spool: UrlSpool | None = None  # keep_fetched's: URLs fetched once
 
     def __getstate__(self) -> dict:  # (the rows are the packing process's: no worker's)
-        return {**self.__dict__, "_fetcher": None, "_elsewhere": {}, "rows": None}
+        return {**self.__dict__, "_fetcher": None, "_elsewhere": {}, "rows": None,
+                "_readings": 0}  # fmt: skip
 
     def rows_of(self, urls: Iterable[str]) -> dict[str, tuple[str, int]]:
         """(manifest file name, line or row) of each of these http(s) URL items the scan
@@ -126,11 +135,32 @@ class ImageRoot(Storage):
 
     def fetcher(self) -> Fetcher:
         """This process's Fetcher of image URLs."""
-        if self._fetcher is None:
-            from shardpack.storage.fetch import Fetcher  # the network stack: workers only
+        with _SHARING:
+            if self._fetcher is None:
+                from shardpack.storage.fetch import Fetcher  # the network stack: workers only
 
-            self._fetcher = Fetcher(self.policy)
-        return self._fetcher
+                self._fetcher = Fetcher(self.policy)
+            return self._fetcher
+
+    def keep_fetched(self, spool: UrlSpool | None) -> None:
+        self.spool = spool
+
+    def _fetched(self, url: str, limit: int, get: Callable[[str, int], bytes]) -> bytes:
+        """`url`'s body, at most `limit` bytes: as the spool keeps it (or its failure), else
+        got by `get` and kept there."""
+        spool = self.spool
+        if spool is None:
+            return get(url, limit)
+        kept = spool.read(url, limit)
+        if kept is not None:
+            return kept
+        try:
+            data = get(url, limit)
+        except RefusedFile as e:  # UrlFailed, FileTooLarge: the worker skips it so, unasked
+            spool.fail(url, e)
+            raise
+        spool.put(url, data)
+        return data
 
     def where(self, name: str) -> tuple[Storage, str]:
         """The storage an image path is read from, and its name there."""
@@ -165,7 +195,7 @@ class ImageRoot(Storage):
 
     def read(self, name: str, limit: int) -> bytes:
         if (url := self.web_url(name)) is not None:
-            return self.fetcher().get(url, limit)
+            return self._fetched(url, limit, lambda url, limit: self.fetcher().get(url, limit))
         storage, name = self.where(name)
         return storage.read(name, limit)
 
@@ -178,31 +208,48 @@ class ImageRoot(Storage):
         (their key, and them) and their fetching starts, with the same connections; the
         reading whose `key` is theirs takes it over (any other closes it)."""
         global _started
-        taken, _started = _started, None
-        if taken is not None:
-            self._fetcher = taken[1].fetcher  # its connections, kept
-            if taken[0] != key:  # the next files were another reading's after all
-                taken[1].close(fetcher=False)
-        ahead = taken[1] if taken is not None and taken[0] == key else self._prefetch(files, limit)
-        if ahead is None:
-            yield self
-            return
-        ahead.adopt(None if then is None else lambda: self._start(then, ahead))
-        ended = False
+        with _SHARING:
+            self._readings += 1
         try:
-            yield _Ahead(self, ahead)
-            ended = True
+            taken, _started = _started, None
+            if taken is not None:
+                self._fetcher = taken[1].fetcher  # its connections, kept
+                if taken[0] != key:  # the next files were another reading's after all
+                    taken[1].close(fetcher=False)
+            ahead = (taken[1] if taken is not None and taken[0] == key
+                     else self._prefetch(files, limit))  # fmt: skip
+            if ahead is None:
+                yield self
+                return
+            ahead.adopt(None if then is None else lambda: self._start(then, ahead))
+            ended = False
+            try:
+                yield _Ahead(self, ahead)
+                ended = True
+            finally:
+                ahead.close(fetcher=False)  # (waits out a `then` running: none runs after)
+                if not ended:
+                    close_started()  # an error or Ctrl-C: the next files' fetching ends too
         finally:
-            ahead.close(fetcher=False)  # (waits out a `then` running: none runs after)
-            if not ended:
-                close_started()  # an error or Ctrl-C: the next files' fetching ends too
-            if _started is None:
-                self.fetcher().close()
-                self._fetcher = None  # its connections are closed
+            self._ended()
+
+    def _ended(self) -> None:
+        """A reading ended: the last of those under way closes the Fetcher (its connections),
+        unless the next files' fetching, started, goes on with it."""
+        with _SHARING:
+            self._readings -= 1
+            fetcher = self._fetcher if not self._readings and _started is None else None
+            if fetcher is not None:
+                self._fetcher = None
+        if fetcher is not None:
+            fetcher.close()
 
     def _prefetch(self, files: Files, limit: int, *window) -> Prefetch | None:
-        """A Prefetch of the http(s) URLs among `files` (None: there are none)."""
-        urls = (url for name, _ in files if (url := self.web_url(name)) is not None)
+        """A Prefetch of the http(s) URLs among `files` the spool holds not (None: there are
+        none)."""
+        held = self.spool.holds if self.spool is not None else lambda url: False
+        urls = (url for name, _ in files
+                if (url := self.web_url(name)) is not None and not held(url))  # fmt: skip
         first = next(urls, None)
         if first is None:
             return None
@@ -288,7 +335,7 @@ class _Ahead:
 
     def read(self, name: str, limit: int) -> bytes:
         if (url := self.images.web_url(name)) is not None:
-            return self.ahead.read(url, limit)
+            return self.images._fetched(url, limit, self.ahead.read)
         return self.images.read(name, limit)
 
     def read_stamped(self, name: str, limit: int) -> tuple[bytes, None]:

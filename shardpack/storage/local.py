@@ -272,6 +272,9 @@ class LocalStorage(Storage):
     def remove_journal(self) -> None:
         self.remove([JOURNAL_NAME])
 
+    def scratch_folder(self) -> str:
+        return self.root
+
     def progress_folder(self) -> str | None:
         return self.root
 

@@ -26,7 +26,9 @@ import cv2
 import pytest
 
 from shardpack import PackOptions, SourceError, StorageError, iter_examples, pack
+from shardpack.layout import FETCHED_PREFIX
 from shardpack.options import as_flags
+from shardpack.packing import duplicates
 from shardpack.sources import scan
 from shardpack.storage import fetch
 from shardpack.storage.fetch import Fetcher, Prefetch, UrlFailed
@@ -105,8 +107,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     file:///etc/hostname and s3://bucket/a.png), /huge.png (Content-Length 100 GB),
     /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
-    hangs up). /twin/N.png: image N // 2; /jpeg/N.png: image N as a JPEG. A path in `Site.held` is
-    answered once `Site.gate` is set; one in `Site.down`, 503; one in `Site.gone`, 404."""
+    hangs up). /twin/N.png: image N // 2; /jpeg/N.png: image N as a JPEG; /changing/N.png: image
+    N, then image N + 1 to every later request. A path in `Site.held` is answered once
+    `Site.gate` is set; one in `Site.down`, 503; one in `Site.gone`, 404."""
 
     protocol_version = "HTTP/1.1"  # connections kept
     site: Site
@@ -261,6 +264,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 while True:
                     self.wfile.write(bytes(1 << 16))
             return None
+        if kind == "changing":  # another image the second time (a CDN's other variant)
+            return self._send(200, _png(number if first else number + 1))
         if kind == "twin":  # /twin/N.png: image N // 2, the same bytes as its twin's
             return self._send(200, _png(number // 2))
         if kind == "jpeg":  # /jpeg/N.png: image N as a JPEG, a near copy of /img/N.png
@@ -436,8 +441,9 @@ def test_a_retry_due_goes_before_the_first_tries_still_queued(monkeypatch):
 def test_copies_behind_urls_are_confirmed_without_fetching_them_again(tmp_path):
     """Exact copies found in the shards are confirmed by the digest the worker took of the
     bytes it fetched: no URL is fetched twice (before, each copy was fetched again to confirm
-    it). With --dedup exact, the pre-pass fetches each URL and the workers the kept ones:
-    confirming its candidates fetches none again (before, 40 more)."""
+    it). With --dedup exact, the pre-pass fetches each URL, and the workers read the kept ones
+    from what it kept: confirming its candidates fetches none again (before, 40 more), and
+    packing them none either (before, 20 more)."""
     urls = [f"/twin/{i}.png" for i in range(40)]
     with serving() as site:
         result = _pack_urls(tmp_path, site, urls)
@@ -446,7 +452,78 @@ def test_copies_behind_urls_are_confirmed_without_fetching_them_again(tmp_path):
     with serving() as site:
         result = _pack_urls(tmp_path, site, urls, out="deduped", dedup="exact")
     assert result.num_records == 20 and result.index.duplicates["removed"] == 20
-    assert sum(site.hits.values()) == 40 + 20
+    assert sorted(site.hits.values()) == [1] * 40
+
+
+def _images(out: Path) -> dict[str, bytes]:
+    return {record["key"]: record["image"] for record in iter_examples(out)}
+
+
+@pytest.mark.parametrize(("dedup", "workers"), [("exact", 2), ("near", 1)])
+def test_dedup_fetches_each_url_once_and_packs_a_plain_packs_records_but_the_copies(
+    tmp_path, dedup, workers
+):
+    """--dedup's pass keeps what it fetched (and why a fetch failed) for the workers (forked,
+    or the packing process): each URL is asked once in the whole pack (before, each one kept
+    was asked again by its worker, the 404 too), and the records are a plain pack's but the
+    copies it left out (with near: /jpeg/9.png as well, a near copy of /img/9.png), with the
+    same skip reasons. Nothing is left of what it kept."""
+    paths = [*(f"/twin/{i}.png" for i in range(8)), "/img/8.png", "/img/9.png", "/jpeg/9.png",
+             "/404.png"]  # fmt: skip
+    with serving() as site:
+        plain = _pack_urls(tmp_path, site, paths, out="plain", shards=2, workers=workers)
+        site.hits.clear()
+        deduped = _pack_urls(tmp_path, site, paths, out="deduped", shards=2, workers=workers,
+                             dedup=dedup)  # fmt: skip
+    assert sorted(site.hits.elements()) == sorted(paths), site.hits
+    left_out = {s.key for s in deduped.index.skipped if "duplicate of" in s.reason}
+    assert len(left_out) == 4 + (dedup == "near")
+    kept = _images(tmp_path / "deduped")
+    assert kept == {k: v for k, v in _images(tmp_path / "plain").items() if k not in left_out}
+    assert {s for s in deduped.index.skipped if s.key not in left_out} == set(plain.index.skipped)
+    assert not list((tmp_path / "deduped").glob(f"{FETCHED_PREFIX}*"))
+
+
+def test_a_grow_with_dedup_fetches_each_new_url_once(tmp_path):
+    """--append of a --dedup pack keys its new URLs, and its workers pack them from what that
+    kept (before, /img/10.png was asked twice); /img/0.png is a copy left out, and one held
+    image of its group is fetched to confirm it (docs/sources.md)."""
+    given = {"path_column": "url", "allow_private_urls": True, "workers": 1, "dedup": "exact"}
+    with serving() as site:
+        urls = [site.url(f"/twin/{i}.png") for i in range(4)]
+        src, out = _manifest(tmp_path, urls), tmp_path / "out"
+        pack(src, out, PackOptions(**given))
+        site.hits.clear()
+        _manifest(tmp_path, [*urls, site.url("/img/10.png"), site.url("/img/0.png")])
+        grown = pack(src, out, PackOptions(**given, grow="append"))
+    assert grown.num_records == 3
+    assert site.hits["/img/10.png"] == site.hits["/img/0.png"] == 1, site.hits
+    assert not list(out.glob(f"{FETCHED_PREFIX}*"))
+
+
+def test_the_dedup_pass_threads_fetch_every_url_whatever_chunk_ends_first(tmp_path, monkeypatch):
+    """The --dedup pass reads its chunks on threads that share one Fetcher: the first reading
+    to end closed it, cutting the other thread's requests ("stopped: the fetching was
+    closed"), and those URLs were keyed as unreadable (a copy among them unfound), now
+    skipped; the last reading closes it."""
+    monkeypatch.setattr(duplicates, "HASH_CHUNK", 4)
+    paths = [f"/img/{i}.png" for i in range(40)]
+    with serving(latency=0.01, jitter=True) as site:
+        result = _pack_urls(tmp_path, site, paths, workers=2, shards=1, dedup="exact")
+    assert result.num_records == 40, result.index.skipped[:3]
+    assert sorted(site.hits.values()) == [1] * 40
+
+
+def test_a_server_answering_another_image_the_second_time_changes_nothing_packed(tmp_path):
+    """/changing/0.png is image 0 when --dedup exact keys it, a copy of /img/0.png, which it
+    keeps (its key sorts first); then image 1. What is packed is the image keyed (before,
+    its worker fetched it again and packed image 1: image 0 was packed nowhere)."""
+    with serving() as site:
+        result = _pack_urls(tmp_path, site, ["/changing/0.png", "/img/0.png"], dedup="exact")
+    assert result.index.skipped[0].key == site.url("/img/0.png")
+    assert result.index.skipped[0].reason.startswith("duplicate of ")
+    assert _images(tmp_path / "out") == {site.url("/changing/0.png"): _png(0)}
+    assert site.hits["/changing/0.png"] == 1
 
 
 def test_records_keep_the_plans_order_whatever_arrives_first(tmp_path):

@@ -1,0 +1,144 @@
+"""What a run fetched of its image URLs, kept on this machine's disk for the rest of the run:
+each body (or the reason its fetch failed) in a file of its own, written as it arrives, so
+that a URL the --dedup pass fetched is read by its worker from here, never asked again (a
+server may answer otherwise the second time: another image, a 429). The folder is private to
+the run (made with a random name, mode 0700) and removed as the run ends; its files are read as
+hostile all the same: no link followed, a regular file only, every read bounded.
+
+A file is `<kind> <url>\\n` and then the body (kind `body`) or the failure's reason (`large`:
+over the byte limit, `refused`: any other), under a name of the URL's digest; it appears
+under that name only whole (written under a temporary name, then renamed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+import threading
+from contextlib import suppress
+
+from shardpack.errors import OutputError
+from shardpack.layout import FETCHED_PREFIX
+from shardpack.storage.atomic import create_temp, remove_files
+from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
+
+_BODY, _LARGE, _REFUSED = b"body", b"large", b"refused"
+_MOST_REASON = 4096  # bytes of a failure's reason kept (fetch's reasons are a line)
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_MAKING = threading.Lock()  # the --dedup pass's threads keep bodies at once: one folder made
+
+
+class UrlSpool:
+    """Fetched URLs' bodies and failures in a folder of `parent` (a folder on this machine's
+    disk: Storage.scratch_folder), made by the first `put` or `fail`. Only the process that
+    made the spool writes to it (a forked worker reads it alone); `remove` takes it away."""
+
+    def __init__(self, parent: str) -> None:
+        self.parent = parent
+        self.folder: str | None = None  # made at the first body or failure kept
+        self._owner = os.getpid()
+
+    def __getstate__(self) -> dict:  # a worker's copy reads what the packing process kept
+        return {**self.__dict__, "_owner": None}
+
+    def _path(self, url: str) -> str | None:
+        if self.folder is None:
+            return None
+        name = hashlib.blake2b(_encoded(url), digest_size=16).hexdigest()
+        return os.path.join(self.folder, name)
+
+    def holds(self, url: str) -> bool:
+        """Whether `url`'s body or failure is kept (one stat)."""
+        path = self._path(url)
+        return path is not None and os.path.lexists(path)
+
+    def put(self, url: str, data: bytes) -> None:
+        """Keep `url`'s body."""
+        self._keep(url, _BODY, data)
+
+    def fail(self, url: str, error: RefusedFile) -> None:
+        """Keep why `url` gave no image: `read` raises it again, as it was."""
+        kind = _LARGE if isinstance(error, FileTooLarge) else _REFUSED
+        self._keep(url, kind, str(error).encode("utf-8", "replace")[:_MOST_REASON])
+
+    def _keep(self, url: str, kind: bytes, data: bytes) -> None:
+        if self._owner != os.getpid():
+            return  # a worker's fetch: read by no one after it
+        try:
+            with _MAKING:
+                if self.folder is None:
+                    self.folder = tempfile.mkdtemp(prefix=FETCHED_PREFIX, dir=self.parent)
+            fd, tmp = create_temp(self._path(url))
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(b"%s %s\n" % (kind, _encoded(url)))
+                    f.write(data)
+                os.replace(tmp, self._path(url))
+            except BaseException:
+                remove_files([tmp])
+                raise
+        except OSError as e:
+            where = self.folder or self.parent
+            raise OutputError.writing(f"{where} (image URLs fetched once, kept for the workers)",
+                                      e) from None  # fmt: skip
+
+    def read(self, url: str, limit: int) -> bytes | None:
+        """`url`'s body as kept, at most `limit` bytes; None where none is kept (nor anything
+        readable as one: it is fetched).
+
+        Raises:
+            FileTooLarge: the body is over `limit`, or its fetch was refused as over the limit.
+            RefusedFile: its fetch failed so (the same reason).
+        """
+        path = self._path(url)
+        if path is None:
+            return None
+        head = b" %s\n" % _encoded(url)
+        try:
+            fd = os.open(path, _OPEN)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            # the longest head, then the body to its limit (the reasons are less)
+            if st.st_size > len(_REFUSED) + len(head) + max(limit, _MOST_REASON):
+                raise FileTooLarge(f"over the limit of {limit} bytes")
+            data = _read_bounded(fd, st.st_size)
+        finally:
+            os.close(fd)
+        kind = data.partition(b" ")[0]
+        if kind not in (_BODY, _LARGE, _REFUSED) or not data.startswith(kind + head):
+            return None  # not ours as written (another URL of the same digest: none known)
+        data = data[len(kind) + len(head) :]
+        if kind == _BODY:
+            if len(data) > limit:
+                raise FileTooLarge(f"over the limit of {limit} bytes")
+            return data
+        reason = data[:_MOST_REASON].decode("utf-8", "replace")
+        raise (FileTooLarge if kind == _LARGE else RefusedFile)(reason)
+
+    def remove(self) -> None:
+        """Remove the folder and all it holds (nothing is kept from here on)."""
+        folder, self.folder = self.folder, None
+        if folder is not None:
+            with suppress(FileNotFoundError):
+                shutil.rmtree(folder)
+
+
+def _encoded(url: str) -> bytes:
+    return url.encode("utf-8", "surrogatepass")
+
+
+def _read_bounded(fd: int, size: int) -> bytes:
+    """The `size` bytes fstat saw of the file open at `fd`, never more (it may have grown)."""
+    os.set_blocking(fd, True)
+    chunks, total = [], 0
+    while total < size and (chunk := os.read(fd, size - total)):
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,154 @@
+"""What a run fetched of its image URLs, kept for its workers (storage.urlspool): given back as
+kept, failures with their reasons; its files read as hostile and bounded; written by the
+process that made it alone; and gone when the pack ends, however it ends (a real SIGINT to a
+real process), for a local OUT and an object store's."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from shardpack import PackOptions, pack
+from shardpack.layout import FETCHED_PREFIX
+from shardpack.storage.fetch import UrlFailed
+from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
+from shardpack.storage.urlspool import UrlSpool
+from tests import helpers
+from tests.storage.test_fetch import _manifest, serving
+
+URL, OTHER = "http://127.0.0.1/a.png", "http://127.0.0.1/b\u00e9.png"
+
+
+def _file(spool: UrlSpool) -> Path:
+    (path,) = Path(spool.folder).iterdir()
+    return path
+
+
+def test_a_spool_gives_back_what_it_kept_and_why_a_fetch_failed(tmp_path):
+    spool = UrlSpool(str(tmp_path))
+    assert spool.read(URL, 100) is None and not spool.holds(URL)
+    assert not list(tmp_path.iterdir())  # no folder before the first URL kept
+    spool.put(URL, b"\x89PNG body")
+    assert spool.holds(URL) and spool.read(URL, 100) == b"\x89PNG body"
+    folder = Path(spool.folder)
+    assert folder.parent == tmp_path and folder.name.startswith(FETCHED_PREFIX)
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"  # the run's alone
+    with pytest.raises(FileTooLarge, match="over the limit of 4 bytes"):
+        spool.read(URL, 4)  # as the fetch refuses a body over its limit
+    spool.fail(OTHER, UrlFailed("HTTP Not Found (HTTP 404)"))
+    with pytest.raises(RefusedFile) as refused:
+        spool.read(OTHER, 100)
+    assert str(refused.value) == "HTTP Not Found (HTTP 404)"
+    assert not isinstance(refused.value, FileTooLarge)
+    spool.fail(OTHER, FileTooLarge("over the limit of 5 bytes (Content-Length: 9)"))
+    with pytest.raises(FileTooLarge, match=r"^over the limit of 5 bytes \(Content-Length: 9\)$"):
+        spool.read(OTHER, 100)
+    spool.remove()
+    assert not list(tmp_path.iterdir()) and spool.read(URL, 100) is None
+
+
+def test_a_spool_reads_its_files_as_hostile_and_bounded(tmp_path):
+    """A link is not followed, a FIFO not waited on, a file naming another URL not taken for
+    this one's; a file past the limit is refused unread (a sparse GB: no read of it)."""
+    spool = UrlSpool(str(tmp_path))
+    spool.put(URL, b"image")
+    path = _file(spool)
+    kept = tmp_path / "kept"
+    os.rename(path, kept)
+    path.symlink_to(kept)
+    assert spool.read(URL, 100) is None  # fetched, then: not read through the link
+    path.unlink()
+    os.mkfifo(path)
+    assert spool.read(URL, 100) is None
+    path.unlink()
+    path.write_bytes(kept.read_bytes().replace(b"/a.png", b"/c.png"))
+    assert spool.read(URL, 100) is None
+    path.write_bytes(kept.read_bytes())
+    os.truncate(path, 1 << 30)
+    with pytest.raises(FileTooLarge):
+        spool.read(URL, 1 << 20)
+
+
+def test_only_the_process_that_made_a_spool_writes_to_it(tmp_path):
+    """A worker's copy (pickled, or forked: another pid) reads what the packing process kept
+    and keeps nothing itself: no folder of its own for no one to remove."""
+    spool = UrlSpool(str(tmp_path))
+    copy = pickle.loads(pickle.dumps(spool))
+    copy.put(URL, b"image")
+    assert not list(tmp_path.iterdir())
+    spool.put(URL, b"image")
+    copy = pickle.loads(pickle.dumps(spool))
+    copy.put(OTHER, b"other")
+    assert copy.read(URL, 100) == b"image" and not spool.holds(OTHER)
+
+
+PATHS = [f"/twin/{i}.png" for i in range(8)]
+
+
+@pytest.mark.slow  # a loopback server, as tests/storage/test_fetch's
+def test_a_failed_pack_leaves_no_spool_and_asked_its_url_once(tmp_path):
+    """--on-error fail stops at the 404 its worker was told of by the spool, not asked again
+    (before, asked twice); the spool goes with the run."""
+    with serving() as site:
+        src = _manifest(tmp_path, [site.url(path) for path in [*PATHS, "/404.png"]])
+        out = tmp_path / "out"
+        done = helpers.run_cli("pack", str(src), str(out), "--path-column", "url",
+                               "--allow-private-urls", "--workers", "1", "--dedup", "exact",
+                               "--on-error", "fail", "--no-progress")  # fmt: skip
+    assert done.returncode == 2 and "HTTP Not Found" in done.stderr, done.stderr
+    assert site.hits["/404.png"] == 1, site.hits
+    assert not list(out.glob(f"{FETCHED_PREFIX}*"))
+
+
+@pytest.mark.slow  # a loopback server, as tests/storage/test_fetch's
+def test_an_object_store_outs_spool_is_in_the_temporary_folder_and_goes(tmp_path, monkeypatch):
+    """OUT on a store: the spool is a folder of the system's temporary one, there while the
+    shards are written and gone after; each URL asked once."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    seen = []
+
+    def spools(*_) -> None:  # the progress callback: called while the shards are written
+        seen.extend((tmp_path / "tmp").glob(f"{FETCHED_PREFIX}*"))
+
+    with serving() as site:
+        src = _manifest(tmp_path, [site.url(path) for path in PATHS])
+        options = PackOptions(workers=1, path_column="url", allow_private_urls=True,
+                              dedup="exact")  # fmt: skip
+        pack(src, "memory://urlspool/out", options, progress=spools)
+    assert seen and sorted(site.hits.values()) == [1] * len(PATHS), site.hits
+    assert not list((tmp_path / "tmp").iterdir())
+
+
+@pytest.mark.slow  # a real process and a real signal
+def test_ctrl_c_mid_pack_leaves_no_spool(tmp_path):
+    """Stopped by SIGINT while its --dedup pass waits for a URL, a pack leaves nothing of what
+    it kept (its threads end first: the URL's answer comes after the signal)."""
+    paths = [f"/img/{i}.png" for i in range(12)]
+    with serving() as site:
+        site.held = frozenset({"/img/5.png"})
+        src, out = _manifest(tmp_path, [site.url(path) for path in paths]), tmp_path / "out"
+        run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
+                                "--path-column", "url", "--allow-private-urls", "--workers", "1",
+                                "--dedup", "exact", "--no-progress"],
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            # the URLs before the held one are read and kept
+            helpers.wait_for(lambda: len(list(out.glob(f"{FETCHED_PREFIX}*/*"))) >= 5)
+            run.send_signal(signal.SIGINT)
+            time.sleep(0.5)  # the signal lands while the pass waits
+            site.gate.set()
+            stderr = run.communicate(timeout=30)[1]
+        finally:
+            run.kill()
+            site.gate.set()
+    assert run.returncode == 130, stderr
+    assert not list(out.glob(f"{FETCHED_PREFIX}*")) and not (out / "index.json").exists()
