@@ -46,12 +46,14 @@ _CROWDED = "--dedup near: "  # how crowded_warning begins
 class ContentKey(NamedTuple):
     """What an item read in the packing process is known by: its content key (crc, size), its
     perceptual hash (--dedup near alone) and the digest of its bytes (facts.py); a held item
-    that a grow knows from contents.json has no digest (None)."""
+    that a grow knows from contents.json has no digest (None). `stamp`: its file's, as its
+    read saw it (stamps.load_stamped, settled; None: none)."""
 
     crc: int
     size: int
     near: int | None
     digest: bytes | None = None
+    stamp: stamps.Stamp = None
 
 
 Entry = tuple[str, Item]  # (split, item)
@@ -352,8 +354,6 @@ def dedup(
     bucket was crowded. Returns the dataset, the groups and what contents.json notes of them
     (noted)."""
     entries = [(s, item) for s in sorted(dataset.splits) for item in dataset.splits[s]]
-    # before the reads (a file changed since is read again): a stat each, a read's fraction
-    marks = stamps.take_stamps(dataset.source, dataset.root, (item for _, item in entries))
     keys = content_keys(entries, dataset, options, threads)
     groups, same, crowded = find_groups(entries, keys, dataset, options)
     warnings = (*dataset.warnings, *crowded_warning(crowded))
@@ -365,7 +365,7 @@ def dedup(
     skipped = tuple((key, reason) for (_, key), reason in sorted(dropped.items()))
     dataset = replace(dataset, splits=splits, skipped=dataset.skipped + skipped,
                       warnings=warnings)  # fmt: skip
-    return dataset, groups, noted(entries, keys, groups, dropped, marks)
+    return dataset, groups, noted(entries, keys, groups, dropped, [key.stamp for key in keys])
 
 
 def noted(
@@ -475,18 +475,23 @@ def _near_groups(
 
 def _keys(chunk: list[Entry], dataset: Dataset, options: PackOptions) -> list[ContentKey]:
     """The ContentKey of each item of a chunk; (0, 0, None) for one the loader refuses."""
-    load, cache, limit = dataset.source.load, {}, max_file_bytes(options.max_pixels)
+    source, cache, limit = dataset.source, {}, max_file_bytes(options.max_pixels)
+    # each stamp from its file's read, before its first byte (a file changed since is read
+    # again), kept if the file was settled by now: as the workers stamp
+    stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
     keys = []
     items = [item for _, item in chunk]
     with dataset.root.reading(dataset.source.item_files(items), limit) as src:
         for item in items:
             try:
-                loaded = load(item, src, options, cache)
+                loaded, stamp = stamps.load_stamped(item, src, limit, stamping, source, options,
+                                                    cache)  # fmt: skip
             except ImageError:
                 keys.append(ContentKey(0, 0, None))
                 continue
             keys.append(ContentKey(*content_key(loaded), _hash(loaded, options),
-                                   content_digest(loaded)))  # fmt: skip
+                                   content_digest(loaded),
+                                   stamps.settled(stamp, settled)))  # fmt: skip
     return keys
 
 

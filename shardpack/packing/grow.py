@@ -740,10 +740,9 @@ def _copies(
     threads = options.workers or machine_cores()
     marks: list[stamps.Stamp] = [(row[3], row[6]) if (row := change.left.get(item.key)) and
                                  row[6] else None for _, item in members]  # fmt: skip
-    now = stamps.take_stamps(dataset.source, dataset.root, (members[i][1] for i in unread))
     read = duplicates.content_keys([members[i] for i in unread], dataset, options, threads)
-    for i, key, mark in zip(unread, read, now, strict=True):
-        keys[i], marks[i] = key, mark
+    for i, key in zip(unread, read, strict=True):
+        keys[i], marks[i] = key, key.stamp
     groups, same, crowded = duplicates.find_groups(members, keys, dataset, options, known)
     if options.dedup == "none":
         return Copies(groups, {})

@@ -28,11 +28,13 @@ import numpy as np
 
 from shardpack.index import Index
 from shardpack.layout import STAMPS_NAME
+from shardpack.options import PackOptions
 from shardpack.packing.contents import RENDER_CHUNK, values
 from shardpack.packing.facts import facts_of
 from shardpack.packing.packeditems import columns
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.sources import Item, Source
+from shardpack.sources.source import read_stamped_image
 from shardpack.storage import Storage
 
 FORMAT = "shardpack-stamps"
@@ -53,6 +55,17 @@ def take_stamps(source: Source, root: Storage, items: Iterable[Item]) -> list[St
     whole, stamp, oldest = loads_whole_files(source), root.stamp, settled_before()
     return [settled(stamp(item.path), oldest) if whole and item.position is None else None
             for item in items]  # fmt: skip
+
+
+def load_stamped(
+    item: Item, src: Storage, limit: int, stamping: bool, source: Source, options: PackOptions,
+    cache: dict,
+) -> tuple[bytes | np.ndarray, Stamp]:  # fmt: skip
+    """An item's image as its source gives it, and its file's stamp where its read takes one
+    (`stamping`: loads_whole_files): the read's own, no stat of its own."""
+    if stamping and item.position is None:
+        return read_stamped_image(item, src, limit)
+    return source.load(item, src, options, cache), None
 
 
 def loads_whole_files(source: Source) -> bool:

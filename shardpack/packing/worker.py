@@ -25,7 +25,6 @@ from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.sources import Item, Source
 from shardpack.sources.objects import ANNOTATED_SIZE
-from shardpack.sources.source import read_stamped_image
 from shardpack.storage import Storage
 from shardpack.storage.atomic import create_temp, open_regular
 from shardpack.storage.base import Files, NextFiles
@@ -120,7 +119,8 @@ def write_shard(
                     if where is not None:
                         features, dropped = _kept_record(item, where, held, schema, shard, options)
                     else:
-                        loaded, stamp = _load(item, src, limit, stamping, source, options, cache)
+                        loaded, stamp = stamps.load_stamped(item, src, limit, stamping, source,
+                                                            options, cache)  # fmt: skip
                         features, orientation, dropped = _record(item, loaded, options, schema,
                                                                  source, shard)  # fmt: skip
                 except ImageError as e:
@@ -204,17 +204,6 @@ def _from_source(spec: ShardSpec) -> Iterable[Item]:
     if not spec.kept:
         return spec.items
     return [item for item in spec.items if item.key not in spec.kept]
-
-
-def _load(
-    item: Item, src: Storage, limit: int, stamping: bool, source: Source, options: PackOptions,
-    cache: dict,
-) -> tuple[bytes | np.ndarray, tuple[int, int] | None]:  # fmt: skip
-    """An item's image as its source gives it, and its file's stamp where its read takes one
-    (`stamping`: stamps.loads_whole_files)."""
-    if stamping and item.position is None:
-        return read_stamped_image(item, src, limit)
-    return source.load(item, src, options, cache), None
 
 
 def _kept_record(

@@ -106,17 +106,18 @@ def scan(
 
     options = options or PackOptions()
     root = source_root(src, storage_options)
-    source, found = _recognise(root, options)
-    _refuse_unused(root, options, source)
-    source.check_options(options)
-    dataset = scan_streamed(root, source, found, options, storage_options)
-    try:
-        dataset = dataset or source.scan(found, options, storage_options)
-    except SourceError as e:  # the folders' layouts take any SRC: one a level off finds nothing
-        above = _object_dataset_above(root) if source in _ANY_FOLDER else None
-        if above is None or options.source != "auto":
-            raise
-        raise SourceError(*e.args, f"; {above}") from None
+    with root.listing_once():  # the recognisers' listings are the scan's
+        source, found = _recognise(root, options)
+        _refuse_unused(root, options, source)
+        source.check_options(options)
+        dataset = scan_streamed(root, source, found, options, storage_options)
+        try:
+            dataset = dataset or source.scan(found, options, storage_options)
+        except SourceError as e:  # the folders' layouts take any SRC: one a level off finds none
+            above = _object_dataset_above(root) if source in _ANY_FOLDER else None
+            if above is None or options.source != "auto":
+                raise
+            raise SourceError(*e.args, f"; {above}") from None
     dataset = dataclasses.replace(dataset, warnings=dataset.warnings + near_misses(dataset))
     if options.split is not None:
         dataset = split_dataset(dataset, options.split, options.seed, root.path())

@@ -83,13 +83,13 @@ class TarSource(Source):
             parent, base = where.rsplit("/", 1)
             return parent, None, _expand(base, where)
         if kind == "dir":
-            entries = root.listdir()
+            entries = sorted(root.entry_names())  # names alone: a size is a stat a file
             # hidden files skipped, as by every folder source: macOS leaves `._x.tar` (no tar)
             # beside each tar it copies to a disk of another kind
-            tars = [e.name for e in entries if not e.is_dir and e.name.endswith(".tar")
-                    and not e.name.startswith(".")]  # fmt: skip
+            tars = [name for name, is_dir in entries if not is_dir and name.endswith(".tar")
+                    and not name.startswith(".")]  # fmt: skip
             # beside folders, tars are the source's only when asked: a class folder may hold one
-            if tars and (options.source == self.name or not any(e.is_dir for e in entries)):
+            if tars and (options.source == self.name or not any(d for _, d in entries)):
                 return None, root, tars
         if options.source == self.name:
             raise SourceError(f"{where}: holds no .tar files; {_PASS}")

@@ -7,7 +7,7 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.storage.atomic import HASH_CHUNK
@@ -214,6 +214,15 @@ class Storage:
         folder's place). Nothing is read or opened but folders; a file's size comes where the
         listing gives it."""
         raise NotImplementedError
+
+    def listing_once(self) -> AbstractContextManager[None]:
+        """A block in which this store (and each child() of it made in the block) lists each
+        folder once for entry_names and walk_folders, for a scan: the sources recognising SRC
+        list folders its walk lists again (the Hub layout's look into each class folder). A
+        walk's top is kept until the block ends (the recognisers ask it again and again); a
+        folder below it goes as the walk passes it, the last to ask: the tree's names are not
+        held. A store that keeps no listing (the default) lists them anew each time."""
+        return nullcontext()
 
     def parent(self) -> Storage | None:
         """The storage rooted at the folder above this root; None at the top (a disk's /, a

@@ -6,10 +6,12 @@ import html
 import importlib.util
 import itertools
 import json
+import os
 import random
 import re
 import shutil
 import subprocess
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -28,7 +30,7 @@ from shardpack.packing.plan import make_plan
 from shardpack.packing.worker import write_shard
 from shardpack.read.stream import iter_examples
 from shardpack.schema import Schema
-from shardpack.sources import Dataset, Item, source_root
+from shardpack.sources import Dataset, Item, scan, source_root
 from shardpack.storage import storage_at
 from tests.helpers import image, shard_files, write_image
 
@@ -612,3 +614,26 @@ def test_copies_by_plan_position_are_the_groups_of_their_members(tmp_path: Path,
     assert duplicates.summary(duplicates.PlanCopies.of(plan, []), 0, options) == (
         duplicates.summary([], 0, options)
     )
+
+
+def test_dedup_stamps_each_file_by_its_read_and_stats_none(tmp_path: Path, monkeypatch):
+    """--dedup's pass over a folder takes each file's stamp from its read's own fstat, as the
+    workers do (it stat'ed every file before reading it: 2-5 us a file), and a copy it leaves
+    out is noted with its file's mtime still, for a grow to know it unread."""
+    src = _src(tmp_path / "src")
+    for path in src.rglob("*.*"):
+        os.utime(path, ns=(time.time_ns() - 3600 * 10**9,) * 2)  # settled: stamps.RACY_NS
+    dataset = scan(str(src))
+    stat, looked = os.stat, []
+
+    def counted(path, *args, **kwargs):
+        looked.append(os.fspath(path))
+        return stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counted)
+    _, _, noted = duplicates.dedup(dataset, PackOptions(dedup="exact"), 2)
+    monkeypatch.undo()
+    assert not [p for p in looked if p.endswith((".jpg", ".png"))]
+    assert len(noted.dropped) == 4
+    for _, key, *_, mtime in noted.dropped:
+        assert mtime == (src / key).stat().st_mtime_ns, key

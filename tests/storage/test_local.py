@@ -78,3 +78,41 @@ def test_a_reading_of_more_folders_than_it_holds_reads_the_rest_by_whole_path(tm
         ]
         assert _open_fds() == before + local._HELD_FOLDERS
     assert _open_fds() == before
+
+
+def _told(storage, name: str = "") -> tuple[list, list]:
+    """(entry_names sorted, each Folder of walk_folders as a tuple) of a folder of `storage`."""
+    return sorted(storage.entry_names(name)), [tuple(f) for f in storage.walk_folders(name)]
+
+
+def test_a_folder_listed_once_tells_what_it_tells_listed_anew(tmp_path, monkeypatch):
+    """In a listing_once block (a scan's), entry_names and walk_folders of the store and its
+    children tell what they tell outside one (a link to a folder no folder to entry_names, a
+    walked one to walk_folders; a FIFO, a dangling link, a folder that cannot be listed), each
+    folder listed once; after the block, each is listed anew."""
+    src = tmp_path / "src"
+    for name in ("a/x.jpg", "a/b/y.jpg", "c.txt"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(b"x")
+    (src / "a" / "up").symlink_to(src / "a" / "b", target_is_directory=True)
+    (src / "a" / "gone.jpg").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(src / "a" / "pipe.jpg")
+    store = storage_at(str(src))
+    outside = {name: _told(store, name) for name in ("", "a", "a/b")}
+    with pytest.raises(FileNotFoundError):
+        list(store.entry_names("missing"))
+    listed, real = [], os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path=".": (listed.append(path), real(path))[1])
+    with store.listing_once():
+        for _ in range(2):  # as sources recognising SRC ask: names, and a walk's top alone
+            assert sorted(store.child("a").entry_names()) == outside["a"][0]
+            assert sorted(store.entry_names()) == outside[""][0]
+            assert sorted(store.entry_names("a/b")) == outside["a/b"][0]
+            assert tuple(next(store.walk_folders("a"))) == outside["a"][1][0]
+            with pytest.raises(FileNotFoundError):
+                list(store.entry_names("missing"))
+        assert [tuple(f) for f in store.walk_folders()] == outside[""][1]  # a scan's, last
+        assert sorted(listed) == sorted(str(store.path(p)) for p in ("", "a", "a/b", "missing"))
+    (src / "a" / "new.jpg").write_bytes(b"n")
+    assert ("new.jpg", False) in store.child("a").entry_names()
+    assert "new.jpg" in next(store.walk_folders("a")).files
