@@ -5,6 +5,7 @@ worker reads and converts; every row lands once, in the same bytes at any worker
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,12 +20,18 @@ from shardpack.sources import scan
 from shardpack.sources.streamed import BAD_ROW, RowRange, StreamedRows
 from shardpack.storage import storage_at
 from shardpack.storage.imageroot import NOT_WEB
+from shardpack.storage.urlspool import UrlSpool
 from tests import helpers
 from tests.storage.test_fetch import serving
 
 # Three files of six rows: Parquet in row groups of 4 (a range crosses a group), then JSONL
 # with a bad line (not JSON), a blank line (no row) and a URL the server has lost (404).
 GONE = 16
+
+
+def _planned(src, options):
+    """The fresh pack's scan and plan of a list (no --dedup: nothing fetched is kept)."""
+    return _scan_and_plan(src, options, None, UrlSpool(tempfile.gettempdir()))
 
 
 def _paths() -> list[list[str]]:
@@ -147,7 +154,7 @@ def test_worker_counts_write_the_same_bytes_without_a_shuffle(listed, tmp_path):
 def test_the_scan_holds_counts_and_the_plan_ranges(listed):
     _, lists, _, _, _ = listed
     options = _options(shuffle=False)
-    dataset, _, _, plan = _scan_and_plan(storage_at(str(lists)), options, None)
+    dataset, _, _, plan = _planned(storage_at(str(lists)), options)
     rows = dataset.splits["train"]
     assert isinstance(rows, StreamedRows) and len(rows) == 18
     assert [file.rows for file in rows.files] == [6, 6, 6]  # the bad line is a row, blank not
@@ -156,7 +163,7 @@ def test_the_scan_holds_counts_and_the_plan_ranges(listed):
     ]  # fmt: skip
     assert all(isinstance(s.items, RowRange) and s.items._items is None for s in plan.shards)
     assert plan.shuffle == "none"
-    again = _scan_and_plan(storage_at(str(lists)), options, None)[3]
+    again = _planned(storage_at(str(lists)), options)[3]
     assert again.digest == plan.digest
 
 
@@ -188,7 +195,7 @@ def test_resume_keeps_the_finished_ranges_and_a_changed_file_changes_the_plan(li
     for part in lists.iterdir():
         (grown / part.name).write_bytes(part.read_bytes())
     options = _options(shuffle=False)
-    dataset, _, _, plan = _scan_and_plan(storage_at(str(grown)), options, None)
+    dataset, _, _, plan = _planned(storage_at(str(grown)), options)
     with (grown / "part-2.jsonl").open("a") as f:
         f.write(json.dumps({"url": site.url("/img/17.png"), "caption": "late"}) + "\n")
     args = (options, dataset.root, storage_at(str(tmp_path / "w")), dataset.schema,
@@ -196,7 +203,7 @@ def test_resume_keeps_the_finished_ranges_and_a_changed_file_changes_the_plan(li
     (tmp_path / "w").mkdir()
     with pytest.raises(SourceError, match=r"part-2\.jsonl: changed since the scan"):
         write_shard(plan.shards[-1], *args)
-    assert _scan_and_plan(storage_at(str(grown)), options, None)[3].digest != plan.digest
+    assert _planned(storage_at(str(grown)), options)[3].digest != plan.digest
 
 
 def test_growing_a_streamed_pack_and_a_window_over_one_file_are_refused_in_one_line(
@@ -270,7 +277,7 @@ def test_the_ranges_of_one_row_group_read_it_once_in_a_process(tmp_path, monkeyp
                    folder / "part-0.parquet", row_group_size=12)  # fmt: skip
     read, real = [], ranges.read_group
     monkeypatch.setattr(ranges, "read_group", lambda *args: read.append(args[2]) or real(*args))
-    dataset, _, _, plan = _scan_and_plan(storage_at(str(folder)), _options(shuffle=False), None)
+    dataset, _, _, plan = _planned(storage_at(str(folder)), _options(shuffle=False))
     assert len(plan.shards) == 6  # --shards 6: two rows each, all in row group 0
     assert [item.key for spec in plan.shards for item in spec.items] == urls
     assert read == [0]
