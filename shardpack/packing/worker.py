@@ -23,6 +23,7 @@ from shardpack.packing.kept import Kept, KeptReader
 from shardpack.packing.objects import objects_of
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
+from shardpack.signatures import sniff
 from shardpack.sources import Item, Source
 from shardpack.sources.objects import ANNOTATED_SIZE
 from shardpack.sources.source import read_stamped_image
@@ -299,7 +300,7 @@ def _made_lossless(loaded: bytes | np.ndarray, features: dict, options: PackOpti
         options.encode == "keep"
         and features["image"] is not loaded
         and isinstance(loaded, bytes)
-        and features["format"] != images.sniff(loaded)
+        and features["format"] != sniff(loaded)
     )
 
 
