@@ -6,7 +6,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from shardpack.index import Index
-from shardpack.packing.boxes import DROPPED, index_geometry
+from shardpack.packing.boxes import index_geometry
+from shardpack.packing.facts import DROPPED
 from shardpack.schema import Feature, Schema
 
 

@@ -137,8 +137,8 @@ def write_shard(
                         lossless += _made_lossless(loaded, features, options)
                         facts.add(done - 1, loaded, features, orientation,
                                   stamps.settled(stamp, settled))  # fmt: skip
-                    if dropped:
-                        facts.counts.update({(boxes.DROPPED, r): n for r, n in dropped.items()})
+                    if dropped:  # a record with no boxes, or none dropped, pays nothing here
+                        facts.drop(item.key, dropped)
                 progress.update(done)
     finally:
         progress.close()

@@ -28,7 +28,6 @@ from shardpack.errors import (
 from shardpack.index import Index, Skipped, load_index
 from shardpack.layout import REPORT_NAME
 from shardpack.packing import facts
-from shardpack.packing.boxes import DROPPED
 from shardpack.packing.duplicates import LABELLED_DIFFERENTLY, record_name
 from shardpack.packing.objects import SIZES, objects_of
 from shardpack.packing.outdir import OUTPUTS
@@ -342,9 +341,14 @@ def _objects_section(index: Index, summaries: dict) -> str:
     return "".join(parts) + "</section>"
 
 
+# The head of the table of the records that lost boxes (facts.DROPPED_IN).
+_NAMED_HEAD = f"record that lost boxes (of each reason, the first {facts.MAX_NAMED_DROPS} by key)"
+
+
 def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
     """One split's objects: how many, images without, objects per image (quantiles and the
-    counts), objects per class (named), COCO's box sizes, the boxes dropped by reason."""
+    counts), objects per class (named), COCO's box sizes, the boxes dropped by reason and the
+    records that lost them."""
     count, without = facts.object_counts(summary)
     per_image = sorted((int(k), int(n)) for k, n in summary[facts.PER_IMAGE].items())
     values = np.repeat([k for k, _ in per_image], [n for _, n in per_image])
@@ -358,8 +362,11 @@ def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
     spread = "".join(_td(float(v), f"per_image:{q}") for q, v in quantiles)
     size_rows = [f"<tr>{_td(k)}{_td(sizes.get(k, 0), f'size:{k}')}</tr>" for k, _ in SIZES]
     class_rows = [f"<tr>{_td(c)}{_td(n, f'class:{c}')}</tr>" for c, n in by_class]
-    dropped = {str(k): int(n) for k, n in summary.get(DROPPED, {}).items()}
+    dropped = {str(k): int(n) for k, n in summary.get(facts.DROPPED, {}).items()}
     dropped_rows = [f"<tr>{_td(k)}{_td(n, f'dropped:{k}')}</tr>" for k, n in dropped.items()]
+    named = [f"<tr>{_td(str(key))}{_td(str(why))}{_td(int(n), f'dropped_in:{why}:{key}')}</tr>"
+             for why, keys in summary.get(facts.DROPPED_IN, {}).items()
+             for key, n in keys.items()]  # fmt: skip
     return (
         f"<div data-split='{_attr(name)}'><h3>{_e(name)}: <span data-value='objects'>{count:,}"
         f"</span> objects, <span data-value='without'>{without:,}</span> images without, "
@@ -369,6 +376,7 @@ def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
         + _table(("box size (COCO)", "boxes"), size_rows)
         + _table(("class", "objects"), class_rows)
         + (_table(("box dropped (pack's reason)", "boxes"), dropped_rows) if dropped else "")
+        + (_table((_NAMED_HEAD, "reason", "boxes"), named) if named else "")
         + "</div>"
     )
 
