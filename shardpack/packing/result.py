@@ -64,6 +64,7 @@ class PackResult:
             "seed": index.seed,
             "url_failures": index.stats.url_failures or {},
             "boxes_dropped": _boxes_dropped(index.summaries or {}),
+            "unwritten_splits": list(index.unwritten_splits),
         }
 
     def _run_stats(self) -> dict:

@@ -79,6 +79,7 @@ def describe(
         "num_object_classes": num_object_classes(index.schema),
         "features": index.schema.to_json(),
         "splits": splits,
+        "unwritten_splits": list(index.unwritten_splits),  # every image skipped: not listed
         # the first ones; num_skipped counts them all
         "skipped": [s.to_json() for s in index.skipped],
         "num_skipped": index.num_skipped,

@@ -25,7 +25,7 @@ from shardpack.errors import (
     printable,
     shortened,
 )
-from shardpack.index import Index, Skipped, load_index
+from shardpack.index import UNWRITTEN, Index, Skipped, load_index
 from shardpack.layout import REPORT_NAME
 from shardpack.packing import facts
 from shardpack.packing.duplicates import LABELLED_DIFFERENTLY, record_name
@@ -216,12 +216,20 @@ def _figure(width: float = 9, height: float = 3.2):
     return plt.subplots(figsize=(width, height))
 
 
-def _splits_section(index: Index) -> str:
+def _splits_table(index: Index) -> str:
+    """A row a split: its records, shards and bytes; a split whose every image was skipped
+    (UNWRITTEN) says so."""
     rows = []
     for name, split in index.splits.items():
         size = sum(s.num_bytes for s in split.shards)
         rows.append(f"<tr data-split='{_attr(name)}'>{_td(name)}{_td(split.num_records, 'records')}"
                     f"{_td(len(split.shards), 'shards')}{_td(size, 'bytes')}</tr>")  # fmt: skip
+    rows += [f"<tr data-split='{_attr(name)}'>{_td(name)}<td colspan='3' data-value='unwritten'>"
+             f"{_e(UNWRITTEN)}</td></tr>" for name in index.unwritten_splits]  # fmt: skip
+    return _table(("split", "records", "shards", "bytes"), rows)
+
+
+def _splits_section(index: Index) -> str:
     classes = index.classes[:SHOWN_CLASSES]
     balance = []
     for i, cls in enumerate(classes):
@@ -246,7 +254,7 @@ def _splits_section(index: Index) -> str:
         chart = _svg(fig)
     return (
         "<section id='splits'><h2>Splits</h2>"
-        + _table(("split", "records", "shards", "bytes"), rows)
+        + _splits_table(index)
         + "<h3>Class balance per split</h3>"
         + chart
         + _table(("class", *index.splits), balance)
