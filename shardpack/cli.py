@@ -23,6 +23,7 @@ from shardpack import __version__
 from shardpack.console import Bar, print_inspect, print_json, print_pack_summary
 from shardpack.containers import CONTAINERS
 from shardpack.errors import FileAccessError, RecordError, ShardpackError, plural, printable
+from shardpack.index import UNWRITTEN
 from shardpack.options import (
     BACKEND_ALIASES,
     BACKENDS,
@@ -336,6 +337,8 @@ def verify(
     else:
         for fault in report.faults:
             typer.echo(f"FAULT {fault}", err=True)
+        for name in report.unwritten:
+            typer.echo(f"split {printable(name)}: {UNWRITTEN}")
         verdict = "OK" if report.ok else plural(len(report.faults), "FAULT")
         checks = f"{report.framing}, counts, sha256" + (", decode" if decode else "")
         typer.echo(

@@ -11,7 +11,7 @@ from typing import TextIO
 import typer
 
 from shardpack.errors import classes_said, plural, printable, shortened
-from shardpack.index import MAX_NAMED_SKIPPED
+from shardpack.index import MAX_NAMED_SKIPPED, UNWRITTEN
 
 # A bar appears only for runs that last longer than this: short runs just print the summary.
 _BAR_DELAY_S = 1.0
@@ -171,12 +171,14 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         typer.echo(f"{head}: {rate}")
     if not grow and summary.get("shuffle"):
         typer.echo(f"order: {_order(summary['shuffle'], summary['seed'])}")
-    width = max(map(len, summary["splits"]), default=0)
+    width = max(map(len, [*summary["splits"], *summary["unwritten_splits"]]), default=0)
     for name, split in summary["splits"].items():
         typer.echo(
             f"  {name:<{width}} {plural(split['num_records'], 'record'):>17}  "
             f"{plural(split['num_shards'], 'shard'):>12}  {_human_bytes(split['num_bytes']):>10}"
         )
+    for name in summary["unwritten_splits"]:
+        typer.echo(f"  {name:<{width}} {UNWRITTEN}")
     _print_classes_and_features(summary)
     if grow and not grow.get("nothing"):
         typer.echo(f"{grow['mode']}: added {grow['added']:,}, changed {grow['changed']:,}, "
@@ -274,6 +276,8 @@ def print_inspect(summary: dict) -> None:
             typer.echo(line)
         for record in split["samples"]:
             typer.echo(_record_line(record))
+    for name in summary["unwritten_splits"]:
+        typer.echo(f"\nsplit {printable(name)}: {UNWRITTEN}")
     missing = [s["file"] for split in summary["splits"].values() for s in split["shards"]
                if s["missing"]]  # fmt: skip
     if missing:

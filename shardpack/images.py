@@ -19,13 +19,13 @@ from typing import NamedTuple
 import numpy as np
 
 from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.signatures import sniff
 
 # JPEG frame types TensorFlow's decoder reads: baseline, extended and progressive Huffman.
 _TF_JPEG_FRAMES = frozenset({0xC0, 0xC1, 0xC2})
 _ALL_JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 # What comes after 0xFF with no length behind it: a fill byte (0xFF), TEM, RST0-7, SOI, EOI.
 _NO_LENGTH = frozenset({0xFF, 0x01, *range(0xD0, 0xDA)})
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Bytes at the end of a JPEG searched first for its end marker (cameras may pad after it).
 _EOI_TAIL = 4096
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
@@ -99,23 +99,6 @@ def max_file_bytes(max_pixels: int) -> int:
     """The largest file that can hold an image of at most max_pixels pixels: a larger one is
     refused before it is read whole."""
     return max_pixels * MAX_BYTES_PER_PIXEL + MAX_EXTRA_BYTES
-
-
-def sniff(data: bytes) -> str | None:
-    """Name the format from the first bytes: jpeg, png, gif, bmp, webp, tiff, or None."""
-    if data[:3] == b"\xff\xd8\xff":
-        return "jpeg"
-    if data[:8] == _PNG_SIGNATURE:
-        return "png"
-    if data[:6] in (b"GIF87a", b"GIF89a"):
-        return "gif"
-    if data[:2] == b"BM":
-        return "bmp"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    if data[:4] in (b"II*\x00", b"MM\x00*"):
-        return "tiff"
-    return None
 
 
 def probe(data: bytes) -> ImageInfo | None:

@@ -25,6 +25,10 @@ MAX_INDEX_CONTAINERS = 5_000_000
 # each key and reason cut to MAX_SKIPPED_TEXT characters: `num_skipped` counts them all.
 MAX_NAMED_SKIPPED = 1000
 MAX_SKIPPED_TEXT = 1000
+# What the pack summary, inspect, verify and the card say of a split whose every image was
+# skipped: pack and grow leave it out of `splits` and OUT (no shard of no record: `datasets`
+# refuses a dataset one of whose splits holds no data); its summary says what was skipped.
+UNWRITTEN = "every image skipped, not written"
 # A JSON string with its escapes: what the count of lists and objects passes over.
 _JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 # A \u escape of a lone surrogate but those of a file name's undecodable bytes (U+DC80 to
@@ -211,6 +215,15 @@ class Index:
         return self.schema.classes
 
     @property
+    def unwritten_splits(self) -> tuple[str, ...]:
+        """The splits whose every image was skipped (UNWRITTEN): summarized with no record
+        (packing/stats.py), not listed in `splits`."""
+        told = self.summaries or {}
+        return tuple(name for name, summary in told.items()
+                     if name not in self.splits and isinstance(summary, dict)
+                     and summary.get("records") == 0)  # fmt: skip
+
+    @property
     def shards(self) -> tuple[ShardInfo, ...]:
         """Every split's shards, split by split."""
         return tuple(s for split in self.splits.values() for s in split.shards)
@@ -261,8 +274,10 @@ class Index:
         """The named split, or an error that lists the splits there are."""
         if name not in self.splits:
             some = f"it has {', '.join(sorted(self.splits))}: name one of those"
+            what = (f"split {name!r}: {UNWRITTEN} (index.json lists the items skipped)"
+                    if name in self.unwritten_splits else f"no split {name!r}")  # fmt: skip
             raise IndexFormatError(
-                f"{self.storage.path(INDEX_NAME)}: no split {name!r}; "
+                f"{self.storage.path(INDEX_NAME)}: {what}; "
                 f"{some if self.splits else 'it has none (nothing packed)'}"
             )
         return self.splits[name]

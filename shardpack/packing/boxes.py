@@ -6,7 +6,7 @@ Boxes are normalised [ymin, xmin, ymax, xmax] as TFDS stores them, of the image 
 (EXIF orientation applied; TFDS's and shardpack's own records: as stored, see moves). Moved
 boxes are clipped to the image; a box with no visible area left is dropped (kept if any part
 remains; albumentations at its defaults would keep it as a line of no area) and counted by
-reason.
+reason (facts.ShardFacts.drop, which names the records too).
 
 Keypoints (objects/keypoints, float32 rows of (x, y, v) per keypoint, x and y normalised, as
 COCO orders them) move as points with the boxes' arithmetic; one that leaves the image, or lies
@@ -40,8 +40,6 @@ NO_AREA = "no area"
 OUTSIDE = "outside the image"
 CROPPED = "cropped away"
 HIDDEN = "mostly cropped away"  # under min_visibility
-# The tally's name (facts.ShardFacts) of the drops, and so the split summaries'.
-DROPPED = "boxes_dropped"
 # Sources whose boxes describe their records' images as TensorFlow decodes them, EXIF
 # orientation not applied: TFDS's prepared folders and shardpack's own shards.
 UNTURNED_SOURCES = frozenset({"tfds", "shardpack"})

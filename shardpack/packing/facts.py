@@ -4,7 +4,8 @@ that confirms a copy, the written width and height, the image file's mtime (stam
 size of the image as stored (after any resize or re-encoding) in one packed table, and per
 shard counts of formats, channels and EXIF orientations, and of a dataset of objects
 (packing/objects.py): objects, images without, objects per image, objects per class (ids for
-class features, names for text) and box sizes as COCO defines them."""
+class features, names for text), box sizes as COCO defines them, and the boxes dropped by
+reason with the first records by key that lost them."""
 
 from __future__ import annotations
 
@@ -44,6 +45,12 @@ PER_IMAGE = "objects_per_image"  # "n": images holding n objects
 CLASSES = "object_classes"  # class id (a class feature's) or name (text): objects
 SIZES = "box_sizes"  # small, medium, large: boxes
 WITHOUT = "images without objects"
+DROPPED = "boxes_dropped"  # why a box was dropped (packing/boxes.py's reasons): boxes
+# The records that lost boxes, a tally row (DROPPED_IN, "<reason>: <key>", boxes) each: of each
+# reason, a shard's and a split's summary name the first MAX_NAMED_DROPS by key (whatever the
+# order the shards land in; the counts count them all), as duplicates names 20 label conflicts.
+DROPPED_IN = "boxes_dropped_in"
+MAX_NAMED_DROPS = 20
 # Distinct text class names tallied in a shard; the rest count as OTHER (a summary stays small
 # whatever a text column holds).
 MAX_NAMES = 1000
@@ -87,6 +94,7 @@ class ShardFacts:
         # (format, channels, orientation) -> records: one count a record, spelled out by tally
         self.looks: Counter[tuple[str, int, int | None]] = Counter()
         self._names = 0  # distinct text class names tallied
+        self._dropped_in: dict[str, dict[str, int]] = {}  # reason -> key -> boxes (named_first)
 
     def add(
         self,
@@ -120,6 +128,13 @@ class ShardFacts:
         if self.objects is not None:
             self._add_objects(features)
 
+    def drop(self, key: str, dropped: dict[str, int]) -> None:
+        """Count the boxes the record `key` lost, by reason (boxes.follow), and name it among
+        the shard's first of each reason (named_first)."""
+        for reason, n in dropped.items():
+            self.counts[DROPPED, reason] += n
+            named_first(self._dropped_in.setdefault(reason, {}), key, n)
+
     def _add_objects(self, features: dict) -> None:
         """Count a written record's objects (its features as encoded: flat lists)."""
         boxes = np.asarray(features.get(self.objects.boxes, ()), np.float64).reshape(-1, 4)
@@ -150,7 +165,17 @@ class ShardFacts:
             counts["channels", str(channels)] += n
             if orientation is not None:
                 counts["orientation", str(orientation)] += n
+        for reason, named in self._dropped_in.items():
+            counts.update({(DROPPED_IN, f"{reason}: {key}"): n for key, n in named.items()})
         return tuple(sorted((what, value, n) for (what, value), n in counts.items()))
+
+
+def named_first(named: dict[str, int], key: str, n: int) -> None:
+    """Add the `n` boxes `key` lost to `named` (key -> boxes), which keeps the MAX_NAMED_DROPS
+    least keys."""
+    named[key] = named.get(key, 0) + n
+    if len(named) > MAX_NAMED_DROPS:
+        del named[max(named)]
 
 
 def record_sizes(rows: np.ndarray, num_records: int) -> set[tuple[int, int]] | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import math
 import tempfile
-from collections import Counter
 from dataclasses import replace
 from typing import IO
 
@@ -51,7 +50,7 @@ class FactSpill:
         self._folder = out.scratch_folder()
         self._rows: dict[str, IO[bytes]] = {}  # split -> its written records' SUMMED rows
         self._keys: dict[int, IO[bytes]] = {}  # bucket -> its records' _KEYED rows
-        self._counts = {spec.split: Counter() for spec in plan.shards}
+        self._tallies = {spec.split: stats.Tallies() for spec in plan.shards}
         self._sizes: set[tuple[int, int]] | None = set()  # None: not one size, or unknown
         self._added: set[str] = set()
 
@@ -66,7 +65,7 @@ class FactSpill:
 
     def _fold(self, spec: ShardSpec, start: int, result: ShardResult) -> None:
         rows = facts_of(result.content, len(spec.items))
-        stats.add_tally(self._counts[spec.split], result.tally, (r for _, r in result.skipped))
+        self._tallies[spec.split].add(result.tally, (r for _, r in result.skipped))
         if self._sizes is not None:  # None once two sizes (or an unknown one) are met
             noted = record_sizes(rows, result.num_records)
             sizes = None if noted is None else self._sizes | noted
@@ -116,7 +115,7 @@ class FactSpill:
         """index.json's `summaries`: one per split, of the records written (read back from the
         spill) and the items skipped (`dropped`: each split's copies --dedup exact left out)."""
         tables = {split: _chunks(file) for split, file in self._rows.items()}
-        return stats.summaries(tables, self._counts, dropped)
+        return stats.summaries(tables, self._tallies, dropped)
 
     def copy_sets(self) -> list[np.ndarray]:
         """The plan positions of each set of records alike in size and digest, a bucket at a

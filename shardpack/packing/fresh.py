@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from shardpack.containers import CONTAINERS
 from shardpack.errors import ImageError, Option, OptionError, SourceError, printable
-from shardpack.index import PackStats
+from shardpack.index import Index, PackStats
 from shardpack.options import MAX_NAME_CHARS, PackOptions, safe_name
 from shardpack.packing import duplicates, stamps
 from shardpack.packing.contents import Noted, copy_numbers
@@ -143,6 +143,7 @@ class FreshPack:
             out=out, name=self.name, dataset=dataset, options=options, plan=plan,
             results=results, stats=stats,
         )  # fmt: skip
+        index, left_out = _without_unwritten(out, index, results)
         groups, self.groups = self.groups, None  # held here alone: freed once numbered
         removed = {} if groups is None else duplicates.removed(groups)
         summaries = json_value(self.facts.summaries(removed))
@@ -164,7 +165,7 @@ class FreshPack:
             streamed_rows(dataset).release()
         write_outputs(out, index, results, options.index_files)
         if not streamed:  # a streamed list's keys are not held: it keeps no list to grow from
-            self.spool.write_contents(out, numbers, self.noted)
+            self.spool.write_contents(out, numbers, self.noted, left_out)
         write_failures(out, failures)
         commit_index(out, index)  # the run is complete
         if not streamed:
@@ -264,6 +265,20 @@ def _leave_nothing(
     raise SourceError(f"no image was packed from {src.path()}, {len(skipped):,} "
                       f"item{'s' if len(skipped) != 1 else ''} skipped{first}; fix or remove "
                       "them")  # fmt: skip
+
+
+def _without_unwritten(
+    out: Storage, index: Index, results: list[ShardResult]
+) -> tuple[Index, list[ShardResult]]:
+    """The index without the splits none of whose images was written (index.UNWRITTEN, as a
+    grow leaves them out), their empty shards removed from OUT; and those shards' results."""
+    gone = {s.file for split in index.splits.values() if not split.num_records
+            for s in split.shards}  # fmt: skip
+    if not gone:
+        return index, []
+    out.remove(sorted(gone))
+    kept = {name: split for name, split in index.splits.items() if split.num_records}
+    return replace(index, splits=kept), [r for r in results if r.file in gone]
 
 
 def _fewer_workers(asked: int | None, ran: int, to_write: int, in_process: bool) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ import numpy as np
 
 from shardpack import images
 from shardpack.errors import ImageError
+from shardpack.signatures import sniff
 from shardpack.sources import shapes
 
 Move = images.Geometry | images.Turn
@@ -143,7 +144,7 @@ def _renumbered(ids: np.ndarray, kept: np.ndarray) -> tuple[np.ndarray, int]:
 
 def _read_png(key: str, value: bytes) -> np.ndarray:
     """A stored id map (a repack's): a one-channel 8- or 16-bit PNG."""
-    if images.sniff(value) != "png":
+    if sniff(value) != "png":
         raise ImageError(key, "its 'mask' is not a PNG id map nor shapes to draw; drop the "
                               "feature or pack without --resize/--max-side")  # fmt: skip
     try:

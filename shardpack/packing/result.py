@@ -6,7 +6,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from shardpack.index import Index
-from shardpack.packing.boxes import DROPPED, index_geometry
+from shardpack.packing.boxes import index_geometry
+from shardpack.packing.facts import DROPPED
 from shardpack.schema import Feature, Schema
 
 
@@ -63,6 +64,7 @@ class PackResult:
             "seed": index.seed,
             "url_failures": index.stats.url_failures or {},
             "boxes_dropped": _boxes_dropped(index.summaries or {}),
+            "unwritten_splits": list(index.unwritten_splits),
         }
 
     def _run_stats(self) -> dict:

@@ -6,6 +6,7 @@ packing process never holds a Python object per item for them (a 200,000-file pa
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -51,15 +52,22 @@ class EntrySpool:
 
     def write_contents(
         self, out: Storage, number: dict[str, int] | np.ndarray,
-        noted: contents.Noted = contents.Noted(),
+        noted: contents.Noted = contents.Noted(), left_out: Sequence[ShardResult] = (),
     ) -> None:  # fmt: skip
         """Write contents.json of every planned shard, each record's copy numbered as `number`
         says: by key (contents.copy_numbers of the groups of exact copies), or by plan
-        position (duplicates.PlanCopies.numbers); and what it notes of --dedup's copies."""
+        position (duplicates.PlanCopies.numbers); and what it notes of --dedup's copies. The
+        shards `left_out` (of a split none of whose images was written) are not listed: their
+        items' skips are kept as loose ones, so that a grow knows them."""
+        gone = {result.file for result in left_out}
+        loose = tuple((r.split, key, reason) for r in left_out for key, reason in r.skipped)
 
         def shards():
             start = 0
             for spec in self._specs.values():
+                if spec.file in gone:
+                    start += len(spec.items)
+                    continue
                 entry, _, written = self._parts(spec)
                 if isinstance(number, np.ndarray):
                     copies = number[start : start + len(spec.items)][written].tolist()
@@ -70,7 +78,7 @@ class EntrySpool:
                 start += len(spec.items)
                 yield spec.file, contents.with_copy(entry, copies)
 
-        contents.write_rendered(out, shards(), noted=noted)
+        contents.write_rendered(out, shards(), loose, noted=noted)
 
     def write_stamps(self, out: Storage, index: Index) -> None:
         """Write the stamps of the dataset whose index.json just landed."""

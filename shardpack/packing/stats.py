@@ -1,6 +1,7 @@
 """Per-split summaries of what the workers noted (facts.py) for index.json: sizes, bytes (the
 source's and the stored image's, each with its total) and aspect ratios as min/median/max and
-histograms, formats, channels, EXIF orientations and skip reasons as counts. Compact: a few
+histograms, formats, channels, EXIF orientations and skip reasons as counts (and, of each
+reason boxes were dropped for, the first records by key that lost them). Compact: a few
 hundred numbers a split, whatever its size; and made from its records' rows a chunk at a time
 (held, or spilled to a file: factspill.py), the same numbers as from every row at once, with no
 array of every record."""
@@ -14,7 +15,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shardpack.packing.facts import FACT_DTYPE
+from shardpack.errors import shortened
+from shardpack.index import MAX_SKIPPED_TEXT
+from shardpack.packing.facts import DROPPED_IN, FACT_DTYPE, named_first
 
 # Bins of the histograms: few enough for the index, enough for a chart.
 BINS = 20
@@ -38,18 +41,18 @@ def entry_summaries(
     contents.json entries of each split's shards (contents.py), each split's skip reasons with
     no shard to note them, and `dropped`: each split's copies --dedup exact left out."""
     tables: dict[str, list[np.ndarray]] = {}
-    counts: dict[str, Counter] = {}
+    tallies: dict[str, Tallies] = {}
     for split, entries in shards.items():
-        tally = counts.setdefault(split, Counter())
+        tally = tallies.setdefault(split, Tallies())
         for entry in entries:
             rows = np.zeros(len(entry["keys"]), FACT_DTYPE)
             for field in SUMMED.names:
                 rows[field] = entry[field]
             tables.setdefault(split, []).append(summed(rows))
-            add_tally(tally, _tally_of(entry), entry["reasons"])
+            tally.add(_tally_of(entry), entry["reasons"])
     for split, reasons in skipped.items():
-        counts.setdefault(split, Counter()).update(("skipped", reason_kind(r)) for r in reasons)
-    return summaries({split: held(t) for split, t in tables.items()}, counts, dropped)
+        tallies.setdefault(split, Tallies()).add((), reasons)
+    return summaries({split: held(t) for split, t in tables.items()}, tallies, dropped)
 
 
 def _tally_of(entry: dict) -> list:
@@ -59,12 +62,36 @@ def _tally_of(entry: dict) -> list:
     return entry["tally"] or [(what, UNTALLIED, n) for what in _TALLIED if n]
 
 
-def add_tally(counts: Counter, tally: Iterable, reasons: Iterable[str]) -> None:
-    """Add a shard's tally (facts.ShardFacts.tally) and its skip reasons to its split's
-    counts."""
-    for what, value, n in tally:
-        counts[_TALLIED.get(what, what), value] += n
-    counts.update(("skipped", reason_kind(reason)) for reason in reasons)
+class Tallies:
+    """A split's tallies, its shards' added as they land: counts by (what, value), and the
+    records named of each reason boxes were dropped for (the first by key: facts.DROPPED_IN)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.dropped_in: dict[str, dict[str, int]] = {}  # reason -> key -> boxes
+
+    def add(self, tally: Iterable, reasons: Iterable[str]) -> None:
+        """Add a shard's tally (facts.ShardFacts.tally) and its skip reasons."""
+        for what, value, n in tally:
+            if what == DROPPED_IN:
+                reason, _, key = value.partition(": ")
+                named_first(self.dropped_in.setdefault(reason, {}), key, n)
+            else:
+                self.counts[_TALLIED.get(what, what), value] += n
+        self.counts.update(("skipped", reason_kind(reason)) for reason in reasons)
+
+    def summary(self) -> dict[str, dict]:
+        """The tallies as a summary holds them: {what: {value: count}}, and DROPPED_IN's
+        {reason: {key: boxes}}, each sorted (each key cut to MAX_SKIPPED_TEXT characters)."""
+        summary: dict[str, dict] = {}
+        for (what, value), n in sorted(self.counts.items()):
+            summary.setdefault(what, {})[value] = n
+        if self.dropped_in:
+            summary[DROPPED_IN] = {
+                reason: {shortened(key, MAX_SKIPPED_TEXT): n for key, n in sorted(named.items())}
+                for reason, named in sorted(self.dropped_in.items())
+            }
+        return summary
 
 
 def held(tables: list[np.ndarray]) -> Rows:
@@ -73,18 +100,13 @@ def held(tables: list[np.ndarray]) -> Rows:
 
 
 def summaries(
-    tables: dict[str, Rows], counts: dict[str, Counter], dropped: dict[str, int]
+    tables: dict[str, Rows], tallies: dict[str, Tallies], dropped: dict[str, int]
 ) -> dict[str, dict]:
     """Each split's summary of its records' rows and its tallies, with `dropped` duplicates."""
     for split, n in dropped.items():
-        counts.setdefault(split, Counter())["skipped", "duplicate"] += n
-    summaries = {}
-    for split in sorted(counts):
-        summary = _numbers(tables.get(split, held([])))
-        for (what, value), n in sorted(counts[split].items()):
-            summary.setdefault(what, {})[value] = n
-        summaries[split] = summary
-    return summaries
+        tallies.setdefault(split, Tallies()).counts["skipped", "duplicate"] += n
+    return {split: {**_numbers(tables.get(split, held([]))), **tallies[split].summary()}
+            for split in sorted(tallies)}  # fmt: skip
 
 
 def summed(table: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ from shardpack.packing.kept import Kept, KeptReader
 from shardpack.packing.objects import objects_of
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
+from shardpack.signatures import sniff
 from shardpack.sources import Item, Source
 from shardpack.sources.objects import ANNOTATED_SIZE
 from shardpack.storage import Storage
@@ -136,8 +137,8 @@ def write_shard(
                         lossless += _made_lossless(loaded, features, options)
                         facts.add(done - 1, loaded, features, orientation,
                                   stamps.settled(stamp, settled))  # fmt: skip
-                    if dropped:
-                        facts.counts.update({(boxes.DROPPED, r): n for r, n in dropped.items()})
+                    if dropped:  # a record with no boxes, or none dropped, pays nothing here
+                        facts.drop(item.key, dropped)
                 progress.update(done)
     finally:
         progress.close()
@@ -288,7 +289,7 @@ def _made_lossless(loaded: bytes | np.ndarray, features: dict, options: PackOpti
         options.encode == "keep"
         and features["image"] is not loaded
         and isinstance(loaded, bytes)
-        and features["format"] != images.sniff(loaded)
+        and features["format"] != sniff(loaded)
     )
 
 

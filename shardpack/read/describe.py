@@ -79,6 +79,7 @@ def describe(
         "num_object_classes": num_object_classes(index.schema),
         "features": index.schema.to_json(),
         "splits": splits,
+        "unwritten_splits": list(index.unwritten_splits),  # every image skipped: not listed
         # the first ones; num_skipped counts them all
         "skipped": [s.to_json() for s in index.skipped],
         "num_skipped": index.num_skipped,
@@ -138,6 +139,21 @@ def summary_lines(summary: object) -> list[str]:
         with suppress(KeyError, TypeError, ValueError, AttributeError):
             counts = ", ".join(f"{printable(str(k))} {_num(n)}" for k, n in summary[what].items())
             said.append(f"  {what.replace('_', ' ')}: {counts}")  # as pack says it
+    with suppress(KeyError, TypeError, ValueError, AttributeError):
+        said.extend(_dropped_in_lines(summary))
+    return said
+
+
+def _dropped_in_lines(summary: dict) -> list[str]:
+    """A line for each reason boxes were dropped for, naming the records that lost them (the
+    first facts.MAX_NAMED_DROPS by key) and how many each lost; none from an index before."""
+    said = []
+    for reason, named in summary.get(facts.DROPPED_IN, {}).items():
+        total = summary[facts.DROPPED][reason]
+        listed = ", ".join(f"{printable(str(k))} {_num(n)}" for k, n in named.items())
+        some = sum(named.values()) < total  # named: every record, or the first by key
+        said.append(f"  boxes dropped, {printable(str(reason))}: {listed}"
+                    + (f" (the first {len(named)} records by key)" if some else ""))  # fmt: skip
     return said
 
 

@@ -25,10 +25,9 @@ from shardpack.errors import (
     printable,
     shortened,
 )
-from shardpack.index import Index, Skipped, load_index
+from shardpack.index import UNWRITTEN, Index, Skipped, load_index
 from shardpack.layout import REPORT_NAME
 from shardpack.packing import facts
-from shardpack.packing.boxes import DROPPED
 from shardpack.packing.duplicates import LABELLED_DIFFERENTLY, record_name
 from shardpack.packing.objects import SIZES, objects_of
 from shardpack.packing.outdir import OUTPUTS
@@ -217,12 +216,20 @@ def _figure(width: float = 9, height: float = 3.2):
     return plt.subplots(figsize=(width, height))
 
 
-def _splits_section(index: Index) -> str:
+def _splits_table(index: Index) -> str:
+    """A row a split: its records, shards and bytes; a split whose every image was skipped
+    (UNWRITTEN) says so."""
     rows = []
     for name, split in index.splits.items():
         size = sum(s.num_bytes for s in split.shards)
         rows.append(f"<tr data-split='{_attr(name)}'>{_td(name)}{_td(split.num_records, 'records')}"
                     f"{_td(len(split.shards), 'shards')}{_td(size, 'bytes')}</tr>")  # fmt: skip
+    rows += [f"<tr data-split='{_attr(name)}'>{_td(name)}<td colspan='3' data-value='unwritten'>"
+             f"{_e(UNWRITTEN)}</td></tr>" for name in index.unwritten_splits]  # fmt: skip
+    return _table(("split", "records", "shards", "bytes"), rows)
+
+
+def _splits_section(index: Index) -> str:
     classes = index.classes[:SHOWN_CLASSES]
     balance = []
     for i, cls in enumerate(classes):
@@ -247,7 +254,7 @@ def _splits_section(index: Index) -> str:
         chart = _svg(fig)
     return (
         "<section id='splits'><h2>Splits</h2>"
-        + _table(("split", "records", "shards", "bytes"), rows)
+        + _splits_table(index)
         + "<h3>Class balance per split</h3>"
         + chart
         + _table(("class", *index.splits), balance)
@@ -342,9 +349,14 @@ def _objects_section(index: Index, summaries: dict) -> str:
     return "".join(parts) + "</section>"
 
 
+# The head of the table of the records that lost boxes (facts.DROPPED_IN).
+_NAMED_HEAD = f"record that lost boxes (of each reason, the first {facts.MAX_NAMED_DROPS} by key)"
+
+
 def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
     """One split's objects: how many, images without, objects per image (quantiles and the
-    counts), objects per class (named), COCO's box sizes, the boxes dropped by reason."""
+    counts), objects per class (named), COCO's box sizes, the boxes dropped by reason and the
+    records that lost them."""
     count, without = facts.object_counts(summary)
     per_image = sorted((int(k), int(n)) for k, n in summary[facts.PER_IMAGE].items())
     values = np.repeat([k for k, _ in per_image], [n for _, n in per_image])
@@ -358,8 +370,11 @@ def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
     spread = "".join(_td(float(v), f"per_image:{q}") for q, v in quantiles)
     size_rows = [f"<tr>{_td(k)}{_td(sizes.get(k, 0), f'size:{k}')}</tr>" for k, _ in SIZES]
     class_rows = [f"<tr>{_td(c)}{_td(n, f'class:{c}')}</tr>" for c, n in by_class]
-    dropped = {str(k): int(n) for k, n in summary.get(DROPPED, {}).items()}
+    dropped = {str(k): int(n) for k, n in summary.get(facts.DROPPED, {}).items()}
     dropped_rows = [f"<tr>{_td(k)}{_td(n, f'dropped:{k}')}</tr>" for k, n in dropped.items()]
+    named = [f"<tr>{_td(str(key))}{_td(str(why))}{_td(int(n), f'dropped_in:{why}:{key}')}</tr>"
+             for why, keys in summary.get(facts.DROPPED_IN, {}).items()
+             for key, n in keys.items()]  # fmt: skip
     return (
         f"<div data-split='{_attr(name)}'><h3>{_e(name)}: <span data-value='objects'>{count:,}"
         f"</span> objects, <span data-value='without'>{without:,}</span> images without, "
@@ -369,6 +384,7 @@ def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
         + _table(("box size (COCO)", "boxes"), size_rows)
         + _table(("class", "objects"), class_rows)
         + (_table(("box dropped (pack's reason)", "boxes"), dropped_rows) if dropped else "")
+        + (_table((_NAMED_HEAD, "reason", "boxes"), named) if named else "")
         + "</div>"
     )
 

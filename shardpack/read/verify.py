@@ -51,6 +51,7 @@ class VerifyReport:
     decoded: bool
     faults: tuple[Fault, ...] = field(default=())
     framing: str = "CRC"  # what checks each record's bytes: the container's Container.framing
+    unwritten: tuple[str, ...] = ()  # splits whose every image was skipped (Index.unwritten_splits)
 
     @property
     def ok(self) -> bool:
@@ -65,6 +66,7 @@ class VerifyReport:
             "records": self.records,
             "decoded": self.decoded,
             "framing": self.framing,
+            "unwritten_splits": list(self.unwritten),
             "faults": [
                 {"file": f.file, "offset": f.offset, "unit": f.unit, "reason": f.reason}
                 for f in self.faults
@@ -131,7 +133,8 @@ def verify(
             faults.append(Fault(entry.name, None, "shard file not listed in index.json (extra "
                                 "shard)"))  # fmt: skip
     counter.finish()
-    return VerifyReport(index.out, shards, records, decode, tuple(faults), index.container.framing)
+    return VerifyReport(index.out, shards, records, decode, tuple(faults), index.container.framing,
+                        index.unwritten_splits)  # fmt: skip
 
 
 class _Counter:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
 
+from shardpack.signatures import sniff
 from shardpack.storage.failures import said
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, opted_out, refusal
@@ -57,9 +58,10 @@ MOST_WAIT_S = 60.0  # a Retry-After longer than this is a failure, not a wait; t
 # 1000 --flaky 0.1 --fetch-only 16`, benchmarks/README.md).
 AHEAD_PER_THREAD = 32
 HELD_BYTES = 256 << 20
-# How a body of text begins, after white space and a byte-order mark: markup (HTML, XML, SVG)
-# or JSON. No image format shardpack reads begins so (images.sniff's signatures), whatever
-# Content-Type the server sent: such a 200 is a page, said so with what the server called it.
+# A 200 whose body begins with no image format's signature (signatures.sniff), whatever
+# Content-Type the server sent, is no image: said so with what the server called it, and as a
+# page where its head is text: markup (HTML, XML, SVG) or JSON after white space and a
+# byte-order mark, or UTF-8 of printable characters (a message: a login wall, "removed").
 _TEXT_STARTS = (b"<", b"{", b"[")
 _WHITE, _BOM, _PAGE_HEAD = b" \t\r\n\f", b"\xef\xbb\xbf", 1024
 
@@ -141,8 +143,8 @@ class Fetcher:
                     raise UrlFailed(f"bad redirect: {said(e, 200)}") from None  # the server's text
                 continue
             if status == 200:
-                if (page := _page(body, headers)) is not None:
-                    raise UrlFailed(page)
+                if (wrong := _not_image(body, headers)) is not None:
+                    raise UrlFailed(wrong)
                 return body
             phrase = _phrase(status)
             if status == 429 or status >= 500:
@@ -432,15 +434,34 @@ def _tried(reason: str, tries: int) -> str:
     return f"{reason} (after {tries} tries)"
 
 
-def _page(body: bytes, headers: http.client.HTTPMessage) -> str | None:
-    """Why a 200's body is a page of text (markup or JSON: a web page, a login wall, an error
-    message), not an image, naming what the server said it was; None for any other body."""
-    head = body[:_PAGE_HEAD].lstrip(_WHITE).removeprefix(_BOM).lstrip(_WHITE)
-    if not head.startswith(_TEXT_STARTS):
+def _not_image(body: bytes, headers: http.client.HTTPMessage) -> str | None:
+    """Why a 200's body is not an image (a page of text, bytes of no image format, nothing),
+    naming the Content-Type the server sent; None for an image."""
+    if sniff(body) is not None:
         return None
     kind = headers.get("Content-Type")
-    what = f"{said(kind, 80)!r}" if kind else "text with no Content-Type"
-    return f"not an image: the server sent {what} (a web page or a message, not the image)"
+    what = f"{said(kind, 80)!r}" if kind else "no Content-Type"
+    head = body[:_PAGE_HEAD].lstrip(_WHITE).removeprefix(_BOM).strip(_WHITE)
+    if not head:
+        why = "an empty body"
+    elif _text(head):
+        why = "a web page or a message, not the image"
+    else:
+        why = "bytes of no image format shardpack reads"
+    return f"not an image: the server sent {what} ({why})"
+
+
+def _text(head: bytes) -> bool:
+    """Whether the head of a body (white space stripped) reads as a page of text."""
+    if head.startswith(_TEXT_STARTS):
+        return True
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:  # but a character the head's end cut in two
+        if e.reason != "unexpected end of data":
+            return False
+        text = head[: e.start].decode("utf-8")
+    return "".join(text.split()).isprintable()
 
 
 def _phrase(status: int) -> str:

@@ -15,11 +15,12 @@ import pytest
 
 import shardpack
 from shardpack.containers import CONTAINERS
-from shardpack.errors import MissingPackageError, RecordError
+from shardpack.errors import IndexFormatError, MissingPackageError, RecordError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.describe import describe
 from shardpack.read.stream import iter_examples
+from tests import helpers
 from tests.helpers import at, lazy_import, make_tree, shard_files, write_jsonl
 from tests.packing.test_features import _rows
 
@@ -109,19 +110,41 @@ def test_datasets_loads_image_and_class_label_features_and_the_same_records(
             _same(row, ours[row["key"]])
 
 
-def test_a_split_whose_every_image_was_skipped_leaves_the_others_loadable(tmp_path: Path):
+def test_a_split_whose_every_image_was_skipped_is_left_out_and_the_others_load(tmp_path: Path):
+    """A split whose every image was skipped was written as one empty shard, listed in the
+    index, and `datasets.load_dataset("parquet", data_dir=OUT)` refused the whole dataset
+    ('Instruction "test" corresponds to no data!'); a grow already left such a split out. A
+    fresh pack leaves it out of the index and OUT too, its skips kept (a grow finds nothing
+    new), and inspect, verify and the card say so."""
     src = tmp_path / "src"
     make_tree(src / "train", {"cat": 2})
     (src / "test" / "cat").mkdir(parents=True)
     (src / "test" / "cat" / "bad.jpg").write_bytes(b"not an image")
     out = tmp_path / "out"
-    pack(src, out, PackOptions(format="parquet", workers=1))
-    assert {s: e.num_records for s, e in shardpack.load_index(out).splits.items()} == {
-        "train": 2,
-        "test": 0,
-    }
-    loaded = datasets.load_dataset(str(out))  # an empty split listed: '"test" ... no data!'
-    assert {split: len(rows) for split, rows in loaded.items()} == {"train": 2}
+    result = pack(src, out, PackOptions(format="parquet", workers=1))
+    assert result.to_json()["unwritten_splits"] == ["test"]  # the pack summary says it
+    index = shardpack.load_index(out)
+    assert {s: e.num_records for s, e in index.splits.items()} == {"train": 2}
+    assert [s.key for s in index.skipped] == ["test/cat/bad.jpg"]
+    assert not [p.name for p in out.iterdir() if "-test" in p.name]  # no shard, no split file
+    for loaded in (datasets.load_dataset("parquet", data_dir=str(out)),
+                   datasets.load_dataset(str(out))):  # fmt: skip
+        assert {split: len(rows) for split, rows in loaded.items()} == {"train": 2}
+    unwritten = r"split 'test': every image skipped, not written .*; it has train: name one"
+    with pytest.raises(IndexFormatError, match=unwritten):
+        list(iter_examples(out, "test"))  # an evaluation of nothing fails here, said so
+    said = "split test: every image skipped, not written"
+    assert f"\n{said}\n" in helpers.run_cli("inspect", str(out)).stdout
+    checked = helpers.run_cli("verify", str(out), "--no-progress")
+    assert checked.returncode == 0 and checked.stdout.startswith(f"{said}\nOK: 1 shard, ")
+    from shardpack.read.report import _splits_table
+    from tests.packing.test_duplicates import _Marked
+
+    marked = _Marked()
+    marked.feed(_splits_table(index))
+    assert marked.values["test", "unwritten"] == "every image skipped, not written"
+    grown = helpers.run_cli("pack", str(src), str(out), "--append", "--workers", "1")
+    assert grown.returncode == 0 and grown.stdout.startswith("nothing to add: "), grown.stdout
 
 
 def test_a_single_label_is_a_class_label_and_images_decode(folder_pack: Path):

@@ -10,6 +10,7 @@ pixels in the packed image.
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import cv2
@@ -378,6 +379,7 @@ def test_the_cli_says_what_it_dropped_and_refuses_in_one_line(tmp_path: Path):
     assert "\nboxes dropped: cropped away 1, mostly cropped away 1\n" in some.output
     inspected = CliRunner().invoke(app, ["inspect", str(tmp_path / "out")])
     assert "\n  boxes dropped: cropped away 1\n" in inspected.output  # as pack says it
+    assert "\n  boxes dropped, cropped away: a.png 1\n" in inspected.output  # which record
     write_jsonl(src, [{"path": "a.png", **_columns(), "keypoints": [[0.5, 0.8]]}])
     refused = CliRunner().invoke(app, [*args[:2], str(tmp_path / "again"), *args[2:]])
     assert refused.exit_code == 2 and "Traceback" not in refused.output
@@ -395,6 +397,39 @@ def test_the_cli_says_what_it_dropped_and_refuses_in_one_line(tmp_path: Path):
         "or declared with --box-columns); drop --min-visibility"
     )
     assert not (tmp_path / "boxless" / "index.json").exists()
+
+
+def test_the_records_that_lost_boxes_are_named_the_first_of_each_reason_by_key(tmp_path: Path):
+    """'37 boxes dropped' named no record: a user could not find them. Each split's summary
+    names, of each reason, the first 20 records by key with the boxes each lost (the counts
+    count them all): alike in one shard or three, kept by an append (which names a new record
+    among them), and an index from before, which names none, reads as it did."""
+    tiny, outside, inside = _png(_photo(8, 16, {})), [1.1, 0.0, 1.4, 0.5], [0.1, 0.1, 0.6, 0.6]
+    rows = [(f"{i:02d}.png", tiny, {"boxes": [outside] * (1 + i % 2) + [inside]})
+            for i in range(25)]  # fmt: skip
+    src = _manifest(tmp_path / "src", rows)
+    named = {f"{i:02d}.png": 1 + i % 2 for i in range(20)}
+    for shards in (1, 3):
+        pack(src, tmp_path / f"out{shards}", PackOptions(workers=1, shards=shards, seed=3))
+        summary = json.loads((tmp_path / f"out{shards}" / "index.json").read_text())
+        assert summary["summaries"]["train"]["boxes_dropped"] == {"outside the image": 37}
+        assert summary["summaries"]["train"]["boxes_dropped_in"] == {"outside the image": named}
+    out = tmp_path / "out3"
+    (tmp_path / "src" / "00a.png").write_bytes(tiny)  # between 00.png and 01.png by key
+    write_jsonl(src, [{"path": n, **c} for n, _, c in rows]
+                + [{"path": "00a.png", "boxes": [outside] * 3}])  # fmt: skip
+    pack(src, out, PackOptions(grow="append", workers=1))
+    index = json.loads((out / "index.json").read_text())
+    listed = index["summaries"]["train"]["boxes_dropped_in"]["outside the image"]
+    assert list(listed.items())[:3] == [("00.png", 1), ("00a.png", 3), ("01.png", 2)]
+    assert len(listed) == 20 and "19.png" not in listed
+    said = CliRunner().invoke(app, ["inspect", str(out)]).output
+    assert ("\n  boxes dropped, outside the image: 00.png 1, 00a.png 3, 01.png 2, 02.png 1, "
+            in said and ", 18.png 1 (the first 20 records by key)\n" in said)  # fmt: skip
+    del index["summaries"]["train"]["boxes_dropped_in"]  # as an index from before
+    (out / "index.json").write_text(json.dumps(index))
+    said = CliRunner().invoke(app, ["inspect", str(out)]).output
+    assert "\n  boxes dropped: outside the image 40\n" in said and "00a.png 3" not in said
 
 
 @pytest.mark.parametrize("mode", MODES)

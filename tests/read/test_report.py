@@ -59,6 +59,9 @@ def test_the_card_counts_the_boxes_dropped_by_reason(tmp_path: Path):
     values = {name: text for (split, name), text in marked.values.items() if split == "train"}
     assert (values["objects"], values["dropped"]) == ("1", "3")
     assert (values["dropped:outside the image"], values["dropped:no area"]) == ("2", "1")
+    # and which record lost them (the card named none)
+    assert values["dropped_in:outside the image:objects.parquet:0"] == "2"
+    assert values["dropped_in:no area:objects.parquet:0"] == "1"
 
 
 def test_a_file_at_out_is_kept_and_the_report_refused(tmp_path: Path):

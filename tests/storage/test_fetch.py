@@ -105,7 +105,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
     itself), /meta.png (a redirect to the metadata address), /tofile.png and /tos3.png (to
     file:///etc/hostname and s3://bucket/a.png), /huge.png (Content-Length 100 GB),
-    /html.png (a web page), /gone/N.png (a 404), /stream.png (5,000 bytes, no Content-Length),
+    /html.png (a web page), /text.png (a message in plain text), /octets.png (bytes of no
+    image format, application/octet-stream), /gone/N.png (a 404), /stream.png (5,000 bytes,
+    no Content-Length),
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
     hangs up). /twin/N.png: image N // 2; /jpeg/N.png: image N as a JPEG; /changing/N.png: image
     N, then image N + 1 to every later request. A path in `Site.held` is answered once
@@ -246,6 +248,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path == "/html.png":
             page = b"\n  <!DOCTYPE html><html><body>moved</body></html>"
             return self._send(200, page, {"Content-Type": "text/html; charset=utf-8"})
+        if path == "/text.png":
+            return self._send(200, b"Image removed by its owner.\n", {"Content-Type": "text/plain"})
+        if path == "/octets.png":
+            return self._send(200, bytes(range(256)), {"Content-Type": "application/octet-stream"})
         if path in ("/stream.png", "/drip.png"):
             self.send_response(200)
             self.send_header("Connection", "close")
@@ -327,6 +333,7 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
         "/meta.png": ("refused address", None, 1),
         "/huge.png": ("over the limit of N bytes", None, 1),
         "/html.png": ("not an image", None, 1),
+        "/text.png": ("not an image", None, 1),
         "/gzipbomb.png": ("not an image", None, 1),  # 1 MB of zeros, under the cap
     }
     src = _manifest(tmp_path, [site.url(p) for p in [*good, *bad]])
@@ -348,6 +355,9 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
     assert "after 3 tries" in failed["always503.png"]["reason"]
     page = "not an image: the server sent 'text/html; charset=utf-8' (a web page or a message, "
     assert failed["html.png"]["reason"] == page + "not the image)"
+    assert failed["text.png"]["reason"] == (  # as the web page: not 'unknown format'
+        "not an image: the server sent 'text/plain' (a web page or a message, not the image)"
+    )
     assert "Retry-After 86400 s is over 60 s" in failed["429long.png"]["reason"]
     first, second = site.times["/429/2.png"]
     assert second - first >= 0.95  # Retry-After: 1 honoured
@@ -658,12 +668,35 @@ def test_bad_framing_a_past_retry_after_and_a_gzip_bomb_fail_their_url_alone(sit
         assert site.hits[path] == 2
     with pytest.raises(FileTooLarge, match=r"^over the limit of 10000 bytes \(gzip\)$"):
         fetcher.get(site.url("/gzipbomb.png"), 10_000)
-    assert fetcher.get(site.url("/gzipbomb.png"), 2 << 20) == bytes(1 << 20)
+    with pytest.raises(
+        UrlFailed,
+        match=r"^not an image: the server sent no Content-Type "
+        r"\(bytes of no image format shardpack reads\)$",
+    ):
+        fetcher.get(site.url("/gzipbomb.png"), 2 << 20)  # inflated whole: 1 MB of zeros
     with pytest.raises(UrlFailed, match=r"^not an image: its body came in Content-Encoding 'br'"):
         fetcher.get(site.url("/brotli.png"), 10_000)
     with pytest.raises(UrlFailed, match=r"^not an image: its body's gzip stream ends early$"):
         fetcher.get(site.url("/gzipcut.png"), 10_000)
     assert fetcher.get(site.url("/img/1.png"), 10_000) == _png(1)  # the run goes on
+
+
+def test_a_200_that_is_no_image_names_the_content_type_the_server_sent(site):
+    """A page of plain text, or bytes of no image format, were fetched and then skipped as
+    'not an image (unknown format)', saying nothing of what the server sent; markup said it.
+    Every such body now says the Content-Type, and is not retried."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=2))
+    said = {
+        "/text.png": "'text/plain' (a web page or a message, not the image)",
+        "/octets.png": "'application/octet-stream' (bytes of no image format shardpack reads)",
+        "/html.png": "'text/html; charset=utf-8' (a web page or a message, not the image)",
+    }
+    for path, what in said.items():
+        with pytest.raises(UrlFailed) as failed:
+            fetcher.get(site.url(path), 10_000)
+        assert str(failed.value) == f"not an image: the server sent {what}"
+        assert not failed.value.transient and site.hits[path] == 1
+    assert fetcher.get(site.url("/img/3.png"), 10_000) == _png(3)
 
 
 def test_a_redirect_to_a_url_that_does_not_parse_is_a_failure_not_a_traceback(site):
