@@ -292,6 +292,12 @@ class Storage:
         ignores it."""
         return None
 
+    def stop_reading(self) -> None:
+        """Cut the reads under way on other threads (a stopped run: Ctrl-C, SIGTERM): each
+        fails at once, not when a stalled server's timeout ends; a store whose reads end by
+        themselves (a disk, an object store) does nothing."""
+        return None
+
     def open(self, name: str) -> Blob:
         """A file of OUT to read at offsets, streamed: nothing is fetched before it is asked
         for. No link is followed and nothing but a regular file is opened (OSError)."""

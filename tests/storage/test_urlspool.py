@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -129,9 +128,10 @@ def test_an_object_store_outs_spool_is_in_the_temporary_folder_and_goes(tmp_path
 
 
 @pytest.mark.slow  # a real process and a real signal
-def test_ctrl_c_mid_pack_leaves_no_spool(tmp_path):
-    """Stopped by SIGINT while its --dedup pass waits for a URL, a pack leaves nothing of what
-    it kept (its threads end first: the URL's answer comes after the signal)."""
+def test_ctrl_c_mid_pack_stops_at_once_and_leaves_no_spool(tmp_path):
+    """Stopped by SIGINT while its --dedup pass waits for a URL the server holds (60 s), a
+    pack ends before the server answers (its requests in flight cut, as a worker's are; before,
+    it waited for the answer), says so in one line, exits 130 and leaves nothing it kept."""
     paths = [f"/img/{i}.png" for i in range(12)]
     with serving() as site:
         site.held = frozenset({"/img/5.png"})
@@ -141,14 +141,16 @@ def test_ctrl_c_mid_pack_leaves_no_spool(tmp_path):
                                 "--dedup", "exact", "--no-progress"],
                                stderr=subprocess.PIPE, text=True)  # fmt: skip
         try:
-            # the URLs before the held one are read and kept
-            helpers.wait_for(lambda: len(list(out.glob(f"{FETCHED_PREFIX}*/*"))) >= 5)
+            # the URLs before the held one are read and kept, and the held one is asked
+            helpers.wait_for(lambda: len(list(out.glob(f"{FETCHED_PREFIX}*/*"))) >= 5
+                             and site.hits["/img/5.png"] == 1)  # fmt: skip
             run.send_signal(signal.SIGINT)
-            time.sleep(0.5)  # the signal lands while the pass waits
-            site.gate.set()
-            stderr = run.communicate(timeout=30)[1]
+            stderr = run.communicate(timeout=20)[1]  # (the hold: 60 s)
+            answered = "/img/5.png" in site.finished  # not yet: the gate is shut
         finally:
             run.kill()
             site.gate.set()
     assert run.returncode == 130, stderr
+    assert not answered
+    assert stderr.splitlines()[-1].startswith("interrupted") and "Traceback" not in stderr, stderr
     assert not list(out.glob(f"{FETCHED_PREFIX}*")) and not (out / "index.json").exists()
