@@ -385,6 +385,12 @@ class Storage:
         folder."""
         return tempfile.gettempdir()
 
+    def clear_scratch(self) -> None:
+        """Under OUT's lock, as a run starts: remove what a killed run of OUT kept for itself
+        in scratch_folder (the URLs --dedup fetched), which no live run owns; where that is no
+        folder of OUT's own (the system's temporary folder, shared by every run), nothing."""
+        return None
+
     def progress_folder(self) -> str | None:
         """A local folder where workers may leave progress files the parent can read, or
         None where there is none (the bar then moves a shard at a time)."""

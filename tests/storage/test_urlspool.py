@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from shardpack import PackOptions, pack
+from shardpack import PackOptions, iter_examples, pack
 from shardpack.layout import FETCHED_PREFIX
+from shardpack.storage import storage_at
 from shardpack.storage.fetch import UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 from shardpack.storage.urlspool import UrlSpool
 from tests import helpers
-from tests.storage.test_fetch import _manifest, serving
+from tests.storage.test_fetch import _manifest, _png, serving
 
 URL, OTHER = "http://127.0.0.1/a.png", "http://127.0.0.1/b\u00e9.png"
 
@@ -89,6 +90,30 @@ def test_only_the_process_that_made_a_spool_writes_to_it(tmp_path):
     assert copy.read(URL, 100) == b"image" and not spool.holds(OTHER)
 
 
+def test_a_run_removes_the_spools_a_killed_run_left_and_nothing_else(tmp_path):
+    """Under OUT's lock (clear_scratch, as a run starts) a spool folder left by a killed run is
+    removed, without following the links it holds; a link named like a spool (to a folder
+    outside OUT) and a file so named are not ours: they stay, and so does what the link
+    names. An object store's OUT clears nothing: its spools are in a folder every run shares."""
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir(), outside.mkdir()
+    (outside / "precious").write_bytes(b"the user's")
+    spool = UrlSpool(str(out))
+    spool.put(URL, b"image")
+    (Path(spool.folder) / "link").symlink_to(outside)
+    (out / f"{FETCHED_PREFIX}link").symlink_to(outside, target_is_directory=True)
+    (out / f"{FETCHED_PREFIX}file").write_bytes(b"not ours")
+    (out / "shard-00000").write_bytes(b"a shard")
+    storage_at(str(tmp_path / "tmp")).clear_scratch()  # not OUT: nothing of it touched
+    storage_at("memory://urlspool/clear").clear_scratch()
+    assert Path(spool.folder).is_dir()
+    storage_at(str(out)).clear_scratch()
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [f"{FETCHED_PREFIX}link", f"{FETCHED_PREFIX}file", "shard-00000"])  # fmt: skip
+    assert (outside / "precious").read_bytes() == b"the user's"
+    assert (out / f"{FETCHED_PREFIX}file").read_bytes() == b"not ours"
+
+
 PATHS = [f"/twin/{i}.png" for i in range(8)]
 
 
@@ -154,3 +179,30 @@ def test_ctrl_c_mid_pack_stops_at_once_and_leaves_no_spool(tmp_path):
     assert not answered
     assert stderr.splitlines()[-1].startswith("interrupted") and "Traceback" not in stderr, stderr
     assert not list(out.glob(f"{FETCHED_PREFIX}*")) and not (out / "index.json").exists()
+
+
+@pytest.mark.slow  # a real process and a real signal
+def test_a_killed_runs_spool_is_removed_by_the_next_run(tmp_path):
+    """SIGKILLed mid --dedup pass, a pack leaves its spool in OUT; the next run (under OUT's
+    lock) removes it and packs every image as fetched by itself, each URL asked once more."""
+    paths = [f"/img/{i}.png" for i in range(12)]
+    with serving() as site:
+        site.held = frozenset({"/img/5.png"})
+        src, out = _manifest(tmp_path, [site.url(path) for path in paths]), tmp_path / "out"
+        args = ["pack", str(src), str(out), "--path-column", "url", "--allow-private-urls",
+                "--workers", "1", "--dedup", "exact", "--no-progress"]  # fmt: skip
+        run = subprocess.Popen([sys.executable, "-m", "shardpack", *args])
+        try:
+            helpers.wait_for(lambda: len(list(out.glob(f"{FETCHED_PREFIX}*/*"))) >= 5)
+            run.kill()
+            run.wait()
+        finally:
+            run.kill()
+            site.gate.set()
+        (left,) = out.glob(f"{FETCHED_PREFIX}*")  # the killed run's
+        done = helpers.run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    assert not left.exists() and not list(out.glob(f"{FETCHED_PREFIX}*"))
+    assert sorted(site.hits.values()) == [2] * len(paths), site.hits
+    images = {record["caption"]: record["image"] for record in iter_examples(out)}
+    assert images == {f"photo {i}": _png(i) for i in range(len(paths))}
