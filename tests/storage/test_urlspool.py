@@ -152,6 +152,26 @@ def test_an_object_store_outs_spool_is_in_the_temporary_folder_and_goes(tmp_path
     assert not list((tmp_path / "tmp").iterdir())
 
 
+def _interrupted(site, args: list[str], ready) -> subprocess.CompletedProcess:
+    """`shardpack ARGS` in a process of its own, sent SIGINT once `ready()` holds, while the
+    site holds its held paths (60 s); it must end well before (20 s). The site's held paths
+    are answered after."""
+    command = [sys.executable, "-m", "shardpack", *args, "--no-progress"]
+    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        helpers.wait_for(ready)
+        run.send_signal(signal.SIGINT)
+        stderr = run.communicate(timeout=20)[1]
+        answered = set(site.held) & set(site.finished)  # none: the gate is shut
+    finally:
+        run.kill()
+        site.gate.set()
+    assert run.returncode == 130, stderr
+    assert not answered, answered
+    assert stderr.splitlines()[-1].startswith("interrupted") and "Traceback" not in stderr, stderr
+    return run
+
+
 @pytest.mark.slow  # a real process and a real signal
 def test_ctrl_c_mid_pack_stops_at_once_and_leaves_no_spool(tmp_path):
     """Stopped by SIGINT while its --dedup pass waits for a URL the server holds (60 s), a
@@ -161,24 +181,33 @@ def test_ctrl_c_mid_pack_stops_at_once_and_leaves_no_spool(tmp_path):
     with serving() as site:
         site.held = frozenset({"/img/5.png"})
         src, out = _manifest(tmp_path, [site.url(path) for path in paths]), tmp_path / "out"
-        run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
-                                "--path-column", "url", "--allow-private-urls", "--workers", "1",
-                                "--dedup", "exact", "--no-progress"],
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
-        try:
-            # the URLs before the held one are read and kept, and the held one is asked
-            helpers.wait_for(lambda: len(list(out.glob(f"{FETCHED_PREFIX}*/*"))) >= 5
-                             and site.hits["/img/5.png"] == 1)  # fmt: skip
-            run.send_signal(signal.SIGINT)
-            stderr = run.communicate(timeout=20)[1]  # (the hold: 60 s)
-            answered = "/img/5.png" in site.finished  # not yet: the gate is shut
-        finally:
-            run.kill()
-            site.gate.set()
-    assert run.returncode == 130, stderr
-    assert not answered
-    assert stderr.splitlines()[-1].startswith("interrupted") and "Traceback" not in stderr, stderr
+        # once the URLs before the held one are read and kept, and the held one is asked
+        _interrupted(site, ["pack", str(src), str(out), "--path-column", "url",
+                            "--allow-private-urls", "--workers", "1", "--dedup", "exact"],
+                     lambda: len(list(out.glob(f"{FETCHED_PREFIX}*/*"))) >= 5
+                     and site.hits["/img/5.png"] == 1)  # fmt: skip
     assert not list(out.glob(f"{FETCHED_PREFIX}*")) and not (out / "index.json").exists()
+
+
+@pytest.mark.slow  # a real process and a real signal
+def test_ctrl_c_while_a_grows_dedup_pass_confirms_a_copy_stops_at_once(tmp_path):
+    """A grow's --dedup pass fetches a held image to confirm a new copy of it (on the packing
+    process's thread, the last URL it reads): stopped by SIGINT while the server holds that,
+    the run ends before it answers (before, Prefetch.close waited for the request under way
+    once no URL was left ahead of it)."""
+    given = {"path_column": "url", "allow_private_urls": True, "workers": 1, "dedup": "exact"}
+    with serving() as site:
+        urls = [site.url(f"/twin/{i}.png") for i in range(4)]
+        src, out = _manifest(tmp_path, urls), tmp_path / "out"
+        pack(src, out, PackOptions(**given))
+        site.hits.clear(), site.finished.clear()
+        site.held = frozenset({"/twin/0.png", "/twin/1.png"})  # image 0's
+        _manifest(tmp_path, [*urls, site.url("/img/10.png"), site.url("/img/0.png")])
+        _interrupted(site, ["pack", str(src), str(out), "--path-column", "url",
+                            "--allow-private-urls", "--workers", "1", "--dedup", "exact",
+                            "--append"],
+                     lambda: site.hits["/twin/0.png"] + site.hits["/twin/1.png"] == 1)  # fmt: skip
+    assert not list(out.glob(f"{FETCHED_PREFIX}*"))
 
 
 @pytest.mark.slow  # a real process and a real signal
