@@ -1,7 +1,8 @@
 """What a run fetched of its image URLs, kept for its workers (storage.urlspool): given back as
 kept, failures with their reasons; its files read as hostile and bounded; written by the
 process that made it alone; and gone when the pack ends, however it ends (a real SIGINT to a
-real process), for a local OUT and an object store's."""
+real process, which stops the --dedup pass at once), for a local OUT and an object store's,
+or, in a local OUT, when the next run starts (a real SIGKILL)."""
 
 from __future__ import annotations
 
