@@ -7,6 +7,7 @@ its candidates (alike in CRC32C and size) confirmed by the digest of their bytes
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -441,9 +442,17 @@ def content_keys(
     from concurrent.futures import ThreadPoolExecutor
 
     chunks = [entries[i : i + HASH_CHUNK] for i in range(0, len(entries), HASH_CHUNK)]
+    stop = threading.Event()
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        return list(itertools.chain.from_iterable(
-            pool.map(lambda chunk: _keys(chunk, dataset, options), chunks)))  # fmt: skip
+        try:
+            return list(itertools.chain.from_iterable(
+                pool.map(lambda chunk: _keys(chunk, dataset, options, stop), chunks)))  # fmt: skip
+        except BaseException:
+            # Ctrl-C, SIGTERM or a chunk's error: the threads end now (their requests in flight
+            # cut, no next item read), not when their chunks do: the pool's exit waits for them
+            stop.set()
+            dataset.root.stop_reading()
+            raise
 
 
 def _near_groups(
@@ -473,8 +482,11 @@ def _near_groups(
     return sorted(groups, key=lambda g: _kept_first(g[0])), int(counts[crowded].sum())
 
 
-def _keys(chunk: list[Entry], dataset: Dataset, options: PackOptions) -> list[ContentKey]:
-    """The ContentKey of each item of a chunk; (0, 0, None) for one the loader refuses."""
+def _keys(
+    chunk: list[Entry], dataset: Dataset, options: PackOptions, stop: threading.Event
+) -> list[ContentKey]:
+    """The ContentKey of each item of a chunk; (0, 0, None) for one the loader refuses; those
+    read before `stop` was set alone (the pass stopped: no one takes them)."""
     source, cache, limit = dataset.source, {}, max_file_bytes(options.max_pixels)
     # each stamp from its file's read, before its first byte (a file changed since is read
     # again), kept if the file was settled by now: as the workers stamp
@@ -483,6 +495,8 @@ def _keys(chunk: list[Entry], dataset: Dataset, options: PackOptions) -> list[Co
     items = [item for _, item in chunk]
     with dataset.root.reading(dataset.source.item_files(items), limit) as src:
         for item in items:
+            if stop.is_set():
+                break
             try:
                 loaded, stamp = stamps.load_stamped(item, src, limit, stamping, source, options,
                                                     cache)  # fmt: skip

@@ -292,6 +292,12 @@ class Storage:
         ignores it."""
         return None
 
+    def stop_reading(self) -> None:
+        """Cut the reads under way on other threads (a stopped run: Ctrl-C, SIGTERM): each
+        fails at once, not when a stalled server's timeout ends; a store whose reads end by
+        themselves (a disk, an object store) does nothing."""
+        return None
+
     def open(self, name: str) -> Blob:
         """A file of OUT to read at offsets, streamed: nothing is fetched before it is asked
         for. No link is followed and nothing but a regular file is opened (OSError)."""
@@ -378,6 +384,12 @@ class Storage:
         (spilled facts, URLs fetched once): OUT's own on a disk, else the system's temporary
         folder."""
         return tempfile.gettempdir()
+
+    def clear_scratch(self) -> None:
+        """Under OUT's lock, as a run starts: remove what a killed run of OUT kept for itself
+        in scratch_folder (the URLs --dedup fetched), which no live run owns; where that is no
+        folder of OUT's own (the system's temporary folder, shared by every run), nothing."""
+        return None
 
     def progress_folder(self) -> str | None:
         """A local folder where workers may leave progress files the parent can read, or

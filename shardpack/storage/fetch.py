@@ -568,6 +568,7 @@ class Prefetch:
         self._wake = threading.Condition(self._lock)
         self._stopped = False
         self._timer: threading.Thread | None = None  # started by the first retry
+        self._read: Future | None = None  # the URL read last: a stop may leave it in flight
         try:
             self._fill()
         except BaseException:  # Ctrl-C while the first requests start: they end now too
@@ -704,7 +705,7 @@ class Prefetch:
             passed = self._ahead.popleft()[1]
             passed.cancel()
             passed.add_done_callback(self._forget)
-        future = self._ahead.popleft()[1]
+        future = self._read = self._ahead.popleft()[1]
         try:
             data = future.result()
         finally:
@@ -716,10 +717,11 @@ class Prefetch:
 
     def close(self, fetcher: bool = True) -> None:
         """Stop fetching: at a shard's end every thread is idle and joined (a process that
-        forks later forks no thread); after a failure, requests running end by their timeouts
-        and retries not yet due are dropped. The Fetcher is closed too unless `fetcher` is
-        False (the next shard's Prefetch fetches with it)."""
-        done = not self._ahead
+        forks later forks no thread); after a failure, or a stop (Ctrl-C) while a read waited,
+        they are not waited for: requests running end by their timeouts (at once where the
+        Fetcher is closed) and retries not yet due are dropped. The Fetcher is closed too
+        unless `fetcher` is False (the next shard's Prefetch fetches with it)."""
+        done = not self._ahead and (self._read is None or self._read.done())
         for _, future in self._ahead:
             future.cancel()
         self._ahead.clear()

@@ -145,6 +145,14 @@ class ImageRoot(Storage):
     def keep_fetched(self, spool: UrlSpool | None) -> None:
         self.spool = spool
 
+    def stop_reading(self) -> None:
+        """Close the Fetcher the readings under way share: their requests in flight fail at
+        once, and each next one too (the last reading to end lets it go)."""
+        with _SHARING:
+            fetcher = self._fetcher
+        if fetcher is not None:
+            fetcher.close()
+
     def _fetched(self, url: str, limit: int, get: Callable[[str, int], bytes]) -> bytes:
         """`url`'s body, at most `limit` bytes: as the spool keeps it (or its failure), else
         got by `get` and kept there."""

@@ -8,6 +8,9 @@ hostile all the same: no link followed, a regular file only, every read bounded.
 A file is `<kind> <url>\\n` and then the body (kind `body`) or the failure's reason (`large`:
 over the byte limit, `refused`: any other), under a name of the URL's digest; it appears
 under that name only whole (written under a temporary name, then renamed).
+
+A killed run (SIGKILL, a power cut) leaves its spool: the next run of OUT removes it under
+OUT's lock (`remove_left`, through Storage.clear_scratch).
 """
 
 from __future__ import annotations
@@ -128,6 +131,21 @@ class UrlSpool:
         if folder is not None:
             with suppress(FileNotFoundError):
                 shutil.rmtree(folder)
+
+
+def remove_left(folder: str) -> None:
+    """Remove the spools a killed run left in `folder` (OUT's own, under its lock: no live run
+    owns one): the folders named FETCHED_PREFIX and more, never through a link (rmtree's own
+    check); anything else so named (a file, a link) is not ours, and stays. Best effort: one
+    that cannot be removed stays too (for the next run to try)."""
+    try:
+        with os.scandir(folder) as entries:
+            left = [entry.path for entry in entries if entry.name.startswith(FETCHED_PREFIX)
+                    and entry.is_dir(follow_symlinks=False)]  # fmt: skip
+    except OSError:
+        return
+    for path in left:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _encoded(url: str) -> bytes:

@@ -1,7 +1,8 @@
 """What a run fetched of its image URLs, kept for its workers (storage.urlspool): given back as
 kept, failures with their reasons; its files read as hostile and bounded; written by the
 process that made it alone; and gone when the pack ends, however it ends (a real SIGINT to a
-real process), for a local OUT and an object store's."""
+real process, which stops the --dedup pass at once), for a local OUT and an object store's,
+or, in a local OUT, when the next run starts (a real SIGKILL)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,18 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from shardpack import PackOptions, pack
+from shardpack import PackOptions, iter_examples, pack
 from shardpack.layout import FETCHED_PREFIX
+from shardpack.storage import storage_at
 from shardpack.storage.fetch import UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 from shardpack.storage.urlspool import UrlSpool
 from tests import helpers
-from tests.storage.test_fetch import _manifest, serving
+from tests.storage.test_fetch import _manifest, _png, serving
 
 URL, OTHER = "http://127.0.0.1/a.png", "http://127.0.0.1/b\u00e9.png"
 
@@ -90,6 +91,30 @@ def test_only_the_process_that_made_a_spool_writes_to_it(tmp_path):
     assert copy.read(URL, 100) == b"image" and not spool.holds(OTHER)
 
 
+def test_a_run_removes_the_spools_a_killed_run_left_and_nothing_else(tmp_path):
+    """Under OUT's lock (clear_scratch, as a run starts) a spool folder left by a killed run is
+    removed, without following the links it holds; a link named like a spool (to a folder
+    outside OUT) and a file so named are not ours: they stay, and so does what the link
+    names. An object store's OUT clears nothing: its spools are in a folder every run shares."""
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir(), outside.mkdir()
+    (outside / "precious").write_bytes(b"the user's")
+    spool = UrlSpool(str(out))
+    spool.put(URL, b"image")
+    (Path(spool.folder) / "link").symlink_to(outside)
+    (out / f"{FETCHED_PREFIX}link").symlink_to(outside, target_is_directory=True)
+    (out / f"{FETCHED_PREFIX}file").write_bytes(b"not ours")
+    (out / "shard-00000").write_bytes(b"a shard")
+    storage_at(str(tmp_path / "tmp")).clear_scratch()  # not OUT: nothing of it touched
+    storage_at("memory://urlspool/clear").clear_scratch()
+    assert Path(spool.folder).is_dir()
+    storage_at(str(out)).clear_scratch()
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [f"{FETCHED_PREFIX}link", f"{FETCHED_PREFIX}file", "shard-00000"])  # fmt: skip
+    assert (outside / "precious").read_bytes() == b"the user's"
+    assert (out / f"{FETCHED_PREFIX}file").read_bytes() == b"not ours"
+
+
 PATHS = [f"/twin/{i}.png" for i in range(8)]
 
 
@@ -128,27 +153,86 @@ def test_an_object_store_outs_spool_is_in_the_temporary_folder_and_goes(tmp_path
     assert not list((tmp_path / "tmp").iterdir())
 
 
+def _interrupted(site, args: list[str], ready) -> subprocess.CompletedProcess:
+    """`shardpack ARGS` in a process of its own, sent SIGINT once `ready()` holds, while the
+    site holds its held paths (60 s); it must end well before (20 s). The site's held paths
+    are answered after."""
+    command = [sys.executable, "-m", "shardpack", *args, "--no-progress"]
+    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        helpers.wait_for(ready)
+        run.send_signal(signal.SIGINT)
+        stderr = run.communicate(timeout=20)[1]
+        answered = set(site.held) & set(site.finished)  # none: the gate is shut
+    finally:
+        run.kill()
+        site.gate.set()
+    assert run.returncode == 130, stderr
+    assert not answered, answered
+    assert stderr.splitlines()[-1].startswith("interrupted") and "Traceback" not in stderr, stderr
+    return run
+
+
 @pytest.mark.slow  # a real process and a real signal
-def test_ctrl_c_mid_pack_leaves_no_spool(tmp_path):
-    """Stopped by SIGINT while its --dedup pass waits for a URL, a pack leaves nothing of what
-    it kept (its threads end first: the URL's answer comes after the signal)."""
+def test_ctrl_c_mid_pack_stops_at_once_and_leaves_no_spool(tmp_path):
+    """Stopped by SIGINT while its --dedup pass waits for a URL the server holds (60 s), a
+    pack ends before the server answers (its requests in flight cut, as a worker's are; before,
+    it waited for the answer), says so in one line, exits 130 and leaves nothing it kept."""
     paths = [f"/img/{i}.png" for i in range(12)]
     with serving() as site:
         site.held = frozenset({"/img/5.png"})
         src, out = _manifest(tmp_path, [site.url(path) for path in paths]), tmp_path / "out"
-        run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
-                                "--path-column", "url", "--allow-private-urls", "--workers", "1",
-                                "--dedup", "exact", "--no-progress"],
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+        # once the URLs before the held one are read and kept, and the held one is asked
+        _interrupted(site, ["pack", str(src), str(out), "--path-column", "url",
+                            "--allow-private-urls", "--workers", "1", "--dedup", "exact"],
+                     lambda: len(list(out.glob(f"{FETCHED_PREFIX}*/*"))) >= 5
+                     and site.hits["/img/5.png"] == 1)  # fmt: skip
+    assert not list(out.glob(f"{FETCHED_PREFIX}*")) and not (out / "index.json").exists()
+
+
+@pytest.mark.slow  # a real process and a real signal
+def test_ctrl_c_while_a_grows_dedup_pass_confirms_a_copy_stops_at_once(tmp_path):
+    """A grow's --dedup pass fetches a held image to confirm a new copy of it (on the packing
+    process's thread, the last URL it reads): stopped by SIGINT while the server holds that,
+    the run ends before it answers (before, Prefetch.close waited for the request under way
+    once no URL was left ahead of it)."""
+    given = {"path_column": "url", "allow_private_urls": True, "workers": 1, "dedup": "exact"}
+    with serving() as site:
+        urls = [site.url(f"/twin/{i}.png") for i in range(4)]
+        src, out = _manifest(tmp_path, urls), tmp_path / "out"
+        pack(src, out, PackOptions(**given))
+        site.hits.clear(), site.finished.clear()
+        site.held = frozenset({"/twin/0.png", "/twin/1.png"})  # image 0's
+        _manifest(tmp_path, [*urls, site.url("/img/10.png"), site.url("/img/0.png")])
+        _interrupted(site, ["pack", str(src), str(out), "--path-column", "url",
+                            "--allow-private-urls", "--workers", "1", "--dedup", "exact",
+                            "--append"],
+                     lambda: site.hits["/twin/0.png"] + site.hits["/twin/1.png"] == 1)  # fmt: skip
+    assert not list(out.glob(f"{FETCHED_PREFIX}*"))
+
+
+@pytest.mark.slow  # a real process and a real signal
+def test_a_killed_runs_spool_is_removed_by_the_next_run(tmp_path):
+    """SIGKILLed mid --dedup pass, a pack leaves its spool in OUT; the next run (under OUT's
+    lock) removes it and packs every image as fetched by itself, each URL asked once more."""
+    paths = [f"/img/{i}.png" for i in range(12)]
+    with serving() as site:
+        site.held = frozenset({"/img/5.png"})
+        src, out = _manifest(tmp_path, [site.url(path) for path in paths]), tmp_path / "out"
+        args = ["pack", str(src), str(out), "--path-column", "url", "--allow-private-urls",
+                "--workers", "1", "--dedup", "exact", "--no-progress"]  # fmt: skip
+        run = subprocess.Popen([sys.executable, "-m", "shardpack", *args])
         try:
-            # the URLs before the held one are read and kept
             helpers.wait_for(lambda: len(list(out.glob(f"{FETCHED_PREFIX}*/*"))) >= 5)
-            run.send_signal(signal.SIGINT)
-            time.sleep(0.5)  # the signal lands while the pass waits
-            site.gate.set()
-            stderr = run.communicate(timeout=30)[1]
+            run.kill()
+            run.wait()
         finally:
             run.kill()
             site.gate.set()
-    assert run.returncode == 130, stderr
-    assert not list(out.glob(f"{FETCHED_PREFIX}*")) and not (out / "index.json").exists()
+        (left,) = out.glob(f"{FETCHED_PREFIX}*")  # the killed run's
+        done = helpers.run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    assert not left.exists() and not list(out.glob(f"{FETCHED_PREFIX}*"))
+    assert sorted(site.hits.values()) == [2] * len(paths), site.hits
+    images = {record["caption"]: record["image"] for record in iter_examples(out)}
+    assert images == {f"photo {i}": _png(i) for i in range(len(paths))}
