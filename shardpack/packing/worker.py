@@ -115,7 +115,7 @@ def write_shard(
             _writer(spec, options, out, schema) as writer,
         ):
             for done, item in enumerate(spec.items, 1):
-                where = kept.get(item.key)
+                where, stamp = kept.get(item.key), None
                 try:
                     if where is not None:
                         features, dropped = _kept_record(item, where, held, schema, shard, options)
@@ -128,6 +128,7 @@ def write_shard(
                     if options.on_error == "fail":
                         raise
                     skipped.append((e.key, e.reason))
+                    facts.skip(done - 1, e.stamp or stamp)
                 else:
                     writer.write(features)
                     _count(counts, item.label)
