@@ -94,15 +94,14 @@ def write_shard(
         then: the next shard this process writes, as src.reading may ask for it (or None).
 
     Returns the shard's record count, size, sha256, label histogram, skipped items, what facts
-    noted of each record, and each record's offset where DALI index files are asked (held by
-    the parent until the merge). Raises ImageError where an item is bad and options.on_error
-    is "fail"; no file is left behind.
+    noted of each record (and of each skipped file: its stamp), and each record's offset where
+    DALI index files are asked (held by the parent until the merge). Raises ImageError where
+    an item is bad and options.on_error is "fail"; no file is left behind.
     """
     start, counts, lossless = time.perf_counter(), [0] * len(schema.classes), 0
     skipped: list[tuple[str, str]] = []
     cache: dict = {}  # what the source's loader keeps between items
-    progress = _Progress(out, spec.file)
-    facts = ShardFacts(len(spec.items), objects_of(schema))
+    progress, facts = _Progress(out, spec.file), ShardFacts(len(spec.items), objects_of(schema))
     # each stamp from its file's read (no stat of its own), kept if the file was settled by now
     stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
     shard = _shard_looks(schema, options)
