@@ -19,7 +19,7 @@ from shardpack.crc import crc32c
 from shardpack.packing.objects import Objects, size_name
 
 # One row per item of the shard, in the plan's order; size 0: the item was not written (then
-# mtime and stored hold the stamp of the file its read refused, size in stored: skipped());
+# mtime and stored hold the stamp of the file its read refused, size in stored: skip());
 # mtime 0: its file has no stamp; digest: content_digest's 16 bytes; stored: the bytes of the
 # record's image (0: not noted, a row of the version before it).
 FACT_DTYPE = np.dtype([("crc", "<u4"), ("size", "<u8"), ("digest", "V16"), ("width", "<u4"),

@@ -246,7 +246,7 @@ def load(out: Storage, index: Index) -> Held:
     try:
         with out.open(STAMPS_NAME) as blob:
             if blob.size > MAX_STAMPS_BYTES:
-                return {}
+                return none
             text = blob.pread(blob.size, 0)
         limit = VALUES_PER_RECORD * records + VALUES_PER_SKIP * index.num_skipped + 16
         if values(text, limit) > limit:  # each a Python object: more than the index's records
@@ -259,6 +259,8 @@ def load(out: Storage, index: Index) -> Held:
     held = doc.get("mtimes")
     if doc.get("plan_digest") != index.plan_digest or not isinstance(held, dict):
         return none
+    if all(type(m) is int for m in held.values()):  # no skip noted: no copy of a million
+        return Held(held, {})
     mtimes = {key: m for key, m in held.items() if type(m) is int}
     skips = {key: (s[0], s[1]) for key, s in held.items() if type(s) is list and len(s) == 2
              and type(s[0]) is int and type(s[1]) is int}  # fmt: skip
