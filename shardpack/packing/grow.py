@@ -1089,7 +1089,7 @@ def _read_again(reread: int, packed: int) -> tuple[str, ...]:
     since), and what became of them."""
     if not reread:
         return ()
-    return (f"{plural(reread, 'item')} skipped when packed read again (its file changed "
+    return (f"{plural(reread, 'item')} skipped when packed read again (file changed "
             f"since): {packed:,} packed, {reread - packed:,} skipped again",)  # fmt: skip
 
 

@@ -44,7 +44,7 @@ def test_a_fixed_image_is_packed_by_the_next_grow(tmp_path: Path, mode: str):
     grown = run_cli("pack", str(src), str(out), f"--{mode}", "--workers", "1", "--no-progress")
     said = grown.stdout + grown.stderr
     assert grown.returncode == 0 and "nothing to" not in said, said
-    assert "1 item skipped when packed read again (its file changed since): 1 packed, " \
+    assert "1 item skipped when packed read again (file changed since): 1 packed, " \
            "0 skipped again" in said, said  # fmt: skip
     skipped, labels = _told(out)
     assert skipped == [] and len(labels) == 5 and labels[BAD] == labels["dog/img_000.jpg"] == 1
