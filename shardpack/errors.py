@@ -128,6 +128,10 @@ class UnsafePickleError(SourceError):
 class ImageError(ShardpackError):
     """One image cannot be stored: empty, not an image, truncated or too large."""
 
+    # (size, mtime in ns) of the file as the read that refused it saw it (the worker's, not
+    # carried across processes): where the read itself refused it, empty or too large
+    stamp: tuple[int, int] | None = None
+
     def __init__(self, key: str, *reason: str | Option) -> None:
         if not reason and (line := _rebuilt(type(self), key)) is not None:  # a worker's
             key, _, said = line.partition(": ")

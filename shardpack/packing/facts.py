@@ -18,7 +18,8 @@ import xxhash
 from shardpack.crc import crc32c
 from shardpack.packing.objects import Objects, size_name
 
-# One row per item of the shard, in the plan's order; size 0: the item was not written;
+# One row per item of the shard, in the plan's order; size 0: the item was not written (then
+# mtime and stored hold the stamp of the file its read refused, size in stored: skip());
 # mtime 0: its file has no stamp; digest: content_digest's 16 bytes; stored: the bytes of the
 # record's image (0: not noted, a row of the version before it).
 FACT_DTYPE = np.dtype([("crc", "<u4"), ("size", "<u8"), ("digest", "V16"), ("width", "<u4"),
@@ -127,6 +128,15 @@ class ShardFacts:
         self.looks[features["format"], features["channels"], orientation] += 1
         if self.objects is not None:
             self._add_objects(features)
+
+    def skip(self, position: int, stamp: tuple[int, int] | None) -> None:
+        """Note the stamp (stamps.py: size, mtime; None or an mtime of 0: none) of the file of
+        the shard's `position`-th item, skipped: a grow reads it again once its stamp is
+        another."""
+        if stamp is None or not stamp[1]:
+            return
+        _ROW.pack_into(self._rows, position * _ROW.size, 0, 0, bytes(16), 0, 0, stamp[1],
+                       stamp[0])  # fmt: skip
 
     def drop(self, key: str, dropped: dict[str, int]) -> None:
         """Count the boxes the record `key` lost, by reason (boxes.follow), and name it among

@@ -112,6 +112,7 @@ class Change:
     held: dict[str, tuple[str, int, int, int | None]]  # key -> (shard, position, size, meta)
     left: dict[str, Dropped]  # key -> the copy --dedup left out, its URL's row unchanged
     near: dict[str, int]  # key -> the perceptual hash noted (contents.Noted)
+    reread: frozenset[str] = frozenset()  # skipped when packed, their files changed: new again
 
     def summary(self, mode: str, rewritten: int) -> dict[str, object]:
         """The run's counts, as the history and the summary give them: --append changes and
@@ -203,7 +204,7 @@ class GrowPack:
     def _compare(self, options: PackOptions) -> tuple[Dataset, Change]:
         """SRC scanned and compared with what OUT holds, its copies against the held ones."""
         out, old = self.out, self.old
-        self.held, self.loaded = load_contents(out, old), stamps.load(out, old)
+        self.held, (self.loaded, self.skips) = load_contents(out, old), stamps.load(out, old)
         self.again: frozenset[str] = frozenset()  # failed URLs asked again: new to the compare
         if options.grow == "update":
             self.held, self.again = retried(self.held)
@@ -218,7 +219,10 @@ class GrowPack:
         gone = _gone(frozenset(key for key, _ in self.held.skips()), dataset)
         self.held = self.held.without_skips(gone)
         self.contents = self.held.shards
-        change = _compare(dataset, self.held, self.known, options)
+        change = _compare(dataset, self.held, self.known, self.skips, options)
+        # a skip read again is noted again by the shard that reads it (or none)
+        self.held = self.held.without_skips(change.reread)
+        self.contents = self.held.shards
         self.copies = None  # SRC as packed: the copies, skips and statistics told stand
         # no --dedup: the copies among new items are found in merge, by their workers' keys
         # (not each new item read here, then again by its worker: a URL fetched twice)
@@ -244,7 +248,8 @@ class GrowPack:
         old = _with_classes(self.old, dataset)
         classed = old is not self.old  # new empty class folders: classes, as a fresh pack's
         if self.known != self.loaded:  # files read again, their bytes unchanged: read no more
-            stamps.save(out, old, stamps.mtimes_to_save(contents.values(), self.known))
+            stamps.save(out, old, stamps.mtimes_to_save(contents.values(), self.known),
+                        stamps.skips_to_save(contents.values(), loose, self.skips))  # fmt: skip
         copies = self.copies
         warned = duplicates.rewarned(old.warnings, old.duplicates or {}, dataset.warnings)
         rescanned = warned != old.warnings or any(
@@ -276,6 +281,9 @@ class GrowPack:
         out, old, dataset, options = self.out, self.old, planned.dataset, planned.options
         contents, touched, change, copies = self.contents, self.touched, self.change, self.copies
         fresh = entries(planned.plan, results)
+        # the skips' stamps: the held ones but of those read again, and those the workers noted
+        skips = {key: stamp for key, stamp in self.skips.items() if key not in change.reread}
+        skips.update(stamps.skipped(planned.plan, results))
         plan, results, loose = _without_empty(out, planned.plan, results, fresh, self.loose)
         fresh = {spec.file: fresh[spec.file] for spec in plan.shards}
         if self.later:
@@ -284,6 +292,11 @@ class GrowPack:
         summary = change.summary(options.grow, len(touched))
         mended = _packed_again(self.again, fresh)
         summary["added"] -= len(self.again) - mended  # failing again: listed already, not added
+        # (those read again still new: none --dedup leaves out)
+        reread = frozenset(item.key for items in change.new.values() for item in items
+                           if item.key in change.reread)  # fmt: skip
+        fixed = _packed_again(reread, fresh)
+        summary["added"] -= len(reread) - fixed  # skipped again: listed already, not added
         seconds = time.perf_counter() - self.start
         reused = planned.reused
         written = sum(r.num_records for r in results) - sum(r.num_records for r in reused)
@@ -310,7 +323,8 @@ class GrowPack:
             write_contents(out, now, loose, noted)
             _remove_retired(out, index)
         self.known.update(stamps.written(plan, results))  # the planned items' own, or none
-        stamps.save(out, index, stamps.mtimes_to_save(now.values(), self.known))
+        stamps.save(out, index, stamps.mtimes_to_save(now.values(), self.known),
+                    stamps.skips_to_save(now.values(), loose, skips))  # fmt: skip
         index = close_gaps(out, index, now, loose, noted)
         return PackResult(
             out=out.root, index=index,
@@ -318,7 +332,8 @@ class GrowPack:
             num_skipped=index.num_skipped, seconds=time.perf_counter() - self.start,
             num_reused=len(reused), num_shards=sum(len(s.shards) for s in index.splits.values()),
             new_records=written, notes=(*_said(change, options.grow, copies),
-                                        *_asked_again(self.again, mended)),
+                                        *_asked_again(self.again, mended),
+                                        *_read_again(len(reread), fixed)),
             grow=summary,
         )  # fmt: skip
 
@@ -603,14 +618,17 @@ def _feature_change(features: dict, old: dict) -> str:
 
 
 def _compare(
-    dataset: Dataset, held_: Contents, known: dict[str, int], options: PackOptions
-) -> Change:
+    dataset: Dataset, held_: Contents, known: dict[str, int], skips: dict[str, tuple[int, int]],
+    options: PackOptions,
+) -> Change:  # fmt: skip
     """What is new in SRC, what changed and what vanished, by (split, key). A held item whose
     file has its content key's size and the mtime `known` (stamps.py) and whose label and
     fields are the packed ones is unchanged, unread; the others are read and keyed as workers
     key them, and where the bytes are the packed ones their file's new mtime goes into `known`
     (the next run reads them no more). An item changes when its bytes, label or fields do. A
-    copy --dedup left out whose URL's row is unchanged is no new item: it is `left`, unread."""
+    copy --dedup left out whose URL's row is unchanged is no new item: it is `left`, unread.
+    An item skipped when packed is new again where its file's stamp now is not the one its
+    skip noted (`skips`; _reread)."""
     contents = held_.shards
     dropped = {row[1]: row for row in held_.noted.dropped}
     left = {}
@@ -626,6 +644,7 @@ def _compare(
     relabelled = set()  # keys of the held items whose label or fields differ
     changed: dict[str, list[Item]] = {}
     touched = set()
+    retry = []  # (split, item) of each item skipped when packed: read again if its file changed
     for name, items in dataset.splits.items():
         for item in items:
             found = held.get(item.key)
@@ -638,7 +657,7 @@ def _compare(
                         changed.setdefault(name, []).append(item)
                         touched.add(found[0])
             elif item.key in tried:
-                continue
+                retry.append((name, item))
             elif _unchanged_copy(dropped.get(item.key), name, item, dataset):
                 left[item.key] = dropped[item.key]
             else:
@@ -666,7 +685,29 @@ def _compare(
         gone = {file for key, (file, *_) in held.items() if key not in seen}
     read = {item.key: key for (_, item, _), key in zip(unsure, keys, strict=True)}
     near = dict(held_.noted.near)
-    return Change(new, changed, vanished, frozenset(touched | gone), read, held, left, near)
+    reread = _reread(retry, skips, dataset)
+    for name, item in reread:
+        new.setdefault(name, []).append(item)
+    again = frozenset(item.key for _, item in reread)
+    if again and options.grow == "update":  # the shard that noted its skip is written again
+        touched.update(file for file, entry in contents.items()
+                       if not again.isdisjoint(entry["skipped"]))  # fmt: skip
+    return Change(new, changed, vanished, frozenset(touched | gone), read, held, left, near,
+                  again)  # fmt: skip
+
+
+def _reread(
+    tried: list[tuple[str, Item]], skips: dict[str, tuple[int, int]], dataset: Dataset
+) -> list[tuple[str, Item]]:
+    """Those of the items skipped when packed (`tried`: split, item) to read again: a file
+    whose stamp now (a stat each, no read) is not the one its skip noted (`skips`, stamps.py;
+    none noted: it could not be opened, or an older shardpack noted none). One with no stamp
+    now (missing, no regular file, inside a file, an object in a store) is not read again, nor
+    is an image URL (its failures have their own rules: urlfailures.py)."""
+    tried = [(name, item) for name, item in tried if not is_web_url(item.path)]
+    now = stamps.skip_stamps(dataset.source, dataset.root, (item for _, item in tried))
+    return [(name, item) for (name, item), stamp in zip(tried, now, strict=True)
+            if stamp is not None and stamp != skips.get(item.key)]  # fmt: skip
 
 
 def _unchanged_copy(row: Dropped | None, split: str, item: Item, dataset: Dataset) -> bool:
@@ -1041,6 +1082,15 @@ def _asked_again(again: frozenset[str], packed: int) -> tuple[str, ...]:
         return ()
     return (f"{plural(len(again), 'URL')} that had failed for a reason a retry may mend (HTTP "
             f"5xx or 429, a timeout, a reset) asked again: {packed:,} packed",)  # fmt: skip
+
+
+def _read_again(reread: int, packed: int) -> tuple[str, ...]:
+    """A line saying how many items skipped when packed were read again (their files changed
+    since), and what became of them."""
+    if not reread:
+        return ()
+    return (f"{plural(reread, 'item')} skipped when packed read again (file changed "
+            f"since): {packed:,} packed, {reread - packed:,} skipped again",)  # fmt: skip
 
 
 def _now() -> str:

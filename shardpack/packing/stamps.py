@@ -11,6 +11,19 @@ folder tree's image, a manifest's local image), gets one, and only where its mti
 row, a CIFAR batch's, a tar member, a shard's) or an object in a store gets none: its bytes are
 read and keyed as the workers key them.
 
+An item skipped when packed (a damaged image) keeps the stamp of the file its worker's read
+refused (the read's own fstat, as a record's: the bytes that would not decode, an empty
+file's, a file over the limit's), as `"key":[size,mtime]`: a grow reads it again once its
+file's stamp now (skip_stamps: a stat) is another, and leaves it unread while it is the noted
+one. A skip without one (a file that could not be opened, a missing one or no regular file;
+stamps of an older shardpack) is read again where its file now has a stamp, once: then it
+has one. A file of mtime 0, a record inside a file and an object in a store have none: their
+skips stay. Unlike a record's, a skip's stamp is kept however recent its file (not settled):
+a grow run just after the file was fixed must see it changed, and a bad file packed just
+after it was written must not be read again at every grow; what that misses (a rewrite of
+the same size within the clock tick of the read) leaves the item skipped, as before, until
+its file is touched.
+
 The stamps say what the source was, not what the dataset is: a hidden file beside the journal,
 outside what a pack must reproduce byte for byte. It is written after index.json, for the
 index whose plan_digest it names; a stop before it leaves the older stamps, which can only send
@@ -23,6 +36,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Iterator
+from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,9 +54,11 @@ from shardpack.storage import Storage
 
 FORMAT = "shardpack-stamps"
 MAX_STAMPS_BYTES = 1 << 30  # a million items' keys and mtimes fit many times over
-# The JSON values a stamps file may hold per record of its index (a key and an mtime each),
-# beyond a few of its own: past that it is planted, and taken as no stamps, unparsed.
+# The JSON values a stamps file may hold per record of its index (a key and an mtime each)
+# and per item skipped (a key and a list of two), beyond a few of its own: past that it is
+# planted, and taken as no stamps, unparsed.
 VALUES_PER_RECORD = 2
+VALUES_PER_SKIP = 4
 Stamp = tuple[int, int] | None  # (size, mtime_ns); None: none taken, the bytes tell
 # A file modified this close before its stamp was taken gets none: a rewrite just after the
 # worker read it could fall in the same tick of the filesystem's clock (2 s on FAT) and keep
@@ -55,6 +72,14 @@ def take_stamps(source: Source, root: Storage, items: Iterable[Item]) -> list[St
     whole, stamp, oldest = loads_whole_files(source), root.stamp, settled_before()
     return [settled(stamp(item.path), oldest) if whole and item.position is None else None
             for item in items]  # fmt: skip
+
+
+def skip_stamps(source: Source, root: Storage, items: Iterable[Item]) -> list[Stamp]:
+    """The stamp of each skipped item's file now, as a worker's skip notes it (above: however
+    recent; None for one that has none)."""
+    whole, stamp = loads_whole_files(source), root.stamp
+    return [now if whole and item.position is None and (now := stamp(item.path)) and now[1]
+            else None for item in items]  # fmt: skip
 
 
 def load_stamped(
@@ -121,10 +146,37 @@ def noted(spec: ShardSpec, result: ShardResult) -> Iterator[tuple[str, int | Non
         yield item.key, mtime if size and mtime else None
 
 
+def skipped(plan: Plan, results: list[ShardResult]) -> dict[str, tuple[int, int]]:
+    """key -> stamp of each planned item skipped whose worker noted one (ShardFacts.skip)."""
+    by_file = {r.file: r for r in results}
+    return {key: stamp for spec in plan.shards
+            for key, stamp in _skipped(spec, by_file[spec.file])}  # fmt: skip
+
+
+def _skipped(spec: ShardSpec, result: ShardResult) -> Iterator[tuple[str, tuple[int, int]]]:
+    """(key, stamp) of each item of the shard skipped with a stamp noted."""
+    rows = facts_of(result.content, len(spec.items))
+    at = np.flatnonzero((rows["size"] == 0) & (rows["mtime"] != 0)).tolist()
+    (keys,) = columns(spec.items, "key") if at else ((),)
+    for i in at:
+        yield keys[i], (int(rows["stored"][i]), int(rows["mtime"][i]))
+
+
 def mtimes_to_save(shards: Iterable[dict], mtimes: dict[str, int | None]) -> dict[str, int]:
     """The mtimes of the items these contents.json entries hold (those that have one)."""
     return {key: mtimes[key] for entry in shards for key in entry["keys"]
             if mtimes.get(key) is not None}  # fmt: skip
+
+
+def skips_to_save(
+    shards: Iterable[dict], loose: Iterable[tuple[str, str, str]],
+    skips: dict[str, tuple[int, int]],
+) -> dict[str, tuple[int, int]]:  # fmt: skip
+    """The stamps of the items these contents.json entries and loose skips skipped (those that
+    have one)."""
+    keys = chain(chain.from_iterable(entry["skipped"] for entry in shards),
+                 (key for _, key, _ in loose))  # fmt: skip
+    return {key: skips[key] for key in keys if key in skips}
 
 
 def rendered(spec: ShardSpec, result: ShardResult) -> bytes:
@@ -139,13 +191,26 @@ def rendered(spec: ShardSpec, result: ShardResult) -> bytes:
         mtimes = dict(zip([keys[i] for i in at.tolist()], rows["mtime"][at].tolist(),
                           strict=True))  # fmt: skip
         parts.append(json.dumps(mtimes, separators=(",", ":")).encode()[1:-1])
+    if skips := dict(_skipped(spec, result)):  # (a shard skips few: no chunks)
+        parts.append(_rendered_skips(skips))
     return b",".join(parts)
 
 
-def save(out: Storage, index: Index, mtimes: dict[str, int | None]) -> None:
-    """Write the stamps of the dataset whose index.json just landed (the mtimes not None)."""
+def _rendered_skips(skips: dict[str, tuple[int, int]]) -> bytes:
+    """`"key":[size,mtime]` of each skipped item's stamp, as the file's map holds them."""
+    return json.dumps({key: list(stamp) for key, stamp in skips.items()},
+                      separators=(",", ":")).encode()[1:-1]  # fmt: skip
+
+
+def save(
+    out: Storage, index: Index, mtimes: dict[str, int | None],
+    skips: dict[str, tuple[int, int]] | None = None,
+) -> None:  # fmt: skip
+    """Write the stamps of the dataset whose index.json just landed (the mtimes not None, and
+    the stamps of its items skipped: `skips`)."""
     mtimes = {key: mtime for key, mtime in mtimes.items() if mtime is not None}
-    save_rendered(out, index, [json.dumps(mtimes, separators=(",", ":")).encode()[1:-1]])
+    parts = [json.dumps(mtimes, separators=(",", ":")).encode()[1:-1]]
+    save_rendered(out, index, [*parts, _rendered_skips(skips)] if skips else parts)
 
 
 def save_rendered(out: Storage, index: Index, shards: Iterable[bytes]) -> None:
@@ -166,24 +231,37 @@ def save_rendered(out: Storage, index: Index, shards: Iterable[bytes]) -> None:
     out.put_parts(STAMPS_NAME, parts())
 
 
-def load(out: Storage, index: Index) -> dict[str, int]:
-    """key -> mtime of the items `index` holds as last packed; {} where the file is missing,
-    too large, not ours or of another index."""
+class Held(NamedTuple):
+    """What a stamps file holds: the mtime of each item packed, the stamp of each skipped."""
+
+    mtimes: dict[str, int]
+    skips: dict[str, tuple[int, int]]
+
+
+def load(out: Storage, index: Index) -> Held:
+    """The stamps of the items `index` holds as last packed (and of those it skipped); none
+    where the file is missing, too large, not ours or of another index."""
+    none = Held({}, {})
     records = sum(split.num_records for split in index.splits.values())
     try:
         with out.open(STAMPS_NAME) as blob:
             if blob.size > MAX_STAMPS_BYTES:
-                return {}
+                return none
             text = blob.pread(blob.size, 0)
-        limit = VALUES_PER_RECORD * records + 16
+        limit = VALUES_PER_RECORD * records + VALUES_PER_SKIP * index.num_skipped + 16
         if values(text, limit) > limit:  # each a Python object: more than the index's records
-            return {}
+            return none
         doc = json.loads(text)
     except (OSError, ValueError, RecursionError):
-        return {}
+        return none
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        return {}
-    mtimes = doc.get("mtimes")
-    if doc.get("plan_digest") != index.plan_digest or not isinstance(mtimes, dict):
-        return {}
-    return mtimes if all(type(m) is int for m in mtimes.values()) else {}
+        return none
+    held = doc.get("mtimes")
+    if doc.get("plan_digest") != index.plan_digest or not isinstance(held, dict):
+        return none
+    if all(type(m) is int for m in held.values()):  # no skip noted: no copy of a million
+        return Held(held, {})
+    mtimes = {key: m for key, m in held.items() if type(m) is int}
+    skips = {key: (s[0], s[1]) for key, s in held.items() if type(s) is list and len(s) == 2
+             and type(s[0]) is int and type(s[1]) is int}  # fmt: skip
+    return Held(mtimes, skips) if len(mtimes) + len(skips) == len(held) else none

@@ -94,15 +94,14 @@ def write_shard(
         then: the next shard this process writes, as src.reading may ask for it (or None).
 
     Returns the shard's record count, size, sha256, label histogram, skipped items, what facts
-    noted of each record, and each record's offset where DALI index files are asked (held by
-    the parent until the merge). Raises ImageError where an item is bad and options.on_error
-    is "fail"; no file is left behind.
+    noted of each record (and of each skipped file: its stamp), and each record's offset where
+    DALI index files are asked (held by the parent until the merge). Raises ImageError where
+    an item is bad and options.on_error is "fail"; no file is left behind.
     """
     start, counts, lossless = time.perf_counter(), [0] * len(schema.classes), 0
     skipped: list[tuple[str, str]] = []
     cache: dict = {}  # what the source's loader keeps between items
-    progress = _Progress(out, spec.file)
-    facts = ShardFacts(len(spec.items), objects_of(schema))
+    progress, facts = _Progress(out, spec.file), ShardFacts(len(spec.items), objects_of(schema))
     # each stamp from its file's read (no stat of its own), kept if the file was settled by now
     stamping, settled = stamps.loads_whole_files(source), stamps.settled_before()
     shard = _shard_looks(schema, options)
@@ -115,7 +114,7 @@ def write_shard(
             _writer(spec, options, out, schema) as writer,
         ):
             for done, item in enumerate(spec.items, 1):
-                where = kept.get(item.key)
+                where, stamp = kept.get(item.key), None
                 try:
                     if where is not None:
                         features, dropped = _kept_record(item, where, held, schema, shard, options)
@@ -128,6 +127,7 @@ def write_shard(
                     if options.on_error == "fail":
                         raise
                     skipped.append((e.key, e.reason))
+                    facts.skip(done - 1, e.stamp or stamp)
                 else:
                     writer.write(features)
                     _count(counts, item.label)

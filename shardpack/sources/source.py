@@ -249,13 +249,17 @@ def read_stamped_image(
     try:
         data, stamp = src.read_stamped(item.path, limit)
     except FileTooLarge as e:
-        raise ImageError(item.key, f"{e}, the most an image of --max-pixels can take") from None
+        refused = ImageError(item.key, f"{e}, the most an image of --max-pixels can take")
+        refused.stamp = e.stamp
+        raise refused from None
     except RefusedFile as e:
         raise ImageError(item.key, str(e)) from None
     except OSError as e:
         raise ImageError(item.key, f"cannot read ({e.strerror or e})") from None
     if not data:
-        raise ImageError(item.key, "empty file")
+        refused = ImageError(item.key, "empty file")
+        refused.stamp = stamp
+        raise refused
     return data, stamp
 
 

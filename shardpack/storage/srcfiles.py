@@ -33,6 +33,8 @@ class RefusedFile(Exception):
 class FileTooLarge(RefusedFile):
     """The file holds more bytes than the caller's limit; not a byte of it was read."""
 
+    stamp: tuple[int, int] | None = None  # (size, mtime in ns) of a file the open saw too large
+
 
 def not_regular(mode: int) -> str | None:
     """Why a file of this st_mode is not read ("not a regular file (a FIFO)"), or None."""
@@ -76,7 +78,9 @@ def read_regular_stat(
         if not stat.S_ISREG(st.st_mode):
             raise RefusedFile(not_regular(st.st_mode))
         if st.st_size > limit:
-            raise FileTooLarge(f"{st.st_size} bytes, over the limit of {limit}")
+            refused = FileTooLarge(f"{st.st_size} bytes, over the limit of {limit}")
+            refused.stamp = (st.st_size, st.st_mtime_ns)  # a grow knows it unchanged, unopened
+            raise refused
         # O_NONBLOCK means nothing to a regular file on a local disk; a filesystem that
         # honours it (some network or FUSE ones) says so with EAGAIN, and is read blocking.
         first = st.st_size + 1  # one read for the whole file, as fstat sees it

@@ -477,7 +477,9 @@ def test_a_dataset_grown_on_s3_is_byte_identical_to_one_grown_on_disk(tmp_path: 
 @pytest.mark.parametrize(
     "planted",
     [b"{", b'{"format": "shardpack-stamps", "plan_digest": null, "mtimes": {}}',
-     b'{"format": "shardpack-stamps", "plan_digest": "%s", "mtimes": {"cat/img_000.jpg": "x"}}'],
+     b'{"format": "shardpack-stamps", "plan_digest": "%s", "mtimes": {"cat/img_000.jpg": "x"}}',
+     b'{"format": "shardpack-stamps", "plan_digest": "%s", "mtimes": {"cat/img_000.jpg": 1, '
+     b'"cat/img_001.jpg": [1, "x"]}}'],
 )  # fmt: skip
 def test_stamps_not_of_this_index_are_no_stamps_and_the_bytes_tell(tmp_path: Path, planted):
     src = make_tree(tmp_path / "src", {"cat": 3})
