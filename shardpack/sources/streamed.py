@@ -155,9 +155,21 @@ class StreamedImages(ImageRoot):
     """A streamed list's ImageRoot: a bad row's item (BAD_ROW) is refused with its reason."""
 
     def read(self, name: str, limit: int) -> bytes:
-        if name.startswith(BAD_ROW):
-            raise RefusedFile(name[len(BAD_ROW) :])
+        _refuse_bad_row(name)
         return super().read(name, limit)
+
+    def read_stamped(self, name: str, limit: int) -> tuple[bytes, tuple[int, int] | None]:
+        _refuse_bad_row(name)
+        return super().read_stamped(name, limit)
+
+    def stamp(self, name: str) -> tuple[int, int] | None:
+        return None if name.startswith(BAD_ROW) else super().stamp(name)
+
+
+def _refuse_bad_row(name: str) -> None:
+    """Raise RefusedFile with a bad row's reason, where `name` is a bad row's item (BAD_ROW)."""
+    if name.startswith(BAD_ROW):
+        raise RefusedFile(name[len(BAD_ROW) :])
 
 
 class StreamedRows:

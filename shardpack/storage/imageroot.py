@@ -207,6 +207,19 @@ class ImageRoot(Storage):
         storage, name = self.where(name)
         return storage.read(name, limit)
 
+    def read_stamped(self, name: str, limit: int) -> tuple[bytes, tuple[int, int] | None]:
+        """read(), with the stamp of a file where its store gives one (a URL has none)."""
+        if self.web_url(name) is not None:
+            return self.read(name, limit), None
+        storage, name = self.where(name)
+        return storage.read_stamped(name, limit)
+
+    def stamp(self, name: str) -> tuple[int, int] | None:
+        if self.web_url(name) is not None:
+            return None
+        storage, name = self.where(name)
+        return storage.stamp(name)
+
     @contextmanager
     def reading(
         self, files: Files, limit: int, key: object = None, then: NextFiles | None = None
@@ -346,8 +359,10 @@ class _Ahead:
             return self.images._fetched(url, limit, self.ahead.read)
         return self.images.read(name, limit)
 
-    def read_stamped(self, name: str, limit: int) -> tuple[bytes, None]:
-        return self.read(name, limit), None  # through the Prefetch, as ImageRoot's (no stamp)
+    def read_stamped(self, name: str, limit: int) -> tuple[bytes, tuple[int, int] | None]:
+        if self.images.web_url(name) is not None:
+            return self.read(name, limit), None  # through the Prefetch (a URL has no stamp)
+        return self.images.read_stamped(name, limit)
 
     def __getattr__(self, attribute: str):
         return getattr(self.images, attribute)
