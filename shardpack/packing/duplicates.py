@@ -31,7 +31,8 @@ EVAL_SPLITS = frozenset({"test", "testing", "validation", "valid", "val", "eval"
 # What index.json lists: the first groups, each its first keys (the totals count them all).
 MAX_LISTED_GROUPS = 1000
 MAX_LISTED_KEYS = 100
-# Items a thread of the --dedup pass hashes at a time (one read-ahead window on a store).
+# Items a thread of the --dedup pass hashes at a time (one read-ahead window on a store), at
+# most: fewer where a shorter list gives each thread a chunk (each fetches as a worker does).
 HASH_CHUNK = 256
 
 # The groups of copies that carry more than one label index.json names (the count has all).
@@ -437,13 +438,16 @@ def content_keys(
     entries: list[Entry], dataset: Dataset, options: PackOptions, threads: int
 ) -> list[ContentKey]:
     """The ContentKey of each entry's item, read on `threads` threads (reads, CRC32C, XXH3
-    and OpenCV leave the interpreter's lock); (0, 0, None) for one the loader refuses."""
+    and OpenCV leave the interpreter's lock), each fetching image URLs as a worker does, the
+    per-host cap shared as `threads` workers' (Storage.reading_together); (0, 0, None) for one
+    the loader refuses."""
     # here: concurrent.futures brings logging; only a pack that confirms copies hashes on threads
     from concurrent.futures import ThreadPoolExecutor
 
-    chunks = [entries[i : i + HASH_CHUNK] for i in range(0, len(entries), HASH_CHUNK)]
+    size = max(1, min(HASH_CHUNK, -(-len(entries) // max(1, threads))))
+    chunks = [entries[i : i + size] for i in range(0, len(entries), size)]
     stop = threading.Event()
-    with ThreadPoolExecutor(max(1, threads)) as pool:
+    with dataset.root.reading_together(threads), ThreadPoolExecutor(max(1, threads)) as pool:
         try:
             return list(itertools.chain.from_iterable(
                 pool.map(lambda chunk: _keys(chunk, dataset, options, stop), chunks)))  # fmt: skip

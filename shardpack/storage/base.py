@@ -285,6 +285,13 @@ class Storage:
         that `key` takes them over. Others ignore both."""
         yield self
 
+    def reading_together(self, workers: int) -> AbstractContextManager[None]:
+        """Within, the readings of up to `workers` threads at once (the --dedup pass) fetch as
+        that many workers together: as many requests in flight, to one host as many as their
+        per-host caps add up to, not more; a store with no such cap (a disk, an object store)
+        ignores it."""
+        return nullcontext()
+
     def keep_fetched(self, spool: UrlSpool | None) -> None:
         """From now on, keep in `spool` what this storage fetches over the network (an image
         URL's body, or why it gave none) and read what `spool` holds from it, never asking the

@@ -77,14 +77,16 @@ class UrlFailed(RefusedFile):
 
 class Fetcher:
     """Fetches URLs under a FetchPolicy from any number of threads: connections kept per host,
-    requests to one host capped, each URL retried as the policy says."""
+    requests to one host capped, each URL retried as the policy says. One shared by the
+    readings of `workers` threads (the --dedup pass, each reading as a worker does) holds what
+    that many workers' own would: workers x per_host requests to a host, no more."""
 
-    def __init__(self, policy: FetchPolicy) -> None:
-        self.policy = policy
+    def __init__(self, policy: FetchPolicy, workers: int = 1) -> None:
+        self.policy, self.workers = policy, workers
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
         # every idle connection, oldest first: a list of a million hosts keeps the last few
-        # (2 x threads), not a socket for each host it met (the file descriptors run out)
+        # (2 x threads a worker), not a socket for each host it met (the descriptors run out)
         self._kept: OrderedDict[http.client.HTTPConnection, tuple[str, str, int]] = OrderedDict()
         # each host asked now: its cap, and the requests holding or awaiting a turn (a worker
         # keeps its Fetcher through the shards it takes: one kept a host would grow by each)
@@ -201,7 +203,7 @@ class Fetcher:
         with self._lock:
             self._idle.setdefault(key, []).append(conn)
             self._kept[conn] = key
-            while len(self._kept) > 2 * self.policy.threads:
+            while len(self._kept) > 2 * self.policy.threads * self.workers:
                 old, where = self._kept.popitem(last=False)
                 self._idle[where].remove(old)
                 if not self._idle[where]:
@@ -243,9 +245,10 @@ class Fetcher:
 
     @contextmanager
     def _host(self, host: str) -> Iterator[None]:
-        """A turn among the per_host requests in flight to `host`."""
+        """A turn among the per_host requests (a worker's) in flight to `host`."""
         with self._lock:
-            gate, users = self._hosts.get(host) or (threading.Semaphore(self.policy.per_host), 0)
+            cap = self.policy.per_host * self.workers
+            gate, users = self._hosts.get(host) or (threading.Semaphore(cap), 0)
             self._hosts[host] = gate, users + 1
         try:
             with gate:

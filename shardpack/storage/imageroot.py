@@ -96,12 +96,13 @@ class ImageRoot(Storage):
         self._elsewhere: dict[str, Storage] = {}  # folder -> its storage
         self._fetcher: Fetcher | None = None  # made where first needed: threads, locks
         self._readings = 0  # readings under way, which share the Fetcher
+        self._workers = 1  # the workers' worth of requests they fetch as (reading_together)
         self.rows: UrlRows | None = None  # the scan's: where each URL was listed
         self.spool: UrlSpool | None = None  # keep_fetched's: URLs fetched once
 
     def __getstate__(self) -> dict:  # (the rows are the packing process's: no worker's)
         return {**self.__dict__, "_fetcher": None, "_elsewhere": {}, "rows": None,
-                "_readings": 0}  # fmt: skip
+                "_readings": 0, "_workers": 1}  # fmt: skip
 
     def rows_of(self, urls: Iterable[str]) -> dict[str, tuple[str, int]]:
         """(manifest file name, line or row) of each of these http(s) URL items the scan
@@ -139,8 +140,20 @@ class ImageRoot(Storage):
             if self._fetcher is None:
                 from shardpack.storage.fetch import Fetcher  # the network stack: workers only
 
-                self._fetcher = Fetcher(self.policy)
+                self._fetcher = Fetcher(self.policy, self._workers)
             return self._fetcher
+
+    @contextmanager
+    def reading_together(self, workers: int) -> Iterator[None]:
+        """Within, the readings share a Fetcher of `workers` workers' per-host caps (each
+        reading's Prefetch has a worker's threads)."""
+        with _SHARING:
+            self._workers = max(1, workers)
+        try:
+            yield
+        finally:
+            with _SHARING:
+                self._workers = 1
 
     def keep_fetched(self, spool: UrlSpool | None) -> None:
         self.spool = spool

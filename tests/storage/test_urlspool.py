@@ -153,6 +153,23 @@ def test_an_object_store_outs_spool_is_in_the_temporary_folder_and_goes(tmp_path
     assert not list((tmp_path / "tmp").iterdir())
 
 
+@pytest.mark.slow  # a loopback server answering with latency
+def test_the_dedup_pass_fetches_as_the_workers_together_and_no_more_to_a_host(tmp_path):
+    """--dedup's pass keeps as many requests in flight as the run's workers would: workers x
+    --per-host to one host, never more (before, one worker's: 2), and each worker's
+    --url-threads apiece (one thread each: 2 in flight, not 1)."""
+    paths = [f"/img/{i}.png" for i in range(24)]
+    for threads, most in ((4, 2 * 2), (1, 2 * 1)):
+        with serving(latency=0.05) as site:
+            src = _manifest(tmp_path, [site.url(path) for path in paths])
+            options = PackOptions(workers=2, per_host=2, url_threads=threads, dedup="exact",
+                                  path_column="url", allow_private_urls=True)  # fmt: skip
+            result = pack(src, tmp_path / f"out{threads}", options)
+        assert result.num_records == len(paths)
+        assert site.most == most, (threads, site.most)
+        assert sorted(site.hits.values()) == [1] * len(paths), site.hits  # the pass's alone
+
+
 def _interrupted(site, args: list[str], ready) -> subprocess.CompletedProcess:
     """`shardpack ARGS` in a process of its own, sent SIGINT once `ready()` holds, while the
     site holds its held paths (60 s); it must end well before (20 s). The site's held paths
