@@ -113,3 +113,21 @@ def test_a_link_to_a_missing_file_is_read_again_once_the_file_is_there(tmp_path:
     write_image(target, image(5))
     assert pack(src, out, PackOptions(grow="append", workers=1)).grow["added"] == 1
     assert _told(out)[0] == []
+
+
+def test_a_fixed_image_a_manifest_names_is_packed_by_the_next_grow(tmp_path: Path):
+    """A manifest's rows name files on a disk: they are stamped as a folder's are (they had no
+    stamp, so a mended file stayed skipped), and an unchanged one is not read by a grow."""
+    src, out = make_tree(tmp_path / "src", {"cat": 2, "dog": 2}), tmp_path / "out"
+    good = _damaged(src, tmp_path)
+    rows = "".join(f"{p.relative_to(src)},{p.parent.name}\n" for p in sorted(src.rglob("*.jpg")))
+    table = src / "labels.csv"
+    table.write_text("path,label\n" + rows)
+    for path in src.rglob("*.jpg"):
+        os.utime(path, (time.time() - 3600,) * 2)  # settled: a grow reads it no more
+    pack(table, out, PackOptions(workers=1))
+    assert _told(out)[0] == [BAD]
+    (src / BAD).write_bytes(good)
+    grown = pack(table, out, PackOptions(workers=1, grow="update"))
+    assert _told(out)[0] == [] and grown.grow["added"] == 1
+    assert pack(table, out, PackOptions(workers=1, grow="update")).grow["nothing"]
