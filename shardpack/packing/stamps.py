@@ -116,9 +116,20 @@ def with_listed(specs: list[ShardSpec], source: Source, root: Storage) -> list[S
     if not root.stamps_listed or not held:  # (a streamed range's items are not held)
         return specs
     now = iter(take_stamps(source, root, chain.from_iterable(spec.items for spec in held)))
-    listed = {spec.file: tuple(islice(now, len(spec.items))) for spec in held}
-    return [replace(spec, listed=listed[spec.file]) if any(listed.get(spec.file, ())) else spec
+    listed = {}  # file -> (size, mtime) int64 pairs, (0, 0) for none: 16 bytes an item
+    for spec in held:
+        if any(got := list(islice(now, len(spec.items)))):
+            listed[spec.file] = np.array([s or (0, 0) for s in got], "<i8").tobytes()
+    return [replace(spec, listed=listed[spec.file]) if spec.file in listed else spec
             for spec in specs]  # fmt: skip
+
+
+def listed_of(spec: ShardSpec) -> list[Stamp]:
+    """The stamp of each item of the shard as with_listed noted it (None: none)."""
+    if spec.listed is None:
+        return [None] * len(spec.items)
+    pairs = np.frombuffer(spec.listed, "<i8").reshape(-1, 2).tolist()
+    return [(size, mtime) if mtime else None for size, mtime in pairs]
 
 
 def loads_whole_files(source: Source) -> bool:

@@ -157,7 +157,7 @@ def write_shard(
 
 def _with_listed(spec: ShardSpec) -> Iterable[tuple[Item, stamps.Stamp]]:
     """Each item of the shard with its listing's stamp (ShardSpec.listed; None: none)."""
-    return zip(spec.items, spec.listed or (None,) * len(spec.items), strict=True)
+    return zip(spec.items, stamps.listed_of(spec), strict=True)
 
 
 def _writer(spec: ShardSpec, options: PackOptions, out: Storage, schema: Schema) -> ShardWriter:

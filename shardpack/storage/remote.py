@@ -204,19 +204,19 @@ class RemoteStorage(Storage):
 
     def stamps(self, names: Iterable[str]) -> list[tuple[int, int] | None]:
         # each object's (size, last modified) from its folder's listing, each folder listed
-        # once a call (a request a thousand objects, not one an object), fresh each call; one
-        # object's alone (stamp()) would be a request: it has none
-        listings: dict[str, dict[str, tuple[int, int]]] = {}
-        found: list[tuple[int, int] | None] = []
-        for name in names:
-            if not self.stamps_listed or _inexact(name):
-                found.append(None)
-                continue
-            folder, _, file = name.rpartition("/")
-            listed = listings.get(folder)
-            if listed is None:
-                listed = listings[folder] = self._listed_stamps(folder)
-            found.append(listed.get(file))
+        # once a call (a request a thousand objects, not one an object), fresh each call, and
+        # one folder's held at a time; one object's alone (stamp()) would be a request: none
+        names = list(names)
+        found: list[tuple[int, int] | None] = [None] * len(names)
+        if not self.stamps_listed:
+            return found
+        folder, listed = None, {}
+        for i in sorted(range(len(names)), key=lambda i: names[i].rpartition("/")[0]):
+            head, _, file = names[i].rpartition("/")
+            if not _inexact(names[i]):
+                if head != folder:
+                    folder, listed = head, self._listed_stamps(head)
+                found[i] = listed.get(file)
         return found
 
     def _listed_stamps(self, folder: str) -> dict[str, tuple[int, int]]:
