@@ -76,8 +76,8 @@ class FreshPack:
         record = plan_record(plan, replace(options, name=self.name))  # the name SRC gave
         specs = {spec.file: spec for spec in plan.shards}
 
-        def unchanged(result: ShardResult) -> bool:
-            return stamps.unchanged(result, specs[result.file], dataset.source, dataset.root)
+        def unchanged(results: list[ShardResult]) -> list[bool]:
+            return stamps.unchanged(results, specs, dataset.source, dataset.root)
 
         if options.index_files:
             refuse_index_file_folders(out, specs)

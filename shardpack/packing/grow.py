@@ -700,10 +700,11 @@ def _reread(
     tried: list[tuple[str, Item]], skips: dict[str, tuple[int, int]], dataset: Dataset
 ) -> list[tuple[str, Item]]:
     """Those of the items skipped when packed (`tried`: split, item) to read again: a file
-    whose stamp now (a stat each, no read) is not the one its skip noted (`skips`, stamps.py;
-    none noted: it could not be opened, or an older shardpack noted none). One with no stamp
-    now (missing, no regular file, inside a file, an object in a store) is not read again, nor
-    is an image URL (its failures have their own rules: urlfailures.py)."""
+    whose stamp now (a stat each, an object's listing: no read) is not the one its skip noted
+    (`skips`, stamps.py; none noted: it could not be opened, or an older shardpack noted none).
+    One with no stamp now (missing, no regular file, inside a file, an object whose store lists
+    no mtime) is not read again, nor is an image URL (its failures have their own rules:
+    urlfailures.py)."""
     tried = [(name, item) for name, item in tried if not is_web_url(item.path)]
     now = stamps.skip_stamps(dataset.source, dataset.root, (item for _, item in tried))
     return [(name, item) for (name, item), stamp in zip(tried, now, strict=True)

@@ -165,7 +165,7 @@ def prepare(
     resume: bool,
     beside: frozenset[str],
     record: dict[str, object],
-    unchanged: Callable[[ShardResult], bool],
+    unchanged: Callable[[list[ShardResult]], list[bool]],
 ) -> tuple[list[ShardResult], bool]:
     """Make OUT ready for `plan`, touching only files shardpack wrote or will write.
 
@@ -175,8 +175,8 @@ def prepare(
     metadata) is the user's, and is replaced only with overwrite; README.md and croissant.json
     (KEPT_IN) are never replaced: written into, the user's part kept. `record` is the plan's
     plan_record: a refused resume says what differs from the one the journal kept.
-    `unchanged` tells whether a finished shard's files are as its worker read them: the same
-    job run again (no resume) keeps only those.
+    `unchanged` tells whether each finished shard's files are as its worker read them: the
+    same job run again (no resume) keeps only those.
 
     An earlier dataset (a different plan, with overwrite) goes before a shard of this one is
     written: its index first, then its TFDS metadata and the shards only it listed, its card
@@ -222,7 +222,7 @@ def prepare(
     same_plan = (resume or again) and state.journal_digest == plan.digest
     reused = _reusable(out, state.finished, planned) if same_plan else []
     if again and not resume:  # a file edited since (even to the same size) is packed again
-        reused = [result for result in reused if unchanged(result)]
+        reused = [result for result, same in zip(reused, unchanged(reused), strict=True) if same]
     whole = again and {r.file for r in reused} == planned
     if state.has_index and not whole:  # with it go the split files, TFDS's, its descriptions
         out.remove([INDEX_NAME, *state.beside, *METADATA_NAMES, CONTENTS_NAME, STAMPS_NAME,

@@ -65,6 +65,9 @@ class ShardSpec:
     items: tuple[Item, ...]
     # a grow's: key -> where in OUT each item's record is taken from (kept.py), not its source
     kept: Mapping[str, Kept] | None = None
+    # each item's stamp as its folder's listing gave it before the shard was sent (stamps.py:
+    # an object's, whose read takes none), as stamps.with_listed packs them; None: the reads'
+    listed: bytes | None = None
 
 
 @dataclass(frozen=True)

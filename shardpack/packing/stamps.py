@@ -5,11 +5,15 @@ packed item's mtime (its size is the content key's, in contents.json), so that `
 and `--update` take a file whose size and mtime are unchanged as unchanged without reading it
 (rsync's quick check: a rewrite that keeps both goes unseen).
 
-Only an item that is a whole file on this machine's disk, read whole by the default loader (a
-folder tree's image, a manifest's local image), gets one, and only where its mtime is not 0
-(settled()). A record inside a file (a table's
-row, a CIFAR batch's, a tar member, a shard's) or an object in a store gets none: its bytes are
-read and keyed as the workers key them.
+Only an item that is a whole file, read whole by the default loader (a folder tree's image, a
+manifest's image), gets one, and only where its mtime is not 0 (settled()). A record inside a
+file (a table's row, a CIFAR batch's, a tar member, a shard's) gets none: its bytes are read
+and keyed as the workers key them. An object in a store is stamped by its folder's listing
+(Storage.stamps: a request a thousand objects), as its read takes none: the parent lists the
+folders of a shard's objects before sending it (with_listed, ShardSpec.listed), so the stamp
+noted is never newer than the bytes read (a rewrite after the listing is another stamp at the
+next grow: read again), and a grow and unchanged() compare it with a fresh listing. A store
+whose listing gives no modification time (memory://) gives none.
 
 An item skipped when packed (a damaged image) keeps the stamp of the file its worker's read
 refused (the read's own fstat, as a record's: the bytes that would not decode, an empty
@@ -17,12 +21,12 @@ file's, a file over the limit's), as `"key":[size,mtime]`: a grow reads it again
 file's stamp now (skip_stamps: a stat) is another, and leaves it unread while it is the noted
 one. A skip without one (a file that could not be opened, a missing one or no regular file;
 stamps of an older shardpack) is read again where its file now has a stamp, once: then it
-has one. A file of mtime 0, a record inside a file and an object in a store have none: their
-skips stay. Unlike a record's, a skip's stamp is kept however recent its file (not settled):
-a grow run just after the file was fixed must see it changed, and a bad file packed just
-after it was written must not be read again at every grow; what that misses (a rewrite of
-the same size within the clock tick of the read) leaves the item skipped, as before, until
-its file is touched.
+has one. A file of mtime 0, a record inside a file and an object of a store whose listing
+gives no mtime have none: their skips stay. Unlike a record's, a skip's stamp is kept however
+recent its file (not settled): a grow run just after the file was fixed must see it changed,
+and a bad file packed just after it was written must not be read again at every grow; what
+that misses (a rewrite of the same size within the clock tick of the read) leaves the item
+skipped, as before, until its file is touched.
 
 The stamps say what the source was, not what the dataset is: a hidden file beside the journal,
 outside what a pack must reproduce byte for byte. It is written after index.json, for the
@@ -35,8 +39,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
-from itertools import chain
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
+from itertools import chain, islice
 from typing import NamedTuple
 
 import numpy as np
@@ -46,7 +51,7 @@ from shardpack.layout import STAMPS_NAME
 from shardpack.options import PackOptions
 from shardpack.packing.contents import RENDER_CHUNK, values
 from shardpack.packing.facts import facts_of
-from shardpack.packing.packeditems import columns
+from shardpack.packing.packeditems import PackedItems, columns
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.sources import Item, Source
 from shardpack.sources.source import read_stamped_image
@@ -69,28 +74,62 @@ RACY_NS = 2_000_000_000
 def take_stamps(source: Source, root: Storage, items: Iterable[Item]) -> list[Stamp]:
     """The stamp of each item's file (under root, read by source) now (None for one that has
     none, see above)."""
-    whole, stamp, oldest = loads_whole_files(source), root.stamp, settled_before()
-    return [settled(stamp(item.path), oldest) if whole and item.position is None else None
-            for item in items]  # fmt: skip
+    oldest = settled_before()
+    return [settled(stamp, oldest) for stamp in _stamps_now(source, root, items)]
 
 
 def skip_stamps(source: Source, root: Storage, items: Iterable[Item]) -> list[Stamp]:
     """The stamp of each skipped item's file now, as a worker's skip notes it (above: however
     recent; None for one that has none)."""
-    whole, stamp = loads_whole_files(source), root.stamp
-    return [now if whole and item.position is None and (now := stamp(item.path)) and now[1]
-            else None for item in items]  # fmt: skip
+    return [now if now and now[1] else None for now in _stamps_now(source, root, items)]
+
+
+def _stamps_now(source: Source, root: Storage, items: Iterable[Item]) -> list[Stamp]:
+    """Storage.stamps of the items that are whole files (None for the others), in one call."""
+    items = list(items)
+    whole = loads_whole_files(source)
+    files = [i for i, item in enumerate(items) if whole and item.position is None]
+    found: list[Stamp] = [None] * len(items)
+    for i, stamp in zip(files, root.stamps(items[i].path for i in files), strict=True):
+        found[i] = stamp
+    return found
 
 
 def load_stamped(
     item: Item, src: Storage, limit: int, stamping: bool, source: Source, options: PackOptions,
-    cache: dict,
+    cache: dict, listed: Stamp = None,
 ) -> tuple[bytes | np.ndarray, Stamp]:  # fmt: skip
     """An item's image as its source gives it, and its file's stamp where its read takes one
-    (`stamping`: loads_whole_files): the read's own, no stat of its own."""
+    (`stamping`: loads_whole_files): the read's own, no stat of its own; where the read takes
+    none (an object's), `listed` (ShardSpec.listed: its listing's, before the read)."""
     if stamping and item.position is None:
-        return read_stamped_image(item, src, limit)
+        return read_stamped_image(item, src, limit, listed)
     return source.load(item, src, options, cache), None
+
+
+def with_listed(specs: list[ShardSpec], source: Source, root: Storage) -> list[ShardSpec]:
+    """The specs with their items' stamps from their folders' listings (ShardSpec.listed)
+    where the store's reads take none (Storage.stamps_listed: an object store), taken now, in
+    one call (each folder listed once), before a worker reads them: a rewrite after the
+    listing is another stamp at the next grow."""
+    held = [spec for spec in specs if isinstance(spec.items, tuple | PackedItems)]
+    if not root.stamps_listed or not held:  # (a streamed range's items are not held)
+        return specs
+    now = iter(take_stamps(source, root, chain.from_iterable(spec.items for spec in held)))
+    listed = {}  # file -> (size, mtime) int64 pairs, (0, 0) for none: 16 bytes an item
+    for spec in held:
+        if any(got := list(islice(now, len(spec.items)))):
+            listed[spec.file] = np.array([s or (0, 0) for s in got], "<i8").tobytes()
+    return [replace(spec, listed=listed[spec.file]) if spec.file in listed else spec
+            for spec in specs]  # fmt: skip
+
+
+def listed_of(spec: ShardSpec) -> list[Stamp]:
+    """The stamp of each item of the shard as with_listed noted it (None: none)."""
+    if spec.listed is None:
+        return [None] * len(spec.items)
+    pairs = np.frombuffer(spec.listed, "<i8").reshape(-1, 2).tolist()
+    return [(size, mtime) if mtime else None for size, mtime in pairs]
 
 
 def loads_whole_files(source: Source) -> bool:
@@ -99,17 +138,25 @@ def loads_whole_files(source: Source) -> bool:
     return type(source).load is Source.load
 
 
-def unchanged(result: ShardResult, spec: ShardSpec, source: Source, root: Storage) -> bool:
-    """Whether every item of a finished shard is a file whose size and mtime now are those its
-    worker noted as it read it (the shard's facts table): a shard that the same job run again
-    keeps holds the bytes its files hold now. An item without a stamp (a record inside a file,
-    an object in a store, a file modified as it was read) or not held (a streamed range's) is
-    not known unchanged: its shard is written again."""
-    if not isinstance(spec.items, tuple):
-        return False
-    facts, now = facts_of(result.content, len(spec.items)), take_stamps(source, root, spec.items)
-    noted = zip(now, facts["size"].tolist(), facts["mtime"].tolist(), strict=True)
-    return all(stamp is not None and stamp == (size, mtime) for stamp, size, mtime in noted)
+def unchanged(
+    results: list[ShardResult], specs: Mapping[str, ShardSpec], source: Source, root: Storage
+) -> list[bool]:
+    """Whether every item of each finished shard is a file whose size and mtime now are those
+    its worker noted as it read it (the shard's facts table), asked in one call: a shard that
+    the same job run again keeps holds the bytes its files hold now. An item without a stamp
+    (a record inside a file, a file modified as it was read) or not held (a streamed range's)
+    is not known unchanged: its shard is written again."""
+    held = [r for r in results if isinstance(specs[r.file].items, tuple)]
+    now = iter(take_stamps(source, root, chain.from_iterable(specs[r.file].items for r in held)))
+    same = set()
+    for result in held:
+        count = len(specs[result.file].items)
+        facts = facts_of(result.content, count)
+        noted = zip(islice(now, count), facts["size"].tolist(), facts["mtime"].tolist(),
+                    strict=True)  # fmt: skip
+        if all(stamp is not None and stamp == (size, mtime) for stamp, size, mtime in noted):
+            same.add(result.file)
+    return [result.file in same for result in results]
 
 
 def settled_before() -> int:

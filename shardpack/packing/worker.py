@@ -113,14 +113,14 @@ def write_shard(
             src.reading(source.item_files(_from_source(spec)), limit, spec.file, then) as src,
             _writer(spec, options, out, schema) as writer,
         ):
-            for done, item in enumerate(spec.items, 1):
+            for done, (item, listed) in enumerate(_with_listed(spec), 1):
                 where, stamp = kept.get(item.key), None
                 try:
                     if where is not None:
                         features, dropped = _kept_record(item, where, held, schema, shard, options)
                     else:
                         loaded, stamp = stamps.load_stamped(item, src, limit, stamping, source,
-                                                            options, cache)  # fmt: skip
+                                                            options, cache, listed)  # fmt: skip
                         features, orientation, dropped = _record(item, loaded, options, schema,
                                                                  source, shard)  # fmt: skip
                 except ImageError as e:
@@ -153,6 +153,11 @@ def write_shard(
         array("Q", written.offsets if options.index_files else ()), lossless, facts.content(),
         facts.tally(), written.arrow_bytes,
     )  # fmt: skip
+
+
+def _with_listed(spec: ShardSpec) -> Iterable[tuple[Item, stamps.Stamp]]:
+    """Each item of the shard with its listing's stamp (ShardSpec.listed; None: none)."""
+    return zip(spec.items, stamps.listed_of(spec), strict=True)
 
 
 def _writer(spec: ShardSpec, options: PackOptions, out: Storage, schema: Schema) -> ShardWriter:

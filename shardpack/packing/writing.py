@@ -16,6 +16,7 @@ from shardpack.containers import HashingFile
 from shardpack.errors import ImageError, Option, WorkerDiedError
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.options import PackOptions
+from shardpack.packing import stamps
 from shardpack.packing.collector import frozen, long_lived
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.outdir import Journal
@@ -62,7 +63,8 @@ def write_shards(
     plan, reused, dataset = planned.plan, planned.reused, planned.dataset
     journal = Journal(out, plan.digest, planned.record, reused)
     done = {r.file for r in reused}
-    todo = [spec for spec in plan.shards if spec.file not in done]
+    todo = stamps.with_listed([spec for spec in plan.shards if spec.file not in done],
+                              dataset.source, dataset.root)  # fmt: skip
     sizes = {spec.file: len(spec.items) for spec in plan.shards}
     results = list(reused)
     journaled = set(done)  # what the journal vouches for, or may: kept whatever stops the run

@@ -240,17 +240,18 @@ def read_image_file(item: Item, src: Storage, options: PackOptions) -> bytes:
 
 
 def read_stamped_image(
-    item: Item, src: Storage, limit: int
+    item: Item, src: Storage, limit: int, listed: tuple[int, int] | None = None
 ) -> tuple[bytes, tuple[int, int] | None]:
     """read_image_file's bytes, at most `limit` (images.max_file_bytes of --max-pixels: a
     worker's, reckoned once a shard), with the file's stamp as the read saw it before its first
-    byte (Storage.read_stamped: the worker's stamp without a stat of its own; None where the
-    store has none)."""
+    byte (Storage.read_stamped: the worker's stamp without a stat of its own), or where the
+    read takes none, `listed` (its listing's before the read: an object's; else None)."""
     try:
         data, stamp = src.read_stamped(item.path, limit)
+        stamp = stamp or listed
     except FileTooLarge as e:
         refused = ImageError(item.key, f"{e}, the most an image of --max-pixels can take")
-        refused.stamp = e.stamp
+        refused.stamp = e.stamp or listed
         raise refused from None
     except RefusedFile as e:
         raise ImageError(item.key, str(e)) from None

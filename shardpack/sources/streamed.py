@@ -165,6 +165,11 @@ class StreamedImages(ImageRoot):
     def stamp(self, name: str) -> tuple[int, int] | None:
         return None if name.startswith(BAD_ROW) else super().stamp(name)
 
+    def stamps(self, names: Iterable[str]) -> list[tuple[int, int] | None]:
+        names = list(names)
+        got = iter(super().stamps([name for name in names if not name.startswith(BAD_ROW)]))
+        return [None if name.startswith(BAD_ROW) else next(got) for name in names]
+
 
 def _refuse_bad_row(name: str) -> None:
     """Raise RefusedFile with a bad row's reason, where `name` is a bad row's item (BAD_ROW)."""

@@ -152,6 +152,9 @@ class Storage:
     # Whether a folder's listing gives its files' sizes (one request a folder); else size()
     lists_sizes: bool = True
     how_to_share: str  # the fix to tell a user when Dask workers do not see it as we do
+    # Whether stamp() comes from a folder's listing and a read takes none (an object store):
+    # a pack takes the stamps of what its workers read from listings, before the reads
+    stamps_listed: bool = False
 
     # -- names -----------------------------------------------------------------------------
     def path(self, name: str = "") -> str:
@@ -251,9 +254,16 @@ class Storage:
 
     def stamp(self, name: str) -> tuple[int, int] | None:
         """(size, mtime in ns) of a regular file of SRC (links followed, as reads follow them),
-        asked without reading it; None where the store cannot say so cheaply or it is no
-        regular file."""
+        asked without reading it; None where the store cannot say so cheaply (an object
+        store: see stamps()) or it is no regular file."""
         return None
+
+    def stamps(self, names: Iterable[str]) -> list[tuple[int, int] | None]:
+        """stamp() of each of these files, in order; an object store's from the listing of
+        each of their folders, listed once a call (a request a thousand objects, where one
+        object's stamp would be a request: its stamp() has none), where the listing gives a
+        modification time (S3's LastModified, an mtime)."""
+        return [self.stamp(name) for name in names]
 
     def identity(self, name: str) -> tuple[int, ...] | None:
         """What tells this file from any other and from itself rewritten (a disk's device,

@@ -227,11 +227,31 @@ class ImageRoot(Storage):
         storage, name = self.where(name)
         return storage.read_stamped(name, limit)
 
+    @property
+    def stamps_listed(self) -> bool:
+        return self.base.stamps_listed
+
     def stamp(self, name: str) -> tuple[int, int] | None:
         if self.web_url(name) is not None:
             return None
         storage, name = self.where(name)
         return storage.stamp(name)
+
+    def stamps(self, names: Iterable[str]) -> list[tuple[int, int] | None]:
+        """stamp() of each, asked of each store in one call (a URL has none)."""
+        found: list[tuple[int, int] | None] = []
+        asked: dict[int, tuple[Storage, list[int], list[str]]] = {}  # id -> it, where, names
+        for name in names:
+            found.append(None)
+            if self.web_url(name) is None:
+                storage, name = self.where(name)
+                at = asked.setdefault(id(storage), (storage, [], []))
+                at[1].append(len(found) - 1)
+                at[2].append(name)
+        for storage, where, asked_names in asked.values():
+            for i, stamp in zip(where, storage.stamps(asked_names), strict=True):
+                found[i] = stamp
+        return found
 
     @contextmanager
     def reading(

@@ -15,8 +15,10 @@
 
 from __future__ import annotations
 
+import datetime
 import errno
 import json
+import math
 import os
 import queue
 import re
@@ -59,6 +61,7 @@ _LOCK_CAP = 4096
 _AHEAD = 16  # source files fetched at once by a worker (concurrent range requests)
 _AHEAD_BATCHES = 2  # batches fetched ahead of the one being read
 _HTTP = frozenset({"http", "https"})
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 # Seconds an image server may take to accept a connection, and between two reads of an answer;
 # --storage-option connect_timeout=S / read_timeout=S change them.
 _HTTP_TIMEOUTS = {"connect_timeout": 10.0, "read_timeout": 30.0}
@@ -95,6 +98,10 @@ class RemoteStorage(Storage):
             what = f"a --storage-option is not one {scheme}:// takes ({e})"
             raise StorageError(f"{url}: {what}") from None
         return cls(fs, url, scheme, base)
+
+    @property
+    def stamps_listed(self) -> bool:
+        return self.lists_sizes
 
     def __repr__(self) -> str:
         return f"RemoteStorage({self.root!r})"
@@ -194,6 +201,33 @@ class RemoteStorage(Storage):
         if info["type"] == "directory":
             raise IsADirectoryError(21, "Is a directory", self.path(name))
         return int(info.get("size") or 0)
+
+    def stamps(self, names: Iterable[str]) -> list[tuple[int, int] | None]:
+        # each object's (size, last modified) from its folder's listing, each folder listed
+        # once a call (a request a thousand objects, not one an object), fresh each call, and
+        # one folder's held at a time; one object's alone (stamp()) would be a request: none
+        names = list(names)
+        found: list[tuple[int, int] | None] = [None] * len(names)
+        if not self.stamps_listed:
+            return found
+        folder, listed = None, {}
+        for i in sorted(range(len(names)), key=lambda i: names[i].rpartition("/")[0]):
+            head, _, file = names[i].rpartition("/")
+            if not _inexact(names[i]):
+                if head != folder:
+                    folder, listed = head, self._listed_stamps(head)
+                found[i] = listed.get(file)
+        return found
+
+    def _listed_stamps(self, folder: str) -> dict[str, tuple[int, int]]:
+        """name -> (size, mtime in ns) of each object of a folder its listing stamps."""
+        try:
+            key = self._key(folder)
+            with _naming(self.path(folder)):
+                listed = self.fs.ls(key, detail=True, refresh=True)
+        except (OSError, ValueError):  # gone, or no folder: the read says why
+            return {}
+        return dict(filter(None, map(_listed_stamp, listed)))
 
     def read(self, name: str, limit: int) -> bytes:
         if self.scheme in _HTTP:  # a URL's "?" is its own; a server may ignore Range
@@ -376,6 +410,25 @@ def _inexact(name: str) -> bool:
     return "?" in name or (name != "" and "" in name.split("/"))
 
 
+def _listed_stamp(info: dict) -> tuple[str, tuple[int, int]] | None:
+    """(name in its folder, (size, mtime in ns)) of an object as a listing gives it; None for a
+    folder, or where the listing gives no size or modification time (S3's LastModified, an
+    mtime) in range: a store's values are data."""
+    size, when = info.get("size"), info.get("LastModified", info.get("mtime"))
+    if info.get("type") == "directory" or type(size) is not int or not 0 <= size < 1 << 62:
+        return None
+    if isinstance(when, datetime.datetime) and when.tzinfo is not None:
+        ns = (when - _EPOCH) // datetime.timedelta(microseconds=1) * 1000
+    elif type(when) in (int, float) and math.isfinite(when) and 0 < when < 1 << 33:
+        ns = round(when * 1e9)
+    else:
+        return None
+    name = info.get("name")
+    if not 0 < ns < 1 << 62 or type(name) is not str:
+        return None
+    return name.rstrip("/").rsplit("/", 1)[-1], (size, ns)
+
+
 def _entry(info: dict, base: str) -> Entry:
     name = info["name"].rstrip("/")
     relative = name[len(base) :].lstrip("/") if name.startswith(base) else ""
@@ -442,7 +495,7 @@ class _ReadAhead:
         return data
 
     def read_stamped(self, name: str, limit: int) -> tuple[bytes, None]:
-        return self.read(name, limit), None  # ahead, as the store's (an object has no stamp)
+        return self.read(name, limit), None  # as the store's: the listing's (ShardSpec.listed)
 
     def close(self) -> None:
         self._stop.set()

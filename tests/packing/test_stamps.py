@@ -37,5 +37,5 @@ def test_a_file_of_mtime_0_has_no_stamp_and_its_shard_is_written_again(tmp_path:
     path.write_bytes(data)
     os.utime(path, ns=(0, 0))
     held = replace(spec, items=tuple(spec.items))  # as a rerun's plan holds them when it asks
-    assert not stamps.unchanged(result, held, dataset.source, dataset.root)
+    assert stamps.unchanged([result], {held.file: held}, dataset.source, dataset.root) == [False]
     assert stamps.take_stamps(dataset.source, dataset.root, spec.items) == [None, None]

@@ -452,3 +452,32 @@ def test_a_store_gone_down_mid_run_says_why_the_run_stopped(big_src, tmp_path, s
     assert run.returncode == 2, stderr
     line = _one_line(stderr)
     assert "rerun with --resume" in line or "the object store refused" in line, line
+
+
+def test_objects_are_stamped_from_their_folders_listings_and_hostile_values_are_none(s3):
+    """stamps() gives each object's size and LastModified from one listing of its folder (a
+    missing object, and one object asked alone, none); a listing's value out of range is no
+    stamp, never an error."""
+    import datetime
+
+    from shardpack.storage import storage_at
+    from shardpack.storage.remote import _listed_stamp
+
+    for key, data in (("src/a/x.jpg", b"12345"), ("src/a/y.jpg", b"1"), ("src/b/z.jpg", b"")):
+        s3.write(key, data)
+    store = storage_at(s3.url("src"))
+    found = store.stamps(["a/x.jpg", "b/z.jpg", "a/missing.jpg", "a/y.jpg"])
+    assert [stamp and stamp[0] for stamp in found] == [5, 0, None, 1]
+    listed = s3.fs.ls(f"{s3.name}/src/a", detail=True, refresh=True)
+    assert found[0][1] == int(listed[0]["LastModified"].timestamp()) * 10**9 + (
+        listed[0]["LastModified"].microsecond * 1000)  # fmt: skip
+    assert store.stamp("a/x.jpg") is None  # one object's would be a request of its own
+    utc = datetime.timezone.utc
+    good = {"name": "b/a.jpg", "type": "file", "size": 3, "mtime": 1.5}
+    assert _listed_stamp(good) == ("a.jpg", (3, 1_500_000_000))
+    far, naive = datetime.datetime(9999, 1, 1, tzinfo=utc), datetime.datetime(2020, 1, 1)
+    for bad in ({"size": -1}, {"size": True}, {"size": 1 << 70}, {"type": "directory"},
+                {"mtime": float("nan")}, {"mtime": 0}, {"mtime": 10.0**30}, {"mtime": "1"},
+                {"LastModified": naive}, {"LastModified": far}, {"name": None},
+                {"LastModified": datetime.datetime(1, 1, 1, tzinfo=utc)}):  # fmt: skip
+        assert _listed_stamp({**good, **bad}) is None, bad
