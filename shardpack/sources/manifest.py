@@ -33,7 +33,7 @@ from shardpack.errors import Option, OptionError, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions, box_column, check_positive
 from shardpack.schema import BOX_NAMES, Feature, Schema
 from shardpack.sources.classlist import check_class_count, check_class_name
-from shardpack.sources.folder import few, folder_entries
+from shardpack.sources.folder import IMAGE_EXTENSIONS, few, folder_entries
 from shardpack.sources.source import NO_FIELDS, Dataset, Item, RowFields, Source
 from shardpack.sources.tables.files import (
     METADATA_FILES,
@@ -476,19 +476,21 @@ def _elsewhere(skipped: list[tuple[str, str]], options: PackOptions, base: str) 
 
 # Where a row's missing image is looked for, to say how to name it: the extensions tried after
 # its path, and the most folders inside the manifest's tried as --root.
-_TRIED_SUFFIXES = (".jpg", ".png", ".jpeg", ".JPG", ".PNG", ".JPEG", ".webp", ".bmp", ".tif",
-                   ".tiff", ".gif")  # fmt: skip
+_TRIED_SUFFIXES = (*sorted(IMAGE_EXTENSIONS), *(e.upper() for e in sorted(IMAGE_EXTENSIONS)))
 _TRIED_FOLDERS = 16
 
 
 def _found_near(key: str, suffix: str | None, base: str) -> tuple | None:
     """How to name the first row's missing image where a file is found for it with an image
     extension after its path (--path-suffix) or in a folder inside `base` (--root), or both;
-    None where none is, or `base` is not on this disk."""
-    if not is_relative(key) or is_web_url(base):
+    None where none is, the path climbs out of `base`, or `base` is not on this disk (a look
+    is a request there)."""
+    if not is_relative(key) or key == ".." or key.startswith("../") or is_web_url(base):
+        return None
+    root = storage_at(base)
+    if root.local_path() is None:
         return None
     stem = key[: -len(suffix)] if suffix and key.endswith(suffix) else key
-    root = storage_at(base)
     inside = [name for name, is_dir in folder_entries(root) if is_dir][:_TRIED_FOLDERS]
     for folder in ("", *inside):
         for ending in ("", *_TRIED_SUFFIXES):
