@@ -483,13 +483,11 @@ _TRIED_FOLDERS = 16
 def _found_near(key: str, suffix: str | None, base: str) -> tuple | None:
     """How to name the first row's missing image where a file is found for it with an image
     extension after its path (--path-suffix) or in a folder inside `base` (--root), or both;
-    None where none is, the path climbs out of `base`, or `base` is not on this disk (a look
-    is a request there)."""
+    None where none is, the path climbs out of `base`, or `base` is a web URL (on a store each
+    look is a request: a few hundred at most, on a run that stops anyway)."""
     if not is_relative(key) or key == ".." or key.startswith("../") or is_web_url(base):
         return None
     root = storage_at(base)
-    if root.local_path() is None:
-        return None
     stem = key[: -len(suffix)] if suffix and key.endswith(suffix) else key
     inside = [name for name, is_dir in folder_entries(root) if is_dir][:_TRIED_FOLDERS]
     for folder in ("", *inside):
