@@ -18,19 +18,17 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import stat
 import tempfile
 import threading
 from contextlib import suppress
 
 from shardpack.errors import OutputError
 from shardpack.layout import FETCHED_PREFIX
-from shardpack.storage.atomic import create_temp, remove_files
+from shardpack.storage.atomic import create_temp, open_regular, remove_files
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
 _BODY, _LARGE, _REFUSED = b"body", b"large", b"refused"
 _MOST_REASON = 4096  # bytes of a failure's reason kept (fetch's reasons are a line)
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _MAKING = threading.Lock()  # the --dedup pass's threads keep bodies at once: one folder made
 
 
@@ -101,17 +99,15 @@ class UrlSpool:
             return None
         head = b" %s\n" % _encoded(url)
         try:
-            fd = os.open(path, _OPEN)
+            fd = open_regular(path)  # no link followed, a regular file only
         except OSError:
             return None
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return None
+            size = os.fstat(fd).st_size
             # the longest head, then the body to its limit (the reasons are less)
-            if st.st_size > len(_REFUSED) + len(head) + max(limit, _MOST_REASON):
+            if size > len(_REFUSED) + len(head) + max(limit, _MOST_REASON):
                 raise FileTooLarge(f"over the limit of {limit} bytes")
-            data = _read_bounded(fd, st.st_size)
+            data = _read_bounded(fd, size)
         finally:
             os.close(fd)
         kind = data.partition(b" ")[0]
@@ -154,7 +150,6 @@ def _encoded(url: str) -> bytes:
 
 def _read_bounded(fd: int, size: int) -> bytes:
     """The `size` bytes fstat saw of the file open at `fd`, never more (it may have grown)."""
-    os.set_blocking(fd, True)
     chunks, total = [], 0
     while total < size and (chunk := os.read(fd, size - total)):
         chunks.append(chunk)
