@@ -18,6 +18,7 @@ from tests.helpers import (  # noqa: E402
     make_tree,
     pack_objects,
     packed_tree,
+    warm_reader,
 )
 from tests.s3server import s3, s3_server  # noqa: E402, F401
 
@@ -41,10 +42,13 @@ def pytest_configure(config: pytest.Config) -> None:
 IN_PROCESS_TENSORFLOW = frozenset({
     "tests/containers/test_formats.py", "tests/containers/test_tfrecord.py",
     "tests/packing/test_features.py", "tests/packing/test_grow.py",
-    "tests/packing/test_packer.py", "tests/read/test_on_stores.py", "tests/read/test_stream.py",
-    "tests/read/test_tfds.py", "tests/sources/test_hf.py", "tests/sources/test_manifest.py",
+    "tests/packing/test_packer.py", "tests/read/test_stream.py", "tests/read/test_tfds.py",
+    "tests/sources/test_hf.py", "tests/sources/test_manifest.py",
     "tests/sources/test_splittree.py", "tests/test_images.py", "tests/test_transforms.py",
 })  # fmt: skip
+# Of those, the file whose read-backs first ask the reading Python for what warm_reader has it
+# load: run last of them, so that it has loaded that by then.
+TENSORFLOW_LAST = "tests/containers/test_formats.py"
 # The test files that take longest (wall time on `make test`'s workers, waits included: a file
 # waiting on retries or a server ties up its worker as one that computes does), longest first,
 # run first after those (`--no-loadscope-reorder`: a worker takes the next file in collection
@@ -80,17 +84,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return ByFile(config, log)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """As a pytest-xdist worker starts the files that load TensorFlow: the run's reading Python
+    starts loading what their read-backs ask of it (warm_reader) while this process loads its
+    own TensorFlow, not after (the first read-back waited ~13 s for it on `make test`'s 2
+    cores). Not in a run of a few files (`-n 0`): they may ask it nothing."""
+    if "PYTEST_XDIST_WORKER" in os.environ and _unit(_file(item)) == "tensorflow":
+        warm_reader()
+
+
 def _first(item: pytest.Item) -> int:
     path = _file(item)
     if _unit(path) == "tensorflow":
-        return -1
+        return -1 if path == TENSORFLOW_LAST else -2
     return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the files that load TensorFlow, then the longest, first (a stable sort: each file's
-    tests keep their order), each file's tests on one worker, and
-    skip, saying why, the tests a tier leaves out: `make test` those marked long (the same
+    """Run the files that load TensorFlow (TENSORFLOW_LAST last of them), then the longest,
+    first (a stable sort: each file's tests keep their order), each file's tests on one worker,
+    and skip, saying why, the tests a tier leaves out: `make test` those marked long (the same
     fault shown again on another container or store), `make test-fast` those marked heavy or
     slow too (and those on the S3 server); `make test-long` runs them all."""
     items.sort(key=_first)

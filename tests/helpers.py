@@ -416,7 +416,8 @@ while True:
         except ProcessLookupError:
             break
         continue
-    with connection, connection.makefile("rw") as stream:
+    with connection:
+        stream = connection.makefile("rw")
         request = json.loads(stream.readline())
         sys.argv = ["-c", *request["args"]]
         os.chdir(request["cwd"] or home)
@@ -429,7 +430,9 @@ while True:
             reply = {"stdout": printed.getvalue()}
         except BaseException:
             reply = {"error": traceback.format_exc()}
-        stream.write(json.dumps(reply) + "\\n")
+        with contextlib.suppress(OSError):  # a client gone first (a warm-up's, its process ended)
+            stream.write(json.dumps(reply) + "\\n")
+            stream.close()
 for suffix in (".sock", ".pid", ".err", ".lock"):
     with contextlib.suppress(FileNotFoundError):
         os.unlink(files + suffix)
@@ -511,6 +514,43 @@ def _reader_errors() -> str:
         return errors.read().decode(errors="replace")
 
 
+def _ask_reader(code: str, args: tuple[str, ...], cwd: Path | None):
+    """A connection to the run's reading Python, and a stream on it, with `code` sent to run."""
+    request = {
+        "code": code,
+        "args": list(args),
+        "cwd": os.fspath(cwd) if cwd else None,
+        "env": dict(os.environ),
+    }
+    connection = _connect_reader()
+    stream = connection.makefile("rw")
+    stream.write(json.dumps(request) + "\n")
+    stream.flush()
+    return connection, stream
+
+
+# What the read-backs of the files that load TensorFlow import first in the reading Python
+# (tests/containers/test_formats.py's: Grain's with TensorFlow's Example, TFDS's, wids's, which
+# loads torch): ~10 s of CPU. Not `datasets`: it reads HF_DATASETS_OFFLINE as it is imported,
+# and its read-back sets that first.
+READER_IMPORTS = ("tensorflow", "tensorflow_datasets", "grain", "wids", "webdataset")
+_WARM = """
+import importlib, importlib.util, sys
+for name in sys.argv[1:]:
+    if importlib.util.find_spec(name):
+        importlib.import_module(name)
+"""
+_warming = []  # the warm-up's request, open until this process ends: nothing reads its reply
+
+
+def warm_reader(modules: tuple[str, ...] = READER_IMPORTS) -> None:
+    """Have the run's reading Python (run_kept) import those of `modules` installed, once a
+    process, without waiting for it: it loads them while this process goes on, where the first
+    read-back asking for them would wait; a read-back that comes sooner waits its turn."""
+    if not _warming:
+        _warming.append(_ask_reader(_WARM, modules, None))
+
+
 def run_kept(code: str, *args: str, cwd: Path | None = None, timeout: float = 300) -> str:
     """Run `code` as `python -c code args` would, in cwd with this process's environment, but
     in the test run's reading Python, kept running (one for all of pytest-xdist's workers, a
@@ -520,16 +560,9 @@ def run_kept(code: str, *args: str, cwd: Path | None = None, timeout: float = 30
     the test (a timeout ends the reader; the next snippet starts another)."""
     import signal
 
-    request = {
-        "code": code,
-        "args": list(args),
-        "cwd": os.fspath(cwd) if cwd else None,
-        "env": dict(os.environ),
-    }
-    with _connect_reader() as connection, connection.makefile("rw") as stream:
+    connection, stream = _ask_reader(code, args, cwd)
+    with connection, stream:
         connection.settimeout(timeout)  # each wait for the reply: its turn and its run
-        stream.write(json.dumps(request) + "\n")
-        stream.flush()
         try:
             line = stream.readline()
         except TimeoutError:

@@ -484,55 +484,6 @@ def test_default_run_of_a_small_folder_stays_in_process(tree: Path, tmp_path: Pa
     assert result.index.stats.workers == 1
 
 
-def test_cpu_watch_counts_other_processes_not_this_one():
-    import subprocess
-    import sys
-
-    from shardpack.packing.cpuload import CpuWatch
-
-    watch = CpuWatch()
-    # A real process spinning a core for 0.4 s: other processes only add to what is seen.
-    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
-                    "while time.process_time() - t < 0.4: pass"], check=True)  # fmt: skip
-    assert watch.others_busy() >= 0.5
-
-
-def test_importing_shardpack_samples_nothing_the_command_does():
-    import subprocess
-    import sys
-
-    probe = ("import sys, shardpack, shardpack.packing.cpuload as c; "
-             "assert c._started is None; import shardpack.__main__; assert c._started")  # fmt: skip
-    subprocess.run([sys.executable, "-c", probe], check=True)
-
-
-def test_cpu_watch_takes_the_start_up_as_its_window_instead_of_waiting(monkeypatch):
-    import subprocess
-    import sys
-    import time
-
-    from shardpack.packing import cpuload
-
-    # The CLI's start-up: shardpack imported, then ~0.2 s of imports and parsing, while another
-    # process keeps a core busy. A scan and plan shorter than the window then cost no wait.
-    monkeypatch.setattr(cpuload, "_started", None)
-    cpuload.note_start()
-    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
-                    "while time.process_time() - t < 0.3: pass"], check=True)  # fmt: skip
-    watch = cpuload.CpuWatch()
-    began = time.monotonic()
-    assert watch.others_busy() >= 0.5
-    assert time.monotonic() - began < cpuload.MIN_WINDOW_S / 2
-    # a start long ago says nothing about now: the window is waited out
-    started = cpuload._started
-    stale = (started[0] - cpuload.START_SAMPLE_MAX_AGE_S - 1, *started[1:])
-    monkeypatch.setattr(cpuload, "_started", stale)
-    watch = cpuload.CpuWatch()
-    began = time.monotonic()
-    watch.others_busy()
-    assert time.monotonic() - began >= cpuload.MIN_WINDOW_S * 0.9
-
-
 _FAULTS_AFTER = """
 import resource, sys
 if sys.argv[1:]:
@@ -561,49 +512,6 @@ def test_a_pack_keeps_freed_memory_for_the_next_image(tree: Path, tmp_path: Path
 
     assert second_block_faults() > 3000  # glibc's default: this is what the test can tell
     assert second_block_faults(str(tree), str(tmp_path / "out")) < 300
-
-
-_COPIED_BY_A_FORKED_READER = """
-import gc, os, random, sys
-from shardpack.packing.forkpool import _PackedItems
-from shardpack.sources import Item
-
-def private_kb():
-    with open("/proc/self/smaps_rollup") as f:
-        fields = dict(line.split(":", 1) for line in f.read().splitlines()[1:])
-    return sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty"))
-
-listing = [Item(f"c{i % 10}/{i:06d}.jpg", i % 10, f"c{i % 10}/{i:06d}.jpg", 1000 + i)
-           for i in range(50_000)]
-random.Random(0).shuffle(listing)  # a shard's items lie all over the listing
-shard = tuple(listing[:25_000])
-given = shard if sys.argv[1] == "tuple" else _PackedItems(shard)
-read, write = os.pipe()
-gc.freeze()  # as pack does before it forks: no collection in the worker walks the listing
-if os.fork() == 0:  # a worker reading its shard's items
-    before = private_kb()
-    assert sum(item.size for item in given) == sum(1000 + int(item.key[3:9]) for item in given)
-    os.write(write, str(private_kb() - before).encode())
-    os._exit(0)
-os.close(write)
-_, status = os.wait()
-assert os.waitstatus_to_exitcode(status) == 0
-print(int(os.read(read, 64)))
-"""
-
-
-@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="Linux's /proc only")
-def test_a_forked_worker_does_not_copy_the_listing_it_reads():
-    # A worker that read the inherited Items wrote their reference counts: every page of the
-    # listing it touched (all, after the shuffle) became its own copy. Packed, the items are
-    # bytes it only reads.
-    def copied_kb(given: str) -> int:
-        run = subprocess.run([sys.executable, "-c", _COPIED_BY_A_FORKED_READER, given],
-                             capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
-        return int(run.stdout)
-
-    assert copied_kb("tuple") > 4000  # what the test can tell: ~200 bytes an item
-    assert copied_kb("packed") < 2000  # a chunk of items at a time, made in the worker
 
 
 def test_packed_items_give_back_the_items_they_were_made_from():

@@ -1,5 +1,6 @@
 """Reading a pack output in object storage: every reader over a memory:// URL gives what it
-gives over the local folder; a remote shard streams; a missing filesystem package is one line."""
+gives over the local folder (tf_dataset's in test_stream.py, which loads TensorFlow); a remote
+shard streams; a missing filesystem package is one line."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from shardpack.cli import app
 from shardpack.packing.daliindex import write_index_files
 from shardpack.read.describe import describe
 from shardpack.read.preview import make_preview
-from tests import helpers
 from tests.helpers import packed_tree
 
 FORMATS = ["tfrecord", "array_record", "webdataset"]
@@ -173,17 +173,3 @@ def test_a_remote_shard_streams_its_first_record(s3_bucket, tmp_path, caplog):
     assert offset == 0 and first == b"\0" * (1 << 20)
     assert 0 < sum(end - start for start, end in spans) <= 8 << 20  # of 24 MiB
     assert sum(1 for _ in records) == 23  # and the rest streams on
-
-
-@pytest.mark.heavy
-def test_tf_dataset_over_a_url_equals_the_local_folder(tmp_path):
-    helpers.heavy_import("tensorflow")
-    out = packed_tree(tmp_path, {"a": 4, "b": 3}, workers=1, shards=2)
-    url = _upload(out)
-
-    def keys(location, **kw):
-        ds = shardpack.tf_dataset(location, shuffle=False, decode=True, **kw)
-        return [(r["key"].numpy(), r["label"].numpy(), r["image"].numpy().tobytes()) for r in ds]
-
-    assert keys(url) == keys(out) and len(keys(url)) == 7
-    assert keys(url, shard=(1, 2)) == keys(out, shard=(1, 2))  # a share: every other shard

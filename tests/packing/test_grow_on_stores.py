@@ -1,0 +1,81 @@
+"""Grows with SRC or OUT in a store (moto's S3 server on loopback: tests/s3server.py): a grow
+reads no held object and a rewritten one again, and a dataset grown in a store is the one grown
+on disk. Apart from test_grow.py, which loads TensorFlow, so that they run beside it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+
+from shardpack.options import PackOptions
+from shardpack.packing import stamps
+from shardpack.packing.packer import pack
+from shardpack.read.stream import iter_examples
+from tests.helpers import image, make_tree, object_hashes, shard_files
+from tests.packing.test_grow import _add, _aged, _changed_and_removed
+
+
+def test_a_grow_of_a_src_on_s3_reads_no_held_object_and_an_update_reads_a_rewritten_one(
+    tmp_path: Path, s3, monkeypatch
+):
+    """Each object's stamp comes from its folder's listing (size, LastModified), taken before
+    the workers read it: the same pack again keeps its shards unread, `--append` of one
+    object GETs that one alone, not the held ones; an object rewritten under its key (another
+    stamp) is read by `--update` and its record is the new bytes."""
+    monkeypatch.setattr(stamps, "RACY_NS", 0)  # objects written just now are settled now
+    url = s3.put_tree(make_tree(tmp_path / "src", {"cat": 3, "dog": 3}), "src")
+    out = tmp_path / "out"
+    pack(url, out, PackOptions(shards=2, workers=1))
+    before = len(s3.fetched("src/"))
+    pack(url, out, PackOptions(shards=2, workers=1))  # stamps.unchanged: every shard kept
+    assert s3.fetched("src/")[before:] == []
+    s3.write("src/dog/new_000.jpg", cv2.imencode(".jpg", image(900))[1].tobytes())
+    before = len(s3.fetched("src/"))
+    result = pack(url, out, PackOptions(grow="append", workers=1))
+    assert result.grow["added"] == 1
+    assert s3.fetched("src/")[before:] == ["src/dog/new_000.jpg"]
+    rewritten = cv2.imencode(".png", image(901))[1].tobytes()
+    s3.write("src/cat/img_001.jpg", rewritten)
+    before = len(s3.fetched("src/"))
+    result = pack(url, out, PackOptions(grow="update", workers=1))
+    assert result.grow["changed"] == 1 and result.grow["shards_rewritten"] == 1
+    fetched = set(s3.fetched("src/")[before:])  # that one's shard is written again: its own
+    assert "src/cat/img_001.jpg" in fetched and len(fetched) <= 3, fetched  # of the 7
+    images = {r["key"]: r["image"] for r in iter_examples(out)}
+    assert images["cat/img_001.jpg"] == rewritten and len(images) == 7
+
+
+def test_a_dataset_grown_on_s3_is_byte_identical_to_one_grown_on_disk(tmp_path: Path, s3):
+    src = make_tree(tmp_path / "src", {"cat": 6, "dog": 6})
+    _aged(src)
+    local, out = tmp_path / "local", s3.url("packed/pets")
+
+    def index(url: str) -> dict:
+        import fsspec  # the s3 fixture skips where s3fs (and fsspec) is missing
+
+        with fsspec.open(f"{url}/index.json", "rb") as f:
+            doc = json.load(f)
+        doc.pop("stats")
+        for run in doc.get("history", []):
+            run.pop("when")
+        return doc
+
+    def both(**options) -> None:  # the same command into both, then the same bytes
+        for where in (str(local), out):
+            pack(src, where, PackOptions(workers=1, **options))
+        mine, theirs = object_hashes(out), object_hashes(local.as_uri())
+        assert mine.pop("index.json") and theirs.pop("index.json")  # timings differ
+        assert mine == theirs
+        assert index(out) == index(local.as_uri())
+
+    both(shards=4, name="pets")
+    _add(src, "eel", 3, seed=800)
+    _aged(src)
+    both(grow="append")
+    _changed_and_removed(src)
+    both(grow="update")  # its gaps closed by copies on the store
+    assert index(out)["retired"]  # the shards moved into the gaps, by their old names
+    assert sorted(shard_files(local)) == [f"pets-train.tfrecord-{i:05d}-of-00004" for i in range(4)]
+    assert s3.uploads() == []
