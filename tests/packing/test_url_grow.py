@@ -339,3 +339,38 @@ def test_update_fetches_a_row_whose_boxes_must_follow_the_pixels_as_fetched(tmp_
     assert all(after[row["url"]]["image"] == before[row["url"]]["image"] for row in rows)
     for row in rows:  # the boxes as a fresh pack moves them with the pixels
         assert after[row["url"]]["bbox"].tolist() == made[row["url"]]["bbox"].tolist()
+
+
+def test_update_counts_the_boxes_its_kept_records_lost_as_a_fresh_pack(tmp_path):
+    """A record --update keeps from its held shard is not fetched, so no worker sees its boxes
+    dropped: the summary lost them (boxes_dropped and the records boxes_dropped_in names).
+    They are carried from the held shard's tally, which names the first 20 records of each
+    reason: where it names them all (2 shards of ~11 here), the changed URL alone is fetched;
+    where it cannot tell of a record (1 shard: 22 lost boxes), that record is fetched again
+    and counted. Either way the summary reads as a fresh pack's of the same list."""
+    outside, inside = [1.1, 0.0, 1.4, 0.5], [0.1, 0.1, 0.6, 0.6]
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True}
+    with serving() as site:
+        rows = [{"url": site.url(f"/img/{i:02d}.png"),
+                 "bbox": [outside] * (1 + i % 2) * (i < 22) + [inside]}
+                for i in range(24)]  # fmt: skip
+        src = helpers.write_jsonl(tmp_path / "urls.jsonl", rows)
+        for shards in (1, 2):
+            pack(src, tmp_path / f"out{shards}", PackOptions(**given, shards=shards))
+        rows[23]["url"] = site.url("/img/30.png")
+        helpers.write_jsonl(src, rows)
+        pack(src, tmp_path / "fresh", PackOptions(**given))
+        fresh = _index(tmp_path / "fresh")["summaries"]
+        assert sum(fresh["train"]["boxes_dropped"].values()) == 33
+        assert len(fresh["train"]["boxes_dropped_in"]["outside the image"]) == 20
+        fetched = {}
+        for shards in (1, 2):
+            site.hits.clear()
+            pack(src, tmp_path / f"out{shards}", PackOptions(**given, grow="update"))
+            fetched[shards] = sorted(site.hits)
+    for shards in (1, 2):
+        summaries = _index(tmp_path / f"out{shards}")["summaries"]
+        for what in ("boxes_dropped", "boxes_dropped_in"):
+            assert summaries["train"][what] == fresh["train"][what], (shards, what)
+    assert fetched[2] == ["/img/30.png"]
+    assert fetched[1] == ["/img/20.png", "/img/21.png", "/img/22.png", "/img/30.png"]

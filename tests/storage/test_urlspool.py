@@ -333,7 +333,7 @@ def test_a_killed_runs_spool_for_a_store_is_removed_by_a_later_run_not_a_live_on
             options = PackOptions(workers=1, path_column="url", allow_private_urls=True,
                                   dedup="exact")  # fmt: skip
             assert pack(other, s3.url("later"), options).num_records == 4
-            assert spools() == {alive} and len(list(alive.iterdir())) >= 5
+            assert not left.exists() and spools() == {alive} and len(list(alive.iterdir())) >= 5
         finally:
             for run in runs:
                 run.kill()
