@@ -209,8 +209,8 @@ def choose_workers(
     others_busy: Callable[[], float],
 ) -> int:
     """--workers if given; else the count the cost model expects to finish first on the cores
-    other processes leave free (at least 1, never more than there are shards); on Dask, the
-    cores.
+    other processes leave free (at least 1, never more than there are shards where they are
+    known); on Dask, the cores.
 
     Args:
         work: one core's estimated seconds of the work (plan.plan_seconds, work_seconds).
