@@ -13,8 +13,10 @@ bytes writes, but where the dataset moves geometry with the pixels (boxes, keypo
 and the row's values changed: the new values must follow the pixels of the image as fetched,
 so such a row is fetched again. Its facts are the held ones (content key, written size) and
 so are the boxes it lost, by reason: its row and bytes unchanged, a fresh pack drops as many,
-and its held shard's tally names them (a record it cannot tell of, one past the records each
-shard names, or of an older shardpack's shard, is fetched again and counted anew); its
+and its held shard's tally names each record that lost any. A kept record is never fetched
+again to count them (its URL may no longer answer, and a grow keeps what OUT holds): in a shard
+an older shardpack wrote, whose tally names the first 20 records of each reason or none, the
+boxes of a record it does not name go uncounted, and the recount may undercount there. Its
 EXIF orientation and whether --encode keep made it PNG are counted where its stored bytes are
 the bytes fetched (or, for the second, where the options neither resize nor turn an image:
 a PNG of other bytes was made so), unknown (not counted) otherwise.
@@ -27,10 +29,10 @@ from typing import NamedTuple
 
 from shardpack import images
 from shardpack.containers import CONTAINERS, ShardReader
+from shardpack.contentsfile import DROPPED_IN, dropped_in
 from shardpack.errors import ImageError, Option, RecordError, SourceError
 from shardpack.options import PackOptions
-from shardpack.packing.facts import DROPPED, ShardFacts, content_key
-from shardpack.packing.stats import Tallies
+from shardpack.packing.facts import ShardFacts, content_key
 from shardpack.schema import Schema, example_value
 from shardpack.sources import Item
 from shardpack.sources.openfiles import OpenFiles
@@ -62,54 +64,29 @@ def kept_records(
     """key -> Kept of each of `items` whose record is taken from its held shard: an image URL
     OUT holds (`held`: key -> (shard, number, size, meta); `contents`: the shards' entries),
     but, where the dataset moves geometry with the pixels (`moved`), not one whose label or
-    fields changed (`changed`), nor one whose boxes lost its shard's tally cannot tell."""
+    fields changed (`changed`). Each with the boxes its shard's tally names it lost."""
     found = {}
-    drops: dict[str, _Drops | None] = {}  # each held shard's, read once
+    lost: dict[str, dict[str, tuple[tuple[str, int], ...]]] = {}  # each held shard's, read once
     for item in items:
         where = held.get(item.key)
         if where is None or not is_web_url(item.path) or (moved and item.key in changed):
             continue
         file, number, size, _ = where
-        dropped: tuple[tuple[str, int], ...] | None = ()
-        if moved:
-            if file not in drops:
-                drops[file] = _Drops.of(contents[file])
-            dropped = drops[file].lost(item.key) if drops[file] is not None else None
-            if dropped is None:
-                continue  # fetched again: its worker counts what it drops
+        if file not in lost:
+            lost[file] = _lost(contents[file]["tally"])
+        dropped = lost[file].get(item.key, ())
         found[item.key] = Kept(file, number, contents[file]["crc"][number], size, dropped)
     return found
 
 
-class _Drops(NamedTuple):
-    """What a held shard's tally tells of the boxes its records lost: by reason, the records
-    it names (facts.DROPPED_IN: the first by key) with their boxes, and the reasons whose
-    records it does not all name."""
-
-    named: dict[str, dict[str, int]]
-    unnamed: frozenset[str]
-
-    @classmethod
-    def of(cls, entry: Mapping[str, list]) -> _Drops | None:
-        """The drops of a contents.json entry; None where it holds no tally (an older
-        shardpack's shard: nothing is told)."""
-        if not entry["tally"]:
-            return None
-        tallies = Tallies()
-        tallies.add(entry["tally"], ())
-        named = tallies.dropped_in
-        unnamed = frozenset(
-            reason for (what, reason), n in tallies.counts.items()
-            if what == DROPPED and sum(named.get(reason, {}).values()) < n
-        )  # fmt: skip
-        return cls(named, unnamed)
-
-    def lost(self, key: str) -> tuple[tuple[str, int], ...] | None:
-        """The boxes the record `key` lost, by reason; None where the tally cannot tell."""
-        if any(key not in self.named.get(reason, {}) for reason in self.unnamed):
-            return None
-        return tuple((reason, keys[key]) for reason, keys in sorted(self.named.items())
-                     if key in keys)  # fmt: skip
+def _lost(tally: list) -> dict[str, tuple[tuple[str, int], ...]]:
+    """key -> the boxes it lost, by reason, of each record a held shard's tally names."""
+    lost: dict[str, list[tuple[str, int]]] = {}
+    for what, value, n in tally:
+        if what == DROPPED_IN:
+            reason, key = dropped_in(value)
+            lost.setdefault(key, []).append((reason, n))
+    return {key: tuple(sorted(reasons)) for key, reasons in lost.items()}
 
 
 class KeptReader:
