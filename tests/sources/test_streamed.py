@@ -30,8 +30,9 @@ GONE = 16
 
 
 def _planned(src, options):
-    """The fresh pack's scan and plan of a list (no --dedup: nothing fetched is kept)."""
-    return _scan_and_plan(src, options, None, UrlSpool(tempfile.gettempdir()))
+    """The fresh pack's scan and plan of a list (no --dedup: nothing fetched is kept, and no
+    pass asks for its workers)."""
+    return _scan_and_plan(src, options, None, UrlSpool(tempfile.gettempdir()), lambda *_: 1)
 
 
 def _paths() -> list[list[str]]:
