@@ -9,6 +9,7 @@ and every field checked against the index it must agree with.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -26,10 +27,15 @@ FORMAT = "shardpack-contents"
 MAX_CONTENTS_BYTES = 1 << 30
 # The JSON values (numbers, strings, lists, objects: each a Python object once parsed) a file
 # may hold per record and skipped item it describes, and per shard: what a pack writes is
-# well under each (8 a record, 11 one of a --dedup near dataset, 11 a copy --dedup left out);
-# past them it is planted, and refused unread.
-VALUES_PER_ITEM = 16
+# well under each (8 a record, 11 one of a --dedup near dataset, and 4 more for each of the 4
+# reasons a record lost boxes for: a DROPPED_IN row; 11 a copy --dedup left out); past them it
+# is planted, and refused unread.
+VALUES_PER_ITEM = 32
 VALUES_PER_SHARD = 256
+# A shard's tally row (packing/facts.py) naming a record of it that lost boxes: its value
+# "<reason>: <key>" (dropped_in), its count the boxes lost for that reason. A shard's tally
+# names each such record once a reason (a split's summary, the first few: packing/stats.py).
+DROPPED_IN = "boxes_dropped_in"
 
 # What values() keeps of a planted file (quotes and what it counts), and reads at a time.
 _UNCOUNTED = bytes(set(range(256)) - set(b'",[{'))
@@ -237,7 +243,7 @@ def _agrees(entry: object, records: int, one_label: bool) -> bool:
             _only(v, int) and min(v, default=0) >= 0
             for v in (crc, size, counts, lossless, *more.values())
         )
-        and all(_tallied(t) for t in tally)
+        and tally_fits(tally, records)
         and (not one_label or sum(counts) <= records)
     )
 
@@ -246,6 +252,21 @@ def _only(values_: list, kind: type) -> bool:
     """Whether every value is of exactly `kind` (a bool is no int): map and set run in C, a
     tenth of a test per value over a million records."""
     return set(map(type, values_)) <= {kind}
+
+
+def tally_fits(tally: object, records: int) -> bool:
+    """Whether `tally` is a shard's (a list of [what, value, count]) that names, of each reason
+    boxes were dropped for, no more records (DROPPED_IN rows) than the shard's `records`."""
+    if not isinstance(tally, list) or not all(map(_tallied, tally)):
+        return False
+    named = Counter(dropped_in(value)[0] for what, value, _ in tally if what == DROPPED_IN)
+    return max(named.values(), default=0) <= records
+
+
+def dropped_in(value: str) -> tuple[str, str]:
+    """The reason and the record's key a DROPPED_IN row's value names."""
+    reason, _, key = value.partition(": ")
+    return reason, key
 
 
 def _tallied(row: object) -> bool:

@@ -875,3 +875,10 @@ def vouch_size(out: Path, name: str) -> None:
             if shard["file"] == name:
                 shard["num_bytes"] = (out / name).stat().st_size
     (out / "index.json").write_text(json.dumps(doc))
+
+
+def planned_work(plan, options) -> tuple[float, int]:
+    """What fresh.choose_workers weighs of a plan: one core's seconds of it, and its shards."""
+    from shardpack.packing.plan import plan_seconds
+
+    return plan_seconds(plan, options), len(plan.shards)

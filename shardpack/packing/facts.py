@@ -5,7 +5,7 @@ size of the image as stored (after any resize or re-encoding) in one packed tabl
 shard counts of formats, channels and EXIF orientations, and of a dataset of objects
 (packing/objects.py): objects, images without, objects per image, objects per class (ids for
 class features, names for text), box sizes as COCO defines them, and the boxes dropped by
-reason with the first records by key that lost them."""
+reason with each record that lost them."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from collections import Counter
 import numpy as np
 import xxhash
 
+from shardpack.contentsfile import DROPPED_IN
 from shardpack.crc import crc32c
 from shardpack.packing.objects import Objects, size_name
 
@@ -47,10 +48,11 @@ CLASSES = "object_classes"  # class id (a class feature's) or name (text): objec
 SIZES = "box_sizes"  # small, medium, large: boxes
 WITHOUT = "images without objects"
 DROPPED = "boxes_dropped"  # why a box was dropped (packing/boxes.py's reasons): boxes
-# The records that lost boxes, a tally row (DROPPED_IN, "<reason>: <key>", boxes) each: of each
-# reason, a shard's and a split's summary name the first MAX_NAMED_DROPS by key (whatever the
+# The records that lost boxes, a tally row (DROPPED_IN, "<reason>: <key>", boxes) each: a
+# shard's tally names every one (a grow counts a record it keeps unfetched from them: kept.py;
+# contentsfile.py reads them back, no more of a reason than the shard's records),
+# a split's summary the first MAX_NAMED_DROPS by key of each reason (stats.py: whatever the
 # order the shards land in; the counts count them all), as duplicates names 20 label conflicts.
-DROPPED_IN = "boxes_dropped_in"
 MAX_NAMED_DROPS = 20
 # Distinct text class names tallied in a shard; the rest count as OTHER (a summary stays small
 # whatever a text column holds).
@@ -95,7 +97,7 @@ class ShardFacts:
         # (format, channels, orientation) -> records: one count a record, spelled out by tally
         self.looks: Counter[tuple[str, int, int | None]] = Counter()
         self._names = 0  # distinct text class names tallied
-        self._dropped_in: dict[str, dict[str, int]] = {}  # reason -> key -> boxes (named_first)
+        self._dropped_in: dict[str, dict[str, int]] = {}  # reason -> key -> boxes
 
     def add(
         self,
@@ -139,11 +141,11 @@ class ShardFacts:
                        stamp[0])  # fmt: skip
 
     def drop(self, key: str, dropped: dict[str, int]) -> None:
-        """Count the boxes the record `key` lost, by reason (boxes.follow), and name it among
-        the shard's first of each reason (named_first)."""
+        """Count the boxes the record `key` lost, by reason (boxes.follow), and name it."""
         for reason, n in dropped.items():
             self.counts[DROPPED, reason] += n
-            named_first(self._dropped_in.setdefault(reason, {}), key, n)
+            named = self._dropped_in.setdefault(reason, {})
+            named[key] = named.get(key, 0) + n
 
     def _add_objects(self, features: dict) -> None:
         """Count a written record's objects (its features as encoded: flat lists)."""
@@ -178,14 +180,6 @@ class ShardFacts:
         for reason, named in self._dropped_in.items():
             counts.update({(DROPPED_IN, f"{reason}: {key}"): n for key, n in named.items()})
         return tuple(sorted((what, value, n) for (what, value), n in counts.items()))
-
-
-def named_first(named: dict[str, int], key: str, n: int) -> None:
-    """Add the `n` boxes `key` lost to `named` (key -> boxes), which keeps the MAX_NAMED_DROPS
-    least keys."""
-    named[key] = named.get(key, 0) + n
-    if len(named) > MAX_NAMED_DROPS:
-        del named[max(named)]
 
 
 def record_sizes(rows: np.ndarray, num_records: int) -> set[tuple[int, int]] | None:

@@ -27,6 +27,7 @@ from shardpack.packing.plan import (
     ShardResult,
     best_workers,
     make_plan,
+    plan_seconds,
     work_seconds,
 )
 from shardpack.packing.rangeplan import failure_rows, make_range_plan, streamed_rows
@@ -67,8 +68,15 @@ class FreshPack:
         this plan finished."""
         watch = CpuWatch()  # the scan and plan are the window that measures others' load
         options, out = self.options, self.out
-        dataset, found, self.name, plan = _scan_and_plan(self.src, options, self.storage_options,
-                                                         self.fetched)  # fmt: skip
+        self.in_process = out.in_process or self.src.in_process  # memory:// is ours alone
+
+        def choose(work: float, shards: int | None) -> int:
+            if self.in_process:
+                return 1
+            return choose_workers(work, shards, options, machine_cores(), watch.others_busy)
+
+        dataset, found, self.name, plan, workers = _scan_and_plan(
+            self.src, options, self.storage_options, self.fetched, choose)  # fmt: skip
         self.groups, self.noted = found or (None, Noted())
         CONTAINERS[options.format].check_naming(options.wds_naming, list(dataset.schema))
         splits = {spec.split for spec in plan.shards}
@@ -83,10 +91,10 @@ class FreshPack:
             refuse_index_file_folders(out, specs)
         reused, ours = prepare(out, plan, options.overwrite, options.resume, beside, record,
                                unchanged)  # fmt: skip
-        workers = choose_workers(plan, options, machine_cores(), watch.others_busy)
-        self.in_process = out.in_process or self.src.in_process  # memory:// is ours alone
+        if workers is None:  # (chosen before the --dedup pass, where it ran)
+            workers = choose(plan_seconds(plan, options), len(plan.shards))
         if self.in_process:
-            workers, options = 1, replace(options, backend="local")
+            options = replace(options, backend="local")
         # a streamed list's items are ranges, not held: no contents.json nor stamps
         self.spool = None
         if streamed_rows(dataset) is None:
@@ -194,14 +202,19 @@ def default_name(dataset: Dataset, src: Storage) -> str:
 
 
 def choose_workers(
-    plan: Plan, options: PackOptions, cores: int, others_busy: Callable[[], float]
+    work: float,
+    shards: int | None,
+    options: PackOptions,
+    cores: int,
+    others_busy: Callable[[], float],
 ) -> int:
     """--workers if given; else the count the cost model expects to finish first on the cores
-    other processes leave free (at least 1, never more than there are shards); on Dask, the
-    cores.
+    other processes leave free (at least 1, never more than there are shards where they are
+    known); on Dask, the cores.
 
     Args:
-        plan: the shards to write.
+        work: one core's estimated seconds of the work (plan.plan_seconds, work_seconds).
+        shards: the shards to write (None: not planned yet, the --dedup pass's choice).
         options: the run's options (the encoding decides the cost per item).
         cores: the cores this process may run on.
         others_busy: returns how many cores other processes keep busy; called only when the
@@ -211,43 +224,49 @@ def choose_workers(
         return options.workers
     if options.backend != "local":
         return cores  # a Dask LocalCluster of this machine's cores, as before; no model for it
-    if plan.cost is not None:  # records of one cost: their count tells (a range unread)
-        work = sum(len(spec.items) for spec in plan.shards) * plan.cost.seconds[options.encode]
-    else:
-        work = work_seconds(tuple(i for spec in plan.shards for i in spec.items), options)
-    serial, shards = SERIAL_SHARE[options.encode], len(plan.shards)
+    serial = SERIAL_SHARE[options.encode]
     if best_workers(work, cores, shards, serial) == 1:
         return 1  # no need to look at the load
     return best_workers(work, cores, shards, serial, busy=max(0.0, others_busy()))
 
 
 def _scan_and_plan(
-    src_root: Storage, options: PackOptions, storage_options: dict | None, fetched: UrlSpool
-) -> tuple[Dataset, tuple[list, Noted] | None, str, Plan]:
+    src_root: Storage,
+    options: PackOptions,
+    storage_options: dict | None,
+    fetched: UrlSpool,
+    choose: Callable[[float, int | None], int],
+) -> tuple[Dataset, tuple[list, Noted] | None, str, Plan, int | None]:
     """List SRC, drop copies under --dedup, and plan the shards: the dataset, the copies found
     and what contents.json notes of them (duplicates.dedup; None: to be found in what the
-    workers write), the dataset's name and the plan. What --dedup fetches is kept in
-    `fetched`, whence the workers read it."""
+    workers write), the dataset's name, the plan, and the workers `choose` (work, shards)
+    gave the --dedup pass (None: no pass, they are chosen from the plan). What --dedup
+    fetches is kept in `fetched`, whence the workers read it."""
     dataset = scan(src_root, options, storage_options)
     if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
         key, reason = dataset.skipped[0]
         raise ImageError(key, f"{reason}; fix it, or ", *SKIP_HINT)
-    found = None
+    found = workers = None
     if options.dedup != "none":
+        # the pass reads as the workers that write the shards, chosen now from the work it
+        # reads (no less than they write): no host is asked harder by it than by them
+        cost = dataset.source.record_cost
+        workers = choose(sum(work_seconds(items, options, cost)
+                             for items in dataset.splits.values()), None)  # fmt: skip
         dataset.root.keep_fetched(fetched)  # each URL fetched once: the bytes keyed are packed
-        dataset, *copies = duplicates.dedup(dataset, options, options.workers or machine_cores())
+        dataset, *copies = duplicates.dedup(dataset, options, workers)
         found = tuple(copies)
     name = options.name or default_name(dataset, src_root)
     if streamed_rows(dataset) is not None:
-        return dataset, found, name, make_range_plan(dataset, name, options)
+        return dataset, found, name, make_range_plan(dataset, name, options), workers
     if options.shuffle_window:
         raise OptionError(f"{src_root.path()}: ", Option("shuffle_window"), " streams a "
                           "folder or pattern of Parquet or JSONL lists with no label or "
                           "split column (and no ", Option("split"), " or ", Option("dedup"),
                           "); this SRC is read whole: drop ",
                           Option("shuffle_window"))  # fmt: skip
-    return dataset, found, name, make_plan(dataset, name, options,
-                                            options.workers or machine_cores())  # fmt: skip
+    plan = make_plan(dataset, name, options, options.workers or machine_cores())
+    return dataset, found, name, plan, workers
 
 
 def _leave_nothing(

@@ -176,6 +176,9 @@ class GrowPack:
         self.listed, state = _checked_names(out, old)
         options = dataset_options(old, self.given)
         CONTAINERS[options.format].require()
+        # the --dedup pass reads as the workers that write the shards: as many
+        self.workers = 1 if out.in_process or self.src.in_process else (
+            self.given.workers or machine_cores())  # fmt: skip
         dataset, change = self._compare(options)
         options = replace(options, classes=dataset.classes or None)
         update = options.grow == "update"
@@ -197,9 +200,7 @@ class GrowPack:
         record = {**plan_record(plan, options), "grow": options.grow,
                   "generation": self.generation}  # fmt: skip
         reused = prepare_growth(out, plan, set(self.listed))
-        workers = 1 if out.in_process or self.src.in_process else (
-            self.given.workers or machine_cores())  # fmt: skip
-        return Planned(dataset, plan, options, record, reused, workers, journal_first=True)
+        return Planned(dataset, plan, options, record, reused, self.workers, journal_first=True)
 
     def _compare(self, options: PackOptions) -> tuple[Dataset, Change]:
         """SRC scanned and compared with what OUT holds, its copies against the held ones."""
@@ -219,7 +220,7 @@ class GrowPack:
         gone = _gone(frozenset(key for key, _ in self.held.skips()), dataset)
         self.held = self.held.without_skips(gone)
         self.contents = self.held.shards
-        change = _compare(dataset, self.held, self.known, self.skips, options)
+        change = _compare(dataset, self.held, self.known, self.skips, options, self.workers)
         # a skip read again is noted again by the shard that reads it (or none)
         self.held = self.held.without_skips(change.reread)
         self.contents = self.held.shards
@@ -230,7 +231,7 @@ class GrowPack:
         if not self.later and (change.new or change.changed or change.vanished or change.left or
                                dataset.skipped or gone or _dropped_copies(old)):  # fmt: skip
             update = options.grow == "update"
-            self.copies = _copies(dataset, self.contents, change, options, update)
+            self.copies = _copies(dataset, self.contents, change, options, update, self.workers)
             dataset, change = _without(dataset, change, self.copies, self.contents, update)
             change = _kept_now(dataset, change, self.copies)
         self.change = change
@@ -257,7 +258,7 @@ class GrowPack:
         # a skipped item gone from SRC, or what the scan says of SRC's other files changed
         if copies is None and (loose != self.held.loose or rescanned or classed):
             update = options.grow == "update"
-            copies = _copies(dataset, contents, change, options, update)
+            copies = _copies(dataset, contents, change, options, update, self.workers)
         told = copies and _told(old, dataset, contents, loose, copies, options)
         retold = bool(told) and (told != {k: getattr(old, k) for k in told} or
                                  loose != self.held.loose or classed)  # fmt: skip
@@ -288,7 +289,7 @@ class GrowPack:
         fresh = {spec.file: fresh[spec.file] for spec in plan.shards}
         if self.later:
             copies = _copies(dataset, contents, change, options, options.grow == "update",
-                             written_keys(plan, results))  # fmt: skip
+                             planned.workers, written_keys(plan, results))  # fmt: skip
         summary = change.summary(options.grow, len(touched))
         mended = _packed_again(self.again, fresh)
         summary["added"] -= len(self.again) - mended  # failing again: listed already, not added
@@ -619,16 +620,16 @@ def _feature_change(features: dict, old: dict) -> str:
 
 def _compare(
     dataset: Dataset, held_: Contents, known: dict[str, int], skips: dict[str, tuple[int, int]],
-    options: PackOptions,
+    options: PackOptions, threads: int,
 ) -> Change:  # fmt: skip
     """What is new in SRC, what changed and what vanished, by (split, key). A held item whose
     file has its content key's size and the mtime `known` (stamps.py) and whose label and
     fields are the packed ones is unchanged, unread; the others are read and keyed as workers
-    key them, and where the bytes are the packed ones their file's new mtime goes into `known`
-    (the next run reads them no more). An item changes when its bytes, label or fields do. A
-    copy --dedup left out whose URL's row is unchanged is no new item: it is `left`, unread.
-    An item skipped when packed is new again where its file's stamp now is not the one its
-    skip noted (`skips`; _reread)."""
+    key them (on `threads` threads: the run's workers), and where the bytes are the packed
+    ones their file's new mtime goes into `known` (the next run reads them no more). An item
+    changes when its bytes, label or fields do. A copy --dedup left out whose URL's row is
+    unchanged is no new item: it is `left`, unread. An item skipped when packed is new again
+    where its file's stamp now is not the one its skip noted (`skips`; _reread)."""
     contents = held_.shards
     dropped = {row[1]: row for row in held_.noted.dropped}
     left = {}
@@ -669,8 +670,7 @@ def _compare(
               for (name, item), stamp, was in zip(present, now, recorded, strict=True)
               if not is_web_url(item.path)
               and (stamp != was or item.key in relabelled)]  # fmt: skip
-    keys = content_keys([(name, item) for name, item, _ in unsure], dataset, options,
-                        options.workers or machine_cores())  # fmt: skip
+    keys = content_keys([(name, item) for name, item, _ in unsure], dataset, options, threads)
     for (name, item, stamp), key in zip(unsure, keys, strict=True):
         file, i, size, _ = held[item.key]
         if key[:2] != (contents[file]["crc"][i], size) or item.key in relabelled:
@@ -738,7 +738,7 @@ def _kept_now(dataset: Dataset, change: Change, copies: Copies) -> Change:
 
 def _copies(
     dataset: Dataset, contents: dict[str, Entry], change: Change, options: PackOptions,
-    update: bool, written: dict[str, duplicates.ContentKey] | None = None,
+    update: bool, threads: int, written: dict[str, duplicates.ContentKey] | None = None,
 ) -> Copies:  # fmt: skip
     """The copies among the items the grown dataset will hold, as a fresh pack of SRC finds
     them: the held items keyed by contents.json (or as _compare read them), as are the copies
@@ -746,7 +746,8 @@ def _copies(
     the held items unread by their bytes alone. With --dedup, each group keeps its copy as a
     fresh pack would (the evaluation split's), save that --append, which never rewrites a
     shard, keeps the held copy of a group that has one. `written`: the new items' keys as
-    their workers took them (then one they skipped is no member)."""
+    their workers took them (then one they skipped is no member). Those read now are read on
+    `threads` threads, fetching as that many workers (the run's)."""
     held, read = change.held, change.read
     new = {item.key for items in change.new.values() for item in items}
     changed = {item.key for items in change.changed.values() for item in items}
@@ -779,7 +780,6 @@ def _copies(
                 continue  # skipped when packed: not in the dataset
             members.append((split, item))
     unread = [i for i, key in enumerate(keys) if key is None]
-    threads = options.workers or machine_cores()
     marks: list[stamps.Stamp] = [(row[3], row[6]) if (row := change.left.get(item.key)) and
                                  row[6] else None for _, item in members]  # fmt: skip
     read = duplicates.content_keys([members[i] for i in unread], dataset, options, threads)

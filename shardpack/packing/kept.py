@@ -11,7 +11,12 @@ The parent picks the records (`kept_records`), each with its shard and record nu
 worker reads them there (`KeptReader`). A kept record is the record a fresh pack of the same
 bytes writes, but where the dataset moves geometry with the pixels (boxes, keypoints, masks)
 and the row's values changed: the new values must follow the pixels of the image as fetched,
-so such a row is fetched again. Its facts are the held ones (content key, written size); its
+so such a row is fetched again. Its facts are the held ones (content key, written size) and
+so are the boxes it lost, by reason: its row and bytes unchanged, a fresh pack drops as many,
+and its held shard's tally names each record that lost any. A kept record is never fetched
+again to count them (its URL may no longer answer, and a grow keeps what OUT holds): in a shard
+an older shardpack wrote, whose tally names the first 20 records of each reason or none, the
+boxes of a record it does not name go uncounted, and the recount may undercount there. Its
 EXIF orientation and whether --encode keep made it PNG are counted where its stored bytes are
 the bytes fetched (or, for the second, where the options neither resize nor turn an image:
 a PNG of other bytes was made so), unknown (not counted) otherwise.
@@ -24,6 +29,7 @@ from typing import NamedTuple
 
 from shardpack import images
 from shardpack.containers import CONTAINERS, ShardReader
+from shardpack.contentsfile import DROPPED_IN, dropped_in
 from shardpack.errors import ImageError, Option, RecordError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.facts import ShardFacts, content_key
@@ -45,6 +51,7 @@ class Kept(NamedTuple):
     number: int  # the record's number in it
     crc: int
     size: int  # of the image as fetched
+    dropped: tuple[tuple[str, int], ...] = ()  # the boxes it lost when packed, by reason
 
 
 def kept_records(
@@ -57,15 +64,29 @@ def kept_records(
     """key -> Kept of each of `items` whose record is taken from its held shard: an image URL
     OUT holds (`held`: key -> (shard, number, size, meta); `contents`: the shards' entries),
     but, where the dataset moves geometry with the pixels (`moved`), not one whose label or
-    fields changed (`changed`)."""
+    fields changed (`changed`). Each with the boxes its shard's tally names it lost."""
     found = {}
+    lost: dict[str, dict[str, tuple[tuple[str, int], ...]]] = {}  # each held shard's, read once
     for item in items:
         where = held.get(item.key)
         if where is None or not is_web_url(item.path) or (moved and item.key in changed):
             continue
         file, number, size, _ = where
-        found[item.key] = Kept(file, number, contents[file]["crc"][number], size)
+        if file not in lost:
+            lost[file] = _lost(contents[file]["tally"])
+        dropped = lost[file].get(item.key, ())
+        found[item.key] = Kept(file, number, contents[file]["crc"][number], size, dropped)
     return found
+
+
+def _lost(tally: list) -> dict[str, tuple[tuple[str, int], ...]]:
+    """key -> the boxes it lost, by reason, of each record a held shard's tally names."""
+    lost: dict[str, list[tuple[str, int]]] = {}
+    for what, value, n in tally:
+        if what == DROPPED_IN:
+            reason, key = dropped_in(value)
+            lost.setdefault(key, []).append((reason, n))
+    return {key: tuple(sorted(reasons)) for key, reasons in lost.items()}
 
 
 class KeptReader:

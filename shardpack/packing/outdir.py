@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from shardpack.containers import Container, is_shard_name
+from shardpack.contentsfile import tally_fits
 from shardpack.errors import IndexFormatError, Option, OutputError, printable, shortened
 from shardpack.index import Index, load_index
 from shardpack.layout import (
@@ -367,12 +368,12 @@ def _shard_result(entry: object) -> ShardResult | None:
         )
         and type(entry["lossless"]) is int
     )
-    content, tally = _content(entry["content"]), _tally(entry["tally"])
-    if not good or content is None or tally is None:
+    content = _content(entry["content"])
+    if not good or content is None or not tally_fits(entry["tally"], entry["num_records"]):
         return None
     return ShardResult(**{**entry, "label_counts": tuple(entry["label_counts"]),
-                          "skipped": tuple(map(tuple, entry["skipped"])),
-                          "content": content, "tally": tally})  # fmt: skip
+                          "skipped": tuple(map(tuple, entry["skipped"])), "content": content,
+                          "tally": tuple(map(tuple, entry["tally"]))})  # fmt: skip
 
 
 def _content(value: object) -> bytes | None:
@@ -381,20 +382,6 @@ def _content(value: object) -> bytes | None:
         return base64.b64decode(value, validate=True) if isinstance(value, str) else None
     except binascii.Error:
         return None
-
-
-def _tally(value: object) -> tuple[tuple[str, str, int], ...] | None:
-    """A journal's tally as ShardFacts.tally gives it, or None if it is not one."""
-    if not isinstance(value, list) or not all(
-        isinstance(t, list)
-        and len(t) == 3
-        and isinstance(t[0], str)
-        and isinstance(t[1], str)
-        and type(t[2]) is int
-        for t in value
-    ):
-        return None
-    return tuple(map(tuple, value))
 
 
 def _reusable(

@@ -95,7 +95,7 @@ def pack(
         steps = FreshPack(src_root, out, options, storage_options)
     created = steps.open()
     with out.lock(created), keeping(), closing(steps):  # what sources load once a run
-        out.clear_scratch()  # a killed run's spool: under the lock, no live run owns it
+        out.clear_scratch()  # dead runs' spools (never a live run's: urlspool)
         # the listing and the plan: millions of objects and no cycles, the Items freed (packed)
         # before the collector is back
         with no_gc(), reporting(scan_progress):

@@ -138,6 +138,14 @@ def work_seconds(
     return _work_seconds(_tally(items, cost), options, cost)
 
 
+def plan_seconds(plan: Plan, options: PackOptions) -> float:
+    """One core's estimated seconds to write the plan's items (work_seconds; a range's records
+    counted, unread)."""
+    if plan.cost is not None:  # records of one cost: their count tells
+        return sum(len(spec.items) for spec in plan.shards) * plan.cost.seconds[options.encode]
+    return work_seconds(tuple(i for spec in plan.shards for i in spec.items), options)
+
+
 def _work_seconds(
     tally: tuple[int, int, int], options: PackOptions, cost: RecordCost | None
 ) -> float:

@@ -15,9 +15,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from shardpack.contentsfile import DROPPED_IN, dropped_in
 from shardpack.errors import shortened
 from shardpack.index import MAX_SKIPPED_TEXT
-from shardpack.packing.facts import DROPPED_IN, FACT_DTYPE, named_first
+from shardpack.packing.facts import FACT_DTYPE, MAX_NAMED_DROPS
 
 # Bins of the histograms: few enough for the index, enough for a chart.
 BINS = 20
@@ -64,7 +65,8 @@ def _tally_of(entry: dict) -> list:
 
 class Tallies:
     """A split's tallies, its shards' added as they land: counts by (what, value), and the
-    records named of each reason boxes were dropped for (the first by key: facts.DROPPED_IN)."""
+    records named of each reason boxes were dropped for (of those its shards name, the first
+    MAX_NAMED_DROPS by key: facts.DROPPED_IN)."""
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, str]] = Counter()
@@ -74,8 +76,8 @@ class Tallies:
         """Add a shard's tally (facts.ShardFacts.tally) and its skip reasons."""
         for what, value, n in tally:
             if what == DROPPED_IN:
-                reason, _, key = value.partition(": ")
-                named_first(self.dropped_in.setdefault(reason, {}), key, n)
+                reason, key = dropped_in(value)
+                _named_first(self.dropped_in.setdefault(reason, {}), key, n)
             else:
                 self.counts[_TALLIED.get(what, what), value] += n
         self.counts.update(("skipped", reason_kind(reason)) for reason in reasons)
@@ -92,6 +94,14 @@ class Tallies:
                 for reason, named in sorted(self.dropped_in.items())
             }
         return summary
+
+
+def _named_first(named: dict[str, int], key: str, n: int) -> None:
+    """Add the `n` boxes `key` lost to `named` (key -> boxes), which keeps the MAX_NAMED_DROPS
+    least keys."""
+    named[key] = named.get(key, 0) + n
+    if len(named) > MAX_NAMED_DROPS:
+        del named[max(named)]
 
 
 def held(tables: list[np.ndarray]) -> Rows:

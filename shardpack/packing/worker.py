@@ -218,12 +218,13 @@ def _kept_record(
 ) -> tuple[dict[str, object], dict[str, int]]:  # fmt: skip
     """A record a grow keeps (kept.py): its image as OUT holds it, with the item's label and
     fields now; where the dataset moves geometry with the pixels, its values as held (the
-    parent keeps no such record whose values changed). No object is dropped."""
+    parent keeps no such record whose values changed), and the boxes it lost when packed, by
+    reason (Kept.dropped)."""
     features = held.record(item, where)
     if not looks.moved:
         size = features["height"], features["width"]
         features.update(_fields(item, schema, (), (), size, options.min_visibility)[0])
-    return features, {}
+    return features, dict(where.dropped)
 
 
 def _record(

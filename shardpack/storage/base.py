@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.storage.atomic import HASH_CHUNK
+from shardpack.storage.urlspool import remove_left
 
 if TYPE_CHECKING:
     from shardpack.storage.urlspool import UrlSpool
@@ -403,10 +404,10 @@ class Storage:
         return tempfile.gettempdir()
 
     def clear_scratch(self) -> None:
-        """Under OUT's lock, as a run starts: remove what a killed run of OUT kept for itself
-        in scratch_folder (the URLs --dedup fetched), which no live run owns; where that is no
-        folder of OUT's own (the system's temporary folder, shared by every run), nothing."""
-        return None
+        """As a run starts: remove what dead runs kept for themselves in scratch_folder (the
+        URLs --dedup fetched, urlspool.remove_left), never a live run's: OUT's own on a disk,
+        every dead run's on this machine in the system's temporary folder."""
+        remove_left(self.scratch_folder())
 
     def progress_folder(self) -> str | None:
         """A local folder where workers may leave progress files the parent can read, or

@@ -35,7 +35,6 @@ from shardpack.storage.base import (
     Storage,
 )
 from shardpack.storage.srcfiles import not_regular, read_regular, read_regular_stat
-from shardpack.storage.urlspool import remove_left
 
 
 class LocalStorage(Storage):
@@ -316,9 +315,6 @@ class LocalStorage(Storage):
 
     def scratch_folder(self) -> str:
         return self.root
-
-    def clear_scratch(self) -> None:
-        remove_left(self.root)
 
     def progress_folder(self) -> str | None:
         return self.root

@@ -9,12 +9,21 @@ A file is `<kind> <url>\\n` and then the body (kind `body`) or the failure's rea
 over the byte limit, `refused`: any other), under a name of the URL's digest; it appears
 under that name only whole (written under a temporary name, then renamed).
 
-A killed run (SIGKILL, a power cut) leaves its spool: the next run of OUT removes it under
-OUT's lock (`remove_left`, through Storage.clear_scratch).
+A killed run (SIGKILL, a power cut) leaves its spool: the next run removes it as it starts
+(`remove_left`, through Storage.clear_scratch), in OUT's folder on a disk, in the system's
+temporary folder (shared by every run on this machine) for OUT on an object store. A spool is
+its run's while the run holds an flock on its folder, taken as the folder is made and let go
+when the run's last process holding it ends, however it ends (the kernel lets it go): a
+folder whose flock is free is a dead run's, one whose flock is held a live run's, whatever its
+OUT, and no pid is guessed at (a pid is reused, and means nothing to a run in another pid
+namespace that shares the folder). The next run takes the free flock before it removes the
+folder, so that a run that makes one at that moment waits for it, sees its folder gone, and
+makes another. Only folders so named and this user's are removed, never through a link.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -41,9 +50,10 @@ class UrlSpool:
         self.parent = parent
         self.folder: str | None = None  # made at the first body or failure kept
         self._owner = os.getpid()
+        self._held: int | None = None  # the folder, open: its flock says the run is alive
 
     def __getstate__(self) -> dict:  # a worker's copy reads what the packing process kept
-        return {**self.__dict__, "_owner": None}
+        return {**self.__dict__, "_owner": None, "_held": None}
 
     def _path(self, url: str) -> str | None:
         if self.folder is None:
@@ -71,7 +81,7 @@ class UrlSpool:
         try:
             with _MAKING:
                 if self.folder is None:
-                    self.folder = tempfile.mkdtemp(prefix=FETCHED_PREFIX, dir=self.parent)
+                    self.folder, self._held = _made(self.parent)
             fd, tmp = create_temp(self._path(url))
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -122,18 +132,43 @@ class UrlSpool:
         raise (FileTooLarge if kind == _LARGE else RefusedFile)(reason)
 
     def remove(self) -> None:
-        """Remove the folder and all it holds (nothing is kept from here on)."""
+        """Remove the folder and all it holds (nothing is kept from here on); its flock goes
+        with it."""
         folder, self.folder = self.folder, None
-        if folder is not None:
-            with suppress(FileNotFoundError):
-                shutil.rmtree(folder)
+        held, self._held = self._held, None
+        try:
+            if folder is not None:
+                with suppress(FileNotFoundError):
+                    shutil.rmtree(folder)
+        finally:
+            if held is not None:
+                os.close(held)
+
+
+def _made(parent: str) -> tuple[str, int]:
+    """A new spool folder in `parent` (a random name, mode 0700), open and flocked: its path
+    and descriptor."""
+    while True:
+        folder = tempfile.mkdtemp(prefix=FETCHED_PREFIX, dir=parent)
+        fd = _open_folder(folder)
+        # blocks while a starting run that took the flock first removes the folder (remove_left)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(fd), os.lstat(folder)):
+                return folder, fd
+        os.close(fd)  # removed before it was flocked: another is made
+
+
+def _open_folder(path: str) -> int:
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
 def remove_left(folder: str) -> None:
-    """Remove the spools a killed run left in `folder` (OUT's own, under its lock: no live run
-    owns one): the folders named FETCHED_PREFIX and more, never through a link (rmtree's own
-    check); anything else so named (a file, a link) is not ours, and stays. Best effort: one
-    that cannot be removed stays too (for the next run to try)."""
+    """Remove the spools dead runs left in `folder` (see above): the folders of this user named
+    FETCHED_PREFIX and more whose flock is free, never through a link (the folder opened with
+    O_NOFOLLOW, rmtree's own check within); a live run's (its flock held), another user's, and
+    anything else so named (a file, a link) stay. Best effort: one that cannot be removed stays
+    too (for the next run to try)."""
     try:
         with os.scandir(folder) as entries:
             left = [entry.path for entry in entries if entry.name.startswith(FETCHED_PREFIX)
@@ -141,7 +176,20 @@ def remove_left(folder: str) -> None:
     except OSError:
         return
     for path in left:
-        shutil.rmtree(path, ignore_errors=True)
+        try:
+            fd = _open_folder(path)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_uid != os.getuid():
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live run's
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 def _encoded(url: str) -> bytes:

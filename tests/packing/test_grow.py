@@ -490,7 +490,8 @@ def test_an_index_listing_a_shard_twice_is_refused_in_one_line(tmp_path: Path):
 def test_class_counts_that_are_not_the_shards_are_refused_not_carried_on(tmp_path: Path):
     """An index whose class counts disagree with its shards' (index.json's own, or
     contents.json's beside consistent ones) was grown with them added to: a lie carried on
-    into every next index. Refused now in one line naming the file."""
+    into every next index. Refused now in one line naming the file; so is a contents.json of
+    other lies (a shard's tally naming more records that lost boxes than the shard holds)."""
     src = make_tree(tmp_path / "src", {"cat": 3, "dog": 2})
     out = tmp_path / "out"
     pack(src, out, PackOptions(workers=1))
@@ -502,7 +503,10 @@ def test_class_counts_that_are_not_the_shards_are_refused_not_carried_on(tmp_pat
     assert index["splits"]["train"]["class_counts"] == entry["label_counts"] == [3, 2]
     lies = [("index.json", "class_counts", [30, 2]), ("index.json", "num_records", 50),
             ("contents.json", "label_counts", [5, 5]), ("contents.json", "lossless", ["2"]),
-            ("contents.json", "lossless", [-1])]  # fmt: skip
+            ("contents.json", "lossless", [-1]),
+            # more records named that lost boxes for a reason than the shard holds
+            ("contents.json", "tally", [["boxes_dropped_in", f"outside the image: k{i}", 1]
+                                        for i in range(6)])]  # fmt: skip
     for i, (name, key, lie) in enumerate(lies):
         lied = tmp_path / f"lied-{i}"
         shutil.copytree(out, lied)

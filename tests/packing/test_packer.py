@@ -23,6 +23,7 @@ from tests.helpers import (
     make_cifar10_python,
     make_cifar100_python,
     make_tree,
+    planned_work,
     shard_files,
     tf_records,
     write_csv,
@@ -462,21 +463,23 @@ def test_default_workers_follow_the_work_and_the_cores_free():
     from shardpack.packing.fresh import choose_workers
 
     light = PackOptions()  # 1,000 small files passed through: ~0.02 s of work
-    assert choose_workers(_plan(1000, 1000, light, 2), light, 2, _not_asked) == 1
+    work = planned_work(_plan(1000, 1000, light, 2), light)
+    assert choose_workers(*work, light, 2, _not_asked) == 1
     heavy = PackOptions(encode="png")  # 400 photos to PNG: ~4 s of work
     plan = _plan(400, 100_000, heavy, 2)
     assert len(plan.shards) == 2  # planned for the cores, whatever the load
-    assert choose_workers(plan, heavy, 2, lambda: 0.2) == 2
+    assert choose_workers(*planned_work(plan, heavy), heavy, 2, lambda: 0.2) == 2
     # Others keeping 1.6 cores busy share the cores with us: 2 workers get 2 x 2/3.6 of a
     # core, one worker 2/2.6: the 4 s job still divides. A 0.5 s job does not, beside one busy
     # core: its 2 workers' 2/3 of a core each no longer pays for the pool.
-    assert choose_workers(plan, heavy, 2, lambda: 1.6) == 2
+    assert choose_workers(*planned_work(plan, heavy), heavy, 2, lambda: 1.6) == 2
     medium = _plan(50, 100_000, heavy, 2)
     assert len(medium.shards) == 2
-    assert choose_workers(medium, heavy, 2, lambda: 0.2) == 2
-    assert choose_workers(medium, heavy, 2, lambda: 1.0) == 1
+    assert choose_workers(*planned_work(medium, heavy), heavy, 2, lambda: 0.2) == 2
+    assert choose_workers(*planned_work(medium, heavy), heavy, 2, lambda: 1.0) == 1
     explicit = PackOptions(encode="png", workers=3)
-    assert choose_workers(_plan(10, 10, explicit, 3), explicit, 2, _not_asked) == 3
+    work = planned_work(_plan(10, 10, explicit, 3), explicit)
+    assert choose_workers(*work, explicit, 2, _not_asked) == 3
 
 
 def test_default_run_of_a_small_folder_stays_in_process(tree: Path, tmp_path: Path):

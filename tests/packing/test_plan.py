@@ -225,12 +225,14 @@ def test_others_load_shares_the_cores_instead_of_taking_one():
     )
     options = PackOptions(encode="raw")
     plan = make_plan(cifar, "d", options, 2)
-    assert choose_workers(plan, options, 2, lambda: 0.0) == 2
-    assert choose_workers(plan, options, 2, lambda: 0.7) == 2
-    assert choose_workers(plan, options, 2, lambda: 1.6) == 2  # 2/3.6 x 2 > 2/2.6 x 1
+    work = helpers.planned_work(plan, options)
+    assert choose_workers(*work, options, 2, lambda: 0.0) == 2
+    assert choose_workers(*work, options, 2, lambda: 0.7) == 2
+    assert choose_workers(*work, options, 2, lambda: 1.6) == 2  # 2/3.6 x 2 > 2/2.6 x 1
     assert best_workers(2.0, 2, busy=0.0) == best_workers(2.0, 2)  # no load: as before
     tiny = make_plan(cifar, "d", PackOptions(encode="raw", shards=1), 2)
-    assert choose_workers(tiny, options, 2, lambda: 0.7) == 1  # one shard: one worker
+    tiny_work = helpers.planned_work(tiny, options)
+    assert choose_workers(*tiny_work, options, 2, lambda: 0.7) == 1  # one shard: one worker
 
 
 def test_a_thousand_small_jpegs_to_raw_stay_on_one_worker():
@@ -240,7 +242,7 @@ def test_a_thousand_small_jpegs_to_raw_stay_on_one_worker():
 
     options = PackOptions(encode="raw")
     plan = make_plan(_dataset(n=1000, size=5_800), "d", options, 2)
-    assert choose_workers(plan, options, 2, lambda: 0.0) == 1
+    assert choose_workers(*helpers.planned_work(plan, options), options, 2, lambda: 0.0) == 1
 
 
 def test_a_worker_more_must_save_the_margin():

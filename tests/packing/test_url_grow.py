@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -339,3 +340,62 @@ def test_update_fetches_a_row_whose_boxes_must_follow_the_pixels_as_fetched(tmp_
     assert all(after[row["url"]]["image"] == before[row["url"]]["image"] for row in rows)
     for row in rows:  # the boxes as a fresh pack moves them with the pixels
         assert after[row["url"]]["bbox"].tolist() == made[row["url"]]["bbox"].tolist()
+
+
+def test_update_counts_the_boxes_its_kept_records_lost_as_a_fresh_pack(tmp_path):
+    """A record --update keeps from its held shard is not fetched, so no worker sees its boxes
+    dropped: they are carried from the held shard's tally, which names every record that lost
+    boxes (a split's summary, the first 20 of each reason). With every held URL failing now,
+    in 1 shard of 22 such records as in 2 of ~11, the changed URL alone is fetched, every held
+    record stays as it was, and the summary reads as a fresh pack's (a record past the first
+    20 its shard named was fetched again: lost, as its URL failed). A shard an older shardpack
+    wrote names the first 20 alone: its other records are kept too, their boxes uncounted."""
+    outside, inside = [1.1, 0.0, 1.4, 0.5], [0.1, 0.1, 0.6, 0.6]
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True}
+    with serving() as site:
+        rows = [{"url": site.url(f"/img/{i:02d}.png"),
+                 "bbox": [outside] * (1 + i % 2) * (i < 22) + [inside]}
+                for i in range(24)]  # fmt: skip
+        src = helpers.write_jsonl(tmp_path / "urls.jsonl", rows)
+        for shards in (1, 2):
+            pack(src, tmp_path / f"out{shards}", PackOptions(**given, shards=shards))
+        before = _records(tmp_path / "out1")
+        shutil.copytree(tmp_path / "out1", tmp_path / "older")
+        _named_as_before(tmp_path / "older")
+        rows[23]["url"] = site.url("/img/30.png")
+        helpers.write_jsonl(src, rows)
+        pack(src, tmp_path / "fresh", PackOptions(**given))
+        fresh = _index(tmp_path / "fresh")["summaries"]["train"]
+        assert sum(fresh["boxes_dropped"].values()) == 33
+        assert len(fresh["boxes_dropped_in"]["outside the image"]) == 20
+        site.gone = {f"/img/{i:02d}.png" for i in range(24)}
+        fetched = {}
+        for name in ("out1", "out2", "older"):
+            site.hits.clear()
+            pack(src, tmp_path / name, PackOptions(**given, grow="update"))
+            fetched[name] = sorted(site.hits)
+    for name in ("out1", "out2", "older"):
+        after = _records(tmp_path / name)
+        assert sorted(after) == sorted(row["url"] for row in rows), name
+        for row in rows[:23]:
+            kept, held = after[row["url"]], before[row["url"]]
+            assert (kept["image"], kept["bbox"].tolist()) == (held["image"], held["bbox"].tolist())
+        summary = _index(tmp_path / name)["summaries"]["train"]
+        assert summary["boxes_dropped_in"] == fresh["boxes_dropped_in"], name
+        # the older shard named not /img/20.png (1 box) nor /img/21.png (2)
+        assert sum(summary["boxes_dropped"].values()) == 33 - 3 * (name == "older"), name
+    assert fetched == {name: ["/img/30.png"] for name in ("out1", "out2", "older")}
+
+
+def _named_as_before(out: Path) -> None:
+    """contents.json as a shardpack before this one wrote it: each shard's tally names the
+    first 20 records by key of each reason boxes were dropped for (its rows sorted)."""
+    doc = json.loads((out / "contents.json").read_text())
+    for entry in doc["shards"].values():
+        named: Counter[str] = Counter()
+        for row in list(entry["tally"]):
+            if row[0] == "boxes_dropped_in":
+                named[reason := row[1].partition(": ")[0]] += 1
+                if named[reason] > 20:
+                    entry["tally"].remove(row)
+    (out / "contents.json").write_text(json.dumps(doc))

@@ -30,8 +30,9 @@ GONE = 16
 
 
 def _planned(src, options):
-    """The fresh pack's scan and plan of a list (no --dedup: nothing fetched is kept)."""
-    return _scan_and_plan(src, options, None, UrlSpool(tempfile.gettempdir()))
+    """The fresh pack's scan and plan of a list (no --dedup: nothing fetched is kept, and no
+    pass asks for its workers)."""
+    return _scan_and_plan(src, options, None, UrlSpool(tempfile.gettempdir()), lambda *_: 1)
 
 
 def _paths() -> list[list[str]]:
@@ -154,7 +155,7 @@ def test_worker_counts_write_the_same_bytes_without_a_shuffle(listed, tmp_path):
 def test_the_scan_holds_counts_and_the_plan_ranges(listed):
     _, lists, _, _, _ = listed
     options = _options(shuffle=False)
-    dataset, _, _, plan = _planned(storage_at(str(lists)), options)
+    dataset, _, _, plan, _ = _planned(storage_at(str(lists)), options)
     rows = dataset.splits["train"]
     assert isinstance(rows, StreamedRows) and len(rows) == 18
     assert [file.rows for file in rows.files] == [6, 6, 6]  # the bad line is a row, blank not
@@ -195,7 +196,7 @@ def test_resume_keeps_the_finished_ranges_and_a_changed_file_changes_the_plan(li
     for part in lists.iterdir():
         (grown / part.name).write_bytes(part.read_bytes())
     options = _options(shuffle=False)
-    dataset, _, _, plan = _planned(storage_at(str(grown)), options)
+    dataset, _, _, plan, _ = _planned(storage_at(str(grown)), options)
     with (grown / "part-2.jsonl").open("a") as f:
         f.write(json.dumps({"url": site.url("/img/17.png"), "caption": "late"}) + "\n")
     args = (options, dataset.root, storage_at(str(tmp_path / "w")), dataset.schema,
@@ -277,7 +278,7 @@ def test_the_ranges_of_one_row_group_read_it_once_in_a_process(tmp_path, monkeyp
                    folder / "part-0.parquet", row_group_size=12)  # fmt: skip
     read, real = [], ranges.read_group
     monkeypatch.setattr(ranges, "read_group", lambda *args: read.append(args[2]) or real(*args))
-    dataset, _, _, plan = _planned(storage_at(str(folder)), _options(shuffle=False))
+    dataset, _, _, plan, _ = _planned(storage_at(str(folder)), _options(shuffle=False))
     assert len(plan.shards) == 6  # --shards 6: two rows each, all in row group 0
     assert [item.key for spec in plan.shards for item in spec.items] == urls
     assert read == [0]

@@ -2,7 +2,8 @@
 kept, failures with their reasons; its files read as hostile and bounded; written by the
 process that made it alone; and gone when the pack ends, however it ends (a real SIGINT to a
 real process, which stops the --dedup pass at once), for a local OUT and an object store's,
-or, in a local OUT, when the next run starts (a real SIGKILL)."""
+or, when a run is SIGKILLed, as the next run starts (in OUT, or in the system's temporary
+folder for a store's OUT), a live run's never; and the pass fetches as the pack's workers."""
 
 from __future__ import annotations
 
@@ -91,28 +92,48 @@ def test_only_the_process_that_made_a_spool_writes_to_it(tmp_path):
     assert copy.read(URL, 100) == b"image" and not spool.holds(OTHER)
 
 
-def test_a_run_removes_the_spools_a_killed_run_left_and_nothing_else(tmp_path):
-    """Under OUT's lock (clear_scratch, as a run starts) a spool folder left by a killed run is
-    removed, without following the links it holds; a link named like a spool (to a folder
-    outside OUT) and a file so named are not ours: they stay, and so does what the link
-    names. An object store's OUT clears nothing: its spools are in a folder every run shares."""
-    out, outside = tmp_path / "out", tmp_path / "outside"
-    out.mkdir(), outside.mkdir()
+def _dead_spool(parent: Path) -> Path:
+    """A spool a run left in `parent` as it ended unremoved (a process of its own, gone)."""
+    made = subprocess.run([sys.executable, "-c", "import sys\n"
+                           "from shardpack.storage.urlspool import UrlSpool\n"
+                           "spool = UrlSpool(sys.argv[1])\n"
+                           f"spool.put({URL!r}, b'image')\n"
+                           "print(spool.folder)", str(parent)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return Path(made.stdout.strip())
+
+
+def test_a_run_removes_the_spools_dead_runs_left_and_nothing_else(tmp_path, monkeypatch):
+    """As a run starts (clear_scratch) a spool folder left by a run that is gone is removed,
+    without following the links it holds; a live run's stays (its flock held: this process's
+    here); a link named like a spool (to a folder outside OUT) and a file so named are not
+    ours: they stay, and so does what the link names. An object store's OUT clears the
+    system's temporary folder so (its spools are there)."""
+    out, outside, tmp = tmp_path / "out", tmp_path / "outside", tmp_path / "tmp"
+    out.mkdir(), outside.mkdir(), tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     (outside / "precious").write_bytes(b"the user's")
-    spool = UrlSpool(str(out))
-    spool.put(URL, b"image")
-    (Path(spool.folder) / "link").symlink_to(outside)
+    dead, dead_in_tmp = _dead_spool(out), _dead_spool(tmp)
+    live = UrlSpool(str(out))
+    live.put(URL, b"image")
+    (dead / "link").symlink_to(outside)
     (out / f"{FETCHED_PREFIX}link").symlink_to(outside, target_is_directory=True)
     (out / f"{FETCHED_PREFIX}file").write_bytes(b"not ours")
     (out / "shard-00000").write_bytes(b"a shard")
-    storage_at(str(tmp_path / "tmp")).clear_scratch()  # not OUT: nothing of it touched
+    storage_at(str(tmp_path / "elsewhere")).clear_scratch()  # not OUT: nothing of it touched
+    assert dead.is_dir() and dead_in_tmp.is_dir()
     storage_at("memory://urlspool/clear").clear_scratch()
-    assert Path(spool.folder).is_dir()
+    assert not dead_in_tmp.exists() and dead.is_dir()
     storage_at(str(out)).clear_scratch()
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [f"{FETCHED_PREFIX}link", f"{FETCHED_PREFIX}file", "shard-00000"])  # fmt: skip
+        [f"{FETCHED_PREFIX}link", f"{FETCHED_PREFIX}file", "shard-00000",
+         Path(live.folder).name])  # fmt: skip
     assert (outside / "precious").read_bytes() == b"the user's"
     assert (out / f"{FETCHED_PREFIX}file").read_bytes() == b"not ours"
+    assert live.read(URL, 100) == b"image"
+    live.remove()
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [f"{FETCHED_PREFIX}link", f"{FETCHED_PREFIX}file", "shard-00000"])  # fmt: skip
 
 
 PATHS = [f"/twin/{i}.png" for i in range(8)]
@@ -168,6 +189,22 @@ def test_the_dedup_pass_fetches_as_the_workers_together_and_no_more_to_a_host(tm
         assert result.num_records == len(paths)
         assert site.most == most, (threads, site.most)
         assert sorted(site.hits.values()) == [1] * len(paths), site.hits  # the pass's alone
+
+
+@pytest.mark.slow  # a loopback server answering with latency
+def test_the_dedup_pass_fetches_as_the_workers_the_pack_chose(tmp_path):
+    """Without --workers, the pass fetches as the workers the pack then runs (chosen once, from
+    the work: one for 24 small images), workers x --per-host to one host; before, as this
+    machine's cores (2 x 2 here, where the pack ran 1)."""
+    paths = [f"/img/{i}.png" for i in range(24)]
+    with serving(latency=0.05) as site:
+        src = _manifest(tmp_path, [site.url(path) for path in paths])
+        options = PackOptions(per_host=2, url_threads=8, dedup="exact", path_column="url",
+                              allow_private_urls=True)  # fmt: skip
+        result = pack(src, tmp_path / "out", options)
+    assert result.num_records == len(paths)
+    assert site.most == result.index.stats.workers * 2, (site.most, result.index.stats)
+    assert sorted(site.hits.values()) == [1] * len(paths), site.hits  # the pass's alone
 
 
 def _interrupted(site, args: list[str], ready) -> subprocess.CompletedProcess:
@@ -253,3 +290,52 @@ def test_a_killed_runs_spool_is_removed_by_the_next_run(tmp_path):
     assert sorted(site.hits.values()) == [2] * len(paths), site.hits
     images = {record["caption"]: record["image"] for record in iter_examples(out)}
     assert images == {f"photo {i}": _png(i) for i in range(len(paths))}
+
+
+@pytest.mark.slow  # real processes, a real signal, the loopback S3 server
+def test_a_killed_runs_spool_for_a_store_is_removed_by_a_later_run_not_a_live_ones(
+    tmp_path, s3, monkeypatch
+):
+    """OUT on a store: a run SIGKILLed mid --dedup pass leaves its spool in the system's
+    temporary folder; a later run (of another OUT) removes it (before, it stayed for good),
+    and not the spool of a run of yet another OUT alive all the while (its flock held)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the runs' processes'
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))  # this one's
+    paths = [f"/img/{i}.png" for i in range(12)]
+
+    def spools(fetched: int = 0) -> set[Path]:
+        return {path for path in tmp.glob(f"{FETCHED_PREFIX}*")
+                if len(list(path.iterdir())) >= fetched}  # fmt: skip
+
+    with serving() as site:
+        site.held = frozenset({"/img/5.png"})
+        src = _manifest(tmp_path, [site.url(path) for path in paths])
+        runs = []
+
+        def start(out: str) -> None:  # the URLs before the held one fetched and kept, then
+            runs.append(subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src),
+                                          s3.url(out), "--path-column", "url",
+                                          "--allow-private-urls", "--workers", "1", "--dedup",
+                                          "exact", "--no-progress"]))  # fmt: skip
+            helpers.wait_for(lambda: len(spools(5)) == len(runs))
+
+        try:
+            start("alive")
+            (alive,) = spools()
+            start("killed")
+            runs[1].kill()
+            runs[1].wait()
+            (left,) = spools() - {alive}
+            other = _manifest(tmp_path, [site.url(f"/img/{i}.png") for i in range(20, 24)],
+                              "other.csv")  # fmt: skip
+            options = PackOptions(workers=1, path_column="url", allow_private_urls=True,
+                                  dedup="exact")  # fmt: skip
+            assert pack(other, s3.url("later"), options).num_records == 4
+            assert not left.exists() and spools() == {alive} and len(list(alive.iterdir())) >= 5
+        finally:
+            for run in runs:
+                run.kill()
+                run.wait()
+            site.gate.set()
