@@ -5,25 +5,19 @@ writes (the user's own keys, kept)."""
 
 from __future__ import annotations
 
-import functools
 import re
 
 from shardpack.errors import ShardpackError
 
 MAX_CARD_BYTES = 1 << 20  # a dataset card; its YAML header is a few KB
-
-
-@functools.cache
-def _front_matter() -> re.Pattern[str]:
-    """huggingface_hub's REGEX_YAML_BLOCK (repocard.py): "---", the header, a line "---";
-    compiled at the first card read, not at every command's start."""
-    return re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
+# huggingface_hub's REGEX_YAML_BLOCK (repocard.py): "---", the header, a line "---".
+_FRONT_MATTER = r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))"
 
 
 def split_card(text: str) -> tuple[str | None, str]:
     """(the YAML header, the Markdown after it) of a card's text; (None, text) when it has no
     header."""
-    found = _front_matter().search(text)
+    found = re.search(_FRONT_MATTER, text)
     if found is None:
         return None, text
     return found.group(2), text[found.end() :]

@@ -4,7 +4,6 @@ validated (everything read is hostile) and written back (packing/merge.py builds
 from __future__ import annotations
 
 import collections
-import functools
 import json
 import os
 import re
@@ -30,11 +29,14 @@ MAX_SKIPPED_TEXT = 1000
 # skipped: pack and grow leave it out of `splits` and OUT (no shard of no record: `datasets`
 # refuses a dataset one of whose splits holds no data); its summary says what was skipped.
 UNWRITTEN = "every image skipped, not written"
-# _no_name: a \u escape of a lone surrogate but those of a file name's undecodable bytes
-# (U+DC80 to U+DCFF, Python's surrogateescape): no text, so no output (a report, --json, a
-# grown index) could write it. Pack never writes one (storage/atomic.json_bytes writes U+FFFD
-# for it).
+# A JSON string with its escapes: what the count of lists and objects passes over.
+_JSON_STRING = rb'"(?:[^"\\]++|\\.)*+"'  # matched with re.DOTALL
+# A \u escape of a lone surrogate but those of a file name's undecodable bytes (U+DC80 to
+# U+DCFF, Python's surrogateescape): no text, so no output (a report, --json, a grown index)
+# could write it. Pack never writes one (storage/atomic.json_bytes writes U+FFFD for it).
 _HIGH = rb"\\u[dD][89abAB][0-9a-fA-F]{2}"
+_NO_NAME = (rb"(?<!\\)(?:\\\\)*(" + _HIGH + rb"(?!\\u[dD][c-fC-F])|(?<!" + _HIGH
+            + rb")\\u[dD](?:[cC][0-7]|[d-fD-F][0-9a-fA-F])[0-9a-fA-F])")  # fmt: skip
 FORMAT = "shardpack-index"
 # Version 2 added the typed feature schema (`features`: name -> {dtype, shape, text, classes});
 # version 1 (`features`: name -> dtype, `coarse_classes`) is still read.
@@ -348,7 +350,7 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
     if (containers := _containers(text)) > MAX_INDEX_CONTAINERS:  # each a Python object
         raise IndexFormatError(f"{path}: unreadable ({containers:,} lists and objects, over "
                                f"{MAX_INDEX_CONTAINERS:,}); rerun pack to rewrite it")  # fmt: skip
-    if b"\\u" in text and (lone := _no_name().search(text)):
+    if b"\\u" in text and (lone := re.search(_NO_NAME, text)):
         raise IndexFormatError(f"{path}: unreadable (a lone surrogate, {lone[1].decode()}, at "
                                f"byte {lone.start(1):,}); rerun pack to rewrite it")  # fmt: skip
     try:
@@ -363,22 +365,8 @@ def _containers(text: bytes) -> int:
     rough = text.count(b"[") + text.count(b"{")  # an upper bound, and fast
     if rough <= MAX_INDEX_CONTAINERS:
         return rough
-    bare = _json_string().sub(b"", text)
+    bare = re.sub(_JSON_STRING, b"", text, flags=re.DOTALL)
     return bare.count(b"[") + bare.count(b"{")
-
-
-@functools.cache
-def _json_string() -> re.Pattern[bytes]:
-    """A JSON string with its escapes: what the count of lists and objects passes over."""
-    return re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
-
-
-@functools.cache
-def _no_name() -> re.Pattern[bytes]:
-    """A \\u escape of a lone surrogate but those of a file name's undecodable bytes (see
-    _HIGH's comment), compiled at the first index read rather than at every command's start."""
-    return re.compile(rb"(?<!\\)(?:\\\\)*(" + _HIGH + rb"(?!\\u[dD][c-fC-F])|(?<!" + _HIGH
-                      + rb")\\u[dD](?:[cC][0-7]|[d-fD-F][0-9a-fA-F])[0-9a-fA-F])")  # fmt: skip
 
 
 def index_from_document(out: str | os.PathLike | Storage, doc: object) -> Index:

@@ -50,8 +50,8 @@ _BLOCK = 512  # a tar header, and the unit members are padded to
 # of what is no tar: a second or two).
 _MAX_LOST_TRIES = 2**16
 # webdataset's tar_file_iterator: metadata members skipped; base_plus_ext: key and extension.
-_META = re.compile(r"__[^/]*__($|/)")
-_KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+_META = r"__[^/]*__($|/)"
+_KEY_EXT = r"^((?:.*/|)[^.]+)[.]([^/]*)$"
 _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 _CHOICES = re.compile(r"\{([^{}]*,[^{}]*)\}")
 _MAX_PATTERN_NAMES = 1_000_000
@@ -335,7 +335,7 @@ def _lost(blob: Blob, at: int) -> str:
             at, tries = at + _BLOCK, tries + 1
             continue
         at += _BLOCK + max(0, info.size + _BLOCK - 1) // _BLOCK * _BLOCK
-        key = _KEY_EXT.match(info.name) if info.isreg() else None
+        key = re.match(_KEY_EXT, info.name) if info.isreg() else None
         if key is not None and key[1] != last:
             samples, last = samples + 1, key[1]
     return f"{samples:,}"
@@ -393,9 +393,9 @@ def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> It
                           f"follows is lost (samples found past it: {info.lost}; WebDataset's "
                           "reader stops there too); rewrite the tar")  # fmt: skip
             break
-        if info.isdir() or _META.match(info.name):  # `__key__`, `__x__/...`: not `__0001.jpg`
+        if info.isdir() or re.match(_META, info.name):  # `__key__`, `__x__/...`: not `__0001.jpg`
             continue
-        match = _KEY_EXT.match(info.name)
+        match = re.match(_KEY_EXT, info.name)
         if match is None:
             continue
         key, ext = match[1], match[2].lower()

@@ -22,7 +22,7 @@ _TOKEN_BYTES = 8  # 16 hex digits: a name no one can plant in advance
 TEMP_NAME = re.compile(r"^\.(?P<final>.+)\.[0-9a-f]{16}\.(?P<kind>partial|progress)$")
 # Lone surrogates no file name decodes to (Python's surrogateescape gives U+DC80 to U+DCFF):
 # a JSON source's "\ud800". No text, so no reader could write them out again (index.py's
-# _no_name refuses them in an index.json).
+# _NO_NAME refuses them in an index.json).
 NOT_A_NAME = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 # Opening a file someone else may have put there: no link followed, no wait on a FIFO.
 _HOSTILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
