@@ -325,6 +325,7 @@ def _lost(blob: Blob, at: int) -> str:
     import tarfile  # _members imported it
 
     samples, last, tries = 0, None, 0
+    key_ext = re.compile(_KEY_EXT)  # once a call, not a block (re keeps it compiled)
     while at + _BLOCK <= blob.size:
         if tries == _MAX_LOST_TRIES:
             return f"at least {samples:,}"
@@ -335,7 +336,7 @@ def _lost(blob: Blob, at: int) -> str:
             at, tries = at + _BLOCK, tries + 1
             continue
         at += _BLOCK + max(0, info.size + _BLOCK - 1) // _BLOCK * _BLOCK
-        key = re.match(_KEY_EXT, info.name) if info.isreg() else None
+        key = key_ext.match(info.name) if info.isreg() else None
         if key is not None and key[1] != last:
             samples, last = samples + 1, key[1]
     return f"{samples:,}"
@@ -383,6 +384,7 @@ def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> It
     """Members grouped into samples as webdataset's group_by_keys does; an early end as a
     sample that says so."""
     hostile = _hostile()
+    meta, key_ext = re.compile(_META), re.compile(_KEY_EXT)  # once a tar, not a member
     sample = None
     for info in members:
         if isinstance(info, _End):
@@ -393,9 +395,9 @@ def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> It
                           f"follows is lost (samples found past it: {info.lost}; WebDataset's "
                           "reader stops there too); rewrite the tar")  # fmt: skip
             break
-        if info.isdir() or re.match(_META, info.name):  # `__key__`, `__x__/...`: not `__0001.jpg`
+        if info.isdir() or meta.match(info.name):  # `__key__`, `__x__/...`: not `__0001.jpg`
             continue
-        match = re.match(_KEY_EXT, info.name)
+        match = key_ext.match(info.name)
         if match is None:
             continue
         key, ext = match[1], match[2].lower()
