@@ -11,13 +11,13 @@ from shardpack.errors import ShardpackError
 
 MAX_CARD_BYTES = 1 << 20  # a dataset card; its YAML header is a few KB
 # huggingface_hub's REGEX_YAML_BLOCK (repocard.py): "---", the header, a line "---".
-_FRONT_MATTER = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
+_FRONT_MATTER = r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))"
 
 
 def split_card(text: str) -> tuple[str | None, str]:
     """(the YAML header, the Markdown after it) of a card's text; (None, text) when it has no
     header."""
-    found = _FRONT_MATTER.search(text)
+    found = re.search(_FRONT_MATTER, text)
     if found is None:
         return None, text
     return found.group(2), text[found.end() :]

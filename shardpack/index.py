@@ -30,13 +30,13 @@ MAX_SKIPPED_TEXT = 1000
 # refuses a dataset one of whose splits holds no data); its summary says what was skipped.
 UNWRITTEN = "every image skipped, not written"
 # A JSON string with its escapes: what the count of lists and objects passes over.
-_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_JSON_STRING = rb'"(?:[^"\\]++|\\.)*+"'  # matched with re.DOTALL
 # A \u escape of a lone surrogate but those of a file name's undecodable bytes (U+DC80 to
 # U+DCFF, Python's surrogateescape): no text, so no output (a report, --json, a grown index)
 # could write it. Pack never writes one (storage/atomic.json_bytes writes U+FFFD for it).
 _HIGH = rb"\\u[dD][89abAB][0-9a-fA-F]{2}"
-_NO_NAME = re.compile(rb"(?<!\\)(?:\\\\)*(" + _HIGH + rb"(?!\\u[dD][c-fC-F])|(?<!" + _HIGH
-                      + rb")\\u[dD](?:[cC][0-7]|[d-fD-F][0-9a-fA-F])[0-9a-fA-F])")  # fmt: skip
+_NO_NAME = (rb"(?<!\\)(?:\\\\)*(" + _HIGH + rb"(?!\\u[dD][c-fC-F])|(?<!" + _HIGH
+            + rb")\\u[dD](?:[cC][0-7]|[d-fD-F][0-9a-fA-F])[0-9a-fA-F])")  # fmt: skip
 FORMAT = "shardpack-index"
 # Version 2 added the typed feature schema (`features`: name -> {dtype, shape, text, classes});
 # version 1 (`features`: name -> dtype, `coarse_classes`) is still read.
@@ -350,7 +350,7 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
     if (containers := _containers(text)) > MAX_INDEX_CONTAINERS:  # each a Python object
         raise IndexFormatError(f"{path}: unreadable ({containers:,} lists and objects, over "
                                f"{MAX_INDEX_CONTAINERS:,}); rerun pack to rewrite it")  # fmt: skip
-    if b"\\u" in text and (lone := _NO_NAME.search(text)):
+    if b"\\u" in text and (lone := re.search(_NO_NAME, text)):
         raise IndexFormatError(f"{path}: unreadable (a lone surrogate, {lone[1].decode()}, at "
                                f"byte {lone.start(1):,}); rerun pack to rewrite it")  # fmt: skip
     try:
@@ -365,7 +365,7 @@ def _containers(text: bytes) -> int:
     rough = text.count(b"[") + text.count(b"{")  # an upper bound, and fast
     if rough <= MAX_INDEX_CONTAINERS:
         return rough
-    bare = _JSON_STRING.sub(b"", text)
+    bare = re.sub(_JSON_STRING, b"", text, flags=re.DOTALL)
     return bare.count(b"[") + bare.count(b"{")
 
 

@@ -33,8 +33,8 @@ BEGIN = "<!-- shardpack: begin (rewritten at each run; write your own text outsi
 END = "<!-- shardpack: end -->"
 _BEGIN_START = "<!-- shardpack: begin"
 # A top-level line that goes on with the key above it: a sequence item ("- x"), indented.
-_GOES_ON = re.compile(r"(-([ \t]|$)|[ \t]|$)")
-_OWNED_LINE = re.compile(rf"({'|'.join(OWNED_KEYS)})[ \t]*:(\s|$)")
+_GOES_ON = r"(-([ \t]|$)|[ \t]|$)"
+_OWNED_LINE = rf"({'|'.join(OWNED_KEYS)})[ \t]*:(\s|$)"
 
 
 @dataclass(frozen=True)
@@ -93,13 +93,13 @@ def _users_header(header: str, path: str) -> tuple[str, bool]:
             ours = True
         elif line.startswith("#") or not line.strip():
             comments.append(line)
-        elif _GOES_ON.match(line) and blocks:
+        elif re.match(_GOES_ON, line) and blocks:
             blocks[-1] += [*comments, line]
             comments = []
         else:
             blocks.append([*comments, line])
             comments = []
-    owned = [bool(_OWNED_LINE.match(_key(block))) for block in blocks]
+    owned = [bool(re.match(_OWNED_LINE, _key(block))) for block in blocks]
     if not all(owned):  # a key of the user's: the header read as the Hub reads it
         owned = [key in OWNED_KEYS for key in _keys(header, blocks, path)]
     kept = [line for block, own in zip(blocks, owned, strict=True) if not own for line in block]

@@ -102,8 +102,6 @@ def scan(
         SourceError: SRC is missing, empty, or not of the layout asked for.
         StorageError: a URL's filesystem package is missing.
     """
-    from shardpack.sources.splitting import split_dataset  # numpy: not for pack --help
-
     options = options or PackOptions()
     root = source_root(src, storage_options)
     with root.listing_once():  # the recognisers' listings are the scan's
@@ -120,6 +118,8 @@ def scan(
             raise SourceError(*e.args, f"; {above}") from None
     dataset = dataclasses.replace(dataset, warnings=dataset.warnings + near_misses(dataset))
     if options.split is not None:
+        from shardpack.sources.splitting import split_dataset  # --split's alone
+
         dataset = split_dataset(dataset, options.split, options.seed, root.path())
     _refuse_unwritable_splits(dataset, root)
     return dataset

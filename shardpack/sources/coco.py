@@ -45,13 +45,13 @@ MAX_JSON_BYTES = 1 << 30
 # their names: instances_<split>.json (person_keypoints_<split>.json, COCO's keypoint set, where
 # no instances file names the split).
 FOLDER = "annotations"
-_JSON_NAME = re.compile(r"(instances|person_keypoints)_(?P<split>[A-Za-z0-9_.-]+)\.json")
+_JSON_NAME = r"(instances|person_keypoints)_(?P<split>[A-Za-z0-9_.-]+)\.json"
 # Roboflow's COCO export: each split's folder (of these names) holds its images and this JSON.
 _EXPORT_JSON = "_annotations.coco.json"
 _EXPORT_SPLITS = ("train", "valid", "test")
 # The year COCO's split names carry (train2017): dropped from the split's name when no other
 # JSON gives the same name without it.
-_YEAR = re.compile(r"(?<=[a-z])(19|20)\d\d$")
+_YEAR = r"(?<=[a-z])(19|20)\d\d$"
 # The features every COCO record gets (TFDS's names for COCO, so its readers find them).
 BBOX, LABEL, CROWD, AREA, ID = (f"objects/{n}" for n in ("bbox", "label", "is_crowd", "area", "id"))
 KEYPOINTS = "objects/keypoints"
@@ -104,7 +104,7 @@ def coco_files(root: Storage) -> dict[str, str]:
         exports = (posixpath.join(split, _EXPORT_JSON) for split in _EXPORT_SPLITS)
         return {posixpath.dirname(p): p for p in exports if root.kind(p) == "file"}
     for entry in root.listdir(FOLDER):
-        match = _JSON_NAME.fullmatch(entry.name)
+        match = re.fullmatch(_JSON_NAME, entry.name)
         if match is None or entry.is_dir:
             continue
         kind, split = match.group(1), match.group("split")
@@ -115,7 +115,7 @@ def coco_files(root: Storage) -> dict[str, str]:
 
 def _split_names(splits: list[str]) -> dict[str, str]:
     """Each JSON's split as the dataset names it: train2017 -> train, unless that repeats."""
-    short = {s: _YEAR.sub("", s) or s for s in splits}
+    short = {s: re.sub(_YEAR, "", s) or s for s in splits}
     names = list(short.values())
     return {s: n if names.count(n) == 1 else s for s, n in short.items()}
 
@@ -124,7 +124,7 @@ def _image_folder(root: Storage, split: str) -> str | None:
     """Where a split's images are: <split>/, <split>2017/ (for a split named without its year)
     or images/<split>/ (detectron2's and TFDS's layouts; a split named with its year also
     <split without it>/), the first that is a folder."""
-    bare = _YEAR.sub("", split) or split
+    bare = re.sub(_YEAR, "", split) or split
     names = dict.fromkeys((split, bare) if bare != split else (split, split + "2017"))
     for name in (*names, *(f"images/{n}" for n in names)):
         if root.kind(name) == "dir":

@@ -27,14 +27,6 @@ from shardpack.sources.hflayout import SUFFIX, data_files, hub_named
 from shardpack.sources.openfiles import OpenFiles
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, read_image_file
-from shardpack.sources.tables.chunks import open_table
-from shardpack.sources.tables.parquet_reader import (
-    held_groups,
-    open_parquet,
-    out_of_memory,
-    read_group,
-    written_slices,
-)
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.locations import stays_under
 
@@ -133,6 +125,8 @@ def _open(file: Storage):
     """A Parquet file (a Storage rooted at it) as pyarrow's ParquetFile, opened without
     following a link; close(force=True) closes it (pyarrow closes a file it was handed only
     so)."""
+    from shardpack.sources.tables.chunks import open_table  # an hf SRC's alone: not at start
+    from shardpack.sources.tables.parquet_reader import open_parquet
 
     f = open_table(file)
     try:
@@ -209,6 +203,7 @@ def _scan_file(
     grown by this file's) and the features as settled."""
     # numpy: not for pack --help
     from shardpack.sources.hfcolumns import BadValue, columns_of, convert, joined, label_of, settle
+    from shardpack.sources.tables.parquet_reader import held_groups, out_of_memory, written_slices
 
     features, ragged = typed
     path = folder.path(name)
@@ -304,6 +299,7 @@ class _File:
 
     def images(self, group: int):
         """A row group's image column (pyarrow's), read whole."""
+        from shardpack.sources.tables.parquet_reader import read_group  # _open imported it
 
         table, _ = read_group(self.parquet, self.path, group, [self.image], _REWRITE)
         return table.column(0)

@@ -28,8 +28,8 @@ SPLIT_KEYWORDS = {
 }
 # datasets' NON_WORDS_CHARS: what may stand around the word in a name
 _SEP = frozenset("-._ 0123456789")
-_SHARDED = re.compile(r"(?P<split>[^/]+?)-[0-9]{5}-of-[0-9]{5}[^/]*\.parquet")
-_SPLIT_NAME = re.compile(r"[A-Za-z0-9_]+\Z")  # shard file names are {name}-{split}.{...}
+_SHARDED = r"(?P<split>[^/]+?)-[0-9]{5}-of-[0-9]{5}[^/]*\.parquet"
+_SPLIT_NAME = r"[A-Za-z0-9_]+\Z"  # shard file names are {name}-{split}.{...}
 SUFFIX = ".parquet"
 README = "README.md"
 MAX_FILES = 100_000  # Parquet files of one dataset: the Hub's largest hold a few thousand
@@ -43,7 +43,7 @@ MAX_GLOBS = 1_000
 MAX_CONFIGS = 32
 # Folders below a pattern's fixed part that a `**` reaches (and that are walked to find out).
 MAX_DEPTH = 64
-_MAGIC = re.compile(r"[*?\[]")  # what makes a pattern a glob (fsspec's has_magic)
+_MAGIC = r"[*?\[]"  # what makes a pattern a glob (fsspec's has_magic)
 
 
 def data_files(root: Storage, required: bool) -> dict[str, list[str]] | None:
@@ -88,7 +88,7 @@ def data_files(root: Storage, required: bool) -> dict[str, list[str]] | None:
 
 def hub_named(files: dict[str, list[str]]) -> bool:
     """Whether files are named as the Hub names them (data/{split}-NNNNN-of-NNNNN.parquet)."""
-    return any(name.startswith("data/") and _SHARDED.fullmatch(name.rpartition("/")[2])
+    return any(name.startswith("data/") and re.fullmatch(_SHARDED, name.rpartition("/")[2])
                for names in files.values() for name in names)  # fmt: skip
 
 
@@ -116,7 +116,7 @@ def _sharded(root: Storage, names: list[str]) -> dict[str, list[str]]:
     """split -> those of these files named as the Hub names a split's ({split}-NNNNN-of-NNNNN)."""
     sharded: dict[str, list[str]] = {}
     for name in names:
-        match = _SHARDED.fullmatch(name.rpartition("/")[2])
+        match = re.fullmatch(_SHARDED, name.rpartition("/")[2])
         if match:
             sharded.setdefault(_checked_split(root, match["split"]), []).append(name)
     return sharded
@@ -184,7 +184,7 @@ def _keyword_split(name: str, file: bool) -> str | None:
 
 
 def _checked_split(root: Storage, split: str) -> str:
-    if not _SPLIT_NAME.match(split):
+    if not re.match(_SPLIT_NAME, split):
         raise SourceError(
             f"{root.path()}: split {split!r} (from its file names) is not a name of letters, "
             "digits and underscores; rename the files"
@@ -273,7 +273,7 @@ def _resolve(root: Storage, patterns: dict[str, list[str]], path: str) -> dict[s
     globs = {_checked_split(root, split): list(dict.fromkeys(_checked(p, path) for p in found))
              for split, found in patterns.items()}  # fmt: skip
     every = {pattern for found in globs.values() for pattern in found}
-    wild = {pattern: _glob(pattern, path) for pattern in every if _MAGIC.search(pattern)}
+    wild = {pattern: _glob(pattern, path) for pattern in every if re.search(_MAGIC, pattern)}
     if len(wild) > MAX_GLOBS:
         raise SourceError(f"{path}: its configs hold {len(wild):,} wildcard patterns (over "
                           f"{MAX_GLOBS:,}); name fewer")  # fmt: skip
@@ -308,7 +308,7 @@ def _checked(pattern: str, path: str) -> str:
 
 def _common(patterns: set[str]) -> str:
     """The deepest folder every pattern lies under (its parts before the first wildcard)."""
-    fixed = [_MAGIC.split(p)[0].split("/")[:-1] for p in patterns]
+    fixed = [re.split(_MAGIC, p)[0].split("/")[:-1] for p in patterns]
     common: list[str] = []
     for parts in zip(*fixed, strict=False) if fixed else ():
         if len(set(parts)) > 1:

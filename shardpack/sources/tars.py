@@ -11,15 +11,15 @@ position is its image's data offset, so a worker reads that member's bytes alone
 from __future__ import annotations
 
 import errno
+import functools
 import io
 import json
 import os
 import posixpath
 import re
-import tarfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import ImageError, Option, SourceError, os_error_fix
 from shardpack.options import PackOptions
@@ -29,6 +29,9 @@ from shardpack.sources.openfiles import kept_open
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source
 from shardpack.storage import Blob, Storage, storage_at
+
+if TYPE_CHECKING:
+    import tarfile
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm")
 LABEL_EXTENSIONS = ("cls", "cls2", "label")
@@ -43,23 +46,15 @@ MAX_KEPT_BYTES = 4 * 2**30
 # A range bound longer than this is no tar count (and int() refuses 4,300 digits with a trace).
 _MAX_RANGE_DIGITS = 18
 _BLOCK = 512  # a tar header, and the unit members are padded to
-_REGULAR = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
 # Blocks past an early end tried as headers before the count of what it lost stops (32 MiB
 # of what is no tar: a second or two).
 _MAX_LOST_TRIES = 2**16
 # webdataset's tar_file_iterator: metadata members skipped; base_plus_ext: key and extension.
-_META = re.compile(r"__[^/]*__($|/)")
-_KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+_META = r"__[^/]*__($|/)"
+_KEY_EXT = r"^((?:.*/|)[^.]+)[.]([^/]*)$"
 _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 _CHOICES = re.compile(r"\{([^{}]*,[^{}]*)\}")
 _MAX_PATTERN_NAMES = 1_000_000
-_HOSTILE = {
-    tarfile.SYMTYPE: "a symbolic link",
-    tarfile.LNKTYPE: "a hard link",
-    tarfile.CHRTYPE: "a device",
-    tarfile.BLKTYPE: "a device",
-    tarfile.FIFOTYPE: "a FIFO",
-}
 _PASS = (
     "pass WebDataset .tar files (uncompressed), a folder of them or a shards-{000..009}.tar pattern"
 )
@@ -180,7 +175,10 @@ def _heads(header: bytes, key: str, size: int) -> bool:
     regular member of `size` bytes named as sample `key` (one a tar repeats: `key#n`). Its
     fields are read as tarfile's frombuf reads them, but only these three (frombuf reads all:
     tens of microseconds an image)."""
-    if len(header) != _BLOCK or header[156:157] not in _REGULAR:
+    import tarfile  # the scan of a tar imported it (~2 ms): a folder pack never does
+
+    regular = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
+    if len(header) != _BLOCK or header[156:157] not in regular:
         return False
     field = header[124:136]
     if field[0] & 0x80:  # base-256, as GNU writes sizes of 8 GiB and more; 0xff: negative
@@ -202,6 +200,8 @@ def _named(name: str, key: str) -> bool:
     """Whether a header's name is one of sample `key`'s members (one a tar repeats: `key#n`):
     in full, or the stand-in a pax or GNU header leaves for a long or non-ASCII name (cut at
     100 bytes, `?` for each character that is not ASCII)."""
+    import tarfile  # the scan of a tar imported it
+
     if (
         name.startswith(key)
         and name[len(key) : len(key) + 1] == "."
@@ -275,6 +275,8 @@ def _members(blob: Blob, path: str) -> Iterator[tarfile.TarInfo | _End]:
     """The tar's members, headers only (tarfile seeks over each member's data), then an _End
     where the tar ends early. The walk must move forward: a member of negative size would send
     tarfile back to its own header for ever, so each header must lie past the last one."""
+    import tarfile  # ~2 ms at start: only a tar's scan reads one
+
     tar, at, why = None, 0, None  # at: where the next header lies
     try:
         tar = tarfile.open(fileobj=_Headers(blob), mode="r:")  # noqa: SIM115
@@ -302,6 +304,8 @@ def _members(blob: Blob, path: str) -> Iterator[tarfile.TarInfo | _End]:
 def _stopped(blob: Blob, at: int) -> str | None:
     """Why tarfile found no header at `at`: None at the file's end or an end-of-archive block,
     else what is there instead (a cut or damaged header: tarfile stops without a word)."""
+    import tarfile  # _members imported it
+
     block = blob.pread(_BLOCK, at)
     if not block or block == bytes(_BLOCK):
         return None
@@ -318,7 +322,10 @@ def _lost(blob: Blob, at: int) -> str:
     """How many samples' headers lie from `at` on (each block tried as a header, the data of
     each found jumped over): what an early end loses. Every step moves on at least a block;
     past _MAX_LOST_TRIES blocks that are no header, the count is a lower bound."""
+    import tarfile  # _members imported it
+
     samples, last, tries = 0, None, 0
+    key_ext = re.compile(_KEY_EXT)  # once a call, not a block (re keeps it compiled)
     while at + _BLOCK <= blob.size:
         if tries == _MAX_LOST_TRIES:
             return f"at least {samples:,}"
@@ -329,7 +336,7 @@ def _lost(blob: Blob, at: int) -> str:
             at, tries = at + _BLOCK, tries + 1
             continue
         at += _BLOCK + max(0, info.size + _BLOCK - 1) // _BLOCK * _BLOCK
-        key = _KEY_EXT.match(info.name) if info.isreg() else None
+        key = key_ext.match(info.name) if info.isreg() else None
         if key is not None and key[1] != last:
             samples, last = samples + 1, key[1]
     return f"{samples:,}"
@@ -359,9 +366,25 @@ class _Headers(io.RawIOBase):
         return True
 
 
+@functools.cache
+def _hostile() -> dict[bytes, str]:
+    """The tar member types refused, by what they are."""
+    import tarfile  # _members imported it
+
+    return {
+        tarfile.SYMTYPE: "a symbolic link",
+        tarfile.LNKTYPE: "a hard link",
+        tarfile.CHRTYPE: "a device",
+        tarfile.BLKTYPE: "a device",
+        tarfile.FIFOTYPE: "a FIFO",
+    }
+
+
 def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> Iterator[_Sample]:
     """Members grouped into samples as webdataset's group_by_keys does; an early end as a
     sample that says so."""
+    hostile = _hostile()
+    meta, key_ext = re.compile(_META), re.compile(_KEY_EXT)  # once a tar, not a member
     sample = None
     for info in members:
         if isinstance(info, _End):
@@ -372,9 +395,9 @@ def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> It
                           f"follows is lost (samples found past it: {info.lost}; WebDataset's "
                           "reader stops there too); rewrite the tar")  # fmt: skip
             break
-        if info.isdir() or _META.match(info.name):  # `__key__`, `__x__/...`: not `__0001.jpg`
+        if info.isdir() or meta.match(info.name):  # `__key__`, `__x__/...`: not `__0001.jpg`
             continue
-        match = _KEY_EXT.match(info.name)
+        match = key_ext.match(info.name)
         if match is None:
             continue
         key, ext = match[1], match[2].lower()
@@ -382,8 +405,8 @@ def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> It
             if sample is not None:
                 yield sample
             sample = _Sample(path, tar, key)
-        if info.type in _HOSTILE or not info.isreg():
-            what = _HOSTILE.get(info.type, f"of tar type {info.type!r}")
+        if info.type in hostile or not info.isreg():
+            what = hostile.get(info.type, f"of tar type {info.type!r}")
             sample.why = sample.why or f"tar member {info.name!r} is {what}: refused, not read"
         elif info.issparse():  # its stated size is not what the tar stores after its header
             sample.why = sample.why or f"tar member {info.name!r} is sparse: refused, not read"

@@ -31,7 +31,7 @@ INFO, FEATURES = "dataset_info.json", "features.json"
 _CLASS = "tensorflow_datasets.core.features."
 # TFDS's default shard naming, and what each of its fields becomes.
 TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]+\Z")  # a shard name that stays in SRC
+_SAFE_NAME = r"[A-Za-z0-9_.\-]+\Z"  # a shard name that stays in SRC
 # What dataset_info.json without a fileFormat means (TFDS's own default).
 TFDS_DEFAULT_FORMAT = "tfrecord"
 # Tensor dtypes, as features.json spells them, by the Example list that holds them.
@@ -78,7 +78,7 @@ class TfdsSource(Source):
 
     def default_name(self, dataset: Dataset) -> str | None:
         name = _info(dataset.root).get("name")
-        return name if isinstance(name, str) and _SAFE_NAME.match(name) else None
+        return name if isinstance(name, str) and re.match(_SAFE_NAME, name) else None
 
 
 def _info(root: Storage) -> dict:
@@ -148,7 +148,7 @@ def _shards(root: Storage, info: dict, fmt: str) -> Iterator[tuple[str, list]]:
                 raise SourceError(f"{root.path(INFO)}: split {name!r} has {total:,} shards, "
                                   f"but its file name template {template!r} names them all "
                                   f"{shard!r}; prepare the dataset again")  # fmt: skip
-            if not _SAFE_NAME.match(shard) or root.kind(shard) != "file":
+            if not re.match(_SAFE_NAME, shard) or root.kind(shard) != "file":
                 raise SourceError(f"{root.path(shard)}: missing, but {INFO} lists it (split "
                                   f"{name!r}); copy every shard of the dataset, or prepare it "
                                   "again with tfds") from None  # fmt: skip

@@ -319,16 +319,14 @@ def _objects(data: bytes, name: str, tally: _Tally) -> dict[str, tuple]:
 
 # The encoding an XML declaration names (in its first bytes, ASCII's), and those expat reads
 # itself; Python's codecs read the others (GBK, Shift-JIS: expat refuses multi-byte ones).
-_DECLARED = re.compile(
-    rb"(?:\xef\xbb\xbf)?<\?xml[^>]{0,200}?encoding\s*=\s*[\"']([\w.:-]{1,40})[\"']"
-)
+_DECLARED = rb"(?:\xef\xbb\xbf)?<\?xml[^>]{0,200}?encoding\s*=\s*[\"']([\w.:-]{1,40})[\"']"
 _EXPAT_READS = frozenset({"utf-8", "utf8", "us-ascii", "ascii", "iso-8859-1", "latin-1"})
 
 
 def _decoded(data: bytes, name: str) -> bytes | str:
     """An XML as expat reads it: its bytes, or text decoded from the encoding its declaration
     names where expat would not read that encoding itself (a str's declaration is ignored)."""
-    match = _DECLARED.match(data)
+    match = re.match(_DECLARED, data)
     encoding = match.group(1).decode().lower() if match else "utf-8"
     if encoding in _EXPAT_READS or encoding.startswith("utf-16"):
         return data

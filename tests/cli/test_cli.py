@@ -438,8 +438,9 @@ def test_the_command_starts_numpy_with_one_blas_thread_unless_the_user_set_it():
 
 def test_a_folder_pack_imports_nothing_only_other_runs_read(tmp_path: Path):
     """Start-up: the network, VOC's XML, the copies' thread pool, grow, Dask's and the URL
-    stores' code, a streamed list's columns and the containers not asked for stay unimported,
-    and the near-duplicate hash's DCT matrix unmade."""
+    stores' code, a streamed list's columns, the containers not asked for, tarfile, the Parquet
+    readers and --split's module stay unimported, and the near-duplicate hash's DCT matrix
+    unmade."""
     src = make_tree(tmp_path / "src", {"a": 2})
     code = ("import runpy, sys\nnames = sys.argv.pop().split()\ntry:\n"
             "    runpy.run_module('shardpack', run_name='__main__')\n"
@@ -449,7 +450,8 @@ def test_a_folder_pack_imports_nothing_only_other_runs_read(tmp_path: Path):
     unread = ("socket xml.etree.ElementTree concurrent.futures logging shardpack.packing.grow "
               "shardpack.containers.array_record shardpack.containers.webdataset "
               "shardpack.containers.parquet shardpack.packing.cluster shardpack.storage.remote "
-              "shardpack.sources.tables.columns")  # fmt: skip
+              "shardpack.sources.tables.columns tarfile shardpack.sources.tables.chunks "
+              "shardpack.sources.tables.parquet_reader shardpack.sources.splitting")  # fmt: skip
     argv = ["pack", str(src), str(tmp_path / "out"), "--workers", "1", unread]
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-2:] == ["[]", "0"], out.stdout + out.stderr

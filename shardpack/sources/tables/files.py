@@ -24,12 +24,12 @@ def line_name(path: str, line: int) -> str:
 
 
 # how line_name's words begin a bad row's reason: "labels.csv line 7: why"
-_NAMED_LINE = re.compile(r"([^:/]+) (?:line|row) (\d+): ")
+_NAMED_LINE = r"([^:/]+) (?:line|row) (\d+): "
 
 
 def named_line(reason: str) -> tuple[str, int] | None:
     """The (file name, line or row) a bad row's reason begins by naming (line_name), else None."""
-    found = _NAMED_LINE.match(reason)
+    found = re.match(_NAMED_LINE, reason)
     return (found[1], int(found[2])) if found else None
 
 
