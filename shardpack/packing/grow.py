@@ -108,7 +108,8 @@ class Change:
     changed: dict[str, list[Item]]  # items whose bytes, label or fields differ, per split
     vanished: int  # packed items SRC no longer has (or, --update, copies it drops)
     touched: frozenset[str]  # shards holding a changed or vanished item
-    read: dict[str, duplicates.ContentKey]  # the content keys of the held items read
+    # the content keys of the held items read (the others taken as unchanged unread: kept.py)
+    read: dict[str, duplicates.ContentKey]
     held: dict[str, tuple[str, int, int, int | None]]  # key -> (shard, position, size, meta)
     left: dict[str, Dropped]  # key -> the copy --dedup left out, its URL's row unchanged
     near: dict[str, int]  # key -> the perceptual hash noted (contents.Noted)
@@ -193,7 +194,8 @@ class GrowPack:
         self.generation = old.generation + 1
         changed = frozenset(item.key for items in change.changed.values() for item in items)
         kept = kept_records(chain.from_iterable(todo.values()), change.held, self.contents,
-                            changed, bool(boxes.packed_moved(dataset.schema, options)))  # fmt: skip
+                            changed, bool(boxes.packed_moved(dataset.schema, options)),
+                            change.read, self.known, dataset.root)  # fmt: skip
         plan = grow_plan(dataset, todo, old, options, self.generation, touched, self.listed, kept)
         if state.journal_digest != plan.digest:  # (a stopped run of this plan wrote its own)
             _refuse_strays(out, (spec.file for spec in plan.shards), _unlisted(state, self.listed))
@@ -629,7 +631,9 @@ def _compare(
     ones their file's new mtime goes into `known` (the next run reads them no more). An item
     changes when its bytes, label or fields do. A copy --dedup left out whose URL's row is
     unchanged is no new item: it is `left`, unread. An item skipped when packed is new again
-    where its file's stamp now is not the one its skip noted (`skips`; _reread)."""
+    where its file's stamp now is not the one its skip noted (`skips`; _reread). A held item
+    left unread (not in Change.read) whose read is a request keeps its record when --update
+    rewrites its shard (kept.py)."""
     contents = held_.shards
     dropped = {row[1]: row for row in held_.noted.dropped}
     left = {}

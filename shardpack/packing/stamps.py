@@ -12,8 +12,9 @@ and keyed as the workers key them. An object in a store is stamped by its folder
 (Storage.stamps: a request a thousand objects), as its read takes none: the parent lists the
 folders of a shard's objects before sending it (with_listed, ShardSpec.listed), so the stamp
 noted is never newer than the bytes read (a rewrite after the listing is another stamp at the
-next grow: read again), and a grow and unchanged() compare it with a fresh listing. A store
-whose listing gives no modification time (memory://) gives none.
+next grow: read again), and a grow and unchanged() compare it with a fresh listing; an object
+whose stamp is unchanged keeps its record, and its stamp, when --update rewrites its shard
+(kept.py). A store whose listing gives no modification time (memory://) gives none.
 
 An item skipped when packed (a damaged image) keeps the stamp of the file its worker's read
 refused (the read's own fstat, as a record's: the bytes that would not decode, an empty

@@ -277,6 +277,12 @@ class Storage:
         unread). On a local disk, links are followed, but only to a regular file."""
         raise NotImplementedError
 
+    def read_is_request(self, name: str) -> bool:
+        """Whether reading file `name` is a request to a server (an object of a store, an
+        http(s) URL), where a disk's read is cheap and exact: a grow keeps the record OUT holds
+        of such an item that it takes as unchanged, not read again (packing/kept.py)."""
+        return False
+
     def read_stamped(self, name: str, limit: int) -> tuple[bytes, tuple[int, int] | None]:
         """read(), with the file's stamp as the read itself saw it before its first byte
         (stamp()'s (size, mtime in ns), from the opened file: no second look); None where the

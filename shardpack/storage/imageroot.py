@@ -220,6 +220,12 @@ class ImageRoot(Storage):
         storage, name = self.where(name)
         return storage.read(name, limit)
 
+    def read_is_request(self, name: str) -> bool:
+        if self.web_url(name) is not None:
+            return True
+        storage, name = self.where(name)
+        return storage.read_is_request(name)
+
     def read_stamped(self, name: str, limit: int) -> tuple[bytes, tuple[int, int] | None]:
         """read(), with the stamp of a file where its store gives one (a URL has none)."""
         if self.web_url(name) is not None:

@@ -229,6 +229,9 @@ class RemoteStorage(Storage):
             return {}
         return dict(filter(None, map(_listed_stamp, listed)))
 
+    def read_is_request(self, name: str) -> bool:
+        return True
+
     def read(self, name: str, limit: int) -> bytes:
         if self.scheme in _HTTP:  # a URL's "?" is its own; a server may ignore Range
             with _naming(self.path(name)):

@@ -15,15 +15,18 @@ from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from tests.helpers import image, make_tree, object_hashes, shard_files
 from tests.packing.test_grow import _add, _aged, _changed_and_removed
+from tests.packing.test_grow_promises import _told
 
 
-def test_a_grow_of_a_src_on_s3_reads_no_held_object_and_an_update_reads_a_rewritten_one(
+def test_a_grow_of_a_src_on_s3_reads_no_held_object_and_an_update_reads_a_rewritten_one_alone(
     tmp_path: Path, s3, monkeypatch
 ):
     """Each object's stamp comes from its folder's listing (size, LastModified), taken before
     the workers read it: the same pack again keeps its shards unread, `--append` of one
     object GETs that one alone, not the held ones; an object rewritten under its key (another
-    stamp) is read by `--update` and its record is the new bytes."""
+    stamp) is read by `--update` and its record is the new bytes, the other records of its
+    shard taken from the old one (kept.py: it GETted each again), with their stamps: the
+    dataset a fresh pack writes, and the next grow reads none of them."""
     monkeypatch.setattr(stamps, "RACY_NS", 0)  # objects written just now are settled now
     url = s3.put_tree(make_tree(tmp_path / "src", {"cat": 3, "dog": 3}), "src")
     out = tmp_path / "out"
@@ -41,10 +44,20 @@ def test_a_grow_of_a_src_on_s3_reads_no_held_object_and_an_update_reads_a_rewrit
     before = len(s3.fetched("src/"))
     result = pack(url, out, PackOptions(grow="update", workers=1))
     assert result.grow["changed"] == 1 and result.grow["shards_rewritten"] == 1
-    fetched = set(s3.fetched("src/")[before:])  # that one's shard is written again: its own
-    assert "src/cat/img_001.jpg" in fetched and len(fetched) <= 3, fetched  # of the 7
+    # its shard is written again, the others' records kept from it (their stamps unchanged)
+    assert set(s3.fetched("src/")[before:]) == {"src/cat/img_001.jpg"}
     images = {r["key"]: r["image"] for r in iter_examples(out)}
     assert images["cat/img_001.jpg"] == rewritten and len(images) == 7
+    fresh = tmp_path / "fresh"
+    pack(url, fresh, PackOptions(shards=2, workers=1))
+    assert _records(out) == _records(fresh) and _told(out) == _told(fresh)
+    before = len(s3.fetched("src/"))
+    again = pack(url, out, PackOptions(grow="update", workers=1))  # the kept ones' stamps held
+    assert again.grow["nothing"] and s3.fetched("src/")[before:] == []
+
+
+def _records(out: Path) -> dict[str, dict]:
+    return {r["key"]: r for r in iter_examples(out)}
 
 
 def test_a_dataset_grown_on_s3_is_byte_identical_to_one_grown_on_disk(tmp_path: Path, s3):

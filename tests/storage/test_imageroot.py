@@ -79,6 +79,14 @@ def test_a_root_reads_each_path_where_it_says_and_pickles_without_its_rows(tmp_p
         images.read(p, 100) for p in ["a.jpg", str(tmp_path / "elsewhere.jpg"), f"{url}/o.jpg"]
     ]
     assert reads == [b"in root", b"absolute", b"object"]
+    # a grow keeps the held record of an image whose read is a request (packing/kept.py)
+    paths = [
+        "a.jpg",
+        str(tmp_path / "elsewhere.jpg"),
+        f"{url}/o.jpg",
+        "https://example.invalid/1.jpg",
+    ]
+    assert [images.read_is_request(p) for p in paths] == [False, False, True, True]
     assert images.rows_of(["https://example.invalid/1.jpg", "https://example.invalid/2.jpg"]) == {
         "https://example.invalid/1.jpg": ("part-0.csv", 2)
     }
