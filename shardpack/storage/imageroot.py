@@ -235,7 +235,12 @@ class ImageRoot(Storage):
 
     @property
     def stamps_listed(self) -> bool:
-        return self.base.stamps_listed
+        """Whether an image it has read or stamped so far (the manifest's folder, or an object
+        store a row names: the scan asked each of its images') takes its stamp from a listing:
+        a CSV on this disk naming s3:// images is stamped as a SRC in the bucket is."""
+        return self.base.stamps_listed or any(
+            storage.stamps_listed for storage in self._elsewhere.values()
+        )
 
     def stamp(self, name: str) -> tuple[int, int] | None:
         if self.web_url(name) is not None:

@@ -92,3 +92,27 @@ def test_a_dataset_grown_on_s3_is_byte_identical_to_one_grown_on_disk(tmp_path: 
     assert index(out)["retired"]  # the shards moved into the gaps, by their old names
     assert sorted(shard_files(local)) == [f"pets-train.tfrecord-{i:05d}-of-00004" for i in range(4)]
     assert s3.uploads() == []
+
+
+def test_a_local_manifest_of_objects_in_s3_is_stamped_when_packed(tmp_path: Path, s3, monkeypatch):
+    """A CSV on this disk naming s3:// images: the pack notes each object's listed stamp, as
+    for a SRC in the bucket, so that the grow after it GETs none of them, and an object
+    rewritten since is the one GETted (before, the first grow after the pack GETted them all)."""
+    monkeypatch.setattr(stamps, "RACY_NS", 0)  # objects written just now are settled now
+    s3.put_tree(make_tree(tmp_path / "src", {"cat": 2, "dog": 2}), "src")
+    rows = [f"{s3.url(f'src/{key}')},{key.split('/')[0]}" for key in s3.keys("src")]
+    manifest = tmp_path / "images.csv"
+    manifest.write_text("image,label\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    pack(manifest, out, PackOptions(workers=1))
+    before = len(s3.fetched("src/"))
+    again = pack(manifest, out, PackOptions(grow="update", workers=1))
+    assert again.grow["nothing"] and s3.fetched("src/")[before:] == []
+    s3.write("src/dog/img_001.jpg", cv2.imencode(".png", image(902))[1].tobytes())
+    before = len(s3.fetched("src/"))
+    result = pack(manifest, out, PackOptions(grow="update", workers=1))
+    assert result.grow["changed"] == 1  # (read by the compare, then by its worker)
+    assert set(s3.fetched("src/")[before:]) == {"src/dog/img_001.jpg"}
+    before = len(s3.fetched("src/"))
+    assert pack(manifest, out, PackOptions(grow="update", workers=1)).grow["nothing"]
+    assert s3.fetched("src/")[before:] == []
