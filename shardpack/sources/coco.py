@@ -11,9 +11,9 @@ Keypoints become objects/keypoints, flat rows of COCO's (x, y, v) per keypoint, 
 normalised; segmentations (polygons, RLE) travel to the workers as sources/shapes blobs under
 `mask` and are drawn there into one instance-id PNG per image (packing/masks.py).
 
-An annotation shardpack cannot use (a bbox that is not 4 finite numbers, a category not
-listed, a segmentation or keypoints list of the wrong shape, an iscrowd not 0 or 1, an id an
-earlier annotation has) skips its image with the reason (or stops the scan with --on-error
+An annotation shardpack cannot use (a bbox that is not 4 finite numbers or that reaches more
+than the image's side past its edge, a category not listed, a segmentation or keypoints list
+of the wrong shape, an iscrowd not 0 or 1, an id an earlier annotation has) skips its image with the reason (or stops the scan with --on-error
 fail): packing the image without the object would make a false negative of it. Annotations
 naming an image the JSON does not list are counted in a warning; unknown keys are ignored.
 """
@@ -165,12 +165,6 @@ def read_json(root: Storage, path: str) -> dict:
 def _number(value: object) -> bool:
     """A finite JSON number (a bool is no number: its type is not int's)."""
     return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
-
-
-def _reach(value: float) -> float:
-    """A coordinate held within BOX_REACH: the worker clips it to the image, and tells a box
-    outside the image from one of no area by what is past its edges."""
-    return min(max(value, BOX_REACH[0]), BOX_REACH[1])
 
 
 def _count(value: object) -> bool:
@@ -406,8 +400,15 @@ class _Split:
             if not _count(annotation.get("id")):
                 raise _BadAnnotation(annotation, "its id is not a 64-bit integer")
             x, y, w, h = bbox  # the worker clips it to the image, as detectron2 clips them
-            boxes.append((_reach(y / height), _reach(x / width), _reach((y + h) / height),
-                          _reach((x + w) / width)))  # fmt: skip
+            box = (y / height, x / width, (y + h) / height, (x + w) / width)
+            far = next((n for n, v in enumerate(box) if not BOX_REACH[0] <= v <= BOX_REACH[1]),
+                       None)  # fmt: skip
+            if far is not None:  # a box in another image's pixels: clipped, it would be wrong
+                raise _BadAnnotation(annotation, f"bbox {_shown(bbox)} reaches {box[far]:g} of "
+                                     f"the image's {('height', 'width')[far % 2]}, more than a "
+                                     f"side past its edge (the JSON's size {width}x{height}); "
+                                     "fix the box or the image's width and height")  # fmt: skip
+            boxes.append(box)
             labels.append(self.label_of[category])
             flag = annotation.get("iscrowd") or 0  # absent or null: 0
             if flag not in (0, 1):  # a text "0" was true, a crowd

@@ -303,7 +303,12 @@ def _second(doc: dict, **changes) -> None:
          "RLE string holds a count past any image's pixels"),
         # numbers past int64, where objects/area and objects/id are stored: a worker's traceback
         (lambda d: _second(d, area=1e300), "annotation 12: area 1e+300 is past any image's"),
-        (lambda d: _second(d, area=None, bbox=[0, 0, 1e200, 1e200]), "area inf is not a"),
+        (lambda d: _second(d, area=None, bbox=[0, 0, 1e200, 1e200]), "bbox [0, 0, 1e+200, 1e+"),
+        # a box in another image's pixels (more than a side past the edge): it was clipped
+        (lambda d: _second(d, bbox=[10, 10, 1e6, 8]),
+         "annotation 12: bbox [10, 10, 1000000.0, 8] reaches 8333.42 of the image's width, more "
+         "than a side past its edge (the JSON's size 120x80); fix the box or the image's width "
+         "and height"),
         # NaN (Python's json reads it), a text: the box's area was stored in its place
         (lambda d: _second(d, area=float("nan")), "annotation 12: area nan is not a number of"),
         (lambda d: _second(d, area="1200"), "annotation 12: area '1200' is not a number of"),
@@ -311,7 +316,7 @@ def _second(doc: dict, **changes) -> None:
         (lambda d: _second(d, iscrowd="0"), "annotation 12: iscrowd '0' is not 0 or 1"),
     ],
     ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover", "rle-long",
-         "area-huge", "area-box", "area-nan", "area-text", "iscrowd-text"],
+         "area-huge", "area-box", "bbox-far", "area-nan", "area-text", "iscrowd-text"],
 )  # fmt: skip
 def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, change, reason):
     src = _broken(tmp_path, change)
