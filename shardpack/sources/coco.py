@@ -187,6 +187,9 @@ class _Categories:
                                   "fix the JSON")  # fmt: skip
             ident, name = category["id"], category["name"]
             check_class_name(name, where)
+            if not name.strip():  # TFDS reads a class list leaving out empty lines
+                raise SourceError(f"{where}: categories[{n}] (id {ident}) has no name; give "
+                                  "each category its class's name")  # fmt: skip
             if self.names.get(ident, name) != name:
                 raise SourceError(f"{where}: category {ident} is named both "
                                   f"'{printable(self.names[ident])}' and '{printable(name)}'; "

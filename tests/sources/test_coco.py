@@ -363,6 +363,17 @@ def test_what_it_does_not_understand_is_said_in_one_line(tmp_path: Path, monkeyp
         scan(src)
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_a_category_of_no_name_is_said_in_one_line(tmp_path: Path, name: str):
+    """TFDS reads a class list leaving out its empty lines: an empty category name was packed,
+    and TFDS read one class fewer, every later class's label one off."""
+    src = _broken(tmp_path, lambda d: d.update(categories=[{"id": 7, "name": name},
+                                                           *CATEGORIES[1:]]))  # fmt: skip
+    with pytest.raises(SourceError, match=r"instances_val2017\.json: categories\[0\] \(id 7\) "
+                       r"has no name; give each category its class's name"):
+        scan(src)
+
+
 def test_annotations_of_an_image_of_another_shape_skip_it(tmp_path: Path):
     def swap(doc):  # the JSON says 80x120 of an image 120x80
         doc["images"][0].update(width=80, height=120)
