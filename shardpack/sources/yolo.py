@@ -283,7 +283,8 @@ def _objects(
                                 "h'") from None  # fmt: skip
         label = numbers[0]
         if not all(map(math.isfinite, numbers)):
-            raise BadAnnotation(f"{at}: holds a value that is not a finite number")
+            odd = next(v for v, n in zip(values, numbers, strict=True) if not math.isfinite(n))
+            raise BadAnnotation(f"{at}: {odd[:20]!r} is not a finite number; fix the row")
         if tuple(numbers) in seen:  # the same object twice: kept once (the first was checked)
             tally.repeated += 1
             continue
@@ -299,7 +300,8 @@ def _objects(
         if len(coords) == 4:
             cx, cy, w, h = coords
             if w < 0 or h < 0:
-                raise BadAnnotation(f"{at}: width {values[3]} or height {values[4]} is negative")
+                side, given = ("width", values[3]) if w < 0 else ("height", values[4])
+                raise BadAnnotation(f"{at}: {side} {given} is negative; fix the row")
             box = (cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2)
             if polygons is not None:
                 polygons.append(())
