@@ -519,6 +519,16 @@ def test_a_grow_adds_a_new_category_at_the_end_of_the_classes(tmp_path: Path, gr
     assert verify(tmp_path / "out").ok
     again = _pack(root, tmp_path / "out", format=form, grow="update").to_json()  # as they were
     assert again["new_records"] == 0 and again["records"] == 4, again
+    # a category with no objects yet, as a folder's empty new class: was left out (3 classes
+    # kept, "nothing to add") while a fresh pack lists it
+    doc["categories"].append({"id": 12, "name": "fish"})
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(doc))
+    empty = _pack(root, tmp_path / "out", format=form, grow=grow).to_json()
+    assert empty["new_records"] == 0
+    assert empty["object_classes"]["classes"] == [*CLASSES, "bird", "fish"]
+    if form == "tfrecord":  # TFDS's class list too
+        told = (tmp_path / "out" / "objects-label.labels.txt").read_text().split()
+        assert told == [*CLASSES, "bird", "fish"]
     if form == "parquet":
         read = _pack(tmp_path / "out", tmp_path / "again", source="hf").to_json()
         assert read["object_classes"]["classes"] == [*CLASSES, "bird"]
