@@ -177,6 +177,7 @@ class _Categories:
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
+        self.named_in: dict[int, str] = {}  # the JSON each id's name was first read from
         self.keypoints: dict[int, tuple[str, ...]] = {}
 
     def add(self, where: str, categories: list) -> None:
@@ -191,10 +192,11 @@ class _Categories:
                 raise SourceError(f"{where}: categories[{n}] (id {ident}) has no name; give "
                                   "each category its class's name")  # fmt: skip
             if self.names.get(ident, name) != name:
-                raise SourceError(f"{where}: category {ident} is named both "
-                                  f"'{printable(self.names[ident])}' and '{printable(name)}'; "
-                                  "give each id one name")  # fmt: skip
+                raise SourceError(f"{where}: category {ident} is named '{printable(name)}', "
+                                  f"and '{printable(self.names[ident])}' in "
+                                  f"{self.named_in[ident]}; give each id one name")  # fmt: skip
             self.names[ident] = name
+            self.named_in.setdefault(ident, where)
             names = category.get("keypoints", [])
             if not isinstance(names, list) or not all(isinstance(k, str) for k in names):
                 raise SourceError(f"{where}: categories[{n}].keypoints is not a list of names")

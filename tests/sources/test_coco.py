@@ -449,6 +449,16 @@ def test_each_split_finds_its_images_where_detectron2_and_tfds_keep_them(tmp_pat
     assert keys == {"train": ["images/train/t.png"], "val": ["val2017/v.png"],
                     "test": ["test/x.png"]}  # fmt: skip
     assert dataset.schema["objects/label"].classes == ("cat", "person")
+    # one id named otherwise in two JSONs: the message named one of them, not where the other
+    # name is
+    files["instances_test2017.json"]["categories"] = [{"id": 3, "name": "kitten"}]
+    (tmp_path / "annotations/instances_test2017.json").write_text(
+        json.dumps(files["instances_test2017.json"]))  # fmt: skip
+    with pytest.raises(SourceError) as refused:
+        scan(tmp_path)
+    said = str(refused.value)
+    assert "category 3 is named " in said and "give each id one name" in said
+    assert "instances_train.json" in said and "instances_test2017.json" in said, said
 
 
 def _copies(doc: dict, root: Path) -> None:
