@@ -13,9 +13,10 @@ normalised; segmentations (polygons, RLE) travel to the workers as sources/shape
 
 An annotation shardpack cannot use (a bbox that is not 4 finite numbers or that reaches more
 than the image's side past its edge, a category not listed, a segmentation or keypoints list
-of the wrong shape, an iscrowd not 0 or 1, an id an earlier annotation has) skips its image with the reason (or stops the scan with --on-error
-fail): packing the image without the object would make a false negative of it. Annotations
-naming an image the JSON does not list are counted in a warning; unknown keys are ignored.
+of the wrong shape, an iscrowd not 0 or 1, an id an earlier annotation has) skips its image
+with the reason (or stops the scan with --on-error fail): packing the image without the
+object would make a false negative of it. Annotations naming an image the JSON does not list
+are counted in a warning; unknown keys are ignored.
 """
 
 from __future__ import annotations
