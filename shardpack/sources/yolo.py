@@ -249,6 +249,19 @@ class _Tally:
         return said
 
 
+def _row_numbers(values: list[str], line: str, at: str) -> list[float]:
+    """A label row's numbers, each finite (`at`: its file and line, for the message)."""
+    try:
+        numbers = [float(v) for v in values]
+    except ValueError:
+        raise BadAnnotation(f"{at}: {line[:60]!r} is not numbers; a row is 'class cx cy w "
+                            "h'") from None  # fmt: skip
+    odd = next((v for v, n in zip(values, numbers, strict=True) if not math.isfinite(n)), None)
+    if odd is not None:
+        raise BadAnnotation(f"{at}: {odd[:20]!r} is not a finite number; fix the row")
+    return numbers
+
+
 def _objects(
     data: bytes, name: str, classes: int, kpt: int | None, tally: _Tally
 ) -> tuple[dict[str, tuple], list | None]:
@@ -276,15 +289,8 @@ def _objects(
         if not values:
             continue
         at = f"{name} line {number}"
-        try:
-            numbers = [float(v) for v in values]
-        except ValueError:
-            raise BadAnnotation(f"{at}: {line[:60]!r} is not numbers; a row is 'class cx cy w "
-                                "h'") from None  # fmt: skip
+        numbers = _row_numbers(values, line, at)
         label = numbers[0]
-        if not all(map(math.isfinite, numbers)):
-            odd = next(v for v, n in zip(values, numbers, strict=True) if not math.isfinite(n))
-            raise BadAnnotation(f"{at}: {odd[:20]!r} is not a finite number; fix the row")
         if tuple(numbers) in seen:  # the same object twice: kept once (the first was checked)
             tally.repeated += 1
             continue
