@@ -249,7 +249,7 @@ class GrowPack:
         """A grow with no shard to write: what it read again, and new copies or skips, told."""
         out, contents, loose = self.out, self.contents, self.loose
         old = _with_classes(self.old, dataset)
-        classed = old is not self.old  # new empty class folders: classes, as a fresh pack's
+        classed = old is not self.old  # new classes of no record: as a fresh pack's
         if self.known != self.loaded:  # files read again, their bytes unchanged: read no more
             stamps.save(out, old, stamps.mtimes_to_save(contents.values(), self.known),
                         stamps.skips_to_save(contents.values(), loose, self.skips))  # fmt: skip
@@ -343,9 +343,10 @@ class GrowPack:
 
 def _with_classes(old: Index, dataset: Dataset) -> Index:
     """`old` with the classes SRC adds at the end (a grow with no shard to write finds them
-    only as empty class folders), each split counting none of them; `old` itself if none."""
+    only as empty class folders, or object classes no object has yet: a category or a name
+    in data.yaml), each split counting none of them; `old` itself if none."""
     classes = dataset.classes
-    if classes == old.classes:
+    if classes == old.classes and dataset.schema == old.schema:
         return old
     splits = {name: replace(split, class_counts=(*split.class_counts,
                                                  *[0] * (len(classes) - len(split.class_counts))))

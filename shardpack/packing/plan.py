@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shardpack.containers import CONTAINERS
+from shardpack.images import max_file_bytes
 from shardpack.options import PackOptions
 from shardpack.sources import Dataset, Item, RecordCost
 
@@ -123,11 +124,15 @@ def estimated_bytes(item: Item, options: PackOptions, cost: RecordCost | None = 
     return size if options.max_side is None else min(size, options.max_side**2 * 3)
 
 
-def _tally(items: tuple[Item, ...], cost: RecordCost | None) -> tuple[int, int, int]:
-    """(records, files, the files' bytes) in one pass: a listing may hold millions."""
+def _tally(
+    items: tuple[Item, ...], options: PackOptions, cost: RecordCost | None
+) -> tuple[int, int, int]:
+    """(records, files, the files' bytes) in one pass: a listing may hold millions. A file
+    past the most an image of --max-pixels can take is skipped unread: its bytes count none."""
     if cost is not None:
         return len(items), 0, 0
-    return 0, len(items), sum(item.size for item in items)
+    limit = max_file_bytes(options.max_pixels)
+    return 0, len(items), sum(item.size for item in items if item.size <= limit)
 
 
 def work_seconds(
@@ -135,7 +140,7 @@ def work_seconds(
 ) -> float:
     """One core's estimated seconds to write `items` (records costing `cost` each, or image
     files when None): the cost model above, summed."""
-    return _work_seconds(_tally(items, cost), options, cost)
+    return _work_seconds(_tally(items, options, cost), options, cost)
 
 
 def plan_seconds(plan: Plan, options: PackOptions) -> float:
@@ -211,7 +216,7 @@ def num_shards_for(
     each item costs when they are records (the source's), None for image files."""
     if options.shards is not None:
         return max(1, min(options.shards, len(items)))
-    tally = _tally(items, cost)
+    tally = _tally(items, options, cost)
     records, files, file_bytes = tally
     record_bytes = records * cost.raw_bytes if cost is not None else 0
     if options.encode == "raw" and options.max_side is not None:  # a bound per item

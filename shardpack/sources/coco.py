@@ -11,11 +11,12 @@ Keypoints become objects/keypoints, flat rows of COCO's (x, y, v) per keypoint, 
 normalised; segmentations (polygons, RLE) travel to the workers as sources/shapes blobs under
 `mask` and are drawn there into one instance-id PNG per image (packing/masks.py).
 
-An annotation shardpack cannot use (a bbox that is not 4 finite numbers, a category not
-listed, a segmentation or keypoints list of the wrong shape, an iscrowd not 0 or 1, an id an
-earlier annotation has) skips its image with the reason (or stops the scan with --on-error
-fail): packing the image without the object would make a false negative of it. Annotations
-naming an image the JSON does not list are counted in a warning; unknown keys are ignored.
+An annotation shardpack cannot use (a bbox that is not 4 finite numbers or that reaches more
+than the image's side past its edge, a category not listed, a segmentation or keypoints list
+of the wrong shape, an iscrowd not 0 or 1, an id an earlier annotation has) skips its image
+with the reason (or stops the scan with --on-error fail): packing the image without the
+object would make a false negative of it. Annotations naming an image the JSON does not list
+are counted in a warning; unknown keys are ignored.
 """
 
 from __future__ import annotations
@@ -167,12 +168,6 @@ def _number(value: object) -> bool:
     return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
 
 
-def _reach(value: float) -> float:
-    """A coordinate held within BOX_REACH: the worker clips it to the image, and tells a box
-    outside the image from one of no area by what is past its edges."""
-    return min(max(value, BOX_REACH[0]), BOX_REACH[1])
-
-
 def _count(value: object) -> bool:
     """An integer int64 holds (ids and areas are stored as int64)."""
     return type(value) is int and INT64[0] <= value <= INT64[1]
@@ -183,6 +178,7 @@ class _Categories:
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
+        self.named_in: dict[int, str] = {}  # the JSON each id's name was first read from
         self.keypoints: dict[int, tuple[str, ...]] = {}
 
     def add(self, where: str, categories: list) -> None:
@@ -193,11 +189,15 @@ class _Categories:
                                   "fix the JSON")  # fmt: skip
             ident, name = category["id"], category["name"]
             check_class_name(name, where)
+            if not name.strip():  # TFDS reads a class list leaving out empty lines
+                raise SourceError(f"{where}: categories[{n}] (id {ident}) has no name; give "
+                                  "each category its class's name")  # fmt: skip
             if self.names.get(ident, name) != name:
-                raise SourceError(f"{where}: category {ident} is named both "
-                                  f"'{printable(self.names[ident])}' and '{printable(name)}'; "
-                                  "give each id one name")  # fmt: skip
+                raise SourceError(f"{where}: category {ident} is named '{printable(name)}', "
+                                  f"and '{printable(self.names[ident])}' in "
+                                  f"{self.named_in[ident]}; give each id one name")  # fmt: skip
             self.names[ident] = name
+            self.named_in.setdefault(ident, where)
             names = category.get("keypoints", [])
             if not isinstance(names, list) or not all(isinstance(k, str) for k in names):
                 raise SourceError(f"{where}: categories[{n}].keypoints is not a list of names")
@@ -406,8 +406,15 @@ class _Split:
             if not _count(annotation.get("id")):
                 raise _BadAnnotation(annotation, "its id is not a 64-bit integer")
             x, y, w, h = bbox  # the worker clips it to the image, as detectron2 clips them
-            boxes.append((_reach(y / height), _reach(x / width), _reach((y + h) / height),
-                          _reach((x + w) / width)))  # fmt: skip
+            box = (y / height, x / width, (y + h) / height, (x + w) / width)
+            far = next((n for n, v in enumerate(box) if not BOX_REACH[0] <= v <= BOX_REACH[1]),
+                       None)  # fmt: skip
+            if far is not None:  # a box in another image's pixels: clipped, it would be wrong
+                raise _BadAnnotation(annotation, f"bbox {_shown(bbox)} reaches {box[far]:g} of "
+                                     f"the image's {('height', 'width')[far % 2]}, more than a "
+                                     f"side past its edge (the JSON's size {width}x{height}); "
+                                     "fix the box or the image's width and height")  # fmt: skip
+            boxes.append(box)
             labels.append(self.label_of[category])
             flag = annotation.get("iscrowd") or 0  # absent or null: 0
             if flag not in (0, 1):  # a text "0" was true, a crowd

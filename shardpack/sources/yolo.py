@@ -249,6 +249,19 @@ class _Tally:
         return said
 
 
+def _row_numbers(values: list[str], line: str, at: str) -> list[float]:
+    """A label row's numbers, each finite (`at`: its file and line, for the message)."""
+    try:
+        numbers = [float(v) for v in values]
+    except ValueError:
+        raise BadAnnotation(f"{at}: {line[:60]!r} is not numbers; a row is 'class cx cy w "
+                            "h'") from None  # fmt: skip
+    odd = next((v for v, n in zip(values, numbers, strict=True) if not math.isfinite(n)), None)
+    if odd is not None:
+        raise BadAnnotation(f"{at}: {odd[:20]!r} is not a finite number; fix the row")
+    return numbers
+
+
 def _objects(
     data: bytes, name: str, classes: int, kpt: int | None, tally: _Tally
 ) -> tuple[dict[str, tuple], list | None]:
@@ -276,14 +289,8 @@ def _objects(
         if not values:
             continue
         at = f"{name} line {number}"
-        try:
-            numbers = [float(v) for v in values]
-        except ValueError:
-            raise BadAnnotation(f"{at}: {line[:60]!r} is not numbers; a row is 'class cx cy w "
-                                "h'") from None  # fmt: skip
+        numbers = _row_numbers(values, line, at)
         label = numbers[0]
-        if not all(map(math.isfinite, numbers)):
-            raise BadAnnotation(f"{at}: holds a value that is not a finite number")
         if tuple(numbers) in seen:  # the same object twice: kept once (the first was checked)
             tally.repeated += 1
             continue
@@ -299,7 +306,8 @@ def _objects(
         if len(coords) == 4:
             cx, cy, w, h = coords
             if w < 0 or h < 0:
-                raise BadAnnotation(f"{at}: width {values[3]} or height {values[4]} is negative")
+                side, given = ("width", values[3]) if w < 0 else ("height", values[4])
+                raise BadAnnotation(f"{at}: {side} {given} is negative; fix the row")
             box = (cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2)
             if polygons is not None:
                 polygons.append(())

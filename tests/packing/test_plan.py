@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from shardpack.containers import CONTAINERS, get_container
+from shardpack.images import max_file_bytes
 from shardpack.options import PackOptions
 from shardpack.packing.plan import (
     BYTE_S,
@@ -461,6 +462,23 @@ def test_a_shard_size_that_leaves_few_images_per_shard_is_warned_about():
     assert make_plan(dataset, "d", PackOptions(shard_size=8_000), 1).warnings == ()  # 8 a shard
     assert make_plan(dataset, "d", PackOptions(shards=20), 1).warnings == ()  # asked for
     assert make_plan(dataset, "d", PackOptions(), 1).warnings == ()
+
+
+def test_a_file_too_large_to_be_an_image_does_not_count_towards_the_shards():
+    """A file past the most an image of --max-pixels can take is skipped unread: an 8 GiB one
+    among 40 small files cut the split into one shard per image, warned of as a shard size to
+    raise."""
+    dataset = _dataset(n=40)
+
+    def first_of(size: int) -> Dataset:
+        first, *rest = dataset.splits["train"]
+        big = Item(key=first.key, label=first.label, path=first.path, size=size)
+        return dataclasses.replace(dataset, splits={"train": (big, *rest)})
+
+    plan = make_plan(first_of(8 << 30), "d", PackOptions(), 1)
+    assert len(plan.shards) == 1 and plan.warnings == ()
+    limit = max_file_bytes(PackOptions().max_pixels)  # it may be an image: counted
+    assert len(make_plan(first_of(limit), "d", PackOptions(), 1).shards) > 1
 
 
 def _cifar_like(train: int, test: int) -> Dataset:

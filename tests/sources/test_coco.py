@@ -303,7 +303,12 @@ def _second(doc: dict, **changes) -> None:
          "RLE string holds a count past any image's pixels"),
         # numbers past int64, where objects/area and objects/id are stored: a worker's traceback
         (lambda d: _second(d, area=1e300), "annotation 12: area 1e+300 is past any image's"),
-        (lambda d: _second(d, area=None, bbox=[0, 0, 1e200, 1e200]), "area inf is not a"),
+        (lambda d: _second(d, area=None, bbox=[0, 0, 1e200, 1e200]), "bbox [0, 0, 1e+200, 1e+"),
+        # a box in another image's pixels (more than a side past the edge): it was clipped
+        (lambda d: _second(d, bbox=[10, 10, 1e6, 8]),
+         "annotation 12: bbox [10, 10, 1000000.0, 8] reaches 8333.42 of the image's width, more "
+         "than a side past its edge (the JSON's size 120x80); fix the box or the image's width "
+         "and height"),
         # NaN (Python's json reads it), a text: the box's area was stored in its place
         (lambda d: _second(d, area=float("nan")), "annotation 12: area nan is not a number of"),
         (lambda d: _second(d, area="1200"), "annotation 12: area '1200' is not a number of"),
@@ -311,7 +316,7 @@ def _second(doc: dict, **changes) -> None:
         (lambda d: _second(d, iscrowd="0"), "annotation 12: iscrowd '0' is not 0 or 1"),
     ],
     ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover", "rle-long",
-         "area-huge", "area-box", "area-nan", "area-text", "iscrowd-text"],
+         "area-huge", "area-box", "bbox-far", "area-nan", "area-text", "iscrowd-text"],
 )  # fmt: skip
 def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, change, reason):
     src = _broken(tmp_path, change)
@@ -355,6 +360,17 @@ def test_what_it_does_not_understand_is_said_in_one_line(tmp_path: Path, monkeyp
         scan(src)
     monkeypatch.setattr(coco_source, "MAX_JSON_BYTES", 1000)  # the cap, without writing a GiB
     with pytest.raises(SourceError, match=r"instances_val2017\.json: over 1,000 bytes"):
+        scan(src)
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_a_category_of_no_name_is_said_in_one_line(tmp_path: Path, name: str):
+    """TFDS reads a class list leaving out its empty lines: an empty category name was packed,
+    and TFDS read one class fewer, every later class's label one off."""
+    src = _broken(tmp_path, lambda d: d.update(categories=[{"id": 7, "name": name},
+                                                           *CATEGORIES[1:]]))  # fmt: skip
+    said = r"instances_val2017\.json: categories\[0\] \(id 7\) has no name; give each category"
+    with pytest.raises(SourceError, match=said):
         scan(src)
 
 
@@ -433,6 +449,16 @@ def test_each_split_finds_its_images_where_detectron2_and_tfds_keep_them(tmp_pat
     assert keys == {"train": ["images/train/t.png"], "val": ["val2017/v.png"],
                     "test": ["test/x.png"]}  # fmt: skip
     assert dataset.schema["objects/label"].classes == ("cat", "person")
+    # one id named otherwise in two JSONs: the message named one of them, not where the other
+    # name is
+    files["instances_test2017.json"]["categories"] = [{"id": 3, "name": "kitten"}]
+    (tmp_path / "annotations/instances_test2017.json").write_text(
+        json.dumps(files["instances_test2017.json"]))  # fmt: skip
+    with pytest.raises(SourceError) as refused:
+        scan(tmp_path)
+    said = str(refused.value)
+    assert "category 3 is named " in said and "give each id one name" in said
+    assert "instances_train.json" in said and "instances_test2017.json" in said, said
 
 
 def _copies(doc: dict, root: Path) -> None:
@@ -503,6 +529,16 @@ def test_a_grow_adds_a_new_category_at_the_end_of_the_classes(tmp_path: Path, gr
     assert verify(tmp_path / "out").ok
     again = _pack(root, tmp_path / "out", format=form, grow="update").to_json()  # as they were
     assert again["new_records"] == 0 and again["records"] == 4, again
+    # a category with no objects yet, as a folder's empty new class: was left out (3 classes
+    # kept, "nothing to add") while a fresh pack lists it
+    doc["categories"].append({"id": 12, "name": "fish"})
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(doc))
+    empty = _pack(root, tmp_path / "out", format=form, grow=grow).to_json()
+    assert empty["new_records"] == 0
+    assert empty["object_classes"]["classes"] == [*CLASSES, "bird", "fish"]
+    if form == "tfrecord":  # TFDS's class list too
+        told = (tmp_path / "out" / "objects-label.labels.txt").read_text().split()
+        assert told == [*CLASSES, "bird", "fish"]
     if form == "parquet":
         read = _pack(tmp_path / "out", tmp_path / "again", source="hf").to_json()
         assert read["object_classes"]["classes"] == [*CLASSES, "bird"]

@@ -292,7 +292,8 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
               "short": "0 0.5 0.5 0.2", "text": "a 0.5 0.5 0.2 0.2",
               "huge": f"0 0.1 0.1 0.3 0.1 0.2 0.3\n1 {many}",
               "pixels": "0 320 240 50 50",  # in pixels: refused naming the line, not moved
-              "far": "1 0.1 0.1 2.5 0.1 2.5 0.9 0.1 0.9"}  # fmt: skip
+              "far": "1 0.1 0.1 2.5 0.1 2.5 0.9 0.1 0.9",
+              "negative": "0 0.5 0.5 0.2 -0.1", "nan": "1 0.5 nan 0.2 0.2"}  # fmt: skip
     for name, text in labels.items():
         write(src / f"train/images/{name}.png", png)
         write(src / f"train/labels/{name}.txt", text)
@@ -311,6 +312,11 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
         "its edge; a row's numbers are fractions of the image's width and height (0 to 1)"
     )
     assert "far.txt line 1: its box reaches 2.5, more than" in reasons["train/images/far.png"]
+    # each said which number and the fix (it was "width 0.2 or height -0.1 is negative")
+    assert reasons["train/images/negative.png"] == ("train/labels/negative.txt line 1: height "
+                                                    "-0.1 is negative; fix the row")  # fmt: skip
+    assert reasons["train/images/nan.png"] == ("train/labels/nan.txt line 1: 'nan' is not a "
+                                               "finite number; fix the row")  # fmt: skip
     assert "mask" not in dataset.schema.extras  # the only polygon's image was skipped
     with pytest.raises(ImageError, match=r"class\.png: train/labels/class\.txt line 2"):
         pack(src, tmp_path / "out", PackOptions(workers=1, on_error="fail"))
