@@ -172,11 +172,13 @@ class PlanCopies:
     summary lists are read from the plan's items when asked."""
 
     def __init__(self, plan: Plan, positions: np.ndarray, starts: np.ndarray,
-                 conflicted: np.ndarray) -> None:  # fmt: skip
+                 otherwise: np.ndarray) -> None:  # fmt: skip
         self.plan = plan
         self.positions = positions  # every copy, a group after another, its kept copy first
         self.starts = starts  # each group's first in `positions`, then len(positions)
-        self.conflicted = conflicted  # each group's: its copies carry more than one label
+        # each group's first copy labelled otherwise than its kept one, by place in
+        # `positions` (-1: none, the group is no label conflict)
+        self.otherwise = otherwise
         self._shard_starts = np.cumsum([0, *(len(spec.items) for spec in plan.shards)])
 
     @classmethod
@@ -189,19 +191,20 @@ class PlanCopies:
         positions = np.concatenate(sets) if sets else np.zeros(0, np.intp)
         ascending = np.argsort(positions, kind="stable")  # each packed chunk unpacked once
         shards, keys, labels = _PlanEntries(plan).columns(positions[ascending], sortable=True)
-        conflicted = _conflicted(group[ascending], labels, len(sets))
+        labelled = np.empty(len(positions), np.intp)  # by position in `positions`, as rank
+        labelled[ascending] = _numbered(labels)
         labels = []
-        rank = np.empty(len(positions), np.intp)  # by position in `positions`
+        rank = np.empty(len(positions), np.intp)
         rank[ascending] = _ranks(plan, shards, keys)
         keys = None
         by_group = np.lexsort((rank, group))  # each group's copies in that order
         firsts = np.cumsum(sizes) - sizes
         groups = np.argsort(rank[by_group[firsts]], kind="stable")  # by their kept copies
-        positions = positions[by_group]
-        positions = np.concatenate([positions[f : f + n] for f, n in
-                                    zip(firsts[groups].tolist(), sizes[groups].tolist(),
-                                        strict=True)] or [positions])  # fmt: skip
-        return cls(plan, positions, np.r_[0, np.cumsum(sizes[groups])], conflicted[groups])
+        order = np.concatenate([by_group[f : f + n] for f, n in
+                                zip(firsts[groups].tolist(), sizes[groups].tolist(),
+                                    strict=True)] or [by_group])  # fmt: skip
+        starts = np.r_[0, np.cumsum(sizes[groups])]
+        return cls(plan, positions[order], starts, _otherwise(labelled[order], starts))
 
     def __len__(self) -> int:
         return len(self.starts) - 1
@@ -230,20 +233,27 @@ class PlanCopies:
 
     def conflicts(self) -> list[int]:
         """The groups whose copies carry more than one label (_Groups.conflicts)."""
-        return np.flatnonzero(self.conflicted).tolist()
+        return np.flatnonzero(self.otherwise >= 0).tolist()
 
-    def names(self, groups: Sequence[int], most: int) -> list[list[str]]:
-        """The record_name of the first `most` copies of each of these groups."""
-        cuts = [(int(self.starts[g]), int(min(self.starts[g] + most, self.starts[g + 1])))
-                for g in groups]  # fmt: skip
-        flat = np.concatenate([self.positions[a:b] for a, b in cuts] or [np.zeros(0, np.intp)])
+    def names(self, groups: Sequence[int], most: int, otherwise: bool = False) -> list[list[str]]:
+        """The record_name of the first `most` copies of each of these groups (`otherwise`:
+        each group's first copy labelled otherwise than its kept one second, as _Groups.names
+        lists them)."""
+        picks = []  # each group's, by place in `positions`
+        for g in groups:
+            kept, end = int(self.starts[g]), int(self.starts[g + 1])
+            other = int(self.otherwise[g]) if otherwise else -1
+            first = [kept, other] if other > kept else [kept]
+            rest = np.arange(kept + 1, min(end, kept + most + 1))
+            picks.append(np.r_[first, rest[rest != other]][:most])
+        flat = self.positions[np.concatenate(picks or [np.zeros(0, np.intp)])]
         ascending = np.sort(flat)
         shards, keys, _ = _PlanEntries(self.plan).columns(ascending)
         splits = [self.plan.shards[shard].split for shard in shards.tolist()]
         name = dict(zip(ascending.tolist(), map(record_name, splits, keys), strict=True))
         named = [name[p] for p in flat.tolist()]
-        ends = np.cumsum([b - a for a, b in cuts]).tolist()
-        return [named[end - (b - a) : end] for (a, b), end in zip(cuts, ends, strict=True)]
+        ends = np.cumsum([len(pick) for pick in picks]).tolist()
+        return [named[end - len(pick) : end] for pick, end in zip(picks, ends, strict=True)]
 
     def numbers(self) -> np.ndarray:
         """Each plan position's copy number: its group's place in the order (from 1), 0 where
@@ -253,21 +263,22 @@ class PlanCopies:
         return number
 
 
-def _conflicted(group: np.ndarray, labels: list, count: int) -> np.ndarray:
-    """Whether each of `count` groups has copies of more than one labelling (`group`: each
-    labelling's), as _Groups.conflicts tells: the labellings numbered in order met, no tuple a
-    copy."""
+def _numbered(labels: list) -> np.ndarray:
+    """Each labelling's number, the labellings numbered in order met: no tuple a copy."""
     number: dict[object, int] = {}
-    ids = np.fromiter((number.setdefault(label, len(number)) for label in labels), np.intp,
-                      len(labels))  # fmt: skip
-    order = np.argsort(group, kind="stable")
-    starts = np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])
-    conflicted = np.zeros(count, bool)
-    if len(order):
-        ids = ids[order]
-        differ = np.minimum.reduceat(ids, starts) != np.maximum.reduceat(ids, starts)
-        conflicted[group[order][starts]] = differ
-    return conflicted
+    return np.fromiter((number.setdefault(label, len(number)) for label in labels), np.intp,
+                       len(labels))  # fmt: skip
+
+
+def _otherwise(labelled: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Each group's first copy whose labelling is not its kept copy's, by place in `labelled`
+    (each copy's labelling numbered, a group after another from `starts`, its kept copy
+    first); -1 where none."""
+    at = np.flatnonzero(labelled != np.repeat(labelled[starts[:-1]], np.diff(starts)))
+    groups, first = np.unique(np.searchsorted(starts, at, side="right") - 1, return_index=True)
+    otherwise = np.full(len(starts) - 1, -1, np.intp)
+    otherwise[groups] = at[first]
+    return otherwise
 
 
 def _ranks(plan: Plan, shards: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -553,15 +564,23 @@ class _Groups:
         two classes or annotated otherwise (a wrong label somewhere, which --dedup picks)."""
         return [i for i, g in enumerate(self.groups) if len({member[2] for member in g}) > 1]
 
-    def names(self, groups: Sequence[int], most: int) -> list[list[str]]:
-        """The record_name of the first `most` copies of each of these groups."""
-        return [[record_name(*member[:2]) for member in self.groups[g][:most]] for g in groups]
+    def names(self, groups: Sequence[int], most: int, otherwise: bool = False) -> list[list[str]]:
+        """The record_name of the first `most` copies of each of these groups (`otherwise`:
+        each group's first copy labelled otherwise than its kept one second, the pair the
+        label-conflict warning names)."""
+        named = []
+        for group in (self.groups[g] for g in groups):
+            other = [m for m in group if m[2] != group[0][2]][:1] if otherwise else []
+            listed = [group[0], *other, *(m for m in group[1:] if m not in other)]
+            named.append([record_name(*member[:2]) for member in listed[:most]])
+        return named
 
 
 def summary(groups: list[Group] | PlanCopies, removed: int, options: PackOptions) -> dict:
     """index.json's `duplicates`: totals, the images of each split also in another, the
-    groups that carry more than one label, and the first MAX_LISTED_GROUPS groups by
-    record_name (each its first MAX_LISTED_KEYS)."""
+    groups that carry more than one label (each its kept copy, then its first copy labelled
+    otherwise: two that differ), and the first MAX_LISTED_GROUPS groups by record_name (each
+    its first MAX_LISTED_KEYS)."""
     found = groups if isinstance(groups, PlanCopies) else _Groups(groups)
     conflicts = found.conflicts()
     return {
@@ -577,12 +596,15 @@ def summary(groups: list[Group] | PlanCopies, removed: int, options: PackOptions
         ],
         "label_conflicts": len(conflicts),
         "listed": found.names(range(min(len(found), MAX_LISTED_GROUPS)), MAX_LISTED_KEYS),
-        "conflicts_listed": found.names(conflicts[:MAX_LISTED_CONFLICTS], MAX_LISTED_KEYS),
+        "conflicts_listed": found.names(
+            conflicts[:MAX_LISTED_CONFLICTS], MAX_LISTED_KEYS, otherwise=True
+        ),
     }
 
 
 def warnings(doc: dict) -> list[str]:
-    """The warnings of a summary() for the pack's: the copies labelled differently."""
+    """The warnings of a summary() for the pack's: the copies labelled differently, the
+    first group's kept copy and its first labelled otherwise named."""
     count, listed = doc.get("label_conflicts"), doc.get("conflicts_listed") or [[]]
     if not count:
         return []

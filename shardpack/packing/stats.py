@@ -136,18 +136,19 @@ def summed(table: np.ndarray) -> np.ndarray:
 _PLACE = r"^\S*/\S* (?:line \d+|object \d+(?: \([^)]*\))?): "
 _PATH = r"(?<!\S)[^\s<>]*/[^\s<>]*"
 _QUOTED = r"(?<!\w)'[^']*'(?!\w)"
+_NUMBER = r"\d{1,3}(?:,\d{3})+|\d+"  # 1,498,764,624 as 1498764624: one N
 
 
 def reason_kind(reason: str) -> str:
     """A skip reason without what names one file: 'corrupt JPEG: ...' -> 'corrupt JPEG';
-    'labels/a.txt line 2: class 7 is not ...' -> 'class N is not ...'; a path -> 'FILE', a
-    quoted value -> '...'."""
+    'labels/a.txt line 2: class 7 is not ...' -> 'class N is not ...' (1,024 too); a path ->
+    'FILE', a quoted value -> '...'."""
     for kind in ("duplicate", "near duplicate"):  # what follows names the copy kept
         if reason.startswith(f"{kind} of "):
             return kind
     kept = re.sub(_QUOTED, "'...'", re.sub(_PLACE, "", reason, count=1))
     head = re.split(r"[:(]", kept, maxsplit=1)[0]
-    return re.sub(r"\d+", "N", re.sub(_PATH, "FILE", head)).strip() or "other"
+    return re.sub(_NUMBER, "N", re.sub(_PATH, "FILE", head)).strip() or "other"
 
 
 # The columns of a summary, each from a chunk of rows, as float64 (sizes and bytes spread

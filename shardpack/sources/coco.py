@@ -60,6 +60,9 @@ IMAGE_ID = "image/id"
 MASK = shapes.MASK
 # The most keypoints an object may have: COCO's person has 17, whole-body sets 133.
 MAX_KEYPOINTS = 1024
+# Why an annotation belongs to no image packed, as its JSON's warning says it, and the fix.
+_NO_IMAGE_ID = ("have no image_id", "; give each the id of its image (images[].id) as image_id")
+_UNLISTED = ("name an image id the JSON does not list", "")
 
 
 class CocoSource(Source):
@@ -258,10 +261,9 @@ def scan_coco(root: Storage, files: dict[str, str], options: PackOptions) -> Dat
         splits[names[split]] = scanned.items(doc)
         skipped += scanned.skipped
         ignored += len(sizes) - scanned.used
-        if scanned.orphans:
-            warnings.append(f"{json_path}: {scanned.orphans} annotation(s) name an image id the "
-                            f"JSON does not list (the first: {scanned.first_orphan}): not "
-                            "packed")  # fmt: skip
+        warnings += [f"{json_path}: {count:,} annotation(s) {what} (the first: {first}): "
+                     f"not packed{fix}"
+                     for (what, fix), (count, first) in scanned.stray.items()]  # fmt: skip
     if not splits:
         raise SourceError(f"{root.path()}: no split's images found beside its JSON; put each "
                           "split's images in <split>/ or images/<split>/")  # fmt: skip
@@ -301,8 +303,9 @@ class _Split:
         (self.json_path, self.json_name), self.folder, self.sizes = json, folder, sizes
         self.label_of, self.points, self.masked, self.options = label_of, points, masked, options
         self.skipped: list[tuple[str, str]] = []
-        self.used = self.orphans = 0
-        self.first_orphan = ""
+        self.used = 0
+        # annotations of no image packed: (what is wrong, the fix) -> (how many, the first)
+        self.stray: dict[tuple[str, str], tuple[int, str]] = {}
         self.passed: set[int] = set()  # ids of images listed but skipped: not orphans' images
 
     def items(self, doc: dict) -> tuple[Item, ...]:
@@ -312,12 +315,14 @@ class _Split:
         repeated: dict[int, str] = {}  # image id -> why (an annotation id used before)
         for n, annotation in enumerate(doc.get("annotations", [])):
             ident = annotation.get("image_id") if isinstance(annotation, dict) else None
-            ident = ident if _count(ident) else repr(ident)[:40]  # hashable, for the message
-            if ident not in objects:
-                if ident in self.passed:
-                    continue
-                self.orphans += 1
-                self.first_orphan = self.first_orphan or f"annotations[{n}] -> image {ident!r}"
+            if ident is None:
+                self._stray(_NO_IMAGE_ID, f"annotations[{n}]")
+                continue
+            counted = _count(ident)
+            if not counted or ident not in objects:
+                if not counted or ident not in self.passed:
+                    shown = ident if counted else repr(ident)[:40]
+                    self._stray(_UNLISTED, f"annotations[{n}] -> image {shown}")
                 continue
             objects[ident].append(annotation)
             own = annotation.get("id")
@@ -342,6 +347,11 @@ class _Split:
                 continue
             items.append(Item(key, None, key, self.sizes[name], None, fields))
         return tuple(items)
+
+    def _stray(self, why: tuple[str, str], first: str) -> None:
+        """One more annotation of no image packed, for this reason (_NO_IMAGE_ID, _UNLISTED)."""
+        count, said = self.stray.get(why, (0, first))
+        self.stray[why] = (count + 1, said)
 
     def _skip(self, key: str, reason: str) -> None:
         if self.options.on_error == "fail":

@@ -250,7 +250,8 @@ def read_stamped_image(
         data, stamp = src.read_stamped(item.path, limit)
         stamp = stamp or listed
     except FileTooLarge as e:
-        refused = ImageError(item.key, f"{e}, the most an image of --max-pixels can take")
+        refused = ImageError(item.key, f"{e}, the most an image of --max-pixels can take: "
+                             "raise --max-pixels if it is an image, else remove it")  # fmt: skip
         refused.stamp = e.stamp or listed
         raise refused from None
     except RefusedFile as e:

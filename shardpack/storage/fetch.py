@@ -36,7 +36,7 @@ from contextlib import ExitStack, contextmanager, suppress
 
 from shardpack.signatures import sniff
 from shardpack.storage.failures import said
-from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
+from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, over_the_limit
 from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, opted_out, refusal
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -222,10 +222,10 @@ class Fetcher:
     def _body(self, response: http.client.HTTPResponse, limit: int) -> bytes:
         """The body, refused as soon as it is known to be over `limit` (Content-Length, or
         bytes read); read a chunk at a time as it arrives (within total_timeout: _Answer)."""
-        over = f"over the limit of {limit} bytes"
+        over = over_the_limit(limit)
         length = response.getheader("Content-Length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
-            raise FileTooLarge(f"{over} (Content-Length: {int(length)})")
+            raise FileTooLarge(f"{over} (Content-Length: {int(length):,})")
         coding = (response.getheader("Content-Encoding") or "identity").strip().lower()
         parts, got = [], 0
         with ExitStack() as turn:
@@ -494,7 +494,7 @@ def _decoded(response: http.client.HTTPResponse, coding: str, limit: int) -> Ite
         while data := response.read1(_CHUNK):
             sent += len(data)
             if sent > limit:  # bytes that inflate to little are bound too
-                raise FileTooLarge(f"over the limit of {limit} bytes (sent, {coding})")
+                raise FileTooLarge(f"{over_the_limit(limit)} (sent, {coding})")
             if inflate.eof:  # past the stream's end: never held
                 raise UrlFailed(f"not an image: its body has bytes past its {coding} stream")
             while out := inflate.decompress(data, _CHUNK):
@@ -715,7 +715,7 @@ class Prefetch:
             future.add_done_callback(self._forget)
             self._fill()
         if len(data) > limit:
-            raise FileTooLarge(f"over the limit of {limit} bytes")
+            raise FileTooLarge(over_the_limit(limit))
         return data
 
     def close(self, fetcher: bool = True) -> None:

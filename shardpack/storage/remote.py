@@ -44,7 +44,7 @@ from shardpack.storage.base import (
     Storage,
 )
 from shardpack.storage.failures import is_store_failure, said
-from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
+from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, over_the_limit
 
 _RECORD = re.compile(r"[0-9]{8,}\.json")  # a finished shard's record: _ObjectJournal's names
 # Journal records read at most: one a shard, far more than any plan has; past them the shards
@@ -243,7 +243,7 @@ class RemoteStorage(Storage):
             with _naming(self.path(name)):
                 data = self.fs.cat_file(self._key(name), start=0, end=limit + 1)
         if len(data) > limit:
-            raise FileTooLarge(f"over the limit of {limit} bytes")
+            raise FileTooLarge(over_the_limit(limit))
         return data
 
     @contextmanager
@@ -479,8 +479,8 @@ class _ReadAhead:
                        [self.limit + 1] * len(fetch), on_error="return"))  # fmt: skip
         except Exception as e:  # the whole batch failed: each read says so
             got = repeat(e)
-        over = f"over the limit of {self.limit} bytes"
-        return [(n, next(got) if size <= self.limit else FileTooLarge(f"{size} bytes, {over}"))
+        limit = self.limit
+        return [(n, next(got) if size <= limit else FileTooLarge(over_the_limit(limit, size)))
                 for n, size in batch]  # fmt: skip
 
     def read(self, name: str, limit: int) -> bytes:
@@ -494,7 +494,7 @@ class _ReadAhead:
         if isinstance(data, BaseException):
             raise data if isinstance(data, OSError | RefusedFile) else OSError(str(data))
         if len(data) > limit:
-            raise FileTooLarge(f"over the limit of {limit} bytes")
+            raise FileTooLarge(over_the_limit(limit))
         return data
 
     def read_stamped(self, name: str, limit: int) -> tuple[bytes, None]:

@@ -36,6 +36,12 @@ class FileTooLarge(RefusedFile):
     stamp: tuple[int, int] | None = None  # (size, mtime in ns) of a file the open saw too large
 
 
+def over_the_limit(limit: int, size: int | None = None) -> str:
+    """How a FileTooLarge says why: the bytes it holds where known, and the limit."""
+    over = f"over the limit of {limit:,} bytes"
+    return over if size is None else f"{size:,} bytes, {over}"
+
+
 def not_regular(mode: int) -> str | None:
     """Why a file of this st_mode is not read ("not a regular file (a FIFO)"), or None."""
     if stat.S_ISREG(mode):
@@ -78,7 +84,7 @@ def read_regular_stat(
         if not stat.S_ISREG(st.st_mode):
             raise RefusedFile(not_regular(st.st_mode))
         if st.st_size > limit:
-            refused = FileTooLarge(f"{st.st_size} bytes, over the limit of {limit}")
+            refused = FileTooLarge(over_the_limit(limit, st.st_size))
             refused.stamp = (st.st_size, st.st_mtime_ns)  # a grow knows it unchanged, unopened
             raise refused
         # O_NONBLOCK means nothing to a regular file on a local disk; a filesystem that
@@ -107,7 +113,7 @@ def _read_on(fd: int, first: bytes, limit: int, size: int) -> bytes:
         chunks.append(os.read(fd, min(_CHUNK, limit + 1 - total)))
         total += len(chunks[-1])
     if total > limit:
-        raise FileTooLarge(f"grew past the limit of {limit} bytes while being read")
+        raise FileTooLarge(f"grew past the limit of {limit:,} bytes while being read")
     return b"".join(chunks)
 
 

@@ -34,7 +34,7 @@ from contextlib import suppress
 from shardpack.errors import OutputError
 from shardpack.layout import FETCHED_PREFIX
 from shardpack.storage.atomic import create_temp, open_regular, remove_files
-from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
+from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, over_the_limit
 
 _BODY, _LARGE, _REFUSED = b"body", b"large", b"refused"
 _MOST_REASON = 4096  # bytes of a failure's reason kept (fetch's reasons are a line)
@@ -116,7 +116,7 @@ class UrlSpool:
             size = os.fstat(fd).st_size
             # the longest head, then the body to its limit (the reasons are less)
             if size > len(_REFUSED) + len(head) + max(limit, _MOST_REASON):
-                raise FileTooLarge(f"over the limit of {limit} bytes")
+                raise FileTooLarge(over_the_limit(limit))
             data = _read_bounded(fd, size)
         finally:
             os.close(fd)
@@ -126,7 +126,7 @@ class UrlSpool:
         data = data[len(kind) + len(head) :]
         if kind == _BODY:
             if len(data) > limit:
-                raise FileTooLarge(f"over the limit of {limit} bytes")
+                raise FileTooLarge(over_the_limit(limit))
             return data
         reason = data[:_MOST_REASON].decode("utf-8", "replace")
         raise (FileTooLarge if kind == _LARGE else RefusedFile)(reason)

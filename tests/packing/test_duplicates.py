@@ -455,8 +455,8 @@ def test_report_and_inspect_take_a_crafted_index_without_a_traceback(
 
 @pytest.fixture(scope="module")
 def many(src: Path, tmp_path_factory) -> tuple[Path, dict, Path, dict]:
-    """SRC with 10 more copies (13 groups, one across two classes) packed as it is (with its
-    report) and with --dedup exact: (each OUT, its pack summary)."""
+    """SRC with 11 more copies (13 groups, one across two classes: two cats, then a dog)
+    packed as it is (with its report) and with --dedup exact: (each OUT, its pack summary)."""
     root = tmp_path_factory.mktemp("many")
     shutil.copytree(src, root / "src")
     originals = [f"{c}/img_00{i}.{'png' if i == 2 else 'jpg'}" for c in ("cat", "dog")
@@ -464,6 +464,8 @@ def many(src: Path, tmp_path_factory) -> tuple[Path, dict, Path, dict]:
     for original in originals:
         shutil.copyfile(root / "src" / "train" / original,
                         root / "src" / "test" / original.replace("img", "again"))  # fmt: skip
+    train = root / "src" / "train" / "cat"  # a cat copy_a's group keeps, before copy_a (a dog)
+    shutil.copyfile(train / "img_000.jpg", train / "again_000.jpg")
     plain, deduped = root / "plain", root / "deduped"
     found, removed = _pack(root / "src", plain), _pack(root / "src", deduped, "--dedup", "exact")
     if importlib.util.find_spec("matplotlib"):
@@ -489,15 +491,19 @@ def test_duplicates_name_records_as_readers_see_them(many: tuple) -> None:
 
 def test_a_copy_filed_under_two_classes_is_a_label_conflict(many: tuple) -> None:
     """COPIES' copy_a is train/cat/img_000.jpg filed under dog: 'a duplicate copy' before, and
-    --dedup exact dropped one of the two labels without a word."""
+    --dedup exact dropped one of the two labels without a word. Its group's first two copies
+    are cats (the one kept, then img_000): the warning named those two, which agree; now
+    the kept one and the dog, in the summary (found in the shards) and with --dedup."""
     plain, found, deduped, removed = many
     for summary in (found, removed):
         dup = summary["duplicates"]
         assert dup["label_conflicts"] == 1
         (group,) = dup["conflicts_listed"]
-        assert sorted(n.split("/")[1] for n in group) == ["cat", "dog"]
+        kept, other = "train/cat/again_000.jpg", "train/dog/copy_a.jpg"
+        assert group == [kept, other, "train/cat/img_000.jpg"]
         (warning,) = [w for w in summary["warnings"] if w.startswith("label conflict")]
         assert "1 group of copies is labelled differently: another class" in warning
+        assert f"(e.g. {kept} and {other})" in warning
     text = runner.invoke(app, ["inspect", str(deduped)]).output
     assert "1 group of copies labelled differently (label conflicts)" in text
     card = (deduped / "README.md").read_text()

@@ -77,3 +77,7 @@ def test_a_reason_kind_does_not_name_the_file_or_the_line_it_came_from():
              for s, n, i in (("train", "a", 2), ("val", "b", 40))]  # fmt: skip
     assert {reason_kind(r) for r in lines} == {"class N is not one of data.yaml's N classes"}
     assert reason_kind("corrupt JPEG: premature end") == "corrupt JPEG"
+    kind = "N bytes, over the limit of N bytes, the most an image of --max-pixels can take"
+    large = {reason_kind(f"{n:,} bytes, over the limit of 1,000 bytes, the most an image of "
+                         "--max-pixels can take: raise it") for n in (1001, 8 << 30)}  # fmt: skip
+    assert large == {kind}

@@ -340,6 +340,18 @@ def test_an_annotation_id_used_twice_skips_the_image_of_the_second(tmp_path: Pat
     assert [i.fields["image/id"] for i in dataset.splits["val"]] == [1, 2]
 
 
+def test_an_annotation_of_no_image_id_is_said_to_have_none(tmp_path: Path):
+    """An annotation without image_id was warned of as naming an image the JSON does not list,
+    image 'None': it has no image_id, said with the JSON, the entry and the fix."""
+    src = _broken(tmp_path, lambda d: d["annotations"][1].pop("image_id"))
+    (warning,) = scan(src).warnings
+    assert warning == (
+        f"{src / 'annotations' / 'instances_val2017.json'}: 1 annotation(s) have no image_id "
+        "(the first: annotations[1]): not packed; give each the id of its image (images[].id) "
+        "as image_id"
+    )
+
+
 def test_what_it_does_not_understand_is_said_in_one_line(tmp_path: Path, monkeypatch):
     src = _broken(tmp_path, lambda d: d["annotations"].append(
         {"id": 99, "image_id": 42, "category_id": 1, "bbox": [0, 0, 1, 1]}))  # fmt: skip

@@ -586,7 +586,7 @@ def test_loopback_needs_the_flag_and_link_local_is_never_fetched(site):
 
 def test_a_body_over_the_cap_or_dripping_past_the_deadline_is_cut_off(site):
     fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, total_timeout=0.3))
-    with pytest.raises(FileTooLarge, match="over the limit of 1000 bytes"):
+    with pytest.raises(FileTooLarge, match="over the limit of 1,000 bytes"):
         fetcher.get(site.url("/stream.png"), 1000)
     start = time.monotonic()
     with pytest.raises(UrlFailed, match="timed out"):
@@ -619,7 +619,7 @@ def test_endless_bodies_read_at_once_hold_one_limit_not_one_a_thread(site, monke
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert failed == [f"over the limit of {limit} bytes"] * 4
+    assert failed == [f"over the limit of {limit:,} bytes"] * 4
     assert peak < 3 * (1 << 20) + limit + (2 << 20), peak  # it was 4 x limit
 
 
@@ -666,7 +666,7 @@ def test_bad_framing_a_past_retry_after_and_a_gzip_bomb_fail_their_url_alone(sit
         with pytest.raises(UrlFailed, match=r"^HTTP Service Unavailable \(HTTP 503, after 2 "):
             fetcher.get(site.url(path), 10_000)
         assert site.hits[path] == 2
-    with pytest.raises(FileTooLarge, match=r"^over the limit of 10000 bytes \(gzip\)$"):
+    with pytest.raises(FileTooLarge, match=r"^over the limit of 10,000 bytes \(gzip\)$"):
         fetcher.get(site.url("/gzipbomb.png"), 10_000)
     with pytest.raises(
         UrlFailed,
