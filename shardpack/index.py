@@ -324,8 +324,9 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
     try:  # no link followed: OUT's files are opened as they are (Storage.open)
         with storage.open(INDEX_NAME) as blob:
             if blob.size > MAX_INDEX_BYTES:
-                raise IndexFormatError(f"{path}: unreadable ({blob.size} bytes, over "
-                                       f"{MAX_INDEX_BYTES}); rerun pack to rewrite it")  # fmt: skip
+                raise IndexFormatError(f"{path}: unreadable ({blob.size:,} bytes, over "
+                                       f"{MAX_INDEX_BYTES:,}); rerun pack to rewrite "
+                                       "it")  # fmt: skip
             text = blob.pread(blob.size, 0)
     except FileNotFoundError:
         kind = _out_kind(storage)

@@ -216,8 +216,8 @@ def record_length(header: bytes, path: str, offset: int, limit: int, check_crc: 
     if check_crc and masked_crc(header[:8]) != length_crc:
         raise RecordError(path, offset, "length CRC mismatch (corrupt record header)")
     if length > limit:
-        raise RecordError(path, offset, f"record claims {length} bytes, over the limit of "
-                                        f"{limit} (corrupt header)")  # fmt: skip
+        raise RecordError(path, offset, f"record claims {length:,} bytes, over the limit of "
+                                        f"{limit:,} (corrupt header)")  # fmt: skip
     return length
 
 

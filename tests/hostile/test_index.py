@@ -15,6 +15,7 @@ import pytest
 
 from shardpack.errors import IndexFormatError
 from shardpack.index import (
+    MAX_INDEX_BYTES,
     MAX_INDEX_CONTAINERS,
     MAX_NAMED_SKIPPED,
     MAX_SPLIT_RECORDS,
@@ -160,6 +161,17 @@ def test_index_fields_of_the_wrong_type_are_refused_on_load(packed, tmp_path, fi
         one_line_error(run_cli(command, str(out)), str(out / "index.json"), repr(name))
     with pytest.raises(IndexFormatError, match=repr(name)):
         list(iter_examples(out, "train"))
+
+
+def test_an_index_past_the_bound_is_refused_unread_with_its_size(tmp_path: Path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / "index.json", "wb") as f:  # sparse: no gigabyte written
+        f.truncate(MAX_INDEX_BYTES + 1)
+    with pytest.raises(IndexFormatError) as refused:
+        load_index(out)
+    said = f"unreadable ({MAX_INDEX_BYTES + 1:,} bytes, over {MAX_INDEX_BYTES:,}); rerun pack"
+    assert said in str(refused.value)
 
 
 @pytest.mark.parametrize("shape", [[-1, 2**64], [-1, MAX_ROW + 1], [-1, -1], [2**63, 4]])

@@ -102,7 +102,7 @@ def test_a_huge_length_with_a_valid_crc_is_a_fault_not_a_crash(out: Path):
     data[:12] = length + struct.pack("<I", masked_crc(length))
     shard.write_bytes(bytes(data))
     faults = verify(out).faults
-    assert any(f.offset == 0 and "claims 1099511627776 bytes" in f.reason for f in faults)
+    assert any(f.offset == 0 and "claims 1,099,511,627,776 bytes" in f.reason for f in faults)
 
 
 def test_a_record_with_the_wrong_feature_types_is_a_fault(out: Path):
