@@ -62,8 +62,10 @@ MASK = shapes.MASK
 MAX_KEYPOINTS = 1024
 # Why an annotation belongs to no image packed, as its JSON's warning says it, and the fix.
 _NO_IMAGE_ID = ("have no image_id", "; give each the id of its image (images[].id) as image_id")
-_UNLISTED = ("name an image id the JSON does not list",
-             "; list their images in images[] (id, file_name, width, height), or remove them")
+_UNLISTED = (
+    "name an image id the JSON does not list",
+    "; list their images in images[] (id, file_name, width, height), or remove them",
+)
 
 
 class CocoSource(Source):

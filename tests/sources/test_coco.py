@@ -355,10 +355,11 @@ def test_an_annotation_of_no_image_id_is_said_to_have_none(tmp_path: Path):
 def test_what_it_does_not_understand_is_said_in_one_line(tmp_path: Path, monkeypatch):
     src = _broken(tmp_path, lambda d: d["annotations"].append(
         {"id": 99, "image_id": 42, "category_id": 1, "bbox": [0, 0, 1, 1]}))  # fmt: skip
-    assert scan(src).warnings[0].endswith(
-        ": 1 annotation(s) name an image id the JSON does not list (the first: annotations[6] -> "
-        "image 42): not packed; list their images in images[] (id, file_name, width, height), "
-        "or remove them"
+    (warning,) = scan(src).warnings
+    assert warning.endswith(
+        ": 1 annotation(s) name an image id the JSON does not list (the first: annotations[6] "
+        "-> image 42): not packed; list their images in images[] (id, file_name, width, "
+        "height), or remove them"
     )
     path = src / "annotations" / "instances_val2017.json"
     path.write_text(path.read_text()[:-40])  # cut short
