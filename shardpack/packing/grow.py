@@ -114,6 +114,8 @@ class Change:
     left: dict[str, Dropped]  # key -> the copy --dedup left out, its URL's row unchanged
     near: dict[str, int]  # key -> the perceptual hash noted (contents.Noted)
     reread: frozenset[str] = frozenset()  # skipped when packed, their files changed: new again
+    # key -> the stamp of each held item read, as listed before its read (stamps.with_listed)
+    listed: dict[str, stamps.Stamp] = field(default_factory=dict)
 
     def summary(self, mode: str, rewritten: int) -> dict[str, object]:
         """The run's counts, as the history and the summary give them: --append changes and
@@ -202,7 +204,8 @@ class GrowPack:
         record = {**plan_record(plan, options), "grow": options.grow,
                   "generation": self.generation}  # fmt: skip
         reused = prepare_growth(out, plan, set(self.listed))
-        return Planned(dataset, plan, options, record, reused, self.workers, journal_first=True)
+        return Planned(dataset, plan, options, record, reused, self.workers, journal_first=True,
+                       stamped=self.stamped)  # fmt: skip
 
     def _compare(self, options: PackOptions) -> tuple[Dataset, Change]:
         """SRC scanned and compared with what OUT holds, its copies against the held ones."""
@@ -213,8 +216,9 @@ class GrowPack:
             self.held, self.again = retried(self.held)
         self.contents, self.known = self.held.shards, dict(self.loaded)
         dataset = _scan(self.src, options, old, self.storage_options)
-        if options.dedup != "none":  # a new URL keyed is packed from the bytes keyed
-            dataset.root.keep_fetched(self.fetched)
+        # what the compare and --dedup read before the workers (an object, an image URL) is
+        # kept for them: they pack the bytes keyed, an object's with the stamp listed before
+        dataset.root.keep_fetched(self.fetched, objects=True)
         options = replace(options, classes=dataset.classes or None)
         if options.split is not None:  # a held item keeps its split; new ones are cut
             dataset = _keep_splits(dataset, old, self.held)
@@ -223,6 +227,7 @@ class GrowPack:
         self.held = self.held.without_skips(gone)
         self.contents = self.held.shards
         change = _compare(dataset, self.held, self.known, self.skips, options, self.workers)
+        self.stamped = dict(change.listed)  # what a worker notes of an item read before it
         # a skip read again is noted again by the shard that reads it (or none)
         self.held = self.held.without_skips(change.reread)
         self.contents = self.held.shards
@@ -233,9 +238,11 @@ class GrowPack:
         if not self.later and (change.new or change.changed or change.vanished or change.left or
                                dataset.skipped or gone or _dropped_copies(old)):  # fmt: skip
             update = options.grow == "update"
+            self.stamped.update(_listed_new(dataset, change))  # read by --dedup
             self.copies = _copies(dataset, self.contents, change, options, update, self.workers)
             dataset, change = _without(dataset, change, self.copies, self.contents, update)
             change = _kept_now(dataset, change, self.copies)
+        self.fetched.seal()  # the workers fetch the rest unkept
         self.change = change
         return dataset, change
 
@@ -628,7 +635,8 @@ def _compare(
     """What is new in SRC, what changed and what vanished, by (split, key). A held item whose
     file has its content key's size and the mtime `known` (stamps.py) and whose label and
     fields are the packed ones is unchanged, unread; the others are read and keyed as workers
-    key them (on `threads` threads: the run's workers), and where the bytes are the packed
+    key them (on `threads` threads: the run's workers; an object's bytes kept for its worker,
+    the stamp listed before the read in Change.listed), and where the bytes are the packed
     ones their file's new mtime goes into `known` (the next run reads them no more). An item
     changes when its bytes, label or fields do. A copy --dedup left out whose URL's row is
     unchanged is no new item: it is `left`, unread. An item skipped when packed is new again
@@ -697,8 +705,9 @@ def _compare(
     if again and options.grow == "update":  # the shard that noted its skip is written again
         touched.update(file for file, entry in contents.items()
                        if not again.isdisjoint(entry["skipped"]))  # fmt: skip
+    listed = {item.key: stamp for _, item, stamp in unsure}
     return Change(new, changed, vanished, frozenset(touched | gone), read, held, left, near,
-                  again)  # fmt: skip
+                  again, listed)  # fmt: skip
 
 
 def _reread(
@@ -714,6 +723,16 @@ def _reread(
     now = stamps.skip_stamps(dataset.source, dataset.root, (item for _, item in tried))
     return [(name, item) for (name, item), stamp in zip(tried, now, strict=True)
             if stamp is not None and stamp != skips.get(item.key)]  # fmt: skip
+
+
+def _listed_new(dataset: Dataset, change: Change) -> dict[str, stamps.Stamp]:
+    """key -> the stamp of each new item now, listed before --dedup reads it, where the store's
+    reads take none (an object's: none asked of a disk)."""
+    if not dataset.root.stamps_listed:
+        return {}
+    new = [item for items in change.new.values() for item in items]
+    now = stamps.take_stamps(dataset.source, dataset.root, new)
+    return {item.key: stamp for item, stamp in zip(new, now, strict=True)}
 
 
 def _unchanged_copy(row: Dropped | None, split: str, item: Item, dataset: Dataset) -> bool:

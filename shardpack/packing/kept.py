@@ -8,7 +8,7 @@ names its image; an object's listed stamp the held one: grow._compare, stamps.py
 record's image as it was stored (resized and encoded by the dataset's options, which a grow
 must keep), with its row's label and fields now; only new and changed images are fetched. A
 local file is read again (cheap, and exact), as is an object the compare read (its stamp, or
-its row's values, changed).
+its row's values, changed): its worker takes the bytes the compare read, kept (UrlSpool).
 
 The parent picks the records (`kept_records`), each with its shard and record number in OUT
 (the old shards stay until the grown index lands), its content key from contents.json and its

@@ -12,7 +12,9 @@ and keyed as the workers key them. An object in a store is stamped by its folder
 (Storage.stamps: a request a thousand objects), as its read takes none: the parent lists the
 folders of a shard's objects before sending it (with_listed, ShardSpec.listed), so the stamp
 noted is never newer than the bytes read (a rewrite after the listing is another stamp at the
-next grow: read again), and a grow and unchanged() compare it with a fresh listing; an object
+next grow: read again), and a grow and unchanged() compare it with a fresh listing. An object
+a grow read before its workers (its compare, --dedup), whose bytes they take from its
+UrlSpool, is noted with the stamp listed before that read, not the later listing's; an object
 whose stamp is unchanged keeps its record, and its stamp, when --update rewrites its shard
 (kept.py). A store whose listing gives no modification time (memory://) gives none.
 
@@ -108,18 +110,26 @@ def load_stamped(
     return source.load(item, src, options, cache), None
 
 
-def with_listed(specs: list[ShardSpec], source: Source, root: Storage) -> list[ShardSpec]:
+def with_listed(
+    specs: list[ShardSpec], source: Source, root: Storage, read: Mapping[str, Stamp] | None = None
+) -> list[ShardSpec]:
     """The specs with their items' stamps from their folders' listings (ShardSpec.listed)
     where the store's reads take none (Storage.stamps_listed: an object store), taken now, in
     one call (each folder listed once), before a worker reads them: a rewrite after the
-    listing is another stamp at the next grow."""
+    listing is another stamp at the next grow. `read`: key -> the stamp listed before a read
+    ahead of the workers (a grow's compare, whose bytes the workers take from its UrlSpool),
+    noted in place of the listing now, which may be newer than those bytes."""
     held = [spec for spec in specs if isinstance(spec.items, tuple | PackedItems)]
     if not root.stamps_listed or not held:  # (a streamed range's items are not held)
         return specs
     now = iter(take_stamps(source, root, chain.from_iterable(spec.items for spec in held)))
     listed = {}  # file -> (size, mtime) int64 pairs, (0, 0) for none: 16 bytes an item
     for spec in held:
-        if any(got := list(islice(now, len(spec.items)))):
+        got = list(islice(now, len(spec.items)))
+        if read:
+            (keys,) = columns(spec.items, "key")
+            got = [read.get(key, stamp) for key, stamp in zip(keys, got, strict=True)]
+        if any(got):
             listed[spec.file] = np.array([s or (0, 0) for s in got], "<i8").tobytes()
     return [replace(spec, listed=listed[spec.file]) if spec.file in listed else spec
             for spec in specs]  # fmt: skip

@@ -7,9 +7,9 @@ from __future__ import annotations
 import itertools
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from shardpack.containers import HashingFile
@@ -41,6 +41,9 @@ class Planned:
     # the journal's head lands before any shard: OUT holds no journal, or one no run of this
     # plan wrote (a grow's strays, a fresh pack's shards, are told by the journal alone)
     journal_first: bool = False
+    # key -> the stamp listed before a read ahead of the workers, whose bytes they take from
+    # its UrlSpool (a grow's compare): stamps.with_listed's `read`
+    stamped: Mapping[str, stamps.Stamp] = field(default_factory=dict)
 
 
 ProgressCallback = Callable[[int, int], None]
@@ -64,7 +67,7 @@ def write_shards(
     journal = Journal(out, plan.digest, planned.record, reused)
     done = {r.file for r in reused}
     todo = stamps.with_listed([spec for spec in plan.shards if spec.file not in done],
-                              dataset.source, dataset.root)  # fmt: skip
+                              dataset.source, dataset.root, planned.stamped)  # fmt: skip
     sizes = {spec.file: len(spec.items) for spec in plan.shards}
     results = list(reused)
     journaled = set(done)  # what the journal vouches for, or may: kept whatever stops the run

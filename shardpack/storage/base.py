@@ -309,11 +309,13 @@ class Storage:
         ignores it."""
         return nullcontext()
 
-    def keep_fetched(self, spool: UrlSpool | None) -> None:
+    def keep_fetched(self, spool: UrlSpool | None, objects: bool = False) -> None:
         """From now on, keep in `spool` what this storage fetches over the network (an image
         URL's body, or why it gave none) and read what `spool` holds from it, never asking the
-        network again (None: no more); a store that fetches nothing (a disk, an object store)
-        ignores it."""
+        network again (None: no more); with `objects`, an object store's objects too (a grow's
+        compare: it hands the workers the stamps it listed before reading them, ShardSpec.listed,
+        so that none noted is newer than the bytes kept). A disk's files, cheap and exact to
+        read again, are never kept: a store that fetches nothing ignores it."""
         return None
 
     def stop_reading(self) -> None:

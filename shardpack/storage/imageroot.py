@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from shardpack.storage import storage_at  # the package picks the store a path names
 from shardpack.storage.base import Blob, Entry, Files, NextFiles, Storage
 from shardpack.storage.locations import is_url, joined, normal
-from shardpack.storage.srcfiles import RefusedFile, not_regular
+from shardpack.storage.srcfiles import not_regular
 from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
 
 if TYPE_CHECKING:
@@ -99,6 +99,7 @@ class ImageRoot(Storage):
         self._workers = 1  # the workers' worth of requests they fetch as (reading_together)
         self.rows: UrlRows | None = None  # the scan's: where each URL was listed
         self.spool: UrlSpool | None = None  # keep_fetched's: URLs fetched once
+        self._objects: UrlSpool | None = None  # keep_fetched's, objects=True: its stores' too
 
     def __getstate__(self) -> dict:  # (the rows are the packing process's: no worker's)
         return {**self.__dict__, "_fetcher": None, "_elsewhere": {}, "rows": None,
@@ -155,8 +156,12 @@ class ImageRoot(Storage):
             with _SHARING:
                 self._workers = 1
 
-    def keep_fetched(self, spool: UrlSpool | None) -> None:
-        self.spool = spool
+    def keep_fetched(self, spool: UrlSpool | None, objects: bool = False) -> None:
+        """The spool of its http(s) URLs, and with `objects` of the objects its stores read
+        (each store asked: a disk keeps nothing)."""
+        self.spool, self._objects = spool, spool if objects else None
+        for storage in (self.base, *self._elsewhere.values()):
+            storage.keep_fetched(self._objects, objects=True)
 
     def stop_reading(self) -> None:
         """Close the Fetcher the readings under way share: their requests in flight fail at
@@ -167,21 +172,8 @@ class ImageRoot(Storage):
             fetcher.close()
 
     def _fetched(self, url: str, limit: int, get: Callable[[str, int], bytes]) -> bytes:
-        """`url`'s body, at most `limit` bytes: as the spool keeps it (or its failure), else
-        got by `get` and kept there."""
-        spool = self.spool
-        if spool is None:
-            return get(url, limit)
-        kept = spool.read(url, limit)
-        if kept is not None:
-            return kept
-        try:
-            data = get(url, limit)
-        except RefusedFile as e:  # UrlFailed, FileTooLarge: the worker skips it so, unasked
-            spool.fail(url, e)
-            raise
-        spool.put(url, data)
-        return data
+        """`url`'s body, at most `limit` bytes: through the spool where one keeps them."""
+        return get(url, limit) if self.spool is None else self.spool.fetched(url, limit, get)
 
     def where(self, name: str) -> tuple[Storage, str]:
         """The storage an image path is read from, and its name there."""
@@ -196,6 +188,7 @@ class ImageRoot(Storage):
         storage = self._elsewhere.get(folder)
         if storage is None:
             storage = self._elsewhere[folder] = storage_at(folder, self.options)
+            storage.keep_fetched(self._objects, objects=True)
         return storage, file
 
     def path(self, name: str = "") -> str:

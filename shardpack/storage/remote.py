@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import islice, repeat
+from typing import TYPE_CHECKING
 
 from shardpack.errors import OutputError, StorageError, install_hint
 from shardpack.layout import JOURNAL_FOLDER, JOURNAL_HEAD, LOCK_NAME
@@ -45,6 +46,9 @@ from shardpack.storage.base import (
 )
 from shardpack.storage.failures import is_store_failure, said
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, over_the_limit
+
+if TYPE_CHECKING:
+    from shardpack.storage.urlspool import UrlSpool
 
 _RECORD = re.compile(r"[0-9]{8,}\.json")  # a finished shard's record: _ObjectJournal's names
 # Journal records read at most: one a shard, far more than any plan has; past them the shards
@@ -78,6 +82,7 @@ class RemoteStorage(Storage):
         self.root = root.rstrip("/")
         self._base = base.rstrip("/")  # the root as the filesystem names it (no scheme)
         self._journal_listed: list[str] | None = None  # read_journal's listing, for removal
+        self.spool: UrlSpool | None = None  # keep_fetched's: objects a grow's compare read
 
     @classmethod
     def at(cls, url: str, scheme: str, options: dict) -> RemoteStorage:
@@ -232,7 +237,16 @@ class RemoteStorage(Storage):
     def read_is_request(self, name: str) -> bool:
         return True
 
+    def keep_fetched(self, spool: UrlSpool | None, objects: bool = False) -> None:
+        self.spool = spool if objects else None
+
     def read(self, name: str, limit: int) -> bytes:
+        if self.spool is None:
+            return self._read(name, limit)
+        return self.spool.fetched(self.path(name), limit, lambda _, limit: self._read(name, limit))
+
+    def _read(self, name: str, limit: int) -> bytes:
+        """read(), from the store itself."""
         if self.scheme in _HTTP:  # a URL's "?" is its own; a server may ignore Range
             with _naming(self.path(name)):
                 data = _streamed(self.fs, self._key(name), limit + 1)
@@ -253,6 +267,9 @@ class RemoteStorage(Storage):
         if self.scheme in _HTTP:  # fsspec's ranges over HTTP read a whole body: read() streams
             yield self
             return
+        if self.spool is not None:  # what the spool holds is read from there, unfetched
+            held, path = self.spool.holds, self.path
+            files = ((name, size) for name, size in files if not held(path(name)))
         ahead = _ReadAhead(self, files, limit)
         try:
             yield ahead
@@ -484,12 +501,20 @@ class _ReadAhead:
                 for n, size in batch]  # fmt: skip
 
     def read(self, name: str, limit: int) -> bytes:
+        spool = self.storage.spool
+        if spool is None:
+            return self._read(name, limit)
+        return spool.fetched(self.storage.path(name), limit,
+                             lambda _, limit: self._read(name, limit))  # fmt: skip
+
+    def _read(self, name: str, limit: int) -> bytes:
+        """read(), from what the thread fetched (or the store itself)."""
         if not self._pending and not self._done:
             batch = self._fetched.get()
             self._done = batch is None
             self._pending = list(reversed(batch or []))
         if not self._pending or self._pending[-1][0] != name or limit > self.limit:
-            return self.storage.read(name, limit)
+            return self.storage._read(name, limit)
         _, data = self._pending.pop()
         if isinstance(data, BaseException):
             raise data if isinstance(data, OSError | RefusedFile) else OSError(str(data))

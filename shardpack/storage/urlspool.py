@@ -1,7 +1,11 @@
 """What a run fetched of its image URLs, kept on this machine's disk for the rest of the run:
 each body (or the reason its fetch failed) in a file of its own, written as it arrives, so
 that a URL the --dedup pass fetched is read by its worker from here, never asked again (a
-server may answer otherwise the second time: another image, a 429). The folder is private to
+server may answer otherwise the second time: another image, a 429). So are the objects of a
+store (an s3:// SRC, a manifest's s3:// images) a grow reads before its workers (its compare,
+its --dedup pass: Storage.keep_fetched's `objects`), under their URLs; a disk's files never
+are. The reads before the workers over, `seal` keeps a worker in the run's own process from
+keeping what it fetches (read by no one after it). The folder is private to
 the run (made with a random name, mode 0700) and removed as the run ends; its files are read as
 hostile all the same: no link followed, a regular file only, every read bounded.
 
@@ -29,6 +33,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from contextlib import suppress
 
 from shardpack.errors import OutputError
@@ -77,7 +82,7 @@ class UrlSpool:
 
     def _keep(self, url: str, kind: bytes, data: bytes) -> None:
         if self._owner != os.getpid():
-            return  # a worker's fetch: read by no one after it
+            return  # a worker's fetch (or one after seal()): read by no one after it
         try:
             with _MAKING:
                 if self.folder is None:
@@ -93,8 +98,27 @@ class UrlSpool:
                 raise
         except OSError as e:
             where = self.folder or self.parent
-            raise OutputError.writing(f"{where} (image URLs fetched once, kept for the workers)",
+            raise OutputError.writing(f"{where} (images fetched once, kept for the workers)",
                                       e) from None  # fmt: skip
+
+    def fetched(self, url: str, limit: int, get: Callable[[str, int], bytes]) -> bytes:
+        """`url`'s body, at most `limit` bytes: as kept (or its failure, raised again), else
+        got by `get` and kept (RefusedFile: its failure, kept and raised)."""
+        kept = self.read(url, limit)
+        if kept is not None:
+            return kept
+        try:
+            data = get(url, limit)
+        except RefusedFile as e:  # UrlFailed, FileTooLarge: the worker skips it so, unasked
+            self.fail(url, e)
+            raise
+        self.put(url, data)
+        return data
+
+    def seal(self) -> None:
+        """The reads before the workers' are over: nothing more is kept, in this process either
+        (a worker of its own reads what is kept, and fetches the rest unkept)."""
+        self._owner = None
 
     def read(self, url: str, limit: int) -> bytes | None:
         """`url`'s body as kept, at most `limit` bytes; None where none is kept (nor anything

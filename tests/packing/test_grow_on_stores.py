@@ -5,12 +5,17 @@ on disk. Apart from test_grow.py, which loads TensorFlow, so that they run besid
 from __future__ import annotations
 
 import json
+import math
+import time
 from pathlib import Path
 
 import cv2
+import numpy as np
+import pytest
 
 from shardpack.options import PackOptions
 from shardpack.packing import stamps
+from shardpack.packing.grow import GrowPack
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from tests.helpers import image, make_tree, object_hashes, shard_files
@@ -45,7 +50,7 @@ def test_a_grow_of_a_src_on_s3_reads_no_held_object_and_an_update_reads_a_rewrit
     result = pack(url, out, PackOptions(grow="update", workers=1))
     assert result.grow["changed"] == 1 and result.grow["shards_rewritten"] == 1
     # its shard is written again, the others' records kept from it (their stamps unchanged)
-    assert set(s3.fetched("src/")[before:]) == {"src/cat/img_001.jpg"}
+    assert s3.fetched("src/")[before:] == ["src/cat/img_001.jpg"]  # by the compare alone
     images = {r["key"]: r["image"] for r in iter_examples(out)}
     assert images["cat/img_001.jpg"] == rewritten and len(images) == 7
     fresh = tmp_path / "fresh"
@@ -54,6 +59,56 @@ def test_a_grow_of_a_src_on_s3_reads_no_held_object_and_an_update_reads_a_rewrit
     before = len(s3.fetched("src/"))
     again = pack(url, out, PackOptions(grow="update", workers=1))  # the kept ones' stamps held
     assert again.grow["nothing"] and s3.fetched("src/")[before:] == []
+
+
+@pytest.mark.parametrize(
+    ("key", "grow", "packed"),
+    [("cat/img_000.jpg", "update", {}), ("cat/new_000.bmp", "append", {"dedup": "exact"})],
+)
+def test_an_object_a_grow_read_before_its_workers_is_packed_as_read_and_got_once(
+    tmp_path: Path, s3, monkeypatch, key: str, grow: str, packed: dict
+):
+    """The bytes a grow packs of an object it read before its workers (`--update`'s compare
+    of a changed one, `--dedup`'s keys of a new one) are those it keyed, kept for the worker
+    (UrlSpool), not a second GET's, with the stamp listed before that read: an object
+    rewritten once more between that read and the workers is packed as read, and the next
+    grow, its stamp not the noted one, reads it again."""
+    monkeypatch.setattr(stamps, "RACY_NS", 0)  # objects written just now are settled now
+    url = s3.put_tree(make_tree(tmp_path / "src", {"cat": 2}), "src")
+    out = tmp_path / "out"
+    pack(url, out, PackOptions(workers=1, **packed))
+    before = len(s3.fetched("src/"))
+    with monkeypatch.context() as patched:
+        read, later = _rewritten_after_the_plan(patched, s3, f"src/{key}")
+        result = pack(url, out, PackOptions(grow=grow, workers=1))
+    assert result.grow["changed" if grow == "update" else "added"] == 1
+    assert s3.fetched("src/")[before:] == [f"src/{key}"]
+    assert _pixels(_records(out)[key]["image"]) == _pixels(read)
+    assert pack(url, out, PackOptions(grow="update", workers=1)).grow["changed"] == 1
+    assert _pixels(_records(out)[key]["image"]) == _pixels(later)
+
+
+def _rewritten_after_the_plan(monkeypatch, s3, key: str) -> tuple[bytes, bytes]:
+    """Write an image at `key` now, and another of its size once a grow has planned (its
+    compare and --dedup read what they read) in the next second (another LastModified:
+    another stamp); the two images."""
+    read, later = (cv2.imencode(".bmp", image(seed))[1].tobytes() for seed in (903, 904))
+    assert len(read) == len(later) and read != later
+    s3.write(key, read)
+    written, planned = time.time(), GrowPack.plan
+
+    def rewritten(self):
+        found = planned(self)
+        time.sleep(max(0.0, math.floor(written) + 1.01 - time.time()))
+        s3.write(key, later)
+        return found
+
+    monkeypatch.setattr(GrowPack, "plan", rewritten)
+    return read, later
+
+
+def _pixels(encoded: bytes) -> bytes:
+    return cv2.imdecode(np.frombuffer(encoded, np.uint8), cv2.IMREAD_UNCHANGED).tobytes()
 
 
 def _records(out: Path) -> dict[str, dict]:
@@ -111,8 +166,8 @@ def test_a_local_manifest_of_objects_in_s3_is_stamped_when_packed(tmp_path: Path
     s3.write("src/dog/img_001.jpg", cv2.imencode(".png", image(902))[1].tobytes())
     before = len(s3.fetched("src/"))
     result = pack(manifest, out, PackOptions(grow="update", workers=1))
-    assert result.grow["changed"] == 1  # (read by the compare, then by its worker)
-    assert set(s3.fetched("src/")[before:]) == {"src/dog/img_001.jpg"}
+    assert result.grow["changed"] == 1  # read by the compare, its bytes kept for its worker
+    assert s3.fetched("src/")[before:] == ["src/dog/img_001.jpg"]
     before = len(s3.fetched("src/"))
     assert pack(manifest, out, PackOptions(grow="update", workers=1)).grow["nothing"]
     assert s3.fetched("src/")[before:] == []
