@@ -344,6 +344,9 @@ class Container:
     # is stored with it is written upright, not kept turned (its boxes would describe other
     # pixels than its readers show).
     shows_upright = False
+    # A sample names its image by the image's format (a tar member `.jpg` or `.png`): `datasets`
+    # takes one set of member names a pack, so a pack of several formats is said to be apart.
+    names_image_by_format = False
     # Its records are serialized tf.train.Example bytes: iter_raw and ShardReader.raw give
     # them undecoded, and a repack reads them so.
     raw_examples = False

@@ -451,6 +451,7 @@ class WebDataset(Container):
     framing = "tar headers"
     min_record_bytes = _BLOCK  # a sample is one member at least, each a 512-byte header
     media_type = "application/x-tar"
+    names_image_by_format = True  # .jpg, .png, .webp, .npy
     writer_class = _Writer
     shard_template = "{name}-{split}-{index:06d}.tar"
     shard_pattern = re.compile(NAME_SPLIT + r"-\d{6,}\.tar")

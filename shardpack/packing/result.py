@@ -36,7 +36,7 @@ class PackResult:
             "skipped": self.num_skipped,
             "ignored": index.ignored,
             "ignored_files": list(index.ignored_files[:20]),
-            "warnings": [*index.warnings, *self.notes],
+            "warnings": [*index.warnings, *_formats_apart(index), *self.notes],
             "splits": {
                 name: {
                     "num_records": split.num_records,
@@ -88,6 +88,20 @@ def _boxes_dropped(summaries: dict) -> dict[str, int]:
     for summary in summaries.values():
         dropped.update(summary.get(DROPPED, {}))
     return dict(sorted(dropped.items()))
+
+
+def _formats_apart(index: Index) -> list[str]:
+    """A line where the samples name their images by several formats (--encode keep of JPEGs
+    and PNGs in tars): `datasets.load_dataset` takes one set of member names a pack."""
+    if not index.container.names_image_by_format:
+        return []
+    summaries = (index.summaries or {}).values()
+    formats = sorted({f for s in summaries for f, n in s.get("formats", {}).items() if n})
+    if len(formats) < 2:
+        return []
+    return [f"its samples hold images of {len(formats)} formats ({', '.join(formats)}) under "
+            "as many extensions, which datasets.load_dataset(OUT) refuses (it takes one set of "
+            "members a pack); encode them as jpeg or png for one"]  # fmt: skip
 
 
 def _turned_upright(index: Index) -> int:

@@ -67,6 +67,22 @@ def test_datasets_loads_the_card_s_splits_as_its_webdataset_loader_reads_tars(pa
         assert row["txt"] == rows[row["json"]["url"]]["caption"]
 
 
+def test_a_pack_of_jpegs_and_pngs_kept_says_datasets_refuses_its_samples(tmp_path):
+    """--encode keep named one sample's image .jpg, the other's .png, and datasets.load_dataset
+    refused the pack ("don't share the same prefix or the same types"): pack said nothing.
+    One format, or a container that names no member by format, says nothing."""
+    helpers.write_image(tmp_path / "src" / "cat" / "a.jpg", helpers.image(0))
+    helpers.write_image(tmp_path / "src" / "cat" / "b.png", helpers.image(1))
+
+    def said(out: str, **given) -> list[str]:
+        options = PackOptions(workers=1, **{"format": "webdataset", **given})
+        return pack(tmp_path / "src", tmp_path / out, options).to_json()["warnings"]
+
+    (line,) = said("kept")
+    assert "2 formats (jpeg, png)" in line and "datasets.load_dataset(OUT) refuses" in line
+    assert said("png", encode="png") == said("tfrecord", format="tfrecord") == []
+
+
 @pytest.mark.heavy  # webdataset imports torch
 def test_webdataset_reads_it_as_img2dataset_docs_show(packed):
     helpers.needs("webdataset")
