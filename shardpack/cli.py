@@ -22,7 +22,14 @@ import typer
 from shardpack import __version__
 from shardpack.console import Bar, print_inspect, print_json, print_pack_summary
 from shardpack.containers import CONTAINERS
-from shardpack.errors import FileAccessError, RecordError, ShardpackError, plural, printable
+from shardpack.errors import (
+    RESTORE_SHARD,
+    FileAccessError,
+    RecordError,
+    ShardpackError,
+    plural,
+    printable,
+)
 from shardpack.index import UNWRITTEN
 from shardpack.options import (
     BACKEND_ALIASES,
@@ -99,8 +106,9 @@ def _user_errors():
         yield
     except RecordError as e:  # a damaged shard: how to find the others, and the mend
         folder = e.path.rpartition("/")[0] or "."
+        mend = "" if RESTORE_SHARD in str(e) else ": restore them from a copy or pack again"
         _error(f"{e}; `{_command_name()} verify {shlex.quote(folder)}` lists every damaged "
-               "shard: restore them from a copy or pack again")  # fmt: skip
+               f"shard{mend}")  # fmt: skip
         raise typer.Exit(2) from None
     except ShardpackError as e:
         _error(as_flags(e))  # the options it names as flags

@@ -228,6 +228,11 @@ class IndexFormatError(ShardpackError):
 _RECORD_ERROR = r"(?P<path>.+?) at (?P<unit>byte|record) (?P<offset>\d+): (?P<reason>.*)"
 
 
+# The mend for a damaged shard, as a fault's message says it where it knows the shard is
+# damaged whole (cut short, replaced) and as the CLI adds it to any other.
+RESTORE_SHARD = "restore it from a copy or pack again"
+
+
 class RecordError(ShardpackError):
     """A shard file is damaged: bad framing or CRC, cut short, or a record that does not decode.
 

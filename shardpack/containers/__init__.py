@@ -47,7 +47,13 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
-from shardpack.errors import FileAccessError, OutputError, RecordError, os_error_fix
+from shardpack.errors import (
+    RESTORE_SHARD,
+    FileAccessError,
+    OutputError,
+    RecordError,
+    os_error_fix,
+)
 from shardpack.schema import Schema
 from shardpack.storage import Blob, HashingBlob, Sink, Storage, storage_at
 
@@ -494,7 +500,7 @@ def size_fault(path: str, size: int | None, said: int) -> RecordError:
     """A shard file of another size than the index says (None: not there)."""
     held = "missing" if size is None else f"{size} bytes"
     return RecordError(path, 0, f"{held}, the index says {said} bytes (cut short or replaced: "
-                                "restore it from a copy or pack again)")  # fmt: skip
+                                f"{RESTORE_SHARD})")  # fmt: skip
 
 
 def open_hashing(storage: Storage, name: str, digest, num_bytes: int | None = None) -> Blob:

@@ -45,7 +45,7 @@ from shardpack.containers import (
     open_hashing,
     open_shard,
 )
-from shardpack.errors import Option, RecordError, ShardpackError
+from shardpack.errors import RESTORE_SHARD, Option, RecordError, ShardpackError
 from shardpack.storage import HashingBlob, Sink
 
 if TYPE_CHECKING:
@@ -314,7 +314,7 @@ class _Tar:
             key, expected = members[0][0], f"{self.stem}_{number:06d}"
             moved = self.fault(offset, f"sample {key!r} is not this shard's record {number} "
                                        f"({expected!r}): another shard's file put in its "
-                                       "place; restore it from a copy or pack again")  # fmt: skip
+                                       f"place; {RESTORE_SHARD}")  # fmt: skip
             return moved, position
         try:
             return _decode(members, self.path, offset, original), position

@@ -14,7 +14,14 @@ import numpy as np
 
 from shardpack import images
 from shardpack.containers import CONTAINERS, checked, open_shard, size_fault
-from shardpack.errors import Option, RecordError, ShardpackError, install_hint, is_count
+from shardpack.errors import (
+    RESTORE_SHARD,
+    Option,
+    RecordError,
+    ShardpackError,
+    install_hint,
+    is_count,
+)
 from shardpack.images import BadImage
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.options import DEFAULT_MAX_PIXELS
@@ -193,7 +200,7 @@ def _run(index: Index, info: ShardInfo, first: int, end: int) -> Iterator[tuple[
 def count_fault(path: str, held: int | str, said: int) -> RecordError:
     """A shard holding another number of records than the index says."""
     return RecordError(path, 0, f"holds {held} records, the index says {said} (cut short or "
-                                "replaced: restore it from a copy or pack again)")  # fmt: skip
+                                f"replaced: {RESTORE_SHARD})")  # fmt: skip
 
 
 def check_sizes(index: Index, shards: list[ShardInfo] | tuple[ShardInfo, ...]) -> None:

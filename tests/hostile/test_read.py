@@ -100,6 +100,16 @@ def test_a_record_that_passes_its_crc_but_lies(tmp_path: Path, liar: str):
             read()
 
 
+def test_the_cli_names_the_mend_of_a_shard_cut_short_once(tmp_path: Path):
+    """A shard shorter than the index says: its message holds the mend; the CLI's line adds
+    where the others are listed, not the mend again."""
+    out = _out(tmp_path, frame(encode_example(_good())))
+    (out / SHARD).write_bytes((out / SHARD).read_bytes()[:-4])
+    done = _cli("inspect", str(out))
+    _one_line_error(done, SHARD, "the index says", f"verify {out}` lists every damaged shard")
+    assert done.stderr.count("from a copy or pack again") == 1, done.stderr
+
+
 @pytest.mark.parametrize("command", ["inspect", "preview"])
 def test_the_cli_says_one_line_for_a_lying_record(tmp_path: Path, command: str):
     out = _out(tmp_path, frame(LIARS["label out of range"]))
