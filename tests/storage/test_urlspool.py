@@ -277,7 +277,9 @@ def test_a_killed_runs_spool_is_removed_by_the_next_run(tmp_path):
                 "--workers", "1", "--dedup", "exact", "--no-progress"]  # fmt: skip
         run = subprocess.Popen([sys.executable, "-m", "shardpack", *args])
         try:
-            helpers.wait_for(lambda: len(list(out.glob(f"{FETCHED_PREFIX}*/*"))) >= 5)
+            # every URL asked (its answer kept or not), five kept: the next run asks each again
+            helpers.wait_for(lambda: len(site.hits) == len(paths)
+                             and len(list(out.glob(f"{FETCHED_PREFIX}*/*"))) >= 5)  # fmt: skip
             run.kill()
             run.wait()
         finally:
