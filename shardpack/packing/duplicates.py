@@ -358,16 +358,17 @@ def _sortable(keys: list[str]) -> np.ndarray:
 
 
 def dedup(
-    dataset: Dataset, options: PackOptions, threads: int
-) -> tuple[Dataset, list[Group], Noted]:
+    dataset: Dataset, options: PackOptions, threads: int,
+    listed: Mapping[str, stamps.Stamp] | None = None,
+) -> tuple[Dataset, list[Group], Noted]:  # fmt: skip
     """--dedup exact|near: every item read and keyed on `threads` threads (reads, CRC32C and
     OpenCV leave the interpreter's lock), the copies confirmed, and all but the kept copy of
     each group moved from the splits to the skipped, `duplicate of <record_name>` (`near
     duplicate of` where only the perceptual hashes tell them alike); a warning where a near
-    bucket was crowded. Returns the dataset, the groups and what contents.json notes of them
-    (noted)."""
+    bucket was crowded. `listed`: as content_keys takes it. Returns the dataset, the groups and
+    what contents.json notes of them (noted)."""
     entries = [(s, item) for s in sorted(dataset.splits) for item in dataset.splits[s]]
-    keys = content_keys(entries, dataset, options, threads)
+    keys = content_keys(entries, dataset, options, threads, listed)
     groups, same, crowded = find_groups(entries, keys, dataset, options)
     warnings = (*dataset.warnings, *crowded_warning(crowded))
     dropped = drop_reasons(groups, same)
@@ -446,12 +447,14 @@ def drop_reasons(groups: list[Group], same: dict[Member, int]) -> dict[tuple[str
 
 
 def content_keys(
-    entries: list[Entry], dataset: Dataset, options: PackOptions, threads: int
-) -> list[ContentKey]:
+    entries: list[Entry], dataset: Dataset, options: PackOptions, threads: int,
+    listed: Mapping[str, stamps.Stamp] | None = None,
+) -> list[ContentKey]:  # fmt: skip
     """The ContentKey of each entry's item, read on `threads` threads (reads, CRC32C, XXH3
     and OpenCV leave the interpreter's lock), each fetching image URLs as a worker does, the
     per-host cap shared as `threads` workers' (Storage.reading_together); (0, 0, None) for one
-    the loader refuses."""
+    the loader refuses. Each key's stamp is its read's, or where the read takes none (an
+    object's) the item's in `listed` (key -> its stamp listed before the read; None: none)."""
     # here: concurrent.futures brings logging; only a pack that confirms copies hashes on threads
     from concurrent.futures import ThreadPoolExecutor
 
@@ -461,7 +464,8 @@ def content_keys(
     with dataset.root.reading_together(threads), ThreadPoolExecutor(max(1, threads)) as pool:
         try:
             return list(itertools.chain.from_iterable(
-                pool.map(lambda chunk: _keys(chunk, dataset, options, stop), chunks)))  # fmt: skip
+                pool.map(lambda chunk: _keys(chunk, dataset, options, stop, listed or {}),
+                         chunks)))  # fmt: skip
         except BaseException:
             # Ctrl-C, SIGTERM or a chunk's error: the threads end now (their requests in flight
             # cut, no next item read), not when their chunks do: the pool's exit waits for them
@@ -498,8 +502,9 @@ def _near_groups(
 
 
 def _keys(
-    chunk: list[Entry], dataset: Dataset, options: PackOptions, stop: threading.Event
-) -> list[ContentKey]:
+    chunk: list[Entry], dataset: Dataset, options: PackOptions, stop: threading.Event,
+    listed: Mapping[str, stamps.Stamp],
+) -> list[ContentKey]:  # fmt: skip
     """The ContentKey of each item of a chunk; (0, 0, None) for one the loader refuses; those
     read before `stop` was set alone (the pass stopped: no one takes them)."""
     source, cache, limit = dataset.source, {}, max_file_bytes(options.max_pixels)
@@ -514,7 +519,7 @@ def _keys(
                 break
             try:
                 loaded, stamp = stamps.load_stamped(item, src, limit, stamping, source, options,
-                                                    cache)  # fmt: skip
+                                                    cache, listed.get(item.key))  # fmt: skip
             except ImageError:
                 keys.append(ContentKey(0, 0, None))
                 continue

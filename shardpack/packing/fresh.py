@@ -77,7 +77,7 @@ class FreshPack:
 
         dataset, found, self.name, plan, workers = _scan_and_plan(
             self.src, options, self.storage_options, self.fetched, choose)  # fmt: skip
-        self.groups, self.noted = found or (None, Noted())
+        self.groups, self.noted, stamped = found or (None, Noted(), {})
         CONTAINERS[options.format].check_naming(options.wds_naming, list(dataset.schema))
         splits = {spec.split for spec in plan.shards}
         beside = split_file_names(CONTAINERS[options.format], self.name, splits)
@@ -101,7 +101,8 @@ class FreshPack:
             plan, dataset = packed_plan(plan, dataset)  # from here the items are bytes
             self.spool = EntrySpool(plan)
         self.facts = FactSpill(plan, out, copies=self.groups is None)
-        return Planned(dataset, plan, options, record, reused, workers, journal_first=not ours)
+        return Planned(dataset, plan, options, record, reused, workers, journal_first=not ours,
+                       stamped=stamped)  # fmt: skip
 
     def landed(self, result: ShardResult) -> ShardResult:
         """A shard of this run landed: its contents entry and stamps, rendered and spooled, its
@@ -237,11 +238,13 @@ def _scan_and_plan(
     fetched: UrlSpool,
     choose: Callable[[float, int | None], int],
 ) -> tuple[Dataset, tuple[list, Noted] | None, str, Plan, int | None]:
-    """List SRC, drop copies under --dedup, and plan the shards: the dataset, the copies found
-    and what contents.json notes of them (duplicates.dedup; None: to be found in what the
-    workers write), the dataset's name, the plan, and the workers `choose` (work, shards)
-    gave the --dedup pass (None: no pass, they are chosen from the plan). What --dedup
-    fetches is kept in `fetched`, whence the workers read it."""
+    """List SRC, drop copies under --dedup, and plan the shards: the dataset, what the --dedup
+    pass found (None: no pass; the copies are found in what the workers write): the copies,
+    what contents.json notes of them (duplicates.dedup) and the stamps of the objects it read
+    as listed before (Planned.stamped), the dataset's name, the plan, and the workers `choose`
+    (work, shards) gave the pass (None: they are chosen from the plan). What the pass fetches,
+    an image URL's body or an object's, is kept in `fetched`, whence the workers read it: each
+    is fetched once, and what is packed is what was keyed."""
     dataset = scan(src_root, options, storage_options)
     if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
         key, reason = dataset.skipped[0]
@@ -253,9 +256,12 @@ def _scan_and_plan(
         cost = dataset.source.record_cost
         workers = choose(sum(work_seconds(items, options, cost)
                              for items in dataset.splits.values()), None)  # fmt: skip
-        dataset.root.keep_fetched(fetched)  # each URL fetched once: the bytes keyed are packed
-        dataset, *copies = duplicates.dedup(dataset, options, workers)
-        found = tuple(copies)
+        items = (item for split in dataset.splits.values() for item in split)
+        stamped = stamps.listed_before_read(dataset.source, dataset.root, items)
+        dataset.root.keep_fetched(fetched, objects=True)
+        dataset, *copies = duplicates.dedup(dataset, options, workers, stamped)
+        fetched.seal()  # the workers fetch the rest unkept
+        found = (*copies, stamped)
     name = options.name or default_name(dataset, src_root)
     if streamed_rows(dataset) is not None:
         return dataset, found, name, make_range_plan(dataset, name, options), workers

@@ -238,8 +238,10 @@ class GrowPack:
         if not self.later and (change.new or change.changed or change.vanished or change.left or
                                dataset.skipped or gone or _dropped_copies(old)):  # fmt: skip
             update = options.grow == "update"
-            self.stamped.update(_listed_new(dataset, change))  # read by --dedup
-            self.copies = _copies(dataset, self.contents, change, options, update, self.workers)
+            new = (item for items in change.new.values() for item in items)  # read by --dedup
+            self.stamped.update(stamps.listed_before_read(dataset.source, dataset.root, new))
+            self.copies = _copies(dataset, self.contents, change, options, update, self.workers,
+                                  listed=self.stamped)  # fmt: skip
             dataset, change = _without(dataset, change, self.copies, self.contents, update)
             change = _kept_now(dataset, change, self.copies)
         self.fetched.seal()  # the workers fetch the rest unkept
@@ -725,16 +727,6 @@ def _reread(
             if stamp is not None and stamp != skips.get(item.key)]  # fmt: skip
 
 
-def _listed_new(dataset: Dataset, change: Change) -> dict[str, stamps.Stamp]:
-    """key -> the stamp of each new item now, listed before --dedup reads it, where the store's
-    reads take none (an object's: none asked of a disk)."""
-    if not dataset.root.stamps_listed:
-        return {}
-    new = [item for items in change.new.values() for item in items]
-    now = stamps.take_stamps(dataset.source, dataset.root, new)
-    return {item.key: stamp for item, stamp in zip(new, now, strict=True)}
-
-
 def _unchanged_copy(row: Dropped | None, split: str, item: Item, dataset: Dataset) -> bool:
     """Whether a copy --dedup left out (`row`, None: none) is this item as it was: in its
     split, its label and fields the same, and an image URL (it names its image, taken as
@@ -763,6 +755,7 @@ def _kept_now(dataset: Dataset, change: Change, copies: Copies) -> Change:
 def _copies(
     dataset: Dataset, contents: dict[str, Entry], change: Change, options: PackOptions,
     update: bool, threads: int, written: dict[str, duplicates.ContentKey] | None = None,
+    listed: Mapping[str, stamps.Stamp] | None = None,
 ) -> Copies:  # fmt: skip
     """The copies among the items the grown dataset will hold, as a fresh pack of SRC finds
     them: the held items keyed by contents.json (or as _compare read them), as are the copies
@@ -771,7 +764,8 @@ def _copies(
     fresh pack would (the evaluation split's), save that --append, which never rewrites a
     shard, keeps the held copy of a group that has one. `written`: the new items' keys as
     their workers took them (then one they skipped is no member). Those read now are read on
-    `threads` threads, fetching as that many workers (the run's)."""
+    `threads` threads, fetching as that many workers (the run's); `listed`: the stamps listed
+    before their reads (content_keys')."""
     held, read = change.held, change.read
     new = {item.key for items in change.new.values() for item in items}
     changed = {item.key for items in change.changed.values() for item in items}
@@ -806,7 +800,8 @@ def _copies(
     unread = [i for i, key in enumerate(keys) if key is None]
     marks: list[stamps.Stamp] = [(row[3], row[6]) if (row := change.left.get(item.key)) and
                                  row[6] else None for _, item in members]  # fmt: skip
-    read = duplicates.content_keys([members[i] for i in unread], dataset, options, threads)
+    read = duplicates.content_keys([members[i] for i in unread], dataset, options, threads,
+                                   listed)  # fmt: skip
     for i, key in zip(unread, read, strict=True):
         keys[i], marks[i] = key, key.stamp
     groups, same, crowded = duplicates.find_groups(members, keys, dataset, options, known)

@@ -81,6 +81,18 @@ def take_stamps(source: Source, root: Storage, items: Iterable[Item]) -> list[St
     return [settled(stamp, oldest) for stamp in _stamps_now(source, root, items)]
 
 
+def listed_before_read(source: Source, root: Storage, items: Iterable[Item]) -> dict[str, Stamp]:
+    """key -> the stamp of each item now, listed before a read ahead of the workers (--dedup's
+    keys, a grow's compare) whose bytes they take from the run's UrlSpool (Planned.stamped,
+    with_listed's `read`), where the store's reads take none (an object's; none asked of a
+    disk, whose reads take their own)."""
+    if not root.stamps_listed:
+        return {}
+    items = list(items)
+    now = take_stamps(source, root, items)
+    return {item.key: stamp for item, stamp in zip(items, now, strict=True)}
+
+
 def skip_stamps(source: Source, root: Storage, items: Iterable[Item]) -> list[Stamp]:
     """The stamp of each skipped item's file now, as a worker's skip notes it (above: however
     recent; None for one that has none)."""

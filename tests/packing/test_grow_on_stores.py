@@ -15,6 +15,7 @@ import pytest
 
 from shardpack.options import PackOptions
 from shardpack.packing import stamps
+from shardpack.packing.fresh import FreshPack
 from shardpack.packing.grow import GrowPack
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
@@ -79,7 +80,7 @@ def test_an_object_a_grow_read_before_its_workers_is_packed_as_read_and_got_once
     pack(url, out, PackOptions(workers=1, **packed))
     before = len(s3.fetched("src/"))
     with monkeypatch.context() as patched:
-        read, later = _rewritten_after_the_plan(patched, s3, f"src/{key}")
+        read, later = _rewritten_after_the_plan(patched, s3, f"src/{key}", GrowPack)
         result = pack(url, out, PackOptions(grow=grow, workers=1))
     assert result.grow["changed" if grow == "update" else "added"] == 1
     assert s3.fetched("src/")[before:] == [f"src/{key}"]
@@ -88,14 +89,47 @@ def test_an_object_a_grow_read_before_its_workers_is_packed_as_read_and_got_once
     assert _pixels(_records(out)[key]["image"]) == _pixels(later)
 
 
-def _rewritten_after_the_plan(monkeypatch, s3, key: str) -> tuple[bytes, bytes]:
-    """Write an image at `key` now, and another of its size once a grow has planned (its
-    compare and --dedup read what they read) in the next second (another LastModified:
-    another stamp); the two images."""
+def test_a_fresh_pack_with_dedup_on_s3_gets_each_object_once(tmp_path: Path, s3, monkeypatch):
+    """--dedup's pass keys every object before the plan, and the workers pack the bytes it read
+    (kept in the run's UrlSpool), not a second GET's: each object is got once, the copy left
+    out included, and each is noted with the stamp listed before that read: one rewritten
+    between the pass and the workers is packed as keyed, and the next grow reads it alone; a
+    grow's new copy is read once (and its held twin, to confirm it), and noted so too."""
+    monkeypatch.setattr(stamps, "RACY_NS", 0)  # objects written just now are settled now
+    tree = make_tree(tmp_path / "src", {"cat": 3, "dog": 2})
+    (tree / "dog" / "copy.jpg").write_bytes((tree / "cat" / "img_002.jpg").read_bytes())
+    url = s3.put_tree(tree, "src")
+    out = tmp_path / "out"
+    with monkeypatch.context() as patched:
+        read, later = _rewritten_after_the_plan(patched, s3, "src/cat/img_001.jpg", FreshPack)
+        result = pack(url, out, PackOptions(workers=1, dedup="exact"))
+    got = s3.fetched("src/")
+    assert sorted(got) == sorted(set(got)) == [f"src/{key}" for key in s3.keys("src")], got
+    assert result.num_records == 5  # the copy left out
+    assert _pixels(_records(out)["cat/img_001.jpg"]["image"]) == _pixels(read)
+    before = len(got)
+    grown = pack(url, out, PackOptions(grow="update", workers=1, dedup="exact"))
+    assert grown.grow["changed"] == 1
+    assert s3.fetched("src/")[before:] == ["src/cat/img_001.jpg"]
+    assert _pixels(_records(out)["cat/img_001.jpg"]["image"]) == _pixels(later)
+    s3.write("src/dog/zcopy.jpg", (tree / "dog" / "img_000.jpg").read_bytes())  # a new copy
+    before = len(s3.fetched("src/"))
+    grown = pack(url, out, PackOptions(grow="append", workers=1, dedup="exact"))
+    assert grown.grow["added"] == 0  # the new copy and its held twin read (the copy confirmed)
+    assert sorted(s3.fetched("src/")[before:]) == ["src/dog/img_000.jpg", "src/dog/zcopy.jpg"]
+    before = len(s3.fetched("src/"))  # each copy left out noted with its stamp: none read
+    assert pack(url, out, PackOptions(grow="update", workers=1, dedup="exact")).grow["nothing"]
+    assert s3.fetched("src/")[before:] == []
+
+
+def _rewritten_after_the_plan(monkeypatch, s3, key: str, packing: type) -> tuple[bytes, bytes]:
+    """Write an image at `key` now, and another of its size once a pack or grow (`packing`:
+    FreshPack, GrowPack) has planned (its compare and --dedup read what they read) in the next
+    second (another LastModified: another stamp); the two images."""
     read, later = (cv2.imencode(".bmp", image(seed))[1].tobytes() for seed in (903, 904))
     assert len(read) == len(later) and read != later
     s3.write(key, read)
-    written, planned = time.time(), GrowPack.plan
+    written, planned = time.time(), packing.plan
 
     def rewritten(self):
         found = planned(self)
@@ -103,7 +137,7 @@ def _rewritten_after_the_plan(monkeypatch, s3, key: str) -> tuple[bytes, bytes]:
         s3.write(key, later)
         return found
 
-    monkeypatch.setattr(GrowPack, "plan", rewritten)
+    monkeypatch.setattr(packing, "plan", rewritten)
     return read, later
 
 
