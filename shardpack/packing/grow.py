@@ -60,6 +60,7 @@ from shardpack.packing.merge import (
     commit_index,
     json_value,
     named_skipped,
+    restore_outputs,
     shard_info,
     uniform_size,
     write_outputs,
@@ -278,7 +279,8 @@ class GrowPack:
         elif noted != self.held.noted:  # an older pack's copies noted: read no more
             write_contents(out, with_copies(contents, copies.groups, frozenset()), loose, noted)
         old = close_gaps(out, old, contents, loose, noted)
-        return _nothing(out.root, old, change, copies, options.grow, self.start, retold)
+        restored = restore_outputs(out, old)  # a card or croissant.json removed by hand
+        return _nothing(out.root, old, change, copies, options.grow, self.start, retold, restored)
 
     def landed(self, result: ShardResult) -> ShardResult:
         """A new shard landed: nothing to note yet (the merge joins the new shards' entries
@@ -1147,14 +1149,15 @@ def _nothing(
     mode: str,
     start: float,
     retold: bool,
+    restored: tuple[str, ...] = (),
 ) -> PackResult:
     """The result of a grow that found nothing to write: no shard touched (`retold`: its
     index.json now tells new (empty) classes, copies, skips, files that are no image or
-    warnings)."""
+    warnings; `restored`: the files beside the shards it wrote again, OUT lacking them)."""
     records = sum(s.num_records for s in old.splits.values())
     shards = sum(len(s.shards) for s in old.splits.values())
     return PackResult(root, old, records, old.num_skipped,
                              time.perf_counter() - start, shards, shards, 0,
                              _said(change, mode, copies),
                              {**change.summary(mode, 0), "nothing": True,
-                              "retold": retold})  # fmt: skip
+                              "retold": retold, "restored": list(restored)})  # fmt: skip

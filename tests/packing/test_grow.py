@@ -152,6 +152,32 @@ def test_nothing_new_leaves_out_unchanged(tmp_path: Path):
     assert _files(out) == before
 
 
+def test_nothing_new_writes_again_the_card_and_croissant_out_lacks(tmp_path: Path):
+    """A card, a croissant.json or TFDS metadata removed by hand comes back from the index as
+    it was (the line says which); the shards and index.json are not touched."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    out = tmp_path / "out"
+    assert run_cli("pack", str(src), str(out), "--shards", "2", "--no-progress").returncode == 0
+    before = _files(out)
+    kept = {name: os.stat(out / name) for name in [*shard_files(out), "index.json"]}
+    for mode, removed in (("append", ("README.md", "croissant.json")),
+                          ("update", ("dataset_info.json", "croissant.json"))):  # fmt: skip
+        for name in removed:
+            (out / name).unlink()
+        done = run_cli("pack", str(src), str(out), f"--{mode}", "--no-progress")
+        assert done.returncode == 0 and not done.stderr, done.stderr
+        head = done.stdout.splitlines()[0]
+        told = ("nothing to add" if mode == "append" else "nothing to update") + ": no shard "
+        assert head.startswith(f"{told}written; wrote again what OUT lacked "
+                               f"({', '.join(removed)}), "), head  # fmt: skip
+        assert _files(out) == before  # byte for byte, and nothing else (no temporary file)
+        for name, stat in kept.items():  # not rewritten: the same file, unmodified
+            now = os.stat(out / name)
+            assert (now.st_ino, now.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns), name
+    done = run_cli("pack", str(src), str(out), "--append", "--no-progress", "--json")
+    assert json.loads(done.stdout)["grow"]["restored"] == []  # none missing: none written
+
+
 def test_a_differing_option_or_class_list_is_refused_naming_it(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
     out = tmp_path / "out"
