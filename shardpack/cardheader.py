@@ -12,15 +12,18 @@ from shardpack.errors import ShardpackError
 MAX_CARD_BYTES = 1 << 20  # a dataset card; its YAML header is a few KB
 # huggingface_hub's REGEX_YAML_BLOCK (repocard.py): "---", the header, a line "---".
 _FRONT_MATTER = r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))"
+# A line break as an editor counts them (and PyYAML's marks, in the header).
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
-def split_card(text: str) -> tuple[str | None, str]:
-    """(the YAML header, the Markdown after it) of a card's text; (None, text) when it has no
-    header."""
+def split_card(text: str) -> tuple[str | None, str, int]:
+    """(the YAML header, the Markdown after it, the line of the text the header begins on,
+    1-based: the one after "---", which blank lines may precede) of a card's text; (None,
+    text, 1) when it has no header."""
     found = re.search(_FRONT_MATTER, text)
     if found is None:
-        return None, text
-    return found.group(2), text[found.end() :]
+        return None, text, 1
+    return found.group(2), text[found.end() :], 1 + len(_LINE_BREAK.findall(found.group(1)))
 
 
 def opens_header(text: str) -> bool:
@@ -28,8 +31,9 @@ def opens_header(text: str) -> bool:
     return text.lstrip().startswith("---")
 
 
-def load_header(header: str, path: str, error: type[ShardpackError]) -> object:
-    """The header's YAML as PyYAML's safe loader reads it.
+def load_header(header: str, path: str, error: type[ShardpackError], line: int) -> object:
+    """The header's YAML (or a part of it) as PyYAML's safe loader reads it; `line`: the line of
+    the file it begins on (1-based), whence a parse error's line is told.
 
     Raises:
         `error`: PyYAML is missing, or the header does not parse (its line in the file).
@@ -41,7 +45,7 @@ def load_header(header: str, path: str, error: type[ShardpackError]) -> object:
     try:
         return yaml.safe_load(header)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)  # its line in the header: the file's, as "---"
-        where = f" on line {mark.line + 2}" if mark is not None else ""  # is the first
+        mark = getattr(e, "problem_mark", None)  # its line in the header, from 0
+        where = f" on line {mark.line + line}" if mark is not None else ""
         why = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise error(f"{path}: its YAML header does not parse ({why}{where}); fix it") from None

@@ -149,9 +149,12 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         dataset = (f"{plural(summary['records'], 'image')} in {plural(shards, 'shard')} "
                    f"({_human_bytes(total)})")  # fmt: skip
         if grow.get("nothing"):
+            restored = grow.get("restored")
             what = ("no shard written; index.json now tells SRC's classes, copies, skips and "
-                    "other files" if grow.get("retold")
+                    "other files" if grow.get("retold") else "no shard written" if restored
                     else f"{summary['out']} is unchanged")  # fmt: skip
+            if restored:  # removed by hand: made again from index.json
+                what += f"; wrote again what OUT lacked ({', '.join(map(printable, restored))})"
             typer.echo(f"nothing to {'add' if grow['mode'] == 'append' else 'update'}: "
                        f"{what}, {dataset}")  # fmt: skip
         else:

@@ -179,7 +179,7 @@ class FreshPack:
         commit_index(out, index)  # the run is complete
         if not streamed:
             self.spool.write_stamps(out, index)
-        notes = _fewer_workers(self.options.workers, stats.workers, to_write, self.in_process)
+        notes = fewer_workers(self.options.workers, stats.workers, to_write, self.in_process)
         return PackResult(
             out=out.root, index=index, num_records=num_records,
             num_skipped=index.num_skipped, seconds=seconds,
@@ -306,7 +306,7 @@ def _without_unwritten(
     return replace(index, splits=kept), [r for r in results if r.file in gone]
 
 
-def _fewer_workers(asked: int | None, ran: int, to_write: int, in_process: bool) -> tuple[str, ...]:
+def fewer_workers(asked: int | None, ran: int, to_write: int, in_process: bool) -> tuple[str, ...]:
     """A line saying why the run used fewer workers than --workers asked, if it did (a run
     with no shard left to write, a resume of a finished one, says nothing of workers)."""
     if asked is None or ran >= asked or to_write == 0:

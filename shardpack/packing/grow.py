@@ -52,14 +52,16 @@ from shardpack.packing.contents import (
     with_copies,
     write_contents,
 )
-from shardpack.packing.cpuload import machine_cores
+from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.duplicates import content_keys
 from shardpack.packing.facts import facts_of
+from shardpack.packing.fresh import choose_workers, fewer_workers
 from shardpack.packing.kept import Kept, kept_records
 from shardpack.packing.merge import (
     commit_index,
     json_value,
     named_skipped,
+    restore_outputs,
     shard_info,
     uniform_size,
     write_outputs,
@@ -74,7 +76,7 @@ from shardpack.packing.outdir import (
     refuse_folders,
     split_file_names,
 )
-from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan
+from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan, plan_seconds
 from shardpack.packing.result import PackResult
 from shardpack.packing.stats import entry_summaries
 from shardpack.packing.urlfailures import counts, retried, rows_of, url_failures, write_failures
@@ -172,6 +174,7 @@ class GrowPack:
         """What SRC holds that OUT does not (and, --update, the other way round), its copies and
         skips told as a fresh pack would; the new shards' plan, or the result of a grow that
         has none to write."""
+        watch = CpuWatch()  # the scan and plan are the window that measures others' load
         out = self.out
         old = self.old = _old_index(out)
         _refuse_streamed(out, old)
@@ -179,9 +182,10 @@ class GrowPack:
         self.listed, state = _checked_names(out, old)
         options = dataset_options(old, self.given)
         CONTAINERS[options.format].require()
-        # the --dedup pass reads as the workers that write the shards: as many
-        self.workers = 1 if out.in_process or self.src.in_process else (
-            self.given.workers or machine_cores())  # fmt: skip
+        # the compare and the --dedup pass read on this many threads (the workers that write
+        # the shards are chosen once they are planned: _writers)
+        self.in_process = out.in_process or self.src.in_process  # memory:// is ours alone
+        self.workers = 1 if self.in_process else self.given.workers or machine_cores()
         dataset, change = self._compare(options)
         options = replace(options, classes=dataset.classes or None)
         update = options.grow == "update"
@@ -204,8 +208,21 @@ class GrowPack:
         record = {**plan_record(plan, options), "grow": options.grow,
                   "generation": self.generation}  # fmt: skip
         reused = prepare_growth(out, plan, set(self.listed))
-        return Planned(dataset, plan, options, record, reused, self.workers, journal_first=True,
+        workers = self._writers(plan, options, reused, watch)
+        return Planned(dataset, plan, options, record, reused, workers, journal_first=True,
                        stamped=self.stamped)  # fmt: skip
+
+    def _writers(
+        self, plan: Plan, options: PackOptions, reused: list[ShardResult], watch: CpuWatch
+    ) -> int:
+        """The workers that write the plan's shards not `reused`: --workers if given, else the
+        count the cost model picks for them as a fresh pack's (never more than the shards)."""
+        if self.in_process:
+            return 1
+        done = {r.file for r in reused}
+        todo = replace(plan, shards=tuple(s for s in plan.shards if s.file not in done))
+        return choose_workers(plan_seconds(todo, options), len(todo.shards), options,
+                              machine_cores(), watch.others_busy)  # fmt: skip
 
     def _compare(self, options: PackOptions) -> tuple[Dataset, Change]:
         """SRC scanned and compared with what OUT holds, its copies against the held ones."""
@@ -280,7 +297,8 @@ class GrowPack:
         elif noted != self.held.noted:  # an older pack's copies noted: read no more
             write_contents(out, with_copies(contents, copies.groups, frozenset()), loose, noted)
         old = close_gaps(out, old, contents, loose, noted)
-        return _nothing(out.root, old, change, copies, options.grow, self.start, retold)
+        restored = restore_outputs(out, old)  # a card or croissant.json removed by hand
+        return _nothing(out.root, old, change, copies, options.grow, self.start, retold, restored)
 
     def landed(self, result: ShardResult) -> ShardResult:
         """A new shard landed: nothing to note yet (the merge joins the new shards' entries
@@ -300,7 +318,7 @@ class GrowPack:
         fresh = {spec.file: fresh[spec.file] for spec in plan.shards}
         if self.later:
             copies = _copies(dataset, contents, change, options, options.grow == "update",
-                             planned.workers, written_keys(plan, results))  # fmt: skip
+                             self.workers, written_keys(plan, results))  # fmt: skip
         summary = change.summary(options.grow, len(touched))
         mended = _packed_again(self.again, fresh)
         summary["added"] -= len(self.again) - mended  # failing again: listed already, not added
@@ -312,7 +330,9 @@ class GrowPack:
         seconds = time.perf_counter() - self.start
         reused = planned.reused
         written = sum(r.num_records for r in results) - sum(r.num_records for r in reused)
-        stats = {"seconds": round(seconds, 3), "workers": planned.workers,
+        to_write = len(planned.plan.shards) - len(reused)
+        ran = min(planned.workers, max(1, to_write))  # one shard runs in-process (writing._run)
+        stats = {"seconds": round(seconds, 3), "workers": ran,
                  "images_per_second": round(written / seconds, 1) if seconds else None}  # fmt: skip
         index, kept = _grown(old, dataset, plan, results, fresh, contents, touched)
         numbered = with_copies({**contents, **fresh}, copies.groups, touched)
@@ -345,7 +365,9 @@ class GrowPack:
             num_reused=len(reused), num_shards=sum(len(s.shards) for s in index.splits.values()),
             new_records=written, notes=(*_said(change, options.grow, copies),
                                         *_asked_again(self.again, mended),
-                                        *_read_again(len(reread), fixed)),
+                                        *_read_again(len(reread), fixed),
+                                        *fewer_workers(self.given.workers, ran, to_write,
+                                                       self.in_process)),
             grow=summary,
         )  # fmt: skip
 
@@ -1142,14 +1164,15 @@ def _nothing(
     mode: str,
     start: float,
     retold: bool,
+    restored: tuple[str, ...] = (),
 ) -> PackResult:
     """The result of a grow that found nothing to write: no shard touched (`retold`: its
     index.json now tells new (empty) classes, copies, skips, files that are no image or
-    warnings)."""
+    warnings; `restored`: the files beside the shards it wrote again, OUT lacking them)."""
     records = sum(s.num_records for s in old.splits.values())
     shards = sum(len(s.shards) for s in old.splits.values())
     return PackResult(root, old, records, old.num_skipped,
                              time.perf_counter() - start, shards, shards, 0,
                              _said(change, mode, copies),
                              {**change.summary(mode, 0), "nothing": True,
-                              "retold": retold})  # fmt: skip
+                              "retold": retold, "restored": list(restored)})  # fmt: skip

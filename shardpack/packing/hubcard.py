@@ -72,23 +72,24 @@ def users_card(out: Storage) -> UsersCard:
     except UnicodeDecodeError as e:
         raise OutputError(f"{path}: is not UTF-8 text (byte {e.start:,}); save it as UTF-8, "
                           "or move it out of OUT, then run again") from None  # fmt: skip
-    header, body = split_card(text)
+    header, body, line = split_card(text)
     if header is None and opens_header(text):
         raise OutputError(f"{path}: its YAML header has no closing '---' line{fix}")
-    header, ours = _users_header(header or "", path)
+    header, ours = _users_header(header or "", path, line)
     before, after = _users_text(body, path, ours)
     return UsersCard(header, before, after)
 
 
-def _users_header(header: str, path: str) -> tuple[str, bool]:
+def _users_header(header: str, path: str, first: int) -> tuple[str, bool]:
     """The header's lines that are not pack's (each top-level key with the lines that go on
-    with it, comments kept), and whether it holds MARKER. Each key's lines must parse alone to
-    that one key, and together as the whole header does: then keeping them as written keeps
-    exactly the user's keys."""
+    with it, comments kept), and whether it holds MARKER; `first`: the file's line the header
+    begins on. Each key's lines must parse alone to that one key, and together as the whole
+    header does: then keeping them as written keeps exactly the user's keys."""
     blocks: list[list[str]] = []
+    starts: list[int] = []  # the file's line each block begins on, for its parse errors
     comments: list[str] = []  # comments and blank lines, kept with the key that follows
     ours = False
-    for line in header.split("\n"):
+    for number, line in enumerate(header.split("\n"), first):
         if line.startswith(_MARKER_START):
             ours = True
         elif line.startswith("#") or not line.strip():
@@ -98,10 +99,11 @@ def _users_header(header: str, path: str) -> tuple[str, bool]:
             comments = []
         else:
             blocks.append([*comments, line])
+            starts.append(number - len(comments))
             comments = []
     owned = [bool(re.match(_OWNED_LINE, _key(block))) for block in blocks]
     if not all(owned):  # a key of the user's: the header read as the Hub reads it
-        owned = [key in OWNED_KEYS for key in _keys(header, blocks, path)]
+        owned = [key in OWNED_KEYS for key in _keys(header, blocks, path, first, starts)]
     kept = [line for block, own in zip(blocks, owned, strict=True) if not own for line in block]
     return "\n".join(kept + comments).strip("\r\n"), ours
 
@@ -111,13 +113,16 @@ def _key(block: list[str]) -> str:
     return next(line for line in block if not line.startswith("#") and line.strip())
 
 
-def _keys(header: str, blocks: list[list[str]], path: str) -> list[object]:
+def _keys(
+    header: str, blocks: list[list[str]], path: str, first: int, starts: list[int]
+) -> list[object]:
     """Each block's key, refusing a header that does not parse to a mapping whose keys are
-    the blocks' keys, each block parsed alone."""
-    whole = load_header(header, path, OutputError)
+    the blocks' keys, each block parsed alone (`first`, `starts`: the file's lines the header
+    and each block begin on)."""
+    whole = load_header(header, path, OutputError, first)
     keys = []
-    for block in blocks:
-        alone = load_header("\n".join(block), path, OutputError)
+    for block, start in zip(blocks, starts, strict=True):
+        alone = load_header("\n".join(block), path, OutputError, start)
         keys += list(alone) if isinstance(alone, dict) else [None]
     if not isinstance(whole, dict) or keys != list(whole):
         raise OutputError(f"{path}: its YAML header is not one top-level key a line, each "

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from shardpack.errors import shortened
 from shardpack.index import (
@@ -25,7 +27,7 @@ from shardpack.packing.daliindex import write_index_files
 from shardpack.packing.facts import facts_of, record_sizes
 from shardpack.packing.hubcard import card, users_card
 from shardpack.packing.plan import Plan, ShardResult
-from shardpack.packing.tfdsmeta import write_tfds_metadata
+from shardpack.packing.tfdsmeta import tfds_metadata
 from shardpack.sources import Dataset
 from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
@@ -126,24 +128,45 @@ def json_value(value: object) -> object:
 def write_outputs(
     out: Storage, index: Index, results: list[ShardResult], index_files: bool, tfds: bool = True
 ) -> None:
-    """Write what goes beside the shards of `index` (TFDS metadata unless not `tfds`, the
-    container's split files, the index files of the shards in `results`, the Hub card,
-    croissant.json); index.json not yet."""
-    if index.tfds_readable and tfds:
-        write_tfds_metadata(out, index, index.container.tfds_file_format)
-    else:  # an earlier run's metadata would point TFDS at shards it cannot read
-        out.remove(METADATA_NAMES)
-    for split, entry in index.splits.items():  # the container's files beside them
-        shards = [(s.file, s.num_records, s.num_bytes) for s in entry.shards]
-        for file, listing in index.container.split_files(index.name, split, shards).items():
-            out.put(file, json_bytes(listing))
+    """Write what goes beside the shards of `index` (_beside's files, the index files of the
+    shards in `results`); index.json not yet."""
+    if not (index.tfds_readable and tfds):  # an earlier run's would point TFDS at shards it
+        out.remove(METADATA_NAMES)  # cannot read
+    for name, made in _beside(out, index, tfds).items():
+        out.put(name, made())
     if index_files:
         offsets = {r.file: r.offsets for r in results}  # only these shards' files: new ones
         written = {split: replace(entry, shards=tuple(s for s in entry.shards if s.file in offsets))
                    for split, entry in index.splits.items()}  # fmt: skip
         write_index_files(out, replace(index, splits=written), offsets)
-    out.put(CARD_NAME, card(index, users_card(out)))  # the Hub's; the user's part kept
-    out.put(CROISSANT_NAME, croissant(index, users_keys(out)))  # the user's license kept
+
+
+def restore_outputs(out: Storage, index: Index) -> tuple[str, ...]:
+    """Write again those of the files beside the shards of `index` (in place, no gap in its
+    numbering) that OUT lacks, as write_outputs writes them: a card or croissant.json removed
+    by hand comes back; the shards and index.json are left alone. Returns their names."""
+    beside = _beside(out, index, tfds=True)
+    missing = tuple(name for name in beside if not out.lexists(name))
+    for name in missing:
+        out.put(name, beside[name]())
+    return missing
+
+
+def _beside(out: Storage, index: Index, tfds: bool) -> dict[str, Callable[[], bytes]]:
+    """Each file that goes beside the shards of `index` (TFDS metadata unless not `tfds`, the
+    container's split files, the Hub card, croissant.json), by name, with what makes its bytes
+    (the card reads the user's part, croissant.json lists every shard: made only if written)."""
+    made: dict[str, Callable[[], bytes]] = {}
+    if index.tfds_readable and tfds:
+        files = tfds_metadata(index, index.container.tfds_file_format)
+        made.update({name: partial(bytes, data) for name, data in files.items()})
+    for split, entry in index.splits.items():  # the container's files beside them
+        shards = [(s.file, s.num_records, s.num_bytes) for s in entry.shards]
+        for file, listing in index.container.split_files(index.name, split, shards).items():
+            made[file] = partial(json_bytes, listing)
+    made[CARD_NAME] = lambda: card(index, users_card(out))  # the Hub's; the user's part kept
+    made[CROISSANT_NAME] = lambda: croissant(index, users_keys(out))  # the user's license kept
+    return made
 
 
 def commit_index(out: Storage, index: Index) -> None:

@@ -139,7 +139,15 @@ def _template(split: SplitInfo) -> str:
 
 
 def write_tfds_metadata(out: Storage, index: Index, file_format: str) -> list[str]:
-    """Write the TFDS metadata files for a finished index; return their names.
+    """Write the TFDS metadata files for a finished index (tfds_metadata); return their names."""
+    files = tfds_metadata(index, file_format)
+    for name, data in files.items():
+        out.put(name, data)
+    return list(files)
+
+
+def tfds_metadata(index: Index, file_format: str) -> dict[str, bytes]:
+    """The TFDS metadata files of a finished index, by name.
 
     `file_format` is TFDS's name for the shards' format (the container's tfds_file_format)."""
     splits = [
@@ -159,12 +167,9 @@ def write_tfds_metadata(out: Storage, index: Index, file_format: str) -> list[st
         "version": "1.0.0",
         "splits": splits,
     }
-    out.put("dataset_info.json", json_bytes(info))
-    out.put("features.json", json_bytes(_features(index)))
-    written = ["dataset_info.json", "features.json"]
+    files = {"dataset_info.json": json_bytes(info), "features.json": json_bytes(_features(index))}
     for feature, declared in index.schema.class_features.items():
-        names = declared.classes or ()
-        text = "".join(f"{name}\n" for name in names)
-        written.append(f"{feature.replace('/', '-')}.labels.txt")  # as TFDS names it
-        out.put(written[-1], text.encode("utf-8", "surrogateescape"))  # names as on disk
-    return written
+        text = "".join(f"{name}\n" for name in declared.classes or ())
+        # named as TFDS names it; the names as on disk
+        files[f"{feature.replace('/', '-')}.labels.txt"] = text.encode("utf-8", "surrogateescape")
+    return files

@@ -205,10 +205,10 @@ def _configured(root: Storage) -> dict[str, list[str]] | None:
         text = root.read(README, MAX_CARD_BYTES).decode("utf-8", "replace")
     except OSError as e:
         raise SourceError(f"{path}: cannot read ({e}); remove it or fix its permissions") from None
-    header, _ = split_card(text)
+    header, _, line = split_card(text)
     if header is None:
         return None
-    card = load_header(header, path, SourceError)
+    card = load_header(header, path, SourceError, line)
     configs = card.get("configs") if isinstance(card, dict) else None
     if not configs:
         return None

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from shardpack.errors import OutputError
 from shardpack.index import load_index
 from shardpack.options import PackOptions
 from shardpack.packing import gaps
+from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from shardpack.storage.local import LocalStorage
@@ -150,6 +153,68 @@ def test_nothing_new_leaves_out_unchanged(tmp_path: Path):
     done = run_cli("pack", str(src), str(out), "--update", "--no-progress")
     assert done.returncode == 0 and "nothing to update" in done.stdout
     assert _files(out) == before
+
+
+def test_nothing_new_writes_again_the_card_and_croissant_out_lacks(tmp_path: Path):
+    """A card, a croissant.json or TFDS metadata removed by hand comes back from the index as
+    it was (the line says which); the shards and index.json are not touched."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    out = tmp_path / "out"
+    assert run_cli("pack", str(src), str(out), "--shards", "2", "--no-progress").returncode == 0
+    before = _files(out)
+    kept = {name: os.stat(out / name) for name in [*shard_files(out), "index.json"]}
+    for mode, removed in (("append", ("README.md", "croissant.json")),
+                          ("update", ("dataset_info.json", "croissant.json"))):  # fmt: skip
+        for name in removed:
+            (out / name).unlink()
+        done = run_cli("pack", str(src), str(out), f"--{mode}", "--no-progress")
+        assert done.returncode == 0 and not done.stderr, done.stderr
+        head = done.stdout.splitlines()[0]
+        told = ("nothing to add" if mode == "append" else "nothing to update") + ": no shard "
+        assert head.startswith(f"{told}written; wrote again what OUT lacked "
+                               f"({', '.join(removed)}), "), head  # fmt: skip
+        assert _files(out) == before  # byte for byte, and nothing else (no temporary file)
+        for name, stat in kept.items():  # not rewritten: the same file, unmodified
+            now = os.stat(out / name)
+            assert (now.st_ino, now.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns), name
+    done = run_cli("pack", str(src), str(out), "--append", "--no-progress", "--json")
+    assert json.loads(done.stdout)["grow"]["restored"] == []  # none missing: none written
+
+
+# `python -m shardpack ARGS` counting the processes it forks (os.register_at_fork), the count
+# printed last.
+_COUNTING_FORKS = ("import os, runpy\nforks = []\n"
+                   "os.register_at_fork(before=lambda: forks.append(1))\n"
+                   "try:\n    runpy.run_module('shardpack', run_name='__main__')\n"
+                   "except SystemExit as e:\n    assert not e.code, e.code\n"
+                   "print(len(forks))")  # fmt: skip
+
+
+def _workers_and_forks(*args: str) -> tuple[int, int]:
+    """The workers `pack ARGS --json` says it ran, and the processes it forked."""
+    done = subprocess.run([sys.executable, "-c", _COUNTING_FORKS, "pack", *args, "--no-progress",
+                           "--json"], capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    *summary, forks = done.stdout.strip().splitlines()
+    return json.loads("\n".join(summary))["workers"], int(forks)
+
+
+@pytest.mark.skipif(machine_cores() < 2, reason="one core: every run has one worker")
+def test_a_grow_runs_as_many_workers_as_its_new_shards_are_worth(tmp_path: Path):
+    """Without --workers, a grow's workers are the cost model's choice for the shards it writes,
+    as a fresh pack's (not the cores): a few small images in two new shards, or one shard
+    rewritten, are written in-process, no worker forked. --workers still decides."""
+    src, out, twin = tmp_path / "src", tmp_path / "out", tmp_path / "twin"
+    for split, seed in (("train", 0), ("test", 100)):
+        make_tree(src / split, {"cat": 2, "dog": 2}, seed=seed)
+    for folder in (out, twin):
+        pack(src, folder, PackOptions(workers=1))
+    for split, seed in (("train", 200), ("test", 300)):
+        _add(src / split, "cat", 1, seed=seed)  # a new shard in each split
+    assert _workers_and_forks(str(src), str(out), "--append") == (1, 0)
+    assert _workers_and_forks(str(src), str(twin), "--append", "--workers", "2") == (2, 2)
+    write_image(src / "train" / "dog" / "img_000.jpg", image(999))
+    assert _workers_and_forks(str(src), str(out), "--update") == (1, 0)  # one shard rewritten
 
 
 def test_a_differing_option_or_class_list_is_refused_naming_it(tmp_path: Path):

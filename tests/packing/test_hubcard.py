@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from shardpack.errors import OutputError
 from shardpack.packing.hubcard import _UNSAFE, BEGIN, END, MARKER, UsersCard, users_card
 from shardpack.storage import storage_at
 
@@ -42,3 +45,26 @@ def test_a_card_of_an_earlier_shardpack_is_all_its_own(tmp_path: Path):
     text = f"---\n{old}\ndataset_info:\n  download_size: 1\n---\n\n# cats\n\nPacked by shardpack.\n"
     (tmp_path / "README.md").write_text(text)
     assert users_card(storage_at(tmp_path)) == UsersCard()
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("---\nlicense: mit\ntags:\n- a\n- [b\npretty_name: x\n---\nprose\n", 6),
+        # blank lines before "---" (huggingface_hub finds the header after them)
+        ("\n \n---\nlicense: mit\ntags: [a\n---\nprose\n", 5),
+        ("\r\n---\r\nlicense: mit\r\ntags: [a\r\n---\r\n", 4),
+        # the whole header parses; a key parsed alone does not (its alias is another key's
+        # anchor): its line is the file's, not counted from the key's comment
+        ("---\nbase: &b\n  x: 1\n\n# ours\nother:\n  <<: *b\n  y: 2\nmore: 1\n---\n", 7),
+        ("\n---\r\nlicense: mit\r\nbase: &b\r\n  x: 1\r\n# c\r\nother: *b\r\n---\r\n", 7),
+    ],
+)  # fmt: skip
+def test_a_header_that_does_not_parse_names_its_line_in_the_file(tmp_path: Path, text, line):
+    """The line an editor shows (1-based), whatever precedes the header or the key."""
+    (tmp_path / "README.md").write_bytes(text.encode())
+    with pytest.raises(OutputError) as error:
+        users_card(storage_at(tmp_path))
+    said = str(error.value)
+    assert said.startswith(f"{tmp_path / 'README.md'}: its YAML header does not parse (")
+    assert said.endswith(f" on line {line}); fix it") and "\n" not in said, said

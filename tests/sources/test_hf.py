@@ -284,6 +284,8 @@ def test_hf_bad_layouts_are_one_line(hf_folder, tmp_path, monkeypatch):
     _hf_dataset(6).to_parquet(card / "data/train-00000-of-00001.parquet")
     (card / "README.md").write_text("---\nconfigs: [unclosed\n---\n")
     refused(card, "README.md: its YAML header does not parse")
+    (card / "README.md").write_text("\n\n---\nlicense: mit\nconfigs: [unclosed\n---\n")
+    refused(card, r"README.md: its YAML header does not parse \(.* on line 5\); fix it$")
     (card / "README.md").write_text(
         "---\nconfigs:\n- config_name: a\n  data_files: data/*\n"
         "- config_name: b\n  data_files: data/*\n---\n"
