@@ -878,7 +878,7 @@ def vouch_size(out: Path, name: str) -> None:
 
 
 def planned_work(plan, options) -> tuple[float, int]:
-    """What fresh.choose_workers weighs of a plan: one core's seconds of it, and its shards."""
+    """What plan.choose_workers weighs of a plan: one core's seconds of it, and its shards."""
     from shardpack.packing.plan import plan_seconds
 
     return plan_seconds(plan, options), len(plan.shards)

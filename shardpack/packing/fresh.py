@@ -22,10 +22,10 @@ from shardpack.packing.merge import build_index, commit_index, json_value, write
 from shardpack.packing.outdir import plan_record, prepare, split_file_names
 from shardpack.packing.packeditems import packed_plan
 from shardpack.packing.plan import (
-    SERIAL_SHARE,
     Plan,
     ShardResult,
-    best_workers,
+    choose_workers,
+    fewer_workers,
     make_plan,
     plan_seconds,
     work_seconds,
@@ -202,35 +202,6 @@ def default_name(dataset: Dataset, src: Storage) -> str:
     return safe_name(base)[:MAX_NAME_CHARS] or "dataset"
 
 
-def choose_workers(
-    work: float,
-    shards: int | None,
-    options: PackOptions,
-    cores: int,
-    others_busy: Callable[[], float],
-) -> int:
-    """--workers if given; else the count the cost model expects to finish first on the cores
-    other processes leave free (at least 1, never more than there are shards where they are
-    known); on Dask, the cores.
-
-    Args:
-        work: one core's estimated seconds of the work (plan.plan_seconds, work_seconds).
-        shards: the shards to write (None: not planned yet, the --dedup pass's choice).
-        options: the run's options (the encoding decides the cost per item).
-        cores: the cores this process may run on.
-        others_busy: returns how many cores other processes keep busy; called only when the
-            work is worth more than one worker.
-    """
-    if options.workers is not None:
-        return options.workers
-    if options.backend != "local":
-        return cores  # a Dask LocalCluster of this machine's cores, as before; no model for it
-    serial = SERIAL_SHARE[options.encode]
-    if best_workers(work, cores, shards, serial) == 1:
-        return 1  # no need to look at the load
-    return best_workers(work, cores, shards, serial, busy=max(0.0, others_busy()))
-
-
 def _scan_and_plan(
     src_root: Storage,
     options: PackOptions,
@@ -304,16 +275,3 @@ def _without_unwritten(
     out.remove(sorted(gone))
     kept = {name: split for name, split in index.splits.items() if split.num_records}
     return replace(index, splits=kept), [r for r in results if r.file in gone]
-
-
-def fewer_workers(asked: int | None, ran: int, to_write: int, in_process: bool) -> tuple[str, ...]:
-    """A line saying why the run used fewer workers than --workers asked, if it did (a run
-    with no shard left to write, a resume of a finished one, says nothing of workers)."""
-    if asked is None or ran >= asked or to_write == 0:
-        return ()
-    why = (
-        "memory:// storage is this process's own"
-        if in_process
-        else f"{to_write:,} shard{'' if to_write == 1 else 's'} to write, a worker each at most"
-    )
-    return (f"{ran} of the {asked} workers asked ran: {why}",)

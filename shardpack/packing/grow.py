@@ -55,7 +55,6 @@ from shardpack.packing.contents import (
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.duplicates import content_keys
 from shardpack.packing.facts import facts_of
-from shardpack.packing.fresh import choose_workers, fewer_workers
 from shardpack.packing.kept import Kept, kept_records
 from shardpack.packing.merge import (
     commit_index,
@@ -76,7 +75,15 @@ from shardpack.packing.outdir import (
     refuse_folders,
     split_file_names,
 )
-from shardpack.packing.plan import Plan, ShardResult, ShardSpec, make_plan, plan_seconds
+from shardpack.packing.plan import (
+    Plan,
+    ShardResult,
+    ShardSpec,
+    choose_workers,
+    fewer_workers,
+    make_plan,
+    plan_seconds,
+)
 from shardpack.packing.result import PackResult
 from shardpack.packing.stats import entry_summaries
 from shardpack.packing.urlfailures import counts, retried, rows_of, url_failures, write_failures

@@ -8,7 +8,7 @@ import itertools
 import json
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -201,6 +201,48 @@ def best_workers(
         if wall(workers) < (1 - GAIN_MARGIN) * wall(best):
             best = workers
     return best
+
+
+def choose_workers(
+    work: float,
+    shards: int | None,
+    options: PackOptions,
+    cores: int,
+    others_busy: Callable[[], float],
+) -> int:
+    """--workers if given; else the count the cost model expects to finish first on the cores
+    other processes leave free (at least 1, never more than there are shards where they are
+    known); on Dask, the cores.
+
+    Args:
+        work: one core's estimated seconds of the work (plan.plan_seconds, work_seconds).
+        shards: the shards to write (None: not planned yet, the --dedup pass's choice).
+        options: the run's options (the encoding decides the cost per item).
+        cores: the cores this process may run on.
+        others_busy: returns how many cores other processes keep busy; called only when the
+            work is worth more than one worker.
+    """
+    if options.workers is not None:
+        return options.workers
+    if options.backend != "local":
+        return cores  # a Dask LocalCluster of this machine's cores, as before; no model for it
+    serial = SERIAL_SHARE[options.encode]
+    if best_workers(work, cores, shards, serial) == 1:
+        return 1  # no need to look at the load
+    return best_workers(work, cores, shards, serial, busy=max(0.0, others_busy()))
+
+
+def fewer_workers(asked: int | None, ran: int, to_write: int, in_process: bool) -> tuple[str, ...]:
+    """A line saying why the run used fewer workers than --workers asked, if it did (a run
+    with no shard left to write, a resume of a finished one, says nothing of workers)."""
+    if asked is None or ran >= asked or to_write == 0:
+        return ()
+    why = (
+        "memory:// storage is this process's own"
+        if in_process
+        else f"{to_write:,} shard{'' if to_write == 1 else 's'} to write, a worker each at most"
+    )
+    return (f"{ran} of the {asked} workers asked ran: {why}",)
 
 
 def num_shards_for(

@@ -460,7 +460,7 @@ def _not_asked() -> float:
 
 
 def test_default_workers_follow_the_work_and_the_cores_free():
-    from shardpack.packing.fresh import choose_workers
+    from shardpack.packing.plan import choose_workers
 
     light = PackOptions()  # 1,000 small files passed through: ~0.02 s of work
     work = planned_work(_plan(1000, 1000, light, 2), light)

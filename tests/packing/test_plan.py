@@ -216,7 +216,7 @@ def test_others_load_shares_the_cores_instead_of_taking_one():
     """Two workers beside another process keeping 0.7 of a core busy get 2/2.7 of a core each,
     1.5 cores in all, against 1 core for one worker: worth the pool (CIFAR raw, 60,000
     records, measured 0.84x the wall of --workers 1 under such load)."""
-    from shardpack.packing.fresh import choose_workers
+    from shardpack.packing.plan import choose_workers
 
     cifar = Dataset(
         "cifar10-python",
@@ -239,7 +239,7 @@ def test_others_load_shares_the_cores_instead_of_taking_one():
 def test_a_thousand_small_jpegs_to_raw_stay_on_one_worker():
     """1,000 96x96 JPEGs of ~5.8 KB to raw pixels are ~0.26 s of one core's work: a second
     worker's pool costs about what it saves (measured 1.14x the wall of --workers 1)."""
-    from shardpack.packing.fresh import choose_workers
+    from shardpack.packing.plan import choose_workers
 
     options = PackOptions(encode="raw")
     plan = make_plan(_dataset(n=1000, size=5_800), "d", options, 2)
