@@ -283,6 +283,9 @@ def print_inspect(summary: dict) -> None:
         typer.echo(f"\nsplit {printable(name)}: {UNWRITTEN}")
     missing = [s["file"] for split in summary["splits"].values() for s in split["shards"]
                if s["missing"]]  # fmt: skip
+    for fault in summary["index_faults"]:  # the shards' own total shown instead
+        print(f"warning: {printable(fault)} (shown: what the shards hold, as every reader reads "
+              "them)", file=sys.stderr)  # fmt: skip
     if missing:
         print(f"warning: {plural(len(missing), 'shard')} the index lists not in OUT "
               f"({missing[0]}{', ...' if len(missing) > 1 else ''}); shardpack verify checks "

@@ -223,31 +223,39 @@ class IndexFormatError(ShardpackError):
     """index.json is missing, malformed, of an unknown version, or points outside OUT."""
 
 
-# A RecordError's message, in its parts: the path, what its offset counts, the offset, why (a
-# pattern re compiles when a message is first rebuilt: most runs never do).
+# A RecordError's message, in its parts: the path, what its offset counts, the offset, why;
+# else, a fault of the whole file, the path and why (patterns re compiles when a message is
+# first rebuilt: most runs never do).
 _RECORD_ERROR = r"(?P<path>.+?) at (?P<unit>byte|record) (?P<offset>\d+): (?P<reason>.*)"
+_FILE_ERROR = r"(?P<path>.+?): (?P<reason>.*)"
 
 
 # The mend for a damaged shard, as a fault's message says it where it knows the shard is
-# damaged whole (cut short, replaced) and as the CLI adds it to any other.
+# damaged (cut short, replaced, a record failing its CRC) and as the CLI adds it to any other.
 RESTORE_SHARD = "restore it from a copy or pack again"
 
 
 class RecordError(ShardpackError):
     """A shard file is damaged: bad framing or CRC, cut short, or a record that does not decode.
 
-    `offset` is a byte offset, or a record number where `unit` is "record" (ArrayRecord).
+    `offset` is a byte offset, or a record number where `unit` is "record" (ArrayRecord); None
+    for a fault of the whole file (missing, of another size or record count than the index
+    says), whose message then names the file alone: "at byte 0" would point at nothing.
     """
 
     def __init__(
         self, path: str, offset: int | None = None, reason: str | None = None, unit: str = "byte"
     ) -> None:
-        if offset is None:  # the message alone (a DataLoader worker's error rebuilt): its parts
+        line = None
+        if reason is None:  # the message alone (a DataLoader worker's error rebuilt): its parts
             line = _rebuilt(type(self), path) or path
             if said := re.fullmatch(_RECORD_ERROR, line):
-                path, unit, reason = said["path"], said["unit"], said["reason"]
-                offset = int(said["offset"])
-        super().__init__(line if offset is None else f"{path} at {unit} {offset}: {reason}")
+                path, unit, offset = said["path"], said["unit"], int(said["offset"])
+            said = said or re.fullmatch(_FILE_ERROR, line)
+            if said:
+                path, reason = said["path"], said["reason"]
+        where = path if offset is None else f"{path} at {unit} {offset}"
+        super().__init__(line if reason is None else f"{where}: {reason}")
         self.path = path
         self.offset = offset
         self.reason = reason

@@ -99,6 +99,21 @@ class SplitInfo:
         """The number a grow gives the split's next shard, before any name OUT holds."""
         return self.next_shard if self.next_shard is not None else len(self.shards)
 
+    @property
+    def shard_records(self) -> int:
+        """The records its shards' own counts add up to: what every reader reads of the split
+        (each shard is held to its count as it is read), whatever `num_records` says."""
+        return sum(s.num_records for s in self.shards)
+
+    def num_records_fault(self, name: str) -> str | None:
+        """What is wrong with split `name`'s `num_records` in index.json, a total of its shards'
+        counts that a hand or a tool may have changed alone, naming the value to set; None
+        where it is their total."""
+        if self.num_records == self.shard_records:
+            return None
+        return (f"'num_records' of split {name!r} is {self.num_records}, but its shards' counts "
+                f"add up to {self.shard_records}: set it to {self.shard_records}")  # fmt: skip
+
     def to_json(self) -> dict:
         """The split as index.json writes it."""
         doc = {"num_records": self.num_records, "class_counts": list(self.class_counts),

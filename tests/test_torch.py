@@ -486,10 +486,12 @@ def test_a_damaged_shard_is_our_one_line_error_from_a_dataloader_worker(shared_p
     index["splits"]["train"]["shards"][0].update(num_records=10**12, num_bytes=10**13 * 2)
     (liar / "index.json").write_text(json.dumps(index))
     (worker, big) = run_json(_BROKEN, str(damaged), str(liar))
-    assert worker == ["RecordError", f"{shard} at byte 0: data CRC mismatch (corrupt record)", 0]
+    assert worker == ["RecordError", f"{shard} at byte 0: data CRC mismatch (corrupt record): "
+                      "the shard is damaged; restore it from a copy or pack again", 0]  # fmt: skip
     first = index["splits"]["train"]["shards"][0]["file"]
-    assert big[0] == "RecordError" and big[1].startswith(f"{liar / first} at byte 0: ")
-    assert f"the index says {10**13 * 2} bytes" in big[1]
+    # a size fault, of the whole file: no byte named, and no offset rebuilt
+    assert big[0] == "RecordError" and big[1].startswith(f"{liar / first}: size ")
+    assert f"index.json says {10**13 * 2} (cut short or replaced)" in big[1] and big[2] is None
 
 
 _OBJECTS = """

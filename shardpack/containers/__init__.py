@@ -488,7 +488,7 @@ def open_shard(storage: Storage, name: str, num_bytes: int | None = None) -> Blo
     except PermissionError as e:
         raise FileAccessError.from_os_error(e, storage.path(name)) from None
     except OSError as e:  # a link: ELOOP, whose strerror says "too many levels of" them
-        raise RecordError(storage.path(name), 0, f"cannot open ({e.strerror or e}); "
+        raise RecordError(storage.path(name), None, f"cannot open ({e.strerror or e}); "
                           f"{os_error_fix(e)}") from None  # fmt: skip
     if num_bytes is not None and blob.size != num_bytes:
         blob.close()
@@ -497,10 +497,11 @@ def open_shard(storage: Storage, name: str, num_bytes: int | None = None) -> Blo
 
 
 def size_fault(path: str, size: int | None, said: int) -> RecordError:
-    """A shard file of another size than the index says (None: not there)."""
-    held = "missing" if size is None else f"{size} bytes"
-    return RecordError(path, 0, f"{held}, the index says {said} bytes (cut short or replaced: "
-                                f"{RESTORE_SHARD})")  # fmt: skip
+    """A shard file of another size than the index says (None: not there): a fault of the
+    whole file, at no byte of it."""
+    held = (f"missing (index.json lists it, of {said} bytes)" if size is None
+            else f"size {size} bytes, index.json says {said} (cut short or replaced)")  # fmt: skip
+    return RecordError(path, None, f"{held}; {RESTORE_SHARD}")
 
 
 def open_hashing(storage: Storage, name: str, digest, num_bytes: int | None = None) -> Blob:

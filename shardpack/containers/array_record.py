@@ -113,15 +113,15 @@ class _Reader(ShardReader):
             self._release()
             if isinstance(e, (RecordError, MissingPackageError)):
                 raise
-            raise RecordError(self.path, 0, f"not a readable ArrayRecord file "
-                              f"({_first_line(e)})", unit="record") from None  # fmt: skip
+            raise RecordError(self.path, None, f"not a readable ArrayRecord file "
+                              f"({_first_line(e)})") from None  # fmt: skip
         self.count = 0
         if not self.reader.ok():  # the reader does not raise: a damaged file reads as empty
             try:
                 self.finish()  # raises what the reader found
             finally:
                 self.close()
-            raise RecordError(self.path, 0, "not a readable ArrayRecord file", unit="record")
+            raise RecordError(self.path, None, "not a readable ArrayRecord file")
         self.count = self.reader.num_records()
 
     def _copy(self, num_bytes: int | None) -> int:

@@ -37,7 +37,7 @@ from shardpack.containers import (
 # encode_example: benchmarks.stages times it as this module's
 from shardpack.containers.example import APART, decode, encode_example, example_parts  # noqa: F401
 from shardpack.crc import crc32c as _crc32c
-from shardpack.errors import RecordError
+from shardpack.errors import RESTORE_SHARD, RecordError
 from shardpack.storage import Blob, HashingBlob, Sink
 
 if TYPE_CHECKING:
@@ -214,7 +214,8 @@ def record_length(header: bytes, path: str, offset: int, limit: int, check_crc: 
         raise RecordError(path, offset, "file ends inside a record header (truncated)")
     length, length_crc = HEADER.unpack(header)
     if check_crc and masked_crc(header[:8]) != length_crc:
-        raise RecordError(path, offset, "length CRC mismatch (corrupt record header)")
+        raise RecordError(path, offset, f"length CRC mismatch (corrupt record header): the "
+                                        f"shard is damaged; {RESTORE_SHARD}")  # fmt: skip
     if length > limit:
         raise RecordError(path, offset, f"record claims {length:,} bytes, over the limit of "
                                         f"{limit:,} (corrupt header)")  # fmt: skip
@@ -230,7 +231,8 @@ def check_data(data: bytes, footer: bytes, path: str, offset: int) -> None:
     if len(footer) < FOOTER.size:
         raise RecordError(path, offset, "file ends inside a record (truncated)")
     if masked_crc(data) != FOOTER.unpack(footer)[0]:
-        raise RecordError(path, offset, "data CRC mismatch (corrupt record)")
+        raise RecordError(path, offset, f"data CRC mismatch (corrupt record): the shard is "
+                                        f"damaged; {RESTORE_SHARD}")  # fmt: skip
 
 
 def _read_exactly(f: BinaryIO, size: int, path: str, offset: int) -> bytes | bytearray:

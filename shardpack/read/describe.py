@@ -10,6 +10,7 @@ import numpy as np
 
 from shardpack.errors import is_count, printable
 from shardpack.index import load_index
+from shardpack.layout import INDEX_NAME
 from shardpack.packing import facts
 from shardpack.packing.objects import SIZES, num_object_classes, objects_of
 from shardpack.packing.stats import NOT_NOTED
@@ -28,14 +29,19 @@ def describe(
         storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
 
     Returns:
-        A JSON-ready dict.
+        A JSON-ready dict. A split's `num_records` is what its shards' counts add up to (what
+        every reader reads); where index.json's own total says otherwise, `index_faults` holds
+        a line naming the field and the value to set (verify lists it as a fault).
     """
     if not is_count(num_records, 0):
         raise ValueError(f"num_records must be an integer >= 0, got: {num_records!r}")
     index = load_index(out, storage_options)
     present = {e.name for e in index.storage.listdir() if not e.is_dir}  # one listing, not a
     splits = {}  # request a shard on an object store
+    faults = []
     for name, split in index.splits.items():
+        if fault := split.num_records_fault(name):
+            faults.append(f"{index.storage.path(INDEX_NAME)}: {fault}")
         samples = []
         # a split a shard of which is gone shows no records: its shards are said MISSING
         whole = all(s.file in present for s in split.shards)
@@ -49,7 +55,7 @@ def describe(
                 record["class"] = [index.classes[i] for i in label.tolist()]
             samples.append({name: _json_value(value) for name, value in record.items()})
         splits[name] = {
-            "num_records": split.num_records,
+            "num_records": split.shard_records,
             "num_shards": len(split.shards),
             "num_bytes": sum(s.num_bytes for s in split.shards),
             "class_counts": dict(zip(index.classes, split.class_counts, strict=False)),
@@ -80,6 +86,7 @@ def describe(
         "features": index.schema.to_json(),
         "splits": splits,
         "unwritten_splits": list(index.unwritten_splits),  # every image skipped: not listed
+        "index_faults": faults,
         # the first ones; num_skipped counts them all
         "skipped": [s.to_json() for s in index.skipped],
         "num_skipped": index.num_skipped,

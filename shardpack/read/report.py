@@ -10,7 +10,6 @@ import itertools
 import os
 import warnings
 from collections.abc import Callable, Iterable
-from contextlib import suppress
 
 import numpy as np
 
@@ -19,7 +18,6 @@ from shardpack.containers import is_shard_name
 from shardpack.errors import (
     MissingPackageError,
     OutputError,
-    ShardpackError,
     install_hint,
     os_error_fix,
     printable,
@@ -33,7 +31,7 @@ from shardpack.packing.objects import SIZES, objects_of
 from shardpack.packing.outdir import OUTPUTS
 from shardpack.packing.stats import NOT_NOTED, reason_kind
 from shardpack.read.preview import exists_error
-from shardpack.read.stream import decode_pixels, iter_examples
+from shardpack.read.stream import check_sizes, decode_pixels, iter_examples
 from shardpack.storage import storage_at
 from shardpack.storage.atomic import write_atomic
 from shardpack.storage.locations import local_file, shell_slip
@@ -86,6 +84,8 @@ def write_report(
     Raises:
         MissingPackageError: matplotlib is not installed.
         OutputError: dest is a URL, exists (without overwrite), or cannot be written.
+        RecordError: a shard is missing, of another size than the index says, or damaged
+            where the card reads it (render); nothing is written.
     """
     _require_matplotlib()
     if why := shell_slip(dest, "--out", "an HTML file name, or none for OUT/report.html"):
@@ -136,7 +136,14 @@ def _require_matplotlib() -> None:
 
 
 def render(index: Index, progress: Callable[[int, int], None] | None = None) -> str:
-    """The whole HTML page of an index's data card; `progress` as write_report's."""
+    """The whole HTML page of an index's data card; `progress` as write_report's.
+
+    Raises:
+        RecordError: a shard is missing or of another size than the index says (one listing,
+            before a record is read), or a record read for the thumbnails is damaged: a card
+            of its counts and charts would present a damaged dataset as whole.
+    """
+    check_sizes(index, index.shards)
     summaries, duplicates = index.summaries or {}, index.duplicates or {}
     wanted = _wanted_keys(duplicates)
     sheets, found = _thumbnails(index, wanted, progress)
@@ -217,13 +224,15 @@ def _figure(width: float = 9, height: float = 3.2):
 
 
 def _splits_table(index: Index) -> str:
-    """A row a split: its records, shards and bytes; a split whose every image was skipped
+    """A row a split: its records (its shards' counts: what a reader reads, whatever the
+    split's own total says), shards and bytes; a split whose every image was skipped
     (UNWRITTEN) says so."""
     rows = []
     for name, split in index.splits.items():
         size = sum(s.num_bytes for s in split.shards)
-        rows.append(f"<tr data-split='{_attr(name)}'>{_td(name)}{_td(split.num_records, 'records')}"
-                    f"{_td(len(split.shards), 'shards')}{_td(size, 'bytes')}</tr>")  # fmt: skip
+        rows.append(f"<tr data-split='{_attr(name)}'>{_td(name)}"
+                    f"{_td(split.shard_records, 'records')}{_td(len(split.shards), 'shards')}"
+                    f"{_td(size, 'bytes')}</tr>")  # fmt: skip
     rows += [f"<tr data-split='{_attr(name)}'>{_td(name)}<td colspan='3' data-value='unwritten'>"
              f"{_e(UNWRITTEN)}</td></tr>" for name in index.unwritten_splits]  # fmt: skip
     return _table(("split", "records", "shards", "bytes"), rows)
@@ -492,29 +501,27 @@ def _thumbnails(
     shown = set(index.classes[:SHOWN_CLASSES]) | {""}
     per_split: list[dict[str, list[tuple[str, str]]]] = []
     found: dict[str, str] = {}
-    total = sum(min(split.num_records, MAX_SCANNED) for split in index.splits.values())
+    total = sum(min(split.shard_records, MAX_SCANNED) for split in index.splits.values())
     done = 0
     for split in index.splits:
         sheets: dict[str, list[tuple[str, str]]] = {}
         per_split.append(sheets)
-        records = iter_examples(index.storage, split)
-        # a damaged or missing shard ends the split's thumbnails, not the card (verify says why)
-        with suppress(ShardpackError, OSError):
-            for record in itertools.islice(records, MAX_SCANNED):
-                done += 1
-                if progress is not None and done % PROGRESS_EVERY == 0:
-                    progress(done, max(total, done))
-                key = str(record["key"])
-                name = record_name(split, key)
-                # an index from before named every record <split>/<key>
-                named = {name, f"{split}/{key}"} & wanted
-                classes = [c for c in _classes(index, record.get("label")) if c in shown]
-                room = [c for c in classes if len(sheets.setdefault(c, [])) < PER_CLASS]
-                if room or named:
-                    uri = _data_uri(record)
-                    for cls in room:
-                        sheets[cls].append((name, uri))
-                    found.update(dict.fromkeys(named, uri))
+        # a damaged record raises (RecordError), as every reader's does: no card drawn over it
+        for record in itertools.islice(iter_examples(index.storage, split), MAX_SCANNED):
+            done += 1
+            if progress is not None and done % PROGRESS_EVERY == 0:
+                progress(done, max(total, done))
+            key = str(record["key"])
+            name = record_name(split, key)
+            # an index from before named every record <split>/<key>
+            named = {name, f"{split}/{key}"} & wanted
+            classes = [c for c in _classes(index, record.get("label")) if c in shown]
+            room = [c for c in classes if len(sheets.setdefault(c, [])) < PER_CLASS]
+            if room or named:
+                uri = _data_uri(record)
+                for cls in room:
+                    sheets[cls].append((name, uri))
+                found.update(dict.fromkeys(named, uri))
     if progress is not None:
         progress(done, max(total, done))
     return {cls: _in_turn([sheets.get(cls, []) for sheets in per_split])[:PER_CLASS]

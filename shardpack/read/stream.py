@@ -198,9 +198,10 @@ def _run(index: Index, info: ShardInfo, first: int, end: int) -> Iterator[tuple[
 
 
 def count_fault(path: str, held: int | str, said: int) -> RecordError:
-    """A shard holding another number of records than the index says."""
-    return RecordError(path, 0, f"holds {held} records, the index says {said} (cut short or "
-                                f"replaced: {RESTORE_SHARD})")  # fmt: skip
+    """A shard holding another number of records than the index says: a fault of the whole
+    file, at no byte of it."""
+    return RecordError(path, None, f"holds {held} records, index.json says {said} (cut short "
+                                   f"or replaced); {RESTORE_SHARD}")  # fmt: skip
 
 
 def check_sizes(index: Index, shards: list[ShardInfo] | tuple[ShardInfo, ...]) -> None:

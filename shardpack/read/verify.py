@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from shardpack.containers import is_shard_name
 from shardpack.errors import FileAccessError, IndexFormatError, RecordError
 from shardpack.index import Index, ShardInfo, load_index, record_fault
-from shardpack.layout import index_file_name
+from shardpack.layout import INDEX_NAME, index_file_name
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.packing.objects import Objects, objects_of
 from shardpack.packing.outdir import growing
@@ -107,24 +107,12 @@ def verify(
     counter = _Counter(progress, sum(s.num_records for sp in index.splits.values()
                                      for s in sp.shards))  # fmt: skip
     for split_name, split in index.splits.items():
-        split_records = 0
         for shard in split.shards:
             listed.add(shard.file)
             shards += 1
-            count = _check_shard(index, shard, decode, max_pixels, faults, counter)
-            records += count
-            split_records += count
-        if split_records != split.num_records and not any(
-            f.file in {s.file for s in split.shards} for f in faults
-        ):
-            faults.append(
-                Fault(
-                    "index.json",
-                    None,
-                    f"split {split_name!r} claims {split.num_records} "
-                    f"records, its shards hold {split_records}",
-                )
-            )
+            records += _check_shard(index, shard, decode, max_pixels, faults, counter)
+        if fault := split.num_records_fault(split_name):  # each shard is held to its own count
+            faults.append(Fault(INDEX_NAME, None, fault))
 
     faults += _bookkeeping_faults(index)
     grown = growing(index.storage)  # a grow's new shards are in no index until its own lands

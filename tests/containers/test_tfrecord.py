@@ -13,7 +13,7 @@ import pytest
 from shardpack.containers import tfrecord
 from shardpack.containers.example import decode_example, encode_example
 from shardpack.containers.tfrecord import TFRecordWriter, frame, iter_records, masked_crc
-from shardpack.errors import RecordError
+from shardpack.errors import RESTORE_SHARD, RecordError
 from shardpack.storage.atomic import TEMP_NAME
 from tests.helpers import at
 
@@ -402,11 +402,13 @@ def _error(path: Path, compression: str = "none") -> RecordError:
 
 
 def test_flipped_data_byte_names_its_record_offset(tmp_path):
+    """It named the file and the record's byte, and no fix: a caller of iter_examples or a
+    DataLoader loop (no CLI to add one) was left with "data CRC mismatch (corrupt record)"."""
     path = _damaged(tmp_path, position=26 + 12 + 3)  # a data byte of the second record
     error = _error(path)
     assert error.offset == 26
-    assert "data CRC" in error.reason
-    assert f"{path} at byte 26" in str(error)
+    assert str(error) == (f"{path} at byte 26: data CRC mismatch (corrupt record): the shard is "
+                          f"damaged; {RESTORE_SHARD}")  # fmt: skip
 
 
 def test_records_before_the_damage_are_yielded(tmp_path):
@@ -423,7 +425,7 @@ def test_records_before_the_damage_are_yielded(tmp_path):
 def test_flipped_length_or_length_crc_byte_names_its_record_offset(tmp_path, position):
     error = _error(_damaged(tmp_path, position=position))
     assert error.offset == 52
-    assert "length CRC" in error.reason
+    assert "length CRC" in error.reason and error.reason.endswith(RESTORE_SHARD)
 
 
 def test_flipped_data_crc_byte_is_caught(tmp_path):

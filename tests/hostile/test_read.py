@@ -106,7 +106,9 @@ def test_the_cli_names_the_mend_of_a_shard_cut_short_once(tmp_path: Path):
     out = _out(tmp_path, frame(encode_example(_good())))
     (out / SHARD).write_bytes((out / SHARD).read_bytes()[:-4])
     done = _cli("inspect", str(out))
-    _one_line_error(done, SHARD, "the index says", f"verify {out}` lists every damaged shard")
+    _one_line_error(done, SHARD, "index.json says", f"verify {out}` lists every damaged shard")
+    # a size fault of the whole file: it said "at byte 0", which points at no fault
+    assert f"{SHARD}: size " in done.stderr and " at byte " not in done.stderr, done.stderr
     assert done.stderr.count("from a copy or pack again") == 1, done.stderr
 
 
@@ -272,7 +274,7 @@ def test_tf_dataset_refuses_a_shard_that_is_not_a_regular_file(tmp_path: Path):
     lines = run_kept(code, *map(str, outs), timeout=120).splitlines()
     assert len(lines) == len(outs), lines
     for out, line in zip(outs, lines, strict=True):
-        assert line.startswith(f"refused {out / SHARD} at byte 0: cannot open"), line
+        assert line.startswith(f"refused {out / SHARD}: cannot open"), line
 
 
 def test_inspect_escapes_names_with_control_characters(tmp_path: Path):
@@ -356,7 +358,7 @@ def test_two_shards_of_a_split_swapped_are_refused_by_every_reader(
     assert len(one) != len(two)
     (out / first).write_bytes(two)
     (out / second).write_bytes(one)
-    said = f"{out / first} at byte 0: {len(two)} bytes, the index says {len(one)} bytes"
+    said = f"{out / first}: size {len(two)} bytes, index.json says {len(one)} (cut short"
     for read in (
         lambda: list(shardpack.iter_examples(out)),
         lambda: shardpack.read_record(out, "train", 0),

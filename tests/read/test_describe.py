@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import shardpack
 from shardpack.read.describe import describe
 from tests.helpers import OBJECT_ROWS, pack_objects, packed_tree, run_cli
 
@@ -29,6 +31,28 @@ def test_inspect_of_a_dataset_missing_a_shard_says_so_and_shows_the_rest(tmp_pat
     assert done.returncode == 0, done.stderr
     assert f"{gone.name}" in done.stdout and "MISSING" in done.stdout
     assert done.stderr.startswith(f"warning: 1 shard the index lists not in OUT ({gone.name})")
+
+
+def test_inspect_shows_what_the_shards_hold_where_the_index_s_total_says_otherwise(
+    tmp_path: Path,
+):
+    """A hand-edited splits.train.num_records was inspect's record count, in silence, where
+    every reader reads what the shards' counts add up to and verify lists the total as a fault:
+    the shards' total is shown, with a warning naming index.json, the field and what to set."""
+    out = packed_tree(tmp_path, {"a": 2, "b": 2}, shards=2)
+    doc = json.loads((out / "index.json").read_text())
+    doc["splits"]["train"]["num_records"] = 1000
+    (out / "index.json").write_text(json.dumps(doc))
+    said = (f"{out / 'index.json'}: 'num_records' of split 'train' is 1000, but its shards' "
+            "counts add up to 4: set it to 4")  # fmt: skip
+    summary = describe(out, num_records=0)
+    assert summary["splits"]["train"]["num_records"] == 4 and summary["index_faults"] == [said]
+    done = run_cli("inspect", str(out), "--records", "0")
+    assert done.returncode == 0, done.stderr
+    assert "split train: 4 records in 2 shards" in done.stdout and "1,000" not in done.stdout
+    assert done.stderr.splitlines() == [f"warning: {said} (shown: what the shards hold, as every "
+                                        "reader reads them)"]  # fmt: skip
+    assert [str(f) for f in shardpack.verify(out).faults] == [said.replace(str(out) + "/", "")]
 
 
 def test_a_grown_dataset_s_history_counts_its_shards_in_words():

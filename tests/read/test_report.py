@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from shardpack.errors import RESTORE_SHARD
 from shardpack.index import load_index
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
-from shardpack.read.report import _objects_section
+from shardpack.read.report import _objects_section, _splits_table
 from tests.helpers import (
     OBJECT_ROWS,
     make_tree,
@@ -92,3 +94,40 @@ def test_a_file_of_the_dataset_is_never_the_report(tmp_path: Path, name: str):
             done = run_cli("report", str(out), "--out", str(dest), "--no-progress", *extra)
             one_line_error(done, f"{dest}: is the dataset's {name}; pass another --out")
     assert (out / name).read_bytes() == before and not (out / "report.html").exists()
+
+
+@pytest.mark.parametrize("damage", ["cut short", "a byte flipped"])
+def test_a_damaged_shard_refuses_the_card_in_one_line(tmp_path: Path, damage: str):
+    """A shard cut short wrote the card and exited 0: counts and charts of records no reader
+    can read (its thumbnails' pass stopped at the damage in silence); a byte flipped inside a
+    shard alike. Refused now as every reader refuses it (verify lists it), in one line naming
+    the shard, what is wrong and the mend, before any card is written."""
+    out = tmp_path / "out"
+    pack(make_tree(tmp_path / "src", {"a": 3, "b": 3}), out, PackOptions(workers=1, shards=2))
+    shard = sorted(out.glob("*.tfrecord-*"))[-1]
+    data = bytearray(shard.read_bytes())
+    if damage == "cut short":
+        del data[-100:]
+    else:
+        data[len(data) // 2] ^= 0xFF  # a record's bytes or framing: a CRC fails
+    shard.write_bytes(bytes(data))
+    done = run_cli("report", str(out), "--no-progress")
+    what = f"{shard}: size {len(data)} bytes, index.json says" if damage == "cut short" else (
+        "CRC mismatch")  # fmt: skip
+    one_line_error(done, str(shard), what, RESTORE_SHARD, f"verify {out}` lists every damaged")
+    assert not (out / "report.html").exists()
+
+
+def test_the_card_counts_what_the_shards_hold_where_the_split_s_total_says_otherwise(
+    tmp_path: Path,
+):
+    """A hand-edited splits.train.num_records was the card's record count, where every reader
+    reads what the shards' counts add up to (inspect shows and warns of it; verify lists it)."""
+    out = tmp_path / "out"
+    pack(make_tree(tmp_path / "src", {"a": 2, "b": 1}), out, PackOptions(workers=1))
+    doc = json.loads((out / "index.json").read_text())
+    doc["splits"]["train"]["num_records"] = 1000
+    (out / "index.json").write_text(json.dumps(doc))
+    marked = _Marked()
+    marked.feed(_splits_table(load_index(out)))
+    assert marked.values["train", "records"] == "3"

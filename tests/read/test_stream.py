@@ -308,13 +308,13 @@ def test_a_tfrecord_cut_at_a_record_s_end_is_refused_not_read_short(packed: Path
     kept = 8 + 4 + int.from_bytes(data[:8], "little") + 4  # its first record whole
     shard.write_bytes(data[:kept])
     # tf.data read it short: TensorFlow's error after an epoch, or with epochs=None none
-    said = rf"{shard.name} at byte 0: {kept} bytes, the index says {len(data)} bytes \(cut"
+    said = rf"{shard.name}: size {kept} bytes, index.json says {len(data)} \(cut short or"
     with pytest.raises(RecordError, match=said):
         tf_dataset(out, epochs=None)  # refused before TensorFlow loads
     with pytest.raises(RecordError, match=said):
         list(iter_examples(out))
     helpers.vouch_size(out, shard.name)  # an index that lies about its size too
-    said = f"{shard.name} at byte 0: holds 1 records, the index says 3"
+    said = f"{shard.name}: holds 1 records, index.json says 3"
     with pytest.raises(RecordError, match=said):
         list(iter_examples(out))
     with pytest.raises(RecordError, match=said):  # a reader whose share ends in that shard
@@ -338,7 +338,7 @@ def test_a_tfrecord_holding_more_than_the_index_says_is_refused_not_read_as_whol
 ):
     out, first, data = _overfilled(packed, tmp_path)
     helpers.vouch_size(out, first.name)  # its size refuses it at once: past that, its count
-    said = f"{first.name} at byte 0: holds more than 3 records, the index says 3"
+    said = f"{first.name}: holds more than 3 records, index.json says 3"
     with pytest.raises(RecordError, match=said):
         list(iter_examples(out))
     first.write_bytes(data + b"junk" * 8)  # bytes after its last record

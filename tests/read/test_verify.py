@@ -44,12 +44,13 @@ def test_flipped_bit_is_found_with_offset(out: Path):
     shard.write_bytes(bytes(data))
     report = verify(out)
     reasons = [(f.file, f.offset, f.reason) for f in report.faults]
-    assert (shard.name, second_record, "data CRC mismatch (corrupt record)") in reasons
+    crc = "data CRC mismatch (corrupt record): the shard is damaged; restore it from a copy or "
+    assert (shard.name, second_record, crc + "pack again") in reasons
     assert any("sha256" in r for _, _, r in reasons)
     # the length passed its own CRC: verify reads on, so every record is counted and only
     # the damaged one is named
     assert not any("records read" in r for _, _, r in reasons), reasons
-    assert [r for _, _, r in reasons].count("data CRC mismatch (corrupt record)") == 1
+    assert [r for _, _, r in reasons].count(crc + "pack again") == 1
 
 
 def test_truncated_shard(out: Path):
@@ -281,6 +282,21 @@ def test_bookkeeping_that_disagrees_with_the_shards_is_a_fault_naming_the_field(
         "would write over a listed shard; set it to 3",
         "index.json: 'generation' is 0, but a shard is of generation 2: set it to 2",
     ]
+
+
+def test_a_split_total_that_disagrees_with_its_shards_is_a_fault_beside_a_damaged_shard(
+    out: Path,
+):
+    """The index contradicting itself was left unsaid where a shard of the split was damaged
+    too; it names the field and the value to set, as the other bookkeeping faults do."""
+    doc = json.loads((out / "index.json").read_text())
+    doc["splits"]["train"]["num_records"] = 7
+    (out / "index.json").write_text(json.dumps(doc))
+    _shard(out, 0).unlink()
+    text = [str(f) for f in verify(out).faults]
+    assert f"{_shard(out, 0).name}: missing shard file" in text
+    assert text[-1] == ("index.json: 'num_records' of split 'train' is 7, but its shards' counts "
+                        "add up to 12: set it to 12")  # fmt: skip
 
 
 def test_a_planted_shard_name_of_a_huge_number_is_a_fault_not_a_crash(out: Path):
