@@ -345,6 +345,11 @@ def verify(
     else:
         for fault in report.faults:
             typer.echo(f"FAULT {fault}", err=True)
+        if report.damaged:  # the mend, once (each fault line names what is wrong)
+            first = ", ".join(map(printable, report.damaged[:3]))
+            more = ", ..." if len(report.damaged) > 3 else ""
+            typer.echo(f"damaged: {plural(len(report.damaged), 'shard')} ({first}{more}); "
+                       f"for each, {RESTORE_SHARD}", err=True)  # fmt: skip
         for name in report.unwritten:
             typer.echo(f"split {printable(name)}: {UNWRITTEN}")
         verdict = "OK" if report.ok else plural(len(report.faults), "FAULT")

@@ -52,6 +52,7 @@ class VerifyReport:
     faults: tuple[Fault, ...] = field(default=())
     framing: str = "CRC"  # what checks each record's bytes: the container's Container.framing
     unwritten: tuple[str, ...] = ()  # splits whose every image was skipped (Index.unwritten_splits)
+    damaged: tuple[str, ...] = ()  # the shards the index lists with a fault of their own
 
     @property
     def ok(self) -> bool:
@@ -67,6 +68,7 @@ class VerifyReport:
             "decoded": self.decoded,
             "framing": self.framing,
             "unwritten_splits": list(self.unwritten),
+            "damaged_shards": list(self.damaged),
             "faults": [
                 {"file": f.file, "offset": f.offset, "unit": f.unit, "reason": f.reason}
                 for f in self.faults
@@ -121,8 +123,9 @@ def verify(
             faults.append(Fault(entry.name, None, "shard file not listed in index.json (extra "
                                 "shard)"))  # fmt: skip
     counter.finish()
+    damaged = tuple(sorted({fault.file for fault in faults} & listed))
     return VerifyReport(index.out, shards, records, decode, tuple(faults), index.container.framing,
-                        index.unwritten_splits)  # fmt: skip
+                        index.unwritten_splits, damaged)  # fmt: skip
 
 
 class _Counter:

@@ -255,6 +255,8 @@ def test_verify_exit_code_on_fault(src: Path, tmp_path: Path):
     result = runner.invoke(app, ["verify", str(out)])
     assert result.exit_code == 1
     assert f"FAULT {shard.name}" in result.output and "truncated" in result.output
+    # the mend said once, after the faults, naming the shard
+    assert f"damaged: 1 shard ({shard.name}); for each, restore it from a copy" in result.output
 
 
 @pytest.mark.parametrize(

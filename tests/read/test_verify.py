@@ -64,9 +64,12 @@ def test_missing_and_extra_shards(out: Path):
     shard = _shard(out, 2)
     shard.rename(out / "a-train.tfrecord-00009-of-00009")
     (out / "src-train.tfrecord-00007-of-00009").write_bytes(b"")
-    text = [str(f) for f in verify(out).faults]
+    report = verify(out)
+    text = [str(f) for f in report.faults]
     assert f"{shard.name}: missing shard file" in text
     assert any("extra shard" in t and "00007-of-00009" in t for t in text)
+    # the shards to restore: the index's own, not a stray beside them
+    assert report.damaged == (shard.name,) == tuple(report.to_json()["damaged_shards"])
 
 
 def test_count_disagreeing_with_index(out: Path):
@@ -242,7 +245,9 @@ def test_a_stale_or_cut_index_file_is_a_fault_naming_it(shared_pack, tmp_path: P
     first, second, _ = sorted((out / "idx").glob("*.idx"))
     lines = first.read_text().splitlines(keepends=True)
     first.write_text("".join(lines[:2]))  # Records refuses it; DALI would read 2 records
-    (fault,) = verify(out).faults
+    report = verify(out)
+    (fault,) = report.faults
+    assert report.damaged == ()  # the index file's fault: no shard to restore
     assert str(fault) == (f"idx/{first.name}: line 3: missing: 2 lines for the shard's 4 records; "
                           "rewrite it with write_index_files (shardpack index-files)")  # fmt: skip
     shutil.copy(second, first)  # another shard's, of as many lines: it reads the wrong bytes
