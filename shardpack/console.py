@@ -10,7 +10,7 @@ from typing import TextIO
 
 import typer
 
-from shardpack.errors import classes_said, plural, printable, shortened
+from shardpack.errors import RESTORE_SHARD, classes_said, plural, printable, shortened
 from shardpack.index import MAX_NAMED_SKIPPED, UNWRITTEN
 
 # A bar appears only for runs that last longer than this: short runs just print the summary.
@@ -263,7 +263,7 @@ def print_inspect(summary: dict) -> None:
             typer.echo(f"  {shard['file']}  {plural(shard['num_records'], 'record'):>16}  "
                        f"{_human_bytes(shard['num_bytes']):>10}"
                        f"{'  gen ' + str(shard['generation']) if shard['generation'] else ''}"
-                       f"{'  MISSING' if shard['missing'] else ''}")  # fmt: skip
+                       f"{_shard_fault(shard)}")  # fmt: skip
         if len(split["shards"]) > 8:
             typer.echo(f"  ... {plural(len(split['shards']) - 8, 'more shard')}")
         most = max(split["class_counts"].values(), default=0) or 1
@@ -290,9 +290,25 @@ def print_inspect(summary: dict) -> None:
         print(f"warning: {plural(len(missing), 'shard')} the index lists not in OUT "
               f"({missing[0]}{', ...' if len(missing) > 1 else ''}); shardpack verify checks "
               "every shard", file=sys.stderr)  # fmt: skip
+    resized = [s["file"] for split in summary["splits"].values() for s in split["shards"]
+               if not s["missing"] and s["size_on_disk"] != s["num_bytes"]]  # fmt: skip
+    if resized:
+        print(f"warning: {plural(len(resized), 'shard')} of another size than the index says "
+              f"({resized[0]}{', ...' if len(resized) > 1 else ''}): cut short or replaced; "
+              f"for each, {RESTORE_SHARD} (shardpack verify checks every shard)",
+              file=sys.stderr)  # fmt: skip
     if summary["num_skipped"]:
         typer.echo(f"\nskipped {plural(summary['num_skipped'], 'item')} at pack time")
     _print_duplicates_and_ignored(summary["duplicates"], summary["ignored"])
+
+
+def _shard_fault(shard: dict) -> str:
+    """inspect's mark of a shard missing from OUT or of another size than the index says."""
+    if shard["missing"]:
+        return "  MISSING"
+    if shard["size_on_disk"] != shard["num_bytes"]:  # cut short or replaced
+        return f"  WRONG SIZE ({shard['size_on_disk']:,} bytes; index.json: {shard['num_bytes']:,})"
+    return ""
 
 
 def _print_duplicates_and_ignored(duplicates: dict, ignored: int, named: Sequence = ()) -> None:

@@ -36,15 +36,17 @@ def describe(
     if not is_count(num_records, 0):
         raise ValueError(f"num_records must be an integer >= 0, got: {num_records!r}")
     index = load_index(out, storage_options)
-    present = {e.name for e in index.storage.listdir() if not e.is_dir}  # one listing, not a
-    splits = {}  # request a shard on an object store
+    # one listing, not a request a shard on an object store
+    sizes = {e.name: e.size for e in index.storage.listdir() if not e.is_dir}
+    splits = {}
     faults = []
     for name, split in index.splits.items():
         if fault := split.num_records_fault(name):
             faults.append(f"{index.storage.path(INDEX_NAME)}: {fault}")
         samples = []
-        # a split a shard of which is gone shows no records: its shards are said MISSING
-        whole = all(s.file in present for s in split.shards)
+        # a split a shard of which is gone or of another size shows no records: its shards
+        # are said MISSING or WRONG SIZE
+        whole = all(sizes.get(s.file) == s.num_bytes for s in split.shards)
         records = iter_examples(index.storage, name) if whole else iter(())
         for record in itertools.islice(records, num_records):
             record["image_bytes"] = len(record.pop("image"))
@@ -64,7 +66,8 @@ def describe(
                     "file": s.file,
                     "num_records": s.num_records,
                     "num_bytes": s.num_bytes,
-                    "missing": s.file not in present,
+                    "missing": s.file not in sizes,
+                    "size_on_disk": sizes.get(s.file),
                     "generation": s.generation,
                 }
                 for s in split.shards

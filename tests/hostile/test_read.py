@@ -105,7 +105,7 @@ def test_the_cli_names_the_mend_of_a_shard_cut_short_once(tmp_path: Path):
     where the others are listed, not the mend again."""
     out = _out(tmp_path, frame(encode_example(_good())))
     (out / SHARD).write_bytes((out / SHARD).read_bytes()[:-4])
-    done = _cli("inspect", str(out))
+    done = _cli("preview", str(out), "--out", str(tmp_path / "grid.png"))
     _one_line_error(done, SHARD, "index.json says", f"verify {out}` lists every damaged shard")
     # a size fault of the whole file: it said "at byte 0", which points at no fault
     assert f"{SHARD}: size " in done.stderr and " at byte " not in done.stderr, done.stderr
@@ -362,7 +362,10 @@ def test_two_shards_of_a_split_swapped_are_refused_by_every_reader(
     for read in (
         lambda: list(shardpack.iter_examples(out)),
         lambda: shardpack.read_record(out, "train", 0),
-        lambda: shardpack.describe(out),
     ):
         with pytest.raises(RecordError, match=re.escape(said)):
             read()
+    # inspect reads none of the split, and marks both shards (as it marks a missing one)
+    split = shardpack.describe(out)["splits"]["train"]
+    assert split["samples"] == [] and [s["size_on_disk"] for s in split["shards"]] == [
+        len(two), len(one)]  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import shardpack
@@ -31,6 +32,28 @@ def test_inspect_of_a_dataset_missing_a_shard_says_so_and_shows_the_rest(tmp_pat
     assert done.returncode == 0, done.stderr
     assert f"{gone.name}" in done.stdout and "MISSING" in done.stdout
     assert done.stderr.startswith(f"warning: 1 shard the index lists not in OUT ({gone.name})")
+
+
+def test_inspect_of_a_dataset_with_a_shard_cut_short_says_so_and_reads_none_of_its_split(
+    tmp_path: Path,
+):
+    """A shard cut short was listed as whole, in silence (inspect reads a few records, which
+    may all lie before the cut): its size is in the listing inspect takes anyway."""
+    out = packed_tree(tmp_path, {"a": 2, "b": 2}, shards=2)
+    cut = sorted(out.glob("*.tfrecord-*"))[1]
+    size = cut.stat().st_size
+    os.truncate(cut, size - 10)
+    done = run_cli("inspect", str(out))
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if cut.name in line]
+    assert line.endswith(f"WRONG SIZE ({size - 10:,} bytes; index.json: {size:,})")
+    assert done.stderr == (f"warning: 1 shard of another size than the index says ({cut.name}): "
+                           "cut short or replaced; for each, restore it from a copy or pack "
+                           "again (shardpack verify checks every shard)\n")  # fmt: skip
+    described = json.loads(run_cli("inspect", str(out), "--json").stdout)
+    (shard,) = [s for s in described["splits"]["train"]["shards"] if s["file"] == cut.name]
+    assert (shard["size_on_disk"], shard["num_bytes"]) == (size - 10, size)
+    assert described["splits"]["train"]["samples"] == []  # its split read no further
 
 
 def test_inspect_shows_what_the_shards_hold_where_the_index_s_total_says_otherwise(
