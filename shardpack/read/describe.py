@@ -9,7 +9,7 @@ from contextlib import suppress
 import numpy as np
 
 from shardpack.errors import is_count, printable
-from shardpack.index import load_index
+from shardpack.index import Index, SplitInfo, load_index
 from shardpack.layout import INDEX_NAME
 from shardpack.packing import facts
 from shardpack.packing.objects import SIZES, num_object_classes, objects_of
@@ -43,37 +43,7 @@ def describe(
     for name, split in index.splits.items():
         if fault := split.num_records_fault(name):
             faults.append(f"{index.storage.path(INDEX_NAME)}: {fault}")
-        samples = []
-        # a split a shard of which is gone or of another size shows no records: its shards
-        # are said MISSING or WRONG SIZE
-        whole = all(sizes.get(s.file) == s.num_bytes for s in split.shards)
-        records = iter_examples(index.storage, name) if whole else iter(())
-        for record in itertools.islice(records, num_records):
-            record["image_bytes"] = len(record.pop("image"))
-            label = record.get("label")
-            if isinstance(label, int):
-                record["class"] = index.classes[label]
-            elif isinstance(label, np.ndarray):  # multi-label
-                record["class"] = [index.classes[i] for i in label.tolist()]
-            samples.append({name: _json_value(value) for name, value in record.items()})
-        splits[name] = {
-            "num_records": split.shard_records,
-            "num_shards": len(split.shards),
-            "num_bytes": sum(s.num_bytes for s in split.shards),
-            "class_counts": dict(zip(index.classes, split.class_counts, strict=False)),
-            "shards": [
-                {
-                    "file": s.file,
-                    "num_records": s.num_records,
-                    "num_bytes": s.num_bytes,
-                    "missing": s.file not in sizes,
-                    "size_on_disk": sizes.get(s.file),
-                    "generation": s.generation,
-                }
-                for s in split.shards
-            ],
-            "samples": samples,
-        }
+        splits[name] = _split(index, name, split, sizes, num_records)
     objects = objects_of(index.schema)
     return {
         "out": index.out,
@@ -99,6 +69,42 @@ def describe(
         "summaries": _named(index.summaries, objects),
         "generation": index.generation,
         "history": [run.to_json() for run in index.history],
+    }
+
+
+def _split(index: Index, name: str, split: SplitInfo, sizes: dict[str, int], num_records: int
+           ) -> dict:  # fmt: skip
+    """What describe says of one split: its counts, its shards (each as OUT lists it: `sizes`,
+    file -> bytes) and its first `num_records` records, none where a shard is missing or of
+    another size than the index says (inspect marks it MISSING or WRONG SIZE)."""
+    samples = []
+    whole = all(sizes.get(s.file) == s.num_bytes for s in split.shards)
+    records = iter_examples(index.storage, name) if whole else iter(())
+    for record in itertools.islice(records, num_records):
+        record["image_bytes"] = len(record.pop("image"))
+        label = record.get("label")
+        if isinstance(label, int):
+            record["class"] = index.classes[label]
+        elif isinstance(label, np.ndarray):  # multi-label
+            record["class"] = [index.classes[i] for i in label.tolist()]
+        samples.append({name: _json_value(value) for name, value in record.items()})
+    return {
+        "num_records": split.shard_records,
+        "num_shards": len(split.shards),
+        "num_bytes": sum(s.num_bytes for s in split.shards),
+        "class_counts": dict(zip(index.classes, split.class_counts, strict=False)),
+        "shards": [
+            {
+                "file": s.file,
+                "num_records": s.num_records,
+                "num_bytes": s.num_bytes,
+                "missing": s.file not in sizes,
+                "size_on_disk": sizes.get(s.file),
+                "generation": s.generation,
+            }
+            for s in split.shards
+        ],
+        "samples": samples,
     }
 
 

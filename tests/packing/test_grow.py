@@ -25,6 +25,7 @@ from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from shardpack.storage.local import LocalStorage
 from tests.helpers import (
+    aged,
     heavy_import,
     image,
     make_cifar10_binary,
@@ -44,14 +45,6 @@ def _add(src: Path, cls: str, count: int, seed: int, prefix: str = "new") -> Non
     """`count` new images in class folder `cls` (made if missing)."""
     for i in range(count):
         write_image(src / cls / f"{prefix}_{i:03d}.jpg", image(seed + i))
-
-
-def _aged(src: Path, seconds: int = 3600) -> None:
-    """Date every file of `src` back: a file modified just before a pack gets no stamp
-    (stamps.RACY_NS), and whether it falls in that window is a matter of timing."""
-    when = time.time_ns() - seconds * 1_000_000_000
-    for path in src.rglob("*"):
-        os.utime(path, ns=(when, when), follow_symlinks=False)
 
 
 def _labels(out: Path) -> dict[str, int]:
@@ -386,7 +379,7 @@ def _rewrite_keeping_stamp(path: Path) -> None:
 
 def test_a_held_file_of_its_recorded_size_and_mtime_is_not_read_nor_a_shard(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 4, "dog": 4})
-    _aged(src)
+    aged(src)
     out, aside = tmp_path / "out", tmp_path / "aside"
     pack(src, out, PackOptions(shards=2, workers=1))
     assert len(_mtimes(out)) == 8
@@ -426,7 +419,7 @@ def test_a_copy_dedup_left_out_of_its_noted_size_and_mtime_is_not_read(tmp_path:
     src = make_tree(tmp_path / "src", {"cat": 3, "dog": 2})
     copy = src / "dog" / "copy.jpg"
     shutil.copy(src / "cat" / "img_000.jpg", copy)
-    _aged(src)
+    aged(src)
     out = tmp_path / "out"
     pack(src, out, PackOptions(workers=1, dedup="exact"))
     _rewrite_keeping_stamp(copy)  # a read would find it no copy, nor an image
@@ -455,12 +448,12 @@ def _changed_and_removed(src: Path) -> None:
     """A changed file and a removed one: an --update rewrites their shards."""
     write_image(src / "cat" / "img_000.jpg", image(999))
     (src / "dog" / "img_005.jpg").unlink()
-    _aged(src)
+    aged(src)
 
 
 def test_a_stop_between_an_updates_two_indexes_leaves_a_whole_dataset(tmp_path, monkeypatch):
     src = make_tree(tmp_path / "src", {"cat": 6, "dog": 6})
-    _aged(src)
+    aged(src)
     clean, out = tmp_path / "clean", tmp_path / "out"
     for where in (clean, out):
         pack(src, where, PackOptions(shards=4, workers=1, index_files=True))
@@ -513,7 +506,7 @@ def test_tfds_reads_the_dataset_an_update_left(tmp_path: Path):
 )  # fmt: skip
 def test_stamps_not_of_this_index_are_no_stamps_and_the_bytes_tell(tmp_path: Path, planted):
     src = make_tree(tmp_path / "src", {"cat": 3})
-    _aged(src)
+    aged(src)
     out = tmp_path / "out"
     pack(src, out, PackOptions(workers=1))
     digest = json.loads((out / "index.json").read_text())["plan_digest"]
@@ -526,7 +519,7 @@ def test_stamps_not_of_this_index_are_no_stamps_and_the_bytes_tell(tmp_path: Pat
 
 def test_a_touched_file_is_read_once_also_when_nothing_is_new(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 3})
-    _aged(src)
+    aged(src)
     out = tmp_path / "out"
     pack(src, out, PackOptions(workers=1))
     before = _files(out)

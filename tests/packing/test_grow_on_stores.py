@@ -19,8 +19,8 @@ from shardpack.packing.fresh import FreshPack
 from shardpack.packing.grow import GrowPack
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
-from tests.helpers import image, make_tree, object_hashes, shard_files
-from tests.packing.test_grow import _add, _aged, _changed_and_removed
+from tests.helpers import aged, image, make_tree, object_hashes, shard_files
+from tests.packing.test_grow import _add, _changed_and_removed
 from tests.packing.test_grow_promises import _told
 
 
@@ -151,7 +151,7 @@ def _records(out: Path) -> dict[str, dict]:
 
 def test_a_dataset_grown_on_s3_is_byte_identical_to_one_grown_on_disk(tmp_path: Path, s3):
     src = make_tree(tmp_path / "src", {"cat": 6, "dog": 6})
-    _aged(src)
+    aged(src)
     local, out = tmp_path / "local", s3.url("packed/pets")
 
     def index(url: str) -> dict:
@@ -174,7 +174,7 @@ def test_a_dataset_grown_on_s3_is_byte_identical_to_one_grown_on_disk(tmp_path: 
 
     both(shards=4, name="pets")
     _add(src, "eel", 3, seed=800)
-    _aged(src)
+    aged(src)
     both(grow="append")
     _changed_and_removed(src)
     both(grow="update")  # its gaps closed by copies on the store
