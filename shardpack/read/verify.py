@@ -18,7 +18,7 @@ from shardpack.packing.objects import Objects, objects_of
 from shardpack.packing.outdir import growing
 from shardpack.read.objects import decode_mask, mask_size
 from shardpack.read.random_access import read_index_file
-from shardpack.read.stream import decode_pixels, to_python
+from shardpack.read.stream import check_max_pixels, decode_pixels, to_python
 
 # Faults listed per shard; the rest are counted. A damaged shard's first faults say what is
 # wrong, and a shard of millions of bad records must not cost a line (and memory) each.
@@ -100,8 +100,10 @@ def verify(
 
     Raises:
         IndexFormatError: the index itself is missing, malformed or unsafe.
+        ShardpackError: max_pixels is not a positive integer.
         StorageError: the URL's filesystem package is missing.
     """
+    check_max_pixels(max_pixels)
     index = load_index(out, storage_options)
     faults: list[Fault] = []
     records = shards = 0

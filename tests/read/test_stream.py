@@ -192,6 +192,23 @@ def test_a_bad_shard_is_one_clear_error(packed: Path, shard):
         tf_dataset(packed, shard=shard)
 
 
+@pytest.mark.parametrize("max_pixels", ["4096", 0, -5, 1.5, True])
+def test_every_reader_refuses_a_max_pixels_that_is_no_count_by_name(packed: Path, max_pixels):
+    """Before: a text failed with TypeError inside the first decode, and 0 or less with a
+    RecordError blaming the first record's image, as if its shard were damaged."""
+    from shardpack.read.random_access import Records
+    from shardpack.read.verify import verify
+
+    said = f"max_pixels must be a positive integer, got: {max_pixels!r}"
+    readers = [lambda: next(iter_examples(packed, decode=True, max_pixels=max_pixels)),
+               lambda: Records(packed, decode=True, max_pixels=max_pixels)[0],
+               lambda: verify(packed, decode=True, max_pixels=max_pixels)]  # fmt: skip
+    for read in readers:
+        with pytest.raises(ShardpackError) as refused:
+            read()
+        assert str(refused.value) == said and not isinstance(refused.value, RecordError)
+
+
 @pytest.mark.parametrize(
     ("given", "said"),
     [({"batch_size": 0}, "batch_size must be a positive integer or None, got: 0"),
