@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -40,6 +40,11 @@ from shardpack.read.stream import check_sizes
 
 # Shards whose records are permuted together: more mixes more, each costs an open shard.
 SHUFFLE_BLOCK = 4
+
+# What mix and Mix take, as their refusals say it.
+_MIX_TAKES = (
+    "mix takes [(dataset, weight), ...]: ShardDatasets or packs' OUT, weights finite and > 0"
+)
 
 
 class _Epochs(IterableDataset):
@@ -262,6 +267,10 @@ class ShardDataset(_Epochs):
             )
         if layout not in ("chw", "hwc"):
             raise ShardpackError(f"layout must be 'chw' or 'hwc', got: {layout!r}")
+        if transform is not None and not callable(transform):  # else a TypeError in a worker
+            raise ShardpackError(
+                f"transform must be a function of a record (a dict), or None, got: {transform!r}"
+            )
         self.out, self.split, self.storage_options = out, split, storage_options
         self.shuffle, self.shuffle_block = shuffle, shuffle_block
         self.drop_remainder = drop_remainder
@@ -375,14 +384,12 @@ class Mix(_Epochs):
 
     def __init__(self, sources: Sequence[tuple[ShardDataset, float]], seed: int = 0,
                  end: str = "first") -> None:  # fmt: skip
+        sources = _pairs(sources)
         bad = [w for s, w in sources
                if not (isinstance(s, ShardDataset) and isinstance(w, int | float) and w > 0
                        and math.isfinite(w))]  # fmt: skip
         if not sources or bad:
-            raise ShardpackError(
-                "mix takes [(dataset, weight), ...]: ShardDatasets or packs' OUT, weights "
-                f"finite and > 0, got: {(bad[0] if bad else sources)!r}"
-            )
+            raise ShardpackError(f"{_MIX_TAKES}, got: {(bad[0] if bad else sources)!r}")
         if end not in MIX_ENDS:
             raise ShardpackError(f"end must be one of {', '.join(MIX_ENDS)}, got: {end!r}")
         first = sources[0][0]
@@ -444,12 +451,24 @@ def mix(
         options: ShardDataset's arguments, for sources given as OUT.
 
     Raises:
-        ShardpackError: a weight is not above 0, `end` is not one of MIX_ENDS, or the
-            datasets differ in rank, world size or batch size.
+        ShardpackError: a source is no (dataset, weight) pair, a weight is not above 0, `end`
+            is not one of MIX_ENDS, or the datasets differ in rank, world size or batch size.
     """
     made = [(s if isinstance(s, ShardDataset) else ShardDataset(s, **options), w)
-            for s, w in sources]  # fmt: skip
+            for s, w in _pairs(sources)]  # fmt: skip
     return Mix(made, seed, end)
+
+
+def _pairs(sources: object) -> list[tuple[object, object]]:
+    """mix's sources as (source, weight) pairs, refused by name where one is no pair (a
+    list of OUTs alone failed with a ValueError from inside the unpacking)."""
+    if isinstance(sources, str | bytes | dict | os.PathLike) or not isinstance(sources, Iterable):
+        raise ShardpackError(f"{_MIX_TAKES}, got: {sources!r}")
+    pairs = list(sources)
+    for pair in pairs:
+        if not (isinstance(pair, list | tuple) and len(pair) == 2):
+            raise ShardpackError(f"{_MIX_TAKES}, got: {pair!r}")
+    return [tuple(pair) for pair in pairs]
 
 
 def _from_loader(state: dict, batch_size: int) -> dict:

@@ -78,7 +78,8 @@ def keys(epoch, **kw):
 hwc = next(iter(ShardDataset(out, layout="hwc")))
 chw = next(iter(ShardDataset(out, transform=lambda r: (r["image"], r["label"]))))
 errors = []
-for bad in ({"layout": "xyz"}, {"seed": -1}, {"batch_size": 0}, {"rank": 2, "world_size": 2}):
+for bad in ({"layout": "xyz"}, {"seed": -1}, {"batch_size": 0}, {"rank": 2, "world_size": 2},
+            {"transform": 3}, {"max_pixels": "4096"}):
     try:
         ShardDataset(out, **bad)
     except ShardpackError as e:
@@ -125,15 +126,18 @@ def test_epochs_differ_and_repeat_with_the_seed(packs, shared_pack):
     assert got["block1"] != first and sorted(got["block1"]) == sorted(written)
     assert got["hwc"][1] == got["chw"][1] == "torch.uint8" and got["chw"][2] == "int"
     assert got["hwc"][0][2] == 3 and got["chw"][0] == [3, *got["hwc"][0][:2]]
-    assert got["errors"][:4] == [
+    assert got["errors"][:6] == [
         "layout must be 'chw' or 'hwc', got: 'xyz'",
         "seed must be an integer of at least 0, got: -1",
         "batch_size must be a positive integer, got: 0",
         "rank must be 0 <= rank < world_size, got: rank=2, world_size=2",
+        # before: a TypeError inside a DataLoader worker, at the first record
+        "transform must be a function of a record (a dict), or None, got: 3",
+        "max_pixels must be a positive integer, got: '4096'",
     ]
-    for said in got["errors"][4:]:  # with a cache, the pack named, not its copy, and none made
+    for said in got["errors"][6:]:  # with a cache, the pack named, not its copy, and none made
         assert said.startswith(f"{gzipped}: GZIP shards cannot be read at random offsets")
-    assert len(got["errors"]) == 6 and not Path(f"{gzipped}-cache").exists()
+    assert len(got["errors"]) == 8 and not Path(f"{gzipped}-cache").exists()
     first, refused, *plain = got["persistent"]  # shuffled, then in the written order
     assert first == 25 and plain == [25, 25]
     assert refused.startswith("a DataLoader with persistent_workers=True began another epoch")
@@ -312,7 +316,14 @@ for weight in (float("inf"), float("nan"), 0):  # refused when mixed, not at the
         refused.append(repr(len(mix([(a, weight), (b, 1.0)], decode=False))))
     except ShardpackError as e:
         refused.append(str(e))
+unpaired = []  # before: "too many values to unpack" from inside mix
+for given in ([a, b], [(a,)], a):
+    try:
+        unpaired.append(repr(mix(given, decode=False)))
+    except ShardpackError as e:
+        unpaired.append(str(e))
 print(json.dumps({"first": keys, "again": again, "rest": rest, "refused": refused,
+                  "unpaired": unpaired,
                   "later": [r["key"] for r in later],
                   "all": sources(mixed("all")), "epoch1": [r["key"] for r in mixed("first", 1)]}))
 """
@@ -331,6 +342,9 @@ def test_mixing_two_packs_is_deterministic_resumable_and_ends_by_its_rule(shared
     assert sorted(got["all"]) == ["a"] * 40 + ["b"] * 30  # every record once
     for said, weight in zip(got["refused"], ("inf", "nan", "0"), strict=True):
         assert said.startswith("mix takes [(dataset, weight), ...]") and f"got: {weight}" in said
+    for said, source in zip(got["unpaired"], (str(a), (str(a),), str(a)), strict=True):
+        assert said.startswith("mix takes [(dataset, weight), ...]")
+        assert said.endswith(f"got: {source!r}")
 
 
 _DDP = """
