@@ -171,13 +171,19 @@ class _Epochs(IterableDataset):
             is_count(state.get(k), 0) for k in ("epoch", "consumed", "seed", "world_size")
         ):
             raise ShardpackError(f"not a state_dict of a shardpack dataset: {state!r}")
-        for name in ("seed", "world_size"):
-            if state[name] != getattr(self, name):
-                raise ShardpackError(
-                    f"the state was taken with {name}={state[name]}, this dataset has "
-                    f"{getattr(self, name)}: its order differs, so the rest of the epoch "
-                    f"cannot be found; build the dataset with {name}={state[name]}"
-                )
+        if state["seed"] != self.seed:
+            raise ShardpackError(
+                f"the state was taken with seed={state['seed']}, this dataset has {self.seed}: "
+                f"its order differs, so the rest of the epoch cannot be found; build the "
+                f"dataset with seed={state['seed']}"
+            )
+        if state["world_size"] != self.world_size:  # a job's rank count is not the caller's pick
+            raise ShardpackError(
+                f"the state was taken with world_size={state['world_size']}, this dataset has "
+                f"{self.world_size}: each rank's share of the epoch differs, so the rest of "
+                f"epoch {state['epoch']} cannot be found; resume on {state['world_size']} "
+                f"ranks, or go on with set_epoch({state['epoch'] + 1})"
+            )
         if state.get("records", self.total()) != self.total():  # a state from before has none
             raise ShardpackError(
                 f"the state was taken over {state['records']!r} records, this dataset reads "
