@@ -373,11 +373,25 @@ class ShardDataset(_Epochs):
                 index = load_index(self.out, self.storage_options)
                 self._cache = ShardCache(index, self.cache_dir, self.cache_limit)
                 out, options = self._cache.folder, None
-            self._records = Records(out, self.split, decode=self.decode,
-                                    max_pixels=self.max_pixels,
-                                    storage_options=options)  # fmt: skip
-            self._records_pid = os.getpid()
+            records = Records(out, self.split, decode=self.decode, max_pixels=self.max_pixels,
+                              storage_options=options)  # fmt: skip
+            self._check_unchanged(records)
+            self._records, self._records_pid = records, os.getpid()
         return self._records
+
+    def _check_unchanged(self, records: Records) -> None:
+        """Refuse a Records (a DataLoader worker's, opened as an epoch starts) whose index no
+        longer lists this dataset's shards first: its record numbers would name other records
+        (an update rewrote or removed shards). An append lists new shards after them: read as
+        they were when the dataset was built."""
+        shards = records.index.split(self.split).shards[: len(self._files)]
+        if _version(f"{s.file} {s.sha256}" for s in shards) != self._version:
+            records.close()
+            raise ShardpackError(
+                f"{os.fspath(self.out)}: split {self.split!r} holds other shards than when "
+                "this ShardDataset was built (the pack was updated since, or replaced): its "
+                "records moved; build the ShardDataset again"
+            )
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_records": None, "_cache": None}
