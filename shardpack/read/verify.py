@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardpack.containers import is_shard_name
-from shardpack.errors import FileAccessError, IndexFormatError, RecordError
+from shardpack.errors import FileAccessError, IndexFormatError, RecordError, check_progress
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.layout import INDEX_NAME, index_file_name
 from shardpack.options import DEFAULT_MAX_PIXELS
@@ -102,8 +102,10 @@ def verify(
         IndexFormatError: the index itself is missing, malformed or unsafe.
         ShardpackError: max_pixels is not a positive integer.
         StorageError: the URL's filesystem package is missing.
+        TypeError: progress is not callable.
     """
     check_max_pixels(max_pixels)
+    check_progress(progress)
     index = load_index(out, storage_options)
     faults: list[Fault] = []
     records = shards = 0

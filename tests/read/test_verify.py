@@ -187,6 +187,26 @@ def test_verify_and_report_show_progress_as_pack_does(
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 
+@pytest.mark.parametrize("command", ["verify", "report"])
+def test_verify_and_report_refuse_a_progress_that_is_not_callable_before_reading(
+    packed: Path, tmp_path: Path, command: str
+):
+    """As pack refuses it. Before: verify read every shard and then failed calling it ('int'
+    object is not callable), report in the middle of its thumbnails."""
+    import shardpack
+
+    if command == "report":
+        pytest.importorskip("matplotlib")
+    dest = tmp_path / "r.html"
+    with pytest.raises(TypeError) as refused:
+        if command == "verify":
+            shardpack.verify(packed, progress=5)
+        else:
+            shardpack.write_report(packed, dest, progress=5)
+    assert str(refused.value) == "progress must be called with (done, total); got: 5"
+    assert not dest.exists()
+
+
 def test_objects_that_disagree_are_faults_naming_record_shard_and_feature(objects_out, tmp_path):
     """A box outside the image (pack clips boxes: planted in the shard, its frame's CRC and the
     index's digest made to agree), a per-object list out of step with the boxes, a mask of
