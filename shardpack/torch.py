@@ -300,6 +300,12 @@ class ShardDataset(_Epochs):
     def _positions(self) -> range:
         return share(self.total(), self.rank, self.world_size, self.drop_remainder)
 
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        if self._records is not None:  # opened afresh, as each epoch's DataLoader workers do:
+            self._records.close()  # a pack updated since is refused (_check_unchanged), not
+            self._records = None  # read through shards opened before and after it changed
+
     def total(self) -> int:
         return sum(self.counts)
 

@@ -225,22 +225,24 @@ from shardpack import PackOptions, ShardpackError, pack
 from shardpack.torch import ShardDataset
 src, out = sys.argv[1:]
 
-def keys(ds, epoch):  # each epoch's DataLoader workers open the pack afresh
+def keys(ds, epoch, workers):  # each epoch's DataLoader workers open the pack afresh
     ds.set_epoch(epoch)
-    return [k for b in torch.utils.data.DataLoader(ds, batch_size=2, num_workers=1)
+    return [k for b in torch.utils.data.DataLoader(ds, batch_size=2, num_workers=workers)
             for k in b["key"]]
 
-ds = ShardDataset(out, batch_size=2, decode=False)
-got = {"before": keys(ds, 1)}
+datasets = {workers: ShardDataset(out, batch_size=2, decode=False) for workers in (0, 1)}
+got = {w: {"before": keys(ds, 1, w)} for w, ds in datasets.items()}
 shutil.copy(os.path.join(src, "a", "img_000.jpg"), os.path.join(src, "a", "new.jpg"))
 pack(src, out, PackOptions(grow="append", workers=1))
-got["appended"] = keys(ds, 1)
+for w, ds in datasets.items():
+    got[w]["appended"] = keys(ds, 1, w)
 os.remove(os.path.join(src, "b", "img_000.jpg"))
 pack(src, out, PackOptions(grow="update", workers=1))
-try:
-    got["updated"] = keys(ds, 1)
-except ShardpackError as e:
-    got["updated"] = str(e)
+for w, ds in datasets.items():
+    try:
+        got[w]["updated"] = keys(ds, 2, w)
+    except ShardpackError as e:
+        got[w]["updated"] = str(e)
 print(json.dumps(got))
 """
 
@@ -249,18 +251,23 @@ def test_a_dataset_built_before_an_update_refuses_its_moved_records_and_reads_on
     tmp_path,
 ):
     """Before: a DataLoader worker opened the updated index with the dataset's old counts, an
-    IndexError past its end (or, at the same count, other records than the order drew)."""
+    IndexError past its end (or, at the same count, other records than the order drew);
+    without workers, a rewritten shard not yet opened was blamed as 'cut short or replaced',
+    with 'restore it from a copy or pack again'."""
     from shardpack import PackOptions, pack
     from tests.helpers import make_tree
 
     src, out = make_tree(tmp_path / "src", {"a": 5, "b": 4}), tmp_path / "out"
     pack(src, out, PackOptions(shards=3, workers=1))
     got = run_json(_GROWN_UNDER, str(src), str(out))
-    assert len(got["before"]) == 9 and got["appended"] == got["before"]  # its shards, as built
-    assert got["updated"] == (
-        f"{out}: split 'train' holds other shards than when this ShardDataset was built (the "
-        "pack was updated since, or replaced): its records moved; build the ShardDataset again"
-    )
+    assert set(got) == {"0", "1"}  # DataLoader workers
+    for read in got.values():
+        assert len(read["before"]) == 9 and read["appended"] == read["before"]  # as built
+        assert read["updated"] == (
+            f"{out}: split 'train' holds other shards than when this ShardDataset was built (the "
+            "pack was updated since, or replaced): its records moved; build the ShardDataset "
+            "again"
+        )
 
 
 _STATEFUL = """
