@@ -401,6 +401,27 @@ def test_tf_dataset_names_a_local_shard_with_a_damaged_record(
         list(tf_dataset(out, shuffle=shuffle, decode=False))
 
 
+@pytest.mark.parametrize("container", ["tfrecord", "webdataset", "parquet"])
+def test_a_shard_gone_from_out_is_said_missing_by_every_reader_with_the_mend(
+    tmp_path: Path, container: str
+):
+    """Before: iter_examples and Records said "cannot open (No such file or directory); check
+    the path" of it, a path index.json gave them; shardpack.torch said it missing."""
+    from shardpack.read.random_access import Records
+
+    out = helpers.packed_tree(tmp_path, {"a": 3, "b": 2}, format=container, shards=2, workers=1)
+    gone = json.loads((out / "index.json").read_text())["splits"]["train"]["shards"][1]
+    (out / gone["file"]).unlink()
+    said = (f"{out / gone['file']}: missing (index.json lists it, of {gone['num_bytes']} "
+            "bytes); restore it from a copy or pack again")  # fmt: skip
+    with pytest.raises(RecordError) as refused:
+        list(iter_examples(out))
+    assert str(refused.value) == said
+    with Records(out) as records, pytest.raises(RecordError) as refused:
+        records[len(records) - 1]  # in the last shard
+    assert str(refused.value) == said
+
+
 def test_a_tar_whose_end_is_cut_is_refused_by_every_reader(tmp_path: Path):
     import tarfile
 

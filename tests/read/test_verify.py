@@ -124,7 +124,7 @@ def test_a_record_with_the_wrong_feature_types_is_a_fault(out: Path):
 def test_inspect_and_preview_of_a_missing_shard_say_so_in_one_line(out: Path, tmp_path: Path):
     _shard(out, 0).unlink()
     run = run_cli("preview", str(out), "--out", str(tmp_path / "p.png"))
-    assert run.returncode == 2 and "cannot open" in run.stderr
+    assert run.returncode == 2 and "missing (index.json lists it, of" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
     # inspect shows the listing (and no records of the split missing a shard), and marks
     # what is not there, with or without records asked for
