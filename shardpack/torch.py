@@ -604,9 +604,12 @@ def collate_objects(
                                  f"{' or '.join(map(repr, named))}; name the features it holds "
                                  "(boxes=..., labels=..., masks=...)")  # fmt: skip
         ids = np.asarray(record[labels])
+        ids = ids.astype(np.int64) if ids.size == 0 else ids  # an empty text list: no labels
         if ids.dtype.kind not in "iu":
+            shown = ", ".join(map(repr, ids[:2].tolist())) + (", ..." if ids.size > 2 else "")
+            held = f"text ({shown})" if ids.dtype.kind in "US" else f"{ids.dtype} values"
             raise ShardpackError(
-                f"collate_objects: {labels!r} holds {ids.dtype} values, not "
+                f"collate_objects: record {record.get('key')!r}: {labels!r} holds {held}, not "
                 "class ids; map the names to ids in ShardDataset's transform"
             )
         images.append(record["image"].float() / 255)

@@ -564,14 +564,17 @@ def test_a_damaged_shard_is_our_one_line_error_from_a_dataloader_worker(shared_p
 
 
 _OBJECTS = """
-import json, sys, torch
+import json, sys, numpy as np, torch
 from torch.utils.data import DataLoader
 from shardpack.torch import ShardDataset, collate_objects
 ds = ShardDataset(sys.argv[1], shuffle=False, batch_size=3)
 images, targets = next(iter(DataLoader(ds, batch_size=3, collate_fn=collate_objects)))
 _, with_masks = collate_objects([ds.read(i) for i in range(3)], masks="mask")
-try:  # text names are no class ids: said in one line
-    collate_objects([{"key": "k", "objects/bbox": [], "objects/label": ["cat"]}])
+image = torch.zeros((3, 4, 4), dtype=torch.uint8)
+named = {"image": image, "height": 4, "width": 4, "objects/bbox": np.zeros((0, 4), np.float32)}
+try:  # text names are no class ids: said in one line, after a record of no objects
+    collate_objects([{**named, "key": "none", "objects/label": []},
+                     {**named, "key": "k", "objects/label": ["cat", "dog", "cat"]}])
 except Exception as e:
     refused = f"{type(e).__name__}: {e}"
 print(json.dumps({"refused": refused,
@@ -593,7 +596,11 @@ def test_collate_objects_gives_what_torchvision_detection_models_take(objects_ou
     assert read["boxes"][1] == [[0.0, 0.0, 100.0, 120.0], [0.0, 0.0, 50.0, 60.0]]
     assert read["boxes"][2] == [] and read["labels"][2] == ["torch.int64", []]
     assert read["labels"][:2] == [["torch.int64", [0, 1]], ["torch.int64", [2, 0]]]
-    assert read["refused"].startswith("ShardpackError: collate_objects: 'objects/label' holds")
+    assert read["refused"] == (  # before: "holds <U3 values" (numpy's dtype), and an empty
+        # list of names was refused as "float64 values"
+        "ShardpackError: collate_objects: record 'k': 'objects/label' holds text ('cat', 'dog', "
+        "...), not class ids; map the names to ids in ShardDataset's transform"
+    )
     # with masks="mask": a.png's id map split into its 2 objects' masks (12 x 16, 12 x 20 pixels)
     assert read["has_masks"] == [False] * 3
     assert read["masks"] == [[[2, 40, 60], "torch.uint8", [192, 240]],
