@@ -47,6 +47,13 @@ def is_count(value: object, least: int = 1) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
+def check_progress(progress: object) -> None:
+    """A Python caller's progress callback, refused by name before any work unless callable (a
+    call deep in the run failed on it once the records were read)."""
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be called with (done, total); got: {progress!r}")
+
+
 def install_hint(extra: str) -> str:
     """The pip line that adds an extra; shardpack is installed from a checkout until published."""
     return (f"pip install '.[{extra}]' from shardpack's checkout (pip install "

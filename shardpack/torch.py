@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -40,6 +40,11 @@ from shardpack.read.stream import check_sizes
 
 # Shards whose records are permuted together: more mixes more, each costs an open shard.
 SHUFFLE_BLOCK = 4
+
+# What mix and Mix take, as their refusals say it.
+_MIX_TAKES = (
+    "mix takes [(dataset, weight), ...]: ShardDatasets or packs' OUT, weights finite and > 0"
+)
 
 
 class _Epochs(IterableDataset):
@@ -166,13 +171,19 @@ class _Epochs(IterableDataset):
             is_count(state.get(k), 0) for k in ("epoch", "consumed", "seed", "world_size")
         ):
             raise ShardpackError(f"not a state_dict of a shardpack dataset: {state!r}")
-        for name in ("seed", "world_size"):
-            if state[name] != getattr(self, name):
-                raise ShardpackError(
-                    f"the state was taken with {name}={state[name]}, this dataset has "
-                    f"{getattr(self, name)}: its order differs, so the rest of the epoch "
-                    f"cannot be found; build the dataset with {name}={state[name]}"
-                )
+        if state["seed"] != self.seed:
+            raise ShardpackError(
+                f"the state was taken with seed={state['seed']}, this dataset has {self.seed}: "
+                f"its order differs, so the rest of the epoch cannot be found; build the "
+                f"dataset with seed={state['seed']}"
+            )
+        if state["world_size"] != self.world_size:  # a job's rank count is not the caller's pick
+            raise ShardpackError(
+                f"the state was taken with world_size={state['world_size']}, this dataset has "
+                f"{self.world_size}: each rank's share of the epoch differs, so the rest of "
+                f"epoch {state['epoch']} cannot be found; resume on {state['world_size']} "
+                f"ranks, or go on with set_epoch({state['epoch'] + 1})"
+            )
         if state.get("records", self.total()) != self.total():  # a state from before has none
             raise ShardpackError(
                 f"the state was taken over {state['records']!r} records, this dataset reads "
@@ -262,6 +273,10 @@ class ShardDataset(_Epochs):
             )
         if layout not in ("chw", "hwc"):
             raise ShardpackError(f"layout must be 'chw' or 'hwc', got: {layout!r}")
+        if transform is not None and not callable(transform):  # else a TypeError in a worker
+            raise ShardpackError(
+                f"transform must be a function of a record (a dict), or None, got: {transform!r}"
+            )
         self.out, self.split, self.storage_options = out, split, storage_options
         self.shuffle, self.shuffle_block = shuffle, shuffle_block
         self.drop_remainder = drop_remainder
@@ -284,6 +299,12 @@ class ShardDataset(_Epochs):
 
     def _positions(self) -> range:
         return share(self.total(), self.rank, self.world_size, self.drop_remainder)
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        if self._records is not None:  # opened afresh, as each epoch's DataLoader workers do:
+            self._records.close()  # a pack updated since is refused (_check_unchanged), not
+            self._records = None  # read through shards opened before and after it changed
 
     def total(self) -> int:
         return sum(self.counts)
@@ -358,11 +379,25 @@ class ShardDataset(_Epochs):
                 index = load_index(self.out, self.storage_options)
                 self._cache = ShardCache(index, self.cache_dir, self.cache_limit)
                 out, options = self._cache.folder, None
-            self._records = Records(out, self.split, decode=self.decode,
-                                    max_pixels=self.max_pixels,
-                                    storage_options=options)  # fmt: skip
-            self._records_pid = os.getpid()
+            records = Records(out, self.split, decode=self.decode, max_pixels=self.max_pixels,
+                              storage_options=options)  # fmt: skip
+            self._check_unchanged(records)
+            self._records, self._records_pid = records, os.getpid()
         return self._records
+
+    def _check_unchanged(self, records: Records) -> None:
+        """Refuse a Records (a DataLoader worker's, opened as an epoch starts) whose index no
+        longer lists this dataset's shards first: its record numbers would name other records
+        (an update rewrote or removed shards). An append lists new shards after them: read as
+        they were when the dataset was built."""
+        shards = records.index.split(self.split).shards[: len(self._files)]
+        if _version(f"{s.file} {s.sha256}" for s in shards) != self._version:
+            records.close()
+            raise ShardpackError(
+                f"{os.fspath(self.out)}: split {self.split!r} holds other shards than when "
+                "this ShardDataset was built (the pack was updated since, or replaced): its "
+                "records moved; build the ShardDataset again"
+            )
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_records": None, "_cache": None}
@@ -375,14 +410,12 @@ class Mix(_Epochs):
 
     def __init__(self, sources: Sequence[tuple[ShardDataset, float]], seed: int = 0,
                  end: str = "first") -> None:  # fmt: skip
+        sources = _pairs(sources)
         bad = [w for s, w in sources
                if not (isinstance(s, ShardDataset) and isinstance(w, int | float) and w > 0
                        and math.isfinite(w))]  # fmt: skip
         if not sources or bad:
-            raise ShardpackError(
-                "mix takes [(dataset, weight), ...]: ShardDatasets or packs' OUT, weights "
-                f"finite and > 0, got: {(bad[0] if bad else sources)!r}"
-            )
+            raise ShardpackError(f"{_MIX_TAKES}, got: {(bad[0] if bad else sources)!r}")
         if end not in MIX_ENDS:
             raise ShardpackError(f"end must be one of {', '.join(MIX_ENDS)}, got: {end!r}")
         first = sources[0][0]
@@ -444,12 +477,24 @@ def mix(
         options: ShardDataset's arguments, for sources given as OUT.
 
     Raises:
-        ShardpackError: a weight is not above 0, `end` is not one of MIX_ENDS, or the
-            datasets differ in rank, world size or batch size.
+        ShardpackError: a source is no (dataset, weight) pair, a weight is not above 0, `end`
+            is not one of MIX_ENDS, or the datasets differ in rank, world size or batch size.
     """
     made = [(s if isinstance(s, ShardDataset) else ShardDataset(s, **options), w)
-            for s, w in sources]  # fmt: skip
+            for s, w in _pairs(sources)]  # fmt: skip
     return Mix(made, seed, end)
+
+
+def _pairs(sources: object) -> list[tuple[object, object]]:
+    """mix's sources as (source, weight) pairs, refused by name where one is no pair (a
+    list of OUTs alone failed with a ValueError from inside the unpacking)."""
+    if isinstance(sources, str | bytes | dict | os.PathLike) or not isinstance(sources, Iterable):
+        raise ShardpackError(f"{_MIX_TAKES}, got: {sources!r}")
+    pairs = list(sources)
+    for pair in pairs:
+        if not (isinstance(pair, list | tuple) and len(pair) == 2):
+            raise ShardpackError(f"{_MIX_TAKES}, got: {pair!r}")
+    return [tuple(pair) for pair in pairs]
 
 
 def _from_loader(state: dict, batch_size: int) -> dict:
@@ -559,9 +604,12 @@ def collate_objects(
                                  f"{' or '.join(map(repr, named))}; name the features it holds "
                                  "(boxes=..., labels=..., masks=...)")  # fmt: skip
         ids = np.asarray(record[labels])
+        ids = ids.astype(np.int64) if ids.size == 0 else ids  # an empty text list: no labels
         if ids.dtype.kind not in "iu":
+            shown = ", ".join(map(repr, ids[:2].tolist())) + (", ..." if ids.size > 2 else "")
+            held = f"text ({shown})" if ids.dtype.kind in "US" else f"{ids.dtype} values"
             raise ShardpackError(
-                f"collate_objects: {labels!r} holds {ids.dtype} values, not "
+                f"collate_objects: record {record.get('key')!r}: {labels!r} holds {held}, not "
                 "class ids; map the names to ids in ShardDataset's transform"
             )
         images.append(record["image"].float() / 255)

@@ -78,7 +78,8 @@ def keys(epoch, **kw):
 hwc = next(iter(ShardDataset(out, layout="hwc")))
 chw = next(iter(ShardDataset(out, transform=lambda r: (r["image"], r["label"]))))
 errors = []
-for bad in ({"layout": "xyz"}, {"seed": -1}, {"batch_size": 0}, {"rank": 2, "world_size": 2}):
+for bad in ({"layout": "xyz"}, {"seed": -1}, {"batch_size": 0}, {"rank": 2, "world_size": 2},
+            {"transform": 3}, {"max_pixels": "4096"}):
     try:
         ShardDataset(out, **bad)
     except ShardpackError as e:
@@ -125,15 +126,18 @@ def test_epochs_differ_and_repeat_with_the_seed(packs, shared_pack):
     assert got["block1"] != first and sorted(got["block1"]) == sorted(written)
     assert got["hwc"][1] == got["chw"][1] == "torch.uint8" and got["chw"][2] == "int"
     assert got["hwc"][0][2] == 3 and got["chw"][0] == [3, *got["hwc"][0][:2]]
-    assert got["errors"][:4] == [
+    assert got["errors"][:6] == [
         "layout must be 'chw' or 'hwc', got: 'xyz'",
         "seed must be an integer of at least 0, got: -1",
         "batch_size must be a positive integer, got: 0",
         "rank must be 0 <= rank < world_size, got: rank=2, world_size=2",
+        # before: a TypeError inside a DataLoader worker, at the first record
+        "transform must be a function of a record (a dict), or None, got: 3",
+        "max_pixels must be a positive integer, got: '4096'",
     ]
-    for said in got["errors"][4:]:  # with a cache, the pack named, not its copy, and none made
+    for said in got["errors"][6:]:  # with a cache, the pack named, not its copy, and none made
         assert said.startswith(f"{gzipped}: GZIP shards cannot be read at random offsets")
-    assert len(got["errors"]) == 6 and not Path(f"{gzipped}-cache").exists()
+    assert len(got["errors"]) == 8 and not Path(f"{gzipped}-cache").exists()
     first, refused, *plain = got["persistent"]  # shuffled, then in the written order
     assert first == 25 and plain == [25, 25]
     assert refused.startswith("a DataLoader with persistent_workers=True began another epoch")
@@ -199,7 +203,11 @@ def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs, shared_pa
         assert taken + rest == whole and len(rest) == length and next_length == len(whole)
         assert state["epoch"] == 2 and state["consumed"] == len(taken)
     assert {len(taken) for _, taken, *_ in got} >= {0, 3, 6}  # several stopping points
-    assert refused.startswith("the state was taken with world_size=2, this dataset has 3")
+    assert refused == (  # before: "build the dataset with world_size=2", not a DDP job's pick
+        "the state was taken with world_size=2, this dataset has 3: each rank's share of the "
+        "epoch differs, so the rest of epoch 2 cannot be found; resume on 2 ranks, or go on "
+        "with set_epoch(3)"
+    )
     assert grew == (
         "the state was taken over 25 records, this dataset reads 26 (the pack grew, "
         "or is another): the rest of epoch 2 cannot be found; go on with set_epoch(3)"
@@ -209,6 +217,57 @@ def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs, shared_pa
         "updated since, or is another): the rest of epoch 2 cannot be found; go on with "
         "set_epoch(3)"
     )
+
+
+_GROWN_UNDER = """
+import json, os, shutil, sys, torch
+from shardpack import PackOptions, ShardpackError, pack
+from shardpack.torch import ShardDataset
+src, out = sys.argv[1:]
+
+def keys(ds, epoch, workers):  # each epoch's DataLoader workers open the pack afresh
+    ds.set_epoch(epoch)
+    return [k for b in torch.utils.data.DataLoader(ds, batch_size=2, num_workers=workers)
+            for k in b["key"]]
+
+datasets = {workers: ShardDataset(out, batch_size=2, decode=False) for workers in (0, 1)}
+got = {w: {"before": keys(ds, 1, w)} for w, ds in datasets.items()}
+shutil.copy(os.path.join(src, "a", "img_000.jpg"), os.path.join(src, "a", "new.jpg"))
+pack(src, out, PackOptions(grow="append", workers=1))
+for w, ds in datasets.items():
+    got[w]["appended"] = keys(ds, 1, w)
+os.remove(os.path.join(src, "b", "img_000.jpg"))
+pack(src, out, PackOptions(grow="update", workers=1))
+for w, ds in datasets.items():
+    try:
+        got[w]["updated"] = keys(ds, 2, w)
+    except ShardpackError as e:
+        got[w]["updated"] = str(e)
+print(json.dumps(got))
+"""
+
+
+def test_a_dataset_built_before_an_update_refuses_its_moved_records_and_reads_on_an_append(
+    tmp_path,
+):
+    """Before: a DataLoader worker opened the updated index with the dataset's old counts, an
+    IndexError past its end (or, at the same count, other records than the order drew);
+    without workers, a rewritten shard not yet opened was blamed as 'cut short or replaced',
+    with 'restore it from a copy or pack again'."""
+    from shardpack import PackOptions, pack
+    from tests.helpers import make_tree
+
+    src, out = make_tree(tmp_path / "src", {"a": 5, "b": 4}), tmp_path / "out"
+    pack(src, out, PackOptions(shards=3, workers=1))
+    got = run_json(_GROWN_UNDER, str(src), str(out))
+    assert set(got) == {"0", "1"}  # DataLoader workers
+    for read in got.values():
+        assert len(read["before"]) == 9 and read["appended"] == read["before"]  # as built
+        assert read["updated"] == (
+            f"{out}: split 'train' holds other shards than when this ShardDataset was built (the "
+            "pack was updated since, or replaced): its records moved; build the ShardDataset "
+            "again"
+        )
 
 
 _STATEFUL = """
@@ -312,7 +371,14 @@ for weight in (float("inf"), float("nan"), 0):  # refused when mixed, not at the
         refused.append(repr(len(mix([(a, weight), (b, 1.0)], decode=False))))
     except ShardpackError as e:
         refused.append(str(e))
+unpaired = []  # before: "too many values to unpack" from inside mix
+for given in ([a, b], [(a,)], a):
+    try:
+        unpaired.append(repr(mix(given, decode=False)))
+    except ShardpackError as e:
+        unpaired.append(str(e))
 print(json.dumps({"first": keys, "again": again, "rest": rest, "refused": refused,
+                  "unpaired": unpaired,
                   "later": [r["key"] for r in later],
                   "all": sources(mixed("all")), "epoch1": [r["key"] for r in mixed("first", 1)]}))
 """
@@ -331,6 +397,9 @@ def test_mixing_two_packs_is_deterministic_resumable_and_ends_by_its_rule(shared
     assert sorted(got["all"]) == ["a"] * 40 + ["b"] * 30  # every record once
     for said, weight in zip(got["refused"], ("inf", "nan", "0"), strict=True):
         assert said.startswith("mix takes [(dataset, weight), ...]") and f"got: {weight}" in said
+    for said, source in zip(got["unpaired"], (str(a), (str(a),), str(a)), strict=True):
+        assert said.startswith("mix takes [(dataset, weight), ...]")
+        assert said.endswith(f"got: {source!r}")
 
 
 _DDP = """
@@ -495,14 +564,17 @@ def test_a_damaged_shard_is_our_one_line_error_from_a_dataloader_worker(shared_p
 
 
 _OBJECTS = """
-import json, sys, torch
+import json, sys, numpy as np, torch
 from torch.utils.data import DataLoader
 from shardpack.torch import ShardDataset, collate_objects
 ds = ShardDataset(sys.argv[1], shuffle=False, batch_size=3)
 images, targets = next(iter(DataLoader(ds, batch_size=3, collate_fn=collate_objects)))
 _, with_masks = collate_objects([ds.read(i) for i in range(3)], masks="mask")
-try:  # text names are no class ids: said in one line
-    collate_objects([{"key": "k", "objects/bbox": [], "objects/label": ["cat"]}])
+image = torch.zeros((3, 4, 4), dtype=torch.uint8)
+named = {"image": image, "height": 4, "width": 4, "objects/bbox": np.zeros((0, 4), np.float32)}
+try:  # text names are no class ids: said in one line, after a record of no objects
+    collate_objects([{**named, "key": "none", "objects/label": []},
+                     {**named, "key": "k", "objects/label": ["cat", "dog", "cat"]}])
 except Exception as e:
     refused = f"{type(e).__name__}: {e}"
 print(json.dumps({"refused": refused,
@@ -524,7 +596,11 @@ def test_collate_objects_gives_what_torchvision_detection_models_take(objects_ou
     assert read["boxes"][1] == [[0.0, 0.0, 100.0, 120.0], [0.0, 0.0, 50.0, 60.0]]
     assert read["boxes"][2] == [] and read["labels"][2] == ["torch.int64", []]
     assert read["labels"][:2] == [["torch.int64", [0, 1]], ["torch.int64", [2, 0]]]
-    assert read["refused"].startswith("ShardpackError: collate_objects: 'objects/label' holds")
+    assert read["refused"] == (  # before: "holds <U3 values" (numpy's dtype), and an empty
+        # list of names was refused as "float64 values"
+        "ShardpackError: collate_objects: record 'k': 'objects/label' holds text ('cat', 'dog', "
+        "...), not class ids; map the names to ids in ShardDataset's transform"
+    )
     # with masks="mask": a.png's id map split into its 2 objects' masks (12 x 16, 12 x 20 pixels)
     assert read["has_masks"] == [False] * 3
     assert read["masks"] == [[[2, 40, 60], "torch.uint8", [192, 240]],

@@ -487,6 +487,11 @@ def open_shard(storage: Storage, name: str, num_bytes: int | None = None) -> Blo
         blob = storage.open(name)
     except PermissionError as e:
         raise FileAccessError.from_os_error(e, storage.path(name)) from None
+    except FileNotFoundError as e:  # an index's shard gone from OUT: no path of the caller's
+        if num_bytes is None:
+            raise RecordError(storage.path(name), None, f"cannot open ({e.strerror or e}); "
+                              f"{os_error_fix(e)}") from None  # fmt: skip
+        raise size_fault(storage.path(name), None, num_bytes) from None
     except OSError as e:  # a link: ELOOP, whose strerror says "too many levels of" them
         raise RecordError(storage.path(name), None, f"cannot open ({e.strerror or e}); "
                           f"{os_error_fix(e)}") from None  # fmt: skip

@@ -10,7 +10,7 @@ import os
 from contextlib import closing
 from typing import Protocol
 
-from shardpack.errors import OutputError, SourceError
+from shardpack.errors import OutputError, SourceError, check_progress
 from shardpack.options import PackOptions
 from shardpack.packing.boxes import refuse_boxless, refuse_unmoved
 from shardpack.packing.collector import no_gc
@@ -119,8 +119,7 @@ def _check_arguments(
     if options is not None and not isinstance(options, PackOptions):
         raise TypeError(f"options must be a PackOptions, such as PackOptions(encode='jpeg'); "
                         f"got: {options!r}")  # fmt: skip
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress must be called with (done, total); got: {progress!r}")
+    check_progress(progress)
     if storage_options is not None and not isinstance(storage_options, dict):
         raise TypeError(f"storage_options must be a dict of filesystem options; got: "
                         f"{storage_options!r}")  # fmt: skip

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from shardpack.errors import plural
 from shardpack.index import Index
 from shardpack.packing.boxes import index_geometry
 from shardpack.packing.facts import DROPPED
+from shardpack.packing.tfdsmeta import tfds_names
 from shardpack.schema import Feature, Schema
 
 
@@ -36,7 +38,12 @@ class PackResult:
             "skipped": self.num_skipped,
             "ignored": index.ignored,
             "ignored_files": list(index.ignored_files[:20]),
-            "warnings": [*index.warnings, *_formats_apart(index), *self.notes],
+            "warnings": [
+                *index.warnings,
+                *_formats_apart(index),
+                *_tfds_unnamed(index),
+                *self.notes,
+            ],
             "splits": {
                 name: {
                     "num_records": split.num_records,
@@ -88,6 +95,18 @@ def _boxes_dropped(summaries: dict) -> dict[str, int]:
     for summary in summaries.values():
         dropped.update(summary.get(DROPPED, {}))
     return dict(sorted(dropped.items()))
+
+
+def _tfds_unnamed(index: Index) -> list[str]:
+    """A line where TFDS metadata leaves out splits whose names TFDS cannot parse (a '.'):
+    listed, they made tfds.builder_from_directory(OUT) refuse every split."""
+    names = [name for name in index.splits if not tfds_names(name)]
+    if not index.tfds_readable or not names:
+        return []
+    said = ", ".join(map(repr, names[:3])) + (", ..." if len(names) > 3 else "")
+    return [f"the TFDS metadata leaves out {plural(len(names), 'split')} ({said}): TFDS reads "
+            f"no '.' in a split name; name {'it' if len(names) == 1 else 'them'} with '_' "
+            f"instead ({names[0].replace('.', '_')!r}) for TFDS"]  # fmt: skip
 
 
 def _formats_apart(index: Index) -> list[str]:

@@ -11,12 +11,17 @@ become an `Image` feature; `raw` and `webp` records are declared as plain string
 
 from __future__ import annotations
 
+import re
+
 from shardpack.index import Index, SplitInfo
 from shardpack.schema import BOX_NAMES, Feature, Schema
 from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
 
 TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+# The split names TFDS parses (tensorflow_datasets/core/splits.py, _SUB_SPEC_RE): no '.', which
+# a split name may hold as datasets reads them. One listed refuses every split of the dataset.
+_TFDS_SPLIT = re.compile(r"[\w-]+", re.ASCII)
 _CLASS = "tensorflow_datasets.core.features"
 
 
@@ -138,6 +143,11 @@ def _template(split: SplitInfo) -> str:
     return TEMPLATE.replace("{SHARD_X_OF_Y}", f"{{SHARD_INDEX}}-of-{count:05d}")
 
 
+def tfds_names(split: str) -> bool:
+    """Whether TFDS can name this split (`as_dataset(split=...)`)."""
+    return _TFDS_SPLIT.fullmatch(split) is not None
+
+
 def write_tfds_metadata(out: Storage, index: Index, file_format: str) -> list[str]:
     """Write the TFDS metadata files for a finished index (tfds_metadata); return their names."""
     files = tfds_metadata(index, file_format)
@@ -158,7 +168,8 @@ def tfds_metadata(index: Index, file_format: str) -> dict[str, bytes]:
             "filepathTemplate": _template(split),
         }
         for name, split in index.splits.items()
-        if split.num_records  # TFDS refuses every split with one holding no data in it
+        # TFDS refuses every split with one holding no data in it, or named as it cannot parse
+        if split.num_records and tfds_names(name)
     ]
     info = {
         "name": index.name,

@@ -16,7 +16,7 @@ from shardpack.index import Index, ShardInfo
 from shardpack.layout import index_file_name
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.packing.daliindex import random_access_index
-from shardpack.read.stream import count_fault, parse_record
+from shardpack.read.stream import check_max_pixels, count_fault, parse_record
 from shardpack.storage import Storage
 
 # An index file line is two decimal numbers of at most 20 digits: a longer line is not ours.
@@ -51,6 +51,7 @@ class Records:
         max_pixels: int = DEFAULT_MAX_PIXELS,
         storage_options: dict | None = None,
     ) -> None:
+        check_max_pixels(max_pixels)
         self.index = random_access_index(out, storage_options=storage_options)
         self.split = split
         self.decode, self.max_pixels = decode, max_pixels

@@ -18,6 +18,7 @@ from shardpack.containers import is_shard_name
 from shardpack.errors import (
     MissingPackageError,
     OutputError,
+    check_progress,
     install_hint,
     os_error_fix,
     printable,
@@ -86,7 +87,9 @@ def write_report(
         OutputError: dest is a URL, exists (without overwrite), or cannot be written.
         RecordError: a shard is missing, of another size than the index says, or damaged
             where the card reads it (render); nothing is written.
+        TypeError: progress is not callable.
     """
+    check_progress(progress)
     _require_matplotlib()
     if why := shell_slip(dest, "--out", "an HTML file name, or none for OUT/report.html"):
         raise OutputError(why)

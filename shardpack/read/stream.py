@@ -75,6 +75,14 @@ def decode_pixels(features: dict, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.nd
     return images.decode(data, order="rgb", orient=False)
 
 
+def check_max_pixels(max_pixels: object) -> int:
+    """A reader's max_pixels, refused by name unless a positive int: a text failed deep inside a
+    read, and 0 or less blamed the first record's image as if its shard were damaged."""
+    if not is_count(max_pixels):
+        raise ShardpackError(f"max_pixels must be a positive integer, got: {max_pixels!r}")
+    return max_pixels
+
+
 def reader_share(shard: tuple[int, int] | None = None) -> tuple[int, int]:
     """(index, count) of this reader among all readers: `shard` times the PyTorch DataLoader
     worker this runs in, if any (torch is consulted only when the caller imported it)."""
@@ -162,8 +170,10 @@ def iter_examples(
         IndexFormatError: the index is missing, malformed or names an unsafe path.
         RecordError: a record fails its CRC, is not an Example the index describes, or (with
             decode) its image does not decode.
+        ShardpackError: `shard` is not (index, count), or max_pixels is not a positive integer.
         StorageError: the URL's filesystem package is missing.
     """
+    check_max_pixels(max_pixels)
     index = load_index(out, storage_options)
     runs = list(_share_of(index, split, *reader_share(shard), drop_remainder).runs)
     rng = random.Random(seed)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardpack.containers import is_shard_name
-from shardpack.errors import FileAccessError, IndexFormatError, RecordError
+from shardpack.errors import FileAccessError, IndexFormatError, RecordError, check_progress
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.layout import INDEX_NAME, index_file_name
 from shardpack.options import DEFAULT_MAX_PIXELS
@@ -18,7 +18,7 @@ from shardpack.packing.objects import Objects, objects_of
 from shardpack.packing.outdir import growing
 from shardpack.read.objects import decode_mask, mask_size
 from shardpack.read.random_access import read_index_file
-from shardpack.read.stream import decode_pixels, to_python
+from shardpack.read.stream import check_max_pixels, decode_pixels, to_python
 
 # Faults listed per shard; the rest are counted. A damaged shard's first faults say what is
 # wrong, and a shard of millions of bad records must not cost a line (and memory) each.
@@ -100,8 +100,12 @@ def verify(
 
     Raises:
         IndexFormatError: the index itself is missing, malformed or unsafe.
+        ShardpackError: max_pixels is not a positive integer.
         StorageError: the URL's filesystem package is missing.
+        TypeError: progress is not callable.
     """
+    check_max_pixels(max_pixels)
+    check_progress(progress)
     index = load_index(out, storage_options)
     faults: list[Fault] = []
     records = shards = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shardpack.errors import Option, SourceError
+from shardpack.errors import Option, OptionError, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions, check_split_names
 from shardpack.schema import Schema
 from shardpack.sources.classlist import class_list, labelled
@@ -50,9 +50,13 @@ def is_split_tree(root: Storage, split_names: tuple[str, ...], named: bool = Fal
                           Option("split_names"))  # fmt: skip
     others = [name for name in folders if name not in split_names]
     if splits and len(splits) >= len(others):
+        every = tuple(sorted(folders))  # a holdout/ of its own is a split --splits names
+        named_so = (", pass ", Option("split_names", every), " if every one is a split")
         raise SourceError(
             f"{root.path()}: holds split folders ({few(splits)}) and others ({few(others)}): "
-            "move the others out of SRC (a split tree holds split folders only), or pass ",
+            "move the others out of SRC (a split tree holds split folders only)",
+            *(named_so if _nameable(every) else ()),
+            ", or pass ",
             Option("source", "folder"),
             " to take every folder as a class",
         )
@@ -66,6 +70,15 @@ def is_split_tree(root: Storage, split_names: tuple[str, ...], named: bool = Fal
             " to take them as classes",
         )
     return False
+
+
+def _nameable(folders: tuple[str, ...]) -> bool:
+    """Whether --splits could name these folders: split names, none alike but for case."""
+    try:
+        check_split_names("split_names", folders)
+    except OptionError:
+        return False
+    return len({name.casefold() for name in folders}) == len(folders)
 
 
 def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:

@@ -68,10 +68,13 @@ def storage_at(location: str | os.PathLike, options: Mapping[str, object] | None
 
     Raises:
         StorageError: the URL's filesystem package is missing or the scheme is unknown.
+        TypeError: `location` is neither a str nor an os.PathLike of one.
     """
     if isinstance(location, Storage):
         return location
-    text = os.fspath(location)
+    text = os.fspath(location) if isinstance(location, str | os.PathLike) else None
+    if not isinstance(text, str):  # bytes failed inside re, any other type inside os.fspath
+        raise TypeError(f"a folder or URL must be a str or os.PathLike, got: {location!r}")
     match = URL.match(text)
     if match is None or match["scheme"].lower() in LOCAL_SCHEMES:
         return LocalStorage(text[match.end() :] if match else text)

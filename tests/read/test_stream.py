@@ -192,6 +192,23 @@ def test_a_bad_shard_is_one_clear_error(packed: Path, shard):
         tf_dataset(packed, shard=shard)
 
 
+@pytest.mark.parametrize("max_pixels", ["4096", 0, -5, 1.5, True])
+def test_every_reader_refuses_a_max_pixels_that_is_no_count_by_name(packed: Path, max_pixels):
+    """Before: a text failed with TypeError inside the first decode, and 0 or less with a
+    RecordError blaming the first record's image, as if its shard were damaged."""
+    from shardpack.read.random_access import Records
+    from shardpack.read.verify import verify
+
+    said = f"max_pixels must be a positive integer, got: {max_pixels!r}"
+    readers = [lambda: next(iter_examples(packed, decode=True, max_pixels=max_pixels)),
+               lambda: Records(packed, decode=True, max_pixels=max_pixels)[0],
+               lambda: verify(packed, decode=True, max_pixels=max_pixels)]  # fmt: skip
+    for read in readers:
+        with pytest.raises(ShardpackError) as refused:
+            read()
+        assert str(refused.value) == said and not isinstance(refused.value, RecordError)
+
+
 @pytest.mark.parametrize(
     ("given", "said"),
     [({"batch_size": 0}, "batch_size must be a positive integer or None, got: 0"),
@@ -382,6 +399,27 @@ def test_tf_dataset_names_a_local_shard_with_a_damaged_record(
     said = f"{re.escape(str(damaged))}: TensorFlow could not read .* `shardpack verify {out}`"
     with pytest.raises(tf.errors.InvalidArgumentError, match=said):
         list(tf_dataset(out, shuffle=shuffle, decode=False))
+
+
+@pytest.mark.parametrize("container", ["tfrecord", "webdataset", "parquet"])
+def test_a_shard_gone_from_out_is_said_missing_by_every_reader_with_the_mend(
+    tmp_path: Path, container: str
+):
+    """Before: iter_examples and Records said "cannot open (No such file or directory); check
+    the path" of it, a path index.json gave them; shardpack.torch said it missing."""
+    from shardpack.read.random_access import Records
+
+    out = helpers.packed_tree(tmp_path, {"a": 3, "b": 2}, format=container, shards=2, workers=1)
+    gone = json.loads((out / "index.json").read_text())["splits"]["train"]["shards"][1]
+    (out / gone["file"]).unlink()
+    said = (f"{out / gone['file']}: missing (index.json lists it, of {gone['num_bytes']} "
+            "bytes); restore it from a copy or pack again")  # fmt: skip
+    with pytest.raises(RecordError) as refused:
+        list(iter_examples(out))
+    assert str(refused.value) == said
+    with Records(out) as records, pytest.raises(RecordError) as refused:
+        records[len(records) - 1]  # in the last shard
+    assert str(refused.value) == said
 
 
 def test_a_tar_whose_end_is_cut_is_refused_by_every_reader(tmp_path: Path):

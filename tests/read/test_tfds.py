@@ -83,3 +83,20 @@ def test_a_split_left_with_no_records_leaves_the_others_readable(tmp_path: Path,
         assert {k: len(list(v)) for k, v in builder.as_dataset().items()} == {"train": 3}
     else:
         assert {k: len(v) for k, v in builder.as_data_source().items()} == {"train": 3}
+
+
+def test_a_split_tfds_cannot_name_is_left_out_and_said_leaving_the_others_readable(tmp_path):
+    """A split name may hold '.' (as datasets reads them); TFDS's may not. Before: listed in
+    dataset_info.json, it made as_dataset() refuse every split ("Unrecognized split format:
+    'test.v2'"), and pack said nothing."""
+    src = tmp_path / "src"
+    make_tree(src / "train", {"a": 2, "b": 1})
+    make_tree(src / "test.v2", {"a": 1, "b": 1}, seed=10)
+    out = tmp_path / "out"
+    result = pack(src, out, PackOptions(split_names=("train", "test.v2"), workers=1))
+    assert result.to_json()["warnings"] == [
+        "the TFDS metadata leaves out 1 split ('test.v2'): TFDS reads no '.' in a split name; "
+        "name it with '_' instead ('test_v2') for TFDS"
+    ]
+    builder = tfds.builder_from_directory(str(out))
+    assert {k: len(list(v)) for k, v in builder.as_dataset().items()} == {"train": 3}

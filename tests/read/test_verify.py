@@ -124,7 +124,7 @@ def test_a_record_with_the_wrong_feature_types_is_a_fault(out: Path):
 def test_inspect_and_preview_of_a_missing_shard_say_so_in_one_line(out: Path, tmp_path: Path):
     _shard(out, 0).unlink()
     run = run_cli("preview", str(out), "--out", str(tmp_path / "p.png"))
-    assert run.returncode == 2 and "cannot open" in run.stderr
+    assert run.returncode == 2 and "missing (index.json lists it, of" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
     # inspect shows the listing (and no records of the split missing a shard), and marks
     # what is not there, with or without records asked for
@@ -185,6 +185,26 @@ def test_verify_and_report_show_progress_as_pack_does(
     assert lines and lines[-1].startswith(f"{verb}: 12/12 images"), done.stderr
     quiet = run_cli(*args, "--no-progress", *(["--overwrite"] if command == "report" else []))
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+@pytest.mark.parametrize("command", ["verify", "report"])
+def test_verify_and_report_refuse_a_progress_that_is_not_callable_before_reading(
+    packed: Path, tmp_path: Path, command: str
+):
+    """As pack refuses it. Before: verify read every shard and then failed calling it ('int'
+    object is not callable), report in the middle of its thumbnails."""
+    import shardpack
+
+    if command == "report":
+        pytest.importorskip("matplotlib")
+    dest = tmp_path / "r.html"
+    with pytest.raises(TypeError) as refused:
+        if command == "verify":
+            shardpack.verify(packed, progress=5)
+        else:
+            shardpack.write_report(packed, dest, progress=5)
+    assert str(refused.value) == "progress must be called with (done, total); got: 5"
+    assert not dest.exists()
 
 
 def test_objects_that_disagree_are_faults_naming_record_shard_and_feature(objects_out, tmp_path):

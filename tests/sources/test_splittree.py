@@ -105,12 +105,25 @@ def test_split_folders_beside_other_folders_are_refused_not_taken_for_classes(tm
         scan(src)
     assert str(caught.value) == (
         f"{src}: holds split folders ('train', 'validation') and others ('extras'): move the "
-        "others out of SRC (a split tree holds split folders only), or pass source='folder' "
-        "to take every folder as a class"
+        "others out of SRC (a split tree holds split folders only), pass "
+        "split_names=('extras', 'train', 'validation') if every one is a split, or pass "
+        "source='folder' to take every folder as a class"
     )
-    assert "or pass --source folder to take" in as_flags(caught.value)  # as the CLI says it
-    dataset = scan(src, PackOptions(source="folder"))  # the way out it names
+    said = as_flags(caught.value)  # as the CLI says it
+    assert "pass --splits extras,train,validation if every" in said
+    assert "or pass --source folder to take" in said
+    dataset = scan(src, PackOptions(source="folder"))  # the ways out it names
     assert dataset.kind == "folder" and dataset.classes == ("extras", "train", "validation")
+    named = scan(src, PackOptions(split_names=("extras", "train", "validation")))
+    assert named.kind == "split-tree" and set(named.splits) == {"extras", "train", "validation"}
+    # a folder --splits cannot name (a split name holds no '-'): that way is not offered
+    (src / "extras").rename(src / "extra-stuff")
+    with pytest.raises(SourceError) as caught:
+        scan(src)
+    assert (
+        "and others ('extra-stuff'): move the others out of SRC (a split tree holds split "
+        "folders only), or pass source='folder'" in str(caught.value)
+    )
 
 
 def test_the_macos_zip_folder_beside_the_splits_is_no_split_nor_class(tmp_path: Path):

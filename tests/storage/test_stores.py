@@ -122,6 +122,19 @@ def test_storage_options_and_urls():
         storage_at("memory://a/b").put("../escape", b"")
 
 
+@pytest.mark.parametrize("location", [5, None, b"/tmp/x"])
+def test_a_location_that_is_no_path_is_refused_saying_what_it_got(tmp_path, location):
+    """Before: os.fspath's 'expected str, bytes or os.PathLike object, not int', or for bytes
+    're''s 'cannot use a string pattern on a bytes-like object': neither names the value."""
+    said = f"a folder or URL must be a str or os.PathLike, got: {location!r}"
+    with pytest.raises(TypeError) as refused:
+        storage_at(location)
+    assert str(refused.value) == said
+    with pytest.raises(TypeError) as refused:  # the public calls reach it as it is
+        shardpack.pack(location, tmp_path / "out")
+    assert str(refused.value) == said and not (tmp_path / "out").exists()
+
+
 def test_a_lock_left_by_a_dead_run_on_this_host_is_taken_over(tmp_path, url):
     import socket
     import subprocess
