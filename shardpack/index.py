@@ -114,6 +114,25 @@ class SplitInfo:
         return (f"'num_records' of split {name!r} is {self.num_records}, but its shards' counts "
                 f"add up to {self.shard_records}: set it to {self.shard_records}")  # fmt: skip
 
+    def class_counts_fault(
+        self, name: str, held: list[int], classes: tuple[str, ...]
+    ) -> str | None:
+        """What is wrong with split `name`'s `class_counts` in index.json against the labels
+        its records hold (`held`, a count a class, as verify counts them reading every record),
+        naming the first classes that differ and the counts to set; None where they agree."""
+        if tuple(held) == self.class_counts:
+            return None
+        size = max(len(held), len(self.class_counts))
+        said, have = (
+            [*counts, *[0] * (size - len(counts))] for counts in (self.class_counts, held)
+        )
+        apart = [i for i in range(size) if said[i] != have[i]]
+        first = ", ".join(f"{repr(classes[i]) if i < len(classes) else f'#{i}'} {said[i]} "
+                          f"against {have[i]}" for i in apart[:3])  # fmt: skip
+        more = f" and {len(apart) - 3} more" if len(apart) > 3 else ""
+        return (f"'class_counts' of split {name!r} disagrees with the labels its records hold "
+                f"({first}{more}): set it to {held}")  # fmt: skip
+
     def to_json(self) -> dict:
         """The split as index.json writes it."""
         doc = {"num_records": self.num_records, "class_counts": list(self.class_counts),

@@ -19,6 +19,7 @@ from shardpack.packing.outdir import growing
 from shardpack.read.objects import decode_mask, mask_size
 from shardpack.read.random_access import read_index_file
 from shardpack.read.stream import check_max_pixels, decode_pixels, to_python
+from shardpack.schema import LABEL
 
 # Faults listed per shard; the rest are counted. A damaged shard's first faults say what is
 # wrong, and a shard of millions of bad records must not cost a line (and memory) each.
@@ -112,12 +113,20 @@ def verify(
     listed: set[str] = set()
     counter = _Counter(progress, sum(s.num_records for sp in index.splits.values()
                                      for s in sp.shards))  # fmt: skip
+    labelled = LABEL in index.schema and bool(index.classes)
     for split_name, split in index.splits.items():
+        held = [0] * len(index.classes)  # each class's labels among the split's good records
+        before = len(faults)
         for shard in split.shards:
             listed.add(shard.file)
             shards += 1
-            records += _check_shard(index, shard, decode, max_pixels, faults, counter)
+            records += _check_shard(index, shard, decode, max_pixels, faults, counter,
+                                    held if labelled else None)  # fmt: skip
+        whole = len(faults) == before  # the labels counted are the split's: every record read
         if fault := split.num_records_fault(split_name):  # each shard is held to its own count
+            faults.append(Fault(INDEX_NAME, None, fault))
+        if labelled and whole and (fault := split.class_counts_fault(split_name, held,
+                                                                     index.classes)):  # fmt: skip
             faults.append(Fault(INDEX_NAME, None, fault))
 
     faults += _bookkeeping_faults(index)
@@ -155,8 +164,10 @@ def _check_shard(
     max_pixels: int,
     faults: list[Fault],
     counter: _Counter,
+    held: list[int] | None = None,
 ) -> int:
-    """Check one shard, appending its faults; return the records read."""
+    """Check one shard, appending its faults; return the records read. `held`: each class's
+    count, to which every good record's labels are added (None: no labels to count)."""
     try:  # opened once first, for the size: on a local disk a link or FIFO is never followed
         with index.storage.open(shard.file) as blob:
             size = blob.size
@@ -190,6 +201,9 @@ def _check_shard(
                 faults.append(Fault(shard.file, example.offset, example.reason, example.unit))
             elif reason := _check_record(example, index, decode, max_pixels):
                 faults.append(Fault(shard.file, position, reason, unit))
+            elif held is not None:  # record_fault held each label to the class list
+                for label in example[LABEL]:
+                    held[label] += 1
             count += 1
             counter()
             if len(faults) > listed:

@@ -23,6 +23,7 @@ from shardpack.packing import gaps
 from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
+from shardpack.read.verify import verify
 from shardpack.storage.local import LocalStorage
 from tests.helpers import (
     aged,
@@ -591,6 +592,7 @@ def test_a_multi_label_dataset_listing_a_label_twice_grows_with_its_counts(tmp_p
     write_jsonl(src / "m.jsonl", rows)
     grown = pack(src / "m.jsonl", tmp_path / "out", PackOptions(workers=1, grow="append"))
     assert grown.index.splits["train"].class_counts == (6, 3)
+    assert verify(tmp_path / "out").ok  # its records' labels counted so too
 
 
 def test_an_append_moves_declared_box_columns_and_an_index_from_before_them_grows(tmp_path):

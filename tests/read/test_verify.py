@@ -324,6 +324,22 @@ def test_a_split_total_that_disagrees_with_its_shards_is_a_fault_beside_a_damage
                         "add up to 12: set it to 12")  # fmt: skip
 
 
+def test_class_counts_that_disagree_with_the_records_labels_are_a_fault_naming_them(out: Path):
+    """A hand-edited class_counts verified OK, and inspect, the data card and TFDS's metadata
+    show it: verify counts every record's label as it reads it. A split whose records were
+    not all read (a damaged shard) is not held to its counts."""
+    doc = json.loads((out / "index.json").read_text())
+    assert doc["classes"] == ["a", "b"] and doc["splits"]["train"]["class_counts"] == [6, 6]
+    doc["splits"]["train"]["class_counts"] = [7, 5]
+    (out / "index.json").write_text(json.dumps(doc))
+    assert [str(f) for f in verify(out).faults] == [
+        "index.json: 'class_counts' of split 'train' disagrees with the labels its records hold "
+        "('a' 7 against 6, 'b' 5 against 6): set it to [6, 6]"
+    ]
+    _shard(out, 0).unlink()
+    assert not any("class_counts" in str(f) for f in verify(out).faults)
+
+
 def test_a_planted_shard_name_of_a_huge_number_is_a_fault_not_a_crash(out: Path):
     """A name's numbers are what verify holds `next_shard` to: one of 5,000 digits was int()'s
     ValueError, and thousands of numbers their square in names tried."""
