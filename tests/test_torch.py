@@ -560,7 +560,7 @@ def test_a_damaged_shard_is_our_one_line_error_from_a_dataloader_worker(shared_p
     first = index["splits"]["train"]["shards"][0]["file"]
     # a size fault, of the whole file: no byte named, and no offset rebuilt
     assert big[0] == "RecordError" and big[1].startswith(f"{liar / first}: size ")
-    assert f"index.json says {10**13 * 2} (cut short or replaced)" in big[1] and big[2] is None
+    assert f"index.json says {10**13 * 2:,} (cut short or replaced)" in big[1] and big[2] is None
 
 
 _OBJECTS = """

@@ -504,8 +504,8 @@ def open_shard(storage: Storage, name: str, num_bytes: int | None = None) -> Blo
 def size_fault(path: str, size: int | None, said: int) -> RecordError:
     """A shard file of another size than the index says (None: not there): a fault of the
     whole file, at no byte of it."""
-    held = (f"missing (index.json lists it, of {said} bytes)" if size is None
-            else f"size {size} bytes, index.json says {said} (cut short or replaced)")  # fmt: skip
+    held = (f"missing (index.json lists it, of {said:,} bytes)" if size is None else
+            f"size {size:,} bytes, index.json says {said:,} (cut short or replaced)")  # fmt: skip
     return RecordError(path, None, f"{held}; {RESTORE_SHARD}")
 
 

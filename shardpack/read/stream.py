@@ -204,14 +204,15 @@ def _run(index: Index, info: ShardInfo, first: int, end: int) -> Iterator[tuple[
     if held < end:
         raise count_fault(index.shard_path(info), held, info.num_records)
     if end == info.num_records and next(records, None) is not None:
-        raise count_fault(index.shard_path(info), f"more than {held}", info.num_records)
+        raise count_fault(index.shard_path(info), f"more than {held:,}", info.num_records)
 
 
 def count_fault(path: str, held: int | str, said: int) -> RecordError:
     """A shard holding another number of records than the index says: a fault of the whole
     file, at no byte of it."""
-    return RecordError(path, None, f"holds {held} records, index.json says {said} (cut short "
-                                   f"or replaced); {RESTORE_SHARD}")  # fmt: skip
+    held = f"{held:,}" if isinstance(held, int) else held
+    return RecordError(path, None, f"holds {held} records, index.json says {said:,} (cut "
+                                   f"short or replaced); {RESTORE_SHARD}")  # fmt: skip
 
 
 def check_sizes(index: Index, shards: list[ShardInfo] | tuple[ShardInfo, ...]) -> None:

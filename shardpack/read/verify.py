@@ -183,7 +183,8 @@ def _check_shard(
         return 0
     before = len(faults)
     if size != shard.num_bytes:
-        faults.append(Fault(shard.file, None, f"{size} bytes, index says {shard.num_bytes}"))
+        faults.append(Fault(shard.file, None, f"{size:,} bytes, index.json says "
+                                              f"{shard.num_bytes:,}"))  # fmt: skip
         if size > shard.num_bytes:  # what is past the index's size is not ours to read
             return 0
     index_file = _IndexFile(index, shard, size)
@@ -216,8 +217,8 @@ def _check_shard(
     if digest.hexdigest() != shard.sha256:
         faults.append(Fault(shard.file, None, "sha256 differs from the index (file changed)"))
     if count != shard.num_records:
-        faults.append(Fault(shard.file, None, f"{count} records read, index says "
-                                              f"{shard.num_records}"))  # fmt: skip
+        faults.append(Fault(shard.file, None, f"{count:,} records read, index.json says "
+                                              f"{shard.num_records:,}"))  # fmt: skip
     if len(faults) == before and (fault := index_file.fault(count)):
         faults.append(fault)
     return count

@@ -105,7 +105,7 @@ def test_verify_names_damage_in_every_container(packed, fmt, damage, tmp_path):
     assert not report.ok
     assert {f.file for f in report.faults} == {shard.name}
     reasons = " / ".join(f.reason for f in report.faults)
-    expected = {"flipped byte": "sha256 differs", "truncated": "records read, index says",
+    expected = {"flipped byte": "sha256 differs", "truncated": "records read, index.json says",
                 "missing": "missing shard file"}  # fmt: skip
     assert expected[damage] in reasons
 

@@ -337,7 +337,7 @@ def test_verify_stops_at_a_shard_larger_than_the_index_says(tmp_path: Path):
     started = time.monotonic()
     faults = shardpack.verify(out).faults
     assert time.monotonic() - started < 10
-    assert [f.reason for f in faults] == [f"{32 << 30} bytes, index says {len(shard)}"]
+    assert [f.reason for f in faults] == [f"{32 << 30:,} bytes, index.json says {len(shard):,}"]
 
 
 # Not ArrayRecord (a file in whole 64 KiB blocks) nor tar (10 KiB): tiny shards of as many
@@ -358,7 +358,7 @@ def test_two_shards_of_a_split_swapped_are_refused_by_every_reader(
     assert len(one) != len(two)
     (out / first).write_bytes(two)
     (out / second).write_bytes(one)
-    said = f"{out / first}: size {len(two)} bytes, index.json says {len(one)} (cut short"
+    said = f"{out / first}: size {len(two):,} bytes, index.json says {len(one):,} (cut short"
     for read in (
         lambda: list(shardpack.iter_examples(out)),
         lambda: shardpack.read_record(out, "train", 0),

@@ -112,7 +112,7 @@ def test_a_damaged_shard_refuses_the_card_in_one_line(tmp_path: Path, damage: st
         data[len(data) // 2] ^= 0xFF  # a record's bytes or framing: a CRC fails
     shard.write_bytes(bytes(data))
     done = run_cli("report", str(out), "--no-progress")
-    what = f"{shard}: size {len(data)} bytes, index.json says" if damage == "cut short" else (
+    what = f"{shard}: size {len(data):,} bytes, index.json says" if damage == "cut short" else (
         "CRC mismatch")  # fmt: skip
     one_line_error(done, str(shard), what, RESTORE_SHARD, f"verify {out}` lists every damaged")
     assert not (out / "report.html").exists()

@@ -325,7 +325,7 @@ def test_a_tfrecord_cut_at_a_record_s_end_is_refused_not_read_short(packed: Path
     kept = 8 + 4 + int.from_bytes(data[:8], "little") + 4  # its first record whole
     shard.write_bytes(data[:kept])
     # tf.data read it short: TensorFlow's error after an epoch, or with epochs=None none
-    said = rf"{shard.name}: size {kept} bytes, index.json says {len(data)} \(cut short or"
+    said = rf"{shard.name}: size {kept:,} bytes, index.json says {len(data):,} \(cut short or"
     with pytest.raises(RecordError, match=said):
         tf_dataset(out, epochs=None)  # refused before TensorFlow loads
     with pytest.raises(RecordError, match=said):
@@ -412,7 +412,7 @@ def test_a_shard_gone_from_out_is_said_missing_by_every_reader_with_the_mend(
     out = helpers.packed_tree(tmp_path, {"a": 3, "b": 2}, format=container, shards=2, workers=1)
     gone = json.loads((out / "index.json").read_text())["splits"]["train"]["shards"][1]
     (out / gone["file"]).unlink()
-    said = (f"{out / gone['file']}: missing (index.json lists it, of {gone['num_bytes']} "
+    said = (f"{out / gone['file']}: missing (index.json lists it, of {gone['num_bytes']:,} "
             "bytes); restore it from a copy or pack again")  # fmt: skip
     with pytest.raises(RecordError) as refused:
         list(iter_examples(out))

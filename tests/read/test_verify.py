@@ -76,7 +76,7 @@ def test_count_disagreeing_with_index(out: Path):
     index = json.loads((out / "index.json").read_text())
     index["splits"]["train"]["shards"][0]["num_records"] += 1
     (out / "index.json").write_text(json.dumps(index))
-    assert any("records read, index says" in f.reason for f in verify(out).faults)
+    assert any("records read, index.json says" in f.reason for f in verify(out).faults)
 
 
 def test_decode_catches_a_corrupt_image_with_valid_crc(out: Path, tmp_path: Path):
