@@ -235,3 +235,20 @@ def test_a_src_inside_a_voc_folder_is_told_to_pass_it_and_one_beside_it_is_not(t
         with pytest.raises(SourceError) as caught:
             scan(tmp_path / src)
         assert "lies inside" not in str(caught.value) and "VOC" not in str(caught.value)
+
+
+def test_a_set_whose_every_xml_is_bad_says_its_images_were_skipped_not_missing(tmp_path):
+    """Every image there and every XML broken: the run said 'no image found in JPEGImages/',
+    sending the user to look for images that were there. Now it says, as for any source,
+    that none was packed, how many were skipped and the first reason."""
+    for name in ("a", "b"):
+        write(tmp_path / f"src/JPEGImages/{name}.jpg", _jpeg(_photo(20, 40, {})))
+        write(tmp_path / f"src/Annotations/{name}.xml", "<annotation")
+    with pytest.raises(SourceError) as caught:
+        pack(tmp_path / "src", tmp_path / "out", PackOptions(workers=1))
+    said = str(caught.value)
+    assert said.startswith(
+        f"no image was packed from {tmp_path / 'src'}, 2 items skipped (the "
+        "first, JPEGImages/a.jpg: Annotations/a.xml: is not well-formed XML"
+    )
+    assert "no image found" not in said and not (tmp_path / "out" / "index.json").exists()

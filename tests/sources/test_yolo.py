@@ -398,3 +398,24 @@ def test_a_src_inside_a_yolo_dataset_is_told_to_pass_it(yolo: Path):
     for inside in ("data.yaml", "images"):
         with pytest.raises(SourceError, match=f"it lies inside a YOLO dataset .*, {yolo}: pass"):
             scan(yolo / inside)
+
+
+def test_a_set_whose_every_label_file_is_bad_says_its_images_were_skipped_not_missing(
+    tmp_path: Path,
+):
+    """data.yaml naming fewer classes than every label file uses: the run said 'no image found
+    in images', where both images were. Now it says, as for any source, that none was packed,
+    how many were skipped and the first reason."""
+    png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
+    write(tmp_path / "src/data.yaml", "names: [a]\n")
+    for name in ("a", "b"):
+        write(tmp_path / f"src/images/{name}.png", png)
+        write(tmp_path / f"src/labels/{name}.txt", "1 0.5 0.5 0.2 0.2")
+    with pytest.raises(SourceError) as caught:
+        pack(tmp_path / "src", tmp_path / "out", PackOptions(workers=1))
+    said = str(caught.value)
+    assert said.startswith(
+        f"no image was packed from {tmp_path / 'src'}, 2 items skipped (the "
+        "first, images/a.png: labels/a.txt line 1: class 1 is not one of"
+    )
+    assert "no image found" not in said and not (tmp_path / "out" / "index.json").exists()
