@@ -400,22 +400,25 @@ def test_a_src_inside_a_yolo_dataset_is_told_to_pass_it(yolo: Path):
             scan(yolo / inside)
 
 
+def refused_as_all_skipped(files: dict[str, bytes | str], src: Path, first: str) -> None:
+    """Write `files` under src, pack it, and check the run says none was packed, each of its
+    images skipped, the first reason `first` (it said "no image found", of images there)."""
+    for name, data in files.items():
+        write(src / name, data)
+    with pytest.raises(SourceError) as caught:
+        pack(src, src.parent / "out", PackOptions(workers=1))
+    said = str(caught.value)
+    assert said.startswith(f"no image was packed from {src}, 2 items skipped (the first, {first}")
+    assert "no image found" not in said and not (src.parent / "out" / "index.json").exists()
+
+
 def test_a_set_whose_every_label_file_is_bad_says_its_images_were_skipped_not_missing(
     tmp_path: Path,
 ):
     """data.yaml naming fewer classes than every label file uses: the run said 'no image found
-    in images', where both images were. Now it says, as for any source, that none was packed,
-    how many were skipped and the first reason."""
+    in images', where both images were."""
     png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
-    write(tmp_path / "src/data.yaml", "names: [a]\n")
-    for name in ("a", "b"):
-        write(tmp_path / f"src/images/{name}.png", png)
-        write(tmp_path / f"src/labels/{name}.txt", "1 0.5 0.5 0.2 0.2")
-    with pytest.raises(SourceError) as caught:
-        pack(tmp_path / "src", tmp_path / "out", PackOptions(workers=1))
-    said = str(caught.value)
-    assert said.startswith(
-        f"no image was packed from {tmp_path / 'src'}, 2 items skipped (the "
-        "first, images/a.png: labels/a.txt line 1: class 1 is not one of"
-    )
-    assert "no image found" not in said and not (tmp_path / "out" / "index.json").exists()
+    files = {"data.yaml": "names: [a]\n", **{f"images/{n}.png": png for n in "ab"},
+             **{f"labels/{n}.txt": "1 0.5 0.5 0.2 0.2" for n in "ab"}}  # fmt: skip
+    first = "images/a.png: labels/a.txt line 1: class 1 is not one of data.yaml's 1 classes"
+    refused_as_all_skipped(files, tmp_path / "src", first)
