@@ -358,7 +358,8 @@ class _Split:
 
     def _skip(self, key: str, reason: str) -> None:
         if self.options.on_error == "fail":
-            raise SourceError(f"{key}: {reason} (", Option("on_error", "fail"), ")")
+            raise SourceError(f"{key}: {reason}; fix it, or pass ", Option("on_error", "skip"),
+                              " to leave it out")  # fmt: skip
         self.skipped.append((key, reason))
 
     def _images(self, entries: list) -> dict[int, tuple[str, int, int]]:
@@ -415,7 +416,8 @@ class _Split:
             category = annotation.get("category_id")
             if not _count(category) or category not in self.label_of:
                 raise _BadAnnotation(annotation, f"category_id {_shown(category)} is not among "
-                                                 "the categories")  # fmt: skip
+                                                 "the categories; fix it or add its category to "
+                                                 "the JSON's categories")  # fmt: skip
             if not _count(annotation.get("id")):
                 raise _BadAnnotation(annotation, "its id is not a 64-bit integer")
             x, y, w, h = bbox  # the worker clips it to the image, as detectron2 clips them

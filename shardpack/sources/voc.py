@@ -193,9 +193,8 @@ def scan_voc(
                     skipped.append((entry.name, str(e)))
                     continue
                 found.setdefault(split, []).append((entry.name, entry.size, objects))
-    if not found:
-        first = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
-        raise SourceError(f"{root.path()}: no image found in JPEGImages/{first}")
+    if not found and not skipped:  # all skipped: the pack says so, as of any source
+        raise SourceError(f"{root.path()}: no image found in JPEGImages/")
     classes = _classes(found, root.path())
     position = {name: i for i, name in enumerate(classes)}
     splits = {}

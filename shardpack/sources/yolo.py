@@ -158,10 +158,9 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
         most = max((max(i.fields[LABEL], default=-1) for s in splits.values() for i in s),
                    default=-1)  # fmt: skip
         names = tuple(str(i) for i in range(most + 1))
-    if not splits:
-        first = f"; the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
+    if not splits and not skipped:  # all skipped: the pack says so, as of any source
         folders = few(f for fs in places.values() for f in fs)
-        raise SourceError(f"{where}: no image found in {folders}{first}")
+        raise SourceError(f"{where}: no image found in {folders}")
     masked = tally.rows["polygons"] > 0
     if masked:
         splits = {split: _with_masks(items, outlines[split]) for split, items in splits.items()}

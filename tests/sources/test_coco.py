@@ -290,7 +290,8 @@ def _second(doc: dict, **changes) -> None:
     ("change", "reason"),
     [
         (lambda d: _second(d, bbox=[1, 2, 3]), "annotation 12: bbox [1, 2, 3] is not [x, y"),
-        (lambda d: _second(d, category_id=99), "annotation 12: category_id 99 is not among"),
+        (lambda d: _second(d, category_id=99), "annotation 12: category_id 99 is not among "
+         "the categories; fix it or add its category to the JSON's categories"),
         (lambda d: _second(d, segmentation={"size": [5, 5], "counts": "0"}),
          "RLE of size [5, 5], not the image's [80, 120]"),
         (lambda d: _second(d, keypoints=[1, 2]), "keypoints is not a list of (x, y, v)"),
@@ -324,8 +325,10 @@ def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, c
     (skipped,) = dataset.skipped
     assert skipped[0] == "val2017/a.png" and reason in skipped[1], skipped
     assert len(dataset.splits["val"]) == 2
-    with pytest.raises(SourceError, match=r"val2017/a\.png: annotation 12"):
+    # stopped, it says the way past as every source does (it said only "(on_error='fail')")
+    with pytest.raises(SourceError, match=r"val2017/a\.png: annotation 12") as stopped:
         scan(src, PackOptions(on_error="fail"))
+    assert str(stopped.value).endswith("; fix it, or pass on_error='skip' to leave it out")
 
 
 def test_an_annotation_id_used_twice_skips_the_image_of_the_second(tmp_path: Path):

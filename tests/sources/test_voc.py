@@ -20,7 +20,14 @@ from shardpack.packing.packer import pack
 from shardpack.sources import scan
 from shardpack.sources.voc import VOC_CLASSES
 from tests.packing.test_boxes import BOXES, TALL, TALL_BOXES, _photo
-from tests.sources.test_yolo import CASES, check_boxes, packed, turned_jpeg, write
+from tests.sources.test_yolo import (
+    CASES,
+    check_boxes,
+    packed,
+    refused_as_all_skipped,
+    turned_jpeg,
+    write,
+)
 
 CLASS_OF = {"red": "car", "green": "dog", "blue": "person"}
 # The annotated photos' objects: (class, box, difficult, truncated, pose); the turned one's
@@ -235,3 +242,13 @@ def test_a_src_inside_a_voc_folder_is_told_to_pass_it_and_one_beside_it_is_not(t
         with pytest.raises(SourceError) as caught:
             scan(tmp_path / src)
         assert "lies inside" not in str(caught.value) and "VOC" not in str(caught.value)
+
+
+def test_a_set_whose_every_xml_is_bad_says_its_images_were_skipped_not_missing(tmp_path):
+    """Every image there and every XML broken: the run said 'no image found in JPEGImages/',
+    sending the user to look for images that were there."""
+    jpeg = _jpeg(_photo(20, 40, {}))
+    files = {**{f"JPEGImages/{n}.jpg": jpeg for n in "ab"},
+             **{f"Annotations/{n}.xml": "<annotation" for n in "ab"}}  # fmt: skip
+    first = "JPEGImages/a.jpg: Annotations/a.xml: is not well-formed XML"
+    refused_as_all_skipped(files, tmp_path / "src", first)

@@ -398,3 +398,27 @@ def test_a_src_inside_a_yolo_dataset_is_told_to_pass_it(yolo: Path):
     for inside in ("data.yaml", "images"):
         with pytest.raises(SourceError, match=f"it lies inside a YOLO dataset .*, {yolo}: pass"):
             scan(yolo / inside)
+
+
+def refused_as_all_skipped(files: dict[str, bytes | str], src: Path, first: str) -> None:
+    """Write `files` under src, pack it, and check the run says none was packed, each of its
+    images skipped, the first reason `first` (it said "no image found", of images there)."""
+    for name, data in files.items():
+        write(src / name, data)
+    with pytest.raises(SourceError) as caught:
+        pack(src, src.parent / "out", PackOptions(workers=1))
+    said = str(caught.value)
+    assert said.startswith(f"no image was packed from {src}, 2 items skipped (the first, {first}")
+    assert "no image found" not in said and not (src.parent / "out" / "index.json").exists()
+
+
+def test_a_set_whose_every_label_file_is_bad_says_its_images_were_skipped_not_missing(
+    tmp_path: Path,
+):
+    """data.yaml naming fewer classes than every label file uses: the run said 'no image found
+    in images', where both images were."""
+    png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
+    files = {"data.yaml": "names: [a]\n", **{f"images/{n}.png": png for n in "ab"},
+             **{f"labels/{n}.txt": "1 0.5 0.5 0.2 0.2" for n in "ab"}}  # fmt: skip
+    first = "images/a.png: labels/a.txt line 1: class 1 is not one of data.yaml's 1 classes"
+    refused_as_all_skipped(files, tmp_path / "src", first)
