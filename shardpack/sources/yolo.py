@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from shardpack.errors import SourceError, install_hint, printable
+from shardpack.errors import SourceError, install_hint, plural, printable
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import BOX_REACH, Feature
 from shardpack.sources import shapes
@@ -233,14 +233,20 @@ class _Tally:
     def warnings(self) -> list[str]:
         said = []
         if self.rows["polygons"] and self.rows["boxes"]:
-            said.append(f"{self.rows['boxes']:,} objects in {self.files['boxes']:,} label files "
-                        f"are boxes without a polygon, beside {self.rows['polygons']:,} "
-                        "polygons (YOLO's segmentation format): their boxes are packed, and "
-                        f"no pixel of {MASK} is theirs")  # fmt: skip
+            boxes = self.rows["boxes"]
+            said.append(f"{plural(boxes, 'object')} in {plural(self.files['boxes'], 'label file')} "
+                        f"{'is a box' if boxes == 1 else 'are boxes'} without a polygon, beside "
+                        f"{plural(self.rows['polygons'], 'polygon')} (YOLO's segmentation "
+                        f"format): {'its box is' if boxes == 1 else 'their boxes are'} packed, "
+                        f"and no pixel of {MASK} is "
+                        f"{'its' if boxes == 1 else 'theirs'}")  # fmt: skip
         if self.rows["keypoints"]:
-            said.append(f"{self.rows['keypoints']:,} objects in {self.files['keypoints']:,} "
-                        "label files have keypoints (data.yaml's kpt_shape): their boxes are "
-                        "packed, the keypoints not yet")  # fmt: skip
+            held = self.rows["keypoints"]
+            said.append(f"{plural(held, 'object')} in "
+                        f"{plural(self.files['keypoints'], 'label file')} "
+                        f"{'has' if held == 1 else 'have'} keypoints (data.yaml's kpt_shape): "
+                        f"{'its box is' if held == 1 else 'their boxes are'} packed, the "
+                        "keypoints not yet")  # fmt: skip
         if self.repeated:
             said.append(f"{self.repeated:,} label rows repeat an earlier row of their file "
                         "(the same class and numbers): left out, each object packed once, as "

@@ -189,7 +189,7 @@ def test_yolo_boxes_follow_the_pixels(yolo_packed):
         )
         assert not cv2.imdecode(np.frombuffer(records[key]["mask"], np.uint8), -1).any()
     warnings = "\n".join(result["warnings"])
-    assert ("2 objects in 1 label files are boxes without a polygon, beside 4 polygons (YOLO's "
+    assert ("2 objects in 1 label file are boxes without a polygon, beside 4 polygons (YOLO's "
             "segmentation format): their boxes are packed, and no pixel of mask is theirs") in (
         warnings)  # fmt: skip
     assert "1 image with no object in a label file kept as negatives" in warnings
