@@ -29,7 +29,7 @@ def index_file_path(index: Index, file: str) -> str:
 
 
 class Records:
-    """Random access to one split's records: `len(records)`, `records[i]`.
+    """Random access to one split's records: `len(records)`, `records[i]`, `records[i:j]`.
 
     The index is loaded once; record i is found by bisecting the prefix sums of the shards'
     record counts; each shard is opened through its container the first time it is asked for
@@ -68,7 +68,9 @@ class Records:
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 
-    def __getitem__(self, i: int) -> dict[str, object]:
+    def __getitem__(self, i: int | slice) -> dict[str, object] | list[dict[str, object]]:
+        if isinstance(i, slice):  # records[10:20], as a list's: each record read in turn
+            return [self[j] for j in range(*i.indices(len(self)))]
         asked = i = operator.index(i)
         size = len(self)
         if i < 0:

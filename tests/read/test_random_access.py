@@ -18,7 +18,7 @@ from shardpack.errors import IndexFormatError, OutputError, ShardpackError
 from shardpack.options import PackOptions
 from shardpack.packing.daliindex import write_index_files
 from shardpack.packing.packer import pack
-from shardpack.read.random_access import read_record
+from shardpack.read.random_access import Records, read_record
 from shardpack.read.stream import iter_examples
 from tests import helpers
 from tests.helpers import at, make_tree
@@ -69,6 +69,9 @@ def test_read_record_is_the_ith_record(packed: Path, tmp_path: Path):
     bare = Path(shutil.copytree(packed, tmp_path / "bare"))
     shutil.rmtree(bare / "idx")  # without index files it hops over headers instead
     assert read_record(bare, "train", 7) == every[7]
+    with Records(packed, "train") as records:  # a slice as a list's, negative steps too
+        assert records[2:5] == every[2:5] and records[::-3] == every[::-3]
+        assert records[len(every) :] == []
     with pytest.raises(IndexError):
         read_record(packed, "train", len(every))
     with pytest.raises(IndexError, match=f"record {-len(every) - 1} is outside split 'train' of "
