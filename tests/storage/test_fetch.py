@@ -772,6 +772,23 @@ def test_a_timeout_past_what_a_socket_takes_is_refused_in_one_line():
     assert FetchPolicy.of(PackOptions(), {"read_timeout": 86_400}).read_timeout == 86_400
 
 
+def test_a_timeout_spelled_as_img2dataset_spells_it_is_warned_of_as_pack_starts(tmp_path, site):
+    """--storage-option timeout=1 (img2dataset's --timeout) or read_timout=1 set no fetch's
+    timeout and pack said nothing: the server's stall was waited for at the default 30 s, the
+    user's 1 s silently unused. Warned of now, naming the key to pass, before any fetch."""
+    src = _manifest(tmp_path, [site.url("/img/0.png")])
+    given = ("--storage-option", "timeout=1", "--storage-option", "read_timout=2",
+             "--storage-option", "read_timeout=3", "--storage-option", "anon=true",
+             "--path-column", "url", "--allow-private-urls", "--workers", "1")  # fmt: skip
+    done = helpers.run_cli("pack", str(src), str(tmp_path / "out"), "--no-progress", *given)
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "sets no image URL's timeout" in line]
+    assert len(warned) == 2, done.stderr  # neither read_timeout itself nor anon (s3fs's)
+    assert warned[0].startswith("warning: --storage-option timeout=1 ") and warned[0].endswith(
+        "for image URLs, pass read_timeout=1")  # fmt: skip
+    assert warned[1].endswith("pass read_timeout=2"), warned
+
+
 def test_an_answer_dripping_its_status_or_headers_is_cut_off_at_the_total_timeout(site):
     """total_timeout bounded the body only: a server sending a header's byte, or a 100
     Continue, every 50 ms held the fetch for as long as it went on (forever, for a hostile
