@@ -80,6 +80,11 @@ def test_a_pack_of_jpegs_and_pngs_kept_says_datasets_refuses_its_samples(tmp_pat
 
     (line,) = said("kept")
     assert "2 formats (jpeg, png)" in line and "datasets.load_dataset(OUT) refuses" in line
+    assert "img2dataset" not in line
+    # img2dataset's naming: its readers' to_tuple("jpg", ...) failed on the PNG's sample, unsaid
+    (line,) = said("named", wds_naming="img2dataset")
+    assert "(to_tuple('jpg', 'txt', 'json')) finds no .jpg" in line, line
+    assert line.endswith("encoding them as jpeg names each .jpg, as img2dataset's default does")
     assert said("png", encode="png") == said("tfrecord", format="tfrecord") == []
 
 
