@@ -41,6 +41,9 @@ class PackResult:
             "warnings": [
                 *index.warnings,
                 *_formats_apart(index),
+                *index.container.naming_notes(
+                    (index.options or {}).get("wds_naming", "shardpack"), index.schema
+                ),
                 *_tfds_unnamed(index),
                 *self.notes,
             ],

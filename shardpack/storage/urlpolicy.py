@@ -78,7 +78,7 @@ def stray_timeouts(storage_options: Mapping[str, object] | None) -> list[str]:
         meant = near[0] if near else "read_timeout"
         warnings.append(f"--storage-option {key}={value} sets no image URL's timeout (it goes "
                         "to SRC's and OUT's filesystems alone): image URLs take "
-                        f"{', '.join(TIMEOUTS)}, img2dataset's --timeout is read_timeout; for "
+                        f"{', '.join(TIMEOUTS)}, img2dataset's timeout is read_timeout; for "
                         f"image URLs, pass {meant}={value}")  # fmt: skip
     return warnings
 
