@@ -49,6 +49,7 @@ from shardpack.sources import source_choices, sources_described
 from shardpack.sources.classlist import parse_classes
 from shardpack.storage import parse_options, store_failure
 from shardpack.storage.locations import local_file
+from shardpack.storage.urlpolicy import stray_timeouts
 
 app = typer.Typer(
     add_completion=False,
@@ -297,7 +298,10 @@ def _pack(
     with _user_errors():
         with long_lived():  # the check imports the container's module, and numpy
             options = _pack_options(given)
-        _run_pack(src, out, options, not no_progress, as_json, parse_options(storage_option or ()))
+        storage_options = parse_options(storage_option or ())
+        for warning in stray_timeouts(storage_options):  # now: not after a long run's fetches
+            print(f"warning: {printable(warning)}", file=sys.stderr)
+        _run_pack(src, out, options, not no_progress, as_json, storage_options)
 
 
 def _pack_signature() -> inspect.Signature:

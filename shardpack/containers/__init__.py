@@ -395,6 +395,11 @@ class Container:
             ShardpackError: naming the features and the fix.
         """
 
+    def naming_notes(self, naming: str, schema: Schema) -> list[str]:
+        """Warnings on a dataset written under the members' `naming` whose readers ask for a
+        member its `schema` gives no sample (img2dataset's .txt, without a caption)."""
+        return []
+
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
         num_bytes: int | None = None,

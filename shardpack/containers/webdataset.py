@@ -49,6 +49,7 @@ from shardpack.errors import RESTORE_SHARD, Option, RecordError, ShardpackError
 from shardpack.storage import HashingBlob, Sink
 
 if TYPE_CHECKING:
+    from shardpack.schema import Schema
     from shardpack.storage import Blob, Storage
 
 IMAGE, LABEL, FORMAT = "image", "label", "format"
@@ -467,6 +468,21 @@ class WebDataset(Container):
                 f": img2dataset's .json keeps {', '.join(map(repr, taken))} for its own fields; "
                 "rename that column",
             )
+
+    def naming_notes(self, naming: str, schema: Schema) -> list[str]:
+        """img2dataset's naming of a dataset with no `caption` but text columns (LAION's
+        `TEXT`): no sample holds the .txt that code written for img2dataset's output asks for."""
+        if naming != IMG2DATASET or CAPTION in schema:
+            return []
+        texts = [name for name, f in schema.extras.items() if f.text and f.shape == ()]
+        if not texts:
+            return []
+        said = ", ".join(map(repr, texts[:3])) + (", ..." if len(texts) > 3 else "")
+        return [f"no 'caption' column, so no sample holds a .txt (img2dataset writes one from "
+                "the column its caption_col names, renamed 'caption'), and code written for "
+                "its output (to_tuple('jpg', 'txt', 'json')) finds none; the text columns "
+                f"({said}) are in each .json: rename the captions' column to 'caption' for a "
+                ".txt"]  # fmt: skip
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -429,6 +429,17 @@ def crowded_warning(crowded: int) -> tuple[str, ...]:
     return (f"{_CROWDED}{crowded:,} images have hashes alike in most bits (flat, blank or "
             f"synthetic images?); each was compared with {near.MAX_BUCKET} of them alone, so "
             "near copies among them may be kept",)  # fmt: skip
+
+
+def with_splits(
+    skipped: Iterable[tuple[str, str]], groups: list[Group] | None
+) -> Iterator[tuple[str | None, str, str]]:
+    """(split, key, reason) of a dataset's (key, reason) skips: a copy --dedup left out (each
+    member of `groups` but the first) with its split, as a grow lists it; the scan's with none."""
+    split_of = {member[1]: member[0] for group in groups or () for member in group[1:]}
+    for key, reason in skipped:
+        copy = reason.startswith(("duplicate of ", "near duplicate of "))
+        yield (split_of.get(key) if copy else None), key, reason
 
 
 def drop_reasons(groups: list[Group], same: dict[Member, int]) -> dict[tuple[str, str], str]:

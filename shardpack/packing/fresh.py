@@ -137,7 +137,7 @@ class FreshPack:
         seconds = time.perf_counter() - self.start
         new_records = num_records - sum(r.num_records for r in planned.reused)
         to_write = len(plan.shards) - len(planned.reused)
-        failures = url_failures([*((None, *s) for s in dataset.skipped),
+        failures = url_failures([*duplicates.with_splits(dataset.skipped, self.groups),
                                  *((r.split, *s) for r in results for s in r.skipped)],
                                 listed)  # fmt: skip
         stats = PackStats(

@@ -299,7 +299,7 @@ class GrowPack:
                                  loose != self.held.loose or classed)  # fmt: skip
         noted = self._noted(copies)
         if retold:  # new copies or skips to report
-            _retell(out, old, told, contents, loose, copies, noted)
+            _retell(out, old, told, contents, loose, copies, noted, dataset)
             old = load_index(out)
         elif noted != self.held.noted:  # an older pack's copies noted: read no more
             write_contents(out, with_copies(contents, copies.groups, frozenset()), loose, noted)
@@ -346,7 +346,7 @@ class GrowPack:
         now = {file: numbered[file] for file in {**kept, **fresh}}  # the new index's shards
         told = _told(index, dataset, {**kept, **fresh}, loose, copies, options)
         run = Run(generation=self.generation, when=_now(), **summary)
-        failures = _failures(index.splits, now, loose, dataset)
+        failures = _failures(index.splits, now, loose, dataset, copies)
         stats = replace(old.stats, **stats, url_failures=counts(failures) if failures else None,
                         lossless=_lossless(now.values()))  # fmt: skip
         index = replace(index, **told, history=(*old.history, run)[-MAX_HISTORY:], stats=stats)
@@ -1000,13 +1000,17 @@ def _retell(
     loose: tuple[Skip, ...],
     copies: Copies,
     noted: Noted,
+    dataset: Dataset,
 ) -> None:
     """Write the index of a grow that wrote no shard but has new copies or skips to report (the
-    same plan: the stamps still hold)."""
+    same plan: the stamps still hold), and failures.jsonl just after, as a grow writing one."""
     index = replace(old, **told)
+    failures = _failures(index.splits, contents, loose, dataset, copies)
+    index = replace(index, stats=replace(index.stats, url_failures=counts(failures) or None))
     write_contents(out, with_copies(contents, copies.groups, frozenset()), loose, noted)
     write_outputs(out, index, [], False, tfds=not gaps.gap_moves(index))
     commit_index(out, index)
+    write_failures(out, failures)
 
 
 def _add_survivors(
@@ -1109,14 +1113,17 @@ def _grown(
 
 def _failures(
     splits: dict[str, SplitInfo], shards: dict[str, Entry], loose: tuple[Skip, ...],
-    dataset: Dataset,
+    dataset: Dataset, copies: Copies,
 ) -> list[dict]:  # fmt: skip
     """failures.jsonl's rows for the grown dataset: every URL skip its shards (`splits`:
-    the index's, `shards`: their entries) and the scan note, and the loose ones."""
+    the index's, `shards`: their entries) and the scan note, the copies --dedup leaves out and
+    the loose ones (the skips _told counts)."""
     noted = [(name, key, why) for name, split in splits.items() for shard in split.shards
              for key, why in zip(shards[shard.file]["skipped"],
                                  shards[shard.file]["reasons"], strict=True)]  # fmt: skip
-    skipped = [*((None, key, why) for key, why in dataset.skipped), *noted, *loose]
+    skipped = [*((None, key, why) for key, why in dataset.skipped),
+               *((split, key, why) for (split, key), why in copies.dropped.items()), *noted,
+               *loose]  # fmt: skip
     return url_failures(skipped, rows_of(dataset))
 
 

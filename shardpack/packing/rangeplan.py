@@ -15,9 +15,12 @@ from collections.abc import Iterable
 import numpy as np
 
 from shardpack.containers import CONTAINERS
+from shardpack.errors import plural
 from shardpack.options import PackOptions
 from shardpack.packing.plan import (
     BYTE_S,
+    CUT_WARNING,
+    FEW_ITEMS_PER_SHARD,
     ITEM_S,
     RAW_EXPANSION,
     Plan,
@@ -85,7 +88,25 @@ def make_range_plan(dataset: Dataset, name: str, options: PackOptions) -> Plan:
     }, sort_keys=True).encode()).hexdigest()  # fmt: skip
     encode = options.encode
     cost = RecordCost(row_bytes(options), {encode: ITEM_S[encode] + URL_BYTES * BYTE_S[encode]})
-    return Plan(shards, digest, (), cost, options.shuffle_kind)
+    warnings = _cut_warnings(split, count, per, rows, options)
+    return Plan(shards, digest, warnings, cost, options.shuffle_kind)
+
+
+def _cut_warnings(
+    split: str, count: int, per: int, rows: StreamedRows, options: PackOptions
+) -> tuple[str, ...]:
+    """What make_plan warns of a cut, for ranges of rows: a --shards count other than the one
+    made (a shard's rows lie in one file), or a --shard-size leaving few rows a shard."""
+    if options.shards is not None and count != options.shards:
+        return (f"{CUT_WARNING}{split}: {count:,} shards, not the {options.shards:,} asked: a "
+                f"streamed list's shard holds rows of one of its {len(rows.files):,} files, and "
+                "one row at least",)  # fmt: skip
+    if options.shards is None and count > 1 and per < FEW_ITEMS_PER_SHARD:
+        return (f"{CUT_WARNING}{split}: a shard size of {options.shard_size:,} bytes leaves "
+                f"about {plural(per, 'image')} per shard ({count:,} shards for {len(rows):,} "
+                f"images; each row taken for {row_bytes(options):,} bytes, unread); choose a "
+                "larger shard size or a shard count",)  # fmt: skip
+    return ()
 
 
 def failure_rows(plan: Plan, results: list[ShardResult]):

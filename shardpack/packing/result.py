@@ -41,6 +41,9 @@ class PackResult:
             "warnings": [
                 *index.warnings,
                 *_formats_apart(index),
+                *index.container.naming_notes(
+                    (index.options or {}).get("wds_naming", "shardpack"), index.schema
+                ),
                 *_tfds_unnamed(index),
                 *self.notes,
             ],
@@ -118,9 +121,17 @@ def _formats_apart(index: Index) -> list[str]:
     formats = sorted({f for s in summaries for f, n in s.get("formats", {}).items() if n})
     if len(formats) < 2:
         return []
+    # code written for img2dataset's output asks every sample for its --encode_format's member
+    theirs = (
+        ", and code written for img2dataset's output (to_tuple('jpg', 'txt', 'json')) finds no "
+        ".jpg in a sample of another; encoding them as jpeg names each .jpg, as img2dataset's "
+        "default does"
+        if (index.options or {}).get("wds_naming") == "img2dataset"
+        else "; encode them as jpeg or png for one"
+    )
     return [f"its samples hold images of {len(formats)} formats ({', '.join(formats)}) under "
             "as many extensions, which datasets.load_dataset(OUT) refuses (it takes one set of "
-            "members a pack); encode them as jpeg or png for one"]  # fmt: skip
+            f"members a pack){theirs}"]  # fmt: skip
 
 
 def _turned_upright(index: Index) -> int:

@@ -21,6 +21,7 @@ import http.client
 import io
 import itertools
 import random
+import re
 import select
 import socket
 import ssl
@@ -34,12 +35,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
 
+from shardpack.errors import printable
 from shardpack.signatures import sniff
 from shardpack.storage.failures import said
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, over_the_limit
 from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, opted_out, refusal
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_STATUS_SAID = re.compile(r" \(HTTP \d{3}\)$")  # how a failure's reason ends in its status
 _CHUNK = 1 << 16  # bytes a read takes at most: a body over the cap is refused within a chunk
 # Content-Encoding -> zlib's wbits: gzip's header, or zlib's (deflate as RFC 9110 means it)
 _ZLIB_WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}  # 16 + MAX_WBITS; MAX_WBITS
@@ -134,10 +137,13 @@ class Fetcher:
 
     def once(self, url: str, limit: int) -> bytes:
         """One try at `url`, following up to max_redirects redirects; raises as get does,
-        whether or not a retry could help (retry_in says)."""
-        for _ in range(self.policy.max_redirects + 1):
-            scheme, host, port, target = _parts(url)
-            status, headers, body = self._request(scheme, host, port, target, limit)
+        whether or not a retry could help (retry_in says). A failure past a redirect names
+        the URL it was sent to: the one listed may answer, with that redirect."""
+        for hops in range(self.policy.max_redirects + 1):
+            try:
+                status, headers, body = self._request(*_parts(url), limit)
+            except UrlFailed as e:
+                raise _redirected(e, url, hops > 0) from None
             if status in _REDIRECTS and headers.get("Location"):
                 try:
                     url = urllib.parse.urljoin(url, _utf8(headers["Location"]))
@@ -146,12 +152,14 @@ class Fetcher:
                 continue
             if status == 200:
                 if (wrong := _not_image(body, headers)) is not None:
-                    raise UrlFailed(wrong)
+                    raise _redirected(UrlFailed(wrong), url, hops > 0)
                 return body
             phrase = _phrase(status)
             if status == 429 or status >= 500:
-                raise UrlFailed(f"HTTP {phrase} (HTTP {status})", True, _retry_after(headers))
-            raise UrlFailed(f"HTTP {phrase} (HTTP {status})")
+                failed = UrlFailed(f"HTTP {phrase} (HTTP {status})", True, _retry_after(headers))
+            else:
+                failed = UrlFailed(f"HTTP {phrase} (HTTP {status})")
+            raise _redirected(failed, url, hops > 0)
         raise UrlFailed(f"too many redirects (over {self.policy.max_redirects})")
 
     def _request(
@@ -425,6 +433,18 @@ def _utf8(value: str) -> str:
     with suppress(UnicodeError):
         return value.encode("latin-1").decode("utf-8")
     return value
+
+
+def _redirected(failed: UrlFailed, url: str, moved: bool) -> UrlFailed:
+    """`failed`, naming the URL a redirect sent the fetch to (`moved`), cut to 200 characters
+    (a stranger's server wrote it), beside its HTTP status or after it; else as it is."""
+    if not moved:
+        return failed
+    where = f"redirected to {printable(url[:200])}"
+    reason = str(failed)
+    status = _STATUS_SAID.search(reason)
+    reason = f"{reason[:-1]}, {where})" if status else f"{reason} ({where})"
+    return UrlFailed(reason, failed.transient, failed.wait)
 
 
 def _tried(reason: str, tries: int) -> str:

@@ -63,6 +63,26 @@ class FetchPolicy:
         )
 
 
+def stray_timeouts(storage_options: Mapping[str, object] | None) -> list[str]:
+    """A warning for each --storage-option meant as an image URL's timeout that sets none: a
+    key holding "timeout" or a typo away from one of TIMEOUTS (img2dataset's `timeout`,
+    `read_timout`), which only SRC's and OUT's filesystems are given."""
+    import difflib
+
+    warnings = []
+    for key, value in (storage_options or {}).items():
+        said = key.lower().replace("-", "_")
+        near = difflib.get_close_matches(said, TIMEOUTS, n=1, cutoff=0.8)
+        if key in TIMEOUTS or not (near or "timeout" in said):
+            continue
+        meant = near[0] if near else "read_timeout"
+        warnings.append(f"--storage-option {key}={value} sets no image URL's timeout (it goes "
+                        "to SRC's and OUT's filesystems alone): image URLs take "
+                        f"{', '.join(TIMEOUTS)}, img2dataset's timeout is read_timeout; for "
+                        f"image URLs, pass {meant}={value}")  # fmt: skip
+    return warnings
+
+
 def _seconds(key: str, value: object) -> float:
     """A timeout given as --storage-option KEY=SECONDS."""
     if (

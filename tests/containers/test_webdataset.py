@@ -80,7 +80,33 @@ def test_a_pack_of_jpegs_and_pngs_kept_says_datasets_refuses_its_samples(tmp_pat
 
     (line,) = said("kept")
     assert "2 formats (jpeg, png)" in line and "datasets.load_dataset(OUT) refuses" in line
+    assert "img2dataset" not in line
+    # img2dataset's naming: its readers' to_tuple("jpg", ...) failed on the PNG's sample, unsaid
+    (line,) = said("named", wds_naming="img2dataset")
+    assert "(to_tuple('jpg', 'txt', 'json')) finds no .jpg" in line, line
+    assert line.endswith("encoding them as jpeg names each .jpg, as img2dataset's default does")
     assert said("png", encode="png") == said("tfrecord", format="tfrecord") == []
+
+
+def test_a_list_whose_captions_are_not_named_caption_says_its_samples_hold_no_txt(tmp_path):
+    """LAION's captions are its `TEXT` column: img2dataset's naming wrote no .txt for them (it
+    takes `caption`'s), pack said nothing, and code written for img2dataset's output failed at
+    the first sample (webdataset: "didn't find ['txt']"). A `caption` column, or no text
+    column at all (a bare list of URLs, as img2dataset writes it), says nothing."""
+    path = helpers.write_image(tmp_path / "0.jpg", helpers.image(0))
+
+    def said(columns: dict[str, object], out: str) -> list[str]:
+        src = helpers.write_csv(tmp_path / f"{out}.csv", [{"url": str(path), **columns}])
+        options = PackOptions(path_column="url", format="webdataset", wds_naming="img2dataset",
+                              workers=1)  # fmt: skip
+        return pack(src, tmp_path / out, options).to_json()["warnings"]
+
+    (line,) = said({"TEXT": "a photo", "NSFW": "UNLIKELY", "similarity": 0.3}, "laion")
+    assert line.startswith("no 'caption' column, so no sample holds a .txt"), line
+    assert line.endswith("the text columns ('NSFW', 'TEXT') are in each .json: rename the "
+                         "captions' column to 'caption' for a .txt")  # fmt: skip
+    assert said({"caption": "a photo", "TEXT": "x"}, "captioned") == []
+    assert said({"similarity": 0.3}, "bare") == []
 
 
 @pytest.mark.heavy  # webdataset imports torch

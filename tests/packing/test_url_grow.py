@@ -234,6 +234,33 @@ def test_a_grow_fetches_no_copy_dedup_left_out_until_its_kept_image_leaves(tmp_p
     assert verify(out).ok
 
 
+def test_a_grow_lists_the_copies_dedup_left_out_in_failures_jsonl_as_a_fresh_pack(tmp_path):
+    """A grow's failures.jsonl and stats.url_failures left out every copy --dedup skipped, held
+    or new, which its index.json counted: one writing shards listed the 404 alone, one writing
+    none kept the old file without its new copy. And a fresh pack named no split for a copy.
+    Each grow lists now what a fresh pack of its list lists, a copy with its split."""
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True, "dedup": "exact"}
+    with serving() as site:
+        src = _list(tmp_path, site, ["/twin/0.png", "/twin/1.png", "/img/5.png"])  # twins: 0
+        out, fresh = tmp_path / "out", tmp_path / "fresh"
+        pack(src, out, PackOptions(**given))
+        # /twin/10.png and /twin/11.png are copies of /img/5.png: the first grow writes /img/8.png
+        # into a shard, the second finds a copy alone and writes none
+        for added, nothing in ((["/twin/10.png", "/gone/7.png", "/img/8.png"], False),
+                               (["/twin/11.png"], True)):  # fmt: skip
+            rows = [{"url": site.url(path), "caption": "new"} for path in added]
+            helpers.write_csv(src, [*_rows(src), *rows])
+            grown = pack(src, out, PackOptions(**given, grow="update"))
+            assert grown.grow.get("nothing", False) is nothing, grown.grow
+            pack(src, fresh, PackOptions(**given, overwrite=True))
+            assert _failed(out) == _failed(fresh)
+            stats = [json.loads((o / "index.json").read_text())["stats"] for o in (out, fresh)]
+            assert stats[0]["url_failures"] == stats[1]["url_failures"]
+    assert Counter(row["error"] for row in _failed(out)) == {"duplicate": 3, "HTTP Not Found": 1}
+    assert {row["split"] for row in _failed(out)} == {"train"}
+    assert stats[0]["url_failures"] == {"duplicate": 3, "HTTP Not Found": 1}
+
+
 def test_a_grow_keeps_the_near_copies_dedup_near_left_out_unfetched(tmp_path):
     """--dedup near's copies left out and the held images they are near copies of are known by
     their noted hashes: an --update that changes nothing fetches nothing, and keeps them left

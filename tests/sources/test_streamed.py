@@ -168,6 +168,26 @@ def test_the_scan_holds_counts_and_the_plan_ranges(listed):
     assert again.digest == plan.digest
 
 
+def test_a_cut_other_than_asked_is_warned_of_as_a_list_read_whole_warns(listed):
+    """--shards 4 over three files of six rows made 6 shards, and --shard-size 200000 one row a
+    shard (each row taken for 128 KiB, unread), and pack said nothing of either, where a list
+    read whole warns of both. --shards 6 (two ranges a file) and the default size say nothing."""
+    _, lists, _, _, _ = listed
+
+    def warned(**given) -> tuple[str, ...]:
+        options = PackOptions(path_column="url", allow_private_urls=True, shuffle=False,
+                              **given)  # fmt: skip
+        return _planned(storage_at(str(lists)), options)[3].warnings
+
+    assert warned(shards=6) == warned() == ()
+    (line,) = warned(shards=4)
+    assert line == ("split train: 6 shards, not the 4 asked: a streamed list's shard holds "
+                    "rows of one of its 3 files, and one row at least")  # fmt: skip
+    (line,) = warned(shard_size=200_000)
+    said = "a shard size of 200,000 bytes leaves about 1 image per shard (18 shards for 18 images"
+    assert line.startswith(f"split train: {said}; each row taken for 131,072 bytes"), line
+
+
 def test_a_bad_row_stops_a_fail_run_naming_its_file_and_line(listed, tmp_path):
     _, lists, _, _, _ = listed
     with pytest.raises(ImageError, match=r"part-2\.jsonl line 3: not valid JSON"):

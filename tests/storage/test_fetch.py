@@ -712,10 +712,37 @@ def test_a_redirect_to_a_file_or_an_object_store_is_refused_and_nothing_read(sit
     scheme is refused before anything is opened (loopback and private addresses reached by a
     redirect are refused on the address connected: /meta.png in the test above)."""
     fetcher = Fetcher(FetchPolicy(allow_private=True))
-    for path, scheme in (("/tofile.png", "file"), ("/tos3.png", "s3")):
-        with pytest.raises(UrlFailed, match=rf"^refused scheme: {scheme}:// is not http\(s\)$"):
+    for path, where in (
+        ("/tofile.png", "file:///etc/hostname"),
+        ("/tos3.png", "s3://bucket/a.png"),
+    ):
+        scheme = where.partition(":")[0]
+        said = rf"^refused scheme: {scheme}:// is not http\(s\) \(redirected to {where}\)$"
+        with pytest.raises(UrlFailed, match=said):
             fetcher.get(site.url(path), 10_000)
         assert site.hits[path] == 1  # permanent: not asked again
+
+
+def test_a_failure_past_a_redirect_names_the_url_it_was_sent_to(site):
+    """A listed URL that redirects to one failing said only `connection refused` or `HTTP Not
+    Found (HTTP 404)`, and the URL failures.jsonl lists answered (a 302) when the user tried
+    it: the reason names where the redirect went, its kind and status unchanged; a failure
+    without a redirect reads as before."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=1))
+    site.gone, site.down = {"/img/5.png"}, {"/img/6.png"}
+    target = site.url("/img/5.png")
+    with pytest.raises(UrlFailed) as failed:
+        fetcher.get(site.url("/redirect/5.png"), 10_000)
+    assert str(failed.value) == f"HTTP Not Found (HTTP 404, redirected to {target})"
+    assert status_of(str(failed.value)) == 404 and not is_transient(str(failed.value))
+    with pytest.raises(UrlFailed) as failed:  # retried as ever, and counted so
+        fetcher.get(site.url("/redirect/6.png"), 10_000)
+    target = site.url("/img/6.png")
+    assert str(failed.value) == (f"HTTP Service Unavailable (HTTP 503, redirected to {target}, "
+                                 "after 2 tries)")  # fmt: skip
+    assert site.hits["/redirect/6.png"] == site.hits["/img/6.png"] == 2
+    with pytest.raises(UrlFailed, match=r"^HTTP Not Found \(HTTP 404\)$"):
+        fetcher.get(site.url("/img/5.png"), 10_000)
 
 
 def test_a_host_holding_a_space_or_a_control_character_is_a_bad_url(site):
@@ -770,6 +797,23 @@ def test_a_timeout_past_what_a_socket_takes_is_refused_in_one_line():
             with pytest.raises(StorageError, match=rf"^--storage-option {key}=.*at most 86400"):
                 FetchPolicy.of(PackOptions(), {key: value})
     assert FetchPolicy.of(PackOptions(), {"read_timeout": 86_400}).read_timeout == 86_400
+
+
+def test_a_timeout_spelled_as_img2dataset_spells_it_is_warned_of_as_pack_starts(tmp_path, site):
+    """--storage-option timeout=1 (img2dataset's --timeout) or read_timout=1 set no fetch's
+    timeout and pack said nothing: the server's stall was waited for at the default 30 s, the
+    user's 1 s silently unused. Warned of now, naming the key to pass, before any fetch."""
+    src = _manifest(tmp_path, [site.url("/img/0.png")])
+    given = ("--storage-option", "timeout=1", "--storage-option", "read_timout=2",
+             "--storage-option", "read_timeout=3", "--storage-option", "anon=true",
+             "--path-column", "url", "--allow-private-urls", "--workers", "1")  # fmt: skip
+    done = helpers.run_cli("pack", str(src), str(tmp_path / "out"), "--no-progress", *given)
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "sets no image URL's timeout" in line]
+    assert len(warned) == 2, done.stderr  # neither read_timeout itself nor anon (s3fs's)
+    assert warned[0].startswith("warning: --storage-option timeout=1 ") and warned[0].endswith(
+        "for image URLs, pass read_timeout=1")  # fmt: skip
+    assert warned[1].endswith("pass read_timeout=2"), warned
 
 
 def test_an_answer_dripping_its_status_or_headers_is_cut_off_at_the_total_timeout(site):
