@@ -363,8 +363,10 @@ else:
     with torch_held_out():
         import webdataset as wds
         samples = list(wds.WebDataset(files, shardshuffle=False, empty_check=False))
-    for sample in samples:
-        record = {{name: flat(v) for name, v in json.loads(sample["json"]).items()}}
+    import numpy
+    for sample in samples:  # a .json's float is a float32 feature's text: read as float32
+        record = {{name: [float(numpy.float32(x)) if type(x) is float else x for x in flat(v)]
+                   for name, v in json.loads(sample["json"]).items()}}
         record["image"] = flat(next(sample[e] for e in ("jpg", "png", "webp") if e in sample))
         if "cls" in sample:
             record["label"] = [int(sample["cls"])]

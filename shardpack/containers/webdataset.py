@@ -139,7 +139,7 @@ def _parse_header(block: bytes, fault, offset: int) -> tuple[str, int]:
     return name.decode("ascii"), int(block[_SIZE][:11], 8)
 
 
-_AS_THEY_ARE = {int, str, float}  # what a sample's JSON holds as it is: most of its values
+_AS_THEY_ARE = {int, str}  # what a sample's JSON holds as it is: most of its values
 # One encoder for every sample's JSON: json.dumps with these options builds one a call, and so
 # does JSONEncoder.encode (its C encoder, a third of a sample's JSON): that one is made once here
 # (no circular check: a sample's values are plain lists and scalars, made fresh by _json_value).
@@ -158,13 +158,20 @@ _PADDINGS = [b"\0" * n for n in range(_BLOCK)]  # a member of n bytes ends in _P
 
 
 def _json_value(value: object) -> object:
+    """A feature's value as a sample's JSON holds it: a float (every float feature is float32)
+    as the shortest text that reads back to its float32, as the list had it (0.4), not as
+    the float32 widened (0.4000000059604645: img2dataset's JSON keeps the list's float)."""
     if type(value) in _AS_THEY_ARE:
         return value
     if isinstance(value, bytes):
         return os.fsdecode(value)  # a file name that is not UTF-8 survives as \udcXX escapes
     if isinstance(value, (list, tuple)):
         return [_json_value(v) for v in value]
+    if type(value) is float:  # a float32 feature's: as the shortest text of its float32
+        value = np.float32(value)
     if isinstance(value, np.ndarray | np.generic):  # a number list (boxes, labels): as Python's
+        if value.dtype == np.float32:  # each float32 as its shortest text, which reads back to
+            return value.astype(str).astype(float).tolist()  # it: 0.4, not 0.4000000059604645
         return value.tolist()
     return value
 
@@ -385,8 +392,11 @@ def _decode(
 
 
 def _listed(value: object) -> list:
+    """A .json value as a feature's list: text as bytes, a float as the float32 it stands for
+    (every float feature is float32: as the other containers read it back)."""
     values = value if isinstance(value, list) else [value]
-    return [os.fsencode(v) if isinstance(v, str) else v for v in values]
+    return [os.fsencode(v) if isinstance(v, str) else float(np.float32(v)) if type(v) is float
+            else v for v in values]  # fmt: skip
 
 
 def _pixels(data: bytes, path: str, offset: int) -> bytes:

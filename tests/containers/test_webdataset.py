@@ -24,7 +24,7 @@ def packed(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
     for i in range(4):
         size = (20, 30) if i == 0 else (24, 32)
         path = helpers.write_image(root / f"{i}.jpg", helpers.image(i, *size))
-        rows[str(path)] = {"url": str(path), "caption": f"photo {i}", "score": i / 2,
+        rows[str(path)] = {"url": str(path), "caption": f"photo {i}", "score": 0.3 + i / 10,
                            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                            "size": size}  # fmt: skip
     src = helpers.write_csv(
@@ -127,6 +127,7 @@ def test_webdataset_reads_it_as_img2dataset_docs_show(packed):
             assert (meta["original_height"], meta["original_width"]) == row["size"]
             assert (meta["height"], meta["width"], meta["status"]) == (16, 16, "success")
             assert meta["sha256"] == row["sha256"]  # of the bytes as they came, as img2dataset's
+            # a float32 feature's shortest text, as the list had it: 0.4, not 0.4000000059604645
             assert meta["error_message"] is None and meta["score"] == row["score"]
         assert sorted(seen) == sorted(rows)
         keys = [s["__key__"] for s in wds.WebDataset(str(shard), shardshuffle=False)]
