@@ -75,6 +75,16 @@ class Option:
         )
 
 
+# What ends a message of an item that --on-error fail stopped the run at: the flag past it.
+SKIP_HINT = ("pass ", Option("on_error", "skip"), " to leave it out")
+
+
+def way_past(reason: str) -> tuple[str | Option, ...]:
+    """What follows an item's `reason` where --on-error fail stopped the run: the fix (the
+    reason's own, where it names one after "; fix") and the flag that skips the item instead."""
+    return (", or " if "; fix " in reason else "; fix it, or ", *SKIP_HINT)
+
+
 def said_value(text: str, value: object) -> str:
     """A value's `text` for a message: escaped, and a collection's cut short (a path whole)."""
     return shortened(printable(text)) if isinstance(value, tuple | list) else printable(text)

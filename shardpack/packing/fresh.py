@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import NoReturn
 
 from shardpack.containers import CONTAINERS
-from shardpack.errors import ImageError, Option, OptionError, SourceError, printable
+from shardpack.errors import ImageError, Option, OptionError, SourceError, printable, way_past
 from shardpack.index import Index, PackStats
 from shardpack.options import MAX_NAME_CHARS, PackOptions, safe_name
 from shardpack.packing import duplicates, stamps
@@ -41,7 +41,7 @@ from shardpack.packing.urlfailures import (
     url_failures,
     write_failures,
 )
-from shardpack.packing.writing import SKIP_HINT, Planned
+from shardpack.packing.writing import Planned
 from shardpack.sources import Dataset, scan
 from shardpack.storage import Storage
 from shardpack.storage.urlspool import UrlSpool
@@ -219,7 +219,7 @@ def _scan_and_plan(
     dataset = scan(src_root, options, storage_options)
     if options.on_error == "fail" and dataset.skipped:  # the scan's own refusals
         key, reason = dataset.skipped[0]
-        raise ImageError(key, f"{reason}; fix it, or ", *SKIP_HINT)
+        raise ImageError(key, reason, *way_past(reason))
     found = workers = None
     if options.dedup != "none":
         # the pass reads as the workers that write the shards, chosen now from the work it

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from shardpack.containers import HashingFile
-from shardpack.errors import ImageError, Option, WorkerDiedError
+from shardpack.errors import SKIP_HINT, ImageError, Option, WorkerDiedError
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.options import PackOptions
 from shardpack.packing import stamps
@@ -241,9 +241,6 @@ _CANCELLED = r".*(tasks which were still being processed|successfully executed +
 
 
 # The way past a bad item that --on-error fail stopped at.
-SKIP_HINT = ("pass ", Option("on_error", "skip"), " to leave it out")
-
-
 class _ProgressPoller:
     """Sums finished shards and the counts in workers' progress files for a callback."""
 

@@ -28,7 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 
-from shardpack.errors import Option, SourceError, printable
+from shardpack.errors import Option, SourceError, printable, way_past
 from shardpack.options import PackOptions
 from shardpack.schema import BOX_REACH, INT64, Feature, Schema
 from shardpack.sources import shapes
@@ -358,8 +358,7 @@ class _Split:
 
     def _skip(self, key: str, reason: str) -> None:
         if self.options.on_error == "fail":
-            raise SourceError(f"{key}: {reason}; fix it, or pass ", Option("on_error", "skip"),
-                              " to leave it out")  # fmt: skip
+            raise SourceError(f"{key}: {reason}", *way_past(reason))
         self.skipped.append((key, reason))
 
     def _images(self, entries: list) -> dict[int, tuple[str, int, int]]:

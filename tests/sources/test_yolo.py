@@ -318,8 +318,11 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     assert reasons["train/images/nan.png"] == ("train/labels/nan.txt line 1: 'nan' is not a "
                                                "finite number; fix the row")  # fmt: skip
     assert "mask" not in dataset.schema.extras  # the only polygon's image was skipped
-    with pytest.raises(ImageError, match=r"class\.png: train/labels/class\.txt line 2"):
+    with pytest.raises(ImageError, match=r"class\.png: train/labels/class\.txt line 2") as e:
         pack(src, tmp_path / "out", PackOptions(workers=1, on_error="fail"))
+    # its own fix, then the way past: "fix it" said after it no more
+    assert str(e.value).endswith("; fix the row or data.yaml's names, or pass on_error='skip' "
+                                 "to leave it out")  # fmt: skip
 
 
 # Anchors of lists of 9 aliases each: b29 stands for 9**30 strings, in a few hundred bytes.
