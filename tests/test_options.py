@@ -251,6 +251,8 @@ def test_pack_describe_and_preview_refuse_arguments_of_the_wrong_kind(tmp_path):
         describe(tmp_path, num_records=-1)
     with pytest.raises(ValueError, match=r"n must be a positive integer .*got: 0"):
         make_preview(tmp_path, tmp_path / "p.png", n=0)
+    with pytest.raises(TypeError, match=r"dest must be the image file to write .*got: None"):
+        make_preview(tmp_path, None)  # os.fspath's "expected str, bytes or os.PathLike"
 
 
 def test_pad_color_s_help_names_every_colour_it_takes():

@@ -60,6 +60,8 @@ def make_preview(
     """
     if not is_count(n):
         raise ValueError(f"n must be a positive integer (records to show), got: {n!r}")
+    if not isinstance(dest, str | os.PathLike):  # else os.fspath's TypeError, of no argument
+        raise TypeError(f"dest must be the image file to write (a str or path), got: {dest!r}")
     dest = os.fspath(dest)
     if (why := shell_slip(dest, "--out", "an image file name")) is not None:
         raise OutputError(why)
