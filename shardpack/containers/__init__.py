@@ -350,9 +350,6 @@ class Container:
     # is stored with it is written upright, not kept turned (its boxes would describe other
     # pixels than its readers show).
     shows_upright = False
-    # A sample names its image by the image's format (a tar member `.jpg` or `.png`): `datasets`
-    # takes one set of member names a pack, so a pack of several formats is said to be apart.
-    names_image_by_format = False
     # Its records are serialized tf.train.Example bytes: iter_raw and ShardReader.raw give
     # them undecoded, and a repack reads them so.
     raw_examples = False
@@ -395,9 +392,10 @@ class Container:
             ShardpackError: naming the features and the fix.
         """
 
-    def naming_notes(self, naming: str, schema: Schema) -> list[str]:
+    def naming_notes(self, naming: str, schema: Schema, formats: list[str]) -> list[str]:
         """Warnings on a dataset written under the members' `naming` whose readers ask for a
-        member its `schema` gives no sample (img2dataset's .txt, without a caption)."""
+        member some samples lack: its `schema` gives none (img2dataset's .txt, without a
+        caption), or its images' `formats` (those stored) name members apart."""
         return []
 
     def iter_records(

@@ -455,6 +455,39 @@ def _samples(tar: _Tar) -> Iterator[tuple[int, Example | RecordError]]:
     tar.check_end(offset)
 
 
+def _formats_apart(naming: str, formats: list[str]) -> list[str]:
+    """A line where the samples name their images by several formats (.jpg, .png: --encode
+    keep of JPEGs and PNGs): `datasets.load_dataset` takes one set of member names a pack, and
+    code written for img2dataset's output asks every sample for its --encode_format's."""
+    if len(formats) < 2:
+        return []
+    theirs = (
+        ", and code written for img2dataset's output (to_tuple('jpg', 'txt', 'json')) finds no "
+        ".jpg in a sample of another; encoding them as jpeg names each .jpg, as img2dataset's "
+        "default does"
+        if naming == IMG2DATASET
+        else "; encode them as jpeg or png for one"
+    )
+    return [f"its samples hold images of {len(formats)} formats ({', '.join(formats)}) under "
+            "as many extensions, which datasets.load_dataset(OUT) refuses (it takes one set of "
+            f"members a pack){theirs}"]  # fmt: skip
+
+
+def _no_caption(naming: str, schema: Schema) -> list[str]:
+    """img2dataset's naming of a dataset with no `caption` but text columns (LAION's `TEXT`):
+    no sample holds the .txt that code written for img2dataset's output asks for."""
+    if naming != IMG2DATASET or CAPTION in schema:
+        return []
+    texts = [name for name, f in schema.extras.items() if f.text and f.shape == ()]
+    if not texts:
+        return []
+    said = ", ".join(map(repr, texts[:3])) + (", ..." if len(texts) > 3 else "")
+    return [f"no 'caption' column, so no sample holds a .txt (img2dataset writes one from the "
+            "column its caption_col names, renamed 'caption'), and code written for its output "
+            f"(to_tuple('jpg', 'txt', 'json')) finds none; the text columns ({said}) are in "
+            "each .json: rename the captions' column to 'caption' for a .txt"]  # fmt: skip
+
+
 class WebDataset(Container):
     """Tar shards for `webdataset.WebDataset`, `wids` and DALI's webdataset reader."""
 
@@ -462,7 +495,6 @@ class WebDataset(Container):
     framing = "tar headers"
     min_record_bytes = _BLOCK  # a sample is one member at least, each a 512-byte header
     media_type = "application/x-tar"
-    names_image_by_format = True  # .jpg, .png, .webp, .npy
     writer_class = _Writer
     shard_template = "{name}-{split}-{index:06d}.tar"
     shard_pattern = re.compile(NAME_SPLIT + r"-\d{6,}\.tar")
@@ -479,20 +511,8 @@ class WebDataset(Container):
                 "rename that column",
             )
 
-    def naming_notes(self, naming: str, schema: Schema) -> list[str]:
-        """img2dataset's naming of a dataset with no `caption` but text columns (LAION's
-        `TEXT`): no sample holds the .txt that code written for img2dataset's output asks for."""
-        if naming != IMG2DATASET or CAPTION in schema:
-            return []
-        texts = [name for name, f in schema.extras.items() if f.text and f.shape == ()]
-        if not texts:
-            return []
-        said = ", ".join(map(repr, texts[:3])) + (", ..." if len(texts) > 3 else "")
-        return [f"no 'caption' column, so no sample holds a .txt (img2dataset writes one from "
-                "the column its caption_col names, renamed 'caption'), and code written for "
-                "its output (to_tuple('jpg', 'txt', 'json')) finds none; the text columns "
-                f"({said}) are in each .json: rename the captions' column to 'caption' for a "
-                ".txt"]  # fmt: skip
+    def naming_notes(self, naming: str, schema: Schema, formats: list[str]) -> list[str]:
+        return [*_formats_apart(naming, formats), *_no_caption(naming, schema)]
 
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,

@@ -40,9 +40,10 @@ class PackResult:
             "ignored_files": list(index.ignored_files[:20]),
             "warnings": [
                 *index.warnings,
-                *_formats_apart(index),
                 *index.container.naming_notes(
-                    (index.options or {}).get("wds_naming", "shardpack"), index.schema
+                    (index.options or {}).get("wds_naming", "shardpack"),
+                    index.schema,
+                    _formats(index),
                 ),
                 *_tfds_unnamed(index),
                 *self.notes,
@@ -112,26 +113,10 @@ def _tfds_unnamed(index: Index) -> list[str]:
             f"instead ({names[0].replace('.', '_')!r}) for TFDS"]  # fmt: skip
 
 
-def _formats_apart(index: Index) -> list[str]:
-    """A line where the samples name their images by several formats (--encode keep of JPEGs
-    and PNGs in tars): `datasets.load_dataset` takes one set of member names a pack."""
-    if not index.container.names_image_by_format:
-        return []
+def _formats(index: Index) -> list[str]:
+    """The formats its images are stored in, by the splits' statistics."""
     summaries = (index.summaries or {}).values()
-    formats = sorted({f for s in summaries for f, n in s.get("formats", {}).items() if n})
-    if len(formats) < 2:
-        return []
-    # code written for img2dataset's output asks every sample for its --encode_format's member
-    theirs = (
-        ", and code written for img2dataset's output (to_tuple('jpg', 'txt', 'json')) finds no "
-        ".jpg in a sample of another; encoding them as jpeg names each .jpg, as img2dataset's "
-        "default does"
-        if (index.options or {}).get("wds_naming") == "img2dataset"
-        else "; encode them as jpeg or png for one"
-    )
-    return [f"its samples hold images of {len(formats)} formats ({', '.join(formats)}) under "
-            "as many extensions, which datasets.load_dataset(OUT) refuses (it takes one set of "
-            f"members a pack){theirs}"]  # fmt: skip
+    return sorted({f for s in summaries for f, n in s.get("formats", {}).items() if n})
 
 
 def _turned_upright(index: Index) -> int:
