@@ -435,11 +435,10 @@ def with_splits(
     skipped: Iterable[tuple[str, str]], groups: list[Group] | None
 ) -> Iterator[tuple[str | None, str, str]]:
     """(split, key, reason) of a dataset's (key, reason) skips: a copy --dedup left out (each
-    member of `groups` but the first) with its split, as a grow lists it; the scan's with none."""
+    member of `groups` but the first: keys are unique across the splits) with its split, as a
+    grow lists it; the scan's with none."""
     split_of = {member[1]: member[0] for group in groups or () for member in group[1:]}
-    for key, reason in skipped:
-        copy = reason.startswith(("duplicate of ", "near duplicate of "))
-        yield (split_of.get(key) if copy else None), key, reason
+    return ((split_of.get(key), key, reason) for key, reason in skipped)
 
 
 def drop_reasons(groups: list[Group], same: dict[Member, int]) -> dict[tuple[str, str], str]:
