@@ -656,6 +656,18 @@ def worker_pids(parent: int) -> list[int]:
     return pids
 
 
+def handed_over(folder: Path, pattern: str, workers: list[int]) -> bool:
+    """Whether a file in `folder` matching `pattern` is open in none of these workers: a shard
+    a worker wrote and handed over for its packing process to commit (Sink.hand_over)."""
+    held = set()
+    for pid in workers:
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    held.add(os.path.realpath(os.readlink(fd)))
+    return any(os.path.realpath(p) not in held for p in folder.glob(pattern))
+
+
 def gone(pids: list[int]) -> bool:
     """Whether none of these processes is there any more (a killed run's workers die a moment
     after it, holding OUT's lock until then)."""

@@ -55,7 +55,7 @@ from shardpack.errors import (
     os_error_fix,
 )
 from shardpack.schema import Schema
-from shardpack.storage import Blob, HashingBlob, Sink, Storage, storage_at
+from shardpack.storage import Blob, Handover, HashingBlob, Sink, Storage, storage_at
 
 Features = Mapping[str, object]  # as written: name -> bytes, str, int, float or a list of one
 Example = dict[str, list]  # as read: name -> list of bytes, int or float
@@ -90,11 +90,15 @@ class ShardWriter:
     """Write one shard through a storage Sink; it appears under its name only on success.
 
     Leaving the `with` block normally commits the sink (local disk: fsync and rename; object
-    store: the upload completes); an exception discards it. `result` then holds a WriteResult.
+    store: the upload completes), or hands it over (`handed`); an exception discards it.
+    `result` then holds a WriteResult.
     Subclasses implement _open, _append and _close.
     """
 
     by_path = False  # the container's library writes the file itself, through sink.fd
+    # In a worker forked by the packing process (forkpool): the shards' sinks handed over for
+    # it to commit (Sink.hand_over), in the order written; None: each commits as it closes.
+    handed: list[Handover] | None = None
 
     def __init__(
         self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None
@@ -142,7 +146,10 @@ class ShardWriter:
             if exc_type is not None:  # the block's exception propagates; nothing is committed
                 sink.discard()
                 return
-            sink.commit()
+            if ShardWriter.handed is None:
+                sink.commit()
+            elif (handed := sink.hand_over()) is not None:
+                ShardWriter.handed.append(handed)
         except OSError as e:
             sink.discard()
             raise OutputError.writing(sink.name, e) from None

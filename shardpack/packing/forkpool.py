@@ -30,11 +30,13 @@ from joblib import Parallel, delayed
 from joblib.parallel import ParallelBackendBase
 
 # PackedItems as _PackedItems, PACKED_CHUNK: the names tests and benchmarks import from here
+from shardpack.containers import ShardWriter
+from shardpack.errors import OutputError
 from shardpack.packing.packeditems import PACKED_CHUNK  # noqa: F401
 from shardpack.packing.packeditems import PackedItems as _PackedItems
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.packing.worker import next_files, write_shard
-from shardpack.storage.base import Files
+from shardpack.storage.base import Files, Handover
 from shardpack.storage.imageroot import close_started
 
 if TYPE_CHECKING:
@@ -55,10 +57,17 @@ _reserved: int | None = None
 
 
 def run_local(
-    specs: list[ShardSpec], args: tuple, workers: int, prepare: Callable[[], None] | None = None
+    specs: list[ShardSpec],
+    args: tuple,
+    workers: int,
+    complete: Callable[[Handover], None],
+    prepare: Callable[[], None] | None = None,
 ) -> Iterator[ShardResult]:
     """Yield write_shard(spec, *args) of each spec as it finishes, on `workers` forked workers,
-    each calling `prepare` first.
+    each calling `prepare` first. A worker hands its shard's files over as they close
+    (Sink.hand_over): each is committed here with `complete` before its result is yielded,
+    while the worker writes its next shard (a disk's fsync of one shard no longer holds up the
+    next: benchmarks/README.md, "Seventeenth round").
 
     Closing the generator early (an error, Ctrl-C) kills every worker before it returns.
     """
@@ -83,7 +92,12 @@ def run_local(
     try:
         results = parallel(tasks)
         try:
-            for result in results:  # noqa: UP028  a close must reach `results` under the filter
+            for result, handed in results:
+                for each in handed:
+                    try:
+                        complete(each)
+                    except OSError as e:
+                        raise OutputError.writing(each.final, e) from None
                 yield result
         finally:
             with warnings.catch_warnings():  # joblib warns of the tasks a close cancels: meant
@@ -145,11 +159,13 @@ class ForkBackend(ParallelBackendBase):
             self._pool = None
 
 
-def _write_forked(*args) -> ShardResult:
+def _write_forked(*args) -> tuple[ShardResult, tuple[Handover, ...]]:
     """In a forked worker: write a shard of the run that forked it (_take), letting its
-    reading reserve the next (_reserve)."""
+    reading reserve the next (_reserve); returns its result and its files handed over."""
     source = args[-1]
-    return write_shard(_forked[_take()], *args, then=lambda: _reserve(source))
+    ShardWriter.handed = []  # none of a task that failed before
+    result = write_shard(_forked[_take()], *args, then=lambda: _reserve(source))
+    return result, tuple(ShardWriter.handed)
 
 
 def _take() -> int:
@@ -184,8 +200,9 @@ def _reserve(source: Source) -> tuple[str, Files] | None:
 
 
 def _start_worker(parent: int, prepare: Callable[[], None] | None) -> None:
-    """In each forked worker, first: _tie_to_parent, then `prepare`."""
+    """In each forked worker, first: _tie_to_parent, shards handed over, then `prepare`."""
     _tie_to_parent(parent)
+    ShardWriter.handed = []  # the packing process commits the shards (run_local)
     # a reserved shard's fetching ends with the worker (the pool's shutdown), not after it
     multiprocessing.util.Finalize(None, close_started, exitpriority=0)
     if prepare is not None:

@@ -162,7 +162,7 @@ def _with_listed(spec: ShardSpec) -> Iterable[tuple[Item, stamps.Stamp]]:
 
 def _writer(spec: ShardSpec, options: PackOptions, out: Storage, schema: Schema) -> ShardWriter:
     """The shard's writer: its container's, in OUT (the file appears under its name as it
-    closes)."""
+    closes, or as the packing process commits what a forked worker handed over)."""
     return CONTAINERS[options.format].writer(
         spec.file, options.compression, storage=out, schema=schema, naming=options.wds_naming
     )

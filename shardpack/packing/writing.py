@@ -217,7 +217,7 @@ def _run(
                 _mallopt(_GIVE_BACK)
                 workers = min(workers, len(specs))
                 prepare = partial(_prepare_worker, spare_core=workers < machine_cores())
-                yield from run_local(specs, args, workers, prepare)
+                yield from run_local(specs, args, workers, out.complete, prepare)
         return
     from joblib import Parallel, delayed, parallel_config
 

@@ -27,6 +27,7 @@ from shardpack.storage.base import (
     Blob,
     Entry,
     Folder,
+    Handover,
     HashingBlob,
     JournalWriter,
     Sink,
@@ -37,7 +38,8 @@ from shardpack.storage.local import LocalStorage
 from shardpack.storage.locations import LOCAL_SCHEMES, URL, is_url
 
 __all__ = [
-    "Blob", "Entry", "Folder", "HashingBlob", "JournalWriter", "Sink", "Storage", "StorageError",
+    "Blob", "Entry", "Folder", "Handover", "HashingBlob", "JournalWriter", "Sink", "Storage",
+    "StorageError",
     "is_store_failure", "is_url", "storage_at", "store_failure",
 ]  # fmt: skip
 

@@ -101,6 +101,13 @@ class HashingBlob(Blob):
         self.blob.close()
 
 
+class Handover(NamedTuple):
+    """A sink's file written and closed, not yet durable nor final: Sink.hand_over's."""
+
+    temp: str  # the hidden temporary file written
+    final: str  # the name it takes
+
+
 class Sink:
     """A new file or object being written; it appears under its final name only on commit().
 
@@ -123,6 +130,13 @@ class Sink:
     def commit(self) -> None:
         """Make the bytes durable and final under the name asked for."""
         raise NotImplementedError
+
+    def hand_over(self) -> Handover | None:
+        """Finish what only this process can, and return what another process of this machine
+        commits with Storage.complete (a disk's file: its fsync and rename, which the packing
+        process does while the worker that wrote it goes on); None: committed here."""
+        self.commit()
+        return None
 
     def discard(self) -> None:
         """Drop what was written: nothing appears under the final name. Safe to repeat."""
@@ -346,6 +360,14 @@ class Storage:
 
     def create(self, name: str, by_path: bool = False) -> Sink:
         """A Sink for a new file `name`; `by_path`: a library will write it through sink.fd."""
+        raise NotImplementedError
+
+    def complete(self, handed: Handover) -> None:
+        """Commit a sink another process handed over (Sink.hand_over): durable, then final.
+
+        Raises:
+            OSError: it cannot be.
+        """
         raise NotImplementedError
 
     def put(self, name: str, data: bytes) -> None:

@@ -29,6 +29,7 @@ from shardpack.storage.base import (
     Entry,
     Files,
     Folder,
+    Handover,
     JournalWriter,
     NextFiles,
     Sink,
@@ -267,6 +268,14 @@ class LocalStorage(Storage):
 
     def create(self, name: str, by_path: bool = False) -> Sink:
         return FileSink(self.path(name))
+
+    def complete(self, handed: Handover) -> None:
+        fd = open_regular(handed.temp)  # the same file: fsync makes its data durable
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(handed.temp, handed.final)
 
     def put(self, name: str, data: bytes) -> None:
         write_atomic(self.path(name), data)
@@ -518,6 +527,15 @@ class FileSink(Sink):
             self.discard()
             raise
         self._close()
+
+    def hand_over(self) -> Handover:
+        try:
+            self._file.flush()
+        except BaseException:
+            self.discard()
+            raise
+        self._close()
+        return Handover(self.name, self.final)
 
     def discard(self) -> None:
         with suppress(OSError):

@@ -15,6 +15,7 @@ import pytest
 from shardpack.read.stream import iter_examples
 from tests.helpers import (
     gone,
+    handed_over,
     image,
     run_cli,
     same_grown,
@@ -75,9 +76,9 @@ def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_
 
 @pytest.mark.slow
 def test_an_append_killed_as_its_first_shard_lands_reruns(tmp_path):
-    # Held, the parent cannot journal the shard a worker renames into place; killed then, it
-    # left that shard beside the old journal, and the rerun refused it as a stray: 'is there,
-    # but no index lists it, and the grow would write that name; move it away'
+    # Held, the parent cannot commit nor journal the shard a worker hands over (before, the
+    # worker renamed it into place: killed then, the parent left that shard beside the old
+    # journal, and the rerun refused it as a stray: 'is there, but no index lists it')
     src = _grow_src(tmp_path)
     clean, out = tmp_path / "clean", tmp_path / "out"
     for where in (clean, out):
@@ -93,8 +94,9 @@ def test_an_append_killed_as_its_first_shard_lands_reruns(tmp_path):
     wait_for(lambda: any(out.glob(".src-train.*.partial"))
              or {p.name for p in out.glob("src-train.*")} - listed)  # fmt: skip
     run.send_signal(signal.SIGSTOP)
-    try:  # a new shard at its final name
-        wait_for(lambda: {p.name for p in out.glob("src-train.*")} - listed)
+    try:  # a new shard written whole, handed over, or committed before the stop
+        wait_for(lambda: handed_over(out, ".src-train.*.partial", workers)
+                 or {p.name for p in out.glob("src-train.*")} - listed)  # fmt: skip
     finally:
         run.kill()
         run.wait(timeout=30)

@@ -24,6 +24,7 @@ from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from tests.helpers import (
     gone,
+    handed_over,
     image,
     run_cli,
     shard_files,
@@ -190,9 +191,9 @@ def test_workers_die_with_a_killed_parent_and_resume_completes(src, clean, tmp_p
 
 
 def test_a_parent_killed_as_its_first_shard_lands_is_resumed(src, clean, tmp_path):
-    # Held, the parent cannot journal the shard a worker renames into place; killed then, it
-    # left that shard and no journal, and every rerun (--resume too) was refused: 'exists and
-    # was not written by shardpack ...; choose an empty folder, or pass --overwrite'
+    # Held, the parent cannot commit nor journal the shard a worker hands over (before, the
+    # worker renamed it into place: killed then, the parent left that shard and no journal,
+    # and every rerun, --resume too, was refused: 'exists and was not written by shardpack')
     out = tmp_path / "out"
     run = _start(src, out)
     wait_for(lambda: len(worker_pids(run.pid)) == 2)
@@ -201,8 +202,9 @@ def test_a_parent_killed_as_its_first_shard_lands_is_resumed(src, clean, tmp_pat
     wait_for(lambda: any(out.glob(".src-train.tfrecord-*.partial"))
              or any(out.glob("src-train.tfrecord-*")))  # fmt: skip
     run.send_signal(signal.SIGSTOP)
-    try:
-        wait_for(lambda: any(out.glob("src-train.tfrecord-*")))  # a shard at its final name
+    try:  # a shard written whole, handed over, or committed before the stop
+        wait_for(lambda: handed_over(out, ".src-train.tfrecord-*.partial", workers)
+                 or any(out.glob("src-train.tfrecord-*")))  # fmt: skip
     finally:
         run.kill()
         run.wait(timeout=30)
@@ -210,6 +212,26 @@ def test_a_parent_killed_as_its_first_shard_lands_is_resumed(src, clean, tmp_pat
     resumed = _cli("pack", str(src), str(out), *JOB, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert _same_output(out, clean)
+
+
+def test_a_shard_is_final_only_once_the_packing_process_commits_it(src, clean, tmp_path):
+    # A forked worker hands its written shard over (closed, not yet fsynced nor renamed) and
+    # goes on with the next: the packing process makes it durable, final, then journals it.
+    # Held, it commits nothing: no worker puts a shard at its final name behind its back.
+    out = tmp_path / "out"
+    run = _start(src, out)
+    wait_for(lambda: len(worker_pids(run.pid)) == 2)
+    workers = worker_pids(run.pid)
+    run.send_signal(signal.SIGSTOP)
+    try:
+        final = set(out.glob("src-train.tfrecord-*"))  # committed before the stop: a few ms
+        wait_for(lambda: handed_over(out, ".src-train.tfrecord-*.partial", workers))
+        assert set(out.glob("src-train.tfrecord-*")) == final
+        assert _finished_shards(out) == len(final)
+    finally:
+        run.send_signal(signal.SIGCONT)
+    assert run.wait(timeout=300) == 0, run.stderr.read()
+    assert _same_output(out, clean) and not _leftovers(out)
 
 
 def test_file_size_limit_is_one_line_and_keeps_finished_shards(src, clean, tmp_path):
