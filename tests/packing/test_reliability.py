@@ -139,6 +139,30 @@ def test_signal_stops_cleanly_and_resume_completes(src, clean_as, tmp_path, sig,
     assert _same_output(out, clean_as(fmt))
 
 
+# A Ctrl-C as the workers fork: the packing process's, sent as it forks (where an at-fork
+# handler swallowed it: the run went on to exit 0), and the group's, sent from a worker just
+# forked (before it ignores SIGINT: its traceback, and "a worker died ... out-of-memory").
+_AT_FORK = {
+    "parent": "os.register_at_fork(before=lambda: os.kill(os.getpid(), signal.SIGINT))",
+    "group": "os.register_at_fork(after_in_child=lambda: os.killpg(0, signal.SIGINT))",
+}
+
+
+@pytest.mark.parametrize("whom", sorted(_AT_FORK))
+def test_a_ctrl_c_as_the_workers_fork_stops_the_run_in_one_line(src, tmp_path, whom):
+    out = tmp_path / "out"
+    code = ("import os, signal, sys\n"
+            f"{_AT_FORK[whom]}\n"
+            "from shardpack.__main__ import main\n"
+            f"sys.argv = ['shardpack', 'pack', *{[str(src), str(out), *JOB]!r}]\n"
+            "main()\n")  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, start_new_session=True)  # fmt: skip
+    assert run.returncode == 130, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "--resume" in run.stderr, run.stderr
+    assert not (out / "index.json").exists() and not _leftovers(out)
+
+
 def _writing_a_shard(pid: int) -> bool:
     """Whether the process holds a shard's temporary file open: it is mid-shard."""
     try:
