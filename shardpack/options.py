@@ -66,6 +66,8 @@ MAX_SPLIT_CHARS = 64
 # distinct photos 12 at least (median 30; 0.1% of pairs within 16). A 5% crop or a colour
 # shift is 4 bits away typically but up to 10-12: a larger --near-distance finds those.
 NEAR_DISTANCE = 4
+# --pad-color's default: white, as img2dataset's border.
+_DEFAULT_PAD = (255, 255, 255)
 
 # Options that change the bytes written; the rest (workers, backend...) only change how fast.
 _OUTPUT_FIELDS = (
@@ -194,6 +196,23 @@ def _check_transform(options: PackOptions) -> None:
                           f"{options.max_aspect!r}")  # fmt: skip
 
 
+def refuse_idle(options: PackOptions) -> None:
+    """Refuse an option that changes nothing in the run the others ask for, as --no-upscale
+    without --resize is: --pad-color without --resize-mode pad (the image would be stretched or
+    cut instead, silently), --near-distance without --dedup near. A fresh pack's check: a grow
+    takes the dataset's own options, which an older pack kept whatever they were."""
+    if options.pad_color != _DEFAULT_PAD and options.resize_mode != "pad":
+        raise OptionError(Option("pad_color"), " colours the border of ",
+                          Option("resize_mode", "pad"), ", and this run does not pad; pass ",
+                          Option("resize_mode", "pad"), " (with ", Option("resize"),
+                          "), or drop ", Option("pad_color"))  # fmt: skip
+    if options.near_distance != NEAR_DISTANCE and options.dedup != "near":
+        raise OptionError(Option("near_distance"), " is the distance of ",
+                          Option("dedup", "near"), ", and this run's is ",
+                          Option("dedup", options.dedup), "; pass ", Option("dedup", "near"),
+                          ", or drop ", Option("near_distance"))  # fmt: skip
+
+
 def check_positive(option: str, value: int | None) -> None:
     """Refuse a value under 1 of `option` (None, for an option left out, passes)."""
     if value is not None and value < 1:
@@ -304,7 +323,7 @@ class PackOptions:
     root: str | None = None
     format: str = DEFAULT_FORMAT
     resize_mode: str = "stretch"
-    pad_color: tuple[int, int, int] = (255, 255, 255)
+    pad_color: tuple[int, int, int] = _DEFAULT_PAD
     upscale: bool = True
     min_side: int | None = None
     max_aspect: float | None = None

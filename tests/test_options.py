@@ -274,3 +274,42 @@ def test_a_name_shard_files_cannot_hold_is_refused_with_one_they_can():
     with pytest.raises(OptionError) as caught:
         PackOptions(name="---")  # nothing left to suggest
     assert str(caught.value).endswith("got: '---'")
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--pad-color", "black"], "--pad-color colours the border of --resize-mode pad, and "
+         "this run does not pad; pass --resize-mode pad (with --resize), or drop --pad-color"),
+        (["--pad-color", "black", "--resize", "8x8"], "this run does not pad"),
+        (["--near-distance", "8"], "--near-distance is the distance of --dedup near, and this "
+         "run's is --dedup none; pass --dedup near, or drop --near-distance"),
+        (["--near-distance", "8", "--dedup", "exact"], "this run's is --dedup exact"),
+    ],
+)  # fmt: skip
+def test_an_option_that_would_change_nothing_is_refused_before_anything_is_written(
+    tmp_path, flags, said
+):
+    """`--resize 256x256 --pad-color black` (no --resize-mode pad) stretched every image and
+    packed without a word, as --near-distance without --dedup near did: refused in one line,
+    as --no-upscale without --resize is."""
+    from tests.helpers import one_line_error, run_cli
+
+    src = make_tree(tmp_path / "src", {"a": 2, "b": 2})
+    done = run_cli("pack", str(src), str(tmp_path / "out"), "--no-progress", *flags)
+    assert said in one_line_error(done) and not (tmp_path / "out").exists()
+
+
+def test_pad_color_and_near_distance_pass_where_used_and_a_grow_takes_the_dataset_s(tmp_path):
+    from shardpack import pack
+
+    src = make_tree(tmp_path / "src", {"a": 2, "b": 2})
+    with pytest.raises(OptionError, match=r"pad_color= colours .* drop pad_color=$"):
+        pack(src, tmp_path / "refused", PackOptions(pad_color=(0, 0, 0)))
+    padded = PackOptions(resize=(8, 8), resize_mode="border", pad_color=(0, 0, 0), workers=1)
+    assert pack(src, tmp_path / "out", padded).num_records == 4
+    near = PackOptions(dedup="near", near_distance=8, workers=1)
+    assert pack(src, tmp_path / "near", near).num_records == 4
+    make_tree(src, {"c": 1}, seed=9)
+    grown = pack(src, tmp_path / "out", PackOptions(grow="append", workers=1))
+    assert grown.num_records == 5 and grown.index.options["pad_color"] == [0, 0, 0]

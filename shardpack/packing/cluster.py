@@ -65,7 +65,9 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[object]:
         socket.create_connection((host, int(address["port"])), timeout=10).close()
         client = Client(scheduler, timeout="10s")
     except OSError as e:
-        raise ClusterError(f"{scheduler}: cannot reach the Dask scheduler ({e})") from None
+        raise ClusterError(f"{scheduler}: cannot reach the Dask scheduler ({e}); check the "
+                           "address and that a scheduler runs there (dask scheduler), or drop ",
+                           Option("scheduler"), " for a local cluster") from None  # fmt: skip
     with client:
         yield client
 

@@ -11,7 +11,7 @@ from contextlib import closing
 from typing import Protocol
 
 from shardpack.errors import OutputError, SourceError, check_progress
-from shardpack.options import PackOptions
+from shardpack.options import PackOptions, refuse_idle
 from shardpack.packing.boxes import refuse_boxless, refuse_unmoved
 from shardpack.packing.collector import no_gc
 from shardpack.packing.fresh import FreshPack
@@ -83,6 +83,8 @@ def pack(
     refuse_shell_slips(src, "SRC")
     refuse_shell_slips(out, "OUT")
     options = options or PackOptions()
+    if options.grow == "none":  # a grow takes the dataset's own, which an older pack kept
+        refuse_idle(options)
     src_root = source_root(src, storage_options)  # refused before OUT is created if missing
     out = storage_at(out, storage_options)
     refuse_out_inside_src(src_root, out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import operator
 import os
 import re
@@ -111,7 +112,9 @@ def parse_classes(text: str) -> tuple[str, ...]:
             raise ShardpackError(f"{text}: cannot read the class list ({e.strerror})") from None
         if len(data) > MAX_CLASSES_FILE:
             raise ShardpackError(f"{text}: over {MAX_CLASSES_FILE} bytes; is it a class list?")
-        # lines end at \n alone: a name holding another line break is refused, not split
+        # lines end at \n alone: a name holding another line break is refused, not split;
+        # a byte-order mark (Notepad's and Excel's "UTF-8 with BOM") is no part of a name
+        data = data.removeprefix(codecs.BOM_UTF8)
         names = [class_name(line) for line in os.fsdecode(data).split("\n")]
         where = text
     elif "," not in text and text.lower().endswith(_LIST_FILES):

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from shardpack.errors import Option, SourceError, plural
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
-from shardpack.sources import cifar
+from shardpack.sources import cifar, repack
 from shardpack.sources.classlist import Listing, check_class_name, class_list, labelled
 from shardpack.sources.nearmisses import spaced_apart
 from shardpack.sources.scanprogress import listed
@@ -330,6 +330,8 @@ def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
     """What SRC holds instead of class folders with images, and what to pass instead (as the
     parts of a message); `passed`: the files the scan found that are no image."""
     entries = folder_entries(src)
+    if (unfinished := repack.unfinished_run(src)) is not None:
+        return unfinished
     for name, is_dir in entries:
         if is_dir and cifar.cifar_layout(src.child(name)) is not None:
             return (f"{src.path(name)} holds CIFAR batches: pass that folder as SRC",)

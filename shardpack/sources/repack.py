@@ -43,7 +43,7 @@ from shardpack.index import (
     load_index,
     record_fault,
 )
-from shardpack.layout import CONTENTS_NAME, INDEX_NAME
+from shardpack.layout import CONTENTS_NAME, INDEX_NAME, JOURNAL_FOLDER, JOURNAL_NAME, LOCK_NAME
 from shardpack.options import PackOptions
 from shardpack.schema import LABEL, Feature, Schema
 from shardpack.sources.classlist import check_class_names
@@ -76,8 +76,9 @@ class ShardpackSource(Source):
             if required or _ours(root):
                 return root
         elif required:
-            raise SourceError(f"{root.path()}: holds no {INDEX_NAME}; pass the output folder "
-                              "of a shardpack pack run")  # fmt: skip
+            raise SourceError(f"{root.path()}: holds no {INDEX_NAME}; ",
+                              *(unfinished_run(root) or ("pass the output folder of a "
+                                                         "shardpack pack run",)))  # fmt: skip
         return None
 
     def scan(
@@ -100,6 +101,19 @@ class ShardpackSource(Source):
 
     def default_name(self, dataset: Dataset) -> str:
         return _index(dataset.root).name
+
+
+def unfinished_run(root: Storage) -> tuple[str | Option, ...] | None:
+    """What to do where `root` is the OUT of a pack run that has written no index.json yet
+    (its journal or lock is there: a run still going, or one stopped), as a message's tail;
+    None where it is not."""
+    if root.kind(INDEX_NAME) is not None:
+        return None
+    if all(root.kind(name) is None for name in (JOURNAL_NAME, JOURNAL_FOLDER, LOCK_NAME)):
+        return None
+    return (f"it is the output of a pack run that has not written its {INDEX_NAME} yet (still "
+            "going, or stopped): let that run finish, or rerun it with ", Option("resume", True),
+            ", then pack its output")  # fmt: skip
 
 
 def _ours(root: Storage) -> bool:

@@ -421,6 +421,11 @@ def test_an_unreachable_scheduler_leaves_out_as_it_was(src, tmp_path):
     run = _process("pack", str(src), str(out), "--backend", "dask", "--scheduler",
                    f"tcp://127.0.0.1:{port}")  # fmt: skip
     _one_line_error(run, "cannot reach the Dask scheduler")
+    # the way on, not only what failed
+    assert run.stderr.strip().endswith(
+        "check the address and that a scheduler runs there "
+        "(dask scheduler), or drop --scheduler for a local cluster"
+    )
     assert not out.exists()
 
 

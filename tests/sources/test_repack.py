@@ -268,3 +268,23 @@ def test_a_raw_record_whose_sizes_disagree_with_its_pixels_is_named_and_skipped(
     assert reason == (f"{file} record 1: raw image of {size} bytes, fields say "
                       f"({height + 1}, {width}, {channels})")  # fmt: skip
     assert result.num_records == len(records) - 1
+
+
+def test_the_output_of_a_run_that_wrote_no_index_is_named_as_one_when_packed(tmp_path):
+    """An OUT whose run stopped before its index.json (here one that failed after its first
+    shard) packed as SRC is said to be a run's output to finish or resume, not a folder of
+    files to convert to images, nor no output of a pack run at all."""
+    tree = make_tree(tmp_path / "src", {"a": 3, "b": 3})
+    (tree / "b" / "zz.jpg").write_bytes(b"no image")  # the last item: the second shard fails
+    stopped = tmp_path / "stopped"
+    options = PackOptions(workers=1, shuffle=False, shards=2, on_error="fail")
+    with pytest.raises(ImageError):
+        shardpack.pack(tree, stopped, options)
+    assert (stopped / ".shardpack.journal").is_file() and not (stopped / "index.json").exists()
+    for extra in ((), ("--source", "shardpack")):
+        done = run_cli("pack", str(stopped), str(tmp_path / "again"), "--no-progress", *extra)
+        line = one_line_error(done, str(stopped), "has not written its index.json yet")
+        assert "rerun it with --resume" in line and "convert" not in line
+    with pytest.raises(SourceError, match=r"rerun it with resume=True, then pack its output"):
+        shardpack.pack(stopped, tmp_path / "again")
+    assert not (tmp_path / "again").exists()

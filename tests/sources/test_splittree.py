@@ -317,6 +317,22 @@ def test_parse_classes_from_a_list_or_a_file(tmp_path: Path):
         parse_classes(str(tmp_path / "clases.txt"))  # a typo, not a class named so
 
 
+def test_a_classes_file_saved_by_notepad_names_its_first_class_as_written(tmp_path: Path):
+    """A class list saved as "UTF-8 with BOM" and CRLF (Windows Notepad, Excel): the byte-order
+    mark was taken into the first name ('\ufeffcat'), whose images were all skipped as 'not in
+    --classes' in a run that exited 0."""
+    from tests.helpers import run_cli
+
+    listing = tmp_path / "classes.txt"
+    listing.write_bytes(b"\xef\xbb\xbfcat\r\ndog\r\n")
+    assert parse_classes(str(listing)) == ("cat", "dog")
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 1})
+    done = run_cli("pack", str(src), str(tmp_path / "out"), "--classes", str(listing),
+                   "--no-progress")  # fmt: skip
+    assert done.returncode == 0 and "2 classes: cat, dog" in done.stdout, done.stdout
+    assert _index(tmp_path / "out")["skipped"] == []
+
+
 @pytest.mark.parametrize("layout", ["folder", "split tree"])
 def test_classes_that_leave_out_every_image_say_which_classes_there_are(tmp_path: Path, layout):
     src = make_tree(tmp_path / "src", {"cat": 2, "dog": 1, "eel": 1})
