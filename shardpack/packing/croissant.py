@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from urllib.parse import quote
 
 from shardpack.containers import Container
@@ -113,8 +114,9 @@ def users_keys(out: Storage) -> dict:
     return {k: v for k, v in doc.items() if k not in _OURS}
 
 
-def croissant(index: Index, kept: dict | None = None) -> bytes:
-    """croissant.json of an index, with the user's own top-level keys `kept` (users_keys)."""
+def croissant(index: Index, kept: dict | None = None, present: Collection[str] = ()) -> bytes:
+    """croissant.json of an index, with the user's own top-level keys `kept` (users_keys) and
+    the names of OUT's files `present` (hubcard.data_files)."""
     schema, container = index.schema, index.container
     moved = index_geometry(index)
     distribution: list[dict] = []
@@ -126,7 +128,7 @@ def croissant(index: Index, kept: dict | None = None) -> bytes:
             distribution.append({
                 "@type": "cr:FileSet", "@id": files, "name": files,
                 "encodingFormat": container.media_type,
-                "includes": data_files(entry.shards),
+                "includes": data_files(entry.shards, present),
             })  # fmt: skip
             record_sets.append(_split_records(split, files, schema, moved))
     record_sets += [_classes(name, feature) for name, feature in schema.class_features.items()]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 from shardpack.cardheader import MAX_CARD_BYTES, load_header, opens_header, split_card
 from shardpack.errors import OutputError, classes_said, plural
@@ -146,8 +147,9 @@ def _users_text(body: str, path: str, ours: bool) -> tuple[str, str]:
     return body[:start].strip("\r\n"), body[stop:].strip("\r\n")
 
 
-def card(index: Index, kept: UsersCard = UsersCard()) -> bytes:
-    """The dataset card of an index, with what the user wrote in it `kept` (users_card). A
+def card(index: Index, kept: UsersCard = UsersCard(), present: Collection[str] = ()) -> bytes:
+    """The dataset card of an index, with what the user wrote in it `kept` (users_card) and
+    the names of OUT's files `present` (see data_files). A
     split without records (every image of it skipped) is left out: `datasets` refuses to load
     a dataset one of whose splits holds no data. The features are declared only where they are
     the files' columns (Parquet): `datasets` casts what it loads to them, and a tar's samples
@@ -173,7 +175,7 @@ def card(index: Index, kept: UsersCard = UsersCard()) -> bytes:
     lines += [f"  download_size: {total}", "configs:", "- config_name: default", "  data_files:"]
     for split, entry in listed.items():
         lines += [f"  - split: {_q(split)}", "    path:"]
-        lines += [f"    - {_q(file)}" for file in data_files(entry.shards)]
+        lines += [f"    - {_q(file)}" for file in data_files(entry.shards, present)]
     return _card(kept, lines, [f"# {index.name}", "", summary(index)])
 
 
@@ -228,10 +230,17 @@ def _yaml(mapping: dict, indent: str) -> list[str]:
     return lines
 
 
-def data_files(shards: Sequence[ShardInfo]) -> list[str]:
-    """A split's shards as data_files: one pattern for the numbered names, else each name."""
+def data_files(shards: Sequence[ShardInfo], present: Collection[str] = ()) -> list[str]:
+    """A split's shards as data_files: one pattern for the numbered names, else each name. Also
+    each name where the pattern matches a file among `present` (OUT's files' names) that is no
+    shard of the split (another's file named like one): `datasets` and mlcroissant would read it."""
     patterns = {re.sub(r"-\d+-of-\d+(?=(\.parquet)?$)", "-*", s.file) for s in shards}
-    return sorted(patterns) if len(patterns) == 1 else [s.file for s in shards]
+    ours = {s.file for s in shards}
+    if len(patterns) == 1 and not any(
+        fnmatchcase(name, *patterns) for name in present if name not in ours
+    ):
+        return sorted(patterns)
+    return [s.file for s in shards]
 
 
 def summary(index: Index) -> str:

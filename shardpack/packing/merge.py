@@ -8,7 +8,7 @@ import heapq
 import json
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
+from functools import cache, partial
 
 from shardpack.errors import shortened
 from shardpack.index import (
@@ -164,8 +164,12 @@ def _beside(out: Storage, index: Index, tfds: bool) -> dict[str, Callable[[], by
         shards = [(s.file, s.num_records, s.num_bytes) for s in entry.shards]
         for file, listing in index.container.split_files(index.name, split, shards).items():
             made[file] = partial(json_bytes, listing)
-    made[CARD_NAME] = lambda: card(index, users_card(out))  # the Hub's; the user's part kept
-    made[CROISSANT_NAME] = lambda: croissant(index, users_keys(out))  # the user's license kept
+    # OUT's files but those an update retires, listed once if either is made: neither lists
+    # another's file a pattern matches
+    gone = set(index.retired or ())
+    present = cache(lambda: [n for n, folder in out.entry_names() if not folder and n not in gone])
+    made[CARD_NAME] = lambda: card(index, users_card(out), present())  # the user's part kept
+    made[CROISSANT_NAME] = lambda: croissant(index, users_keys(out), present())  # and license
     return made
 
 

@@ -194,6 +194,9 @@ def prepare(
             writes (without overwrite), or a resume finds the options or the source changed.
     """
     state = read_state(out)
+    planned = {spec.file for spec in plan.shards}
+    written = planned | beside | OUTPUTS
+    refuse_folders(out, state, written)  # first: --overwrite would not help
     if state.ours and set(state.digests) != {plan.digest} and not overwrite:
         if state.has_index and state.digests[0] is None:  # broken, or not ours at all
             raise OutputError(f"{out.path(INDEX_NAME)}: not an index shardpack can read; pass ",
@@ -202,9 +205,6 @@ def prepare(
         raise PlanChanged(f"{out.root}: ", *_what_changed(state.journal_head, record),
                           "; pass ", _OVERWRITE, " to start over, or choose another output "
                           "folder")  # fmt: skip
-    planned = {spec.file for spec in plan.shards}
-    written = planned | beside | OUTPUTS
-    refuse_folders(out, state, written)
     check_kept(out, state)
     if not state.ours and not overwrite:
         clash = sorted(state.names & (written - KEPT_IN))

@@ -216,7 +216,8 @@ def source_root(
     try:
         kind = root.kind()
     except OSError as e:  # an object store refusing us (credentials, permissions)
-        raise SourceError(f"{where}: cannot read ({e}); check its permissions") from None
+        raise SourceError(f"{where}: cannot read ({e.strerror or e}); check its permissions "
+                          "and the credentials") from None  # fmt: skip
     named = any(source.takes_path(where) for source in registered_sources().values())
     if kind is None and manifest.is_manifest_name(where) and not named:
         raise SourceError(f"{where}: no such file; check the manifest's path")

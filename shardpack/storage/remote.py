@@ -62,6 +62,7 @@ _CHUNK = 1 << 20  # bytes handed to the upload thread at a time
 _QUEUED = 16  # chunks in flight to the upload thread: the most a worker runs ahead of it
 _READ_BLOCK = 4 << 20  # a reader's read-ahead: records stream, a shard is never fetched whole
 _LOCK_CAP = 4096
+_DELETE_BATCH = 1000  # keys a DeleteObjects request takes at most (S3's limit)
 _AHEAD = 16  # source files fetched at once by a worker (concurrent range requests)
 _AHEAD_BATCHES = 2  # batches fetched ahead of the one being read
 _HTTP = frozenset({"http", "https"})
@@ -296,14 +297,49 @@ class RemoteStorage(Storage):
             self.fs.pipe_file(self._key(name), data)
 
     def remove(self, names: Iterable[str]) -> None:
+        names = list(names)
         keys = [self._key(name) for name in names]
         if hasattr(self.fs, "call_s3") and not any(c in k for k in keys for c in "*?["):
-            if keys:  # S3's bulk delete: a request a thousand keys (gone ones are no error)
-                self.fs.rm(keys)
+            for start in range(0, len(keys), _DELETE_BATCH):
+                self._bulk_delete(names[start : start + _DELETE_BATCH])
             return
         for key in keys:
             with suppress(FileNotFoundError):
                 self.fs.rm_file(key)
+
+    def _bulk_delete(self, names: list[str]) -> None:
+        """S3's bulk delete of `names` (gone ones are no error). It answers 200 with the keys it
+        refused (a policy without s3:DeleteObject) in `Errors`, which s3fs's rm drops: raised
+        here, naming the first, so that no run goes on as if they were gone."""
+        bucket = self._base.partition("/")[0]
+        keys = {self._key(name).partition("/")[2]: name for name in names}
+        for name in names:
+            self.fs.invalidate_cache(self._key(name))
+        answer = self.fs.call_s3("delete_objects", Bucket=bucket, Delete={
+            "Objects": [{"Key": key} for key in keys], "Quiet": True})  # fmt: skip
+        # a key the store would not delete but that is not there (a policy refuses any key) is
+        # gone: the first refused that is there, if any, stops the run
+        refused = answer.get("Errors") or []
+        there = (e for e in refused if self._there(f"{bucket}/{e.get('Key')}"))
+        first = next(there, None)
+        if first is not None:
+            more = f" ({len(refused):,} keys refused)" if len(refused) > 1 else ""
+            code = errno.EACCES if first.get("Code") == "AccessDenied" else errno.EIO
+            name = keys.get(first.get("Key"), first.get("Key"))
+            # OSError picks its subclass by the code: PermissionError for EACCES
+            raise OSError(
+                code, f"{first.get('Message') or first.get('Code')}{more}", self.path(name)
+            )
+
+    def _there(self, key: str) -> bool:
+        """Whether an object is at `key`, asked now (a HEAD); one the store will not tell of is."""
+        try:
+            self.fs.info(key, refresh=True)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
+        return True
 
     def remove_partial(self, finals: Iterable[str]) -> list[str]:
         if not hasattr(self.fs, "call_s3"):

@@ -423,3 +423,25 @@ def test_raw_pixels_are_refused_for_parquet_in_one_line(tmp_path: Path):
     result = CliRunner().invoke(app, ["pack", str(src), str(tmp_path / "out"), "--format",
                                       "parquet", "--encode", "raw", "--no-progress"])  # fmt: skip
     assert result.exit_code == 2 and "--encode png" in result.output, result.output
+
+
+def test_a_file_of_another_named_like_a_shard_is_not_in_the_card_nor_croissant(tmp_path: Path):
+    """A Parquet file in OUT that is no shard of the pack but matches a split's pattern
+    (`src-train-*.parquet`: a copy of another pack's shard, left there by hand) was in the
+    card's configs and croissant.json's FileSet: `load_dataset(OUT)` read its rows too (or
+    failed on its schema) and mlcroissant gave its records. Such a split lists its shards by
+    name."""
+    other = tmp_path / "other"
+    pack(make_tree(tmp_path / "other-src" / "src", {"emu": 2}), other, PackOptions(
+        format="parquet", workers=1))  # fmt: skip
+    out = tmp_path / "out"
+    out.mkdir()
+    foreign = out / "src-train-00000-of-00009.parquet"
+    foreign.write_bytes((other / "src-train-00000-of-00001.parquet").read_bytes())
+    pack(make_tree(tmp_path / "src", {"cat": 2, "dog": 1}), out, PackOptions(
+        format="parquet", workers=1, shards=2))  # fmt: skip
+    ours = sorted(r["key"] for r in iter_examples(out, "train"))
+    assert foreign.exists() and len(ours) == 3  # the user's file is left as it was
+    loaded = datasets.load_dataset(str(out), download_mode="force_redownload")["train"]
+    assert sorted(loaded["key"]) == ours
+    assert sorted(r["key"].decode() for r in _croissant_records(out, "train")) == ours

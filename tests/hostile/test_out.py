@@ -525,6 +525,18 @@ def test_a_folder_under_a_name_pack_writes_is_refused_before_the_index_goes(src,
     assert verify(out).ok
 
 
+def test_a_folder_at_index_json_is_named_a_folder_not_an_index_to_overwrite(src, tmp_path):
+    """A folder at OUT/index.json (another tool's, holding a file) was "not an index shardpack
+    can read; pass --overwrite to replace it", and --overwrite then said it is a folder to move
+    away: the first refusal says so, the folder and its file left as they were."""
+    out = tmp_path / "out"
+    (out / "index.json").mkdir(parents=True)
+    (out / "index.json" / "theirs.txt").write_text("theirs")
+    run = _cli("pack", str(src), str(out), "--workers", "1")
+    _one_line_error(run, "index.json: is a folder where pack writes a file")
+    assert (out / "index.json" / "theirs.txt").read_text() == "theirs"
+
+
 @pytest.mark.parametrize("command", ["index-files", "pack"])
 def test_a_folder_at_a_dali_index_file_is_refused_by_its_name_before_any_write(
     src, tmp_path, command

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import fsspec
@@ -481,3 +482,107 @@ def test_objects_are_stamped_from_their_folders_listings_and_hostile_values_are_
                 {"LastModified": naive}, {"LastModified": far}, {"name": None},
                 {"LastModified": datetime.datetime(1, 1, 1, tzinfo=utc)}):  # fmt: skip
         assert _listed_stamp({**good, **bad}) is None, bad
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory) -> Iterator[dict]:
+    """A moto server of its own on loopback that checks signatures and IAM policies (after its
+    first 6 requests: the users below), a bucket `guarded`, and the environment of a process
+    of each user: `admin` may do anything, `nodelete` get, put and list but not delete (a
+    common guard)."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    from tests.s3server import environment, start_server
+
+    tmp = tmp_path_factory.mktemp("guarded")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("INITIAL_NO_AUTH_ACTION_COUNT", "6")
+        server, endpoint = start_server(tmp / "moto.log")
+    try:
+        env = {**os.environ, **environment(endpoint, tmp)}
+        iam = boto3.client(
+            "iam",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="x",
+            aws_secret_access_key="x",
+        )
+        users = {}
+        for user, actions in (
+            ("admin", ["*"]),
+            ("nodelete", ["s3:GetObject", "s3:PutObject", "s3:ListBucket*"]),
+        ):
+            iam.create_user(UserName=user)
+            statement = {"Effect": "Allow", "Action": actions, "Resource": "*"}
+            iam.put_user_policy(
+                UserName=user,
+                PolicyName="p",
+                PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [statement]}),
+            )
+            made = iam.create_access_key(UserName=user)["AccessKey"]
+            users[user] = {
+                **env,
+                "AWS_ACCESS_KEY_ID": made["AccessKeyId"],
+                "AWS_SECRET_ACCESS_KEY": made["SecretAccessKey"],
+            }
+        admin = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=users["admin"]["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=users["admin"]["AWS_SECRET_ACCESS_KEY"],
+        )
+        admin.create_bucket(Bucket="guarded")
+        yield {**users, "client": admin}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_objects_the_store_refuses_to_delete_stop_an_overwrite_before_any_shard(src, guarded):
+    """S3's bulk delete answers 200 with the keys it refused in `Errors`, which s3fs drops. So
+    an --overwrite by a user who may not delete went on as if the old index.json were gone,
+    rewrote the shards under their names, and a run stopped before its new index left the old
+    one listing changed shards (verify: FAULTs). The refusal now stops the run in one line
+    before any shard is written."""
+
+    def shards() -> dict[str, str]:
+        listed = guarded["client"].list_objects_v2(Bucket="guarded", Prefix="flowers/")
+        return {
+            o["Key"]: o["ETag"]
+            for o in listed["Contents"]
+            if is_shard_name(o["Key"].split("/")[-1])
+        }
+
+    out = "s3://guarded/flowers"
+    assert _process("pack", str(src), out, *JOB, env=guarded["admin"]).returncode == 0
+    before = shards()
+    again = _process(
+        "pack", str(src), out, *JOB, "--seed", "1", "--overwrite", env=guarded["nodelete"]
+    )
+    assert again.returncode == 2
+    assert _one_line(again.stderr).startswith(f"error: {out}/index.json: Access Denied")
+    assert len(before) == 3 and shards() == before  # no shard rewritten
+    checked = _process("verify", out, env=guarded["admin"])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # a fresh pack deletes only names that are not there (TFDS's, refused too): its index
+    # lands, and its lock, which the store will not delete, is named
+    fresh = _process(
+        "pack", str(src), f"{out}-2", *JOB, "--format", "parquet", env=guarded["nodelete"]
+    )
+    assert "its lock could not be removed (Access Denied)" in _one_line(fresh.stderr)
+    checked = _process("verify", f"{out}-2", env=guarded["admin"])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_src_the_credentials_cannot_read_is_one_plain_line(src, guarded):
+    """Credentials the store refuses at SRC said "cannot read ([Errno None] Forbidden:
+    's3://...')": the store's word alone now, and what to check."""
+    url = "s3://guarded/raw"
+    wrong = {**guarded["admin"], "AWS_SECRET_ACCESS_KEY": "wrong"}
+    run = _process("pack", url, "s3://guarded/out", *JOB, env=wrong)
+    assert run.returncode == 2
+    assert _one_line(run.stderr) == (
+        f"error: {url}: cannot read (Forbidden); check its permissions and the credentials"
+    )
