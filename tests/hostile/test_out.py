@@ -592,3 +592,30 @@ def test_a_repeated_journal_line_is_one_shard(tmp_path: Path):
         f.write(last + "\n")
     again = pack(src, out, PackOptions(workers=1, shards=2, resume=True))
     assert again.num_records == first.num_records == 6 and again.num_reused == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "lie"),
+    [("width", 1 << 62), ("height", 1 << 32), ("size", 1 << 64), ("stored", 1 << 64),
+     ("lossless", 10**20)],
+)  # fmt: skip
+def test_a_planted_size_in_contents_json_is_refused_before_the_grow_writes(
+    src, tmp_path, field, lie
+):
+    """A record's side past uint32 or a size past 2**64 in contents.json ended `--append` in
+    numpy's OverflowError as it summed them, after the new shard was written; a shard's
+    `lossless` past index.json's counts was written into an index every reader refused.
+    Refused now as any other lie of contents.json, before anything is written."""
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1").returncode == 0
+    contents = json.loads((out / "contents.json").read_text())
+    entry = next(iter(contents["shards"].values()))
+    entry[field] = [lie] * len(entry[field])
+    (out / "contents.json").write_text(json.dumps(contents))
+    written = sorted(p.name for p in out.iterdir())
+    index = (out / "index.json").read_bytes()
+    write_image(src / "cat" / "new.jpg", image(99))
+    run = _cli("pack", str(src), str(out), "--append", "--workers", "1")
+    _one_line_error(run, "contents.json", "does not agree with index.json", "--overwrite")
+    assert sorted(p.name for p in out.iterdir()) == written
+    assert (out / "index.json").read_bytes() == index
