@@ -41,9 +41,12 @@ DROPPED_IN = "boxes_dropped_in"
 _UNCOUNTED = bytes(set(range(256)) - set(b'",[{'))
 _QUOTE = ord('"')
 _CHUNK = 16 << 20
-# The most each record's size may be: a grow sums them in index.json's summaries, sides as
-# uint32 and bytes as index.json's counts (packing/stats.py); past them, planted.
-_MOST = {"width": 2**32 - 1, "height": 2**32 - 1, "size": MAX_COUNT, "stored": MAX_COUNT}
+# The most each record's CRC-32C and sizes may be: a grow finds copies by them as uint32 and
+# bytes (packing/duplicates.py) and sums them in index.json's summaries, sides as uint32 and
+# bytes as index.json's counts (packing/stats.py); past them, planted.
+_CRC_MOST = 2**32 - 1
+_MOST = {"crc": _CRC_MOST, "width": 2**32 - 1, "height": 2**32 - 1, "size": MAX_COUNT,
+         "stored": MAX_COUNT}  # fmt: skip
 
 # One shard's: "keys", "crc", "size", "width", "height", "stored" (the image's bytes as the
 # record holds it; each of these three 0: not noted, by a version before it), "meta", "copy"
@@ -193,10 +196,10 @@ def _skips(loose: object) -> bool:
 
 def _dropped(dropped: object) -> bool:
     """Whether `dropped` is a list of [split, key, crc, size, meta, copy, mtime]: two strings,
-    then integers, none negative."""
+    then integers, none negative, the CRC and size within a record's (_MOST)."""
     return isinstance(dropped, list) and all(
         isinstance(d, list) and len(d) == 7 and _only(d[:2], str) and _only(d[2:], int)
-        and min(d[2:]) >= 0
+        and min(d[2:]) >= 0 and d[2] <= _CRC_MOST and d[3] <= MAX_COUNT
         for d in dropped
     )  # fmt: skip
 

@@ -619,3 +619,30 @@ def test_a_planted_size_in_contents_json_is_refused_before_the_grow_writes(
     _one_line_error(run, "contents.json", "does not agree with index.json", "--overwrite")
     assert sorted(p.name for p in out.iterdir()) == written
     assert (out / "index.json").read_bytes() == index
+
+
+@pytest.mark.parametrize("where", ["shards", "dropped"])
+def test_a_planted_crc_past_32_bits_in_contents_json_is_refused_before_a_dedup_grow(
+    src, tmp_path, where
+):
+    """A record's CRC-32C of 2**32 in contents.json (a shard's, or a copy --dedup left out)
+    ended `--append --dedup exact` in numpy's OverflowError as it sought copies by it."""
+    shutil.copy(src / "cat" / sorted(os.listdir(src / "cat"))[0], src / "dog" / "copy.jpg")
+    for path in src.rglob("*.jpg"):  # settled: stamped, so a grow keys them by contents.json
+        os.utime(path, ns=(time.time_ns() - 600 * 10**9,) * 2)
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1", "--dedup", "exact").returncode == 0
+    contents = json.loads((out / "contents.json").read_text())
+    assert contents["dropped"]  # the copy, left out
+    rows = contents["dropped"] if where == "dropped" else contents["shards"].values()
+    for row in rows:
+        if where == "dropped":
+            row[2] = 1 << 32
+        else:
+            row["crc"] = [1 << 32] * len(row["crc"])
+    (out / "contents.json").write_text(json.dumps(contents))
+    index = (out / "index.json").read_bytes()
+    write_image(src / "cat" / "new.jpg", image(99))
+    run = _cli("pack", str(src), str(out), "--append", "--workers", "1")
+    _one_line_error(run, "contents.json", "--overwrite")
+    assert (out / "index.json").read_bytes() == index
