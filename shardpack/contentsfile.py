@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shardpack.errors import Option, OutputError
-from shardpack.index import Index
+from shardpack.index import MAX_COUNT, Index
 from shardpack.layout import CONTENTS_NAME, INDEX_NAME
 from shardpack.schema import LABEL
 from shardpack.storage import Storage
@@ -41,6 +41,12 @@ DROPPED_IN = "boxes_dropped_in"
 _UNCOUNTED = bytes(set(range(256)) - set(b'",[{'))
 _QUOTE = ord('"')
 _CHUNK = 16 << 20
+# The most each record's CRC-32C and sizes may be: a grow finds copies by them as uint32 and
+# bytes (packing/duplicates.py) and sums them in index.json's summaries, sides as uint32 and
+# bytes as index.json's counts (packing/stats.py); past them, planted.
+_CRC_MOST = 2**32 - 1
+_MOST = {"crc": _CRC_MOST, "width": 2**32 - 1, "height": 2**32 - 1, "size": MAX_COUNT,
+         "stored": MAX_COUNT}  # fmt: skip
 
 # One shard's: "keys", "crc", "size", "width", "height", "stored" (the image's bytes as the
 # record holds it; each of these three 0: not noted, by a version before it), "meta", "copy"
@@ -190,10 +196,10 @@ def _skips(loose: object) -> bool:
 
 def _dropped(dropped: object) -> bool:
     """Whether `dropped` is a list of [split, key, crc, size, meta, copy, mtime]: two strings,
-    then integers, none negative."""
+    then integers, none negative, the CRC and size within a record's (_MOST)."""
     return isinstance(dropped, list) and all(
         isinstance(d, list) and len(d) == 7 and _only(d[:2], str) and _only(d[2:], int)
-        and min(d[2:]) >= 0
+        and min(d[2:]) >= 0 and d[2] <= _CRC_MOST and d[3] <= MAX_COUNT
         for d in dropped
     )  # fmt: skip
 
@@ -220,9 +226,10 @@ def _filled(entry: Entry) -> Entry:
 
 
 def _agrees(entry: object, records: int, one_label: bool) -> bool:
-    """Whether a shard's entry holds `records` keys, content keys, sizes and digests, class
-    counts (of at most `records` together, with `one_label`: a multi-label record counts each
-    label it lists, one listed twice twice), and a reason for each item skipped."""
+    """Whether a shard's entry holds `records` keys, content keys, sizes (each within _MOST)
+    and digests, class counts (of at most `records` together, with `one_label`: a multi-label
+    record counts each label it lists, one listed twice twice), at most `records` images made
+    PNG, and a reason for each item skipped."""
     if not isinstance(entry, dict):
         return False
     fields = ("keys", "crc", "size", "label_counts", "skipped")
@@ -243,6 +250,8 @@ def _agrees(entry: object, records: int, one_label: bool) -> bool:
             _only(v, int) and min(v, default=0) >= 0
             for v in (crc, size, counts, lossless, *more.values())
         )
+        and all(max(entry.get(k, ()), default=0) <= most for k, most in _MOST.items())
+        and lossless[0] <= records  # the shard's images made PNG: a count index.json takes
         and tally_fits(tally, records)
         and (not one_label or sum(counts) <= records)
     )

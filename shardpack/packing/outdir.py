@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from shardpack.containers import Container, is_shard_name
 from shardpack.contentsfile import tally_fits
 from shardpack.errors import IndexFormatError, Option, OutputError, printable, shortened
-from shardpack.index import Index, load_index
+from shardpack.index import MAX_COUNT, Index, load_index
 from shardpack.layout import (
     CARD_NAME,
     CONTENTS_NAME,
@@ -33,7 +33,8 @@ from shardpack.layout import (
 )
 from shardpack.packing.croissant import users_keys
 from shardpack.packing.hubcard import UsersCard, users_card, users_part
-from shardpack.packing.plan import Plan, ShardResult
+from shardpack.packing.plan import Plan, ShardResult, ShardSpec
+from shardpack.schema import MAX_ROW
 from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
 
@@ -221,7 +222,7 @@ def prepare(
     # new one lands if every shard is kept (a stop leaves the dataset the user had)
     again = state.has_index and state.digests[0] == plan.digest and not overwrite
     same_plan = (resume or again) and state.journal_digest == plan.digest
-    reused = _reusable(out, state.finished, planned) if same_plan else []
+    reused = _reusable(out, state.finished, plan) if same_plan else []
     if again and not resume:  # a file edited since (even to the same size) is packed again
         reused = [result for result, same in zip(reused, unchanged(reused), strict=True) if same]
     whole = again and {r.file for r in reused} == planned
@@ -252,7 +253,7 @@ def prepare_growth(out: Storage, plan: Plan, listed: set[str]) -> list[ShardResu
     state = read_state(out)
     planned = {spec.file for spec in plan.shards}
     same_plan = state.journal_digest == plan.digest
-    reused = _reusable(out, state.finished, planned) if same_plan else []
+    reused = _reusable(out, state.finished, plan) if same_plan else []
     out.remove(state.listed - listed - {r.file for r in reused})
     out.remove_partial(planned)
     return reused
@@ -353,7 +354,7 @@ def _shard_result(entry: object) -> ShardResult | None:
     if not isinstance(entry, dict) or set(entry) != _RESULT_FIELDS:
         return None
     counted = ("arrow_bytes",) if entry["arrow_bytes"] is not None else ()  # None: no table
-    ints = ("index", "num_records", "num_bytes", *counted)
+    ints = ("index", "num_records", "num_bytes", "lossless", *counted)
     good = (
         all(type(entry[k]) is int and entry[k] >= 0 for k in ints)
         and all(isinstance(entry[k], str) for k in ("split", "file", "sha256"))
@@ -366,7 +367,6 @@ def _shard_result(entry: object) -> ShardResult | None:
             isinstance(s, list) and len(s) == 2 and all(isinstance(x, str) for x in s)
             for s in entry["skipped"]
         )
-        and type(entry["lossless"]) is int
     )
     content = _content(entry["content"])
     if not good or content is None or not tally_fits(entry["tally"], entry["num_records"]):
@@ -384,14 +384,15 @@ def _content(value: object) -> bytes | None:
         return None
 
 
-def _reusable(
-    out: Storage, finished: tuple[ShardResult, ...], planned: set[str]
-) -> list[ShardResult]:
+def _reusable(out: Storage, finished: tuple[ShardResult, ...], plan: Plan) -> list[ShardResult]:
     """Finished shards the plan still has whose bytes are intact (a regular file, same sha256),
-    each once (a journal's repeated line would count its records twice)."""
+    each once (a journal's repeated line would count its records twice), and whose line counts
+    what the plan's shard can hold (a lie would go into index.json as it is)."""
+    specs = {spec.file: spec for spec in plan.shards}
     reused: dict[str, ShardResult] = {}
     for result in finished:
-        if result.file not in planned or result.file in reused:
+        spec = specs.get(result.file)
+        if spec is None or result.file in reused or not _holds(result, spec):
             continue
         try:  # no link is followed and nothing but a regular file opened: OSError otherwise
             intact = out.sha256(result.file, result.num_bytes) == result.sha256
@@ -400,6 +401,20 @@ def _reusable(
         if intact:
             reused[result.file] = result
     return list(reused.values())
+
+
+def _holds(result: ShardResult, spec: ShardSpec) -> bool:
+    """Whether a journal line's counts fit its planned shard: its split and number, no more
+    records than the shard's items, no more of them made PNG than it holds, no class counted
+    more often than its records' labels can name it (MAX_ROW a record), its Arrow bytes a
+    count index.json takes."""
+    return (
+        (result.split, result.index) == (spec.split, spec.index)
+        and result.num_records <= len(spec.items)
+        and result.lossless <= result.num_records
+        and all(0 <= n <= result.num_records * MAX_ROW for n in result.label_counts)
+        and (result.arrow_bytes is None or result.arrow_bytes <= MAX_COUNT)
+    )
 
 
 class Journal:

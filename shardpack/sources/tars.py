@@ -544,15 +544,12 @@ def _member(ext: str, data: bytes) -> str | bytes:
 
 
 def _json(sample: _Sample) -> dict | None:
-    """A sample's .json as an object; None (noted in `why`) when it is not one."""
+    """A sample's .json as an object; None when it is not one (_json_values skips it)."""
     try:
         value = json.loads(sample.data.get(JSON, b"{}"))
     except (ValueError, RecursionError):
         value = None
-    if not isinstance(value, dict):
-        sample.why = ".json is not a JSON object"
-        return None
-    return value
+    return value if isinstance(value, dict) else None
 
 
 def _json_features(

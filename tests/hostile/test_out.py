@@ -609,3 +609,81 @@ def test_a_repeated_journal_line_is_one_shard(tmp_path: Path):
         f.write(last + "\n")
     again = pack(src, out, PackOptions(workers=1, shards=2, resume=True))
     assert again.num_records == first.num_records == 6 and again.num_reused == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "lie"),
+    [("width", 1 << 62), ("height", 1 << 32), ("size", 1 << 64), ("stored", 1 << 64),
+     ("lossless", 10**20)],
+)  # fmt: skip
+def test_a_planted_size_in_contents_json_is_refused_before_the_grow_writes(
+    src, tmp_path, field, lie
+):
+    """A record's side past uint32 or a size past 2**64 in contents.json ended `--append` in
+    numpy's OverflowError as it summed them, after the new shard was written; a shard's
+    `lossless` past index.json's counts was written into an index every reader refused.
+    Refused now as any other lie of contents.json, before anything is written."""
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1").returncode == 0
+    contents = json.loads((out / "contents.json").read_text())
+    entry = next(iter(contents["shards"].values()))
+    entry[field] = [lie] * len(entry[field])
+    (out / "contents.json").write_text(json.dumps(contents))
+    written = sorted(p.name for p in out.iterdir())
+    index = (out / "index.json").read_bytes()
+    write_image(src / "cat" / "new.jpg", image(99))
+    run = _cli("pack", str(src), str(out), "--append", "--workers", "1")
+    _one_line_error(run, "contents.json", "does not agree with index.json", "--overwrite")
+    assert sorted(p.name for p in out.iterdir()) == written
+    assert (out / "index.json").read_bytes() == index
+
+
+@pytest.mark.parametrize("where", ["shards", "dropped"])
+def test_a_planted_crc_past_32_bits_in_contents_json_is_refused_before_a_dedup_grow(
+    src, tmp_path, where
+):
+    """A record's CRC-32C of 2**32 in contents.json (a shard's, or a copy --dedup left out)
+    ended `--append --dedup exact` in numpy's OverflowError as it sought copies by it."""
+    shutil.copy(src / "cat" / sorted(os.listdir(src / "cat"))[0], src / "dog" / "copy.jpg")
+    for path in src.rglob("*.jpg"):  # settled: stamped, so a grow keys them by contents.json
+        os.utime(path, ns=(time.time_ns() - 600 * 10**9,) * 2)
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1", "--dedup", "exact").returncode == 0
+    contents = json.loads((out / "contents.json").read_text())
+    assert contents["dropped"]  # the copy, left out
+    rows = contents["dropped"] if where == "dropped" else contents["shards"].values()
+    for row in rows:
+        if where == "dropped":
+            row[2] = 1 << 32
+        else:
+            row["crc"] = [1 << 32] * len(row["crc"])
+    (out / "contents.json").write_text(json.dumps(contents))
+    index = (out / "index.json").read_bytes()
+    write_image(src / "cat" / "new.jpg", image(99))
+    run = _cli("pack", str(src), str(out), "--append", "--workers", "1")
+    _one_line_error(run, "contents.json", "--overwrite")
+    assert (out / "index.json").read_bytes() == index
+
+
+@pytest.mark.parametrize(
+    ("field", "lie"),
+    [("num_records", 1 << 53), ("lossless", 1 << 64), ("lossless", -1),
+     ("label_counts", [-1, 7]), ("label_counts", [1 << 60, 0]), ("arrow_bytes", 10**30)],
+)  # fmt: skip
+def test_a_journal_line_lying_about_its_counts_is_no_shard_to_keep(src, tmp_path, field, lie):
+    """A journal line vouches for its shard by its sha256 alone: the counts beside it went into
+    index.json as they were, so `--resume` wrote an index every reader refused (2**53 records,
+    a lossless past 2**53, a negative or huge class count) or a lie `verify` faults. A line
+    whose counts its planned shard cannot hold is no finished shard now: it is written again."""
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2").returncode == 0
+    (out / "index.json").unlink()  # an interrupted run
+    journal = out / ".shardpack.journal"
+    head, *lines = journal.read_text().splitlines()
+    entry = json.loads(lines[0])
+    entry[field] = lie
+    journal.write_text("\n".join([head, json.dumps(entry), *lines[1:]]) + "\n")
+    run = _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2", "--resume")
+    assert run.returncode == 0, run.stderr
+    checked = verify(out)
+    assert checked.ok and checked.records == 9 and not checked.faults
