@@ -280,3 +280,13 @@ class RecordError(ShardpackError):
 
     def __reduce__(self):
         return (type(self), (self.path, self.offset, self.reason, self.unit))
+
+
+class ShardSizeError(RecordError):
+    """A shard the index lists is missing, or of another size than it says: damaged, or OUT
+    changed under a reader that holds an older index (the readers tell which, OutChangedError)."""
+
+
+class OutChangedError(ShardpackError):
+    """OUT was updated or packed again since a reader loaded its index.json: the shards that
+    index lists are gone or rewritten, so the reader must open OUT again."""
