@@ -586,3 +586,20 @@ def test_a_src_the_credentials_cannot_read_is_one_plain_line(src, guarded):
     assert _one_line(run.stderr) == (
         f"error: {url}: cannot read (Forbidden); check its permissions and the credentials"
     )
+
+
+def test_readers_the_credentials_cannot_read_name_the_credentials(src, guarded):
+    """verify and iter_examples with a wrong secret said "Forbidden; check the path and its
+    permissions": the likely cause, the credentials, went unsaid."""
+    out = "s3://guarded/read"
+    assert _process("pack", str(src), out, *JOB, env=guarded["admin"]).returncode == 0
+    wrong = {**guarded["admin"], "AWS_SECRET_ACCESS_KEY": "wrong"}
+    said = f"{out}/index.json: Forbidden; check its permissions and the credentials"
+    run = _process("verify", out, "--no-progress", env=wrong)
+    assert run.returncode == 2
+    assert _one_line(run.stderr) == f"error: {said}"
+    code = "import shardpack, sys\nnext(shardpack.iter_examples(sys.argv[1]))"
+    run = subprocess.run([sys.executable, "-c", code, out], capture_output=True, text=True,
+                         timeout=120, env=wrong)  # fmt: skip
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines()[-1] == f"shardpack.errors.FileAccessError: {said}"
