@@ -176,11 +176,22 @@ _OS_FIXES = {
     errno.ELOOP: "it is a symbolic link, which shardpack does not follow: pass the real path",
 }
 _OS_FIX = "check the path and its permissions"
+# An object store's refusal (s3fs's Forbidden, Access Denied): as often the credentials as the
+# object's permissions.
+STORE_REFUSED_FIX = "check its permissions and the credentials"
 
 
 def os_error_fix(error: OSError) -> str:
     """What to do about a failed file operation, in a few words."""
+    if is_store_refusal(error):
+        return STORE_REFUSED_FIX
     return _OS_FIXES.get(error.errno, _OS_FIX)
+
+
+def is_store_refusal(error: BaseException) -> bool:
+    """Whether `error` is an object store refusing access: a PermissionError without the errno
+    an operating system's call gives it (s3fs raises its 403s with none)."""
+    return isinstance(error, PermissionError) and error.errno not in (errno.EACCES, errno.EPERM)
 
 
 class FileAccessError(ShardpackError):
@@ -280,3 +291,13 @@ class RecordError(ShardpackError):
 
     def __reduce__(self):
         return (type(self), (self.path, self.offset, self.reason, self.unit))
+
+
+class ShardSizeError(RecordError):
+    """A shard the index lists is missing, or of another size than it says: damaged, or OUT
+    changed under a reader that holds an older index (the readers tell which, OutChangedError)."""
+
+
+class OutChangedError(ShardpackError):
+    """OUT was updated or packed again since a reader loaded its index.json: the shards that
+    index lists are gone or rewritten, so the reader must open OUT again."""

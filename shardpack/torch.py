@@ -33,6 +33,7 @@ from shardpack.index import load_index
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.packing.daliindex import random_access_index
 from shardpack.read.cache import ShardCache
+from shardpack.read.changed import unless_changed
 from shardpack.read.objects import decode_mask, pixel_boxes
 from shardpack.read.order import MIX_ENDS, check_seed, epoch_order, mix_choices, share, worker_part
 from shardpack.read.random_access import Records
@@ -40,6 +41,8 @@ from shardpack.read.stream import check_sizes
 
 # Shards whose records are permuted together: more mixes more, each costs an open shard.
 SHUFFLE_BLOCK = 4
+# What a ShardDataset says to do once its pack changed under it (as _check_unchanged does).
+_BUILD_AGAIN = "build the ShardDataset again"
 
 # What mix and Mix take, as their refusals say it.
 _MIX_TAKES = (
@@ -336,8 +339,10 @@ class ShardDataset(_Epochs):
         records = self._open()
         if self._cache is None:
             record = records[int(item)]
-        else:
-            record = self._cache.read(self._files[self._shard(item)], lambda: records[int(item)])
+        else:  # the fetch reads the pack's own index's shards; Records, the cache's copies
+            with unless_changed(self._cache.index, _BUILD_AGAIN):
+                record = self._cache.read(self._files[self._shard(item)],
+                                          lambda: records[int(item)])  # fmt: skip
         if self.decode:
             pixels = record["image"]  # raw pixels are the record's read-only bytes: copied
             image = torch.from_numpy(pixels if pixels.flags.writeable else pixels.copy())
@@ -359,7 +364,8 @@ class ShardDataset(_Epochs):
             for p, (item, k) in enumerate(zip(items, shards, strict=True)):
                 if k not in seen:  # its first record: fetch it, and start on the next ones
                     seen.add(k)
-                    cache.ensure(self._files[k], order[len(seen) :])
+                    with unless_changed(cache.index, _BUILD_AGAIN):
+                        cache.ensure(self._files[k], order[len(seen) :])
                 yield self.read(item)
                 if last[k] == p:
                     records.release(k)
@@ -379,8 +385,8 @@ class ShardDataset(_Epochs):
                 index = load_index(self.out, self.storage_options)
                 self._cache = ShardCache(index, self.cache_dir, self.cache_limit)
                 out, options = self._cache.folder, None
-            records = Records(out, self.split, decode=self.decode, max_pixels=self.max_pixels,
-                              storage_options=options)  # fmt: skip
+            records = _Records(out, self.split, decode=self.decode,
+                               max_pixels=self.max_pixels, storage_options=options)  # fmt: skip
             self._check_unchanged(records)
             self._records, self._records_pid = records, os.getpid()
         return self._records
@@ -401,6 +407,12 @@ class ShardDataset(_Epochs):
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_records": None, "_cache": None}
+
+
+class _Records(Records):
+    """A ShardDataset's Records: once its pack changed under it, it is built again."""
+
+    AGAIN = _BUILD_AGAIN
 
 
 class Mix(_Epochs):

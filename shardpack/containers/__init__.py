@@ -52,6 +52,7 @@ from shardpack.errors import (
     FileAccessError,
     OutputError,
     RecordError,
+    ShardSizeError,
     os_error_fix,
 )
 from shardpack.schema import Schema
@@ -511,12 +512,13 @@ def open_shard(storage: Storage, name: str, num_bytes: int | None = None) -> Blo
     return blob
 
 
-def size_fault(path: str, size: int | None, said: int) -> RecordError:
+def size_fault(path: str, size: int | None, said: int) -> ShardSizeError:
     """A shard file of another size than the index says (None: not there): a fault of the
-    whole file, at no byte of it."""
+    whole file, at no byte of it. A reader holding an index that OUT has since replaced tells
+    so instead (read/changed.py): then nothing is damaged."""
     held = (f"missing (index.json lists it, of {said:,} bytes)" if size is None else
             f"size {size:,} bytes, index.json says {said:,} (cut short or replaced)")  # fmt: skip
-    return RecordError(path, None, f"{held}; {RESTORE_SHARD}")
+    return ShardSizeError(path, None, f"{held}; {RESTORE_SHARD}")
 
 
 def open_hashing(storage: Storage, name: str, digest, num_bytes: int | None = None) -> Blob:

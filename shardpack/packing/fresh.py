@@ -10,7 +10,15 @@ from dataclasses import replace
 from typing import NoReturn
 
 from shardpack.containers import CONTAINERS
-from shardpack.errors import ImageError, Option, OptionError, SourceError, printable, way_past
+from shardpack.errors import (
+    STORE_REFUSED_FIX,
+    ImageError,
+    Option,
+    OptionError,
+    SourceError,
+    printable,
+    way_past,
+)
 from shardpack.index import Index, PackStats
 from shardpack.options import MAX_NAME_CHARS, PackOptions, safe_name
 from shardpack.packing import duplicates, stamps
@@ -256,6 +264,11 @@ def _leave_nothing(
     out.remove(spec.file for spec in plan.shards)
     out.remove_journal()
     skipped = [*dataset.skipped, *(s for r in results for s in r.skipped)]
+    reasons = {reason for _, reason in skipped}
+    if len(reasons) == 1 and (only := reasons.pop()).endswith(f"; {STORE_REFUSED_FIX}"):
+        raise SourceError(f"no image was packed from {src.path()}: the store refused each of its "
+                          f"{len(skipped):,} items ({printable(only.partition('; ')[0])}); "
+                          "check the credentials, and that they may read its objects")  # fmt: skip
     key, reason = first_listed(skipped, listed) if skipped else ("", "")
     first = f" (the first, {printable(key)}: {printable(reason)})" if skipped else ""
     raise SourceError(f"no image was packed from {src.path()}, {len(skipped):,} "

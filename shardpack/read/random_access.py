@@ -16,6 +16,7 @@ from shardpack.index import Index, ShardInfo
 from shardpack.layout import index_file_name
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.packing.daliindex import random_access_index
+from shardpack.read.changed import OPEN_AGAIN, unless_changed
 from shardpack.read.stream import check_max_pixels, count_fault, parse_record
 from shardpack.storage import Storage
 
@@ -40,7 +41,10 @@ class Records:
 
     `out` is the output folder or URL of a pack run (`storage_options` go to the URL's fsspec
     filesystem); a record of a remote shard is fetched by range request, a block at a time.
+    A shard found gone or resized after OUT was updated or packed again is OutChangedError.
     """
+
+    AGAIN = OPEN_AGAIN  # what OutChangedError says to do
 
     def __init__(
         self,
@@ -94,8 +98,9 @@ class Records:
                     storage, shard, self.index.container.min_span, shard.num_bytes
                 )  # the size the open below holds it to
                 offsets = None if spans is None else [offset for offset, _ in spans]
-            reader = self.index.container.open(storage, shard.file, self.index.compression,
-                                               offsets, num_bytes=shard.num_bytes)  # fmt: skip
+            with unless_changed(self.index, self.AGAIN):
+                reader = self.index.container.open(storage, shard.file, self.index.compression,
+                                                   offsets, num_bytes=shard.num_bytes)  # fmt: skip
             if len(reader) != shard.num_records:
                 reader.close()
                 raise count_fault(path, len(reader), shard.num_records)

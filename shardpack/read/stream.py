@@ -25,6 +25,7 @@ from shardpack.errors import (
 from shardpack.images import BadImage
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.options import DEFAULT_MAX_PIXELS
+from shardpack.read.changed import out_changed, unless_changed
 from shardpack.read.order import segments, share
 from shardpack.schema import Schema
 
@@ -186,7 +187,8 @@ def iter_examples(
     )
     if shuffle:
         records = _buffer_shuffle(records, rng)
-    yield from records
+    with unless_changed(index):  # a shard gone or resized as OUT was updated: not damaged
+        yield from records
 
 
 def _run(index: Index, info: ShardInfo, first: int, end: int) -> Iterator[tuple[int, object]]:
@@ -225,8 +227,10 @@ def check_sizes(index: Index, shards: list[ShardInfo] | tuple[ShardInfo, ...]) -
     """
     sizes = {e.name: e.size for e in index.storage.listdir() if not e.is_dir}
     for info in shards:
-        if sizes.get(info.file) != info.num_bytes:
-            raise size_fault(index.shard_path(info), sizes.get(info.file), info.num_bytes)
+        if (size := sizes.get(info.file)) != info.num_bytes:
+            path = index.shard_path(info)
+            what = "gone" if size is None else "rewritten"
+            raise out_changed(index, path, what) or size_fault(path, size, info.num_bytes)
 
 
 def _shard_records(index: Index, info: ShardInfo) -> Iterator[tuple[int, object]]:
@@ -446,8 +450,9 @@ def _check_local_shards(index: Index, mine: _Share) -> None:
     never (DDP ranks then wait on the one short of its share)."""
     if index.storage.tf_path() is None:
         return
-    for info, _, _ in mine.runs:
-        open_shard(index.storage, info.file, info.num_bytes).close()
+    with unless_changed(index):
+        for info, _, _ in mine.runs:
+            open_shard(index.storage, info.file, info.num_bytes).close()
 
 
 def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_reads, ordered):

@@ -10,12 +10,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardpack.containers import is_shard_name
-from shardpack.errors import FileAccessError, IndexFormatError, RecordError, check_progress
+from shardpack.errors import (
+    FileAccessError,
+    IndexFormatError,
+    OutChangedError,
+    RecordError,
+    check_progress,
+)
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.layout import INDEX_NAME, index_file_name
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.packing.objects import Objects, objects_of
 from shardpack.packing.outdir import growing
+from shardpack.read.changed import changed_since
 from shardpack.read.objects import decode_mask, mask_size
 from shardpack.read.random_access import read_index_file
 from shardpack.read.stream import check_max_pixels, decode_pixels, to_python
@@ -101,6 +108,7 @@ def verify(
 
     Raises:
         IndexFormatError: the index itself is missing, malformed or unsafe.
+        OutChangedError: OUT was updated or packed again while its shards were read.
         ShardpackError: max_pixels is not a positive integer.
         StorageError: the URL's filesystem package is missing.
         TypeError: progress is not callable.
@@ -136,6 +144,9 @@ def verify(
             faults.append(Fault(entry.name, None, "shard file not listed in index.json (extra "
                                 "shard)"))  # fmt: skip
     counter.finish()
+    if faults and (how := changed_since(index)):  # shards gone or rewritten by that, not damaged
+        raise OutChangedError(f"{index.out}: was updated or packed again while verify read it "
+                              f"({how}); run verify again")  # fmt: skip
     damaged = tuple(sorted({fault.file for fault in faults} & listed))
     return VerifyReport(index.out, shards, records, decode, tuple(faults), index.container.framing,
                         index.unwritten_splits, damaged)  # fmt: skip

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
-from shardpack.errors import ImageError, Option, SourceError
+from shardpack.errors import STORE_REFUSED_FIX, ImageError, Option, SourceError, is_store_refusal
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.storage import Storage
@@ -256,8 +256,9 @@ def read_stamped_image(
         raise refused from None
     except RefusedFile as e:
         raise ImageError(item.key, str(e)) from None
-    except OSError as e:
-        raise ImageError(item.key, f"cannot read ({e.strerror or e})") from None
+    except OSError as e:  # a store's refusal: the credentials, as likely as the object
+        fix = f"; {STORE_REFUSED_FIX}" if is_store_refusal(e) else ""
+        raise ImageError(item.key, f"cannot read ({e.strerror or e}){fix}") from None
     if not data:
         refused = ImageError(item.key, "empty file")
         refused.stamp = stamp

@@ -487,9 +487,10 @@ def test_objects_are_stamped_from_their_folders_listings_and_hostile_values_are_
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory) -> Iterator[dict]:
     """A moto server of its own on loopback that checks signatures and IAM policies (after its
-    first 6 requests: the users below), a bucket `guarded`, and the environment of a process
+    first 9 requests: the users below), a bucket `guarded`, and the environment of a process
     of each user: `admin` may do anything, `nodelete` get, put and list but not delete (a
-    common guard)."""
+    common guard), `listonly` list, and get the objects under `refused/` (what a SRC's
+    checks ask for) but its JPEGs."""
     pytest.importorskip("s3fs")
     pytest.importorskip("moto.server")
     boto3 = pytest.importorskip("boto3")
@@ -497,7 +498,7 @@ def guarded(tmp_path_factory) -> Iterator[dict]:
 
     tmp = tmp_path_factory.mktemp("guarded")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("INITIAL_NO_AUTH_ACTION_COUNT", "6")
+        patch.setenv("INITIAL_NO_AUTH_ACTION_COUNT", "9")
         server, endpoint = start_server(tmp / "moto.log")
     try:
         env = {**os.environ, **environment(endpoint, tmp)}
@@ -512,13 +513,21 @@ def guarded(tmp_path_factory) -> Iterator[dict]:
         for user, actions in (
             ("admin", ["*"]),
             ("nodelete", ["s3:GetObject", "s3:PutObject", "s3:ListBucket*"]),
+            ("listonly", ["s3:ListBucket*"]),
         ):
             iam.create_user(UserName=user)
-            statement = {"Effect": "Allow", "Action": actions, "Resource": "*"}
+            statements = [{"Effect": "Allow", "Action": actions, "Resource": "*"}]
+            if user == "listonly":
+                statements += [
+                    {"Effect": "Allow", "Action": ["s3:GetObject"],
+                     "Resource": "arn:aws:s3:::guarded/refused*"},
+                    {"Effect": "Deny", "Action": ["s3:GetObject"],
+                     "Resource": "arn:aws:s3:::guarded/refused/*.jpg"},
+                ]  # fmt: skip
             iam.put_user_policy(
                 UserName=user,
                 PolicyName="p",
-                PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [statement]}),
+                PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}),
             )
             made = iam.create_access_key(UserName=user)["AccessKey"]
             users[user] = {
@@ -585,4 +594,36 @@ def test_a_src_the_credentials_cannot_read_is_one_plain_line(src, guarded):
     assert run.returncode == 2
     assert _one_line(run.stderr) == (
         f"error: {url}: cannot read (Forbidden); check its permissions and the credentials"
+    )
+
+
+def test_readers_the_credentials_cannot_read_name_the_credentials(src, guarded):
+    """verify and iter_examples with a wrong secret said "Forbidden; check the path and its
+    permissions": the likely cause, the credentials, went unsaid."""
+    out = "s3://guarded/read"
+    assert _process("pack", str(src), out, *JOB, env=guarded["admin"]).returncode == 0
+    wrong = {**guarded["admin"], "AWS_SECRET_ACCESS_KEY": "wrong"}
+    said = f"{out}/index.json: Forbidden; check its permissions and the credentials"
+    run = _process("verify", out, "--no-progress", env=wrong)
+    assert run.returncode == 2
+    assert _one_line(run.stderr) == f"error: {said}"
+    code = "import shardpack, sys\nnext(shardpack.iter_examples(sys.argv[1]))"
+    run = subprocess.run([sys.executable, "-c", code, out], capture_output=True, text=True,
+                         timeout=120, env=wrong)  # fmt: skip
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines()[-1] == f"shardpack.errors.FileAccessError: {said}"
+
+
+def test_a_src_whose_every_read_is_refused_says_to_check_the_credentials(src, guarded, tmp_path):
+    """Credentials that may list SRC but read none of its objects ended "N items skipped (the
+    first, ...: Access Denied ...); fix or remove them": the files were blamed."""
+    url = "s3://guarded/refused"
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        guarded["client"].put_object(Bucket="guarded", Key=f"refused/{path.relative_to(src)}",
+                                     Body=path.read_bytes())  # fmt: skip
+    run = _process("pack", url, str(tmp_path / "out"), *JOB, env=guarded["listonly"])
+    assert run.returncode == 2
+    assert _one_line(run.stderr) == (
+        f"error: no image was packed from {url}: the store refused each of its 24 items (cannot "
+        "read (Access Denied)); check the credentials, and that they may read its objects"
     )
