@@ -441,7 +441,9 @@ def report(
     out: _OUT,
     dest: Annotated[
         Optional[str],
-        typer.Option("--out", metavar="FILE", help="HTML file.  [default: OUT/report.html]"),
+        typer.Option(
+            "--out", metavar="FILE", help="HTML file (.html or .htm).  [default: OUT/report.html]"
+        ),
     ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the file at --out if there is one.")
