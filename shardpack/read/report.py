@@ -79,7 +79,7 @@ def write_report(
             replaced).
         storage_options: options for OUT's fsspec filesystem, when it is a URL.
         progress: called as records are read for thumbnails with (records read, records to
-            read).
+            read), first with (0, records to read) as the reading starts.
         overwrite: replace a file already at dest (else it is refused, and kept).
 
     Returns:
@@ -518,6 +518,8 @@ def _thumbnails(
     found: dict[str, str] = {}
     total = sum(min(split.shard_records, MAX_SCANNED) for split in index.splits.values())
     done = 0
+    if progress is not None:  # where the reading starts: a rate counts from this report
+        progress(0, total)
     for split in index.splits:
         sheets: dict[str, list[tuple[str, str]]] = {}
         per_split.append(sheets)
