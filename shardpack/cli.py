@@ -10,7 +10,7 @@ import shlex
 import shutil
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from enum import Enum
@@ -160,9 +160,13 @@ def _closing(bar: Bar) -> Iterator[Bar]:
         bar.close()
 
 
-def _stopped(what: str, code: int, bar: Bar) -> NoReturn:
+def _stopped(what: str, code: int, bar: Bar, undo: Callable[[], None] | None) -> NoReturn:
     bar.close()  # its last frame before the line that says why, not after it
-    print(f"{what}: no index written; rerun with --resume to continue", file=sys.stderr)
+    if undo is not None:  # the demo's: nothing it made is left to resume
+        undo()
+        print(what, file=sys.stderr)
+    else:
+        print(f"{what}: no index written; rerun with --resume to continue", file=sys.stderr)
     raise typer.Exit(code)
 
 
@@ -173,7 +177,10 @@ def _run_pack(
     progress: bool,
     as_json: bool,
     storage_options: dict | None = None,
+    undo: Callable[[], None] | None = None,
 ) -> None:
+    """Pack, print the summary; a stop (Ctrl-C, SIGTERM) ends in one line, after `undo` if
+    given (the demo's), else saying to resume."""
     with long_lived():
         from shardpack.packing.packer import pack  # numpy, the workers' code: not for --help
 
@@ -182,9 +189,9 @@ def _run_pack(
         result = pack(src, out, options, progress=bar, storage_options=storage_options,
                       scan_progress=bar.scanned)  # fmt: skip
     except KeyboardInterrupt:
-        _stopped("interrupted", 130, bar)
+        _stopped("interrupted", 130, bar, undo)
     except _Terminated:
-        _stopped("terminated", 143, bar)
+        _stopped("terminated", 143, bar, undo)
     finally:
         bar.close()
     summary = result.to_json()
@@ -441,7 +448,9 @@ def report(
     out: _OUT,
     dest: Annotated[
         Optional[str],
-        typer.Option("--out", metavar="FILE", help="HTML file.  [default: OUT/report.html]"),
+        typer.Option(
+            "--out", metavar="FILE", help="HTML file (.html or .htm).  [default: OUT/report.html]"
+        ),
     ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the file at --out if there is one.")
@@ -482,23 +491,29 @@ def demo(
     """Draw a sample set and pack it.
 
     Five classes of drawn shapes in OUT/sample, packed into OUT/shards; a rerun replaces
-    both, never a file of yours.
+    both, never a file of yours; a stopped run (Ctrl-C) leaves nothing it made.
     """
     with _user_errors():
         # numpy, OpenCV: not for --help
-        from shardpack.demo import SAMPLE_NAME, SHAPES, earlier_demo, make_sample, refuse_links
+        from shardpack import demo as sample_set
         from shardpack.packing.packer import refuse_shell_slips
 
         refuse_shell_slips(out_given, "OUT")  # "" would be the current folder, "~" a folder
         out = Path(out_given)
         shards = out / "shards"
-        refuse_links(out / SAMPLE_NAME, shards)
-        sample = make_sample(out / SAMPLE_NAME, per_class=per_class)
-        if not as_json:
-            typer.echo(f"drew {plural(per_class * len(SHAPES), 'sample image')} in {sample}")
-        overwrite = overwrite or earlier_demo(shards)
-        options = PackOptions(workers=workers, shards=4, overwrite=overwrite)
-        _run_pack(Path(sample), shards, options, not no_progress, as_json)
+        sample_set.refuse_links(out / sample_set.SAMPLE_NAME, shards)
+        undo = sample_set.Undo.before(out)  # a stopped demo leaves nothing it made
+        try:
+            sample = sample_set.make_sample(out / sample_set.SAMPLE_NAME, per_class=per_class)
+            if not as_json:
+                drew = plural(per_class * len(sample_set.SHAPES), "sample image")
+                typer.echo(f"drew {drew} in {sample}")
+            overwrite = overwrite or sample_set.earlier_demo(shards)
+            options = PackOptions(workers=workers, shards=4, overwrite=overwrite)
+            _run_pack(Path(sample), shards, options, not no_progress, as_json, undo=undo)
+        except (KeyboardInterrupt, _Terminated):  # as it draws: _run_pack's own undo as it packs
+            undo()
+            raise
     if not as_json:
         shards, prog = shlex.quote(str(out / "shards")), _command_name()
         typer.echo(f"next: {prog} verify {shards}  |  {prog} inspect {shards}")

@@ -6,7 +6,9 @@ import contextlib
 import math
 import os
 import re
+import shutil
 import tempfile
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -101,6 +103,43 @@ def make_sample(
         _remove_sample(os.path.join(retired, "sample"), old)
         os.rmdir(retired)
     return dest
+
+
+@dataclass(frozen=True)
+class Undo:
+    """What a demo run is about to make, noted before it writes anything, so that a stopped run
+    (Ctrl-C, SIGTERM) leaves none of it, and nothing that was there before is touched."""
+
+    made: tuple[str, ...]  # OUT and the missing folders above it, that the run makes: OUT first
+    sample: str | None  # OUT/sample, where there was none
+    shards: str | None  # OUT/shards, where there was none
+
+    @classmethod
+    def before(cls, out: str | os.PathLike) -> Undo:
+        """What is missing at `out`, its folders above and its sample and shards folders."""
+        out = os.path.abspath(os.fspath(out))
+        made, path = [], out
+        while not os.path.lexists(path) and os.path.dirname(path) != path:
+            made.append(path)
+            path = os.path.dirname(path)
+        sample, shards = os.path.join(out, SAMPLE_NAME), os.path.join(out, "shards")
+        return cls(tuple(made), None if os.path.lexists(sample) else sample,
+                   None if os.path.lexists(shards) else shards)  # fmt: skip
+
+    def __call__(self) -> None:
+        """Remove what the run made of those: all of OUT where it made OUT, else the sample and
+        shards folders it made; then the folders above OUT it made, where they are empty."""
+        if self.made:  # nothing in it was there before the run
+            shutil.rmtree(self.made[0], ignore_errors=True)
+        else:
+            if self.shards is not None and not os.path.islink(self.shards):
+                shutil.rmtree(self.shards, ignore_errors=True)
+            if self.sample is not None:
+                with contextlib.suppress(OSError, OutputError):  # a file of the user's: kept
+                    _remove_sample(self.sample, _sample_files(self.sample) or [])
+        for folder in self.made:
+            with contextlib.suppress(OSError):  # not empty: something of another's is there
+                os.rmdir(folder)
 
 
 def refuse_links(*folders: str | os.PathLike) -> None:

@@ -75,6 +75,16 @@ class Option:
         )
 
 
+@dataclass(frozen=True)
+class Was(Option):
+    """An option's earlier value (a journal's), said beside the option given now: str() says
+    the value alone as Python gives it, `('a', 0.5)`; the CLI the flag that gives it, `--split
+    a=0.5`, as the user would type it."""
+
+    def __str__(self) -> str:
+        return said_value(repr(self.value), self.value)
+
+
 # What ends a message of an item that --on-error fail stopped the run at: the flag past it.
 SKIP_HINT = ("pass ", Option("on_error", "skip"), " to leave it out")
 

@@ -786,7 +786,10 @@ def said_as_flag(option: Option) -> str:
         return "--no-" + said[2:] if "/" in spec.flag else f"no {said}"
     if value is None:  # an option left out: --resize, --split, --max-side, ...
         return f"no {said}"
-    text = spec.show(value) if spec.show else _as_text(value)
+    try:
+        text = spec.show(value) if spec.show else _as_text(value)
+    except (TypeError, ValueError):  # a journal's value of another shape than the option's
+        text = _as_text(value)
     return f"{said} {said_value(text, value)}"
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from shardpack.containers import Container, is_shard_name
 from shardpack.contentsfile import tally_fits
-from shardpack.errors import IndexFormatError, Option, OutputError, printable, shortened
+from shardpack.errors import IndexFormatError, Option, OutputError, Was, printable, shortened
 from shardpack.index import MAX_COUNT, Index, load_index
 from shardpack.layout import (
     CARD_NAME,
@@ -294,10 +294,8 @@ def _what_changed(head: dict | None, now: dict) -> list[str | Option]:
     if changed:
         said: list[str | Option] = ["was packed with other options ("]
         for key in changed:
-            was = (
-                "unset" if then[key] is None else shortened(printable(repr(_as_python(then[key]))))
-            )
-            said += [Option(key, _as_python(now["options"][key])), f" (the journal's: {was}); "]
+            said += [Option(key, _as_python(now["options"][key])), " (the journal's: ",
+                     _journal_value(key, then[key]), "); "]  # fmt: skip
         said[-1] = said[-1].removesuffix("; ") + ")"
         return said
     if head.get("shards") != now["shards"]:
@@ -306,6 +304,23 @@ def _what_changed(head: dict | None, now: dict) -> list[str | Option]:
                 Option("workers"), " and the source's size); resume with that run's ",
                 Option("workers"), " or ", Option("shards")]  # fmt: skip
     return ["was packed from a changed source (other files, or other sizes)"]
+
+
+def _journal_value(key: str, value: object) -> str | Was:
+    """A journal's value of option `key`, said as the option it is (the CLI: its flag) where it
+    is a short value of an option's kind; else (a journal written by hand) cut short."""
+    if value is None:
+        return "unset"
+    value = _as_python(value)
+    said = printable(repr(value))
+    return Was(key, value) if _option_like(value) and said == shortened(said) else shortened(said)
+
+
+def _option_like(value: object) -> bool:
+    """Whether `value` is what an option holds: a str, number or bool, or a tuple of them."""
+    if isinstance(value, tuple):
+        return all(map(_option_like, value))
+    return isinstance(value, str | int | float | bool)
 
 
 def _as_python(value: object) -> object:

@@ -51,6 +51,8 @@ MAX_SCANNED = 20_000
 DRAWN_CHARS = 40
 # Records read between two calls of a progress callback.
 PROGRESS_EVERY = 64
+# What --out may be named: the card is HTML, and a browser opens it by its extension.
+EXTENSIONS = (".html", ".htm")
 _STYLE = """body{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;
 text-align:right}th{background:#f4f4f4}td:first-child{text-align:left}
@@ -73,10 +75,11 @@ def write_report(
 
     Args:
         out: the output folder or URL (s3://, gs://, memory://...) of a pack run.
-        dest: the HTML file to write; None: OUT/report.html (the report's own, replaced).
+        dest: the HTML file to write (.html or .htm); None: OUT/report.html (the report's own,
+            replaced).
         storage_options: options for OUT's fsspec filesystem, when it is a URL.
         progress: called as records are read for thumbnails with (records read, records to
-            read).
+            read), first with (0, records to read) as the reading starts.
         overwrite: replace a file already at dest (else it is refused, and kept).
 
     Returns:
@@ -84,7 +87,8 @@ def write_report(
 
     Raises:
         MissingPackageError: matplotlib is not installed.
-        OutputError: dest is a URL, exists (without overwrite), or cannot be written.
+        OutputError: dest is a URL, is not named .html or .htm, exists (without overwrite), or
+            cannot be written.
         RecordError: a shard is missing, of another size than the index says, or damaged
             where the card reads it (render); nothing is written.
         TypeError: progress is not callable.
@@ -99,6 +103,10 @@ def write_report(
     if dest is not None and (own := _dataset_file(os.fspath(dest), index)) is not None:
         raise OutputError(f"{os.fspath(dest)}: is the dataset's {printable(own)}; pass another "
                           f"--out (without one the card is {REPORT_NAME} in OUT)")  # fmt: skip
+    if dest is not None and _extension(dest) not in EXTENSIONS:  # as preview refuses a .gif
+        raise OutputError(f"{os.fspath(dest)}: a report is written as HTML ({', '.join(EXTENSIONS)}"
+                          f"), not {_extension(dest) or 'a file without extension'}; name the "
+                          "file with one of those")  # fmt: skip
     if dest is not None and not overwrite and os.path.lexists(dest):  # before reading a record
         raise exists_error(os.fspath(dest))
     page = render(index, progress).encode("utf-8")
@@ -114,6 +122,10 @@ def write_report(
         raise OutputError(f"{where}: cannot write the report ({e.strerror or e}); "
                           f"{os_error_fix(e)}") from None  # fmt: skip
     return where
+
+
+def _extension(dest: str | os.PathLike) -> str:
+    return os.path.splitext(os.fspath(dest))[1].lower()
 
 
 def _dataset_file(dest: str, index: Index) -> str | None:
@@ -506,6 +518,8 @@ def _thumbnails(
     found: dict[str, str] = {}
     total = sum(min(split.shard_records, MAX_SCANNED) for split in index.splits.values())
     done = 0
+    if progress is not None:  # where the reading starts: a rate counts from this report
+        progress(0, total)
     for split in index.splits:
         sheets: dict[str, list[tuple[str, str]]] = {}
         per_split.append(sheets)

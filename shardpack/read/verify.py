@@ -101,7 +101,8 @@ def verify(
         decode: also decode every image and compare its size with the record's fields.
         max_pixels: with decode, an image claiming more pixels than this is a fault.
         storage_options: options for the URL's fsspec filesystem (credentials, endpoint...).
-        progress: called as records are read with (records read, records the index lists).
+        progress: called as records are read with (records read, records the index lists),
+            first with (0, records the index lists) as the reading starts.
 
     Returns:
         A report; `ok` is False if anything disagrees with the index.
@@ -157,6 +158,8 @@ class _Counter:
 
     def __init__(self, progress: Callable[[int, int], None] | None, total: int) -> None:
         self.progress, self.total, self.done = progress, total, 0
+        if progress is not None:  # where the reading starts: a rate counts from this report
+            progress(0, total)
 
     def __call__(self) -> None:
         self.done += 1

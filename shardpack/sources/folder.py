@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
+from shardpack.containers import CONTAINERS
 from shardpack.errors import Option, SourceError, plural
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
@@ -362,23 +364,40 @@ def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
             way += f", or pass {parent} to pack {name} as one class"
         return (f"its {loose} images lie in SRC itself, but each class needs its own folder "
                 f"(SRC/<class>/<image>): {way}",)  # fmt: skip
-    return (expected_layout(passed),)
+    return expected_layout(src, passed)
 
 
-def expected_layout(passed: Passed, splits: bool = False) -> str:
-    """The layout (of a split tree's, `splits`) and extensions a scan that found no image
-    expected, and the kinds of the files it passed over instead (HEIC photos, say) with the
-    way on: a message's tail."""
+def expected_layout(src: Storage, passed: Passed, splits: bool = False) -> tuple[str | Option, ...]:
+    """The layout (of a split tree's, `splits`) and extensions a scan of `src` that found no
+    image expected, and the kinds of the files it passed over instead (HEIC photos, a pack's
+    shards, say) with the way on: a message's tail."""
     layout = _SPLIT_LAYOUT if splits else "SRC/<class>/<image>"
     expected = f"expected {layout} with extensions {', '.join(sorted(IMAGE_EXTENSIONS))}"
     if not passed.ignored:
-        return expected
-    kinds = Counter(os.path.splitext(name)[1].lower() or "no extension"
-                    for name in passed.ignored_files)  # fmt: skip
-    said = ", ".join(f"{kind} {n:,}" for kind, n in kinds.most_common(3))
+        return (expected,)
+    kinds = Counter(map(_file_kind, passed.ignored_files))
+    said = ", ".join(f"{n:,} {kind}s" if kind.endswith(" shard") else f"{kind} {n:,}"
+                     for kind, n in kinds.most_common(3))  # fmt: skip
     have = "has" if passed.ignored == 1 else "have"
-    return (f"{expected}; its {plural(passed.ignored, 'file')} {have} none of those ({said}): "
-            "convert the images to one of those formats")  # fmt: skip
+    passed_over = f"{expected}; its {plural(passed.ignored, 'file')} {have} none of those ({said})"
+    shards = [name for name in passed.ignored_files if _SHARD_TAIL.search(name)]
+    if shards:  # a pack's output, or a copy of its shards: packed again from its own folder
+        folder = src.path(shards[0].rpartition("/")[0])
+        return (f"{passed_over}: {shards[0]} is a {_file_kind(shards[0])}, not an image; to pack "
+                f"shards again, pass the folder of the pack that wrote them ({folder}, with its "
+                "index.json) as SRC with ", Option("source", "shardpack"))  # fmt: skip
+    return (f"{passed_over}: convert the images to one of those formats",)
+
+
+# A TFRecord or ArrayRecord shard's name (`x.tfrecord-00000-of-00048`): its tail is no extension.
+_SHARD_TAIL = re.compile(rf"\.({'|'.join(map(re.escape, CONTAINERS))})-\d+-of-\d+$")
+
+
+def _file_kind(name: str) -> str:
+    """What a file that is no image is, for a message: a container's shard, else its extension."""
+    if (shard := _SHARD_TAIL.search(name)) is not None:
+        return f"{shard[1]} shard"
+    return os.path.splitext(name)[1].lower() or "no extension"
 
 
 def unread_photos(names: Iterable[str]) -> str | None:

@@ -111,8 +111,8 @@ def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:
     if images and not any(splits.values()):
         raise left_out_by_classes(root.path(), images, found_classes)
     if not any(splits.values()):
-        raise SourceError(f"{root.path()}: no images found; ", *(in_split_folders(passed) or (
-            expected_layout(passed, splits=True),)))  # fmt: skip
+        instead = in_split_folders(passed) or expected_layout(root, passed, splits=True)
+        raise SourceError(f"{root.path()}: no images found; ", *instead)
     splits = {split: items for split, items in splits.items() if items}
     return passed.dataset("split-tree", root, Schema.build(classes), splits, left_out, warnings)
 

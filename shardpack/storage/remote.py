@@ -72,6 +72,29 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _HTTP_TIMEOUTS = {"connect_timeout": 10.0, "read_timeout": 30.0}
 
 
+# Switches every fsspec filesystem takes beside its own (fsspec's instance and listing caches).
+_FSSPEC_SWITCHES = frozenset({"skip_instance_cache", "use_listings_cache"})
+
+
+def _check_switches(url: str, scheme: str, options: dict) -> None:
+    """Refuse a switch of the scheme's filesystem (s3fs's anon, use_ssl...: a parameter whose
+    default is True or False) given as anything but true or false: `anon=maybe` stays the
+    string 'maybe', which s3fs takes as true. Options of other kinds are left as given."""
+    import inspect
+
+    from fsspec import get_filesystem_class
+
+    try:
+        takes = inspect.signature(get_filesystem_class(scheme).__init__).parameters
+    except ValueError:  # a scheme fsspec does not know: url_to_fs says so
+        return
+    for key, value in options.items():
+        switch = key in _FSSPEC_SWITCHES or (key in takes and type(takes[key].default) is bool)
+        if switch and not isinstance(value, bool):
+            raise StorageError(f"{url}: --storage-option {key}={value}: {key} is true or false; "
+                               f"pass {key}=true or {key}=false")  # fmt: skip
+
+
 class RemoteStorage(Storage):
     how_to_share = "give every worker the same credentials and endpoint"
 
@@ -91,6 +114,7 @@ class RemoteStorage(Storage):
         try:  # fsspec itself comes with each extra: a runtime-only install has none
             from fsspec.core import url_to_fs
 
+            _check_switches(url, scheme, options)
             fs, base = url_to_fs(url, **(_http_options(options) if scheme in _HTTP else options))
         except ImportError:
             extra = EXTRAS.get(scheme)

@@ -330,14 +330,15 @@ def test_bad_input_is_one_line_exit_2(src: Path, tmp_path: Path, args: list[str]
 
 def test_options_left_out_this_time_are_named_in_one_line(src: Path, tmp_path: Path):
     """Packing again without the --split and --resize OUT was packed with ended in a traceback
-    (a left-out option's value, None, shown as a split or a size)."""
+    (a left-out option's value, None, shown as a split or a size); then said the journal's
+    values in Python's form, `(('train', 0.5), ('test', 0.5))`: now as the user types them."""
     out = tmp_path / "out"
     first = _run("pack", str(src), str(out), "--split", "train=0.5,test=0.5", "--resize", "8x8")
     assert first.returncode == 0, first.stderr
     result = _run("pack", str(src), str(out), "--no-progress")
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
-    assert "no --resize (the journal's: (8, 8))" in result.stderr
-    assert "no --split (the journal's: (('train', 0.5), ('test', 0.5)))" in result.stderr
+    assert "no --resize (the journal's: --resize 8x8)" in result.stderr
+    assert "no --split (the journal's: --split train=0.5,test=0.5)" in result.stderr
     again = _run("pack", str(src), str(tmp_path / "plain"), "--no-progress")
     assert again.returncode == 0, again.stderr
     added = _run("pack", str(src), str(tmp_path / "plain"), "--split", "a=0.5,b=0.5")
@@ -765,7 +766,7 @@ def test_a_refused_resume_names_the_flags(tmp_path: Path):
     assert _run("pack", str(src), out, "--encode", "png", "--no-progress").returncode == 0
     run = _run("pack", str(src), out, "--encode", "jpeg", "--resume", "--no-progress")
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
-    assert (f"{out}: was packed with other options (--encode jpeg (the journal's: 'png')); "
+    assert (f"{out}: was packed with other options (--encode jpeg (the journal's: --encode png)); "
             "pass --overwrite to start over") in run.stderr, run.stderr  # fmt: skip
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from shardpack.cli import app
 from shardpack.demo import SHAPES, make_sample
 from shardpack.errors import OutputError
+from tests.helpers import wait_for
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[2]
@@ -145,3 +147,43 @@ def test_an_empty_out_is_refused_not_taken_for_the_current_folder(tmp_path: Path
     assert result.exit_code == 2
     assert "error: OUT is an empty string (''); pass a folder or URL, or '.'" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_demo_stopped_as_it_draws_leaves_nothing_it_made(tmp_path: Path, sig, code):
+    """`timeout -s INT 1 shardpack demo d2` left an empty d2/ behind (the sample's build
+    folder was removed, not the folder made for it); the folders it made above OUT too."""
+    out = tmp_path / "new" / "d2"
+    demo = ["demo", str(out), "--per-class", "100000", "--no-progress"]
+    run = subprocess.Popen([sys.executable, "-m", "shardpack", *demo], stderr=subprocess.PIPE,
+                           text=True)  # fmt: skip
+    try:  # stopped once the sample's first images are drawn
+        wait_for(lambda: any(p.is_file() for p in out.glob(".sample-*/*/*")))
+        run.send_signal(sig)
+        stderr = run.communicate(timeout=60)[1]
+    finally:
+        run.kill()
+    assert run.returncode == code, stderr
+    assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_demo_stopped_as_it_packs_keeps_only_what_was_there(tmp_path: Path):
+    """Stopped as the workers fork (Ctrl-C then), the demo left OUT/sample and a half-made
+    OUT/shards to resume, which the demo cannot: both go, and a file of the user's in OUT
+    stays."""
+    out = tmp_path / "d2"
+    out.mkdir()
+    (out / "mine.txt").write_text("mine")
+    code = ("import os, signal, sys\n"
+            "os.register_at_fork(before=lambda: os.kill(os.getpid(), signal.SIGINT))\n"
+            "from shardpack.__main__ import main\n"
+            f"sys.argv = ['shardpack', 'demo', {str(out)!r}, '--per-class', '2', '--workers', "
+            "'2', '--no-progress']\n"
+            "main()\n")  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, start_new_session=True)  # fmt: skip
+    assert run.returncode == 130, run.stderr
+    assert run.stderr.strip() == "interrupted" and "drew 10 sample images" in run.stdout
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    assert (out / "mine.txt").read_text() == "mine"

@@ -138,7 +138,7 @@ def test_dedup_is_part_of_the_plan_and_resume_keeps_the_facts(src: Path, tmp_pat
     assert again["duplicates"] == first["duplicates"]
     result = runner.invoke(app, ["pack", str(src), str(out), "--dedup", "exact", "--no-progress"])
     assert result.exit_code == 2  # another plan
-    assert "--dedup exact (the journal's: 'none')" in result.output
+    assert "--dedup exact (the journal's: --dedup none)" in result.output
     deduped, again = tmp_path / "deduped", tmp_path / "again"
     first = _pack(src, deduped, "--shards", "2", "--dedup", "exact", "--workers", "2")
     resumed = _pack(src, deduped, "--shards", "2", "--dedup", "exact", "--resume")

@@ -26,6 +26,7 @@ from tests.helpers import (
     gone,
     handed_over,
     image,
+    one_line_error,
     run_cli,
     shard_files,
     wait_for,
@@ -305,22 +306,37 @@ def test_resume_with_other_workers_says_the_shard_count_followed_them(src, tmp_p
         pack(src, out, PackOptions(encode="png", workers=2, resume=True))
 
 
-def test_a_journal_that_lies_about_its_options_is_shown_cut_short(src, tmp_path):
-    """The journal is OUT's, so untrusted: options of any shape or size in its header end in a
-    one-line refusal that shows them cut short, never a crash."""
-    out = tmp_path / "out"
+def _packed_with_a_journal_of(src: Path, out: Path, **options: object) -> Path:
+    """`out` packed from `src`, its journal then saying these options of another plan."""
     pack(src, out, PackOptions(shards=2, workers=1))
     journal = out / ".shardpack.journal"
     lines = journal.read_text().splitlines()
     header = json.loads(lines[0])
     header["plan_digest"] = "0" * 64
-    header["options"].update(quality=["\n" * 5000], encode={"a": None}, nonsense=1)
+    header["options"].update(options)
     journal.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    return out
+
+
+def test_a_journal_that_lies_about_its_options_is_shown_cut_short(src, tmp_path):
+    """The journal is OUT's, so untrusted: options of any shape or size in its header end in a
+    one-line refusal that shows them cut short, never a crash."""
+    out = _packed_with_a_journal_of(src, tmp_path / "out", quality=["\n" * 5000],
+                                    encode={"a": None}, nonsense=1)  # fmt: skip
     with pytest.raises(OutputError) as refused:
         pack(src, out, PackOptions(shards=2, workers=1, resume=True))
     message = str(refused.value)
     assert "encode='keep' (the journal's: {'a': None})" in message and "nonsense" not in message
     assert "(the journal's: ('\\n" in message and "\n" not in message and len(message) < 400
+
+
+def test_a_journal_s_option_of_another_shape_is_said_as_its_flag_without_a_crash(src, tmp_path):
+    """The CLI says a journal's option as the flag that gives it (`--split train=0.5`); a
+    journal's --split that is no list of (name, fraction) is said as its bare values."""
+    out = _packed_with_a_journal_of(src, tmp_path / "out", split=["a", "b", "c"], resize=[9, "x"])
+    done = run_cli("pack", str(src), str(out), "--shards", "2", "--workers", "1", "--resume")
+    line = one_line_error(done, "no --split (the journal's: --split a,b,c)")
+    assert "no --resize (the journal's: --resize 9x" in line
 
 
 def test_the_same_job_again_stopped_leaves_the_dataset_whole(src, clean, tmp_path):

@@ -131,3 +131,18 @@ def test_the_card_counts_what_the_shards_hold_where_the_split_s_total_says_other
     marked = _Marked()
     marked.feed(_splits_table(load_index(out)))
     assert marked.values["train", "records"] == "3"
+
+
+@pytest.mark.parametrize("name, said", [("card.pdf", ".pdf"), ("card", "without extension")])
+def test_an_out_not_named_html_is_refused_in_one_line(tmp_path: Path, name: str, said: str):
+    """`report OUT --out r.pdf` wrote the HTML card under a .pdf name (preview refuses a name
+    its format is not); refused now in one line naming the file and the names it takes."""
+    out = tmp_path / "out"
+    pack(make_tree(tmp_path / "src", {"a": 2, "b": 1}), out, PackOptions(workers=1))
+    done = run_cli("report", str(out), "--out", str(tmp_path / name), "--no-progress")
+    one_line_error(done, f"{tmp_path / name}: a report is written as HTML (.html, .htm), not",
+                   said, "name the file with one of those")  # fmt: skip
+    assert not (tmp_path / name).exists()
+    done = run_cli("report", str(out), "--out", str(tmp_path / "card.HTM"), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "card.HTM").read_text().startswith("<!doctype html>")

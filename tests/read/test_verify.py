@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +186,38 @@ def test_verify_and_report_show_progress_as_pack_does(
     assert lines and lines[-1].startswith(f"{verb}: 12/12 images"), done.stderr
     quiet = run_cli(*args, "--no-progress", *(["--overwrite"] if command == "report" else []))
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+@pytest.mark.parametrize("command", ["verify", "report"])
+def test_a_progress_line_rates_the_records_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+):
+    """An S3 verify printed `verifying: 64/1,000 images, 0 images/s, ETA unknown`: its first
+    report came after 64 records, past the bar's second (the index's load from the store), and
+    the bar's rate counts from its first report: nothing to rate. The reading now reports 0 as
+    it starts: every line after records were read rates them (here a line at every report: the
+    bar's delay and interval set to 0)."""
+    import shardpack.console
+    from shardpack.options import PackOptions
+    from shardpack.packing.packer import pack
+    from tests.helpers import make_tree
+
+    if command == "report":
+        pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    pack(make_tree(tmp_path / "src", {"a": 100, "b": 100}), out, PackOptions(workers=1))
+    monkeypatch.setattr(shardpack.console, "_BAR_DELAY_S", 0)
+    monkeypatch.setattr(shardpack.console, "_LINE_EVERY_S", 0)
+    card = [] if command == "verify" else ["--out", str(tmp_path / "r.html")]
+    done = run_cli(command, str(out), *card)
+    assert done.returncode == 0, done.stderr
+    verb = "verifying" if command == "verify" else "reading"
+    lines = [line for line in done.stderr.splitlines() if line.startswith(f"{verb}:")]
+    said = [re.fullmatch(rf"{verb}: ([\d,]+)/200 images, ([\d,]+) images/s, ETA (.+)", line)
+            for line in lines]  # fmt: skip
+    assert [int(m[1].replace(",", "")) for m in said] == [0, 64, 128, 192, 200], done.stderr
+    assert said[0].groups()[1:] == ("0", "unknown"), lines  # as the reading starts: none read
+    assert all(int(m[2].replace(",", "")) > 0 and m[3] != "unknown" for m in said[1:]), lines
 
 
 @pytest.mark.parametrize("command", ["verify", "report"])

@@ -1059,6 +1059,29 @@ def test_the_folder_above_a_dataset_is_refused_not_packed_as_one_class(tmp_path)
     assert scan(tmp_path / "one").classes == ("cat",)
 
 
+def test_a_folder_of_shards_names_them_as_shards_and_the_source_that_packs_them(tmp_path):
+    """Shards copied out of a pack's folder, `x.tfrecord-00000-of-00002`, were counted as files
+    of the extension `.tfrecord-00000-of-00002`, and the line said to convert the images."""
+    from shardpack.packing.packer import pack
+
+    out = tmp_path / "out"
+    pack(helpers.make_tree(tmp_path / "src", {"a": 2, "b": 2}), out, PackOptions(shards=2))
+    copied = tmp_path / "copy" / "part"
+    copied.mkdir(parents=True)
+    shards = sorted(out.glob("*.tfrecord-*"))
+    for shard in shards:
+        shutil.copy(shard, copied)
+    done = helpers.run_cli("pack", str(tmp_path / "copy"), str(tmp_path / "again"))
+    line = helpers.one_line_error(
+        done, "its 2 files have none of those (2 tfrecord shards): ",
+        f"part/{shards[0].name} is a tfrecord shard, not an image; to pack shards again, pass the "
+        f"folder of the pack that wrote them ({copied}, with its index.json) as SRC with "
+        "--source shardpack")  # fmt: skip
+    assert "-of-00002 1" not in line and "convert the images" not in line
+    again = helpers.run_cli("pack", str(out), str(tmp_path / "again"), "--source", "shardpack")
+    assert again.returncode == 0, again.stderr
+
+
 def test_a_tree_of_other_files_names_their_kinds(tmp_path):
     """A folder of iPhone photos (.HEIC) said only which extensions it expected."""
     for name in ("a/IMG_1.HEIC", "a/IMG_2.heic", "b/IMG_3.HEIC", "b/notes.txt"):

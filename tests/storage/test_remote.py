@@ -412,6 +412,23 @@ def test_what_the_store_client_raises_is_one_line(src, local, s3: Bucket):
         assert said in _one_line(run.stderr), (args, run.stderr)
 
 
+def test_a_switch_given_as_no_boolean_is_refused_naming_what_it_takes(src, local, s3: Bucket):
+    """`--storage-option anon=maybe` stayed the string 'maybe', which s3fs takes as true: the
+    run went anonymous (Forbidden, naming index.json). A filesystem's switch is true or false;
+    an option whose value is a string by design is still passed as given."""
+    out = s3.url("packed/flowers")
+    assert _cli("pack", str(src), out, *JOB).returncode == 0
+    for pair in ("anon=maybe", "use_ssl=1", "skip_instance_cache=yes"):
+        run = _cli("verify", out, "--storage-option", pair)
+        key = pair.partition("=")[0]
+        assert run.returncode == 2, run.stderr
+        assert _one_line(run.stderr) == (f"error: {out}: --storage-option {pair}: {key} is true or "
+                                         f"false; pass {key}=true or {key}=false")  # fmt: skip
+    for pair in ("anon=false", f"endpoint_url={s3.endpoint}"):
+        run = _cli("verify", out, "--storage-option", pair)
+        assert run.returncode == 0 and "OK: 3 shards" in run.stdout, (pair, run.stderr)
+
+
 def test_a_bug_of_ours_under_fsspec_is_not_taken_for_the_store_s_answer():
     """What fsspec raises that is no OSError comes from what its caller passed: a traceback
     for us to see, not "the object store refused" sending the user after the endpoint."""
