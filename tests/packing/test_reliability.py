@@ -215,6 +215,7 @@ def test_workers_die_with_a_killed_parent_and_resume_completes(src, clean, tmp_p
     assert _same_output(out, clean)
 
 
+@pytest.mark.long  # a handed-over shard (the test above) and a killed parent's resume (below)
 def test_a_parent_killed_as_its_first_shard_lands_is_resumed(src, clean, tmp_path):
     # Held, the parent cannot commit nor journal the shard a worker hands over (before, the
     # worker renamed it into place: killed then, the parent left that shard and no journal,

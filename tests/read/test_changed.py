@@ -124,6 +124,7 @@ def test_a_shard_dataset_mid_epoch_under_an_update_says_to_build_it_again(tmp_pa
     assert got[1].endswith(_changed(out, "build the ShardDataset again"))
 
 
+@pytest.mark.long  # the local readers' rule, shown again on a store
 def test_a_reader_of_s3_opened_before_an_update_says_out_changed(tmp_path, s3):
     """As seen on S3: iter_examples and Records over s3:// blamed the shard the update removed."""
     src = make_tree(tmp_path / "src", {"a": 5, "b": 5})
