@@ -115,6 +115,7 @@ print(json.dumps(got))
 """
 
 
+@pytest.mark.heavy
 def test_a_shard_dataset_mid_epoch_under_an_update_says_to_build_it_again(tmp_path):
     """As ShardDataset says when an epoch opens the updated pack (test_torch.py)."""
     pytest.importorskip("torch")
