@@ -601,11 +601,16 @@ def register_container(cls: type[Container], readers: str = "") -> type[Containe
 
 def is_shard_name(file: str, name: str | None = None) -> bool:
     """Whether `file` is a name some container's shard_name gives (for dataset `name`)."""
+    return shard_container(file, name) is not None
+
+
+def shard_container(file: str, name: str | None = None) -> Container | None:
+    """The container whose shard_name gives `file` (for dataset `name`); None: none does."""
     for container in CONTAINERS.values():
         match = container.shard_pattern.fullmatch(file)
         if match is not None and name in (None, match["name"]):
-            return True
-    return False
+            return container
+    return None
 
 
 def get_container(name: str) -> Container:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from shardpack.containers import CONTAINERS
+from shardpack.containers import shard_container
 from shardpack.errors import Option, SourceError, plural
 from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
@@ -380,7 +379,7 @@ def expected_layout(src: Storage, passed: Passed, splits: bool = False) -> tuple
                      for kind, n in kinds.most_common(3))  # fmt: skip
     have = "has" if passed.ignored == 1 else "have"
     passed_over = f"{expected}; its {plural(passed.ignored, 'file')} {have} none of those ({said})"
-    shards = [name for name in passed.ignored_files if _SHARD_TAIL.search(name)]
+    shards = [name for name in passed.ignored_files if shard_container(name.rpartition("/")[2])]
     if shards:  # a pack's output, or a copy of its shards: packed again from its own folder
         folder = src.path(shards[0].rpartition("/")[0])
         return (f"{passed_over}: {shards[0]} is a {_file_kind(shards[0])}, not an image; to pack "
@@ -389,14 +388,11 @@ def expected_layout(src: Storage, passed: Passed, splits: bool = False) -> tuple
     return (f"{passed_over}: convert the images to one of those formats",)
 
 
-# A TFRecord or ArrayRecord shard's name (`x.tfrecord-00000-of-00048`): its tail is no extension.
-_SHARD_TAIL = re.compile(rf"\.({'|'.join(map(re.escape, CONTAINERS))})-\d+-of-\d+$")
-
-
 def _file_kind(name: str) -> str:
-    """What a file that is no image is, for a message: a container's shard, else its extension."""
-    if (shard := _SHARD_TAIL.search(name)) is not None:
-        return f"{shard[1]} shard"
+    """What a file that is no image is, for a message: a container's shard (a TFRecord's tail,
+    `.tfrecord-00000-of-00048`, is no extension), else its extension."""
+    if (container := shard_container(name.rpartition("/")[2])) is not None:
+        return f"{container.name} shard"
     return os.path.splitext(name)[1].lower() or "no extension"
 
 
