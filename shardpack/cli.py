@@ -4,6 +4,7 @@ Start-up stays light (`shardpack --help` imports typer and this module, nothing 
 command imports the library modules it needs, and help is plain text, without rich.
 """
 
+import functools
 import inspect
 import os
 import shlex
@@ -559,10 +560,17 @@ def main() -> None:
         sys.exit(141)
 
 
+@functools.cache
+def _command() -> typer.main.TyperGroup:
+    """The command typer builds of app (~5 ms of CPU), once a process: for the runs that a
+    notebook or a test suite makes in one, as for the one the command line makes."""
+    return typer.main.get_command(app)
+
+
 def _main() -> NoReturn:
     """The app, its exit code, and one line for a usage error or a stop from outside."""
     try:
-        code = app(standalone_mode=False)
+        code = _command()(standalone_mode=False)
         sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen by main
     except SystemExit:
         # typer meets a closed pipe inside a command with exit(1), verify's fault code, after

@@ -28,8 +28,8 @@ def image(seed: int, height: int = 24, width: int = 32) -> np.ndarray:
     """A BGR image with some structure (a gradient and a block), not just noise."""
     rng = np.random.default_rng(seed)
     base = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
-    pixels = np.broadcast_to(base, (height, width, 3)) * rng.uniform(0.3, 1.0, 3)
-    pixels = pixels.astype(np.uint8).copy()
+    row = (base * rng.uniform(0.3, 1.0, 3)).astype(np.uint8)  # one row, then copied down
+    pixels = np.broadcast_to(row, (height, width, 3)).copy()
     y, x = rng.integers(0, height // 2), rng.integers(0, width // 2)
     pixels[y : y + height // 3, x : x + width // 3] = rng.integers(0, 256, 3)
     return pixels

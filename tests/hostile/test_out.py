@@ -43,11 +43,11 @@ def src(tmp_path: Path) -> Path:
     return make_tree(tmp_path / "src", {"cat": 5, "dog": 4})
 
 
-@pytest.fixture
-def slow_src(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def slow_src(tmp_path_factory) -> Path:
     """Photos large enough that re-encoding them to PNG takes a second: the progress poller
-    (every 0.2 s) runs while most shards are still to be written."""
-    root = tmp_path / "slow"
+    (every 0.2 s) runs while most shards are still to be written. Read, never changed."""
+    root = tmp_path_factory.mktemp("slow") / "slow"
     for i in range(48):
         write_image(root / ("cat", "dog")[i % 2] / f"{i:03d}.jpg", image(i, 480, 640))
     return root

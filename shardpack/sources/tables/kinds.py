@@ -230,13 +230,14 @@ def _grid_kind(rows: list[list]) -> Kind:
     lengths = {len(r) for r in rows}
     if len(lengths) != 1 or 0 in lengths:
         return _bad(f"a ragged list of lists (lengths {sorted(lengths)})")
+    width = lengths.pop()
+    if width > MAX_ROW:  # the index would declare a shape its readers refuse; told before
+        # the values are looked at, each of them (millions) in Python
+        return _bad(f"rows of {width:,} values (over {MAX_ROW:,}); store each as one list")
     kinds = {_item_kind(v) for r in rows for v in r}
     if not kinds <= _NUMBER_KINDS:
         bad = next((k for k in kinds if k.bad), None)
         return bad or _bad("lists of lists holding other than numbers")
-    width = lengths.pop()
-    if width > MAX_ROW:  # the index would declare a shape its readers refuse
-        return _bad(f"rows of {width:,} numbers (over {MAX_ROW:,}); store each as one list")
     return _grid_of(_join(kinds).elem, width)
 
 
