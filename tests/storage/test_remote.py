@@ -566,6 +566,7 @@ def guarded(tmp_path_factory) -> Iterator[dict]:
         server.wait(timeout=30)
 
 
+@pytest.mark.slow  # guarded's S3 server, as make test-fast skips the others'
 def test_objects_the_store_refuses_to_delete_stop_an_overwrite_before_any_shard(
     src, local, guarded
 ):
@@ -601,6 +602,7 @@ def test_objects_the_store_refuses_to_delete_stop_an_overwrite_before_any_shard(
     assert "index.json" in objects("flowers-2")
 
 
+@pytest.mark.slow
 def test_a_src_the_credentials_cannot_read_is_one_plain_line(src, guarded):
     """Credentials the store refuses at SRC said "cannot read ([Errno None] Forbidden:
     's3://...')": the store's word alone now, and what to check."""
@@ -613,6 +615,7 @@ def test_a_src_the_credentials_cannot_read_is_one_plain_line(src, guarded):
     )
 
 
+@pytest.mark.slow
 def test_readers_the_credentials_cannot_read_name_the_credentials(src, guarded):
     """verify and iter_examples with a wrong secret said "Forbidden; check the path and its
     permissions": the likely cause, the credentials, went unsaid."""
@@ -630,6 +633,7 @@ def test_readers_the_credentials_cannot_read_name_the_credentials(src, guarded):
     assert run.stderr.strip().splitlines()[-1] == f"shardpack.errors.FileAccessError: {said}"
 
 
+@pytest.mark.slow
 def test_a_src_whose_every_read_is_refused_says_to_check_the_credentials(src, guarded, tmp_path):
     """Credentials that may list SRC but read none of its objects ended "N items skipped (the
     first, ...: Access Denied ...); fix or remove them": the files were blamed."""
