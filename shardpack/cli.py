@@ -492,7 +492,8 @@ def demo(
     """Draw a sample set and pack it.
 
     Five classes of drawn shapes in OUT/sample, packed into OUT/shards; a rerun replaces
-    both, never a file of yours; a stopped run (Ctrl-C) leaves nothing it made.
+    both, never a file of yours; a stopped run (Ctrl-C) or a failed one leaves nothing it
+    made.
     """
     with _user_errors():
         # numpy, OpenCV: not for --help
@@ -503,7 +504,7 @@ def demo(
         out = Path(out_given)
         shards = out / "shards"
         sample_set.refuse_links(out / sample_set.SAMPLE_NAME, shards)
-        undo = sample_set.Undo.before(out)  # a stopped demo leaves nothing it made
+        undo = sample_set.Undo.before(out)  # a stopped or failed demo leaves nothing it made
         try:
             sample = sample_set.make_sample(out / sample_set.SAMPLE_NAME, per_class=per_class)
             if not as_json:
@@ -515,6 +516,9 @@ def demo(
         except (KeyboardInterrupt, _Terminated):  # as it draws: _run_pack's own undo as it packs
             undo()
             raise
+        except ShardpackError as e:  # a failure (a full disk): what it made goes, as on a stop
+            undo()
+            raise e.without_resume("run the demo again") from None
     if not as_json:
         shards, prog = shlex.quote(str(out / "shards")), _command_name()
         typer.echo(f"next: {prog} verify {shards}  |  {prog} inspect {shards}")

@@ -108,7 +108,8 @@ def make_sample(
 @dataclass(frozen=True)
 class Undo:
     """What a demo run is about to make, noted before it writes anything, so that a stopped run
-    (Ctrl-C, SIGTERM) leaves none of it, and nothing that was there before is touched."""
+    (Ctrl-C, SIGTERM) or a failed one (a full disk) leaves none of it, and nothing that was
+    there before is touched."""
 
     made: tuple[str, ...]  # OUT and the missing folders above it, that the run makes: OUT first
     sample: str | None  # OUT/sample, where there was none

@@ -87,6 +87,8 @@ class Was(Option):
 
 # What ends a message of an item that --on-error fail stopped the run at: the flag past it.
 SKIP_HINT = ("pass ", Option("on_error", "skip"), " to leave it out")
+# What a failed run's message says before resume: ShardpackError.without_resume looks for it
+RERUN = "rerun with "
 
 
 def way_past(reason: str) -> tuple[str | Option, ...]:
@@ -138,6 +140,16 @@ class ShardpackError(Exception):
     def options(self) -> tuple[str, ...]:
         """The PackOptions fields the message names, in its order."""
         return tuple(part.name for part in self.args if isinstance(part, Option))
+
+    def without_resume(self, instead: str) -> ShardpackError:
+        """This error for a run that cannot be resumed (the demo's, which removes what it
+        made): its advice to rerun with resume said as `instead`; itself where it gives none."""
+        parts = self.args
+        at = next((i for i, p in enumerate(parts) if p == Option("resume", True)), 0)
+        before = parts[at - 1] if at else None
+        if not (isinstance(before, str) and before.endswith(RERUN)):
+            return self
+        return type(self)(*parts[: at - 1], before[: -len(RERUN)] + instead)
 
 
 class OptionError(ShardpackError, ValueError):
@@ -239,7 +251,7 @@ class OutputError(ShardpackError):
         """A one-line error for a failed write of a pack run, naming the path and what to do."""
         return cls(
             f"{path}: cannot write ({error.strerror or error}); {os_error_fix(error)}, then "
-            "rerun with ",
+            f"{RERUN}",
             Option("resume", True),
             " to keep the shards already finished",
         )

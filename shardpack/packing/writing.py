@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from shardpack.containers import HashingFile
-from shardpack.errors import SKIP_HINT, ImageError, Option, WorkerDiedError
+from shardpack.errors import RERUN, SKIP_HINT, ImageError, Option, WorkerDiedError
 from shardpack.images import OVER_MAX_PIXELS
 from shardpack.options import PackOptions
 from shardpack.packing import stamps
@@ -106,7 +106,7 @@ def write_shards(
                 f"{out.root}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
                 "(killed, perhaps by the out-of-memory killer: try fewer ",
                 Option("workers"),
-                "); rerun with ",
+                f"); {RERUN}",
                 Option("resume", True),
                 " to keep the shards already finished",
             ) from None

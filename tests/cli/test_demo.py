@@ -3,7 +3,9 @@ that work as printed."""
 
 from __future__ import annotations
 
+import errno
 import json
+import resource
 import shlex
 import signal
 import subprocess
@@ -187,3 +189,41 @@ def test_a_demo_stopped_as_it_packs_keeps_only_what_was_there(tmp_path: Path):
     assert run.stderr.strip() == "interrupted" and "drew 10 sample images" in run.stdout
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
     assert (out / "mine.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("made", [True, False])
+def test_a_demo_that_fails_leaves_nothing_it_made_and_says_to_run_it_again(tmp_path: Path, made):
+    """A demo whose pack failed (a full disk; here the file size limit) left OUT/sample and a
+    half-made OUT/shards, and said to rerun with --resume, a flag the demo does not take: what
+    it made goes, as on a stop, and the line says to run the demo again."""
+    out = tmp_path / "new" / "d" if made else tmp_path / "d"
+    if not made:
+        out.mkdir()
+        (out / "mine.txt").write_text("mine")
+
+    def small_files() -> None:  # room for each drawn image, not for a shard of 40 of them
+        resource.setrlimit(resource.RLIMIT_FSIZE, (32_000, 32_000))
+
+    run = subprocess.run([sys.executable, "-m", "shardpack", "demo", str(out), "--per-class",
+                          "40", "--workers", "1", "--no-progress"], capture_output=True,
+                         text=True, timeout=120, preexec_fn=small_files)  # fmt: skip
+    assert run.returncode == 2 and "drew 200 sample images" in run.stdout, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert "cannot write (File too large)" in line and line.endswith("then run the demo again")
+    assert "--resume" not in line and "Traceback" not in run.stderr
+    if made:
+        assert list(tmp_path.iterdir()) == []  # OUT and the folder above it it made
+    else:
+        assert [p.name for p in out.iterdir()] == ["mine.txt"]
+        assert (out / "mine.txt").read_text() == "mine"
+
+
+def test_without_resume_replaces_only_the_advice_to_resume():
+    full = OutputError.writing("d/shards/x.partial", OSError(errno.ENOSPC, "No space left"))
+    assert full.options == ("resume",)
+    said = full.without_resume("run the demo again")
+    assert type(said) is OutputError and said.options == ()
+    assert str(said) == ("d/shards/x.partial: cannot write (No space left); free some space, "
+                         "then run the demo again")  # fmt: skip
+    other = OutputError("d: is locked by another run")
+    assert other.without_resume("run the demo again") is other
