@@ -257,6 +257,9 @@ class _ProgressPoller:
 
     def __enter__(self) -> _ProgressPoller:
         if self.callback is not None:
+            # as the workers start: a bar rates what comes after this (the CLI's said "0
+            # images/s" where its first report was the run's last, past its second)
+            self.callback(0, self.total)
             self._thread.start()
         return self
 

@@ -24,6 +24,7 @@ from tests.helpers import (
     make_cifar100_python,
     make_tree,
     planned_work,
+    run_cli,
     shard_files,
     tf_records,
     write_csv,
@@ -370,7 +371,7 @@ def test_progress_callback_counts_up_to_the_total(tmp_path: Path):
         PackOptions(workers=2, shards=4),
         progress=lambda d, t: seen.append((d, t)),
     )
-    assert seen[-1] == (60, 60)
+    assert seen[0] == (0, 60) and seen[-1] == (60, 60)  # from the workers' start
     done = [d for d, _ in seen]
     assert done == sorted(done) and all(t == 60 for _, t in seen)
 
@@ -560,3 +561,22 @@ def test_a_name_too_long_for_shard_file_names_is_cut_or_refused_before_a_shard(t
     assert result.index.name == "n" * MAX_NAME_CHARS and result.num_records == 2
     with pytest.raises(OptionError, match=f"at most {MAX_NAME_CHARS} characters .* got 300; "):
         PackOptions(name="n" * 300)
+
+
+def test_a_piped_progress_line_rates_the_images_written(tmp_path: Path, monkeypatch):
+    """pack's first report came from the poller after its first interval, or at the end: a
+    run whose only report past the bar's second was its last said `packing: 60/60 images, 0
+    images/s, ETA unknown`. It now reports 0 as the workers start: every line after that
+    rates the images written (here a line at every report: the bar's delay and interval 0)."""
+    import shardpack.console
+
+    src = make_tree(tmp_path / "src", {"a": 30, "b": 30})
+    monkeypatch.setattr(shardpack.console, "_BAR_DELAY_S", 0)
+    monkeypatch.setattr(shardpack.console, "_LINE_EVERY_S", 0)
+    done = run_cli("pack", str(src), str(tmp_path / "out"), "--workers", "1")
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("packing:")]
+    said = [re.fullmatch(r"packing: (\d+)/60 images, ([\d,]+) images/s, ETA (.+)", line)
+            for line in lines]  # fmt: skip
+    assert said[0].groups() == ("0", "0", "unknown") and said[-1][1] == "60", lines
+    assert all(int(m[2].replace(",", "")) > 0 and m[3] != "unknown" for m in said[1:]), lines
