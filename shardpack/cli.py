@@ -513,12 +513,11 @@ def demo(
             overwrite = overwrite or sample_set.earlier_demo(shards)
             options = PackOptions(workers=workers, shards=4, overwrite=overwrite)
             _run_pack(Path(sample), shards, options, not no_progress, as_json, undo=undo)
-        except (KeyboardInterrupt, _Terminated):  # as it draws: _run_pack's own undo as it packs
-            undo()
+        except BaseException as e:  # a stop or a failure (a full disk): what it made goes
+            undo()  # (a stop as it packs: _run_pack's undo went first; this one finds nothing)
+            if isinstance(e, ShardpackError):  # nor is there a run to resume
+                raise e.without_resume("run the demo again") from None
             raise
-        except ShardpackError as e:  # a failure (a full disk): what it made goes, as on a stop
-            undo()
-            raise e.without_resume("run the demo again") from None
     if not as_json:
         shards, prog = shlex.quote(str(out / "shards")), _command_name()
         typer.echo(f"next: {prog} verify {shards}  |  {prog} inspect {shards}")

@@ -62,8 +62,8 @@ def pack(
             class or split folders, a manifest table, ...).
         out: the output folder; created if missing.
         options: how to pack; defaults to PackOptions().
-        progress: called with (0, items total) as the workers start, then about five times
-            a second with (items done, items total).
+        progress: called with (items done, items total) as the workers start (a resume's kept
+            shards done), then about five times a second.
         storage_options: options for the filesystem of a URL SRC or OUT (s3fs, gcsfs, ...).
         scan_progress: called while SRC is listed with the count of files (or manifest rows)
             listed so far, every few thousand.

@@ -75,10 +75,9 @@ def write_shards(
         if planned.journal_first:
             journal.begin()
         with (
-            _ProgressPoller(out, sum(sizes.values()), progress, {s.file for s in todo}) as poller,
+            _ProgressPoller(out, sizes, done, progress) as poller,
             closing(_run(todo, planned.options, dataset, out, planned.workers)) as finished,
         ):
-            poller.finished(sum(sizes[f] for f in done))
             for result in finished:
                 # kept from here on: a stop (Ctrl-C) inside add, its line already written,
                 # must not remove the file it vouches for; a line not written costs a rewrite
@@ -87,7 +86,7 @@ def write_shards(
                 if landed is not None:
                     result = landed(result)
                 results.append(result)
-                poller.finished(sizes[result.file], result.file)
+                poller.finished(result.file)
     except BaseException as e:
         # a journal this run began, of no shard: gone, OUT as it was found
         begun = planned.journal_first and not journaled
@@ -245,26 +244,30 @@ class _ProgressPoller:
     """Sums finished shards and the counts in workers' progress files for a callback."""
 
     def __init__(
-        self, out: Storage, total: int, callback: ProgressCallback | None, pending: set[str]
+        self,
+        out: Storage,
+        sizes: dict[str, int],
+        kept: set[str],
+        callback: ProgressCallback | None,
     ) -> None:
         self.folder = out.progress_folder()  # None: the bar moves a shard at a time
-        self.total, self.callback = total, callback
-        self.pending = pending  # shards not finished yet: only their progress files are read
-        self.done = 0
-        self._shown = 0  # a worker's file vanishes just before its result lands: never go back
+        self.sizes, self.total, self.callback = sizes, sum(sizes.values()), callback
+        self.pending = set(sizes) - kept  # shards not finished: only their progress files are read
+        self.done = sum(sizes[file] for file in kept)  # a resume's kept shards: done already
+        self._shown = self.done  # a worker's file vanishes as its result lands: never go back
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
     def __enter__(self) -> _ProgressPoller:
         if self.callback is not None:
-            # as the workers start: a bar rates what comes after this (the CLI's said "0
-            # images/s" where its first report was the run's last, past its second)
-            self.callback(0, self.total)
+            # as the workers start, the kept shards counted: a bar rates what comes after this
+            # (the CLI's said "0 images/s" where its first report was the run's last)
+            self.callback(self.done, self.total)
             self._thread.start()
         return self
 
-    def finished(self, items: int, file: str = "") -> None:
-        self.done += items
+    def finished(self, file: str) -> None:
+        self.done += self.sizes[file]
         self.pending.discard(file)
 
     def _in_flight(self) -> int:

@@ -580,3 +580,17 @@ def test_a_piped_progress_line_rates_the_images_written(tmp_path: Path, monkeypa
             for line in lines]  # fmt: skip
     assert said[0].groups() == ("0", "0", "unknown") and said[-1][1] == "60", lines
     assert all(int(m[2].replace(",", "")) > 0 and m[3] != "unknown" for m in said[1:]), lines
+
+
+def test_a_resume_reports_its_kept_shards_done_as_the_workers_start(tmp_path: Path):
+    """The bar rates from the first report: a resume's must hold the shards it kept, or their
+    images would count as written this run (the rate and the ETA of the new work only)."""
+    src, out = make_tree(tmp_path / "src", {"a": 30, "b": 30}), tmp_path / "out"
+    pack(src, out, PackOptions(workers=1, shards=4))
+    first = _index(out)["splits"]["train"]["shards"][0]
+    (out / first["file"]).unlink()
+    (out / "index.json").unlink()  # a run stopped before its index: the journal stays
+    seen: list[tuple[int, int]] = []
+    pack(src, out, PackOptions(workers=1, shards=4, resume=True),
+         progress=lambda d, t: seen.append((d, t)))  # fmt: skip
+    assert seen[0] == (60 - first["num_records"], 60) and seen[-1] == (60, 60)
