@@ -501,6 +501,12 @@ def test_objects_are_stamped_from_their_folders_listings_and_hostile_values_are_
         assert _listed_stamp({**good, **bad}) is None, bad
 
 
+# What reads an object, in IAM's words (s3:GetObject covers a HEAD on AWS) and in moto's from
+# 5.2.6, which names the action of a HEAD s3:HeadObject (and a listing s3:ListObjectsV2, which
+# s3:List* covers, as it covers AWS's s3:ListBucket and s3:ListBucketMultipartUploads).
+_READ = ["s3:GetObject", "s3:HeadObject"]
+
+
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory) -> Iterator[dict]:
     """A moto server of its own on loopback that checks signatures and IAM policies (after its
@@ -529,16 +535,16 @@ def guarded(tmp_path_factory) -> Iterator[dict]:
         users = {}
         for user, actions in (
             ("admin", ["*"]),
-            ("nodelete", ["s3:GetObject", "s3:PutObject", "s3:ListBucket*"]),
-            ("listonly", ["s3:ListBucket*"]),
+            ("nodelete", [*_READ, "s3:PutObject", "s3:List*"]),
+            ("listonly", ["s3:List*"]),
         ):
             iam.create_user(UserName=user)
             statements = [{"Effect": "Allow", "Action": actions, "Resource": "*"}]
             if user == "listonly":
                 statements += [
-                    {"Effect": "Allow", "Action": ["s3:GetObject"],
+                    {"Effect": "Allow", "Action": _READ,
                      "Resource": "arn:aws:s3:::guarded/refused*"},
-                    {"Effect": "Deny", "Action": ["s3:GetObject"],
+                    {"Effect": "Deny", "Action": _READ,
                      "Resource": "arn:aws:s3:::guarded/refused/*.jpg"},
                 ]  # fmt: skip
             iam.put_user_policy(
