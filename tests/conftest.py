@@ -68,13 +68,16 @@ def _file(item: pytest.Item) -> str:
 
 
 def _unit(path: str) -> str:
-    """What one worker runs together: a file, or every file that loads TensorFlow (not in the
-    fast tier, which skips their TensorFlow tests)."""
+    """What one worker runs together: a file, every file that loads TensorFlow (not in the
+    fast tier, which skips their TensorFlow tests), or every seam test (they walk the same
+    parsed package: helpers.walked, once a process)."""
+    if path.startswith("tests/seams/"):
+        return "seams"
     return "tensorflow" if path in IN_PROCESS_TENSORFLOW and not FAST else path
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """`--dist loadfile`, but with the files that load TensorFlow as one unit."""
+    """`--dist loadfile`, but with the units `_unit` groups."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByFile(LoadScopeScheduling):

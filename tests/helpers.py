@@ -121,6 +121,13 @@ def parsed(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"))
 
 
+@functools.cache
+def walked(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a module's tree in ast.walk's order (a parent before its children), once a
+    process: walking the package is most of what a seam test costs."""
+    return tuple(ast.walk(parsed(path)))
+
+
 def shard_files(out: Path) -> dict[str, bytes]:
     """Every shard file in OUT (of any container) by name, with its bytes."""
     from shardpack.containers import is_shard_name

@@ -18,7 +18,7 @@ from shardpack.containers import CONTAINERS, Container, register_container
 from shardpack.containers.example import decode, encode_example
 from shardpack.errors import RecordError
 from shardpack.read.describe import describe
-from tests.helpers import make_tree, parsed
+from tests.helpers import make_tree, walked
 
 PACKAGE = Path(shardpack.__file__).parent
 _LENGTH = struct.Struct("<I")  # each record: uint32 length, then the Example's bytes
@@ -154,19 +154,19 @@ ALLOWED = {("options.py", "DEFAULT_FORMAT"), ("index.py", "LEGACY_CONTAINER"),
            ("tfdsdir.py", "TFDS_DEFAULT_FORMAT"), ("tars.py", "name")}  # fmt: skip
 
 
-def _names_outside(tree: ast.Module) -> Iterator[tuple[int, str]]:
+def _names_outside(path: Path) -> Iterator[tuple[int, str]]:
     """(line, what) for each string naming a built-in container and each import of one
     container's module, but docstrings and the assignments ALLOWED lets stand."""
     # "parquet" is also what sources read (manifests, the Hub's layout): only its import counts.
     names = {"tfrecord", "array_record", "webdataset"}
     docstrings = {
         id(node.body[0].value)
-        for node in ast.walk(tree)
+        for node in walked(path)
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
         and node.body and isinstance(node.body[0], ast.Expr)
         and isinstance(node.body[0].value, ast.Constant)
     }  # fmt: skip
-    for node in ast.walk(tree):
+    for node in walked(path):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if id(node) not in docstrings and names & set(re.findall(r"\w+", node.value)):
                 yield node.lineno, repr(node.value)
@@ -186,14 +186,13 @@ def test_no_module_outside_containers_names_a_container():
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.parent.name == "containers":
             continue
-        tree = parsed(path)
         allowed = {
             node.value.lineno
-            for node in ast.walk(tree)
+            for node in walked(path)
             if isinstance(node, (ast.Assign, ast.AnnAssign))
             for target in ([node.target] if isinstance(node, ast.AnnAssign) else node.targets)
             if isinstance(target, ast.Name) and (path.name, target.id) in ALLOWED
         }
         found += [f"{path.relative_to(PACKAGE)}:{line}: {what}"
-                  for line, what in _names_outside(tree) if line not in allowed]  # fmt: skip
+                  for line, what in _names_outside(path) if line not in allowed]  # fmt: skip
     assert not found, "\n".join(found)

@@ -7,16 +7,15 @@ import ast
 from pathlib import Path
 
 import shardpack
-from tests.helpers import parsed
+from tests.helpers import walked
 
 LONGEST = 80
 PACKAGE = Path(shardpack.__file__).parent
 
 
 def _lengths(path: Path) -> list[tuple[str, int]]:
-    tree = parsed(path)
     return [(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}",
-             node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
+             node.end_lineno - node.lineno + 1) for node in walked(path)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]  # fmt: skip
 
 

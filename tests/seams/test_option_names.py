@@ -14,7 +14,7 @@ import typer
 from shardpack import cli, errors
 from shardpack.options import FLAGS, PackOptions, as_flags, flag
 from shardpack.sources import registered_sources
-from tests.helpers import parsed
+from tests.helpers import walked
 
 PACKAGE = Path(cli.__file__).parent
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
@@ -51,7 +51,7 @@ def _said() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
         if path.name in ("cli.py", "options.py"):  # the CLI's own, and FLAGS' help
             continue
         module, docs = path.relative_to(PACKAGE).as_posix(), set()
-        for node in ast.walk(parsed(path)):  # a parent before its docstring
+        for node in walked(path):  # a parent before its docstring
             if isinstance(node, _DOCUMENTED) and node.body and isinstance(node.body[0], ast.Expr):
                 docs.add(id(node.body[0].value))
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 import shardpack
-from tests.helpers import parsed
+from tests.helpers import walked
 
 PACKAGE = Path(shardpack.__file__).parent
 # What only storage/ may call: whether a store is a disk (local_path) or a location a URL.
@@ -17,7 +17,7 @@ INSPECTING = {"local_path", "is_url"}
 
 def _calls(path: Path) -> int:
     count = 0
-    for node in ast.walk(parsed(path)):
+    for node in walked(path):
         if isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
@@ -34,3 +34,23 @@ def test_nothing_outside_storage_inspects_which_store_it_has():
         if path.relative_to(PACKAGE).parts[0] != "storage" and (n := _calls(path))
     }
     assert found == {}, f"ask the Storage (or storage.locations) instead: {found}"
+
+
+def test_the_storage_seam_holds():
+    """Nothing outside storage/ imports one store's module or asks which kind it has, and
+    nothing calls fsspec's private _strip_protocol."""
+    stores = {"shardpack.storage.local", "shardpack.storage.remote"}
+    leaks = []
+    for module in sorted(PACKAGE.rglob("*.py")):
+        outside = module.parent.name != "storage"
+        for node in walked(module):
+            where = f"{module.name}:{getattr(node, 'lineno', 0)}"
+            if outside and isinstance(node, ast.ImportFrom) and (node.module in stores or (
+                    node.module == "shardpack.storage"
+                    and {a.name for a in node.names} & {"local", "remote"})):  # fmt: skip
+                leaks.append(f"{where}: imports a store's module")
+            elif outside and isinstance(node, ast.Attribute) and node.attr == "local":
+                leaks.append(f"{where}: asks .local")
+            elif isinstance(node, ast.Attribute) and node.attr == "_strip_protocol":
+                leaks.append(f"{where}: calls fsspec's private _strip_protocol")
+    assert leaks == []

@@ -4,14 +4,12 @@ in tests/storage/test_remote.py."""
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
 import sys
 import threading
 import uuid
-from pathlib import Path
 
 import fsspec
 import pytest
@@ -23,7 +21,7 @@ from shardpack.layout import LOCK_NAME
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.storage import parse_options, storage_at
-from tests.helpers import make_tree, parsed, shard_files
+from tests.helpers import make_tree, shard_files
 
 MEMORY = fsspec.filesystem("memory")
 
@@ -248,26 +246,6 @@ def test_an_http_url_that_refuses_the_connection_is_one_line(tmp_path):
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     (line,) = run.stderr.strip().splitlines()
     assert run.returncode == 2 and line.startswith("error: http://127.0.0.1:9/out/.shardpack.lock")
-
-
-def test_the_storage_seam_holds():
-    """Nothing outside storage/ imports one store's module or asks which kind it has, and
-    nothing calls fsspec's private _strip_protocol."""
-    stores = {"shardpack.storage.local", "shardpack.storage.remote"}
-    leaks = []
-    for module in sorted(Path(shardpack.__file__).parent.rglob("*.py")):
-        outside = module.parent.name != "storage"
-        for node in ast.walk(parsed(module)):
-            where = f"{module.name}:{getattr(node, 'lineno', 0)}"
-            if outside and isinstance(node, ast.ImportFrom) and (node.module in stores or (
-                    node.module == "shardpack.storage"
-                    and {a.name for a in node.names} & {"local", "remote"})):  # fmt: skip
-                leaks.append(f"{where}: imports a store's module")
-            elif outside and isinstance(node, ast.Attribute) and node.attr == "local":
-                leaks.append(f"{where}: asks .local")
-            elif isinstance(node, ast.Attribute) and node.attr == "_strip_protocol":
-                leaks.append(f"{where}: calls fsspec's private _strip_protocol")
-    assert leaks == []
 
 
 def _walked(storage, name: str = "") -> list[tuple]:
