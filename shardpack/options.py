@@ -66,6 +66,7 @@ MAX_SPLIT_CHARS = 64
 # distinct photos 12 at least (median 30; 0.1% of pairs within 16). A 5% crop or a colour
 # shift is 4 bits away typically but up to 10-12: a larger --near-distance finds those.
 NEAR_DISTANCE = 4
+QUALITY = 95  # --quality's default
 # --pad-color's default: white, as img2dataset's border.
 _DEFAULT_PAD = (255, 255, 255)
 
@@ -199,13 +200,20 @@ def _check_transform(options: PackOptions) -> None:
 def refuse_idle(options: PackOptions) -> None:
     """Refuse an option that changes nothing in the run the others ask for, as --no-upscale
     without --resize is: --pad-color without --resize-mode pad (the image would be stretched or
-    cut instead, silently), --near-distance without --dedup near. A fresh pack's check: a grow
+    cut instead, silently), --quality where nothing is JPEG or WebP (--encode png or raw; keep
+    re-encodes a JPEG it resizes or turns upright as JPEG), --near-distance without --dedup
+    near. A fresh pack's check: a grow
     takes the dataset's own options, which an older pack kept whatever they were."""
     if options.pad_color != _DEFAULT_PAD and options.resize_mode != "pad":
         raise OptionError(Option("pad_color"), " colours the border of ",
                           Option("resize_mode", "pad"), ", and this run does not pad; pass ",
                           Option("resize_mode", "pad"), " (with ", Option("resize"),
                           "), or drop ", Option("pad_color"))  # fmt: skip
+    if options.quality != QUALITY and options.encode in ("raw", "png"):
+        raise OptionError(Option("quality"), " is the quality of JPEG and WebP, and this run "
+                          "encodes ", Option("encode", options.encode), "; pass ",
+                          Option("encode", "jpeg"), " (or webp, or keep), or drop ",
+                          Option("quality"))  # fmt: skip
     if options.near_distance != NEAR_DISTANCE and options.dedup != "near":
         raise OptionError(Option("near_distance"), " is the distance of ",
                           Option("dedup", "near"), ", and this run's is ",
@@ -301,7 +309,7 @@ class PackOptions:
     backend: str = "local"
     scheduler: str | None = None
     encode: str = "keep"
-    quality: int = 95
+    quality: int = QUALITY
     max_side: int | None = None
     resize: tuple[int, int] | None = None
     check: str = "header"
@@ -607,7 +615,13 @@ FLAGS: dict[str, Flag] = {
     "encode": Flag(
         "--encode", "keep: JPEG/PNG bytes untouched, others to PNG; raw: uint8 HWC RGB pixels."
     ),
-    "quality": Flag("--quality", "JPEG/WebP quality.", "Q", min=1, max=100),
+    "quality": Flag(
+        "--quality",
+        "JPEG/WebP quality (with --encode keep: of the JPEGs it resizes or turns upright).",
+        "Q",
+        min=1,
+        max=100,
+    ),
     "max_side": Flag("--max-side", "Shrink so the longer side is at most N pixels.", "N", min=1),
     "resize": Flag(
         "--resize",

@@ -285,6 +285,10 @@ def test_a_name_shard_files_cannot_hold_is_refused_with_one_they_can():
         (["--near-distance", "8"], "--near-distance is the distance of --dedup near, and this "
          "run's is --dedup none; pass --dedup near, or drop --near-distance"),
         (["--near-distance", "8", "--dedup", "exact"], "this run's is --dedup exact"),
+        (["--quality", "80", "--encode", "png"], "--quality is the quality of JPEG and WebP, "
+         "and this run encodes --encode png; pass --encode jpeg (or webp, or keep), or drop "
+         "--quality"),
+        (["--quality", "80", "--encode", "raw"], "this run encodes --encode raw"),
     ],
 )  # fmt: skip
 def test_an_option_that_would_change_nothing_is_refused_before_anything_is_written(
@@ -300,7 +304,7 @@ def test_an_option_that_would_change_nothing_is_refused_before_anything_is_writt
     assert said in one_line_error(done) and not (tmp_path / "out").exists()
 
 
-def test_pad_color_and_near_distance_pass_where_used_and_a_grow_takes_the_dataset_s(tmp_path):
+def test_pad_color_quality_and_near_distance_pass_where_used_and_a_grow_takes_the_dataset_s(tmp_path):
     from shardpack import pack
 
     src = make_tree(tmp_path / "src", {"a": 2, "b": 2})
@@ -310,6 +314,8 @@ def test_pad_color_and_near_distance_pass_where_used_and_a_grow_takes_the_datase
     assert pack(src, tmp_path / "out", padded).num_records == 4
     near = PackOptions(dedup="near", near_distance=8, workers=1)
     assert pack(src, tmp_path / "near", near).num_records == 4
+    resized = PackOptions(resize=(8, 8), quality=20, workers=1)  # keep re-encodes these JPEGs
+    assert pack(src, tmp_path / "quality", resized).num_records == 4
     make_tree(src, {"c": 1}, seed=9)
     grown = pack(src, tmp_path / "out", PackOptions(grow="append", workers=1))
     assert grown.num_records == 5 and grown.index.options["pad_color"] == [0, 0, 0]
