@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from shardpack.errors import ImageError, Option, SourceError, os_error_fix
+from shardpack.errors import ImageError, Option, SourceError, is_store_refusal, os_error_fix
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema
 from shardpack.sources.classlist import MAX_CLASSES
@@ -249,17 +249,28 @@ def _read_tar(root: Storage, name: str, limit: int, kept: list[int]) -> list[_Sa
     try:
         blob = root.open(name)
     except OSError as e:
-        fix = os_error_fix(e) if e.errno == errno.ELOOP else _PASS  # a link: not followed
+        # a link (not followed), or a store's refusal: what to check; else not a tar to read
+        fix = os_error_fix(e) if e.errno == errno.ELOOP or is_store_refusal(e) else _PASS
         raise SourceError(f"{path}: cannot open ({e.strerror or e}); {fix}") from None
     with blob:
-        samples = list(_group(_members(blob, path), name, name or os.path.basename(path)))
-        for sample in samples:
-            if sample.why is None:
-                kept[0] += _read_small(blob, sample, limit)
-            if kept[0] > MAX_KEPT_BYTES:
-                raise SourceError(f"{path}: the tars' members but the images (captions, json, "
-                                  f"...) come to over {MAX_KEPT_BYTES:,} bytes, which the scan "
-                                  "holds in memory; pack fewer tars at once")  # fmt: skip
+        try:
+            return _samples(blob, name, path, limit, kept)
+        except OSError as e:  # a store that lists the tar but refuses its bytes, a disk's EIO
+            raise SourceError(
+                f"{path}: cannot read ({e.strerror or e}); {os_error_fix(e)}"
+            ) from None
+
+
+def _samples(blob: Blob, name: str, path: str, limit: int, kept: list[int]) -> list[_Sample]:
+    """_read_tar's samples of the open tar."""
+    samples = list(_group(_members(blob, path), name, name or os.path.basename(path)))
+    for sample in samples:
+        if sample.why is None:
+            kept[0] += _read_small(blob, sample, limit)
+        if kept[0] > MAX_KEPT_BYTES:
+            raise SourceError(f"{path}: the tars' members but the images (captions, json, "
+                              f"...) come to over {MAX_KEPT_BYTES:,} bytes, which the scan "
+                              "holds in memory; pack fewer tars at once")  # fmt: skip
     return samples
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from shardpack.containers import CONTAINERS
-from shardpack.errors import ImageError, Option, RecordError, SourceError
+from shardpack.errors import ImageError, Option, RecordError, SourceError, os_error_fix
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema, check_values
 from shardpack.sources.classlist import MAX_CLASSES, check_class_names
@@ -175,13 +175,17 @@ def _scan_shard(
 ) -> int:  # fmt: skip
     """Add each record of one shard to `items` (or `skipped`); return how many it holds."""
     count = 0
-    for position, example in _container(fmt).iter_records(root, shard):
-        key = f"{shard}:{position}"
-        try:  # the item's position: its record number, what the container's reader takes
-            items.append(_item(key, shard, count, example, image, features))
-        except _Bad as e:
-            skipped.append((key, str(e)))
-        count += 1
+    try:
+        for position, example in _container(fmt).iter_records(root, shard):
+            key = f"{shard}:{position}"
+            try:  # the item's position: its record number, what the container's reader takes
+                items.append(_item(key, shard, count, example, image, features))
+            except _Bad as e:
+                skipped.append((key, str(e)))
+            count += 1
+    except OSError as e:  # a store that lists the shard but refuses its bytes, a disk's EIO
+        raise SourceError(f"{root.path(shard)}: cannot read ({e.strerror or e}); "
+                          f"{os_error_fix(e)}") from None  # fmt: skip
     return count
 
 

@@ -26,6 +26,7 @@ from shardpack.options import PackOptions
 from tests.helpers import (
     gone,
     image,
+    make_tree,
     object_hashes,
     run_cli,
     same_output,
@@ -33,6 +34,7 @@ from tests.helpers import (
     worker_pids,
     write_csv,
     write_image,
+    write_tars,
 )
 from tests.s3server import Bucket
 
@@ -513,7 +515,7 @@ def guarded(tmp_path_factory) -> Iterator[dict]:
     first 9 requests: the users below), a bucket `guarded`, and the environment of a process
     of each user: `admin` may do anything, `nodelete` get, put and list but not delete (a
     common guard), `listonly` list, and get the objects under `refused/` (what a SRC's
-    checks ask for) but its JPEGs."""
+    checks ask for) but its JPEGs, tars and TFRecords."""
     pytest.importorskip("s3fs")
     pytest.importorskip("moto.server")
     boto3 = pytest.importorskip("boto3")
@@ -545,7 +547,8 @@ def guarded(tmp_path_factory) -> Iterator[dict]:
                     {"Effect": "Allow", "Action": _READ,
                      "Resource": "arn:aws:s3:::guarded/refused*"},
                     {"Effect": "Deny", "Action": _READ,
-                     "Resource": "arn:aws:s3:::guarded/refused/*.jpg"},
+                     "Resource": [f"arn:aws:s3:::guarded/refused/*.{kind}"
+                                  for kind in ("jpg", "tar", "tfrecord*")]},
                 ]  # fmt: skip
             iam.put_user_policy(
                 UserName=user,
@@ -653,3 +656,26 @@ def test_a_src_whose_every_read_is_refused_says_to_check_the_credentials(src, gu
         f"error: no image was packed from {url}: the store refused each of its 24 items (cannot "
         "read (Access Denied)); check the credentials, and that they may read its objects"
     )
+
+
+@pytest.mark.slow
+def test_tars_and_tfds_shards_the_store_refuses_are_named_with_the_credentials(guarded, tmp_path):
+    """A WebDataset tar or a TFDS dataset's shard that the store lists but refuses to read
+    ended "error: Access Denied; check its permissions and the credentials": no file named."""
+    from shardpack import PackOptions, pack
+
+    tars = write_tars(tmp_path / "tars", count=2)
+    tfds = tmp_path / "tfds"  # our TFRecords, their TFDS metadata, and no index: a TFDS dir
+    pack(make_tree(tmp_path / "src", {"a": 2}), tfds, PackOptions(workers=1, shards=1))
+    (tfds / "index.json").unlink()
+    for local, url in ((tars, "s3://guarded/refused/tars"), (tfds, "s3://guarded/refused/tfds")):
+        for path in sorted(p for p in local.rglob("*") if p.is_file()):
+            key = f"{url[len('s3://guarded/') :]}/{path.relative_to(local)}"
+            guarded["client"].put_object(Bucket="guarded", Key=key, Body=path.read_bytes())
+        run = _process("pack", url, str(tmp_path / "out"), "--no-progress", env=guarded["listonly"])
+        (shard,) = [p.name for p in local.iterdir() if p.suffix == ".tar" or ".tfrecord" in p.name]
+        assert run.returncode == 2 and _one_line(run.stderr) == (
+            f"error: {url}/{shard}: cannot read (Access Denied); check its permissions and the "
+            "credentials"
+        )
+        assert not (tmp_path / "out").exists()
