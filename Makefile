@@ -1,4 +1,5 @@
-# Everything shardpack needs is installed here, into .venv; nothing relies on what is on the machine.
+# Everything shardpack needs is installed here, into .venv, at the versions constraints.txt names;
+# nothing relies on what is on the machine.
 # Three stamps: `make demo` installs the runtime only; `make test-fast` adds the light test extras
 # (no TensorFlow, torch or DALI; enough for lint); `make test` (and bench) adds all the test extras
 # (4.6 GB).
@@ -11,28 +12,36 @@ TESTLIGHT := $(VENV)/.installed-test-light
 # The data card's test opens it in a real browser: Debian's chromium (headless), from apt.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test demo test test-fast test-long bench bench-long peers peers-img2dataset lint clean
+.PHONY: install install-test constraints demo test test-fast test-long bench bench-long peers peers-img2dataset lint clean
 
 install: $(RUNTIME)
 
 install-test: $(TESTDEPS)
 
-$(RUNTIME): pyproject.toml
+$(RUNTIME): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
 	touch $@
 
 $(TESTLIGHT): $(RUNTIME)
-	$(BIN)/python -m pip install --quiet -e '.[test-light]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test-light]'
 	touch $@
 
 # The one system package: `make test` installs Debian's chromium with apt (sudo where not root);
 # the quick tier skips the browser test without it.
 $(TESTDEPS): $(TESTLIGHT)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	command -v chromium >/dev/null || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
 	touch $@
+
+# constraints.txt: the versions every install above takes, written from a .venv that passes `make
+# test` (after a deliberate upgrade: pip install -U there, make test, then this).
+VENV_PYTHON = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+constraints: $(TESTDEPS)
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable \
+	  | grep -v '^torch==' | sed 's/$$/; python_version == "$(VENV_PYTHON)"/'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 demo: $(RUNTIME)
 	$(BIN)/shardpack demo demo-out
