@@ -304,7 +304,9 @@ def test_an_option_that_would_change_nothing_is_refused_before_anything_is_writt
     assert said in one_line_error(done) and not (tmp_path / "out").exists()
 
 
-def test_pad_color_quality_and_near_distance_pass_where_used_and_a_grow_takes_the_dataset_s(tmp_path):
+def test_pad_color_quality_and_near_distance_pass_where_used_and_a_grow_takes_the_dataset_s(
+    tmp_path,
+):
     from shardpack import pack
 
     src = make_tree(tmp_path / "src", {"a": 2, "b": 2})
