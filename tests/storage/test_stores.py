@@ -162,6 +162,29 @@ def test_a_switch_a_filesystem_hands_up_through_kwargs_reaches_it_as_a_bool_or_i
     assert storage_at(url, {"strict": True}).fs.strict is True  # a bool passes as it is
 
 
+def test_gcsfs_takes_its_parent_s_switches_as_bools_and_requester_pays_a_project_too():
+    """gcsfs's GCSFileSystem (ExtendedGcsFileSystem) names only its own options: version_aware
+    'maybe' and requester_pays 'False' went on as given, both true to it (the second billing
+    the project); requester_pays=PROJECT, a string by design, was refused where the signature
+    read was the core class's (GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false, or an older gcsfs)."""
+    pytest.importorskip("gcsfs")  # not a test dependency: this runs where the gcs extra is
+    url = "gs://bucket/x"
+    fs = storage_at(
+        url, parse_options(["token=anon", "requester_pays=False", "version_aware=TRUE"])
+    ).fs
+    assert (fs.requester_pays, fs.version_aware) == (False, True)
+    fs = storage_at(url, {"token": "anon", "requester_pays": "my-project"}).fs
+    assert fs.requester_pays == "my-project"
+    with pytest.raises(StorageError) as refused:
+        storage_at(url, {"token": "anon", "version_aware": "maybe"})
+    assert "version_aware is true or false" in str(refused.value)
+    with pytest.raises(StorageError) as refused:
+        storage_at(url, {"token": "anon", "requester_pays": 1})
+    assert str(refused.value) == (f"{url}: --storage-option requester_pays=1: requester_pays is "
+                                  "true, false or the project to bill; pass requester_pays=true, "
+                                  "requester_pays=false or requester_pays=PROJECT")  # fmt: skip
+
+
 @pytest.mark.parametrize("location", [5, None, b"/tmp/x"])
 def test_a_location_that_is_no_path_is_refused_saying_what_it_got(tmp_path, location):
     """Before: os.fspath's 'expected str, bytes or os.PathLike object, not int', or for bytes
