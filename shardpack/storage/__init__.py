@@ -32,6 +32,7 @@ from shardpack.storage.base import (
     JournalWriter,
     Sink,
     Storage,
+    truth,
 )
 from shardpack.storage.failures import is_store_failure, store_failure
 from shardpack.storage.local import LocalStorage
@@ -46,7 +47,8 @@ __all__ = [
 
 def parse_options(pairs: Iterable[str]) -> dict[str, object]:
     """`--storage-option KEY=VALUE` pairs as filesystem options; values that read as JSON
-    (numbers, true/false, null) become those, the rest stay strings.
+    (numbers, true/false, null) become those, and so do True and False in any case (the string
+    'False' is true wherever a filesystem passes it on unchecked); the rest stay strings.
 
     Raises:
         StorageError: a pair without `=`.
@@ -61,7 +63,8 @@ def parse_options(pairs: Iterable[str]) -> dict[str, object]:
         try:
             options[key] = json.loads(value)
         except (ValueError, RecursionError):
-            options[key] = value
+            said = truth(value)
+            options[key] = value if said is None else said
     return options
 
 

@@ -28,6 +28,11 @@ COPY_CHUNK = 8 << 20
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
 
+def truth(value: object) -> bool | None:
+    """The boolean a filesystem option's text says, in any case (true, False, TRUE); else None."""
+    return {"true": True, "false": False}.get(value.lower()) if isinstance(value, str) else None
+
+
 class Entry(NamedTuple):
     """One name in a folder listing."""
 

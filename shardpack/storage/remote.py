@@ -43,6 +43,7 @@ from shardpack.storage.base import (
     NextFiles,
     Sink,
     Storage,
+    truth,
 )
 from shardpack.storage.failures import is_store_failure, said
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, over_the_limit
@@ -72,27 +73,72 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _HTTP_TIMEOUTS = {"connect_timeout": 10.0, "read_timeout": 30.0}
 
 
-# Switches every fsspec filesystem takes beside its own (fsspec's instance and listing caches).
+# Switches fsspec takes of every filesystem through **kwargs: its instance cache (_Cached) and
+# its listings cache (DirCache).
 _FSSPEC_SWITCHES = frozenset({"skip_instance_cache", "use_listings_cache"})
+# Switches a filesystem hands on to its client through **kwargs, by the filesystem's package:
+# s3fs builds aiobotocore's AioSession of what its signature does not name.
+_PASSED_ON = {"s3fs": frozenset({"include_builtin_handlers"})}
+# Switches that also take a name, by the filesystem's package: gcsfs bills requester_pays=PROJECT.
+_OR_A_NAME = {"gcsfs": {"requester_pays": ("the project to bill", "PROJECT")}}
 
 
-def _check_switches(url: str, scheme: str, options: dict) -> None:
-    """Refuse a switch of the scheme's filesystem (s3fs's anon, use_ssl...: a parameter whose
-    default is True or False) given as anything but true or false: `anon=maybe` stays the
-    string 'maybe', which s3fs takes as true. Options of other kinds are left as given."""
+def _switches(fs_class: type) -> frozenset[str]:
+    """The options of a filesystem class that are true or false: each parameter whose default
+    is a bool in its __init__ and in each one its **kwargs go up to (gcsfs's GCSFileSystem
+    names only its own; requester_pays, version_aware... are its parent's), fsspec's and its
+    client's."""
     import inspect
 
+    names = set(_FSSPEC_SWITCHES | _PASSED_ON.get(_package(fs_class), set()))
+    for cls in fs_class.__mro__:
+        if "__init__" not in cls.__dict__:
+            continue
+        try:
+            takes = inspect.signature(cls.__dict__["__init__"]).parameters.values()
+        except (TypeError, ValueError):  # a builtin's: names no option
+            continue
+        names.update(p.name for p in takes if type(p.default) is bool)
+        if not any(p.kind is p.VAR_KEYWORD for p in takes):
+            break  # the options end here: nothing is handed further up
+    return frozenset(names)
+
+
+def _package(fs_class: type) -> str:
+    """The package a filesystem class comes from (s3fs, gcsfs...)."""
+    return fs_class.__module__.partition(".")[0]
+
+
+def _typed_switches(url: str, scheme: str, options: dict) -> dict:
+    """The options with each switch of the scheme's filesystem as a bool: true or false in any
+    case becomes one (the string 'false' is true to the filesystem), anything else is refused:
+    `anon=maybe` stayed the string 'maybe', which s3fs takes as true. Others are left as given."""
     from fsspec import get_filesystem_class
 
     try:
-        takes = inspect.signature(get_filesystem_class(scheme).__init__).parameters
+        fs_class = get_filesystem_class(scheme)
     except ValueError:  # a scheme fsspec does not know: url_to_fs says so
-        return
+        return options
+    switches, named = _switches(fs_class), _OR_A_NAME.get(_package(fs_class), {})
+    typed = dict(options)
     for key, value in options.items():
-        switch = key in _FSSPEC_SWITCHES or (key in takes and type(takes[key].default) is bool)
-        if switch and not isinstance(value, bool):
-            raise StorageError(f"{url}: --storage-option {key}={value}: {key} is true or false; "
-                               f"pass {key}=true or {key}=false")  # fmt: skip
+        if key not in switches or isinstance(value, bool):
+            continue
+        if (said := truth(value)) is not None:
+            typed[key] = said
+        elif not (key in named and isinstance(value, str) and value):
+            raise StorageError(_no_switch(url, key, value, named.get(key)))
+    return typed
+
+
+def _no_switch(url: str, key: str, value: object, name: tuple[str, str] | None) -> str:
+    """The line refusing `value` for the switch `key`, which may also take a name."""
+    given = value if isinstance(value, str) else json.dumps(value, default=repr)  # as typed
+    takes, give = "true or false", f"pass {key}=true or {key}=false"
+    if name:  # (what it names, its placeholder)
+        takes = f"true, false or {name[0]}"
+        give = f"pass {key}=true, {key}=false or {key}={name[1]}"
+    return f"{url}: --storage-option {key}={given}: {key} is {takes}; {give}"
 
 
 class RemoteStorage(Storage):
@@ -114,7 +160,7 @@ class RemoteStorage(Storage):
         try:  # fsspec itself comes with each extra: a runtime-only install has none
             from fsspec.core import url_to_fs
 
-            _check_switches(url, scheme, options)
+            options = _typed_switches(url, scheme, options)
             fs, base = url_to_fs(url, **(_http_options(options) if scheme in _HTTP else options))
         except ImportError:
             extra = EXTRAS.get(scheme)

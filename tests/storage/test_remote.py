@@ -22,7 +22,9 @@ import pytest
 
 import shardpack
 from shardpack.containers import is_shard_name
+from shardpack.errors import StorageError
 from shardpack.options import PackOptions
+from shardpack.storage import parse_options, storage_at
 from tests.helpers import (
     gone,
     image,
@@ -364,7 +366,7 @@ def test_a_dead_runs_lock_taken_over_by_two_runs_at_once_lets_one_in(s3: Bucket,
     import socket
 
     from shardpack.errors import OutputError
-    from shardpack.storage import remote, storage_at
+    from shardpack.storage import remote
 
     gone = subprocess.Popen([sys.executable, "-c", ""])
     gone.wait()
@@ -426,9 +428,22 @@ def test_a_switch_given_as_no_boolean_is_refused_naming_what_it_takes(src, local
         assert run.returncode == 2, run.stderr
         assert _one_line(run.stderr) == (f"error: {out}: --storage-option {pair}: {key} is true or "
                                          f"false; pass {key}=true or {key}=false")  # fmt: skip
-    for pair in ("anon=false", f"endpoint_url={s3.endpoint}"):
+    for pair in ("anon=false", "anon=False", f"endpoint_url={s3.endpoint}"):
         run = _cli("verify", out, "--storage-option", pair)
         assert run.returncode == 0 and "OK: 3 shards" in run.stdout, (pair, run.stderr)
+
+
+def test_s3fs_switches_its_signature_fsspec_and_aiobotocore_take_reach_it_as_bools():
+    """The string 'False' (Python's spelling, or given in Python) was true to s3fs; a switch
+    s3fs hands on to aiobotocore's session (include_builtin_handlers) went unchecked."""
+    pairs = ["anon=False", "use_ssl=FALSE", "requester_pays=false", "use_listings_cache=False"]
+    fs = storage_at("s3://bucket/x", parse_options(pairs)).fs
+    assert (fs.anon, fs.use_ssl, fs.requester_pays, fs.req_kw) == (False, False, False, {})
+    assert fs.dircache.use_listings_cache is False
+    assert storage_at("s3://bucket/x", {"version_aware": "true"}).fs.version_aware is True
+    with pytest.raises(StorageError) as refused:
+        storage_at("s3://bucket/x", parse_options(["include_builtin_handlers=no"]))
+    assert "include_builtin_handlers is true or false" in str(refused.value)
 
 
 def test_a_bug_of_ours_under_fsspec_is_not_taken_for_the_store_s_answer():
@@ -480,7 +495,6 @@ def test_objects_are_stamped_from_their_folders_listings_and_hostile_values_are_
     stamp, never an error."""
     import datetime
 
-    from shardpack.storage import storage_at
     from shardpack.storage.remote import _listed_stamp
 
     for key, data in (("src/a/x.jpg", b"12345"), ("src/a/y.jpg", b"1"), ("src/b/z.jpg", b"")):

@@ -13,6 +13,7 @@ import uuid
 
 import fsspec
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 
 import shardpack
 from shardpack.containers import CONTAINERS
@@ -118,6 +119,70 @@ def test_storage_options_and_urls():
         storage_at("weird://bucket/out")
     with pytest.raises(ValueError, match="not a name inside"):
         storage_at("memory://a/b").put("../escape", b"")
+
+
+def test_true_and_false_in_any_case_are_booleans_and_a_quoted_one_a_string():
+    """`anon=False`, as Python spells it, stayed the string 'False', which a filesystem passing
+    it on unchecked takes as true; JSON's quotes still give the string."""
+    said = parse_options(["a=False", "b=TRUE", "c=false", 'd="False"', "e=no", "f=0"])
+    assert said == {"a": False, "b": True, "c": False, "d": "False", "e": "no", "f": 0}
+
+
+class _Parent(MemoryFileSystem):
+    """A filesystem whose switch is its parent's, as gcsfs's GCSFileSystem names only its own
+    options and hands the rest (requester_pays, version_aware...) up through **kwargs."""
+
+    def __init__(self, *args, strict=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.strict = strict
+
+
+class _Layered(_Parent):
+    protocol = "layered"
+
+    def __init__(self, *args, finalize=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.finalize = finalize
+
+
+def test_a_switch_a_filesystem_hands_up_through_kwargs_reaches_it_as_a_bool_or_is_refused():
+    """Only the class's own signature was read: its parent's switch went as the string given,
+    'false' and 'maybe' alike true to it."""
+    fsspec.register_implementation("layered", _Layered, clobber=True)
+    url = f"layered://t-{uuid.uuid4().hex}"
+    assert storage_at(url, {"strict": "false"}).fs.strict is False
+    fs = storage_at(url, {"strict": "TRUE", "finalize": "True", "skip_instance_cache": True}).fs
+    assert (fs.strict, fs.finalize) == (True, True)
+    for key, value in [("strict", "maybe"), ("finalize", 1), ("use_listings_cache", None)]:
+        given = json.dumps(value) if not isinstance(value, str) else value
+        with pytest.raises(StorageError) as refused:
+            storage_at(url, {key: value})
+        assert str(refused.value) == (f"{url}: --storage-option {key}={given}: {key} is true or "
+                                      f"false; pass {key}=true or {key}=false")  # fmt: skip
+    assert storage_at(url, {"strict": True}).fs.strict is True  # a bool passes as it is
+
+
+def test_gcsfs_takes_its_parent_s_switches_as_bools_and_requester_pays_a_project_too():
+    """gcsfs's GCSFileSystem (ExtendedGcsFileSystem) names only its own options: version_aware
+    'maybe' and requester_pays 'False' went on as given, both true to it (the second billing
+    the project); requester_pays=PROJECT, a string by design, was refused where the signature
+    read was the core class's (GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false, or an older gcsfs)."""
+    pytest.importorskip("gcsfs")  # not a test dependency: this runs where the gcs extra is
+    url = "gs://bucket/x"
+    fs = storage_at(
+        url, parse_options(["token=anon", "requester_pays=False", "version_aware=TRUE"])
+    ).fs
+    assert (fs.requester_pays, fs.version_aware) == (False, True)
+    fs = storage_at(url, {"token": "anon", "requester_pays": "my-project"}).fs
+    assert fs.requester_pays == "my-project"
+    with pytest.raises(StorageError) as refused:
+        storage_at(url, {"token": "anon", "version_aware": "maybe"})
+    assert "version_aware is true or false" in str(refused.value)
+    with pytest.raises(StorageError) as refused:
+        storage_at(url, {"token": "anon", "requester_pays": 1})
+    assert str(refused.value) == (f"{url}: --storage-option requester_pays=1: requester_pays is "
+                                  "true, false or the project to bill; pass requester_pays=true, "
+                                  "requester_pays=false or requester_pays=PROJECT")  # fmt: skip
 
 
 @pytest.mark.parametrize("location", [5, None, b"/tmp/x"])
