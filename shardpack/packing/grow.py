@@ -216,8 +216,10 @@ class GrowPack:
                   "generation": self.generation}  # fmt: skip
         reused = prepare_growth(out, plan, set(self.listed))
         workers = self._writers(plan, options, reused, watch)
+        # the journal the dataset had is put back by a stop before a new shard lands: a plain
+        # rerun of its pack keeps its unchanged shards by it, as before the grow
         return Planned(dataset, plan, options, record, reused, workers, journal_first=True,
-                       stamped=self.stamped)  # fmt: skip
+                       stamped=self.stamped, found=state.journal)  # fmt: skip
 
     def _writers(
         self, plan: Plan, options: PackOptions, reused: list[ShardResult], watch: CpuWatch

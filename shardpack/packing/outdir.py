@@ -51,6 +51,10 @@ _JOURNAL_SLACK = 16
 _MAX_JOURNAL_LINES = 1_000_000
 
 
+# A journal as read (OutState's head and finished shards), to be put back as it was.
+Found = tuple[dict, tuple[ShardResult, ...]]
+
+
 @dataclass(frozen=True)
 class OutState:
     """What earlier runs left in OUT, read once before a run touches it."""
@@ -69,6 +73,12 @@ class OutState:
     def ours(self) -> bool:
         """OUT holds an index.json or a journal: shardpack wrote here."""
         return bool(self.digests)
+
+    @property
+    def journal(self) -> Found | None:
+        """The journal as read, if its head is readable: what a run that replaces it and
+        finishes nothing puts back (Journal.put_back)."""
+        return None if self.journal_head is None else (self.journal_head, self.finished)
 
 
 def read_state(out: Storage) -> OutState:
@@ -203,7 +213,8 @@ def prepare(
             raise OutputError(f"{out.path(INDEX_NAME)}: not an index shardpack can read; pass ",
                               _OVERWRITE, " to replace it, or choose another output "
                               "folder")  # fmt: skip
-        raise PlanChanged(f"{out.root}: ", *_what_changed(state.journal_head, record),
+        landed = state.has_index and state.digests[0] == state.journal_digest
+        raise PlanChanged(f"{out.root}: ", *_what_changed(state.journal_head, record, landed),
                           "; pass ", _OVERWRITE, " to start over, or choose another output "
                           "folder")  # fmt: skip
     check_kept(out, state)
@@ -278,12 +289,16 @@ class PlanChanged(OutputError):
     """OUT holds a run of another plan (a refused resume or a rerun)."""
 
 
-def _what_changed(head: dict | None, now: dict) -> list[str | Option]:
+def _what_changed(head: dict | None, now: dict, landed: bool) -> list[str | Option]:
     """Why a run into an earlier run's OUT is refused, from the journal's first line (read
     as untrusted: only the options there are now are compared, and values are shown cut
-    short): a grow's run, else the options that differ, else the shard counts, else the
-    source."""
+    short): a grow's run (`landed`: its index is OUT's), else the options that differ, else
+    the shard counts, else the source."""
     grow = head.get("grow") if head is not None else None
+    if grow in ("append", "update") and not landed:  # the dataset is as it was before it
+        return ["holds an ", Option("grow", grow), " stopped before it finished (the dataset "
+                "is as it was before it); run it again to finish it, its finished shards "
+                "kept"]  # fmt: skip
     if grow in ("append", "update"):  # its options are the grow's, not a fresh pack's
         return ["holds a dataset grown by ", Option("grow", grow), " since it was packed; grow "
                 "it with ", Option("grow", "append"), " or ", Option("grow", "update")]  # fmt: skip
@@ -441,9 +456,13 @@ class Journal:
     to, or one object per line).
     """
 
-    def __init__(self, out: Storage, digest: str, record: dict, reused: list[ShardResult]) -> None:
+    def __init__(
+        self, out: Storage, digest: str, record: dict, reused: list[ShardResult],
+        found: Found | None = None,
+    ) -> None:  # fmt: skip
         head = [{"plan_digest": digest, **record}, *map(vars, reused)]
         self._writer = out.journal([_line(entry) for entry in head])
+        self._out, self._found = out, found
 
     def begin(self) -> None:
         """Write the head now: into an OUT that holds no journal, before a shard can land (a
@@ -460,6 +479,20 @@ class Journal:
 
     def close(self) -> None:
         self._writer.close()
+
+    def put_back(self) -> None:
+        """After a run that began its journal and finished no shard: the journal OUT held as
+        it began (`found`: a grow's dataset's, whose plain rerun keeps its unchanged shards by
+        it), or none."""
+        if self._found is None:
+            self._out.remove_journal()
+            return
+        head, finished = self._found
+        writer = self._out.journal([_line(head), *(_line(vars(r)) for r in finished)])
+        try:
+            writer.begin()
+        finally:
+            writer.close()
 
 
 def _line(entry: dict) -> bytes:

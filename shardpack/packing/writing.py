@@ -19,7 +19,7 @@ from shardpack.options import PackOptions
 from shardpack.packing import stamps
 from shardpack.packing.collector import frozen, long_lived
 from shardpack.packing.cpuload import machine_cores
-from shardpack.packing.outdir import Journal
+from shardpack.packing.outdir import Found, Journal
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.packing.worker import next_files, read_progress, write_shard
 from shardpack.sources import Dataset
@@ -41,6 +41,9 @@ class Planned:
     # the journal's head lands before any shard: OUT holds no journal, or one no run of this
     # plan wrote (a grow's strays, a fresh pack's shards, are told by the journal alone)
     journal_first: bool = False
+    # the journal OUT held as the run began (a grow's: the dataset's), put back by a run that
+    # begins its own and finishes no shard; None: none, or none worth keeping
+    found: Found | None = None
     # key -> the stamp listed before a read ahead of the workers, whose bytes they take from
     # its UrlSpool (a grow's compare): stamps.with_listed's `read`
     stamped: Mapping[str, stamps.Stamp] = field(default_factory=dict)
@@ -64,7 +67,7 @@ def write_shards(
     signal, a dead worker) remove the partial files and say which shards were in flight. The
     planned `record` (plan_record's) heads the journal."""
     plan, reused, dataset = planned.plan, planned.reused, planned.dataset
-    journal = Journal(out, plan.digest, planned.record, reused)
+    journal = Journal(out, plan.digest, planned.record, reused, planned.found)
     done = {r.file for r in reused}
     todo = stamps.with_listed([spec for spec in plan.shards if spec.file not in done],
                               dataset.source, dataset.root, planned.stamped)  # fmt: skip
@@ -88,9 +91,9 @@ def write_shards(
                 results.append(result)
                 poller.finished(result.file)
     except BaseException as e:
-        # a journal this run began, of no shard: gone, OUT as it was found
-        begun = planned.journal_first and not journaled
-        in_flight = _tidy_after_failure(out, todo, journaled, begun)
+        # a journal this run began, of no shard: the one OUT held put back, or none
+        undo = journal.put_back if planned.journal_first and not journaled else None
+        in_flight = _tidy_after_failure(out, todo, journaled, undo)
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
             fix = (
                 ("raise ", Option("max_pixels"), " if you trust the image")
@@ -117,20 +120,20 @@ def write_shards(
 
 
 def _tidy_after_failure(
-    out: Storage, todo: list[ShardSpec], recorded: set[str], begun: bool
+    out: Storage, todo: list[ShardSpec], recorded: set[str], undo: Callable[[], None] | None
 ) -> list[str]:
     """After a failed run: remove what a killed worker left (workers remove their own partial
     files; these have random names, or are multipart uploads left open) and any shard finished
     but not journaled (its result never reached us), so that OUT holds only what the journal
-    vouches for; and the journal, where this run `begun` it and journaled nothing. Returns the
-    shards that had partial files. Best effort: a disk or store that fails here too (gone
-    down) must not bury why the run stopped; --resume removes the rest. Any other exception
-    is a bug of ours, and shows."""
+    vouches for; and the journal, where this run began it and journaled nothing (`undo`: put
+    back the one OUT held as the run began, or remove it). Returns the shards that had partial
+    files. Best effort: a disk or store that fails here too (gone down) must not bury why the
+    run stopped; --resume removes the rest. Any other exception is a bug of ours, and shows."""
     in_flight: list[str] = []
     for tidy in (
         lambda: in_flight.extend(out.remove_partial({s.file for s in todo})),
         lambda: out.remove(s.file for s in todo if s.file not in recorded),
-        lambda: out.remove_journal() if begun else None,
+        lambda: undo() if undo is not None else None,
     ):
         try:
             tidy()

@@ -4,19 +4,24 @@ apart from test_grow.py, which loads TensorFlow, so that these waits run beside 
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 
 from shardpack.read.stream import iter_examples
 from tests.helpers import (
+    aged,
     gone,
     handed_over,
     image,
+    one_line_error,
     run_cli,
     same_grown,
     wait_for,
@@ -102,5 +107,79 @@ def test_an_append_killed_as_its_first_shard_lands_reruns(tmp_path):
         run.wait(timeout=30)
     wait_for(lambda: gone(workers))
     rerun = run_cli("pack", str(src), str(out), "--append", *JOB)
+    assert rerun.returncode == 0, rerun.stderr
+    same_grown(out, clean)
+
+
+def _writing(pid: int, pattern: str) -> bool:
+    """Whether the process holds a file matching `pattern` open: a shard's temporary file."""
+    try:
+        return any(fnmatch(os.readlink(fd), pattern) for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+
+
+# One worker (the packing process itself), two shards: an --update of one edited file writes
+# one shard, and held while it writes that, it has finished none.
+UPDATE_JOB = ["--encode", "png", "--shards", "2", "--workers", "1", "--no-progress"]
+
+
+def _update_held_mid_shard(root: Path) -> tuple[Path, Path, Path, subprocess.Popen, dict]:
+    """SRC packed twice (OUT, and a clean copy it then --update's), one file edited to its own
+    size (the pack's plan unchanged), and an --update of OUT stopped (SIGSTOP) mid-shard; with
+    OUT's index.json and journal as it began."""
+    src = root / "src"
+    for i in range(16):  # BMP: an edit keeps the file's size
+        write_image(src / f"c{i % 2}" / f"{i:03d}.bmp", image(i, height=240, width=320))
+    aged(src)
+    clean, out = root / "clean", root / "out"
+    for where in (clean, out):
+        assert run_cli("pack", str(src), str(where), *UPDATE_JOB).returncode == 0
+    write_image(src / "c0" / "000.bmp", 255 - image(0, height=240, width=320))
+    assert run_cli("pack", str(src), str(clean), "--update", *UPDATE_JOB).returncode == 0
+    before = {name: (out / name).read_bytes() for name in ("index.json", ".shardpack.journal")}
+    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
+                            "--update", *UPDATE_JOB], stderr=subprocess.PIPE,
+                           text=True)  # fmt: skip
+    partial = f"{out}/.src-train.tfrecord-*.partial"
+    wait_for(lambda: _writing(run.pid, partial))
+    run.send_signal(signal.SIGSTOP)
+    assert _writing(run.pid, partial)  # held mid-shard: no shard of it can land
+    return src, out, clean, run, before
+
+
+@pytest.mark.slow
+def test_an_update_stopped_before_a_shard_lands_leaves_the_datasets_journal(tmp_path):
+    # A grow begins its journal before its first shard lands; stopped before one did, it
+    # removed that journal, the dataset's own gone with it: the pack's plain rerun over the
+    # dataset then wrote every shard again, where it keeps those whose files are unchanged
+    src, out, clean, run, before = _update_held_mid_shard(tmp_path)
+    run.send_signal(signal.SIGINT)
+    run.send_signal(signal.SIGCONT)
+    assert run.wait(timeout=30) == 130, run.stderr.read()
+    # the dataset whole, and its journal as the update found it (the old code: none)
+    assert {name: (out / name).read_bytes() for name in before} == before
+    assert run_cli("verify", str(out)).returncode == 0
+    again = Path(shutil.copytree(out, tmp_path / "again"))
+    plain = run_cli("pack", str(src), str(again), *UPDATE_JOB, "--json")
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads(plain.stdout)["shards_kept"] == 1  # the shard of unchanged files
+    rerun = run_cli("pack", str(src), str(out), "--update", *UPDATE_JOB)
+    assert rerun.returncode == 0, rerun.stderr
+    same_grown(out, clean)
+
+
+@pytest.mark.slow
+def test_the_pack_again_over_a_killed_update_is_told_the_update_stopped(tmp_path):
+    # Killed, the update leaves its journal (its head: a kill as a shard lands leaves no shard
+    # that no journal vouches for); the pack's plain rerun was told the dataset had grown by
+    # it, which it had not
+    src, out, clean, run, _ = _update_held_mid_shard(tmp_path)
+    run.kill()
+    run.wait(timeout=30)
+    one_line_error(run_cli("pack", str(src), str(out), *UPDATE_JOB),
+                   f"{out}: holds an --update stopped before it finished (the dataset is as it "
+                   "was before it); run it again")  # fmt: skip
+    rerun = run_cli("pack", str(src), str(out), "--update", *UPDATE_JOB)
     assert rerun.returncode == 0, rerun.stderr
     same_grown(out, clean)

@@ -17,7 +17,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 import shardpack
 from shardpack.containers import CONTAINERS
-from shardpack.errors import OutputError, StorageError
+from shardpack.errors import ImageError, OutputError, StorageError
 from shardpack.layout import LOCK_NAME
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
@@ -452,3 +452,23 @@ def test_sizes_over_more_folders_than_fds_allowed_are_each_file_s_own(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(src), json.dumps(names)],
                           capture_output=True, text=True, check=True)  # fmt: skip
     assert json.loads(done.stdout) == list(range(1, 301))
+
+
+@pytest.mark.parametrize("where", ["local", "url"])
+def test_a_grow_that_fails_before_a_shard_lands_leaves_the_journal_it_found(tmp_path, url, where):
+    # The grow's journal replaced the dataset's before its first shard could land; failed
+    # before one did, it was removed, and the dataset's own with it (the pack's plain rerun
+    # then kept no shard): a file, or one object per record, put back as found
+    src = make_tree(tmp_path / "src", {"a": 4, "b": 4})
+    out = str(tmp_path / "out") if where == "local" else f"{url}/out"
+    pack(src, out, PackOptions(shards=2, workers=1))
+    fs, root = fsspec.core.url_to_fs(out)
+
+    def journal() -> dict[str, bytes]:
+        return {p: fs.cat_file(p) for p in sorted(fs.find(root)) if ".shardpack.journal" in p}
+
+    before = journal()
+    (src / "a" / "bad.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(ImageError, match=r"bad\.jpg"):
+        pack(src, out, PackOptions(grow="append", workers=1, on_error="fail"))
+    assert journal() == before and len(before) == (1 if where == "local" else 3)
