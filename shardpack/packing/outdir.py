@@ -422,7 +422,7 @@ def _reusable(out: Storage, finished: tuple[ShardResult, ...], plan: Plan) -> li
     reused: dict[str, ShardResult] = {}
     for result in finished:
         spec = specs.get(result.file)
-        if spec is None or result.file in reused or not _holds(result, spec):
+        if spec is None or result.file in reused or not _holds(result, spec, plan.classes):
             continue
         try:  # no link is followed and nothing but a regular file opened: OSError otherwise
             intact = out.sha256(result.file, result.num_bytes) == result.sha256
@@ -433,15 +433,16 @@ def _reusable(out: Storage, finished: tuple[ShardResult, ...], plan: Plan) -> li
     return list(reused.values())
 
 
-def _holds(result: ShardResult, spec: ShardSpec) -> bool:
+def _holds(result: ShardResult, spec: ShardSpec, classes: int) -> bool:
     """Whether a journal line's counts fit its planned shard: its split and number, no more
-    records than the shard's items, no more of them made PNG than it holds, no class counted
-    more often than its records' labels can name it (MAX_ROW a record), its Arrow bytes a
-    count index.json takes."""
+    records than the shard's items, no more of them made PNG than it holds, a count for each
+    of the `classes` (index.json sums them class by class), none more often than its records'
+    labels can name it (MAX_ROW a record), its Arrow bytes a count index.json takes."""
     return (
         (result.split, result.index) == (spec.split, spec.index)
         and result.num_records <= len(spec.items)
         and result.lossless <= result.num_records
+        and len(result.label_counts) == classes
         and all(0 <= n <= result.num_records * MAX_ROW for n in result.label_counts)
         and (result.arrow_bytes is None or result.arrow_bytes <= MAX_COUNT)
     )

@@ -102,6 +102,7 @@ class Plan:
     warnings: tuple[str, ...] = ()  # for the user, one line each: shards that hold very few
     cost: RecordCost | None = None  # what an item costs (the source's); None: image files
     shuffle: str = "global"  # options.SHUFFLES: how the items were ordered
+    classes: int = 0  # the label's classes: how many counts a shard's label_counts holds
 
 
 def shard_bounds(num_items: int, num_shards: int) -> list[tuple[int, int]]:
@@ -346,7 +347,9 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
             )
         objects = None  # not held while the plan is digested
     digest = _digest(dataset, shards, orders, options)
-    return Plan(tuple(shards), digest, tuple(warnings), cost, options.shuffle_kind)
+    return Plan(
+        tuple(shards), digest, tuple(warnings), cost, options.shuffle_kind, len(dataset.classes)
+    )
 
 
 # Items hashed at once: a bounded transient (a few columns of this many values).

@@ -89,7 +89,7 @@ def make_range_plan(dataset: Dataset, name: str, options: PackOptions) -> Plan:
     encode = options.encode
     cost = RecordCost(row_bytes(options), {encode: ITEM_S[encode] + URL_BYTES * BYTE_S[encode]})
     warnings = _cut_warnings(split, count, per, rows, options)
-    return Plan(shards, digest, warnings, cost, options.shuffle_kind)
+    return Plan(shards, digest, warnings, cost, options.shuffle_kind, len(dataset.classes))
 
 
 def _cut_warnings(

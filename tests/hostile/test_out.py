@@ -668,12 +668,14 @@ def test_a_planted_crc_past_32_bits_in_contents_json_is_refused_before_a_dedup_g
 @pytest.mark.parametrize(
     ("field", "lie"),
     [("num_records", 1 << 53), ("lossless", 1 << 64), ("lossless", -1),
-     ("label_counts", [-1, 7]), ("label_counts", [1 << 60, 0]), ("arrow_bytes", 10**30)],
+     ("label_counts", [-1, 7]), ("label_counts", [1 << 60, 0]), ("label_counts", [1]),
+     ("label_counts", [1, 1, 1]), ("arrow_bytes", 10**30)],
 )  # fmt: skip
 def test_a_journal_line_lying_about_its_counts_is_no_shard_to_keep(src, tmp_path, field, lie):
     """A journal line vouches for its shard by its sha256 alone: the counts beside it went into
     index.json as they were, so `--resume` wrote an index every reader refused (2**53 records,
-    a lossless past 2**53, a negative or huge class count) or a lie `verify` faults. A line
+    a lossless past 2**53, a negative or huge class count, counts of fewer or more classes
+    than the dataset's: summed class by class, cut to the shorter) or a lie `verify` faults. A line
     whose counts its planned shard cannot hold is no finished shard now: it is written again."""
     out = tmp_path / "out"
     assert _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2").returncode == 0
