@@ -161,11 +161,16 @@ def _closing(bar: Bar) -> Iterator[Bar]:
         bar.close()
 
 
-def _stopped(what: str, code: int, bar: Bar, undo: Callable[[], None] | None) -> NoReturn:
+def _stopped(
+    what: str, code: int, bar: Bar, undo: Callable[[], None] | None, grow: bool
+) -> NoReturn:
     bar.close()  # its last frame before the line that says why, not after it
     if undo is not None:  # the demo's: nothing it made is left to resume
         undo()
         print(what, file=sys.stderr)
+    elif grow:  # the dataset's index stands until the grow's lands: nothing to resume by flag
+        print(f"{what}: the dataset in OUT stays whole; run the same command again to finish "
+              "(the shards this run finished are kept)", file=sys.stderr)  # fmt: skip
     else:
         print(f"{what}: no index written; rerun with --resume to continue", file=sys.stderr)
     raise typer.Exit(code)
@@ -190,9 +195,9 @@ def _run_pack(
         result = pack(src, out, options, progress=bar, storage_options=storage_options,
                       scan_progress=bar.scanned)  # fmt: skip
     except KeyboardInterrupt:
-        _stopped("interrupted", 130, bar, undo)
+        _stopped("interrupted", 130, bar, undo, options.grow != "none")
     except _Terminated:
-        _stopped("terminated", 143, bar, undo)
+        _stopped("terminated", 143, bar, undo, options.grow != "none")
     finally:
         bar.close()
     summary = result.to_json()

@@ -157,6 +157,12 @@ def test_an_update_stopped_before_a_shard_lands_leaves_the_datasets_journal(tmp_
     run.send_signal(signal.SIGINT)
     run.send_signal(signal.SIGCONT)
     assert run.wait(timeout=30) == 130, run.stderr.read()
+    # not "no index written; rerun with --resume": the dataset's index stands, and the same
+    # command resumes
+    assert run.stderr.read().splitlines()[-1] == (
+        "interrupted: the dataset in OUT stays whole; run the same command again to finish (the "
+        "shards this run finished are kept)"
+    )
     # the dataset whole, and its journal as the update found it (the old code: none)
     assert {name: (out / name).read_bytes() for name in before} == before
     assert run_cli("verify", str(out)).returncode == 0
