@@ -357,10 +357,8 @@ def tf_dataset(
             not (index, count), `lists` is neither "ragged" nor "padded", epochs,
             batch_size or image_size is not a positive count or (height, width), or batches
             would stack decoded images the index says differ in size (pass image_size).
-        tf.errors.InvalidArgumentError: while iterating, a local record fails its CRC; it
-            names the shard and `shardpack verify OUT`, which names the record (reading.md).
-            Or a local shard is gone or rewritten as OUT was updated or packed again since:
-            OutChangedError's line, in its `assertion failed: [...]`.
+        tf.errors.InvalidArgumentError: while iterating, a local record fails its CRC, or a
+            shard changed as OUT was updated: it names the shard and what to do (reading.md).
     """
     _check_tf_args(batch_size, epochs, image_size, lists)
     index = load_index(out, storage_options)
