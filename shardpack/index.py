@@ -7,7 +7,7 @@ import collections
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from shardpack.containers import CONTAINERS, Container
 from shardpack.errors import FileAccessError, IndexFormatError, Option, is_count, shortened
@@ -227,6 +227,9 @@ class Index:
     duplicates: dict | None = None  # packing/duplicates.summary's JSON (None: before it)
     summaries: dict | None = None  # packing/stats' per-split summaries (None: before them)
     retired: tuple[str, ...] | None = None  # shards an --update replaced, removed once in place
+    # index.json's identity (storage.identity) as load_index found it before reading it: a
+    # reader tells a later index by it (read/changed.py); None: not loaded, or the store has none
+    loaded_as: tuple[int, ...] | None = field(default=None, compare=False, repr=False)
 
     @property
     def container(self) -> Container:
@@ -355,6 +358,7 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
         raise IndexFormatError(f"{root}: is the index itself; pass the folder that holds it, "
                                f"{root.rsplit('/', 1)[0]}")  # fmt: skip
     path = storage.path(INDEX_NAME)
+    seen = storage.identity(INDEX_NAME)  # before the read: an index replaced between is told
     try:  # no link followed: OUT's files are opened as they are (Storage.open)
         with storage.open(INDEX_NAME) as blob:
             if blob.size > MAX_INDEX_BYTES:
@@ -392,7 +396,7 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
         doc = json.loads(text)
     except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
-    return index_from_document(storage, doc)
+    return replace(index_from_document(storage, doc), loaded_as=seen)
 
 
 def _containers(text: bytes) -> int:

@@ -11,12 +11,12 @@ import sys
 import weakref
 
 from shardpack.containers import ShardReader
-from shardpack.errors import IndexFormatError
+from shardpack.errors import IndexFormatError, OutChangedError, RecordError
 from shardpack.index import Index, ShardInfo
 from shardpack.layout import index_file_name
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.packing.daliindex import random_access_index
-from shardpack.read.changed import OPEN_AGAIN, unless_changed
+from shardpack.read.changed import OPEN_AGAIN, changed_or, check_opened
 from shardpack.read.stream import check_max_pixels, count_fault, parse_record
 from shardpack.storage import Storage
 
@@ -41,7 +41,8 @@ class Records:
 
     `out` is the output folder or URL of a pack run (`storage_options` go to the URL's fsspec
     filesystem); a record of a remote shard is fetched by range request, a block at a time.
-    A shard found gone or resized after OUT was updated or packed again is OutChangedError.
+    A shard found gone, resized, rewritten or faulty after OUT was updated or packed again is
+    OutChangedError.
     """
 
     AGAIN = OPEN_AGAIN  # what OutChangedError says to do
@@ -83,9 +84,12 @@ class Records:
             raise IndexError(f"record {asked} is outside split {self.split!r} of {size} records")
         k = bisect.bisect_right(self._ends, i)
         local = i - (self._ends[k - 1] if k else 0)
-        reader = self._reader(k)
-        return parse_record(self.index, self._paths[k], reader.position(local), reader[local],
-                            self.decode, self.max_pixels)  # fmt: skip
+        try:
+            reader = self._reader(k)
+            return parse_record(self.index, self._paths[k], reader.position(local),
+                                reader[local], self.decode, self.max_pixels)  # fmt: skip
+        except RecordError as e:  # damaged, or OUT packed again since: the index now tells
+            raise changed_or(self.index, e, self.AGAIN) from None
 
     def _reader(self, k: int) -> ShardReader:
         """Shard k's reader, opened on first use and checked against the index's count."""
@@ -98,9 +102,13 @@ class Records:
                     storage, shard, self.index.container.min_span, shard.num_bytes
                 )  # the size the open below holds it to
                 offsets = None if spans is None else [offset for offset, _ in spans]
-            with unless_changed(self.index, self.AGAIN):
-                reader = self.index.container.open(storage, shard.file, self.index.compression,
-                                                   offsets, num_bytes=shard.num_bytes)  # fmt: skip
+            reader = self.index.container.open(storage, shard.file, self.index.compression,
+                                               offsets, num_bytes=shard.num_bytes)  # fmt: skip
+            try:  # the same name and size may hold another pack's records: its index tells
+                check_opened(self.index, path, self.AGAIN)
+            except OutChangedError:
+                reader.close()
+                raise
             if len(reader) != shard.num_records:
                 reader.close()
                 raise count_fault(path, len(reader), shard.num_records)

@@ -25,7 +25,7 @@ from shardpack.errors import (
 from shardpack.images import BadImage
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.options import DEFAULT_MAX_PIXELS
-from shardpack.read.changed import out_changed, unless_changed
+from shardpack.read.changed import check_opened, out_changed, unless_changed
 from shardpack.read.order import segments, share
 from shardpack.schema import Schema
 
@@ -36,6 +36,8 @@ SHUFFLE_BUFFER = 1024
 SHUFFLE_BUFFER_BYTES = 256 << 20
 # tf_dataset's record shuffle buffer; the file-order shuffle does most of the mixing.
 TF_SHUFFLE_BUFFER = 8192
+# What tf_dataset's OutChangedError says to do.
+_TF_AGAIN = "call tf_dataset again"
 
 
 def to_python(example: dict[str, list], schema: Schema) -> dict[str, object]:
@@ -187,7 +189,7 @@ def iter_examples(
     )
     if shuffle:
         records = _buffer_shuffle(records, rng)
-    with unless_changed(index):  # a shard gone or resized as OUT was updated: not damaged
+    with unless_changed(index):  # a shard gone or rewritten as OUT was updated: not damaged
         yield from records
 
 
@@ -201,6 +203,8 @@ def _run(index: Index, info: ShardInfo, first: int, end: int) -> Iterator[tuple[
     records = _shard_records(index, info)
     held = 0
     for held, (position, example) in enumerate(itertools.islice(records, end), 1):
+        if held == 1:  # the shard is open: the same name and size may hold another pack's
+            check_opened(index, index.shard_path(info))
         if held > first:
             yield position, example
     if held < end:
@@ -353,8 +357,8 @@ def tf_dataset(
             not (index, count), `lists` is neither "ragged" nor "padded", epochs,
             batch_size or image_size is not a positive count or (height, width), or batches
             would stack decoded images the index says differ in size (pass image_size).
-        tf.errors.InvalidArgumentError: while iterating, a local record fails its CRC; it
-            names the shard and `shardpack verify OUT`, which names the record (reading.md).
+        tf.errors.InvalidArgumentError: while iterating, a local record fails its CRC, or a
+            shard changed as OUT was updated: it names the shard and what to do (reading.md).
     """
     _check_tf_args(batch_size, epochs, image_size, lists)
     index = load_index(out, storage_options)
@@ -450,7 +454,7 @@ def _check_local_shards(index: Index, mine: _Share) -> None:
     never (DDP ranks then wait on the one short of its share)."""
     if index.storage.tf_path() is None:
         return
-    with unless_changed(index):
+    with unless_changed(index, _TF_AGAIN):
         for info, _, _ in mine.runs:
             open_shard(index.storage, info.file, info.num_bytes).close()
 
@@ -463,11 +467,14 @@ def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_re
     local = index.storage.tf_path() is not None
     paths = [index.storage.tf_path(info.file) if local else info.file for info, _, _ in mine.runs]
     container, compression = index.container, index.compression
+    opened = _tf_opened(tf, index, mine) if local else None
 
     # tf.data ops only: AutoGraph has nothing to convert, and would warn at every call that it
     # cannot convert the generator a store's shards are streamed through (make_tf_data)
     @tf.autograph.experimental.do_not_convert
     def read(path, first, end):
+        if opened is not None:
+            path = opened(path)
         records = (
             container.make_tf_data(tf, index.storage, path, compression)
             .skip(first)
@@ -490,6 +497,34 @@ def _tf_records(tf, index: Index, mine: _Share, shuffle: bool, seed, parallel_re
         deterministic=ordered,
     )
     return ds.shuffle(TF_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+
+
+def _tf_opened(tf, index: Index, mine: _Share):
+    """A function of a local shard's path (a tensor) that gives it back once the shard is the
+    one `index` lists: there, of its size, and OUT's index.json the same or listing it alike.
+    Else it stops tf.data with what our readers raise, in one line (OutChangedError's where
+    OUT was updated or packed again since): TensorFlow would call the shard missing, and
+    retry it for ever past the ignore_errors of _whole_or_named. Python runs once a shard as
+    tf.data opens it (tf.py_function), not once a record."""
+    shards = {index.storage.tf_path(info.file): info for info, _, _ in mine.runs}
+
+    def fault(path) -> bytes:
+        info = shards[path.numpy().decode()]
+        try:
+            with unless_changed(index, _TF_AGAIN):
+                open_shard(index.storage, info.file, info.num_bytes).close()
+                check_opened(index, index.shard_path(info), _TF_AGAIN)
+        except ShardpackError as e:
+            return str(e).encode()
+        return b""
+
+    def opened(path):
+        said = tf.py_function(fault, [path], tf.string)
+        check = tf.debugging.Assert(tf.equal(said, ""), [said])
+        with tf.control_dependencies([check]):
+            return tf.identity(path)
+
+    return opened
 
 
 def _whole_or_named(tf, records, path, count, out: str):
