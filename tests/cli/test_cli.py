@@ -66,6 +66,18 @@ def test_inspect_counts_a_shard_of_one_record_in_the_singular(src: Path, tmp_pat
     assert re.search(r"tfrecord-00000-of-00007 +1 record  ", shown) and "1 records" not in shown
 
 
+def test_inspect_counts_a_class_as_it_counts_records(tmp_path: Path):
+    """A class of 1,000 records is shown '1,000', as the split's records are, not '1000'."""
+    out = tmp_path / "out"
+    make_tree(tmp_path / "src", {"a": 1000, "b": 1})
+    packed = runner.invoke(app, ["pack", str(tmp_path / "src"), str(out), "--workers", "1",
+                                 "--no-progress"])  # fmt: skip
+    assert packed.exit_code == 0, packed.output
+    shown = runner.invoke(app, ["inspect", str(out), "--records", "0"]).output
+    assert "split train: 1,001 records" in shown
+    assert re.search(r"\n    a +1,000  #{30}\n    b +1  #?\n", shown), shown
+
+
 def test_json_outputs(src: Path, tmp_path: Path):
     out = tmp_path / "out"
     result = runner.invoke(app, ["pack", str(src), str(out), "--json", "--workers", "1"])
