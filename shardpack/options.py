@@ -593,8 +593,8 @@ FLAGS: dict[str, Flag] = {
     "name": Flag(
         "--name",
         "Dataset name in shard file names.  [default: SRC's name, without a "
-        "manifest's extension; a run of characters but ASCII letters, digits, '_' and "
-        "'.' as one '_']",
+        "manifest's extension; each run of characters other than ASCII letters, digits, "
+        "'_' and '.' made one '_']",
         "NAME",
     ),
     "shards": Flag("--shards", "Shards per split.  [default: by --shard-size]", "N", min=1),

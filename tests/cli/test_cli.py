@@ -632,8 +632,8 @@ def test_help_reads_plainly(command: str):
     assert not re.search(r"\w \.(\s|$)", text), text  # "Worker processes ." had lost its default
     if command == "pack":  # compared without white space: help wraps at a hyphen too
         flat = "".join(text.split())
-        name = ("SRC's name, without a manifest's extension; a run of characters but ASCII "
-                "letters, digits, '_' and '.' as one '_'")  # fmt: skip
+        name = ("SRC's name, without a manifest's extension; each run of characters other "
+                "than ASCII letters, digits, '_' and '.' made one '_'")  # fmt: skip
         for default in ("by the work", name, "by --shard-size", "128MiB", "keep"):
             assert f"[default:{default}]".replace(" ", "") in flat, default
 
