@@ -782,6 +782,17 @@ def test_a_refused_resume_names_the_flags(tmp_path: Path):
             "pass --overwrite to start over") in run.stderr, run.stderr  # fmt: skip
 
 
+def test_a_refused_shard_size_is_said_as_the_flag_takes_it(tmp_path: Path):
+    """--shard-size 1GB against a pack of the default was said as 1073741824 and 134217728."""
+    src, out = make_tree(tmp_path / "src", {"a": 2, "b": 2}), str(tmp_path / "out")
+    assert _run("pack", str(src), out, "--no-progress").returncode == 0
+    for given, said in (("1GB", "1GiB"), ("1.5M", "1536KiB"), ("1000", "1000")):
+        run = _run("pack", str(src), out, "--shard-size", given, "--no-progress")
+        assert run.returncode == 2
+        assert (f"(--shard-size {said} (the journal's: --shard-size 128MiB)); pass --overwrite"
+                in run.stderr), run.stderr  # fmt: skip
+
+
 def test_fewer_workers_or_shards_than_asked_say_why(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"a": 3, "b": 3})
     run = _run("pack", str(src), str(tmp_path / "out"), "--workers", "64", "--shards", "1000000",
