@@ -12,7 +12,7 @@ from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import cifar, repack
 from shardpack.sources.classlist import Listing, check_class_name, class_list, labelled
-from shardpack.sources.nearmisses import spaced_apart
+from shardpack.sources.nearmisses import pinned_apart, spaced_apart
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.sources.tars import TarSource
@@ -139,6 +139,8 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
     warnings = empty_class_warnings(src.path(), empty, classes)
     if options.classes is None:
         warnings += spaced_apart(found_classes, src.path())
+    else:
+        warnings += pinned_apart(found_classes, options.classes)
     return passed.dataset("folder", src, Schema.build(classes), {"train": items}, left_out,
                           warnings)  # fmt: skip
 
