@@ -271,7 +271,7 @@ def print_inspect(summary: dict) -> None:
             typer.echo("  classes:")
         for cls, count in list(split["class_counts"].items())[:20]:
             bar = "#" * round(30 * count / most)
-            typer.echo(f"    {printable(cls)[:20]:<20} {count:>8}  {bar}")
+            typer.echo(f"    {printable(cls)[:20]:<20} {count:>8,}  {bar}")
         if len(split["class_counts"]) > 20:
             more = len(split["class_counts"]) - 20
             typer.echo(f"    ... {plural(more, 'more class', 'more classes')}")

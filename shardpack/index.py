@@ -8,6 +8,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field, replace
+from itertools import islice
 
 from shardpack.containers import CONTAINERS, Container
 from shardpack.errors import FileAccessError, IndexFormatError, Option, is_count, shortened
@@ -25,6 +26,9 @@ MAX_INDEX_CONTAINERS = 5_000_000
 # each key and reason cut to MAX_SKIPPED_TEXT characters: `num_skipped` counts them all.
 MAX_NAMED_SKIPPED = 1000
 MAX_SKIPPED_TEXT = 1000
+# The entries of a folder without index.json looked at for a pack inside it (the demo's
+# OUT/shards, a folder of outputs): the error path stays bounded on a folder of a million images.
+MAX_LOOKED_FOR_PACKS = 1000
 # What the pack summary, inspect, verify and the card say of a split whose every image was
 # skipped: pack and grow leave it out of `splits` and OUT (no shard of no record: `datasets`
 # refuses a dataset one of whose splits holds no data); its summary says what was skipped.
@@ -334,6 +338,17 @@ def _out_kind(storage: Storage) -> str | None:
         return "dir"
 
 
+def _packs_inside(storage: Storage) -> list[str]:
+    """The folders right inside OUT that hold an index.json, by name, among its first
+    MAX_LOOKED_FOR_PACKS entries: the packs a folder above them was passed for."""
+    try:
+        folders = [name for name, is_dir in islice(storage.entry_names(), MAX_LOOKED_FOR_PACKS)
+                   if is_dir]  # fmt: skip
+        return sorted(f for f in folders if storage.child(f).kind(INDEX_NAME) == "file")
+    except OSError:  # a hint only: the error it joins says what is missing
+        return []
+
+
 def _a_file(root: str) -> IndexFormatError:
     """The error of a file (a shard, an image) passed as OUT."""
     return IndexFormatError(f"{root}: is a file, not a pack output; pass the folder that holds "
@@ -373,6 +388,12 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
                                    "run") from None  # fmt: skip
         if kind == "file":  # an object store's: its name then a slash is not there
             raise _a_file(root) from None
+        if inner := _packs_inside(storage):
+            named = ", ".join(inner[:3]) + (", ..." if len(inner) > 3 else "")
+            inside = (f"its folder {named} is one: pass" if len(inner) == 1 else
+                      f"its folders {named} are: pass one of them, such as")  # fmt: skip
+            raise IndexFormatError(f"{path}: not found; {storage.root} is no shardpack output, "
+                                   f"but {inside} {root}/{inner[0]}") from None  # fmt: skip
         raise IndexFormatError(
             f"{path}: not found; is {storage.root} a shardpack output? (pack writes index.json "
             "last: a run still going has none yet, and one that was stopped has none: rerun it "

@@ -446,6 +446,14 @@ def parse_size(text: str) -> int:
     return int(number * 1024 ** " KMGT".index(unit or " "))
 
 
+def size_text(size: int) -> str:
+    """Bytes as parse_size reads them back: 128MiB, 1GiB; a count no unit divides as it is."""
+    for power, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if size and size % 1024**power == 0:
+            return f"{size // 1024**power}{unit}"
+    return str(size)
+
+
 def parse_resize(text: str) -> tuple[int, int]:
     """Parse 'WIDTHxHEIGHT' into (width, height)."""
     match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
@@ -593,8 +601,8 @@ FLAGS: dict[str, Flag] = {
     "name": Flag(
         "--name",
         "Dataset name in shard file names.  [default: SRC's name, without a "
-        "manifest's extension; a run of characters but ASCII letters, digits, '_' and "
-        "'.' as one '_']",
+        "manifest's extension; each run of characters other than ASCII letters, digits, "
+        "'_' and '.' made one '_']",
         "NAME",
     ),
     "shards": Flag("--shards", "Shards per split.  [default: by --shard-size]", "N", min=1),
@@ -604,6 +612,7 @@ FLAGS: dict[str, Flag] = {
         "SIZE",
         parse_size,
         shown="128MiB",
+        show=size_text,
     ),
     "workers": Flag("--workers", "Worker processes.  [default: by the work]", "N", min=1),
     "backend": Flag(

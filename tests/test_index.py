@@ -141,6 +141,28 @@ def test_missing_index_is_refused(tmp_path):
     _refused(out, "not found")
 
 
+def test_a_folder_above_a_pack_names_the_pack_to_pass(tmp_path):
+    """The demo's OUT (sample/ and shards/) passed for OUT/shards: the error says which to pass,
+    not to rerun a stopped pack with --resume."""
+    demo = tmp_path / "demo"
+    (demo / "sample" / "circle").mkdir(parents=True)
+    _save(demo / "shards", _document())
+    error = str(_refused(demo, "no shardpack output"))
+    assert error.endswith(f"but its folder shards is one: pass {demo / 'shards'}")
+    assert "resume" not in error
+    for name in ("b", "a", "c", "d"):
+        _save(tmp_path / "outs" / name, _document())
+    error = str(_refused(tmp_path / "outs", "no shardpack output"))
+    assert error.endswith(f"its folders a, b, c, ... are: pass one of them, such as "
+                          f"{tmp_path / 'outs' / 'a'}")  # fmt: skip
+
+
+def test_a_folder_of_no_pack_says_a_stopped_run_leaves_no_index(tmp_path):
+    (tmp_path / "images" / "cat").mkdir(parents=True)
+    (tmp_path / "images" / "cat" / "index.json").mkdir()  # a folder by that name: no pack
+    assert "rerun it with resume=True" in str(_refused(tmp_path / "images", "not found"))
+
+
 def test_missing_out_is_refused_naming_the_folder(tmp_path):
     with pytest.raises(IndexFormatError, match=f"{tmp_path / 'nowhere'}: no such folder"):
         load_index(tmp_path / "nowhere")

@@ -328,7 +328,7 @@ def make_plan(dataset: Dataset, name: str, options: PackOptions, workers: int) -
         if options.shards is None and count > 1 and len(items) < FEW_ITEMS_PER_SHARD * count:
             warnings.append(
                 f"{CUT_WARNING}{split}: a shard size of {options.shard_size:,} bytes leaves about "
-                f"{len(items) / count:.1f} images per shard ({count} shards for {len(items)} "
+                f"{len(items) / count:.1f} images per shard ({count:,} shards for {len(items):,} "
                 "images); choose a larger shard size or a shard count"
             )
         if options.shards is not None and count < options.shards:

@@ -195,14 +195,27 @@ def _caption(classes: tuple[str, ...], label: object) -> str:
 
 
 def _sheet_format(dest: str) -> str:
-    """The format dest's extension asks for; refuse any other, and a folder that is missing."""
+    """The format dest's extension asks for; refuse any other, a folder, and a folder that is
+    missing."""
+    if no_file := no_file_there(dest, "preview.png"):
+        raise no_file
     ext = os.path.splitext(dest)[1].lower()
     if ext not in FORMATS:
         raise OutputError(
             f"{dest}: a preview is written as {', '.join(FORMATS)}, not "
             f"{ext or 'a file without extension'}; name the file with one of those"
         )
+    return FORMATS[ext]
+
+
+def no_file_there(dest: str, name: str) -> OutputError | None:
+    """The error of a --out FILE (preview's, report's) that is a folder (a file `name` in it is
+    suggested) or whose folder does not exist; None where the file can be made."""
+    if os.path.isdir(dest):
+        return OutputError(f"{dest}: is a folder; --out names the file to write, such as "
+                           f"{os.path.join(dest, name)}")  # fmt: skip
     folder = os.path.dirname(os.path.abspath(dest))
     if not os.path.isdir(folder):
-        raise OutputError(f"{dest}: folder {folder} does not exist; create it, or write elsewhere")
-    return FORMATS[ext]
+        return OutputError(f"{dest}: folder {folder} does not exist; create it, or write "
+                           "elsewhere")  # fmt: skip
+    return None

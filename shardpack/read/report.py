@@ -31,7 +31,7 @@ from shardpack.packing.duplicates import LABELLED_DIFFERENTLY, record_name
 from shardpack.packing.objects import SIZES, objects_of
 from shardpack.packing.outdir import OUTPUTS
 from shardpack.packing.stats import NOT_NOTED, reason_kind
-from shardpack.read.preview import exists_error
+from shardpack.read.preview import exists_error, no_file_there
 from shardpack.read.stream import check_sizes, decode_pixels, iter_examples
 from shardpack.storage import storage_at
 from shardpack.storage.atomic import write_atomic
@@ -103,6 +103,8 @@ def write_report(
     if dest is not None and (own := _dataset_file(os.fspath(dest), index)) is not None:
         raise OutputError(f"{os.fspath(dest)}: is the dataset's {printable(own)}; pass another "
                           f"--out (without one the card is {REPORT_NAME} in OUT)")  # fmt: skip
+    if dest is not None and (no_file := no_file_there(os.fspath(dest), REPORT_NAME)):
+        raise no_file
     if dest is not None and _extension(dest) not in EXTENSIONS:  # as preview refuses a .gif
         raise OutputError(f"{os.fspath(dest)}: a report is written as HTML ({', '.join(EXTENSIONS)}"
                           f"), not {_extension(dest) or 'a file without extension'}; name the "

@@ -12,7 +12,7 @@ from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import cifar, repack
 from shardpack.sources.classlist import Listing, check_class_name, class_list, labelled
-from shardpack.sources.nearmisses import spaced_apart
+from shardpack.sources.nearmisses import pinned_apart, spaced_apart
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.sources.tars import TarSource
@@ -139,6 +139,8 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
     warnings = empty_class_warnings(src.path(), empty, classes)
     if options.classes is None:
         warnings += spaced_apart(found_classes, src.path())
+    else:
+        warnings += pinned_apart(found_classes, options.classes)
     return passed.dataset("folder", src, Schema.build(classes), {"train": items}, left_out,
                           warnings)  # fmt: skip
 
@@ -181,11 +183,13 @@ def _refuse_split_like(src: Storage, folders: tuple[str, ...], found: Listing) -
 
 
 def _refuse_one_class_of_folders(src: Storage, folders: tuple[str, ...], found: Listing) -> None:
-    """Refuse one class folder whose images all lie in two or more folders of its own: SRC is
-    most likely the folder above the dataset (~/data for ~/data/flowers), and every image
-    would get that one label."""
-    if len(folders) != 1:
+    """Refuse one class folder whose images all lie in two or more folders of its own, beside
+    no other folder with images: SRC is most likely the folder above the dataset (~/data for
+    ~/data/flowers, the demo's OUT beside its shards/), and every image would get one label."""
+    holding = {label for label, _, _ in found}
+    if len(holding) != 1:
         return
+    (name,) = holding
     inner = set()
     for _, key, _ in found:
         parts = key.split("/", 2)
@@ -194,12 +198,15 @@ def _refuse_one_class_of_folders(src: Storage, folders: tuple[str, ...], found: 
         inner.add(parts[1])
     if len(inner) < 2:
         return
+    others = [f for f in folders if f != name]
+    besides = f" with images ({few(others)} {'hold' if others[1:] else 'holds'} none)"
     raise SourceError(
-        f"{src.path()}: its one folder {folders[0]!r} holds no image of its own, only folders "
-        f"({few(inner)}), as a dataset's folder holds its classes; pass {src.path(folders[0])} "
+        f"{src.path()}: its one folder {name!r}{besides if others else ''} holds no image of its "
+        f"own, only folders "
+        f"({few(inner)}), as a dataset's folder holds its classes; pass {src.path(name)} "
         "as SRC to take those as the classes, or ",
         Option("source", "folder"),
-        f" to pack every image as the one class {folders[0]!r}",
+        f" to pack every image as the one class {name!r}",
     )
 
 

@@ -186,7 +186,7 @@ def scan_manifest(
     """
     from shardpack.sources.tables.reader import read_manifest  # numpy: not for pack --help
 
-    _check_root(options.root)
+    _check_root(options.root, manifests[0][1])
     tables = [(split, read_manifest(manifest, path_column=options.path_column, root=options.root,
                                     label_column=options.label_column,
                                     path_suffix=options.path_suffix,
@@ -503,11 +503,18 @@ def _found_near(key: str, suffix: str | None, base: str) -> tuple | None:
     return None
 
 
-def _check_root(root: str | None) -> None:
+def _check_root(root: str | None, manifest: Storage) -> None:
     """Refuse a --root on this disk that is not a folder, before the manifest is read: else
-    every relative row is a missing file and the run ends in "no row names a usable image"."""
+    every relative row is a missing file and the run ends in "no row names a usable image".
+    Where a folder of its name lies beside the manifest, say that one (`--root train` given
+    from another folder than the manifest's is taken from the current folder)."""
     if root is None or (what := missing_root(root)) is None:
         return
+    beside, name = manifest.parent(), os.path.basename(root.rstrip("/"))
+    if beside is not None and name and beside.kind(name) == "dir":
+        raise SourceError(Option("root", root), f": {what} (a relative one is taken from the "
+                          "current folder, not the manifest's); pass ",
+                          Option("root", beside.path(name)))  # fmt: skip
     raise SourceError(
         Option("root", root),
         f": {what}; pass the folder the manifest's image paths are relative to",

@@ -1,7 +1,8 @@
 """Class names that probably say what was not meant, named in warnings (never refused): a
 typo away from a larger class's, alike but for case in splits of their own, a missing value as
-pandas spells it, numbers sorted as text, and folders apart by the spaces around their names
-(a name that is not UTF-8 is refused: classlist.check_class_name)."""
+pandas spells it, numbers sorted as text, folders apart by the spaces around their names, and a
+--classes name a typo away from a folder it leaves out (a name that is not UTF-8 is refused:
+classlist.check_class_name)."""
 
 from __future__ import annotations
 
@@ -130,4 +131,18 @@ def spaced_apart(found: Iterable[str], where: str) -> list[str]:
         "rename one if they are two classes"
         for name, names in sorted(spellings.items())
         if len(names) > 1
+    ]
+
+
+def pinned_apart(found: Iterable[str], pinned: tuple[str, ...]) -> list[str]:
+    """A warning for each --classes name that no class folder has, where a folder it leaves
+    out (its images skipped) is a typo away: `squares` pinned beside a folder `square`."""
+    names = {class_name(name) for name in found}
+    left_out = sorted(names - set(pinned))
+    return [
+        f"--classes names class {printable(name)!r}, which no class folder is, and leaves out "
+        f"folder {printable(meant)!r} (its images skipped): if they are one class, name it "
+        f"{printable(meant)!r}"
+        for name in pinned
+        if name not in names and (meant := near(name, left_out)) is not None
     ]

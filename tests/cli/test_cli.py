@@ -66,6 +66,18 @@ def test_inspect_counts_a_shard_of_one_record_in_the_singular(src: Path, tmp_pat
     assert re.search(r"tfrecord-00000-of-00007 +1 record  ", shown) and "1 records" not in shown
 
 
+def test_inspect_counts_a_class_as_it_counts_records(tmp_path: Path):
+    """A class of 1,000 records is shown '1,000', as the split's records are, not '1000'."""
+    out = tmp_path / "out"
+    make_tree(tmp_path / "src", {"a": 1000, "b": 1})
+    packed = runner.invoke(app, ["pack", str(tmp_path / "src"), str(out), "--workers", "1",
+                                 "--no-progress"])  # fmt: skip
+    assert packed.exit_code == 0, packed.output
+    shown = runner.invoke(app, ["inspect", str(out), "--records", "0"]).output
+    assert "split train: 1,001 records" in shown
+    assert re.search(r"\n    a +1,000  #{30}\n    b +1  #?\n", shown), shown
+
+
 def test_json_outputs(src: Path, tmp_path: Path):
     out = tmp_path / "out"
     result = runner.invoke(app, ["pack", str(src), str(out), "--json", "--workers", "1"])
@@ -620,8 +632,8 @@ def test_help_reads_plainly(command: str):
     assert not re.search(r"\w \.(\s|$)", text), text  # "Worker processes ." had lost its default
     if command == "pack":  # compared without white space: help wraps at a hyphen too
         flat = "".join(text.split())
-        name = ("SRC's name, without a manifest's extension; a run of characters but ASCII "
-                "letters, digits, '_' and '.' as one '_'")  # fmt: skip
+        name = ("SRC's name, without a manifest's extension; each run of characters other "
+                "than ASCII letters, digits, '_' and '.' made one '_'")  # fmt: skip
         for default in ("by the work", name, "by --shard-size", "128MiB", "keep"):
             assert f"[default:{default}]".replace(" ", "") in flat, default
 
@@ -768,6 +780,17 @@ def test_a_refused_resume_names_the_flags(tmp_path: Path):
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
     assert (f"{out}: was packed with other options (--encode jpeg (the journal's: --encode png)); "
             "pass --overwrite to start over") in run.stderr, run.stderr  # fmt: skip
+
+
+def test_a_refused_shard_size_is_said_as_the_flag_takes_it(tmp_path: Path):
+    """--shard-size 1GB against a pack of the default was said as 1073741824 and 134217728."""
+    src, out = make_tree(tmp_path / "src", {"a": 2, "b": 2}), str(tmp_path / "out")
+    assert _run("pack", str(src), out, "--no-progress").returncode == 0
+    for given, said in (("1GB", "1GiB"), ("1.5M", "1536KiB"), ("1000", "1000")):
+        run = _run("pack", str(src), out, "--shard-size", given, "--no-progress")
+        assert run.returncode == 2
+        assert (f"(--shard-size {said} (the journal's: --shard-size 128MiB)); pass --overwrite"
+                in run.stderr), run.stderr  # fmt: skip
 
 
 def test_fewer_workers_or_shards_than_asked_say_why(tmp_path: Path):

@@ -39,6 +39,20 @@ def test_a_smaller_sample_replaces_a_larger_one(tmp_path: Path):
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no build folder left
 
 
+def test_the_demo_s_out_read_for_its_shards_names_them(tmp_path: Path):
+    """`shardpack inspect demo-out` (the demo's OUT, not OUT/shards): one line naming the pack."""
+    out = tmp_path / "d"
+    made = runner.invoke(app, ["demo", str(out), "--per-class", "1", "--no-progress"])
+    assert made.exit_code == 0, made.output
+    for command in ("inspect", "verify"):
+        result = runner.invoke(app, [command, str(out)])
+        assert result.exit_code == 2
+        assert result.output.splitlines() == [
+            f"error: {out / 'index.json'}: not found; {out} is no shardpack output, but its "
+            f"folder shards is one: pass {out / 'shards'}"
+        ]
+
+
 def test_a_sample_folder_holding_other_files_is_refused_and_kept(tmp_path: Path):
     dest = tmp_path / "sample"
     make_sample(dest, per_class=1)

@@ -462,6 +462,8 @@ def test_a_shard_size_that_leaves_few_images_per_shard_is_warned_about():
     assert make_plan(dataset, "d", PackOptions(shard_size=8_000), 1).warnings == ()  # 8 a shard
     assert make_plan(dataset, "d", PackOptions(shards=20), 1).warnings == ()  # asked for
     assert make_plan(dataset, "d", PackOptions(), 1).warnings == ()
+    (warning,) = make_plan(_dataset(n=4000), "d", PackOptions(shard_size=2_000), 1).warnings
+    assert "(2,000 shards for 4,000 images)" in warning  # counted as the summary counts
 
 
 def test_a_file_too_large_to_be_an_image_does_not_count_towards_the_shards():

@@ -75,6 +75,28 @@ def test_a_missing_folder_for_the_sheet_is_named(out: Path, tmp_path: Path):
     assert f"folder {dest.parent} does not exist" in line and "--resume" not in line
 
 
+def test_a_folder_or_a_missing_folder_for_out_is_named_for_preview_and_report(
+    out: Path, tmp_path: Path
+):
+    """`--out reports` (a folder) was 'a file without extension'; report's missing folder was
+    'cannot write the report (No such file or directory); check the path'."""
+    (tmp_path / "reports").mkdir()
+    for command, name in (("preview", "preview.png"), ("report", "report.html")):
+        done = run_cli(command, str(out), "--out", str(tmp_path / "reports"))
+        assert done.returncode == 2
+        assert done.stderr.splitlines() == [
+            f"error: {tmp_path / 'reports'}: is a folder; --out names the file to write, such as "
+            f"{tmp_path / 'reports' / name}"
+        ]
+        dest = tmp_path / "no-such-folder" / f"x.{name.split('.')[1]}"
+        done = run_cli(command, str(out), "--out", str(dest))
+        assert done.returncode == 2
+        assert done.stderr.splitlines() == [
+            f"error: {dest}: folder {dest.parent} does not exist; create it, or write elsewhere"
+        ]
+    assert list((tmp_path / "reports").iterdir()) == []
+
+
 def test_an_out_a_shell_left_as_it_was_is_refused_for_preview_and_report(
     out: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -1059,6 +1059,30 @@ def test_the_folder_above_a_dataset_is_refused_not_packed_as_one_class(tmp_path)
     assert scan(tmp_path / "one").classes == ("cat",)
 
 
+def test_the_folder_above_a_dataset_beside_a_pack_is_refused_not_packed_as_two_classes(tmp_path):
+    """`shardpack demo demo-out` then `pack demo-out ...`: its sample/ (class folders) and
+    shards/ (a pack, no image) were packed as classes 'sample' (every image) and 'shards'."""
+    from shardpack.packing.packer import pack
+
+    demo = tmp_path / "demo-out"
+    sample = helpers.make_tree(demo / "sample", {"circle": 2, "cross": 1})
+    pack(sample, demo / "shards", PackOptions())
+    with pytest.raises(SourceError) as caught:
+        scan(demo)
+    assert str(caught.value).startswith(
+        f"{demo}: its one folder 'sample' with images ('shards' holds none) holds no image of its "
+        f"own, only folders ('circle', 'cross'), as a dataset's folder holds its classes; pass "
+        f"{sample} as SRC"
+    )
+    (demo / "empty").mkdir()
+    with pytest.raises(SourceError, match=r"'sample' with images \('empty', 'shards' hold none\)"):
+        scan(demo)
+    assert scan(demo, PackOptions(source="folder")).classes == ("empty", "sample", "shards")
+    # two folders with images, one of them nested: two classes, as laid out
+    helpers.make_tree(demo / "empty" / "inner", {"x": 1})
+    assert scan(demo).classes == ("empty", "sample", "shards")
+
+
 def test_a_folder_of_shards_names_them_as_shards_and_the_source_that_packs_them(tmp_path):
     """Shards copied out of a pack's folder, `x.tfrecord-00000-of-00002`, were counted as files
     of the extension `.tfrecord-00000-of-00002`, and the line said to convert the images."""

@@ -187,6 +187,27 @@ def test_a_root_that_is_not_a_folder_is_one_line_naming_it(tmp_path: Path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_relative_root_beside_the_manifest_run_from_elsewhere_names_that_folder(tmp_path):
+    """README's Kaggle example (`train.csv` beside `train/`, `--root train`) run from the folder
+    above said only 'no such folder': the one beside the manifest is named."""
+    kaggle = tmp_path / "kaggle"
+    make_tree(kaggle, {"train": 2})
+    manifest = write_csv(kaggle / "train.csv", [{"id": "img_000", "breed": "pug"}])
+    done = subprocess.run([sys.executable, "-m", "shardpack", "pack", "kaggle/train.csv", "out",
+                           "--path-column", "id", "--label-column", "breed", "--root", "train",
+                           "--path-suffix", ".jpg"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: --root {tmp_path / 'train'}: no such folder (a relative one is taken from the "
+        f"current folder, not the manifest's); pass --root {kaggle / 'train'}"
+    ]
+    options = PackOptions(path_column="id", label_column="breed", root=str(kaggle / "train"),
+                          path_suffix=".jpg", workers=1)  # fmt: skip
+    pack(manifest, tmp_path / "out", options)
+    assert [r["key"] for r in iter_examples(tmp_path / "out")] == ["img_000.jpg"]
+
+
 def test_a_class_not_in_classes_is_a_bad_row(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 1, "dog": 1})
     rows = [

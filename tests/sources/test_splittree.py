@@ -334,6 +334,20 @@ def test_a_classes_file_saved_by_notepad_names_its_first_class_as_written(tmp_pa
 
 
 @pytest.mark.parametrize("layout", ["folder", "split tree"])
+def test_a_class_pinned_a_typo_away_from_a_folder_left_out_is_warned_of(tmp_path: Path, layout):
+    """--classes cat,dogs beside a folder dog: the dog images were skipped, 'dogs' kept no
+    record, and nothing said the two were one class misspelt."""
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 1, "eel": 1})
+    if layout == "split tree":
+        src = _split_tree(tmp_path / "tree")
+    assert scan(src, PackOptions(classes=("cat", "dogs", "yak"))).warnings == (
+        "--classes names class 'dogs', which no class folder is, and leaves out folder 'dog' "
+        "(its images skipped): if they are one class, name it 'dog'",
+    )
+    assert scan(src, PackOptions(classes=("cat", "dog", "yak"))).warnings == ()  # yak: no typo
+
+
+@pytest.mark.parametrize("layout", ["folder", "split tree"])
 def test_classes_that_leave_out_every_image_say_which_classes_there_are(tmp_path: Path, layout):
     src = make_tree(tmp_path / "src", {"cat": 2, "dog": 1, "eel": 1})
     if layout == "split tree":
