@@ -109,7 +109,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     image format, application/octet-stream), /gone/N.png (a 404), /stream.png (5,000 bytes,
     no Content-Length),
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
-    hangs up). /twin/N.png: image N // 2; /jpeg/N.png: image N as a JPEG; /changing/N.png: image
+    hangs up), after an image's head (/endlessjunk.png: none). /twin/N.png: image N // 2; /jpeg/N.png: image N as a JPEG; /changing/N.png: image
     N, then image N + 1 to every later request. A path in `Site.held` is answered once
     `Site.gate` is set; one in `Site.down`, 503; one in `Site.gone`, 404."""
 
@@ -262,11 +262,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(0 if path == "/stream.png" else 0.05)
             return None
-        if path == "/endless.png":  # no Content-Length, and a body that never ends
+        if path in ("/endless.png", "/endlessjunk.png"):  # no Content-Length, and no end
             self.send_response(200)
             self.end_headers()
             self.close_connection = True
             with contextlib.suppress(OSError):  # until the client hangs up
+                if path == "/endless.png":  # an image's head: read on as one
+                    self.wfile.write(_png(0)[:64])
                 while True:
                     self.wfile.write(bytes(1 << 16))
             return None
@@ -621,6 +623,23 @@ def test_endless_bodies_read_at_once_hold_one_limit_not_one_a_thread(site, monke
         tracemalloc.stop()
     assert failed == [f"over the limit of {limit:,} bytes"] * 4
     assert peak < 3 * (1 << 20) + limit + (2 << 20), peak  # it was 4 x limit
+
+
+def test_a_body_of_no_image_format_is_refused_by_its_head_not_read_to_the_cap(site):
+    """An endless body of no image (zeros; a page) was read to the byte cap (1.5 GB at the
+    default --max-pixels, for one URL) and then refused as over it, 'raise --max-pixels if it
+    is an image'. Its first KiB, all that is read of it to say so, says it is none."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0))
+    tracemalloc.start()
+    try:
+        with pytest.raises(UrlFailed, match=r"^not an image: the server sent no Content-Type "
+                           r"\(bytes of no image format shardpack reads\)$"):  # fmt: skip
+            fetcher.get(site.url("/endlessjunk.png"), 64 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak  # a chunk or two, not the 64 MB cap
+    assert fetcher.get(site.url("/img/1.png"), 64 << 20) == _png(1)  # an image is read whole
 
 
 def test_a_body_cut_short_of_its_content_length_is_a_cut_connection_and_retried(site):
