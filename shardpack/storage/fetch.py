@@ -250,6 +250,8 @@ class Fetcher:
                 if got - len(chunk) < _PAGE_HEAD <= got:  # what _not_image reads of a body
                     if (wrong := _not_image(b"".join(parts), response.headers)) is not None:
                         raise UrlFailed(wrong)
+        if self._closed.is_set():  # close() cut it: a body with no length seemed to end there
+            raise UrlFailed("stopped: the fetching was closed")
         if response.length:  # closed short of its Content-Length: read1 returns what came
             raise http.client.IncompleteRead(b"", response.length)
         if not response.isclosed():  # read1 leaves a body read to its length open: the
