@@ -247,9 +247,10 @@ class Fetcher:
                 if got > limit:
                     raise FileTooLarge(over if coding == "identity" else f"{over} ({coding})")
                 parts.append(chunk)
-                if got - len(chunk) < _PAGE_HEAD <= got:  # what _not_image reads of a body
-                    if (wrong := _not_image(b"".join(parts), response.headers)) is not None:
-                        raise UrlFailed(wrong)
+                # what _not_image reads of a body has come: no more is read of no image
+                head = got - len(chunk) < _PAGE_HEAD <= got
+                if head and (wrong := _not_image(b"".join(parts), response.headers)):
+                    raise UrlFailed(wrong)
         if self._closed.is_set():  # close() cut it: a body with no length seemed to end there
             raise UrlFailed("stopped: the fetching was closed")
         if response.length:  # closed short of its Content-Length: read1 returns what came

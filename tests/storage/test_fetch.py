@@ -110,9 +110,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     image format, application/octet-stream), /gone/N.png (a 404), /stream.png (5,000 bytes,
     no Content-Length),
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
-    hangs up), after an image's head (/endlessjunk.png: none); /stall.png: an image's head, no Content-Length,
-    then nothing until `Site.gate` is set (10 s at most). /twin/N.png: image N // 2; /jpeg/N.png: image N as a JPEG; /changing/N.png: image
-    N, then image N + 1 to every later request. A path in `Site.held` is answered once
+    hangs up), after an image's head (/endlessjunk.png: none); /stall.png: an image's head, no
+    Content-Length, then nothing until `Site.gate` is set (10 s at most). /twin/N.png: image
+    N // 2; /jpeg/N.png: image N as a JPEG; /changing/N.png: image N, then image N + 1 to every
+    later request. A path in `Site.held` is answered once
     `Site.gate` is set; one in `Site.down`, 503; one in `Site.gone`, 404."""
 
     protocol_version = "HTTP/1.1"  # connections kept
