@@ -229,7 +229,9 @@ class Fetcher:
 
     def _body(self, response: http.client.HTTPResponse, limit: int) -> bytes:
         """The body, refused as soon as it is known to be over `limit` (Content-Length, or
-        bytes read); read a chunk at a time as it arrives (within total_timeout: _Answer)."""
+        bytes read) or to be no image (its head: an endless page or stream of zeros was read to
+        the cap, 1.5 GB at the default --max-pixels); read a chunk at a time as it arrives
+        (within total_timeout: _Answer)."""
         over = over_the_limit(limit)
         length = response.getheader("Content-Length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
@@ -245,6 +247,12 @@ class Fetcher:
                 if got > limit:
                     raise FileTooLarge(over if coding == "identity" else f"{over} ({coding})")
                 parts.append(chunk)
+                # what _not_image reads of a body has come: no more is read of no image
+                head = got - len(chunk) < _PAGE_HEAD <= got
+                if head and (wrong := _not_image(b"".join(parts), response.headers)):
+                    raise UrlFailed(wrong)
+        if self._closed.is_set():  # close() cut it: a body with no length seemed to end there
+            raise UrlFailed("stopped: the fetching was closed")
         if response.length:  # closed short of its Content-Length: read1 returns what came
             raise http.client.IncompleteRead(b"", response.length)
         if not response.isclosed():  # read1 leaves a body read to its length open: the

@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import struct
+import sys
 import threading
 import time
 import tracemalloc
@@ -109,8 +110,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     image format, application/octet-stream), /gone/N.png (a 404), /stream.png (5,000 bytes,
     no Content-Length),
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
-    hangs up). /twin/N.png: image N // 2; /jpeg/N.png: image N as a JPEG; /changing/N.png: image
-    N, then image N + 1 to every later request. A path in `Site.held` is answered once
+    hangs up), after an image's head (/endlessjunk.png: none); /stall.png: an image's head, no
+    Content-Length, then nothing until `Site.gate` is set (10 s at most). /twin/N.png: image
+    N // 2; /jpeg/N.png: image N as a JPEG; /changing/N.png: image N, then image N + 1 to every
+    later request. A path in `Site.held` is answered once
     `Site.gate` is set; one in `Site.down`, 503; one in `Site.gone`, 404."""
 
     protocol_version = "HTTP/1.1"  # connections kept
@@ -262,11 +265,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(0 if path == "/stream.png" else 0.05)
             return None
-        if path == "/endless.png":  # no Content-Length, and a body that never ends
+        if path == "/stall.png":  # an image's head, no Content-Length, then nothing for 10 s
+            self.send_response(200)
+            self.end_headers()
+            self.close_connection = True
+            self.wfile.write(_png(0)[:64])
+            self.wfile.flush()
+            self.site.gate.wait(10)
+            return None
+        if path in ("/endless.png", "/endlessjunk.png"):  # no Content-Length, and no end
             self.send_response(200)
             self.end_headers()
             self.close_connection = True
             with contextlib.suppress(OSError):  # until the client hangs up
+                if path == "/endless.png":  # an image's head: read on as one
+                    self.wfile.write(_png(0)[:64])
                 while True:
                     self.wfile.write(bytes(1 << 16))
             return None
@@ -621,6 +634,54 @@ def test_endless_bodies_read_at_once_hold_one_limit_not_one_a_thread(site, monke
         tracemalloc.stop()
     assert failed == [f"over the limit of {limit:,} bytes"] * 4
     assert peak < 3 * (1 << 20) + limit + (2 << 20), peak  # it was 4 x limit
+
+
+def test_a_body_of_no_image_format_is_refused_by_its_head_not_read_to_the_cap(site):
+    """An endless body of no image (zeros; a page) was read to the byte cap (1.5 GB at the
+    default --max-pixels, for one URL) and then refused as over it, 'raise --max-pixels if it
+    is an image'. Its first KiB, all that is read of it to say so, says it is none."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0))
+    tracemalloc.start()
+    try:
+        with pytest.raises(UrlFailed, match=r"^not an image: the server sent no Content-Type "
+                           r"\(bytes of no image format shardpack reads\)$"):  # fmt: skip
+            fetcher.get(site.url("/endlessjunk.png"), 64 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak  # a chunk or two, not the 64 MB cap
+    assert fetcher.get(site.url("/img/1.png"), 64 << 20) == _png(1)  # an image is read whole
+
+
+def test_a_body_with_no_length_cut_by_a_stop_is_no_body(site):
+    """Ctrl-C closes the Fetcher, which cuts the sockets in flight: a body with no
+    Content-Length then seemed to end there, and was returned as the whole image (joined:
+    four large bodies of a hostile list held up the exit by seconds, copying GBs)."""
+    fetcher, got = Fetcher(FetchPolicy(allow_private=True, retries=0)), []
+
+    def get() -> None:
+        try:
+            got.append(fetcher.get(site.url("/stall.png"), 10_000))
+        except UrlFailed as e:
+            got.append(str(e))
+
+    thread = threading.Thread(target=get)
+    thread.start()
+    try:
+        helpers.wait_for(lambda: _reading_body(thread), 10)
+        fetcher.close()
+        thread.join(10)
+    finally:
+        site.gate.set()
+    assert got == ["stopped: the fetching was closed"], got
+
+
+def _reading_body(thread: threading.Thread) -> bool:
+    """Whether the thread is reading an answer's body (past its status line and headers)."""
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None and frame.f_code.co_name != "_decoded":
+        frame = frame.f_back
+    return frame is not None
 
 
 def test_a_body_cut_short_of_its_content_length_is_a_cut_connection_and_retried(site):
