@@ -689,3 +689,26 @@ def test_a_journal_line_lying_about_its_counts_is_no_shard_to_keep(src, tmp_path
     assert run.returncode == 0, run.stderr
     checked = verify(out)
     assert checked.ok and checked.records == 9 and not checked.faults
+
+
+@pytest.mark.parametrize("fewer", [1, 2])
+def test_a_journal_line_counting_fewer_records_than_its_facts_note_is_no_shard_to_keep(
+    src, tmp_path, fewer
+):
+    """A journal line whose num_records is under what its shard holds (an edit, the rest of
+    the line and the shard's sha256 as they were) fits the planned shard's items: `--resume`
+    kept it and wrote that count into index.json, exit 0, for `verify` to fault ("3 records
+    read, index.json says 2"). Its facts table notes each record written: a count that is not
+    theirs is no finished shard now, and the shard is written again."""
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2").returncode == 0
+    journal = out / ".shardpack.journal"
+    head, *lines = journal.read_text().splitlines()
+    entry = json.loads(lines[0])
+    entry["num_records"] -= fewer
+    journal.write_text("\n".join([head, json.dumps(entry), *lines[1:]]) + "\n")
+    run = _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2", "--resume")
+    assert run.returncode == 0, run.stderr
+    assert "kept 1 of 2 shards" in run.stdout, run.stdout
+    checked = verify(out)
+    assert checked.ok and checked.records == 9 and not checked.faults, checked.faults
