@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shardpack.errors import Option, OutputError
-from shardpack.index import MAX_COUNT, Index
+from shardpack.index import MAX_COUNT, Index, ShardInfo
 from shardpack.layout import CONTENTS_NAME, INDEX_NAME
 from shardpack.schema import LABEL
 from shardpack.storage import Storage
@@ -51,8 +51,8 @@ _MOST = {"crc": _CRC_MOST, "width": 2**32 - 1, "height": 2**32 - 1, "size": MAX_
 # One shard's: "keys", "crc", "size", "width", "height", "stored" (the image's bytes as the
 # record holds it; each of these three 0: not noted, by a version before it), "meta", "copy"
 # (one per record), "label_counts", "tally" ([what, value, count]), "lossless" ([the images
-# --encode keep made PNG]; absent: not noted, by a version before it), "skipped" and "reasons"
-# (one per item skipped)
+# --encode keep made PNG]; absent: not noted, by a version before it), "sha256" ([the shard's];
+# absent: not noted, by a version before it), "skipped" and "reasons" (one per item skipped)
 Entry = dict[str, list]
 Skip = tuple[str, str, str]  # (split, key, reason)
 # A copy --dedup left out: (split, key, crc, size, meta, copy, mtime), its content key, the
@@ -163,7 +163,7 @@ def load_contents(out: Storage, index: Index) -> Contents:
     one_label = label is not None and label.shape == ()  # each record counts one class at most
     for shard in shards:
         entry = listed.get(shard.file)
-        if not _agrees(entry, shard.num_records, one_label):
+        if not _agrees(entry, shard.num_records, one_label) or not _same_shard(entry, shard):
             raise OutputError(f"{path}: does not agree with index.json about "
                               f"{shard.file}; ", *fix)  # fmt: skip
         found[shard.file] = _filled(entry)
@@ -223,6 +223,12 @@ def _filled(entry: Entry) -> Entry:
              "copy": [0] * n, "tally": [],
              "reasons": ["skipped"] * len(entry["skipped"])}  # fmt: skip
     return {**entry, **{k: v for k, v in older.items() if k not in entry}}  # entry's order kept
+
+
+def _same_shard(entry: dict, shard: ShardInfo) -> bool:
+    """Whether the entry names the shard's sha256 (an older shardpack's names none): an entry
+    moved under another shard's name would have a grow rewrite the wrong shard."""
+    return entry.get("sha256", [shard.sha256]) == [shard.sha256]
 
 
 def _agrees(entry: object, records: int, one_label: bool) -> bool:

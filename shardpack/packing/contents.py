@@ -115,6 +115,7 @@ def _columns(spec: ShardSpec, result: ShardResult) -> dict[str, list | np.ndarra
         "label_counts": list(result.label_counts),
         "tally": [list(t) for t in result.tally],
         "lossless": [result.lossless],
+        "sha256": [result.sha256],  # the shard's: ties the entry to the shard index.json names
         "skipped": skipped,
         "reasons": [reasons.get(key, "skipped") for key in skipped],
     }

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from shardpack.containers import Container, is_shard_name
 from shardpack.contentsfile import tally_fits
 from shardpack.errors import IndexFormatError, Option, OutputError, Was, printable, shortened
@@ -32,6 +34,7 @@ from shardpack.layout import (
     STAMPS_NAME,
 )
 from shardpack.packing.croissant import users_keys
+from shardpack.packing.facts import facts_of
 from shardpack.packing.hubcard import UsersCard, users_card, users_part
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.schema import MAX_ROW
@@ -435,12 +438,16 @@ def _reusable(out: Storage, finished: tuple[ShardResult, ...], plan: Plan) -> li
 
 def _holds(result: ShardResult, spec: ShardSpec, classes: int) -> bool:
     """Whether a journal line's counts fit its planned shard: its split and number, no more
-    records than the shard's items, no more of them made PNG than it holds, a count for each
-    of the `classes` (index.json sums them class by class), none more often than its records'
-    labels can name it (MAX_ROW a record), its Arrow bytes a count index.json takes."""
+    records than the shard's items and as many as its facts table notes written (where it
+    notes any: another version's table is read as noting none), no more of them made PNG than
+    it holds, a count for each of the `classes` (index.json sums them class by class), none
+    more often than its records' labels can name it (MAX_ROW a record), its Arrow bytes a count
+    index.json takes."""
+    written = int(np.count_nonzero(facts_of(result.content, len(spec.items))["size"]))
     return (
         (result.split, result.index) == (spec.split, spec.index)
         and result.num_records <= len(spec.items)
+        and written in (0, result.num_records)
         and result.lossless <= result.num_records
         and len(result.label_counts) == classes
         and all(0 <= n <= result.num_records * MAX_ROW for n in result.label_counts)

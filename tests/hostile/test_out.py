@@ -689,3 +689,48 @@ def test_a_journal_line_lying_about_its_counts_is_no_shard_to_keep(src, tmp_path
     assert run.returncode == 0, run.stderr
     checked = verify(out)
     assert checked.ok and checked.records == 9 and not checked.faults
+
+
+@pytest.mark.parametrize("fewer", [1, 2])
+def test_a_journal_line_counting_fewer_records_than_its_facts_note_is_no_shard_to_keep(
+    src, tmp_path, fewer
+):
+    """A journal line whose num_records is under what its shard holds (an edit, the rest of
+    the line and the shard's sha256 as they were) fits the planned shard's items: `--resume`
+    kept it and wrote that count into index.json, exit 0, for `verify` to fault ("3 records
+    read, index.json says 2"). Its facts table notes each record written: a count that is not
+    theirs is no finished shard now, and the shard is written again."""
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2").returncode == 0
+    journal = out / ".shardpack.journal"
+    head, *lines = journal.read_text().splitlines()
+    entry = json.loads(lines[0])
+    entry["num_records"] -= fewer
+    journal.write_text("\n".join([head, json.dumps(entry), *lines[1:]]) + "\n")
+    run = _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2", "--resume")
+    assert run.returncode == 0, run.stderr
+    assert "kept 1 of 2 shards" in run.stdout, run.stdout
+    checked = verify(out)
+    assert checked.ok and checked.records == 9 and not checked.faults, checked.faults
+
+
+def test_contents_json_entries_swapped_between_shards_are_refused_before_an_update(tmp_path):
+    """Two shards' entries in contents.json swapped (each still agreeing with index.json's
+    counts): `--update` took the changed image for one held by the other shard, rewrote that
+    one from its listed keys and kept the shard that held it, exit 0: the dataset held one
+    shard's images twice and lost the other's, for `verify` to fault its class counts. Each
+    entry names its shard's sha256 now, and one under another shard's name is refused."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})  # two shards of 3: alike counts
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2").returncode == 0
+    contents = json.loads((out / "contents.json").read_text())
+    first, second = contents["shards"]
+    shards = contents["shards"]
+    shards[first], shards[second] = shards[second], shards[first]
+    (out / "contents.json").write_text(json.dumps(contents))
+    written = {p.name: p.read_bytes() for p in out.iterdir()}
+    changed = sorted((src / "cat").iterdir())[0]
+    write_image(changed, image(77))
+    run = _cli("pack", str(src), str(out), "--update", "--workers", "1", "--shards", "2")
+    _one_line_error(run, "contents.json", "does not agree with index.json", "--overwrite")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == written
