@@ -457,9 +457,10 @@ def _checked_names(out: Storage, old: Index) -> tuple[frozenset[str], OutState]:
     OUT.
 
     Raises:
-        OutputError: the index contradicts OUT: it lists a shard that is not there, or holds a
-            shard count that no pack writes; or a folder, or a README.md of the user's, is
-            where the grow writes a file.
+        OutputError: the index contradicts OUT: it lists a shard that is not there or of
+            another size (a grow keeps the shards unread, and would carry the fault on), or
+            holds a shard count that no pack writes; or a folder, or a README.md of the
+            user's, is where the grow writes a file.
     """
     where = out.path(INDEX_NAME)
     state = read_state(out)
@@ -471,6 +472,12 @@ def _checked_names(out: Storage, old: Index) -> tuple[frozenset[str], OutState]:
         raise OutputError(f"{where}: lists {printable(missing[0])}, which is not in OUT "
                           f"({len(missing):,} listed shards missing); put it back, or ",
                           *_REPACK)  # fmt: skip
+    for shard in old.shards:  # a listing's 0: a link or another special file, no size to ask
+        if state.sizes.get(shard.file, 0) not in (0, shard.num_bytes):
+            raise OutputError(f"{out.path(shard.file)}: holds {state.sizes[shard.file]:,} bytes "
+                              f"where {INDEX_NAME} says {shard.num_bytes:,}; restore it "
+                              "(`shardpack verify` tells what is wrong), or ",
+                              *_REPACK)  # fmt: skip
     return listed, state
 
 

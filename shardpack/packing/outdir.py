@@ -63,6 +63,7 @@ class OutState:
     """What earlier runs left in OUT, read once before a run touches it."""
 
     names: frozenset[str]  # OUT's entries
+    sizes: dict[str, int]  # the size the listing gives each file of them (0: a link, a fifo)
     folders: frozenset[str]  # those that are folders (not links to one)
     has_index: bool  # an index.json is there, readable or not
     digests: tuple[str | None, ...]  # plan digest of each record found; None where unreadable
@@ -115,6 +116,7 @@ def read_state(out: Storage) -> OutState:
     listed |= {r.file for r in finished}
     return OutState(
         names=names,
+        sizes={e.name: e.size for e in entries if not e.is_dir},
         folders=frozenset(e.name for e in entries if e.is_dir),
         # only OUT's own entries: a crafted split name ("a/../..") names nothing outside
         beside=beside & {e.name for e in entries if not e.is_dir},

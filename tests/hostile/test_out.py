@@ -734,3 +734,24 @@ def test_contents_json_entries_swapped_between_shards_are_refused_before_an_upda
     run = _cli("pack", str(src), str(out), "--update", "--workers", "1", "--shards", "2")
     _one_line_error(run, "contents.json", "does not agree with index.json", "--overwrite")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == written
+
+
+@pytest.mark.parametrize("grow", ["--append", "--update"])
+def test_a_shard_of_another_size_than_the_index_says_is_refused_before_a_grow(tmp_path, grow):
+    """index.json's num_bytes of a shard one off its file's: a grow keeps the shards unread,
+    so it went on (exit 0) and wrote an index carrying the fault on for `verify` to find. The
+    listing gives each shard's size: one that differs is refused in one line, OUT untouched."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2").returncode == 0
+    doc = json.loads((out / "index.json").read_text())
+    shard = doc["splits"]["train"]["shards"][0]
+    shard["num_bytes"] += 1
+    (out / "index.json").write_text(json.dumps(doc))
+    written = {p.name: p.read_bytes() for p in out.iterdir()}
+    write_image(src / "cat" / "new.jpg", image(78))
+    run = _cli("pack", str(src), str(out), grow, "--workers", "1")
+    size = (out / shard["file"]).stat().st_size
+    _one_line_error(run, shard["file"], f"holds {size:,} bytes where index.json says "
+                    f"{size + 1:,}", "--overwrite")  # fmt: skip
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == written
