@@ -202,8 +202,8 @@ def refuse_idle(options: PackOptions) -> None:
     without --resize is: --pad-color without --resize-mode pad (the image would be stretched or
     cut instead, silently), --quality where nothing is JPEG or WebP (--encode png or raw; keep
     re-encodes a JPEG it resizes or turns upright as JPEG), --near-distance without --dedup
-    near. A fresh pack's check: a grow
-    takes the dataset's own options, which an older pack kept whatever they were."""
+    near. A fresh pack's check: a grow takes the dataset's own options, which an older pack
+    kept whatever they were."""
     if options.pad_color != _DEFAULT_PAD and options.resize_mode != "pad":
         raise OptionError(Option("pad_color"), " colours the border of ",
                           Option("resize_mode", "pad"), ", and this run does not pad; pass ",

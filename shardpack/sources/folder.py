@@ -12,7 +12,7 @@ from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.schema import Schema
 from shardpack.sources import cifar, repack
 from shardpack.sources.classlist import Listing, check_class_name, class_list, labelled
-from shardpack.sources.nearmisses import pinned_apart, spaced_apart
+from shardpack.sources.nearmisses import folder_name_warnings
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
 from shardpack.sources.tars import TarSource
@@ -137,10 +137,7 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
     if not items:
         raise SourceError(f"{src.path()}: no images found; ", *_nothing_found(src, passed))
     warnings = empty_class_warnings(src.path(), empty, classes)
-    if options.classes is None:
-        warnings += spaced_apart(found_classes, src.path())
-    else:
-        warnings += pinned_apart(found_classes, options.classes)
+    warnings += folder_name_warnings(found_classes, options.classes, src.path())
     return passed.dataset("folder", src, Schema.build(classes), {"train": items}, left_out,
                           warnings)  # fmt: skip
 

@@ -134,6 +134,14 @@ def spaced_apart(found: Iterable[str], where: str) -> list[str]:
     ]
 
 
+def folder_name_warnings(
+    found: Iterable[str], pinned: tuple[str, ...] | None, where: str
+) -> list[str]:
+    """The near misses among class folders' names: folders apart by spaces, or where
+    --classes pins the names (`pinned`), a name of it a typo away from a folder it leaves out."""
+    return spaced_apart(found, where) if pinned is None else pinned_apart(found, pinned)
+
+
 def pinned_apart(found: Iterable[str], pinned: tuple[str, ...]) -> list[str]:
     """A warning for each --classes name that no class folder has, where a folder it leaves
     out (its images skipped) is a typo away: `squares` pinned beside a folder `square`."""

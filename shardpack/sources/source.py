@@ -9,7 +9,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
-from shardpack.errors import STORE_REFUSED_FIX, ImageError, Option, SourceError, is_store_refusal
+from shardpack.errors import (
+    STORE_REFUSED_FIX,
+    ImageError,
+    Option,
+    SourceError,
+    is_store_refusal,
+    os_error_fix,
+)
 from shardpack.options import PackOptions
 from shardpack.schema import Schema
 from shardpack.storage import Storage
@@ -264,6 +271,12 @@ def read_stamped_image(
         refused.stamp = stamp
         raise refused
     return data, stamp
+
+
+def cannot_read(path: str, error: OSError) -> SourceError:
+    """A file of SRC whose read failed as a scan read it (a store that lists it but refuses
+    its bytes, a disk's EIO): named, with what to do about it."""
+    return SourceError(f"{path}: cannot read ({error.strerror or error}); {os_error_fix(error)}")
 
 
 def folder_only(root: Storage, options: PackOptions, name: str) -> None:

@@ -19,7 +19,7 @@ from shardpack.sources.folder import (
     left_out_by_classes,
     list_class_folders,
 )
-from shardpack.sources.nearmisses import pinned_apart, spaced_apart
+from shardpack.sources.nearmisses import folder_name_warnings
 from shardpack.sources.source import Dataset, Item, Source
 from shardpack.storage import Storage
 
@@ -99,8 +99,7 @@ def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:
     classes = class_list(found_classes, options.classes)
     splits: dict[str, tuple[Item, ...]] = {}
     left_out: list[tuple[str, str]] = []
-    warnings = (spaced_apart(found_classes, root.path()) if options.classes is None
-                else pinned_apart(found_classes, options.classes))  # fmt: skip
+    warnings = folder_name_warnings(found_classes, options.classes, root.path())
     for split, (_, found, empty) in listings.items():
         splits[split], skipped = labelled(found, classes, options.on_error)
         left_out += skipped

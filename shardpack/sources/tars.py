@@ -27,7 +27,7 @@ from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema
 from shardpack.sources.classlist import MAX_CLASSES
 from shardpack.sources.openfiles import kept_open
 from shardpack.sources.scanprogress import listed
-from shardpack.sources.source import Dataset, Item, Source
+from shardpack.sources.source import Dataset, Item, Source, cannot_read
 from shardpack.storage import Blob, Storage, storage_at
 
 if TYPE_CHECKING:
@@ -256,9 +256,7 @@ def _read_tar(root: Storage, name: str, limit: int, kept: list[int]) -> list[_Sa
         try:
             return _samples(blob, name, path, limit, kept)
         except OSError as e:  # a store that lists the tar but refuses its bytes, a disk's EIO
-            raise SourceError(
-                f"{path}: cannot read ({e.strerror or e}); {os_error_fix(e)}"
-            ) from None
+            raise cannot_read(path, e) from None
 
 
 def _samples(blob: Blob, name: str, path: str, limit: int, kept: list[int]) -> list[_Sample]:

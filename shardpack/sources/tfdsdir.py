@@ -13,13 +13,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from shardpack.containers import CONTAINERS
-from shardpack.errors import ImageError, Option, RecordError, SourceError, os_error_fix
+from shardpack.errors import ImageError, Option, RecordError, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema, check_values
 from shardpack.sources.classlist import MAX_CLASSES, check_class_names
 from shardpack.sources.openfiles import kept_open, read_json, read_metadata
 from shardpack.sources.scanprogress import listed
-from shardpack.sources.source import Dataset, Item, Source, folder_only
+from shardpack.sources.source import Dataset, Item, Source, cannot_read, folder_only
 from shardpack.storage import Storage
 
 if TYPE_CHECKING:
@@ -184,8 +184,7 @@ def _scan_shard(
                 skipped.append((key, str(e)))
             count += 1
     except OSError as e:  # a store that lists the shard but refuses its bytes, a disk's EIO
-        raise SourceError(f"{root.path(shard)}: cannot read ({e.strerror or e}); "
-                          f"{os_error_fix(e)}") from None  # fmt: skip
+        raise cannot_read(root.path(shard), e) from None
     return count
 
 
