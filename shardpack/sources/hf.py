@@ -202,53 +202,67 @@ def _scan_file(
     """Add one file's rows to `items` (bad ones to `skipped`); return the columns (a class list
     grown by this file's) and the features as settled."""
     # numpy: not for pack --help
-    from shardpack.sources.hfcolumns import BadValue, columns_of, convert, joined, label_of, settle
-    from shardpack.sources.tables.parquet_reader import held_groups, out_of_memory, written_slices
+    from shardpack.sources.hfcolumns import columns_of, joined, settle
+    from shardpack.sources.tables.parquet_reader import held_groups, parquet_errors, written_slices
 
     features, ragged = typed
     path = folder.path(name)
     stamp = _stamp(folder, name) << ROW_BITS  # before the read: a rewrite during it is seen
     parquet = _open(folder.child(name))
     try:
-        columns = joined(columns, columns_of(parquet.schema_arrow, path, required=True))
-        if columns is None:
-            raise SourceError(f"{path}: its columns differ from the first file's; pack the "
-                              "files with unlike columns apart")  # fmt: skip
-        features = {n: replace(f, classes=columns.features[n].classes)  # as grown by joined
-                    for n, f in features.items()}  # fmt: skip
-        wanted = [n for n in parquet.schema_arrow.names if n != columns.image
-                  and n not in columns.left_out and n not in columns.derived]  # fmt: skip
-        row = 0
-        for group, table in enumerate(held_groups(parquet, path, wanted, _REWRITE)):
-            meta = parquet.metadata.row_group(group)
-            size = _image_bytes(meta, columns.image) // max(meta.num_rows, 1)
-            for part in written_slices(parquet, table, meta.num_rows):
-                values = part.to_pydict()
-                features, ragged = settle(features, ragged, values)
-                for i in range(part.num_rows):
-                    key = f"{name}:{row + i}"
-                    try:
-                        label = (
-                            None
-                            if columns.classes is None
-                            else label_of(values[LABEL][i], columns.classes, columns.multi_label)
-                        )
-                        fields = {n: convert(n, f, values[n][i]) for n, f in features.items()}
-                    except BadValue as e:
-                        skipped.append((key, f"{name} row {row + i}: {e}"))
-                        continue
-                    items.append(Item(key, label, name, size, stamp | row + i, fields))  # fmt: skip
-                row += part.num_rows
-            listed(meta.num_rows)
-    except SourceError:
-        raise
-    except MemoryError:
-        raise out_of_memory(path) from None
-    except Exception as e:  # pyarrow raises several types on a damaged file; one to the user
-        raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+        with parquet_errors(path):
+            columns = joined(columns, columns_of(parquet.schema_arrow, path, required=True))
+            if columns is None:
+                raise SourceError(f"{path}: its columns differ from the first file's; pack the "
+                                  "files with unlike columns apart")  # fmt: skip
+            features = {n: replace(f, classes=columns.features[n].classes)  # as grown by joined
+                        for n, f in features.items()}  # fmt: skip
+            wanted = [n for n in parquet.schema_arrow.names if n != columns.image
+                      and n not in columns.left_out and n not in columns.derived]  # fmt: skip
+            row = 0
+            for group, table in enumerate(held_groups(parquet, path, wanted, _REWRITE)):
+                meta = parquet.metadata.row_group(group)
+                size = _image_bytes(meta, columns.image) // max(meta.num_rows, 1)
+                for part in written_slices(parquet, table, meta.num_rows):
+                    values = part.to_pydict()
+                    features, ragged = settle(features, ragged, values)
+                    at = (size, stamp, row, part.num_rows)
+                    _add_rows(name, columns, features, values, at, items, skipped)
+                    row += part.num_rows
+                listed(meta.num_rows)
     finally:
         parquet.close(force=True)
     return columns, features, ragged
+
+
+def _add_rows(
+    name: str,
+    columns: Columns,
+    features: dict[str, Feature],
+    values: dict[str, list],
+    at: tuple[int, int, int, int],
+    items: list[Item],
+    skipped: list[tuple[str, str]],
+) -> None:
+    """Add a slice's rows (`values`, column by column, features settled) to `items`, bad ones
+    to `skipped`; `at`: each row's image size, the file's stamp, the slice's first row in the
+    file and its number of rows."""
+    from shardpack.sources.hfcolumns import BadValue, convert, label_of
+
+    size, stamp, first, count = at
+    for i in range(count):
+        row, key = first + i, f"{name}:{first + i}"
+        try:
+            label = (
+                None
+                if columns.classes is None
+                else label_of(values[LABEL][i], columns.classes, columns.multi_label)
+            )
+            fields = {n: convert(n, f, values[n][i]) for n, f in features.items()}
+        except BadValue as e:
+            skipped.append((key, f"{name} row {row}: {e}"))
+            continue
+        items.append(Item(key, label, name, size, stamp | row, fields))
 
 
 def _stamp(folder: Storage, name: str) -> int:
