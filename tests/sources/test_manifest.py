@@ -688,7 +688,7 @@ def test_a_table_of_ids_and_breeds_packs_with_its_columns_named(tmp_path):
     grown = pack(table, out, PackOptions(grow="update", workers=1))
     assert grown.grow["changed"] == 1
     assert {r["key"]: r["label"] for r in iter_examples(out, "train")}["id0.jpg"] == 1
-    with pytest.raises(OutputError, match=r"label_column='id' \(the dataset's: \"breed\"\)"):
+    with pytest.raises(OutputError, match=r"label_column='id' \(the dataset's: 'breed'\)"):
         pack(table, out, PackOptions(grow="append", label_column="id"))
 
 
