@@ -70,6 +70,7 @@ class ManifestSource(Source):
     name = "manifest"
     kinds = (KIND,)
     described = "a manifest table"
+    splits_from = "its split column, or split folders"
     choosable = False
     own_options = (
         "path_column", "label_column", "path_suffix", "root", "retries", "allow_private_urls",
