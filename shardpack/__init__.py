@@ -26,6 +26,7 @@ _EXPORTS = {
     "tf_dataset": "shardpack.read.stream",
     "make_sample": "shardpack.demo",
     "make_preview": "shardpack.read.preview",
+    "Preview": "shardpack.read.preview",
     "write_report": "shardpack.read.report",
     "Records": "shardpack.read.random_access",
     "read_record": "shardpack.read.random_access",
@@ -56,8 +57,8 @@ _EXPORTS = {
 __all__ = [
     "ClusterError", "FileAccessError", "ImageError", "Index", "IndexFormatError",
     "MissingPackageError", "OptionError", "OutChangedError", "OutputError", "PackOptions",
-    "PackResult", "RecordError", "Records", "ShardSizeError", "ShardpackError", "SourceError",
-    "StorageError", "UnsafePickleError",
+    "PackResult", "Preview", "RecordError", "Records", "ShardSizeError", "ShardpackError",
+    "SourceError", "StorageError", "UnsafePickleError",
     "VerifyReport", "WorkerDiedError", "describe", "iter_examples", "load_index", "make_preview",
     "make_sample", "pack", "read_record", "tf_dataset", "verify", "write_index_files",
     "write_report",
@@ -88,7 +89,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from shardpack.packing.packer import pack
     from shardpack.packing.result import PackResult
     from shardpack.read.describe import describe
-    from shardpack.read.preview import make_preview
+    from shardpack.read.preview import Preview, make_preview
     from shardpack.read.random_access import Records, read_record
     from shardpack.read.report import write_report
     from shardpack.read.stream import iter_examples, tf_dataset

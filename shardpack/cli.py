@@ -445,8 +445,10 @@ def preview(
         from shardpack.read.preview import make_preview  # numpy: not for --help
 
         storage_options = _out_options(out, storage_option)
-        path = make_preview(out, dest, split, n, seed, storage_options, overwrite)
-    typer.echo(f"wrote {path}")
+        drawn = make_preview(out, dest, split, n, seed, storage_options, overwrite)
+    typer.echo(f"wrote {drawn.path}")
+    if short := drawn.short_of(n):
+        typer.echo(printable(short))
 
 
 @app.command(cls=_Command)

@@ -85,6 +85,29 @@ class Was(Option):
         return said_value(repr(self.value), self.value)
 
 
+def earlier(name: str, value: object) -> str | Was:
+    """An earlier value of option `name` as kept in JSON (a journal's, index.json's), said
+    beside the option given now: as the option it is (Was: the CLI says its flag) where it is a
+    short value of an option's kind; "unset" for none; else (a file written by hand) cut short."""
+    if value is None:
+        return "unset"
+    value = python_value(value)
+    said = printable(repr(value))
+    return Was(name, value) if _option_like(value) and said == shortened(said) else shortened(said)
+
+
+def _option_like(value: object) -> bool:
+    """Whether `value` is what an option holds: a str, number or bool, or a tuple of them."""
+    if isinstance(value, tuple):
+        return all(map(_option_like, value))
+    return isinstance(value, str | int | float | bool)
+
+
+def python_value(value: object) -> object:
+    """An option's value from JSON as Python gives it (a list as the tuple it was)."""
+    return tuple(python_value(v) for v in value) if isinstance(value, list) else value
+
+
 # What ends a message of an item that --on-error fail stopped the run at: the flag past it.
 SKIP_HINT = ("pass ", Option("on_error", "skip"), " to leave it out")
 # What a failed run's message says before resume: ShardpackError.without_resume looks for it

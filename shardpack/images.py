@@ -19,13 +19,10 @@ from typing import NamedTuple
 import numpy as np
 
 from shardpack.options import DEFAULT_MAX_PIXELS
-from shardpack.signatures import sniff
+from shardpack.signatures import JPEG_FRAMES, JPEG_NO_LENGTH, fixed_size, sniff, too_many_pixels
 
 # JPEG frame types TensorFlow's decoder reads: baseline, extended and progressive Huffman.
 _TF_JPEG_FRAMES = frozenset({0xC0, 0xC1, 0xC2})
-_ALL_JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-# What comes after 0xFF with no length behind it: a fill byte (0xFF), TEM, RST0-7, SOI, EOI.
-_NO_LENGTH = frozenset({0xFF, 0x01, *range(0xD0, 0xDA)})
 # Bytes at the end of a JPEG searched first for its end marker (cameras may pad after it).
 _EOI_TAIL = 4096
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
@@ -43,8 +40,6 @@ MAX_BYTES_PER_PIXEL = 8
 # Room for what a file carries besides its first image: EXIF, ICC profiles, XMP, the later
 # frames of an animated GIF or WebP, a multi-page TIFF's other pages.
 MAX_EXTRA_BYTES = 64 * 2**20
-# How a refusal for size reads: --on-error fail's line then says to raise the limit instead.
-OVER_MAX_PIXELS = "is over --max-pixels"
 # TIFF tags of the first image's size, and the field types that may hold them.
 _TIFF_WIDTH, _TIFF_LENGTH = 256, 257
 _TIFF_TYPES = {3: "H", 4: "I"}  # SHORT, LONG
@@ -131,29 +126,12 @@ def probe(data: bytes) -> ImageInfo | None:
 def _other_size(fmt: str, data: bytes) -> tuple[int, int]:
     """(width, height) from a BMP, GIF, WebP or TIFF header."""
     try:
-        if fmt == "tiff":
-            return _tiff_size(data)
-        if fmt == "bmp":
-            if struct.unpack_from("<I", data, 14)[0] == 12:  # OS/2 core header
-                return struct.unpack_from("<HH", data, 18)
-            width, height = struct.unpack_from("<ii", data, 18)
-            return abs(width), abs(height)  # a negative height means top-down rows
-        if fmt == "gif":
-            return struct.unpack_from("<HH", data, 6)
-        if fmt == "webp":
-            chunk = data[12:16]
-            if chunk == b"VP8X":
-                w, h = (int.from_bytes(data[i : i + 3], "little") + 1 for i in (24, 27))
-                return w, h
-            if chunk == b"VP8L":
-                bits = struct.unpack_from("<I", data, 21)[0]
-                return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-            if chunk == b"VP8 ":
-                w, h = struct.unpack_from("<HH", data, 26)
-                return w & 0x3FFF, h & 0x3FFF
+        size = _tiff_size(data) if fmt == "tiff" else fixed_size(fmt, data)
     except struct.error:
         raise BadImage(f"truncated {fmt.upper()} (header cut short)") from None
-    raise BadImage(f"corrupt WEBP: unknown first chunk {_printable(data[12:16])}")
+    if size is None:
+        raise BadImage(f"corrupt WEBP: unknown first chunk {_printable(data[12:16])}")
+    return size
 
 
 def _tiff_size(data: bytes) -> tuple[int, int]:
@@ -184,8 +162,8 @@ _SEGMENT = struct.Struct(">HH").unpack_from
 # The heads of segments with a length, and of those among them the probe reads (a frame, EXIF,
 # the scan's start): a photo's other segments (tables, its JFIF header: ~7 of its ~9) are
 # stepped over after two set tests, not five tests.
-_WITH_LENGTH = frozenset(0xFF00 | m for m in range(256) if m not in _NO_LENGTH)
-_READ = frozenset(0xFF00 | m for m in (*_ALL_JPEG_FRAMES, 0xE1, 0xDA))
+_WITH_LENGTH = frozenset(0xFF00 | m for m in range(256) if m not in JPEG_NO_LENGTH)
+_READ = frozenset(0xFF00 | m for m in (*JPEG_FRAMES, 0xE1, 0xDA))
 
 
 def _probe_jpeg(data: bytes) -> ImageInfo:
@@ -209,7 +187,7 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
             pos = end
             continue
         marker = head & 0xFF
-        if marker in _ALL_JPEG_FRAMES:
+        if marker in JPEG_FRAMES:
             if length < 8:
                 raise BadImage("corrupt JPEG: short frame header")
             precision, height, width, channels = struct.unpack_from(">BHHB", data, pos + 4)
@@ -423,8 +401,8 @@ def _exif_orientation(tiff: bytes) -> int:
 
 def check_pixels(height: int, width: int, max_pixels: int) -> None:
     """Raise BadImage if an image of this size holds more than `max_pixels` pixels."""
-    if height * width > max_pixels:
-        raise BadImage(f"{width}x{height} pixels {OVER_MAX_PIXELS} {max_pixels}")
+    if reason := too_many_pixels(width, height, max_pixels):
+        raise BadImage(reason)
 
 
 def _cv2_reason(error: Exception) -> str:

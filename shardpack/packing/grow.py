@@ -26,9 +26,11 @@ from shardpack.errors import (
     Option,
     OutputError,
     ShardpackError,
+    earlier,
     is_count,
     plural,
     printable,
+    python_value,
     shortened,
 )
 from shardpack.index import Index, Run, SplitInfo, load_index
@@ -534,7 +536,8 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
     if differ:
         said: list[str | Option] = []
         for k in differ:
-            said += [Option(k, ours[k]), f" (the dataset's: {_shown(kept[k])}); "]
+            said += [Option(k, python_value(ours[k])), " (the dataset's: ", earlier(k, kept[k]),
+                     "); "]  # fmt: skip
         raise OutputError(f"{old.out}: the dataset was packed with other options: ", *said,
                           "drop them: ", Option("grow", given.grow), " takes the dataset's "
                           "own")  # fmt: skip

@@ -20,7 +20,15 @@ import numpy as np
 
 from shardpack.containers import Container, is_shard_name
 from shardpack.contentsfile import tally_fits
-from shardpack.errors import IndexFormatError, Option, OutputError, Was, printable, shortened
+from shardpack.errors import (
+    IndexFormatError,
+    Option,
+    OutputError,
+    earlier,
+    printable,
+    python_value,
+    shortened,
+)
 from shardpack.index import MAX_COUNT, Index, load_index
 from shardpack.layout import (
     CARD_NAME,
@@ -314,8 +322,8 @@ def _what_changed(head: dict | None, now: dict, landed: bool) -> list[str | Opti
     if changed:
         said: list[str | Option] = ["was packed with other options ("]
         for key in changed:
-            said += [Option(key, _as_python(now["options"][key])), " (the journal's: ",
-                     _journal_value(key, then[key]), "); "]  # fmt: skip
+            said += [Option(key, python_value(now["options"][key])), " (the journal's: ",
+                     earlier(key, then[key]), "); "]  # fmt: skip
         said[-1] = said[-1].removesuffix("; ") + ")"
         return said
     if head.get("shards") != now["shards"]:
@@ -324,28 +332,6 @@ def _what_changed(head: dict | None, now: dict, landed: bool) -> list[str | Opti
                 Option("workers"), " and the source's size); resume with that run's ",
                 Option("workers"), " or ", Option("shards")]  # fmt: skip
     return ["was packed from a changed source (other files, or other sizes)"]
-
-
-def _journal_value(key: str, value: object) -> str | Was:
-    """A journal's value of option `key`, said as the option it is (the CLI: its flag) where it
-    is a short value of an option's kind; else (a journal written by hand) cut short."""
-    if value is None:
-        return "unset"
-    value = _as_python(value)
-    said = printable(repr(value))
-    return Was(key, value) if _option_like(value) and said == shortened(said) else shortened(said)
-
-
-def _option_like(value: object) -> bool:
-    """Whether `value` is what an option holds: a str, number or bool, or a tuple of them."""
-    if isinstance(value, tuple):
-        return all(map(_option_like, value))
-    return isinstance(value, str | int | float | bool)
-
-
-def _as_python(value: object) -> object:
-    """An option's value from a journal as Python gives it (a list as the tuple it was)."""
-    return tuple(_as_python(v) for v in value) if isinstance(value, list) else value
 
 
 def _shown(value: object) -> str:

@@ -14,7 +14,6 @@ from functools import partial
 
 from shardpack.containers import HashingFile
 from shardpack.errors import RERUN, SKIP_HINT, ImageError, Option, WorkerDiedError
-from shardpack.images import OVER_MAX_PIXELS
 from shardpack.options import PackOptions
 from shardpack.packing import stamps
 from shardpack.packing.collector import frozen, long_lived
@@ -22,6 +21,7 @@ from shardpack.packing.cpuload import machine_cores
 from shardpack.packing.outdir import Found, Journal
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.packing.worker import next_files, read_progress, write_shard
+from shardpack.signatures import OVER_MAX_PIXELS
 from shardpack.sources import Dataset
 from shardpack.storage import Storage, is_store_failure
 from shardpack.storage.atomic import temp_files

@@ -6,6 +6,7 @@ import math
 import os
 import random
 import unicodedata
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -31,10 +32,31 @@ _NAME_SCALE = 0.3  # OpenCV's font scale for box names: about 7 pixels high
 FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".webp": "webp"}
 
 
+@dataclass(frozen=True)
+class Preview:
+    """What make_preview drew: the file written, the split, and how many records it shows (all
+    the split holds, where that is fewer than were asked for). Path-like: the file written, as
+    make_preview returned before (`cv2.imread(make_preview(out, "grid.png"))`)."""
+
+    path: str
+    split: str
+    records: int
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def short_of(self, n: int) -> str | None:
+        """One line saying the split holds fewer than the `n` records asked for, else None."""
+        if self.records >= n:
+            return None
+        held = f"{self.records:,} record{'s' * (self.records != 1)}"
+        return f"split {self.split!r} holds only {held}: the sheet shows all of them, not {n:,}"
+
+
 def make_preview(
     out: str | os.PathLike, dest: str | os.PathLike, split: str | None = None, n: int = 64,
     seed: int = 0, storage_options: dict | None = None, overwrite: bool = False,
-) -> str:  # fmt: skip
+) -> Preview:  # fmt: skip
     """Draw n random records of a split in a grid, each captioned with its class name(s); where
     the schema holds objects (packing/objects.py), each box with its class name and each object's
     instance-mask outline drawn.
@@ -52,7 +74,9 @@ def make_preview(
         overwrite: replace a file already at dest (else it is refused, and kept).
 
     Returns:
-        The path written.
+        The path written (the Preview is path-like), the split drawn from and how many records
+        the sheet shows: all the split holds where it holds fewer than n (`short_of(n)` says so
+        in one line).
 
     Raises:
         OutputError: dest has another extension, exists (without overwrite), its folder is
@@ -103,7 +127,7 @@ def make_preview(
         raise OutputError(
             f"{dest}: cannot write the preview ({e.strerror or e}); {os_error_fix(e)}"
         ) from None
-    return dest
+    return Preview(dest, split, len(chosen))
 
 
 def exists_error(dest: str) -> OutputError:

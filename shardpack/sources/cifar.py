@@ -48,6 +48,7 @@ class CifarSource(Source):
     name = "cifar"
     kinds = tuple(LAYOUTS)
     described = "CIFAR batches"
+    splits_from = "its train and test batches"
     # An item is 32x32 pixels in memory, by output encoding; "keep" becomes PNG. Per-record
     # costs from `python -m benchmarks.stages`.
     record_cost = RecordCost(

@@ -75,6 +75,7 @@ class CocoSource(Source):
     name = "coco"
     kinds = ("coco",)
     described = "a COCO folder (annotations/instances_<split>.json beside the images)"
+    splits_from = "its annotation files, one a split"
 
     def recognise(self, root: Storage, options: PackOptions) -> tuple[Storage, dict] | None:
         folder_only(root, options, self.name)

@@ -60,6 +60,7 @@ class HfSource(Source):
     name = "hf"
     kinds = (KIND,)
     described = "a Hugging Face Parquet dataset"
+    splits_from = "its Parquet files, named by split"
     own_options = ("root",)  # the folder rows' image paths are under
 
     def recognise(

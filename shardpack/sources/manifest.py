@@ -34,6 +34,7 @@ from shardpack.options import SPLIT_NAMES, PackOptions, box_column, check_positi
 from shardpack.schema import BOX_NAMES, Feature, Schema
 from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.folder import IMAGE_EXTENSIONS, few, folder_entries
+from shardpack.sources.nearmisses import pinned_apart
 from shardpack.sources.source import NO_FIELDS, Dataset, Item, RowFields, Source
 from shardpack.sources.tables.files import (
     METADATA_FILES,
@@ -69,6 +70,7 @@ class ManifestSource(Source):
     name = "manifest"
     kinds = (KIND,)
     described = "a manifest table"
+    splits_from = "its split column, or split folders"
     choosable = False
     own_options = (
         "path_column", "label_column", "path_suffix", "root", "retries", "allow_private_urls",
@@ -230,6 +232,7 @@ def scan_manifest(
     columns = {name: BOXES if name in boxes else f for name, f in first.columns.items()}
     schema = Schema.build(classes, columns, multi_label=bool(label and label.multi))
     images.rows = rows.done()
+    by_name = options.classes is not None and label.kind == "names"  # (else indices of it)
     return Dataset(
         KIND,
         images,
@@ -239,6 +242,7 @@ def scan_manifest(
         warnings=(
             *(w for _, table in tables for w in table.warnings),
             *_boxes_taken_by_name(columns, boxes),
+            *(pinned_apart(label.values, options.classes, labels=True) if by_name else ()),
         ),
     )
 

@@ -1,8 +1,8 @@
 """Class names that probably say what was not meant, named in warnings (never refused): a
 typo away from a larger class's, alike but for case in splits of their own, a missing value as
 pandas spells it, numbers sorted as text, folders apart by the spaces around their names, and a
---classes name a typo away from a folder it leaves out (a name that is not UTF-8 is refused:
-classlist.check_class_name)."""
+--classes name a typo away from a folder or a manifest's label it leaves out (a name that is
+not UTF-8 is refused: classlist.check_class_name)."""
 
 from __future__ import annotations
 
@@ -142,14 +142,17 @@ def folder_name_warnings(
     return spaced_apart(found, where) if pinned is None else pinned_apart(found, pinned)
 
 
-def pinned_apart(found: Iterable[str], pinned: tuple[str, ...]) -> list[str]:
-    """A warning for each --classes name that no class folder has, where a folder it leaves
-    out (its images skipped) is a typo away: `squares` pinned beside a folder `square`."""
+def pinned_apart(found: Iterable[str], pinned: tuple[str, ...], labels: bool = False) -> list[str]:
+    """A warning for each --classes name that no class folder has (`labels`: no manifest row
+    has as its label), where a folder (a label) it leaves out, its images skipped, is a typo
+    away: `squares` pinned beside a folder `square`, `circel` beside rows labelled `circle`."""
     names = {class_name(name) for name in found}
     left_out = sorted(names - set(pinned))
+    none, left = ("row's label", "class") if labels else ("class folder", "folder")
+    whose = "rows" if labels else "images"
     return [
-        f"--classes names class {printable(name)!r}, which no class folder is, and leaves out "
-        f"folder {printable(meant)!r} (its images skipped): if they are one class, name it "
+        f"--classes names class {printable(name)!r}, which no {none} is, and leaves out "
+        f"{left} {printable(meant)!r} (its {whose} skipped): if they are one class, name it "
         f"{printable(meant)!r}"
         for name in pinned
         if name not in names and (meant := near(name, left_out)) is not None

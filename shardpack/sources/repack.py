@@ -69,6 +69,7 @@ class ShardpackSource(Source):
     name = KIND
     kinds = (KIND,)
     described = "a shardpack output (a folder holding index.json)"
+    splits_from = "the splits it was packed with"
 
     def recognise(self, root: Storage, options: PackOptions) -> Storage | None:
         required = options.source == self.name

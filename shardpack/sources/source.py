@@ -139,6 +139,8 @@ class Source(abc.ABC):
     # to a source that reads none of them, refused; their values checked by check_options
     own_options: ClassVar[tuple[str, ...]] = ()
     record_cost: ClassVar[RecordCost | None] = None  # None: items are files, costed by bytes
+    # what gives SRC the several splits it has, where it has them, for --split's refusal
+    splits_from: ClassVar[str] = "its own splits"
 
     @abc.abstractmethod
     def recognise(self, root: Storage, options: PackOptions) -> object | None:

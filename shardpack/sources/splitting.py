@@ -58,15 +58,17 @@ def split_dataset(
     is SRC as messages name it (a manifest's file, where the dataset's root is its folder).
 
     Raises:
-        SourceError: the dataset already has several splits, or a split would get no item.
+        SourceError: the dataset already has several splits (named with what gives them,
+            its source's splits_from), or a split would get no item.
     """
     if len(dataset.splits) != 1:
         raise SourceError(
-            f"{src}: already has splits {', '.join(sorted(dataset.splits))} (split folders, or "
-            "a manifest's split column); ",
+            f"{src}: already has splits {', '.join(sorted(dataset.splits))} "
+            f"({dataset.source.splits_from}); ",
             Option("split"),
             " cuts a one-split source: drop ",
             Option("split"),
+            " to pack them as they are",
         )
     (items,) = dataset.splits.values()
     positions = stratified_split([item.label for item in items], [f for _, f in split], seed)

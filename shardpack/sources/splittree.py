@@ -123,6 +123,7 @@ class SplitTreeSource(Source):
     name = "split-tree"
     kinds = ("split-tree",)
     described = "split folders"
+    splits_from = "its split folders"
     choosable = False
     own_options = ("split_names",)
 

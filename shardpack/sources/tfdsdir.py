@@ -46,6 +46,7 @@ class TfdsSource(Source):
     name = "tfds"
     kinds = ("tfds",)
     described = "a TFDS prepared directory (dataset_info.json and features.json)"
+    splits_from = "its TFDS splits"
 
     def recognise(self, root: Storage, options: PackOptions) -> Storage | None:
         folder_only(root, options, self.name)

@@ -65,6 +65,7 @@ class VocSource(Source):
     name = "voc"
     kinds = (KIND,)
     described = "a Pascal VOC folder (Annotations/ beside JPEGImages/)"
+    splits_from = "its ImageSets/Main lists, or split folders"
 
     def recognise(self, root: Storage, options: PackOptions) -> _Found | None:
         """The year folders under SRC (SRC itself, SRC/VOC20xx, SRC/VOCdevkit/VOC20xx)."""

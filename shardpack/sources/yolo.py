@@ -65,6 +65,7 @@ class YoloSource(Source):
     name = "yolo"
     kinds = (KIND,)
     described = "a YOLO dataset (images/ beside labels/, data.yaml)"
+    splits_from = "its split folders"
 
     def recognise(self, root: Storage, options: PackOptions) -> _Found | None:
         folder_only(root, options, self.name)

@@ -7,7 +7,8 @@ in flight to it. Every address connected to (after DNS, after each redirect) is 
 byte is sent: link-local and cloud metadata addresses never, private and loopback ones only
 when allowed. Transient failures (a reset or refused connection, a timeout, 5xx, 429) are
 retried with backoff, honouring Retry-After; permanent ones (404, 403, DNS, over the byte cap,
-an opt-out header) fail at once. A body sent gzip'ed or deflated is decoded under the same cap.
+an opt-out header, a header over max_pixels) fail at once. A body sent gzip'ed or deflated is
+decoded under the same cap.
 A failure's message starts with what `reason_kind` counts it by and ends, for an HTTP status,
 with `(HTTP <status>)`, which `status_of` reads back.
 """
@@ -36,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
 
 from shardpack.errors import printable
-from shardpack.signatures import sniff
+from shardpack.signatures import declared_size, sniff, too_many_pixels
 from shardpack.storage.failures import said
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, over_the_limit
 from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, opted_out, refusal
@@ -67,6 +68,11 @@ HELD_BYTES = 256 << 20
 # byte-order mark, or UTF-8 of printable characters (a message: a login wall, "removed").
 _TEXT_STARTS = (b"<", b"{", b"[")
 _WHITE, _BOM, _PAGE_HEAD = b" \t\r\n\f", b"\xef\xbb\xbf", 1024
+# An image's header is looked for in its body's first bytes up to this many (a JPEG's frame
+# header comes after its EXIF, ICC profile and XMP segments, 64 KiB each at most), at each
+# doubling of what has come from _PAGE_HEAD on (the looks cost twice the head at most): one
+# declaring over max_pixels is refused there, not read on to the byte cap.
+_SIZE_HEAD = 1 << 20
 
 
 class UrlFailed(RefusedFile):
@@ -229,15 +235,16 @@ class Fetcher:
 
     def _body(self, response: http.client.HTTPResponse, limit: int) -> bytes:
         """The body, refused as soon as it is known to be over `limit` (Content-Length, or
-        bytes read) or to be no image (its head: an endless page or stream of zeros was read to
-        the cap, 1.5 GB at the default --max-pixels); read a chunk at a time as it arrives
-        (within total_timeout: _Answer)."""
+        bytes read), to be no image, or to be an image over max_pixels (its head: an endless
+        page, stream of zeros or image of a huge header was read to the cap, 1.5 GB at the
+        default --max-pixels); read a chunk at a time as it arrives (within total_timeout:
+        _Answer)."""
         over = over_the_limit(limit)
         length = response.getheader("Content-Length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
             raise FileTooLarge(f"{over} (Content-Length: {int(length):,})")
         coding = (response.getheader("Content-Encoding") or "identity").strip().lower()
-        parts, got = [], 0
+        parts, got, look_at = [], 0, _PAGE_HEAD
         with ExitStack() as turn:
             for chunk in _decoded(response, coding, limit):
                 if got <= LARGE_BODY < got + len(chunk):
@@ -247,10 +254,8 @@ class Fetcher:
                 if got > limit:
                     raise FileTooLarge(over if coding == "identity" else f"{over} ({coding})")
                 parts.append(chunk)
-                # what _not_image reads of a body has come: no more is read of no image
-                head = got - len(chunk) < _PAGE_HEAD <= got
-                if head and (wrong := _not_image(b"".join(parts), response.headers)):
-                    raise UrlFailed(wrong)
+                if look_at is not None and got >= look_at:
+                    look_at = self._look(b"".join(parts), response.headers)
         if self._closed.is_set():  # close() cut it: a body with no length seemed to end there
             raise UrlFailed("stopped: the fetching was closed")
         if response.length:  # closed short of its Content-Length: read1 returns what came
@@ -258,6 +263,20 @@ class Fetcher:
         if not response.isclosed():  # read1 leaves a body read to its length open: the
             response.read()  # connection could not send the next request
         return b"".join(parts)
+
+    def _look(self, head: bytes, headers: http.client.HTTPMessage) -> int | None:
+        """Refuse a body by its head: no image (its first KiB says: no more is read of an endless
+        page), or an image whose header declares over max_pixels. How much of the head to look
+        at next; None once there is nothing more to learn from it."""
+        if wrong := _not_image(head, headers):
+            raise UrlFailed(wrong)
+        if self.policy.max_pixels is None:
+            return None
+        if (size := declared_size(head)) is not None:
+            if over := too_many_pixels(*size, self.policy.max_pixels):
+                raise UrlFailed(over)
+            return None
+        return 2 * len(head) if len(head) < _SIZE_HEAD else None
 
     @contextmanager
     def _host(self, host: str) -> Iterator[None]:

@@ -47,6 +47,9 @@ class FetchPolicy:
     connect_timeout: float = TIMEOUTS["connect_timeout"]
     read_timeout: float = TIMEOUTS["read_timeout"]
     total_timeout: float = TIMEOUTS["total_timeout"]
+    # a body whose header declares more pixels is refused at its head, not read to the byte
+    # cap (--max-pixels); None: bounded by the cap alone
+    max_pixels: int | None = None
 
     @classmethod
     def of(cls, options, storage_options: Mapping[str, object] | None = None) -> FetchPolicy:
@@ -59,6 +62,7 @@ class FetchPolicy:
             user_agent=options.user_agent or USER_AGENT,
             threads=options.url_threads,
             per_host=options.per_host,
+            max_pixels=options.max_pixels,
             **given,
         )
 

@@ -217,8 +217,18 @@ def test_a_differing_option_or_class_list_is_refused_naming_it(tmp_path: Path):
     assert run_cli("pack", str(src), str(out), "--no-progress", "--encode", "png").returncode == 0
     _add(src, "cat", 2, seed=50)
     before = _files(out)
+    # the dataset's value as the user types it, as a resume's refusal says the journal's (it
+    # was index.json's JSON: "png", null, [64, 64])
     done = run_cli("pack", str(src), str(out), "--append", "--encode", "jpeg", "--no-progress")
-    one_line_error(done, '--encode jpeg (the dataset\'s: "png"); drop them: --append takes')
+    one_line_error(done, "--encode jpeg (the dataset's: --encode png); drop them: --append takes")
+    done = run_cli("pack", str(src), str(out), "--append", "--resize", "8x8", "--quality", "80",
+                   "--no-progress")  # fmt: skip
+    one_line_error(done, "--quality 80 (the dataset's: --quality 95); --resize 8x8 (the "
+                   "dataset's: unset); drop them")  # fmt: skip
+    with pytest.raises(OutputError) as refused:
+        pack(src, out, PackOptions(grow="append", resize=(8, 8), encode="jpeg"))
+    assert "encode='jpeg' (the dataset's: 'png'); " in str(refused.value)
+    assert "resize=(8, 8) (the dataset's: unset); " in str(refused.value)
     done = run_cli("pack", str(src), str(out), "--append", "--classes", "dog,cat", "--no-progress")
     one_line_error(done, "--classes", "begin with the dataset's 2 classes")
     tree = make_tree(tmp_path / "tree" / "train", {"cat": 1}).parent  # another dataset

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -44,6 +45,26 @@ def test_the_count_of_records_is_taken_as_n_or_as_the_short_flag(out, tmp_path, 
     result = _preview(str(out), flag, "2", "--out", str(tmp_path / "sheet.png"))
     assert result.returncode == 0, result.stderr
     assert cv2.imread(str(tmp_path / "sheet.png")).shape[1] == 2 * CELL  # 2 records: 2 x 1
+
+
+def test_more_records_asked_for_than_the_split_holds_shows_them_all_and_says_so(out, tmp_path):
+    """preview -n 50 of a split of 5 drew the 5 and said nothing: one line says the split holds
+    only 5; a count it holds says nothing more."""
+    result = _preview(str(out), "-n", "50", "--out", str(tmp_path / "sheet.png"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"wrote {tmp_path / 'sheet.png'}",
+        "split 'train' holds only 5 records: the sheet shows all of them, not 50",
+    ]
+    assert cv2.imread(str(tmp_path / "sheet.png")).shape[1] == 3 * CELL  # 5 records: 3 x 2
+    result = _preview(str(out), "-n", "5", "--out", str(tmp_path / "five.png"))
+    assert result.stdout.splitlines() == [f"wrote {tmp_path / 'five.png'}"], result.stderr
+    from shardpack import Preview, make_preview
+
+    drawn = make_preview(out, tmp_path / "api.png", n=50)
+    assert drawn == Preview(str(tmp_path / "api.png"), "train", 5)
+    assert os.fspath(drawn) == str(tmp_path / "api.png")  # the path, as it returned before
+    assert drawn.short_of(5) is None and "only 5 records" in drawn.short_of(6)
 
 
 def test_a_dataset_without_train_is_drawn_from_its_first_split(tmp_path: Path):

@@ -21,7 +21,7 @@ _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
 # Texts kept in OUT or in a run's result, not raised: an image's skip reason (index.json, the
 # summary), a warning; one text for both faces, so in the CLI's words.
 RECORDED = {
-    "images.py": {"--max-pixels"},  # OVER_MAX_PIXELS, a skip reason
+    "signatures.py": {"--max-pixels"},  # OVER_MAX_PIXELS, a skip reason
     "packing/worker.py": {"--min-side", "--max-aspect", "--max-area"},  # skip reasons
     "packing/boxes.py": {"--box-columns"},  # a row's skip reason
     "packing/masks.py": {"--resize", "--max-side"},  # a record's skip reason

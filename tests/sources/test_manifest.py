@@ -223,6 +223,26 @@ def test_a_class_not_in_classes_is_a_bad_row(tmp_path: Path):
     assert [r["label"] for r in iter_examples(out)] == [0]
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_a_class_pinned_a_typo_away_from_a_label_left_out_is_warned_of(tmp_path: Path, suffix):
+    """--classes circel,square beside rows labelled circle: the circle rows were skipped, class
+    'circel' kept no record, and nothing said the two were one class misspelt (a folder's
+    --classes said so: nearmisses.pinned_apart)."""
+    if suffix == ".parquet":
+        needs("pyarrow")
+    src = make_tree(tmp_path / "src", {"circle": 2, "square": 1, "star": 1})
+    rows = [{"path": f"{c}/img_000.jpg", "label": c} for c in ("circle", "square", "star")]
+    write = {".csv": write_csv, ".jsonl": write_jsonl, ".parquet": write_parquet}[suffix]
+    manifest = write(src / f"m{suffix}", rows)
+    assert scan(manifest, PackOptions(classes=("circel", "square", "yak"))).warnings == (
+        "--classes names class 'circel', which no row's label is, and leaves out class "
+        "'circle' (its rows skipped): if they are one class, name it 'circle'",
+    )
+    assert scan(manifest, PackOptions(classes=("circle", "square", "yak"))).warnings == ()
+    numbered = write(src / f"n{suffix}", [{**row, "label": i} for i, row in enumerate(rows)])
+    assert scan(numbered, PackOptions(classes=("circel", "square", "star"))).warnings == ()
+
+
 def test_integer_labels_split_column_path_column_and_root(tmp_path: Path):
     images = make_tree(tmp_path / "images", {"a": 2, "b": 2})
     rows = [
@@ -668,7 +688,7 @@ def test_a_table_of_ids_and_breeds_packs_with_its_columns_named(tmp_path):
     grown = pack(table, out, PackOptions(grow="update", workers=1))
     assert grown.grow["changed"] == 1
     assert {r["key"]: r["label"] for r in iter_examples(out, "train")}["id0.jpg"] == 1
-    with pytest.raises(OutputError, match=r"label_column='id' \(the dataset's: \"breed\"\)"):
+    with pytest.raises(OutputError, match=r"label_column='id' \(the dataset's: 'breed'\)"):
         pack(table, out, PackOptions(grow="append", label_column="id"))
 
 

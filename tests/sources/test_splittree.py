@@ -16,7 +16,7 @@ from shardpack.read.stream import iter_examples
 from shardpack.sources import scan
 from shardpack.sources.classlist import parse_classes
 from shardpack.sources.splitting import stratified_split
-from tests.helpers import make_tree, tf_records
+from tests.helpers import make_tree, one_line_error, run_cli, tf_records
 
 
 def _index(out: Path) -> dict:
@@ -358,6 +358,21 @@ def test_classes_that_leave_out_every_image_say_which_classes_there_are(tmp_path
         pack(src, tmp_path / "out", PackOptions(workers=1, classes=("cats",)))
 
 
+def test_split_of_cifar_names_its_batches_not_split_folders(tmp_path: Path):
+    """--split of CIFAR was refused as a source that 'already has splits test, train (split
+    folders, or a manifest's split column)': CIFAR has neither; its batches make the splits."""
+    from tests.helpers import make_cifar10_python
+
+    src = make_cifar10_python(tmp_path / "c", per_batch=2, batches=1)
+    done = run_cli("pack", str(src), str(tmp_path / "out"), "--split", "train=0.9,val=0.1")
+    one_line_error(
+        done,
+        f"{src}: already has splits test, train (its train and test batches); "
+        "--split cuts a one-split source: drop --split to pack them as they are",
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_classes_are_refused_for_cifar(tmp_path: Path):
     from tests.helpers import make_cifar10_python
 
@@ -404,11 +419,16 @@ def test_split_option_packs_stratified_splits(tmp_path: Path):
 
 
 def test_split_of_a_source_with_splits_or_too_few_items_is_refused(tmp_path: Path):
-    with pytest.raises(SourceError, match="already has splits"):
+    with pytest.raises(SourceError, match=r"already has splits [^(]+ \(its split folders\); "):
         scan(_split_tree(tmp_path / "tree"), PackOptions(split=(("a", 0.5), ("b", 0.5))))
     table = make_tree(tmp_path / "m", {"cat": 2}) / "t.csv"  # named by its file, not folder
     table.write_text("file_name,label,split\ncat/img_000.jpg,cat,train\ncat/img_001.jpg,cat,val\n")
-    with pytest.raises(SourceError, match=re.escape(f"{table}: already has splits train, val")):
+    with pytest.raises(
+        SourceError,
+        match=re.escape(
+            f"{table}: already has splits train, val (its split column, or split folders)"
+        ),
+    ):
         scan(table, PackOptions(split=(("a", 0.5), ("b", 0.5))))
     src = make_tree(tmp_path / "small", {"cat": 2})
     with pytest.raises(SourceError, match="gives b no item"):

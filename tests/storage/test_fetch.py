@@ -86,6 +86,34 @@ def _png(n: int) -> bytes:
     return cv2.imencode(".png", helpers.image(n))[1].tobytes()
 
 
+WIDE = 20_000  # the sides a header of WIDE_HEADS declares: 400 million pixels
+
+
+def _wide_jpeg() -> bytes:
+    """A JPEG's head declaring WIDE x WIDE, its frame header after 4 KB of EXIF (past the
+    first KiB looked at)."""
+    real = cv2.imencode(".jpg", helpers.image(0))[1].tobytes()
+    exif = b"Exif\x00\x00" + bytes(4000)
+    frame = real.index(b"\xff\xc0")
+    sized = real[: frame + 5] + struct.pack(">HH", WIDE, WIDE) + real[frame + 9 :]
+    return sized[:2] + b"\xff\xe1" + struct.pack(">H", len(exif) + 2) + exif + sized[2:]
+
+
+def _wide_png() -> bytes:
+    ihdr = b"IHDR" + struct.pack(">IIBBBBB", WIDE, WIDE, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr))
+
+
+def _wide_webp() -> bytes:
+    vp8x = b"VP8X" + struct.pack("<I", 10) + bytes(4) + (WIDE - 1).to_bytes(3, "little") * 2
+    return b"RIFF" + struct.pack("<I", 1 << 30) + b"WEBP" + vp8x
+
+
+# /wide/jpg, /wide/png, /wide/webp: such a head, then zeros without end; /widelength/...: and
+# a Content-Length of 50 MB that it does not keep to either
+WIDE_HEADS = {"jpg": _wide_jpeg(), "png": _wide_png(), "webp": _wide_webp()}
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     """/img/N.png: image N. The first request of /503/N.png is a 503, of /429/N.png a 429 with
     Retry-After: 1 (Site.retry_after), of /reset/N.png a reset connection, of /cut/N.png half
@@ -110,8 +138,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     image format, application/octet-stream), /gone/N.png (a 404), /stream.png (5,000 bytes,
     no Content-Length),
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
-    hangs up), after an image's head (/endlessjunk.png: none); /stall.png: an image's head, no
-    Content-Length, then nothing until `Site.gate` is set (10 s at most). /twin/N.png: image
+    hangs up), after an image's head (/endlessjunk.png: none; /wide/FORMAT: WIDE_HEADS');
+    /stall.png: an image's head, no Content-Length, then nothing until `Site.gate` is set (10 s
+    at most). /twin/N.png: image
     N // 2; /jpeg/N.png: image N as a JPEG; /changing/N.png: image N, then image N + 1 to every
     later request. A path in `Site.held` is answered once
     `Site.gate` is set; one in `Site.down`, 503; one in `Site.gone`, 404."""
@@ -273,13 +302,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             self.site.gate.wait(10)
             return None
-        if path in ("/endless.png", "/endlessjunk.png"):  # no Content-Length, and no end
-            self.send_response(200)
+        if path in ("/endless.png", "/endlessjunk.png") or kind in ("wide", "widelength"):
+            self.send_response(200)  # no Content-Length (or a false one), and no end
+            if kind == "widelength":
+                self.send_header("Content-Length", str(50_000_000))
             self.end_headers()
             self.close_connection = True
             with contextlib.suppress(OSError):  # until the client hangs up
                 if path == "/endless.png":  # an image's head: read on as one
                     self.wfile.write(_png(0)[:64])
+                elif kind in ("wide", "widelength"):
+                    self.wfile.write(WIDE_HEADS[name])
                 while True:
                     self.wfile.write(bytes(1 << 16))
             return None
@@ -348,6 +381,7 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
         "/html.png": ("not an image", None, 1),
         "/text.png": ("not an image", None, 1),
         "/gzipbomb.png": ("not an image", None, 1),  # 1 MB of zeros, under the cap
+        "/wide/jpg": ("NxN pixels is over --max-pixels N", None, 1),  # its header: no more read
     }
     src = _manifest(tmp_path, [site.url(p) for p in [*good, *bad]])
     out = tmp_path / "out"
@@ -651,6 +685,32 @@ def test_a_body_of_no_image_format_is_refused_by_its_head_not_read_to_the_cap(si
         tracemalloc.stop()
     assert peak < 4 << 20, peak  # a chunk or two, not the 64 MB cap
     assert fetcher.get(site.url("/img/1.png"), 64 << 20) == _png(1)  # an image is read whole
+
+
+@pytest.mark.parametrize("kind", ["wide", "widelength"])
+@pytest.mark.parametrize("fmt", sorted(WIDE_HEADS))
+def test_an_endless_body_of_an_image_over_max_pixels_is_refused_by_its_header(site, kind, fmt):
+    """A body that began with a real JPEG, PNG or WebP header declaring 20000x20000 pixels and
+    streamed on without end (no Content-Length, or a false one) was read to the byte cap, then
+    refused as over it, 'raise --max-pixels if it is an image'. Its header says it is over
+    --max-pixels: refused there, a chunk or two read. Under --max-pixels it is read on, to the
+    cap, as before."""
+    url = site.url(f"/{kind}/{fmt}")
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=0, max_pixels=10**6))
+    tracemalloc.start()
+    try:
+        with pytest.raises(
+            UrlFailed, match=rf"^{WIDE}x{WIDE} pixels is over --max-pixels 1000000$"
+        ):
+            fetcher.get(url, 48 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak  # a chunk or two, not the 48 MB cap
+    allowed = Fetcher(FetchPolicy(allow_private=True, retries=0, max_pixels=WIDE * WIDE))
+    with pytest.raises(FileTooLarge, match="over the limit of 1,048,576 bytes"):  # (or its length)
+        allowed.get(url, 1 << 20)
+    assert fetcher.get(site.url("/jpeg/1.png"), 48 << 20)[:3] == b"\xff\xd8\xff"  # (24x32)
 
 
 def test_a_body_with_no_length_cut_by_a_stop_is_no_body(site):
