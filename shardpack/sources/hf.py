@@ -248,6 +248,7 @@ def _add_rows(
     """Add a slice's rows (`values`, column by column, features settled) to `items`, bad ones
     to `skipped`; `at`: each row's image size, the file's stamp, the slice's first row in the
     file and its number of rows."""
+    # numpy: not for pack --help
     from shardpack.sources.hfcolumns import BadValue, convert, label_of
 
     size, stamp, first, count = at
