@@ -200,13 +200,6 @@ class _Epochs(IterableDataset):
                 f"epoch {state['epoch']} cannot be found; resume on {state['world_size']} "
                 f"ranks, or go on with set_epoch({state['epoch'] + 1})"
             )
-        if state.get("order", _version([self.ordering()])) != _version([self.ordering()]):
-            raise ShardpackError(  # else the rest read would be another order's: wrong records
-                f"the state was taken with other arguments than this dataset's "
-                f"({self.ordering()}): epoch {state['epoch']}'s order differs, so its rest "
-                f"cannot be found; build the dataset with the arguments the state was taken "
-                f"with, or go on with set_epoch({state['epoch'] + 1})"
-            )
         if state.get("records", self.total()) != self.total():  # a state from before has none
             raise ShardpackError(
                 f"the state was taken over {state['records']!r} records, this dataset reads "
@@ -218,6 +211,14 @@ class _Epochs(IterableDataset):
                 "the state was taken over other shards than this dataset reads (the pack was "
                 f"grown or updated since, or is another): the rest of epoch {state['epoch']} "
                 f"cannot be found; go on with set_epoch({state['epoch'] + 1})"
+            )
+        order = _version([self.ordering()])
+        if state.get("order", order) != order:  # (none before orders)
+            raise ShardpackError(  # else the rest read would be another order's: wrong records
+                f"the state was taken with other arguments than this dataset's "
+                f"({self.ordering()}): epoch {state['epoch']}'s order differs, so its rest "
+                f"cannot be found; build the dataset with the arguments the state was taken "
+                f"with, or go on with set_epoch({state['epoch'] + 1})"
             )
         part = _worker_part_state(state)
         if state["epoch"] < self.epoch and state["consumed"] >= self.epoch_length(state["epoch"]):

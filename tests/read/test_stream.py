@@ -224,6 +224,19 @@ def test_tf_dataset_refuses_a_bad_batch_or_image_size_by_name(packed: Path, give
         tf_dataset(packed, **given)
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, "3", True])
+def test_the_shuffling_readers_refuse_a_seed_that_is_no_count_by_name(packed: Path, seed):
+    """Before: iter_examples took -1 for 1 (random.Random's abs: the same order as seed=1, where
+    shardpack.torch refuses it), and a float or a text as a seed of its own; tf_dataset failed
+    inside tf.data with a TypeError."""
+    said = f"seed must be an integer of at least 0, got: {seed!r}"
+    for read in (lambda: next(iter_examples(packed, shuffle=True, seed=seed)),
+                 lambda: tf_dataset(packed, seed=seed)):  # fmt: skip
+        with pytest.raises(ShardpackError) as refused:
+            read()
+        assert str(refused.value) == said
+
+
 @pytest.fixture(scope="module")
 def mixed_sizes(tmp_path_factory) -> Path:
     """A pack of 24x32 images and one 40x40: the index knows the sizes vary."""
