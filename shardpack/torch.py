@@ -610,6 +610,10 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
     initialised (as DistributedSampler takes them), and neither given outside a group is a
     world of one. One alone outside a group is refused: a world_size without its rank made
     every rank rank 0, each reading the same share."""
+    told = ""  # where one came from the group, the refusal says so
+    if _distributed() and (rank is None) != (world_size is None):
+        told = " (torch.distributed's rank; pass rank= too)" if rank is None else (
+            " (torch.distributed's world size; pass world_size= too)")  # fmt: skip
     if _distributed():
         rank = torch.distributed.get_rank() if rank is None else rank
         world_size = torch.distributed.get_world_size() if world_size is None else world_size
@@ -623,7 +627,8 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
     world_size = 1 if world_size is None else world_size
     if not (is_count(world_size) and is_count(rank, 0) and rank < world_size):
         raise ShardpackError(
-            f"rank must be 0 <= rank < world_size, got: rank={rank!r}, world_size={world_size!r}"
+            f"rank must be 0 <= rank < world_size, got: rank={rank!r}, "
+            f"world_size={world_size!r}{told}"
         )
     return rank, world_size
 

@@ -469,6 +469,10 @@ def rank(r, port):
     # one given, the other the group's (before: world_size alone made every rank rank 0)
     partial = [ShardDataset(out, decode=False, world_size=2).rank,
                ShardDataset(out, decode=False, rank=r).world_size]
+    try:  # a data-parallel group's size, without its rank: the global rank is past it
+        partial.append(ShardDataset(out, decode=False, world_size=1).rank)
+    except ShardpackError as e:
+        partial.append(str(e))
     everyone = [None, None]
     dist.all_gather_object(everyone, partial)
     partial = everyone
@@ -508,7 +512,11 @@ def test_two_ranks_on_gloo_read_equal_disjoint_shares(packs, tmp_path):
     assert run_json(_DDP, str(packs[3]), str(report)) == [0, 0]
     got = json.loads(report.read_text())
     assert (got["rank"], got["world"]) == (0, 2)
-    assert got["partial"] == [[0, 2], [1, 2]]  # (rank, world size) of each rank's datasets
+    assert got["partial"] == [  # (rank, world size) of each rank's datasets
+        [0, 2, 0],
+        [1, 2, "rank must be 0 <= rank < world_size, got: rank=1, world_size=1 "
+                "(torch.distributed's rank; pass rank= too)"],
+    ]  # fmt: skip
     assert got["early"] is not None
     assert got["early"].startswith("this ShardDataset was built before init_process_group")
     everything = sorted(r["key"] for r in iter_examples(packs[3]))
