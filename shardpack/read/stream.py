@@ -357,10 +357,9 @@ def tf_dataset(
 
     Raises:
         ShardpackError: TensorFlow is not installed, tf.data cannot read the shards, `shard` is
-            not (index, count), `lists` is neither "ragged" nor "padded", epochs,
-            batch_size or image_size is not a positive count or (height, width), seed is not
-            None nor an integer of at least 0, or batches
-            would stack decoded images the index says differ in size (pass image_size).
+            not (index, count), `lists` is neither "ragged" nor "padded", epochs, batch_size or
+            image_size is not a positive count or (height, width), seed not None nor a count
+            (0 too), or batches would stack decoded images of sizes the index says differ.
         tf.errors.InvalidArgumentError: while iterating, a local record fails its CRC, or a
             shard changed as OUT was updated: it names the shard and what to do (reading.md).
     """
