@@ -35,7 +35,15 @@ from shardpack.packing.daliindex import random_access_index
 from shardpack.read.cache import ShardCache
 from shardpack.read.changed import unless_changed
 from shardpack.read.objects import decode_mask, pixel_boxes
-from shardpack.read.order import MIX_ENDS, check_seed, epoch_order, mix_choices, share, worker_part
+from shardpack.read.order import (
+    MIX_ENDS,
+    check_seed,
+    epoch_order,
+    mix_choices,
+    none_to_read,
+    share,
+    worker_part,
+)
 from shardpack.read.random_access import Records
 from shardpack.read.stream import check_sizes
 
@@ -316,6 +324,8 @@ class ShardDataset(_Epochs):
         index = random_access_index(out, storage_options=storage_options)  # GZIP: OUT named
         shards = index.split(split).shards
         check_sizes(index, shards)  # before 8 bytes a record are taken for what they claim
+        none_to_read(sum(s.num_records for s in shards), self.world_size, drop_remainder,
+                     f"{index.out}: split {split!r}", "ranks")  # fmt: skip
         self.counts = [s.num_records for s in shards]
         self._files = [s.file for s in shards]
         self._version = _version(f"{s.file} {s.sha256}" for s in shards)

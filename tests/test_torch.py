@@ -80,7 +80,7 @@ chw = next(iter(ShardDataset(out, transform=lambda r: (r["image"], r["label"])))
 errors = []
 for bad in ({"layout": "xyz"}, {"seed": -1}, {"batch_size": 0}, {"rank": 2, "world_size": 2},
             {"transform": 3}, {"max_pixels": "4096"}, {"world_size": 2}, {"rank": 1},
-            {"cache_limit": 1000}):
+            {"cache_limit": 1000}, {"rank": 0, "world_size": 26, "drop_remainder": True}):
     try:
         ShardDataset(out, **bad)
     except ShardpackError as e:
@@ -127,7 +127,8 @@ def test_epochs_differ_and_repeat_with_the_seed(packs, shared_pack):
     assert got["block1"] != first and sorted(got["block1"]) == sorted(written)
     assert got["hwc"][1] == got["chw"][1] == "torch.uint8" and got["chw"][2] == "int"
     assert got["hwc"][0][2] == 3 and got["chw"][0] == [3, *got["hwc"][0][:2]]
-    assert got["errors"][:9] == [
+    out = packs[5]
+    assert got["errors"][:10] == [
         "layout must be 'chw' or 'hwc', got: 'xyz'",
         "seed must be an integer of at least 0, got: -1",
         "batch_size must be a positive integer, got: 0",
@@ -143,10 +144,14 @@ def test_epochs_differ_and_repeat_with_the_seed(packs, shared_pack):
         # before: no cache, nothing said
         "cache_limit bounds the copies in cache_dir, and none is given, got: cache_limit=1000; "
         "pass cache_dir= too, or no cache_limit",
+        # before: every rank read none, an epoch of no step
+        f"{out}: split 'train' holds 25 records, fewer than the 26 ranks: with drop_remainder "
+        "each would read none; read it without drop_remainder (a few records then come "
+        "twice), or with fewer readers",
     ]
-    for said in got["errors"][9:]:  # with a cache, the pack named, not its copy, and none made
+    for said in got["errors"][10:]:  # with a cache, the pack named, not its copy, and none made
         assert said.startswith(f"{gzipped}: GZIP shards cannot be read at random offsets")
-    assert len(got["errors"]) == 11 and not Path(f"{gzipped}-cache").exists()
+    assert len(got["errors"]) == 12 and not Path(f"{gzipped}-cache").exists()
     first, refused, *plain = got["persistent"]  # shuffled, then in the written order
     assert first == 25 and plain == [25, 25]
     assert refused.startswith("a DataLoader with persistent_workers=True began another epoch")

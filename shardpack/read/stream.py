@@ -26,7 +26,7 @@ from shardpack.images import BadImage
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.read.changed import check_opened, out_changed, unless_changed
-from shardpack.read.order import check_seed, segments, share
+from shardpack.read.order import check_seed, none_to_read, segments, share
 from shardpack.schema import Schema
 
 # Records held for iter_examples' shuffle: enough to mix neighbours from different shards.
@@ -127,6 +127,8 @@ def _share_of(index: Index, split: str, reader: int, readers: int, drop_remainde
     (order.share): the shares together hold each record once, padding aside."""
     shards = index.split(split).shards
     counts = [s.num_records for s in shards]
+    none_to_read(sum(counts), readers, drop_remainder, f"{index.out}: split {split!r}",
+                 "readers (hosts x DataLoader workers)")  # fmt: skip
     positions = share(sum(counts), reader, readers, drop_remainder)
     runs = [(shards[k], first, end) for k, first, end in segments(counts, positions)]
     return _Share(runs, len(positions))
