@@ -507,7 +507,7 @@ class Mix(_Epochs):
         return _version(str(source.version()) for source in self.sources)
 
     def ordering(self) -> str:
-        sources = "; ".join(source.ordering() for source in self.sources)
+        sources = "; ".join(f"seed={source.seed}, {source.ordering()}" for source in self.sources)
         return f"weights={self.weights}, end={self.end!r}, sources: {sources}"
 
     def epoch_length(self, epoch: int) -> int:

@@ -413,6 +413,12 @@ try:  # other weights draw another sequence (before: loaded, the rest another mi
     reweighted = "loaded"
 except ShardpackError as e:
     reweighted = str(e)
+try:
+    mix([(a, 0.7), (ShardDataset(b, decode=False, seed=4), 0.3)], seed=1,
+        decode=False).load_state_dict(first.state_dict(consumed=5))
+    reseeded = "loaded"
+except ShardpackError as e:
+    reseeded = str(e)
 later = mixed("first", 1)  # the state of an epoch read to its end, loaded after a later one is
 later.load_state_dict(first.state_dict())  # set: that later epoch is read whole
 refused = []
@@ -429,6 +435,7 @@ for given in ([a, b], [(a,)], a):
         unpaired.append(str(e))
 print(json.dumps({"first": keys, "again": again, "rest": rest, "refused": refused,
                   "unpaired": unpaired, "reweighted": reweighted,
+                  "reseeded": reseeded,
                   "later": [r["key"] for r in later],
                   "all": sources(mixed("all")), "epoch1": [r["key"] for r in mixed("first", 1)]}))
 """
@@ -443,8 +450,12 @@ def test_mixing_two_packs_is_deterministic_resumable_and_ends_by_its_rule(shared
     assert got["later"] == got["epoch1"]
     assert got["reweighted"].startswith(
         "the state was taken with other arguments than this dataset's (weights=[0.5, 0.5], "
-        "end='first', sources: shuffle=True, shuffle_block=4, drop_remainder=False; "
+        "end='first', sources: seed=0, shuffle=True, shuffle_block=4, drop_remainder=False; "
+        "seed=3, shuffle=True, shuffle_block=4, drop_remainder=False): epoch 0's order differs"
     )
+    assert got["reseeded"] == got["reweighted"].replace("[0.5, 0.5]", "[0.7, 0.3]").replace(
+        "seed=3", "seed=4"
+    )  # a source's own seed: before, loaded, the rest another order's
     from_a = sum(k.startswith("a/") for k in keys)
     assert from_a == 40 or len(keys) - from_a == 30  # it ended when one source ran out
     assert len(set(keys)) == len(keys)
