@@ -413,7 +413,7 @@ class PackOptions:
             safe = safe_name(self.name)  # the name made so, where anything is left
             such = ("; pass ", Option("name", safe)) if safe else ()
             raise OptionError(Option("name"), " must start with a letter or digit and hold only "
-                              f"letters, digits, '_' and '.', got: {self.name!r}",
+                              f"ASCII letters, digits, '_' and '.', got: {self.name!r}",
                               *such)  # fmt: skip
 
     def output_fields(self, every: bool = False) -> dict[str, object]:
@@ -487,7 +487,7 @@ def check_split_names(option: str, names: tuple[str, ...]) -> None:
     for name in names:
         if not _SPLIT.match(name):
             raise OptionError("split names must start with a letter or digit and hold only "
-                              "letters, digits, '_' and '.' (not at the end nor twice in a "
+                              "ASCII letters, digits, '_' and '.' (not at the end nor twice in a "
                               f"row), got: {name!r} in ",
                               Option(option))  # fmt: skip
         if (why := too_long_split(name) or reserved_split(name)) is not None:

@@ -35,7 +35,15 @@ from shardpack.packing.daliindex import random_access_index
 from shardpack.read.cache import ShardCache
 from shardpack.read.changed import unless_changed
 from shardpack.read.objects import decode_mask, pixel_boxes
-from shardpack.read.order import MIX_ENDS, check_seed, epoch_order, mix_choices, share, worker_part
+from shardpack.read.order import (
+    MIX_ENDS,
+    check_seed,
+    epoch_order,
+    mix_choices,
+    none_to_read,
+    share,
+    worker_part,
+)
 from shardpack.read.random_access import Records
 from shardpack.read.stream import check_sizes
 
@@ -94,6 +102,11 @@ class _Epochs(IterableDataset):
         updated pack, another one of as many records): a state taken over others is refused."""
         raise NotImplementedError
 
+    def ordering(self) -> str:
+        """The arguments besides the seed that an epoch's sequence follows from, as the refusal
+        of a state taken with others shows them."""
+        raise NotImplementedError
+
     def read_all(self, items: np.ndarray) -> Iterator[object]:
         """The items, read in turn (a subclass may fetch ahead)."""
         return map(self.read, items)
@@ -147,9 +160,17 @@ class _Epochs(IterableDataset):
         taken = self._taken if consumed is None else consumed
         if not is_count(taken, 0):
             raise ShardpackError(f"consumed must be an integer of at least 0, got: {consumed!r}")
+        left = len(self)  # an epoch's last batch may be short: batches x batch_size passes it
+        if consumed is not None and consumed > -(-left // self.batch_size) * self.batch_size:
+            raise ShardpackError(  # else a resume skips the rest of the epoch unread
+                f"consumed={consumed} is more than this rank's DataLoader gives this iteration "
+                f"({left} records in batches of {self.batch_size}): count the records your "
+                "loop took from this rank's DataLoader since the iteration began (batches x "
+                "batch_size), not every rank's nor every epoch's"
+            )
         state = {"epoch": self.epoch, "consumed": self._start, "seed": self.seed,
                  "world_size": self.world_size, "records": self.total(),
-                 "version": self.version()}  # fmt: skip
+                 "version": self.version(), "order": _version([self.ordering()])}  # fmt: skip
         worker = get_worker_info()
         if worker is None or consumed is not None:
             return {**state, "consumed": self._start + taken}
@@ -199,6 +220,14 @@ class _Epochs(IterableDataset):
                 f"grown or updated since, or is another): the rest of epoch {state['epoch']} "
                 f"cannot be found; go on with set_epoch({state['epoch'] + 1})"
             )
+        order = _version([self.ordering()])
+        if state.get("order", order) != order:  # (none before orders)
+            raise ShardpackError(  # else the rest read would be another order's: wrong records
+                f"the state was taken with other arguments than this dataset's "
+                f"({self.ordering()}): epoch {state['epoch']}'s order differs, so its rest "
+                f"cannot be found; build the dataset with the arguments the state was taken "
+                f"with, or go on with set_epoch({state['epoch'] + 1})"
+            )
         part = _worker_part_state(state)
         if state["epoch"] < self.epoch and state["consumed"] >= self.epoch_length(state["epoch"]):
             return  # that epoch was read to its end and a later one is set: none of it is left
@@ -227,8 +256,8 @@ class ShardDataset(_Epochs):
         batch_size: the DataLoader's batch size (1 for batch_size=None).
         drop_remainder: make ranks equal by leaving records out rather than repeating the
             first ones (the default keeps every record in every epoch).
-        rank, world_size: this rank and the rank count; None: torch.distributed's when it is
-            initialised, else 0 and 1.
+        rank, world_size: this rank and the rank count; one None: torch.distributed's when it
+            is initialised (outside a group, give both or neither: a world of one).
         decode: decode `image` to a uint8 tensor; False leaves the stored bytes.
         layout: "chw" (3 x H x W, as torchvision's models take) or "hwc".
         transform: called on each record (a dict) before it is yielded; what it returns is
@@ -239,11 +268,12 @@ class ShardDataset(_Epochs):
             records read (a pack under a URL then reads at disk speed), and kept for a reader
             started later; its own subfolder per pack. None reads records where they are.
         cache_limit: the most bytes the cache keeps, besides the shards being read (the
-            longest held go first); None keeps every shard fetched.
+            longest held go first); None keeps every shard fetched. Only with cache_dir.
 
     Raises:
         IndexFormatError: the index is missing or malformed, or the shards are GZIP.
-        ShardpackError: an argument is out of range.
+        ShardpackError: an argument is out of range, or rank or world_size is given alone
+            outside a torch.distributed group.
     """
 
     def __init__(
@@ -274,6 +304,11 @@ class ShardDataset(_Epochs):
             raise ShardpackError(
                 f"shuffle_block must be a positive integer, got: {shuffle_block!r}"
             )
+        if cache_limit is not None and cache_dir is None:  # else no cache, and nothing said
+            raise ShardpackError(
+                f"cache_limit bounds the copies in cache_dir, and none is given, got: "
+                f"cache_limit={cache_limit!r}; pass cache_dir= too, or no cache_limit"
+            )
         if layout not in ("chw", "hwc"):
             raise ShardpackError(f"layout must be 'chw' or 'hwc', got: {layout!r}")
         if transform is not None and not callable(transform):  # else a TypeError in a worker
@@ -289,6 +324,8 @@ class ShardDataset(_Epochs):
         index = random_access_index(out, storage_options=storage_options)  # GZIP: OUT named
         shards = index.split(split).shards
         check_sizes(index, shards)  # before 8 bytes a record are taken for what they claim
+        none_to_read(sum(s.num_records for s in shards), self.world_size, drop_remainder,
+                     f"{index.out}: split {split!r}", "ranks")  # fmt: skip
         self.counts = [s.num_records for s in shards]
         self._files = [s.file for s in shards]
         self._version = _version(f"{s.file} {s.sha256}" for s in shards)
@@ -317,6 +354,10 @@ class ShardDataset(_Epochs):
 
     def reorders(self) -> bool:
         return self.shuffle
+
+    def ordering(self) -> str:
+        block = f", shuffle_block={self.shuffle_block}" if self.shuffle else ""
+        return f"shuffle={bool(self.shuffle)}{block}, drop_remainder={bool(self.drop_remainder)}"
 
     def epoch_length(self, epoch: int) -> int:
         return len(self._positions())
@@ -465,6 +506,10 @@ class Mix(_Epochs):
     def version(self) -> int:
         return _version(str(source.version()) for source in self.sources)
 
+    def ordering(self) -> str:
+        sources = "; ".join(f"seed={source.seed}, {source.ordering()}" for source in self.sources)
+        return f"weights={self.weights}, end={self.end!r}, sources: {sources}"
+
     def epoch_length(self, epoch: int) -> int:
         lengths = [source.epoch_length(epoch) for source in self.sources]
         return len(mix_choices(self.weights, lengths, self.seed, epoch, self.end))
@@ -535,12 +580,12 @@ def _from_loader(state: dict, batch_size: int) -> dict:
     first = workers[0]
     if not all(is_count(w.get("worker_taken"), 0) for w in workers) or not is_count(since, 0):
         raise ShardpackError(f"not a state_dict of a shardpack dataset: {first!r}")
-    keys = ("epoch", "consumed", "seed", "world_size", "records", "version")
+    keys = ("epoch", "consumed", "seed", "world_size", "records", "version", "order")
     if any(tuple(w.get(k) for k in keys) != tuple(first.get(k) for k in keys) for w in workers):
         raise ShardpackError("a StatefulDataLoader's workers disagree on the epoch: "
                              "not a state of one loader over one shardpack dataset")  # fmt: skip
     consumed = first.get("consumed", 0) + sum(w["worker_taken"] for w in workers)
-    # "records", "version": not in a state from before them
+    # "records", "version", "order": not in a state from before them
     state = {k: first[k] for k in keys if k in first}
     return state | {"consumed": consumed + since * batch_size}
 
@@ -571,14 +616,29 @@ def _worker_part_state(state: dict) -> tuple[int, int, int] | None:
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """The rank and world size given, else torch.distributed's when initialised, else 0 and 1."""
-    if rank is None and world_size is None and _distributed():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    """The rank and world size given; one not given is torch.distributed's when it is
+    initialised (as DistributedSampler takes them), and neither given outside a group is a
+    world of one. One alone outside a group is refused: a world_size without its rank made
+    every rank rank 0, each reading the same share."""
+    told = ""  # where one came from the group, the refusal says so
+    if _distributed() and (rank is None) != (world_size is None):
+        told = " (torch.distributed's rank; pass rank= too)" if rank is None else (
+            " (torch.distributed's world size; pass world_size= too)")  # fmt: skip
+    if _distributed():
+        rank = torch.distributed.get_rank() if rank is None else rank
+        world_size = torch.distributed.get_world_size() if world_size is None else world_size
+    elif (rank is None) != (world_size is None):
+        raise ShardpackError(
+            f"rank and world_size go together, got: rank={rank!r}, world_size={world_size!r}; "
+            "pass both, or neither (torch.distributed's once init_process_group has run, else "
+            "a world of one)"
+        )
     rank = 0 if rank is None else rank
     world_size = 1 if world_size is None else world_size
     if not (is_count(world_size) and is_count(rank, 0) and rank < world_size):
         raise ShardpackError(
-            f"rank must be 0 <= rank < world_size, got: rank={rank!r}, world_size={world_size!r}"
+            f"rank must be 0 <= rank < world_size, got: rank={rank!r}, "
+            f"world_size={world_size!r}{told}"
         )
     return rank, world_size
 

@@ -219,6 +219,16 @@ def test_a_python_caller_s_wrong_type_is_refused_by_name(given, said):
         PackOptions(**given)
 
 
+def test_a_split_or_name_beyond_ascii_is_refused_saying_ascii():
+    """Before: "hold only letters, digits, ...", of a name of letters."""
+    for given, said in (({"split": (("entraînement", 0.8), ("test", 0.2))}, "split names"),
+                        ({"name": "fleurs_é"}, "name= ")):  # fmt: skip
+        with pytest.raises(OptionError) as refused:
+            PackOptions(**given)
+        assert str(refused.value).startswith(said)
+        assert "hold only ASCII letters, digits, '_' and '.'" in str(refused.value)
+
+
 def test_lists_are_taken_for_tuples_and_numpy_integers_for_integers(tmp_path):
     import numpy as np
 

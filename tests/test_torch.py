@@ -79,7 +79,8 @@ hwc = next(iter(ShardDataset(out, layout="hwc")))
 chw = next(iter(ShardDataset(out, transform=lambda r: (r["image"], r["label"]))))
 errors = []
 for bad in ({"layout": "xyz"}, {"seed": -1}, {"batch_size": 0}, {"rank": 2, "world_size": 2},
-            {"transform": 3}, {"max_pixels": "4096"}):
+            {"transform": 3}, {"max_pixels": "4096"}, {"world_size": 2}, {"rank": 1},
+            {"cache_limit": 1000}, {"rank": 0, "world_size": 26, "drop_remainder": True}):
     try:
         ShardDataset(out, **bad)
     except ShardpackError as e:
@@ -126,7 +127,8 @@ def test_epochs_differ_and_repeat_with_the_seed(packs, shared_pack):
     assert got["block1"] != first and sorted(got["block1"]) == sorted(written)
     assert got["hwc"][1] == got["chw"][1] == "torch.uint8" and got["chw"][2] == "int"
     assert got["hwc"][0][2] == 3 and got["chw"][0] == [3, *got["hwc"][0][:2]]
-    assert got["errors"][:6] == [
+    out = packs[5]
+    assert got["errors"][:10] == [
         "layout must be 'chw' or 'hwc', got: 'xyz'",
         "seed must be an integer of at least 0, got: -1",
         "batch_size must be a positive integer, got: 0",
@@ -134,10 +136,22 @@ def test_epochs_differ_and_repeat_with_the_seed(packs, shared_pack):
         # before: a TypeError inside a DataLoader worker, at the first record
         "transform must be a function of a record (a dict), or None, got: 3",
         "max_pixels must be a positive integer, got: '4096'",
+        # before: rank 0 of 2 (every rank of a job passing world_size= read rank 0's share)
+        "rank and world_size go together, got: rank=None, world_size=2; pass both, or neither "
+        "(torch.distributed's once init_process_group has run, else a world of one)",
+        "rank and world_size go together, got: rank=1, world_size=None; pass both, or neither "
+        "(torch.distributed's once init_process_group has run, else a world of one)",
+        # before: no cache, nothing said
+        "cache_limit bounds the copies in cache_dir, and none is given, got: cache_limit=1000; "
+        "pass cache_dir= too, or no cache_limit",
+        # before: every rank read none, an epoch of no step
+        f"{out}: split 'train' holds 25 records, fewer than the 26 ranks: with drop_remainder "
+        "each would read none; read it without drop_remainder (a few records then come "
+        "twice), or with fewer readers",
     ]
-    for said in got["errors"][6:]:  # with a cache, the pack named, not its copy, and none made
+    for said in got["errors"][10:]:  # with a cache, the pack named, not its copy, and none made
         assert said.startswith(f"{gzipped}: GZIP shards cannot be read at random offsets")
-    assert len(got["errors"]) == 8 and not Path(f"{gzipped}-cache").exists()
+    assert len(got["errors"]) == 12 and not Path(f"{gzipped}-cache").exists()
     first, refused, *plain = got["persistent"]  # shuffled, then in the written order
     assert first == 25 and plain == [25, 25]
     assert refused.startswith("a DataLoader with persistent_workers=True began another epoch")
@@ -188,7 +202,21 @@ for other in (ShardDataset(out, world_size=3, rank=0, seed=7),
         other.load_state_dict(state)
     except ShardpackError as e:
         got.append(str(e))
-print(json.dumps(got))
+# before: each loaded, and the rest read was another order's (records twice, others never)
+orders = []
+for changed in ({"shuffle_block": 1}, {"shuffle": False}, {"drop_remainder": True}):
+    try:
+        ShardDataset(out, seed=7, rank=0, world_size=2, **changed).load_state_dict(state)
+        orders.append("loaded")
+    except ShardpackError as e:
+        orders.append(str(e))
+counts = []  # a rank's 13 records are 5 batches of 3: 15 taken at most (the last one short)
+for consumed in (15, 16, 26):  # 26: both ranks' count, not this rank's (before: the rest skipped)
+    try:
+        counts.append(dataset(0).state_dict(consumed=consumed)["consumed"])
+    except ShardpackError as e:
+        counts.append(str(e))
+print(json.dumps(got + [orders, counts]))
 """
 
 
@@ -196,6 +224,8 @@ def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs, shared_pa
     grown = shared_pack({"a": 13, "b": 13}, shards=3, workers=1)  # one record more
     other = shared_pack({"a": 13, "b": 12}, shards=3, workers=1, seed=1)  # as many, shuffled
     got = run_json(_RESUME, str(packs[3]), str(grown), str(other))
+    counts = got.pop()
+    orders = got.pop()
     changed = got.pop()  # before, read as the rest: other records, some twice, some never
     grew = got.pop()
     refused = got.pop()
@@ -217,6 +247,20 @@ def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs, shared_pa
         "updated since, or is another): the rest of epoch 2 cannot be found; go on with "
         "set_epoch(3)"
     )
+    assert orders == [
+        f"the state was taken with other arguments than this dataset's ({arguments}): epoch "
+        "2's order differs, so its rest cannot be found; build the dataset with the arguments "
+        "the state was taken with, or go on with set_epoch(3)"
+        for arguments in ("shuffle=True, shuffle_block=1, drop_remainder=False",
+                          "shuffle=False, drop_remainder=False",
+                          "shuffle=True, shuffle_block=4, drop_remainder=True")
+    ]  # fmt: skip
+    assert counts[0] == 15 and counts[1:] == [
+        f"consumed={n} is more than this rank's DataLoader gives this iteration (13 records in "
+        "batches of 3): count the records your loop took from this rank's DataLoader since the "
+        "iteration began (batches x batch_size), not every rank's nor every epoch's"
+        for n in (16, 26)
+    ]
 
 
 _GROWN_UNDER = """
@@ -363,6 +407,18 @@ again = [r["key"] for r in mixed("first")]
 resumed = mixed("first")
 resumed.load_state_dict(first.state_dict(consumed=5))
 rest = [r["key"] for r in resumed]
+try:  # other weights draw another sequence (before: loaded, the rest another mix's)
+    mix([(a, 0.5), (ShardDataset(b, decode=False, seed=3), 0.5)], seed=1,
+        decode=False).load_state_dict(first.state_dict(consumed=5))
+    reweighted = "loaded"
+except ShardpackError as e:
+    reweighted = str(e)
+try:
+    mix([(a, 0.7), (ShardDataset(b, decode=False, seed=4), 0.3)], seed=1,
+        decode=False).load_state_dict(first.state_dict(consumed=5))
+    reseeded = "loaded"
+except ShardpackError as e:
+    reseeded = str(e)
 later = mixed("first", 1)  # the state of an epoch read to its end, loaded after a later one is
 later.load_state_dict(first.state_dict())  # set: that later epoch is read whole
 refused = []
@@ -378,7 +434,8 @@ for given in ([a, b], [(a,)], a):
     except ShardpackError as e:
         unpaired.append(str(e))
 print(json.dumps({"first": keys, "again": again, "rest": rest, "refused": refused,
-                  "unpaired": unpaired,
+                  "unpaired": unpaired, "reweighted": reweighted,
+                  "reseeded": reseeded,
                   "later": [r["key"] for r in later],
                   "all": sources(mixed("all")), "epoch1": [r["key"] for r in mixed("first", 1)]}))
 """
@@ -391,6 +448,14 @@ def test_mixing_two_packs_is_deterministic_resumable_and_ends_by_its_rule(shared
     keys = got["first"]
     assert keys == got["again"] and keys[5:] == got["rest"] and keys != got["epoch1"]
     assert got["later"] == got["epoch1"]
+    assert got["reweighted"].startswith(
+        "the state was taken with other arguments than this dataset's (weights=[0.5, 0.5], "
+        "end='first', sources: seed=0, shuffle=True, shuffle_block=4, drop_remainder=False; "
+        "seed=3, shuffle=True, shuffle_block=4, drop_remainder=False): epoch 0's order differs"
+    )
+    assert got["reseeded"] == got["reweighted"].replace("[0.5, 0.5]", "[0.7, 0.3]").replace(
+        "seed=3", "seed=4"
+    )  # a source's own seed: before, loaded, the rest another order's
     from_a = sum(k.startswith("a/") for k in keys)
     assert from_a == 40 or len(keys) - from_a == 30  # it ended when one source ran out
     assert len(set(keys)) == len(keys)
@@ -417,6 +482,16 @@ def rank(r, port):
     except ShardpackError as e:
         early = str(e)
     ds = ShardDataset(out, batch_size=2)  # rank and world size from torch.distributed
+    # one given, the other the group's (before: world_size alone made every rank rank 0)
+    partial = [ShardDataset(out, decode=False, world_size=2).rank,
+               ShardDataset(out, decode=False, rank=r).world_size]
+    try:  # a data-parallel group's size, without its rank: the global rank is past it
+        partial.append(ShardDataset(out, decode=False, world_size=1).rank)
+    except ShardpackError as e:
+        partial.append(str(e))
+    everyone = [None, None]
+    dist.all_gather_object(everyone, partial)
+    partial = everyone
     counts = {}
     for epoch in (0, 1):
         ds.set_epoch(epoch)
@@ -427,6 +502,7 @@ def rank(r, port):
     if r == 0:
         with open(report, "w") as f:
             json.dump({"rank": ds.rank, "world": ds.world_size, "epochs": counts,
+                       "partial": partial,
                        "early": early if isinstance(early, str) else None}, f)
     dist.destroy_process_group()
 
@@ -452,6 +528,11 @@ def test_two_ranks_on_gloo_read_equal_disjoint_shares(packs, tmp_path):
     assert run_json(_DDP, str(packs[3]), str(report)) == [0, 0]
     got = json.loads(report.read_text())
     assert (got["rank"], got["world"]) == (0, 2)
+    assert got["partial"] == [  # (rank, world size) of each rank's datasets
+        [0, 2, 0],
+        [1, 2, "rank must be 0 <= rank < world_size, got: rank=1, world_size=1 "
+                "(torch.distributed's rank; pass rank= too)"],
+    ]  # fmt: skip
     assert got["early"] is not None
     assert got["early"].startswith("this ShardDataset was built before init_process_group")
     everything = sorted(r["key"] for r in iter_examples(packs[3]))

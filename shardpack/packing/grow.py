@@ -40,7 +40,7 @@ from shardpack.layout import (
     INDEX_NAME,
     index_file_name,
 )
-from shardpack.options import PackOptions
+from shardpack.options import SPLIT_NAMES, PackOptions
 from shardpack.packing import boxes, duplicates, gaps, stamps
 from shardpack.packing.contents import (
     Contents,
@@ -353,7 +353,8 @@ class GrowPack:
         failures = _failures(index.splits, now, loose, dataset, copies)
         stats = replace(old.stats, **stats, url_failures=counts(failures) if failures else None,
                         lossless=_lossless(now.values()))  # fmt: skip
-        index = replace(index, **told, history=(*old.history, run)[-MAX_HISTORY:], stats=stats)
+        index = replace(index, **told, history=(*old.history, run)[-MAX_HISTORY:], stats=stats,
+                        options=_with_split_names(old.options, options))  # fmt: skip
         moved = gaps.gap_moves(index)  # the gaps the update leaves
         # what a stop leaves there
         index = replace(index, retired=tuple(sorted({*index.retired, *moved.values()})))
@@ -531,7 +532,7 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
     defaults = json_value(PackOptions().output_fields(every=True))
     kept = {**kept, "name": old.name}  # None in it: the name SRC gave
     ours["name"] = given.name or old.name
-    differ = [k for k in ours if k not in _RUN_OPTIONS
+    differ = [k for k in ours if k not in (*_RUN_OPTIONS, "split_names")
               and ours[k] not in (defaults[k], kept.get(k, ours[k]))]  # fmt: skip
     if differ:
         said: list[str | Option] = []
@@ -550,6 +551,7 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
                           f"{len(old.classes)} classes in their order, then add new ones at "
                           f"the end; {what}")  # fmt: skip
     taken = {k: kept[k] for k in kept if k not in _RUN_OPTIONS}
+    taken["split_names"] = _grown_split_names(old, given, kept["split_names"])
     try:  # read as untrusted: PackOptions checks each value's type and range
         taken.update({k: tuple(taken[k]) for k in _TUPLES if taken[k] is not None})
         if taken["split"] is not None:
@@ -561,6 +563,30 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
         where = old.storage.path(INDEX_NAME)
         raise OutputError(f"{where}: its options are not ones shardpack wrote "
                           f"({printable(str(e))}); ", *_REPACK) from None  # fmt: skip
+
+
+def _grown_split_names(old: Index, given: PackOptions, kept: object) -> object:
+    """The split folder names a grow scans SRC with: the dataset's, or a --splits given that
+    holds each of the dataset's splits, so that a new split folder of SRC packs as a new split
+    (as a new class folder packs as a new class). Before, a tree packed with --splits could
+    gain none: --splits was refused as another option than the dataset's, and the scan's
+    refusal of the new folder named --splits as the way out."""
+    if given.split_names == SPLIT_NAMES:  # none given
+        return kept
+    lacking = [split for split in old.splits if split not in given.split_names]
+    if lacking:
+        raise OutputError(f"{old.out}: ", Option("split_names"), " must hold each of the "
+                          f"dataset's splits ({', '.join(old.splits)}) and may add new ones; "
+                          f"it lacks {_shown(lacking[:5])}")  # fmt: skip
+    return list(given.split_names)
+
+
+def _with_split_names(kept: dict | None, options: PackOptions) -> dict | None:
+    """The dataset's options as the grown index keeps them: a --splits that added split names
+    (_grown_split_names) is the dataset's from now on."""
+    if not isinstance(kept, dict) or "split_names" not in kept:
+        return kept
+    return {**kept, "split_names": list(options.split_names)}
 
 
 def _shown(value: object) -> str:

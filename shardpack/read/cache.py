@@ -17,7 +17,7 @@ from shardpack.containers import open_shard
 from shardpack.errors import RecordError, ShardpackError, is_count
 from shardpack.index import Index, ShardInfo
 from shardpack.storage import storage_at
-from shardpack.storage.atomic import remove_files, temp_files
+from shardpack.storage.atomic import remove_temp_files
 from shardpack.storage.locations import local_file
 
 # Bytes copied per read from the store: large enough for throughput, bounded for memory.
@@ -140,10 +140,9 @@ class ShardCache:
         self._make_room()
 
     def _remove_stale(self) -> None:
-        """Remove what a killed reader left half-written."""
-        old = time.time() - STALE_SECONDS
-        found = temp_files(self.storage.path(), self._shards)
-        remove_files(p for paths in found.values() for p in paths if os.path.getmtime(p) < old)
+        """Remove what a killed reader left half-written (not what another reader of the
+        folder is fetching, nor what it renamed as this one looked)."""
+        remove_temp_files(self.storage.path(), self._shards, time.time() - STALE_SECONDS)
 
     def _make_room(self) -> None:
         """Remove the longest held shards not in use until the rest fit the limit."""

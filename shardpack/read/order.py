@@ -30,6 +30,25 @@ def share(total: int, reader: int, readers: int, drop_remainder: bool = False) -
     return range(reader * per, (reader + 1) * per)
 
 
+def none_to_read(total: int, readers: int, drop_remainder: bool, where: str, who: str) -> None:
+    """Refuse shares that would all be empty: with drop_remainder, a split of fewer records than
+    readers gives each none (an epoch of no step, said nowhere).
+
+    Args:
+        where: the split, as the refusal names it.
+        who: the readers, as the refusal names them.
+
+    Raises:
+        ShardpackError: every share would be empty.
+    """
+    if drop_remainder and 0 < total < readers:
+        raise ShardpackError(
+            f"{where} holds {total} record{'s' * (total != 1)}, fewer than the {readers} "
+            f"{who}: with drop_remainder each would read none; read it without drop_remainder "
+            "(a few records then come twice), or with fewer readers"
+        )
+
+
 def segments(counts: Sequence[int], positions: range) -> list[tuple[int, int, int]]:
     """`positions` of the split's written order (shard after shard, modulo its length) as
     (shard number, first record, end) runs within shards, in order."""

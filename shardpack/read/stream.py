@@ -26,7 +26,7 @@ from shardpack.images import BadImage
 from shardpack.index import Index, ShardInfo, load_index, record_fault
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.read.changed import check_opened, out_changed, unless_changed
-from shardpack.read.order import segments, share
+from shardpack.read.order import check_seed, none_to_read, segments, share
 from shardpack.schema import Schema
 
 # Records held for iter_examples' shuffle: enough to mix neighbours from different shards.
@@ -127,6 +127,8 @@ def _share_of(index: Index, split: str, reader: int, readers: int, drop_remainde
     (order.share): the shares together hold each record once, padding aside."""
     shards = index.split(split).shards
     counts = [s.num_records for s in shards]
+    none_to_read(sum(counts), readers, drop_remainder, f"{index.out}: split {split!r}",
+                 "readers (hosts x DataLoader workers)")  # fmt: skip
     positions = share(sum(counts), reader, readers, drop_remainder)
     runs = [(shards[k], first, end) for k, first, end in segments(counts, positions)]
     return _Share(runs, len(positions))
@@ -173,10 +175,13 @@ def iter_examples(
         IndexFormatError: the index is missing, malformed or names an unsafe path.
         RecordError: a record fails its CRC, is not an Example the index describes, or (with
             decode) its image does not decode.
-        ShardpackError: `shard` is not (index, count), or max_pixels is not a positive integer.
+        ShardpackError: `shard` is not (index, count), max_pixels is not a positive integer, or
+            seed is not None nor an integer of at least 0.
         StorageError: the URL's filesystem package is missing.
     """
     check_max_pixels(max_pixels)
+    if seed is not None:  # random.Random takes -1 for 1, and a float or a text as any other
+        check_seed("seed", seed)
     index = load_index(out, storage_options)
     runs = list(_share_of(index, split, *reader_share(shard), drop_remainder).runs)
     rng = random.Random(seed)
@@ -354,13 +359,13 @@ def tf_dataset(
 
     Raises:
         ShardpackError: TensorFlow is not installed, tf.data cannot read the shards, `shard` is
-            not (index, count), `lists` is neither "ragged" nor "padded", epochs,
-            batch_size or image_size is not a positive count or (height, width), or batches
-            would stack decoded images the index says differ in size (pass image_size).
+            not (index, count), `lists` is neither "ragged" nor "padded", epochs, batch_size or
+            image_size is not a positive count or (height, width), seed not None nor a count
+            (0 too), or batches would stack decoded images of sizes the index says differ.
         tf.errors.InvalidArgumentError: while iterating, a local record fails its CRC, or a
             shard changed as OUT was updated: it names the shard and what to do (reading.md).
     """
-    _check_tf_args(batch_size, epochs, image_size, lists)
+    _check_tf_args(batch_size, epochs, image_size, lists, seed)
     index = load_index(out, storage_options)
     _check_tf_readable(index)  # before TensorFlow's import
     _check_stackable(index, batch_size, decode, image_size, lists)
@@ -417,8 +422,10 @@ def _tensorflow():
     return tf
 
 
-def _check_tf_args(batch_size, epochs, image_size, lists) -> None:
+def _check_tf_args(batch_size, epochs, image_size, lists, seed) -> None:
     """Refuse tf_dataset arguments tf.data would take wrongly or fail on deep inside."""
+    if seed is not None:  # a float or a text: a TypeError inside tf.data; -1: iter_examples' 1
+        check_seed("seed", seed)
     if batch_size is not None and not is_count(batch_size):
         raise ShardpackError(f"batch_size must be a positive integer or None, got: {batch_size!r}")
     if epochs is not None and not is_count(epochs):  # tf.data: 0 raised, -1 miscounted

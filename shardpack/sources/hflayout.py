@@ -186,7 +186,7 @@ def _keyword_split(name: str, file: bool) -> str | None:
 def _checked_split(root: Storage, split: str) -> str:
     if not re.match(_SPLIT_NAME, split):
         raise SourceError(
-            f"{root.path()}: split {split!r} (from its file names) is not a name of letters, "
+            f"{root.path()}: split {split!r} (from its file names) is not a name of ASCII letters, "
             "digits and underscores; rename the files"
         )
     return split

@@ -90,11 +90,24 @@ def temp_files(
     return found
 
 
-def remove_temp_files(folder: str, finals: Iterable[str]) -> list[str]:
-    """Remove what temp_files finds (a killed run's leftovers); return their final names."""
+def remove_temp_files(folder: str, finals: Iterable[str], before: float | None = None) -> list[str]:
+    """Remove what temp_files finds (a killed run's leftovers), or with `before` (a time.time())
+    only those unmodified since, as a write under way modifies its file; return their final
+    names. One renamed or removed by another process since the listing is passed over."""
     found = temp_files(folder, finals)
+    if before is not None:
+        found = {final: old for final, paths in found.items()
+                 if (old := [p for p in paths if _modified_before(p, before)])}  # fmt: skip
     remove_files(p for paths in found.values() for p in paths)
     return sorted(found)
+
+
+def _modified_before(path: str, before: float) -> bool:
+    """Whether the file at `path` was last modified before `before`; gone: no."""
+    try:
+        return os.lstat(path).st_mtime < before
+    except FileNotFoundError:  # its writer renamed it since the listing (readers share a cache)
+        return False
 
 
 def replace_with(path: str, data: bytes, new: bool = False) -> int:

@@ -244,6 +244,39 @@ def test_a_differing_option_or_class_list_is_refused_naming_it(tmp_path: Path):
     assert json.loads((out / "index.json").read_text())["classes"] == ["cat", "dog", "eel"]
 
 
+def test_a_split_tree_packed_with_splits_gains_a_split_when_splits_adds_it(tmp_path: Path):
+    """Before: --splits on a grow was refused as another option than the dataset's, and the
+    new folder was refused by the scan naming --splits as the way out: a tree packed with
+    --splits could gain no split. Now --splits may add names, as --classes adds classes, and
+    the grown dataset keeps them."""
+    src = tmp_path / "src"
+    for split in ("train", "holdout"):
+        make_tree(src / split, {"cat": 2, "dog": 1}, seed=len(split))
+    out = tmp_path / "out"
+    first = run_cli("pack", str(src), str(out), "--splits", "train,holdout", "--no-progress")
+    assert first.returncode == 0, first.stderr
+    make_tree(src / "extra", {"cat": 1, "dog": 1}, seed=9)
+    before = _files(out)
+    done = run_cli("pack", str(src), str(out), "--append", "--no-progress")
+    one_line_error(done, "--splits extra,holdout,train if every one is a split")
+    done = run_cli("pack", str(src), str(out), "--append", "--splits", "train,extra",
+                   "--no-progress")  # fmt: skip
+    one_line_error(done, f"{out}: --splits must hold each of the dataset's splits (holdout, "
+                         'train) and may add new ones; it lacks ["holdout"]')  # fmt: skip
+    assert _files(out) == before
+    done = run_cli("pack", str(src), str(out), "--append", "--splits", "extra,holdout,train",
+                   "--no-progress")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    index = load_index(out)
+    assert {s: index.split(s).num_records for s in index.splits} == {
+        "train": 3, "holdout": 3, "extra": 2}  # fmt: skip
+    assert all(shard_files(out)[name] == data for name, data in before.items()
+               if name in shard_files(out))  # fmt: skip
+    assert index.options["split_names"] == ["extra", "holdout", "train"]
+    again = run_cli("pack", str(src), str(out), "--append", "--no-progress")  # the dataset's now
+    assert again.returncode == 0 and "nothing to add" in again.stdout + again.stderr
+
+
 def test_a_near_deduplicated_dataset_grows_with_its_distance(tmp_path: Path):
     """--near-distance is kept with --dedup near alone: a grow given neither, or the dataset's,
     takes the dataset's (it was refused as an older shardpack's index, or failed with a

@@ -3,6 +3,7 @@ written where a planted link points."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import time
@@ -14,6 +15,7 @@ from shardpack.errors import RecordError, ShardpackError
 from shardpack.index import load_index
 from shardpack.read.cache import STALE_SECONDS, ShardCache
 from shardpack.read.random_access import Records
+from shardpack.storage.atomic import create_temp
 
 
 @pytest.fixture
@@ -83,6 +85,39 @@ def test_a_killed_readers_leftovers_go_and_a_fetch_under_way_stays(pack, tmp_pat
     os.utime(stale, (old, old))
     ShardCache(load_index(pack), tmp_path / "cache")
     assert not stale.exists() and fresh.exists()
+
+
+def _fetching(folder: str, name: str, stop) -> None:
+    """Another reader of the folder fetching shards: temporary files, then their renames."""
+    while not stop.is_set():
+        temps = []
+        for _ in range(50):
+            fd, tmp = create_temp(os.path.join(folder, name))
+            os.close(fd)
+            temps.append(tmp)
+        for tmp in temps:
+            os.replace(tmp, os.path.join(folder, name))
+
+
+def test_a_reader_starts_while_another_renames_its_fetches(pack, tmp_path):
+    """Ranks and DataLoader workers share a cache_dir, each looking for a killed reader's
+    leftovers as it starts. Before: a fetch renamed between that listing and its age check
+    was FileNotFoundError, a traceback out of a DataLoader worker that ended the rank (within
+    a few hundred starts here, most often within ten)."""
+    index = load_index(pack)
+    folder = ShardCache(index, tmp_path / "cache").folder
+    stop = multiprocessing.get_context("fork").Event()
+    other = multiprocessing.get_context("fork").Process(
+        target=_fetching, args=(folder, _shards(pack)[0], stop)
+    )
+    other.start()
+    try:
+        for _ in range(300):
+            ShardCache(index, tmp_path / "cache")
+    finally:
+        stop.set()
+        other.join()
+    assert other.exitcode == 0
 
 
 def test_a_planted_link_or_a_bad_limit_is_one_clear_error(pack, tmp_path):

@@ -224,6 +224,37 @@ def test_tf_dataset_refuses_a_bad_batch_or_image_size_by_name(packed: Path, give
         tf_dataset(packed, **given)
 
 
+def test_shares_that_would_all_be_empty_are_refused(packed: Path):
+    """drop_remainder over fewer records than readers: before, every reader read none (a
+    Keras fit of no step, a DataLoader of no batch), said nowhere."""
+    total = sum(1 for _ in iter_examples(packed))
+    said = (
+        f"{packed}: split 'train' holds {total} records, fewer than the {total + 1} readers "
+        "(hosts x DataLoader workers): with drop_remainder each would read none; read it "
+        "without drop_remainder (a few records then come twice), or with fewer readers"
+    )
+    many = (0, total + 1)
+    for read in (lambda: next(iter_examples(packed, shard=many, drop_remainder=True)),
+                 lambda: tf_dataset(packed, shard=many, drop_remainder=True)):  # fmt: skip
+        with pytest.raises(ShardpackError) as refused:
+            read()
+        assert str(refused.value) == said
+    assert len(list(iter_examples(packed, shard=(0, total), drop_remainder=True))) == 1
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "3", True])
+def test_the_shuffling_readers_refuse_a_seed_that_is_no_count_by_name(packed: Path, seed):
+    """Before: iter_examples took -1 for 1 (random.Random's abs: the same order as seed=1, where
+    shardpack.torch refuses it), and a float or a text as a seed of its own; tf_dataset failed
+    inside tf.data with a TypeError."""
+    said = f"seed must be an integer of at least 0, got: {seed!r}"
+    for read in (lambda: next(iter_examples(packed, shuffle=True, seed=seed)),
+                 lambda: tf_dataset(packed, seed=seed)):  # fmt: skip
+        with pytest.raises(ShardpackError) as refused:
+            read()
+        assert str(refused.value) == said
+
+
 @pytest.fixture(scope="module")
 def mixed_sizes(tmp_path_factory) -> Path:
     """A pack of 24x32 images and one 40x40: the index knows the sizes vary."""

@@ -243,6 +243,19 @@ def test_a_class_pinned_a_typo_away_from_a_label_left_out_is_warned_of(tmp_path:
     assert scan(numbered, PackOptions(classes=("circel", "square", "star"))).warnings == ()
 
 
+def test_a_split_of_letters_beyond_ascii_is_a_bad_row_that_says_ascii(tmp_path: Path):
+    """Before: "not a name of letters, digits and underscores", of a name of letters."""
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    rows = [{"path": "cat/img_000.jpg", "label": "cat", "split": "train"},
+            {"path": "cat/img_001.jpg", "label": "cat", "split": "validación"}]  # fmt: skip
+    out = tmp_path / "out"
+    pack(write_csv(src / "m.csv", rows), out, PackOptions(workers=1))
+    assert [s["reason"] for s in _index(out)["skipped"]] == [
+        "m.csv line 3: split 'validación' is not a name of ASCII letters, digits and "
+        "underscores (like train, validation, test)"
+    ]
+
+
 def test_integer_labels_split_column_path_column_and_root(tmp_path: Path):
     images = make_tree(tmp_path / "images", {"a": 2, "b": 2})
     rows = [

@@ -272,7 +272,7 @@ def _split(value) -> str:
         raise _Bad("no split in column 'split'")
     if not isinstance(value, str) or not _SPLIT_NAME.match(value):
         raise _Bad(
-            f"split {describe(value)} is not a name of letters, digits and underscores "
+            f"split {describe(value)} is not a name of ASCII letters, digits and underscores "
             "(like train, validation, test)"
         )
     return value
