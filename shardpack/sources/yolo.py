@@ -194,7 +194,7 @@ _NOT_LABELS = frozenset({"classes.txt"})
 def _orphans(root: Storage, places: dict[str, list[str]], read: set[str]) -> list[str]:
     """A warning counting the label files in the split folders' label folders that no image
     found has: named otherwise than their image, or of an image shardpack does not read."""
-    folders = {posixpath.dirname(label_path(f"{place}/x.jpg"))
+    folders = {posixpath.dirname(label_path(posixpath.join(place, "x.jpg")))
                for places_of in places.values() for place in places_of}  # fmt: skip
     orphans = sorted(
         name
@@ -483,6 +483,10 @@ def _images(root: Storage, place: str, skipped: list[tuple[str, str]]) -> list[E
         if posixpath.isabs(line) or name.startswith("../") or name == "..":
             skipped.append((line, f"{root.path(place)} line {number}: names an image outside "
                                   "SRC; name it relative to the list's folder"))  # fmt: skip
+            continue
+        if "\0" in line:  # no file's name holds one: the system refuses the path
+            skipped.append((line, f"{root.path(place)} line {number}: holds a NUL, which no "
+                                  "file name does; fix the line"))  # fmt: skip
             continue
         try:
             found.append(Entry(name, False, root.size(name)))
