@@ -393,6 +393,7 @@ def _names(doc: dict, where: str) -> tuple[str, ...]:
     if not isinstance(names, list) or not names:
         raise SourceError(f"{where}: names is not a list of class names, nor a map of class "
                           "numbers to names; fix it")  # fmt: skip
+    check_class_count(len(names), where, "data.yaml's names")
     if not all(isinstance(n, str | int | float) and not isinstance(n, bool) for n in names):
         raise SourceError(f"{where}: a class name in names is not text; fix it")
     names = tuple(str(n).strip() for n in names)

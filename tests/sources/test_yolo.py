@@ -22,7 +22,7 @@ from shardpack.errors import ImageError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
-from shardpack.sources import scan
+from shardpack.sources import classlist, scan
 from shardpack.sources.yolo import label_path
 from tests.helpers import run_cli
 from tests.packing.test_boxes import (
@@ -351,6 +351,17 @@ def test_a_bad_data_yaml_is_one_line_naming_it(tmp_path: Path, text: str, words:
     with pytest.raises(SourceError, match="data.yaml: .*" + words) as caught:
         scan(tmp_path)
     assert "\n" not in str(caught.value)
+
+
+def test_a_data_yaml_naming_more_classes_than_the_limit_is_one_line(tmp_path, monkeypatch):
+    """A list of names was taken whole (a map was counted): a data.yaml of 16 MiB makes
+    millions of classes, each a line of label.labels.txt and a name in index.json."""
+    write(tmp_path / "images/a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
+    write(tmp_path / "labels/a.txt", "")
+    write(tmp_path / "data.yaml", "names: [a, b, c]\n")
+    monkeypatch.setattr(classlist, "MAX_CLASSES", 2)
+    with pytest.raises(SourceError, match=r"data\.yaml: data\.yaml's names make 3 classes, over"):
+        scan(tmp_path)
 
 
 def test_without_pyyaml_data_yaml_is_one_line_giving_the_checkout_s_install(
