@@ -25,7 +25,7 @@ import numpy as np
 from shardpack import images
 from shardpack.errors import ImageError, Option, ShardpackError
 from shardpack.index import Index
-from shardpack.options import PackOptions, box_column
+from shardpack.options import DEFAULT_MAX_PIXELS, PackOptions, box_column
 from shardpack.packing import masks
 from shardpack.packing.objects import is_mask
 from shardpack.packing.tfdsmeta import is_box
@@ -174,6 +174,7 @@ def follow(
     where: tuple[Move, ...],
     size: tuple[int, int],
     min_visibility: float = 0.0,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> tuple[dict[str, object], Counter[str]]:
     """An item's fields with each feature in `moved` (moved_features) taken through the moves
     `where` (moves() gives them): boxes clipped to the image, keypoints, and a `mask` drawn to
@@ -216,7 +217,7 @@ def follow(
         fields[name] = _moved_points(fields[name], where, schema[name].row or 3)
     for name in masked:
         group = name.rpartition("/")[0] or OBJECTS
-        fields[name] = masks.drawn(key, fields[name], where, size, kept.get(group))
+        fields[name] = masks.drawn(key, fields[name], where, size, kept.get(group), max_pixels)
     return fields, dropped
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from shardpack import images
 from shardpack.errors import ImageError
+from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.signatures import sniff
 from shardpack.sources import shapes
 
@@ -36,27 +37,29 @@ def drawn(
     where: tuple[Move, ...],
     size: tuple[int, int],
     kept: np.ndarray | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> bytes:
     """A record's `mask` value as stored: its map taken through `where` to the stored image's
     `size` (height, width), the objects `kept` False (boxes.follow's drops) cleared and the rest
     renumbered, as a PNG. A PNG given with nothing to do is kept as it is.
 
     Raises:
-        ImageError: the value is neither a shapes blob nor a PNG id map, an RLE does not decode
-            to its size, or the annotations' image size is not the image's (the outlines would
-            land on other pixels).
+        ImageError: the value is neither a shapes blob nor a PNG id map, a PNG of more than
+            `max_pixels` pixels, an RLE does not decode to its size, or the annotations' image
+            size is not the image's (the outlines would land on other pixels).
     """
     outlines = shapes.decode(value)
     if outlines is None and not where and (kept is None or kept.all()):
         return value
     if outlines is not None and outlines[0] is None:  # fractions of the image's sides
         outlines = _in_pixels(outlines, shown_size(where, size))
-    if outlines is None:
-        ids = _read_png(key, value)
+    if outlines is None:  # a stored map: its size checked from its header, then decoded
+        shape = _png_size(key, value, max_pixels)
         if all(isinstance(move, images.Turn) or move.source for move in where):
             turn = next((move for move in where if isinstance(move, images.Turn)), None)
-            check_size(key, ids.shape, shown_size(where, size), turn and turn.orientation,
+            check_size(key, shape, shown_size(where, size), turn and turn.orientation,
                        stored_map=True)  # fmt: skip
+        ids = _read_png(key, value)
     else:
         ids = draw(key, *outlines)
     for move in where:
@@ -142,11 +145,22 @@ def _renumbered(ids: np.ndarray, kept: np.ndarray) -> tuple[np.ndarray, int]:
     return table[np.minimum(ids, len(kept))], int(kept.sum())
 
 
-def _read_png(key: str, value: bytes) -> np.ndarray:
-    """A stored id map (a repack's): a one-channel 8- or 16-bit PNG."""
+def _png_size(key: str, value: bytes, max_pixels: int) -> tuple[int, int]:
+    """(height, width) of a stored id map (a repack's PNG) from its header, refused past
+    `max_pixels` as an image is: a few kilobytes of PNG can hold gigabytes of pixels."""
     if sniff(value) != "png":
         raise ImageError(key, "its 'mask' is not a PNG id map nor shapes to draw; drop the "
                               "feature or pack without --resize/--max-side")  # fmt: skip
+    try:
+        info = images.probe(value)
+        images.check_pixels(info.height, info.width, max_pixels)  # type: ignore[union-attr]
+    except images.BadImage as e:
+        raise ImageError(key, f"its 'mask': {e}") from None
+    return info.height, info.width  # type: ignore[union-attr]
+
+
+def _read_png(key: str, value: bytes) -> np.ndarray:
+    """A stored id map (a repack's): a one-channel 8- or 16-bit PNG (_png_size's checked)."""
     try:
         ids = images.decode_labels(value)
     except images.BadImage as e:

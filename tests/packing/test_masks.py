@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from shardpack import images
-from shardpack.errors import ImageError
+from shardpack.errors import ImageError, SourceError
 from shardpack.packing import masks
 from shardpack.sources import shapes
 from tests.packing.test_boxes import STORED
@@ -154,3 +154,39 @@ def test_a_normalised_polygon_is_drawn_at_the_size_its_moves_start_from(upright:
     np.testing.assert_array_equal(alone, images.Turn(6, upright).move_pixels(
         _ids(masks.drawn("k", in_pixels, (), start))))  # fmt: skip
     assert alone.max() == 1  # the second object, of no polygon, has no pixel
+
+
+def test_a_stored_map_of_more_pixels_than_max_pixels_is_refused_before_it_is_decoded(tmp_path):
+    """A repack's `mask` PNG is a stranger's bytes: one of the image's shape but 10 times its
+    sides (a resized copy, taken) was decoded whatever its size, where an image's size is
+    checked against --max-pixels first: 900 KB of PNG made a worker decode 30,000 x 30,000
+    pixels (2.6 GB, 25 s) a record. It is refused from its header, as an image is."""
+    import json
+
+    from shardpack.containers import example, tfrecord
+    from shardpack.options import PackOptions
+    from shardpack.packing.packer import pack
+    from shardpack.storage import storage_at
+    from tests.helpers import vouch_size, write_image
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    write_image(src / "val/a.png", np.full((80, 120, 3), 128, np.uint8))
+    (src / "annotations").mkdir()
+    (src / "annotations/instances_val.json").write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "a.png", "width": 120, "height": 80}],
+        "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 10, 30, 20],
+                         "segmentation": [[10, 10, 40, 10, 40, 30, 10, 30]]}],
+        "categories": [{"id": 1, "name": "cat"}]}))  # fmt: skip
+    pack(src, out, PackOptions(workers=1, shuffle=False))
+    (file,) = [p.name for p in out.iterdir() if ".tfrecord-" in p.name]
+    ((_, data),) = tfrecord.iter_records(storage_at(str(out)), file)
+    record = example.decode_example(bytes(data))
+    big = np.zeros((800, 1200), np.uint8)
+    big[100:300, 100:400] = 1
+    record["mask"] = [masks.encode(big, 1)]  # the polygon's own map, at 10 times the sides
+    (out / file).write_bytes(tfrecord.frame(example.encode_example(record)))
+    vouch_size(out, file)
+    options = PackOptions(workers=1, resize=(60, 40), max_pixels=500_000)
+    said = r"1 item skipped \(the first, val/a\.png: its 'mask': 1200x800 pixels is over"
+    with pytest.raises(SourceError, match=said):  # its only record: nothing packed
+        pack(out, tmp_path / "again", options)
