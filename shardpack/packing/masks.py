@@ -29,6 +29,12 @@ MAX_OBJECTS = 65535
 # not how many an object or an image has. COCO's busiest images hold thousands; as many as a
 # YOLO label file of 4 MiB holds.
 MAX_POINTS = 250_000
+# The most point-rows one map draws: each polygon's points times the rows it spans, all its
+# objects' together. MAX_POINTS bounds the points, not the rows a COCO JSON's size (up to
+# --max-pixels, whatever the image's) gives them: 250,000 points over 13,000 rows held a worker
+# 29 s for a 100x100 image. This is MAX_POINTS over 1,000 rows: 2 to 6 s here, at 8 to 25 ns a
+# point-row (images.fill_polygon of a 10,000-point zigzag at 480 to 13,000 rows).
+MAX_POINT_ROWS = MAX_POINTS * 1_000
 
 
 def drawn(
@@ -106,6 +112,13 @@ def draw(key: str, size: tuple[int, int], outlines: list, crowd: list[int]) -> n
         raise ImageError(key, f"its objects' polygons hold {points:,} points, more than shardpack "
                               f"draws in one image ({MAX_POINTS:,}); simplify them")  # fmt: skip
     height, width = size
+    spans = sum(len(p) * _rows(p, height) for outline in outlines if not isinstance(outline, dict)
+                for p in outline)  # fmt: skip
+    if spans > MAX_POINT_ROWS:
+        raise ImageError(key, f"its objects' polygons span {spans:,} point-rows (each one's "
+                              f"points times its rows of the {width}x{height} it is drawn at), "
+                              f"more than shardpack draws in one image ({MAX_POINT_ROWS:,}); "
+                              "simplify them")  # fmt: skip
     ids = np.zeros((height, width), np.uint16)
     order = sorted(range(len(outlines)), key=lambda i: not crowd[i])  # crowds first: stable
     for i in order:
@@ -116,6 +129,15 @@ def draw(key: str, size: tuple[int, int], outlines: list, crowd: list[int]) -> n
         for polygon in outline:  # several: the object's parts, their union (as pycocotools)
             images.fill_polygon(ids, np.asarray(polygon, np.float64).reshape(-1, 2), i + 1)
     return ids
+
+
+def _rows(polygon: np.ndarray, height: int) -> int:
+    """How many of an image's `height` rows a polygon ((x, y) rows in pixels) spans."""
+    if not len(polygon):
+        return 0
+    ys = np.asarray(polygon, np.float64).reshape(-1, 2)[:, 1]
+    top, bottom = np.clip(np.ceil([ys.min() - 0.5, ys.max() - 0.5]), 0, height)  # as it fills
+    return int(bottom - top)
 
 
 def rle_mask(key: str, rle: dict, height: int, width: int) -> np.ndarray:

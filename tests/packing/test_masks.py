@@ -117,6 +117,21 @@ def test_an_image_of_more_polygon_points_than_it_draws_is_refused_by_name():
         masks.drawn("k", blob, (), (10, 10))
 
 
+def test_polygons_spanning_more_point_rows_than_it_draws_are_refused_by_name():
+    """Under the points' cap, but over the rows of a JSON's size (a 100x100 image annotated as
+    13,000 x 13,000 is taken for a resized copy): drawing costs points x rows, and held a worker
+    29 s a record. Refused before any is drawn; the same points over fewer rows are drawn."""
+    zigzag = np.array([((i % 2) * 9, i * 0.2) for i in range(10_000)], "<f4")  # 2,000 rows
+    outlines = [[zigzag]] * 13  # 130,000 points over 2,000 rows: 260,000,000 point-rows
+    blob = shapes.encode(2000, 10, outlines, [0] * len(outlines))
+    said = r"k: its objects' polygons span 260,000,000 point-rows \(each one's points times"
+    with pytest.raises(ImageError, match=said):
+        masks.drawn("k", blob, (), (2000, 10))
+    flat = [[zigzag * np.array([1, 0.1], "<f4")]] * 13  # the same points over 200 rows: drawn
+    blob = shapes.encode(2000, 10, flat, [0] * len(flat))
+    assert _ids(masks.drawn("k", blob, (), (2000, 10))).max() == 13
+
+
 def test_a_mask_that_is_no_map_is_refused_by_name():
     with pytest.raises(ImageError, match="its 'mask' is not a PNG id map"):
         masks.drawn("k", b"not a map", (images.Turn(6),), (4, 4))
