@@ -35,6 +35,11 @@ MAX_POINTS = 250_000
 # 29 s for a 100x100 image. This is MAX_POINTS over 1,000 rows: 2 to 6 s here, at 8 to 25 ns a
 # point-row (images.fill_polygon of a 10,000-point zigzag at 480 to 13,000 rows).
 MAX_POINT_ROWS = MAX_POINTS * 1_000
+# The most pixels one map's RLE objects decode, all of them together: each decodes the whole
+# map (1 to 5 ns a pixel here), and a COCO JSON's size of 13,000 x 13,000 for a 100x100 image
+# made ten RLEs of two counts each (1.7 KB of JSON) hold a worker 9 s. COCO's crowd regions are
+# one or two an image; a thousand million is 300 RLEs of a 12-megapixel photo.
+MAX_RLE_PIXELS = 1_000_000_000
 
 
 def drawn(
@@ -119,6 +124,12 @@ def draw(key: str, size: tuple[int, int], outlines: list, crowd: list[int]) -> n
                               f"points times its rows of the {width}x{height} it is drawn at), "
                               f"more than shardpack draws in one image ({MAX_POINT_ROWS:,}); "
                               "simplify them")  # fmt: skip
+    rles = sum(isinstance(outline, dict) for outline in outlines)
+    if rles * height * width > MAX_RLE_PIXELS:
+        raise ImageError(key, f"its objects' {rles:,} RLE masks of {width}x{height} pixels each "
+                              f"decode {rles * height * width:,} pixels, more than shardpack "
+                              f"decodes in one image ({MAX_RLE_PIXELS:,}); check the size the "
+                              "annotations give the image")  # fmt: skip
     ids = np.zeros((height, width), np.uint16)
     order = sorted(range(len(outlines)), key=lambda i: not crowd[i])  # crowds first: stable
     for i in order:

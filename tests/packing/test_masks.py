@@ -132,6 +132,20 @@ def test_polygons_spanning_more_point_rows_than_it_draws_are_refused_by_name():
     assert _ids(masks.drawn("k", blob, (), (2000, 10))).max() == 13
 
 
+def test_rle_masks_decoding_more_pixels_than_it_decodes_are_refused_by_name():
+    """Each RLE decodes its whole map, at the size the JSON gives (a 100x100 image annotated as
+    13,000 x 13,000 is taken for a resized copy): ten RLEs of two counts, 1.7 KB of JSON, held
+    a worker 9 s. Refused before any is decoded; as many of a smaller map are decoded."""
+    rle = shapes.check({"size": [2000, 2000], "counts": [0, 4_000_000]}, 2000, 2000)
+    blob = shapes.encode(2000, 2000, [rle] * 251, [1] * 251)  # 1,004,000,000 pixels
+    said = r"k: its objects' 251 RLE masks of 2000x2000 pixels each decode 1,004,000,000 pixels"
+    with pytest.raises(ImageError, match=said):
+        masks.drawn("k", blob, (), (2000, 2000))
+    small = shapes.check({"size": [20, 20], "counts": [0, 400]}, 20, 20)
+    blob = shapes.encode(20, 20, [small] * 251, [1] * 251)
+    assert _ids(masks.drawn("k", blob, (), (20, 20))).max() == 251
+
+
 def test_a_mask_that_is_no_map_is_refused_by_name():
     with pytest.raises(ImageError, match="its 'mask' is not a PNG id map"):
         masks.drawn("k", b"not a map", (images.Turn(6),), (4, 4))
