@@ -114,7 +114,10 @@ class Bar:
 
 
 def print_json(document: object) -> None:
-    typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    """The document as JSON text, UTF-8 throughout: a lone surrogate (a file name's byte that is
+    no UTF-8, as os.fsdecode keeps it) as its JSON escape, which json.loads gives back."""
+    text = json.dumps(document, indent=2, ensure_ascii=False)
+    typer.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def _human_bytes(size: float) -> str:

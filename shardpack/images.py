@@ -388,7 +388,9 @@ def _exif_orientation(tiff: bytes) -> int:
     if order is None:
         return 1
     try:
-        (ifd,) = struct.unpack_from(order + "I", tiff, 4)
+        magic, ifd = struct.unpack_from(order + "HI", tiff, 2)
+        if magic != 42:  # TIFF's number (BigTIFF's 43 too): OpenCV reads no tag past another
+            return 1
         (entries,) = struct.unpack_from(order + "H", tiff, ifd)  # the block is under 64 KiB
         for pos in range(ifd + 2, ifd + 2 + 12 * entries, 12):
             tag, _kind, _count, value = struct.unpack_from(order + "HHIH", tiff, pos)

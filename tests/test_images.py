@@ -444,9 +444,11 @@ def _app1(body: bytes) -> bytes:
     return b"\xff\xe1" + struct.pack(">H", len(body) + 2) + body
 
 
-def _exif(orientation: int, order: str = "<", name: bytes = b"Exif\x00\x00") -> bytes:
+def _exif(
+    orientation: int, order: str = "<", name: bytes = b"Exif\x00\x00", magic: int = 42
+) -> bytes:
     """An APP1 segment of EXIF whose first IFD holds one tag: Orientation (a SHORT)."""
-    tiff = (b"II" if order == "<" else b"MM") + struct.pack(order + "HIH", 42, 8, 1)
+    tiff = (b"II" if order == "<" else b"MM") + struct.pack(order + "HIH", magic, 8, 1)
     tiff += struct.pack(order + "HHIHHI", 0x0112, 3, 1, orientation, 0, 0)
     return _app1(name + tiff)
 
@@ -479,6 +481,10 @@ _XMP = _app1(b"http://ns.adobe.com/xap/1.0/\x00<x:xmpmeta/>")
         (_exif(6, name=b"Nope\x00\x00"),),  # not EXIF: no orientation
         (_app1(b"Exif\x00\x00II*\x00" + struct.pack("<IH", 8, 1)),),  # no room for its entry
         (_exif(9),),  # not an orientation
+        # a TIFF header of another number (BigTIFF's): OpenCV reads no orientation, and a kept
+        # JPEG's boxes were turned a quarter onto pixels that every reader decodes unturned
+        (_exif(6, magic=43),),
+        (_exif(8, ">", magic=0),),
         (),
     ],
 )

@@ -16,6 +16,7 @@ outside it where nothing moves, becomes (0, 0, 0), COCO's "not labelled". A reco
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 
@@ -24,7 +25,7 @@ import numpy as np
 from shardpack import images
 from shardpack.errors import ImageError, Option, ShardpackError
 from shardpack.index import Index
-from shardpack.options import PackOptions, box_column
+from shardpack.options import DEFAULT_MAX_PIXELS, PackOptions, box_column
 from shardpack.packing import masks
 from shardpack.packing.objects import is_mask
 from shardpack.packing.tfdsmeta import is_box
@@ -173,6 +174,7 @@ def follow(
     where: tuple[Move, ...],
     size: tuple[int, int],
     min_visibility: float = 0.0,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> tuple[dict[str, object], Counter[str]]:
     """An item's fields with each feature in `moved` (moved_features) taken through the moves
     `where` (moves() gives them): boxes clipped to the image, keypoints, and a `mask` drawn to
@@ -186,7 +188,9 @@ def follow(
     Raises:
         ImageError: a top-level box column lost boxes beside another list of as many rows,
             which may or may not be per box: the record is skipped rather than misaligned; a
-            mask that cannot be drawn or moved (masks.drawn).
+            list of the boxes' group holds another number of rows than the boxes (which row
+            is whose box cannot be told, and verify refuses it); a mask that cannot be drawn or
+            moved (masks.drawn).
     """
     dropped: Counter[str] = Counter()
     masked = [name for name in moved if name in fields and is_mask(name, schema[name])]
@@ -202,17 +206,18 @@ def follow(
     for name in boxed:
         rows = np.asarray(fields[name], np.float64).reshape(-1, 4)
         _check_rows(key, name, rows)
+        grouped = _group_lists(key, fields, schema, name, len(rows))
         boxes, reasons = _moved(rows, where, min_visibility)
         fields[name] = boxes[reasons == ""].astype(np.float32)
         dropped.update(str(r) for r in reasons if r)
         kept[name.rpartition("/")[0]] = reasons == ""
         if len(boxes) != len(fields[name]):
-            _drop_siblings(key, fields, schema, name, reasons == "", len(rows))
+            _drop_siblings(key, fields, schema, name, reasons == "", grouped)
     for name in pointed:  # where nothing moves them too: one outside the image is unlabelled
         fields[name] = _moved_points(fields[name], where, schema[name].row or 3)
     for name in masked:
         group = name.rpartition("/")[0] or OBJECTS
-        fields[name] = masks.drawn(key, fields[name], where, size, kept.get(group))
+        fields[name] = masks.drawn(key, fields[name], where, size, kept.get(group), max_pixels)
     return fields, dropped
 
 
@@ -270,29 +275,53 @@ def _area(boxes: np.ndarray) -> np.ndarray:
     return np.clip(boxes[:, 2] - boxes[:, 0], 0, None) * np.clip(boxes[:, 3] - boxes[:, 1], 0, None)
 
 
+def _list_rows(fields: dict[str, object], schema: Schema, names: Iterable[str]) -> dict:
+    """Each list feature `names` of the record as its rows (a list of bytes, or an array of one
+    row per object)."""
+    return {other: list(fields[other]) if schema[other].dtype == "bytes" else np.asarray(
+                fields[other]).reshape(-1, *schema[other].shape[1:])
+            for other in names}  # fmt: skip
+
+
+def _group_lists(
+    key: str, fields: dict[str, object], schema: Schema, name: str, count: int
+) -> list[str]:
+    """The per-object lists of the group of boxes `name` (objects/label beside objects/bbox;
+    none for a top-level box column), each checked to hold its `count` rows."""
+    group = name.rpartition("/")[0]
+    names = [other for other in fields if group and other != name
+             and other.startswith(group + "/") and schema[other].is_list]  # fmt: skip
+    for other in names:
+        shape = schema[other].shape
+        value = fields[other]  # counted unconverted: this runs for every record of objects
+        held = len(value) if len(shape) == 1 else np.size(value) // math.prod(shape[1:])
+        if held != count:  # stored, verify would call its shard damaged
+            raise ImageError(key, f"{other!r} holds {held} rows beside {count} boxes in "
+                                  f"{name!r}: which is whose box cannot be told; give each "
+                                  "box one row of each list of its group")  # fmt: skip
+    return names
+
+
 def _drop_siblings(
-    key: str, fields: dict[str, object], schema: Schema, name: str, kept: np.ndarray, count: int
+    key: str,
+    fields: dict[str, object],
+    schema: Schema,
+    name: str,
+    kept: np.ndarray,
+    grouped: list[str],
 ) -> None:
-    """Drop the rows of `name`'s per-object siblings that its boxes lost (see follow)."""
-    group, _, _ = name.rpartition("/")
-    for other, value in fields.items():
-        feature = schema[other]
-        if other == name or not feature.is_list:
-            continue
-        rows = list(value) if feature.dtype == "bytes" else np.asarray(value).reshape(
-            -1, *feature.shape[1:])  # fmt: skip
-        if not group:
+    """Drop the rows of `name`'s per-object siblings (`grouped`: _group_lists's) that its boxes
+    lost (see follow)."""
+    count = len(kept)
+    if not name.rpartition("/")[0]:  # a top-level box column: a list as long may be per box
+        lists = [other for other in fields if other != name and schema[other].is_list]
+        for other, rows in _list_rows(fields, schema, lists).items():
             if len(rows) == count:
                 raise ImageError(key, f"{count - int(kept.sum())} of its {count} boxes in "
                                       f"{name!r} have nothing left in the image, and {other!r} "
                                       f"holds {count} rows too, which may be one per box: name "
                                       f"per-box columns objects/bbox, objects/<name> so that "
                                       "they are dropped together")  # fmt: skip
-            continue
-        if not other.startswith(group + "/"):
-            continue
-        if len(rows) != count:
-            raise ImageError(key, f"{other!r} holds {len(rows)} rows beside {count} boxes in "
-                                  f"{name!r}")  # fmt: skip
+    for other, rows in _list_rows(fields, schema, grouped).items():
         fields[other] = [v for v, k in zip(rows, kept, strict=True) if k] if isinstance(
             rows, list) else rows[kept]  # fmt: skip

@@ -17,6 +17,7 @@ import numpy as np
 
 from shardpack import images
 from shardpack.errors import ImageError
+from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.signatures import sniff
 from shardpack.sources import shapes
 
@@ -28,6 +29,17 @@ MAX_OBJECTS = 65535
 # not how many an object or an image has. COCO's busiest images hold thousands; as many as a
 # YOLO label file of 4 MiB holds.
 MAX_POINTS = 250_000
+# The most point-rows one map draws: each polygon's points times the rows it spans, all its
+# objects' together. MAX_POINTS bounds the points, not the rows a COCO JSON's size (up to
+# --max-pixels, whatever the image's) gives them: 250,000 points over 13,000 rows held a worker
+# 29 s for a 100x100 image. This is MAX_POINTS over 1,000 rows: 2 to 6 s here, at 8 to 25 ns a
+# point-row (images.fill_polygon of a 10,000-point zigzag at 480 to 13,000 rows).
+MAX_POINT_ROWS = MAX_POINTS * 1_000
+# The most pixels one map's RLE objects decode, all of them together: each decodes the whole
+# map (1 to 5 ns a pixel here), and a COCO JSON's size of 13,000 x 13,000 for a 100x100 image
+# made ten RLEs of two counts each (1.7 KB of JSON) hold a worker 9 s. COCO's crowd regions are
+# one or two an image; a thousand million is 300 RLEs of a 12-megapixel photo.
+MAX_RLE_PIXELS = 1_000_000_000
 
 
 def drawn(
@@ -36,27 +48,29 @@ def drawn(
     where: tuple[Move, ...],
     size: tuple[int, int],
     kept: np.ndarray | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> bytes:
     """A record's `mask` value as stored: its map taken through `where` to the stored image's
     `size` (height, width), the objects `kept` False (boxes.follow's drops) cleared and the rest
     renumbered, as a PNG. A PNG given with nothing to do is kept as it is.
 
     Raises:
-        ImageError: the value is neither a shapes blob nor a PNG id map, an RLE does not decode
-            to its size, or the annotations' image size is not the image's (the outlines would
-            land on other pixels).
+        ImageError: the value is neither a shapes blob nor a PNG id map, a PNG of more than
+            `max_pixels` pixels, an RLE does not decode to its size, or the annotations' image
+            size is not the image's (the outlines would land on other pixels).
     """
     outlines = shapes.decode(value)
     if outlines is None and not where and (kept is None or kept.all()):
         return value
     if outlines is not None and outlines[0] is None:  # fractions of the image's sides
         outlines = _in_pixels(outlines, shown_size(where, size))
-    if outlines is None:
-        ids = _read_png(key, value)
+    if outlines is None:  # a stored map: its size checked from its header, then decoded
+        shape = _png_size(key, value, max_pixels)
         if all(isinstance(move, images.Turn) or move.source for move in where):
             turn = next((move for move in where if isinstance(move, images.Turn)), None)
-            check_size(key, ids.shape, shown_size(where, size), turn and turn.orientation,
+            check_size(key, shape, shown_size(where, size), turn and turn.orientation,
                        stored_map=True)  # fmt: skip
+        ids = _read_png(key, value)
     else:
         ids = draw(key, *outlines)
     for move in where:
@@ -103,6 +117,19 @@ def draw(key: str, size: tuple[int, int], outlines: list, crowd: list[int]) -> n
         raise ImageError(key, f"its objects' polygons hold {points:,} points, more than shardpack "
                               f"draws in one image ({MAX_POINTS:,}); simplify them")  # fmt: skip
     height, width = size
+    spans = sum(len(p) * _rows(p, height) for outline in outlines if not isinstance(outline, dict)
+                for p in outline)  # fmt: skip
+    if spans > MAX_POINT_ROWS:
+        raise ImageError(key, f"its objects' polygons span {spans:,} point-rows (each one's "
+                              f"points times its rows of the {width}x{height} it is drawn at), "
+                              f"more than shardpack draws in one image ({MAX_POINT_ROWS:,}); "
+                              "simplify them")  # fmt: skip
+    rles = sum(isinstance(outline, dict) for outline in outlines)
+    if rles * height * width > MAX_RLE_PIXELS:
+        raise ImageError(key, f"its objects' {rles:,} RLE masks of {width}x{height} pixels each "
+                              f"decode {rles * height * width:,} pixels, more than shardpack "
+                              f"decodes in one image ({MAX_RLE_PIXELS:,}); check the size the "
+                              "annotations give the image")  # fmt: skip
     ids = np.zeros((height, width), np.uint16)
     order = sorted(range(len(outlines)), key=lambda i: not crowd[i])  # crowds first: stable
     for i in order:
@@ -113,6 +140,15 @@ def draw(key: str, size: tuple[int, int], outlines: list, crowd: list[int]) -> n
         for polygon in outline:  # several: the object's parts, their union (as pycocotools)
             images.fill_polygon(ids, np.asarray(polygon, np.float64).reshape(-1, 2), i + 1)
     return ids
+
+
+def _rows(polygon: np.ndarray, height: int) -> int:
+    """How many of an image's `height` rows a polygon ((x, y) rows in pixels) spans."""
+    if not len(polygon):
+        return 0
+    ys = np.asarray(polygon, np.float64).reshape(-1, 2)[:, 1]
+    top, bottom = np.clip(np.ceil([ys.min() - 0.5, ys.max() - 0.5]), 0, height)  # as it fills
+    return int(bottom - top)
 
 
 def rle_mask(key: str, rle: dict, height: int, width: int) -> np.ndarray:
@@ -142,11 +178,22 @@ def _renumbered(ids: np.ndarray, kept: np.ndarray) -> tuple[np.ndarray, int]:
     return table[np.minimum(ids, len(kept))], int(kept.sum())
 
 
-def _read_png(key: str, value: bytes) -> np.ndarray:
-    """A stored id map (a repack's): a one-channel 8- or 16-bit PNG."""
+def _png_size(key: str, value: bytes, max_pixels: int) -> tuple[int, int]:
+    """(height, width) of a stored id map (a repack's PNG) from its header, refused past
+    `max_pixels` as an image is: a few kilobytes of PNG can hold gigabytes of pixels."""
     if sniff(value) != "png":
         raise ImageError(key, "its 'mask' is not a PNG id map nor shapes to draw; drop the "
                               "feature or pack without --resize/--max-side")  # fmt: skip
+    try:
+        info = images.probe(value)
+        images.check_pixels(info.height, info.width, max_pixels)  # type: ignore[union-attr]
+    except images.BadImage as e:
+        raise ImageError(key, f"its 'mask': {e}") from None
+    return info.height, info.width  # type: ignore[union-attr]
+
+
+def _read_png(key: str, value: bytes) -> np.ndarray:
+    """A stored id map (a repack's): a one-channel 8- or 16-bit PNG (_png_size's checked)."""
     try:
         ids = images.decode_labels(value)
     except images.BadImage as e:

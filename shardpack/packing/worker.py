@@ -223,7 +223,7 @@ def _kept_record(
     features = held.record(item, where)
     if not looks.moved:
         size = features["height"], features["width"]
-        features.update(_fields(item, schema, (), (), size, options.min_visibility)[0])
+        features.update(_fields(item, schema, (), (), size, options)[0])
     return features, dict(where.dropped)
 
 
@@ -241,8 +241,7 @@ def _record(
     kept = features["image"] is loaded  # stored as it came
     taken = boxes.moves(orientation, kept, where, source.name) if looks.moved else ()
     size = features["height"], features["width"]
-    fields, dropped = _fields(item, schema, looks.moved, taken, size, options.min_visibility,
-                              orientation)  # fmt: skip
+    fields, dropped = _fields(item, schema, looks.moved, taken, size, options, orientation)
     features.update(fields)
     if looks.original:
         features.update(_original(loaded))
@@ -305,13 +304,14 @@ def _fields(
     moved: tuple[str, ...],
     where: tuple[boxes.Move, ...],
     size: tuple[int, int],
-    min_visibility: float,
+    options: PackOptions,
     orientation: int | None = None,
 ) -> tuple[dict[str, object], dict[str, int]]:
     """The item's label and other fields, its geometry (`moved`) taken where its pixels went
-    to the stored `size` (boxes.follow, boxes under `min_visibility` dropped), encoded as the
-    schema declares them; and the boxes dropped, by reason. An ANNOTATED_SIZE field is checked
-    against the image as displayed (`orientation`: its EXIF one), not written."""
+    to the stored `size` (boxes.follow: boxes under the options' min_visibility dropped, a
+    stored mask of more than their max_pixels refused), encoded as the schema declares them;
+    and the boxes dropped, by reason. An ANNOTATED_SIZE field is checked against the image as
+    displayed (`orientation`: its EXIF one), not written."""
     values = dict(item.fields)
     if ANNOTATED_SIZE in values and ANNOTATED_SIZE not in schema:
         height, width, file = values.pop(ANNOTATED_SIZE)
@@ -324,7 +324,7 @@ def _fields(
     # a mask drawn whatever the moves
     if moved:
         values, dropped = boxes.follow(item.key, values, schema, moved, where, size,
-                                       min_visibility)  # fmt: skip
+                                       options.min_visibility, options.max_pixels)  # fmt: skip
     return {name: example_value(schema[name], value) for name, value in values.items()}, dropped
 
 

@@ -22,9 +22,9 @@ are counted in a warning; unknown keys are ignored.
 from __future__ import annotations
 
 import json
-import math
 import posixpath
 import re
+import sys
 from collections import Counter
 from collections.abc import Mapping
 
@@ -171,8 +171,9 @@ def read_json(root: Storage, path: str) -> dict:
 
 
 def _number(value: object) -> bool:
-    """A finite JSON number (a bool is no number: its type is not int's)."""
-    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+    """A finite JSON number, of a float's range (a bool is no number: its type is not int's;
+    JSON's integers have no bound, and one past a float's would overflow each division)."""
+    return type(value) in (int, float) and abs(value) <= sys.float_info.max  # type: ignore
 
 
 def _count(value: object) -> bool:

@@ -108,8 +108,13 @@ class ManifestSource(Source):
             # an HTTP header: past ASCII or with a line break, every URL failed as 'bad answer'
             raise OptionError(Option("user_agent"), " must be printable ASCII (it is sent as an "
                               f"HTTP header), got: {agent!r}")  # fmt: skip
+        formats: dict[str, str] = {}
         for entry in options.box_columns or ():
-            box_column(entry)
+            name, fmt = box_column(entry)
+            if formats.setdefault(name, fmt) != fmt:  # the last was taken, unsaid
+                raise OptionError(Option("box_columns"), f" names column {name!r} twice, as "
+                                  f"{formats[name]} and {fmt}; name it once, in its "
+                                  "format")  # fmt: skip
         if options.label_column is not None and options.label_column == options.path_column:
             raise OptionError(Option("label_column", options.label_column), " names the column "
                               "of image paths; pass the column of labels")  # fmt: skip

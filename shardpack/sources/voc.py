@@ -21,10 +21,10 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from shardpack.errors import SourceError
+from shardpack.errors import SourceError, printable
 from shardpack.options import PackOptions
 from shardpack.schema import BOX_REACH, Feature
-from shardpack.sources.classlist import check_class_name
+from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.folder import folder_entries
 from shardpack.sources.objects import (
     ANNOTATED_SIZE,
@@ -248,8 +248,7 @@ def _classes(found: dict, where: str) -> tuple[str, ...]:
              for n in objects[LABEL]}  # fmt: skip
     if names <= set(VOC_CLASSES):
         return VOC_CLASSES
-    for name in names:
-        check_class_name(name, where)
+    check_class_count(len(names), where, "the annotations' <name>s")  # each checked as read
     return tuple(sorted(names))
 
 
@@ -294,7 +293,11 @@ def _objects(data: bytes, name: str, tally: _Tally) -> dict[str, tuple]:
         label = (tags.get("name") or "").strip()
         if not label:
             raise BadAnnotation(f"{name}: object {number} has no <name>; give it its class")
-        at = f"{name} object {number} ({label})"
+        at = f"{name} object {number} ({printable(label)})"
+        try:  # here, not once for the dataset: the XML and object are what to fix
+            check_class_name(label, at)
+        except SourceError as e:
+            raise BadAnnotation(str(e)) from None
         box = _children(obj.find("bndbox"))
         xmin, ymin = _number(box, "bndbox/", "xmin", at), _number(box, "bndbox/", "ymin", at)
         xmax, ymax = _number(box, "bndbox/", "xmax", at), _number(box, "bndbox/", "ymax", at)
@@ -332,7 +335,7 @@ def _decoded(data: bytes, name: str) -> bytes | str:
         return data
     try:
         return data.decode(encoding)
-    except (LookupError, UnicodeDecodeError) as e:
+    except (LookupError, UnicodeError) as e:  # punycode's, undefined's: no UnicodeDecodeError
         raise BadAnnotation(f"{name}: cannot be read in the encoding it declares, {encoding} "
                             f"({e}); save it as UTF-8") from None  # fmt: skip
 

@@ -195,7 +195,7 @@ _NOT_LABELS = frozenset({"classes.txt"})
 def _orphans(root: Storage, places: dict[str, list[str]], read: set[str]) -> list[str]:
     """A warning counting the label files in the split folders' label folders that no image
     found has: named otherwise than their image, or of an image shardpack does not read."""
-    folders = {posixpath.dirname(label_path(f"{place}/x.jpg"))
+    folders = {posixpath.dirname(label_path(posixpath.join(place, "x.jpg")))
                for places_of in places.values() for place in places_of}  # fmt: skip
     orphans = sorted(
         name
@@ -394,6 +394,7 @@ def _names(doc: dict, where: str) -> tuple[str, ...]:
     if not isinstance(names, list) or not names:
         raise SourceError(f"{where}: names is not a list of class names, nor a map of class "
                           "numbers to names; fix it")  # fmt: skip
+    check_class_count(len(names), where, "data.yaml's names")
     if not all(isinstance(n, str | int | float) and not isinstance(n, bool) for n in names):
         raise SourceError(f"{where}: a class name in names is not text; fix it")
     names = tuple(str(n).strip() for n in names)
@@ -484,6 +485,10 @@ def _images(root: Storage, place: str, skipped: list[tuple[str, str]]) -> list[E
         if posixpath.isabs(line) or name.startswith("../") or name == "..":
             skipped.append((line, f"{root.path(place)} line {number}: names an image outside "
                                   "SRC; name it relative to the list's folder"))  # fmt: skip
+            continue
+        if "\0" in line:  # no file's name holds one: the system refuses the path
+            skipped.append((line, f"{root.path(place)} line {number}: holds a NUL, which no "
+                                  "file name does; fix the line"))  # fmt: skip
             continue
         try:
             found.append(Entry(name, False, root.size(name)))

@@ -89,6 +89,21 @@ def test_json_outputs(src: Path, tmp_path: Path):
     assert described["splits"]["train"]["class_counts"] == {"a": 4, "b": 3}
 
 
+def test_json_output_is_utf8_that_gives_back_a_name_of_undecodable_bytes(tmp_path: Path):
+    """A skipped file named in Latin-1 (`caf\\xe9.jpg`, kept by os.fsdecode as a lone
+    surrogate) was written to stdout as its raw byte: no UTF-8, so `json.load` of the output
+    failed (and a locale without surrogateescape would have failed the write). It is the JSON
+    escape of the surrogate, which json.loads and os.fsencode turn back into the name."""
+    src = make_tree(tmp_path / "src", {"a": 2})
+    name = os.fsdecode(b"caf\xe9.jpg")
+    (src / "a" / name).write_bytes(b"not an image")
+    args = ["pack", str(src), str(tmp_path / "out"), "--json", "--workers", "1", "--no-progress"]
+    run = subprocess.run([*SHARDPACK, *args], capture_output=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    (skipped,) = json.loads(run.stdout.decode("utf-8"))["skipped_items"]
+    assert os.fsencode(skipped["key"]) == b"a/caf\xe9.jpg"
+
+
 # A real SIGINT (or `signal`), sent by the CLI's own process as it first imports `module`:
 # Ctrl-C at a known point of a command, with no wait. typer is the first import the command
 # makes that `import shardpack` does not (Ctrl-C in its first 0.3 s); a command's library

@@ -295,6 +295,34 @@ def test_a_box_dropped_beside_a_list_as_long_is_a_skip_not_a_misalignment(tmp_pa
     assert skipped["key"] == "a.png" and "'colours' holds 3 rows too" in skipped["reason"]
 
 
+@pytest.mark.parametrize("resize", [None, (200, 200)])
+def test_an_objects_list_of_another_length_than_its_boxes_is_a_skip_verify_never_sees(
+    tmp_path: Path, resize: tuple | None
+):
+    """objects/label of 2 rows beside 1 box was packed as it was (its rows were counted only
+    when a box was dropped): verify then called the shard damaged, to be packed again."""
+    from shardpack.read.verify import verify
+
+    inside = [0.1, 0.1, 0.6, 0.6]
+    rows = [("a.png", _png(_photo()), {"objects/bbox": [inside], "objects/label": [1, 2]}),
+            ("b.png", _png(_photo()), {"objects/bbox": [inside], "objects/label": [1],
+                                       "objects/points": [[0.2, 0.2, 2]] * 2}),
+            ("c.png", _png(_photo()), {"objects/bbox": [inside, inside], "objects/label": [1, 3],
+                                       "objects/points": [[0.2, 0.2, 2]] * 2})]  # fmt: skip
+    src = _manifest(tmp_path / "src", rows)
+    result = _pack(src, tmp_path / "out", **({"resize": resize} if resize else {}))
+    (record,) = iter_examples(tmp_path / "out")
+    assert record["key"] == "c.png" and record["objects/label"].tolist() == [1, 3]
+    reasons = {s["key"]: s["reason"] for s in result.to_json()["skipped_items"]}
+    assert reasons == {
+        "a.png": "'objects/label' holds 2 rows beside 1 boxes in 'objects/bbox': which is whose "
+        "box cannot be told; give each box one row of each list of its group",
+        "b.png": "'objects/points' holds 2 rows beside 1 boxes in 'objects/bbox': which is whose "
+        "box cannot be told; give each box one row of each list of its group",
+    }
+    assert verify(tmp_path / "out").ok
+
+
 # Each EXIF orientation: Pillow's transpose that makes the stored image from the displayed one
 # (the inverse of ImageOps.exif_transpose's), and the albumentations steps that do the same.
 T = Image.Transpose

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from shardpack import images
-from shardpack.errors import ImageError
+from shardpack.errors import ImageError, SourceError
 from shardpack.packing import masks
 from shardpack.sources import shapes
 from tests.packing.test_boxes import STORED
@@ -117,6 +117,35 @@ def test_an_image_of_more_polygon_points_than_it_draws_is_refused_by_name():
         masks.drawn("k", blob, (), (10, 10))
 
 
+def test_polygons_spanning_more_point_rows_than_it_draws_are_refused_by_name():
+    """Under the points' cap, but over the rows of a JSON's size (a 100x100 image annotated as
+    13,000 x 13,000 is taken for a resized copy): drawing costs points x rows, and held a worker
+    29 s a record. Refused before any is drawn; the same points over fewer rows are drawn."""
+    zigzag = np.array([((i % 2) * 9, i * 0.2) for i in range(10_000)], "<f4")  # 2,000 rows
+    outlines = [[zigzag]] * 13  # 130,000 points over 2,000 rows: 260,000,000 point-rows
+    blob = shapes.encode(2000, 10, outlines, [0] * len(outlines))
+    said = r"k: its objects' polygons span 260,000,000 point-rows \(each one's points times"
+    with pytest.raises(ImageError, match=said):
+        masks.drawn("k", blob, (), (2000, 10))
+    flat = [[zigzag * np.array([1, 0.1], "<f4")]] * 13  # the same points over 200 rows: drawn
+    blob = shapes.encode(2000, 10, flat, [0] * len(flat))
+    assert _ids(masks.drawn("k", blob, (), (2000, 10))).max() == 13
+
+
+def test_rle_masks_decoding_more_pixels_than_it_decodes_are_refused_by_name():
+    """Each RLE decodes its whole map, at the size the JSON gives (a 100x100 image annotated as
+    13,000 x 13,000 is taken for a resized copy): ten RLEs of two counts, 1.7 KB of JSON, held
+    a worker 9 s. Refused before any is decoded; as many of a smaller map are decoded."""
+    rle = shapes.check({"size": [2000, 2000], "counts": [0, 4_000_000]}, 2000, 2000)
+    blob = shapes.encode(2000, 2000, [rle] * 251, [1] * 251)  # 1,004,000,000 pixels
+    said = r"k: its objects' 251 RLE masks of 2000x2000 pixels each decode 1,004,000,000 pixels"
+    with pytest.raises(ImageError, match=said):
+        masks.drawn("k", blob, (), (2000, 2000))
+    small = shapes.check({"size": [20, 20], "counts": [0, 400]}, 20, 20)
+    blob = shapes.encode(20, 20, [small] * 251, [1] * 251)
+    assert _ids(masks.drawn("k", blob, (), (20, 20))).max() == 251
+
+
 def test_a_mask_that_is_no_map_is_refused_by_name():
     with pytest.raises(ImageError, match="its 'mask' is not a PNG id map"):
         masks.drawn("k", b"not a map", (images.Turn(6),), (4, 4))
@@ -154,3 +183,39 @@ def test_a_normalised_polygon_is_drawn_at_the_size_its_moves_start_from(upright:
     np.testing.assert_array_equal(alone, images.Turn(6, upright).move_pixels(
         _ids(masks.drawn("k", in_pixels, (), start))))  # fmt: skip
     assert alone.max() == 1  # the second object, of no polygon, has no pixel
+
+
+def test_a_stored_map_of_more_pixels_than_max_pixels_is_refused_before_it_is_decoded(tmp_path):
+    """A repack's `mask` PNG is a stranger's bytes: one of the image's shape but 10 times its
+    sides (a resized copy, taken) was decoded whatever its size, where an image's size is
+    checked against --max-pixels first: 900 KB of PNG made a worker decode 30,000 x 30,000
+    pixels (2.6 GB, 25 s) a record. It is refused from its header, as an image is."""
+    import json
+
+    from shardpack.containers import example, tfrecord
+    from shardpack.options import PackOptions
+    from shardpack.packing.packer import pack
+    from shardpack.storage import storage_at
+    from tests.helpers import vouch_size, write_image
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    write_image(src / "val/a.png", np.full((80, 120, 3), 128, np.uint8))
+    (src / "annotations").mkdir()
+    (src / "annotations/instances_val.json").write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "a.png", "width": 120, "height": 80}],
+        "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 10, 30, 20],
+                         "segmentation": [[10, 10, 40, 10, 40, 30, 10, 30]]}],
+        "categories": [{"id": 1, "name": "cat"}]}))  # fmt: skip
+    pack(src, out, PackOptions(workers=1, shuffle=False))
+    (file,) = [p.name for p in out.iterdir() if ".tfrecord-" in p.name]
+    ((_, data),) = tfrecord.iter_records(storage_at(str(out)), file)
+    record = example.decode_example(bytes(data))
+    big = np.zeros((800, 1200), np.uint8)
+    big[100:300, 100:400] = 1
+    record["mask"] = [masks.encode(big, 1)]  # the polygon's own map, at 10 times the sides
+    (out / file).write_bytes(tfrecord.frame(example.encode_example(record)))
+    vouch_size(out, file)
+    options = PackOptions(workers=1, resize=(60, 40), max_pixels=500_000)
+    said = r"1 item skipped \(the first, val/a\.png: its 'mask': 1200x800 pixels is over"
+    with pytest.raises(SourceError, match=said):  # its only record: nothing packed
+        pack(out, tmp_path / "again", options)

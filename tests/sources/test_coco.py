@@ -315,9 +315,14 @@ def _second(doc: dict, **changes) -> None:
         (lambda d: _second(d, area="1200"), "annotation 12: area '1200' is not a number of"),
         # a text "0" was taken for true: a crowd, whose pixels any object hides
         (lambda d: _second(d, iscrowd="0"), "annotation 12: iscrowd '0' is not 0 or 1"),
+        # integers past a float's range (JSON's have no bound): an OverflowError's traceback
+        (lambda d: _second(d, bbox=[70, 20, 10**400, 50]), "annotation 12: bbox [70, 20, 1000"),
+        (lambda d: _second(d, area=-(10**400)), "annotation 12: area -1000"),
+        (lambda d: _second(d, keypoints=[10**400, 25, 2]), "keypoints is not a list of (x, y,"),
     ],
     ids=["bbox", "category", "rle-size", "keypoints", "rle-cut", "rle-cover", "rle-long",
-         "area-huge", "area-box", "bbox-far", "area-nan", "area-text", "iscrowd-text"],
+         "area-huge", "area-box", "bbox-far", "area-nan", "area-text", "iscrowd-text",
+         "bbox-past-float", "area-past-float", "keypoints-past-float"],
 )  # fmt: skip
 def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, change, reason):
     src = _broken(tmp_path, change)

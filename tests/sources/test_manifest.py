@@ -551,6 +551,11 @@ def test_box_columns_that_are_not_boxes_are_refused_in_one_line(tmp_path: Path):
     with pytest.raises(OptionError, match="boxes in pixels are not read yet") as caught:
         scan(src, PackOptions(box_columns=("px:xywh-pixels",)))  # the manifest's check
     assert caught.value.options == ("box_columns",)
+    # one column in two formats: the last was taken, unsaid; in one format twice it is one
+    with pytest.raises(OptionError, match=r"names column 'px' twice, as xywh and xyxy; name it"):
+        scan(src, PackOptions(box_columns=("px:xywh", "px:xyxy")))
+    with pytest.raises(SourceError, match=r"column 'px' holds int64"):
+        scan(src, PackOptions(box_columns=("px", "px:yxyx")))
     (tmp_path / "tree" / "cat").mkdir(parents=True)
     (tmp_path / "tree" / "cat" / "a.png").write_bytes(b"")
     with pytest.raises(SourceError, match="box_columns= is for a manifest table"):

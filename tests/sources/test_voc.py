@@ -17,7 +17,7 @@ import pytest
 from shardpack.errors import ImageError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
-from shardpack.sources import scan
+from shardpack.sources import classlist, scan
 from shardpack.sources.voc import VOC_CLASSES
 from tests.packing.test_boxes import BOXES, TALL, TALL_BOXES, _photo
 from tests.sources.test_yolo import (
@@ -215,6 +215,9 @@ def test_an_xml_in_a_multi_byte_encoding_is_read_or_skipped_not_a_traceback(tmp_
     xmls = {
         "gbk": ('<?xml version="1.0" encoding="GBK"?>' + xml).encode("gbk"),
         "wide": ('<?xml version="1.0" encoding="utf-16-be"?>' + xml).encode("utf-16-be"),
+        # codecs whose decode fails with a UnicodeError, not its UnicodeDecodeError subclass
+        "puny": ('<?xml version="1.0" encoding="punycode"?>' + xml).encode(),
+        "undefined": ('<?xml version="1.0" encoding="undefined"?>' + xml).encode(),
     }
     for name, data in xmls.items():
         write(tmp_path / f"JPEGImages/{name}.jpg", _jpeg(_photo(20, 40, {})))
@@ -222,9 +225,40 @@ def test_an_xml_in_a_multi_byte_encoding_is_read_or_skipped_not_a_traceback(tmp_
     dataset = scan(tmp_path)
     (item,) = dataset.splits["train"]
     assert item.key == "JPEGImages/gbk.jpg" and dataset.schema["objects/label"].classes == ("狗",)
-    assert dict(dataset.skipped)["JPEGImages/wide.jpg"] == (
+    reasons = dict(dataset.skipped)
+    assert reasons["JPEGImages/wide.jpg"] == (
         "Annotations/wide.xml: cannot be read (multi-byte encodings are not supported); save "
         "it as UTF-8")  # fmt: skip
+    for name in ("puny", "undefined"):
+        assert reasons[f"JPEGImages/{name}.jpg"].startswith(
+            f"Annotations/{name}.xml: cannot be read in the encoding it declares, {name}"
+        )
+
+
+def test_a_class_name_no_line_can_hold_skips_its_image_naming_the_xml(tmp_path: Path):
+    """A <name> with a line break (`&#10;`) stopped the whole run naming SRC alone, not the XML
+    that holds it; it skips its image, naming the XML and the object, as a bad box does."""
+    for name, label in (("a", "dog"), ("b", "ant&#10;eater")):
+        write(tmp_path / f"JPEGImages/{name}.jpg", _jpeg(_photo(20, 40, {})))
+        write(tmp_path / f"Annotations/{name}.xml",
+              voc_xml(20, 40, [(label, (0, 0, 10, 20), 0, 0, "Left")]))  # fmt: skip
+    dataset = scan(tmp_path)
+    assert [item.key for item in dataset.splits["train"]] == ["JPEGImages/a.jpg"]
+    assert dict(dataset.skipped)["JPEGImages/b.jpg"] == (
+        "Annotations/b.xml object 0 (ant\\neater): the class name 'ant\\neater' holds a "
+        "control character or a line break, but class names are written one per line: rename it"
+    )
+
+
+def test_more_class_names_than_the_limit_are_one_line(tmp_path: Path, monkeypatch):
+    """The names found were taken whole, where every other source counts its classes."""
+    for n, label in enumerate(("ant", "bee", "cow")):
+        write(tmp_path / f"JPEGImages/{n}.jpg", _jpeg(_photo(20, 40, {})))
+        write(tmp_path / f"Annotations/{n}.xml",
+              voc_xml(20, 40, [(label, (0, 0, 10, 20), 0, 0, "Left")]))  # fmt: skip
+    monkeypatch.setattr(classlist, "MAX_CLASSES", 2)
+    with pytest.raises(SourceError, match=r": the annotations' <name>s make 3 classes, over"):
+        scan(tmp_path)
 
 
 def test_a_src_inside_a_voc_folder_is_told_to_pass_it_and_one_beside_it_is_not(tmp_path: Path):

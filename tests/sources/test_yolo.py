@@ -22,7 +22,7 @@ from shardpack.errors import ImageError, SourceError
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
-from shardpack.sources import scan
+from shardpack.sources import classlist, scan
 from shardpack.sources.yolo import label_path
 from tests.helpers import run_cli
 from tests.packing.test_boxes import (
@@ -353,6 +353,17 @@ def test_a_bad_data_yaml_is_one_line_naming_it(tmp_path: Path, text: str, words:
     assert "\n" not in str(caught.value)
 
 
+def test_a_data_yaml_naming_more_classes_than_the_limit_is_one_line(tmp_path, monkeypatch):
+    """A list of names was taken whole (a map was counted): a data.yaml of 16 MiB makes
+    millions of classes, each a line of label.labels.txt and a name in index.json."""
+    write(tmp_path / "images/a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
+    write(tmp_path / "labels/a.txt", "")
+    write(tmp_path / "data.yaml", "names: [a, b, c]\n")
+    monkeypatch.setattr(classlist, "MAX_CLASSES", 2)
+    with pytest.raises(SourceError, match=r"data\.yaml: data\.yaml's names make 3 classes, over"):
+        scan(tmp_path)
+
+
 def test_without_pyyaml_data_yaml_is_one_line_giving_the_checkout_s_install(
     tmp_path: Path, monkeypatch
 ):
@@ -369,7 +380,8 @@ def test_a_split_listed_in_a_txt_file_stays_inside_src(tmp_path: Path):
     src = tmp_path / "src"
     write(src / "images/a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
     write(src / "labels/a.txt", "0 0.5 0.5 0.2 0.2\n")
-    write(src / "lists/train.txt", "../images/a.png\n/etc/passwd\n../../x.png\n../images/b.png\n")
+    write(src / "lists/train.txt", "../images/a.png\n/etc/passwd\n../../x.png\n../images/b.png\n"
+                                   "../images/a\0.png\n")  # fmt: skip
     write(src / "data.yaml", "train: lists/train.txt\nnames: [a]\n")
     dataset = scan(src)
     assert [item.key for item in dataset.splits["train"]] == ["images/a.png"]
@@ -377,8 +389,27 @@ def test_a_split_listed_in_a_txt_file_stays_inside_src(tmp_path: Path):
     assert "line 2: names an image outside SRC" in reasons["/etc/passwd"]
     assert "line 3: names an image outside SRC" in reasons["../../x.png"]
     assert "line 4: cannot read the image" in reasons["images/b.png"]
+    # a NUL, which no path holds: the system's ValueError was a traceback out of the scan
+    assert "line 5: holds a NUL, which no file name does" in reasons["../images/a\0.png"]
     with pytest.raises(SourceError, match=r"holds no data\.yaml, and no images/ folder beside"):
         scan(src / "lists", PackOptions(source="yolo"))
+
+
+def test_a_split_of_src_itself_looks_for_stray_label_files_in_src_not_in_the_system_root(
+    tmp_path: Path,
+):
+    """data.yaml's `train: .` (images beside their label files in SRC): the label files no image
+    has were looked for under '/x.jpg''s folder, the whole file system walked from /."""
+    src = tmp_path / "src"
+    write(src / "a.png", cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes())
+    write(src / "a.txt", "0 0.5 0.5 0.2 0.2\n")
+    write(src / "stray.txt", "0 0.5 0.5 0.2 0.2\n")
+    write(src / "data.yaml", "train: .\nnames: [a]\n")
+    result = run_cli("pack", str(src), str(tmp_path / "out"), "--no-progress", "--workers", "1")
+    assert result.returncode == 0, result.stderr
+    assert "1 label file matches no image found (the first: stray.txt)" in result.stderr
+    (record,) = iter_examples(tmp_path / "out")
+    np.testing.assert_allclose(record["objects/bbox"], [[0.4, 0.4, 0.6, 0.6]])
 
 
 def test_a_grow_that_brings_the_first_polygon_is_refused_naming_the_mask_it_adds(tmp_path: Path):
