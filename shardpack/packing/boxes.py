@@ -287,19 +287,28 @@ def _group_lists(
     key: str, fields: dict[str, object], schema: Schema, name: str, count: int
 ) -> list[str]:
     """The per-object lists of the group of boxes `name` (objects/label beside objects/bbox;
-    none for a top-level box column), each checked to hold its `count` rows."""
+    none for a top-level box column), each checked to hold its `count` rows (_check_rows_of)."""
     group = name.rpartition("/")[0]
     names = [other for other in fields if group and other != name
              and other.startswith(group + "/") and schema[other].is_list]  # fmt: skip
     for other in names:
-        shape = schema[other].shape
-        value = fields[other]  # counted unconverted: this runs for every record of objects
-        held = len(value) if len(shape) == 1 else np.size(value) // math.prod(shape[1:])
-        if held != count:  # stored, verify would call its shard damaged
-            raise ImageError(key, f"{other!r} holds {held} rows beside {count} boxes in "
-                                  f"{name!r}: which is whose box cannot be told; give each "
-                                  "box one row of each list of its group")  # fmt: skip
+        _check_rows_of(key, fields, schema, other, (name, count))
     return names
+
+
+def _check_rows_of(
+    key: str, fields: dict[str, object], schema: Schema, other: str, boxes: tuple[str, int]
+) -> None:
+    """Refuse the list `other` unless it holds a row for each of the `boxes` (their feature's
+    name and count): stored, verify would call its shard damaged."""
+    name, count = boxes
+    shape = schema[other].shape
+    value = fields[other]  # counted unconverted: this runs for every record of objects
+    held = len(value) if len(shape) == 1 else np.size(value) // math.prod(shape[1:])
+    if held != count:
+        raise ImageError(key, f"{other!r} holds {held} rows beside {count} boxes in "
+                              f"{name!r}: which is whose box cannot be told; give each "
+                              "box one row of each list of its group")  # fmt: skip
 
 
 def _drop_siblings(

@@ -232,7 +232,9 @@ def test_a_label_list_out_of_step_with_the_boxes_draws_them_unnamed(tmp_path: Pa
     from shardpack.read.preview import BOX_COLOR, make_preview
     from tests.helpers import OBJECT_ROWS, pack_objects
 
-    out = pack_objects(tmp_path, [{**OBJECT_ROWS[0], "labels": [1], "is_crowd": [0]}])
+    out = pack_objects(
+        tmp_path, [{**OBJECT_ROWS[0], "labels": [1], "is_crowd": [0]}], unequal_lists=True
+    )
     sheet = cv2.imread(make_preview(out, tmp_path / "sheet.png"), cv2.IMREAD_COLOR)
     strip = sheet[9:17, 14:34]
     assert _colour_at(sheet, BOX_COLOR)[50, 13:65].all() and (strip.max(axis=2) < 100).sum() == 0

@@ -252,7 +252,7 @@ def test_objects_that_disagree_are_faults_naming_record_shard_and_feature(object
     c["mask"] = object_mask(20, 30, [])
     d = {**OBJECT_ROWS[0], "mask": object_mask(40, 60, [(0, 0, 2, 2), (2, 2, 4, 4), (4, 4, 6, 6)])}
     e = {**OBJECT_ROWS[2], "mask": b"\x89PNG\r\n\x1a\n cut short"}
-    out = pack_objects(tmp_path, [a, b, c, d, e])
+    out = pack_objects(tmp_path, [a, b, c, d, e], unequal_lists=True)
     shard = json.loads((out / "index.json").read_text())["splits"]["train"]["shards"][0]["file"]
     _plant(out, shard, np.float32(0.875).tobytes(), np.float32(1.25).tobytes())
     faults = [str(f) for f in verify(out).faults]
