@@ -538,13 +538,23 @@ def test_a_giant_line_stops_the_read_without_loading_it(tmp_path, chunking):
         read_manifest(big_cell)
 
 
-def test_a_long_text_value_is_a_bad_row(tmp_path):
-    rows = [{"path": "a.jpg", "caption": "ok"}, {"path": "b.jpg", "caption": "z" * 200_000}]
-    m = read_manifest(write_jsonl(tmp_path / "t.jsonl", rows))
+@pytest.mark.parametrize(("name", "write"), [("t.jsonl", write_jsonl), ("t.csv", write_csv),
+                                             ("t.tsv", lambda p, r: write_csv(p, r, "\t"))])
+def test_a_long_text_value_is_a_bad_row(tmp_path, chunking, name, write):
+    """A scraped caption past the limit, on its own line (quoted or not), is its row's bad value
+    in a CSV as in JSONL (the csv module's own field limit stopped the whole read), the rows
+    after it read on; one quoted over many lines still stops it (a quote never closed)."""
+    rows = [{"path": "a.jpg", "caption": "ok"}, {"path": "b.jpg", "caption": "z" * 200_000},
+            {"path": "c.jpg", "caption": "a, \"quoted\" " + "y" * 200_000},
+            {"path": "d.jpg", "caption": "after"}]  # fmt: skip
+    m = read_manifest(write(tmp_path / name, rows))
+    header = name != "t.jsonl"  # a CSV's first line names the columns
     assert reasons(m) == {
-        2: f"t.jsonl line 2: column 'caption' holds a text of 200000 characters "
-        f"(over {MAX_TEXT_CHARS})"
+        line + header: f"{name} line {line + header}: column 'caption' holds a text of {size} "
+        f"characters (over {MAX_TEXT_CHARS})"
+        for line, size in [(2, 200_000), (3, 200_012)]
     }
+    assert [row.path for row in m.rows] == ["a.jpg", "d.jpg"] and m.columns["caption"].text
 
 
 def test_non_utf8_bytes_name_their_line(tmp_path, chunking):
