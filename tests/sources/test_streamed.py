@@ -116,6 +116,24 @@ def test_no_shuffle_streams_every_row_once_in_the_lists_order(listed):
     ]
 
 
+def test_a_brace_pattern_of_list_files_is_one_list_in_its_own_order(listed, tmp_path):
+    """`lists/part-{0..1}.parquet`, the brace pattern webdataset names tars with, was taken for
+    tars: 'part-0.parquet: is not a tar file'. It names the list's files in its own order
+    (braceexpand's), streamed as a folder of them is; a name it makes that is no file there
+    is one line."""
+    _, lists, keys, _, _ = listed
+    for pattern, rows in [("{0..1}", keys[:12]), ("{1,0}", keys[6:12] + keys[:6])]:
+        out = tmp_path / pattern
+        done = helpers.run_cli("pack", f"{lists}/part-{pattern}.parquet", str(out), *_JOB,
+                               "--no-shuffle")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert _keys(out) == rows
+    missing = helpers.run_cli("pack", f"{lists}/part-{{0..3}}.parquet", str(tmp_path / "x"),
+                              *_JOB, "--no-shuffle")  # fmt: skip
+    helpers.one_line_error(missing, "part-{0..3}.parquet: names part-2.parquet, which is not a "
+                           f"file in {lists}; check the pattern")  # fmt: skip
+
+
 def test_a_list_file_of_no_row_names_its_first_bad_line(tmp_path):
     """Every line bad (a trailing comma in each object): it said 'holds no rows; add one row
     per image', as of an empty file."""

@@ -538,8 +538,10 @@ def test_a_giant_line_stops_the_read_without_loading_it(tmp_path, chunking):
         read_manifest(big_cell)
 
 
-@pytest.mark.parametrize(("name", "write"), [("t.jsonl", write_jsonl), ("t.csv", write_csv),
-                                             ("t.tsv", lambda p, r: write_csv(p, r, "\t"))])
+@pytest.mark.parametrize(
+    ("name", "write"),
+    [("t.jsonl", write_jsonl), ("t.csv", write_csv), ("t.tsv", lambda p, r: write_csv(p, r, "\t"))],
+)
 def test_a_long_text_value_is_a_bad_row(tmp_path, chunking, name, write):
     """A scraped caption past the limit, on its own line (quoted or not), is its row's bad value
     in a CSV as in JSONL (the csv module's own field limit stopped the whole read), the rows
