@@ -134,8 +134,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
     itself), /meta.png (a redirect to the metadata address), /tofile.png and /tos3.png (to
     file:///etc/hostname and s3://bucket/a.png), /huge.png (Content-Length 100 GB),
-    /html.png (a web page), /text.png (a message in plain text), /octets.png (bytes of no
-    image format, application/octet-stream), /gone/N.png (a 404), /stream.png (5,000 bytes,
+    /html.png (a web page), /text.png (a message in plain text), /svg.png and /svgxml.png (an
+    SVG drawing as image/svg+xml and text/xml), /octets.png (bytes of no image format,
+    application/octet-stream), /gone/N.png (a 404), /stream.png (5,000 bytes,
     no Content-Length),
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
     hangs up), after an image's head (/endlessjunk.png: none; /wide/FORMAT: WIDE_HEADS');
@@ -282,6 +283,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._send(200, page, {"Content-Type": "text/html; charset=utf-8"})
         if path == "/text.png":
             return self._send(200, b"Image removed by its owner.\n", {"Content-Type": "text/plain"})
+        if path in ("/svg.png", "/svgxml.png"):  # a logo: a drawing, as image/svg+xml or not
+            drawing = b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"/>'
+            kind = "image/svg+xml" if path == "/svg.png" else "text/xml"
+            return self._send(200, drawing, {"Content-Type": kind})
         if path == "/octets.png":
             return self._send(200, bytes(range(256)), {"Content-Type": "application/octet-stream"})
         if path in ("/stream.png", "/drip.png"):
@@ -805,9 +810,13 @@ def test_bad_framing_a_past_retry_after_and_a_gzip_bomb_fail_their_url_alone(sit
 def test_a_200_that_is_no_image_names_the_content_type_the_server_sent(site):
     """A page of plain text, or bytes of no image format, were fetched and then skipped as
     'not an image (unknown format)', saying nothing of what the server sent; markup said it.
-    Every such body now says the Content-Type, and is not retried."""
+    Every such body now says the Content-Type, and is not retried. An SVG drawing is an image,
+    of a kind not packed: it was called 'a web page or a message, not the image'."""
     fetcher = Fetcher(FetchPolicy(allow_private=True, retries=2))
+    drawing = "(an SVG drawing: shardpack packs images of pixels, not vector ones)"
     said = {
+        "/svg.png": f"'image/svg+xml' {drawing}",
+        "/svgxml.png": f"'text/xml' {drawing}",
         "/text.png": "'text/plain' (a web page or a message, not the image)",
         "/octets.png": "'application/octet-stream' (bytes of no image format shardpack reads)",
         "/html.png": "'text/html; charset=utf-8' (a web page or a message, not the image)",
