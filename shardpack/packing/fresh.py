@@ -45,6 +45,7 @@ from shardpack.packing.urlfailures import (
     RowsOf,
     counts,
     first_listed,
+    lists_urls,
     rows_of,
     url_failures,
     write_failures,
@@ -145,9 +146,9 @@ class FreshPack:
         seconds = time.perf_counter() - self.start
         new_records = num_records - sum(r.num_records for r in planned.reused)
         to_write = len(plan.shards) - len(planned.reused)
-        failures = url_failures([*duplicates.with_splits(dataset.skipped, self.groups),
-                                 *((r.split, *s) for r in results for s in r.skipped)],
-                                listed)  # fmt: skip
+        skipped = [*duplicates.with_splits(dataset.skipped, self.groups),
+                   *((r.split, *s) for r in results for s in r.skipped)]  # fmt: skip
+        failures = url_failures(skipped, listed, lists_urls(dataset, skipped))
         stats = PackStats(
             seconds=round(seconds, 3),
             images_per_second=round(new_records / seconds, 1) if seconds else None,

@@ -981,6 +981,38 @@ def test_a_bad_row_of_a_url_list_is_a_failure_at_its_own_line(tmp_path, site):
     assert result.index.stats.url_failures == {"bad row": 2, "HTTP Not Found": 1}
 
 
+def test_every_bad_row_of_a_url_list_is_in_failures_whatever_it_names(tmp_path, site):
+    """A row of a URL list naming no http(s) URL (none, ftp://, file://, a line of the wrong
+    width) was skipped and listed in index.json, but left out of failures.jsonl, the file a
+    person holds the list against (img2dataset gives every input row a status): it is there
+    now at its line, `url` the image as listed or null. A list of local files keeps none."""
+    gone = site.url("/gone/2.png")
+    lines = ["url,caption", f"{site.url('/img/0.png')},ok", ",no image",
+             "ftp://example.com/a.png,ftp", "file:///etc/hostname,file",
+             f"{site.url('/img/1.png')},too,many", f"{gone},gone"]  # fmt: skip
+    src = tmp_path / "urls.csv"
+    src.write_text("\n".join(lines) + "\n")
+    options = PackOptions(workers=1, path_column="url", allow_private_urls=True)
+    result = pack(src, tmp_path / "out", options)
+    rows = [json.loads(line) for line in (tmp_path / "out/failures.jsonl").read_text().splitlines()]
+    assert [(row["url"], row["file"], row["row"], row["error"]) for row in rows] == [
+        (None, "urls.csv", 3, "bad row"),
+        ("ftp://example.com/a.png", "urls.csv", 4, "bad row"),
+        ("file:///etc/hostname", "urls.csv", 5, "bad row"),
+        (None, "urls.csv", 6, "bad row"),
+        (gone, "urls.csv", 7, "HTTP Not Found"),
+    ]
+    assert rows[0]["reason"] == "urls.csv line 3: no image path in column 'url'"
+    assert rows[3]["reason"] == "urls.csv line 6: has 3 cells, the header has 2"
+    assert len(rows) == result.index.num_skipped
+    assert result.index.stats.url_failures == {"bad row": 4, "HTTP Not Found": 1}
+    (tmp_path / "a.png").write_bytes(_png(0))
+    local = tmp_path / "local.csv"
+    local.write_text("path,caption\na.png,ok\nmissing.png,gone\nftp://example.com/a.png,x\n")
+    result = pack(local, tmp_path / "local", PackOptions(workers=1))
+    assert result.index.num_skipped == 2 and not (tmp_path / "local/failures.jsonl").exists()
+
+
 def test_a_list_of_which_nothing_was_packed_names_its_first_failure_in_its_order(tmp_path, site):
     """The first failure named is the list's first (as failures.jsonl lists them), not the
     first URL in text order: a person reads the list from its top."""
