@@ -96,6 +96,22 @@ def test_a_stopped_url_pack_resumes_fetching_only_its_unfinished_shards(tmp_path
     assert (out / "failures.jsonl").read_bytes() == (clean / "failures.jsonl").read_bytes()
 
 
+def test_the_same_command_again_over_a_finished_url_pack_fetches_nothing(tmp_path):
+    """A URL has no stamp (a file's size and mtime), so the same command again over its
+    finished pack took no shard as unchanged and asked the server for every URL of the list
+    (img2dataset's rerun keeps its finished shards): a URL names its image, as a grow takes
+    it, so every shard is kept, its file untouched, and not one request is sent."""
+    with serving() as site:
+        src, out = _list(tmp_path, site, PATHS), tmp_path / "out"
+        assert helpers.run_cli("pack", str(src), str(out), *JOB).returncode == 0
+        before, failed = _stamps(out), (out / "failures.jsonl").read_bytes()
+        site.hits.clear()
+        again = helpers.run_cli("pack", str(src), str(out), *JOB)
+        assert again.returncode == 0, again.stderr
+        assert "kept 4 of 4 shards" in again.stdout and not site.hits, site.hits
+    assert _stamps(out) == before and (out / "failures.jsonl").read_bytes() == failed
+
+
 def _stamps(out: Path) -> dict[str, tuple[int, bytes]]:
     """Each shard file's mtime and bytes."""
     return {name: ((out / name).stat().st_mtime_ns, data)
