@@ -57,11 +57,15 @@ def _index(out: Path) -> dict:
     return doc
 
 
-def test_a_stopped_url_pack_resumes_fetching_only_its_unfinished_shards(tmp_path):
+@pytest.mark.parametrize("resume", [["--resume"], []])
+def test_a_stopped_url_pack_resumes_fetching_only_its_unfinished_shards(tmp_path, resume):
     """Stopped by Ctrl-C while its last shard's requests hang, a URL pack exits at once (it
     waited for the server, up to the read timeout) and, rerun with --resume, asks the server
     for that shard's URLs alone, once each, and ends as an uninterrupted run does,
-    failures.jsonl included. (A kill leaves the same journal: tests/packing/test_reliability.)"""
+    failures.jsonl included. (A kill leaves the same journal: tests/packing/test_reliability.)
+    The same command again without --resume (img2dataset's rerun resumes) wrote every shard
+    again, asking for every URL: it keeps the finished shards too, their URLs taken as
+    unchanged."""
     with serving() as site:
         src, clean, out = _list(tmp_path, site, PATHS), tmp_path / "clean", tmp_path / "out"
         assert helpers.run_cli("pack", str(src), str(clean), *JOB).returncode == 0
@@ -88,7 +92,7 @@ def test_a_stopped_url_pack_resumes_fetching_only_its_unfinished_shards(tmp_path
         assert run.returncode == 130, stderr
         assert not (out / "index.json").exists()
         site.hits.clear()
-        resumed = helpers.run_cli("pack", str(src), str(out), *JOB, "--resume")
+        resumed = helpers.run_cli("pack", str(src), str(out), *JOB, *resume)
         assert resumed.returncode == 0, resumed.stderr
         assert sorted(site.hits.elements()) == sorted(last)  # each once, and no other
     assert helpers.shard_files(out) == helpers.shard_files(clean)
