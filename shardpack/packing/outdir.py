@@ -210,8 +210,8 @@ def prepare(
 
     Returns:
         ShardResults of finished shards of this very plan whose sha256 matches, with resume
-        or when OUT's index or journal is this plan's (the same job again: those `unchanged`
-        says are); and whether OUT held an index or a journal.
+        or when OUT's index or journal is this plan's (the same job again); and whether OUT
+        held an index or a journal.
 
     Raises:
         OutputError: OUT holds a different dataset or files of the user's under names pack
@@ -242,9 +242,8 @@ def prepare(
                               f"({such}); choose an empty folder, or pass ", _OVERWRITE,
                               " to replace what is there")  # fmt: skip
     # Only shards of this very plan are kept, whatever --overwrite says: with resume, or when
-    # OUT holds this plan's dataset or a stopped run of it (the same job again: its shards
-    # whose images are unchanged), whose index then stands until the new one lands if every
-    # shard is kept (a stop leaves the dataset the user had)
+    # OUT holds this plan's dataset or stopped run (the same job again), whose index stands
+    # until the new one lands if every shard is kept (a stop leaves the user's dataset)
     again = state.ours and state.digests[0] == plan.digest and not overwrite
     same_plan = (resume or again) and state.journal_digest == plan.digest
     reused = _reusable(out, state.finished, plan) if same_plan else []
