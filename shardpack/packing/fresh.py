@@ -53,6 +53,7 @@ from shardpack.packing.urlfailures import (
 from shardpack.packing.writing import Planned
 from shardpack.sources import Dataset, scan
 from shardpack.storage import Storage
+from shardpack.storage.urlpolicy import is_web_url, proxy_ignored
 from shardpack.storage.urlspool import UrlSpool
 
 
@@ -189,6 +190,7 @@ class FreshPack:
         if not streamed:
             self.spool.write_stamps(out, index)
         notes = fewer_workers(self.options.workers, stats.workers, to_write, self.in_process)
+        notes += tuple(filter(None, [proxy_ignored(row["reason"] for row in failures)]))
         return PackResult(
             out=out.root, index=index, num_records=num_records,
             num_skipped=index.num_skipped, seconds=seconds,
@@ -272,9 +274,10 @@ def _leave_nothing(
                           "check the credentials, and that they may read its objects")  # fmt: skip
     key, reason = first_listed(skipped, listed) if skipped else ("", "")
     first = f" (the first, {printable(key)}: {printable(reason)})" if skipped else ""
+    proxy = proxy_ignored(reason for key, reason in skipped if is_web_url(key))
     raise SourceError(f"no image was packed from {src.path()}, {len(skipped):,} "
                       f"item{'s' if len(skipped) != 1 else ''} skipped{first}; fix or remove "
-                      "them")  # fmt: skip
+                      f"them{f'; {proxy}' if proxy else ''}")  # fmt: skip
 
 
 def _without_unwritten(

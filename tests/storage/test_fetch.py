@@ -1013,6 +1013,38 @@ def test_every_bad_row_of_a_url_list_is_in_failures_whatever_it_names(tmp_path, 
     assert result.index.num_skipped == 2 and not (tmp_path / "local/failures.jsonl").exists()
 
 
+def test_a_proxy_in_the_environment_is_said_to_be_unused_where_urls_were_unreached(
+    tmp_path, site, monkeypatch
+):
+    """HTTPS_PROXY set (a cluster that reaches the web through one): every URL failed as a
+    refused connection or a DNS failure, and nothing said that the proxy is not used. A pack
+    with such a failure now says it (a 404 is no sign of it), and so does the error of a list
+    of which nothing was packed; without the variable, neither does."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{closed.getsockname()[1]}/a.png"
+    options = {"retries": 0}
+    for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy",
+                 "ALL_PROXY"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    said = "HTTPS_PROXY is set, but image URLs are fetched directly, never through a proxy"
+    packed = _pack_urls(tmp_path, site, ["/img/0.png", "/gone/1.png"], "gone", **options)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert not [note for note in packed.notes if said in note]
+    packed = _pack_urls(tmp_path, site, ["/img/0.png", "/gone/1.png"], "gone2", **options)
+    assert not [note for note in packed.notes if said in note]  # a 404: the web was reached
+    src = _manifest(tmp_path, [site.url("/img/0.png"), refused], "refused.csv")
+    given = PackOptions(workers=1, path_column="url", allow_private_urls=True, retries=0)
+    assert [note for note in pack(src, tmp_path / "refused", given).notes if said in note]
+    alone = _manifest(tmp_path, [refused], "alone.csv")
+    with pytest.raises(SourceError, match=f"connection refused.*; fix or remove them; {said}"):
+        pack(alone, tmp_path / "alone", given)
+    monkeypatch.delenv("HTTPS_PROXY")
+    with pytest.raises(SourceError) as caught:
+        pack(alone, tmp_path / "alone", given)
+    assert "fix or remove them" in str(caught.value) and said not in str(caught.value)
+
+
 def test_a_list_of_which_nothing_was_packed_names_its_first_failure_in_its_order(tmp_path, site):
     """The first failure named is the list's first (as failures.jsonl lists them), not the
     first URL in text order: a person reads the list from its top."""
