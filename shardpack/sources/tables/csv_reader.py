@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 from shardpack.sources.tables import chunks
 from shardpack.sources.tables.cells import MAX_TEXT_CHARS
 from shardpack.sources.tables.chunks import MAX_LINE_BYTES, Chunk, check_names, text_lines
@@ -21,6 +21,7 @@ def csv_chunks(path: str, f: BinaryIO, delimiter: str) -> Iterator[Chunk]:
     if header is None:
         raise SourceError(f"{path}: is empty; the first line must name the columns")
     _check_separator(path, header, delimiter)
+    _check_header(path, header, delimiter)
     check_names(path, header)
     end = reader.line_num
     while batch := list(itertools.islice(records, chunks.CHUNK_ROWS)):
@@ -48,6 +49,18 @@ def _check_separator(path: str, header: list[str], delimiter: str) -> None:
             raise SourceError(f"{path}: its first line {header[0]!r} is one column: its cells "
                               f"are separated by {other!r}, and a {kind} file's by "
                               f"{delimiter!r}; {fix}")  # fmt: skip
+
+
+def _check_header(path: str, header: list[str], delimiter: str) -> None:
+    """Refuse a first line that is a row, not column names: a cell of it is a URL (CC3M's and
+    CC12M's TSV lists have no header line, and img2dataset's docs add one)."""
+    if (url := next((cell for cell in header if "://" in cell), None)) is None:
+        return
+    names = ["url" if "://" in cell else "caption" for cell in header]
+    line = delimiter.join(names) if len(set(names)) == len(names) else "url and caption, say"
+    raise SourceError(f"{path}: its first line holds {url[:80]!r}, a row of the list, not the "
+                      f"names of its columns; add a first line that names them ({line!r}), "
+                      "then pass ", Option("path_column", "url"))  # fmt: skip
 
 
 class _Lines:

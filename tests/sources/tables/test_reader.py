@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardpack.errors import SourceError
+from shardpack.options import as_flags
 from shardpack.schema import Feature
 from shardpack.sources.tables import chunks as manifest
 from shardpack.sources.tables.cells import MAX_TEXT_CHARS
@@ -462,6 +463,21 @@ def test_a_csv_quote_never_closed_in_a_long_file_names_its_row(tmp_path):
                        r"row on this line runs past 131072 characters, to line \d+\); check its "
                        r"quoting: is a quote never closed\?"):  # fmt: skip
         read_manifest(path)
+
+
+@pytest.mark.parametrize(("name", "sep"), [("cc3m.tsv", "\t"), ("urls.csv", ",")])
+def test_a_list_with_no_header_line_is_told_to_add_one(tmp_path, name, sep):
+    """CC3M's TSV (caption, then URL; img2dataset's docs add a header) was read as columns
+    named after its first row: 'no image column (columns: a dog, http://...)'."""
+    path = tmp_path / name
+    path.write_text(f"a dog{sep}http://x.example/1.jpg\na cat{sep}http://x.example/2.jpg\n")
+    with pytest.raises(SourceError) as caught:
+        read_manifest(path)
+    assert as_flags(caught.value) == (
+        f"{path}: its first line holds 'http://x.example/1.jpg', a row of the list, not the "
+        f"names of its columns; add a first line that names them ({f'caption{sep}url'!r}), "
+        "then pass --path-column url"
+    )
 
 
 def test_a_folder_with_two_metadata_files_is_refused(tmp_path):
