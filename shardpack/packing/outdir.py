@@ -331,7 +331,11 @@ def _what_changed(head: dict | None, now: dict, landed: bool) -> list[str | Opti
                 f"{_shown(now['shards'])}: without ", Option("shards"), " the count follows ",
                 Option("workers"), " and the source's size); resume with that run's ",
                 Option("workers"), " or ", Option("shards")]  # fmt: skip
-    return ["was packed from a changed source (other files, or other sizes)"]
+    said: list[str | Option] = ["was packed from a changed source (other files, sizes or rows)"]
+    if landed and then.get("shuffle") is True and not then.get("shuffle_window"):  # growable
+        said += ["; ", Option("grow", "update"), " packs only what changed (a URL list's held "
+                 "images unfetched)"]  # fmt: skip
+    return said
 
 
 def _shown(value: object) -> str:

@@ -116,6 +116,27 @@ def test_the_same_command_again_over_a_finished_url_pack_fetches_nothing(tmp_pat
     assert _stamps(out) == before and (out / "failures.jsonl").read_bytes() == failed
 
 
+def test_the_same_command_over_an_edited_list_names_update_which_fetches_nothing(tmp_path):
+    """A caption edited in the list: the same command again is refused, and said to pass
+    --overwrite, which fetches every URL again; it names --update, which packs the changed row
+    from its held image and asks the server nothing."""
+    with serving() as site:
+        src, out = _list(tmp_path, site, PATHS), tmp_path / "out"
+        assert helpers.run_cli("pack", str(src), str(out), *JOB).returncode == 0
+        rows = _rows(src)
+        rows[0]["caption"] = "a photo, captioned anew"
+        helpers.write_csv(src, rows)
+        site.hits.clear()
+        again = helpers.run_cli("pack", str(src), str(out), *JOB)
+        changed = "was packed from a changed source (other files, sizes or rows)"
+        helpers.one_line_error(again, f"{changed}; --update packs only what changed", "--overwrite")
+        grown = helpers.run_cli("pack", str(src), str(out), *JOB, "--update")
+        assert grown.returncode == 0, grown.stderr
+        assert not site.hits, site.hits
+    captions = {r["key"]: r["caption"] for r in iter_examples(out)}
+    assert captions[site.url(PATHS[0])] == "a photo, captioned anew"
+
+
 def _stamps(out: Path) -> dict[str, tuple[int, bytes]]:
     """Each shard file's mtime and bytes."""
     return {name: ((out / name).stat().st_mtime_ns, data)
