@@ -40,6 +40,7 @@ from shardpack.sources.source import NO_FIELDS, Dataset, Item, RowFields, Source
 from shardpack.sources.tables.files import (
     METADATA_FILES,
     SUFFIXES,
+    compressed_list,
     line_name,
     manifest_file,
 )
@@ -175,6 +176,12 @@ def manifest_folder(root: Storage) -> list[tuple[None, Storage]] | None:
     with '.' or '_', as Spark's _SUCCESS, aside), in name order: the files are one manifest, as
     img2dataset takes a folder of URL lists; None for any other folder."""
     visible = [(n, is_dir) for n, is_dir in folder_entries(root) if n[:1] not in "._"]
+    if visible and all(not is_dir and compressed_list(n) for n, is_dir in visible):
+        first, where = visible[0][0], root.path()
+        tool, kind = compressed_list(first), first.rpartition(".")[2]
+        raise SourceError(f"{where}: holds compressed lists ({first}, ...): shardpack reads "
+                          ".csv, .tsv and .jsonl lists as they are; decompress them in place "
+                          f"({tool} {where}/*.{kind}), then pass the folder")  # fmt: skip
     if not visible or any(is_dir or not is_manifest_name(n) for n, is_dir in visible):
         return None
     return [(None, root.child(name)) for name, _ in visible]
