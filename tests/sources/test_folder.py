@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import pickle
 import shutil
@@ -503,6 +504,23 @@ def test_a_txt_list_of_urls_as_src_says_how_to_make_it_a_manifest(tmp_path):
     subprocess.run(["sh", "-c", advice], cwd=tmp_path, check=True)  # the advice works
     items = scan(tmp_path / "urls.tsv").splits["train"]
     assert sorted(item.path for item in items) == sorted(urls)
+
+
+def test_a_json_list_as_src_says_how_to_make_it_jsonl(tmp_path):
+    """img2dataset's --input_format json (one array of rows) was told to pass class folders."""
+    rows = [{"url": "http://127.0.0.1:9/a.jpg", "caption": "a cat"}]
+    (tmp_path / "urls.json").write_text(json.dumps(rows))
+    with pytest.raises(SourceError) as caught:
+        scan(tmp_path / "urls.json", PackOptions(path_column="url"))
+    advice = "jq -c '.[]' urls.json > urls.jsonl"
+    assert (
+        f"(a JSON array of objects), make it JSONL, an object a line: {advice}, then pack "
+        "urls.jsonl; a COCO annotation file's dataset is" in str(caught.value)
+    )
+    if shutil.which("jq") is None:
+        pytest.skip("jq is not installed: the advice is not run")
+    subprocess.run(["sh", "-c", advice], cwd=tmp_path, check=True)
+    assert len(scan(tmp_path / "urls.jsonl", PackOptions(path_column="url")).splits["train"]) == 1
 
 
 def test_a_compressed_list_as_src_says_to_decompress_it(tmp_path):
