@@ -185,7 +185,7 @@ class PackStats:
     images_per_second: float | None = None  # None: no time measured
     workers: int | None = None
     lossless: int | None = None  # --encode keep's images made PNG (None: an index before it)
-    url_failures: dict[str, int] | None = None  # reason -> image URLs skipped for it
+    url_failures: dict[str, int] | None = None  # kind -> failures.jsonl rows of it
 
     def to_json(self) -> dict:
         """The statistics as index.json writes them (lossless and url_failures when known)."""

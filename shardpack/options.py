@@ -179,6 +179,11 @@ def check_choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
 def _check_transform(options: PackOptions) -> None:
     """--resize-mode (img2dataset's name taken as ours), --pad-color and the size filters."""
     mode = RESIZE_ALIASES.get(options.resize_mode, options.resize_mode)
+    if mode == "no":  # img2dataset's --resize_mode no: every image as it is
+        also = (" and ", Option("resize")) if options.resize is not None else ()
+        raise OptionError(Option("resize_mode", mode), " (img2dataset's: each image keeps its "
+                          "size) is what leaving out ", Option("resize"), " does: drop ",
+                          Option("resize_mode"), *also)  # fmt: skip
     check_choice("resize_mode", mode, RESIZE_MODES + tuple(RESIZE_ALIASES))
     object.__setattr__(options, "resize_mode", mode)
     if options.resize is None and (mode != "stretch" or not options.upscale):

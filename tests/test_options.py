@@ -176,6 +176,11 @@ def test_negative_seed_and_oversized_resize_are_refused():
     ("given", "python", "cli"),
     [
         ({"resize_mode": "pad"}, "resize_mode='pad' needs resize=", "--resize-mode pad needs"),
+        (  # img2dataset's name for no resize: it listed the modes, not what to do
+            {"resize_mode": "no", "resize": (8, 8)},
+            "resize_mode='no' (img2dataset's: each image keeps its size) is what leaving out",
+            "is what leaving out --resize does: drop --resize-mode and --resize",
+        ),
         ({"upscale": False}, "upscale=False needs resize=", "--no-upscale needs --resize"),
         ({"grow": "update", "overwrite": True}, "grow='update' keeps", "--update keeps"),
         ({"index_files": True, "format": "parquet"}, "drop index_files=True", "drop --index-files"),

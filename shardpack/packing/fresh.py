@@ -45,6 +45,7 @@ from shardpack.packing.urlfailures import (
     RowsOf,
     counts,
     first_listed,
+    lists_urls,
     rows_of,
     url_failures,
     write_failures,
@@ -52,6 +53,7 @@ from shardpack.packing.urlfailures import (
 from shardpack.packing.writing import Planned
 from shardpack.sources import Dataset, scan
 from shardpack.storage import Storage
+from shardpack.storage.urlpolicy import is_web_url, proxy_ignored
 from shardpack.storage.urlspool import UrlSpool
 
 
@@ -145,9 +147,9 @@ class FreshPack:
         seconds = time.perf_counter() - self.start
         new_records = num_records - sum(r.num_records for r in planned.reused)
         to_write = len(plan.shards) - len(planned.reused)
-        failures = url_failures([*duplicates.with_splits(dataset.skipped, self.groups),
-                                 *((r.split, *s) for r in results for s in r.skipped)],
-                                listed)  # fmt: skip
+        skipped = [*duplicates.with_splits(dataset.skipped, self.groups),
+                   *((r.split, *s) for r in results for s in r.skipped)]  # fmt: skip
+        failures = url_failures(skipped, listed, lists_urls(dataset, skipped))
         stats = PackStats(
             seconds=round(seconds, 3),
             images_per_second=round(new_records / seconds, 1) if seconds else None,
@@ -188,6 +190,7 @@ class FreshPack:
         if not streamed:
             self.spool.write_stamps(out, index)
         notes = fewer_workers(self.options.workers, stats.workers, to_write, self.in_process)
+        notes += tuple(filter(None, [proxy_ignored(row["reason"] for row in failures)]))
         return PackResult(
             out=out.root, index=index, num_records=num_records,
             num_skipped=index.num_skipped, seconds=seconds,
@@ -271,9 +274,10 @@ def _leave_nothing(
                           "check the credentials, and that they may read its objects")  # fmt: skip
     key, reason = first_listed(skipped, listed) if skipped else ("", "")
     first = f" (the first, {printable(key)}: {printable(reason)})" if skipped else ""
+    proxy = proxy_ignored(reason for key, reason in skipped if is_web_url(key))
     raise SourceError(f"no image was packed from {src.path()}, {len(skipped):,} "
                       f"item{'s' if len(skipped) != 1 else ''} skipped{first}; fix or remove "
-                      "them")  # fmt: skip
+                      f"them{f'; {proxy}' if proxy else ''}")  # fmt: skip
 
 
 def _without_unwritten(

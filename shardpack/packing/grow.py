@@ -88,7 +88,14 @@ from shardpack.packing.plan import (
 )
 from shardpack.packing.result import PackResult
 from shardpack.packing.stats import entry_summaries
-from shardpack.packing.urlfailures import counts, retried, rows_of, url_failures, write_failures
+from shardpack.packing.urlfailures import (
+    counts,
+    lists_urls,
+    retried,
+    rows_of,
+    url_failures,
+    write_failures,
+)
 from shardpack.packing.writing import Planned
 from shardpack.schema import LABEL, Schema
 from shardpack.sources import Dataset, Item, scan, source_of
@@ -1162,7 +1169,7 @@ def _failures(
     skipped = [*((None, key, why) for key, why in dataset.skipped),
                *((split, key, why) for (split, key), why in copies.dropped.items()), *noted,
                *loose]  # fmt: skip
-    return url_failures(skipped, rows_of(dataset))
+    return url_failures(skipped, rows_of(dataset), lists_urls(dataset, skipped))
 
 
 def _packed_again(again: frozenset[str], fresh: dict[str, Entry]) -> int:

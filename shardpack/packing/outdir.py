@@ -210,8 +210,8 @@ def prepare(
 
     Returns:
         ShardResults of finished shards of this very plan whose sha256 matches, with resume
-        or when OUT's index is this plan's (the same job again); and whether OUT held an
-        index or a journal.
+        or when OUT's index or journal is this plan's (the same job again); and whether OUT
+        held an index or a journal.
 
     Raises:
         OutputError: OUT holds a different dataset or files of the user's under names pack
@@ -242,9 +242,9 @@ def prepare(
                               f"({such}); choose an empty folder, or pass ", _OVERWRITE,
                               " to replace what is there")  # fmt: skip
     # Only shards of this very plan are kept, whatever --overwrite says: with resume, or when
-    # OUT holds this plan's dataset (the same job again), whose index then stands until the
-    # new one lands if every shard is kept (a stop leaves the dataset the user had)
-    again = state.has_index and state.digests[0] == plan.digest and not overwrite
+    # OUT holds this plan's dataset or stopped run (the same job again), whose index stands
+    # until the new one lands if every shard is kept (a stop leaves the user's dataset)
+    again = state.ours and state.digests[0] == plan.digest and not overwrite
     same_plan = (resume or again) and state.journal_digest == plan.digest
     reused = _reusable(out, state.finished, plan) if same_plan else []
     if again and not resume:  # a file edited since (even to the same size) is packed again
@@ -331,7 +331,11 @@ def _what_changed(head: dict | None, now: dict, landed: bool) -> list[str | Opti
                 f"{_shown(now['shards'])}: without ", Option("shards"), " the count follows ",
                 Option("workers"), " and the source's size); resume with that run's ",
                 Option("workers"), " or ", Option("shards")]  # fmt: skip
-    return ["was packed from a changed source (other files, or other sizes)"]
+    said: list[str | Option] = ["was packed from a changed source (other files, sizes or rows)"]
+    if landed and then.get("shuffle") is True and not then.get("shuffle_window"):  # growable
+        said += ["; ", Option("grow", "update"), " packs only what changed (a URL list's held "
+                 "images unfetched)"]  # fmt: skip
+    return said
 
 
 def _shown(value: object) -> str:

@@ -8,6 +8,7 @@ O(files + shards): no item is made here. 100M rows at 1,024 a shard are ~100,000
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Iterable
@@ -88,7 +89,8 @@ def make_range_plan(dataset: Dataset, name: str, options: PackOptions) -> Plan:
     }, sort_keys=True).encode()).hexdigest()  # fmt: skip
     encode = options.encode
     cost = RecordCost(row_bytes(options), {encode: ITEM_S[encode] + URL_BYTES * BYTE_S[encode]})
-    warnings = _cut_warnings(split, count, per, rows, options)
+    warnings = (*_cut_warnings(split, count, per, rows, options),
+                *(_group_warnings(rows, per) if window else ()))  # fmt: skip
     return Plan(shards, digest, warnings, cost, options.shuffle_kind, len(dataset.classes))
 
 
@@ -107,6 +109,30 @@ def _cut_warnings(
                 f"images; each row taken for {row_bytes(options):,} bytes, unread); choose a "
                 "larger shard size or a shard count",)  # fmt: skip
     return ()
+
+
+# A Parquet row group this many times a shard's rows makes the window shuffle read the list
+# about as many times over (a worker holds the last group it read; the ranges come seeded).
+GROUP_SHARDS = 8
+
+
+def _group_warnings(rows: StreamedRows, per: int) -> tuple[str, ...]:
+    """A warning where the window shuffle's shards, each reading the whole Parquet row group
+    its range lies in, would read the list many times over: row groups of pyarrow's default
+    1M rows, a shard's 1,024."""
+    largest, where = 0, ""
+    for file in rows.files:
+        if file.path.lower().endswith(".parquet") and file.marks:
+            starts = [mark[0] for mark in file.marks] + [file.rows]
+            group = max(b - a for a, b in itertools.pairwise(starts))
+            if group > largest:  # the first file of the largest
+                largest, where = group, file.path
+    if largest < GROUP_SHARDS * per:
+        return ()
+    return (f"{where}: a row group of {largest:,} rows, {largest // per:,} times a shard's "
+            f"{per:,}: --shuffle-window reads a shard's whole row group, so the list is read "
+            f"about that many times over; write its files in row groups of about {per:,} rows "
+            f"(pyarrow's row_group_size={per}), or pack with --no-shuffle",)  # fmt: skip
 
 
 def failure_rows(plan: Plan, results: list[ShardResult]):

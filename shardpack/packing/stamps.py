@@ -166,18 +166,23 @@ def unchanged(
 ) -> list[bool]:
     """Whether every item of each finished shard is a file whose size and mtime now are those
     its worker noted as it read it (the shard's facts table), asked in one call: a shard that
-    the same job run again keeps holds the bytes its files hold now. An item without a stamp
-    (a record inside a file, a file modified as it was read) or not held (a streamed range's)
-    is not known unchanged: its shard is written again."""
+    the same job run again keeps holds the bytes its files hold now. An http(s) URL of a list
+    names its image, taken as unchanged as a grow takes it (nothing is asked of its server:
+    the same command again fetches none of a finished pack's URLs). Any other item without a
+    stamp (a record inside a file, a file modified as it was read) or not held (a streamed
+    range's) is not known unchanged: its shard is written again."""
     held = [r for r in results if isinstance(specs[r.file].items, tuple)]
     now = iter(take_stamps(source, root, chain.from_iterable(specs[r.file].items for r in held)))
+    web = getattr(root, "web_url", None)  # an ImageRoot's: the URL an image path names
     same = set()
     for result in held:
-        count = len(specs[result.file].items)
-        facts = facts_of(result.content, count)
-        noted = zip(islice(now, count), facts["size"].tolist(), facts["mtime"].tolist(),
-                    strict=True)  # fmt: skip
-        if all(stamp is not None and stamp == (size, mtime) for stamp, size, mtime in noted):
+        items = specs[result.file].items
+        facts = facts_of(result.content, len(items))
+        noted = zip(items, islice(now, len(items)), facts["size"].tolist(),
+                    facts["mtime"].tolist(), strict=True)  # fmt: skip
+        if all((stamp is not None and stamp == (size, mtime))
+               or (web is not None and item.path is not None and web(item.path) is not None)
+               for item, stamp, size, mtime in noted):  # fmt: skip
             same.add(result.file)
     return [result.file in same for result in results]
 

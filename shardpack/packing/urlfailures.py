@@ -15,6 +15,7 @@ from shardpack.packing.stats import reason_kind
 from shardpack.sources import Dataset
 from shardpack.sources.tables.files import named_line
 from shardpack.storage import Storage
+from shardpack.storage.imageroot import NOT_WEB
 from shardpack.storage.urlpolicy import is_transient, is_web_url, status_of
 
 # (manifest file name, line or row) of each URL the scan listed: ImageRoot.rows_of
@@ -22,23 +23,41 @@ RowsOf = Callable[[Iterable[str]], dict[str, tuple[str, int]]]
 
 
 def url_failures(
-    skipped: Iterable[tuple[str | None, str, str]], rows_of: RowsOf | None = None
+    skipped: Iterable[tuple[str | None, str, str]],
+    rows_of: RowsOf | None = None,
+    listing: bool = False,
 ) -> list[dict]:
     """One row per skipped item whose key is an http(s) URL, of (split or None, key, reason)
-    triples: url, the manifest file and line (or Parquet row) that lists it (None: not known),
-    split, the HTTP status (None: no answer, or not an HTTP failure), the error's kind (what the
-    index's statistics count it by; "bad row" for a row the scan refused) and the whole
-    reason."""
-    failed = [(split, key, reason) for split, key, reason in skipped if is_web_url(key)]
+    triples, and with `listing` (the dataset is a URL list: lists_urls) one per bad row of
+    the list naming no http(s) URL (no image, a URL of another scheme, a line of the wrong
+    width): url (the row's image as listed; None: it names none), the manifest file and line
+    (or Parquet row) that lists it (None: not known), split, the HTTP status (None: no answer,
+    or not an HTTP failure), the error's kind (what the index's statistics count it by; "bad
+    row" for a row the scan refused) and the whole reason."""
+    failed = [(split, key, reason) for split, key, reason in skipped
+              if is_web_url(key) or (listing and _line_of(key, reason) is not None)]  # fmt: skip
     rows = _rows(failed, rows_of)
     found = []
     for split, key, reason in failed:
         bad, (file, row) = _where(key, reason, rows)
-        found.append({"url": key, "file": file, "row": row, "split": split,
+        if named_line(f"{key}: ") is not None:  # a row known by its line, which names it
+            url, reason = None, f"{key}: {reason}"
+        else:
+            url = key
+        found.append({"url": url, "file": file, "row": row, "split": split,
                       "status": status_of(reason), "reason": reason,
                       "error": "bad row" if bad else reason_kind(reason)})  # fmt: skip
     # in the list's order, whichever shard finished first
-    return sorted(found, key=lambda f: _listed(f["file"], f["row"], f["url"]))
+    return sorted(found, key=lambda f: _listed(f["file"], f["row"], f["url"] or ""))
+
+
+def lists_urls(dataset: Dataset, skipped: Iterable[tuple[str | None, str, str]]) -> bool:
+    """Whether a dataset is a URL list, whose bad rows failures.jsonl holds too: its scan
+    listed an http(s) URL (a list read whole: its root knows), or (a streamed list, whose rows
+    no process holds) one of its skips is an http(s) URL or a URL list's row naming none."""
+    if getattr(dataset.root, "listed_urls", lambda: False)():
+        return True
+    return any(is_web_url(key) or reason.endswith(NOT_WEB) for _, key, reason in skipped)
 
 
 def first_listed(skipped: list[tuple[str, str]], rows_of: RowsOf | None) -> tuple[str, str]:
@@ -60,8 +79,14 @@ def _where(
     """Whether a skip is a bad row, and the manifest file and line (or row) that lists it: a
     bad row names its own (its URL's good row, if any, is another line), else where the scan
     listed its URL ((None, None): not known)."""
-    bad = named_line(reason)
+    bad = _line_of(key, reason)
     return bad is not None, bad or rows.get(key, (None, None))
+
+
+def _line_of(key: str, reason: str) -> tuple[str, int] | None:
+    """The (file name, line) of a bad row: its reason's first words name it, or its key does
+    (a row of no image: "urls.csv line 7"); None for any other skip."""
+    return named_line(reason) or named_line(f"{key}: ")
 
 
 def _listed(file: str | None, row: int | None, key: str) -> tuple:

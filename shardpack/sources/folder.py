@@ -15,6 +15,7 @@ from shardpack.sources.classlist import Listing, check_class_name, class_list, l
 from shardpack.sources.nearmisses import folder_name_warnings
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only
+from shardpack.sources.tables.files import compressed_list
 from shardpack.sources.tars import TarSource
 from shardpack.storage import Folder, Storage
 
@@ -463,6 +464,14 @@ def instead_of_file(path: str) -> str:
             f"it is an image: pass the folder above its class folder, {os.path.dirname(parent)} "
             f"(SRC/<class>/<image>, here with {os.path.basename(parent)} as the class)"
         )
+    if (tool := compressed_list(name)) is not None:
+        return (f"it is a compressed list: shardpack reads .csv, .tsv and .jsonl lists as they "
+                f"are; decompress it ({tool} -k {name}), then pack what it makes")  # fmt: skip
+    if name.endswith(".json"):  # img2dataset's --input_format json: one array of rows
+        stem = name[: -len(".json")]
+        return (f"if it is a list of rows (a JSON array of objects), make it JSONL, an object a "
+                f"line: jq -c '.[]' {name} > {stem}.jsonl, then pack {stem}.jsonl; a COCO "
+                "annotation file's dataset is the folder that holds annotations/")  # fmt: skip
     if name.endswith(".txt"):  # img2dataset's default --input_format: one URL a line
         stem = name[: -len(".txt")]
         return (

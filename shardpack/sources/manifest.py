@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from shardpack.errors import Option, OptionError, SourceError
 from shardpack.options import SPLIT_NAMES, PackOptions, box_column, check_positive
 from shardpack.schema import BOX_NAMES, Feature, Schema
+from shardpack.sources.braces import expand, has_braces
 from shardpack.sources.classlist import check_class_count, check_class_name
 from shardpack.sources.folder import IMAGE_EXTENSIONS, few, folder_entries
 from shardpack.sources.nearmisses import pinned_apart
@@ -39,6 +40,7 @@ from shardpack.sources.source import NO_FIELDS, Dataset, Item, RowFields, Source
 from shardpack.sources.tables.files import (
     METADATA_FILES,
     SUFFIXES,
+    compressed_list,
     line_name,
     manifest_file,
 )
@@ -137,19 +139,29 @@ class ManifestSource(Source):
 
 
 class _Glob(NamedTuple):
-    """SRC as a pattern of manifest files in one folder (`lists/part-*.parquet`)."""
+    """SRC as a pattern of manifest files in one folder (`lists/part-*.parquet`), or a brace
+    pattern of them as webdataset writes one of tars (`lists/part-{00000..00009}.parquet`)."""
 
     where: str
 
     def manifests(self, storage_options: Mapping[str, object] | None) -> list[tuple[None, Storage]]:
-        """(None, each manifest file the pattern names), in name order.
+        """(None, each manifest file the pattern names), in name order (a brace pattern's:
+        in its own order, every one of them there).
 
         Raises:
-            SourceError: the folder cannot be listed, or the pattern names no file.
+            SourceError: the folder cannot be listed, or the pattern names no file (a brace
+                pattern: a file that is not there).
         """
         folder, _, pattern = self.where.rpartition("/")
         parent = storage_at(folder or ".", storage_options)
-        files = [name for name, is_dir in folder_entries(parent) if not is_dir]
+        files = {name for name, is_dir in folder_entries(parent) if not is_dir}
+        if has_braces(pattern):
+            names = expand(pattern, self.where, "files", "pass a folder of manifest files or a "
+                           "pattern of them (lists/part-*.parquet)")  # fmt: skip
+            if (absent := next((name for name in names if name not in files), None)) is not None:
+                raise SourceError(f"{self.where}: names {absent}, which is not a file in "
+                                  f"{parent.path()}; check the pattern")  # fmt: skip
+            return [(None, parent.child(name)) for name in names]
         names = [name for name in files if name[:1] != "." and fnmatch.fnmatchcase(name, pattern)]
         if not names:
             raise SourceError(f"{self.where}: names no file; check the pattern")
@@ -157,10 +169,11 @@ class _Glob(NamedTuple):
 
 
 def _is_glob(where: str) -> bool:
-    """Whether SRC is a pattern of manifest files: `*`, `?` or `[` in its last part, which ends
-    in a manifest's extension (a URL's `?` is its query: not a pattern)."""
+    """Whether SRC is a pattern of manifest files: `*`, `?` or `[`, or braces, in its last part,
+    which ends in a manifest's extension (a URL's `?` is its query: not a pattern)."""
     base = where.rsplit("/", 1)[-1]
-    return is_manifest_name(base) and any(c in base for c in "*?[") and "://" not in base
+    patterned = any(c in base for c in "*?[") or has_braces(base)
+    return is_manifest_name(base) and patterned and "://" not in base
 
 
 def manifest_folder(root: Storage) -> list[tuple[None, Storage]] | None:
@@ -168,6 +181,12 @@ def manifest_folder(root: Storage) -> list[tuple[None, Storage]] | None:
     with '.' or '_', as Spark's _SUCCESS, aside), in name order: the files are one manifest, as
     img2dataset takes a folder of URL lists; None for any other folder."""
     visible = [(n, is_dir) for n, is_dir in folder_entries(root) if n[:1] not in "._"]
+    if visible and all(not is_dir and compressed_list(n) for n, is_dir in visible):
+        first, where = visible[0][0], root.path()
+        tool, kind = compressed_list(first), first.rpartition(".")[2]
+        raise SourceError(f"{where}: holds compressed lists ({first}, ...): shardpack reads "
+                          ".csv, .tsv and .jsonl lists as they are; decompress them in place "
+                          f"({tool} {where}/*.{kind}), then pass the folder")  # fmt: skip
     if not visible or any(is_dir or not is_manifest_name(n) for n, is_dir in visible):
         return None
     return [(None, root.child(name)) for name, _ in visible]

@@ -18,16 +18,18 @@ import os
 import posixpath
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import ImageError, Option, SourceError, is_store_refusal, os_error_fix
 from shardpack.options import PackOptions
 from shardpack.schema import BUILTIN_NAMES, LABEL, Feature, Schema
+from shardpack.sources.braces import expand, has_braces
 from shardpack.sources.classlist import MAX_CLASSES
 from shardpack.sources.openfiles import kept_open
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, cannot_read
+from shardpack.sources.tables.files import SUFFIXES as MANIFEST_SUFFIXES
 from shardpack.storage import Blob, Storage, storage_at
 
 if TYPE_CHECKING:
@@ -43,8 +45,6 @@ MAX_HEADER_BYTES = 2**20
 # The small members the scan keeps for every sample (captions, json, masks): what the tars
 # store, so a hostile tar costs its own size at most; past this many bytes in all, refused.
 MAX_KEPT_BYTES = 4 * 2**30
-# A range bound longer than this is no tar count (and int() refuses 4,300 digits with a trace).
-_MAX_RANGE_DIGITS = 18
 _BLOCK = 512  # a tar header, and the unit members are padded to
 # Blocks past an early end tried as headers before the count of what it lost stops (32 MiB
 # of what is no tar: a second or two).
@@ -52,9 +52,6 @@ _MAX_LOST_TRIES = 2**16
 # webdataset's tar_file_iterator: metadata members skipped; base_plus_ext: key and extension.
 _META = r"__[^/]*__($|/)"
 _KEY_EXT = r"^((?:.*/|)[^.]+)[.]([^/]*)$"
-_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
-_CHOICES = re.compile(r"\{([^{}]*,[^{}]*)\}")
-_MAX_PATTERN_NAMES = 1_000_000
 _PASS = (
     "pass WebDataset .tar files (uncompressed), a folder of them or a shards-{000..009}.tar pattern"
 )
@@ -76,7 +73,7 @@ class TarSource(Source):
             return None, root, [""]
         if kind is None and _pattern(where):
             parent, base = where.rsplit("/", 1)
-            return parent, None, _expand(base, where)
+            return parent, None, expand(base, where, "tars", _PASS)
         if kind == "dir":
             entries = sorted(root.entry_names())  # names alone: a size is a stat a file
             # hidden files skipped, as by every folder source: macOS leaves `._x.tar` (no tar)
@@ -117,57 +114,9 @@ class TarSource(Source):
 
 
 def _pattern(where: str) -> bool:
+    """Whether SRC is a brace pattern of tars: one of manifest files is a manifest's."""
     base = where.rsplit("/", 1)[-1]
-    return bool(_RANGE.search(base) or _CHOICES.search(base))
-
-
-def _expand(pattern: str, where: str) -> list[str]:
-    """A brace pattern's names, as webdataset's braceexpand gives them ({0..9}, {a,b}): counted
-    first, so that {0..99999999999} is refused before a name is made."""
-    count, name = 1, pattern
-    while "{" in name and count <= _MAX_PATTERN_NAMES:  # each brace multiplies the names
-        found, values = _brace(name, where)
-        count *= len(values)
-        name = name[: found.start()] + (values[0] if values else "") + name[found.end() :]
-    if count > _MAX_PATTERN_NAMES:
-        raise SourceError(f"{where}: names over {_MAX_PATTERN_NAMES:,} tars; {_PASS}")
-    names = [pattern]
-    while any("{" in name for name in names):
-        expanded = []
-        for name in names:
-            found, values = _brace(name, where)
-            expanded += [name[: found.start()] + v + name[found.end() :] for v in values]
-            if len(expanded) > _MAX_PATTERN_NAMES:
-                raise SourceError(f"{where}: names over {_MAX_PATTERN_NAMES:,} tars; {_PASS}")
-        names = expanded
-    return names
-
-
-def _brace(name: str, where: str) -> tuple[re.Match, Sequence[str]]:
-    """The first brace of `name` and its values (a range's made only as they are asked for)."""
-    found = _RANGE.search(name)
-    if found:
-        first, last = found[1], found[2]
-        if max(len(first), len(last)) > _MAX_RANGE_DIGITS:
-            raise SourceError(f"{where}: a range bound of {max(len(first), len(last)):,} digits "
-                              f"(at most {_MAX_RANGE_DIGITS}); {_PASS}")  # fmt: skip
-        return found, _Range(int(first), int(last), len(first) if first.startswith("0") else 0)
-    if found := _CHOICES.search(name):
-        return found, found[1].split(",")
-    raise SourceError(f"{where}: a brace that is not {{a..b}} or {{x,y}}; {_PASS}")
-
-
-class _Range(Sequence[str]):
-    """{first..last}'s names, zero-padded to `width`, made one at a time."""
-
-    def __init__(self, first: int, last: int, width: int) -> None:
-        self.numbers, self.width = range(first, last + 1), width
-
-    def __len__(self) -> int:
-        return len(self.numbers)
-
-    def __getitem__(self, i: int) -> str:  # type: ignore[override]
-        return f"{self.numbers[i]:0{self.width}d}"
+    return has_braces(base) and not base.lower().endswith(MANIFEST_SUFFIXES)
 
 
 def _heads(header: bytes, key: str, size: int) -> bool:

@@ -494,11 +494,20 @@ def _not_image(body: bytes, headers: http.client.HTTPMessage) -> str | None:
     head = body[:_PAGE_HEAD].lstrip(_WHITE).removeprefix(_BOM).strip(_WHITE)
     if not head:
         why = "an empty body"
+    elif _svg(head, kind):
+        why = "an SVG drawing: shardpack packs images of pixels, not vector ones"
     elif _text(head):
         why = "a web page or a message, not the image"
     else:
         why = "bytes of no image format shardpack reads"
     return f"not an image: the server sent {what} ({why})"
+
+
+def _svg(head: bytes, kind: str | None) -> bool:
+    """Whether a body of text is an SVG drawing (a logo or an icon in a scraped list): its
+    Content-Type says so, or an <svg element opens in its head."""
+    declared = (kind or "").split(";")[0].strip().lower() == "image/svg+xml"
+    return declared or (head.startswith(b"<") and b"<svg" in head.lower())
 
 
 def _text(head: bytes) -> bool:

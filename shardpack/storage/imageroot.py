@@ -110,6 +110,11 @@ class ImageRoot(Storage):
         listed ({} in a process the root was pickled to)."""
         return {} if self.rows is None else self.rows.of(urls)
 
+    def listed_urls(self) -> bool:
+        """Whether the scan listed an http(s) URL (False in a process the root was pickled
+        to)."""
+        return self.rows is not None
+
     def __repr__(self) -> str:
         return f"ImageRoot({self.base!r})"
 

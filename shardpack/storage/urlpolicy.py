@@ -4,8 +4,9 @@ the network stack: the scan and `pack --help` import this; a worker's fetching i
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from shardpack.errors import StorageError
@@ -85,6 +86,27 @@ def stray_timeouts(storage_options: Mapping[str, object] | None) -> list[str]:
                         f"{', '.join(TIMEOUTS)}, img2dataset's timeout is read_timeout; for "
                         f"image URLs, pass {meant}={value}")  # fmt: skip
     return warnings
+
+
+# Where curl, requests and urllib find a proxy; image URLs are fetched without one.
+_PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy",
+                    "ALL_PROXY")  # fmt: skip
+# What a failure is when this machine reaches the web only through a proxy.
+_UNREACHED = ("DNS failure", "connection refused", "timed out", "network error")
+
+
+def proxy_ignored(reasons: Iterable[str]) -> str | None:
+    """A note, where the environment names a proxy (HTTPS_PROXY, ...) and a URL failed as one
+    unreached (`reasons`: the failures'), that image URLs are fetched directly: the address
+    checks judge the address connected to, which a proxy would be; else None."""
+    named = next((name for name in _PROXY_VARIABLES if os.environ.get(name)), None)
+    if named is None or not any(reason.startswith(_UNREACHED) for reason in reasons):
+        return None
+    return (
+        f"{named} is set, but image URLs are fetched directly, never through a proxy (each "
+        "address connected to is checked): a machine that reaches the web only through "
+        "one reaches none of them"
+    )
 
 
 def _seconds(key: str, value: object) -> float:

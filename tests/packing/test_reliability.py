@@ -376,6 +376,19 @@ def test_the_same_job_again_packs_a_file_edited_to_the_same_size_again(tmp_path)
     assert images["a/x.png"] == edited.read_bytes()
 
 
+def test_the_same_job_again_after_a_stop_keeps_its_unchanged_shards(src, clean, tmp_path):
+    """A stop leaves the journal and the shards it finished, no index: the same command again
+    without --resume wrote every shard anew (--resume alone kept them; img2dataset's rerun
+    resumes); it keeps those whose files are unchanged, as over a finished dataset."""
+    out = Path(shutil.copytree(clean, tmp_path / "out"))
+    (out / "index.json").unlink()
+    for unfinished in sorted(out.glob("*.tfrecord-0001[01]-*")):
+        unfinished.unlink()
+    result = pack(src, out, PackOptions(encode="png", shards=12, workers=2))
+    assert result.num_reused == 10
+    assert _same_output(out, clean)
+
+
 def test_resume_redoes_a_damaged_shard(src, clean, tmp_path):
     out = Path(shutil.copytree(clean, tmp_path / "out"))
     victim = sorted(out.glob("*.tfrecord-00003-*"))[0]

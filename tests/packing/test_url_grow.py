@@ -57,11 +57,15 @@ def _index(out: Path) -> dict:
     return doc
 
 
-def test_a_stopped_url_pack_resumes_fetching_only_its_unfinished_shards(tmp_path):
+@pytest.mark.parametrize("resume", [["--resume"], []])
+def test_a_stopped_url_pack_resumes_fetching_only_its_unfinished_shards(tmp_path, resume):
     """Stopped by Ctrl-C while its last shard's requests hang, a URL pack exits at once (it
     waited for the server, up to the read timeout) and, rerun with --resume, asks the server
     for that shard's URLs alone, once each, and ends as an uninterrupted run does,
-    failures.jsonl included. (A kill leaves the same journal: tests/packing/test_reliability.)"""
+    failures.jsonl included. (A kill leaves the same journal: tests/packing/test_reliability.)
+    The same command again without --resume (img2dataset's rerun resumes) wrote every shard
+    again, asking for every URL: it keeps the finished shards too, their URLs taken as
+    unchanged."""
     with serving() as site:
         src, clean, out = _list(tmp_path, site, PATHS), tmp_path / "clean", tmp_path / "out"
         assert helpers.run_cli("pack", str(src), str(clean), *JOB).returncode == 0
@@ -88,12 +92,49 @@ def test_a_stopped_url_pack_resumes_fetching_only_its_unfinished_shards(tmp_path
         assert run.returncode == 130, stderr
         assert not (out / "index.json").exists()
         site.hits.clear()
-        resumed = helpers.run_cli("pack", str(src), str(out), *JOB, "--resume")
+        resumed = helpers.run_cli("pack", str(src), str(out), *JOB, *resume)
         assert resumed.returncode == 0, resumed.stderr
         assert sorted(site.hits.elements()) == sorted(last)  # each once, and no other
     assert helpers.shard_files(out) == helpers.shard_files(clean)
     assert _index(out) == _index(clean)
     assert (out / "failures.jsonl").read_bytes() == (clean / "failures.jsonl").read_bytes()
+
+
+def test_the_same_command_again_over_a_finished_url_pack_fetches_nothing(tmp_path):
+    """A URL has no stamp (a file's size and mtime), so the same command again over its
+    finished pack took no shard as unchanged and asked the server for every URL of the list
+    (img2dataset's rerun keeps its finished shards): a URL names its image, as a grow takes
+    it, so every shard is kept, its file untouched, and not one request is sent."""
+    with serving() as site:
+        src, out = _list(tmp_path, site, PATHS), tmp_path / "out"
+        assert helpers.run_cli("pack", str(src), str(out), *JOB).returncode == 0
+        before, failed = _stamps(out), (out / "failures.jsonl").read_bytes()
+        site.hits.clear()
+        again = helpers.run_cli("pack", str(src), str(out), *JOB)
+        assert again.returncode == 0, again.stderr
+        assert "kept 4 of 4 shards" in again.stdout and not site.hits, site.hits
+    assert _stamps(out) == before and (out / "failures.jsonl").read_bytes() == failed
+
+
+def test_the_same_command_over_an_edited_list_names_update_which_fetches_nothing(tmp_path):
+    """A caption edited in the list: the same command again is refused, and said to pass
+    --overwrite, which fetches every URL again; it names --update, which packs the changed row
+    from its held image and asks the server nothing."""
+    with serving() as site:
+        src, out = _list(tmp_path, site, PATHS), tmp_path / "out"
+        assert helpers.run_cli("pack", str(src), str(out), *JOB).returncode == 0
+        rows = _rows(src)
+        rows[0]["caption"] = "a photo, captioned anew"
+        helpers.write_csv(src, rows)
+        site.hits.clear()
+        again = helpers.run_cli("pack", str(src), str(out), *JOB)
+        changed = "was packed from a changed source (other files, sizes or rows)"
+        helpers.one_line_error(again, f"{changed}; --update packs only what changed", "--overwrite")
+        grown = helpers.run_cli("pack", str(src), str(out), *JOB, "--update")
+        assert grown.returncode == 0, grown.stderr
+        assert not site.hits, site.hits
+    captions = {r["key"]: r["caption"] for r in iter_examples(out)}
+    assert captions[site.url(PATHS[0])] == "a photo, captioned anew"
 
 
 def _stamps(out: Path) -> dict[str, tuple[int, bytes]]:

@@ -27,6 +27,7 @@ RECORDED = {
     "packing/masks.py": {"--resize", "--max-side"},  # a record's skip reason
     "packing/duplicates.py": {"--dedup"},  # warnings and summary lines
     "packing/grow.py": {"--update"},  # warnings
+    "packing/rangeplan.py": {"--shuffle-window", "--no-shuffle"},  # a warning
     "sources/nearmisses.py": {"--classes"},  # a warning
     "sources/source.py": {"--max-pixels"},  # a skip reason
     "sources/classlist.py": {"--classes"},  # a skip reason

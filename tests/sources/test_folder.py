@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import pickle
 import shutil
@@ -502,6 +504,49 @@ def test_a_txt_list_of_urls_as_src_says_how_to_make_it_a_manifest(tmp_path):
     subprocess.run(["sh", "-c", advice], cwd=tmp_path, check=True)  # the advice works
     items = scan(tmp_path / "urls.tsv").splits["train"]
     assert sorted(item.path for item in items) == sorted(urls)
+
+
+def test_a_json_list_as_src_says_how_to_make_it_jsonl(tmp_path):
+    """img2dataset's --input_format json (one array of rows) was told to pass class folders."""
+    rows = [{"url": "http://127.0.0.1:9/a.jpg", "caption": "a cat"}]
+    (tmp_path / "urls.json").write_text(json.dumps(rows))
+    with pytest.raises(SourceError) as caught:
+        scan(tmp_path / "urls.json", PackOptions(path_column="url"))
+    advice = "jq -c '.[]' urls.json > urls.jsonl"
+    assert (
+        f"(a JSON array of objects), make it JSONL, an object a line: {advice}, then pack "
+        "urls.jsonl; a COCO annotation file's dataset is" in str(caught.value)
+    )
+    if shutil.which("jq") is None:
+        pytest.skip("jq is not installed: the advice is not run")
+    subprocess.run(["sh", "-c", advice], cwd=tmp_path, check=True)
+    assert len(scan(tmp_path / "urls.jsonl", PackOptions(path_column="url")).splits["train"]) == 1
+
+
+def test_a_compressed_list_as_src_says_to_decompress_it(tmp_path):
+    """img2dataset reads csv.gz, tsv.gz, jsonl.gz: such a file was told to pass a folder of
+    class folders, and a folder of them (with --path-column) that --path-column is for a
+    manifest table. Each says to decompress, and the advice works."""
+    rows = "url,caption\nhttp://127.0.0.1:9/a.jpg,a cat\n"
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    for where in (tmp_path / "urls.csv.gz", lists / "part-0.csv.gz", lists / "part-1.csv.gz"):
+        where.write_bytes(gzip.compress(rows.encode()))
+    with pytest.raises(SourceError) as caught:
+        scan(tmp_path / "urls.csv.gz", PackOptions(path_column="url"))
+    advice = "gunzip -k urls.csv.gz"
+    assert (
+        f"it is a compressed list: shardpack reads .csv, .tsv and .jsonl lists as they are; "
+        f"decompress it ({advice}), then pack what it makes" in str(caught.value)
+    )
+    subprocess.run(["sh", "-c", advice], cwd=tmp_path, check=True)
+    assert len(scan(tmp_path / "urls.csv", PackOptions(path_column="url")).splits["train"]) == 1
+    done = helpers.run_cli("pack", str(lists), str(tmp_path / "out"), "--path-column", "url")
+    line = helpers.one_line_error(done, "holds compressed lists (part-0.csv.gz, ...)")
+    advice = line.split("decompress them in place (")[1].split(")")[0]
+    assert advice == f"gunzip {lists}/*.gz"
+    subprocess.run(["sh", "-c", advice], check=True)
+    assert len(scan(lists, PackOptions(path_column="url")).splits["train"]) == 1  # one URL
 
 
 def test_a_folder_of_tars_as_class_folders_names_the_webdataset_source(tmp_path):

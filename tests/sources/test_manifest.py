@@ -710,6 +710,20 @@ def test_a_table_of_ids_and_breeds_packs_with_its_columns_named(tmp_path):
         pack(table, out, PackOptions(grow="append", label_column="id"))
 
 
+def test_a_column_named_in_another_case_is_the_one_the_error_names(tmp_path):
+    """LAION's lists name their columns `URL` and `TEXT`; `--path-column url` (img2dataset's
+    `--url_col url`, the docs' example) was told only to pass the column of image paths as
+    --path-column: the error now names `URL`, as a typo's names the column a typo away."""
+    table = write_csv(tmp_path / "laion.csv", [{"URL": "http://x/a.jpg", "TEXT": "a cat"}])
+    for option, value, said in [
+        ("path_column", "url", "names each image as --path-column URL"),
+        ("label_column", "text", "labels each image as --label-column TEXT"),
+    ]:
+        with pytest.raises(SourceError) as caught:
+            scan(table, PackOptions(**{option: value}))
+        assert as_flags(caught.value).endswith(f"(columns: URL, TEXT); pass the column that {said}")
+
+
 def test_a_label_column_named_is_the_label_and_is_checked(tmp_path):
     """--label-column's column holds the labels (its messages name it); one missing is
     refused with the name a typo away, and a `label` column beside it or the path column named

@@ -91,8 +91,8 @@ _JOB = (
 
 
 def _options(**given) -> PackOptions:
-    return PackOptions(path_column="url", allow_private_urls=True, shards=6, retries=0,
-                       url_threads=4, **given)  # fmt: skip
+    return PackOptions(**{"path_column": "url", "allow_private_urls": True, "shards": 6,
+                          "retries": 0, "url_threads": 4, **given})  # fmt: skip
 
 
 def _keys(out: Path) -> list[str]:
@@ -112,8 +112,49 @@ def test_no_shuffle_streams_every_row_once_in_the_lists_order(listed):
     assert bad.startswith("not valid JSON")  # its file and line, as a file read whole says it
     failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
     assert [(f["url"], f["file"], f["row"], f["status"]) for f in failures] == [
-        (site.url(f"/gone/{GONE}.png"), "part-2.jsonl", 6, 404)  # its line, as an editor counts
+        (None, "part-2.jsonl", 3, None),  # the bad line, as a list read whole has it
+        (site.url(f"/gone/{GONE}.png"), "part-2.jsonl", 6, 404),  # its line, as an editor counts
     ]
+
+
+def test_a_brace_pattern_of_list_files_is_one_list_in_its_own_order(listed, tmp_path):
+    """`lists/part-{0..1}.parquet`, the brace pattern webdataset names tars with, was taken for
+    tars: 'part-0.parquet: is not a tar file'. It names the list's files in its own order
+    (braceexpand's), streamed as a folder of them is; a name it makes that is no file there
+    is one line."""
+    _, lists, keys, _, _ = listed
+    for pattern, rows in [("{0..1}", keys[:12]), ("{1,0}", keys[6:12] + keys[:6])]:
+        out = tmp_path / pattern
+        done = helpers.run_cli("pack", f"{lists}/part-{pattern}.parquet", str(out), *_JOB,
+                               "--no-shuffle")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert _keys(out) == rows
+    missing = helpers.run_cli("pack", f"{lists}/part-{{0..3}}.parquet", str(tmp_path / "x"),
+                              *_JOB, "--no-shuffle")  # fmt: skip
+    helpers.one_line_error(missing, "part-{0..3}.parquet: names part-2.parquet, which is not a "
+                           f"file in {lists}; check the pattern")  # fmt: skip
+
+
+def test_row_groups_far_past_a_shard_are_warned_of_under_the_window_shuffle(tmp_path):
+    """A list written with pyarrow's default row groups (1M rows) under --shuffle-window: each
+    shard of 1,024 rows reads its whole row group, the list read ~1,000 times over, and nothing
+    said so. The plan warns, naming the file and the row group size to write; groups of about
+    a shard's rows, or --no-shuffle, are not warned of."""
+    from shardpack.packing.rangeplan import GROUP_SHARDS
+
+    for name, group in (("big", 8 * GROUP_SHARDS), ("small", 8)):
+        (tmp_path / name).mkdir()
+        for part in range(2):
+            urls = [f"http://127.0.0.1:9/{part}/{i}.jpg" for i in range(8 * GROUP_SHARDS)]
+            pq.write_table(pa.table({"url": urls}), tmp_path / name / f"part-{part}.parquet",
+                           row_group_size=group)  # fmt: skip
+    options = {"shards": None, "shard_size": 8 * 128 * 1024}  # 8 rows a shard
+    warned = _planned(storage_at(str(tmp_path / "big")), _options(shuffle_window=True, **options))
+    said = f"part-0.parquet: a row group of {8 * GROUP_SHARDS:,} rows, {GROUP_SHARDS} times a "
+    assert [w for w in warned[3].warnings if said in w and "row_group_size=8)" in w], warned[3]
+    for src, given in (("small", {"shuffle_window": True}), ("big", {"shuffle": False})):
+        plan = _planned(storage_at(str(tmp_path / src)), _options(**given, **options))[3]
+        assert not [w for w in plan.warnings if "row group" in w], (src, plan.warnings)
 
 
 def test_a_list_file_of_no_row_names_its_first_bad_line(tmp_path):

@@ -134,8 +134,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     for another bot). /404.png, /403.png, /always503.png, /loop.png (a redirect to
     itself), /meta.png (a redirect to the metadata address), /tofile.png and /tos3.png (to
     file:///etc/hostname and s3://bucket/a.png), /huge.png (Content-Length 100 GB),
-    /html.png (a web page), /text.png (a message in plain text), /octets.png (bytes of no
-    image format, application/octet-stream), /gone/N.png (a 404), /stream.png (5,000 bytes,
+    /html.png (a web page), /text.png (a message in plain text), /svg.png and /svgxml.png (an
+    SVG drawing as image/svg+xml and text/xml), /octets.png (bytes of no image format,
+    application/octet-stream), /gone/N.png (a 404), /stream.png (5,000 bytes,
     no Content-Length),
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
     hangs up), after an image's head (/endlessjunk.png: none; /wide/FORMAT: WIDE_HEADS');
@@ -282,6 +283,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._send(200, page, {"Content-Type": "text/html; charset=utf-8"})
         if path == "/text.png":
             return self._send(200, b"Image removed by its owner.\n", {"Content-Type": "text/plain"})
+        if path in ("/svg.png", "/svgxml.png"):  # a logo: a drawing, as image/svg+xml or not
+            drawing = b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"/>'
+            kind = "image/svg+xml" if path == "/svg.png" else "text/xml"
+            return self._send(200, drawing, {"Content-Type": kind})
         if path == "/octets.png":
             return self._send(200, bytes(range(256)), {"Content-Type": "application/octet-stream"})
         if path in ("/stream.png", "/drip.png"):
@@ -805,9 +810,13 @@ def test_bad_framing_a_past_retry_after_and_a_gzip_bomb_fail_their_url_alone(sit
 def test_a_200_that_is_no_image_names_the_content_type_the_server_sent(site):
     """A page of plain text, or bytes of no image format, were fetched and then skipped as
     'not an image (unknown format)', saying nothing of what the server sent; markup said it.
-    Every such body now says the Content-Type, and is not retried."""
+    Every such body now says the Content-Type, and is not retried. An SVG drawing is an image,
+    of a kind not packed: it was called 'a web page or a message, not the image'."""
     fetcher = Fetcher(FetchPolicy(allow_private=True, retries=2))
+    drawing = "(an SVG drawing: shardpack packs images of pixels, not vector ones)"
     said = {
+        "/svg.png": f"'image/svg+xml' {drawing}",
+        "/svgxml.png": f"'text/xml' {drawing}",
         "/text.png": "'text/plain' (a web page or a message, not the image)",
         "/octets.png": "'application/octet-stream' (bytes of no image format shardpack reads)",
         "/html.png": "'text/html; charset=utf-8' (a web page or a message, not the image)",
@@ -970,6 +979,70 @@ def test_a_bad_row_of_a_url_list_is_a_failure_at_its_own_line(tmp_path, site):
     ]
     assert rows[1]["reason"] == "urls.csv line 4: the same image as line 2"
     assert result.index.stats.url_failures == {"bad row": 2, "HTTP Not Found": 1}
+
+
+def test_every_bad_row_of_a_url_list_is_in_failures_whatever_it_names(tmp_path, site):
+    """A row of a URL list naming no http(s) URL (none, ftp://, file://, a line of the wrong
+    width) was skipped and listed in index.json, but left out of failures.jsonl, the file a
+    person holds the list against (img2dataset gives every input row a status): it is there
+    now at its line, `url` the image as listed or null. A list of local files keeps none."""
+    gone = site.url("/gone/2.png")
+    lines = ["url,caption", f"{site.url('/img/0.png')},ok", ",no image",
+             "ftp://example.com/a.png,ftp", "file:///etc/hostname,file",
+             f"{site.url('/img/1.png')},too,many", f"{gone},gone"]  # fmt: skip
+    src = tmp_path / "urls.csv"
+    src.write_text("\n".join(lines) + "\n")
+    options = PackOptions(workers=1, path_column="url", allow_private_urls=True)
+    result = pack(src, tmp_path / "out", options)
+    rows = [json.loads(line) for line in (tmp_path / "out/failures.jsonl").read_text().splitlines()]
+    assert [(row["url"], row["file"], row["row"], row["error"]) for row in rows] == [
+        (None, "urls.csv", 3, "bad row"),
+        ("ftp://example.com/a.png", "urls.csv", 4, "bad row"),
+        ("file:///etc/hostname", "urls.csv", 5, "bad row"),
+        (None, "urls.csv", 6, "bad row"),
+        (gone, "urls.csv", 7, "HTTP Not Found"),
+    ]
+    assert rows[0]["reason"] == "urls.csv line 3: no image path in column 'url'"
+    assert rows[3]["reason"] == "urls.csv line 6: has 3 cells, the header has 2"
+    assert len(rows) == result.index.num_skipped
+    assert result.index.stats.url_failures == {"bad row": 4, "HTTP Not Found": 1}
+    (tmp_path / "a.png").write_bytes(_png(0))
+    local = tmp_path / "local.csv"
+    local.write_text("path,caption\na.png,ok\nmissing.png,gone\nftp://example.com/a.png,x\n")
+    result = pack(local, tmp_path / "local", PackOptions(workers=1))
+    assert result.index.num_skipped == 2 and not (tmp_path / "local/failures.jsonl").exists()
+
+
+def test_a_proxy_in_the_environment_is_said_to_be_unused_where_urls_were_unreached(
+    tmp_path, site, monkeypatch
+):
+    """HTTPS_PROXY set (a cluster that reaches the web through one): every URL failed as a
+    refused connection or a DNS failure, and nothing said that the proxy is not used. A pack
+    with such a failure now says it (a 404 is no sign of it), and so does the error of a list
+    of which nothing was packed; without the variable, neither does."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{closed.getsockname()[1]}/a.png"
+    options = {"retries": 0}
+    for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy",
+                 "ALL_PROXY"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    said = "HTTPS_PROXY is set, but image URLs are fetched directly, never through a proxy"
+    packed = _pack_urls(tmp_path, site, ["/img/0.png", "/gone/1.png"], "gone", **options)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert not [note for note in packed.notes if said in note]
+    packed = _pack_urls(tmp_path, site, ["/img/0.png", "/gone/1.png"], "gone2", **options)
+    assert not [note for note in packed.notes if said in note]  # a 404: the web was reached
+    src = _manifest(tmp_path, [site.url("/img/0.png"), refused], "refused.csv")
+    given = PackOptions(workers=1, path_column="url", allow_private_urls=True, retries=0)
+    assert [note for note in pack(src, tmp_path / "refused", given).notes if said in note]
+    alone = _manifest(tmp_path, [refused], "alone.csv")
+    with pytest.raises(SourceError, match=f"connection refused.*; fix or remove them; {said}"):
+        pack(alone, tmp_path / "alone", given)
+    monkeypatch.delenv("HTTPS_PROXY")
+    with pytest.raises(SourceError) as caught:
+        pack(alone, tmp_path / "alone", given)
+    assert "fix or remove them" in str(caught.value) and said not in str(caught.value)
 
 
 def test_a_list_of_which_nothing_was_packed_names_its_first_failure_in_its_order(tmp_path, site):

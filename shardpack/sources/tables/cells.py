@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 
 # A text value longer than this (a path, a caption, a class name) is a bad row. It equals the
-# csv module's own field limit, so a CSV cell beyond it stops the read as a malformed file.
+# csv module's own field limit: a CSV cell beyond it is read again on its own (one line) or,
+# quoted over many lines, stops the read as a quote never closed.
 MAX_TEXT_CHARS = 131_072
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # JSON's number grammar: the rule a CSV cell is typed by, so that CSV and JSONL agree.

@@ -16,7 +16,8 @@ from shardpack.storage import Blob, Storage
 # binary renamed .jsonl) from being read into memory whole.
 MAX_LINE_BYTES = 1 << 20
 # A text value longer than this (a path, a caption, a class name) is a bad row. It equals the
-# csv module's own field limit, so a CSV cell beyond it stops the read as a malformed file.
+# csv module's own field limit: a CSV cell beyond it is read again on its own (one line) or,
+# quoted over many lines, stops the read as a quote never closed.
 MAX_TEXT_CHARS = 131_072
 # Rows read and typed a column at a time (a Parquet batch; CSV/JSONL lines): C-speed checks
 # over a column in place of Python code per cell, and a bounded transient per chunk.

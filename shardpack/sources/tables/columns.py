@@ -38,10 +38,11 @@ class Layout:
         label = _label_column(manifest, names, label_column, found)
         if path_column is not None:
             if path_column not in names:
+                meant = _meant(path_column, names)  # LAION's `URL` for img2dataset's url_col
                 raise SourceError(
                     f"{manifest}: has no column {path_column!r} (columns: {found}); pass the "
                     "column that names each image as ",
-                    Option("path_column"),
+                    Option("path_column", meant) if meant else Option("path_column"),
                 )
         else:
             candidates = [n for n in PATH_COLUMNS if n in names]
@@ -90,7 +91,7 @@ def _label_column(
     if label_column is None:
         return LABEL if LABEL in names else None
     if label_column not in names:
-        meant = near(label_column, names)
+        meant = _meant(label_column, names)
         said = Option("label_column", meant) if meant else Option("label_column")
         raise SourceError(f"{manifest}: has no column {label_column!r} (columns: {found}); pass "
                           "the column that labels each image as ", said)  # fmt: skip
@@ -99,6 +100,13 @@ def _label_column(
                           "labels by ", Option("label_column", label_column), "; rename or "
                           "drop the column 'label'")  # fmt: skip
     return label_column
+
+
+def _meant(column: str, names: list[str]) -> str | None:
+    """The column probably meant by a name the table lacks: one spelled alike but for case
+    (`URL`, `TEXT` in LAION's lists), else one a typo away."""
+    alike = [name for name in names if name.lower() == column.lower()]
+    return alike[0] if len(alike) == 1 else near(column, names)
 
 
 def _label_like(manifest: str, extras: tuple[str, ...]) -> tuple[str, ...]:

@@ -7,20 +7,21 @@ import itertools
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 from shardpack.sources.tables import chunks
 from shardpack.sources.tables.cells import MAX_TEXT_CHARS
-from shardpack.sources.tables.chunks import Chunk, check_names, text_lines
+from shardpack.sources.tables.chunks import MAX_LINE_BYTES, Chunk, check_names, text_lines
 
 
 def csv_chunks(path: str, f: BinaryIO, delimiter: str) -> Iterator[Chunk]:
-    ended: list[bool] = []  # set once the reader has taken the file's last line
-    reader = csv.reader(_noting_end(text_lines(path, f), ended), delimiter=delimiter)
-    records = _csv_records(path, reader, ended)
+    lines = _Lines(text_lines(path, f))
+    reader = csv.reader(lines, delimiter=delimiter)
+    records = _csv_records(path, reader, lines, delimiter)
     header = next(records, None)
     if header is None:
         raise SourceError(f"{path}: is empty; the first line must name the columns")
     _check_separator(path, header, delimiter)
+    _check_header(path, header, delimiter)
     check_names(path, header)
     end = reader.line_num
     while batch := list(itertools.islice(records, chunks.CHUNK_ROWS)):
@@ -50,37 +51,89 @@ def _check_separator(path: str, header: list[str], delimiter: str) -> None:
                               f"{delimiter!r}; {fix}")  # fmt: skip
 
 
-def _noting_end(lines: Iterator[str], ended: list[bool]) -> Iterator[str]:
-    yield from lines
-    ended.append(True)
+def _check_header(path: str, header: list[str], delimiter: str) -> None:
+    """Refuse a first line that is a row, not column names: a cell of it is a URL (CC3M's and
+    CC12M's TSV lists have no header line, and img2dataset's docs add one)."""
+    if (url := next((cell for cell in header if "://" in cell), None)) is None:
+        return
+    names = ["url" if "://" in cell else "caption" for cell in header]
+    line = delimiter.join(names) if len(set(names)) == len(names) else "url and caption, say"
+    raise SourceError(f"{path}: its first line holds {url[:80]!r}, a row of the list, not the "
+                      f"names of its columns; add a first line that names them ({line!r}), "
+                      "then pass ", Option("path_column", "url"))  # fmt: skip
 
 
-def _csv_records(path: str, reader, ended: list[bool]) -> Iterator[list[str]]:
+class _Lines:
+    """The file's lines, noting the last one taken and whether the file has run out."""
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self.lines, self.last, self.ended = lines, "", False
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            self.last = next(self.lines)
+        except StopIteration:
+            self.ended = True
+            raise
+        return self.last
+
+
+def _csv_records(path: str, reader, lines: _Lines, delimiter: str) -> Iterator[list[str]]:
     """The reader's records. The csv module reads a quote that is never closed as a cell
     holding the rest of the file (to the end, or until the cell passes its size limit): either
-    is one error naming the line the quote opens on, not rows cut short or "no rows"."""
+    is one error naming the line the quote opens on, not rows cut short or "no rows". A row of
+    one line with a cell past the limit (a scraped caption) is a row, its cell a bad value, as
+    a JSONL line's is."""
     before = 0  # the line the last record ended on
-    try:
-        for cells in reader:
-            if ended:  # the file ran out inside this record: its last cell's quote is open
-                opens = before + 1 + sum(cell.count("\n") for cell in cells[:-1])
-                raise SourceError(
-                    f"{path} line {opens}: a quote opens here and is never closed, so the "
-                    "rest of the file reads as one cell; close it (a quote inside a quoted "
-                    'cell is written "")'
-                )
-            before = reader.line_num
-            yield cells
-    except csv.Error as e:
-        if "field limit" not in str(e):
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            cells = _long_line(lines.last, delimiter) if reader.line_num == before + 1 else None
+            if "field limit" not in str(e) or cells is None:
+                raise _malformed(path, e, before, reader.line_num) from None
+        if lines.ended:  # the file ran out inside this record: its last cell's quote is open
+            opens = before + 1 + sum(cell.count("\n") for cell in cells[:-1])
             raise SourceError(
-                f"{path} line {reader.line_num}: malformed CSV ({e}); check its quoting"
-            ) from None
-        raise SourceError(
-            f"{path} line {before + 1}: malformed CSV (a cell of the row on this line runs past "
-            f"{MAX_TEXT_CHARS} characters, to line {reader.line_num}); check its quoting: is a "
-            "quote never closed?"
-        ) from None
+                f"{path} line {opens}: a quote opens here and is never closed, so the "
+                "rest of the file reads as one cell; close it (a quote inside a quoted "
+                'cell is written "")'
+            )
+        before = reader.line_num
+        yield cells
+
+
+def _long_line(line: str, delimiter: str) -> list[str] | None:
+    """The cells of one line (at most MAX_LINE_BYTES) read past the csv module's field limit,
+    or None where a quote in it is left open (its record would run on past the line)."""
+    limit = csv.field_size_limit()
+    try:  # the limit is the module's, process-wide: raised for this one bounded line only
+        csv.field_size_limit(max(limit, MAX_LINE_BYTES))
+        records = list(csv.reader([line], delimiter=delimiter))
+    except csv.Error:
+        return None
+    finally:
+        csv.field_size_limit(limit)
+    if len(records) != 1 or any("\n" in cell or "\r" in cell for cell in records[0]):
+        return None
+    return records[0]
+
+
+def _malformed(path: str, e: csv.Error, before: int, line: int) -> SourceError:
+    """The error of a file the csv module cannot read on from `line` (its record began after
+    line `before`)."""
+    if "field limit" not in str(e):
+        return SourceError(f"{path} line {line}: malformed CSV ({e}); check its quoting")
+    return SourceError(
+        f"{path} line {before + 1}: malformed CSV (a cell of the row on this line runs past "
+        f"{MAX_TEXT_CHARS} characters, to line {line}); check its quoting: is a quote never "
+        "closed?"
+    )
 
 
 def _csv_uneven(header: list[str], before: int, records: list[list[str]]) -> Chunk:

@@ -14,6 +14,18 @@ from shardpack.storage import Storage, storage_at
 
 SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
 METADATA_FILES = ("metadata.csv", "metadata.jsonl", "metadata.parquet")  # Hugging Face ImageFolder
+# A list compressed whole (img2dataset reads csv.gz, tsv.gz, jsonl.gz and txt.gz), which
+# shardpack reads once decompressed.
+_COMPRESSIONS = {".gz": "gunzip", ".bz2": "bunzip2", ".xz": "unxz", ".zst": "unzstd"}
+_LISTS = (".csv", ".tsv", ".jsonl", ".json", ".txt")
+
+
+def compressed_list(name: str) -> str | None:
+    """The command that decompresses a file named as a compressed list (`urls.csv.gz`:
+    gunzip), else None."""
+    stem, dot, kind = name.rpartition(".")
+    tool = _COMPRESSIONS.get(f".{kind.lower()}")
+    return tool if dot and tool is not None and stem.lower().endswith(_LISTS) else None
 
 
 def line_name(path: str, line: int) -> str:

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardpack.errors import SourceError
+from shardpack.options import as_flags
 from shardpack.schema import Feature
 from shardpack.sources.tables import chunks as manifest
 from shardpack.sources.tables.cells import MAX_TEXT_CHARS
@@ -464,6 +465,21 @@ def test_a_csv_quote_never_closed_in_a_long_file_names_its_row(tmp_path):
         read_manifest(path)
 
 
+@pytest.mark.parametrize(("name", "sep"), [("cc3m.tsv", "\t"), ("urls.csv", ",")])
+def test_a_list_with_no_header_line_is_told_to_add_one(tmp_path, name, sep):
+    """CC3M's TSV (caption, then URL; img2dataset's docs add a header) was read as columns
+    named after its first row: 'no image column (columns: a dog, http://...)'."""
+    path = tmp_path / name
+    path.write_text(f"a dog{sep}http://x.example/1.jpg\na cat{sep}http://x.example/2.jpg\n")
+    with pytest.raises(SourceError) as caught:
+        read_manifest(path)
+    assert as_flags(caught.value) == (
+        f"{path}: its first line holds 'http://x.example/1.jpg', a row of the list, not the "
+        f"names of its columns; add a first line that names them ({f'caption{sep}url'!r}), "
+        "then pass --path-column url"
+    )
+
+
 def test_a_folder_with_two_metadata_files_is_refused(tmp_path):
     write_jsonl(tmp_path / "metadata.jsonl", [{"path": "a"}])
     write_csv(tmp_path / "metadata.csv", [{"path": "a"}])
@@ -538,13 +554,25 @@ def test_a_giant_line_stops_the_read_without_loading_it(tmp_path, chunking):
         read_manifest(big_cell)
 
 
-def test_a_long_text_value_is_a_bad_row(tmp_path):
-    rows = [{"path": "a.jpg", "caption": "ok"}, {"path": "b.jpg", "caption": "z" * 200_000}]
-    m = read_manifest(write_jsonl(tmp_path / "t.jsonl", rows))
+@pytest.mark.parametrize(
+    ("name", "write"),
+    [("t.jsonl", write_jsonl), ("t.csv", write_csv), ("t.tsv", lambda p, r: write_csv(p, r, "\t"))],
+)
+def test_a_long_text_value_is_a_bad_row(tmp_path, chunking, name, write):
+    """A scraped caption past the limit, on its own line (quoted or not), is its row's bad value
+    in a CSV as in JSONL (the csv module's own field limit stopped the whole read), the rows
+    after it read on; one quoted over many lines still stops it (a quote never closed)."""
+    rows = [{"path": "a.jpg", "caption": "ok"}, {"path": "b.jpg", "caption": "z" * 200_000},
+            {"path": "c.jpg", "caption": "a, \"quoted\" " + "y" * 200_000},
+            {"path": "d.jpg", "caption": "after"}]  # fmt: skip
+    m = read_manifest(write(tmp_path / name, rows))
+    header = name != "t.jsonl"  # a CSV's first line names the columns
     assert reasons(m) == {
-        2: f"t.jsonl line 2: column 'caption' holds a text of 200000 characters "
-        f"(over {MAX_TEXT_CHARS})"
+        line + header: f"{name} line {line + header}: column 'caption' holds a text of {size} "
+        f"characters (over {MAX_TEXT_CHARS})"
+        for line, size in [(2, 200_000), (3, 200_012)]
     }
+    assert [row.path for row in m.rows] == ["a.jpg", "d.jpg"] and m.columns["caption"].text
 
 
 def test_non_utf8_bytes_name_their_line(tmp_path, chunking):
