@@ -103,8 +103,9 @@ def test_a_list_whose_captions_are_not_named_caption_says_its_samples_hold_no_tx
 
     (line,) = said({"TEXT": "a photo", "NSFW": "UNLIKELY", "similarity": 0.3}, "laion")
     assert line.startswith("no 'caption' column, so no sample holds a .txt"), line
-    assert line.endswith("the text columns ('NSFW', 'TEXT') are in each .json: rename the "
-                         "captions' column to 'caption' for a .txt")  # fmt: skip
+    assert line.endswith("the text columns ('NSFW', 'TEXT') are in each .json: name the "
+                         "captions' feature 'caption' for a .txt (a list's: --columns "
+                         "TEXT=caption, with the other columns to keep)")  # fmt: skip
     assert said({"caption": "a photo", "TEXT": "x"}, "captioned") == []
     assert said({"similarity": 0.3}, "bare") == []
 

@@ -96,18 +96,7 @@ def read_manifest(
     suffix = path.lower().rpartition(".")[2]
     csv_text = suffix in ("csv", "tsv")  # every value is a text cell, typed by its spelling
     given = (path_column, label_column, path_suffix, columns, boxes)
-    with open_table(table) as f:
-        layout = None
-        if suffix == "parquet":  # its columns are in its footer: only those needed are read
-            layout = Layout.of(path, parquet_names(path, f), *given)
-        chunks = []
-        for chunk in _chunks(path, suffix, f, None if layout is None else layout.read):
-            chunks.append(chunk)
-            listed(len(chunk.lines))
-    names = column_names(chunks, path)
-    if layout is None:
-        layout = Layout.of(path, names, *given)
-        _drop_unread(chunks, layout)
+    chunks, layout = _read(table, path, suffix, given)
     typed = (*layout.extras, layout.label) if layout.label is not None else layout.extras
     counts = survey(chunks, typed, csv_text)
     columns = {n: infer(counts[n], csv_text) for n in layout.extras}
@@ -137,6 +126,24 @@ def read_manifest(
             *as_text,
         ),
     )
+
+
+def _read(table: Storage, path: str, suffix: str, given: tuple) -> tuple[list[Chunk], Layout]:
+    """The file's chunks, of the columns its layout (Layout.of `given`) reads: a Parquet
+    file's others are not read (its footer names them), a CSV's or JSONL's dropped untyped."""
+    with open_table(table) as f:
+        layout = None
+        if suffix == "parquet":
+            layout = Layout.of(path, parquet_names(path, f), *given)
+        chunks = []
+        for chunk in _chunks(path, suffix, f, None if layout is None else layout.read):
+            chunks.append(chunk)
+            listed(len(chunk.lines))
+    names = column_names(chunks, path)
+    if layout is None:
+        layout = Layout.of(path, names, *given)
+        _drop_unread(chunks, layout)
+    return chunks, layout
 
 
 def _drop_unread(chunks: list[Chunk], layout: Layout) -> None:
