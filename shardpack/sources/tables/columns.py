@@ -150,15 +150,16 @@ def _chosen(
                               "boxes are found by their feature's name (the column's), moved "
                               f"with the pixels; keep it {column!r}")  # fmt: skip
         kept[column] = feature
-    features = list(kept.values())
+    features: set[str] = set()
     for column, feature in kept.items():
-        if feature in (*BUILTIN_NAMES, LABEL, SPLIT) or features.count(feature) > 1:
+        if feature in (*BUILTIN_NAMES, LABEL, SPLIT, *features):
             why = (f"{feature!r} is a built-in feature's name" if feature in BUILTIN_NAMES
                    else f"{feature!r} is the {'labels' if feature == LABEL else 'splits'}' name"
                    if feature in (LABEL, SPLIT)
                    else f"another kept column's feature is named {feature!r} too")  # fmt: skip
             raise SourceError(f"{manifest}: ", Option("columns"), f" names {column}={feature}: "
                               f"{why}; name that feature otherwise")  # fmt: skip
+        features.add(feature)
     return kept
 
 
