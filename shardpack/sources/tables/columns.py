@@ -24,7 +24,7 @@ class Layout:
     path: str
     label: str | None  # the column of labels; None: an unlabeled dataset
     has_split: bool
-    extras: tuple[str, ...]  # sorted
+    extras: tuple[str, ...]  # sorted by their features' names
     warnings: tuple[str, ...] = ()  # a `label` or `split` column missing, one named nearly so
     suffix: str = ""  # --path-suffix: written after each image path
     # (column, feature) of each extra column whose feature is named otherwise (--columns)
@@ -89,18 +89,10 @@ class Layout:
         if columns is None:
             extras = tuple(sorted(n for n in names if n not in taken))
             renamed: dict[str, str] = {}
-        else:
+            _refuse_built_in(manifest, extras)
+        else:  # a feature's name is checked by _chosen
             renamed = _chosen(manifest, names, columns, boxes, taken, found)
             extras = tuple(sorted(renamed, key=renamed.__getitem__))
-        for name in extras:
-            if name in BUILTIN_NAMES and columns is None:
-                raise SourceError(
-                    f"{manifest}: column {name!r} has the name of a built-in feature "
-                    f"({', '.join(BUILTIN_NAMES)}); rename the column, or name its feature "
-                    "otherwise with ",
-                    Option("columns", (f"{name}=original_{name}", "...")),
-                    " (the columns to keep)",
-                )
         renamed = {column: name for column, name in renamed.items() if column != name}
         warnings = tuple(
             f"{os.path.basename(manifest)}: no {column!r} column: did you mean {meant!r}? "
@@ -121,6 +113,19 @@ class Layout:
             path_suffix or "",
             tuple(renamed.items()),
         )
+
+
+def _refuse_built_in(manifest: str, extras: tuple[str, ...]) -> None:
+    """Refuse an extra column named as a built-in feature."""
+    for name in extras:
+        if name in BUILTIN_NAMES:
+            raise SourceError(
+                f"{manifest}: column {name!r} has the name of a built-in feature "
+                f"({', '.join(BUILTIN_NAMES)}); rename the column, or name its feature "
+                "otherwise with ",
+                Option("columns", (f"{name}=original_{name}", "...")),
+                " (the columns to keep)",
+            )
 
 
 def _chosen(
