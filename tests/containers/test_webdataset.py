@@ -195,9 +195,7 @@ def test_a_laion_list_s_text_is_each_sample_s_txt_with_its_columns_renamed(tmp_p
     `caption` feature only: --columns TEXT=caption (img2dataset's --caption_col TEXT) names it
     so, and the columns kept (its --save_additional_columns) are in the .json, the others not."""
     helpers.needs("webdataset")
-    from tests.sources.tables.test_columns import _laion
-
-    rows = _laion(tmp_path / "img")
+    rows = helpers.laion_rows(tmp_path / "img")
     src = helpers.write_parquet(tmp_path / "part-00000.parquet", rows)
     options = PackOptions(path_column="URL", columns=("TEXT=caption", "similarity"),
                           format="webdataset", wds_naming="img2dataset", workers=1)  # fmt: skip

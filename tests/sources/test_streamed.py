@@ -371,16 +371,14 @@ def test_a_streamed_laion_list_of_urls_reads_the_columns_kept_alone(tmp_path):
     each worker's range read only the columns kept (the others' pages spoiled: reading them
     would fail), HEIGHT's empty rows refuse nothing, and each record holds the URL's image
     with its caption."""
-    from tests.sources.tables.test_columns import _laion, _spoil
-
     (tmp_path / "lists").mkdir()
     with serving() as site:
-        rows = [_laion(tmp_path / "img", 3, site.url), _laion(tmp_path / "img", 2, site.url)]
+        rows = [helpers.laion_rows(tmp_path / "img", count, site.url) for count in (3, 2)]
         for number, part in enumerate(rows):
             part = [{**row, "URL": f"{row['URL']}?part={number}"} for row in part]
             rows[number] = part
             path = helpers.write_parquet(tmp_path / "lists" / f"part-{number}.parquet", part)
-            _spoil(path, "HEIGHT", "WIDTH", "LICENSE")
+            helpers.spoil_columns(path, "HEIGHT", "WIDTH", "LICENSE")
         options = _options(shuffle=False, workers=1, path_column="URL",
                            columns=("TEXT=caption", "NSFW"))  # fmt: skip
         done = pack(tmp_path / "lists", tmp_path / "out", options)

@@ -4,9 +4,6 @@ similarity, HEIGHT and WIDTH empty on some rows), as Parquet, CSV and JSONL."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pyarrow.parquet as pq
 import pytest
 
 from shardpack import PackOptions, iter_examples, pack
@@ -14,58 +11,23 @@ from shardpack.errors import OptionError, OutputError, SourceError
 from shardpack.options import as_flags
 from shardpack.sources import scan
 from tests import helpers
+from tests.helpers import laion_rows, spoil_columns
 
 KEPT = ("TEXT=caption", "similarity", "NSFW")
-
-
-def _laion(folder: Path, count: int = 4, url=None) -> list[dict]:
-    """LAION's columns, an image each (a file of `folder`, or `url(path)`): HEIGHT and WIDTH
-    empty on row 1, LICENSE on every row but 0, as in its parts."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for i in range(count):
-        if url is None:
-            where = str(helpers.write_image(folder / f"{i}.jpg", helpers.image(i)))
-        else:
-            where = url(f"/img/{i}.png")
-        empty = i == 1
-        rows.append({"SAMPLE_ID": 1000 + i, "URL": where, "TEXT": f"a photo of {i}",
-                     "HEIGHT": None if empty else 24, "WIDTH": None if empty else 32,
-                     "LICENSE": "?" if i == 0 else None, "NSFW": "UNLIKELY",
-                     "similarity": 0.25 + i / 8})  # fmt: skip
-    return rows
-
-
-def _spoil(path: Path, *columns: str) -> Path:
-    """Overwrite the pages of these columns of a Parquet file (its footer kept): a reader that
-    reads them fails; one that does not, does not."""
-    meta = pq.ParquetFile(path).metadata
-    names = meta.schema.to_arrow_schema().names
-    data = bytearray(path.read_bytes())
-    for group in range(meta.num_row_groups):
-        for name in columns:
-            chunk = meta.row_group(group).column(names.index(name))
-            start = min(o for o in (chunk.dictionary_page_offset, chunk.data_page_offset) if o)
-            size = chunk.total_compressed_size
-            data[start : start + size] = b"\xfe" * size
-    path.write_bytes(bytes(data))
-    with pytest.raises(OSError):  # the spoiling took: reading every column fails
-        pq.read_table(path)
-    return path
 
 
 def test_a_laion_part_packs_with_the_columns_kept_and_the_others_unread(tmp_path):
     """A LAION part stopped the run at its first empty HEIGHT ("fill it in, or drop the
     column"), and nothing could drop one: --columns keeps the columns named, under the names
     given, and reads no other (their pages spoiled here: reading them would fail)."""
-    src = helpers.write_parquet(tmp_path / "part-00000.parquet", _laion(tmp_path / "img"))
+    src = helpers.write_parquet(tmp_path / "part-00000.parquet", laion_rows(tmp_path / "img"))
     with pytest.raises(SourceError) as caught:
         scan(src, PackOptions(path_column="URL"))
     assert as_flags(caught.value).endswith(
         "column 'HEIGHT' has no value on row 1; a column of numbers (or true/false) needs one "
         "in every row: fill it in, or leave the column out (--columns names those to keep)"
     )
-    _spoil(src, "SAMPLE_ID", "HEIGHT", "WIDTH", "LICENSE")
+    spoil_columns(src, "SAMPLE_ID", "HEIGHT", "WIDTH", "LICENSE")
     options = PackOptions(path_column="URL", columns=KEPT, workers=1, shuffle=False)
     done = pack(src, tmp_path / "out", options)
     assert done.to_json()["features"] == {"NSFW": "text", "caption": "text",
@@ -84,7 +46,7 @@ def test_the_same_list_as_csv_jsonl_and_parquet_packs_to_the_same_shards(tmp_pat
     """CSV and JSONL have no way to skip a column's cells: theirs are parsed and dropped
     before typing (HEIGHT's empty cells say nothing), to the bytes Parquet's projection
     gives."""
-    rows = _laion(tmp_path / "img")
+    rows = laion_rows(tmp_path / "img")
     written = [helpers.write_parquet(tmp_path / "list.parquet", rows),
                helpers.write_jsonl(tmp_path / "list.jsonl", rows),
                helpers.write_csv(tmp_path / "list.csv",
@@ -100,7 +62,7 @@ def test_the_same_list_as_csv_jsonl_and_parquet_packs_to_the_same_shards(tmp_pat
 
 def test_a_column_choice_that_names_no_column_is_one_line_naming_the_one_meant(tmp_path):
     src = helpers.write_csv(tmp_path / "laion.csv", [
-        {k: "" if v is None else v for k, v in row.items()} for row in _laion(tmp_path / "i")
+        {k: "" if v is None else v for k, v in row.items()} for row in laion_rows(tmp_path / "i")
     ])  # fmt: skip
     done = helpers.run_cli("pack", str(src), str(tmp_path / "out"), "--path-column", "URL",
                            "--columns", "TXET=caption,similarity")  # fmt: skip
@@ -144,7 +106,7 @@ def test_a_box_column_is_always_taken_and_keeps_its_name(tmp_path):
 
 
 def test_a_grow_keeps_the_datasets_columns_and_refuses_others(tmp_path):
-    rows = _laion(tmp_path / "img", count=5)
+    rows = laion_rows(tmp_path / "img", count=5)
     src = helpers.write_parquet(tmp_path / "list.parquet", rows[:3])
     out = tmp_path / "out"
     pack(src, out, PackOptions(path_column="URL", columns=KEPT[:2], workers=1))
