@@ -78,7 +78,7 @@ _OUTPUT_FIELDS = (
     "resize_mode", "pad_color", "upscale", "min_side", "max_aspect", "max_area",
 )  # fmt: skip
 # Options that change the bytes written where given (None: as before they were options).
-_GIVEN_FIELDS = ("label_column", "path_suffix")
+_GIVEN_FIELDS = ("label_column", "path_suffix", "columns")
 
 
 def _check_container(
@@ -278,6 +278,10 @@ class PackOptions:
             a column of ids of the files `<id>.jpg`; None: the paths name the files.
         root: the folder a manifest's relative image paths are under (--root); None: the
             manifest's folder.
+        columns: a manifest's columns to keep as features, each "NAME" or "NAME=FEATURE" (the
+            feature's name: "TEXT=caption"), beside its image, label, split and box columns,
+            which are always taken; the others are not read where the format allows (Parquet);
+            None: every column, each under its own name; (): none.
         box_columns: a manifest's columns of boxes, each "NAME" or "NAME:FORMAT" (BOX_FORMATS,
             normalised; yxyx when none is said), moved with the pixels (--box-columns); None:
             the columns recognised by name (bbox, boxes, bboxes, objects/bbox) only.
@@ -352,6 +356,7 @@ class PackOptions:
     per_host: int = 16
     wds_naming: str = "shardpack"
     box_columns: tuple[str, ...] | None = None
+    columns: tuple[str, ...] | None = None
     min_visibility: float = 0.0
 
     def __post_init__(self) -> None:
@@ -580,6 +585,22 @@ def parse_box_columns(text: str) -> tuple[str, ...]:
     return entries
 
 
+def column_entry(entry: str) -> tuple[str, str]:
+    """(column, feature name) of a --columns entry, "NAME" (its own name) or "NAME=FEATURE"."""
+    name, _, feature = entry.partition("=")
+    name, feature = name.strip(), feature.strip() if "=" in entry else name.strip()
+    if not name or not feature:
+        raise OptionError(Option("columns"), " entries are NAME or NAME=FEATURE (TEXT=caption), "
+                          f"got: {entry!r}")  # fmt: skip
+    return name, feature
+
+
+def parse_columns(text: str) -> tuple[str, ...]:
+    """'TEXT=caption,similarity' as ("TEXT=caption", "similarity"), each checked by the
+    manifest source (column_entry); '' as (): no column but those always taken."""
+    return tuple(entry.strip() for entry in text.split(",") if entry.strip())
+
+
 @dataclass(frozen=True)
 class Flag:
     """How one PackOptions field is spelled on the command line (its type and default are the
@@ -784,6 +805,14 @@ FLAGS: dict[str, Flag] = {
         "(default), xyxy, xywh or cxcywh.",
         "NAME[:FORMAT],...",
         parse_box_columns,
+    ),
+    "columns": Flag(
+        "--columns",
+        "A manifest's columns kept as features, FEATURE naming one otherwise (TEXT=caption: "
+        "img2dataset's .txt); the image, label, split and box columns are always taken, the "
+        "others not read ('': none).  [default: every column]",
+        "NAME[=FEATURE],...",
+        parse_columns,
     ),
 }
 

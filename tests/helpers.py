@@ -260,6 +260,46 @@ def write_parquet(path: Path, rows: list[dict], **kwargs) -> Path:
     return path
 
 
+def laion_rows(folder: Path, count: int = 4, url=None) -> list[dict]:
+    """LAION's columns, an image each (a file of `folder`, or `url(path)`): HEIGHT and WIDTH
+    empty on row 1, LICENSE on every row but 0, as in its parts."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(count):
+        if url is None:
+            where = str(write_image(folder / f"{i}.jpg", image(i)))
+        else:
+            where = url(f"/img/{i}.png")
+        empty = i == 1
+        rows.append({"SAMPLE_ID": 1000 + i, "URL": where, "TEXT": f"a photo of {i}",
+                     "HEIGHT": None if empty else 24, "WIDTH": None if empty else 32,
+                     "LICENSE": "?" if i == 0 else None, "NSFW": "UNLIKELY",
+                     "similarity": 0.25 + i / 8})  # fmt: skip
+    return rows
+
+
+def spoil_columns(path: Path, *columns: str) -> Path:
+    """Overwrite the pages of these columns of a Parquet file (its footer kept): a reader that
+    reads them fails; one that does not, does not."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    names = meta.schema.to_arrow_schema().names
+    data = bytearray(path.read_bytes())
+    for group in range(meta.num_row_groups):
+        for name in columns:
+            chunk = meta.row_group(group).column(names.index(name))
+            start = min(o for o in (chunk.dictionary_page_offset, chunk.data_page_offset) if o)
+            size = chunk.total_compressed_size
+            data[start : start + size] = b"\xfe" * size
+    path.write_bytes(bytes(data))
+    try:  # the spoiling took: reading every column fails
+        pq.read_table(path)
+    except OSError:
+        return path
+    raise AssertionError(f"{path}: its columns {columns} still read")
+
+
 # The readers of each container's audience, run in a process of their own (TensorFlow, TFDS,
 # Grain and wids loaded into the test process would grow it by hundreds of MB, and every
 # process forked from it after that starts with that peak RSS). Each prints JSON: per record,

@@ -482,10 +482,12 @@ def _no_caption(naming: str, schema: Schema) -> list[str]:
     if not texts:
         return []
     said = ", ".join(map(repr, texts[:3])) + (", ..." if len(texts) > 3 else "")
+    captions = next((name for name in texts if name.lower() == "text"), texts[0])
     return [f"no 'caption' column, so no sample holds a .txt (img2dataset writes one from the "
             "column its caption_col names, renamed 'caption'), and code written for its output "
             f"(to_tuple('jpg', 'txt', 'json')) finds none; the text columns ({said}) are in "
-            "each .json: rename the captions' column to 'caption' for a .txt"]  # fmt: skip
+            "each .json: name the captions' feature 'caption' for a .txt (a list's: --columns "
+            f"{captions}=caption, with the other columns to keep)"]  # fmt: skip
 
 
 class WebDataset(Container):

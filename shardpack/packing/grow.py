@@ -108,11 +108,11 @@ MAX_HISTORY = 100
 # Options a grow takes from the run, not the dataset: they decide no byte of the old shards.
 _RUN_OPTIONS = frozenset({"shards", "classes"})
 # Options whose JSON form is a list where PackOptions holds a tuple.
-_TUPLES = ("resize", "pad_color", "split_names", "box_columns")
+_TUPLES = ("resize", "pad_color", "split_names", "box_columns", "columns")
 # Options added since indexes kept their options, with what an index without them was packed
 # with: such an index grows as it was packed.
 _ADDED = {"box_columns": None, "wds_naming": "shardpack", "min_visibility": 0.0,
-          "label_column": None, "path_suffix": None}  # fmt: skip
+          "label_column": None, "path_suffix": None, "columns": None}  # fmt: skip
 
 # The way out of an OUT a grow cannot take, as a message's parts.
 _REPACK = ("repack with ", Option("overwrite", True))

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import Option, OptionError, SourceError
-from shardpack.options import SPLIT_NAMES, PackOptions, box_column, check_positive
+from shardpack.options import SPLIT_NAMES, PackOptions, box_column, check_positive, column_entry
 from shardpack.schema import BOX_NAMES, Feature, Schema
 from shardpack.sources.braces import expand, has_braces
 from shardpack.sources.classlist import check_class_count, check_class_name
@@ -76,7 +76,7 @@ class ManifestSource(Source):
     choosable = False
     own_options = (
         "path_column", "label_column", "path_suffix", "root", "retries", "allow_private_urls",
-        "ignore_opt_out", "user_agent", "url_threads", "per_host", "box_columns",
+        "ignore_opt_out", "user_agent", "url_threads", "per_host", "box_columns", "columns",
     )  # fmt: skip
 
     def recognise(
@@ -99,7 +99,8 @@ class ManifestSource(Source):
 
     def check_options(self, options: PackOptions) -> None:
         """--retries of 0 or more, --url-threads and --per-host of 1 or more, --user-agent
-        printable ASCII, each --box-columns entry NAME or NAME:FORMAT, a --label-column other
+        printable ASCII, each --box-columns entry NAME or NAME:FORMAT, each --columns entry
+        NAME or NAME=FEATURE naming each column once, a --label-column other
         than the --path-column, and a --path-suffix that names no folder."""
         if options.retries < 0:
             raise OptionError(Option("retries"), f" must be 0 or more, got: {options.retries!r}")
@@ -117,6 +118,7 @@ class ManifestSource(Source):
                 raise OptionError(Option("box_columns"), f" names column {name!r} twice, as "
                                   f"{formats[name]} and {fmt}; name it once, in its "
                                   "format")  # fmt: skip
+        chosen_columns(options)
         if options.label_column is not None and options.label_column == options.path_column:
             raise OptionError(Option("label_column", options.label_column), " names the column "
                               "of image paths; pass the column of labels")  # fmt: skip
@@ -136,6 +138,27 @@ class ManifestSource(Source):
         if isinstance(found, _Glob):
             found = found.manifests(storage_options)
         return scan_manifest(found, options, storage_options)
+
+
+def chosen_columns(options: PackOptions) -> dict[str, str] | None:
+    """Column -> feature name of each --columns entry, in their order; None: every column.
+
+    Raises:
+        OptionError: an entry is not NAME or NAME=FEATURE, or names a column twice.
+    """
+    if options.columns is None:
+        return None
+    entries = [column_entry(entry) for entry in options.columns]
+    names = [name for name, _ in entries]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
+        raise OptionError(Option("columns"), f" names column {twice!r} twice; name it once")
+    return dict(entries)
+
+
+def box_names(options: PackOptions) -> tuple[str, ...]:
+    """The columns --box-columns names."""
+    return tuple(box_column(entry)[0] for entry in options.box_columns or ())
 
 
 class _Glob(NamedTuple):
@@ -217,7 +240,9 @@ def scan_manifest(
                                     label_column=options.label_column,
                                     path_suffix=options.path_suffix,
                                     storage_options=storage_options,
-                                    classes_pinned=options.classes is not None))
+                                    classes_pinned=options.classes is not None,
+                                    columns=chosen_columns(options),
+                                    boxes=box_names(options)))
               for split, manifest in manifests]  # fmt: skip
     first = tables[0][1]
     boxes = _box_columns(first, options.box_columns)
@@ -254,7 +279,8 @@ def scan_manifest(
         raise SourceError(f"{first.path}: no row names a usable image{first_bad}",
                           *_elsewhere(skipped, options, base))  # fmt: skip
     columns = {name: BOXES if name in boxes else f for name, f in first.columns.items()}
-    schema = Schema.build(classes, columns, multi_label=bool(label and label.multi))
+    features = {first.feature(name): f for name, f in columns.items()}
+    schema = Schema.build(classes, features, multi_label=bool(label and label.multi))
     images.rows = rows.done()
     by_name = options.classes is not None and label.kind == "names"  # (else indices of it)
     return Dataset(
@@ -297,8 +323,8 @@ def _items(
     the manifest's files read before, to refuse one listed in two; `boxes`: the box columns'
     formats (_box_columns), their values taken to yxyx rows."""
     labels: dict = {}  # a row's label -> its class indices, once per distinct label
-    at = {name: i for i, name in enumerate(table.columns)}  # every row's fields share it
-    boxes_at = [(at[name], name, fmt) for name, fmt in (boxes or {}).items()]
+    at = {table.feature(name): i for i, name in enumerate(table.columns)}  # every row's share it
+    boxes_at = [(at[table.feature(name)], name, fmt) for name, fmt in (boxes or {}).items()]
     rows = table.rows
     sizes = ImageSizes(images, urls_only=images.lists_urls(row.path for row in rows))
     try:

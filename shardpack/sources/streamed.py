@@ -18,7 +18,7 @@ import posixpath
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 from shardpack.options import PackOptions
 from shardpack.schema import Feature, Schema
 from shardpack.sources.manifest import (
@@ -30,6 +30,8 @@ from shardpack.sources.manifest import (
     _boxes_taken_by_name,
     _Glob,
     _items,
+    box_names,
+    chosen_columns,
 )
 from shardpack.sources.source import Dataset, Item, Source
 from shardpack.sources.tables.files import manifest_file, row_unit
@@ -98,9 +100,14 @@ def _scan(
     from shardpack.sources.tables.columns import Layout  # a streamed list's alone
     from shardpack.sources.tables.ranges import survey_file  # numpy: not for pack --help
 
-    surveys = [survey_file(table) for _, table in manifests]
+    given = (options.path_column, options.label_column, options.path_suffix,
+             chosen_columns(options), box_names(options))  # fmt: skip
+
+    def read(path: str, names: list[str]) -> list[str]:  # a Parquet file's columns to read
+        return Layout.of(path, names, *given).read
+
+    surveys = [survey_file(table, read) for _, table in manifests]
     first = surveys[0]
-    given = (options.path_column, options.label_column, options.path_suffix)
     layout = Layout.of(first.file.path, first.names, *given)
     if layout.label is not None or layout.has_split:
         return None
@@ -118,6 +125,7 @@ def _scan(
     images = StreamedImages(storage_at(base, storage_options), storage_options,
                             FetchPolicy.of(options, storage_options))  # fmt: skip
     typed = {name: BOXES if name in boxes else f for name, f in columns.items()}
+    features = {layout.feature(name): f for name, f in typed.items()}
     rows = StreamedRows(
         tuple(s.file for s in surveys), tuple(t for _, t in manifests), images, layout,
         columns, boxes,
@@ -125,7 +133,7 @@ def _scan(
     return Dataset(
         KIND,
         images,
-        Schema.build(None, typed),
+        Schema.build(None, features),
         {DEFAULT_SPLIT: rows},  # type: ignore[dict-item]  # counted, read by range
         warnings=(*layout.warnings, *_boxes_taken_by_name(typed, boxes)),
     )
@@ -146,8 +154,9 @@ def _columns(surveyed: Surveyed, layout: Layout) -> dict[str, Feature]:
             more = f" and {missing - 1} more {unit}s" if missing > 1 else ""
             raise SourceError(f"{path}: column {name!r} has no value on {unit} "
                               f"{surveyed.first_missing[name]}{more}; a column of numbers (or "
-                              "true/false) needs one in every row: fill it in, or drop the "
-                              "column")  # fmt: skip
+                              "true/false) needs one in every row: fill it in, or leave the "
+                              "column out (", Option("columns"), " names those to "
+                              "keep)")  # fmt: skip
     return columns
 
 
@@ -214,10 +223,12 @@ class StreamedRows:
         from shardpack.sources.tables.reader import Manifest  # numpy: workers only
 
         file, table = self.files[number], self.tables[number]
-        found = list(range_chunks(table, file, first, count))
+        found = list(range_chunks(table, file, first, count, self.layout.read))
         base, layout, columns = self.images.root, self.layout, self.columns
         rows, bad, _ = convert_rows(found, file.path, base, layout, columns, None, False)
-        read = Manifest(file.path, base, layout.path, columns, None, False, rows, bad)
+        read = Manifest(
+            file.path, base, layout.path, columns, None, False, rows, bad, renamed=layout.renamed
+        )
         refused = [(b.line, b.path, b.reason) if b.path else (b.line, b.where, b.why)
                    for b in bad]  # fmt: skip
         made = [(line, item) for item, _, line in

@@ -103,8 +103,9 @@ def test_a_list_whose_captions_are_not_named_caption_says_its_samples_hold_no_tx
 
     (line,) = said({"TEXT": "a photo", "NSFW": "UNLIKELY", "similarity": 0.3}, "laion")
     assert line.startswith("no 'caption' column, so no sample holds a .txt"), line
-    assert line.endswith("the text columns ('NSFW', 'TEXT') are in each .json: rename the "
-                         "captions' column to 'caption' for a .txt")  # fmt: skip
+    assert line.endswith("the text columns ('NSFW', 'TEXT') are in each .json: name the "
+                         "captions' feature 'caption' for a .txt (a list's: --columns "
+                         "TEXT=caption, with the other columns to keep)")  # fmt: skip
     assert said({"caption": "a photo", "TEXT": "x"}, "captioned") == []
     assert said({"similarity": 0.3}, "bare") == []
 
@@ -186,3 +187,29 @@ def test_img2dataset_naming_refuses_a_column_its_json_takes_and_other_formats(tm
         pack(src, tmp_path / "out", options)
     with pytest.raises(ShardpackError, match=r"format=.tfrecord. has none: drop wds_naming="):
         PackOptions(wds_naming="img2dataset")
+
+
+@pytest.mark.heavy  # webdataset imports torch
+def test_a_laion_list_s_text_is_each_sample_s_txt_with_its_columns_renamed(tmp_path):
+    """LAION's captions are its `TEXT` column, and img2dataset's naming writes a .txt of a
+    `caption` feature only: --columns TEXT=caption (img2dataset's --caption_col TEXT) names it
+    so, and the columns kept (its --save_additional_columns) are in the .json, the others not."""
+    helpers.needs("webdataset")
+    rows = helpers.laion_rows(tmp_path / "img")
+    src = helpers.write_parquet(tmp_path / "part-00000.parquet", rows)
+    options = PackOptions(path_column="URL", columns=("TEXT=caption", "similarity"),
+                          format="webdataset", wds_naming="img2dataset", workers=1)  # fmt: skip
+    assert pack(src, tmp_path / "out", options).to_json()["warnings"] == []
+    (shard,) = (tmp_path / "out").glob("*.tar")
+    with helpers.torch_held_out():
+        import webdataset as wds
+
+        dataset = wds.WebDataset(str(shard), shardshuffle=False).decode("pil")
+        samples = dataset.to_tuple("jpg", "txt", "json")
+        got = {meta["url"]: (text, meta) for _, text, meta in samples}
+    assert got.keys() == {row["URL"] for row in rows}
+    for row in rows:
+        text, meta = got[row["URL"]]
+        assert text == meta["caption"] == row["TEXT"]
+        assert meta["similarity"] == row["similarity"]
+        assert not {"TEXT", "HEIGHT", "WIDTH", "NSFW", "LICENSE", "SAMPLE_ID"} & set(meta)

@@ -39,6 +39,7 @@ RECORDED = {
     "sources/tables/reader.py": {"--classes"},  # a warning
     "sources/tables/columns.py": {"--label-column"},  # a warning
     "storage/urlpolicy.py": {"--allow-private-urls"},  # a URL's reason in the failures file
+    "containers/webdataset.py": {"--columns"},  # a warning
     "read/preview.py": {"--overwrite"},  # preview's own --overwrite, not pack's
 }
 

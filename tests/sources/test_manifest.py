@@ -136,7 +136,7 @@ def test_an_optional_number_column_stops_the_run_before_anything_is_written(tmp_
     assert done.stderr.strip().splitlines() == [
         f"error: {src / 'crowd.jsonl'}: column 'iscrowd' has no value on line 1 and 58 more "
         "lines; a column of numbers (or true/false) needs one in every row: fill it in, or "
-        "drop the column"
+        "leave the column out (--columns names those to keep)"
     ]
     assert not out.exists()
     for i, row in enumerate(rows):

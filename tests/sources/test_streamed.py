@@ -363,3 +363,31 @@ def test_a_streamed_url_list_reads_http_urls_only(tmp_path):
         f"{BAD_ROW}part-1.parquet row {row}: image {path}: {NOT_WEB}"
         for row, path in enumerate(paths[1:], 1)
     ]
+
+
+@pytest.mark.slow  # a loopback server
+def test_a_streamed_laion_list_of_urls_reads_the_columns_kept_alone(tmp_path):
+    """LAION's parts streamed (--no-shuffle, a folder of them): the scan's footer typing and
+    each worker's range read only the columns kept (the others' pages spoiled: reading them
+    would fail), HEIGHT's empty rows refuse nothing, and each record holds the URL's image
+    with its caption."""
+    (tmp_path / "lists").mkdir()
+    with serving() as site:
+        rows = [helpers.laion_rows(tmp_path / "img", count, site.url) for count in (3, 2)]
+        for number, part in enumerate(rows):
+            part = [{**row, "URL": f"{row['URL']}?part={number}"} for row in part]
+            rows[number] = part
+            path = helpers.write_parquet(tmp_path / "lists" / f"part-{number}.parquet", part)
+            helpers.spoil_columns(path, "HEIGHT", "WIDTH", "LICENSE")
+        options = _options(shuffle=False, workers=1, path_column="URL",
+                           columns=("TEXT=caption", "NSFW"))  # fmt: skip
+        done = pack(tmp_path / "lists", tmp_path / "out", options)
+    assert done.index.shuffle == "none"
+    records = list(iter_examples(tmp_path / "out"))
+    assert [(r["key"], r["caption"], r["NSFW"]) for r in records] == [
+        (row["URL"], row["TEXT"], "UNLIKELY") for part in rows for row in part
+    ]
+    assert set(records[0]) - {"image", "key", "height", "width", "channels", "format"} == {
+        "caption",
+        "NSFW",
+    }

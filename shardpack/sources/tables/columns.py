@@ -7,7 +7,7 @@ import dataclasses
 import os
 
 from shardpack.errors import Option, SourceError
-from shardpack.schema import BUILTIN_NAMES, LABEL
+from shardpack.schema import BOX_NAMES, BUILTIN_NAMES, LABEL
 from shardpack.sources.spelling import near
 from shardpack.sources.tables.chunks import Chunk, check_names, no_rows
 
@@ -24,15 +24,37 @@ class Layout:
     path: str
     label: str | None  # the column of labels; None: an unlabeled dataset
     has_split: bool
-    extras: tuple[str, ...]  # sorted
+    extras: tuple[str, ...]  # sorted by their features' names
     warnings: tuple[str, ...] = ()  # a `label` or `split` column missing, one named nearly so
     suffix: str = ""  # --path-suffix: written after each image path
+    # (column, feature) of each extra column whose feature is named otherwise (--columns)
+    renamed: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def read(self) -> list[str]:
+        """The columns a row is made of, in the file's terms: the rest need not be read."""
+        taken = (self.path, self.label, SPLIT if self.has_split else None, *self.extras)
+        return [name for name in taken if name is not None]
+
+    def feature(self, column: str) -> str:
+        """The name of an extra column's feature."""
+        return dict(self.renamed).get(column, column)
 
     @classmethod
     def of(
         cls, manifest: str, names: list[str], path_column: str | None,
         label_column: str | None = None, path_suffix: str | None = None,
+        columns: dict[str, str] | None = None, boxes: tuple[str, ...] = (),
     ) -> Layout:  # fmt: skip
+        """Which column is what in a manifest of these column names. `columns` (--columns):
+        column -> feature name of the extra columns to keep (None: every one, as it is named);
+        `boxes`: --box-columns' columns, kept with them (a missing one is said by its own
+        check).
+
+        Raises:
+            SourceError: a column named is not there (with the one meant), or is a built-in
+                feature's name.
+        """
         check_names(manifest, names)  # JSONL's keys: CSV and Parquet headers are checked first
         found = ", ".join(names) or "none"
         label = _label_column(manifest, names, label_column, found)
@@ -63,13 +85,15 @@ class Layout:
             raise SourceError(f"{manifest}: column {label!r} is both the image paths and the "
                               "labels; pass the column of labels as ",
                               Option("label_column"))  # fmt: skip
-        extras = tuple(sorted(n for n in names if n not in (path_column, label, SPLIT)))
-        for name in extras:
-            if name in BUILTIN_NAMES:
-                raise SourceError(
-                    f"{manifest}: column {name!r} has the name of a built-in feature "
-                    f"({', '.join(BUILTIN_NAMES)}); rename the column"
-                )
+        taken = (path_column, label, SPLIT)
+        if columns is None:
+            extras = tuple(sorted(n for n in names if n not in taken))
+            renamed: dict[str, str] = {}
+            _refuse_built_in(manifest, extras)
+        else:  # a feature's name is checked by _chosen
+            renamed = _chosen(manifest, names, columns, boxes, taken, found)
+            extras = tuple(sorted(renamed, key=renamed.__getitem__))
+        renamed = {column: name for column, name in renamed.items() if column != name}
         warnings = tuple(
             f"{os.path.basename(manifest)}: no {column!r} column: did you mean {meant!r}? "
             f"(taken as a feature; rename it {column!r} to {what})"
@@ -80,7 +104,68 @@ class Layout:
         )
         if label is None and not warnings:
             warnings = _label_like(manifest, extras)
-        return cls(path_column, label, SPLIT in names, extras, warnings, path_suffix or "")
+        return cls(
+            path_column,
+            label,
+            SPLIT in names,
+            extras,
+            warnings,
+            path_suffix or "",
+            tuple(renamed.items()),
+        )
+
+
+def _refuse_built_in(manifest: str, extras: tuple[str, ...]) -> None:
+    """Refuse an extra column named as a built-in feature."""
+    for name in extras:
+        if name in BUILTIN_NAMES:
+            raise SourceError(
+                f"{manifest}: column {name!r} has the name of a built-in feature "
+                f"({', '.join(BUILTIN_NAMES)}); rename the column, or name its feature "
+                "otherwise with ",
+                Option("columns", (f"{name}=original_{name}", "...")),
+                " (the columns to keep)",
+            )
+
+
+def _chosen(
+    manifest: str, names: list[str], columns: dict[str, str], boxes: tuple[str, ...],
+    taken: tuple[str | None, ...], found: str,
+) -> dict[str, str]:  # fmt: skip
+    """Column -> feature of the extra columns --columns keeps (with the box columns there).
+
+    Raises:
+        SourceError: a column named is not there (with the one meant), is the image's, the
+            label's or the split's, or two features would share a name or take a built-in one.
+    """
+    kept = {name: name for name in boxes if name in names}
+    for column, feature in columns.items():
+        if column not in names:
+            meant = _meant(column, names)
+            said = f": did you mean {meant!r}?" if meant else ""
+            raise SourceError(f"{manifest}: ", Option("columns"), f" names {column!r}, which is "
+                              f"not one of its columns{said} (columns: {found})")  # fmt: skip
+        if column in taken:
+            what = ("image paths", "labels", "splits")[taken.index(column)]
+            raise SourceError(f"{manifest}: ", Option("columns"), f" names {column!r}, the "
+                              f"column of {what}, which is always taken; leave it out of ",
+                              Option("columns"))  # fmt: skip
+        if column != feature and {column, feature} & {*boxes, *BOX_NAMES}:
+            raise SourceError(f"{manifest}: ", Option("columns"), f" names {column}={feature}: "
+                              "boxes are found by their feature's name (the column's), moved "
+                              f"with the pixels; keep it {column!r}")  # fmt: skip
+        kept[column] = feature
+    features: set[str] = set()
+    for column, feature in kept.items():
+        if feature in (*BUILTIN_NAMES, LABEL, SPLIT, *features):
+            why = (f"{feature!r} is a built-in feature's name" if feature in BUILTIN_NAMES
+                   else f"{feature!r} is the {'labels' if feature == LABEL else 'splits'}' name"
+                   if feature in (LABEL, SPLIT)
+                   else f"another kept column's feature is named {feature!r} too")  # fmt: skip
+            raise SourceError(f"{manifest}: ", Option("columns"), f" names {column}={feature}: "
+                              f"{why}; name that feature otherwise")  # fmt: skip
+        features.add(feature)
+    return kept
 
 
 def _label_column(

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
-from shardpack.errors import SourceError, install_hint
+from shardpack.errors import Option, SourceError, install_hint
 from shardpack.sources.tables import chunks
 from shardpack.sources.tables.chunks import Chunk, check_names
 
@@ -26,13 +26,22 @@ SLICE_BYTES = 64 << 20
 _REWRITE = "pyarrow: a smaller row_group_size"  # how to write smaller row groups
 
 
-def parquet_chunks(path: str, f: BinaryIO) -> Iterator[Chunk]:
+def parquet_names(path: str, f: BinaryIO) -> list[str]:
+    """A Parquet file's column names, from its footer (its empty or repeated ones refused)."""
+    with parquet_errors(path):
+        names = open_parquet(path, f).schema_arrow.names
+    check_names(path, names)
+    return names
+
+
+def parquet_chunks(path: str, f: BinaryIO, columns: list[str] | None = None) -> Iterator[Chunk]:
+    """The file's rows as chunks, of `columns` only (None: all): the others are not read."""
     with parquet_errors(path):
         parquet = open_parquet(path, f)
-        names = parquet.schema_arrow.names
-        numbers = check_schema(path, parquet)
+        names = columns if columns is not None else parquet.schema_arrow.names
+        numbers = check_schema(path, parquet, columns)
         row = 0
-        for table in held_groups(parquet, path, None, _REWRITE):
+        for table in held_groups(parquet, path, columns, _REWRITE):
             for batch in written_slices(parquet, table, chunks.CHUNK_ROWS):
                 columns = dict(zip(names, (c.to_pylist() for c in batch.columns), strict=True))
                 yield Chunk(list(range(row, row + batch.num_rows)), columns, [], numbers)
@@ -56,16 +65,18 @@ def parquet_errors(path: str) -> Iterator[None]:
         raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
 
 
-def check_schema(path: str, parquet) -> frozenset[str]:
+def check_schema(path: str, parquet, columns: list[str] | None = None) -> frozenset[str]:
     """Refuse a Parquet file's repeated or empty column names and types shardpack does not
-    read; the columns it types as numbers."""
+    read (of `columns`, those read; None: all); the columns it types as numbers."""
     check_names(path, parquet.schema_arrow.names)
     for field in parquet.schema.to_arrow_schema():  # the types as written, not as read
-        if not _arrow_supported(field.type):
+        if (columns is None or field.name in columns) and not _arrow_supported(field.type):
             raise SourceError(
                 f"{path}: column {field.name!r} is of Parquet type {field.type}; shardpack "
-                "reads numbers, booleans, strings and (nested) lists of them: convert it "
-                "or drop the column"
+                "reads numbers, booleans, strings and (nested) lists of them: convert it, "
+                "or leave it out (",
+                Option("columns"),
+                " names the columns to keep)",
             )
     return frozenset(f.name for f in parquet.schema_arrow if _arrow_number(f.type))
 

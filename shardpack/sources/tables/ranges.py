@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import io
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -29,6 +29,7 @@ from shardpack.sources.tables.parquet_reader import (
     open_parquet,
     parquet_chunks,
     parquet_errors,
+    parquet_names,
     read_group,
     written_slices,
 )
@@ -59,8 +60,12 @@ class Surveyed:
     first_missing: dict[str, int]
 
 
-def survey_file(table: Storage) -> Surveyed:
-    """Count a manifest file's rows and survey its columns in one pass, a chunk at a time.
+def survey_file(
+    table: Storage, read: Callable[[str, list[str]], list[str]] | None = None
+) -> Surveyed:
+    """Count a manifest file's rows and survey its columns in one pass, a chunk at a time;
+    `read`: the columns to read of a Parquet file's (its path, its column names), the others
+    not read (None: all).
 
     Raises:
         SourceError: it cannot be read, or is malformed (as read_manifest says).
@@ -70,11 +75,12 @@ def survey_file(table: Storage) -> Surveyed:
         size = f.seek(0, io.SEEK_END)
         f.seek(0)
         if path.lower().endswith(".parquet"):
-            typed = _schema_typed(path, f, size)
+            columns = None if read is None else read(path, parquet_names(path, f))
+            typed = _schema_typed(path, f, size, columns)
             if typed is not None:
                 return typed
             f.seek(0)
-            return _survey(path, size, parquet_chunks(path, f), _group_marks(path, f))
+            return _survey(path, size, parquet_chunks(path, f, columns), _group_marks(path, f))
         marks: list[tuple[int, int, int]] = []
         return _survey(path, size, _jsonl_blocks(path, f, marks), marks)
 
@@ -113,7 +119,9 @@ def _survey(path: str, size: int, found: Iterator[Chunk], marks: list) -> Survey
     return Surveyed(file, list(names), counts, numbers, first_missing)
 
 
-def _schema_typed(path: str, f: BinaryIO, size: int) -> Surveyed | None:
+def _schema_typed(
+    path: str, f: BinaryIO, size: int, columns: list[str] | None = None
+) -> Surveyed | None:
     """A Parquet file typed by its footer alone, no row read, where that types it as a
     survey would: every column text, a number or a boolean as written (a list column, an
     unsigned 64-bit one, a column of nulls, or a number column with a null or without null
@@ -123,10 +131,12 @@ def _schema_typed(path: str, f: BinaryIO, size: int) -> Surveyed | None:
 
     with parquet_errors(path):
         parquet = open_parquet(path, f)
-        numbers = check_schema(path, parquet)
+        numbers = check_schema(path, parquet, columns)
         meta = parquet.metadata
         counts: dict[str, Counter] = {}
         for j, field in enumerate(parquet.schema.to_arrow_schema()):
+            if columns is not None and field.name not in columns:
+                continue
             kind = _scalar_kind(field.type, pa)
             nulls = [_nulls(meta.row_group(g).column(j)) for g in range(meta.num_row_groups)]
             if kind is None or None in nulls or (kind is not TEXT and sum(nulls)):
@@ -192,9 +202,11 @@ def _jsonl_blocks(
         offset += len(block)
 
 
-def range_chunks(table: Storage, file: FileRows, first: int, count: int) -> Iterator[Chunk]:
+def range_chunks(
+    table: Storage, file: FileRows, first: int, count: int, columns: list[str] | None = None
+) -> Iterator[Chunk]:
     """Rows first to first + count of a file the scan surveyed, as chunks (bad JSONL lines
-    among their problems), in file order.
+    among their problems), in file order; of a Parquet file's, `columns` only (None: all).
 
     Raises:
         SourceError: the file changed since the scan (its size), or cannot be read.
@@ -206,7 +218,7 @@ def range_chunks(table: Storage, file: FileRows, first: int, count: int) -> Iter
         starts = [mark[0] for mark in file.marks]
         mark = file.marks[max(0, bisect.bisect_right(starts, first) - 1)]
         if file.path.lower().endswith(".parquet"):
-            yield from _parquet_range(file, f, mark[2], first, count)
+            yield from _parquet_range(file, f, mark[2], first, count, columns)
         else:
             yield from _rows_between(_jsonl_blocks(file.path, f, [], mark), mark[0], first, count)
 
@@ -228,17 +240,19 @@ def _rows_between(found: Iterator[Chunk], row: int, first: int, count: int) -> I
             return
 
 
-def _parquet_range(file: FileRows, f: BinaryIO, group: int, first: int, count: int):
-    """The Parquet rows first to first + count, read a row group at a time from `group`
-    (each bounded as a whole file's are)."""
+def _parquet_range(
+    file: FileRows, f: BinaryIO, group: int, first: int, count: int, columns: list[str] | None
+):
+    """The Parquet rows first to first + count (of `columns`; None: all), read a row group at
+    a time from `group` (each bounded as a whole file's are)."""
     path = file.path
     with parquet_errors(path):
         parquet = open_parquet(path, f)
-        names = parquet.schema_arrow.names
-        numbers = check_schema(path, parquet)
+        names = columns if columns is not None else parquet.schema_arrow.names
+        numbers = check_schema(path, parquet, columns)
         row, end = file.marks[group][0], first + count
         while row < end and group < parquet.num_row_groups:
-            table = _held_group(parquet, file, group)
+            table = _held_group(parquet, file, group, columns)
             start = max(first, row)
             table = table.slice(start - row, min(end, row + table.num_rows) - start)
             for batch in written_slices(parquet, table, chunks.CHUNK_ROWS):
@@ -256,12 +270,12 @@ def _parquet_range(file: FileRows, f: BinaryIO, group: int, first: int, count: i
 _held: list = [None, None]
 
 
-def _held_group(parquet, file: FileRows, group: int):
-    """Row group `group` of the file, read once for consecutive ranges in it."""
-    key = (file.path, file.size, group)
+def _held_group(parquet, file: FileRows, group: int, columns: list[str] | None):
+    """Row group `group` of the file (of `columns`), read once for consecutive ranges in it."""
+    key = (file.path, file.size, group, None if columns is None else tuple(columns))
     if _held[0] != key:
         _held[:] = [None, None]  # the last one goes before the next is read
-        _held[:] = [key, read_group(parquet, file.path, group, None, _REWRITE)[0]]
+        _held[:] = [key, read_group(parquet, file.path, group, columns, _REWRITE)[0]]
     return _held[1]
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import BinaryIO
 
-from shardpack.errors import SourceError
+from shardpack.errors import Option, SourceError
 from shardpack.schema import Feature
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.tables.cells import CSV_FLOAT, CSV_INT
@@ -20,7 +20,7 @@ from shardpack.sources.tables.csv_reader import csv_chunks
 from shardpack.sources.tables.files import METADATA_FILES, manifest_file, row_unit
 from shardpack.sources.tables.jsonl_reader import jsonl_chunks
 from shardpack.sources.tables.kinds import LabelInfo, infer, infer_label, survey
-from shardpack.sources.tables.parquet_reader import parquet_chunks
+from shardpack.sources.tables.parquet_reader import parquet_chunks, parquet_names
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.locations import absolute
 
@@ -38,10 +38,16 @@ class Manifest:
     rows: list[Row]
     bad: list[BadRow]  # in file order
     warnings: tuple[str, ...] = ()  # for the user, one line each
+    # (column, feature) of each column whose feature is named otherwise (--columns)
+    renamed: tuple[tuple[str, str], ...] = ()
 
     def fields(self, row: Row) -> dict[str, object]:
-        """A row's extra values by column name."""
-        return dict(zip(self.columns, row.values, strict=True))
+        """A row's extra values by feature name."""
+        return dict(zip(map(self.feature, self.columns), row.values, strict=True))
+
+    def feature(self, column: str) -> str:
+        """The name of an extra column's feature."""
+        return dict(self.renamed).get(column, column)
 
 
 def read_manifest(
@@ -53,6 +59,8 @@ def read_manifest(
     path_suffix: str | None = None,
     storage_options: Mapping[str, object] | None = None,
     classes_pinned: bool = False,
+    columns: dict[str, str] | None = None,
+    boxes: tuple[str, ...] = (),
 ) -> Manifest:
     """Read a manifest: infer each column's type, then check and convert every row.
 
@@ -66,6 +74,10 @@ def read_manifest(
         path_suffix: written after each image path (".jpg" for a column of file ids).
         storage_options: options for the filesystem of a URL `src`.
         classes_pinned: whether --classes gives the class list (a warning then says so).
+        columns: column -> feature name of the extra columns to keep (--columns); None:
+            every column. A Parquet file's others are not read; a CSV's or JSONL's are
+            dropped as soon as its rows are parsed, untyped.
+        boxes: the box columns (--box-columns), kept with `columns`.
 
     Raises:
         SourceError: no manifest there, it cannot be read, is not UTF-8, has no image column,
@@ -83,12 +95,8 @@ def read_manifest(
     path = table.path()
     suffix = path.lower().rpartition(".")[2]
     csv_text = suffix in ("csv", "tsv")  # every value is a text cell, typed by its spelling
-    with open_table(table) as f:
-        chunks = []
-        for chunk in _chunks(path, suffix, f):
-            chunks.append(chunk)
-            listed(len(chunk.lines))
-    layout = Layout.of(path, column_names(chunks, path), path_column, label_column, path_suffix)
+    given = (path_column, label_column, path_suffix, columns, boxes)
+    chunks, layout = _read(table, path, suffix, given)
     typed = (*layout.extras, layout.label) if layout.label is not None else layout.extras
     counts = survey(chunks, typed, csv_text)
     columns = {n: infer(counts[n], csv_text) for n in layout.extras}
@@ -108,6 +116,7 @@ def read_manifest(
         columns=columns,
         label=None if label is None else dataclasses.replace(label, values=label_values),
         has_split=layout.has_split,
+        renamed=layout.renamed,
         rows=rows,
         bad=bad,
         warnings=(
@@ -117,6 +126,32 @@ def read_manifest(
             *as_text,
         ),
     )
+
+
+def _read(table: Storage, path: str, suffix: str, given: tuple) -> tuple[list[Chunk], Layout]:
+    """The file's chunks, of the columns its layout (Layout.of `given`) reads: a Parquet
+    file's others are not read (its footer names them), a CSV's or JSONL's dropped untyped."""
+    with open_table(table) as f:
+        layout = None
+        if suffix == "parquet":
+            layout = Layout.of(path, parquet_names(path, f), *given)
+        chunks = []
+        for chunk in _chunks(path, suffix, f, None if layout is None else layout.read):
+            chunks.append(chunk)
+            listed(len(chunk.lines))
+    names = column_names(chunks, path)
+    if layout is None:
+        layout = Layout.of(path, names, *given)
+        _drop_unread(chunks, layout)
+    return chunks, layout
+
+
+def _drop_unread(chunks: list[Chunk], layout: Layout) -> None:
+    """Let go of the columns no row is made of (--columns left them out), before typing."""
+    read = set(layout.read)
+    for chunk in chunks:
+        for name in [name for name in chunk.columns if name not in read]:
+            del chunk.columns[name]
 
 
 def _numbers_as_names(path: str, labels: tuple, classes_pinned: bool) -> tuple[str, ...]:
@@ -211,7 +246,9 @@ def _check_filled(
         more = f" and {missing - 1} more {unit}s" if missing > 1 else ""
         raise SourceError(
             f"{path}: column {name!r} has no value on {unit} {first}{more}; a column of "
-            "numbers (or true/false) needs one in every row: fill it in, or drop the column"
+            "numbers (or true/false) needs one in every row: fill it in, or leave the column out (",
+            Option("columns"),
+            " names those to keep)",
         )
 
 
@@ -230,10 +267,13 @@ def _missing_lines(chunks: list[Chunk], name: str) -> Iterator[int]:
 # ---- opening and records ---------------------------------------------------------------------
 
 
-def _chunks(path: str, suffix: str, f: BinaryIO) -> Iterator[Chunk]:
-    """The file's rows, read once from the start, a chunk at a time."""
+def _chunks(
+    path: str, suffix: str, f: BinaryIO, columns: list[str] | None = None
+) -> Iterator[Chunk]:
+    """The file's rows, read once from the start, a chunk at a time (Parquet: of `columns`,
+    None: all)."""
     if suffix == "parquet":
-        return parquet_chunks(path, f)
+        return parquet_chunks(path, f, columns)
     if suffix == "jsonl":
         return jsonl_chunks(path, f)
     return csv_chunks(path, f, "\t" if suffix == "tsv" else ",")

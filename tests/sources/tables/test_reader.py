@@ -338,7 +338,8 @@ def test_an_optional_number_column_is_refused_naming_its_first_empty_line(tmp_pa
         read_manifest(write_jsonl(tmp_path / "t.jsonl", rows))
     assert str(caught.value) == (
         f"{tmp_path / 't.jsonl'}: column 'iscrowd' has no value on line 1 and 58 more lines; "
-        "a column of numbers (or true/false) needs one in every row: fill it in, or drop the column"
+        "a column of numbers (or true/false) needs one in every row: fill it in, or leave the "
+        "column out (columns= names those to keep)"
     )
     rows[0]["iscrowd"], rows[1]["iscrowd"] = 0, None  # a JSON null is missing too
     with pytest.raises(SourceError, match="'iscrowd' has no value on line 2 and 57 more lines"):
