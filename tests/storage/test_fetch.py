@@ -59,6 +59,7 @@ class Site:
         self.active = self.most = 0
         self.again = self.most_again = 0  # of those, requests of a path asked for before
         self.connections = 0  # open now
+        self.accepted = 0  # taken in all
         self.started: list[str] = []  # paths in the order their requests came
         self.finished: list[str] = []  # and in the order they were answered
         self.lock = threading.Lock()
@@ -153,6 +154,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         super().setup()
         with self.site.lock:
             self.site.connections += 1
+            self.site.accepted += 1
 
     def finish(self) -> None:
         with self.site.lock:
@@ -1175,6 +1177,60 @@ def test_https_checks_the_certificate_and_the_address(tmp_path, site, monkeypatc
     finally:
         fetch._tls.cache_clear()
     assert site.hits["/img/3.png"] == 1
+
+
+@contextmanager
+def _refusing_tls() -> Iterator[tuple[str, list[int]]]:
+    """A loopback server answering each TLS handshake with a fatal handshake_failure alert (as
+    one sharing no TLS version or cipher with the client does): an https URL of it, and how
+    many connections it took."""
+    server = socket.create_server(("127.0.0.1", 0))
+    taken = [0]
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                taken[0] += 1
+                with conn:
+                    conn.recv(4096)  # the ClientHello
+                    conn.sendall(bytes([0x15, 3, 3, 0, 2, 2, 40]))  # alert: fatal, handshake
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{server.getsockname()[1]}/a.png", taken
+    finally:
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        server.close()
+
+
+def test_a_tls_failure_is_permanent_and_names_the_urls_scheme_and_port(tmp_path, site):
+    """An https:// URL of a plain http server (WRONG_VERSION_NUMBER) or of one refusing the
+    handshake was a transient "network error: [SSL: ...]": tried 3 times, and `pack --update`
+    asked it again. It is a TLS failure now, saying the likely fix, tried once and not asked
+    again (a certificate refused is as it was: test_https_checks_the_certificate_...)."""
+    with serving() as plain, _refusing_tls() as (refusing, taken):
+        https = plain.url("/img/1.png").replace("http://", "https://")
+        src = _manifest(tmp_path, [site.url("/img/0.png"), https, refusing])
+        given = {"workers": 1, "path_column": "url", "allow_private_urls": True}
+        out = tmp_path / "out"
+        pack(src, out, PackOptions(**given))
+        rows = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+        assert [(row["url"], row["error"]) for row in rows] == [
+            (https, "TLS failed"),
+            (refusing, "TLS failed"),
+        ]
+        assert rows[0]["reason"] == ("TLS failed: the server answered in no TLS "
+                                     "(WRONG_VERSION_NUMBER), as a plain http:// server does; "
+                                     "check the URL's scheme and port")  # fmt: skip
+        assert rows[1]["reason"].startswith("TLS failed (") and "ALERT" in rows[1]["reason"]
+        assert "; check the URL's scheme and port" in rows[1]["reason"]
+        assert not any(is_transient(row["reason"]) for row in rows)
+        assert (plain.accepted, taken[0]) == (1, 1)  # no retry
+        pack(src, out, PackOptions(**given, grow="update"))
+        assert (plain.accepted, taken[0]) == (1, 1)  # not asked again
+        assert (out / "failures.jsonl").read_text().count("TLS failed") == 4  # error and reason
 
 
 def test_connections_kept_are_capped_whatever_the_hosts(site):
