@@ -27,6 +27,7 @@ import cv2
 import pytest
 
 from shardpack import PackOptions, SourceError, StorageError, iter_examples, pack
+from shardpack.errors import ShardpackError
 from shardpack.layout import FETCHED_PREFIX
 from shardpack.options import as_flags
 from shardpack.packing import duplicates
@@ -1013,6 +1014,39 @@ def test_every_bad_row_of_a_url_list_is_in_failures_whatever_it_names(tmp_path, 
     local.write_text("path,caption\na.png,ok\nmissing.png,gone\nftp://example.com/a.png,x\n")
     result = pack(local, tmp_path / "local", PackOptions(workers=1))
     assert result.index.num_skipped == 2 and not (tmp_path / "local/failures.jsonl").exists()
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_a_data_url_or_a_nul_in_a_url_list_is_a_bad_row_saying_what_it_is(tmp_path, site, streamed):
+    """A data: URL in a URL list was told to list local and object-store images elsewhere,
+    and a URL holding a NUL was "not a usable file name": each says what it is now, and a
+    streamed list (a folder, no global shuffle) whose skips are data: URLs still keeps them in
+    failures.jsonl. Stopped at, the data: URL's fix is said once."""
+    inline = "data:image/png;base64," + "iVBORw0KGgo" * 20
+    rows = [{"url": site.url("/img/0.png")}, {"url": inline}]
+    if not streamed:
+        rows.append({"url": site.url("/img/1\0.png")})
+    (tmp_path / "lists").mkdir()
+    src = helpers.write_jsonl(tmp_path / "lists" / "urls.jsonl", rows)
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True}
+    src = src.parent if streamed else src
+    pack(src, tmp_path / "out", PackOptions(**given, shuffle=not streamed))
+    said = [json.loads(line) for line in (tmp_path / "out/failures.jsonl").read_text().splitlines()]
+    assert [(row["url"], row["row"], row["error"]) for row in said][:1] == [(inline, 2, "bad row")]
+    assert said[0]["reason"] == (
+        f"urls.jsonl line 2: image {inline[:37]}...: a data: URL, which holds its image inline, "
+        "but shardpack packs images by their address; decode it to a file and list the file in "
+        "a manifest of its own"
+    )
+    if not streamed:
+        assert said[1]["reason"] == ("urls.jsonl line 3: the image path in column 'url' is not a "
+                                     "usable URL (it holds a NUL)")  # fmt: skip
+        return
+    with pytest.raises(ShardpackError) as stopped:
+        pack(src, tmp_path / "fail", PackOptions(**given, shuffle=False, on_error="fail"))
+    # a streamed list's rows are read by the workers, which say where the list is
+    ending = f"a manifest of its own (in {src}), or pass on_error='skip' to leave it out"
+    assert str(stopped.value).endswith(ending), stopped.value
 
 
 def test_a_proxy_in_the_environment_is_said_to_be_unused_where_urls_were_unreached(
