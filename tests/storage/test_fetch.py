@@ -396,7 +396,7 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
     done = helpers.run_cli("pack", str(src), str(out), "--path-column", "url", "--workers", "1",
                            "--allow-private-urls", "--max-pixels", "1000")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "image URLs skipped: " in done.stdout and "failures.jsonl" in done.stdout
+    assert "URL list rows skipped: " in done.stdout and "failures.jsonl" in done.stdout
     index = json.loads((out / "index.json").read_text())
     assert sum(s["num_records"] for s in index["splits"]["train"]["shards"]) == len(good)
     rows = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
@@ -1009,6 +1009,13 @@ def test_every_bad_row_of_a_url_list_is_in_failures_whatever_it_names(tmp_path, 
     assert rows[3]["reason"] == "urls.csv line 6: has 3 cells, the header has 2"
     assert len(rows) == result.index.num_skipped
     assert result.index.stats.url_failures == {"bad row": 4, "HTTP Not Found": 1}
+    # the summary counts what failures.jsonl holds: rows, two of which name no URL (it said
+    # "image URLs skipped")
+    done = helpers.run_cli("pack", str(src), str(tmp_path / "said"), "--path-column", "url",
+                           "--workers", "1", "--allow-private-urls")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = f"\nURL list rows skipped: bad row 4, HTTP Not Found 1 (each in {tmp_path}/said/"
+    assert said in done.stdout, done.stdout
     (tmp_path / "a.png").write_bytes(_png(0))
     local = tmp_path / "local.csv"
     local.write_text("path,caption\na.png,ok\nmissing.png,gone\nftp://example.com/a.png,x\n")
