@@ -209,7 +209,8 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         typer.echo(f"boxes dropped: {said}")  # the reasons say why: not all are "nothing left"
     if failures := summary.get("url_failures"):
         said = ", ".join(f"{printable(kind)} {n:,}" for kind, n in failures.items())
-        typer.echo(f"image URLs skipped: {said} (each in {summary['out']}/failures.jsonl)")
+        # failures.jsonl's rows: the URLs that failed and the list's bad rows (some name none)
+        typer.echo(f"URL list rows skipped: {said} (each in {summary['out']}/failures.jsonl)")
     _print_duplicates_and_ignored(summary["duplicates"], summary["ignored"],
                                   summary["ignored_files"])  # fmt: skip
     if not summary["tfds_metadata"]:

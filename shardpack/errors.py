@@ -114,10 +114,24 @@ SKIP_HINT = ("pass ", Option("on_error", "skip"), " to leave it out")
 RERUN = "rerun with "
 
 
-def way_past(reason: str) -> tuple[str | Option, ...]:
-    """What follows an item's `reason` where --on-error fail stopped the run: the fix (the
-    reason's own, where it names one after "; fix") and the flag that skips the item instead."""
-    return (", or " if "; fix " in reason else "; fix it, or ", *SKIP_HINT)
+# A reason that names its own fix says it as a clause of its own that begins with a flag or
+# with one of these verbs ("...: move it into its class's folder", "...; rename it", "...;
+# --allow-private-urls fetches it"): the verbs the reasons of images, sources and fetch use.
+_OWN_FIX = re.compile(
+    r"(?:[;:]|, or|, then) (?:--[a-z]|(?:fix|rename|give|list|move|add|remove|repair|pass|check|"
+    r"decode|drop|choose|convert|raise|lower|simplify|split|store|save|write|extract|fill|"
+    r"prepare|pack|name|run|restore|install|set|use|delete|replace|rewrite|embed|place|serve|"
+    r"try) )"  # a verb and its object: a host of that name (list.example.com) is none
+)
+
+
+def way_past(reason: str, *fix: str | Option) -> tuple[str | Option, ...]:
+    """What follows an item's `reason` where --on-error fail stopped the run, so that the
+    message reads as one sentence with one fix: the reason's own fix where it names one, else
+    `fix` ("fix it" unless given), then the flag that skips the item instead."""
+    if _OWN_FIX.search(reason):
+        return (", or ", *SKIP_HINT)
+    return ("; ", *(fix or ("fix it",)), ", or ", *SKIP_HINT)
 
 
 def said_value(text: str, value: object) -> str:

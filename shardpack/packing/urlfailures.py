@@ -15,7 +15,7 @@ from shardpack.packing.stats import reason_kind
 from shardpack.sources import Dataset
 from shardpack.sources.tables.files import named_line
 from shardpack.storage import Storage
-from shardpack.storage.imageroot import NOT_WEB
+from shardpack.storage.imageroot import INLINE, NOT_WEB
 from shardpack.storage.urlpolicy import is_transient, is_web_url, status_of
 
 # (manifest file name, line or row) of each URL the scan listed: ImageRoot.rows_of
@@ -57,7 +57,7 @@ def lists_urls(dataset: Dataset, skipped: Iterable[tuple[str | None, str, str]])
     no process holds) one of its skips is an http(s) URL or a URL list's row naming none."""
     if getattr(dataset.root, "listed_urls", lambda: False)():
         return True
-    return any(is_web_url(key) or reason.endswith(NOT_WEB) for _, key, reason in skipped)
+    return any(is_web_url(key) or reason.endswith((NOT_WEB, INLINE)) for _, key, reason in skipped)
 
 
 def first_listed(skipped: list[tuple[str, str]], rows_of: RowsOf | None) -> tuple[str, str]:

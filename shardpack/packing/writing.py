@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from shardpack.containers import HashingFile
-from shardpack.errors import RERUN, SKIP_HINT, ImageError, Option, WorkerDiedError
+from shardpack.errors import RERUN, ImageError, Option, WorkerDiedError, way_past
 from shardpack.options import PackOptions
 from shardpack.packing import stamps
 from shardpack.packing.collector import frozen, long_lived
@@ -26,6 +26,7 @@ from shardpack.sources import Dataset
 from shardpack.storage import Storage, is_store_failure
 from shardpack.storage.atomic import temp_files
 from shardpack.storage.imageroot import close_started
+from shardpack.storage.urlpolicy import is_transient, is_web_url
 
 
 @dataclass(frozen=True)
@@ -95,14 +96,8 @@ def write_shards(
         undo = journal.put_back if planned.journal_first and not journaled else None
         in_flight = _tidy_after_failure(out, todo, journaled, undo)
         if isinstance(e, ImageError):  # --on-error fail: say where the file is and what to do
-            fix = (
-                ("raise ", Option("max_pixels"), " if you trust the image")
-                if OVER_MAX_PIXELS in e.reason
-                else ("repair or remove the file",)
-            )
-            raise ImageError(
-                e.key, *e.reason_parts, f" (in {dataset.root.path()}); ", *fix, ", or ", *SKIP_HINT
-            ) from None
+            raise ImageError(e.key, *e.reason_parts, f" (in {dataset.root.path()})",
+                             *way_past(e.reason, *_fix(e))) from None  # fmt: skip
         if type(e).__name__ == "BrokenProcessPool":  # concurrent.futures's; imported lazily
             raise WorkerDiedError(
                 f"{out.root}: a worker died while writing {', '.join(in_flight) or 'a shard'} "
@@ -117,6 +112,15 @@ def write_shards(
         journal.close()
     out.remove_partial({s.file for s in todo})  # those of a killed worker Dask retried
     return results
+
+
+def _fix(error: ImageError) -> tuple[str | Option, ...]:
+    """What to do about an item a worker refused, where its reason names no fix of its own."""
+    if OVER_MAX_PIXELS in error.reason:
+        return ("raise ", Option("max_pixels"), " if you trust the image")
+    if is_web_url(error.key):  # an image URL: no file of the user's to repair
+        return ("try again later",) if is_transient(error.reason) else ("fix or remove its row",)
+    return ("repair or remove the file",)
 
 
 def _tidy_after_failure(

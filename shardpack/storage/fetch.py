@@ -572,10 +572,26 @@ def _retry_after(headers: http.client.HTTPMessage) -> float | None:
     return None
 
 
+# OpenSSL's reasons for a first answer that is no TLS: a server not speaking TLS on that port
+# (a plain http:// one answers "HTTP/1.1 400" to the handshake: WRONG_VERSION_NUMBER).
+_NO_TLS = frozenset({"WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "HTTP_REQUEST",
+                     "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"})  # fmt: skip
+# An SSLError that is no verdict of TLS but the connection ending under it (transient)
+_ENDED = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+
+
 def _failure(e: BaseException) -> UrlFailed:
     """A failed request as a UrlFailed: transient unless retrying cannot help."""
     if isinstance(e, ssl.SSLCertVerificationError):
         return UrlFailed(f"TLS certificate refused: {e.verify_message}")
+    if isinstance(e, ssl.SSLError) and not isinstance(e, _ENDED):  # the same answer next time
+        code = e.reason or type(e).__name__
+        if code in _NO_TLS:
+            return UrlFailed(f"TLS failed: the server answered in no TLS ({code}), as a plain "
+                             "http:// server does; check the URL's scheme and port")  # fmt: skip
+        return UrlFailed(f"TLS failed ({code}); check the URL's scheme and port, or whether "
+                         "the server shares a TLS version and cipher with this machine's "
+                         "OpenSSL")  # fmt: skip
     if isinstance(e, TimeoutError | socket.timeout):
         return UrlFailed("timed out (no answer within the connect or read timeout)", True)
     if isinstance(e, ConnectionRefusedError):

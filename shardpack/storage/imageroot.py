@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from shardpack.errors import shortened
 from shardpack.storage import storage_at  # the package picks the store a path names
 from shardpack.storage.base import Blob, Entry, Files, NextFiles, Storage
-from shardpack.storage.locations import is_url, joined, normal
+from shardpack.storage.locations import is_data_url, is_url, joined, normal
 from shardpack.storage.srcfiles import not_regular
 from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
 
@@ -37,6 +38,9 @@ URL_BYTES = 128 << 10
 NOT_WEB = ("not an http(s) URL in a URL list (a list naming http(s) URLs is fetched over "
            "http(s) only); give its http(s) URL, or list local and object-store images in a "
            "manifest of their own")  # fmt: skip
+# Why a URL list's row naming a data: URL is refused: it is an image, not where one is.
+INLINE = ("a data: URL, which holds its image inline, but shardpack packs images by their "
+          "address; decode it to a file and list the file in a manifest of its own")  # fmt: skip
 
 # This process's next shard, fetching while its last one waits for retries: (the key its
 # reading names it by, its Prefetch), started by the last reading's `then`.
@@ -424,8 +428,9 @@ class ImageSizes:
     def of(self, path: str) -> int:
         if self.images.web_url(path) is not None:
             return URL_BYTES  # no request a row: the worker's read bounds it
-        if (why := refused_scheme(path) or (NOT_WEB if self.urls_only else None)) is not None:
-            raise ImageUnusable(f"image {path}: {why}")
+        if (why := refused_scheme(path) or self._not_web(path)) is not None:
+            raise ImageUnusable(f"image {shortened(path)}: {why}" if is_data_url(path)
+                                else f"image {path}: {why}")  # fmt: skip
         storage, name = self.images.where(path)
         if (root := storage.local_path()) is not None:
             fd = self.root_fd if storage is self.images.base else None
@@ -453,6 +458,12 @@ class ImageSizes:
         if entry.is_dir:
             raise ImageUnusable(f"image {storage.path(name)}: {not_regular(stat.S_IFDIR)}")
         return entry.size
+
+    def _not_web(self, path: str) -> str | None:
+        """Why a URL list refuses a row naming `path`, no http(s) URL (INLINE, NOT_WEB)."""
+        if not self.urls_only:
+            return None
+        return INLINE if is_data_url(path) else NOT_WEB
 
     def close(self) -> None:
         if self.root_fd is not None:

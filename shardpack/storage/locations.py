@@ -35,6 +35,16 @@ def is_url(text: str | os.PathLike) -> bool:
     return isinstance(text, str) and URL.match(text) is not None
 
 
+def is_data_url(text: str) -> bool:
+    """Whether `text` is a data: URL (RFC 2397), an image held inline, not an address."""
+    return text[:5].lower() == "data:"
+
+
+def location_said(text: str) -> str:
+    """What a message calls a manifest cell's location: "URL" (scheme://, data:) or "file name"."""
+    return "URL" if is_url(text.strip()) or is_data_url(text) else "file name"
+
+
 def unspaced_url(text: str) -> str:
     """A manifest cell's location: a URL with spaces around it (`, https://...`) as the URL,
     as an HTTP client takes it; anything else as it is (a file name may hold such spaces)."""

@@ -151,7 +151,7 @@ TRANSIENT = ("timed out", "connection refused", "connection reset", "connection 
 
 def is_transient(reason: str) -> bool:
     """Whether a URL's failure is one a later try may mend: no answer in time, a refused, reset
-    or cut connection, HTTP 5xx or 429 (not 4xx, DNS, an opt-out, a refused address, a body
+    or cut connection, HTTP 5xx or 429 (not 4xx, DNS, TLS, an opt-out, a refused address, a body
     over the cap, not an image)."""
     status = status_of(reason)
     return reason.startswith(TRANSIENT) or (status is not None and (status == 429 or status >= 500))

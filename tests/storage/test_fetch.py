@@ -27,6 +27,7 @@ import cv2
 import pytest
 
 from shardpack import PackOptions, SourceError, StorageError, iter_examples, pack
+from shardpack.errors import ShardpackError
 from shardpack.layout import FETCHED_PREFIX
 from shardpack.options import as_flags
 from shardpack.packing import duplicates
@@ -59,6 +60,7 @@ class Site:
         self.active = self.most = 0
         self.again = self.most_again = 0  # of those, requests of a path asked for before
         self.connections = 0  # open now
+        self.accepted = 0  # taken in all
         self.started: list[str] = []  # paths in the order their requests came
         self.finished: list[str] = []  # and in the order they were answered
         self.lock = threading.Lock()
@@ -153,6 +155,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         super().setup()
         with self.site.lock:
             self.site.connections += 1
+            self.site.accepted += 1
 
     def finish(self) -> None:
         with self.site.lock:
@@ -393,7 +396,7 @@ def test_each_kind_of_answer_is_packed_or_kept_with_its_reason(tmp_path, site):
     done = helpers.run_cli("pack", str(src), str(out), "--path-column", "url", "--workers", "1",
                            "--allow-private-urls", "--max-pixels", "1000")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "image URLs skipped: " in done.stdout and "failures.jsonl" in done.stdout
+    assert "URL list rows skipped: " in done.stdout and "failures.jsonl" in done.stdout
     index = json.loads((out / "index.json").read_text())
     assert sum(s["num_records"] for s in index["splits"]["train"]["shards"]) == len(good)
     rows = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
@@ -1006,11 +1009,51 @@ def test_every_bad_row_of_a_url_list_is_in_failures_whatever_it_names(tmp_path, 
     assert rows[3]["reason"] == "urls.csv line 6: has 3 cells, the header has 2"
     assert len(rows) == result.index.num_skipped
     assert result.index.stats.url_failures == {"bad row": 4, "HTTP Not Found": 1}
+    # the summary counts what failures.jsonl holds: rows, two of which name no URL (it said
+    # "image URLs skipped")
+    done = helpers.run_cli("pack", str(src), str(tmp_path / "said"), "--path-column", "url",
+                           "--workers", "1", "--allow-private-urls")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = f"\nURL list rows skipped: bad row 4, HTTP Not Found 1 (each in {tmp_path}/said/"
+    assert said in done.stdout, done.stdout
     (tmp_path / "a.png").write_bytes(_png(0))
     local = tmp_path / "local.csv"
     local.write_text("path,caption\na.png,ok\nmissing.png,gone\nftp://example.com/a.png,x\n")
     result = pack(local, tmp_path / "local", PackOptions(workers=1))
     assert result.index.num_skipped == 2 and not (tmp_path / "local/failures.jsonl").exists()
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_a_data_url_or_a_nul_in_a_url_list_is_a_bad_row_saying_what_it_is(tmp_path, site, streamed):
+    """A data: URL in a URL list was told to list local and object-store images elsewhere,
+    and a URL holding a NUL was "not a usable file name": each says what it is now, and a
+    streamed list (a folder, no global shuffle) whose skips are data: URLs still keeps them in
+    failures.jsonl. Stopped at, the data: URL's fix is said once."""
+    inline = "data:image/png;base64," + "iVBORw0KGgo" * 20
+    rows = [{"url": site.url("/img/0.png")}, {"url": inline}]
+    if not streamed:
+        rows.append({"url": site.url("/img/1\0.png")})
+    (tmp_path / "lists").mkdir()
+    src = helpers.write_jsonl(tmp_path / "lists" / "urls.jsonl", rows)
+    given = {"workers": 1, "path_column": "url", "allow_private_urls": True}
+    src = src.parent if streamed else src
+    pack(src, tmp_path / "out", PackOptions(**given, shuffle=not streamed))
+    said = [json.loads(line) for line in (tmp_path / "out/failures.jsonl").read_text().splitlines()]
+    assert [(row["url"], row["row"], row["error"]) for row in said][:1] == [(inline, 2, "bad row")]
+    assert said[0]["reason"] == (
+        f"urls.jsonl line 2: image {inline[:37]}...: a data: URL, which holds its image inline, "
+        "but shardpack packs images by their address; decode it to a file and list the file in "
+        "a manifest of its own"
+    )
+    if not streamed:
+        assert said[1]["reason"] == ("urls.jsonl line 3: the image path in column 'url' is not a "
+                                     "usable URL (it holds a NUL)")  # fmt: skip
+        return
+    with pytest.raises(ShardpackError) as stopped:
+        pack(src, tmp_path / "fail", PackOptions(**given, shuffle=False, on_error="fail"))
+    # a streamed list's rows are read by the workers, which say where the list is
+    ending = f"a manifest of its own (in {src}), or pass on_error='skip' to leave it out"
+    assert str(stopped.value).endswith(ending), stopped.value
 
 
 def test_a_proxy_in_the_environment_is_said_to_be_unused_where_urls_were_unreached(
@@ -1175,6 +1218,60 @@ def test_https_checks_the_certificate_and_the_address(tmp_path, site, monkeypatc
     finally:
         fetch._tls.cache_clear()
     assert site.hits["/img/3.png"] == 1
+
+
+@contextmanager
+def _refusing_tls() -> Iterator[tuple[str, list[int]]]:
+    """A loopback server answering each TLS handshake with a fatal handshake_failure alert (as
+    one sharing no TLS version or cipher with the client does): an https URL of it, and how
+    many connections it took."""
+    server = socket.create_server(("127.0.0.1", 0))
+    taken = [0]
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                taken[0] += 1
+                with conn:
+                    conn.recv(4096)  # the ClientHello
+                    conn.sendall(bytes([0x15, 3, 3, 0, 2, 2, 40]))  # alert: fatal, handshake
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{server.getsockname()[1]}/a.png", taken
+    finally:
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        server.close()
+
+
+def test_a_tls_failure_is_permanent_and_names_the_urls_scheme_and_port(tmp_path, site):
+    """An https:// URL of a plain http server (WRONG_VERSION_NUMBER) or of one refusing the
+    handshake was a transient "network error: [SSL: ...]": tried 3 times, and `pack --update`
+    asked it again. It is a TLS failure now, saying the likely fix, tried once and not asked
+    again (a certificate refused is as it was: test_https_checks_the_certificate_...)."""
+    with serving() as plain, _refusing_tls() as (refusing, taken):
+        https = plain.url("/img/1.png").replace("http://", "https://")
+        src = _manifest(tmp_path, [site.url("/img/0.png"), https, refusing])
+        given = {"workers": 1, "path_column": "url", "allow_private_urls": True}
+        out = tmp_path / "out"
+        pack(src, out, PackOptions(**given))
+        rows = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+        assert [(row["url"], row["error"]) for row in rows] == [
+            (https, "TLS failed"),
+            (refusing, "TLS failed"),
+        ]
+        assert rows[0]["reason"] == ("TLS failed: the server answered in no TLS "
+                                     "(WRONG_VERSION_NUMBER), as a plain http:// server does; "
+                                     "check the URL's scheme and port")  # fmt: skip
+        assert rows[1]["reason"].startswith("TLS failed (") and "ALERT" in rows[1]["reason"]
+        assert "; check the URL's scheme and port" in rows[1]["reason"]
+        assert not any(is_transient(row["reason"]) for row in rows)
+        assert (plain.accepted, taken[0]) == (1, 1)  # no retry
+        pack(src, out, PackOptions(**given, grow="update"))
+        assert (plain.accepted, taken[0]) == (1, 1)  # not asked again
+        assert (out / "failures.jsonl").read_text().count("TLS failed") == 4  # error and reason
 
 
 def test_connections_kept_are_capped_whatever_the_hosts(site):

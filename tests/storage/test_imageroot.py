@@ -12,6 +12,8 @@ import pytest
 
 from shardpack.storage import storage_at
 from shardpack.storage.imageroot import (
+    INLINE,
+    NOT_WEB,
     URL_BYTES,
     ImageRoot,
     ImageSizes,
@@ -95,3 +97,17 @@ def test_a_root_reads_each_path_where_it_says_and_pickles_without_its_rows(tmp_p
     assert missing_root(str(tmp_path / "root")) is None and missing_root(url) is None
     assert missing_root(str(tmp_path / "elsewhere.jpg")) == "is not a folder"
     assert missing_root(str(tmp_path / "nowhere")) == "no such folder"
+
+
+def test_a_url_lists_row_naming_no_web_url_is_told_what_it_names(tmp_path):
+    """A data: URL in a URL list was told to list local and object-store images in a manifest
+    of their own: it holds its image inline, and is told so (the URL shortened, which may be
+    megabytes long); a path or file:// URL is still told that."""
+    sizes = ImageSizes(ImageRoot(storage_at(tmp_path)), urls_only=True)
+    inline = "data:image/png;base64," + "A" * 10_000
+    try:
+        said = [_said(sizes, path) for path in (inline, "a.jpg", "file:///etc/hostname")]
+    finally:
+        sizes.close()
+    assert said[0] == (f"image {inline[:37]}...: {INLINE}") and "decode it to a file" in INLINE
+    assert said[1:] == [f"image a.jpg: {NOT_WEB}", f"image file:///etc/hostname: {NOT_WEB}"]

@@ -30,7 +30,13 @@ from shardpack.sources.tables.chunks import Chunk
 from shardpack.sources.tables.columns import SPLIT, Layout
 from shardpack.sources.tables.files import line_name, row_unit
 from shardpack.sources.tables.kinds import FLOAT, INT, TEXT, LabelInfo, fits, kind_of
-from shardpack.storage.locations import joined, normal, relative_to, unspaced_url
+from shardpack.storage.locations import (
+    joined,
+    location_said,
+    normal,
+    relative_to,
+    unspaced_url,
+)
 
 _F32 = struct.Struct("<f")
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9_]+\Z")  # shard file names are {name}-{split}.tfrecord-...
@@ -263,7 +269,9 @@ def _image_path(value, column: str) -> str:
     if not isinstance(value, str):
         raise _Bad(f"the image path in column {column!r} is {describe(value)}, not text")
     if len(value) > MAX_TEXT_CHARS or "\0" in value:
-        raise _Bad(f"the image path in column {column!r} is not a usable file name")
+        why = "holds a NUL" if "\0" in value else f"is over {MAX_TEXT_CHARS:,} characters"
+        raise _Bad(f"the image path in column {column!r} is not a usable "
+                   f"{location_said(value)} (it {why})")  # fmt: skip
     return normal(unspaced_url(value))
 
 

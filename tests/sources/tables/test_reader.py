@@ -281,6 +281,17 @@ def test_bad_jsonl_rows_name_their_line(tmp_path, chunking):
     assert m.bad[3].path == "b.jpg"
 
 
+def test_a_nul_in_an_image_path_says_whether_it_is_a_file_name_or_a_url(tmp_path, chunking):
+    """A URL holding a NUL was "not a usable file name"."""
+    rows = [{"path": "a.jpg"}, {"path": "b\0.jpg"}, {"path": "https://h/c\0.png"},
+            {"path": "data:image/png;base64,\0"}]  # fmt: skip
+    got = reasons(read_manifest(write_jsonl(tmp_path / "t.jsonl", rows)))
+    said = "the image path in column 'path' is not a usable"
+    assert got == {2: f"t.jsonl line 2: {said} file name (it holds a NUL)",
+                   3: f"t.jsonl line 3: {said} URL (it holds a NUL)",
+                   4: f"t.jsonl line 4: {said} URL (it holds a NUL)"}  # fmt: skip
+
+
 def test_an_integer_literal_too_long_for_python_is_a_bad_row_not_a_bad_file(tmp_path):
     path = tmp_path / "t.jsonl"
     huge = "9" * 5000  # int() refuses over 4,300 digits
