@@ -20,6 +20,7 @@ import numpy as np
 
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.signatures import JPEG_FRAMES, JPEG_NO_LENGTH, fixed_size, sniff, too_many_pixels
+from shardpack.stops import stops_held
 
 # JPEG frame types TensorFlow's decoder reads: baseline, extended and progressive Huffman.
 _TF_JPEG_FRAMES = frozenset({0xC0, 0xC1, 0xC2})
@@ -61,8 +62,10 @@ def _opencv():
     and the import is ~0.06 s of every start (python -X importtime). Set up once a process:
     one thread (there is a worker per core already, and OpenCV's own threads would
     oversubscribe them), and its own warnings ("[ WARN:0@0.2] global grfmt_tiff.cpp ...") kept
-    off stderr, since what went wrong reaches the user as the skip reason."""
-    import cv2
+    off stderr, since what went wrong reaches the user as the skip reason. Imported with
+    Ctrl-C held off: its loader swallows one that arrives inside it, and the run went on."""
+    with stops_held():
+        import cv2
 
     cv2.setNumThreads(1)
     cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)

@@ -19,11 +19,10 @@ import multiprocessing.util
 import os
 import signal
 import sys
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -37,6 +36,7 @@ from shardpack.packing.packeditems import PACKED_CHUNK  # noqa: F401
 from shardpack.packing.packeditems import PackedItems as _PackedItems
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.packing.worker import next_files, write_shard
+from shardpack.stops import STOPS, stops_held
 from shardpack.storage.base import Files, Handover
 from shardpack.storage.imageroot import close_started
 
@@ -139,7 +139,7 @@ class ForkBackend(ParallelBackendBase):
         return self.effective_n_jobs(n_jobs)
 
     def submit(self, func: Callable, callback: Callable | None = None) -> Future:
-        with _stops_held():  # the pool forks its workers in its first submit
+        with stops_held():  # the pool forks its workers in its first submit
             future = self._pool.submit(func)
         if callback is not None:
             future.add_done_callback(callback)
@@ -159,34 +159,6 @@ class ForkBackend(ParallelBackendBase):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-
-
-_STOPS = (signal.SIGINT, signal.SIGTERM)
-
-
-@contextmanager
-def _stops_held() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM off while the workers fork, then stop as they ask. Arriving as a
-    worker forks, one hit it before it ignores them (_tie_to_parent: a worker's traceback, and
-    the run ended as if the out-of-memory killer had struck), or this process inside an
-    at-fork handler, which swallows the exception (the run went on). Blocked, a worker
-    inherits them pending and discards them; here they are noted (another thread of this
-    process may take one: Python runs its handler on the main thread) and raised again after;
-    forked from another thread (the Python API's caller's), only blocked."""
-    arrived: list[int] = []
-    handlers = []
-    if threading.current_thread() is threading.main_thread():
-        handlers = [signal.signal(stop, lambda number, _: arrived.append(number))
-                    for stop in _STOPS]  # fmt: skip
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        for stop, handler in zip(_STOPS, handlers, strict=False):  # none: not the main thread
-            signal.signal(stop, handler)
-        if arrived:
-            signal.raise_signal(arrived[0])
 
 
 def _write_forked(*args) -> tuple[ShardResult, tuple[Handover, ...]]:
@@ -249,7 +221,7 @@ def _tie_to_parent(parent: int) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)  # held as it forked (_stops_held)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # held as it forked (stops_held)
     with suppress(OSError, AttributeError):  # prctl is Linux's; elsewhere the pipes still end
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before the request took hold

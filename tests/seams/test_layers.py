@@ -17,7 +17,7 @@ PACKAGE = Path(shardpack.__file__).parent
 # Lowest first: a module may import its own layer and those below, never one above. read/ sits
 # above packing/ (a reader may ask how a pack is laid out); the faces sit on top.
 LAYERS = (
-    ("errors", "crc", "schema", "layout", "hffeatures", "cardheader", "signatures"),
+    ("errors", "crc", "schema", "layout", "hffeatures", "cardheader", "signatures", "stops"),
     ("storage",),
     ("containers",),
     ("index", "contentsfile", "options", "images"),
