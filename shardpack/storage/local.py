@@ -35,6 +35,7 @@ from shardpack.storage.base import (
     Sink,
     Storage,
 )
+from shardpack.storage.readahead import ReadAhead
 from shardpack.storage.srcfiles import not_regular, read_regular, read_regular_stat
 
 
@@ -245,7 +246,7 @@ class LocalStorage(Storage):
     def reading(
         self, files: Files, limit: int, key: object = None, then: NextFiles | None = None
     ) -> Iterator[Storage]:
-        reads = _FolderReads(self.root)
+        reads = _FolderReads(self.root, ReadAhead(files, self.path, limit))
         try:
             yield reads
         finally:
@@ -334,13 +335,16 @@ class _FolderReads(LocalStorage):
     file and held until the reading ends: the kernel walks one name a file, not SRC's whole
     path, and no path is joined (a passed-through photo: benchmarks/README.md, "Eleventh
     round"). Past _HELD_FOLDERS folders, and where one cannot be opened, a file is read by its
-    whole path, as LocalStorage reads it (which says why)."""
+    whole path, as LocalStorage reads it (which says why). Where the disk is what the reads
+    wait on, the files next are asked of it ahead (readahead)."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, ahead: ReadAhead) -> None:
         super().__init__(root)
         self._folders: dict[str, int | None] = {}  # folder -> its fd (None: by whole path)
+        self._ahead = ahead
 
     def _at(self, name: str) -> tuple[str, int | None]:
+        self._ahead.read()
         head, _, tail = name.rpartition("/")
         try:
             fd = self._folders[head]
@@ -350,6 +354,7 @@ class _FolderReads(LocalStorage):
         return (self.path(name), None) if fd is None or not tail else (tail, fd)
 
     def close(self) -> None:
+        self._ahead.close()
         folders, self._folders = self._folders, {}
         for fd in folders.values():
             if fd is not None:
