@@ -8,6 +8,7 @@ albumentations' nearest-neighbour transforms, within one pixel.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -338,6 +339,55 @@ def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, c
     assert said.endswith(("; fix it, or pass on_error='skip' to leave it out",
                           ".json), or pass on_error='skip' to leave it out")), said  # fmt: skip
     assert said.count("fix it") <= 1, said
+
+
+def _pycocotools_crowd(value: object) -> int | None:
+    """What pycocotools makes of an annotation's iscrowd: 0 or 1 where getAnnIds finds it as
+    that and COCOeval ignores it alike (a crowd's matches are ignored); None where COCOeval
+    cannot evaluate it, or where the two disagree (a text "0": found as neither, yet ignored)."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    box = {"image_id": 1, "category_id": 1, "bbox": [2, 2, 10, 10]}
+    truth = COCO()
+    truth.dataset = {"images": [{"id": 1, "width": 30, "height": 20}],
+                     "annotations": [{**box, "id": 1, "area": 100, "iscrowd": value}],
+                     "categories": [{"id": 1, "name": "x"}]}  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()):  # its progress lines
+        truth.createIndex()
+        found = [flag for flag in (0, 1) if truth.getAnnIds(iscrowd=flag)]
+        evaluation = COCOeval(truth, truth.loadRes([{**box, "score": 1.0}]), "bbox")
+        try:
+            evaluation.evaluate()
+        except (TypeError, ValueError):  # int(iscrowd) of a text, null, a list
+            return None
+    ignored = evaluation.evalImgs[0]["gtIgnore"].tolist()
+    return found[0] if found == ignored else None
+
+
+@pytest.mark.parametrize("value", [False, 0.0, True, 1.0, "", None, [], {}, "0", 2, "yes", 0.5],
+                         ids=repr)  # fmt: skip
+def test_an_iscrowd_is_read_as_pycocotools_reads_it_or_skips_its_image(tmp_path, value):
+    """A falsy iscrowd (false, "", null, [], 0.0) was packed as 0, whatever it was: pycocotools
+    cannot evaluate "", null or [] (int() of them), so those skip their image now, as a text
+    "0", 2 and "yes" did; false and 0.0 are 0 to it, true and 1.0 a crowd, packed so. Only an
+    iscrowd left out is 0 (detectron2's default), where pycocotools has none."""
+    expected = _pycocotools_crowd(value)
+    src = _broken(tmp_path, lambda d: _second(d, iscrowd=value))
+    dataset = scan(src)
+    if expected is None:
+        (skipped,) = dataset.skipped
+        json_path = src / "annotations" / "instances_val2017.json"
+        assert skipped == (
+            "val2017/a.png",
+            f"annotation 12: iscrowd {value!r} is not 0 or 1; "
+            f"write 0 for an object, 1 for a crowd region (in {json_path})",
+        )
+        assert len(dataset.splits["val"]) == 2
+        return
+    assert not dataset.skipped
+    items = {item.fields["image/id"]: item for item in dataset.splits["val"]}
+    assert items[1].fields["objects/is_crowd"] == (0, expected, 0)
 
 
 def test_an_annotation_id_used_twice_skips_the_image_of_the_second(tmp_path: Path):
