@@ -22,6 +22,7 @@ from PIL import Image
 
 from shardpack.errors import ShardpackError, SourceError
 from shardpack.options import PackOptions
+from shardpack.packing import masks
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from shardpack.sources import coco as coco_source
@@ -480,6 +481,29 @@ def test_a_json_size_a_pixel_off_skips_its_image(tmp_path: Path, width: int, hei
         _pack(src, tmp_path / "fail", on_error="fail")
     twice = _broken(tmp_path / "twice", lambda d: d["images"][0].update(width=240, height=160))
     assert not _pack(twice, tmp_path / "out2").to_json()["skipped_items"]
+
+
+def test_a_json_size_far_over_the_image_s_skips_it_rather_than_draw_its_mask_so(tmp_path):
+    """A mask is drawn at the JSON's size, then resized to the image: a JSON of 13000x13000 for
+    a 100x100 PNG drew 169 million pixels (338 MB of a worker, 2 s) for 10,000, as a resized
+    copy of the same shape. Over MAX_DRAWN_SCALE times the image's side, the image is skipped
+    naming the JSON and the fix; at that scale (a copy 4 times smaller) it packs."""
+    scale = masks.MAX_DRAWN_SCALE
+    far = _broken(
+        tmp_path / "far",
+        lambda d: d["images"][0].update(width=120 * (scale + 1), height=80 * (scale + 1)),
+    )
+    result = _pack(far, tmp_path / "out").to_json()
+    json_path = "annotations/instances_val2017.json"
+    assert {s["key"]: s["reason"] for s in result["skipped_items"]} == {"val2017/a.png": (
+        f"its annotations in {json_path} are of a {120 * (scale + 1)}x{80 * (scale + 1)} image, "
+        f"over {scale} times the side of the image, 120x80: its mask would be drawn at that "
+        f"size; fix the width and height in {json_path}, or scale its annotations to the "
+        "image")}  # fmt: skip
+    near = _broken(
+        tmp_path / "near", lambda d: d["images"][0].update(width=120 * scale, height=80 * scale)
+    )
+    assert not _pack(near, tmp_path / "out2").to_json()["skipped_items"]
 
 
 @pytest.mark.parametrize("encode", ["keep", "png"])
