@@ -10,9 +10,9 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
+from shardpack import images
 from shardpack.errors import OutputError, ShardpackError
 from shardpack.index import load_index
 
@@ -25,6 +25,7 @@ _SAMPLE_FILE = re.compile(rf"(?:{'|'.join(SHAPES)})_\d{{4,}}\.(?:jpg|png)")
 
 def _draw(shape: str, size: int, rng: np.random.Generator) -> np.ndarray:
     """One BGR image: a shape of random colour, place and scale over a noisy gradient."""
+    cv2 = images._opencv()  # with Ctrl-C held off as it loads (its loader swallows one)
     base = rng.integers(0, 256, 3)
     ramp = np.linspace(0.6, 1.0, size)[:, None, None] * base[None, None, :]
     image = np.broadcast_to(ramp, (size, size, 3)) + rng.normal(0, 12, (size, size, 3))
@@ -83,6 +84,7 @@ def make_sample(
     os.makedirs(parent, exist_ok=True)
     new = tempfile.mkdtemp(prefix=".sample-", dir=parent)
     try:
+        cv2 = images._opencv()
         rng = np.random.default_rng(seed)
         for shape in SHAPES:
             os.mkdir(os.path.join(new, shape))

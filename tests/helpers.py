@@ -761,6 +761,26 @@ def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
                           text=True, timeout=180, **kwargs)  # fmt: skip
 
 
+# A fresh interpreter's start (OpenCV not loaded yet) in which a Ctrl-C is raised as OpenCV's
+# loader imports cv2.version, which it does inside `try: ... except: pass`: one that arrives
+# as cv2 is imported outside stops.stops_held is swallowed, and the caller goes on.
+_CTRL_C_AS_OPENCV_LOADS = """
+import runpy, signal, sys
+sys.addaudithook(lambda event, args: event == "import" and args[0] == "cv2.version"
+                 and signal.raise_signal(signal.SIGINT))
+"""
+
+
+def ctrl_c_as_opencv_loads(code: str = "", *cli: str) -> subprocess.CompletedProcess:
+    """`code` run in a fresh interpreter, or (none given) `shardpack CLI...` as `python -m
+    shardpack` runs it, with a Ctrl-C raised as OpenCV loads: the caller stops (exit 130) where
+    it imports OpenCV with stops held, goes on where it does not."""
+    code = code or f"sys.argv = {['shardpack', *cli]!r}\nrunpy.run_module('shardpack', " \
+                   "run_name='__main__', alter_sys=True)"  # fmt: skip
+    return subprocess.run([sys.executable, "-c", _CTRL_C_AS_OPENCV_LOADS + code],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`shardpack ARGS` as its console entry point runs it, but in this process, as `cli` returns
     it: for what a run does, not for the process (signals, limits, a closed pipe). `env` is laid

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import struct
-import subprocess
-import sys
 import zlib
 
 import cv2
@@ -643,25 +641,12 @@ def test_tensorflow_decodes_encoded_images_as_rgb(fmt):
     assert np.abs(rgb.astype(int) - expected).mean() < 12
 
 
-# In a fresh process (this one has OpenCV loaded): a Ctrl-C raised as OpenCV's loader imports
-# cv2.version, which it does inside `try: ... except: pass`
-_CTRL_C_AS_OPENCV_LOADS = """
-import signal, sys
-sys.addaudithook(lambda event, args: event == "import" and args[0] == "cv2.version"
-                 and signal.raise_signal(signal.SIGINT))
-from shardpack import images
-try:
-    images._opencv()
-except KeyboardInterrupt:
-    sys.exit(130)
-print("went on")
-"""
-
-
 @pytest.mark.slow
 def test_a_ctrl_c_as_opencv_loads_stops_the_caller():
     # OpenCV was imported at the first decode, so inside a pack's first shard: a Ctrl-C that
     # came then was swallowed by OpenCV's loader, and the pack went on to the end, exit 0
-    run = subprocess.run([sys.executable, "-c", _CTRL_C_AS_OPENCV_LOADS], capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    run = helpers.ctrl_c_as_opencv_loads(
+        "from shardpack import images\ntry:\n    images._opencv()\nexcept KeyboardInterrupt:\n"
+        "    sys.exit(130)\nprint('went on')"
+    )
     assert (run.returncode, run.stdout) == (130, ""), run.stderr

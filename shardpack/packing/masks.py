@@ -1,10 +1,10 @@
 """Masks follow the pixels: a record's instance-id map drawn from its objects' outlines
 (sources/shapes.py: COCO polygons and RLE, decoded here, in the worker; YOLO's polygons, in
 fractions of the image's sides, drawn at the size of the image as displayed, as COCO's are
-drawn at the JSON's size) or read from a PNG, taken through its image's moves (EXIF turn, then
-images.Geometry's resize, crop and pad: nearest-neighbour, the pixels' own arithmetic),
-renumbered after the objects a transform dropped, and stored as one lossless PNG (8-bit,
-16-bit past 255 objects).
+drawn at the JSON's size, up to MAX_DRAWN_SCALE times the image's side) or read from a PNG,
+taken through its image's moves (EXIF turn, then images.Geometry's resize, crop and pad:
+nearest-neighbour, the pixels' own arithmetic), renumbered after the objects a transform
+dropped, and stored as one lossless PNG (8-bit, 16-bit past 255 objects).
 
 In the map 0 is background and i the i-th object of the record's objects/* lists. Where objects
 overlap, the one drawn last holds the pixel: crowd regions first, then the others in their
@@ -40,6 +40,11 @@ MAX_POINT_ROWS = MAX_POINTS * 1_000
 # made ten RLEs of two counts each (1.7 KB of JSON) hold a worker 9 s. COCO's crowd regions are
 # one or two an image; a thousand million is 300 RLEs of a 12-megapixel photo.
 MAX_RLE_PIXELS = 1_000_000_000
+# The most times a COCO JSON's size of an image may be its file's on a side where a mask is
+# drawn: a map is drawn at the JSON's size, then resized to the image, and a JSON of
+# 13000x13000 for a 100x100 PNG (a wrong size of the same shape, taken for a resized copy) drew
+# 169 million pixels, 338 MB of a worker, for 10,000. A copy 4 times smaller is drawn.
+MAX_DRAWN_SCALE = 4
 
 
 def drawn(
@@ -199,6 +204,17 @@ def _read_png(key: str, value: bytes) -> np.ndarray:
     except images.BadImage as e:
         raise ImageError(key, f"its 'mask': {e}") from None
     return ids.astype(np.uint16)
+
+
+def check_drawn_size(key: str, annotated: tuple, size: tuple[int, int], file: str) -> None:
+    """Raise ImageError where a map drawn at `annotated` (height, width: the size `file` gives
+    the image) would be over MAX_DRAWN_SCALE times the image's `size` on a side."""
+    (a, b), (c, d) = annotated[:2], size
+    if a * b > MAX_DRAWN_SCALE**2 * c * d:
+        raise ImageError(key, f"its annotations in {file} are of a {b}x{a} image, over "
+                              f"{MAX_DRAWN_SCALE} times the side of the image, {d}x{c}: its mask "
+                              f"would be drawn at that size; fix the width and height in {file}, "
+                              "or scale its annotations to the image")  # fmt: skip
 
 
 def check_size(

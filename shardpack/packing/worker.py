@@ -20,7 +20,7 @@ from shardpack.options import PackOptions
 from shardpack.packing import boxes, masks, stamps
 from shardpack.packing.facts import ShardFacts
 from shardpack.packing.kept import Kept, KeptReader
-from shardpack.packing.objects import objects_of
+from shardpack.packing.objects import MASK, objects_of
 from shardpack.packing.plan import ShardResult, ShardSpec
 from shardpack.schema import LABEL, Schema, example_value
 from shardpack.signatures import sniff
@@ -315,8 +315,10 @@ def _fields(
     values = dict(item.fields)
     if ANNOTATED_SIZE in values and ANNOTATED_SIZE not in schema:
         height, width, file = values.pop(ANNOTATED_SIZE)
-        masks.check_size(item.key, (height, width), masks.shown_size(where, size), orientation,
-                         file)  # fmt: skip
+        shown = masks.shown_size(where, size)
+        masks.check_size(item.key, (height, width), shown, orientation, file)
+        if MASK in values:  # drawn at that size (COCO's), then resized to the image
+            masks.check_drawn_size(item.key, (height, width), shown, file)
     if item.label is not None:
         values[LABEL] = item.label
     dropped: dict[str, int] = {}

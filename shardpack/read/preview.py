@@ -8,7 +8,6 @@ import random
 import unicodedata
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 from shardpack import images
@@ -106,6 +105,7 @@ def make_preview(
         elif (j := rng.randrange(seen + 1)) < n:
             chosen[j] = record
     objects = objects_of(index.schema)
+    cv2 = images._opencv()  # with Ctrl-C held off as it loads (its loader swallows one)
     cols = max(1, math.ceil(math.sqrt(len(chosen))))
     rows = max(1, math.ceil(len(chosen) / cols))
     sheet = np.full((rows * (CELL + _CAPTION), cols * CELL, 3), 255, np.uint8)
@@ -156,6 +156,7 @@ def _draw_objects(thumb: np.ndarray, record: dict, objects: Objects) -> None:
 def _thumbnail(record: dict) -> tuple[np.ndarray, str]:
     """The record's image scaled to fit a cell (BGR) and no mark; for an image that does not
     decode (verify without --decode passes it), a grey cell crossed in red, marked in words."""
+    cv2 = images._opencv()
     try:
         rgb = decode_pixels(record)
     except images.BadImage:
@@ -172,6 +173,7 @@ def _draw_boxes(thumb: np.ndarray, boxes: np.ndarray, names: list[str]) -> None:
     """Draw [ymin, xmin, ymax, xmax] boxes (relative, as TFDS's BBox) onto the thumbnail, each
     named at its top left corner; a box with a NaN or infinite corner is not drawn, and
     corners past the image are cut to it."""
+    cv2 = images._opencv()
     height, width = thumb.shape[:2]
     finite = np.isfinite(boxes).all(axis=1)
     boxes = np.clip(boxes[finite], 0.0, 1.0)
@@ -194,6 +196,7 @@ def _draw_boxes(thumb: np.ndarray, boxes: np.ndarray, names: list[str]) -> None:
 def _draw_mask(thumb: np.ndarray, ids: np.ndarray) -> None:
     """Outline each object of an instance-id map (0 background, i the i-th object), scaled to
     the thumbnail nearest-neighbour as masks are."""
+    cv2 = images._opencv()
     height, width = thumb.shape[:2]
     ids = cv2.resize(ids, (width, height), interpolation=cv2.INTER_NEAREST)
     for i in np.unique(ids[ids > 0]).tolist():

@@ -13,10 +13,10 @@ normalised; segmentations (polygons, RLE) travel to the workers as sources/shape
 
 An annotation shardpack cannot use (a bbox that is not 4 finite numbers or that reaches more
 than the image's side past its edge, a category not listed, a segmentation or keypoints list
-of the wrong shape, an iscrowd not 0 or 1, an id an earlier annotation has) skips its image
-with the reason (or stops the scan with --on-error fail): packing the image without the
-object would make a false negative of it. Annotations naming an image the JSON does not list
-are counted in a warning; unknown keys are ignored.
+of the wrong shape, an iscrowd not 0 or 1 as pycocotools reads it, an id an earlier annotation
+has) skips its image with the reason (or stops the scan with --on-error fail): packing the
+image without the object would make a false negative of it. Annotations naming an image the
+JSON does not list are counted in a warning; unknown keys are ignored.
 """
 
 from __future__ import annotations
@@ -432,9 +432,13 @@ class _Split:
                                      "fix the box or the image's width and height")  # fmt: skip
             boxes.append(box)
             labels.append(self.label_of[category])
-            flag = annotation.get("iscrowd") or 0  # absent or null: 0
-            if flag not in (0, 1):  # a text "0" was true, a crowd
-                raise _BadAnnotation(annotation, f"iscrowd {_shown(flag)} is not 0 or 1")
+            # absent: 0 (detectron2's default). Else pycocotools' reading: false and 0.0 are 0,
+            # true and 1.0 a crowd; "", null or [] it cannot evaluate (int() of them), and a
+            # text "0" or 2 it finds as neither, yet ignores as a crowd
+            flag = annotation.get("iscrowd", 0)
+            if flag not in (0, 1):
+                raise _BadAnnotation(annotation, f"iscrowd {_shown(flag)} is not 0 or 1; write 0 "
+                                                 "for an object, 1 for a crowd region")  # fmt: skip
             crowd.append(int(flag))
             given = annotation.get("area")
             pixels = w * h if given is None else given  # its box's where it has none

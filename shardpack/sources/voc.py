@@ -18,7 +18,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from shardpack.errors import SourceError, printable
@@ -39,7 +39,7 @@ from shardpack.sources.objects import (
 )
 from shardpack.sources.openfiles import read_metadata
 from shardpack.sources.source import Dataset, Item, Source, folder_only, refuse_unfound
-from shardpack.storage import Storage
+from shardpack.storage import Entry, Storage
 
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
@@ -171,8 +171,7 @@ def scan_voc(
         prefix = f"{year}/" if year else ""
         pictures, notes = (year, year) if exported else (f"{prefix}JPEGImages",
                                                          f"{prefix}Annotations")  # fmt: skip
-        images = {posixpath.splitext(posixpath.basename(e.name))[0]: e
-                  for e in reversed(list(image_files(root, pictures)))}  # fmt: skip
+        images, twins = _by_id(image_files(root, pictures))
         splits = {year: sorted(images)} if exported else _split_ids(root, prefix, images)
         listed_ids = {image_id for ids in splits.values() for image_id in ids}  # skipped if lost
         tally.imageless += [f"{notes}/{name}" for name, is_dir in folder_entries(root, notes)
@@ -187,6 +186,10 @@ def scan_voc(
                                     f"JPEGImages/ (listed in split {split}); remove it from "
                                     "the list or add the image"))  # fmt: skip
                     continue
+                # the id's other images (a.png beside a.jpg), once: its split's lists name it
+                skipped += [
+                    (twin, _twin_reason(entry.name, xml)) for twin in twins.pop(image_id, ())
+                ]
                 try:
                     data = read_annotation(root, xml)
                     objects = None if data is None else _objects(data, xml, tally)
@@ -220,6 +223,26 @@ def scan_voc(
             *negatives(tally.empty, tally.unannotated, "TFDS's voc", "an annotation XML"),
         ),
     )
+
+
+def _by_id(entries: Iterable[Entry]) -> tuple[dict[str, Entry], dict[str, list[str]]]:
+    """Each image id's file, and the other files of ids that have several (a.jpg beside a.png):
+    <id>.jpg where there is one, as VOC's devkit, TFDS and detectron2 read JPEGImages/<id>.jpg,
+    else the first in name order."""
+    images: dict[str, Entry] = {}
+    twins: dict[str, list[str]] = {}
+    for entry in sorted(entries, key=lambda e: (not e.name.endswith(".jpg"), e.name)):
+        image_id = posixpath.splitext(posixpath.basename(entry.name))[0]
+        if images.setdefault(image_id, entry) is not entry:
+            twins.setdefault(image_id, []).append(entry.name)
+    return images, twins
+
+
+def _twin_reason(kept: str, xml: str) -> str:
+    """Why another file of `kept`'s image id is skipped: an id names one image (`xml`'s)."""
+    chosen = "as VOC's readers read <id>.jpg" if kept.endswith(".jpg") else "the first by name"
+    return (f"has the image id of {kept}, taken for it ({chosen}): an id names one image, "
+            f"annotated by {xml}; give this one a name of its own, or remove it")  # fmt: skip
 
 
 def _split_ids(root: Storage, prefix: str, images: dict) -> dict[str, list[str]]:

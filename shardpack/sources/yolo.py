@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import posixpath
+import re
 import reprlib
 from collections import Counter
 from collections.abc import Mapping
@@ -255,17 +256,29 @@ class _Tally:
         return said
 
 
+# A label row's number as Ultralytics (Python's float(), through numpy) and darknet (C's
+# fscanf "%f") both read it: ASCII digits, a sign, a point, an exponent. float() alone also
+# takes '1_0' (10; C reads 1), non-ASCII digits ('٣': 3; C none), 'nan' and 'inf' (which
+# Ultralytics' checks refuse): read otherwise by one trainer or refused, such a row is refused.
+_NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_NUMBERS = re.compile(rf"{_NUMBER}(?: {_NUMBER})*")
+
+
 def _row_numbers(values: list[str], line: str, at: str) -> list[float]:
-    """A label row's numbers, each finite (`at`: its file and line, for the message)."""
-    try:
-        numbers = [float(v) for v in values]
-    except ValueError:
-        raise BadAnnotation(f"{at}: {line[:60]!r} is not numbers; a row is 'class cx cy w "
-                            "h'") from None  # fmt: skip
-    odd = next((v for v, n in zip(values, numbers, strict=True) if not math.isfinite(n)), None)
-    if odd is not None:
-        raise BadAnnotation(f"{at}: {odd[:20]!r} is not a finite number; fix the row")
-    return numbers
+    """A label row's numbers, each a finite decimal (`at`: its file and line, for the message)."""
+    numbers = [float(v) for v in values] if _NUMBERS.fullmatch(" ".join(values)) else None
+    if numbers is not None and all(map(math.isfinite, numbers)):  # 1e999 is inf
+        return numbers
+    for value in values:
+        try:
+            number = float(value)
+        except ValueError:
+            raise BadAnnotation(f"{at}: {line[:60]!r} is not numbers; a row is 'class cx cy w "
+                                "h'") from None  # fmt: skip
+        if not re.fullmatch(_NUMBER, value) or not math.isfinite(number):
+            break
+    raise BadAnnotation(f"{at}: {value[:20]!r} is not a finite decimal number (ASCII digits, "
+                        "as 0.25 or 1e-3); fix the row")  # fmt: skip
 
 
 def _objects(

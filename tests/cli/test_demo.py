@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from shardpack.cli import app
 from shardpack.demo import SHAPES, make_sample
 from shardpack.errors import OutputError
-from tests.helpers import wait_for
+from tests.helpers import ctrl_c_as_opencv_loads, wait_for
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[2]
@@ -242,3 +242,14 @@ def test_without_resume_replaces_only_the_advice_to_resume():
                          "then run the demo again")  # fmt: skip
     other = OutputError("d: is locked by another run")
     assert other.without_resume("run the demo again") is other
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_as_opencv_loads_stops_the_demo(tmp_path: Path):
+    """shardpack.demo imported OpenCV at its top, outside stops_held: a Ctrl-C as the demo
+    started was swallowed by OpenCV's loader, and it drew and packed the sample, exit 0."""
+    out = tmp_path / "d"
+    run = ctrl_c_as_opencv_loads("", "demo", str(out), "--per-class", "2", "--workers", "1",
+                                 "--no-progress")  # fmt: skip
+    assert run.returncode == 130, run.stdout + run.stderr
+    assert not out.exists() or not any(out.iterdir())  # a stopped demo leaves nothing it made

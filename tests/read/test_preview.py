@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from shardpack.read.preview import CELL
-from tests.helpers import packed_tree, run_cli
+from tests.helpers import ctrl_c_as_opencv_loads, packed_tree, run_cli
 
 # Each format's first bytes, as its decoders look for them.
 MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".jpg": b"\xff\xd8\xff", ".jpeg": b"\xff\xd8\xff",
@@ -249,3 +249,12 @@ def test_an_accented_class_name_is_drawn_without_its_accents(tmp_path: Path):
         assert _preview(str(out), "--out", str(out / "grid.png")).returncode == 0
         sheets.append(cv2.imread(str(out / "grid.png")))
     assert np.array_equal(*sheets)
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_as_opencv_loads_stops_the_preview(out: Path, tmp_path: Path):
+    """shardpack.read.preview imported OpenCV at its top, outside stops_held: a Ctrl-C as the
+    preview started was swallowed by OpenCV's loader, and it drew the sheet, exit 0."""
+    sheet = tmp_path / "sheet.png"
+    run = ctrl_c_as_opencv_loads("", "preview", str(out), "--out", str(sheet))
+    assert run.returncode == 130 and not sheet.exists(), run.stdout + run.stderr

@@ -10,7 +10,7 @@ import functools
 from pathlib import Path
 
 import shardpack
-from tests.helpers import parsed
+from tests.helpers import parsed, walked
 
 PACKAGE = Path(shardpack.__file__).parent
 
@@ -145,3 +145,22 @@ def test_an_import_inside_a_function_says_why():
             if local and not _said(lines, line - 1):
                 unexplained.append(f"{module}:{line} imports {target}")
     assert unexplained == []
+
+
+def test_opencv_is_imported_only_with_stops_held():
+    """OpenCV's loader swallows a Ctrl-C that arrives inside it (`except: pass`), so cv2 is
+    imported in one place, images._opencv, with stops held (stops.py); every other module asks
+    it for cv2. demo.py and read/preview.py imported cv2 at their top: a Ctrl-C as `shardpack
+    demo` or `preview` started was lost."""
+    found = []
+    for module, path in MODULES.items():
+        tree = parsed(path)
+        held = {id(node) for function in ast.walk(tree) if isinstance(function, ast.FunctionDef)
+                and function.name == "_opencv" for node in ast.walk(function)}  # fmt: skip
+        for node in walked(path):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])  # fmt: skip
+            if any(n.split(".")[0] == "cv2" for n in names) and not (
+                    module == "shardpack.images" and id(node) in held):  # fmt: skip
+                found.append(f"{module}:{node.lineno}")
+    assert found == []

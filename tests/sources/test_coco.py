@@ -8,6 +8,7 @@ albumentations' nearest-neighbour transforms, within one pixel.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -21,6 +22,7 @@ from PIL import Image
 
 from shardpack.errors import ShardpackError, SourceError
 from shardpack.options import PackOptions
+from shardpack.packing import masks
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
 from shardpack.sources import coco as coco_source
@@ -340,6 +342,55 @@ def test_an_annotation_it_cannot_use_skips_its_image_with_the_reason(tmp_path, c
     assert said.count("fix it") <= 1, said
 
 
+def _pycocotools_crowd(value: object) -> int | None:
+    """What pycocotools makes of an annotation's iscrowd: 0 or 1 where getAnnIds finds it as
+    that and COCOeval ignores it alike (a crowd's matches are ignored); None where COCOeval
+    cannot evaluate it, or where the two disagree (a text "0": found as neither, yet ignored)."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    box = {"image_id": 1, "category_id": 1, "bbox": [2, 2, 10, 10]}
+    truth = COCO()
+    truth.dataset = {"images": [{"id": 1, "width": 30, "height": 20}],
+                     "annotations": [{**box, "id": 1, "area": 100, "iscrowd": value}],
+                     "categories": [{"id": 1, "name": "x"}]}  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()):  # its progress lines
+        truth.createIndex()
+        found = [flag for flag in (0, 1) if truth.getAnnIds(iscrowd=flag)]
+        evaluation = COCOeval(truth, truth.loadRes([{**box, "score": 1.0}]), "bbox")
+        try:
+            evaluation.evaluate()
+        except (TypeError, ValueError):  # int(iscrowd) of a text, null, a list
+            return None
+    ignored = evaluation.evalImgs[0]["gtIgnore"].tolist()
+    return found[0] if found == ignored else None
+
+
+@pytest.mark.parametrize("value", [False, 0.0, True, 1.0, "", None, [], {}, "0", 2, "yes", 0.5],
+                         ids=repr)  # fmt: skip
+def test_an_iscrowd_is_read_as_pycocotools_reads_it_or_skips_its_image(tmp_path, value):
+    """A falsy iscrowd (false, "", null, [], 0.0) was packed as 0, whatever it was: pycocotools
+    cannot evaluate "", null or [] (int() of them), so those skip their image now, as a text
+    "0", 2 and "yes" did; false and 0.0 are 0 to it, true and 1.0 a crowd, packed so. Only an
+    iscrowd left out is 0 (detectron2's default), where pycocotools has none."""
+    expected = _pycocotools_crowd(value)
+    src = _broken(tmp_path, lambda d: _second(d, iscrowd=value))
+    dataset = scan(src)
+    if expected is None:
+        (skipped,) = dataset.skipped
+        json_path = src / "annotations" / "instances_val2017.json"
+        assert skipped == (
+            "val2017/a.png",
+            f"annotation 12: iscrowd {value!r} is not 0 or 1; "
+            f"write 0 for an object, 1 for a crowd region (in {json_path})",
+        )
+        assert len(dataset.splits["val"]) == 2
+        return
+    assert not dataset.skipped
+    items = {item.fields["image/id"]: item for item in dataset.splits["val"]}
+    assert items[1].fields["objects/is_crowd"] == (0, expected, 0)
+
+
 def test_an_annotation_id_used_twice_skips_the_image_of_the_second(tmp_path: Path):
     """pycocotools keeps one annotation of an id (the last) and evaluates it twice: both were
     packed, objects/id repeating. The image of the second is skipped, both named."""
@@ -430,6 +481,29 @@ def test_a_json_size_a_pixel_off_skips_its_image(tmp_path: Path, width: int, hei
         _pack(src, tmp_path / "fail", on_error="fail")
     twice = _broken(tmp_path / "twice", lambda d: d["images"][0].update(width=240, height=160))
     assert not _pack(twice, tmp_path / "out2").to_json()["skipped_items"]
+
+
+def test_a_json_size_far_over_the_image_s_skips_it_rather_than_draw_its_mask_so(tmp_path):
+    """A mask is drawn at the JSON's size, then resized to the image: a JSON of 13000x13000 for
+    a 100x100 PNG drew 169 million pixels (338 MB of a worker, 2 s) for 10,000, as a resized
+    copy of the same shape. Over MAX_DRAWN_SCALE times the image's side, the image is skipped
+    naming the JSON and the fix; at that scale (a copy 4 times smaller) it packs."""
+    scale = masks.MAX_DRAWN_SCALE
+    far = _broken(
+        tmp_path / "far",
+        lambda d: d["images"][0].update(width=120 * (scale + 1), height=80 * (scale + 1)),
+    )
+    result = _pack(far, tmp_path / "out").to_json()
+    json_path = "annotations/instances_val2017.json"
+    assert {s["key"]: s["reason"] for s in result["skipped_items"]} == {"val2017/a.png": (
+        f"its annotations in {json_path} are of a {120 * (scale + 1)}x{80 * (scale + 1)} image, "
+        f"over {scale} times the side of the image, 120x80: its mask would be drawn at that "
+        f"size; fix the width and height in {json_path}, or scale its annotations to the "
+        "image")}  # fmt: skip
+    near = _broken(
+        tmp_path / "near", lambda d: d["images"][0].update(width=120 * scale, height=80 * scale)
+    )
+    assert not _pack(near, tmp_path / "out2").to_json()["skipped_items"]
 
 
 @pytest.mark.parametrize("encode", ["keep", "png"])

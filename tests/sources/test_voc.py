@@ -188,6 +188,30 @@ def test_a_voc_year_folder_of_other_classes_and_no_split_lists(tmp_path: Path):
         scan(tmp_path / "JPEGImages", PackOptions(source="voc"))
 
 
+def test_two_images_of_one_id_pack_the_one_voc_reads_and_skip_the_other_naming_both(tmp_path):
+    """a.jpg beside a.png and a.bmp, with one a.xml: one was packed and the others left out
+    unsaid (the first by name: a.bmp before a.jpg, which VOC's devkit, TFDS and detectron2
+    read). a.jpg is packed; each other is skipped naming it, the XML and the fix. Without a
+    .jpg, the first by name."""
+    objects = [("ant", (0, 0, 10, 20), 0, 0, "Left")]
+    for name in ("a.jpg", "a.png", "a.bmp", "b.png", "b.bmp"):
+        write(tmp_path / f"JPEGImages/{name}", cv2.imencode(name[-4:], _photo(20, 40, {}))[1])
+    for name in ("a", "b"):
+        write(tmp_path / f"Annotations/{name}.xml", voc_xml(20, 40, objects))
+    write(tmp_path / "ImageSets/Main/train.txt", "a\nb\n")
+    dataset = scan(tmp_path)
+    assert [item.key for item in dataset.splits["train"]] == ["JPEGImages/a.jpg",
+                                                              "JPEGImages/b.bmp"]  # fmt: skip
+    fix = "give this one a name of its own, or remove it"
+    assert dict(dataset.skipped) == {
+        f"JPEGImages/{twin}": f"has the image id of JPEGImages/{kept}, taken for it ({why}): an "
+        f"id names one image, annotated by Annotations/{kept[0]}.xml; {fix}"
+        for twin, kept, why in (("a.bmp", "a.jpg", "as VOC's readers read <id>.jpg"),
+                                ("a.png", "a.jpg", "as VOC's readers read <id>.jpg"),
+                                ("b.png", "b.bmp", "the first by name"))
+    }  # fmt: skip
+
+
 def test_a_doctype_is_refused_in_any_encoding_and_after_any_prolog(tmp_path: Path):
     """A DOCTYPE in UTF-16, or after 5,000 bytes of comment, is refused unparsed as one in the
     first bytes of UTF-8 is: both were parsed, their entities expanded."""

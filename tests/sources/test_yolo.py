@@ -316,13 +316,40 @@ def test_bad_label_rows_skip_their_image_naming_the_line(tmp_path: Path):
     assert reasons["train/images/negative.png"] == ("train/labels/negative.txt line 1: height "
                                                     "-0.1 is negative; fix the row")  # fmt: skip
     assert reasons["train/images/nan.png"] == ("train/labels/nan.txt line 1: 'nan' is not a "
-                                               "finite number; fix the row")  # fmt: skip
+                                               "finite decimal number (ASCII digits, as 0.25 or "
+                                               "1e-3); fix the row")  # fmt: skip
     assert "mask" not in dataset.schema.extras  # the only polygon's image was skipped
     with pytest.raises(ImageError, match=r"class\.png: train/labels/class\.txt line 2") as e:
         pack(src, tmp_path / "out", PackOptions(workers=1, on_error="fail"))
     # its own fix, then the way past: "fix it" said after it no more
     assert str(e.value).endswith("; fix the row or data.yaml's names, or pass on_error='skip' "
                                  "to leave it out")  # fmt: skip
+
+
+# Numbers Python's float() reads and YOLO's trainers do not read alike: '0.2_5' is 0.25 to
+# float() and Ultralytics (numpy), 0.2 to darknet (C's fscanf); non-ASCII digits ('٣', '０')
+# are digits to float() alone; NaN and infinities Ultralytics' checks refuse.
+ODD_NUMBERS = ["0.2_5", "0.\u0663", "\uff10.5", "nan", "-inf", "Infinity", "1e999"]
+
+
+@pytest.mark.parametrize("token", ODD_NUMBERS)
+def test_a_number_only_python_reads_skips_its_image_naming_the_line(tmp_path: Path, token):
+    """Each was packed as float() reads it (or, NaN and infinities, refused as 'not a finite
+    number'); the row is refused with its file and line, as other bad rows are. Decimals
+    spelled otherwise (an exponent, a sign, a point at either end) are numbers to all."""
+    png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
+    rows = {"odd": f"0 0.5 0.5 0.2 0.2\n1 0.5 0.5 {token} 0.2",
+            "spelled": "+1 5e-1 .5 2.E-1 0.20"}  # fmt: skip
+    for name, text in rows.items():
+        write(tmp_path / f"images/{name}.png", png)
+        write(tmp_path / f"labels/{name}.txt", text)
+    dataset = scan(tmp_path)
+    assert dataset.skipped == (("images/odd.png", f"labels/odd.txt line 2: {token!r} is not a "
+                                "finite decimal number (ASCII digits, as 0.25 or 1e-3); fix the "
+                                "row"),)  # fmt: skip
+    (item,) = dataset.splits["train"]
+    assert item.fields["objects/label"] == (1,)
+    np.testing.assert_allclose(item.fields["objects/bbox"], [0.4, 0.4, 0.6, 0.6])
 
 
 # Anchors of lists of 9 aliases each: b29 stands for 9**30 strings, in a few hundred bytes.
