@@ -135,6 +135,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     add("--plot", default=None, help="PNG plot [beside the JSON]")
     add("--no-extras", action="store_true", help="skip the start-up check")
+    add(
+        "--cold",
+        action="store_true",
+        help="drop the inputs from the page cache before each run (read from the disk)",
+    )
     return parser
 
 
@@ -201,6 +206,20 @@ def _warm(workload: workloads.Workload) -> None:
             with open(os.path.join(root, name), "rb") as f:
                 while f.read(1 << 20):
                     pass
+
+
+def _evict(workload: workloads.Workload) -> None:
+    """Drop every input file's pages from the page cache, untimed (--cold): each contender
+    reads them from the disk, as a dataset larger than memory is read. Its folders' entries and
+    inodes stay cached (dropping those needs root)."""
+    os.sync()
+    for root, _, files in os.walk(workload.path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def machine() -> dict:
@@ -380,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.repeat):
             order = contenders if r % 2 == 0 else contenders[::-1]
             for contender in order:
+                if args.cold:
+                    _evict(case.workload)
                 result = run(contender, case, scratch)
                 runs[contender.id].append(result)
                 status = f"{result['wall_s']:.2f} s" if result["ok"] else "FAILED"
