@@ -43,9 +43,10 @@ def _cached(fd: int) -> bool:
 
 
 class ReadAhead:
-    """Advise the kernel of `files` ((name, listed size), in the order the worker reads them)
-    ahead of the worker, which calls `read()` as it starts on each; `close()` ends the thread.
-    `path(name)` is where a name is opened."""
+    """Advise the kernel of `files` ((name, listed size: the window's measure), in the order
+    the worker reads them) ahead of the worker, which calls `read()` as it starts on each;
+    `close()` ends the thread. `path(name)` is where a name is opened; a file over `limit`
+    bytes is not asked for (the worker refuses it unread)."""
 
     def __init__(self, files: Iterator[tuple[str, int]], path: Callable[[str], str],
                  limit: int) -> None:  # fmt: skip
@@ -98,9 +99,9 @@ class ReadAhead:
                 self._wait(min(index - AHEAD, taken[0][0] if taken else index) + step)
             taken.append((index, size))
             taken_bytes += size
-            if (self.cold or index >= look) and 0 < size <= self._limit:
+            if self.cold or index >= look:
                 # looked at: the next look SAMPLE files on (the next file: none was)
-                look = index + (SAMPLE if self._advise(name, size) else 1)
+                look = index + (SAMPLE if self._advise(name) else 1)
 
     def _wait(self, reads: int) -> None:
         """Until the worker started on `reads` files (or close())."""
@@ -109,19 +110,20 @@ class ReadAhead:
         if self.reads < reads and not self._stopped:
             self._wake.wait()
 
-    def _advise(self, name: str, size: int) -> bool:
+    def _advise(self, name: str) -> bool:
         """Ask for the file while the files are not cached, or look whether it is; whether it
-        was a regular file looked at."""
+        was a regular file of at most the limit, looked at."""
         try:
             fd = os.open(self._path(name), _OPEN_FLAGS)
         except OSError:
             return False  # the worker's own read says why
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)  # its size as it is: a large tree's listing gives estimates
+            if not stat.S_ISREG(st.st_mode) or not 0 < st.st_size <= self._limit:
                 return False
             if self.cold or not _cached(fd):
                 self.cold = True
-                os.posix_fadvise(fd, 0, min(size, AHEAD_BYTES), os.POSIX_FADV_WILLNEED)
+                os.posix_fadvise(fd, 0, min(st.st_size, AHEAD_BYTES), os.POSIX_FADV_WILLNEED)
         except OSError:
             return False
         finally:

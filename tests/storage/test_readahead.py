@@ -108,7 +108,7 @@ def test_a_fifo_a_folder_a_missing_file_and_one_over_the_limit_are_left_alone(tm
     os.mkfifo(tmp_path / "fifo.jpg")  # opened, it would wait for a writer without O_NONBLOCK
     (tmp_path / "folder.jpg").mkdir()
     big = tmp_path / "big.jpg"
-    big.write_bytes(os.urandom(SIZE))
+    big.write_bytes(os.urandom(2 * SIZE))
     _evict([str(big)])
     names = ["fifo.jpg", "folder.jpg", "gone.jpg", *(os.path.basename(p) for p in paths)]
     ahead = ReadAhead([*((n, SIZE) for n in names), ("big.jpg", 2 * SIZE)],
