@@ -568,10 +568,18 @@ def test_a_flat_folder_of_images_says_what_to_do(tmp_path):
     assert "no images found; its 3 images lie in SRC itself" in message
     assert f"or pass {tmp_path} to pack photos as one class" in message
     assert scan(tmp_path).classes == ("photos",)  # the advice works
-    _touch_image(tmp_path / "other" / "o.jpg", 9)  # now the parent would pack "other" too
+    (tmp_path / "notes").mkdir()  # a folder of no image beside it: no class
+    (tmp_path / "notes" / "n.txt").write_text("x")
     with pytest.raises(SourceError) as caught:
         scan(src)
     assert str(caught.value).endswith("(SRC/<class>/<image>): move them into class folders")
+    _touch_image(tmp_path / "other" / "o.jpg", 9)  # a class beside it: SRC is one class of many
+    with pytest.raises(SourceError) as caught:
+        scan(src)
+    assert str(caught.value) == (f"{src}: no images found; its 3 images lie in SRC itself, a "
+                                 f"class folder beside 'other': pass {tmp_path} to pack them "
+                                 "all, each folder a class")  # fmt: skip
+    assert scan(tmp_path, PackOptions(source="folder")).classes == ("notes", "other", "photos")
 
 
 def test_the_parent_of_a_cifar_folder_points_at_it(tmp_path):
