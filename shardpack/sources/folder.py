@@ -497,8 +497,10 @@ def instead_of_file(path: str) -> str:
         stem = name[: -len(".txt")]
         return (
             f"if it lists image URLs one a line, make it a manifest with an image column: "
-            f"(echo path; cat {name}) > {stem}.tsv, then pack {stem}.tsv; else pass a folder "
-            f"of class folders (SRC/<class>/<image>) or of CIFAR batches"
+            f"(echo path; cat {name}) > {stem}.tsv, then pack {stem}.tsv; if each line is an "
+            f"image's path and its label (Caffe's lists): (printf 'path\\tlabel\\n'; tr ' ' "
+            f"'\\t' < {name}) > {stem}.tsv; else pass a folder of class folders "
+            f"(SRC/<class>/<image>) or of CIFAR batches"
         )
     return "pass a folder of class folders (SRC/<class>/<image>) or of CIFAR batches"
 

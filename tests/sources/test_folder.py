@@ -506,6 +506,22 @@ def test_a_txt_list_of_urls_as_src_says_how_to_make_it_a_manifest(tmp_path):
     assert sorted(item.path for item in items) == sorted(urls)
 
 
+def test_a_txt_list_of_paths_and_labels_says_how_to_make_it_a_manifest(tmp_path):
+    """Caffe's `train.txt`, `a/1.jpg 0` a line: the one advice, `(echo path; cat ...)`, made one
+    column of `a/1.jpg 0` cells, every row a missing file."""
+    photos = helpers.make_tree(tmp_path, {"a": 2, "b": 1})
+    lines = [f"{p.relative_to(photos).as_posix()} {p.parent.name}" for p in
+             sorted(photos.rglob("*.jpg"))]  # fmt: skip
+    (tmp_path / "train.txt").write_text("".join(f"{line}\n" for line in lines))
+    with pytest.raises(SourceError) as caught:
+        scan(tmp_path / "train.txt")
+    advice = "(printf 'path\\tlabel\\n'; tr ' ' '\\t' < train.txt) > train.tsv"
+    assert f"(Caffe's lists): {advice};" in str(caught.value)
+    subprocess.run(["sh", "-c", advice], cwd=tmp_path, check=True)  # the advice works
+    dataset = scan(tmp_path / "train.tsv")
+    assert dataset.classes == ("a", "b") and len(dataset.splits["train"]) == 3
+
+
 def test_a_json_list_as_src_says_how_to_make_it_jsonl(tmp_path):
     """img2dataset's --input_format json (one array of rows) was told to pass class folders."""
     rows = [{"url": "http://127.0.0.1:9/a.jpg", "caption": "a cat"}]
