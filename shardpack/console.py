@@ -198,12 +198,7 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         typer.echo(f"re-encoded {plural(turned, 'image')} with an EXIF orientation upright, "
                    "its objects with it: datasets shows images upright")  # fmt: skip
     if summary["skipped"]:
-        listed = (
-            "all" if summary["skipped"] <= MAX_NAMED_SKIPPED else f"the first {MAX_NAMED_SKIPPED:,}"
-        )
-        typer.echo(f"skipped {plural(summary['skipped'], 'item')} ({listed} listed in index.json):")
-        for item in summary["skipped_items"][:5]:
-            typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
+        _print_skipped(summary)
     if dropped := summary.get("boxes_dropped"):
         said = ", ".join(f"{printable(reason)} {n:,}" for reason, n in dropped.items())
         typer.echo(f"boxes dropped: {said}")  # the reasons say why: not all are "nothing left"
@@ -217,6 +212,20 @@ def print_pack_summary(summary: dict, resumed: bool) -> None:
         what = "GZIP" if summary["compression"] == "gzip" else summary["container"]
         typer.echo(f"no TFDS metadata: TFDS cannot read {what} shards")
     typer.echo(f"index: {summary['out']}/index.json")
+
+
+def _print_skipped(summary: dict) -> None:
+    """The skipped items' count, the first few named, and the reasons of all counted."""
+    many = summary["skipped"] > MAX_NAMED_SKIPPED
+    listed = f"the first {MAX_NAMED_SKIPPED:,}" if many else "all"
+    typer.echo(f"skipped {plural(summary['skipped'], 'item')} ({listed} listed in index.json):")
+    for item in summary["skipped_items"][:_SHOWN_SKIPPED]:
+        typer.echo(f"  {printable(item['key'])}: {printable(item['reason'])}")
+    if summary["skipped"] > _SHOWN_SKIPPED:  # the others' reasons may be none of those
+        said = ", ".join(f"{printable(kind)} {n:,}" for kind, n in
+                         summary["skip_reasons"].items())  # fmt: skip
+        of = f" (of the first {MAX_NAMED_SKIPPED:,})" if many else ""
+        typer.echo(f"  by reason{of}: {said}")
 
 
 def _print_classes_and_features(summary: dict) -> None:
@@ -236,6 +245,7 @@ def _print_classes_and_features(summary: dict) -> None:
     typer.echo(f"features: {', '.join(features) or 'the image only'}")
 
 
+_SHOWN_SKIPPED = 5  # of a summary's skipped items, named one a line
 _SHOWN_CLASSES = 8  # of a summary's class list: one line on a terminal
 
 

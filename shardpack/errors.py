@@ -36,7 +36,10 @@ def plural(count: int, noun: str, many: str | None = None) -> str:
 
 def classes_said(images: int, objects: int) -> str:
     """A dataset's classes in a few words: the images' ('2 classes'), else, where the images hold
-    none, their objects' (COCO, YOLO, VOC: 'no image classes, 3 object classes')."""
+    none, their objects' (COCO, YOLO, VOC: 'no image classes, 3 object classes'), else
+    'unlabeled' (as pack's summary says it: not '0 classes', a class list misread)."""
+    if not images and not objects:
+        return "unlabeled"
     if images or not objects:
         return plural(images, "class", "classes")
     return f"no image classes, {plural(objects, 'object class', 'object classes')}"

@@ -627,7 +627,7 @@ def warnings(doc: dict) -> list[str]:
     return [f"{_CONFLICT}{count:,} {'group' if count == 1 else 'groups'} of copies "
             f"{'is' if count == 1 else 'are'} {LABELLED_DIFFERENTLY}: another class, or other "
             f"boxes, masks or fields (e.g. {example}); fix the labels: "
-            "--dedup keeps the first copy's and skips the others' (index.json's "
+            "--dedup exact keeps the first copy's and skips the others' (index.json's "
             "duplicates.conflicts_listed names them)"]  # fmt: skip
 
 

@@ -27,7 +27,7 @@ from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.daliindex import refuse_index_file_folders
 from shardpack.packing.factspill import FactSpill
 from shardpack.packing.merge import build_index, commit_index, json_value, write_outputs
-from shardpack.packing.outdir import plan_record, prepare, split_file_names
+from shardpack.packing.outdir import plan_record, prepare, refuse_images, split_file_names
 from shardpack.packing.packeditems import packed_plan
 from shardpack.packing.plan import (
     Plan,
@@ -71,6 +71,7 @@ class FreshPack:
         """Before the lock: a missing package refused before OUT is made; OUT made. Returns
         whether it was."""
         CONTAINERS[self.options.format].require()
+        refuse_images(self.out)
         return self.out.make_root()
 
     def plan(self) -> Planned:

@@ -1204,12 +1204,15 @@ def _said(change: Change, mode: str, copies: Copies | None) -> tuple[str, ...]:
     changed = sum(map(len, change.changed.values()))
     said = []
     if mode == "append" and (changed or change.vanished):
-        said.append(f"{changed:,} changed and {change.vanished:,} vanished items left as "
-                    "packed; pack with --update to bring them in line")  # fmt: skip
+        kinds = [plural(count, f"{kind} item") for count, kind in
+                 ((changed, "changed"), (change.vanished, "vanished")) if count]  # fmt: skip
+        said.append(f"{' and '.join(kinds)} left as packed; pack with --update to bring "
+                    f"{'it' if changed + change.vanished == 1 else 'them'} in line")  # fmt: skip
     if copies is not None:
         said += duplicates.crowded_warning(copies.crowded)
     if copies is not None and copies.yielded:
-        said.append(f"{copies.yielded:,} new copies of held images skipped where a fresh pack "
+        said.append(f"{plural(copies.yielded, 'new copy', 'new copies')} of held images "
+                    "skipped where a fresh pack "
                     "keeps the new one (an evaluation split's) and drops the held one: pack "
                     "with --update to do so")  # fmt: skip
     return tuple(said)

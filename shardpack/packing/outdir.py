@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
@@ -37,6 +38,8 @@ from shardpack.layout import (
     FAILURES_NAME,
     INDEX_FILES_DIR,
     INDEX_NAME,
+    JOURNAL_FOLDER,
+    JOURNAL_NAME,
     LOCK_NAME,
     METADATA_NAMES,
     STAMPS_NAME,
@@ -46,6 +49,7 @@ from shardpack.packing.facts import facts_of
 from shardpack.packing.hubcard import UsersCard, users_card, users_part
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.schema import MAX_ROW
+from shardpack.sources.folder import IMAGE_EXTENSIONS
 from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
 
@@ -60,6 +64,9 @@ _JOURNAL_CAP = 256 << 20
 _JOURNAL_SLACK = 16
 # The most shard entries a journal is read for: a plan of more shards is none anyone makes.
 _MAX_JOURNAL_LINES = 1_000_000
+# OUT's folders looked into for images before a fresh pack (refuse_images): a dataset's class
+# or split folders show in the first few, and a listing each is all it costs.
+_FOLDERS_LOOKED_INTO = 8
 
 
 # A journal as read (OutState's head and finished shards), to be put back as it was.
@@ -135,6 +142,34 @@ def read_state(out: Storage) -> OutState:
         finished=finished,
         listed=frozenset(f for f in listed if is_shard_name(f)),  # never anyone else's file
     )
+
+
+def refuse_images(out: Storage) -> None:
+    """Refuse, before anything is scanned or written, a fresh pack into a folder shardpack never
+    wrote that holds images itself or in its first folders: most likely SRC and OUT swapped
+    (`pack out/flowers ~/data/flowers`). Its shards and index.json would land among the
+    images, and the next pack of that folder would take it for a shardpack output."""
+    if out.kind() != "dir":
+        return
+    entries = [e for e in out.listdir() if not e.name.startswith(".")]
+    if {e.name for e in entries} & {INDEX_NAME, JOURNAL_NAME, JOURNAL_FOLDER}:
+        return  # shardpack's: prepare decides
+    found = next((e.name for e in entries if not e.is_dir and _is_image(e.name)), None)
+    for folder in [e.name for e in entries if e.is_dir][:_FOLDERS_LOOKED_INTO]:
+        if found is not None:
+            break
+        inside = out.child(folder).listdir()
+        found = next((f"{folder}/{e.name}" for e in inside if not e.is_dir and
+                      _is_image(e.name)), None)  # fmt: skip
+    if found is not None:
+        raise OutputError(f"{out.root}: holds images ({printable(found)}, ...), as a "
+                          "dataset's folder does: were SRC and OUT given the other way round? "
+                          "Pass SRC first, then an empty or new folder for the shards")  # fmt: skip
+
+
+def _is_image(name: str) -> bool:
+    """Whether a file's name is an image's, as a class folder's images are named."""
+    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
 def split_file_names(container: Container, name: str, splits: Iterable[str]) -> frozenset[str]:

@@ -9,6 +9,7 @@ from shardpack.errors import plural
 from shardpack.index import Index
 from shardpack.packing.boxes import index_geometry
 from shardpack.packing.facts import DROPPED
+from shardpack.packing.stats import reasons_of
 from shardpack.packing.tfdsmeta import tfds_names
 from shardpack.schema import Feature, Schema
 
@@ -65,6 +66,8 @@ class PackResult:
             "compression": self.index.compression,
             "tfds_metadata": self.index.tfds_readable,
             "skipped_items": [s.to_json() for s in index.skipped[:20]],
+            # of the items index.json names (all, or the first MAX_NAMED_SKIPPED)
+            "skip_reasons": reasons_of(s.reason for s in index.skipped),
             "duplicates": {**index.duplicates, "listed": index.duplicates["listed"][:20]},
             "num_classes": len(self.index.classes),
             "classes": list(self.index.classes[:SUMMARY_CLASSES]),

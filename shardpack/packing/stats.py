@@ -151,6 +151,11 @@ def reason_kind(reason: str) -> str:
     return re.sub(_NUMBER, "N", re.sub(_PATH, "FILE", head)).strip() or "other"
 
 
+def reasons_of(reasons: Iterable[str]) -> dict[str, int]:
+    """How many of these skip reasons are of each kind (reason_kind), the most first."""
+    return dict(Counter(map(reason_kind, reasons)).most_common())
+
+
 # The columns of a summary, each from a chunk of rows, as float64 (sizes and bytes spread
 # over decades; an aspect ratio is a fraction).
 _COLUMNS = {

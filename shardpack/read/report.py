@@ -30,7 +30,7 @@ from shardpack.packing import facts
 from shardpack.packing.duplicates import LABELLED_DIFFERENTLY, record_name
 from shardpack.packing.objects import SIZES, objects_of
 from shardpack.packing.outdir import OUTPUTS
-from shardpack.packing.stats import NOT_NOTED, reason_kind
+from shardpack.packing.stats import NOT_NOTED, reasons_of
 from shardpack.read.preview import exists_error, no_file_there
 from shardpack.read.stream import check_sizes, decode_pixels, iter_examples
 from shardpack.storage import storage_at
@@ -416,10 +416,7 @@ def _split_objects(name: str, summary: dict, classes: tuple[str, ...]) -> str:
 
 
 def _skipped_section(items: tuple[Skipped, ...], summaries: dict) -> str:
-    kinds: dict[str, int] = {}
-    for item in items:
-        kind = reason_kind(item.reason)
-        kinds[kind] = kinds.get(kind, 0) + 1
+    kinds = reasons_of(item.reason for item in items)
     rows = [f"<tr>{_td(kind)}{_td(n, f'skipped:{kind}')}</tr>" for kind, n in sorted(kinds.items())]
     named = [f"<tr>{_td(item.key)}{_td(item.reason)}</tr>" for item in items[:SHOWN_SKIPPED]]
     return (

@@ -111,11 +111,12 @@ def scan(
         dataset = scan_streamed(root, source, found, options, storage_options)
         try:
             dataset = dataset or source.scan(found, options, storage_options)
-        except SourceError as e:  # the folders' layouts take any SRC: one a level off finds none
+        except SourceError:  # the folders' layouts take any SRC: one a level off finds none
             above = _object_dataset_above(root) if source in _ANY_FOLDER else None
             if above is None or options.source != "auto":
                 raise
-            raise SourceError(*e.args, f"; {above}") from None
+            # the folder layout's own advice (class folders) is not for a part of a dataset
+            raise SourceError(f"{root.path()}: {above}") from None
     dataset = dataclasses.replace(dataset, warnings=dataset.warnings + near_misses(dataset))
     if options.split is not None:
         from shardpack.sources.splitting import split_dataset  # --split's alone

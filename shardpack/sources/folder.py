@@ -366,6 +366,10 @@ def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
         above = src.parent()
         if above is not None and _only_entry(above, name):  # else it packs its others too
             way += f", or pass {parent} to pack {name} as one class"
+        elif above is not None and (others := _classes_beside(above, name)):
+            return (f"its {loose} images lie in SRC itself, a class folder beside "
+                    f"{few(others)}: pass {parent} to pack them all, each folder a "
+                    "class",)  # fmt: skip
         return (f"its {loose} images lie in SRC itself, but each class needs its own folder "
                 f"(SRC/<class>/<image>): {way}",)  # fmt: skip
     return expected_layout(src, passed)
@@ -427,6 +431,23 @@ def in_split_folders(passed: Passed) -> tuple[str, ...]:
             "folders",)  # fmt: skip
 
 
+# Folders beside a flat SRC looked into for images (_classes_beside): a listing each.
+_SIBLINGS_LOOKED_INTO = 8
+
+
+def _classes_beside(folder: Storage, name: str) -> list[str]:
+    """The folders beside `name` in `folder` (a few at most) that hold images themselves: SRC
+    is then one class folder of the dataset `folder` is, passed one level too deep."""
+    try:
+        others = [entry for entry, is_dir in folder_entries(folder)
+                  if is_dir and entry != name and not hidden(entry)]  # fmt: skip
+        return [other for other in others[:_SIBLINGS_LOOKED_INTO]
+                if any(not is_dir and _is_image_name(file)
+                       for file, is_dir in folder_entries(folder.child(other)))]  # fmt: skip
+    except SourceError:
+        return []
+
+
 def _only_entry(folder: Storage, name: str) -> bool:
     """Whether `name` is the only folder in `folder` (hidden ones aside): a scan of `folder`
     would take no other class."""
@@ -476,8 +497,10 @@ def instead_of_file(path: str) -> str:
         stem = name[: -len(".txt")]
         return (
             f"if it lists image URLs one a line, make it a manifest with an image column: "
-            f"(echo path; cat {name}) > {stem}.tsv, then pack {stem}.tsv; else pass a folder "
-            f"of class folders (SRC/<class>/<image>) or of CIFAR batches"
+            f"(echo path; cat {name}) > {stem}.tsv, then pack {stem}.tsv; if each line is an "
+            f"image's path and its label (Caffe's lists): (printf 'path\\tlabel\\n'; tr ' ' "
+            f"'\\t' < {name}) > {stem}.tsv; else pass a folder of class folders "
+            f"(SRC/<class>/<image>) or of CIFAR batches"
         )
     return "pass a folder of class folders (SRC/<class>/<image>) or of CIFAR batches"
 

@@ -6,8 +6,8 @@ other column a feature (hfcolumns).
 The scan reads each file a row group at a time, every column but the image's: an item keeps
 its file, row and small fields. A worker reads the image column of the row group an item lies
 in (a few kept at once), from a file whose size and mtime are still the scan's, and hands the
-bytes on as they are; a row holding only a path reads that file under SRC (or --root), as any
-image file.
+bytes on as they are; a row holding only a path reads that file under SRC (or --root, an
+absolute path where it lies under --root), as any image file.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import itertools
+import posixpath
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
@@ -28,7 +29,7 @@ from shardpack.sources.openfiles import OpenFiles
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, read_image_file
 from shardpack.storage import Storage, storage_at
-from shardpack.storage.locations import stays_under
+from shardpack.storage.locations import relative_to, stays_under
 
 if TYPE_CHECKING:
     from shardpack.sources.hfcolumns import Columns
@@ -388,18 +389,30 @@ def load(item: Item, root: Storage, options: PackOptions, cache: dict) -> bytes:
     if not path:
         raise ImageError(item.key, f"{where}: no image (neither bytes nor a path)")
     base = "SRC" if options.root is None else "--root"
+    if options.root is not None:
+        root = cache.get("hf.root") or cache.setdefault("hf.root", storage_at(options.root))
+        if path.startswith("/"):  # datasets keeps the absolute path it was given: under --root?
+            path = relative_to(posixpath.normpath(path), root.root)
     if not stays_under(path):
         raise ImageError(item.key, f"{where}: holds no image bytes, only the path "
                          f"'{printable(path)}', which is not a file under {base}; "
-                         f"{_EMBED}")  # fmt: skip
-    if options.root is not None:
-        root = cache.get("hf.root") or cache.setdefault("hf.root", storage_at(options.root))
+                         f"{_embed(path)}")  # fmt: skip
     try:
         return read_image_file(item._replace(path=path), root, options)
     except ImageError as e:
         raise ImageError(item.key, f"{where}: holds no image bytes, only the path "
                          f"'{printable(path)}' ({base}/{printable(path)}: {e.reason}); "
                          f"{_EMBED}") from None  # fmt: skip
+
+
+def _embed(path: str) -> str:
+    """What to do about a row naming `path`, not under SRC or --root: an absolute path's own
+    folder is one --root reads it under."""
+    if not path.startswith("/") or "\0" in path:
+        return _EMBED
+    return (f"embed the images in the file (datasets: embed_table_storage, as push_to_hub "
+            f"does), or pass --root with a folder it is under: "
+            f"--root {printable(posixpath.dirname(posixpath.normpath(path)))}")  # fmt: skip
 
 
 SOURCE = HfSource()

@@ -160,6 +160,7 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
         most = max((max(i.fields[LABEL], default=-1) for s in splits.values() for i in s),
                    default=-1)  # fmt: skip
         names = tuple(str(i) for i in range(most + 1))
+        said += _yaml_above(root) if yaml is None else []
     if not splits and not skipped:  # all skipped: the pack says so, as of any source
         folders = few(f for fs in places.values() for f in fs)
         raise SourceError(f"{where}: no image found in {folders}")
@@ -179,6 +180,18 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
             *negatives(tally.empty, tally.unannotated, "Ultralytics", "a label file"),
         ),
     )
+
+
+def _yaml_above(root: Storage) -> list[str]:
+    """A warning where SRC holds no data.yaml but the folder above does: SRC is most likely one
+    split of a Roboflow export (`train/` beside `valid/` and data.yaml), its class names there."""
+    above = root.parent()
+    yaml = next((n for n in YAML_FILES if above is not None and above.kind(n) == "file"), None)
+    if yaml is None:
+        return []
+    return [f"{root.path()}: holds no data.yaml, so its classes are named by their numbers; "
+            f"{above.path(yaml)} above it names them: pass {above.path()} to pack the dataset it "
+            "describes"]  # fmt: skip
 
 
 def _with_masks(items: list[Item], blobs: list[bytes | None]) -> list[Item]:

@@ -89,6 +89,21 @@ def test_json_outputs(src: Path, tmp_path: Path):
     assert described["splits"]["train"]["class_counts"] == {"a": 4, "b": 3}
 
 
+def test_the_summary_counts_the_reasons_of_skipped_items_it_does_not_name(tmp_path: Path):
+    """Five skipped items were named and the rest left unsaid: a class left out of --classes
+    hid that another image was broken. The reasons of all are counted under them."""
+    src = make_tree(tmp_path / "src", {"a": 2, "b": 6})
+    (src / "a" / "z.jpg").write_bytes(b"\xff\xd8\xff\xe0cut")
+    args = ["pack", str(src), str(tmp_path / "out"), "--classes", "a", "--workers", "1"]
+    run = runner.invoke(app, [*args, "--no-progress"])
+    assert run.exit_code == 0, run.output
+    lines = run.stdout.splitlines()
+    start = lines.index("skipped 7 items (all listed in index.json):")
+    assert lines[start + 6] == "  by reason: class '...' is not in --classes 6, truncated JPEG 1"
+    summary = json.loads(runner.invoke(app, [*args, "--json", "--no-progress"]).stdout)
+    assert summary["skip_reasons"] == {"class '...' is not in --classes": 6, "truncated JPEG": 1}
+
+
 def test_json_output_is_utf8_that_gives_back_a_name_of_undecodable_bytes(tmp_path: Path):
     """A skipped file named in Latin-1 (`caf\\xe9.jpg`, kept by os.fsdecode as a lone
     surrogate) was written to stdout as its raw byte: no UTF-8, so `json.load` of the output

@@ -258,6 +258,35 @@ def test_rows_naming_image_files_say_what_to_do_and_root_finds_them(tmp_path, mo
     assert len(list(shardpack.iter_examples(tmp_path / "out2", "train"))) == 3
 
 
+def test_rows_naming_absolute_paths_say_the_root_that_reads_them(tmp_path):
+    """`datasets` keeps a path as it was given, most often absolute (a list of files built in
+    a script): --root of a folder above them reads them; the skip reason names one."""
+    photos = tmp_path / "photos" / "cats"
+    photos.mkdir(parents=True)
+    for i in range(3):
+        (photos / f"p{i}.jpg").write_bytes(jpeg(i))
+    src = tmp_path / "src"
+    write_hf(src / "data/train-00000-of-00001.parquet", [0, 1, 0], images=[None] * 3,
+             paths=[f"{photos}/p{i}.jpg" for i in range(3)])  # fmt: skip
+    out = tmp_path / "out"
+    done = run_cli("pack", str(src), str(out), "--workers", "1", "--no-progress")
+    one_line_error(done, f"only the path '{photos}/p0.jpg', which is not a file under SRC",
+                   f"pass --root with a folder it is under: --root {photos})")  # fmt: skip
+    for root in (photos, tmp_path):  # its own folder, or any above it
+        done = run_cli("pack", str(src), str(out), "--workers", "1", "--no-progress",
+                       "--root", str(root), "--overwrite")  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        records = list(shardpack.iter_examples(out, "train"))
+        assert sorted(r["image"] for r in records) == sorted(jpeg(i) for i in range(3))
+        assert sorted(r["key"] for r in records) == [f"data/train-00000-of-00001.parquet:{i}"
+                                                     for i in range(3)]  # fmt: skip
+    elsewhere = tmp_path / "elsewhere"  # a folder they are not under: still said
+    elsewhere.mkdir()
+    done = run_cli("pack", str(src), str(tmp_path / "out2"), "--workers", "1", "--no-progress",
+                   "--root", str(elsewhere))  # fmt: skip
+    one_line_error(done, "which is not a file under --root", f"--root {photos})")
+
+
 # ---- 11: a Parquet file rewritten after the scan ----------------------------------------------
 
 

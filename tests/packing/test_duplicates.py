@@ -506,6 +506,8 @@ def test_a_copy_filed_under_two_classes_is_a_label_conflict(many: tuple) -> None
         (warning,) = [w for w in summary["warnings"] if w.startswith("label conflict")]
         assert "1 group of copies is labelled differently: another class" in warning
         assert f"(e.g. {kept} and {other})" in warning
+        # the flag as it is passed: a bare --dedup is a usage error (it takes a value)
+        assert "; fix the labels: --dedup exact keeps the first copy's" in warning
     text = runner.invoke(app, ["inspect", str(deduped)]).output
     assert "1 group of copies labelled differently (label conflicts)" in text
     card = (deduped / "README.md").read_text()

@@ -445,6 +445,22 @@ def test_out_inside_src_is_refused(tree: Path):
     assert sorted(tree.rglob("*")) == before  # refused before anything was written
 
 
+def test_out_holding_images_is_refused_as_src_and_out_swapped(tmp_path: Path, tree: Path):
+    packed = tmp_path / "packed"
+    pack(tree, packed, PackOptions(workers=1))
+    before = sorted(tree.rglob("*"))
+    for swapped in (tree, tree / "cat"):  # the class folders, or one class folder
+        with pytest.raises(OutputError, match=f"^{re.escape(str(swapped))}: holds images "
+                           r"\(.*\.(jpg|png), \.\.\.\), .*other way round"):  # fmt: skip
+            pack(packed, swapped, PackOptions(workers=1, overwrite=True))
+    assert sorted(tree.rglob("*")) == before  # nothing written among them: no index.json
+    other = tmp_path / "other"  # a folder of other files takes the shards, as it did
+    (other / "notes").mkdir(parents=True)
+    (other / "notes" / "a.txt").write_text("x")
+    assert pack(packed, other, PackOptions(workers=1)).num_records == 16
+    assert pack(packed, other, PackOptions(workers=1)).num_records == 16  # and again
+
+
 def _plan(n: int, size: int, options: PackOptions, cores: int):
     from shardpack.packing.plan import make_plan
     from shardpack.schema import Schema

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import shardpack
 from shardpack.read.describe import describe
-from tests.helpers import OBJECT_ROWS, pack_objects, packed_tree, run_cli
+from tests.helpers import OBJECT_ROWS, make_tree, pack_objects, packed_tree, run_cli, write_csv
 
 
 def test_inspect_says_the_objects_in_one_line_with_class_names(objects_out: Path):
@@ -21,6 +21,21 @@ def test_inspect_says_the_objects_in_one_line_with_class_names(objects_out: Path
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("  objects:")]
     assert line == ("  objects: 4 in 3 images (1 without), 1.333 per image, at most 2; cat 2, "
                     "dog 1, eel 1; boxes small 2, medium 1, large 1")  # fmt: skip
+
+
+def test_inspect_and_the_card_of_an_unlabeled_dataset_say_so(tmp_path: Path):
+    """A manifest without a label column: pack said `no classes: unlabeled`, inspect's header
+    and the Hub card "0 classes", as a class list misread would read."""
+    photos = make_tree(tmp_path / "photos", {"a": 2})
+    table = write_csv(tmp_path / "photos" / "list.csv",
+                      [{"path": p.relative_to(photos).as_posix(), "caption": "x"}
+                       for p in sorted(photos.rglob("*.jpg"))])  # fmt: skip
+    out = tmp_path / "out"
+    done = run_cli("pack", str(table), str(out), "--no-progress")
+    assert "\nno classes: unlabeled\n" in done.stdout, done.stderr
+    done = run_cli("inspect", str(out))
+    assert done.stdout.splitlines()[0].endswith(" tfrecord shards, unlabeled)"), done.stdout
+    assert "train 2 images, unlabeled; 0 skipped" in (out / "README.md").read_text()
 
 
 def test_inspect_of_a_dataset_missing_a_shard_says_so_and_shows_the_rest(tmp_path: Path):

@@ -774,8 +774,9 @@ def test_a_src_inside_a_coco_folder_is_told_to_pass_the_folder(coco):
     for inside in ("annotations/instances_val2017.json", "val2017"):
         with pytest.raises(SourceError) as caught:
             scan(src / inside)
-        assert str(caught.value).endswith(
-            f"it lies inside a COCO folder (annotations/instances_"
+        file = "is a file, not a folder; " if inside.endswith(".json") else ""
+        assert str(caught.value) == (  # only that: no advice of class folders, not its way
+            f"{src / inside}: {file}it lies inside a COCO folder (annotations/instances_"
             f"<split>.json beside the images), {src}: pass that"
         )
 

@@ -506,6 +506,22 @@ def test_a_txt_list_of_urls_as_src_says_how_to_make_it_a_manifest(tmp_path):
     assert sorted(item.path for item in items) == sorted(urls)
 
 
+def test_a_txt_list_of_paths_and_labels_says_how_to_make_it_a_manifest(tmp_path):
+    """Caffe's `train.txt`, `a/1.jpg 0` a line: the one advice, `(echo path; cat ...)`, made one
+    column of `a/1.jpg 0` cells, every row a missing file."""
+    photos = helpers.make_tree(tmp_path, {"a": 2, "b": 1})
+    lines = [f"{p.relative_to(photos).as_posix()} {p.parent.name}" for p in
+             sorted(photos.rglob("*.jpg"))]  # fmt: skip
+    (tmp_path / "train.txt").write_text("".join(f"{line}\n" for line in lines))
+    with pytest.raises(SourceError) as caught:
+        scan(tmp_path / "train.txt")
+    advice = "(printf 'path\\tlabel\\n'; tr ' ' '\\t' < train.txt) > train.tsv"
+    assert f"(Caffe's lists): {advice};" in str(caught.value)
+    subprocess.run(["sh", "-c", advice], cwd=tmp_path, check=True)  # the advice works
+    dataset = scan(tmp_path / "train.tsv")
+    assert dataset.classes == ("a", "b") and len(dataset.splits["train"]) == 3
+
+
 def test_a_json_list_as_src_says_how_to_make_it_jsonl(tmp_path):
     """img2dataset's --input_format json (one array of rows) was told to pass class folders."""
     rows = [{"url": "http://127.0.0.1:9/a.jpg", "caption": "a cat"}]
@@ -568,10 +584,18 @@ def test_a_flat_folder_of_images_says_what_to_do(tmp_path):
     assert "no images found; its 3 images lie in SRC itself" in message
     assert f"or pass {tmp_path} to pack photos as one class" in message
     assert scan(tmp_path).classes == ("photos",)  # the advice works
-    _touch_image(tmp_path / "other" / "o.jpg", 9)  # now the parent would pack "other" too
+    (tmp_path / "notes").mkdir()  # a folder of no image beside it: no class
+    (tmp_path / "notes" / "n.txt").write_text("x")
     with pytest.raises(SourceError) as caught:
         scan(src)
     assert str(caught.value).endswith("(SRC/<class>/<image>): move them into class folders")
+    _touch_image(tmp_path / "other" / "o.jpg", 9)  # a class beside it: SRC is one class of many
+    with pytest.raises(SourceError) as caught:
+        scan(src)
+    assert str(caught.value) == (f"{src}: no images found; its 3 images lie in SRC itself, a "
+                                 f"class folder beside 'other': pass {tmp_path} to pack them "
+                                 "all, each folder a class")  # fmt: skip
+    assert scan(tmp_path, PackOptions(source="folder")).classes == ("notes", "other", "photos")
 
 
 def test_the_parent_of_a_cifar_folder_points_at_it(tmp_path):

@@ -710,6 +710,27 @@ def test_a_table_of_ids_and_breeds_packs_with_its_columns_named(tmp_path):
         pack(table, out, PackOptions(grow="append", label_column="id"))
 
 
+def test_a_list_without_a_header_line_says_what_to_name_its_columns(tmp_path):
+    """`images/1.jpg<TAB>cat` lines with no header (Caffe's lists, a script's): the first row
+    was taken for the column names, and the error asked for `--path-column a/img_000.jpg`,
+    which would have skipped that image. Now it says the line is a row and names the columns
+    to write above it, with which every row packs."""
+    photos = make_tree(tmp_path / "photos", {"a": 2, "b": 1})
+    lines = [f"{p.relative_to(photos).as_posix()}\t{p.parent.name}" for p in
+             sorted(photos.rglob("*.jpg"))]  # fmt: skip
+    for kind, sep in ((".tsv", "\t"), (".csv", ",")):
+        table = photos / f"list{kind}"
+        table.write_text("".join(line.replace("\t", sep) + "\n" for line in lines))
+        with pytest.raises(SourceError) as caught:
+            scan(table)
+        assert str(caught.value) == (f"{table}: its first line holds 'a/img_000.jpg', a row of "
+                                     "the list, not the names of its columns; add a first line "
+                                     f"that names them ({'path' + sep + 'label'!r})")  # fmt: skip
+        table.write_text(f"path{sep}label\n" + table.read_text())
+        named = scan(table)
+        assert named.classes == ("a", "b") and len(named.splits["train"]) == 3
+
+
 def test_a_column_named_in_another_case_is_the_one_the_error_names(tmp_path):
     """LAION's lists name their columns `URL` and `TEXT`; `--path-column url` (img2dataset's
     `--url_col url`, the docs' example) was told only to pass the column of image paths as

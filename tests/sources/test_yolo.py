@@ -268,6 +268,27 @@ def test_the_ultralytics_split_folders_without_data_yaml_number_the_classes(tmp_
     assert label_path("images/x/images/b.jpeg") == "images/x/labels/b.txt"  # the last images/
 
 
+def test_one_split_of_a_roboflow_export_says_where_its_class_names_are(tmp_path: Path):
+    """`pack export/train` of a Roboflow export (data.yaml beside train/ and valid/) packed its
+    classes as '0', '1' without a word; now a warning names the data.yaml above and the folder
+    to pass, which packs them by name."""
+    pytest.importorskip("yaml")
+    png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
+    for split in ("train", "valid"):
+        write(tmp_path / f"{split}/images/a.png", png)
+        write(tmp_path / f"{split}/labels/a.txt", "1 0.5 0.5 0.2 0.2")
+    write(tmp_path / "data.yaml", "train: ../train/images\nval: ../valid/images\nnames: [a, b]\n")
+    one = scan(tmp_path / "train")
+    assert one.schema["objects/label"].classes == ("0", "1")
+    assert one.warnings == (f"{tmp_path / 'train'}: holds no data.yaml, so its classes are named "
+                            f"by their numbers; {tmp_path / 'data.yaml'} above it names them: pass "
+                            f"{tmp_path} to pack the dataset it describes",)  # fmt: skip
+    whole = scan(tmp_path)
+    assert whole.schema["objects/label"].classes == ("a", "b") and not whole.warnings
+    (tmp_path / "data.yaml").unlink()  # no names anywhere: nothing to point at
+    assert not scan(tmp_path / "train").warnings
+
+
 def test_a_label_row_repeated_in_its_file_is_one_object_with_a_warning(tmp_path: Path):
     png = cv2.imencode(".png", _photo(20, 20, {}))[1].tobytes()
     rows = {"a": "0 0.5 0.5 0.2 0.2\n1 0.3 0.3 0.1 0.1\n0 0.50 0.5 0.2 0.2\n",  # the 1st again

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import csv
 import itertools
+import os
 from collections.abc import Iterator
 from typing import BinaryIO
 
 from shardpack.errors import Option, SourceError
+from shardpack.sources.folder import IMAGE_EXTENSIONS
 from shardpack.sources.tables import chunks
 from shardpack.sources.tables.cells import MAX_TEXT_CHARS
 from shardpack.sources.tables.chunks import MAX_LINE_BYTES, Chunk, check_names, text_lines
@@ -53,14 +55,28 @@ def _check_separator(path: str, header: list[str], delimiter: str) -> None:
 
 def _check_header(path: str, header: list[str], delimiter: str) -> None:
     """Refuse a first line that is a row, not column names: a cell of it is a URL (CC3M's and
-    CC12M's TSV lists have no header line, and img2dataset's docs add one)."""
-    if (url := next((cell for cell in header if "://" in cell), None)) is None:
-        return
-    names = ["url" if "://" in cell else "caption" for cell in header]
-    line = delimiter.join(names) if len(set(names)) == len(names) else "url and caption, say"
-    raise SourceError(f"{path}: its first line holds {url[:80]!r}, a row of the list, not the "
-                      f"names of its columns; add a first line that names them ({line!r}), "
-                      "then pass ", Option("path_column", "url"))  # fmt: skip
+    CC12M's TSV lists have no header line, and img2dataset's docs add one) or an image's file
+    (`images/1.jpg<TAB>cat`: Caffe's lists, a script's), which the column names would hold."""
+    if (url := next((cell for cell in header if "://" in cell), None)) is not None:
+        names = ["url" if "://" in cell else "caption" for cell in header]
+        line = delimiter.join(names) if len(set(names)) == len(names) else "url and caption, say"
+        raise SourceError(f"{path}: its first line holds {url[:80]!r}, a row of the list, not "
+                          f"the names of its columns; add a first line that names them "
+                          f"({line!r}), then pass ", Option("path_column", "url"))  # fmt: skip
+    if (file := next((cell for cell in header if _names_image(cell)), None)) is not None:
+        names = ["path" if cell == file else "label" for cell in header]
+        if len(names) > 2 or names.count("path") > 1:
+            line = "path and label, say"
+        else:
+            line = delimiter.join(names)
+        raise SourceError(f"{path}: its first line holds {file[:80]!r}, a row of the list, not "
+                          f"the names of its columns; add a first line that names them "
+                          f"({line!r})")  # fmt: skip
+
+
+def _names_image(cell: str) -> bool:
+    """Whether a cell names an image file by its extension (`a/1.jpg`, `1.PNG`)."""
+    return os.path.splitext(cell.strip())[1].lower() in IMAGE_EXTENSIONS
 
 
 class _Lines:
