@@ -11,8 +11,10 @@ import gzip
 import http.server
 import json
 import os
+import signal
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -1335,35 +1337,98 @@ def test_a_worker_fetches_its_next_shard_while_the_last_waits_for_its_retries(
                             url_threads=16)  # fmt: skip
         assert result.num_records == len(paths) and result.index.stats.workers == workers
         assert sorted(site.started[: len(paths)]) == paths, site.started  # no retry among them
-        assert min(site.hits.values()) == 2  # (a shard taken from a busy worker: 3)
+        assert set(site.hits.values()) == {2}  # a first try and a retry each, no more
         _pack_urls(tmp_path, site, paths, out="sequential", shards=shards)  # no 429 now
     assert helpers.shard_files(tmp_path / "out") == helpers.shard_files(tmp_path / "sequential")
 
 
-def test_a_shard_reserved_by_a_busy_worker_is_taken_by_the_other_and_written_once(tmp_path):
+def test_a_shard_reserved_by_a_busy_worker_is_written_by_it_and_each_url_asked_once(tmp_path):
     """Four shards on two workers, the first held up by one URL: its worker reserves the
-    third shard and fetches it, the other writes the second, the fourth, and takes the third
-    (its URLs fetched twice, the first bytes dropped) rather than leave its task idle. Every
-    shard is written once, the bytes a sequential run writes."""
+    third shard and fetches it, the other writes the second and the fourth. The other took
+    the third too rather than leave its task idle, its URLs fetched twice (50 requests for 40
+    URLs, the first bytes dropped): it waits now, and the third is written by the worker that
+    fetched it. Every URL is asked once, every shard written once, the bytes a sequential run
+    writes."""
     paths = [f"/img/{i:02}.png" for i in range(40)]
     with serving(latency=0.01) as site:
         site.held = frozenset({paths[0]})
-        # (before, the gate opened 20 s on: nothing is reserved, so nothing fetched twice)
-        threading.Thread(target=_open_at, args=(site, 50, 20), daemon=True).start()
+        # the gate opens once every URL was asked and the other worker wrote its two shards
+        # (before, it then took the third at once: 50 requests)
+        landed = [tmp_path / "out" / f"urls-train.tfrecord-{i:05}-of-00004" for i in (1, 3)]
+        opening = (site, 40, 60, landed)
+        threading.Thread(target=_open_at, args=opening, daemon=True).start()
         result = _pack_urls(tmp_path, site, paths, workers=2, shards=4, url_threads=16,
                             shuffle=False)  # fmt: skip
         site.gate.set()
-        twice = [path for path in paths if site.hits[path] == 2]
-        assert len(twice) == 10 and sum(site.hits.values()) == 50, site.hits
+        assert set(site.hits) == set(paths) and max(site.hits.values()) == 1, site.hits
         _pack_urls(tmp_path, site, paths, out="sequential", shards=4, shuffle=False)
     assert result.num_records == 40 and len(result.index.splits["train"].shards) == 4
     assert helpers.shard_files(tmp_path / "out") == helpers.shard_files(tmp_path / "sequential")
 
 
-def _open_at(site: Site, hits: int, timeout: float) -> None:
-    """Set the site's gate once it has had `hits` requests, or after `timeout` seconds."""
+def test_a_worker_killed_while_the_other_waits_for_its_reservation_fails_the_run(tmp_path):
+    """The worker fetching its reserved shard, killed while the other waits for that shard to
+    be taken: the run fails at once in one line (the pool breaks, and ends the waiting one),
+    no hang; nothing is left under a final name but the shards written."""
+    paths = [f"/img/{i:02}.png" for i in range(40)]
+    out = tmp_path / "out"
+    with serving(latency=0.01) as site:
+        site.held = frozenset({paths[0]})
+        src = _manifest(tmp_path, [site.url(path) for path in paths])
+        run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
+                                "--path-column", "url", "--allow-private-urls", "--workers",
+                                "2", "--shards", "4", "--url-threads", "16", "--no-shuffle",
+                                "--no-progress"],
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            landed = [out / f"urls-train.tfrecord-{i:05}-of-00004" for i in (1, 3)]
+            helpers.wait_for(lambda: sum(site.hits.values()) == 40
+                             and all(path.exists() for path in landed), 60)  # fmt: skip
+            (fetching,) = [pid for pid in helpers.worker_pids(run.pid) if _writing_a_shard(pid)]
+            os.kill(fetching, signal.SIGKILL)
+            stderr = run.communicate(timeout=60)[1]
+        finally:
+            site.gate.set()
+            if run.poll() is None:
+                run.kill()
+    assert run.returncode == 2, stderr
+    assert "worker died while writing urls-train" in stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    assert max(site.hits.values()) == 1 and not (out / "index.json").exists()
+    assert not [p.name for p in out.iterdir() if p.name.endswith((".partial", ".lock"))]
+
+
+def _writing_a_shard(pid: int) -> bool:
+    """Whether the process holds a shard's temporary file open: it is mid-shard."""
+    try:
+        fds = list((Path("/proc") / str(pid) / "fd").iterdir())
+        return any(os.readlink(fd).endswith(".partial") for fd in fds)
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("shards", [8, 3])
+def test_every_url_of_a_run_on_two_workers_is_asked_once(tmp_path, shards):
+    """A list of many shards on two workers (as seen: one shard of each 8-shard run fetched
+    twice, the last reservation taken by the worker left idle), and of fewer shards than
+    tasks: each URL is asked once and the shards are a sequential run's."""
+    paths = [f"/img/{i:03}.png" for i in range(10 * shards)]
+    with serving(latency=0.01, jitter=True) as site:
+        result = _pack_urls(tmp_path, site, paths, workers=2, shards=shards, url_threads=8,
+                            shuffle=False)  # fmt: skip
+        assert set(site.hits) == set(paths) and max(site.hits.values()) == 1, site.hits
+        _pack_urls(tmp_path, site, paths, out="sequential", shards=shards, shuffle=False)
+    assert result.num_records == len(paths) and result.index.stats.workers == 2
+    assert helpers.shard_files(tmp_path / "out") == helpers.shard_files(tmp_path / "sequential")
+
+
+def _open_at(site: Site, hits: int, timeout: float, landed: tuple[Path, ...] = ()) -> None:
+    """Set the site's gate once it has had `hits` requests and the files `landed` are there,
+    or after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    while sum(site.hits.values()) < hits and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (
+        sum(site.hits.values()) < hits or not all(path.exists() for path in landed)
+    ):
         time.sleep(0.01)
     site.gate.set()
 
