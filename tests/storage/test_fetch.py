@@ -1276,6 +1276,38 @@ def test_a_tls_failure_is_permanent_and_names_the_urls_scheme_and_port(tmp_path,
         assert (out / "failures.jsonl").read_text().count("TLS failed") == 4  # error and reason
 
 
+def test_update_reads_a_tls_failure_an_older_pack_kept_as_a_network_error_as_permanent(
+    tmp_path, site
+):
+    """A pack made before TLS failures were told apart kept them as "network error: [SSL:
+    ...] ...", a transient reason: `pack --update` asked those URLs again, though it takes a
+    TLS failure it writes now as permanent. It reads the old reason by the same verdict now,
+    and asks nothing; the connection ending under TLS (an EOF) is still a network error."""
+    old = {
+        "TLS failed: the server answered in no TLS (WRONG_VERSION_NUMBER)":
+            "network error: [SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)",
+        "TLS failed (SSLV3_ALERT_HANDSHAKE_FAILURE)":
+            "network error: [SSL: SSLV3_ALERT_HANDSHAKE_FAILURE] sslv3 alert handshake failure "
+            "(_ssl.c:1006)",
+    }  # fmt: skip
+    ended = "network error: [SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation of "
+    assert not any(map(is_transient, old.values())) and is_transient(ended)
+    with serving() as plain, _refusing_tls() as (refusing, taken):
+        https = plain.url("/img/1.png").replace("http://", "https://")
+        src = _manifest(tmp_path, [site.url("/img/0.png"), https, refusing])
+        given = {"workers": 1, "path_column": "url", "allow_private_urls": True}
+        out = tmp_path / "out"
+        pack(src, out, PackOptions(**given))
+        contents = json.loads((out / "contents.json").read_text())
+        (shard,) = contents["shards"].values()
+        shard["reasons"] = [next(was for now, was in old.items() if reason.startswith(now))
+                            for reason in shard["reasons"]]  # fmt: skip
+        (out / "contents.json").write_text(json.dumps(contents))
+        assert (plain.accepted, taken[0]) == (1, 1)
+        pack(src, out, PackOptions(**given, grow="update"))
+        assert (plain.accepted, taken[0]) == (1, 1)  # not asked again (before: 2, 2)
+
+
 def test_connections_kept_are_capped_whatever_the_hosts(site):
     """One kept connection a host of a list of a million hosts would run out of file
     descriptors: at most 2 x threads are kept, the oldest closed."""
