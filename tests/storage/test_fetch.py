@@ -971,6 +971,31 @@ def test_opt_out_headers_are_read_as_img2dataset_reads_them(site):
     assert status_of("HTTP Not Found (HTTP 404)") == 404 and status_of("timed out") is None
 
 
+def test_a_tsv_lists_captions_that_start_with_a_quote_are_read_as_written(tmp_path, site):
+    """CC3M's and CC12M's TSVs are not CSV-quoted: a caption `"Hello" world` was read as
+    `Hello world` (as pandas and pyarrow, img2dataset's readers, read it), and one whose quote
+    never closes (`"A cat`) stopped the run, a quote never closed. Each is its line's text
+    now; a quoted cell as a CSV writer writes it (say "hi" with its quotes doubled, a newline
+    inside) is read as CSV quotes it, and a CSV's quoting is as it was."""
+    urls = [site.url(f"/img/{i}.png") for i in range(5)]
+    captions = ['"Hello" world', '"say ""hi"""', '"two\nlines"', '"A cat', "plain"]
+    rows = [f"{caption}\t{url}" for caption, url in zip(captions, urls, strict=True)]
+    (tmp_path / "cc3m.tsv").write_text("\n".join(["caption\turl", *rows]) + "\n")
+    done = helpers.run_cli("pack", str(tmp_path / "cc3m.tsv"), str(tmp_path / "out"),
+                           "--path-column", "url", "--allow-private-urls", "--no-shuffle",
+                           "--workers", "1")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [r["caption"] for r in iter_examples(tmp_path / "out")] == [
+        '"Hello" world', 'say "hi"', "two\nlines", '"A cat', "plain",
+    ]  # fmt: skip
+    (tmp_path / "list.csv").write_text(f'caption,url\n"Hello" world,{urls[0]}\n')
+    done = helpers.run_cli("pack", str(tmp_path / "list.csv"), str(tmp_path / "csv"),
+                           "--path-column", "url", "--allow-private-urls",
+                           "--workers", "1")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [r["caption"] for r in iter_examples(tmp_path / "csv")] == ["Hello world"]
+
+
 def test_a_bad_row_of_a_url_list_is_a_failure_at_its_own_line(tmp_path, site):
     """A URL listed twice is a bad row at the second line: failures.jsonl named the first
     line (whose URL was packed, or failed for its own reason) and counted it as the kind
