@@ -14,7 +14,7 @@ from shardpack.sources.tables.chunks import MAX_LINE_BYTES, Chunk, check_names, 
 
 
 def csv_chunks(path: str, f: BinaryIO, delimiter: str) -> Iterator[Chunk]:
-    lines = _Lines(text_lines(path, f))
+    lines = _Lines(text_lines(path, f), delimiter == TAB)
     # a TSV's quote that no CSV writer writes so is text (_raw): strict tells it apart
     reader = csv.reader(lines, delimiter=delimiter, strict=delimiter == TAB)
     records = _csv_records(path, reader, lines, delimiter)
@@ -69,10 +69,11 @@ TAB = "\t"
 
 class _Lines:
     """The file's lines, noting the last one taken, those taken since `mark` (a record's:
-    bounded by the csv module's field limit) and whether the file has run out."""
+    bounded by the csv module's field limit; kept with `keep`, a TSV's) and whether the file
+    has run out."""
 
-    def __init__(self, lines: Iterator[str]) -> None:
-        self.lines, self.last, self.ended = lines, "", False
+    def __init__(self, lines: Iterator[str], keep: bool = False) -> None:
+        self.lines, self.last, self.ended, self.keep = lines, "", False, keep
         self.taken: list[str] = []
 
     def __iter__(self) -> Iterator[str]:
@@ -84,7 +85,8 @@ class _Lines:
         except StopIteration:
             self.ended = True
             raise
-        self.taken.append(self.last)
+        if self.keep:
+            self.taken.append(self.last)
         return self.last
 
     def mark(self) -> None:
