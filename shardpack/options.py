@@ -843,7 +843,8 @@ FLAGS: dict[str, Flag] = {
         "--columns",
         "A manifest's columns kept as features, FEATURE naming one otherwise (TEXT=caption: "
         "img2dataset's .txt); the image, label, split and box columns are always taken, the "
-        "others not read ('': none).  [default: every column]",
+        "others not read ('': none); a ',' or '=' in a name is written \\, or \\=.  "
+        "[default: every column]",
         "NAME[=FEATURE],...",
         parse_columns,
     ),
