@@ -586,19 +586,52 @@ def parse_box_columns(text: str) -> tuple[str, ...]:
 
 
 def column_entry(entry: str) -> tuple[str, str]:
-    """(column, feature name) of a --columns entry, "NAME" (its own name) or "NAME=FEATURE"."""
-    name, _, feature = entry.partition("=")
-    name, feature = name.strip(), feature.strip() if "=" in entry else name.strip()
+    """(column, feature name) of a --columns entry, "NAME" (its own name) or "NAME=FEATURE"; a
+    ',' or '=' in a name is written \\, or \\= (a backslash \\\\)."""
+    name, *feature = _cut(entry, "=", 1)
+    name = _unescaped(name.strip())
+    feature = _unescaped(feature[0].strip()) if feature else name
     if not name or not feature:
-        raise OptionError(Option("columns"), " entries are NAME or NAME=FEATURE (TEXT=caption), "
-                          f"got: {entry!r}")  # fmt: skip
+        raise OptionError(Option("columns"), " entries are NAME or NAME=FEATURE (TEXT=caption; "
+                          "a ',' or '=' in a name written \\, or \\=), got: "
+                          f"{entry!r}")  # fmt: skip
     return name, feature
 
 
 def parse_columns(text: str) -> tuple[str, ...]:
     """'TEXT=caption,similarity' as ("TEXT=caption", "similarity"), each checked by the
-    manifest source (column_entry); '' as (): no column but those always taken."""
-    return tuple(entry.strip() for entry in text.split(",") if entry.strip())
+    manifest source (column_entry); '' as (): no column but those always taken. A comma
+    written \\, is a name's, not a cut."""
+    return tuple(entry.strip() for entry in _cut(text, ",") if entry.strip())
+
+
+def escaped_column(name: str) -> str:
+    """A column's name as a --columns entry writes it: its ',', '=' and '\\' escaped."""
+    return re.sub(r"([\\,=])", r"\\\1", name)
+
+
+def _unescaped(text: str) -> str:
+    """A --columns name as written, its escapes (\\, \\= \\\\) read; another backslash stays."""
+    return re.sub(r"\\([\\,=])", r"\1", text)
+
+
+def _cut(text: str, at: str, most: int | None = None) -> list[str]:
+    """`text` cut at each `at` (at most `most` times) that no backslash escapes, the escapes
+    kept in the pieces."""
+    pieces, piece, escaped = [], [], False
+    for char in text:
+        if escaped:
+            piece.append(char)
+            escaped = False
+        elif char == "\\":
+            piece.append(char)
+            escaped = True
+        elif char == at and (most is None or len(pieces) < most):
+            pieces.append("".join(piece))
+            piece = []
+        else:
+            piece.append(char)
+    return [*pieces, "".join(piece)]
 
 
 @dataclass(frozen=True)
@@ -810,7 +843,8 @@ FLAGS: dict[str, Flag] = {
         "--columns",
         "A manifest's columns kept as features, FEATURE naming one otherwise (TEXT=caption: "
         "img2dataset's .txt); the image, label, split and box columns are always taken, the "
-        "others not read ('': none).  [default: every column]",
+        "others not read ('': none); a ',' or '=' in a name is written \\, or \\=.  "
+        "[default: every column]",
         "NAME[=FEATURE],...",
         parse_columns,
     ),

@@ -685,6 +685,15 @@ def wait_for(condition, timeout: float = 60) -> None:
         time.sleep(0.01)
 
 
+def writing_a_shard(pid: int) -> bool:
+    """Whether the process holds a shard's temporary file open: it is mid-shard."""
+    try:
+        fds = list((Path("/proc") / str(pid) / "fd").iterdir())
+        return any(os.readlink(fd).endswith(".partial") for fd in fds)
+    except OSError:
+        return False
+
+
 def worker_pids(parent: int) -> list[int]:
     """The run's worker processes: children forked from it, so they share its command line."""
     own = (Path("/proc") / str(parent) / "cmdline").read_bytes()

@@ -2,10 +2,14 @@
 
 The parent has imported the worker code and made the plan before it forks, so a worker is up
 in milliseconds and reads its shard's items from memory it inherited. A task is "write one
-shard", taken under a lock shared by the workers (as many tasks as shards: each is written
-once): the one this worker reserved, else the lowest free, else the lowest another reserved. A
-worker reserves the next free shard once every first try of the URLs of its current one has
-started, and fetches it while the current one waits for its retries. The pool is the
+shard", taken under a lock shared by the workers: the one this worker reserved, else the
+lowest free; a shard is taken once, so each is written once. A worker reserves the next free
+shard once every first try of the URLs of its current one has started, and fetches it while
+the current one waits for its retries; a shard reserved is written by its worker alone (taken
+by another, its URLs were fetched twice). So a task that finds no shard free but some reserved
+by others waits until they are taken, and the workers but one get a task more than the
+shards: when a worker's current shard ends, a task is left for the one it reserved (a task
+that finds every shard taken writes none). The pool is the
 standard library's ProcessPoolExecutor (fork context) behind a joblib backend: a killed worker
 breaks the pool and fails the run at once, never a hang. Imported only by a run with more than
 one worker: it imports joblib.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.sharedctypes
+import multiprocessing.synchronize
 import multiprocessing.util
 import os
 import signal
@@ -53,6 +58,8 @@ _forked: list[ShardSpec] | None = None
 TAKEN, FREE = -1, 0
 _states: multiprocessing.sharedctypes.SynchronizedArray | None = None
 _lowest_free: multiprocessing.sharedctypes.Synchronized | None = None
+# Signalled (under _states' lock) as a reserved shard is taken: the tasks waiting for one look
+_taken: multiprocessing.synchronize.Condition | None = None
 # In a worker: the shard it reserved last
 _reserved: int | None = None
 
@@ -72,7 +79,7 @@ def run_local(
 
     Closing the generator early (an error, Ctrl-C) kills every worker before it returns.
     """
-    global _forked, _states, _lowest_free
+    global _forked, _states, _lowest_free, _taken
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # a forked worker must not write the parent's buffered text again
     # (a streamed list's range is read by its worker: nothing of it to pack)
@@ -81,9 +88,11 @@ def run_local(
     forking = multiprocessing.get_context("fork")
     _states = forking.Array("q", len(specs))  # all FREE
     _lowest_free = forking.Value("q", 0, lock=False)  # (under _states' lock)
+    _taken = forking.Condition(_states.get_lock())
     # The rest goes pickled (a few hundred bytes): a storage made in this process must not
-    # be used in another (an s3fs filesystem holds an event loop: "not fork-safe").
-    tasks = (delayed(_write_forked)(*args) for _ in specs)
+    # be used in another (an s3fs filesystem holds an event loop: "not fork-safe"). A task
+    # more a worker but one: each reservation's worker finds one left (_take)
+    tasks = (delayed(_write_forked)(*args) for _ in range(len(specs) + workers - 1))
     parallel = Parallel(
         n_jobs=workers,
         backend=ForkBackend(prepare),
@@ -94,6 +103,8 @@ def run_local(
         results = parallel(tasks)
         try:
             for result, handed in results:
+                if result is None:  # a task left no shard to write
+                    continue
                 for each in handed:
                     try:
                         complete(each)
@@ -105,7 +116,7 @@ def run_local(
                 warnings.simplefilter("ignore")
                 results.close()
     finally:
-        _forked = _states = _lowest_free = None
+        _forked = _states = _lowest_free = _taken = None
 
 
 class ForkBackend(ParallelBackendBase):
@@ -161,29 +172,40 @@ class ForkBackend(ParallelBackendBase):
             self._pool = None
 
 
-def _write_forked(*args) -> tuple[ShardResult, tuple[Handover, ...]]:
+def _write_forked(*args) -> tuple[ShardResult | None, tuple[Handover, ...]]:
     """In a forked worker: write a shard of the run that forked it (_take), letting its
-    reading reserve the next (_reserve); returns its result and its files handed over."""
+    reading reserve the next (_reserve); returns its result and its files handed over (None
+    and none where every shard is taken)."""
     source = args[-1]
     ShardWriter.handed = []  # none of a task that failed before
-    result = write_shard(_forked[_take()], *args, then=lambda: _reserve(source))
+    if (i := _take()) is None:
+        return None, ()
+    result = write_shard(_forked[i], *args, then=lambda: _reserve(source))
     return result, tuple(ShardWriter.handed)
 
 
-def _take() -> int:
-    """The shard this task writes, marked TAKEN: the one this worker reserved if no other took
-    it, else the lowest free, else the lowest reserved by another worker (as many tasks as
-    shards: one is left for each)."""
+def _take() -> int | None:
+    """The shard this task writes, marked TAKEN: the one this worker reserved, else the lowest
+    free; None once every shard is taken. With none free but some reserved by other workers,
+    it waits until they take them: a reserved shard's URLs are being fetched by its worker,
+    whose next task writes it (run_local leaves one for each), so no shard is fetched twice.
+    A worker killed meanwhile breaks the pool, which ends the waiting ones too."""
     global _reserved
-    with _states.get_lock():
+    with _taken:
         states, held, _reserved = _states.get_obj(), _reserved, None
-        if held is not None and states[held] == os.getpid():
-            i = held
-        elif _lowest_free.value < len(states):
-            i = _lowest_free.value
-            _lowest_free.value += 1
-        else:
-            i = next(i for i, state in enumerate(states) if state > 0)
+        while True:
+            if held is not None and states[held] == os.getpid():
+                i = held
+                break
+            if _lowest_free.value < len(states):
+                i = _lowest_free.value
+                _lowest_free.value += 1
+                break
+            if not any(state > 0 for state in states):
+                return None
+            _taken.wait()
+        if states[i] > 0:  # another task may be waiting for this reservation to be taken
+            _taken.notify_all()
         states[i] = TAKEN
     return i
 

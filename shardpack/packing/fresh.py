@@ -38,7 +38,12 @@ from shardpack.packing.plan import (
     plan_seconds,
     work_seconds,
 )
-from shardpack.packing.rangeplan import failure_rows, make_range_plan, streamed_rows
+from shardpack.packing.rangeplan import (
+    failure_rows,
+    make_range_plan,
+    ranges_list_urls,
+    streamed_rows,
+)
 from shardpack.packing.result import PackResult
 from shardpack.packing.spool import EntrySpool
 from shardpack.packing.urlfailures import (
@@ -150,7 +155,8 @@ class FreshPack:
         to_write = len(plan.shards) - len(planned.reused)
         skipped = [*duplicates.with_splits(dataset.skipped, self.groups),
                    *((r.split, *s) for r in results for s in r.skipped)]  # fmt: skip
-        failures = url_failures(skipped, listed, lists_urls(dataset, skipped))
+        urls = lists_urls(dataset, skipped) or (streamed and ranges_list_urls(plan, results))
+        failures = url_failures(skipped, listed, urls)
         stats = PackStats(
             seconds=round(seconds, 3),
             images_per_second=round(new_records / seconds, 1) if seconds else None,

@@ -29,6 +29,7 @@ from shardpack.packing.plan import (
     ShardSpec,
     shard_bounds,
 )
+from shardpack.packing.urlfailures import is_bad_row
 from shardpack.sources import Dataset, RecordCost
 from shardpack.sources.streamed import RowRange, StreamedRows
 from shardpack.storage.imageroot import URL_BYTES
@@ -148,3 +149,16 @@ def failure_rows(plan: Plan, results: list[ShardResult]):
         return {url: found[url] for url in urls if url in found}
 
     return rows_of
+
+
+def ranges_list_urls(plan: Plan, results: list[ShardResult]) -> bool:
+    """Whether a streamed list whose skips name no http(s) URL is a URL list all the same,
+    so that failures.jsonl holds its bad rows (urlfailures.lists_urls): the range of a shard
+    that skipped a bad row, or of the first that wrote a record, names one. Read only where a
+    shard skipped a bad row, a range at a time, up to the first naming a URL."""
+    bad = {r.file for r in results if any(is_bad_row(*skip) for skip in r.skipped)}
+    if not bad:
+        return False
+    wrote = next((r.file for r in results if r.num_records), None)
+    return any(spec.items.names_urls()  # type: ignore[attr-defined]
+               for spec in plan.shards if spec.file in bad or spec.file == wrote)  # fmt: skip

@@ -44,7 +44,7 @@ def url_failures(
             url, reason = None, f"{key}: {reason}"
         else:
             url = key
-        found.append({"url": url, "file": file, "row": row, "split": split,
+        found.append({"url": url, "file": file, "row": row, "split": None if bad else split,
                       "status": status_of(reason), "reason": reason,
                       "error": "bad row" if bad else reason_kind(reason)})  # fmt: skip
     # in the list's order, whichever shard finished first
@@ -54,10 +54,16 @@ def url_failures(
 def lists_urls(dataset: Dataset, skipped: Iterable[tuple[str | None, str, str]]) -> bool:
     """Whether a dataset is a URL list, whose bad rows failures.jsonl holds too: its scan
     listed an http(s) URL (a list read whole: its root knows), or (a streamed list, whose rows
-    no process holds) one of its skips is an http(s) URL or a URL list's row naming none."""
+    no process holds) one of its skips is an http(s) URL or a URL list's row naming none
+    (else its ranges tell: rangeplan.ranges_list_urls)."""
     if getattr(dataset.root, "listed_urls", lambda: False)():
         return True
     return any(is_web_url(key) or reason.endswith((NOT_WEB, INLINE)) for _, key, reason in skipped)
+
+
+def is_bad_row(key: str, reason: str) -> bool:
+    """Whether a (key, reason) skip is a manifest's bad row (it names its file and line)."""
+    return _line_of(key, reason) is not None
 
 
 def first_listed(skipped: list[tuple[str, str]], rows_of: RowsOf | None) -> tuple[str, str]:

@@ -298,6 +298,12 @@ class RowRange:
         return {item.key: (name, line) for item, line in zip(items, lines, strict=True)
                 if item.key in wanted}  # fmt: skip
 
+    def names_urls(self) -> bool:
+        """Whether a row of the range names an http(s) URL (its image, read again, not kept)."""
+        items, _ = self.rows.read(self.number, self.first, self.count)
+        web = self.rows.images.web_url
+        return any(not i.path.startswith(BAD_ROW) and web(i.path) is not None for i in items)
+
     def forget(self) -> None:
         """Let go of the items read (the parent's, once merge has looked at them)."""
         self._items, self._lines = None, []

@@ -40,7 +40,14 @@ from shardpack.errors import printable
 from shardpack.signatures import declared_size, sniff, too_many_pixels
 from shardpack.storage.failures import said
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile, over_the_limit
-from shardpack.storage.urlpolicy import WEB_SCHEMES, FetchPolicy, opted_out, refusal
+from shardpack.storage.urlpolicy import (
+    NETWORK_ERROR,
+    WEB_SCHEMES,
+    FetchPolicy,
+    opted_out,
+    refusal,
+    tls_verdict,
+)
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _STATUS_SAID = re.compile(r" \(HTTP \d{3}\)$")  # how a failure's reason ends in its status
@@ -584,8 +591,13 @@ def _failure(e: BaseException) -> UrlFailed:
     """A failed request as a UrlFailed: transient unless retrying cannot help."""
     if isinstance(e, ssl.SSLCertVerificationError):
         return UrlFailed(f"TLS certificate refused: {e.verify_message}")
-    if isinstance(e, ssl.SSLError) and not isinstance(e, _ENDED):  # the same answer next time
-        code = e.reason or type(e).__name__
+    if (
+        isinstance(e, ssl.SSLError)
+        and not isinstance(e, _ENDED)
+        and (
+            code := tls_verdict(str(e.strerror or e))  # the same answer next time
+        )
+    ):
         if code in _NO_TLS:
             return UrlFailed(f"TLS failed: the server answered in no TLS ({code}), as a plain "
                              "http:// server does; check the URL's scheme and port")  # fmt: skip
@@ -602,7 +614,7 @@ def _failure(e: BaseException) -> UrlFailed:
         return UrlFailed("connection cut: answer incomplete", True)
     if isinstance(e, http.client.HTTPException | ValueError):
         return UrlFailed(f"bad answer: {type(e).__name__}")
-    return UrlFailed(f"network error: {e.strerror or e}", True)
+    return UrlFailed(f"{NETWORK_ERROR}{e.strerror or e}", True)
 
 
 class Prefetch:

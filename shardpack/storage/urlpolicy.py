@@ -147,12 +147,28 @@ def status_of(reason: str) -> int | None:
 # `pack --update` asks those URLs again.
 TRANSIENT = ("timed out", "connection refused", "connection reset", "connection cut",
              "network error")  # fmt: skip
+NETWORK_ERROR = "network error: "
+
+# OpenSSL's reasons for an SSL error that is the connection ending under TLS (an EOF: Python's
+# SSLEOFError under OpenSSL 3), no verdict of TLS: a network error, which a retry may mend.
+_TLS_ENDED = frozenset({"UNEXPECTED_EOF_WHILE_READING"})
+
+
+def tls_verdict(said: str) -> str | None:
+    """OpenSSL's reason where an SSL error's text ("[SSL: CODE] ...") is a verdict of TLS, the
+    same answer at every try (storage.fetch says it as "TLS failed", permanent); None for any
+    other text, the connection ending under TLS among them. An older shardpack kept such an
+    error as "network error: [SSL: CODE] ...": is_transient reads it by the same verdict."""
+    found = re.match(r"\[SSL: (\w+)\]", said)
+    return found[1] if found and found[1] not in _TLS_ENDED else None
 
 
 def is_transient(reason: str) -> bool:
     """Whether a URL's failure is one a later try may mend: no answer in time, a refused, reset
     or cut connection, HTTP 5xx or 429 (not 4xx, DNS, TLS, an opt-out, a refused address, a body
-    over the cap, not an image)."""
+    over the cap, not an image); a reason kept by an older shardpack as it reads now."""
+    if reason.startswith(NETWORK_ERROR) and tls_verdict(reason[len(NETWORK_ERROR) :]):
+        return False  # an older shardpack's TLS failure ("TLS failed" now)
     status = status_of(reason)
     return reason.startswith(TRANSIENT) or (status is not None and (status == 429 or status >= 500))
 

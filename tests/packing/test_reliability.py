@@ -32,6 +32,7 @@ from tests.helpers import (
     wait_for,
     worker_pids,
     write_image,
+    writing_a_shard,
 )
 
 pytestmark = pytest.mark.slow  # real signals and kills, each a pack of its own
@@ -164,15 +165,6 @@ def test_a_ctrl_c_as_the_workers_fork_stops_the_run_in_one_line(src, tmp_path, w
     assert not (out / "index.json").exists() and not _leftovers(out)
 
 
-def _writing_a_shard(pid: int) -> bool:
-    """Whether the process holds a shard's temporary file open: it is mid-shard."""
-    try:
-        fds = list((Path("/proc") / str(pid) / "fd").iterdir())
-        return any(os.readlink(fd).endswith(".partial") for fd in fds)
-    except OSError:
-        return False
-
-
 # SIGTERM too: the pool sends it to the workers left when one dies, and a worker that raised
 # on it (the CLI's handler, inherited) printed its traceback under the one line.
 @pytest.mark.parametrize(
@@ -188,7 +180,7 @@ def test_worker_killed_mid_shard(src, clean_as, tmp_path, fmt, sig):
     pids: list[int] = []
 
     def writing() -> bool:  # not between two shards, where no file names the shard
-        pids[:] = [pid for pid in worker_pids(run.pid) if _writing_a_shard(pid)]
+        pids[:] = [pid for pid in worker_pids(run.pid) if writing_a_shard(pid)]
         return _finished_shards(out) >= 1 and bool(pids)
 
     wait_for(writing)

@@ -391,3 +391,42 @@ def test_a_streamed_laion_list_of_urls_reads_the_columns_kept_alone(tmp_path):
         "caption",
         "NSFW",
     }
+
+
+@pytest.mark.slow  # a loopback server
+def test_a_streamed_lists_bad_rows_are_in_failures_when_every_url_was_packed(tmp_path):
+    """A streamed list's bad rows (no URL, not JSON, a URL of another scheme) went to
+    failures.jsonl only where one of its URLs failed too (no process holds its rows to tell
+    it lists URLs): its ranges tell now, so every bad row is there, at its line, as a list
+    read whole has them; a streamed list of local files keeps none."""
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    with serving() as site:
+        first = [{"url": site.url("/img/0.png")}, {"url": ""}, {"url": site.url("/img/1.png")}]
+        helpers.write_jsonl(lists / "part-0.jsonl", first)
+        second = [{"url": site.url("/img/2.png")}, {"url": "ftp://example.com/a.png"}]
+        helpers.write_jsonl(lists / "part-1.jsonl", second)
+        with (lists / "part-1.jsonl").open("a") as f:
+            f.write("{not json\n")
+        options = _options(shuffle=False, workers=1, shards=None)
+        done = pack(lists, tmp_path / "out", options)
+        assert site.hits and max(site.hits.values()) == 1
+    assert done.num_records == 3 and done.index.num_skipped == 3
+    said = [json.loads(line) for line in (tmp_path / "out/failures.jsonl").read_text().splitlines()]
+    assert [(f["url"], f["file"], f["row"], f["split"], f["error"]) for f in said] == [
+        (None, "part-0.jsonl", 2, None, "bad row"),
+        ("ftp://example.com/a.png", "part-1.jsonl", 2, None, "bad row"),
+        (None, "part-1.jsonl", 3, None, "bad row"),
+    ]
+    assert said[0]["reason"] == "part-0.jsonl line 2: no image path in column 'url'"
+    assert done.index.stats.url_failures == {"bad row": 3}
+    local = tmp_path / "local"
+    local.mkdir()
+    for part in (0, 1):
+        (local / f"a{part}.jpg").write_bytes(helpers.jpeg(part))
+        helpers.write_jsonl(local / f"part-{part}.jsonl", [{"path": f"a{part}.jpg"}, {"path": ""}])
+    done = pack(
+        f"{local}/part-*.jsonl", tmp_path / "local-out", PackOptions(shuffle=False, workers=1)
+    )
+    assert not (tmp_path / "local-out/contents.json").exists()  # streamed
+    assert done.index.num_skipped == 2 and not (tmp_path / "local-out/failures.jsonl").exists()

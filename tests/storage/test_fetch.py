@@ -11,8 +11,10 @@ import gzip
 import http.server
 import json
 import os
+import signal
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -969,6 +971,31 @@ def test_opt_out_headers_are_read_as_img2dataset_reads_them(site):
     assert status_of("HTTP Not Found (HTTP 404)") == 404 and status_of("timed out") is None
 
 
+def test_a_tsv_lists_captions_that_start_with_a_quote_are_read_as_written(tmp_path, site):
+    """CC3M's and CC12M's TSVs are not CSV-quoted: a caption `"Hello" world` was read as
+    `Hello world` (as pandas and pyarrow, img2dataset's readers, read it), and one whose quote
+    never closes (`"A cat`) stopped the run, a quote never closed. Each is its line's text
+    now; a quoted cell as a CSV writer writes it (say "hi" with its quotes doubled, a newline
+    inside) is read as CSV quotes it, and a CSV's quoting is as it was."""
+    urls = [site.url(f"/img/{i}.png") for i in range(5)]
+    captions = ['"Hello" world', '"say ""hi"""', '"two\nlines"', '"A cat', "plain"]
+    rows = [f"{caption}\t{url}" for caption, url in zip(captions, urls, strict=True)]
+    (tmp_path / "cc3m.tsv").write_text("\n".join(["caption\turl", *rows]) + "\n")
+    done = helpers.run_cli("pack", str(tmp_path / "cc3m.tsv"), str(tmp_path / "out"),
+                           "--path-column", "url", "--allow-private-urls", "--no-shuffle",
+                           "--workers", "1")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [r["caption"] for r in iter_examples(tmp_path / "out")] == [
+        '"Hello" world', 'say "hi"', "two\nlines", '"A cat', "plain",
+    ]  # fmt: skip
+    (tmp_path / "list.csv").write_text(f'caption,url\n"Hello" world,{urls[0]}\n')
+    done = helpers.run_cli("pack", str(tmp_path / "list.csv"), str(tmp_path / "csv"),
+                           "--path-column", "url", "--allow-private-urls",
+                           "--workers", "1")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [r["caption"] for r in iter_examples(tmp_path / "csv")] == ["Hello world"]
+
+
 def test_a_bad_row_of_a_url_list_is_a_failure_at_its_own_line(tmp_path, site):
     """A URL listed twice is a bad row at the second line: failures.jsonl named the first
     line (whose URL was packed, or failed for its own reason) and counted it as the kind
@@ -1272,6 +1299,29 @@ def test_a_tls_failure_is_permanent_and_names_the_urls_scheme_and_port(tmp_path,
         pack(src, out, PackOptions(**given, grow="update"))
         assert (plain.accepted, taken[0]) == (1, 1)  # not asked again
         assert (out / "failures.jsonl").read_text().count("TLS failed") == 4  # error and reason
+        # A pack made before kept them as "network error: [SSL: CODE] ...", which --update
+        # took as transient and asked again: read by the same verdict now, they are not.
+        contents = json.loads((out / "contents.json").read_text())
+        (shard,) = contents["shards"].values()
+        shard["reasons"] = [OLD_TLS[reason.partition(")")[0] + ")"] for reason in shard["reasons"]]
+        (out / "contents.json").write_text(json.dumps(contents))
+        pack(src, out, PackOptions(**given, grow="update"))
+        assert (plain.accepted, taken[0]) == (1, 1)  # not asked again (before: 2, 2)
+    assert not any(map(is_transient, OLD_TLS.values()))
+    assert is_transient(
+        "network error: [SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in "
+        "violation of protocol (_ssl.c:1006)"
+    )  # the connection ending: as ever
+
+
+# The reasons an older shardpack kept for TLS failures, by the start of those it gives now
+OLD_TLS = {
+    "TLS failed: the server answered in no TLS (WRONG_VERSION_NUMBER)":
+        "network error: [SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)",
+    "TLS failed (SSLV3_ALERT_HANDSHAKE_FAILURE)":
+        "network error: [SSL: SSLV3_ALERT_HANDSHAKE_FAILURE] sslv3 alert handshake failure "
+        "(_ssl.c:1006)",
+}  # fmt: skip
 
 
 def test_connections_kept_are_capped_whatever_the_hosts(site):
@@ -1335,35 +1385,93 @@ def test_a_worker_fetches_its_next_shard_while_the_last_waits_for_its_retries(
                             url_threads=16)  # fmt: skip
         assert result.num_records == len(paths) and result.index.stats.workers == workers
         assert sorted(site.started[: len(paths)]) == paths, site.started  # no retry among them
-        assert min(site.hits.values()) == 2  # (a shard taken from a busy worker: 3)
+        assert set(site.hits.values()) == {2}  # a first try and a retry each, no more
         _pack_urls(tmp_path, site, paths, out="sequential", shards=shards)  # no 429 now
     assert helpers.shard_files(tmp_path / "out") == helpers.shard_files(tmp_path / "sequential")
 
 
-def test_a_shard_reserved_by_a_busy_worker_is_taken_by_the_other_and_written_once(tmp_path):
+def test_a_shard_reserved_by_a_busy_worker_is_written_by_it_and_each_url_asked_once(tmp_path):
     """Four shards on two workers, the first held up by one URL: its worker reserves the
-    third shard and fetches it, the other writes the second, the fourth, and takes the third
-    (its URLs fetched twice, the first bytes dropped) rather than leave its task idle. Every
-    shard is written once, the bytes a sequential run writes."""
+    third shard and fetches it, the other writes the second and the fourth. The other took
+    the third too rather than leave its task idle, its URLs fetched twice (50 requests for 40
+    URLs, the first bytes dropped): it waits now, and the third is written by the worker that
+    fetched it. Every URL is asked once, every shard written once, the bytes a sequential run
+    writes."""
     paths = [f"/img/{i:02}.png" for i in range(40)]
     with serving(latency=0.01) as site:
         site.held = frozenset({paths[0]})
-        # (before, the gate opened 20 s on: nothing is reserved, so nothing fetched twice)
-        threading.Thread(target=_open_at, args=(site, 50, 20), daemon=True).start()
+        # the gate opens once every URL was asked and the other worker wrote its two shards
+        # (before, it then took the third at once: 50 requests)
+        opening = (site, 40, 60, tmp_path / "out")
+        threading.Thread(target=_open_at, args=opening, daemon=True).start()
         result = _pack_urls(tmp_path, site, paths, workers=2, shards=4, url_threads=16,
                             shuffle=False)  # fmt: skip
         site.gate.set()
-        twice = [path for path in paths if site.hits[path] == 2]
-        assert len(twice) == 10 and sum(site.hits.values()) == 50, site.hits
+        assert set(site.hits) == set(paths) and max(site.hits.values()) == 1, site.hits
         _pack_urls(tmp_path, site, paths, out="sequential", shards=4, shuffle=False)
     assert result.num_records == 40 and len(result.index.splits["train"].shards) == 4
     assert helpers.shard_files(tmp_path / "out") == helpers.shard_files(tmp_path / "sequential")
 
 
-def _open_at(site: Site, hits: int, timeout: float) -> None:
-    """Set the site's gate once it has had `hits` requests, or after `timeout` seconds."""
+def test_a_worker_killed_while_the_other_waits_for_its_reservation_fails_the_run(tmp_path):
+    """The worker fetching its reserved shard, killed while the other waits for that shard to
+    be taken: the run fails at once in one line (the pool breaks, and ends the waiting one),
+    no hang; nothing is left under a final name but the shards written."""
+    paths = [f"/img/{i:02}.png" for i in range(40)]
+    out = tmp_path / "out"
+    with serving(latency=0.01) as site:
+        site.held = frozenset({paths[0]})
+        src = _manifest(tmp_path, [site.url(path) for path in paths])
+        run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
+                                "--path-column", "url", "--allow-private-urls", "--workers",
+                                "2", "--shards", "4", "--url-threads", "16", "--no-shuffle",
+                                "--no-progress"],
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            helpers.wait_for(lambda: sum(site.hits.values()) == 40 and _others_landed(out), 60)
+            workers = helpers.worker_pids(run.pid)
+            (fetching,) = [pid for pid in workers if helpers.writing_a_shard(pid)]
+            os.kill(fetching, signal.SIGKILL)
+            stderr = run.communicate(timeout=60)[1]
+        finally:
+            site.gate.set()
+            if run.poll() is None:
+                run.kill()
+    assert run.returncode == 2, stderr
+    assert "worker died while writing urls-train" in stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    assert max(site.hits.values()) == 1 and not (out / "index.json").exists()
+    assert not [p.name for p in out.iterdir() if p.name.endswith((".partial", ".lock"))]
+
+
+def _others_landed(out: Path) -> bool:
+    """Whether two of a 4-shard pack's shards but the first (held up) are in `out`: which two
+    the other worker wrote depends on when the held one's worker reserved its next."""
+    return len([p for p in out.glob("*-of-00004") if "-00000-of-" not in p.name]) >= 2
+
+
+@pytest.mark.parametrize("shards", [8, 3])
+def test_every_url_of_a_run_on_two_workers_is_asked_once(tmp_path, shards):
+    """A list of many shards on two workers (as seen: one shard of each 8-shard run fetched
+    twice, the last reservation taken by the worker left idle), and of fewer shards than
+    tasks: each URL is asked once and the shards are a sequential run's."""
+    paths = [f"/img/{i:03}.png" for i in range(10 * shards)]
+    with serving(latency=0.01, jitter=True) as site:
+        result = _pack_urls(tmp_path, site, paths, workers=2, shards=shards, url_threads=8,
+                            shuffle=False)  # fmt: skip
+        assert set(site.hits) == set(paths) and max(site.hits.values()) == 1, site.hits
+        _pack_urls(tmp_path, site, paths, out="sequential", shards=shards, shuffle=False)
+    assert result.num_records == len(paths) and result.index.stats.workers == 2
+    assert helpers.shard_files(tmp_path / "out") == helpers.shard_files(tmp_path / "sequential")
+
+
+def _open_at(site: Site, hits: int, timeout: float, out: Path | None = None) -> None:
+    """Set the site's gate once it has had `hits` requests (and, given `out`, the worker not
+    held up wrote its two shards there: _others_landed), or after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    while sum(site.hits.values()) < hits and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (
+        sum(site.hits.values()) < hits or (out is not None and not _others_landed(out))
+    ):
         time.sleep(0.01)
     site.gate.set()
 

@@ -7,6 +7,7 @@ import dataclasses
 import os
 
 from shardpack.errors import Option, SourceError
+from shardpack.options import escaped_column
 from shardpack.schema import BOX_NAMES, BUILTIN_NAMES, LABEL
 from shardpack.sources.spelling import near
 from shardpack.sources.tables.chunks import Chunk, check_names, no_rows
@@ -89,8 +90,10 @@ class Layout:
         if columns is None:
             extras = tuple(sorted(n for n in names if n not in taken))
             renamed: dict[str, str] = {}
+            split: tuple[str, ...] = ()
             _refuse_built_in(manifest, extras)
         else:  # a feature's name is checked by _chosen
+            split = _split(manifest, names, columns)
             renamed = _chosen(manifest, names, columns, boxes, taken, found)
             extras = tuple(sorted(renamed, key=renamed.__getitem__))
         renamed = {column: name for column, name in renamed.items() if column != name}
@@ -109,7 +112,7 @@ class Layout:
             label,
             SPLIT in names,
             extras,
-            warnings,
+            (*split, *warnings),
             path_suffix or "",
             tuple(renamed.items()),
         )
@@ -128,6 +131,44 @@ def _refuse_built_in(manifest: str, extras: tuple[str, ...]) -> None:
             )
 
 
+def _split(manifest: str, names: list[str], columns: dict[str, str]) -> tuple[str, ...]:
+    """A warning for each column holding a ',' or '=' that --columns' entries, read as they
+    are, cut into columns there are (its name spells entries in a row: 'a,b' kept as columns
+    'a' and 'b'), a column's name written \\, or \\= to be one.
+
+    Raises:
+        SourceError: the entries so cut name a column that is not there: they meant it whole.
+    """
+    said = [column if feature == column else f"{column}={feature}"
+            for column, feature in columns.items()]  # fmt: skip
+    kept = list(columns)
+    warnings = []
+    for name in names:
+        if name in columns or not {",", "="} & set(name):
+            continue
+        spelled = ",".join(_entry_as_read(piece) for piece in name.split(","))
+        at = next(((i, j) for i in range(len(said)) for j in range(i + 1, len(said) + 1)
+                   if ",".join(said[i:j]) == spelled), None)  # fmt: skip
+        if at is None:
+            continue
+        cut, meant = said[slice(*at)], escaped_column(name)
+        if any(column not in names for column in kept[slice(*at)]):
+            raise SourceError(f"{manifest}: ", Option("columns"), f" cuts column {name!r} at its "
+                              f"{'comma' if ',' in name else 'equals sign'}; write it {meant}: "
+                              "a ',' or '=' in a column's name is written \\, or \\= (a "
+                              "backslash \\\\)")  # fmt: skip
+        warnings.append(f"{os.path.basename(manifest)}: column {name!r} is not kept, though the "
+                        f"columns kept ({', '.join(map(repr, cut))}) spell its name; a ',' or "
+                        f"'=' in a name is written \\, or \\=: {meant}")  # fmt: skip
+    return tuple(warnings)
+
+
+def _entry_as_read(text: str) -> str:
+    """A --columns entry written unescaped as its column and feature are read: each stripped."""
+    column, equals, feature = text.partition("=")
+    return column.strip() + equals + feature.strip()
+
+
 def _chosen(
     manifest: str, names: list[str], columns: dict[str, str], boxes: tuple[str, ...],
     taken: tuple[str | None, ...], found: str,
@@ -142,7 +183,7 @@ def _chosen(
     for column, feature in columns.items():
         if column not in names:
             meant = _meant(column, names)
-            said = f": did you mean {meant!r}?" if meant else ""
+            said = f": did you mean {escaped_column(meant)!r}?" if meant else ""
             raise SourceError(f"{manifest}: ", Option("columns"), f" names {column!r}, which is "
                               f"not one of its columns{said} (columns: {found})")  # fmt: skip
         if column in taken:

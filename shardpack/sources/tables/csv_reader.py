@@ -16,8 +16,9 @@ from shardpack.sources.tables.chunks import MAX_LINE_BYTES, Chunk, check_names, 
 
 
 def csv_chunks(path: str, f: BinaryIO, delimiter: str) -> Iterator[Chunk]:
-    lines = _Lines(text_lines(path, f))
-    reader = csv.reader(lines, delimiter=delimiter)
+    lines = _Lines(text_lines(path, f), delimiter == TAB)
+    # a TSV's quote that no CSV writer writes so is text (_raw): strict tells it apart
+    reader = csv.reader(lines, delimiter=delimiter, strict=delimiter == TAB)
     records = _csv_records(path, reader, lines, delimiter)
     header = next(records, None)
     if header is None:
@@ -79,11 +80,17 @@ def _names_image(cell: str) -> bool:
     return os.path.splitext(cell.strip())[1].lower() in IMAGE_EXTENSIONS
 
 
-class _Lines:
-    """The file's lines, noting the last one taken and whether the file has run out."""
+TAB = "\t"
 
-    def __init__(self, lines: Iterator[str]) -> None:
-        self.lines, self.last, self.ended = lines, "", False
+
+class _Lines:
+    """The file's lines, noting the last one taken, those taken since `mark` (a record's:
+    bounded by the csv module's field limit; kept with `keep`, a TSV's) and whether the file
+    has run out."""
+
+    def __init__(self, lines: Iterator[str], keep: bool = False) -> None:
+        self.lines, self.last, self.ended, self.keep = lines, "", False, keep
+        self.taken: list[str] = []
 
     def __iter__(self) -> Iterator[str]:
         return self
@@ -94,7 +101,12 @@ class _Lines:
         except StopIteration:
             self.ended = True
             raise
+        if self.keep:
+            self.taken.append(self.last)
         return self.last
+
+    def mark(self) -> None:
+        self.taken = []
 
 
 def _csv_records(path: str, reader, lines: _Lines, delimiter: str) -> Iterator[list[str]]:
@@ -103,16 +115,31 @@ def _csv_records(path: str, reader, lines: _Lines, delimiter: str) -> Iterator[l
     is one error naming the line the quote opens on, not rows cut short or "no rows". A row of
     one line with a cell past the limit (a scraped caption) is a row, its cell a bad value, as
     a JSONL line's is."""
-    before = 0  # the line the last record ended on
+    before, width = 0, None  # the line the last record ended on; the header's cells
+    tsv = delimiter == TAB
     while True:
+        lines.mark()
         try:
             cells = next(reader)
         except StopIteration:
             return
         except csv.Error as e:
-            cells = _long_line(lines.last, delimiter) if reader.line_num == before + 1 else None
-            if "field limit" not in str(e) or cells is None:
+            one, long = reader.line_num == before + 1, "field limit" in str(e)
+            cells = _long_line(lines.last, delimiter) if long and one else None
+            rows = _raw(lines.taken, width, one) if tsv and not long else None
+            if rows is not None:  # a TSV's quote that CSV's quoting misread
+                before, width = reader.line_num, len(rows[0]) if width is None else width
+                yield from rows
+                continue
+            if cells is None and not (tsv and not long and lines.ended):
                 raise _malformed(path, e, before, reader.line_num) from None
+            cells = cells or [""]  # (a TSV's quote open to the end: said below)
+        else:
+            spans = reader.line_num > before + 1 and len(cells) != width
+            if tsv and spans and (rows := _raw(lines.taken, width, False)) is not None:
+                before = reader.line_num  # a quote that ran on into rows: a TSV's text
+                yield from rows
+                continue
         if lines.ended:  # the file ran out inside this record: its last cell's quote is open
             opens = before + 1 + sum(cell.count("\n") for cell in cells[:-1])
             raise SourceError(
@@ -121,7 +148,22 @@ def _csv_records(path: str, reader, lines: _Lines, delimiter: str) -> Iterator[l
                 'cell is written "")'
             )
         before = reader.line_num
+        width = len(cells) if width is None else width
         yield cells
+
+
+def _raw(taken: list[str], width: int | None, one: bool) -> list[list[str]] | None:
+    """The lines of a TSV record that CSV's quoting misread, each a row of its cells as
+    written (a blank line: none), quotes and all: a record of one line whose quote closed
+    before its cell's end (`"Hello" world`, as CC3M's and CC12M's unquoted TSVs hold
+    captions: no CSV writer writes that), or one whose quote ran on past its line where each
+    of its lines is a row of the header's width; else None (CSV's quoting stands)."""
+    rows = [line.rstrip("\r\n").split(TAB) if line.strip("\r\n") else [] for line in taken]
+    if one and len(rows) == 1:
+        return rows
+    if width is not None and rows and all(len(row) in (0, width) for row in rows):
+        return rows
+    return None
 
 
 def _long_line(line: str, delimiter: str) -> list[str] | None:

@@ -94,6 +94,40 @@ def test_a_column_choice_that_names_no_column_is_one_line_naming_the_one_meant(t
         scan(src, PackOptions(path_column="URL", columns=("TEXT=",)))
 
 
+def test_a_column_named_with_a_comma_or_an_equals_sign_is_written_escaped(tmp_path):
+    """--columns cut every ',' and the first '=' of an entry, so a column named 'rate, %' or
+    'k=v' could not be kept, and where the pieces were columns too ('k' beside 'k=v') the
+    entry kept them instead, silently. `\\,` and `\\=` write them in a name now; an entry
+    that cuts such a column into names of no column is refused naming the way to write it,
+    and one that cuts it into columns there are is warned of."""
+    folder = tmp_path / "img"
+    rows = [{"path": str(helpers.write_image(folder / f"{i}.jpg", helpers.image(i))),
+             "rate, %": 0.5 + i, "k=v": f"kv {i}", "k": i, "caption": f"photo {i}"}
+            for i in range(2)]  # fmt: skip
+    src = helpers.write_csv(tmp_path / "list.csv", rows)
+    done = helpers.run_cli("pack", str(src), str(tmp_path / "out"), "--no-shuffle",
+                           "--columns", "rate\\, %,k\\=v=kv,caption", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = list(iter_examples(tmp_path / "out"))
+    assert [(r["rate, %"], r["kv"], r["caption"]) for r in records] == [
+        (0.5, "kv 0", "photo 0"), (1.5, "kv 1", "photo 1"),
+    ]  # fmt: skip
+    assert "k" not in records[0]
+    done = helpers.run_cli("pack", str(src), str(tmp_path / "cut"), "--columns", "rate, %")
+    helpers.one_line_error(
+        done,
+        f"{src}: --columns cuts column 'rate, %' at its comma; write it "
+        "rate\\, %: a ',' or '=' in a column's name is written \\, or \\=",
+    )
+    assert not (tmp_path / "cut").exists()
+    warned = scan(src, PackOptions(columns=("k=v",))).warnings
+    assert (
+        "list.csv: column 'k=v' is not kept, though the columns kept ('k=v') spell its "
+        in (warned[0])
+    )
+    assert warned[0].endswith("is written \\, or \\=: k\\=v")
+
+
 def test_a_box_column_is_always_taken_and_keeps_its_name(tmp_path):
     folder = tmp_path / "img"
     path = helpers.write_image(folder / "0.jpg", helpers.image(0))
