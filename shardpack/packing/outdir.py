@@ -149,22 +149,31 @@ def refuse_images(out: Storage) -> None:
     wrote that holds images itself or in its first folders: most likely SRC and OUT swapped
     (`pack out/flowers ~/data/flowers`). Its shards and index.json would land among the
     images, and the next pack of that folder would take it for a shardpack output."""
-    if out.kind() != "dir":
+    if out.kind() != "dir" or (entries := _listed(out)) is None:
         return
-    entries = [e for e in out.listdir() if not e.name.startswith(".")]
+    entries = [e for e in entries if not e.name.startswith(".")]
     if {e.name for e in entries} & {INDEX_NAME, JOURNAL_NAME, JOURNAL_FOLDER}:
         return  # shardpack's: prepare decides
     found = next((e.name for e in entries if not e.is_dir and _is_image(e.name)), None)
     for folder in [e.name for e in entries if e.is_dir][:_FOLDERS_LOOKED_INTO]:
         if found is not None:
             break
-        inside = out.child(folder).listdir()
+        inside = _listed(out.child(folder)) or []
         found = next((f"{folder}/{e.name}" for e in inside if not e.is_dir and
                       _is_image(e.name)), None)  # fmt: skip
     if found is not None:
         raise OutputError(f"{out.root}: holds images ({printable(found)}, ...), as a "
                           "dataset's folder does: were SRC and OUT given the other way round? "
                           "Pass SRC first, then an empty or new folder for the shards")  # fmt: skip
+
+
+def _listed(folder: Storage) -> list | None:
+    """The folder's entries; None where it is gone since it was seen (an object store's
+    folder is its keys: it goes with the last of them)."""
+    try:
+        return folder.listdir()
+    except FileNotFoundError:
+        return None
 
 
 def _is_image(name: str) -> bool:

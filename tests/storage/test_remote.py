@@ -354,7 +354,8 @@ def test_a_lock_from_another_host_is_honoured_until_removed(src, local, s3: Buck
     assert "another-host" in line and s3.url(lock) in line
     assert json.loads(s3.read(lock)) == held  # the refused run left it alone
     s3.fs.rm_file(f"{s3.name}/{lock}")
-    assert _cli("pack", str(src), out, *JOB).returncode == 0
+    again = _cli("pack", str(src), out, *JOB)
+    assert again.returncode == 0, again.stderr
     same_output(out, local)
 
 
