@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import math
 import os
 import re
 import tarfile
@@ -400,14 +401,31 @@ def _listed(value: object) -> list:
 
 
 def _pixels(data: bytes, path: str, offset: int) -> bytes:
-    """The raw bytes of an .npy member, refusing anything but a uint8 image array."""
+    """The raw bytes of an .npy member, refusing anything but a uint8 image array whose header
+    declares exactly the bytes the member holds (np.load would allocate what a header claims,
+    2**60 bytes as readily as 3,072, before it found the data short)."""
+    stream = io.BytesIO(data)
     try:
-        pixels = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
+        version = np.lib.format.read_magic(stream)
+        read_header = _NPY_HEADERS.get(version)
+        if read_header is None:
+            raise ValueError(f"version {version[0]}.{version[1]}")
+        shape, fortran_order, dtype = read_header(stream)
+    except (ValueError, OSError, EOFError, SyntaxError) as e:
         raise RecordError(path, offset, f"the .npy image does not load ({e})") from None
-    if pixels.dtype != np.uint8 or pixels.ndim != 3:
+    if dtype != np.uint8 or fortran_order or len(shape) != 3:
         raise RecordError(path, offset, "the .npy image is not an HxWxC uint8 array")
-    return pixels.tobytes()
+    pixels = data[stream.tell() :]
+    if math.prod(shape) != len(pixels):
+        raise RecordError(path, offset, f"the .npy image declares {shape[0]}x{shape[1]}x"
+                          f"{shape[2]} pixels but holds {len(pixels):,} bytes")  # fmt: skip
+    return pixels
+
+
+_NPY_HEADERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
 
 
 class _Reader(ShardReader):

@@ -369,3 +369,35 @@ def test_two_shards_of_a_split_swapped_are_refused_by_every_reader(
     split = shardpack.describe(out)["splits"]["train"]
     assert split["samples"] == [] and [s["size_on_disk"] for s in split["shards"]] == [
         len(two), len(one)]  # fmt: skip
+
+
+def _npy_declaring(out: Path, shape: str) -> Path:
+    """OUT's one tar with its first sample's .npy header rewritten to declare `shape` (padded
+    to the header's length, so the tar's framing and sizes stay true)."""
+    tar = next(out.glob("*.tar"))
+    data = bytearray(tar.read_bytes())
+    size = int(data[124:135], 8)  # the first member: the image
+    npy = data[512 : 512 + size]
+    end = 10 + int.from_bytes(npy[8:10], "little")  # magic, version, length, then the header
+    header = f"{{'descr': '|u1', 'fortran_order': False, 'shape': {shape}, }}"
+    npy[10:end] = header.ljust(end - 11).encode() + b"\n"
+    data[512 : 512 + size] = npy
+    tar.write_bytes(bytes(data))
+    return out
+
+
+@pytest.mark.parametrize("shape", ["(1099511627776, 1048576, 3)", "(25, 32, 3)", "(-1, 32, 3)"])
+def test_an_npy_image_declaring_other_bytes_than_it_holds_allocates_nothing(
+    shared_pack, tmp_path: Path, shape: str
+):
+    """np.load allocated what the header declared before it found the data short: 2**61 bytes
+    ended every reader in a MemoryError's traceback."""
+    import shutil
+
+    packed = shared_pack({"a": 2}, workers=1, shards=1, format="webdataset", encode="raw")
+    out = _npy_declaring(Path(shutil.copytree(packed, tmp_path / "out")), shape)
+    said = f"the .npy image declares {shape[1:-1].replace(', ', 'x')} pixels but holds 2,304 bytes"
+    with pytest.raises(RecordError, match=re.escape(said)):
+        list(shardpack.iter_examples(out))
+    assert said in shardpack.verify(out).faults[0].reason
+    _one_line_error(_cli("inspect", str(out)), said)
