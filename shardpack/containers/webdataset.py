@@ -47,6 +47,7 @@ from shardpack.containers import (
     open_shard,
 )
 from shardpack.errors import RESTORE_SHARD, Option, RecordError, ShardpackError
+from shardpack.schema import INT64
 from shardpack.storage import HashingBlob, Sink
 
 if TYPE_CHECKING:
@@ -386,10 +387,17 @@ def _decode(
     elif TEXT in between:
         raise bad(f"{key}.txt beside a .json that is not img2dataset's (no url and status)")
     example: Example = {k: _listed(v) for k, v in rest.items()}
+    if past := next((k for k, v in example.items() for n in v if _past_int64(n)), None):
+        raise bad(f"{key}.json: {past!r} holds an integer past int64")
     if labelled:
         example[LABEL] = [int(cls)]
     example[IMAGE] = [_pixels(image, path, offset) if image_ext == "npy" else image]
     return example
+
+
+def _past_int64(value: object) -> bool:
+    """Whether a .json value is an integer no int64 feature holds (JSON's are unbounded)."""
+    return type(value) is int and not INT64[0] <= value <= INT64[1]
 
 
 def _listed(value: object) -> list:
