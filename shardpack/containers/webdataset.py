@@ -386,6 +386,8 @@ def _decode(
                 original[name] = value
     elif TEXT in between:
         raise bad(f"{key}.txt beside a .json that is not img2dataset's (no url and status)")
+    if labelled and LABEL in rest:  # pack writes one or the other: which is the record's?
+        raise bad(f"{key}.cls beside a label in {key}.json (readers would differ on it)")
     example: Example = {k: _listed(v) for k, v in rest.items()}
     if past := next((k for k, v in example.items() for n in v if _past_int64(n)), None):
         raise bad(f"{key}.json: {past!r} holds an integer past int64")

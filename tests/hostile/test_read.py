@@ -453,3 +453,15 @@ def test_a_sample_json_integer_past_int64_is_refused_by_name(shared_pack, tmp_pa
     with pytest.raises(RecordError, match=re.escape(said)):
         list(shardpack.iter_examples(out))
     assert said in shardpack.verify(out).faults[0].reason
+
+
+def test_a_sample_with_a_cls_and_a_json_label_is_refused(shared_pack, tmp_path: Path):
+    """Pack writes a label to the .cls or the .json, never both: a sample with both was read
+    with the .cls's, its .json's (what a `sample["json"]["label"]` reader takes) passed over."""
+    import shutil
+
+    packed = shared_pack({"a": 2, "b": 1}, workers=1, shards=1, format="webdataset")
+    out = Path(shutil.copytree(packed, tmp_path / "out"))
+    _wds_json_rewritten(out, lambda sample: sample.update(label=[1, 0]))
+    with pytest.raises(RecordError, match=r"\.cls beside a label in .*\.json"):
+        list(shardpack.iter_examples(out))
