@@ -44,6 +44,9 @@ def load_header(header: str, path: str, error: type[ShardpackError], line: int) 
         raise error(f"{path}: reading its YAML header needs PyYAML: pip install pyyaml") from None
     try:
         return yaml.safe_load(header)
+    except RecursionError:  # PyYAML composes nested lists and maps by recursion
+        raise error(f"{path}: its YAML header nests deeper than Python can parse; fix "
+                    "it") from None  # fmt: skip
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)  # its line in the header, from 0
         where = f" on line {mark.line + line}" if mark is not None else ""

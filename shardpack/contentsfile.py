@@ -168,6 +168,7 @@ def load_contents(out: Storage, index: Index) -> Contents:
                               f"{shard.file}; ", *fix)  # fmt: skip
         found[shard.file] = _filled(entry)
     _counted(out, index, found, fix)
+    _each_key_once(path, found, fix)
     noted = Noted(tuple(map(tuple, dropped)), tuple(map(tuple, near)))
     return Contents(found, tuple(map(tuple, loose)), noted)
 
@@ -185,6 +186,17 @@ def _counted(out: Storage, index: Index, found: dict[str, Entry], fix: tuple) ->
             raise OutputError(f"{out.path(INDEX_NAME)}: split {name!r} counts other records or "
                               "classes than its shards hold (as contents.json lists them); ",
                               *fix)  # fmt: skip
+
+
+def _each_key_once(path: str, found: dict[str, Entry], fix: tuple) -> None:
+    """Refuse a record key listed twice: pack keys each item once in a dataset, and a grow
+    takes a record of another key for that key's (kept twice, or another dropped unseen)."""
+    counted = Counter(key for entry in found.values() for key in entry["keys"])
+    if len(counted) < sum(counted.values()):
+        key, _ = counted.most_common(1)[0]
+        shards = [file for file, entry in found.items() if key in entry["keys"]]
+        raise OutputError(f"{path}: lists record {key!r} more than once ({', '.join(shards)}); "
+                          "a grow would keep one record twice or drop another; ", *fix)  # fmt: skip
 
 
 def _skips(loose: object) -> bool:

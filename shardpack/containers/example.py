@@ -194,6 +194,9 @@ def example_parts(features: Mapping[str, FeatureValue]) -> list[bytes]:
     return _example_parts(features)
 
 
+_UINT64 = (1 << 64) - 1
+
+
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     if pos + 2 < len(buf):  # up to 3 bytes (lengths under 2 MiB: an image's) without the loop
         low = buf[pos]
@@ -213,7 +216,7 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            return result, pos
+            return result & _UINT64, pos  # as protobuf reads it: a tenth byte's high bits dropped
         shift += 7
         if shift > 63:
             raise ValueError("varint longer than ten bytes")

@@ -334,7 +334,7 @@ class _Shard:
                 if value is not None:
                     record[name] = read(value)
         for i, record in enumerate(records):
-            if IMAGE not in record or len(record[IMAGE][0]) > MAX_RECORD_BYTES:
+            if not record.get(IMAGE) or len(record[IMAGE][0]) > MAX_RECORD_BYTES:
                 raise self.fault(self.starts[g] + i, "a record without image bytes")
         return records
 
@@ -351,7 +351,7 @@ def _column_reader(pa, kind):
         return lambda v: [v.encode()]
     if types.is_binary(kind) or types.is_large_binary(kind):
         return lambda v: [v]
-    if types.is_integer(kind) or types.is_floating(kind):
+    if types.is_signed_integer(kind) or types.is_floating(kind):  # unsigned: past int64
         return lambda v: [v]
     if types.is_list(kind) or types.is_large_list(kind):
         inner = kind.value_type

@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import math
 import os
 import re
 import tarfile
@@ -46,6 +47,7 @@ from shardpack.containers import (
     open_shard,
 )
 from shardpack.errors import RESTORE_SHARD, Option, RecordError, ShardpackError
+from shardpack.schema import INT64
 from shardpack.storage import HashingBlob, Sink
 
 if TYPE_CHECKING:
@@ -384,11 +386,20 @@ def _decode(
                 original[name] = value
     elif TEXT in between:
         raise bad(f"{key}.txt beside a .json that is not img2dataset's (no url and status)")
+    if labelled and LABEL in rest:  # pack writes one or the other: which is the record's?
+        raise bad(f"{key}.cls beside a label in {key}.json (readers would differ on it)")
     example: Example = {k: _listed(v) for k, v in rest.items()}
+    if past := next((k for k, v in example.items() for n in v if _past_int64(n)), None):
+        raise bad(f"{key}.json: {past!r} holds an integer past int64")
     if labelled:
         example[LABEL] = [int(cls)]
     example[IMAGE] = [_pixels(image, path, offset) if image_ext == "npy" else image]
     return example
+
+
+def _past_int64(value: object) -> bool:
+    """Whether a .json value is an integer no int64 feature holds (JSON's are unbounded)."""
+    return type(value) is int and not INT64[0] <= value <= INT64[1]
 
 
 def _listed(value: object) -> list:
@@ -400,14 +411,31 @@ def _listed(value: object) -> list:
 
 
 def _pixels(data: bytes, path: str, offset: int) -> bytes:
-    """The raw bytes of an .npy member, refusing anything but a uint8 image array."""
+    """The raw bytes of an .npy member, refusing anything but a uint8 image array whose header
+    declares exactly the bytes the member holds (np.load would allocate what a header claims,
+    2**60 bytes as readily as 3,072, before it found the data short)."""
+    stream = io.BytesIO(data)
     try:
-        pixels = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
+        version = np.lib.format.read_magic(stream)
+        read_header = _NPY_HEADERS.get(version)
+        if read_header is None:
+            raise ValueError(f"version {version[0]}.{version[1]}")
+        shape, fortran_order, dtype = read_header(stream)
+    except (ValueError, OSError, EOFError, SyntaxError) as e:
         raise RecordError(path, offset, f"the .npy image does not load ({e})") from None
-    if pixels.dtype != np.uint8 or pixels.ndim != 3:
+    if dtype != np.uint8 or fortran_order or len(shape) != 3:
         raise RecordError(path, offset, "the .npy image is not an HxWxC uint8 array")
-    return pixels.tobytes()
+    pixels = data[stream.tell() :]
+    if math.prod(shape) != len(pixels):
+        raise RecordError(path, offset, f"the .npy image declares {shape[0]}x{shape[1]}x"
+                          f"{shape[2]} pixels but holds {len(pixels):,} bytes")  # fmt: skip
+    return pixels
+
+
+_NPY_HEADERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
 
 
 class _Reader(ShardReader):

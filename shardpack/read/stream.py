@@ -386,17 +386,36 @@ def tf_dataset(
 
 
 def _tf_parsed(tf, ds, index: Index, decode: bool, image_size, ordered: bool):
-    """Records parsed with the index's feature schema, images decoded where asked."""
+    """Records parsed with the index's feature schema, class ids held to their class lists
+    (as every other reader holds them: TensorFlow's parser knows no classes, and served a
+    label of 12 in a dataset of 2), images decoded where asked."""
     spec = _tf_spec(tf, index.schema)
+    labels = [(name, len(f.classes)) for name, f in index.schema.items() if f.classes is not None]
 
     def parse(record):
         features = tf.io.parse_single_example(record, spec)
+        checks = [_tf_in_classes(tf, features[name], name, count, index.out)
+                  for name, count in labels]  # fmt: skip
+        with tf.control_dependencies(checks):
+            features["image"] = tf.identity(features["image"])
         if decode:
             features["image"] = _tf_decode(tf, features, index.encoding, image_size,
                                            index.image_size)  # fmt: skip
         return features
 
     return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
+
+
+def _tf_in_classes(tf, values, name: str, count: int, out: str):
+    """An assertion that a record's class ids (a scalar, or a list's values) index `count`
+    classes; it stops the loop naming the feature and the mend."""
+    flat = values.flat_values if isinstance(values, tf.RaggedTensor) else tf.reshape(values, [-1])
+    # no quotes: TensorFlow's assertion message escapes them
+    said = (f"{out}: a record holds a {name} class id outside its {count:,} classes; "
+            f"`shardpack verify {out}` names the record: restore its shard from a copy or pack "
+            "again")  # fmt: skip
+    inside = tf.reduce_all(tf.logical_and(flat >= 0, flat < count))
+    return tf.debugging.Assert(inside, [said])
 
 
 def _check_tf_readable(index: Index) -> None:

@@ -10,15 +10,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardpack.containers import is_shard_name
+from shardpack.contentsfile import load_contents
 from shardpack.errors import (
     FileAccessError,
     IndexFormatError,
     OutChangedError,
+    OutputError,
     RecordError,
     check_progress,
 )
 from shardpack.index import Index, ShardInfo, load_index, record_fault
-from shardpack.layout import INDEX_NAME, index_file_name
+from shardpack.layout import CONTENTS_NAME, INDEX_NAME, index_file_name
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.packing.objects import Objects, objects_of
 from shardpack.packing.outdir import growing
@@ -123,14 +125,16 @@ def verify(
     counter = _Counter(progress, sum(s.num_records for sp in index.splits.values()
                                      for s in sp.shards))  # fmt: skip
     labelled = LABEL in index.schema and bool(index.classes)
+    listed_keys = _listed_keys(index)
     for split_name, split in index.splits.items():
         held = [0] * len(index.classes)  # each class's labels among the split's good records
         before = len(faults)
         for shard in split.shards:
             listed.add(shard.file)
             shards += 1
+            keys = _KeysListed(shard.file, listed_keys.get(shard.file))
             records += _check_shard(index, shard, decode, max_pixels, faults, counter,
-                                    held if labelled else None)  # fmt: skip
+                                    held if labelled else None, keys)  # fmt: skip
         whole = len(faults) == before  # the labels counted are the split's: every record read
         if fault := split.num_records_fault(split_name):  # each shard is held to its own count
             faults.append(Fault(INDEX_NAME, None, fault))
@@ -179,9 +183,11 @@ def _check_shard(
     faults: list[Fault],
     counter: _Counter,
     held: list[int] | None = None,
+    keys: _KeysListed | None = None,
 ) -> int:
     """Check one shard, appending its faults; return the records read. `held`: each class's
-    count, to which every good record's labels are added (None: no labels to count)."""
+    count, to which every good record's labels are added (None: no labels to count); `keys`:
+    what contents.json says each record's key is."""
     try:  # opened once first, for the size: on a local disk a link or FIFO is never followed
         with index.storage.open(shard.file) as blob:
             size = blob.size
@@ -216,9 +222,12 @@ def _check_shard(
                 faults.append(Fault(shard.file, example.offset, example.reason, example.unit))
             elif reason := _check_record(example, index, decode, max_pixels):
                 faults.append(Fault(shard.file, position, reason, unit))
-            elif held is not None:  # record_fault held each label to the class list
-                for label in example[LABEL]:
-                    held[label] += 1
+            else:
+                if held is not None:  # record_fault held each label to the class list
+                    for label in example[LABEL]:
+                        held[label] += 1
+                if keys is not None:
+                    keys.saw(count, example.get("key"))
             count += 1
             counter()
             if len(faults) > listed:
@@ -235,7 +244,51 @@ def _check_shard(
                                               f"{shard.num_records:,}"))  # fmt: skip
     if len(faults) == before and (fault := index_file.fault(count)):
         faults.append(fault)
+    if keys is not None and keys.fault is not None:
+        faults.append(keys.fault)
     return count
+
+
+def _listed_keys(index: Index) -> dict[str, list[str]]:
+    """Each shard's record keys as contents.json lists them: none where a grow would refuse
+    the file (it says why itself) or there is none (an older shardpack's)."""
+    if not index.storage.lexists(CONTENTS_NAME):
+        return {}
+    try:
+        return {file: entry["keys"] for file, entry in
+                load_contents(index.storage, index).shards.items()}  # fmt: skip
+    except OutputError:
+        return {}
+
+
+class _KeysListed:
+    """A shard's records' keys against those contents.json lists for it: a grow takes the
+    list for the shards it does not read (a key listed for another record's place has that
+    record kept twice, or dropped)."""
+
+    def __init__(self, file: str, keys: list[str] | None) -> None:
+        self.file, self.keys = file, keys
+        self.fault: Fault | None = None
+
+    def saw(self, n: int, key: list | None) -> None:
+        """Record n of the shard holds `key` (its feature's values, as the container read it)."""
+        if self.keys is None or self.fault is not None or n >= len(self.keys):
+            return  # a count that differs is the shard's own fault, told already
+        held = key[0] if isinstance(key, list) and len(key) == 1 else None
+        held = held.decode("utf-8", "replace") if isinstance(held, bytes) else repr(held)
+        if held != _as_stored(self.keys[n]):
+            self.fault = Fault(CONTENTS_NAME, None, f"lists {self.keys[n]!r} as record {n} of "
+                               f"{self.file}, which holds {held!r}; a grow would keep a record "
+                               "twice or drop one; pack again to write it anew")  # fmt: skip
+
+
+def _as_stored(key: str) -> str:
+    """A key of contents.json as a record's key reads back: the bytes of a name that is not
+    UTF-8 (its lone surrogates) as U+FFFD, as a Parquet shard stores them."""
+    try:
+        return key.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a surrogate no file name decodes to: no record's key
+        return key.encode("utf-8", "replace").decode("utf-8")
 
 
 class _IndexFile:

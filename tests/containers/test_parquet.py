@@ -299,6 +299,12 @@ def test_an_append_grows_a_pack_the_card_loads_whole(tmp_path: Path):
     assert list(again.index.splits["train"].class_counts) == [3, 3, 2]
 
 
+def _uint64(values: list[int]):
+    import pyarrow as pa
+
+    return pa.array(values, pa.uint64())
+
+
 @pytest.mark.parametrize(
     ("table", "options", "reason"),
     [
@@ -308,6 +314,11 @@ def test_an_append_grows_a_pack_the_card_loads_whole(tmp_path: Path):
         ({"image": [{"bytes": b"x" * 100, "path": None}] * 50}, {"use_dictionary": True},
          "'image.bytes' is compressed or dictionary-encoded"),
         ({"image": [{"bytes": b"", "path": None}] * 20_000}, {}, "20,000 rows claims"),
+        # an Image() of a path and no bytes, as `datasets` writes one: an IndexError's traceback
+        ({"image": [{"bytes": None, "path": "/etc/passwd"}]}, {}, "a record without image bytes"),
+        # an unsigned column holds what no int64 feature does (2**64 - 1 reached torch's collate)
+        ({"image": [{"bytes": b"x", "path": None}], "height": _uint64([2**64 - 1])}, {},
+         "not a Parquet shard of shardpack's"),
     ],
 )  # fmt: skip
 def test_a_parquet_file_shardpack_does_not_write_is_refused_by_name(

@@ -737,6 +737,45 @@ def test_contents_json_entries_swapped_between_shards_are_refused_before_an_upda
 
 
 @pytest.mark.parametrize("grow", ["--append", "--update"])
+def test_a_key_listed_twice_in_contents_json_is_refused_before_a_grow(src, tmp_path, grow):
+    """One record's key in contents.json written over with another record's (each entry
+    still agreeing with index.json's counts and sha256): `--update` took the record for the
+    other key's, exit 0, and the dataset held one image twice (10 records of SRC's 9). Pack
+    keys each item once in a dataset: a key listed twice is refused, OUT untouched."""
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2").returncode == 0
+    contents = json.loads((out / "contents.json").read_text())
+    first, second = contents["shards"].values()
+    twice = second["keys"][0]
+    first["keys"][0] = twice
+    (out / "contents.json").write_text(json.dumps(contents))
+    written = {p.name: p.read_bytes() for p in out.iterdir()}
+    write_image(src / "cat" / "new.jpg", image(79))
+    run = _cli("pack", str(src), str(out), grow, "--workers", "1")
+    _one_line_error(run, "contents.json", f"lists record {twice!r} more than once", "--overwrite")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == written
+
+
+def test_verify_faults_a_key_in_contents_json_that_is_not_its_records(src, tmp_path):
+    """A record's key in contents.json renamed (to a key no record holds): a grow, which reads
+    no shard it keeps, took the record's image for new and packed it again, exit 0, and
+    `verify` said OK before and after. verify holds every record to the key listed for its
+    place, as the run that reads a stranger's OUT before growing it."""
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1", "--shards", "2").returncode == 0
+    contents = json.loads((out / "contents.json").read_text())
+    file, entry = next(iter(contents["shards"].items()))
+    held, entry["keys"][1] = entry["keys"][1], "cat/ghost.jpg"
+    (out / "contents.json").write_text(json.dumps(contents))
+    report = verify(out)
+    assert not report.ok and [str(f) for f in report.faults] == [
+        f"contents.json: lists 'cat/ghost.jpg' as record 1 of {file}, which holds {held!r}; a "
+        "grow would keep a record twice or drop one; pack again to write it anew"
+    ]
+    assert report.damaged == ()  # no shard is at fault
+
+
+@pytest.mark.parametrize("grow", ["--append", "--update"])
 def test_a_shard_of_another_size_than_the_index_says_is_refused_before_a_grow(tmp_path, grow):
     """index.json's num_bytes of a shard one off its file's: a grow keeps the shards unread,
     so it went on (exit 0) and wrote an index carrying the fault on for `verify` to find. The

@@ -369,3 +369,99 @@ def test_two_shards_of_a_split_swapped_are_refused_by_every_reader(
     split = shardpack.describe(out)["splits"]["train"]
     assert split["samples"] == [] and [s["size_on_disk"] for s in split["shards"]] == [
         len(two), len(one)]  # fmt: skip
+
+
+def _npy_declaring(out: Path, shape: str) -> Path:
+    """OUT's one tar with its first sample's .npy header rewritten to declare `shape` (padded
+    to the header's length, so the tar's framing and sizes stay true)."""
+    tar = next(out.glob("*.tar"))
+    data = bytearray(tar.read_bytes())
+    size = int(data[124:135], 8)  # the first member: the image
+    npy = data[512 : 512 + size]
+    end = 10 + int.from_bytes(npy[8:10], "little")  # magic, version, length, then the header
+    header = f"{{'descr': '|u1', 'fortran_order': False, 'shape': {shape}, }}"
+    npy[10:end] = header.ljust(end - 11).encode() + b"\n"
+    data[512 : 512 + size] = npy
+    tar.write_bytes(bytes(data))
+    return out
+
+
+@pytest.mark.parametrize("shape", ["(1099511627776, 1048576, 3)", "(25, 32, 3)", "(-1, 32, 3)"])
+def test_an_npy_image_declaring_other_bytes_than_it_holds_allocates_nothing(
+    shared_pack, tmp_path: Path, shape: str
+):
+    """np.load allocated what the header declared before it found the data short: 2**61 bytes
+    ended every reader in a MemoryError's traceback."""
+    import shutil
+
+    packed = shared_pack({"a": 2}, workers=1, shards=1, format="webdataset", encode="raw")
+    out = _npy_declaring(Path(shutil.copytree(packed, tmp_path / "out")), shape)
+    said = f"the .npy image declares {shape[1:-1].replace(', ', 'x')} pixels but holds 2,304 bytes"
+    with pytest.raises(RecordError, match=re.escape(said)):
+        list(shardpack.iter_examples(out))
+    assert said in shardpack.verify(out).faults[0].reason
+    _one_line_error(_cli("inspect", str(out)), said)
+
+
+def test_a_ten_byte_varint_reads_as_protobuf_reads_it(tmp_path: Path):
+    """A varint's tenth byte carries bits past 64, which protobuf (and so TensorFlow) drops: the
+    reader kept them, and an int64 of 2**70 - 2**64 - 1 reached torch's collate as an
+    'Overflow when unpacking long long' traceback."""
+    record = encode_example(_good(height=-1))  # -1: the ten-byte varint ff..ff 01
+    assert record.count(b"\xff" * 9 + b"\x01") == 1
+    out = _out(tmp_path, frame(record.replace(b"\xff" * 9 + b"\x01", b"\xff" * 9 + b"\x7f")))
+    assert [r["height"] for r in shardpack.iter_examples(out)] == [-1]
+
+
+def _wds_json_rewritten(out: Path, change) -> Path:
+    """OUT's first tar written again with its first sample's .json changed by `change` (a
+    dict in place), its size and sha256 in index.json made to agree."""
+    import io
+    import tarfile
+
+    doc = json.loads((out / "index.json").read_text())
+    shard = doc["splits"]["train"]["shards"][0]
+    with tarfile.open(out / shard["file"]) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    name, text = next((n, t) for n, t in members if n.endswith(".json"))
+    sample = json.loads(text)
+    change(sample)
+    members[members.index((name, text))] = (name, json.dumps(sample).encode())
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for member, data in members:  # as pack writes a header: every other field fixed
+            info = tarfile.TarInfo(member)
+            info.size, info.mtime, info.mode, info.uname, info.gname = len(data), 0, 0o644, "", ""
+            tar.addfile(info, io.BytesIO(data))
+    data = buffer.getvalue()
+    (out / shard["file"]).write_bytes(data)
+    shard.update(num_bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (out / "index.json").write_text(json.dumps(doc))
+    return out
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 2**70])
+def test_a_sample_json_integer_past_int64_is_refused_by_name(shared_pack, tmp_path, value):
+    """JSON's integers are unbounded: a `.json` height of 2**70 read as a record's int64
+    feature, and torch's collate ended in 'Overflow when unpacking long long'."""
+    import shutil
+
+    packed = shared_pack({"a": 2}, workers=1, shards=1, format="webdataset", encode="jpeg")
+    out = Path(shutil.copytree(packed, tmp_path / "out"))
+    _wds_json_rewritten(out, lambda sample: sample.update(height=value))
+    said = "'height' holds an integer past int64"
+    with pytest.raises(RecordError, match=re.escape(said)):
+        list(shardpack.iter_examples(out))
+    assert said in shardpack.verify(out).faults[0].reason
+
+
+def test_a_sample_with_a_cls_and_a_json_label_is_refused(shared_pack, tmp_path: Path):
+    """Pack writes a label to the .cls or the .json, never both: a sample with both was read
+    with the .cls's, its .json's (what a `sample["json"]["label"]` reader takes) passed over."""
+    import shutil
+
+    packed = shared_pack({"a": 2, "b": 1}, workers=1, shards=1, format="webdataset")
+    out = Path(shutil.copytree(packed, tmp_path / "out"))
+    _wds_json_rewritten(out, lambda sample: sample.update(label=[1, 0]))
+    with pytest.raises(RecordError, match=r"\.cls beside a label in .*\.json"):
+        list(shardpack.iter_examples(out))

@@ -68,3 +68,16 @@ def test_a_header_that_does_not_parse_names_its_line_in_the_file(tmp_path: Path,
     said = str(error.value)
     assert said.startswith(f"{tmp_path / 'README.md'}: its YAML header does not parse (")
     assert said.endswith(f" on line {line}); fix it") and "\n" not in said, said
+
+
+@pytest.mark.parametrize(
+    "nested", ["[" * 50_000 + "]" * 50_000, "{a: " * 50_000 + "1" + "}" * 50_000]
+)
+def test_a_header_nested_past_python_s_depth_is_refused_in_one_line(tmp_path: Path, nested):
+    """PyYAML composes nesting by recursion: 50,000 levels (100 KB, a tenth of what a card may
+    hold) ended a grow in a RecursionError's traceback."""
+    (tmp_path / "README.md").write_text(f"---\nlicense: mit\nmine: {nested}\n---\nprose\n")
+    with pytest.raises(OutputError) as error:
+        users_card(storage_at(tmp_path))
+    assert str(error.value) == (f"{tmp_path / 'README.md'}: its YAML header nests deeper than "
+                                "Python can parse; fix it")  # fmt: skip

@@ -432,6 +432,24 @@ def test_tf_dataset_names_a_local_shard_with_a_damaged_record(
         list(tf_dataset(out, shuffle=shuffle, decode=False))
 
 
+@pytest.mark.heavy
+@pytest.mark.parametrize("label", [12, -1])
+def test_tf_dataset_refuses_a_class_id_past_the_class_list(tmp_path: Path, label: int):
+    """TensorFlow's parser knows no classes: a record (good CRC) labelled 12 in a dataset of
+    2 classes was served as it was, where every other reader refuses it by name."""
+    import tensorflow as tf
+
+    from shardpack.containers.example import encode_example
+    from shardpack.containers.tfrecord import frame
+    from tests.hostile.test_read import _good, _out
+
+    out = _out(tmp_path, frame(encode_example(_good())) + frame(encode_example(_good(label=label))),
+               num_records=2)  # fmt: skip
+    said = f"{out}: a record holds a label class id outside its 2 classes; `shardpack verify"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(said)):
+        list(tf_dataset(out, shuffle=False, decode=False))
+
+
 @pytest.mark.parametrize("container", ["tfrecord", "webdataset", "parquet"])
 def test_a_shard_gone_from_out_is_said_missing_by_every_reader_with_the_mend(
     tmp_path: Path, container: str

@@ -193,7 +193,7 @@ def test_a_contents_json_that_lies_about_a_record_is_caught_in_the_worker(packed
     doc = json.loads((lying / "contents.json").read_text())
     file, entry = next(iter(doc["shards"].items()))
     entry["meta"][0] = 3 - entry["meta"][0]  # class a (meta 1) <-> b (meta 2)
-    entry["keys"][1] = entry["keys"][2]
+    entry["keys"][1] = "a/listed-but-not-held.jpg"  # (another record's key: contents refused)
     (lying / "contents.json").write_text(json.dumps(doc))
     result = shardpack.pack(lying, tmp_path / "out", PackOptions(workers=1, shuffle=False))
     skips = _skips(result)
@@ -206,6 +206,20 @@ def test_a_contents_json_that_lies_about_a_record_is_caught_in_the_worker(packed
     assert all(truth[r["key"]] == r["label"] for r in shardpack.iter_examples(tmp_path / "out"))
     with pytest.raises(ImageError, match=f"{file} record 0: holds label "):
         shardpack.pack(lying, tmp_path / "fail", PackOptions(workers=1, on_error="fail"))
+
+
+def test_a_contents_json_listing_a_key_twice_is_not_taken_and_the_shards_are_read(packed, tmp_path):
+    """Pack keys each record once: a contents.json that lists one twice (another record's
+    written over it) says nothing of the shards, which are read instead, every record kept."""
+    lying = _copy(packed, tmp_path / "lying")
+    doc = json.loads((lying / "contents.json").read_text())
+    entry = next(iter(doc["shards"].values()))
+    entry["keys"][1] = entry["keys"][2]
+    (lying / "contents.json").write_text(json.dumps(doc))
+    result = shardpack.pack(lying, tmp_path / "out", PackOptions(workers=1, shuffle=False))
+    assert result.num_records == COUNT and not _skips(result)
+    keys = [r["key"] for r in shardpack.iter_examples(tmp_path / "out")]
+    assert sorted(keys) == sorted(r["key"] for r in shardpack.iter_examples(packed))
 
 
 def test_a_corrupt_record_is_named_with_its_shard_and_number_in_the_worker(packed, tmp_path):
