@@ -291,9 +291,9 @@ class ImageRoot(Storage):
             if ahead is None:
                 yield self
                 return
-            if isinstance(ahead, ReadAhead):
+            if isinstance(ahead, _OnDisk):
                 try:
-                    yield _OnDisk(self, ahead)
+                    yield ahead
                 finally:
                     ahead.close()
                 return
@@ -320,20 +320,19 @@ class ImageRoot(Storage):
         if fetcher is not None:
             fetcher.close()
 
-    def _ahead(self, files: Files, limit: int) -> Prefetch | ReadAhead | None:
+    def _ahead(self, files: Files, limit: int) -> Prefetch | _OnDisk | None:
         """What reads `files` ahead, as the first of them naming an image on the web or on
         this machine's disk says: a Prefetch of the http(s) URLs among them (a URL list's
-        shard), or a ReadAhead of those on the disk (None: neither is named). The files are
-        walked lazily, never held: only a shard of neither is walked to its end here."""
+        shard), or itself reading those on the disk with a ReadAhead (None: neither is
+        named). The files are walked lazily, never held: only a shard of neither is walked to
+        its end here."""
         files = iter(files)
         for name, size in files:
             rest = itertools.chain(((name, size),), files)
             if self.web_url(name) is not None:
                 return self._prefetch(rest, limit)
             if self._on_disk(name) is not None:
-                on_disk = ((name, size) for name, size in rest
-                           if self._on_disk(name) is not None)  # fmt: skip
-                return ReadAhead(on_disk, self.local_path, limit)
+                return _OnDisk(self, ReadAhead(rest, self._on_disk, limit), name)
         return None
 
     def _on_disk(self, name: str) -> str | None:
@@ -446,10 +445,11 @@ class _Ahead:
 
 class _OnDisk:
     """An ImageRoot whose files on this machine's disk are asked of it ahead (ReadAhead),
-    each read of one telling the ReadAhead the worker started on it."""
+    each read from the one named `first` on telling the ReadAhead the worker started on it
+    (those before it, named on neither disk nor web, were not the ReadAhead's)."""
 
-    def __init__(self, images: ImageRoot, ahead: ReadAhead) -> None:
-        self.images, self.ahead = images, ahead
+    def __init__(self, images: ImageRoot, ahead: ReadAhead, first: str) -> None:
+        self.images, self.ahead, self._first = images, ahead, first
 
     def read(self, name: str, limit: int) -> bytes:
         self._started(name)
@@ -460,8 +460,14 @@ class _OnDisk:
         return self.images.read_stamped(name, limit)
 
     def _started(self, name: str) -> None:
-        if self.images._on_disk(name) is not None:  # one the ReadAhead was given
-            self.ahead.read()
+        if self._first is not None:
+            if name != self._first:
+                return
+            self._first = None
+        self.ahead.read()
+
+    def close(self) -> None:
+        self.ahead.close()
 
     def __getattr__(self, attribute: str):
         return getattr(self.images, attribute)
