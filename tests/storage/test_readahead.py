@@ -71,16 +71,20 @@ def test_cached_files_are_only_looked_at(tmp_path):
     assert not ahead.cold
 
 
-def test_a_fifo_a_folder_a_missing_file_and_one_over_the_limit_are_left_alone(tmp_path):
+def test_a_fifo_a_folder_a_missing_file_one_on_no_disk_and_one_over_the_limit_are_left_alone(
+    tmp_path,
+):
     paths = _cold(tmp_path, 8)
     os.mkfifo(tmp_path / "fifo.jpg")  # opened, it would wait for a writer without O_NONBLOCK
     (tmp_path / "folder.jpg").mkdir()
     big = tmp_path / "big.jpg"
     big.write_bytes(os.urandom(2 * SIZE))
     evict([str(big)])
-    names = ["fifo.jpg", "folder.jpg", "gone.jpg", *(os.path.basename(p) for p in paths)]
+    names = ["fifo.jpg", "folder.jpg", "gone.jpg", "https://example.com/a.jpg",
+             *(os.path.basename(p) for p in paths)]  # fmt: skip
     ahead = ReadAhead([*((n, SIZE) for n in names), ("big.jpg", 2 * SIZE)],
-                      lambda n: str(tmp_path / n), limit=SIZE)  # fmt: skip
+                      lambda n: None if "://" in n else str(tmp_path / n),  # (a URL: no path)
+                      limit=SIZE)  # fmt: skip
     try:
         ahead.read()
         assert until(lambda: all(in_page_cache(p) for p in paths))
