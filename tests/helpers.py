@@ -5,11 +5,13 @@ from __future__ import annotations
 import ast
 import contextlib
 import csv
+import ctypes
 import functools
 import hashlib
 import inspect
 import io
 import json
+import mmap
 import os
 import pickle
 import subprocess
@@ -989,3 +991,56 @@ def aged(src: Path, seconds: int = 3600) -> None:
     when = time.time_ns() - seconds * 1_000_000_000
     for path in src.rglob("*"):
         os.utime(path, ns=(when, when), follow_symlinks=False)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]  # fmt: skip
+    return libc
+
+
+def in_page_cache(path: str) -> bool:
+    """Whether the page cache holds every page of the file: asked by mincore(2), which reads
+    nothing (a read that may not wait would start the very read-ahead looked for)."""
+    libc, size = _libc(), os.path.getsize(path)
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    vector = (ctypes.c_ubyte * pages)()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        try:
+            assert libc.mincore(ctypes.c_void_p(address), size, vector) == 0
+        finally:
+            libc.munmap(ctypes.c_void_p(address), size)
+    finally:
+        os.close(fd)
+    return all(v & 1 for v in vector)
+
+
+def evict(paths: list[str]) -> None:
+    """Drop the files' pages from the page cache (written out first); the test is skipped where
+    the filesystem keeps them in memory all the same (tmpfs: nothing to read ahead)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    if any(in_page_cache(p) for p in paths):
+        import pytest
+
+        pytest.skip("this filesystem keeps the files in memory (tmpfs?): nothing to read ahead")
+
+
+def until(check, tries: int = 3000) -> bool:
+    """Whether `check()` comes true within `tries` looks 10 ms apart (the disk's time, not
+    ours: a loaded machine only takes more of the tries)."""
+    for _ in range(tries):
+        if check():
+            return True
+        time.sleep(0.01)
+    return False

@@ -20,6 +20,7 @@ from shardpack.errors import shortened
 from shardpack.storage import storage_at  # the package picks the store a path names
 from shardpack.storage.base import Blob, Entry, Files, NextFiles, Storage
 from shardpack.storage.locations import is_data_url, is_url, joined, normal
+from shardpack.storage.readahead import ReadAhead
 from shardpack.storage.srcfiles import not_regular
 from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
 
@@ -273,7 +274,9 @@ class ImageRoot(Storage):
         """Itself, reading the http(s) URLs among `files` ahead, many at a time (Prefetch).
         Once each of their first tries has started, `then()` names the next files to read
         (their key, and them) and their fetching starts, with the same connections; the
-        reading whose `key` is theirs takes it over (any other closes it)."""
+        reading whose `key` is theirs takes it over (any other closes it). Where the first
+        image named is a file on this machine's disk, not a URL, the files on the disk are
+        asked of it ahead once the page cache lost them (ReadAhead), as a folder's are."""
         global _started
         with _SHARING:
             self._readings += 1
@@ -284,9 +287,15 @@ class ImageRoot(Storage):
                 if taken[0] != key:  # the next files were another reading's after all
                     taken[1].close(fetcher=False)
             ahead = (taken[1] if taken is not None and taken[0] == key
-                     else self._prefetch(files, limit))  # fmt: skip
+                     else self._ahead(files, limit))  # fmt: skip
             if ahead is None:
                 yield self
+                return
+            if isinstance(ahead, _OnDisk):
+                try:
+                    yield ahead
+                finally:
+                    ahead.close()
                 return
             ahead.adopt(None if then is None else lambda: self._start(then, ahead))
             ended = False
@@ -310,6 +319,26 @@ class ImageRoot(Storage):
                 self._fetcher = None
         if fetcher is not None:
             fetcher.close()
+
+    def _ahead(self, files: Files, limit: int) -> Prefetch | _OnDisk | None:
+        """What reads `files` ahead, as the first of them naming an image on the web or on
+        this machine's disk says: a Prefetch of the http(s) URLs among them (a URL list's
+        shard), or itself reading those on the disk with a ReadAhead (None: neither is
+        named). The files are walked lazily, never held: only a shard of neither is walked to
+        its end here."""
+        files = iter(files)
+        for name, size in files:
+            rest = itertools.chain(((name, size),), files)
+            if self.web_url(name) is not None:
+                return self._prefetch(rest, limit)
+            if self._on_disk(name) is not None:
+                return _OnDisk(self, ReadAhead(rest, self._on_disk, limit), name)
+        return None
+
+    def _on_disk(self, name: str) -> str | None:
+        """The path of `name`'s file on this machine's disk; None for a URL, an object, or a
+        name no file has (a NUL in it: a streamed list's bad row)."""
+        return None if "\0" in name else self.local_path(name)
 
     def _prefetch(self, files: Files, limit: int, *window) -> Prefetch | None:
         """A Prefetch of the http(s) URLs among `files` the spool holds not (None: there are
@@ -409,6 +438,36 @@ class _Ahead:
         if self.images.web_url(name) is not None:
             return self.read(name, limit), None  # through the Prefetch (a URL has no stamp)
         return self.images.read_stamped(name, limit)
+
+    def __getattr__(self, attribute: str):
+        return getattr(self.images, attribute)
+
+
+class _OnDisk:
+    """An ImageRoot whose files on this machine's disk are asked of it ahead (ReadAhead),
+    each read from the one named `first` on telling the ReadAhead the worker started on it
+    (those before it, named on neither disk nor web, were not the ReadAhead's)."""
+
+    def __init__(self, images: ImageRoot, ahead: ReadAhead, first: str) -> None:
+        self.images, self.ahead, self._first = images, ahead, first
+
+    def read(self, name: str, limit: int) -> bytes:
+        self._started(name)
+        return self.images.read(name, limit)
+
+    def read_stamped(self, name: str, limit: int) -> tuple[bytes, tuple[int, int] | None]:
+        self._started(name)
+        return self.images.read_stamped(name, limit)
+
+    def _started(self, name: str) -> None:
+        if self._first is not None:
+            if name != self._first:
+                return
+            self._first = None
+        self.ahead.read()
+
+    def close(self) -> None:
+        self.ahead.close()
 
     def __getattr__(self, attribute: str):
         return getattr(self.images, attribute)

@@ -45,10 +45,11 @@ def _cached(fd: int) -> bool:
 class ReadAhead:
     """Advise the kernel of `files` ((name, listed size: the window's measure), in the order
     the worker reads them) ahead of the worker, which calls `read()` as it starts on each;
-    `close()` ends the thread. `path(name)` is where a name is opened; a file over `limit`
+    `close()` ends the thread. `path(name)` is where a name is opened (None: it names no
+    file on this disk, and is left alone); a file over `limit`
     bytes is not asked for (the worker refuses it unread)."""
 
-    def __init__(self, files: Iterator[tuple[str, int]], path: Callable[[str], str],
+    def __init__(self, files: Iterator[tuple[str, int]], path: Callable[[str], str | None],
                  limit: int) -> None:  # fmt: skip
         self._path, self._limit = path, limit
         self.reads = 0  # files the worker started on
@@ -113,8 +114,10 @@ class ReadAhead:
     def _advise(self, name: str) -> bool:
         """Ask for the file while the files are not cached, or look whether it is; whether it
         was a regular file of at most the limit, looked at."""
+        if (path := self._path(name)) is None:
+            return False
         try:
-            fd = os.open(self._path(name), _OPEN_FLAGS)
+            fd = os.open(path, _OPEN_FLAGS)
         except OSError:
             return False  # the worker's own read says why
         try:

@@ -24,12 +24,14 @@ from shardpack.read.verify import verify
 from shardpack.sources import scan
 from shardpack.storage.imageroot import NOT_WEB
 from tests.helpers import (
+    evict,
     heavy_import,
     make_tree,
     needs,
     one_line_error,
     run_cli,
     run_json,
+    shard_files,
     write_csv,
     write_jsonl,
     write_parquet,
@@ -768,3 +770,20 @@ def test_a_label_column_named_is_the_label_and_is_checked(tmp_path):
             write_csv(tmp_path / "img" / "t.csv", rows),
             PackOptions(label_column="kind", on_error="fail"),
         )
+
+
+def test_a_manifest_packed_from_a_disk_whose_pages_were_dropped_packs_as_it_does_warm(tmp_path):
+    """Its images read ahead of the workers (ReadAhead: tests/storage/test_readahead.py), a
+    pack of a manifest's relative and absolute paths, cold, writes the very shards of a warm
+    pack."""
+    src = make_tree(tmp_path / "src", {"cat": 60, "dog": 60})
+    paths = sorted(src.rglob("*.jpg"))
+    rows = [{"path": str(p) if i % 2 else str(p.relative_to(src)), "label": p.parent.name}
+            for i, p in enumerate(paths)]  # fmt: skip
+    manifest = write_csv(src / "list.csv", rows)
+    options = PackOptions(workers=2, shards=3)
+    pack(manifest, tmp_path / "warm", options)
+    evict([str(p) for p in paths])
+    pack(manifest, tmp_path / "cold", options)
+    assert shard_files(tmp_path / "cold") == shard_files(tmp_path / "warm")
+    assert len(shard_files(tmp_path / "cold")) == 3

@@ -34,6 +34,7 @@ from shardpack.layout import FETCHED_PREFIX
 from shardpack.options import as_flags
 from shardpack.packing import duplicates
 from shardpack.sources import scan
+from shardpack.sources.streamed import BAD_ROW
 from shardpack.storage import fetch
 from shardpack.storage.fetch import Fetcher, Prefetch, UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge
@@ -1367,6 +1368,20 @@ def test_a_url_lists_image_root_pickles_for_a_cluster_and_fetches_there(tmp_path
     with there.reading(iter([(url, 1)]), 10_000) as ahead:
         assert ahead.read(url, 10_000) == _png(7)
     assert site.hits["/img/7.png"] == 2
+
+
+def test_a_url_shard_opening_on_a_bad_row_is_fetched_ahead_all_the_same(tmp_path, site):
+    """A streamed list's shard whose first item is a bad row (it names no file, and no URL)
+    is still a URL shard: its URLs are asked before the worker reads them, not read as files
+    on the disk."""
+    paths = [f"/img/{i}.png" for i in range(4)]
+    urls = [site.url(path) for path in paths]
+    options = PackOptions(path_column="url", allow_private_urls=True)
+    root = scan(_manifest(tmp_path, urls), options).root
+    files = [(f"{BAD_ROW}urls.csv line 2: no image", 0), *((url, 1) for url in urls)]
+    with root.reading(iter(files), 10**6) as ahead:
+        helpers.wait_for(lambda: all(site.hits[path] for path in paths), 10)  # none read yet
+        assert ahead.read(urls[0], 10**6) == _png(0)
 
 
 @pytest.mark.parametrize(("workers", "shards"), [(2, 4), (1, 2)])

@@ -1,50 +1,29 @@
 """The read-ahead of a shard's local files: asked of the disk ahead of the worker once the page
-cache lost them, only looked at while it holds them; never a read of its own, never a hang."""
+cache lost them, only looked at while it holds them; never a read of its own, never a hang;
+a shard of each source whose files are on the disk (a folder, a split tree, COCO, YOLO, VOC, a
+manifest's relative or absolute paths) read so."""
 
 from __future__ import annotations
 
-import ctypes
-import mmap
+import json
 import os
-import time
+from pathlib import Path
 
 import pytest
 
-from shardpack.storage.readahead import AHEAD, ReadAhead
+from shardpack.sources import scan
+from shardpack.storage.readahead import AHEAD, SAMPLE, ReadAhead
+from tests.helpers import (
+    evict,
+    image,
+    in_page_cache,
+    make_tree,
+    until,
+    write_csv,
+    write_image,
+)
 
 SIZE = 64 << 10
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_long]  # fmt: skip
-
-
-def _cached(path: str) -> bool:
-    """Whether the page cache holds every page of the file: asked by mincore(2), which reads
-    nothing (a read that may not wait would start the very read-ahead looked for)."""
-    size = os.path.getsize(path)
-    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-    vector = (ctypes.c_ubyte * pages)()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        try:
-            assert _libc.mincore(ctypes.c_void_p(address), size, vector) == 0
-        finally:
-            _libc.munmap(ctypes.c_void_p(address), size)
-    finally:
-        os.close(fd)
-    return all(v & 1 for v in vector)
-
-
-def _evict(paths: list[str]) -> None:
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def _files(folder, count: int) -> list[str]:
@@ -58,20 +37,8 @@ def _files(folder, count: int) -> list[str]:
 
 def _cold(tmp_path, count: int) -> list[str]:
     paths = _files(tmp_path, count)
-    _evict(paths)
-    if any(_cached(p) for p in paths):
-        pytest.skip("this filesystem keeps the files in memory (tmpfs?): nothing to read ahead")
+    evict(paths)
     return paths
-
-
-def _until(check, tries: int = 3000) -> bool:
-    """Whether `check()` comes true within `tries` looks 10 ms apart (the disk's time, not
-    ours: a loaded machine only takes more of the tries)."""
-    for _ in range(tries):
-        if check():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_files_the_page_cache_lost_are_asked_of_the_disk_ahead_of_the_worker(tmp_path):
@@ -81,14 +48,15 @@ def test_files_the_page_cache_lost_are_asked_of_the_disk_ahead_of_the_worker(tmp
     try:
         ahead.read()  # the worker starts on the first
         # the first file looked at was not cached: the next AHEAD files are asked for...
-        assert _until(lambda: all(_cached(p) for p in paths[1:AHEAD]))
+        # (the first file, read, may be cached when looked at: then the next looked at says)
+        assert until(lambda: all(in_page_cache(p) for p in paths[SAMPLE:AHEAD]))
         assert ahead.cold
         # ...and none past the window
-        assert not any(_cached(p) for p in paths[AHEAD + 1 :])
+        assert not any(in_page_cache(p) for p in paths[AHEAD + 1 :])
         for _ in range(20):  # the worker moves on: so does the window
             ahead.read()
-        assert _until(lambda: all(_cached(p) for p in paths[AHEAD + 1 : AHEAD + 20]))
-        assert not any(_cached(p) for p in paths[AHEAD + 22 :])
+        assert until(lambda: all(in_page_cache(p) for p in paths[AHEAD + 1 : AHEAD + 20]))
+        assert not any(in_page_cache(p) for p in paths[AHEAD + 22 :])
     finally:
         ahead.close()
 
@@ -103,22 +71,26 @@ def test_cached_files_are_only_looked_at(tmp_path):
     assert not ahead.cold
 
 
-def test_a_fifo_a_folder_a_missing_file_and_one_over_the_limit_are_left_alone(tmp_path):
+def test_a_fifo_a_folder_a_missing_file_one_on_no_disk_and_one_over_the_limit_are_left_alone(
+    tmp_path,
+):
     paths = _cold(tmp_path, 8)
     os.mkfifo(tmp_path / "fifo.jpg")  # opened, it would wait for a writer without O_NONBLOCK
     (tmp_path / "folder.jpg").mkdir()
     big = tmp_path / "big.jpg"
     big.write_bytes(os.urandom(2 * SIZE))
-    _evict([str(big)])
-    names = ["fifo.jpg", "folder.jpg", "gone.jpg", *(os.path.basename(p) for p in paths)]
+    evict([str(big)])
+    names = ["fifo.jpg", "folder.jpg", "gone.jpg", "https://example.com/a.jpg",
+             *(os.path.basename(p) for p in paths)]  # fmt: skip
     ahead = ReadAhead([*((n, SIZE) for n in names), ("big.jpg", 2 * SIZE)],
-                      lambda n: str(tmp_path / n), limit=SIZE)  # fmt: skip
+                      lambda n: None if "://" in n else str(tmp_path / n),  # (a URL: no path)
+                      limit=SIZE)  # fmt: skip
     try:
         ahead.read()
-        assert _until(lambda: all(_cached(p) for p in paths))
+        assert until(lambda: all(in_page_cache(p) for p in paths))
     finally:
         ahead.close()  # returns: the thread waits on nothing the files do
-    assert not _cached(str(big))  # listed over the limit: the worker refuses it unread
+    assert not in_page_cache(str(big))  # listed over the limit: the worker refuses it unread
 
 
 def test_a_reading_closed_before_its_files_are_read_ends_the_thread(tmp_path):
@@ -131,3 +103,74 @@ def test_a_reading_closed_before_its_files_are_read_ends_the_thread(tmp_path):
     empty.read()
     empty.close()
     assert not empty._thread.is_alive()
+
+
+def _tree(src: Path) -> None:
+    make_tree(src, {"cat": _COUNT // 2, "dog": _COUNT // 2})
+
+
+def _split_tree(src: Path) -> None:
+    make_tree(src / "train", {"cat": _COUNT // 2, "dog": _COUNT // 2})
+    make_tree(src / "val", {"cat": 1, "dog": 1}, seed=_COUNT)
+
+
+def _coco(src: Path) -> None:
+    _images(src / "train2017")
+    doc = {"images": [{"id": i + 1, "file_name": f"{i:03d}.jpg", "width": 32, "height": 24}
+                      for i in range(_COUNT)],
+           "annotations": [], "categories": [{"id": 1, "name": "cat"}]}  # fmt: skip
+    (src / "annotations").mkdir()
+    (src / "annotations/instances_train2017.json").write_text(json.dumps(doc))
+
+
+def _yolo(src: Path) -> None:
+    _images(src / "images/train")
+    for i in range(_COUNT):
+        (src / f"labels/train/{i:03d}.txt").parent.mkdir(parents=True, exist_ok=True)
+        (src / f"labels/train/{i:03d}.txt").write_text("0 0.5 0.5 0.25 0.25\n")
+
+
+def _voc(src: Path) -> None:
+    _images(src / "JPEGImages")
+    (src / "Annotations").mkdir()
+    for i in range(_COUNT):
+        (src / f"Annotations/{i:03d}.xml").write_text(
+            "<annotation><size><width>32</width><height>24</height><depth>3</depth></size>"
+            "<object><name>cat</name><bndbox><xmin>2</xmin><ymin>2</ymin><xmax>20</xmax>"
+            "<ymax>20</ymax></bndbox></object></annotation>"
+        )
+
+
+def _manifest(src: Path) -> Path:
+    paths = _images(src / "images")
+    return write_csv(src / "list.csv", [{"path": f"images/{p.name}", "label": "cat"}
+                                        for p in paths])  # fmt: skip
+
+
+def _absolute_manifest(src: Path) -> Path:
+    paths = _images(src / "images")
+    (src / "lists").mkdir()
+    return write_csv(src / "lists/list.csv", [{"path": str(p), "label": "cat"} for p in paths])
+
+
+def _images(folder: Path) -> list[Path]:
+    return [write_image(folder / f"{i:03d}.jpg", image(i)) for i in range(_COUNT)]
+
+
+_COUNT = AHEAD + 16
+_LAYOUTS = {"folder": _tree, "split tree": _split_tree, "coco": _coco, "yolo": _yolo, "voc": _voc,
+            "manifest": _manifest, "absolute manifest": _absolute_manifest}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", _LAYOUTS)
+def test_each_source_s_shard_of_files_on_the_disk_is_read_ahead(tmp_path, layout):
+    src = tmp_path / "src"
+    dataset = scan(_LAYOUTS[layout](src) or src)
+    items = max(dataset.splits.values(), key=len)
+    paths = [dataset.root.local_path(item.path) for item in items]
+    evict(paths)
+    with dataset.root.reading(dataset.source.item_files(items), 1 << 20) as reads:
+        data, _ = reads.read_stamped(items[0].path, 1 << 20)  # the worker's first read
+        assert data == Path(paths[0]).read_bytes()
+        # (the first file, read, may be cached when looked at: then the next looked at says)
+        assert until(lambda: all(in_page_cache(p) for p in paths[SAMPLE:AHEAD]))
