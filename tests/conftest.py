@@ -42,8 +42,8 @@ def pytest_configure(config: pytest.Config) -> None:
 IN_PROCESS_TENSORFLOW = frozenset({
     "tests/containers/test_formats.py", "tests/containers/test_tfrecord.py",
     "tests/packing/test_features.py", "tests/packing/test_grow.py",
-    "tests/packing/test_packer.py", "tests/read/test_stream.py", "tests/read/test_tfds.py",
-    "tests/sources/test_hf.py", "tests/sources/test_manifest.py",
+    "tests/packing/test_packer.py", "tests/read/test_changed.py", "tests/read/test_stream.py",
+    "tests/read/test_tfds.py", "tests/sources/test_hf.py", "tests/sources/test_manifest.py",
     "tests/sources/test_splittree.py", "tests/test_images.py", "tests/test_transforms.py",
 })  # fmt: skip
 # Of those, the file whose read-backs first ask the reading Python for what warm_reader has it
