@@ -42,20 +42,30 @@ def pytest_configure(config: pytest.Config) -> None:
 IN_PROCESS_TENSORFLOW = frozenset({
     "tests/containers/test_formats.py", "tests/containers/test_tfrecord.py",
     "tests/packing/test_features.py", "tests/packing/test_grow.py",
-    "tests/packing/test_packer.py", "tests/read/test_stream.py", "tests/read/test_tfds.py",
-    "tests/sources/test_hf.py", "tests/sources/test_manifest.py",
+    "tests/packing/test_packer.py", "tests/read/test_changed.py", "tests/read/test_stream.py",
+    "tests/read/test_tfds.py", "tests/sources/test_hf.py", "tests/sources/test_manifest.py",
     "tests/sources/test_splittree.py", "tests/test_images.py", "tests/test_transforms.py",
 })  # fmt: skip
 # Of those, the file whose read-backs first ask the reading Python for what warm_reader has it
 # load: run last of them, so that it has loaded that by then.
 TENSORFLOW_LAST = "tests/containers/test_formats.py"
+# The test files whose oracles are slow imports (albumentations ~2.2 s of CPU, which takes scipy
+# with it, datasets ~0.8 s, mlcroissant ~0.6 s: `python -c 'import numpy, cv2, X'` less
+# numpy's and cv2's): `make test` and `make test-fast` run them on one worker (_unit), which pays
+# each once, not once a worker. A file missing here costs time, not a result.
+SHARED_ORACLES = frozenset({
+    "tests/containers/test_parquet.py", "tests/hostile/test_labels.py",
+    "tests/packing/test_boxes.py", "tests/sources/test_coco.py",
+})  # fmt: skip
 # The test files that take longest (wall time on `make test`'s workers, waits included: a file
 # waiting on retries or a server ties up its worker as one that computes does), longest first,
 # run first after those (`--no-loadscope-reorder`: a worker takes the next file in collection
-# order): one of these taken last would run alone while the other cores idle.
+# order): one of these taken last would run alone while the other cores idle. A unit of
+# several files (_unit) is named by one of them: test_parquet.py for SHARED_ORACLES.
 LONGEST_FIRST = (
-    "tests/storage/test_remote.py", "tests/packing/test_reliability.py",
-    "tests/storage/test_fetch.py", "tests/hostile/test_src.py", "tests/hostile/test_out.py",
+    "tests/storage/test_remote.py", "tests/containers/test_parquet.py",
+    "tests/packing/test_reliability.py", "tests/storage/test_fetch.py",
+    "tests/hostile/test_src.py", "tests/hostile/test_out.py",
     "tests/cli/test_cli.py", "tests/test_torch.py", "tests/docs/test_docs.py",
     "tests/sources/test_tfdsdir_tars.py", "tests/read/test_random_access.py",
     "tests/packing/test_duplicates.py", "tests/packing/test_cluster.py",
@@ -69,10 +79,12 @@ def _file(item: pytest.Item) -> str:
 
 def _unit(path: str) -> str:
     """What one worker runs together: a file, every file that loads TensorFlow (not in the
-    fast tier, which skips their TensorFlow tests), or every seam test (they walk the same
-    parsed package: helpers.walked, once a process)."""
+    fast tier, which skips their TensorFlow tests), every seam test (they walk the same
+    parsed package: helpers.walked, once a process), or the files of SHARED_ORACLES."""
     if path.startswith("tests/seams/"):
         return "seams"
+    if path in SHARED_ORACLES:
+        return "oracles"
     return "tensorflow" if path in IN_PROCESS_TENSORFLOW and not FAST else path
 
 
