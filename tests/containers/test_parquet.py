@@ -456,3 +456,28 @@ def test_a_file_of_another_named_like_a_shard_is_not_in_the_card_nor_croissant(t
     loaded = datasets.load_dataset(str(out), download_mode="force_redownload")["train"]
     assert sorted(loaded["key"]) == ours
     assert sorted(r["key"].decode() for r in _croissant_records(out, "train")) == ours
+
+
+def test_a_card_over_a_mib_of_class_names_grows_and_repacks(tmp_path: Path):
+    """Thousands of long class names (iNaturalist's are ~80 characters) make a card of over a
+    MiB: pack's own card is read back by the next run and by --source hf, not refused as more
+    than a card holds (a traceback, for --source hf)."""
+    names = tuple(f"{i:04d}_Plantae" + ("_x" * 500 if i % 7 else "") for i in range(1300))
+    src = make_tree(tmp_path / "src", {names[0]: 2, names[7]: 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(format="parquet", workers=1, classes=names))
+    assert (out / "README.md").stat().st_size > 1 << 20
+    card = hub.DatasetCard.load(out / "README.md")
+    card.data.license = "cc-by-4.0"
+    card.save(out / "README.md")
+    make_tree(src, {names[1295]: 1}, seed=50)
+    pack(src, out, PackOptions(format="parquet", workers=1, grow="append",
+                               classes=names))  # fmt: skip
+    card = hub.DatasetCard.load(out / "README.md")
+    assert card.data.license == "cc-by-4.0"
+    assert card.data.dataset_info["splits"][0]["num_examples"] == 5
+    loaded = datasets.load_dataset(str(out))["train"]
+    assert loaded.features["label"].names == list(names)
+    again = pack(out, tmp_path / "again", PackOptions(source="hf", workers=1))
+    assert again.index.classes == names
+    assert again.index.splits["train"].num_records == 5
