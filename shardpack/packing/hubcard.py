@@ -243,6 +243,37 @@ def data_files(shards: Sequence[ShardInfo], present: Collection[str] = ()) -> li
     return [s.file for s in shards]
 
 
+# The Hub's size_categories of a dataset card, by its records: (the count it is under, name).
+_SIZE_CATEGORIES = ((10**3, "n<1K"), (10**4, "1K<n<10K"), (10**5, "10K<n<100K"),
+                    (10**6, "100K<n<1M"), (10**7, "1M<n<10M"), (10**8, "10M<n<100M"),
+                    (10**9, "100M<n<1B"), (10**10, "1B<n<10B"), (10**11, "10B<n<100B"),
+                    (10**12, "100B<n<1T"))  # fmt: skip
+_MOST_CATEGORY = "n>1T"
+
+
+def size_category(records: int) -> str:
+    """The Hub's size_categories value for a dataset of `records` records."""
+    return next((name for under, name in _SIZE_CATEGORIES if records < under), _MOST_CATEGORY)
+
+
+def size_notes(out: Storage, index: Index) -> tuple[str, ...]:
+    """A line where the card's size_categories (the user's key, kept as written) names none
+    that holds the records of `index`: a grow past 1,000 records leaves 'n<1K' behind."""
+    kept = users_card(out)
+    header = load_header(kept.header, out.path(CARD_NAME), OutputError, 1) if kept.header else {}
+    said = header.get("size_categories") if isinstance(header, dict) else None
+    if said is None:
+        return ()
+    records = sum(split.num_records for split in index.splits.values())
+    right = size_category(records)
+    listed = said if isinstance(said, list) else [said]
+    if right in listed:
+        return ()
+    return (f"{out.path(CARD_NAME)}: its size_categories says "
+            f"{', '.join(map(str, listed)) or 'none'}, but the dataset holds "
+            f"{plural(records, 'record')}: set it to {right}",)  # fmt: skip
+
+
 def summary(index: Index) -> str:
     """Where the shards came from, their counts, and the duplicates found."""
     counts = ", ".join(f"{split} {entry.num_records:,}"
