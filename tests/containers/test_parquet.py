@@ -481,3 +481,23 @@ def test_a_card_over_a_mib_of_class_names_grows_and_repacks(tmp_path: Path):
     again = pack(out, tmp_path / "again", PackOptions(source="hf", workers=1))
     assert again.index.classes == names
     assert again.index.splits["train"].num_records == 5
+
+
+@pytest.mark.parametrize(
+    ("name", "split"),
+    [("src", SPLITS), ("train", SPLITS), ("my_training", None), ("coco2017_val", SPLITS),
+     ("ds.v1", (("train", 0.5), ("holdout", 0.5)))],
+)  # fmt: skip
+def test_a_name_data_dir_misreads_is_warned_of(tmp_path: Path, name: str, split):
+    """datasets' data_dir= reads a file into each split once a pattern of the split's its name
+    matches: a name holding a split's word (train, _val, ...) reads records twice or into
+    another split. The warning is given exactly where datasets misreads the files."""
+    out = tmp_path / "out"
+    options = PackOptions(format="parquet", workers=1, name=name, split=split)
+    result = pack(make_tree(tmp_path / "src", {"cat": 3, "dog": 3}), out, options)
+    warned = [w for w in result.to_json()["warnings"] if "data_dir=OUT) misreads" in w]
+    loaded = datasets.load_dataset("parquet", data_dir=str(out), download_mode="force_redownload")
+    renamed = {"train": "train", "test": "test"}  # as datasets names them; holdout: left out
+    counts = {renamed[s]: e.num_records for s, e in result.index.splits.items() if s in renamed}
+    assert bool(warned) == ({s: len(d) for s, d in loaded.items()} != counts), warned
+    assert bool(warned) == (name not in ("src", "ds.v1"))
