@@ -79,8 +79,8 @@ def test_a_header_that_does_not_parse_names_its_line_in_the_file(tmp_path: Path,
     "nested", ["[" * 50_000 + "]" * 50_000, "{a: " * 50_000 + "1" + "}" * 50_000]
 )
 def test_a_header_nested_past_python_s_depth_is_refused_in_one_line(tmp_path: Path, nested):
-    """PyYAML composes nesting by recursion: 50,000 levels (100 KB, a tenth of what a card may
-    hold) ended a grow in a RecursionError's traceback."""
+    """PyYAML composes nesting by recursion: 50,000 levels (100 KB, a small card) ended a grow
+    in a RecursionError's traceback."""
     (tmp_path / "README.md").write_text(f"---\nlicense: mit\nmine: {nested}\n---\nprose\n")
     with pytest.raises(OutputError) as error:
         users_card(storage_at(tmp_path))
