@@ -9,7 +9,10 @@ import re
 
 from shardpack.errors import ShardpackError
 
-MAX_CARD_BYTES = 1 << 20  # a dataset card; its YAML header is a few KB
+# The most bytes of a dataset card read. Its header lists every class name (ClassLabel's), so
+# a card pack writes grows with them (iNaturalist's 10,000 names of ~80 characters: ~1 MB), and
+# reading one back is bounded as index.json, which holds the same names, is (MAX_INDEX_BYTES).
+MAX_CARD_BYTES = 1 << 30
 # huggingface_hub's REGEX_YAML_BLOCK (repocard.py): "---", the header, a line "---".
 _FRONT_MATTER = r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))"
 # A line break as an editor counts them (and PyYAML's marks, in the header).

@@ -135,7 +135,8 @@ def load_contents(out: Storage, index: Index) -> Contents:
     fix = ("repack with ", Option("overwrite", True), " to write it anew")
     shards = [s for split in index.splits.values() for s in split.shards]
     items = sum(s.num_records for s in shards) + index.num_skipped
-    limit = VALUES_PER_ITEM * items + VALUES_PER_SHARD * (len(shards) + 1)
+    # a shard's label_counts holds a count a class: thousands of classes outgrow VALUES_PER_SHARD
+    limit = VALUES_PER_ITEM * items + (VALUES_PER_SHARD + len(index.classes)) * (len(shards) + 1)
     try:
         with out.open(CONTENTS_NAME) as blob:
             if blob.size > MAX_CONTENTS_BYTES:
@@ -143,7 +144,8 @@ def load_contents(out: Storage, index: Index) -> Contents:
             text = blob.pread(blob.size, 0)
         if (found := values(text, limit)) > limit:  # each value a Python object: refused unread
             raise OutputError(f"{path}: {found:,} values, over the {limit:,} that the "
-                              f"index's {items:,} items and {len(shards):,} shards allow; ",
+                              f"index's {items:,} items, {len(shards):,} shards and "
+                              f"{len(index.classes):,} classes allow; ",
                               *fix)  # fmt: skip
         doc = json.loads(text)
     except FileNotFoundError:

@@ -406,6 +406,11 @@ class Container:
         caption), or its images' `formats` (those stored) name members apart."""
         return []
 
+    def file_notes(self, files: Mapping[str, Sequence[str]]) -> list[str]:
+        """Warnings on the shard names (`files`: each split's, in order) that a reader finding
+        splits by the words in file names would read under another split."""
+        return []
+
     def iter_records(
         self, storage: Storage, name: str, compression: str = "none", digest=None,
         num_bytes: int | None = None,

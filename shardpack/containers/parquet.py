@@ -31,7 +31,8 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
@@ -47,7 +48,7 @@ from shardpack.containers import (
     open_hashing,
     open_shard,
 )
-from shardpack.errors import MissingPackageError, RecordError, install_hint
+from shardpack.errors import MissingPackageError, RecordError, install_hint, plural
 from shardpack.hffeatures import IMAGE, hf_features
 from shardpack.schema import Feature, Schema
 from shardpack.storage import HashingBlob, Sink
@@ -66,6 +67,14 @@ ROW_GROUP_BYTES = 1 << 20
 # reader refuses one whose footer claims far more (what a hostile footer would make it allocate).
 _MAX_ROW_GROUP_BYTES = (1 << 20) + MAX_RECORD_BYTES
 _MAX_ROWS = 10_000
+# `load_dataset("parquet", data_dir=OUT)` reads a file into a split once for each of its
+# patterns the file's name matches: a word of the split's first, or between two of "-._ 0-9"
+# (datasets' data_files.py: SPLIT_KEYWORDS, KEYWORDS_IN_FILENAME_BASE_PATTERNS); a split of
+# another name it leaves out.
+_DATA_DIR_SPLITS = {"train": ("train", "training"),
+                    "validation": ("validation", "valid", "dev", "val"),
+                    "test": ("test", "testing", "eval", "evaluation")}  # fmt: skip
+_WORD_SEP = "[-._ 0-9]"
 _HF_KEY = b"huggingface"
 _MAGIC = b"PAR1"
 
@@ -265,6 +274,17 @@ class _In(io.RawIOBase):
         return len(data)
 
 
+def _data_dir_reads(file: str) -> Counter[str]:
+    """How many times `load_dataset("parquet", data_dir=...)` reads a file of this name into
+    each split: once a pattern of the split's it matches."""
+    reads: Counter[str] = Counter()
+    for split, words in _DATA_DIR_SPLITS.items():
+        for word in words:
+            reads[split] += bool(re.match(f"{word}{_WORD_SEP}", file))
+            reads[split] += bool(re.search(f"{_WORD_SEP}{word}{_WORD_SEP}", file))
+    return +reads
+
+
 def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
@@ -402,6 +422,21 @@ class Parquet(Container):
 
     def require(self) -> None:
         _pyarrow()
+
+    def file_notes(self, files: Mapping[str, Sequence[str]]) -> list[str]:
+        misread = []
+        for split, names in files.items():
+            own = Counter(_data_dir_reads(f"-{split}-"))  # its own split's, once (or none)
+            misread += [(file, reads) for file in names if (reads := _data_dir_reads(file)) != own]
+        if not misread:
+            return []
+        file, reads = misread[0]
+        said = ", ".join(f"{split} {'once' if n == 1 else f'{n} times'}"
+                         for split, n in sorted(reads.items()))  # fmt: skip
+        return [f"load_dataset('parquet', data_dir=OUT) misreads {plural(len(misread), 'file')} "
+                f"({file}: into {said}), as its name holds a split's word beside the split's "
+                "own; load_dataset(OUT) reads each split as the card lists it, or pack it under "
+                "a name without such a word"]  # fmt: skip
 
     def writer(
         self, path: str | os.PathLike, compression: str = "none", storage: Storage | None = None,

@@ -26,6 +26,7 @@ from shardpack.packing.contents import Noted, copy_numbers
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.daliindex import refuse_index_file_folders
 from shardpack.packing.factspill import FactSpill
+from shardpack.packing.hubcard import size_notes
 from shardpack.packing.merge import build_index, commit_index, json_value, write_outputs
 from shardpack.packing.outdir import plan_record, prepare, refuse_images, split_file_names
 from shardpack.packing.packeditems import packed_plan
@@ -198,6 +199,7 @@ class FreshPack:
             self.spool.write_stamps(out, index)
         notes = fewer_workers(self.options.workers, stats.workers, to_write, self.in_process)
         notes += tuple(filter(None, [proxy_ignored(row["reason"] for row in failures)]))
+        notes += size_notes(out, index)
         return PackResult(
             out=out.root, index=index, num_records=num_records,
             num_skipped=index.num_skipped, seconds=seconds,

@@ -57,6 +57,7 @@ from shardpack.packing.contents import (
 from shardpack.packing.cpuload import CpuWatch, machine_cores
 from shardpack.packing.duplicates import content_keys
 from shardpack.packing.facts import facts_of
+from shardpack.packing.hubcard import size_notes
 from shardpack.packing.kept import Kept, kept_records
 from shardpack.packing.merge import (
     commit_index,
@@ -386,7 +387,8 @@ class GrowPack:
                                         *_asked_again(self.again, mended),
                                         *_read_again(len(reread), fixed),
                                         *fewer_workers(self.given.workers, ran, to_write,
-                                                       self.in_process)),
+                                                       self.in_process),
+                                        *size_notes(out, index)),
             grow=summary,
         )  # fmt: skip
 

@@ -36,6 +36,8 @@ _BEGIN_START = "<!-- shardpack: begin"
 # A top-level line that goes on with the key above it: a sequence item ("- x"), indented.
 _GOES_ON = r"(-([ \t]|$)|[ \t]|$)"
 _OWNED_LINE = rf"({'|'.join(OWNED_KEYS)})[ \t]*:(\s|$)"
+_SIZE_LINE = r"size_categories[ \t]*:(\s|$)"
+_FIX = "; fix it, or move it out of OUT, then run again"
 
 
 @dataclass(frozen=True)
@@ -58,34 +60,39 @@ def users_card(out: Storage) -> UsersCard:
             marks are not one BEGIN before one END.
     """
     path = out.path(CARD_NAME)
-    fix = "; fix it, or move it out of OUT, then run again"
+    text = _card_text(out, path)
+    if text is None:
+        return UsersCard()
+    header, body, line = split_card(text)
+    if header is None and opens_header(text):
+        raise OutputError(f"{path}: its YAML header has no closing '---' line{_FIX}")
+    header, ours = _users_header(header or "", path, line)
+    before, after = _users_text(body, path, ours)
+    return UsersCard(header, before, after)
+
+
+def _card_text(out: Storage, path: str) -> str | None:
+    """OUT's README.md (None where there is none), within MAX_CARD_BYTES, as UTF-8 text."""
     try:
         with out.open(CARD_NAME) as blob:
             if blob.size > MAX_CARD_BYTES:
                 raise OutputError(f"{path}: over {MAX_CARD_BYTES:,} bytes, more than a "
-                                  f"dataset card holds{fix}")  # fmt: skip
-            text = blob.pread(blob.size, 0).decode("utf-8")
+                                  f"dataset card holds{_FIX}")  # fmt: skip
+            return blob.pread(blob.size, 0).decode("utf-8")
     except FileNotFoundError:
-        return UsersCard()
+        return None
     except OSError as e:
         raise OutputError(f"{path}: cannot be read as the dataset card ({e.strerror or e}); "
                           "move it out of OUT, then run again") from None  # fmt: skip
     except UnicodeDecodeError as e:
         raise OutputError(f"{path}: is not UTF-8 text (byte {e.start:,}); save it as UTF-8, "
                           "or move it out of OUT, then run again") from None  # fmt: skip
-    header, body, line = split_card(text)
-    if header is None and opens_header(text):
-        raise OutputError(f"{path}: its YAML header has no closing '---' line{fix}")
-    header, ours = _users_header(header or "", path, line)
-    before, after = _users_text(body, path, ours)
-    return UsersCard(header, before, after)
 
 
-def _users_header(header: str, path: str, first: int) -> tuple[str, bool]:
-    """The header's lines that are not pack's (each top-level key with the lines that go on
-    with it, comments kept), and whether it holds MARKER; `first`: the file's line the header
-    begins on. Each key's lines must parse alone to that one key, and together as the whole
-    header does: then keeping them as written keeps exactly the user's keys."""
+def _blocks(header: str, first: int) -> tuple[list[list[str]], list[int], list[str], bool]:
+    """The header's top-level keys, each with the lines that go on with it and the comments
+    before it; the file's line each begins on (`first`: the header's); the comments after the
+    last; and whether it holds MARKER."""
     blocks: list[list[str]] = []
     starts: list[int] = []  # the file's line each block begins on, for its parse errors
     comments: list[str] = []  # comments and blank lines, kept with the key that follows
@@ -102,6 +109,15 @@ def _users_header(header: str, path: str, first: int) -> tuple[str, bool]:
             blocks.append([*comments, line])
             starts.append(number - len(comments))
             comments = []
+    return blocks, starts, comments, ours
+
+
+def _users_header(header: str, path: str, first: int) -> tuple[str, bool]:
+    """The header's lines that are not pack's (each top-level key with the lines that go on
+    with it, comments kept), and whether it holds MARKER; `first`: the file's line the header
+    begins on. Each key's lines must parse alone to that one key, and together as the whole
+    header does: then keeping them as written keeps exactly the user's keys."""
+    blocks, starts, comments, ours = _blocks(header, first)
     owned = [bool(re.match(_OWNED_LINE, _key(block))) for block in blocks]
     if not all(owned):  # a key of the user's: the header read as the Hub reads it
         owned = [key in OWNED_KEYS for key in _keys(header, blocks, path, first, starts)]
@@ -241,6 +257,46 @@ def data_files(shards: Sequence[ShardInfo], present: Collection[str] = ()) -> li
     ):
         return sorted(patterns)
     return [s.file for s in shards]
+
+
+# The Hub's size_categories of a dataset card, by its records: (the count it is under, name).
+_SIZE_CATEGORIES = ((10**3, "n<1K"), (10**4, "1K<n<10K"), (10**5, "10K<n<100K"),
+                    (10**6, "100K<n<1M"), (10**7, "1M<n<10M"), (10**8, "10M<n<100M"),
+                    (10**9, "100M<n<1B"), (10**10, "1B<n<10B"), (10**11, "10B<n<100B"),
+                    (10**12, "100B<n<1T"))  # fmt: skip
+_MOST_CATEGORY = "n>1T"
+
+
+def size_category(records: int) -> str:
+    """The Hub's size_categories value for a dataset of `records` records."""
+    return next((name for under, name in _SIZE_CATEGORIES if records < under), _MOST_CATEGORY)
+
+
+def size_notes(out: Storage, index: Index) -> tuple[str, ...]:
+    """A line where the card's size_categories (the user's key, kept as written) names none
+    that holds the records of `index`: a grow past 1,000 records leaves 'n<1K' behind."""
+    path = out.path(CARD_NAME)
+    try:  # the run is committed: a card read no more (gone, an alias of another key's) says none
+        header, _, first = split_card(_card_text(out, path) or "")
+        blocks, starts, _, _ = _blocks(header or "", first)
+        sized = [(b, n) for b, n in zip(blocks, starts, strict=True)
+                 if re.match(_SIZE_LINE, _key(b))]  # fmt: skip
+        if len(sized) != 1:  # users_card read the card whole; this key alone is read again
+            return ()
+        read = load_header("\n".join(sized[0][0]), path, OutputError, sized[0][1])
+    except OutputError:
+        return ()
+    said = read.get("size_categories") if isinstance(read, dict) else None
+    if said is None:
+        return ()
+    records = sum(split.num_records for split in index.splits.values())
+    right = size_category(records)
+    listed = said if isinstance(said, list) else [said]
+    if right in listed:
+        return ()
+    return (f"{path}: its size_categories says "
+            f"{', '.join(map(str, listed)) or 'none'}, but the dataset holds "
+            f"{plural(records, 'record')}: set it to {right}",)  # fmt: skip
 
 
 def summary(index: Index) -> str:

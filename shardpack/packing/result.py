@@ -46,6 +46,9 @@ class PackResult:
                     index.schema,
                     _formats(index),
                 ),
+                *index.container.file_notes(
+                    {name: [s.file for s in split.shards] for name, split in index.splits.items()}
+                ),
                 *_tfds_unnamed(index),
                 *self.notes,
             ],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
@@ -369,10 +370,18 @@ def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
         elif above is not None and (others := _classes_beside(above, name)):
             return (f"its {loose} images lie in SRC itself, a class folder beside "
                     f"{few(others)}: pass {parent} to pack them all, each folder a "
-                    "class",)  # fmt: skip
+                    "class", *_unlabeled(root))  # fmt: skip
         return (f"its {loose} images lie in SRC itself, but each class needs its own folder "
-                f"(SRC/<class>/<image>): {way}",)  # fmt: skip
+                f"(SRC/<class>/<image>): {way}", *_unlabeled(root))  # fmt: skip
     return expected_layout(src, passed)
+
+
+def _unlabeled(root: str) -> tuple[str | Option, ...]:
+    """How to pack a flat folder's images with no labels (a manifest without a label column),
+    as a message's tail: a folder source takes each folder's name as a label."""
+    return ("; or, to pack them unlabeled, list them in a manifest, (echo path; ls "
+            f"{shlex.quote(root)}) > images.csv, and pack images.csv with ",
+            Option("root", root))  # fmt: skip
 
 
 def expected_layout(src: Storage, passed: Passed, splits: bool = False) -> tuple[str | Option, ...]:

@@ -19,6 +19,7 @@ from shardpack.cardheader import MAX_CARD_BYTES, load_header, split_card
 from shardpack.errors import SourceError, printable
 from shardpack.sources.folder import few
 from shardpack.storage import Storage
+from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
 # datasets' SPLIT_KEYWORDS: the split a folder or file name beginning with each word holds.
 SPLIT_KEYWORDS = {
@@ -203,7 +204,10 @@ def _configured(root: Storage) -> dict[str, list[str]] | None:
     path = root.path(README)
     try:
         text = root.read(README, MAX_CARD_BYTES).decode("utf-8", "replace")
-    except OSError as e:
+    except FileTooLarge:
+        raise SourceError(f"{path}: over {MAX_CARD_BYTES:,} bytes, more than a dataset card "
+                          "holds; remove it, or check SRC is a dataset") from None  # fmt: skip
+    except (RefusedFile, OSError) as e:
         raise SourceError(f"{path}: cannot read ({e}); remove it or fix its permissions") from None
     header, _, line = split_card(text)
     if header is None:

@@ -456,3 +456,48 @@ def test_a_file_of_another_named_like_a_shard_is_not_in_the_card_nor_croissant(t
     loaded = datasets.load_dataset(str(out), download_mode="force_redownload")["train"]
     assert sorted(loaded["key"]) == ours
     assert sorted(r["key"].decode() for r in _croissant_records(out, "train")) == ours
+
+
+def test_a_card_over_a_mib_of_class_names_grows_and_repacks(tmp_path: Path):
+    """Thousands of long class names (iNaturalist's are ~80 characters) make a card of over a
+    MiB: pack's own card is read back by the next run and by --source hf, not refused as more
+    than a card holds (a traceback, for --source hf)."""
+    names = tuple(f"{i:04d}_Plantae" + ("_x" * 500 if i % 7 else "") for i in range(1300))
+    src = make_tree(tmp_path / "src", {names[0]: 2, names[7]: 2})
+    out = tmp_path / "out"
+    pack(src, out, PackOptions(format="parquet", workers=1, classes=names))
+    assert (out / "README.md").stat().st_size > 1 << 20
+    card = hub.DatasetCard.load(out / "README.md")
+    card.data.license = "cc-by-4.0"
+    card.save(out / "README.md")
+    make_tree(src, {names[1295]: 1}, seed=50)
+    pack(src, out, PackOptions(format="parquet", workers=1, grow="append",
+                               classes=names))  # fmt: skip
+    card = hub.DatasetCard.load(out / "README.md")
+    assert card.data.license == "cc-by-4.0"
+    assert card.data.dataset_info["splits"][0]["num_examples"] == 5
+    loaded = datasets.load_dataset(str(out))["train"]
+    assert loaded.features["label"].names == list(names)
+    again = pack(out, tmp_path / "again", PackOptions(source="hf", workers=1))
+    assert again.index.classes == names
+    assert again.index.splits["train"].num_records == 5
+
+
+@pytest.mark.parametrize(
+    ("name", "split"),
+    [("src", SPLITS), ("train", SPLITS), ("my_training", None), ("coco2017_val", SPLITS),
+     ("ds.v1", (("train", 0.5), ("holdout", 0.5)))],
+)  # fmt: skip
+def test_a_name_data_dir_misreads_is_warned_of(tmp_path: Path, name: str, split):
+    """datasets' data_dir= reads a file into each split once a pattern of the split's its name
+    matches: a name holding a split's word (train, _val, ...) reads records twice or into
+    another split. The warning is given exactly where datasets misreads the files."""
+    out = tmp_path / "out"
+    options = PackOptions(format="parquet", workers=1, name=name, split=split)
+    result = pack(make_tree(tmp_path / "src", {"cat": 3, "dog": 3}), out, options)
+    warned = [w for w in result.to_json()["warnings"] if "data_dir=OUT) misreads" in w]
+    loaded = datasets.load_dataset("parquet", data_dir=str(out), download_mode="force_redownload")
+    renamed = {"train": "train", "test": "test"}  # as datasets names them; holdout: left out
+    counts = {renamed[s]: e.num_records for s, e in result.index.splits.items() if s in renamed}
+    assert bool(warned) == ({s: len(d) for s, d in loaded.items()} != counts), warned
+    assert bool(warned) == (name not in ("src", "ds.v1"))

@@ -7,8 +7,13 @@ from pathlib import Path
 import pytest
 
 from shardpack.errors import OutputError
+from shardpack.options import PackOptions
 from shardpack.packing.hubcard import _UNSAFE, BEGIN, END, MARKER, UsersCard, users_card
+from shardpack.packing.packer import pack
 from shardpack.storage import storage_at
+from tests.helpers import lazy_import, make_tree
+
+hub = lazy_import("huggingface_hub")
 
 # YAML 1.1's printable characters (what PyYAML, and so the Hub, reads), less the line breaks a
 # double-quoted scalar folds (NEL is outside these ranges already).
@@ -74,10 +79,33 @@ def test_a_header_that_does_not_parse_names_its_line_in_the_file(tmp_path: Path,
     "nested", ["[" * 50_000 + "]" * 50_000, "{a: " * 50_000 + "1" + "}" * 50_000]
 )
 def test_a_header_nested_past_python_s_depth_is_refused_in_one_line(tmp_path: Path, nested):
-    """PyYAML composes nesting by recursion: 50,000 levels (100 KB, a tenth of what a card may
-    hold) ended a grow in a RecursionError's traceback."""
+    """PyYAML composes nesting by recursion: 50,000 levels (100 KB, a small card) ended a grow
+    in a RecursionError's traceback."""
     (tmp_path / "README.md").write_text(f"---\nlicense: mit\nmine: {nested}\n---\nprose\n")
     with pytest.raises(OutputError) as error:
         users_card(storage_at(tmp_path))
     assert str(error.value) == (f"{tmp_path / 'README.md'}: its YAML header nests deeper than "
                                 "Python can parse; fix it")  # fmt: skip
+
+
+def test_a_size_category_the_records_outgrew_is_said(tmp_path: Path):
+    """size_categories is the user's key, kept as written: a run whose records it no longer
+    holds (a grow past 1,000, a README.md written before the first pack) says the right one."""
+    src, out = make_tree(tmp_path / "src", {"cat": 3, "dog": 3}), tmp_path / "out"
+    out.mkdir()
+    (out / "README.md").write_text("---\nlicense: mit\nsize_categories: 1K<n<10K\n---\nOurs.\n")
+    said = f"{out / 'README.md'}: its size_categories says 1K<n<10K, but the dataset holds "
+    assert (
+        f"{said}6 records: set it to n<1K"
+        in pack(src, out, PackOptions(format="parquet", workers=1)).notes
+    )
+    make_tree(src, {"emu": 1}, seed=9)
+    grown = pack(src, out, PackOptions(format="parquet", workers=1, grow="append"))
+    assert f"{said}7 records: set it to n<1K" in grown.notes
+    card = hub.DatasetCard.load(out / "README.md")
+    assert card.data.size_categories == "1K<n<10K"  # kept as written
+    card.data.size_categories = ["n<1K"]
+    card.save(out / "README.md")
+    make_tree(src, {"fox": 1}, seed=10)
+    grown = pack(src, out, PackOptions(format="parquet", workers=1, grow="append"))
+    assert not [note for note in grown.notes if "size_categories" in note]

@@ -588,14 +588,22 @@ def test_a_flat_folder_of_images_says_what_to_do(tmp_path):
     (tmp_path / "notes" / "n.txt").write_text("x")
     with pytest.raises(SourceError) as caught:
         scan(src)
-    assert str(caught.value).endswith("(SRC/<class>/<image>): move them into class folders")
+    unlabeled = (f"; or, to pack them unlabeled, list them in a manifest, (echo path; ls {src}) "
+                 f"> images.csv, and pack images.csv with root={str(src)!r}")  # fmt: skip
+    assert str(caught.value).endswith(
+        f"(SRC/<class>/<image>): move them into class folders{unlabeled}"
+    )
     _touch_image(tmp_path / "other" / "o.jpg", 9)  # a class beside it: SRC is one class of many
     with pytest.raises(SourceError) as caught:
         scan(src)
     assert str(caught.value) == (f"{src}: no images found; its 3 images lie in SRC itself, a "
                                  f"class folder beside 'other': pass {tmp_path} to pack them "
-                                 "all, each folder a class")  # fmt: skip
+                                 f"all, each folder a class{unlabeled}")  # fmt: skip
     assert scan(tmp_path, PackOptions(source="folder")).classes == ("notes", "other", "photos")
+    listed = subprocess.run(["ls", str(src)], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "images.csv").write_text(f"path\n{listed}")  # as the message says
+    dataset = scan(tmp_path / "images.csv", PackOptions(root=str(src)))
+    assert dataset.classes == () and dataset.num_items == 3  # that advice works too
 
 
 def test_the_parent_of_a_cifar_folder_points_at_it(tmp_path):
