@@ -10,9 +10,10 @@ import re
 from shardpack.errors import ShardpackError
 
 # The most bytes of a dataset card read. Its header lists every class name (ClassLabel's), so
-# a card pack writes grows with them (iNaturalist's 10,000 names of ~80 characters: ~1 MB), and
-# reading one back is bounded as index.json, which holds the same names, is (MAX_INDEX_BYTES).
-MAX_CARD_BYTES = 1 << 30
+# a card pack writes grows with them: iNaturalist's 10,000 names of ~80 characters ~1 MB, and
+# 100,000 such names ~10 MB. Not index.json's 1 GiB: PyYAML reads ~3 s a MiB, so a stranger's
+# card of that size would hold the run for an hour.
+MAX_CARD_BYTES = 16 << 20
 # huggingface_hub's REGEX_YAML_BLOCK (repocard.py): "---", the header, a line "---".
 _FRONT_MATTER = r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))"
 # A line break as an editor counts them (and PyYAML's marks, in the header).

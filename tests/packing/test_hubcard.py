@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from shardpack.cardheader import MAX_CARD_BYTES
 from shardpack.errors import OutputError
 from shardpack.options import PackOptions
 from shardpack.packing.hubcard import _UNSAFE, BEGIN, END, MARKER, UsersCard, users_card
@@ -86,6 +87,17 @@ def test_a_header_nested_past_python_s_depth_is_refused_in_one_line(tmp_path: Pa
         users_card(storage_at(tmp_path))
     assert str(error.value) == (f"{tmp_path / 'README.md'}: its YAML header nests deeper than "
                                 "Python can parse; fix it")  # fmt: skip
+
+
+def test_a_card_over_the_limit_is_refused_unread(tmp_path: Path):
+    """A stranger's card of a GiB would hold a run for an hour in PyYAML: over MAX_CARD_BYTES
+    (16 MiB, 100,000 long class names' room) it is refused by its size, not a byte read."""
+    with open(tmp_path / "README.md", "wb") as f:
+        f.truncate(MAX_CARD_BYTES + 1)  # sparse: its size alone
+    with pytest.raises(OutputError) as error:
+        users_card(storage_at(tmp_path))
+    assert str(error.value).startswith(f"{tmp_path / 'README.md'}: over 16,777,216 bytes")
+    assert (tmp_path / "README.md").stat().st_size == MAX_CARD_BYTES + 1  # left as it is
 
 
 def test_a_size_category_the_records_outgrew_is_said(tmp_path: Path):
