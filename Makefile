@@ -111,7 +111,7 @@ bench: $(TESTDEPS) $(PEERS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.near_distance
 	$(BIN)/python -m benchmarks.peer_writers photos-6000
 	$(BIN)/python -m benchmarks.run photos-6000 --encode keep --cold --workers 1,2 --no-extras \
-		--contenders shardpack,baseline-keep,io-ceiling --json bench-out/results/cold.json
+		--contenders shardpack,baseline-keep,io-ceiling --json benchmarks/results/cold-2cpu.json
 	$(BIN)/python -m benchmarks.urls --img2dataset -- --per-host 128
 	$(BIN)/python -m benchmarks.urls --retry-run -- --per-host 128
 
