@@ -112,6 +112,7 @@ class ReadAhead:
                     look = index + 1  # none was looked at: the next file is
                 elif not self.cold:
                     look, step = index + step, min(2 * step, MOST_APART)
+
     def _wait(self, reads: int) -> None:
         """Until the worker started on `reads` files (or close())."""
         self._wake.clear()
