@@ -145,9 +145,8 @@ def test_python_api_packs_s3_to_s3_and_reads_it_back(src, local, s3: Bucket):
     assert report.ok and report.records == 24, report.faults
 
 
-def test_readers_on_the_command_line_take_the_url(src, s3: Bucket, tmp_path: Path):
-    out = s3.url("packed/flowers")
-    assert _cli("pack", str(src), out, *JOB).returncode == 0
+def test_readers_on_the_command_line_take_the_url(local, s3: Bucket, tmp_path: Path):
+    out = s3.put_tree(local, "packed/flowers")  # what a pack there writes (the test above)
     verify = _cli("verify", out)
     assert verify.returncode == 0 and verify.stdout.startswith("OK: 3 shards, 24 records")
     inspect = _cli("inspect", out, "--json")
@@ -160,9 +159,8 @@ def test_readers_on_the_command_line_take_the_url(src, s3: Bucket, tmp_path: Pat
     assert sheet.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
-def test_verify_names_a_changed_object(src, s3: Bucket):
-    out = s3.url("packed/flowers")
-    assert _cli("pack", str(src), out, *JOB).returncode == 0
+def test_verify_names_a_changed_object(local, s3: Bucket):
+    out = s3.put_tree(local, "packed/flowers")
     victim = "flowers-train.tfrecord-00001-of-00003"
     data = bytearray(s3.read(f"packed/flowers/{victim}"))
     data[len(data) // 2] ^= 0x01  # same size: only the sha256 and a CRC can tell
@@ -396,8 +394,7 @@ def test_what_the_store_client_raises_is_one_line(src, local, s3: Bucket):
     """An unreachable endpoint, a malformed bucket name and an option the client does not take
     come out of botocore/s3fs as their own exceptions, not OSErrors: each is still one line,
     exit code 2, saying what to check."""
-    out = s3.url("packed/flowers")
-    assert _cli("pack", str(src), out, *JOB).returncode == 0
+    out = s3.put_tree(local, "packed/flowers")
     closed = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}
     cases = [
         (["verify", out], closed, "the object store refused or could not be reached: Could not "
@@ -417,12 +414,11 @@ def test_what_the_store_client_raises_is_one_line(src, local, s3: Bucket):
         assert said in _one_line(run.stderr), (args, run.stderr)
 
 
-def test_a_switch_given_as_no_boolean_is_refused_naming_what_it_takes(src, local, s3: Bucket):
+def test_a_switch_given_as_no_boolean_is_refused_naming_what_it_takes(local, s3: Bucket):
     """`--storage-option anon=maybe` stayed the string 'maybe', which s3fs takes as true: the
     run went anonymous (Forbidden, naming index.json). A filesystem's switch is true or false;
     an option whose value is a string by design is still passed as given."""
-    out = s3.url("packed/flowers")
-    assert _cli("pack", str(src), out, *JOB).returncode == 0
+    out = s3.put_tree(local, "packed/flowers")
     for pair in ("anon=maybe", "use_ssl=1", "skip_instance_cache=yes"):
         run = _cli("verify", out, "--storage-option", pair)
         key = pair.partition("=")[0]
