@@ -726,6 +726,15 @@ def handed_over(folder: Path, pattern: str, workers: list[int]) -> bool:
     return any(os.path.realpath(p) not in held for p in folder.glob(pattern))
 
 
+def stopped(pid: int) -> bool:
+    """Whether every thread of the process has stopped (SIGSTOP takes each in turn)."""
+    try:
+        return all((task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+                   for task in Path(f"/proc/{pid}/task").iterdir())  # fmt: skip
+    except OSError:  # a thread ended as it was listed: not stopped yet
+        return False
+
+
 def gone(pids: list[int]) -> bool:
     """Whether none of these processes is there any more (a killed run's workers die a moment
     after it, holding OUT's lock until then)."""

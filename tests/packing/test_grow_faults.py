@@ -24,6 +24,7 @@ from tests.helpers import (
     one_line_error,
     run_cli,
     same_grown,
+    stopped,
     wait_for,
     worker_pids,
     write_image,
@@ -119,15 +120,6 @@ def _writing(pid: int, pattern: str) -> bool:
         return False
 
 
-def _stopped(pid: int) -> bool:
-    """Whether every thread of the process has stopped (SIGSTOP takes each in turn)."""
-    try:
-        return all((task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
-                   for task in Path(f"/proc/{pid}/task").iterdir())  # fmt: skip
-    except OSError:  # a thread ended as it was listed: not stopped yet
-        return False
-
-
 # One worker (the packing process itself), two shards: an --update of one edited file writes
 # one shard, and held while it writes that, it has finished none.
 UPDATE_JOB = ["--encode", "png", "--shards", "2", "--workers", "1", "--no-progress"]
@@ -153,7 +145,7 @@ def _update_held_mid_shard(root: Path) -> tuple[Path, Path, Path, subprocess.Pop
     partial = f"{out}/.src-train.tfrecord-*.partial"
     wait_for(lambda: _writing(run.pid, partial))
     run.send_signal(signal.SIGSTOP)
-    wait_for(lambda: _stopped(run.pid))  # checked after, none of its threads can land it
+    wait_for(lambda: stopped(run.pid))  # checked after, none of its threads can land it
     assert _writing(run.pid, partial)  # held mid-shard: no shard of it can land
     return src, out, clean, run, before
 

@@ -29,6 +29,7 @@ from tests.helpers import (
     one_line_error,
     run_cli,
     shard_files,
+    stopped,
     wait_for,
     worker_pids,
     write_image,
@@ -48,7 +49,7 @@ def src(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("reliability") / "src"
     settled = time.time() - 60  # a user's photos: older than a stamp's racy window
     for i in range(480):
-        write_image(path := root / f"c{i % 4}" / f"{i:04d}.jpg", image(i, height=240, width=320))
+        write_image(path := root / f"c{i % 4}" / f"{i:04d}.jpg", image(i, height=120, width=160))
         os.utime(path, (settled, settled))
     return root
 
@@ -85,6 +86,35 @@ def _start(src: Path, out: Path, *extra: str) -> subprocess.Popen:
                              *extra], stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
+def _signal(pid: int, sig: int) -> bool:
+    """Send sig to pid unless it is gone (ended and reaped); whether it was there."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _hold_a_worker_mid_shard(run: subprocess.Popen) -> int:
+    """SIGSTOP a worker of the run as it writes a shard (seen again once it has stopped): held,
+    it keeps that shard unfinished, so the run cannot end however fast the others go."""
+    held: list[int] = []
+
+    def hold() -> bool:
+        for pid in worker_pids(run.pid):
+            if writing_a_shard(pid) and _signal(pid, signal.SIGSTOP):
+                wait_for(lambda pid=pid: stopped(pid) or run.poll() is not None, timeout=10)
+                if writing_a_shard(pid):
+                    held.append(pid)
+                    return True
+                _signal(pid, signal.SIGCONT)  # it finished that shard first: another
+        assert run.poll() is None, "the run ended before a worker could be held mid-shard"
+        return False
+
+    wait_for(hold)
+    return held[0]
+
+
 def _finished_shards(out: Path) -> int:
     journal = out / ".shardpack.journal"
     return max(0, len(journal.read_text().splitlines()) - 1) if journal.exists() else 0
@@ -115,13 +145,15 @@ def _same_output(a: Path, b: Path) -> bool:
 def test_signal_stops_cleanly_and_resume_completes(src, clean_as, tmp_path, sig, code, fmt):
     out = tmp_path / "out"
     run = _start(src, out, "--format", fmt)
-    wait_for(lambda: _finished_shards(out) >= 1 and len(worker_pids(run.pid)) == 2)
-    # The workers held, so the signal lands mid-run and not as the run ends; kept held, so
-    # a run that waited for them instead of killing them would hang here.
-    workers = worker_pids(run.pid)
-    for pid in workers:
-        os.kill(pid, signal.SIGSTOP)
+    # The workers held, so the signal lands mid-run and not as the run ends (one mid-shard
+    # before the first shard lands, the run cannot end); kept held, so a run that waited for
+    # them instead of killing them would hang here.
+    workers = [_hold_a_worker_mid_shard(run)]
     try:
+        wait_for(lambda: _finished_shards(out) >= 1)
+        workers = worker_pids(run.pid)
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
         assert _finished_shards(out) < 12
         sent = time.monotonic()
         run.send_signal(sig)
@@ -176,15 +208,13 @@ def test_a_ctrl_c_as_the_workers_fork_stops_the_run_in_one_line(src, tmp_path, w
 def test_worker_killed_mid_shard(src, clean_as, tmp_path, fmt, sig):
     out = tmp_path / "out"
     run = _start(src, out, "--format", fmt)
-
-    pids: list[int] = []
-
-    def writing() -> bool:  # not between two shards, where no file names the shard
-        pids[:] = [pid for pid in worker_pids(run.pid) if writing_a_shard(pid)]
-        return _finished_shards(out) >= 1 and bool(pids)
-
-    wait_for(writing)
-    os.kill(pids[0], sig)
+    # held mid-shard (not between two shards, where no file names the shard) till one landed
+    victim = _hold_a_worker_mid_shard(run)
+    try:
+        wait_for(lambda: _finished_shards(out) >= 1)
+    finally:
+        os.kill(victim, sig)
+        _signal(victim, signal.SIGCONT)  # a SIGTERM is taken once it runs again
     stderr = run.communicate(timeout=60)[1]
     assert run.returncode == 2, stderr
     assert "worker died while writing src-train" in stderr
@@ -197,10 +227,12 @@ def test_worker_killed_mid_shard(src, clean_as, tmp_path, fmt, sig):
 def test_workers_die_with_a_killed_parent_and_resume_completes(src, clean, tmp_path):
     out = tmp_path / "out"
     run = _start(src, out)
+    held = _hold_a_worker_mid_shard(run)  # so the run is mid-way when killed
     wait_for(lambda: _finished_shards(out) >= 1 and len(worker_pids(run.pid)) == 2)
     workers = worker_pids(run.pid)
     run.kill()  # as the out-of-memory killer would: no cleanup runs in the parent
     run.wait(timeout=30)
+    _signal(held, signal.SIGCONT)  # (gone already: the kernel's parent-death SIGKILL)
     wait_for(lambda: gone(workers), timeout=10)
     resumed = _cli("pack", str(src), str(out), *JOB, "--resume", "--json")
     assert resumed.returncode == 0, resumed.stderr  # no orphan holds OUT's lock
@@ -288,10 +320,15 @@ def test_resume_refuses_changed_options(src, tmp_path):
         pack(src, out, PackOptions(encode="png", shards=12, workers=2, resume=True))
 
 
-def test_resume_with_other_workers_says_the_shard_count_followed_them(src, tmp_path):
+def test_resume_with_other_workers_says_the_shard_count_followed_them(tmp_path):
     """Without --shards the count follows --workers: a resume with other workers is refused
     naming the counts and the way on, not blaming the (untouched) source."""
-    out = tmp_path / "out"
+    # photos of noise: bytes enough that the cost model finds them worth two workers (the
+    # module's smooth ones are not), few enough to pack in a moment
+    src, out = tmp_path / "src", tmp_path / "out"
+    noise = np.random.default_rng(0)
+    for i in range(96):
+        write_image(src / "c" / f"{i:02d}.jpg", noise.integers(0, 256, (180, 240, 3), np.uint8))
     pack(src, out, PackOptions(encode="png", workers=1))
     with pytest.raises(OutputError, match=r"was planned into other shard counts \(then "
                        r"\{\"train\": 1\}, now \{\"train\": 2\}: without shards= the count "

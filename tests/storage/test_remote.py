@@ -145,9 +145,8 @@ def test_python_api_packs_s3_to_s3_and_reads_it_back(src, local, s3: Bucket):
     assert report.ok and report.records == 24, report.faults
 
 
-def test_readers_on_the_command_line_take_the_url(src, s3: Bucket, tmp_path: Path):
-    out = s3.url("packed/flowers")
-    assert _cli("pack", str(src), out, *JOB).returncode == 0
+def test_readers_on_the_command_line_take_the_url(local, s3: Bucket, tmp_path: Path):
+    out = s3.put_tree(local, "packed/flowers")  # what a pack there writes (the test above)
     verify = _cli("verify", out)
     assert verify.returncode == 0 and verify.stdout.startswith("OK: 3 shards, 24 records")
     inspect = _cli("inspect", out, "--json")
@@ -160,9 +159,8 @@ def test_readers_on_the_command_line_take_the_url(src, s3: Bucket, tmp_path: Pat
     assert sheet.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
-def test_verify_names_a_changed_object(src, s3: Bucket):
-    out = s3.url("packed/flowers")
-    assert _cli("pack", str(src), out, *JOB).returncode == 0
+def test_verify_names_a_changed_object(local, s3: Bucket):
+    out = s3.put_tree(local, "packed/flowers")
     victim = "flowers-train.tfrecord-00001-of-00003"
     data = bytearray(s3.read(f"packed/flowers/{victim}"))
     data[len(data) // 2] ^= 0x01  # same size: only the sha256 and a CRC can tell
@@ -396,8 +394,7 @@ def test_what_the_store_client_raises_is_one_line(src, local, s3: Bucket):
     """An unreachable endpoint, a malformed bucket name and an option the client does not take
     come out of botocore/s3fs as their own exceptions, not OSErrors: each is still one line,
     exit code 2, saying what to check."""
-    out = s3.url("packed/flowers")
-    assert _cli("pack", str(src), out, *JOB).returncode == 0
+    out = s3.put_tree(local, "packed/flowers")
     closed = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}
     cases = [
         (["verify", out], closed, "the object store refused or could not be reached: Could not "
@@ -417,12 +414,11 @@ def test_what_the_store_client_raises_is_one_line(src, local, s3: Bucket):
         assert said in _one_line(run.stderr), (args, run.stderr)
 
 
-def test_a_switch_given_as_no_boolean_is_refused_naming_what_it_takes(src, local, s3: Bucket):
+def test_a_switch_given_as_no_boolean_is_refused_naming_what_it_takes(local, s3: Bucket):
     """`--storage-option anon=maybe` stayed the string 'maybe', which s3fs takes as true: the
     run went anonymous (Forbidden, naming index.json). A filesystem's switch is true or false;
     an option whose value is a string by design is still passed as given."""
-    out = s3.url("packed/flowers")
-    assert _cli("pack", str(src), out, *JOB).returncode == 0
+    out = s3.put_tree(local, "packed/flowers")
     for pair in ("anon=maybe", "use_ssl=1", "skip_instance_cache=yes"):
         run = _cli("verify", out, "--storage-option", pair)
         key = pair.partition("=")[0]
@@ -590,6 +586,13 @@ def guarded(tmp_path_factory) -> Iterator[dict]:
         server.wait(timeout=30)
 
 
+def _put(guarded: dict, folder: Path, prefix: str) -> None:
+    """Upload a local folder's files under prefix in the bucket `guarded`, as its admin."""
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        key = f"{prefix}/{path.relative_to(folder).as_posix()}"
+        guarded["client"].put_object(Bucket="guarded", Key=key, Body=path.read_bytes())
+
+
 @pytest.mark.slow  # guarded's S3 server, as make test-fast skips the others'
 def test_objects_the_store_refuses_to_delete_stop_an_overwrite_before_any_shard(
     src, local, guarded
@@ -605,10 +608,7 @@ def test_objects_the_store_refuses_to_delete_stop_an_overwrite_before_any_shard(
         listed = client.list_objects_v2(Bucket="guarded", Prefix=f"{prefix}/")
         return {o["Key"].split("/", 1)[1]: o["ETag"] for o in listed.get("Contents", ())}
 
-    for path in local.rglob("*"):  # the admin's dataset: the local pack of the same job
-        if path.is_file():
-            client.put_object(Bucket="guarded", Key=f"flowers/{path.relative_to(local)}",
-                              Body=path.read_bytes())  # fmt: skip
+    _put(guarded, local, "flowers")  # the admin's dataset: the local pack of the same job
     out, before = "s3://guarded/flowers", objects("flowers")
     again = _process(
         "pack", str(src), out, *JOB, "--seed", "1", "--overwrite", env=guarded["nodelete"]
@@ -640,11 +640,11 @@ def test_a_src_the_credentials_cannot_read_is_one_plain_line(src, guarded):
 
 
 @pytest.mark.slow
-def test_readers_the_credentials_cannot_read_name_the_credentials(src, guarded):
+def test_readers_the_credentials_cannot_read_name_the_credentials(local, guarded):
     """verify and iter_examples with a wrong secret said "Forbidden; check the path and its
     permissions": the likely cause, the credentials, went unsaid."""
     out = "s3://guarded/read"
-    assert _process("pack", str(src), out, *JOB, env=guarded["admin"]).returncode == 0
+    _put(guarded, local, "read")  # what a pack there writes (test_local_to_s3_...)
     wrong = {**guarded["admin"], "AWS_SECRET_ACCESS_KEY": "wrong"}
     said = f"{out}/index.json: Forbidden; check its permissions and the credentials"
     run = _process("verify", out, "--no-progress", env=wrong)
@@ -662,9 +662,7 @@ def test_a_src_whose_every_read_is_refused_says_to_check_the_credentials(src, gu
     """Credentials that may list SRC but read none of its objects ended "N items skipped (the
     first, ...: Access Denied ...); fix or remove them": the files were blamed."""
     url = "s3://guarded/refused"
-    for path in sorted(p for p in src.rglob("*") if p.is_file()):
-        guarded["client"].put_object(Bucket="guarded", Key=f"refused/{path.relative_to(src)}",
-                                     Body=path.read_bytes())  # fmt: skip
+    _put(guarded, src, "refused")
     run = _process("pack", url, str(tmp_path / "out"), *JOB, env=guarded["listonly"])
     assert run.returncode == 2
     assert _one_line(run.stderr) == (
@@ -684,9 +682,7 @@ def test_tars_and_tfds_shards_the_store_refuses_are_named_with_the_credentials(g
     pack(make_tree(tmp_path / "src", {"a": 2}), tfds, PackOptions(workers=1, shards=1))
     (tfds / "index.json").unlink()
     for local, url in ((tars, "s3://guarded/refused/tars"), (tfds, "s3://guarded/refused/tfds")):
-        for path in sorted(p for p in local.rglob("*") if p.is_file()):
-            key = f"{url[len('s3://guarded/') :]}/{path.relative_to(local)}"
-            guarded["client"].put_object(Bucket="guarded", Key=key, Body=path.read_bytes())
+        _put(guarded, local, url[len("s3://guarded/") :])
         run = _process("pack", url, str(tmp_path / "out"), "--no-progress", env=guarded["listonly"])
         (shard,) = [p.name for p in local.iterdir() if p.suffix == ".tar" or ".tfrecord" in p.name]
         assert run.returncode == 2 and _one_line(run.stderr) == (
