@@ -127,7 +127,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     long = pytest.mark.skip(reason="shows again what another test shows: run `make test-long`")
     heavy = pytest.mark.skip(reason="needs TensorFlow, TFDS, torch or DALI: run `make test`")
     slow = pytest.mark.skip(
-        reason="starts a server, a cluster or a browser, or stops processes: run `make test`"
+        reason="starts a server, a cluster or a browser, stops processes, or takes seconds of "
+        "CPU: run `make test`"
     )
     for item in items:
         if item.get_closest_marker("long"):
