@@ -354,8 +354,8 @@ def _what_changed(head: dict | None, now: dict, landed: bool) -> list[str | Opti
     grow = head.get("grow") if head is not None else None
     if grow in ("append", "update") and not landed:  # the dataset is as it was before it
         return ["holds an ", Option("grow", grow), " stopped before it finished (the dataset "
-                "is as it was before it); run it again to finish it, its finished shards "
-                "kept"]  # fmt: skip
+                "is as it was before it); run the pack again with ", Option("grow", grow),
+                " to finish it, its finished shards kept"]  # fmt: skip
     if grow in ("append", "update"):  # its options are the grow's, not a fresh pack's
         return ["holds a dataset grown by ", Option("grow", grow), " since it was packed; grow "
                 "it with ", Option("grow", "append"), " or ", Option("grow", "update")]  # fmt: skip

@@ -195,7 +195,7 @@ def test_the_pack_again_over_a_killed_update_is_told_the_update_stopped(tmp_path
     run.wait(timeout=30)
     one_line_error(run_cli("pack", str(src), str(out), *UPDATE_JOB),
                    f"{out}: holds an --update stopped before it finished (the dataset is as it "
-                   "was before it); run it again")  # fmt: skip
+                   "was before it); run the pack again with --update to finish it")  # fmt: skip
     rerun = run_cli("pack", str(src), str(out), "--update", *UPDATE_JOB)
     assert rerun.returncode == 0, rerun.stderr
     same_grown(out, clean)
@@ -232,6 +232,10 @@ def test_an_append_killed_after_a_shard_of_skips_leaves_no_empty_file_under_a_sh
     run.wait(timeout=30)
     assert (out / "index.json").read_bytes() == old_index  # killed before its merge
     assert {p.name for p in out.glob("src-train.*")} == listed  # no empty shard left
+    # the pack's own command is told the one to run (it said "run it again", naming none)
+    one_line_error(run_cli("pack", str(src), str(out), *job),
+                   f"{out}: holds an --append stopped before it finished (the dataset is as it "
+                   "was before it); run the pack again with --append to finish it")  # fmt: skip
     rerun = run_cli("pack", str(src), str(out), "--append", *job)
     assert rerun.returncode == 0, rerun.stderr
     same_grown(out, clean)
