@@ -193,10 +193,16 @@ def test_the_pack_again_over_a_killed_update_is_told_the_update_stopped(tmp_path
     src, out, clean, run, _ = _update_held_mid_shard(tmp_path)
     run.kill()
     run.wait(timeout=30)
-    one_line_error(run_cli("pack", str(src), str(out), *UPDATE_JOB),
-                   f"{out}: holds an --update stopped before it finished (the dataset is as it "
-                   "was before it); run the pack again with --update to finish it")  # fmt: skip
-    rerun = run_cli("pack", str(src), str(out), "--update", *UPDATE_JOB)
+    _told_then_finished(src, out, clean, "--update", UPDATE_JOB)
+
+
+def _told_then_finished(src: Path, out: Path, clean: Path, grow: str, job: list[str]) -> None:
+    """Over a killed grow, the pack's own command is refused naming the one command to run
+    (it said "run it again", naming none); that command finishes it as `clean` was grown."""
+    one_line_error(run_cli("pack", str(src), str(out), *job),
+                   f"{out}: holds an {grow} stopped before it finished (the dataset is as it "
+                   f"was before it); run the pack again with {grow} to finish it")  # fmt: skip
+    rerun = run_cli("pack", str(src), str(out), grow, *job)
     assert rerun.returncode == 0, rerun.stderr
     same_grown(out, clean)
 
@@ -232,10 +238,4 @@ def test_an_append_killed_after_a_shard_of_skips_leaves_no_empty_file_under_a_sh
     run.wait(timeout=30)
     assert (out / "index.json").read_bytes() == old_index  # killed before its merge
     assert {p.name for p in out.glob("src-train.*")} == listed  # no empty shard left
-    # the pack's own command is told the one to run (it said "run it again", naming none)
-    one_line_error(run_cli("pack", str(src), str(out), *job),
-                   f"{out}: holds an --append stopped before it finished (the dataset is as it "
-                   "was before it); run the pack again with --append to finish it")  # fmt: skip
-    rerun = run_cli("pack", str(src), str(out), "--append", *job)
-    assert rerun.returncode == 0, rerun.stderr
-    same_grown(out, clean)
+    _told_then_finished(src, out, clean, "--append", job)
