@@ -123,6 +123,9 @@ class ShardWriter:
         self.offsets: list[int] = []
         self.result: WriteResult | None = None
         self.arrow_bytes: int | None = None  # a tabular container's writer counts them
+        # False: a shard that holds no record is discarded, not committed (a grow lists no
+        # empty shard: one landed would be left under its final name by a kill before the merge)
+        self.lands_empty = True
 
     def __enter__(self) -> ShardWriter:
         self.sink = self.storage.create(self.name, by_path=self.by_path)
@@ -147,7 +150,9 @@ class ShardWriter:
             if exc_type is not None:  # the block's exception propagates; nothing is committed
                 sink.discard()
                 return
-            if ShardWriter.handed is None:
+            if not self.offsets and not self.lands_empty:
+                sink.discard()  # a shard of no record, its caller's to leave out: never lands
+            elif ShardWriter.handed is None:
                 sink.commit()
             elif (handed := sink.hand_over()) is not None:
                 ShardWriter.handed.append(handed)

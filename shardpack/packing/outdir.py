@@ -354,8 +354,8 @@ def _what_changed(head: dict | None, now: dict, landed: bool) -> list[str | Opti
     grow = head.get("grow") if head is not None else None
     if grow in ("append", "update") and not landed:  # the dataset is as it was before it
         return ["holds an ", Option("grow", grow), " stopped before it finished (the dataset "
-                "is as it was before it); run it again to finish it, its finished shards "
-                "kept"]  # fmt: skip
+                "is as it was before it); run the pack again with ", Option("grow", grow),
+                " to finish it, its finished shards kept"]  # fmt: skip
     if grow in ("append", "update"):  # its options are the grow's, not a fresh pack's
         return ["holds a dataset grown by ", Option("grow", grow), " since it was packed; grow "
                 "it with ", Option("grow", "append"), " or ", Option("grow", "update")]  # fmt: skip
@@ -477,9 +477,10 @@ def _holds(result: ShardResult, spec: ShardSpec, classes: int) -> bool:
     records than the shard's items and as many as its facts table notes written (where it
     notes any: another version's table is read as noting none), no more of them made PNG than
     it holds, a count for each of the `classes` (index.json sums them class by class), none
-    more often than its records' labels can name it (MAX_ROW a record), its Arrow bytes a count
-    index.json takes."""
-    written = int(np.count_nonzero(facts_of(result.content, len(spec.items))["size"]))
+    more often than its records' labels can name it (MAX_ROW a record), each its written
+    items' labels count (_labels_agree), its Arrow bytes a count index.json takes."""
+    noted = facts_of(result.content, len(spec.items))["size"] > 0
+    written = int(np.count_nonzero(noted))
     return (
         (result.split, result.index) == (spec.split, spec.index)
         and result.num_records <= len(spec.items)
@@ -488,7 +489,30 @@ def _holds(result: ShardResult, spec: ShardSpec, classes: int) -> bool:
         and len(result.label_counts) == classes
         and all(0 <= n <= result.num_records * MAX_ROW for n in result.label_counts)
         and (result.arrow_bytes is None or result.arrow_bytes <= MAX_COUNT)
+        and _labels_agree(result, spec, noted if written else None, classes)
     )
+
+
+def _labels_agree(
+    result: ShardResult, spec: ShardSpec, noted: np.ndarray | None, classes: int
+) -> bool:
+    """Whether a journal line's label_counts are its planned items' labels, counted over the
+    records its facts table notes written (`noted`; None: it notes none, so all the items, or
+    no check can be made and the shard is written again). Counts of the right length but
+    swapped between classes would otherwise go into index.json as they are."""
+    if noted is None and result.num_records not in (0, len(spec.items)):
+        return False  # some skipped, but which is not noted: the counts cannot be checked
+    if noted is None:
+        noted = np.full(len(spec.items), result.num_records > 0)
+    counts = [0] * classes
+    for item, kept in zip(spec.items, noted.tolist(), strict=True):
+        if not kept or item.label is None:
+            continue
+        for label in item.label if isinstance(item.label, tuple) else (item.label,):
+            if not 0 <= label < classes:
+                return False
+            counts[label] += 1
+    return tuple(counts) == tuple(result.label_counts)
 
 
 class Journal:

@@ -162,10 +162,13 @@ def _with_listed(spec: ShardSpec) -> Iterable[tuple[Item, stamps.Stamp]]:
 
 def _writer(spec: ShardSpec, options: PackOptions, out: Storage, schema: Schema) -> ShardWriter:
     """The shard's writer: its container's, in OUT (the file appears under its name as it
-    closes, or as the packing process commits what a forked worker handed over)."""
-    return CONTAINERS[options.format].writer(
+    closes, or as the packing process commits what a forked worker handed over; a grow's
+    shard of no record never does)."""
+    writer = CONTAINERS[options.format].writer(
         spec.file, options.compression, storage=out, schema=schema, naming=options.wds_naming
     )
+    writer.lands_empty = options.grow == "none"  # a grow leaves its empty shards out
+    return writer
 
 
 class _Looks(NamedTuple):

@@ -128,9 +128,11 @@ def replace_with(path: str, data: bytes, new: bool = False) -> int:
             _place_new(tmp, path)
         else:
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         os.close(fd)
         remove_files([tmp])
+        if isinstance(e, OSError) and e.filename is None:  # a write's or fsync's: name the file
+            raise OSError(e.errno, e.strerror, path) from None
         raise
     return fd
 

@@ -691,6 +691,33 @@ def test_a_journal_line_lying_about_its_counts_is_no_shard_to_keep(src, tmp_path
     assert checked.ok and checked.records == 9 and not checked.faults
 
 
+def test_a_journal_line_with_its_label_counts_swapped_is_no_shard_to_keep(src, tmp_path):
+    """A journal line's label_counts swapped between classes (the right length, each count in
+    bounds, the shard's sha256 as it was) went into index.json as they were: `--resume` wrote
+    class counts its records do not hold, exit 0, for `verify` to fault. The counts are the
+    labels of the planned items its facts table notes written, or the shard is written again."""
+    out = tmp_path / "out"
+    job = ("--workers", "1", "--shards", "2")
+    assert _cli("pack", str(src), str(out), *job).returncode == 0
+    counts = json.loads((out / "index.json").read_text())["splits"]["train"]["class_counts"]
+    (out / "index.json").unlink()  # an interrupted run
+    journal = out / ".shardpack.journal"
+    head, *lines = journal.read_text().splitlines()
+    entries = [json.loads(line) for line in lines]
+    # the shard of 5 (9 images in 2 shards): its classes' counts differ, so a swap changes them
+    entry = next(e for e in entries if e["label_counts"] != e["label_counts"][::-1])
+    entry["label_counts"] = entry["label_counts"][::-1]
+    journal.write_text("\n".join([head, *map(json.dumps, entries)]) + "\n")
+    run = _cli("pack", str(src), str(out), *job, "--resume")
+    assert run.returncode == 0, run.stderr
+    assert "kept 1 of 2 shards" in run.stdout, run.stdout  # the other line's shard kept
+    assert json.loads((out / "index.json").read_text())["splits"]["train"]["class_counts"] == (
+        counts
+    )
+    checked = verify(out)
+    assert checked.ok and checked.records == 9 and not checked.faults, checked.faults
+
+
 @pytest.mark.parametrize("fewer", [1, 2])
 def test_a_journal_line_counting_fewer_records_than_its_facts_note_is_no_shard_to_keep(
     src, tmp_path, fewer

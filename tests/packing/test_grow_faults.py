@@ -185,9 +185,49 @@ def test_the_pack_again_over_a_killed_update_is_told_the_update_stopped(tmp_path
     src, out, clean, run, _ = _update_held_mid_shard(tmp_path)
     run.kill()
     run.wait(timeout=30)
-    one_line_error(run_cli("pack", str(src), str(out), *UPDATE_JOB),
-                   f"{out}: holds an --update stopped before it finished (the dataset is as it "
-                   "was before it); run it again")  # fmt: skip
-    rerun = run_cli("pack", str(src), str(out), "--update", *UPDATE_JOB)
+    _told_then_finished(src, out, clean, "--update", UPDATE_JOB)
+
+
+def _told_then_finished(src: Path, out: Path, clean: Path, grow: str, job: list[str]) -> None:
+    """Over a killed grow, the pack's own command is refused naming the one command to run
+    (it said "run it again", naming none); that command finishes it as `clean` was grown."""
+    one_line_error(run_cli("pack", str(src), str(out), *job),
+                   f"{out}: holds an {grow} stopped before it finished (the dataset is as it "
+                   f"was before it); run the pack again with {grow} to finish it")  # fmt: skip
+    rerun = run_cli("pack", str(src), str(out), grow, *job)
     assert rerun.returncode == 0, rerun.stderr
     same_grown(out, clean)
+
+
+@pytest.mark.slow
+def test_an_append_killed_after_a_shard_of_skips_leaves_no_empty_file_under_a_shard_name(
+    tmp_path,
+):
+    # A grow's shard whose every item is skipped held no record: it landed as a 0-byte file
+    # under its final name, journaled, for the merge to remove; killed before the merge, the
+    # run left it there beside the old dataset, a file no index lists under a shard's name
+    job = ["--encode", "png", "--shard-size", "1KiB", "--workers", "1", "--no-progress"]
+    src = _grow_src(tmp_path)
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    for where in (clean, out):
+        assert run_cli("pack", str(src), str(where), *job).returncode == 0
+    listed = {p.name for p in out.glob("src-train.*")}
+    old_index = (out / "index.json").read_bytes()
+    cut = (src / "c0" / "old_000.jpg").read_bytes()
+    for i in range(200):  # each skipped as its worker reads it: a shard of none a file
+        (src / "c1" / f"bad_{i:03d}.jpg").write_bytes(cut[: len(cut) // 2])
+    assert run_cli("pack", str(src), str(clean), "--append", *job).returncode == 0
+    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
+                            "--append", *job], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    journal = out / ".shardpack.journal"
+
+    def journaled() -> bool:  # the append's journal holds a finished shard (one of skips)
+        lines = journal.read_bytes().splitlines() if journal.exists() else []
+        return len(lines) >= 2 and b'"grow": "append"' in lines[0]
+
+    wait_for(journaled)
+    run.kill()
+    run.wait(timeout=30)
+    assert (out / "index.json").read_bytes() == old_index  # killed before its merge
+    assert {p.name for p in out.glob("src-train.*")} == listed  # no empty shard left
+    _told_then_finished(src, out, clean, "--append", job)

@@ -4,6 +4,8 @@ file and no temporary file behind."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,28 @@ def test_a_failed_rename_removes_its_temp_file(tmp_path: Path):
         write_atomic(str(target), b"new bytes, fully written and fsynced before the rename")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
     assert (target / "inside").read_text() == "keep"
+
+
+_FILE_SIZE_LIMIT = """
+import resource, sys
+from shardpack.storage.atomic import write_atomic
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # Python ignores SIGXFSZ: EFBIG
+try:
+    write_atomic(sys.argv[1], bytes(100_000))
+except OSError as e:
+    print(e.filename, e.strerror)
+"""
+
+
+def test_a_write_cut_by_a_full_disk_names_the_file(tmp_path: Path):
+    """A real EFBIG from the kernel (RLIMIT_FSIZE), in a process of its own. os.write's and
+    os.fsync's errors name no file: a full disk as index.json was written said only "No space
+    left on device; free some space", naming nothing."""
+    path = tmp_path / "index.json"
+    path.write_bytes(b"old")
+    run = subprocess.run([sys.executable, "-c", _FILE_SIZE_LIMIT, str(path)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split(" ", 1)[0] == str(path), run.stdout
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["index.json"]
