@@ -458,7 +458,7 @@ def test_a_file_of_another_named_like_a_shard_is_not_in_the_card_nor_croissant(t
     assert sorted(r["key"].decode() for r in _croissant_records(out, "train")) == ours
 
 
-@pytest.mark.slow  # a card of over a MiB parsed by PyYAML several times: ~13 s of CPU
+@pytest.mark.long  # ~13 s of CPU (PyYAML, datasets); make test: test_hubcard's grow of such a card
 def test_a_card_over_a_mib_of_class_names_grows_and_repacks(tmp_path: Path):
     """Thousands of long class names (iNaturalist's are ~80 characters) make a card of over a
     MiB: pack's own card is read back by the next run and by --source hf, not refused as more

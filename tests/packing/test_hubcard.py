@@ -100,6 +100,20 @@ def test_a_card_over_the_limit_is_refused_unread(tmp_path: Path):
     assert (tmp_path / "README.md").stat().st_size == MAX_CARD_BYTES + 1  # left as it is
 
 
+def test_pack_s_own_card_of_over_a_mib_grows(tmp_path: Path):
+    """Thousands of long class names (iNaturalist's are ~80 characters) make pack's own card
+    over a MiB: the next run reads it back, not refused as more than a card holds (with the
+    user's keys, datasets and --source hf: tests/containers/test_parquet.py, make test-long)."""
+    names = tuple(f"{i:04d}_Plantae" + ("_x" * 500 if i % 7 else "") for i in range(1300))
+    src, out = make_tree(tmp_path / "src", {names[0]: 2, names[7]: 2}), tmp_path / "out"
+    pack(src, out, PackOptions(format="parquet", workers=1, classes=names))
+    assert (out / "README.md").stat().st_size > 1 << 20
+    make_tree(src, {names[1295]: 1}, seed=50)
+    grown = pack(src, out, PackOptions(format="parquet", workers=1, grow="append"))
+    assert grown.num_records == 5
+    assert users_card(storage_at(out)) == UsersCard()  # all pack's: nothing of the user's
+
+
 def test_a_size_category_the_records_outgrew_is_said(tmp_path: Path):
     """size_categories is the user's key, kept as written: a run whose records it no longer
     holds (a grow past 1,000, a README.md written before the first pack) says the right one."""
