@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
@@ -49,7 +48,7 @@ from shardpack.packing.facts import facts_of
 from shardpack.packing.hubcard import UsersCard, users_card, users_part
 from shardpack.packing.plan import Plan, ShardResult, ShardSpec
 from shardpack.schema import MAX_ROW
-from shardpack.sources.folder import IMAGE_EXTENSIONS
+from shardpack.sources.folder import is_image_name
 from shardpack.storage import Storage
 from shardpack.storage.atomic import json_bytes
 
@@ -178,7 +177,7 @@ def _listed(folder: Storage) -> list | None:
 
 def _is_image(name: str) -> bool:
     """Whether a file's name is an image's, as a class folder's images are named."""
-    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+    return not name.startswith(".") and is_image_name(name)
 
 
 def split_file_names(container: Container, name: str, splits: Iterable[str]) -> frozenset[str]:

@@ -57,7 +57,8 @@ def hidden(name: str) -> bool:
     return name.startswith(".") or name == _ARCHIVE_METADATA
 
 
-def _is_image_name(name: str) -> bool:
+def is_image_name(name: str) -> bool:
+    """Whether a file's name is an image's by its extension (IMAGE_EXTENSIONS)."""
     return "." in name and "." + name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS
 
 
@@ -249,7 +250,7 @@ def list_class_folders(
     for name in loose:
         if hidden(name):
             continue
-        if _is_image_name(name):  # an image with no class: named with why, not "not an image"
+        if is_image_name(name):  # an image with no class: named with why, not "not an image"
             where = _SPLIT_LAYOUT if base else "SRC/<class>/<image>"
             passed.skipped.append((prefix + name, _NO_CLASS.format(where)))
         else:
@@ -295,7 +296,7 @@ def _list_images(folder: Folder, label: str, prefix: str, passed: Passed, found:
     for name, why in folder.others:  # FIFOs, devices: one named as an image is skipped, why
         if hidden(name):
             continue
-        if _is_image_name(name):
+        if is_image_name(name):
             passed.skipped.append((at + name, why))
         else:
             ignored.append(name)
@@ -359,7 +360,7 @@ def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
                 "pass the folder it makes")  # fmt: skip
     if archives:
         return (f"it holds {archives[0]}: extract it, then pass the folder it makes",)
-    loose = sum(1 for name, is_dir in entries if not is_dir and _is_image_name(name))
+    loose = sum(1 for name, is_dir in entries if not is_dir and is_image_name(name))
     if loose:
         root = src.path()
         parent, name = os.path.dirname(root), os.path.basename(root)
@@ -451,7 +452,7 @@ def _classes_beside(folder: Storage, name: str) -> list[str]:
         others = [entry for entry, is_dir in folder_entries(folder)
                   if is_dir and entry != name and not hidden(entry)]  # fmt: skip
         return [other for other in others[:_SIBLINGS_LOOKED_INTO]
-                if any(not is_dir and _is_image_name(file)
+                if any(not is_dir and is_image_name(file)
                        for file, is_dir in folder_entries(folder.child(other)))]  # fmt: skip
     except SourceError:
         return []
@@ -489,7 +490,7 @@ def instead_of_file(path: str) -> str:
         return f"it is a CIFAR file: pass the folder that holds it, {parent}"
     if name.endswith(_ARCHIVES):
         return "it is an archive: extract it (tar xf / unzip), then pass the folder it makes"
-    if _is_image_name(name):
+    if is_image_name(name):
         return (
             f"it is an image: pass the folder above its class folder, {os.path.dirname(parent)} "
             f"(SRC/<class>/<image>, here with {os.path.basename(parent)} as the class)"

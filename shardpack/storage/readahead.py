@@ -49,8 +49,8 @@ class ReadAhead:
     """Advise the kernel of `files` ((name, listed size: the window's measure), in the order
     the worker reads them) ahead of the worker, which calls `read()` as it starts on each;
     `close()` ends the thread. `path(name)` is where a name is opened (None: it names no
-    file on this disk, and is left alone); a file over `limit`
-    bytes is not asked for (the worker refuses it unread)."""
+    file on this disk, and is left alone); a file over `limit` bytes is not asked for (the
+    worker refuses it unread)."""
 
     def __init__(self, files: Iterator[tuple[str, int]], path: Callable[[str], str | None],
                  limit: int) -> None:  # fmt: skip
@@ -102,7 +102,7 @@ class ReadAhead:
                 if index - self.reads < AHEAD and (taken_bytes < AHEAD_BYTES or not self.cold):
                     break
                 if self.cold:  # until the worker starts on the next file
-                    self._wait(min(index - AHEAD, taken[0][0] if taken else index) + 1)
+                    self._wait(self.reads + 1)
                 else:  # until the next look is within the window
                     self._wait(max(look, index) - AHEAD + 1)
             taken.append((index, size))
