@@ -239,6 +239,53 @@ def test_a_manifest_on_s3_of_s3_urls(src, s3: Bucket, tmp_path: Path):
                             for p in files)  # fmt: skip
 
 
+def test_a_manifest_s_objects_are_fetched_several_at_once_within_the_bound(
+    src, tmp_path, monkeypatch
+):
+    """A manifest on the disk naming s3:// images, on a server that answers each GET of an
+    object 50 ms late (a remote store's round trip) and counts them: one worker has more than
+    one in flight but never more than ObjectsAhead's _AHEAD (its client allowed 64), fetches
+    each object once, and skips the one the store will not give (a GLACIER object's read is
+    refused) naming it as a read of it alone does."""
+    import s3fs
+
+    from shardpack.storage.imageroot import ImageRoot
+    from shardpack.storage.remote import _AHEAD
+    from tests.s3server import environment, gets, start_server
+
+    server, endpoint = start_server(tmp_path / "moto.log", latency=0.05)
+    try:
+        for name, value in environment(endpoint, tmp_path).items():
+            monkeypatch.setenv(name, value)
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
+        fs.mkdir("slow")
+        files = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.jpg"))
+        fs.pipe({f"slow/{name}": (src / name).read_bytes() for name in files})
+        fs.pipe_file("slow/a/cold.jpg", (src / files[0]).read_bytes(), StorageClass="GLACIER")
+        rows = [{"path": f"s3://slow/{name}", "label": name.split("/")[0]}
+                for name in [*files[:5], "a/cold.jpg", *files[5:]]]  # fmt: skip
+        manifest = write_csv(tmp_path / "images.csv", rows)
+        gets(endpoint, reset=True)
+        pool = 'config_kwargs={"max_pool_connections": 64}'  # s3fs's client: 10 at once
+        run = _process("pack", str(manifest), str(tmp_path / "out"), "--workers", "1",
+                       "--no-progress", "--json", "--storage-option", pool,
+                       env=dict(os.environ))  # fmt: skip
+        served = gets(endpoint)
+        with pytest.raises(PermissionError) as alone:
+            fresh = {"skip_instance_cache": True}  # not one made for another server
+            ImageRoot(storage_at(tmp_path), fresh).read("s3://slow/a/cold.jpg", 1 << 20)
+    finally:
+        server.terminate()
+        server.wait()
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["records"] == len(files)
+    assert served["gets"] == len(files) + 1, served  # each object once
+    assert 1 < served["most"] <= _AHEAD < len(files), served
+    skipped = json.loads((tmp_path / "out" / "index.json").read_text())["skipped"]
+    assert len(skipped) == 1 and "s3://slow/a/cold.jpg" in json.dumps(skipped)
+    assert f"cannot read ({alone.value.strerror})" in json.dumps(skipped), skipped
+
+
 def test_a_run_aborts_uploads_left_open_under_its_shard_names(src, local, s3: Bucket):
     """What a run killed outright (SIGKILL, a lost machine) leaves: an upload that nobody
     completed or aborted, under a name this run writes."""
