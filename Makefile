@@ -103,6 +103,8 @@ bench: $(TESTDEPS) $(PEERS) $(PEERS_IMG2DATASET)
 	$(BIN)/python -m benchmarks.read_speed
 	$(BIN)/python -m benchmarks.torch_read
 	$(BIN)/python -m benchmarks.storage
+	$(BIN)/python -m benchmarks.storage --manifest 1000 --latency 0.02 \
+		--json benchmarks/results/manifest-store-2cpu.json
 	$(BIN)/python -m benchmarks.reduced
 	$(BIN)/python -m benchmarks.convert
 	$(BIN)/python -m benchmarks.hub_parquet photos-6000

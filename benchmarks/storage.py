@@ -12,6 +12,15 @@ the next. Every run must write one record per image, and the three pairings the 
 (the sha256s in their index.json). `store GET` is the store's own ceiling: every source object
 read back through s3fs, `--workers` at a time, in this process. The server shares this
 machine's cores with the run: the figures are shardpack plus moto, not shardpack against S3.
+
+    python -m benchmarks.storage --manifest 1000 --latency 0.02 [--against DIR] [--pairs 3]
+
+With `--manifest N`: a CSV on the local disk naming N small images (the demo workload's) by
+their s3:// URLs, packed to the local disk (`--encode keep`), on a server whose every GET of an
+object answers `--latency` s late (tests/s3server.py: a remote store's round trip); with
+`--against DIR` (another checkout, e.g. main `git archive`d), that code's run and this one's
+alternate (A B A B), each a whole process. The server counts each run's GETs and the most in
+flight at once.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import fsspec
 
 from benchmarks.measure import run_measured
 from benchmarks.workloads import ensure, image_files
-from tests.s3server import environment, start_server
+from tests.s3server import environment, gets, start_server
 
 BUCKET = "bench"
 PAIRINGS = ("local -> local", "local -> store", "store -> store")
@@ -68,7 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cache", default="bench-out")
     parser.add_argument("--json", dest="json_path")
+    parser.add_argument("--manifest", type=int, help="a manifest of N s3:// images instead")
+    parser.add_argument("--latency", type=float, default=0.02, help="with --manifest: s a GET")
+    parser.add_argument("--against", help="with --manifest: another checkout to alternate with")
+    parser.add_argument("--pairs", type=int, default=3, help="with --manifest: runs of each")
     args = parser.parse_args(argv)
+    if args.manifest:
+        return manifest_row(args)
     workload = ensure(args.workload, args.cache)
     files = image_files(workload.path)
     megabytes = sum(os.path.getsize(p) for p in files) / 1e6
@@ -126,6 +141,70 @@ def main(argv: list[str] | None = None) -> int:
         own = "" if row["pack_images_per_s"] is None else f"{row['pack_images_per_s']:,.0f}"
         print(f"| {row['pairing']} | {row['wall_s']} | {row['images_per_s']:,.0f} | "
               f"{row['mb_per_s']:,.1f} | {own} |")  # fmt: skip
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+def manifest_row(args) -> int:
+    """A local manifest of `args.manifest` s3:// images packed from the slowed server, this
+    code's run alternating with `args.against`'s (A B A B); each run's images/s, GETs and the
+    most in flight."""
+    workload = ensure("demo", args.cache)
+    files = image_files(workload.path)[: args.manifest]
+    scratch = Path(tempfile.mkdtemp(prefix="manifest-", dir=args.cache))
+    server, endpoint = start_server(scratch / "moto.log", latency=args.latency)
+    codes = {"this": os.getcwd(), **({"against": os.path.abspath(args.against)}
+                                     if args.against else {})}  # fmt: skip
+    runs: dict[str, list[dict]] = {code: [] for code in codes}
+    try:
+        os.environ.update(environment(endpoint, scratch))
+        import s3fs
+
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
+        fs.mkdir(BUCKET)
+        keys = [f"{BUCKET}/images/{os.path.relpath(p, workload.path)}" for p in files]
+        fs.pipe({key: Path(p).read_bytes() for key, p in zip(keys, files, strict=True)})
+        manifest = scratch / "images.csv"
+        rows = (f"s3://{key},{Path(p).parent.name}\n" for key, p in zip(keys, files, strict=True))
+        manifest.write_text("path,label\n" + "".join(rows))
+        gets(endpoint, reset=True)  # the uploads' own
+        for r in range(args.pairs):
+            for code in codes if r % 2 == 0 else list(codes)[::-1]:
+                out = scratch / "out"
+                # -P: the code is PYTHONPATH's, not the working folder's
+                argv = [sys.executable, "-P", "-m", "shardpack", "pack", os.fspath(manifest),
+                        os.fspath(out), "--name", "bench", "--workers", str(args.workers),
+                        "--encode", "keep", "--no-progress", "--json"]  # fmt: skip
+                env = {**os.environ, "PYTHONPATH": codes[code]}
+                measured = run_measured(argv, env=env)
+                if measured.returncode != 0:
+                    raise SystemExit(f"{' '.join(argv)} failed: {measured.stderr.strip()}")
+                records = json.loads(measured.stdout)["records"]
+                if records != len(files):
+                    raise SystemExit(f"{code}: {records} records, not {len(files)}")
+                served = gets(endpoint, reset=True)
+                runs[code].append({"wall_s": round(measured.wall_s, 3),
+                                   "images_per_s": round(len(files) / measured.wall_s, 1),
+                                   **served})  # fmt: skip
+                print(f"# {code}: {runs[code][-1]}", flush=True)
+                shutil.rmtree(out)
+    finally:
+        server.terminate()
+        server.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"\n## A manifest of {len(files):,} s3:// images ({workload.name}), "
+          f"{args.latency * 1000:g} ms a GET, --workers {args.workers} --encode keep; "
+          f"{args.pairs} alternated runs each\n")  # fmt: skip
+    print("| code | images/s (median) | each run | GETs | most in flight |")
+    print("|---|---:|---:|---:|---:|")
+    rows = []
+    for code, done in runs.items():
+        rate = statistics.median(r["images_per_s"] for r in done)
+        rows.append({"code": code, "images_per_s": rate, "runs": done})
+        each = ", ".join(f"{r['images_per_s']:,.0f}" for r in done)
+        print(f"| {code} ({codes[code]}) | {rate:,.0f} | {each} | {done[-1]['gets']:,} | "
+              f"{max(r['most'] for r in done)} |")  # fmt: skip
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(rows, indent=2) + "\n")
     return 0

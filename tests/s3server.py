@@ -12,16 +12,23 @@ What s3fs 2026.9 does against moto 5.2 server (tests/storage/test_remote.py reli
   moto answers 412 for an existing key and s3fs raises FileExistsError. For a multipart "xb"
   the refusal comes at CompleteMultipartUpload, and s3fs leaves that upload open.
 - moto reports every upload's `Initiated` as 2010-11-10: a stale upload cannot be told by age.
+
+`start_server(log, latency=S)` runs moto's app behind `_Slowed` instead (`python -m
+tests.s3server`): each GET of an object answers S seconds late, as a remote store's round trip
+would, and the server counts the GETs and the most in flight at once (`gets(endpoint)`).
 """
 
 from __future__ import annotations
 
+import argparse
 import http.client
+import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -78,14 +85,20 @@ def _answers(port: int) -> bool:
         connection.close()
 
 
-def start_server(log: Path, timeout: float = 30) -> tuple[subprocess.Popen, str]:
-    """Start `python -m moto.server` on a free loopback port; return it and its endpoint URL."""
+def start_server(
+    log: Path, timeout: float = 30, latency: float | None = None
+) -> tuple[subprocess.Popen, str]:
+    """Start `python -m moto.server` on a free loopback port (with `latency`, moto's app behind
+    `_Slowed`); return it and its endpoint URL."""
     for _ in range(3):  # another process may take the free port before the server binds it
         port = _free_port()
+        argv = ["-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        if latency is not None:
+            argv = ["-m", "tests.s3server", "--port", str(port), "--latency", str(latency)]
         with open(log, "ab") as sink:
             server = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                stdout=sink, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+                [sys.executable, *argv], stdout=sink, stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent, cwd=Path(__file__).parent.parent,
             )  # fmt: skip
         deadline = time.monotonic() + timeout
         while server.poll() is None and time.monotonic() < deadline:
@@ -201,3 +214,72 @@ def s3(s3_server: str, request, monkeypatch, tmp_path_factory) -> Iterator[Bucke
         yield Bucket(name, s3_server, env, fs, _LOGS[s3_server])
     finally:
         reset(s3_server)
+
+
+class _Slowed:
+    """moto's WSGI app with each GET of an object (a path /bucket/key, no query: not a listing)
+    answered `latency` seconds late, the GETs counted and the most in flight at once kept;
+    GET /_gets answers them as JSON ({"gets", "most"}), POST /_gets sets them back to 0."""
+
+    def __init__(self, app, latency: float) -> None:
+        self.app, self.latency = app, latency
+        self._lock = threading.Lock()
+        self.gets = self.active = self.most = 0
+
+    def __call__(self, environ, start_response):
+        path, method = environ.get("PATH_INFO", ""), environ["REQUEST_METHOD"]
+        if path == "/_gets":
+            with self._lock:
+                if method == "POST":
+                    self.gets = self.most = 0
+                body = json.dumps({"gets": self.gets, "most": self.most}).encode()
+            start_response("200 OK", [("Content-Type", "application/json"),
+                                      ("Content-Length", str(len(body)))])  # fmt: skip
+            return [body]
+        if not (method == "GET" and path.count("/") >= 2 and not environ.get("QUERY_STRING")
+                and not path.startswith("/moto-api/")):  # fmt: skip
+            return self.app(environ, start_response)
+        with self._lock:
+            self.gets += 1
+            self.active += 1
+            self.most = max(self.most, self.active)
+        try:
+            time.sleep(self.latency)
+            return list(self.app(environ, start_response))  # answered whole while counted
+        finally:
+            with self._lock:
+                self.active -= 1
+
+
+def gets(endpoint: str, reset: bool = False) -> dict[str, int]:
+    """The GETs of objects a server `start_server(latency=...)` started has answered, and the
+    most it had in flight at once ({"gets", "most"}); with `reset`, both set back to 0 after."""
+    port = int(endpoint.rsplit(":", 1)[1])
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", "/_gets")
+        counted = json.loads(connection.getresponse().read())
+        if reset:
+            connection.request("POST", "/_gets")
+            connection.getresponse().read()
+        return counted
+    finally:
+        connection.close()
+
+
+def _serve_slowed(argv: list[str] | None = None) -> None:
+    """moto's server (as `python -m moto.server` runs it) with its app behind _Slowed."""
+    from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import run_simple
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--latency", type=float, required=True)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("MOTO_PORT", str(args.port))
+    app = _Slowed(DomainDispatcherApplication(create_backend_app), args.latency)
+    run_simple("127.0.0.1", args.port, app, threaded=True, request_handler=MotoRequestHandler)
+
+
+if __name__ == "__main__":
+    _serve_slowed()

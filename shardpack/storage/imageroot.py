@@ -13,7 +13,7 @@ import stat
 import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from typing import TYPE_CHECKING
 
 from shardpack.errors import shortened
@@ -241,8 +241,8 @@ class ImageRoot(Storage):
         """Whether an image it has read or stamped so far (the manifest's folder, or an object
         store a row names: the scan asked each of its images') takes its stamp from a listing:
         a CSV on this disk naming s3:// images is stamped as a SRC in the bucket is."""
-        return self.base.stamps_listed or any(
-            storage.stamps_listed for storage in self._elsewhere.values()
+        return self.base.stamps_listed or any(  # (a copy: ObjectsAhead's thread adds to it)
+            storage.stamps_listed for storage in list(self._elsewhere.values())
         )
 
     def stamp(self, name: str) -> tuple[int, int] | None:
@@ -276,7 +276,9 @@ class ImageRoot(Storage):
         (their key, and them) and their fetching starts, with the same connections; the
         reading whose `key` is theirs takes it over (any other closes it). Where the first
         image named is a file on this machine's disk, not a URL, the files on the disk are
-        asked of it ahead once the page cache lost them (ReadAhead), as a folder's are."""
+        asked of it ahead once the page cache lost them (ReadAhead), as a folder's are; where
+        it is an object in a store, the objects are fetched ahead, many at once (ObjectsAhead),
+        as a folder's in a store are."""
         global _started
         with _SHARING:
             self._readings += 1
@@ -291,11 +293,9 @@ class ImageRoot(Storage):
             if ahead is None:
                 yield self
                 return
-            if isinstance(ahead, _OnDisk):
-                try:
-                    yield ahead
-                finally:
-                    ahead.close()
+            if isinstance(ahead, closing):  # a reader of the disk's files, or of a store's
+                with ahead as reader:
+                    yield reader
                 return
             ahead.adopt(None if then is None else lambda: self._start(then, ahead))
             ended = False
@@ -320,20 +320,29 @@ class ImageRoot(Storage):
         if fetcher is not None:
             fetcher.close()
 
-    def _ahead(self, files: Files, limit: int) -> Prefetch | _OnDisk | None:
-        """What reads `files` ahead, as the first of them naming an image on the web or on
-        this machine's disk says: a Prefetch of the http(s) URLs among them (a URL list's
-        shard), or itself reading those on the disk with a ReadAhead (None: neither is
-        named). The files are walked lazily, never held: only a shard of neither is walked to
-        its end here."""
+    def _ahead(self, files: Files, limit: int) -> Prefetch | closing | None:
+        """What reads `files` ahead, as the first of them naming an image on the web, on this
+        machine's disk or in an object store says: a Prefetch of the http(s) URLs among them
+        (a URL list's shard), itself reading those on the disk with a ReadAhead, or those in
+        stores with their ObjectsAhead (None: none is named). The files are walked lazily,
+        never held: only a shard of none is walked to its end here."""
         files = iter(files)
         for name, size in files:
             rest = itertools.chain(((name, size),), files)
             if self.web_url(name) is not None:
                 return self._prefetch(rest, limit)
             if self._on_disk(name) is not None:
-                return _OnDisk(self, ReadAhead(rest, self._on_disk, limit), name)
+                return closing(_OnDisk(self, ReadAhead(rest, self._on_disk, limit), name))
+            if "\0" not in name and self.read_is_request(name):
+                from shardpack.storage.remote import ObjectsAhead  # (a store's: imported)
+
+                return closing(ObjectsAhead(self, rest, limit, self._in_store))
         return None
+
+    def _in_store(self, name: str) -> tuple[Storage, str] | None:
+        """The storage an image path that names no http(s) URL is read from, and its name
+        there (ObjectsAhead's `where`)."""
+        return None if "\0" in name or self.web_url(name) is not None else self.where(name)
 
     def _on_disk(self, name: str) -> str | None:
         """The path of `name`'s file on this machine's disk; None for a URL, an object, or a

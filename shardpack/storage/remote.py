@@ -26,9 +26,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
-from itertools import islice, repeat
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing, contextmanager, suppress
 from typing import TYPE_CHECKING
 
 from shardpack.errors import OutputError, StorageError, install_hint
@@ -64,7 +63,13 @@ _QUEUED = 16  # chunks in flight to the upload thread: the most a worker runs ah
 _READ_BLOCK = 4 << 20  # a reader's read-ahead: records stream, a shard is never fetched whole
 _LOCK_CAP = 4096
 _DELETE_BATCH = 1000  # keys a DeleteObjects request takes at most (S3's limit)
-_AHEAD = 16  # source files fetched at once by a worker (concurrent range requests)
+# Source objects a worker fetches at once (concurrent range requests: s3fs's client holds 10
+# connections unless max_pool_connections says more), and the most bytes of a batch by their
+# listed sizes: with the batches queued ahead of the one read and the one fetching, a worker
+# holds at most (_AHEAD_BATCHES + 2) x _AHEAD_BYTES of objects; a larger object is read as it
+# comes (bandwidth, not the round trip, bounds it). `python -m benchmarks.storage --manifest 1000`.
+_AHEAD = 16
+_AHEAD_BYTES = 32 << 20
 _AHEAD_BATCHES = 2  # batches fetched ahead of the one being read
 _HTTP = frozenset({"http", "https"})
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
@@ -338,14 +343,8 @@ class RemoteStorage(Storage):
         if self.scheme in _HTTP:  # fsspec's ranges over HTTP read a whole body: read() streams
             yield self
             return
-        if self.spool is not None:  # what the spool holds is read from there, unfetched
-            held, path = self.spool.holds, self.path
-            files = ((name, size) for name, size in files if not held(path(name)))
-        ahead = _ReadAhead(self, files, limit)
-        try:
+        with closing(ObjectsAhead(self, files, limit, lambda name: (self, name))) as ahead:
             yield ahead
-        finally:
-            ahead.close()
 
     def open(self, name: str) -> Blob:
         with _naming(self.path(name)):
@@ -502,11 +501,17 @@ def _naming(path: str) -> Iterator[None]:
     except OSError as e:
         if e.filename:
             raise
-        try:  # its own class where it takes (errno, strerror, filename), as OSError's do
-            named = type(e)(e.errno, e.strerror or str(e), path)
-        except TypeError:  # aiohttp's ClientConnectorError takes other arguments
-            named = OSError(e.errno, e.strerror or str(e), path)
-        raise named from e
+        raise _named(e, path) from e
+
+
+def _named(e: OSError, path: str) -> OSError:
+    """`e`, or where it names no file, the same naming `path`."""
+    if e.filename:
+        return e
+    try:  # its own class where it takes (errno, strerror, filename), as OSError's do
+        return type(e)(e.errno, e.strerror or str(e), path)
+    except TypeError:  # aiohttp's ClientConnectorError takes other arguments
+        return OSError(e.errno, e.strerror or str(e), path)
 
 
 def _http_options(options: dict) -> dict:
@@ -562,73 +567,124 @@ def _entry(info: dict, base: str) -> Entry:
     return Entry(relative, is_dir, 0 if is_dir else int(info.get("size") or 0))
 
 
-class _ReadAhead:
-    """A RemoteStorage whose read() of the files given, in their order, comes from a thread
-    fetching them _AHEAD at a time with concurrent range requests (bounded by `limit` each):
-    per-request latency, not bandwidth, is what limits one worker reading small objects. A file
-    listed over `limit` is refused unfetched. Anything else, or a name out of order, goes to
-    the storage itself."""
+class ObjectsAhead:
+    """A reader (a RemoteStorage, or a manifest's ImageRoot) whose read() of the objects among
+    the files given, in their order, comes from a thread fetching them _AHEAD at a time with
+    concurrent range requests (bounded by `limit` each): per-request latency, not bandwidth, is
+    what limits one worker reading small objects. `where(name)` is the storage a file is read
+    from and its name there (None: not an object, read by the reader as it comes). An object
+    listed over `limit` is refused unfetched; one listed over _AHEAD_BYTES, one the reader's
+    spool holds, and a name out of order are read as they come, as the reader reads them."""
 
     def __init__(
-        self, storage: RemoteStorage, files: Iterable[tuple[str, int]], limit: int
+        self,
+        reader: Storage,
+        files: Iterable[tuple[str, int]],
+        limit: int,
+        where: Callable[[str], tuple[Storage, str] | None],
     ) -> None:
-        self.storage, self.limit = storage, limit
+        self.reader, self.limit, self._where = reader, limit, where
         self._fetched: queue.Queue[list | None] = queue.Queue(_AHEAD_BATCHES)
         self._pending: list = []  # (name, bytes or the OSError its request raised), reversed
         self._done = False  # every batch has been taken
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._fetch, args=(files,), daemon=True)
+        self._thread = threading.Thread(target=self._fetch, args=(files,), daemon=True,
+                                        name="shardpack-objects")  # fmt: skip
         self._thread.start()
+
+    def _object(self, name: str) -> tuple[RemoteStorage, str] | None:
+        """The store and name of an object to fetch ahead, or None: a file elsewhere, a name
+        the store would read as another (read() refuses it) or one its spool holds."""
+        try:
+            storage, name = self._where(name) or (None, name)
+        except (OSError, ValueError, StorageError):  # read() says why
+            return None
+        if not isinstance(storage, RemoteStorage) or storage.scheme in _HTTP or _inexact(name):
+            return None
+        if storage.spool is not None and storage.spool.holds(storage.path(name)):
+            return None
+        return storage, name
 
     def _fetch(self, files: Iterable[tuple[str, int]]) -> None:
         files = iter(files)
         try:
-            while batch := list(islice(files, _AHEAD)):
+            while batch := self._batch(files):
                 if self._stop.is_set():
                     return
-                batch = [(n, size) for n, size in batch if not _inexact(n)]  # read() refuses
                 self._fetched.put(self._fetch_batch(batch))
         except Exception:  # naming a file failed: the reads from here on go to the storage
             pass  # itself, which raises the same error where the caller handles it
         finally:
             self._fetched.put(None)  # the end, however it came: read() never waits for nothing
 
-    def _fetch_batch(self, batch: list[tuple[str, int]]) -> list:
-        """(name, its bytes up to limit + 1 or the exception its request raised) for each file;
-        one listed over the limit is refused unfetched."""
-        fetch = [self.storage._key(n) for n, size in batch if size <= self.limit]
-        try:
-            got = iter(self.storage.fs.cat_ranges(fetch, [0] * len(fetch),
-                       [self.limit + 1] * len(fetch), on_error="return"))  # fmt: skip
-        except Exception as e:  # the whole batch failed: each read says so
-            got = repeat(e)
-        limit = self.limit
-        return [(n, next(got) if size <= limit else FileTooLarge(over_the_limit(limit, size)))
-                for n, size in batch]  # fmt: skip
+    def _batch(self, files: Iterator[tuple[str, int]]) -> list[tuple[str, RemoteStorage, str, int]]:
+        """The next objects to fetch: _AHEAD of them, or their listed sizes up to _AHEAD_BYTES
+        (name, its store, its name there, its listed size)."""
+        batch, held = [], 0
+        for name, size in files:
+            if _AHEAD_BYTES < size <= self.limit or (found := self._object(name)) is None:
+                continue
+            batch.append((name, *found, size))
+            held += size if size <= self.limit else 0  # (refused unfetched)
+            if len(batch) >= _AHEAD or held >= _AHEAD_BYTES:
+                break
+        return batch
+
+    def _fetch_batch(self, batch: list[tuple[str, RemoteStorage, str, int]]) -> list:
+        """(name, its bytes up to limit + 1 or the exception its request raised) for each object,
+        one request each, the store's client's at once; one listed over the limit is refused
+        unfetched."""
+        got: dict[int, object] = {}
+        by_fs: dict[int, list[int]] = {}  # one call for a store's objects (as a rule: all)
+        for i, (_, storage, _, size) in enumerate(batch):
+            if size > self.limit:
+                got[i] = FileTooLarge(over_the_limit(self.limit, size))
+            else:
+                by_fs.setdefault(id(storage.fs), []).append(i)
+        for fetched in by_fs.values():
+            fs = batch[fetched[0]][1].fs
+            keys = [batch[i][1]._key(batch[i][2]) for i in fetched]
+            try:
+                answers = fs.cat_ranges(keys, [0] * len(keys), [self.limit + 1] * len(keys),
+                                        on_error="return")  # fmt: skip
+            except Exception as e:  # the whole batch failed: each read says so
+                answers = [e] * len(keys)
+            got.update(zip(fetched, answers, strict=True))
+        return [(name, got[i]) for i, (name, *_) in enumerate(batch)]
 
     def read(self, name: str, limit: int) -> bytes:
-        spool = self.storage.spool
-        if spool is None:
-            return self._read(name, limit)
-        return spool.fetched(self.storage.path(name), limit,
-                             lambda _, limit: self._read(name, limit))  # fmt: skip
+        found = self._object(name)
+        if found is None:
+            return self.reader.read(name, limit)
+        storage, key = found
+        if storage.spool is None:
+            return self._read(name, limit, storage, key)
+        return storage.spool.fetched(
+            storage.path(key), limit, lambda _, limit: self._read(name, limit, storage, key)
+        )
 
-    def _read(self, name: str, limit: int) -> bytes:
-        """read(), from what the thread fetched (or the store itself)."""
+    def _read(self, name: str, limit: int, storage: RemoteStorage, key: str) -> bytes:
+        """read() of an object, from what the thread fetched (or the store itself)."""
         if not self._pending and not self._done:
             batch = self._fetched.get()
             self._done = batch is None
             self._pending = list(reversed(batch or []))
         if not self._pending or self._pending[-1][0] != name or limit > self.limit:
-            return self.storage._read(name, limit)
+            return storage._read(key, limit)
         _, data = self._pending.pop()
-        if isinstance(data, BaseException):
-            raise data if isinstance(data, OSError | RefusedFile) else OSError(str(data))
+        if isinstance(data, RefusedFile):
+            raise data
+        if isinstance(data, BaseException):  # named as the store's own read names it
+            named = _named(data if isinstance(data, OSError) else OSError(str(data)),
+                           storage.path(key))  # fmt: skip
+            raise named from (None if named is data else data)
         if len(data) > limit:
             raise FileTooLarge(over_the_limit(limit))
         return data
 
-    def read_stamped(self, name: str, limit: int) -> tuple[bytes, None]:
+    def read_stamped(self, name: str, limit: int) -> tuple[bytes, tuple[int, int] | None]:
+        if self._object(name) is None:
+            return self.reader.read_stamped(name, limit)
         return self.read(name, limit), None  # as the store's: the listing's (ShardSpec.listed)
 
     def close(self) -> None:
@@ -638,7 +694,7 @@ class _ReadAhead:
                 self._fetched.get(timeout=0.05)
 
     def __getattr__(self, attribute: str):
-        return getattr(self.storage, attribute)
+        return getattr(self.reader, attribute)
 
 
 class _ObjectBlob(Blob):

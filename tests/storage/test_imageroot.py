@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 import uuid
 
 import fsspec
@@ -111,3 +112,47 @@ def test_a_url_lists_row_naming_no_web_url_is_told_what_it_names(tmp_path):
         sizes.close()
     assert said[0] == (f"image {inline[:37]}...: {INLINE}") and "decode it to a file" in INLINE
     assert said[1:] == [f"image a.jpg: {NOT_WEB}", f"image file:///etc/hostname: {NOT_WEB}"]
+
+
+def _outcome(read, name: str, limit: int) -> bytes | tuple[type, str]:
+    """What a read gives: its bytes, or its error's class and message."""
+    try:
+        return read(name, limit)
+    except Exception as e:
+        return type(e), str(e)
+
+
+def test_a_manifest_s_objects_are_read_ahead_in_order_and_fail_as_their_reads_alone(tmp_path, url):
+    """Rows naming objects in two folders of a store, and a file on the disk between them:
+    the objects come from an ObjectsAhead in the rows' order (its thread ended with the
+    reading), the file from the disk; an
+    object gone since its listing fails as a read of it alone does, and one listed over the
+    limit too, unfetched."""
+    from shardpack.storage.remote import ObjectsAhead
+
+    (tmp_path / "local.jpg").write_bytes(b"on the disk")
+    objects = {f"{url}/{folder}/{i}.jpg": f"{folder} {i}".encode()
+               for folder in ("a", "b") for i in range(20)}  # fmt: skip
+    for path, data in objects.items():
+        MEMORY.pipe_file(path, data)
+    names = [*list(objects)[:25], str(tmp_path / "local.jpg"), *list(objects)[25:]]
+    files = [(name, len(objects.get(name, b"on the disk"))) for name in names]
+    gone, big = f"{url}/a/gone.jpg", f"{url}/b/big.jpg"
+    MEMORY.pipe_file(gone, b"listed, then removed")
+    MEMORY.pipe_file(big, b"x" * 64)
+    files[3:3] = [(gone, 20), (big, 64)]
+    names[3:3] = [gone, big]
+    images = ImageRoot(storage_at(tmp_path))
+    MEMORY.rm_file(gone)
+    with images.reading(files, limit=32) as ahead:
+        assert isinstance(ahead, ObjectsAhead)
+        read = [_outcome(ahead.read, name, 32) for name in names]
+    assert not [t for t in threading.enumerate() if t.name == "shardpack-objects"]  # joined
+    alone = [_outcome(images.read, name, 32) for name in names]
+    # refused unfetched, as a folder's object listed over the limit is: its listed size said
+    assert read[4] == (alone[4][0], f"64 bytes, {alone[4][1]}") and "limit of 32" in read[4][1]
+    assert read[:4] + read[5:] == alone[:4] + alone[5:]
+    assert read[3][0] is FileNotFoundError and gone in read[3][1]
+    assert [r for r in read if isinstance(r, bytes)] == [
+        objects.get(name, b"on the disk") for name in names if name not in (gone, big)
+    ]

@@ -239,6 +239,100 @@ def test_a_manifest_on_s3_of_s3_urls(src, s3: Bucket, tmp_path: Path):
                             for p in files)  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def slowed(tmp_path_factory) -> Iterator[tuple[str, dict[str, str]]]:
+    """A server of its own whose every GET of an object is answered 0.2 s late (a remote
+    store's round trip, made long) and counted (tests/s3server.py): its endpoint, and the
+    environment that reaches it."""
+    pytest.importorskip("moto.server")
+    from tests.s3server import environment, start_server
+
+    tmp = tmp_path_factory.mktemp("slowed")
+    server, endpoint = start_server(tmp / "moto.log", latency=0.2)
+    try:
+        yield endpoint, environment(endpoint, tmp)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _manifest_of_objects(slowed, src: Path, tmp_path: Path, bucket: str, monkeypatch,
+                         copies: int = 1) -> tuple[Path, int]:  # fmt: skip
+    """A CSV on the disk naming `copies` objects of each image of src, uploaded to `bucket` on
+    the slowed server, reached from here and the processes a test starts; how many it names."""
+    import s3fs
+
+    for name, value in slowed[1].items():
+        monkeypatch.setenv(name, value)
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs.mkdir(bucket)
+    files = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.jpg"))
+    named = [f"{bucket}/{n}/{name}" for n in range(copies) for name in files]
+    fs.pipe({key: (src / key.split("/", 2)[2]).read_bytes() for key in named})
+    rows = [{"path": f"s3://{key}", "label": key.split("/")[2]} for key in named]
+    return write_csv(tmp_path / "images.csv", rows), len(named)
+
+
+def test_a_manifest_s_objects_are_fetched_several_at_once_within_the_bound(
+    slowed, src, tmp_path, monkeypatch
+):
+    """A manifest on the disk naming s3:// images, each GET answered late: one worker has more
+    than one in flight but never more than ObjectsAhead's _AHEAD (its client allowed 64),
+    fetches each object once, and skips the one the store will not give (a GLACIER object's
+    read is refused) naming it as a read of it alone does."""
+    import s3fs
+
+    from shardpack.storage.imageroot import ImageRoot
+    from shardpack.storage.remote import _AHEAD
+    from tests.s3server import gets
+
+    endpoint = slowed[0]
+    manifest, count = _manifest_of_objects(slowed, src, tmp_path, "counted", monkeypatch)
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs.pipe_file("counted/cold.jpg", manifest.read_bytes(), StorageClass="GLACIER")
+    rows = manifest.read_text().splitlines()
+    manifest.write_text("\n".join([*rows[:5], "s3://counted/cold.jpg,a", *rows[5:]]) + "\n")
+    gets(endpoint, reset=True)
+    pool = 'config_kwargs={"max_pool_connections": 64}'  # s3fs's client: 10 at once
+    run = _process("pack", str(manifest), str(tmp_path / "out"), "--workers", "1",
+                   "--no-progress", "--json", "--storage-option", pool,
+                   env=dict(os.environ))  # fmt: skip
+    served = gets(endpoint)
+    with pytest.raises(PermissionError) as alone:
+        fresh = {"skip_instance_cache": True}  # not one made for another server
+        ImageRoot(storage_at(tmp_path), fresh).read("s3://counted/cold.jpg", 1 << 20)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["records"] == count
+    assert served["gets"] == count + 1, served  # each object once
+    assert 1 < served["most"] <= _AHEAD < count, served
+    skipped = json.loads((tmp_path / "out" / "index.json").read_text())["skipped"]
+    assert len(skipped) == 1 and "s3://counted/cold.jpg" in json.dumps(skipped)
+    assert f"cannot read ({alone.value.strerror})" in json.dumps(skipped), skipped
+
+
+def test_ctrl_c_while_a_manifest_s_objects_are_fetched_ahead_stops_the_run(
+    slowed, src, tmp_path, monkeypatch
+):
+    """SIGINT while a worker's objects are in flight: the run ends as a stopped run does (130,
+    one line), its fetching thread waiting out only the requests in flight, and no GET is sent
+    after it ended."""
+    from tests.s3server import gets
+
+    endpoint = slowed[0]
+    manifest, count = _manifest_of_objects(slowed, src, tmp_path, "stopped", monkeypatch, 4)
+    gets(endpoint, reset=True)
+    run = _start("pack", str(manifest), str(tmp_path / "out"), "--workers", "1", "--no-progress")
+    wait_for(lambda: gets(endpoint)["gets"] >= 1, 60)
+    run.send_signal(signal.SIGINT)
+    stderr = run.communicate(timeout=30)[1]
+    assert run.returncode == 130, stderr
+    assert "--resume" in _one_line(stderr)
+    after = gets(endpoint)["gets"]
+    assert after < count
+    time.sleep(0.5)  # a thread left fetching would be heard from within a round trip or two
+    assert gets(endpoint)["gets"] == after
+
+
 def test_a_run_aborts_uploads_left_open_under_its_shard_names(src, local, s3: Bucket):
     """What a run killed outright (SIGKILL, a lost machine) leaves: an upload that nobody
     completed or aborted, under a name this run writes."""
