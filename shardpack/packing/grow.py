@@ -538,6 +538,7 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
             "dataset with (an older shardpack's); ",
             *_REPACK,
         )
+    _refuse_untrusted(old, given, kept)
     defaults = json_value(PackOptions().output_fields(every=True))
     kept = {**kept, "name": old.name}  # None in it: the name SRC gave
     ours["name"] = given.name or old.name
@@ -572,6 +573,30 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
         where = old.storage.path(INDEX_NAME)
         raise OutputError(f"{where}: its options are not ones shardpack wrote "
                           f"({printable(str(e))}); ", *_REPACK) from None  # fmt: skip
+
+
+def _refuse_untrusted(old: Index, given: PackOptions, kept: dict) -> None:
+    """A grow takes from OUT's files (anyone may have written them) no pixel limit looser than
+    the run's, given or default, and no folder to read a manifest's relative paths under: a
+    dataset packed with either grows with it given again, as its pack was. Taken, a stranger's
+    index would let a decompression bomb in, or read the manifest's paths under /etc."""
+    where = old.storage.path(INDEX_NAME)
+    limit = kept.get("max_pixels")
+    if is_count(limit) and limit > given.max_pixels:
+        raise OutputError(f"{where}: the dataset was packed with ", earlier("max_pixels", limit),
+                          ", a looser limit than this run's ",
+                          Option("max_pixels", given.max_pixels), "; a grow takes none from "
+                          "OUT's files: pass the dataset's ", Option("max_pixels"), " again if "
+                          "you trust SRC's images, else ", *_REPACK)  # fmt: skip
+    root = kept.get("root")
+    if isinstance(root, str) and root != given.root:
+        now = ("names none",) if given.root is None else ("is ", Option("root", given.root))
+        # (no path is longer than Linux's PATH_MAX: a longer one is cut, not a folder to pass)
+        raise OutputError(f"{where}: the dataset's manifest paths were read under ",
+                          Option("root", shortened(root, 4096)), ", and this run's ", *now,
+                          "; a grow reads SRC where its command line says, never where OUT's "
+                          "files do: pass ", Option("root"), " with the folder of SRC's "
+                          "images")  # fmt: skip
 
 
 def _grown_split_names(old: Index, given: PackOptions, kept: object) -> object:
