@@ -74,6 +74,18 @@ LIARS = {
     "label out of range": encode_example(_good(label=12)),
     "non-UTF-8 format": encode_example(_good(format=b"\xff\xfe")),
     "missing label": encode_example(_good(label=None)),
+    "negative height": encode_example(_good(height=-24)),
+    "zero width": encode_example(_good(width=0)),
+    "height past 32 bits": encode_example(_good(height=1 << 40)),
+    "negative channels": encode_example(_good(channels=-3)),
+}
+# A record's sides and channels as no image has them: readers without decode served them (and
+# with it the decoded pixels beside the lying fields); verify without decode passed them.
+SIZE_FAULTS = {
+    "negative height": "height -24, width 32, channels 3 are no image's",
+    "zero width": "height 24, width 0, channels 3 are no image's",
+    "height past 32 bits": "height 1099511627776, width 32, channels 3 are no image's",
+    "negative channels": "height 24, width 32, channels -3 are no image's",
 }
 FAULTS = {
     "not an Example": "not a tf.train.Example",
@@ -81,6 +93,7 @@ FAULTS = {
     "label out of range": "label 12 outside the 2 classes",
     "non-UTF-8 format": "format b'\\xff\\xfe' is not one of",
     "missing label": "feature 'label' missing",
+    **SIZE_FAULTS,
 }
 
 
@@ -98,6 +111,21 @@ def test_a_record_that_passes_its_crc_but_lies(tmp_path: Path, liar: str):
     ):
         with pytest.raises(RecordError, match=f"{SHARD} at byte 0: .*{re.escape(FAULTS[liar])}"):
             read()
+
+
+@pytest.mark.parametrize("liar", sorted(SIZE_FAULTS))
+def test_a_record_of_no_images_size_is_refused_without_decode(tmp_path: Path, liar: str):
+    """Without decode nothing looked at a record's height, width and channels: -24 or 2^40 was
+    served as it was (and verify without decode passed it)."""
+    from shardpack.read.random_access import Records
+
+    out = _out(tmp_path, frame(LIARS[liar]))
+    said = f"{SHARD} at byte 0: {re.escape(SIZE_FAULTS[liar])}"
+    with pytest.raises(RecordError, match=said):
+        list(shardpack.iter_examples(out, decode=False))
+    with Records(out, decode=False) as records, pytest.raises(RecordError, match=said):
+        records[0]
+    assert SIZE_FAULTS[liar] in shardpack.verify(out, decode=False).faults[0].reason
 
 
 def test_the_cli_names_the_mend_of_a_shard_cut_short_once(tmp_path: Path):
@@ -453,6 +481,22 @@ def test_a_sample_json_integer_past_int64_is_refused_by_name(shared_pack, tmp_pa
     with pytest.raises(RecordError, match=re.escape(said)):
         list(shardpack.iter_examples(out))
     assert said in shardpack.verify(out).faults[0].reason
+
+
+def test_a_sample_json_of_no_images_size_is_refused_by_every_reader(shared_pack, tmp_path):
+    """A WebDataset sample's .json gives its height and width: a negative one was served."""
+    import shutil
+
+    from shardpack.read.random_access import Records
+
+    packed = shared_pack({"a": 2}, workers=1, shards=1, format="webdataset", encode="jpeg")
+    out = Path(shutil.copytree(packed, tmp_path / "out"))
+    _wds_json_rewritten(out, lambda sample: sample.update(width=-32))
+    said = "width -32, channels 3 are no image's"
+    with pytest.raises(RecordError, match=said):
+        list(shardpack.iter_examples(out, decode=False))
+    with Records(out, decode=False) as records, pytest.raises(RecordError, match=said):
+        records[0]
 
 
 def test_a_sample_with_a_cls_and_a_json_label_is_refused(shared_pack, tmp_path: Path):
