@@ -560,7 +560,8 @@ def _tf_opened(tf, index: Index, mine: _Share):
         info = shards[path.numpy().decode()]
         try:
             with unless_changed(index, _TF_AGAIN):
-                open_shard(index.storage, info.file, info.num_bytes).close()
+                index.container.open_for_tf(index.storage, info.file, index.compression,
+                                            info.num_bytes)  # fmt: skip
                 check_opened(index, index.shard_path(info), _TF_AGAIN)
         except ShardpackError as e:
             return str(e).encode()

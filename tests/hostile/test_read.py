@@ -305,6 +305,34 @@ def test_tf_dataset_refuses_a_shard_that_is_not_a_regular_file(tmp_path: Path):
         assert line.startswith(f"refused {out / SHARD}: cannot open"), line
 
 
+@pytest.mark.heavy
+def test_tf_dataset_refuses_a_record_length_that_crashes_tensorflow(tmp_path: Path):
+    """A record whose length header claims 2**40 to 2**62 bytes under a good CRC ended the
+    process in a segmentation fault in TensorFlow's own reader (hence the kept reader, whose
+    death fails the test): the framing is walked before TensorFlow opens the shard, and the
+    record named as every other reader names it."""
+    needs("tensorflow")
+    good = frame(encode_example(_good()))
+    outs = []
+    for power in (40, 50, 62):
+        length = struct.pack("<Q", 2**power)
+        lie = length + struct.pack("<I", masked_crc(length)) + bytes(64)
+        outs.append(_out(tmp_path / str(power), good + lie, num_records=2))
+    code = (
+        "import sys, shardpack\n"
+        "for out in sys.argv[1:]:\n"
+        "    try:\n"
+        "        print('read', len(list(shardpack.tf_dataset(out, shuffle=False))))\n"
+        "    except Exception as e:\n"
+        "        print('refused', type(e).__name__, str(e).splitlines()[0])\n"
+    )
+    lines = run_kept(code, *map(str, outs), timeout=120).splitlines()
+    assert len(lines) == len(outs), lines
+    for out, power, line in zip(outs, (40, 50, 62), lines, strict=True):
+        said = f"{out / SHARD} at byte {len(good)}: record claims {2**power:,} bytes"
+        assert line.startswith("refused InvalidArgumentError") and said in line, line
+
+
 def test_inspect_escapes_names_with_control_characters(tmp_path: Path):
     src = tmp_path / "src"
     # pack refuses such class names; a file name can still carry them into the keys
