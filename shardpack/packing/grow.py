@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import chain, count, repeat
 
@@ -28,6 +30,7 @@ from shardpack.errors import (
     ShardpackError,
     earlier,
     is_count,
+    os_error_fix,
     plural,
     printable,
     python_value,
@@ -366,10 +369,11 @@ class GrowPack:
         moved = gaps.gap_moves(index)  # the gaps the update leaves
         # what a stop leaves there
         index = replace(index, retired=tuple(sorted({*index.retired, *moved.values()})))
-        write_outputs(out, index, results, options.index_files, tfds=not moved)
         noted = copies.noted
-        write_contents(out, numbered, loose, noted)  # agrees with the old index and the new
-        commit_index(out, index)  # the grown dataset is there from now on
+        with _finished_by_a_rerun():
+            write_outputs(out, index, results, options.index_files, tfds=not moved)
+            write_contents(out, numbered, loose, noted)  # agrees with the old index and the new
+            commit_index(out, index)  # the grown dataset is there from now on
         write_failures(out, failures)  # after: a stop before leaves the old, a superset
         if touched:  # the next grow removes what a stop here leaves (index.retired)
             write_contents(out, now, loose, noted)
@@ -434,13 +438,30 @@ def close_gaps(
             idx.link_or_copy(f"{name}.idx", f"{to}.idx")
     closed = gaps.close_gaps(index, moved)
     renamed = {moved.get(file, file): entry for file, entry in contents.items()}
-    write_contents(out, {**contents, **renamed}, loose, noted)  # agrees with both indexes
-    write_outputs(out, closed, [], False)  # TFDS metadata now
-    commit_index(out, closed)
+    with _finished_by_a_rerun():
+        write_contents(out, {**contents, **renamed}, loose, noted)  # agrees with both indexes
+        write_outputs(out, closed, [], False)  # TFDS metadata now
+        commit_index(out, closed)
     write_contents(out, {s.file: renamed[s.file] for split in closed.splits.values()
                          for s in split.shards}, loose, noted)  # fmt: skip
     _remove_retired(out, closed)
     return closed
+
+
+@contextmanager
+def _finished_by_a_rerun() -> Iterator[None]:
+    """The files a grow writes beside its shards, then index.json, which commits it: a write of
+    them that fails (a full disk) says that the same command run again finishes the grow, OUT's
+    index.json being the dataset's as before it (the files written before it already tell the
+    grown one: the card, croissant.json, TFDS's metadata, and contents.json, which agrees with
+    both)."""
+    try:
+        yield
+    except OSError as e:
+        where = f"{os.fsdecode(e.filename)}: " if e.filename is not None else ""
+        raise OutputError(f"{where}{e.strerror or e}; {os_error_fix(e)}, then run the same "
+                          "command again to finish the grow (until then index.json holds the "
+                          "dataset as it was)") from None  # fmt: skip
 
 
 def _remove_retired(out: Storage, index: Index) -> None:
@@ -1079,9 +1100,10 @@ def _retell(
     index = replace(old, **told)
     failures = _failures(index.splits, contents, loose, dataset, copies)
     index = replace(index, stats=replace(index.stats, url_failures=counts(failures) or None))
-    write_contents(out, with_copies(contents, copies.groups, frozenset()), loose, noted)
-    write_outputs(out, index, [], False, tfds=not gaps.gap_moves(index))
-    commit_index(out, index)
+    with _finished_by_a_rerun():
+        write_contents(out, with_copies(contents, copies.groups, frozenset()), loose, noted)
+        write_outputs(out, index, [], False, tfds=not gaps.gap_moves(index))
+        commit_index(out, index)
     write_failures(out, failures)
 
 
