@@ -472,9 +472,7 @@ class Container:
         """
         raise NotImplementedError
 
-    def open_for_tf(
-        self, storage: Storage, name: str, compression: str, num_bytes: int
-    ) -> None:  # fmt: skip
+    def open_for_tf(self, storage: Storage, name: str, compression: str, num_bytes: int) -> None:
         """Refuse a local shard TensorFlow is about to open itself (make_tf_data) where it would
         not read it as ours do: a link, a special file, another size than the index's, and
         what its reader would crash on.

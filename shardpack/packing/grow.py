@@ -450,11 +450,9 @@ def close_gaps(
 
 @contextmanager
 def _finished_by_a_rerun() -> Iterator[None]:
-    """The files a grow writes beside its shards, then index.json, which commits it: a write of
-    them that fails (a full disk) says that the same command run again finishes the grow, OUT's
-    index.json being the dataset's as before it (the files written before it already tell the
-    grown one: the card, croissant.json, TFDS's metadata, and contents.json, which agrees with
-    both)."""
+    """Around the writes of the files beside a grow's shards, then of index.json, which commits
+    it: one that fails (a full disk) says that the same command finishes the grow, index.json
+    being the old dataset's until then (the files before it already tell the grown one)."""
     try:
         yield
     except OSError as e:

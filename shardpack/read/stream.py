@@ -369,8 +369,8 @@ def tf_dataset(
             not (index, count), `lists` is neither "ragged" nor "padded", epochs, batch_size or
             image_size is not a positive count or (height, width), seed not None nor a count
             (0 too), or batches would stack decoded images of sizes the index says differ.
-        tf.errors.InvalidArgumentError: while iterating, a local record fails its CRC, or a
-            shard changed as OUT was updated: it names the shard and what to do (reading.md).
+        tf.errors.InvalidArgumentError: while iterating, a record is damaged or out of range,
+            or a shard changed as OUT was updated: it names the shard and what to do (reading.md).
     """
     _check_tf_args(batch_size, epochs, image_size, lists, seed)
     index = load_index(out, storage_options)
