@@ -58,6 +58,11 @@ SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 # What a record's `format` may say: the encodings pack stores ("keep" stores one of these).
 STORED_FORMATS = tuple(e for e in ENCODINGS if e != "keep")
 _FORMAT_BYTES = {f.encode() for f in STORED_FORMATS}
+# A record's image sides may be what an image header holds, at most 32 bits (TIFF's; PNG's are
+# 31, JPEG's and WebP's fewer), and at least one pixel; its channels what pack stores: gray,
+# gray and alpha, RGB or RGBA (a JPEG of other channel counts is stored as PNG).
+MOST_SIDE = 2**32 - 1
+MOST_CHANNELS = 4
 
 
 @dataclass(frozen=True)
@@ -655,7 +660,7 @@ def record_fault(example: dict[str, list], schema: Schema) -> str | None:
     disagreement is named, joined by "; ".
     """
     if schema.fits(example) and example["format"][0] in _FORMAT_BYTES:
-        return None
+        return _size_fault(example)
     reasons = [
         f"feature {name!r} missing" if name not in example else check_values(name, f, example[name])
         for name, f in schema.items()
@@ -665,4 +670,16 @@ def record_fault(example: dict[str, list], schema: Schema) -> str | None:
     reasons = [r for r in reasons if r is not None]
     if not reasons and example["format"][0] not in _FORMAT_BYTES:
         reasons.append(f"format {example['format'][0]!r} is not one of {', '.join(STORED_FORMATS)}")
-    return "; ".join(reasons) or None
+    if not reasons:
+        reasons.append(_size_fault(example))
+    return "; ".join(r for r in reasons if r is not None) or None
+
+
+def _size_fault(example: dict[str, list]) -> str | None:
+    """What makes a record's height, width or channels no image's (record_fault checked their
+    types), else None: a reader without decode would serve them as they are."""
+    (height,), (width,), (channels,) = example["height"], example["width"], example["channels"]
+    if 1 <= height <= MOST_SIDE and 1 <= width <= MOST_SIDE and 1 <= channels <= MOST_CHANNELS:
+        return None
+    return (f"height {height}, width {width}, channels {channels} are no image's (sides of 1 "
+            f"to {MOST_SIDE:,} pixels, 1 to {MOST_CHANNELS} channels)")  # fmt: skip

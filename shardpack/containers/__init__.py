@@ -20,7 +20,8 @@ listed in CONTAINERS (or added at run time with `register_container`). It provid
 - optional: `position_unit` and `framing` (for messages and verify's summary), `media_type`
   and `tabular` (for croissant.json),
   `split_files` (files beside a split's shards), `require` (a missing package), and
-  `tfds_file_format`, `tf_readable` + `make_tf_data`, `index_files` + `record_spans` +
+  `tfds_file_format`, `tf_readable` + `make_tf_data` (+ `open_for_tf`: what TensorFlow's
+  reader would crash on, refused first), `index_files` + `record_spans` +
   `min_span`, for TFDS, tf.data and DALI index files where those can read the shards;
   `ShardReader.original(i)`, what a record holds beyond the schema's features (img2dataset's
   fields of the image as fetched), for a grow that keeps the record.
@@ -470,6 +471,16 @@ class Container:
             RecordError: the framing is broken; names the file and the position.
         """
         raise NotImplementedError
+
+    def open_for_tf(self, storage: Storage, name: str, compression: str, num_bytes: int) -> None:
+        """Refuse a local shard TensorFlow is about to open itself (make_tf_data) where it would
+        not read it as ours do: a link, a special file, another size than the index's, and
+        what its reader would crash on.
+
+        Raises:
+            RecordError: names the file and, where a record is at fault, its position.
+        """
+        open_shard(storage, name, num_bytes).close()
 
     def make_tf_data(self, tf, storage: Storage, file, compression: str = "none"):
         """A tf.data.Dataset of one shard's serialized tf.train.Example records.

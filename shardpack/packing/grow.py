@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import chain, count, repeat
 
@@ -28,6 +30,7 @@ from shardpack.errors import (
     ShardpackError,
     earlier,
     is_count,
+    os_error_fix,
     plural,
     printable,
     python_value,
@@ -366,10 +369,11 @@ class GrowPack:
         moved = gaps.gap_moves(index)  # the gaps the update leaves
         # what a stop leaves there
         index = replace(index, retired=tuple(sorted({*index.retired, *moved.values()})))
-        write_outputs(out, index, results, options.index_files, tfds=not moved)
         noted = copies.noted
-        write_contents(out, numbered, loose, noted)  # agrees with the old index and the new
-        commit_index(out, index)  # the grown dataset is there from now on
+        with _finished_by_a_rerun():
+            write_outputs(out, index, results, options.index_files, tfds=not moved)
+            write_contents(out, numbered, loose, noted)  # agrees with the old index and the new
+            commit_index(out, index)  # the grown dataset is there from now on
         write_failures(out, failures)  # after: a stop before leaves the old, a superset
         if touched:  # the next grow removes what a stop here leaves (index.retired)
             write_contents(out, now, loose, noted)
@@ -434,13 +438,28 @@ def close_gaps(
             idx.link_or_copy(f"{name}.idx", f"{to}.idx")
     closed = gaps.close_gaps(index, moved)
     renamed = {moved.get(file, file): entry for file, entry in contents.items()}
-    write_contents(out, {**contents, **renamed}, loose, noted)  # agrees with both indexes
-    write_outputs(out, closed, [], False)  # TFDS metadata now
-    commit_index(out, closed)
+    with _finished_by_a_rerun():
+        write_contents(out, {**contents, **renamed}, loose, noted)  # agrees with both indexes
+        write_outputs(out, closed, [], False)  # TFDS metadata now
+        commit_index(out, closed)
     write_contents(out, {s.file: renamed[s.file] for split in closed.splits.values()
                          for s in split.shards}, loose, noted)  # fmt: skip
     _remove_retired(out, closed)
     return closed
+
+
+@contextmanager
+def _finished_by_a_rerun() -> Iterator[None]:
+    """Around the writes of the files beside a grow's shards, then of index.json, which commits
+    it: one that fails (a full disk) says that the same command finishes the grow, index.json
+    being the old dataset's until then (the files before it already tell the grown one)."""
+    try:
+        yield
+    except OSError as e:
+        where = f"{os.fsdecode(e.filename)}: " if e.filename is not None else ""
+        raise OutputError(f"{where}{e.strerror or e}; {os_error_fix(e)}, then run the same "
+                          "command again to finish the grow (until then index.json holds the "
+                          "dataset as it was)") from None  # fmt: skip
 
 
 def _remove_retired(out: Storage, index: Index) -> None:
@@ -538,6 +557,7 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
             "dataset with (an older shardpack's); ",
             *_REPACK,
         )
+    _refuse_untrusted(old, given, kept)
     defaults = json_value(PackOptions().output_fields(every=True))
     kept = {**kept, "name": old.name}  # None in it: the name SRC gave
     ours["name"] = given.name or old.name
@@ -572,6 +592,30 @@ def dataset_options(old: Index, given: PackOptions) -> PackOptions:
         where = old.storage.path(INDEX_NAME)
         raise OutputError(f"{where}: its options are not ones shardpack wrote "
                           f"({printable(str(e))}); ", *_REPACK) from None  # fmt: skip
+
+
+def _refuse_untrusted(old: Index, given: PackOptions, kept: dict) -> None:
+    """A grow takes from OUT's files (anyone may have written them) no pixel limit looser than
+    the run's, given or default, and no folder to read a manifest's relative paths under: a
+    dataset packed with either grows with it given again, as its pack was. Taken, a stranger's
+    index would let a decompression bomb in, or read the manifest's paths under /etc."""
+    where = old.storage.path(INDEX_NAME)
+    limit = kept.get("max_pixels")
+    if is_count(limit) and limit > given.max_pixels:
+        raise OutputError(f"{where}: the dataset was packed with ", earlier("max_pixels", limit),
+                          ", a looser limit than this run's ",
+                          Option("max_pixels", given.max_pixels), "; a grow takes none from "
+                          "OUT's files: pass the dataset's ", Option("max_pixels"), " again if "
+                          "you trust SRC's images, else ", *_REPACK)  # fmt: skip
+    root = kept.get("root")
+    if isinstance(root, str) and root != given.root:
+        now = ("names none",) if given.root is None else ("is ", Option("root", given.root))
+        # (no path is longer than Linux's PATH_MAX: a longer one is cut, not a folder to pass)
+        raise OutputError(f"{where}: the dataset's manifest paths were read under ",
+                          Option("root", shortened(root, 4096)), ", and this run's ", *now,
+                          "; a grow reads SRC where its command line says, never where OUT's "
+                          "files do: pass ", Option("root"), " with the folder of SRC's "
+                          "images")  # fmt: skip
 
 
 def _grown_split_names(old: Index, given: PackOptions, kept: object) -> object:
@@ -1054,9 +1098,10 @@ def _retell(
     index = replace(old, **told)
     failures = _failures(index.splits, contents, loose, dataset, copies)
     index = replace(index, stats=replace(index.stats, url_failures=counts(failures) or None))
-    write_contents(out, with_copies(contents, copies.groups, frozenset()), loose, noted)
-    write_outputs(out, index, [], False, tfds=not gaps.gap_moves(index))
-    commit_index(out, index)
+    with _finished_by_a_rerun():
+        write_contents(out, with_copies(contents, copies.groups, frozenset()), loose, noted)
+        write_outputs(out, index, [], False, tfds=not gaps.gap_moves(index))
+        commit_index(out, index)
     write_failures(out, failures)
 
 

@@ -23,7 +23,14 @@ from shardpack.errors import (
     is_count,
 )
 from shardpack.images import BadImage
-from shardpack.index import Index, ShardInfo, load_index, record_fault
+from shardpack.index import (
+    MOST_CHANNELS,
+    MOST_SIDE,
+    Index,
+    ShardInfo,
+    load_index,
+    record_fault,
+)
 from shardpack.options import DEFAULT_MAX_PIXELS
 from shardpack.read.changed import check_opened, out_changed, unless_changed
 from shardpack.read.order import check_seed, none_to_read, segments, share
@@ -362,8 +369,8 @@ def tf_dataset(
             not (index, count), `lists` is neither "ragged" nor "padded", epochs, batch_size or
             image_size is not a positive count or (height, width), seed not None nor a count
             (0 too), or batches would stack decoded images of sizes the index says differ.
-        tf.errors.InvalidArgumentError: while iterating, a local record fails its CRC, or a
-            shard changed as OUT was updated: it names the shard and what to do (reading.md).
+        tf.errors.InvalidArgumentError: while iterating, a record is damaged or out of range,
+            or a shard changed as OUT was updated: it names the shard and what to do (reading.md).
     """
     _check_tf_args(batch_size, epochs, image_size, lists, seed)
     index = load_index(out, storage_options)
@@ -395,7 +402,7 @@ def _tf_parsed(tf, ds, index: Index, decode: bool, image_size, ordered: bool):
     def parse(record):
         features = tf.io.parse_single_example(record, spec)
         checks = [_tf_in_classes(tf, features[name], name, count, index.out)
-                  for name, count in labels]  # fmt: skip
+                  for name, count in labels] + [_tf_sized(tf, features, index.out)]  # fmt: skip
         with tf.control_dependencies(checks):
             features["image"] = tf.identity(features["image"])
         if decode:
@@ -415,6 +422,21 @@ def _tf_in_classes(tf, values, name: str, count: int, out: str):
             f"`shardpack verify {out}` names the record: restore its shard from a copy or pack "
             "again")  # fmt: skip
     inside = tf.reduce_all(tf.logical_and(flat >= 0, flat < count))
+    return tf.debugging.Assert(inside, [said])
+
+
+def _tf_sized(tf, features, out: str):
+    """An assertion that a record's height, width and channels are an image's, as record_fault
+    holds them for every other reader; it stops the loop naming the mend."""
+    said = (f"{out}: a record holds a height, width or channels that no image has (sides of 1 "
+            f"to {MOST_SIDE:,} pixels, 1 to {MOST_CHANNELS} channels); `shardpack verify {out}` "
+            "names the record: restore its shard from a copy or pack again")  # fmt: skip
+    sides = tf.stack([features["height"], features["width"]])
+    channels = features["channels"]
+    inside = tf.logical_and(
+        tf.reduce_all(tf.logical_and(sides >= 1, sides <= MOST_SIDE)),
+        tf.logical_and(channels >= 1, channels <= MOST_CHANNELS),
+    )
     return tf.debugging.Assert(inside, [said])
 
 
@@ -538,7 +560,8 @@ def _tf_opened(tf, index: Index, mine: _Share):
         info = shards[path.numpy().decode()]
         try:
             with unless_changed(index, _TF_AGAIN):
-                open_shard(index.storage, info.file, info.num_bytes).close()
+                index.container.open_for_tf(index.storage, info.file, index.compression,
+                                            info.num_bytes)  # fmt: skip
                 check_opened(index, index.shard_path(info), _TF_AGAIN)
         except ShardpackError as e:
             return str(e).encode()

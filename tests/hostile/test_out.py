@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -30,7 +31,16 @@ from shardpack.errors import ImageError, OutputError
 from shardpack.packing.cluster import ClusterError, dask_client
 from shardpack.read.verify import verify
 from shardpack.storage.atomic import write_atomic
-from tests.helpers import PEAK_KIB, image, make_tree, run_cli, shard_files, wait_for, write_image
+from tests.helpers import (
+    PEAK_KIB,
+    image,
+    make_tree,
+    run_cli,
+    shard_files,
+    wait_for,
+    write_image,
+    write_jsonl,
+)
 
 shard_name = get_container("tfrecord").shard_name
 
@@ -821,3 +831,82 @@ def test_a_shard_of_another_size_than_the_index_says_is_refused_before_a_grow(tm
     _one_line_error(run, shard["file"], f"holds {size:,} bytes where index.json says "
                     f"{size + 1:,}", "--overwrite")  # fmt: skip
     assert {p.name: p.read_bytes() for p in out.iterdir()} == written
+
+
+# ---- a grow takes no looser limit and no read location from OUT's files ---------------------
+
+
+def _png_bomb(path: Path, side: int) -> None:
+    """A real grayscale PNG of side x side black pixels: a few hundred KB of deflate."""
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    deflate, row = zlib.compressobj(1), bytes(side + 1)  # each row: filter byte 0, then pixels
+    pixels = b"".join([*(deflate.compress(row) for _ in range(side)), deflate.flush()])
+    header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels)
+                     + chunk(b"IEND", b""))  # fmt: skip
+
+
+def _plant_option(out: Path, name: str, value: object) -> dict[str, bytes]:
+    """index.json's options[name] set to `value`, as a stranger's OUT would hold it; OUT's
+    files after it."""
+    doc = json.loads((out / "index.json").read_text())
+    doc["options"][name] = value
+    (out / "index.json").write_text(json.dumps(doc))
+    return {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+def test_a_planted_looser_max_pixels_is_refused_not_taken_by_a_grow(src, tmp_path):
+    """index.json's options are a grow's: a planted `max_pixels` of 10^13 let a PNG of
+    13,400² pixels (over the default 178,956,970) into the dataset with exit 0. A limit looser
+    than the run's is refused now, naming index.json and the flag that takes it knowingly;
+    one as tight or tighter is still the dataset's."""
+    out = tmp_path / "out"
+    assert _cli("pack", str(src), str(out), "--workers", "1").returncode == 0
+    _png_bomb(src / "cat" / "bomb.png", 13_400)
+    written = _plant_option(out, "max_pixels", 10**13)
+    run = _cli("pack", str(src), str(out), "--append", "--workers", "1")
+    _one_line_error(run, str(out / "index.json"), "--max-pixels 10000000000000, a looser limit "
+                    "than this run's --max-pixels 178956970", "--overwrite")  # fmt: skip
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == written
+    _plant_option(out, "max_pixels", 10**6)  # tighter than the default: the dataset's, taken
+    run = _cli("pack", str(src), str(out), "--append", "--workers", "1")
+    assert run.returncode == 0, run.stderr
+    skipped = json.loads((out / "index.json").read_text())["skipped"]
+    assert [s["key"] for s in skipped] == ["cat/bomb.png"]
+    assert "over --max-pixels 1000000" in skipped[0]["reason"]
+
+
+def test_a_planted_root_is_refused_and_never_read_by_a_grow(tmp_path):
+    """index.json's `root` was a grow's: planted, it made `--append` read the manifest's
+    relative paths under a folder the user never named (a stranger's image went in, exit 0).
+    A grow reads only where its command line says: a dataset packed with --root is grown with
+    it given again (its own pack's command line), any other refused in one line."""
+    src, elsewhere = tmp_path / "src", tmp_path / "elsewhere"
+    make_tree(src / "img", {"cat": 2})
+    make_tree(elsewhere / "img", {"cat": 3}, seed=50)  # the same names, other images
+    rows = [{"image": f"img/cat/img_{i:03d}.jpg", "label": "cat"} for i in range(2)]
+    manifest = write_jsonl(src / "list.jsonl", rows)
+    out, packed = tmp_path / "out", tmp_path / "packed"
+    assert _cli("pack", str(manifest), str(out), "--workers", "1").returncode == 0
+    run = _cli("pack", str(manifest), str(packed), "--workers", "1", "--root", str(src))
+    assert run.returncode == 0, run.stderr
+    written = _plant_option(out, "root", str(elsewhere))
+    write_jsonl(manifest, [*rows, {"image": "img/cat/img_002.jpg", "label": "cat"}])
+    write_image(src / "img" / "cat" / "img_002.jpg", image(7))
+    for given in ((), ("--root", str(tmp_path / "other"))):
+        run = _cli("pack", str(manifest), str(out), "--append", "--workers", "1", *given)
+        _one_line_error(run, str(out / "index.json"), f"read under --root {elsewhere}",
+                        "pass --root with the folder of SRC's images")  # fmt: skip
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == written
+    # the user's own --root, given again as the dataset was packed, is taken
+    run = _cli("pack", str(manifest), str(packed), "--append", "--workers", "1")
+    _one_line_error(run, str(packed / "index.json"), "this run's names none")
+    run = _cli("pack", str(manifest), str(packed), "--append", "--workers", "1", "--root", str(src))
+    assert run.returncode == 0, run.stderr
+    assert json.loads((packed / "index.json").read_text())["splits"]["train"]["num_records"] == 3

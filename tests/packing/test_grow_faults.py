@@ -21,6 +21,7 @@ from tests.helpers import (
     gone,
     handed_over,
     image,
+    make_tree,
     one_line_error,
     run_cli,
     same_grown,
@@ -231,3 +232,40 @@ def test_an_append_killed_after_a_shard_of_skips_leaves_no_empty_file_under_a_sh
     assert (out / "index.json").read_bytes() == old_index  # killed before its merge
     assert {p.name for p in out.glob("src-train.*")} == listed  # no empty shard left
     _told_then_finished(src, out, clean, "--append", job)
+
+
+def test_a_full_disk_at_the_grows_index_leaves_it_and_the_same_command_finishes(tmp_path):
+    """A real EFBIG (RLIMIT_FSIZE, in a process of its own) as a grow writes index.json, the one
+    file over the limit (it names SRC's 1,000 long-named notes as ignored): the files written
+    before it (the card, croissant.json, TFDS's metadata, contents.json) tell the grown dataset,
+    index.json the old one, which commits the grow. The line said only to free some space: it
+    says now that the same command finishes the grow, and it does, as if never stopped."""
+    import resource
+
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    job = ("--workers", "1", "--no-progress")
+    for where in (clean, out):
+        assert run_cli("pack", str(src), str(where), *job).returncode == 0
+    old = (out / "index.json").read_bytes()
+    for i in range(1000):
+        (src / "cat" / f"note_{i:04d}_{'x' * 150}.txt").write_text("not an image")
+    write_image(src / "cat" / "new.jpg", image(77))
+    assert run_cli("pack", str(src), str(clean), "--append", *job).returncode == 0
+    sizes = {p.name: p.stat().st_size for p in clean.iterdir()}
+    limit = 2 * max(size for name, size in sizes.items() if name != "index.json")
+    assert limit < sizes["index.json"]
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    run = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
+                          "--append", *job], capture_output=True, text=True, timeout=120,
+                         preexec_fn=small_files)  # fmt: skip
+    one_line_error(run, f"{out / 'index.json'}: File too large", "free some space",
+                   "then run the same command again to finish the grow")  # fmt: skip
+    assert (out / "index.json").read_bytes() == old
+    assert len(list(iter_examples(out))) == 6  # the old dataset, whole
+    rerun = run_cli("pack", str(src), str(out), "--append", *job)
+    assert rerun.returncode == 0, rerun.stderr
+    same_grown(out, clean)

@@ -450,6 +450,26 @@ def test_tf_dataset_refuses_a_class_id_past_the_class_list(tmp_path: Path, label
         list(tf_dataset(out, shuffle=False, decode=False))
 
 
+@pytest.mark.heavy
+@pytest.mark.parametrize("lie", [{"height": -24}, {"width": 0}, {"height": 1 << 40},
+                                 {"channels": -3}])  # fmt: skip
+def test_tf_dataset_refuses_a_record_of_no_images_size(tmp_path: Path, lie: dict):
+    """TensorFlow's parser served a record's height -24 or 2^40 as it was (without decode;
+    with it, beside the pixels its header gave), where every other reader refuses it."""
+    import tensorflow as tf
+
+    from shardpack.containers.example import encode_example
+    from shardpack.containers.tfrecord import frame
+    from tests.hostile.test_read import _good, _out
+
+    out = _out(tmp_path, frame(encode_example(_good())) + frame(encode_example(_good(**lie))),
+               num_records=2)  # fmt: skip
+    said = f"{out}: a record holds a height, width or channels that no image has"
+    for decode in (False, True):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(said)):
+            list(tf_dataset(out, shuffle=False, decode=decode))
+
+
 @pytest.mark.parametrize("container", ["tfrecord", "webdataset", "parquet"])
 def test_a_shard_gone_from_out_is_said_missing_by_every_reader_with_the_mend(
     tmp_path: Path, container: str
