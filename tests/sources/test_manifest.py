@@ -703,13 +703,16 @@ def test_a_table_of_ids_and_breeds_packs_with_its_columns_named(tmp_path):
     assert summary.index.classes == ("collie", "pug")
     got = {r["key"]: r["label"] for r in iter_examples(out, "train")}
     assert got == {f"id{i}.jpg": i % 2 for i in range(4)}
-    # a grow takes the dataset's own: the same columns named
+    # a grow takes the dataset's own: the same columns named; its --root given again (a grow
+    # reads no folder OUT's files name)
     write_csv(table, [*rows, {"id": "id0", "breed": "pug"}][1:])  # id0 relabelled
-    grown = pack(table, out, PackOptions(grow="update", workers=1))
+    with pytest.raises(OutputError, match=r"this run's names none; .* pass root="):
+        pack(table, out, PackOptions(grow="update", workers=1))
+    grown = pack(table, out, PackOptions(grow="update", workers=1, root=str(photos)))
     assert grown.grow["changed"] == 1
     assert {r["key"]: r["label"] for r in iter_examples(out, "train")}["id0.jpg"] == 1
     with pytest.raises(OutputError, match=r"label_column='id' \(the dataset's: 'breed'\)"):
-        pack(table, out, PackOptions(grow="append", label_column="id"))
+        pack(table, out, PackOptions(grow="append", label_column="id", root=str(photos)))
 
 
 def test_a_list_without_a_header_line_says_what_to_name_its_columns(tmp_path):
