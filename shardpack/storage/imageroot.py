@@ -6,11 +6,13 @@ in a UrlSpool); each image's size at scan (`ImageSizes`); where the scan listed 
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import posixpath
 import stat
 import threading
+import unicodedata
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager
@@ -74,10 +76,32 @@ def _image_size(root: str, path: str, root_fd: int | None) -> int:
             else os.stat(os.path.join(root, path))
         )
     except OSError as e:
-        raise ImageUnusable(f"image {os.path.join(root, path)}: {e.strerror}") from None
+        spelt = _spelt_otherwise(root, path, root_fd) if e.errno == errno.ENOENT else None
+        raise ImageUnusable(f"image {os.path.join(root, path)}: {e.strerror}{spelt or ''}") from None
     if not stat.S_ISREG(st.st_mode):
         raise ImageUnusable(f"image {os.path.join(root, path)}: {not_regular(st.st_mode)}")
     return st.st_size
+
+
+def _spelt_otherwise(root: str, path: str, root_fd: int | None) -> str | None:
+    """Where a missing image's path is there in the other Unicode form (a manifest's "ü" in NFC,
+    the file's name in NFD as macOS writes it: one name to macOS, two to Linux's disks), what
+    to do; None where it is not."""
+    for form, other in (("NFD", "NFC"), ("NFC", "NFD")):
+        spelt = unicodedata.normalize(form, path)
+        if spelt == path:
+            continue
+        try:
+            os.stat(spelt, dir_fd=root_fd) if root_fd is not None else os.stat(
+                os.path.join(root, spelt))  # fmt: skip
+        except OSError:
+            continue
+        mac = {"NFD": " (as macOS writes names)", "NFC": ""}
+        return (f", but it is there named in Unicode {form}{mac[form]}, which this disk tells "
+                f"apart from the manifest's {other}{mac[other]}: write the manifest's paths in "
+                f"{form}, or rename the files to {other} (convmv -f utf8 -t utf8 "
+                f"--{other.lower()} -r --notest FOLDER)")  # fmt: skip
+    return None
 
 
 class ImageRoot(Storage):

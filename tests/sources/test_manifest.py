@@ -69,6 +69,29 @@ def bad_rows(tmp_path: Path) -> Path:
     return manifest
 
 
+def test_a_path_whose_file_is_named_in_the_other_unicode_form_says_so(tmp_path: Path):
+    """A manifest's "ü" in NFC of a file named in NFD (copied from a Mac, which writes names so
+    and packs it, as its disk takes the two for one name) was skipped as "No such file or
+    directory" on a disk that tells them apart, the file there to see in `ls`; now the reason
+    says which form each holds and the way on (either way round)."""
+    import unicodedata
+
+    src = make_tree(tmp_path / "src", {"cat": 2})
+    for stem, form, other in (("img_000", "NFD", "NFC"), ("img_001", "NFC", "NFD")):
+        file = unicodedata.normalize(form, f"cat/{stem}_tür.jpg")
+        (src / f"cat/{stem}.jpg").rename(src / file)
+        write_csv(src / f"{stem}.csv", [{"path": unicodedata.normalize(other, file)}])
+        with pytest.raises(SourceError) as caught:
+            pack(src / f"{stem}.csv", tmp_path / stem, PackOptions(workers=1))
+        assert (f": No such file or directory, but it is there named in Unicode {form}"
+                in str(caught.value)), str(caught.value)  # fmt: skip
+        assert (f"write the manifest's paths in {form}, or rename the files to {other} "
+                f"(convmv -f utf8 -t utf8 --{other.lower()} -r --notest FOLDER)"
+                in str(caught.value))  # fmt: skip
+        write_csv(src / f"{stem}.csv", [{"path": file}])  # as the disk spells it: packed
+        assert pack(src / f"{stem}.csv", tmp_path / stem, PackOptions(workers=1)).num_records == 1
+
+
 def test_bad_rows_are_skipped_with_their_manifest_line(bad_rows: Path, tmp_path: Path):
     result = pack(bad_rows, tmp_path / "out", PackOptions(workers=1))
     shown = [f"{s['key']}: {s['reason']}" for s in _index(tmp_path / "out")["skipped"]]
