@@ -143,9 +143,10 @@ def refuse_out_inside_src(src: Storage, out: Storage) -> None:
     (`pack flowers .`): the pack's files would land beside the dataset's folder, among the
     user's own, and a pack of that folder would take them for data."""
     if out.holds(src) and not src.holds(out) and src.kind() == "dir":
+        own = f"{src.root.rstrip('/')}-shards"
         raise OutputError(f"{out.root}: holds SRC {src.path()}, so the shards, index.json and "
                           "README.md would land beside your dataset's folder; choose an output "
-                          f"folder of their own, such as {src.root.rstrip('/')}-shards")  # fmt: skip
+                          f"folder of their own, such as {own}")  # fmt: skip
     if not src.holds(out):
         return
     where = "is SRC itself" if out.holds(src) else f"is inside SRC {src.path()}"

@@ -77,7 +77,9 @@ def _image_size(root: str, path: str, root_fd: int | None) -> int:
         )
     except OSError as e:
         spelt = _spelt_otherwise(root, path, root_fd) if e.errno == errno.ENOENT else None
-        raise ImageUnusable(f"image {os.path.join(root, path)}: {e.strerror}{spelt or ''}") from None
+        raise ImageUnusable(
+            f"image {os.path.join(root, path)}: {e.strerror}{spelt or ''}"
+        ) from None
     if not stat.S_ISREG(st.st_mode):
         raise ImageUnusable(f"image {os.path.join(root, path)}: {not_regular(st.st_mode)}")
     return st.st_size
