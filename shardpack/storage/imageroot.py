@@ -12,7 +12,6 @@ import os
 import posixpath
 import stat
 import threading
-import unicodedata
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager
@@ -23,6 +22,7 @@ from shardpack.storage import storage_at  # the package picks the store a path n
 from shardpack.storage.base import Blob, Entry, Files, NextFiles, Storage
 from shardpack.storage.locations import is_data_url, is_url, joined, normal
 from shardpack.storage.readahead import ReadAhead
+from shardpack.storage.spelt import how_spelt, spelt_otherwise
 from shardpack.storage.srcfiles import not_regular
 from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
 
@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 # What the planner takes an http(s) URL's image to weigh, unfetched: a guess at a web photo's
 # size (img2dataset's 10,000 a shard would be ~1 GB of originals); 1,024 make a 128MiB shard.
 URL_BYTES = 128 << 10
+
+# Of a manifest's missing images, the first this many are looked for under another spelling
+# (case, Unicode form), each a few stats and listings: the first reasons say it for the rest.
+LOOKED_FOR = 16
 
 # Why a URL list's row naming anything but an http(s) URL is refused: a list of strangers'
 # URLs must not reach this machine's files or the user's object stores.
@@ -66,9 +70,10 @@ def _open_root(root: str) -> int | None:
         return None
 
 
-def _image_size(root: str, path: str, root_fd: int | None) -> int:
+def _image_size(root: str, path: str, root_fd: int | None, look: bool = False) -> int:
     """The size of the image file at path (under root unless absolute); links are followed, but
-    only to a regular file."""
+    only to a regular file. With `look`, a missing one is looked for under another spelling
+    (spelt: case, Unicode form), and the reason says where."""
     try:
         st = (
             os.stat(path, dir_fd=root_fd)
@@ -76,34 +81,12 @@ def _image_size(root: str, path: str, root_fd: int | None) -> int:
             else os.stat(os.path.join(root, path))
         )
     except OSError as e:
-        spelt = _spelt_otherwise(root, path, root_fd) if e.errno == errno.ENOENT else None
-        raise ImageUnusable(
-            f"image {os.path.join(root, path)}: {e.strerror}{spelt or ''}"
-        ) from None
+        spelt = spelt_otherwise(root, path) if look and e.errno == errno.ENOENT else None
+        how = "" if spelt is None else how_spelt(path, spelt)
+        raise ImageUnusable(f"image {os.path.join(root, path)}: {e.strerror}{how}") from None
     if not stat.S_ISREG(st.st_mode):
         raise ImageUnusable(f"image {os.path.join(root, path)}: {not_regular(st.st_mode)}")
     return st.st_size
-
-
-def _spelt_otherwise(root: str, path: str, root_fd: int | None) -> str | None:
-    """Where a missing image's path is there in the other Unicode form (a manifest's "ü" in NFC,
-    the file's name in NFD as macOS writes it: one name to macOS, two to Linux's disks), what
-    to do; None where it is not."""
-    for form, other in (("NFD", "NFC"), ("NFC", "NFD")):
-        spelt = unicodedata.normalize(form, path)
-        if spelt == path:
-            continue
-        try:
-            os.stat(spelt, dir_fd=root_fd) if root_fd is not None else os.stat(
-                os.path.join(root, spelt))  # fmt: skip
-        except OSError:
-            continue
-        mac = {"NFD": " (as macOS writes names)", "NFC": ""}
-        return (f", but it is there named in Unicode {form}{mac[form]}, which this disk tells "
-                f"apart from the manifest's {other}{mac[other]}: write the manifest's paths in "
-                f"{form}, or rename the files to {other} (convmv -f utf8 -t utf8 "
-                f"--{other.lower()} -r --notest FOLDER)")  # fmt: skip
-    return None
 
 
 class ImageRoot(Storage):
@@ -518,6 +501,7 @@ class ImageSizes:
         root = images.base.local_path()
         self.root_fd = _open_root(root) if root is not None else None
         self.listings: dict[tuple[str, str], dict[str, Entry] | str] = {}
+        self.looked = 0  # missing images looked for under another spelling
 
     def of(self, path: str) -> int:
         if self.images.web_url(path) is not None:
@@ -528,7 +512,11 @@ class ImageSizes:
         storage, name = self.images.where(path)
         if (root := storage.local_path()) is not None:
             fd = self.root_fd if storage is self.images.base else None
-            return _image_size(root, name, fd)
+            try:
+                return _image_size(root, name, fd, look=self.looked < LOOKED_FOR)
+            except ImageUnusable:
+                self.looked += 1
+                raise
         if not storage.lists_sizes:
             try:
                 return storage.size(name)
