@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
 import errno
 import io
 import itertools
+import posixpath
 from collections.abc import Iterable, Iterator, Sequence
 from typing import BinaryIO, NamedTuple
 
@@ -113,6 +115,8 @@ def text_blocks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[list[st
         try:
             text = block.decode("utf-8")
         except UnicodeDecodeError as e:
+            if not n and block.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+                raise _utf16(path) from None
             line = n + block.count(b"\n", 0, e.start) + 1
             start = block.rfind(b"\n", 0, e.start) + 1
             raise SourceError(
@@ -128,6 +132,17 @@ def text_blocks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[list[st
             lines.append(last)
         n += len(lines)
         yield lines
+
+
+def _utf16(path: str) -> SourceError:
+    """The error of a manifest saved as UTF-16 (its byte-order mark first), with the iconv
+    that makes it UTF-8."""
+    name = posixpath.basename(path)
+    stem, dot, ext = name.rpartition(".")
+    return SourceError(f"{path}: is UTF-16 text (it starts with UTF-16's byte-order mark, as "
+                       "Excel's 'Unicode Text' and Windows PowerShell's Out-File save it); save "
+                       f"the manifest as UTF-8: iconv -f UTF-16 -t UTF-8 {name} > "
+                       f"{stem}-utf8{dot}{ext}")  # fmt: skip
 
 
 def no_rows(path: str, problems: Iterable[tuple[int, str]]) -> SourceError:

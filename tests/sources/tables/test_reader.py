@@ -594,6 +594,29 @@ def test_non_utf8_bytes_name_their_line(tmp_path, chunking):
         read_manifest(path)
 
 
+@pytest.mark.parametrize(("name", "codec"), [("t.tsv", "utf-16"), ("t.csv", "utf-16-be"),
+                                             ("t.jsonl", "utf-16-le")])  # fmt: skip
+def test_a_utf16_manifest_says_it_is_utf16_and_how_to_make_it_utf8(tmp_path, name, codec):
+    """Excel's 'Unicode Text' (a TSV) and Windows PowerShell's Out-File save UTF-16 with a
+    byte-order mark: it was 'line 1: not UTF-8 text (byte 1 of the line)', right but no way on
+    for a user who saved it so; now it names UTF-16 and the iconv that makes it UTF-8."""
+    text = {"t.jsonl": '{"path": "a.jpg"}\r\n'}.get(name, "path\r\na.jpg\r\n")
+    path = tmp_path / name
+    path.write_bytes((text if codec == "utf-16" else "\ufeff" + text).encode(codec))  # a BOM
+    stem, ext = name.split(".")
+    with pytest.raises(SourceError) as caught:
+        read_manifest(path)
+    assert str(caught.value) == (
+        f"{path}: is UTF-16 text (it starts with UTF-16's byte-order mark, as Excel's 'Unicode "
+        "Text' and Windows PowerShell's Out-File save it); save the manifest as UTF-8: iconv -f "
+        f"UTF-16 -t UTF-8 {name} > {stem}-utf8.{ext}"
+    )
+    converted = tmp_path / f"{stem}-utf8.{ext}"  # as the command says: read
+    subprocess.run(["iconv", "-f", "UTF-16", "-t", "UTF-8", str(path)], check=True,
+                   stdout=converted.open("wb"))  # fmt: skip
+    assert [row.path for row in read_manifest(converted).rows] == ["a.jpg"]
+
+
 @pytest.mark.parametrize("rows", [2, 100_000])  # a small file; one past the 1 MiB of a line
 def test_a_csv_whose_lines_end_in_a_carriage_return_alone_says_so(tmp_path, rows):
     """Excel for Mac once saved CSV so (pandas reads it): a small one said 'new-line character
