@@ -101,6 +101,10 @@ def test_a_path_whose_file_is_named_in_another_case_or_unicode_form_says_so(tmp_
         "paths as the files are named"
     )
     assert "--root" not in str(caught.value)  # not relative to another folder
+    write_csv(src / "ids.csv", [{"path": "cat/img_002"}])  # a column of ids: the suffix's case
+    with pytest.raises(SourceError) as caught:
+        pack(src / "ids.csv", tmp_path / "ids", PackOptions(workers=1, path_suffix=".jpg"))
+    assert str(caught.value).endswith("but cat/img_002.JPG is: pass path_suffix='.JPG'")
     (src / "Cat").mkdir()  # two folders alike but for case: no telling which was meant
     with pytest.raises(SourceError) as caught:
         pack(src / "case.csv", tmp_path / "case", PackOptions(workers=1))
