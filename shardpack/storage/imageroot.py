@@ -22,7 +22,7 @@ from shardpack.storage import storage_at  # the package picks the store a path n
 from shardpack.storage.base import Blob, Entry, Files, NextFiles, Storage
 from shardpack.storage.locations import is_data_url, is_url, joined, normal
 from shardpack.storage.readahead import ReadAhead
-from shardpack.storage.spelt import how_spelt, spelt_otherwise
+from shardpack.storage.spelt import LOOKED_FOR, how_spelt, spelt_otherwise
 from shardpack.storage.srcfiles import not_regular
 from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
 
@@ -35,10 +35,6 @@ if TYPE_CHECKING:
 # What the planner takes an http(s) URL's image to weigh, unfetched: a guess at a web photo's
 # size (img2dataset's 10,000 a shard would be ~1 GB of originals); 1,024 make a 128MiB shard.
 URL_BYTES = 128 << 10
-
-# Of a manifest's missing images, the first this many are looked for under another spelling
-# (case, Unicode form), each a few stats and listings: the first reasons say it for the rest.
-LOOKED_FOR = 16
 
 # Why a URL list's row naming anything but an http(s) URL is refused: a list of strangers'
 # URLs must not reach this machine's files or the user's object stores.

@@ -7,14 +7,27 @@ from __future__ import annotations
 
 import os
 import unicodedata
+from collections.abc import Iterable
 from itertools import islice
 
 # The most entries read of one folder while looking: a hint is not worth a huge listing.
 MOST_LISTED = 100_000
+# Of a source's missing images, the first this many are looked for under another spelling,
+# each a few stats and listings: the first reasons say it for the rest.
+LOOKED_FOR = 16
 
 
-def _folded(name: str) -> str:
+def folded(name: str) -> str:
+    """A name as the disks of macOS and Windows compare names: in any case and Unicode form."""
     return unicodedata.normalize("NFC", name).casefold()
+
+
+def alike(name: str, names: Iterable[str]) -> str | None:
+    """The one of `names` alike `name` but for case and Unicode form; None where none or
+    several are."""
+    key = folded(name)
+    found = [n for n in islice(names, MOST_LISTED) if folded(n) == key]
+    return found[0] if len(found) == 1 else None
 
 
 def spelt_otherwise(root: str, path: str) -> str | None:
@@ -27,16 +40,14 @@ def spelt_otherwise(root: str, path: str) -> str | None:
         if part in ("", ".", "..") or os.path.lexists(os.path.join(here, part)):
             found.append(part)
         else:
-            folded = _folded(part)
             try:
                 with os.scandir(here) as entries:
-                    alike = [e.name for e in islice(entries, MOST_LISTED)
-                             if _folded(e.name) == folded]  # fmt: skip
+                    other = alike(part, (entry.name for entry in entries))
             except OSError:
                 return None
-            if len(alike) != 1:
+            if other is None:
                 return None
-            found.append(alike[0])
+            found.append(other)
         here = os.path.join(here, found[-1])
     spelt = ("/" if path.startswith("/") else "") + "/".join(found)
     return None if spelt == path or not os.path.exists(os.path.join(root, spelt)) else spelt
