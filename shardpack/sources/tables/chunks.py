@@ -155,6 +155,13 @@ def no_rows(path: str, problems: Iterable[tuple[int, str]]) -> SourceError:
 
 
 def check_names(path: str, names: list[str]) -> None:
+    """Refuse a header of an empty or repeated column name, naming pandas' index column (a
+    first column of no name, as `DataFrame.to_csv` writes it) where that is the one."""
+    rest = names[1:]
+    if names[:1] == [""] and rest and "" not in rest and len(set(rest)) == len(rest):
+        raise SourceError(f"{path}: its first column has no name, as pandas' to_csv writes a "
+                          "DataFrame's index: save it with to_csv(..., index=False), or name "
+                          "the column")  # fmt: skip
     if "" in names or len(set(names)) != len(names):
         raise SourceError(
             f"{path}: the columns {names!r} include an empty or repeated name; give every "

@@ -432,6 +432,15 @@ def _parquet_bytes(table: pa.Table) -> bytes:
         ("t.jsonl", b'{"path": "a.jpg",}\n' * 2, r"t\.jsonl: no line of it is a row; the first"),
         ("t.csv", b"path,label,path\na,b,c\n", r"\['path', 'label', 'path'\] include an empty or"),
         ("t.jsonl", b'{"path": "a.jpg", "": 1}\n', r"include an empty or repeated name"),
+        # pandas' to_csv of a DataFrame kept its index: it said 'include an empty or repeated
+        # name', of the column every pandas user has written once
+        (
+            "t.csv",
+            b",path,label\n0,a.jpg,cat\n",
+            r"t\.csv: its first column has no name, as "
+            r"pandas' to_csv writes a DataFrame's index: save it with to_csv\(\.\.\., index=",
+        ),
+        ("t.csv", b",path,\n0,a.jpg,cat\n", r"\['', 'path', ''\] include an empty or repeated"),
         ("t.parquet", b"PAR1 not really", r"t\.parquet: not a readable Parquet file"),
         (  # written as the test runs: pyarrow imports pandas to write it (1 s, every worker)
             "t.parquet",
