@@ -457,7 +457,7 @@ def _duplicates_section(duplicates: dict, found: dict[str, str]) -> str:
     if rows:
         removed = dict(totals)  # every copy --dedup removed: the leaks were SRC's
         gone = removed["removed"] and removed["removed"] >= removed["copies"]
-        parts.append(f"<h3>Leaks across splits{' before --dedup' * bool(gone)}</h3>")
+        parts.append(f"<h3>Leaks across splits{' before deduplication' * bool(gone)}</h3>")
         parts.append(_table(("images of", "also in", "images"), rows))
     named = duplicates.get("conflicts_listed")
     named = [g for g in (named if isinstance(named, list) else []) if isinstance(g, list)]

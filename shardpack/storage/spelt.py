@@ -63,7 +63,7 @@ def how_spelt(path: str, spelt: str) -> str:
         return (f", but it is there named in Unicode {form}{mac[form]}, which this disk tells "
                 f"apart from the manifest's {other}{mac[other]}: write the manifest's paths in "
                 f"{form}, or rename the files to {other} (convmv -f utf8 -t utf8 "
-                f"--{other.lower()} -r --notest FOLDER)")  # fmt: skip
+                f"--{other.lower()} -r FOLDER lists the renames)")  # fmt: skip
     return (f", but it is there as {spelt!r}, in another case, which this disk tells apart (the "
             "disks of macOS and Windows do not): write the manifest's paths as the files are "
             "named")  # fmt: skip

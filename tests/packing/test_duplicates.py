@@ -678,4 +678,4 @@ def test_leaks_dedup_removed_are_told_as_src_held_them_not_as_the_pack_holds_the
     assert "1 image of test was also in train before deduplication.\n" in card
     assert "is also in" not in card
     assert runner.invoke(app, ["report", str(out), "--no-progress"]).exit_code == 0
-    assert "<h3>Leaks across splits before --dedup</h3>" in (out / "report.html").read_text()
+    assert "<h3>Leaks across splits before deduplication</h3>" in (out / "report.html").read_text()

@@ -87,7 +87,7 @@ def test_a_path_whose_file_is_named_in_another_case_or_unicode_form_says_so(tmp_
         assert (f": No such file or directory, but it is there named in Unicode {form}"
                 in str(caught.value)), str(caught.value)  # fmt: skip
         assert (f"write the manifest's paths in {form}, or rename the files to {other} "
-                f"(convmv -f utf8 -t utf8 --{other.lower()} -r --notest FOLDER)"
+                f"(convmv -f utf8 -t utf8 --{other.lower()} -r FOLDER lists the renames)"
                 in str(caught.value))  # fmt: skip
         write_csv(src / f"{stem}.csv", [{"path": file}])  # as the disk spells it: packed
         assert pack(src / f"{stem}.csv", tmp_path / stem, PackOptions(workers=1)).num_records == 1
