@@ -12,7 +12,7 @@ from itertools import islice
 
 from shardpack.containers import CONTAINERS, Container
 from shardpack.errors import FileAccessError, IndexFormatError, Option, is_count, shortened
-from shardpack.layout import INDEX_NAME
+from shardpack.layout import INDEX_NAME, JOURNAL_FOLDER, JOURNAL_NAME, LOCK_NAME
 from shardpack.options import ENCODINGS, SHUFFLES
 from shardpack.schema import V1_DTYPES, Schema, check_values
 from shardpack.storage import Storage, storage_at
@@ -354,6 +354,17 @@ def _packs_inside(storage: Storage) -> list[str]:
         return []
 
 
+def _run_began(storage: Storage) -> bool:
+    """Whether a pack run has begun in OUT: its lock (a run going) or its journal (a run stopped
+    after its plan) is there. A run stopped before its plan leaves OUT as it found it, so a
+    folder of neither (a dataset's own, passed to inspect) has no run to resume."""
+    try:
+        return any(storage.kind(name) is not None for name in (LOCK_NAME, JOURNAL_NAME,
+                                                               JOURNAL_FOLDER))  # fmt: skip
+    except OSError:  # a hint only: the error it picks says what is missing either way
+        return True
+
+
 def _a_file(root: str) -> IndexFormatError:
     """The error of a file (a shard, an image) passed as OUT."""
     return IndexFormatError(f"{root}: is a file, not a pack output; pass the folder that holds "
@@ -399,6 +410,10 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
                       f"its folders {named} are: pass one of them, such as")  # fmt: skip
             raise IndexFormatError(f"{path}: not found; {storage.root} is no shardpack output, "
                                    f"but {inside} {root}/{inner[0]}") from None  # fmt: skip
+        if not _run_began(storage):
+            raise IndexFormatError(f"{path}: not found; {storage.root} is no shardpack output "
+                                   "(no pack run has written into it): pass the OUT of a pack "
+                                   "run") from None  # fmt: skip
         raise IndexFormatError(
             f"{path}: not found; is {storage.root} a shardpack output? (pack writes index.json "
             "last: a run still going has none yet, and one that was stopped has none: rerun it "

@@ -157,10 +157,19 @@ def test_a_folder_above_a_pack_names_the_pack_to_pass(tmp_path):
                           f"{tmp_path / 'outs' / 'a'}")  # fmt: skip
 
 
-def test_a_folder_of_no_pack_says_a_stopped_run_leaves_no_index(tmp_path):
+def test_a_folder_no_run_began_in_says_so_and_one_with_a_journal_says_to_resume(tmp_path):
+    """`inspect ~/data/flowers` (the dataset, not its pack) was asked whether it was a pack
+    stopped before its index and told to rerun it with --resume; a run stopped before its
+    plan leaves OUT as it found it, so only a folder with a run's lock or journal can be one."""
     (tmp_path / "images" / "cat").mkdir(parents=True)
     (tmp_path / "images" / "cat" / "index.json").mkdir()  # a folder by that name: no pack
-    assert "rerun it with resume=True" in str(_refused(tmp_path / "images", "not found"))
+    error = str(_refused(tmp_path / "images", "not found"))
+    assert error.endswith(f"{tmp_path / 'images'} is no shardpack output (no pack run has "
+                          "written into it): pass the OUT of a pack run")  # fmt: skip
+    for name in (".shardpack.journal", ".shardpack.lock"):  # a run stopped, or one going
+        (tmp_path / "images" / name).write_text("")
+        assert "rerun it with resume=True" in str(_refused(tmp_path / "images", "not found"))
+        (tmp_path / "images" / name).unlink()
 
 
 def test_missing_out_is_refused_naming_the_folder(tmp_path):

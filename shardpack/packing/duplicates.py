@@ -640,6 +640,19 @@ def rewarned(held: tuple[str, ...], doc: dict, scanned: tuple[str, ...]) -> tupl
     return (*scanned, *kept, *warnings(doc))
 
 
+def all_removed(doc: Mapping) -> bool:
+    """Whether --dedup removed every copy an index's `duplicates` counts: its leaks across
+    splits are then SRC's, no more the pack's."""
+    return bool(doc["removed"]) and doc["removed"] >= doc["copies"]
+
+
+def also_in(images: int, doc: Mapping) -> str:
+    """'is also in' of a leak the pack holds, 'was also in' of one --dedup removed."""
+    if all_removed(doc):
+        return "was also in" if images == 1 else "were also in"
+    return "is also in" if images == 1 else "are also in"
+
+
 def lines(doc: object) -> list[str]:
     """What the pack summary and inspect print of an index's `duplicates` (read as untrusted:
     anything not as summary() writes it prints nothing)."""
@@ -653,8 +666,9 @@ def lines(doc: object) -> list[str]:
             said.append(f"  {removed:,} removed by --dedup {'near' if near_ else 'exact'} "
                         "(skipped as duplicates)")  # fmt: skip
         said += [f"  {a['images']:,} {'image' if a['images'] == 1 else 'images'} of "
-                 f"{printable(a['split'])} {'is' if a['images'] == 1 else 'are'} also in "
-                 f"{printable(a['also_in'])}" for a in doc["across_splits"]]  # fmt: skip
+                 f"{printable(a['split'])} {also_in(a['images'], doc)} "
+                 f"{printable(a['also_in'])}{' before --dedup' * all_removed(doc)}"
+                 for a in doc["across_splits"]]  # fmt: skip
         if conflicts := doc.get("label_conflicts"):
             said.append(f"  {conflicts:,} {'group' if conflicts == 1 else 'groups'} of copies "
                         f"{LABELLED_DIFFERENTLY} (label conflicts)")  # fmt: skip

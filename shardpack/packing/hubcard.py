@@ -19,7 +19,7 @@ from shardpack.errors import OutputError, classes_said, plural
 from shardpack.hffeatures import card_form, hf_feature
 from shardpack.index import Index, ShardInfo
 from shardpack.layout import CARD_NAME
-from shardpack.packing.duplicates import LABELLED_DIFFERENTLY
+from shardpack.packing.duplicates import LABELLED_DIFFERENTLY, all_removed, also_in
 from shardpack.packing.objects import num_object_classes
 from shardpack.schema import Feature
 from shardpack.storage import Storage
@@ -322,7 +322,8 @@ def summary(index: Index) -> str:
                     f"{plural(copies, 'copy', 'copies')} of {plural(groups, 'image')} "
                     f"({duplicates['removed']:,} removed).")  # fmt: skip
         said += [f"{plural(a['images'], 'image')} of {a['split']} "
-                 f"{'is' if a['images'] == 1 else 'are'} also in {a['also_in']}."
+                 f"{also_in(a['images'], duplicates)} {a['also_in']}"
+                 f"{' before deduplication' * all_removed(duplicates)}."
                  for a in duplicates["across_splits"]]  # fmt: skip
         if conflicts := duplicates.get("label_conflicts"):
             which = "group of copies is" if conflicts == 1 else "groups of copies are"

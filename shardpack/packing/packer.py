@@ -139,7 +139,14 @@ def refuse_shell_slips(given: str | os.PathLike, name: str) -> None:
 
 def refuse_out_inside_src(src: Storage, out: Storage) -> None:
     """OUT inside SRC would be scanned as data by the next run: refuse it (local disks: real
-    paths compared; object stores: the URLs' prefixes)."""
+    paths compared; object stores: the URLs' prefixes). So is OUT above a SRC folder
+    (`pack flowers .`): the pack's files would land beside the dataset's folder, among the
+    user's own, and a pack of that folder would take them for data."""
+    if out.holds(src) and not src.holds(out) and src.kind() == "dir":
+        own = f"{src.root.rstrip('/')}-shards"
+        raise OutputError(f"{out.root}: holds SRC {src.path()}, so the shards, index.json and "
+                          "README.md would land beside your dataset's folder; choose an output "
+                          f"folder of their own, such as {own}")  # fmt: skip
     if not src.holds(out):
         return
     where = "is SRC itself" if out.holds(src) else f"is inside SRC {src.path()}"

@@ -455,7 +455,9 @@ def _duplicates_section(duplicates: dict, found: dict[str, str]) -> str:
         if isinstance(a, dict)
     ]
     if rows:
-        parts.append("<h3>Leaks across splits</h3>")
+        removed = dict(totals)  # every copy --dedup removed: the leaks were SRC's
+        gone = removed["removed"] and removed["removed"] >= removed["copies"]
+        parts.append(f"<h3>Leaks across splits{' before deduplication' * bool(gone)}</h3>")
         parts.append(_table(("images of", "also in", "images"), rows))
     named = duplicates.get("conflicts_listed")
     named = [g for g in (named if isinstance(named, list) else []) if isinstance(g, list)]

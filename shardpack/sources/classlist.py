@@ -116,6 +116,7 @@ def parse_classes(text: str) -> tuple[str, ...]:
         # a byte-order mark (Notepad's and Excel's "UTF-8 with BOM") is no part of a name
         data = data.removeprefix(codecs.BOM_UTF8)
         names = [class_name(line) for line in os.fsdecode(data).split("\n")]
+        _refuse_comment(names, text)
         where = text
     elif "," not in text and text.lower().endswith(_LIST_FILES):
         raise ShardpackError(f"{text}: no such file; pass the class list's path, or the names "
@@ -133,6 +134,19 @@ def parse_classes(text: str) -> tuple[str, ...]:
     if repeated:
         raise ShardpackError(f"{where}: class {repeated[0]!r} is listed twice; list each once")
     return tuple(names)
+
+
+def _refuse_comment(lines: list[str], where: str) -> None:
+    """Refuse a class list file's line beginning with '#': a comment to its writer, a class to
+    every reader of one name a line (TFDS's label.labels.txt), so taken either way it would
+    shift or drop a label unseen."""
+    number = next((n for n, line in enumerate(lines, 1) if line.startswith("#")), None)
+    if number is not None:
+        raise ShardpackError(
+            f"{where} line {number}: '{printable(lines[number - 1])}' begins with '#', as a "
+            "comment does, but every line of a class list is a class name; remove the line "
+            "(for a class whose name begins with '#', pass the names as a,b,c)"
+        )
 
 
 def class_list(found: Iterable[str], pinned: tuple[str, ...] | None) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ from shardpack.sources.objects import ANNOTATED_SIZE
 from shardpack.sources.scanprogress import listed
 from shardpack.sources.source import Dataset, Item, Source, folder_only, refuse_unfound
 from shardpack.storage import Storage
+from shardpack.storage.spelt import LOOKED_FOR, alike
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 
 # COCO 2017's largest JSON (instances_train2017.json) is 448 MB; a file past this cap is a trap
@@ -312,6 +313,7 @@ class _Split:
         # annotations of no image packed: (what is wrong, the fix) -> (how many, the first)
         self.stray: dict[tuple[str, str], tuple[int, str]] = {}
         self.passed: set[int] = set()  # ids of images listed but skipped: not orphans' images
+        self.spelt_looks = 0  # missing images looked for under another spelling
 
     def items(self, doc: dict) -> tuple[Item, ...]:
         images = self._images(doc["images"])
@@ -339,7 +341,12 @@ class _Split:
         for ident, (name, height, width) in images.items():
             key = posixpath.join(self.folder, name)
             if name not in self.sizes:
-                self._skip(key, f"listed in {self.json_path} but not in {self.folder}/")
+                other = alike(name, self.sizes) if self.spelt_looks < LOOKED_FOR else None
+                self.spelt_looks += 1
+                self._skip(key, f"listed in {self.json_path} but not in {self.folder}/" + (
+                    "" if other is None else f", which holds it as {other!r}, in another case "
+                    "or Unicode form (one name to the disks of macOS and Windows): write the "
+                    "JSON's file_name as the file is named"))  # fmt: skip
                 continue
             self.used += 1
             if ident in repeated:

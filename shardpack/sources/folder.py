@@ -324,14 +324,22 @@ def _same_folder(src: Storage, base: str, name: str, first: str) -> SourceError:
                        "one folder cannot be two classes: remove the link")  # fmt: skip
 
 
-def empty_class_warnings(top: str, empty: list[str], classes: tuple[str, ...]) -> list[str]:
-    """One warning for each class folder of `top` that holds no images (and is in the list)."""
-    return [
-        f"class '{name}' ({os.path.join(top, name)}) holds no images: it keeps label "
-        f"{classes.index(name)} with no records"
-        for name in empty
-        if name in classes
-    ]
+def empty_class_warnings(
+    top: str, empty: list[str], classes: tuple[str, ...], elsewhere: frozenset[int] = frozenset()
+) -> list[str]:
+    """One warning for each class folder of `top` that holds no images (and is in the list);
+    `elsewhere`: the labels other split folders hold records of (a split tree's `val/cat/`
+    empty beside `train/cat/`: the class has records, that split none)."""
+    said = []
+    for name in empty:
+        if name not in classes:
+            continue
+        label = classes.index(name)
+        what = (f"this split has no record of label {label}, which another split has"
+                if label in elsewhere
+                else f"it keeps label {label} with no records")  # fmt: skip
+        said.append(f"class '{name}' ({os.path.join(top, name)}) holds no images: {what}")
+    return said
 
 
 def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:

@@ -515,15 +515,15 @@ def _elsewhere(skipped: list[tuple[str, str]], options: PackOptions, base: str) 
     without their extension (a column of ids: --path-suffix) or relative to a folder inside
     (--root), was moved away from its images, or lists them relative to another folder."""
     missing = os.strerror(errno.ENOENT)
-    if not skipped or not all(r.endswith(missing) for _, r in skipped):
+    if not skipped or not all(missing in r for _, r in skipped):
         return ()
     if any("\\" in key for key, _ in skipped):  # a list written on Windows: imgs\a.jpg
         return ("; its paths are written with '\\' between folders, as on Windows: write them "
                 "with '/'",)  # fmt: skip
     if (found := _found_near(skipped[0][0], options.path_suffix, base)) is not None:
-        return found
-    if options.root is not None:
-        return ()
+        return found  # (--path-suffix .JPG: of ids, where the reason says the file's case)
+    if options.root is not None or not all(r.endswith(missing) for _, r in skipped):
+        return ()  # a reason naming the file as the disk spells it: no other folder to guess
     return ("; its paths were read under ", base, ": if they are relative to another folder, "
             "pass ", Option("root"), " with that folder")  # fmt: skip
 

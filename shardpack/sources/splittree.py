@@ -100,13 +100,15 @@ def scan_split_tree(root: Storage, options: PackOptions) -> Dataset:
     splits: dict[str, tuple[Item, ...]] = {}
     left_out: list[tuple[str, str]] = []
     warnings = folder_name_warnings(found_classes, options.classes, root.path())
-    for split, (_, found, empty) in listings.items():
+    for split, (_, found, _) in listings.items():
         splits[split], skipped = labelled(found, classes, options.on_error)
         left_out += skipped
         if not found:  # a split folder left empty (its images not copied in): no split at all
             warnings.append(f"split folder {split!r} ({root.path(split)}) holds no image in a "
                             f"class folder: the pack has no split {split!r}")  # fmt: skip
-        warnings += empty_class_warnings(root.path(split), empty, classes)
+    held = frozenset(item.label for items in splits.values() for item in items)
+    for split, (_, _, empty) in listings.items():
+        warnings += empty_class_warnings(root.path(split), empty, classes, held)
     images = sum(len(found) for _, found, _ in listings.values())
     if images and not any(splits.values()):
         raise left_out_by_classes(root.path(), images, found_classes)

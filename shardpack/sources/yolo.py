@@ -133,7 +133,8 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
     outlines: dict[str, list[bytes | None]] = {}
     skipped: list[tuple[str, str]] = []
     seen: dict[str, str] = {}  # image -> its split: one image is one record
-    read: set[str] = set()  # the label files of the images found
+    read: dict[str, str] = {}  # the label files of the images found -> the first image
+    shared: list[tuple[str, str, str]] = []  # (first image, image, label file) of one file
     for split, folders in places.items():
         for entry in (e for place in folders for e in _images(root, place, skipped)):
             if entry.name in seen:
@@ -142,7 +143,7 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
                 continue
             seen[entry.name] = split
             label_file = label_path(entry.name)
-            read.add(label_file)
+            first = read.setdefault(label_file, entry.name)
             try:
                 data = read_annotation(root, label_file)
                 fields, polygons = ({BOX: (), LABEL: ()}, None) if data is None else _objects(
@@ -151,6 +152,8 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
                 skipped.append((entry.name, str(e)))
                 continue
             tally.unannotated += data is None
+            if first != entry.name and data is not None:
+                shared.append((first, entry.name, label_file))
             tally.empty += not fields[LABEL] and data is not None
             splits.setdefault(split, []).append(Item(entry.name, None, entry.name, entry.size,
                                                      fields=fields))  # fmt: skip
@@ -177,9 +180,23 @@ def scan_yolo(root: Storage, yaml: str | None, options: PackOptions) -> Dataset:
             *said,
             *_orphans(root, places, read),
             *tally.warnings(),
+            *_shared(shared),
             *negatives(tally.empty, tally.unannotated, "Ultralytics", "a label file"),
         ),
     )
+
+
+def _shared(shared: list[tuple[str, str, str]]) -> list[str]:
+    """A warning naming the first images that share one label file (`a.jpg` beside `a.png`,
+    both `a.txt`'s): each is packed with its objects, as Ultralytics reads them, which is right
+    for at most one of them unless they are one picture."""
+    if not shared:
+        return []
+    first, other, label_file = shared[0]
+    more = f" ({len(shared):,} images in all share an earlier image's)" if len(shared) > 1 else ""
+    return [f"{first} and {other} share one label file, {label_file}: both are packed with its "
+            f"objects, as Ultralytics reads them{more}; if they are different pictures, rename "
+            "one and give it a label file of its own, else remove the copy"]  # fmt: skip
 
 
 def _yaml_above(root: Storage) -> list[str]:
@@ -206,7 +223,7 @@ def _with_masks(items: list[Item], blobs: list[bytes | None]) -> list[Item]:
 _NOT_LABELS = frozenset({"classes.txt"})
 
 
-def _orphans(root: Storage, places: dict[str, list[str]], read: set[str]) -> list[str]:
+def _orphans(root: Storage, places: dict[str, list[str]], read: Mapping[str, str]) -> list[str]:
     """A warning counting the label files in the split folders' label folders that no image
     found has: named otherwise than their image, or of an image shardpack does not read."""
     folders = {posixpath.dirname(label_path(posixpath.join(place, "x.jpg")))

@@ -267,6 +267,11 @@ class Storage:
                 found.append(None)
         return found
 
+    def link_target(self, name: str = "") -> str | None:
+        """Where `name` leads, where it is a symbolic link (every link on the way followed);
+        None where it is none (an object store has none)."""
+        return None
+
     def lexists(self, name: str = "") -> bool:
         """Whether anything is at `name`: on a disk a link counts unfollowed (kind() follows
         it), so that reading it refuses it by name rather than as a missing file."""

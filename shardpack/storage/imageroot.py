@@ -6,6 +6,7 @@ in a UrlSpool); each image's size at scan (`ImageSizes`); where the scan listed 
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import posixpath
@@ -21,6 +22,7 @@ from shardpack.storage import storage_at  # the package picks the store a path n
 from shardpack.storage.base import Blob, Entry, Files, NextFiles, Storage
 from shardpack.storage.locations import is_data_url, is_url, joined, normal
 from shardpack.storage.readahead import ReadAhead
+from shardpack.storage.spelt import LOOKED_FOR, how_spelt, spelt_otherwise
 from shardpack.storage.srcfiles import not_regular
 from shardpack.storage.urlpolicy import FetchPolicy, is_web_url, refused_scheme
 
@@ -64,9 +66,10 @@ def _open_root(root: str) -> int | None:
         return None
 
 
-def _image_size(root: str, path: str, root_fd: int | None) -> int:
+def _image_size(root: str, path: str, root_fd: int | None, look: bool = False) -> int:
     """The size of the image file at path (under root unless absolute); links are followed, but
-    only to a regular file."""
+    only to a regular file. With `look`, a missing one is looked for under another spelling
+    (spelt: case, Unicode form), and the reason says where."""
     try:
         st = (
             os.stat(path, dir_fd=root_fd)
@@ -74,7 +77,9 @@ def _image_size(root: str, path: str, root_fd: int | None) -> int:
             else os.stat(os.path.join(root, path))
         )
     except OSError as e:
-        raise ImageUnusable(f"image {os.path.join(root, path)}: {e.strerror}") from None
+        spelt = spelt_otherwise(root, path) if look and e.errno == errno.ENOENT else None
+        how = "" if spelt is None else how_spelt(path, spelt)
+        raise ImageUnusable(f"image {os.path.join(root, path)}: {e.strerror}{how}") from None
     if not stat.S_ISREG(st.st_mode):
         raise ImageUnusable(f"image {os.path.join(root, path)}: {not_regular(st.st_mode)}")
     return st.st_size
@@ -492,6 +497,7 @@ class ImageSizes:
         root = images.base.local_path()
         self.root_fd = _open_root(root) if root is not None else None
         self.listings: dict[tuple[str, str], dict[str, Entry] | str] = {}
+        self.looked = 0  # missing images looked for under another spelling
 
     def of(self, path: str) -> int:
         if self.images.web_url(path) is not None:
@@ -502,7 +508,11 @@ class ImageSizes:
         storage, name = self.images.where(path)
         if (root := storage.local_path()) is not None:
             fd = self.root_fd if storage is self.images.base else None
-            return _image_size(root, name, fd)
+            try:
+                return _image_size(root, name, fd, look=self.looked < LOOKED_FOR)
+            except ImageUnusable:
+                self.looked += 1
+                raise
         if not storage.lists_sizes:
             try:
                 return storage.size(name)

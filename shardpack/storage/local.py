@@ -76,6 +76,10 @@ class LocalStorage(Storage):
     def lexists(self, name: str = "") -> bool:
         return os.path.lexists(self.path(name))
 
+    def link_target(self, name: str = "") -> str | None:
+        path = self.path(name)
+        return os.path.realpath(path) if os.path.islink(path) else None
+
     def stamp(self, name: str) -> tuple[int, int] | None:
         try:  # links followed, as the read follows them (to a regular file only)
             st = os.stat(self.path(name))

@@ -207,3 +207,19 @@ def test_a_classes_list_past_the_limit_is_refused_by_name(tmp_path: Path):
     names.write_text("".join(f"c{i}\n" for i in range(MAX_CLASSES + 1)))
     done = _pack(_labelled_manifest(tmp_path), tmp_path / "out", "--classes", str(names))
     one_line_error(done, str(names), f"{MAX_CLASSES + 1:,} classes")
+
+
+@pytest.mark.parametrize("header", ["# classes of v2", "  #cat"])
+def test_a_classes_file_line_beginning_with_a_hash_is_refused_naming_the_line(tmp_path, header):
+    """A comment line at the head of a --classes file was packed as class 0, every label after
+    it one off (and no class folder of its name warned of): now it is refused naming the line,
+    before OUT is made; in a,b,c, where nothing is a comment, such a name is a class."""
+    src = make_tree(tmp_path / "src", {"cat": 1, "dog": 1})
+    names = tmp_path / "classes.txt"
+    names.write_bytes(f"\ufeffcat\r\n\r\n{header}\r\ndog\r\n".encode())
+    done = _pack(src, tmp_path / "out", "--classes", str(names))
+    one_line_error(done, f"{names} line 3: '{header.strip()}' begins with '#'", "remove the line")
+    assert not (tmp_path / "out").exists()
+    done = _pack(src, tmp_path / "out", "--classes", "#x,cat,dog")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _index(tmp_path / "out")["classes"] == ["#x", "cat", "dog"]

@@ -208,7 +208,7 @@ def test_split_summaries_match_the_records(src: Path, tmp_path: Path) -> None:
     assert described["duplicates"]["removed"] == 4
     text = runner.invoke(app, ["inspect", str(out)]).output
     assert "images: 56x40 median" in text and "skipped: duplicate 4" in text
-    assert "2 images of test are also in train" in text
+    assert "2 images of test were also in train before --dedup" in text  # no more in the pack
     assert "\nskipped 4 items at pack time\n" in text  # items, as pack says: not all are files
 
     summary = _pack(bad, tmp_path / "out2")
@@ -383,15 +383,20 @@ def test_hub_dataset_card(src: Path, tmp_path: Path) -> None:
     _pack(src, out, "--shards", "2", "--format", "webdataset", "--resume")  # ours: rewritten
 
 
-def test_the_hub_card_counts_one_copy_in_the_singular(tmp_path: Path) -> None:
-    """One image of train copied into test: the card said '1 copies of 1 images' and '1
-    images of train are also in test', where pack's summary says 'image ... is'."""
+def _one_copy_across(tmp_path: Path) -> Path:
+    """A split tree of two train images, one of them copied into test."""
     src = tmp_path / "src"
     write_image(src / "train" / "cat" / "a.png", image(0))
     write_image(src / "train" / "cat" / "b.png", image(1))
     (src / "test" / "cat").mkdir(parents=True)
     shutil.copyfile(src / "train" / "cat" / "a.png", src / "test" / "cat" / "a.png")
-    out = tmp_path / "out"
+    return src
+
+
+def test_the_hub_card_counts_one_copy_in_the_singular(tmp_path: Path) -> None:
+    """One image of train copied into test: the card said '1 copies of 1 images' and '1
+    images of train are also in test', where pack's summary says 'image ... is'."""
+    src, out = _one_copy_across(tmp_path), tmp_path / "out"
     result = runner.invoke(app, ["pack", str(src), str(out), "--no-progress"])
     assert result.exit_code == 0, result.output
     text = (out / "README.md").read_text("utf-8")
@@ -655,3 +660,22 @@ def test_dedup_stamps_each_file_by_its_read_and_stats_none(tmp_path: Path, monke
     assert len(noted.dropped) == 4
     for _, key, *_, mtime in noted.dropped:
         assert mtime == (src / key).stat().st_mtime_ns, key
+
+
+def test_leaks_dedup_removed_are_told_as_src_held_them_not_as_the_pack_holds_them(
+    tmp_path: Path,
+) -> None:
+    """After --dedup exact the summary, inspect, the Hub card and the report still said '1 image
+    of test is also in train', untrue of the pack (train's copy was not packed), and the card
+    published it as a leak of the dataset."""
+    src, out = _one_copy_across(tmp_path), tmp_path / "out"
+    result = runner.invoke(app, ["pack", str(src), str(out), "--no-progress", "--dedup", "exact"])
+    assert result.exit_code == 0, result.output
+    told = "1 image of test was also in train before --dedup\n  1 image of train was also in test"
+    assert told in result.output
+    assert told in runner.invoke(app, ["inspect", str(out)]).output
+    card = (out / "README.md").read_text("utf-8")
+    assert "1 image of test was also in train before deduplication.\n" in card
+    assert "is also in" not in card
+    assert runner.invoke(app, ["report", str(out), "--no-progress"]).exit_code == 0
+    assert "<h3>Leaks across splits before deduplication</h3>" in (out / "report.html").read_text()

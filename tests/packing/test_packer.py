@@ -445,6 +445,24 @@ def test_out_inside_src_is_refused(tree: Path):
     assert sorted(tree.rglob("*")) == before  # refused before anything was written
 
 
+def test_out_above_a_src_folder_is_refused_naming_a_folder_of_its_own(tmp_path: Path, tree: Path):
+    """`pack flowers .` (OUT the folder above SRC) wrote the shards, index.json and README.md
+    beside the dataset's folder, among the user's files, without a word: OUT holds SRC's images
+    below its first folders, which the swapped-SRC/OUT check does not look at."""
+    before = sorted(tmp_path.rglob("*"))
+    for out in (tmp_path, tmp_path.parent):
+        said = (f"{out}: holds SRC {tree}, so the shards, index.json and README.md would land "
+                "beside your dataset's folder; choose an output folder of their own, such as "
+                f"{tree}-shards")  # fmt: skip
+        with pytest.raises(OutputError, match=f"^{re.escape(said)}$"):
+            pack(tree, out, PackOptions(workers=1))
+    assert sorted(tmp_path.rglob("*")) == before  # refused before anything was written
+    lists = tmp_path / "lists"  # a manifest SRC in OUT, its image elsewhere: no folder beside
+    lists.mkdir()
+    (lists / "labels.csv").write_text(f"path,label\n{tree / 'cat/img_000.jpg'},cat\n")
+    assert pack(lists / "labels.csv", lists, PackOptions(workers=1)).num_records == 1
+
+
 def test_out_holding_images_is_refused_as_src_and_out_swapped(tmp_path: Path, tree: Path):
     packed = tmp_path / "packed"
     pack(tree, packed, PackOptions(workers=1))

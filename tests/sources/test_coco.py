@@ -403,6 +403,21 @@ def test_an_annotation_id_used_twice_skips_the_image_of_the_second(tmp_path: Pat
     assert [i.fields["image/id"] for i in dataset.splits["val"]] == [1, 2]
 
 
+def test_an_image_there_in_another_case_says_how_the_folder_names_it(tmp_path: Path):
+    """A JSON naming `A.PNG` (a tool on Windows or macOS, whose disks take it for `a.png`) was
+    skipped as 'listed in ... but not in val2017/', the file there to see; now the reason names
+    the file as the folder spells it."""
+    src = _broken(tmp_path, lambda d: d["images"][0].update(file_name="A.PNG"))
+    dataset = scan(src)
+    (skipped,) = dataset.skipped
+    assert skipped == ("val2017/A.PNG", f"listed in {src / 'annotations/instances_val2017.json'} "
+                       "but not in val2017/, which holds it as 'a.png', in another case or "
+                       "Unicode form (one name to the disks of macOS and Windows): write the "
+                       "JSON's file_name as the file is named")  # fmt: skip
+    src = _broken(tmp_path / "b", lambda d: d["images"][0].update(file_name="b.png"))
+    assert scan(src).skipped[0][1].endswith("but not in val2017/")  # no file alike: as before
+
+
 def test_an_annotation_of_no_image_id_is_said_to_have_none(tmp_path: Path):
     """An annotation without image_id was warned of as naming an image the JSON does not list,
     image 'None': it has no image_id, said with the JSON, the entry and the fix."""

@@ -69,6 +69,48 @@ def bad_rows(tmp_path: Path) -> Path:
     return manifest
 
 
+def test_a_path_whose_file_is_named_in_another_case_or_unicode_form_says_so(tmp_path: Path):
+    """A manifest's "ü" in NFC of a file named in NFD (copied from a Mac, which writes names so
+    and packs it, as its disk takes the two for one name), or its `IMGS/a.jpg` of `imgs/a.JPG`
+    (written on Windows), was skipped as "No such file or directory" on a disk that tells them
+    apart, the file there to see in `ls` (and, every row so, told to try --root); now the reason
+    names the file as the disk spells it and the way on."""
+    import unicodedata
+
+    src = make_tree(tmp_path / "src", {"cat": 3})
+    for stem, form, other in (("img_000", "NFD", "NFC"), ("img_001", "NFC", "NFD")):
+        file = unicodedata.normalize(form, f"cat/{stem}_tür.jpg")
+        (src / f"cat/{stem}.jpg").rename(src / file)
+        write_csv(src / f"{stem}.csv", [{"path": unicodedata.normalize(other, file)}])
+        with pytest.raises(SourceError) as caught:
+            pack(src / f"{stem}.csv", tmp_path / stem, PackOptions(workers=1))
+        assert (f": No such file or directory, but it is there named in Unicode {form}"
+                in str(caught.value)), str(caught.value)  # fmt: skip
+        assert (f"write the manifest's paths in {form}, or rename the files to {other} "
+                f"(convmv -f utf8 -t utf8 --{other.lower()} -r FOLDER lists the renames)"
+                in str(caught.value))  # fmt: skip
+        write_csv(src / f"{stem}.csv", [{"path": file}])  # as the disk spells it: packed
+        assert pack(src / f"{stem}.csv", tmp_path / stem, PackOptions(workers=1)).num_records == 1
+    (src / "cat/img_002.jpg").rename(src / "cat/img_002.JPG")
+    write_csv(src / "case.csv", [{"path": "CAT/img_002.jpg"}])
+    with pytest.raises(SourceError) as caught:
+        pack(src / "case.csv", tmp_path / "case", PackOptions(workers=1))
+    assert str(caught.value).endswith(
+        "No such file or directory, but it is there as 'cat/img_002.JPG', in another case, which "
+        "this disk tells apart (the disks of macOS and Windows do not): write the manifest's "
+        "paths as the files are named"
+    )
+    assert "--root" not in str(caught.value)  # not relative to another folder
+    write_csv(src / "ids.csv", [{"path": "cat/img_002"}])  # a column of ids: the suffix's case
+    with pytest.raises(SourceError) as caught:
+        pack(src / "ids.csv", tmp_path / "ids", PackOptions(workers=1, path_suffix=".jpg"))
+    assert str(caught.value).endswith("but cat/img_002.JPG is: pass path_suffix='.JPG'")
+    (src / "Cat").mkdir()  # two folders alike but for case: no telling which was meant
+    with pytest.raises(SourceError) as caught:
+        pack(src / "case.csv", tmp_path / "case", PackOptions(workers=1))
+    assert "in another case" not in str(caught.value)
+
+
 def test_bad_rows_are_skipped_with_their_manifest_line(bad_rows: Path, tmp_path: Path):
     result = pack(bad_rows, tmp_path / "out", PackOptions(workers=1))
     shown = [f"{s['key']}: {s['reason']}" for s in _index(tmp_path / "out")["skipped"]]

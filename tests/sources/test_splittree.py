@@ -72,6 +72,26 @@ def test_an_empty_split_folder_is_warned_of_as_no_split(tmp_path: Path):
                                    "class folder: the pack has no split 'test'")  # fmt: skip
 
 
+def test_a_class_folder_empty_in_one_split_says_that_split_lacks_it_not_the_class(
+    tmp_path: Path,
+):
+    """`test/cat/` left empty beside `train/cat/` with images was warned of as "it keeps label 0
+    with no records", untrue of a class with records in train; a class empty in every split
+    still says so."""
+    make_tree(tmp_path / "train", {"cat": 2, "dog": 2, "fox": 0})
+    make_tree(tmp_path / "test", {"dog": 1}, seed=10)
+    (tmp_path / "test" / "cat").mkdir()
+    (tmp_path / "train" / "fox").mkdir()
+    dataset = scan(tmp_path)
+    assert dataset.schema.classes == ("cat", "dog", "fox")
+    assert sorted(w for w in dataset.warnings if "holds no images" in w) == [
+        f"class 'cat' ({tmp_path / 'test' / 'cat'}) holds no images: this split has no record "
+        "of label 0, which another split has",
+        f"class 'fox' ({tmp_path / 'train' / 'fox'}) holds no images: it keeps label 2 with no "
+        "records",
+    ]
+
+
 def test_split_folders_of_images_alone_say_where_the_images_lie(tmp_path: Path):
     """Images straight in train/ and valid/ (no class folders) ended in a bare 'no images
     found' about folders full of images; as for images in SRC itself, it now says where they

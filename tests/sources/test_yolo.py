@@ -504,3 +504,25 @@ def test_a_set_whose_every_label_file_is_bad_says_its_images_were_skipped_not_mi
              **{f"labels/{n}.txt": "1 0.5 0.5 0.2 0.2" for n in "ab"}}  # fmt: skip
     first = "images/a.png: labels/a.txt line 1: class 1 is not one of data.yaml's 1 classes"
     refused_as_all_skipped(files, tmp_path / "src", first)
+
+
+def test_images_sharing_one_label_file_are_both_packed_with_a_warning_naming_them(
+    tmp_path: Path,
+):
+    """`a.jpg` beside `a.png` both take `labels/a.txt` (as Ultralytics reads them): both were
+    packed with its objects without a word; now a warning names the pair and the file."""
+    photo = _photo(20, 20, {})
+    write(tmp_path / "images/train/a.jpg", cv2.imencode(".jpg", photo)[1].tobytes())
+    write(tmp_path / "images/train/a.png", cv2.imencode(".png", photo)[1].tobytes())
+    write(tmp_path / "images/train/b.png", cv2.imencode(".png", photo)[1].tobytes())
+    write(tmp_path / "labels/train/a.txt", "0 0.5 0.5 0.2 0.2")
+    write(tmp_path / "labels/train/b.txt", "0 0.5 0.5 0.2 0.2")
+    dataset = scan(tmp_path)
+    items = {item.key: item.fields["objects/label"] for item in dataset.splits["train"]}
+    assert items == {"images/train/a.jpg": (0,), "images/train/a.png": (0,),
+                     "images/train/b.png": (0,)}  # fmt: skip
+    (said,) = [w for w in dataset.warnings if "share one label file" in w]
+    assert said.startswith("images/train/a.jpg and images/train/a.png share one label file, "
+                           "labels/train/a.txt: both are packed")  # fmt: skip
+    (tmp_path / "labels/train/a.txt").unlink()  # no label file: two negatives, nothing shared
+    assert not any("share one label file" in w for w in scan(tmp_path).warnings)

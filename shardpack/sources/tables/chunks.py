@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
 import errno
 import io
 import itertools
+import posixpath
 from collections.abc import Iterable, Iterator, Sequence
 from typing import BinaryIO, NamedTuple
 
@@ -41,11 +43,7 @@ def open_table(table: Storage) -> BinaryIO:
         blob = table.open("")  # a disk's: O_NOFOLLOW, and O_NONBLOCK so a FIFO never blocks
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise SourceError(
-                f"{path}: is a symbolic link; shardpack does not follow links it did not make: "
-                "pass the file it points to, or a copy of its folder with the links resolved "
-                "(cp -rL: a Hugging Face cache's snapshots are links into its blobs)"
-            ) from None
+            raise _a_link(table) from None
         if e.errno == errno.EINVAL:
             raise SourceError(f"{path}: is not a regular file; pass a manifest file") from None
         why = e.strerror or e
@@ -113,6 +111,8 @@ def text_blocks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[list[st
         try:
             text = block.decode("utf-8")
         except UnicodeDecodeError as e:
+            if not n and block.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+                raise _utf16(path) from None
             line = n + block.count(b"\n", 0, e.start) + 1
             start = block.rfind(b"\n", 0, e.start) + 1
             raise SourceError(
@@ -130,6 +130,28 @@ def text_blocks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[list[st
         yield lines
 
 
+def _a_link(table: Storage) -> SourceError:
+    """The error of a table that is a symbolic link, naming where it leads (a DVC checkout's,
+    a Hugging Face cache's: a file named by its hash, somewhere else)."""
+    target = table.link_target()
+    to = "" if target is None else f" to {target}"  # None: gone since
+    return SourceError(f"{table.path()}: is a symbolic link{to}; shardpack does not follow links "
+                       "it did not make: pass the file it points to, or a copy of its folder "
+                       "with the links resolved (cp -rL: a Hugging Face cache's snapshots are "
+                       "links into its blobs)")  # fmt: skip
+
+
+def _utf16(path: str) -> SourceError:
+    """The error of a manifest saved as UTF-16 (its byte-order mark first), with the iconv
+    that makes it UTF-8."""
+    name = posixpath.basename(path)
+    stem, dot, ext = name.rpartition(".")
+    return SourceError(f"{path}: is UTF-16 text (it starts with UTF-16's byte-order mark, as "
+                       "Excel's 'Unicode Text' and Windows PowerShell's Out-File save it); save "
+                       f"the manifest as UTF-8: iconv -f UTF-16 -t UTF-8 {name} > "
+                       f"{stem}-utf8{dot}{ext}")  # fmt: skip
+
+
 def no_rows(path: str, problems: Iterable[tuple[int, str]]) -> SourceError:
     """The error of a manifest file that holds no row: empty, or not one of its lines a row
     (`problems`: each such line and why), when the first of those is what to fix."""
@@ -140,6 +162,13 @@ def no_rows(path: str, problems: Iterable[tuple[int, str]]) -> SourceError:
 
 
 def check_names(path: str, names: list[str]) -> None:
+    """Refuse a header of an empty or repeated column name, naming pandas' index column (a
+    first column of no name, as `DataFrame.to_csv` writes it) where that is the one."""
+    rest = names[1:]
+    if names[:1] == [""] and rest and "" not in rest and len(set(rest)) == len(rest):
+        raise SourceError(f"{path}: its first column has no name, as pandas' to_csv writes a "
+                          "DataFrame's index: save it with to_csv(..., index=False), or name "
+                          "the column")  # fmt: skip
     if "" in names or len(set(names)) != len(names):
         raise SourceError(
             f"{path}: the columns {names!r} include an empty or repeated name; give every "

@@ -432,6 +432,15 @@ def _parquet_bytes(table: pa.Table) -> bytes:
         ("t.jsonl", b'{"path": "a.jpg",}\n' * 2, r"t\.jsonl: no line of it is a row; the first"),
         ("t.csv", b"path,label,path\na,b,c\n", r"\['path', 'label', 'path'\] include an empty or"),
         ("t.jsonl", b'{"path": "a.jpg", "": 1}\n', r"include an empty or repeated name"),
+        # pandas' to_csv of a DataFrame kept its index: it said 'include an empty or repeated
+        # name', of the column every pandas user has written once
+        (
+            "t.csv",
+            b",path,label\n0,a.jpg,cat\n",
+            r"t\.csv: its first column has no name, as "
+            r"pandas' to_csv writes a DataFrame's index: save it with to_csv\(\.\.\., index=",
+        ),
+        ("t.csv", b",path,\n0,a.jpg,cat\n", r"\['', 'path', ''\] include an empty or repeated"),
         ("t.parquet", b"PAR1 not really", r"t\.parquet: not a readable Parquet file"),
         (  # written as the test runs: pyarrow imports pandas to write it (1 s, every worker)
             "t.parquet",
@@ -526,10 +535,13 @@ def test_reading_a_csv_manifest_does_not_import_pyarrow(tmp_path):
 
 
 def test_a_symlinked_manifest_is_refused_even_when_its_target_is_fine(tmp_path):
+    """...and names where it leads (a DVC checkout's manifest is a link into its cache, named
+    by a hash): it said 'pass the file it points to' without saying which."""
     target = write_csv(tmp_path / "real.csv", TABLE)
-    (tmp_path / "link.csv").symlink_to(target)
-    with pytest.raises(SourceError, match=r"link\.csv: is a symbolic link"):
-        read_manifest(tmp_path / "link.csv")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "link.csv").symlink_to("../real.csv")  # relative, as DVC makes them
+    with pytest.raises(SourceError, match=rf"link\.csv: is a symbolic link to {target}; "):
+        read_manifest(tmp_path / "cache" / "link.csv")
     folder = tmp_path / "hf"
     folder.mkdir()
     (folder / "metadata.csv").symlink_to(target)
@@ -592,6 +604,29 @@ def test_non_utf8_bytes_name_their_line(tmp_path, chunking):
     path.write_bytes("path,label\na.jpg,chat\nb.jpg,caf\xe9\n".encode("latin-1"))
     with pytest.raises(SourceError, match=r"t\.csv line 3: not UTF-8 text \(byte 10 of the line\)"):
         read_manifest(path)
+
+
+@pytest.mark.parametrize(("name", "codec"), [("t.tsv", "utf-16"), ("t.csv", "utf-16-be"),
+                                             ("t.jsonl", "utf-16-le")])  # fmt: skip
+def test_a_utf16_manifest_says_it_is_utf16_and_how_to_make_it_utf8(tmp_path, name, codec):
+    """Excel's 'Unicode Text' (a TSV) and Windows PowerShell's Out-File save UTF-16 with a
+    byte-order mark: it was 'line 1: not UTF-8 text (byte 1 of the line)', right but no way on
+    for a user who saved it so; now it names UTF-16 and the iconv that makes it UTF-8."""
+    text = {"t.jsonl": '{"path": "a.jpg"}\r\n'}.get(name, "path\r\na.jpg\r\n")
+    path = tmp_path / name
+    path.write_bytes((text if codec == "utf-16" else "\ufeff" + text).encode(codec))  # a BOM
+    stem, ext = name.split(".")
+    with pytest.raises(SourceError) as caught:
+        read_manifest(path)
+    assert str(caught.value) == (
+        f"{path}: is UTF-16 text (it starts with UTF-16's byte-order mark, as Excel's 'Unicode "
+        "Text' and Windows PowerShell's Out-File save it); save the manifest as UTF-8: iconv -f "
+        f"UTF-16 -t UTF-8 {name} > {stem}-utf8.{ext}"
+    )
+    converted = tmp_path / f"{stem}-utf8.{ext}"  # as the command says: read
+    subprocess.run(["iconv", "-f", "UTF-16", "-t", "UTF-8", str(path)], check=True,
+                   stdout=converted.open("wb"))  # fmt: skip
+    assert [row.path for row in read_manifest(converted).rows] == ["a.jpg"]
 
 
 @pytest.mark.parametrize("rows", [2, 100_000])  # a small file; one past the 1 MiB of a line
