@@ -76,6 +76,9 @@ class _Epochs(IterableDataset):
         self._part: tuple[int, int, int] | None = None
         self._resuming = False  # a state loaded, and no iteration of this process begun since
         self._worker_ran = False  # this copy began an iteration in a DataLoader worker
+        # 1 while this iteration runs in DataLoader workers: shared with them (forked or
+        # spawned), so that state_dict() here, which cannot see what they yield, says so
+        self._in_workers = torch.zeros(1, dtype=torch.uint8).share_memory_()
 
     def sequence(self) -> np.ndarray:
         """This rank's items of the current epoch, in the order the DataLoader yields them."""
@@ -121,6 +124,7 @@ class _Epochs(IterableDataset):
         self.epoch, self._resuming = epoch, False
         self._start = self._taken = 0
         self._part = None
+        self._in_workers[0] = 0
 
     def __len__(self) -> int:
         return max(self.epoch_length(self.epoch) - self._start, 0)
@@ -129,6 +133,7 @@ class _Epochs(IterableDataset):
         worker = get_worker_info()
         self._taken = 0  # an iteration in this process counts afresh
         self._resuming = False
+        self._in_workers[0] = worker is not None
         items = self.sequence()[self._start :]
         if worker is not None:
             if self._worker_ran and (self.reorders() or self._start or self._part):
@@ -155,8 +160,17 @@ class _Epochs(IterableDataset):
             consumed: records the training loop has taken from this rank's DataLoader since
                 the iteration began (batches x batch_size). Needed with a plain DataLoader's
                 workers, whose copies of the dataset this process cannot see; None counts what
-                this process's own iteration yielded (num_workers=0).
+                this process's own iteration yielded (num_workers=0), and is refused while
+                this iteration runs in DataLoader workers.
         """
+        if consumed is None and get_worker_info() is None and self._in_workers[0]:
+            # else consumed=0 here: a resume would read the records taken again
+            raise ShardpackError(
+                "state_dict() cannot count the records this iteration's DataLoader workers "
+                "yielded (they hold copies of the dataset): pass consumed=, the records your "
+                "loop took from this rank's DataLoader since the iteration began (batches x "
+                "batch_size), or use torchdata's StatefulDataLoader"
+            )
         taken = self._taken if consumed is None else consumed
         if not is_count(taken, 0):
             raise ShardpackError(f"consumed must be an integer of at least 0, got: {consumed!r}")
@@ -603,6 +617,13 @@ def _worker_part_state(state: dict) -> tuple[int, int, int] | None:
         return None
     part = (state.get("worker"), state.get("workers"), state.get("worker_taken"))
     worker = get_worker_info()
+    if worker is not None and is_count(part[1]) and part[1] != worker.num_workers:
+        raise ShardpackError(  # a StatefulDataLoader hands each worker its own part's state
+            f"a StatefulDataLoader's state taken with num_workers={part[1]}, loaded into one "
+            f"with num_workers={worker.num_workers}: load it into a StatefulDataLoader with "
+            f"num_workers={part[1]}, or into the dataset (ShardDataset.load_state_dict takes "
+            "the loader's state and resumes any worker count)"
+        )
     if (
         not all(is_count(v, 0) for v in part)
         or worker is None
