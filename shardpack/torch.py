@@ -12,7 +12,8 @@ count, and "records taken" is all a resume needs. Records are read by random acc
 (shardpack.Records), so a resume starts at once, with no records read to skip.
 
 Memory per reader: 8 bytes per record of the rank's range (its record numbers), one block's
-record numbers while they are drawn, and the shards' open readers; no record buffer. With
+record numbers while they are drawn, and the open readers of the shards being read (each
+closed after its last record of the epoch); no record buffer. With
 `cache_dir`, whole shards are copied to local disk ahead of the reader (read/cache.py).
 """
 
@@ -405,28 +406,31 @@ class ShardDataset(_Epochs):
         return record if self.transform is None else self.transform(record)
 
     def read_all(self, items: np.ndarray) -> Iterator[object]:
-        """With a cache: each shard fetched ahead of its first record, and closed after its
-        last, so that the cache may remove it."""
-        if self.cache_dir is None:
-            yield from map(self.read, items)
+        """Each shard closed after its last record of `items` (a rank's range spans
+        shards / ranks of them: all kept open, a large pack ran past the open-file limit), and
+        with a cache, fetched ahead of its first record, so that the cache may remove it."""
+        if not len(items):
             return
-        shards = [self._shard(item) for item in items]
-        order = [self._files[k] for k in dict.fromkeys(shards)]
-        last = {k: p for p, k in enumerate(shards)}
+        shards = np.searchsorted(self._ends, items, side="right")
+        last = np.full(len(self.counts), -1, np.int64)
+        np.maximum.at(last, shards, np.arange(len(shards)))
         records, cache = self._open(), self._cache
+        order = [self._files[k] for k in dict.fromkeys(shards.tolist())] if cache else []
         seen: set[int] = set()
         try:
-            for p, (item, k) in enumerate(zip(items, shards, strict=True)):
-                if k not in seen:  # its first record: fetch it, and start on the next ones
-                    seen.add(k)
+            for p, (item, k) in enumerate(zip(items, shards.tolist(), strict=True)):
+                if cache is not None and k not in seen:  # its first record: fetch it, and
+                    seen.add(k)  # start on the next ones
                     with unless_changed(cache.index, _BUILD_AGAIN):
                         cache.ensure(self._files[k], order[len(seen) :])
                 yield self.read(item)
                 if last[k] == p:
                     records.release(k)
-                    cache.done(self._files[k])
+                    if cache is not None:
+                        cache.done(self._files[k])
         finally:
-            cache.close()
+            if cache is not None:
+                cache.close()
 
     def _shard(self, item) -> int:
         return int(np.searchsorted(self._ends, item, side="right"))
@@ -513,6 +517,18 @@ class Mix(_Epochs):
 
     def read(self, item) -> object:
         return self.sources[int(item[0])].read(item[1])
+
+    def read_all(self, items: np.ndarray) -> Iterator[object]:
+        """Each source's records through its own read_all (its shards closed after their last
+        record, and fetched ahead with a cache, whose limit then holds), in the mixed order."""
+        streams = [source.read_all(items[items[:, 0] == j, 1])
+                   for j, source in enumerate(self.sources)]  # fmt: skip
+        try:
+            for j in items[:, 0].tolist():
+                yield next(streams[j])
+        finally:
+            for stream in streams:
+                stream.close()
 
     def total(self) -> int:
         return sum(source.total() for source in self.sources)

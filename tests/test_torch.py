@@ -640,6 +640,51 @@ def test_a_pack_in_object_storage_reads_through_a_bounded_cache_kept_for_a_resta
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "small"]  # nothing else
 
 
+_OPEN_FILES = """
+import gc, json, os, sys
+from shardpack.torch import ShardDataset, mix
+five, three, cache = sys.argv[1:]
+
+def shards_open():
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            names.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the listing's own descriptor, closed since
+            pass
+    return sum(".tfrecord-" in name for name in names)
+
+gc.collect()
+before = shards_open()
+most = {}
+for name, ds in (("one", ShardDataset(five, decode=False, shuffle_block=1)),
+                 ("mixed", mix([(five, 1.0), (three, 1.0)], end="all", decode=False,
+                               shuffle_block=1))):
+    ds.set_epoch(1)
+    counts = [shards_open() - before for _ in ds]
+    most[name] = [max(counts), len(counts)]
+cached = mix([(five, 1.0), (three, 1.0)], end="all", decode=False, cache_dir=cache,
+             cache_limit=1)
+cached.set_epoch(1)
+most["cached"] = [0, len(list(cached))]
+kept = sorted(f for _, _, names in os.walk(cache) for f in names)
+print(json.dumps({"most": most, "kept": kept}))
+"""
+
+
+def test_a_reader_keeps_a_shard_open_only_while_it_reads_it(packs, tmp_path):
+    """A rank's range spans shards / ranks shards: all kept open for the epoch, a large pack
+    ran past the open-file limit (1,024 by default on Linux: 'Too many open files'). A mix read
+    each record through its source's read alone, so its shards stayed open too, and in use in
+    the cache, whose cache_limit then held nothing back (every shard of both packs kept)."""
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("counts open files in /proc/self/fd (Linux)")
+    got = run_json(_OPEN_FILES, str(packs[5]), str(packs[3]), str(tmp_path / "cache"))
+    # shuffle_block=1: one shard a source at a time (before: 5, and 8 for the mix)
+    assert got["most"] == {"one": [1, 25], "mixed": [2, 50], "cached": [0, 50]}
+    assert got["kept"] == ["index.json", "index.json"]  # cache_limit=1: no shard kept
+
+
 _BROKEN = """
 import json, sys, torch
 from shardpack.torch import ShardDataset
