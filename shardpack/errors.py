@@ -236,6 +236,8 @@ _OS_FIXES = {
     errno.ENOTDIR: "a part of the path is a file, not a folder: check the path",
     errno.EISDIR: "it is a folder: pass a file",
     errno.ELOOP: "it is a symbolic link, which shardpack does not follow: pass the real path",
+    errno.EMFILE: "this process has too many files open: raise its limit (ulimit -n)",
+    errno.ENFILE: "the system has too many files open: close some, or raise its limit",
 }
 _OS_FIX = "check the path and its permissions"
 # An object store's refusal (s3fs's Forbidden, Access Denied): as often the credentials as the
@@ -248,6 +250,12 @@ def os_error_fix(error: OSError) -> str:
     if is_store_refusal(error):
         return STORE_REFUSED_FIX
     return _OS_FIXES.get(error.errno, _OS_FIX)
+
+
+def is_machine_limit(error: OSError) -> bool:
+    """Whether `error` is a limit of the process or the machine (too many open files), not a
+    fault of the file it names."""
+    return error.errno in (errno.EMFILE, errno.ENFILE)
 
 
 def is_store_refusal(error: BaseException) -> bool:

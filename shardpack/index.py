@@ -11,7 +11,14 @@ from dataclasses import dataclass, field, replace
 from itertools import islice
 
 from shardpack.containers import CONTAINERS, Container
-from shardpack.errors import FileAccessError, IndexFormatError, Option, is_count, shortened
+from shardpack.errors import (
+    FileAccessError,
+    IndexFormatError,
+    Option,
+    is_count,
+    is_machine_limit,
+    shortened,
+)
 from shardpack.layout import INDEX_NAME, JOURNAL_FOLDER, JOURNAL_NAME, LOCK_NAME
 from shardpack.options import ENCODINGS, SHUFFLES
 from shardpack.schema import V1_DTYPES, Schema, check_values
@@ -426,6 +433,8 @@ def load_index(out: str | os.PathLike | Storage, storage_options: dict | None = 
     except PermissionError as e:  # how the machine is set up, not a bad index
         raise FileAccessError.from_os_error(e, path) from None
     except OSError as e:  # a folder, a link, a FIFO under the name
+        if is_machine_limit(e):  # the index is not at fault
+            raise FileAccessError.from_os_error(e, path) from None
         raise IndexFormatError(f"{path}: unreadable ({e}); rerun pack to rewrite it") from None
     if (containers := _containers(text)) > MAX_INDEX_CONTAINERS:  # each a Python object
         raise IndexFormatError(f"{path}: unreadable ({containers:,} lists and objects, over "

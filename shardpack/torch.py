@@ -12,7 +12,8 @@ count, and "records taken" is all a resume needs. Records are read by random acc
 (shardpack.Records), so a resume starts at once, with no records read to skip.
 
 Memory per reader: 8 bytes per record of the rank's range (its record numbers), one block's
-record numbers while they are drawn, and the shards' open readers; no record buffer. With
+record numbers while they are drawn, and the open readers of the shards being read (each
+closed after its last record of the epoch); no record buffer. With
 `cache_dir`, whole shards are copied to local disk ahead of the reader (read/cache.py).
 """
 
@@ -76,6 +77,9 @@ class _Epochs(IterableDataset):
         self._part: tuple[int, int, int] | None = None
         self._resuming = False  # a state loaded, and no iteration of this process begun since
         self._worker_ran = False  # this copy began an iteration in a DataLoader worker
+        # 1 while this iteration runs in DataLoader workers: shared with them (forked or
+        # spawned), so that state_dict() here, which cannot see what they yield, says so
+        self._in_workers = torch.zeros(1, dtype=torch.uint8).share_memory_()
 
     def sequence(self) -> np.ndarray:
         """This rank's items of the current epoch, in the order the DataLoader yields them."""
@@ -121,6 +125,7 @@ class _Epochs(IterableDataset):
         self.epoch, self._resuming = epoch, False
         self._start = self._taken = 0
         self._part = None
+        self._in_workers[0] = 0
 
     def __len__(self) -> int:
         return max(self.epoch_length(self.epoch) - self._start, 0)
@@ -129,6 +134,7 @@ class _Epochs(IterableDataset):
         worker = get_worker_info()
         self._taken = 0  # an iteration in this process counts afresh
         self._resuming = False
+        self._in_workers[0] = worker is not None
         items = self.sequence()[self._start :]
         if worker is not None:
             if self._worker_ran and (self.reorders() or self._start or self._part):
@@ -155,8 +161,17 @@ class _Epochs(IterableDataset):
             consumed: records the training loop has taken from this rank's DataLoader since
                 the iteration began (batches x batch_size). Needed with a plain DataLoader's
                 workers, whose copies of the dataset this process cannot see; None counts what
-                this process's own iteration yielded (num_workers=0).
+                this process's own iteration yielded (num_workers=0), and is refused while
+                this iteration runs in DataLoader workers.
         """
+        if consumed is None and get_worker_info() is None and self._in_workers[0]:
+            # else consumed=0 here: a resume would read the records taken again
+            raise ShardpackError(
+                "state_dict() cannot count the records this iteration's DataLoader workers "
+                "yielded (they hold copies of the dataset): pass consumed=, the records your "
+                "loop took from this rank's DataLoader since the iteration began (batches x "
+                "batch_size), or use torchdata's StatefulDataLoader"
+            )
         taken = self._taken if consumed is None else consumed
         if not is_count(taken, 0):
             raise ShardpackError(f"consumed must be an integer of at least 0, got: {consumed!r}")
@@ -391,28 +406,31 @@ class ShardDataset(_Epochs):
         return record if self.transform is None else self.transform(record)
 
     def read_all(self, items: np.ndarray) -> Iterator[object]:
-        """With a cache: each shard fetched ahead of its first record, and closed after its
-        last, so that the cache may remove it."""
-        if self.cache_dir is None:
-            yield from map(self.read, items)
+        """Each shard closed after its last record of `items` (a rank's range spans
+        shards / ranks of them: all kept open, a large pack ran past the open-file limit), and
+        with a cache, fetched ahead of its first record, so that the cache may remove it."""
+        if not len(items):
             return
-        shards = [self._shard(item) for item in items]
-        order = [self._files[k] for k in dict.fromkeys(shards)]
-        last = {k: p for p, k in enumerate(shards)}
+        shards = np.searchsorted(self._ends, items, side="right")
+        last = np.full(len(self.counts), -1, np.int64)
+        np.maximum.at(last, shards, np.arange(len(shards)))
         records, cache = self._open(), self._cache
+        order = [self._files[k] for k in dict.fromkeys(shards.tolist())] if cache else []
         seen: set[int] = set()
         try:
-            for p, (item, k) in enumerate(zip(items, shards, strict=True)):
-                if k not in seen:  # its first record: fetch it, and start on the next ones
-                    seen.add(k)
+            for p, (item, k) in enumerate(zip(items, shards.tolist(), strict=True)):
+                if cache is not None and k not in seen:  # its first record: fetch it, and
+                    seen.add(k)  # start on the next ones
                     with unless_changed(cache.index, _BUILD_AGAIN):
                         cache.ensure(self._files[k], order[len(seen) :])
                 yield self.read(item)
                 if last[k] == p:
                     records.release(k)
-                    cache.done(self._files[k])
+                    if cache is not None:
+                        cache.done(self._files[k])
         finally:
-            cache.close()
+            if cache is not None:
+                cache.close()
 
     def _shard(self, item) -> int:
         return int(np.searchsorted(self._ends, item, side="right"))
@@ -499,6 +517,18 @@ class Mix(_Epochs):
 
     def read(self, item) -> object:
         return self.sources[int(item[0])].read(item[1])
+
+    def read_all(self, items: np.ndarray) -> Iterator[object]:
+        """Each source's records through its own read_all (its shards closed after their last
+        record, and fetched ahead with a cache, whose limit then holds), in the mixed order."""
+        streams = [source.read_all(items[items[:, 0] == j, 1])
+                   for j, source in enumerate(self.sources)]  # fmt: skip
+        try:
+            for j in items[:, 0].tolist():
+                yield next(streams[j])
+        finally:
+            for stream in streams:
+                stream.close()
 
     def total(self) -> int:
         return sum(source.total() for source in self.sources)
@@ -603,6 +633,13 @@ def _worker_part_state(state: dict) -> tuple[int, int, int] | None:
         return None
     part = (state.get("worker"), state.get("workers"), state.get("worker_taken"))
     worker = get_worker_info()
+    if worker is not None and is_count(part[1]) and part[1] != worker.num_workers:
+        raise ShardpackError(  # a StatefulDataLoader hands each worker its own part's state
+            f"a StatefulDataLoader's state taken with num_workers={part[1]}, loaded into one "
+            f"with num_workers={worker.num_workers}: load it into a StatefulDataLoader with "
+            f"num_workers={part[1]}, or into the dataset (ShardDataset.load_state_dict takes "
+            "the loader's state and resumes any worker count)"
+        )
     if (
         not all(is_count(v, 0) for v in part)
         or worker is None

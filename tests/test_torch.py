@@ -185,6 +185,13 @@ for rank, stop, before, after, again in ((0, 0, 0, 2, False), (1, 1, 2, 3, True)
     batches = iter(loader(ds, before))
     taken = [k for _ in range(stop) for k in next(batches)["key"]]
     # without workers the dataset counts what it yielded itself; with them, the loop says
+    # (before: state_dict() there said consumed=0, and the resume read the taken ones again)
+    uncounted = None
+    if before:
+        try:
+            uncounted = ds.state_dict()["consumed"]
+        except ShardpackError as e:
+            uncounted = str(e)
     state = ds.state_dict(consumed=len(taken)) if before else ds.state_dict()
     del batches
     resumed = dataset(rank)
@@ -194,7 +201,7 @@ for rank, stop, before, after, again in ((0, 0, 0, 2, False), (1, 1, 2, 3, True)
     rest = [k for batch in loader(resumed, after) for k in batch["key"]]
     length = len(resumed)
     resumed.set_epoch(3)  # the next epoch: whole
-    got.append([whole, taken, rest, state, length, len(resumed)])
+    got.append([whole, taken, rest, state, length, len(resumed), uncounted])
 for other in (ShardDataset(out, world_size=3, rank=0, seed=7),
               ShardDataset(grown, batch_size=B, seed=7, rank=0, world_size=2),
               ShardDataset(sys.argv[3], batch_size=B, seed=7, rank=0, world_size=2)):
@@ -229,9 +236,16 @@ def test_a_resume_yields_exactly_the_rest_with_any_worker_count(packs, shared_pa
     changed = got.pop()  # before, read as the rest: other records, some twice, some never
     grew = got.pop()
     refused = got.pop()
-    for whole, taken, rest, state, length, next_length in got:
+    uncounted = (
+        "state_dict() cannot count the records this iteration's DataLoader workers yielded "
+        "(they hold copies of the dataset): pass consumed=, the records your loop took from "
+        "this rank's DataLoader since the iteration began (batches x batch_size), or use "
+        "torchdata's StatefulDataLoader"
+    )
+    for whole, taken, rest, state, length, next_length, _ in got:
         assert taken + rest == whole and len(rest) == length and next_length == len(whole)
         assert state["epoch"] == 2 and state["consumed"] == len(taken)
+    assert [u for *_, u in got if u is not None] == [uncounted] * 2  # the two with workers
     assert {len(taken) for _, taken, *_ in got} >= {0, 3, 6}  # several stopping points
     assert refused == (  # before: "build the dataset with world_size=2", not a DDP job's pick
         "the state was taken with world_size=2, this dataset has 3: each rank's share of the "
@@ -360,6 +374,18 @@ for count in (0, 2):
     resumed.set_epoch(3)
     after_end.append([k for batch in again for k in batch["key"]])
 errors = []
+loader = StatefulDataLoader(dataset(), batch_size=B, num_workers=2)
+batches = iter(loader)
+next(batches)
+state = loader.state_dict()
+del batches
+for count in (1, 3):  # another worker count, loaded into the loader (before: "a DataLoader
+    again = StatefulDataLoader(dataset(), batch_size=B, num_workers=count)  # worker's state,
+    again.load_state_dict(state)  # loaded outside that worker: load the whole ... state_dict()")
+    try:
+        errors.append(repr(len(list(again))))
+    except ShardpackError as e:
+        errors.append(str(e))
 for bad in (workers["worker_0"]["dataset_state"],  # one worker's, outside its worker
             {"_snapshot": {"_worker_snapshots": {"worker_0": {"dataset_state": None}}}}):
     try:
@@ -382,8 +408,15 @@ def test_a_stateful_dataloader_resumes_with_exactly_the_rest(packs):
         assert taken + rest == whole
     assert [len(taken) for taken, _ in runs] == [6, 9, 6, 3]
     assert got["after_end"] == [got["epoch3"]] * 2 and got["epoch3"] != whole
-    assert errors[0].startswith("a DataLoader worker's state, loaded outside that worker")
-    assert errors[1].startswith("a StatefulDataLoader's state without its workers' dataset")
+    assert errors[:2] == [
+        f"a StatefulDataLoader's state taken with num_workers=2, loaded into one with "
+        f"num_workers={count}: load it into a StatefulDataLoader with num_workers=2, or into the "
+        "dataset (ShardDataset.load_state_dict takes the loader's state and resumes any worker "
+        "count)"
+        for count in (1, 3)
+    ]
+    assert errors[2].startswith("a DataLoader worker's state, loaded outside that worker")
+    assert errors[3].startswith("a StatefulDataLoader's state without its workers' dataset")
 
 
 _MIX = """
@@ -605,6 +638,51 @@ def test_a_pack_in_object_storage_reads_through_a_bounded_cache_kept_for_a_resta
     again = run_json(_CACHED, url, str(out), str(tmp_path / "kept"), "0")  # a reader restarted
     assert again["same"] and shards_fetched(mark) == [] and again["files"] == first["files"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "small"]  # nothing else
+
+
+_OPEN_FILES = """
+import gc, json, os, sys
+from shardpack.torch import ShardDataset, mix
+five, three, cache = sys.argv[1:]
+
+def shards_open():
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            names.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the listing's own descriptor, closed since
+            pass
+    return sum(".tfrecord-" in name for name in names)
+
+gc.collect()
+before = shards_open()
+most = {}
+for name, ds in (("one", ShardDataset(five, decode=False, shuffle_block=1)),
+                 ("mixed", mix([(five, 1.0), (three, 1.0)], end="all", decode=False,
+                               shuffle_block=1))):
+    ds.set_epoch(1)
+    counts = [shards_open() - before for _ in ds]
+    most[name] = [max(counts), len(counts)]
+cached = mix([(five, 1.0), (three, 1.0)], end="all", decode=False, cache_dir=cache,
+             cache_limit=1)
+cached.set_epoch(1)
+most["cached"] = [0, len(list(cached))]
+kept = sorted(f for _, _, names in os.walk(cache) for f in names)
+print(json.dumps({"most": most, "kept": kept}))
+"""
+
+
+def test_a_reader_keeps_a_shard_open_only_while_it_reads_it(packs, tmp_path):
+    """A rank's range spans shards / ranks shards: all kept open for the epoch, a large pack
+    ran past the open-file limit (1,024 by default on Linux: 'Too many open files'). A mix read
+    each record through its source's read alone, so its shards stayed open too, and in use in
+    the cache, whose cache_limit then held nothing back (every shard of both packs kept)."""
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("counts open files in /proc/self/fd (Linux)")
+    got = run_json(_OPEN_FILES, str(packs[5]), str(packs[3]), str(tmp_path / "cache"))
+    # shuffle_block=1: one shard a source at a time (before: 5, and 8 for the mix)
+    assert got["most"] == {"one": [1, 25], "mixed": [2, 50], "cached": [0, 50]}
+    assert got["kept"] == ["index.json", "index.json"]  # cache_limit=1: no shard kept
 
 
 _BROKEN = """

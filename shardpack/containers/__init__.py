@@ -54,6 +54,7 @@ from shardpack.errors import (
     OutputError,
     RecordError,
     ShardSizeError,
+    is_machine_limit,
     os_error_fix,
 )
 from shardpack.schema import Schema
@@ -512,7 +513,8 @@ def open_shard(storage: Storage, name: str, num_bytes: int | None = None) -> Blo
     so a shard swapped with another of its split costs nothing to catch where sizes differ.
 
     Raises:
-        FileAccessError: permission denied (how the machine is set up, not a damaged shard).
+        FileAccessError: permission denied, or too many files open (how the machine is set up,
+            not a damaged shard).
         RecordError: it cannot be opened, or is of another size; names the file.
     """
     try:
@@ -525,6 +527,8 @@ def open_shard(storage: Storage, name: str, num_bytes: int | None = None) -> Blo
                               f"{os_error_fix(e)}") from None  # fmt: skip
         raise size_fault(storage.path(name), None, num_bytes) from None
     except OSError as e:  # a link: ELOOP, whose strerror says "too many levels of" them
+        if is_machine_limit(e):  # not the shard's fault: no damage to report
+            raise FileAccessError.from_os_error(e, storage.path(name)) from None
         raise RecordError(storage.path(name), None, f"cannot open ({e.strerror or e}); "
                           f"{os_error_fix(e)}") from None  # fmt: skip
     if num_bytes is not None and blob.size != num_bytes:

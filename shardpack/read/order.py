@@ -22,9 +22,9 @@ def share(total: int, reader: int, readers: int, drop_remainder: bool = False) -
 
     With drop_remainder the last `total % readers` positions are read by no one; without it
     (the default) each reader reads ceil(total / readers) positions, and positions past the end
-    wrap to the start (take them modulo `total`): the first records are read twice, and no
-    record is left out of the epoch. Either way the shares together cover positions
-    0..total-1 once (padding aside).
+    wrap to the start (take them modulo `total`): the first records are read twice (more often
+    where the readers outnumber the records), and no record is left out of the epoch. Either
+    way the shares together cover positions 0..total-1 once (padding aside).
     """
     per = total // readers if drop_remainder or total == 0 else -(-total // readers)
     return range(reader * per, (reader + 1) * per)

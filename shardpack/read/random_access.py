@@ -11,7 +11,13 @@ import sys
 import weakref
 
 from shardpack.containers import ShardReader
-from shardpack.errors import IndexFormatError, OutChangedError, RecordError
+from shardpack.errors import (
+    FileAccessError,
+    IndexFormatError,
+    OutChangedError,
+    RecordError,
+    is_machine_limit,
+)
 from shardpack.index import Index, ShardInfo
 from shardpack.layout import index_file_name
 from shardpack.options import DEFAULT_MAX_PIXELS
@@ -156,6 +162,8 @@ def read_index_file(
     except FileNotFoundError:
         return None
     except OSError as e:
+        if is_machine_limit(e):  # the index file is not at fault
+            raise FileAccessError.from_os_error(e, path) from None
         raise IndexFormatError(f"{path}: cannot open ({e.strerror or e})") from None
     # one line too many is enough to refuse it; no more lines than the shard has room for
     lines = min(shard.num_records, size // max(min_span, 1)) + 1

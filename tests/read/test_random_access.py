@@ -209,3 +209,54 @@ def test_records_left_open_end_quietly_at_exit_with_tensorflow(shared_pack):
                          timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Exception ignored" not in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+_FEW_FILES = """
+import errno, json, os, resource, sys
+import shardpack
+from shardpack.read.random_access import Records
+with_index_files, plain = sys.argv[1:]
+for out in (with_index_files, plain):  # each path's imports done while files can be opened
+    with Records(out) as warm:
+        warm[0]
+readers = [Records(with_index_files), Records(plain)]  # index.json loaded, no shard open yet
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError as e:
+    assert e.errno == errno.EMFILE, e
+got = []
+for call in (lambda: shardpack.load_index(plain), lambda: readers[0][0], lambda: readers[1][0]):
+    try:
+        call()
+        got.append("read")
+    except shardpack.ShardpackError as e:
+        got.append([type(e).__name__, str(e)])
+print(json.dumps(got))
+"""
+
+
+def test_too_many_open_files_is_said_as_the_process_limit_not_a_damaged_file(
+    packed: Path, shared_pack
+):
+    """A reader out of file descriptors (many DataLoader workers, a low ulimit -n) blamed the
+    file it could not open: index.json 'unreadable ...; rerun pack to rewrite it', an index
+    file 'cannot open', a shard 'cannot open ...; check the path and its permissions'."""
+    resource = pytest.importorskip("resource")  # POSIX
+    del resource
+    import json
+
+    plain = shared_pack({"a": 6, "b": 5}, shards=3, workers=1, format="webdataset")  # no .idx
+    done = subprocess.run([sys.executable, "-c", _FEW_FILES, str(packed), str(plain)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    first = sorted(p.name for p in packed.glob("*.tfrecord-*"))[0]
+    tar = sorted(p.name for p in plain.glob("*.tar"))[0]
+    limit = "Too many open files; this process has too many files open: raise its limit (ulimit -n)"
+    assert json.loads(done.stdout.splitlines()[-1]) == [
+        ["FileAccessError", f"{plain / 'index.json'}: {limit}"],
+        ["FileAccessError", f"{packed / 'idx' / first}.idx: {limit}"],
+        ["FileAccessError", f"{plain / tar}: {limit}"],
+    ]
