@@ -28,7 +28,7 @@ from shardpack.sources.braces import expand, has_braces
 from shardpack.sources.classlist import MAX_CLASSES
 from shardpack.sources.openfiles import kept_open
 from shardpack.sources.scanprogress import listed
-from shardpack.sources.source import Dataset, Item, Source, cannot_read
+from shardpack.sources.source import Dataset, Item, Source, a_link, cannot_read
 from shardpack.sources.tables.files import SUFFIXES as MANIFEST_SUFFIXES
 from shardpack.storage import Blob, Storage, storage_at
 
@@ -198,8 +198,10 @@ def _read_tar(root: Storage, name: str, limit: int, kept: list[int]) -> list[_Sa
     try:
         blob = root.open(name)
     except OSError as e:
-        # a link (not followed), or a store's refusal: what to check; else not a tar to read
-        fix = os_error_fix(e) if e.errno == errno.ELOOP or is_store_refusal(e) else _PASS
+        if e.errno == errno.ELOOP:  # a link, not followed: where it leads
+            raise a_link(root, name) from None
+        # a store's refusal: what to check; else not a tar to read
+        fix = os_error_fix(e) if is_store_refusal(e) else _PASS
         raise SourceError(f"{path}: cannot open ({e.strerror or e}); {fix}") from None
     with blob:
         try:
