@@ -279,6 +279,47 @@ def test_tars_keys_starting_with_two_underscores_are_samples_as_webdataset_reads
         assert (record["image"], record["label"]) == (sample["jpg"], int(sample["cls"]))
 
 
+def _tar_of(path: Path, members: list[tuple[str, bytes]]) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_images_with_a_dot_in_their_key_are_skipped_saying_how_webdataset_reads_them(tmp_path):
+    """`s.0001.JPG` is key `s`, extension `0001.JPG` to webdataset (the key ends at the first
+    dot): such samples were skipped as 'no image member' without a word of why."""
+    helpers.needs("webdataset")
+    members = [(f"s.{i:04d}.{ext}", data) for i in range(3)  # one sample, `s`
+               for ext, data in (("JPG", helpers.jpeg(i)), ("cls", b"0"))]  # fmt: skip
+    members += [("photos/img7.v2.jpg", helpers.jpeg(7)), ("photos/img7.v2.cls", b"1")]
+    members += [("good.jpg", helpers.jpeg(9)), ("good.cls", b"0"), ("text.txt", b"no image")]
+    src = _tar_of(tmp_path / "a.tar", members)
+    read = _wds_read(str(src))  # as webdataset itself reads them
+    assert {"0000.jpg", "0001.jpg", "0002.jpg"} <= set(read["s"])
+    assert {"v2.jpg", "v2.cls"} <= set(read["photos/img7"])
+    dataset = scan(src)
+    assert [item.key for item in dataset.splits["train"]] == ["a.tar:good"]
+    assert dict(dataset.skipped) == {
+        "a.tar:s": "no image member as webdataset reads it: member 's.0000.JPG' is key 's' with "
+        "extension '0000.jpg' (webdataset ends a key at the first dot of the member's name), as "
+        "are 2 more of its images; rename the members <key>.<extension> with no dot in the "
+        "key, such as 's_0000.JPG'",
+        "a.tar:photos/img7": "no image member as webdataset reads it: member "
+        "'photos/img7.v2.jpg' is key 'photos/img7' with extension 'v2.jpg' (webdataset ends a "
+        "key at the first dot of the member's name); rename the members <key>.<extension> with "
+        "no dot in the key, such as 'photos/img7_v2.jpg'",
+        "a.tar:text": "no image member (.jpg, .jpeg, .png, .webp, ...)",  # no image at all
+    }
+    renamed = [(name.replace("s.", "s_").replace("7.v2", "7_v2"), data) for name, data in members]
+    (tmp_path / "renamed").mkdir()
+    dataset = scan(_tar_of(tmp_path / "renamed" / "a.tar", renamed))
+    assert len(dataset.splits["train"]) == 5  # named as the reason says, each packs
+    assert [key for key, _ in dataset.skipped] == ["a.tar:text"]
+
+
 def test_a_folder_of_tars_skips_hidden_files_as_every_folder_source_does(wds_dir, tmp_path):
     """macOS copies leave an AppleDouble `._shards-000.tar` beside each tar on a disk of
     another kind: the whole folder was refused ('._shards-000.tar: is not a tar file')."""
