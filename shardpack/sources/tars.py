@@ -417,8 +417,8 @@ def _no_image(sample: _Sample) -> str:
     renamed = posixpath.join(folder, f"{stem.replace('.', '_')}.{last}")
     more = sum(map(_dotted_image, sample.members)) - 1
     also = f", as are {more:,} more of its images" if more else ""
-    return (f"no image member as webdataset reads it: member {name!r} is key {sample.key!r} "
-            f"with extension {ext!r} (webdataset ends a key at the first dot of the member's "
+    return (f"no image member as WebDataset reads it: member {name!r} is key {sample.key!r} "
+            f"with extension {ext!r} (WebDataset ends a key at the first dot of the member's "
             f"name){also}; rename the members <key>.<extension> with no dot in the key, such "
             f"as {renamed!r}")  # fmt: skip
 

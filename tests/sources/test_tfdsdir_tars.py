@@ -303,12 +303,12 @@ def test_images_with_a_dot_in_their_key_are_skipped_saying_how_webdataset_reads_
     dataset = scan(src)
     assert [item.key for item in dataset.splits["train"]] == ["a.tar:good"]
     assert dict(dataset.skipped) == {
-        "a.tar:s": "no image member as webdataset reads it: member 's.0000.JPG' is key 's' with "
-        "extension '0000.jpg' (webdataset ends a key at the first dot of the member's name), as "
+        "a.tar:s": "no image member as WebDataset reads it: member 's.0000.JPG' is key 's' with "
+        "extension '0000.jpg' (WebDataset ends a key at the first dot of the member's name), as "
         "are 2 more of its images; rename the members <key>.<extension> with no dot in the "
         "key, such as 's_0000.JPG'",
-        "a.tar:photos/img7": "no image member as webdataset reads it: member "
-        "'photos/img7.v2.jpg' is key 'photos/img7' with extension 'v2.jpg' (webdataset ends a "
+        "a.tar:photos/img7": "no image member as WebDataset reads it: member "
+        "'photos/img7.v2.jpg' is key 'photos/img7' with extension 'v2.jpg' (WebDataset ends a "
         "key at the first dot of the member's name); rename the members <key>.<extension> with "
         "no dot in the key, such as 'photos/img7_v2.jpg'",
         "a.tar:text": "no image member (.jpg, .jpeg, .png, .webp, ...)",  # no image at all
