@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
@@ -32,19 +31,7 @@ from shardpack.errors import (
     printable,
 )
 from shardpack.index import UNWRITTEN
-from shardpack.options import (
-    BACKEND_ALIASES,
-    BACKENDS,
-    CHECKS,
-    DEDUP,
-    ENCODINGS,
-    FLAGS,
-    ON_ERROR,
-    WDS_NAMINGS,
-    PackOptions,
-    as_flags,
-    option_types,
-)
+from shardpack.options import FLAGS, PackOptions, as_flags, choice_options, option_types
 from shardpack.packing.collector import long_lived
 from shardpack.sources import source_choices, sources_described
 from shardpack.sources.classlist import parse_classes
@@ -216,11 +203,6 @@ def _out_options(out: str, pairs: list[str] | None) -> dict[str, object]:
     return options
 
 
-def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
-    """An Enum typer can show as a choice list, built from the library's own tuple."""
-    return Enum(name, {v: v for v in values}, type=str)
-
-
 _JSON = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")]
 _OUT = Annotated[
@@ -238,11 +220,9 @@ _STORAGE_OPTIONS = Annotated[
 # What options.FLAGS leaves to the CLI: the choices of the options whose values are a list the
 # registries and the library's tuples hold, the format's readers, and the class list's parser
 # (a file of names: the sources read it).
-_CHOICES = {
-    "source": source_choices(), "backend": (*BACKENDS, *BACKEND_ALIASES), "encode": ENCODINGS,
-    "check": CHECKS, "on_error": ON_ERROR, "format": tuple(CONTAINERS), "dedup": DEDUP,
-    "wds_naming": WDS_NAMINGS,
-}  # fmt: skip
+_CHOICES = {"source": source_choices()} | {
+    option: allowed for option, (allowed, _) in choice_options().items()
+}
 _MORE_HELP = {"format": " " + "; ".join(f"{n} ({CONTAINERS.readers(n)})" for n in CONTAINERS) + "."}
 _PARSE = {"classes": parse_classes}
 _OPTION_FIELDS = {field.name: field for field in fields(PackOptions)}
@@ -261,13 +241,13 @@ def _declared(option: str) -> list[inspect.Parameter]:
                 for value, text in spec.switches]  # fmt: skip
     hint, default = option_types()[option], field.default
     limits = {key: getattr(spec, key) for key in ("min", "max") if getattr(spec, key) is not None}
-    if option in _CHOICES:
-        hint = _choices(option.title().replace("_", ""), _CHOICES[option])
-        default = hint(default)
+    metavar = spec.metavar
+    if option in _CHOICES:  # shown as a list, taken as text: the library reads an alias or
+        metavar = f"<{'|'.join(_CHOICES[option])}>"  # names the choice meant (options.chosen)
     elif spec.parse is not None or option in _PARSE:  # text, parsed: its default as said
         hint, default = Optional[str], spec.shown
     said = spec.help + _MORE_HELP.get(option, "")
-    info = typer.Option(spec.flag, metavar=spec.metavar, help=said, **limits)
+    info = typer.Option(spec.flag, metavar=metavar, help=said, **limits)
     return [_parameter(option, hint, default, info)]
 
 
@@ -284,9 +264,7 @@ def _pack_options(given: dict[str, object]) -> PackOptions:
     chosen: dict[str, object] = {"grow": grow[0]} if grow else {}
     for option, value in given.items():
         parse = _PARSE.get(option, FLAGS[option].parse)
-        if isinstance(value, Enum):
-            chosen[option] = value.value
-        elif parse is None:
+        if parse is None:
             chosen[option] = value
         elif value is not None:  # "" given is parsed (and refused), not taken for left out
             chosen[option] = parse(value)

@@ -4,6 +4,7 @@ reads are validated here; those of a source's own options (Source.own_options), 
 
 from __future__ import annotations
 
+import difflib
 import functools
 import numbers
 import operator
@@ -11,14 +12,16 @@ import os
 import re
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 
-from shardpack.containers import CONTAINERS
+from shardpack.containers import CONTAINER_ALIASES, CONTAINERS
 from shardpack.errors import Option, OptionError, ShardpackError, said_value
 from shardpack.storage.locations import absolute
 
 ENCODINGS = ("keep", "jpeg", "png", "webp", "raw")
+# Other names of an encoding, taken for it: JPEG's files end in .jpg.
+ENCODING_ALIASES = {"jpg": "jpeg"}
 CHECKS = ("header", "decode")
 ON_ERROR = ("skip", "fail")
 BACKENDS = ("local", "dask")
@@ -170,21 +173,68 @@ def option_types() -> dict[str, object]:
     return typing.get_type_hints(PackOptions)
 
 
-def check_choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
-    """Refuse a value not among those allowed, naming the option and every choice."""
-    if value not in allowed:
-        raise OptionError(Option(option), f" must be one of {', '.join(allowed)}, got: {value!r}")
+def choice_options() -> dict[str, tuple[tuple[str, ...], Mapping[str, str]]]:
+    """Each option whose value is one of a list: that list, and the other names taken for its
+    values (--source's are the sources', which check it)."""
+    return {
+        "backend": (BACKENDS, BACKEND_ALIASES), "encode": (ENCODINGS, ENCODING_ALIASES),
+        "check": (CHECKS, {}), "on_error": (ON_ERROR, {}), "format": (tuple(CONTAINERS),
+        CONTAINER_ALIASES), "dedup": (DEDUP, {}), "grow": (GROW, {}),
+        "wds_naming": (WDS_NAMINGS, {}),
+    }  # fmt: skip
+
+
+def chosen(option: str, value: str, allowed: tuple[str, ...], aliases: Mapping[str, str]) -> str:
+    """The one of `allowed` that `value` of choice option `option` means: itself, what an alias
+    of `aliases` stands for, or either written in another case or with '-' or '_' as the other
+    or left out ("PNG", "array-record"); else OptionError as check_choice's."""
+    if value in allowed:
+        return value
+    meant = _named(allowed, aliases).get(_folded(value))
+    if meant is None:
+        check_choice(option, value, allowed, aliases)
+    return meant
+
+
+def check_choice(
+    option: str, value: str, allowed: tuple[str, ...], aliases: Mapping[str, str] | None = None
+) -> None:
+    """Refuse a value not among those allowed, naming the option, every choice and the nearest
+    (of those and the `aliases` of them) where one is near."""
+    if value in allowed:
+        return
+    named = _named(allowed, aliases or {})
+    near = difflib.get_close_matches(_folded(value), named, n=1, cutoff=_NEAR_CHOICE)
+    said = ("; did you mean ", Option(option, named[near[0]]), "?") if near else ()
+    raise OptionError(Option(option), f" must be one of {', '.join(allowed)}, got: {value!r}",
+                      *said)  # fmt: skip
+
+
+# How alike (difflib's ratio) a wrong choice and a right one must be to be named as meant:
+# "webdatasets", "parquets", "jpgg" and "lcoal" are; "crop" and "center-crop" are not.
+_NEAR_CHOICE = 0.6
+
+
+def _named(allowed: tuple[str, ...], aliases: Mapping[str, str]) -> dict[str, str]:
+    """Each choice and alias, folded (_folded), -> the choice it names."""
+    return {_folded(name): name for name in allowed} | {
+        _folded(alias): name for alias, name in aliases.items() if name in allowed
+    }
+
+
+def _folded(text: str) -> str:
+    """A choice's name as its spellings meet: in lower case, without '-', '_' or spaces."""
+    return re.sub(r"[-_ ]", "", text.casefold())
 
 
 def _check_transform(options: PackOptions) -> None:
     """--resize-mode (img2dataset's name taken as ours), --pad-color and the size filters."""
-    mode = RESIZE_ALIASES.get(options.resize_mode, options.resize_mode)
-    if mode == "no":  # img2dataset's --resize_mode no: every image as it is
+    if options.resize_mode == "no":  # img2dataset's --resize_mode no: every image as it is
         also = (" and ", Option("resize")) if options.resize is not None else ()
-        raise OptionError(Option("resize_mode", mode), " (img2dataset's: each image keeps its "
+        raise OptionError(Option("resize_mode", "no"), " (img2dataset's: each image keeps its "
                           "size) is what leaving out ", Option("resize"), " does: drop ",
                           Option("resize_mode"), *also)  # fmt: skip
-    check_choice("resize_mode", mode, RESIZE_MODES + tuple(RESIZE_ALIASES))
+    mode = chosen("resize_mode", options.resize_mode, RESIZE_MODES, RESIZE_ALIASES)
     object.__setattr__(options, "resize_mode", mode)
     if options.resize is None and (mode != "stretch" or not options.upscale):
         said = Option("upscale", False) if mode == "stretch" else Option("resize_mode", mode)
@@ -362,14 +412,10 @@ class PackOptions:
     def __post_init__(self) -> None:
         _check_types(self)
         _check_transform(self)
-        object.__setattr__(self, "backend", BACKEND_ALIASES.get(self.backend, self.backend))
-        check_choice("backend", self.backend, BACKENDS)
-        check_choice("encode", self.encode, ENCODINGS)
-        check_choice("check", self.check, CHECKS)
-        check_choice("on_error", self.on_error, ON_ERROR)
-        check_choice("dedup", self.dedup, DEDUP)
-        check_choice("grow", self.grow, GROW)
-        check_choice("wds_naming", self.wds_naming, WDS_NAMINGS)
+        for option, (allowed, aliases) in choice_options().items():  # as the choice named
+            object.__setattr__(
+                self, option, chosen(option, getattr(self, option), allowed, aliases)
+            )
         if self.grow != "none" and self.overwrite:
             raise OptionError(Option("grow", self.grow), " keeps the dataset in OUT; drop ",
                               Option("overwrite"))  # fmt: skip

@@ -28,7 +28,8 @@ def test_options_are_frozen():
     [
         ("backend", "ray", "--backend"),
         ("encode", "gif", "--encode"),
-        ("encode", "JPEG", "--encode"),
+        ("encode", "jpeg2000", "--encode"),
+        ("format", "zip", "--format"),
         ("check", "full", "--check"),
         ("on_error", "ignore", "--on-error"),
         ("compression", "zstd", "--compression"),
@@ -96,9 +97,68 @@ def test_valid_values_are_accepted(kwargs):
         assert getattr(options, key) == value
 
 
-def test_loky_is_taken_as_the_old_name_of_local():
-    assert PackOptions(backend="loky") == PackOptions(backend="local") == PackOptions()
-    assert PackOptions(backend="loky").backend == "local"
+@pytest.mark.parametrize(
+    ("field", "given", "meant"),
+    [
+        ("encode", "jpg", "jpeg"),  # JPEG's file extension
+        ("encode", "PNG", "png"),
+        ("encode", "JPG", "jpeg"),
+        ("format", "tfrecords", "tfrecord"),  # what TensorFlow's guides call the files
+        ("format", "TFRecord", "tfrecord"),
+        ("format", "wds", "webdataset"),  # webdataset's import name
+        ("format", "ArrayRecord", "array_record"),
+        ("format", "array-record", "array_record"),
+        ("on_error", "Skip", "skip"),
+        ("resize_mode", "CENTER_CROP", "center-crop"),  # img2dataset's name, in capitals
+        ("backend", "loky", "local"),  # its old name
+        ("backend", "Loky", "local"),
+    ],
+)
+def test_a_choice_is_taken_by_its_other_names_and_kept_as_its_own(field, given, meant):
+    """A name of one certain meaning is taken for it, and the options (the journal, index.json)
+    keep the choice's own name."""
+    also = {"resize": (8, 8)} if field == "resize_mode" else {}  # a mode needs a size
+    options = PackOptions(**{field: given}, **also)
+    assert getattr(options, field) == meant
+    assert options == PackOptions(**{field: meant}, **also)
+
+
+@pytest.mark.parametrize(
+    ("field", "given", "meant"),
+    [
+        ("format", "webdatasets", "webdataset"),
+        ("format", "parquets", "parquet"),
+        ("format", "tfrecordz", "tfrecord"),
+        ("encode", "jpgg", "jpeg"),
+        ("encode", "webm", "webp"),
+        ("backend", "lcoal", "local"),
+        ("dedup", "nearby", "near"),
+        ("resize_mode", "keep_ratio_large", "keep-ratio-largest"),
+    ],
+)
+def test_a_near_miss_of_a_choice_is_refused_naming_the_choice_meant(field, given, meant):
+    """A misspelling is not guessed at: it is refused, every choice named and the nearest
+    offered, as each face spells it."""
+    with pytest.raises(OptionError) as caught:
+        PackOptions(**{field: given}, resize=(8, 8))
+    assert str(caught.value).endswith(f", got: {given!r}; did you mean {field}={meant!r}?")
+    flag = "--" + field.replace("_", "-")
+    assert as_flags(caught.value).endswith(f"; did you mean {flag} {meant}?")
+
+
+def test_a_choice_near_none_is_refused_with_the_choices_alone():
+    with pytest.raises(OptionError) as caught:
+        PackOptions(format="zip")
+    assert str(caught.value) == (
+        "format= must be one of tfrecord, array_record, webdataset, parquet, got: 'zip'"
+    )
+
+
+def test_a_source_in_another_case_is_refused_naming_it(tmp_path):
+    from shardpack.sources import scan
+
+    with pytest.raises(OptionError, match=r"got: 'Folder'; did you mean source='folder'\?$"):
+        scan(tmp_path, PackOptions(source="Folder"))
 
 
 def test_output_fields_leave_out_speed_only_options():

@@ -611,6 +611,11 @@ CONTAINERS: _Registry = _Registry({
 })  # fmt: skip
 
 
+# Other names of a container, taken for it by --format: TensorFlow's guides name the files
+# TFRecords; webdataset is imported as wds. (Another case, '-' for '_': options.chosen.)
+CONTAINER_ALIASES = {"tfrecords": "tfrecord", "wds": "webdataset"}
+
+
 def register_container(cls: type[Container], readers: str = "") -> type[Container]:
     """Add a Container subclass to CONTAINERS under its `name` (usable as a class decorator);
     `readers` says what reads its shards, for help text.

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import NoReturn
 
@@ -15,6 +16,7 @@ from shardpack.errors import (
     ImageError,
     Option,
     OptionError,
+    OutputError,
     SourceError,
     printable,
     way_past,
@@ -190,11 +192,12 @@ class FreshPack:
         )
         if streamed:  # the ranges are read no more
             streamed_rows(dataset).release()
-        write_outputs(out, index, results, options.index_files)
-        if not streamed:  # a streamed list's keys are not held: it keeps no list to grow from
-            self.spool.write_contents(out, numbers, self.noted, left_out)
-        write_failures(out, failures)
-        commit_index(out, index)  # the run is complete
+        with _kept_for_a_resume(out):
+            write_outputs(out, index, results, options.index_files)
+            if not streamed:  # a streamed list's keys are not held: it keeps no list to grow from
+                self.spool.write_contents(out, numbers, self.noted, left_out)
+            write_failures(out, failures)
+            commit_index(out, index)  # the run is complete
         if not streamed:
             self.spool.write_stamps(out, index)
         notes = fewer_workers(self.options.workers, stats.workers, to_write, self.in_process)
@@ -206,6 +209,18 @@ class FreshPack:
             num_reused=len(planned.reused), num_shards=len(plan.shards),
             new_records=new_records, notes=notes,
         )  # fmt: skip
+
+
+@contextmanager
+def _kept_for_a_resume(out: Storage) -> Iterator[None]:
+    """Around the writes of the files beside a fresh pack's shards, then of index.json, which
+    completes it: one that fails (a full disk) says, as a shard's failed write does, that a
+    rerun with resume keeps the finished shards (the journal holds them)."""
+    try:
+        yield
+    except OSError as e:
+        where = os.fsdecode(e.filename) if e.filename is not None else out.path()
+        raise OutputError.writing(where, e) from None
 
 
 def default_name(dataset: Dataset, src: Storage) -> str:

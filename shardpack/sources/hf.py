@@ -159,6 +159,11 @@ def scan_hf(folder: Storage, files: dict[str, list[str]], shuffle: bool = False)
         SourceError: a file is unreadable, has no image column, columns unlike the first's, a
             row group or file past parquet_reader's decoded limits, or no row at all.
     """
+    from shardpack.sources.tables.parquet_reader import (  # an hf SRC's alone: not at start
+        pandas_index,
+        pandas_index_warning,
+    )
+
     first = next(iter(files.values()))[0]
     columns = _columns(folder.child(first), required=True)
     features, ragged = columns.features, columns.ragged
@@ -175,6 +180,9 @@ def scan_hf(folder: Storage, files: dict[str, list[str]], shuffle: bool = False)
         raise SourceError(f"{folder.path()}: no row holds a usable image{first_bad}")
     warnings = [f"{folder.path(first)}: column {c!r} holds images too; only "
                 f"{columns.image!r} is packed" for c in columns.left_out]  # fmt: skip
+    if index := pandas_index(list(features)):
+        leave_out = "or save the dataset after datasets' remove_columns"
+        warnings.append(pandas_index_warning(folder.path(first), index, leave_out))
     stored = sum(item.size for items in splits.values() for item in items)
     if shuffle and stored > KEPT_GROUP_BYTES:
         warnings.append(

@@ -281,6 +281,18 @@ def cannot_read(path: str, error: OSError) -> SourceError:
     return SourceError(f"{path}: cannot read ({error.strerror or error}); {os_error_fix(error)}")
 
 
+def a_link(root: Storage, name: str = "") -> SourceError:
+    """The error of a file of SRC that is a symbolic link, naming where it leads (a DVC
+    checkout's, a Hugging Face cache's: a file named by its hash, somewhere else), for a scan
+    whose open of it refused the link (ELOOP)."""
+    target = root.link_target(name)
+    to = "" if target is None else f" to {target}"  # None: gone since
+    return SourceError(f"{root.path(name)}: is a symbolic link{to}; shardpack does not follow "
+                       "links it did not make: pass the file it points to, or a copy of its "
+                       "folder with the links resolved (cp -rL: a Hugging Face cache's "
+                       "snapshots are links into its blobs)")  # fmt: skip
+
+
 def folder_only(root: Storage, options: PackOptions, name: str) -> None:
     """--source `name` on a file (a manifest) is refused: that source reads folders."""
     if options.source == name and root.kind() != "dir":

@@ -28,7 +28,7 @@ from shardpack.sources.braces import expand, has_braces
 from shardpack.sources.classlist import MAX_CLASSES
 from shardpack.sources.openfiles import kept_open
 from shardpack.sources.scanprogress import listed
-from shardpack.sources.source import Dataset, Item, Source, cannot_read
+from shardpack.sources.source import Dataset, Item, Source, a_link, cannot_read
 from shardpack.sources.tables.files import SUFFIXES as MANIFEST_SUFFIXES
 from shardpack.storage import Blob, Storage, storage_at
 
@@ -170,12 +170,13 @@ def _named(name: str, key: str) -> bool:
 class _Sample:
     """One sample's members: extension -> (data offset, size), and the small ones' bytes."""
 
-    __slots__ = ("data", "key", "members", "path", "tar", "why")
+    __slots__ = ("data", "dotted", "key", "members", "path", "tar", "why")
 
     def __init__(self, path: str, tar: str, key: str) -> None:
         self.path, self.tar, self.key, self.why = path, tar, key, None  # tar: path, or its name
         self.members: dict[str, tuple[int, int]] = {}
         self.data: dict[str, bytes] = {}
+        self.dotted: str | None = None  # its first image named with a dot in its key
 
 
 def scan_tars(root: Storage, names: list[str], options: PackOptions) -> Dataset:
@@ -198,8 +199,10 @@ def _read_tar(root: Storage, name: str, limit: int, kept: list[int]) -> list[_Sa
     try:
         blob = root.open(name)
     except OSError as e:
-        # a link (not followed), or a store's refusal: what to check; else not a tar to read
-        fix = os_error_fix(e) if e.errno == errno.ELOOP or is_store_refusal(e) else _PASS
+        if e.errno == errno.ELOOP:  # a link, not followed: where it leads
+            raise a_link(root, name) from None
+        # a store's refusal: what to check; else not a tar to read
+        fix = os_error_fix(e) if is_store_refusal(e) else _PASS
         raise SourceError(f"{path}: cannot open ({e.strerror or e}); {fix}") from None
     with blob:
         try:
@@ -370,6 +373,8 @@ def _group(members: Iterator[tarfile.TarInfo | _End], path: str, tar: str) -> It
             sample.why = sample.why or f"tar member {info.name!r} is sparse: refused, not read"
         elif ext in sample.members:
             sample.why = sample.why or f"tar member {info.name!r}: a second .{ext} of the sample"
+        if sample.dotted is None and _dotted_image(ext):
+            sample.dotted = info.name
         sample.members[ext] = (info.offset_data, info.size)
     if sample is not None:
         yield sample
@@ -380,7 +385,7 @@ def _read_small(blob: Blob, sample: _Sample, limit: int) -> int:
     the bytes kept."""
     image = next((ext for ext in IMAGE_EXTENSIONS if ext in sample.members), None)
     if image is None:
-        sample.why = f"no image member (.{', .'.join(IMAGE_EXTENSIONS[:4])}, ...)"
+        sample.why = _no_image(sample)
         return 0
     for ext, (offset, size) in sample.members.items():
         most = limit if ext == image else MAX_MEMBER_BYTES
@@ -392,6 +397,30 @@ def _read_small(blob: Blob, sample: _Sample, limit: int) -> int:
             sample.data[ext] = blob.pread(size, offset)
     sample.members = {image: sample.members[image]}
     return sum(map(len, sample.data.values()))
+
+
+def _dotted_image(ext: str) -> bool:
+    """Whether a member's extension as webdataset takes it is an image's behind a dot of the
+    name's (s.0001.jpg: key s, extension 0001.jpg)."""
+    return "." in ext and ext.rpartition(".")[2] in IMAGE_EXTENSIONS
+
+
+def _no_image(sample: _Sample) -> str:
+    """The skip reason of a sample without an image member; where its images' names hold a
+    dot before their extension, how webdataset took them, and how to name them."""
+    if sample.dotted is None:
+        return f"no image member (.{', .'.join(IMAGE_EXTENSIONS[:4])}, ...)"
+    name = sample.dotted
+    ext = name[len(sample.key) + 1 :].lower()  # as webdataset's group_by_keys takes it
+    folder, base = posixpath.split(name)
+    stem, _, last = base.rpartition(".")
+    renamed = posixpath.join(folder, f"{stem.replace('.', '_')}.{last}")
+    more = sum(map(_dotted_image, sample.members)) - 1
+    also = f", as are {more:,} more of its images" if more else ""
+    return (f"no image member as WebDataset reads it: member {name!r} is key {sample.key!r} "
+            f"with extension {ext!r} (WebDataset ends a key at the first dot of the member's "
+            f"name){also}; rename the members <key>.<extension> with no dot in the key, such "
+            f"as {renamed!r}")  # fmt: skip
 
 
 # ---- samples -> items --------------------------------------------------------------------------

@@ -22,9 +22,11 @@ from typer.testing import CliRunner
 from shardpack.cli import app
 from shardpack.layout import LOCK_NAME
 from tests.helpers import (
+    cli,
     drop_permission_override,
     image,
     make_tree,
+    one_line_error,
     run_cli,
     wait_for,
     write_csv,
@@ -718,6 +720,46 @@ def test_backend_loky_packs_as_local(tmp_path: Path):
         assert doc.pop("stats")["workers"] == 2
         docs.append(doc)
     assert docs[0] == docs[1]
+
+
+def test_a_choice_s_other_names_pack_as_it(tmp_path: Path):
+    """--encode jpg and --format tfrecords (JPEG's file extension, the name TensorFlow's guides
+    give the files) pack as --encode jpeg --format tfrecord; OUT keeps the choices' own names."""
+    src = make_tree(tmp_path / "src", {"a": 2, "b": 2})
+    for given in (("jpg", "tfrecords"), ("jpeg", "tfrecord")):
+        out = tmp_path / given[1]
+        run = _run("pack", str(src), str(out), "--encode", given[0], "--format", given[1],
+                   "--workers", "1", "--no-progress")  # fmt: skip
+        assert run.returncode == 0, run.stderr[-2000:]
+    said = [
+        json.loads((tmp_path / f / "index.json").read_text()) for f in ("tfrecords", "tfrecord")
+    ]
+    assert said[0]["options"] == said[1]["options"]
+    assert (said[0]["options"]["encode"], said[0]["options"]["format"]) == ("jpeg", "tfrecord")
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [
+        (("--format", "webdatasets"), "--format webdataset"),
+        (("--encode", "jpgg"), "--encode jpeg"),
+        (("--source", "Folder"), "--source folder"),
+    ],
+)
+def test_a_near_miss_of_a_choice_names_the_flag_meant(tmp_path: Path, given, meant):
+    """A misspelt choice is refused in one line that names every choice and the one meant,
+    as the flag to type, before OUT is touched; help lists the choices' own names alone."""
+    src = make_tree(tmp_path / "src", {"a": 1})
+    done = cli("pack", str(src), str(tmp_path / "out"), *given)
+    line = one_line_error(done, f"{given[0]} must be one of ", f"got: {given[1]!r}")
+    assert line.endswith(f"; did you mean {meant}?")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_help_lists_each_choice_by_its_own_name():
+    flat = "".join(_run("pack", "--help").stdout.split())
+    assert "--encode<keep|jpeg|png|webp|raw>" in flat and "--backend<local|dask>" in flat
+    assert "--format<tfrecord|array_record|webdataset|parquet>" in flat
 
 
 _LINE = re.compile(r"^packing: [\d,]+/100 images, [\d,]+ images/s, ETA ([\d,]+ s|unknown)$")

@@ -26,6 +26,7 @@ from tests.helpers import (
     gone,
     handed_over,
     image,
+    make_tree,
     one_line_error,
     run_cli,
     shard_files,
@@ -300,6 +301,38 @@ def test_file_size_limit_is_one_line_and_keeps_finished_shards(src, clean, tmp_p
     assert run.returncode == 2 and len(lines) == 1, run.stderr
     assert "cannot write" in lines[0] and "free some space" in lines[0] and ".partial" in lines[0]
     assert not (out / "index.json").exists() and not _leftovers(out)
+
+
+def test_a_full_disk_at_a_fresh_pack_s_index_says_to_resume_and_the_resume_finishes(tmp_path):
+    """A real EFBIG (RLIMIT_FSIZE, in a process of its own) as a fresh pack writes index.json,
+    the one file over the limit (it names SRC's 1,000 long-named notes as ignored): the line
+    said only to free some space (a grow's says the same command finishes it); it says now, as
+    a shard's failed write does, to rerun with --resume, which finishes the pack as if it had
+    never stopped, its shard kept."""
+    src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
+    for i in range(1000):
+        (src / "cat" / f"note_{i:04d}_{'x' * 150}.txt").write_text("not an image")
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    job = ("--workers", "1", "--no-progress")
+    assert _cli("pack", str(src), str(clean), *job).returncode == 0
+    sizes = {p.name: p.stat().st_size for p in clean.iterdir()}
+    limit = 2 * max(size for name, size in sizes.items() if name != "index.json")
+    assert limit < sizes["index.json"]
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    run = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src), str(out), *job],
+                         capture_output=True, text=True, timeout=120,
+                         preexec_fn=small_files)  # fmt: skip
+    one_line_error(run, f"{out / 'index.json'}: cannot write (File too large); free some space",
+                   "then rerun with --resume to keep the shards already finished")  # fmt: skip
+    assert not (out / "index.json").exists() and not _leftovers(out)
+    assert _finished_shards(out) == 1
+    resumed = _cli("pack", str(src), str(out), *job, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "kept 1 of 1 shard from an earlier run" in resumed.stdout
+    assert _same_output(out, clean)
 
 
 def test_resume_refuses_changed_options(src, tmp_path):

@@ -36,7 +36,7 @@ RECORDED = {
     "sources/tars.py": {"--classes"},  # a sample's skip reason
     "sources/hf.py": {"--root", "--no-shuffle"},  # a row's skip reason, a warning
     "sources/repack.py": {"--no-shuffle"},  # a warning
-    "sources/tables/reader.py": {"--classes"},  # a warning
+    "sources/tables/reader.py": {"--classes", "--columns"},  # warnings
     "sources/tables/columns.py": {"--label-column"},  # a warning
     "storage/urlpolicy.py": {"--allow-private-urls"},  # a URL's reason in the failures file
     "containers/webdataset.py": {"--columns"},  # a warning

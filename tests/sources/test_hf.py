@@ -262,6 +262,39 @@ def test_hf_readme_configs_name_the_files_and_splits(tmp_path):
     _check_like_load_dataset_splits(folder, ("train", "holdout"))
 
 
+def test_hf_pandas_index_column_is_packed_as_datasets_loads_it_and_warned_of(tmp_path):
+    """A dataset filtered in pandas and saved (to_parquet, or datasets' from_pandas, which
+    writes no pandas metadata) holds `__index_level_0__`; datasets loads it as a column, so it
+    is packed as one, with a warning of what it is and how to leave it out."""
+    frame = datasets.Dataset.from_dict(
+        {"image": [{"bytes": _png(i), "path": f"{i}.png"} for i in range(4)], "n": [3, 1, 2, 0]}
+    ).to_pandas()
+    kept = frame[frame["n"] != 2]  # rows 0, 1, 3: to_parquet writes the index as a column
+    from_pandas = datasets.Dataset.from_pandas
+    for name, write in [
+        ("pandas", lambda p: kept.to_parquet(p)),
+        ("hf", lambda p: from_pandas(kept).cast_column("image", datasets.Image()).to_parquet(p)),
+    ]:
+        folder = tmp_path / name
+        (folder / "data").mkdir(parents=True)
+        write(folder / "data/train-00000-of-00001.parquet")
+        assert "__index_level_0__" in datasets.load_dataset(str(folder), split="train").features
+        dataset = scan(folder)
+        assert "__index_level_0__" in dict(dataset.schema.features)
+        (said,) = dataset.warnings
+        assert said.startswith(
+            f"{folder / 'data/train-00000-of-00001.parquet'}: column "
+            "'__index_level_0__' holds a pandas DataFrame's index "
+        )
+        assert said.endswith(
+            "to leave it out, write the frame without it (to_parquet(..., "
+            "index=False), from_pandas(..., preserve_index=False)), or save "
+            "the dataset after datasets' remove_columns"
+        )
+    kept.to_parquet(tmp_path / "pandas/data/train-00000-of-00001.parquet", index=False)
+    assert scan(tmp_path / "pandas").warnings == ()
+
+
 def test_a_parquet_file_without_an_image_column_is_one_line(tmp_path):
     table = write_parquet(tmp_path / "plain.parquet", [{"x": 1, "name": "a"}])
     with pytest.raises(SourceError) as error:

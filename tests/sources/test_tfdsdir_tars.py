@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 import tarfile
 from dataclasses import replace
@@ -278,6 +279,47 @@ def test_tars_keys_starting_with_two_underscores_are_samples_as_webdataset_reads
         assert (record["image"], record["label"]) == (sample["jpg"], int(sample["cls"]))
 
 
+def _tar_of(path: Path, members: list[tuple[str, bytes]]) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_images_with_a_dot_in_their_key_are_skipped_saying_how_webdataset_reads_them(tmp_path):
+    """`s.0001.JPG` is key `s`, extension `0001.JPG` to webdataset (the key ends at the first
+    dot): such samples were skipped as 'no image member' without a word of why."""
+    helpers.needs("webdataset")
+    members = [(f"s.{i:04d}.{ext}", data) for i in range(3)  # one sample, `s`
+               for ext, data in (("JPG", helpers.jpeg(i)), ("cls", b"0"))]  # fmt: skip
+    members += [("photos/img7.v2.jpg", helpers.jpeg(7)), ("photos/img7.v2.cls", b"1")]
+    members += [("good.jpg", helpers.jpeg(9)), ("good.cls", b"0"), ("text.txt", b"no image")]
+    src = _tar_of(tmp_path / "a.tar", members)
+    read = _wds_read(str(src))  # as webdataset itself reads them
+    assert {"0000.jpg", "0001.jpg", "0002.jpg"} <= set(read["s"])
+    assert {"v2.jpg", "v2.cls"} <= set(read["photos/img7"])
+    dataset = scan(src)
+    assert [item.key for item in dataset.splits["train"]] == ["a.tar:good"]
+    assert dict(dataset.skipped) == {
+        "a.tar:s": "no image member as WebDataset reads it: member 's.0000.JPG' is key 's' with "
+        "extension '0000.jpg' (WebDataset ends a key at the first dot of the member's name), as "
+        "are 2 more of its images; rename the members <key>.<extension> with no dot in the "
+        "key, such as 's_0000.JPG'",
+        "a.tar:photos/img7": "no image member as WebDataset reads it: member "
+        "'photos/img7.v2.jpg' is key 'photos/img7' with extension 'v2.jpg' (WebDataset ends a "
+        "key at the first dot of the member's name); rename the members <key>.<extension> with "
+        "no dot in the key, such as 'photos/img7_v2.jpg'",
+        "a.tar:text": "no image member (.jpg, .jpeg, .png, .webp, ...)",  # no image at all
+    }
+    renamed = [(name.replace("s.", "s_").replace("7.v2", "7_v2"), data) for name, data in members]
+    (tmp_path / "renamed").mkdir()
+    dataset = scan(_tar_of(tmp_path / "renamed" / "a.tar", renamed))
+    assert len(dataset.splits["train"]) == 5  # named as the reason says, each packs
+    assert [key for key, _ in dataset.skipped] == ["a.tar:text"]
+
+
 def test_a_folder_of_tars_skips_hidden_files_as_every_folder_source_does(wds_dir, tmp_path):
     """macOS copies leave an AppleDouble `._shards-000.tar` beside each tar on a disk of
     another kind: the whole folder was refused ('._shards-000.tar: is not a tar file')."""
@@ -291,11 +333,21 @@ def test_a_folder_of_tars_skips_hidden_files_as_every_folder_source_does(wds_dir
 
 
 def test_a_tar_or_a_tfds_shard_that_is_a_link_says_it_is_not_followed(wds_dir, tmp_path):
-    """Both said only 'cannot open (Too many levels of symbolic links)' of a single link."""
-    (tmp_path / "link.tar").symlink_to(wds_dir / "shards-000.tar")
-    with pytest.raises(SourceError, match=r"link\.tar: cannot open \(.*\); it is a symbolic link, "
-                       "which shardpack does not follow: pass the real path"):  # fmt: skip
-        scan(tmp_path / "link.tar")
+    """Both said only 'cannot open (Too many levels of symbolic links)' of a single link; a
+    tar, given or in SRC's folder, says where it leads and what to pass instead, as a
+    manifest does (a Hugging Face cache's tars are links into its blobs)."""
+    target = wds_dir / "shards-000.tar"
+    (tmp_path / "link.tar").symlink_to(target)
+    folder = tmp_path / "linked"
+    folder.mkdir()  # its tar a relative link, as a Hugging Face cache's are
+    (folder / "shards-000.tar").symlink_to(os.path.relpath(target, folder))
+    for src, link in ((tmp_path / "link.tar",) * 2, (folder, folder / "shards-000.tar")):
+        with pytest.raises(SourceError) as caught:
+            scan(src)
+        said = str(caught.value)
+        assert said.startswith(f"{link}: is a symbolic link to {target}; "), said
+        fix = "pass the file it points to, or a copy of its folder with the links resolved (cp -rL"
+        assert fix in said and "Too many levels" not in said
     src = tmp_path / "tfds"  # a TFRecord pack is a TFDS prepared directory
     pack(helpers.make_tree(tmp_path / "src", {"a": 2}), src, OPTIONS)
     shard = next(src.glob("*.tfrecord-*"))

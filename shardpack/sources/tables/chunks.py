@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import BinaryIO, NamedTuple
 
 from shardpack.errors import SourceError
+from shardpack.sources.source import a_link
 from shardpack.storage import Blob, Storage
 
 # A JSONL or CSV line longer than this is not a manifest row: COCO's most crowded image (~90
@@ -43,7 +44,7 @@ def open_table(table: Storage) -> BinaryIO:
         blob = table.open("")  # a disk's: O_NOFOLLOW, and O_NONBLOCK so a FIFO never blocks
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise _a_link(table) from None
+            raise a_link(table) from None
         if e.errno == errno.EINVAL:
             raise SourceError(f"{path}: is not a regular file; pass a manifest file") from None
         why = e.strerror or e
@@ -128,17 +129,6 @@ def text_blocks(path: str, f: BinaryIO, first_line: int = 0) -> Iterator[list[st
             lines.append(last)
         n += len(lines)
         yield lines
-
-
-def _a_link(table: Storage) -> SourceError:
-    """The error of a table that is a symbolic link, naming where it leads (a DVC checkout's,
-    a Hugging Face cache's: a file named by its hash, somewhere else)."""
-    target = table.link_target()
-    to = "" if target is None else f" to {target}"  # None: gone since
-    return SourceError(f"{table.path()}: is a symbolic link{to}; shardpack does not follow links "
-                       "it did not make: pass the file it points to, or a copy of its folder "
-                       "with the links resolved (cp -rL: a Hugging Face cache's snapshots are "
-                       "links into its blobs)")  # fmt: skip
 
 
 def _utf16(path: str) -> SourceError:

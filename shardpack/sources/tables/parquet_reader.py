@@ -3,6 +3,7 @@ and Hugging Face datasets); manifests as chunks. pyarrow is imported when a file
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
@@ -26,12 +27,37 @@ SLICE_BYTES = 64 << 20
 _REWRITE = "pyarrow: a smaller row_group_size"  # how to write smaller row groups
 
 
+# The name pandas gives an unnamed index level where it writes the index as a column (to_parquet,
+# and datasets' from_pandas, of a frame whose index is no plain range: a filtered one's).
+_PANDAS_INDEX = re.compile(r"__index_level_\d+__")
+
+
 def parquet_names(path: str, f: BinaryIO) -> list[str]:
     """A Parquet file's column names, from its footer (its empty or repeated ones refused)."""
     with parquet_errors(path):
         names = open_parquet(path, f).schema_arrow.names
     check_names(path, names)
     return names
+
+
+def pandas_index(names: list[str]) -> tuple[str, ...]:
+    """Those of a table's column names that pandas gives the levels of a DataFrame's index it
+    wrote as columns (`__index_level_0__`)."""
+    return tuple(name for name in names if _PANDAS_INDEX.fullmatch(name))
+
+
+def pandas_index_warning(path: str, columns: tuple[str, ...], leave_out: str) -> str:
+    """The warning of a file's `columns` that hold pandas' index (pandas_index), packed as
+    features: what wrote them, and how to leave them out (`leave_out`, after writing the
+    frame without its index)."""
+    said = ", ".join(map(repr, columns))
+    which, packed, it = ((f"column {said} holds", "a feature", "it") if len(columns) == 1
+                         else (f"columns {said} hold", "features", "them"))  # fmt: skip
+    return (f"{path}: {which} a pandas DataFrame's index (pandas' name for an unnamed index: "
+            "to_parquet and datasets' from_pandas write it of a filtered or reordered frame), "
+            f"packed as {packed}, as datasets loads {it}; to leave {it} out, write the frame "
+            "without it (to_parquet(..., index=False), from_pandas(..., preserve_index=False)), "
+            f"{leave_out}")  # fmt: skip
 
 
 def parquet_chunks(path: str, f: BinaryIO, columns: list[str] | None = None) -> Iterator[Chunk]:

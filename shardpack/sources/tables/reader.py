@@ -20,7 +20,12 @@ from shardpack.sources.tables.csv_reader import csv_chunks
 from shardpack.sources.tables.files import METADATA_FILES, manifest_file, row_unit
 from shardpack.sources.tables.jsonl_reader import jsonl_chunks
 from shardpack.sources.tables.kinds import LabelInfo, infer, infer_label, survey
-from shardpack.sources.tables.parquet_reader import parquet_chunks, parquet_names
+from shardpack.sources.tables.parquet_reader import (
+    pandas_index,
+    pandas_index_warning,
+    parquet_chunks,
+    parquet_names,
+)
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.locations import absolute
 
@@ -128,6 +133,10 @@ def read_manifest(
     )
 
 
+# How a manifest leaves out a column of pandas' index, but by writing the file without it.
+_NOT_INDEX = "or pass --columns naming the columns to keep"
+
+
 def _read(table: Storage, path: str, suffix: str, given: tuple) -> tuple[list[Chunk], Layout]:
     """The file's chunks, of the columns its layout (Layout.of `given`) reads: a Parquet
     file's others are not read (its footer names them), a CSV's or JSONL's dropped untyped."""
@@ -135,6 +144,9 @@ def _read(table: Storage, path: str, suffix: str, given: tuple) -> tuple[list[Ch
         layout = None
         if suffix == "parquet":
             layout = Layout.of(path, parquet_names(path, f), *given)
+            if index := pandas_index(layout.extras):
+                said = pandas_index_warning(path, index, _NOT_INDEX)
+                layout = dataclasses.replace(layout, warnings=(*layout.warnings, said))
         chunks = []
         for chunk in _chunks(path, suffix, f, None if layout is None else layout.read):
             chunks.append(chunk)

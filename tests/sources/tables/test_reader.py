@@ -456,6 +456,38 @@ def test_unreadable_manifests_raise_one_line_naming_the_problem(tmp_path, name, 
     assert "\n" not in str(caught.value)
 
 
+def test_a_pandas_index_in_a_parquet_manifest_is_warned_of_naming_how_to_leave_it_out(tmp_path):
+    """pandas' to_parquet of a filtered or sorted DataFrame writes its index as a column,
+    `__index_level_0__`, which was packed as a feature without a word; datasets loads it as a
+    column too (tests/sources/test_hf.py), so it is kept, and warned of."""
+    import pandas as pd
+
+    frame = pd.DataFrame(TABLE)
+    kept = frame.sort_values("n")  # rows 1, 2, 0: no range, so to_parquet writes the index
+    kept.to_parquet(tmp_path / "kept.parquet")
+    assert pq.read_schema(tmp_path / "kept.parquet").names[-1] == "__index_level_0__"
+    read = read_manifest(tmp_path / "kept.parquet")
+    assert read.columns["__index_level_0__"].dtype == "int64"  # packed, as datasets loads it
+    assert read.warnings == (
+        f"{tmp_path / 'kept.parquet'}: column '__index_level_0__' holds a pandas DataFrame's "
+        "index (pandas' name for an unnamed index: to_parquet and datasets' from_pandas write "
+        "it of a filtered or reordered frame), packed as a feature, as datasets loads it; to "
+        "leave it out, write the frame without it (to_parquet(..., index=False), "
+        "from_pandas(..., preserve_index=False)), or pass --columns naming the columns to keep",
+    )
+    assert read_manifest(tmp_path / "kept.parquet", columns={"n": "n"}).warnings == ()
+    kept.to_parquet(tmp_path / "plain.parquet", index=False)
+    assert read_manifest(tmp_path / "plain.parquet").warnings == ()
+    frame.to_parquet(tmp_path / "whole.parquet")  # a plain range: kept in the metadata alone
+    assert "__index_level_0__" not in pq.read_schema(tmp_path / "whole.parquet").names
+    assert read_manifest(tmp_path / "whole.parquet").warnings == ()
+    two = kept.set_index([kept.index, kept.index * 2])  # two unnamed levels
+    two.to_parquet(tmp_path / "two.parquet")
+    (said,) = read_manifest(tmp_path / "two.parquet").warnings
+    assert "columns '__index_level_0__', '__index_level_1__' hold a pandas DataFrame's " in said
+    assert "packed as features, as datasets loads them; to leave them out, write" in said
+
+
 @pytest.mark.parametrize(
     ("content", "line"),
     [
