@@ -41,10 +41,10 @@ from tests.helpers import (
 from tests.s3server import Bucket
 
 JOB = ["--name", "flowers", "--shards", "3", "--workers", "2", "--no-progress"]
-# Shards streamed as multipart uploads, open for most of their writing: raw 256x256 pixels, 90 a
-# shard, 17 MiB each, twice the 8 MiB parts storage.remote uploads; six shards on two workers, so
+# Shards streamed as multipart uploads, open for most of their writing: raw 256x256 pixels, 60 a
+# shard, 11.8 MB each, past the 8 MiB parts storage.remote uploads; four shards on two workers, so
 # that a run can be stopped with some finished and others uploading.
-BIG_SHARDS = 6
+BIG_SHARDS = 4
 BIG_JOB = ["--name", "big", "--encode", "raw", "--shards", str(BIG_SHARDS), "--workers", "2",
            "--no-progress"]  # fmt: skip
 
@@ -80,7 +80,7 @@ def local(src: Path) -> Path:
 @pytest.fixture(scope="module")
 def big_src(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("big") / "src"
-    for i in range(BIG_SHARDS * 60):  # 11.8 MB a shard: uploaded in parts (5 MiB each)
+    for i in range(BIG_SHARDS * 60):
         write_image(root / f"c{i % 4}" / f"{i:04d}.jpg", image(i, height=256, width=256))
     return root
 
