@@ -30,7 +30,16 @@ from shardpack.errors import ImageError, OutputError
 from shardpack.packing.cluster import ClusterError, dask_client
 from shardpack.read.verify import verify
 from shardpack.storage.atomic import write_atomic
-from tests.helpers import PEAK_KIB, image, make_tree, run_cli, shard_files, wait_for, write_image
+from tests.helpers import (
+    PEAK_KIB,
+    cli,
+    image,
+    make_tree,
+    run_cli,
+    shard_files,
+    wait_for,
+    write_image,
+)
 
 shard_name = get_container("tfrecord").shard_name
 
@@ -67,8 +76,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def _process(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """The run in a child of its own: one that could hang, or reaches a server."""
-    return subprocess.run([sys.executable, "-m", "shardpack", *args, "--no-progress"],
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return cli(*args, "--no-progress", timeout=timeout)
 
 
 def _one_line_error(run: subprocess.CompletedProcess, *words: str) -> None:
