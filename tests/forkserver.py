@@ -1,10 +1,13 @@
 """`python -c CODE ARGS` in a child forked from a Python kept running that has imported numpy,
-OpenCV, typer and joblib already: a real process of its own (its pid, session, limits, pipes and
-exit code), without paying those imports again (~0.25 s of CPU a start, most of what a test of a
-one-image pack costs). The child imports shardpack itself, as a fresh interpreter would: only
-third-party modules that read nothing of the run at import are loaded ahead.
+OpenCV, joblib and shardpack.cli already: a real process of its own (its pid, session, limits,
+pipes, environment, cwd and exit code), without paying a fresh interpreter's start again (~0.35
+s of CPU for `python -m shardpack pack`, most of what a test of a one-image pack costs; ~0.12 s
+forked). shardpack.cli is what `python -m shardpack` has imported by the time its command runs;
+shardpack/__main__.py itself runs in the child (its CPU sample, its collector's settings), and
+the rest of shardpack is imported there as a fresh run imports it. numpy, OpenCV and joblib
+read nothing of a run as they are imported (OpenBLAS's threads aside: see _BLAS).
 
-One server a test process, started at its first run, ending with it; a run at a time.
+One server a test process, started at its first run, reaped at its exit; a run at a time.
 """
 
 from __future__ import annotations
@@ -27,14 +30,17 @@ from tests.helpers import die_with_parent
 # Imported before the first fork. OpenBLAS sizes its threads at numpy's import: the server sets
 # what shardpack/__main__.py sets first, and hands a run whose environment says otherwise to a
 # fresh interpreter (as it does one whose PYTHON* variables differ from the server's).
-PRELOADED = ("numpy", "cv2", "typer", "click", "joblib")
+PRELOADED = ("numpy", "cv2", "joblib", "shardpack.cli")
 _BLAS = {"OPENBLAS_NUM_THREADS": "1"}
 _SERVE = """
-import importlib, json, os, resource, socket, sys
+import gc, importlib, json, os, resource, socket, sys
 os.environ.update(json.loads(sys.argv[2]))
 for name in json.loads(sys.argv[1]):
     importlib.import_module(name)
 channel = socket.socket(fileno=int(sys.argv[3]))
+# out of the collector's sight: a child's collections (its last, at exit) would otherwise write
+# to every page of them and copy each (~0.1 s of CPU a run)
+gc.freeze()
 while True:
     message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 3)
     if not message:
@@ -61,8 +67,9 @@ os.environ.clear()
 os.environ.update(request["env"])
 sys.argv = ["-c", *request["args"]]
 _code = request["code"]
-del _, channel, fd, fds, importlib, json, message, name, os, pid, request, resource, socket
-del sys, target
+del _, channel, fd, fds, gc, importlib, json, message, name, os, pid, request, resource
+del socket, sys, target
+globals().pop("status", None)  # the run before's
 exec(compile(globals().pop("_code"), "<string>", "exec"))
 """
 _server: list = []  # [Popen, socket, its PYTHON* variables] of this process's server
