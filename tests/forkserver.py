@@ -7,6 +7,10 @@ shardpack/__main__.py itself runs in the child (its CPU sample, its collector's 
 the rest of shardpack is imported there as a fresh run imports it. numpy, OpenCV and joblib
 read nothing of a run as they are imported (OpenBLAS's threads aside: see _BLAS).
 
+Not for a run that is about its start: what it imports (or a package made missing before it
+does), a signal as it starts, or a worker count the cost model picks (packing/cpuload measures
+others' load over the start-up, which a fork does not have). Those keep a fresh interpreter.
+
 One server a test process, started at its first run, reaped at its exit; a run at a time.
 """
 
