@@ -775,10 +775,16 @@ def same_output(url: str, reference: Path) -> None:
     assert _index_of(url) == _index_of(reference.as_uri())
 
 
-def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    """`python -m shardpack ARGS` in a child process, its output as text (3 minutes at most)."""
+def cli(*args: str, timeout: float = 180, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m shardpack ARGS` in a child process, its output as text (3 minutes at most):
+    forked from tests.forkserver's server (numpy and OpenCV loaded ahead), unless `kwargs`
+    (subprocess.run's) ask for more than its env and cwd."""
+    from tests import forkserver
+
+    if set(kwargs) <= {"env", "cwd"}:
+        return forkserver.run(forkserver.SHARDPACK, *args, timeout=timeout, **kwargs)
     return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
-                          text=True, timeout=180, **kwargs)  # fmt: skip
+                          text=True, timeout=timeout, **kwargs)  # fmt: skip
 
 
 # A fresh interpreter's start (OpenCV not loaded yet) in which a Ctrl-C is raised as OpenCV's

@@ -6,8 +6,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -384,18 +382,12 @@ def test_cli_with_workers_names_the_corrupt_file_on_every_line_about_it(tmp_path
     photos = _photos(tmp_path / "src")
     _corrupt_jpeg(photos["landscape"])
     _corrupt_jpeg(photos["portrait"])
-    run = subprocess.run(
-        [sys.executable, "-m", "shardpack", "pack", str(tmp_path / "src"), str(tmp_path / "out"),
-         "--check", "decode", "--workers", "2", "--shards", "2", "--no-progress"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    run = helpers.cli("pack", str(tmp_path / "src"), str(tmp_path / "out"), "--check", "decode",
+                      "--workers", "2", "--shards", "2", "--no-progress", timeout=120)  # fmt: skip
     assert run.returncode == 0, run.stderr
     said = [line for line in (run.stdout + run.stderr).splitlines() if "JPEG" in line]
     assert len(said) == 2 and all(".jpg: corrupt JPEG (libjpeg: " in line for line in said), said
-    run = subprocess.run(
-        [sys.executable, "-m", "shardpack", "verify", str(tmp_path / "out"), "--decode"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    run = helpers.cli("verify", str(tmp_path / "out"), "--decode", timeout=120)
     assert run.returncode == 0 and "Corrupt" not in run.stdout + run.stderr
 
 

@@ -21,6 +21,7 @@ import pytest
 from shardpack.containers import CONTAINERS, get_container, is_shard_name
 from shardpack.containers.example import encode_example
 from shardpack.errors import OutputError, RecordError
+from tests import forkserver
 from tests.helpers import READ_ARRAY_RECORD, READ_WEBDATASET, at, image, needs, run_json
 
 NAMES = sorted(CONTAINERS)
@@ -264,8 +265,7 @@ except OutputError as e:
 @pytest.mark.parametrize("name", NAMES)
 def test_a_full_disk_is_one_error_and_leaves_nothing(tmp_path, name):
     """A real EFBIG from the kernel (RLIMIT_FSIZE), in a process of its own."""
-    run = subprocess.run([sys.executable, "-c", FILE_SIZE_LIMIT, name, str(tmp_path)],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = forkserver.run(FILE_SIZE_LIMIT, name, str(tmp_path), timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "cannot write" in run.stdout and ".partial" in run.stdout, run.stdout
     assert "free some space" in run.stdout, run.stdout  # the errno survives the library

@@ -24,6 +24,7 @@ from shardpack.errors import IndexFormatError, ShardpackError
 from tests.helpers import (
     READ_ARRAY_RECORD,
     READ_WEBDATASET,
+    cli,
     make_tree,
     needs,
     run_cli,
@@ -315,8 +316,7 @@ def test_tf_dataset_refuses_other_containers_in_one_line(packed):
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "tfrecord"])
 def test_index_files_refuse_other_containers_before_making_their_folder(packed, fmt, tmp_path):
     out = Path(shutil.copytree(packed[fmt], tmp_path / fmt))
-    run = subprocess.run([sys.executable, "-m", "shardpack", "index-files", str(out)],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = cli("index-files", str(out), timeout=120)
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
     assert f"these are {fmt}, which need none" in run.stderr
     assert not (out / "idx").exists()

@@ -33,6 +33,7 @@ from shardpack.read.verify import verify
 from shardpack.storage.atomic import write_atomic
 from tests.helpers import (
     PEAK_KIB,
+    cli,
     image,
     make_tree,
     run_cli,
@@ -77,8 +78,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def _process(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """The run in a child of its own: one that could hang, or reaches a server."""
-    return subprocess.run([sys.executable, "-m", "shardpack", *args, "--no-progress"],
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return cli(*args, "--no-progress", timeout=timeout)
 
 
 def _one_line_error(run: subprocess.CompletedProcess, *words: str) -> None:

@@ -16,7 +16,6 @@ import resource
 import signal
 import struct
 import subprocess
-import sys
 import threading
 import time
 from contextlib import suppress
@@ -30,11 +29,12 @@ import pytest
 from shardpack.images import max_file_bytes
 from shardpack.options import PackOptions
 from shardpack.storage.srcfiles import RefusedFile, read_regular
-from tests import helpers
+from tests import forkserver, helpers
 
 # The child's address space: room for Python, numpy and OpenCV (about 1.5 GB of mappings),
 # far less than what reading /dev/zero or a 3 GB file whole would need.
 _ADDRESS_SPACE = 3 * 2**30
+_LIMITS = ((resource.RLIMIT_AS, _ADDRESS_SPACE),)
 # Runs the CLI, then leaves its peak resident memory (KiB, its own or a worker's) in a file.
 _RUNNER = f"""
 import resource, runpy, sys
@@ -55,23 +55,14 @@ class Run:
     peak_mib: float
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (_ADDRESS_SPACE, _ADDRESS_SPACE))
-
-
 def _pack(tmp_path: Path, src: Path, *args: str, timeout: float = 60) -> Run:
     """`shardpack pack SRC tmp_path/out --workers 1 ARGS` in its own session, killed (with any
     worker it started) if it runs past `timeout`."""
     peak = tmp_path / "peak"
-    command = [sys.executable, "-c", _RUNNER, str(peak), "pack", str(src), str(tmp_path / "out")]
-    child = subprocess.Popen(
-        [*command, "--workers", "1", "--no-progress", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=_limit_memory,
-    )
+    child = forkserver.start(
+        _RUNNER, str(peak), "pack", str(src), str(tmp_path / "out"), "--workers", "1",
+        "--no-progress", *args, start_new_session=True, limits=_LIMITS,
+    )  # fmt: skip
     try:
         stdout, stderr = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -117,10 +108,8 @@ def test_a_name_with_terminal_codes_and_line_breaks_is_printed_escaped(tmp_path)
     name = "\x1b]0;pwned\x07\nFAKE\rx.jpg"
     os.mkfifo(src / "a" / name)
     for extra, stream in ((["--on-error", "fail"], "stderr"), ([], "stdout")):
-        run = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src),
-                              str(tmp_path / f"out{len(extra)}"), "--workers", "1",
-                              "--no-progress", *extra],
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        run = helpers.cli("pack", str(src), str(tmp_path / f"out{len(extra)}"), "--workers", "1",
+                          "--no-progress", *extra, timeout=60)  # fmt: skip
         text = getattr(run, stream)
         assert "a/\\x1b]0;pwned\\x07\\nFAKE\\rx.jpg: not a regular file" in text, text
         assert not any(c in text for c in "\x1b\x07\r")

@@ -7,8 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from shardpack.cli import app
 from shardpack.packing.daliindex import write_index_files
 from shardpack.read.describe import describe
 from shardpack.read.preview import make_preview
-from tests.helpers import packed_tree
+from tests.helpers import cli, packed_tree
 
 FORMATS = ["tfrecord", "array_record", "webdataset"]
 
@@ -121,8 +119,7 @@ def test_the_cli_reads_a_url(packed, tmp_path):
 def test_a_url_whose_package_is_missing_is_one_line(command):
     if _has("gcsfs"):  # not a test dependency: this checks the machine without it
         pytest.skip("gcsfs is installed")
-    run = subprocess.run([sys.executable, "-m", "shardpack", command, "gs://bucket/out"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = cli(command, "gs://bucket/out", timeout=120)
     assert run.returncode == 2, run.stderr
     assert run.stderr.strip().count("\n") == 0 and "pip install 'shardpack[gcs]'" in run.stderr
 

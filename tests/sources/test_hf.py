@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -438,12 +436,9 @@ def test_an_index_of_another_tool_is_one_line(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "index.json").write_text(json.dumps({"format": "litdata", "chunks": []}))
-    run = subprocess.run(
-        [sys.executable, "-m", "shardpack", "pack", str(other), str(tmp_path / "out"),
-         "--source", "shardpack"],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
-    )  # fmt: skip
+    run = helpers.cli("pack", str(other), str(tmp_path / "out"), "--source", "shardpack",
+                      timeout=120,
+                      env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})  # fmt: skip
     lines = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(lines) == 1, run.stderr
     assert f"{other / 'index.json'}" in lines[0] and "not an index shardpack wrote" in lines[0]

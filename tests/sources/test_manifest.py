@@ -24,6 +24,7 @@ from shardpack.read.verify import verify
 from shardpack.sources import scan
 from shardpack.storage.imageroot import NOT_WEB
 from tests.helpers import (
+    cli,
     evict,
     heavy_import,
     make_tree,
@@ -218,9 +219,8 @@ def test_an_image_listed_relative_and_absolute_is_packed_once(tmp_path: Path):
 def test_a_root_that_is_not_a_folder_is_one_line_naming_it(tmp_path: Path):
     src = make_tree(tmp_path / "src", {"cat": 1})
     manifest = write_csv(src / "m.csv", [{"path": "cat/img_000.jpg", "label": "cat"}])
-    done = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(manifest),
-                           str(tmp_path / "out"), "--root", "mm"], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)  # fmt: skip
+    done = cli("pack", str(manifest), str(tmp_path / "out"), "--root", "mm", timeout=120,
+               cwd=tmp_path)  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"error: --root {tmp_path / 'mm'}: no such folder; pass the folder the manifest's "
@@ -237,10 +237,9 @@ def test_a_relative_root_beside_the_manifest_run_from_elsewhere_names_that_folde
     kaggle = tmp_path / "kaggle"
     make_tree(kaggle, {"train": 2})
     manifest = write_csv(kaggle / "train.csv", [{"id": "img_000", "breed": "pug"}])
-    done = subprocess.run([sys.executable, "-m", "shardpack", "pack", "kaggle/train.csv", "out",
-                           "--path-column", "id", "--label-column", "breed", "--root", "train",
-                           "--path-suffix", ".jpg"], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path)  # fmt: skip
+    done = cli("pack", "kaggle/train.csv", "out", "--path-column", "id", "--label-column",
+               "breed", "--root", "train", "--path-suffix", ".jpg", timeout=120,
+               cwd=tmp_path)  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"error: --root {tmp_path / 'train'}: no such folder (a relative one is taken from the "

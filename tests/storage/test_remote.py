@@ -26,6 +26,7 @@ from shardpack.errors import StorageError
 from shardpack.options import PackOptions
 from shardpack.storage import parse_options, storage_at
 from tests.helpers import (
+    cli,
     gone,
     image,
     make_tree,
@@ -55,8 +56,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def _process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     """The run in a child of its own, with an environment of its own."""
-    return subprocess.run([sys.executable, "-m", "shardpack", *args], capture_output=True,
-                          text=True, timeout=120, env=env)  # fmt: skip
+    return cli(*args, env=env, timeout=120)
 
 
 def _start(*args: str) -> subprocess.Popen:

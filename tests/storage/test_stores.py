@@ -300,15 +300,10 @@ def test_a_url_on_an_install_without_fsspec_is_one_line(tmp_path, url, fix):
 def test_an_http_url_that_refuses_the_connection_is_one_line(tmp_path):
     """aiohttp's connection error takes no (errno, strerror, filename): naming the path in it
     raised a TypeError, a traceback of 110 lines."""
-    import subprocess
-    import sys
-
-    from tests.helpers import make_tree
+    from tests.helpers import cli, make_tree
 
     src = make_tree(tmp_path / "src", {"a": 1})
-    run = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src),
-                          "http://127.0.0.1:9/out", "--no-progress"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = cli("pack", str(src), "http://127.0.0.1:9/out", "--no-progress", timeout=120)
     (line,) = run.stderr.strip().splitlines()
     assert run.returncode == 2 and line.startswith("error: http://127.0.0.1:9/out/.shardpack.lock")
 
