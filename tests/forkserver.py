@@ -11,12 +11,14 @@ Not for a run that is about its start: what it imports (or a package made missin
 does), a signal as it starts, or a worker count the cost model picks (packing/cpuload measures
 others' load over the start-up, which a fork does not have). Those keep a fresh interpreter.
 
-One server a test process, started at its first run, reaped at its exit; a run at a time.
+One server a test process, started at its first run, reaped at its exit; a run at a time (one
+asked for while another runs starts a fresh interpreter: see start).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import io
 import json
 import os
@@ -78,6 +80,7 @@ exec(compile(globals().pop("_code"), "<string>", "exec"))
 """
 _server: list = []  # [Popen, socket, its PYTHON* variables] of this process's server
 _ids = count()
+_running: list = []  # the last Forked started: the server forks no other run till it ends
 
 
 def _python_variables(env: dict[str, str]) -> dict[str, str]:
@@ -114,7 +117,9 @@ def _stop(server: subprocess.Popen, channel: socket.socket) -> None:
 
 class Forked:
     """A run of `python -c code args` from the server, as subprocess.Popen(..., text=True) with
-    stdout and stderr piped would be: its pid, communicate and returncode."""
+    stdout and stderr piped would be: its pid, stdout and stderr (text streams), poll, wait,
+    communicate, send_signal, terminate, kill and returncode. The server reaps it and says its
+    exit code; a signal goes to its real pid, unless that exit was heard already."""
 
     def __init__(
         self,
@@ -129,9 +134,13 @@ class Forked:
         _, self._channel, python = _started()
         if _python_variables(env) != python or any(env.get(k, v) != v for k, v in _BLAS.items()):
             raise NotImplementedError("an environment the server was not started with")
+        if any(run.poll() is None for run in _running):  # the server waits for it to end
+            raise NotImplementedError("a run while another is running")
         self.id, self.returncode = next(_ids), None
-        out, self._out = os.pipe()[::-1]
-        err, self._err = os.pipe()[::-1]
+        out, read_out = os.pipe()[::-1]
+        err, read_err = os.pipe()[::-1]
+        # as subprocess's text=True reads them: the locale's encoding, universal newlines
+        self.stdout, self.stderr = open(read_out), open(read_err)  # noqa: SIM115
         request = {
             "id": self.id,
             "code": code,
@@ -147,6 +156,7 @@ class Forked:
             os.close(out)
             os.close(err)
         self.pid = self._reply("pid", None)
+        _running[:] = [self]
 
     def _reply(self, kind: str, deadline: float | None) -> int:
         """The server's next word on this run of `kind`, skipping those about earlier runs."""
@@ -155,7 +165,7 @@ class Forked:
             self._channel.settimeout(left)
             try:
                 message = self._channel.recv(4096)
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):  # BlockingIOError: no time left at all
                 raise subprocess.TimeoutExpired(["forked"], left or 0) from None
             finally:
                 self._channel.settimeout(None)
@@ -165,14 +175,43 @@ class Forked:
             if run == self.id and said == kind:
                 return value
 
+    def poll(self) -> int | None:
+        """Its exit code if the server said it ended, else None (without waiting)."""
+        if self.returncode is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.returncode = self._reply("exit", time.monotonic())
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code once it ended; TimeoutExpired past `timeout`."""
+        if self.returncode is None:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            self.returncode = self._reply("exit", deadline)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """os.kill(pid, sig), unless it ended (its pid may be another's by then)."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # ended since: as Popen's
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        """SIGTERM it."""
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL it."""
+        self.send_signal(signal.SIGKILL)
+
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         """Its stdout and stderr (text) once it ended; TimeoutExpired past `timeout`."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        chunks: dict[int, list[bytes]] = {self._out: [], self._err: []}
+        streams = [stream for stream in (self.stdout, self.stderr) if not stream.closed]
+        fds = [-1 if stream.closed else stream.fileno() for stream in (self.stdout, self.stderr)]
+        chunks: dict[int, list[bytes]] = {fd: [] for fd in fds if fd >= 0}
         with selectors.DefaultSelector() as selector:
             for fd in chunks:
-                if fd >= 0:
-                    selector.register(fd, selectors.EVENT_READ)
+                selector.register(fd, selectors.EVENT_READ)
             while selector.get_map():
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -183,20 +222,21 @@ class Forked:
                         chunks[key.fd].append(data)
                     else:
                         selector.unregister(key.fd)
-        if self.returncode is None:
-            self.returncode = self._reply("exit", deadline)
-        os.close(self._out)
-        os.close(self._err)
-        self._out = self._err = -1
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        for stream in streams:
+            stream.close()
         # as subprocess's text=True reads them: the locale's encoding, universal newlines
-        return tuple(io.TextIOWrapper(io.BytesIO(b"".join(data))).read()
-                     for data in chunks.values())  # fmt: skip
+        return tuple(io.TextIOWrapper(io.BytesIO(b"".join(chunks.get(fd, [])))).read()
+                     for fd in fds)  # fmt: skip
 
 
-def start(code: str, *args: str, **options) -> Forked | subprocess.Popen:
+Child = Forked | subprocess.Popen  # what start gives
+
+
+def start(code: str, *args: str, **options) -> Child:
     """Forked(code, *args, **options), or where the server cannot give the run the environment
-    it asks for, `python -c code args` started as subprocess.Popen (text, stdout and stderr
-    piped, the same options)."""
+    it asks for (or runs another still), `python -c code args` started as subprocess.Popen
+    (text, stdout and stderr piped, the same options)."""
     try:
         return Forked(code, *args, **options)
     except NotImplementedError:

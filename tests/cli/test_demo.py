@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from shardpack.cli import app
 from shardpack.demo import SHAPES, make_sample
 from shardpack.errors import OutputError
+from tests import forkserver
 from tests.helpers import ctrl_c_as_opencv_loads, wait_for
 
 runner = CliRunner()
@@ -172,8 +173,7 @@ def test_a_demo_stopped_as_it_draws_leaves_nothing_it_made(tmp_path: Path, sig, 
     folder was removed, not the folder made for it); the folders it made above OUT too."""
     out = tmp_path / "new" / "d2"
     demo = ["demo", str(out), "--per-class", "100000", "--no-progress"]
-    run = subprocess.Popen([sys.executable, "-m", "shardpack", *demo], stderr=subprocess.PIPE,
-                           text=True)  # fmt: skip
+    run = forkserver.start(forkserver.SHARDPACK, *demo)
     try:  # stopped once the sample's first images are drawn
         wait_for(lambda: any(p.is_file() for p in out.glob(".sample-*/*/*")))
         run.send_signal(sig)
@@ -198,8 +198,7 @@ def test_a_demo_stopped_as_it_packs_keeps_only_what_was_there(tmp_path: Path):
             f"sys.argv = ['shardpack', 'demo', {str(out)!r}, '--per-class', '2', '--workers', "
             "'2', '--no-progress']\n"
             "main()\n")  # fmt: skip
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, start_new_session=True)  # fmt: skip
+    run = forkserver.run(code, timeout=120, start_new_session=True)
     assert run.returncode == 130, run.stderr
     assert run.stderr.strip() == "interrupted" and "drew 10 sample images" in run.stdout
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
@@ -216,12 +215,10 @@ def test_a_demo_that_fails_leaves_nothing_it_made_and_says_to_run_it_again(tmp_p
         out.mkdir()
         (out / "mine.txt").write_text("mine")
 
-    def small_files() -> None:  # room for each drawn image, not for a shard of 40 of them
-        resource.setrlimit(resource.RLIMIT_FSIZE, (32_000, 32_000))
-
-    run = subprocess.run([sys.executable, "-m", "shardpack", "demo", str(out), "--per-class",
-                          "40", "--workers", "1", "--no-progress"], capture_output=True,
-                         text=True, timeout=120, preexec_fn=small_files)  # fmt: skip
+    # room for each drawn image, not for a shard of 40 of them
+    run = forkserver.run(forkserver.SHARDPACK, "demo", str(out), "--per-class", "40", "--workers",
+                         "1", "--no-progress", timeout=120,
+                         limits=((resource.RLIMIT_FSIZE, 32_000),))  # fmt: skip
     assert run.returncode == 2 and "drew 200 sample images" in run.stdout, run.stderr
     (line,) = run.stderr.strip().splitlines()
     assert "cannot write (File too large)" in line and line.endswith("then run the demo again")

@@ -21,6 +21,7 @@ from shardpack.containers import CONTAINERS
 from shardpack.options import PackOptions
 from shardpack.packing.cluster import ClusterError
 from shardpack.packing.packer import pack
+from tests import forkserver
 from tests.helpers import (
     image,
     make_tree,
@@ -85,10 +86,9 @@ def test_a_stopped_local_cluster_run_says_one_line(tmp_path: Path):
     for i in range(240):
         write_image(tmp_path / "src" / f"c{i % 2}" / f"{i:04d}.jpg", image(i, 240, 320))
     out = tmp_path / "out"
-    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(tmp_path / "src"),
-                            str(out), "--backend", "dask", "--workers", "2", "--shards", "12",
-                            "--encode", "png", "--no-progress"], stderr=subprocess.PIPE,
-                           text=True)  # fmt: skip
+    run = forkserver.start(forkserver.SHARDPACK, "pack", str(tmp_path / "src"), str(out),
+                           "--backend", "dask", "--workers", "2", "--shards", "12", "--encode",
+                           "png", "--no-progress")  # fmt: skip
     journal = out / ".shardpack.journal"
     wait_for(lambda: run.poll() is not None or journal.exists())
     run.send_signal(signal.SIGTERM)  # shards in flight: the first of 12 just landed
@@ -227,9 +227,8 @@ def test_a_worker_killed_mid_shard_is_retried_and_output_is_intact(scheduler, tm
     with Client(scheduler, timeout="30s") as client:
         pids = sorted(client.run(os.getpid).values())
     out = tmp_path / "dask"
-    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out), *args,
-                            "--backend", "dask", "--scheduler", scheduler],
-                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    run = forkserver.start(forkserver.SHARDPACK, "pack", str(src), str(out), *args, "--backend",
+                           "dask", "--scheduler", scheduler)  # fmt: skip
     journal = out / ".shardpack.journal"
     deadline = time.monotonic() + 120
     while not (journal.exists() and len(journal.read_text().splitlines()) >= 2):

@@ -8,14 +8,13 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 
 from shardpack.read.stream import iter_examples
+from tests import forkserver
 from tests.helpers import (
     aged,
     gone,
@@ -59,8 +58,7 @@ def test_a_stopped_append_leaves_the_old_dataset_and_a_rerun_ends_identical(tmp_
     old_index = (out / "index.json").read_bytes()
     _grow_more(src)
     assert run_cli("pack", str(src), str(clean), "--append", *JOB).returncode == 0
-    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
-                            "--append", *JOB], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    run = forkserver.start(forkserver.SHARDPACK, "pack", str(src), str(out), "--append", *JOB)
     journal = out / ".shardpack.journal"
 
     def written() -> bool:  # the append's journal holds a finished shard
@@ -93,8 +91,7 @@ def test_an_append_killed_as_its_first_shard_lands_reruns(tmp_path):
     listed = {p.name for p in out.glob("src-train.*")}
     _grow_more(src)
     assert run_cli("pack", str(src), str(clean), "--append", *JOB).returncode == 0
-    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
-                            "--append", *JOB], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    run = forkserver.start(forkserver.SHARDPACK, "pack", str(src), str(out), "--append", *JOB)
     wait_for(lambda: len(worker_pids(run.pid)) == 2)
     workers = worker_pids(run.pid)
     # a worker writing a shard (forked, a worker may still wait for its task from the parent)
@@ -126,7 +123,9 @@ def _writing(pid: int, pattern: str) -> bool:
 UPDATE_JOB = ["--encode", "png", "--shards", "2", "--workers", "1", "--no-progress"]
 
 
-def _update_held_mid_shard(root: Path) -> tuple[Path, Path, Path, subprocess.Popen, dict]:
+def _update_held_mid_shard(
+    root: Path,
+) -> tuple[Path, Path, Path, forkserver.Child, dict]:
     """SRC packed twice (OUT, and a clean copy it then --update's), one file edited to its own
     size (the pack's plan unchanged), and an --update of OUT stopped (SIGSTOP) mid-shard; with
     OUT's index.json and journal as it began."""
@@ -140,9 +139,9 @@ def _update_held_mid_shard(root: Path) -> tuple[Path, Path, Path, subprocess.Pop
     write_image(src / "c0" / "000.bmp", 255 - image(0, height=240, width=320))
     assert run_cli("pack", str(src), str(clean), "--update", *UPDATE_JOB).returncode == 0
     before = {name: (out / name).read_bytes() for name in ("index.json", ".shardpack.journal")}
-    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
-                            "--update", *UPDATE_JOB], stderr=subprocess.PIPE,
-                           text=True)  # fmt: skip
+    run = forkserver.start(
+        forkserver.SHARDPACK, "pack", str(src), str(out), "--update", *UPDATE_JOB
+    )
     partial = f"{out}/.src-train.tfrecord-*.partial"
     wait_for(lambda: _writing(run.pid, partial))
     run.send_signal(signal.SIGSTOP)
@@ -218,8 +217,7 @@ def test_an_append_killed_after_a_shard_of_skips_leaves_no_empty_file_under_a_sh
     for i in range(200):  # each skipped as its worker reads it: a shard of none a file
         (src / "c1" / f"bad_{i:03d}.jpg").write_bytes(cut[: len(cut) // 2])
     assert run_cli("pack", str(src), str(clean), "--append", *job).returncode == 0
-    run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
-                            "--append", *job], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    run = forkserver.start(forkserver.SHARDPACK, "pack", str(src), str(out), "--append", *job)
     journal = out / ".shardpack.journal"
 
     def journaled() -> bool:  # the append's journal holds a finished shard (one of skips)
@@ -256,12 +254,8 @@ def test_a_full_disk_at_the_grows_index_leaves_it_and_the_same_command_finishes(
     limit = 2 * max(size for name, size in sizes.items() if name != "index.json")
     assert limit < sizes["index.json"]
 
-    def small_files() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    run = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
-                          "--append", *job], capture_output=True, text=True, timeout=120,
-                         preexec_fn=small_files)  # fmt: skip
+    run = forkserver.run(forkserver.SHARDPACK, "pack", str(src), str(out), "--append", *job,
+                         timeout=120, limits=((resource.RLIMIT_FSIZE, limit),))  # fmt: skip
     one_line_error(run, f"{out / 'index.json'}: File too large", "free some space",
                    "then run the same command again to finish the grow")  # fmt: skip
     assert (out / "index.json").read_bytes() == old

@@ -22,6 +22,7 @@ from shardpack.layout import LOCK_NAME
 from shardpack.options import PackOptions
 from shardpack.packing.packer import pack
 from shardpack.read.stream import iter_examples
+from tests import forkserver
 from tests.helpers import (
     gone,
     handed_over,
@@ -82,9 +83,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return run_cli(*args)
 
 
-def _start(src: Path, out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out), *JOB,
-                             *extra], stderr=subprocess.PIPE, text=True)  # fmt: skip
+def _start(src: Path, out: Path, *extra: str) -> forkserver.Child:
+    """The run stopped: a real process of its own, forked from tests.forkserver's server."""
+    return forkserver.start(forkserver.SHARDPACK, "pack", str(src), str(out), *JOB, *extra)
 
 
 def _signal(pid: int, sig: int) -> bool:
@@ -96,7 +97,7 @@ def _signal(pid: int, sig: int) -> bool:
     return True
 
 
-def _hold_a_worker_mid_shard(run: subprocess.Popen) -> int:
+def _hold_a_worker_mid_shard(run: forkserver.Child) -> int:
     """SIGSTOP a worker of the run as it writes a shard (seen again once it has stopped): held,
     it keeps that shard unfinished, so the run cannot end however fast the others go."""
     held: list[int] = []
@@ -191,8 +192,7 @@ def test_a_ctrl_c_as_the_workers_fork_stops_the_run_in_one_line(src, tmp_path, w
             "from shardpack.__main__ import main\n"
             f"sys.argv = ['shardpack', 'pack', *{[str(src), str(out), *JOB]!r}]\n"
             "main()\n")  # fmt: skip
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, start_new_session=True)  # fmt: skip
+    run = forkserver.run(code, timeout=120, start_new_session=True)
     assert run.returncode == 130, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1 and "--resume" in run.stderr, run.stderr
     assert not (out / "index.json").exists() and not _leftovers(out)
@@ -290,13 +290,9 @@ def test_file_size_limit_is_one_line_and_keeps_finished_shards(src, clean, tmp_p
     largest = max(len(b) for b in shard_files(clean).values())
     limit = largest * 3  # room for a few shards, then EFBIG (Python ignores SIGXFSZ)
 
-    def small_files() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
     job = [a if a != "2" else "1" for a in JOB]  # one worker: the limit applies in-process
-    run = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src), str(out), *job,
-                          "--shards", "3"], capture_output=True, text=True, timeout=300,
-                         preexec_fn=small_files)  # fmt: skip
+    run = forkserver.run(forkserver.SHARDPACK, "pack", str(src), str(out), *job, "--shards", "3",
+                         timeout=300, limits=((resource.RLIMIT_FSIZE, limit),))  # fmt: skip
     lines = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(lines) == 1, run.stderr
     assert "cannot write" in lines[0] and "free some space" in lines[0] and ".partial" in lines[0]
@@ -319,12 +315,8 @@ def test_a_full_disk_at_a_fresh_pack_s_index_says_to_resume_and_the_resume_finis
     limit = 2 * max(size for name, size in sizes.items() if name != "index.json")
     assert limit < sizes["index.json"]
 
-    def small_files() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    run = subprocess.run([sys.executable, "-m", "shardpack", "pack", str(src), str(out), *job],
-                         capture_output=True, text=True, timeout=120,
-                         preexec_fn=small_files)  # fmt: skip
+    run = forkserver.run(forkserver.SHARDPACK, "pack", str(src), str(out), *job, timeout=120,
+                         limits=((resource.RLIMIT_FSIZE, limit),))  # fmt: skip
     one_line_error(run, f"{out / 'index.json'}: cannot write (File too large); free some space",
                    "then rerun with --resume to keep the shards already finished")  # fmt: skip
     assert not (out / "index.json").exists() and not _leftovers(out)

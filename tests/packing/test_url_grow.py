@@ -8,8 +8,6 @@ import csv
 import json
 import shutil
 import signal
-import subprocess
-import sys
 import tarfile
 import time
 from collections import Counter
@@ -19,7 +17,7 @@ import pytest
 
 from shardpack import PackOptions, iter_examples, pack, verify
 from shardpack.packing.grow import _asked_again, _packed_again
-from tests import helpers
+from tests import forkserver, helpers
 from tests.packing.test_reliability import _finished_shards
 from tests.storage.test_fetch import Site, serving
 
@@ -75,8 +73,7 @@ def test_a_stopped_url_pack_resumes_fetching_only_its_unfinished_shards(tmp_path
         assert any(p.startswith("/gone/") for ps in shards.values() if ps != last for p in ps)
         site.hits.clear()
         site.held = frozenset(last)
-        run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
-                                *JOB], stderr=subprocess.PIPE, text=True)  # fmt: skip
+        run = forkserver.start(forkserver.SHARDPACK, "pack", str(src), str(out), *JOB)
         try:
             # (the last shard's fetching starts during the one before: its requests are not
             # enough to say the others are journaled)

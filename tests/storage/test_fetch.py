@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -39,7 +38,7 @@ from shardpack.storage import fetch
 from shardpack.storage.fetch import Fetcher, Prefetch, UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge
 from shardpack.storage.urlpolicy import FetchPolicy, is_transient, opted_out, refusal, status_of
-from tests import helpers
+from tests import forkserver, helpers
 
 # A loopback HTTP server answering with injected latency: the slow tier's, as the S3 server is.
 pytestmark = pytest.mark.slow
@@ -1437,11 +1436,10 @@ def test_a_worker_killed_while_the_other_waits_for_its_reservation_fails_the_run
     with serving(latency=0.01) as site:
         site.held = frozenset({paths[0]})
         src = _manifest(tmp_path, [site.url(path) for path in paths])
-        run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(src), str(out),
-                                "--path-column", "url", "--allow-private-urls", "--workers",
-                                "2", "--shards", "4", "--url-threads", "16", "--no-shuffle",
-                                "--no-progress"],
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+        run = forkserver.start(forkserver.SHARDPACK, "pack", str(src), str(out), "--path-column",
+                               "url", "--allow-private-urls", "--workers", "2", "--shards", "4",
+                               "--url-threads", "16", "--no-shuffle",
+                               "--no-progress")  # fmt: skip
         try:
             helpers.wait_for(lambda: sum(site.hits.values()) == 40 and _others_landed(out), 60)
             workers = helpers.worker_pids(run.pid)

@@ -25,6 +25,7 @@ from shardpack.containers import is_shard_name
 from shardpack.errors import StorageError
 from shardpack.options import PackOptions
 from shardpack.storage import parse_options, storage_at
+from tests import forkserver
 from tests.helpers import (
     cli,
     gone,
@@ -59,9 +60,9 @@ def _process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return cli(*args, env=env, timeout=120)
 
 
-def _start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "shardpack", *args], stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+def _start(*args: str) -> forkserver.Child:
+    """A run stopped or held: a real process of its own, forked from tests.forkserver's server."""
+    return forkserver.start(forkserver.SHARDPACK, *args)
 
 
 @pytest.fixture(scope="module")
@@ -564,9 +565,8 @@ def test_a_store_gone_down_mid_run_says_why_the_run_stopped(big_src, tmp_path, s
 
         fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
         fs.mkdir("doomed")
-        run = subprocess.Popen([sys.executable, "-m", "shardpack", "pack", str(big_src),
-                                "s3://doomed/out", *BIG_JOB], stderr=subprocess.PIPE, text=True,
-                               env=env)  # fmt: skip
+        run = forkserver.start(forkserver.SHARDPACK, "pack", str(big_src), "s3://doomed/out",
+                               *BIG_JOB, env=env)  # fmt: skip
         deadline = time.monotonic() + 60
         while not (fs.exists("doomed/out") and fs.ls("doomed/out", refresh=True)):  # started
             assert time.monotonic() < deadline and run.poll() is None

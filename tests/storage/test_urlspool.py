@@ -23,7 +23,7 @@ from shardpack.storage import storage_at
 from shardpack.storage.fetch import UrlFailed
 from shardpack.storage.srcfiles import FileTooLarge, RefusedFile
 from shardpack.storage.urlspool import UrlSpool
-from tests import helpers
+from tests import forkserver, helpers
 from tests.storage.test_fetch import _manifest, _png, serving
 
 URL, OTHER = "http://127.0.0.1/a.png", "http://127.0.0.1/b\u00e9.png"
@@ -207,12 +207,11 @@ def test_the_dedup_pass_fetches_as_the_workers_the_pack_chose(tmp_path):
     assert sorted(site.hits.values()) == [1] * len(paths), site.hits  # the pass's alone
 
 
-def _interrupted(site, args: list[str], ready) -> subprocess.CompletedProcess:
+def _interrupted(site, args: list[str], ready) -> forkserver.Child:
     """`shardpack ARGS` in a process of its own, sent SIGINT once `ready()` holds, while the
     site holds its held paths (60 s); it must end well before (20 s). The site's held paths
     are answered after."""
-    command = [sys.executable, "-m", "shardpack", *args, "--no-progress"]
-    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = forkserver.start(forkserver.SHARDPACK, *args, "--no-progress")
     try:
         helpers.wait_for(ready)
         run.send_signal(signal.SIGINT)
@@ -275,7 +274,7 @@ def test_a_killed_runs_spool_is_removed_by_the_next_run(tmp_path):
         src, out = _manifest(tmp_path, [site.url(path) for path in paths]), tmp_path / "out"
         args = ["pack", str(src), str(out), "--path-column", "url", "--allow-private-urls",
                 "--workers", "1", "--dedup", "exact", "--no-progress"]  # fmt: skip
-        run = subprocess.Popen([sys.executable, "-m", "shardpack", *args])
+        run = forkserver.start(forkserver.SHARDPACK, *args)
         try:
             # every URL asked (its answer kept or not), five kept: the next run asks each again
             helpers.wait_for(lambda: len(site.hits) == len(paths)
