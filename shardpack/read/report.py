@@ -27,7 +27,7 @@ from shardpack.errors import (
 from shardpack.index import UNWRITTEN, Index, Skipped, load_index
 from shardpack.layout import REPORT_NAME
 from shardpack.packing import facts
-from shardpack.packing.duplicates import LABELLED_DIFFERENTLY, record_name
+from shardpack.packing.duplicates import LABELLED_DIFFERENTLY, all_removed, record_name
 from shardpack.packing.objects import SIZES, objects_of
 from shardpack.packing.outdir import OUTPUTS
 from shardpack.packing.stats import NOT_NOTED, reasons_of
@@ -455,9 +455,8 @@ def _duplicates_section(duplicates: dict, found: dict[str, str]) -> str:
         if isinstance(a, dict)
     ]
     if rows:
-        removed = dict(totals)  # every copy --dedup removed: the leaks were SRC's
-        gone = removed["removed"] and removed["removed"] >= removed["copies"]
-        parts.append(f"<h3>Leaks across splits{' before deduplication' * bool(gone)}</h3>")
+        gone = all_removed(duplicates)  # every copy --dedup removed: the leaks were SRC's
+        parts.append(f"<h3>Leaks across splits{' before deduplication' * gone}</h3>")
         parts.append(_table(("images of", "also in", "images"), rows))
     named = duplicates.get("conflicts_listed")
     named = [g for g in (named if isinstance(named, list) else []) if isinstance(g, list)]
