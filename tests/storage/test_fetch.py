@@ -1383,6 +1383,46 @@ def test_a_url_shard_opening_on_a_bad_row_is_fetched_ahead_all_the_same(tmp_path
         assert ahead.read(urls[0], 10**6) == _png(0)
 
 
+def test_a_shard_of_files_objects_and_urls_reads_each_ahead_by_its_kind(tmp_path, site):
+    """A shard mixing files on the disk, objects in a store and URLs (a folder of lists, one
+    of each kind) was read ahead by its first image's kind alone: opening on a file, its URLs
+    were fetched one at a time as the worker came to each. Each kind is read ahead by its own:
+    once the worker starts on the first URL, every URL is asked before it reads on, the objects
+    come from an ObjectsAhead and the files from a ReadAhead; each read gives what the root's
+    read of it alone gives (a URL's failure too), in the shard's order, each URL asked once."""
+    import fsspec
+
+    from shardpack.storage import storage_at
+    from shardpack.storage.imageroot import ImageRoot
+    from shardpack.storage.remote import ObjectsAhead
+
+    memory, prefix = fsspec.filesystem("memory"), f"memory://mixed-{os.getpid()}-{id(tmp_path)}"
+    names, paths = [], ["/img/20.png", "/404.png", "/img/21.png", "/img/22.png"]
+    for i, path in enumerate(paths):
+        (tmp_path / f"{i}.png").write_bytes(_png(i))
+        memory.pipe_file(f"{prefix}/{i}.png", _png(10 + i))
+        names += [str(tmp_path / f"{i}.png"), site.url(path), f"{prefix}/{i}.png"]
+    images = ImageRoot(storage_at(tmp_path), policy=FetchPolicy(allow_private=True))
+    try:
+        with images.reading(iter([(name, 1000) for name in names]), 10**6) as reading:
+            read = [_outcome(reading.read, name) for name in names[:2]]
+            helpers.wait_for(lambda: all(site.hits[path] for path in paths), 10)  # unread yet
+            read += [_outcome(reading.read, name) for name in names[2:]]
+            assert isinstance(reading._objects, ObjectsAhead) and reading._disk.reads == 4
+        assert sorted(site.hits.elements()) == sorted(paths)  # each once
+        assert read == [_outcome(images.read, name) for name in names]
+        assert read[1] == _png(20) and read[4] == (UrlFailed, "HTTP Not Found (HTTP 404)")
+    finally:
+        memory.rm(prefix, recursive=True)
+
+
+def _outcome(read, name: str) -> bytes | tuple[type, str]:
+    try:
+        return read(name, 10**6)
+    except Exception as e:
+        return type(e), str(e)
+
+
 @pytest.mark.parametrize(("workers", "shards"), [(2, 4), (1, 2)])
 def test_a_worker_fetches_its_next_shard_while_the_last_waits_for_its_retries(
     tmp_path, workers, shards
