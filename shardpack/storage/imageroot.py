@@ -56,6 +56,7 @@ _SHARING = threading.Lock()
 # How an image's file is read ahead (ImageRoot._kind): an http(s) URL's by a Prefetch, a file on
 # this machine's disk's by a ReadAhead, an object in a store's by an ObjectsAhead.
 _WEB, _DISK, _STORE = "web", "disk", "store"
+_WALKED = 16  # files a shard's walk (_ByKind) takes at a time: its lock's cost shared by them
 
 
 class ImageUnusable(Exception):
@@ -324,14 +325,14 @@ class ImageRoot(Storage):
         """How the file `name` names is read ahead: _WEB, _DISK or _STORE; None: as it comes (a
         NUL in it: a streamed list's bad row; a path whose store cannot be made: its read
         says why)."""
+        if self._on_this_disk and ":" not in name and name[:1] != "/" and "\0" not in name:
+            return _DISK  # a relative path (no scheme: no ':'), the disk's as its root is
         if self.web_url(name) is not None:
             return _WEB
         if "\0" in name:
             return None
         try:
             storage, name = self.where(name)
-            if storage is self.base and self._on_this_disk:  # (a read's cost: no path joined)
-                return _DISK
             if storage.local_path(name) is not None:
                 return _DISK
             return _STORE if storage.read_is_request(name) else None
@@ -443,6 +444,8 @@ class _ByKind:
     ) -> None:
         self._files: Iterator[tuple[str, int]] | None = iter(files)
         self._kind_of = kind_of
+        # each kind's files walked, not yet taken (a deque's append and popleft are atomic:
+        # the lock is the walk's alone)
         self._kept: dict[str, deque[tuple[str, int]]] = {kind: deque() for kind in kinds}
         self.met: list[str] = []
         self._lock = threading.Lock()
@@ -457,28 +460,33 @@ class _ByKind:
         """The files of `kind`, in order."""
         kept = self._kept[kind]
         while True:
-            with self._lock:
-                while not kept:
-                    if not self._walk():
-                        return
-                file = kept.popleft()
-            yield file
+            if not kept:
+                with self._lock:
+                    while not kept and self._walk():
+                        pass
+                if not kept:
+                    return
+            yield kept.popleft()
 
     def _walk(self) -> bool:
-        """Under the lock: the next file kept for its kind; False at the end."""
+        """Under the lock: the next files (_WALKED at most) kept for their kinds; False at the
+        end, none left."""
         if self._files is None:
             return False
+        walked = 0
         try:
-            file = next(self._files)
-        except Exception:  # the end, or naming a file failed: the worker's reads say why
-            self._files = None
-            return False
-        kind = self._kind_of(file[0])
-        if kind in self._kept:
-            if kind not in self.met:
-                self.met.append(kind)
-            self._kept[kind].append(file)
-        return True
+            for file in itertools.islice(self._files, _WALKED):
+                walked += 1
+                kind = self._kind_of(file[0])
+                if kind in self._kept:  # (one of no kind handed out is read as it comes)
+                    if kind not in self.met:
+                        self.met.append(kind)
+                    self._kept[kind].append(file)
+        except Exception:  # naming a file failed: the worker's reads say why
+            walked = 0
+        if walked < _WALKED:
+            self._files = None  # the end
+        return walked > 0
 
 
 class _Reading:
