@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from shardpack.containers import CONTAINER_ALIASES, CONTAINERS
 from shardpack.errors import Option, OptionError, ShardpackError, said_value
 from shardpack.storage.locations import absolute
-from shardpack.storage.urlpolicy import DEADLINE_S, MOST_TIMEOUT_S
+from shardpack.storage.urlpolicy import DEADLINE_S
 
 ENCODINGS = ("keep", "jpeg", "png", "webp", "raw")
 # Other names of an encoding, taken for it: JPEG's files end in .jpg.
@@ -428,9 +428,6 @@ class PackOptions:
                               f"{self.near_distance!r}")  # fmt: skip
         for option in ("shards", "shard_size", "workers", "max_side", "max_pixels"):
             check_positive(option, getattr(self, option))
-        if not 0 < self.url_deadline <= MOST_TIMEOUT_S:
-            raise OptionError(Option("url_deadline"), " must be a number of seconds above 0, at "
-                              f"most {MOST_TIMEOUT_S}, got: {self.url_deadline!r}")  # fmt: skip
         if self.seed < 0:
             raise OptionError(
                 Option("seed"), f" must be a non-negative integer, got: {self.seed!r}"
