@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from shardpack.containers import CONTAINER_ALIASES, CONTAINERS
 from shardpack.errors import Option, OptionError, ShardpackError, said_value
 from shardpack.storage.locations import absolute
+from shardpack.storage.urlpolicy import DEADLINE_S
 
 ENCODINGS = ("keep", "jpeg", "png", "webp", "raw")
 # Other names of an encoding, taken for it: JPEG's files end in .jpg.
@@ -355,6 +356,8 @@ class PackOptions:
         user_agent: the User-Agent image requests send; None: shardpack's own.
         url_threads: image URL requests in flight per worker.
         per_host: of those, to one host at most.
+        url_deadline: the most seconds one image URL may take, from its first request: its
+            tries, redirects and the waits between them together (then skipped, timed out).
         wds_naming: "shardpack", or "img2dataset": WebDataset samples named as img2dataset
             names them (the caption as `.txt`; `.json` with url, key, status, width, height,
             original_width, original_height and sha256), for code written for its output.
@@ -404,6 +407,7 @@ class PackOptions:
     user_agent: str | None = None
     url_threads: int = 128
     per_host: int = 16
+    url_deadline: float = DEADLINE_S
     wds_naming: str = "shardpack"
     box_columns: tuple[str, ...] | None = None
     columns: tuple[str, ...] | None = None
@@ -868,6 +872,12 @@ FLAGS: dict[str, Flag] = {
     ),
     "url_threads": Flag("--url-threads", "Image URL requests in flight per worker.", "N", min=1),
     "per_host": Flag("--per-host", "Of those, to one host at most.", "N", min=1),
+    "url_deadline": Flag(
+        "--url-deadline",
+        "The most seconds one image URL may take: its tries, redirects and the waits between "
+        "them together.",
+        "SECONDS",
+    ),
     "wds_naming": Flag(
         "--wds-naming",
         "WebDataset members: shardpack's, or img2dataset's (.txt caption; .json with url, "

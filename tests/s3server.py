@@ -15,7 +15,8 @@ What s3fs 2026.9 does against moto 5.2 server (tests/storage/test_remote.py reli
 
 `start_server(log, latency=S)` runs moto's app behind `_Slowed` instead (`python -m
 tests.s3server`): each GET of an object answers S seconds late, as a remote store's round trip
-would, and the server counts the GETs and the most in flight at once (`gets(endpoint)`).
+would, and the server counts the GETs and the most in flight at once (`gets(endpoint)`); one
+object can be held back until other GETs have been answered (`hold(endpoint, ...)`).
 """
 
 from __future__ import annotations
@@ -219,20 +220,31 @@ def s3(s3_server: str, request, monkeypatch, tmp_path_factory) -> Iterator[Bucke
 class _Slowed:
     """moto's WSGI app with each GET of an object (a path /bucket/key, no query: not a listing)
     answered `latency` seconds late, the GETs counted and the most in flight at once kept;
-    GET /_gets answers them as JSON ({"gets", "most"}), POST /_gets sets them back to 0."""
+    GET /_gets answers them as JSON ({"gets", "most", "held"}), POST /_gets sets them back to 0.
+    POST /_hold?path=/bucket/key&until=N holds that object's next GET until N other GETs have
+    been answered since it came (HOLD_S at most); "held" is then how many were, or None where
+    HOLD_S ran out first."""
+
+    HOLD_S = 10.0
 
     def __init__(self, app, latency: float) -> None:
         self.app, self.latency = app, latency
-        self._lock = threading.Lock()
-        self.gets = self.active = self.most = 0
+        self._lock = threading.Condition()
+        self.gets = self.active = self.most = self.answered = 0
+        self.hold: tuple[str, int] | None = None  # (path, GETs answered that release it)
+        self.held: int | None = None  # GETs answered while the held one waited
 
     def __call__(self, environ, start_response):
         path, method = environ.get("PATH_INFO", ""), environ["REQUEST_METHOD"]
-        if path == "/_gets":
+        if path in ("/_gets", "/_hold"):
             with self._lock:
-                if method == "POST":
+                if path == "/_hold":
+                    asked = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&"))
+                    self.hold, self.held = (asked["path"], int(asked["until"])), None
+                elif method == "POST":
                     self.gets = self.most = 0
-                body = json.dumps({"gets": self.gets, "most": self.most}).encode()
+                body = json.dumps({"gets": self.gets, "most": self.most,
+                                   "held": self.held}).encode()  # fmt: skip
             start_response("200 OK", [("Content-Type", "application/json"),
                                       ("Content-Length", str(len(body)))])  # fmt: skip
             return [body]
@@ -243,12 +255,23 @@ class _Slowed:
             self.gets += 1
             self.active += 1
             self.most = max(self.most, self.active)
+            held = self.hold if self.hold is not None and self.hold[0] == path else None
+            since = self.answered
+            if held is not None:
+                self.hold = None
         try:
             time.sleep(self.latency)
+            if held is not None:
+                with self._lock:
+                    released = self._lock.wait_for(lambda: self.answered - since >= held[1],
+                                                   self.HOLD_S)  # fmt: skip
+                    self.held = self.answered - since if released else None
             return list(self.app(environ, start_response))  # answered whole while counted
         finally:
             with self._lock:
                 self.active -= 1
+                self.answered += 1
+                self._lock.notify_all()
 
 
 def gets(endpoint: str, reset: bool = False) -> dict[str, int]:
@@ -263,6 +286,19 @@ def gets(endpoint: str, reset: bool = False) -> dict[str, int]:
             connection.request("POST", "/_gets")
             connection.getresponse().read()
         return counted
+    finally:
+        connection.close()
+
+
+def hold(endpoint: str, path: str, until: int) -> None:
+    """Hold the next GET of `path` (/bucket/key) on a server `start_server(latency=...)` started
+    until `until` other GETs have been answered since it came; gets()["held"] says how many
+    were (None: it was answered when the hold ran out, 10 s)."""
+    port = int(endpoint.rsplit(":", 1)[1])
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("POST", f"/_hold?path={path}&until={until}")
+        connection.getresponse().read()
     finally:
         connection.close()
 

@@ -47,7 +47,7 @@ from shardpack.sources.tables.files import (
 from shardpack.storage import Storage, storage_at
 from shardpack.storage.imageroot import ImageRoot, ImageSizes, ImageUnusable, UrlRows, missing_root
 from shardpack.storage.locations import is_relative, normal
-from shardpack.storage.urlpolicy import FetchPolicy, is_web_url
+from shardpack.storage.urlpolicy import MOST_TIMEOUT_S, FetchPolicy, is_web_url
 
 if TYPE_CHECKING:
     import numpy as np
@@ -76,7 +76,8 @@ class ManifestSource(Source):
     choosable = False
     own_options = (
         "path_column", "label_column", "path_suffix", "root", "retries", "allow_private_urls",
-        "ignore_opt_out", "user_agent", "url_threads", "per_host", "box_columns", "columns",
+        "ignore_opt_out", "user_agent", "url_threads", "per_host", "url_deadline", "box_columns",
+        "columns",
     )  # fmt: skip
 
     def recognise(
@@ -98,14 +99,18 @@ class ManifestSource(Source):
         return _is_glob(where)
 
     def check_options(self, options: PackOptions) -> None:
-        """--retries of 0 or more, --url-threads and --per-host of 1 or more, --user-agent
-        printable ASCII, each --box-columns entry NAME or NAME:FORMAT, each --columns entry
-        NAME or NAME=FEATURE naming each column once, a --label-column other
-        than the --path-column, and a --path-suffix that names no folder."""
+        """--retries of 0 or more, --url-threads and --per-host of 1 or more, --url-deadline of
+        seconds above 0 and at most a day, --user-agent printable ASCII, each --box-columns
+        entry NAME or NAME:FORMAT, each --columns entry NAME or NAME=FEATURE naming each column
+        once, a --label-column other than the --path-column, and a --path-suffix that names no
+        folder."""
         if options.retries < 0:
             raise OptionError(Option("retries"), f" must be 0 or more, got: {options.retries!r}")
         for option in ("url_threads", "per_host"):
             check_positive(option, getattr(options, option))
+        if not 0 < options.url_deadline <= MOST_TIMEOUT_S:  # (a NaN is neither)
+            raise OptionError(Option("url_deadline"), " must be a number of seconds above 0, at "
+                              f"most {MOST_TIMEOUT_S}, got: {options.url_deadline!r}")  # fmt: skip
         agent = options.user_agent
         if agent is not None and not (agent.isascii() and agent.isprintable()):
             # an HTTP header: past ASCII or with a line break, every URL failed as 'bad answer'

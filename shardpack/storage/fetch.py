@@ -7,8 +7,10 @@ in flight to it. Every address connected to (after DNS, after each redirect) is 
 byte is sent: link-local and cloud metadata addresses never, private and loopback ones only
 when allowed. Transient failures (a reset or refused connection, a timeout, 5xx, 429) are
 retried with backoff, honouring Retry-After; permanent ones (404, 403, DNS, over the byte cap,
-an opt-out header, a header over max_pixels) fail at once. A body sent gzip'ed or deflated is
-decoded under the same cap.
+an opt-out header, a header over max_pixels) fail at once. Each URL has a deadline (the policy's
+`deadline` seconds from its first request, tries, redirects and waits together): what is left
+of it bounds each connect, read, answer and retry. A body sent gzip'ed or deflated is decoded
+under the same cap.
 A failure's message starts with what `reason_kind` counts it by and ends, for an HTTP status,
 with `(HTTP <status>)`, which `status_of` reads back.
 """
@@ -91,6 +93,32 @@ class UrlFailed(RefusedFile):
         self.wait = wait  # Retry-After's seconds, when the server said
 
 
+class Deadline:
+    """When one URL's fetching ends: `seconds` after its first request got its turn at the host
+    (a wait for a turn is the host's other URLs', not its own), whatever tries, redirects and
+    waits it took."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._at: float | None = None  # time.monotonic()'s, once started
+
+    def start(self) -> None:
+        if self._at is None:
+            self._at = time.monotonic() + self.seconds
+
+    def left(self) -> float:
+        """Seconds left of it (all of them before its start)."""
+        return self.seconds if self._at is None else self._at - time.monotonic()
+
+    def failure(self) -> UrlFailed:
+        """The URL's failure at its deadline (transient: a later run may fetch it in time)."""
+        return UrlFailed(f"timed out: not fetched within its deadline of {self.seconds:g} s", True)
+
+    def passed(self) -> UrlFailed | None:
+        """failure() once the deadline has passed, else None."""
+        return self.failure() if self.left() <= 0 else None
+
+
 class Fetcher:
     """Fetches URLs under a FetchPolicy from any number of threads: connections kept per host,
     requests to one host capped, each URL retried as the policy says. One shared by the
@@ -110,6 +138,7 @@ class Fetcher:
         # every socket connected, so that close() can cut the requests in flight: a stopped
         # run (Ctrl-C) exits at once, not when a stalled server's read timeout ends
         self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._lookups: set[threading.Event] = set()  # DNS look-ups waited for: close() ends them
         self._closed = threading.Event()
         self._large = threading.Semaphore(LARGE_TURNS)  # turns of bodies past LARGE_BODY bytes
 
@@ -120,25 +149,26 @@ class Fetcher:
             UrlFailed: a permanent failure, or a transient one on each of 1 + retries tries.
             FileTooLarge: the body is over `limit` (from Content-Length, or while read).
         """
-        tries = 1
+        tries, deadline = 1, Deadline(self.policy.deadline)
         while True:
             try:
-                return self.once(url, limit)
+                return self.once(url, limit, deadline)
             except UrlFailed as e:
-                self._closed.wait(self.retry_in(e, tries))  # (a close ends the wait)
+                self._closed.wait(self.retry_in(e, tries, deadline))  # (a close ends the wait)
                 tries += 1
 
-    def retry_in(self, failed: UrlFailed, tries: int) -> float:
+    def retry_in(self, failed: UrlFailed, tries: int, deadline: Deadline) -> float:
         """The seconds to wait before the next try of a URL whose `tries`-th try failed so:
         the backoff, or the Retry-After the server asked for if longer.
 
         Raises:
-            UrlFailed: the failure, final (permanent, the retries spent, or a Retry-After over
-                MOST_WAIT_S), its reason saying how many tries it took.
+            UrlFailed: the failure, final (permanent, the retries spent, a Retry-After over
+                MOST_WAIT_S, or the URL's deadline ending before the next try), its reason
+                saying how many tries it took.
         """
         if self._closed.is_set():
             raise UrlFailed("stopped: the fetching was closed") from None
-        if not failed.transient or tries > self.policy.retries:
+        if not failed.transient or tries > self.policy.retries or deadline.left() <= 0:
             raise UrlFailed(_tried(str(failed), tries)) from None
         if failed.wait is not None and failed.wait > MOST_WAIT_S:
             raise UrlFailed(f"{failed}: Retry-After {failed.wait:g} s is over {MOST_WAIT_S:g} s"
@@ -146,15 +176,21 @@ class Fetcher:
         # doubling up to the longest Retry-After waited for (the exponent bounded: a float
         # overflows past 2**1023)
         backoff = BACKOFF_S * 2 ** min(tries - 1, 16) * random.uniform(0.75, 1.25)
-        return max(min(backoff, MOST_WAIT_S), failed.wait or 0)
+        wait = max(min(backoff, MOST_WAIT_S), failed.wait or 0)
+        if wait >= deadline.left():
+            raise UrlFailed(_tried(f"{failed}: no time for another try within its deadline of "
+                                   f"{deadline.seconds:g} s", tries)) from None  # fmt: skip
+        return wait
 
-    def once(self, url: str, limit: int) -> bytes:
-        """One try at `url`, following up to max_redirects redirects; raises as get does,
-        whether or not a retry could help (retry_in says). A failure past a redirect names
-        the URL it was sent to: the one listed may answer, with that redirect."""
+    def once(self, url: str, limit: int, deadline: Deadline | None = None) -> bytes:
+        """One try at `url`, following up to max_redirects redirects, within its `deadline`
+        (started by its first request: a fresh one where None); raises as get does, whether or
+        not a retry could help (retry_in says). A failure past a redirect names the URL it was
+        sent to: the one listed may answer, with that redirect."""
+        deadline = deadline or Deadline(self.policy.deadline)
         for hops in range(self.policy.max_redirects + 1):
             try:
-                status, headers, body = self._request(*_parts(url), limit)
+                status, headers, body = self._request(*_parts(url), limit, deadline)
             except UrlFailed as e:
                 raise _redirected(e, url, hops > 0) from None
             if status in _REDIRECTS and headers.get("Location"):
@@ -176,23 +212,24 @@ class Fetcher:
         raise UrlFailed(f"too many redirects (over {self.policy.max_redirects})")
 
     def _request(
-        self, scheme: str, host: str, port: int, target: str, limit: int
+        self, scheme: str, host: str, port: int, target: str, limit: int, deadline: Deadline
     ) -> tuple[int, http.client.HTTPMessage, bytes]:
         """(status, headers, body) of one GET: the body read for a 200 only."""
         key = (scheme, host, port)
         with self._host(host):
-            conn, reused = self._connection(key)
+            deadline.start()  # at the URL's first turn: the waits for one are the host's
+            conn, reused = self._connection(key, deadline)
             try:
                 try:
-                    response = self._send(conn, target)
+                    response = self._send(conn, target, deadline)
                 except (http.client.BadStatusLine, ConnectionResetError, BrokenPipeError):
                     if not reused:
                         raise
                     # the server closed a kept connection, or left bytes past an answer's
                     # length in it (no status line: RemoteDisconnected is one): a fresh one, once
                     conn.close()
-                    conn, reused = self._connection(key, fresh=True)
-                    response = self._send(conn, target)
+                    conn, reused = self._connection(key, deadline, fresh=True)
+                    response = self._send(conn, target, deadline)
                 if response.status == 200:
                     reason = opted_out(response.headers.get_all("X-Robots-Tag") or [])
                     if reason and self.policy.opt_out:
@@ -211,7 +248,7 @@ class Fetcher:
                 raise
             except (OSError, http.client.HTTPException, ValueError) as e:
                 conn.close()
-                raise _failure(e) from None
+                raise (deadline.passed() or _failure(e)) from None
             if response.will_close:
                 conn.close()
             else:
@@ -233,11 +270,13 @@ class Fetcher:
         for old in gone:
             old.close()
 
-    def _send(self, conn: http.client.HTTPConnection, target: str) -> http.client.HTTPResponse:
+    def _send(
+        self, conn: http.client.HTTPConnection, target: str, deadline: Deadline
+    ) -> http.client.HTTPResponse:
         conn.request("GET", target, headers={"User-Agent": self.policy.user_agent,
                                              "Accept": "image/*, */*;q=0.5",
                                              "Accept-Encoding": "identity"})  # fmt: skip
-        conn.response_class = functools.partial(_Answer, policy=self.policy)
+        conn.response_class = functools.partial(_Answer, policy=self.policy, deadline=deadline)
         return conn.getresponse()
 
     def _body(self, response: http.client.HTTPResponse, limit: int) -> bytes:
@@ -303,9 +342,10 @@ class Fetcher:
                     del self._hosts[host]
 
     def _connection(
-        self, key: tuple[str, str, int], fresh: bool = False
+        self, key: tuple[str, str, int], deadline: Deadline, fresh: bool = False
     ) -> tuple[http.client.HTTPConnection, bool]:
-        """A kept connection to the host (and whether it is one), else a new one."""
+        """A kept connection to the host (and whether it is one), else a new one, connected
+        within what is left of `deadline`."""
         while not fresh:
             with self._lock:
                 idle = self._idle.get(key)
@@ -324,16 +364,17 @@ class Fetcher:
         else:
             conn = http.client.HTTPConnection(host, port)
         conn.timeout = self.policy.read_timeout
-        conn._create_connection = self._connect  # connect() calls it: our checks, every time
+        # connect() calls it: our checks, every time
+        conn._create_connection = functools.partial(self._connect, deadline=deadline)
         return conn, False
 
-    def _connect(self, address: tuple[str, int], timeout=None, source=None) -> socket.socket:
-        """A socket connected to an allowed address of the host, checked as connected."""
+    def _connect(
+        self, address: tuple[str, int], timeout=None, source=None, *, deadline: Deadline
+    ) -> socket.socket:
+        """A socket connected to an allowed address of the host, checked as connected, within
+        what is left of `deadline` (the system's resolver bounds the DNS look-up itself)."""
         host, port = address
-        try:
-            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except socket.gaierror as e:
-            raise UrlFailed(f"DNS failure: {host}: {e.strerror}") from None
+        found = self._addresses(host, port, deadline)
         failed: BaseException | None = None
         for family, kind, proto, _, where in found:
             if why := refusal(where[0], self.policy.allow_private):
@@ -346,11 +387,14 @@ class Fetcher:
                     raise UrlFailed("stopped: the fetching was closed")
                 self._sockets.add(sock)
             try:
-                sock.settimeout(self.policy.connect_timeout)
+                if (left := deadline.left()) <= 0:
+                    raise deadline.failure()
+                sock.settimeout(min(self.policy.connect_timeout, left))
                 sock.connect(where)
                 if why := refusal(sock.getpeername()[0], self.policy.allow_private):
                     raise UrlFailed(why)
-                sock.settimeout(self.policy.read_timeout)
+                # (a TLS handshake reads under it)
+                sock.settimeout(min(self.policy.read_timeout, max(deadline.left(), 0.001)))
                 return sock
             except BaseException as e:
                 sock.close()
@@ -359,14 +403,54 @@ class Fetcher:
                 failed = e
         raise failed or UrlFailed(f"DNS failure: {host}: no address")
 
+    def _addresses(self, host: str, port: int, deadline: Deadline) -> list[tuple]:
+        """getaddrinfo's addresses of the host: at once for an IP address; else looked up on a
+        thread of its own, waited for until it answers, the deadline passes or close(). The
+        system's resolver takes its own time (5 s a try and server, resolv.conf says) and
+        cannot be cut: a stopped run (Ctrl-C) leaves the look-up behind (a daemon thread)."""
+        with suppress(socket.gaierror):  # no look-up: a number is parsed
+            return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                      flags=socket.AI_NUMERICHOST)  # fmt: skip
+        answer: list = []
+        ready = threading.Event()
+
+        def look_up() -> None:
+            try:
+                answer.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+            except BaseException as e:  # raised where it is waited for
+                answer.append(e)
+            ready.set()
+
+        with self._lock:
+            if self._closed.is_set():
+                raise UrlFailed("stopped: the fetching was closed")
+            self._lookups.add(ready)
+        try:
+            threading.Thread(target=look_up, name="shardpack-dns", daemon=True).start()
+            ready.wait(max(deadline.left(), 0))
+        finally:
+            with self._lock:
+                self._lookups.discard(ready)
+        if self._closed.is_set():
+            raise UrlFailed("stopped: the fetching was closed")
+        if not answer:
+            raise deadline.failure()
+        if isinstance(answer[0], socket.gaierror):
+            raise UrlFailed(f"DNS failure: {host}: {answer[0].strerror}")
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        return answer[0]
+
     def close(self) -> None:
         """Close every kept connection, and cut the requests still in flight (each fails at
-        once, and is not retried)."""
+        once, and is not retried), a DNS look-up waited for too."""
         with self._lock:
             self._closed.set()
             kept, cut = list(self._kept), list(self._sockets)
             self._idle.clear()
             self._kept.clear()
+            for ready in self._lookups:
+                ready.set()
         for conn in kept:
             conn.close()
         for sock in cut:  # a recv blocked in another thread returns now
@@ -375,14 +459,17 @@ class Fetcher:
 
 
 class _Answer(http.client.HTTPResponse):
-    """An answer read within the policy's total_timeout from now, status line and headers too:
-    a server that drips them (or 100 Continue after 100 Continue) is cut off, not waited for
-    a read_timeout a byte. Interim answers (103 Early Hints) are skipped as 100 Continue is."""
+    """An answer read within the policy's total_timeout from now and its URL's deadline, status
+    line and headers too: a server that drips them (or 100 Continue after 100 Continue) is cut
+    off, not waited for a read_timeout a byte. Interim answers (103 Early Hints) are skipped as
+    100 Continue is."""
 
-    def __init__(self, sock: socket.socket, *args, policy: FetchPolicy, **kwargs) -> None:
+    def __init__(
+        self, sock: socket.socket, *args, policy: FetchPolicy, deadline: Deadline, **kwargs
+    ) -> None:
         super().__init__(sock, *args, **kwargs)
         self.fp.close()  # its buffered reader of the socket: ours reads it under the deadline
-        self.fp = io.BufferedReader(_Timed(sock, policy))
+        self.fp = io.BufferedReader(_Timed(sock, policy, deadline))
 
     def _read_status(self) -> tuple[str, int, str]:
         # http.client skips 100 alone: a 103 taken as the answer left the real one in the kept
@@ -392,17 +479,20 @@ class _Answer(http.client.HTTPResponse):
 
 
 class _Timed(io.RawIOBase):
-    """A socket's reads, each waiting at most read_timeout and what is left of total_timeout."""
+    """A socket's reads, each waiting at most read_timeout and what is left of total_timeout and
+    of the URL's deadline."""
 
-    def __init__(self, sock: socket.socket, policy: FetchPolicy) -> None:
+    def __init__(self, sock: socket.socket, policy: FetchPolicy, deadline: Deadline) -> None:
         self._sock, self._raw, self._policy = sock, sock.makefile("rb", buffering=0), policy
-        self._deadline = time.monotonic() + policy.total_timeout
+        self._answer_by = time.monotonic() + policy.total_timeout
+        self._url = deadline
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int | None:
-        left = self._deadline - time.monotonic()
+        answer, url = self._answer_by - time.monotonic(), self._url.left()
+        left = min(answer, url)
         if left > 0:
             self._sock.settimeout(min(self._policy.read_timeout, left))
             try:
@@ -410,6 +500,8 @@ class _Timed(io.RawIOBase):
             except TimeoutError:
                 if left >= self._policy.read_timeout:
                     raise  # read_timeout's, not the deadline's
+        if url <= answer:
+            raise self._url.failure()
         raise UrlFailed(f"timed out: the answer took over {self._policy.total_timeout:g} s", True)
 
     def close(self) -> None:
@@ -647,10 +739,11 @@ class Prefetch:
         self._then: Callable[[], None] | None = None  # called once every first try started
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(fetcher.policy.threads, "shardpack-fetch")
-        self._due: list[tuple[float, int, str, Future, int]] = []  # retries: a heap by time
+        # retries: a heap by time of (due, tie, url, its future, its tries, its deadline)
+        self._due: list[tuple[float, int, str, Future, int, Deadline]] = []
         # tries to run, retries (0) before first tries (1), each in the order it came: a pool
         # task runs the first of them when a thread is free, not the try it was submitted for
-        self._queued: list[tuple[int, int, str, Future, int]] = []
+        self._queued: list[tuple[int, int, str, Future, int, Deadline]] = []
         self._count = itertools.count()  # ties in the heaps: first come, first tried
         self._wake = threading.Condition(self._lock)
         self._stopped = False
@@ -675,8 +768,11 @@ class Prefetch:
             new.append((url, Future()))
             self._ahead.append(new[-1])
         with self._lock:  # once for them all: the pool's threads take it for each try
+            seconds = self.fetcher.policy.deadline
             for url, future in new:
-                heapq.heappush(self._queued, (True, next(self._count), url, future, 1))
+                heapq.heappush(
+                    self._queued, (True, next(self._count), url, future, 1, Deadline(seconds))
+                )
             self._firsts += len(new)
             self._started_all()
         for _ in new:
@@ -715,26 +811,26 @@ class Prefetch:
                 # started first); bodies fetched meanwhile were held whatever their bytes
                 self._parked += 1
                 return
-            _, _, url, future, tries = heapq.heappop(self._queued)
+            _, _, url, future, tries, deadline = heapq.heappop(self._queued)
             if tries == 1:
                 self._firsts -= 1
                 self._started_all()
-        self._try(url, future, tries)
+        self._try(url, future, tries, deadline)
 
-    def _try(self, url: str, future: Future, tries: int) -> None:
+    def _try(self, url: str, future: Future, tries: int, deadline: Deadline) -> None:
         """One try of `url` on a pool thread: its body or its final failure into `future`, or
         its next try put off until due."""
         if tries == 1 and not future.set_running_or_notify_cancel():
             return  # passed over before its turn
         try:
-            data = self.fetcher.once(url, self.limit)
+            data = self.fetcher.once(url, self.limit, deadline)
         except UrlFailed as e:
             try:
-                wait = self.fetcher.retry_in(e, tries)
+                wait = self.fetcher.retry_in(e, tries, deadline)
             except UrlFailed as final:
                 future.set_exception(final)
             else:
-                self._later(time.monotonic() + wait, url, future, tries + 1)
+                self._later(time.monotonic() + wait, url, future, tries + 1, deadline)
         except BaseException as e:  # FileTooLarge, and whatever else: the reader's to raise
             future.set_exception(e)
         else:
@@ -742,12 +838,12 @@ class Prefetch:
                 self._held += len(data)
             future.set_result(data)
 
-    def _later(self, due: float, url: str, future: Future, tries: int) -> None:
+    def _later(self, due: float, url: str, future: Future, tries: int, deadline: Deadline) -> None:
         with self._wake:
             if self._stopped:
                 future.set_exception(UrlFailed("stopped before its retry"))
                 return
-            heapq.heappush(self._due, (due, next(self._count), url, future, tries))
+            heapq.heappush(self._due, (due, next(self._count), url, future, tries, deadline))
             if self._timer is None:
                 self._timer = threading.Thread(
                     target=self._retries, name="shardpack-retry", daemon=True
@@ -766,8 +862,8 @@ class Prefetch:
                 if wait > 0:
                     self._wake.wait(wait)
                     continue
-                _, _, url, future, tries = heapq.heappop(self._due)
-                heapq.heappush(self._queued, (False, next(self._count), url, future, tries))
+                _, _, *retry = heapq.heappop(self._due)
+                heapq.heappush(self._queued, (False, next(self._count), *retry))
                 self._pool.submit(self._next)
 
     def _forget(self, future: Future) -> None:
@@ -814,7 +910,7 @@ class Prefetch:
         self._ahead.clear()
         with self._wake:
             self._stopped = True
-            dropped = [f for *_, f, tries in (*self._due, *self._queued) if tries > 1]
+            dropped = [f for *_, f, tries, _ in (*self._due, *self._queued) if tries > 1]
             self._due, self._queued = [], []
             self._wake.notify()
         for future in dropped:

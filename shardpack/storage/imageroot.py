@@ -13,8 +13,9 @@ import posixpath
 import stat
 import threading
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from shardpack.errors import shortened
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from shardpack.storage.fetch import Fetcher, Prefetch
+    from shardpack.storage.remote import ObjectsAhead
     from shardpack.storage.urlspool import UrlSpool
 
 # What the planner takes an http(s) URL's image to weigh, unfetched: a guess at a web photo's
@@ -51,6 +53,10 @@ _started: tuple[object, Prefetch] | None = None
 # Readings of a root share its Fetcher (the --dedup pass reads on threads): the last to end
 # closes it, not the first (its close cut the others' requests, failed as "stopped").
 _SHARING = threading.Lock()
+# How an image's file is read ahead (ImageRoot._kind): an http(s) URL's by a Prefetch, a file on
+# this machine's disk's by a ReadAhead, an object in a store's by an ObjectsAhead.
+_WEB, _DISK, _STORE = "web", "disk", "store"
+_WALKED = 16  # files a shard's walk (_ByKind) takes at a time: its lock's cost shared by them
 
 
 class ImageUnusable(Exception):
@@ -103,6 +109,7 @@ class ImageRoot(Storage):
         self.root = base.root
         self._climbs = is_url(base.root)  # "../x" under a URL: resolved in the URL
         self._web = is_web_url(base.root)  # relative paths are URLs too
+        self._on_this_disk = base.local_path() is not None  # and so are relative paths' files
         self._elsewhere: dict[str, Storage] = {}  # folder -> its storage
         self._fetcher: Fetcher | None = None  # made where first needed: threads, locks
         self._readings = 0  # readings under way, which share the Fetcher
@@ -276,14 +283,13 @@ class ImageRoot(Storage):
     def reading(
         self, files: Files, limit: int, key: object = None, then: NextFiles | None = None
     ) -> Iterator[Storage]:
-        """Itself, reading the http(s) URLs among `files` ahead, many at a time (Prefetch).
-        Once each of their first tries has started, `then()` names the next files to read
-        (their key, and them) and their fetching starts, with the same connections; the
-        reading whose `key` is theirs takes it over (any other closes it). Where the first
-        image named is a file on this machine's disk, not a URL, the files on the disk are
-        asked of it ahead once the page cache lost them (ReadAhead), as a folder's are; where
-        it is an object in a store, the objects are fetched ahead, many at once (ObjectsAhead),
-        as a folder's in a store are."""
+        """Itself, reading each of `files` through the read-ahead of its kind (_Reading): the
+        http(s) URLs many at a time (Prefetch), the files on this machine's disk asked of it
+        ahead once the page cache lost them (ReadAhead), as a folder's are, the objects in a
+        store fetched many at once (ObjectsAhead), as a folder's in a store are. Once each
+        URL's first try has started, `then()` names the next files to read (their key, and
+        them) and their URLs' fetching starts, with the same connections; the reading whose
+        `key` is theirs takes it over (any other closes it)."""
         global _started
         with _SHARING:
             self._readings += 1
@@ -293,24 +299,14 @@ class ImageRoot(Storage):
                 self._fetcher = taken[1].fetcher  # its connections, kept
                 if taken[0] != key:  # the next files were another reading's after all
                     taken[1].close(fetcher=False)
-            ahead = (taken[1] if taken is not None and taken[0] == key
-                     else self._ahead(files, limit))  # fmt: skip
-            if ahead is None:
-                yield self
-                return
-            if isinstance(ahead, closing):  # a reader of the disk's files, or of a store's
-                with ahead as reader:
-                    yield reader
-                return
-            ahead.adopt(None if then is None else lambda: self._start(then, ahead))
+            prefetch = taken[1] if taken is not None and taken[0] == key else None
+            reading = _Reading(self, files, limit, prefetch, then)
             ended = False
             try:
-                yield _Ahead(self, ahead)
+                yield reading
                 ended = True
             finally:
-                ahead.close(fetcher=False)  # (waits out a `then` running: none runs after)
-                if not ended:
-                    close_started()  # an error or Ctrl-C: the next files' fetching ends too
+                reading.close(ended)
         finally:
             self._ended()
 
@@ -325,24 +321,23 @@ class ImageRoot(Storage):
         if fetcher is not None:
             fetcher.close()
 
-    def _ahead(self, files: Files, limit: int) -> Prefetch | closing | None:
-        """What reads `files` ahead, as the first of them naming an image on the web, on this
-        machine's disk or in an object store says: a Prefetch of the http(s) URLs among them
-        (a URL list's shard), itself reading those on the disk with a ReadAhead, or those in
-        stores with their ObjectsAhead (None: none is named). The files are walked lazily,
-        never held: only a shard of none is walked to its end here."""
-        files = iter(files)
-        for name, size in files:
-            rest = itertools.chain(((name, size),), files)
-            if self.web_url(name) is not None:
-                return self._prefetch(rest, limit)
-            if self._on_disk(name) is not None:
-                return closing(_OnDisk(self, ReadAhead(rest, self._on_disk, limit), name))
-            if "\0" not in name and self.read_is_request(name):
-                from shardpack.storage.remote import ObjectsAhead  # (a store's: imported)
-
-                return closing(ObjectsAhead(self, rest, limit, self._in_store))
-        return None
+    def _kind(self, name: str) -> str | None:
+        """How the file `name` names is read ahead: _WEB, _DISK or _STORE; None: as it comes (a
+        NUL in it: a streamed list's bad row; a path whose store cannot be made: its read
+        says why)."""
+        if self._on_this_disk and ":" not in name and name[:1] != "/" and "\0" not in name:
+            return _DISK  # a relative path (no scheme: no ':'), the disk's as its root is
+        if self.web_url(name) is not None:
+            return _WEB
+        if "\0" in name:
+            return None
+        try:
+            storage, name = self.where(name)
+            if storage.local_path(name) is not None:
+                return _DISK
+            return _STORE if storage.read_is_request(name) else None
+        except Exception:  # the read raises it where the worker handles it
+            return None
 
     def _in_store(self, name: str) -> tuple[Storage, str] | None:
         """The storage an image path that names no http(s) URL is read from, and its name
@@ -437,51 +432,161 @@ class UrlRows:
                 if j - i == 1}  # fmt: skip
 
 
-class _Ahead:
-    """An ImageRoot whose http(s) URLs are read from its Prefetch."""
+class _ByKind:
+    """A shard's files walked once, lazily, and handed out by kind (`kind_of`'s, of `kinds`;
+    another is read as it comes): each kind's read-ahead takes its own files in their order,
+    on any thread, and a file the walk met for another is kept for that one until taken (a
+    shard's files at most, where one kind's read-ahead runs far ahead of another's). `met` is
+    the kinds the walk has met, in the order it met them."""
 
-    def __init__(self, images: ImageRoot, ahead: Prefetch) -> None:
-        self.images, self.ahead = images, ahead
+    def __init__(
+        self, files: Files, kind_of: Callable[[str], str | None], kinds: tuple[str, ...]
+    ) -> None:
+        self._files: Iterator[tuple[str, int]] | None = iter(files)
+        self._kind_of = kind_of
+        # each kind's files walked, not yet taken (a deque's append and popleft are atomic:
+        # the lock is the walk's alone)
+        self._kept: dict[str, deque[tuple[str, int]]] = {kind: deque() for kind in kinds}
+        self.met: list[str] = []
+        self._lock = threading.Lock()
+
+    def meet(self, kind: str | None = None) -> None:
+        """Walk on until the walk has met `kind` (None: any kind handed out), or to the end."""
+        with self._lock:
+            while (kind not in self.met if kind else not self.met) and self._walk():
+                pass
+
+    def of(self, kind: str) -> Iterator[tuple[str, int]]:
+        """The files of `kind`, in order."""
+        kept = self._kept[kind]
+        while True:
+            if not kept:
+                with self._lock:
+                    while not kept and self._walk():
+                        pass
+                if not kept:
+                    return
+            yield kept.popleft()
+
+    def _walk(self) -> bool:
+        """Under the lock: the next files (_WALKED at most) kept for their kinds; False at the
+        end, none left."""
+        if self._files is None:
+            return False
+        walked = 0
+        try:
+            for file in itertools.islice(self._files, _WALKED):
+                walked += 1
+                kind = self._kind_of(file[0])
+                if kind in self._kept:  # (one of no kind handed out is read as it comes)
+                    if kind not in self.met:
+                        self.met.append(kind)
+                    self._kept[kind].append(file)
+        except Exception:  # naming a file failed: the worker's reads say why
+            walked = 0
+        if walked < _WALKED:
+            self._files = None  # the end
+        return walked > 0
+
+
+class _Reading:
+    """An ImageRoot reading a shard's files, each through the read-ahead of its kind, made as
+    the walk of the files (_ByKind) first meets that kind: the http(s) URLs through a Prefetch
+    (`prefetch`: one started for these files already), the files on this machine's disk through
+    a ReadAhead, told as the worker starts on each, the objects in a store through an
+    ObjectsAhead. A manifest naming local files, objects and URLs (a folder of lists, one of
+    each) reads each as a manifest of that kind alone does."""
+
+    def __init__(
+        self,
+        images: ImageRoot,
+        files: Files,
+        limit: int,
+        prefetch: Prefetch | None,
+        then: NextFiles | None,
+    ) -> None:
+        self.images, self.limit, self._then = images, limit, then
+        self.prefetch: Prefetch | None = None
+        self._disk: ReadAhead | None = None
+        self._objects: ObjectsAhead | None = None
+        kinds = (_DISK, _STORE) if prefetch is not None else (_WEB, _DISK, _STORE)
+        self._files = _ByKind(files, images._kind, kinds)
+        self._made = 0  # of the kinds met, those whose read-ahead is made
+        self._ready = {_WEB} if prefetch is not None else set()  # those kinds
+        try:
+            if prefetch is not None:
+                self._adopt(prefetch)
+            self._files.meet()
+            self._make()
+        except BaseException:  # Ctrl-C while the first requests start: they end now too
+            self.close(False)
+            raise
+
+    def _make(self) -> None:
+        """The read-ahead of each kind the walk met since the last call."""
+        while self._made < len(met := self._files.met):
+            kind = met[self._made]
+            self._made += 1
+            self._ready.add(kind)
+            files = self._files.of(kind)
+            if kind == _WEB:
+                prefetch = self.images._prefetch(files, self.limit)
+                if prefetch is not None:
+                    self._adopt(prefetch)
+            elif kind == _DISK:
+                self._disk = ReadAhead(files, self.images._on_disk, self.limit)
+            else:
+                from shardpack.storage.remote import ObjectsAhead  # (a store's: imported)
+
+                self._objects = ObjectsAhead(self.images, files, self.limit, self.images._in_store)
+
+    def _adopt(self, prefetch: Prefetch) -> None:
+        self.prefetch = prefetch
+        then = self._then
+        prefetch.adopt(None if then is None else lambda: self.images._start(then, prefetch))
 
     def read(self, name: str, limit: int) -> bytes:
-        if (url := self.images.web_url(name)) is not None:
-            return self.images._fetched(url, limit, self.ahead.read)
+        kind = self._reading(name)
+        if kind == _WEB and self.prefetch is not None:
+            url = self.images.web_url(name)
+            return self.images._fetched(url, limit, self.prefetch.read)
+        if kind == _STORE and self._objects is not None:
+            return self._objects.read(name, limit)
         return self.images.read(name, limit)
 
     def read_stamped(self, name: str, limit: int) -> tuple[bytes, tuple[int, int] | None]:
-        if self.images.web_url(name) is not None:
+        kind = self._reading(name)
+        if kind == _WEB and self.prefetch is not None:
             return self.read(name, limit), None  # through the Prefetch (a URL has no stamp)
+        if kind == _STORE and self._objects is not None:
+            return self._objects.read_stamped(name, limit)
         return self.images.read_stamped(name, limit)
 
-    def __getattr__(self, attribute: str):
-        return getattr(self.images, attribute)
+    def _reading(self, name: str) -> str | None:
+        """The kind of the file the worker starts on now, its read-ahead made if the walk had
+        not met its kind yet (a ReadAhead is told the worker starts on one of its own)."""
+        if self._made < len(self._files.met):  # met by another read-ahead's walk
+            self._make()
+        kind = self.images._kind(name)
+        if kind is not None and kind not in self._ready:  # its read-ahead starts with it
+            self._files.meet(kind)
+            self._make()
+        if kind == _DISK and self._disk is not None:
+            self._disk.read()
+        return kind
 
-
-class _OnDisk:
-    """An ImageRoot whose files on this machine's disk are asked of it ahead (ReadAhead),
-    each read from the one named `first` on telling the ReadAhead the worker started on it
-    (those before it, named on neither disk nor web, were not the ReadAhead's)."""
-
-    def __init__(self, images: ImageRoot, ahead: ReadAhead, first: str) -> None:
-        self.images, self.ahead, self._first = images, ahead, first
-
-    def read(self, name: str, limit: int) -> bytes:
-        self._started(name)
-        return self.images.read(name, limit)
-
-    def read_stamped(self, name: str, limit: int) -> tuple[bytes, tuple[int, int] | None]:
-        self._started(name)
-        return self.images.read_stamped(name, limit)
-
-    def _started(self, name: str) -> None:
-        if self._first is not None:
-            if name != self._first:
-                return
-            self._first = None
-        self.ahead.read()
-
-    def close(self) -> None:
-        self.ahead.close()
+    def close(self, ended: bool) -> None:
+        """Stop every read-ahead; unless the reading `ended` (an error, Ctrl-C), the next files'
+        fetching too."""
+        try:
+            if self.prefetch is not None:
+                self.prefetch.close(fetcher=False)  # (waits out a `then` running: none after)
+            if not ended:
+                close_started()
+        finally:
+            for ahead in (self._disk, self._objects):
+                if ahead is not None:
+                    ahead.close()
 
     def __getattr__(self, attribute: str):
         return getattr(self.images, attribute)

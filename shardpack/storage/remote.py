@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import collections
 import datetime
 import errno
 import json
@@ -27,6 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing, contextmanager, suppress
 from typing import TYPE_CHECKING
 
@@ -64,13 +66,15 @@ _READ_BLOCK = 4 << 20  # a reader's read-ahead: records stream, a shard is never
 _LOCK_CAP = 4096
 _DELETE_BATCH = 1000  # keys a DeleteObjects request takes at most (S3's limit)
 # Source objects a worker fetches at once (concurrent range requests: s3fs's client holds 10
-# connections unless max_pool_connections says more), and the most bytes of a batch by their
-# listed sizes: with the batches queued ahead of the one read and the one fetching, a worker
-# holds at most (_AHEAD_BATCHES + 2) x _AHEAD_BYTES of objects; a larger object is read as it
-# comes (bandwidth, not the round trip, bounds it). `python -m benchmarks.storage --manifest 1000`.
+# connections unless max_pool_connections says more), as a sliding window: a request starts as
+# soon as one ends, for the next object in the reads' order, while at most _AHEAD_OBJECTS are
+# fetched or in flight past the one read, of at most _AHEAD_BYTES by their listed sizes (a slow
+# object at the head holds up the reads, not the fetching of those behind it); a larger object
+# is read as it comes (bandwidth, not the round trip, bounds it).
+# `python -m benchmarks.storage --manifest 1000 --latency 0.02` (benchmarks/README.md).
 _AHEAD = 16
+_AHEAD_OBJECTS = 4 * _AHEAD
 _AHEAD_BYTES = 32 << 20
-_AHEAD_BATCHES = 2  # batches fetched ahead of the one being read
 _HTTP = frozenset({"http", "https"})
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 # Seconds an image server may take to accept a connection, and between two reads of an answer;
@@ -569,12 +573,14 @@ def _entry(info: dict, base: str) -> Entry:
 
 class ObjectsAhead:
     """A reader (a RemoteStorage, or a manifest's ImageRoot) whose read() of the objects among
-    the files given, in their order, comes from a thread fetching them _AHEAD at a time with
-    concurrent range requests (bounded by `limit` each): per-request latency, not bandwidth, is
+    the files given, in their order, comes from requests started ahead of it, _AHEAD in flight
+    at once on a pool of threads (each bounded by `limit`), a new one as soon as one ends, up to
+    _AHEAD_OBJECTS and _AHEAD_BYTES past the one read: per-request latency, not bandwidth, is
     what limits one worker reading small objects. `where(name)` is the storage a file is read
     from and its name there (None: not an object, read by the reader as it comes). An object
     listed over `limit` is refused unfetched; one listed over _AHEAD_BYTES, one the reader's
-    spool holds, and a name out of order are read as they come, as the reader reads them."""
+    spool holds, and a name out of order are read as they come, as the reader reads them. The
+    files are walked on the reader's thread, as it reads."""
 
     def __init__(
         self,
@@ -584,13 +590,13 @@ class ObjectsAhead:
         where: Callable[[str], tuple[Storage, str] | None],
     ) -> None:
         self.reader, self.limit, self._where = reader, limit, where
-        self._fetched: queue.Queue[list | None] = queue.Queue(_AHEAD_BATCHES)
-        self._pending: list = []  # (name, bytes or the OSError its request raised), reversed
-        self._done = False  # every batch has been taken
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._fetch, args=(files,), daemon=True,
-                                        name="shardpack-objects")  # fmt: skip
-        self._thread.start()
+        self._files = iter(files)
+        # (name, its listed bytes counted, its bytes or the exception its request raised), in
+        # the reads' order
+        self._ahead: collections.deque[tuple[str, int, Future]] = collections.deque()
+        self._held = 0  # listed bytes of those ahead
+        self._pool = ThreadPoolExecutor(_AHEAD, "shardpack-objects")
+        self._fill()
 
     def _object(self, name: str) -> tuple[RemoteStorage, str] | None:
         """The store and name of an object to fetch ahead, or None: a file elsewhere, a name
@@ -605,52 +611,33 @@ class ObjectsAhead:
             return None
         return storage, name
 
-    def _fetch(self, files: Iterable[tuple[str, int]]) -> None:
-        files = iter(files)
-        try:
-            while batch := self._batch(files):
-                if self._stop.is_set():
-                    return
-                self._fetched.put(self._fetch_batch(batch))
-        except Exception:  # naming a file failed: the reads from here on go to the storage
-            pass  # itself, which raises the same error where the caller handles it
-        finally:
-            self._fetched.put(None)  # the end, however it came: read() never waits for nothing
-
-    def _batch(self, files: Iterator[tuple[str, int]]) -> list[tuple[str, RemoteStorage, str, int]]:
-        """The next objects to fetch: _AHEAD of them, or their listed sizes up to _AHEAD_BYTES
-        (name, its store, its name there, its listed size)."""
-        batch, held = [], 0
-        for name, size in files:
+    def _fill(self) -> None:
+        """Start the requests of the next objects, while the window has room."""
+        while (files := self._files) is not None and len(self._ahead) < _AHEAD_OBJECTS \
+                and self._held < _AHEAD_BYTES:  # fmt: skip
+            try:
+                name, size = next(files)
+            except StopIteration:
+                self._files = None
+                return
+            except Exception:  # naming a file failed: the reads from here on go to the storage
+                self._files = None  # itself, which raises the same error where it is handled
+                return
             if _AHEAD_BYTES < size <= self.limit or (found := self._object(name)) is None:
                 continue
-            batch.append((name, *found, size))
-            held += size if size <= self.limit else 0  # (refused unfetched)
-            if len(batch) >= _AHEAD or held >= _AHEAD_BYTES:
-                break
-        return batch
-
-    def _fetch_batch(self, batch: list[tuple[str, RemoteStorage, str, int]]) -> list:
-        """(name, its bytes up to limit + 1 or the exception its request raised) for each object,
-        one request each, the store's client's at once; one listed over the limit is refused
-        unfetched."""
-        got: dict[int, object] = {}
-        by_fs: dict[int, list[int]] = {}  # one call for a store's objects (as a rule: all)
-        for i, (_, storage, _, size) in enumerate(batch):
-            if size > self.limit:
-                got[i] = FileTooLarge(over_the_limit(self.limit, size))
+            storage, key = found
+            if size > self.limit:  # refused unfetched
+                future: Future = Future()
+                future.set_exception(FileTooLarge(over_the_limit(self.limit, size)))
+                size = 0
             else:
-                by_fs.setdefault(id(storage.fs), []).append(i)
-        for fetched in by_fs.values():
-            fs = batch[fetched[0]][1].fs
-            keys = [batch[i][1]._key(batch[i][2]) for i in fetched]
-            try:
-                answers = fs.cat_ranges(keys, [0] * len(keys), [self.limit + 1] * len(keys),
-                                        on_error="return")  # fmt: skip
-            except Exception as e:  # the whole batch failed: each read says so
-                answers = [e] * len(keys)
-            got.update(zip(fetched, answers, strict=True))
-        return [(name, got[i]) for i, (name, *_) in enumerate(batch)]
+                future = self._pool.submit(self._get, storage.fs, storage._key(key))
+            self._ahead.append((name, size, future))
+            self._held += size
+
+    def _get(self, fs, key: str) -> bytes:
+        """An object's bytes up to the limit + 1, on a thread of the pool."""
+        return fs.cat_file(key, start=0, end=self.limit + 1)
 
     def read(self, name: str, limit: int) -> bytes:
         found = self._object(name)
@@ -664,20 +651,24 @@ class ObjectsAhead:
         )
 
     def _read(self, name: str, limit: int, storage: RemoteStorage, key: str) -> bytes:
-        """read() of an object, from what the thread fetched (or the store itself)."""
-        if not self._pending and not self._done:
-            batch = self._fetched.get()
-            self._done = batch is None
-            self._pending = list(reversed(batch or []))
-        if not self._pending or self._pending[-1][0] != name or limit > self.limit:
+        """read() of an object, from its request started ahead (or the store itself)."""
+        if limit > self.limit or all(ahead != name for ahead, _, _ in self._ahead):
             return storage._read(key, limit)
-        _, data = self._pending.pop()
-        if isinstance(data, RefusedFile):
-            raise data
-        if isinstance(data, BaseException):  # named as the store's own read names it
-            named = _named(data if isinstance(data, OSError) else OSError(str(data)),
+        while True:  # the objects passed over are dropped, their requests cancelled if queued
+            ahead, size, future = self._ahead.popleft()
+            self._held -= size
+            if ahead == name:
+                break
+            future.cancel()
+        error = future.exception()  # (waits for it; a Ctrl-C there starts nothing more)
+        self._fill()
+        if isinstance(error, RefusedFile):
+            raise error
+        if error is not None:  # named as the store's own read names it
+            named = _named(error if isinstance(error, OSError) else OSError(str(error)),
                            storage.path(key))  # fmt: skip
-            raise named from (None if named is data else data)
+            raise named from (None if named is error else error)
+        data = future.result()
         if len(data) > limit:
             raise FileTooLarge(over_the_limit(limit))
         return data
@@ -688,10 +679,13 @@ class ObjectsAhead:
         return self.read(name, limit), None  # as the store's: the listing's (ShardSpec.listed)
 
     def close(self) -> None:
-        self._stop.set()
-        while self._thread.is_alive():  # unblock a put on a full queue
-            with suppress(queue.Empty):
-                self._fetched.get(timeout=0.05)
+        """Stop: the requests not started are dropped, those in flight waited out (no request
+        is sent after)."""
+        self._files = None
+        ahead, self._ahead = self._ahead, collections.deque()
+        for _, _, future in ahead:
+            future.cancel()
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __getattr__(self, attribute: str):
         return getattr(self.reader, attribute)

@@ -32,6 +32,11 @@ TIMEOUTS = {"connect_timeout": 10.0, "read_timeout": 30.0, "total_timeout": 120.
 # the longest one may be: a socket's timeout overflows past ~292 years, and an answer waited for
 # over a day is no answer
 MOST_TIMEOUT_S = 86_400
+# Seconds one image URL may take in all, from its first request: tries, redirects, backoff and
+# Retry-After waits together (--url-deadline). Room for the longest Retry-After waited for (60 s)
+# at each of the default 2 retries; a server dripping bytes is given up at it, not kept through
+# three answers of total_timeout and the backoff between them (~6 minutes).
+DEADLINE_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class FetchPolicy:
     connect_timeout: float = TIMEOUTS["connect_timeout"]
     read_timeout: float = TIMEOUTS["read_timeout"]
     total_timeout: float = TIMEOUTS["total_timeout"]
+    deadline: float = DEADLINE_S  # one URL's, all tries together (Fetcher's Deadline)
     # a body whose header declares more pixels is refused at its head, not read to the byte
     # cap (--max-pixels); None: bounded by the cap alone
     max_pixels: int | None = None
@@ -64,6 +70,7 @@ class FetchPolicy:
             threads=options.url_threads,
             per_host=options.per_host,
             max_pixels=options.max_pixels,
+            deadline=options.url_deadline,
             **given,
         )
 

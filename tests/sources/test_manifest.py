@@ -611,6 +611,9 @@ def test_box_columns_that_are_not_boxes_are_refused_in_one_line(tmp_path: Path):
         ({"retries": -1}, "retries= must be 0 or more, got: -1", "--retries must be 0"),
         ({"url_threads": 0}, "url_threads= must be a positive integer, got: 0", "--url-threads"),
         ({"per_host": 0}, "per_host= must be a positive integer, got: 0", "--per-host must"),
+        ({"url_deadline": 0}, "url_deadline= must be a number of seconds above 0, at most 86400",
+         "--url-deadline must"),
+        ({"url_deadline": float("nan")}, "got: nan", "--url-deadline must"),
         # an HTTP header: past ASCII or with a line break, every URL failed as 'bad answer'
         ({"user_agent": "bot \u2603"}, "user_agent= must be printable ASCII", "--user-agent must"),
         ({"user_agent": "bot\r\nX-Forwarded-For: 10.0.0.1"}, "got: 'bot\\r\\nX-Forwarded-For",

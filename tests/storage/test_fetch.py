@@ -71,6 +71,7 @@ class Site:
         self.down: set[str] = set()  # paths answered 503 for now
         self.gone: set[str] = set()  # paths answered 404 for now
         self.retry_after = 1  # what a first request of /429/N.png is told
+        self.dripped = 0  # bytes /dripimage.png sent after its head
         handler = type("Handler", (_Handler,), {"site": self})
         self.server = _Server(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
@@ -145,7 +146,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     /drip.png (a byte every 50 ms), /endless.png (no Content-Length, bytes until the client
     hangs up), after an image's head (/endlessjunk.png: none; /wide/FORMAT: WIDE_HEADS');
     /stall.png: an image's head, no Content-Length, then nothing until `Site.gate` is set (10 s
-    at most). /twin/N.png: image
+    at most). /dripimage.png: an image's head, then a byte every 50 ms (10 s at most), counted in
+    `Site.dripped`, until the client hangs up. /twin/N.png: image
     N // 2; /jpeg/N.png: image N as a JPEG; /changing/N.png: image N, then image N + 1 to every
     later request. A path in `Site.held` is answered once
     `Site.gate` is set; one in `Site.down`, 503; one in `Site.gone`, 404."""
@@ -312,6 +314,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             self.site.gate.wait(10)
             return None
+        if path == "/dripimage.png":  # within every read timeout, never ending in time
+            self.send_response(200)
+            self.end_headers()
+            self.close_connection = True
+            with contextlib.suppress(OSError):  # until the client hangs up
+                self.wfile.write(_png(0)[:64])
+                for _ in range(200):
+                    self.wfile.write(b"\0")
+                    self.wfile.flush()
+                    with self.site.lock:
+                        self.site.dripped += 1
+                    time.sleep(0.05)
+            return None
         if path in ("/endless.png", "/endlessjunk.png") or kind in ("wide", "widelength"):
             self.send_response(200)  # no Content-Length (or a false one), and no end
             if kind == "widelength":
@@ -443,7 +458,8 @@ def test_the_backoff_between_tries_waits_no_longer_than_a_retry_after_may():
     always-503 URL, --retries 30 over 8 years (the pack did not end)."""
     fetcher = Fetcher(FetchPolicy(retries=40))
     busy = UrlFailed("HTTP Service Unavailable (HTTP 503)", True)
-    waits = [fetcher.retry_in(busy, tries) for tries in range(1, 41)]
+    unstarted = fetch.Deadline(fetcher.policy.deadline)  # all of it left at each try
+    waits = [fetcher.retry_in(busy, tries, unstarted) for tries in range(1, 41)]
     assert 0.375 <= waits[0] <= 0.625 and waits[-1] <= fetch.MOST_WAIT_S
     assert max(waits) > fetch.MOST_WAIT_S / 2  # doubling still, up to the cap
 
@@ -649,6 +665,93 @@ def test_a_body_over_the_cap_or_dripping_past_the_deadline_is_cut_off(site):
     with pytest.raises(UrlFailed, match="timed out"):
         fetcher.get(site.url("/drip.png"), 1000)
     assert time.monotonic() - start < 1.5
+
+
+def test_a_url_dripping_its_image_is_skipped_at_its_deadline_with_the_reason(tmp_path, site):
+    """A server sending an image's head, then a byte within every read timeout: each answer ran
+    to total_timeout (120 s) and was tried 1 + --retries times, ~6 minutes a URL. Its deadline
+    (--url-deadline) bounds the URL, tries together: it is skipped, `timed out` with its reason
+    in failures.jsonl, asked once, the drip cut as the deadline passed (a few bytes, not 200)."""
+    src = _manifest(tmp_path, [site.url("/img/0.png"), site.url("/dripimage.png")])
+    done = helpers.run_cli("pack", str(src), str(tmp_path / "out"), "--path-column", "url",
+                           "--workers", "1", "--allow-private-urls",
+                           "--url-deadline", "0.5")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (tmp_path / "out/failures.jsonl").read_text().splitlines()]
+    assert [(r["url"], r["error"], r["status"], r["reason"]) for r in rows] == [
+        (site.url("/dripimage.png"), "timed out", None,
+         "timed out: not fetched within its deadline of 0.5 s"),
+    ]  # fmt: skip
+    assert site.hits["/dripimage.png"] == 1 and site.dripped < 100, (site.hits, site.dripped)
+    assert is_transient(rows[0]["reason"])  # --update asks it again
+
+
+# In namespaces of its own (user, mount, network: `unshare -rmn`), run as `python LAUNCHER
+# QUERIES ARGS...`: loopback up, a DNS server on 127.0.0.1:53 that hears every query (a line in
+# QUERIES) and answers none, then `shardpack ARGS` in this very process (the pid signalled).
+_SLOW_DNS = """
+import fcntl, runpy, socket, struct, sys, threading
+probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+flags = struct.unpack("16sH", fcntl.ioctl(probe, 0x8913, struct.pack("16sH", b"lo", 0)))[1]
+fcntl.ioctl(probe, 0x8914, struct.pack("16sH", b"lo", flags | 1))  # SIOCSIFFLAGS: IFF_UP
+server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+server.bind(("127.0.0.1", 53))
+def hear(log=sys.argv[1]):
+    while True:
+        server.recvfrom(4096)
+        with open(log, "a") as f:
+            f.write("query\\n")
+threading.Thread(target=hear, daemon=True).start()
+sys.argv = ["shardpack", *sys.argv[2:]]
+runpy.run_module("shardpack", run_name="__main__")
+"""
+
+
+def test_ctrl_c_while_a_dns_look_up_waits_stops_a_single_worker_run_at_once(tmp_path):
+    """--workers 1, a resolver that never answers (its own 30 s timeout): a Ctrl-C while the
+    host is looked up stopped the run only once the look-up gave up (exit waited for the pool's
+    threads, each in getaddrinfo). A look-up runs on a thread of its own now, waited for until
+    the fetching is closed: the run stops at once (130, one line)."""
+    import shutil
+    import subprocess
+
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-rmn", "true"]).returncode != 0:
+        pytest.skip("needs unshare -rmn (user, mount and network namespaces)")
+    (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:30 attempts:1\n")
+    (tmp_path / "launch.py").write_text(_SLOW_DNS)
+    queries = tmp_path / "queries"
+    queries.touch()
+    src = _manifest(tmp_path, [f"http://slow-dns.test/{i}.png" for i in range(3)])
+    bind = 'mount --bind "$0" /etc/resolv.conf && exec "$@"'
+    run = subprocess.Popen(
+        [unshare, "-rmn", "sh", "-c", bind, str(tmp_path / "resolv.conf"), sys.executable,
+         str(tmp_path / "launch.py"), str(queries), "pack", str(src), str(tmp_path / "out"),
+         "--path-column", "url", "--workers", "1", "--no-progress"],
+        stderr=subprocess.PIPE, text=True, preexec_fn=helpers.die_with_parent,
+    )  # fmt: skip
+    try:
+        helpers.wait_for(lambda: queries.read_text() or run.poll() is not None, 60)
+        assert run.poll() is None, run.communicate()[1]
+        run.send_signal(signal.SIGINT)
+        stderr = run.communicate(timeout=15)[1]  # (the resolver's own timeout: 30 s)
+    finally:
+        run.kill()
+        run.wait()
+    assert run.returncode == 130, stderr
+    assert stderr.strip().splitlines() == [
+        "interrupted: no index written; rerun with --resume to continue"
+    ]
+
+
+def test_a_retry_its_deadline_leaves_no_time_for_is_not_made(site):
+    """An answer cut at total_timeout with less of the URL's deadline left than the backoff:
+    the URL fails then, saying so, asked once (1 + retries times without a deadline)."""
+    fetcher = Fetcher(FetchPolicy(allow_private=True, retries=2, total_timeout=0.3, deadline=0.5))
+    said = r"^timed out: the answer took over 0\.3 s: no time for another try within its "
+    with pytest.raises(UrlFailed, match=said + r"deadline of 0\.5 s$"):
+        fetcher.get(site.url("/dripimage.png"), 10_000)
+    assert site.hits["/dripimage.png"] == 1, site.hits
 
 
 def test_endless_bodies_read_at_once_hold_one_limit_not_one_a_thread(site, monkeypatch):
@@ -1381,6 +1484,46 @@ def test_a_url_shard_opening_on_a_bad_row_is_fetched_ahead_all_the_same(tmp_path
     with root.reading(iter(files), 10**6) as ahead:
         helpers.wait_for(lambda: all(site.hits[path] for path in paths), 10)  # none read yet
         assert ahead.read(urls[0], 10**6) == _png(0)
+
+
+def test_a_shard_of_files_objects_and_urls_reads_each_ahead_by_its_kind(tmp_path, site):
+    """A shard mixing files on the disk, objects in a store and URLs (a folder of lists, one
+    of each kind) was read ahead by its first image's kind alone: opening on a file, its URLs
+    were fetched one at a time as the worker came to each. Each kind is read ahead by its own:
+    once the worker starts on the first URL, every URL is asked before it reads on, the objects
+    come from an ObjectsAhead and the files from a ReadAhead; each read gives what the root's
+    read of it alone gives (a URL's failure too), in the shard's order, each URL asked once."""
+    import fsspec
+
+    from shardpack.storage import storage_at
+    from shardpack.storage.imageroot import ImageRoot
+    from shardpack.storage.remote import ObjectsAhead
+
+    memory, prefix = fsspec.filesystem("memory"), f"memory://mixed-{os.getpid()}-{id(tmp_path)}"
+    names, paths = [], ["/img/20.png", "/404.png", "/img/21.png", "/img/22.png"]
+    for i, path in enumerate(paths):
+        (tmp_path / f"{i}.png").write_bytes(_png(i))
+        memory.pipe_file(f"{prefix}/{i}.png", _png(10 + i))
+        names += [str(tmp_path / f"{i}.png"), site.url(path), f"{prefix}/{i}.png"]
+    images = ImageRoot(storage_at(tmp_path), policy=FetchPolicy(allow_private=True))
+    try:
+        with images.reading(iter([(name, 1000) for name in names]), 10**6) as reading:
+            read = [_outcome(reading.read, name) for name in names[:2]]
+            helpers.wait_for(lambda: all(site.hits[path] for path in paths), 10)  # unread yet
+            read += [_outcome(reading.read, name) for name in names[2:]]
+            assert isinstance(reading._objects, ObjectsAhead) and reading._disk.reads == 4
+        assert sorted(site.hits.elements()) == sorted(paths)  # each once
+        assert read == [_outcome(images.read, name) for name in names]
+        assert read[1] == _png(20) and read[4] == (UrlFailed, "HTTP Not Found (HTTP 404)")
+    finally:
+        memory.rm(prefix, recursive=True)
+
+
+def _outcome(read, name: str) -> bytes | tuple[type, str]:
+    try:
+        return read(name, 10**6)
+    except Exception as e:
+        return type(e), str(e)
 
 
 @pytest.mark.parametrize(("workers", "shards"), [(2, 4), (1, 2)])

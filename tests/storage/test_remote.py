@@ -311,6 +311,32 @@ def test_a_manifest_s_objects_are_fetched_several_at_once_within_the_bound(
     assert f"cannot read ({alone.value.strerror})" in json.dumps(skipped), skipped
 
 
+def test_a_slow_object_holds_up_the_reads_not_the_fetching_of_the_objects_after_it(
+    slowed, src, tmp_path, monkeypatch
+):
+    """The server holds a manifest's first object until 2 x _AHEAD other GETs have been
+    answered (and counts them): they are, a request starting as each ends. (Fetched a batch of
+    _AHEAD at a time, the next batch waited for the slow one: 15 were, and the hold ran out.)"""
+    from shardpack.storage.remote import _AHEAD
+    from tests.s3server import gets, hold
+
+    endpoint = slowed[0]
+    manifest, count = _manifest_of_objects(slowed, src, tmp_path, "held", monkeypatch, 4)
+    first = manifest.read_text().splitlines()[1].split(",")[0].removeprefix("s3:/")
+    gets(endpoint, reset=True)
+    hold(endpoint, first, 2 * _AHEAD)
+    pool = 'config_kwargs={"max_pool_connections": 64}'
+    run = _process("pack", str(manifest), str(tmp_path / "out"), "--workers", "1", "--shards",
+                   "1", "--no-shuffle", "--no-progress", "--json", "--storage-option", pool,
+                   env=dict(os.environ))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["records"] == count
+    served = gets(endpoint)
+    assert served["held"] is not None and served["held"] >= 2 * _AHEAD, served
+    assert served["gets"] == count, served  # each object once
+    assert served["most"] <= _AHEAD, served
+
+
 def test_ctrl_c_while_a_manifest_s_objects_are_fetched_ahead_stops_the_run(
     slowed, src, tmp_path, monkeypatch
 ):
