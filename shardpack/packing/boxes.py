@@ -41,6 +41,9 @@ NO_AREA = "no area"
 OUTSIDE = "outside the image"
 CROPPED = "cropped away"
 HIDDEN = "mostly cropped away"  # under min_visibility
+# How far a box's normalised edge may be from where it was meant: rows come as float32 (a
+# manifest's, TFDS's, our own shards'), a few units of its last bit (2**-24) at 1.
+ROUNDING = 2.0**-20
 # Sources whose boxes describe their records' images as TensorFlow decodes them, EXIF
 # orientation not applied: TFDS's prepared folders and shardpack's own shards.
 UNTURNED_SOURCES = frozenset({"tfds", "shardpack"})
@@ -257,8 +260,14 @@ def _moved(
     albumentations measures it: the share of the moved box that the canvas holds)."""
     inside = moved = np.clip(rows, 0.0, 1.0)
     seen = np.ones(len(rows))
+    rounding = np.full(4, ROUNDING)  # how far off each edge may be, in the image's units
     for move in where:
         whole = move.move_boxes(moved)
+        rounding = np.abs(move.move_boxes(rounding) - move.move_boxes(np.zeros(4)))[0]
+        # an edge within rounding of the canvas's edge is on it: a box that ended where the
+        # crop begins keeps no sliver of 1e-7 (a float32 row's last bit, scaled by the cut)
+        whole = np.where(np.abs(whole) <= rounding, 0.0, whole)
+        whole = np.where(np.abs(whole - 1) <= rounding, 1.0, whole)
         moved = np.clip(whole, 0.0, 1.0)
         seen *= _area(moved) / np.maximum(_area(whole), np.finfo(np.float64).tiny)
     kept = np.where(seen >= min_visibility, "", HIDDEN)
