@@ -133,6 +133,7 @@ def scan_folder(src: Storage, options: PackOptions) -> Dataset:
     if options.source != "folder":  # --source folder: every folder is a class, as asked
         _refuse_split_like(src, found_classes, found)
         _refuse_one_class_of_folders(src, found_classes, found)
+        _refuse_one_class_with_folders(src, found, passed)
     classes = class_list(found_classes, options.classes)
     items, left_out = labelled(found, classes, options.on_error)
     if found and not items:
@@ -208,6 +209,35 @@ def _refuse_one_class_of_folders(src: Storage, folders: tuple[str, ...], found: 
         Option("source", "folder"),
         f" to pack every image as the one class {name!r}",
     )
+
+
+def _refuse_one_class_with_folders(src: Storage, found: Listing, passed: Passed) -> None:
+    """Refuse SRC holding images of its own beside folders of images, as many or more than
+    those folders, where folders beside SRC hold images themselves: SRC is one class folder of
+    the dataset above it (~/data/flowers/daisy with its 2019/), whose own images a scan would
+    skip as in no class folder and whose folders it would take for the classes."""
+    own = sum(1 for _, why in passed.skipped if why == _NO_CLASS.format("SRC/<class>/<image>"))
+    folders = sorted({label for label, _, _ in found})
+    above = src.parent()
+    if not folders or own < len(folders) or above is None:
+        return
+    name = os.path.basename(src.path())
+    if not (others := _classes_beside(above, name)):
+        return
+    raise SourceError(
+        f"{src.path()}: its {own} images lie in SRC itself and more in its "
+        f"{'folder' if len(folders) == 1 else 'folders'} {few(folders)}: it is "
+        f"{_beside(src, others)}; or pass ",
+        Option("source", "folder"),
+        f" to take {few(folders)} as the classes, its own images skipped",
+    )
+
+
+def _beside(src: Storage, others: list[str]) -> str:
+    """What to pass for SRC, one class folder beside `others` (folders of images): a message's
+    part."""
+    return (f"a class folder beside {few(others)}: pass {os.path.dirname(src.path())} to pack "
+            "them all, each folder a class")  # fmt: skip
 
 
 def left_out_by_classes(where: str, images: int, found: Iterable[str]) -> SourceError:
@@ -377,9 +407,8 @@ def _nothing_found(src: Storage, passed: Passed) -> tuple[str | Option, ...]:
         if above is not None and _only_entry(above, name):  # else it packs its others too
             way += f", or pass {parent} to pack {name} as one class"
         elif above is not None and (others := _classes_beside(above, name)):
-            return (f"its {loose} images lie in SRC itself, a class folder beside "
-                    f"{few(others)}: pass {parent} to pack them all, each folder a "
-                    "class", *_unlabeled(root))  # fmt: skip
+            return (f"its {loose} images lie in SRC itself, {_beside(src, others)}",
+                    *_unlabeled(root))  # fmt: skip
         return (f"its {loose} images lie in SRC itself, but each class needs its own folder "
                 f"(SRC/<class>/<image>): {way}", *_unlabeled(root))  # fmt: skip
     return expected_layout(src, passed)
